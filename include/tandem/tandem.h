@@ -1,0 +1,283 @@
+/*
+ * tandem — an inference runtime that runs ONNX models on CPUs and GPUs together.
+ *
+ * This is the whole public C API. Every handle is opaque. Conventions:
+ *
+ *  - Every fallible function returns a `tdm_status *`. NULL means success. A non-NULL
+ *    status carries a code and a message; the caller owns it and frees it with
+ *    tdm_status_free(). On failure, out-parameters are left untouched.
+ *  - Every `*_free` function accepts NULL and does nothing then.
+ *  - Strings returned by getters are owned by the object they came from and live as long
+ *    as that object.
+ *  - Threading: a tdm_env may be shared by any number of threads. A tdm_session may run
+ *    concurrently from several threads (tdm_session_run is thread-safe); creating and
+ *    freeing a session must not race with runs on it. Tensors are not synchronised: do not
+ *    write a tensor while a run reads it.
+ *
+ * Usage:
+ *
+ *     tdm_env *env = NULL;
+ *     tdm_session *s = NULL;
+ *     tdm_status *st = tdm_env_create(NULL, &env);
+ *     if (!st) st = tdm_session_create(env, "model.onnx", NULL, &s);
+ *     if (!st) {
+ *         int64_t dims[4] = {1, 3, 224, 224};
+ *         tdm_tensor *in = NULL, *out = NULL;
+ *         st = tdm_tensor_create(env, TDM_FLOAT, 4, dims, &in);
+ *         // ... fill tdm_tensor_data(in) ...
+ *         const char *in_name = "input", *out_name = "output";
+ *         if (!st) st = tdm_session_run(s, 1, &in_name, (const tdm_tensor *const *)&in,
+ *                                       1, &out_name, &out);
+ *         tdm_tensor_free(in);
+ *         tdm_tensor_free(out);
+ *     }
+ *     if (st) { fprintf(stderr, "%s\n", tdm_status_message(st)); tdm_status_free(st); }
+ *     tdm_session_free(s);
+ *     tdm_env_free(env);
+ */
+#ifndef TANDEM_TANDEM_H
+#define TANDEM_TANDEM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define TDM_API __attribute__((visibility("default")))
+#else
+#define TDM_API
+#endif
+
+#define TDM_VERSION_MAJOR 0
+#define TDM_VERSION_MINOR 1
+#define TDM_VERSION_PATCH 0
+#define TDM_MAX_RANK 8
+
+/* ---- status ---------------------------------------------------------------------- */
+
+/* One source list for codes and names (X-macro). */
+#define TDM_STATUS_CODES(X)                                                              \
+    X(TDM_OK, 0, "ok")                                                                   \
+    X(TDM_ERR_INVALID_ARGUMENT, 1, "invalid argument")                                  \
+    X(TDM_ERR_INVALID_MODEL, 2, "invalid model")                                        \
+    X(TDM_ERR_UNSUPPORTED, 3, "unsupported")                                            \
+    X(TDM_ERR_OUT_OF_MEMORY, 4, "out of memory")                                        \
+    X(TDM_ERR_NOT_FOUND, 5, "not found")                                                \
+    X(TDM_ERR_IO, 6, "i/o error")                                                       \
+    X(TDM_ERR_RUNTIME, 7, "runtime error")                                              \
+    X(TDM_ERR_DEVICE, 8, "device error")                                                \
+    X(TDM_ERR_LIMIT, 9, "limit exceeded")                                               \
+    X(TDM_ERR_INTERNAL, 10, "internal error")
+
+typedef enum tdm_code {
+#define TDM_X_(name, value, text) name = value,
+    TDM_STATUS_CODES(TDM_X_)
+#undef TDM_X_
+} tdm_code;
+
+typedef struct tdm_status tdm_status;
+
+TDM_API tdm_code tdm_status_code(const tdm_status *status);       /* TDM_OK for NULL */
+TDM_API const char *tdm_status_message(const tdm_status *status); /* "ok" for NULL */
+TDM_API const char *tdm_code_name(tdm_code code);
+TDM_API void tdm_status_free(tdm_status *status);
+
+/* ---- data types (numbers equal ONNX TensorProto.DataType) ---------------------------- */
+
+typedef enum tdm_dtype {
+    TDM_UNDEFINED = 0,
+    TDM_FLOAT = 1,
+    TDM_UINT8 = 2,
+    TDM_INT8 = 3,
+    TDM_UINT16 = 4,
+    TDM_INT16 = 5,
+    TDM_INT32 = 6,
+    TDM_INT64 = 7,
+    TDM_STRING = 8,
+    TDM_BOOL = 9,
+    TDM_FLOAT16 = 10,
+    TDM_DOUBLE = 11,
+    TDM_UINT32 = 12,
+    TDM_UINT64 = 13,
+    TDM_COMPLEX64 = 14,
+    TDM_COMPLEX128 = 15,
+    TDM_BFLOAT16 = 16,
+    TDM_DTYPE_COUNT = 17
+} tdm_dtype;
+
+TDM_API const char *tdm_dtype_name(tdm_dtype dtype); /* "float32", "int64", ... */
+TDM_API size_t tdm_dtype_size(tdm_dtype dtype);      /* bytes per element; 0 if unknown;
+                                                         for STRING, sizeof(char *) */
+
+/* ---- environment -------------------------------------------------------------------- */
+
+typedef enum tdm_log_level {
+    TDM_LOG_ERROR = 0,
+    TDM_LOG_WARN = 1,
+    TDM_LOG_INFO = 2,
+    TDM_LOG_DEBUG = 3
+} tdm_log_level;
+
+typedef void (*tdm_log_fn)(void *user, tdm_log_level level, const char *message);
+
+/* Allocator hook: all host memory that tandem allocates for models, tensors and plans goes
+ * through these. malloc must return memory aligned to at least 64 bytes when `align` is 64.
+ * Either all three are set or none. */
+typedef struct tdm_allocator {
+    void *(*alloc)(void *user, size_t size, size_t align);
+    void (*free)(void *user, void *ptr);
+    void *user;
+} tdm_allocator;
+
+typedef struct tdm_env_options {
+    int api_version;         /* set to TDM_API_VERSION */
+    tdm_log_fn log;          /* optional; default: no logging */
+    void *log_user;
+    tdm_log_level log_level; /* messages above this level are dropped */
+    tdm_allocator allocator; /* optional; zeroed = libc */
+    int threads;             /* default intra-op threads for sessions; 0 = number of cores */
+} tdm_env_options;
+
+#define TDM_API_VERSION 1
+
+typedef struct tdm_env tdm_env;
+
+/* Creates an environment. `options` may be NULL for defaults. The environment discovers
+ * devices (backends) at creation; a device that is absent is reported, not an error. */
+TDM_API tdm_status *tdm_env_create(const tdm_env_options *options, tdm_env **out);
+/* Frees the environment. All sessions and tensors created from it must be freed first. */
+TDM_API void tdm_env_free(tdm_env *env);
+
+/* Devices known to the environment: "cpu", "cuda:0", "opencl:0", ... */
+TDM_API size_t tdm_env_device_count(const tdm_env *env);
+TDM_API const char *tdm_env_device_name(const tdm_env *env, size_t index);
+TDM_API const char *tdm_env_device_description(const tdm_env *env, size_t index);
+/* Backends that were looked for but are not usable, with the reason (e.g. "cuda: no GPU"). */
+TDM_API size_t tdm_env_unavailable_count(const tdm_env *env);
+TDM_API const char *tdm_env_unavailable_reason(const tdm_env *env, size_t index);
+
+/* ---- tensors ------------------------------------------------------------------------ */
+
+typedef struct tdm_tensor tdm_tensor;
+
+/* Creates a tensor with zeroed host memory. */
+TDM_API tdm_status *tdm_tensor_create(tdm_env *env, tdm_dtype dtype, int rank,
+                                      const int64_t *dims, tdm_tensor **out);
+/* Wraps user memory without copying; the memory must outlive the tensor and hold
+ * `bytes` >= the tensor's size. STRING tensors cannot wrap memory. */
+TDM_API tdm_status *tdm_tensor_wrap(tdm_env *env, tdm_dtype dtype, int rank, const int64_t *dims,
+                                    void *data, size_t bytes, tdm_tensor **out);
+/* Loads a serialized ONNX TensorProto (as in the ONNX test data's *.pb files). */
+TDM_API tdm_status *tdm_tensor_load_onnx(tdm_env *env, const char *path, tdm_tensor **out);
+TDM_API void tdm_tensor_free(tdm_tensor *tensor);
+
+TDM_API tdm_dtype tdm_tensor_dtype(const tdm_tensor *tensor);
+TDM_API int tdm_tensor_rank(const tdm_tensor *tensor);
+TDM_API const int64_t *tdm_tensor_dims(const tdm_tensor *tensor);
+TDM_API int64_t tdm_tensor_element_count(const tdm_tensor *tensor);
+TDM_API size_t tdm_tensor_byte_size(const tdm_tensor *tensor);
+/* Host pointer to the elements. For STRING tensors, an array of NUL-terminated char *. */
+TDM_API void *tdm_tensor_data(tdm_tensor *tensor);
+TDM_API const void *tdm_tensor_data_const(const tdm_tensor *tensor);
+/* Sets element `index` of a STRING tensor (copies the bytes). */
+TDM_API tdm_status *tdm_tensor_set_string(tdm_tensor *tensor, int64_t index, const char *bytes,
+                                          size_t length);
+
+/* ---- models (inspection without creating a session) --------------------------------- */
+
+typedef struct tdm_model tdm_model;
+
+typedef struct tdm_value_desc {
+    const char *name;
+    tdm_dtype dtype;
+    int rank;                          /* -1 if unknown */
+    int64_t dims[TDM_MAX_RANK];        /* -1 for a dynamic dimension */
+    const char *dim_params[TDM_MAX_RANK]; /* symbolic names, or NULL */
+} tdm_value_desc;
+
+/* Loads and validates a model (no device work). Relative external-data locations are
+ * resolved against the model file's folder. */
+TDM_API tdm_status *tdm_model_load(tdm_env *env, const char *path, tdm_model **out);
+/* `base_dir` resolves external data; NULL forbids external data. The buffer is copied. */
+TDM_API tdm_status *tdm_model_load_from_buffer(tdm_env *env, const void *data, size_t size,
+                                               const char *base_dir, tdm_model **out);
+TDM_API void tdm_model_free(tdm_model *model);
+
+TDM_API int64_t tdm_model_ir_version(const tdm_model *model);
+TDM_API const char *tdm_model_producer(const tdm_model *model);
+/* Opset of a domain ("" for the default ONNX domain); 0 if not imported. */
+TDM_API int64_t tdm_model_opset(const tdm_model *model, const char *domain);
+TDM_API size_t tdm_model_input_count(const tdm_model *model);
+TDM_API size_t tdm_model_output_count(const tdm_model *model);
+TDM_API tdm_status *tdm_model_input(const tdm_model *model, size_t index, tdm_value_desc *out);
+TDM_API tdm_status *tdm_model_output(const tdm_model *model, size_t index, tdm_value_desc *out);
+TDM_API size_t tdm_model_node_count(const tdm_model *model);
+/* Distinct operator types, in first-seen order. */
+TDM_API size_t tdm_model_op_type_count(const tdm_model *model);
+TDM_API const char *tdm_model_op_type(const tdm_model *model, size_t index,
+                                      size_t *node_count);
+/* Whether `device` ("cpu", ...) has a kernel for every node of that op type. */
+TDM_API bool tdm_model_op_type_supported(const tdm_model *model, size_t index,
+                                         const char *device);
+TDM_API int64_t tdm_model_parameter_count(const tdm_model *model);
+TDM_API int64_t tdm_model_parameter_bytes(const tdm_model *model);
+
+/* ---- sessions ----------------------------------------------------------------------- */
+
+typedef struct tdm_session tdm_session;
+
+typedef struct tdm_session_options {
+    int api_version;     /* TDM_API_VERSION */
+    const char *devices; /* comma-separated, in order of preference; NULL = "cpu" */
+    int threads;         /* intra-op threads; 0 = the environment's default */
+    int opt_level;       /* 0 = no graph passes, 1 = basic (default), 2 = all */
+    bool no_fallback;    /* fail instead of placing a node on a less preferred device */
+} tdm_session_options;
+
+/* Creates a session: loads the model, checks and optimises the graph, places nodes on
+ * devices and prepares the plan. `options` may be NULL. */
+TDM_API tdm_status *tdm_session_create(tdm_env *env, const char *path,
+                                       const tdm_session_options *options, tdm_session **out);
+TDM_API tdm_status *tdm_session_create_from_buffer(tdm_env *env, const void *data, size_t size,
+                                                   const char *base_dir,
+                                                   const tdm_session_options *options,
+                                                   tdm_session **out);
+/* Waits for the session's asynchronous runs, then frees it. */
+TDM_API void tdm_session_free(tdm_session *session);
+
+TDM_API const tdm_model *tdm_session_model(const tdm_session *session);
+
+/* Runs the model. Inputs are matched by name; every graph input without an initializer
+ * must be given. `output_names` may be NULL with n_outputs equal to the model's output
+ * count to fetch all outputs in order. On success outputs[i] receive new tensors that the
+ * caller frees. Thread-safe. */
+TDM_API tdm_status *tdm_session_run(tdm_session *session, size_t n_inputs,
+                                    const char *const *input_names,
+                                    const tdm_tensor *const *inputs, size_t n_outputs,
+                                    const char *const *output_names, tdm_tensor **outputs);
+
+/* Called once when an asynchronous run ends, on a tandem thread. `status` is NULL on
+ * success and is owned by the callee; `outputs` (n_outputs) belong to the callee too. */
+typedef void (*tdm_run_callback)(void *user, tdm_status *status, size_t n_outputs,
+                                 tdm_tensor **outputs);
+
+/* Queues a run and returns at once. The inputs are referenced, not copied: they must stay
+ * valid and unchanged until the callback runs. */
+TDM_API tdm_status *tdm_session_run_async(tdm_session *session, size_t n_inputs,
+                                          const char *const *input_names,
+                                          const tdm_tensor *const *inputs, size_t n_outputs,
+                                          const char *const *output_names,
+                                          tdm_run_callback callback, void *user);
+
+/* ---- version ------------------------------------------------------------------------ */
+
+TDM_API const char *tdm_version_string(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TANDEM_TANDEM_H */

@@ -1,0 +1,69 @@
+/* The backend interface. A backend is discovered once per environment and yields devices;
+ * a device is a struct of function pointers (tdm_device_iface) plus a context pointer. The
+ * scheduler and executor talk to devices only through this interface.
+ *
+ * Layers: backend (registry entry) -> device -> (queues, buffers). The CPU device runs
+ * kernels synchronously on the calling thread plus its thread pool; accelerator devices
+ * queue work and signal events. */
+#ifndef TDM_BACKENDS_BACKEND_H
+#define TDM_BACKENDS_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "backends/kernel.h"
+#include "core/log.h"
+#include "core/status.h"
+
+#define TDM_DEVICE_IFACE_VERSION 1
+
+typedef struct tdm_device tdm_device;
+
+typedef struct tdm_device_iface {
+    int api_version; /* TDM_DEVICE_IFACE_VERSION; members are only ever appended */
+    /* The kernel for a node given its input dtypes, or NULL when the device cannot run it.
+     * Answered from the device's kernel table, so placement and dispatch agree. */
+    const tdm_kernel_def *(*find_kernel)(tdm_device *dev, const tdm_node *node,
+                                         const tdm_dtype *in_types, int n_in);
+    /* Runs one kernel. Tensors in ctx are in this device's memory. */
+    tdm_status *(*execute)(tdm_device *dev, const tdm_kernel_def *k, tdm_kernel_ctx *ctx);
+    /* Optional (NULL for host-memory devices): waits until all queued work is done. */
+    tdm_status *(*synchronize)(tdm_device *dev);
+    /* Frees the device. */
+    void (*close)(tdm_device *dev);
+} tdm_device_iface;
+
+struct tdm_device {
+    const tdm_device_iface *iface;
+    void *ctx;
+    char name[32];          /* "cpu", "cuda:0", "opencl:0" */
+    char description[160];
+    bool host_memory;       /* tensors for this device live in ordinary host memory */
+};
+
+/* Backend registry entry. discover() appends up to `max` devices to devs (returning how
+ * many in *n) or, when the backend is present but unusable, sets *n = 0 and writes why. */
+typedef struct tdm_backend_reg {
+    const char *name;
+    tdm_status *(*discover)(const tdm_allocator *a, const tdm_logger *log, tdm_device **devs,
+                            int max, int *n, char *why, size_t why_size);
+} tdm_backend_reg;
+
+/* One line per backend (one source for the registry, see backends/registry.c). */
+#define TDM_BACKENDS(X) X(cpu)
+
+#define TDM_X_(b) extern const tdm_backend_reg tdm_backend_##b;
+TDM_BACKENDS(TDM_X_)
+#undef TDM_X_
+
+/* All registered backends, NULL-terminated. */
+extern const tdm_backend_reg *const tdm_backends[];
+
+/* Wrappers (supply defaults for optional members). */
+const tdm_kernel_def *tdm_device_find_kernel(tdm_device *dev, const tdm_node *node,
+                                             const tdm_dtype *in_types, int n_in);
+tdm_status *tdm_device_execute(tdm_device *dev, const tdm_kernel_def *k, tdm_kernel_ctx *ctx);
+tdm_status *tdm_device_synchronize(tdm_device *dev);
+void tdm_device_close(tdm_device *dev);
+
+#endif

@@ -1,0 +1,43 @@
+/* CPU kernel families. Each family file (k_<family>.c) defines one table; the CPU
+ * backend's kernel table is their concatenation (cpu_backend.c), which is the single
+ * source for dispatch and for supports-op. */
+#ifndef TDM_CPU_KERNELS_H
+#define TDM_CPU_KERNELS_H
+
+#include "backends/kernel.h"
+#include "core/half.h"
+#include "ops/op.h"
+
+#define TDM_CPU_FAMILIES(X)                                                              \
+    X(unary)                                                                             \
+    X(binary)                                                                            \
+    X(nn)                                                                                \
+    X(shape)                                                                             \
+    X(reduce)                                                                            \
+    X(misc)
+
+#define TDM_X_(fam)                                                                      \
+    extern const tdm_kernel_def tdm_cpu_kernels_##fam[];                                 \
+    extern const int tdm_cpu_kernels_##fam##_count;
+TDM_CPU_FAMILIES(TDM_X_)
+#undef TDM_X_
+
+/* ---- helpers shared by CPU kernels (cpu_util.c) ---- */
+
+/* Strides (in elements) of a contiguous row-major shape. */
+void tdm_strides(int rank, const int64_t *dims, int64_t *strides);
+/* Broadcast strides of `in` (rank in_rank) against an output of rank out_rank: 0 where the
+ * input dim is 1 (or missing). */
+void tdm_broadcast_strides(int in_rank, const int64_t *in_dims, int out_rank,
+                           const int64_t *out_dims, int64_t *strides);
+/* Scratch memory from the kernel's allocator (64-byte aligned); free with tdm_free(ctx->alloc). */
+void *tdm_kscratch(tdm_kernel_ctx *ctx, size_t bytes);
+
+/* Single-precision GEMM: C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C.
+ * lda/ldb/ldc are row strides in elements; transA/transB select op = transpose.
+ * Uses the pool for large problems. */
+void tdm_sgemm(tdm_threadpool *pool, bool transA, bool transB, int64_t M, int64_t N, int64_t K,
+               float alpha, const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
+               float *C, int64_t ldc);
+
+#endif

@@ -1,0 +1,23 @@
+#include "backends/kernel.h"
+
+#include <string.h>
+
+const tdm_kernel_def *tdm_kernel_find(const tdm_kernel_def *const *tables, const int *counts,
+                                      int n_tables, const tdm_node *node,
+                                      const tdm_dtype *in_types, int n_in) {
+    const char *domain = node->domain && strcmp(node->domain, "ai.onnx") ? node->domain : "";
+    for (int t = 0; t < n_tables; t++) {
+        for (int i = 0; i < counts[t]; i++) {
+            const tdm_kernel_def *k = &tables[t][i];
+            if (strcmp(k->op, node->op_type) || strcmp(k->domain, domain)) continue;
+            if (node->opset < k->since || (k->until && node->opset > k->until)) continue;
+            if (k->type_input >= 0) {
+                if (k->type_input >= n_in) continue;
+                tdm_dtype dt = in_types[k->type_input];
+                if ((unsigned)dt >= 32 || !(k->types & TDM_T(dt))) continue;
+            }
+            return k;
+        }
+    }
+    return NULL;
+}

@@ -1,0 +1,65 @@
+/* Kernels: the unit of work a backend runs for one node, and the kernel table entry that is
+ * the single source for dispatch and for "supported" (see backend.h). */
+#ifndef TDM_BACKENDS_KERNEL_H
+#define TDM_BACKENDS_KERNEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "core/threadpool.h"
+#include "graph/graph.h"
+
+typedef struct tdm_kernel_ctx tdm_kernel_ctx;
+
+struct tdm_kernel_ctx {
+    const tdm_node *node;
+    int opset;
+    int n_in;
+    const tdm_tensor *const *in; /* in[i] == NULL: omitted optional input */
+    int n_out;
+    tdm_tensor **out;            /* allocated from the inferred shapes; NULL for omitted
+                                    outputs and for outputs of TDM_OP_DATA_DEPENDENT ops,
+                                    which the kernel creates with alloc_output */
+    tdm_threadpool *pool;        /* intra-op threads (may be NULL = serial) */
+    const tdm_allocator *alloc;  /* for scratch memory and outputs */
+    void *state;                 /* what the kernel's prepare() returned, or NULL */
+    /* Creates out[i] with the given dtype and shape (data-dependent ops). */
+    tdm_status *(*alloc_output)(tdm_kernel_ctx *ctx, int i, tdm_dtype dtype, int rank,
+                                const int64_t *dims);
+};
+
+typedef tdm_status *(*tdm_kernel_fn)(tdm_kernel_ctx *ctx);
+
+/* Bit for a dtype in a kernel's type mask. */
+#define TDM_T(dt) (1u << (dt))
+#define TDM_T_FLOATS (TDM_T(TDM_FLOAT) | TDM_T(TDM_DOUBLE) | TDM_T(TDM_FLOAT16) | TDM_T(TDM_BFLOAT16))
+#define TDM_T_SINTS (TDM_T(TDM_INT8) | TDM_T(TDM_INT16) | TDM_T(TDM_INT32) | TDM_T(TDM_INT64))
+#define TDM_T_UINTS (TDM_T(TDM_UINT8) | TDM_T(TDM_UINT16) | TDM_T(TDM_UINT32) | TDM_T(TDM_UINT64))
+#define TDM_T_INTS (TDM_T_SINTS | TDM_T_UINTS)
+#define TDM_T_NUMERIC (TDM_T_FLOATS | TDM_T_INTS)
+#define TDM_T_ALL (TDM_T_NUMERIC | TDM_T(TDM_BOOL) | TDM_T(TDM_STRING))
+
+typedef struct tdm_kernel_def {
+    const char *domain; /* "" = ai.onnx */
+    const char *op;
+    int since, until;   /* opset range, inclusive; until 0 = open */
+    int type_input;     /* input whose dtype selects the kernel; -1 = any (no typed input) */
+    uint32_t types;     /* accepted dtypes of that input (TDM_T masks) */
+    tdm_kernel_fn run;
+    /* Optional: builds per-node state once at plan time (e.g. packed weights, primitives).
+     * `in` holds constant inputs where known (others NULL). */
+    tdm_status *(*prepare)(const tdm_node *node, int opset, int n_in,
+                           const tdm_tensor *const *in, const tdm_allocator *a, void **state);
+    /* Optional: frees what prepare made. */
+    void (*release)(void *state, const tdm_allocator *a);
+} tdm_kernel_def;
+
+/* Finds the kernel for a node in a table: domain, op, the node's opset within the range, and
+ * the dtype of the type-deciding input (`in_types[type_input]`). NULL if none. */
+const tdm_kernel_def *tdm_kernel_find(const tdm_kernel_def *const *tables, const int *counts,
+                                      int n_tables, const tdm_node *node,
+                                      const tdm_dtype *in_types, int n_in);
+
+#endif

@@ -1,0 +1,60 @@
+#include "core/alloc.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/checked.h"
+
+void *tdm_alloc(const tdm_allocator *a, size_t size) {
+    if (size == 0) size = 1;
+    if (a && a->alloc) return a->alloc(a->user, size, TDM_ALIGN);
+    size_t rounded;
+    if (!tdm_add_size(size, TDM_ALIGN - 1, &rounded)) return NULL;
+    rounded &= ~(size_t)(TDM_ALIGN - 1);
+    return aligned_alloc(TDM_ALIGN, rounded);
+}
+
+void *tdm_calloc(const tdm_allocator *a, size_t n, size_t size) {
+    size_t total;
+    if (!tdm_mul_size(n, size, &total)) return NULL;
+    void *p = tdm_alloc(a, total);
+    if (p) memset(p, 0, total ? total : 1);
+    return p;
+}
+
+void tdm_free(const tdm_allocator *a, void *p) {
+    if (!p) return;
+    if (a && a->free) a->free(a->user, p);
+    else free(p);
+}
+
+char *tdm_strndup(const tdm_allocator *a, const char *s, size_t n) {
+    char *d = tdm_alloc(a, n + 1);
+    if (!d) return NULL;
+    memcpy(d, s, n);
+    d[n] = 0;
+    return d;
+}
+
+char *tdm_strdup(const tdm_allocator *a, const char *s) {
+    return tdm_strndup(a, s, strlen(s));
+}
+
+int tdm_grow(const tdm_allocator *a, void **arr, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap) return 0;
+    size_t ncap = *cap ? *cap : 8;
+    while (ncap < need) {
+        if (!tdm_mul_size(ncap, 2, &ncap)) return -1;
+    }
+    size_t bytes;
+    if (!tdm_mul_size(ncap, elem, &bytes)) return -1;
+    void *n = tdm_alloc(a, bytes);
+    if (!n) return -1;
+    if (*arr) {
+        memcpy(n, *arr, *cap * elem);
+        tdm_free(a, *arr);
+    }
+    *arr = n;
+    *cap = ncap;
+    return 0;
+}

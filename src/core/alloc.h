@@ -1,0 +1,20 @@
+/* Host memory through the environment's allocator hook. */
+#ifndef TDM_CORE_ALLOC_H
+#define TDM_CORE_ALLOC_H
+
+#include <stddef.h>
+
+#include "tandem/tandem.h"
+
+#define TDM_ALIGN 64
+
+/* A NULL allocator means libc. All returned memory is 64-byte aligned. */
+void *tdm_alloc(const tdm_allocator *a, size_t size);
+void *tdm_calloc(const tdm_allocator *a, size_t n, size_t size);
+void tdm_free(const tdm_allocator *a, void *p);
+char *tdm_strdup(const tdm_allocator *a, const char *s);
+char *tdm_strndup(const tdm_allocator *a, const char *s, size_t n);
+/* Grows an array of `elem` sized items to hold at least `need`; doubles. Returns 0 or -1. */
+int tdm_grow(const tdm_allocator *a, void **arr, size_t *cap, size_t need, size_t elem);
+
+#endif

@@ -1,0 +1,206 @@
+#include "core/tensor.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/checked.h"
+#include "core/half.h"
+#include "core/status.h"
+
+static const size_t elem_sizes[TDM_DTYPE_COUNT] = {
+    [TDM_FLOAT] = 4,  [TDM_UINT8] = 1,      [TDM_INT8] = 1,        [TDM_UINT16] = 2,
+    [TDM_INT16] = 2,  [TDM_INT32] = 4,      [TDM_INT64] = 8,       [TDM_STRING] = sizeof(char *),
+    [TDM_BOOL] = 1,   [TDM_FLOAT16] = 2,    [TDM_DOUBLE] = 8,      [TDM_UINT32] = 4,
+    [TDM_UINT64] = 8, [TDM_COMPLEX64] = 8,  [TDM_COMPLEX128] = 16, [TDM_BFLOAT16] = 2,
+};
+
+static const char *const dtype_names[TDM_DTYPE_COUNT] = {
+    [TDM_UNDEFINED] = "undefined", [TDM_FLOAT] = "float32",     [TDM_UINT8] = "uint8",
+    [TDM_INT8] = "int8",           [TDM_UINT16] = "uint16",     [TDM_INT16] = "int16",
+    [TDM_INT32] = "int32",         [TDM_INT64] = "int64",       [TDM_STRING] = "string",
+    [TDM_BOOL] = "bool",           [TDM_FLOAT16] = "float16",   [TDM_DOUBLE] = "float64",
+    [TDM_UINT32] = "uint32",       [TDM_UINT64] = "uint64",     [TDM_COMPLEX64] = "complex64",
+    [TDM_COMPLEX128] = "complex128", [TDM_BFLOAT16] = "bfloat16",
+};
+
+size_t tdm_dtype_elem_size(tdm_dtype t) {
+    return (unsigned)t < TDM_DTYPE_COUNT ? elem_sizes[t] : 0;
+}
+size_t tdm_dtype_size(tdm_dtype t) { return tdm_dtype_elem_size(t); }
+const char *tdm_dtype_name(tdm_dtype t) {
+    return (unsigned)t < TDM_DTYPE_COUNT && dtype_names[t] ? dtype_names[t] : "unknown";
+}
+bool tdm_dtype_is_float(tdm_dtype t) {
+    return t == TDM_FLOAT || t == TDM_DOUBLE || t == TDM_FLOAT16 || t == TDM_BFLOAT16;
+}
+bool tdm_dtype_is_signed_int(tdm_dtype t) {
+    return t == TDM_INT8 || t == TDM_INT16 || t == TDM_INT32 || t == TDM_INT64;
+}
+bool tdm_dtype_is_unsigned_int(tdm_dtype t) {
+    return t == TDM_UINT8 || t == TDM_UINT16 || t == TDM_UINT32 || t == TDM_UINT64;
+}
+
+char *tdm_shape_str(int rank, const int64_t *dims, char *buf, size_t size) {
+    size_t pos = 0;
+    if (size == 0) return buf;
+    buf[0] = 0;
+    pos += (size_t)snprintf(buf + pos, size - pos, "[");
+    for (int i = 0; i < rank && pos < size; i++)
+        pos += (size_t)snprintf(buf + pos, size - pos, i ? ",%lld" : "%lld", (long long)dims[i]);
+    if (pos < size) snprintf(buf + pos, size - pos, "]");
+    return buf;
+}
+
+tdm_status *tdm_shape_count(int rank, const int64_t *dims, tdm_dtype dtype, const char *what,
+                            int64_t *count, size_t *nbytes) {
+    if (rank < 0 || rank > TDM_MAX_RANK)
+        return TDM_ERR(TDM_ERR_LIMIT, "%s: rank %d is outside 0..%d", what, rank, TDM_MAX_RANK);
+    size_t es = tdm_dtype_elem_size(dtype);
+    if (es == 0) return TDM_ERR(TDM_ERR_UNSUPPORTED, "%s: unsupported data type %d", what, (int)dtype);
+    int64_t n = 1;
+    for (int i = 0; i < rank; i++) {
+        if (dims[i] < 0)
+            return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "%s: dimension %d is negative (%lld)", what, i,
+                           (long long)dims[i]);
+        if (!tdm_mul_i64(n, dims[i], &n))
+            return TDM_ERR(TDM_ERR_LIMIT, "%s: element count overflows", what);
+    }
+    int64_t bytes;
+    if (!tdm_mul_i64(n, (int64_t)es, &bytes) || bytes > TDM_MAX_TENSOR_BYTES)
+        return TDM_ERR(TDM_ERR_LIMIT, "%s: %lld elements of %s exceed the tensor size limit", what,
+                       (long long)n, tdm_dtype_name(dtype));
+    *count = n;
+    *nbytes = (size_t)bytes;
+    return NULL;
+}
+
+static tdm_status *tensor_header(const tdm_allocator *a, tdm_dtype dtype, int rank,
+                                 const int64_t *dims, tdm_tensor **out) {
+    int64_t count;
+    size_t nbytes;
+    TDM_TRY(tdm_shape_count(rank, dims, dtype, "tensor", &count, &nbytes));
+    tdm_tensor *t = tdm_calloc(a, 1, sizeof *t);
+    if (!t) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory allocating a tensor");
+    t->dtype = dtype;
+    t->rank = rank;
+    for (int i = 0; i < rank; i++) t->dims[i] = dims[i];
+    t->count = count;
+    t->nbytes = nbytes;
+    t->alloc = a;
+    *out = t;
+    return NULL;
+}
+
+tdm_status *tdm_tensor_new(const tdm_allocator *a, tdm_dtype dtype, int rank,
+                           const int64_t *dims, tdm_tensor **out) {
+    tdm_tensor *t;
+    TDM_TRY(tensor_header(a, dtype, rank, dims, &t));
+    t->data = tdm_calloc(a, 1, t->nbytes ? t->nbytes : 1);
+    if (!t->data) {
+        tdm_free(a, t);
+        return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory allocating %zu bytes for a tensor",
+                       t->nbytes);
+    }
+    t->owns_data = true;
+    *out = t;
+    return NULL;
+}
+
+tdm_status *tdm_tensor_new_view(const tdm_allocator *a, tdm_dtype dtype, int rank,
+                                const int64_t *dims, void *data, tdm_tensor **out) {
+    tdm_tensor *t;
+    TDM_TRY(tensor_header(a, dtype, rank, dims, &t));
+    t->data = data;
+    t->owns_data = false;
+    *out = t;
+    return NULL;
+}
+
+tdm_status *tdm_tensor_clone(const tdm_allocator *a, const tdm_tensor *src, tdm_tensor **out) {
+    tdm_tensor *t;
+    TDM_TRY(tdm_tensor_new(a, src->dtype, src->rank, src->dims, &t));
+    if (src->dtype == TDM_STRING) {
+        char **d = t->data;
+        char *const *s = src->data;
+        for (int64_t i = 0; i < src->count; i++) {
+            if (!s[i]) continue;
+            d[i] = tdm_strdup(a, s[i]);
+            if (!d[i]) {
+                tdm_tensor_destroy(t);
+                return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory copying strings");
+            }
+        }
+    } else if (src->nbytes) {
+        memcpy(t->data, src->data, src->nbytes);
+    }
+    *out = t;
+    return NULL;
+}
+
+tdm_status *tdm_tensor_reshape_view(const tdm_tensor *src, int rank, const int64_t *dims,
+                                    tdm_tensor **out) {
+    tdm_tensor *t;
+    TDM_TRY(tensor_header(src->alloc, src->dtype, rank, dims, &t));
+    if (t->count != src->count) {
+        tdm_free(src->alloc, t);
+        return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "reshape view: element counts differ");
+    }
+    t->data = src->data;
+    *out = t;
+    return NULL;
+}
+
+void tdm_tensor_destroy(tdm_tensor *t) {
+    if (!t) return;
+    if (t->owns_data) {
+        if (t->dtype == TDM_STRING && t->data) {
+            char **s = t->data;
+            for (int64_t i = 0; i < t->count; i++) tdm_free(t->alloc, s[i]);
+        }
+        tdm_free(t->alloc, t->data);
+    }
+    tdm_free(t->alloc, t);
+}
+
+double tdm_tensor_get_f64(const tdm_tensor *t, int64_t i) {
+    const void *d = t->data;
+    switch (t->dtype) {
+    case TDM_FLOAT: return ((const float *)d)[i];
+    case TDM_DOUBLE: return ((const double *)d)[i];
+    case TDM_FLOAT16: return tdm_f16_to_f32(((const uint16_t *)d)[i]);
+    case TDM_BFLOAT16: return tdm_bf16_to_f32(((const uint16_t *)d)[i]);
+    case TDM_INT8: return ((const int8_t *)d)[i];
+    case TDM_UINT8: return ((const uint8_t *)d)[i];
+    case TDM_BOOL: return ((const uint8_t *)d)[i] != 0;
+    case TDM_INT16: return ((const int16_t *)d)[i];
+    case TDM_UINT16: return ((const uint16_t *)d)[i];
+    case TDM_INT32: return ((const int32_t *)d)[i];
+    case TDM_UINT32: return ((const uint32_t *)d)[i];
+    case TDM_INT64: return (double)((const int64_t *)d)[i];
+    case TDM_UINT64: return (double)((const uint64_t *)d)[i];
+    default: return 0;
+    }
+}
+
+int64_t tdm_tensor_get_i64(const tdm_tensor *t, int64_t i) {
+    const void *d = t->data;
+    switch (t->dtype) {
+    case TDM_INT64: return ((const int64_t *)d)[i];
+    case TDM_INT32: return ((const int32_t *)d)[i];
+    case TDM_UINT64: return (int64_t)((const uint64_t *)d)[i];
+    case TDM_INT8: return ((const int8_t *)d)[i];
+    case TDM_UINT8: return ((const uint8_t *)d)[i];
+    case TDM_BOOL: return ((const uint8_t *)d)[i] != 0;
+    case TDM_INT16: return ((const int16_t *)d)[i];
+    case TDM_UINT16: return ((const uint16_t *)d)[i];
+    case TDM_UINT32: return ((const uint32_t *)d)[i];
+    default: {
+        double v = tdm_tensor_get_f64(t, i);
+        if (v != v) return 0;
+        if (v >= 9.2e18) return INT64_MAX;
+        if (v <= -9.2e18) return INT64_MIN;
+        return (int64_t)v;
+    }
+    }
+}

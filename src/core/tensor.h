@@ -1,0 +1,54 @@
+/* Tensors: dtype, shape and host data. The struct is internal; the public API sees an
+ * opaque handle. */
+#ifndef TDM_CORE_TENSOR_H
+#define TDM_CORE_TENSOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tandem/tandem.h"
+
+struct tdm_tensor {
+    tdm_dtype dtype;
+    int rank;
+    int64_t dims[TDM_MAX_RANK];
+    int64_t count;   /* element count (product of dims; 1 for a scalar) */
+    size_t nbytes;   /* count * element size */
+    void *data;      /* host data (char ** for STRING) */
+    const tdm_allocator *alloc;
+    bool owns_data;  /* data was allocated by tandem and is freed with the tensor */
+};
+
+/* Bytes per element (0 for UNDEFINED). */
+size_t tdm_dtype_elem_size(tdm_dtype t);
+bool tdm_dtype_is_float(tdm_dtype t);   /* float, double, float16, bfloat16 */
+bool tdm_dtype_is_signed_int(tdm_dtype t);
+bool tdm_dtype_is_unsigned_int(tdm_dtype t);
+
+/* Element count of a shape, checked against overflow and TDM_MAX_TENSOR_BYTES; negative dims
+ * are rejected. Returns a status naming `what` on failure. */
+tdm_status *tdm_shape_count(int rank, const int64_t *dims, tdm_dtype dtype, const char *what,
+                            int64_t *count, size_t *nbytes);
+
+/* New tensor with zeroed data owned by the tensor. */
+tdm_status *tdm_tensor_new(const tdm_allocator *a, tdm_dtype dtype, int rank,
+                           const int64_t *dims, tdm_tensor **out);
+/* Tensor header that points at `data` without owning it. */
+tdm_status *tdm_tensor_new_view(const tdm_allocator *a, tdm_dtype dtype, int rank,
+                                const int64_t *dims, void *data, tdm_tensor **out);
+/* Deep copy (strings too). */
+tdm_status *tdm_tensor_clone(const tdm_allocator *a, const tdm_tensor *src, tdm_tensor **out);
+/* Same data, new shape (element count must match): a view that does not own the data. */
+tdm_status *tdm_tensor_reshape_view(const tdm_tensor *src, int rank, const int64_t *dims,
+                                    tdm_tensor **out);
+void tdm_tensor_destroy(tdm_tensor *t);
+
+/* Reads element i of any numeric/bool tensor as double / int64 (for shape-like inputs). */
+double tdm_tensor_get_f64(const tdm_tensor *t, int64_t i);
+int64_t tdm_tensor_get_i64(const tdm_tensor *t, int64_t i);
+
+/* Shape printing for messages: writes "[1,3,224,224]" into buf. Returns buf. */
+char *tdm_shape_str(int rank, const int64_t *dims, char *buf, size_t size);
+
+#endif
