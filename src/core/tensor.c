@@ -77,8 +77,8 @@ tdm_status *tdm_shape_count(int rank, const int64_t *dims, tdm_dtype dtype, cons
 
 static tdm_status *tensor_header(const tdm_allocator *a, tdm_dtype dtype, int rank,
                                  const int64_t *dims, tdm_tensor **out) {
-    int64_t count;
-    size_t nbytes;
+    int64_t count = 0;
+    size_t nbytes = 0;
     TDM_TRY(tdm_shape_count(rank, dims, dtype, "tensor", &count, &nbytes));
     tdm_tensor *t = tdm_calloc(a, 1, sizeof *t);
     if (!t) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory allocating a tensor");
@@ -94,7 +94,7 @@ static tdm_status *tensor_header(const tdm_allocator *a, tdm_dtype dtype, int ra
 
 tdm_status *tdm_tensor_new(const tdm_allocator *a, tdm_dtype dtype, int rank,
                            const int64_t *dims, tdm_tensor **out) {
-    tdm_tensor *t;
+    tdm_tensor *t = NULL;
     TDM_TRY(tensor_header(a, dtype, rank, dims, &t));
     t->data = tdm_calloc(a, 1, t->nbytes ? t->nbytes : 1);
     if (!t->data) {
@@ -109,7 +109,7 @@ tdm_status *tdm_tensor_new(const tdm_allocator *a, tdm_dtype dtype, int rank,
 
 tdm_status *tdm_tensor_new_view(const tdm_allocator *a, tdm_dtype dtype, int rank,
                                 const int64_t *dims, void *data, tdm_tensor **out) {
-    tdm_tensor *t;
+    tdm_tensor *t = NULL;
     TDM_TRY(tensor_header(a, dtype, rank, dims, &t));
     t->data = data;
     t->owns_data = false;
@@ -118,7 +118,7 @@ tdm_status *tdm_tensor_new_view(const tdm_allocator *a, tdm_dtype dtype, int ran
 }
 
 tdm_status *tdm_tensor_clone(const tdm_allocator *a, const tdm_tensor *src, tdm_tensor **out) {
-    tdm_tensor *t;
+    tdm_tensor *t = NULL;
     TDM_TRY(tdm_tensor_new(a, src->dtype, src->rank, src->dims, &t));
     if (src->dtype == TDM_STRING) {
         char **d = t->data;
@@ -140,7 +140,7 @@ tdm_status *tdm_tensor_clone(const tdm_allocator *a, const tdm_tensor *src, tdm_
 
 tdm_status *tdm_tensor_reshape_view(const tdm_tensor *src, int rank, const int64_t *dims,
                                     tdm_tensor **out) {
-    tdm_tensor *t;
+    tdm_tensor *t = NULL;
     TDM_TRY(tensor_header(src->alloc, src->dtype, rank, dims, &t));
     if (t->count != src->count) {
         tdm_free(src->alloc, t);

@@ -1,0 +1,62 @@
+/* Internal layout of the public handles. */
+#ifndef TDM_API_IMPL_H
+#define TDM_API_IMPL_H
+
+#include <pthread.h>
+
+#include "backends/backend.h"
+#include "core/log.h"
+#include "core/threadpool.h"
+#include "onnx/loader.h"
+#include "sched/plan.h"
+#include "tandem/tandem.h"
+
+#define TDM_MAX_DEVICES 16
+
+struct tdm_env {
+    tdm_allocator alloc_storage;
+    const tdm_allocator *alloc; /* NULL = libc */
+    tdm_logger log;
+    int threads;
+    tdm_device *devices[TDM_MAX_DEVICES];
+    int n_devices;
+    char *unavailable[TDM_MAX_DEVICES]; /* "backend: reason" */
+    int n_unavailable;
+};
+
+typedef struct op_hist {
+    char *op;
+    size_t nodes;
+} op_hist;
+
+struct tdm_model {
+    tdm_env *env;
+    tdm_onnx_model *m;
+    op_hist *ops;
+    size_t n_ops;
+    int64_t params, param_bytes;
+    bool graph_borrowed; /* a session's model: the graph belongs to the session's plan */
+};
+
+typedef struct async_job async_job;
+
+struct tdm_session {
+    tdm_env *env;
+    tdm_model *model;  /* the model as loaded (for descriptions) */
+    tdm_plan *plan;    /* owns the optimised copy of the graph */
+    tdm_threadpool *pool;
+    tdm_device *devices[TDM_MAX_DEVICES];
+    int n_devices;
+    /* asynchronous runs: one worker thread, a FIFO of jobs */
+    pthread_mutex_t mu;
+    pthread_cond_t cv, idle_cv;
+    async_job *head, *tail;
+    int pending;
+    bool worker_started, stopping;
+    pthread_t worker;
+};
+
+tdm_status *tdm_model_wrap(tdm_env *env, tdm_onnx_model *m, tdm_model **out);
+tdm_device *tdm_env_find_device(const tdm_env *env, const char *name);
+
+#endif

@@ -1,0 +1,293 @@
+#include <stdio.h>
+#include <string.h>
+
+#include "api/api_impl.h"
+#include "core/alloc.h"
+
+struct async_job {
+    async_job *next;
+    const tdm_tensor **inputs; /* per graph input, NULL = default */
+    size_t n_outputs;
+    int *out_index;            /* graph output index per requested output */
+    tdm_run_callback cb;
+    void *user;
+};
+
+static tdm_status *parse_devices(tdm_session *s, const char *list, bool no_fallback) {
+    if (!list || !list[0]) list = "cpu";
+    char buf[512];
+    if (strlen(list) >= sizeof buf) return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "device list is too long");
+    snprintf(buf, sizeof buf, "%s", list);
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        while (*tok == ' ') tok++;
+        size_t len = strlen(tok);
+        while (len && tok[len - 1] == ' ') tok[--len] = 0;
+        if (!len) continue;
+        tdm_device *d = tdm_env_find_device(s->env, tok);
+        if (!d) {
+            char reasons[600] = "";
+            size_t pos = 0;
+            for (size_t i = 0; i < tdm_env_unavailable_count(s->env); i++) {
+                const char *r = tdm_env_unavailable_reason(s->env, i);
+                if (strncmp(r, tok, strcspn(tok, ":")) == 0 && pos < sizeof reasons)
+                    pos += (size_t)snprintf(reasons + pos, sizeof reasons - pos, " (%s)", r);
+            }
+            char have[200] = "";
+            pos = 0;
+            for (int i = 0; i < s->env->n_devices && pos < sizeof have; i++)
+                pos += (size_t)snprintf(have + pos, sizeof have - pos, "%s%s", i ? ", " : "",
+                                        s->env->devices[i]->name);
+            return TDM_ERR(TDM_ERR_DEVICE, "device '%s' is not available%s; available: %s", tok,
+                           reasons, have);
+        }
+        bool dup = false;
+        for (int i = 0; i < s->n_devices; i++)
+            if (s->devices[i] == d) dup = true;
+        if (dup) continue;
+        if (s->n_devices == TDM_MAX_DEVICES) return TDM_ERR(TDM_ERR_LIMIT, "too many devices");
+        s->devices[s->n_devices++] = d;
+    }
+    if (s->n_devices == 0) return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "the device list is empty");
+    (void)no_fallback;
+    return NULL;
+}
+
+static tdm_status *session_build(tdm_env *env, tdm_onnx_model *m, const tdm_session_options *o,
+                                 tdm_session **out) {
+    tdm_session_options def = {TDM_API_VERSION, NULL, 0, 1, false};
+    if (!o) o = &def;
+    if (o->api_version != TDM_API_VERSION) {
+        tdm_onnx_model_free(m);
+        return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_session_options.api_version is %d; expected %d",
+                       o->api_version, TDM_API_VERSION);
+    }
+    tdm_session *s = tdm_calloc(env->alloc, 1, sizeof *s);
+    if (!s) {
+        tdm_onnx_model_free(m);
+        return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory creating a session");
+    }
+    s->env = env;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    pthread_cond_init(&s->idle_cv, NULL);
+    tdm_status *st = parse_devices(s, o->devices, o->no_fallback);
+    if (!st) st = tdm_threadpool_create(o->threads > 0 ? o->threads : env->threads, &s->pool);
+    if (st) {
+        tdm_onnx_model_free(m);
+        tdm_session_free(s);
+        return st;
+    }
+    tdm_plan_options po = {o->no_fallback, o->opt_level};
+    tdm_graph *g = m->graph;
+    m->graph = NULL;
+    st = tdm_plan_create(env->alloc, g, s->devices, s->n_devices, s->pool, &po, &s->plan);
+    if (st) {
+        tdm_onnx_model_free(m);
+        tdm_session_free(s);
+        return st;
+    }
+    m->graph = s->plan->graph;
+    st = tdm_model_wrap(env, m, &s->model);
+    if (st) {
+        m->graph = NULL;
+        tdm_session_free(s);
+        return st;
+    }
+    s->model->graph_borrowed = true;
+    *out = s;
+    return NULL;
+}
+
+tdm_status *tdm_session_create(tdm_env *env, const char *path, const tdm_session_options *o,
+                               tdm_session **out) {
+    if (!env || !path || !out) return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_session_create: NULL argument");
+    tdm_onnx_model *m;
+    TDM_TRY(tdm_onnx_load_file(path, env->alloc, &m));
+    return tdm_status_wrap(session_build(env, m, o, out), "'%s': ", path);
+}
+
+tdm_status *tdm_session_create_from_buffer(tdm_env *env, const void *data, size_t size,
+                                           const char *base_dir, const tdm_session_options *o,
+                                           tdm_session **out) {
+    if (!env || !out) return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_session_create_from_buffer: NULL argument");
+    tdm_onnx_model *m;
+    TDM_TRY(tdm_onnx_load_buffer(data, size, base_dir, env->alloc, &m));
+    return session_build(env, m, o, out);
+}
+
+const tdm_model *tdm_session_model(const tdm_session *s) { return s ? s->model : NULL; }
+
+/* Maps names to graph input/output positions. */
+static tdm_status *bind(tdm_session *s, size_t n_inputs, const char *const *input_names,
+                        const tdm_tensor *const *inputs, size_t n_outputs,
+                        const char *const *output_names, const tdm_tensor **by_input,
+                        int *out_index) {
+    const tdm_graph *g = s->plan->graph;
+    for (size_t i = 0; i < n_inputs; i++) {
+        if (!input_names || !input_names[i] || !inputs || !inputs[i])
+            return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "input %zu: NULL name or tensor", i);
+        size_t j = 0;
+        while (j < g->n_inputs && strcmp(g->values[g->inputs[j]].name, input_names[i])) j++;
+        if (j == g->n_inputs)
+            return TDM_ERR(TDM_ERR_NOT_FOUND, "the model has no input named '%s'", input_names[i]);
+        if (by_input[j])
+            return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "input '%s' is given twice", input_names[i]);
+        by_input[j] = inputs[i];
+    }
+    if (!output_names) {
+        if (n_outputs != g->n_outputs)
+            return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "without output names, n_outputs must equal "
+                           "the model's %zu outputs", g->n_outputs);
+        for (size_t i = 0; i < n_outputs; i++) out_index[i] = (int)i;
+        return NULL;
+    }
+    for (size_t i = 0; i < n_outputs; i++) {
+        if (!output_names[i]) return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "output name %zu is NULL", i);
+        size_t j = 0;
+        while (j < g->n_outputs && strcmp(g->values[g->outputs[j]].name, output_names[i])) j++;
+        if (j == g->n_outputs)
+            return TDM_ERR(TDM_ERR_NOT_FOUND, "the model has no output named '%s'", output_names[i]);
+        out_index[i] = (int)j;
+    }
+    return NULL;
+}
+
+static tdm_status *run_bound(tdm_session *s, const tdm_tensor **by_input, size_t n_outputs,
+                             const int *out_index, tdm_tensor **outputs) {
+    const tdm_graph *g = s->plan->graph;
+    const tdm_allocator *a = s->env->alloc;
+    tdm_tensor **all = tdm_calloc(a, g->n_outputs ? g->n_outputs : 1, sizeof *all);
+    if (!all) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
+    tdm_status *st = tdm_plan_run(s->plan, by_input, all);
+    size_t done = 0;
+    if (!st) {
+        for (; done < n_outputs; done++) {
+            int j = out_index[done];
+            if (all[j]) {
+                outputs[done] = all[j];
+                all[j] = NULL;
+            } else { /* the same output asked for twice: copy the first */
+                size_t k = 0;
+                while (out_index[k] != j) k++;
+                if ((st = tdm_tensor_clone(a, outputs[k], &outputs[done]))) break;
+            }
+        }
+    }
+    if (st)
+        for (size_t i = 0; i < done; i++) {
+            tdm_tensor_destroy(outputs[i]);
+            outputs[i] = NULL;
+        }
+    for (size_t j = 0; j < g->n_outputs; j++) tdm_tensor_destroy(all[j]);
+    tdm_free(a, all);
+    return st;
+}
+
+tdm_status *tdm_session_run(tdm_session *s, size_t n_inputs, const char *const *input_names,
+                            const tdm_tensor *const *inputs, size_t n_outputs,
+                            const char *const *output_names, tdm_tensor **outputs) {
+    if (!s || (n_outputs && !outputs))
+        return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_session_run: NULL argument");
+    const tdm_graph *g = s->plan->graph;
+    const tdm_allocator *a = s->env->alloc;
+    const tdm_tensor **by_input = tdm_calloc(a, g->n_inputs + 1, sizeof *by_input);
+    int *out_index = tdm_calloc(a, n_outputs + 1, sizeof *out_index);
+    tdm_status *st = NULL;
+    if (!by_input || !out_index) st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
+    if (!st) st = bind(s, n_inputs, input_names, inputs, n_outputs, output_names, by_input, out_index);
+    if (!st) st = run_bound(s, by_input, n_outputs, out_index, outputs);
+    tdm_free(a, by_input);
+    tdm_free(a, out_index);
+    return st;
+}
+
+/* ---- asynchronous runs ---- */
+
+static void *async_main(void *vp) {
+    tdm_session *s = vp;
+    const tdm_allocator *a = s->env->alloc;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!s->head && !s->stopping) pthread_cond_wait(&s->cv, &s->mu);
+        if (!s->head) break;
+        async_job *j = s->head;
+        s->head = j->next;
+        if (!s->head) s->tail = NULL;
+        pthread_mutex_unlock(&s->mu);
+        tdm_tensor **outs = tdm_calloc(a, j->n_outputs + 1, sizeof *outs);
+        tdm_status *st = outs ? run_bound(s, j->inputs, j->n_outputs, j->out_index, outs)
+                              : TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
+        if (st) {
+            j->cb(j->user, st, 0, NULL);
+        } else {
+            j->cb(j->user, NULL, j->n_outputs, outs);
+        }
+        tdm_free(a, outs);
+        tdm_free(a, j->inputs);
+        tdm_free(a, j->out_index);
+        tdm_free(a, j);
+        pthread_mutex_lock(&s->mu);
+        if (--s->pending == 0) pthread_cond_broadcast(&s->idle_cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+tdm_status *tdm_session_run_async(tdm_session *s, size_t n_inputs, const char *const *input_names,
+                                  const tdm_tensor *const *inputs, size_t n_outputs,
+                                  const char *const *output_names, tdm_run_callback cb,
+                                  void *user) {
+    if (!s || !cb) return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_session_run_async: NULL argument");
+    const tdm_allocator *a = s->env->alloc;
+    const tdm_graph *g = s->plan->graph;
+    async_job *j = tdm_calloc(a, 1, sizeof *j);
+    tdm_status *st = NULL;
+    if (!j) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
+    j->inputs = tdm_calloc(a, g->n_inputs + 1, sizeof *j->inputs);
+    j->out_index = tdm_calloc(a, n_outputs + 1, sizeof *j->out_index);
+    j->n_outputs = n_outputs;
+    j->cb = cb;
+    j->user = user;
+    if (!j->inputs || !j->out_index) st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
+    if (!st) st = bind(s, n_inputs, input_names, inputs, n_outputs, output_names, j->inputs, j->out_index);
+    if (!st) {
+        pthread_mutex_lock(&s->mu);
+        if (!s->worker_started) {
+            if (pthread_create(&s->worker, NULL, async_main, s) != 0)
+                st = TDM_ERR(TDM_ERR_RUNTIME, "cannot start the session's worker thread");
+            else
+                s->worker_started = true;
+        }
+        if (!st) {
+            if (s->tail) s->tail->next = j;
+            else s->head = j;
+            s->tail = j;
+            s->pending++;
+            pthread_cond_signal(&s->cv);
+        }
+        pthread_mutex_unlock(&s->mu);
+    }
+    if (st) {
+        tdm_free(a, j->inputs);
+        tdm_free(a, j->out_index);
+        tdm_free(a, j);
+    }
+    return st;
+}
+
+void tdm_session_free(tdm_session *s) {
+    if (!s) return;
+    pthread_mutex_lock(&s->mu);
+    s->stopping = true;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    if (s->worker_started) pthread_join(s->worker, NULL); /* drains the queue first */
+    tdm_model_free(s->model);
+    tdm_plan_free(s->plan);
+    tdm_threadpool_free(s->pool);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    pthread_cond_destroy(&s->idle_cv);
+    tdm_free(s->env->alloc, s);
+}

@@ -1,0 +1,440 @@
+/* CPU kernels (nn family): Conv, ConvTranspose, ConvInteger.
+ *
+ * Conv lowers each (image, group) to one GEMM: W_g[M/g, C/g*k] x col[C/g*k, out], where col
+ * is the im2col expansion of the input (skipped for 1x1 stride-1 unpadded convolutions,
+ * whose input already has that layout). The expansion is built for a range of outer output
+ * rows at a time to bound scratch memory. Depthwise 2-D convolutions use a direct loop.
+ * ConvTranspose computes col = W_g^T x X_g with one GEMM and scatters col into the output
+ * (col2im). 1-D problems run as 2-D with a height of one. */
+#include <string.h>
+
+#include "backends/cpu/k_nn.h"
+#include "core/alloc.h"
+#include "core/checked.h"
+
+#define COL_BUDGET ((int64_t)8 << 20) /* floats of im2col scratch per chunk (32 MiB) */
+
+/* Geometry as used by the kernels: spatial dims, padded to 2-D for 1-D problems. */
+typedef struct conv_shape {
+    int nsp;
+    int64_t in[TDM_MAX_RANK], out[TDM_MAX_RANK], k[TDM_MAX_RANK];
+    int64_t s[TDM_MAX_RANK], d[TDM_MAX_RANK], p[TDM_MAX_RANK];
+    int64_t isz, osz, ksz;
+} conv_shape;
+
+static void conv_shape_from(const tdm_nn_geom *g, conv_shape *cs) {
+    int off = g->nsp == 1 ? 1 : 0;
+    cs->nsp = g->nsp + off;
+    if (off) {
+        cs->in[0] = cs->out[0] = cs->k[0] = cs->s[0] = cs->d[0] = 1;
+        cs->p[0] = 0;
+    }
+    for (int i = 0; i < g->nsp; i++) {
+        cs->in[i + off] = g->in[i];
+        cs->out[i + off] = g->out[i];
+        cs->k[i + off] = g->kernel[i];
+        cs->s[i + off] = g->stride[i];
+        cs->d[i + off] = g->dil[i];
+        cs->p[i + off] = g->pad_b[i];
+    }
+    cs->isz = cs->osz = cs->ksz = 1;
+    for (int i = 0; i < cs->nsp; i++) {
+        cs->isz *= cs->in[i];
+        cs->osz *= cs->out[i];
+        cs->ksz *= cs->k[i];
+    }
+}
+
+/* Range [lo, hi) of output positions o with 0 <= o*s + off < n. */
+static void valid_range(int64_t n, int64_t s, int64_t off, int64_t count, int64_t *lo,
+                        int64_t *hi) {
+    int64_t a = off >= 0 ? 0 : (-off + s - 1) / s;
+    int64_t b = n - off <= 0 ? 0 : (n - off - 1) / s + 1;
+    if (b > count) b = count;
+    if (a > b) a = b;
+    *lo = a;
+    *hi = b;
+}
+
+/* ---- im2col ---- */
+
+typedef struct im2col_job {
+    const conv_shape *cs;
+    const float *x; /* the group's first input channel */
+    float *col;     /* [rows, ncols] */
+    int64_t o0, o1; /* outer output rows of this chunk */
+    int64_t ncols;  /* (o1 - o0) * inner */
+} im2col_job;
+
+static void im2col_rows(void *arg, int64_t r0, int64_t r1) {
+    const im2col_job *j = arg;
+    const conv_shape *cs = j->cs;
+    int nsp = cs->nsp;
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t c = r / cs->ksz, kr = r % cs->ksz;
+        int64_t kc[TDM_MAX_RANK];
+        for (int i = nsp - 1; i >= 0; i--) {
+            kc[i] = kr % cs->k[i];
+            kr /= cs->k[i];
+        }
+        const float *x = j->x + c * cs->isz;
+        float *dst = j->col + r * j->ncols;
+        if (nsp == 2) {
+            int64_t W = cs->in[1], OW = cs->out[1], sw = cs->s[1];
+            int64_t offw = kc[1] * cs->d[1] - cs->p[1];
+            int64_t lo, hi;
+            valid_range(W, sw, offw, OW, &lo, &hi);
+            for (int64_t oh = j->o0; oh < j->o1; oh++, dst += OW) {
+                int64_t ih = oh * cs->s[0] + kc[0] * cs->d[0] - cs->p[0];
+                if (ih < 0 || ih >= cs->in[0]) {
+                    memset(dst, 0, (size_t)OW * sizeof(float));
+                    continue;
+                }
+                const float *src = x + ih * W;
+                for (int64_t ow = 0; ow < lo; ow++) dst[ow] = 0.0f;
+                if (sw == 1) {
+                    if (hi > lo) memcpy(dst + lo, src + lo + offw, (size_t)(hi - lo) * sizeof(float));
+                } else {
+                    for (int64_t ow = lo; ow < hi; ow++) dst[ow] = src[ow * sw + offw];
+                }
+                for (int64_t ow = hi; ow < OW; ow++) dst[ow] = 0.0f;
+            }
+            continue;
+        }
+        /* general N-D: odometer over the chunk's output positions */
+        int64_t oc[TDM_MAX_RANK] = {0};
+        oc[0] = j->o0;
+        for (int64_t p = 0; p < j->ncols; p++) {
+            int64_t off = 0;
+            bool ok = true;
+            for (int i = 0; i < nsp; i++) {
+                int64_t ii = oc[i] * cs->s[i] + kc[i] * cs->d[i] - cs->p[i];
+                if (ii < 0 || ii >= cs->in[i]) {
+                    ok = false;
+                    break;
+                }
+                off = off * cs->in[i] + ii;
+            }
+            dst[p] = ok ? x[off] : 0.0f;
+            for (int i = nsp - 1; i >= 0; i--) {
+                if (++oc[i] < cs->out[i]) break;
+                oc[i] = 0;
+            }
+        }
+    }
+}
+
+/* ---- depthwise 2-D ---- */
+
+typedef struct dw_job {
+    const conv_shape *cs;
+    const float *x, *w, *b;
+    float *y;
+    int64_t C, M, mult; /* input channels, output channels, outputs per input channel */
+} dw_job;
+
+static void dw_planes(void *arg, int64_t p0, int64_t p1) {
+    const dw_job *j = arg;
+    const conv_shape *cs = j->cs;
+    int64_t H = cs->in[0], W = cs->in[1], OH = cs->out[0], OW = cs->out[1];
+    int64_t KH = cs->k[0], KW = cs->k[1], sh = cs->s[0], sw = cs->s[1];
+    for (int64_t p = p0; p < p1; p++) {
+        int64_t n = p / j->M, m = p % j->M, c = m / j->mult;
+        const float *x = j->x + (n * j->C + c) * H * W;
+        const float *w = j->w + m * KH * KW;
+        float *y = j->y + p * OH * OW;
+        float bias = j->b ? j->b[m] : 0.0f;
+        for (int64_t oh = 0; oh < OH; oh++) {
+            float *yr = y + oh * OW;
+            for (int64_t ow = 0; ow < OW; ow++) yr[ow] = bias;
+            for (int64_t kh = 0; kh < KH; kh++) {
+                int64_t ih = oh * sh + kh * cs->d[0] - cs->p[0];
+                if (ih < 0 || ih >= H) continue;
+                const float *xr = x + ih * W;
+                for (int64_t kw = 0; kw < KW; kw++) {
+                    float wv = w[kh * KW + kw];
+                    int64_t off = kw * cs->d[1] - cs->p[1], lo, hi;
+                    valid_range(W, sw, off, OW, &lo, &hi);
+                    if (sw == 1) {
+                        for (int64_t ow = lo; ow < hi; ow++) yr[ow] += wv * xr[ow + off];
+                    } else {
+                        for (int64_t ow = lo; ow < hi; ow++) yr[ow] += wv * xr[ow * sw + off];
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* ---- Conv ---- */
+
+static tdm_status *check_float_params(tdm_kernel_ctx *ctx, int from) {
+    for (int i = from; i < ctx->n_in; i++)
+        if (ctx->in[i] && ctx->in[i]->dtype != TDM_FLOAT)
+            return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
+                                  "input %d has type %s, expected that of the input", i,
+                                  tdm_dtype_name(ctx->in[i]->dtype));
+    return NULL;
+}
+
+static tdm_status *conv_f32(tdm_kernel_ctx *ctx) {
+    const tdm_tensor *x = ctx->in[0], *w = ctx->in[1];
+    const tdm_tensor *b = ctx->n_in > 2 ? ctx->in[2] : NULL;
+    tdm_tensor *y = ctx->out[0];
+    TDM_TRY(check_float_params(ctx, 1));
+    tdm_nn_geom g;
+    TDM_TRY(tdm_nn_geom_init(ctx->node, ctx->opset, TDM_NN_CONV, x->rank, x->dims, w->dims, &g));
+    int64_t group = tdm_attr_int(ctx->node, "group", 1);
+    int64_t N = x->dims[0], C = x->dims[1], M = w->dims[0];
+    if (group < 1 || C % group || M % group || w->dims[1] * group != C || w->rank != x->rank)
+        return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
+                              "weight shape does not match the input and group");
+    if (b && b->count != M)
+        return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
+                              "bias has %lld values for %lld output channels",
+                              (long long)b->count, (long long)M);
+    if (y->count == 0) return NULL;
+    conv_shape cs;
+    conv_shape_from(&g, &cs);
+    int64_t Cg = C / group, Mg = M / group;
+    const float *xd = x->data, *wd = w->data, *bd = b ? b->data : NULL;
+    float *yd = y->data;
+
+    if (cs.nsp == 2 && Cg == 1 && group == C && group > 1) {
+        dw_job job = {&cs, xd, wd, bd, yd, C, M, Mg};
+        int64_t planes = N * M, work = cs.osz * cs.ksz;
+        tdm_parallel_for(ctx->pool, planes, work > 65536 ? 1 : 65536 / (work + 1) + 1, dw_planes,
+                         &job);
+        return NULL;
+    }
+
+    bool pointwise = true;
+    for (int i = 0; i < cs.nsp; i++)
+        if (cs.k[i] != 1 || cs.s[i] != 1 || cs.p[i] != 0) pointwise = false;
+    int64_t rows = Cg * cs.ksz, inner = cs.osz / cs.out[0];
+    int64_t chunk = cs.out[0];
+    if (!pointwise && rows * cs.osz > COL_BUDGET) {
+        chunk = COL_BUDGET / (rows * inner);
+        if (chunk < 1) chunk = 1;
+    }
+    float *col = NULL;
+    if (!pointwise) {
+        col = tdm_kscratch(ctx, (size_t)(rows * chunk * inner) * sizeof(float));
+        if (!col) return tdm_node_error(ctx->node, TDM_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    if (bd) {
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t m = 0; m < M; m++) {
+                float *yp = yd + (n * M + m) * cs.osz;
+                for (int64_t i = 0; i < cs.osz; i++) yp[i] = bd[m];
+            }
+    }
+    float beta = bd ? 1.0f : 0.0f;
+    for (int64_t n = 0; n < N; n++) {
+        for (int64_t gi = 0; gi < group; gi++) {
+            const float *xg = xd + (n * C + gi * Cg) * cs.isz;
+            const float *wg = wd + gi * Mg * rows;
+            float *yg = yd + (n * M + gi * Mg) * cs.osz;
+            if (pointwise) {
+                tdm_sgemm(ctx->pool, false, false, Mg, cs.osz, rows, 1.0f, wg, rows, xg, cs.isz,
+                          beta, yg, cs.osz);
+                continue;
+            }
+            for (int64_t o0 = 0; o0 < cs.out[0]; o0 += chunk) {
+                int64_t o1 = o0 + chunk < cs.out[0] ? o0 + chunk : cs.out[0];
+                im2col_job job = {&cs, xg, col, o0, o1, (o1 - o0) * inner};
+                tdm_parallel_for(ctx->pool, rows, 4096 / (job.ncols + 1) + 1, im2col_rows, &job);
+                tdm_sgemm(ctx->pool, false, false, Mg, job.ncols, rows, 1.0f, wg, rows, col,
+                          job.ncols, beta, yg + o0 * inner, cs.osz);
+            }
+        }
+    }
+    tdm_free(ctx->alloc, col);
+    return NULL;
+}
+
+tdm_status *tdm_nn_run_conv(tdm_kernel_ctx *ctx) {
+    tdm_dtype dt = ctx->in[0]->dtype;
+    if (dt == TDM_FLOAT) return conv_f32(ctx);
+    return tdm_nn_run_as(ctx, dt, TDM_FLOAT, conv_f32);
+}
+
+/* ---- ConvTranspose ---- */
+
+typedef struct col2im_job {
+    const conv_shape *cs; /* in = the op's input (col columns), out = the op's output */
+    const float *col;     /* [Mg * ksz, isz] */
+    float *y;             /* the group's first output channel */
+} col2im_job;
+
+static void col2im_channels(void *arg, int64_t m0, int64_t m1) {
+    const col2im_job *j = arg;
+    const conv_shape *cs = j->cs;
+    int nsp = cs->nsp;
+    for (int64_t m = m0; m < m1; m++) {
+        float *y = j->y + m * cs->osz;
+        for (int64_t kr = 0; kr < cs->ksz; kr++) {
+            const float *src = j->col + (m * cs->ksz + kr) * cs->isz;
+            int64_t kc[TDM_MAX_RANK], t = kr;
+            for (int i = nsp - 1; i >= 0; i--) {
+                kc[i] = t % cs->k[i];
+                t /= cs->k[i];
+            }
+            if (nsp == 2) {
+                int64_t IW = cs->in[1], OW = cs->out[1], sw = cs->s[1];
+                int64_t offw = kc[1] * cs->d[1] - cs->p[1], lo, hi;
+                valid_range(OW, sw, offw, IW, &lo, &hi);
+                for (int64_t ih = 0; ih < cs->in[0]; ih++) {
+                    int64_t oh = ih * cs->s[0] + kc[0] * cs->d[0] - cs->p[0];
+                    if (oh < 0 || oh >= cs->out[0]) continue;
+                    float *yr = y + oh * OW;
+                    const float *sr = src + ih * IW;
+                    for (int64_t iw = lo; iw < hi; iw++) yr[iw * sw + offw] += sr[iw];
+                }
+                continue;
+            }
+            int64_t ic[TDM_MAX_RANK] = {0};
+            for (int64_t p = 0; p < cs->isz; p++) {
+                int64_t off = 0;
+                bool ok = true;
+                for (int i = 0; i < nsp; i++) {
+                    int64_t o = ic[i] * cs->s[i] + kc[i] * cs->d[i] - cs->p[i];
+                    if (o < 0 || o >= cs->out[i]) {
+                        ok = false;
+                        break;
+                    }
+                    off = off * cs->out[i] + o;
+                }
+                if (ok) y[off] += src[p];
+                for (int i = nsp - 1; i >= 0; i--) {
+                    if (++ic[i] < cs->in[i]) break;
+                    ic[i] = 0;
+                }
+            }
+        }
+    }
+}
+
+static tdm_status *conv_transpose_f32(tdm_kernel_ctx *ctx) {
+    const tdm_tensor *x = ctx->in[0], *w = ctx->in[1];
+    const tdm_tensor *b = ctx->n_in > 2 ? ctx->in[2] : NULL;
+    tdm_tensor *y = ctx->out[0];
+    TDM_TRY(check_float_params(ctx, 1));
+    tdm_nn_geom g;
+    TDM_TRY(tdm_nn_geom_init(ctx->node, ctx->opset, TDM_NN_CONVT, x->rank, x->dims, w->dims, &g));
+    int64_t group = tdm_attr_int(ctx->node, "group", 1);
+    int64_t N = x->dims[0], C = x->dims[1], M = y->dims[1];
+    if (group < 1 || C % group || w->dims[0] != C || w->rank != x->rank ||
+        w->dims[1] * group != M)
+        return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
+                              "weight shape does not match the input and group");
+    if (b && b->count != M)
+        return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
+                              "bias has %lld values for %lld output channels",
+                              (long long)b->count, (long long)M);
+    if (y->count == 0) return NULL;
+    conv_shape cs;
+    conv_shape_from(&g, &cs);
+    /* for col2im, cs.in is the op's input and cs.out its output */
+    int64_t Cg = C / group, Mg = M / group, rows = Mg * cs.ksz;
+    float *col = tdm_kscratch(ctx, (size_t)(rows * cs.isz) * sizeof(float));
+    if (!col) return tdm_node_error(ctx->node, TDM_ERR_OUT_OF_MEMORY, "out of memory");
+    const float *xd = x->data, *wd = w->data;
+    float *yd = y->data;
+    for (int64_t n = 0; n < N; n++) {
+        for (int64_t gi = 0; gi < group; gi++) {
+            const float *xg = xd + (n * C + gi * Cg) * cs.isz;
+            const float *wg = wd + gi * Cg * rows;
+            tdm_sgemm(ctx->pool, true, false, rows, cs.isz, Cg, 1.0f, wg, rows, xg, cs.isz, 0.0f,
+                      col, cs.isz);
+            col2im_job job = {&cs, col, yd + (n * M + gi * Mg) * cs.osz};
+            tdm_parallel_for(ctx->pool, Mg, 1, col2im_channels, &job);
+        }
+    }
+    tdm_free(ctx->alloc, col);
+    if (b) {
+        const float *bd = b->data;
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t m = 0; m < M; m++) {
+                float *yp = yd + (n * M + m) * cs.osz;
+                for (int64_t i = 0; i < cs.osz; i++) yp[i] += bd[m];
+            }
+    }
+    return NULL;
+}
+
+tdm_status *tdm_nn_run_conv_transpose(tdm_kernel_ctx *ctx) {
+    tdm_dtype dt = ctx->in[0]->dtype;
+    if (dt == TDM_FLOAT) return conv_transpose_f32(ctx);
+    return tdm_nn_run_as(ctx, dt, TDM_FLOAT, conv_transpose_f32);
+}
+
+/* ---- ConvInteger (direct loops on widened values) ---- */
+
+static int32_t q8(const tdm_tensor *t, int64_t i) {
+    return t->dtype == TDM_INT8 ? ((const int8_t *)t->data)[i] : ((const uint8_t *)t->data)[i];
+}
+
+tdm_status *tdm_nn_run_conv_integer(tdm_kernel_ctx *ctx) {
+    const tdm_tensor *x = ctx->in[0], *w = ctx->in[1];
+    const tdm_tensor *xz = ctx->n_in > 2 ? ctx->in[2] : NULL, *wz = ctx->n_in > 3 ? ctx->in[3] : NULL;
+    tdm_tensor *y = ctx->out[0];
+    if (w->dtype != TDM_INT8 && w->dtype != TDM_UINT8)
+        return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT, "w must be int8 or uint8");
+    tdm_nn_geom g;
+    TDM_TRY(tdm_nn_geom_init(ctx->node, ctx->opset, TDM_NN_CONV, x->rank, x->dims, w->dims, &g));
+    int64_t group = tdm_attr_int(ctx->node, "group", 1);
+    int64_t N = x->dims[0], C = x->dims[1], M = w->dims[0];
+    if (group < 1 || C % group || M % group || w->dims[1] * group != C || w->rank != x->rank)
+        return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
+                              "weight shape does not match the input and group");
+    if ((xz && (xz->count != 1 || xz->dtype != x->dtype)) ||
+        (wz && ((wz->count != 1 && wz->count != M) || wz->dtype != w->dtype)))
+        return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT, "invalid zero point");
+    if (y->count == 0) return NULL;
+    conv_shape cs;
+    conv_shape_from(&g, &cs);
+    int64_t Cg = C / group, Mg = M / group;
+    int32_t *wx = tdm_kscratch(ctx, (size_t)(x->count + w->count) * sizeof(int32_t));
+    if (!wx) return tdm_node_error(ctx->node, TDM_ERR_OUT_OF_MEMORY, "out of memory");
+    int32_t *ww = wx + x->count;
+    int32_t xzv = xz ? q8(xz, 0) : 0;
+    for (int64_t i = 0; i < x->count; i++) wx[i] = q8(x, i) - xzv;
+    int64_t wper = w->count / M;
+    for (int64_t i = 0; i < w->count; i++)
+        ww[i] = q8(w, i) - (wz ? q8(wz, wz->count == 1 ? 0 : i / wper) : 0);
+    int32_t *yd = y->data;
+    int nsp = cs.nsp;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t m = 0; m < M; m++) {
+            int64_t gi = m / Mg;
+            int64_t oc[TDM_MAX_RANK] = {0};
+            for (int64_t p = 0; p < cs.osz; p++) {
+                uint32_t acc = 0;
+                for (int64_t c = 0; c < Cg; c++) {
+                    const int32_t *xc = wx + (n * C + gi * Cg + c) * cs.isz;
+                    const int32_t *wc = ww + (m * Cg + c) * cs.ksz;
+                    for (int64_t kr = 0; kr < cs.ksz; kr++) {
+                        int64_t t = kr, off = 0, mul = 1;
+                        bool ok = true;
+                        for (int i = nsp - 1; i >= 0; i--) {
+                            int64_t k = t % cs.k[i];
+                            t /= cs.k[i];
+                            int64_t ii = oc[i] * cs.s[i] + k * cs.d[i] - cs.p[i];
+                            if (ii < 0 || ii >= cs.in[i]) ok = false;
+                            off += ii * mul;
+                            mul *= cs.in[i];
+                        }
+                        if (ok) acc += (uint32_t)xc[off] * (uint32_t)wc[kr];
+                    }
+                }
+                yd[(n * M + m) * cs.osz + p] = (int32_t)acc;
+                for (int i = nsp - 1; i >= 0; i--) {
+                    if (++oc[i] < cs.out[i]) break;
+                    oc[i] = 0;
+                }
+            }
+        }
+    tdm_free(ctx->alloc, wx);
+    return NULL;
+}

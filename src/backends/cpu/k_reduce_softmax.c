@@ -1,0 +1,155 @@
+/* CPU kernels: Softmax, LogSoftmax, Hardmax, LayerNormalization (reduce family).
+ * float32 runs directly on the tensors; float16/bfloat16 go through float buffers. */
+#include <math.h>
+#include <string.h>
+
+#include "backends/cpu/k_reduce.h"
+#include "core/alloc.h"
+
+#define RD_CH 256
+#define RD_GRAIN ((int64_t)1 << 14)
+
+#define T float
+#define SFX f32
+#define RT_EXP expf
+#define RT_LOG logf
+#define RT_SQRT sqrtf
+#include "backends/cpu/k_reduce_tmpl_smx.h"
+#undef T
+#undef SFX
+#undef RT_EXP
+#undef RT_LOG
+#undef RT_SQRT
+#define T double
+#define SFX f64
+#define RT_EXP exp
+#define RT_LOG log
+#define RT_SQRT sqrt
+#include "backends/cpu/k_reduce_tmpl_smx.h"
+#undef T
+#undef SFX
+#undef RT_EXP
+#undef RT_LOG
+#undef RT_SQRT
+
+void tdm_rd_softmax(tdm_threadpool *pool, tdm_rd_ctype ct, int mode, const void *x, void *y,
+                    int64_t outer, int64_t n, int64_t inner) {
+    if (ct == TDM_RD_F64)
+        softmax_f64(pool, mode, x, y, outer, n, inner);
+    else
+        softmax_f32(pool, mode, x, y, outer, n, inner);
+}
+
+static tdm_rd_ctype float_ctype(tdm_dtype dt) {
+    return dt == TDM_DOUBLE ? TDM_RD_F64 : TDM_RD_F32;
+}
+
+static tdm_status *run_softmax(tdm_kernel_ctx *ctx, int mode) {
+    const tdm_tensor *x = ctx->in[0];
+    tdm_tensor *y = ctx->out[0];
+    int axis;
+    int64_t def = ctx->opset < 13 ? 1 : -1;
+    int64_t a = tdm_attr_int(ctx->node, "axis", def);
+    int64_t O, N, I;
+    if (ctx->opset < 13 && a == x->rank) {
+        O = x->count, N = 1, I = 1; /* coerced to [everything, 1] */
+    } else {
+        TDM_TRY(tdm_norm_axis(ctx->node, a, x->rank, &axis));
+        tdm_rd_split(x->rank, x->dims, axis, &O, &N, &I);
+        if (ctx->opset < 13) { /* coerced to 2-D: [outer, everything from axis on] */
+            N *= I;
+            I = 1;
+        }
+    }
+    if (y->count == 0) return NULL;
+    tdm_rd_ctype ct = float_ctype(x->dtype);
+    const void *xd;
+    void *owned;
+    TDM_TRY(tdm_rd_load(ctx, x, ct, &xd, &owned));
+    bool native = tdm_rd_native(y->dtype, ct);
+    void *yd = native ? y->data : tdm_kscratch(ctx, (size_t)y->count * tdm_rd_csize(ct));
+    if (!yd) {
+        tdm_free(ctx->alloc, owned);
+        return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory in %s", ctx->node->op_type);
+    }
+    tdm_rd_softmax(ctx->pool, ct, mode, xd, yd, O, N, I);
+    tdm_free(ctx->alloc, owned);
+    if (!native) {
+        tdm_rd_store(yd, ct, y->data, y->dtype, y->count);
+        tdm_free(ctx->alloc, yd);
+    }
+    return NULL;
+}
+
+tdm_status *tdm_rd_run_softmax(tdm_kernel_ctx *ctx) { return run_softmax(ctx, 0); }
+tdm_status *tdm_rd_run_log_softmax(tdm_kernel_ctx *ctx) { return run_softmax(ctx, 1); }
+tdm_status *tdm_rd_run_hardmax(tdm_kernel_ctx *ctx) { return run_softmax(ctx, 2); }
+
+/* ---- LayerNormalization ---- */
+
+/* Broadcasts Scale or B against X: to the normalized shape X.shape[axis:] when it does
+ * not vary along the outer dims (*full = false), else to all of X (*full = true). */
+static tdm_status *ln_param(tdm_kernel_ctx *ctx, const tdm_tensor *p, tdm_rd_ctype ct, int axis,
+                            void **out, bool *full) {
+    const tdm_tensor *x = ctx->in[0];
+    int lead = 0;
+    while (lead < p->rank && p->dims[lead] == 1) lead++;
+    *full = p->rank - lead > x->rank - axis;
+    if (*full) return tdm_rd_expand(ctx, p, ct, x->rank, x->dims, out);
+    return tdm_rd_expand(ctx, p, ct, x->rank - axis, x->dims + axis, out);
+}
+
+tdm_status *tdm_rd_run_layer_norm(tdm_kernel_ctx *ctx) {
+    const tdm_node *node = ctx->node;
+    const tdm_tensor *x = ctx->in[0];
+    const tdm_tensor *scale = ctx->n_in > 1 ? ctx->in[1] : NULL;
+    const tdm_tensor *bias = ctx->n_in > 2 ? ctx->in[2] : NULL;
+    tdm_tensor *y = ctx->out[0];
+    tdm_tensor *mean_t = ctx->n_out > 1 ? ctx->out[1] : NULL;
+    tdm_tensor *inv_t = ctx->n_out > 2 ? ctx->out[2] : NULL;
+    if (!scale) return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "input Scale is missing");
+    int axis;
+    TDM_TRY(tdm_norm_axis(node, tdm_attr_int(node, "axis", -1), x->rank, &axis));
+    float eps = tdm_attr_float(node, "epsilon", 1e-5f);
+    int64_t O = 1, N = 1;
+    for (int i = 0; i < axis; i++) O *= x->dims[i];
+    for (int i = axis; i < x->rank; i++) N *= x->dims[i];
+    if (y->count == 0) return NULL;
+
+    tdm_rd_ctype ct = float_ctype(x->dtype);
+    size_t cs = tdm_rd_csize(ct);
+    tdm_status *st = NULL;
+    const void *xd = NULL;
+    void *x_owned = NULL, *sc = NULL, *bi = NULL, *yd = NULL, *stats = NULL;
+    bool sc_full = false, bi_full = false;
+    bool native = tdm_rd_native(y->dtype, ct);
+    st = tdm_rd_load(ctx, x, ct, &xd, &x_owned);
+    if (!st) st = ln_param(ctx, scale, ct, axis, &sc, &sc_full);
+    if (!st && bias) st = ln_param(ctx, bias, ct, axis, &bi, &bi_full);
+    if (st) goto done;
+    yd = native ? y->data : tdm_kscratch(ctx, (size_t)y->count * cs);
+    stats = (mean_t || inv_t) ? tdm_kscratch(ctx, (size_t)O * 2 * cs) : NULL;
+    if (!yd || ((mean_t || inv_t) && !stats)) {
+        st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory in LayerNormalization");
+        goto done;
+    }
+    void *mean = mean_t ? stats : NULL;
+    void *inv = inv_t ? (char *)stats + (size_t)O * cs : NULL;
+    if (ct == TDM_RD_F64) {
+        ln_arg_f64 a = {xd, sc, bi, yd, mean, inv, N, sc_full, bi_full, (double)eps};
+        layer_norm_f64(ctx->pool, &a, O);
+    } else {
+        ln_arg_f32 a = {xd, sc, bi, yd, mean, inv, N, sc_full, bi_full, eps};
+        layer_norm_f32(ctx->pool, &a, O);
+    }
+    if (!native) tdm_rd_store(yd, ct, y->data, y->dtype, y->count);
+    if (mean_t) tdm_rd_store(mean, ct, mean_t->data, mean_t->dtype, mean_t->count < O ? mean_t->count : O);
+    if (inv_t) tdm_rd_store(inv, ct, inv_t->data, inv_t->dtype, inv_t->count < O ? inv_t->count : O);
+done:
+    tdm_free(ctx->alloc, x_owned);
+    tdm_free(ctx->alloc, sc);
+    tdm_free(ctx->alloc, bi);
+    if (!native) tdm_free(ctx->alloc, yd);
+    tdm_free(ctx->alloc, stats);
+    return st;
+}

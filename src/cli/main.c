@@ -1,0 +1,48 @@
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "tandem %s — run ONNX models on CPUs and GPUs together\n\n"
+            "usage: tandem <command> [options]\n\n"
+            "commands:\n"
+            "  run MODEL          run a model on inputs (.npy) or random data\n"
+            "  inspect MODEL      opset, inputs, outputs, operators, parameters, support\n"
+            "  conformance [DIR]  run ONNX backend node tests (default: the libonnx-testdata set)\n"
+            "  devices            list the devices tandem can use, and why others are missing\n\n"
+            "  --version          print the version\n"
+            "  --help             this text; `tandem <command> --help` for a command's options\n",
+            tdm_version_string());
+}
+
+int cli_fail(tdm_status *st, const char *context) {
+    fprintf(stderr, "tandem: %s%s[%s] %s\n", context ? context : "", context ? ": " : "",
+            tdm_code_name(tdm_status_code(st)), tdm_status_message(st));
+    tdm_status_free(st);
+    return 1;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
+        printf("tandem %s\n", tdm_version_string());
+        return 0;
+    }
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "run")) return cmd_run(argc - 1, argv + 1);
+    if (!strcmp(cmd, "inspect")) return cmd_inspect(argc - 1, argv + 1);
+    if (!strcmp(cmd, "conformance")) return cmd_conformance(argc - 1, argv + 1);
+    if (!strcmp(cmd, "devices")) return cmd_devices(argc - 1, argv + 1);
+    fprintf(stderr, "tandem: unknown command '%s'\n\n", cmd);
+    usage(stderr);
+    return 2;
+}

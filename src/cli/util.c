@@ -1,0 +1,190 @@
+#include <ctype.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static float f16_to_f32(uint16_t h) {
+    uint32_t s = (h >> 15) & 1, e = (h >> 10) & 31, m = h & 1023;
+    float v;
+    if (e == 0) v = ldexpf((float)m, -24);
+    else if (e == 31) v = m ? NAN : INFINITY;
+    else v = ldexpf((float)(m | 1024), (int)e - 25);
+    return s ? -v : v;
+}
+
+static double get_f64(const tdm_tensor *t, int64_t i) {
+    const void *d = tdm_tensor_data_const(t);
+    switch (tdm_tensor_dtype(t)) {
+    case TDM_FLOAT: return ((const float *)d)[i];
+    case TDM_DOUBLE: return ((const double *)d)[i];
+    case TDM_FLOAT16: return f16_to_f32(((const uint16_t *)d)[i]);
+    case TDM_BFLOAT16: {
+        uint32_t b = (uint32_t)((const uint16_t *)d)[i] << 16;
+        float f;
+        memcpy(&f, &b, 4);
+        return f;
+    }
+    case TDM_INT8: return ((const int8_t *)d)[i];
+    case TDM_UINT8: case TDM_BOOL: return ((const uint8_t *)d)[i];
+    case TDM_INT16: return ((const int16_t *)d)[i];
+    case TDM_UINT16: return ((const uint16_t *)d)[i];
+    case TDM_INT32: return ((const int32_t *)d)[i];
+    case TDM_UINT32: return ((const uint32_t *)d)[i];
+    case TDM_INT64: return (double)((const int64_t *)d)[i];
+    case TDM_UINT64: return (double)((const uint64_t *)d)[i];
+    default: return 0;
+    }
+}
+
+const char *cli_shape_str(int rank, const int64_t *dims, char *buf, size_t size) {
+    size_t pos = (size_t)snprintf(buf, size, "[");
+    for (int i = 0; i < rank && pos < size; i++)
+        pos += (size_t)snprintf(buf + pos, size - pos, i ? ",%lld" : "%lld", (long long)dims[i]);
+    if (pos < size) snprintf(buf + pos, size - pos, "]");
+    return buf;
+}
+
+int cli_parse_dims(const char *s, int64_t *dims, int max) {
+    int n = 0;
+    if (!*s) return 0;
+    while (*s) {
+        char *end;
+        long long v = strtoll(s, &end, 10);
+        if (end == s || v < 0 || n == max) return -1;
+        dims[n++] = v;
+        s = end;
+        if (*s == ',') s++;
+        else if (*s) return -1;
+    }
+    return n;
+}
+
+void cli_fill_random(tdm_tensor *t, unsigned long long seed) {
+    uint64_t x = seed * 6364136223846793005ull + 1442695040888963407ull;
+    int64_t n = tdm_tensor_element_count(t);
+    void *d = tdm_tensor_data(t);
+    for (int64_t i = 0; i < n; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        double u = (double)(x >> 11) / 9007199254740992.0; /* [0,1) */
+        switch (tdm_tensor_dtype(t)) {
+        case TDM_FLOAT: ((float *)d)[i] = (float)(u * 2 - 1); break;
+        case TDM_DOUBLE: ((double *)d)[i] = u * 2 - 1; break;
+        case TDM_FLOAT16: case TDM_BFLOAT16: ((uint16_t *)d)[i] = 0x3800; break; /* 0.5 */
+        case TDM_INT8: ((int8_t *)d)[i] = (int8_t)(u * 8); break;
+        case TDM_UINT8: ((uint8_t *)d)[i] = (uint8_t)(u * 256); break;
+        case TDM_BOOL: ((uint8_t *)d)[i] = u < 0.5; break;
+        case TDM_INT16: ((int16_t *)d)[i] = (int16_t)(u * 8); break;
+        case TDM_UINT16: ((uint16_t *)d)[i] = (uint16_t)(u * 8); break;
+        case TDM_INT32: ((int32_t *)d)[i] = (int32_t)(u * 8); break;
+        case TDM_UINT32: ((uint32_t *)d)[i] = (uint32_t)(u * 8); break;
+        case TDM_INT64: ((int64_t *)d)[i] = (int64_t)(u * 8); break;
+        case TDM_UINT64: ((uint64_t *)d)[i] = (uint64_t)(u * 8); break;
+        default: break;
+        }
+    }
+}
+
+void cli_print_summary(FILE *f, const char *name, const tdm_tensor *t) {
+    char shape[256];
+    tdm_dtype dt = tdm_tensor_dtype(t);
+    int64_t n = tdm_tensor_element_count(t);
+    fprintf(f, "%s: %s %s", name, tdm_dtype_name(dt),
+            cli_shape_str(tdm_tensor_rank(t), tdm_tensor_dims(t), shape, sizeof shape));
+    if (dt == TDM_STRING) {
+        char *const *s = tdm_tensor_data_const(t);
+        fprintf(f, " [");
+        for (int64_t i = 0; i < n && i < 4; i++) fprintf(f, "%s\"%s\"", i ? ", " : "", s[i] ? s[i] : "");
+        fprintf(f, "%s]\n", n > 4 ? ", ..." : "");
+        return;
+    }
+    if (n > 0) {
+        double mn = INFINITY, mx = -INFINITY, sum = 0;
+        for (int64_t i = 0; i < n; i++) {
+            double v = get_f64(t, i);
+            if (v < mn) mn = v;
+            if (v > mx) mx = v;
+            sum += v;
+        }
+        fprintf(f, " min=%.6g max=%.6g mean=%.6g [", mn, mx, sum / (double)n);
+        for (int64_t i = 0; i < n && i < 6; i++) fprintf(f, "%s%.6g", i ? ", " : "", get_f64(t, i));
+        fprintf(f, "%s]", n > 6 ? ", ..." : "");
+    }
+    fprintf(f, "\n");
+}
+
+bool cli_compare(const tdm_tensor *got, const tdm_tensor *want, double rtol, double atol,
+                 char *why, size_t why_size) {
+    char a[200], b[200];
+    if (tdm_tensor_dtype(got) != tdm_tensor_dtype(want)) {
+        snprintf(why, why_size, "dtype %s, expected %s", tdm_dtype_name(tdm_tensor_dtype(got)),
+                 tdm_dtype_name(tdm_tensor_dtype(want)));
+        return false;
+    }
+    int r = tdm_tensor_rank(got);
+    bool same = r == tdm_tensor_rank(want);
+    for (int i = 0; same && i < r; i++)
+        if (tdm_tensor_dims(got)[i] != tdm_tensor_dims(want)[i]) same = false;
+    if (!same) {
+        snprintf(why, why_size, "shape %s, expected %s",
+                 cli_shape_str(r, tdm_tensor_dims(got), a, sizeof a),
+                 cli_shape_str(tdm_tensor_rank(want), tdm_tensor_dims(want), b, sizeof b));
+        return false;
+    }
+    int64_t n = tdm_tensor_element_count(got);
+    tdm_dtype dt = tdm_tensor_dtype(got);
+    if (dt == TDM_STRING) {
+        char *const *g = tdm_tensor_data_const(got), *const *w = tdm_tensor_data_const(want);
+        for (int64_t i = 0; i < n; i++)
+            if (strcmp(g[i] ? g[i] : "", w[i] ? w[i] : "")) {
+                snprintf(why, why_size, "element %lld is \"%.40s\", expected \"%.40s\"", (long long)i,
+                         g[i] ? g[i] : "", w[i] ? w[i] : "");
+                return false;
+            }
+        return true;
+    }
+    bool is_float = dt == TDM_FLOAT || dt == TDM_DOUBLE || dt == TDM_FLOAT16 || dt == TDM_BFLOAT16;
+    if (dt == TDM_FLOAT16 || dt == TDM_BFLOAT16) {
+        if (rtol < 1e-2) rtol = dt == TDM_BFLOAT16 ? 2e-2 : 1e-2;
+        if (atol < 1e-3) atol = 1e-3;
+    }
+    int64_t bad = 0, first = -1;
+    double worst = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (!is_float) {
+            if (dt == TDM_INT64 || dt == TDM_UINT64) {
+                if (((const int64_t *)tdm_tensor_data_const(got))[i] !=
+                    ((const int64_t *)tdm_tensor_data_const(want))[i]) {
+                    if (first < 0) first = i;
+                    bad++;
+                }
+            } else if (get_f64(got, i) != get_f64(want, i)) {
+                if (first < 0) first = i;
+                bad++;
+            }
+            continue;
+        }
+        double x = get_f64(got, i), y = get_f64(want, i);
+        if (isnan(x) && isnan(y)) continue;
+        if (isinf(x) || isinf(y)) {
+            if (x == y) continue;
+        } else {
+            double err = fabs(x - y);
+            if (err <= atol + rtol * fabs(y)) continue;
+            if (err > worst) worst = err;
+        }
+        if (first < 0) first = i;
+        bad++;
+    }
+    if (bad) {
+        snprintf(why, why_size, "%lld of %lld elements differ; first at %lld: got %.9g, expected %.9g "
+                 "(max abs error %.3g)", (long long)bad, (long long)n, (long long)first,
+                 get_f64(got, first), get_f64(want, first), worst);
+        return false;
+    }
+    return true;
+}

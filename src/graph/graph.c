@@ -1,0 +1,356 @@
+#include "graph/graph.h"
+
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/status.h"
+#include "ops/op.h"
+
+/* ---- name index: open addressing over value indices ---- */
+
+typedef struct name_index {
+    int *slots; /* value index + 1; 0 = empty */
+    size_t cap;
+} name_index;
+
+static uint64_t hash_str(const char *s) {
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+/* The index hangs off the graph through a side allocation kept in g->name; to keep the
+ * public struct simple we store it in a parallel structure reached via this helper. */
+typedef struct graph_impl {
+    tdm_graph g;
+    name_index idx;
+} graph_impl;
+
+static graph_impl *impl(const tdm_graph *g) { return (graph_impl *)g; }
+
+static int index_rebuild(tdm_graph *g) {
+    name_index *ix = &impl(g)->idx;
+    size_t cap = 16;
+    while (cap < g->n_values * 2 + 1) cap *= 2;
+    int *slots = tdm_calloc(g->alloc, cap, sizeof *slots);
+    if (!slots) return -1;
+    for (size_t v = 0; v < g->n_values; v++) {
+        size_t h = hash_str(g->values[v].name) & (cap - 1);
+        while (slots[h]) h = (h + 1) & (cap - 1);
+        slots[h] = (int)v + 1;
+    }
+    tdm_free(g->alloc, ix->slots);
+    ix->slots = slots;
+    ix->cap = cap;
+    return 0;
+}
+
+int tdm_graph_find_value(const tdm_graph *g, const char *name) {
+    const name_index *ix = &impl(g)->idx;
+    if (!ix->cap) return -1;
+    size_t h = hash_str(name) & (ix->cap - 1);
+    while (ix->slots[h]) {
+        int v = ix->slots[h] - 1;
+        if (strcmp(g->values[v].name, name) == 0) return v;
+        h = (h + 1) & (ix->cap - 1);
+    }
+    return -1;
+}
+
+tdm_status *tdm_graph_new(const tdm_allocator *a, tdm_graph **out) {
+    graph_impl *gi = tdm_calloc(a, 1, sizeof *gi);
+    if (!gi) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory creating a graph");
+    gi->g.alloc = a;
+    *out = &gi->g;
+    return NULL;
+}
+
+void tdm_attr_clear(const tdm_allocator *a, tdm_attr *at) {
+    tdm_free(a, at->name);
+    tdm_free(a, at->s);
+    tdm_tensor_destroy(at->t);
+    tdm_graph_free(at->g);
+    tdm_free(a, at->floats);
+    tdm_free(a, at->ints);
+    if (at->strings)
+        for (size_t i = 0; i < at->n; i++) tdm_free(a, at->strings[i]);
+    tdm_free(a, at->strings);
+    if (at->tensors)
+        for (size_t i = 0; i < at->n; i++) tdm_tensor_destroy(at->tensors[i]);
+    tdm_free(a, at->tensors);
+    if (at->graphs)
+        for (size_t i = 0; i < at->n; i++) tdm_graph_free(at->graphs[i]);
+    tdm_free(a, at->graphs);
+    memset(at, 0, sizeof *at);
+}
+
+void tdm_graph_free(tdm_graph *g) {
+    if (!g) return;
+    const tdm_allocator *a = g->alloc;
+    for (size_t i = 0; i < g->n_values; i++) {
+        tdm_value *v = &g->values[i];
+        tdm_free(a, v->name);
+        for (int d = 0; d < TDM_MAX_RANK; d++) tdm_free(a, v->dim_params[d]);
+        tdm_tensor_destroy(v->data);
+    }
+    for (size_t i = 0; i < g->n_nodes; i++) {
+        tdm_node *n = &g->nodes[i];
+        tdm_free(a, n->name);
+        tdm_free(a, n->op_type);
+        tdm_free(a, n->domain);
+        tdm_free(a, n->inputs);
+        tdm_free(a, n->outputs);
+        for (int k = 0; k < n->n_attrs; k++) tdm_attr_clear(a, &n->attrs[k]);
+        tdm_free(a, n->attrs);
+    }
+    for (size_t i = 0; i < g->n_opsets; i++) tdm_free(a, g->opsets[i].domain);
+    tdm_free(a, g->opsets);
+    tdm_free(a, g->values);
+    tdm_free(a, g->nodes);
+    tdm_free(a, g->inputs);
+    tdm_free(a, g->outputs);
+    tdm_free(a, g->name);
+    tdm_free(a, impl(g)->idx.slots);
+    tdm_free(a, impl(g));
+}
+
+tdm_status *tdm_graph_add_value(tdm_graph *g, const char *name, int *out_index) {
+    if (g->n_values >= (size_t)INT32_MAX / 2)
+        return TDM_ERR(TDM_ERR_LIMIT, "too many values in the graph");
+    if (tdm_grow(g->alloc, (void **)&g->values, &g->cap_values, g->n_values + 1, sizeof(tdm_value)))
+        return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory adding value '%s'", name);
+    tdm_value *v = &g->values[g->n_values];
+    memset(v, 0, sizeof *v);
+    v->name = tdm_strdup(g->alloc, name);
+    if (!v->name) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory adding value '%s'", name);
+    v->rank = -1;
+    v->producer = -1;
+    g->n_values++;
+    name_index *ix = &impl(g)->idx;
+    if (g->n_values * 2 >= ix->cap) {
+        if (index_rebuild(g)) {
+            g->n_values--;
+            tdm_free(g->alloc, v->name);
+            return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory indexing value '%s'", name);
+        }
+    } else {
+        size_t h = hash_str(name) & (ix->cap - 1);
+        while (ix->slots[h]) h = (h + 1) & (ix->cap - 1);
+        ix->slots[h] = (int)g->n_values;
+    }
+    *out_index = (int)g->n_values - 1;
+    return NULL;
+}
+
+tdm_status *tdm_graph_add_node(tdm_graph *g, const char *name, const char *op_type,
+                               const char *domain, int n_inputs, int n_outputs, int *out_index) {
+    if (g->n_nodes >= (size_t)INT32_MAX / 2) return TDM_ERR(TDM_ERR_LIMIT, "too many nodes");
+    if (tdm_grow(g->alloc, (void **)&g->nodes, &g->cap_nodes, g->n_nodes + 1, sizeof(tdm_node)))
+        return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory adding a node");
+    tdm_node *n = &g->nodes[g->n_nodes];
+    memset(n, 0, sizeof *n);
+    n->device = -1;
+    n->name = tdm_strdup(g->alloc, name ? name : "");
+    n->op_type = tdm_strdup(g->alloc, op_type);
+    n->domain = tdm_strdup(g->alloc, domain && strcmp(domain, "ai.onnx") ? domain : "");
+    n->inputs = tdm_calloc(g->alloc, (size_t)(n_inputs ? n_inputs : 1), sizeof(int));
+    n->outputs = tdm_calloc(g->alloc, (size_t)(n_outputs ? n_outputs : 1), sizeof(int));
+    g->n_nodes++; /* counted now so tdm_graph_free releases partial allocations */
+    if (!n->name || !n->op_type || !n->domain || !n->inputs || !n->outputs)
+        return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory adding node '%s'", name ? name : "");
+    n->n_inputs = n_inputs;
+    n->n_outputs = n_outputs;
+    for (int i = 0; i < n_inputs; i++) n->inputs[i] = -1;
+    for (int i = 0; i < n_outputs; i++) n->outputs[i] = -1;
+    *out_index = (int)g->n_nodes - 1;
+    return NULL;
+}
+
+int64_t tdm_graph_opset(const tdm_graph *g, const char *domain) {
+    while (g->parent) g = g->parent;
+    if (!domain || strcmp(domain, "ai.onnx") == 0) domain = "";
+    for (size_t i = 0; i < g->n_opsets; i++)
+        if (strcmp(g->opsets[i].domain, domain) == 0) return g->opsets[i].version;
+    return 0;
+}
+
+/* Kahn's algorithm over value producers; stable (keeps file order among ready nodes). */
+tdm_status *tdm_graph_finalize(tdm_graph *g) {
+    const tdm_allocator *a = g->alloc;
+    size_t nn = g->n_nodes;
+    for (size_t v = 0; v < g->n_values; v++) {
+        g->values[v].producer = -1;
+        g->values[v].n_consumers = 0;
+    }
+    for (size_t i = 0; i < nn; i++) {
+        tdm_node *n = &g->nodes[i];
+        for (int k = 0; k < n->n_outputs; k++) {
+            int v = n->outputs[k];
+            if (v < 0) continue;
+            if (g->values[v].producer >= 0)
+                return TDM_ERR(TDM_ERR_INVALID_MODEL,
+                               "value '%s' is produced by two nodes ('%s' and '%s')",
+                               g->values[v].name, g->nodes[g->values[v].producer].name, n->name);
+            if (g->values[v].data || g->values[v].is_input)
+                return TDM_ERR(TDM_ERR_INVALID_MODEL,
+                               "node '%s' writes '%s', which is a graph input or initializer",
+                               n->name, g->values[v].name);
+            g->values[v].producer = (int)i;
+        }
+    }
+    int *indeg = tdm_calloc(a, nn ? nn : 1, sizeof(int));
+    int *order = tdm_calloc(a, nn ? nn : 1, sizeof(int));
+    int *first_use = NULL; /* CSR adjacency: consumers of each node */
+    int *adj = NULL;
+    size_t n_edges = 0;
+    tdm_status *st = NULL;
+    if (!indeg || !order) {
+        st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory sorting the graph");
+        goto done;
+    }
+    for (size_t i = 0; i < nn; i++) {
+        tdm_node *n = &g->nodes[i];
+        for (int k = 0; k < n->n_inputs; k++) {
+            int v = n->inputs[k];
+            if (v < 0) continue;
+            tdm_value *val = &g->values[v];
+            val->n_consumers++;
+            if (val->producer < 0 && !val->data && !val->is_input && !val->is_outer) {
+                st = TDM_ERR(TDM_ERR_INVALID_MODEL,
+                             "node '%s' (%s) reads '%s', which no node, input or initializer defines",
+                             n->name, n->op_type, val->name);
+                goto done;
+            }
+            if (val->producer >= 0) {
+                indeg[i]++;
+                n_edges++;
+            }
+        }
+    }
+    for (size_t o = 0; o < g->n_outputs; o++) {
+        tdm_value *val = &g->values[g->outputs[o]];
+        if (val->producer < 0 && !val->data && !val->is_input && !val->is_outer) {
+            st = TDM_ERR(TDM_ERR_INVALID_MODEL, "graph output '%s' is never defined", val->name);
+            goto done;
+        }
+    }
+    first_use = tdm_calloc(a, nn + 1, sizeof(int));
+    adj = tdm_calloc(a, n_edges ? n_edges : 1, sizeof(int));
+    if (!first_use || !adj) {
+        st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory sorting the graph");
+        goto done;
+    }
+    for (size_t i = 0; i < nn; i++)
+        for (int k = 0; k < g->nodes[i].n_inputs; k++) {
+            int v = g->nodes[i].inputs[k];
+            if (v >= 0 && g->values[v].producer >= 0) first_use[g->values[v].producer + 1]++;
+        }
+    for (size_t i = 0; i < nn; i++) first_use[i + 1] += first_use[i];
+    {
+        int *fill = order; /* reuse as cursor temporarily */
+        for (size_t i = 0; i < nn; i++) fill[i] = first_use[i];
+        for (size_t i = 0; i < nn; i++)
+            for (int k = 0; k < g->nodes[i].n_inputs; k++) {
+                int v = g->nodes[i].inputs[k];
+                if (v >= 0 && g->values[v].producer >= 0) adj[fill[g->values[v].producer]++] = (int)i;
+            }
+    }
+    /* queue of ready nodes in index order */
+    size_t head = 0, tail = 0;
+    for (size_t i = 0; i < nn; i++)
+        if (indeg[i] == 0) order[tail++] = (int)i;
+    while (head < tail) {
+        int u = order[head++];
+        for (int e = first_use[u]; e < first_use[u + 1]; e++)
+            if (--indeg[adj[e]] == 0) order[tail++] = adj[e];
+    }
+    if (tail != nn) {
+        for (size_t i = 0; i < nn; i++)
+            if (indeg[i] > 0) {
+                st = TDM_ERR(TDM_ERR_INVALID_MODEL, "the graph has a cycle through node '%s' (%s)",
+                             g->nodes[i].name, g->nodes[i].op_type);
+                break;
+            }
+        goto done;
+    }
+    {
+        /* permute nodes into topological order */
+        tdm_node *sorted = tdm_alloc(a, (nn ? nn : 1) * sizeof(tdm_node));
+        if (!sorted) {
+            st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory sorting the graph");
+            goto done;
+        }
+        for (size_t i = 0; i < nn; i++) sorted[i] = g->nodes[order[i]];
+        tdm_free(a, g->nodes);
+        g->nodes = sorted;
+        g->cap_nodes = nn;
+        for (size_t i = 0; i < nn; i++)
+            for (int k = 0; k < g->nodes[i].n_outputs; k++) {
+                int v = g->nodes[i].outputs[k];
+                if (v >= 0) g->values[v].producer = (int)i;
+            }
+    }
+    /* schemas and opsets */
+    for (size_t i = 0; i < nn; i++) {
+        tdm_node *n = &g->nodes[i];
+        n->opset = (int)tdm_graph_opset(g, n->domain);
+        n->schema = tdm_op_find(n->domain, n->op_type, n->opset);
+    }
+done:
+    tdm_free(a, indeg);
+    tdm_free(a, order);
+    tdm_free(a, first_use);
+    tdm_free(a, adj);
+    return st;
+}
+
+const tdm_attr *tdm_node_attr(const tdm_node *n, const char *name) {
+    for (int i = 0; i < n->n_attrs; i++)
+        if (strcmp(n->attrs[i].name, name) == 0) return &n->attrs[i];
+    return NULL;
+}
+
+int64_t tdm_attr_int(const tdm_node *n, const char *name, int64_t def) {
+    const tdm_attr *a = tdm_node_attr(n, name);
+    return a && a->type == TDM_ATTR_INT ? a->i : def;
+}
+
+float tdm_attr_float(const tdm_node *n, const char *name, float def) {
+    const tdm_attr *a = tdm_node_attr(n, name);
+    if (!a) return def;
+    if (a->type == TDM_ATTR_FLOAT) return a->f;
+    if (a->type == TDM_ATTR_INT) return (float)a->i;
+    return def;
+}
+
+const char *tdm_attr_string(const tdm_node *n, const char *name, const char *def) {
+    const tdm_attr *a = tdm_node_attr(n, name);
+    return a && a->type == TDM_ATTR_STRING ? a->s : def;
+}
+
+const int64_t *tdm_attr_ints(const tdm_node *n, const char *name, size_t *count) {
+    const tdm_attr *a = tdm_node_attr(n, name);
+    if (!a || a->type != TDM_ATTR_INTS) {
+        *count = 0;
+        return NULL;
+    }
+    *count = a->n;
+    static const int64_t empty_ints[1];
+    return a->ints ? a->ints : empty_ints;
+}
+
+const float *tdm_attr_floats(const tdm_node *n, const char *name, size_t *count) {
+    const tdm_attr *a = tdm_node_attr(n, name);
+    if (!a || a->type != TDM_ATTR_FLOATS) {
+        *count = 0;
+        return NULL;
+    }
+    *count = a->n;
+    static const float empty_floats[1];
+    return a->floats ? a->floats : empty_floats;
+}
+
+const tdm_tensor *tdm_attr_tensor(const tdm_node *n, const char *name) {
+    const tdm_attr *a = tdm_node_attr(n, name);
+    return a && a->type == TDM_ATTR_TENSOR ? a->t : NULL;
+}

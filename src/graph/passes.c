@@ -1,0 +1,172 @@
+/* Graph passes that need no device: dead-node removal, constant folding, compaction. */
+#include <string.h>
+
+#include "core/alloc.h"
+#include "graph/infer.h"
+
+static bool value_is_const(const tdm_value *v) { return v->data && !v->is_input; }
+
+/* Shape of a statically known tensor (Shape-15 start/end honoured). */
+static tdm_status *fold_shape(const tdm_graph *g, const tdm_node *n, tdm_tensor **out) {
+    const tdm_value *in = &g->values[n->inputs[0]];
+    if (in->rank < 0) return TDM_ERR(TDM_ERR_UNSUPPORTED, "rank unknown");
+    for (int d = 0; d < in->rank; d++)
+        if (in->dims[d] < 0) return TDM_ERR(TDM_ERR_UNSUPPORTED, "dims unknown");
+    int64_t r = in->rank;
+    int64_t start = n->opset >= 15 ? tdm_attr_int(n, "start", 0) : 0;
+    int64_t end = n->opset >= 15 ? tdm_attr_int(n, "end", r) : r;
+    if (start < 0) start += r;
+    if (end < 0) end += r;
+    if (start < 0) start = 0;
+    if (start > r) start = r;
+    if (end < 0) end = 0;
+    if (end > r) end = r;
+    int64_t len = end > start ? end - start : 0;
+    tdm_tensor *t;
+    TDM_TRY(tdm_tensor_new(g->alloc, TDM_INT64, 1, &len, &t));
+    for (int64_t i = 0; i < len; i++) ((int64_t *)t->data)[i] = in->dims[start + i];
+    *out = t;
+    return NULL;
+}
+
+tdm_status *tdm_graph_fold_constants(tdm_graph *g, tdm_fold_fn eval, void *user, int *folded) {
+    int count = 0;
+    for (size_t i = 0; i < g->n_nodes; i++) {
+        tdm_node *n = &g->nodes[i];
+        if (n->dead || n->n_outputs > 16 || n->n_inputs > 64) continue;
+        bool has_graph_attr = false;
+        for (int k = 0; k < n->n_attrs; k++)
+            if (n->attrs[k].type == TDM_ATTR_GRAPH || n->attrs[k].type == TDM_ATTR_GRAPHS)
+                has_graph_attr = true;
+        if (has_graph_attr) continue;
+        tdm_tensor *outs[16] = {0};
+        tdm_status *st;
+        if (strcmp(n->op_type, "Shape") == 0 && !n->domain[0] && n->n_inputs == 1 &&
+            n->inputs[0] >= 0) {
+            st = fold_shape(g, n, &outs[0]);
+        } else {
+            bool all_const = true;
+            const tdm_tensor *ins[64];
+            for (int k = 0; k < n->n_inputs; k++) {
+                int v = n->inputs[k];
+                ins[k] = NULL;
+                if (v < 0) continue;
+                if (!value_is_const(&g->values[v])) {
+                    all_const = false;
+                    break;
+                }
+                ins[k] = g->values[v].data;
+            }
+            if (!all_const || !n->schema) continue;
+            st = eval(user, n, ins, outs);
+        }
+        if (st) {
+            tdm_code code = tdm_status_code(st);
+            tdm_status_free(st);
+            for (int k = 0; k < n->n_outputs; k++) tdm_tensor_destroy(outs[k]);
+            if (code == TDM_ERR_UNSUPPORTED) continue;
+            /* a kernel error on constants is left for run time to report with context */
+            continue;
+        }
+        for (int k = 0; k < n->n_outputs; k++) {
+            int v = n->outputs[k];
+            if (v < 0) {
+                tdm_tensor_destroy(outs[k]);
+                continue;
+            }
+            tdm_value *val = &g->values[v];
+            tdm_tensor_destroy(val->data);
+            val->data = outs[k];
+            if (outs[k]) {
+                val->dtype = outs[k]->dtype;
+                val->rank = outs[k]->rank;
+                for (int d = 0; d < outs[k]->rank; d++) val->dims[d] = outs[k]->dims[d];
+            }
+            val->producer = -1;
+        }
+        n->dead = true;
+        count++;
+    }
+    *folded = count;
+    return NULL;
+}
+
+static void mark_outer_live(tdm_graph *g, const tdm_graph *sub, bool *live) {
+    for (size_t v = 0; v < sub->n_values; v++) {
+        if (!sub->values[v].is_outer) continue;
+        int o = tdm_graph_find_value(g, sub->values[v].name);
+        if (o >= 0) live[o] = true;
+    }
+    for (size_t i = 0; i < sub->n_nodes; i++)
+        for (int k = 0; k < sub->nodes[i].n_attrs; k++) {
+            const tdm_attr *a = &sub->nodes[i].attrs[k];
+            if (a->type == TDM_ATTR_GRAPH) mark_outer_live(g, a->g, live);
+            if (a->type == TDM_ATTR_GRAPHS)
+                for (size_t j = 0; j < a->n; j++) mark_outer_live(g, a->graphs[j], live);
+        }
+}
+
+tdm_status *tdm_graph_remove_dead(tdm_graph *g, int *removed) {
+    bool *live = tdm_calloc(g->alloc, g->n_values ? g->n_values : 1, sizeof(bool));
+    if (!live) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory in dead-node removal");
+    for (size_t o = 0; o < g->n_outputs; o++) live[g->outputs[o]] = true;
+    int count = 0;
+    for (size_t i = g->n_nodes; i-- > 0;) {
+        tdm_node *n = &g->nodes[i];
+        if (n->dead) continue;
+        bool used = false;
+        for (int k = 0; k < n->n_outputs; k++)
+            if (n->outputs[k] >= 0 && live[n->outputs[k]]) used = true;
+        if (!used) {
+            n->dead = true;
+            count++;
+            continue;
+        }
+        for (int k = 0; k < n->n_inputs; k++)
+            if (n->inputs[k] >= 0) live[n->inputs[k]] = true;
+        for (int k = 0; k < n->n_attrs; k++) {
+            const tdm_attr *a = &n->attrs[k];
+            if (a->type == TDM_ATTR_GRAPH) mark_outer_live(g, a->g, live);
+            if (a->type == TDM_ATTR_GRAPHS)
+                for (size_t j = 0; j < a->n; j++) mark_outer_live(g, a->graphs[j], live);
+        }
+    }
+    tdm_free(g->alloc, live);
+    *removed = count;
+    return NULL;
+}
+
+tdm_status *tdm_graph_compact(tdm_graph *g) {
+    size_t w = 0;
+    for (size_t i = 0; i < g->n_nodes; i++) {
+        tdm_node *n = &g->nodes[i];
+        if (!n->dead) {
+            g->nodes[w++] = *n;
+            continue;
+        }
+        tdm_free(g->alloc, n->name);
+        tdm_free(g->alloc, n->op_type);
+        tdm_free(g->alloc, n->domain);
+        tdm_free(g->alloc, n->inputs);
+        tdm_free(g->alloc, n->outputs);
+        for (int k = 0; k < n->n_attrs; k++) tdm_attr_clear(g->alloc, &n->attrs[k]);
+        tdm_free(g->alloc, n->attrs);
+    }
+    g->n_nodes = w;
+    TDM_TRY(tdm_graph_finalize(g));
+    /* constants nobody reads any more free their memory (not when subgraphs may read
+     * values of this graph by name) */
+    for (size_t i = 0; i < g->n_nodes; i++)
+        for (int k = 0; k < g->nodes[i].n_attrs; k++)
+            if (g->nodes[i].attrs[k].type == TDM_ATTR_GRAPH ||
+                g->nodes[i].attrs[k].type == TDM_ATTR_GRAPHS)
+                return NULL;
+    for (size_t v = 0; v < g->n_values; v++) {
+        tdm_value *val = &g->values[v];
+        if (val->data && val->n_consumers == 0 && !val->is_output && !val->is_input) {
+            tdm_tensor_destroy(val->data);
+            val->data = NULL;
+        }
+    }
+    return NULL;
+}

@@ -1,0 +1,460 @@
+/* ModelProto -> tdm_graph. */
+#include "onnx/loader.h"
+
+#include <libgen.h>
+#include <stdio.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/checked.h"
+#include "onnx/onnx.pb-c.h"
+#include "onnx/proto.h"
+
+typedef struct conv {
+    const tdm_allocator *a;
+    const char *base_dir;
+} conv;
+
+static tdm_status *convert_graph(conv *c, const Onnx__GraphProto *gp, tdm_graph *parent,
+                                 int depth, tdm_graph **out);
+
+/* ---- protobuf-c allocator over the environment's allocator ---- */
+
+static void *pc_alloc(void *user, size_t size) { return tdm_alloc(user, size); }
+static void pc_free(void *user, void *p) { tdm_free(user, p); }
+
+/* ---- types ---- */
+
+static tdm_status *fill_type(tdm_graph *g, tdm_value *v, const Onnx__TypeProto *tp, bool required) {
+    if (!tp) {
+        if (required)
+            return TDM_ERR(TDM_ERR_INVALID_MODEL, "graph input/output '%s' has no type information",
+                           v->name);
+        return NULL;
+    }
+    if (tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE) {
+        if (!required) return NULL;
+        const char *what = tp->value_case == ONNX__TYPE_PROTO__VALUE_SEQUENCE_TYPE ? "a sequence"
+                           : tp->value_case == ONNX__TYPE_PROTO__VALUE_MAP_TYPE    ? "a map"
+                           : tp->value_case == ONNX__TYPE_PROTO__VALUE_OPTIONAL_TYPE ? "an optional"
+                           : tp->value_case == ONNX__TYPE_PROTO__VALUE_SPARSE_TENSOR_TYPE
+                               ? "a sparse tensor"
+                               : "no";
+        return TDM_ERR(tp->value_case == ONNX__TYPE_PROTO__VALUE__NOT_SET ? TDM_ERR_INVALID_MODEL
+                                                                          : TDM_ERR_UNSUPPORTED,
+                       "graph input/output '%s' has %s type; only tensors are supported", v->name,
+                       what);
+    }
+    const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
+    if (!tt) return NULL;
+    if (tt->has_elem_type) {
+        if (tt->elem_type <= 0 || tt->elem_type >= TDM_DTYPE_COUNT) {
+            if (required)
+                return TDM_ERR(TDM_ERR_UNSUPPORTED, "value '%s' has unsupported element type %d",
+                               v->name, tt->elem_type);
+        } else {
+            v->dtype = (tdm_dtype)tt->elem_type;
+        }
+    }
+    if (!tt->shape) return NULL; /* unknown rank */
+    if (tt->shape->n_dim > TDM_MAX_RANK)
+        return TDM_ERR(TDM_ERR_LIMIT, "value '%s' has rank %zu; the maximum is %d", v->name,
+                       tt->shape->n_dim, TDM_MAX_RANK);
+    v->rank = (int)tt->shape->n_dim;
+    for (int d = 0; d < v->rank; d++) {
+        const Onnx__TensorShapeProto__Dimension *dim = tt->shape->dim[d];
+        v->dims[d] = TDM_DIM_UNKNOWN;
+        if (dim->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE) {
+            if (dim->dim_value < 0)
+                return TDM_ERR(TDM_ERR_INVALID_MODEL, "value '%s': dimension %d is negative (%lld)",
+                               v->name, d, (long long)dim->dim_value);
+            v->dims[d] = dim->dim_value;
+        } else if (dim->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM &&
+                   dim->dim_param && dim->dim_param[0]) {
+            tdm_free(g->alloc, v->dim_params[d]);
+            v->dim_params[d] = tdm_strdup(g->alloc, dim->dim_param);
+            if (!v->dim_params[d]) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
+        }
+    }
+    return NULL;
+}
+
+/* ---- attributes ---- */
+
+static tdm_status *convert_attr(conv *c, const Onnx__AttributeProto *ap, tdm_attr *at,
+                                tdm_graph *g, int depth, const char *node) {
+    const tdm_allocator *a = c->a;
+    if (!ap->name || !ap->name[0])
+        return TDM_ERR(TDM_ERR_INVALID_MODEL, "node '%s' has an attribute without a name", node);
+    at->name = tdm_strdup(a, ap->name);
+    if (!at->name) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
+    int type = ap->has_type ? (int)ap->type : 0;
+    if (type == 0) { /* IR < 3 models omit the type: infer it from the field present */
+        if (ap->n_floats) type = TDM_ATTR_FLOATS;
+        else if (ap->n_ints) type = TDM_ATTR_INTS;
+        else if (ap->n_strings) type = TDM_ATTR_STRINGS;
+        else if (ap->n_tensors) type = TDM_ATTR_TENSORS;
+        else if (ap->n_graphs) type = TDM_ATTR_GRAPHS;
+        else if (ap->t) type = TDM_ATTR_TENSOR;
+        else if (ap->g) type = TDM_ATTR_GRAPH;
+        else if (ap->has_s) type = TDM_ATTR_STRING;
+        else if (ap->has_i) type = TDM_ATTR_INT;
+        else if (ap->has_f) type = TDM_ATTR_FLOAT;
+    }
+    at->type = (tdm_attr_type)type;
+    switch (type) {
+    case TDM_ATTR_FLOAT: at->f = ap->f; break;
+    case TDM_ATTR_INT: at->i = ap->i; break;
+    case TDM_ATTR_STRING:
+        at->s = tdm_strndup(a, ap->s.data ? (const char *)ap->s.data : "", ap->s.len);
+        at->s_len = ap->s.len;
+        if (!at->s) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
+        break;
+    case TDM_ATTR_TENSOR:
+        if (!ap->t)
+            return TDM_ERR(TDM_ERR_INVALID_MODEL, "node '%s': tensor attribute '%s' has no tensor",
+                           node, ap->name);
+        TDM_TRY(tdm_onnx_convert_tensor(ap->t, a, c->base_dir, ap->name, &at->t));
+        break;
+    case TDM_ATTR_GRAPH:
+        if (!ap->g)
+            return TDM_ERR(TDM_ERR_INVALID_MODEL, "node '%s': graph attribute '%s' has no graph",
+                           node, ap->name);
+        TDM_TRY(convert_graph(c, ap->g, g, depth + 1, &at->g));
+        break;
+    case TDM_ATTR_FLOATS:
+        at->n = ap->n_floats;
+        at->floats = tdm_calloc(a, ap->n_floats ? ap->n_floats : 1, sizeof(float));
+        if (!at->floats) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
+        if (ap->n_floats) memcpy(at->floats, ap->floats, ap->n_floats * sizeof(float));
+        break;
+    case TDM_ATTR_INTS:
+        at->n = ap->n_ints;
+        at->ints = tdm_calloc(a, ap->n_ints ? ap->n_ints : 1, sizeof(int64_t));
+        if (!at->ints) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
+        if (ap->n_ints) memcpy(at->ints, ap->ints, ap->n_ints * sizeof(int64_t));
+        break;
+    case TDM_ATTR_STRINGS:
+        at->strings = tdm_calloc(a, ap->n_strings ? ap->n_strings : 1, sizeof(char *));
+        if (!at->strings) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
+        at->n = ap->n_strings;
+        for (size_t i = 0; i < ap->n_strings; i++) {
+            at->strings[i] = tdm_strndup(a, ap->strings[i].data ? (const char *)ap->strings[i].data : "",
+                                         ap->strings[i].len);
+            if (!at->strings[i]) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
+        }
+        break;
+    case TDM_ATTR_TENSORS:
+        at->tensors = tdm_calloc(a, ap->n_tensors ? ap->n_tensors : 1, sizeof(tdm_tensor *));
+        if (!at->tensors) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
+        at->n = ap->n_tensors;
+        for (size_t i = 0; i < ap->n_tensors; i++)
+            TDM_TRY(tdm_onnx_convert_tensor(ap->tensors[i], a, c->base_dir, ap->name, &at->tensors[i]));
+        break;
+    case TDM_ATTR_GRAPHS:
+        at->graphs = tdm_calloc(a, ap->n_graphs ? ap->n_graphs : 1, sizeof(tdm_graph *));
+        if (!at->graphs) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
+        at->n = ap->n_graphs;
+        for (size_t i = 0; i < ap->n_graphs; i++)
+            TDM_TRY(convert_graph(c, ap->graphs[i], g, depth + 1, &at->graphs[i]));
+        break;
+    default:
+        /* sparse tensors and type protos: kept as untyped attributes nobody reads */
+        at->type = TDM_ATTR_UNDEFINED;
+        break;
+    }
+    return NULL;
+}
+
+/* ---- graph ---- */
+
+/* Finds `name` in g or, for subgraphs, in enclosing graphs (then a local placeholder marked
+ * is_outer is created). Creates an undefined placeholder if not found anywhere. */
+static tdm_status *resolve_input(tdm_graph *g, const char *name, int *out) {
+    int v = tdm_graph_find_value(g, name);
+    if (v >= 0) {
+        *out = v;
+        return NULL;
+    }
+    bool outer = false;
+    for (const tdm_graph *p = g->parent; p; p = p->parent)
+        if (tdm_graph_find_value(p, name) >= 0) {
+            outer = true;
+            break;
+        }
+    TDM_TRY(tdm_graph_add_value(g, name, &v));
+    g->values[v].is_outer = outer;
+    *out = v;
+    return NULL;
+}
+
+static tdm_status *convert_graph(conv *c, const Onnx__GraphProto *gp, tdm_graph *parent,
+                                 int depth, tdm_graph **out) {
+    if (depth > TDM_MAX_SUBGRAPH_DEPTH)
+        return TDM_ERR(TDM_ERR_LIMIT, "subgraphs are nested deeper than %d levels",
+                       TDM_MAX_SUBGRAPH_DEPTH);
+    tdm_graph *g;
+    TDM_TRY(tdm_graph_new(c->a, &g));
+    g->parent = parent;
+    g->depth = depth;
+    tdm_status *st = NULL;
+    if (gp->name && !(g->name = tdm_strdup(c->a, gp->name))) {
+        st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
+        goto fail;
+    }
+    if (gp->n_sparse_initializer) {
+        st = TDM_ERR(TDM_ERR_UNSUPPORTED, "sparse initializers are not supported");
+        goto fail;
+    }
+    /* initializers */
+    for (size_t i = 0; i < gp->n_initializer; i++) {
+        const Onnx__TensorProto *tp = gp->initializer[i];
+        if (!tp->name || !tp->name[0]) {
+            st = TDM_ERR(TDM_ERR_INVALID_MODEL, "initializer %zu has no name", i);
+            goto fail;
+        }
+        if (tdm_graph_find_value(g, tp->name) >= 0) {
+            st = TDM_ERR(TDM_ERR_INVALID_MODEL, "initializer '%s' is defined twice", tp->name);
+            goto fail;
+        }
+        int v;
+        if ((st = tdm_graph_add_value(g, tp->name, &v))) goto fail;
+        tdm_tensor *t;
+        if ((st = tdm_onnx_convert_tensor(tp, c->a, c->base_dir, tp->name, &t))) goto fail;
+        tdm_value *val = &g->values[v];
+        val->data = t;
+        val->is_initializer = true;
+        val->dtype = t->dtype;
+        val->rank = t->rank;
+        for (int d = 0; d < t->rank; d++) val->dims[d] = t->dims[d];
+    }
+    /* inputs */
+    g->inputs = tdm_calloc(c->a, gp->n_input ? gp->n_input : 1, sizeof(int));
+    if (!g->inputs) {
+        st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
+        goto fail;
+    }
+    for (size_t i = 0; i < gp->n_input; i++) {
+        const Onnx__ValueInfoProto *vi = gp->input[i];
+        if (!vi->name || !vi->name[0]) {
+            st = TDM_ERR(TDM_ERR_INVALID_MODEL, "graph input %zu has no name", i);
+            goto fail;
+        }
+        int v = tdm_graph_find_value(g, vi->name);
+        if (v >= 0 && g->values[v].is_input) {
+            st = TDM_ERR(TDM_ERR_INVALID_MODEL, "graph input '%s' is listed twice", vi->name);
+            goto fail;
+        }
+        if (v < 0 && (st = tdm_graph_add_value(g, vi->name, &v))) goto fail;
+        tdm_value *val = &g->values[v];
+        val->is_input = true;
+        if (!val->data && (st = fill_type(g, val, vi->type, depth == 0))) goto fail;
+        g->inputs[g->n_inputs++] = v;
+    }
+    /* nodes */
+    for (size_t i = 0; i < gp->n_node; i++) {
+        const Onnx__NodeProto *np = gp->node[i];
+        if (!np->op_type || !np->op_type[0]) {
+            st = TDM_ERR(TDM_ERR_INVALID_MODEL, "node %zu has no op_type", i);
+            goto fail;
+        }
+        if (np->n_input > 4096 || np->n_output > 4096) {
+            st = TDM_ERR(TDM_ERR_LIMIT, "node '%s' has too many inputs or outputs",
+                         np->name ? np->name : "");
+            goto fail;
+        }
+        char autoname[64];
+        const char *name = np->name;
+        if (!name || !name[0]) {
+            snprintf(autoname, sizeof autoname, "%s_%zu", np->op_type, i);
+            name = autoname;
+        }
+        int ni;
+        if ((st = tdm_graph_add_node(g, name, np->op_type, np->domain, (int)np->n_input,
+                                     (int)np->n_output, &ni)))
+            goto fail;
+        for (size_t k = 0; k < np->n_input; k++) {
+            const char *in = np->input[k];
+            if (!in || !in[0]) continue;
+            int v;
+            if ((st = resolve_input(g, in, &v))) goto fail;
+            g->nodes[ni].inputs[k] = v;
+        }
+        for (size_t k = 0; k < np->n_output; k++) {
+            const char *on = np->output[k];
+            if (!on || !on[0]) continue;
+            int v = tdm_graph_find_value(g, on);
+            if (v < 0 && (st = tdm_graph_add_value(g, on, &v))) goto fail;
+            g->nodes[ni].outputs[k] = v;
+        }
+        if (np->n_attribute) {
+            tdm_node *n = &g->nodes[ni];
+            n->attrs = tdm_calloc(c->a, np->n_attribute, sizeof(tdm_attr));
+            if (!n->attrs) {
+                st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
+                goto fail;
+            }
+            for (size_t k = 0; k < np->n_attribute; k++) {
+                n->n_attrs = (int)k + 1;
+                if ((st = convert_attr(c, np->attribute[k], &n->attrs[k], g, depth, name))) goto fail;
+                n = &g->nodes[ni]; /* convert_attr does not move nodes, but stay safe */
+            }
+            for (int k = 0; k < n->n_attrs; k++)
+                for (int j = 0; j < k; j++)
+                    if (strcmp(n->attrs[j].name, n->attrs[k].name) == 0) {
+                        st = TDM_ERR(TDM_ERR_INVALID_MODEL, "node '%s' has attribute '%s' twice",
+                                     name, n->attrs[k].name);
+                        goto fail;
+                    }
+        }
+    }
+    /* outputs */
+    g->outputs = tdm_calloc(c->a, gp->n_output ? gp->n_output : 1, sizeof(int));
+    if (!g->outputs) {
+        st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
+        goto fail;
+    }
+    for (size_t i = 0; i < gp->n_output; i++) {
+        const Onnx__ValueInfoProto *vi = gp->output[i];
+        if (!vi->name || !vi->name[0]) {
+            st = TDM_ERR(TDM_ERR_INVALID_MODEL, "graph output %zu has no name", i);
+            goto fail;
+        }
+        int v;
+        if ((st = resolve_input(g, vi->name, &v))) goto fail;
+        tdm_value *val = &g->values[v];
+        val->is_output = true;
+        if ((st = fill_type(g, val, vi->type, depth == 0))) goto fail;
+        g->outputs[g->n_outputs++] = v;
+    }
+    for (size_t i = 0; i < gp->n_value_info; i++) {
+        const Onnx__ValueInfoProto *vi = gp->value_info[i];
+        if (!vi->name) continue;
+        int v = tdm_graph_find_value(g, vi->name);
+        if (v < 0 || g->values[v].data || g->values[v].is_input) continue;
+        if ((st = fill_type(g, &g->values[v], vi->type, false))) goto fail;
+    }
+    *out = g;
+    return NULL;
+fail:
+    tdm_graph_free(g);
+    return st;
+}
+
+static tdm_status *convert_model(const Onnx__ModelProto *mp, conv *c, tdm_onnx_model *m) {
+    if (!mp->graph) return TDM_ERR(TDM_ERR_INVALID_MODEL, "the model has no graph");
+    TDM_TRY(convert_graph(c, mp->graph, NULL, 0, &m->graph));
+    tdm_graph *g = m->graph;
+    g->opsets = tdm_calloc(c->a, mp->n_opset_import ? mp->n_opset_import : 1, sizeof(tdm_opset_import));
+    if (!g->opsets) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
+    bool has_default = false;
+    for (size_t i = 0; i < mp->n_opset_import; i++) {
+        const Onnx__OperatorSetIdProto *op = mp->opset_import[i];
+        const char *d = op->domain && strcmp(op->domain, "ai.onnx") ? op->domain : "";
+        for (size_t j = 0; j < g->n_opsets; j++)
+            if (strcmp(g->opsets[j].domain, d) == 0)
+                return TDM_ERR(TDM_ERR_INVALID_MODEL, "opset of domain '%s' is imported twice", d);
+        if (op->version < 1 || op->version > 1000)
+            return TDM_ERR(TDM_ERR_INVALID_MODEL, "opset version %lld of domain '%s' is invalid",
+                           (long long)op->version, d);
+        g->opsets[g->n_opsets].domain = tdm_strdup(c->a, d);
+        if (!g->opsets[g->n_opsets].domain) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
+        g->opsets[g->n_opsets].version = op->version;
+        g->n_opsets++;
+        if (!d[0]) has_default = true;
+    }
+    if (!has_default)
+        for (size_t i = 0; i < g->n_nodes; i++)
+            if (!g->nodes[i].domain[0])
+                return TDM_ERR(TDM_ERR_INVALID_MODEL,
+                               "node '%s' (%s) is in the default ONNX domain, but the model imports "
+                               "no opset of that domain", g->nodes[i].name, g->nodes[i].op_type);
+    m->ir_version = mp->has_ir_version ? mp->ir_version : 0;
+    m->model_version = mp->model_version;
+    char prod[256];
+    snprintf(prod, sizeof prod, "%s%s%s", mp->producer_name ? mp->producer_name : "",
+             mp->producer_version && mp->producer_version[0] ? " " : "",
+             mp->producer_version ? mp->producer_version : "");
+    m->producer = tdm_strdup(c->a, prod);
+    if (!m->producer) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
+    return tdm_graph_finalize(g);
+}
+
+tdm_status *tdm_onnx_load_buffer(const void *data, size_t size, const char *base_dir,
+                                 const tdm_allocator *a, tdm_onnx_model **out) {
+    if (!data && size) return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "model buffer is NULL");
+    if (size == 0) return TDM_ERR(TDM_ERR_INVALID_MODEL, "the model is empty (0 bytes)");
+    if (size > TDM_MAX_MODEL_BYTES)
+        return TDM_ERR(TDM_ERR_LIMIT, "the model is %zu bytes; protobuf messages are limited to 2 GiB "
+                       "(use external data for large weights)", size);
+    TDM_TRY(tdm_onnx_check_wire(data, size, 0, TDM_MAX_PROTO_DEPTH));
+    ProtobufCAllocator pa = {pc_alloc, pc_free, (void *)a};
+    Onnx__ModelProto *mp = onnx__model_proto__unpack(&pa, size, data);
+    if (!mp)
+        return TDM_ERR(TDM_ERR_INVALID_MODEL,
+                       "the file is not a valid ONNX model (protobuf decoding failed)");
+    tdm_onnx_model *m = tdm_calloc(a, 1, sizeof *m);
+    tdm_status *st = NULL;
+    if (!m) {
+        st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
+    } else {
+        conv c = {a, base_dir};
+        st = convert_model(mp, &c, m);
+    }
+    onnx__model_proto__free_unpacked(mp, &pa);
+    if (st) {
+        tdm_onnx_model_free(m);
+        return st;
+    }
+    *out = m;
+    return NULL;
+}
+
+void tdm_onnx_model_free(tdm_onnx_model *m) {
+    if (!m) return;
+    const tdm_allocator *a = m->graph ? m->graph->alloc : NULL;
+    tdm_graph_free(m->graph);
+    tdm_free(a, m->producer);
+    tdm_free(a, m);
+}
+
+static char *dir_of(const char *path, char *buf, size_t size) {
+    snprintf(buf, size, "%s", path);
+    char *slash = strrchr(buf, '/');
+    if (!slash) snprintf(buf, size, ".");
+    else if (slash == buf) buf[1] = 0;
+    else *slash = 0;
+    return buf;
+}
+
+tdm_status *tdm_onnx_load_file(const char *path, const tdm_allocator *a, tdm_onnx_model **out) {
+    void *data;
+    size_t size;
+    TDM_TRY(tdm_read_file(path, a, TDM_MAX_MODEL_BYTES, &data, &size));
+    char dir[PATH_MAX];
+    tdm_status *st = tdm_onnx_load_buffer(data, size, dir_of(path, dir, sizeof dir), a, out);
+    tdm_free(a, data);
+    return tdm_status_wrap(st, "loading '%s': ", path);
+}
+
+tdm_status *tdm_onnx_load_tensor_file(const char *path, const tdm_allocator *a, tdm_tensor **out) {
+    void *data;
+    size_t size;
+    TDM_TRY(tdm_read_file(path, a, TDM_MAX_MODEL_BYTES, &data, &size));
+    tdm_status *st = tdm_onnx_check_wire(data, size, 1, TDM_MAX_PROTO_DEPTH);
+    if (!st) {
+        ProtobufCAllocator pa = {pc_alloc, pc_free, (void *)a};
+        Onnx__TensorProto *tp = onnx__tensor_proto__unpack(&pa, size, data);
+        if (!tp) {
+            st = TDM_ERR(TDM_ERR_INVALID_MODEL, "'%s' is not a valid TensorProto", path);
+        } else {
+            char dir[PATH_MAX];
+            st = tdm_onnx_convert_tensor(tp, a, dir_of(path, dir, sizeof dir), "tensor", out);
+            onnx__tensor_proto__free_unpacked(tp, &pa);
+        }
+    }
+    tdm_free(a, data);
+    return st;
+}

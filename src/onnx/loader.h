@@ -1,0 +1,47 @@
+/* ONNX protobuf -> graph IR. Everything from the file is treated as hostile: nesting depth is
+ * bounded before unpacking, every element count and byte size is checked, external data must
+ * stay inside the model's folder. */
+#ifndef TDM_ONNX_LOADER_H
+#define TDM_ONNX_LOADER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "graph/graph.h"
+
+#define TDM_MAX_PROTO_DEPTH 160      /* protobuf message nesting */
+#define TDM_MAX_SUBGRAPH_DEPTH 32    /* If/Loop/Scan bodies inside bodies */
+#define TDM_MAX_MODEL_BYTES ((size_t)INT32_MAX) /* protobuf's 2 GiB message limit */
+
+typedef struct tdm_onnx_model {
+    tdm_graph *graph;
+    int64_t ir_version;
+    char *producer; /* "name version" */
+    int64_t model_version;
+} tdm_onnx_model;
+
+/* Loads a model file; external data is resolved against the file's folder. */
+tdm_status *tdm_onnx_load_file(const char *path, const tdm_allocator *a, tdm_onnx_model **out);
+/* Loads from memory; base_dir NULL forbids external data. */
+tdm_status *tdm_onnx_load_buffer(const void *data, size_t size, const char *base_dir,
+                                 const tdm_allocator *a, tdm_onnx_model **out);
+void tdm_onnx_model_free(tdm_onnx_model *m);
+
+/* Loads one serialized TensorProto (ONNX test data .pb files). */
+tdm_status *tdm_onnx_load_tensor_file(const char *path, const tdm_allocator *a, tdm_tensor **out);
+
+/* Internal pieces (exposed for tests). */
+tdm_status *tdm_onnx_check_wire(const void *data, size_t size, int is_tensor, int max_depth);
+/* Reads [offset, offset+length) of `location` (relative to base_dir) into dst through mmap,
+ * after checking that the path stays inside base_dir (no absolute paths, no "..", no
+ * symlinks or hard links leading out) and that the range lies inside the file.
+ * length < 0 means "to the end of the file", in which case it must equal `expect`. */
+tdm_status *tdm_onnx_read_external(const char *base_dir, const char *location, int64_t offset,
+                                   int64_t length, void *dst, size_t expect, const char *tensor);
+/* Reads a whole file into memory (size-limited). */
+tdm_status *tdm_read_file(const char *path, const tdm_allocator *a, size_t max, void **data,
+                          size_t *size);
+
+#endif

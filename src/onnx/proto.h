@@ -1,0 +1,12 @@
+/* Internal: protobuf-c glue shared by the loader's files. */
+#ifndef TDM_ONNX_PROTO_H
+#define TDM_ONNX_PROTO_H
+
+#include "core/tensor.h"
+#include "onnx/onnx.pb-c.h"
+
+tdm_status *tdm_onnx_convert_tensor(const Onnx__TensorProto *tp, const tdm_allocator *a,
+                                    const char *base_dir, const char *fallback_name,
+                                    tdm_tensor **out);
+
+#endif
