@@ -56,7 +56,9 @@ struct tdm_session {
     pthread_t worker;
 };
 
-tdm_status *tdm_model_wrap(tdm_env *env, tdm_onnx_model *m, tdm_model **out);
+/* Describes `m`; on success the model owns m (and its graph unless graph_borrowed); on
+ * failure m is left to the caller. */
+tdm_status *tdm_model_wrap(tdm_env *env, tdm_onnx_model *m, bool graph_borrowed, tdm_model **out);
 tdm_device *tdm_env_find_device(const tdm_env *env, const char *name);
 
 #endif

@@ -34,6 +34,10 @@ tdm_status *tdm_env_create(const tdm_env_options *o, tdm_env **out) {
         char why[256] = "";
         tdm_status *st = reg->discover(env->alloc, &env->log, env->devices + env->n_devices,
                                        TDM_MAX_DEVICES - env->n_devices, &n, why, sizeof why);
+        if (st && tdm_status_code(st) == TDM_ERR_OUT_OF_MEMORY) {
+            tdm_env_free(env);
+            return st;
+        }
         if (st) {
             snprintf(why, sizeof why, "%s", tdm_status_message(st));
             tdm_status_free(st);
@@ -44,7 +48,11 @@ tdm_status *tdm_env_create(const tdm_env_options *o, tdm_env **out) {
             char line[300];
             snprintf(line, sizeof line, "%s: %s", reg->name, why);
             env->unavailable[env->n_unavailable] = tdm_strdup(env->alloc, line);
-            if (env->unavailable[env->n_unavailable]) env->n_unavailable++;
+            if (!env->unavailable[env->n_unavailable]) {
+                tdm_env_free(env);
+                return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory creating the environment");
+            }
+            env->n_unavailable++;
             tdm_log(&env->log, TDM_LOG_INFO, "%s", line);
         }
     }

@@ -4,18 +4,16 @@
 #include "core/alloc.h"
 #include "graph/infer.h"
 
-tdm_status *tdm_model_wrap(tdm_env *env, tdm_onnx_model *m, tdm_model **out) {
+tdm_status *tdm_model_wrap(tdm_env *env, tdm_onnx_model *m, bool graph_borrowed, tdm_model **out) {
     tdm_model *md = tdm_calloc(env->alloc, 1, sizeof *md);
-    if (!md) {
-        tdm_onnx_model_free(m);
-        return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
-    }
+    if (!md) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
     md->env = env;
     md->m = m;
+    md->graph_borrowed = graph_borrowed;
     const tdm_graph *g = m->graph;
     md->ops = tdm_calloc(env->alloc, g->n_nodes ? g->n_nodes : 1, sizeof *md->ops);
     if (!md->ops) {
-        tdm_model_free(md);
+        tdm_free(env->alloc, md);
         return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
     }
     for (size_t i = 0; i < g->n_nodes; i++) {
@@ -48,7 +46,9 @@ tdm_status *tdm_model_load(tdm_env *env, const char *path, tdm_model **out) {
         tdm_onnx_model_free(m);
         return tdm_status_wrap(st, "'%s': ", path);
     }
-    return tdm_model_wrap(env, m, out);
+    st = tdm_model_wrap(env, m, false, out);
+    if (st) tdm_onnx_model_free(m);
+    return st;
 }
 
 tdm_status *tdm_model_load_from_buffer(tdm_env *env, const void *data, size_t size,
@@ -61,7 +61,9 @@ tdm_status *tdm_model_load_from_buffer(tdm_env *env, const void *data, size_t si
         tdm_onnx_model_free(m);
         return st;
     }
-    return tdm_model_wrap(env, m, out);
+    st = tdm_model_wrap(env, m, false, out);
+    if (st) tdm_onnx_model_free(m);
+    return st;
 }
 
 void tdm_model_free(tdm_model *md) {

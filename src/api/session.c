@@ -88,13 +88,13 @@ static tdm_status *session_build(tdm_env *env, tdm_onnx_model *m, const tdm_sess
         return st;
     }
     m->graph = s->plan->graph;
-    st = tdm_model_wrap(env, m, &s->model);
+    st = tdm_model_wrap(env, m, true, &s->model);
     if (st) {
-        m->graph = NULL;
+        m->graph = NULL; /* the plan's */
+        tdm_onnx_model_free(m);
         tdm_session_free(s);
         return st;
     }
-    s->model->graph_borrowed = true;
     *out = s;
     return NULL;
 }

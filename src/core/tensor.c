@@ -98,9 +98,9 @@ tdm_status *tdm_tensor_new(const tdm_allocator *a, tdm_dtype dtype, int rank,
     TDM_TRY(tensor_header(a, dtype, rank, dims, &t));
     t->data = tdm_calloc(a, 1, t->nbytes ? t->nbytes : 1);
     if (!t->data) {
+        size_t n = t->nbytes;
         tdm_free(a, t);
-        return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory allocating %zu bytes for a tensor",
-                       t->nbytes);
+        return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory allocating %zu bytes for a tensor", n);
     }
     t->owns_data = true;
     *out = t;

@@ -22,8 +22,18 @@ static tdm_status *convert_graph(conv *c, const Onnx__GraphProto *gp, tdm_graph 
 
 /* ---- protobuf-c allocator over the environment's allocator ---- */
 
-static void *pc_alloc(void *user, size_t size) { return tdm_alloc(user, size); }
-static void pc_free(void *user, void *p) { tdm_free(user, p); }
+typedef struct pc_ctx {
+    const tdm_allocator *a;
+    bool failed; /* tells a decoding error from an allocation failure */
+} pc_ctx;
+
+static void *pc_alloc(void *user, size_t size) {
+    pc_ctx *c = user;
+    void *p = tdm_alloc(c->a, size);
+    if (!p) c->failed = true;
+    return p;
+}
+static void pc_free(void *user, void *p) { tdm_free(((pc_ctx *)user)->a, p); }
 
 /* ---- types ---- */
 
@@ -390,8 +400,11 @@ tdm_status *tdm_onnx_load_buffer(const void *data, size_t size, const char *base
         return TDM_ERR(TDM_ERR_LIMIT, "the model is %zu bytes; protobuf messages are limited to 2 GiB "
                        "(use external data for large weights)", size);
     TDM_TRY(tdm_onnx_check_wire(data, size, 0, TDM_MAX_PROTO_DEPTH));
-    ProtobufCAllocator pa = {pc_alloc, pc_free, (void *)a};
+    pc_ctx pcc = {a, false};
+    ProtobufCAllocator pa = {pc_alloc, pc_free, &pcc};
     Onnx__ModelProto *mp = onnx__model_proto__unpack(&pa, size, data);
+    if (!mp && pcc.failed)
+        return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory decoding the model");
     if (!mp)
         return TDM_ERR(TDM_ERR_INVALID_MODEL,
                        "the file is not a valid ONNX model (protobuf decoding failed)");
@@ -400,6 +413,7 @@ tdm_status *tdm_onnx_load_buffer(const void *data, size_t size, const char *base
     if (!m) {
         st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
     } else {
+        m->alloc = a;
         conv c = {a, base_dir};
         st = convert_model(mp, &c, m);
     }
@@ -414,7 +428,7 @@ tdm_status *tdm_onnx_load_buffer(const void *data, size_t size, const char *base
 
 void tdm_onnx_model_free(tdm_onnx_model *m) {
     if (!m) return;
-    const tdm_allocator *a = m->graph ? m->graph->alloc : NULL;
+    const tdm_allocator *a = m->alloc;
     tdm_graph_free(m->graph);
     tdm_free(a, m->producer);
     tdm_free(a, m);
@@ -445,9 +459,12 @@ tdm_status *tdm_onnx_load_tensor_file(const char *path, const tdm_allocator *a, 
     TDM_TRY(tdm_read_file(path, a, TDM_MAX_MODEL_BYTES, &data, &size));
     tdm_status *st = tdm_onnx_check_wire(data, size, 1, TDM_MAX_PROTO_DEPTH);
     if (!st) {
-        ProtobufCAllocator pa = {pc_alloc, pc_free, (void *)a};
+        pc_ctx pcc = {a, false};
+        ProtobufCAllocator pa = {pc_alloc, pc_free, &pcc};
         Onnx__TensorProto *tp = onnx__tensor_proto__unpack(&pa, size, data);
-        if (!tp) {
+        if (!tp && pcc.failed) {
+            st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory decoding '%s'", path);
+        } else if (!tp) {
             st = TDM_ERR(TDM_ERR_INVALID_MODEL, "'%s' is not a valid TensorProto", path);
         } else {
             char dir[PATH_MAX];

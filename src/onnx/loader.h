@@ -16,6 +16,7 @@
 #define TDM_MAX_MODEL_BYTES ((size_t)INT32_MAX) /* protobuf's 2 GiB message limit */
 
 typedef struct tdm_onnx_model {
+    const tdm_allocator *alloc;
     tdm_graph *graph;
     int64_t ir_version;
     char *producer; /* "name version" */

@@ -48,7 +48,8 @@ static tdm_status *infer_legacy(const tdm_infer_ctx *ctx, tdm_value_info *out) {
     if (axis < 0) axis += a->rank;
     if (axis < 0 || b->rank > a->rank || axis + b->rank > a->rank)
         return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
-                              "legacy broadcast: B of rank %d does not fit A of rank %d at axis %lld",
+                              "legacy broadcast: B of rank %d does not fit A of rank %d at "
+                              "axis %lld",
                               b->rank, a->rank, (long long)axis);
     for (int d = 0; d < b->rank; d++) {
         int64_t x = a->dims[axis + d], y = b->dims[d];

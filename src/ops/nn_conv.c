@@ -111,7 +111,8 @@ tdm_status *tdm_nn_geom_init(const tdm_node *node, int opset, tdm_nn_kind kind, 
             int64_t full = s * (in - 1) + g->out_pad[i] + ek;
             if (os || mode == 1 || mode == 2) {
                 int64_t out = os ? os[i] : in * s;
-                int64_t total = full - out;
+                int64_t total = full - out; /* a larger output is filled at the end */
+                if (total < 0) total = 0;
                 if (mode == 1) {
                     g->pad_b[i] = total / 2;
                     g->pad_e[i] = total - total / 2;

@@ -93,28 +93,23 @@ static tdm_status *infer_reshape(tdm_infer_ctx *c) {
                               "shape has both 0 and -1 while allowzero is set");
     y->rank = n;
     if (x->rank < 0) return NULL;
-    int64_t total, rest;
-    bool tk, rk;
-    TDM_TRY(known_count(c, x, 0, x->rank, &total, &tk));
-    y->rank = n;
-    int64_t prod = 1;
-    rk = true;
+    int64_t total = 0, rest = 1;
+    bool known;
+    TDM_TRY(known_count(c, x, 0, x->rank, &total, &known));
     for (int i = 0; i < n; i++) {
         if (i == neg) continue;
         if (y->dims[i] < 0) {
-            rk = false;
+            known = false;
             continue;
         }
-        if (!tdm_mul_i64(prod, y->dims[i], &prod))
+        if (!tdm_mul_i64(rest, y->dims[i], &rest))
             return tdm_node_error(c->node, TDM_ERR_LIMIT, "target shape overflows");
     }
-    rest = prod;
-    if (!tk || !rk) return NULL;
+    if (!known) return NULL;
     char a[128], b[128];
     if (neg >= 0) {
         if (rest == 0 || total % rest != 0)
-            return tdm_node_error(c->node, TDM_ERR_INVALID_ARGUMENT,
-                                  "cannot reshape %s into %s",
+            return tdm_node_error(c->node, TDM_ERR_INVALID_ARGUMENT, "cannot reshape %s into %s",
                                   tdm_shape_str(x->rank, x->dims, a, sizeof a),
                                   tdm_shape_str(n, shp, b, sizeof b));
         y->dims[neg] = total / rest;
@@ -140,7 +135,7 @@ static tdm_status *infer_flatten(tdm_infer_ctx *c) {
         return tdm_node_error(c->node, TDM_ERR_INVALID_ARGUMENT,
                               "axis %lld is out of range for rank %d", (long long)axis, x->rank);
     if (axis < 0) axis += x->rank;
-    int64_t n;
+    int64_t n = 0;
     bool known;
     TDM_TRY(known_count(c, x, 0, (int)axis, &n, &known));
     if (known) y->dims[0] = n;
@@ -423,7 +418,7 @@ static tdm_status *infer_range(tdm_infer_ctx *c) {
             return tdm_node_error(c->node, TDM_ERR_INVALID_ARGUMENT, "input %d must be a scalar", i);
         if (!c->in[i].data) return NULL;
     }
-    int64_t n;
+    int64_t n = 0;
     TDM_TRY(tdm_shape_range_count(c->node, c->in[0].data, c->in[1].data, c->in[2].data, &n));
     y->dims[0] = n;
     return NULL;

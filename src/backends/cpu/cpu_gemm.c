@@ -173,12 +173,21 @@ static void pack_a(int mr, int64_t mc, int64_t kc, const float *A, int64_t lda, 
             for (int i = mi; i < mr; i++)
                 for (int64_t k = 0; k < kc; k++) dst[k * mr + i] = 0.0f;
         } else {
-            for (int64_t k = 0; k < kc; k++) {
-                const float *src = A + k * lda + i0;
-                float *d = dst + k * mr;
-                int i = 0;
-                for (; i < mi; i++) d[i] = src[i];
-                for (; i < mr; i++) d[i] = 0.0f;
+            if (mi == mr && mr == 6) { /* explicit copies: no memcpy call per k */
+                for (int64_t k = 0; k < kc; k++) {
+                    const float *src = A + k * lda + i0;
+                    float *d = dst + k * 6;
+                    d[0] = src[0], d[1] = src[1], d[2] = src[2];
+                    d[3] = src[3], d[4] = src[4], d[5] = src[5];
+                }
+            } else {
+                for (int64_t k = 0; k < kc; k++) {
+                    const float *src = A + k * lda + i0;
+                    float *d = dst + k * mr;
+                    int i = 0;
+                    for (; i < mi; i++) d[i] = src[i];
+                    for (; i < mr; i++) d[i] = 0.0f;
+                }
             }
         }
         dst += (size_t)mr * kc;
@@ -192,11 +201,16 @@ static void pack_b(int nr, int64_t kc, int64_t nc, const float *B, int64_t ldb, 
     for (int64_t j0 = 0; j0 < nc; j0 += nr) {
         int nj = (int)(nc - j0 < nr ? nc - j0 : nr);
         if (!trans) {
-            if (nj == nr) {
+            if (nj == nr) { /* nr is 8 or 16: vector copies, no memcpy calls */
                 for (int64_t k = 0; k < kc; k++) {
-                    const float *src = B + k * ldb + j0;
-                    float *d = dst + k * nr;
-                    for (int j = 0; j < nr; j++) d[j] = src[j];
+                    const v4f_u *src = (const v4f_u *)(B + k * ldb + j0);
+                    v4f *d = (v4f *)(dst + k * nr);
+                    d[0] = src[0];
+                    d[1] = src[1];
+                    if (nr == 16) {
+                        d[2] = src[2];
+                        d[3] = src[3];
+                    }
                 }
             } else {
                 for (int64_t k = 0; k < kc; k++) {

@@ -67,9 +67,11 @@ static tdm_status *logic(tdm_kernel_ctx *ctx, tdm_kb_logic op, int64_t grain) {
     return run2(ctx, fn, grain);
 }
 
-static tdm_status *run_add(tdm_kernel_ctx *ctx) { return arith(ctx, TDM_KB_ADD, TDM_KB_GRAIN_CHEAP); }
-static tdm_status *run_sub(tdm_kernel_ctx *ctx) { return arith(ctx, TDM_KB_SUB, TDM_KB_GRAIN_CHEAP); }
-static tdm_status *run_mul(tdm_kernel_ctx *ctx) { return arith(ctx, TDM_KB_MUL, TDM_KB_GRAIN_CHEAP); }
+#define KB_ARITH_RUN(name, op)                                                             \
+    static tdm_status *name(tdm_kernel_ctx *ctx) { return arith(ctx, op, TDM_KB_GRAIN_CHEAP); }
+KB_ARITH_RUN(run_add, TDM_KB_ADD)
+KB_ARITH_RUN(run_sub, TDM_KB_SUB)
+KB_ARITH_RUN(run_mul, TDM_KB_MUL)
 
 static tdm_status *run_div(tdm_kernel_ctx *ctx) {
     bool flt = ctx->n_in > 0 && ctx->in[0] && tdm_dtype_is_float(ctx->in[0]->dtype);

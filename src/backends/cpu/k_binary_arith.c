@@ -2,23 +2,24 @@
  * PRelu, Pow) for every numeric dtype. float16 / bfloat16 compute in float. Integer
  * arithmetic wraps (computed in unsigned types); integer division or modulo by zero gives 0. */
 #include <math.h>
+#include <string.h>
 
 #include "backends/cpu/k_binary_impl.h"
 
 /* All numeric dtypes of one op. FE(T): float expression computed in T; IS(T, W) / IU(T, W):
  * signed / unsigned integer expression, W the unsigned type at least as wide as int. */
-#define KB_GEN(op, FE, IS, IU)                                                             \
-    KB_LOOP(op##_f32, float, float, float, KB_ID, KB_ID, KB_ID, FE(float))                          \
-    KB_LOOP(op##_f64, double, double, double, KB_ID, KB_ID, KB_ID, FE(double))                      \
-    KB_LOOP(op##_f16, uint16_t, uint16_t, uint16_t, KB_F16, KB_F16, KB_TOF16, FE(float))            \
-    KB_LOOP(op##_bf16, uint16_t, uint16_t, uint16_t, KB_BF16, KB_BF16, KB_TOBF16, FE(float))        \
-    KB_LOOP(op##_i8, int8_t, int8_t, int8_t, KB_ID, KB_ID, KB_ID, IS(int8_t, uint32_t))             \
-    KB_LOOP(op##_i16, int16_t, int16_t, int16_t, KB_ID, KB_ID, KB_ID, IS(int16_t, uint32_t))        \
-    KB_LOOP(op##_i32, int32_t, int32_t, int32_t, KB_ID, KB_ID, KB_ID, IS(int32_t, uint32_t))        \
-    KB_LOOP(op##_i64, int64_t, int64_t, int64_t, KB_ID, KB_ID, KB_ID, IS(int64_t, uint64_t))        \
-    KB_LOOP(op##_u8, uint8_t, uint8_t, uint8_t, KB_ID, KB_ID, KB_ID, IU(uint8_t, uint32_t))         \
-    KB_LOOP(op##_u16, uint16_t, uint16_t, uint16_t, KB_ID, KB_ID, KB_ID, IU(uint16_t, uint32_t))    \
-    KB_LOOP(op##_u32, uint32_t, uint32_t, uint32_t, KB_ID, KB_ID, KB_ID, IU(uint32_t, uint32_t))    \
+#define KB_GEN(op, FE, IS, IU)                                                                     \
+    KB_LOOP(op##_f32, float, float, float, KB_ID, KB_ID, KB_ID, FE(float))                         \
+    KB_LOOP(op##_f64, double, double, double, KB_ID, KB_ID, KB_ID, FE(double))                     \
+    KB_LOOP(op##_f16, uint16_t, uint16_t, uint16_t, KB_F16, KB_F16, KB_TOF16, FE(float))           \
+    KB_LOOP(op##_bf16, uint16_t, uint16_t, uint16_t, KB_BF16, KB_BF16, KB_TOBF16, FE(float))       \
+    KB_LOOP(op##_i8, int8_t, int8_t, int8_t, KB_ID, KB_ID, KB_ID, IS(int8_t, uint32_t))            \
+    KB_LOOP(op##_i16, int16_t, int16_t, int16_t, KB_ID, KB_ID, KB_ID, IS(int16_t, uint32_t))       \
+    KB_LOOP(op##_i32, int32_t, int32_t, int32_t, KB_ID, KB_ID, KB_ID, IS(int32_t, uint32_t))       \
+    KB_LOOP(op##_i64, int64_t, int64_t, int64_t, KB_ID, KB_ID, KB_ID, IS(int64_t, uint64_t))       \
+    KB_LOOP(op##_u8, uint8_t, uint8_t, uint8_t, KB_ID, KB_ID, KB_ID, IU(uint8_t, uint32_t))        \
+    KB_LOOP(op##_u16, uint16_t, uint16_t, uint16_t, KB_ID, KB_ID, KB_ID, IU(uint16_t, uint32_t))   \
+    KB_LOOP(op##_u32, uint32_t, uint32_t, uint32_t, KB_ID, KB_ID, KB_ID, IU(uint32_t, uint32_t))   \
     KB_LOOP(op##_u64, uint64_t, uint64_t, uint64_t, KB_ID, KB_ID, KB_ID, IU(uint64_t, uint64_t))
 
 #define KB_TABLE(op)                                                                       \
@@ -55,6 +56,27 @@ static inline int64_t kb_fmod_s(int64_t x, int64_t y) {
 }
 static inline uint64_t kb_mod_u(uint64_t x, uint64_t y) { return y ? x % y : 0; }
 
+/* PRelu selects with bit masks: written as `x < 0 ? x * y : x`, the compiler moves the
+ * product into a branch (under trapping math) and the loop no longer vectorizes. */
+static inline float kb_prelu_float(float x, float y) {
+    float m = x * y;
+    uint32_t ux, um, k = -(uint32_t)(x < 0);
+    memcpy(&ux, &x, 4);
+    memcpy(&um, &m, 4);
+    ux = (um & k) | (ux & ~k);
+    memcpy(&m, &ux, 4);
+    return m;
+}
+static inline double kb_prelu_double(double x, double y) {
+    double m = x * y;
+    uint64_t ux, um, k = -(uint64_t)(x < 0);
+    memcpy(&ux, &x, 8);
+    memcpy(&um, &m, 8);
+    ux = (um & k) | (ux & ~k);
+    memcpy(&m, &ux, 8);
+    return m;
+}
+
 /* ---- expressions ---- */
 
 #define ADD_F(T) (x + y)
@@ -76,7 +98,7 @@ static inline uint64_t kb_mod_u(uint64_t x, uint64_t y) { return y ? x % y : 0; 
 #define MAX_I(T, W) (x > y ? x : y)
 #define MIN_F(T) ((x != x || x < y) ? x : y)
 #define MIN_I(T, W) (x < y ? x : y)
-#define PRELU_F(T) (x * (x < 0 ? y : (T)1)) /* branch-free: vectorizes under trapping math */
+#define PRELU_F(T) kb_prelu_##T(x, y)
 #define PRELU_S(T, W) (x < 0 ? (T)((W)x * (W)y) : x)
 #define PRELU_U(T, W) ((void)y, x)
 
@@ -169,9 +191,9 @@ KB_LOOP(pow_f16d, uint16_t, double, uint16_t, KB_F16, KB_ID, KB_TOF16, (float)po
 KB_LOOP(pow_bf16d, uint16_t, double, uint16_t, KB_BF16, KB_ID, KB_TOBF16, (float)pow((double)x, y))
 
 #define KB_POW_INT(sfx, T, S)                                                              \
-    KB_LOOP(pow_##sfx##d, T, double, T, KB_ID, KB_ID, KB_ID,                                        \
+    KB_LOOP(pow_##sfx##d, T, double, T, KB_ID, KB_ID, KB_ID,                                       \
             (T)(S ? (uint64_t)kb_d2i(pow((double)x, y)) : kb_d2u(pow((double)x, y))))      \
-    KB_LOOP(pow_##sfx##i, T, int64_t, T, KB_ID, KB_ID, KB_ID,                                       \
+    KB_LOOP(pow_##sfx##i, T, int64_t, T, KB_ID, KB_ID, KB_ID,                                      \
             (T)kb_ipow((uint64_t)(S ? (uint64_t)(int64_t)x : (uint64_t)x), y, S))
 KB_POW_INT(i8, int8_t, 1)
 KB_POW_INT(i16, int16_t, 1)

@@ -6,13 +6,14 @@
  * rows at a time to bound scratch memory. Depthwise 2-D convolutions use a direct loop.
  * ConvTranspose computes col = W_g^T x X_g with one GEMM and scatters col into the output
  * (col2im). 1-D problems run as 2-D with a height of one. */
+#include <stdatomic.h>
 #include <string.h>
 
 #include "backends/cpu/k_nn.h"
 #include "core/alloc.h"
 #include "core/checked.h"
 
-#define COL_BUDGET ((int64_t)8 << 20) /* floats of im2col scratch per chunk (32 MiB) */
+#define COL_TARGET ((int64_t)256 << 10) /* floats of im2col scratch per task (1 MiB) */
 
 /* Geometry as used by the kernels: spatial dims, padded to 2-D for 1-D problems. */
 typedef struct conv_shape {
@@ -177,6 +178,42 @@ static tdm_status *check_float_params(tdm_kernel_ctx *ctx, int from) {
     return NULL;
 }
 
+typedef struct conv_job {
+    tdm_kernel_ctx *ctx;
+    const conv_shape *cs;
+    const float *x, *w;
+    float *y;
+    int64_t C, M, Cg, Mg, group, rows, inner, chunk, nchunks;
+    float beta;
+    tdm_threadpool *pool; /* inner parallelism when tasks run one after another */
+    atomic_int failed;
+} conv_job;
+
+/* Tasks are (image, group, chunk of outer output rows): im2col, then one GEMM into the
+ * chunk's columns of the output. */
+static void conv_tasks(void *arg, int64_t t0, int64_t t1) {
+    conv_job *j = arg;
+    const conv_shape *cs = j->cs;
+    float *col = tdm_kscratch(j->ctx, (size_t)(j->rows * j->chunk * j->inner) * sizeof(float));
+    if (!col) {
+        atomic_store(&j->failed, 1);
+        return;
+    }
+    for (int64_t t = t0; t < t1; t++) {
+        int64_t n = t / (j->group * j->nchunks), gi = t / j->nchunks % j->group;
+        int64_t o0 = t % j->nchunks * j->chunk;
+        int64_t o1 = o0 + j->chunk < cs->out[0] ? o0 + j->chunk : cs->out[0];
+        const float *xg = j->x + (n * j->C + gi * j->Cg) * cs->isz;
+        const float *wg = j->w + gi * j->Mg * j->rows;
+        float *yg = j->y + (n * j->M + gi * j->Mg) * cs->osz;
+        im2col_job ij = {cs, xg, col, o0, o1, (o1 - o0) * j->inner};
+        tdm_parallel_for(j->pool, j->rows, 4096 / (ij.ncols + 1) + 1, im2col_rows, &ij);
+        tdm_sgemm(j->pool, false, false, j->Mg, ij.ncols, j->rows, 1.0f, wg, j->rows, col,
+                  ij.ncols, j->beta, yg + o0 * j->inner, cs->osz);
+    }
+    tdm_free(j->ctx->alloc, col);
+}
+
 static tdm_status *conv_f32(tdm_kernel_ctx *ctx) {
     const tdm_tensor *x = ctx->in[0], *w = ctx->in[1];
     const tdm_tensor *b = ctx->n_in > 2 ? ctx->in[2] : NULL;
@@ -211,17 +248,6 @@ static tdm_status *conv_f32(tdm_kernel_ctx *ctx) {
     bool pointwise = true;
     for (int i = 0; i < cs.nsp; i++)
         if (cs.k[i] != 1 || cs.s[i] != 1 || cs.p[i] != 0) pointwise = false;
-    int64_t rows = Cg * cs.ksz, inner = cs.osz / cs.out[0];
-    int64_t chunk = cs.out[0];
-    if (!pointwise && rows * cs.osz > COL_BUDGET) {
-        chunk = COL_BUDGET / (rows * inner);
-        if (chunk < 1) chunk = 1;
-    }
-    float *col = NULL;
-    if (!pointwise) {
-        col = tdm_kscratch(ctx, (size_t)(rows * chunk * inner) * sizeof(float));
-        if (!col) return tdm_node_error(ctx->node, TDM_ERR_OUT_OF_MEMORY, "out of memory");
-    }
     if (bd) {
         for (int64_t n = 0; n < N; n++)
             for (int64_t m = 0; m < M; m++) {
@@ -230,26 +256,36 @@ static tdm_status *conv_f32(tdm_kernel_ctx *ctx) {
             }
     }
     float beta = bd ? 1.0f : 0.0f;
-    for (int64_t n = 0; n < N; n++) {
-        for (int64_t gi = 0; gi < group; gi++) {
-            const float *xg = xd + (n * C + gi * Cg) * cs.isz;
-            const float *wg = wd + gi * Mg * rows;
-            float *yg = yd + (n * M + gi * Mg) * cs.osz;
-            if (pointwise) {
-                tdm_sgemm(ctx->pool, false, false, Mg, cs.osz, rows, 1.0f, wg, rows, xg, cs.isz,
-                          beta, yg, cs.osz);
-                continue;
-            }
-            for (int64_t o0 = 0; o0 < cs.out[0]; o0 += chunk) {
-                int64_t o1 = o0 + chunk < cs.out[0] ? o0 + chunk : cs.out[0];
-                im2col_job job = {&cs, xg, col, o0, o1, (o1 - o0) * inner};
-                tdm_parallel_for(ctx->pool, rows, 4096 / (job.ncols + 1) + 1, im2col_rows, &job);
-                tdm_sgemm(ctx->pool, false, false, Mg, job.ncols, rows, 1.0f, wg, rows, col,
-                          job.ncols, beta, yg + o0 * inner, cs.osz);
-            }
-        }
+    int64_t rows = Cg * cs.ksz;
+    if (pointwise) {
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t gi = 0; gi < group; gi++)
+                tdm_sgemm(ctx->pool, false, false, Mg, cs.osz, rows, 1.0f, wd + gi * Mg * rows,
+                          rows, xd + (n * C + gi * Cg) * cs.isz, cs.isz, beta,
+                          yd + (n * M + gi * Mg) * cs.osz, cs.osz);
+        return NULL;
     }
-    tdm_free(ctx->alloc, col);
+    /* Chunks of outer output rows whose im2col block stays around 1 MiB (at least 128
+     * columns), small enough to give every thread a few tasks. */
+    int64_t inner = cs.osz / cs.out[0];
+    int64_t target = COL_TARGET / rows > 128 ? COL_TARGET / rows : 128;
+    int64_t chunk = (target + inner - 1) / inner;
+    if (chunk > cs.out[0]) chunk = cs.out[0];
+    int threads = tdm_threadpool_size(ctx->pool);
+    while (threads > 1 && chunk > 1 && (chunk / 2) * inner >= 64 &&
+           N * group * ((cs.out[0] + chunk - 1) / chunk) < 4 * threads)
+        chunk = (chunk + 1) / 2;
+    conv_job job = {ctx, &cs, xd, wd, yd, C, M, Cg, Mg, group, rows, inner, chunk,
+                    (cs.out[0] + chunk - 1) / chunk, beta, NULL, 0};
+    int64_t tasks = N * group * job.nchunks;
+    if (threads > 1 && tasks >= threads) {
+        tdm_parallel_for(ctx->pool, tasks, 1, conv_tasks, &job);
+    } else {
+        job.pool = ctx->pool;
+        conv_tasks(&job, 0, tasks);
+    }
+    if (atomic_load(&job.failed))
+        return tdm_node_error(ctx->node, TDM_ERR_OUT_OF_MEMORY, "out of memory");
     return NULL;
 }
 

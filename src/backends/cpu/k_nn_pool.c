@@ -32,11 +32,93 @@ static void tap_range(int64_t start, int64_t d, int64_t k, int64_t n, int64_t *l
     *hi = b;
 }
 
+/* 2-D planes: the same computation without the N-D bookkeeping. */
+static void pool_plane_2d(const pool_job *j, int64_t pl) {
+    const tdm_nn_geom *g = j->g;
+    const float *x = j->x + pl * j->isz;
+    float *y = j->y + pl * j->osz;
+    int64_t *yi = j->idx ? j->idx + pl * j->osz : NULL;
+    int64_t H = g->in[0], W = g->in[1], OH = g->out[0], OW = g->out[1];
+    int64_t KH = g->kernel[0], KW = g->kernel[1], dh = g->dil[0], dw = g->dil[1];
+    for (int64_t oh = 0; oh < OH; oh++) {
+        int64_t hs = oh * g->stride[0] - g->pad_b[0], hlo, hhi;
+        tap_range(hs, dh, KH, H, &hlo, &hhi);
+        int64_t hpad = 1;
+        if (j->include_pad) {
+            int64_t a, b;
+            tap_range(hs + g->pad_b[0], dh, KH, H + g->pad_b[0] + g->pad_e[0], &a, &b);
+            hpad = b - a;
+        }
+        for (int64_t ow = 0; ow < OW; ow++) {
+            int64_t ws = ow * g->stride[1] - g->pad_b[1], wlo, whi;
+            tap_range(ws, dw, KW, W, &wlo, &whi);
+            float acc;
+            int64_t o = oh * OW + ow;
+            if (j->mode == POOL_MAX && !yi) {
+                acc = -FLT_MAX;
+                for (int64_t kh = hlo; kh < hhi; kh++) {
+                    int64_t r = (hs + kh * dh) * W + ws;
+                    for (int64_t kw = wlo; kw < whi; kw++) {
+                        float v = x[r + kw * dw];
+                        acc = v > acc ? v : acc;
+                    }
+                }
+            } else if (j->mode == POOL_MAX) {
+                acc = -FLT_MAX;
+                int64_t best = -1;
+                for (int64_t kh = hlo; kh < hhi; kh++) {
+                    int64_t r = (hs + kh * dh) * W + ws;
+                    for (int64_t kw = wlo; kw < whi; kw++) {
+                        float v = x[r + kw * dw];
+                        if (best < 0 || v > acc) {
+                            acc = v;
+                            best = r + kw * dw;
+                        }
+                    }
+                }
+                if (yi) {
+                    int64_t flat = best < 0 ? 0 : best;
+                    if (best >= 0 && j->col_major) flat = (best % W) * H + best / W;
+                    yi[o] = pl * j->isz + flat;
+                }
+            } else {
+                acc = 0.0f;
+                for (int64_t kh = hlo; kh < hhi; kh++) {
+                    int64_t r = (hs + kh * dh) * W + ws;
+                    if (j->mode == POOL_AVG) {
+                        for (int64_t kw = wlo; kw < whi; kw++) acc += x[r + kw * dw];
+                    } else if (j->p == 2.0f) {
+                        for (int64_t kw = wlo; kw < whi; kw++) acc += x[r + kw * dw] * x[r + kw * dw];
+                    } else {
+                        for (int64_t kw = wlo; kw < whi; kw++) acc += powf(fabsf(x[r + kw * dw]), j->p);
+                    }
+                }
+                if (j->mode == POOL_AVG) {
+                    int64_t div = (hhi - hlo) * (whi - wlo);
+                    if (j->include_pad) {
+                        int64_t a, b;
+                        tap_range(ws + g->pad_b[1], dw, KW, W + g->pad_b[1] + g->pad_e[1], &a, &b);
+                        div = hpad * (b - a);
+                    }
+                    acc = div > 0 ? acc / (float)div : 0.0f;
+                } else {
+                    acc = j->p == 2.0f ? sqrtf(acc) : powf(acc, 1.0f / j->p);
+                }
+            }
+            y[o] = acc;
+        }
+    }
+}
+
 static void pool_planes(void *arg, int64_t p0, int64_t p1) {
     const pool_job *j = arg;
     const tdm_nn_geom *g = j->g;
     int nsp = g->nsp;
     for (int64_t pl = p0; pl < p1; pl++) {
+        if (nsp == 2) {
+            pool_plane_2d(j, pl);
+            continue;
+        }
         const float *x = j->x + pl * j->isz;
         float *y = j->y + pl * j->osz;
         int64_t *yi = j->idx ? j->idx + pl * j->osz : NULL;
@@ -66,7 +148,12 @@ static void pool_planes(void *arg, int64_t p0, int64_t p1) {
                     for (int i = 0; i < last; i++) off = (off + st[i] + kc[i] * g->dil[i]) * g->in[i + 1];
                     int64_t base = off + st[last];
                     int64_t d = g->dil[last];
-                    if (j->mode == POOL_MAX) {
+                    if (j->mode == POOL_MAX && !yi) {
+                        for (int64_t k = lo[last]; k < hi[last]; k++) {
+                            float v = x[base + k * d];
+                            acc = v > acc ? v : acc;
+                        }
+                    } else if (j->mode == POOL_MAX) {
                         for (int64_t k = lo[last]; k < hi[last]; k++) {
                             float v = x[base + k * d];
                             if (best < 0 || v > acc) {
@@ -243,23 +330,47 @@ tdm_status *tdm_nn_run_global_lp_pool(tdm_kernel_ctx *ctx) { return dispatch(ctx
 
 /* ---- MaxUnpool ---- */
 
+/* Indices address the default output shape ((in - 1) * stride + kernel - pads); with an
+ * explicit output_shape each index keeps its coordinates in the larger or smaller output. */
 static tdm_status *max_unpool_any(tdm_kernel_ctx *ctx) {
     const tdm_tensor *x = ctx->in[0], *ind = ctx->in[1];
     tdm_tensor *y = ctx->out[0];
     if (ind->dtype != TDM_INT64 || ind->count != x->count)
         return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
                               "indices must be int64 with the shape of X");
+    tdm_nn_geom g;
+    TDM_TRY(tdm_nn_geom_init(ctx->node, ctx->opset, TDM_NN_UNPOOL, x->rank, x->dims, NULL, &g));
+    int r = x->rank;
+    int64_t def[TDM_MAX_RANK], def_count = 1;
+    bool same = true;
+    for (int i = 0; i < r; i++) {
+        def[i] = i < 2 ? x->dims[i] : g.out[i - 2];
+        def_count *= def[i];
+        if (def[i] != y->dims[i]) same = false;
+    }
     size_t es = tdm_dtype_elem_size(x->dtype);
     const int64_t *iv = ind->data;
     const char *xs = x->data;
     char *yd = y->data;
     for (int64_t i = 0; i < x->count; i++) {
-        int64_t k = iv[i];
-        if (k < 0 || k >= y->count)
+        int64_t k = iv[i], dst = k;
+        if (k < 0 || k >= (same ? y->count : def_count))
             return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
-                                  "index %lld is out of range for an output of %lld values",
-                                  (long long)k, (long long)y->count);
-        memcpy(yd + (size_t)k * es, xs + (size_t)i * es, es);
+                                  "index %lld is out of range", (long long)k);
+        if (!same) {
+            int64_t rem = k, mul = 1;
+            dst = 0;
+            for (int d = r - 1; d >= 0; d--) {
+                int64_t c = rem % def[d];
+                rem /= def[d];
+                if (c >= y->dims[d])
+                    return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
+                                          "index %lld falls outside output_shape", (long long)k);
+                dst += c * mul;
+                mul *= y->dims[d];
+            }
+        }
+        memcpy(yd + (size_t)dst * es, xs + (size_t)i * es, es);
     }
     return NULL;
 }

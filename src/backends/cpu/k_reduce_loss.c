@@ -55,7 +55,7 @@ static tdm_status *nll_core(tdm_kernel_ctx *ctx, tdm_rd_ctype ct, const void *lp
                             int64_t C, int64_t D, const tdm_tensor *target, const void *w,
                             tdm_tensor *out) {
     const tdm_node *node = ctx->node;
-    int red;
+    int red = 0;
     TDM_TRY(loss_reduction(node, &red));
     bool has_ii = tdm_node_attr(node, "ignore_index") != NULL;
     int64_t ii = tdm_attr_int(node, "ignore_index", 0);
@@ -104,7 +104,7 @@ static tdm_rd_ctype float_ctype(tdm_dtype dt) {
 tdm_status *tdm_rd_run_nll_loss(tdm_kernel_ctx *ctx) {
     const tdm_tensor *x = ctx->in[0], *t = ctx->in[1];
     const tdm_tensor *w = ctx->n_in > 2 ? ctx->in[2] : NULL;
-    int64_t N, C, D;
+    int64_t N = 0, C = 0, D = 0;
     TDM_TRY(loss_shapes(ctx, x, t, w, &N, &C, &D));
     tdm_rd_ctype ct = float_ctype(x->dtype);
     const void *xd, *wd = NULL;
@@ -121,7 +121,7 @@ tdm_status *tdm_rd_run_sce_loss(tdm_kernel_ctx *ctx) {
     const tdm_tensor *x = ctx->in[0], *t = ctx->in[1];
     const tdm_tensor *w = ctx->n_in > 2 ? ctx->in[2] : NULL;
     tdm_tensor *lp_out = ctx->n_out > 1 ? ctx->out[1] : NULL;
-    int64_t N, C, D;
+    int64_t N = 0, C = 0, D = 0;
     TDM_TRY(loss_shapes(ctx, x, t, w, &N, &C, &D));
     tdm_rd_ctype ct = float_ctype(x->dtype);
     const void *xd, *wd = NULL;

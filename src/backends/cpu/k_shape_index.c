@@ -81,7 +81,7 @@ tdm_status *tdm_kshape_gather(tdm_kernel_ctx *ctx) {
     if (y->rank != x->rank - 1 + ind->rank) return shape_mismatch(ctx);
     int64_t outer = prod(x->dims, 0, axis), inner = prod(x->dims, axis + 1, x->rank);
     if (y->count != outer * ind->count * inner) return shape_mismatch(ctx);
-    int64_t *idx;
+    int64_t *idx = NULL;
     TDM_TRY(load_indices(ctx, ind, x->dims[axis], &idx));
     gather_job j = {x->data, y->data, idx, ind->count, x->dims[axis], inner,
                     tdm_dtype_elem_size(x->dtype)};
@@ -354,7 +354,14 @@ tdm_status *tdm_kshape_onehot(tdm_kernel_ctx *ctx) {
     char *dst = y->data;
     for (int64_t o = 0; o < outer; o++)
         for (int64_t i = 0; i < inner; i++) {
-            int64_t v = tdm_tensor_get_i64(ind, o * inner + i);
+            int64_t v;
+            if (tdm_dtype_is_float(ind->dtype)) {
+                double f = tdm_tensor_get_f64(ind, o * inner + i);
+                if (!(f > -9e15 && f < 9e15) || f != (double)(int64_t)f) continue; /* not an index */
+                v = (int64_t)f;
+            } else {
+                v = tdm_tensor_get_i64(ind, o * inner + i);
+            }
             if (v < 0) v += depth;
             if (v < 0 || v >= depth) continue;
             memcpy(dst + (size_t)((o * depth + v) * inner + i) * es, on_v, es);

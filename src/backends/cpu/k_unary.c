@@ -14,11 +14,13 @@ static tdm_status *read_bound(tdm_kernel_ctx *ctx, int i, tdm_uparams *p) {
     const tdm_tensor *x = ctx->in[0];
     const char *what = i == 1 ? "min" : "max";
     if (b->dtype != x->dtype)
-        return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT, "%s has type %s but the input is %s",
-                              what, tdm_dtype_name(b->dtype), tdm_dtype_name(x->dtype));
+        return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
+                              "%s has type %s but the input is %s", what,
+                              tdm_dtype_name(b->dtype), tdm_dtype_name(x->dtype));
     if (b->count != 1)
         return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
-                              "%s must be a scalar, it has %lld elements", what, (long long)b->count);
+                              "%s must be a scalar, it has %lld elements", what,
+                              (long long)b->count);
     double d = tdm_tensor_get_f64(b, 0);
     int64_t iv = tdm_tensor_get_i64(b, 0);
     uint64_t uv = b->dtype == TDM_UINT64 ? ((const uint64_t *)b->data)[0] : (uint64_t)iv;
@@ -188,7 +190,10 @@ static void unary_f64(const tdm_uparams *p, const double *restrict x, double *re
 
 /* Saturating double -> integer conversion (NaN -> 0), for ops computed through double. */
 #define SAT(T, TMIN, TMAX, v)                                                            \
-    ((v) != (v) ? (T)0 : (v) <= (double)(TMIN) ? (T)(TMIN) : (v) >= (double)(TMAX) ? (T)(TMAX) : (T)(v))
+    ((v) != (v)                ? (T)0                                                    \
+     : (v) <= (double)(TMIN) ? (T)(TMIN)                                                 \
+     : (v) >= (double)(TMAX) ? (T)(TMAX)                                                 \
+                             : (T)(v))
 
 /* Signed: U is the unsigned type of the same width (wrapping Abs/Neg of the minimum). */
 #define DEF_SINT(NAME, T, U, TMIN, TMAX)                                                 \

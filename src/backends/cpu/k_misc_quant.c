@@ -1,0 +1,477 @@
+/* CPU kernels, misc family: quantization (QuantizeLinear, DequantizeLinear,
+ * DynamicQuantizeLinear) and integer matmul / conv (MatMulInteger, QLinearMatMul,
+ * ConvInteger, QLinearConv). Integer products accumulate exactly in 64 bits. */
+#include <math.h>
+#include <string.h>
+
+#include "backends/cpu/cpu_kernels.h"
+#include "core/alloc.h"
+#include "core/checked.h"
+
+/* k_misc.c */
+void tdm_misc_store_f64(tdm_dtype dt, double v, void *dst);
+
+tdm_status *tdm_misc_quantize_run(tdm_kernel_ctx *ctx);
+tdm_status *tdm_misc_dequantize_run(tdm_kernel_ctx *ctx);
+tdm_status *tdm_misc_dynquant_run(tdm_kernel_ctx *ctx);
+tdm_status *tdm_misc_matmul_integer_run(tdm_kernel_ctx *ctx);
+tdm_status *tdm_misc_qlinear_matmul_run(tdm_kernel_ctx *ctx);
+tdm_status *tdm_misc_conv_integer_run(tdm_kernel_ctx *ctx);
+tdm_status *tdm_misc_qlinear_conv_run(tdm_kernel_ctx *ctx);
+
+static bool q_range(tdm_dtype t, double *lo, double *hi) {
+    switch (t) {
+    case TDM_UINT8: *lo = 0; *hi = 255; return true;
+    case TDM_INT8: *lo = -128; *hi = 127; return true;
+    case TDM_UINT16: *lo = 0; *hi = 65535; return true;
+    case TDM_INT16: *lo = -32768; *hi = 32767; return true;
+    case TDM_INT32: *lo = -2147483648.0; *hi = 2147483647.0; return true;
+    default: return false;
+    }
+}
+
+/* Where the scale / zero point of element (p, a, q) of x viewed as [pre, L, post] lives. */
+typedef struct q_layout {
+    int64_t pre, L, post;
+    int kind;          /* 0 per-tensor, 1 per-axis, 2 blocked */
+    int64_t block, nblk;
+} q_layout;
+
+static tdm_status *q_layout_make(const tdm_kernel_ctx *ctx, const tdm_tensor *x,
+                                 const tdm_tensor *scale, const tdm_tensor *zp, q_layout *l) {
+    const tdm_node *node = ctx->node;
+    memset(l, 0, sizeof *l);
+    l->pre = 1;
+    l->L = x->count;
+    l->post = 1;
+    int64_t block = ctx->opset >= 21 ? tdm_attr_int(node, "block_size", 0) : 0;
+    if (zp && (zp->rank != scale->rank || zp->count != scale->count))
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                              "zero point and scale must have the same shape");
+    if (block < 0) return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "block_size is negative");
+    if (scale->count == 1 && block == 0) return NULL;
+    if (x->rank == 0)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "per-axis scale for a scalar input");
+    int axis;
+    TDM_TRY(tdm_norm_axis(node, ctx->opset >= 13 ? tdm_attr_int(node, "axis", 1) : 1, x->rank,
+                          &axis));
+    l->L = x->dims[axis];
+    l->pre = 1;
+    for (int i = 0; i < axis; i++) l->pre *= x->dims[i];
+    for (int i = axis + 1; i < x->rank; i++) l->post *= x->dims[i];
+    if (block == 0) {
+        if (scale->rank != 1 || scale->count != l->L)
+            return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                                  "per-axis scale must be 1-D with %lld values", (long long)l->L);
+        l->kind = 1;
+        return NULL;
+    }
+    l->kind = 2;
+    l->block = block;
+    l->nblk = (l->L + block - 1) / block;
+    bool ok = scale->rank == x->rank;
+    for (int i = 0; ok && i < x->rank; i++)
+        ok = scale->dims[i] == (i == axis ? l->nblk : x->dims[i]);
+    if (!ok)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "blocked scale has the wrong shape");
+    return NULL;
+}
+
+static inline int64_t q_index(const q_layout *l, int64_t p, int64_t a, int64_t q) {
+    if (l->kind == 0) return 0;
+    if (l->kind == 1) return a;
+    return (p * l->nblk + a / l->block) * l->post + q;
+}
+
+tdm_status *tdm_misc_quantize_run(tdm_kernel_ctx *ctx) {
+    const tdm_tensor *x = ctx->in[0], *sc = ctx->in[1];
+    const tdm_tensor *zp = ctx->n_in > 2 ? ctx->in[2] : NULL;
+    tdm_tensor *y = ctx->out[0];
+    q_layout l;
+    TDM_TRY(q_layout_make(ctx, x, sc, zp, &l));
+    double lo, hi;
+    if (!q_range(y->dtype, &lo, &hi))
+        return tdm_node_error(ctx->node, TDM_ERR_UNSUPPORTED, "output type %s is not supported",
+                              tdm_dtype_name(y->dtype));
+    bool fx = x->dtype == TDM_FLOAT;
+    size_t es = tdm_dtype_elem_size(y->dtype);
+    for (int64_t p = 0; p < l.pre; p++)
+        for (int64_t a = 0; a < l.L; a++) {
+            int64_t base = (p * l.L + a) * l.post;
+            for (int64_t q = 0; q < l.post; q++) {
+                int64_t si = q_index(&l, p, a, q);
+                double s = tdm_tensor_get_f64(sc, si), z = zp ? tdm_tensor_get_f64(zp, si) : 0;
+                double v;
+                if (fx) v = (double)rintf(((const float *)x->data)[base + q] / (float)s);
+                else v = rint(tdm_tensor_get_f64(x, base + q) / s);
+                v += z;
+                if (!(v >= lo)) v = isnan(v) ? 0 : lo; /* NaN input: 0 + zero point below */
+                if (v > hi) v = hi;
+                tdm_misc_store_f64(y->dtype, v, (char *)y->data + (size_t)(base + q) * es);
+            }
+        }
+    return NULL;
+}
+
+tdm_status *tdm_misc_dequantize_run(tdm_kernel_ctx *ctx) {
+    const tdm_tensor *x = ctx->in[0], *sc = ctx->in[1];
+    const tdm_tensor *zp = ctx->n_in > 2 ? ctx->in[2] : NULL;
+    tdm_tensor *y = ctx->out[0];
+    q_layout l;
+    TDM_TRY(q_layout_make(ctx, x, sc, zp, &l));
+    if (zp && zp->dtype != x->dtype)
+        return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
+                              "zero point type differs from the input type");
+    size_t es = tdm_dtype_elem_size(y->dtype);
+    for (int64_t p = 0; p < l.pre; p++)
+        for (int64_t a = 0; a < l.L; a++) {
+            int64_t base = (p * l.L + a) * l.post;
+            for (int64_t q = 0; q < l.post; q++) {
+                int64_t si = q_index(&l, p, a, q);
+                float s = (float)tdm_tensor_get_f64(sc, si);
+                float z = zp ? (float)tdm_tensor_get_f64(zp, si) : 0.0f;
+                float v = ((float)tdm_tensor_get_f64(x, base + q) - z) * s;
+                if (y->dtype == TDM_FLOAT) ((float *)y->data)[base + q] = v;
+                else tdm_misc_store_f64(y->dtype, v, (char *)y->data + (size_t)(base + q) * es);
+            }
+        }
+    return NULL;
+}
+
+tdm_status *tdm_misc_dynquant_run(tdm_kernel_ctx *ctx) {
+    const tdm_tensor *x = ctx->in[0];
+    tdm_tensor *y = ctx->out[0];
+    if (x->dtype != TDM_FLOAT)
+        return tdm_node_error(ctx->node, TDM_ERR_UNSUPPORTED, "input must be float32");
+    const float *xd = x->data;
+    float mn = 0, mx = 0;
+    for (int64_t i = 0; i < x->count; i++) {
+        if (xd[i] < mn) mn = xd[i];
+        if (xd[i] > mx) mx = xd[i];
+    }
+    float scale = (mx == mn ? 1.0f : mx - mn) / 255.0f;
+    float z0 = 0.0f - mn / scale;
+    if (z0 < 0) z0 = 0;
+    if (z0 > 255) z0 = 255;
+    float zp = rintf(z0);
+    uint8_t *yd = y->data;
+    for (int64_t i = 0; i < x->count; i++) {
+        float v = rintf(xd[i] / scale) + zp;
+        yd[i] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v != v ? 0 : v);
+    }
+    if (ctx->n_out > 1 && ctx->out[1]) ((float *)ctx->out[1]->data)[0] = scale;
+    if (ctx->n_out > 2 && ctx->out[2]) ((uint8_t *)ctx->out[2]->data)[0] = (uint8_t)zp;
+    return NULL;
+}
+
+/* ---- integer matmul ---- */
+
+/* Element i of an 8/16/32-bit integer tensor as int32. */
+static inline int32_t ld_int(const tdm_tensor *t, int64_t i) {
+    switch (t->dtype) {
+    case TDM_UINT8: return ((const uint8_t *)t->data)[i];
+    case TDM_INT8: return ((const int8_t *)t->data)[i];
+    case TDM_UINT16: return ((const uint16_t *)t->data)[i];
+    case TDM_INT16: return ((const int16_t *)t->data)[i];
+    case TDM_INT32: return ((const int32_t *)t->data)[i];
+    default: return (int32_t)tdm_tensor_get_i64(t, i);
+    }
+}
+
+typedef struct imm_job {
+    const tdm_tensor *a, *b, *azp, *bzp;
+    int64_t M, K, N;
+    int yr;                        /* batch rank */
+    int64_t ydims[TDM_MAX_RANK], astr[TDM_MAX_RANK], bstr[TDM_MAX_RANK];
+    int32_t *bt;                   /* b - zp, transposed per b batch: [nbb, N, K] */
+    int64_t *acc;                  /* [batch, M, N] */
+} imm_job;
+
+static void imm_rows(void *arg, int64_t b, int64_t e) {
+    const imm_job *j = arg;
+    int32_t arow[4096];
+    for (int64_t u = b; u < e; u++) {
+        int64_t bi = u / j->M, m = u % j->M, rem = bi, ao = 0, bo = 0;
+        for (int d = j->yr - 1; d >= 0; d--) {
+            int64_t c = rem % j->ydims[d];
+            rem /= j->ydims[d];
+            ao += c * j->astr[d];
+            bo += c * j->bstr[d];
+        }
+        int32_t za = j->azp ? ld_int(j->azp, j->azp->count == 1 ? 0 : m) : 0;
+        int64_t *out = j->acc + u * j->N;
+        for (int64_t n = 0; n < j->N; n++) out[n] = 0;
+        for (int64_t k0 = 0; k0 < j->K; k0 += 4096) {
+            int64_t kn = j->K - k0 < 4096 ? j->K - k0 : 4096;
+            for (int64_t k = 0; k < kn; k++) arow[k] = ld_int(j->a, (ao * j->M + m) * j->K + k0 + k) - za;
+            for (int64_t n = 0; n < j->N; n++) {
+                const int32_t *bc = j->bt + (bo * j->N + n) * j->K + k0;
+                int64_t s = 0;
+                for (int64_t k = 0; k < kn; k++) s += (int64_t)arow[k] * bc[k];
+                out[n] += s;
+            }
+        }
+    }
+}
+
+/* acc[batch, M, N] = (a - a_zp) @ (b - b_zp) with numpy batch broadcasting against y. */
+static tdm_status *int_matmul(tdm_kernel_ctx *ctx, const tdm_tensor *a, const tdm_tensor *b,
+                              const tdm_tensor *azp, const tdm_tensor *bzp, const tdm_tensor *y,
+                              int64_t **acc_out, int64_t *M_out, int64_t *N_out) {
+    const tdm_node *node = ctx->node;
+    int64_t ad[TDM_MAX_RANK + 1], bd[TDM_MAX_RANK + 1];
+    int ar = a->rank, br = b->rank;
+    if (ar < 1 || br < 1) return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "scalar operand");
+    memcpy(ad, a->dims, sizeof(int64_t) * (size_t)ar);
+    memcpy(bd, b->dims, sizeof(int64_t) * (size_t)br);
+    if (ar == 1) { ad[1] = ad[0]; ad[0] = 1; ar = 2; }
+    if (br == 1) { bd[1] = 1; br = 2; }
+    int64_t M = ad[ar - 2], K = ad[ar - 1], N = bd[br - 1];
+    if (bd[br - 2] != K) return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "inner dims differ");
+    if (azp && azp->count != 1 && azp->count != M)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "a zero point must have 1 or M values");
+    if (bzp && bzp->count != 1 && bzp->count != N)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "b zero point must have 1 or N values");
+    imm_job j = {a, b, azp, bzp, M, K, N, 0};
+    int yb = y->rank - (a->rank == 1 ? 0 : 1) - (b->rank == 1 ? 0 : 1);
+    j.yr = yb;
+    memcpy(j.ydims, y->dims, sizeof(int64_t) * (size_t)yb);
+    tdm_broadcast_strides(ar - 2, ad, yb, j.ydims, j.astr);
+    tdm_broadcast_strides(br - 2, bd, yb, j.ydims, j.bstr);
+    int64_t nbb = 1, batch = 1;
+    for (int i = 0; i < br - 2; i++) nbb *= bd[i];
+    for (int i = 0; i < yb; i++) batch *= j.ydims[i];
+    size_t nbt, nacc;
+    if (!tdm_mul_size((size_t)(nbb * N), (size_t)K * sizeof(int32_t), &nbt) ||
+        !tdm_mul_size((size_t)(batch * M), (size_t)N * sizeof(int64_t), &nacc))
+        return tdm_node_error(node, TDM_ERR_LIMIT, "matmul too large");
+    j.bt = tdm_kscratch(ctx, nbt + 64);
+    j.acc = tdm_kscratch(ctx, nacc + 64);
+    if (!j.bt || !j.acc) {
+        tdm_free(ctx->alloc, j.bt);
+        tdm_free(ctx->alloc, j.acc);
+        return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory in integer matmul");
+    }
+    for (int64_t bb = 0; bb < nbb; bb++)
+        for (int64_t k = 0; k < K; k++)
+            for (int64_t n = 0; n < N; n++) {
+                int32_t z = bzp ? ld_int(bzp, bzp->count == 1 ? 0 : n) : 0;
+                j.bt[(bb * N + n) * K + k] = ld_int(b, (bb * K + k) * N + n) - z;
+            }
+    int64_t grain = N * K >= 4096 ? 1 : 4096 / (N * K + 1) + 1;
+    tdm_parallel_for(ctx->pool, batch * M, grain, imm_rows, &j);
+    tdm_free(ctx->alloc, j.bt);
+    *acc_out = j.acc;
+    *M_out = M;
+    *N_out = N;
+    return NULL;
+}
+
+tdm_status *tdm_misc_matmul_integer_run(tdm_kernel_ctx *ctx) {
+    tdm_tensor *y = ctx->out[0];
+    int64_t *acc, M, N;
+    TDM_TRY(int_matmul(ctx, ctx->in[0], ctx->in[1], ctx->n_in > 2 ? ctx->in[2] : NULL,
+                       ctx->n_in > 3 ? ctx->in[3] : NULL, y, &acc, &M, &N));
+    int32_t *yd = y->data;
+    for (int64_t i = 0; i < y->count; i++) yd[i] = (int32_t)(uint32_t)(uint64_t)acc[i];
+    tdm_free(ctx->alloc, acc);
+    return NULL;
+}
+
+/* Requantizes v = acc * multiplier + zero point (round half to even, saturate). */
+static void requant_store(tdm_dtype t, double v, void *dst) {
+    double lo = 0, hi = 0;
+    q_range(t, &lo, &hi);
+    v = v < lo ? lo : v > hi ? hi : v;
+    tdm_misc_store_f64(t, nearbyint(v), dst);
+}
+
+tdm_status *tdm_misc_qlinear_matmul_run(tdm_kernel_ctx *ctx) {
+    const tdm_tensor *const *in = ctx->in;
+    tdm_tensor *y = ctx->out[0];
+    const tdm_tensor *as = in[1], *bs = in[4], *ys = in[6], *yz = in[7];
+    double lo, hi;
+    if (!q_range(y->dtype, &lo, &hi))
+        return tdm_node_error(ctx->node, TDM_ERR_UNSUPPORTED, "unsupported output type");
+    int64_t *acc, M, N;
+    TDM_TRY(int_matmul(ctx, in[0], in[3], in[2], in[5], y, &acc, &M, &N));
+    tdm_status *st = NULL;
+    if ((as->count != 1 && as->count != M) || (bs->count != 1 && bs->count != N) ||
+        (ys->count != 1 && ys->count != M) || (yz && yz->count != ys->count)) {
+        st = tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
+                            "scales must be per-tensor, per-row (a, y) or per-column (b)");
+    } else {
+        size_t es = tdm_dtype_elem_size(y->dtype);
+        for (int64_t i = 0; i < y->count; i++) {
+            int64_t n = i % N, m = (i / N) % M;
+            int64_t ri = ys->count == 1 ? 0 : m;
+            float mult = (float)tdm_tensor_get_f64(as, as->count == 1 ? 0 : m) *
+                         (float)tdm_tensor_get_f64(bs, bs->count == 1 ? 0 : n) /
+                         (float)tdm_tensor_get_f64(ys, ri);
+            double v = (double)acc[i] * (double)mult + (yz ? tdm_tensor_get_f64(yz, ri) : 0);
+            requant_store(y->dtype, v, (char *)y->data + (size_t)i * es);
+        }
+    }
+    tdm_free(ctx->alloc, acc);
+    return st;
+}
+
+/* ---- integer convolution ---- */
+
+typedef struct iconv_job {
+    const int32_t *x, *w; /* zero points already subtracted */
+    const int32_t *bias;  /* [M] or NULL */
+    int64_t *acc;         /* [N, M, out spatial] */
+    int sp;
+    int64_t C, M, group, in_sp[TDM_MAX_RANK], out_sp[TDM_MAX_RANK], k[TDM_MAX_RANK];
+    int64_t stride[TDM_MAX_RANK], dil[TDM_MAX_RANK], pad[TDM_MAX_RANK];
+    int64_t in_plane, out_plane, k_plane;
+} iconv_job;
+
+static void iconv_planes(void *arg, int64_t b, int64_t e) {
+    const iconv_job *j = arg;
+    int64_t cg = j->C / j->group, mg = j->M / j->group;
+    for (int64_t u = b; u < e; u++) {
+        int64_t n = u / j->M, m = u % j->M, g = m / mg;
+        int64_t *out = j->acc + u * j->out_plane;
+        int64_t oc[TDM_MAX_RANK] = {0};
+        for (int64_t o = 0; o < j->out_plane; o++) {
+            int64_t s = j->bias ? j->bias[m] : 0;
+            for (int64_t c = 0; c < cg; c++) {
+                const int32_t *xp = j->x + (n * j->C + g * cg + c) * j->in_plane;
+                const int32_t *wp = j->w + (m * cg + c) * j->k_plane;
+                int64_t kc[TDM_MAX_RANK] = {0};
+                for (int64_t kk = 0; kk < j->k_plane; kk++) {
+                    int64_t off = 0;
+                    bool in = true;
+                    for (int d = 0; d < j->sp; d++) {
+                        int64_t p = oc[d] * j->stride[d] - j->pad[d] + kc[d] * j->dil[d];
+                        if (p < 0 || p >= j->in_sp[d]) { in = false; break; }
+                        off = off * j->in_sp[d] + p;
+                    }
+                    if (in) s += (int64_t)xp[off] * wp[kk];
+                    for (int d = j->sp - 1; d >= 0 && ++kc[d] == j->k[d]; d--) kc[d] = 0;
+                }
+            }
+            out[o] = s;
+            for (int d = j->sp - 1; d >= 0 && ++oc[d] == j->out_sp[d]; d--) oc[d] = 0;
+        }
+    }
+}
+
+/* acc[N, M, out...] = conv(x - x_zp, w - w_zp) + bias. */
+static tdm_status *int_conv(tdm_kernel_ctx *ctx, const tdm_tensor *x, const tdm_tensor *xzp,
+                            const tdm_tensor *w, const tdm_tensor *wzp, const tdm_tensor *bias,
+                            const tdm_tensor *y, int64_t **acc_out) {
+    const tdm_node *node = ctx->node;
+    int r = x->rank, sp = r - 2;
+    if (r < 3 || w->rank != r || y->rank != r)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "bad conv input ranks");
+    iconv_job j = {0};
+    j.sp = sp;
+    j.C = x->dims[1];
+    j.M = w->dims[0];
+    j.group = tdm_attr_int(node, "group", 1);
+    if (j.group < 1 || j.C % j.group || j.M % j.group || w->dims[1] != j.C / j.group)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "channels do not match the group count");
+    if (xzp && xzp->count != 1)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "x zero point must be a scalar");
+    if (wzp && wzp->count != 1 && wzp->count != j.M)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "w zero point must have 1 or M values");
+    if (bias && (bias->count != j.M || bias->dtype != TDM_INT32))
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "bias must be int32 with M values");
+    size_t ns = 0, nd = 0, np = 0;
+    const int64_t *st = tdm_attr_ints(node, "strides", &ns);
+    const int64_t *dl = tdm_attr_ints(node, "dilations", &nd);
+    const int64_t *pd = tdm_attr_ints(node, "pads", &np);
+    const char *ap = tdm_attr_string(node, "auto_pad", "NOTSET");
+    j.in_plane = j.out_plane = j.k_plane = 1;
+    for (int d = 0; d < sp; d++) {
+        j.in_sp[d] = x->dims[2 + d];
+        j.out_sp[d] = y->dims[2 + d];
+        j.k[d] = w->dims[2 + d];
+        j.stride[d] = st && ns == (size_t)sp ? st[d] : 1;
+        j.dil[d] = dl && nd == (size_t)sp ? dl[d] : 1;
+        if (j.stride[d] < 1 || j.dil[d] < 1)
+            return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "bad strides or dilations");
+        if (!strcmp(ap, "SAME_UPPER") || !strcmp(ap, "SAME_LOWER")) {
+            int64_t tot = (j.out_sp[d] - 1) * j.stride[d] + (j.k[d] - 1) * j.dil[d] + 1 - j.in_sp[d];
+            if (tot < 0) tot = 0;
+            j.pad[d] = !strcmp(ap, "SAME_UPPER") ? tot / 2 : tot - tot / 2;
+        } else if (!strcmp(ap, "VALID")) {
+            j.pad[d] = 0;
+        } else {
+            j.pad[d] = pd && np == 2 * (size_t)sp ? pd[d] : 0;
+        }
+        j.in_plane *= j.in_sp[d];
+        j.out_plane *= j.out_sp[d];
+        j.k_plane *= j.k[d];
+    }
+    if (y->dims[0] != x->dims[0] || y->dims[1] != j.M)
+        return tdm_node_error(node, TDM_ERR_INTERNAL, "output shape mismatch");
+    int32_t *xs = tdm_kscratch(ctx, (size_t)x->count * 4 + 64);
+    int32_t *ws = tdm_kscratch(ctx, (size_t)w->count * 4 + 64);
+    int32_t *bs = bias ? tdm_kscratch(ctx, (size_t)j.M * 4 + 64) : NULL;
+    int64_t *acc = tdm_kscratch(ctx, (size_t)y->count * 8 + 64);
+    if (!xs || !ws || !acc || (bias && !bs)) {
+        tdm_free(ctx->alloc, xs);
+        tdm_free(ctx->alloc, ws);
+        tdm_free(ctx->alloc, bs);
+        tdm_free(ctx->alloc, acc);
+        return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory in integer conv");
+    }
+    int32_t xz = xzp ? ld_int(xzp, 0) : 0;
+    for (int64_t i = 0; i < x->count; i++) xs[i] = ld_int(x, i) - xz;
+    int64_t per_m = w->count / (j.M ? j.M : 1);
+    for (int64_t i = 0; i < w->count; i++)
+        ws[i] = ld_int(w, i) - (wzp ? ld_int(wzp, wzp->count == 1 ? 0 : i / per_m) : 0);
+    for (int64_t m = 0; bias && m < j.M; m++) bs[m] = ((const int32_t *)bias->data)[m];
+    j.x = xs;
+    j.w = ws;
+    j.bias = bs;
+    j.acc = acc;
+    if (j.out_plane > 0) tdm_parallel_for(ctx->pool, x->dims[0] * j.M, 1, iconv_planes, &j);
+    tdm_free(ctx->alloc, xs);
+    tdm_free(ctx->alloc, ws);
+    tdm_free(ctx->alloc, bs);
+    *acc_out = acc;
+    return NULL;
+}
+
+tdm_status *tdm_misc_conv_integer_run(tdm_kernel_ctx *ctx) {
+    tdm_tensor *y = ctx->out[0];
+    int64_t *acc;
+    TDM_TRY(int_conv(ctx, ctx->in[0], ctx->n_in > 2 ? ctx->in[2] : NULL, ctx->in[1],
+                     ctx->n_in > 3 ? ctx->in[3] : NULL, NULL, y, &acc));
+    int32_t *yd = y->data;
+    for (int64_t i = 0; i < y->count; i++) yd[i] = (int32_t)(uint32_t)(uint64_t)acc[i];
+    tdm_free(ctx->alloc, acc);
+    return NULL;
+}
+
+tdm_status *tdm_misc_qlinear_conv_run(tdm_kernel_ctx *ctx) {
+    const tdm_tensor *const *in = ctx->in;
+    tdm_tensor *y = ctx->out[0];
+    const tdm_tensor *xs = in[1], *ws = in[4], *ys = in[6], *yz = in[7];
+    double lo, hi;
+    if (!q_range(y->dtype, &lo, &hi))
+        return tdm_node_error(ctx->node, TDM_ERR_UNSUPPORTED, "unsupported output type");
+    int64_t M = in[3]->dims[0];
+    if (xs->count != 1 || ys->count != 1 || (yz && yz->count != 1) ||
+        (ws->count != 1 && ws->count != M))
+        return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
+                              "scales must be per-tensor (w: or per output channel)");
+    int64_t *acc;
+    TDM_TRY(int_conv(ctx, in[0], in[2], in[3], in[5], ctx->n_in > 8 ? in[8] : NULL, y, &acc));
+    int64_t plane = y->count / (y->dims[0] * M > 0 ? y->dims[0] * M : 1);
+    float fx = (float)tdm_tensor_get_f64(xs, 0), fy = (float)tdm_tensor_get_f64(ys, 0);
+    double z = yz ? tdm_tensor_get_f64(yz, 0) : 0;
+    size_t es = tdm_dtype_elem_size(y->dtype);
+    for (int64_t i = 0; i < y->count; i++) {
+        int64_t m = (i / plane) % M;
+        float mult = fx * (float)tdm_tensor_get_f64(ws, ws->count == 1 ? 0 : m) / fy;
+        requant_store(y->dtype, (double)acc[i] * (double)mult + z, (char *)y->data + (size_t)i * es);
+    }
+    tdm_free(ctx->alloc, acc);
+    return NULL;
+}

@@ -1,0 +1,134 @@
+/* Core: status objects, checked shapes, tensors, float16/bfloat16, thread pool. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "core/half.h"
+#include "core/status.h"
+#include "core/tensor.h"
+#include "core/threadpool.h"
+
+static void test_status(void **state) {
+    (void)state;
+    assert_int_equal(tdm_status_code(NULL), TDM_OK);
+    assert_string_equal(tdm_status_message(NULL), "ok");
+    tdm_status *st = TDM_ERR(TDM_ERR_INVALID_MODEL, "node '%s' is bad", "n1");
+    assert_int_equal(tdm_status_code(st), TDM_ERR_INVALID_MODEL);
+    assert_string_equal(tdm_status_message(st), "node 'n1' is bad");
+    st = tdm_status_wrap(st, "loading '%s': ", "m.onnx");
+    assert_string_equal(tdm_status_message(st), "loading 'm.onnx': node 'n1' is bad");
+    assert_int_equal(tdm_status_code(st), TDM_ERR_INVALID_MODEL);
+    tdm_status_free(st);
+    tdm_status_free(NULL);
+    assert_string_equal(tdm_code_name(TDM_ERR_LIMIT), "limit exceeded");
+    assert_string_equal(tdm_code_name((tdm_code)999), "unknown");
+    /* a status with code OK is never produced: it would read as success */
+    st = tdm_status_new(TDM_OK, "x");
+    assert_int_not_equal(tdm_status_code(st), TDM_OK);
+    tdm_status_free(st);
+}
+
+static void test_shape_count(void **state) {
+    (void)state;
+    int64_t count;
+    size_t bytes;
+    int64_t ok[3] = {2, 3, 4};
+    assert_null(tdm_shape_count(3, ok, TDM_FLOAT, "t", &count, &bytes));
+    assert_int_equal(count, 24);
+    assert_int_equal(bytes, 96);
+    int64_t neg[2] = {2, -1};
+    tdm_status *st = tdm_shape_count(2, neg, TDM_FLOAT, "t", &count, &bytes);
+    assert_non_null(st);
+    assert_int_equal(tdm_status_code(st), TDM_ERR_INVALID_ARGUMENT);
+    tdm_status_free(st);
+    int64_t big[3] = {INT64_C(1) << 40, INT64_C(1) << 40, 16};
+    st = tdm_shape_count(3, big, TDM_FLOAT, "t", &count, &bytes);
+    assert_non_null(st);
+    assert_int_equal(tdm_status_code(st), TDM_ERR_LIMIT);
+    tdm_status_free(st);
+    int64_t huge[1] = {INT64_C(1) << 39}; /* 2^39 floats = 2 TiB > limit */
+    st = tdm_shape_count(1, huge, TDM_FLOAT, "t", &count, &bytes);
+    assert_non_null(st);
+    tdm_status_free(st);
+    st = tdm_shape_count(TDM_MAX_RANK + 1, ok, TDM_FLOAT, "t", &count, &bytes);
+    assert_non_null(st);
+    tdm_status_free(st);
+    int64_t zero[2] = {0, 5};
+    assert_null(tdm_shape_count(2, zero, TDM_INT64, "t", &count, &bytes));
+    assert_int_equal(count, 0);
+}
+
+static void test_tensor_clone_strings(void **state) {
+    (void)state;
+    int64_t dims[1] = {2};
+    tdm_tensor *t = NULL, *c = NULL;
+    assert_null(tdm_tensor_new(NULL, TDM_STRING, 1, dims, &t));
+    assert_null(tdm_tensor_set_string(t, 0, "hello", 5));
+    assert_null(tdm_tensor_set_string(t, 1, "wor\0ld", 3));
+    tdm_status *st = tdm_tensor_set_string(t, 2, "x", 1);
+    assert_non_null(st);
+    tdm_status_free(st);
+    assert_null(tdm_tensor_clone(NULL, t, &c));
+    assert_string_equal(((char **)c->data)[0], "hello");
+    assert_string_equal(((char **)c->data)[1], "wor");
+    assert_ptr_not_equal(((char **)c->data)[0], ((char **)t->data)[0]);
+    tdm_tensor_destroy(t);
+    tdm_tensor_destroy(c);
+}
+
+static void test_half(void **state) {
+    (void)state;
+    const float vals[] = {0.0f, 1.0f, -2.5f, 65504.0f, 6.103515625e-05f, 5.9604645e-08f, 0.1f};
+    for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
+        float back = tdm_f16_to_f32(tdm_f32_to_f16(vals[i]));
+        float tol = vals[i] * (1.0f / 1024) + 1e-7f;
+        if (tol < 0) tol = -tol;
+        assert_true(back - vals[i] <= tol && vals[i] - back <= tol);
+    }
+    assert_int_equal(tdm_f32_to_f16(1e6f), 0x7c00);         /* overflow to inf */
+    assert_int_equal(tdm_f32_to_f16(1.0f), 0x3c00);
+    assert_int_equal(tdm_f32_to_f16(5.9604645e-08f), 0x0001); /* smallest subnormal */
+    assert_int_equal(tdm_f32_to_f16(1.00048828125f), 0x3c00); /* tie rounds to even */
+    assert_int_equal(tdm_f32_to_bf16(1.0f), 0x3f80);
+    assert_true(tdm_bf16_to_f32(tdm_f32_to_bf16(3.140625f)) == 3.140625f);
+}
+
+typedef struct sum_arg {
+    int64_t *out;
+} sum_arg;
+
+static void square_range(void *arg, int64_t b, int64_t e) {
+    sum_arg *s = arg;
+    for (int64_t i = b; i < e; i++) s->out[i] = i * i;
+}
+
+static void test_threadpool(void **state) {
+    (void)state;
+    for (int threads = 1; threads <= 4; threads++) {
+        tdm_threadpool *p = NULL;
+        assert_null(tdm_threadpool_create(threads, &p));
+        assert_int_equal(tdm_threadpool_size(p), threads);
+        enum { N = 10007 };
+        static int64_t out[N];
+        memset(out, 0, sizeof out);
+        sum_arg a = {out};
+        for (int rep = 0; rep < 50; rep++) tdm_parallel_for(p, N, 7, square_range, &a);
+        for (int64_t i = 0; i < N; i++) assert_int_equal(out[i], i * i);
+        tdm_parallel_for(p, 0, 1, square_range, &a); /* empty range: no call */
+        tdm_threadpool_free(p);
+    }
+    tdm_threadpool_free(NULL);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_status),     cmocka_unit_test(test_shape_count),
+        cmocka_unit_test(test_tensor_clone_strings), cmocka_unit_test(test_half),
+        cmocka_unit_test(test_threadpool),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
