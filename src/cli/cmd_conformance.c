@@ -65,7 +65,7 @@ static result run_one(const char *dir, const conf_opts *o, char *why, size_t why
     int sets = 0;
     for (int set = 0; r == R_PASS; set++) {
         char sd[4096];
-        snprintf(sd, sizeof sd, "%s/test_data_set_%d", dir, set);
+        snprintf(sd, sizeof sd, "%.4000s/test_data_set_%d", dir, set);
         if (!file_exists(sd)) break;
         sets++;
         tdm_tensor *ins[64] = {0}, *outs[64] = {0}, *want[64] = {0};
@@ -77,7 +77,7 @@ static result run_one(const char *dir, const conf_opts *o, char *why, size_t why
             break;
         }
         for (size_t i = 0; i < n_in && r == R_PASS; i++) {
-            snprintf(path, sizeof path, "%s/input_%zu.pb", sd, i);
+            snprintf(path, sizeof path, "%.4000s/input_%zu.pb", sd, i);
             if (!file_exists(path)) continue; /* optional input left out */
             tdm_value_desc d;
             tdm_model_input(m, i, &d);
@@ -96,7 +96,7 @@ static result run_one(const char *dir, const conf_opts *o, char *why, size_t why
             tdm_value_desc d;
             tdm_model_output(m, j, &d);
             onames[j] = d.name;
-            snprintf(path, sizeof path, "%s/output_%zu.pb", sd, j);
+            snprintf(path, sizeof path, "%.4000s/output_%zu.pb", sd, j);
             if ((st = tdm_tensor_load_onnx(env, path, &want[j]))) {
                 snprintf(why, why_size, "output %zu: %s", j, tdm_status_message(st));
                 tdm_status_free(st);
@@ -178,7 +178,7 @@ static result run_forked(const char *dir, const conf_opts *o, int timeout_s, cha
     }
     snprintf(why, why_size, "%s", buf + 1);
     if (WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) != 0)) {
-        snprintf(why, why_size, "crashed after reporting (%s)", buf + 1);
+        snprintf(why, why_size, "crashed after reporting (%.900s)", buf + 1);
         return R_FAIL;
     }
     return (result)buf[0];
@@ -244,7 +244,11 @@ int cmd_conformance(int argc, char **argv) {
     size_t n = 0, cap = 0;
     struct dirent *e;
     while ((e = readdir(d))) {
-        if (strncmp(e->d_name, "test_", 5)) continue;
+        /* a test is any sub-folder holding a model.onnx */
+        if (e->d_name[0] == '.') continue;
+        char mp[4096];
+        snprintf(mp, sizeof mp, "%s/%s/model.onnx", dir, e->d_name);
+        if (!file_exists(mp)) continue;
         if (filter && regexec(&re, e->d_name, 0, NULL, 0) != 0) continue;
         if (n == cap) {
             cap = cap ? cap * 2 : 256;
@@ -313,12 +317,15 @@ int cmd_conformance(int argc, char **argv) {
     }
     if (lf) fclose(lf);
     if (expect) printf("%d regressions against %s\n", regressions, expect);
+    if (n == 0) fprintf(stderr, "tandem conformance: no tests found in '%s'%s\n", dir,
+                        filter ? " matching the filter" : "");
     printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
     for (size_t i = 0; i < n; i++) free(names[i]);
     free(names);
     for (size_t k = 0; k < n_exp; k++) free(expected[k]);
     free(expected);
     free(ran_pass);
+    if (n == 0) return 1;
     if (expect) return regressions ? 1 : 0;
     return failed ? 1 : 0;
 }

@@ -1,4 +1,5 @@
 /* TensorProto -> tdm_tensor with every count and size checked. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -110,8 +111,10 @@ tdm_status *tdm_onnx_convert_tensor(const Onnx__TensorProto *tp, const tdm_alloc
     }
     int64_t count = 0;
     size_t nbytes = 0;
-    tdm_status *st = tdm_shape_count((int)tp->n_dims, dims, (tdm_dtype)dt, name, &count, &nbytes);
-    if (st) return tdm_status_wrap(st, "tensor '%s': ", name);
+    char what[300];
+    snprintf(what, sizeof what, "tensor '%s'", name);
+    tdm_status *st = tdm_shape_count((int)tp->n_dims, dims, (tdm_dtype)dt, what, &count, &nbytes);
+    if (st) return st;
     tdm_tensor *t = NULL;
     TDM_TRY(tdm_tensor_new(a, (tdm_dtype)dt, (int)tp->n_dims, dims, &t));
 

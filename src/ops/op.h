@@ -85,7 +85,10 @@ tdm_status *tdm_node_error(const tdm_node *node, tdm_code code, const char *fmt,
     X(nn)                                                                                \
     X(shape)                                                                             \
     X(reduce)                                                                            \
-    X(misc)
+    X(misc)                                                                              \
+    X(rnn)                                                                               \
+    X(text)                                                                              \
+    X(control)
 
 #define TDM_X_(fam)                                                                      \
     extern const tdm_op_schema tdm_ops_##fam[];                                          \

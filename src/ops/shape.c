@@ -93,11 +93,23 @@ static tdm_status *infer_reshape(tdm_infer_ctx *c) {
                               "shape has both 0 and -1 while allowzero is set");
     y->rank = n;
     if (x->rank < 0) return NULL;
-    int64_t total = 0, rest = 1;
-    bool known;
-    TDM_TRY(known_count(c, x, 0, x->rank, &total, &known));
+    /* A dim copied by 0 appears on both sides: when unknown it cancels out, so
+     * [N,3,4] -> [0,-1] still gives [N,12]. */
+    int64_t total = 1, rest = 1;
+    bool known = true, cancelled = false;
+    for (int i = 0; i < x->rank; i++) {
+        bool copied = i < n && shp[i] == 0 && !allowzero;
+        if (copied && x->dims[i] < 0) {
+            cancelled = true; /* (a zero-sized copied dim would make any shape valid) */
+            continue;
+        }
+        if (x->dims[i] < 0) known = false;
+        else if (!tdm_mul_i64(total, x->dims[i], &total))
+            return tdm_node_error(c->node, TDM_ERR_LIMIT, "element count overflows");
+    }
     for (int i = 0; i < n; i++) {
-        if (i == neg) continue;
+        bool copied = shp[i] == 0 && !allowzero;
+        if (i == neg || (copied && y->dims[i] < 0)) continue;
         if (y->dims[i] < 0) {
             known = false;
             continue;
@@ -107,6 +119,7 @@ static tdm_status *infer_reshape(tdm_infer_ctx *c) {
     }
     if (!known) return NULL;
     char a[128], b[128];
+    if (cancelled && (neg >= 0 ? rest == 0 || total % rest != 0 : rest != total)) return NULL;
     if (neg >= 0) {
         if (rest == 0 || total % rest != 0)
             return tdm_node_error(c->node, TDM_ERR_INVALID_ARGUMENT, "cannot reshape %s into %s",

@@ -101,7 +101,7 @@ tdm_status *tdm_shape_infer_concat(tdm_infer_ctx *c) {
             if (y->dims[d] >= 0 && y->dims[d] != x) {
                 char a[128], b[128];
                 return tdm_node_error(c->node, TDM_ERR_INVALID_ARGUMENT,
-                                      "input %d shape %s does not match %s off axis %d", k,
+                                      "input %d shape %s differs from %s outside axis %d", k,
                                       tdm_shape_str(v->rank, v->dims, a, sizeof a),
                                       tdm_shape_str(c->in[0].rank, c->in[0].dims, b, sizeof b),
                                       axis);

@@ -77,9 +77,11 @@ static tdm_status *place(tdm_plan *p, const tdm_plan_options *opts) {
         }
     }
     if (n_missing)
-        return TDM_ERR(TDM_ERR_UNSUPPORTED, "%d node%s cannot run on %s%s: %s", n_missing,
-                       n_missing > 1 ? "s" : "", opts->no_fallback ? "" : "any of the devices ",
-                       opts->no_fallback ? p->devices[0]->name : "", missing);
+        return TDM_ERR(TDM_ERR_UNSUPPORTED, "%d node%s cannot run on %s: %s", n_missing,
+                       n_missing > 1 ? "s" : "",
+                       opts->no_fallback || p->n_devices == 1 ? p->devices[0]->name
+                                                              : "any of the devices",
+                       missing);
     return NULL;
 }
 

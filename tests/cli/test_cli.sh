@@ -35,8 +35,8 @@ expect run-unknown-option nonzero "unknown option" "$T" run "$M" --bogus
 expect run-garbage nonzero "invalid model" sh -c "head -c 64 /dev/urandom > $tmp/g.onnx; \"$T\" run $tmp/g.onnx --random"
 expect run-missing-input nonzero "was not given" "$T" run "$M"
 expect run-bad-device nonzero "not available" "$T" run "$M" --random --devices cuda:7
-expect run-default 0 "float32 \[1,10\]" "$T" run "$M" --input "input=$SRC/models/default/input.npy" --output-dir "$tmp/o"
-expect run-wrote-npy 0 "" test -s "$tmp/o/output.npy"
+expect run-default 0 "probabilities: float32 \[1,10\]" "$T" run "$M" --input "input=$SRC/models/default/input.npy" --output-dir "$tmp/o"
+expect run-wrote-npy 0 "" test -s "$tmp/o/probabilities.npy"
 expect run-random 0 "float32" "$T" run "$M" --random --threads 1
 expect run-bad-npy nonzero "not a .npy" sh -c "echo hello > $tmp/x.npy; \"$T\" run $M --input input=$tmp/x.npy"
 expect inspect 0 "operators:" "$T" inspect "$M"

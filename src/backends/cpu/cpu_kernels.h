@@ -14,7 +14,10 @@
     X(nn)                                                                                \
     X(shape)                                                                             \
     X(reduce)                                                                            \
-    X(misc)
+    X(misc)                                                                              \
+    X(rnn)                                                                               \
+    X(text)                                                                              \
+    X(control)
 
 #define TDM_X_(fam)                                                                      \
     extern const tdm_kernel_def tdm_cpu_kernels_##fam[];                                 \

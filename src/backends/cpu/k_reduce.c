@@ -25,7 +25,7 @@ enum { RD_POST_NONE, RD_POST_MEAN, RD_POST_SQRT, RD_POST_LOG };
 #define RT_LOW (-INFINITY)
 #define RT_HIGH INFINITY
 #define RT_ABS(v) fabsf(v)
-#define RT_EXP expf
+#define RT_EXP tdm_rd_expf
 #define RT_LOG logf
 #define RT_SQRT sqrtf
 #include "backends/cpu/k_reduce_tmpl_pass.h"

@@ -11,7 +11,7 @@
 
 #define T float
 #define SFX f32
-#define RT_EXP expf
+#define RT_EXP tdm_rd_expf
 #define RT_LOG logf
 #define RT_SQRT sqrtf
 #include "backends/cpu/k_reduce_tmpl_smx.h"

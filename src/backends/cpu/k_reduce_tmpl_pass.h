@@ -49,28 +49,44 @@ static T FN(row)(const T *x, int64_t R, int acc, int map) {
     }
     case RD_ACC_MAX:
     case RD_ACC_MIN: {
-        T m[8];
-        for (int k = 0; k < 8; k++) m[k] = x[0];
+        /* 64 independent lanes so that the loops vectorize */
+        T m = x[0];
         int64_t r = 1;
-        if (acc == RD_ACC_MAX) {
-            for (; r + 8 <= R; r += 8)
-                for (int k = 0; k < 8; k++) m[k] = RT_GT(x[r + k], m[k]) ? x[r + k] : m[k];
-            for (; r < R; r++) m[0] = RT_GT(x[r], m[0]) ? x[r] : m[0];
-            for (int k = 1; k < 8; k++) m[0] = RT_GT(m[k], m[0]) ? m[k] : m[0];
-        } else {
-            for (; r + 8 <= R; r += 8)
-                for (int k = 0; k < 8; k++) m[k] = RT_LT(x[r + k], m[k]) ? x[r + k] : m[k];
-            for (; r < R; r++) m[0] = RT_LT(x[r], m[0]) ? x[r] : m[0];
-            for (int k = 1; k < 8; k++) m[0] = RT_LT(m[k], m[0]) ? m[k] : m[0];
+        if (R >= 128) {
+            T v[64];
+            for (int k = 0; k < 64; k++) v[k] = x[k];
+            for (r = 64; r + 64 <= R; r += 64) {
+                const T *xr = x + r;
+                if (acc == RD_ACC_MAX) {
+                    for (int k = 0; k < 64; k++) v[k] = RT_GT(xr[k], v[k]) ? xr[k] : v[k];
+                } else {
+                    for (int k = 0; k < 64; k++) v[k] = RT_LT(xr[k], v[k]) ? xr[k] : v[k];
+                }
+            }
+            for (int k = 0; k < 64; k++) {
+                if (acc == RD_ACC_MAX) m = RT_GT(v[k], m) ? v[k] : m;
+                else m = RT_LT(v[k], m) ? v[k] : m;
+            }
         }
-        return m[0];
+        if (acc == RD_ACC_MAX) {
+            for (; r < R; r++) m = RT_GT(x[r], m) ? x[r] : m;
+        } else {
+            for (; r < R; r++) m = RT_LT(x[r], m) ? x[r] : m;
+        }
+        return m;
     }
 #if RT_FLOAT
     case RD_ACC_LSE: {
         T m = FN(row)(x, R, RD_ACC_MAX, RD_MAP_NONE);
         T sh = isfinite(m) ? m : 0;
+        T v[64];
+        for (int k = 0; k < 64; k++) v[k] = 0;
+        int64_t r = 0;
+        for (; r + 64 <= R; r += 64)
+            for (int k = 0; k < 64; k++) v[k] += RT_EXP(x[r + k] - sh);
+        for (; r < R; r++) v[0] += RT_EXP(x[r] - sh);
         T s = 0;
-        for (int64_t r = 0; r < R; r++) s += RT_EXP(x[r] - sh);
+        for (int k = 0; k < 64; k++) s += v[k];
         return RT_LOG(s) + sh;
     }
 #endif

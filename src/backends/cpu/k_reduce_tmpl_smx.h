@@ -13,15 +13,29 @@ typedef struct FN(smx_arg) {
     int mode;
 } FN(smx_arg);
 
+/* Max of a row, in 64 independent lanes so that the loop vectorizes. */
 static T FN(row_max)(const T *x, int64_t N) {
-    T m[8];
-    for (int k = 0; k < 8; k++) m[k] = x[0];
-    int64_t r = 1;
+    T m = x[0];
+    int64_t r = 0;
+    if (N >= 128) {
+        T v[64];
+        for (int k = 0; k < 64; k++) v[k] = x[k];
+        for (r = 64; r + 64 <= N; r += 64)
+            for (int k = 0; k < 64; k++) v[k] = x[r + k] > v[k] ? x[r + k] : v[k];
+        for (int k = 0; k < 64; k++) m = v[k] > m ? v[k] : m;
+    }
+    for (; r < N; r++) m = x[r] > m ? x[r] : m;
+    return m;
+}
+
+/* Sum of a row in 8 lanes. */
+static T FN(row_sum)(const T *x, int64_t N) {
+    T s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t r = 0;
     for (; r + 8 <= N; r += 8)
-        for (int k = 0; k < 8; k++) m[k] = x[r + k] > m[k] ? x[r + k] : m[k];
-    for (; r < N; r++) m[0] = x[r] > m[0] ? x[r] : m[0];
-    for (int k = 1; k < 8; k++) m[0] = m[k] > m[0] ? m[k] : m[0];
-    return m[0];
+        for (int k = 0; k < 8; k++) s[k] += x[r + k];
+    for (; r < N; r++) s[0] += x[r];
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
 
 static void FN(smx_rows)(void *p, int64_t b, int64_t e) {
@@ -39,17 +53,12 @@ static void FN(smx_rows)(void *p, int64_t b, int64_t e) {
             continue;
         }
         T m = FN(row_max)(x, N);
-        T s = 0;
+        for (int64_t r = 0; r < N; r++) y[r] = RT_EXP(x[r] - m);
+        T s = FN(row_sum)(y, N);
         if (a->mode == 0) {
-            for (int64_t r = 0; r < N; r++) {
-                T v = RT_EXP(x[r] - m);
-                y[r] = v;
-                s += v;
-            }
             T inv = 1 / s;
             for (int64_t r = 0; r < N; r++) y[r] *= inv;
         } else {
-            for (int64_t r = 0; r < N; r++) s += RT_EXP(x[r] - m);
             T ls = RT_LOG(s);
             for (int64_t r = 0; r < N; r++) y[r] = (x[r] - m) - ls;
         }

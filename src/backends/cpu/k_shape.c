@@ -21,12 +21,39 @@ static tdm_status *k_copy(tdm_kernel_ctx *ctx) {
 
 /* ---- Dropout -------------------------------------------------------------------------- */
 
-/* splitmix64: a small deterministic generator seeded per run (no global state). */
-static uint64_t next_u64(uint64_t *s) {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+/* MT19937 with numpy's legacy double draw (two outputs -> 53 bits), so that a given `seed`
+ * drops the same elements as the ONNX reference (np.random.seed(seed); uniform(0, 1)).
+ * The state lives on the stack of each run: no global state. */
+typedef struct mt_state {
+    uint32_t mt[624];
+    int i;
+} mt_state;
+
+static void mt_seed(mt_state *s, uint32_t seed) {
+    s->mt[0] = seed;
+    for (int i = 1; i < 624; i++)
+        s->mt[i] = 1812433253u * (s->mt[i - 1] ^ (s->mt[i - 1] >> 30)) + (uint32_t)i;
+    s->i = 624;
+}
+
+static uint32_t mt_next(mt_state *s) {
+    if (s->i >= 624) {
+        for (int k = 0; k < 624; k++) {
+            uint32_t y = (s->mt[k] & 0x80000000u) | (s->mt[(k + 1) % 624] & 0x7fffffffu);
+            s->mt[k] = s->mt[(k + 397) % 624] ^ (y >> 1) ^ ((y & 1u) ? 0x9908b0dfu : 0u);
+        }
+        s->i = 0;
+    }
+    uint32_t y = s->mt[s->i++];
+    y ^= y >> 11;
+    y ^= (y << 7) & 0x9d2c5680u;
+    y ^= (y << 15) & 0xefc60000u;
+    return y ^ (y >> 18);
+}
+
+static double mt_double(mt_state *s) {
+    uint32_t a = mt_next(s) >> 5, b = mt_next(s) >> 6;
+    return (a * 67108864.0 + b) / 9007199254740992.0;
 }
 
 static tdm_status *k_dropout(tdm_kernel_ctx *ctx) {
@@ -53,11 +80,12 @@ static tdm_status *k_dropout(tdm_kernel_ctx *ctx) {
         return NULL;
     }
     /* Training mode: drop with probability `ratio`, scale the rest by 1 / (1 - ratio). */
-    uint64_t state = (uint64_t)tdm_attr_int(ctx->node, "seed", 0x5eed);
+    mt_state rng;
+    mt_seed(&rng, (uint32_t)tdm_attr_int(ctx->node, "seed", 0));
     double scale = ratio < 1 ? 1.0 / (1.0 - ratio) : 0;
     size_t es = tdm_dtype_elem_size(x->dtype);
     for (int64_t i = 0; i < x->count; i++) {
-        double u = (double)(next_u64(&state) >> 11) * (1.0 / 9007199254740992.0);
+        double u = mt_double(&rng);
         bool keep = u >= ratio;
         double v = keep ? tdm_tensor_get_f64(x, i) * scale : 0;
         tdm_kshape_store(x->dtype, (char *)y->data + (size_t)i * es, v);
