@@ -28,6 +28,13 @@ struct tdm_kernel_ctx {
     /* Creates out[i] with the given dtype and shape (data-dependent ops). */
     tdm_status *(*alloc_output)(tdm_kernel_ctx *ctx, int i, tdm_dtype dtype, int rank,
                                 const int64_t *dims);
+    /* Runs a subgraph of this node (If/Loop/Scan bodies): `in` bind the body's inputs in
+     * order, values the body reads from enclosing scopes come from the running graph, and
+     * out[0..n_out) receive new tensors (caller frees). */
+    tdm_status *(*run_subgraph)(tdm_kernel_ctx *ctx, const struct tdm_graph *body, int n_in,
+                                const tdm_tensor *const *in, int n_out, tdm_tensor **out);
+    void *exec; /* the executor's frame (for run_subgraph) */
+    struct tdm_device *device; /* the device running the kernel */
 };
 
 typedef tdm_status *(*tdm_kernel_fn)(tdm_kernel_ctx *ctx);

@@ -31,7 +31,7 @@ void tdm_free(const tdm_allocator *a, void *p) {
 char *tdm_strndup(const tdm_allocator *a, const char *s, size_t n) {
     char *d = tdm_alloc(a, n + 1);
     if (!d) return NULL;
-    memcpy(d, s, n);
+    if (n) memcpy(d, s, n);
     d[n] = 0;
     return d;
 }

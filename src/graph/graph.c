@@ -100,6 +100,7 @@ void tdm_graph_free(tdm_graph *g) {
         tdm_free(a, n->domain);
         tdm_free(a, n->inputs);
         tdm_free(a, n->outputs);
+        tdm_free(a, n->implicit);
         for (int k = 0; k < n->n_attrs; k++) tdm_attr_clear(a, &n->attrs[k]);
         tdm_free(a, n->attrs);
     }
@@ -226,6 +227,14 @@ tdm_status *tdm_graph_finalize(tdm_graph *g) {
                 n_edges++;
             }
         }
+        for (int k = 0; k < n->n_implicit; k++) {
+            tdm_value *val = &g->values[n->implicit[k]];
+            val->n_consumers++;
+            if (val->producer >= 0) {
+                indeg[i]++;
+                n_edges++;
+            }
+        }
     }
     for (size_t o = 0; o < g->n_outputs; o++) {
         tdm_value *val = &g->values[g->outputs[o]];
@@ -240,20 +249,30 @@ tdm_status *tdm_graph_finalize(tdm_graph *g) {
         st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory sorting the graph");
         goto done;
     }
-    for (size_t i = 0; i < nn; i++)
+    for (size_t i = 0; i < nn; i++) {
         for (int k = 0; k < g->nodes[i].n_inputs; k++) {
             int v = g->nodes[i].inputs[k];
             if (v >= 0 && g->values[v].producer >= 0) first_use[g->values[v].producer + 1]++;
         }
+        for (int k = 0; k < g->nodes[i].n_implicit; k++) {
+            int v = g->nodes[i].implicit[k];
+            if (g->values[v].producer >= 0) first_use[g->values[v].producer + 1]++;
+        }
+    }
     for (size_t i = 0; i < nn; i++) first_use[i + 1] += first_use[i];
     {
         int *fill = order; /* reuse as cursor temporarily */
         for (size_t i = 0; i < nn; i++) fill[i] = first_use[i];
-        for (size_t i = 0; i < nn; i++)
+        for (size_t i = 0; i < nn; i++) {
             for (int k = 0; k < g->nodes[i].n_inputs; k++) {
                 int v = g->nodes[i].inputs[k];
                 if (v >= 0 && g->values[v].producer >= 0) adj[fill[g->values[v].producer]++] = (int)i;
             }
+            for (int k = 0; k < g->nodes[i].n_implicit; k++) {
+                int v = g->nodes[i].implicit[k];
+                if (g->values[v].producer >= 0) adj[fill[g->values[v].producer]++] = (int)i;
+            }
+        }
     }
     /* queue of ready nodes in index order */
     size_t head = 0, tail = 0;
@@ -290,11 +309,19 @@ tdm_status *tdm_graph_finalize(tdm_graph *g) {
                 if (v >= 0) g->values[v].producer = (int)i;
             }
     }
-    /* schemas and opsets */
-    for (size_t i = 0; i < nn; i++) {
+    /* schemas and opsets; subgraphs are finalized with their node (depth is bounded by the
+     * loader) */
+    for (size_t i = 0; i < nn && !st; i++) {
         tdm_node *n = &g->nodes[i];
         n->opset = (int)tdm_graph_opset(g, n->domain);
         n->schema = tdm_op_find(n->domain, n->op_type, n->opset);
+        for (int k = 0; k < n->n_attrs && !st; k++) {
+            tdm_attr *at = &n->attrs[k];
+            if (at->type == TDM_ATTR_GRAPH) st = tdm_graph_finalize(at->g);
+            if (at->type == TDM_ATTR_GRAPHS)
+                for (size_t j = 0; j < at->n && !st; j++) st = tdm_graph_finalize(at->graphs[j]);
+            if (st) st = tdm_status_wrap(st, "subgraph '%s' of node '%s': ", at->name, n->name);
+        }
     }
 done:
     tdm_free(a, indeg);

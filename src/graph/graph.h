@@ -77,6 +77,10 @@ typedef struct tdm_node {
     int n_attrs;
     tdm_attr *attrs;
     const struct tdm_op_schema *schema; /* resolved at finalize; NULL if unknown op */
+    int n_implicit;
+    int *implicit; /* values that the node's subgraphs read from this graph's scope (If/Loop
+                      bodies name them directly): dependencies like inputs, but not passed
+                      to the kernel */
     int device;    /* placement: index into the session's device list; -1 unplaced */
     bool dead;     /* removed by a pass (skipped, compacted later) */
 } tdm_node;

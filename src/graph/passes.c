@@ -91,21 +91,6 @@ tdm_status *tdm_graph_fold_constants(tdm_graph *g, tdm_fold_fn eval, void *user,
     return NULL;
 }
 
-static void mark_outer_live(tdm_graph *g, const tdm_graph *sub, bool *live) {
-    for (size_t v = 0; v < sub->n_values; v++) {
-        if (!sub->values[v].is_outer) continue;
-        int o = tdm_graph_find_value(g, sub->values[v].name);
-        if (o >= 0) live[o] = true;
-    }
-    for (size_t i = 0; i < sub->n_nodes; i++)
-        for (int k = 0; k < sub->nodes[i].n_attrs; k++) {
-            const tdm_attr *a = &sub->nodes[i].attrs[k];
-            if (a->type == TDM_ATTR_GRAPH) mark_outer_live(g, a->g, live);
-            if (a->type == TDM_ATTR_GRAPHS)
-                for (size_t j = 0; j < a->n; j++) mark_outer_live(g, a->graphs[j], live);
-        }
-}
-
 tdm_status *tdm_graph_remove_dead(tdm_graph *g, int *removed) {
     bool *live = tdm_calloc(g->alloc, g->n_values ? g->n_values : 1, sizeof(bool));
     if (!live) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory in dead-node removal");
@@ -124,12 +109,7 @@ tdm_status *tdm_graph_remove_dead(tdm_graph *g, int *removed) {
         }
         for (int k = 0; k < n->n_inputs; k++)
             if (n->inputs[k] >= 0) live[n->inputs[k]] = true;
-        for (int k = 0; k < n->n_attrs; k++) {
-            const tdm_attr *a = &n->attrs[k];
-            if (a->type == TDM_ATTR_GRAPH) mark_outer_live(g, a->g, live);
-            if (a->type == TDM_ATTR_GRAPHS)
-                for (size_t j = 0; j < a->n; j++) mark_outer_live(g, a->graphs[j], live);
-        }
+        for (int k = 0; k < n->n_implicit; k++) live[n->implicit[k]] = true;
     }
     tdm_free(g->alloc, live);
     *removed = count;
@@ -149,18 +129,14 @@ tdm_status *tdm_graph_compact(tdm_graph *g) {
         tdm_free(g->alloc, n->domain);
         tdm_free(g->alloc, n->inputs);
         tdm_free(g->alloc, n->outputs);
+        tdm_free(g->alloc, n->implicit);
         for (int k = 0; k < n->n_attrs; k++) tdm_attr_clear(g->alloc, &n->attrs[k]);
         tdm_free(g->alloc, n->attrs);
     }
     g->n_nodes = w;
     TDM_TRY(tdm_graph_finalize(g));
-    /* constants nobody reads any more free their memory (not when subgraphs may read
-     * values of this graph by name) */
-    for (size_t i = 0; i < g->n_nodes; i++)
-        for (int k = 0; k < g->nodes[i].n_attrs; k++)
-            if (g->nodes[i].attrs[k].type == TDM_ATTR_GRAPH ||
-                g->nodes[i].attrs[k].type == TDM_ATTR_GRAPHS)
-                return NULL;
+    /* constants nobody reads any more free their memory (subgraph reads count as reads
+     * through the nodes' implicit inputs) */
     for (size_t v = 0; v < g->n_values; v++) {
         tdm_value *val = &g->values[v];
         if (val->data && val->n_consumers == 0 && !val->is_output && !val->is_input) {

@@ -200,6 +200,27 @@ static tdm_status *resolve_input(tdm_graph *g, const char *name, int *out) {
     return NULL;
 }
 
+/* Records, as implicit inputs of node ni, the values of g that its subgraphs read by name. */
+static tdm_status *add_implicit(tdm_graph *g, int ni, const tdm_graph *sub) {
+    for (size_t v = 0; v < sub->n_values; v++) {
+        if (!sub->values[v].is_outer) continue;
+        int idx;
+        TDM_TRY(resolve_input(g, sub->values[v].name, &idx));
+        tdm_node *n = &g->nodes[ni];
+        bool dup = false;
+        for (int k = 0; k < n->n_implicit; k++)
+            if (n->implicit[k] == idx) dup = true;
+        if (dup) continue;
+        int *arr = tdm_alloc(g->alloc, (size_t)(n->n_implicit + 1) * sizeof(int));
+        if (!arr) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
+        if (n->n_implicit) memcpy(arr, n->implicit, (size_t)n->n_implicit * sizeof(int));
+        tdm_free(g->alloc, n->implicit);
+        n->implicit = arr;
+        n->implicit[n->n_implicit++] = idx;
+    }
+    return NULL;
+}
+
 static tdm_status *convert_graph(conv *c, const Onnx__GraphProto *gp, tdm_graph *parent,
                                  int depth, tdm_graph **out) {
     if (depth > TDM_MAX_SUBGRAPH_DEPTH)
@@ -339,6 +360,14 @@ static tdm_status *convert_graph(conv *c, const Onnx__GraphProto *gp, tdm_graph 
         if ((st = fill_type(g, val, vi->type, depth == 0))) goto fail;
         g->outputs[g->n_outputs++] = v;
     }
+    for (size_t i = 0; i < g->n_nodes && !st; i++)
+        for (int k = 0; k < g->nodes[i].n_attrs && !st; k++) {
+            const tdm_attr *at = &g->nodes[i].attrs[k];
+            if (at->type == TDM_ATTR_GRAPH) st = add_implicit(g, (int)i, at->g);
+            if (at->type == TDM_ATTR_GRAPHS)
+                for (size_t j = 0; j < at->n && !st; j++) st = add_implicit(g, (int)i, at->graphs[j]);
+        }
+    if (st) goto fail;
     for (size_t i = 0; i < gp->n_value_info; i++) {
         const Onnx__ValueInfoProto *vi = gp->value_info[i];
         if (!vi->name) continue;

@@ -1,6 +1,7 @@
 /* Runs plans node by node. Each node: shapes from the schema's infer on the real inputs,
  * outputs allocated, kernel executed on the node's device; values are released after their
- * last reader. */
+ * last reader. Subgraphs (If/Loop/Scan bodies) run through the same loop in a child frame
+ * whose outer-scope names resolve in the enclosing frames. */
 #include <string.h>
 
 #include "core/alloc.h"
@@ -9,6 +10,22 @@
 #include "sched/plan.h"
 
 #define MAX_IO 4096
+
+typedef struct frame frame;
+struct frame {
+    const tdm_graph *g;
+    const tdm_tensor **vals; /* per value: the tensor, borrowed or owned */
+    bool *owned;
+    const int *release_after; /* per value: last reader's node index (-1 = keep) */
+    const frame *parent;
+    const tdm_plan *plan;     /* main graph only: devices, kernels */
+    tdm_device *dev;          /* subgraphs: the device of the control-flow node */
+    const tdm_allocator *a;
+    tdm_threadpool *pool;
+};
+
+static tdm_status *run_subgraph(tdm_kernel_ctx *ctx, const tdm_graph *body, int n_in,
+                                const tdm_tensor *const *in, int n_out, tdm_tensor **out);
 
 static tdm_status *kctx_alloc_output(tdm_kernel_ctx *ctx, int i, tdm_dtype dtype, int rank,
                                      const int64_t *dims) {
@@ -26,7 +43,7 @@ static tdm_status *kctx_alloc_output(tdm_kernel_ctx *ctx, int i, tdm_dtype dtype
 
 static tdm_status *run_node(tdm_device *dev, const tdm_kernel_def *k, void *state,
                             const tdm_allocator *a, tdm_threadpool *pool, const tdm_node *n,
-                            const tdm_tensor *const *ins, tdm_tensor **outs) {
+                            const tdm_tensor *const *ins, tdm_tensor **outs, frame *f) {
     if (!n->schema)
         return TDM_ERR(TDM_ERR_UNSUPPORTED, "operator %s%s%s (node '%s') is not supported",
                        n->domain[0] ? n->domain : "", n->domain[0] ? "." : "", n->op_type, n->name);
@@ -108,7 +125,8 @@ static tdm_status *run_node(tdm_device *dev, const tdm_kernel_def *k, void *stat
         tdm_kernel_ctx kctx = {
             .node = n, .opset = n->opset, .n_in = n->n_inputs, .in = ins,
             .n_out = n->n_outputs, .out = outs, .pool = pool, .alloc = a, .state = state,
-            .alloc_output = kctx_alloc_output,
+            .alloc_output = kctx_alloc_output, .run_subgraph = run_subgraph, .exec = f,
+            .device = dev,
         };
         st = tdm_device_execute(dev, k, &kctx);
     }
@@ -135,7 +153,165 @@ done:
 
 tdm_status *tdm_eval_node(tdm_device *cpu, const tdm_allocator *a, const tdm_node *n,
                           const tdm_tensor *const *ins, tdm_tensor **outs) {
-    return run_node(cpu, NULL, NULL, a, NULL, n, ins, outs);
+    return run_node(cpu, NULL, NULL, a, NULL, n, ins, outs, NULL);
+}
+
+static void release(frame *f, int v, int node) {
+    if (v >= 0 && f->owned[v] && f->release_after[v] == node) {
+        tdm_tensor_destroy((tdm_tensor *)f->vals[v]);
+        f->vals[v] = NULL;
+        f->owned[v] = false;
+    }
+}
+
+/* Runs every node of f->g in order. f->vals holds the inputs and constants. */
+static tdm_status *exec_frame(frame *f) {
+    const tdm_graph *g = f->g;
+    size_t max_in = 1, max_out = 1;
+    for (size_t i = 0; i < g->n_nodes; i++) {
+        if ((size_t)g->nodes[i].n_inputs > max_in) max_in = (size_t)g->nodes[i].n_inputs;
+        if ((size_t)g->nodes[i].n_outputs > max_out) max_out = (size_t)g->nodes[i].n_outputs;
+    }
+    const tdm_tensor **ins = tdm_calloc(f->a, max_in, sizeof *ins);
+    tdm_tensor **outs = tdm_calloc(f->a, max_out, sizeof *outs);
+    tdm_status *st = NULL;
+    if (!ins || !outs) {
+        st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory starting a run");
+        goto done;
+    }
+    for (size_t i = 0; i < g->n_nodes; i++) {
+        const tdm_node *n = &g->nodes[i];
+        for (int k = 0; k < n->n_inputs; k++) {
+            int v = n->inputs[k];
+            ins[k] = v >= 0 ? f->vals[v] : NULL;
+            if (v >= 0 && !ins[k]) {
+                st = TDM_ERR(TDM_ERR_INTERNAL, "%s node '%s' reads '%s', which is not available",
+                             n->op_type, n->name, g->values[v].name);
+                goto done;
+            }
+        }
+        tdm_device *dev = f->dev;
+        const tdm_kernel_def *k = NULL;
+        void *state = NULL;
+        if (f->plan) {
+            dev = f->plan->devices[n->device >= 0 ? n->device : 0];
+            k = f->plan->nodes[i].kernel;
+            state = f->plan->nodes[i].state;
+        }
+        st = run_node(dev, k, state, f->a, f->pool, n, (const tdm_tensor *const *)ins, outs, f);
+        if (st) goto done;
+        for (int k2 = 0; k2 < n->n_outputs; k2++) {
+            int v = n->outputs[k2];
+            if (v < 0) {
+                tdm_tensor_destroy(outs[k2]);
+                continue;
+            }
+            if (f->owned[v]) tdm_tensor_destroy((tdm_tensor *)f->vals[v]);
+            f->vals[v] = outs[k2];
+            f->owned[v] = true;
+        }
+        for (int k2 = 0; k2 < n->n_inputs; k2++) release(f, n->inputs[k2], (int)i);
+        for (int k2 = 0; k2 < n->n_implicit; k2++) release(f, n->implicit[k2], (int)i);
+        for (int k2 = 0; k2 < n->n_outputs; k2++) release(f, n->outputs[k2], (int)i);
+    }
+done:
+    tdm_free(f->a, ins);
+    tdm_free(f->a, outs);
+    return st;
+}
+
+static void frame_clear(frame *f) {
+    if (f->vals && f->owned)
+        for (size_t v = 0; v < f->g->n_values; v++)
+            if (f->owned[v]) tdm_tensor_destroy((tdm_tensor *)f->vals[v]);
+    tdm_free(f->a, f->vals);
+    tdm_free(f->a, f->owned);
+}
+
+/* Moves (or copies) the values listed in `which` out of the frame. */
+static tdm_status *take_outputs(frame *f, const int *which, size_t n, tdm_tensor **out) {
+    size_t handed = 0;
+    tdm_status *st = NULL;
+    for (size_t j = 0; j < n; j++, handed++) {
+        int v = which[j];
+        if (!f->vals[v]) {
+            st = TDM_ERR(TDM_ERR_INTERNAL, "output '%s' was not computed", f->g->values[v].name);
+            break;
+        }
+        if (f->owned[v]) {
+            out[j] = (tdm_tensor *)f->vals[v];
+            f->owned[v] = false; /* moved; a second mention of the same value is copied */
+        } else if ((st = tdm_tensor_clone(f->a, f->vals[v], &out[j]))) {
+            break;
+        }
+    }
+    if (st) /* the caller gets nothing on failure */
+        for (size_t j = 0; j < handed; j++) {
+            tdm_tensor_destroy(out[j]);
+            out[j] = NULL;
+        }
+    return st;
+}
+
+static const tdm_tensor *lookup_outer(const frame *f, const char *name) {
+    for (; f; f = f->parent) {
+        int v = tdm_graph_find_value(f->g, name);
+        if (v >= 0 && f->vals[v]) return f->vals[v];
+    }
+    return NULL;
+}
+
+static tdm_status *run_subgraph(tdm_kernel_ctx *ctx, const tdm_graph *body, int n_in,
+                                const tdm_tensor *const *in, int n_out, tdm_tensor **out) {
+    const frame *parent = ctx->exec;
+    if (!parent)
+        return TDM_ERR(TDM_ERR_UNSUPPORTED, "%s node '%s': subgraphs cannot run here",
+                       ctx->node->op_type, ctx->node->name);
+    if ((size_t)n_in != body->n_inputs && (size_t)n_in > body->n_inputs)
+        return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "%s node '%s': the body takes %zu inputs, got %d",
+                       ctx->node->op_type, ctx->node->name, body->n_inputs, n_in);
+    if ((size_t)n_out != body->n_outputs)
+        return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "%s node '%s': the body has %zu outputs, need %d",
+                       ctx->node->op_type, ctx->node->name, body->n_outputs, n_out);
+    frame f = {.g = body, .parent = parent, .dev = ctx->device, .a = ctx->alloc, .pool = ctx->pool};
+    size_t nv = body->n_values ? body->n_values : 1;
+    f.vals = tdm_calloc(f.a, nv, sizeof *f.vals);
+    f.owned = tdm_calloc(f.a, nv, sizeof *f.owned);
+    int *rel = tdm_calloc(f.a, nv, sizeof *rel);
+    tdm_status *st = NULL;
+    if (!f.vals || !f.owned || !rel) {
+        st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory running a subgraph");
+        goto done;
+    }
+    f.release_after = rel;
+    for (size_t v = 0; v < body->n_values; v++) {
+        rel[v] = -1;
+        const tdm_value *val = &body->values[v];
+        if (val->data) f.vals[v] = val->data;
+        if (val->is_outer && !(f.vals[v] = lookup_outer(parent, val->name))) {
+            st = TDM_ERR(TDM_ERR_INTERNAL, "%s node '%s': outer value '%s' is not available",
+                         ctx->node->op_type, ctx->node->name, val->name);
+            goto done;
+        }
+    }
+    for (int i = 0; i < n_in; i++) f.vals[body->inputs[i]] = in[i];
+    for (size_t i = 0; i < body->n_nodes; i++) {
+        const tdm_node *n = &body->nodes[i];
+        for (int k = 0; k < n->n_inputs; k++)
+            if (n->inputs[k] >= 0) rel[n->inputs[k]] = (int)i;
+        for (int k = 0; k < n->n_implicit; k++) rel[n->implicit[k]] = (int)i;
+        for (int k = 0; k < n->n_outputs; k++)
+            if (n->outputs[k] >= 0 && rel[n->outputs[k]] < (int)i) rel[n->outputs[k]] = (int)i;
+    }
+    for (size_t o = 0; o < body->n_outputs; o++) rel[body->outputs[o]] = -1;
+    if ((st = exec_frame(&f))) goto done;
+    st = take_outputs(&f, body->outputs, (size_t)n_out, out);
+done:
+    frame_clear(&f);
+    tdm_free(ctx->alloc, rel);
+    return st ? tdm_status_wrap(st, "in the body of %s node '%s': ", ctx->node->op_type,
+                                ctx->node->name)
+              : NULL;
 }
 
 static tdm_status *check_input(const tdm_value *v, const tdm_tensor *t) {
@@ -159,105 +335,31 @@ static tdm_status *check_input(const tdm_value *v, const tdm_tensor *t) {
 
 tdm_status *tdm_plan_run(tdm_plan *p, const tdm_tensor *const *inputs, tdm_tensor **outputs) {
     tdm_graph *g = p->graph;
-    const tdm_allocator *a = p->alloc;
-    size_t nv = g->n_values;
-    const tdm_tensor **vals = tdm_calloc(a, nv ? nv : 1, sizeof *vals);
-    bool *owned = tdm_calloc(a, nv ? nv : 1, sizeof *owned);
-    tdm_tensor **outs = NULL;
-    const tdm_tensor **ins = NULL;
+    size_t nv = g->n_values ? g->n_values : 1;
+    frame f = {.g = g, .release_after = p->release_after, .plan = p, .a = p->alloc,
+               .pool = p->pool};
+    f.vals = tdm_calloc(f.a, nv, sizeof *f.vals);
+    f.owned = tdm_calloc(f.a, nv, sizeof *f.owned);
     tdm_status *st = NULL;
-    size_t max_in = 1, max_out = 1;
-    for (size_t i = 0; i < g->n_nodes; i++) {
-        if ((size_t)g->nodes[i].n_inputs > max_in) max_in = (size_t)g->nodes[i].n_inputs;
-        if ((size_t)g->nodes[i].n_outputs > max_out) max_out = (size_t)g->nodes[i].n_outputs;
-    }
-    ins = tdm_calloc(a, max_in, sizeof *ins);
-    outs = tdm_calloc(a, max_out, sizeof *outs);
-    if (!vals || !owned || !ins || !outs) {
+    if (!f.vals || !f.owned) {
         st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory starting a run");
         goto done;
     }
-    for (size_t v = 0; v < nv; v++)
-        if (g->values[v].data) vals[v] = g->values[v].data;
+    for (size_t v = 0; v < g->n_values; v++)
+        if (g->values[v].data) f.vals[v] = g->values[v].data;
     for (size_t i = 0; i < g->n_inputs; i++) {
         int v = g->inputs[i];
         if (inputs[i]) {
             if ((st = check_input(&g->values[v], inputs[i]))) goto done;
-            vals[v] = inputs[i];
+            f.vals[v] = inputs[i];
         } else if (!g->values[v].data) {
             st = TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "input '%s' was not given", g->values[v].name);
             goto done;
         }
     }
-    for (size_t i = 0; i < g->n_nodes; i++) {
-        const tdm_node *n = &g->nodes[i];
-        for (int k = 0; k < n->n_inputs; k++) {
-            int v = n->inputs[k];
-            ins[k] = v >= 0 ? vals[v] : NULL;
-            if (v >= 0 && !ins[k]) {
-                st = TDM_ERR(TDM_ERR_UNSUPPORTED,
-                             "%s node '%s' reads '%s', which is not available (outer-scope values "
-                             "are not supported)", n->op_type, n->name, g->values[v].name);
-                goto done;
-            }
-        }
-        tdm_device *dev = p->devices[n->device >= 0 ? n->device : 0];
-        st = run_node(dev, p->nodes[i].kernel, p->nodes[i].state, a, p->pool, n,
-                      (const tdm_tensor *const *)ins, outs);
-        if (st) goto done;
-        for (int k = 0; k < n->n_outputs; k++) {
-            int v = n->outputs[k];
-            if (v < 0) {
-                tdm_tensor_destroy(outs[k]);
-                continue;
-            }
-            vals[v] = outs[k];
-            owned[v] = true;
-        }
-        /* release values whose last reader was this node */
-        for (int k = 0; k < n->n_inputs; k++) {
-            int v = n->inputs[k];
-            if (v >= 0 && owned[v] && p->release_after[v] == (int)i) {
-                tdm_tensor_destroy((tdm_tensor *)vals[v]);
-                vals[v] = NULL;
-                owned[v] = false;
-            }
-        }
-        for (int k = 0; k < n->n_outputs; k++) {
-            int v = n->outputs[k];
-            if (v >= 0 && owned[v] && p->release_after[v] == (int)i) {
-                tdm_tensor_destroy((tdm_tensor *)vals[v]);
-                vals[v] = NULL;
-                owned[v] = false;
-            }
-        }
-    }
-    size_t handed = 0;
-    for (size_t j = 0; j < g->n_outputs; j++, handed++) {
-        int v = g->outputs[j];
-        if (!vals[v]) {
-            st = TDM_ERR(TDM_ERR_INTERNAL, "output '%s' was not computed", g->values[v].name);
-            break;
-        }
-        if (owned[v]) {
-            outputs[j] = (tdm_tensor *)vals[v];
-            owned[v] = false; /* moved; a second mention of the same value is cloned */
-        } else if ((st = tdm_tensor_clone(a, vals[v], &outputs[j]))) {
-            break;
-        }
-    }
-    if (st) /* the caller gets nothing on failure */
-        for (size_t j = 0; j < handed; j++) {
-            tdm_tensor_destroy(outputs[j]);
-            outputs[j] = NULL;
-        }
+    if ((st = exec_frame(&f))) goto done;
+    st = take_outputs(&f, g->outputs, g->n_outputs, outputs);
 done:
-    if (vals)
-        for (size_t v = 0; v < nv; v++)
-            if (owned && owned[v]) tdm_tensor_destroy((tdm_tensor *)vals[v]);
-    tdm_free(a, vals);
-    tdm_free(a, owned);
-    tdm_free(a, ins);
-    tdm_free(a, outs);
+    frame_clear(&f);
     return st;
 }

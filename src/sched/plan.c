@@ -111,6 +111,7 @@ static void lifetimes(tdm_plan *p) {
             if (n->outputs[k] >= 0) p->release_after[n->outputs[k]] = (int)i;
         for (int k = 0; k < n->n_inputs; k++)
             if (n->inputs[k] >= 0) p->release_after[n->inputs[k]] = (int)i;
+        for (int k = 0; k < n->n_implicit; k++) p->release_after[n->implicit[k]] = (int)i;
     }
     for (size_t o = 0; o < g->n_outputs; o++) p->release_after[g->outputs[o]] = -1;
 }
