@@ -88,7 +88,8 @@ tdm_status *tdm_node_error(const tdm_node *node, tdm_code code, const char *fmt,
     X(misc)                                                                              \
     X(rnn)                                                                               \
     X(text)                                                                              \
-    X(control)
+    X(control)                                                                           \
+    X(fused)
 
 #define TDM_X_(fam)                                                                      \
     extern const tdm_op_schema tdm_ops_##fam[];                                          \

@@ -9,6 +9,7 @@
 #include "ops/op.h"
 
 #define TDM_CPU_FAMILIES(X)                                                              \
+    X(dnnl) /* first: oneDNN fast paths win the lookup; generic kernels remain the fallback */ \
     X(unary)                                                                             \
     X(binary)                                                                            \
     X(nn)                                                                                \
@@ -17,7 +18,8 @@
     X(misc)                                                                              \
     X(rnn)                                                                               \
     X(text)                                                                              \
-    X(control)
+    X(control)                                                                           \
+    X(fused)
 
 #define TDM_X_(fam)                                                                      \
     extern const tdm_kernel_def tdm_cpu_kernels_##fam[];                                 \

@@ -1,0 +1,28 @@
+/* tandem's internal fused operators (domain "tandem"). Graph passes (src/graph/fuse_*.c)
+ * rewrite standard ONNX patterns into them; the CPU backend runs them with oneDNN post-ops
+ * (k_dnnl_*.c) or with the reference kernels (k_fused.c). They never appear in a model file.
+ *
+ * FusedConv   inputs: X, W, B (optional), Z (optional, same shape as Y)
+ *             attributes: every Conv attribute (auto_pad, dilations, group, kernel_shape,
+ *             pads, strides) plus
+ *               activation: string, one of "" (none), "Relu", "LeakyRelu", "Clip",
+ *                           "Sigmoid", "Tanh", "HardSigmoid", "HardSwish"
+ *               activation_params: floats — LeakyRelu {alpha}; Clip {min, max};
+ *                           HardSigmoid {alpha, beta}
+ *             Y = activation(Conv(X, W) + B + Z)       (Z is added before the activation)
+ *
+ * FusedMatMul inputs: A, B, bias (optional, 1-D of size N, broadcast over the last axis)
+ *             attributes: activation: "", "Relu", "Gelu" (erf form), "GeluTanh"
+ *             Y = activation(MatMul(A, B) + bias)      (MatMul's numpy batching rules)
+ *
+ * Attention   inputs: Q [B,H,S,D], K [B,H,T,D], V [B,H,T,Dv], mask (optional, additive,
+ *             broadcastable to [B,H,S,T])
+ *             attributes: scale (float, default 1/sqrt(D))
+ *             Y [B,H,S,Dv] = Softmax(Q·K^T · scale + mask, last axis) · V
+ */
+#ifndef TDM_OPS_FUSED_H
+#define TDM_OPS_FUSED_H
+
+#define TDM_FUSED_DOMAIN "tandem"
+
+#endif
