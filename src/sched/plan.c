@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "graph/fuse.h"
 #include "graph/infer.h"
 #include "sched/plan.h"
 
@@ -24,7 +25,7 @@ static tdm_device *find_cpu(tdm_device **devs, int n) {
 }
 
 /* Graph passes (opt_level >= 1): constant folding (to a fixed point, since folding a Shape
- * makes its consumers constant), dead-node removal, then static shapes again. */
+ * makes its consumers constant), dead-node removal, then fusion, then static shapes again. */
 static tdm_status *optimise(tdm_graph *g, tdm_device *cpu, const tdm_allocator *a) {
     fold_ctx fc = {cpu, a};
     for (int round = 0; round < 8; round++) {
@@ -32,6 +33,12 @@ static tdm_status *optimise(tdm_graph *g, tdm_device *cpu, const tdm_allocator *
         TDM_TRY(tdm_graph_fold_constants(g, fold_eval, &fc, &folded));
         TDM_TRY(tdm_graph_remove_dead(g, &removed));
         if (folded == 0 && removed == 0) break;
+        TDM_TRY(tdm_graph_compact(g));
+        TDM_TRY(tdm_graph_infer_shapes(g));
+    }
+    int fused = 0;
+    TDM_TRY(tdm_graph_fuse(g, &fused));
+    if (fused) {
         TDM_TRY(tdm_graph_compact(g));
         TDM_TRY(tdm_graph_infer_shapes(g));
     }
