@@ -376,6 +376,7 @@ static tdm_status *infer_eyelike(tdm_infer_ctx *c) {
     tdm_value_info *y = &c->out[0];
     tdm_infer_copy(y, x);
     int64_t dt = tdm_attr_int(c->node, "dtype", (int64_t)x->dtype);
+    if (dt == TDM_UNDEFINED && !tdm_node_attr(c->node, "dtype")) return NULL; /* not known yet */
     if (dt <= 0 || dt >= TDM_DTYPE_COUNT || dt == TDM_STRING || dt == TDM_COMPLEX64 ||
         dt == TDM_COMPLEX128)
         return tdm_node_error(c->node, TDM_ERR_INVALID_ARGUMENT, "unsupported dtype %lld",

@@ -464,14 +464,19 @@ tdm_status *tdm_shape_infer_tile(tdm_infer_ctx *c) {
     const tdm_value_info *x = &c->in[0], *r = &c->in[1];
     tdm_value_info *y = &c->out[0];
     y->dtype = x->dtype;
-    if (x->rank < 0) return NULL;
     if (!r->data) {
-        set_unknown_dims(y, x->rank);
+        if (x->rank >= 0) set_unknown_dims(y, x->rank);
         return NULL;
     }
     int64_t rep[TDM_MAX_RANK];
     int n;
     TDM_TRY(tdm_read_ints(c->node, "repeats", r->data, rep, TDM_MAX_RANK, &n));
+    if (x->rank < 0) {
+        set_unknown_dims(y, n);
+        for (int d = 0; d < n; d++)
+            if (rep[d] == 0) y->dims[d] = 0;
+        return NULL;
+    }
     if (n != x->rank)
         return tdm_node_error(c->node, TDM_ERR_INVALID_ARGUMENT, "%d repeats for rank %d", n,
                               x->rank);

@@ -264,7 +264,9 @@ static void gemm_naive(const gemm_args *g, int64_t m0, int64_t m1, int64_t n0, i
         } else if (g->beta != 1.0f) {
             for (int64_t j = n0; j < n1; j++) cr[j] *= g->beta;
         }
-        if (!g->tb) {
+        if (!g->tb && !g->ta && g->ldb == 1 && n1 - n0 == 1) { /* B is one contiguous column */
+            cr[n0] += g->alpha * dot_f32(g->A + i * g->lda, g->B + n0, g->K);
+        } else if (!g->tb) {
             for (int64_t k = 0; k < g->K; k++) {
                 float a = g->alpha * (g->ta ? g->A[k * g->lda + i] : g->A[i * g->lda + k]);
                 const float *br = g->B + k * g->ldb;
@@ -283,6 +285,17 @@ static void gemm_naive(const gemm_args *g, int64_t m0, int64_t m1, int64_t n0, i
             }
         }
     }
+}
+
+typedef struct naive_job {
+    const gemm_args *g;
+    bool by_cols; /* split N (else M) */
+} naive_job;
+
+static void gemm_naive_task(void *arg, int64_t b, int64_t e) {
+    const naive_job *j = arg;
+    if (j->by_cols) gemm_naive(j->g, 0, j->g->M, b, e);
+    else gemm_naive(j->g, b, e, 0, j->g->N);
 }
 
 /* Blocked product for the C tile [m0, m1) x [n0, n1). */
@@ -359,13 +372,19 @@ void tdm_sgemm(tdm_threadpool *pool, bool transA, bool transB, int64_t M, int64_
         return;
     }
     double flops = 2.0 * (double)M * (double)N * (double)K;
-    /* Tiny products and single rows/columns: packing does not pay. */
-    if (flops < 32768.0 || M == 1) {
-        gemm_naive(&g, 0, M, 0, N);
+    int threads = tdm_threadpool_size(pool);
+    /* Tiny products and matrix-vector products: packing does not pay. */
+    if (flops < 32768.0 || M == 1 || N == 1) {
+        if (threads > 1 && flops >= 1.0e6) {
+            naive_job nj = {&g, M == 1};
+            int64_t n = M == 1 ? N : M;
+            tdm_parallel_for(pool, n, M == 1 ? 256 : 16, gemm_naive_task, &nj);
+        } else {
+            gemm_naive(&g, 0, M, 0, N);
+        }
         return;
     }
     gemm_job job = {&g, gemm_pick_arch(), M, N, 1};
-    int threads = tdm_threadpool_size(pool);
     if (threads > 1 && flops >= 4.0e6) {
         /* Aim for a few tiles per thread: cut N into stripes first (A is repacked per
          * stripe, which is cheap), then M. */

@@ -3,7 +3,9 @@
  * Conv lowers each (image, group) to one GEMM: W_g[M/g, C/g*k] x col[C/g*k, out], where col
  * is the im2col expansion of the input (skipped for 1x1 stride-1 unpadded convolutions,
  * whose input already has that layout). The expansion is built for a range of outer output
- * rows at a time to bound scratch memory. Depthwise 2-D convolutions use a direct loop.
+ * rows at a time (about 1 MiB, so it is still in cache when the GEMM packs it); these
+ * (image, group, rows) tasks run in parallel when there are enough of them, otherwise the
+ * GEMM and im2col use the threads inside. Depthwise 2-D convolutions use a direct loop.
  * ConvTranspose computes col = W_g^T x X_g with one GEMM and scatters col into the output
  * (col2im). 1-D problems run as 2-D with a height of one. */
 #include <stdatomic.h>
@@ -267,7 +269,9 @@ static tdm_status *conv_f32(tdm_kernel_ctx *ctx) {
     }
     /* Chunks of outer output rows whose im2col block stays around 1 MiB (at least 128
      * columns), small enough to give every thread a few tasks. */
-    int64_t inner = cs.osz / cs.out[0];
+    int64_t inner = cs.osz / cs.out[0], col_n;
+    if (!tdm_mul_i64(rows, inner, &col_n) || col_n > TDM_MAX_TENSOR_BYTES / 4)
+        return tdm_node_error(ctx->node, TDM_ERR_LIMIT, "the column buffer is too large");
     int64_t target = COL_TARGET / rows > 128 ? COL_TARGET / rows : 128;
     int64_t chunk = (target + inner - 1) / inner;
     if (chunk > cs.out[0]) chunk = cs.out[0];
@@ -372,8 +376,10 @@ static tdm_status *conv_transpose_f32(tdm_kernel_ctx *ctx) {
     conv_shape cs;
     conv_shape_from(&g, &cs);
     /* for col2im, cs.in is the op's input and cs.out its output */
-    int64_t Cg = C / group, Mg = M / group, rows = Mg * cs.ksz;
-    float *col = tdm_kscratch(ctx, (size_t)(rows * cs.isz) * sizeof(float));
+    int64_t Cg = C / group, Mg = M / group, rows = Mg * cs.ksz, col_n;
+    if (!tdm_mul_i64(rows, cs.isz, &col_n) || col_n > TDM_MAX_TENSOR_BYTES / 4)
+        return tdm_node_error(ctx->node, TDM_ERR_LIMIT, "the column buffer is too large");
+    float *col = tdm_kscratch(ctx, (size_t)col_n * sizeof(float));
     if (!col) return tdm_node_error(ctx->node, TDM_ERR_OUT_OF_MEMORY, "out of memory");
     const float *xd = x->data, *wd = w->data;
     float *yd = y->data;

@@ -12,11 +12,13 @@
 
 #include "backends/cpu/k_reduce.h"
 #include "core/alloc.h"
+#include "core/threadpool.h"
 
 enum { RD_ACC_SUM, RD_ACC_PROD, RD_ACC_MAX, RD_ACC_MIN, RD_ACC_LSE };
 enum { RD_MAP_NONE, RD_MAP_ABS, RD_MAP_SQ };
 enum { RD_POST_NONE, RD_POST_MEAN, RD_POST_SQRT, RD_POST_LOG };
-#define RD_CH 256             /* columns per task in outer-axis passes */
+#define RD_CH 256             /* columns per block with stack buffers */
+#define RD_MAX_WIDTH 4096     /* columns per task in outer-axis passes, at most */
 #define RD_GRAIN ((int64_t)1 << 15) /* elements per parallel task, at least */
 
 #define T float
@@ -58,7 +60,7 @@ enum { RD_POST_NONE, RD_POST_MEAN, RD_POST_SQRT, RD_POST_LOG };
 #define RT_FLOAT 0
 #define RT_LOW INT64_MIN
 #define RT_HIGH INT64_MAX
-#define RT_ABS(v) ((v) < 0 ? -(v) : (v))
+#define RT_ABS(v) ((v) < 0 ? (int64_t)(0 - (uint64_t)(v)) : (v))
 #include "backends/cpu/k_reduce_tmpl_pass.h"
 #undef T
 #undef SFX
@@ -292,8 +294,8 @@ tdm_status *tdm_rd_run_reduce_sum_square(tdm_kernel_ctx *ctx) { return run_reduc
 const tdm_kernel_def tdm_cpu_kernels_reduce[] = {
     {"", "ReduceSum", 1, 0, 0, RD_T_REDUCE, tdm_rd_run_reduce_sum},
     {"", "ReduceMean", 1, 0, 0, RD_T_REDUCE, tdm_rd_run_reduce_mean},
-    {"", "ReduceMax", 1, 0, 0, RD_T_REDUCE, tdm_rd_run_reduce_max},
-    {"", "ReduceMin", 1, 0, 0, RD_T_REDUCE, tdm_rd_run_reduce_min},
+    {"", "ReduceMax", 1, 0, 0, RD_T_REDUCE | TDM_T(TDM_BOOL), tdm_rd_run_reduce_max},
+    {"", "ReduceMin", 1, 0, 0, RD_T_REDUCE | TDM_T(TDM_BOOL), tdm_rd_run_reduce_min},
     {"", "ReduceProd", 1, 0, 0, RD_T_REDUCE, tdm_rd_run_reduce_prod},
     {"", "ReduceL1", 1, 0, 0, RD_T_REDUCE, tdm_rd_run_reduce_l1},
     {"", "ReduceL2", 1, 0, 0, RD_T_REDUCE, tdm_rd_run_reduce_l2},

@@ -133,12 +133,15 @@ tdm_status *tdm_rd_run_topk(tdm_kernel_ctx *ctx) {
         tdm_free(ctx->alloc, scratch);
         return st;
     }
+#define RD_TOPK_(sfx) \
+    topk_##sfx(ctx->pool, xd, idx, O, N, I, k, largest, scratch, parts, part_bytes)
     switch (ct) {
-    case TDM_RD_F32: topk_f32(ctx->pool, xd, idx, O, N, I, k, largest, scratch, parts, part_bytes); break;
-    case TDM_RD_F64: topk_f64(ctx->pool, xd, idx, O, N, I, k, largest, scratch, parts, part_bytes); break;
-    case TDM_RD_I64: topk_i64(ctx->pool, xd, idx, O, N, I, k, largest, scratch, parts, part_bytes); break;
-    case TDM_RD_U64: topk_u64(ctx->pool, xd, idx, O, N, I, k, largest, scratch, parts, part_bytes); break;
+    case TDM_RD_F32: RD_TOPK_(f32); break;
+    case TDM_RD_F64: RD_TOPK_(f64); break;
+    case TDM_RD_I64: RD_TOPK_(i64); break;
+    case TDM_RD_U64: RD_TOPK_(u64); break;
     }
+#undef RD_TOPK_
     tdm_free(ctx->alloc, owned);
 
     if (vals) {

@@ -143,8 +143,8 @@ tdm_status *tdm_rd_run_layer_norm(tdm_kernel_ctx *ctx) {
         layer_norm_f32(ctx->pool, &a, O);
     }
     if (!native) tdm_rd_store(yd, ct, y->data, y->dtype, y->count);
-    if (mean_t) tdm_rd_store(mean, ct, mean_t->data, mean_t->dtype, mean_t->count < O ? mean_t->count : O);
-    if (inv_t) tdm_rd_store(inv, ct, inv_t->data, inv_t->dtype, inv_t->count < O ? inv_t->count : O);
+    if (mean_t && mean_t->count == O) tdm_rd_store(mean, ct, mean_t->data, mean_t->dtype, O);
+    if (inv_t && inv_t->count == O) tdm_rd_store(inv, ct, inv_t->data, inv_t->dtype, O);
 done:
     tdm_free(ctx->alloc, x_owned);
     tdm_free(ctx->alloc, sc);

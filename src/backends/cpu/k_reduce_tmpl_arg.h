@@ -8,8 +8,10 @@
 
 #if RT_FLOAT
 #define RT_ISNAN(a) ((a) != (a))
+#define RT_ADD(a, b) ((a) + (b))
 #else
 #define RT_ISNAN(a) 0
+#define RT_ADD(a, b) ((T)((uint64_t)(a) + (uint64_t)(b))) /* wraps, no overflow */
 #endif
 
 /* ---- ArgMax / ArgMin ---- */
@@ -125,9 +127,14 @@ static void FN(topk_select)(const T *v, int64_t N, int64_t k, int largest, int64
                 heap[c] = t;
                 c = pa;
             }
-        } else if (k > 0 && FN(topk_before)(v[i], i, v[heap[0]], heap[0], largest)) {
-            heap[0] = i;
-            SIFT_DOWN(0);
+        } else if (k > 0) {
+            /* quick reject: strictly worse than the worst kept (NaN falls through) */
+            T w = v[heap[0]];
+            if (largest ? v[i] < w : v[i] > w) continue;
+            if (FN(topk_before)(v[i], i, w, heap[0], largest)) {
+                heap[0] = i;
+                SIFT_DOWN(0);
+            }
         }
     }
     while (size > 0) {
@@ -204,13 +211,38 @@ static void FN(cum_part)(void *p, int64_t b, int64_t e) {
             if (a->exclusive) {
                 for (int64_t i = 0; i < n; i++) {
                     yr[i] = acc[i];
-                    acc[i] += xr[i];
+                    acc[i] = RT_ADD(acc[i], xr[i]);
                 }
             } else {
                 for (int64_t i = 0; i < n; i++) {
-                    acc[i] += xr[i];
+                    acc[i] = RT_ADD(acc[i], xr[i]);
                     yr[i] = acc[i];
                 }
+            }
+        }
+    }
+}
+
+static void FN(cum_rows)(void *p, int64_t b, int64_t e) {
+    const FN(cum_arg) *a = p;
+    int64_t N = a->N;
+    for (int64_t o = b; o < e; o++) {
+        const T *x = a->x + o * N;
+        T *y = a->y + o * N;
+        T acc = 0;
+        if (!a->reverse && !a->exclusive) {
+            for (int64_t r = 0; r < N; r++) y[r] = acc = RT_ADD(acc, x[r]);
+        } else if (!a->reverse) {
+            for (int64_t r = 0; r < N; r++) {
+                y[r] = acc;
+                acc = RT_ADD(acc, x[r]);
+            }
+        } else if (!a->exclusive) {
+            for (int64_t r = N - 1; r >= 0; r--) y[r] = acc = RT_ADD(acc, x[r]);
+        } else {
+            for (int64_t r = N - 1; r >= 0; r--) {
+                y[r] = acc;
+                acc = RT_ADD(acc, x[r]);
             }
         }
     }
@@ -219,11 +251,17 @@ static void FN(cum_part)(void *p, int64_t b, int64_t e) {
 static void FN(cumsum)(tdm_threadpool *pool, const T *x, T *y, int64_t O, int64_t N, int64_t I,
                        int exclusive, int reverse) {
     FN(cum_arg) a = {x, y, N, I, (I + RD_CH - 1) / RD_CH, exclusive, reverse};
+    if (I == 1) {
+        int64_t grain = RD_GRAIN / N;
+        tdm_parallel_for(pool, O, grain > 0 ? grain : 1, FN(cum_rows), &a);
+        return;
+    }
     int64_t grain = RD_GRAIN / (N * (I < RD_CH ? I : RD_CH));
     tdm_parallel_for(pool, O * a.chunks, grain > 0 ? grain : 1, FN(cum_part), &a);
 }
 
 #undef RT_ISNAN
+#undef RT_ADD
 #undef FN
 #undef RD_CAT_
 #undef RD_CAT2_

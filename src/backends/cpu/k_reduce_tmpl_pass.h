@@ -13,6 +13,14 @@
 #define FN(name) RD_CAT_(name, SFX)
 
 #if RT_FLOAT
+#define RT_ADD(a, b) ((a) + (b))
+#define RT_MUL(a, b) ((a) * (b))
+#else /* integers wrap (two's complement) instead of overflowing */
+#define RT_ADD(a, b) ((T)((uint64_t)(a) + (uint64_t)(b)))
+#define RT_MUL(a, b) ((T)((uint64_t)(a) * (uint64_t)(b)))
+#endif
+
+#if RT_FLOAT
 /* a > b, with NaN greater than anything so that NaN propagates through max. */
 #define RT_GT(a, b) ((a) > (b) || ((a) != (a) && (b) == (b)))
 #define RT_LT(a, b) ((a) < (b) || ((a) != (a) && (b) == (b)))
@@ -29,22 +37,23 @@ static T FN(row)(const T *x, int64_t R, int acc, int map) {
         int64_t r = 0;
         if (map == RD_MAP_NONE) {
             for (; r + 8 <= R; r += 8)
-                for (int k = 0; k < 8; k++) s[k] += x[r + k];
-            for (; r < R; r++) s[0] += x[r];
+                for (int k = 0; k < 8; k++) s[k] = RT_ADD(s[k], x[r + k]);
+            for (; r < R; r++) s[0] = RT_ADD(s[0], x[r]);
         } else if (map == RD_MAP_ABS) {
             for (; r + 8 <= R; r += 8)
-                for (int k = 0; k < 8; k++) s[k] += RT_ABS(x[r + k]);
-            for (; r < R; r++) s[0] += RT_ABS(x[r]);
+                for (int k = 0; k < 8; k++) s[k] = RT_ADD(s[k], RT_ABS(x[r + k]));
+            for (; r < R; r++) s[0] = RT_ADD(s[0], RT_ABS(x[r]));
         } else {
             for (; r + 8 <= R; r += 8)
-                for (int k = 0; k < 8; k++) s[k] += x[r + k] * x[r + k];
-            for (; r < R; r++) s[0] += x[r] * x[r];
+                for (int k = 0; k < 8; k++) s[k] = RT_ADD(s[k], RT_MUL(x[r + k], x[r + k]));
+            for (; r < R; r++) s[0] = RT_ADD(s[0], RT_MUL(x[r], x[r]));
         }
-        return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+        return RT_ADD(RT_ADD(RT_ADD(s[0], s[1]), RT_ADD(s[2], s[3])),
+                      RT_ADD(RT_ADD(s[4], s[5]), RT_ADD(s[6], s[7])));
     }
     case RD_ACC_PROD: {
         T p = 1;
-        for (int64_t r = 0; r < R; r++) p *= x[r];
+        for (int64_t r = 0; r < R; r++) p = RT_MUL(p, x[r]);
         return p;
     }
     case RD_ACC_MAX:
@@ -99,7 +108,7 @@ static void FN(cols)(const T *x, T *y, int64_t R, int64_t I, int64_t n, int acc,
     if (acc == RD_ACC_SUM && map == RD_MAP_ABS) {
         for (int64_t i = 0; i < n; i++) y[i] = RT_ABS(x[i]);
     } else if (acc == RD_ACC_SUM && map == RD_MAP_SQ) {
-        for (int64_t i = 0; i < n; i++) y[i] = x[i] * x[i];
+        for (int64_t i = 0; i < n; i++) y[i] = RT_MUL(x[i], x[i]);
     } else {
         for (int64_t i = 0; i < n; i++) y[i] = x[i];
     }
@@ -108,15 +117,15 @@ static void FN(cols)(const T *x, T *y, int64_t R, int64_t I, int64_t n, int acc,
         switch (acc) {
         case RD_ACC_SUM:
             if (map == RD_MAP_NONE) {
-                for (int64_t i = 0; i < n; i++) y[i] += xr[i];
+                for (int64_t i = 0; i < n; i++) y[i] = RT_ADD(y[i], xr[i]);
             } else if (map == RD_MAP_ABS) {
-                for (int64_t i = 0; i < n; i++) y[i] += RT_ABS(xr[i]);
+                for (int64_t i = 0; i < n; i++) y[i] = RT_ADD(y[i], RT_ABS(xr[i]));
             } else {
-                for (int64_t i = 0; i < n; i++) y[i] += xr[i] * xr[i];
+                for (int64_t i = 0; i < n; i++) y[i] = RT_ADD(y[i], RT_MUL(xr[i], xr[i]));
             }
             break;
         case RD_ACC_PROD:
-            for (int64_t i = 0; i < n; i++) y[i] *= xr[i];
+            for (int64_t i = 0; i < n; i++) y[i] = RT_MUL(y[i], xr[i]);
             break;
         case RD_ACC_MAX:
         case RD_ACC_LSE:
@@ -129,17 +138,20 @@ static void FN(cols)(const T *x, T *y, int64_t R, int64_t I, int64_t n, int acc,
         }
     }
 #if RT_FLOAT
-    if (acc == RD_ACC_LSE) {
+    if (acc == RD_ACC_LSE) { /* y holds the maxima; sum exp in blocks of RD_CH columns */
         T s[RD_CH], sh[RD_CH];
-        for (int64_t i = 0; i < n; i++) {
-            sh[i] = isfinite(y[i]) ? y[i] : 0;
-            s[i] = 0;
+        for (int64_t j0 = 0; j0 < n; j0 += RD_CH) {
+            int64_t m = n - j0 < RD_CH ? n - j0 : RD_CH;
+            for (int64_t i = 0; i < m; i++) {
+                sh[i] = isfinite(y[j0 + i]) ? y[j0 + i] : 0;
+                s[i] = 0;
+            }
+            for (int64_t r = 0; r < R; r++) {
+                const T *xr = x + r * I + j0;
+                for (int64_t i = 0; i < m; i++) s[i] += RT_EXP(xr[i] - sh[i]);
+            }
+            for (int64_t i = 0; i < m; i++) y[j0 + i] = RT_LOG(s[i]) + sh[i];
         }
-        for (int64_t r = 0; r < R; r++) {
-            const T *xr = x + r * I;
-            for (int64_t i = 0; i < n; i++) s[i] += RT_EXP(xr[i] - sh[i]);
-        }
-        for (int64_t i = 0; i < n; i++) y[i] = RT_LOG(s[i]) + sh[i];
     }
 #endif
 }
@@ -147,7 +159,7 @@ static void FN(cols)(const T *x, T *y, int64_t R, int64_t I, int64_t n, int acc,
 typedef struct FN(pass_arg) {
     const T *x;
     T *y;
-    int64_t R, I, chunks;
+    int64_t R, I, chunks, width; /* columns per task */
     int acc, map;
 } FN(pass_arg);
 
@@ -159,8 +171,8 @@ static void FN(pass_rows)(void *p, int64_t b, int64_t e) {
 static void FN(pass_cols)(void *p, int64_t b, int64_t e) {
     const FN(pass_arg) *a = p;
     for (int64_t it = b; it < e; it++) {
-        int64_t o = it / a->chunks, i0 = (it % a->chunks) * RD_CH;
-        int64_t n = a->I - i0 < RD_CH ? a->I - i0 : RD_CH;
+        int64_t o = it / a->chunks, i0 = (it % a->chunks) * a->width;
+        int64_t n = a->I - i0 < a->width ? a->I - i0 : a->width;
         FN(cols)(a->x + o * a->R * a->I + i0, a->y + o * a->I + i0, a->R, a->I, n, a->acc, a->map);
     }
 }
@@ -168,14 +180,22 @@ static void FN(pass_cols)(void *p, int64_t b, int64_t e) {
 /* y[O, I] = reduce over r of x[O, R, I]; R >= 1. */
 static void FN(pass)(tdm_threadpool *pool, const T *x, T *y, int64_t O, int64_t R, int64_t I,
                      int acc, int map) {
-    FN(pass_arg) a = {x, y, R, I, 1, acc, map};
+    FN(pass_arg) a = {x, y, R, I, 1, I, acc, map};
     if (I == 1) {
         int64_t grain = RD_GRAIN / R;
         tdm_parallel_for(pool, O, grain > 0 ? grain : 1, FN(pass_rows), &a);
     } else {
-        a.chunks = (I + RD_CH - 1) / RD_CH;
-        int64_t per = R * (I < RD_CH ? I : RD_CH);
-        int64_t grain = RD_GRAIN / per;
+        /* Wide column blocks keep the row reads long and contiguous; split them only as
+         * much as needed to give every thread a few tasks. */
+        int64_t want = 4 * (int64_t)tdm_threadpool_size(pool);
+        int64_t split = O >= want ? 1 : (want + O - 1) / O;
+        int64_t w = (I + split - 1) / split;
+        w = (w + 15) & ~(int64_t)15;
+        if (w < RD_CH) w = RD_CH;
+        if (w > RD_MAX_WIDTH) w = RD_MAX_WIDTH;
+        a.width = w < I ? w : I;
+        a.chunks = (I + a.width - 1) / a.width;
+        int64_t grain = RD_GRAIN / (R * a.width);
         tdm_parallel_for(pool, O * a.chunks, grain > 0 ? grain : 1, FN(pass_cols), &a);
     }
 }
@@ -217,6 +237,8 @@ static void FN(fill_empty)(T *y, int64_t n, int acc) {
 }
 
 #undef RT_GT
+#undef RT_ADD
+#undef RT_MUL
 #undef RT_LT
 #undef FN
 #undef RD_CAT_

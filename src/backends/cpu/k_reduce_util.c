@@ -1,5 +1,4 @@
 /* Reduce family helpers: compute-type loads and stores, broadcasting, axis views. */
-#include <math.h>
 #include <string.h>
 
 #include "backends/cpu/k_reduce.h"
@@ -67,7 +66,8 @@ static inline uint64_t u64_of_i(uint64_t v) { return v; }
     X(TDM_INT64, int64_t)                                                                \
     X(TDM_UINT64, uint64_t)
 
-#define DEF_LOAD(NAME, CT, CONV)                                                         \
+/* CONV is #defined to the conversion before each use. */
+#define DEF_LOAD(NAME, CT)                                                               \
     static void NAME(const void *s, tdm_dtype dt, CT *d, int64_t n) {                    \
         switch (dt) {                                                                    \
             RD_PLAIN(LOAD_CASE_)                                                         \
@@ -93,16 +93,16 @@ static inline uint64_t u64_of_i(uint64_t v) { return v; }
     } break;
 
 #define CONV TO_F32
-DEF_LOAD(load_f32, float, TO_F32)
+DEF_LOAD(load_f32, float)
 #undef CONV
 #define CONV TO_F64
-DEF_LOAD(load_f64, double, TO_F64)
+DEF_LOAD(load_f64, double)
 #undef CONV
 #define CONV TO_I64
-DEF_LOAD(load_i64, int64_t, TO_I64)
+DEF_LOAD(load_i64, int64_t)
 #undef CONV
 #define CONV TO_U64
-DEF_LOAD(load_u64, uint64_t, TO_U64)
+DEF_LOAD(load_u64, uint64_t)
 #undef CONV
 
 tdm_status *tdm_rd_load(tdm_kernel_ctx *ctx, const tdm_tensor *t, tdm_rd_ctype ct,
@@ -138,7 +138,7 @@ static inline int64_t sat_range(double v, double lo, double hi) {
     return (int64_t)v;
 }
 
-#define DEF_STORE(NAME, CT, IS_FLOAT)                                                    \
+#define DEF_STORE(NAME, CT)                                                              \
     static void NAME(const CT *s, void *dst, tdm_dtype dt, int64_t n) {                  \
         switch (dt) {                                                                    \
         case TDM_FLOAT: {                                                                \
@@ -186,12 +186,12 @@ static inline int64_t sat_range(double v, double lo, double hi) {
     } break;
 
 #define IS_FLOAT_ 1
-DEF_STORE(store_f32, float, 1)
-DEF_STORE(store_f64, double, 1)
+DEF_STORE(store_f32, float)
+DEF_STORE(store_f64, double)
 #undef IS_FLOAT_
 #define IS_FLOAT_ 0
-DEF_STORE(store_i64, int64_t, 0)
-DEF_STORE(store_u64, uint64_t, 0)
+DEF_STORE(store_i64, int64_t)
+DEF_STORE(store_u64, uint64_t)
 #undef IS_FLOAT_
 
 void tdm_rd_store(const void *src, tdm_rd_ctype ct, void *dst, tdm_dtype dt, int64_t n) {

@@ -96,7 +96,13 @@ static tdm_status *cat_run(tdm_kernel_ctx *ctx, bool split, int64_t axis64) {
                          &j);
     if (whole->dtype == TDM_STRING) {
         if (!split) return tdm_kshape_own_strings(ctx->out[0]);
-        for (int k = 0; k < n; k++) TDM_TRY(tdm_kshape_own_strings(ctx->out[k]));
+        for (int k = 0; k < n; k++) {
+            tdm_status *st = tdm_kshape_own_strings(ctx->out[k]);
+            if (st) { /* the later outputs still borrow the input's strings: drop them */
+                for (int m = k + 1; m < n; m++) memset(ctx->out[m]->data, 0, ctx->out[m]->nbytes);
+                return st;
+            }
+        }
     }
     return NULL;
 }
