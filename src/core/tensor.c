@@ -152,7 +152,7 @@ tdm_status *tdm_tensor_reshape_view(const tdm_tensor *src, int rank, const int64
 }
 
 void tdm_tensor_destroy(tdm_tensor *t) {
-    if (!t) return;
+    if (!t || t->pooled) return;
     if (t->owns_data) {
         if (t->dtype == TDM_STRING && t->data) {
             char **s = t->data;

@@ -18,6 +18,7 @@ struct tdm_tensor {
     void *data;      /* host data (char ** for STRING) */
     const tdm_allocator *alloc;
     bool owns_data;  /* data was allocated by tandem and is freed with the tensor */
+    bool pooled;     /* the header belongs to a memory plan: destroy leaves it alone */
 };
 
 /* Bytes per element (0 for UNDEFINED). */

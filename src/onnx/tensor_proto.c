@@ -22,7 +22,7 @@ static tdm_status *copy_typed(const Onnx__TensorProto *tp, tdm_tensor *t, const 
         have = tp->n_float_data;
         field = "float_data";
         if ((int64_t)have != need) break;
-        memcpy(t->data, tp->float_data, (size_t)need * sizeof(float));
+        if (need) memcpy(t->data, tp->float_data, (size_t)need * sizeof(float));
         return NULL;
     }
     case TDM_DOUBLE:
@@ -31,14 +31,14 @@ static tdm_status *copy_typed(const Onnx__TensorProto *tp, tdm_tensor *t, const 
         have = tp->n_double_data;
         field = "double_data";
         if ((int64_t)have != need) break;
-        memcpy(t->data, tp->double_data, (size_t)need * sizeof(double));
+        if (need) memcpy(t->data, tp->double_data, (size_t)need * sizeof(double));
         return NULL;
     }
     case TDM_INT64:
         have = tp->n_int64_data;
         field = "int64_data";
         if ((int64_t)have != n) break;
-        memcpy(t->data, tp->int64_data, (size_t)n * sizeof(int64_t));
+        if (n) memcpy(t->data, tp->int64_data, (size_t)n * sizeof(int64_t));
         return NULL;
     case TDM_UINT32:
     case TDM_UINT64:

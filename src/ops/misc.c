@@ -76,6 +76,14 @@ static tdm_status *infer_roialign(tdm_infer_ctx *c) {
 
 static tdm_status *infer_gridsample(tdm_infer_ctx *c) {
     const tdm_value_info *x = &c->in[0], *g = &c->in[1];
+    const char *m = tdm_attr_string(c->node, "mode", "linear");
+    const char *pm = tdm_attr_string(c->node, "padding_mode", "zeros");
+    static const char *const modes[] = {"nearest", "linear", "cubic", "bilinear", "bicubic"};
+    bool ok = false;
+    for (int i = 0; i < 5; i++) ok = ok || !strcmp(m, modes[i]);
+    if (!ok) return tdm_node_error(c->node, TDM_ERR_INVALID_ARGUMENT, "unknown mode '%s'", m);
+    if (strcmp(pm, "zeros") && strcmp(pm, "border") && strcmp(pm, "reflection"))
+        return tdm_node_error(c->node, TDM_ERR_INVALID_ARGUMENT, "unknown padding_mode '%s'", pm);
     int rank = x->rank >= 0 ? x->rank : g->rank;
     set_unknown(&c->out[0], x->dtype, rank);
     if (rank < 0) return NULL;

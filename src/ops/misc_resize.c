@@ -145,13 +145,22 @@ static tdm_status *resize_common(tdm_infer_ctx *c, const tdm_tensor *scales_attr
     if (!has_sc && !has_sz)
         return tdm_node_error(c->node, TDM_ERR_INVALID_ARGUMENT,
                               "one of 'scales' and 'sizes' must be given");
-    if (!tdm_info_known(x)) return NULL;
-    int64_t od[TDM_MAX_RANK];
+    /* Unknown input dims are computed as 1 and then reported unknown, except those
+     * fixed by 'sizes' (stretch policy). */
+    int64_t din[TDM_MAX_RANK], od[TDM_MAX_RANK];
     double sc[TDM_MAX_RANK], ol[TDM_MAX_RANK];
+    for (int i = 0; i < x->rank; i++) din[i] = x->dims[i] >= 0 ? x->dims[i] : 1;
     const tdm_tensor *st = scales_attr ? scales_attr : has_sc ? c->in[i_scales].data : NULL;
-    TDM_TRY(tdm_misc_resize_sizes(c->node, c->opset, x->rank, x->dims, st,
+    TDM_TRY(tdm_misc_resize_sizes(c->node, c->opset, x->rank, din, st,
                                   has_sz ? c->in[i_sizes].data : NULL, od, sc, ol));
-    for (int i = 0; i < x->rank; i++) y->dims[i] = od[i];
+    int axes[TDM_MAX_RANK], n_axes = 0;
+    TDM_TRY(resize_axes(c->node, c->opset, x->rank, axes, &n_axes));
+    bool fixed[TDM_MAX_RANK] = {0};
+    bool stretch = c->opset < 18 ||
+                   !strcmp(tdm_attr_string(c->node, "keep_aspect_ratio_policy", "stretch"), "stretch");
+    for (int i = 0; i < n_axes && has_sz && stretch; i++) fixed[axes[i]] = true;
+    for (int i = 0; i < x->rank; i++)
+        y->dims[i] = (x->dims[i] >= 0 || fixed[i]) ? od[i] : TDM_DIM_UNKNOWN;
     return NULL;
 }
 

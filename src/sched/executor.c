@@ -22,7 +22,39 @@ struct frame {
     tdm_device *dev;          /* subgraphs: the device of the control-flow node */
     const tdm_allocator *a;
     tdm_threadpool *pool;
+    tdm_memplan *mp;          /* arena for this run's intermediates, or NULL */
+    size_t *record;           /* first run with new shapes: bytes of each value, or NULL */
 };
+
+/* Output tensor for value v: a view into the arena when the memory plan has a slot of this
+ * exact size, else a heap tensor. Zeroed either way (kernels may rely on it). */
+static tdm_status *frame_new_output(frame *f, int v, tdm_dtype dtype, int rank,
+                                    const int64_t *dims, tdm_tensor **out) {
+    if (f && f->mp && v >= 0 && f->mp->offset[v] >= 0 && dtype != TDM_STRING) {
+        int64_t count;
+        size_t nbytes;
+        tdm_status *st = tdm_shape_count(rank, dims, dtype, "output", &count, &nbytes);
+        if (st) return st;
+        if (nbytes == f->mp->size[v]) {
+            tdm_tensor *t = &f->mp->headers[v];
+            memset(t, 0, sizeof *t);
+            t->dtype = dtype;
+            t->rank = rank;
+            memcpy(t->dims, dims, (size_t)rank * sizeof *dims);
+            t->count = count;
+            t->nbytes = nbytes;
+            t->data = f->mp->arena + f->mp->offset[v];
+            t->alloc = f->a;
+            t->pooled = true;
+            memset(t->data, 0, nbytes);
+            *out = t;
+            return NULL;
+        }
+    }
+    TDM_TRY(tdm_tensor_new(f ? f->a : NULL, dtype, rank, dims, out));
+    if (f && f->record && v >= 0 && dtype != TDM_STRING) f->record[v] = (*out)->nbytes;
+    return NULL;
+}
 
 static tdm_status *run_subgraph(tdm_kernel_ctx *ctx, const tdm_graph *body, int n_in,
                                 const tdm_tensor *const *in, int n_out, tdm_tensor **out);
@@ -114,7 +146,9 @@ static tdm_status *run_node(tdm_device *dev, const tdm_kernel_def *k, void *stat
                              n->op_type, n->name, i);
                 goto done;
             }
-            st = tdm_tensor_new(a, out[i].dtype, out[i].rank, out[i].dims, &outs[i]);
+            st = f ? frame_new_output(f, n->outputs[i], out[i].dtype, out[i].rank, out[i].dims,
+                                      &outs[i])
+                   : tdm_tensor_new(a, out[i].dtype, out[i].rank, out[i].dims, &outs[i]);
             if (st) {
                 st = tdm_status_wrap(st, "%s node '%s' output %d: ", n->op_type, n->name, i);
                 goto done;
@@ -333,6 +367,104 @@ static tdm_status *check_input(const tdm_value *v, const tdm_tensor *t) {
     return NULL;
 }
 
+static uint64_t shapes_key(const tdm_graph *g, const tdm_tensor *const *inputs) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < g->n_inputs; i++) {
+        const tdm_tensor *t = inputs[i];
+        uint64_t parts[2 + TDM_MAX_RANK] = {t ? (uint64_t)t->dtype : 0, t ? (uint64_t)t->rank : 0};
+        for (int d = 0; t && d < t->rank; d++) parts[2 + d] = (uint64_t)t->dims[d];
+        for (int k = 0; k < 2 + (t ? t->rank : 0); k++) h = (h ^ parts[k]) * 1099511628211ull;
+    }
+    return h;
+}
+
+/* Takes the arena planned for these shapes if it is free; otherwise the run uses the heap
+ * (and records sizes when no plan exists yet). */
+static void acquire_memplan(tdm_plan *p, uint64_t key, frame *f, size_t nv) {
+    pthread_mutex_lock(&p->mem_mu);
+    p->mem_clock++;
+    for (int i = 0; i < TDM_PLAN_MEM_SLOTS; i++) {
+        tdm_memplan *mp = p->mem[i];
+        if (mp && mp->key == key) {
+            if (!mp->busy) {
+                mp->busy = true;
+                mp->last_use = p->mem_clock;
+                f->mp = mp;
+            }
+            pthread_mutex_unlock(&p->mem_mu);
+            return;
+        }
+    }
+    pthread_mutex_unlock(&p->mem_mu);
+    f->record = tdm_calloc(f->a, nv, sizeof *f->record);
+}
+
+static void release_memplan(tdm_plan *p, frame *f, uint64_t key, bool ok) {
+    if (f->mp) {
+        pthread_mutex_lock(&p->mem_mu);
+        f->mp->busy = false;
+        pthread_mutex_unlock(&p->mem_mu);
+        return;
+    }
+    if (!f->record) return;
+    tdm_graph *g = p->graph;
+    for (size_t o = 0; o < g->n_outputs; o++) f->record[g->outputs[o]] = 0; /* handed out */
+    tdm_memplan *mp = NULL;
+    if (ok) {
+        int *last = tdm_calloc(f->a, g->n_values + 1, sizeof *last);
+        if (last) {
+            for (size_t v = 0; v < g->n_values; v++)
+                last[v] = p->release_after[v] < 0 ? (int)g->n_nodes : p->release_after[v];
+            tdm_status *st =
+                tdm_memplan_build(f->a, g->n_values, f->record, p->first_use, last, key, &mp);
+            tdm_status_free(st); /* without a plan the heap keeps working */
+            tdm_free(f->a, last);
+        }
+    }
+    if (mp) {
+        pthread_mutex_lock(&p->mem_mu);
+        int slot = -1;
+        for (int i = 0; i < TDM_PLAN_MEM_SLOTS && slot < 0; i++)
+            if (p->mem[i] && p->mem[i]->key == key) slot = -2; /* another run got there first */
+        if (slot == -1) {
+            uint64_t oldest = UINT64_MAX;
+            for (int i = 0; i < TDM_PLAN_MEM_SLOTS; i++) {
+                if (!p->mem[i]) {
+                    slot = i;
+                    break;
+                }
+                if (!p->mem[i]->busy && p->mem[i]->last_use < oldest) {
+                    oldest = p->mem[i]->last_use;
+                    slot = i;
+                }
+            }
+        }
+        if (slot >= 0) {
+            tdm_memplan_free(f->a, p->mem[slot]);
+            mp->last_use = ++p->mem_clock;
+            p->mem[slot] = mp;
+            mp = NULL;
+        }
+        pthread_mutex_unlock(&p->mem_mu);
+        tdm_memplan_free(f->a, mp);
+    }
+    tdm_free(f->a, f->record);
+    f->record = NULL;
+}
+
+size_t tdm_plan_arena_bytes(tdm_plan *p) {
+    size_t bytes = 0;
+    uint64_t newest = 0;
+    pthread_mutex_lock(&p->mem_mu);
+    for (int i = 0; i < TDM_PLAN_MEM_SLOTS; i++)
+        if (p->mem[i] && p->mem[i]->last_use >= newest) {
+            newest = p->mem[i]->last_use;
+            bytes = p->mem[i]->arena_bytes;
+        }
+    pthread_mutex_unlock(&p->mem_mu);
+    return bytes;
+}
+
 tdm_status *tdm_plan_run(tdm_plan *p, const tdm_tensor *const *inputs, tdm_tensor **outputs) {
     tdm_graph *g = p->graph;
     size_t nv = g->n_values ? g->n_values : 1;
@@ -341,10 +473,12 @@ tdm_status *tdm_plan_run(tdm_plan *p, const tdm_tensor *const *inputs, tdm_tenso
     f.vals = tdm_calloc(f.a, nv, sizeof *f.vals);
     f.owned = tdm_calloc(f.a, nv, sizeof *f.owned);
     tdm_status *st = NULL;
+    uint64_t key = shapes_key(g, inputs);
     if (!f.vals || !f.owned) {
         st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory starting a run");
         goto done;
     }
+    acquire_memplan(p, key, &f, nv);
     for (size_t v = 0; v < g->n_values; v++)
         if (g->values[v].data) f.vals[v] = g->values[v].data;
     for (size_t i = 0; i < g->n_inputs; i++) {
@@ -361,5 +495,6 @@ tdm_status *tdm_plan_run(tdm_plan *p, const tdm_tensor *const *inputs, tdm_tenso
     st = take_outputs(&f, g->outputs, g->n_outputs, outputs);
 done:
     frame_clear(&f);
+    release_memplan(p, &f, key, st == NULL);
     return st;
 }

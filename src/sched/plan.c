@@ -112,6 +112,10 @@ static tdm_status *prepare_kernels(tdm_plan *p) {
 static void lifetimes(tdm_plan *p) {
     tdm_graph *g = p->graph;
     for (size_t v = 0; v < g->n_values; v++) p->release_after[v] = -1;
+    for (size_t v = 0; v < g->n_values; v++) p->first_use[v] = -1;
+    for (size_t i = 0; i < g->n_nodes; i++)
+        for (int k = 0; k < g->nodes[i].n_outputs; k++)
+            if (g->nodes[i].outputs[k] >= 0) p->first_use[g->nodes[i].outputs[k]] = (int)i;
     for (size_t i = 0; i < g->n_nodes; i++) {
         const tdm_node *n = &g->nodes[i];
         for (int k = 0; k < n->n_outputs; k++) /* unread outputs go right away */
@@ -133,6 +137,7 @@ tdm_status *tdm_plan_create(const tdm_allocator *a, tdm_graph *graph, tdm_device
     }
     p->alloc = a;
     p->graph = graph;
+    pthread_mutex_init(&p->mem_mu, NULL);
     p->devices = devices;
     p->n_devices = n_devices;
     p->pool = pool;
@@ -146,7 +151,8 @@ tdm_status *tdm_plan_create(const tdm_allocator *a, tdm_graph *graph, tdm_device
     if (opts->opt_level >= 1 && cpu && (st = optimise(graph, cpu, a))) goto fail;
     p->nodes = tdm_calloc(a, graph->n_nodes ? graph->n_nodes : 1, sizeof *p->nodes);
     p->release_after = tdm_calloc(a, graph->n_values ? graph->n_values : 1, sizeof(int));
-    if (!p->nodes || !p->release_after) {
+    p->first_use = tdm_calloc(a, graph->n_values ? graph->n_values : 1, sizeof(int));
+    if (!p->nodes || !p->release_after || !p->first_use) {
         st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory creating a plan");
         goto fail;
     }
@@ -169,5 +175,8 @@ void tdm_plan_free(tdm_plan *p) {
     tdm_graph_free(p->graph);
     tdm_free(p->alloc, p->nodes);
     tdm_free(p->alloc, p->release_after);
+    tdm_free(p->alloc, p->first_use);
+    for (int i = 0; i < TDM_PLAN_MEM_SLOTS; i++) tdm_memplan_free(p->alloc, p->mem[i]);
+    pthread_mutex_destroy(&p->mem_mu);
     tdm_free(p->alloc, p);
 }

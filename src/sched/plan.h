@@ -9,7 +9,10 @@
 
 #include "backends/backend.h"
 #include "core/threadpool.h"
+#include <pthread.h>
+
 #include "graph/graph.h"
+#include "sched/memplan.h"
 
 typedef struct tdm_plan_node {
     const tdm_kernel_def *kernel; /* resolved from static dtypes; re-resolved if they differ */
@@ -24,6 +27,12 @@ typedef struct tdm_plan {
     tdm_plan_node *nodes;  /* parallel to graph->nodes */
     int *release_after;    /* per value: index of the last node reading it (-1 = never) */
     tdm_threadpool *pool;  /* borrowed */
+    /* memory plans per input-shape signature, most recently used kept */
+#define TDM_PLAN_MEM_SLOTS 4
+    pthread_mutex_t mem_mu;
+    tdm_memplan *mem[TDM_PLAN_MEM_SLOTS];
+    uint64_t mem_clock;
+    int *first_use;        /* per value: the node that produces it (-1 = input/constant) */
 } tdm_plan;
 
 typedef struct tdm_plan_options {
@@ -40,6 +49,10 @@ void tdm_plan_free(tdm_plan *p);
 /* Runs the plan. inputs[i] is the tensor for graph input i (NULL = use its initializer).
  * outputs[j] receives a new tensor for graph output j. */
 tdm_status *tdm_plan_run(tdm_plan *p, const tdm_tensor *const *inputs, tdm_tensor **outputs);
+
+/* Bytes of the arena planned for the most recently used input shapes (0 before a run with
+ * static shapes has been planned). */
+size_t tdm_plan_arena_bytes(tdm_plan *p);
 
 /* Evaluates one node on the CPU device with the given inputs (constant folding). */
 tdm_status *tdm_eval_node(tdm_device *cpu, const tdm_allocator *a, const tdm_node *n,

@@ -150,10 +150,11 @@ typedef struct roi_job {
         for (int64_t ph = 0; ph < j->oh; ph++)                                               \
             for (int64_t pw = 0; pw < j->ow; pw++) {                                         \
                 bool first = true;                                                           \
+                for (int64_t c = 0; c < j->c; c++) Y[c * ohw + ph * j->ow + pw] = 0;         \
                 for (int64_t iy = 0; iy < gh; iy++) {                                        \
-                    double yy = y0 + ph * bh + (iy + 0.5) * bh / (double)gh;                 \
+                    double yy = y0 + (double)ph * bh + ((double)iy + 0.5) * bh / (double)gh;                 \
                     for (int64_t ix = 0; ix < gw; ix++) {                                    \
-                        double xx = x0 + pw * bw + (ix + 0.5) * bw / (double)gw;             \
+                        double xx = x0 + (double)pw * bw + ((double)ix + 0.5) * bw / (double)gw;             \
                         int64_t p1 = 0, p2 = 0, p3 = 0, p4 = 0;                              \
                         double w1 = 0, w2 = 0, w3 = 0, w4 = 0;                               \
                         if (!(yy < -1.0 || yy > (double)j->h || xx < -1.0 ||                 \
@@ -164,7 +165,7 @@ typedef struct roi_job {
                             else yh = yl + 1;                                                \
                             if (xl >= j->w - 1) { xh = xl = j->w - 1; x = (double)xl; }      \
                             else xh = xl + 1;                                                \
-                            double ly = y - yl, lx = x - xl, hy = 1 - ly, hx = 1 - lx;       \
+                            double ly = y - (double)yl, lx = x - (double)xl, hy = 1 - ly, hx = 1 - lx;       \
                             w1 = hy * hx; w2 = hy * lx; w3 = ly * hx; w4 = ly * lx;          \
                             p1 = yl * j->w + xl; p2 = yl * j->w + xh;                        \
                             p3 = yh * j->w + xl; p4 = yh * j->w + xh;                        \
@@ -192,6 +193,80 @@ typedef struct roi_job {
             }                                                                                \
     }
 
+/* Separable sample tables: one axis's sample positions for every output bin. */
+typedef struct roi_tap {
+    int64_t lo, hi;
+    double l; /* weight of hi; lo gets 1 - l */
+    int ok;   /* inside [-1, len] */
+} roi_tap;
+
+#define ROI_TAPS_MAX 512
+
+static void roi_axis(double start, double bin, int64_t n_out, int64_t g, int64_t len, roi_tap *t) {
+    for (int64_t p = 0; p < n_out; p++)
+        for (int64_t i = 0; i < g; i++) {
+            roi_tap *e = &t[p * g + i];
+            double v = start + (double)p * bin + ((double)i + 0.5) * bin / (double)g;
+            e->ok = !(v < -1.0 || v > (double)len);
+            e->lo = e->hi = 0;
+            e->l = 0;
+            if (!e->ok) continue;
+            if (v < 0) v = 0;
+            e->lo = (int64_t)v;
+            if (e->lo >= len - 1) {
+                e->lo = e->hi = len - 1;
+                v = (double)e->lo;
+            } else {
+                e->hi = e->lo + 1;
+            }
+            e->l = v - (double)e->lo;
+        }
+}
+
+/* Channel-outer loop over the tables (each input plane stays in cache). */
+#define ROI_FAST(T)                                                                          \
+    {                                                                                        \
+        const T *X = (const T *)j->x + j->bidx[r] * j->c * j->h * j->w;                      \
+        T *Y = (T *)j->y + r * j->c * j->oh * j->ow;                                         \
+        int64_t hw = j->h * j->w, ohw = j->oh * j->ow;                                       \
+        for (int64_t c = 0; c < j->c; c++) {                                                 \
+            const T *xc = X + c * hw;                                                        \
+            T *yc = Y + c * ohw;                                                             \
+            for (int64_t ph = 0; ph < j->oh; ph++)                                           \
+                for (int64_t pw = 0; pw < j->ow; pw++) {                                     \
+                    T acc = 0;                                                               \
+                    bool first = true;                                                       \
+                    for (int64_t iy = 0; iy < gh; iy++) {                                    \
+                        const roi_tap *a = &ty[ph * gh + iy];                                \
+                        for (int64_t ix = 0; ix < gw; ix++) {                                \
+                            const roi_tap *b2 = &tx[pw * gw + ix];                           \
+                            T v = 0;                                                         \
+                            if (a->ok && b2->ok) {                                           \
+                                T w1 = (T)((1 - a->l) * (1 - b2->l)), w2 = (T)((1 - a->l) * b2->l); \
+                                T w3 = (T)(a->l * (1 - b2->l)), w4 = (T)(a->l * b2->l);      \
+                                T v1 = w1 * xc[a->lo * j->w + b2->lo];                       \
+                                T v2 = w2 * xc[a->lo * j->w + b2->hi];                       \
+                                T v3 = w3 * xc[a->hi * j->w + b2->lo];                       \
+                                T v4 = w4 * xc[a->hi * j->w + b2->hi];                       \
+                                if (!j->max_mode) {                                          \
+                                    v = v1 + v2 + v3 + v4;                                   \
+                                } else {                                                     \
+                                    v = v1;                                                  \
+                                    if (v2 > v) v = v2;                                      \
+                                    if (v3 > v) v = v3;                                      \
+                                    if (v4 > v) v = v4;                                      \
+                                }                                                            \
+                            }                                                                \
+                            if (!j->max_mode) acc += v;                                      \
+                            else if (first || v > acc) acc = v;                              \
+                            first = false;                                                   \
+                        }                                                                    \
+                    }                                                                        \
+                    yc[ph * j->ow + pw] = j->max_mode ? acc : acc / (T)cnt;                  \
+                }                                                                            \
+        }                                                                                    \
+    }
+
 static void roi_rows(void *arg, int64_t b, int64_t e) {
     const roi_job *j = arg;
     for (int64_t r = b; r < e; r++) {
@@ -210,7 +285,12 @@ static void roi_rows(void *arg, int64_t b, int64_t e) {
         if (gh < 0) gh = 0;
         if (gw < 0) gw = 0;
         int64_t cnt = gh * gw > 1 ? gh * gw : 1;
-        if (j->dbl) ROI_BODY(double) else ROI_BODY(float)
+        if (j->oh * gh <= ROI_TAPS_MAX && j->ow * gw <= ROI_TAPS_MAX) {
+            roi_tap ty[ROI_TAPS_MAX], tx[ROI_TAPS_MAX];
+            roi_axis(y0, bh, j->oh, gh, j->h, ty);
+            roi_axis(x0, bw, j->ow, gw, j->w, tx);
+            if (j->dbl) ROI_FAST(double) else ROI_FAST(float)
+        } else if (j->dbl) ROI_BODY(double) else ROI_BODY(float)
     }
 }
 
@@ -382,32 +462,45 @@ static void gs_points(void *arg, int64_t b, int64_t e) {
             int sd = sp - 1 - d;
             nt[sd] = gs_taps(j, g, j->in[sd], ix[sd], w[sd]);
         }
-        for (int64_t c = 0; c < j->n_c; c++) {
-            int64_t base = (nb * j->n_c + c) * plane;
-            double acc = 0;
-            int k[3] = {0, 0, 0};
-            for (;;) {
-                double wt = 1;
-                int64_t off = 0;
-                bool zero = false;
-                for (int d = 0; d < sp; d++) {
-                    int64_t i = ix[d][k[d]];
-                    if (i < 0) zero = true;
-                    off = off * j->in[d] + i;
-                    wt *= w[d][k[d]];
-                }
-                if (!zero) {
-                    double v = j->dbl ? ((const double *)j->x)[base + off]
-                                      : (double)((const float *)j->x)[base + off];
-                    acc += wt * v;
-                }
-                int d = sp - 1;
-                while (d >= 0 && ++k[d] == nt[d]) k[d--] = 0;
-                if (d < 0) break;
+        /* flatten the tap product once per point; zero-padding taps drop out */
+        int64_t toff[64];
+        double tw[64];
+        int nt_all = 0, k[3] = {0, 0, 0};
+        for (;;) {
+            double wt = 1;
+            int64_t off = 0;
+            bool zero = false;
+            for (int d = 0; d < sp; d++) {
+                int64_t i = ix[d][k[d]];
+                if (i < 0) zero = true;
+                off = off * j->in[d] + i;
+                wt *= w[d][k[d]];
             }
-            int64_t oi = (nb * j->n_c + c) * j->out_count + u % j->out_count;
-            if (j->dbl) ((double *)j->y)[oi] = acc;
-            else ((float *)j->y)[oi] = (float)acc;
+            if (!zero) {
+                toff[nt_all] = off;
+                tw[nt_all++] = wt;
+            }
+            int d = sp - 1;
+            while (d >= 0 && ++k[d] == nt[d]) k[d--] = 0;
+            if (d < 0) break;
+        }
+        int64_t ob = nb * j->n_c * j->out_count + u % j->out_count;
+        if (j->dbl) {
+            const double *X = (const double *)j->x + nb * j->n_c * plane;
+            double *Y = (double *)j->y + ob;
+            for (int64_t c = 0; c < j->n_c; c++, X += plane) {
+                double acc = 0;
+                for (int t = 0; t < nt_all; t++) acc += tw[t] * X[toff[t]];
+                Y[c * j->out_count] = acc;
+            }
+        } else {
+            const float *X = (const float *)j->x + nb * j->n_c * plane;
+            float *Y = (float *)j->y + ob;
+            for (int64_t c = 0; c < j->n_c; c++, X += plane) {
+                double acc = 0;
+                for (int t = 0; t < nt_all; t++) acc += tw[t] * (double)X[toff[t]];
+                Y[c * j->out_count] = (float)acc;
+            }
         }
     }
 }

@@ -83,6 +83,50 @@ static inline int64_t q_index(const q_layout *l, int64_t p, int64_t a, int64_t q
     return (p * l->nblk + a / l->block) * l->post + q;
 }
 
+/* float32 -> 8-bit, per-tensor or per-axis: rows of `post` elements share a scale. */
+typedef struct q8_job {
+    const float *x;
+    void *y;
+    const float *scale;
+    const void *zp;
+    q_layout l;
+    bool s8;
+} q8_job;
+
+static void q8_rows(void *arg, int64_t b, int64_t e) {
+    const q8_job *j = arg;
+    const float big = 12582912.0f; /* 1.5 * 2^23: adding and subtracting rounds half to even */
+    for (int64_t row = b; row < e; row++) {
+        int64_t a = row % j->l.L, si = j->l.kind == 0 ? 0 : a;
+        float s = j->scale[si];
+        float z = !j->zp ? 0.0f : j->s8 ? (float)((const int8_t *)j->zp)[si]
+                                        : (float)((const uint8_t *)j->zp)[si];
+        float lo = j->s8 ? -128.0f : 0.0f, hi = j->s8 ? 127.0f : 255.0f;
+        const float *xp = j->x + row * j->l.post;
+        if (j->s8) {
+            int8_t *yp = (int8_t *)j->y + row * j->l.post;
+            for (int64_t q = 0; q < j->l.post; q++) {
+                float v = xp[q] / s;
+                v = v > -4194304.0f ? v : -4194304.0f; /* also maps NaN to the low end */
+                v = v < 4194304.0f ? v : 4194304.0f;
+                v = (v + big) - big + z;
+                v = v > lo ? v : lo;
+                yp[q] = (int8_t)(v < hi ? v : hi);
+            }
+        } else {
+            uint8_t *yp = (uint8_t *)j->y + row * j->l.post;
+            for (int64_t q = 0; q < j->l.post; q++) {
+                float v = xp[q] / s;
+                v = v > -4194304.0f ? v : -4194304.0f; /* also maps NaN to the low end */
+                v = v < 4194304.0f ? v : 4194304.0f;
+                v = (v + big) - big + z;
+                v = v > lo ? v : lo;
+                yp[q] = (uint8_t)(v < hi ? v : hi);
+            }
+        }
+    }
+}
+
 tdm_status *tdm_misc_quantize_run(tdm_kernel_ctx *ctx) {
     const tdm_tensor *x = ctx->in[0], *sc = ctx->in[1];
     const tdm_tensor *zp = ctx->n_in > 2 ? ctx->in[2] : NULL;
@@ -93,6 +137,12 @@ tdm_status *tdm_misc_quantize_run(tdm_kernel_ctx *ctx) {
     if (!q_range(y->dtype, &lo, &hi))
         return tdm_node_error(ctx->node, TDM_ERR_UNSUPPORTED, "output type %s is not supported",
                               tdm_dtype_name(y->dtype));
+    if (x->dtype == TDM_FLOAT && sc->dtype == TDM_FLOAT && l.kind != 2 &&
+        (y->dtype == TDM_UINT8 || y->dtype == TDM_INT8) && (!zp || zp->dtype == y->dtype)) {
+        q8_job j = {x->data, y->data, sc->data, zp ? zp->data : NULL, l, y->dtype == TDM_INT8};
+        tdm_parallel_for(ctx->pool, l.pre * l.L, 16384 / (l.post + 1) + 1, q8_rows, &j);
+        return NULL;
+    }
     bool fx = x->dtype == TDM_FLOAT;
     size_t es = tdm_dtype_elem_size(y->dtype);
     for (int64_t p = 0; p < l.pre; p++)
@@ -113,6 +163,42 @@ tdm_status *tdm_misc_quantize_run(tdm_kernel_ctx *ctx) {
     return NULL;
 }
 
+typedef struct dq_job {
+    const tdm_tensor *x;
+    float *y;
+    const float *scale;
+    const tdm_tensor *zp;
+    q_layout l;
+} dq_job;
+
+static void dq_rows(void *arg, int64_t b, int64_t e) {
+    const dq_job *j = arg;
+    int64_t n = j->l.post;
+    for (int64_t row = b; row < e; row++) {
+        int64_t si = j->l.kind == 0 ? 0 : row % j->l.L;
+        float s = j->scale[si], z = j->zp ? (float)tdm_tensor_get_f64(j->zp, si) : 0.0f;
+        float *yp = j->y + row * n;
+#define DQ(T)                                                                                \
+    {                                                                                        \
+        const T *xp = (const T *)j->x->data + row * n;                                       \
+        for (int64_t q = 0; q < n; q++) yp[q] = ((float)xp[q] - z) * s;                      \
+    }                                                                                        \
+    break
+        switch (j->x->dtype) {
+        case TDM_UINT8: DQ(uint8_t);
+        case TDM_INT8: DQ(int8_t);
+        case TDM_UINT16: DQ(uint16_t);
+        case TDM_INT16: DQ(int16_t);
+        case TDM_INT32: DQ(int32_t);
+        default:
+            for (int64_t q = 0; q < n; q++)
+                yp[q] = ((float)tdm_tensor_get_f64(j->x, row * n + q) - z) * s;
+            break;
+        }
+#undef DQ
+    }
+}
+
 tdm_status *tdm_misc_dequantize_run(tdm_kernel_ctx *ctx) {
     const tdm_tensor *x = ctx->in[0], *sc = ctx->in[1];
     const tdm_tensor *zp = ctx->n_in > 2 ? ctx->in[2] : NULL;
@@ -122,6 +208,11 @@ tdm_status *tdm_misc_dequantize_run(tdm_kernel_ctx *ctx) {
     if (zp && zp->dtype != x->dtype)
         return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
                               "zero point type differs from the input type");
+    if (y->dtype == TDM_FLOAT && sc->dtype == TDM_FLOAT && l.kind != 2) {
+        dq_job j = {x, y->data, sc->data, zp, l};
+        tdm_parallel_for(ctx->pool, l.pre * l.L, 16384 / (l.post + 1) + 1, dq_rows, &j);
+        return NULL;
+    }
     size_t es = tdm_dtype_elem_size(y->dtype);
     for (int64_t p = 0; p < l.pre; p++)
         for (int64_t a = 0; a < l.L; a++) {
@@ -179,17 +270,28 @@ static inline int32_t ld_int(const tdm_tensor *t, int64_t i) {
 }
 
 typedef struct imm_job {
-    const tdm_tensor *a, *b, *azp, *bzp;
+    const int16_t *at;             /* a - zp: [nab, M, K] */
+    const int16_t *bt;             /* b - zp, transposed: [nbb, N, K] */
     int64_t M, K, N;
     int yr;                        /* batch rank */
     int64_t ydims[TDM_MAX_RANK], astr[TDM_MAX_RANK], bstr[TDM_MAX_RANK];
-    int32_t *bt;                   /* b - zp, transposed per b batch: [nbb, N, K] */
-    int64_t *acc;                  /* [batch, M, N] */
+    int32_t *acc;                  /* [batch, M, N], wrapped to 32 bits like the op's output */
 } imm_job;
+
+/* Exact dot product: |a|, |b| <= 255, so blocks of 32768 terms cannot overflow int32. */
+static int64_t dot_i16(const int16_t *a, const int16_t *b, int64_t n) {
+    int64_t total = 0;
+    for (int64_t k0 = 0; k0 < n; k0 += 32768) {
+        int64_t kn = n - k0 < 32768 ? n - k0 : 32768;
+        int32_t s = 0;
+        for (int64_t k = 0; k < kn; k++) s += (int32_t)a[k0 + k] * (int32_t)b[k0 + k];
+        total += s;
+    }
+    return total;
+}
 
 static void imm_rows(void *arg, int64_t b, int64_t e) {
     const imm_job *j = arg;
-    int32_t arow[4096];
     for (int64_t u = b; u < e; u++) {
         int64_t bi = u / j->M, m = u % j->M, rem = bi, ao = 0, bo = 0;
         for (int d = j->yr - 1; d >= 0; d--) {
@@ -198,30 +300,25 @@ static void imm_rows(void *arg, int64_t b, int64_t e) {
             ao += c * j->astr[d];
             bo += c * j->bstr[d];
         }
-        int32_t za = j->azp ? ld_int(j->azp, j->azp->count == 1 ? 0 : m) : 0;
-        int64_t *out = j->acc + u * j->N;
-        for (int64_t n = 0; n < j->N; n++) out[n] = 0;
-        for (int64_t k0 = 0; k0 < j->K; k0 += 4096) {
-            int64_t kn = j->K - k0 < 4096 ? j->K - k0 : 4096;
-            for (int64_t k = 0; k < kn; k++) arow[k] = ld_int(j->a, (ao * j->M + m) * j->K + k0 + k) - za;
-            for (int64_t n = 0; n < j->N; n++) {
-                const int32_t *bc = j->bt + (bo * j->N + n) * j->K + k0;
-                int64_t s = 0;
-                for (int64_t k = 0; k < kn; k++) s += (int64_t)arow[k] * bc[k];
-                out[n] += s;
-            }
-        }
+        const int16_t *arow = j->at + (ao * j->M + m) * j->K;
+        int32_t *out = j->acc + u * j->N;
+        for (int64_t n = 0; n < j->N; n++)
+            out[n] = (int32_t)(uint32_t)(uint64_t)dot_i16(arow, j->bt + (bo * j->N + n) * j->K, j->K);
     }
 }
 
 /* acc[batch, M, N] = (a - a_zp) @ (b - b_zp) with numpy batch broadcasting against y. */
 static tdm_status *int_matmul(tdm_kernel_ctx *ctx, const tdm_tensor *a, const tdm_tensor *b,
                               const tdm_tensor *azp, const tdm_tensor *bzp, const tdm_tensor *y,
-                              int64_t **acc_out, int64_t *M_out, int64_t *N_out) {
+                              int32_t **acc_out, int64_t *M_out, int64_t *N_out) {
     const tdm_node *node = ctx->node;
     int64_t ad[TDM_MAX_RANK + 1], bd[TDM_MAX_RANK + 1];
     int ar = a->rank, br = b->rank;
     if (ar < 1 || br < 1) return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "scalar operand");
+    if ((a->dtype != TDM_UINT8 && a->dtype != TDM_INT8) || (b->dtype != TDM_UINT8 && b->dtype != TDM_INT8))
+        return tdm_node_error(node, TDM_ERR_UNSUPPORTED, "operands must be uint8 or int8");
+    if ((azp && azp->dtype != a->dtype) || (bzp && bzp->dtype != b->dtype))
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "zero point type differs from its operand");
     memcpy(ad, a->dims, sizeof(int64_t) * (size_t)ar);
     memcpy(bd, b->dims, sizeof(int64_t) * (size_t)br);
     if (ar == 1) { ad[1] = ad[0]; ad[0] = 1; ar = 2; }
@@ -232,35 +329,47 @@ static tdm_status *int_matmul(tdm_kernel_ctx *ctx, const tdm_tensor *a, const td
         return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "a zero point must have 1 or M values");
     if (bzp && bzp->count != 1 && bzp->count != N)
         return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "b zero point must have 1 or N values");
-    imm_job j = {a, b, azp, bzp, M, K, N, 0};
+    imm_job j = {0};
+    j.M = M;
+    j.K = K;
+    j.N = N;
     int yb = y->rank - (a->rank == 1 ? 0 : 1) - (b->rank == 1 ? 0 : 1);
     j.yr = yb;
     memcpy(j.ydims, y->dims, sizeof(int64_t) * (size_t)yb);
     tdm_broadcast_strides(ar - 2, ad, yb, j.ydims, j.astr);
     tdm_broadcast_strides(br - 2, bd, yb, j.ydims, j.bstr);
-    int64_t nbb = 1, batch = 1;
+    int64_t nbb = 1, batch = 1, nab = 1;
     for (int i = 0; i < br - 2; i++) nbb *= bd[i];
+    for (int i = 0; i < ar - 2; i++) nab *= ad[i];
     for (int i = 0; i < yb; i++) batch *= j.ydims[i];
-    size_t nbt, nacc;
-    if (!tdm_mul_size((size_t)(nbb * N), (size_t)K * sizeof(int32_t), &nbt) ||
-        !tdm_mul_size((size_t)(batch * M), (size_t)N * sizeof(int64_t), &nacc))
+    size_t nacc;
+    if (!tdm_mul_size((size_t)(batch * M), (size_t)N * sizeof(int32_t), &nacc))
         return tdm_node_error(node, TDM_ERR_LIMIT, "matmul too large");
-    j.bt = tdm_kscratch(ctx, nbt + 64);
+    int16_t *at = tdm_kscratch(ctx, (size_t)a->count * 2 + 64);
+    int16_t *bt = tdm_kscratch(ctx, (size_t)b->count * 2 + 64);
     j.acc = tdm_kscratch(ctx, nacc + 64);
-    if (!j.bt || !j.acc) {
-        tdm_free(ctx->alloc, j.bt);
+    if (!at || !bt || !j.acc) {
+        tdm_free(ctx->alloc, at);
+        tdm_free(ctx->alloc, bt);
         tdm_free(ctx->alloc, j.acc);
         return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory in integer matmul");
+    }
+    for (int64_t i = 0; i < nab * M; i++) {
+        int32_t z = azp ? ld_int(azp, azp->count == 1 ? 0 : i % M) : 0;
+        for (int64_t k = 0; k < K; k++) at[i * K + k] = (int16_t)(ld_int(a, i * K + k) - z);
     }
     for (int64_t bb = 0; bb < nbb; bb++)
         for (int64_t k = 0; k < K; k++)
             for (int64_t n = 0; n < N; n++) {
                 int32_t z = bzp ? ld_int(bzp, bzp->count == 1 ? 0 : n) : 0;
-                j.bt[(bb * N + n) * K + k] = ld_int(b, (bb * K + k) * N + n) - z;
+                bt[(bb * N + n) * K + k] = (int16_t)(ld_int(b, (bb * K + k) * N + n) - z);
             }
+    j.at = at;
+    j.bt = bt;
     int64_t grain = N * K >= 4096 ? 1 : 4096 / (N * K + 1) + 1;
     tdm_parallel_for(ctx->pool, batch * M, grain, imm_rows, &j);
-    tdm_free(ctx->alloc, j.bt);
+    tdm_free(ctx->alloc, at);
+    tdm_free(ctx->alloc, bt);
     *acc_out = j.acc;
     *M_out = M;
     *N_out = N;
@@ -269,11 +378,11 @@ static tdm_status *int_matmul(tdm_kernel_ctx *ctx, const tdm_tensor *a, const td
 
 tdm_status *tdm_misc_matmul_integer_run(tdm_kernel_ctx *ctx) {
     tdm_tensor *y = ctx->out[0];
-    int64_t *acc, M, N;
+    int32_t *acc;
+    int64_t M, N;
     TDM_TRY(int_matmul(ctx, ctx->in[0], ctx->in[1], ctx->n_in > 2 ? ctx->in[2] : NULL,
                        ctx->n_in > 3 ? ctx->in[3] : NULL, y, &acc, &M, &N));
-    int32_t *yd = y->data;
-    for (int64_t i = 0; i < y->count; i++) yd[i] = (int32_t)(uint32_t)(uint64_t)acc[i];
+    memcpy(y->data, acc, (size_t)y->count * sizeof(int32_t));
     tdm_free(ctx->alloc, acc);
     return NULL;
 }
@@ -293,7 +402,8 @@ tdm_status *tdm_misc_qlinear_matmul_run(tdm_kernel_ctx *ctx) {
     double lo, hi;
     if (!q_range(y->dtype, &lo, &hi))
         return tdm_node_error(ctx->node, TDM_ERR_UNSUPPORTED, "unsupported output type");
-    int64_t *acc, M, N;
+    int32_t *acc;
+    int64_t M, N;
     TDM_TRY(int_matmul(ctx, in[0], in[3], in[2], in[5], y, &acc, &M, &N));
     tdm_status *st = NULL;
     if ((as->count != 1 && as->count != M) || (bs->count != 1 && bs->count != N) ||
@@ -319,42 +429,63 @@ tdm_status *tdm_misc_qlinear_matmul_run(tdm_kernel_ctx *ctx) {
 /* ---- integer convolution ---- */
 
 typedef struct iconv_job {
-    const int32_t *x, *w; /* zero points already subtracted */
+    const int16_t *x, *w; /* zero points already subtracted */
     const int32_t *bias;  /* [M] or NULL */
-    int64_t *acc;         /* [N, M, out spatial] */
+    int32_t *acc;         /* [N, M, out spatial], 32-bit wrapping sums */
     int sp;
     int64_t C, M, group, in_sp[TDM_MAX_RANK], out_sp[TDM_MAX_RANK], k[TDM_MAX_RANK];
     int64_t stride[TDM_MAX_RANK], dil[TDM_MAX_RANK], pad[TDM_MAX_RANK];
     int64_t in_plane, out_plane, k_plane;
 } iconv_job;
 
+/* One (batch, output channel) plane: for each input channel and kernel tap, a pass over
+ * output rows whose innermost loop runs over the valid part of the last spatial dim. */
 static void iconv_planes(void *arg, int64_t b, int64_t e) {
     const iconv_job *j = arg;
+    int sp = j->sp, L = sp - 1;
     int64_t cg = j->C / j->group, mg = j->M / j->group;
+    int64_t ow_n = j->out_sp[L], iw_n = j->in_sp[L], s_w = j->stride[L];
+    int64_t rows = j->out_plane / (ow_n ? ow_n : 1);
     for (int64_t u = b; u < e; u++) {
         int64_t n = u / j->M, m = u % j->M, g = m / mg;
-        int64_t *out = j->acc + u * j->out_plane;
-        int64_t oc[TDM_MAX_RANK] = {0};
-        for (int64_t o = 0; o < j->out_plane; o++) {
-            int64_t s = j->bias ? j->bias[m] : 0;
-            for (int64_t c = 0; c < cg; c++) {
-                const int32_t *xp = j->x + (n * j->C + g * cg + c) * j->in_plane;
-                const int32_t *wp = j->w + (m * cg + c) * j->k_plane;
-                int64_t kc[TDM_MAX_RANK] = {0};
-                for (int64_t kk = 0; kk < j->k_plane; kk++) {
-                    int64_t off = 0;
-                    bool in = true;
-                    for (int d = 0; d < j->sp; d++) {
-                        int64_t p = oc[d] * j->stride[d] - j->pad[d] + kc[d] * j->dil[d];
-                        if (p < 0 || p >= j->in_sp[d]) { in = false; break; }
-                        off = off * j->in_sp[d] + p;
+        uint32_t *out = (uint32_t *)j->acc + u * j->out_plane;
+        uint32_t b0 = j->bias ? (uint32_t)j->bias[m] : 0;
+        for (int64_t o = 0; o < j->out_plane; o++) out[o] = b0;
+        for (int64_t c = 0; c < cg; c++) {
+            const int16_t *xp = j->x + (n * j->C + g * cg + c) * j->in_plane;
+            const int16_t *wp = j->w + (m * cg + c) * j->k_plane;
+            int64_t kc[TDM_MAX_RANK] = {0};
+            for (int64_t kk = 0; kk < j->k_plane; kk++) {
+                int32_t w = wp[kk];
+                if (w != 0) {
+                    /* valid output range along the last dim for this tap */
+                    int64_t off = kc[L] * j->dil[L] - j->pad[L];
+                    int64_t lo = off >= 0 ? 0 : (-off + s_w - 1) / s_w;
+                    int64_t hi = iw_n - 1 - off < 0 ? -1 : (iw_n - 1 - off) / s_w;
+                    if (hi >= ow_n) hi = ow_n - 1;
+                    int64_t orow[TDM_MAX_RANK] = {0};
+                    for (int64_t r = 0; r < rows && lo <= hi; r++) {
+                        int64_t ib = 0;
+                        bool in = true;
+                        for (int d = 0; d < L; d++) {
+                            int64_t p = orow[d] * j->stride[d] - j->pad[d] + kc[d] * j->dil[d];
+                            if (p < 0 || p >= j->in_sp[d]) { in = false; break; }
+                            ib = ib * j->in_sp[d] + p;
+                        }
+                        if (in) {
+                            const int16_t *xr = xp + ib * iw_n + off;
+                            uint32_t *orw = out + r * ow_n;
+                            if (s_w == 1)
+                                for (int64_t q = lo; q <= hi; q++) orw[q] += (uint32_t)(w * (int32_t)xr[q]);
+                            else
+                                for (int64_t q = lo; q <= hi; q++)
+                                    orw[q] += (uint32_t)(w * (int32_t)xr[q * s_w]);
+                        }
+                        for (int d = L - 1; d >= 0 && ++orow[d] == j->out_sp[d]; d--) orow[d] = 0;
                     }
-                    if (in) s += (int64_t)xp[off] * wp[kk];
-                    for (int d = j->sp - 1; d >= 0 && ++kc[d] == j->k[d]; d--) kc[d] = 0;
                 }
+                for (int d = sp - 1; d >= 0 && ++kc[d] == j->k[d]; d--) kc[d] = 0;
             }
-            out[o] = s;
-            for (int d = j->sp - 1; d >= 0 && ++oc[d] == j->out_sp[d]; d--) oc[d] = 0;
         }
     }
 }
@@ -362,7 +493,7 @@ static void iconv_planes(void *arg, int64_t b, int64_t e) {
 /* acc[N, M, out...] = conv(x - x_zp, w - w_zp) + bias. */
 static tdm_status *int_conv(tdm_kernel_ctx *ctx, const tdm_tensor *x, const tdm_tensor *xzp,
                             const tdm_tensor *w, const tdm_tensor *wzp, const tdm_tensor *bias,
-                            const tdm_tensor *y, int64_t **acc_out) {
+                            const tdm_tensor *y, int32_t **acc_out) {
     const tdm_node *node = ctx->node;
     int r = x->rank, sp = r - 2;
     if (r < 3 || w->rank != r || y->rank != r)
@@ -409,10 +540,12 @@ static tdm_status *int_conv(tdm_kernel_ctx *ctx, const tdm_tensor *x, const tdm_
     }
     if (y->dims[0] != x->dims[0] || y->dims[1] != j.M)
         return tdm_node_error(node, TDM_ERR_INTERNAL, "output shape mismatch");
-    int32_t *xs = tdm_kscratch(ctx, (size_t)x->count * 4 + 64);
-    int32_t *ws = tdm_kscratch(ctx, (size_t)w->count * 4 + 64);
+    if ((x->dtype != TDM_UINT8 && x->dtype != TDM_INT8) || (w->dtype != TDM_UINT8 && w->dtype != TDM_INT8))
+        return tdm_node_error(node, TDM_ERR_UNSUPPORTED, "x and w must be uint8 or int8");
+    int16_t *xs = tdm_kscratch(ctx, (size_t)x->count * 2 + 64);
+    int16_t *ws = tdm_kscratch(ctx, (size_t)w->count * 2 + 64);
     int32_t *bs = bias ? tdm_kscratch(ctx, (size_t)j.M * 4 + 64) : NULL;
-    int64_t *acc = tdm_kscratch(ctx, (size_t)y->count * 8 + 64);
+    int32_t *acc = tdm_kscratch(ctx, (size_t)y->count * 4 + 64);
     if (!xs || !ws || !acc || (bias && !bs)) {
         tdm_free(ctx->alloc, xs);
         tdm_free(ctx->alloc, ws);
@@ -421,10 +554,10 @@ static tdm_status *int_conv(tdm_kernel_ctx *ctx, const tdm_tensor *x, const tdm_
         return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory in integer conv");
     }
     int32_t xz = xzp ? ld_int(xzp, 0) : 0;
-    for (int64_t i = 0; i < x->count; i++) xs[i] = ld_int(x, i) - xz;
+    for (int64_t i = 0; i < x->count; i++) xs[i] = (int16_t)(ld_int(x, i) - xz);
     int64_t per_m = w->count / (j.M ? j.M : 1);
     for (int64_t i = 0; i < w->count; i++)
-        ws[i] = ld_int(w, i) - (wzp ? ld_int(wzp, wzp->count == 1 ? 0 : i / per_m) : 0);
+        ws[i] = (int16_t)(ld_int(w, i) - (wzp ? ld_int(wzp, wzp->count == 1 ? 0 : i / per_m) : 0));
     for (int64_t m = 0; bias && m < j.M; m++) bs[m] = ((const int32_t *)bias->data)[m];
     j.x = xs;
     j.w = ws;
@@ -440,11 +573,10 @@ static tdm_status *int_conv(tdm_kernel_ctx *ctx, const tdm_tensor *x, const tdm_
 
 tdm_status *tdm_misc_conv_integer_run(tdm_kernel_ctx *ctx) {
     tdm_tensor *y = ctx->out[0];
-    int64_t *acc;
+    int32_t *acc;
     TDM_TRY(int_conv(ctx, ctx->in[0], ctx->n_in > 2 ? ctx->in[2] : NULL, ctx->in[1],
                      ctx->n_in > 3 ? ctx->in[3] : NULL, NULL, y, &acc));
-    int32_t *yd = y->data;
-    for (int64_t i = 0; i < y->count; i++) yd[i] = (int32_t)(uint32_t)(uint64_t)acc[i];
+    memcpy(y->data, acc, (size_t)y->count * sizeof(int32_t));
     tdm_free(ctx->alloc, acc);
     return NULL;
 }
@@ -461,7 +593,7 @@ tdm_status *tdm_misc_qlinear_conv_run(tdm_kernel_ctx *ctx) {
         (ws->count != 1 && ws->count != M))
         return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
                               "scales must be per-tensor (w: or per output channel)");
-    int64_t *acc;
+    int32_t *acc;
     TDM_TRY(int_conv(ctx, in[0], in[2], in[3], in[5], ctx->n_in > 8 ? in[8] : NULL, y, &acc));
     int64_t plane = y->count / (y->dims[0] * M > 0 ? y->dims[0] * M : 1);
     float fx = (float)tdm_tensor_get_f64(xs, 0), fy = (float)tdm_tensor_get_f64(ys, 0);

@@ -1,0 +1,106 @@
+#include "sched/memplan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/status.h"
+
+typedef struct placed {
+    size_t off, size;
+    int first, last;
+} placed;
+
+typedef struct order_item {
+    size_t size;
+    size_t v;
+} order_item;
+
+static int by_size_desc(const void *a, const void *b) {
+    const order_item *x = a, *y = b;
+    if (x->size != y->size) return x->size < y->size ? 1 : -1;
+    return x->v < y->v ? -1 : x->v > y->v;
+}
+
+static int by_off(const void *a, const void *b) {
+    const placed *x = a, *y = b;
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+tdm_status *tdm_memplan_build(const tdm_allocator *a, size_t n, const size_t *size,
+                              const int *first, const int *last, uint64_t key,
+                              tdm_memplan **out) {
+    tdm_memplan *mp = tdm_calloc(a, 1, sizeof *mp);
+    order_item *ord = tdm_calloc(a, n + 1, sizeof *ord);
+    placed *pl = tdm_calloc(a, n + 1, sizeof *pl);
+    placed *live = tdm_calloc(a, n + 1, sizeof *live);
+    tdm_status *st = NULL;
+    if (!mp || !ord || !pl || !live) {
+        st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory planning memory");
+        goto fail;
+    }
+    mp->key = key;
+    mp->n_values = n;
+    mp->offset = tdm_calloc(a, n + 1, sizeof *mp->offset);
+    mp->size = tdm_calloc(a, n + 1, sizeof *mp->size);
+    mp->headers = tdm_calloc(a, n + 1, sizeof *mp->headers);
+    if (!mp->offset || !mp->size || !mp->headers) {
+        st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory planning memory");
+        goto fail;
+    }
+    size_t m = 0;
+    for (size_t v = 0; v < n; v++) {
+        mp->offset[v] = -1;
+        if (size[v] == 0) continue;
+        ord[m].size = (size[v] + TDM_ALIGN - 1) / TDM_ALIGN * TDM_ALIGN;
+        ord[m].v = v;
+        m++;
+    }
+    qsort(ord, m, sizeof *ord, by_size_desc);
+    size_t n_placed = 0, total = 0;
+    for (size_t i = 0; i < m; i++) {
+        size_t v = ord[i].v, sz = ord[i].size;
+        /* the placed blocks alive at the same time, by offset */
+        size_t nl = 0;
+        for (size_t j = 0; j < n_placed; j++)
+            if (pl[j].first <= last[v] && first[v] <= pl[j].last) live[nl++] = pl[j];
+        qsort(live, nl, sizeof *live, by_off);
+        size_t off = 0;
+        for (size_t j = 0; j < nl; j++) {
+            if (live[j].off >= off + sz) break; /* the gap before this block fits */
+            if (live[j].off + live[j].size > off) off = live[j].off + live[j].size;
+        }
+        pl[n_placed++] = (placed){off, sz, first[v], last[v]};
+        mp->offset[v] = (int64_t)off;
+        mp->size[v] = size[v];
+        if (off + sz > total) total = off + sz;
+    }
+    mp->arena_bytes = total;
+    if (total) {
+        mp->arena = tdm_alloc(a, total);
+        if (!mp->arena) {
+            st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory allocating a %zu-byte arena", total);
+            goto fail;
+        }
+    }
+    tdm_free(a, ord);
+    tdm_free(a, pl);
+    tdm_free(a, live);
+    *out = mp;
+    return NULL;
+fail:
+    tdm_free(a, ord);
+    tdm_free(a, pl);
+    tdm_free(a, live);
+    tdm_memplan_free(a, mp);
+    return st;
+}
+
+void tdm_memplan_free(const tdm_allocator *a, tdm_memplan *mp) {
+    if (!mp) return;
+    tdm_free(a, mp->offset);
+    tdm_free(a, mp->size);
+    tdm_free(a, mp->headers);
+    tdm_free(a, mp->arena);
+    tdm_free(a, mp);
+}
