@@ -43,6 +43,7 @@ tdm_status *tdm_env_create(const tdm_env_options *o, tdm_env **out) {
             tdm_status_free(st);
             n = 0;
         }
+        for (int k = 0; k < n; k++) env->devices[env->n_devices + k]->index = env->n_devices + k;
         env->n_devices += n;
         if (n == 0 && why[0] && env->n_unavailable < TDM_MAX_DEVICES) {
             char line[300];

@@ -15,7 +15,7 @@
 #include "core/log.h"
 #include "core/status.h"
 
-#define TDM_DEVICE_IFACE_VERSION 1
+#define TDM_DEVICE_IFACE_VERSION 2
 
 typedef struct tdm_device tdm_device;
 
@@ -31,6 +31,21 @@ typedef struct tdm_device_iface {
     tdm_status *(*synchronize)(tdm_device *dev);
     /* Frees the device. */
     void (*close)(tdm_device *dev);
+
+    /* ---- version 2: devices with memory of their own (host_memory == false) ----------
+     * Tensors on such a device have t->data = the device's buffer handle (cl_mem, device
+     * pointer, ...) and t->device set; kernels of the device receive those. Work on a device
+     * is ordered: an upload, the kernels that read it and a download run in issue order, so
+     * the executor only needs the blocking download to wait for a producer on another
+     * device. Required when host_memory is false, NULL otherwise. */
+    /* A buffer of `size` bytes (size may be 0: return a valid handle anyway). */
+    tdm_status *(*buffer_alloc)(tdm_device *dev, size_t size, void **buf);
+    void (*buffer_free)(tdm_device *dev, void *buf);
+    /* host -> device; may return before the copy is done, but the host memory must stay
+     * valid until the next synchronize/download on this device (the executor keeps it). */
+    tdm_status *(*upload)(tdm_device *dev, void *buf, const void *host, size_t size);
+    /* device -> host; returns when the bytes are in host memory (after all earlier work). */
+    tdm_status *(*download)(tdm_device *dev, void *host, const void *buf, size_t size);
 } tdm_device_iface;
 
 struct tdm_device {
@@ -39,6 +54,7 @@ struct tdm_device {
     char name[32];          /* "cpu", "cuda:0", "opencl:0" */
     char description[160];
     bool host_memory;       /* tensors for this device live in ordinary host memory */
+    int index;              /* position in the environment's device list */
 };
 
 /* Backend registry entry. discover() appends up to `max` devices to devs (returning how
@@ -50,7 +66,7 @@ typedef struct tdm_backend_reg {
 } tdm_backend_reg;
 
 /* One line per backend (one source for the registry, see backends/registry.c). */
-#define TDM_BACKENDS(X) X(cpu)
+#define TDM_BACKENDS(X) X(cpu) X(testdev)
 
 #define TDM_X_(b) extern const tdm_backend_reg tdm_backend_##b;
 TDM_BACKENDS(TDM_X_)
@@ -65,5 +81,14 @@ const tdm_kernel_def *tdm_device_find_kernel(tdm_device *dev, const tdm_node *no
 tdm_status *tdm_device_execute(tdm_device *dev, const tdm_kernel_def *k, tdm_kernel_ctx *ctx);
 tdm_status *tdm_device_synchronize(tdm_device *dev);
 void tdm_device_close(tdm_device *dev);
+
+/* Tensors in a device's memory. tdm_device_tensor_new allocates a device buffer for the shape
+ * (the tensor frees it through its release hook); to_device/to_host copy a tensor across
+ * (new tensor, caller owns it). */
+tdm_status *tdm_device_tensor_new(tdm_device *dev, const tdm_allocator *a, tdm_dtype dtype,
+                                  int rank, const int64_t *dims, tdm_tensor **out);
+tdm_status *tdm_device_to_device(tdm_device *dev, const tdm_allocator *a, const tdm_tensor *host,
+                                 tdm_tensor **out);
+tdm_status *tdm_device_to_host(const tdm_allocator *a, const tdm_tensor *t, tdm_tensor **out);
 
 #endif

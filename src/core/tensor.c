@@ -153,7 +153,9 @@ tdm_status *tdm_tensor_reshape_view(const tdm_tensor *src, int rank, const int64
 
 void tdm_tensor_destroy(tdm_tensor *t) {
     if (!t || t->pooled) return;
-    if (t->owns_data) {
+    if (t->release) {
+        t->release(t->device, t->data);
+    } else if (t->owns_data) {
         if (t->dtype == TDM_STRING && t->data) {
             char **s = t->data;
             for (int64_t i = 0; i < t->count; i++) tdm_free(t->alloc, s[i]);

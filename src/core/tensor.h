@@ -19,6 +19,10 @@ struct tdm_tensor {
     const tdm_allocator *alloc;
     bool owns_data;  /* data was allocated by tandem and is freed with the tensor */
     bool pooled;     /* the header belongs to a memory plan: destroy leaves it alone */
+    /* Tensors in a device's memory: `device` is the owning tdm_device (NULL = host memory)
+     * and `release` frees `data` (a device buffer handle) when the tensor is destroyed. */
+    void *device;
+    void (*release)(void *device, void *data);
 };
 
 /* Bytes per element (0 for UNDEFINED). */

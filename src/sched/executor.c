@@ -24,12 +24,78 @@ struct frame {
     tdm_threadpool *pool;
     tdm_memplan *mp;          /* arena for this run's intermediates, or NULL */
     size_t *record;           /* first run with new shapes: bytes of each value, or NULL */
+    /* copies of values in other memories: [v * (1 + TDM_REPLICA_DEVS) + 0] host copy,
+     * [... + 1 + i] copy on the plan's device i; owned, freed with the value */
+    tdm_tensor **replicas;
 };
+
+#define TDM_REPLICA_DEVS 16
+
+static int plan_device_index(const frame *f, const tdm_device *dev) {
+    if (!f->plan) return -1;
+    for (int i = 0; i < f->plan->n_devices; i++)
+        if (f->plan->devices[i] == dev) return i;
+    return -1;
+}
+
+/* The tensor of value v in the memory `dev` works on (host for host-memory devices):
+ * the value itself when it is already there, else a copy made once per run (constants: once
+ * per plan) and reused by every later consumer on that device. */
+static tdm_status *frame_input_for(frame *f, int v, tdm_device *dev, const tdm_tensor **out) {
+    const tdm_tensor *t = f->vals[v];
+    bool want_host = !dev || dev->host_memory;
+    if (want_host ? t->device == NULL : t->device == dev) {
+        *out = t;
+        return NULL;
+    }
+    if (!f->replicas) {
+        if (!f->plan && !want_host) return TDM_ERR(TDM_ERR_INTERNAL, "device copy outside a plan");
+        f->replicas = tdm_calloc(f->a, f->g->n_values * (1 + TDM_REPLICA_DEVS) + 1,
+                                 sizeof *f->replicas);
+        if (!f->replicas) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory copying a tensor");
+    }
+    tdm_tensor **host = &f->replicas[(size_t)v * (1 + TDM_REPLICA_DEVS)];
+    if (want_host) {
+        if (!*host) TDM_TRY(tdm_device_to_host(f->a, t, host));
+        *out = *host;
+        return NULL;
+    }
+    int di = plan_device_index(f, dev);
+    if (di < 0 || di >= TDM_REPLICA_DEVS) return TDM_ERR(TDM_ERR_INTERNAL, "unknown device %s", dev->name);
+    const tdm_value *val = &f->g->values[v];
+    bool constant = val->data && t == val->data && f->plan;
+    tdm_tensor **slot = constant ? &f->plan->const_on_device[(size_t)v * (size_t)f->plan->n_devices + (size_t)di]
+                                 : &f->replicas[(size_t)v * (1 + TDM_REPLICA_DEVS) + 1 + (size_t)di];
+    if (constant) pthread_mutex_lock(&((tdm_plan *)f->plan)->mem_mu);
+    tdm_status *st = NULL;
+    if (!*slot) {
+        const tdm_tensor *src = t;
+        if (t->device) { /* device to device goes through the host */
+            if (!*host) st = tdm_device_to_host(f->a, t, host);
+            src = *host;
+        }
+        if (!st) st = tdm_device_to_device(dev, f->a, src, slot);
+    }
+    if (constant) pthread_mutex_unlock(&((tdm_plan *)f->plan)->mem_mu);
+    if (st) return st;
+    *out = *slot;
+    return NULL;
+}
+
+static void frame_drop_replicas(frame *f, int v) {
+    if (!f->replicas || v < 0) return;
+    for (int i = 0; i < 1 + TDM_REPLICA_DEVS; i++) {
+        tdm_tensor **r = &f->replicas[(size_t)v * (1 + TDM_REPLICA_DEVS) + (size_t)i];
+        tdm_tensor_destroy(*r);
+        *r = NULL;
+    }
+}
 
 /* Output tensor for value v: a view into the arena when the memory plan has a slot of this
  * exact size, else a heap tensor. Zeroed either way (kernels may rely on it). */
-static tdm_status *frame_new_output(frame *f, int v, tdm_dtype dtype, int rank,
+static tdm_status *frame_new_output(frame *f, tdm_device *dev, int v, tdm_dtype dtype, int rank,
                                     const int64_t *dims, tdm_tensor **out) {
+    if (dev && !dev->host_memory) return tdm_device_tensor_new(dev, f ? f->a : NULL, dtype, rank, dims, out);
     if (f && f->mp && v >= 0 && f->mp->offset[v] >= 0 && dtype != TDM_STRING) {
         int64_t count;
         size_t nbytes;
@@ -67,7 +133,9 @@ static tdm_status *kctx_alloc_output(tdm_kernel_ctx *ctx, int i, tdm_dtype dtype
         tdm_tensor_destroy(ctx->out[i]);
         ctx->out[i] = NULL;
     }
-    tdm_status *st = tdm_tensor_new(ctx->alloc, dtype, rank, dims, &ctx->out[i]);
+    tdm_status *st = ctx->device && !ctx->device->host_memory
+                         ? tdm_device_tensor_new(ctx->device, ctx->alloc, dtype, rank, dims, &ctx->out[i])
+                         : tdm_tensor_new(ctx->alloc, dtype, rank, dims, &ctx->out[i]);
     return st ? tdm_status_wrap(st, "%s node '%s' output %d: ", ctx->node->op_type,
                                 ctx->node->name, i)
               : NULL;
@@ -108,7 +176,12 @@ static tdm_status *run_node(tdm_device *dev, const tdm_kernel_def *k, void *stat
         vi->dtype = t->dtype;
         vi->rank = t->rank;
         memcpy(vi->dims, t->dims, sizeof t->dims);
-        vi->data = t;
+        vi->data = t->device ? NULL : t;
+        if (t->device && f && (n->schema->shape_inputs & (1u << (i & 31))) && n->inputs[i] >= 0) {
+            const tdm_tensor *h = NULL;
+            if ((st = frame_input_for(f, n->inputs[i], NULL, &h))) goto done;
+            vi->data = h;
+        }
         types[i] = t->dtype;
     }
     for (int i = 0; i < n->n_outputs; i++) {
@@ -146,7 +219,7 @@ static tdm_status *run_node(tdm_device *dev, const tdm_kernel_def *k, void *stat
                              n->op_type, n->name, i);
                 goto done;
             }
-            st = f ? frame_new_output(f, n->outputs[i], out[i].dtype, out[i].rank, out[i].dims,
+            st = f ? frame_new_output(f, dev, n->outputs[i], out[i].dtype, out[i].rank, out[i].dims,
                                       &outs[i])
                    : tdm_tensor_new(a, out[i].dtype, out[i].rank, out[i].dims, &outs[i]);
             if (st) {
@@ -191,6 +264,7 @@ tdm_status *tdm_eval_node(tdm_device *cpu, const tdm_allocator *a, const tdm_nod
 }
 
 static void release(frame *f, int v, int node) {
+    if (v >= 0 && f->release_after[v] == node) frame_drop_replicas(f, v);
     if (v >= 0 && f->owned[v] && f->release_after[v] == node) {
         tdm_tensor_destroy((tdm_tensor *)f->vals[v]);
         f->vals[v] = NULL;
@@ -215,15 +289,6 @@ static tdm_status *exec_frame(frame *f) {
     }
     for (size_t i = 0; i < g->n_nodes; i++) {
         const tdm_node *n = &g->nodes[i];
-        for (int k = 0; k < n->n_inputs; k++) {
-            int v = n->inputs[k];
-            ins[k] = v >= 0 ? f->vals[v] : NULL;
-            if (v >= 0 && !ins[k]) {
-                st = TDM_ERR(TDM_ERR_INTERNAL, "%s node '%s' reads '%s', which is not available",
-                             n->op_type, n->name, g->values[v].name);
-                goto done;
-            }
-        }
         tdm_device *dev = f->dev;
         const tdm_kernel_def *k = NULL;
         void *state = NULL;
@@ -231,6 +296,20 @@ static tdm_status *exec_frame(frame *f) {
             dev = f->plan->devices[n->device >= 0 ? n->device : 0];
             k = f->plan->nodes[i].kernel;
             state = f->plan->nodes[i].state;
+        }
+        for (int k2 = 0; k2 < n->n_inputs; k2++) {
+            int v = n->inputs[k2];
+            ins[k2] = NULL;
+            if (v < 0) continue;
+            if (!f->vals[v]) {
+                st = TDM_ERR(TDM_ERR_INTERNAL, "%s node '%s' reads '%s', which is not available",
+                             n->op_type, n->name, g->values[v].name);
+                goto done;
+            }
+            if ((st = frame_input_for(f, v, dev, &ins[k2]))) {
+                st = tdm_status_wrap(st, "%s node '%s': ", n->op_type, n->name);
+                goto done;
+            }
         }
         st = run_node(dev, k, state, f->a, f->pool, n, (const tdm_tensor *const *)ins, outs, f);
         if (st) goto done;
@@ -255,6 +334,12 @@ done:
 }
 
 static void frame_clear(frame *f) {
+    if (f->replicas) {
+        for (size_t i = 0; i < f->g->n_values * (1 + TDM_REPLICA_DEVS); i++)
+            tdm_tensor_destroy(f->replicas[i]);
+        tdm_free(f->a, f->replicas);
+        f->replicas = NULL;
+    }
     if (f->vals && f->owned)
         for (size_t v = 0; v < f->g->n_values; v++)
             if (f->owned[v]) tdm_tensor_destroy((tdm_tensor *)f->vals[v]);
@@ -272,7 +357,9 @@ static tdm_status *take_outputs(frame *f, const int *which, size_t n, tdm_tensor
             st = TDM_ERR(TDM_ERR_INTERNAL, "output '%s' was not computed", f->g->values[v].name);
             break;
         }
-        if (f->owned[v]) {
+        if (f->vals[v]->device) { /* results go to the caller in host memory */
+            if ((st = tdm_device_to_host(f->a, f->vals[v], &out[j]))) break;
+        } else if (f->owned[v]) {
             out[j] = (tdm_tensor *)f->vals[v];
             f->owned[v] = false; /* moved; a second mention of the same value is copied */
         } else if ((st = tdm_tensor_clone(f->a, f->vals[v], &out[j]))) {

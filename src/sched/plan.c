@@ -60,7 +60,16 @@ static tdm_status *place(tdm_plan *p, const tdm_plan_options *opts) {
             types[k] = n->inputs[k] >= 0 ? g->values[n->inputs[k]].dtype : TDM_UNDEFINED;
         n->device = -1;
         int limit = opts->no_fallback ? 1 : p->n_devices;
+        /* device memory holds no strings, and subgraph bodies run on the host */
+        bool host_only = false;
+        for (int k = 0; k < n->n_outputs; k++)
+            if (n->outputs[k] >= 0 && g->values[n->outputs[k]].dtype == TDM_STRING) host_only = true;
+        for (int k = 0; k < nt; k++)
+            if (types[k] == TDM_STRING) host_only = true;
+        for (int k = 0; k < n->n_attrs; k++)
+            if (n->attrs[k].type == TDM_ATTR_GRAPH || n->attrs[k].type == TDM_ATTR_GRAPHS) host_only = true;
         for (int d = 0; d < limit && n->schema; d++) {
+            if (host_only && !p->devices[d]->host_memory) continue;
             const tdm_kernel_def *k = tdm_device_find_kernel(p->devices[d], n, types, nt);
             if (!k) {
                 /* dtype not known statically: accept the device if it has the op at all */
@@ -152,7 +161,9 @@ tdm_status *tdm_plan_create(const tdm_allocator *a, tdm_graph *graph, tdm_device
     p->nodes = tdm_calloc(a, graph->n_nodes ? graph->n_nodes : 1, sizeof *p->nodes);
     p->release_after = tdm_calloc(a, graph->n_values ? graph->n_values : 1, sizeof(int));
     p->first_use = tdm_calloc(a, graph->n_values ? graph->n_values : 1, sizeof(int));
-    if (!p->nodes || !p->release_after || !p->first_use) {
+    p->const_on_device = tdm_calloc(a, (graph->n_values ? graph->n_values : 1) * (size_t)n_devices,
+                                    sizeof(tdm_tensor *));
+    if (!p->nodes || !p->release_after || !p->first_use || !p->const_on_device) {
         st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory creating a plan");
         goto fail;
     }
@@ -172,10 +183,14 @@ void tdm_plan_free(tdm_plan *p) {
         for (size_t i = 0; i < p->graph->n_nodes; i++)
             if (p->nodes[i].state && p->nodes[i].kernel && p->nodes[i].kernel->release)
                 p->nodes[i].kernel->release(p->nodes[i].state, p->alloc);
-    tdm_graph_free(p->graph);
     tdm_free(p->alloc, p->nodes);
     tdm_free(p->alloc, p->release_after);
     tdm_free(p->alloc, p->first_use);
+    if (p->const_on_device && p->graph)
+        for (size_t i = 0; i < p->graph->n_values * (size_t)p->n_devices; i++)
+            tdm_tensor_destroy(p->const_on_device[i]);
+    tdm_free(p->alloc, p->const_on_device);
+    tdm_graph_free(p->graph);
     for (int i = 0; i < TDM_PLAN_MEM_SLOTS; i++) tdm_memplan_free(p->alloc, p->mem[i]);
     pthread_mutex_destroy(&p->mem_mu);
     tdm_free(p->alloc, p);

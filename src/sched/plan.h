@@ -33,6 +33,9 @@ typedef struct tdm_plan {
     tdm_memplan *mem[TDM_PLAN_MEM_SLOTS];
     uint64_t mem_clock;
     int *first_use;        /* per value: the node that produces it (-1 = input/constant) */
+    /* constants (weights) copied to devices with memory of their own: uploaded on first use,
+     * kept for the plan's life. [value * n_devices + device], guarded by mem_mu */
+    tdm_tensor **const_on_device;
 } tdm_plan;
 
 typedef struct tdm_plan_options {

@@ -20,12 +20,17 @@ static const int *const cpu_counts[] = {
 };
 #define N_TABLES ((int)(sizeof cpu_tables / sizeof cpu_tables[0]))
 
-static const tdm_kernel_def *cpu_find_kernel(tdm_device *dev, const tdm_node *node,
-                                             const tdm_dtype *in_types, int n_in) {
-    (void)dev;
+const tdm_kernel_def *tdm_cpu_find_kernel(const tdm_node *node, const tdm_dtype *in_types,
+                                          int n_in) {
     int counts[N_TABLES];
     for (int i = 0; i < N_TABLES; i++) counts[i] = *cpu_counts[i];
     return tdm_kernel_find(cpu_tables, counts, N_TABLES, node, in_types, n_in);
+}
+
+static const tdm_kernel_def *cpu_find_kernel(tdm_device *dev, const tdm_node *node,
+                                             const tdm_dtype *in_types, int n_in) {
+    (void)dev;
+    return tdm_cpu_find_kernel(node, in_types, n_in);
 }
 
 static tdm_status *cpu_execute(tdm_device *dev, const tdm_kernel_def *k, tdm_kernel_ctx *ctx) {

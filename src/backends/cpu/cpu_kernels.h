@@ -27,6 +27,11 @@
 TDM_CPU_FAMILIES(TDM_X_)
 #undef TDM_X_
 
+/* The CPU kernel table lookup (also used by the test device, which runs CPU kernels on
+ * memory of its own). */
+const tdm_kernel_def *tdm_cpu_find_kernel(const tdm_node *node, const tdm_dtype *in_types,
+                                          int n_in);
+
 /* ---- helpers shared by CPU kernels (cpu_util.c) ---- */
 
 /* Strides (in elements) of a contiguous row-major shape. */

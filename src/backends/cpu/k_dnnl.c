@@ -1,7 +1,340 @@
-/* CPU kernels: dnnl family. */
-#include "backends/cpu/cpu_kernels.h"
+/* CPU kernels: dnnl family — oneDNN fast paths for float32 Conv, FusedConv, MatMul, Gemm,
+ * FusedMatMul, MaxPool and AveragePool. This table is searched before the generic families,
+ * so its entries win; whatever a kernel cannot do goes to the generic kernel (dn_fallback).
+ * This file holds the table and what the op files share (k_dnnl.h): states, the per-shape
+ * primitive cache, execution, reorders and threads. */
+#include <omp.h>
+#include <string.h>
+
+#include "backends/cpu/k_dnnl.h"
+#include "core/alloc.h"
+#include "ops/fused.h"
+
+#define F32 TDM_T(TDM_FLOAT)
 
 const tdm_kernel_def tdm_cpu_kernels_dnnl[] = {
-    {0},
+    {"", "Conv", 1, 0, 0, F32, dn_conv_run, dn_conv_prepare, dn_release},
+    {TDM_FUSED_DOMAIN, "FusedConv", 1, 0, 0, F32, dn_conv_run, dn_conv_prepare, dn_release},
+    {"", "MatMul", 1, 0, 0, F32, dn_matmul_run, dn_matmul_prepare, dn_release},
+    {"", "Gemm", 1, 0, 0, F32, dn_matmul_run, dn_matmul_prepare, dn_release},
+    {TDM_FUSED_DOMAIN, "FusedMatMul", 1, 0, 0, F32, dn_matmul_run, dn_matmul_prepare,
+     dn_release},
+    {"", "MaxPool", 1, 0, 0, F32, dn_pool_run, dn_pool_prepare, dn_release},
+    {"", "AveragePool", 1, 0, 0, F32, dn_pool_run, dn_pool_prepare, dn_release},
 };
-const int tdm_cpu_kernels_dnnl_count = 0;
+const int tdm_cpu_kernels_dnnl_count =
+    (int)(sizeof tdm_cpu_kernels_dnnl / sizeof tdm_cpu_kernels_dnnl[0]);
+
+/* ---- states ---- */
+
+tdm_status *dn_state_new(const tdm_allocator *a, size_t size, dn_state **out) {
+    *out = NULL;
+    dn_state *s = tdm_calloc(a, 1, size);
+    if (!s) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory preparing a oneDNN kernel");
+    s->alloc = a;
+    if (pthread_mutex_init(&s->mu, NULL) != 0) {
+        tdm_free(a, s);
+        return TDM_ERR(TDM_ERR_INTERNAL, "cannot create a lock");
+    }
+    s->mu_init = true;
+    if (dnnl_engine_create(&s->eng, dnnl_cpu, 0) != dnnl_success) {
+        s->eng = NULL;
+        s->generic = true;
+    }
+    *out = s;
+    return NULL;
+}
+
+static void prim_clear(dn_prim *p) {
+    if (p->p) dnnl_primitive_destroy(p->p);
+    p->p = NULL;
+    p->scratch = 0;
+}
+
+void dn_entry_clear(dn_entry *e) {
+    prim_clear(&e->main);
+    prim_clear(&e->r_src);
+    prim_clear(&e->r_dst);
+    prim_clear(&e->r_z);
+    prim_clear(&e->r_wei);
+}
+
+void dn_entry_done(dn_entry *e, dn_entry *tmp) {
+    if (e && e == tmp) dn_entry_clear(tmp);
+}
+
+void dn_state_free(dn_state *s) {
+    if (!s) return;
+    for (int i = 0; i < s->n_entries; i++) {
+        dn_entry_clear(s->entries[i]);
+        tdm_free(s->alloc, s->entries[i]);
+    }
+    for (int i = 0; i < s->n_wcache; i++) tdm_free(s->alloc, s->wcache[i].data);
+    if (s->eng) dnnl_engine_destroy(s->eng);
+    if (s->mu_init) pthread_mutex_destroy(&s->mu);
+    tdm_free(s->alloc, s);
+}
+
+void dn_release(void *state, const tdm_allocator *a) {
+    (void)a;
+    dn_state_free(state);
+}
+
+/* ---- the generic path ---- */
+
+tdm_status *dn_fallback(tdm_kernel_ctx *ctx) {
+    const tdm_kernel_def *tables[] = {tdm_cpu_kernels_nn, tdm_cpu_kernels_fused};
+    int counts[] = {tdm_cpu_kernels_nn_count, tdm_cpu_kernels_fused_count};
+    tdm_dtype types[64];
+    int n = ctx->n_in < 64 ? ctx->n_in : 64;
+    for (int i = 0; i < n; i++) types[i] = ctx->in[i] ? ctx->in[i]->dtype : TDM_UNDEFINED;
+    const tdm_kernel_def *k = tdm_kernel_find(tables, counts, 2, ctx->node, types, n);
+    if (!k)
+        return tdm_node_error(ctx->node, TDM_ERR_UNSUPPORTED,
+                              "no generic kernel for %s with these inputs", ctx->node->op_type);
+    tdm_kernel_ctx sub = *ctx;
+    sub.state = NULL;
+    if (!k->prepare) return k->run(&sub);
+    /* a generic kernel with its own preparation: prepare for this run only */
+    TDM_TRY(k->prepare(ctx->node, ctx->opset, ctx->n_in, ctx->in, ctx->alloc, &sub.state));
+    tdm_status *st = k->run(&sub);
+    if (sub.state && k->release) k->release(sub.state, ctx->alloc);
+    return st;
+}
+
+/* ---- threads ---- */
+
+int dn_threads(tdm_kernel_ctx *ctx) {
+    int n = tdm_threadpool_size(ctx->pool);
+    if (n < 1) n = 1;
+    if (omp_get_max_threads() != n) omp_set_num_threads(n);
+    return n;
+}
+
+/* ---- the per-shape cache ---- */
+
+tdm_status *dn_cache_get(dn_state *s, tdm_kernel_ctx *ctx, const int64_t *key, int nkey,
+                         dn_build_fn build, dn_entry *tmp, dn_entry **e) {
+    *e = NULL;
+    if (nkey > DN_KEY) return tdm_node_error(ctx->node, TDM_ERR_INTERNAL, "shape key too long");
+    tdm_status *st = NULL;
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->n_entries; i++) {
+        dn_entry *c = s->entries[i];
+        if (c->nkey == nkey && memcmp(c->key, key, (size_t)nkey * sizeof *key) == 0) {
+            *e = c;
+            goto done;
+        }
+    }
+    dn_entry *c = s->n_entries < DN_CACHE ? tdm_alloc(s->alloc, sizeof *c) : NULL;
+    if (!c) c = tmp;
+    memset(c, 0, sizeof *c);
+    c->nkey = nkey;
+    memcpy(c->key, key, (size_t)nkey * sizeof *key);
+    if ((st = build(s, ctx, c))) {
+        dn_entry_clear(c);
+        if (c != tmp) tdm_free(s->alloc, c);
+        goto done;
+    }
+    if (c != tmp) s->entries[s->n_entries++] = c;
+    *e = c;
+done:
+    pthread_mutex_unlock(&s->mu);
+    return st;
+}
+
+/* ---- descriptors, primitives, execution ---- */
+
+void dn_md_plain(dnnl_memory_desc_t *md, int nd, const int64_t *dims) {
+    int64_t strides[DNNL_MAX_NDIMS];
+    int64_t st = 1;
+    for (int i = nd - 1; i >= 0; i--) {
+        strides[i] = st;
+        st *= dims[i] > 0 ? dims[i] : 1;
+    }
+    dn_md_strided(md, nd, dims, strides);
+}
+
+void dn_md_strided(dnnl_memory_desc_t *md, int nd, const int64_t *dims, const int64_t *strides) {
+    dnnl_dims_t d, s;
+    for (int i = 0; i < nd; i++) {
+        d[i] = dims[i];
+        s[i] = strides[i];
+    }
+    if (dnnl_memory_desc_init_by_strides(md, nd, d, dnnl_f32, s) != dnnl_success)
+        memset(md, 0, sizeof *md);
+}
+
+tdm_status *dn_attr_new(dnnl_primitive_attr_t *attr) {
+    if (dnnl_primitive_attr_create(attr) != dnnl_success)
+        return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "cannot create oneDNN attributes");
+    dnnl_primitive_attr_set_scratchpad_mode(*attr, dnnl_scratchpad_mode_user);
+    return NULL;
+}
+
+tdm_status *dn_prim_from_pd(dnnl_primitive_desc_t pd, dn_prim *out) {
+    out->p = NULL;
+    out->scratch = 0;
+    const dnnl_memory_desc_t *sp = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    if (sp) out->scratch = dnnl_memory_desc_get_size(sp);
+    dnnl_status_t r = dnnl_primitive_create(&out->p, pd);
+    dnnl_primitive_desc_destroy(pd);
+    if (r != dnnl_success) {
+        out->p = NULL;
+        return TDM_ERR(r == dnnl_out_of_memory ? TDM_ERR_OUT_OF_MEMORY : TDM_ERR_INTERNAL,
+                       "cannot create a oneDNN primitive (status %d)", (int)r);
+    }
+    return NULL;
+}
+
+tdm_status *dn_reorder_new(dnnl_engine_t eng, const dnnl_memory_desc_t *from,
+                           const dnnl_memory_desc_t *to, dn_prim *out) {
+    out->p = NULL;
+    out->scratch = 0;
+    if (dnnl_memory_desc_equal(from, to)) return NULL;
+    dnnl_primitive_attr_t attr;
+    TDM_TRY(dn_attr_new(&attr));
+    dnnl_primitive_desc_t pd;
+    dnnl_status_t r = dnnl_reorder_primitive_desc_create(&pd, from, eng, to, eng, attr);
+    dnnl_primitive_attr_destroy(attr);
+    if (r != dnnl_success)
+        return TDM_ERR(TDM_ERR_INTERNAL, "oneDNN has no reorder between two layouts (status %d)",
+                       (int)r);
+    return dn_prim_from_pd(pd, out);
+}
+
+tdm_status *dn_error(tdm_kernel_ctx *ctx, dnnl_status_t st, const char *what) {
+    return tdm_node_error(ctx->node,
+                          st == dnnl_out_of_memory ? TDM_ERR_OUT_OF_MEMORY : TDM_ERR_INTERNAL,
+                          "oneDNN %s failed (status %d)", what, (int)st);
+}
+
+tdm_status *dn_exec(tdm_kernel_ctx *ctx, dnnl_engine_t eng, const dn_prim *p, int n,
+                    const dn_arg *args) {
+    dnnl_exec_arg_t ea[DN_MAX_ARGS + 1];
+    dnnl_memory_t mem[DN_MAX_ARGS + 1] = {0};
+    dnnl_stream_t stream = NULL;
+    void *scratch = NULL;
+    int m = 0;
+    tdm_status *st = NULL;
+    dnnl_status_t r;
+    if (n > DN_MAX_ARGS) return tdm_node_error(ctx->node, TDM_ERR_INTERNAL, "too many arguments");
+    for (int i = 0; i < n; i++, m++) {
+        r = dnnl_memory_create(&mem[m], args[i].md, eng, (void *)args[i].ptr);
+        if (r != dnnl_success) {
+            mem[m] = NULL;
+            st = dn_error(ctx, r, "memory creation");
+            goto done;
+        }
+        ea[m].arg = args[i].arg;
+        ea[m].memory = mem[m];
+    }
+    if (p->scratch) {
+        scratch = tdm_kscratch(ctx, p->scratch);
+        if (!scratch) {
+            st = tdm_node_error(ctx->node, TDM_ERR_OUT_OF_MEMORY, "out of memory (scratchpad)");
+            goto done;
+        }
+        const_dnnl_primitive_desc_t pd;
+        if ((r = dnnl_primitive_get_primitive_desc(p->p, &pd)) != dnnl_success) {
+            st = dn_error(ctx, r, "query");
+            goto done;
+        }
+        const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+        r = dnnl_memory_create(&mem[m], smd, eng, scratch);
+        if (r != dnnl_success) {
+            mem[m] = NULL;
+            st = dn_error(ctx, r, "memory creation");
+            goto done;
+        }
+        ea[m].arg = DNNL_ARG_SCRATCHPAD;
+        ea[m].memory = mem[m];
+        m++;
+    }
+    if ((r = dnnl_stream_create(&stream, eng, dnnl_stream_default_flags)) != dnnl_success) {
+        stream = NULL;
+        st = dn_error(ctx, r, "stream creation");
+        goto done;
+    }
+    dn_threads(ctx);
+    if ((r = dnnl_primitive_execute(p->p, stream, m, ea)) != dnnl_success) {
+        st = dn_error(ctx, r, "execution");
+        goto done;
+    }
+    dnnl_stream_wait(stream);
+done:
+    if (stream) dnnl_stream_destroy(stream);
+    for (int i = 0; i < m + 1 && i <= DN_MAX_ARGS; i++)
+        if (mem[i]) dnnl_memory_destroy(mem[i]);
+    tdm_free(ctx->alloc, scratch);
+    return st;
+}
+
+tdm_status *dn_exec_reorder(tdm_kernel_ctx *ctx, dnnl_engine_t eng, const dn_prim *p,
+                            const dnnl_memory_desc_t *from, const void *src,
+                            const dnnl_memory_desc_t *to, void *dst) {
+    dn_arg args[2] = {{DNNL_ARG_FROM, from, src}, {DNNL_ARG_TO, to, dst}};
+    return dn_exec(ctx, eng, p, 2, args);
+}
+
+tdm_status *dn_weights_cache(dn_state *s, tdm_kernel_ctx *ctx, dn_entry *e, const void *w) {
+    e->wei_cached = NULL;
+    if (!e->r_wei.p) { /* the primitive takes the weights as they are */
+        e->wei_cached = w;
+        return NULL;
+    }
+    for (int i = 0; i < s->n_wcache; i++)
+        if (dnnl_memory_desc_equal(&s->wcache[i].md, &e->wei_md)) {
+            e->wei_cached = s->wcache[i].data;
+            return NULL;
+        }
+    if (s->n_wcache >= DN_CACHE) return NULL; /* reordered per run */
+    size_t bytes = dnnl_memory_desc_get_size(&e->wei_md);
+    void *buf = tdm_alloc(s->alloc, bytes ? bytes : 1);
+    if (!buf) return tdm_node_error(ctx->node, TDM_ERR_OUT_OF_MEMORY, "out of memory (weights)");
+    tdm_status *st = dn_exec_reorder(ctx, s->eng, &e->r_wei, &e->usr_wei, w, &e->wei_md, buf);
+    if (st) {
+        tdm_free(s->alloc, buf);
+        return st;
+    }
+    s->wcache[s->n_wcache].md = e->wei_md;
+    s->wcache[s->n_wcache].data = buf;
+    s->n_wcache++;
+    e->wei_cached = buf;
+    return NULL;
+}
+
+/* ---- activations as post-ops ---- */
+
+bool dn_append_activation(dnnl_post_ops_t po, const char *act, const float *params,
+                          size_t n_params) {
+    if (!act || !act[0]) return true;
+    dnnl_status_t r;
+    if (!strcmp(act, "Relu")) {
+        r = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f);
+    } else if (!strcmp(act, "LeakyRelu")) {
+        float alpha = n_params >= 1 ? params[0] : 0.01f;
+        r = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, alpha, 0.0f);
+    } else if (!strcmp(act, "Clip")) {
+        if (n_params < 2) return false;
+        r = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_clip_v2, params[0], params[1]);
+    } else if (!strcmp(act, "Sigmoid")) {
+        r = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_logistic, 0.0f, 0.0f);
+    } else if (!strcmp(act, "Tanh")) {
+        r = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_tanh, 0.0f, 0.0f);
+    } else if (!strcmp(act, "HardSigmoid")) { /* max(0, min(1, alpha * x + beta)) */
+        float alpha = n_params >= 1 ? params[0] : 0.2f, beta = n_params >= 2 ? params[1] : 0.5f;
+        r = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_linear, alpha, beta);
+        if (r == dnnl_success)
+            r = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_clip_v2, 0.0f, 1.0f);
+    } else if (!strcmp(act, "HardSwish")) {
+        r = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_hardswish, 0.0f, 0.0f);
+    } else if (!strcmp(act, "Gelu")) {
+        r = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_gelu_erf, 0.0f, 0.0f);
+    } else if (!strcmp(act, "GeluTanh")) {
+        r = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_gelu_tanh, 0.0f, 0.0f);
+    } else {
+        return false;
+    }
+    return r == dnnl_success;
+}
