@@ -160,6 +160,35 @@ TDM_API const char *tdm_env_device_description(const tdm_env *env, size_t index)
 TDM_API size_t tdm_env_unavailable_count(const tdm_env *env);
 TDM_API const char *tdm_env_unavailable_reason(const tdm_env *env, size_t index);
 
+/* Measured capabilities of a device: what the scheduler's cost model reads. Throughputs are
+ * float32 and the best of a few runs of short micro-benchmarks through the device's own
+ * kernels; 0 means "not measured" (the device has no kernel for that benchmark). */
+typedef struct tdm_device_info {
+    const char *name;        /* "cpu", "opencl:0", ... (owned by the environment) */
+    const char *description; /* (owned by the environment) */
+    bool host_memory;        /* works on host memory: no copies to or from the host */
+    int threads;             /* host threads the measurement used */
+    double gemm_gflops;      /* MatMul 512x512x512, GFLOP/s */
+    double conv_gflops;      /* Conv 1x64x56x56, 3x3, 64->64, pads 1, GFLOP/s */
+    double mem_gbps;         /* large element-wise Add: bytes read + written per second / 1e9 */
+    double launch_us;        /* fixed cost of one small node (kernel launch, shape work) */
+    double h2d_gbps;         /* host -> device copy bandwidth, GB/s; 0 when host_memory */
+    double d2h_gbps;         /* device -> host, GB/s; 0 when host_memory */
+    double link_latency_us;  /* fixed cost of one copy; 0 when host_memory */
+    int64_t memory_bytes;    /* memory capacity (host: physical RAM); 0 = unknown */
+    bool from_cache;         /* read from the on-disk cache rather than measured now */
+} tdm_device_info;
+
+/* The profile of device `index`, measured on first use (under a second or two per device,
+ * with the environment's thread count) and then read from the cache: $TANDEM_CACHE_DIR, else
+ * $XDG_CACHE_HOME/tandem, else ~/.cache/tandem, file profiles/<device>-<hash>.txt, keyed by
+ * the device's description, the tandem version and the thread count. `reprofile` measures
+ * again and replaces the cached file. A cache that cannot be read or written is not an error
+ * (the device is measured). Safe to call from several threads, but measurements running at
+ * the same time disturb each other. */
+TDM_API tdm_status *tdm_env_device_profile(tdm_env *env, size_t index, bool reprofile,
+                                           tdm_device_info *out);
+
 /* ---- tensors ------------------------------------------------------------------------ */
 
 typedef struct tdm_tensor tdm_tensor;
@@ -234,8 +263,16 @@ typedef struct tdm_session_options {
     int api_version;     /* TDM_API_VERSION */
     const char *devices; /* comma-separated, in order of preference; NULL = "cpu" */
     int threads;         /* intra-op threads; 0 = the environment's default */
-    int opt_level;       /* 0 = no graph passes, 1 = basic (default), 2 = all */
+    int opt_level;       /* 0 = no graph passes; 1 (default) = folding, dead code, fusion */
     bool no_fallback;    /* fail instead of placing a node on a less preferred device */
+    const char *placement; /* NULL or "auto": cost model (device profiles) and list
+                              scheduling with copy costs; "first": the first device in the
+                              list with a kernel for the node; a device name: that device,
+                              the others only for what it cannot run */
+    const char *affinity;  /* rules "PATTERN=DEVICE;...": PATTERN is an op type ("Conv"),
+                              /regex/ on node names, or #FIRST-LAST node positions */
+    bool profile;          /* record per-node times of every run (tdm_session_explain
+                              then shows measured next to predicted times) */
 } tdm_session_options;
 
 /* Creates a session: loads the model, checks and optimises the graph, places nodes on
@@ -272,6 +309,23 @@ TDM_API tdm_status *tdm_session_run_async(tdm_session *session, size_t n_inputs,
                                           const tdm_tensor *const *inputs, size_t n_outputs,
                                           const char *const *output_names,
                                           tdm_run_callback callback, void *user);
+
+/* ---- explaining the plan ----------------------------------------------------------- */
+
+typedef enum tdm_explain_format {
+    TDM_EXPLAIN_TEXT = 0,     /* one line per node: device, predicted ms per device, reason */
+    TDM_EXPLAIN_SEGMENTS = 1, /* one line per segment of consecutive nodes on one device */
+    TDM_EXPLAIN_JSON = 2,     /* {"nodes":[{name,op,device,predicted_ms,reason,...}],
+                                  "copies":[{value,from,to,bytes}], "predicted_total_ms",...} */
+    TDM_EXPLAIN_DOT = 3       /* Graphviz: nodes coloured by device, copies as red edges */
+} tdm_explain_format;
+
+/* Describes where each node runs and why, the copies between devices, and the predicted
+ * total against each single device (and measured times when the session profiles). *out is
+ * a NUL-terminated string freed with tdm_string_free. */
+TDM_API tdm_status *tdm_session_explain(tdm_session *session, tdm_explain_format format,
+                                        char **out);
+TDM_API void tdm_string_free(char *s);
 
 /* ---- version ------------------------------------------------------------------------ */
 

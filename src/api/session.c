@@ -1,4 +1,5 @@
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "api/api_impl.h"
@@ -55,7 +56,7 @@ static tdm_status *parse_devices(tdm_session *s, const char *list, bool no_fallb
 
 static tdm_status *session_build(tdm_env *env, tdm_onnx_model *m, const tdm_session_options *o,
                                  tdm_session **out) {
-    tdm_session_options def = {TDM_API_VERSION, NULL, 0, 1, false};
+    tdm_session_options def = {TDM_API_VERSION, NULL, 0, 1, false, NULL, NULL, false};
     if (!o) o = &def;
     if (o->api_version != TDM_API_VERSION) {
         tdm_onnx_model_free(m);
@@ -78,7 +79,8 @@ static tdm_status *session_build(tdm_env *env, tdm_onnx_model *m, const tdm_sess
         tdm_session_free(s);
         return st;
     }
-    tdm_plan_options po = {o->no_fallback, o->opt_level};
+    tdm_plan_options po = {o->no_fallback, o->opt_level, o->placement, o->affinity,
+                           tdm_threadpool_size(s->pool), o->profile};
     tdm_graph *g = m->graph;
     m->graph = NULL;
     st = tdm_plan_create(env->alloc, g, s->devices, s->n_devices, s->pool, &po, &s->plan);
@@ -291,3 +293,12 @@ void tdm_session_free(tdm_session *s) {
     pthread_cond_destroy(&s->idle_cv);
     tdm_free(s->env->alloc, s);
 }
+
+tdm_status *tdm_session_explain(tdm_session *s, tdm_explain_format format, char **out) {
+    if (!s || !out) return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_session_explain: NULL argument");
+    if ((int)format < 0 || format > TDM_EXPLAIN_DOT)
+        return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_session_explain: unknown format %d", (int)format);
+    return tdm_plan_explain(s->plan, (int)format, NULL, out);
+}
+
+void tdm_string_free(char *str) { free(str); }

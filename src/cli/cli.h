@@ -11,6 +11,7 @@ int cmd_run(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_conformance(int argc, char **argv);
 int cmd_devices(int argc, char **argv);
+int cmd_plan(int argc, char **argv);
 
 /* Prints "tandem: <message>" to stderr, frees the status and returns 1. */
 int cli_fail(tdm_status *st, const char *context);

@@ -20,6 +20,7 @@ typedef struct conf_opts {
     const char *devices;
     double rtol, atol;
     int opt_level;
+    const char *placement;
 } conf_opts;
 
 static bool file_exists(const char *p) {
@@ -47,7 +48,7 @@ static result run_one(const char *dir, const conf_opts *o, char *why, size_t why
     result r = R_PASS;
     tdm_status *st = tdm_env_create(NULL, &env);
     tdm_session_options so = {TDM_API_VERSION, o->devices, 1, o->opt_level,
-                              o->devices && strchr(o->devices, ',') == NULL};
+                              o->devices && strchr(o->devices, ',') == NULL, o->placement};
     if (!st) st = tdm_session_create(env, path, &so, &s);
     if (st) {
         const char *msg = tdm_status_message(st);
@@ -192,7 +193,8 @@ static void conf_usage(FILE *f) {
     fprintf(f,
             "usage: tandem conformance [DIR] [--devices LIST] [--filter REGEX] [--expect FILE]\n"
             "                          [--list-passing FILE] [--verbose] [--no-fork]\n"
-            "                          [--rtol X] [--atol X] [--timeout S] [--opt-level N]\n\n"
+            "                          [--rtol X] [--atol X] [--timeout S] [--opt-level N]\n"
+            "                          [--placement auto|first|DEVICE]\n\n"
             "Runs the ONNX backend node tests in DIR (default %s):\n"
             "one line per failure, then 'N passed, N failed, N skipped'.\n"
             "  --expect FILE        tests (one name a line) that must pass; any of them failing\n"
@@ -204,7 +206,7 @@ static void conf_usage(FILE *f) {
 
 int cmd_conformance(int argc, char **argv) {
     const char *dir = DEFAULT_DIR, *filter = NULL, *expect = NULL, *list_out = NULL;
-    conf_opts o = {"cpu", 1e-3, 1e-5, 1};
+    conf_opts o = {"cpu", 1e-3, 1e-5, 1, NULL};
     bool verbose = false, fork_tests = true;
     int timeout_s = 120;
     for (int i = 1; i < argc; i++) {
@@ -221,6 +223,7 @@ int cmd_conformance(int argc, char **argv) {
         else if (!strcmp(a, "--atol") && v) o.atol = atof(argv[++i]);
         else if (!strcmp(a, "--timeout") && v) timeout_s = atoi(argv[++i]);
         else if (!strcmp(a, "--opt-level") && v) o.opt_level = atoi(argv[++i]);
+        else if (!strcmp(a, "--placement") && v) o.placement = argv[++i];
         else if (!strcmp(a, "--verbose")) verbose = true;
         else if (!strcmp(a, "--no-fork")) fork_tests = false;
         else if (a[0] == '-') {

@@ -11,11 +11,16 @@ static void usage(FILE *f) {
             "  run MODEL          run a model on inputs (.npy) or random data\n"
             "  inspect MODEL      opset, inputs, outputs, operators, parameters, support\n"
             "  conformance [DIR]  run ONNX backend node tests (default: the libonnx-testdata set)\n"
-            "  devices            list the devices tandem can use, and why others are missing\n\n"
+            "  devices            list the devices tandem can use, and why others are missing\n"
+            "  bench MODEL        latency and throughput on random inputs\n"
+            "  serve              KServe v2 / Triton-compatible HTTP server (--model-repository DIR)\n\n"
             "  --version          print the version\n"
             "  --help             this text; `tandem <command> --help` for a command's options\n",
             tdm_version_string());
 }
+
+int cmd_bench(int argc, char **argv); /* src/cli/cmd_bench.c */
+int cmd_serve(int argc, char **argv); /* src/cli/cmd_serve.c */
 
 int cli_fail(tdm_status *st, const char *context) {
     fprintf(stderr, "tandem: %s%s[%s] %s\n", context ? context : "", context ? ": " : "",
@@ -42,6 +47,9 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "inspect")) return cmd_inspect(argc - 1, argv + 1);
     if (!strcmp(cmd, "conformance")) return cmd_conformance(argc - 1, argv + 1);
     if (!strcmp(cmd, "devices")) return cmd_devices(argc - 1, argv + 1);
+    if (!strcmp(cmd, "plan")) return cmd_plan(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
+    if (!strcmp(cmd, "serve")) return cmd_serve(argc - 1, argv + 1);
     fprintf(stderr, "tandem: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return 2;

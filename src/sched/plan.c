@@ -3,9 +3,15 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include <regex.h>
+#include <stdlib.h>
+
 #include "graph/fuse.h"
 #include "graph/infer.h"
+#include "sched/cost.h"
+#include "sched/place.h"
 #include "sched/plan.h"
+#include "sched/profile.h"
 
 typedef struct fold_ctx {
     tdm_device *cpu;
@@ -45,46 +51,104 @@ static tdm_status *optimise(tdm_graph *g, tdm_device *cpu, const tdm_allocator *
     return NULL;
 }
 
-/* Placement, first slice: the first device in preference order whose kernel table has the
- * node. Reports every unsupported node at once. */
+/* Affinity rules, e.g. "Conv=cuda:0;/^decoder/=cpu;#10-20=cpu". Fills forced[node]. */
+static tdm_status *parse_affinity(tdm_plan *p, const char *rules, int *forced) {
+    tdm_graph *g = p->graph;
+    char buf[2048];
+    if (strlen(rules) >= sizeof buf) return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "affinity rules are too long");
+    snprintf(buf, sizeof buf, "%s", rules);
+    char *save = NULL;
+    for (char *rule = strtok_r(buf, ";", &save); rule; rule = strtok_r(NULL, ";", &save)) {
+        while (*rule == ' ') rule++;
+        if (!*rule) continue;
+        char *eq = strrchr(rule, '=');
+        if (!eq || eq == rule || !eq[1])
+            return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "affinity rule '%s' is not PATTERN=DEVICE", rule);
+        *eq = 0;
+        const char *devname = eq + 1;
+        int d = -1;
+        for (int k = 0; k < p->n_devices; k++)
+            if (strcmp(p->devices[k]->name, devname) == 0) d = k;
+        if (d < 0)
+            return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "affinity rule '%s=%s': device '%s' is not in the "
+                           "session's device list", rule, devname, devname);
+        size_t len = strlen(rule);
+        if (rule[0] == '/' && len >= 2 && rule[len - 1] == '/') {
+            rule[len - 1] = 0;
+            regex_t re;
+            if (regcomp(&re, rule + 1, REG_EXTENDED | REG_NOSUB) != 0)
+                return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "affinity rule: bad regular expression '%s'",
+                               rule + 1);
+            for (size_t i = 0; i < g->n_nodes; i++)
+                if (regexec(&re, g->nodes[i].name, 0, NULL, 0) == 0) forced[i] = d;
+            regfree(&re);
+        } else if (rule[0] == '#') {
+            char *end;
+            long a = strtol(rule + 1, &end, 10), b = a;
+            if (*end == '-') b = strtol(end + 1, &end, 10);
+            if (*end || a < 0 || b < a)
+                return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "affinity rule: bad node range '%s'", rule);
+            for (long i = a; i <= b && (size_t)i < g->n_nodes; i++) forced[i] = d;
+        } else {
+            for (size_t i = 0; i < g->n_nodes; i++)
+                if (strcmp(g->nodes[i].op_type, rule) == 0) forced[i] = d;
+        }
+    }
+    return NULL;
+}
+
+/* Placement, in explicit passes:
+ *  1. capability: which device has a kernel for each node (from each device's kernel table;
+ *     strings and subgraph-bearing nodes only on host-memory devices);
+ *  2. rules: affinity and the placement policy force devices;
+ *  3. choice: one device: trivial; "first": preference order; "auto": cost model (device
+ *     profiles + roofline per node) and HEFT list scheduling with copy costs (sched/place.c);
+ *  4. the kernel of the chosen device is recorded for dispatch. */
 static tdm_status *place(tdm_plan *p, const tdm_plan_options *opts) {
     tdm_graph *g = p->graph;
+    size_t N = g->n_nodes;
+    int D = p->n_devices;
+    const tdm_allocator *a = p->alloc;
     char missing[1024] = "";
     size_t mlen = 0;
     int n_missing = 0;
-    for (size_t i = 0; i < g->n_nodes; i++) {
+    tdm_status *st = NULL;
+    const tdm_kernel_def **kern = tdm_calloc(a, N * (size_t)D + 1, sizeof *kern);
+    int *forced = tdm_calloc(a, N + 1, sizeof *forced);
+    p->supported = tdm_calloc(a, N * (size_t)D + 1, sizeof *p->supported);
+    p->reason = tdm_calloc(a, N + 1, sizeof *p->reason);
+    if (!kern || !forced || !p->supported || !p->reason) {
+        st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory placing nodes");
+        goto done;
+    }
+    /* 1. capability */
+    for (size_t i = 0; i < N; i++) {
         tdm_node *n = &g->nodes[i];
+        forced[i] = -1;
         tdm_dtype types[64];
         int nt = n->n_inputs < 64 ? n->n_inputs : 64;
-        for (int k = 0; k < nt; k++)
+        bool unknown = false, host_only = false;
+        for (int k = 0; k < nt; k++) {
             types[k] = n->inputs[k] >= 0 ? g->values[n->inputs[k]].dtype : TDM_UNDEFINED;
-        n->device = -1;
-        int limit = opts->no_fallback ? 1 : p->n_devices;
-        /* device memory holds no strings, and subgraph bodies run on the host */
-        bool host_only = false;
+            if (n->inputs[k] >= 0 && types[k] == TDM_UNDEFINED) unknown = true;
+            if (types[k] == TDM_STRING) host_only = true;
+        }
         for (int k = 0; k < n->n_outputs; k++)
             if (n->outputs[k] >= 0 && g->values[n->outputs[k]].dtype == TDM_STRING) host_only = true;
-        for (int k = 0; k < nt; k++)
-            if (types[k] == TDM_STRING) host_only = true;
         for (int k = 0; k < n->n_attrs; k++)
             if (n->attrs[k].type == TDM_ATTR_GRAPH || n->attrs[k].type == TDM_ATTR_GRAPHS) host_only = true;
-        for (int d = 0; d < limit && n->schema; d++) {
+        bool any = false;
+        for (int d = 0; d < D && n->schema; d++) {
+            if (opts->no_fallback && d > 0) break;
             if (host_only && !p->devices[d]->host_memory) continue;
             const tdm_kernel_def *k = tdm_device_find_kernel(p->devices[d], n, types, nt);
-            if (!k) {
-                /* dtype not known statically: accept the device if it has the op at all */
-                bool unknown = false;
-                for (int j = 0; j < nt; j++)
-                    if (n->inputs[j] >= 0 && types[j] == TDM_UNDEFINED) unknown = true;
-                if (!unknown) continue;
-                n->device = d;
-                break;
-            }
-            n->device = d;
-            p->nodes[i].kernel = k;
-            break;
+            /* dtype not known statically: the run-time lookup decides; accept host devices */
+            if (!k && !(unknown && p->devices[d]->host_memory)) continue;
+            kern[i * (size_t)D + (size_t)d] = k;
+            p->supported[i * (size_t)D + (size_t)d] = true;
+            any = true;
         }
-        if (n->device < 0) {
+        if (!any) {
             n_missing++;
             if (mlen < sizeof missing - 80)
                 mlen += (size_t)snprintf(missing + mlen, sizeof missing - mlen, "%s%s%s%s (node '%s')",
@@ -92,13 +156,92 @@ static tdm_status *place(tdm_plan *p, const tdm_plan_options *opts) {
                                          n->domain[0] ? "." : "", n->op_type, n->name);
         }
     }
-    if (n_missing)
-        return TDM_ERR(TDM_ERR_UNSUPPORTED, "%d node%s cannot run on %s: %s", n_missing,
-                       n_missing > 1 ? "s" : "",
-                       opts->no_fallback || p->n_devices == 1 ? p->devices[0]->name
-                                                              : "any of the devices",
-                       missing);
-    return NULL;
+    if (n_missing) {
+        st = TDM_ERR(TDM_ERR_UNSUPPORTED, "%d node%s cannot run on %s: %s", n_missing,
+                     n_missing > 1 ? "s" : "",
+                     opts->no_fallback || D == 1 ? p->devices[0]->name : "any of the devices", missing);
+        goto done;
+    }
+    /* 2. rules */
+    const char *policy = opts->placement && opts->placement[0] ? opts->placement : "auto";
+    bool auto_policy = strcmp(policy, "auto") == 0, first_policy = strcmp(policy, "first") == 0;
+    int pinned = -1;
+    if (!auto_policy && !first_policy) {
+        for (int d = 0; d < D; d++)
+            if (strcmp(p->devices[d]->name, policy) == 0) pinned = d;
+        if (pinned < 0) {
+            st = TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "placement '%s' is not 'auto', 'first' or a device "
+                         "of the session", policy);
+            goto done;
+        }
+    }
+    if (opts->affinity && opts->affinity[0] && (st = parse_affinity(p, opts->affinity, forced))) goto done;
+    for (size_t i = 0; i < N; i++) {
+        if (forced[i] < 0 && pinned >= 0 && p->supported[i * (size_t)D + (size_t)pinned]) forced[i] = pinned;
+        if (forced[i] >= 0 && !p->supported[i * (size_t)D + (size_t)forced[i]]) {
+            if (opts->no_fallback || pinned < 0) {
+                st = TDM_ERR(TDM_ERR_UNSUPPORTED, "%s node '%s' is assigned to %s by a rule, which has "
+                             "no kernel for it", g->nodes[i].op_type, g->nodes[i].name,
+                             p->devices[forced[i]]->name);
+                goto done;
+            }
+            forced[i] = -1;
+        }
+    }
+    /* 3. choice */
+    if (D == 1 || !auto_policy) {
+        for (size_t i = 0; i < N; i++) {
+            int d = forced[i];
+            int count = 0;
+            for (int e = 0; e < D; e++) count += p->supported[i * (size_t)D + (size_t)e];
+            if (d < 0)
+                for (d = 0; d < D && !p->supported[i * (size_t)D + (size_t)d]; d++) {
+                }
+            g->nodes[i].device = d;
+            p->reason[i] = forced[i] >= 0 ? TDM_PLACE_AFFINITY
+                           : count == 1  ? TDM_PLACE_ONLY_SUPPORTED
+                                         : TDM_PLACE_FIRST_CHOICE;
+        }
+    } else {
+        tdm_device_profile prof[16];
+        bool host[16];
+        for (int d = 0; d < D; d++) {
+            host[d] = p->devices[d]->host_memory;
+            if ((st = tdm_profile_device(p->devices[d], a, opts->threads > 0 ? opts->threads : 1, false,
+                                         &prof[d])))
+                goto done;
+        }
+        p->node_ms = tdm_calloc(a, N * (size_t)D + 1, sizeof *p->node_ms);
+        if (!p->node_ms) {
+            st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory placing nodes");
+            goto done;
+        }
+        for (size_t i = 0; i < N; i++)
+            for (int d = 0; d < D; d++)
+                p->node_ms[i * (size_t)D + (size_t)d] = tdm_cost_node_ms(g, &g->nodes[i], &prof[d]);
+        tdm_place_input in = {g, D, prof, host, p->supported, p->node_ms, forced, opts->no_fallback};
+        tdm_place_result r;
+        if ((st = tdm_place_heft(&in, a, &r))) goto done;
+        for (size_t i = 0; i < N; i++) {
+            g->nodes[i].device = r.device[i];
+            p->reason[i] = (unsigned char)r.reason[i];
+        }
+        p->predicted_ms = r.serial_ms;
+        p->predicted_copy_ms = r.copy_ms;
+        p->predicted_copy_bytes = r.copy_bytes;
+        memcpy(p->single_ms, r.single_ms, sizeof p->single_ms);
+        p->has_prediction = true;
+        tdm_place_result_free(a, &r);
+    }
+    /* 4. dispatch record */
+    for (size_t i = 0; i < N; i++) {
+        p->nodes[i].kernel = kern[i * (size_t)D + (size_t)g->nodes[i].device];
+        if (g->nodes[i].device != g->nodes[0].device) p->multi_device = true;
+    }
+done:
+    tdm_free(a, kern);
+    tdm_free(a, forced);
+    return st;
 }
 
 static tdm_status *prepare_kernels(tdm_plan *p) {
@@ -168,6 +311,11 @@ tdm_status *tdm_plan_create(const tdm_allocator *a, tdm_graph *graph, tdm_device
         goto fail;
     }
     if ((st = place(p, opts))) goto fail;
+    if (opts->profile &&
+        !(p->measured_ms = tdm_calloc(a, graph->n_nodes ? graph->n_nodes : 1, sizeof(double)))) {
+        st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory creating a plan");
+        goto fail;
+    }
     if ((st = prepare_kernels(p))) goto fail;
     lifetimes(p);
     *out = p;
@@ -190,6 +338,10 @@ void tdm_plan_free(tdm_plan *p) {
         for (size_t i = 0; i < p->graph->n_values * (size_t)p->n_devices; i++)
             tdm_tensor_destroy(p->const_on_device[i]);
     tdm_free(p->alloc, p->const_on_device);
+    tdm_free(p->alloc, p->supported);
+    tdm_free(p->alloc, p->node_ms);
+    tdm_free(p->alloc, p->reason);
+    tdm_free(p->alloc, p->measured_ms);
     tdm_graph_free(p->graph);
     for (int i = 0; i < TDM_PLAN_MEM_SLOTS; i++) tdm_memplan_free(p->alloc, p->mem[i]);
     pthread_mutex_destroy(&p->mem_mu);

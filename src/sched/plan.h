@@ -36,11 +36,29 @@ typedef struct tdm_plan {
     /* constants (weights) copied to devices with memory of their own: uploaded on first use,
      * kept for the plan's life. [value * n_devices + device], guarded by mem_mu */
     tdm_tensor **const_on_device;
+    /* placement record, for explaining the plan */
+    bool *supported;       /* [node * n_devices + d] */
+    double *node_ms;       /* [node * n_devices + d] predicted ms (NULL without profiles) */
+    unsigned char *reason; /* per node: tdm_place_reason */
+    double predicted_ms, predicted_copy_ms, predicted_copy_bytes;
+    double single_ms[16];
+    bool has_prediction;
+    /* measured per-node times (options.profile), summed over `measured_runs`; mem_mu */
+    double *measured_ms;
+    int64_t measured_runs;
+    bool multi_device; /* nodes on more than one device: devices run concurrently */
 } tdm_plan;
 
 typedef struct tdm_plan_options {
     bool no_fallback;
     int opt_level;
+    const char *placement; /* NULL/"auto": cost-model placement; "first": first device in
+                              preference order with a kernel; a device name: that device,
+                              others only for what it cannot run */
+    const char *affinity;  /* rules "PATTERN=DEVICE;..." (PATTERN: op type, /regex/ on the
+                              node name, or #FIRST-LAST node positions); may be NULL */
+    int threads;           /* CPU threads (for device profiles) */
+    bool profile;          /* record per-node times */
 } tdm_plan_options;
 
 /* Takes ownership of `graph` (on success and on failure). */
@@ -56,6 +74,9 @@ tdm_status *tdm_plan_run(tdm_plan *p, const tdm_tensor *const *inputs, tdm_tenso
 /* Bytes of the arena planned for the most recently used input shapes (0 before a run with
  * static shapes has been planned). */
 size_t tdm_plan_arena_bytes(tdm_plan *p);
+
+/* Writes the plan's explanation (format: tdm_explain_format) into a new string. */
+tdm_status *tdm_plan_explain(tdm_plan *p, int format, const tdm_allocator *a, char **out);
 
 /* Evaluates one node on the CPU device with the given inputs (constant folding). */
 tdm_status *tdm_eval_node(tdm_device *cpu, const tdm_allocator *a, const tdm_node *n,

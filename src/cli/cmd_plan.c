@@ -1,0 +1,142 @@
+/* tandem plan: where each node runs and why, predicted against measured. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static void plan_usage(FILE *f) {
+    fprintf(f,
+            "usage: tandem plan MODEL [--devices LIST] [--placement auto|first|DEVICE]\n"
+            "                   [--affinity RULES] [--no-fallback] [--json] [--segments]\n"
+            "                   [--dot FILE] [--measure N] [--shape NAME:d0,d1,...] [--threads N]\n\n"
+            "Prints, per node (or per segment with --segments), the device chosen, the predicted\n"
+            "time on every candidate device, why it was placed there, the copies between devices\n"
+            "with their bytes, and the predicted total against each single device.\n"
+            "  --affinity RULES  \"Conv=opencl:0;/decoder.*/=cpu;#10-20=cpu\" (op type, /regex/ on\n"
+            "                    node names, or node positions)\n"
+            "  --measure N       run N times on random inputs and show measured times and the cost\n"
+            "                    model's error next to the predictions\n"
+            "  --dot FILE        write a Graphviz picture (nodes coloured by device, copies in red)\n");
+}
+
+int cmd_plan(int argc, char **argv) {
+    const char *model = NULL, *devices = NULL, *placement = NULL, *affinity = NULL, *dot = NULL;
+    const char *shape_names[64], *shape_dims[64];
+    int n_shapes = 0, threads = 0, measure = 0;
+    bool json = false, segments = false, no_fallback = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        bool v = i + 1 < argc;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            plan_usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--devices") && v) devices = argv[++i];
+        else if (!strcmp(a, "--placement") && v) placement = argv[++i];
+        else if (!strcmp(a, "--affinity") && v) affinity = argv[++i];
+        else if (!strcmp(a, "--dot") && v) dot = argv[++i];
+        else if (!strcmp(a, "--measure") && v) measure = atoi(argv[++i]);
+        else if (!strcmp(a, "--threads") && v) threads = atoi(argv[++i]);
+        else if (!strcmp(a, "--json")) json = true;
+        else if (!strcmp(a, "--segments")) segments = true;
+        else if (!strcmp(a, "--no-fallback")) no_fallback = true;
+        else if (!strcmp(a, "--shape") && v && n_shapes < 64) {
+            char *c = strrchr(argv[++i], ':');
+            if (!c) {
+                fprintf(stderr, "tandem plan: --shape expects NAME:d0,d1,...\n");
+                return 2;
+            }
+            *c = 0;
+            shape_names[n_shapes] = argv[i];
+            shape_dims[n_shapes++] = c + 1;
+        } else if (a[0] == '-') {
+            fprintf(stderr, "tandem plan: unknown option '%s'\n", a);
+            plan_usage(stderr);
+            return 2;
+        } else if (!model) model = a;
+        else {
+            fprintf(stderr, "tandem plan: unexpected argument '%s'\n", a);
+            return 2;
+        }
+    }
+    if (!model) {
+        plan_usage(stderr);
+        return 2;
+    }
+    tdm_env *env = NULL;
+    tdm_session *s = NULL;
+    tdm_status *st = tdm_env_create(NULL, &env);
+    if (st) return cli_fail(st, "plan");
+    tdm_session_options so = {TDM_API_VERSION, devices, threads, 1, no_fallback, placement, affinity,
+                              measure > 0};
+    int rc = 0;
+    char *text = NULL;
+    if ((st = tdm_session_create(env, model, &so, &s))) {
+        rc = cli_fail(st, NULL);
+        goto done;
+    }
+    const tdm_model *m = tdm_session_model(s);
+    size_t n_in = tdm_model_input_count(m), n_out = tdm_model_output_count(m);
+    for (int r = 0; r < measure && rc == 0; r++) {
+        tdm_tensor *ins[64] = {0}, *outs[64] = {0};
+        const char *names[64], *onames[64];
+        if (n_in > 64 || n_out > 64) {
+            fprintf(stderr, "tandem plan: too many inputs or outputs to measure\n");
+            rc = 1;
+            break;
+        }
+        for (size_t i = 0; i < n_in && rc == 0; i++) {
+            tdm_value_desc d;
+            tdm_model_input(m, i, &d);
+            names[i] = d.name;
+            int64_t dims[TDM_MAX_RANK];
+            int rank = d.rank < 0 ? 0 : d.rank;
+            for (int j = 0; j < rank; j++) dims[j] = d.dims[j] < 0 ? 1 : d.dims[j];
+            for (int k = 0; k < n_shapes; k++)
+                if (!strcmp(shape_names[k], d.name)) rank = cli_parse_dims(shape_dims[k], dims, TDM_MAX_RANK);
+            if (rank < 0 || (st = tdm_tensor_create(env, d.dtype, rank, dims, &ins[i]))) {
+                rc = st ? cli_fail(st, d.name) : 1;
+                break;
+            }
+            cli_fill_random(ins[i], 1 + i);
+        }
+        for (size_t j = 0; j < n_out; j++) {
+            tdm_value_desc d;
+            tdm_model_output(m, j, &d);
+            onames[j] = d.name;
+        }
+        if (rc == 0 && (st = tdm_session_run(s, n_in, names, (const tdm_tensor *const *)ins, n_out,
+                                             onames, outs)))
+            rc = cli_fail(st, NULL);
+        for (size_t i = 0; i < 64; i++) {
+            tdm_tensor_free(ins[i]);
+            tdm_tensor_free(outs[i]);
+        }
+    }
+    if (rc) goto done;
+    if (dot) {
+        if ((st = tdm_session_explain(s, TDM_EXPLAIN_DOT, &text))) {
+            rc = cli_fail(st, NULL);
+            goto done;
+        }
+        FILE *f = fopen(dot, "w");
+        if (!f || fputs(text, f) < 0) {
+            fprintf(stderr, "tandem: cannot write '%s'\n", dot);
+            rc = 1;
+        }
+        if (f) fclose(f);
+        tdm_string_free(text);
+        text = NULL;
+    }
+    if ((st = tdm_session_explain(s, json ? TDM_EXPLAIN_JSON : segments ? TDM_EXPLAIN_SEGMENTS
+                                                                        : TDM_EXPLAIN_TEXT,
+                                  &text))) {
+        rc = cli_fail(st, NULL);
+        goto done;
+    }
+    fputs(text, stdout);
+done:
+    tdm_string_free(text);
+    tdm_session_free(s);
+    tdm_env_free(env);
+    return rc;
+}

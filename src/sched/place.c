@@ -1,0 +1,352 @@
+#include "sched/place.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "sched/cost.h"
+
+static const char *const reason_text[] = {
+    [TDM_PLACE_FASTEST] = "earliest finish including copies",
+    [TDM_PLACE_ONLY_SUPPORTED] = "the only device with a kernel for it",
+    [TDM_PLACE_AFFINITY] = "affinity rule",
+    [TDM_PLACE_MEMORY] = "faster devices lack memory for its weights",
+    [TDM_PLACE_SINGLE_DEVICE] = "one device alone is predicted faster than a split",
+    [TDM_PLACE_HOST_SHAPE] = "small shape computation stays on the host",
+    [TDM_PLACE_FIRST_CHOICE] = "first device in preference order with a kernel",
+};
+
+const char *tdm_place_reason_text(tdm_place_reason r) {
+    return (unsigned)r < sizeof reason_text / sizeof reason_text[0] ? reason_text[r] : "?";
+}
+
+void tdm_place_result_free(const tdm_allocator *a, tdm_place_result *r) {
+    if (!r) return;
+    tdm_free(a, r->device);
+    tdm_free(a, r->reason);
+    tdm_free(a, r->finish_ms);
+    memset(r, 0, sizeof *r);
+}
+
+typedef struct heft {
+    const tdm_place_input *in;
+    int D;
+    double *ready;  /* [value * D + d]: when the value is available on d (INFINITY: not yet) */
+    int *src_dev;   /* per value: the device that holds the original (-1: host data) */
+    double *value_bytes;
+} heft;
+
+static bool is_const(const tdm_value *v) { return v->data && !v->is_input; }
+
+/* When value v can be on device d, and what the copy would cost (0 when already there). */
+static double arrival(heft *h, int v, int d, double *copy) {
+    const tdm_place_input *in = h->in;
+    const tdm_value *val = &in->g->values[v];
+    *copy = 0;
+    if (is_const(val)) return 0; /* weights are uploaded once per plan, not per run */
+    double r = h->ready[(size_t)v * (size_t)h->D + (size_t)d];
+    if (r < INFINITY) return r;
+    int s = h->src_dev[v];
+    double t0;
+    const tdm_device_profile *from;
+    if (s < 0) { /* graph input in host memory: from the first host device's point of view */
+        t0 = 0;
+        int host = 0;
+        for (int k = 0; k < h->D; k++)
+            if (in->host_memory[k]) {
+                host = k;
+                break;
+            }
+        if (in->host_memory[d]) return 0;
+        from = &in->profiles[host];
+    } else {
+        t0 = h->ready[(size_t)v * (size_t)h->D + (size_t)s];
+        from = &in->profiles[s];
+    }
+    *copy = tdm_cost_copy_ms(h->value_bytes[v], from, &in->profiles[d]);
+    return t0 + *copy;
+}
+
+tdm_status *tdm_place_heft(const tdm_place_input *in, const tdm_allocator *a,
+                           tdm_place_result *out) {
+    const tdm_graph *g = in->g;
+    size_t N = g->n_nodes, V = g->n_values;
+    int D = in->n_devices;
+    if (D < 1 || D > 16) return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "placement needs 1..16 devices");
+    tdm_place_result r;
+    memset(&r, 0, sizeof r);
+    heft h = {in, D, NULL, NULL, NULL};
+    double *rank = tdm_calloc(a, N + 1, sizeof *rank);
+    double *avg = tdm_calloc(a, N + 1, sizeof *avg);
+    bool *done = tdm_calloc(a, N + 1, sizeof *done);
+    int *pending = tdm_calloc(a, N + 1, sizeof *pending);
+    double *avail = tdm_calloc(a, (size_t)D, sizeof *avail);
+    double *weights_on = tdm_calloc(a, (size_t)D, sizeof *weights_on);
+    h.ready = tdm_alloc(a, (V + 1) * (size_t)D * sizeof *h.ready);
+    h.src_dev = tdm_alloc(a, (V + 1) * sizeof *h.src_dev);
+    h.value_bytes = tdm_calloc(a, V + 1, sizeof *h.value_bytes);
+    r.device = tdm_calloc(a, N + 1, sizeof *r.device);
+    r.reason = tdm_calloc(a, N + 1, sizeof *r.reason);
+    r.finish_ms = tdm_calloc(a, N + 1, sizeof *r.finish_ms);
+    tdm_status *st = NULL;
+    if (!rank || !avg || !done || !pending || !avail || !weights_on || !h.ready || !h.src_dev ||
+        !h.value_bytes || !r.device || !r.reason || !r.finish_ms) {
+        st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory placing nodes");
+        goto done;
+    }
+    for (size_t v = 0; v < V; v++) {
+        h.value_bytes[v] = tdm_value_bytes(&g->values[v]);
+        h.src_dev[v] = -1;
+        for (int d = 0; d < D; d++) h.ready[v * (size_t)D + (size_t)d] = INFINITY;
+    }
+    /* 1. average cost of each node over the devices that support it */
+    for (size_t i = 0; i < N; i++) {
+        int cnt = 0;
+        double sum = 0;
+        for (int d = 0; d < D; d++)
+            if (in->supported[i * (size_t)D + (size_t)d]) {
+                sum += in->node_ms[i * (size_t)D + (size_t)d];
+                cnt++;
+            }
+        if (cnt == 0) {
+            st = TDM_ERR(TDM_ERR_UNSUPPORTED, "%s node '%s' cannot run on any of the devices",
+                         g->nodes[i].op_type, g->nodes[i].name);
+            goto done;
+        }
+        avg[i] = sum / cnt;
+    }
+    /* 2. upward rank, in reverse topological order (nodes are sorted) */
+    double avg_copy_per_byte = 0;
+    {
+        int pairs = 0;
+        for (int x = 0; x < D; x++)
+            for (int y = 0; y < D; y++)
+                if (x != y) {
+                    avg_copy_per_byte += tdm_cost_copy_ms(1e6, &in->profiles[x], &in->profiles[y]) / 1e6;
+                    pairs++;
+                }
+        if (pairs) avg_copy_per_byte /= pairs;
+    }
+    for (size_t i = N; i-- > 0;) {
+        const tdm_node *n = &g->nodes[i];
+        double best = 0;
+        for (int k = 0; k < n->n_outputs; k++) {
+            int v = n->outputs[k];
+            if (v < 0) continue;
+            for (size_t c = i + 1; c < N; c++) {
+                const tdm_node *m = &g->nodes[c];
+                bool reads = false;
+                for (int j = 0; j < m->n_inputs && !reads; j++) reads = m->inputs[j] == v;
+                for (int j = 0; j < m->n_implicit && !reads; j++) reads = m->implicit[j] == v;
+                if (!reads) continue;
+                double path = h.value_bytes[v] * avg_copy_per_byte + rank[c];
+                if (path > best) best = path;
+            }
+        }
+        rank[i] = avg[i] + best;
+    }
+    /* 3. list scheduling: the ready node of highest rank goes where it finishes first */
+    for (size_t i = 0; i < N; i++) {
+        const tdm_node *n = &g->nodes[i];
+        for (int j = 0; j < n->n_inputs; j++) {
+            int v = n->inputs[j];
+            if (v >= 0 && g->values[v].producer >= 0) pending[i]++;
+        }
+        for (int j = 0; j < n->n_implicit; j++)
+            if (g->values[n->implicit[j]].producer >= 0) pending[i]++;
+    }
+    for (size_t step = 0; step < N; step++) {
+        size_t pick = N;
+        for (size_t i = 0; i < N; i++)
+            if (!done[i] && pending[i] == 0 && (pick == N || rank[i] > rank[pick])) pick = i;
+        if (pick == N) {
+            st = TDM_ERR(TDM_ERR_INTERNAL, "placement: no ready node (cycle?)");
+            goto done;
+        }
+        const tdm_node *n = &g->nodes[pick];
+        int n_supported = 0, only = -1;
+        for (int d = 0; d < D; d++)
+            if (in->supported[pick * (size_t)D + (size_t)d]) {
+                n_supported++;
+                only = d;
+            }
+        double node_weights = 0;
+        for (int j = 0; j < n->n_inputs; j++)
+            if (n->inputs[j] >= 0 && is_const(&g->values[n->inputs[j]]))
+                node_weights += h.value_bytes[n->inputs[j]];
+        /* small integer results (shape arithmetic) stay on a host device */
+        bool shape_like = n->n_outputs > 0;
+        for (int k = 0; k < n->n_outputs; k++) {
+            int v = n->outputs[k];
+            if (v < 0) continue;
+            const tdm_value *val = &g->values[v];
+            if (!(val->dtype == TDM_INT64 || val->dtype == TDM_INT32) || h.value_bytes[v] > 512)
+                shape_like = false;
+        }
+        int best = -1;
+        double best_eft = INFINITY;
+        tdm_place_reason why = n_supported == 1 ? TDM_PLACE_ONLY_SUPPORTED : TDM_PLACE_FASTEST;
+        bool memory_excluded = false;
+        int forced = in->forced ? in->forced[pick] : -1;
+        for (int d = 0; d < D; d++) {
+            if (!in->supported[pick * (size_t)D + (size_t)d]) continue;
+            if (in->no_fallback && d != 0) continue;
+            if (forced >= 0 && d != forced) continue;
+            if (shape_like && !in->host_memory[d] && forced < 0) {
+                bool host_ok = false;
+                for (int e = 0; e < D; e++)
+                    host_ok |= in->host_memory[e] && in->supported[pick * (size_t)D + (size_t)e] &&
+                               !(in->no_fallback && e != 0);
+                if (host_ok) continue;
+            }
+            int64_t cap = in->profiles[d].memory_bytes;
+            if (!in->host_memory[d] && cap > 0 && weights_on[d] + node_weights > 0.9 * (double)cap) {
+                memory_excluded = true;
+                continue;
+            }
+            double est = avail[d], copy;
+            for (int j = 0; j < n->n_inputs; j++)
+                if (n->inputs[j] >= 0) {
+                    double t = arrival(&h, n->inputs[j], d, &copy);
+                    if (t > est) est = t;
+                }
+            double eft = est + in->node_ms[pick * (size_t)D + (size_t)d];
+            if (eft < best_eft) {
+                best_eft = eft;
+                best = d;
+            }
+        }
+        if (best < 0) {
+            st = TDM_ERR(TDM_ERR_UNSUPPORTED, "%s node '%s' cannot be placed: %s", n->op_type, n->name,
+                         forced >= 0 ? "its affinity device has no kernel for it"
+                         : memory_excluded ? "no device has memory left for its weights"
+                         : in->no_fallback ? "the first device has no kernel for it and fallback is off"
+                                           : "no device supports it");
+            goto done;
+        }
+        if (forced >= 0) why = TDM_PLACE_AFFINITY;
+        else if (shape_like && in->host_memory[best] && n_supported > 1) why = TDM_PLACE_HOST_SHAPE;
+        else if (memory_excluded) why = TDM_PLACE_MEMORY;
+        (void)only;
+        /* commit: copies of the inputs, the device's queue, the outputs' availability */
+        double copy;
+        for (int j = 0; j < n->n_inputs; j++) {
+            int v = n->inputs[j];
+            if (v < 0) continue;
+            double t = arrival(&h, v, best, &copy);
+            if (copy > 0) {
+                r.copy_ms += copy;
+                r.copy_bytes += h.value_bytes[v];
+            }
+            if (!is_const(&g->values[v])) h.ready[(size_t)v * (size_t)D + (size_t)best] = t;
+        }
+        avail[best] = best_eft;
+        weights_on[best] += node_weights;
+        r.device[pick] = best;
+        r.reason[pick] = why;
+        r.finish_ms[pick] = best_eft;
+        r.serial_ms += in->node_ms[pick * (size_t)D + (size_t)best];
+        for (int k = 0; k < n->n_outputs; k++) {
+            int v = n->outputs[k];
+            if (v < 0) continue;
+            h.src_dev[v] = best;
+            h.ready[(size_t)v * (size_t)D + (size_t)best] = best_eft;
+        }
+        done[pick] = true;
+        for (size_t c = pick + 1; c < N; c++) {
+            const tdm_node *m = &g->nodes[c];
+            for (int k = 0; k < n->n_outputs; k++) {
+                int v = n->outputs[k];
+                if (v < 0) continue;
+                for (int j = 0; j < m->n_inputs; j++)
+                    if (m->inputs[j] == v) pending[c]--;
+                for (int j = 0; j < m->n_implicit; j++)
+                    if (m->implicit[j] == v) pending[c]--;
+            }
+        }
+        if (best_eft > r.makespan_ms) r.makespan_ms = best_eft;
+    }
+    /* results leave through host memory */
+    for (size_t o = 0; o < g->n_outputs; o++) {
+        int v = g->outputs[o];
+        int s = h.src_dev[v];
+        if (s >= 0 && !in->host_memory[s]) {
+            int host = 0;
+            for (int k = 0; k < D; k++)
+                if (in->host_memory[k]) {
+                    host = k;
+                    break;
+                }
+            double c = tdm_cost_copy_ms(h.value_bytes[v], &in->profiles[s], &in->profiles[host]);
+            r.copy_ms += c;
+            r.copy_bytes += h.value_bytes[v];
+            double t = h.ready[(size_t)v * (size_t)D + (size_t)s] + c;
+            if (t > r.makespan_ms) r.makespan_ms = t;
+        }
+    }
+    r.serial_ms += r.copy_ms;
+    /* 4. each device alone, for comparison (inputs in and outputs out included) */
+    for (int d = 0; d < 16; d++) r.single_ms[d] = INFINITY;
+    int host = -1;
+    for (int k = 0; k < D && host < 0; k++)
+        if (in->host_memory[k]) host = k;
+    double all_weights = 0;
+    for (size_t v = 0; v < V; v++)
+        if (is_const(&g->values[v])) all_weights += h.value_bytes[v];
+    for (int d = 0; d < D; d++) {
+        double sum = 0;
+        bool ok = true;
+        for (size_t i = 0; i < N && ok; i++) {
+            ok = in->supported[i * (size_t)D + (size_t)d] && (!in->forced || in->forced[i] < 0 ||
+                                                             in->forced[i] == d);
+            sum += in->node_ms[i * (size_t)D + (size_t)d];
+        }
+        int64_t cap = in->profiles[d].memory_bytes;
+        if (!in->host_memory[d] && cap > 0 && all_weights > 0.9 * (double)cap) ok = false;
+        if (!ok) continue;
+        if (!in->host_memory[d] && host >= 0) {
+            for (size_t k = 0; k < g->n_inputs; k++)
+                if (!g->values[g->inputs[k]].data)
+                    sum += tdm_cost_copy_ms(h.value_bytes[g->inputs[k]], &in->profiles[host], &in->profiles[d]);
+            for (size_t k = 0; k < g->n_outputs; k++)
+                sum += tdm_cost_copy_ms(h.value_bytes[g->outputs[k]], &in->profiles[d], &in->profiles[host]);
+        }
+        r.single_ms[d] = sum;
+    }
+    /* 5. a split that is not predicted to beat the best single device is not worth its
+     * copies (devices run concurrently, so the makespan is what counts) */
+    {
+        int best_single = -1;
+        for (int d = 0; d < D; d++)
+            if (r.single_ms[d] < INFINITY && (best_single < 0 || r.single_ms[d] < r.single_ms[best_single]))
+                best_single = d;
+        if (in->no_fallback) best_single = r.single_ms[0] < INFINITY ? 0 : -1;
+        bool split = false;
+        for (size_t i = 1; i < N; i++) split |= r.device[i] != r.device[0];
+        if (best_single >= 0 && split && r.single_ms[best_single] <= r.makespan_ms) {
+            for (size_t i = 0; i < N; i++) {
+                r.device[i] = best_single;
+                r.reason[i] = TDM_PLACE_SINGLE_DEVICE;
+            }
+            r.serial_ms = r.makespan_ms = r.single_ms[best_single];
+            r.copy_ms = 0;
+            r.copy_bytes = 0;
+        }
+    }
+done:
+    tdm_free(a, rank);
+    tdm_free(a, avg);
+    tdm_free(a, done);
+    tdm_free(a, pending);
+    tdm_free(a, avail);
+    tdm_free(a, weights_on);
+    tdm_free(a, h.ready);
+    tdm_free(a, h.src_dev);
+    tdm_free(a, h.value_bytes);
+    if (st) {
+        tdm_place_result_free(a, &r);
+        return st;
+    }
+    *out = r;
+    return NULL;
+}

@@ -1,0 +1,37 @@
+/* Device capability profiles: measured by short micro-benchmarks through the device's own
+ * kernels and copies, cached on disk (XDG cache dir, keyed by device identity and tandem
+ * version), read by the cost model. */
+#ifndef TDM_SCHED_PROFILE_H
+#define TDM_SCHED_PROFILE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backends/backend.h"
+#include "core/threadpool.h"
+
+typedef struct tdm_device_profile {
+    char device[32];        /* "cpu", "opencl:0", ... */
+    char identity[200];     /* what the cache is keyed by: description + tandem version */
+    int threads;            /* host threads the measurement used (CPU) */
+    double gemm_gflops;     /* float32 MatMul 512x512x512 (best of a few) */
+    double conv_gflops;     /* float32 Conv 1x64x56x56, 3x3, 64->64 */
+    double mem_gbps;        /* device memory bandwidth (large element-wise Add) */
+    double launch_us;       /* fixed cost of one small kernel */
+    double h2d_gbps;        /* host -> device copy bandwidth (0 for host-memory devices) */
+    double d2h_gbps;        /* device -> host */
+    double link_latency_us; /* fixed cost of one copy */
+    int64_t memory_bytes;   /* device memory capacity (host: physical RAM) */
+    bool from_cache;
+} tdm_device_profile;
+
+/* Returns the profile of `dev`, measured now (reprofile, or nothing cached) or read from
+ * the cache. `threads` is the CPU thread count the measurement should use. */
+tdm_status *tdm_profile_device(tdm_device *dev, const tdm_allocator *a, int threads,
+                               bool reprofile, tdm_device_profile *out);
+
+/* Where profiles live: $TANDEM_CACHE_DIR, else $XDG_CACHE_HOME/tandem, else
+ * $HOME/.cache/tandem. Writes into buf; returns buf or NULL if none can be found. */
+const char *tdm_cache_dir(char *buf, size_t size);
+
+#endif
