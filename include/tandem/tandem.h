@@ -327,6 +327,16 @@ TDM_API tdm_status *tdm_session_explain(tdm_session *session, tdm_explain_format
                                         char **out);
 TDM_API void tdm_string_free(char *s);
 
+/* ---- tracing --------------------------------------------------------------------------- */
+
+/* Starts recording every kernel, copy and run of this session against one monotonic clock.
+ * Call it and tdm_session_trace_stop while no run of the session is in progress. */
+TDM_API tdm_status *tdm_session_trace_start(tdm_session *session);
+/* Stops recording and writes the events as Chrome trace JSON (opens in Perfetto and
+ * chrome://tracing): one track per device and per device's copies, arrows from each copy
+ * to the kernel that reads it. `path` may be NULL to discard. */
+TDM_API tdm_status *tdm_session_trace_stop(tdm_session *session, const char *path);
+
 /* ---- version ------------------------------------------------------------------------ */
 
 TDM_API const char *tdm_version_string(void);

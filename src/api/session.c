@@ -4,6 +4,7 @@
 
 #include "api/api_impl.h"
 #include "core/alloc.h"
+#include "core/trace.h"
 
 struct async_job {
     async_job *next;
@@ -286,6 +287,7 @@ void tdm_session_free(tdm_session *s) {
     pthread_mutex_unlock(&s->mu);
     if (s->worker_started) pthread_join(s->worker, NULL); /* drains the queue first */
     tdm_model_free(s->model);
+    if (s->plan) tdm_trace_free(s->plan->trace);
     tdm_plan_free(s->plan);
     tdm_threadpool_free(s->pool);
     pthread_mutex_destroy(&s->mu);
@@ -302,3 +304,19 @@ tdm_status *tdm_session_explain(tdm_session *s, tdm_explain_format format, char 
 }
 
 void tdm_string_free(char *str) { free(str); }
+
+tdm_status *tdm_session_trace_start(tdm_session *s) {
+    if (!s) return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_session_trace_start: NULL session");
+    if (s->plan->trace) return NULL;
+    return tdm_trace_create(s->env->alloc, &s->plan->trace);
+}
+
+tdm_status *tdm_session_trace_stop(tdm_session *s, const char *path) {
+    if (!s) return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_session_trace_stop: NULL session");
+    tdm_trace *t = s->plan->trace;
+    if (!t) return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tracing was not started");
+    s->plan->trace = NULL;
+    tdm_status *st = path ? tdm_trace_write(t, path) : NULL;
+    tdm_trace_free(t);
+    return st;
+}

@@ -10,7 +10,7 @@ static void run_usage(FILE *f) {
     fprintf(f,
             "usage: tandem run MODEL [--input NAME=FILE.npy]... [--random] [--shape NAME:d0,d1,...]\n"
             "                  [--output-dir DIR] [--devices LIST] [--threads N] [--opt-level N]\n"
-            "                  [--seed N]\n\n"
+            "                  [--seed N] [--trace FILE]\n\n"
             "Runs MODEL once and prints each output's name, dtype, shape and a summary.\n"
             "  --input NAME=FILE  an input from a .npy file (repeatable)\n"
             "  --random           random data for inputs not given (dynamic dims = 1 or --shape)\n"
@@ -18,11 +18,13 @@ static void run_usage(FILE *f) {
             "  --output-dir DIR   write each output as DIR/<name>.npy\n"
             "  --devices LIST     comma-separated devices in order of preference (default cpu)\n"
             "  --threads N        intra-op threads (default: all cores)\n"
-            "  --opt-level N      0 = no graph passes, 1 = default\n");
+            "  --opt-level N      0 = no graph passes, 1 = default\n"
+            "  --trace FILE       write a Chrome trace (Perfetto) of the run: kernels and copies\n"
+            "                     per device on one timeline\n");
 }
 
 int cmd_run(int argc, char **argv) {
-    const char *model = NULL, *outdir = NULL, *devices = NULL;
+    const char *model = NULL, *outdir = NULL, *devices = NULL, *trace = NULL;
     const char *in_names[MAX_INPUTS], *in_files[MAX_INPUTS];
     const char *shape_names[MAX_INPUTS], *shape_dims[MAX_INPUTS];
     int n_in = 0, n_shapes = 0, threads = 0, opt = 1;
@@ -52,6 +54,8 @@ int cmd_run(int argc, char **argv) {
             *c = 0;
             shape_names[n_shapes] = argv[i];
             shape_dims[n_shapes++] = c + 1;
+        } else if (!strcmp(a, "--trace") && has_val) {
+            trace = argv[++i];
         } else if (!strcmp(a, "--random")) {
             random = true;
         } else if (!strcmp(a, "--output-dir") && has_val) {
@@ -162,8 +166,20 @@ int cmd_run(int argc, char **argv) {
         tdm_model_output(m, j, &d);
         out_names[j] = d.name;
     }
-    if ((st = tdm_session_run(s, n_model_in, names, (const tdm_tensor *const *)ins, n_out, out_names,
-                              outs))) {
+    if (trace && (st = tdm_session_trace_start(s))) {
+        rc = cli_fail(st, NULL);
+        goto done;
+    }
+    st = tdm_session_run(s, n_model_in, names, (const tdm_tensor *const *)ins, n_out, out_names, outs);
+    if (trace) {
+        tdm_status *st2 = tdm_session_trace_stop(s, st ? NULL : trace);
+        if (!st && st2) {
+            rc = cli_fail(st2, "trace");
+            goto done;
+        }
+        tdm_status_free(st2);
+    }
+    if (st) {
         rc = cli_fail(st, NULL);
         goto done;
     }

@@ -2,9 +2,11 @@
  * outputs allocated, kernel executed on the node's device; values are released after their
  * last reader. Subgraphs (If/Loop/Scan bodies) run through the same loop in a child frame
  * whose outer-scope names resolve in the enclosing frames. */
+#include <stdio.h>
 #include <string.h>
 
 #include "core/clock.h"
+#include "core/trace.h"
 
 #include "core/alloc.h"
 #include "graph/infer.h"
@@ -41,11 +43,28 @@ static int plan_device_index(const frame *f, const tdm_device *dev) {
     return -1;
 }
 
+/* A copy on the timeline: on the device side's copy track, with an arrow to its reader. */
+static void trace_copy(tdm_trace *tr, frame *f, int v, tdm_device *from, tdm_device *to, int64_t t0,
+                       uint64_t *flow) {
+    char track[64], name[120], args[96];
+    tdm_device *side = from ? from : to;
+    snprintf(track, sizeof track, "%s copies", side ? side->name : "host");
+    snprintf(name, sizeof name, "%s %s", from ? "download" : "upload", f->g->values[v].name);
+    snprintf(args, sizeof args, "\"bytes\":%zu,\"from\":\"%s\",\"to\":\"%s\"", f->vals[v]->nbytes,
+             from ? from->name : "host", to ? to->name : "host");
+    uint64_t id = tdm_trace_flow_id(tr);
+    tdm_trace_event(tr, track, name, "copy", t0, tdm_now_ns(), args, id, 0);
+    if (flow) *flow = id;
+}
+
 /* The tensor of value v in the memory `dev` works on (host for host-memory devices):
  * the value itself when it is already there, else a copy made once per run (constants: once
  * per plan) and reused by every later consumer on that device. */
-static tdm_status *frame_input_for(frame *f, int v, tdm_device *dev, const tdm_tensor **out) {
+static tdm_status *frame_input_for(frame *f, int v, tdm_device *dev, const tdm_tensor **out,
+                                   uint64_t *flow) {
     const tdm_tensor *t = f->vals[v];
+    tdm_trace *tr = f->plan ? f->plan->trace : NULL;
+    if (flow) *flow = 0;
     bool want_host = !dev || dev->host_memory;
     if (want_host ? t->device == NULL : t->device == dev) {
         *out = t;
@@ -59,7 +78,11 @@ static tdm_status *frame_input_for(frame *f, int v, tdm_device *dev, const tdm_t
     }
     tdm_tensor **host = &f->replicas[(size_t)v * (1 + TDM_REPLICA_DEVS)];
     if (want_host) {
-        if (!*host) TDM_TRY(tdm_device_to_host(f->a, t, host));
+        if (!*host) {
+            int64_t t0 = tr ? tdm_now_ns() : 0;
+            TDM_TRY(tdm_device_to_host(f->a, t, host));
+            if (tr) trace_copy(tr, f, v, (tdm_device *)t->device, NULL, t0, flow);
+        }
         *out = *host;
         return NULL;
     }
@@ -74,10 +97,17 @@ static tdm_status *frame_input_for(frame *f, int v, tdm_device *dev, const tdm_t
     if (!*slot) {
         const tdm_tensor *src = t;
         if (t->device) { /* device to device goes through the host */
+            int64_t t0 = tr ? tdm_now_ns() : 0;
             if (!*host) st = tdm_device_to_host(f->a, t, host);
+            if (!st && tr) trace_copy(tr, f, v, (tdm_device *)t->device, NULL, t0, NULL);
             src = *host;
         }
+        int64_t t0 = tr ? tdm_now_ns() : 0;
         if (!st) st = tdm_device_to_device(dev, f->a, src, slot);
+        if (!st && tr) {
+            tdm_device_synchronize(dev);
+            trace_copy(tr, f, v, NULL, dev, t0, flow);
+        }
     }
     if (constant) pthread_mutex_unlock(&((tdm_plan *)f->plan)->mem_mu);
     if (st) return st;
@@ -182,7 +212,7 @@ static tdm_status *run_node(tdm_device *dev, const tdm_kernel_def *k, void *stat
         vi->data = t->device ? NULL : t;
         if (t->device && f && (n->schema->shape_inputs & (1u << (i & 31))) && n->inputs[i] >= 0) {
             const tdm_tensor *h = NULL;
-            if ((st = frame_input_for(f, n->inputs[i], NULL, &h))) goto done;
+            if ((st = frame_input_for(f, n->inputs[i], NULL, &h, NULL))) goto done;
             vi->data = h;
         }
         types[i] = t->dtype;
@@ -266,6 +296,15 @@ tdm_status *tdm_eval_node(tdm_device *cpu, const tdm_allocator *a, const tdm_nod
     return run_node(cpu, NULL, NULL, a, NULL, n, ins, outs, NULL);
 }
 
+static void trace_kernel(tdm_trace *tr, tdm_device *dev, const tdm_node *n, size_t i, int64_t t0,
+                         int64_t t1, const uint64_t *flows, int n_flows) {
+    char args[160];
+    snprintf(args, sizeof args, "\"op\":\"%s\",\"node\":%zu,\"device\":\"%s\"", n->op_type, i,
+             dev ? dev->name : "cpu");
+    tdm_trace_event_flows(tr, dev ? dev->name : "cpu", n->name, n->op_type, t0, t1, args, 0, flows,
+                          n_flows);
+}
+
 static void release(frame *f, int v, int node) {
     if (v >= 0 && f->release_after[v] == node) frame_drop_replicas(f, v);
     if (v >= 0 && f->owned[v] && f->release_after[v] == node) {
@@ -295,6 +334,8 @@ static tdm_status *exec_frame(frame *f) {
         tdm_device *dev = f->dev;
         const tdm_kernel_def *k = NULL;
         void *state = NULL;
+        uint64_t flows[4];
+        int n_flows = 0;
         if (f->plan) {
             dev = f->plan->devices[n->device >= 0 ? n->device : 0];
             k = f->plan->nodes[i].kernel;
@@ -309,17 +350,23 @@ static tdm_status *exec_frame(frame *f) {
                              n->op_type, n->name, g->values[v].name);
                 goto done;
             }
-            if ((st = frame_input_for(f, v, dev, &ins[k2]))) {
+            uint64_t flow = 0;
+            st = frame_input_for(f, v, dev, &ins[k2], &flow);
+            if (flow && n_flows < 4) flows[n_flows++] = flow;
+            if (st) {
                 st = tdm_status_wrap(st, "%s node '%s': ", n->op_type, n->name);
                 goto done;
             }
         }
-        int64_t t0 = f->times ? tdm_now_ns() : 0;
+        tdm_trace *tr = f->plan ? f->plan->trace : NULL;
+        int64_t t0 = f->times || tr ? tdm_now_ns() : 0;
         st = run_node(dev, k, state, f->a, f->pool, n, (const tdm_tensor *const *)ins, outs, f);
         if (st) goto done;
-        if (f->times) {
+        if (f->times || tr) {
             tdm_device_synchronize(dev); /* a queued device's time counts where it is spent */
-            f->times[i] += (double)(tdm_now_ns() - t0) / 1e6;
+            int64_t t1 = tdm_now_ns();
+            if (f->times) f->times[i] += (double)(t1 - t0) / 1e6;
+            if (tr) trace_kernel(tr, dev, n, i, t0, t1, flows, n_flows);
         }
         for (int k2 = 0; k2 < n->n_outputs; k2++) {
             int v = n->outputs[k2];
@@ -535,6 +582,8 @@ static void *par_worker_main(void *arg) {
         ps->state[pick] = 1;
         tdm_device *dev = p->devices[w->device];
         tdm_status *st = NULL;
+        uint64_t flows[4];
+        int n_flows = 0;
         /* inputs in this device's memory (copies are made under the lock: they touch the
          * frame's shared copy table) */
         for (int k = 0; k < n->n_inputs && !st; k++) {
@@ -544,17 +593,23 @@ static void *par_worker_main(void *arg) {
             if (!f->vals[v])
                 st = TDM_ERR(TDM_ERR_INTERNAL, "%s node '%s' reads '%s', which is not available",
                              n->op_type, n->name, g->values[v].name);
-            else if ((st = frame_input_for(f, v, dev, &ins[k])))
-                st = tdm_status_wrap(st, "%s node '%s': ", n->op_type, n->name);
+            else {
+                uint64_t flow = 0;
+                st = frame_input_for(f, v, dev, &ins[k], &flow);
+                if (flow && n_flows < 4) flows[n_flows++] = flow;
+                if (st) st = tdm_status_wrap(st, "%s node '%s': ", n->op_type, n->name);
+            }
         }
         pthread_mutex_unlock(&ps->mu);
-        int64_t t0 = f->times ? tdm_now_ns() : 0;
+        int64_t t0 = f->times || p->trace ? tdm_now_ns() : 0;
         if (!st)
             st = run_node(dev, p->nodes[pick].kernel, p->nodes[pick].state, f->a, f->pool, n,
                           (const tdm_tensor *const *)ins, outs, f);
-        if (!st && f->times) {
+        if (!st && (f->times || p->trace)) {
             tdm_device_synchronize(dev);
-            f->times[pick] += (double)(tdm_now_ns() - t0) / 1e6;
+            int64_t t1 = tdm_now_ns();
+            if (f->times) f->times[pick] += (double)(t1 - t0) / 1e6;
+            if (p->trace) trace_kernel(p->trace, dev, n, pick, t0, t1, flows, n_flows);
         }
         pthread_mutex_lock(&ps->mu);
         if (st) {
@@ -764,6 +819,7 @@ tdm_status *tdm_plan_run(tdm_plan *p, const tdm_tensor *const *inputs, tdm_tenso
     f.owned = tdm_calloc(f.a, nv, sizeof *f.owned);
     tdm_status *st = NULL;
     uint64_t key = shapes_key(g, inputs);
+    int64_t run_t0 = p->trace ? tdm_now_ns() : 0;
     if (!f.vals || !f.owned) {
         st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory starting a run");
         goto done;
@@ -799,5 +855,10 @@ done:
     }
     frame_clear(&f);
     release_memplan(p, &f, key, st == NULL);
+    if (p->trace) {
+        char args[64];
+        snprintf(args, sizeof args, "\"ok\":%s", st ? "false" : "true");
+        tdm_trace_event(p->trace, "runs", "run", "run", run_t0, tdm_now_ns(), args, 0, 0);
+    }
     return st;
 }

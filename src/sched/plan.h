@@ -47,6 +47,7 @@ typedef struct tdm_plan {
     double *measured_ms;
     int64_t measured_runs;
     bool multi_device; /* nodes on more than one device: devices run concurrently */
+    struct tdm_trace *trace; /* recorder when tracing is on (owned by the session), or NULL */
 } tdm_plan;
 
 typedef struct tdm_plan_options {
