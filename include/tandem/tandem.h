@@ -273,7 +273,28 @@ typedef struct tdm_session_options {
                               /regex/ on node names, or #FIRST-LAST node positions */
     bool profile;          /* record per-node times of every run (tdm_session_explain
                               then shows measured next to predicted times) */
+    int mode;              /* TDM_MODE_LATENCY (default): one plan over the devices;
+                              TDM_MODE_THROUGHPUT: one plan per device (replicas); a batched
+                              run is split across them in proportion to their measured speed,
+                              a run that cannot be split goes to the replica predicted to
+                              finish first */
+    float split_alpha;     /* throughput mode: smoothing of the per-item times (0 = 0.3) */
+    bool no_rebalance;     /* throughput mode: keep the initial split ratio */
 } tdm_session_options;
+
+#define TDM_MODE_LATENCY 0
+#define TDM_MODE_THROUGHPUT 1
+
+/* Per-device figures of a session (throughput mode: per replica; latency mode: one entry per
+ * device of the plan with runs and items of the whole session). */
+typedef struct tdm_device_stats {
+    const char *device;
+    int64_t runs;          /* runs (or run parts) this device took */
+    int64_t items;         /* batch items it computed */
+    double busy_ms;        /* time spent running */
+    double share;          /* current fraction of a split batch given to it */
+    double ms_per_item;    /* smoothed measured time per item (0 until measured) */
+} tdm_device_stats;
 
 /* Creates a session: loads the model, checks and optimises the graph, places nodes on
  * devices and prepares the plan. `options` may be NULL. */
@@ -309,6 +330,11 @@ TDM_API tdm_status *tdm_session_run_async(tdm_session *session, size_t n_inputs,
                                           const tdm_tensor *const *inputs, size_t n_outputs,
                                           const char *const *output_names,
                                           tdm_run_callback callback, void *user);
+
+/* Number of entries tdm_session_device_stats reports. */
+TDM_API size_t tdm_session_device_count(const tdm_session *session);
+TDM_API tdm_status *tdm_session_device_stats(tdm_session *session, size_t index,
+                                             tdm_device_stats *out);
 
 /* ---- explaining the plan ----------------------------------------------------------- */
 

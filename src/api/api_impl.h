@@ -40,6 +40,17 @@ struct tdm_model {
 
 typedef struct async_job async_job;
 
+/* Throughput mode: one plan per device. */
+typedef struct tdm_replica {
+    tdm_plan *plan;
+    tdm_device *device;  /* the device the replica is for (its plan may fall back to the CPU) */
+    double ms_per_item;  /* smoothed measured time per batch item; 0 = not measured yet */
+    double share;        /* fraction of a split batch */
+    int inflight;
+    int64_t runs, items;
+    double busy_ms;
+} tdm_replica;
+
 struct tdm_session {
     tdm_env *env;
     tdm_model *model;  /* the model as loaded (for descriptions) */
@@ -54,7 +65,19 @@ struct tdm_session {
     int pending;
     bool worker_started, stopping;
     pthread_t worker;
+    /* throughput mode (n_replicas > 1); replicas[0].plan == plan */
+    int n_replicas;
+    tdm_replica replicas[TDM_MAX_DEVICES];
+    bool splittable;     /* every input and output has a dynamic leading (batch) dim */
+    float alpha;
+    bool no_rebalance;
+    pthread_mutex_t stats_mu;
+    int64_t runs, items; /* latency mode figures */
+    double busy_ms;
 };
+
+/* Throughput-mode run (src/api/throughput.c). by_input: per graph input. */
+tdm_status *tdm_throughput_run(tdm_session *s, const tdm_tensor **by_input, tdm_tensor **all_outputs);
 
 /* Describes `m`; on success the model owns m (and its graph unless graph_borrowed); on
  * failure m is left to the caller. */

@@ -1,9 +1,11 @@
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "api/api_impl.h"
 #include "core/alloc.h"
+#include "core/clock.h"
 #include "core/trace.h"
 
 struct async_job {
@@ -55,38 +57,89 @@ static tdm_status *parse_devices(tdm_session *s, const char *list, bool no_fallb
     return NULL;
 }
 
-static tdm_status *session_build(tdm_env *env, tdm_onnx_model *m, const tdm_session_options *o,
-                                 tdm_session **out) {
-    tdm_session_options def = {TDM_API_VERSION, NULL, 0, 1, false, NULL, NULL, false};
-    if (!o) o = &def;
-    if (o->api_version != TDM_API_VERSION) {
+/* Parses the model bytes and plans them for `devs`. */
+static tdm_status *build_plan(tdm_session *s, const void *data, size_t size, const char *base_dir,
+                              tdm_device **devs, int nd, const tdm_session_options *o,
+                              const char *placement, tdm_onnx_model **m_out, tdm_plan **plan_out) {
+    tdm_onnx_model *m = NULL;
+    TDM_TRY(tdm_onnx_load_buffer(data, size, base_dir, s->env->alloc, &m));
+    tdm_plan_options po = {o->no_fallback, o->opt_level, placement, o->affinity,
+                           tdm_threadpool_size(s->pool), o->profile};
+    tdm_graph *g = m->graph;
+    m->graph = NULL;
+    tdm_status *st = tdm_plan_create(s->env->alloc, g, devs, nd, s->pool, &po, plan_out);
+    if (st) {
         tdm_onnx_model_free(m);
+        return st;
+    }
+    if (m_out) *m_out = m;
+    else tdm_onnx_model_free(m);
+    return NULL;
+}
+
+/* Inputs and outputs all have a dynamic leading dim: a batch can be split along it. */
+static bool batch_splittable(const tdm_graph *g) {
+    size_t dyn_inputs = 0;
+    for (size_t i = 0; i < g->n_inputs; i++) {
+        const tdm_value *v = &g->values[g->inputs[i]];
+        if (v->data) continue;
+        if (v->rank < 1 || v->dims[0] >= 0) return false;
+        dyn_inputs++;
+    }
+    for (size_t o = 0; o < g->n_outputs; o++) {
+        const tdm_value *v = &g->values[g->outputs[o]];
+        if (v->rank < 1 || v->dims[0] >= 0) return false;
+    }
+    return dyn_inputs > 0;
+}
+
+static tdm_status *session_build(tdm_env *env, const void *data, size_t size, const char *base_dir,
+                                 const tdm_session_options *o, tdm_session **out) {
+    tdm_session_options def = {TDM_API_VERSION, NULL, 0, 1, false, NULL, NULL, false, 0, 0, false};
+    if (!o) o = &def;
+    if (o->api_version != TDM_API_VERSION)
         return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_session_options.api_version is %d; expected %d",
                        o->api_version, TDM_API_VERSION);
-    }
+    if (o->mode != TDM_MODE_LATENCY && o->mode != TDM_MODE_THROUGHPUT)
+        return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_session_options.mode %d is unknown", o->mode);
     tdm_session *s = tdm_calloc(env->alloc, 1, sizeof *s);
-    if (!s) {
-        tdm_onnx_model_free(m);
-        return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory creating a session");
-    }
+    if (!s) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory creating a session");
     s->env = env;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     pthread_cond_init(&s->idle_cv, NULL);
+    pthread_mutex_init(&s->stats_mu, NULL);
+    s->alpha = o->split_alpha > 0 && o->split_alpha <= 1 ? o->split_alpha : 0.3f;
+    s->no_rebalance = o->no_rebalance;
+    tdm_onnx_model *m = NULL;
     tdm_status *st = parse_devices(s, o->devices, o->no_fallback);
     if (!st) st = tdm_threadpool_create(o->threads > 0 ? o->threads : env->threads, &s->pool);
-    if (st) {
-        tdm_onnx_model_free(m);
-        tdm_session_free(s);
-        return st;
+    if (!st && (o->mode == TDM_MODE_LATENCY || s->n_devices == 1)) {
+        st = build_plan(s, data, size, base_dir, s->devices, s->n_devices, o, o->placement, &m,
+                        &s->plan);
+    } else if (!st) {
+        /* throughput: a replica per device, each with the CPU behind it for what the device
+         * cannot run (unless no_fallback) */
+        tdm_device *cpu = NULL;
+        for (int d = 0; d < s->n_devices; d++)
+            if (s->devices[d]->host_memory) cpu = s->devices[d];
+        for (int d = 0; d < s->n_devices && !st; d++) {
+            tdm_device *devs[2] = {s->devices[d], cpu};
+            int nd = cpu && cpu != s->devices[d] && !o->no_fallback ? 2 : 1;
+            tdm_replica *r = &s->replicas[s->n_replicas];
+            r->device = s->devices[d];
+            /* the replica runs on its device; the CPU only takes what the device cannot run */
+            st = build_plan(s, data, size, base_dir, devs, nd, o, s->devices[d]->name,
+                            d == 0 ? &m : NULL, &r->plan);
+            if (!st) s->n_replicas++;
+        }
+        if (!st) {
+            s->plan = s->replicas[0].plan;
+            s->splittable = batch_splittable(s->plan->graph);
+            for (int k = 0; k < s->n_replicas; k++) s->replicas[k].share = 1.0 / s->n_replicas;
+        }
     }
-    tdm_plan_options po = {o->no_fallback, o->opt_level, o->placement, o->affinity,
-                           tdm_threadpool_size(s->pool), o->profile};
-    tdm_graph *g = m->graph;
-    m->graph = NULL;
-    st = tdm_plan_create(env->alloc, g, s->devices, s->n_devices, s->pool, &po, &s->plan);
     if (st) {
-        tdm_onnx_model_free(m);
         tdm_session_free(s);
         return st;
     }
@@ -105,18 +158,25 @@ static tdm_status *session_build(tdm_env *env, tdm_onnx_model *m, const tdm_sess
 tdm_status *tdm_session_create(tdm_env *env, const char *path, const tdm_session_options *o,
                                tdm_session **out) {
     if (!env || !path || !out) return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_session_create: NULL argument");
-    tdm_onnx_model *m;
-    TDM_TRY(tdm_onnx_load_file(path, env->alloc, &m));
-    return tdm_status_wrap(session_build(env, m, o, out), "'%s': ", path);
+    void *data = NULL;
+    size_t size = 0;
+    TDM_TRY(tdm_read_file(path, env->alloc, TDM_MAX_MODEL_BYTES, &data, &size));
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == dir) dir[1] = 0;
+    else *slash = 0;
+    tdm_status *st = session_build(env, data, size, dir, o, out);
+    tdm_free(env->alloc, data);
+    return tdm_status_wrap(st, "'%s': ", path);
 }
 
 tdm_status *tdm_session_create_from_buffer(tdm_env *env, const void *data, size_t size,
                                            const char *base_dir, const tdm_session_options *o,
                                            tdm_session **out) {
     if (!env || !out) return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_session_create_from_buffer: NULL argument");
-    tdm_onnx_model *m;
-    TDM_TRY(tdm_onnx_load_buffer(data, size, base_dir, env->alloc, &m));
-    return session_build(env, m, o, out);
+    return session_build(env, data, size, base_dir, o, out);
 }
 
 const tdm_model *tdm_session_model(const tdm_session *s) { return s ? s->model : NULL; }
@@ -162,7 +222,26 @@ static tdm_status *run_bound(tdm_session *s, const tdm_tensor **by_input, size_t
     const tdm_allocator *a = s->env->alloc;
     tdm_tensor **all = tdm_calloc(a, g->n_outputs ? g->n_outputs : 1, sizeof *all);
     if (!all) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
-    tdm_status *st = tdm_plan_run(s->plan, by_input, all);
+    tdm_status *st;
+    if (s->n_replicas > 1) {
+        st = tdm_throughput_run(s, by_input, all);
+    } else {
+        int64_t t0 = tdm_now_ns();
+        st = tdm_plan_run(s->plan, by_input, all);
+        double ms = (double)(tdm_now_ns() - t0) / 1e6;
+        int64_t items = 1;
+        for (size_t i = 0; i < g->n_inputs; i++)
+            if (by_input[i] && by_input[i]->rank > 0 && g->values[g->inputs[i]].rank > 0 &&
+                g->values[g->inputs[i]].dims[0] < 0) {
+                items = by_input[i]->dims[0];
+                break;
+            }
+        pthread_mutex_lock(&s->stats_mu);
+        s->runs++;
+        s->items += st ? 0 : items;
+        s->busy_ms += ms;
+        pthread_mutex_unlock(&s->stats_mu);
+    }
     size_t done = 0;
     if (!st) {
         for (; done < n_outputs; done++) {
@@ -288,7 +367,12 @@ void tdm_session_free(tdm_session *s) {
     if (s->worker_started) pthread_join(s->worker, NULL); /* drains the queue first */
     tdm_model_free(s->model);
     if (s->plan) tdm_trace_free(s->plan->trace);
-    tdm_plan_free(s->plan);
+    if (s->n_replicas > 1) {
+        for (int k = 0; k < s->n_replicas; k++) tdm_plan_free(s->replicas[k].plan);
+    } else {
+        tdm_plan_free(s->plan);
+    }
+    pthread_mutex_destroy(&s->stats_mu);
     tdm_threadpool_free(s->pool);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
@@ -319,4 +403,25 @@ tdm_status *tdm_session_trace_stop(tdm_session *s, const char *path) {
     tdm_status *st = path ? tdm_trace_write(t, path) : NULL;
     tdm_trace_free(t);
     return st;
+}
+
+size_t tdm_session_device_count(const tdm_session *s) {
+    if (!s) return 0;
+    return s->n_replicas > 1 ? (size_t)s->n_replicas : 1;
+}
+
+tdm_status *tdm_session_device_stats(tdm_session *s, size_t index, tdm_device_stats *out) {
+    if (!s || !out) return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_session_device_stats: NULL argument");
+    if (index >= tdm_session_device_count(s))
+        return TDM_ERR(TDM_ERR_NOT_FOUND, "no device statistics entry %zu", index);
+    pthread_mutex_lock(&s->stats_mu);
+    if (s->n_replicas > 1) {
+        const tdm_replica *r = &s->replicas[index];
+        *out = (tdm_device_stats){r->device->name, r->runs, r->items, r->busy_ms, r->share, r->ms_per_item};
+    } else {
+        *out = (tdm_device_stats){s->devices[0]->name, s->runs, s->items, s->busy_ms, 1.0,
+                                  s->items ? s->busy_ms / (double)s->items : 0};
+    }
+    pthread_mutex_unlock(&s->stats_mu);
+    return NULL;
 }

@@ -290,7 +290,14 @@ tdm_status *tdm_plan_create(const tdm_allocator *a, tdm_graph *graph, tdm_device
     p->alloc = a;
     p->graph = graph;
     pthread_mutex_init(&p->mem_mu, NULL);
-    p->devices = devices;
+    p->devices = tdm_calloc(a, (size_t)(n_devices > 0 ? n_devices : 1), sizeof *p->devices);
+    if (!p->devices) {
+        tdm_graph_free(graph);
+        pthread_mutex_destroy(&p->mem_mu);
+        tdm_free(a, p);
+        return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory creating a plan");
+    }
+    for (int d = 0; d < n_devices; d++) p->devices[d] = devices[d];
     p->n_devices = n_devices;
     p->pool = pool;
     tdm_status *st = NULL;
@@ -342,6 +349,7 @@ void tdm_plan_free(tdm_plan *p) {
     tdm_free(p->alloc, p->node_ms);
     tdm_free(p->alloc, p->reason);
     tdm_free(p->alloc, p->measured_ms);
+    tdm_free(p->alloc, p->devices);
     tdm_graph_free(p->graph);
     for (int i = 0; i < TDM_PLAN_MEM_SLOTS; i++) tdm_memplan_free(p->alloc, p->mem[i]);
     pthread_mutex_destroy(&p->mem_mu);

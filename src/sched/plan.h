@@ -22,7 +22,7 @@ typedef struct tdm_plan_node {
 typedef struct tdm_plan {
     const tdm_allocator *alloc;
     tdm_graph *graph;      /* owned */
-    tdm_device **devices;  /* borrowed from the environment, preference order */
+    tdm_device **devices;  /* the devices (owned by the environment), preference order */
     int n_devices;
     tdm_plan_node *nodes;  /* parallel to graph->nodes */
     int *release_after;    /* per value: index of the last node reading it (-1 = never) */

@@ -5,7 +5,8 @@
  * Enabled by the environment variable TANDEM_TEST_DEVICES=N (N devices "test:0".."test:N-1",
  * at most 4). TANDEM_TEST_DEVICE_DELAY_US=D adds D microseconds to every kernel (a slow
  * device); TANDEM_TEST_DEVICE_OPS=Op1,Op2 limits the ops it claims (an accelerator that
- * supports only some ops). */
+ * supports only some ops); TANDEM_TEST_DEVICE_FAIL_EVERY=K makes every K-th kernel fail
+ * (a device that errors mid-run). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,8 @@
 typedef struct testdev {
     const tdm_allocator *a;
     long delay_us;
+    long fail_every;
+    long calls; /* atomically counted kernels (for fail_every) */
     char ops[512]; /* ",Op1,Op2," or "" = all */
 } testdev;
 
@@ -36,6 +39,9 @@ static const tdm_kernel_def *td_find_kernel(tdm_device *dev, const tdm_node *nod
 
 static tdm_status *td_execute(tdm_device *dev, const tdm_kernel_def *k, tdm_kernel_ctx *ctx) {
     testdev *td = dev->ctx;
+    if (td->fail_every > 0 && __atomic_add_fetch(&td->calls, 1, __ATOMIC_RELAXED) % td->fail_every == 0)
+        return TDM_ERR(TDM_ERR_DEVICE, "%s: injected failure in %s node '%s'", dev->name,
+                       ctx->node->op_type, ctx->node->name);
     if (td->delay_us > 0) {
         struct timespec ts = {td->delay_us / 1000000, (td->delay_us % 1000000) * 1000};
         nanosleep(&ts, NULL);
@@ -98,6 +104,7 @@ static tdm_status *td_discover(const tdm_allocator *a, const tdm_logger *log, td
     if (want > 4) want = 4;
     const char *delay = getenv("TANDEM_TEST_DEVICE_DELAY_US");
     const char *ops = getenv("TANDEM_TEST_DEVICE_OPS");
+    const char *fail = getenv("TANDEM_TEST_DEVICE_FAIL_EVERY");
     for (int i = 0; i < want && *n < max; i++) {
         tdm_device *d = tdm_calloc(a, 1, sizeof *d);
         testdev *td = tdm_calloc(a, 1, sizeof *td);
@@ -108,6 +115,7 @@ static tdm_status *td_discover(const tdm_allocator *a, const tdm_logger *log, td
         }
         td->a = a;
         td->delay_us = delay ? atol(delay) : 0;
+        td->fail_every = fail ? atol(fail) : 0;
         if (ops && ops[0]) snprintf(td->ops, sizeof td->ops, ",%s,", ops);
         d->iface = &td_iface;
         d->ctx = td;

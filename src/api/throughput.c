@@ -1,0 +1,253 @@
+/* Throughput mode: replicas of the plan, one per device.
+ *
+ * Split: a batched run is divided along its leading dim between the replicas in proportion to
+ * their measured speed (time per item, exponentially smoothed after every run), so that they
+ * finish together; the parts run at the same time and the outputs are joined. A split that is
+ * not predicted to beat the fastest replica alone is not made. Replicas: a run that cannot be
+ * split goes to the replica predicted to finish first (its queue times its time per run).
+ * Every change of the ratio is logged with its reason; no_rebalance keeps the first ratio. */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "api/api_impl.h"
+#include "core/alloc.h"
+#include "core/clock.h"
+
+typedef struct part {
+    tdm_session *s;
+    int replica;
+    int64_t begin, count;
+    const tdm_tensor **inputs; /* per graph input: a view of the slice */
+    tdm_tensor **outputs;      /* per graph output */
+    tdm_status *st;
+    double ms;
+    pthread_t thread;
+} part;
+
+static void *part_main(void *arg) {
+    part *p = arg;
+    tdm_replica *r = &p->s->replicas[p->replica];
+    int64_t t0 = tdm_now_ns();
+    p->st = tdm_plan_run(r->plan, p->inputs, p->outputs);
+    p->ms = (double)(tdm_now_ns() - t0) / 1e6;
+    return NULL;
+}
+
+/* Leading-dim slice [begin, begin+count) of a host tensor, as a view. */
+static tdm_status *slice_view(const tdm_allocator *a, const tdm_tensor *t, int64_t begin,
+                              int64_t count, tdm_tensor **out) {
+    int64_t dims[TDM_MAX_RANK];
+    memcpy(dims, t->dims, sizeof dims);
+    dims[0] = count;
+    size_t row = t->dims[0] ? t->nbytes / (size_t)t->dims[0] : 0;
+    return tdm_tensor_new_view(a, t->dtype, t->rank, dims, (char *)t->data + (size_t)begin * row, out);
+}
+
+static int64_t batch_of(const tdm_session *s, const tdm_tensor **by_input) {
+    const tdm_graph *g = s->plan->graph;
+    int64_t n = -1;
+    for (size_t i = 0; i < g->n_inputs; i++) {
+        const tdm_value *v = &g->values[g->inputs[i]];
+        if (v->data && !by_input[i]) continue;
+        const tdm_tensor *t = by_input[i];
+        if (!t || t->rank < 1 || t->dtype == TDM_STRING || t->device) return -1;
+        if (n >= 0 && t->dims[0] != n) return -1;
+        n = t->dims[0];
+    }
+    return n;
+}
+
+static tdm_status *run_replica(tdm_session *s, const tdm_tensor **by_input, tdm_tensor **all) {
+    /* the replica predicted to finish first: (queued + 1) x time per run */
+    pthread_mutex_lock(&s->stats_mu);
+    int best = 0;
+    double best_t = INFINITY;
+    for (int k = 0; k < s->n_replicas; k++) {
+        tdm_replica *r = &s->replicas[k];
+        double per_run = r->runs ? r->busy_ms / (double)r->runs : 0; /* unmeasured: try it */
+        double t = (r->inflight + 1) * per_run;
+        if (t < best_t) {
+            best_t = t;
+            best = k;
+        }
+    }
+    s->replicas[best].inflight++;
+    pthread_mutex_unlock(&s->stats_mu);
+    int64_t t0 = tdm_now_ns();
+    tdm_status *st = tdm_plan_run(s->replicas[best].plan, by_input, all);
+    double ms = (double)(tdm_now_ns() - t0) / 1e6;
+    pthread_mutex_lock(&s->stats_mu);
+    tdm_replica *r = &s->replicas[best];
+    r->inflight--;
+    if (!st) {
+        r->runs++;
+        r->items += 1;
+        r->busy_ms += ms;
+    }
+    pthread_mutex_unlock(&s->stats_mu);
+    return st;
+}
+
+/* New shares from the smoothed per-item times. */
+static void rebalance(tdm_session *s) {
+    double inv_sum = 0;
+    for (int k = 0; k < s->n_replicas; k++)
+        if (s->replicas[k].ms_per_item > 0) inv_sum += 1.0 / s->replicas[k].ms_per_item;
+    if (inv_sum <= 0) return;
+    bool all_measured = true;
+    for (int k = 0; k < s->n_replicas; k++) all_measured &= s->replicas[k].ms_per_item > 0;
+    if (!all_measured) return;
+    double moved = 0;
+    for (int k = 0; k < s->n_replicas; k++) {
+        double share = (1.0 / s->replicas[k].ms_per_item) / inv_sum;
+        moved += fabs(share - s->replicas[k].share);
+        s->replicas[k].share = share;
+    }
+    if (moved > 0.05) {
+        char msg[512];
+        size_t pos = 0;
+        pos += (size_t)snprintf(msg, sizeof msg, "split ratio moved (measured time per item):");
+        for (int k = 0; k < s->n_replicas && pos < sizeof msg; k++)
+            pos += (size_t)snprintf(msg + pos, sizeof msg - pos, " %s %.1f%% (%.3f ms)",
+                                    s->replicas[k].device->name, 100 * s->replicas[k].share,
+                                    s->replicas[k].ms_per_item);
+        tdm_log(&s->env->log, TDM_LOG_INFO, "%s", msg);
+    }
+}
+
+tdm_status *tdm_throughput_run(tdm_session *s, const tdm_tensor **by_input, tdm_tensor **all) {
+    const tdm_graph *g = s->plan->graph;
+    const tdm_allocator *a = s->env->alloc;
+    int64_t n = s->splittable ? batch_of(s, by_input) : -1;
+    if (n < 2) return run_replica(s, by_input, all);
+
+    /* how many items each replica gets */
+    int K = s->n_replicas;
+    int64_t counts[TDM_MAX_DEVICES] = {0};
+    pthread_mutex_lock(&s->stats_mu);
+    int64_t given = 0;
+    int fastest = 0;
+    for (int k = 0; k < K; k++) {
+        counts[k] = (int64_t)floor((double)n * s->replicas[k].share);
+        given += counts[k];
+        if (s->replicas[k].share > s->replicas[fastest].share) fastest = k;
+    }
+    counts[fastest] += n - given; /* remainder to the fastest */
+    /* not worth splitting when the fastest alone is predicted no slower */
+    bool measured = true;
+    double split_ms = 0;
+    for (int k = 0; k < K; k++) {
+        measured &= s->replicas[k].ms_per_item > 0;
+        double t = (double)counts[k] * s->replicas[k].ms_per_item;
+        if (t > split_ms) split_ms = t;
+    }
+    if (measured && (double)n * s->replicas[fastest].ms_per_item <= split_ms) {
+        for (int k = 0; k < K; k++) counts[k] = k == fastest ? n : 0;
+    }
+    pthread_mutex_unlock(&s->stats_mu);
+
+    part parts[TDM_MAX_DEVICES];
+    int np = 0;
+    tdm_status *st = NULL;
+    int64_t begin = 0;
+    for (int k = 0; k < K; k++) {
+        if (!counts[k]) continue;
+        part *p = &parts[np];
+        memset(p, 0, sizeof *p);
+        p->s = s;
+        p->replica = k;
+        p->begin = begin;
+        p->count = counts[k];
+        begin += counts[k];
+        p->inputs = tdm_calloc(a, g->n_inputs + 1, sizeof *p->inputs);
+        p->outputs = tdm_calloc(a, g->n_outputs + 1, sizeof *p->outputs);
+        np++;
+        if (!p->inputs || !p->outputs) {
+            st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory splitting a batch");
+            break;
+        }
+        for (size_t i = 0; i < g->n_inputs && !st; i++) {
+            if (!by_input[i]) continue;
+            tdm_tensor *view = NULL;
+            st = slice_view(a, by_input[i], p->begin, p->count, &view);
+            p->inputs[i] = view;
+        }
+    }
+    /* run the parts at the same time: the calling thread takes the first */
+    int started = 0;
+    if (!st) {
+        for (int q = 1; q < np; q++) {
+            if (pthread_create(&parts[q].thread, NULL, part_main, &parts[q]) != 0) {
+                st = TDM_ERR(TDM_ERR_RUNTIME, "cannot start a thread for a batch part");
+                break;
+            }
+            started = q;
+        }
+        if (!st) part_main(&parts[0]);
+        for (int q = 1; q <= started; q++) pthread_join(parts[q].thread, NULL);
+    }
+    for (int q = 0; q < np && !st; q++)
+        if (parts[q].st) {
+            st = parts[q].st;
+            parts[q].st = NULL;
+            st = tdm_status_wrap(st, "%s's part of the batch: ", s->replicas[parts[q].replica].device->name);
+        }
+    /* join the outputs along the leading dim */
+    for (size_t o = 0; o < g->n_outputs && !st; o++) {
+        const tdm_tensor *f0 = parts[0].outputs[o];
+        int64_t dims[TDM_MAX_RANK];
+        memcpy(dims, f0->dims, sizeof dims);
+        dims[0] = 0;
+        for (int q = 0; q < np && !st; q++) {
+            const tdm_tensor *t = parts[q].outputs[o];
+            bool same = t->dtype == f0->dtype && t->rank == f0->rank && t->rank >= 1 && !t->device &&
+                        t->dtype != TDM_STRING;
+            for (int d = 1; same && d < t->rank; d++) same = t->dims[d] == f0->dims[d];
+            if (!same || t->dims[0] != parts[q].count)
+                st = TDM_ERR(TDM_ERR_RUNTIME, "output '%s' cannot be joined along the batch dim",
+                             g->values[g->outputs[o]].name);
+            dims[0] += t->dims[0];
+        }
+        if (st) break;
+        if ((st = tdm_tensor_new(a, f0->dtype, f0->rank, dims, &all[o]))) break;
+        size_t off = 0;
+        for (int q = 0; q < np; q++) {
+            memcpy((char *)all[o]->data + off, parts[q].outputs[o]->data, parts[q].outputs[o]->nbytes);
+            off += parts[q].outputs[o]->nbytes;
+        }
+    }
+    if (st)
+        for (size_t o = 0; o < g->n_outputs; o++) {
+            tdm_tensor_destroy(all[o]);
+            all[o] = NULL;
+        }
+    /* measurements feed the next split */
+    if (!st) {
+        pthread_mutex_lock(&s->stats_mu);
+        for (int q = 0; q < np; q++) {
+            tdm_replica *r = &s->replicas[parts[q].replica];
+            double per_item = parts[q].ms / (double)parts[q].count;
+            r->ms_per_item = r->ms_per_item > 0 ? s->alpha * per_item + (1 - s->alpha) * r->ms_per_item
+                                                : per_item;
+            r->runs++;
+            r->items += parts[q].count;
+            r->busy_ms += parts[q].ms;
+        }
+        /* a replica that got nothing this time keeps its old estimate; one never measured
+         * gets a share so that it is measured */
+        if (!s->no_rebalance) rebalance(s);
+        pthread_mutex_unlock(&s->stats_mu);
+    }
+    for (int q = 0; q < np; q++) {
+        tdm_status_free(parts[q].st);
+        if (parts[q].inputs)
+            for (size_t i = 0; i < g->n_inputs; i++) tdm_tensor_destroy((tdm_tensor *)parts[q].inputs[i]);
+        if (parts[q].outputs)
+            for (size_t o = 0; o < g->n_outputs; o++) tdm_tensor_destroy(parts[q].outputs[o]);
+        tdm_free(a, parts[q].inputs);
+        tdm_free(a, parts[q].outputs);
+    }
+    return st;
+}
