@@ -22,7 +22,12 @@ struct tdm_env {
     int n_devices;
     char *unavailable[TDM_MAX_DEVICES]; /* "backend: reason" */
     int n_unavailable;
+    pthread_mutex_t discover_mu;  /* lazy backends are discovered on first need */
+    bool discovered[TDM_MAX_DEVICES];
 };
+
+/* Discovers lazy backends whose name starts `prefix` (NULL: all) if not done yet. */
+tdm_status *tdm_env_discover(tdm_env *env, const char *prefix);
 
 typedef struct op_hist {
     char *op;

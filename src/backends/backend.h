@@ -63,10 +63,20 @@ typedef struct tdm_backend_reg {
     const char *name;
     tdm_status *(*discover)(const tdm_allocator *a, const tdm_logger *log, tdm_device **devs,
                             int max, int *n, char *why, size_t why_size);
+    /* Starting the backend is expensive (a driver or ICD loader): it is discovered when a
+     * device of its name is asked for or the device list is read, not at environment
+     * creation. */
+    bool lazy;
 } tdm_backend_reg;
 
-/* One line per backend (one source for the registry, see backends/registry.c). */
-#define TDM_BACKENDS(X) X(cpu) X(testdev)
+/* One line per backend (one source for the registry, see backends/registry.c). Optional
+ * backends are listed only when CMake built them (TANDEM_HAVE_<NAME> compile definition). */
+#ifdef TANDEM_HAVE_OPENCL
+#define TDM_BACKEND_OPENCL_(X) X(opencl)
+#else
+#define TDM_BACKEND_OPENCL_(X)
+#endif
+#define TDM_BACKENDS(X) X(cpu) TDM_BACKEND_OPENCL_(X) X(testdev)
 
 #define TDM_X_(b) extern const tdm_backend_reg tdm_backend_##b;
 TDM_BACKENDS(TDM_X_)
