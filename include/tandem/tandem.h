@@ -343,7 +343,9 @@ typedef enum tdm_explain_format {
     TDM_EXPLAIN_SEGMENTS = 1, /* one line per segment of consecutive nodes on one device */
     TDM_EXPLAIN_JSON = 2,     /* {"nodes":[{name,op,device,predicted_ms,reason,...}],
                                   "copies":[{value,from,to,bytes}], "predicted_total_ms",...} */
-    TDM_EXPLAIN_DOT = 3       /* Graphviz: nodes coloured by device, copies as red edges */
+    TDM_EXPLAIN_DOT = 3,      /* Graphviz: nodes coloured by device, copies as red edges */
+    TDM_EXPLAIN_PROFILE = 4   /* measured times per op and per op type, share of the total,
+                                 achieved GFLOP/s and GB/s, copies, the critical path */
 } tdm_explain_format;
 
 /* Describes where each node runs and why, the copies between devices, and the predicted
@@ -352,6 +354,11 @@ typedef enum tdm_explain_format {
 TDM_API tdm_status *tdm_session_explain(tdm_session *session, tdm_explain_format format,
                                         char **out);
 TDM_API void tdm_string_free(char *s);
+
+/* Stores the per-node times measured by a profiling session (options.profile) in the cache
+ * folder, keyed by the model's bytes and input shapes; later sessions of the same model use
+ * them instead of the cost model's estimates when placing nodes. */
+TDM_API tdm_status *tdm_session_save_measurements(tdm_session *session);
 
 /* ---- tracing --------------------------------------------------------------------------- */
 

@@ -63,8 +63,10 @@ static tdm_status *build_plan(tdm_session *s, const void *data, size_t size, con
                               const char *placement, tdm_onnx_model **m_out, tdm_plan **plan_out) {
     tdm_onnx_model *m = NULL;
     TDM_TRY(tdm_onnx_load_buffer(data, size, base_dir, s->env->alloc, &m));
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < size; i++) h = (h ^ ((const unsigned char *)data)[i]) * 1099511628211ull;
     tdm_plan_options po = {o->no_fallback, o->opt_level, placement, o->affinity,
-                           tdm_threadpool_size(s->pool), o->profile};
+                           tdm_threadpool_size(s->pool), o->profile, h ? h : 1};
     tdm_graph *g = m->graph;
     m->graph = NULL;
     tdm_status *st = tdm_plan_create(s->env->alloc, g, devs, nd, s->pool, &po, plan_out);
@@ -382,7 +384,7 @@ void tdm_session_free(tdm_session *s) {
 
 tdm_status *tdm_session_explain(tdm_session *s, tdm_explain_format format, char **out) {
     if (!s || !out) return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_session_explain: NULL argument");
-    if ((int)format < 0 || format > TDM_EXPLAIN_DOT)
+    if ((int)format < 0 || format > TDM_EXPLAIN_PROFILE)
         return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_session_explain: unknown format %d", (int)format);
     return tdm_plan_explain(s->plan, (int)format, NULL, out);
 }
@@ -424,4 +426,9 @@ tdm_status *tdm_session_device_stats(tdm_session *s, size_t index, tdm_device_st
     }
     pthread_mutex_unlock(&s->stats_mu);
     return NULL;
+}
+
+tdm_status *tdm_session_save_measurements(tdm_session *s) {
+    if (!s) return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_session_save_measurements: NULL session");
+    return tdm_measured_save(s->plan);
 }

@@ -12,6 +12,7 @@ int cmd_inspect(int argc, char **argv);
 int cmd_conformance(int argc, char **argv);
 int cmd_devices(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
+int cmd_profile(int argc, char **argv);
 
 /* Prints "tandem: <message>" to stderr, frees the status and returns 1. */
 int cli_fail(tdm_status *st, const char *context);
@@ -31,6 +32,10 @@ bool cli_compare(const tdm_tensor *got, const tdm_tensor *want, double rtol, dou
                  char *why, size_t why_size);
 /* Shape as "[1,3,224,224]". */
 const char *cli_shape_str(int rank, const int64_t *dims, char *buf, size_t size);
+/* Runs the session once on random inputs (dynamic dims 1 or from NAME:DIMS specs); 0 or an
+ * exit code after printing the error. */
+int cli_run_random(tdm_env *env, tdm_session *s, int n_shapes, const char *const *shape_names,
+                   const char *const *shape_dims, unsigned long long seed);
 /* Parses "a,b,c" positive integers; returns count or -1. */
 int cli_parse_dims(const char *s, int64_t *dims, int max);
 

@@ -80,9 +80,9 @@ void cli_fill_random(tdm_tensor *t, unsigned long long seed) {
         case TDM_BOOL: ((uint8_t *)d)[i] = u < 0.5; break;
         case TDM_INT16: ((int16_t *)d)[i] = (int16_t)(u * 8); break;
         case TDM_UINT16: ((uint16_t *)d)[i] = (uint16_t)(u * 8); break;
-        case TDM_INT32: ((int32_t *)d)[i] = (int32_t)(u * 8); break;
+        case TDM_INT32: ((int32_t *)d)[i] = (int32_t)(u * 2); break;
         case TDM_UINT32: ((uint32_t *)d)[i] = (uint32_t)(u * 8); break;
-        case TDM_INT64: ((int64_t *)d)[i] = (int64_t)(u * 8); break;
+        case TDM_INT64: ((int64_t *)d)[i] = (int64_t)(u * 2); break; /* small: safe as indices */
         case TDM_UINT64: ((uint64_t *)d)[i] = (uint64_t)(u * 8); break;
         default: break;
         }
@@ -187,4 +187,48 @@ bool cli_compare(const tdm_tensor *got, const tdm_tensor *want, double rtol, dou
         return false;
     }
     return true;
+}
+
+int cli_run_random(tdm_env *env, tdm_session *s, int n_shapes, const char *const *shape_names,
+                   const char *const *shape_dims, unsigned long long seed) {
+    const tdm_model *m = tdm_session_model(s);
+    size_t n_in = tdm_model_input_count(m), n_out = tdm_model_output_count(m);
+    if (n_in > 64 || n_out > 64) {
+        fprintf(stderr, "tandem: too many inputs or outputs\n");
+        return 1;
+    }
+    tdm_tensor *ins[64] = {0}, *outs[64] = {0};
+    const char *names[64], *onames[64];
+    int rc = 0;
+    tdm_status *st = NULL;
+    for (size_t i = 0; i < n_in && rc == 0; i++) {
+        tdm_value_desc d;
+        tdm_model_input(m, i, &d);
+        names[i] = d.name;
+        int64_t dims[TDM_MAX_RANK];
+        int rank = d.rank < 0 ? 0 : d.rank;
+        for (int j = 0; j < rank; j++) dims[j] = d.dims[j] < 0 ? 1 : d.dims[j];
+        for (int k = 0; k < n_shapes; k++)
+            if (!strcmp(shape_names[k], d.name)) rank = cli_parse_dims(shape_dims[k], dims, TDM_MAX_RANK);
+        if (rank < 0) {
+            fprintf(stderr, "tandem: bad --shape for '%s'\n", d.name);
+            rc = 1;
+        } else if ((st = tdm_tensor_create(env, d.dtype, rank, dims, &ins[i]))) {
+            rc = cli_fail(st, d.name);
+        } else {
+            cli_fill_random(ins[i], seed + i);
+        }
+    }
+    for (size_t j = 0; j < n_out; j++) {
+        tdm_value_desc d;
+        tdm_model_output(m, j, &d);
+        onames[j] = d.name;
+    }
+    if (rc == 0 && (st = tdm_session_run(s, n_in, names, (const tdm_tensor *const *)ins, n_out, onames, outs)))
+        rc = cli_fail(st, NULL);
+    for (size_t i = 0; i < 64; i++) {
+        tdm_tensor_free(ins[i]);
+        tdm_tensor_free(outs[i]);
+    }
+    return rc;
 }

@@ -1,7 +1,492 @@
+/* Fusion driver and the helpers the passes share (fuse_impl.h): producer / consumer index,
+ * symbolic dim origins, constant tests, node / value / attribute creation. */
 #include "graph/fuse.h"
 
-tdm_status *tdm_graph_fuse(tdm_graph *g, int *count) {
-    (void)g;
-    *count = 0;
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "graph/fuse_impl.h"
+#include "ops/fused.h"
+#include "ops/op.h"
+
+/* ---- index ---- */
+
+static void index_free(fz_ctx *fz) {
+    const tdm_allocator *a = fz->g->alloc;
+    tdm_free(a, fz->producer);
+    tdm_free(a, fz->cons_start);
+    tdm_free(a, fz->cons);
+    tdm_free(a, fz->extra_uses);
+    fz->producer = fz->cons_start = fz->cons = fz->extra_uses = NULL;
+    fz->n_values = 0;
+}
+
+tdm_status *fz_refresh(fz_ctx *fz) {
+    tdm_graph *g = fz->g;
+    if (!fz->dirty && fz->producer && fz->n_values == g->n_values) return NULL;
+    index_free(fz);
+    const tdm_allocator *a = g->alloc;
+    size_t nv = g->n_values;
+    fz->producer = tdm_alloc(a, (nv + 1) * sizeof(int));
+    fz->cons_start = tdm_calloc(a, nv + 2, sizeof(int));
+    fz->extra_uses = tdm_calloc(a, nv + 1, sizeof(int));
+    if (!fz->producer || !fz->cons_start || !fz->extra_uses) goto oom;
+    for (size_t v = 0; v < nv; v++) fz->producer[v] = -1;
+    size_t slots = 0;
+    for (size_t i = 0; i < g->n_nodes; i++) {
+        const tdm_node *n = &g->nodes[i];
+        if (n->dead) continue;
+        for (int k = 0; k < n->n_outputs; k++)
+            if (n->outputs[k] >= 0) fz->producer[n->outputs[k]] = (int)i;
+        for (int k = 0; k < n->n_inputs; k++)
+            if (n->inputs[k] >= 0) {
+                fz->cons_start[n->inputs[k] + 1]++;
+                slots++;
+            }
+        for (int k = 0; k < n->n_implicit; k++) fz->extra_uses[n->implicit[k]]++;
+    }
+    for (size_t o = 0; o < g->n_outputs; o++) fz->extra_uses[g->outputs[o]]++;
+    for (size_t v = 0; v < nv; v++)
+        if (g->values[v].is_output) fz->extra_uses[v]++;
+    for (size_t v = 0; v < nv; v++) fz->cons_start[v + 1] += fz->cons_start[v];
+    fz->cons = tdm_alloc(a, (slots + 1) * sizeof(int));
+    int *fill = tdm_alloc(a, (nv + 1) * sizeof(int));
+    if (!fz->cons || !fill) {
+        tdm_free(a, fill);
+        goto oom;
+    }
+    memcpy(fill, fz->cons_start, nv * sizeof(int));
+    for (size_t i = 0; i < g->n_nodes; i++) {
+        const tdm_node *n = &g->nodes[i];
+        if (n->dead) continue;
+        for (int k = 0; k < n->n_inputs; k++)
+            if (n->inputs[k] >= 0) fz->cons[fill[n->inputs[k]]++] = (int)i;
+    }
+    tdm_free(a, fill);
+    fz->n_values = nv;
+    fz->dirty = false;
     return NULL;
+oom:
+    index_free(fz);
+    return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory in graph fusion");
+}
+
+int fz_producer(const fz_ctx *fz, int v) {
+    return v >= 0 && (size_t)v < fz->n_values ? fz->producer[v] : -1;
+}
+
+int fz_consumers(const fz_ctx *fz, int v, const int **nodes) {
+    if (v < 0 || (size_t)v >= fz->n_values) {
+        *nodes = NULL;
+        return 0;
+    }
+    *nodes = fz->cons + fz->cons_start[v];
+    return fz->cons_start[v + 1] - fz->cons_start[v];
+}
+
+int fz_uses(const fz_ctx *fz, int v) {
+    if (v < 0 || (size_t)v >= fz->n_values) return 1 << 20; /* unknown: never "single" */
+    return fz->cons_start[v + 1] - fz->cons_start[v] + fz->extra_uses[v];
+}
+
+int fz_sole_consumer(const fz_ctx *fz, int v) {
+    if (fz_uses(fz, v) != 1) return -1;
+    const int *c;
+    return fz_consumers(fz, v, &c) == 1 ? c[0] : -1;
+}
+
+/* ---- tests ---- */
+
+tdm_node *fz_node(const fz_ctx *fz, int i) { return &fz->g->nodes[i]; }
+
+bool fz_is_op(const fz_ctx *fz, int i, const char *op) {
+    if (i < 0) return false;
+    const tdm_node *n = &fz->g->nodes[i];
+    return !n->dead && !n->domain[0] && strcmp(n->op_type, op) == 0;
+}
+
+const tdm_tensor *fz_const(const fz_ctx *fz, int v) {
+    if (v < 0) return NULL;
+    const tdm_value *val = &fz->g->values[v];
+    return val->data && !val->is_input ? val->data : NULL;
+}
+
+bool fz_scalar(const fz_ctx *fz, int v, int max_rank, float *val) {
+    const tdm_tensor *t = fz_const(fz, v);
+    if (!t || t->dtype != TDM_FLOAT || t->count != 1 || t->rank > max_rank) return false;
+    *val = ((const float *)t->data)[0];
+    return true;
+}
+
+bool fz_close(float a, float b) { return fabsf(a - b) <= 1e-4f * fabsf(b); }
+
+bool fz_is_f32(const fz_ctx *fz, int v) { return v >= 0 && fz->g->values[v].dtype == TDM_FLOAT; }
+
+int fz_other_input(const tdm_node *n, int v) {
+    if (n->n_inputs != 2) return -1;
+    if (n->inputs[0] == v && n->inputs[1] != v) return n->inputs[1];
+    if (n->inputs[1] == v && n->inputs[0] != v) return n->inputs[0];
+    return -1;
+}
+
+static uint32_t origin_of(const fz_ctx *fz, int v, int d) {
+    if (fz->origin && (size_t)v < fz->n_origin) return fz->origin[(size_t)v * TDM_MAX_RANK + d];
+    return 0;
+}
+
+bool fz_same_shape(const fz_ctx *fz, int a, int b) {
+    const tdm_value *va = &fz->g->values[a], *vb = &fz->g->values[b];
+    if (va->rank < 0 || va->rank != vb->rank) return false;
+    for (int d = 0; d < va->rank; d++) {
+        int64_t x = va->dims[d], y = vb->dims[d];
+        if (x >= 0 || y >= 0) {
+            if (x != y) return false;
+            continue;
+        }
+        uint32_t oa = origin_of(fz, a, d), ob = origin_of(fz, b, d);
+        if (!oa || oa != ob) return false;
+    }
+    return true;
+}
+
+bool fz_reduce_axes(const fz_ctx *fz, const tdm_node *n, int rank, int64_t *axes, int *count) {
+    int c = 0;
+    if (n->opset < 18) {
+        size_t na;
+        const int64_t *a = tdm_attr_ints(n, "axes", &na);
+        if (!a || na == 0) {
+            for (int d = 0; d < rank; d++) axes[c++] = d;
+        } else {
+            if (na > TDM_MAX_RANK) return false;
+            for (size_t i = 0; i < na; i++) axes[c++] = a[i];
+        }
+    } else {
+        const tdm_tensor *t = n->n_inputs > 1 ? fz_const(fz, n->inputs[1]) : NULL;
+        if (n->n_inputs > 1 && n->inputs[1] >= 0 && !t) return false;
+        if (!t || t->count == 0) {
+            if (tdm_attr_int(n, "noop_with_empty_axes", 0)) return false;
+            for (int d = 0; d < rank; d++) axes[c++] = d;
+        } else {
+            if (t->dtype != TDM_INT64 || t->count > TDM_MAX_RANK) return false;
+            for (int64_t i = 0; i < t->count; i++) axes[c++] = ((const int64_t *)t->data)[i];
+        }
+    }
+    for (int i = 0; i < c; i++) {
+        if (axes[i] < 0) axes[i] += rank;
+        if (axes[i] < 0 || axes[i] >= rank) return false;
+    }
+    *count = c;
+    return true;
+}
+
+/* ---- symbolic dim origins ----
+ * For every value and unknown dim, a code naming where the size comes from: the dim of a
+ * graph input (or of a node output we cannot see through). Propagated forward in
+ * topological order through ops whose output dim provably equals an input dim:
+ * elementwise unary ops, broadcasting ops when every input that can contribute carries
+ * the same origin, the batch dim of convolutions and pooling, Gemm / MatMul rows, Concat's
+ * non-axis dims. Two unknown dims with the same origin have the same size at run time. */
+
+static bool op_in(const tdm_node *n, const char *const *list) {
+    if (n->domain[0]) return false;
+    for (; *list; list++)
+        if (strcmp(n->op_type, *list) == 0) return true;
+    return false;
+}
+
+static const char *const same_shape_ops[] = {
+    "Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Elu",
+    "Selu", "Celu", "Softplus", "Softsign", "Abs", "Neg", "Exp", "Log", "Sqrt", "Reciprocal",
+    "Erf", "Identity", "Cast", "Dropout", "BatchNormalization", "InstanceNormalization",
+    "LayerNormalization", "Softmax", "LogSoftmax", "Floor", "Ceil", "Round", "Sign", "Gelu",
+    "Mish", "ThresholdedRelu", "PRelu", "LRN", "MeanVarianceNormalization", "Sin", "Cos",
+    "Not", NULL};
+static const char *const bcast_ops[] = {"Add", "Sub", "Mul", "Div", "Pow", "Max",
+                                        "Min", "Sum", "Mean", "Where", NULL};
+static const char *const batch_ops[] = {"Conv",           "ConvTranspose",     "MaxPool",
+                                        "AveragePool",    "LpPool",            "GlobalAveragePool",
+                                        "GlobalMaxPool",  "GlobalLpPool",      NULL};
+
+static uint32_t self_code(size_t v, int d) { return (uint32_t)(v * TDM_MAX_RANK + (size_t)d + 1); }
+
+/* Origin of output dim d (unknown) of node n, whose output 0 has rank r. */
+static uint32_t node_origin(const fz_ctx *fz, const tdm_node *n, int r, int d) {
+    const tdm_value *vals = fz->g->values;
+    int x = n->n_inputs > 0 ? n->inputs[0] : -1;
+    int xr = x >= 0 ? vals[x].rank : -1;
+    if (x < 0) return 0;
+    if (op_in(n, same_shape_ops)) return xr == r ? origin_of(fz, x, d) : 0;
+    if (op_in(n, batch_ops) || (!n->domain[0] && strcmp(n->op_type, "Flatten") == 0 &&
+                                tdm_attr_int(n, "axis", 1) == 1))
+        return d == 0 && xr >= 1 ? origin_of(fz, x, 0) : 0;
+    if (!n->domain[0] && strcmp(n->op_type, "Gemm") == 0)
+        return d == 0 && xr == 2 && !tdm_attr_int(n, "transA", 0) ? origin_of(fz, x, 0) : 0;
+    if (!n->domain[0] && strcmp(n->op_type, "MatMul") == 0) {
+        int b = n->inputs[1];
+        return b >= 0 && vals[b].rank == 2 && xr == r && r >= 2 && d < r - 1
+                   ? origin_of(fz, x, d) : 0;
+    }
+    if (!n->domain[0] && strcmp(n->op_type, "Concat") == 0) {
+        int64_t axis = tdm_attr_int(n, "axis", 0);
+        if (axis < 0) axis += r;
+        return xr == r && d != axis ? origin_of(fz, x, d) : 0; /* Concat checks they agree */
+    }
+    if (op_in(n, bcast_ops)) {
+        uint32_t found = 0;
+        for (int k = 0; k < n->n_inputs; k++) {
+            int v = n->inputs[k];
+            if (v < 0 || vals[v].rank < 0 || vals[v].rank > r) return 0;
+            int dv = d - (r - vals[v].rank);
+            if (dv < 0 || vals[v].dims[dv] == 1) continue;
+            if (vals[v].dims[dv] >= 0) return 0;
+            uint32_t o = origin_of(fz, v, dv);
+            if (!o || (found && o != found)) return 0;
+            found = o;
+        }
+        return found;
+    }
+    return 0;
+}
+
+static tdm_status *compute_origins(fz_ctx *fz) {
+    tdm_graph *g = fz->g;
+    size_t nv = g->n_values;
+    if (nv > (size_t)(UINT32_MAX / TDM_MAX_RANK) - 1) return NULL; /* no origins: dims must be known */
+    fz->origin = tdm_calloc(g->alloc, nv * TDM_MAX_RANK + 1, sizeof(uint32_t));
+    if (!fz->origin) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory in graph fusion");
+    fz->n_origin = nv;
+    for (size_t v = 0; v < nv; v++)
+        for (int d = 0; d < TDM_MAX_RANK; d++) fz->origin[v * TDM_MAX_RANK + d] = self_code(v, d);
+    /* nodes are in topological order (finalize sorted them) */
+    for (size_t i = 0; i < g->n_nodes; i++) {
+        const tdm_node *n = &g->nodes[i];
+        if (n->dead || n->n_outputs < 1 || n->outputs[0] < 0) continue;
+        int y = n->outputs[0], r = g->values[y].rank;
+        for (int d = 0; d < r && d < TDM_MAX_RANK; d++) {
+            if (g->values[y].dims[d] >= 0) continue;
+            uint32_t o = node_origin(fz, n, r, d);
+            if (o) fz->origin[(size_t)y * TDM_MAX_RANK + d] = o;
+        }
+    }
+    return NULL;
+}
+
+/* ---- rewriting ---- */
+
+static tdm_status *oom(void) { return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory in graph fusion"); }
+
+/* Fused nodes live in domain "tandem"; finalize gives nodes the opset the graph imports for
+ * their domain, so the graph imports "tandem" version 1 once a fused node exists. */
+static tdm_status *ensure_domain(tdm_graph *g, const char *domain) {
+    if (!domain[0] || tdm_graph_opset(g, domain) > 0) return NULL;
+    size_t cap = g->n_opsets;
+    tdm_opset_import *ops = tdm_calloc(g->alloc, cap + 1, sizeof *ops);
+    char *name = tdm_strdup(g->alloc, domain);
+    if (!ops || !name) {
+        tdm_free(g->alloc, ops);
+        tdm_free(g->alloc, name);
+        return oom();
+    }
+    if (cap) memcpy(ops, g->opsets, cap * sizeof *ops);
+    ops[cap].domain = name;
+    ops[cap].version = 1;
+    tdm_free(g->alloc, g->opsets);
+    g->opsets = ops;
+    g->n_opsets = cap + 1;
+    return NULL;
+}
+
+tdm_status *fz_new_node(fz_ctx *fz, const char *op, const char *domain, const char *name,
+                        int n_in, int n_out, int *index) {
+    tdm_graph *g = fz->g;
+    TDM_TRY(ensure_domain(g, domain));
+    int idx;
+    TDM_TRY(tdm_graph_add_node(g, name, op, domain, n_in, n_out, &idx));
+    tdm_node *n = &g->nodes[idx];
+    n->opset = (int)tdm_graph_opset(g, n->domain);
+    n->schema = tdm_op_find(n->domain, op, n->opset);
+    fz->dirty = true;
+    if (!n->schema) {
+        n->dead = true;
+        return TDM_ERR(TDM_ERR_INTERNAL, "graph fusion: no schema for %s%s%s at opset %d",
+                       n->domain, n->domain[0] ? "." : "", op, n->opset);
+    }
+    *index = idx;
+    return NULL;
+}
+
+static char *unique_name(tdm_graph *g, const char *base) {
+    size_t len = strlen(base) + 32;
+    char *buf = tdm_alloc(g->alloc, len);
+    if (!buf) return NULL;
+    for (int k = 0;; k++) {
+        snprintf(buf, len, "%s_fz%d", base, k);
+        if (tdm_graph_find_value(g, buf) < 0) return buf;
+    }
+}
+
+tdm_status *fz_new_value(fz_ctx *fz, const char *base, tdm_dtype dt, int rank,
+                         const int64_t *dims, int *v) {
+    tdm_graph *g = fz->g;
+    char *name = unique_name(g, base);
+    if (!name) return oom();
+    int idx;
+    tdm_status *st = tdm_graph_add_value(g, name, &idx);
+    tdm_free(g->alloc, name);
+    TDM_TRY(st);
+    tdm_value *val = &g->values[idx];
+    val->dtype = dt;
+    val->rank = rank;
+    for (int d = 0; d < rank && d < TDM_MAX_RANK; d++) val->dims[d] = dims[d];
+    fz->dirty = true;
+    *v = idx;
+    return NULL;
+}
+
+tdm_status *fz_new_const(fz_ctx *fz, const char *base, tdm_tensor *t, int *v) {
+    int idx;
+    tdm_status *st = fz_new_value(fz, base, t->dtype, t->rank, t->dims, &idx);
+    if (st) {
+        tdm_tensor_destroy(t);
+        return st;
+    }
+    fz->g->values[idx].data = t;
+    *v = idx;
+    return NULL;
+}
+
+void fz_kill(fz_ctx *fz, int node) {
+    fz->g->nodes[node].dead = true;
+    fz->dirty = true;
+}
+
+static tdm_status *attr_append(fz_ctx *fz, int node, const char *name, tdm_attr **out) {
+    const tdm_allocator *a = fz->g->alloc;
+    tdm_node *n = &fz->g->nodes[node];
+    tdm_attr *na = tdm_calloc(a, (size_t)n->n_attrs + 1, sizeof *na);
+    char *nm = tdm_strdup(a, name);
+    if (!na || !nm) {
+        tdm_free(a, na);
+        tdm_free(a, nm);
+        return oom();
+    }
+    if (n->n_attrs) memcpy(na, n->attrs, (size_t)n->n_attrs * sizeof *na);
+    tdm_free(a, n->attrs);
+    n->attrs = na;
+    na[n->n_attrs].name = nm;
+    *out = &na[n->n_attrs++];
+    return NULL;
+}
+
+tdm_status *fz_attr_string(fz_ctx *fz, int node, const char *name, const char *s) {
+    tdm_attr *at = NULL;
+    TDM_TRY(attr_append(fz, node, name, &at));
+    at->type = TDM_ATTR_STRING;
+    at->s = tdm_strdup(fz->g->alloc, s);
+    at->s_len = strlen(s);
+    return at->s ? NULL : oom();
+}
+
+tdm_status *fz_attr_float(fz_ctx *fz, int node, const char *name, float f) {
+    tdm_attr *at = NULL;
+    TDM_TRY(attr_append(fz, node, name, &at));
+    at->type = TDM_ATTR_FLOAT;
+    at->f = f;
+    return NULL;
+}
+
+tdm_status *fz_attr_int(fz_ctx *fz, int node, const char *name, int64_t i) {
+    tdm_attr *at = NULL;
+    TDM_TRY(attr_append(fz, node, name, &at));
+    at->type = TDM_ATTR_INT;
+    at->i = i;
+    return NULL;
+}
+
+tdm_status *fz_attr_floats(fz_ctx *fz, int node, const char *name, const float *f, int n) {
+    tdm_attr *at = NULL;
+    TDM_TRY(attr_append(fz, node, name, &at));
+    at->type = TDM_ATTR_FLOATS;
+    at->floats = tdm_alloc(fz->g->alloc, ((size_t)n + 1) * sizeof(float));
+    if (!at->floats) return oom();
+    if (n) memcpy(at->floats, f, (size_t)n * sizeof(float));
+    at->n = (size_t)n;
+    return NULL;
+}
+
+tdm_status *fz_attr_ints(fz_ctx *fz, int node, const char *name, const int64_t *v, int n) {
+    tdm_attr *at = NULL;
+    TDM_TRY(attr_append(fz, node, name, &at));
+    at->type = TDM_ATTR_INTS;
+    at->ints = tdm_alloc(fz->g->alloc, ((size_t)n + 1) * sizeof(int64_t));
+    if (!at->ints) return oom();
+    if (n) memcpy(at->ints, v, (size_t)n * sizeof(int64_t));
+    at->n = (size_t)n;
+    return NULL;
+}
+
+bool fz_attrs_copyable(const tdm_node *n) {
+    for (int k = 0; k < n->n_attrs; k++) {
+        tdm_attr_type t = n->attrs[k].type;
+        if (t != TDM_ATTR_INT && t != TDM_ATTR_FLOAT && t != TDM_ATTR_STRING &&
+            t != TDM_ATTR_INTS && t != TDM_ATTR_FLOATS)
+            return false;
+        if (t == TDM_ATTR_INTS && n->attrs[k].n > INT32_MAX) return false;
+        if (t == TDM_ATTR_FLOATS && n->attrs[k].n > INT32_MAX) return false;
+    }
+    return true;
+}
+
+tdm_status *fz_attr_copy(fz_ctx *fz, int node, const tdm_attr *src) {
+    /* copy what we need first: appending may not move src (it lives on another node) */
+    switch (src->type) {
+    case TDM_ATTR_INT: return fz_attr_int(fz, node, src->name, src->i);
+    case TDM_ATTR_FLOAT: return fz_attr_float(fz, node, src->name, src->f);
+    case TDM_ATTR_STRING: return fz_attr_string(fz, node, src->name, src->s ? src->s : "");
+    case TDM_ATTR_INTS: return fz_attr_ints(fz, node, src->name, src->ints, (int)src->n);
+    case TDM_ATTR_FLOATS: return fz_attr_floats(fz, node, src->name, src->floats, (int)src->n);
+    default:
+        return TDM_ERR(TDM_ERR_INTERNAL, "graph fusion: cannot copy attribute '%s'", src->name);
+    }
+}
+
+tdm_status *fz_vector_const(fz_ctx *fz, int c, int64_t n, int max_rank, int *v) {
+    *v = -1;
+    const tdm_tensor *t = fz_const(fz, c);
+    if (!t || t->dtype != TDM_FLOAT || t->rank > max_rank || n < 1) return NULL;
+    if (t->count != n && t->count != 1) return NULL;
+    for (int d = 0; d + 1 < t->rank; d++)
+        if (t->dims[d] != 1) return NULL;
+    if (t->rank == 1 && t->count == n) {
+        *v = c;
+        return NULL;
+    }
+    tdm_tensor *nt;
+    TDM_TRY(tdm_tensor_new(fz->g->alloc, TDM_FLOAT, 1, &n, &nt));
+    const float *src = t->data;
+    float *dst = nt->data;
+    for (int64_t i = 0; i < n; i++) dst[i] = t->count == 1 ? src[0] : src[i];
+    return fz_new_const(fz, fz->g->values[c].name, nt, v);
+}
+
+/* ---- driver ---- */
+
+tdm_status *tdm_graph_fuse(tdm_graph *g, int *count) {
+    *count = 0;
+    if (g->parent) return NULL; /* subgraph bodies are left as they are */
+    fz_ctx fz = {.g = g, .dirty = true};
+    tdm_status *st = compute_origins(&fz);
+    /* Order: layout clean-up first (it exposes patterns), BatchNorm folding before the Conv
+     * fusion that absorbs the activation behind it, LayerNorm and Attention before the
+     * MatMul fusion (their MatMuls must not be taken by it first). */
+    tdm_status *(*const passes[])(fz_ctx *) = {fz_pass_layout,    fz_pass_bn_fold,
+                                               fz_pass_layernorm, fz_pass_attention,
+                                               fz_pass_matmul,    fz_pass_conv};
+    for (size_t p = 0; !st && p < sizeof passes / sizeof passes[0]; p++) st = passes[p](&fz);
+    index_free(&fz);
+    tdm_free(g->alloc, fz.origin);
+    *count = fz.count;
+    return st;
 }

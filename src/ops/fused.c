@@ -1,7 +1,161 @@
-/* Operator schemas: fused family. */
+/* Operator schemas: fused family — tandem's internal FusedConv, FusedMatMul and Attention
+ * (contract in ops/fused.h). Only graph passes create them (src/graph/fuse*.c). */
+#include <string.h>
+
+#include "ops/fused.h"
 #include "ops/op.h"
 
+/* activation name -> number of activation_params it needs (-1: unknown name) */
+static int act_params(const char *act, bool conv) {
+    static const char *const none[] = {"", "Relu"};
+    static const char *const conv_only[] = {"Sigmoid", "Tanh", "HardSwish"};
+    for (size_t i = 0; i < sizeof none / sizeof none[0]; i++)
+        if (strcmp(act, none[i]) == 0) return 0;
+    if (conv) {
+        for (size_t i = 0; i < sizeof conv_only / sizeof conv_only[0]; i++)
+            if (strcmp(act, conv_only[i]) == 0) return 0;
+        if (strcmp(act, "LeakyRelu") == 0) return 1;
+        if (strcmp(act, "Clip") == 0 || strcmp(act, "HardSigmoid") == 0) return 2;
+        return -1;
+    }
+    return strcmp(act, "Gelu") == 0 || strcmp(act, "GeluTanh") == 0 ? 0 : -1;
+}
+
+static tdm_status *check_activation(const tdm_node *node, bool conv) {
+    const char *act = tdm_attr_string(node, "activation", "");
+    int need = act_params(act, conv);
+    if (need < 0)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "unknown activation '%s'", act);
+    size_t have;
+    tdm_attr_floats(node, "activation_params", &have);
+    if ((int)have < need)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                              "activation %s needs %d activation_params, got %zu", act, need, have);
+    return NULL;
+}
+
+static tdm_status *check_float(const tdm_infer_ctx *ctx) {
+    tdm_dtype t = ctx->in[0].dtype;
+    for (int i = 1; i < ctx->n_in; i++)
+        if (ctx->in[i].present && t != TDM_UNDEFINED && ctx->in[i].dtype != TDM_UNDEFINED &&
+            ctx->in[i].dtype != t)
+            return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
+                                  "input %d has type %s, input 0 %s", i,
+                                  tdm_dtype_name(ctx->in[i].dtype), tdm_dtype_name(t));
+    return NULL;
+}
+
+/* ---- FusedConv: Conv's shape rule; Z has the output's shape ---- */
+
+static tdm_status *infer_fused_conv(tdm_infer_ctx *ctx) {
+    const tdm_op_schema *conv = tdm_op_find("", "Conv", 11);
+    if (!conv || !conv->infer)
+        return tdm_node_error(ctx->node, TDM_ERR_INTERNAL, "no Conv schema to infer with");
+    TDM_TRY(check_activation(ctx->node, true));
+    TDM_TRY(check_float(ctx));
+    tdm_infer_ctx c = *ctx;
+    c.opset = 11;
+    c.n_in = ctx->n_in < 3 ? ctx->n_in : 3;
+    TDM_TRY(conv->infer(&c));
+    const tdm_value_info *y = &ctx->out[0];
+    if (ctx->n_in > 3 && ctx->in[3].present && ctx->in[3].rank >= 0 && y->rank >= 0) {
+        const tdm_value_info *z = &ctx->in[3];
+        bool bad = z->rank != y->rank;
+        for (int d = 0; !bad && d < y->rank; d++)
+            bad = z->dims[d] >= 0 && y->dims[d] >= 0 && z->dims[d] != y->dims[d];
+        if (bad) {
+            char a[128], b[128];
+            return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
+                                  "Z has shape %s, the convolution %s",
+                                  tdm_shape_str(z->rank, z->dims, a, sizeof a),
+                                  tdm_shape_str(y->rank, y->dims, b, sizeof b));
+        }
+    }
+    return NULL;
+}
+
+/* ---- FusedMatMul: MatMul's shape rule; bias is 1-D over the last axis ---- */
+
+static tdm_status *infer_fused_matmul(tdm_infer_ctx *ctx) {
+    const tdm_op_schema *mm = tdm_op_find("", "MatMul", 13);
+    if (!mm || !mm->infer)
+        return tdm_node_error(ctx->node, TDM_ERR_INTERNAL, "no MatMul schema to infer with");
+    TDM_TRY(check_activation(ctx->node, false));
+    TDM_TRY(check_float(ctx));
+    tdm_infer_ctx c = *ctx;
+    c.opset = 13;
+    c.n_in = 2;
+    TDM_TRY(mm->infer(&c));
+    const tdm_value_info *y = &ctx->out[0];
+    if (ctx->n_in > 2 && ctx->in[2].present && ctx->in[2].rank >= 0) {
+        const tdm_value_info *b = &ctx->in[2];
+        int64_t n = y->rank > 0 ? y->dims[y->rank - 1] : TDM_DIM_UNKNOWN;
+        if (b->rank != 1 || (b->dims[0] >= 0 && n >= 0 && b->dims[0] != n))
+            return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
+                                  "bias must be 1-D with one value per output column");
+    }
+    return NULL;
+}
+
+/* ---- Attention ---- */
+
+/* Broadcast of known-or-unknown dims (numpy rule); error when two known sizes clash. */
+static tdm_status *bcast_dim(const tdm_node *node, const int64_t *dims, int n, int64_t *out) {
+    int64_t r = 1;
+    bool unknown = false;
+    for (int i = 0; i < n; i++) {
+        if (dims[i] < 0) {
+            unknown = true;
+        } else if (dims[i] != 1) {
+            if (r != 1 && r != dims[i])
+                return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                                      "dims %lld and %lld do not broadcast", (long long)r,
+                                      (long long)dims[i]);
+            r = dims[i];
+        }
+    }
+    *out = unknown && r == 1 ? TDM_DIM_UNKNOWN : r;
+    return NULL;
+}
+
+static tdm_status *infer_attention(tdm_infer_ctx *ctx) {
+    const tdm_node *node = ctx->node;
+    TDM_TRY(check_float(ctx));
+    const tdm_value_info *q = &ctx->in[0], *k = &ctx->in[1], *v = &ctx->in[2];
+    const tdm_value_info *m = ctx->n_in > 3 && ctx->in[3].present ? &ctx->in[3] : NULL;
+    tdm_value_info *y = &ctx->out[0];
+    y->dtype = q->dtype;
+    for (int i = 0; i < 3; i++)
+        if (ctx->in[i].rank >= 0 && ctx->in[i].rank != 4)
+            return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "input %d must have rank 4", i);
+    if (m && m->rank > 4)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "mask rank exceeds 4");
+    if (q->rank < 0 || k->rank < 0 || v->rank < 0 || (m && m->rank < 0)) return NULL;
+    if (q->dims[3] >= 0 && k->dims[3] >= 0 && q->dims[3] != k->dims[3])
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "Q and K head sizes differ");
+    int64_t md[4] = {1, 1, 1, 1};
+    if (m)
+        for (int d = 0; d < m->rank; d++) md[4 - m->rank + d] = m->dims[d];
+    for (int d = 0; d < 2; d++) {
+        int64_t dims[4] = {q->dims[d], k->dims[d], v->dims[d], md[d]};
+        TDM_TRY(bcast_dim(node, dims, 4, &y->dims[d]));
+    }
+    int64_t sd[2] = {q->dims[2], md[2]}, td[2] = {k->dims[2], md[3]};
+    TDM_TRY(bcast_dim(node, sd, 2, &y->dims[2]));
+    int64_t t = TDM_DIM_UNKNOWN; /* the scores' last dim must be V's rows */
+    TDM_TRY(bcast_dim(node, td, 2, &t));
+    if (t >= 0 && v->dims[2] >= 0 && t != v->dims[2])
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                              "the scores have %lld columns, V %lld rows", (long long)t,
+                              (long long)v->dims[2]);
+    y->dims[3] = v->dims[3];
+    y->rank = 4;
+    return NULL;
+}
+
 const tdm_op_schema tdm_ops_fused[] = {
-    {0},
+    {TDM_FUSED_DOMAIN, "FusedConv", 1, 2, 4, 1, 1, infer_fused_conv, 0, 0},
+    {TDM_FUSED_DOMAIN, "FusedMatMul", 1, 2, 3, 1, 1, infer_fused_matmul, 0, 0},
+    {TDM_FUSED_DOMAIN, "Attention", 1, 3, 4, 1, 1, infer_attention, 0, 0},
 };
-const int tdm_ops_fused_count = 0;
+const int tdm_ops_fused_count = (int)(sizeof tdm_ops_fused / sizeof tdm_ops_fused[0]);

@@ -9,6 +9,7 @@
 #include "sched/cost.h"
 #include "sched/place.h"
 #include "sched/plan.h"
+#include "sched/profile.h"
 
 typedef struct sbuf {
     const tdm_allocator *a;
@@ -100,9 +101,145 @@ static size_t list_copies(const tdm_plan *p, copy_rec *out, size_t max) {
 
 static const char *dev_name(const tdm_plan *p, int d) { return d < 0 ? "host" : p->devices[d]->name; }
 
+typedef struct op_agg {
+    const char *op;
+    int nodes;
+    double ms, flops;
+} op_agg;
+
+/* Measured profile: per op type, the slowest nodes, copies, the critical path. */
+static void explain_profile(tdm_plan *p, sbuf *b, int64_t runs, const copy_rec *copies, size_t nc) {
+    const tdm_graph *g = p->graph;
+    size_t N = g->n_nodes;
+    if (!runs) {
+        sb_printf(b, "nothing measured: the session must be created with profiling on and run\n");
+        return;
+    }
+    double total = 0;
+    for (size_t i = 0; i < N; i++) total += p->measured_ms[i] / (double)runs;
+    tdm_device_profile prof[16];
+    bool have_prof[16] = {false};
+    for (int d = 0; d < p->n_devices && d < 16; d++) {
+        tdm_status *st = tdm_profile_device(p->devices[d], NULL, tdm_threadpool_size(p->pool), false, &prof[d]);
+        have_prof[d] = st == NULL;
+        tdm_status_free(st);
+    }
+    sb_printf(b, "measured over %lld runs: %.4f ms per run in %zu nodes\n\n", (long long)runs, total, N);
+    op_agg agg[256];
+    int na = 0;
+    for (size_t i = 0; i < N; i++) {
+        int k = 0;
+        while (k < na && strcmp(agg[k].op, g->nodes[i].op_type)) k++;
+        if (k == na) {
+            if (na == 256) continue;
+            agg[na++] = (op_agg){g->nodes[i].op_type, 0, 0, 0};
+        }
+        agg[k].nodes++;
+        agg[k].ms += p->measured_ms[i] / (double)runs;
+        agg[k].flops += tdm_node_flops(g, &g->nodes[i]);
+    }
+    for (int x = 0; x < na; x++) /* by time, descending */
+        for (int y = x + 1; y < na; y++)
+            if (agg[y].ms > agg[x].ms) {
+                op_agg t = agg[x];
+                agg[x] = agg[y];
+                agg[y] = t;
+            }
+    sb_printf(b, "%-22s %6s %10s %7s %10s\n", "op type", "nodes", "ms", "share", "GFLOP/s");
+    for (int k = 0; k < na; k++)
+        sb_printf(b, "%-22s %6d %10.4f %6.1f%% %10.2f\n", agg[k].op, agg[k].nodes, agg[k].ms,
+                  total > 0 ? 100 * agg[k].ms / total : 0, agg[k].ms > 0 ? agg[k].flops / agg[k].ms / 1e6 : 0);
+    sb_printf(b, "\n%-5s %-28s %-16s %-9s %9s %6s %9s %7s %8s %7s\n", "#", "node", "op", "device", "ms", "share",
+              "GFLOP/s", "%peak", "GB/s", "%bw");
+    bool *shown = tdm_calloc(NULL, N + 1, sizeof *shown);
+    for (int row = 0; row < 25 && shown; row++) {
+        size_t best = N;
+        for (size_t i = 0; i < N; i++)
+            if (!shown[i] && (best == N || p->measured_ms[i] > p->measured_ms[best])) best = i;
+        if (best == N) break;
+        shown[best] = true;
+        const tdm_node *n = &g->nodes[best];
+        double ms = p->measured_ms[best] / (double)runs;
+        double gf = ms > 0 ? tdm_node_flops(g, n) / ms / 1e6 : 0;
+        double gb = ms > 0 ? tdm_node_bytes(g, n) / ms / 1e6 : 0;
+        int d = n->device;
+        double peak = have_prof[d] ? (strstr(n->op_type, "Conv") ? prof[d].conv_gflops : prof[d].gemm_gflops) : 0;
+        double bw = have_prof[d] ? prof[d].mem_gbps : 0;
+        sb_printf(b, "%-5zu %-28.28s %-16.16s %-9s %9.4f %5.1f%% %9.2f %6.0f%% %8.2f %6.0f%%\n", best, n->name,
+                  n->op_type, p->devices[d]->name, ms, total > 0 ? 100 * ms / total : 0, gf,
+                  peak > 0 ? 100 * gf / peak : 0, gb, bw > 0 ? 100 * gb / bw : 0);
+    }
+    tdm_free(NULL, shown);
+    double bytes = 0;
+    size_t per_run = 0;
+    for (size_t c = 0; c < nc; c++) {
+        const tdm_value *val = &g->values[copies[c].value];
+        if (val->data && !val->is_input) continue;
+        bytes += copies[c].bytes;
+        per_run++;
+    }
+    sb_printf(b, "\ncopies per run: %zu (%.0f bytes)\n", per_run, bytes);
+    /* critical path: the longest chain of measured node times through the DAG */
+    double *fin = tdm_calloc(NULL, N + 1, sizeof *fin);
+    int *from = tdm_calloc(NULL, N + 1, sizeof *from);
+    if (fin && from && N) {
+        size_t end = 0;
+        for (size_t i = 0; i < N; i++) {
+            const tdm_node *n = &g->nodes[i];
+            double start = 0;
+            from[i] = -1;
+            for (int k = 0; k < n->n_inputs; k++) {
+                int v = n->inputs[k];
+                if (v < 0 || g->values[v].producer < 0) continue;
+                int pr = g->values[v].producer;
+                if (fin[pr] > start) {
+                    start = fin[pr];
+                    from[i] = pr;
+                }
+            }
+            fin[i] = start + p->measured_ms[i] / (double)runs;
+            if (fin[i] > fin[end]) end = i;
+        }
+        sb_printf(b, "critical path: %.4f ms of %.4f ms:", fin[end], total);
+        int chain[64], len = 0;
+        for (int i = (int)end; i >= 0 && len < 64; i = from[i]) chain[len++] = i;
+        for (int k = len - 1; k >= 0; k--) sb_printf(b, " %s%s", g->nodes[chain[k]].name, k ? " ->" : "");
+        sb_printf(b, "\n");
+    }
+    tdm_free(NULL, fin);
+    tdm_free(NULL, from);
+}
+
+/* Plans placed without the cost model get its predictions when explained. */
+static void predict_now(tdm_plan *p) {
+    const tdm_graph *g = p->graph;
+    int D = p->n_devices;
+    tdm_device_profile prof[16];
+    for (int d = 0; d < D && d < 16; d++) {
+        tdm_status *st = tdm_profile_device(p->devices[d], NULL, tdm_threadpool_size(p->pool), false, &prof[d]);
+        if (st) {
+            tdm_status_free(st);
+            return;
+        }
+    }
+    double *ms = tdm_calloc(p->alloc, g->n_nodes * (size_t)D + 1, sizeof *ms);
+    if (!ms) return;
+    for (size_t i = 0; i < g->n_nodes; i++)
+        for (int d = 0; d < D; d++) ms[i * (size_t)D + (size_t)d] = tdm_cost_node_ms(g, &g->nodes[i], &prof[d]);
+    pthread_mutex_lock(&p->mem_mu);
+    if (!p->node_ms) {
+        p->node_ms = ms;
+        ms = NULL;
+        p->measured_used = tdm_measured_apply(p);
+    }
+    pthread_mutex_unlock(&p->mem_mu);
+    tdm_free(p->alloc, ms);
+}
+
 tdm_status *tdm_plan_explain(tdm_plan *p, int format, const tdm_allocator *a, char **out) {
     const tdm_graph *g = p->graph;
     int D = p->n_devices;
+    if (!p->node_ms && D <= 16) predict_now(p);
     sbuf b = {a, NULL, 0, 0, false};
     size_t max_copies = g->n_values * (size_t)(D + 1) + 1;
     copy_rec *copies = tdm_calloc(a, max_copies, sizeof *copies);
@@ -128,7 +265,9 @@ tdm_status *tdm_plan_explain(tdm_plan *p, int format, const tdm_allocator *a, ch
             }
         }
     }
-    if (format == TDM_EXPLAIN_JSON) {
+    if (format == TDM_EXPLAIN_PROFILE) {
+        explain_profile(p, &b, runs, copies, nc);
+    } else if (format == TDM_EXPLAIN_JSON) {
         sb_printf(&b, "{\"devices\":[");
         for (int d = 0; d < D; d++) {
             sb_printf(&b, "%s", d ? "," : "");
@@ -154,7 +293,7 @@ tdm_status *tdm_plan_explain(tdm_plan *p, int format, const tdm_allocator *a, ch
             sb_printf(&b, "},\"reason\":");
             sb_json_str(&b, tdm_place_reason_text((tdm_place_reason)p->reason[i]));
             if (runs) sb_printf(&b, ",\"measured_ms\":%.6g", p->measured_ms[i] / (double)runs);
-            sb_printf(&b, "}");
+            sb_printf(&b, ",\"flops\":%.0f,\"bytes\":%.0f}", tdm_node_flops(g, n), tdm_node_bytes(g, n));
         }
         sb_printf(&b, "],\"copies\":[");
         for (size_t c = 0; c < nc; c++) {
@@ -177,7 +316,7 @@ tdm_status *tdm_plan_explain(tdm_plan *p, int format, const tdm_allocator *a, ch
             if (!p->has_prediction || isinf(p->single_ms[d])) sb_printf(&b, ":null");
             else sb_printf(&b, ":%.6g", p->single_ms[d]);
         }
-        sb_printf(&b, "}");
+        sb_printf(&b, "},\"measured_node_times_used\":%d", p->measured_used);
         if (runs) {
             sb_printf(&b, ",\"measured_runs\":%lld,\"measured_total_ms\":%.6g", (long long)runs, measured_total);
             if (err_n) sb_printf(&b, ",\"cost_model_mean_abs_error\":%.4f", abs_err / err_n);

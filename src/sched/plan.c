@@ -219,6 +219,7 @@ static tdm_status *place(tdm_plan *p, const tdm_plan_options *opts) {
         for (size_t i = 0; i < N; i++)
             for (int d = 0; d < D; d++)
                 p->node_ms[i * (size_t)D + (size_t)d] = tdm_cost_node_ms(g, &g->nodes[i], &prof[d]);
+        p->measured_used = tdm_measured_apply(p); /* measured beats predicted */
         tdm_place_input in = {g, D, prof, host, p->supported, p->node_ms, forced, opts->no_fallback};
         tdm_place_result r;
         if ((st = tdm_place_heft(&in, a, &r))) goto done;
@@ -289,6 +290,7 @@ tdm_status *tdm_plan_create(const tdm_allocator *a, tdm_graph *graph, tdm_device
     }
     p->alloc = a;
     p->graph = graph;
+    p->model_hash = opts->model_hash;
     pthread_mutex_init(&p->mem_mu, NULL);
     p->devices = tdm_calloc(a, (size_t)(n_devices > 0 ? n_devices : 1), sizeof *p->devices);
     if (!p->devices) {

@@ -48,7 +48,14 @@ typedef struct tdm_plan {
     int64_t measured_runs;
     bool multi_device; /* nodes on more than one device: devices run concurrently */
     struct tdm_trace *trace; /* recorder when tracing is on (owned by the session), or NULL */
+    uint64_t model_hash;
+    int measured_used;       /* node times taken from stored measurements */
 } tdm_plan;
+
+/* Stored measurements (sched/measured.c): apply replaces predicted node times with what
+ * `tandem profile` measured for this model (returns how many); save stores this plan's. */
+int tdm_measured_apply(tdm_plan *p);
+tdm_status *tdm_measured_save(tdm_plan *p);
 
 typedef struct tdm_plan_options {
     bool no_fallback;
@@ -60,6 +67,7 @@ typedef struct tdm_plan_options {
                               node name, or #FIRST-LAST node positions); may be NULL */
     int threads;           /* CPU threads (for device profiles) */
     bool profile;          /* record per-node times */
+    uint64_t model_hash;   /* of the model bytes: keys stored measurements (0 = none) */
 } tdm_plan_options;
 
 /* Takes ownership of `graph` (on success and on failure). */

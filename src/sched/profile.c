@@ -390,7 +390,7 @@ static tdm_status *bench_gemm(const bench *b, double *gflops) {
     tdm_tensor *x[2] = {NULL, NULL};
     tdm_status *st = host_tensor(b, 2, dims, 1, &x[0]);
     if (!st) st = host_tensor(b, 2, dims, 2, &x[1]);
-    if (!st) st = bench_op(b, "MatMul", x, 2, NULL, 0, 2.0 * 512 * 512 * 512, 40, 0.2, gflops);
+    if (!st) st = bench_op(b, "MatMul", x, 2, NULL, 0, 2.0 * 512 * 512 * 512, 30, 0.12, gflops);
     tdm_tensor_destroy(x[0]);
     tdm_tensor_destroy(x[1]);
     return st;
@@ -413,7 +413,7 @@ static tdm_status *bench_conv(const bench *b, double *gflops) {
     tdm_status *st = host_tensor(b, 4, xd, 3, &x[0]);
     if (!st) st = host_tensor(b, 4, wd, 4, &x[1]);
     double work = 2.0 * 64 * 56 * 56 * 64 * 3 * 3;
-    if (!st) st = bench_op(b, "Conv", x, 2, attrs, 2, work, 40, 0.2, gflops);
+    if (!st) st = bench_op(b, "Conv", x, 2, attrs, 2, work, 30, 0.12, gflops);
     tdm_tensor_destroy(x[0]);
     tdm_tensor_destroy(x[1]);
     return st;
@@ -546,12 +546,19 @@ static tdm_status *measure(tdm_device *dev, const tdm_allocator *a, int threads,
                            tdm_device_profile *p) {
     bench b = {dev, a, NULL};
     TDM_TRY(tdm_threadpool_create(threads, &b.pool));
+    /* the compute benchmarks run in two windows apart in time, best kept: a burst of other
+     * work on a shared machine spoils one window more often than both */
+    double gemm2 = 0, conv2 = 0;
     tdm_status *st = bench_gemm(&b, &p->gemm_gflops);
     if (!st) st = bench_conv(&b, &p->conv_gflops);
     if (!st) st = bench_bandwidth(&b, &p->mem_gbps);
     if (!st) st = bench_launch(&b, "Relu", 1, &p->launch_us);
     if (!st && p->launch_us == 0) st = bench_launch(&b, "Add", 2, &p->launch_us);
     if (!st) st = bench_link(&b, p);
+    if (!st) st = bench_gemm(&b, &gemm2);
+    if (!st) st = bench_conv(&b, &conv2);
+    if (gemm2 > p->gemm_gflops) p->gemm_gflops = gemm2;
+    if (conv2 > p->conv_gflops) p->conv_gflops = conv2;
     tdm_threadpool_free(b.pool);
     /* capacity: host memory for host-memory devices; other backends cannot say yet (0) */
     p->memory_bytes = dev->host_memory ? host_memory_bytes() : 0;

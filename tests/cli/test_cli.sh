@@ -24,7 +24,7 @@ expect() { # expect NAME EXIT_CODE_PREDICATE(0|nonzero) PATTERN CMD...
 M="$SRC/models/default/model.onnx"
 expect version 0 "tandem 0" "$T" --version
 expect help 0 "usage" "$T" --help
-for c in run inspect conformance devices; do
+for c in run inspect conformance devices bench plan profile; do
   expect "help-$c" 0 "usage" "$T" $c --help
 done
 expect no-args nonzero "usage" "$T"
@@ -42,6 +42,20 @@ expect run-bad-npy nonzero "not a .npy" sh -c "echo hello > $tmp/x.npy; \"$T\" r
 expect inspect 0 "operators:" "$T" inspect "$M"
 expect inspect-params 0 "parameters:" "$T" inspect "$M"
 expect devices 0 "cpu" "$T" devices
+expect plan 0 "predicted" "$T" plan "$M"
+expect plan-json 0 "" sh -c "\"$T\" plan $M --json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d[\"nodes\"] and all(\"device\" in n and \"reason\" in n for n in d[\"nodes\"])'"
+expect plan-measure 0 "cost model mean absolute error" "$T" plan "$M" --measure 3
+expect plan-dot 0 "" sh -c "\"$T\" plan $M --dot $tmp/p.dot > /dev/null && grep -q digraph $tmp/p.dot"
+expect plan-bad-affinity nonzero "not in the session" "$T" plan "$M" --affinity "Conv=cuda:3"
+expect profile 0 "critical path" "$T" profile "$M" --runs 2 --warmup 1
+expect run-trace 0 "" sh -c "\"$T\" run $M --random --trace $tmp/t.json > /dev/null && python3 -c 'import json; d=json.load(open(\"$tmp/t.json\")); assert any(e.get(\"cat\")==\"run\" for e in d[\"traceEvents\"])'"
+expect devices-json 0 "" sh -c "TANDEM_CACHE_DIR=$tmp/cache \"$T\" devices --json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d[0][\"name\"] == \"cpu\" and d[0][\"gemm_gflops\"] > 0'"
+expect devices-cached 0 "profiles from the cache" env TANDEM_CACHE_DIR="$tmp/cache" "$T" devices
+expect bench-json 0 '"latency_ms": {"p50"' "$T" bench "$M" --iterations 3 --warmup 1 --threads 1 --json
+expect bench-text 0 "items/s" "$T" bench "$M" --duration 0.05 --warmup 0
+expect bench-no-model nonzero "usage" "$T" bench
+expect bench-bad-iterations nonzero "tandem: bench: --iterations" "$T" bench "$M" --iterations 0
+expect bench-fixed-batch nonzero "no input has a dynamic" "$T" bench "$M" --batch 8
 expect conformance-line 0 "passed, 0 failed" "$T" conformance --filter '^test_relu$'
 expect conformance-bad-dir nonzero "cannot open" "$T" conformance "$tmp/none"
 echo "$passes passed, $fails failed"

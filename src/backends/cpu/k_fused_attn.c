@@ -1,0 +1,140 @@
+/* CPU kernel: Attention (ops/fused.h). Per (batch, head): scores = Q.K^T * scale (one
+ * GEMM), + mask, row softmax, . V (one GEMM). The first two axes of Q, K, V and the mask
+ * broadcast like MatMul's batch dims, and the mask may widen the scores' rows / columns
+ * like the Add it replaces, so the kernel equals the subgraph it came from for every input
+ * that subgraph accepts. Parallel over (batch, head) pairs. */
+#include <math.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "backends/cpu/k_fused.h"
+#include "core/alloc.h"
+
+typedef struct attn_job {
+    tdm_kernel_ctx *ctx;
+    const float *q, *k, *v, *mask;
+    float *y;
+    int64_t H;               /* output heads */
+    int64_t S, T, D, Dv;     /* Q rows, K rows, head size, V columns */
+    int64_t So, To;          /* score rows / columns after the mask's broadcast */
+    int64_t qs[2], ks[2], vs[2]; /* (batch, head) strides, 0 when broadcast */
+    int64_t ms[4];           /* mask strides over [B, H, So, To], 0 when broadcast */
+    float scale;
+    tdm_threadpool *pool;    /* for the GEMMs when pairs run one after another */
+    atomic_int failed;
+} attn_job;
+
+static void attn_pairs(void *arg, int64_t p0, int64_t p1) {
+    attn_job *j = arg;
+    bool widen = j->So != j->S || j->To != j->T;
+    size_t n = (size_t)(j->So * j->To + (widen ? j->S * j->T : 0));
+    float *buf = tdm_kscratch(j->ctx, (n ? n : 1) * sizeof(float));
+    if (!buf) {
+        atomic_store(&j->failed, 1);
+        return;
+    }
+    float *scores = buf, *base = widen ? buf + j->So * j->To : buf;
+    for (int64_t p = p0; p < p1; p++) {
+        int64_t b = p / j->H, h = p % j->H;
+        const float *q = j->q + b * j->qs[0] + h * j->qs[1];
+        const float *k = j->k + b * j->ks[0] + h * j->ks[1];
+        const float *v = j->v + b * j->vs[0] + h * j->vs[1];
+        tdm_sgemm(j->pool, false, true, j->S, j->T, j->D, j->scale, q, j->D, k, j->D, 0.0f, base, j->T);
+        if (widen)
+            for (int64_t s = 0; s < j->So; s++)
+                for (int64_t t = 0; t < j->To; t++)
+                    scores[s * j->To + t] = base[(j->S == 1 ? 0 : s) * j->T + (j->T == 1 ? 0 : t)];
+        for (int64_t s = 0; s < j->So; s++) {
+            float *row = scores + s * j->To;
+            if (j->mask) {
+                const float *m = j->mask + b * j->ms[0] + h * j->ms[1] + s * j->ms[2];
+                if (j->ms[3])
+                    for (int64_t t = 0; t < j->To; t++) row[t] += m[t];
+                else
+                    for (int64_t t = 0; t < j->To; t++) row[t] += m[0];
+            }
+            float mx = row[0];
+            for (int64_t t = 1; t < j->To; t++) mx = row[t] > mx ? row[t] : mx;
+            float sum = 0.0f;
+            for (int64_t t = 0; t < j->To; t++) {
+                row[t] = expf(row[t] - mx);
+                sum += row[t];
+            }
+            float inv = 1.0f / sum;
+            for (int64_t t = 0; t < j->To; t++) row[t] *= inv;
+        }
+        tdm_sgemm(j->pool, false, false, j->So, j->Dv, j->To, 1.0f, scores, j->To, v, j->Dv, 0.0f,
+                  j->y + p * j->So * j->Dv, j->Dv);
+    }
+    tdm_free(j->ctx->alloc, buf);
+}
+
+/* Strides of a [B?, H?, rows, cols] operand's first two axes against the output's. */
+static void pair_strides(const tdm_tensor *x, int64_t *s) {
+    int64_t mat = x->dims[2] * x->dims[3];
+    s[1] = x->dims[1] == 1 ? 0 : mat;
+    s[0] = x->dims[0] == 1 ? 0 : mat * x->dims[1];
+}
+
+tdm_status *tdm_fused_run_attention(tdm_kernel_ctx *ctx) {
+    const tdm_tensor *q = ctx->in[0], *k = ctx->in[1], *v = ctx->in[2];
+    const tdm_tensor *m = ctx->n_in > 3 ? ctx->in[3] : NULL;
+    tdm_tensor *y = ctx->out[0];
+    if (q->rank != 4 || k->rank != 4 || v->rank != 4 || (m && m->rank > 4))
+        return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
+                              "Q, K, V must have rank 4 and the mask rank <= 4");
+    if (k->dtype != TDM_FLOAT || v->dtype != TDM_FLOAT || (m && m->dtype != TDM_FLOAT))
+        return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT, "inputs must be float32");
+    if (q->dims[3] != k->dims[3])
+        return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT, "Q and K head sizes differ");
+    attn_job j = {.ctx = ctx, .q = q->data, .k = k->data, .v = v->data, .y = y->data};
+    j.S = q->dims[2];
+    j.T = k->dims[2];
+    j.D = q->dims[3];
+    j.Dv = v->dims[3];
+    j.H = y->dims[1];
+    int64_t md[4] = {1, 1, 1, 1};
+    if (m)
+        for (int d = 0; d < m->rank; d++) md[4 - m->rank + d] = m->dims[d];
+    j.So = j.S != 1 ? j.S : md[2];
+    j.To = j.T != 1 ? j.T : md[3];
+    if (j.To != v->dims[2] || j.So != y->dims[2])
+        return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
+                              "the scores have %lld columns, V %lld rows", (long long)j.To,
+                              (long long)v->dims[2]);
+    /* every operand's axis must be 1 or the output's (infer computed the output shape) */
+    int64_t full[4] = {y->dims[0], y->dims[1], j.So, j.To};
+    const tdm_tensor *ops[3] = {q, k, v};
+    for (int d = 0; d < 2; d++)
+        for (int o = 0; o < 3; o++)
+            if (ops[o]->dims[d] != 1 && ops[o]->dims[d] != full[d])
+                return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
+                                      "batch / head dims do not broadcast");
+    int64_t stride = 1;
+    for (int d = 3; d >= 0; d--) {
+        if (md[d] != 1 && md[d] != full[d])
+            return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
+                                  "the mask does not broadcast to the scores");
+        j.ms[d] = md[d] == 1 ? 0 : stride;
+        stride *= md[d];
+    }
+    if (m) j.mask = m->data;
+    pair_strides(q, j.qs);
+    pair_strides(k, j.ks);
+    pair_strides(v, j.vs);
+    float scale = tdm_attr_float(ctx->node, "scale", 0.0f);
+    const tdm_attr *sa = tdm_node_attr(ctx->node, "scale");
+    j.scale = sa ? scale : (j.D > 0 ? 1.0f / sqrtf((float)j.D) : 1.0f);
+    if (y->count == 0 || j.To == 0) return NULL; /* no rows, or empty sums: y stays zero */
+    int64_t pairs = y->dims[0] * y->dims[1];
+    int threads = tdm_threadpool_size(ctx->pool);
+    if (threads > 1 && pairs >= threads) {
+        tdm_parallel_for(ctx->pool, pairs, 1, attn_pairs, &j);
+    } else {
+        j.pool = ctx->pool;
+        attn_pairs(&j, 0, pairs);
+    }
+    if (atomic_load(&j.failed))
+        return tdm_node_error(ctx->node, TDM_ERR_OUT_OF_MEMORY, "out of memory");
+    return NULL;
+}

@@ -1,0 +1,343 @@
+/* tandem bench: latency and throughput of a model on random inputs. Public API only. */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+#define MAX_INPUTS 256
+#define MAX_RUNS 10000000L
+
+static void bench_usage(FILE *f) {
+    fprintf(f,
+            "usage: tandem bench MODEL [--devices LIST] [--threads N] [--batch N] [--warmup N]\n"
+            "                    [--iterations N | --duration S] [--shape NAME:d0,d1,...]\n"
+            "                    [--opt-level N] [--seed N] [--json]\n\n"
+            "Runs MODEL on random inputs: warm-up runs, then timed synchronous runs. Prints the\n"
+            "latency (p50, p90, p99, mean, min, max in ms) and the throughput (items/s = batch *\n"
+            "runs/s).\n"
+            "  --devices LIST     comma-separated devices in order of preference (default cpu)\n"
+            "  --threads N        intra-op threads (default: all cores)\n"
+            "  --batch N          size of every input's dynamic leading dimension (default 1);\n"
+            "                     other dynamic dims are 1 unless --shape gives them\n"
+            "  --shape NAME:DIMS  full shape of input NAME (repeatable)\n"
+            "  --warmup N         untimed runs first (default 3)\n"
+            "  --iterations N     timed runs (default 10)\n"
+            "  --duration S       time runs until S seconds have passed (at least one run)\n"
+            "  --opt-level N      0 = no graph passes, 1 = default, 2 = all\n"
+            "  --seed N           seed of the random inputs (default 1)\n"
+            "  --json             print one JSON object instead of text\n");
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Strict integer option: all characters used, lo <= v <= hi. */
+static bool parse_long(const char *s, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) return false;
+    *out = v;
+    return true;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Percentile with linear interpolation between closest ranks (sorted input). */
+static double percentile(const double *v, long n, double p) {
+    if (n == 1) return v[0];
+    double pos = p / 100.0 * (double)(n - 1);
+    long lo = (long)pos;
+    if (lo >= n - 1) return v[n - 1];
+    double frac = pos - (double)lo;
+    return v[lo] + (v[lo + 1] - v[lo]) * frac;
+}
+
+static void json_string(FILE *f, const char *s) {
+    fputc('"', f);
+    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+        if (*c == '"' || *c == '\\') fprintf(f, "\\%c", *c);
+        else if (*c == '\n') fputs("\\n", f);
+        else if (*c == '\t') fputs("\\t", f);
+        else if (*c < 0x20) fprintf(f, "\\u%04x", *c);
+        else fputc(*c, f);
+    }
+    fputc('"', f);
+}
+
+struct bench_args {
+    const char *model, *devices;
+    const char *shape_names[MAX_INPUTS], *shape_dims[MAX_INPUTS];
+    int n_shapes;
+    long threads, batch, warmup, iterations, opt;
+    double duration; /* > 0: time-bound instead of iterations */
+    unsigned long long seed;
+    bool json;
+};
+
+/* Returns -1 when parsed (continue), else the exit code. */
+static int bench_parse(int argc, char **argv, struct bench_args *a) {
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i];
+        bool has_val = i + 1 < argc;
+        long v;
+        if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
+            bench_usage(stdout);
+            return 0;
+        } else if (!strcmp(o, "--json")) {
+            a->json = true;
+        } else if (!strcmp(o, "--devices") && has_val) {
+            a->devices = argv[++i];
+        } else if (!strcmp(o, "--shape") && has_val) {
+            char *c = strrchr(argv[++i], ':');
+            if (!c || c == argv[i] || a->n_shapes == MAX_INPUTS) {
+                fprintf(stderr, "tandem: bench: --shape expects NAME:d0,d1,...\n");
+                return 2;
+            }
+            *c = 0;
+            a->shape_names[a->n_shapes] = argv[i];
+            a->shape_dims[a->n_shapes++] = c + 1;
+        } else if (!strcmp(o, "--duration") && has_val) {
+            char *end;
+            errno = 0;
+            double d = strtod(argv[++i], &end);
+            if (errno || end == argv[i] || *end || !(d > 0) || d > 86400) {
+                fprintf(stderr, "tandem: bench: --duration expects seconds in (0, 86400]\n");
+                return 2;
+            }
+            a->duration = d;
+            a->iterations = 0;
+        } else if ((!strcmp(o, "--threads") || !strcmp(o, "--batch") || !strcmp(o, "--warmup") ||
+                    !strcmp(o, "--iterations") || !strcmp(o, "--opt-level") ||
+                    !strcmp(o, "--seed")) && has_val) {
+            const char *val = argv[++i];
+            long lo = 1, hi = 1 << 20;
+            if (!strcmp(o, "--threads") || !strcmp(o, "--warmup")) lo = 0;
+            if (!strcmp(o, "--iterations")) hi = MAX_RUNS;
+            if (!strcmp(o, "--opt-level")) lo = 0, hi = 2;
+            if (!strcmp(o, "--seed")) lo = 0, hi = LONG_MAX;
+            if (!parse_long(val, lo, hi, &v)) {
+                fprintf(stderr, "tandem: bench: %s expects an integer in [%ld, %ld], got '%s'\n", o,
+                        lo, hi, val);
+                return 2;
+            }
+            if (!strcmp(o, "--threads")) a->threads = v;
+            else if (!strcmp(o, "--batch")) a->batch = v;
+            else if (!strcmp(o, "--warmup")) a->warmup = v;
+            else if (!strcmp(o, "--opt-level")) a->opt = v;
+            else if (!strcmp(o, "--seed")) a->seed = (unsigned long long)v;
+            else a->iterations = v, a->duration = 0;
+        } else if (o[0] == '-') {
+            fprintf(stderr, "tandem: bench: unknown option or missing value '%s'\n", o);
+            bench_usage(stderr);
+            return 2;
+        } else if (!a->model) {
+            a->model = o;
+        } else {
+            fprintf(stderr, "tandem: bench: unexpected argument '%s'\n", o);
+            return 2;
+        }
+    }
+    if (!a->model) {
+        bench_usage(stderr);
+        return 2;
+    }
+    return -1;
+}
+
+/* Creates random inputs. Returns 0 or an exit code (message printed). */
+static int make_inputs(tdm_env *env, const tdm_model *m, const struct bench_args *a,
+                       tdm_tensor **ins, const char **names, FILE *info) {
+    size_t n = tdm_model_input_count(m);
+    bool batch_used = false;
+    for (int k = 0; k < a->n_shapes; k++) {
+        bool found = false;
+        for (size_t i = 0; i < n; i++) {
+            tdm_value_desc d;
+            if (!tdm_model_input(m, i, &d) && !strcmp(d.name, a->shape_names[k])) found = true;
+        }
+        if (!found) {
+            fprintf(stderr, "tandem: bench: the model has no input named '%s'\n", a->shape_names[k]);
+            return 1;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        tdm_value_desc d;
+        tdm_status *st = tdm_model_input(m, i, &d);
+        if (st) return cli_fail(st, "bench");
+        names[i] = d.name;
+        int64_t dims[TDM_MAX_RANK];
+        int rank = d.rank < 0 ? 0 : d.rank;
+        for (int j = 0; j < rank; j++) {
+            dims[j] = d.dims[j] >= 0 ? d.dims[j] : j == 0 ? a->batch : 1;
+            if (j == 0 && d.dims[j] < 0) batch_used = true;
+        }
+        for (int k = 0; k < a->n_shapes; k++)
+            if (!strcmp(a->shape_names[k], d.name)) {
+                rank = cli_parse_dims(a->shape_dims[k], dims, TDM_MAX_RANK);
+                if (rank < 0) {
+                    fprintf(stderr, "tandem: bench: bad --shape for '%s'\n", d.name);
+                    return 1;
+                }
+                if (rank > 0 && dims[0] == a->batch) batch_used = true;
+            }
+        if ((st = tdm_tensor_create(env, d.dtype, rank, dims, &ins[i]))) return cli_fail(st, d.name);
+        if (d.dtype == TDM_STRING) {
+            for (int64_t e = 0; e < tdm_tensor_element_count(ins[i]); e++)
+                if ((st = tdm_tensor_set_string(ins[i], e, "tandem", 6)))
+                    return cli_fail(st, d.name);
+        } else {
+            cli_fill_random(ins[i], a->seed + i);
+        }
+        char shape[256];
+        cli_shape_str(rank, dims, shape, sizeof shape);
+        if (a->json) {
+            fprintf(info, "%s{\"name\": ", i ? ", " : "");
+            json_string(info, d.name);
+            fprintf(info, ", \"dtype\": \"%s\", \"shape\": %s}", tdm_dtype_name(d.dtype), shape);
+        } else {
+            fprintf(info, "%s%s %s %s", i ? ", " : "", d.name, tdm_dtype_name(d.dtype), shape);
+        }
+    }
+    if (a->batch > 1 && !batch_used) {
+        fprintf(stderr,
+                "tandem: bench: --batch %ld, but no input has a dynamic leading dimension "
+                "(give the shapes with --shape NAME:%ld,...)\n",
+                a->batch, a->batch);
+        return 1;
+    }
+    return 0;
+}
+
+int cmd_bench(int argc, char **argv) {
+    struct bench_args a = {0};
+    a.batch = 1;
+    a.warmup = 3;
+    a.iterations = 10;
+    a.opt = 1;
+    a.seed = 1;
+    int rc = bench_parse(argc, argv, &a);
+    if (rc >= 0) return rc;
+
+    tdm_env *env = NULL;
+    tdm_session *s = NULL;
+    tdm_tensor **ins = NULL, **outs = NULL;
+    const char **names = NULL;
+    double *lat = NULL;
+    char *inputs_json = NULL;
+    size_t inputs_json_len = 0, n_in = 0, n_out = 0;
+    FILE *info = NULL;
+    tdm_status *st = tdm_env_create(NULL, &env);
+    if (st) return cli_fail(st, "bench");
+    tdm_session_options so = {TDM_API_VERSION, a.devices, (int)a.threads, (int)a.opt, false};
+    double t0 = now_s();
+    if ((st = tdm_session_create(env, a.model, &so, &s))) {
+        rc = cli_fail(st, NULL);
+        goto done;
+    }
+    double load_ms = (now_s() - t0) * 1e3;
+    const tdm_model *m = tdm_session_model(s);
+    n_in = tdm_model_input_count(m);
+    n_out = tdm_model_output_count(m);
+    ins = calloc(n_in + 1, sizeof *ins);
+    names = calloc(n_in + 1, sizeof *names);
+    outs = calloc(n_out + 1, sizeof *outs);
+    long cap = a.duration > 0 ? 1024 : a.iterations;
+    lat = malloc((size_t)cap * sizeof *lat);
+    info = open_memstream(&inputs_json, &inputs_json_len);
+    if (!ins || !names || !outs || !lat || !info) {
+        fprintf(stderr, "tandem: out of memory\n");
+        rc = 1;
+        goto done;
+    }
+    if ((rc = make_inputs(env, m, &a, ins, names, info))) goto done;
+    fclose(info);
+    info = NULL;
+
+    const tdm_tensor *const *cins = (const tdm_tensor *const *)ins;
+    for (long w = 0; w < a.warmup; w++) {
+        if ((st = tdm_session_run(s, n_in, names, cins, n_out, NULL, outs))) {
+            rc = cli_fail(st, "warm-up run");
+            goto done;
+        }
+        for (size_t j = 0; j < n_out; j++) tdm_tensor_free(outs[j]), outs[j] = NULL;
+    }
+    long runs = 0;
+    double start = now_s(), total = 0;
+    for (;;) {
+        if (a.duration > 0 ? (runs > 0 && now_s() - start >= a.duration) : runs >= a.iterations)
+            break;
+        if (runs == cap) {
+            if (cap >= MAX_RUNS) break;
+            double *grown = realloc(lat, (size_t)cap * 2 * sizeof *lat);
+            if (!grown) break;
+            lat = grown;
+            cap *= 2;
+        }
+        double r0 = now_s();
+        st = tdm_session_run(s, n_in, names, cins, n_out, NULL, outs);
+        double dt = now_s() - r0;
+        if (st) {
+            rc = cli_fail(st, "run");
+            goto done;
+        }
+        for (size_t j = 0; j < n_out; j++) tdm_tensor_free(outs[j]), outs[j] = NULL;
+        lat[runs++] = dt * 1e3;
+        total += dt;
+    }
+
+    double mean = total * 1e3 / (double)runs, var = 0;
+    for (long r = 0; r < runs; r++) var += (lat[r] - mean) * (lat[r] - mean);
+    double sd = runs > 1 ? sqrt(var / (double)(runs - 1)) : 0;
+    qsort(lat, (size_t)runs, sizeof *lat, cmp_double);
+    double p50 = percentile(lat, runs, 50), p90 = percentile(lat, runs, 90),
+           p99 = percentile(lat, runs, 99);
+    double per_s = (double)runs / total, items = per_s * (double)a.batch;
+    long threads = a.threads > 0 ? a.threads : sysconf(_SC_NPROCESSORS_ONLN);
+    const char *devices = a.devices ? a.devices : "cpu";
+    if (a.json) {
+        printf("{\"model\": ");
+        json_string(stdout, a.model);
+        printf(", \"devices\": ");
+        json_string(stdout, devices);
+        printf(", \"batch\": %ld, \"threads\": %ld, \"opt_level\": %ld, \"warmup\": %ld, "
+               "\"iterations\": %ld, \"session_create_ms\": %.3f, \"inputs\": [%s], "
+               "\"latency_ms\": {\"p50\": %.4f, \"p90\": %.4f, \"p99\": %.4f, \"mean\": %.4f, "
+               "\"min\": %.4f, \"max\": %.4f, \"stddev\": %.4f}, \"runs_per_s\": %.4f, "
+               "\"throughput_per_s\": %.4f}\n",
+               a.batch, threads, a.opt, a.warmup, runs, load_ms, inputs_json, p50, p90, p99, mean,
+               lat[0], lat[runs - 1], sd, per_s, items);
+    } else {
+        printf("model: %s\ndevices: %s  threads: %ld  batch: %ld  opt-level: %ld\n", a.model,
+               devices, threads, a.batch, a.opt);
+        printf("inputs: %s\n", inputs_json);
+        printf("session created in %.1f ms; %ld warm-up runs, %ld timed runs\n", load_ms, a.warmup,
+               runs);
+        printf("latency (ms): p50 %.3f  p90 %.3f  p99 %.3f  mean %.3f  min %.3f  max %.3f\n", p50,
+               p90, p99, mean, lat[0], lat[runs - 1]);
+        printf("throughput: %.2f items/s (%.2f runs/s x batch %ld)\n", items, per_s, a.batch);
+    }
+done:
+    if (info) fclose(info);
+    free(inputs_json);
+    for (size_t i = 0; ins && i < n_in; i++) tdm_tensor_free(ins[i]);
+    for (size_t j = 0; outs && j < n_out; j++) tdm_tensor_free(outs[j]);
+    free(ins);
+    free(outs);
+    free(names);
+    free(lat);
+    tdm_session_free(s);
+    tdm_env_free(env);
+    return rc;
+}

@@ -1,0 +1,193 @@
+/* Convolution passes: BatchNormalization folded into the Conv before it, then Conv with a
+ * residual Add and / or an activation behind it becomes one FusedConv (ops/fused.h). */
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "graph/fuse_impl.h"
+#include "ops/fused.h"
+
+/* A float32 constant holding exactly n values (any shape). */
+static const float *const_vec(const fz_ctx *fz, int v, int64_t n) {
+    const tdm_tensor *t = fz_const(fz, v);
+    return t && t->dtype == TDM_FLOAT && t->count == n ? t->data : NULL;
+}
+
+/* Conv(x, W, B) -> BatchNormalization(scale, bias, mean, var, eps) (inference form)
+ *   == Conv(x, W * f, (B - mean) * f + bias) with f = scale / sqrt(var + eps) per output
+ * channel, since BN is affine per channel and the channel is the Conv's output channel.
+ * Needs constant W (and B) and BN parameters, float32, no training mode, no other reader
+ * of the Conv's output, and BN's optional outputs unused. New constants are made; the
+ * originals may be shared with other nodes. */
+static tdm_status *fold_bn(fz_ctx *fz, int bi) {
+    tdm_node *bn = fz_node(fz, bi);
+    if (bn->n_inputs != 5 || bn->outputs[0] < 0) return NULL;
+    for (int k = 1; k < bn->n_outputs; k++)
+        if (bn->outputs[k] >= 0 && fz_uses(fz, bn->outputs[k]) > 0) return NULL;
+    if (tdm_attr_int(bn, "training_mode", 0) || tdm_attr_int(bn, "spatial", 1) != 1) return NULL;
+    int x = bn->inputs[0], ci = fz_producer(fz, x);
+    if (!fz_is_op(fz, ci, "Conv") || fz_sole_consumer(fz, x) != bi || !fz_is_f32(fz, x)) return NULL;
+    tdm_node *conv = fz_node(fz, ci);
+    const tdm_tensor *w = conv->n_inputs > 1 ? fz_const(fz, conv->inputs[1]) : NULL;
+    if (!w || w->dtype != TDM_FLOAT || w->rank < 3 || w->dims[0] < 1) return NULL;
+    int64_t M = w->dims[0], per = w->count / M;
+    const float *cb = NULL;
+    if (conv->n_inputs > 2 && conv->inputs[2] >= 0 && !(cb = const_vec(fz, conv->inputs[2], M)))
+        return NULL;
+    const float *scale = const_vec(fz, bn->inputs[1], M), *bias = const_vec(fz, bn->inputs[2], M);
+    const float *mean = const_vec(fz, bn->inputs[3], M), *var = const_vec(fz, bn->inputs[4], M);
+    if (!scale || !bias || !mean || !var) return NULL;
+    double eps = tdm_attr_float(bn, "epsilon", 1e-5f);
+
+    const tdm_allocator *a = fz->g->alloc;
+    tdm_tensor *nw, *nb;
+    TDM_TRY(tdm_tensor_new(a, TDM_FLOAT, w->rank, w->dims, &nw));
+    tdm_status *st = tdm_tensor_new(a, TDM_FLOAT, 1, &M, &nb);
+    if (st) {
+        tdm_tensor_destroy(nw);
+        return st;
+    }
+    const float *wd = w->data;
+    float *nwd = nw->data, *nbd = nb->data;
+    for (int64_t m = 0; m < M; m++) {
+        double f = scale[m] / sqrt((double)var[m] + eps);
+        for (int64_t j = 0; j < per; j++) nwd[m * per + j] = (float)(wd[m * per + j] * f);
+        nbd[m] = (float)(((cb ? cb[m] : 0.0) - mean[m]) * f + bias[m]);
+    }
+    int wv, bv;
+    const char *wname = fz->g->values[conv->inputs[1]].name;
+    if ((st = fz_new_const(fz, wname, nw, &wv))) {
+        tdm_tensor_destroy(nb);
+        return st;
+    }
+    TDM_TRY(fz_new_const(fz, wname, nb, &bv));
+    conv = fz_node(fz, ci);
+    bn = fz_node(fz, bi);
+    if (conv->n_inputs < 3) {
+        int *ins = tdm_alloc(a, 3 * sizeof(int));
+        if (!ins) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory in graph fusion");
+        ins[0] = conv->inputs[0];
+        tdm_free(a, conv->inputs);
+        conv->inputs = ins;
+        conv->n_inputs = 3;
+    }
+    conv->inputs[1] = wv;
+    conv->inputs[2] = bv;
+    conv->outputs[0] = bn->outputs[0];
+    fz_kill(fz, bi);
+    fz->count++;
+    return NULL;
+}
+
+tdm_status *fz_pass_bn_fold(fz_ctx *fz) {
+    for (size_t i = 0; i < fz->g->n_nodes; i++) {
+        TDM_TRY(fz_refresh(fz));
+        if (fz_is_op(fz, (int)i, "BatchNormalization")) TDM_TRY(fold_bn(fz, (int)i));
+    }
+    return NULL;
+}
+
+/* An activation FusedConv / FusedMatMul can absorb: node i reads v as its only data input
+ * and writes one output. Clip needs constant bounds. Returns the contract's name and
+ * parameters, or NULL. */
+static const char *conv_activation(const fz_ctx *fz, int i, int v, float *params, int *np) {
+    tdm_node *n = fz_node(fz, i);
+    if (n->dead || n->domain[0] || n->n_inputs < 1 || n->inputs[0] != v || n->n_outputs != 1 ||
+        n->outputs[0] < 0)
+        return NULL;
+    const char *op = n->op_type;
+    *np = 0;
+    static const char *const plain[] = {"Relu", "Sigmoid", "Tanh", "HardSwish"};
+    for (size_t k = 0; k < sizeof plain / sizeof plain[0]; k++)
+        if (strcmp(op, plain[k]) == 0) return n->n_inputs == 1 ? plain[k] : NULL;
+    if (strcmp(op, "LeakyRelu") == 0 && n->n_inputs == 1) {
+        params[(*np)++] = tdm_attr_float(n, "alpha", 0.01f);
+        return "LeakyRelu";
+    }
+    if (strcmp(op, "HardSigmoid") == 0 && n->n_inputs == 1) {
+        params[(*np)++] = tdm_attr_float(n, "alpha", 0.2f);
+        params[(*np)++] = tdm_attr_float(n, "beta", 0.5f);
+        return "HardSigmoid";
+    }
+    if (strcmp(op, "Clip") == 0) {
+        float lo = -FLT_MAX, hi = FLT_MAX; /* the spec's defaults: the type's limits */
+        if (n->opset < 11) {
+            if (n->n_inputs != 1) return NULL;
+            lo = tdm_attr_float(n, "min", lo);
+            hi = tdm_attr_float(n, "max", hi);
+        } else {
+            if (n->n_inputs > 3) return NULL;
+            if (n->n_inputs > 1 && n->inputs[1] >= 0 && !fz_scalar(fz, n->inputs[1], 1, &lo))
+                return NULL;
+            if (n->n_inputs > 2 && n->inputs[2] >= 0 && !fz_scalar(fz, n->inputs[2], 1, &hi))
+                return NULL;
+        }
+        params[(*np)++] = lo;
+        params[(*np)++] = hi;
+        return "Clip";
+    }
+    return NULL;
+}
+
+/* Conv(X, W, B) [-> Add(., Z)] [-> activation] -> FusedConv(X, W, B, Z) with the Conv's
+ * attributes: Y = act(Conv + B + Z) is the contract's order. The Add's other operand must
+ * have exactly the Conv output's shape (no broadcasting: known equal dims, or unknown dims
+ * with the same symbolic origin); every inner value has a single reader and is no graph
+ * output; float32 only (the fused kernels' type). */
+static tdm_status *fuse_conv(fz_ctx *fz, int ci) {
+    tdm_node *conv = fz_node(fz, ci);
+    if (conv->n_inputs < 2 || conv->n_inputs > 3 || conv->n_outputs != 1 || conv->outputs[0] < 0 ||
+        !fz_is_f32(fz, conv->inputs[0]) || !fz_is_f32(fz, conv->inputs[1]) ||
+        !fz_attrs_copyable(conv))
+        return NULL;
+    int y = conv->outputs[0], cur = y, z = -1;
+    int add = -1, act = -1, np = 0;
+    float params[2];
+    const char *act_name = NULL;
+    int next = fz_sole_consumer(fz, cur);
+    if (fz_is_op(fz, next, "Add")) {
+        int o = fz_other_input(fz_node(fz, next), cur);
+        if (o >= 0 && fz_is_f32(fz, o) && fz_same_shape(fz, o, y) &&
+            fz_node(fz, next)->n_outputs == 1 && fz_node(fz, next)->outputs[0] >= 0) {
+            z = o;
+            add = next;
+            cur = fz_node(fz, next)->outputs[0];
+            next = fz_sole_consumer(fz, cur);
+        }
+    }
+    if (next >= 0 && (act_name = conv_activation(fz, next, cur, params, &np))) {
+        act = next;
+        cur = fz_node(fz, next)->outputs[0];
+    }
+    if (add < 0 && act < 0) return NULL;
+
+    char *name = tdm_strdup(fz->g->alloc, conv->name);
+    if (!name) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory in graph fusion");
+    int fi;
+    tdm_status *st = fz_new_node(fz, "FusedConv", TDM_FUSED_DOMAIN, name, z >= 0 ? 4 : conv->n_inputs,
+                                 1, &fi);
+    tdm_free(fz->g->alloc, name);
+    TDM_TRY(st);
+    conv = fz_node(fz, ci);
+    tdm_node *f = fz_node(fz, fi);
+    for (int k = 0; k < conv->n_inputs; k++) f->inputs[k] = conv->inputs[k];
+    if (z >= 0) f->inputs[3] = z;
+    f->outputs[0] = cur;
+    for (int k = 0; k < conv->n_attrs; k++) TDM_TRY(fz_attr_copy(fz, fi, &fz_node(fz, ci)->attrs[k]));
+    TDM_TRY(fz_attr_string(fz, fi, "activation", act_name ? act_name : ""));
+    if (np) TDM_TRY(fz_attr_floats(fz, fi, "activation_params", params, np));
+    fz_kill(fz, ci);
+    if (add >= 0) fz_kill(fz, add);
+    if (act >= 0) fz_kill(fz, act);
+    fz->count++;
+    return NULL;
+}
+
+tdm_status *fz_pass_conv(fz_ctx *fz) {
+    for (size_t i = 0; i < fz->g->n_nodes; i++) {
+        TDM_TRY(fz_refresh(fz));
+        if (fz_is_op(fz, (int)i, "Conv")) TDM_TRY(fuse_conv(fz, (int)i));
+    }
+    return NULL;
+}

@@ -1,0 +1,103 @@
+/* Fusion passes: what the src/graph/fuse*.c files share. Private to the fusion passes.
+ *
+ * A pass walks the live nodes, matches a pattern through the helpers below and rewrites it:
+ * new nodes are appended (fz_new_node), replaced nodes are marked dead (fz_kill), new
+ * constants become values without a producer (fz_new_const). The producer / consumer index
+ * is rebuilt lazily after every rewrite (fz_refresh), so a pass can always trust it.
+ *
+ * Safety rule shared by every pass: a value inside a pattern (produced by one matched node
+ * and read by another) must be read by matched nodes only: not a graph output, not read by
+ * a subgraph, no reader outside the pattern (fz_sole_consumer / fz_uses_within). That is
+ * also what keeps the rewritten graph acyclic: nothing outside the pattern depends on its
+ * inner values, so the fused node can sit wherever its external inputs are ready. */
+#ifndef TDM_GRAPH_FUSE_IMPL_H
+#define TDM_GRAPH_FUSE_IMPL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/status.h"
+#include "graph/graph.h"
+
+typedef struct fz_ctx {
+    tdm_graph *g;
+    size_t n_values;    /* values covered by the index */
+    int *producer;      /* per value: live node writing it, or -1 */
+    int *cons_start;    /* per value (n_values + 1): start of its readers in cons[] */
+    int *cons;          /* node index per (live) input slot reading the value */
+    int *extra_uses;    /* per value: subgraph reads + graph-output uses (never rewired) */
+    uint32_t *origin;   /* per value and dim: symbolic identity of an unknown dim */
+    size_t n_origin;    /* values covered by origin[] */
+    bool dirty;
+    int count;          /* rewrites so far */
+} fz_ctx;
+
+/* ---- index ---- */
+tdm_status *fz_refresh(fz_ctx *fz);
+/* Live node index writing value v (-1 for inputs, constants and unknown). */
+int fz_producer(const fz_ctx *fz, int v);
+/* Readers of v: every input slot of a live node, plus subgraph reads and graph outputs. */
+int fz_uses(const fz_ctx *fz, int v);
+/* The one live node reading v through exactly one input slot, when v is no graph output
+ * and no subgraph reads it; else -1. */
+int fz_sole_consumer(const fz_ctx *fz, int v);
+/* Number of readers of v and their node indices (input slots; a node reading v twice
+ * appears twice). */
+int fz_consumers(const fz_ctx *fz, int v, const int **nodes);
+
+/* ---- node and value tests ---- */
+tdm_node *fz_node(const fz_ctx *fz, int i);
+/* Live node i of the default domain with this op type. */
+bool fz_is_op(const fz_ctx *fz, int i, const char *op);
+/* Constant data of v (initializer or folded; not an overridable graph input), or NULL. */
+const tdm_tensor *fz_const(const fz_ctx *fz, int v);
+/* v is a float32 constant with one element and rank <= max_rank; its value in *val. */
+bool fz_scalar(const fz_ctx *fz, int v, int max_rank, float *val);
+/* |a - b| <= 1e-4 |b| */
+bool fz_close(float a, float b);
+bool fz_is_f32(const fz_ctx *fz, int v);
+/* The input of binary node n that is not v (-1 when v is not an input or both are v). */
+int fz_other_input(const tdm_node *n, int v);
+/* Both values have known equal ranks and, per dim, equal known sizes or the same symbolic
+ * origin (an unknown dim that provably has the same size, e.g. a batch dim carried through
+ * convolutions and elementwise ops from the same graph input). */
+bool fz_same_shape(const fz_ctx *fz, int a, int b);
+/* Reads the normalized axes of a Reduce* node (attribute before opset 18, constant input
+ * after); false when unknown. */
+bool fz_reduce_axes(const fz_ctx *fz, const tdm_node *n, int rank, int64_t *axes, int *count);
+
+/* ---- rewriting ---- */
+/* Appends a node (op in `domain`; opset and schema resolved as finalize will) with inputs
+ * and outputs -1; may reallocate g->nodes: re-take node pointers after it. */
+tdm_status *fz_new_node(fz_ctx *fz, const char *op, const char *domain, const char *name,
+                        int n_in, int n_out, int *index);
+/* Adds a constant value owning `t` (freed on error too); name derived from `base`. */
+tdm_status *fz_new_const(fz_ctx *fz, const char *base, tdm_tensor *t, int *v);
+/* Adds a value with a unique name derived from `base`, dtype/shape as given (rank -1 =
+ * unknown). */
+tdm_status *fz_new_value(fz_ctx *fz, const char *base, tdm_dtype dt, int rank,
+                         const int64_t *dims, int *v);
+void fz_kill(fz_ctx *fz, int node);
+/* Attribute appenders (copies). */
+tdm_status *fz_attr_copy(fz_ctx *fz, int node, const tdm_attr *src);
+tdm_status *fz_attr_string(fz_ctx *fz, int node, const char *name, const char *s);
+tdm_status *fz_attr_float(fz_ctx *fz, int node, const char *name, float f);
+tdm_status *fz_attr_floats(fz_ctx *fz, int node, const char *name, const float *f, int n);
+tdm_status *fz_attr_ints(fz_ctx *fz, int node, const char *name, const int64_t *v, int n);
+tdm_status *fz_attr_int(fz_ctx *fz, int node, const char *name, int64_t i);
+/* True when every attribute of n has a type fz_attr_copy handles. */
+bool fz_attrs_copyable(const tdm_node *n);
+/* A 1-D float32 constant of n elements from constant c, which holds n values or one value
+ * to repeat, with every dim but the last equal to 1 (and rank <= max_rank): reuses c's
+ * value when it already is [n], else adds a new constant. -1 via *v when c does not fit. */
+tdm_status *fz_vector_const(fz_ctx *fz, int c, int64_t n, int max_rank, int *v);
+
+/* ---- the passes (one file each) ---- */
+tdm_status *fz_pass_layout(fz_ctx *fz);    /* fuse_layout.c: Transpose/Reshape chains */
+tdm_status *fz_pass_bn_fold(fz_ctx *fz);   /* fuse_conv.c: Conv + BatchNormalization */
+tdm_status *fz_pass_conv(fz_ctx *fz);      /* fuse_conv.c: Conv (+Add) (+activation) */
+tdm_status *fz_pass_layernorm(fz_ctx *fz); /* fuse_norm.c: decomposed LayerNorm */
+tdm_status *fz_pass_attention(fz_ctx *fz); /* fuse_attn.c: scaled dot-product attention */
+tdm_status *fz_pass_matmul(fz_ctx *fz);    /* fuse_matmul.c: MatMul (+bias) (+Relu/GELU) */
+
+#endif

@@ -1,0 +1,830 @@
+/* Fusion passes (src/graph/fuse*.c): each pattern is built in memory, run with opt-level 0
+ * (no passes) and 1 (fusion), and checked for the expected rewrite and for outputs that
+ * agree within rtol 1e-4 / atol 1e-5. Each pattern also has a negative case where an
+ * inner value has a second reader (or a shape forbids the rewrite) and nothing fuses. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "backends/cpu/cpu_kernels.h"
+#include "fuse_builder.h"
+#include "ops/fused.h"
+#include "tandem/tandem.h"
+
+/* ---- running ---- */
+
+typedef struct fuse_result {
+    size_t nodes;          /* node count after fusion */
+    char ops[1024];        /* op histogram after fusion, "Op:n Op:n " */
+} fuse_result;
+
+static size_t op_count(const fuse_result *r, const char *op) {
+    char key[64];
+    snprintf(key, sizeof key, " %s:", op);
+    char hay[1030];
+    snprintf(hay, sizeof hay, " %s", r->ops);
+    const char *p = strstr(hay, key);
+    return p ? (size_t)strtoul(p + strlen(key), NULL, 10) : 0;
+}
+
+/* Runs the model at opt-level 0 and 1 on the same random inputs and compares every output.
+ * Fills r with what the optimised session holds. */
+static void run_both(fb *b, fuse_result *r) {
+    size_t size = onnx__model_proto__get_packed_size(&b->model);
+    void *buf = malloc(size);
+    onnx__model_proto__pack(&b->model, buf);
+    tdm_env *env = NULL;
+    assert_null(tdm_env_create(NULL, &env));
+    size_t n_in = b->graph.n_input, n_out = b->graph.n_output;
+    tdm_tensor *ins[FB_MAX] = {0}, *outs[2][FB_MAX] = {{0}};
+    const char *names[FB_MAX];
+    rng_state = 12345;
+    for (size_t i = 0; i < n_in; i++) {
+        names[i] = b->ins[i]->name;
+        assert_null(tdm_tensor_create(env, TDM_FLOAT, b->in_rank[i], b->in_dims[i], &ins[i]));
+        float *d = tdm_tensor_data(ins[i]);
+        for (int64_t k = 0; k < tdm_tensor_element_count(ins[i]); k++) d[k] = 2.0f * rnd();
+    }
+    for (int opt = 0; opt <= 1; opt++) {
+        tdm_session_options so = {.api_version = TDM_API_VERSION, .devices = "cpu", .threads = 2,
+                                  .opt_level = opt};
+        tdm_session *s = NULL;
+        tdm_status *st = tdm_session_create_from_buffer(env, buf, size, NULL, &so, &s);
+        if (st) fail_msg("opt %d: %s", opt, tdm_status_message(st));
+        const tdm_model *m = tdm_session_model(s);
+        if (opt == 1) {
+            r->nodes = tdm_model_node_count(m);
+            size_t len = 0;
+            r->ops[0] = 0;
+            for (size_t i = 0; i < tdm_model_op_type_count(m); i++) {
+                size_t c;
+                const char *op = tdm_model_op_type(m, i, &c);
+                len += (size_t)snprintf(r->ops + len, sizeof r->ops - len, "%s:%zu ", op, c);
+            }
+        }
+        st = tdm_session_run(s, n_in, names, (const tdm_tensor *const *)ins, n_out, NULL, outs[opt]);
+        if (st) fail_msg("opt %d run: %s", opt, tdm_status_message(st));
+        tdm_session_free(s);
+    }
+    for (size_t o = 0; o < n_out; o++) {
+        const tdm_tensor *a = outs[0][o], *c = outs[1][o];
+        assert_int_equal(tdm_tensor_rank(a), tdm_tensor_rank(c));
+        for (int d = 0; d < tdm_tensor_rank(a); d++)
+            assert_int_equal(tdm_tensor_dims(a)[d], tdm_tensor_dims(c)[d]);
+        const float *x = tdm_tensor_data(outs[0][o]), *y = tdm_tensor_data(outs[1][o]);
+        for (int64_t k = 0; k < tdm_tensor_element_count(a); k++)
+            if (!(fabsf(x[k] - y[k]) <= 1e-5f + 1e-4f * fabsf(x[k])))
+                fail_msg("output %zu element %lld: %.8g (opt 0) vs %.8g (opt 1); ops after: %s", o,
+                         (long long)k, x[k], y[k], r->ops);
+        tdm_tensor_free(outs[0][o]);
+        tdm_tensor_free(outs[1][o]);
+    }
+    for (size_t i = 0; i < n_in; i++) tdm_tensor_free(ins[i]);
+    tdm_env_free(env);
+    free(buf);
+}
+
+/* ---- Conv + BatchNormalization ---- */
+
+static void conv_model(fb *b, bool bias, const int64_t *x_decl, const int64_t *x_run) {
+    int64_t wd[4] = {6, 4, 3, 3}, m = 6;
+    fb_input(b, "x", 4, x_decl, x_run);
+    fb_f32(b, "W", 4, wd, NULL, 0, 0.5f);
+    if (bias) fb_f32(b, "B", 1, &m, NULL, 0, 0.5f);
+    Onnx__NodeProto *c = fb_node(b, bias ? "Conv:x,W,B->y" : "Conv:x,W->y");
+    int64_t pads[4] = {1, 1, 1, 1};
+    fb_attr_ints(b, c, "pads", 4, pads);
+}
+
+static void bn_node(fb *b, const char *spec) {
+    int64_t m = 6;
+    fb_f32(b, "scale", 1, &m, NULL, 1.0f, 0.5f);
+    fb_f32(b, "shift", 1, &m, NULL, 0.0f, 0.5f);
+    fb_f32(b, "mean", 1, &m, NULL, 0.0f, 0.5f);
+    fb_f32(b, "var", 1, &m, NULL, 1.0f, 0.5f);
+    Onnx__NodeProto *n = fb_node(b, spec);
+    fb_attr_f(b, n, "epsilon", 1e-3f);
+}
+
+static const int64_t x_shape[4] = {2, 4, 7, 7};
+
+static void test_bn_fold(void **state) {
+    (void)state;
+    for (int bias = 0; bias <= 1; bias++) {
+        fb b;
+        fb_init(&b, 17);
+        conv_model(&b, bias, x_shape, NULL);
+        bn_node(&b, "BatchNormalization:y,scale,shift,mean,var->z");
+        fb_output(&b, "z");
+        fuse_result r;
+        run_both(&b, &r);
+        assert_int_equal(r.nodes, 1);
+        assert_int_equal(op_count(&r, "Conv"), 1);
+        fb_free(&b);
+    }
+    /* negative: the Conv output is also a graph output */
+    fb b;
+    fb_init(&b, 17);
+    conv_model(&b, true, x_shape, NULL);
+    bn_node(&b, "BatchNormalization:y,scale,shift,mean,var->z");
+    fb_output(&b, "z");
+    fb_output(&b, "y");
+    fuse_result r;
+    run_both(&b, &r);
+    assert_int_equal(op_count(&r, "BatchNormalization"), 1);
+    fb_free(&b);
+}
+
+/* ---- Conv + activation ---- */
+
+static void test_conv_activations(void **state) {
+    (void)state;
+    const char *acts[] = {"Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish"};
+    for (size_t a = 0; a < sizeof acts / sizeof acts[0]; a++) {
+        for (int with_bn = 0; with_bn <= 1; with_bn++) {
+            fb b;
+            fb_init(&b, 14); /* HardSwish-14 */
+            conv_model(&b, true, x_shape, NULL);
+            const char *src = "y";
+            if (with_bn) {
+                bn_node(&b, "BatchNormalization:y,scale,shift,mean,var->yb");
+                src = "yb";
+            }
+            char spec[64];
+            Onnx__NodeProto *n;
+            if (strcmp(acts[a], "Clip") == 0) {
+                fb_scalar(&b, "lo", -0.5f);
+                fb_scalar(&b, "hi", 0.75f);
+                snprintf(spec, sizeof spec, "Clip:%s,lo,hi->z", src);
+                n = fb_node(&b, spec);
+            } else {
+                snprintf(spec, sizeof spec, "%s:%s->z", acts[a], src);
+                n = fb_node(&b, spec);
+            }
+            if (strcmp(acts[a], "LeakyRelu") == 0) fb_attr_f(&b, n, "alpha", 0.2f);
+            if (strcmp(acts[a], "HardSigmoid") == 0) {
+                fb_attr_f(&b, n, "alpha", 0.3f);
+                fb_attr_f(&b, n, "beta", 0.4f);
+            }
+            fb_output(&b, "z");
+            fuse_result r;
+            run_both(&b, &r);
+            if (r.nodes != 1 || op_count(&r, "FusedConv") != 1)
+                fail_msg("%s (bn %d): %s", acts[a], with_bn, r.ops);
+            fb_free(&b);
+        }
+    }
+    /* negative: the Conv output has a second reader */
+    fb b;
+    fb_init(&b, 13);
+    conv_model(&b, true, x_shape, NULL);
+    fb_node(&b, "Relu:y->z");
+    fb_node(&b, "Neg:y->w");
+    fb_output(&b, "z");
+    fb_output(&b, "w");
+    fuse_result r;
+    run_both(&b, &r);
+    assert_int_equal(op_count(&r, "FusedConv"), 0);
+    fb_free(&b);
+}
+
+/* ---- Conv + Add (residual) + Relu ---- */
+
+static void test_conv_residual(void **state) {
+    (void)state;
+    /* static shapes: Z is another input */
+    {
+        fb b;
+        fb_init(&b, 17);
+        conv_model(&b, true, x_shape, NULL);
+        int64_t zd[4] = {2, 6, 7, 7};
+        fb_input(&b, "r", 4, zd, NULL);
+        fb_node(&b, "Add:y,r->s");
+        fb_node(&b, "Relu:s->z");
+        fb_output(&b, "z");
+        fuse_result r;
+        run_both(&b, &r);
+        assert_int_equal(r.nodes, 1);
+        assert_int_equal(op_count(&r, "FusedConv"), 1);
+        fb_free(&b);
+    }
+    /* dynamic batch: Z = Sigmoid(Conv2(x)) carries the same batch dim as the Conv output;
+     * the first Conv takes the residual (Z added before the Relu) */
+    {
+        fb b;
+        fb_init(&b, 17);
+        int64_t decl[4] = {-1, 4, 7, 7};
+        conv_model(&b, true, decl, x_shape);
+        int64_t w2d[4] = {6, 4, 1, 1};
+        fb_f32(&b, "W2", 4, w2d, NULL, 0, 0.5f);
+        fb_node(&b, "Conv:x,W2->c2");
+        fb_node(&b, "Sigmoid:c2->r");
+        fb_node(&b, "Add:r,y->s");
+        fb_node(&b, "Relu:s->z");
+        fb_output(&b, "z");
+        fuse_result r;
+        run_both(&b, &r);
+        /* Conv2 + Sigmoid and Conv + Add + Relu */
+        if (r.nodes != 2 || op_count(&r, "FusedConv") != 2) fail_msg("%s", r.ops);
+        fb_free(&b);
+    }
+    /* negative: the other operand broadcasts ([1, 6, 1, 1]): the Add stays */
+    {
+        fb b;
+        fb_init(&b, 17);
+        conv_model(&b, true, x_shape, NULL);
+        int64_t zd[4] = {1, 6, 1, 1};
+        fb_input(&b, "r", 4, zd, NULL);
+        fb_node(&b, "Add:y,r->z");
+        fb_output(&b, "z");
+        fuse_result r;
+        run_both(&b, &r);
+        assert_int_equal(op_count(&r, "FusedConv"), 0);
+        assert_int_equal(op_count(&r, "Add"), 1);
+        fb_free(&b);
+    }
+    /* negative: the Add's output is read twice: Conv + Add fuse, the Relu does not */
+    {
+        fb b;
+        fb_init(&b, 17);
+        conv_model(&b, true, x_shape, NULL);
+        int64_t zd[4] = {2, 6, 7, 7};
+        fb_input(&b, "r", 4, zd, NULL);
+        fb_node(&b, "Add:y,r->s");
+        fb_node(&b, "Relu:s->z");
+        fb_output(&b, "z");
+        fb_output(&b, "s");
+        fuse_result r;
+        run_both(&b, &r);
+        assert_int_equal(op_count(&r, "FusedConv"), 1);
+        assert_int_equal(op_count(&r, "Relu"), 1);
+        fb_free(&b);
+    }
+}
+
+/* ---- MatMul + bias + activation ---- */
+
+static void matmul_model(fb *b, int a_rank, bool batched_b) {
+    int64_t all[4] = {2, 3, 5, 8}, ad[4], wd[3] = {3, 8, 16}, n = 16;
+    for (int i = 0; i < a_rank; i++) ad[i] = all[4 - a_rank + i];
+    fb_input(b, "A", a_rank, ad, NULL);
+    fb_f32(b, "W", batched_b ? 3 : 2, batched_b ? wd : wd + 1, NULL, 0, 0.5f);
+    fb_f32(b, "bias", 1, &n, NULL, 0, 0.5f);
+    fb_node(b, "MatMul:A,W->y");
+}
+
+static void test_matmul_bias_relu(void **state) {
+    (void)state;
+    int ranks[] = {2, 3, 4};
+    for (int i = 0; i < 3; i++)
+        for (int relu = 0; relu <= 1; relu++) {
+            fb b;
+            fb_init(&b, 17);
+            matmul_model(&b, ranks[i], ranks[i] == 4);
+            fb_node(&b, relu ? "Add:y,bias->s" : "Add:bias,y->z");
+            if (relu) fb_node(&b, "Relu:s->z");
+            fb_output(&b, "z");
+            fuse_result r;
+            run_both(&b, &r);
+            if (r.nodes != 1 || op_count(&r, "FusedMatMul") != 1) fail_msg("%s", r.ops);
+            fb_free(&b);
+        }
+    /* negative: the MatMul output has a second reader */
+    fb b;
+    fb_init(&b, 17);
+    matmul_model(&b, 3, false);
+    fb_node(&b, "Add:y,bias->s");
+    fb_node(&b, "Relu:s->z");
+    fb_output(&b, "z");
+    fb_output(&b, "y");
+    fuse_result r;
+    run_both(&b, &r);
+    assert_int_equal(op_count(&r, "FusedMatMul"), 0);
+    fb_free(&b);
+}
+
+/* Gemm + Relu, B transposed or not; negative: alpha != 1 */
+static void test_gemm_relu(void **state) {
+    (void)state;
+    for (int variant = 0; variant < 3; variant++) {
+        fb b;
+        fb_init(&b, 17);
+        int64_t ad[2] = {5, 8}, wd[2] = {16, 8}, wnd[2] = {8, 16}, n = 16;
+        fb_input(&b, "A", 2, ad, NULL);
+        fb_f32(&b, "W", 2, variant == 1 ? wnd : wd, NULL, 0, 0.5f);
+        fb_f32(&b, "C", 1, &n, NULL, 0, 0.5f);
+        Onnx__NodeProto *g = fb_node(&b, "Gemm:A,W,C->y");
+        if (variant != 1) fb_attr_i(&b, g, "transB", 1);
+        if (variant == 2) fb_attr_f(&b, g, "alpha", 0.5f);
+        fb_node(&b, "Relu:y->z");
+        fb_output(&b, "z");
+        fuse_result r;
+        run_both(&b, &r);
+        size_t want = variant == 2 ? 0 : 1;
+        if (op_count(&r, "FusedMatMul") != want || r.nodes != 2 - want)
+            fail_msg("variant %d: %s", variant, r.ops);
+        fb_free(&b);
+    }
+}
+
+/* GELU as PyTorch exports it, in three orderings, and the tanh form */
+static void test_matmul_gelu(void **state) {
+    (void)state;
+    for (int form = 0; form < 5; form++) {
+        fb b;
+        fb_init(&b, 17);
+        matmul_model(&b, 3, false);
+        fb_node(&b, "Add:y,bias->x");
+        fb_scalar(&b, "one", 1.0f);
+        fb_scalar(&b, "half", 0.5f);
+        switch (form) {
+        case 0: /* bert: (x * (erf(x / sqrt2) + 1)) * 0.5 */
+            fb_scalar(&b, "sqrt2", 1.4142135f);
+            fb_node(&b, "Div:x,sqrt2->d");
+            fb_node(&b, "Erf:d->e");
+            fb_node(&b, "Add:e,one->a");
+            fb_node(&b, "Mul:x,a->m");
+            fb_node(&b, "Mul:m,half->z");
+            break;
+        case 1: /* (x * 0.5) * (1 + erf(x * 1/sqrt2)) */
+            fb_scalar(&b, "isqrt2", 0.70710678f);
+            fb_node(&b, "Mul:isqrt2,x->d");
+            fb_node(&b, "Erf:d->e");
+            fb_node(&b, "Add:one,e->a");
+            fb_node(&b, "Mul:x,half->h");
+            fb_node(&b, "Mul:h,a->z");
+            break;
+        case 2: /* ((1 + erf) * 0.5) * x */
+            fb_scalar(&b, "sqrt2", 1.4142135f);
+            fb_node(&b, "Div:x,sqrt2->d");
+            fb_node(&b, "Erf:d->e");
+            fb_node(&b, "Add:e,one->a");
+            fb_node(&b, "Mul:a,half->m");
+            fb_node(&b, "Mul:m,x->z");
+            break;
+        case 3: /* tanh form with Pow */
+        case 4: /* tanh form with x * x * x */
+            fb_scalar(&b, "three", 3.0f);
+            fb_scalar(&b, "c", 0.044715f);
+            fb_scalar(&b, "k", 0.7978845608f);
+            if (form == 3) {
+                fb_node(&b, "Pow:x,three->p");
+            } else {
+                fb_node(&b, "Mul:x,x->sq");
+                fb_node(&b, "Mul:sq,x->p");
+            }
+            fb_node(&b, "Mul:p,c->q");
+            fb_node(&b, "Add:x,q->r");
+            fb_node(&b, "Mul:k,r->s");
+            fb_node(&b, "Tanh:s->t");
+            fb_node(&b, "Add:t,one->a");
+            fb_node(&b, "Mul:x,a->m");
+            fb_node(&b, "Mul:m,half->z");
+            break;
+        }
+        fb_output(&b, "z");
+        fuse_result r;
+        run_both(&b, &r);
+        if (r.nodes != 1 || op_count(&r, "FusedMatMul") != 1) fail_msg("form %d: %s", form, r.ops);
+        fb_free(&b);
+    }
+    /* negative: x (the GELU input) is also read outside the GELU: bias fuses, GELU stays */
+    fb b;
+    fb_init(&b, 17);
+    matmul_model(&b, 3, false);
+    fb_node(&b, "Add:y,bias->x");
+    fb_scalar(&b, "one", 1.0f);
+    fb_scalar(&b, "half", 0.5f);
+    fb_scalar(&b, "sqrt2", 1.4142135f);
+    fb_node(&b, "Div:x,sqrt2->d");
+    fb_node(&b, "Erf:d->e");
+    fb_node(&b, "Add:e,one->a");
+    fb_node(&b, "Mul:x,a->m");
+    fb_node(&b, "Mul:m,half->z");
+    fb_node(&b, "Neg:x->w");
+    fb_output(&b, "z");
+    fb_output(&b, "w");
+    fuse_result r;
+    run_both(&b, &r);
+    assert_int_equal(op_count(&r, "Erf"), 1);
+    assert_int_equal(op_count(&r, "FusedMatMul"), 1);
+    fb_free(&b);
+}
+
+/* ---- decomposed LayerNorm ---- */
+
+static void layernorm_model(fb *b, bool affine, bool extra_reader, bool dynamic) {
+    int64_t decl[3] = {dynamic ? -1 : 2, 5, 16}, run[3] = {2, 5, 16}, n = 16, axes = -1;
+    fb_input(b, "x", 3, decl, run);
+    fb_scalar(b, "two", 2.0f);
+    fb_scalar(b, "eps", 1e-5f);
+    Onnx__NodeProto *m1 = fb_node(b, "ReduceMean:x->m");
+    fb_attr_ints(b, m1, "axes", 1, &axes);
+    fb_node(b, "Sub:x,m->d");
+    fb_node(b, "Pow:d,two->p");
+    Onnx__NodeProto *m2 = fb_node(b, "ReduceMean:p->v");
+    fb_attr_ints(b, m2, "axes", 1, &axes);
+    fb_node(b, "Add:v,eps->ve");
+    fb_node(b, "Sqrt:ve->s");
+    fb_node(b, affine ? "Div:d,s->nrm" : "Div:d,s->z");
+    if (affine) {
+        fb_f32(b, "gamma", 1, &n, NULL, 1.0f, 0.5f);
+        fb_f32(b, "beta", 1, &n, NULL, 0.0f, 0.5f);
+        fb_node(b, "Mul:nrm,gamma->g");
+        fb_node(b, "Add:beta,g->z");
+    }
+    fb_output(b, "z");
+    if (extra_reader) fb_output(b, "d");
+}
+
+static void test_layernorm(void **state) {
+    (void)state;
+    for (int affine = 0; affine <= 1; affine++)
+        for (int dynamic = 0; dynamic <= 1; dynamic++) {
+            fb b;
+            fb_init(&b, 17);
+            layernorm_model(&b, affine, false, dynamic);
+            fuse_result r;
+            run_both(&b, &r);
+            if (r.nodes != 1 || op_count(&r, "LayerNormalization") != 1) fail_msg("%s", r.ops);
+            fb_free(&b);
+        }
+    /* negative: d is also a graph output */
+    fb b;
+    fb_init(&b, 17);
+    layernorm_model(&b, true, true, false);
+    fuse_result r;
+    run_both(&b, &r);
+    assert_int_equal(op_count(&r, "LayerNormalization"), 0);
+    fb_free(&b);
+    /* negative: opset 13 has no LayerNormalization */
+    fb_init(&b, 13);
+    layernorm_model(&b, true, false, false);
+    run_both(&b, &r);
+    assert_int_equal(op_count(&r, "LayerNormalization"), 0);
+    fb_free(&b);
+}
+
+/* ---- attention ---- */
+
+enum { K_TRANSPOSED_INPUT, K_TRANSPOSE_LAST2, K_TRANSPOSE_BERT };
+
+static void attention_model(fb *b, int k_form, bool mask, bool div, bool extra_reader) {
+    int64_t qd[4] = {2, 3, 5, 8}, kd_bert[4] = {2, 6, 3, 8}, ktd[4] = {2, 3, 8, 6};
+    int64_t kd[4] = {2, 3, 6, 8}, vd[4] = {2, 3, 6, 4}, md[4] = {2, 1, 1, 6};
+    fb_input(b, "q", 4, qd, NULL);
+    fb_input(b, "v", 4, vd, NULL);
+    if (k_form == K_TRANSPOSED_INPUT) {
+        fb_input(b, "kt", 4, ktd, NULL);
+    } else if (k_form == K_TRANSPOSE_LAST2) {
+        int64_t perm[4] = {0, 1, 3, 2};
+        fb_input(b, "k", 4, kd, NULL);
+        fb_attr_ints(b, fb_node(b, "Transpose:k->kt"), "perm", 4, perm);
+    } else {
+        int64_t perm[4] = {0, 2, 3, 1};
+        fb_input(b, "k", 4, kd_bert, NULL);
+        fb_attr_ints(b, fb_node(b, "Transpose:k->kt"), "perm", 4, perm);
+    }
+    fb_node(b, "MatMul:q,kt->s");
+    if (div) {
+        fb_scalar(b, "c", 2.828427f);
+        fb_node(b, "Div:s,c->ss");
+    } else {
+        fb_scalar(b, "c", 0.35f);
+        fb_node(b, "Mul:c,s->ss");
+    }
+    if (mask) {
+        fb_input(b, "mask", 4, md, NULL);
+        fb_node(b, "Add:mask,ss->sm");
+    }
+    fb_attr_i(b, fb_node(b, mask ? "Softmax:sm->p" : "Softmax:ss->p"), "axis", -1);
+    fb_node(b, "MatMul:p,v->z");
+    fb_output(b, "z");
+    if (extra_reader) fb_output(b, "p");
+}
+
+static void test_attention(void **state) {
+    (void)state;
+    for (int k_form = 0; k_form < 3; k_form++)
+        for (int variant = 0; variant < 2; variant++) {
+            fb b;
+            fb_init(&b, 17);
+            attention_model(&b, k_form, variant == 0, variant == 0, false);
+            fuse_result r;
+            run_both(&b, &r);
+            /* K^T given as an input: K comes from an inserted Transpose; a Transpose of the
+             * last two axes disappears; bert's layout keeps one Transpose (0,2,1,3) */
+            size_t transposes = k_form == K_TRANSPOSE_LAST2 ? 0 : 1;
+            if (op_count(&r, "Attention") != 1 || op_count(&r, "Transpose") != transposes ||
+                r.nodes != 1 + transposes)
+                fail_msg("k_form %d variant %d: %s", k_form, variant, r.ops);
+            fb_free(&b);
+        }
+    /* negative: the probabilities are also a graph output */
+    fb b;
+    fb_init(&b, 17);
+    attention_model(&b, K_TRANSPOSE_LAST2, true, true, true);
+    fuse_result r;
+    run_both(&b, &r);
+    assert_int_equal(op_count(&r, "Attention"), 0);
+    fb_free(&b);
+}
+
+/* ---- the reference kernels (k_fused.c), which oneDNN kernels may shadow in sessions ----
+ * The unfused model at opt-level 0 gives the expected output; the fused node is built by
+ * hand and run through tdm_cpu_kernels_fused directly. */
+
+static tdm_attr str_attr(const char *name, const char *v) {
+    tdm_attr a = {.name = (char *)name, .type = TDM_ATTR_STRING, .s = (char *)v, .s_len = strlen(v)};
+    return a;
+}
+
+static void ref_check(fb *b, const char *op, int n_attrs, tdm_attr *attrs, int n_in,
+                      const char *const *in_names) {
+    size_t size = onnx__model_proto__get_packed_size(&b->model);
+    void *buf = malloc(size);
+    onnx__model_proto__pack(&b->model, buf);
+    tdm_env *env = NULL;
+    assert_null(tdm_env_create(NULL, &env));
+    size_t n_graph_in = b->graph.n_input;
+    tdm_tensor *ins[FB_MAX] = {0}, *want = NULL;
+    const char *names[FB_MAX];
+    rng_state = 777;
+    for (size_t i = 0; i < n_graph_in; i++) {
+        names[i] = b->ins[i]->name;
+        assert_null(tdm_tensor_create(env, TDM_FLOAT, b->in_rank[i], b->in_dims[i], &ins[i]));
+        float *d = tdm_tensor_data(ins[i]);
+        for (int64_t k = 0; k < tdm_tensor_element_count(ins[i]); k++) d[k] = 2.0f * rnd();
+    }
+    tdm_session_options so = {.api_version = TDM_API_VERSION, .devices = "cpu", .threads = 1};
+    tdm_session *s = NULL;
+    tdm_status *st = tdm_session_create_from_buffer(env, buf, size, NULL, &so, &s);
+    if (st) fail_msg("%s", tdm_status_message(st));
+    const char *out_name = b->outs[0]->name;
+    st = tdm_session_run(s, n_graph_in, names, (const tdm_tensor *const *)ins, 1, &out_name, &want);
+    if (st) fail_msg("%s", tdm_status_message(st));
+    tdm_session_free(s);
+
+    /* the fused node's inputs by name: graph inputs or initializers */
+    const tdm_tensor *kin[4] = {0};
+    tdm_tensor *wrapped[4] = {0};
+    for (int i = 0; i < n_in; i++) {
+        if (!in_names[i][0]) continue;
+        for (size_t g = 0; g < n_graph_in; g++)
+            if (strcmp(names[g], in_names[i]) == 0) kin[i] = ins[g];
+        for (size_t t = 0; t < b->graph.n_initializer && !kin[i]; t++) {
+            Onnx__TensorProto *tp = b->inits[t];
+            if (strcmp(tp->name, in_names[i])) continue;
+            assert_null(tdm_tensor_wrap(env, TDM_FLOAT, (int)tp->n_dims, tp->dims, tp->float_data,
+                                        tp->n_float_data * sizeof(float), &wrapped[i]));
+            kin[i] = wrapped[i];
+        }
+        assert_non_null(kin[i]);
+    }
+    tdm_node node = {.name = "ref", .op_type = (char *)op, .domain = TDM_FUSED_DOMAIN, .opset = 1,
+                     .n_inputs = n_in, .n_outputs = 1, .n_attrs = n_attrs, .attrs = attrs};
+    const tdm_op_schema *schema = tdm_op_find(TDM_FUSED_DOMAIN, op, 1);
+    assert_non_null(schema);
+    tdm_value_info vin[4], vout[1];
+    memset(vin, 0, sizeof vin);
+    memset(vout, 0, sizeof vout);
+    vout[0].present = true;
+    vout[0].rank = -1;
+    for (int i = 0; i < n_in; i++) {
+        vin[i].rank = -1;
+        if (!kin[i]) continue;
+        vin[i].present = true;
+        vin[i].dtype = kin[i]->dtype;
+        vin[i].rank = kin[i]->rank;
+        memcpy(vin[i].dims, kin[i]->dims, sizeof vin[i].dims);
+        vin[i].data = kin[i];
+    }
+    tdm_infer_ctx ic = {&node, 1, n_in, vin, 1, vout};
+    st = schema->infer(&ic);
+    if (st) fail_msg("%s", tdm_status_message(st));
+    tdm_tensor *y = NULL;
+    assert_null(tdm_tensor_create(env, TDM_FLOAT, vout[0].rank, vout[0].dims, &y));
+    const tdm_kernel_def *kd = NULL;
+    for (int k = 0; k < tdm_cpu_kernels_fused_count; k++)
+        if (strcmp(tdm_cpu_kernels_fused[k].op, op) == 0) kd = &tdm_cpu_kernels_fused[k];
+    assert_non_null(kd);
+    tdm_kernel_ctx kc = {.node = &node, .opset = 1, .n_in = n_in, .in = kin, .n_out = 1, .out = &y};
+    st = kd->run(&kc);
+    if (st) fail_msg("%s", tdm_status_message(st));
+    assert_int_equal(tdm_tensor_element_count(y), tdm_tensor_element_count(want));
+    const float *x = tdm_tensor_data(want), *g = tdm_tensor_data(y);
+    for (int64_t k = 0; k < tdm_tensor_element_count(y); k++)
+        if (!(fabsf(x[k] - g[k]) <= 1e-5f + 1e-4f * fabsf(x[k])))
+            fail_msg("%s: element %lld: %.8g (unfused) vs %.8g (reference kernel)", op,
+                     (long long)k, x[k], g[k]);
+    tdm_tensor_free(y);
+    tdm_tensor_free(want);
+    for (int i = 0; i < 4; i++) tdm_tensor_free(wrapped[i]);
+    for (size_t i = 0; i < n_graph_in; i++) tdm_tensor_free(ins[i]);
+    tdm_env_free(env);
+    free(buf);
+}
+
+static void test_reference_conv(void **state) {
+    (void)state;
+    const char *acts[] = {"", "Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish"};
+    for (size_t a = 0; a < sizeof acts / sizeof acts[0]; a++)
+        for (int with_z = 0; with_z <= 1; with_z++) {
+            if (!acts[a][0] && !with_z) continue;
+            fb b;
+            fb_init(&b, 14);
+            conv_model(&b, true, x_shape, NULL);
+            int64_t zd[4] = {2, 6, 7, 7};
+            const char *src = "y";
+            if (with_z) {
+                fb_input(&b, "r", 4, zd, NULL);
+                fb_node(&b, acts[a][0] ? "Add:y,r->s" : "Add:y,r->z");
+                src = "s";
+            }
+            float params[2] = {0, 0};
+            int np = 0;
+            if (acts[a][0]) {
+                char spec[64];
+                if (strcmp(acts[a], "Clip") == 0) {
+                    fb_scalar(&b, "lo", -0.5f);
+                    fb_scalar(&b, "hi", 0.75f);
+                    snprintf(spec, sizeof spec, "Clip:%s,lo,hi->z", src);
+                    params[0] = -0.5f;
+                    params[1] = 0.75f;
+                    np = 2;
+                } else {
+                    snprintf(spec, sizeof spec, "%s:%s->z", acts[a], src);
+                }
+                Onnx__NodeProto *n = fb_node(&b, spec);
+                if (strcmp(acts[a], "LeakyRelu") == 0) {
+                    fb_attr_f(&b, n, "alpha", 0.2f);
+                    params[0] = 0.2f;
+                    np = 1;
+                }
+                if (strcmp(acts[a], "HardSigmoid") == 0) {
+                    fb_attr_f(&b, n, "alpha", 0.3f);
+                    fb_attr_f(&b, n, "beta", 0.4f);
+                    params[0] = 0.3f;
+                    params[1] = 0.4f;
+                    np = 2;
+                }
+            }
+            fb_output(&b, "z");
+            int64_t pads[4] = {1, 1, 1, 1};
+            tdm_attr attrs[3] = {
+                {.name = "pads", .type = TDM_ATTR_INTS, .ints = pads, .n = 4},
+                str_attr("activation", acts[a]),
+                {.name = "activation_params", .type = TDM_ATTR_FLOATS, .floats = params, .n = (size_t)np},
+            };
+            const char *kin[4] = {"x", "W", "B", "r"};
+            ref_check(&b, "FusedConv", 3, attrs, with_z ? 4 : 3, kin);
+            fb_free(&b);
+        }
+}
+
+static void test_reference_matmul(void **state) {
+    (void)state;
+    /* A ranks 1..4 against a matrix and a batch of matrices; Relu, Gelu (erf), GeluTanh */
+    const char *acts[] = {"", "Relu", "Gelu", "GeluTanh"};
+    for (int a_rank = 1; a_rank <= 4; a_rank++)
+        for (int batched = 0; batched <= 1; batched++)
+            for (size_t a = 0; a < sizeof acts / sizeof acts[0]; a++) {
+                fb b;
+                fb_init(&b, 17);
+                matmul_model(&b, a_rank, batched);
+                fb_node(&b, acts[a][0] ? "Add:y,bias->x" : "Add:y,bias->z");
+                fb_scalar(&b, "one", 1.0f);
+                fb_scalar(&b, "half", 0.5f);
+                if (strcmp(acts[a], "Relu") == 0) fb_node(&b, "Relu:x->z");
+                if (strcmp(acts[a], "Gelu") == 0) {
+                    fb_scalar(&b, "sqrt2", 1.4142135f);
+                    fb_node(&b, "Div:x,sqrt2->d");
+                    fb_node(&b, "Erf:d->e");
+                    fb_node(&b, "Add:e,one->a");
+                    fb_node(&b, "Mul:x,a->m");
+                    fb_node(&b, "Mul:m,half->z");
+                }
+                if (strcmp(acts[a], "GeluTanh") == 0) {
+                    fb_scalar(&b, "three", 3.0f);
+                    fb_scalar(&b, "c", 0.044715f);
+                    fb_scalar(&b, "k", 0.7978845608f);
+                    fb_node(&b, "Pow:x,three->p");
+                    fb_node(&b, "Mul:p,c->q");
+                    fb_node(&b, "Add:x,q->r");
+                    fb_node(&b, "Mul:k,r->s");
+                    fb_node(&b, "Tanh:s->t");
+                    fb_node(&b, "Add:t,one->a");
+                    fb_node(&b, "Mul:x,a->m");
+                    fb_node(&b, "Mul:m,half->z");
+                }
+                fb_output(&b, "z");
+                tdm_attr attrs[1] = {str_attr("activation", acts[a])};
+                const char *kin[3] = {"A", "W", "bias"};
+                ref_check(&b, "FusedMatMul", 1, attrs, 3, kin);
+                fb_free(&b);
+            }
+}
+
+/* ---- Transpose / Reshape chains ---- */
+
+static void test_layout(void **state) {
+    (void)state;
+    int64_t xd[4] = {2, 3, 4, 5};
+    int64_t p1[4] = {0, 2, 1, 3}, p2[4] = {3, 1, 2, 0};
+    /* identity composition: both Transposes go */
+    {
+        fb b;
+        fb_init(&b, 17);
+        fb_input(&b, "x", 4, xd, NULL);
+        fb_attr_ints(&b, fb_node(&b, "Transpose:x->t1"), "perm", 4, p1);
+        fb_attr_ints(&b, fb_node(&b, "Transpose:t1->t2"), "perm", 4, p1);
+        fb_node(&b, "Relu:t2->z");
+        fb_output(&b, "z");
+        fuse_result r;
+        run_both(&b, &r);
+        if (r.nodes != 1 || op_count(&r, "Transpose") != 0) fail_msg("%s", r.ops);
+        fb_free(&b);
+    }
+    /* identity composition into a graph output: an Identity keeps the name */
+    {
+        fb b;
+        fb_init(&b, 17);
+        fb_input(&b, "x", 4, xd, NULL);
+        fb_attr_ints(&b, fb_node(&b, "Transpose:x->t1"), "perm", 4, p1);
+        fb_attr_ints(&b, fb_node(&b, "Transpose:t1->z"), "perm", 4, p1);
+        fb_output(&b, "z");
+        fuse_result r;
+        run_both(&b, &r);
+        if (r.nodes != 1 || op_count(&r, "Identity") != 1) fail_msg("%s", r.ops);
+        fb_free(&b);
+    }
+    /* general composition (and a default perm): one Transpose */
+    {
+        fb b;
+        fb_init(&b, 17);
+        fb_input(&b, "x", 4, xd, NULL);
+        fb_node(&b, "Transpose:x->t1");
+        fb_attr_ints(&b, fb_node(&b, "Transpose:t1->t2"), "perm", 4, p1);
+        fb_attr_ints(&b, fb_node(&b, "Transpose:t2->z"), "perm", 4, p1);
+        fb_output(&b, "z");
+        fuse_result r;
+        run_both(&b, &r);
+        if (r.nodes != 1 || op_count(&r, "Transpose") != 1) fail_msg("%s", r.ops);
+        fb_free(&b);
+    }
+    /* Reshape chain: the last one stays */
+    {
+        fb b;
+        fb_init(&b, 17);
+        fb_input(&b, "x", 4, xd, NULL);
+        int64_t s1[2] = {6, 20}, s2[3] = {4, -1, 3};
+        fb_i64(&b, "s1", 2, s1);
+        fb_i64(&b, "s2", 3, s2);
+        fb_node(&b, "Reshape:x,s1->r1");
+        fb_node(&b, "Reshape:r1,s2->z");
+        fb_output(&b, "z");
+        fuse_result r;
+        run_both(&b, &r);
+        if (r.nodes != 1 || op_count(&r, "Reshape") != 1) fail_msg("%s", r.ops);
+        fb_free(&b);
+    }
+    /* negatives: a middle value read twice; a second shape with 0 (copies a middle dim) */
+    {
+        fb b;
+        fb_init(&b, 17);
+        fb_input(&b, "x", 4, xd, NULL);
+        fb_attr_ints(&b, fb_node(&b, "Transpose:x->t1"), "perm", 4, p1);
+        fb_attr_ints(&b, fb_node(&b, "Transpose:t1->z"), "perm", 4, p2);
+        int64_t s1[2] = {6, 20}, s2[3] = {0, 4, 5};
+        fb_i64(&b, "s1", 2, s1);
+        fb_i64(&b, "s2", 3, s2);
+        fb_node(&b, "Reshape:x,s1->r1");
+        fb_node(&b, "Reshape:r1,s2->w");
+        fb_output(&b, "z");
+        fb_output(&b, "t1");
+        fb_output(&b, "w");
+        fuse_result r;
+        run_both(&b, &r);
+        if (op_count(&r, "Transpose") != 2 || op_count(&r, "Reshape") != 2) fail_msg("%s", r.ops);
+        fb_free(&b);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bn_fold),         cmocka_unit_test(test_conv_activations),
+        cmocka_unit_test(test_conv_residual),   cmocka_unit_test(test_matmul_bias_relu),
+        cmocka_unit_test(test_gemm_relu),
+        cmocka_unit_test(test_matmul_gelu),     cmocka_unit_test(test_layernorm),
+        cmocka_unit_test(test_attention),       cmocka_unit_test(test_layout),
+        cmocka_unit_test(test_reference_conv), cmocka_unit_test(test_reference_matmul),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
