@@ -359,6 +359,8 @@ TDM_API void tdm_string_free(char *s);
  * folder, keyed by the model's bytes and input shapes; later sessions of the same model use
  * them instead of the cost model's estimates when placing nodes. */
 TDM_API tdm_status *tdm_session_save_measurements(tdm_session *session);
+/* Forgets the per-node times measured so far (e.g. after warm-up runs). */
+TDM_API void tdm_session_reset_measurements(tdm_session *session);
 
 /* ---- tracing --------------------------------------------------------------------------- */
 

@@ -432,3 +432,11 @@ tdm_status *tdm_session_save_measurements(tdm_session *s) {
     if (!s) return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_session_save_measurements: NULL session");
     return tdm_measured_save(s->plan);
 }
+
+void tdm_session_reset_measurements(tdm_session *s) {
+    if (!s || !s->plan->measured_ms) return;
+    pthread_mutex_lock(&s->plan->mem_mu);
+    memset(s->plan->measured_ms, 0, s->plan->graph->n_nodes * sizeof *s->plan->measured_ms);
+    s->plan->measured_runs = 0;
+    pthread_mutex_unlock(&s->plan->mem_mu);
+}
