@@ -2,8 +2,9 @@
  * FusedMatMul, MaxPool and AveragePool. This table is searched before the generic families,
  * so its entries win; whatever a kernel cannot do goes to the generic kernel (dn_fallback).
  * This file holds the table and what the op files share (k_dnnl.h): states, the per-shape
- * primitive cache, execution, reorders and threads. */
+ * cache, single-threaded execution, reorders and the split of work over the thread pool. */
 #include <omp.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "backends/cpu/k_dnnl.h"
@@ -25,13 +26,16 @@ const tdm_kernel_def tdm_cpu_kernels_dnnl[] = {
 const int tdm_cpu_kernels_dnnl_count =
     (int)(sizeof tdm_cpu_kernels_dnnl / sizeof tdm_cpu_kernels_dnnl[0]);
 
-/* ---- states ---- */
+/* ---- states and the cache ---- */
 
-tdm_status *dn_state_new(const tdm_allocator *a, size_t size, dn_state **out) {
+tdm_status *dn_state_new(const tdm_allocator *a, size_t size, size_t entry_size,
+                         dn_clear_fn clear, dn_state **out) {
     *out = NULL;
     dn_state *s = tdm_calloc(a, 1, size);
     if (!s) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory preparing a oneDNN kernel");
     s->alloc = a;
+    s->entry_size = entry_size;
+    s->clear = clear;
     if (pthread_mutex_init(&s->mu, NULL) != 0) {
         tdm_free(a, s);
         return TDM_ERR(TDM_ERR_INTERNAL, "cannot create a lock");
@@ -45,39 +49,57 @@ tdm_status *dn_state_new(const tdm_allocator *a, size_t size, dn_state **out) {
     return NULL;
 }
 
-static void prim_clear(dn_prim *p) {
-    if (p->p) dnnl_primitive_destroy(p->p);
-    p->p = NULL;
-    p->scratch = 0;
+static void entry_free(dn_state *s, dn_entry *e) {
+    if (!e) return;
+    if (s->clear) s->clear(s, e);
+    tdm_free(s->alloc, e);
 }
 
-void dn_entry_clear(dn_entry *e) {
-    prim_clear(&e->main);
-    prim_clear(&e->r_src);
-    prim_clear(&e->r_dst);
-    prim_clear(&e->r_z);
-    prim_clear(&e->r_wei);
-}
-
-void dn_entry_done(dn_entry *e, dn_entry *tmp) {
-    if (e && e == tmp) dn_entry_clear(tmp);
-}
-
-void dn_state_free(dn_state *s) {
+void dn_release(void *state, const tdm_allocator *a) {
+    (void)a;
+    dn_state *s = state;
     if (!s) return;
-    for (int i = 0; i < s->n_entries; i++) {
-        dn_entry_clear(s->entries[i]);
-        tdm_free(s->alloc, s->entries[i]);
-    }
-    for (int i = 0; i < s->n_wcache; i++) tdm_free(s->alloc, s->wcache[i].data);
+    for (int i = 0; i < s->n_entries; i++) entry_free(s, s->entries[i]);
     if (s->eng) dnnl_engine_destroy(s->eng);
     if (s->mu_init) pthread_mutex_destroy(&s->mu);
     tdm_free(s->alloc, s);
 }
 
-void dn_release(void *state, const tdm_allocator *a) {
-    (void)a;
-    dn_state_free(state);
+tdm_status *dn_cache_get(dn_state *s, tdm_kernel_ctx *ctx, const int64_t *key, int nkey,
+                         dn_build_fn build, dn_entry **e) {
+    *e = NULL;
+    if (nkey > DN_KEY) return tdm_node_error(ctx->node, TDM_ERR_INTERNAL, "shape key too long");
+    tdm_status *st = NULL;
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->n_entries; i++) {
+        dn_entry *c = s->entries[i];
+        if (c->nkey == nkey && memcmp(c->key, key, (size_t)nkey * sizeof *key) == 0) {
+            *e = c;
+            goto done;
+        }
+    }
+    dn_entry *c = tdm_calloc(s->alloc, 1, s->entry_size);
+    if (!c) {
+        st = dn_oom(ctx);
+        goto done;
+    }
+    c->nkey = nkey;
+    memcpy(c->key, key, (size_t)nkey * sizeof *key);
+    c->generic = true;
+    c->temp = s->n_entries >= DN_CACHE;
+    if ((st = build(s, ctx, c))) {
+        entry_free(s, c);
+        goto done;
+    }
+    if (!c->temp) s->entries[s->n_entries++] = c;
+    *e = c;
+done:
+    pthread_mutex_unlock(&s->mu);
+    return st;
+}
+
+void dn_entry_done(dn_state *s, dn_entry *e) {
+    if (e && e->temp) entry_free(s, e);
 }
 
 /* ---- the generic path ---- */
@@ -106,44 +128,79 @@ tdm_status *dn_fallback(tdm_kernel_ctx *ctx) {
 
 int dn_threads(tdm_kernel_ctx *ctx) {
     int n = tdm_threadpool_size(ctx->pool);
-    if (n < 1) n = 1;
-    if (omp_get_max_threads() != n) omp_set_num_threads(n);
-    return n;
+    return n < 1 ? 1 : n;
 }
 
-/* ---- the per-shape cache ---- */
-
-tdm_status *dn_cache_get(dn_state *s, tdm_kernel_ctx *ctx, const int64_t *key, int nkey,
-                         dn_build_fn build, dn_entry *tmp, dn_entry **e) {
-    *e = NULL;
-    if (nkey > DN_KEY) return tdm_node_error(ctx->node, TDM_ERR_INTERNAL, "shape key too long");
-    tdm_status *st = NULL;
-    pthread_mutex_lock(&s->mu);
-    for (int i = 0; i < s->n_entries; i++) {
-        dn_entry *c = s->entries[i];
-        if (c->nkey == nkey && memcmp(c->key, key, (size_t)nkey * sizeof *key) == 0) {
-            *e = c;
-            goto done;
-        }
-    }
-    dn_entry *c = s->n_entries < DN_CACHE ? tdm_alloc(s->alloc, sizeof *c) : NULL;
-    if (!c) c = tmp;
-    memset(c, 0, sizeof *c);
-    c->nkey = nkey;
-    memcpy(c->key, key, (size_t)nkey * sizeof *key);
-    if ((st = build(s, ctx, c))) {
-        dn_entry_clear(c);
-        if (c != tmp) tdm_free(s->alloc, c);
-        goto done;
-    }
-    if (c != tmp) s->entries[s->n_entries++] = c;
-    *e = c;
-done:
-    pthread_mutex_unlock(&s->mu);
-    return st;
+int dn_omp_begin(void) {
+    int prev = omp_get_max_threads();
+    if (prev != 1) omp_set_num_threads(1);
+    return prev;
 }
 
-/* ---- descriptors, primitives, execution ---- */
+void dn_omp_end(int prev) {
+    if (prev != 1) omp_set_num_threads(prev);
+}
+
+typedef struct par_job {
+    dn_item_fn fn;
+    void *arg;
+    tdm_kernel_ctx *ctx;
+    _Atomic(tdm_status *) first;
+    atomic_bool failed;
+} par_job;
+
+static void par_range(void *vp, int64_t b, int64_t e) {
+    par_job *j = vp;
+    if (omp_get_max_threads() != 1) omp_set_num_threads(1); /* tandem workers stay serial */
+    for (int64_t i = b; i < e && !atomic_load(&j->failed); i++) {
+        tdm_status *st = j->fn(j->arg, j->ctx, i);
+        if (!st) continue;
+        atomic_store(&j->failed, true);
+        tdm_status *none = NULL;
+        if (!atomic_compare_exchange_strong(&j->first, &none, st)) tdm_status_free(st);
+    }
+}
+
+tdm_status *dn_parallel(tdm_kernel_ctx *ctx, int64_t n, dn_item_fn fn, void *arg) {
+    if (n <= 0) return NULL;
+    if (n == 1 || dn_threads(ctx) == 1) {
+        for (int64_t i = 0; i < n; i++) TDM_TRY(fn(arg, ctx, i));
+        return NULL;
+    }
+    par_job j = {.fn = fn, .arg = arg, .ctx = ctx};
+    atomic_init(&j.first, NULL);
+    atomic_init(&j.failed, false);
+    tdm_parallel_for(ctx->pool, n, 1, par_range, &j);
+    return atomic_load(&j.first);
+}
+
+int64_t dn_chunk(int64_t units, int64_t align, int64_t images, int threads) {
+    if (align < 1) align = 1;
+    if (threads <= 1 || images >= 2 * (int64_t)threads || units <= align) return units;
+    int64_t pieces = (2 * (int64_t)threads + images - 1) / images; /* ~2 items per thread */
+    int64_t c = (units + pieces - 1) / pieces;
+    c = (c + align - 1) / align * align;
+    return c < units ? c : units;
+}
+
+/* ---- descriptors, primitives ---- */
+
+int64_t dn_block(void) {
+    dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    return ((unsigned)isa & (unsigned)dnnl_cpu_isa_avx512_core) == (unsigned)dnnl_cpu_isa_avx512_core
+               ? 16
+               : 8;
+}
+
+void dn_md_strided(dnnl_memory_desc_t *md, int nd, const int64_t *dims, const int64_t *strides) {
+    dnnl_dims_t d, s;
+    for (int i = 0; i < nd; i++) {
+        d[i] = dims[i];
+        s[i] = strides[i];
+    }
+    if (dnnl_memory_desc_init_by_strides(md, nd, d, dnnl_f32, s) != dnnl_success)
+        memset(md, 0, sizeof *md);
+}
 
 void dn_md_plain(dnnl_memory_desc_t *md, int nd, const int64_t *dims) {
     int64_t strides[DNNL_MAX_NDIMS];
@@ -155,14 +212,39 @@ void dn_md_plain(dnnl_memory_desc_t *md, int nd, const int64_t *dims) {
     dn_md_strided(md, nd, dims, strides);
 }
 
-void dn_md_strided(dnnl_memory_desc_t *md, int nd, const int64_t *dims, const int64_t *strides) {
-    dnnl_dims_t d, s;
-    for (int i = 0; i < nd; i++) {
-        d[i] = dims[i];
-        s[i] = strides[i];
+bool dn_md_tag(dnnl_memory_desc_t *md, int nd, const int64_t *dims, dnnl_format_tag_t tag) {
+    dnnl_dims_t d;
+    for (int i = 0; i < nd; i++) d[i] = dims[i];
+    return dnnl_memory_desc_init_by_tag(md, nd, d, dnnl_f32, tag) == dnnl_success;
+}
+
+dnnl_format_tag_t dn_tag_blocked(int nd, int64_t block) {
+    if (block == 8) return nd == 3 ? dnnl_aBc8b : nd == 4 ? dnnl_aBcd8b : nd == 5 ? dnnl_aBcde8b : 0;
+    if (block == 16)
+        return nd == 3 ? dnnl_aBc16b : nd == 4 ? dnnl_aBcd16b : nd == 5 ? dnnl_aBcde16b : 0;
+    return 0;
+}
+
+int64_t dn_channel_layout(const dnnl_memory_desc_t *md) {
+    int nd = md->ndims;
+    int64_t dims[DNNL_MAX_NDIMS];
+    for (int i = 0; i < nd; i++) dims[i] = md->dims[i];
+    dnnl_memory_desc_t c;
+    dn_md_plain(&c, nd, dims);
+    if (dnnl_memory_desc_equal(md, &c)) return 1;
+    for (int64_t b = 8; b <= 16; b += 8) {
+        dnnl_format_tag_t t = dn_tag_blocked(nd, b);
+        if (t && dn_md_tag(&c, nd, dims, t) && dnnl_memory_desc_equal(md, &c)) return b;
     }
-    if (dnnl_memory_desc_init_by_strides(md, nd, d, dnnl_f32, s) != dnnl_success)
-        memset(md, 0, sizeof *md);
+    return 0;
+}
+
+size_t dn_md_bytes(const dnnl_memory_desc_t *md) { return dnnl_memory_desc_get_size(md); }
+
+void dn_query_md(const_dnnl_primitive_desc_t pd, dnnl_query_t what, dnnl_memory_desc_t *out) {
+    const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(pd, what, 0);
+    if (md) *out = *md;
+    else memset(out, 0, sizeof *out);
 }
 
 tdm_status *dn_attr_new(dnnl_primitive_attr_t *attr) {
@@ -203,10 +285,22 @@ tdm_status *dn_reorder_new(dnnl_engine_t eng, const dnnl_memory_desc_t *from,
     return dn_prim_from_pd(pd, out);
 }
 
+void dn_prim_clear(dn_prim *p) {
+    if (p->p) dnnl_primitive_destroy(p->p);
+    p->p = NULL;
+    p->scratch = 0;
+}
+
+/* ---- execution ---- */
+
 tdm_status *dn_error(tdm_kernel_ctx *ctx, dnnl_status_t st, const char *what) {
     return tdm_node_error(ctx->node,
                           st == dnnl_out_of_memory ? TDM_ERR_OUT_OF_MEMORY : TDM_ERR_INTERNAL,
                           "oneDNN %s failed (status %d)", what, (int)st);
+}
+
+tdm_status *dn_oom(tdm_kernel_ctx *ctx) {
+    return tdm_node_error(ctx->node, TDM_ERR_OUT_OF_MEMORY, "out of memory");
 }
 
 tdm_status *dn_exec(tdm_kernel_ctx *ctx, dnnl_engine_t eng, const dn_prim *p, int n,
@@ -230,18 +324,17 @@ tdm_status *dn_exec(tdm_kernel_ctx *ctx, dnnl_engine_t eng, const dn_prim *p, in
         ea[m].memory = mem[m];
     }
     if (p->scratch) {
-        scratch = tdm_kscratch(ctx, p->scratch);
-        if (!scratch) {
-            st = tdm_node_error(ctx->node, TDM_ERR_OUT_OF_MEMORY, "out of memory (scratchpad)");
-            goto done;
-        }
         const_dnnl_primitive_desc_t pd;
         if ((r = dnnl_primitive_get_primitive_desc(p->p, &pd)) != dnnl_success) {
             st = dn_error(ctx, r, "query");
             goto done;
         }
-        const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
-        r = dnnl_memory_create(&mem[m], smd, eng, scratch);
+        if (!(scratch = tdm_kscratch(ctx, p->scratch))) {
+            st = dn_oom(ctx);
+            goto done;
+        }
+        r = dnnl_memory_create(&mem[m], dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0),
+                               eng, scratch);
         if (r != dnnl_success) {
             mem[m] = NULL;
             st = dn_error(ctx, r, "memory creation");
@@ -256,7 +349,7 @@ tdm_status *dn_exec(tdm_kernel_ctx *ctx, dnnl_engine_t eng, const dn_prim *p, in
         st = dn_error(ctx, r, "stream creation");
         goto done;
     }
-    dn_threads(ctx);
+    if (omp_get_max_threads() != 1) omp_set_num_threads(1);
     if ((r = dnnl_primitive_execute(p->p, stream, m, ea)) != dnnl_success) {
         st = dn_error(ctx, r, "execution");
         goto done;
@@ -264,7 +357,7 @@ tdm_status *dn_exec(tdm_kernel_ctx *ctx, dnnl_engine_t eng, const dn_prim *p, in
     dnnl_stream_wait(stream);
 done:
     if (stream) dnnl_stream_destroy(stream);
-    for (int i = 0; i < m + 1 && i <= DN_MAX_ARGS; i++)
+    for (int i = 0; i <= DN_MAX_ARGS; i++)
         if (mem[i]) dnnl_memory_destroy(mem[i]);
     tdm_free(ctx->alloc, scratch);
     return st;
@@ -273,35 +366,12 @@ done:
 tdm_status *dn_exec_reorder(tdm_kernel_ctx *ctx, dnnl_engine_t eng, const dn_prim *p,
                             const dnnl_memory_desc_t *from, const void *src,
                             const dnnl_memory_desc_t *to, void *dst) {
-    dn_arg args[2] = {{DNNL_ARG_FROM, from, src}, {DNNL_ARG_TO, to, dst}};
-    return dn_exec(ctx, eng, p, 2, args);
-}
-
-tdm_status *dn_weights_cache(dn_state *s, tdm_kernel_ctx *ctx, dn_entry *e, const void *w) {
-    e->wei_cached = NULL;
-    if (!e->r_wei.p) { /* the primitive takes the weights as they are */
-        e->wei_cached = w;
+    if (!p->p) {
+        if (dst != src) memcpy(dst, src, dn_md_bytes(to));
         return NULL;
     }
-    for (int i = 0; i < s->n_wcache; i++)
-        if (dnnl_memory_desc_equal(&s->wcache[i].md, &e->wei_md)) {
-            e->wei_cached = s->wcache[i].data;
-            return NULL;
-        }
-    if (s->n_wcache >= DN_CACHE) return NULL; /* reordered per run */
-    size_t bytes = dnnl_memory_desc_get_size(&e->wei_md);
-    void *buf = tdm_alloc(s->alloc, bytes ? bytes : 1);
-    if (!buf) return tdm_node_error(ctx->node, TDM_ERR_OUT_OF_MEMORY, "out of memory (weights)");
-    tdm_status *st = dn_exec_reorder(ctx, s->eng, &e->r_wei, &e->usr_wei, w, &e->wei_md, buf);
-    if (st) {
-        tdm_free(s->alloc, buf);
-        return st;
-    }
-    s->wcache[s->n_wcache].md = e->wei_md;
-    s->wcache[s->n_wcache].data = buf;
-    s->n_wcache++;
-    e->wei_cached = buf;
-    return NULL;
+    dn_arg args[2] = {{DNNL_ARG_FROM, from, src}, {DNNL_ARG_TO, to, dst}};
+    return dn_exec(ctx, eng, p, 2, args);
 }
 
 /* ---- activations as post-ops ---- */

@@ -2,24 +2,27 @@
  * Private to the family.
  *
  * Every kernel of the family has the same shape:
- *  - prepare() reads the attributes, notes which inputs are constant (weights) and returns a
+ *  - prepare() reads the attributes, notes which input is a constant weight and returns a
  *    state. It never fails for a node it cannot speed up: it returns a state marked
  *    `generic`, and run() then hands the node to the generic kernel (dn_fallback).
- *  - run() builds the key of the real input shapes (and the thread count), finds or creates
- *    the oneDNN primitive for that key in the state's cache (dn_cache_get; creation happens
- *    once per shape, under the state's lock), and executes it. A shape oneDNN declines gets a
- *    cache entry marked `generic`, so it is tried only once.
+ *  - run() builds the key of the real input shapes (and the thread count), finds or builds
+ *    the entry for that key in the state's cache (dn_cache_get: built once per shape, under
+ *    the state's lock; a shape oneDNN declines gets an entry marked `generic`, so it is tried
+ *    once), and executes it.
  *  - Constant weights are reordered into the layout the primitive chose (format_tag_any)
- *    once, at the first run of a shape whose layout has not been seen (dn_weights_get);
- *    non-constant weights are reordered on every run, into scratch memory.
- *  - Activations (X, Y) are plain row-major tensors. A primitive that prefers a blocked
+ *    when the entry is built and kept in the entry; other weights are reordered per run.
+ *  - Activations (X, Y) are plain row-major tensors; a primitive that prefers a blocked
  *    layout gets reorders in and out inside the kernel.
- *  - Threads: oneDNN runs on OpenMP. Before creating and before executing a primitive the
- *    kernel sets the calling thread's OpenMP thread count to the session's thread count
- *    (tdm_threadpool_size), and the count is part of the cache key.
- *  - Scratchpads are user-managed (allocated per run from the kernel's allocator), so one
- *    primitive may run from several session threads at once; entries are never removed
- *    before release(), so a pointer to one stays valid without the lock. */
+ *  - Threads: oneDNN always runs single-threaded (OpenMP thread count 1 in the calling
+ *    thread and in tandem's workers: no OpenMP team is ever started). The kernels split the
+ *    work into independent items (row blocks of a matmul, output-channel or group blocks of
+ *    a convolution per image, channel blocks of a pooling) and run them on the session's
+ *    thread pool (dn_parallel), which balances them dynamically: OpenMP's static partition
+ *    with spin-waiting threads collapses when the machine is busy (measured 6x slower
+ *    than single-threaded at 2 threads on a loaded 2-core machine), the pool does not.
+ *  - Scratchpads are user-managed (allocated per execution from the kernel's allocator), so
+ *    a primitive may run from several threads at once. Entries are never removed before
+ *    release(), so a pointer to one stays valid without the lock. */
 #ifndef TDM_CPU_K_DNNL_H
 #define TDM_CPU_K_DNNL_H
 
@@ -32,89 +35,92 @@
 #define DN_KEY 40     /* int64 words in a shape key */
 #define DN_MAX_ARGS 8 /* arguments of one primitive execution */
 
-/* A primitive plus the scratchpad bytes it wants. */
+/* A primitive plus the scratchpad bytes it wants; p NULL = nothing to do (e.g. a reorder
+ * between equal layouts). */
 typedef struct dn_prim {
     dnnl_primitive_t p;
     size_t scratch;
 } dn_prim;
 
-/* One cache entry: everything needed to run one input shape. Op files fill it. */
+/* Head of every cache entry (op entries embed it first). */
 typedef struct dn_entry {
     int nkey;
     int64_t key[DN_KEY];
-    bool generic;        /* oneDNN declined this shape: use the generic kernel */
-    dn_prim main;        /* the op */
-    dn_prim r_src;       /* plain X -> the primitive's src layout (p NULL: same layout) */
-    dn_prim r_dst;       /* the primitive's dst layout -> plain Y (p NULL: same layout) */
-    dn_prim r_z;         /* plain Z -> dst layout (sum post-op, blocked dst only) */
-    dn_prim r_wei;       /* user weights -> the primitive's weights layout (p NULL: same) */
-    dnnl_memory_desc_t src_md, wei_md, dst_md;     /* the primitive's layouts */
-    dnnl_memory_desc_t usr_src, usr_wei, usr_dst;  /* the tensors' own layouts */
-    dnnl_memory_desc_t bias_md;
-    const void *wei_cached; /* constant weights in wei_md (owned by the state's wcache) */
-    int64_t aux[8];         /* op-specific numbers (e.g. Gemm: how C is applied) */
+    bool generic; /* oneDNN declined this shape: use the generic kernel */
+    bool temp;    /* not in the cache (it was full): dn_entry_done frees it */
 } dn_entry;
 
-/* Constant weights already reordered, by layout. */
-typedef struct dn_wcache {
-    dnnl_memory_desc_t md;
-    void *data;
-} dn_wcache;
+typedef struct dn_state dn_state;
+/* Builds the entry for the current inputs (op-specific; e->generic starts true). Returns
+ * NULL with e->generic still set when oneDNN cannot do the shape. */
+typedef tdm_status *(*dn_build_fn)(dn_state *s, tdm_kernel_ctx *ctx, dn_entry *e);
+/* Frees what an entry holds (not the entry itself). */
+typedef void (*dn_clear_fn)(dn_state *s, dn_entry *e);
 
 /* Common head of every dnnl kernel state (op states embed it first). */
-typedef struct dn_state {
+struct dn_state {
     bool generic;              /* the whole node runs on the generic kernel */
     const tdm_allocator *alloc;
     dnnl_engine_t eng;
     pthread_mutex_t mu;
     bool mu_init;
     const tdm_tensor *wconst;  /* the constant weight tensor seen at prepare, or NULL */
+    size_t entry_size;
+    dn_clear_fn clear;
     int n_entries;
-    dn_entry *entries[DN_CACHE]; /* allocated as shapes appear */
-    int n_wcache;
-    dn_wcache wcache[DN_CACHE];
-} dn_state;
-
-/* Builds one cache entry for the current inputs (op-specific). Returns NULL with
- * e->generic set when oneDNN cannot do the shape; errors only for real failures. */
-typedef tdm_status *(*dn_build_fn)(dn_state *s, tdm_kernel_ctx *ctx, dn_entry *e);
+    dn_entry *entries[DN_CACHE];
+};
 
 /* ---- k_dnnl.c ---- */
 
-/* Allocates a state of `size` bytes (a struct that starts with dn_state), with its engine and
- * lock. On failure of oneDNN (no engine) the state comes back with generic set. */
-tdm_status *dn_state_new(const tdm_allocator *a, size_t size, dn_state **out);
-/* Destroys every primitive, cached weight, the engine and the lock, and frees the state. */
-void dn_state_free(dn_state *s);
-/* release() of every family kernel. */
+/* Allocates a state of `size` bytes (a struct that starts with dn_state) whose cache entries
+ * have `entry_size` bytes. Without a oneDNN engine the state comes back generic. */
+tdm_status *dn_state_new(const tdm_allocator *a, size_t size, size_t entry_size,
+                         dn_clear_fn clear, dn_state **out);
+/* release() of every family kernel: destroys the entries, the engine and the lock. */
 void dn_release(void *state, const tdm_allocator *a);
 
 /* Runs the node with the generic kernel (the nn / fused families' table entry for it). */
 tdm_status *dn_fallback(tdm_kernel_ctx *ctx);
 
-/* Threads for this run (the session's intra-op count); also sets OpenMP's count. */
+/* Number of threads of this run (the session's intra-op count). */
 int dn_threads(tdm_kernel_ctx *ctx);
+/* OpenMP thread count 1 in the calling thread; returns the previous count for dn_omp_end. */
+int dn_omp_begin(void);
+void dn_omp_end(int prev);
 
-/* Finds or builds the entry for `key`. *e is NULL after an error. When the cache is full (or
- * out of memory for a new entry) the entry is built in *tmp and the caller destroys it with
- * dn_entry_clear after the run (dn_entry_done does that when e == tmp). */
+/* Finds or builds the entry for `key`; *e is NULL after an error. */
 tdm_status *dn_cache_get(dn_state *s, tdm_kernel_ctx *ctx, const int64_t *key, int nkey,
-                         dn_build_fn build, dn_entry *tmp, dn_entry **e);
-void dn_entry_clear(dn_entry *e);
-void dn_entry_done(dn_entry *e, dn_entry *tmp);
+                         dn_build_fn build, dn_entry **e);
+/* After a run: frees a temporary (uncached) entry. */
+void dn_entry_done(dn_state *s, dn_entry *e);
 
-/* Plain row-major descriptor of a float tensor with the given dims. */
+/* Channel block of the layouts oneDNN's JIT kernels use on this CPU (16 with AVX-512, else 8). */
+int64_t dn_block(void);
+
+/* Plain row-major descriptor with the given dims (float32). */
 void dn_md_plain(dnnl_memory_desc_t *md, int nd, const int64_t *dims);
 /* Descriptor with explicit strides (elements). */
 void dn_md_strided(dnnl_memory_desc_t *md, int nd, const int64_t *dims, const int64_t *strides);
+/* Descriptor by format tag (dnnl_format_tag_any allowed); false if oneDNN refuses. */
+bool dn_md_tag(dnnl_memory_desc_t *md, int nd, const int64_t *dims, dnnl_format_tag_t tag);
+/* Channel-blocked tag (aBc8b, aBcd16b, ...) for nd dims; 0 if none. */
+dnnl_format_tag_t dn_tag_blocked(int nd, int64_t block);
+/* How md lays out dim 1 (channels): 1 = plain row-major, B = blocks of B channels
+ * (aBcd<B>b), 0 = something else. */
+int64_t dn_channel_layout(const dnnl_memory_desc_t *md);
+size_t dn_md_bytes(const dnnl_memory_desc_t *md);
 
 /* Creates the primitive for `pd` (destroys pd) and notes its scratchpad size. */
 tdm_status *dn_prim_from_pd(dnnl_primitive_desc_t pd, dn_prim *out);
 /* A reorder from `from` to `to`; out->p stays NULL when the layouts are equal. */
 tdm_status *dn_reorder_new(dnnl_engine_t eng, const dnnl_memory_desc_t *from,
                            const dnnl_memory_desc_t *to, dn_prim *out);
+void dn_prim_clear(dn_prim *p);
 /* Primitive attributes with a user-managed scratchpad. */
 tdm_status *dn_attr_new(dnnl_primitive_attr_t *attr);
+/* Queries one of the pd's memory descriptors into *out. */
+void dn_query_md(const_dnnl_primitive_desc_t pd, dnnl_query_t what, dnnl_memory_desc_t *out);
 
 /* One execution argument. */
 typedef struct dn_arg {
@@ -123,21 +129,28 @@ typedef struct dn_arg {
     const void *ptr;
 } dn_arg;
 
-/* Executes a primitive on a fresh stream with the given arguments (plus a scratchpad from the
- * kernel's allocator when it needs one). */
+/* Executes a primitive, single-threaded, on a fresh stream (plus a scratchpad from the
+ * kernel's allocator when it needs one). Safe from any thread. */
 tdm_status *dn_exec(tdm_kernel_ctx *ctx, dnnl_engine_t eng, const dn_prim *p, int n,
                     const dn_arg *args);
-/* Shorthand for running a reorder prim from `src` to `dst`. */
+/* Runs a reorder prim from `src` to `dst`; when p->p is NULL (equal layouts) copies the bytes. */
 tdm_status *dn_exec_reorder(tdm_kernel_ctx *ctx, dnnl_engine_t eng, const dn_prim *p,
                             const dnnl_memory_desc_t *from, const void *src,
                             const dnnl_memory_desc_t *to, void *dst);
 
-/* The weights for entry e: the cached reordered constant (built on first use, under the lock
- * the caller holds) when `constant`, else NULL (the caller reorders per run). */
-tdm_status *dn_weights_cache(dn_state *s, tdm_kernel_ctx *ctx, dn_entry *e, const void *w);
+/* Runs fn(arg, ctx, i) for i in [0, n) on the session's thread pool (dynamically balanced);
+ * returns the first error. */
+typedef tdm_status *(*dn_item_fn)(void *arg, tdm_kernel_ctx *ctx, int64_t item);
+tdm_status *dn_parallel(tdm_kernel_ctx *ctx, int64_t n, dn_item_fn fn, void *arg);
+
+/* How many pieces to split `units` into for `threads` threads when an image (or a batch) has
+ * `images` independent parts already: 1 when images >= 2 * threads. Each piece is a multiple
+ * of `align` units (except the last). Returns the piece size. */
+int64_t dn_chunk(int64_t units, int64_t align, int64_t images, int threads);
 
 /* Maps a oneDNN status to a tandem status naming the node. */
 tdm_status *dn_error(tdm_kernel_ctx *ctx, dnnl_status_t st, const char *what);
+tdm_status *dn_oom(tdm_kernel_ctx *ctx);
 
 /* Appends the post-op for an activation name ("", "Relu", ...) with its parameters.
  * Returns false for an activation oneDNN cannot express. */

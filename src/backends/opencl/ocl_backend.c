@@ -44,11 +44,13 @@ static bool entry_matches(const ocl_kernel_entry *e, const tdm_node *node,
         tdm_dtype t = in_types[i];
         if (e->int_inputs & (1u << i)) {
             if (t != TDM_INT64 && t != TDM_INT32) return false;
+        } else if (e->bool_inputs & (1u << i)) {
+            if (t != TDM_BOOL) return false;
         } else if (t != TDM_FLOAT) {
             return false;
         }
     }
-    return n_in <= 32;
+    return n_in <= 32 && (!e->accept || e->accept(node));
 }
 
 static const tdm_kernel_def *ocl_find_kernel(tdm_device *dev, const tdm_node *node,
@@ -78,23 +80,13 @@ static tdm_status *ocl_synchronize(tdm_device *dev) {
 }
 
 static tdm_status *ocl_buffer_alloc(tdm_device *dev, size_t size, void **buf) {
-    ocl_device *d = dev->ctx;
-    if (size > d->max_alloc)
-        return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "%s: buffer of %zu bytes exceeds the largest "
-                       "allocation (%llu bytes)", dev->name, size,
-                       (unsigned long long)d->max_alloc);
-    cl_int err;
-    cl_mem_flags fl = CL_MEM_READ_WRITE | (d->unified ? CL_MEM_ALLOC_HOST_PTR : 0);
-    cl_mem m = clCreateBuffer(d->ctx, fl, size ? size : 4, NULL, &err);
-    if (err != CL_SUCCESS) return ocl_error(err, "allocating a buffer");
+    cl_mem m;
+    TDM_TRY(ocl_buf_alloc(dev->ctx, size, &m));
     *buf = m;
     return NULL;
 }
 
-static void ocl_buffer_free(tdm_device *dev, void *buf) {
-    (void)dev;
-    if (buf) clReleaseMemObject((cl_mem)buf);
-}
+static void ocl_buffer_free(tdm_device *dev, void *buf) { ocl_buf_free(dev->ctx, (cl_mem)buf); }
 
 /* Blocking: the host memory may be reused as soon as this returns. */
 static tdm_status *ocl_upload(tdm_device *dev, void *buf, const void *host, size_t size) {
@@ -115,6 +107,8 @@ static void ocl_device_free(ocl_device *d) {
     if (!d) return;
     if (d->queue) clFinish(d->queue);
     ocl_programs_release(d);
+    ocl_buf_pool_release(d);
+    pthread_mutex_destroy(&d->pool_lock);
     if (d->dummy) clReleaseMemObject(d->dummy);
     if (d->queue) clReleaseCommandQueue(d->queue);
     if (d->ctx) clReleaseContext(d->ctx);
@@ -174,6 +168,7 @@ static tdm_status *open_device(const tdm_allocator *a, const tdm_logger *log, co
     d->platform = f->platform;
     d->id = f->id;
     pthread_mutex_init(&d->lock, NULL);
+    pthread_mutex_init(&d->pool_lock, NULL);
     cl_int err;
     cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)f->platform, 0};
     d->ctx = clCreateContext(props, 1, &f->id, NULL, NULL, &err);
@@ -193,6 +188,9 @@ static tdm_status *open_device(const tdm_allocator *a, const tdm_logger *log, co
     clGetDeviceInfo(f->id, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof d->cus, &d->cus, NULL);
     clGetDeviceInfo(f->id, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof d->max_alloc, &d->max_alloc, NULL);
     clGetDeviceInfo(f->id, CL_DEVICE_LOCAL_MEM_SIZE, sizeof d->local_mem, &d->local_mem, NULL);
+    cl_ulong global = 0;
+    clGetDeviceInfo(f->id, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof global, &global, NULL);
+    d->pool_cap = (size_t)(global / 8 < ((cl_ulong)256 << 20) ? global / 8 : ((cl_ulong)256 << 20));
     d->is_cpu = (type & CL_DEVICE_TYPE_CPU) != 0;
     d->unified = unified == CL_TRUE;
     if (d->max_wg < 1) d->max_wg = 1;
@@ -286,4 +284,6 @@ static tdm_status *ocl_discover(const tdm_allocator *a, const tdm_logger *log, t
     return NULL;
 }
 
+/* lazy: loading the ICD and the platforms costs ~0.1 s; only environments that list devices
+ * or ask for an opencl device pay it */
 const tdm_backend_reg tdm_backend_opencl = {"opencl", ocl_discover, true};

@@ -1,0 +1,217 @@
+/* tandem serve: Prometheus metrics with Triton's names, latency summaries, and per-device
+ * utilisation and memory. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "serve/server.h"
+
+static void label(sv_buf *b, const sv_version *v) {
+    sv_buf_str(b, "{model=");
+    sv_buf_json_str(b, v->model_name, strlen(v->model_name)); /* same escaping rules */
+    sv_buf_printf(b, ",version=\"%s\"", v->vstr);
+}
+
+static void header(sv_buf *b, const char *name, const char *help, const char *type) {
+    sv_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static bool read_proc_stat(uint64_t *busy, uint64_t *total) {
+    FILE *f = fopen("/proc/stat", "r");
+    if (!f) return false;
+    unsigned long long v[8] = {0};
+    int n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
+                   &v[4], &v[5], &v[6], &v[7]);
+    fclose(f);
+    if (n < 4) return false;
+    *total = 0;
+    for (int i = 0; i < 8; i++) *total += v[i];
+    *busy = *total - v[3] - v[4]; /* minus idle and iowait */
+    return true;
+}
+
+static void meminfo(uint64_t *total, uint64_t *avail) {
+    *total = *avail = 0;
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return;
+    char line[256];
+    while (fgets(line, sizeof line, f)) {
+        unsigned long long kb;
+        if (sscanf(line, "MemTotal: %llu kB", &kb) == 1) *total = kb * 1024;
+        else if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) *avail = kb * 1024;
+    }
+    fclose(f);
+}
+
+static uint64_t rss_bytes(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f) return 0;
+    unsigned long long size = 0, res = 0;
+    if (fscanf(f, "%llu %llu", &size, &res) != 2) res = 0;
+    fclose(f);
+    return res * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+void sv_metrics_render(sv_repo *repo, sv_metrics_state *ms, sv_buf *b) {
+    sv_version **v = NULL;
+    int n = sv_repo_versions(repo, &v);
+    sv_stats *snap = malloc((size_t)(n ? n : 1) * sizeof *snap);
+    uint64_t *pending = calloc((size_t)n + 1, sizeof *pending);
+    if (!snap || !pending) {
+        for (int i = 0; i < n; i++) sv_version_unref(repo, v[i]);
+        free(v);
+        free(snap);
+        free(pending);
+        sv_buf_str(b, "# out of memory\n");
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        sv_stats_snapshot(&v[i]->stats, &snap[i]);
+        pending[i] = sv_sched_pending(v[i]->sched);
+    }
+    static const struct {
+        const char *name, *help;
+        int field;
+    } counters[] = {
+        {"nv_inference_request_success", "Number of successful inference requests, all batch sizes", 0},
+        {"nv_inference_request_failure", "Number of failed inference requests, all batch sizes", 1},
+        {"nv_inference_count", "Number of inferences performed (batch elements)", 2},
+        {"nv_inference_exec_count", "Number of model executions performed", 3},
+        {"nv_inference_request_duration_us", "Cumulative inference request duration in microseconds", 4},
+        {"nv_inference_queue_duration_us", "Cumulative inference queuing duration in microseconds", 5},
+        {"nv_inference_compute_input_duration_us", "Cumulative compute input duration in microseconds", 6},
+        {"nv_inference_compute_infer_duration_us", "Cumulative compute inference duration in microseconds", 7},
+        {"nv_inference_compute_output_duration_us", "Cumulative inference compute output duration in microseconds", 8},
+    };
+    for (size_t c = 0; c < sizeof counters / sizeof counters[0]; c++) {
+        header(b, counters[c].name, counters[c].help, "counter");
+        for (int i = 0; i < n; i++) {
+            const sv_stats *s = &snap[i];
+            uint64_t val = 0;
+            switch (counters[c].field) {
+            case 0: val = s->success.count; break;
+            case 1: val = s->fail.count; break;
+            case 2: val = s->inference_count; break;
+            case 3: val = s->execution_count; break;
+            case 4: val = (s->success.ns + s->fail.ns) / 1000; break;
+            case 5: val = s->queue.ns / 1000; break;
+            case 6: val = s->in.ns / 1000; break;
+            case 7: val = s->infer.ns / 1000; break;
+            default: val = s->out.ns / 1000; break;
+            }
+            sv_buf_str(b, counters[c].name);
+            label(b, v[i]);
+            sv_buf_printf(b, "} %llu\n", (unsigned long long)val);
+        }
+    }
+    header(b, "nv_inference_pending_request_count",
+           "Instantaneous number of pending requests awaiting execution per-model", "gauge");
+    for (int i = 0; i < n; i++) {
+        sv_buf_str(b, "nv_inference_pending_request_count");
+        label(b, v[i]);
+        sv_buf_printf(b, "} %llu\n", (unsigned long long)pending[i]);
+    }
+    static const char *const summaries[SV_N_PHASES][2] = {
+        {"nv_inference_request_summary_us", "Summary of inference request duration in microseconds"},
+        {"nv_inference_queue_summary_us", "Summary of inference queuing duration in microseconds"},
+        {"nv_inference_compute_input_summary_us", "Summary of compute input duration in microseconds"},
+        {"nv_inference_compute_infer_summary_us", "Summary of compute inference duration in microseconds"},
+        {"nv_inference_compute_output_summary_us", "Summary of compute output duration in microseconds"},
+    };
+    static const double qs[] = {0.5, 0.9, 0.99};
+    for (int p = 0; p < SV_N_PHASES; p++) {
+        header(b, summaries[p][0], summaries[p][1], "summary");
+        for (int i = 0; i < n; i++) {
+            const sv_window *w = &snap[i].win[p];
+            for (int q = 0; q < 3; q++) {
+                sv_buf_str(b, summaries[p][0]);
+                label(b, v[i]);
+                sv_buf_printf(b, ",quantile=\"%g\"} %.0f\n", qs[q], sv_window_quantile(w, qs[q]));
+            }
+            sv_buf_printf(b, "%s_sum", summaries[p][0]);
+            label(b, v[i]);
+            sv_buf_printf(b, "} %llu\n", (unsigned long long)w->sum_us);
+            sv_buf_printf(b, "%s_count", summaries[p][0]);
+            label(b, v[i]);
+            sv_buf_printf(b, "} %llu\n", (unsigned long long)w->count);
+        }
+    }
+
+    /* devices: instances, busy fraction since the previous scrape */
+    uint64_t now = sv_now_ns();
+    char dev[16][32];
+    uint64_t busy[16] = {0};
+    int inst[16] = {0}, nd = 0;
+    for (int i = 0; i < n; i++) {
+        const char *names[SV_MAX_INSTANCES];
+        uint64_t ns[SV_MAX_INSTANCES];
+        int k = sv_sched_instances(v[i]->sched, SV_MAX_INSTANCES, names, ns);
+        for (int j = 0; j < k; j++) {
+            int d = 0;
+            while (d < nd && strcmp(dev[d], names[j])) d++;
+            if (d == nd) {
+                if (nd == 16) continue;
+                snprintf(dev[nd++], sizeof dev[0], "%s", names[j]);
+            }
+            busy[d] += ns[j];
+            inst[d]++;
+        }
+    }
+    double dt = ms->last_ns ? (double)(now - ms->last_ns) : 0;
+    double util[16];
+    for (int d = 0; d < nd; d++) {
+        util[d] = 0;
+        int prev = 0;
+        while (prev < ms->n_dev && strcmp(ms->dev[prev], dev[d])) prev++;
+        if (prev < ms->n_dev && dt > 0 && busy[d] >= ms->dev_busy[prev] && inst[d])
+            util[d] = (double)(busy[d] - ms->dev_busy[prev]) / (dt * inst[d]);
+        else if (prev < ms->n_dev)
+            util[d] = ms->dev_util[prev];
+        if (util[d] > 1) util[d] = 1;
+    }
+    header(b, "tandem_device_instances", "Model instances placed on each device", "gauge");
+    for (int d = 0; d < nd; d++) sv_buf_printf(b, "tandem_device_instances{device=\"%s\"} %d\n", dev[d], inst[d]);
+    header(b, "tandem_device_utilization",
+           "Fraction of time the device's instances were running batches, since the previous scrape",
+           "gauge");
+    for (int d = 0; d < nd; d++)
+        sv_buf_printf(b, "tandem_device_utilization{device=\"%s\"} %.4f\n", dev[d], util[d]);
+    header(b, "tandem_device_busy_seconds", "Time the device's loaded instances spent running batches",
+           "gauge");
+    for (int d = 0; d < nd; d++)
+        sv_buf_printf(b, "tandem_device_busy_seconds{device=\"%s\"} %.6f\n", dev[d], (double)busy[d] * 1e-9);
+    header(b, "tandem_device_memory_used_bytes",
+           "Memory used on the device (cpu: the server's resident set)", "gauge");
+    sv_buf_printf(b, "tandem_device_memory_used_bytes{device=\"cpu\"} %llu\n",
+                  (unsigned long long)rss_bytes());
+    ms->last_ns = now;
+    ms->n_dev = nd;
+    for (int d = 0; d < nd; d++) {
+        memcpy(ms->dev[d], dev[d], sizeof dev[d]);
+        ms->dev_busy[d] = busy[d];
+        ms->dev_util[d] = util[d];
+    }
+
+    /* the host, as Triton reports it */
+    uint64_t cb, ct;
+    if (read_proc_stat(&cb, &ct)) {
+        if (ms->cpu_total && ct > ms->cpu_total)
+            ms->cpu_util = (double)(cb - ms->cpu_busy) / (double)(ct - ms->cpu_total);
+        ms->cpu_busy = cb;
+        ms->cpu_total = ct;
+    }
+    uint64_t mt, ma;
+    meminfo(&mt, &ma);
+    header(b, "nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]", "gauge");
+    sv_buf_printf(b, "nv_cpu_utilization %.4f\n", ms->cpu_util);
+    header(b, "nv_cpu_memory_total_bytes", "CPU total memory (RAM), in bytes", "gauge");
+    sv_buf_printf(b, "nv_cpu_memory_total_bytes %llu\n", (unsigned long long)mt);
+    header(b, "nv_cpu_memory_used_bytes", "CPU used memory (RAM), in bytes", "gauge");
+    sv_buf_printf(b, "nv_cpu_memory_used_bytes %llu\n", (unsigned long long)(mt - ma));
+
+    for (int i = 0; i < n; i++) sv_version_unref(repo, v[i]);
+    free(v);
+    free(snap);
+    free(pending);
+}

@@ -1,0 +1,54 @@
+/*
+ * The scheduler of one model version: a queue with priority levels and queue policies, the
+ * dynamic batcher (Triton's semantics), and the instances (one tandem session and one thread
+ * each) that run the batches.
+ *
+ *  - Without dynamic_batching, each request runs alone (it may carry its own batch).
+ *  - With dynamic_batching, a batch is formed when an instance can take it: requests are
+ *    taken in priority order (then arrival order) while their shapes agree (all but the
+ *    first dimension) and the batch stays within max_batch_size. The batch goes at once when
+ *    it reaches max_batch_size or the largest preferred_batch_size, when the next request
+ *    cannot join it, or when the oldest request has waited max_queue_delay_microseconds;
+ *    otherwise the batcher waits for more requests. When preferred sizes are given, the
+ *    largest preferred size that a prefix of the candidates reaches exactly is sent.
+ *  - A batch goes to the instance that is estimated to finish it first (its current work
+ *    plus its measured time for that batch size), so fast and slow devices share the load.
+ *  - Inputs of the requests are concatenated along the first dimension into one
+ *    tdm_session_run; outputs are split back by each request's batch size.
+ *  - preserve_ordering: answers are released in arrival order.
+ *  - Queue policy per priority level: max_queue_size (503 "Exceeds maximum queue size"),
+ *    default timeout and per-request override, REJECT (503) or DELAY on timeout.
+ */
+#ifndef TDM_SERVE_SCHED_H
+#define TDM_SERVE_SCHED_H
+
+#include "serve/request.h"
+#include "serve/stats.h"
+
+typedef struct sv_sched sv_sched;
+
+typedef struct sv_instance_desc {
+    tdm_session *session; /* owned by the scheduler from then on */
+    const char *device;   /* "cpu", "cuda:0", ... */
+} sv_instance_desc;
+
+/* Starts the scheduler; takes ownership of the sessions (also on failure). cfg, stats and
+ * the strings must outlive the scheduler. */
+sv_error *sv_sched_create(tdm_env *env, const sv_model_config *cfg, const char *model_name,
+                          const char *version, sv_stats *stats, const sv_instance_desc *inst,
+                          int n_inst, sv_sched **out);
+/* Queues a request. On error the request is not queued and notify is not called. */
+sv_error *sv_sched_submit(sv_sched *s, sv_request *r);
+/* Stops accepting requests and waits until every accepted one is answered. */
+void sv_sched_drain(sv_sched *s);
+/* Answers every request still waiting in the queue with 503 `why`. */
+void sv_sched_cancel_queued(sv_sched *s, const char *why);
+/* Drains, stops the threads and frees the sessions. NULL-safe. */
+void sv_sched_free(sv_sched *s);
+
+/* Requests queued plus requests running. */
+uint64_t sv_sched_pending(sv_sched *s);
+/* Per instance: device name and busy time so far (ns). Returns the instance count. */
+int sv_sched_instances(sv_sched *s, int max, const char **devices, uint64_t *busy_ns);
+
+#endif

@@ -1,0 +1,86 @@
+/* tandem serve: the server object shared by http.c (requests) and server.c (lifecycle). */
+#ifndef TDM_SERVE_SERVER_IMPL_H
+#define TDM_SERVE_SERVER_IMPL_H
+
+#include <pthread.h>
+
+#include <microhttpd.h>
+
+#include "serve/server.h"
+
+typedef enum sv_route {
+    R_NOT_FOUND,
+    R_BAD_METHOD,
+    R_UNSUPPORTED,
+    R_LIVE,
+    R_READY,
+    R_SERVER_META,
+    R_MODEL_META,
+    R_MODEL_READY,
+    R_MODEL_CONFIG,
+    R_MODEL_STATS,
+    R_ALL_STATS,
+    R_INFER,
+    R_REPO_INDEX,
+    R_REPO_LOAD,
+    R_REPO_UNLOAD,
+    R_METRICS,
+} sv_route;
+
+/* One HTTP request (MHD's per-request context). */
+typedef struct sv_conn {
+    sv_server *srv;
+    struct MHD_Connection *conn;
+    sv_route route;
+    char model[256], version[32];
+    uint64_t t_recv;
+    sv_buf body;
+    bool too_big;     /* the body passed the limit: the rest is discarded, then 413 */
+    char encoding;    /* 0, 'g' gzip, 'd' deflate, '?' unsupported */
+    bool accept_gzip, accept_deflate;
+    bool suspended;
+    bool answered;    /* the answer below is ready to send */
+    int http;
+    char *resp;
+    size_t resp_len, json_len;
+    const char *ctype;
+    sv_request *req;
+    sv_version *ver;
+    struct sv_conn *job_next; /* control queue (load/unload) */
+} sv_conn;
+
+struct sv_server {
+    sv_serve_options opt;
+    tdm_env *env;
+    sv_repo *repo;
+    struct MHD_Daemon *http, *metrics;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int inflight;  /* requests whose headers arrived and that are not completed */
+    int suspended; /* connections waiting for an answer */
+    bool draining;
+    bool ready;
+    /* control thread (loads and unloads, one at a time) */
+    pthread_t ctl;
+    bool ctl_started, ctl_stop;
+    sv_conn *jobs_head, *jobs_tail;
+    pthread_mutex_t metrics_mu;
+    sv_metrics_state mstate;
+};
+
+/* MHD callbacks (http.c). */
+enum MHD_Result sv_http_handler(void *cls, struct MHD_Connection *connection, const char *url,
+                                const char *method, const char *version, const char *upload_data,
+                                size_t *upload_data_size, void **con_cls);
+/* The same for the metrics port (only GET /metrics there). */
+enum MHD_Result sv_metrics_handler(void *cls, struct MHD_Connection *connection, const char *url,
+                                   const char *method, const char *version, const char *upload_data,
+                                   size_t *upload_data_size, void **con_cls);
+void sv_http_completed(void *cls, struct MHD_Connection *connection, void **con_cls,
+                       enum MHD_RequestTerminationCode toe);
+/* Runs one queued load/unload (control thread). */
+void sv_http_run_job(sv_conn *c);
+
+void sv_log(sv_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#endif

@@ -1,0 +1,341 @@
+/* Device profiles and the cost model: profiling the CPU gives positive numbers and is cached
+ * (read back exactly, measured again on request, corrupt files replaced, an unwritable cache
+ * is no error); a device with memory of its own gets link numbers; predicted node times grow
+ * with the work and copies between host-memory devices are free. */
+#define _XOPEN_SOURCE 700
+#include <dirent.h>
+#include <ftw.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "graph/graph.h"
+#include "sched/cost.h"
+#include "sched/profile.h"
+#include "tandem/tandem.h"
+
+typedef struct fixture {
+    char dir[256];
+} fixture;
+
+static int setup(void **state) {
+    fixture *f = calloc(1, sizeof *f);
+    snprintf(f->dir, sizeof f->dir, "/tmp/tandem_profile_XXXXXX");
+    if (!mkdtemp(f->dir)) return -1;
+    setenv("TANDEM_CACHE_DIR", f->dir, 1);
+    *state = f;
+    return 0;
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static int teardown(void **state) {
+    fixture *f = *state;
+    nftw(f->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    unsetenv("TANDEM_CACHE_DIR");
+    unsetenv("TANDEM_TEST_DEVICES");
+    free(f);
+    return 0;
+}
+
+static tdm_env *new_env(void) {
+    tdm_env_options o = {0};
+    o.api_version = TDM_API_VERSION;
+    o.threads = 2;
+    tdm_env *env = NULL;
+    assert_null(tdm_env_create(&o, &env));
+    return env;
+}
+
+static size_t device_index(tdm_env *env, const char *name) {
+    for (size_t i = 0; i < tdm_env_device_count(env); i++)
+        if (!strcmp(tdm_env_device_name(env, i), name)) return i;
+    fail_msg("device %s not found", name);
+    return 0;
+}
+
+static void assert_same_numbers(const tdm_device_info *a, const tdm_device_info *b) {
+    assert_true(a->gemm_gflops == b->gemm_gflops);
+    assert_true(a->conv_gflops == b->conv_gflops);
+    assert_true(a->mem_gbps == b->mem_gbps);
+    assert_true(a->launch_us == b->launch_us);
+    assert_true(a->h2d_gbps == b->h2d_gbps);
+    assert_true(a->d2h_gbps == b->d2h_gbps);
+    assert_true(a->link_latency_us == b->link_latency_us);
+    assert_true(a->memory_bytes == b->memory_bytes);
+    assert_int_equal(a->threads, b->threads);
+}
+
+/* Path of the one cached file whose name starts with `prefix`. */
+static void cache_file(const fixture *f, const char *prefix, char *path, size_t size) {
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/profiles", f->dir);
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    int found = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (!strncmp(e->d_name, prefix, strlen(prefix)) && strstr(e->d_name, ".txt")) {
+            snprintf(path, size, "%s/%s", dir, e->d_name);
+            found++;
+        }
+    closedir(d);
+    assert_int_equal(found, 1);
+}
+
+static void test_cpu_profile_cached(void **state) {
+    (void)state;
+    tdm_env *env = new_env();
+    size_t cpu = device_index(env, "cpu");
+    tdm_device_info a, b, c;
+    assert_null(tdm_env_device_profile(env, cpu, false, &a));
+    assert_false(a.from_cache);
+    assert_true(a.host_memory);
+    assert_string_equal(a.name, "cpu");
+    assert_int_equal(a.threads, 2);
+    assert_true(a.gemm_gflops > 0);
+    assert_true(a.conv_gflops > 0);
+    assert_true(a.mem_gbps > 0);
+    assert_true(a.launch_us > 0);
+    assert_true(a.memory_bytes > 0);
+    /* host memory: no copies */
+    assert_true(a.h2d_gbps == 0 && a.d2h_gbps == 0 && a.link_latency_us == 0);
+
+    assert_null(tdm_env_device_profile(env, cpu, false, &b));
+    assert_true(b.from_cache);
+    assert_same_numbers(&a, &b);
+
+    assert_null(tdm_env_device_profile(env, cpu, true, &c));
+    assert_false(c.from_cache);
+    assert_true(c.gemm_gflops > 0);
+
+    tdm_status *st = tdm_env_device_profile(env, 99, false, &c);
+    assert_non_null(st);
+    assert_int_equal(tdm_status_code(st), TDM_ERR_INVALID_ARGUMENT);
+    tdm_status_free(st);
+    tdm_env_free(env);
+}
+
+static void test_corrupt_cache_replaced(void **state) {
+    fixture *f = *state;
+    tdm_env *env = new_env();
+    size_t cpu = device_index(env, "cpu");
+    tdm_device_info a, b;
+    assert_null(tdm_env_device_profile(env, cpu, false, &a));
+    char path[600];
+    cache_file(f, "cpu-", path, sizeof path);
+    const char *garbage[] = {
+        "garbage\x01\x02 no equals sign\n",
+        "format=1\ndevice=cpu\ngemm_gflops=nan\n",
+        "", /* empty */
+    };
+    for (size_t i = 0; i < sizeof garbage / sizeof garbage[0]; i++) {
+        FILE *fp = fopen(path, "w");
+        assert_non_null(fp);
+        fputs(garbage[i], fp);
+        fclose(fp);
+        assert_null(tdm_env_device_profile(env, cpu, false, &b));
+        assert_false(b.from_cache);
+        assert_true(b.gemm_gflops > 0);
+        assert_null(tdm_env_device_profile(env, cpu, false, &b)); /* replaced: good again */
+        assert_true(b.from_cache);
+    }
+    /* a file with every key but one number edited to nonsense */
+    FILE *fp = fopen(path, "r");
+    char text[4096];
+    size_t n = fread(text, 1, sizeof text - 1, fp);
+    fclose(fp);
+    text[n] = 0;
+    char *m = strstr(text, "mem_gbps=");
+    assert_non_null(m);
+    m[strlen("mem_gbps=")] = 'x';
+    fp = fopen(path, "w");
+    fputs(text, fp);
+    fclose(fp);
+    assert_null(tdm_env_device_profile(env, cpu, false, &b));
+    assert_false(b.from_cache);
+    tdm_env_free(env);
+}
+
+static void test_unwritable_cache(void **state) {
+    fixture *f = *state;
+    /* a cache directory below a regular file cannot be created, even by root */
+    char file[300], bad[400];
+    snprintf(file, sizeof file, "%s/file", f->dir);
+    FILE *fp = fopen(file, "w");
+    assert_non_null(fp);
+    fclose(fp);
+    snprintf(bad, sizeof bad, "%s/sub/dir", file);
+    setenv("TANDEM_CACHE_DIR", bad, 1);
+    tdm_env *env = new_env();
+    size_t cpu = device_index(env, "cpu");
+    tdm_device_info a;
+    assert_null(tdm_env_device_profile(env, cpu, false, &a));
+    assert_false(a.from_cache);
+    assert_true(a.gemm_gflops > 0);
+    assert_null(tdm_env_device_profile(env, cpu, false, &a));
+    assert_false(a.from_cache); /* nothing was kept, so measured again */
+    tdm_env_free(env);
+}
+
+static void test_cache_dir(void **state) {
+    fixture *f = *state;
+    char buf[512];
+    assert_string_equal(tdm_cache_dir(buf, sizeof buf), f->dir);
+    unsetenv("TANDEM_CACHE_DIR");
+    const char *xdg = getenv("XDG_CACHE_HOME");
+    char *saved = xdg ? strdup(xdg) : NULL;
+    setenv("XDG_CACHE_HOME", "/x/cache", 1);
+    assert_string_equal(tdm_cache_dir(buf, sizeof buf), "/x/cache/tandem");
+    assert_null(tdm_cache_dir(buf, 4)); /* does not fit */
+    if (saved) setenv("XDG_CACHE_HOME", saved, 1);
+    else unsetenv("XDG_CACHE_HOME");
+    free(saved);
+}
+
+static void test_device_with_own_memory(void **state) {
+    (void)state;
+    setenv("TANDEM_TEST_DEVICES", "1", 1);
+    tdm_env *env = new_env();
+    size_t td = device_index(env, "test:0");
+    tdm_device_info a, b;
+    assert_null(tdm_env_device_profile(env, td, false, &a));
+    assert_false(a.host_memory);
+    assert_true(a.h2d_gbps > 0);
+    assert_true(a.d2h_gbps > 0);
+    assert_true(a.link_latency_us > 0);
+    assert_true(a.gemm_gflops > 0);
+    assert_true(a.launch_us > 0);
+    assert_int_equal(a.memory_bytes, 0); /* unknown */
+    assert_null(tdm_env_device_profile(env, td, false, &b));
+    assert_true(b.from_cache);
+    assert_same_numbers(&a, &b);
+    tdm_env_free(env);
+}
+
+/* ---- cost model on hand-built graphs ---- */
+
+static int add_value(tdm_graph *g, const char *name, int rank, const int64_t *dims) {
+    int v = -1;
+    assert_null(tdm_graph_add_value(g, name, &v));
+    g->values[v].dtype = TDM_FLOAT;
+    g->values[v].rank = rank;
+    for (int i = 0; i < rank; i++) g->values[v].dims[i] = dims[i];
+    return v;
+}
+
+/* Returns the node's index (pointers into g->nodes move as nodes are added). */
+static int add_node(tdm_graph *g, const char *op, int a, int b, int y) {
+    int n = -1;
+    assert_null(tdm_graph_add_node(g, op, op, "", 2, 1, &n));
+    g->nodes[n].inputs[0] = a;
+    g->nodes[n].inputs[1] = b;
+    g->nodes[n].outputs[0] = y;
+    g->nodes[n].opset = 17;
+    return n;
+}
+
+static tdm_device_profile synthetic(const char *name, double gflops, double gbps, double launch_us,
+                                    double link_gbps, double latency_us) {
+    tdm_device_profile p;
+    memset(&p, 0, sizeof p);
+    snprintf(p.device, sizeof p.device, "%s", name);
+    p.gemm_gflops = p.conv_gflops = gflops;
+    p.mem_gbps = gbps;
+    p.launch_us = launch_us;
+    p.h2d_gbps = p.d2h_gbps = link_gbps;
+    p.link_latency_us = latency_us;
+    return p;
+}
+
+static void test_cost_matmul_scales(void **state) {
+    (void)state;
+    tdm_graph *g = NULL;
+    assert_null(tdm_graph_new(NULL, &g));
+    int64_t s64[2] = {64, 64}, s512[2] = {512, 512};
+    int small = add_node(g, "MatMul", add_value(g, "a", 2, s64), add_value(g, "b", 2, s64),
+                         add_value(g, "c", 2, s64));
+    int big = add_node(g, "MatMul", add_value(g, "d", 2, s512), add_value(g, "e", 2, s512),
+                       add_value(g, "f", 2, s512));
+    /* batch broadcasting: [2,3,64,32] x [32,16] -> 6 * 64 * 16 * 32 multiply-adds */
+    int64_t a4[4] = {2, 3, 64, 32}, b2[2] = {32, 16}, y4[4] = {2, 3, 64, 16};
+    int bm = add_node(g, "MatMul", add_value(g, "g", 4, a4), add_value(g, "h", 2, b2),
+                      add_value(g, "i", 4, y4));
+    /* Conv 1x64x56x56, 3x3, 64->64 */
+    int64_t xd[4] = {1, 64, 56, 56}, wd[4] = {64, 64, 3, 3};
+    int cv = add_node(g, "Conv", add_value(g, "x", 4, xd), add_value(g, "w", 4, wd),
+                      add_value(g, "y", 4, xd));
+    int64_t big1[1] = {1 << 20};
+    int add = add_node(g, "Add", add_value(g, "p", 1, big1), add_value(g, "q", 1, big1),
+                       add_value(g, "r", 1, big1));
+    const tdm_node *N = g->nodes;
+
+    assert_true(tdm_node_flops(g, &N[small]) == 2.0 * 64 * 64 * 64);
+    assert_true(tdm_node_flops(g, &N[big]) == 2.0 * 512 * 512 * 512);
+    assert_true(tdm_node_bytes(g, &N[big]) == 3.0 * 512 * 512 * 4);
+    assert_true(tdm_node_flops(g, &N[bm]) == 2.0 * 6 * 64 * 16 * 32);
+    assert_true(tdm_node_flops(g, &N[cv]) == 2.0 * 64 * 56 * 56 * 64 * 9);
+
+    tdm_device_profile p = synthetic("x", 100, 10, 5, 0, 0);
+    double ts = tdm_cost_node_ms(g, &N[small], &p), tb = tdm_cost_node_ms(g, &N[big], &p);
+    assert_true(ts > 0.005 - 1e-12);
+    assert_true(tb > ts * 50);
+    /* 268 MFLOP at 100 GFLOP/s = 2.68 ms, plus 5 us launch */
+    assert_true(tb > 2.68 && tb < 2.69);
+
+    /* an element-wise op is bound by bytes on this profile: 12 MiB at 10 GB/s */
+    double ta = tdm_cost_node_ms(g, &N[add], &p);
+    assert_true(ta > 12.0 * (1 << 20) / 10e6);
+
+    /* zero throughputs do not give infinities */
+    tdm_device_profile z;
+    memset(&z, 0, sizeof z);
+    double tz = tdm_cost_node_ms(g, &N[big], &z);
+    assert_true(tz > 0 && tz < 1e9);
+    tdm_graph_free(g);
+}
+
+static void test_cost_copies(void **state) {
+    (void)state;
+    tdm_device_profile cpu = synthetic("cpu", 100, 10, 1, 0, 0);
+    tdm_device_profile cpu2 = synthetic("other", 50, 10, 1, 0, 0);
+    tdm_device_profile gpu = synthetic("gpu:0", 1000, 500, 5, 10, 10);
+    tdm_device_profile gpu2 = synthetic("gpu:1", 1000, 500, 5, 20, 20);
+    double mb = 1e6;
+    assert_true(tdm_cost_copy_ms(mb, &cpu, &cpu2) == 0);
+    assert_true(tdm_cost_copy_ms(mb, NULL, &cpu) == 0);
+    assert_true(tdm_cost_copy_ms(mb, &gpu, &gpu) == 0);
+    /* 1 MB at 10 GB/s = 0.1 ms, plus 10 us */
+    double up = tdm_cost_copy_ms(mb, &cpu, &gpu);
+    assert_true(up > 0.1099 && up < 0.1101);
+    double down = tdm_cost_copy_ms(mb, &gpu, &cpu);
+    assert_true(down > 0.1099 && down < 0.1101);
+    double across = tdm_cost_copy_ms(mb, &gpu, &gpu2); /* through the host: both links */
+    assert_true(across > 0.1099 + 0.0699 && across < 0.1101 + 0.0701);
+    assert_true(tdm_cost_copy_ms(2 * mb, &cpu, &gpu) > up);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_cpu_profile_cached, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_corrupt_cache_replaced, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unwritable_cache, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cache_dir, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_device_with_own_memory, setup, teardown),
+        cmocka_unit_test(test_cost_matmul_scales),
+        cmocka_unit_test(test_cost_copies),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
