@@ -3,7 +3,7 @@
 set -e
 PKGS="build-essential cmake pkg-config libprotobuf-c-dev protobuf-c-compiler libonnx-dev
 libonnx-testdata libdnnl-dev libcmocka-dev libjansson-dev libmicrohttpd-dev
-ocl-icd-opencl-dev pocl-opencl-icd python3 python3-venv"
+ocl-icd-opencl-dev pocl-opencl-icd zlib1g-dev python3 python3-venv clang libclang-rt-14-dev"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
