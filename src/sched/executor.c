@@ -186,6 +186,7 @@ static tdm_status *run_node(tdm_device *dev, const tdm_kernel_def *k, void *stat
     tdm_value_info *in = in_stack, *out = out_stack;
     tdm_dtype types_stack[16], *types = types_stack;
     tdm_status *st = NULL;
+    void *own_state = NULL; /* prepare() made here, for this run only */
     bool heap = n->n_inputs > 16 || n->n_outputs > 16;
     if (heap) {
         in = tdm_calloc(a, (size_t)n->n_inputs + 1, sizeof *in);
@@ -239,9 +240,20 @@ static tdm_status *run_node(tdm_device *dev, const tdm_kernel_def *k, void *stat
             goto done;
         }
         if (k->prepare) {
-            st = TDM_ERR(TDM_ERR_INTERNAL, "%s node '%s': kernel needs preparation", n->op_type,
-                         n->name);
-            goto done;
+            /* no plan-time state here (subgraph bodies, constant folding, dtypes unknown at
+             * plan time): prepared for this run only, no input taken as constant */
+            const tdm_tensor **none = tdm_calloc(a, (size_t)n->n_inputs + 1, sizeof *none);
+            if (!none) {
+                st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory running node '%s'", n->name);
+                goto done;
+            }
+            st = k->prepare(n, n->opset, n->n_inputs, none, a, &own_state);
+            tdm_free(a, none);
+            if (st) {
+                st = tdm_status_wrap(st, "%s node '%s': ", n->op_type, n->name);
+                goto done;
+            }
+            state = own_state;
         }
     }
     if (!(n->schema->flags & TDM_OP_DATA_DEPENDENT)) {
@@ -278,6 +290,7 @@ static tdm_status *run_node(tdm_device *dev, const tdm_kernel_def *k, void *stat
                 break;
             }
 done:
+    if (own_state && k && k->release) k->release(own_state, a);
     if (st)
         for (int i = 0; i < n->n_outputs; i++) {
             tdm_tensor_destroy(outs[i]);
