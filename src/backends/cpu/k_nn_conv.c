@@ -249,7 +249,7 @@ static tdm_status *conv_f32(tdm_kernel_ctx *ctx) {
 
     bool pointwise = true;
     for (int i = 0; i < cs.nsp; i++)
-        if (cs.k[i] != 1 || cs.s[i] != 1 || cs.p[i] != 0) pointwise = false;
+        if (cs.k[i] != 1 || cs.s[i] != 1 || cs.p[i] != 0 || cs.out[i] != cs.in[i]) pointwise = false; /* end pads too */
     if (bd) {
         for (int64_t n = 0; n < N; n++)
             for (int64_t m = 0; m < M; m++) {
