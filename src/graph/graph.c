@@ -315,6 +315,28 @@ tdm_status *tdm_graph_finalize(tdm_graph *g) {
         tdm_node *n = &g->nodes[i];
         n->opset = (int)tdm_graph_opset(g, n->domain);
         n->schema = tdm_op_find(n->domain, n->op_type, n->opset);
+        /* every kernel and shape function relies on the schema's input/output counts */
+        const tdm_op_schema *sc = n->schema;
+        if (sc) {
+            int last_in = n->n_inputs; /* trailing omitted inputs do not count */
+            while (last_in > 0 && n->inputs[last_in - 1] < 0) last_in--;
+            if (last_in < sc->min_inputs || n->n_inputs > sc->max_inputs ||
+                n->n_outputs < sc->min_outputs || n->n_outputs > sc->max_outputs) {
+                st = TDM_ERR(TDM_ERR_INVALID_MODEL,
+                             "%s node '%s' has %d inputs and %d outputs; the operator takes %d..%d "
+                             "inputs and %d..%d outputs", n->op_type, n->name, n->n_inputs,
+                             n->n_outputs, sc->min_inputs, sc->max_inputs, sc->min_outputs,
+                             sc->max_outputs);
+                break;
+            }
+            for (int k = 0; k < sc->min_inputs && k < n->n_inputs; k++)
+                if (n->inputs[k] < 0) {
+                    st = TDM_ERR(TDM_ERR_INVALID_MODEL, "%s node '%s': required input %d is missing",
+                                 n->op_type, n->name, k);
+                    break;
+                }
+            if (st) break;
+        }
         for (int k = 0; k < n->n_attrs && !st; k++) {
             tdm_attr *at = &n->attrs[k];
             if (at->type == TDM_ATTR_GRAPH) st = tdm_graph_finalize(at->g);

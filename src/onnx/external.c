@@ -138,7 +138,7 @@ tdm_status *tdm_onnx_read_external(const char *base_dir, const char *location, i
                      "shape and type need", tensor, (long long)length, expect);
         goto out;
     }
-    if (length == 0) goto out;
+    if (length == 0 || !dst) goto out; /* dst NULL: checks only */
     {
         long page = sysconf(_SC_PAGESIZE);
         int64_t aligned = offset - offset % page;

@@ -38,7 +38,8 @@ tdm_status *tdm_onnx_check_wire(const void *data, size_t size, int is_tensor, in
 /* Reads [offset, offset+length) of `location` (relative to base_dir) into dst through mmap,
  * after checking that the path stays inside base_dir (no absolute paths, no "..", no
  * symlinks or hard links leading out) and that the range lies inside the file.
- * length < 0 means "to the end of the file", in which case it must equal `expect`. */
+ * length < 0 means "to the end of the file", in which case it must equal `expect`.
+ * dst NULL makes every check without reading. */
 tdm_status *tdm_onnx_read_external(const char *base_dir, const char *location, int64_t offset,
                                    int64_t length, void *dst, size_t expect, const char *tensor);
 /* Reads a whole file into memory (size-limited). */

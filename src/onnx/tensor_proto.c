@@ -88,6 +88,28 @@ static tdm_status *copy_typed(const Onnx__TensorProto *tp, tdm_tensor *t, const 
                    field, have, (long long)n);
 }
 
+/* The typed field the dtype uses holds exactly the elements the shape needs. */
+static tdm_status *check_typed(const Onnx__TensorProto *tp, tdm_dtype dt, int64_t n, const char *name) {
+    size_t have;
+    int64_t need = n;
+    const char *field;
+    switch (dt) {
+    case TDM_FLOAT: have = tp->n_float_data; field = "float_data"; break;
+    case TDM_COMPLEX64: have = tp->n_float_data; field = "float_data"; need = n * 2; break;
+    case TDM_DOUBLE: have = tp->n_double_data; field = "double_data"; break;
+    case TDM_COMPLEX128: have = tp->n_double_data; field = "double_data"; need = n * 2; break;
+    case TDM_INT64: have = tp->n_int64_data; field = "int64_data"; break;
+    case TDM_UINT32: case TDM_UINT64: have = tp->n_uint64_data; field = "uint64_data"; break;
+    case TDM_STRING: have = tp->n_string_data; field = "string_data"; break;
+    default: have = tp->n_int32_data; field = "int32_data"; break;
+    }
+    if ((int64_t)have != need)
+        return TDM_ERR(TDM_ERR_INVALID_MODEL,
+                       "tensor '%s': %s holds %zu values but the shape needs %lld elements", name,
+                       field, have, (long long)need);
+    return NULL;
+}
+
 tdm_status *tdm_onnx_convert_tensor(const Onnx__TensorProto *tp, const tdm_allocator *a,
                                     const char *base_dir, const char *fallback_name,
                                     tdm_tensor **out) {
@@ -115,12 +137,12 @@ tdm_status *tdm_onnx_convert_tensor(const Onnx__TensorProto *tp, const tdm_alloc
     snprintf(what, sizeof what, "tensor '%s'", name);
     tdm_status *st = tdm_shape_count((int)tp->n_dims, dims, (tdm_dtype)dt, what, &count, &nbytes);
     if (st) return st;
-    tdm_tensor *t = NULL;
-    TDM_TRY(tdm_tensor_new(a, (tdm_dtype)dt, (int)tp->n_dims, dims, &t));
-
-    if (tp->has_data_location && tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL) {
-        const char *loc = NULL;
-        int64_t offset = 0, length = -1;
+    /* Everything about the data is checked before memory for it is taken: a tiny file
+     * declaring a huge tensor must not make tandem allocate and zero that much. */
+    bool external = tp->has_data_location && tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
+    const char *loc = NULL;
+    int64_t offset = 0, length = -1;
+    if (external) {
         int seen_loc = 0, seen_off = 0, seen_len = 0;
         for (size_t i = 0; i < tp->n_external_data && !st; i++) {
             const char *k = tp->external_data[i]->key, *v = tp->external_data[i]->value;
@@ -153,20 +175,29 @@ tdm_status *tdm_onnx_convert_tensor(const Onnx__TensorProto *tp, const tdm_alloc
         }
         if (!st && !loc)
             st = TDM_ERR(TDM_ERR_INVALID_MODEL, "tensor '%s': external data without a location", name);
-        if (!st && t->dtype == TDM_STRING)
+        if (!st && dt == TDM_STRING)
             st = TDM_ERR(TDM_ERR_INVALID_MODEL, "tensor '%s': string tensors cannot be external", name);
-        if (!st) st = tdm_onnx_read_external(base_dir, loc, offset, length, t->data, t->nbytes, name);
+        /* dst NULL: every check (path, range, length) without reading */
+        if (!st) st = tdm_onnx_read_external(base_dir, loc, offset, length, NULL, nbytes, name);
     } else if (tp->has_raw_data) {
-        if (t->dtype == TDM_STRING)
+        if (dt == TDM_STRING)
             st = TDM_ERR(TDM_ERR_INVALID_MODEL, "tensor '%s': string tensors cannot use raw_data", name);
-        else if (tp->raw_data.len != t->nbytes)
+        else if (tp->raw_data.len != nbytes)
             st = TDM_ERR(TDM_ERR_INVALID_MODEL,
                          "tensor '%s': raw_data has %zu bytes but shape %s of %s needs %zu", name,
-                         tp->raw_data.len, tdm_shape_str(t->rank, t->dims, (char[160]){0}, 160),
-                         tdm_dtype_name(t->dtype), t->nbytes);
-        else if (t->nbytes)
-            memcpy(t->data, tp->raw_data.data, t->nbytes);
-        if (!st && t->dtype == TDM_BOOL)
+                         tp->raw_data.len, tdm_shape_str((int)tp->n_dims, dims, (char[160]){0}, 160),
+                         tdm_dtype_name((tdm_dtype)dt), nbytes);
+    } else {
+        st = check_typed(tp, (tdm_dtype)dt, count, name);
+    }
+    if (st) return st;
+    tdm_tensor *t = NULL;
+    TDM_TRY(tdm_tensor_new(a, (tdm_dtype)dt, (int)tp->n_dims, dims, &t));
+    if (external) {
+        st = tdm_onnx_read_external(base_dir, loc, offset, length, t->data, t->nbytes, name);
+    } else if (tp->has_raw_data) {
+        if (t->nbytes) memcpy(t->data, tp->raw_data.data, t->nbytes);
+        if (t->dtype == TDM_BOOL)
             for (int64_t i = 0; i < t->count; i++) ((uint8_t *)t->data)[i] = ((uint8_t *)t->data)[i] != 0;
     } else {
         st = copy_typed(tp, t, name);

@@ -358,7 +358,7 @@ static tdm_status *conv_item(void *arg, tdm_kernel_ctx *ctx, int64_t item) {
     int64_t cin0 = e->by_group ? j * e->chunk * e->Cg : 0;
     const float *src = r->src + n * e->src_img_elems + cin0 * e->isz;
     float *yslice = r->y + (n * e->M + ch0) * e->osz;
-    char *slot = r->slots + (size_t)item * r->slot;
+    char *slot = r->slots ? r->slots + (size_t)item * r->slot : NULL;
     const void *wei;
     if (e->wbuf) {
         wei = (const char *)e->wbuf + (size_t)j * e->part[0].wbytes;

@@ -251,7 +251,8 @@ tdm_status *tdm_misc_dynquant_run(tdm_kernel_ctx *ctx) {
         yd[i] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v != v ? 0 : v);
     }
     if (ctx->n_out > 1 && ctx->out[1]) ((float *)ctx->out[1]->data)[0] = scale;
-    if (ctx->n_out > 2 && ctx->out[2]) ((uint8_t *)ctx->out[2]->data)[0] = (uint8_t)zp;
+    if (ctx->n_out > 2 && ctx->out[2]) /* NaN-safe clamp: (uint8_t)NaN is undefined */
+        ((uint8_t *)ctx->out[2]->data)[0] = (uint8_t)(zp >= 0 && zp <= 255 ? zp : zp > 255 ? 255 : 0);
     return NULL;
 }
 

@@ -63,7 +63,7 @@ static inline float tdm_rd_expf(float x) {
     int32_t u;
     memcpy(&u, &t, 4);
     int32_t ni = u - 0x4B400000, h = ni / 2;
-    int32_t e1 = (h + 127) << 23, e2 = (ni - h + 127) << 23;
+    int32_t e1 = (int32_t)((uint32_t)(h + 127) << 23), e2 = (int32_t)((uint32_t)(ni - h + 127) << 23);
     float s1, s2;
     memcpy(&s1, &e1, 4);
     memcpy(&s2, &e2, 4);

@@ -19,7 +19,9 @@
 
 /* On x86-64 Linux with GCC, the loops are also compiled for AVX2+FMA (x86-64-v3) and the
  * best version is picked at load time: about 3x faster than the SSE2 baseline. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
+    !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
+/* (not under sanitizers: the resolver runs before their runtime is set up) */
 #define TDM_UNARY_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define TDM_UNARY_CLONES
