@@ -20,3 +20,19 @@ cmake --build build -j"$jobs"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTANDEM_ASAN=ON -DTANDEM_WERROR=ON > /dev/null
 cmake --build build-asan -j"$jobs"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j"$jobs")
+# The threaded parts (thread pool, concurrent and asynchronous runs, memory plans, devices
+# running at the same time, throughput mode) under ThreadSanitizer.
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTANDEM_TSAN=ON > /dev/null
+cmake --build build-tsan -j"$jobs" --target test_core test_api test_memplan test_throughput test_trace
+(cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure \
+   -R '^(test_core|test_api|test_memplan|test_throughput|test_trace)$')
+# Fuzzing (clang, libFuzzer, ASan+UBSan): every saved crash and the seed corpus are replayed
+# (must pass); then each target is fuzzed for a bounded time. A new finding there is printed
+# loudly but does not fail the run: exploratory fuzzing is not deterministic, and what it
+# finds is turned into a regression input (tests/fuzz/regressions) that the replay keeps.
+cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTANDEM_FUZZ=ON > /dev/null
+cmake --build build-fuzz -j"$jobs" --target fuzz_model fuzz_tensor fuzz_wire
+(cd build-fuzz && ctest --output-on-failure -R fuzz_replay)
+if ! FUZZ_SECONDS="${FUZZ_SECONDS:-30}" sh tests/fuzz/run.sh; then
+  echo "=== FUZZING FOUND A NEW PROBLEM: see the report above and build-fuzz/fuzz-*.log ==="
+fi
