@@ -13,7 +13,9 @@ fi
 jobs="$(nproc)"
 # device profiles and OpenCL program binaries are cached here (PoCL compiles slowly)
 TANDEM_CACHE_DIR="$(pwd)/build/cache"
-export TANDEM_CACHE_DIR
+POCL_CACHE_DIR="$(pwd)/build/cache/pocl"
+mkdir -p "$POCL_CACHE_DIR"
+export TANDEM_CACHE_DIR POCL_CACHE_DIR
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DTANDEM_WERROR=ON > /dev/null
 cmake --build build -j"$jobs"
 (cd build && ctest --output-on-failure -j"$jobs")

@@ -797,6 +797,10 @@ static void test_binary_cache(void **state) {
 /* Discovery can be switched off; the reason is reported and the CPU still works. */
 static void test_disable(void **state) {
     (void)state;
+#ifndef TANDEM_HAVE_OPENCL
+    printf("skipped: built without the OpenCL backend\n");
+    return;
+#endif
     setenv("TANDEM_OPENCL_DISABLE", "1", 1);
     tdm_env *env = NULL;
     OK(tdm_env_create(NULL, &env));

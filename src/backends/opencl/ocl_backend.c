@@ -216,8 +216,13 @@ static void describe(const ocl_device *d, char *buf, size_t size) {
     info_str(d->id, CL_DEVICE_NAME, dname, sizeof dname);
     clGetDeviceInfo(d->id, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof cus, &cus, NULL);
     clGetDeviceInfo(d->id, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof mem, &mem, NULL);
-    snprintf(buf, size, "%s: %s, %u compute units, %.1f GiB%s", pname, dname, (unsigned)cus,
-             (double)mem / (1024.0 * 1024.0 * 1024.0), d->unified ? ", host-unified memory" : "");
+    /* the description keys cached profiles: a unified-memory device's global memory figure
+     * follows the host's free memory (PoCL), so it is left out there */
+    if (d->unified)
+        snprintf(buf, size, "%s: %s, %u compute units, host-unified memory", pname, dname, (unsigned)cus);
+    else
+        snprintf(buf, size, "%s: %s, %u compute units, %.1f GiB", pname, dname, (unsigned)cus,
+                 (double)mem / (1024.0 * 1024.0 * 1024.0));
 }
 
 static tdm_status *ocl_discover(const tdm_allocator *a, const tdm_logger *log, tdm_device **devs,

@@ -2,8 +2,9 @@
  * binaries keyed by the device (platform, device, driver versions) and a hash of the source
  * and build options.
  *
- * Cache folder: $TANDEM_CACHE_DIR/opencl, else $XDG_CACHE_HOME/tandem/opencl, else
- * $HOME/.cache/tandem/opencl. A cache that cannot be read or written only costs build time;
+ * Cache folder: $TANDEM_CACHE_DIR/opencl, else $XDG_CACHE_HOME/tandem/opencl (absolute
+ * XDG paths only), else $HOME/.cache/tandem/opencl: the device profiles' folder (sched/
+ * profile.c) plus "opencl". A cache that cannot be read or written only costs build time;
  * a binary the driver rejects is rebuilt from source and replaced. Files are written to a
  * temporary name and renamed, so concurrent processes never read half a binary. */
 #include <errno.h>
@@ -57,7 +58,7 @@ static int cache_path(const ocl_device *d, const char *src, char *path, size_t s
     char dir[1024];
     int n;
     if (base && base[0]) n = snprintf(dir, sizeof dir, "%s/opencl", base);
-    else if (xdg && xdg[0]) n = snprintf(dir, sizeof dir, "%s/tandem/opencl", xdg);
+    else if (xdg && xdg[0] == '/') n = snprintf(dir, sizeof dir, "%s/tandem/opencl", xdg);
     else if (home && home[0]) n = snprintf(dir, sizeof dir, "%s/.cache/tandem/opencl", home);
     else return 0;
     if (n < 0 || (size_t)n >= sizeof dir) return 0;
