@@ -178,7 +178,7 @@ static void test_small_memory(void **state) {
  * on the accelerator, the middle one goes to the CPU, two copies around it. */
 static void test_unsupported_in_middle(void **state) {
     (void)state;
-    const char *specs[] = {"MatMul:x,W1->a", "TopK:a->b", "MatMul:b,W2->y"};
+    const char *specs[] = {"MatMul:x,W1->a", "Erf:a->b", "MatMul:b,W2->y"};
     const char *in[] = {"x"}, *out[] = {"y"};
     fixture f = {0};
     f.g = make_graph(specs, 3, in, 1, out, 1, 1 << 10);
@@ -227,7 +227,7 @@ static void test_independent_branches(void **state) {
 /* Affinity forces a node; no-fallback refuses a node the first device cannot run. */
 static void test_rules(void **state) {
     (void)state;
-    const char *specs[] = {"MatMul:x,W1->a", "TopK:a->y"};
+    const char *specs[] = {"MatMul:x,W1->a", "Erf:a->y"};
     const char *in[] = {"x"}, *out[] = {"y"};
     fixture f = {0};
     f.g = make_graph(specs, 2, in, 1, out, 1, 1 << 8);
@@ -242,7 +242,7 @@ static void test_rules(void **state) {
     assert_int_equal(r.device[0], 0);
     assert_int_equal(r.reason[0], TDM_PLACE_AFFINITY);
     tdm_place_result_free(NULL, &r);
-    /* accelerator first, no fallback: TopK cannot run there */
+    /* accelerator first, no fallback: Erf cannot run there */
     tdm_device_profile q[2] = {p[1], p[0]};
     bool host2[2] = {false, true};
     fixture g2 = f;
