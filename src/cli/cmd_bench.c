@@ -16,7 +16,8 @@ static void bench_usage(FILE *f) {
     fprintf(f,
             "usage: tandem bench MODEL [--devices LIST] [--threads N] [--batch N] [--warmup N]\n"
             "                    [--iterations N | --duration S] [--shape NAME:d0,d1,...]\n"
-            "                    [--opt-level N] [--seed N] [--json]\n\n"
+            "                    [--opt-level N] [--seed N] [--json] [--mode latency|throughput]\n"
+            "                    [--trace FILE]\n\n"
             "Runs MODEL on random inputs: warm-up runs, then timed synchronous runs. Prints the\n"
             "latency (p50, p90, p99, mean, min, max in ms) and the throughput (items/s = batch *\n"
             "runs/s).\n"
@@ -29,6 +30,9 @@ static void bench_usage(FILE *f) {
             "  --iterations N     timed runs (default 10)\n"
             "  --duration S       time runs until S seconds have passed (at least one run)\n"
             "  --opt-level N      0 = no graph passes, 1 = default, 2 = all\n"
+            "  --mode M           latency (one plan over the devices) or throughput (a replica per\n"
+            "                     device; batches split by measured speed)\n"
+            "  --trace FILE       write a Chrome trace (Perfetto) of the timed runs\n"
             "  --seed N           seed of the random inputs (default 1)\n"
             "  --json             print one JSON object instead of text\n");
 }
@@ -77,7 +81,7 @@ static void json_string(FILE *f, const char *s) {
 }
 
 struct bench_args {
-    const char *model, *devices;
+    const char *model, *devices, *trace, *mode;
     const char *shape_names[MAX_INPUTS], *shape_dims[MAX_INPUTS];
     int n_shapes;
     long threads, batch, warmup, iterations, opt;
@@ -99,6 +103,14 @@ static int bench_parse(int argc, char **argv, struct bench_args *a) {
             a->json = true;
         } else if (!strcmp(o, "--devices") && has_val) {
             a->devices = argv[++i];
+        } else if (!strcmp(o, "--trace") && has_val) {
+            a->trace = argv[++i];
+        } else if (!strcmp(o, "--mode") && has_val) {
+            a->mode = argv[++i];
+            if (strcmp(a->mode, "latency") && strcmp(a->mode, "throughput")) {
+                fprintf(stderr, "tandem: bench: --mode expects latency or throughput\n");
+                return 2;
+            }
         } else if (!strcmp(o, "--shape") && has_val) {
             char *c = strrchr(argv[++i], ':');
             if (!c || c == argv[i] || a->n_shapes == MAX_INPUTS) {
@@ -241,6 +253,7 @@ int cmd_bench(int argc, char **argv) {
     tdm_status *st = tdm_env_create(NULL, &env);
     if (st) return cli_fail(st, "bench");
     tdm_session_options so = {TDM_API_VERSION, a.devices, (int)a.threads, (int)a.opt, false};
+    so.mode = a.mode && !strcmp(a.mode, "throughput") ? TDM_MODE_THROUGHPUT : TDM_MODE_LATENCY;
     double t0 = now_s();
     if ((st = tdm_session_create(env, a.model, &so, &s))) {
         rc = cli_fail(st, NULL);
@@ -274,6 +287,10 @@ int cmd_bench(int argc, char **argv) {
         for (size_t j = 0; j < n_out; j++) tdm_tensor_free(outs[j]), outs[j] = NULL;
     }
     long runs = 0;
+    if (a.trace && (st = tdm_session_trace_start(s))) {
+        rc = cli_fail(st, "trace");
+        goto done;
+    }
     double start = now_s(), total = 0;
     for (;;) {
         if (a.duration > 0 ? (runs > 0 && now_s() - start >= a.duration) : runs >= a.iterations)
@@ -297,6 +314,10 @@ int cmd_bench(int argc, char **argv) {
         total += dt;
     }
 
+    if (a.trace && (st = tdm_session_trace_stop(s, a.trace))) {
+        rc = cli_fail(st, "trace");
+        goto done;
+    }
     double mean = total * 1e3 / (double)runs, var = 0;
     for (long r = 0; r < runs; r++) var += (lat[r] - mean) * (lat[r] - mean);
     double sd = runs > 1 ? sqrt(var / (double)(runs - 1)) : 0;
