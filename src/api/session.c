@@ -164,12 +164,7 @@ tdm_status *tdm_session_create(tdm_env *env, const char *path, const tdm_session
     size_t size = 0;
     TDM_TRY(tdm_read_file(path, env->alloc, TDM_MAX_MODEL_BYTES, &data, &size));
     char dir[PATH_MAX];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else if (slash == dir) dir[1] = 0;
-    else *slash = 0;
-    tdm_status *st = session_build(env, data, size, dir, o, out);
+    tdm_status *st = session_build(env, data, size, tdm_path_dir(path, dir, sizeof dir), o, out);
     tdm_free(env->alloc, data);
     return tdm_status_wrap(st, "'%s': ", path);
 }

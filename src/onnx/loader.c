@@ -463,7 +463,7 @@ void tdm_onnx_model_free(tdm_onnx_model *m) {
     tdm_free(a, m);
 }
 
-static char *dir_of(const char *path, char *buf, size_t size) {
+char *tdm_path_dir(const char *path, char *buf, size_t size) {
     snprintf(buf, size, "%s", path);
     char *slash = strrchr(buf, '/');
     if (!slash) snprintf(buf, size, ".");
@@ -477,7 +477,7 @@ tdm_status *tdm_onnx_load_file(const char *path, const tdm_allocator *a, tdm_onn
     size_t size;
     TDM_TRY(tdm_read_file(path, a, TDM_MAX_MODEL_BYTES, &data, &size));
     char dir[PATH_MAX];
-    tdm_status *st = tdm_onnx_load_buffer(data, size, dir_of(path, dir, sizeof dir), a, out);
+    tdm_status *st = tdm_onnx_load_buffer(data, size, tdm_path_dir(path, dir, sizeof dir), a, out);
     tdm_free(a, data);
     return tdm_status_wrap(st, "loading '%s': ", path);
 }
@@ -497,7 +497,7 @@ tdm_status *tdm_onnx_load_tensor_file(const char *path, const tdm_allocator *a, 
             st = TDM_ERR(TDM_ERR_INVALID_MODEL, "'%s' is not a valid TensorProto", path);
         } else {
             char dir[PATH_MAX];
-            st = tdm_onnx_convert_tensor(tp, a, dir_of(path, dir, sizeof dir), "tensor", out);
+            st = tdm_onnx_convert_tensor(tp, a, tdm_path_dir(path, dir, sizeof dir), "tensor", out);
             onnx__tensor_proto__free_unpacked(tp, &pa);
         }
     }

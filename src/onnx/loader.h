@@ -42,6 +42,8 @@ tdm_status *tdm_onnx_check_wire(const void *data, size_t size, int is_tensor, in
  * dst NULL makes every check without reading. */
 tdm_status *tdm_onnx_read_external(const char *base_dir, const char *location, int64_t offset,
                                    int64_t length, void *dst, size_t expect, const char *tensor);
+/* The folder part of a path ("." when there is none); writes into buf and returns it. */
+char *tdm_path_dir(const char *path, char *buf, size_t size);
 /* Reads a whole file into memory (size-limited). */
 tdm_status *tdm_read_file(const char *path, const tdm_allocator *a, size_t max, void **data,
                           size_t *size);
