@@ -280,6 +280,9 @@ typedef struct tdm_session_options {
                               finish first */
     float split_alpha;     /* throughput mode: smoothing of the per-item times (0 = 0.3) */
     bool no_rebalance;     /* throughput mode: keep the initial split ratio */
+    const char *precision; /* accelerators' arithmetic: NULL or "fp32" (default) computes in
+                              float32; "tf32", "fp16" and "bf16" let a device that supports
+                              them (cuda) compute float32 models in that precision */
 } tdm_session_options;
 
 #define TDM_MODE_LATENCY 0

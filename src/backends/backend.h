@@ -15,7 +15,7 @@
 #include "core/log.h"
 #include "core/status.h"
 
-#define TDM_DEVICE_IFACE_VERSION 2
+#define TDM_DEVICE_IFACE_VERSION 3
 
 typedef struct tdm_device tdm_device;
 
@@ -46,6 +46,31 @@ typedef struct tdm_device_iface {
     tdm_status *(*upload)(tdm_device *dev, void *buf, const void *host, size_t size);
     /* device -> host; returns when the bytes are in host memory (after all earlier work). */
     tdm_status *(*download)(tdm_device *dev, void *host, const void *buf, size_t size);
+
+    /* ---- version 3: asynchronous devices (every member optional; NULL = the executor
+     * falls back to the blocking members above) -------------------------------------------
+     * An event marks a point in one device's queue: it completes when all work issued on
+     * that device before it is done. Events never imply a global synchronize. */
+    /* Records an event after all work issued so far on dev. */
+    tdm_status *(*event_record)(tdm_device *dev, void **event);
+    /* Work issued on dev after this call starts only once `event` (recorded on `owner`,
+     * which may be another device of any backend) has completed. A device that cannot wait
+     * on a foreign backend's event may block the calling host thread instead. */
+    tdm_status *(*event_wait)(tdm_device *dev, tdm_device *owner, void *event);
+    /* Blocks the calling host thread until the event has completed. */
+    tdm_status *(*event_sync)(tdm_device *dev, void *event);
+    void (*event_free)(tdm_device *dev, void *event);
+    /* device -> host without blocking: the bytes are in host memory once the returned event
+     * (owned by the caller, freed with event_free) has completed. */
+    tdm_status *(*download_async)(tdm_device *dev, void *host, const void *buf, size_t size,
+                                  void **event);
+    /* Staging host memory the device copies fastest (page-locked / mapped); the executor and
+     * sessions reuse it across runs. host_free releases it. */
+    tdm_status *(*host_alloc)(tdm_device *dev, size_t size, void **host);
+    void (*host_free)(tdm_device *dev, void *host);
+    /* Session-level settings for this device, e.g. "precision=fp16" (see
+     * tdm_session_options.precision); unknown keys are ignored, bad values are an error. */
+    tdm_status *(*configure)(tdm_device *dev, const char *key, const char *value);
 } tdm_device_iface;
 
 struct tdm_device {
