@@ -1,0 +1,52 @@
+#!/bin/sh
+# Builds what scripts/gpu-check.sh runs on a GPU machine that has no network and no
+# package manager: build-gpu/bundle/ holds the tandem command, libtandem, the CUDA plugin,
+# the CUDA unit test and (in lib/) every shared library they need that a bare Linux x86-64
+# machine may lack, except cuBLAS, cuBLASLt and cuDNN (over 700 MB: gpu-check.sh takes the
+# machine's own, from its CUDA toolkit or PyTorch's wheels). The C library family stays
+# behind (the machine's newer glibc runs these binaries).
+#
+#   scripts/build-gpu-bundle.sh [BUILD_DIR]     (default build-gpu; the bundle is BUILD_DIR/bundle)
+#
+# Carry it with the working tree: run(carry=["build-gpu/bundle"], command="scripts/gpu-check.sh").
+# The carry limit is 64 MiB for the tree and the carried paths together: the script prints
+# the bundle's size and fails above 56 MiB.
+set -eu
+cd "$(dirname "$0")/.."
+build="${1:-build-gpu}"
+bundle="$build/bundle"
+jobs="${JOBS:-2}"
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTANDEM_CUDA=ON -DTANDEM_CUDA_ARCHS=90 \
+  -DTANDEM_OPENCL=OFF > /dev/null
+cmake --build "$build" -j"$jobs" --target tandem_cli tandem_cuda test_cuda
+rm -rf "$bundle"
+mkdir -p "$bundle/lib"
+cp "$build/tandem" "$build/libtandem_cuda.so" "$build/tests/test_cuda" "$bundle/"
+cp -L "$build"/libtandem.so.0 "$bundle/"
+strip --strip-unneeded "$bundle/tandem" "$bundle/libtandem.so.0" "$bundle/libtandem_cuda.so" \
+  "$bundle/test_cuda" 2> /dev/null || true
+# shared libraries: everything ldd resolves outside the bundle, minus the C library family
+# and the CUDA libraries the machine provides; cudart is small and pinned to the toolkit
+# the plugin was built with, so it travels
+for f in "$bundle/tandem" "$bundle/libtandem.so.0" "$bundle/libtandem_cuda.so" "$bundle/test_cuda"; do
+  LD_LIBRARY_PATH="$bundle" ldd "$f"
+done | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u | while read -r name path; do
+  case "$name" in
+    libc.so.*|libm.so.*|libpthread.so.*|libdl.so.*|librt.so.*|ld-linux*|libresolv.so.*) continue ;;
+    libcublas.so.*|libcublasLt.so.*|libcudnn*.so.*|libcuda.so.*) continue ;;
+    libtandem*) continue ;;
+  esac
+  cp -L "$path" "$bundle/lib/$name"
+done
+cat > "$bundle/README" << EOF
+tandem GPU bundle, built $(date -u +%Y-%m-%dT%H:%MZ) on $(uname -n) from $(git rev-parse --short HEAD 2>/dev/null || echo '?')
+CUDA toolkit: $(nvcc --version 2>/dev/null | tail -1 || echo '?'); GPU code for sm_90
+Run: scripts/gpu-check.sh (sets LD_LIBRARY_PATH to this folder, lib/ and the machine's cuBLAS/cuDNN)
+EOF
+size_kb=$(du -sk "$bundle" | cut -f1)
+echo "bundle: $bundle, $((size_kb / 1024)) MiB:"
+ls -la "$bundle" "$bundle/lib"
+if [ "$size_kb" -gt $((56 * 1024)) ]; then
+  echo "the bundle is larger than 56 MiB: it will not travel with the working tree" >&2
+  exit 1
+fi
