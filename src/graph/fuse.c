@@ -490,3 +490,15 @@ tdm_status *tdm_graph_fuse(tdm_graph *g, int *count) {
     *count = fz.count;
     return st;
 }
+
+tdm_status *tdm_graph_fuse_blocked(tdm_graph *g, int64_t block, int *count) {
+    *count = 0;
+    if (g->parent) return NULL;
+    fz_ctx fz = {.g = g, .dirty = true};
+    tdm_status *st = compute_origins(&fz);
+    if (!st) st = fz_pass_blocked(&fz, block);
+    index_free(&fz);
+    tdm_free(g->alloc, fz.origin);
+    *count = fz.count;
+    return st;
+}

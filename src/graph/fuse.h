@@ -10,4 +10,11 @@
  * and re-infers shapes). *count receives the number of rewrites. */
 tdm_status *tdm_graph_fuse(tdm_graph *g, int *count);
 
+/* The blocked-layout pass (fuse_blocked.c): rewrites chains of convolutions, poolings and
+ * element-wise ops to keep tensors channel-blocked in blocks of `block` (ops/fused.h). Run
+ * it after tdm_graph_fuse (and compaction) and only when the session's nodes will run on
+ * the CPU backend (its kernels are the only ones for the blocked ops). Same contract as
+ * tdm_graph_fuse. */
+tdm_status *tdm_graph_fuse_blocked(tdm_graph *g, int64_t block, int *count);
+
 #endif

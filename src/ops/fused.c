@@ -157,5 +157,9 @@ const tdm_op_schema tdm_ops_fused[] = {
     {TDM_FUSED_DOMAIN, "FusedConv", 1, 2, 4, 1, 1, infer_fused_conv, 0, 0},
     {TDM_FUSED_DOMAIN, "FusedMatMul", 1, 2, 3, 1, 1, infer_fused_matmul, 0, 0},
     {TDM_FUSED_DOMAIN, "Attention", 1, 3, 4, 1, 1, infer_attention, 0, 0},
+    {TDM_FUSED_DOMAIN, "ToBlocked", 1, 1, 1, 1, 1, tdm_fused_infer_to_blocked, 0, 0},
+    {TDM_FUSED_DOMAIN, "FromBlocked", 1, 1, 1, 1, 1, tdm_fused_infer_from_blocked, 0, 0},
+    {TDM_FUSED_DOMAIN, "BlockedConv", 1, 2, 4, 1, 1, tdm_fused_infer_blocked_conv, 0, 0},
+    {TDM_FUSED_DOMAIN, "BlockedPool", 1, 1, 1, 1, 1, tdm_fused_infer_blocked_pool, 0, 0},
 };
 const int tdm_ops_fused_count = (int)(sizeof tdm_ops_fused / sizeof tdm_ops_fused[0]);

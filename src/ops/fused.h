@@ -25,4 +25,24 @@
 
 #define TDM_FUSED_DOMAIN "tandem"
 
+/* Channel-blocked layout operators (src/graph/fuse_blocked.c makes them; shape rules in
+ * src/ops/fused_layout.c). A blocked tensor is a float tensor whose shape spells the layout
+ * out: plain [N, C, d1..dk] <-> blocked [N, ceil(C/B), d1..dk, B]; channel c sits at
+ * [n, c/B, ..., c%B] and the padding channels (c >= C) hold zeros where ToBlocked or a
+ * convolution wrote them (other producers may leave any finite value there).
+ *
+ * ToBlocked   X plain (rank >= 3) -> Y blocked; attribute block (int).
+ * FromBlocked X blocked -> Y plain; attributes block, channels (C).
+ * BlockedConv inputs X (blocked, or plain when its rank is W's), W, B, Z (optional, blocked
+ *             like Y); FusedConv's attributes plus block; Y blocked.
+ * BlockedPool X blocked -> Y blocked; attributes op ("MaxPool", "AveragePool",
+ *             "GlobalAveragePool", "GlobalMaxPool"), that op's attributes read as of opset
+ *             src_opset, channels, block. */
+#include "ops/op.h"
+
+tdm_status *tdm_fused_infer_to_blocked(tdm_infer_ctx *ctx);
+tdm_status *tdm_fused_infer_from_blocked(tdm_infer_ctx *ctx);
+tdm_status *tdm_fused_infer_blocked_conv(tdm_infer_ctx *ctx);
+tdm_status *tdm_fused_infer_blocked_pool(tdm_infer_ctx *ctx);
+
 #endif

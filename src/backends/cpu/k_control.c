@@ -1,9 +1,65 @@
 /* CPU kernels: control flow. Bodies run through ctx->run_subgraph, in the executor, so that
  * every op of a body uses the same kernels and checks as the main graph. */
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backends/cpu/cpu_kernels.h"
 #include "core/alloc.h"
+#include "core/clock.h"
+
+/* Bounds of one run of a Loop or Scan node (documented in include/tandem/tandem.h, "Resource
+ * limits"): a Loop stops with TDM_ERR_LIMIT after TANDEM_LOOP_MAX_ITERATIONS iterations
+ * (default LOOP_MAX_ITERATIONS; 0 = no bound), and a Loop or Scan after TANDEM_LOOP_TIMEOUT_MS
+ * milliseconds (default 0 = no bound). Both are read at every run of the node. */
+#define LOOP_MAX_ITERATIONS 10000000
+
+typedef struct loop_limits {
+    int64_t max_iter;    /* 0 = none */
+    int64_t timeout_ms;  /* 0 = none */
+    int64_t deadline_ns; /* when timeout_ms > 0 */
+} loop_limits;
+
+static tdm_status *env_limit(const tdm_kernel_ctx *ctx, const char *name, int64_t dflt,
+                             int64_t *out) {
+    const char *v = getenv(name);
+    *out = dflt;
+    if (!v || !v[0]) return NULL;
+    char *end = NULL;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (errno || *end || x < 0)
+        return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
+                              "%s='%.40s' is not a non-negative integer", name, v);
+    *out = x;
+    return NULL;
+}
+
+static tdm_status *limits_get(const tdm_kernel_ctx *ctx, loop_limits *l) {
+    TDM_TRY(env_limit(ctx, "TANDEM_LOOP_MAX_ITERATIONS", LOOP_MAX_ITERATIONS, &l->max_iter));
+    TDM_TRY(env_limit(ctx, "TANDEM_LOOP_TIMEOUT_MS", 0, &l->timeout_ms));
+    int64_t ns;
+    if (__builtin_mul_overflow(l->timeout_ms, (int64_t)1000000, &ns) ||
+        __builtin_add_overflow(tdm_now_ns(), ns, &l->deadline_ns))
+        l->timeout_ms = 0; /* beyond the clock's range: no bound */
+    return NULL;
+}
+
+/* Before iteration `trip` (0-based). `iterative`: the iteration count applies (Loop). */
+static tdm_status *limits_check(const tdm_kernel_ctx *ctx, const loop_limits *l, int64_t trip,
+                                bool iterative) {
+    if (iterative && l->max_iter && trip >= l->max_iter)
+        return tdm_node_error(ctx->node, TDM_ERR_LIMIT,
+                              "the loop did not end after %lld iterations (the limit; "
+                              "TANDEM_LOOP_MAX_ITERATIONS sets it, 0 = none)",
+                              (long long)l->max_iter);
+    if (l->timeout_ms && tdm_now_ns() > l->deadline_ns)
+        return tdm_node_error(ctx->node, TDM_ERR_LIMIT,
+                              "the loop ran longer than %lld ms after %lld iterations (the limit; "
+                              "TANDEM_LOOP_TIMEOUT_MS sets it, 0 = none)",
+                              (long long)l->timeout_ms, (long long)trip);
+    return NULL;
+}
 
 static tdm_status *k_if(tdm_kernel_ctx *ctx) {
     const tdm_tensor *c = ctx->in[0];
@@ -125,7 +181,10 @@ static tdm_status *k_loop(tdm_kernel_ctx *ctx) {
     }
     if (st) goto done;
     if ((st = new_scalar(ctx, TDM_INT64, &iter)) || (st = new_scalar(ctx, TDM_BOOL, &cin))) goto done;
+    loop_limits lim;
+    if ((st = limits_get(ctx, &lim))) goto done;
     for (int64_t trip = 0; trip < max_trip && cond; trip++) {
+        if ((st = limits_check(ctx, &lim, trip, true))) goto done;
         *(int64_t *)iter->data = trip;
         *(uint8_t *)cin->data = cond;
         bin[0] = iter;
@@ -221,7 +280,10 @@ static tdm_status *scan_once(tdm_kernel_ctx *ctx, const tdm_tensor *const *in, i
         goto done;
     }
     for (int i = 0; i < n_state && !st; i++) st = tdm_tensor_clone(a, in[i], &state[i]);
+    loop_limits lim;
+    if (!st) st = limits_get(ctx, &lim);
     for (int64_t t = 0; t < L && !st; t++) {
+        if ((st = limits_check(ctx, &lim, t, false))) break;
         for (int j = 0; j < n_scan && !st; j++) {
             int64_t idx = in_dirs && in_dirs[j] ? L - 1 - t : t;
             tdm_tensor_destroy(slices[j]);

@@ -1,6 +1,8 @@
 /* CPU kernels: dnnl family — oneDNN fast paths for float32 Conv, FusedConv, MatMul, Gemm,
- * FusedMatMul, MaxPool and AveragePool. This table is searched before the generic families,
- * so its entries win; whatever a kernel cannot do goes to the generic kernel (dn_fallback).
+ * FusedMatMul, MaxPool and AveragePool, and the channel-blocked layout ops (BlockedConv,
+ * BlockedPool, ToBlocked, FromBlocked; k_dnnl_layout.c). This table is searched before the
+ * generic families, so its entries win; whatever a kernel cannot do goes to the generic
+ * kernel (dn_fallback).
  * This file holds the table and what the op files share (k_dnnl.h): states, the per-shape
  * cache, single-threaded execution, reorders and the split of work over the thread pool. */
 #include <omp.h>
@@ -22,6 +24,10 @@ const tdm_kernel_def tdm_cpu_kernels_dnnl[] = {
      dn_release},
     {"", "MaxPool", 1, 0, 0, F32, dn_pool_run, dn_pool_prepare, dn_release},
     {"", "AveragePool", 1, 0, 0, F32, dn_pool_run, dn_pool_prepare, dn_release},
+    {TDM_FUSED_DOMAIN, "BlockedConv", 1, 0, 0, F32, dn_conv_run, dn_conv_prepare, dn_release},
+    {TDM_FUSED_DOMAIN, "BlockedPool", 1, 0, 0, F32, dn_pool_run, dn_pool_prepare, dn_release},
+    {TDM_FUSED_DOMAIN, "ToBlocked", 1, 0, 0, F32, dn_to_blocked_run, NULL, NULL},
+    {TDM_FUSED_DOMAIN, "FromBlocked", 1, 0, 0, F32, dn_from_blocked_run, NULL, NULL},
 };
 const int tdm_cpu_kernels_dnnl_count =
     (int)(sizeof tdm_cpu_kernels_dnnl / sizeof tdm_cpu_kernels_dnnl[0]);
@@ -41,6 +47,7 @@ tdm_status *dn_state_new(const tdm_allocator *a, size_t size, size_t entry_size,
         return TDM_ERR(TDM_ERR_INTERNAL, "cannot create a lock");
     }
     s->mu_init = true;
+    atomic_flag_clear(&s->arena_busy);
     if (dnnl_engine_create(&s->eng, dnnl_cpu, 0) != dnnl_success) {
         s->eng = NULL;
         s->generic = true;
@@ -61,6 +68,7 @@ void dn_release(void *state, const tdm_allocator *a) {
     if (!s) return;
     for (int i = 0; i < s->n_entries; i++) entry_free(s, s->entries[i]);
     if (s->eng) dnnl_engine_destroy(s->eng);
+    tdm_free(s->alloc, s->arena);
     if (s->mu_init) pthread_mutex_destroy(&s->mu);
     tdm_free(s->alloc, s);
 }
@@ -303,8 +311,35 @@ tdm_status *dn_oom(tdm_kernel_ctx *ctx) {
     return tdm_node_error(ctx->node, TDM_ERR_OUT_OF_MEMORY, "out of memory");
 }
 
+void *dn_scratch_get(dn_state *s, tdm_kernel_ctx *ctx, size_t bytes, bool *own) {
+    *own = false;
+    if (!bytes) return NULL;
+    if (!atomic_flag_test_and_set(&s->arena_busy)) {
+        if (s->arena_size >= bytes) return s->arena;
+        tdm_free(s->alloc, s->arena);
+        s->arena_size = 0;
+        if ((s->arena = tdm_alloc(s->alloc, bytes))) {
+            s->arena_size = bytes;
+            return s->arena;
+        }
+        atomic_flag_clear(&s->arena_busy);
+    }
+    *own = true;
+    return tdm_kscratch(ctx, bytes);
+}
+
+void dn_scratch_put(dn_state *s, tdm_kernel_ctx *ctx, void *p, bool own) {
+    if (own) tdm_free(ctx->alloc, p);
+    else if (p) atomic_flag_clear(&s->arena_busy);
+}
+
 tdm_status *dn_exec(tdm_kernel_ctx *ctx, dnnl_engine_t eng, const dn_prim *p, int n,
                     const dn_arg *args) {
+    return dn_exec_in(ctx, eng, p, n, args, NULL);
+}
+
+tdm_status *dn_exec_in(tdm_kernel_ctx *ctx, dnnl_engine_t eng, const dn_prim *p, int n,
+                       const dn_arg *args, void *given) {
     dnnl_exec_arg_t ea[DN_MAX_ARGS + 1];
     dnnl_memory_t mem[DN_MAX_ARGS + 1] = {0};
     dnnl_stream_t stream = NULL;
@@ -329,7 +364,7 @@ tdm_status *dn_exec(tdm_kernel_ctx *ctx, dnnl_engine_t eng, const dn_prim *p, in
             st = dn_error(ctx, r, "query");
             goto done;
         }
-        if (!(scratch = tdm_kscratch(ctx, p->scratch))) {
+        if (!(scratch = given ? given : tdm_kscratch(ctx, p->scratch))) {
             st = dn_oom(ctx);
             goto done;
         }
@@ -359,7 +394,7 @@ done:
     if (stream) dnnl_stream_destroy(stream);
     for (int i = 0; i <= DN_MAX_ARGS; i++)
         if (mem[i]) dnnl_memory_destroy(mem[i]);
-    tdm_free(ctx->alloc, scratch);
+    if (scratch != given) tdm_free(ctx->alloc, scratch);
     return st;
 }
 

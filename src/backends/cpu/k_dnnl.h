@@ -12,7 +12,9 @@
  *  - Constant weights are reordered into the layout the primitive chose (format_tag_any)
  *    when the entry is built and kept in the entry; other weights are reordered per run.
  *  - Activations (X, Y) are plain row-major tensors; a primitive that prefers a blocked
- *    layout gets reorders in and out inside the kernel.
+ *    layout gets reorders in and out inside the kernel. The blocked-layout ops (BlockedConv,
+ *    BlockedPool; ops/fused.h) take and give channel-blocked tensors as they are: their
+ *    primitives are made for that layout and need no reorders.
  *  - Threads: oneDNN always runs single-threaded (OpenMP thread count 1 in the calling
  *    thread and in tandem's workers: no OpenMP team is ever started). The kernels split the
  *    work into independent items (row blocks of a matmul, output-channel or group blocks of
@@ -20,14 +22,17 @@
  *    thread pool (dn_parallel), which balances them dynamically: OpenMP's static partition
  *    with spin-waiting threads collapses when the machine is busy (measured 6x slower
  *    than single-threaded at 2 threads on a loaded 2-core machine), the pool does not.
- *  - Scratchpads are user-managed (allocated per execution from the kernel's allocator), so
- *    a primitive may run from several threads at once. Entries are never removed before
+ *  - Scratchpads are user-managed, so a primitive may run from several threads at once: the
+ *    convolution and pooling kernels give each work item its part of one scratch buffer
+ *    that the node's state keeps from run to run (dn_scratch_get); other executions
+ *    allocate theirs per call. Entries are never removed before
  *    release(), so a pointer to one stays valid without the lock. */
 #ifndef TDM_CPU_K_DNNL_H
 #define TDM_CPU_K_DNNL_H
 
 #include <dnnl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "backends/cpu/cpu_kernels.h"
 
@@ -69,6 +74,10 @@ struct dn_state {
     dn_clear_fn clear;
     int n_entries;
     dn_entry *entries[DN_CACHE];
+    /* the node's run scratch, kept between runs (dn_scratch_get) */
+    atomic_flag arena_busy;
+    void *arena;
+    size_t arena_size;
 };
 
 /* ---- k_dnnl.c ---- */
@@ -133,6 +142,15 @@ typedef struct dn_arg {
  * kernel's allocator when it needs one). Safe from any thread. */
 tdm_status *dn_exec(tdm_kernel_ctx *ctx, dnnl_engine_t eng, const dn_prim *p, int n,
                     const dn_arg *args);
+/* dn_exec with the primitive's scratchpad at `scratch` (p->scratch bytes; NULL: allocated
+ * for the call). */
+tdm_status *dn_exec_in(tdm_kernel_ctx *ctx, dnnl_engine_t eng, const dn_prim *p, int n,
+                       const dn_arg *args, void *scratch);
+/* Scratch memory for one run of a node: the state's buffer, kept from run to run (grown when
+ * a run needs more), when no other run of the node holds it; else a fresh allocation
+ * (*own set). 64-byte aligned. Return it with dn_scratch_put. NULL when out of memory. */
+void *dn_scratch_get(dn_state *s, tdm_kernel_ctx *ctx, size_t bytes, bool *own);
+void dn_scratch_put(dn_state *s, tdm_kernel_ctx *ctx, void *p, bool own);
 /* Runs a reorder prim from `src` to `dst`; when p->p is NULL (equal layouts) copies the bytes. */
 tdm_status *dn_exec_reorder(tdm_kernel_ctx *ctx, dnnl_engine_t eng, const dn_prim *p,
                             const dnnl_memory_desc_t *from, const void *src,
@@ -167,5 +185,17 @@ tdm_status *dn_matmul_run(tdm_kernel_ctx *ctx);
 tdm_status *dn_pool_prepare(const tdm_node *node, int opset, int n_in,
                             const tdm_tensor *const *in, const tdm_allocator *a, void **state);
 tdm_status *dn_pool_run(tdm_kernel_ctx *ctx);
+
+/* ---- k_dnnl_layout.c: channel-blocked tensors [N, ceil(C/B), S..., B] (ops/fused.h) ---- */
+tdm_status *dn_to_blocked_run(tdm_kernel_ctx *ctx);
+tdm_status *dn_from_blocked_run(tdm_kernel_ctx *ctx);
+/* Plain [n, c, sp] <-> blocked [n, ceil(c/b), sp, b] (padding channels written as 0). */
+void dn_block_copy(const float *src, int64_t n, int64_t c, int64_t sp, int64_t b, float *dst);
+void dn_unblock_copy(const float *src, int64_t n, int64_t c, int64_t sp, int64_t b, float *dst);
+/* Generic path of BlockedConv / BlockedPool: unblocks X (when blocked, with c_in channels)
+ * and Z, runs the generic kernel of plain op `domain`.`op` at `opset`, and blocks its
+ * c_out-channel result into Y. */
+tdm_status *dn_blocked_fallback(tdm_kernel_ctx *ctx, const char *domain, const char *op, int opset,
+                                int64_t c_in, int64_t c_out);
 
 #endif

@@ -1,5 +1,9 @@
-/* dnnl family: Conv and FusedConv (float32, 1-D to 3-D, grouped/depthwise, dilated, strided,
- * any pads, bias; FusedConv's Z input and activation as post-ops).
+/* dnnl family: Conv, FusedConv and BlockedConv (float32, 1-D to 3-D, grouped/depthwise,
+ * dilated, strided, any pads, bias; Z input and activation as post-ops).
+ *
+ * BlockedConv (ops/fused.h) writes Y (and reads Z, and X when blocked) in the channel-blocked
+ * layout its primitives use, so those need no reorders; a plain X is reordered as below.
+ * With one thread and no channel split, one primitive execution covers the whole batch.
  *
  * The activations are plain NCHW; oneDNN picks its layouts (blocked nChw8c/16c on AVX2 /
  * AVX-512) and the kernel reorders X in and Y out, which measures faster than oneDNN's
@@ -15,10 +19,12 @@
 #include "backends/cpu/k_dnnl.h"
 #include "backends/cpu/k_nn.h"
 #include "core/alloc.h"
+#include "ops/fused.h"
 
 typedef struct conv_state {
     dn_state base; /* first */
     bool fused;
+    bool blocked; /* BlockedConv: Y (and Z) channel-blocked, X blocked or plain */
     const char *act; /* FusedConv activation (points into the node's attributes) */
     const float *act_params;
     size_t n_act_params;
@@ -30,12 +36,18 @@ typedef struct conv_part {
     dn_prim conv, r_wei, r_dst, r_z;
     dnnl_memory_desc_t src, wei, usr_wei, dst, usr_dst, bias;
     size_t wbytes; /* bytes of one chunk's weights in `wei` */
+    bool zbin;     /* Z is read by a binary-add post-op (else copied into Y for a sum) */
 } conv_part;
 
 typedef struct conv_entry {
     dn_entry h; /* first */
     bool by_group;
     int nd;
+    int64_t blk;  /* BlockedConv: Y's channel block (0: plain Y) */
+    bool xblk;    /* X is channel-blocked */
+    int64_t Mp;   /* output channels as stored (M rounded up to blk) */
+    int64_t mb;   /* images per primitive execution: N when one thread does whole images
+                     (one primitive over the batch), else 1 */
     int64_t N, C, M, Cg, Mg, group, ksz, isz, osz;
     int64_t chunk, n_chunks; /* units per chunk, chunks per image */
     conv_part part[2];       /* [0] full chunks, [1] the smaller last chunk (units 0: none) */
@@ -82,7 +94,8 @@ tdm_status *dn_conv_prepare(const tdm_node *node, int opset, int n_in,
     conv_state *s;
     TDM_TRY(dn_state_new(a, sizeof *s, sizeof(conv_entry), conv_clear, (dn_state **)&s));
     *state = s;
-    s->fused = strcmp(node->op_type, "FusedConv") == 0;
+    s->blocked = strcmp(node->op_type, "BlockedConv") == 0;
+    s->fused = s->blocked || strcmp(node->op_type, "FusedConv") == 0;
     if (n_in < 2 || tdm_attr_int(node, "group", 1) < 1) s->base.generic = true;
     if (n_in >= 2 && in[1] && in[1]->dtype == TDM_FLOAT) s->base.wconst = in[1];
     if (s->fused) {
@@ -111,6 +124,37 @@ static dnnl_format_tag_t tag_plain(int nd) {
     return nd == 3 ? dnnl_abc : nd == 4 ? dnnl_abcd : dnnl_abcde;
 }
 
+/* The convolution's primitive descriptor with its post-ops: Z added (a sum into Y, or with
+ * `zmd` a binary add reading Z), then the activation. *pd NULL when oneDNN declines. */
+static tdm_status *conv_pd(conv_state *s, const conv_geom *g, const dnnl_convolution_desc_t *cd,
+                           const dnnl_memory_desc_t *zmd, dnnl_primitive_desc_t *pd) {
+    *pd = NULL;
+    dnnl_primitive_attr_t attr;
+    TDM_TRY(dn_attr_new(&attr));
+    dnnl_post_ops_t po = NULL;
+    bool good = dnnl_post_ops_create(&po) == dnnl_success;
+    if (good && g->z)
+        good = (zmd ? dnnl_post_ops_append_binary(po, dnnl_binary_add, zmd)
+                    : dnnl_post_ops_append_sum(po, 1.0f)) == dnnl_success;
+    if (good && s->fused) good = dn_append_activation(po, s->act, s->act_params, s->n_act_params);
+    if (good) good = dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
+    if (po) dnnl_post_ops_destroy(po);
+    if (good && dnnl_primitive_desc_create(pd, cd, attr, s->base.eng, NULL) != dnnl_success)
+        *pd = NULL;
+    dnnl_primitive_attr_destroy(attr);
+    return NULL;
+}
+
+/* Both descriptors picked the same implementation (oneDNN falls back to slower ones for
+ * post-ops its fast kernels do not take). */
+static bool same_impl(const_dnnl_primitive_desc_t a, const_dnnl_primitive_desc_t b) {
+    const char *ia = NULL, *ib = NULL;
+    if (dnnl_primitive_desc_query(a, dnnl_query_impl_info_str, 0, (void *)&ia) != dnnl_success ||
+        dnnl_primitive_desc_query(b, dnnl_query_impl_info_str, 0, (void *)&ib) != dnnl_success)
+        return false;
+    return ia && ib && strcmp(ia, ib) == 0;
+}
+
 /* Builds the primitives of one chunk size. src_fixed: the input layout to use (NULL: let
  * oneDNN choose). Returns false (no error) when oneDNN declines. */
 static tdm_status *conv_part_build(conv_state *s, conv_entry *e, const conv_geom *g,
@@ -119,7 +163,7 @@ static tdm_status *conv_part_build(conv_state *s, conv_entry *e, const conv_geom
     *ok = false;
     int nd = e->nd, nsp = nd - 2;
     int64_t sd[5], wd[6], dd[5], bd;
-    sd[0] = dd[0] = 1;
+    sd[0] = dd[0] = e->mb;
     sd[1] = e->by_group ? units * e->Cg : e->C;
     dd[1] = bd = e->by_group ? units * e->Mg : units;
     int wnd = e->by_group ? nd + 1 : nd;
@@ -140,10 +184,12 @@ static tdm_status *conv_part_build(conv_state *s, conv_entry *e, const conv_geom
     dn_md_plain(&p->bias, 1, &bd);
     dnnl_memory_desc_t src_any, dst_any, wei_any;
     dnnl_format_tag_t act = g->plain ? tag_plain(nd) : dnnl_format_tag_any;
+    dnnl_format_tag_t btag = e->blk ? dn_tag_blocked(nd, e->blk) : act;
     if (src_fixed) src_any = *src_fixed;
-    else if (!dn_md_tag(&src_any, nd, sd, act)) return NULL;
-    if (!dn_md_tag(&dst_any, nd, dd, act) || !dn_md_tag(&wei_any, wnd, wd, dnnl_format_tag_any))
+    else if (!dn_md_tag(&src_any, nd, sd, e->xblk ? btag : act)) return NULL;
+    if (!dn_md_tag(&dst_any, nd, dd, btag) || !dn_md_tag(&wei_any, wnd, wd, dnnl_format_tag_any))
         return NULL;
+    if (e->blk) p->usr_dst = dst_any; /* Y and Z are stored blocked: no reorders */
     dnnl_convolution_desc_t cd;
     if (dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference,
                                                    dnnl_convolution_direct, &src_any, &wei_any,
@@ -151,21 +197,25 @@ static tdm_status *conv_part_build(conv_state *s, conv_entry *e, const conv_geom
                                                    g->strides, g->dil, g->pl,
                                                    g->pr) != dnnl_success)
         return NULL;
-    dnnl_primitive_attr_t attr;
-    TDM_TRY(dn_attr_new(&attr));
-    dnnl_post_ops_t po = NULL;
-    bool good = dnnl_post_ops_create(&po) == dnnl_success;
-    if (good && g->z) good = dnnl_post_ops_append_sum(po, 1.0f) == dnnl_success;
-    if (good && s->fused) good = dn_append_activation(po, s->act, s->act_params, s->n_act_params);
-    if (good) good = dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
-    if (po) dnnl_post_ops_destroy(po);
-    dnnl_primitive_desc_t pd = NULL;
-    if (good && dnnl_primitive_desc_create(&pd, &cd, attr, s->base.eng, NULL) != dnnl_success) {
-        pd = NULL;
-        good = false;
+    dnnl_primitive_desc_t pd = NULL, pb = NULL;
+    TDM_TRY(conv_pd(s, g, &cd, NULL, &pd));
+    if (!pd) return NULL;
+    if (g->z && e->blk) {
+        /* Z is in Y's layout: a binary add reads it where it is, instead of a copy into Y
+         * for the sum post-op, when the same implementation takes it */
+        tdm_status *st = conv_pd(s, g, &cd, &dst_any, &pb);
+        if (st) {
+            dnnl_primitive_desc_destroy(pd);
+            return st;
+        }
+        if (pb && same_impl(pd, pb)) {
+            dnnl_primitive_desc_destroy(pd);
+            pd = pb;
+            p->zbin = true;
+        } else if (pb) {
+            dnnl_primitive_desc_destroy(pb);
+        }
     }
-    dnnl_primitive_attr_destroy(attr);
-    if (!good) return NULL;
     dn_query_md(pd, dnnl_query_src_md, &p->src);
     dn_query_md(pd, dnnl_query_weights_md, &p->wei);
     dn_query_md(pd, dnnl_query_dst_md, &p->dst);
@@ -173,7 +223,7 @@ static tdm_status *conv_part_build(conv_state *s, conv_entry *e, const conv_geom
     TDM_TRY(dn_prim_from_pd(pd, &p->conv));
     TDM_TRY(dn_reorder_new(s->base.eng, &p->usr_wei, &p->wei, &p->r_wei));
     TDM_TRY(dn_reorder_new(s->base.eng, &p->dst, &p->usr_dst, &p->r_dst));
-    if (g->z) TDM_TRY(dn_reorder_new(s->base.eng, &p->usr_dst, &p->dst, &p->r_z));
+    if (g->z && !p->zbin) TDM_TRY(dn_reorder_new(s->base.eng, &p->usr_dst, &p->dst, &p->r_z));
     *ok = true;
     return NULL;
 }
@@ -193,53 +243,82 @@ static bool src_cuts(const conv_entry *e, int64_t L) {
     return L == 1 || (L > 1 && (e->chunk * e->Cg) % L == 0);
 }
 
+/* Plain dims of X and Y (a blocked tensor's C from W and the group, its M from W); *blk:
+ * Y's channel block (0: plain), *xblk: X is blocked. False when the shapes do not fit. */
+static bool conv_dims(const conv_state *s, tdm_kernel_ctx *ctx, int64_t *xd, int64_t *yd,
+                      int64_t *blk, bool *xblk) {
+    const tdm_tensor *x = ctx->in[0], *w = ctx->in[1], *y = ctx->out[0];
+    int nd = w->rank;
+    *blk = 0;
+    *xblk = false;
+    if (nd < 3 || nd > 5) return false;
+    for (int i = 0; i < nd && i < x->rank; i++) xd[i] = x->dims[i];
+    for (int i = 0; i < nd && i < y->rank; i++) yd[i] = y->dims[i];
+    if (!s->blocked) return x->rank == nd && y->rank == nd;
+    int64_t group = tdm_attr_int(ctx->node, "group", 1), B = y->rank == nd + 1 ? y->dims[nd] : 0;
+    if (B < 1 || group < 1 || y->dims[1] != (w->dims[0] + B - 1) / B) return false;
+    yd[1] = w->dims[0];
+    *blk = B;
+    if (x->rank == nd + 1) {
+        int64_t C = w->dims[1] * group;
+        if (x->dims[nd] != B || x->dims[1] != (C + B - 1) / B) return false;
+        xd[1] = C;
+        *xblk = true;
+    } else if (x->rank != nd) {
+        return false;
+    }
+    return true;
+}
+
 static tdm_status *conv_build(dn_state *bs, tdm_kernel_ctx *ctx, dn_entry *he) {
     conv_state *s = (conv_state *)bs;
     conv_entry *e = (conv_entry *)he;
-    const tdm_tensor *x = ctx->in[0], *w = ctx->in[1];
+    const tdm_tensor *w = ctx->in[1];
     const tdm_tensor *b = ctx->n_in > 2 ? ctx->in[2] : NULL;
     const tdm_tensor *z = s->fused && ctx->n_in > 3 ? ctx->in[3] : NULL;
-    const tdm_tensor *y = ctx->out[0];
-    int nd = x->rank, nsp = nd - 2;
+    int64_t xdims[5], ydims[5];
+    if (!conv_dims(s, ctx, xdims, ydims, &e->blk, &e->xblk)) return NULL;
+    int nd = w->rank, nsp = nd - 2;
     tdm_nn_geom gm;
-    tdm_status *gst = tdm_nn_geom_init(ctx->node, ctx->opset, TDM_NN_CONV, nd, x->dims, w->dims, &gm);
+    tdm_status *gst = tdm_nn_geom_init(ctx->node, ctx->opset, TDM_NN_CONV, nd, xdims, w->dims, &gm);
     if (gst) { /* the generic kernel reports it */
         tdm_status_free(gst);
         return NULL;
     }
     int64_t group = tdm_attr_int(ctx->node, "group", 1);
-    int64_t C = x->dims[1], M = w->dims[0];
-    if (group < 1 || C % group || M % group || w->dims[1] * group != C || y->dims[1] != M)
+    int64_t C = xdims[1], M = w->dims[0];
+    if (group < 1 || C % group || M % group || w->dims[1] * group != C || ydims[1] != M)
         return NULL;
     if (b && (b->rank != 1 || b->dims[0] != M)) return NULL;
     conv_geom g = {.bias = b != NULL, .z = z != NULL};
     e->nd = nd;
-    e->N = x->dims[0], e->C = C, e->M = M, e->group = group;
+    e->N = xdims[0], e->C = C, e->M = M, e->group = group;
     e->Cg = C / group, e->Mg = M / group;
+    e->Mp = e->blk ? (M + e->blk - 1) / e->blk * e->blk : M;
     e->ksz = e->isz = e->osz = 1;
     for (int i = 0; i < nsp; i++) {
-        if (gm.out[i] != y->dims[2 + i] || gm.kernel[i] != w->dims[2 + i]) return NULL;
+        if (gm.out[i] != ydims[2 + i] || gm.kernel[i] != w->dims[2 + i]) return NULL;
         g.strides[i] = gm.stride[i];
         g.dil[i] = gm.dil[i] - 1;
         g.pl[i] = gm.pad_b[i];
         g.pr[i] = gm.pad_e[i];
-        g.xsp[i] = x->dims[2 + i];
-        g.ysp[i] = y->dims[2 + i];
+        g.xsp[i] = xdims[2 + i];
+        g.ysp[i] = ydims[2 + i];
         g.k[i] = gm.kernel[i];
         e->ksz *= gm.kernel[i];
-        e->isz *= x->dims[2 + i];
-        e->osz *= y->dims[2 + i];
+        e->isz *= xdims[2 + i];
+        e->osz *= ydims[2 + i];
     }
     /* A pointwise convolution on plain NCHW is one GEMM per image, about as fast as the
      * blocked 1x1 kernel without the two reorders (measured on MobileNetV2 / ResNet-50 1x1
      * layers from 14x14 up); smaller images do better blocked, and so do post-ops (the
      * GEMM-based convolution applies them in a slow separate pass: 4x slower with Clip). */
-    g.plain = group == 1 && e->osz >= 196 && !z && !(s->fused && s->act && s->act[0]);
+    g.plain = !e->blk && group == 1 && e->osz >= 196 && !z && !(s->fused && s->act && s->act[0]);
     for (int i = 0; i < nsp; i++)
         if (g.k[i] != 1 || g.strides[i] != 1 || g.pl[i] || g.pr[i]) g.plain = false;
     /* chunks */
     int T = dn_threads(ctx);
-    int64_t blk = dn_block();
+    int64_t blk = e->blk ? e->blk : dn_block();
     e->by_group = group > 1;
     int64_t units = e->by_group ? group : M, align = blk;
     if (e->by_group) {
@@ -258,15 +337,16 @@ static tdm_status *conv_build(dn_state *bs, tdm_kernel_ctx *ctx, dn_entry *he) {
             e->chunk = units;
         }
         e->n_chunks = (units + e->chunk - 1) / e->chunk;
+        e->mb = e->n_chunks == 1 && T == 1 ? e->N : 1;
         TDM_TRY(conv_part_build(s, e, &g, &e->part[0], e->chunk, NULL, &ok));
         if (!ok) continue;
         int64_t L = dn_channel_layout(&e->part[0].src);
-        if (!src_cuts(e, L)) {
+        if (!src_cuts(e, L) || (e->xblk && L != e->blk)) {
             ok = false;
             continue;
         }
         /* one image of X as the primitives take it */
-        int64_t idims[5] = {1, C};
+        int64_t idims[5] = {e->mb, C};
         for (int i = 0; i < nsp; i++) idims[2 + i] = g.xsp[i];
         if (!e->by_group || e->n_chunks == 1) e->src_img = e->part[0].src;
         else if (L == 1) dn_md_plain(&e->src_img, nd, idims);
@@ -284,14 +364,14 @@ static tdm_status *conv_build(dn_state *bs, tdm_kernel_ctx *ctx, dn_entry *he) {
             /* the input reorder, by blocks of channels */
             dnnl_memory_desc_t plain_img;
             dn_md_plain(&plain_img, nd, idims);
-            e->src_reorder = !dnnl_memory_desc_equal(&plain_img, &e->src_img);
+            e->src_reorder = !e->xblk && !dnnl_memory_desc_equal(&plain_img, &e->src_img);
             e->src_img_elems = (int64_t)(dn_md_bytes(&e->src_img) / sizeof(float));
-            e->src_chunk = L > 1 ? dn_chunk(C, L, e->N, T) : C;
+            e->src_chunk = L > 1 && e->mb == 1 ? dn_chunk(C, L, e->N, T) : C;
             e->src_n_chunks = (C + e->src_chunk - 1) / e->src_chunk;
             if (e->src_reorder) {
                 int64_t stail = C - (e->src_n_chunks - 1) * e->src_chunk;
                 for (int i = 0; i < 2 && ok; i++) {
-                    int64_t cd[5] = {1, i == 0 ? e->src_chunk : stail};
+                    int64_t cd[5] = {e->mb, i == 0 ? e->src_chunk : stail};
                     for (int k = 0; k < nsp; k++) cd[2 + k] = g.xsp[k];
                     if (i == 1 && stail == e->src_chunk) break;
                     dn_md_plain(&e->r_src_from[i], nd, cd);
@@ -332,8 +412,10 @@ typedef struct conv_run {
     const float *x, *w, *b, *z;
     float *y;
     float *src;        /* X in the primitives' layout (may be x) */
-    char *slots;       /* per item: scratch for the item's Y (and weights), `slot` bytes each */
+    char *slots;       /* per item: scratch for the item's Y (and weights), then the
+                          convolution's scratchpad: `slot` bytes each */
     size_t dst_bytes;  /* of a slot: Y part (0: written in place), then the weights part */
+    size_t pad_at;     /* of a slot: where the scratchpad starts */
     size_t slot;
 } conv_run;
 
@@ -344,7 +426,7 @@ static tdm_status *src_item(void *arg, tdm_kernel_ctx *ctx, int64_t item) {
     int i = j == e->src_n_chunks - 1 && e->r_src[1].p ? 1 : 0;
     int64_t c0 = j * e->src_chunk;
     return dn_exec_reorder(ctx, r->s->base.eng, &e->r_src[i], &e->r_src_from[i],
-                           r->x + (n * e->C + c0) * e->isz, &e->r_src_to[i],
+                           r->x + (n * e->mb * e->C + c0) * e->isz, &e->r_src_to[i],
                            r->src + n * e->src_img_elems + c0 * e->isz);
 }
 
@@ -357,7 +439,7 @@ static tdm_status *conv_item(void *arg, tdm_kernel_ctx *ctx, int64_t item) {
     int64_t ch0 = j * e->chunk * (e->by_group ? e->Mg : 1);
     int64_t cin0 = e->by_group ? j * e->chunk * e->Cg : 0;
     const float *src = r->src + n * e->src_img_elems + cin0 * e->isz;
-    float *yslice = r->y + (n * e->M + ch0) * e->osz;
+    float *yslice = r->y + (n * e->mb * e->Mp + ch0) * e->osz;
     char *slot = r->slots ? r->slots + (size_t)item * r->slot : NULL;
     const void *wei;
     if (e->wbuf) {
@@ -370,52 +452,59 @@ static tdm_status *conv_item(void *arg, tdm_kernel_ctx *ctx, int64_t item) {
                                 &p->wei, (void *)wei));
     }
     void *dst = p->r_dst.p ? (void *)slot : (void *)yslice;
-    if (r->z)
-        TDM_TRY(dn_exec_reorder(ctx, eng, &p->r_z, &p->usr_dst, r->z + (n * e->M + ch0) * e->osz,
-                                &p->dst, dst));
-    dn_arg args[4] = {{DNNL_ARG_SRC, &p->src, src},
+    const float *zslice = r->z ? r->z + (n * e->mb * e->Mp + ch0) * e->osz : NULL;
+    if (zslice && !p->zbin)
+        TDM_TRY(dn_exec_reorder(ctx, eng, &p->r_z, &p->usr_dst, zslice, &p->dst, dst));
+    dn_arg args[5] = {{DNNL_ARG_SRC, &p->src, src},
                       {DNNL_ARG_WEIGHTS, &p->wei, wei},
-                      {DNNL_ARG_DST, &p->dst, dst},
-                      {DNNL_ARG_BIAS, &p->bias, r->b ? r->b + ch0 : NULL}};
-    TDM_TRY(dn_exec(ctx, eng, &p->conv, r->b ? 4 : 3, args));
+                      {DNNL_ARG_DST, &p->dst, dst}};
+    int na = 3;
+    if (r->b) args[na++] = (dn_arg){DNNL_ARG_BIAS, &p->bias, r->b + ch0};
+    if (zslice && p->zbin)
+        args[na++] = (dn_arg){DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, &p->dst, zslice};
+    TDM_TRY(dn_exec_in(ctx, eng, &p->conv, na, args, p->conv.scratch ? slot + r->pad_at : NULL));
     if (p->r_dst.p) return dn_exec_reorder(ctx, eng, &p->r_dst, &p->dst, dst, &p->usr_dst, yslice);
     return NULL;
 }
 
 static size_t round64(size_t n) { return (n + 63) / 64 * 64; }
 
-/* All the run's scratch is one allocation (X in the primitives' layout, then one slot per
- * item): with glibc, separate buffers of equal size freed together make the heap shrink
- * and the next run fault every page in again (measured +30% on a 3x3 convolution). */
+/* All the run's scratch is one buffer (X in the primitives' layout, then one slot per item
+ * with the item's scratchpad), which the state keeps from run to run (dn_scratch_get): with
+ * glibc, buffers freed after each run make the heap shrink and the next run fault every
+ * page in again (measured +30% on a 3x3 convolution). */
 static tdm_status *conv_exec(conv_state *s, tdm_kernel_ctx *ctx, conv_entry *e) {
     const tdm_tensor *b = ctx->n_in > 2 ? ctx->in[2] : NULL;
     const tdm_tensor *z = s->fused && ctx->n_in > 3 ? ctx->in[3] : NULL;
     conv_run r = {s, e, ctx->in[0]->data, ctx->in[1]->data, b ? b->data : NULL,
-                  z ? z->data : NULL, ctx->out[0]->data, ctx->in[0]->data, NULL, 0, 0};
-    size_t dst_b = 0, wei_b = 0;
+                  z ? z->data : NULL, ctx->out[0]->data, ctx->in[0]->data, NULL, 0, 0, 0};
+    size_t dst_b = 0, wei_b = 0, pad_b = 0;
     for (int i = 0; i < 2; i++) {
         const conv_part *p = &e->part[i];
         if (!p->units) continue;
+        if (round64(p->conv.scratch) > pad_b) pad_b = round64(p->conv.scratch);
         if (p->r_dst.p && round64(dn_md_bytes(&p->dst)) > dst_b) dst_b = round64(dn_md_bytes(&p->dst));
         if (!e->wbuf && p->r_wei.p && round64(p->wbytes) > wei_b) wei_b = round64(p->wbytes);
     }
     r.dst_bytes = dst_b;
-    r.slot = dst_b + wei_b;
-    int64_t items = e->N * e->n_chunks;
-    size_t src_b = e->src_reorder ? round64((size_t)e->N * (size_t)e->src_img_elems * sizeof(float)) : 0;
+    r.pad_at = dst_b + wei_b;
+    r.slot = dst_b + wei_b + pad_b;
+    int64_t groups = e->N / e->mb, items = groups * e->n_chunks;
+    size_t src_b = e->src_reorder ? round64((size_t)groups * (size_t)e->src_img_elems * sizeof(float)) : 0;
     size_t total = src_b + r.slot * (size_t)items;
     char *buf = NULL;
+    bool own = false;
     if (total) {
-        if (!(buf = tdm_kscratch(ctx, total))) return dn_oom(ctx);
+        if (!(buf = dn_scratch_get(&s->base, ctx, total, &own))) return dn_oom(ctx);
         r.slots = buf + src_b;
     }
     tdm_status *st = NULL;
     if (e->src_reorder) {
         r.src = (float *)buf;
-        st = dn_parallel(ctx, e->N * e->src_n_chunks, src_item, &r);
+        st = dn_parallel(ctx, groups * e->src_n_chunks, src_item, &r);
     }
     if (!st) st = dn_parallel(ctx, items, conv_item, &r);
-    tdm_free(ctx->alloc, buf);
+    dn_scratch_put(&s->base, ctx, buf, own);
     return st;
 }
 
@@ -426,30 +515,43 @@ static bool same_shape(const tdm_tensor *a, const tdm_tensor *b) {
     return true;
 }
 
+/* The generic path: FusedConv's generic kernel, through plain copies for BlockedConv. */
+static tdm_status *conv_generic(const conv_state *s, tdm_kernel_ctx *ctx) {
+    if (!s || !s->blocked) return dn_fallback(ctx);
+    const tdm_tensor *w = ctx->n_in > 1 ? ctx->in[1] : NULL;
+    if (!w || !ctx->in[0] || !ctx->out[0] || w->rank < 3)
+        return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT, "BlockedConv needs X, W and Y");
+    int64_t group = tdm_attr_int(ctx->node, "group", 1);
+    return dn_blocked_fallback(ctx, TDM_FUSED_DOMAIN, "FusedConv", 1, w->dims[1] * group,
+                               w->dims[0]);
+}
+
 tdm_status *dn_conv_run(tdm_kernel_ctx *ctx) {
     conv_state *s = ctx->state;
     if (!s || s->base.generic || ctx->n_in < 2 || !ctx->in[0] || !ctx->in[1] || !ctx->out[0])
-        return dn_fallback(ctx);
+        return conv_generic(s, ctx);
     const tdm_tensor *x = ctx->in[0], *w = ctx->in[1];
     const tdm_tensor *b = ctx->n_in > 2 ? ctx->in[2] : NULL;
     const tdm_tensor *z = s->fused && ctx->n_in > 3 ? ctx->in[3] : NULL;
     const tdm_tensor *y = ctx->out[0];
+    int extra = s->blocked ? 1 : 0; /* Y's block dim */
     if (x->dtype != TDM_FLOAT || w->dtype != TDM_FLOAT || (b && b->dtype != TDM_FLOAT) ||
-        (z && (z->dtype != TDM_FLOAT || !same_shape(z, y))) || x->rank < 3 || x->rank > 5 ||
-        w->rank != x->rank || y->rank != x->rank || x->count == 0 || y->count == 0 ||
-        w->count == 0)
-        return dn_fallback(ctx);
+        (z && (z->dtype != TDM_FLOAT || !same_shape(z, y))) || w->rank < 3 || w->rank > 5 ||
+        (x->rank != w->rank && x->rank != w->rank + extra) || y->rank != w->rank + extra ||
+        x->count == 0 || y->count == 0 || w->count == 0)
+        return conv_generic(s, ctx);
     int64_t key[DN_KEY];
     int nk = 0;
     key[nk++] = dn_threads(ctx);
     key[nk++] = (b ? 1 : 0) | (z ? 2 : 0) | (w == s->base.wconst ? 4 : 0);
     key[nk++] = x->rank;
+    key[nk++] = y->dims[y->rank - 1];
     for (int i = 0; i < x->rank; i++) key[nk++] = x->dims[i];
     for (int i = 0; i < w->rank; i++) key[nk++] = w->dims[i];
     int omp = dn_omp_begin();
     dn_entry *e;
     tdm_status *st = dn_cache_get(&s->base, ctx, key, nk, conv_build, &e);
-    if (!st) st = e->generic ? dn_fallback(ctx) : conv_exec(s, ctx, (conv_entry *)e);
+    if (!st) st = e->generic ? conv_generic(s, ctx) : conv_exec(s, ctx, (conv_entry *)e);
     dn_entry_done(&s->base, e);
     dn_omp_end(omp);
     return st;

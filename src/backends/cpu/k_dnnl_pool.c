@@ -5,7 +5,8 @@
  * channel range of a plain NCHW image is contiguous. ceil_mode becomes extra right padding;
  * AveragePool with count_include_pad runs here only when no such extra padding is needed
  * (ONNX then divides by the window size, as oneDNN does). MaxPool with the Indices output
- * stays generic. */
+ * stays generic. BlockedPool (ops/fused.h: any of the four poolings on channel-blocked X
+ * and Y) needs no reorders; what oneDNN declines runs generic through plain copies. */
 #include <string.h>
 
 #include "backends/cpu/k_dnnl.h"
@@ -16,6 +17,11 @@ typedef struct pool_state {
     dn_state base; /* first */
     bool max;
     bool include_pad;
+    bool blocked;    /* BlockedPool: X and Y channel-blocked */
+    bool global;     /* GlobalAveragePool / GlobalMaxPool (BlockedPool only) */
+    int src_opset;   /* opset to read the pooling's attributes as */
+    const char *op;  /* the pooling's ONNX name */
+    int64_t channels;
 } pool_state;
 
 typedef struct pool_part {
@@ -27,6 +33,7 @@ typedef struct pool_part {
 typedef struct pool_entry {
     dn_entry h; /* first */
     int64_t N, C, isz, osz, chunk, n_chunks;
+    int64_t blk, Cp; /* blocked: the block and C rounded up to it (plain: 0 and C) */
     pool_part part[2];
 } pool_entry;
 
@@ -42,12 +49,20 @@ static void pool_clear(dn_state *s, dn_entry *he) {
 
 tdm_status *dn_pool_prepare(const tdm_node *node, int opset, int n_in,
                             const tdm_tensor *const *in, const tdm_allocator *a, void **state) {
-    (void)opset;
     (void)in;
     pool_state *s;
     TDM_TRY(dn_state_new(a, sizeof *s, sizeof(pool_entry), pool_clear, (dn_state **)&s));
     *state = s;
-    s->max = strcmp(node->op_type, "MaxPool") == 0;
+    s->op = node->op_type;
+    s->src_opset = opset;
+    if (strcmp(node->op_type, "BlockedPool") == 0) {
+        s->blocked = true;
+        s->op = tdm_attr_string(node, "op", "");
+        s->src_opset = (int)tdm_attr_int(node, "src_opset", 1);
+        s->channels = tdm_attr_int(node, "channels", 0);
+        s->global = strncmp(s->op, "Global", 6) == 0;
+    }
+    s->max = strcmp(s->op, "MaxPool") == 0 || strcmp(s->op, "GlobalMaxPool") == 0;
     s->include_pad = !s->max && tdm_attr_int(node, "count_include_pad", 0) != 0;
     if (n_in < 1 || (s->max && node->n_outputs > 1 && node->outputs[1] >= 0))
         s->base.generic = true;
@@ -61,8 +76,8 @@ typedef struct pool_geom {
     int64_t xsp[3], ysp[3];
 } pool_geom;
 
-static tdm_status *pool_part_build(dn_state *bs, const pool_geom *g, int64_t units, pool_part *p,
-                                   bool *ok) {
+static tdm_status *pool_part_build(dn_state *bs, const pool_geom *g, int64_t blk, int64_t units,
+                                   pool_part *p, bool *ok) {
     *ok = false;
     int nd = g->nd;
     int64_t xd[5] = {1, units}, yd[5] = {1, units};
@@ -73,10 +88,14 @@ static tdm_status *pool_part_build(dn_state *bs, const pool_geom *g, int64_t uni
     p->units = units;
     dn_md_plain(&p->usr_src, nd, xd);
     dn_md_plain(&p->usr_dst, nd, yd);
-    dnnl_format_tag_t tag = dn_tag_blocked(nd, dn_block());
+    dnnl_format_tag_t tag = dn_tag_blocked(nd, blk ? blk : dn_block());
     if (!tag || !dn_md_tag(&p->src, nd, xd, tag) ||
-        !dn_md_tag(&p->dst, nd, yd, dnnl_format_tag_any))
+        !dn_md_tag(&p->dst, nd, yd, blk ? tag : dnnl_format_tag_any))
         return NULL;
+    if (blk) { /* X and Y are stored blocked: no reorders */
+        p->usr_src = p->src;
+        p->usr_dst = p->dst;
+    }
     dnnl_pooling_v2_desc_t pdsc;
     if (dnnl_pooling_v2_forward_desc_init(&pdsc, dnnl_forward_inference, g->alg, &p->src, &p->dst,
                                           g->strides, g->kernel, g->dil, g->pl,
@@ -100,23 +119,46 @@ static tdm_status *pool_build(dn_state *bs, tdm_kernel_ctx *ctx, dn_entry *he) {
     pool_state *s = (pool_state *)bs;
     pool_entry *e = (pool_entry *)he;
     const tdm_tensor *x = ctx->in[0], *y = ctx->out[0];
-    int nd = x->rank, nsp = nd - 2;
+    int nd = s->blocked ? x->rank - 1 : x->rank, nsp = nd - 2;
+    int64_t xdims[5], ydims[5];
+    for (int i = 0; i < nd; i++) {
+        xdims[i] = x->dims[i];
+        ydims[i] = y->dims[i];
+    }
+    e->blk = 0;
+    if (s->blocked) {
+        e->blk = x->dims[nd];
+        if (e->blk < 1 || y->dims[nd] != e->blk || s->channels < 1 ||
+            x->dims[1] != (s->channels + e->blk - 1) / e->blk || y->dims[1] != x->dims[1])
+            return NULL;
+        xdims[1] = ydims[1] = s->channels;
+    }
     tdm_nn_geom gm;
-    tdm_status *gst = tdm_nn_geom_init(ctx->node, ctx->opset, TDM_NN_POOL, nd, x->dims, NULL, &gm);
-    if (gst) {
-        tdm_status_free(gst);
-        return NULL;
+    if (s->global) {
+        memset(&gm, 0, sizeof gm);
+        for (int i = 0; i < nsp; i++) {
+            gm.in[i] = gm.kernel[i] = xdims[2 + i];
+            gm.out[i] = gm.stride[i] = gm.dil[i] = 1;
+        }
+    } else {
+        tdm_status *gst =
+            tdm_nn_geom_init(ctx->node, s->src_opset, TDM_NN_POOL, nd, xdims, NULL, &gm);
+        if (gst) {
+            tdm_status_free(gst);
+            return NULL;
+        }
     }
     pool_geom g = {.nd = nd};
     g.alg = s->max ? dnnl_pooling_max
             : s->include_pad ? dnnl_pooling_avg_include_padding
                              : dnnl_pooling_avg_exclude_padding;
-    e->N = x->dims[0];
-    e->C = x->dims[1];
+    e->N = xdims[0];
+    e->C = xdims[1];
+    e->Cp = e->blk ? x->dims[1] * e->blk : e->C;
     e->isz = e->osz = 1;
     int64_t ksz = 1;
     for (int i = 0; i < nsp; i++) {
-        if (gm.out[i] != y->dims[2 + i] || gm.out[i] < 1) return NULL;
+        if (gm.out[i] != ydims[2 + i] || gm.out[i] < 1) return NULL;
         int64_t ext = (gm.kernel[i] - 1) * gm.dil[i] + 1;
         int64_t right = gm.pad_e[i];
         if ((gm.in[i] + gm.pad_b[i] + right - ext) / gm.stride[i] + 1 != gm.out[i]) {
@@ -129,21 +171,22 @@ static tdm_status *pool_build(dn_state *bs, tdm_kernel_ctx *ctx, dn_entry *he) {
         g.dil[i] = gm.dil[i] - 1;
         g.pl[i] = gm.pad_b[i];
         g.pr[i] = right;
-        g.xsp[i] = x->dims[2 + i];
-        g.ysp[i] = y->dims[2 + i];
-        e->isz *= x->dims[2 + i];
-        e->osz *= y->dims[2 + i];
+        g.xsp[i] = xdims[2 + i];
+        g.ysp[i] = ydims[2 + i];
+        e->isz *= xdims[2 + i];
+        e->osz *= ydims[2 + i];
         ksz *= gm.kernel[i];
     }
     double work = (double)e->N * (double)e->C * (double)e->osz * (double)ksz;
-    e->chunk = work < 2.0e5 ? e->C : dn_chunk(e->C, dn_block(), e->N, dn_threads(ctx));
+    e->chunk = work < 2.0e5 ? e->C : dn_chunk(e->C, e->blk ? e->blk : dn_block(), e->N,
+                                                     dn_threads(ctx));
     e->n_chunks = (e->C + e->chunk - 1) / e->chunk;
     bool ok;
-    TDM_TRY(pool_part_build(bs, &g, e->chunk, &e->part[0], &ok));
+    TDM_TRY(pool_part_build(bs, &g, e->blk, e->chunk, &e->part[0], &ok));
     if (!ok) return NULL;
     int64_t tail = e->C - (e->n_chunks - 1) * e->chunk;
     if (tail != e->chunk) {
-        TDM_TRY(pool_part_build(bs, &g, tail, &e->part[1], &ok));
+        TDM_TRY(pool_part_build(bs, &g, e->blk, tail, &e->part[1], &ok));
         if (!ok) return NULL;
     }
     he->generic = false;
@@ -155,8 +198,8 @@ typedef struct pool_run {
     pool_entry *e;
     const float *x;
     float *y;
-    char *slots;   /* per item: blocked X, then blocked Y */
-    size_t src_bytes, slot;
+    char *slots;   /* per item: blocked X, blocked Y, the scratchpad */
+    size_t src_bytes, pad_at, slot;
 } pool_run;
 
 static tdm_status *pool_item(void *arg, tdm_kernel_ctx *ctx, int64_t item) {
@@ -166,8 +209,8 @@ static tdm_status *pool_item(void *arg, tdm_kernel_ctx *ctx, int64_t item) {
     int64_t n = item / e->n_chunks, j = item % e->n_chunks;
     pool_part *p = j == e->n_chunks - 1 && e->part[1].units ? &e->part[1] : &e->part[0];
     int64_t c0 = j * e->chunk;
-    const float *xs = r->x + (n * e->C + c0) * e->isz;
-    float *ys = r->y + (n * e->C + c0) * e->osz;
+    const float *xs = r->x + (n * e->Cp + c0) * e->isz;
+    float *ys = r->y + (n * e->Cp + c0) * e->osz;
     char *slot = r->slots + (size_t)item * r->slot;
     const void *src = xs;
     void *dst = p->r_dst.p ? (void *)(slot + r->src_bytes) : (void *)ys;
@@ -176,7 +219,7 @@ static tdm_status *pool_item(void *arg, tdm_kernel_ctx *ctx, int64_t item) {
         src = slot;
     }
     dn_arg args[2] = {{DNNL_ARG_SRC, &p->src, src}, {DNNL_ARG_DST, &p->dst, dst}};
-    TDM_TRY(dn_exec(ctx, eng, &p->pool, 2, args));
+    TDM_TRY(dn_exec_in(ctx, eng, &p->pool, 2, args, p->pool.scratch ? slot + r->pad_at : NULL));
     if (p->r_dst.p) return dn_exec_reorder(ctx, eng, &p->r_dst, &p->dst, dst, &p->usr_dst, ys);
     return NULL;
 }
@@ -185,36 +228,49 @@ static size_t round64(size_t n) { return (n + 63) / 64 * 64; }
 
 /* One scratch allocation per run (see conv_exec in k_dnnl_conv.c for why). */
 static tdm_status *pool_exec(pool_state *s, tdm_kernel_ctx *ctx, pool_entry *e) {
-    pool_run r = {s, e, ctx->in[0]->data, ctx->out[0]->data, NULL, 0, 0};
-    size_t sb = 0, db = 0;
+    pool_run r = {s, e, ctx->in[0]->data, ctx->out[0]->data, NULL, 0, 0, 0};
+    size_t sb = 0, db = 0, pb = 0;
     for (int i = 0; i < 2; i++) {
         const pool_part *p = &e->part[i];
         if (!p->units) continue;
+        if (round64(p->pool.scratch) > pb) pb = round64(p->pool.scratch);
         if (p->r_src.p && round64(dn_md_bytes(&p->src)) > sb) sb = round64(dn_md_bytes(&p->src));
         if (p->r_dst.p && round64(dn_md_bytes(&p->dst)) > db) db = round64(dn_md_bytes(&p->dst));
     }
     r.src_bytes = sb;
-    r.slot = sb + db;
+    r.pad_at = sb + db;
+    r.slot = sb + db + pb;
     int64_t items = e->N * e->n_chunks;
     char *buf = NULL;
+    bool own = false;
     if (r.slot) {
-        if (!(buf = tdm_kscratch(ctx, r.slot * (size_t)items))) return dn_oom(ctx);
+        if (!(buf = dn_scratch_get(&s->base, ctx, r.slot * (size_t)items, &own))) return dn_oom(ctx);
         r.slots = buf;
     }
     tdm_status *st = dn_parallel(ctx, items, pool_item, &r);
-    tdm_free(ctx->alloc, buf);
+    dn_scratch_put(&s->base, ctx, buf, own);
     return st;
+}
+
+/* The generic path: the plain pooling's generic kernel, through plain copies for
+ * BlockedPool. */
+static tdm_status *pool_generic(const pool_state *s, tdm_kernel_ctx *ctx) {
+    if (!s || !s->blocked) return dn_fallback(ctx);
+    if (!ctx->in[0] || !ctx->out[0] || ctx->in[0]->rank < 4 || ctx->out[0]->rank < 4)
+        return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT, "BlockedPool needs X and Y");
+    return dn_blocked_fallback(ctx, "", s->op, s->src_opset, s->channels, s->channels);
 }
 
 tdm_status *dn_pool_run(tdm_kernel_ctx *ctx) {
     pool_state *s = ctx->state;
     if (!s || s->base.generic || ctx->n_in < 1 || !ctx->in[0] || !ctx->out[0] ||
         (ctx->n_out > 1 && ctx->out[1]))
-        return dn_fallback(ctx);
+        return pool_generic(s, ctx);
     const tdm_tensor *x = ctx->in[0], *y = ctx->out[0];
-    if (x->dtype != TDM_FLOAT || x->rank < 3 || x->rank > 5 || y->rank != x->rank ||
-        x->count == 0 || y->count == 0)
-        return dn_fallback(ctx);
+    int extra = s->blocked ? 1 : 0;
+    if (x->dtype != TDM_FLOAT || x->rank < 3 + extra || x->rank > 5 + extra ||
+        y->rank != x->rank || x->count == 0 || y->count == 0)
+        return pool_generic(s, ctx);
     int64_t key[DN_KEY];
     int nk = 0;
     key[nk++] = dn_threads(ctx);
@@ -223,7 +279,7 @@ tdm_status *dn_pool_run(tdm_kernel_ctx *ctx) {
     int omp = dn_omp_begin();
     dn_entry *e;
     tdm_status *st = dn_cache_get(&s->base, ctx, key, nk, pool_build, &e);
-    if (!st) st = e->generic ? dn_fallback(ctx) : pool_exec(s, ctx, (pool_entry *)e);
+    if (!st) st = e->generic ? pool_generic(s, ctx) : pool_exec(s, ctx, (pool_entry *)e);
     dn_entry_done(&s->base, e);
     dn_omp_end(omp);
     return st;

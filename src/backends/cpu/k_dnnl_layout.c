@@ -1,0 +1,125 @@
+/* dnnl family: the channel-blocked layout ops (ops/fused.h): ToBlocked and FromBlocked,
+ * and the generic path of BlockedConv / BlockedPool (dn_blocked_fallback: unblock, run the
+ * plain generic kernel, block the result) for what oneDNN declines. Blocked tensors are
+ * [N, Cb, S..., B] with Cb = ceil(C/B). */
+#include <string.h>
+
+#include "backends/cpu/k_dnnl.h"
+#include "core/alloc.h"
+#include "ops/fused.h"
+
+/* Sizes of a blocked tensor of `rank` dims (>= 4): N, Cb, spatial size, B. */
+static void blocked_sizes(const tdm_tensor *t, int64_t *n, int64_t *cb, int64_t *sp, int64_t *b) {
+    *n = t->dims[0];
+    *cb = t->dims[1];
+    *b = t->dims[t->rank - 1];
+    *sp = 1;
+    for (int d = 2; d < t->rank - 1; d++) *sp *= t->dims[d];
+}
+
+void dn_block_copy(const float *src, int64_t n, int64_t c, int64_t sp, int64_t b, float *dst) {
+    int64_t cb = (c + b - 1) / b;
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < cb; j++) {
+            float *o = dst + (i * cb + j) * sp * b;
+            int64_t c0 = j * b, nb = c - c0 < b ? c - c0 : b;
+            const float *s = src + (i * c + c0) * sp;
+            for (int64_t p = 0; p < sp; p++) {
+                for (int64_t k = 0; k < nb; k++) o[p * b + k] = s[k * sp + p];
+                for (int64_t k = nb; k < b; k++) o[p * b + k] = 0.0f;
+            }
+        }
+}
+
+void dn_unblock_copy(const float *src, int64_t n, int64_t c, int64_t sp, int64_t b, float *dst) {
+    int64_t cb = (c + b - 1) / b;
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < cb; j++) {
+            const float *s = src + (i * cb + j) * sp * b;
+            int64_t c0 = j * b, nb = c - c0 < b ? c - c0 : b;
+            float *o = dst + (i * c + c0) * sp;
+            for (int64_t k = 0; k < nb; k++)
+                for (int64_t p = 0; p < sp; p++) o[k * sp + p] = s[p * b + k];
+        }
+}
+
+static tdm_status *shape_error(tdm_kernel_ctx *ctx) {
+    return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
+                          "blocked and plain tensors do not match");
+}
+
+tdm_status *dn_to_blocked_run(tdm_kernel_ctx *ctx) {
+    const tdm_tensor *x = ctx->in[0];
+    tdm_tensor *y = ctx->out[0];
+    int64_t n, cb, sp, b;
+    if (!x || !y || y->rank != x->rank + 1) return shape_error(ctx);
+    blocked_sizes(y, &n, &cb, &sp, &b);
+    if (x->dims[0] != n || b < 1 || (x->dims[1] + b - 1) / b != cb || x->count != n * x->dims[1] * sp)
+        return shape_error(ctx);
+    dn_block_copy(x->data, n, x->dims[1], sp, b, y->data);
+    return NULL;
+}
+
+tdm_status *dn_from_blocked_run(tdm_kernel_ctx *ctx) {
+    const tdm_tensor *x = ctx->in[0];
+    tdm_tensor *y = ctx->out[0];
+    int64_t n, cb, sp, b;
+    if (!x || !y || x->rank != y->rank + 1) return shape_error(ctx);
+    blocked_sizes(x, &n, &cb, &sp, &b);
+    if (y->dims[0] != n || b < 1 || (y->dims[1] + b - 1) / b != cb || y->count != n * y->dims[1] * sp)
+        return shape_error(ctx);
+    dn_unblock_copy(x->data, n, y->dims[1], sp, b, y->data);
+    return NULL;
+}
+
+/* A plain tensor for blocked `t` holding `c` channels (unblocked when `copy`). */
+static tdm_status *plain_of(tdm_kernel_ctx *ctx, const tdm_tensor *t, int64_t c, bool copy,
+                            tdm_tensor **out) {
+    int64_t dims[TDM_MAX_RANK], n, cb, sp, b;
+    blocked_sizes(t, &n, &cb, &sp, &b);
+    if (c < 1 || (c + b - 1) / b != cb) return shape_error(ctx);
+    for (int d = 0; d < t->rank - 1; d++) dims[d] = t->dims[d];
+    dims[1] = c;
+    TDM_TRY(tdm_tensor_new(ctx->alloc, TDM_FLOAT, t->rank - 1, dims, out));
+    if (copy) dn_unblock_copy(t->data, n, c, sp, b, (*out)->data);
+    return NULL;
+}
+
+tdm_status *dn_blocked_fallback(tdm_kernel_ctx *ctx, const char *domain, const char *op, int opset,
+                                int64_t c_in, int64_t c_out) {
+    tdm_node fake = *ctx->node;
+    fake.op_type = (char *)op;
+    fake.domain = (char *)domain;
+    const tdm_tensor *ins[4] = {0};
+    tdm_tensor *tmp[4] = {0}, *y = NULL;
+    int n_in = ctx->n_in < 4 ? ctx->n_in : 4;
+    bool conv = strcmp(ctx->node->op_type, "BlockedConv") == 0;
+    tdm_status *st = NULL;
+    for (int i = 0; i < n_in && !st; i++) {
+        ins[i] = ctx->in[i];
+        if (!ins[i]) continue;
+        bool blk = i == 0 ? (!conv || ctx->in[0]->rank == ctx->in[1]->rank + 1) : conv && i == 3;
+        if (!blk) continue;
+        if (ins[i]->dtype != TDM_FLOAT) st = shape_error(ctx);
+        else if (!(st = plain_of(ctx, ins[i], i == 0 ? c_in : c_out, true, &tmp[i]))) ins[i] = tmp[i];
+    }
+    if (!st) st = plain_of(ctx, ctx->out[0], c_out, false, &y);
+    if (!st) {
+        tdm_kernel_ctx sub = *ctx;
+        sub.node = &fake;
+        sub.opset = opset;
+        sub.n_in = n_in;
+        sub.in = ins;
+        sub.n_out = 1;
+        sub.out = &y;
+        st = dn_fallback(&sub);
+    }
+    if (!st) {
+        int64_t n, cb, sp, b;
+        blocked_sizes(ctx->out[0], &n, &cb, &sp, &b);
+        dn_block_copy(y->data, n, c_out, sp, b, ctx->out[0]->data);
+    }
+    for (int i = 0; i < 4; i++) tdm_tensor_destroy(tmp[i]);
+    tdm_tensor_destroy(y);
+    return st;
+}

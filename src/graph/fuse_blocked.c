@@ -1,0 +1,284 @@
+/* Blocked-layout pass: chains of convolutions, poolings, element-wise ops, residual Adds and
+ * channel Concats keep their tensors in oneDNN's channel-blocked layout (nChw8c on AVX2)
+ * instead of plain NCHW, so no convolution reorders its input and output on every run.
+ *
+ * The layout is explicit in the graph (ops/fused.h): a blocked tensor has the logical shape
+ * [N, ceil(C/B), H, W, B]. The executor, the memory planner and copies between devices see
+ * ordinary tensors; only the ops below ever read them:
+ *  - Conv / FusedConv (2-D, float)       -> BlockedConv (input blocked or plain, output
+ *                                           blocked, Z blocked);
+ *  - MaxPool (no Indices), AveragePool,
+ *    GlobalAveragePool, GlobalMaxPool    -> BlockedPool (blocked input);
+ *  - Relu, LeakyRelu, Sigmoid, Tanh, HardSigmoid, HardSwish, Clip (constant bounds): the
+ *    same op on the blocked tensor (element-wise, so the layout does not matter);
+ *  - Add, Sub, Mul, Max, Min of two blocked tensors of the same plain shape: the same op;
+ *  - Concat on the channel axis when every input's channel count is a multiple of B: Concat
+ *    on the block axis.
+ * Padding channels may hold any finite value after an element-wise op (Sigmoid(0) = 0.5):
+ * the ops above never mix channels except the convolution, whose reordered weights are
+ * zero there, and FromBlocked drops them. Every other reader of a value that became
+ * blocked (and a graph output) reads it through one FromBlocked node that writes the
+ * original value. A convolution is converted only when its input is already blocked or
+ * one of its readers could take a blocked tensor, so a lone convolution stays as it was. */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "graph/fuse_impl.h"
+#include "ops/fused.h"
+
+typedef struct bl_ctx {
+    fz_ctx *fz;
+    int64_t block;
+    size_t nv;   /* values before the pass (blk[] covers them) */
+    int *blk;    /* per original value: its blocked twin, or -1 */
+    bool *wants; /* per original value: some reader could take it blocked */
+} bl_ctx;
+
+static bool is_op(const tdm_node *n, const char *op) {
+    return !n->dead && !n->domain[0] && strcmp(n->op_type, op) == 0;
+}
+
+static bool is_fused(const tdm_node *n, const char *op) {
+    return !n->dead && strcmp(n->domain, TDM_FUSED_DOMAIN) == 0 && strcmp(n->op_type, op) == 0;
+}
+
+static const char *const unary_ops[] = {"Relu",    "LeakyRelu",   "Sigmoid", "Tanh",
+                                        "HardSigmoid", "HardSwish", "Clip"};
+static const char *const binary_ops[] = {"Add", "Sub", "Mul", "Max", "Min"};
+static const char *const pool_ops[] = {"MaxPool", "AveragePool", "GlobalAveragePool",
+                                       "GlobalMaxPool"};
+
+static bool in_list(const tdm_node *n, const char *const *ops, size_t count) {
+    for (size_t i = 0; i < count; i++)
+        if (is_op(n, ops[i])) return true;
+    return false;
+}
+#define IN_LIST(n, ops) in_list(n, ops, sizeof ops / sizeof ops[0])
+
+static bool is_conv(const tdm_node *n) { return is_op(n, "Conv") || is_fused(n, "FusedConv"); }
+
+/* Plain rank-4 float value with a known channel count. */
+static bool plain4(const bl_ctx *b, int v) {
+    if (v < 0 || (size_t)v >= b->nv) return false;
+    const tdm_value *val = &b->fz->g->values[v];
+    return val->dtype == TDM_FLOAT && val->rank == 4 && val->dims[1] > 0;
+}
+
+static int64_t channels(const bl_ctx *b, int v) { return b->fz->g->values[v].dims[1]; }
+
+static bool blocked(const bl_ctx *b, int v) {
+    return v >= 0 && (size_t)v < b->nv && b->blk[v] >= 0;
+}
+
+/* A new float value for the blocked twin of v (shape left to inference). */
+static tdm_status *new_twin(bl_ctx *b, int v, int *out) {
+    char base[96];
+    const char *name = b->fz->g->values[v].name;
+    snprintf(base, sizeof base, "%.80s/blocked", name ? name : "");
+    return fz_new_value(b->fz, base, TDM_FLOAT, -1, NULL, out);
+}
+
+static tdm_status *new_node(bl_ctx *b, const char *op, int like, int n_in, int *idx) {
+    char name[128];
+    snprintf(name, sizeof name, "%.100s/%s", fz_node(b->fz, like)->name, op);
+    return fz_new_node(b->fz, op, TDM_FUSED_DOMAIN, name, n_in, 1, idx);
+}
+
+static tdm_status *copy_attrs(bl_ctx *b, int from, int to) {
+    int na = fz_node(b->fz, from)->n_attrs;
+    for (int k = 0; k < na; k++) TDM_TRY(fz_attr_copy(b->fz, to, &fz_node(b->fz, from)->attrs[k]));
+    return NULL;
+}
+
+/* Blocked twin of a plain value that has none: a ToBlocked node. */
+static tdm_status *to_blocked(bl_ctx *b, int v, int like, int *out) {
+    if (blocked(b, v)) {
+        *out = b->blk[v];
+        return NULL;
+    }
+    int t, nn;
+    TDM_TRY(new_twin(b, v, &t));
+    TDM_TRY(new_node(b, "ToBlocked", like, 1, &nn));
+    fz_node(b->fz, nn)->inputs[0] = v;
+    fz_node(b->fz, nn)->outputs[0] = t;
+    TDM_TRY(fz_attr_int(b->fz, nn, "block", b->block));
+    b->blk[v] = t; /* other readers may share it; v itself stays plain */
+    *out = t;
+    return NULL;
+}
+
+static tdm_status *convert_conv(bl_ctx *b, int i) {
+    tdm_node *n = fz_node(b->fz, i);
+    if (n->n_inputs < 2 || n->n_outputs != 1 || !fz_attrs_copyable(n)) return NULL;
+    int x = n->inputs[0], w = n->inputs[1], y = n->outputs[0];
+    int z = is_fused(n, "FusedConv") && n->n_inputs > 3 ? n->inputs[3] : -1;
+    const tdm_value *wv = w >= 0 ? &b->fz->g->values[w] : NULL;
+    if (!plain4(b, x) || !plain4(b, y) || !wv || wv->rank != 4 || blocked(b, w) ||
+        (n->n_inputs > 2 && blocked(b, n->inputs[2])) || (z >= 0 && !plain4(b, z)))
+        return NULL;
+    if (!blocked(b, x) && !b->wants[y]) return NULL;
+    int zb = -1, yb, nn;
+    if (z >= 0) TDM_TRY(to_blocked(b, z, i, &zb));
+    TDM_TRY(new_twin(b, y, &yb));
+    TDM_TRY(new_node(b, "BlockedConv", i, fz_node(b->fz, i)->n_inputs, &nn)); /* (n moved) */
+    n = fz_node(b->fz, i);
+    tdm_node *c = fz_node(b->fz, nn);
+    for (int k = 0; k < n->n_inputs; k++) c->inputs[k] = n->inputs[k];
+    if (blocked(b, x)) c->inputs[0] = b->blk[x];
+    if (z >= 0) c->inputs[3] = zb;
+    c->outputs[0] = yb;
+    TDM_TRY(copy_attrs(b, i, nn));
+    TDM_TRY(fz_attr_int(b->fz, nn, "block", b->block));
+    fz_kill(b->fz, i);
+    b->blk[y] = yb;
+    b->fz->count++;
+    return NULL;
+}
+
+static tdm_status *convert_pool(bl_ctx *b, int i) {
+    tdm_node *n = fz_node(b->fz, i);
+    if (n->n_inputs != 1 || n->n_outputs < 1 || (n->n_outputs > 1 && n->outputs[1] >= 0) ||
+        !fz_attrs_copyable(n))
+        return NULL;
+    int x = n->inputs[0], y = n->outputs[0];
+    if (!blocked(b, x) || !plain4(b, x) || !plain4(b, y)) return NULL;
+    int yb, nn;
+    TDM_TRY(new_twin(b, y, &yb));
+    TDM_TRY(new_node(b, "BlockedPool", i, 1, &nn));
+    fz_node(b->fz, nn)->inputs[0] = b->blk[x];
+    fz_node(b->fz, nn)->outputs[0] = yb;
+    TDM_TRY(copy_attrs(b, i, nn));
+    n = fz_node(b->fz, i); /* (appending attributes to nn leaves node i in place) */
+    TDM_TRY(fz_attr_string(b->fz, nn, "op", n->op_type));
+    TDM_TRY(fz_attr_int(b->fz, nn, "src_opset", n->opset));
+    TDM_TRY(fz_attr_int(b->fz, nn, "channels", channels(b, x)));
+    TDM_TRY(fz_attr_int(b->fz, nn, "block", b->block));
+    fz_kill(b->fz, i);
+    b->blk[y] = yb;
+    b->fz->count++;
+    return NULL;
+}
+
+/* Element-wise ops and Concat stay what they are, reading and writing blocked twins. */
+static tdm_status *retarget(bl_ctx *b, int i, int n_blocked) {
+    tdm_node *n = fz_node(b->fz, i);
+    int y = n->outputs[0], yb;
+    TDM_TRY(new_twin(b, y, &yb));
+    n = fz_node(b->fz, i);
+    for (int k = 0; k < n_blocked; k++) n->inputs[k] = b->blk[n->inputs[k]];
+    n->outputs[0] = yb;
+    b->blk[y] = yb;
+    b->fz->dirty = true;
+    b->fz->count++;
+    return NULL;
+}
+
+static tdm_status *convert_other(bl_ctx *b, int i) {
+    tdm_node *n = fz_node(b->fz, i);
+    if (n->n_outputs != 1 || n->n_inputs < 1 || n->n_implicit || !plain4(b, n->outputs[0]))
+        return NULL;
+    if (IN_LIST(n, unary_ops)) {
+        if (!blocked(b, n->inputs[0])) return NULL;
+        for (int k = 1; k < n->n_inputs; k++) /* Clip bounds: constants */
+            if (n->inputs[k] >= 0 && !fz_const(b->fz, n->inputs[k])) return NULL;
+        return retarget(b, i, 1);
+    }
+    if (IN_LIST(n, binary_ops)) {
+        if (n->n_inputs != 2 || !blocked(b, n->inputs[0]) || !blocked(b, n->inputs[1]) ||
+            !fz_same_shape(b->fz, n->inputs[0], n->inputs[1]) ||
+            !fz_same_shape(b->fz, n->inputs[0], n->outputs[0]))
+            return NULL;
+        return retarget(b, i, 2);
+    }
+    if (is_op(n, "Concat")) {
+        int64_t axis = tdm_attr_int(n, "axis", 0);
+        if (axis != 1 && axis != -3) return NULL;
+        for (int k = 0; k < n->n_inputs; k++)
+            if (!blocked(b, n->inputs[k]) || !plain4(b, n->inputs[k]) ||
+                channels(b, n->inputs[k]) % b->block)
+                return NULL;
+        if (axis != 1) /* the block axis of the rank-5 twins is 1 */
+            for (int k = 0; k < n->n_attrs; k++)
+                if (strcmp(n->attrs[k].name, "axis") == 0) n->attrs[k].i = 1;
+        return retarget(b, i, n->n_inputs);
+    }
+    return NULL;
+}
+
+/* Could node n take input v in the blocked layout (judged before any rewrite)? */
+static bool takes_blocked(const tdm_node *n, int v) {
+    if (is_conv(n)) return n->inputs[0] == v; /* (a Z alone does not make it blocked) */
+    if (IN_LIST(n, pool_ops) || IN_LIST(n, unary_ops)) return n->inputs[0] == v;
+    return IN_LIST(n, binary_ops) || is_op(n, "Concat");
+}
+
+/* Readers that kept the plain value, graph outputs and subgraph reads get a FromBlocked. */
+static tdm_status *materialise(bl_ctx *b) {
+    tdm_graph *g = b->fz->g;
+    bool *need = tdm_calloc(g->alloc, b->nv + 1, sizeof *need);
+    if (!need) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory in the blocked-layout pass");
+    for (size_t i = 0; i < g->n_nodes; i++) {
+        const tdm_node *n = &g->nodes[i];
+        if (n->dead) continue;
+        for (int k = 0; k < n->n_inputs; k++)
+            if (blocked(b, n->inputs[k])) need[n->inputs[k]] = true;
+        for (int k = 0; k < n->n_implicit; k++)
+            if (blocked(b, n->implicit[k])) need[n->implicit[k]] = true;
+    }
+    for (size_t o = 0; o < g->n_outputs; o++)
+        if (blocked(b, g->outputs[o])) need[g->outputs[o]] = true;
+    tdm_status *st = NULL;
+    for (size_t v = 0; v < b->nv && !st; v++) {
+        if (!need[v] || g->values[v].producer < 0) continue; /* a ToBlocked source: still plain */
+        int p = b->fz->producer[v];
+        if (p >= 0 && !g->nodes[p].dead && g->nodes[p].outputs[0] == (int)v) continue;
+        int nn;
+        char name[128];
+        snprintf(name, sizeof name, "%.100s/FromBlocked", g->values[v].name);
+        if ((st = fz_new_node(b->fz, "FromBlocked", TDM_FUSED_DOMAIN, name, 1, 1, &nn))) break;
+        g->nodes[nn].inputs[0] = b->blk[v];
+        g->nodes[nn].outputs[0] = (int)v;
+        if (!(st = fz_attr_int(b->fz, nn, "block", b->block)))
+            st = fz_attr_int(b->fz, nn, "channels", g->values[v].dims[1]);
+    }
+    tdm_free(g->alloc, need);
+    return st;
+}
+
+tdm_status *fz_pass_blocked(fz_ctx *fz, int64_t block) {
+    if (block < 2 || block > 64) return NULL;
+    TDM_TRY(fz_refresh(fz));
+    tdm_graph *g = fz->g;
+    bl_ctx b = {fz, block, g->n_values, NULL, NULL};
+    b.blk = tdm_alloc(g->alloc, (b.nv + 1) * sizeof *b.blk);
+    b.wants = tdm_calloc(g->alloc, b.nv + 1, sizeof *b.wants);
+    tdm_status *st = NULL;
+    if (!b.blk || !b.wants) {
+        st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory in the blocked-layout pass");
+        goto done;
+    }
+    for (size_t v = 0; v < b.nv; v++) {
+        b.blk[v] = -1;
+        const int *cons;
+        int nc = fz_consumers(fz, (int)v, &cons);
+        for (int c = 0; c < nc; c++)
+            if (takes_blocked(fz_node(fz, cons[c]), (int)v)) b.wants[v] = true;
+    }
+    size_t n_nodes = g->n_nodes; /* the original nodes, in topological order */
+    for (size_t i = 0; i < n_nodes && !st; i++) {
+        const tdm_node *n = &g->nodes[i];
+        if (n->dead) continue;
+        if (is_conv(n)) st = convert_conv(&b, (int)i);
+        else if (IN_LIST(n, pool_ops)) st = convert_pool(&b, (int)i);
+        else st = convert_other(&b, (int)i);
+    }
+    if (!st && fz->count) {
+        fz->dirty = true;
+        if (!(st = fz_refresh(fz))) st = materialise(&b);
+    }
+done:
+    tdm_free(g->alloc, b.blk);
+    tdm_free(g->alloc, b.wants);
+    return st;
+}

@@ -1,0 +1,148 @@
+/* Operator schemas: tandem's channel-blocked layout operators (contract in ops/fused.h).
+ * Only the blocked-layout pass (src/graph/fuse_blocked.c) creates them. A blocked tensor
+ * is an ordinary float tensor whose logical shape spells the layout out:
+ * plain [N, C, d1..dk] <-> blocked [N, ceil(C/B), d1..dk, B], channel c at [n, c/B, ..., c%B],
+ * the padded channels (c >= C) zero when ToBlocked or a convolution writes them. */
+#include <string.h>
+
+#include "ops/fused.h"
+
+/* The block (last dim) of a blocked tensor and the plain info with `channels` channels. */
+static void to_plain(const tdm_value_info *b, int64_t channels, tdm_value_info *p) {
+    *p = *b;
+    p->data = NULL;
+    if (b->rank < 0) return;
+    p->rank = b->rank - 1;
+    p->dims[1] = channels;
+}
+
+static int64_t ceil_div(int64_t a, int64_t b) { return a < 0 ? TDM_DIM_UNKNOWN : (a + b - 1) / b; }
+
+/* out = blocked form of plain info p. */
+static void to_blocked(const tdm_value_info *p, int64_t block, tdm_value_info *out) {
+    out->dtype = p->dtype;
+    if (p->rank < 0 || p->rank + 1 > TDM_MAX_RANK) {
+        out->rank = -1;
+        return;
+    }
+    out->rank = p->rank + 1;
+    for (int d = 0; d < p->rank; d++) out->dims[d] = p->dims[d];
+    out->dims[1] = ceil_div(p->dims[1], block);
+    out->dims[p->rank] = block;
+}
+
+static tdm_status *get_block(const tdm_node *node, int64_t *block) {
+    *block = tdm_attr_int(node, "block", 0);
+    if (*block < 1 || *block > 64)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "block must be in [1, 64], got %lld",
+                              (long long)*block);
+    return NULL;
+}
+
+/* The blocked input `in` must agree with `channels` channels in blocks of `block`. */
+static tdm_status *check_blocked(const tdm_node *node, const tdm_value_info *in, int64_t channels,
+                                 int64_t block, int min_rank) {
+    if (in->rank < 0) return NULL;
+    if (in->rank < min_rank || in->rank > TDM_MAX_RANK)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "blocked input has rank %d",
+                              in->rank);
+    if ((in->dims[in->rank - 1] >= 0 && in->dims[in->rank - 1] != block) ||
+        (in->dims[1] >= 0 && channels >= 0 && in->dims[1] != ceil_div(channels, block)))
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                              "blocked input does not hold %lld channels in blocks of %lld",
+                              (long long)channels, (long long)block);
+    return NULL;
+}
+
+tdm_status *tdm_fused_infer_to_blocked(tdm_infer_ctx *ctx) {
+    int64_t block;
+    TDM_TRY(get_block(ctx->node, &block));
+    const tdm_value_info *x = &ctx->in[0];
+    if (x->rank >= 0 && (x->rank < 3 || x->rank >= TDM_MAX_RANK))
+        return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT, "input has rank %d", x->rank);
+    to_blocked(x, block, &ctx->out[0]);
+    return NULL;
+}
+
+tdm_status *tdm_fused_infer_from_blocked(tdm_infer_ctx *ctx) {
+    int64_t block, channels = tdm_attr_int(ctx->node, "channels", 0);
+    TDM_TRY(get_block(ctx->node, &block));
+    if (channels < 1)
+        return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT, "channels must be positive");
+    TDM_TRY(check_blocked(ctx->node, &ctx->in[0], channels, block, 4));
+    to_plain(&ctx->in[0], channels, &ctx->out[0]);
+    return NULL;
+}
+
+/* BlockedConv: X blocked (rank of W + 1) or plain (rank of W); Y blocked. */
+tdm_status *tdm_fused_infer_blocked_conv(tdm_infer_ctx *ctx) {
+    const tdm_op_schema *fc = tdm_op_find(TDM_FUSED_DOMAIN, "FusedConv", 1);
+    if (!fc || !fc->infer)
+        return tdm_node_error(ctx->node, TDM_ERR_INTERNAL, "no FusedConv schema to infer with");
+    int64_t block;
+    TDM_TRY(get_block(ctx->node, &block));
+    const tdm_value_info *x = &ctx->in[0], *w = &ctx->in[1];
+    ctx->out[0].dtype = x->dtype;
+    if (x->rank < 0 || w->rank < 0) return NULL;
+    int64_t group = tdm_attr_int(ctx->node, "group", 1);
+    int64_t C = w->dims[1] >= 0 && group >= 1 ? w->dims[1] * group : TDM_DIM_UNKNOWN;
+    tdm_value_info in[4], y = ctx->out[0];
+    int n = ctx->n_in < 4 ? ctx->n_in : 4;
+    for (int i = 0; i < n; i++) in[i] = ctx->in[i];
+    if (x->rank == w->rank + 1) {
+        TDM_TRY(check_blocked(ctx->node, x, C, block, 4));
+        to_plain(x, C, &in[0]);
+    } else if (x->rank != w->rank) {
+        return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
+                              "X has rank %d, W %d (X must be plain or blocked)", x->rank, w->rank);
+    }
+    tdm_infer_ctx c = *ctx;
+    c.opset = 1;
+    c.n_in = n < 3 ? n : 3; /* Z is checked against the blocked Y below */
+    c.in = in;
+    c.out = &y;
+    TDM_TRY(fc->infer(&c));
+    to_blocked(&y, block, &ctx->out[0]);
+    const tdm_value_info *o = &ctx->out[0];
+    if (ctx->n_in > 3 && ctx->in[3].present && ctx->in[3].rank >= 0 && o->rank >= 0) {
+        const tdm_value_info *z = &ctx->in[3];
+        bool bad = z->rank != o->rank;
+        for (int d = 0; !bad && d < o->rank; d++)
+            bad = z->dims[d] >= 0 && o->dims[d] >= 0 && z->dims[d] != o->dims[d];
+        if (bad)
+            return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
+                                  "Z does not have the blocked output's shape");
+    }
+    return NULL;
+}
+
+/* BlockedPool: attribute `op` names the pooling (MaxPool, AveragePool, GlobalAveragePool,
+ * GlobalMaxPool) whose other attributes the node carries, read as of opset `src_opset`. */
+tdm_status *tdm_fused_infer_blocked_pool(tdm_infer_ctx *ctx) {
+    const char *op = tdm_attr_string(ctx->node, "op", "");
+    int64_t opset = tdm_attr_int(ctx->node, "src_opset", 0);
+    int64_t block, channels = tdm_attr_int(ctx->node, "channels", 0);
+    TDM_TRY(get_block(ctx->node, &block));
+    static const char *const ok[] = {"MaxPool", "AveragePool", "GlobalAveragePool",
+                                     "GlobalMaxPool"};
+    bool known = false;
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) known |= strcmp(op, ok[i]) == 0;
+    const tdm_op_schema *ps = known && opset > 0 && opset < 1000 ? tdm_op_find("", op, (int)opset)
+                                                                 : NULL;
+    if (!ps || !ps->infer || channels < 1)
+        return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
+                              "bad pooling '%s' (opset %lld, %lld channels)", op, (long long)opset,
+                              (long long)channels);
+    TDM_TRY(check_blocked(ctx->node, &ctx->in[0], channels, block, 4));
+    tdm_value_info in, y = ctx->out[0];
+    to_plain(&ctx->in[0], channels, &in);
+    tdm_infer_ctx c = *ctx;
+    c.opset = (int)opset;
+    c.n_in = 1;
+    c.in = &in;
+    c.n_out = 1;
+    c.out = &y;
+    TDM_TRY(ps->infer(&c));
+    to_blocked(&y, block, &ctx->out[0]);
+    return NULL;
+}

@@ -1,0 +1,315 @@
+/* Blocked-layout pass (src/graph/fuse_blocked.c) and the blocked kernels: small graphs run
+ * with opt-level 0 (plain NCHW, no passes) and opt-level 1 (fusion + blocked layout), and
+ * the outputs must agree within rtol 1e-4 / atol 1e-4 (the same oneDNN convolutions in
+ * another layout: only the summation order differs). Each case also checks which ops the
+ * optimised graph holds, so a pass that silently stops rewriting fails too. Channel counts
+ * are mostly not multiples of the block (8) to exercise the padding. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "fuse_builder.h"
+#include "tandem/tandem.h"
+
+typedef struct run_cfg {
+    const char *devices;   /* of the optimised session (the reference runs on "cpu") */
+    const char *placement;
+    const char *affinity;
+    int threads;
+} run_cfg;
+
+typedef struct layout_result {
+    char ops[1024]; /* op histogram of the optimised session, "Op:n Op:n " */
+} layout_result;
+
+static size_t op_count(const layout_result *r, const char *op) {
+    char key[64], hay[1030];
+    snprintf(key, sizeof key, " %s:", op);
+    snprintf(hay, sizeof hay, " %s", r->ops);
+    const char *p = strstr(hay, key);
+    return p ? (size_t)strtoul(p + strlen(key), NULL, 10) : 0;
+}
+
+static void run_cmp(fb *b, const run_cfg *cfg, layout_result *r) {
+    size_t size = onnx__model_proto__get_packed_size(&b->model);
+    void *buf = malloc(size);
+    assert_non_null(buf);
+    onnx__model_proto__pack(&b->model, buf);
+    tdm_env *env = NULL;
+    assert_null(tdm_env_create(NULL, &env));
+    size_t n_in = b->graph.n_input, n_out = b->graph.n_output;
+    tdm_tensor *ins[FB_MAX] = {0}, *outs[2][FB_MAX] = {{0}};
+    const char *names[FB_MAX];
+    rng_state = 777;
+    for (size_t i = 0; i < n_in; i++) {
+        names[i] = b->ins[i]->name;
+        assert_null(tdm_tensor_create(env, TDM_FLOAT, b->in_rank[i], b->in_dims[i], &ins[i]));
+        float *d = tdm_tensor_data(ins[i]);
+        for (int64_t k = 0; k < tdm_tensor_element_count(ins[i]); k++) d[k] = rnd();
+    }
+    for (int opt = 0; opt <= 1; opt++) {
+        tdm_session_options so = {.api_version = TDM_API_VERSION,
+                                  .devices = opt ? cfg->devices : "cpu",
+                                  .threads = cfg->threads,
+                                  .opt_level = opt,
+                                  .placement = opt ? cfg->placement : NULL,
+                                  .affinity = opt ? cfg->affinity : NULL};
+        tdm_session *s = NULL;
+        tdm_status *st = tdm_session_create_from_buffer(env, buf, size, NULL, &so, &s);
+        if (st) fail_msg("opt %d: %s", opt, tdm_status_message(st));
+        if (opt == 1) {
+            const tdm_model *m = tdm_session_model(s);
+            size_t len = 0;
+            r->ops[0] = 0;
+            for (size_t i = 0; i < tdm_model_op_type_count(m); i++) {
+                size_t c;
+                const char *op = tdm_model_op_type(m, i, &c);
+                len += (size_t)snprintf(r->ops + len, sizeof r->ops - len, "%s:%zu ", op, c);
+            }
+        }
+        for (int rep = 0; rep < 2; rep++) { /* the second run reuses cached primitives */
+            for (size_t o = 0; o < n_out; o++) tdm_tensor_free(outs[opt][o]);
+            st = tdm_session_run(s, n_in, names, (const tdm_tensor *const *)ins, n_out, NULL,
+                                 outs[opt]);
+            if (st) fail_msg("opt %d run: %s", opt, tdm_status_message(st));
+        }
+        tdm_session_free(s);
+    }
+    for (size_t o = 0; o < n_out; o++) {
+        const tdm_tensor *a = outs[0][o], *c = outs[1][o];
+        assert_int_equal(tdm_tensor_rank(a), tdm_tensor_rank(c));
+        for (int d = 0; d < tdm_tensor_rank(a); d++)
+            assert_int_equal(tdm_tensor_dims(a)[d], tdm_tensor_dims(c)[d]);
+        const float *x = tdm_tensor_data(outs[0][o]), *y = tdm_tensor_data(outs[1][o]);
+        for (int64_t k = 0; k < tdm_tensor_element_count(a); k++)
+            if (!(fabsf(x[k] - y[k]) <= 1e-4f + 1e-4f * fabsf(x[k])))
+                fail_msg("output %zu element %lld: %.8g (plain) vs %.8g (blocked); ops: %s", o,
+                         (long long)k, x[k], y[k], r->ops);
+        tdm_tensor_free(outs[0][o]);
+        tdm_tensor_free(outs[1][o]);
+    }
+    for (size_t i = 0; i < n_in; i++) tdm_tensor_free(ins[i]);
+    tdm_env_free(env);
+    free(buf);
+}
+
+static const run_cfg cpu1 = {"cpu", NULL, NULL, 1};
+static const run_cfg cpu2 = {"cpu", NULL, NULL, 2};
+
+/* Conv with a [m, c, k, k] weight, pads k/2, stride s, bias; returns the node. */
+static Onnx__NodeProto *conv(fb *b, const char *spec, const char *w, const char *bias, int64_t m,
+                             int64_t c, int64_t k, int64_t s) {
+    int64_t wd[4] = {m, c, k, k};
+    fb_f32(b, w, 4, wd, NULL, 0, 0.5f);
+    fb_f32(b, bias, 1, &m, NULL, 0, 0.5f);
+    Onnx__NodeProto *n = fb_node(b, spec);
+    int64_t p = k / 2, pads[4] = {p, p, p, p}, st[2] = {s, s};
+    fb_attr_ints(b, n, "pads", 4, pads);
+    fb_attr_ints(b, n, "strides", 2, st);
+    return n;
+}
+
+/* Odd channel counts through a chain: Conv+Relu, strided Conv+Clip, MaxPool, depthwise
+ * Conv, AveragePool, Conv, GlobalAveragePool, Flatten (plain). */
+static void chain_model(fb *b, int64_t n) {
+    int64_t xd[4] = {n, 5, 13, 13};
+    fb_input(b, "x", 4, xd, NULL);
+    conv(b, "Conv:x,W1,B1->c1", "W1", "B1", 12, 5, 3, 1);
+    fb_node(b, "Relu:c1->r1");
+    conv(b, "Conv:r1,W2,B2->c2", "W2", "B2", 20, 12, 3, 2);
+    fb_scalar(b, "lo", 0.0f);
+    fb_scalar(b, "hi", 0.6f);
+    fb_node(b, "Clip:c2,lo,hi->r2");
+    Onnx__NodeProto *mp = fb_node(b, "MaxPool:r2->p1");
+    int64_t k3[2] = {3, 3}, s2[2] = {2, 2}, p1[4] = {1, 1, 1, 1};
+    fb_attr_ints(b, mp, "kernel_shape", 2, k3);
+    fb_attr_ints(b, mp, "strides", 2, s2);
+    fb_attr_ints(b, mp, "pads", 4, p1);
+    Onnx__NodeProto *dw = conv(b, "Conv:p1,W3,B3->c3", "W3", "B3", 20, 1, 3, 1);
+    fb_attr_i(b, dw, "group", 20);
+    Onnx__NodeProto *ap = fb_node(b, "AveragePool:c3->p2");
+    int64_t k2[2] = {2, 2}, s1[2] = {1, 1};
+    fb_attr_ints(b, ap, "kernel_shape", 2, k2);
+    fb_attr_ints(b, ap, "strides", 2, s1);
+    conv(b, "Conv:p2,W4,B4->c4", "W4", "B4", 11, 20, 1, 1);
+    fb_node(b, "GlobalAveragePool:c4->g");
+    fb_node(b, "Flatten:g->y");
+    fb_output(b, "y");
+}
+
+static void test_chain_odd_channels(void **state) {
+    (void)state;
+    const run_cfg *cfgs[] = {&cpu1, &cpu2};
+    for (int n = 1; n <= 3; n += 2)
+        for (size_t c = 0; c < 2; c++) {
+            fb b;
+            fb_init(&b, 17);
+            chain_model(&b, n);
+            layout_result r;
+            run_cmp(&b, cfgs[c], &r);
+            if (op_count(&r, "BlockedConv") != 4 || op_count(&r, "BlockedPool") != 3 ||
+                op_count(&r, "FromBlocked") != 1 || op_count(&r, "Conv") + op_count(&r, "MaxPool"))
+                fail_msg("batch %d threads %d: %s", n, cfgs[c]->threads, r.ops);
+            fb_free(&b);
+        }
+}
+
+/* Poolings oneDNN declines (AveragePool with ceil_mode and count_include_pad: ONNX's
+ * divisor differs from oneDNN's) take the generic path through plain copies. */
+static void test_pool_fallback(void **state) {
+    (void)state;
+    fb b;
+    fb_init(&b, 17);
+    int64_t xd[4] = {2, 3, 12, 12};
+    fb_input(&b, "x", 4, xd, NULL);
+    conv(&b, "Conv:x,W1,B1->c1", "W1", "B1", 11, 3, 3, 1);
+    Onnx__NodeProto *ap = fb_node(&b, "AveragePool:c1->p");
+    int64_t k3[2] = {3, 3}, s2[2] = {2, 2};
+    fb_attr_ints(&b, ap, "kernel_shape", 2, k3);
+    fb_attr_ints(&b, ap, "strides", 2, s2);
+    fb_attr_i(&b, ap, "ceil_mode", 1);
+    fb_attr_i(&b, ap, "count_include_pad", 1);
+    conv(&b, "Conv:p,W2,B2->y", "W2", "B2", 4, 11, 3, 1);
+    fb_output(&b, "y");
+    layout_result r;
+    run_cmp(&b, &cpu1, &r);
+    if (op_count(&r, "BlockedPool") != 1 || op_count(&r, "BlockedConv") != 2) fail_msg("%s", r.ops);
+    fb_free(&b);
+}
+
+/* Residual blocks: Conv + Add fuse into a BlockedConv with a blocked Z; an Add of two
+ * activated convolutions stays an Add on blocked tensors; a Z from a graph input gets a
+ * ToBlocked. */
+static void test_residual_add(void **state) {
+    (void)state;
+    fb b;
+    fb_init(&b, 17);
+    int64_t xd[4] = {2, 6, 10, 10}, zd[4] = {2, 10, 10, 10};
+    fb_input(&b, "x", 4, xd, NULL);
+    fb_input(&b, "z", 4, zd, NULL);
+    conv(&b, "Conv:x,W1,B1->c1", "W1", "B1", 10, 6, 3, 1);
+    fb_node(&b, "Relu:c1->r1");
+    conv(&b, "Conv:r1,W2,B2->c2", "W2", "B2", 10, 10, 3, 1);
+    fb_node(&b, "Add:c2,r1->s1");            /* fused: Z = r1 (blocked) */
+    fb_node(&b, "Relu:s1->t1");
+    conv(&b, "Conv:t1,W3,B3->c3", "W3", "B3", 10, 10, 1, 1);
+    fb_node(&b, "Sigmoid:c3->a3");          /* fused into the conv */
+    fb_node(&b, "Add:a3,t1->s2");            /* stays: both blocked */
+    conv(&b, "Conv:s2,W4,B4->c4", "W4", "B4", 10, 10, 3, 1);
+    fb_node(&b, "Add:c4,z->y");              /* fused: Z = ToBlocked(z) */
+    fb_output(&b, "y");
+    layout_result r;
+    run_cmp(&b, &cpu2, &r);
+    if (op_count(&r, "BlockedConv") != 4 || op_count(&r, "Add") != 1 ||
+        op_count(&r, "ToBlocked") != 1 || op_count(&r, "FromBlocked") != 1)
+        fail_msg("%s", r.ops);
+    fb_free(&b);
+}
+
+/* Channel Concat: blocked when every input's channel count is a multiple of 8, plain
+ * (through FromBlocked) otherwise. */
+static void test_concat(void **state) {
+    (void)state;
+    for (int odd = 0; odd <= 1; odd++) {
+        fb b;
+        fb_init(&b, 17);
+        int64_t xd[4] = {1, 3, 9, 9};
+        fb_input(&b, "x", 4, xd, NULL);
+        conv(&b, "Conv:x,W1,B1->c1", "W1", "B1", 8, 3, 3, 1);
+        fb_node(&b, "Relu:c1->r1");
+        conv(&b, "Conv:r1,W2,B2->c2", "W2", "B2", odd ? 13 : 16, 8, 3, 1);
+        conv(&b, "Conv:r1,W3,B3->c3", "W3", "B3", 8, 8, 1, 1);
+        Onnx__NodeProto *cc = fb_node(&b, "Concat:c2,c3,r1->cat");
+        fb_attr_i(&b, cc, "axis", odd ? 1 : -3);
+        conv(&b, "Conv:cat,W4,B4->y", "W4", "B4", 5, odd ? 29 : 32, 3, 1);
+        fb_output(&b, "y");
+        layout_result r;
+        run_cmp(&b, &cpu1, &r);
+        /* odd: c2, c3 and r1 go plain for the Concat, and the last Conv stays plain */
+        if (op_count(&r, "Concat") != 1 || op_count(&r, "FromBlocked") != (odd ? 3u : 1u) ||
+            op_count(&r, "BlockedConv") != (odd ? 3u : 4u) || op_count(&r, "Conv") != (odd ? 1u : 0u))
+            fail_msg("odd %d: %s", odd, r.ops);
+        fb_free(&b);
+    }
+}
+
+/* A plain reader in the middle of a chain (Reshape, and a graph output) reads through
+ * FromBlocked while the chain goes on blocked. */
+static void test_plain_reader(void **state) {
+    (void)state;
+    fb b;
+    fb_init(&b, 17);
+    int64_t xd[4] = {2, 4, 8, 8};
+    fb_input(&b, "x", 4, xd, NULL);
+    conv(&b, "Conv:x,W1,B1->c1", "W1", "B1", 9, 4, 3, 1);
+    fb_attr_f(&b, fb_node(&b, "LeakyRelu:c1->r1"), "alpha", 0.1f);
+    int64_t shp[2] = {2, -1};
+    fb_i64(&b, "shape", 2, shp);
+    fb_node(&b, "Reshape:r1,shape->flat");
+    conv(&b, "Conv:r1,W2,B2->c2", "W2", "B2", 7, 9, 3, 2);
+    fb_node(&b, "Tanh:c2->y");
+    fb_output(&b, "flat");
+    fb_output(&b, "y");
+    fb_output(&b, "r1");
+    layout_result r;
+    run_cmp(&b, &cpu2, &r);
+    if (op_count(&r, "BlockedConv") != 2 || op_count(&r, "FromBlocked") != 2 ||
+        op_count(&r, "Reshape") != 1)
+        fail_msg("%s", r.ops);
+    fb_free(&b);
+}
+
+/* A chain split across devices: with placement "cpu" the pass runs; affinity puts the
+ * element-wise ops and a convolution on the test device (CPU kernels on memory of its own),
+ * so blocked tensors cross devices both ways. With the devices merely listed (placement
+ * auto), the pass stays off and the plain graph runs. */
+static void test_split_devices(void **state) {
+    (void)state;
+    setenv("TANDEM_TEST_DEVICES", "1", 1);
+    setenv("TANDEM_CACHE_DIR", "/tmp", 1);
+    unsetenv("TANDEM_TEST_DEVICE_OPS");
+    unsetenv("TANDEM_TEST_DEVICE_DELAY_US");
+    unsetenv("TANDEM_TEST_DEVICE_FAIL_EVERY");
+    const run_cfg split = {"cpu,test:0", "cpu", "Add=test:0;Relu=test:0;#2-2=test:0", 1};
+    const run_cfg both = {"cpu,test:0", NULL, NULL, 1};
+    for (int c = 0; c < 2; c++) {
+        fb b;
+        fb_init(&b, 17);
+        int64_t xd[4] = {2, 6, 10, 10};
+        fb_input(&b, "x", 4, xd, NULL);
+        conv(&b, "Conv:x,W1,B1->c1", "W1", "B1", 10, 6, 3, 1);
+        fb_node(&b, "Relu:c1->r1");
+        conv(&b, "Conv:r1,W2,B2->c2", "W2", "B2", 10, 10, 3, 1);
+        fb_node(&b, "Sigmoid:c2->a2");
+        fb_node(&b, "Add:a2,r1->s");
+        fb_node(&b, "Relu:s->t");
+        fb_node(&b, "GlobalMaxPool:t->y");
+        fb_output(&b, "y");
+        layout_result r;
+        run_cmp(&b, c == 0 ? &split : &both, &r);
+        size_t blocked = op_count(&r, "BlockedConv");
+        if (c == 0 ? blocked != 2 || op_count(&r, "BlockedPool") != 1 : blocked != 0)
+            fail_msg("case %d: %s", c, r.ops);
+        fb_free(&b);
+    }
+    unsetenv("TANDEM_TEST_DEVICES");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_chain_odd_channels),
+        cmocka_unit_test(test_pool_fallback),
+        cmocka_unit_test(test_residual_add),
+        cmocka_unit_test(test_concat),
+        cmocka_unit_test(test_plain_reader),
+        cmocka_unit_test(test_split_devices),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
