@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""GEMM throughput of the OpenCL backend next to the CPU backend (oneDNN), through `tandem bench`.
+"""GEMM throughput of the OpenCL backend next to the CPU backend (oneDNN) and CLBlast.
 
 For each size n: a model Y = MatMul(A, B) with A [n, n] an input and B [n, n] an initializer
 (weights: uploaded to the device once per plan, like a real layer), timed with
 `tandem bench --devices D --duration S --json` on each device, in alternation, for
 `--rounds` rounds. GFLOP/s = 2 n^3 / p50. Device runs include the upload of A and the
 download of Y (n^2 floats each way), as every run of a real model on that device would.
+"clblast" in --devices is CLBlast's SGEMM on the same OpenCL device (bench/clblast_gemm.c,
+built here with cc when clblast_c.h is installed: apt-get install libclblast-dev), timed the
+same way (upload A, C = A B with B resident, download C; p50 over --duration seconds).
 
     /tmp/venv/bin/python bench/run_opencl_gemm.py --tandem build/tandem
 writes bench/results/opencl-gemm-<date>.md (--no-write prints only).
@@ -45,6 +48,21 @@ def bench(tandem, model, devices, threads, duration):
     return json.loads(out)
 
 
+def build_clblast(tmp):
+    """Compiles bench/clblast_gemm.c; None when CLBlast is not installed."""
+    if not os.path.exists("/usr/include/clblast_c.h"):
+        return None
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "clblast_gemm.c")
+    exe = os.path.join(tmp, "clblast_gemm")
+    subprocess.run(["cc", "-O2", src, "-o", exe, "-lclblast", "-lOpenCL"], check=True)
+    return exe
+
+
+def bench_clblast(exe, n, duration):
+    out = subprocess.run([exe, str(n), str(duration)], check=True, capture_output=True, text=True).stdout
+    return json.loads(out)["p50_ms"]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tandem", default="build/tandem")
@@ -52,7 +70,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--duration", type=float, default=3.0)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--devices", default="opencl:0,cpu", help="devices to compare, in turn")
+    ap.add_argument("--devices", default="opencl:0,cpu,clblast",
+                    help="devices to compare, in turn (clblast: CLBlast on the OpenCL device)")
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--out")
     ap.add_argument("--note", default="")
@@ -62,6 +81,10 @@ def main():
     load0 = os.getloadavg()[0]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
+        clblast = build_clblast(tmp) if "clblast" in devices else None
+        if "clblast" in devices and not clblast:
+            print("CLBlast not installed (libclblast-dev): left out", flush=True)
+            devices = [d for d in devices if d != "clblast"]
         for n in sizes:
             path = os.path.join(tmp, f"gemm{n}.onnx")
             make_model(n, path)
@@ -69,6 +92,9 @@ def main():
             for r in range(a.rounds):
                 order = devices if r % 2 == 0 else devices[::-1]
                 for d in order:
+                    if d == "clblast":
+                        p50[d].append(bench_clblast(clblast, n, a.duration))
+                        continue
                     res = bench(a.tandem, path, d, a.threads, a.duration)
                     p50[d].append(res["latency_ms"]["p50"])
             for d in devices:
@@ -87,7 +113,9 @@ def main():
         "Y = MatMul(A, B), A [n, n] input, B [n, n] initializer, float32. `tandem bench --devices D "
         f"--threads {a.threads} --duration {a.duration} --json`, devices in alternation, "
         f"{a.rounds} rounds; the table shows the median of the rounds' p50 latencies. "
-        "GFLOP/s = 2 n^3 / p50. Device runs include uploading A and downloading Y.",
+        "GFLOP/s = 2 n^3 / p50. Device runs include uploading A and downloading Y; "
+        "`clblast` is CLBlast's SGEMM on the same OpenCL device through bench/clblast_gemm.c "
+        "(upload A, SGEMM with B resident, download C; 3 warm-up runs).",
         "",
         "| n | device | p50 ms | GFLOP/s | p50 per round (ms) |",
         "|---:|---|---:|---:|---|",

@@ -12,7 +12,9 @@
  * Copies: a profile whose h2d_gbps and d2h_gbps are both 0 (or a NULL profile) is a device
  * that works on host memory. Between two such devices a copy costs nothing; host -> device
  * costs the destination's latency + bytes / h2d, device -> host the source's latency +
- * bytes / d2h, and device -> other device both (it goes through the host). */
+ * bytes / d2h, and device -> other device both (it goes through the host). A device whose
+ * copies the executor stages through its host_alloc memory (profile staged_copies, see
+ * sched/xfer.h) is read with the pinned figures and the latency of each direction. */
 #include <string.h>
 
 #include "sched/cost.h"
@@ -50,6 +52,7 @@ static const op_cost op_costs[] = {
     /* convolutions and matrix products */
     {"Conv", CK_CONV, 0, 0, 1, RD_ALL},
     {"FusedConv", CK_CONV, 1, 0, 1, RD_ALL},
+    {"BlockedConv", CK_CONV, 1, 0, 1, RD_ALL}, /* tandem: blocked layout (fuse_blocked.c) */
     {"ConvInteger", CK_CONV, 0, 0, 1, RD_ALL},
     {"QLinearConv", CK_CONV, 2, 0, 3, RD_ALL},
     {"ConvTranspose", CK_CONV_T, 0, 0, 1, RD_ALL},
@@ -65,6 +68,9 @@ static const op_cost op_costs[] = {
     {"LSTM", CK_RNN, 12, 0, 1, RD_ALL},
     /* pooling */
     {"MaxPool", CK_POOL, 1, 0, 0, RD_ALL},
+    {"BlockedPool", CK_POOL, 1, 0, 0, RD_ALL},
+    {"ToBlocked", CK_MOVE, 0, 0, 0, RD_ALL},
+    {"FromBlocked", CK_MOVE, 0, 0, 0, RD_ALL},
     {"AveragePool", CK_POOL, 1, 0, 0, RD_ALL},
     {"LpPool", CK_POOL, 3, 0, 0, RD_ALL},
     {"MaxUnpool", CK_ELEM, 1, 0, 0, RD_ALL},
@@ -406,7 +412,13 @@ double tdm_cost_copy_ms(double bytes, const tdm_device_profile *from, const tdm_
     if (from && to && (from == to || (from->device[0] && !strcmp(from->device, to->device))))
         return 0; /* the same device */
     double ms = 0;
-    if (!hf) ms += link_ms(bytes, from->link_latency_us, from->d2h_gbps, from->h2d_gbps);
-    if (!ht) ms += link_ms(bytes, to->link_latency_us, to->h2d_gbps, to->d2h_gbps);
+    if (!hf && from->staged_copies && from->d2h_pinned_gbps > 0)
+        ms += link_ms(bytes, from->d2h_pinned_latency_us, from->d2h_pinned_gbps, from->h2d_pinned_gbps);
+    else if (!hf)
+        ms += link_ms(bytes, from->link_latency_us, from->d2h_gbps, from->h2d_gbps);
+    if (!ht && to->staged_copies && to->h2d_pinned_gbps > 0)
+        ms += link_ms(bytes, to->h2d_pinned_latency_us, to->h2d_pinned_gbps, to->d2h_pinned_gbps);
+    else if (!ht)
+        ms += link_ms(bytes, to->link_latency_us, to->h2d_gbps, to->d2h_gbps);
     return ms;
 }

@@ -10,8 +10,12 @@
  *                    around every node
  *                    (shape inference, output allocation); for devices with their own memory,
  *                    a batch of launches is timed and then one wait, divided by the batch size
- *   h2d/d2h_gbps     upload / download of 16 MiB (bandwidth past the fixed latency)
- *   link_latency_us  mean of a 4-byte upload and a 4-byte download
+ *   h2d/d2h_gbps     upload / download of 16 MiB (bandwidth past the fixed latency), from
+ *                    and to ordinary (pageable) host memory
+ *   h2d/d2h_latency_us  a 4-byte upload / download; link_latency_us is their mean
+ *   h2d/d2h_pinned_* the same from and to the device's staging memory (host_alloc: pinned or
+ *                    mapped), which the executor's asynchronous copies use (sched/xfer.h);
+ *                    devices without host_alloc get the pageable figures
  * Devices that work on host memory need no copies: their h2d_gbps, d2h_gbps and
  * link_latency_us are 0, which the cost model reads as "no copy needed". A benchmark whose op
  * the device has no kernel for leaves its number at 0 ("not measured").
@@ -31,12 +35,13 @@
 #include "core/alloc.h"
 #include "ops/op.h"
 #include "sched/profile.h"
+#include "sched/xfer.h"
 
 #ifndef TANDEM_VERSION
 #define TANDEM_VERSION "unknown"
 #endif
 
-#define PROFILE_FORMAT 1
+#define PROFILE_FORMAT 2
 #define BIG_COPY ((size_t)16 << 20)
 #define ADD_ELEMS ((int64_t)4 << 20)
 #define LAUNCH_BATCH 32
@@ -106,6 +111,12 @@ static const num_field num_fields[] = {
     {"h2d_gbps", offsetof(tdm_device_profile, h2d_gbps)},
     {"d2h_gbps", offsetof(tdm_device_profile, d2h_gbps)},
     {"link_latency_us", offsetof(tdm_device_profile, link_latency_us)},
+    {"h2d_latency_us", offsetof(tdm_device_profile, h2d_latency_us)},
+    {"d2h_latency_us", offsetof(tdm_device_profile, d2h_latency_us)},
+    {"h2d_pinned_gbps", offsetof(tdm_device_profile, h2d_pinned_gbps)},
+    {"d2h_pinned_gbps", offsetof(tdm_device_profile, d2h_pinned_gbps)},
+    {"h2d_pinned_latency_us", offsetof(tdm_device_profile, h2d_pinned_latency_us)},
+    {"d2h_pinned_latency_us", offsetof(tdm_device_profile, d2h_pinned_latency_us)},
 };
 #define N_NUM ((int)(sizeof num_fields / sizeof num_fields[0]))
 
@@ -507,30 +518,53 @@ static double bandwidth(size_t bytes, double t_big, double latency) {
     return (double)bytes / t / 1e9;
 }
 
+/* Latency and bandwidth of uploads and downloads between `host` (BIG_COPY bytes) and a
+ * device buffer. */
+static tdm_status *link_figures(const bench *b, void *buf, void *host, double *h2d_gbps,
+                                double *d2h_gbps, double *h2d_us, double *d2h_us) {
+    double up_small = 0, down_small = 0, up_big = 0, down_big = 0;
+    TDM_TRY(time_copy(b, true, buf, host, 4, 50, &up_small));
+    TDM_TRY(time_copy(b, false, buf, host, 4, 50, &down_small));
+    TDM_TRY(time_copy(b, true, buf, host, BIG_COPY, 5, &up_big));
+    TDM_TRY(time_copy(b, false, buf, host, BIG_COPY, 5, &down_big));
+    *h2d_us = up_small * 1e6 > 1e-3 ? up_small * 1e6 : 1e-3;
+    *d2h_us = down_small * 1e6 > 1e-3 ? down_small * 1e6 : 1e-3;
+    *h2d_gbps = bandwidth(BIG_COPY, up_big, up_small);
+    *d2h_gbps = bandwidth(BIG_COPY, down_big, down_small);
+    return NULL;
+}
+
 static tdm_status *bench_link(const bench *b, tdm_device_profile *p) {
     tdm_device *d = b->dev;
     if (d->host_memory) return NULL; /* no copies: 0 = "no copy needed" */
     if (!d->iface->buffer_alloc || !d->iface->upload || !d->iface->download)
         return TDM_ERR(TDM_ERR_INTERNAL, "device %s has no memory interface", d->name);
     void *host = tdm_alloc(b->a, BIG_COPY);
-    void *buf = NULL;
+    void *buf = NULL, *pinned = NULL;
+    bool can_pin = d->iface->api_version >= 3 && d->iface->host_alloc && d->iface->host_free;
     tdm_status *st = host ? NULL : TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory profiling copies");
     if (!st) {
         memset(host, 1, BIG_COPY);
         st = d->iface->buffer_alloc(d, BIG_COPY, &buf);
         if (st) buf = NULL;
     }
-    double up_small = 0, down_small = 0, up_big = 0, down_big = 0;
-    if (!st) st = time_copy(b, true, buf, host, 4, 50, &up_small);
-    if (!st) st = time_copy(b, false, buf, host, 4, 50, &down_small);
-    if (!st) st = time_copy(b, true, buf, host, BIG_COPY, 5, &up_big);
-    if (!st) st = time_copy(b, false, buf, host, BIG_COPY, 5, &down_big);
-    if (!st) {
-        double lat = (up_small + down_small) / 2;
-        p->link_latency_us = lat * 1e6 > 1e-3 ? lat * 1e6 : 1e-3;
-        p->h2d_gbps = bandwidth(BIG_COPY, up_big, up_small);
-        p->d2h_gbps = bandwidth(BIG_COPY, down_big, down_small);
+    if (!st)
+        st = link_figures(b, buf, host, &p->h2d_gbps, &p->d2h_gbps, &p->h2d_latency_us,
+                          &p->d2h_latency_us);
+    if (!st && can_pin && !(st = d->iface->host_alloc(d, BIG_COPY, &pinned))) {
+        memset(pinned, 1, BIG_COPY);
+        st = link_figures(b, buf, pinned, &p->h2d_pinned_gbps, &p->d2h_pinned_gbps,
+                          &p->h2d_pinned_latency_us, &p->d2h_pinned_latency_us);
+    } else if (!st) {
+        p->h2d_pinned_gbps = p->h2d_gbps;
+        p->d2h_pinned_gbps = p->d2h_gbps;
+        p->h2d_pinned_latency_us = p->h2d_latency_us;
+        p->d2h_pinned_latency_us = p->d2h_latency_us;
+    } else {
+        pinned = NULL;
     }
+    if (!st) p->link_latency_us = (p->h2d_latency_us + p->d2h_latency_us) / 2;
+    if (pinned) d->iface->host_free(d, pinned);
     if (buf) d->iface->buffer_free(d, buf);
     tdm_free(b->a, host);
     return st ? tdm_status_wrap(st, "profiling copies to %s: ", d->name) : NULL;
@@ -581,11 +615,13 @@ tdm_status *tdm_profile_device(tdm_device *dev, const tdm_allocator *a, int thre
     bool have_path = cache_path(&p, dir, sizeof dir, path, sizeof path);
     if (have_path && !reprofile && cache_read(path, &p)) {
         p.from_cache = true;
+        p.staged_copies = tdm_xfer_device_async(dev) && !tdm_xfer_forced_sync();
         *out = p;
         return NULL;
     }
     TDM_TRY(measure(dev, a, threads, &p));
     if (have_path) cache_write(dir, path, &p);
+    p.staged_copies = tdm_xfer_device_async(dev) && !tdm_xfer_forced_sync();
     *out = p;
     return NULL;
 }

@@ -23,6 +23,15 @@ typedef struct tdm_device_profile {
     double link_latency_us; /* fixed cost of one copy */
     int64_t memory_bytes;   /* device memory capacity (host: physical RAM) */
     bool from_cache;
+    /* per direction and host memory kind (0 for host-memory devices): pageable = ordinary
+     * host memory (h2d_gbps/d2h_gbps above), pinned = the device's host_alloc staging
+     * memory (the pageable figures again for a device without host_alloc) */
+    double h2d_latency_us, d2h_latency_us;
+    double h2d_pinned_gbps, d2h_pinned_gbps;
+    double h2d_pinned_latency_us, d2h_pinned_latency_us;
+    /* not cached: the executor copies to and from this device through staging memory
+     * (sched/xfer.h), so the cost model reads the pinned figures */
+    bool staged_copies;
 } tdm_device_profile;
 
 /* Returns the profile of `dev`, measured now (reprofile, or nothing cached) or read from

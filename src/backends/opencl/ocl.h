@@ -9,7 +9,9 @@
  * Threading: tdm_device_iface.execute holds the device lock while a run function sets
  * kernel arguments and enqueues (cl_kernel objects are shared and not thread-safe); buffer
  * allocation, upload and download go straight to OpenCL, which is thread-safe for those.
- * All work goes to one in-order queue per device, so commands run in issue order. */
+ * All work goes to one in-order queue per device, so commands run in issue order; uploads
+ * return before the copy is done (the v2 contract), downloads block, and the version 3
+ * members (ocl_async.c) add events, download_async and mapped staging memory. */
 #ifndef TDM_BACKENDS_OPENCL_OCL_H
 #define TDM_BACKENDS_OPENCL_OCL_H
 
@@ -100,7 +102,29 @@ typedef struct ocl_device {
     size_t pool_bytes, pool_cap;
     size_t pool_size[OCL_POOL_MAX];
     cl_mem pool_mem[OCL_POOL_MAX];
+    /* staging host memory handed out by host_alloc (ocl_async.c), guarded by host_lock */
+    pthread_mutex_t host_lock;
+    struct ocl_host_block *host_blocks;
 } ocl_device;
+
+/* ---- the asynchronous members of the device interface (ocl_async.c) ---- */
+tdm_status *ocl_event_record(tdm_device *dev, void **event);
+tdm_status *ocl_event_wait(tdm_device *dev, tdm_device *owner, void *event);
+tdm_status *ocl_event_sync(tdm_device *dev, void *event);
+void ocl_event_free(tdm_device *dev, void *event);
+tdm_status *ocl_upload_async(tdm_device *dev, void *buf, const void *host, size_t size);
+tdm_status *ocl_download_async(tdm_device *dev, void *host, const void *buf, size_t size,
+                               void **event);
+tdm_status *ocl_host_alloc(tdm_device *dev, size_t size, void **host);
+void ocl_host_free(tdm_device *dev, void *host);
+tdm_status *ocl_configure(tdm_device *dev, const char *key, const char *value);
+/* Unmaps and releases every staging block still allocated (device close). */
+void ocl_host_blocks_release(ocl_device *d);
+
+/* Window attributes (kernel_shape, strides, dilations, pads) that fit the kernels' at most 3
+ * spatial dims: the accept of Conv and pooling entries. find_kernel does not see shapes, so a
+ * node without any of these attributes is claimed and checked again when it runs. */
+bool ocl_window_attrs_ok(const tdm_node *node);
 
 /* ---- errors ---- */
 const char *ocl_errname(cl_int err);

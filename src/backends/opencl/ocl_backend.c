@@ -88,14 +88,6 @@ static tdm_status *ocl_buffer_alloc(tdm_device *dev, size_t size, void **buf) {
 
 static void ocl_buffer_free(tdm_device *dev, void *buf) { ocl_buf_free(dev->ctx, (cl_mem)buf); }
 
-/* Blocking: the host memory may be reused as soon as this returns. */
-static tdm_status *ocl_upload(tdm_device *dev, void *buf, const void *host, size_t size) {
-    ocl_device *d = dev->ctx;
-    if (!size) return NULL;
-    cl_int err = clEnqueueWriteBuffer(d->queue, (cl_mem)buf, CL_TRUE, 0, size, host, 0, NULL, NULL);
-    return err == CL_SUCCESS ? NULL : ocl_error(err, "upload");
-}
-
 static tdm_status *ocl_download(tdm_device *dev, void *host, const void *buf, size_t size) {
     ocl_device *d = dev->ctx;
     if (!size) return NULL;
@@ -106,6 +98,8 @@ static tdm_status *ocl_download(tdm_device *dev, void *host, const void *buf, si
 static void ocl_device_free(ocl_device *d) {
     if (!d) return;
     if (d->queue) clFinish(d->queue);
+    if (d->queue) ocl_host_blocks_release(d);
+    pthread_mutex_destroy(&d->host_lock);
     ocl_programs_release(d);
     ocl_buf_pool_release(d);
     pthread_mutex_destroy(&d->pool_lock);
@@ -131,8 +125,16 @@ static const tdm_device_iface ocl_iface = {
     .close = ocl_close,
     .buffer_alloc = ocl_buffer_alloc,
     .buffer_free = ocl_buffer_free,
-    .upload = ocl_upload,
+    .upload = ocl_upload_async,
     .download = ocl_download,
+    .event_record = ocl_event_record,
+    .event_wait = ocl_event_wait,
+    .event_sync = ocl_event_sync,
+    .event_free = ocl_event_free,
+    .download_async = ocl_download_async,
+    .host_alloc = ocl_host_alloc,
+    .host_free = ocl_host_free,
+    .configure = ocl_configure,
 };
 
 /* ---- discovery ---- */
@@ -169,6 +171,7 @@ static tdm_status *open_device(const tdm_allocator *a, const tdm_logger *log, co
     d->id = f->id;
     pthread_mutex_init(&d->lock, NULL);
     pthread_mutex_init(&d->pool_lock, NULL);
+    pthread_mutex_init(&d->host_lock, NULL);
     cl_int err;
     cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)f->platform, 0};
     d->ctx = clCreateContext(props, 1, &f->id, NULL, NULL, &err);

@@ -272,9 +272,26 @@ static tdm_status *run_fused_conv(tdm_kernel_ctx *ctx) { return conv(ctx, true);
 
 #define F32 TDM_T(TDM_FLOAT)
 
+bool ocl_window_attrs_ok(const tdm_node *node) {
+    static const struct {
+        const char *name;
+        size_t max;
+    } limits[] = {{"kernel_shape", 3}, {"strides", 3}, {"dilations", 3}, {"pads", 6},
+                  {"output_shape", 3}, {"output_padding", 3}};
+    for (size_t i = 0; i < sizeof limits / sizeof limits[0]; i++) {
+        size_t n = 0;
+        if (tdm_attr_ints(node, limits[i].name, &n) && n > limits[i].max) return false;
+    }
+    return true;
+}
+
+static bool fused_conv_ok(const tdm_node *node) {
+    return ocl_window_attrs_ok(node) && ocl_fused_activation_known(node);
+}
+
 const ocl_kernel_entry ocl_kernels_conv[] = {
-    {{"", "Conv", 1, 0, 0, F32, run_conv, NULL, NULL}, 0},
+    {{"", "Conv", 1, 0, 0, F32, run_conv, NULL, NULL}, 0, ocl_window_attrs_ok},
     {{TDM_FUSED_DOMAIN, "FusedConv", 1, 0, 0, F32, run_fused_conv, NULL, NULL}, 0,
-     ocl_fused_activation_known},
+     fused_conv_ok},
 };
 const int ocl_kernels_conv_count = (int)(sizeof ocl_kernels_conv / sizeof ocl_kernels_conv[0]);

@@ -174,8 +174,8 @@ static tdm_status *run_global_pool(tdm_kernel_ctx *ctx) {
 #define F32 TDM_T(TDM_FLOAT)
 
 const ocl_kernel_entry ocl_kernels_pool[] = {
-    {{"", "MaxPool", 1, 0, 0, F32, run_pool, NULL, NULL}, 0},
-    {{"", "AveragePool", 1, 0, 0, F32, run_pool, NULL, NULL}, 0},
+    {{"", "MaxPool", 1, 0, 0, F32, run_pool, NULL, NULL}, 0, ocl_window_attrs_ok},
+    {{"", "AveragePool", 1, 0, 0, F32, run_pool, NULL, NULL}, 0, ocl_window_attrs_ok},
     {{"", "GlobalAveragePool", 1, 0, 0, F32, run_global_pool, NULL, NULL}, 0},
     {{"", "GlobalMaxPool", 1, 0, 0, F32, run_global_pool, NULL, NULL}, 0},
 };
