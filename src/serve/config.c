@@ -472,6 +472,17 @@ sv_error *sv_config_from_tree(const sv_pb_msg *m, const char *dir_name, sv_model
     return NULL;
 }
 
+sv_error *sv_config_parse(const char *text, size_t len, bool json, const char *dir_name,
+                          sv_model_config **out) {
+    sv_pb_msg *tree = NULL;
+    char what[300];
+    snprintf(what, sizeof what, "%s/config%s", dir_name, json ? " (JSON)" : ".pbtxt");
+    sv_error *e = json ? sv_pb_from_json(text, len, what, &tree) : sv_pb_parse(text, len, what, &tree);
+    if (!e) e = sv_config_from_tree(tree, dir_name, out);
+    sv_pb_free(tree);
+    return e;
+}
+
 sv_error *sv_config_default(const char *dir_name, sv_model_config **out) {
     sv_pb_msg empty = {0};
     return sv_config_from_tree(&empty, dir_name, out);

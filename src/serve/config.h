@@ -76,6 +76,11 @@ typedef struct sv_model_config {
     bool max_batch_given;             /* else derived from the model (Triton's auto-complete) */
 } sv_model_config;
 
+/* Parses a configuration text (config.pbtxt, or with `json` the JSON "config" of a load
+ * request) and reads it: sv_pb_parse / sv_pb_from_json, then sv_config_from_tree. A pure
+ * function of the text, used by the repository and by tests/fuzz/fuzz_config.c. */
+sv_error *sv_config_parse(const char *text, size_t len, bool json, const char *dir_name,
+                          sv_model_config **out);
 /* Reads a config tree. `dir_name` is the model's folder name (config name must match). */
 sv_error *sv_config_from_tree(const sv_pb_msg *tree, const char *dir_name, sv_model_config **out);
 /* A default config for a model folder without config.pbtxt. */

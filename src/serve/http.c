@@ -77,7 +77,7 @@ static enum MHD_Result send_answer(sv_conn *c) {
     pthread_mutex_lock(&s->mu);
     bool draining = s->draining;
     pthread_mutex_unlock(&s->mu);
-    if (draining) MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+    if (draining || c->close_after) MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
     enum MHD_Result ret = MHD_queue_response(c->conn, (unsigned)c->http, r);
     MHD_destroy_response(r);
     return ret;
@@ -351,13 +351,14 @@ static bool infer(sv_conn *c) {
     sv_server *s = c->srv;
     int64_t header_len = -1;
     const char *h = MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND, "Inference-Header-Content-Length");
-    if (h && (!sv_parse_i64(h, &header_len) || header_len < 0)) {
-        answer_error(c, sv_err(400, "Inference-Header-Content-Length '%s' is not a non-negative integer", h));
+    sv_error *e = sv_infer_header_len(h, &header_len);
+    if (e) {
+        answer_error(c, e);
         return false;
     }
     char *body;
     size_t len;
-    sv_error *e = take_body(c, &body, &len);
+    e = take_body(c, &body, &len);
     if (e) {
         answer_error(c, e);
         return false;
@@ -507,6 +508,42 @@ static bool header_has(struct MHD_Connection *conn, const char *name, const char
     return false;
 }
 
+/* Counts the framing headers of a request: Content-Length and Transfer-Encoding. */
+typedef struct framing {
+    int n_length, n_encoding;
+    bool bad_length; /* a Content-Length that is not one decimal number */
+} framing;
+
+static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *key,
+                                     const char *value) {
+    framing *f = cls;
+    (void)kind;
+    if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) {
+        int64_t n;
+        f->n_length++;
+        if (!value || !sv_parse_i64(value, &n) || n < 0) f->bad_length = true;
+    } else if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
+        f->n_encoding++;
+    }
+    return MHD_YES;
+}
+
+/* A request whose length is ambiguous (several Content-Length headers, Content-Length with
+ * Transfer-Encoding, a Content-Length that is not a number) is refused and its connection
+ * closed: a proxy in front may have framed it differently (request smuggling). */
+static sv_error *check_framing(struct MHD_Connection *conn) {
+    framing f = {0};
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, count_framing, &f);
+    if (f.n_length > 1)
+        return sv_err(400, "the request has %d Content-Length headers; it must have at most one",
+                      f.n_length);
+    if (f.bad_length) return sv_err(400, "the Content-Length header is not a non-negative integer");
+    if (f.n_length && f.n_encoding)
+        return sv_err(400, "the request has both Content-Length and Transfer-Encoding headers");
+    if (f.n_encoding > 1) return sv_err(400, "the request has several Transfer-Encoding headers");
+    return NULL;
+}
+
 static sv_conn *begin(sv_server *s, struct MHD_Connection *conn, const char *method, const char *url,
                       bool metrics_port) {
     sv_conn *c = calloc(1, sizeof *c);
@@ -526,6 +563,12 @@ static sv_conn *begin(sv_server *s, struct MHD_Connection *conn, const char *met
     c->accept_deflate = header_has(conn, MHD_HTTP_HEADER_ACCEPT_ENCODING, "deflate");
     if (draining) {
         answer_error(c, sv_err(503, "the server is shutting down"));
+        return c;
+    }
+    sv_error *fe = check_framing(conn);
+    if (fe) {
+        answer_error(c, fe);
+        c->close_after = true;
         return c;
     }
     const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);

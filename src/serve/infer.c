@@ -196,10 +196,13 @@ static sv_error *parse_input(const sv_model_config *cfg, json_t *j, sv_request *
         *binary_size = json_integer_value(bds);
         if (esz) {
             int64_t want;
-            if (__builtin_mul_overflow(x->count, (int64_t)esz, &want) || want != *binary_size)
+            if (__builtin_mul_overflow(x->count, (int64_t)esz, &want))
                 return sv_err(400, "input '%s': binary_data_size is %lld bytes, but shape and "
-                              "datatype need %lld", name, (long long)*binary_size,
-                              (long long)(x->count * (int64_t)esz));
+                              "datatype need more than %lld", name, (long long)*binary_size,
+                              (long long)INT64_MAX);
+            if (want != *binary_size)
+                return sv_err(400, "input '%s': binary_data_size is %lld bytes, but shape and "
+                              "datatype need %lld", name, (long long)*binary_size, (long long)want);
         }
         return NULL;
     }
@@ -380,6 +383,17 @@ static sv_error *parse(sv_request *r, const sv_model_config *cfg, int64_t header
                               (long long)r->batch, (long long)r->in[i].dims[0]);
     }
     qsort(r->in, (size_t)r->n_in, sizeof *r->in, cmp_in);
+    return NULL;
+}
+
+sv_error *sv_infer_header_len(const char *value, int64_t *header_len) {
+    *header_len = -1;
+    if (!value) return NULL;
+    int64_t n;
+    if (!sv_parse_i64(value, &n) || n < 0)
+        return sv_err(400, "Inference-Header-Content-Length '%.64s' is not a non-negative integer",
+                      value);
+    *header_len = n;
     return NULL;
 }
 

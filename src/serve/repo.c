@@ -219,13 +219,7 @@ static sv_error *load_version(sv_repo *r, const char *name, const char *cfg_text
     snprintf(v->vstr, sizeof v->vstr, "%lld", (long long)version);
     sv_error *e = NULL;
     if (cfg_text) {
-        sv_pb_msg *tree = NULL;
-        char what[300];
-        snprintf(what, sizeof what, "%s/config%s", name, cfg_json ? " (JSON)" : ".pbtxt");
-        e = cfg_json ? sv_pb_from_json(cfg_text, cfg_len, what, &tree)
-                     : sv_pb_parse(cfg_text, cfg_len, what, &tree);
-        if (!e) e = sv_config_from_tree(tree, name, &v->cfg);
-        sv_pb_free(tree);
+        e = sv_config_parse(cfg_text, cfg_len, cfg_json, name, &v->cfg);
     } else {
         e = sv_config_default(name, &v->cfg);
     }
@@ -362,12 +356,7 @@ static sv_error *load_locked(sv_repo *r, const char *name, const char *cfg_json,
     /* which versions: parse the config once for the policy */
     sv_model_config *probe = NULL;
     if (text) {
-        sv_pb_msg *tree = NULL;
-        char what[300];
-        snprintf(what, sizeof what, "%s/config%s", name, json ? " (JSON)" : ".pbtxt");
-        e = json ? sv_pb_from_json(text, len, what, &tree) : sv_pb_parse(text, len, what, &tree);
-        if (!e) e = sv_config_from_tree(tree, name, &probe);
-        sv_pb_free(tree);
+        e = sv_config_parse(text, len, json, name, &probe);
     } else {
         e = sv_config_default(name, &probe);
     }

@@ -73,8 +73,13 @@ typedef struct sv_request {
     void *notify_user;
 } sv_request;
 
-/* Parses an inference request body. `header_len` is the Inference-Header-Content-Length
- * value (-1 when absent). Takes ownership of body (malloc'd) on success and failure. */
+/* Reads the Inference-Header-Content-Length header: `value` as sent (NULL when absent, then
+ * *header_len = -1). 400 unless a non-negative decimal integer. */
+sv_error *sv_infer_header_len(const char *value, int64_t *header_len);
+/* Parses an inference request body (a pure function of its arguments: no server needed;
+ * tests/fuzz/fuzz_infer_*.c call it directly). `header_len` is the
+ * Inference-Header-Content-Length value (-1 when absent). Takes ownership of body (malloc'd)
+ * on success and failure. `ver` is only stored in the request (may be NULL). */
 sv_error *sv_infer_parse(sv_version *ver, const sv_model_config *cfg, char *body, size_t len,
                          int64_t header_len, sv_request **out);
 /* Fills the answer from one request's slices of the outputs (one per config output). */

@@ -36,6 +36,7 @@ typedef struct sv_conn {
     uint64_t t_recv;
     sv_buf body;
     bool too_big;     /* the body passed the limit: the rest is discarded, then 413 */
+    bool close_after; /* close the connection after the answer (ambiguous framing) */
     char encoding;    /* 0, 'g' gzip, 'd' deflate, '?' unsupported */
     bool accept_gzip, accept_deflate;
     bool suspended;

@@ -40,8 +40,9 @@ bool sv_buf_reserve(sv_buf *b, size_t extra);
 void sv_buf_add(sv_buf *b, const void *data, size_t n);
 void sv_buf_str(sv_buf *b, const char *s);
 void sv_buf_printf(sv_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Appends a JSON string literal (quotes included). Bytes >= 0x80 are copied as they are
- * (the caller checks UTF-8 where it matters); control characters are escaped. */
+/* Appends a JSON string literal (quotes included). Valid UTF-8 is copied as it is, any
+ * other byte >= 0x80 becomes U+FFFD (the result is always valid JSON; callers that must not
+ * alter data check sv_utf8_valid first); control characters are escaped. */
 void sv_buf_json_str(sv_buf *b, const char *s, size_t n);
 /* Detaches the content (NUL-terminated); the buffer becomes empty. NULL if oom. */
 char *sv_buf_take(sv_buf *b, size_t *len);

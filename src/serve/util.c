@@ -92,6 +92,8 @@ void sv_buf_printf(sv_buf *b, const char *fmt, ...) {
     b->len += (size_t)n;
 }
 
+static size_t utf8_seq(const unsigned char *s, size_t n);
+
 void sv_buf_json_str(sv_buf *b, const char *s, size_t n) {
     if (!sv_buf_reserve(b, n + 2)) return;
     b->p[b->len++] = '"';
@@ -109,8 +111,18 @@ void sv_buf_json_str(sv_buf *b, const char *s, size_t n) {
             default: snprintf(esc, sizeof esc, "\\u%04x", c); break;
             }
             sv_buf_str(b, esc);
-        } else {
+        } else if (c < 0x80) {
             sv_buf_add(b, &s[i], 1);
+        } else {
+            /* valid UTF-8 as it is; any other byte becomes U+FFFD, so that the answer is
+             * always valid JSON (names and messages can carry bytes from files and URLs) */
+            size_t len = utf8_seq((const unsigned char *)s + i, n - i);
+            if (len) {
+                sv_buf_add(b, &s[i], len);
+                i += len - 1;
+            } else {
+                sv_buf_str(b, "\\ufffd");
+            }
         }
     }
     sv_buf_add(b, "\"", 1);
@@ -309,36 +321,40 @@ bool sv_shape_count(int rank, const int64_t *dims, int64_t *count) {
     return true;
 }
 
+/* Length of the valid UTF-8 sequence at s (n > 0 bytes available), 0 if invalid. */
+static size_t utf8_seq(const unsigned char *s, size_t n) {
+    unsigned c = s[0];
+    size_t len;
+    uint32_t cp;
+    if (c < 0x80) return 1;
+    if ((c & 0xe0) == 0xc0) {
+        len = 2;
+        cp = c & 0x1f;
+    } else if ((c & 0xf0) == 0xe0) {
+        len = 3;
+        cp = c & 0x0f;
+    } else if ((c & 0xf8) == 0xf0) {
+        len = 4;
+        cp = c & 0x07;
+    } else {
+        return 0;
+    }
+    if (n < len) return 0;
+    for (size_t k = 1; k < len; k++) {
+        if ((s[k] & 0xc0) != 0x80) return 0;
+        cp = (cp << 6) | (s[k] & 0x3f);
+    }
+    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+        cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return len;
+}
+
 bool sv_utf8_valid(const char *str, size_t n) {
     const unsigned char *s = (const unsigned char *)str;
-    size_t i = 0;
-    while (i < n) {
-        unsigned c = s[i];
-        size_t len;
-        uint32_t cp;
-        if (c < 0x80) {
-            i++;
-            continue;
-        } else if ((c & 0xe0) == 0xc0) {
-            len = 2;
-            cp = c & 0x1f;
-        } else if ((c & 0xf0) == 0xe0) {
-            len = 3;
-            cp = c & 0x0f;
-        } else if ((c & 0xf8) == 0xf0) {
-            len = 4;
-            cp = c & 0x07;
-        } else {
-            return false;
-        }
-        if (n - i < len) return false;
-        for (size_t k = 1; k < len; k++) {
-            if ((s[i + k] & 0xc0) != 0x80) return false;
-            cp = (cp << 6) | (s[i + k] & 0x3f);
-        }
-        if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
-            cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-            return false;
+    for (size_t i = 0; i < n;) {
+        size_t len = utf8_seq(s + i, n - i);
+        if (!len) return false;
         i += len;
     }
     return true;

@@ -5,7 +5,8 @@
 #
 # SECONDS per target (default 60, or $FUZZ_SECONDS); BUILD_DIR (default build-fuzz) is
 # configured and built here if needed: cmake -DCMAKE_C_COMPILER=clang -DTANDEM_FUZZ=ON.
-# TARGETs default to all (fuzz_model fuzz_tensor fuzz_wire).
+# TARGETs default to all (fuzz_model fuzz_tensor fuzz_wire fuzz_infer_json fuzz_infer_binary
+# fuzz_config).
 #
 # New interesting inputs go to a scratch corpus (BUILD_DIR/fuzz-work/TARGET), which starts
 # from the seeds in tests/fuzz/corpus/TARGET; the seeds are never modified. Crashes, leaks
@@ -23,11 +24,11 @@ while getopts "t:b:h" opt; do
     case "$opt" in
     t) seconds="$OPTARG" ;;
     b) build="$(cd "$OPTARG" 2>/dev/null && pwd || echo "$OPTARG")" ;;
-    *) sed -n '2,16p' "$0"; exit 2 ;;
+    *) sed -n '2,17p' "$0"; exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
-targets="${*:-fuzz_model fuzz_tensor fuzz_wire}"
+targets="${*:-fuzz_model fuzz_tensor fuzz_wire fuzz_infer_json fuzz_infer_binary fuzz_config}"
 timeout_s="${FUZZ_TIMEOUT:-10}"
 
 if [ ! -x "$build/tests/fuzz/fuzz_model" ]; then
@@ -44,6 +45,14 @@ max_len_of() {
     esac
 }
 
+# libFuzzer dictionaries of the server targets (tokens of the formats they read)
+dict_of() {
+    case "$1" in
+    fuzz_infer_json | fuzz_infer_binary) echo "-dict=$here/kserve.dict" ;;
+    fuzz_config) echo "-dict=$here/pbtxt.dict" ;;
+    esac
+}
+
 export TDM_FUZZ_SKIP_ARITY="${TDM_FUZZ_SKIP_ARITY:-1}"
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1:detect_stack_use_after_return=0}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1:suppressions=$here/ubsan.supp}"
@@ -56,7 +65,7 @@ for t in $targets; do
     log="$build/fuzz-$t.log"
     echo "== $t: ${seconds}s (log: $log)"
     "$bin" "$work" "$here/corpus/$t" -fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1 \
-        -max_total_time="$seconds" -max_len="$(max_len_of "$t")" -timeout="$timeout_s" \
+        -max_total_time="$seconds" -max_len="$(max_len_of "$t")" -timeout="$timeout_s" $(dict_of "$t") \
         -rss_limit_mb=3072 -malloc_limit_mb=1024 -artifact_prefix="$art/" > "$log" 2>&1
     rc=$?
     execs="$(sed -n 's/^#\([0-9]*\): cov.*/\1/p' "$log" | tail -1)"

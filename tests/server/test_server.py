@@ -7,7 +7,10 @@ resnet_blocks with a dynamic batch dimension), plus models it writes with the on
 on 127.0.0.1 with free ports, and checks metadata, configuration, JSON and binary inference
 (against ONNX Runtime), BYTES tensors, compression, dynamic batching, statistics, metrics,
 repository load/unload, error codes for bad requests (the server must still answer the next
-request), queue limits and timeouts, and that SIGTERM lets accepted requests finish.
+request), hostile connections (a body in 1,000,000 chunks, duplicate or conflicting
+Content-Length, clients that close mid-request, slowloris clients held off by the connection
+and request timeouts), requests racing with unloads, queue limits and timeouts, and that
+SIGTERM lets accepted requests finish.
 
 Usage: test_server.py --tandem BUILD/tandem [--keep] [--filter SUBSTRING]
 Prints one line per test and "N passed, N failed" at the end; exits 1 on any failure.
@@ -532,6 +535,17 @@ class Tests:
         hbj = json.dumps(hb).encode()
         self.expect("/v2/models/identity_bytes/infer", hbj + b"\x05\x00\x00\x00abc\x00\x00", 400,
                     "BYTES element", {"Inference-Header-Content-Length": str(len(hbj))})
+        self.expect("/v2/models/identity_bytes/infer", hbj + b"\x09\x00\x00\x00abcde", 400,
+                    "has length 9 but only 5 bytes", {"Inference-Header-Content-Length": str(len(hbj))})
+        self.expect("/v2/models/identity_bytes/infer", hbj + b"\xff\xff\xff\xffabcde", 400,
+                    "has length 4294967295", {"Inference-Header-Content-Length": str(len(hbj))})
+        self.expect("/v2/models/identity_bytes/infer", hbj + b"\x02\x00\x00\x00ab\x01\x00\x00", 400,
+                    "prefix is cut off", {"Inference-Header-Content-Length": str(len(hbj))})
+        # a shape whose byte size overflows, with binary data
+        hv = json.dumps({"inputs": [{"name": "INPUT0", "shape": [1152921504606846976, 16], "datatype": "FP32",
+                                     "parameters": {"binary_data_size": 64}}]}).encode()
+        self.expect(p, hv + data, 400, "overflow|batch size|more than",
+                    {"Inference-Header-Content-Length": str(len(hv))})
         # body limits: declared too large (answered before the body), chunked too large, gzip bomb
         self._too_large_declared(p)
         big = b"[" + b"0," * (MAX_BODY_MB * 1024 * 1024) + b"0]"
@@ -566,6 +580,163 @@ class Tests:
         finally:
             s.close()
         self.alive()
+
+    # ---- hostile connections: chunking, header tricks, clients that close, unload ----
+    def _send_raw(self, data, timeout=60):
+        """Sends raw bytes on a fresh connection; returns everything the server answers
+        until it closes or goes quiet (1 s after the first bytes)."""
+        s = socket.create_connection(("127.0.0.1", self.s.port), timeout=timeout)
+        try:
+            s.sendall(data)
+            resp = b""
+            while True:
+                try:
+                    chunk = s.recv(65536)
+                except socket.timeout:
+                    break
+                if not chunk:
+                    break
+                resp += chunk
+                s.settimeout(1)
+            return resp
+        finally:
+            s.close()
+
+    def test_hostile_connections(self):
+        p = "/v2/models/identity_fp32/infer"
+        ok = json.dumps({"inputs": [{"name": "INPUT0", "shape": [1, 16], "datatype": "FP32",
+                                     "data": [0.5] * 16}]}).encode()
+        # a body of 1,000,000 one-byte chunks (the request padded with spaces): bounded work,
+        # answered like the same body in one piece
+        body = ok + b" " * (1000000 - len(ok))
+        s = socket.create_connection(("127.0.0.1", self.s.port), timeout=120)
+        try:
+            s.sendall(f"POST {p} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n".encode())
+            step = 20000
+            for i in range(0, len(body), step):
+                s.sendall(b"".join(b"1\r\n" + body[k:k + 1] + b"\r\n" for k in range(i, min(i + step, len(body)))))
+            s.sendall(b"0\r\n\r\n")
+            f = s.makefile("rb")
+            status = f.readline()
+            headers = {}
+            while True:
+                line = f.readline()
+                if line in (b"\r\n", b""):
+                    break
+                k, _, v = line.decode().partition(":")
+                headers[k.strip().lower()] = v.strip()
+            answer = f.read(int(headers.get("content-length", "0")))
+        finally:
+            s.close()
+        assert status.startswith(b"HTTP/1.1 200"), (status, answer[:200])
+        assert json.loads(answer)["outputs"][0]["data"] == [0.5] * 16, answer[:200]
+        # the same, past --max-body-mb: 413 while it arrives, the rest is not kept
+        big = b"x" * (MAX_BODY_MB * 1024 * 1024 + 4096)
+        chunks = b"".join(b"1000\r\n" + big[i:i + 4096] + b"\r\n" for i in range(0, len(big), 4096))
+        resp = self._send_raw(f"POST {p} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n".encode()
+                              + chunks + b"0\r\n\r\n")
+        assert resp.startswith(b"HTTP/1.1 413"), resp[:200]
+        self.alive()
+        # duplicate and conflicting Content-Length; Content-Length together with chunked
+        # (request smuggling): refused or read one defined way, never a second request made
+        # of the body; the server keeps serving
+        head = f"POST {p} HTTP/1.1\r\nHost: x\r\n"
+        smuggled = b"GET /v2/models/identity_fp32/ready HTTP/1.1\r\nHost: x\r\n\r\n"
+        cases = {
+            "conflicting": (head + f"Content-Length: {len(ok)}\r\nContent-Length: {len(ok) + len(smuggled)}\r\n\r\n").encode() + ok + smuggled,
+            "duplicate": (head + f"Content-Length: {len(ok)}\r\nContent-Length: {len(ok)}\r\n\r\n").encode() + ok,
+            "list": (head + f"Content-Length: {len(ok)}, {len(ok)}\r\n\r\n").encode() + ok,
+            "negative": (head + "Content-Length: -5\r\n\r\n").encode() + ok,
+            "huge": (head + "Content-Length: 99999999999999999999999\r\n\r\n").encode() + ok,
+            "cl_and_chunked": (head + f"Content-Length: {len(ok) + 10}\r\nTransfer-Encoding: chunked\r\n\r\n").encode()
+                              + f"{len(ok):x}\r\n".encode() + ok + b"\r\n0\r\n\r\n",
+            "chunked_twice": (head + "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n").encode()
+                             + f"{len(ok):x}\r\n".encode() + ok + b"\r\n0\r\n\r\n",
+            "bad_chunk_size": (head + "Transfer-Encoding: chunked\r\n\r\n").encode() + b"zz\r\n" + ok + b"\r\n0\r\n\r\n",
+            "chunk_size_overflow": (head + "Transfer-Encoding: chunked\r\n\r\n").encode()
+                                   + b"ffffffffffffffffff\r\n" + ok + b"\r\n0\r\n\r\n",
+        }
+        for name, data in cases.items():
+            resp = self._send_raw(data, timeout=30)
+            answers = re.findall(rb"HTTP/1\.[01] (\d{3})", resp)
+            codes = [int(a) for a in answers]
+            # every answer is a refusal, or one answer to the request read one defined way;
+            # the smuggled GET is never answered (libmicrohttpd sends its own 400 twice
+            # for a Content-Length list)
+            assert all(c in (200, 400, 411, 413, 501) for c in codes), (name, resp[:300])
+            if codes and codes[0] == 200:
+                assert len(codes) == 1 and b'"data":[0.5' in resp, (name, resp[:300])
+            assert 200 not in codes[1:], (name, resp[:300])
+            self.alive()
+        # a client that closes after the headers, or in the middle of the body
+        for cut in (0, 10, len(ok) // 2):
+            s = socket.create_connection(("127.0.0.1", self.s.port), timeout=30)
+            s.sendall((head + f"Content-Length: {len(ok)}\r\n\r\n").encode() + ok[:cut])
+            s.close()
+        s = socket.create_connection(("127.0.0.1", self.s.port), timeout=30)
+        s.sendall((head + "Transfer-Encoding: chunked\r\n\r\n").encode() + b"100\r\n" + ok[:50])
+        s.close()
+        self.alive()
+        st, _, body_ = raw(self.s, "POST", p, ok)
+        assert st == 200, (st, body_)
+        # a config whose strings are not UTF-8 (text-format escapes): its JSON stays valid
+        folder = os.path.join(self.repo, "nonutf8")
+        os.makedirs(os.path.join(folder, "1"), exist_ok=True)
+        shutil.copy(os.path.join(self.repo, "identity_fp32", "1", "model.onnx"), os.path.join(folder, "1"))
+        with open(os.path.join(folder, "config.pbtxt"), "w") as f:
+            f.write('max_batch_size: 8\nparameters { key: "k\\xff" value { string_value: "v\\xc3" } }\n')
+        st, _, body_ = raw(self.s, "POST", "/v2/repository/models/nonutf8/load")
+        assert st == 200, (st, body_)
+        st, _, body_ = raw(self.s, "GET", "/v2/models/nonutf8/config")
+        assert st == 200 and json.loads(body_)["parameters"]["k\ufffd"]["string_value"] == "v\ufffd", body_
+        raw(self.s, "POST", "/v2/repository/models/nonutf8/unload")
+
+    def test_unload_while_serving(self):
+        """Unloading a model with two requests running and one queued: all finish (nothing
+        accepted is lost); requests after the unload get a clear error; it loads again."""
+        reqs = []
+        for k, n in enumerate((self.BIG, self.BIG, 320)):  # two instances: two run, one waits
+            reqs.append(Async(self.s, "slow_unordered", n))
+            assert self.wait_pending("slow_unordered", k + 1)
+        st, _, body = raw(self.s, "POST", "/v2/repository/models/slow_unordered/unload")
+        assert st == 200, (st, body)
+        assert [r.result()[0] for r in reqs] == [200] * 3, [r.out for r in reqs]
+        st, resp = slow_raw(self.s, "slow_unordered", 8, body=True)
+        assert st in (400, 404, 503) and "slow_unordered" in error_of(resp), (st, resp)
+        # requests racing with an unload and a load: each one answered 200 or a clear error
+        stop = threading.Event()
+        seen = {}
+
+        def hammer():
+            while not stop.is_set():
+                try:
+                    st, resp = slow_raw(self.s, "slow_unordered", 8, body=True)
+                except OSError as e:
+                    seen["oserror"] = repr(e)
+                    return
+                if st != 200 and "slow_unordered" not in str(error_of(resp)):
+                    seen["unclear"] = (st, resp[:200])
+                seen[st] = seen.get(st, 0) + 1
+
+        threads = [threading.Thread(target=hammer) for _ in range(4)]
+        for t in threads:
+            t.start()
+        try:
+            for _ in range(3):
+                st, _, body = raw(self.s, "POST", "/v2/repository/models/slow_unordered/load")
+                assert st == 200, (st, body)
+                time.sleep(0.2)
+                st, _, body = raw(self.s, "POST", "/v2/repository/models/slow_unordered/unload")
+                assert st == 200, (st, body)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(120)
+        assert "oserror" not in seen and set(seen) <= {200, 400, 404, 503}, seen
+        assert seen.get(200, 0) > 0, seen
+        st, _, body = raw(self.s, "POST", "/v2/repository/models/slow_unordered/load")
+        assert st == 200, (st, body)
+        assert slow_raw(self.s, "slow_unordered", 8)[0] == 200
 
     # ---- robustness: mutated request bodies and config files never crash the server ----
     def test_mutations(self):
@@ -775,6 +946,63 @@ def test_sigterm(tandem, repo):
     assert rc == 0, f"exit code {rc}\n{''.join(s.lines)}"
 
 
+def test_slow_clients(tandem, repo):
+    """Slowloris: idle connections, headers that never end and bodies that trickle are closed
+    by the connection timeout (--connection-timeout) and the request timeout
+    (--request-timeout); meanwhile and afterwards other clients are served."""
+    s = Server(tandem, repo, ["--connection-timeout", "2", "--request-timeout", "3",
+                              "--model-control-mode", "explicit", "--load-model", "identity_fp32"])
+    socks = []
+    try:
+        p = "/v2/models/identity_fp32/infer"
+        ok = json.dumps({"inputs": [{"name": "INPUT0", "shape": [1, 16], "datatype": "FP32",
+                                     "data": [0.5] * 16}]}).encode()
+        for i in range(60):
+            c = socket.create_connection(("127.0.0.1", s.port), timeout=30)
+            if i % 3 == 1:
+                c.sendall(f"POST {p} HTTP/1.1\r\nHost: x\r\n".encode())  # headers never end
+            elif i % 3 == 2:
+                c.sendall(f"POST {p} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(ok)}\r\n\r\n".encode() + ok[:5])
+            socks.append(c)
+        st, _, body = raw(s, "POST", p, ok)
+        assert st == 200, (st, body)  # served while 60 slow clients hold connections
+        # a body that trickles in one byte every 0.25 s: dropped after --request-timeout
+        drip = socket.create_connection(("127.0.0.1", s.port), timeout=30)
+        socks.append(drip)
+        drip.sendall(f"POST {p} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(ok)}\r\n\r\n".encode())
+        t0 = time.time()
+        dropped = False
+        for k in range(len(ok)):  # len(ok) * 0.25 s is longer than the 30 s allowed below
+            if time.time() - t0 > 30:
+                break
+            try:
+                drip.sendall(ok[k:k + 1])
+            except OSError:
+                dropped = True
+                break
+            time.sleep(0.25)
+        assert dropped and time.time() - t0 < 30, "a trickling body was not dropped"
+        # every idle or unfinished connection gets closed by the server
+        deadline = time.time() + 30
+        for c in socks[:-1]:
+            c.settimeout(max(0.1, deadline - time.time()))
+            try:
+                data = c.recv(4096)
+                while data:  # an error answer first (408/400), then the close
+                    data = c.recv(4096)
+            except ConnectionResetError:
+                pass
+            except socket.timeout:
+                raise AssertionError("an idle connection stayed open past --connection-timeout")
+        st, _, body = raw(s, "POST", p, ok)
+        assert st == 200, (st, body)
+    finally:
+        for c in socks:
+            c.close()
+        rc = s.stop()
+    assert rc == 0, f"exit code {rc}\n{''.join(s.lines[-30:])}"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tandem", required=True)
@@ -795,8 +1023,9 @@ def main():
                  "test_infer_compressed", "test_bytes", "test_dynamic_batching",
                  "test_cpu_and_gpu_instances",
                  "test_statistics_and_metrics", "test_repository", "test_bad_requests",
-                 "test_mutations",
-                 "test_queue_full_and_timeout", "test_priority", "test_preserve_ordering"]
+                 "test_hostile_connections", "test_mutations",
+                 "test_queue_full_and_timeout", "test_priority", "test_preserve_ordering",
+                 "test_unload_while_serving"]
         names.sort(key=lambda n: order.index(n) if n in order else len(order))
         for name in names:
             t0 = time.time()
@@ -822,6 +1051,15 @@ def main():
             except Exception:  # noqa: BLE001
                 failed += 1
                 print(f"FAIL test_sigterm\n{traceback.format_exc()}", flush=True)
+        if args.filter in "test_slow_clients":
+            t0 = time.time()
+            try:
+                test_slow_clients(args.tandem, repo)
+                passed += 1
+                print(f"PASS test_slow_clients ({time.time() - t0:.2f} s)", flush=True)
+            except Exception:  # noqa: BLE001
+                failed += 1
+                print(f"FAIL test_slow_clients\n{traceback.format_exc()}", flush=True)
     except Exception:  # noqa: BLE001
         failed += 1
         print(f"FAIL server start\n{traceback.format_exc()}", flush=True)

@@ -1,0 +1,463 @@
+/* Resource limits of control flow (src/backends/cpu/k_control.c): a Loop whose trip count is
+ * INT64_MAX and whose condition stays true must end with TDM_ERR_LIMIT, after
+ * TANDEM_LOOP_MAX_ITERATIONS iterations (default 10,000,000) or TANDEM_LOOP_TIMEOUT_MS
+ * milliseconds, with a message naming the limit; the session then runs again; an
+ * asynchronous run stuck in such a Loop ends the same way when the session is freed under
+ * it, with no leak (the environment's allocator counts live blocks); a long Scan ends at
+ * TANDEM_LOOP_TIMEOUT_MS too. The models are built here; the Loop is
+ *     y = Loop(M, cond, x) with body (i, c, x) -> (c, x + 1)
+ * so y = x + (number of iterations). */
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <setjmp.h>
+
+#include <cmocka.h>
+
+#include "onnx/onnx.pb-c.h"
+#include "tandem/tandem.h"
+
+typedef struct counting {
+    atomic_long live;
+} counting;
+
+static void *c_alloc(void *user, size_t size, size_t align) {
+    counting *c = user;
+    if (align < sizeof(void *)) align = sizeof(void *);
+    void *p = NULL;
+    if (posix_memalign(&p, align, size ? size : 1) != 0) return NULL;
+    atomic_fetch_add(&c->live, 1);
+    return p;
+}
+
+static void c_free(void *user, void *p) {
+    counting *c = user;
+    if (!p) return;
+    atomic_fetch_sub(&c->live, 1);
+    free(p);
+}
+
+/* ---- the model ------------------------------------------------------------------------- */
+
+typedef struct vi {
+    Onnx__ValueInfoProto v;
+    Onnx__TypeProto t;
+    Onnx__TypeProto__Tensor tt;
+    Onnx__TensorShapeProto sh;
+    Onnx__TensorShapeProto__Dimension d, *dp[1];
+} vi;
+
+/* rank 0 (scalar), rank 1 of size 1, or (-1) no shape */
+static Onnx__ValueInfoProto *value(vi *x, const char *name, int elem, int rank) {
+    onnx__value_info_proto__init(&x->v);
+    onnx__type_proto__init(&x->t);
+    onnx__type_proto__tensor__init(&x->tt);
+    onnx__tensor_shape_proto__init(&x->sh);
+    onnx__tensor_shape_proto__dimension__init(&x->d);
+    x->d.value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
+    x->d.dim_value = 1;
+    x->dp[0] = &x->d;
+    x->sh.n_dim = rank > 0 ? (size_t)rank : 0;
+    x->sh.dim = x->dp;
+    x->tt.has_elem_type = 1;
+    x->tt.elem_type = elem;
+    x->tt.shape = rank >= 0 ? &x->sh : NULL;
+    x->t.value_case = ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE;
+    x->t.tensor_type = &x->tt;
+    x->v.name = (char *)name;
+    x->v.type = &x->t;
+    return &x->v;
+}
+
+static void *loop_model(size_t *size) {
+    enum { F32 = 1, I64 = 7, BOOL = 9 };
+    /* body: (i, c_in, x_in) -> (c_out = Identity(c_in), x_out = Add(x_in, one)) */
+    static char *add_in[] = {"x_in", "one"}, *add_out[] = {"x_out"};
+    static char *id_in[] = {"c_in"}, *id_out[] = {"c_out"};
+    Onnx__NodeProto add, id, loop;
+    onnx__node_proto__init(&add);
+    add.op_type = "Add";
+    add.name = "add";
+    add.n_input = 2, add.input = add_in;
+    add.n_output = 1, add.output = add_out;
+    onnx__node_proto__init(&id);
+    id.op_type = "Identity";
+    id.name = "id";
+    id.n_input = 1, id.input = id_in;
+    id.n_output = 1, id.output = id_out;
+    Onnx__NodeProto *body_nodes[] = {&id, &add};
+    Onnx__TensorProto one;
+    onnx__tensor_proto__init(&one);
+    int64_t one_dims[] = {1};
+    float one_val[] = {1.0f};
+    one.name = "one";
+    one.has_data_type = 1;
+    one.data_type = F32;
+    one.n_dims = 1, one.dims = one_dims;
+    one.n_float_data = 1, one.float_data = one_val;
+    Onnx__TensorProto *body_inits[] = {&one};
+    vi bi[3], bo[2];
+    Onnx__ValueInfoProto *body_in[] = {value(&bi[0], "i", I64, 0), value(&bi[1], "c_in", BOOL, 0),
+                                       value(&bi[2], "x_in", F32, 1)};
+    Onnx__ValueInfoProto *body_out[] = {value(&bo[0], "c_out", BOOL, 0), value(&bo[1], "x_out", F32, 1)};
+    Onnx__GraphProto body;
+    onnx__graph_proto__init(&body);
+    body.name = "body";
+    body.n_node = 2, body.node = body_nodes;
+    body.n_initializer = 1, body.initializer = body_inits;
+    body.n_input = 3, body.input = body_in;
+    body.n_output = 2, body.output = body_out;
+    Onnx__AttributeProto attr;
+    onnx__attribute_proto__init(&attr);
+    attr.name = "body";
+    attr.has_type = 1;
+    attr.type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH;
+    attr.g = &body;
+    Onnx__AttributeProto *attrs[] = {&attr};
+    static char *loop_in[] = {"M", "cond", "x"}, *loop_out[] = {"y"};
+    onnx__node_proto__init(&loop);
+    loop.op_type = "Loop";
+    loop.name = "loop";
+    loop.n_input = 3, loop.input = loop_in;
+    loop.n_output = 1, loop.output = loop_out;
+    loop.n_attribute = 1, loop.attribute = attrs;
+    Onnx__NodeProto *nodes[] = {&loop};
+    vi gi[3], go[1];
+    Onnx__ValueInfoProto *g_in[] = {value(&gi[0], "M", I64, 0), value(&gi[1], "cond", BOOL, 0),
+                                    value(&gi[2], "x", F32, 1)};
+    Onnx__ValueInfoProto *g_out[] = {value(&go[0], "y", F32, 1)};
+    Onnx__GraphProto g;
+    onnx__graph_proto__init(&g);
+    g.name = "g";
+    g.n_node = 1, g.node = nodes;
+    g.n_input = 3, g.input = g_in;
+    g.n_output = 1, g.output = g_out;
+    Onnx__OperatorSetIdProto opset;
+    onnx__operator_set_id_proto__init(&opset);
+    opset.domain = "";
+    opset.has_version = 1;
+    opset.version = 17;
+    Onnx__OperatorSetIdProto *opsets[] = {&opset};
+    Onnx__ModelProto m;
+    onnx__model_proto__init(&m);
+    m.has_ir_version = 1;
+    m.ir_version = 8;
+    m.n_opset_import = 1, m.opset_import = opsets;
+    m.graph = &g;
+    *size = onnx__model_proto__get_packed_size(&m);
+    void *buf = malloc(*size);
+    assert_non_null(buf);
+    onnx__model_proto__pack(&m, buf);
+    return buf;
+}
+
+/* Scan (opset 17): state s [1], scan input x [N, 1]; body (s, x) -> (s + x, x): the final
+ * state is s + sum(x) and the scan output is x again. */
+static void *scan_model(size_t *size) {
+    enum { F32 = 1 };
+    static char *add_in[] = {"s_in", "x_in"}, *add_out[] = {"s_out"};
+    static char *id_in[] = {"x_in"}, *id_out[] = {"y_out"};
+    Onnx__NodeProto add, id, scan;
+    onnx__node_proto__init(&add);
+    add.op_type = "Add";
+    add.name = "add";
+    add.n_input = 2, add.input = add_in;
+    add.n_output = 1, add.output = add_out;
+    onnx__node_proto__init(&id);
+    id.op_type = "Identity";
+    id.name = "id";
+    id.n_input = 1, id.input = id_in;
+    id.n_output = 1, id.output = id_out;
+    Onnx__NodeProto *body_nodes[] = {&add, &id};
+    vi bi[2], bo[2];
+    Onnx__ValueInfoProto *body_in[] = {value(&bi[0], "s_in", F32, 1), value(&bi[1], "x_in", F32, 1)};
+    Onnx__ValueInfoProto *body_out[] = {value(&bo[0], "s_out", F32, 1), value(&bo[1], "y_out", F32, 1)};
+    Onnx__GraphProto body;
+    onnx__graph_proto__init(&body);
+    body.name = "body";
+    body.n_node = 2, body.node = body_nodes;
+    body.n_input = 2, body.input = body_in;
+    body.n_output = 2, body.output = body_out;
+    Onnx__AttributeProto a_body, a_n;
+    onnx__attribute_proto__init(&a_body);
+    a_body.name = "body";
+    a_body.has_type = 1;
+    a_body.type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH;
+    a_body.g = &body;
+    onnx__attribute_proto__init(&a_n);
+    a_n.name = "num_scan_inputs";
+    a_n.has_type = 1;
+    a_n.type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
+    a_n.has_i = 1;
+    a_n.i = 1;
+    Onnx__AttributeProto *attrs[] = {&a_body, &a_n};
+    static char *scan_in[] = {"s", "x"}, *scan_out[] = {"final", "ys"};
+    onnx__node_proto__init(&scan);
+    scan.op_type = "Scan";
+    scan.name = "scan";
+    scan.n_input = 2, scan.input = scan_in;
+    scan.n_output = 2, scan.output = scan_out;
+    scan.n_attribute = 2, scan.attribute = attrs;
+    Onnx__NodeProto *nodes[] = {&scan};
+    vi gi[2], go[2];
+    Onnx__ValueInfoProto *g_in[] = {value(&gi[0], "s", F32, 1), value(&gi[1], "x", F32, -1)};
+    Onnx__ValueInfoProto *g_out[] = {value(&go[0], "final", F32, 1), value(&go[1], "ys", F32, -1)};
+    Onnx__GraphProto g;
+    onnx__graph_proto__init(&g);
+    g.name = "g";
+    g.n_node = 1, g.node = nodes;
+    g.n_input = 2, g.input = g_in;
+    g.n_output = 2, g.output = g_out;
+    Onnx__OperatorSetIdProto opset;
+    onnx__operator_set_id_proto__init(&opset);
+    opset.domain = "";
+    opset.has_version = 1;
+    opset.version = 17;
+    Onnx__OperatorSetIdProto *opsets[] = {&opset};
+    Onnx__ModelProto m;
+    onnx__model_proto__init(&m);
+    m.has_ir_version = 1;
+    m.ir_version = 8;
+    m.n_opset_import = 1, m.opset_import = opsets;
+    m.graph = &g;
+    *size = onnx__model_proto__get_packed_size(&m);
+    void *buf = malloc(*size);
+    assert_non_null(buf);
+    onnx__model_proto__pack(&m, buf);
+    return buf;
+}
+
+/* ---- fixture ---------------------------------------------------------------------------- */
+
+typedef struct fx {
+    counting cnt;
+    tdm_env *env;
+    tdm_session *s;
+    tdm_tensor *in[3];
+    int64_t m;
+    uint8_t cond;
+    float x;
+} fx;
+
+static void fx_open(fx *f) {
+    memset(f, 0, sizeof *f);
+    tdm_env_options o;
+    memset(&o, 0, sizeof o);
+    o.api_version = TDM_API_VERSION;
+    o.allocator.alloc = c_alloc;
+    o.allocator.free = c_free;
+    o.allocator.user = &f->cnt;
+    o.threads = 1;
+    assert_null(tdm_env_create(&o, &f->env));
+    size_t size;
+    void *model = loop_model(&size);
+    tdm_status *st = tdm_session_create_from_buffer(f->env, model, size, NULL, NULL, &f->s);
+    free(model);
+    if (st) fail_msg("session: %s", tdm_status_message(st));
+    int64_t one[] = {1};
+    assert_null(tdm_tensor_wrap(f->env, TDM_INT64, 0, NULL, &f->m, sizeof f->m, &f->in[0]));
+    assert_null(tdm_tensor_wrap(f->env, TDM_BOOL, 0, NULL, &f->cond, 1, &f->in[1]));
+    assert_null(tdm_tensor_wrap(f->env, TDM_FLOAT, 1, one, &f->x, sizeof f->x, &f->in[2]));
+    f->cond = 1;
+}
+
+static void fx_close(fx *f) {
+    for (int i = 0; i < 3; i++) tdm_tensor_free(f->in[i]);
+    tdm_session_free(f->s);
+    tdm_env_free(f->env);
+    assert_int_equal(atomic_load(&f->cnt.live), 0);
+    unsetenv("TANDEM_LOOP_MAX_ITERATIONS");
+    unsetenv("TANDEM_LOOP_TIMEOUT_MS");
+}
+
+static const char *const names[] = {"M", "cond", "x"};
+
+/* Runs with trip count m; on success *y is the output. Returns the status (caller frees). */
+static tdm_status *run(fx *f, int64_t m, float *y) {
+    f->m = m;
+    tdm_tensor *out = NULL;
+    tdm_status *st = tdm_session_run(f->s, 3, names, (const tdm_tensor *const *)f->in, 1, NULL, &out);
+    if (!st) {
+        *y = ((const float *)tdm_tensor_data_const(out))[0];
+        tdm_tensor_free(out);
+    }
+    return st;
+}
+
+static void expect_limit(tdm_status *st, const char *needle) {
+    assert_non_null(st);
+    if (tdm_status_code(st) != TDM_ERR_LIMIT || !strstr(tdm_status_message(st), needle))
+        fail_msg("expected a limit naming %s, got [%s] %s", needle, tdm_code_name(tdm_status_code(st)),
+                 tdm_status_message(st));
+    tdm_status_free(st);
+}
+
+/* ---- tests ------------------------------------------------------------------------------ */
+
+static void test_loop_within_limits(void **state) {
+    (void)state;
+    fx f;
+    fx_open(&f);
+    float y = 0;
+    tdm_status *st = run(&f, 1000, &y);
+    if (st) fail_msg("%s", tdm_status_message(st));
+    assert_true(y == 1000.0f);
+    f.cond = 0; /* the condition ends it before the first iteration */
+    st = run(&f, INT64_MAX, &y);
+    if (st) fail_msg("%s", tdm_status_message(st));
+    assert_true(y == 0.0f);
+    fx_close(&f);
+}
+
+static void test_loop_iteration_limit(void **state) {
+    (void)state;
+    fx f;
+    fx_open(&f);
+    setenv("TANDEM_LOOP_MAX_ITERATIONS", "5000", 1);
+    float y = 0;
+    expect_limit(run(&f, INT64_MAX, &y), "TANDEM_LOOP_MAX_ITERATIONS");
+    /* the session keeps working: up to the limit is allowed */
+    tdm_status *st = run(&f, 5000, &y);
+    if (st) fail_msg("%s", tdm_status_message(st));
+    assert_true(y == 5000.0f);
+    expect_limit(run(&f, 5001, &y), "5000 iterations");
+    setenv("TANDEM_LOOP_MAX_ITERATIONS", "lots", 1);
+    st = run(&f, 3, &y);
+    assert_non_null(st);
+    assert_int_equal(tdm_status_code(st), TDM_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(tdm_status_message(st), "TANDEM_LOOP_MAX_ITERATIONS"));
+    tdm_status_free(st);
+    fx_close(&f);
+}
+
+/* The default bound ends an endless loop without any setting (10,000,000 iterations of a
+ * one-Add body). Only where TDM_TEST_SLOW=1: about 10-60 s. */
+static void test_loop_default_limit(void **state) {
+    (void)state;
+    if (!getenv("TDM_TEST_SLOW")) skip();
+    fx f;
+    fx_open(&f);
+    float y = 0;
+    expect_limit(run(&f, INT64_MAX, &y), "10000000 iterations");
+    fx_close(&f);
+}
+
+static void test_loop_time_limit(void **state) {
+    (void)state;
+    fx f;
+    fx_open(&f);
+    setenv("TANDEM_LOOP_MAX_ITERATIONS", "0", 1); /* no count bound: only the time one */
+    setenv("TANDEM_LOOP_TIMEOUT_MS", "200", 1);
+    float y = 0;
+    expect_limit(run(&f, INT64_MAX, &y), "TANDEM_LOOP_TIMEOUT_MS");
+    unsetenv("TANDEM_LOOP_TIMEOUT_MS");
+    unsetenv("TANDEM_LOOP_MAX_ITERATIONS");
+    tdm_status *st = run(&f, 7, &y);
+    if (st) fail_msg("%s", tdm_status_message(st));
+    assert_true(y == 7.0f);
+    fx_close(&f);
+}
+
+typedef struct async_result {
+    atomic_int calls;
+    tdm_code code;
+    char msg[512];
+} async_result;
+
+static void on_done(void *user, tdm_status *st, size_t n, tdm_tensor **outs) {
+    async_result *r = user;
+    r->code = st ? tdm_status_code(st) : TDM_OK;
+    snprintf(r->msg, sizeof r->msg, "%s", st ? tdm_status_message(st) : "");
+    tdm_status_free(st);
+    for (size_t i = 0; i < n; i++) tdm_tensor_free(outs[i]);
+    atomic_fetch_add(&r->calls, 1);
+}
+
+/* An asynchronous run in an endless Loop, and a second one queued behind it; the session is
+ * freed at once: tdm_session_free waits for both, each ends with its own status, nothing leaks. */
+static void test_loop_async_free(void **state) {
+    (void)state;
+    fx f;
+    fx_open(&f);
+    setenv("TANDEM_LOOP_MAX_ITERATIONS", "0", 1);
+    setenv("TANDEM_LOOP_TIMEOUT_MS", "300", 1);
+    async_result r1 = {0}, r2 = {0};
+    f.m = INT64_MAX;
+    assert_null(tdm_session_run_async(f.s, 3, names, (const tdm_tensor *const *)f.in, 1, NULL, on_done, &r1));
+    assert_null(tdm_session_run_async(f.s, 3, names, (const tdm_tensor *const *)f.in, 1, NULL, on_done, &r2));
+    tdm_session_free(f.s);
+    f.s = NULL;
+    assert_int_equal(atomic_load(&r1.calls), 1);
+    assert_int_equal(atomic_load(&r2.calls), 1);
+    if (r1.code != TDM_ERR_LIMIT || !strstr(r1.msg, "TANDEM_LOOP_TIMEOUT_MS"))
+        fail_msg("first run: [%d] %s", (int)r1.code, r1.msg);
+    if (r2.code != TDM_ERR_LIMIT) fail_msg("second run: [%d] %s", (int)r2.code, r2.msg);
+    fx_close(&f);
+}
+
+/* A Scan over 1,000,000 steps ends at TANDEM_LOOP_TIMEOUT_MS; a short one sums correctly. */
+static void test_scan_time_limit(void **state) {
+    (void)state;
+    counting cnt = {0};
+    tdm_env_options o;
+    memset(&o, 0, sizeof o);
+    o.api_version = TDM_API_VERSION;
+    o.allocator.alloc = c_alloc;
+    o.allocator.free = c_free;
+    o.allocator.user = &cnt;
+    o.threads = 1;
+    tdm_env *env = NULL;
+    assert_null(tdm_env_create(&o, &env));
+    size_t size;
+    void *model = scan_model(&size);
+    tdm_session *s = NULL;
+    tdm_status *st = tdm_session_create_from_buffer(env, model, size, NULL, NULL, &s);
+    free(model);
+    if (st) fail_msg("session: %s", tdm_status_message(st));
+    enum { N = 1000000 };
+    float *xs = calloc(N, sizeof *xs);
+    assert_non_null(xs);
+    for (int i = 0; i < N; i++) xs[i] = (float)(i % 4);
+    float s0 = 0.5f;
+    int64_t one[] = {1}, xd[] = {10, 1};
+    tdm_tensor *in[2] = {NULL, NULL}, *out[2] = {NULL, NULL};
+    assert_null(tdm_tensor_wrap(env, TDM_FLOAT, 1, one, &s0, sizeof s0, &in[0]));
+    assert_null(tdm_tensor_wrap(env, TDM_FLOAT, 2, xd, xs, (size_t)N * sizeof *xs, &in[1]));
+    static const char *const sn[] = {"s", "x"};
+    st = tdm_session_run(s, 2, sn, (const tdm_tensor *const *)in, 2, NULL, out);
+    if (st) fail_msg("%s", tdm_status_message(st));
+    /* 0.5 + (0+1+2+3) + (0+1+2+3) + 0 + 1 */
+    assert_true(((const float *)tdm_tensor_data_const(out[0]))[0] == 13.5f);
+    assert_int_equal(tdm_tensor_dims(out[1])[0], 10);
+    for (int i = 0; i < 2; i++) tdm_tensor_free(out[i]);
+    tdm_tensor_free(in[1]);
+    xd[0] = N;
+    assert_null(tdm_tensor_wrap(env, TDM_FLOAT, 2, xd, xs, (size_t)N * sizeof *xs, &in[1]));
+    setenv("TANDEM_LOOP_TIMEOUT_MS", "50", 1);
+    out[0] = out[1] = NULL;
+    expect_limit(tdm_session_run(s, 2, sn, (const tdm_tensor *const *)in, 2, NULL, out),
+                 "TANDEM_LOOP_TIMEOUT_MS");
+    assert_null(out[0]);
+    unsetenv("TANDEM_LOOP_TIMEOUT_MS");
+    for (int i = 0; i < 2; i++) tdm_tensor_free(in[i]);
+    free(xs);
+    tdm_session_free(s);
+    tdm_env_free(env);
+    assert_int_equal(atomic_load(&cnt.live), 0);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_loop_within_limits),
+        cmocka_unit_test(test_loop_iteration_limit),
+        cmocka_unit_test(test_loop_default_limit),
+        cmocka_unit_test(test_loop_time_limit),
+        cmocka_unit_test(test_loop_async_free),
+        cmocka_unit_test(test_scan_time_limit),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
