@@ -1,7 +1,10 @@
 /* Throughput mode: split batches and replica runs give the single-device outputs for every
  * batch size (also smaller than the number of devices), in order; a slowed device loses its
- * share of the batch within a few runs; a device failing mid-run fails only that request. */
+ * share of the batch within a few runs; a device failing mid-run fails only that request, is
+ * taken out, probed after a back-off and taken back. */
 #include <math.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -126,7 +130,7 @@ static void test_device_failure_fails_only_its_request(void **state) {
     tdm_session *tp = open_session(env, "cpu,test:0", TDM_MODE_THROUGHPUT);
     int failed = 0, ok = 0;
     for (int i = 0; i < 12; i++) {
-        tdm_tensor *x = make_input(env, ref, 8, i), *y0 = NULL, *y1 = NULL;
+        tdm_tensor *x = make_input(env, ref, 64, i), *y0 = NULL, *y1 = NULL;
         assert_null(run(ref, x, &y0));
         tdm_status *st = run(tp, x, &y1);
         if (st) {
@@ -150,11 +154,91 @@ static void test_device_failure_fails_only_its_request(void **state) {
     unsetenv("TANDEM_TEST_DEVICE_FAIL_EVERY");
 }
 
+/* Log lines, for the probe test. */
+typedef struct log_box {
+    pthread_mutex_t mu;
+    char text[8192];
+    size_t len;
+} log_box;
+
+static void keep_log(void *user, tdm_log_level level, const char *msg) {
+    (void)level;
+    log_box *b = user;
+    pthread_mutex_lock(&b->mu);
+    int n = snprintf(b->text + b->len, sizeof b->text - b->len, "%s\n", msg);
+    if (n > 0 && b->len + (size_t)n < sizeof b->text) b->len += (size_t)n;
+    pthread_mutex_unlock(&b->mu);
+}
+
+static bool logged(log_box *b, const char *what) {
+    pthread_mutex_lock(&b->mu);
+    bool r = strstr(b->text, what) != NULL;
+    pthread_mutex_unlock(&b->mu);
+    return r;
+}
+
+/* A device that fails is taken out (later runs succeed on the others), probed after the
+ * back-off, and taken back when the probe succeeds. Every 11th kernel of the test device
+ * fails; a run has 3 to 5 kernels on it (4 today), so the probe after a failure and the run
+ * after the probe succeed. */
+static void test_failed_device_probed_and_readmitted(void **state) {
+    (void)state;
+    setenv("TANDEM_TEST_DEVICES", "1", 1);
+    setenv("TANDEM_TEST_DEVICE_FAIL_EVERY", "11", 1);
+    unsetenv("TANDEM_TEST_DEVICE_DELAY_US");
+    log_box box = {PTHREAD_MUTEX_INITIALIZER, "", 0};
+    tdm_env_options eo = {TDM_API_VERSION, keep_log, &box, TDM_LOG_INFO, {0}, 1};
+    tdm_env *env = NULL;
+    assert_null(tdm_env_create(&eo, &env));
+    tdm_session *ref = open_session(env, "cpu", TDM_MODE_LATENCY);
+    tdm_session *tp = NULL;
+    tdm_session_options so = {TDM_API_VERSION, "cpu,test:0", 1, 1, false};
+    so.mode = TDM_MODE_THROUGHPUT;
+    so.probe_ms = 20;
+    assert_null(tdm_session_create(env, MODEL, &so, &tp));
+    int failed = 0, ok_after_failure = 0;
+    int64_t items_at_failure = -1;
+    bool readmitted = false;
+    for (int i = 0; i < 40 && !readmitted; i++) {
+        tdm_tensor *x = make_input(env, ref, 64, i), *y0 = NULL, *y1 = NULL;
+        assert_null(run(ref, x, &y0));
+        tdm_status *st = run(tp, x, &y1);
+        tdm_device_stats ds;
+        assert_null(tdm_session_device_stats(tp, 1, &ds));
+        if (st) {
+            assert_int_equal(tdm_status_code(st), TDM_ERR_DEVICE);
+            tdm_status_free(st);
+            failed++;
+            items_at_failure = ds.items;
+            assert_true(logged(&box, "test:0 taken out after a device error"));
+        } else {
+            assert_close(y1, y0);
+            if (failed) ok_after_failure++;
+            /* the device computes rows again only after it was taken back */
+            if (failed && ds.items > items_at_failure) {
+                assert_true(logged(&box, "test:0 is back in service"));
+                readmitted = true;
+            }
+        }
+        tdm_tensor_free(x);
+        tdm_tensor_free(y0);
+        tdm_tensor_free(y1);
+        if (failed) usleep(25000); /* past the back-off */
+    }
+    if (!failed || !ok_after_failure) fail_msg("failed %d, ok after a failure %d; log:\n%s", failed, ok_after_failure, box.text);
+    if (!readmitted) fail_msg("test:0 was not taken back; log:\n%s", box.text);
+    tdm_session_free(tp);
+    tdm_session_free(ref);
+    tdm_env_free(env);
+    unsetenv("TANDEM_TEST_DEVICE_FAIL_EVERY");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_split_equals_single),
         cmocka_unit_test(test_rebalance_towards_faster),
         cmocka_unit_test(test_device_failure_fails_only_its_request),
+        cmocka_unit_test(test_failed_device_probed_and_readmitted),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
