@@ -19,21 +19,27 @@ export TANDEM_CACHE_DIR POCL_CACHE_DIR
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DTANDEM_WERROR=ON > /dev/null
 cmake --build build -j"$jobs"
 (cd build && ctest --output-on-failure -j"$jobs")
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTANDEM_ASAN=ON -DTANDEM_WERROR=ON > /dev/null
+# The CUDA plugin (src/backends/cuda) is built and its tests run in the release build only:
+# sanitizers cannot see into the CUDA libraries, and nvcc would only cost time here.
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTANDEM_ASAN=ON -DTANDEM_WERROR=ON \
+  -DTANDEM_CUDA=OFF > /dev/null
 cmake --build build-asan -j"$jobs"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j"$jobs")
 # The threaded parts (thread pool, concurrent and asynchronous runs, memory plans, devices
-# running at the same time, throughput mode) under ThreadSanitizer.
-cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTANDEM_TSAN=ON > /dev/null
-cmake --build build-tsan -j"$jobs" --target test_core test_api test_memplan test_throughput test_trace
+# running at the same time, throughput mode, user pipelines and pipeline mode) under
+# ThreadSanitizer.
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTANDEM_TSAN=ON -DTANDEM_CUDA=OFF > /dev/null
+cmake --build build-tsan -j"$jobs" --target test_core test_api test_memplan test_throughput test_trace test_monitor test_pipeline
 (cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure \
-   -R '^(test_core|test_api|test_memplan|test_throughput|test_trace)$')
+   -R '^(test_core|test_api|test_memplan|test_throughput|test_trace|test_monitor|test_pipeline)$')
 # Fuzzing (clang, libFuzzer, ASan+UBSan): every saved crash and the seed corpus are replayed
 # (must pass); then each target is fuzzed for a bounded time. A new finding there is printed
 # loudly but does not fail the run: exploratory fuzzing is not deterministic, and what it
 # finds is turned into a regression input (tests/fuzz/regressions) that the replay keeps.
-cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTANDEM_FUZZ=ON > /dev/null
-cmake --build build-fuzz -j"$jobs" --target fuzz_model fuzz_tensor fuzz_wire
+cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTANDEM_FUZZ=ON \
+  -DTANDEM_CUDA=OFF > /dev/null
+cmake --build build-fuzz -j"$jobs" --target fuzz_model fuzz_tensor fuzz_wire \
+  fuzz_infer_json fuzz_infer_binary fuzz_config
 (cd build-fuzz && ctest --output-on-failure -R fuzz_replay)
 if ! FUZZ_SECONDS="${FUZZ_SECONDS:-30}" sh tests/fuzz/run.sh; then
   echo "=== FUZZING FOUND A NEW PROBLEM: see the report above and build-fuzz/fuzz-*.log ==="

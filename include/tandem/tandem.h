@@ -177,6 +177,14 @@ typedef struct tdm_device_info {
     double link_latency_us;  /* fixed cost of one copy; 0 when host_memory */
     int64_t memory_bytes;    /* memory capacity (host: physical RAM); 0 = unknown */
     bool from_cache;         /* read from the on-disk cache rather than measured now */
+    /* per direction, from/to ordinary (pageable) host memory and from/to the device's
+     * staging memory (pinned or mapped, what asynchronous copies use); 0 when host_memory */
+    double h2d_latency_us;        /* a 4-byte upload, pageable memory */
+    double d2h_latency_us;        /* a 4-byte download, pageable memory */
+    double h2d_pinned_gbps;       /* host -> device from staging memory, GB/s */
+    double d2h_pinned_gbps;       /* device -> host into staging memory, GB/s */
+    double h2d_pinned_latency_us; /* a 4-byte upload from staging memory */
+    double d2h_pinned_latency_us; /* a 4-byte download into staging memory */
 } tdm_device_info;
 
 /* The profile of device `index`, measured on first use (under a second or two per device,
@@ -277,16 +285,36 @@ typedef struct tdm_session_options {
                               TDM_MODE_THROUGHPUT: one plan per device (replicas); a batched
                               run is split across them in proportion to their measured speed,
                               a run that cannot be split goes to the replica predicted to
-                              finish first */
+                              finish first (or, for a model without a batch dim to split,
+                              a pipeline when predicted faster; see TDM_MODE_PIPELINE) */
     float split_alpha;     /* throughput mode: smoothing of the per-item times (0 = 0.3) */
     bool no_rebalance;     /* throughput mode: keep the initial split ratio */
     const char *precision; /* accelerators' arithmetic: NULL or "fp32" (default) computes in
                               float32; "tf32", "fp16" and "bf16" let a device that supports
                               them (cuda) compute float32 models in that precision */
+    const char *pipeline_cuts; /* TDM_MODE_PIPELINE: where stages 2, 3, ... start, as node
+                              names or #positions in the model's node order, comma-separated
+                              ("#12,#30" or "conv5,fc"); stage k runs on the k-th device.
+                              NULL = the auto cut: the cost model balances the slowest stage */
+    int micro_batch;       /* TDM_MODE_PIPELINE: rows per micro-batch of a batched run;
+                              0 = the batch divided by the number of stages */
+    int probe_ms;          /* throughput mode: a device whose run fails with a device error is
+                              taken out; it is tried again (a probe run) after this many ms,
+                              doubling after every failed probe up to 64x, and taken back when
+                              a probe succeeds (both logged). 0 = 1000; < 0 = never take a
+                              device out */
 } tdm_session_options;
 
 #define TDM_MODE_LATENCY 0
 #define TDM_MODE_THROUGHPUT 1
+/* TDM_MODE_PIPELINE: the model is cut into consecutive stages, one per device (in the order
+ * of options.devices), each planned for its device; a run's batch is divided into
+ * micro-batches that flow through the stages over bounded queues, so every device works on
+ * a different micro-batch (or a different concurrent run) at the same time. Outputs equal a
+ * single-device run's. TDM_MODE_THROUGHPUT picks this mode by itself for models whose batch
+ * cannot be split when the cost model predicts the pipeline to beat a replica per device
+ * (the choice and its reason are logged at TDM_LOG_INFO). */
+#define TDM_MODE_PIPELINE 2
 
 /* Per-device figures of a session (throughput mode: per replica; latency mode: one entry per
  * device of the plan with runs and items of the whole session). */
@@ -320,6 +348,16 @@ TDM_API tdm_status *tdm_session_run(tdm_session *session, size_t n_inputs,
                                     const char *const *input_names,
                                     const tdm_tensor *const *inputs, size_t n_outputs,
                                     const char *const *output_names, tdm_tensor **outputs);
+
+/* Resource limits of a run, set through the process environment (read at every run of the
+ * node concerned; see SECURITY.md):
+ *   TANDEM_LOOP_MAX_ITERATIONS  iterations of one Loop node in one run, default 10000000;
+ *                               0 = no bound. Past it the run fails with TDM_ERR_LIMIT.
+ *   TANDEM_LOOP_TIMEOUT_MS      wall time of one Loop or Scan node in one run, default 0 = no
+ *                               bound; past it the run fails with TDM_ERR_LIMIT.
+ * A malformed value fails the run with TDM_ERR_INVALID_ARGUMENT. There is no call that
+ * cancels a run: these bounds are what ends a Loop that would not end by itself (and so a
+ * tdm_session_free that waits for it). */
 
 /* Called once when an asynchronous run ends, on a tandem thread. `status` is NULL on
  * success and is owned by the callee; `outputs` (n_outputs) belong to the callee too. */
@@ -374,6 +412,68 @@ TDM_API tdm_status *tdm_session_trace_start(tdm_session *session);
  * chrome://tracing): one track per device and per device's copies, arrows from each copy
  * to the kernel that reads it. `path` may be NULL to discard. */
 TDM_API tdm_status *tdm_session_trace_stop(tdm_session *session, const char *path);
+
+/* ---- monitoring ------------------------------------------------------------------------ */
+
+/* Live per-device figures of a session: what a rebalancer, a load generator or a /metrics
+ * page reads while runs go on. A window starts when the session is created and again at
+ * every tdm_session_monitor_reset; counts and times are since the window start, levels
+ * (memory in use, runs in flight, runs queued) are right now.
+ *
+ * ABI: the struct may grow at its end in later versions. Callers pass sizeof their struct;
+ * the library fills only that many bytes (members it does not know stay as the caller set
+ * them), so a program built against an older header keeps working with a newer library.
+ * (tdm_device_stats has no size or version member, so it cannot grow safely; this is a new
+ * struct rather than an extension of it.)
+ *
+ * Threading: every function here may be called from any thread while runs (synchronous,
+ * asynchronous, throughput-mode parts) are in progress; the figures of one call are taken
+ * under the session's counter lock and are consistent with each other.
+ *
+ *     tdm_device_monitor m;
+ *     for (size_t i = 0; i < tdm_session_monitor_count(s); i++)
+ *         if (!tdm_session_monitor(s, i, &m, sizeof m))
+ *             printf("%s %.0f%% busy, %lld bytes\n", m.device, 100 * m.utilization,
+ *                    (long long)m.memory_in_use);
+ */
+typedef struct tdm_device_monitor {
+    const char *device;       /* "cpu", "opencl:0", ... (owned by the environment) */
+    double window_ms;         /* time since the window start */
+    double busy_ms;           /* time in the window during which the device executed at least
+                                 one node (concurrent nodes count once), as the host sees it: for
+                                 devices that queue work (opencl, cuda) the time spent issuing
+                                 kernels, a lower bound of the device's own busy time */
+    double utilization;       /* busy_ms / window_ms, in [0, 1] */
+    int64_t kernels;          /* nodes executed in the window */
+    int64_t memory_in_use;    /* bytes the session's runs hold on the device now: device buffers
+                                 (weights uploaded once count for the session's life) and, for
+                                 host-memory devices, arenas of runs in progress and heap
+                                 tensors of the runs */
+    int64_t memory_peak;      /* highest memory_in_use in the window (>= memory_in_use) */
+    int runs_in_flight;       /* runs executing now whose plan uses the device (asynchronous
+                                 runs, concurrent synchronous runs; in throughput mode each
+                                 part of a split batch counts, on every device its replica's
+                                 plan uses) */
+    int runs_queued;          /* asynchronous runs of the session waiting to start (one queue
+                                 per session: the same number for every device) */
+    int64_t uploads;          /* copies into the device's memory in the window */
+    int64_t downloads;        /* copies out of it */
+    int64_t bytes_uploaded;
+    int64_t bytes_downloaded;
+    double copies_per_s;      /* (uploads + downloads) / window */
+    double copy_bytes_per_s;  /* (bytes_uploaded + bytes_downloaded) / window */
+} tdm_device_monitor;
+
+/* Number of entries: the session's devices, in the order of tdm_session_options.devices. */
+TDM_API size_t tdm_session_monitor_count(const tdm_session *session);
+/* Fills the first `struct_size` bytes of *out (pass sizeof(tdm_device_monitor)) for device
+ * `index`. struct_size must be at least offsetof(tdm_device_monitor, window_ms) + sizeof
+ * (double), i.e. cover `device` and `window_ms`. */
+TDM_API tdm_status *tdm_session_monitor(tdm_session *session, size_t index,
+                                        tdm_device_monitor *out, size_t struct_size);
+/* Starts a new window for every device of the session: busy time, kernels and copies to 0,
+ * peaks to the current use. Levels are not changed. */
+TDM_API void tdm_session_monitor_reset(tdm_session *session);
 
 /* ---- version ------------------------------------------------------------------------ */
 

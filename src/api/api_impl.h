@@ -54,6 +54,11 @@ typedef struct tdm_replica {
     int inflight;
     int64_t runs, items;
     double busy_ms;
+    /* a device that failed is taken out until a probe run on it succeeds */
+    bool down;
+    bool probing;        /* a probe is running */
+    int64_t probe_at_ns; /* when the next probe may run */
+    int64_t backoff_ns;  /* the wait before the next probe (doubles, at most 64x probe_ms) */
 } tdm_replica;
 
 struct tdm_session {
@@ -76,6 +81,8 @@ struct tdm_session {
     bool splittable;     /* every input and output has a dynamic leading (batch) dim */
     float alpha;
     bool no_rebalance;
+    int probe_ms;        /* throughput mode: first back-off of a failed device (< 0: off) */
+    struct tdm_pipe_mode *pipe; /* pipeline mode (src/api/pipeline_mode.c), or NULL */
     pthread_mutex_t stats_mu;
     int64_t runs, items; /* latency mode figures */
     double busy_ms;
@@ -88,5 +95,7 @@ tdm_status *tdm_throughput_run(tdm_session *s, const tdm_tensor **by_input, tdm_
  * failure m is left to the caller. */
 tdm_status *tdm_model_wrap(tdm_env *env, tdm_onnx_model *m, bool graph_borrowed, tdm_model **out);
 tdm_device *tdm_env_find_device(const tdm_env *env, const char *name);
+/* Asynchronous runs of the session waiting to start (session.c; the monitoring API uses it). */
+int tdm_session_queued_runs(tdm_session *s);
 
 #endif

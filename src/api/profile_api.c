@@ -31,6 +31,12 @@ tdm_status *tdm_env_device_profile(tdm_env *env, size_t index, bool reprofile,
     info.link_latency_us = p.link_latency_us;
     info.memory_bytes = p.memory_bytes;
     info.from_cache = p.from_cache;
+    info.h2d_latency_us = p.h2d_latency_us;
+    info.d2h_latency_us = p.d2h_latency_us;
+    info.h2d_pinned_gbps = p.h2d_pinned_gbps;
+    info.d2h_pinned_gbps = p.d2h_pinned_gbps;
+    info.h2d_pinned_latency_us = p.h2d_pinned_latency_us;
+    info.d2h_pinned_latency_us = p.d2h_pinned_latency_us;
     *out = info;
     return NULL;
 }

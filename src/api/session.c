@@ -4,9 +4,11 @@
 #include <string.h>
 
 #include "api/api_impl.h"
+#include "api/pipeline_impl.h"
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "core/trace.h"
+#include "sched/monitor.h"
 
 struct async_job {
     async_job *next;
@@ -57,6 +59,27 @@ static tdm_status *parse_devices(tdm_session *s, const char *list, bool no_fallb
     return NULL;
 }
 
+/* tdm_session_options.precision: checked here, then handed to the session's devices that
+ * take settings (tdm_device_iface.configure; the CPU has none). The setting belongs to the
+ * device, which the environment's sessions share: the last session created with a
+ * precision sets it for all. */
+static tdm_status *configure_precision(tdm_session *s, const char *precision) {
+    if (!precision) return NULL;
+    static const char *const known[] = {"fp32", "tf32", "fp16", "bf16"};
+    bool ok = false;
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (strcmp(precision, known[i]) == 0) ok = true;
+    if (!ok)
+        return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "precision '%s' is not one of fp32, tf32, fp16, "
+                       "bf16", precision);
+    for (int i = 0; i < s->n_devices; i++) {
+        tdm_device *d = s->devices[i];
+        if (d->iface->api_version >= 3 && d->iface->configure)
+            TDM_TRY(d->iface->configure(d, "precision", precision));
+    }
+    return NULL;
+}
+
 /* Parses the model bytes and plans them for `devs`. */
 static tdm_status *build_plan(tdm_session *s, const void *data, size_t size, const char *base_dir,
                               tdm_device **devs, int nd, const tdm_session_options *o,
@@ -102,7 +125,7 @@ static tdm_status *session_build(tdm_env *env, const void *data, size_t size, co
     if (o->api_version != TDM_API_VERSION)
         return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_session_options.api_version is %d; expected %d",
                        o->api_version, TDM_API_VERSION);
-    if (o->mode != TDM_MODE_LATENCY && o->mode != TDM_MODE_THROUGHPUT)
+    if (o->mode != TDM_MODE_LATENCY && o->mode != TDM_MODE_THROUGHPUT && o->mode != TDM_MODE_PIPELINE)
         return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_session_options.mode %d is unknown", o->mode);
     tdm_session *s = tdm_calloc(env->alloc, 1, sizeof *s);
     if (!s) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory creating a session");
@@ -113,12 +136,26 @@ static tdm_status *session_build(tdm_env *env, const void *data, size_t size, co
     pthread_mutex_init(&s->stats_mu, NULL);
     s->alpha = o->split_alpha > 0 && o->split_alpha <= 1 ? o->split_alpha : 0.3f;
     s->no_rebalance = o->no_rebalance;
+    s->probe_ms = o->probe_ms ? o->probe_ms : 1000;
     tdm_onnx_model *m = NULL;
     tdm_status *st = parse_devices(s, o->devices, o->no_fallback);
+    if (!st) st = configure_precision(s, o->precision);
     if (!st) st = tdm_threadpool_create(o->threads > 0 ? o->threads : env->threads, &s->pool);
-    if (!st && (o->mode == TDM_MODE_LATENCY || s->n_devices == 1)) {
+    /* pipeline mode, asked for or chosen by throughput mode (src/api/pipeline_mode.c): a plan
+     * over all devices (for descriptions and explain) plus one sub-plan per stage */
+    bool pipeline = o->mode == TDM_MODE_PIPELINE;
+    if (!st && o->mode == TDM_MODE_THROUGHPUT && s->n_devices > 1) {
+        char why[512];
+        pipeline = tdm_pipe_mode_preferred(s, data, size, base_dir, why, sizeof why);
+        tdm_log(&env->log, TDM_LOG_INFO, "throughput mode: %s", why);
+    }
+    if (!st && (o->mode == TDM_MODE_LATENCY || s->n_devices == 1 || pipeline)) {
         st = build_plan(s, data, size, base_dir, s->devices, s->n_devices, o, o->placement, &m,
                         &s->plan);
+        if (!st && pipeline && s->n_devices > 1) {
+            s->splittable = batch_splittable(s->plan->graph);
+            st = tdm_pipe_mode_create(s, data, size, base_dir, o, &s->pipe);
+        }
     } else if (!st) {
         /* throughput: a replica per device, each with the CPU behind it for what the device
          * cannot run (unless no_fallback) */
@@ -141,7 +178,15 @@ static tdm_status *session_build(tdm_env *env, const void *data, size_t size, co
             for (int k = 0; k < s->n_replicas; k++) s->replicas[k].share = 1.0 / s->n_replicas;
         }
     }
+    /* device counters (issue 9 monitoring): one set shared by every plan of the session */
+    tdm_monitor *mon = NULL;
+    if (!st && !(st = tdm_monitor_create(env->alloc, &mon))) {
+        s->plan->monitor = mon;
+        for (int k = 0; k < s->n_replicas; k++) s->replicas[k].plan->monitor = mon;
+        if (s->pipe) tdm_pipe_mode_set_monitor(s->pipe, mon);
+    }
     if (st) {
+        tdm_onnx_model_free(m); /* its graph, if any, went to a plan */
         tdm_session_free(s);
         return st;
     }
@@ -220,7 +265,9 @@ static tdm_status *run_bound(tdm_session *s, const tdm_tensor **by_input, size_t
     tdm_tensor **all = tdm_calloc(a, g->n_outputs ? g->n_outputs : 1, sizeof *all);
     if (!all) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
     tdm_status *st;
-    if (s->n_replicas > 1) {
+    if (s->pipe) {
+        st = tdm_pipe_mode_run(s->pipe, by_input, all);
+    } else if (s->n_replicas > 1) {
         st = tdm_throughput_run(s, by_input, all);
     } else {
         int64_t t0 = tdm_now_ns();
@@ -355,6 +402,16 @@ tdm_status *tdm_session_run_async(tdm_session *s, size_t n_inputs, const char *c
     return st;
 }
 
+/* Asynchronous runs waiting to start (the monitoring API, src/api/monitor.c; declared in
+ * api_impl.h). */
+int tdm_session_queued_runs(tdm_session *s) {
+    int n = 0;
+    pthread_mutex_lock(&s->mu);
+    for (const async_job *j = s->head; j; j = j->next) n++;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
 void tdm_session_free(tdm_session *s) {
     if (!s) return;
     pthread_mutex_lock(&s->mu);
@@ -362,13 +419,16 @@ void tdm_session_free(tdm_session *s) {
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
     if (s->worker_started) pthread_join(s->worker, NULL); /* drains the queue first */
+    tdm_pipe_mode_free(s->pipe);
     tdm_model_free(s->model);
+    tdm_monitor *mon = s->plan ? s->plan->monitor : NULL; /* freed after the plans */
     if (s->plan) tdm_trace_free(s->plan->trace);
     if (s->n_replicas > 1) {
         for (int k = 0; k < s->n_replicas; k++) tdm_plan_free(s->replicas[k].plan);
     } else {
         tdm_plan_free(s->plan);
     }
+    tdm_monitor_free(s->env->alloc, mon);
     pthread_mutex_destroy(&s->stats_mu);
     tdm_threadpool_free(s->pool);
     pthread_mutex_destroy(&s->mu);
@@ -404,6 +464,7 @@ tdm_status *tdm_session_trace_stop(tdm_session *s, const char *path) {
 
 size_t tdm_session_device_count(const tdm_session *s) {
     if (!s) return 0;
+    if (s->pipe) return tdm_pipe_mode_stage_count(s->pipe);
     return s->n_replicas > 1 ? (size_t)s->n_replicas : 1;
 }
 
@@ -411,6 +472,10 @@ tdm_status *tdm_session_device_stats(tdm_session *s, size_t index, tdm_device_st
     if (!s || !out) return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_session_device_stats: NULL argument");
     if (index >= tdm_session_device_count(s))
         return TDM_ERR(TDM_ERR_NOT_FOUND, "no device statistics entry %zu", index);
+    if (s->pipe) { /* per stage */
+        tdm_pipe_mode_stats(s->pipe, index, out);
+        return NULL;
+    }
     pthread_mutex_lock(&s->stats_mu);
     if (s->n_replicas > 1) {
         const tdm_replica *r = &s->replicas[index];

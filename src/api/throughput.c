@@ -5,7 +5,14 @@
  * finish together; the parts run at the same time and the outputs are joined. A split that is
  * not predicted to beat the fastest replica alone is not made. Replicas: a run that cannot be
  * split goes to the replica predicted to finish first (its queue times its time per run).
- * Every change of the ratio is logged with its reason; no_rebalance keeps the first ratio. */
+ * Every change of the ratio is logged with its reason; no_rebalance keeps the first ratio.
+ *
+ * Dropped devices: a replica whose run fails with a device error is taken out (its request
+ * fails; later runs go to the others). After a back-off (options.probe_ms, doubling after
+ * every failed probe up to 64x) the next run first probes it: one row of that run's input (or
+ * the whole input when it cannot be split) runs on the replica alone, the result is thrown
+ * away, and a success takes the replica back. Both are logged. The probe runs on the calling
+ * thread before the run's own work, so that run pays one extra replica run. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -59,6 +66,69 @@ static int64_t batch_of(const tdm_session *s, const tdm_tensor **by_input) {
     return n;
 }
 
+/* Takes replica k out after a device error (never the last one in service). stats_mu held. */
+static void take_out(tdm_session *s, int k, const tdm_status *why) {
+    tdm_replica *r = &s->replicas[k];
+    if (s->probe_ms < 0 || r->down || tdm_status_code(why) != TDM_ERR_DEVICE) return;
+    int up = 0;
+    for (int q = 0; q < s->n_replicas; q++) up += !s->replicas[q].down;
+    if (up <= 1) return;
+    r->down = true;
+    r->backoff_ns = (int64_t)s->probe_ms * 1000000;
+    r->probe_at_ns = tdm_now_ns() + r->backoff_ns;
+    tdm_log(&s->env->log, TDM_LOG_WARN, "throughput: %s taken out after a device error (%s); probe in %d ms",
+            r->device->name, tdm_status_message(why), s->probe_ms);
+}
+
+/* Probes one replica that is out and due (see the file comment). */
+static void probe(tdm_session *s, const tdm_tensor **by_input, int64_t n) {
+    const tdm_graph *g = s->plan->graph;
+    const tdm_allocator *a = s->env->alloc;
+    int64_t now = tdm_now_ns();
+    int k = -1;
+    pthread_mutex_lock(&s->stats_mu);
+    for (int q = 0; q < s->n_replicas && k < 0; q++) {
+        tdm_replica *r = &s->replicas[q];
+        if (r->down && !r->probing && now >= r->probe_at_ns) k = q;
+    }
+    if (k >= 0) s->replicas[k].probing = true;
+    pthread_mutex_unlock(&s->stats_mu);
+    if (k < 0) return;
+    tdm_replica *r = &s->replicas[k];
+    const tdm_tensor **ins = tdm_calloc(a, g->n_inputs + 1, sizeof *ins);
+    tdm_tensor **outs = tdm_calloc(a, g->n_outputs + 1, sizeof *outs);
+    tdm_status *st = ins && outs ? NULL : TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory probing a device");
+    for (size_t i = 0; i < g->n_inputs && !st; i++) {
+        if (!by_input[i] || n < 1) {
+            ins[i] = by_input[i];
+            continue;
+        }
+        tdm_tensor *view = NULL;
+        st = slice_view(a, by_input[i], 0, 1, &view);
+        ins[i] = view;
+    }
+    if (!st) st = tdm_plan_run(r->plan, ins, outs);
+    for (size_t i = 0; ins && n >= 1 && i < g->n_inputs; i++) tdm_tensor_destroy((tdm_tensor *)ins[i]);
+    for (size_t o = 0; outs && o < g->n_outputs; o++) tdm_tensor_destroy(outs[o]);
+    tdm_free(a, ins);
+    tdm_free(a, outs);
+    pthread_mutex_lock(&s->stats_mu);
+    r->probing = false;
+    if (!st) {
+        r->down = false;
+        tdm_log(&s->env->log, TDM_LOG_INFO, "throughput: %s is back in service (a probe run succeeded)",
+                r->device->name);
+    } else {
+        int64_t cap = (int64_t)s->probe_ms * 64 * 1000000;
+        r->backoff_ns = r->backoff_ns * 2 > cap ? cap : r->backoff_ns * 2;
+        r->probe_at_ns = tdm_now_ns() + r->backoff_ns;
+        tdm_log(&s->env->log, TDM_LOG_INFO, "throughput: probe of %s failed (%s); next in %lld ms",
+                r->device->name, tdm_status_message(st), (long long)(r->backoff_ns / 1000000));
+    }
+    pthread_mutex_unlock(&s->stats_mu);
+    tdm_status_free(st);
+}
+
 static tdm_status *run_replica(tdm_session *s, const tdm_tensor **by_input, tdm_tensor **all) {
     /* the replica predicted to finish first: (queued + 1) x time per run */
     pthread_mutex_lock(&s->stats_mu);
@@ -66,6 +136,7 @@ static tdm_status *run_replica(tdm_session *s, const tdm_tensor **by_input, tdm_
     double best_t = INFINITY;
     for (int k = 0; k < s->n_replicas; k++) {
         tdm_replica *r = &s->replicas[k];
+        if (r->down) continue;
         double per_run = r->runs ? r->busy_ms / (double)r->runs : 0; /* unmeasured: try it */
         double t = (r->inflight + 1) * per_run;
         if (t < best_t) {
@@ -85,6 +156,8 @@ static tdm_status *run_replica(tdm_session *s, const tdm_tensor **by_input, tdm_
         r->runs++;
         r->items += 1;
         r->busy_ms += ms;
+    } else {
+        take_out(s, best, st);
     }
     pthread_mutex_unlock(&s->stats_mu);
     return st;
@@ -121,6 +194,7 @@ tdm_status *tdm_throughput_run(tdm_session *s, const tdm_tensor **by_input, tdm_
     const tdm_graph *g = s->plan->graph;
     const tdm_allocator *a = s->env->alloc;
     int64_t n = s->splittable ? batch_of(s, by_input) : -1;
+    probe(s, by_input, n);
     if (n < 2) return run_replica(s, by_input, all);
 
     /* how many items each replica gets */
@@ -128,17 +202,23 @@ tdm_status *tdm_throughput_run(tdm_session *s, const tdm_tensor **by_input, tdm_
     int64_t counts[TDM_MAX_DEVICES] = {0};
     pthread_mutex_lock(&s->stats_mu);
     int64_t given = 0;
-    int fastest = 0;
+    int fastest = -1;
+    double up_share = 0; /* replicas taken out get nothing; the others share their part */
+    for (int k = 0; k < K; k++)
+        if (!s->replicas[k].down) up_share += s->replicas[k].share;
     for (int k = 0; k < K; k++) {
-        counts[k] = (int64_t)floor((double)n * s->replicas[k].share);
+        if (s->replicas[k].down) continue;
+        counts[k] = up_share > 0 ? (int64_t)floor((double)n * s->replicas[k].share / up_share) : 0;
         given += counts[k];
-        if (s->replicas[k].share > s->replicas[fastest].share) fastest = k;
+        if (fastest < 0 || s->replicas[k].share > s->replicas[fastest].share) fastest = k;
     }
+    if (fastest < 0) fastest = 0; /* cannot happen: the last replica is never taken out */
     counts[fastest] += n - given; /* remainder to the fastest */
     /* not worth splitting when the fastest alone is predicted no slower */
     bool measured = true;
     double split_ms = 0;
     for (int k = 0; k < K; k++) {
+        if (s->replicas[k].down) continue;
         measured &= s->replicas[k].ms_per_item > 0;
         double t = (double)counts[k] * s->replicas[k].ms_per_item;
         if (t > split_ms) split_ms = t;
@@ -188,6 +268,10 @@ tdm_status *tdm_throughput_run(tdm_session *s, const tdm_tensor **by_input, tdm_
         if (!st) part_main(&parts[0]);
         for (int q = 1; q <= started; q++) pthread_join(parts[q].thread, NULL);
     }
+    pthread_mutex_lock(&s->stats_mu);
+    for (int q = 0; q < np; q++)
+        if (parts[q].st) take_out(s, parts[q].replica, parts[q].st);
+    pthread_mutex_unlock(&s->stats_mu);
     for (int q = 0; q < np && !st; q++)
         if (parts[q].st) {
             st = parts[q].st;

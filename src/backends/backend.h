@@ -57,15 +57,20 @@ typedef struct tdm_device_iface {
      * which may be another device of any backend) has completed. A device that cannot wait
      * on a foreign backend's event may block the calling host thread instead. */
     tdm_status *(*event_wait)(tdm_device *dev, tdm_device *owner, void *event);
-    /* Blocks the calling host thread until the event has completed. */
+    /* Blocks the calling host thread until the event has completed. Several threads may
+     * wait on one event at once; an event stays valid until event_free. */
     tdm_status *(*event_sync)(tdm_device *dev, void *event);
     void (*event_free)(tdm_device *dev, void *event);
     /* device -> host without blocking: the bytes are in host memory once the returned event
-     * (owned by the caller, freed with event_free) has completed. */
+     * (owned by the caller, freed with event_free) has completed. size may be 0 (an event is
+     * still returned). The executor (sched/xfer.h) uses these members only when a device has
+     * all of event_record/wait/sync/free, download_async and host_alloc/free. */
     tdm_status *(*download_async)(tdm_device *dev, void *host, const void *buf, size_t size,
                                   void **event);
     /* Staging host memory the device copies fastest (page-locked / mapped); the executor and
-     * sessions reuse it across runs. host_free releases it. */
+     * sessions reuse it across runs. host_free releases it. The memory may be used with
+     * upload/download_async of this device and, by the executor, as the source of an upload
+     * to another device after that device waited (event_wait) on the download into it. */
     tdm_status *(*host_alloc)(tdm_device *dev, size_t size, void **host);
     void (*host_free)(tdm_device *dev, void *host);
     /* Session-level settings for this device, e.g. "precision=fp16" (see
@@ -101,7 +106,8 @@ typedef struct tdm_backend_reg {
 #else
 #define TDM_BACKEND_OPENCL_(X)
 #endif
-#define TDM_BACKENDS(X) X(cpu) TDM_BACKEND_OPENCL_(X) X(testdev)
+/* cuda: always listed; a loader (backends/cuda_loader.c) for the plugin libtandem_cuda.so */
+#define TDM_BACKENDS(X) X(cpu) TDM_BACKEND_OPENCL_(X) X(cuda) X(testdev)
 
 #define TDM_X_(b) extern const tdm_backend_reg tdm_backend_##b;
 TDM_BACKENDS(TDM_X_)

@@ -1,4 +1,5 @@
-/* tandem bench: latency and throughput of a model on random inputs. Public API only. */
+/* tandem bench: latency and throughput of a model on random inputs; with --scenario, the
+ * LoadGen-like scenarios of cmd_bench_scenario.c. Public API only. */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -8,36 +9,63 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "cmd_bench.h"
 
-#define MAX_INPUTS 256
-#define MAX_RUNS 10000000L
+#define MAX_INPUTS BENCH_MAX_INPUTS
+#define MAX_RUNS BENCH_MAX_RUNS
 
 static void bench_usage(FILE *f) {
     fprintf(f,
-            "usage: tandem bench MODEL [--devices LIST] [--threads N] [--batch N] [--warmup N]\n"
+            "usage: tandem bench MODEL [--devices LIST] [--threads N] [--batch N] [--warmup N|Ss]\n"
             "                    [--iterations N | --duration S] [--shape NAME:d0,d1,...]\n"
-            "                    [--opt-level N] [--seed N] [--json] [--mode latency|throughput]\n"
-            "                    [--trace FILE]\n\n"
+            "                    [--opt-level N] [--seed N] [--json] [--mode latency|throughput|pipeline]\n"
+            "                    [--trace FILE] [--scenario NAME [scenario options]]\n\n"
             "Runs MODEL on random inputs: warm-up runs, then timed synchronous runs. Prints the\n"
-            "latency (p50, p90, p99, mean, min, max in ms) and the throughput (items/s = batch *\n"
-            "runs/s).\n"
+            "latency (p50, p90, p99, mean, min, max in ms), the throughput (items/s = batch *\n"
+            "runs/s) and per-device figures (utilisation, memory, copies).\n"
             "  --devices LIST     comma-separated devices in order of preference (default cpu)\n"
             "  --threads N        intra-op threads (default: all cores)\n"
             "  --batch N          size of every input's dynamic leading dimension (default 1);\n"
             "                     other dynamic dims are 1 unless --shape gives them\n"
             "  --shape NAME:DIMS  full shape of input NAME (repeatable)\n"
-            "  --warmup N         untimed runs first (default 3)\n"
+            "  --warmup N|Ss      untimed runs first (default 3); with an s suffix (2s, 0.5s)\n"
+            "                     warm up for that many seconds\n"
             "  --iterations N     timed runs (default 10)\n"
             "  --duration S       time runs until S seconds have passed (at least one run)\n"
             "  --opt-level N      0 = no graph passes, 1 = default, 2 = all\n"
             "  --mode M           latency (one plan over the devices) or throughput (a replica per\n"
-            "                     device; batches split by measured speed)\n"
+            "                     device; batches split by measured speed, or a pipeline when\n"
+            "                     the cost model predicts it faster) or pipeline (the model cut\n"
+            "                     into stages, one per device, micro-batches flowing through)\n"
+            "  --cuts LIST        --mode pipeline: where stages 2, 3, ... start (node names or\n"
+            "                     #positions, comma-separated; default: balanced by the cost model)\n"
+            "  --micro-batch N    --mode pipeline: rows per micro-batch (default: automatic)\n"
+            "  --precision P      accelerators' arithmetic: fp32 (default), tf32, fp16, bf16\n"
             "  --trace FILE       write a Chrome trace (Perfetto) of the timed runs\n"
             "  --seed N           seed of the random inputs (default 1)\n"
-            "  --json             print one JSON object instead of text\n");
+            "  --json             print one JSON object instead of text\n"
+            "\nScenarios (after MLPerf LoadGen; a query is one run of batch --batch):\n"
+            "  --scenario single-stream  one query at a time: p50/p90/p99/max latency, QPS\n"
+            "  --scenario offline        all queries issued at once (asynchronous runs):\n"
+            "                            samples per second\n"
+            "  --scenario server         Poisson arrivals at --qps (seeded by --seed); latency\n"
+            "                            from the scheduled arrival; PASS if p99 <= bound\n"
+            "  --scenario multi-stream   every --interval-ms, --samples-per-query samples\n"
+            "                            issued together; a query's latency is its slowest\n"
+            "                            sample's; p99\n"
+            "  --duration S          run for at least S seconds (default 10)\n"
+            "  --min-queries N       and at least N queries (default 100; multi-stream 10)\n"
+            "  --iterations N        exactly N queries, no minimum duration\n"
+            "  --qps X               server: mean arrival rate (required)\n"
+            "  --latency-bound-ms X  server: bound on the 99th percentile (default 100)\n"
+            "  --samples-per-query N multi-stream: samples per query (default 8)\n"
+            "  --interval-ms X       multi-stream: query period (default 50)\n"
+            "  --progress            a progress line on stderr (default: when it is a TTY)\n"
+            "The summary has counts, latencies, throughput and, per device, utilisation, memory\n"
+            "in use and peak, runs in flight, copies and bytes copied (tdm_session_monitor).\n");
 }
 
-static double now_s(void) {
+double bench_now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
@@ -53,13 +81,12 @@ static bool parse_long(const char *s, long lo, long hi, long *out) {
     return true;
 }
 
-static int cmp_double(const void *a, const void *b) {
+int bench_cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
 
-/* Percentile with linear interpolation between closest ranks (sorted input). */
-static double percentile(const double *v, long n, double p) {
+double bench_percentile(const double *v, long n, double p) {
     if (n == 1) return v[0];
     double pos = p / 100.0 * (double)(n - 1);
     long lo = (long)pos;
@@ -68,7 +95,7 @@ static double percentile(const double *v, long n, double p) {
     return v[lo] + (v[lo + 1] - v[lo]) * frac;
 }
 
-static void json_string(FILE *f, const char *s) {
+void bench_json_string(FILE *f, const char *s) {
     fputc('"', f);
     for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
         if (*c == '"' || *c == '\\') fprintf(f, "\\%c", *c);
@@ -80,15 +107,73 @@ static void json_string(FILE *f, const char *s) {
     fputc('"', f);
 }
 
-struct bench_args {
-    const char *model, *devices, *trace, *mode;
-    const char *shape_names[MAX_INPUTS], *shape_dims[MAX_INPUTS];
-    int n_shapes;
-    long threads, batch, warmup, iterations, opt;
-    double duration; /* > 0: time-bound instead of iterations */
-    unsigned long long seed;
-    bool json;
-};
+/* Strict floating option in (0, hi]. */
+static bool parse_pos_double(const char *s, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double d = strtod(s, &end);
+    if (errno || end == s || *end || !(d > 0) || d > hi) return false;
+    *out = d;
+    return true;
+}
+
+/* Scenario options; returns 1 when `o` was one (i advanced), 0 when not, 2 on a bad value. */
+static int parse_scenario_opt(int argc, char **argv, int *i, struct bench_args *a) {
+    const char *o = argv[*i];
+    if (!strcmp(o, "--progress")) {
+        a->progress = true;
+        return 1;
+    }
+    if (*i + 1 >= argc) return 0;
+    const char *val = argv[*i + 1];
+    long v;
+    if (!strcmp(o, "--scenario")) {
+        if (strcmp(val, "single-stream") && strcmp(val, "offline") && strcmp(val, "server") &&
+            strcmp(val, "multi-stream")) {
+            fprintf(stderr, "tandem: bench: --scenario expects single-stream, offline, server or "
+                            "multi-stream, got '%s'\n", val);
+            return 2;
+        }
+        a->scenario = val;
+    } else if (!strcmp(o, "--qps") || !strcmp(o, "--latency-bound-ms") ||
+               !strcmp(o, "--interval-ms")) {
+        double d;
+        if (!parse_pos_double(val, 1e6, &d)) {
+            fprintf(stderr, "tandem: bench: %s expects a number in (0, 1e6], got '%s'\n", o, val);
+            return 2;
+        }
+        if (!strcmp(o, "--qps")) a->qps = d;
+        else if (!strcmp(o, "--interval-ms")) a->interval_ms = d;
+        else a->latency_bound_ms = d;
+    } else if (!strcmp(o, "--min-queries") || !strcmp(o, "--samples-per-query")) {
+        long hi = !strcmp(o, "--min-queries") ? MAX_RUNS : 4096;
+        if (!parse_long(val, 1, hi, &v)) {
+            fprintf(stderr, "tandem: bench: %s expects an integer in [1, %ld], got '%s'\n", o, hi,
+                    val);
+            return 2;
+        }
+        if (!strcmp(o, "--min-queries")) a->min_queries = v;
+        else a->samples_per_query = v;
+    } else if (!strcmp(o, "--warmup") && val[0] && val[strlen(val) - 1] == 's') {
+        char num[64];
+        size_t len = strlen(val) - 1;
+        double d;
+        if (len == 0 || len >= sizeof num) return 2;
+        memcpy(num, val, len);
+        num[len] = 0;
+        if (!parse_pos_double(num, 3600, &d)) {
+            fprintf(stderr, "tandem: bench: --warmup expects N runs or S seconds ('2s'), got '%s'\n",
+                    val);
+            return 2;
+        }
+        a->warmup_s = d;
+        a->warmup = 0;
+    } else {
+        return 0;
+    }
+    (*i)++;
+    return 1;
+}
 
 /* Returns -1 when parsed (continue), else the exit code. */
 static int bench_parse(int argc, char **argv, struct bench_args *a) {
@@ -96,6 +181,9 @@ static int bench_parse(int argc, char **argv, struct bench_args *a) {
         const char *o = argv[i];
         bool has_val = i + 1 < argc;
         long v;
+        int sc = parse_scenario_opt(argc, argv, &i, a);
+        if (sc == 2) return 2;
+        if (sc == 1) continue;
         if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
             bench_usage(stdout);
             return 0;
@@ -107,8 +195,20 @@ static int bench_parse(int argc, char **argv, struct bench_args *a) {
             a->trace = argv[++i];
         } else if (!strcmp(o, "--mode") && has_val) {
             a->mode = argv[++i];
-            if (strcmp(a->mode, "latency") && strcmp(a->mode, "throughput")) {
-                fprintf(stderr, "tandem: bench: --mode expects latency or throughput\n");
+            if (strcmp(a->mode, "latency") && strcmp(a->mode, "throughput") &&
+                strcmp(a->mode, "pipeline")) {
+                fprintf(stderr, "tandem: bench: --mode expects latency, throughput or pipeline\n");
+                return 2;
+            }
+        } else if (!strcmp(o, "--precision") && has_val) {
+            a->precision = argv[++i];
+        } else if (!strcmp(o, "--cuts") && has_val) {
+            a->cuts = argv[++i];
+        } else if (!strcmp(o, "--micro-batch") && has_val) {
+            char *end = NULL;
+            a->micro_batch = strtol(argv[++i], &end, 10);
+            if (!*argv[i] || *end || a->micro_batch < 0 || a->micro_batch > INT_MAX) {
+                fprintf(stderr, "tandem: bench: --micro-batch expects a number >= 0\n");
                 return 2;
             }
         } else if (!strcmp(o, "--shape") && has_val) {
@@ -129,7 +229,8 @@ static int bench_parse(int argc, char **argv, struct bench_args *a) {
                 return 2;
             }
             a->duration = d;
-            a->iterations = 0;
+            a->duration_set = true;
+            a->iterations = 0, a->iterations_set = false;
         } else if ((!strcmp(o, "--threads") || !strcmp(o, "--batch") || !strcmp(o, "--warmup") ||
                     !strcmp(o, "--iterations") || !strcmp(o, "--opt-level") ||
                     !strcmp(o, "--seed")) && has_val) {
@@ -146,10 +247,13 @@ static int bench_parse(int argc, char **argv, struct bench_args *a) {
             }
             if (!strcmp(o, "--threads")) a->threads = v;
             else if (!strcmp(o, "--batch")) a->batch = v;
-            else if (!strcmp(o, "--warmup")) a->warmup = v;
+            else if (!strcmp(o, "--warmup")) a->warmup = v, a->warmup_s = 0;
             else if (!strcmp(o, "--opt-level")) a->opt = v;
             else if (!strcmp(o, "--seed")) a->seed = (unsigned long long)v;
-            else a->iterations = v, a->duration = 0;
+            else {
+                a->iterations = v, a->duration = 0;
+                a->iterations_set = true, a->duration_set = false;
+            }
         } else if (o[0] == '-') {
             fprintf(stderr, "tandem: bench: unknown option or missing value '%s'\n", o);
             bench_usage(stderr);
@@ -216,7 +320,7 @@ static int make_inputs(tdm_env *env, const tdm_model *m, const struct bench_args
         cli_shape_str(rank, dims, shape, sizeof shape);
         if (a->json) {
             fprintf(info, "%s{\"name\": ", i ? ", " : "");
-            json_string(info, d.name);
+            bench_json_string(info, d.name);
             fprintf(info, ", \"dtype\": \"%s\", \"shape\": %s}", tdm_dtype_name(d.dtype), shape);
         } else {
             fprintf(info, "%s%s %s %s", i ? ", " : "", d.name, tdm_dtype_name(d.dtype), shape);
@@ -239,6 +343,7 @@ int cmd_bench(int argc, char **argv) {
     a.iterations = 10;
     a.opt = 1;
     a.seed = 1;
+    a.latency_bound_ms = 100;
     int rc = bench_parse(argc, argv, &a);
     if (rc >= 0) return rc;
 
@@ -253,13 +358,18 @@ int cmd_bench(int argc, char **argv) {
     tdm_status *st = tdm_env_create(NULL, &env);
     if (st) return cli_fail(st, "bench");
     tdm_session_options so = {TDM_API_VERSION, a.devices, (int)a.threads, (int)a.opt, false};
-    so.mode = a.mode && !strcmp(a.mode, "throughput") ? TDM_MODE_THROUGHPUT : TDM_MODE_LATENCY;
-    double t0 = now_s();
+    so.mode = !a.mode || !strcmp(a.mode, "latency") ? TDM_MODE_LATENCY
+              : !strcmp(a.mode, "throughput")       ? TDM_MODE_THROUGHPUT
+                                                    : TDM_MODE_PIPELINE;
+    so.pipeline_cuts = a.cuts;
+    so.precision = a.precision;
+    so.micro_batch = (int)a.micro_batch;
+    double t0 = bench_now_s();
     if ((st = tdm_session_create(env, a.model, &so, &s))) {
         rc = cli_fail(st, NULL);
         goto done;
     }
-    double load_ms = (now_s() - t0) * 1e3;
+    double load_ms = (bench_now_s() - t0) * 1e3;
     const tdm_model *m = tdm_session_model(s);
     n_in = tdm_model_input_count(m);
     n_out = tdm_model_output_count(m);
@@ -279,21 +389,35 @@ int cmd_bench(int argc, char **argv) {
     info = NULL;
 
     const tdm_tensor *const *cins = (const tdm_tensor *const *)ins;
-    for (long w = 0; w < a.warmup; w++) {
+    double w0 = bench_now_s(), warm_ms = 0; /* fastest warm-up run: the steady state */
+    long warm_runs = 0;
+    for (; a.warmup_s > 0 ? bench_now_s() - w0 < a.warmup_s : warm_runs < a.warmup; warm_runs++) {
+        double r0 = bench_now_s();
         if ((st = tdm_session_run(s, n_in, names, cins, n_out, NULL, outs))) {
             rc = cli_fail(st, "warm-up run");
             goto done;
         }
+        double ms = (bench_now_s() - r0) * 1e3;
+        if (!warm_runs || ms < warm_ms) warm_ms = ms;
         for (size_t j = 0; j < n_out; j++) tdm_tensor_free(outs[j]), outs[j] = NULL;
     }
+    tdm_session_monitor_reset(s); /* device figures cover the timed part only */
     long runs = 0;
     if (a.trace && (st = tdm_session_trace_start(s))) {
         rc = cli_fail(st, "trace");
         goto done;
     }
-    double start = now_s(), total = 0;
+    if (a.scenario) {
+        struct bench_ctx c = {&a, env, s, n_in, n_out, names, ins, inputs_json, load_ms, warm_ms,
+                              warm_runs};
+        rc = bench_scenario(&c);
+        if (a.trace && (st = tdm_session_trace_stop(s, a.trace)) && !rc) rc = cli_fail(st, "trace");
+        else tdm_status_free(st);
+        goto done;
+    }
+    double start = bench_now_s(), total = 0;
     for (;;) {
-        if (a.duration > 0 ? (runs > 0 && now_s() - start >= a.duration) : runs >= a.iterations)
+        if (a.duration > 0 ? (runs > 0 && bench_now_s() - start >= a.duration) : runs >= a.iterations)
             break;
         if (runs == cap) {
             if (cap >= MAX_RUNS) break;
@@ -302,9 +426,9 @@ int cmd_bench(int argc, char **argv) {
             lat = grown;
             cap *= 2;
         }
-        double r0 = now_s();
+        double r0 = bench_now_s();
         st = tdm_session_run(s, n_in, names, cins, n_out, NULL, outs);
-        double dt = now_s() - r0;
+        double dt = bench_now_s() - r0;
         if (st) {
             rc = cli_fail(st, "run");
             goto done;
@@ -321,33 +445,36 @@ int cmd_bench(int argc, char **argv) {
     double mean = total * 1e3 / (double)runs, var = 0;
     for (long r = 0; r < runs; r++) var += (lat[r] - mean) * (lat[r] - mean);
     double sd = runs > 1 ? sqrt(var / (double)(runs - 1)) : 0;
-    qsort(lat, (size_t)runs, sizeof *lat, cmp_double);
-    double p50 = percentile(lat, runs, 50), p90 = percentile(lat, runs, 90),
-           p99 = percentile(lat, runs, 99);
+    qsort(lat, (size_t)runs, sizeof *lat, bench_cmp_double);
+    double p50 = bench_percentile(lat, runs, 50), p90 = bench_percentile(lat, runs, 90),
+           p99 = bench_percentile(lat, runs, 99);
     double per_s = (double)runs / total, items = per_s * (double)a.batch;
     long threads = a.threads > 0 ? a.threads : sysconf(_SC_NPROCESSORS_ONLN);
     const char *devices = a.devices ? a.devices : "cpu";
     if (a.json) {
         printf("{\"model\": ");
-        json_string(stdout, a.model);
+        bench_json_string(stdout, a.model);
         printf(", \"devices\": ");
-        json_string(stdout, devices);
+        bench_json_string(stdout, devices);
         printf(", \"batch\": %ld, \"threads\": %ld, \"opt_level\": %ld, \"warmup\": %ld, "
                "\"iterations\": %ld, \"session_create_ms\": %.3f, \"inputs\": [%s], "
                "\"latency_ms\": {\"p50\": %.4f, \"p90\": %.4f, \"p99\": %.4f, \"mean\": %.4f, "
                "\"min\": %.4f, \"max\": %.4f, \"stddev\": %.4f}, \"runs_per_s\": %.4f, "
-               "\"throughput_per_s\": %.4f}\n",
-               a.batch, threads, a.opt, a.warmup, runs, load_ms, inputs_json, p50, p90, p99, mean,
+               "\"throughput_per_s\": %.4f, \"per_device\": ",
+               a.batch, threads, a.opt, warm_runs, runs, load_ms, inputs_json, p50, p90, p99, mean,
                lat[0], lat[runs - 1], sd, per_s, items);
+        bench_print_devices(s, stdout, true);
+        printf("}\n");
     } else {
         printf("model: %s\ndevices: %s  threads: %ld  batch: %ld  opt-level: %ld\n", a.model,
                devices, threads, a.batch, a.opt);
         printf("inputs: %s\n", inputs_json);
-        printf("session created in %.1f ms; %ld warm-up runs, %ld timed runs\n", load_ms, a.warmup,
+        printf("session created in %.1f ms; %ld warm-up runs, %ld timed runs\n", load_ms, warm_runs,
                runs);
         printf("latency (ms): p50 %.3f  p90 %.3f  p99 %.3f  mean %.3f  min %.3f  max %.3f\n", p50,
                p90, p99, mean, lat[0], lat[runs - 1]);
         printf("throughput: %.2f items/s (%.2f runs/s x batch %ld)\n", items, per_s, a.batch);
+        bench_print_devices(s, stdout, false);
     }
 done:
     if (info) fclose(info);

@@ -21,6 +21,7 @@ typedef struct conf_opts {
     double rtol, atol;
     int opt_level;
     const char *placement;
+    const char *precision;
 } conf_opts;
 
 static bool file_exists(const char *p) {
@@ -49,6 +50,7 @@ static result run_one(const char *dir, const conf_opts *o, char *why, size_t why
     tdm_status *st = tdm_env_create(NULL, &env);
     tdm_session_options so = {TDM_API_VERSION, o->devices, 1, o->opt_level,
                               o->devices && strchr(o->devices, ',') == NULL, o->placement};
+    so.precision = o->precision;
     if (!st) st = tdm_session_create(env, path, &so, &s);
     if (st) {
         const char *msg = tdm_status_message(st);
@@ -194,7 +196,8 @@ static void conf_usage(FILE *f) {
             "usage: tandem conformance [DIR] [--devices LIST] [--filter REGEX] [--expect FILE]\n"
             "                          [--list-passing FILE] [--verbose] [--no-fork]\n"
             "                          [--rtol X] [--atol X] [--timeout S] [--opt-level N]\n"
-            "                          [--placement auto|first|DEVICE]\n\n"
+            "                          [--placement auto|first|DEVICE]\n"
+            "                          [--precision fp32|tf32|fp16|bf16]\n\n"
             "Runs the ONNX backend node tests in DIR (default %s):\n"
             "one line per failure, then 'N passed, N failed, N skipped'.\n"
             "  --expect FILE        tests (one name a line) that must pass; any of them failing\n"
@@ -224,6 +227,7 @@ int cmd_conformance(int argc, char **argv) {
         else if (!strcmp(a, "--timeout") && v) timeout_s = atoi(argv[++i]);
         else if (!strcmp(a, "--opt-level") && v) o.opt_level = atoi(argv[++i]);
         else if (!strcmp(a, "--placement") && v) o.placement = argv[++i];
+        else if (!strcmp(a, "--precision") && v) o.precision = argv[++i];
         else if (!strcmp(a, "--verbose")) verbose = true;
         else if (!strcmp(a, "--no-fork")) fork_tests = false;
         else if (a[0] == '-') {

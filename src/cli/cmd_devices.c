@@ -10,8 +10,9 @@ static void usage(void) {
            "cost model uses) and, for backends it looked for but cannot use, the reason.\n"
            "Profiles are measured once (about a second per device) and cached in\n"
            "$TANDEM_CACHE_DIR, $XDG_CACHE_HOME/tandem or ~/.cache/tandem.\n\n"
-           "  --json        print one JSON array: the devices with every number, then the\n"
-           "                unavailable backends ({\"available\": false, \"reason\": ...})\n"
+           "  --json        print one JSON array: the devices with every number (copies per\n"
+           "                direction from pageable and from pinned/staging host memory), then\n"
+           "                the unavailable backends ({\"available\": false, \"reason\": ...})\n"
            "  --reprofile   measure again and replace the cached profiles\n"
            "  --threads N   host threads the profiles are for (default: all cores)\n");
 }
@@ -48,6 +49,12 @@ static void print_json_device(const tdm_device_info *d) {
     json_num("h2d_gbps", d->h2d_gbps);
     json_num("d2h_gbps", d->d2h_gbps);
     json_num("link_latency_us", d->link_latency_us);
+    json_num("h2d_latency_us", d->h2d_latency_us);
+    json_num("d2h_latency_us", d->d2h_latency_us);
+    json_num("h2d_pinned_gbps", d->h2d_pinned_gbps);
+    json_num("d2h_pinned_gbps", d->d2h_pinned_gbps);
+    json_num("h2d_pinned_latency_us", d->h2d_pinned_latency_us);
+    json_num("d2h_pinned_latency_us", d->d2h_pinned_latency_us);
     printf(", \"memory_bytes\": %lld, \"from_cache\": %s}", (long long)d->memory_bytes,
            d->from_cache ? "true" : "false");
 }

@@ -19,12 +19,13 @@ static void run_usage(FILE *f) {
             "  --devices LIST     comma-separated devices in order of preference (default cpu)\n"
             "  --threads N        intra-op threads (default: all cores)\n"
             "  --opt-level N      0 = no graph passes, 1 = default\n"
+            "  --precision P      accelerators' arithmetic: fp32 (default), tf32, fp16, bf16\n"
             "  --trace FILE       write a Chrome trace (Perfetto) of the run: kernels and copies\n"
             "                     per device on one timeline\n");
 }
 
 int cmd_run(int argc, char **argv) {
-    const char *model = NULL, *outdir = NULL, *devices = NULL, *trace = NULL;
+    const char *model = NULL, *outdir = NULL, *devices = NULL, *trace = NULL, *precision = NULL;
     const char *in_names[MAX_INPUTS], *in_files[MAX_INPUTS];
     const char *shape_names[MAX_INPUTS], *shape_dims[MAX_INPUTS];
     int n_in = 0, n_shapes = 0, threads = 0, opt = 1;
@@ -66,6 +67,8 @@ int cmd_run(int argc, char **argv) {
             threads = atoi(argv[++i]);
         } else if (!strcmp(a, "--opt-level") && has_val) {
             opt = atoi(argv[++i]);
+        } else if (!strcmp(a, "--precision") && has_val) {
+            precision = argv[++i];
         } else if (!strcmp(a, "--seed") && has_val) {
             seed = strtoull(argv[++i], NULL, 10);
         } else if (a[0] == '-') {
@@ -88,6 +91,7 @@ int cmd_run(int argc, char **argv) {
     tdm_status *st = tdm_env_create(NULL, &env);
     if (st) return cli_fail(st, "run");
     tdm_session_options so = {TDM_API_VERSION, devices, threads, opt, false};
+    so.precision = precision;
     int rc = 0;
     size_t n_model_in = 0, n_out = 0;
     tdm_tensor **ins = NULL, **outs = NULL;

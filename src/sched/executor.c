@@ -11,7 +11,9 @@
 #include "core/alloc.h"
 #include "graph/infer.h"
 #include "ops/op.h"
+#include "sched/monitor.h"
 #include "sched/plan.h"
+#include "sched/xfer.h"
 
 #define MAX_IO 4096
 
@@ -32,6 +34,7 @@ struct frame {
      * [... + 1 + i] copy on the plan's device i; owned, freed with the value */
     tdm_tensor **replicas;
     double *times;            /* per node ms of this run (profiling), or NULL */
+    tdm_xfer *xfer;           /* asynchronous copies of this run (sched/xfer.h), or NULL */
 };
 
 #define TDM_REPLICA_DEVS 16
@@ -41,6 +44,31 @@ static int plan_device_index(const frame *f, const tdm_device *dev) {
     for (int i = 0; i < f->plan->n_devices; i++)
         if (f->plan->devices[i] == dev) return i;
     return -1;
+}
+
+/* ---- device counters (sched/monitor.h; issue 9 monitoring) -------------------------
+ * Memory a frame of a plan holds: device tensors count on their device, host tensors that
+ * own their data on the plan's host-memory device; arena headers (pooled) are counted as the
+ * whole arena when a run takes it. Subgraph frames (no plan) count nothing: what they hand
+ * back is counted when the parent stores it. */
+static tdm_monitor *mon_of(const frame *f) { return f->plan ? f->plan->monitor : NULL; }
+
+static int mon_host_slot(const tdm_plan *p) {
+    for (int i = 0; i < p->n_devices; i++)
+        if (p->devices[i]->host_memory) return p->devices[i]->index;
+    return -1;
+}
+
+static void mon_hold(const frame *f, const tdm_tensor *t, int sign) {
+    tdm_monitor *m = mon_of(f);
+    if (!m || !t || t->pooled || (!t->device && !t->owns_data)) return;
+    int slot = t->device ? ((const tdm_device *)t->device)->index : mon_host_slot(f->plan);
+    tdm_monitor_memory(m, slot, sign * (int64_t)t->nbytes);
+}
+
+/* A copy into (upload) or out of the memory of `dev`. */
+static void mon_copy(const frame *f, const tdm_device *dev, bool upload, size_t bytes) {
+    if (mon_of(f) && dev) tdm_monitor_copy(mon_of(f), dev->index, upload, (int64_t)bytes);
 }
 
 /* A copy on the timeline: on the device side's copy track, with an arrow to its reader. */
@@ -55,6 +83,150 @@ static void trace_copy(tdm_trace *tr, frame *f, int v, tdm_device *from, tdm_dev
     uint64_t id = tdm_trace_flow_id(tr);
     tdm_trace_event(tr, track, name, "copy", t0, tdm_now_ns(), args, id, 0);
     if (flow) *flow = id;
+}
+
+/* ---- asynchronous copies (sched/xfer.h) ---------------------------------------------
+ * For devices with the version 3 members (events, download_async, host_alloc) when the run
+ * has an xfer: downloads go to staging memory and their readers wait on the download's
+ * event; uploads are queued without blocking. Devices without them (cpu, testdev) and runs
+ * with TANDEM_SYNC_COPIES=1 take the blocking path in frame_input_for. */
+
+static tdm_status *xfer_replicas(frame *f) {
+    if (f->replicas) return NULL;
+    f->replicas = tdm_calloc(f->a, f->g->n_values * (1 + TDM_REPLICA_DEVS) + 1, sizeof *f->replicas);
+    return f->replicas ? NULL : TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory copying a tensor");
+}
+
+/* A copy whose end is known (an asynchronous download ends when its first reader's wait
+ * returns), with an arrow to its reader. */
+static void trace_copy_span(tdm_trace *tr, frame *f, int v, tdm_device *from, int64_t t0,
+                            int64_t t1, uint64_t *flow) {
+    char track[64], name[120], args[96];
+    snprintf(track, sizeof track, "%s copies", from->name);
+    snprintf(name, sizeof name, "download %s", f->g->values[v].name);
+    snprintf(args, sizeof args, "\"bytes\":%zu,\"from\":\"%s\",\"to\":\"host\",\"async\":true",
+             f->vals[v]->nbytes, from->name);
+    uint64_t id = tdm_trace_flow_id(tr);
+    tdm_trace_event(tr, track, name, "copy", t0, t1, args, id, 0);
+    if (flow) *flow = id;
+}
+
+/* The blocking path's uploads may return early on a version 3 device: wait for them there,
+ * since the source's host memory may go as soon as its reader is queued. */
+static tdm_status *xfer_sync_upload(const frame *f, tdm_device *dev) {
+    return !f->xfer && tdm_xfer_device_async(dev) ? tdm_device_synchronize(dev) : NULL;
+}
+
+/* Whether the copy of value v for `dev` takes the asynchronous path. */
+static bool xfer_applies(const frame *f, const tdm_tensor *t, const tdm_device *dev) {
+    if (!f->xfer || !f->plan) return false;
+    bool want_host = !dev || dev->host_memory;
+    return want_host ? tdm_xfer_device_async(t->device) : tdm_xfer_device_async(dev);
+}
+
+/* Starts (asynchronous source) or makes (blocking source) the host copy of device value v. */
+static tdm_status *xfer_host_copy(frame *f, int v, tdm_tensor **host) {
+    const tdm_tensor *t = f->vals[v];
+    if (*host) return NULL;
+    if (tdm_xfer_device_async(t->device)) TDM_TRY(tdm_xfer_download(f->xfer, v, t, host));
+    else TDM_TRY(tdm_device_to_host(f->a, t, host));
+    mon_copy(f, t->device, false, t->nbytes);
+    mon_hold(f, *host, 1);
+    return NULL;
+}
+
+/* Waits for value v's download (if one is running); the first reader traces the copy and,
+ * when it had to wait, the wait on its own track. */
+static tdm_status *xfer_wait_host(frame *f, int v, const tdm_device *reader, uint64_t *flow) {
+    tdm_trace *tr = f->plan ? f->plan->trace : NULL;
+    int64_t t0 = 0, t1 = 0, w0 = tr ? tdm_now_ns() : 0;
+    bool first = false;
+    TDM_TRY(tdm_xfer_wait(f->xfer, v, &t0, &t1, tr ? &first : NULL));
+    if (tr && first) {
+        int64_t w1 = tdm_now_ns();
+        trace_copy_span(tr, f, v, (tdm_device *)f->vals[v]->device, t0, t1, flow);
+        if (w1 - w0 > 1000) {
+            char track[64], name[120];
+            snprintf(track, sizeof track, "%s waits", reader && !reader->host_memory ? reader->name : "host");
+            snprintf(name, sizeof name, "wait %s", f->g->values[v].name);
+            tdm_trace_event(tr, track, name, "wait", w0, w1, NULL, 0, 0);
+        }
+    }
+    return NULL;
+}
+
+/* frame_input_for on the asynchronous path (host is the value's host-copy slot). */
+static tdm_status *xfer_input_for(frame *f, int v, tdm_device *dev, tdm_tensor **host,
+                                  const tdm_tensor **out, uint64_t *flow) {
+    const tdm_tensor *t = f->vals[v];
+    tdm_trace *tr = f->plan->trace;
+    if (!dev || dev->host_memory) {
+        TDM_TRY(xfer_host_copy(f, v, host));
+        TDM_TRY(xfer_wait_host(f, v, dev, flow));
+        *out = *host;
+        return NULL;
+    }
+    int di = plan_device_index(f, dev);
+    if (di < 0 || di >= TDM_REPLICA_DEVS) return TDM_ERR(TDM_ERR_INTERNAL, "unknown device %s", dev->name);
+    const tdm_value *val = &f->g->values[v];
+    bool constant = val->data && t == val->data;
+    tdm_plan *p = (tdm_plan *)f->plan;
+    tdm_tensor **slot = constant ? &p->const_on_device[(size_t)v * (size_t)p->n_devices + (size_t)di]
+                                 : &f->replicas[(size_t)v * (1 + TDM_REPLICA_DEVS) + 1 + (size_t)di];
+    if (constant) pthread_mutex_lock(&p->mem_mu);
+    tdm_status *st = NULL;
+    if (!*slot) {
+        const tdm_tensor *src = t;
+        if (t->device) { /* device to device goes through host staging memory */
+            st = xfer_host_copy(f, v, host);
+            if (!st && tr) st = xfer_wait_host(f, v, dev, NULL); /* traced: show it done */
+            src = *host;
+        }
+        int64_t t0 = tr ? tdm_now_ns() : 0;
+        /* graph inputs and constants outlive the run: uploaded from where they are */
+        bool lives = constant || (!t->device && !f->owned[v]);
+        if (!st && !(st = tdm_xfer_upload(f->xfer, dev, v, src, lives, slot))) {
+            mon_copy(f, dev, true, src->nbytes);
+            mon_hold(f, *slot, 1);
+        }
+        if (!st && tr) {
+            tdm_device_synchronize(dev); /* traced runs time every step where it is spent */
+            trace_copy(tr, f, v, NULL, dev, t0, flow);
+        }
+    }
+    if (constant) pthread_mutex_unlock(&p->mem_mu);
+    if (st) return st;
+    *out = *slot;
+    return NULL;
+}
+
+/* take_outputs: the output's host copy when an asynchronous download made one (waited for
+ * here), else NULL. */
+static tdm_status *xfer_staged_output(frame *f, int v, const tdm_tensor **ready) {
+    *ready = NULL;
+    if (!f->xfer || !f->replicas || !tdm_xfer_has_download(f->xfer, v)) return NULL;
+    tdm_tensor *h = f->replicas[(size_t)v * (1 + TDM_REPLICA_DEVS)];
+    if (!h) return NULL;
+    TDM_TRY(xfer_wait_host(f, v, NULL, NULL));
+    *ready = h;
+    return NULL;
+}
+
+/* End of a run: waits for the uploads still queued and returns the staging memory; on a
+ * failure there the outputs already handed out are taken back. */
+static tdm_status *xfer_finish(frame *f, tdm_status *st, tdm_tensor **outputs, size_t n_out) {
+    tdm_status *xst = tdm_xfer_end(f->xfer);
+    f->xfer = NULL;
+    if (!xst) return st;
+    if (st) {
+        tdm_status_free(xst);
+        return st;
+    }
+    for (size_t j = 0; j < n_out; j++) {
+        tdm_tensor_destroy(outputs[j]);
+        outputs[j] = NULL;
+    }
+    return xst;
 }
 
 /* The tensor of value v in the memory `dev` works on (host for host-memory devices):
@@ -77,10 +249,13 @@ static tdm_status *frame_input_for(frame *f, int v, tdm_device *dev, const tdm_t
         if (!f->replicas) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory copying a tensor");
     }
     tdm_tensor **host = &f->replicas[(size_t)v * (1 + TDM_REPLICA_DEVS)];
+    if (xfer_applies(f, t, dev)) return xfer_input_for(f, v, dev, host, out, flow);
     if (want_host) {
         if (!*host) {
             int64_t t0 = tr ? tdm_now_ns() : 0;
             TDM_TRY(tdm_device_to_host(f->a, t, host));
+            mon_copy(f, t->device, false, t->nbytes);
+            mon_hold(f, *host, 1);
             if (tr) trace_copy(tr, f, v, (tdm_device *)t->device, NULL, t0, flow);
         }
         *out = *host;
@@ -98,12 +273,19 @@ static tdm_status *frame_input_for(frame *f, int v, tdm_device *dev, const tdm_t
         const tdm_tensor *src = t;
         if (t->device) { /* device to device goes through the host */
             int64_t t0 = tr ? tdm_now_ns() : 0;
-            if (!*host) st = tdm_device_to_host(f->a, t, host);
+            if (!*host && !(st = tdm_device_to_host(f->a, t, host))) {
+                mon_copy(f, t->device, false, t->nbytes);
+                mon_hold(f, *host, 1);
+            }
             if (!st && tr) trace_copy(tr, f, v, (tdm_device *)t->device, NULL, t0, NULL);
             src = *host;
         }
         int64_t t0 = tr ? tdm_now_ns() : 0;
-        if (!st) st = tdm_device_to_device(dev, f->a, src, slot);
+        if (!st && !(st = tdm_device_to_device(dev, f->a, src, slot))) {
+            mon_copy(f, dev, true, src->nbytes);
+            mon_hold(f, *slot, 1); /* constants stay for the plan's life */
+        }
+        if (!st) st = xfer_sync_upload(f, dev);
         if (!st && tr) {
             tdm_device_synchronize(dev);
             trace_copy(tr, f, v, NULL, dev, t0, flow);
@@ -119,6 +301,8 @@ static void frame_drop_replicas(frame *f, int v) {
     if (!f->replicas || v < 0) return;
     for (int i = 0; i < 1 + TDM_REPLICA_DEVS; i++) {
         tdm_tensor **r = &f->replicas[(size_t)v * (1 + TDM_REPLICA_DEVS) + (size_t)i];
+        if (i == 0) tdm_xfer_drop(f->xfer, v); /* staging memory back (sched/xfer.h) */
+        mon_hold(f, *r, -1);
         tdm_tensor_destroy(*r);
         *r = NULL;
     }
@@ -321,6 +505,7 @@ static void trace_kernel(tdm_trace *tr, tdm_device *dev, const tdm_node *n, size
 static void release(frame *f, int v, int node) {
     if (v >= 0 && f->release_after[v] == node) frame_drop_replicas(f, v);
     if (v >= 0 && f->owned[v] && f->release_after[v] == node) {
+        mon_hold(f, f->vals[v], -1);
         tdm_tensor_destroy((tdm_tensor *)f->vals[v]);
         f->vals[v] = NULL;
         f->owned[v] = false;
@@ -373,7 +558,9 @@ static tdm_status *exec_frame(frame *f) {
         }
         tdm_trace *tr = f->plan ? f->plan->trace : NULL;
         int64_t t0 = f->times || tr ? tdm_now_ns() : 0;
+        if (mon_of(f)) tdm_monitor_node_begin(mon_of(f), dev->index);
         st = run_node(dev, k, state, f->a, f->pool, n, (const tdm_tensor *const *)ins, outs, f);
+        if (mon_of(f)) tdm_monitor_node_end(mon_of(f), dev->index);
         if (st) goto done;
         if (f->times || tr) {
             tdm_device_synchronize(dev); /* a queued device's time counts where it is spent */
@@ -387,9 +574,13 @@ static tdm_status *exec_frame(frame *f) {
                 tdm_tensor_destroy(outs[k2]);
                 continue;
             }
-            if (f->owned[v]) tdm_tensor_destroy((tdm_tensor *)f->vals[v]);
+            if (f->owned[v]) {
+                mon_hold(f, f->vals[v], -1);
+                tdm_tensor_destroy((tdm_tensor *)f->vals[v]);
+            }
             f->vals[v] = outs[k2];
             f->owned[v] = true;
+            mon_hold(f, outs[k2], 1);
         }
         for (int k2 = 0; k2 < n->n_inputs; k2++) release(f, n->inputs[k2], (int)i);
         for (int k2 = 0; k2 < n->n_implicit; k2++) release(f, n->implicit[k2], (int)i);
@@ -403,14 +594,19 @@ done:
 
 static void frame_clear(frame *f) {
     if (f->replicas) {
-        for (size_t i = 0; i < f->g->n_values * (1 + TDM_REPLICA_DEVS); i++)
+        for (size_t i = 0; i < f->g->n_values * (1 + TDM_REPLICA_DEVS); i++) {
+            mon_hold(f, f->replicas[i], -1);
             tdm_tensor_destroy(f->replicas[i]);
+        }
         tdm_free(f->a, f->replicas);
         f->replicas = NULL;
     }
     if (f->vals && f->owned)
         for (size_t v = 0; v < f->g->n_values; v++)
-            if (f->owned[v]) tdm_tensor_destroy((tdm_tensor *)f->vals[v]);
+            if (f->owned[v]) {
+                mon_hold(f, f->vals[v], -1);
+                tdm_tensor_destroy((tdm_tensor *)f->vals[v]);
+            }
     tdm_free(f->a, f->vals);
     tdm_free(f->a, f->owned);
 }
@@ -425,9 +621,15 @@ static tdm_status *take_outputs(frame *f, const int *which, size_t n, tdm_tensor
             st = TDM_ERR(TDM_ERR_INTERNAL, "output '%s' was not computed", f->g->values[v].name);
             break;
         }
-        if (f->vals[v]->device) { /* results go to the caller in host memory */
+        const tdm_tensor *staged = NULL;
+        if ((st = xfer_staged_output(f, v, &staged))) break;
+        if (staged) { /* downloaded while the run went on */
+            if ((st = tdm_tensor_clone(f->a, staged, &out[j]))) break;
+        } else if (f->vals[v]->device) { /* results go to the caller in host memory */
             if ((st = tdm_device_to_host(f->a, f->vals[v], &out[j]))) break;
+            mon_copy(f, f->vals[v]->device, false, f->vals[v]->nbytes);
         } else if (f->owned[v]) {
+            mon_hold(f, f->vals[v], -1); /* handed to the caller */
             out[j] = (tdm_tensor *)f->vals[v];
             f->owned[v] = false; /* moved; a second mention of the same value is copied */
         } else if ((st = tdm_tensor_clone(f->a, f->vals[v], &out[j]))) {
@@ -551,10 +753,52 @@ static void par_finish_value(par_state *ps, int v) {
     if (f->g->values[v].is_output) return;
     frame_drop_replicas(f, v);
     if (f->owned[v]) {
+        mon_hold(f, f->vals[v], -1);
         tdm_tensor_destroy((tdm_tensor *)f->vals[v]);
         f->vals[v] = NULL;
         f->owned[v] = false;
     }
+}
+
+/* Asynchronous copies in a multi-device run (sched/xfer.h). */
+
+/* Before node n's inputs are gathered (lock held): a reader that needs host data waits for
+ * the downloads of its inputs with the lock released, so other devices go on meanwhile. */
+static tdm_status *xfer_prewait(par_state *ps, const tdm_node *n, tdm_device *dev) {
+    frame *f = ps->f;
+    if (!f->xfer || (!dev->host_memory && tdm_xfer_device_async(dev))) return NULL;
+    bool any = false;
+    for (int k = 0; k < n->n_inputs && !any; k++) any = tdm_xfer_has_download(f->xfer, n->inputs[k]);
+    if (!any) return NULL;
+    tdm_status *st = NULL;
+    pthread_mutex_unlock(&ps->mu);
+    for (int k = 0; k < n->n_inputs && !st; k++) /* the first reader's wait is traced later */
+        st = tdm_xfer_wait(f->xfer, n->inputs[k], NULL, NULL, NULL);
+    pthread_mutex_lock(&ps->mu);
+    return st;
+}
+
+/* Node `pick` was just queued on plan device `di` (lock held): downloads of its outputs that
+ * a reader on another device or the caller needs start now, so they overlap whatever the
+ * device does next. */
+static tdm_status *xfer_eager_downloads(frame *f, size_t pick, int di) {
+    const tdm_graph *g = f->g;
+    const tdm_node *n = &g->nodes[pick];
+    if (!f->xfer) return NULL;
+    for (int k = 0; k < n->n_outputs; k++) {
+        int v = n->outputs[k];
+        const tdm_tensor *t = v >= 0 ? f->vals[v] : NULL;
+        if (!t || !t->device || !tdm_xfer_device_async(t->device)) continue;
+        bool need = g->values[v].is_output;
+        for (size_t c = pick + 1; c < g->n_nodes && !need; c++) {
+            if (g->nodes[c].device == di) continue;
+            for (int j = 0; j < g->nodes[c].n_inputs && !need; j++) need = g->nodes[c].inputs[j] == v;
+        }
+        if (!need) continue;
+        TDM_TRY(xfer_replicas(f));
+        TDM_TRY(xfer_host_copy(f, v, &f->replicas[(size_t)v * (1 + TDM_REPLICA_DEVS)]));
+    }
+    return NULL;
 }
 
 static void *par_worker_main(void *arg) {
@@ -594,7 +838,7 @@ static void *par_worker_main(void *arg) {
         const tdm_node *n = &g->nodes[pick];
         ps->state[pick] = 1;
         tdm_device *dev = p->devices[w->device];
-        tdm_status *st = NULL;
+        tdm_status *st = xfer_prewait(ps, n, dev);
         uint64_t flows[4];
         int n_flows = 0;
         /* inputs in this device's memory (copies are made under the lock: they touch the
@@ -615,9 +859,12 @@ static void *par_worker_main(void *arg) {
         }
         pthread_mutex_unlock(&ps->mu);
         int64_t t0 = f->times || p->trace ? tdm_now_ns() : 0;
-        if (!st)
+        if (!st) {
+            if (p->monitor) tdm_monitor_node_begin(p->monitor, dev->index);
             st = run_node(dev, p->nodes[pick].kernel, p->nodes[pick].state, f->a, f->pool, n,
                           (const tdm_tensor *const *)ins, outs, f);
+            if (p->monitor) tdm_monitor_node_end(p->monitor, dev->index);
+        }
         if (!st && (f->times || p->trace)) {
             tdm_device_synchronize(dev);
             int64_t t1 = tdm_now_ns();
@@ -639,6 +886,7 @@ static void *par_worker_main(void *arg) {
             }
             f->vals[v] = outs[k];
             f->owned[v] = true;
+            mon_hold(f, outs[k], 1);
             if (ps->readers[v] == 0) { /* nobody reads it */
                 ps->readers[v] = 1;
                 par_finish_value(ps, v);
@@ -646,6 +894,12 @@ static void *par_worker_main(void *arg) {
         }
         for (int k = 0; k < n->n_inputs; k++) par_finish_value(ps, n->inputs[k]);
         for (int k = 0; k < n->n_implicit; k++) par_finish_value(ps, n->implicit[k]);
+        if ((st = xfer_eager_downloads(f, pick, w->device))) {
+            if (!ps->err) ps->err = st;
+            else tdm_status_free(st);
+            pthread_cond_broadcast(&ps->cv);
+            break;
+        }
         ps->state[pick] = 2;
         ps->n_done++;
         /* wake the consumers */
@@ -748,6 +1002,8 @@ static void acquire_memplan(tdm_plan *p, uint64_t key, frame *f, size_t nv) {
                 mp->busy = true;
                 mp->last_use = p->mem_clock;
                 f->mp = mp;
+                if (p->monitor) /* the run holds the whole arena */
+                    tdm_monitor_memory(p->monitor, mon_host_slot(p), (int64_t)mp->arena_bytes);
             }
             pthread_mutex_unlock(&p->mem_mu);
             return;
@@ -761,6 +1017,7 @@ static void release_memplan(tdm_plan *p, frame *f, uint64_t key, bool ok) {
     if (f->mp) {
         pthread_mutex_lock(&p->mem_mu);
         f->mp->busy = false;
+        if (p->monitor) tdm_monitor_memory(p->monitor, mon_host_slot(p), -(int64_t)f->mp->arena_bytes);
         pthread_mutex_unlock(&p->mem_mu);
         return;
     }
@@ -833,11 +1090,16 @@ tdm_status *tdm_plan_run(tdm_plan *p, const tdm_tensor *const *inputs, tdm_tenso
     tdm_status *st = NULL;
     uint64_t key = shapes_key(g, inputs);
     int64_t run_t0 = p->trace ? tdm_now_ns() : 0;
+    int mon_devs[TDM_MONITOR_SLOTS], n_mon = 0; /* runs in flight per device */
+    for (int d = 0; p->monitor && d < p->n_devices && n_mon < TDM_MONITOR_SLOTS; d++)
+        mon_devs[n_mon++] = p->devices[d]->index;
+    tdm_monitor_runs(p->monitor, mon_devs, n_mon, 1);
     if (!f.vals || !f.owned) {
         st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory starting a run");
         goto done;
     }
     if (!p->multi_device) acquire_memplan(p, key, &f, nv);
+    if ((st = tdm_xfer_begin(p, f.a, nv, &f.xfer))) goto done; /* asynchronous copies */
     if (p->measured_ms && !(f.times = tdm_calloc(f.a, g->n_nodes + 1, sizeof *f.times))) {
         st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory starting a run");
         goto done;
@@ -867,7 +1129,9 @@ done:
         tdm_free(f.a, f.times);
     }
     frame_clear(&f);
+    st = xfer_finish(&f, st, outputs, g->n_outputs);
     release_memplan(p, &f, key, st == NULL);
+    tdm_monitor_runs(p->monitor, mon_devs, n_mon, -1);
     if (p->trace) {
         char args[64];
         snprintf(args, sizeof args, "\"ok\":%s", st ? "false" : "true");

@@ -10,6 +10,7 @@
 #include "graph/infer.h"
 #include "sched/cost.h"
 #include "sched/place.h"
+#include "sched/xfer.h"
 #include "sched/plan.h"
 #include "sched/profile.h"
 
@@ -30,9 +31,15 @@ static tdm_device *find_cpu(tdm_device **devs, int n) {
     return NULL;
 }
 
+/* Channel block of the blocked-layout pass: oneDNN's JIT kernels on AVX2 take nChw8c (on
+ * AVX-512 they prefer 16; 8 still runs there, on the AVX2 kernels). */
+#define PLAN_CPU_BLOCK 8
+
 /* Graph passes (opt_level >= 1): constant folding (to a fixed point, since folding a Shape
- * makes its consumers constant), dead-node removal, then fusion, then static shapes again. */
-static tdm_status *optimise(tdm_graph *g, tdm_device *cpu, const tdm_allocator *a) {
+ * makes its consumers constant), dead-node removal, then fusion, then static shapes again;
+ * then, when `blocked`, the blocked-layout pass (graph/fuse_blocked.c) and shapes again. */
+static tdm_status *optimise(tdm_graph *g, tdm_device *cpu, bool blocked,
+                            const tdm_allocator *a) {
     fold_ctx fc = {cpu, a};
     for (int round = 0; round < 8; round++) {
         int folded = 0, removed = 0;
@@ -47,6 +54,15 @@ static tdm_status *optimise(tdm_graph *g, tdm_device *cpu, const tdm_allocator *
     if (fused) {
         TDM_TRY(tdm_graph_compact(g));
         TDM_TRY(tdm_graph_infer_shapes(g));
+    }
+    /* blocked layouts only where the CPU runs everything it can (its kernels alone know the
+     * blocked ops; elsewhere they would pin convolutions to the CPU) */
+    if (blocked) {
+        TDM_TRY(tdm_graph_fuse_blocked(g, PLAN_CPU_BLOCK, &fused));
+        if (fused) {
+            TDM_TRY(tdm_graph_compact(g));
+            TDM_TRY(tdm_graph_infer_shapes(g));
+        }
     }
     return NULL;
 }
@@ -309,7 +325,9 @@ tdm_status *tdm_plan_create(const tdm_allocator *a, tdm_graph *graph, tdm_device
     }
     if ((st = tdm_graph_infer_shapes(graph))) goto fail;
     tdm_device *cpu = find_cpu(devices, n_devices);
-    if (opts->opt_level >= 1 && cpu && (st = optimise(graph, cpu, a))) goto fail;
+    bool blocked = cpu && (n_devices == 1 ||
+                           (opts->placement && strcmp(opts->placement, cpu->name) == 0));
+    if (opts->opt_level >= 1 && cpu && (st = optimise(graph, cpu, blocked, a))) goto fail;
     p->nodes = tdm_calloc(a, graph->n_nodes ? graph->n_nodes : 1, sizeof *p->nodes);
     p->release_after = tdm_calloc(a, graph->n_values ? graph->n_values : 1, sizeof(int));
     p->first_use = tdm_calloc(a, graph->n_values ? graph->n_values : 1, sizeof(int));
@@ -354,6 +372,7 @@ void tdm_plan_free(tdm_plan *p) {
     tdm_free(p->alloc, p->devices);
     tdm_graph_free(p->graph);
     for (int i = 0; i < TDM_PLAN_MEM_SLOTS; i++) tdm_memplan_free(p->alloc, p->mem[i]);
+    tdm_xfer_pool_free(p->staging, p->alloc);
     pthread_mutex_destroy(&p->mem_mu);
     tdm_free(p->alloc, p);
 }

@@ -48,8 +48,13 @@ typedef struct tdm_plan {
     int64_t measured_runs;
     bool multi_device; /* nodes on more than one device: devices run concurrently */
     struct tdm_trace *trace; /* recorder when tracing is on (owned by the session), or NULL */
+    struct tdm_monitor *monitor; /* per-device counters (sched/monitor.h; owned by the
+                                    session, shared by its plans), or NULL */
     uint64_t model_hash;
     int measured_used;       /* node times taken from stored measurements */
+    /* staging host memory of asynchronous copies (sched/xfer.h), kept across runs; created
+     * on the first run under mem_mu */
+    struct tdm_xfer_pool *staging;
 } tdm_plan;
 
 /* Stored measurements (sched/measured.c): apply replaces predicted node times with what

@@ -58,5 +58,19 @@ expect bench-bad-iterations nonzero "tandem: bench: --iterations" "$T" bench "$M
 expect bench-fixed-batch nonzero "no input has a dynamic" "$T" bench "$M" --batch 8
 expect conformance-line 0 "passed, 0 failed" "$T" conformance --filter '^test_relu$'
 expect conformance-bad-dir nonzero "cannot open" "$T" conformance "$tmp/none"
+# bench scenarios (issue 9): JSON parses, fields present, counts consistent; no timing asserted
+J="python3 -c"
+expect bench-json-per-device 0 "" sh -c "\"$T\" bench $M --iterations 2 --warmup 0 --threads 1 --json | $J 'import json,sys; d=json.load(sys.stdin); m=d[\"per_device\"][0]; assert m[\"device\"]==\"cpu\" and 0<=m[\"utilization\"]<=1 and m[\"memory_peak\"]>=m[\"memory_in_use\"]'"
+expect bench-single-stream 0 "" sh -c "\"$T\" bench $M --scenario single-stream --iterations 5 --warmup 1 --threads 1 --json | $J 'import json,sys; d=json.load(sys.stdin); l=d[\"latency_ms\"]; c=d[\"counts\"]; assert d[\"scenario\"]==\"single-stream\" and c[\"queries\"]==5==c[\"samples\"] and c[\"failed\"]==0 and l[\"min\"]<=l[\"p50\"]<=l[\"p90\"]<=l[\"p99\"]<=l[\"max\"] and d[\"throughput\"][\"queries_per_s\"]>0 and d[\"per_device\"][0][\"kernels\"]>0'"
+expect bench-offline 0 "" sh -c "\"$T\" bench $M --scenario offline --iterations 6 --warmup 1 --threads 1 --json | $J 'import json,sys; d=json.load(sys.stdin); c=d[\"counts\"]; m=d[\"per_device\"][0]; assert d[\"scenario\"]==\"offline\" and c[\"queries\"]==6==c[\"samples\"] and d[\"throughput\"][\"samples_per_s\"]>0 and m[\"runs_in_flight\"]==0 and m[\"runs_queued\"]==0'"
+expect bench-server 0 "" sh -c "\"$T\" bench $M --scenario server --qps 20 --iterations 5 --latency-bound-ms 1000 --seed 3 --threads 1 --json | $J 'import json,sys; d=json.load(sys.stdin); s=d[\"server\"]; assert d[\"scenario\"]==\"server\" and d[\"counts\"][\"queries\"]==5 and s[\"result\"] in (\"PASS\",\"FAIL\") and isinstance(s[\"kept_up\"],bool) and d[\"settings\"][\"qps\"]==20 and s[\"max_outstanding\"]>=1'"
+expect bench-server-text 0 "result  *\(PASS\|FAIL\)" "$T" bench "$M" --scenario server --qps 50 --iterations 4 --warmup 0 --threads 1
+expect bench-multi-stream 0 "" sh -c "\"$T\" bench $M --scenario multi-stream --samples-per-query 3 --interval-ms 10 --iterations 4 --threads 1 --json | $J 'import json,sys; d=json.load(sys.stdin); c=d[\"counts\"]; assert c[\"queries\"]==4 and c[\"samples\"]==12 and 0<=c[\"overruns\"]<=4 and d[\"settings\"][\"samples_per_query\"]==3'"
+expect bench-mixed-devices 0 "" sh -c "TANDEM_TEST_DEVICES=1 \"$T\" bench $M --devices test:0,cpu --scenario offline --iterations 3 --threads 1 --json | $J 'import json,sys; d=json.load(sys.stdin); p={m[\"device\"]:m for m in d[\"per_device\"]}; t=p[\"test:0\"]; assert set(p)=={\"test:0\",\"cpu\"} and t[\"uploads\"]>0 and t[\"bytes_uploaded\"]>0 and t[\"memory_peak\"]>=t[\"memory_in_use\"]>0'"
+expect bench-warmup-seconds 0 "warm-up runs" "$T" bench "$M" --scenario single-stream --warmup 0.05s --iterations 2 --threads 1
+expect bench-progress 0 "single-stream: " "$T" bench "$M" --scenario single-stream --duration 1.5 --min-queries 1 --progress --threads 1
+expect bench-server-no-qps nonzero "needs --qps" "$T" bench "$M" --scenario server --iterations 2
+expect bench-bad-scenario nonzero "scenario expects" "$T" bench "$M" --scenario bogus
+expect bench-bad-qps nonzero "qps expects" "$T" bench "$M" --scenario server --qps -1
 echo "$passes passed, $fails failed"
 [ $fails = 0 ]
