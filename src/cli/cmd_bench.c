@@ -40,6 +40,8 @@ static void bench_usage(FILE *f) {
             "  --cuts LIST        --mode pipeline: where stages 2, 3, ... start (node names or\n"
             "                     #positions, comma-separated; default: balanced by the cost model)\n"
             "  --micro-batch N    --mode pipeline: rows per micro-batch (default: automatic)\n"
+            "  --placement P      auto (default: cost model), first, or a device name\n"
+            "  --affinity RULES   \"Op=DEVICE;/regex/=DEVICE;#a-b=DEVICE\" (see tandem plan)\n"
             "  --precision P      accelerators' arithmetic: fp32 (default), tf32, fp16, bf16\n"
             "  --trace FILE       write a Chrome trace (Perfetto) of the timed runs\n"
             "  --seed N           seed of the random inputs (default 1)\n"
@@ -200,6 +202,10 @@ static int bench_parse(int argc, char **argv, struct bench_args *a) {
                 fprintf(stderr, "tandem: bench: --mode expects latency, throughput or pipeline\n");
                 return 2;
             }
+        } else if (!strcmp(o, "--placement") && has_val) {
+            a->placement = argv[++i];
+        } else if (!strcmp(o, "--affinity") && has_val) {
+            a->affinity = argv[++i];
         } else if (!strcmp(o, "--precision") && has_val) {
             a->precision = argv[++i];
         } else if (!strcmp(o, "--cuts") && has_val) {
@@ -363,6 +369,8 @@ int cmd_bench(int argc, char **argv) {
                                                     : TDM_MODE_PIPELINE;
     so.pipeline_cuts = a.cuts;
     so.precision = a.precision;
+    so.placement = a.placement;
+    so.affinity = a.affinity;
     so.micro_batch = (int)a.micro_batch;
     double t0 = bench_now_s();
     if ((st = tdm_session_create(env, a.model, &so, &s))) {

@@ -14,6 +14,7 @@
 struct bench_args {
     const char *model, *devices, *trace, *mode, *scenario;
     const char *cuts;    /* --mode pipeline: stage cut points */
+    const char *placement, *affinity; /* tdm_session_options.placement / affinity */
     const char *precision; /* accelerators' arithmetic (tdm_session_options.precision) */
     long micro_batch;    /* --mode pipeline: rows per micro-batch (0 = automatic) */
     const char *shape_names[BENCH_MAX_INPUTS], *shape_dims[BENCH_MAX_INPUTS];
