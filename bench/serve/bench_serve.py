@@ -34,16 +34,16 @@ import loadgen  # noqa: E402
 RESNET_IN = ("input", "FP32", [1, 3, 64, 64])
 
 
-def build_repo(repo, max_batch):
+def build_repo(repo, max_batch, instances=1, dynamic="max_queue_delay_microseconds: 0"):
     m = onnx.load(os.path.join(ROOT, "tests/models/resnet_blocks/model.onnx"))
     for v in list(m.graph.input) + list(m.graph.output):
         d = v.type.tensor_type.shape.dim[0]
         d.ClearField("dim_value")
         d.dim_param = "batch"
+    group = f"instance_group [{{ count: {instances} kind: KIND_CPU }}]\n"
     configs = {
-        "resnet_nobatch": f"max_batch_size: {max_batch}\ninstance_group [{{ count: 1 kind: KIND_CPU }}]\n",
-        "resnet_dynamic": f"max_batch_size: {max_batch}\ninstance_group [{{ count: 1 kind: KIND_CPU }}]\n"
-                          "dynamic_batching { max_queue_delay_microseconds: 0 }\n",
+        "resnet_nobatch": f"max_batch_size: {max_batch}\n{group}",
+        "resnet_dynamic": f"max_batch_size: {max_batch}\n{group}dynamic_batching {{ {dynamic} }}\n",
     }
     for name, cfg in configs.items():
         os.makedirs(os.path.join(repo, name, "1"))
@@ -160,15 +160,18 @@ def median(xs):
     return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
 
 
-def measure_setting(a, repo, tmp, threads, conc, kind):
-    """One server with `threads` intra-op threads per instance: both ResNet models (rounds,
-    alternating) and the Identity overhead. Returns a dict of results."""
+def measure_setting(a, tmp, instances, threads, conc, kind):
+    """One server with `instances` CPU instances of `threads` intra-op threads each: both ResNet
+    models (rounds, alternating) and the Identity overhead. Returns a dict of results."""
+    repo = os.path.join(tmp, f"repo-{instances}x{threads}")
+    build_repo(repo, a.max_batch, instances, a.dynamic)
     proc, port = start(a.tandem, repo, a.omp_wait_policy, threads)
     url = f"127.0.0.1:{port}"
     client = Client(kind, url, tmp)
     models = ("resnet_nobatch", "resnet_dynamic")
     runs = {m: {c: [] for c in conc} for m in models}
-    out = {"threads": threads, "runs": runs, "batch": {}, "sizes": {}}
+    out = {"threads": threads, "instances": instances, "runs": runs, "batch": {}, "sizes": {},
+           "per_item": {}}
     try:
         first = {m: stats(port, m) for m in models}
         for rnd in range(a.rounds):
@@ -176,7 +179,7 @@ def measure_setting(a, repo, tmp, threads, conc, kind):
                 for m in (models if rnd % 2 == 0 else models[::-1]):
                     r = client.run(proc.pid, m, [RESNET_IN], c, a.duration, a.warmup)
                     runs[m][c].append(r)
-                    print(f"threads {threads} round {rnd} {m} c={c}: {r['qps']:.0f} qps p50 "
+                    print(f"{instances}x{threads} round {rnd} {m} c={c}: {r['qps']:.0f} qps p50 "
                           f"{r['p50_ms']:.2f} p99 {r['p99_ms']:.2f} cpu {r['cpu_ms_per_req']:.2f} ms/req",
                           flush=True)
         for m in models:
@@ -185,6 +188,16 @@ def measure_setting(a, repo, tmp, threads, conc, kind):
             items = after["inference_count"] - first[m]["inference_count"]
             out["batch"][m] = items / n_runs if n_runs else float("nan")
             out["sizes"][m] = {b["batch_size"]: b["compute_infer"]["count"] for b in after["batch_stats"]}
+            # model run time per item by batch size, over the measured rounds only
+            b0 = {b["batch_size"]: b["compute_infer"] for b in first[m]["batch_stats"]}
+            per = {}
+            for b in after["batch_stats"]:
+                k, ci = b["batch_size"], b["compute_infer"]
+                n = ci["count"] - b0.get(k, {"count": 0})["count"]
+                ns = ci["ns"] - b0.get(k, {"ns": 0})["ns"]
+                if n >= 20:
+                    per[k] = ns / n / k / 1e6
+            out["per_item"][m] = per
         before = stats(port, "identity")
         out["ident"] = client.run(proc.pid, "identity", [("INPUT0", "FP32", [1, 16])], 1, a.duration,
                                   a.warmup)
@@ -216,6 +229,11 @@ def render(res, conc, L):
              f"{res['batch']['resnet_dynamic']:.2f} (executions per batch size: "
              f"{res['sizes']['resnet_dynamic']}). Failed requests: {errs}. QPS and p99 of each "
              f"round:\n")
+    def fmt(d):
+        return ", ".join(f"{k}: {v:.3f}" for k, v in sorted(d.items())) or "-"
+    L.append("Model run time (tdm_session_run, wall) per item in ms by batch size (sizes run at "
+             f"least 20 times): no batching {fmt(res['per_item']['resnet_nobatch'])}; dynamic "
+             f"batching {fmt(res['per_item']['resnet_dynamic'])}.\n")
     L.append("| model | concurrency | QPS per round | p99 ms per round |")
     L.append("|---|---:|---|---|")
     for m in runs:
@@ -245,8 +263,13 @@ def main():
     ap.add_argument("--rounds", type=int, default=3,
                     help="rounds; the two models alternate within a round; medians are reported")
     ap.add_argument("--concurrency", default="1,4,16")
-    ap.add_argument("--threads", default="0,1",
-                    help="intra-op threads per instance, one server each (0 = all cores)")
+    ap.add_argument("--setups", default="1x0,2x1",
+                    help="comma-separated INSTANCESxTHREADS, one server each: CPU instances per "
+                         "model and intra-op threads per instance (0 = cores / instances)")
+    ap.add_argument("--threads", default=None,
+                    help="old form: intra-op threads per instance with one instance (= --setups 1xT,...)")
+    ap.add_argument("--dynamic", default="max_queue_delay_microseconds: 0",
+                    help="body of resnet_dynamic's dynamic_batching { } block")
     ap.add_argument("--max-batch", type=int, default=16)
     ap.add_argument("--out", default=None)
     ap.add_argument("--client", choices=("auto", "wrk", "python"), default="auto",
@@ -256,13 +279,14 @@ def main():
                     help="OMP_WAIT_POLICY for the server (oneDNN's OpenMP threads); '' = unset")
     a = ap.parse_args()
     conc = [int(c) for c in a.concurrency.split(",")]
+    if a.threads is not None:
+        a.setups = ",".join(f"1x{t}" for t in a.threads.split(","))
+    setups = [tuple(int(x) for x in st.split("x")) for st in a.setups.split(",")]
     tmp = tempfile.mkdtemp(prefix="tandem-serve-bench-")
-    repo = os.path.join(tmp, "repo")
-    build_repo(repo, a.max_batch)
     kind = a.client if a.client != "auto" else ("wrk" if shutil.which("wrk") else "python")
     load_before = loadavg()
     try:
-        results = [measure_setting(a, repo, tmp, int(t), conc, kind) for t in a.threads.split(",")]
+        results = [measure_setting(a, tmp, i, t, conc, kind) for i, t in setups]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     load_after = loadavg()
@@ -286,20 +310,20 @@ def main():
              f"so wall-clock figures are noisy (see the per-round columns); the server's CPU time "
              f"per request (from /proc) is the steadier measure of what batching saves.\n")
     L.append(f"Command: `bench/serve/bench_serve.py --tandem {a.tandem} --duration {a.duration:g} "
-             f"--rounds {a.rounds} --threads {a.threads} --client {kind}`. Load generator: {gen}: one "
+             f"--rounds {a.rounds} --setups {a.setups} --dynamic '{a.dynamic}' --client {kind}`. Load generator: {gen}: one "
              f"keep-alive HTTP/1.1 connection per client, closed loop, the same binary-tensor request "
              f"each time, on the same machine as the server. Each cell is the median of {a.rounds} "
              f"rounds of {a.warmup:g} s warm-up + {a.duration:g} s measured; the two models "
              f"alternate within each round. Server environment: "
              f"OMP_WAIT_POLICY={a.omp_wait_policy or '(unset)'}.\n")
     L.append(f"Model: tests/models/resnet_blocks with a dynamic batch dimension; one request = one "
-             f"1x3x64x64 image; one CPU instance; max_batch_size {a.max_batch}. `resnet_dynamic` "
-             f"adds `dynamic_batching {{ max_queue_delay_microseconds: 0 }}`: a batch is whatever "
-             f"queued while the instance was busy.\n")
+             f"1x3x64x64 image; max_batch_size {a.max_batch}; the instance count of each section "
+             f"for both models. `resnet_dynamic` adds `dynamic_batching {{ {a.dynamic} }}`.\n")
     for res in results:
-        t = res["threads"]
-        L.append(f"## Intra-op threads per instance: {f'all cores ({os.cpu_count()})' if t == 0 else t} "
-                 f"(`--threads {t}`)\n")
+        t, i = res["threads"], res["instances"]
+        tt = f"cores / instances = {max(1, (os.cpu_count() or 1) // i)}" if t == 0 else t
+        L.append(f"## {i} CPU instance(s) per model, intra-op threads per instance: {tt} "
+                 f"(setup `{i}x{t}`)\n")
         render(res, conc, L)
     L.append("In a closed loop, Little's law ties latency to throughput (latency = concurrency / "
              "QPS): 16 clients can see a p99 <= 2x the single-request latency only if QPS reaches "
@@ -308,7 +332,7 @@ def main():
     res = results[0]
     ident, us = res["ident"], res["ident_us"]
     L.append(f"## Server overhead per request (Identity, 1x16 FP32, concurrency 1, "
-             f"`--threads {res['threads']}`)\n")
+             f"setup `{res['instances']}x{res['threads']}`)\n")
     L.append("| measure | microseconds |")
     L.append("|---|---:|")
     L.append(f"| client round trip p50 ({kind}) | {ident['p50_ms'] * 1e3:.0f} |")

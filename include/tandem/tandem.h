@@ -71,7 +71,8 @@ extern "C" {
     X(TDM_ERR_RUNTIME, 7, "runtime error")                                              \
     X(TDM_ERR_DEVICE, 8, "device error")                                                \
     X(TDM_ERR_LIMIT, 9, "limit exceeded")                                               \
-    X(TDM_ERR_INTERNAL, 10, "internal error")
+    X(TDM_ERR_INTERNAL, 10, "internal error")                                          \
+    X(TDM_ERR_CANCELLED, 11, "cancelled")
 
 typedef enum tdm_code {
 #define TDM_X_(name, value, text) name = value,
@@ -185,6 +186,11 @@ typedef struct tdm_device_info {
     double d2h_pinned_gbps;       /* device -> host into staging memory, GB/s */
     double h2d_pinned_latency_us; /* a 4-byte upload from staging memory */
     double d2h_pinned_latency_us; /* a 4-byte download into staging memory */
+    double conv1x1_gflops;        /* float32 1x1 convolution (0 = not measured) */
+    double dwconv_gflops;         /* float32 3x3 depthwise convolution (0 = not measured) */
+    double host_busy_speed;       /* share of its conv speed a device with memory of its own
+                                     keeps while every host core is busy: ~1 for a GPU, well
+                                     under 1 for OpenCL on the host's cores (0 = not measured) */
 } tdm_device_info;
 
 /* The profile of device `index`, measured on first use (under a second or two per device,
@@ -355,9 +361,9 @@ TDM_API tdm_status *tdm_session_run(tdm_session *session, size_t n_inputs,
  *                               0 = no bound. Past it the run fails with TDM_ERR_LIMIT.
  *   TANDEM_LOOP_TIMEOUT_MS      wall time of one Loop or Scan node in one run, default 0 = no
  *                               bound; past it the run fails with TDM_ERR_LIMIT.
- * A malformed value fails the run with TDM_ERR_INVALID_ARGUMENT. There is no call that
- * cancels a run: these bounds are what ends a Loop that would not end by itself (and so a
- * tdm_session_free that waits for it). */
+ * A malformed value fails the run with TDM_ERR_INVALID_ARGUMENT. Besides these bounds, an
+ * asynchronous run can be cancelled and any run given a deadline (see "cancelling runs"
+ * below). */
 
 /* Called once when an asynchronous run ends, on a tandem thread. `status` is NULL on
  * success and is owned by the callee; `outputs` (n_outputs) belong to the callee too. */
@@ -371,6 +377,78 @@ TDM_API tdm_status *tdm_session_run_async(tdm_session *session, size_t n_inputs,
                                           const tdm_tensor *const *inputs, size_t n_outputs,
                                           const char *const *output_names,
                                           tdm_run_callback callback, void *user);
+
+/* ---- cancelling runs and deadlines ------------------------------------------------------
+ *
+ * An asynchronous run started with tdm_session_run_async_ex gets an id, unique within its
+ * session and never reused (ids count up from 1; 0 is never an id). tdm_session_cancel(s, id)
+ * asks that run to stop:
+ *  - a run still queued is taken out of the queue without running; its callback is called
+ *    with TDM_ERR_CANCELLED on the thread that called tdm_session_cancel, before that call
+ *    returns (so do not hold a lock there that the callback takes);
+ *  - a running run stops at the next node boundary, or inside a Loop or Scan at the next
+ *    iteration, and its callback (on the session's thread, as usual) gets TDM_ERR_CANCELLED.
+ *    A kernel already running finishes first (a long single kernel delays the stop);
+ *  - a run that has already completed, or an id the session never gave, is left alone:
+ *    cancelling it is a harmless no-op (so cancel may race with completion freely).
+ * tdm_session_cancel returns true when it caught the run before its end: then the callback
+ * gets TDM_ERR_CANCELLED, whatever the run did meanwhile (outputs made before the stop was
+ * seen are freed by tandem). It returns false when the run had ended (its callback has been
+ * or is being called with the run's own result), was cancelled already, or is unknown.
+ * Either way the callback is called exactly once.
+ *
+ * tdm_run_options.timeout_ms gives a run a deadline, counted from the call that starts it: a
+ * run queued past it is taken out when it would start, one running past it stops as above;
+ * both end with TDM_ERR_CANCELLED and a message naming the deadline. Synchronous runs take
+ * a deadline through tdm_session_run_ex.
+ *
+ * Throughput mode stops every part of a split batch; pipeline mode stops each micro-batch at
+ * its next stage. Devices that queue work (opencl, cuda) stop issuing kernels; work already
+ * queued on the device finishes.
+ *
+ * Threading: cancel functions may be called from any thread, also from inside a run's
+ * callback, but not concurrently with tdm_session_free of the same session. tdm_session_free
+ * still waits for every queued and running run; call tdm_session_cancel_all first to make it
+ * return quickly.
+ *
+ *     tdm_run_options ro = {sizeof ro, 2000};  // a 2 s deadline
+ *     tdm_run_id id = 0;
+ *     st = tdm_session_run_async_ex(s, 1, &in_name, ins, 1, &out_name, &ro, on_done, ctx, &id);
+ *     ...
+ *     tdm_session_cancel(s, id);  // the client went away
+ */
+typedef uint64_t tdm_run_id;
+
+/* ABI: set struct_size to sizeof(tdm_run_options); the struct may grow at its end and the
+ * library reads only struct_size bytes (members past it take their defaults). */
+typedef struct tdm_run_options {
+    size_t struct_size;  /* sizeof(tdm_run_options) */
+    int64_t timeout_ms;  /* deadline counted from the start call; 0 = none; < 0 is invalid */
+} tdm_run_options;
+
+/* tdm_session_run_async with options (may be NULL) and the run's id in *id (may be NULL). */
+TDM_API tdm_status *tdm_session_run_async_ex(tdm_session *session, size_t n_inputs,
+                                             const char *const *input_names,
+                                             const tdm_tensor *const *inputs, size_t n_outputs,
+                                             const char *const *output_names,
+                                             const tdm_run_options *options,
+                                             tdm_run_callback callback, void *user,
+                                             tdm_run_id *id);
+/* tdm_session_run with options (may be NULL): a run past its deadline returns
+ * TDM_ERR_CANCELLED. */
+TDM_API tdm_status *tdm_session_run_ex(tdm_session *session, size_t n_inputs,
+                                       const char *const *input_names,
+                                       const tdm_tensor *const *inputs, size_t n_outputs,
+                                       const char *const *output_names,
+                                       const tdm_run_options *options, tdm_tensor **outputs);
+/* Cancels one asynchronous run (see above). true: the callback gets TDM_ERR_CANCELLED;
+ * false: the run had ended or was ending, was cancelled before, or the id is unknown (nothing
+ * is done). NULL session or id 0: false. */
+TDM_API bool tdm_session_cancel(tdm_session *session, tdm_run_id id);
+/* Cancels every asynchronous run of the session queued or running now; returns how many
+ * were caught (each of their callbacks gets TDM_ERR_CANCELLED). Runs started later are not
+ * affected. */
+TDM_API size_t tdm_session_cancel_all(tdm_session *session);
 
 /* Number of entries tdm_session_device_stats reports. */
 TDM_API size_t tdm_session_device_count(const tdm_session *session);

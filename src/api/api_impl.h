@@ -75,6 +75,8 @@ struct tdm_session {
     int pending;
     bool worker_started, stopping;
     pthread_t worker;
+    async_job *running;    /* the job the worker runs now (mu), or NULL */
+    tdm_run_id next_id;    /* the id the next asynchronous run gets (mu); starts at 1 */
     /* throughput mode (n_replicas > 1); replicas[0].plan == plan */
     int n_replicas;
     tdm_replica replicas[TDM_MAX_DEVICES];
@@ -89,7 +91,8 @@ struct tdm_session {
 };
 
 /* Throughput-mode run (src/api/throughput.c). by_input: per graph input. */
-tdm_status *tdm_throughput_run(tdm_session *s, const tdm_tensor **by_input, tdm_tensor **all_outputs);
+tdm_status *tdm_throughput_run(tdm_session *s, const tdm_tensor **by_input, tdm_tensor **all_outputs,
+                               const tdm_run_ctl *ctl);
 
 /* Describes `m`; on success the model owns m (and its graph unless graph_borrowed); on
  * failure m is left to the caller. */

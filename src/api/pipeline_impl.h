@@ -15,8 +15,10 @@ void tdm_pipe_mode_free(tdm_pipe_mode *pm);
 struct tdm_monitor;
 /* Makes every stage's plan count into the session's device counters (sched/monitor.h). */
 void tdm_pipe_mode_set_monitor(tdm_pipe_mode *pm, struct tdm_monitor *mon);
-/* A run: micro-batches through the stages (by_input: per graph input of s->plan). */
-tdm_status *tdm_pipe_mode_run(tdm_pipe_mode *pm, const tdm_tensor **by_input, tdm_tensor **all_outputs);
+/* A run: micro-batches through the stages (by_input: per graph input of s->plan); ctl (may be
+ * NULL) stops it between stages. */
+tdm_status *tdm_pipe_mode_run(tdm_pipe_mode *pm, const tdm_tensor **by_input, tdm_tensor **all_outputs,
+                              const tdm_run_ctl *ctl);
 size_t tdm_pipe_mode_stage_count(const tdm_pipe_mode *pm);
 void tdm_pipe_mode_stats(tdm_pipe_mode *pm, size_t index, tdm_device_stats *out);
 

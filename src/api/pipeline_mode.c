@@ -57,6 +57,7 @@ typedef struct pm_request {
     pthread_cond_t cv;
     int remaining;
     tdm_pipeline_item **done; /* per micro-batch, in order */
+    const tdm_run_ctl *ctl;   /* the run's stop request (cancel, deadline), or NULL */
 } pm_request;
 
 typedef struct pm_part {
@@ -248,8 +249,9 @@ static tdm_status *stage_fn(void *user, tdm_pipeline_item *it) {
         ins[i] = find_name(it, name) == SIZE_MAX ? NULL : tdm_pipeline_item_tensor(it, name);
         if (i == 0 && ins[i] && ins[i]->rank > 0) rows = ins[i]->dims[0];
     }
+    const pm_part *part = tdm_pipeline_item_user(it); /* a cancelled run stops at each stage */
     int64_t t0 = tdm_now_ns();
-    if (!st) st = tdm_plan_run(ps->plan, ins, outs);
+    if (!st) st = tdm_plan_run_ctl(ps->plan, ins, outs, part ? part->req->ctl : NULL);
     double ms = (double)(tdm_now_ns() - t0) / 1e6;
     for (size_t o = 0; o < g->n_outputs; o++) {
         if (!st && outs[o]) st = tdm_pipeline_item_set_tensor(it, g->values[g->outputs[o]].name, outs[o]);
@@ -469,7 +471,8 @@ static void check_balance(tdm_pipe_mode *pm) {
     if (msg[0]) tdm_log(&pm->s->env->log, TDM_LOG_INFO, "%s", msg);
 }
 
-tdm_status *tdm_pipe_mode_run(tdm_pipe_mode *pm, const tdm_tensor **by_input, tdm_tensor **all) {
+tdm_status *tdm_pipe_mode_run(tdm_pipe_mode *pm, const tdm_tensor **by_input, tdm_tensor **all,
+                              const tdm_run_ctl *ctl) {
     tdm_session *s = pm->s;
     const tdm_graph *g = s->plan->graph;
     const tdm_allocator *a = pm->a;
@@ -480,12 +483,14 @@ tdm_status *tdm_pipe_mode_run(tdm_pipe_mode *pm, const tdm_tensor **by_input, td
     memset(&r, 0, sizeof r);
     pthread_mutex_init(&r.mu, NULL);
     pthread_cond_init(&r.cv, NULL);
+    r.ctl = ctl;
     pm_part *parts = tdm_calloc(a, (size_t)np, sizeof *parts);
     r.done = tdm_calloc(a, (size_t)np, sizeof *r.done);
     tdm_status *st = parts && r.done ? NULL : TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory splitting a run");
     int submitted = 0;
     for (int q = 0; q < np && !st; q++) {
         tdm_pipeline_item *it = NULL;
+        if ((st = tdm_run_ctl_check(ctl))) break; /* cancelled: submit no more micro-batches */
         parts[q] = (pm_part){&r, q};
         if ((st = tdm_pipeline_item_create(pm->pipe, &parts[q], &it))) break;
         for (size_t i = 0; i < g->n_inputs && !st; i++) {

@@ -37,6 +37,9 @@ tdm_status *tdm_env_device_profile(tdm_env *env, size_t index, bool reprofile,
     info.d2h_pinned_gbps = p.d2h_pinned_gbps;
     info.h2d_pinned_latency_us = p.h2d_pinned_latency_us;
     info.d2h_pinned_latency_us = p.d2h_pinned_latency_us;
+    info.conv1x1_gflops = p.conv1x1_gflops;
+    info.dwconv_gflops = p.dwconv_gflops;
+    info.host_busy_speed = p.host_busy_speed;
     *out = info;
     return NULL;
 }

@@ -1,4 +1,5 @@
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,8 @@ struct async_job {
     int *out_index;            /* graph output index per requested output */
     tdm_run_callback cb;
     void *user;
+    tdm_run_id id;
+    tdm_run_ctl ctl;           /* stop request: the flag tdm_session_cancel sets, the deadline */
 };
 
 static tdm_status *parse_devices(tdm_session *s, const char *list, bool no_fallback) {
@@ -259,19 +262,20 @@ static tdm_status *bind(tdm_session *s, size_t n_inputs, const char *const *inpu
 }
 
 static tdm_status *run_bound(tdm_session *s, const tdm_tensor **by_input, size_t n_outputs,
-                             const int *out_index, tdm_tensor **outputs) {
+                             const int *out_index, tdm_tensor **outputs, const tdm_run_ctl *ctl) {
     const tdm_graph *g = s->plan->graph;
     const tdm_allocator *a = s->env->alloc;
-    tdm_tensor **all = tdm_calloc(a, g->n_outputs ? g->n_outputs : 1, sizeof *all);
+    tdm_tensor *all_stack[16] = {0}; /* small models: no allocation on the run path */
+    tdm_tensor **all = g->n_outputs <= 16 ? all_stack : tdm_calloc(a, g->n_outputs, sizeof *all);
     if (!all) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
     tdm_status *st;
     if (s->pipe) {
-        st = tdm_pipe_mode_run(s->pipe, by_input, all);
+        st = tdm_pipe_mode_run(s->pipe, by_input, all, ctl);
     } else if (s->n_replicas > 1) {
-        st = tdm_throughput_run(s, by_input, all);
+        st = tdm_throughput_run(s, by_input, all, ctl);
     } else {
         int64_t t0 = tdm_now_ns();
-        st = tdm_plan_run(s->plan, by_input, all);
+        st = tdm_plan_run_ctl(s->plan, by_input, all, ctl);
         double ms = (double)(tdm_now_ns() - t0) / 1e6;
         int64_t items = 1;
         for (size_t i = 0; i < g->n_inputs; i++)
@@ -306,7 +310,27 @@ static tdm_status *run_bound(tdm_session *s, const tdm_tensor **by_input, size_t
             outputs[i] = NULL;
         }
     for (size_t j = 0; j < g->n_outputs; j++) tdm_tensor_destroy(all[j]);
-    tdm_free(a, all);
+    if (all != all_stack) tdm_free(a, all);
+    return st;
+}
+
+static tdm_status *run_sync(tdm_session *s, size_t n_inputs, const char *const *input_names,
+                           const tdm_tensor *const *inputs, size_t n_outputs,
+                           const char *const *output_names, tdm_tensor **outputs,
+                           const tdm_run_ctl *ctl) {
+    const tdm_graph *g = s->plan->graph;
+    const tdm_allocator *a = s->env->alloc;
+    const tdm_tensor *in_stack[16] = {0}; /* small models: no allocation on the run path */
+    int out_stack[16] = {0};
+    const tdm_tensor **by_input = g->n_inputs < 16 ? in_stack
+                                                    : tdm_calloc(a, g->n_inputs + 1, sizeof *by_input);
+    int *out_index = n_outputs < 16 ? out_stack : tdm_calloc(a, n_outputs + 1, sizeof *out_index);
+    tdm_status *st = NULL;
+    if (!by_input || !out_index) st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
+    if (!st) st = bind(s, n_inputs, input_names, inputs, n_outputs, output_names, by_input, out_index);
+    if (!st) st = run_bound(s, by_input, n_outputs, out_index, outputs, ctl);
+    if (by_input != in_stack) tdm_free(a, by_input);
+    if (out_index != out_stack) tdm_free(a, out_index);
     return st;
 }
 
@@ -315,20 +339,35 @@ tdm_status *tdm_session_run(tdm_session *s, size_t n_inputs, const char *const *
                             const char *const *output_names, tdm_tensor **outputs) {
     if (!s || (n_outputs && !outputs))
         return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_session_run: NULL argument");
-    const tdm_graph *g = s->plan->graph;
-    const tdm_allocator *a = s->env->alloc;
-    const tdm_tensor **by_input = tdm_calloc(a, g->n_inputs + 1, sizeof *by_input);
-    int *out_index = tdm_calloc(a, n_outputs + 1, sizeof *out_index);
-    tdm_status *st = NULL;
-    if (!by_input || !out_index) st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
-    if (!st) st = bind(s, n_inputs, input_names, inputs, n_outputs, output_names, by_input, out_index);
-    if (!st) st = run_bound(s, by_input, n_outputs, out_index, outputs);
-    tdm_free(a, by_input);
-    tdm_free(a, out_index);
-    return st;
+    return run_sync(s, n_inputs, input_names, inputs, n_outputs, output_names, outputs, NULL);
 }
 
-/* ---- asynchronous runs ---- */
+/* ---- asynchronous runs ----
+ *
+ * One worker thread per session takes jobs from a FIFO. Cancellation (tdm_session_cancel):
+ * every job is in exactly one place, guarded by s->mu: the queue, s->running (the worker runs
+ * it), or nowhere (its callback is being called). Whoever takes a job out of the queue under
+ * the lock (the worker to run it, a canceller to drop it) delivers its callback, once. A
+ * running job is cancelled by setting its ctl flag under the lock; the worker clears
+ * s->running under the same lock when the run returns and reads the flag there, so a cancel
+ * that returned true always ends in TDM_ERR_CANCELLED, and one that comes later finds nothing.
+ * Ids are never reused, so a cancel after completion is a no-op. */
+
+static void job_free(const tdm_allocator *a, async_job *j) {
+    tdm_free(a, j->inputs);
+    tdm_free(a, j->out_index);
+    tdm_free(a, j);
+}
+
+/* Calls the callback of a job that is in no list any more, frees it and counts it done. */
+static void job_finish(tdm_session *s, async_job *j, tdm_status *st, tdm_tensor **outs) {
+    if (st) j->cb(j->user, st, 0, NULL);
+    else j->cb(j->user, NULL, j->n_outputs, outs);
+    job_free(s->env->alloc, j);
+    pthread_mutex_lock(&s->mu);
+    if (--s->pending == 0) pthread_cond_broadcast(&s->idle_cv);
+    pthread_mutex_unlock(&s->mu);
+}
 
 static void *async_main(void *vp) {
     tdm_session *s = vp;
@@ -340,31 +379,82 @@ static void *async_main(void *vp) {
         async_job *j = s->head;
         s->head = j->next;
         if (!s->head) s->tail = NULL;
+        s->running = j;
         pthread_mutex_unlock(&s->mu);
-        tdm_tensor **outs = tdm_calloc(a, j->n_outputs + 1, sizeof *outs);
-        tdm_status *st = outs ? run_bound(s, j->inputs, j->n_outputs, j->out_index, outs)
-                              : TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
-        if (st) {
-            j->cb(j->user, st, 0, NULL);
-        } else {
-            j->cb(j->user, NULL, j->n_outputs, outs);
+        /* a deadline that passed in the queue ends the run before it starts */
+        tdm_status *st = tdm_run_ctl_check(&j->ctl);
+        tdm_tensor **outs = NULL;
+        if (!st) {
+            outs = tdm_calloc(a, j->n_outputs + 1, sizeof *outs);
+            st = outs ? run_bound(s, j->inputs, j->n_outputs, j->out_index, outs, &j->ctl)
+                      : TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
         }
-        tdm_free(a, outs);
-        tdm_free(a, j->inputs);
-        tdm_free(a, j->out_index);
-        tdm_free(a, j);
         pthread_mutex_lock(&s->mu);
-        if (--s->pending == 0) pthread_cond_broadcast(&s->idle_cv);
+        s->running = NULL; /* from here a cancel no longer finds the job */
+        bool cancelled = __atomic_load_n(&j->ctl.cancelled, __ATOMIC_ACQUIRE);
+        pthread_mutex_unlock(&s->mu);
+        if (cancelled && tdm_status_code(st) != TDM_ERR_CANCELLED) {
+            /* the cancel came after the last check: the promise of tdm_session_cancel */
+            if (!st)
+                for (size_t i = 0; i < j->n_outputs; i++) tdm_tensor_destroy(outs[i]);
+            tdm_status_free(st);
+            st = TDM_ERR(TDM_ERR_CANCELLED, "the run was cancelled");
+        }
+        job_finish(s, j, st, outs);
+        tdm_free(a, outs);
+        pthread_mutex_lock(&s->mu);
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;
 }
 
-tdm_status *tdm_session_run_async(tdm_session *s, size_t n_inputs, const char *const *input_names,
-                                  const tdm_tensor *const *inputs, size_t n_outputs,
-                                  const char *const *output_names, tdm_run_callback cb,
-                                  void *user) {
+static tdm_status *run_options_get(const tdm_run_options *o, int64_t *timeout_ms) {
+    *timeout_ms = 0;
+    if (!o) return NULL;
+    size_t need = offsetof(tdm_run_options, timeout_ms) + sizeof o->timeout_ms;
+    if (o->struct_size < sizeof o->struct_size)
+        return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_run_options.struct_size is %zu; set it to "
+                       "sizeof(tdm_run_options)", o->struct_size);
+    if (o->struct_size >= need) *timeout_ms = o->timeout_ms;
+    if (*timeout_ms < 0)
+        return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_run_options.timeout_ms is %lld; it must be "
+                       ">= 0 (0 = none)", (long long)*timeout_ms);
+    return NULL;
+}
+
+/* A stop request with the deadline of timeout_ms from now (0 = none). */
+static void ctl_init(tdm_run_ctl *c, int64_t timeout_ms) {
+    memset(c, 0, sizeof *c);
+    c->timeout_ms = timeout_ms;
+    int64_t ns;
+    if (timeout_ms > 0 &&
+        (__builtin_mul_overflow(timeout_ms, (int64_t)1000000, &ns) ||
+         __builtin_add_overflow(tdm_now_ns(), ns, &c->deadline_ns)))
+        c->deadline_ns = 0; /* beyond the clock's range: none */
+}
+
+tdm_status *tdm_session_run_ex(tdm_session *s, size_t n_inputs, const char *const *input_names,
+                               const tdm_tensor *const *inputs, size_t n_outputs,
+                               const char *const *output_names, const tdm_run_options *options,
+                               tdm_tensor **outputs) {
+    if (!s || (n_outputs && !outputs))
+        return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_session_run_ex: NULL argument");
+    int64_t timeout_ms;
+    TDM_TRY(run_options_get(options, &timeout_ms));
+    tdm_run_ctl ctl;
+    ctl_init(&ctl, timeout_ms);
+    return run_sync(s, n_inputs, input_names, inputs, n_outputs, output_names, outputs,
+                    timeout_ms ? &ctl : NULL);
+}
+
+tdm_status *tdm_session_run_async_ex(tdm_session *s, size_t n_inputs, const char *const *input_names,
+                                     const tdm_tensor *const *inputs, size_t n_outputs,
+                                     const char *const *output_names,
+                                     const tdm_run_options *options, tdm_run_callback cb,
+                                     void *user, tdm_run_id *id) {
     if (!s || !cb) return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_session_run_async: NULL argument");
+    int64_t timeout_ms;
+    TDM_TRY(run_options_get(options, &timeout_ms));
     const tdm_allocator *a = s->env->alloc;
     const tdm_graph *g = s->plan->graph;
     async_job *j = tdm_calloc(a, 1, sizeof *j);
@@ -375,6 +465,7 @@ tdm_status *tdm_session_run_async(tdm_session *s, size_t n_inputs, const char *c
     j->n_outputs = n_outputs;
     j->cb = cb;
     j->user = user;
+    ctl_init(&j->ctl, timeout_ms);
     if (!j->inputs || !j->out_index) st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
     if (!st) st = bind(s, n_inputs, input_names, inputs, n_outputs, output_names, j->inputs, j->out_index);
     if (!st) {
@@ -386,6 +477,8 @@ tdm_status *tdm_session_run_async(tdm_session *s, size_t n_inputs, const char *c
                 s->worker_started = true;
         }
         if (!st) {
+            j->id = ++s->next_id;
+            if (id) *id = j->id;
             if (s->tail) s->tail->next = j;
             else s->head = j;
             s->tail = j;
@@ -394,12 +487,81 @@ tdm_status *tdm_session_run_async(tdm_session *s, size_t n_inputs, const char *c
         }
         pthread_mutex_unlock(&s->mu);
     }
-    if (st) {
-        tdm_free(a, j->inputs);
-        tdm_free(a, j->out_index);
-        tdm_free(a, j);
-    }
+    if (st) job_free(a, j);
     return st;
+}
+
+tdm_status *tdm_session_run_async(tdm_session *s, size_t n_inputs, const char *const *input_names,
+                                  const tdm_tensor *const *inputs, size_t n_outputs,
+                                  const char *const *output_names, tdm_run_callback cb,
+                                  void *user) {
+    return tdm_session_run_async_ex(s, n_inputs, input_names, inputs, n_outputs, output_names, NULL,
+                                    cb, user, NULL);
+}
+
+/* Takes the queued jobs `id` (or all when all) out of the queue into *dropped and flags the
+ * running one. mu held. Returns how many were caught. */
+static size_t cancel_locked(tdm_session *s, tdm_run_id id, bool all, async_job **dropped) {
+    size_t n = 0;
+    async_job **link = &s->head, *prev = NULL;
+    while (*link) {
+        async_job *j = *link;
+        if (all || j->id == id) {
+            *link = j->next;
+            if (s->tail == j) s->tail = prev;
+            j->next = *dropped;
+            *dropped = j;
+            n++;
+            if (!all) return n;
+        } else {
+            prev = j;
+            link = &j->next;
+        }
+    }
+    async_job *r = s->running;
+    if (r && (all || r->id == id) && !__atomic_load_n(&r->ctl.cancelled, __ATOMIC_RELAXED)) {
+        __atomic_store_n(&r->ctl.cancelled, 1, __ATOMIC_RELEASE);
+        n++;
+    }
+    return n;
+}
+
+/* Delivers TDM_ERR_CANCELLED to jobs taken out of the queue (no lock held). */
+static void finish_dropped(tdm_session *s, async_job *dropped) {
+    /* in queue order: the list was built reversed */
+    async_job *rev = NULL;
+    while (dropped) {
+        async_job *next = dropped->next;
+        dropped->next = rev;
+        rev = dropped;
+        dropped = next;
+    }
+    while (rev) {
+        async_job *next = rev->next;
+        job_finish(s, rev, TDM_ERR(TDM_ERR_CANCELLED, "the run was cancelled before it started"),
+                   NULL);
+        rev = next;
+    }
+}
+
+bool tdm_session_cancel(tdm_session *s, tdm_run_id id) {
+    if (!s || !id) return false;
+    async_job *dropped = NULL;
+    pthread_mutex_lock(&s->mu);
+    size_t n = cancel_locked(s, id, false, &dropped);
+    pthread_mutex_unlock(&s->mu);
+    finish_dropped(s, dropped);
+    return n > 0;
+}
+
+size_t tdm_session_cancel_all(tdm_session *s) {
+    if (!s) return 0;
+    async_job *dropped = NULL;
+    pthread_mutex_lock(&s->mu);
+    size_t n = cancel_locked(s, 0, true, &dropped);
+    pthread_mutex_unlock(&s->mu);
+    finish_dropped(s, dropped);
+    return n;
 }
 
 /* Asynchronous runs waiting to start (the monitoring API, src/api/monitor.c; declared in

@@ -12,7 +12,11 @@
  * every failed probe up to 64x) the next run first probes it: one row of that run's input (or
  * the whole input when it cannot be split) runs on the replica alone, the result is thrown
  * away, and a success takes the replica back. Both are logged. The probe runs on the calling
- * thread before the run's own work, so that run pays one extra replica run. */
+ * thread before the run's own work, so that run pays one extra replica run.
+ *
+ * Cancellation (tdm_session_cancel, run deadlines): every part of a split batch runs with the
+ * run's stop request and stops at its next node; a cancelled run makes no probe and takes no
+ * device out (only device errors do). */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -31,13 +35,14 @@ typedef struct part {
     tdm_status *st;
     double ms;
     pthread_t thread;
+    const tdm_run_ctl *ctl; /* the run's stop request, or NULL */
 } part;
 
 static void *part_main(void *arg) {
     part *p = arg;
     tdm_replica *r = &p->s->replicas[p->replica];
     int64_t t0 = tdm_now_ns();
-    p->st = tdm_plan_run(r->plan, p->inputs, p->outputs);
+    p->st = tdm_plan_run_ctl(r->plan, p->inputs, p->outputs, p->ctl);
     p->ms = (double)(tdm_now_ns() - t0) / 1e6;
     return NULL;
 }
@@ -129,7 +134,8 @@ static void probe(tdm_session *s, const tdm_tensor **by_input, int64_t n) {
     tdm_status_free(st);
 }
 
-static tdm_status *run_replica(tdm_session *s, const tdm_tensor **by_input, tdm_tensor **all) {
+static tdm_status *run_replica(tdm_session *s, const tdm_tensor **by_input, tdm_tensor **all,
+                               const tdm_run_ctl *ctl) {
     /* the replica predicted to finish first: (queued + 1) x time per run */
     pthread_mutex_lock(&s->stats_mu);
     int best = 0;
@@ -147,7 +153,7 @@ static tdm_status *run_replica(tdm_session *s, const tdm_tensor **by_input, tdm_
     s->replicas[best].inflight++;
     pthread_mutex_unlock(&s->stats_mu);
     int64_t t0 = tdm_now_ns();
-    tdm_status *st = tdm_plan_run(s->replicas[best].plan, by_input, all);
+    tdm_status *st = tdm_plan_run_ctl(s->replicas[best].plan, by_input, all, ctl);
     double ms = (double)(tdm_now_ns() - t0) / 1e6;
     pthread_mutex_lock(&s->stats_mu);
     tdm_replica *r = &s->replicas[best];
@@ -190,12 +196,14 @@ static void rebalance(tdm_session *s) {
     }
 }
 
-tdm_status *tdm_throughput_run(tdm_session *s, const tdm_tensor **by_input, tdm_tensor **all) {
+tdm_status *tdm_throughput_run(tdm_session *s, const tdm_tensor **by_input, tdm_tensor **all,
+                               const tdm_run_ctl *ctl) {
     const tdm_graph *g = s->plan->graph;
     const tdm_allocator *a = s->env->alloc;
     int64_t n = s->splittable ? batch_of(s, by_input) : -1;
+    TDM_TRY(tdm_run_ctl_check(ctl)); /* cancelled before it began: no probe either */
     probe(s, by_input, n);
-    if (n < 2) return run_replica(s, by_input, all);
+    if (n < 2) return run_replica(s, by_input, all, ctl);
 
     /* how many items each replica gets */
     int K = s->n_replicas;
@@ -237,6 +245,7 @@ tdm_status *tdm_throughput_run(tdm_session *s, const tdm_tensor **by_input, tdm_
         part *p = &parts[np];
         memset(p, 0, sizeof *p);
         p->s = s;
+        p->ctl = ctl;
         p->replica = k;
         p->begin = begin;
         p->count = counts[k];

@@ -6,12 +6,34 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/clock.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "core/threadpool.h"
 #include "graph/graph.h"
 
 typedef struct tdm_kernel_ctx tdm_kernel_ctx;
+
+/* How a run is asked to stop early (tdm_session_cancel, tdm_run_options.timeout_ms): owned
+ * by whoever started the run and alive until the run returns. The executor checks it between
+ * nodes; Loop and Scan between iterations. `cancelled` is written with __atomic_store_n by
+ * the canceller and read only through tdm_run_ctl_check (any thread). */
+typedef struct tdm_run_ctl {
+    int cancelled;       /* 0, then 1 once cancelled */
+    int64_t deadline_ns; /* tdm_now_ns() time the run stops at; 0 = none (set before the run) */
+    int64_t timeout_ms;  /* what gave the deadline (for the message) */
+} tdm_run_ctl;
+
+/* NULL while the run may go on; else a TDM_ERR_CANCELLED status (caller frees). c may be NULL. */
+static inline tdm_status *tdm_run_ctl_check(const tdm_run_ctl *c) {
+    if (!c) return NULL;
+    if (__atomic_load_n(&c->cancelled, __ATOMIC_ACQUIRE))
+        return TDM_ERR(TDM_ERR_CANCELLED, "the run was cancelled");
+    if (c->deadline_ns && tdm_now_ns() >= c->deadline_ns)
+        return TDM_ERR(TDM_ERR_CANCELLED, "the run's deadline (timeout_ms %lld) passed",
+                       (long long)c->timeout_ms);
+    return NULL;
+}
 
 struct tdm_kernel_ctx {
     const tdm_node *node;
@@ -35,6 +57,9 @@ struct tdm_kernel_ctx {
                                 const tdm_tensor *const *in, int n_out, tdm_tensor **out);
     void *exec; /* the executor's frame (for run_subgraph) */
     struct tdm_device *device; /* the device running the kernel */
+    /* The run's stop request, or NULL when the run cannot be cancelled: long kernels (Loop,
+     * Scan) call tdm_run_ctl_check(ctx->run_ctl) now and then and return its status. */
+    const tdm_run_ctl *run_ctl;
 };
 
 typedef tdm_status *(*tdm_kernel_fn)(tdm_kernel_ctx *ctx);

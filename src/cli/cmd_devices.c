@@ -55,6 +55,9 @@ static void print_json_device(const tdm_device_info *d) {
     json_num("d2h_pinned_gbps", d->d2h_pinned_gbps);
     json_num("h2d_pinned_latency_us", d->h2d_pinned_latency_us);
     json_num("d2h_pinned_latency_us", d->d2h_pinned_latency_us);
+    json_num("conv1x1_gflops", d->conv1x1_gflops);
+    json_num("dwconv_gflops", d->dwconv_gflops);
+    json_num("host_busy_speed", d->host_busy_speed);
     printf(", \"memory_bytes\": %lld, \"from_cache\": %s}", (long long)d->memory_bytes,
            d->from_cache ? "true" : "false");
 }

@@ -1,3 +1,5 @@
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -14,14 +16,77 @@ static void print_value(const tdm_value_desc *d) {
     printf("]\n");
 }
 
+/* The number after "key": in the explain JSON's memory object (0 when absent). */
+static unsigned long long json_num(const char *json, const char *key) {
+    char pat[80];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *at = strstr(json, pat);
+    return at ? strtoull(at + strlen(pat), NULL, 10) : 0;
+}
+
+static void print_bytes(const char *what, unsigned long long b) {
+    printf("  %-22s %llu bytes (%.2f MiB)\n", what, b, (double)b / (1024.0 * 1024.0));
+}
+
+/* --plan: one run on random inputs (dynamic dimensions 1) makes the memory plan; its
+ * figures come from tdm_session_explain's JSON "memory" object. Returns an exit code. */
+static int inspect_plan(tdm_env *env, const char *path, const char *devices) {
+    tdm_session_options so = {0};
+    so.api_version = TDM_API_VERSION;
+    so.devices = devices;
+    so.opt_level = 1;
+    tdm_session *s = NULL;
+    tdm_status *st = tdm_session_create(env, path, &so, &s);
+    if (st) return cli_fail(st, "--plan");
+    int rc = cli_run_random(env, s, 0, NULL, NULL, 1);
+    char *json = NULL;
+    if (!rc && (st = tdm_session_explain(s, TDM_EXPLAIN_JSON, &json))) rc = cli_fail(st, "--plan");
+    const char *mem = json ? strstr(json, "\"memory\":{") : NULL;
+    if (!rc && !mem) {
+        fprintf(stderr, "tandem: --plan: the plan has no memory figures\n");
+        rc = 1;
+    }
+    if (!rc) {
+        unsigned long long arena = json_num(mem, "arena_bytes"), all = json_num(mem, "intermediate_bytes");
+        printf("memory plan (random inputs, dynamic dimensions 1; devices %s):\n", devices ? devices : "cpu");
+        printf("  %-22s %s\n", "planned", strstr(mem, "\"planned\":true") ? "yes" : "no");
+        print_bytes("arena (peak)", arena);
+        print_bytes("all intermediates", all);
+        print_bytes("largest live set", json_num(mem, "peak_live_bytes"));
+        printf("  %-22s %.1f%%\n", "arena / intermediates", all ? 100.0 * (double)arena / (double)all : 0.0);
+        const char *w = strstr(mem, "\"weights_bytes\":{");
+        for (const char *q = w ? w + strlen("\"weights_bytes\":{") : NULL; q && *q == '"';) {
+            const char *e = strchr(q + 1, '"');
+            if (!e || e[1] != ':') break;
+            char label[96];
+            snprintf(label, sizeof label, "weights on %.*s", (int)(e - q - 1), q + 1);
+            char *end = NULL;
+            print_bytes(label, strtoull(e + 2, &end, 10));
+            q = end && *end == ',' ? end + 1 : NULL;
+        }
+    }
+    tdm_string_free(json);
+    tdm_session_free(s);
+    return rc;
+}
+
 int cmd_inspect(int argc, char **argv) {
-    const char *path = NULL, *device = "cpu";
+    const char *path = NULL, *device = "cpu", *devices = NULL;
+    bool plan = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: tandem inspect MODEL [--device NAME]\n\nPrints the model's IR version, "
+            printf("usage: tandem inspect MODEL [--device NAME] [--plan [--devices LIST]]\n\nPrints the model's IR version, "
                    "opsets, inputs, outputs, operator histogram, parameter count and bytes, and "
-                   "which operators the device (default cpu) cannot run.\n");
+                   "which operators the device (default cpu) cannot run.\n"
+                   "--plan also runs the model once on zero inputs (dynamic dimensions 1) on the\n"
+                   "devices of LIST (default cpu) and prints its memory plan: the arena (peak of\n"
+                   "the planned intermediates), the sum of all intermediate tensors, the largest\n"
+                   "set of them alive at once and the weight bytes each device reads.\n");
             return 0;
+        } else if (!strcmp(argv[i], "--plan")) {
+            plan = true;
+        } else if (!strcmp(argv[i], "--devices") && i + 1 < argc) {
+            devices = argv[++i];
         } else if (!strcmp(argv[i], "--device") && i + 1 < argc) {
             device = argv[++i];
         } else if (argv[i][0] == '-') {
@@ -73,7 +138,8 @@ int cmd_inspect(int argc, char **argv) {
     long long p = (long long)tdm_model_parameter_count(m), b = (long long)tdm_model_parameter_bytes(m);
     printf("parameters: %lld (%.2f MiB)\n", p, (double)b / (1024.0 * 1024.0));
     printf("unsupported operators on %s: %zu\n", device, unsupported);
+    int rc = plan ? inspect_plan(env, path, devices) : 0;
     tdm_model_free(m);
     tdm_env_free(env);
-    return 0;
+    return rc;
 }

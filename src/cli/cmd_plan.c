@@ -14,8 +14,8 @@ static void plan_usage(FILE *f) {
             "with their bytes, and the predicted total against each single device.\n"
             "  --affinity RULES  \"Conv=opencl:0;/decoder.*/=cpu;#10-20=cpu\" (op type, /regex/ on\n"
             "                    node names, or node positions)\n"
-            "  --measure N       run N times on random inputs and show measured times and the cost\n"
-            "                    model's error next to the predictions\n"
+            "  --measure N       run N times on random inputs (after one warm-up run) and show\n"
+            "                    measured times and the cost model's error next to the predictions\n"
             "  --dot FILE        write a Graphviz picture (nodes coloured by device, copies in red)\n");
 }
 
@@ -76,7 +76,8 @@ int cmd_plan(int argc, char **argv) {
     }
     const tdm_model *m = tdm_session_model(s);
     size_t n_in = tdm_model_input_count(m), n_out = tdm_model_output_count(m);
-    for (int r = 0; r < measure && rc == 0; r++) {
+    /* one warm-up run first, not counted (kernel compilation, caches, first allocations) */
+    for (int r = measure > 0 ? -1 : 0; r < measure && rc == 0; r++) {
         tdm_tensor *ins[64] = {0}, *outs[64] = {0};
         const char *names[64], *onames[64];
         if (n_in > 64 || n_out > 64) {
@@ -111,6 +112,7 @@ int cmd_plan(int argc, char **argv) {
             tdm_tensor_free(ins[i]);
             tdm_tensor_free(outs[i]);
         }
+        if (r < 0) tdm_session_reset_measurements(s);
     }
     if (rc) goto done;
     if (dot) {

@@ -19,7 +19,14 @@
  * zero there, and FromBlocked drops them. Every other reader of a value that became
  * blocked (and a graph output) reads it through one FromBlocked node that writes the
  * original value. A convolution is converted only when its input is already blocked or
- * one of its readers could take a blocked tensor, so a lone convolution stays as it was. */
+ * one of its readers could take a blocked tensor, so a lone convolution stays as it was.
+ *
+ * Placed graphs: only nodes whose `device` is negative are converted (unplaced, or placed on
+ * the CPU by the caller, which marks them so; sched/plan.c). A node with a device >= 0 runs
+ * elsewhere: it never reads a blocked tensor (it gets a FromBlocked like any plain reader)
+ * and does not make its input "wanted" blocked. New nodes take the device mark of the node
+ * they stand for (FromBlocked: -1, the CPU), so a blocked tensor never leaves the CPU and
+ * copies to other devices carry plain data. */
 #include <stdio.h>
 #include <string.h>
 
@@ -82,8 +89,13 @@ static tdm_status *new_twin(bl_ctx *b, int v, int *out) {
 static tdm_status *new_node(bl_ctx *b, const char *op, int like, int n_in, int *idx) {
     char name[128];
     snprintf(name, sizeof name, "%.100s/%s", fz_node(b->fz, like)->name, op);
-    return fz_new_node(b->fz, op, TDM_FUSED_DOMAIN, name, n_in, 1, idx);
+    TDM_TRY(fz_new_node(b->fz, op, TDM_FUSED_DOMAIN, name, n_in, 1, idx));
+    fz_node(b->fz, *idx)->device = fz_node(b->fz, like)->device; /* (CPU mark: negative) */
+    return NULL;
 }
+
+/* May node n become blocked (unplaced, or on the CPU)? */
+static bool on_cpu(const tdm_node *n) { return n->device < 0; }
 
 static tdm_status *copy_attrs(bl_ctx *b, int from, int to) {
     int na = fz_node(b->fz, from)->n_attrs;
@@ -110,7 +122,7 @@ static tdm_status *to_blocked(bl_ctx *b, int v, int like, int *out) {
 
 static tdm_status *convert_conv(bl_ctx *b, int i) {
     tdm_node *n = fz_node(b->fz, i);
-    if (n->n_inputs < 2 || n->n_outputs != 1 || !fz_attrs_copyable(n)) return NULL;
+    if (n->n_inputs < 2 || n->n_outputs != 1 || !fz_attrs_copyable(n) || !on_cpu(n)) return NULL;
     int x = n->inputs[0], w = n->inputs[1], y = n->outputs[0];
     int z = is_fused(n, "FusedConv") && n->n_inputs > 3 ? n->inputs[3] : -1;
     const tdm_value *wv = w >= 0 ? &b->fz->g->values[w] : NULL;
@@ -139,7 +151,7 @@ static tdm_status *convert_conv(bl_ctx *b, int i) {
 static tdm_status *convert_pool(bl_ctx *b, int i) {
     tdm_node *n = fz_node(b->fz, i);
     if (n->n_inputs != 1 || n->n_outputs < 1 || (n->n_outputs > 1 && n->outputs[1] >= 0) ||
-        !fz_attrs_copyable(n))
+        !fz_attrs_copyable(n) || !on_cpu(n))
         return NULL;
     int x = n->inputs[0], y = n->outputs[0];
     if (!blocked(b, x) || !plain4(b, x) || !plain4(b, y)) return NULL;
@@ -176,7 +188,8 @@ static tdm_status *retarget(bl_ctx *b, int i, int n_blocked) {
 
 static tdm_status *convert_other(bl_ctx *b, int i) {
     tdm_node *n = fz_node(b->fz, i);
-    if (n->n_outputs != 1 || n->n_inputs < 1 || n->n_implicit || !plain4(b, n->outputs[0]))
+    if (n->n_outputs != 1 || n->n_inputs < 1 || n->n_implicit || !plain4(b, n->outputs[0]) ||
+        !on_cpu(n))
         return NULL;
     if (IN_LIST(n, unary_ops)) {
         if (!blocked(b, n->inputs[0])) return NULL;
@@ -208,6 +221,7 @@ static tdm_status *convert_other(bl_ctx *b, int i) {
 
 /* Could node n take input v in the blocked layout (judged before any rewrite)? */
 static bool takes_blocked(const tdm_node *n, int v) {
+    if (!on_cpu(n)) return false;
     if (is_conv(n)) return n->inputs[0] == v; /* (a Z alone does not make it blocked) */
     if (IN_LIST(n, pool_ops) || IN_LIST(n, unary_ops)) return n->inputs[0] == v;
     return IN_LIST(n, binary_ops) || is_op(n, "Concat");

@@ -2,6 +2,7 @@
  * the pooling ops and MaxUnpool. The schema table is in nn.c. */
 #include <string.h>
 
+#include "core/checked.h"
 #include "ops/nn_geom.h"
 
 tdm_status *tdm_nn_infer_conv(tdm_infer_ctx *ctx);
@@ -201,12 +202,20 @@ static tdm_status *infer_conv_like(tdm_infer_ctx *ctx, tdm_nn_kind kind, tdm_dty
         if (xd[1] >= 0 && xd[1] % group)
             return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
                                   "input channels are not divisible by group");
-        y->dims[1] = wd[1] >= 0 ? wd[1] * group : TDM_DIM_UNKNOWN;
+        int64_t cout = TDM_DIM_UNKNOWN;
+        if (wd[1] >= 0 && !tdm_mul_i64(wd[1], group, &cout))
+            return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
+                                  "weight channels x group overflows");
+        y->dims[1] = cout;
     } else {
-        if (xd[1] >= 0 && wd[1] >= 0 && xd[1] != wd[1] * group)
+        int64_t cin = TDM_DIM_UNKNOWN;
+        if (wd[1] >= 0 && !tdm_mul_i64(wd[1], group, &cin))
+            return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
+                                  "weight channels x group overflows");
+        if (xd[1] >= 0 && wd[1] >= 0 && xd[1] != cin)
             return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
                                   "input has %lld channels but weight x group gives %lld",
-                                  (long long)xd[1], (long long)(wd[1] * group));
+                                  (long long)xd[1], (long long)cin);
         if (wd[0] >= 0 && wd[0] % group)
             return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
                                   "output channels are not divisible by group");

@@ -4,7 +4,8 @@
  *
  * FLOPs come from the op's kind (table below): 2 * multiply-adds for convolutions and matrix
  * products, elements times a per-op constant for element-wise ops, reductions and
- * normalisations, 0 for pure data movement. Convolutions use the profile's conv_gflops, all
+ * normalisations, 0 for pure data movement. Convolutions use the profile's conv_gflops
+ * (depthwise ones dwconv_gflops, 1x1 ones conv1x1_gflops, where measured), all
  * other ops gemm_gflops (element-wise ops are bound by bytes on every device we know, so the
  * choice hardly matters there). A throughput of 0 ("not measured") falls back to the other
  * one, then to 1 GFLOP/s or 1 GB/s, so a predicted time is always finite.
@@ -386,9 +387,24 @@ static bool conv_like(const tdm_node *n) {
     return find_cost(n)->kind == CK_CONV || find_cost(n)->kind == CK_CONV_T;
 }
 
+/* The profile's throughput for a convolution of this kind: depthwise (one input channel per
+ * group, group > 1) and pointwise (a 1x1 window) have their own benchmarks; others, and a
+ * kind the profile has not measured, use conv_gflops. */
+static double conv_rate(const tdm_graph *g, const tdm_node *n, const tdm_device_profile *p) {
+    const op_cost *c = find_cost(n);
+    const tdm_value *w = c->kind == CK_CONV ? input(g, n, c->w) : NULL;
+    if (!w || w->rank < 3) return p->conv_gflops;
+    int64_t group = tdm_attr_int(n, "group", 1);
+    double window = 1;
+    for (int i = 2; i < w->rank; i++) window *= dim(w, i);
+    if (group > 1 && w->dims[1] == 1 && p->dwconv_gflops > 0) return p->dwconv_gflops;
+    if (window == 1 && group == 1 && p->conv1x1_gflops > 0) return p->conv1x1_gflops;
+    return p->conv_gflops;
+}
+
 double tdm_cost_node_ms(const tdm_graph *g, const tdm_node *n, const tdm_device_profile *p) {
     if (!g || !n || !p) return 0;
-    double gf = conv_like(n) ? p->conv_gflops : p->gemm_gflops;
+    double gf = conv_like(n) ? conv_rate(g, n, p) : p->gemm_gflops;
     double other = conv_like(n) ? p->gemm_gflops : p->conv_gflops;
     if (!(gf > 0)) gf = other > 0 ? other : 1;
     double bw = p->mem_gbps > 0 ? p->mem_gbps : 1;

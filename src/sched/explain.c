@@ -321,6 +321,18 @@ tdm_status *tdm_plan_explain(tdm_plan *p, int format, const tdm_allocator *a, ch
             sb_printf(&b, ",\"measured_runs\":%lld,\"measured_total_ms\":%.6g", (long long)runs, measured_total);
             if (err_n) sb_printf(&b, ",\"cost_model_mean_abs_error\":%.4f", abs_err / err_n);
         }
+        /* memory plan (sched/memplan.h): arena vs all intermediates, weights per device */
+        tdm_memory_figures mf;
+        tdm_plan_memory_figures(p, &mf);
+        sb_printf(&b, ",\"memory\":{\"planned\":%s,\"arena_bytes\":%zu,\"intermediate_bytes\":%zu,"
+                  "\"peak_live_bytes\":%zu,\"weights_bytes\":{", mf.planned ? "true" : "false",
+                  mf.arena_bytes, mf.intermediate_bytes, mf.peak_live_bytes);
+        for (int d = 0; d < D && d < TDM_MEMFIG_DEVICES; d++) {
+            sb_printf(&b, "%s", d ? "," : "");
+            sb_json_str(&b, p->devices[d]->name);
+            sb_printf(&b, ":%zu", mf.weights_bytes[d]);
+        }
+        sb_printf(&b, "}}");
         sb_printf(&b, "}\n");
     } else if (format == TDM_EXPLAIN_DOT) {
         static const char *const colors[] = {"lightblue", "orange", "palegreen", "plum", "khaki", "salmon"};
@@ -397,6 +409,10 @@ tdm_status *tdm_plan_explain(tdm_plan *p, int format, const tdm_allocator *a, ch
         if (runs) {
             sb_printf(&b, "\nmeasured: %.4f ms per run over %lld runs", measured_total, (long long)runs);
             if (err_n && p->node_ms) sb_printf(&b, "; cost model mean absolute error %.1f%% per node", 100 * abs_err / err_n);
+            double pt = p->has_prediction ? p->predicted_ms : predicted_sum;
+            if (measured_total > 0 && pt > 0)
+                sb_printf(&b, "; total predicted %.4f ms, error %+.1f%%", pt,
+                          100 * (pt - measured_total) / measured_total);
         }
         sb_printf(&b, "\n");
     }

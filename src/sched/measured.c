@@ -1,6 +1,12 @@
 /* Measured per-node times on disk: `tandem profile` stores what it measured; later plans of
  * the same model (same bytes, same static input shapes) use them in place of the roofline
- * estimate. <cache>/measured/<model key>.txt, lines "device<TAB>node index<TAB>node name<TAB>ms". */
+ * estimate. <cache>/measured/<model key>.txt, lines "device<TAB>node index<TAB>node name<TAB>ms".
+ *
+ * The key leaves out the graph's node count: a CPU-only plan runs the blocked-layout pass
+ * before placement and a multi-device plan after it (sched/plan.c), so the same model has two
+ * graphs, and a line is matched to a node by index and name, else by name alone, where a
+ * blocked twin ("conv/BlockedConv", "pool/BlockedPool") counts for the node it replaced:
+ * the CPU's measured time of a convolution is then the time it will have once blocked. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +26,6 @@ static uint64_t plan_key(const tdm_plan *p) {
         h = (h ^ (uint64_t)(v->rank + 7)) * 1099511628211ull;
         for (int d = 0; d < v->rank; d++) h = (h ^ (uint64_t)v->dims[d]) * 1099511628211ull;
     }
-    h = (h ^ g->n_nodes) * 1099511628211ull;
     return h;
 }
 
@@ -37,6 +42,17 @@ static bool measured_path(const tdm_plan *p, char *path, size_t size, bool make_
     return n > 0 && (size_t)n < size;
 }
 
+/* The node a line names (index and name, else the first node of that name, a blocked twin's
+ * name standing for its original; name is modified); g->n_nodes if none. */
+static size_t find_node(const tdm_graph *g, size_t idx, char *name) {
+    if (idx < g->n_nodes && !strcmp(g->nodes[idx].name, name)) return idx;
+    char *slash = strrchr(name, '/');
+    if (slash && (!strcmp(slash, "/BlockedConv") || !strcmp(slash, "/BlockedPool"))) *slash = 0;
+    for (size_t i = 0; name[0] && i < g->n_nodes; i++)
+        if (!strcmp(g->nodes[i].name, name)) return i;
+    return g->n_nodes;
+}
+
 int tdm_measured_apply(tdm_plan *p) {
     if (!p->node_ms || !p->model_hash) return 0;
     char path[4400];
@@ -51,7 +67,8 @@ int tdm_measured_apply(tdm_plan *p) {
         unsigned long idx;
         double ms;
         if (sscanf(line, "%63[^\t]\t%lu\t%511[^\t]\t%lf", dev, &idx, name, &ms) != 4) continue;
-        if (idx >= g->n_nodes || strcmp(g->nodes[idx].name, name) || !(ms >= 0)) continue;
+        if (!(ms >= 0)) continue;
+        if ((idx = find_node(g, idx, name)) >= g->n_nodes) continue;
         for (int d = 0; d < p->n_devices; d++)
             if (!strcmp(p->devices[d]->name, dev) && p->supported[idx * (size_t)p->n_devices + (size_t)d]) {
                 p->node_ms[idx * (size_t)p->n_devices + (size_t)d] = ms;
@@ -82,6 +99,9 @@ tdm_status *tdm_measured_save(tdm_plan *p) {
             char dev[64];
             unsigned long idx;
             if (sscanf(line, "%63[^\t]\t%lu", dev, &idx) != 2) continue;
+            char name[512] = "";
+            sscanf(line, "%*[^\t]\t%*u\t%511[^\t]", name);
+            idx = find_node(g, idx, name);
             bool replaced = idx < g->n_nodes && !strcmp(p->devices[g->nodes[idx].device]->name, dev);
             if (!replaced) fputs(line, out);
         }

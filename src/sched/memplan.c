@@ -76,6 +76,29 @@ tdm_status *tdm_memplan_build(const tdm_allocator *a, size_t n, const size_t *si
         if (off + sz > total) total = off + sz;
     }
     mp->arena_bytes = total;
+    /* largest live set: +size where a value starts, -size after its last reader */
+    int t_max = 0;
+    for (size_t i = 0; i < m; i++) {
+        size_t v = ord[i].v;
+        if (first[v] > t_max) t_max = first[v];
+        if (last[v] > t_max) t_max = last[v];
+    }
+    int64_t *delta = m ? tdm_calloc(a, (size_t)t_max + 3, sizeof *delta) : NULL;
+    if (delta) {
+        for (size_t i = 0; i < m; i++) {
+            size_t v = ord[i].v;
+            int f0 = first[v] < 0 ? 0 : first[v], l0 = last[v] < f0 ? f0 : last[v];
+            delta[f0] += (int64_t)ord[i].size;
+            delta[l0 + 1] -= (int64_t)ord[i].size;
+            mp->total_bytes += ord[i].size;
+        }
+        int64_t live_now = 0;
+        for (int t = 0; t <= t_max + 1; t++) {
+            live_now += delta[t];
+            if (live_now > (int64_t)mp->peak_live_bytes) mp->peak_live_bytes = (size_t)live_now;
+        }
+        tdm_free(a, delta);
+    }
     if (total) {
         mp->arena = tdm_alloc(a, total);
         if (!mp->arena) {
@@ -102,5 +125,10 @@ void tdm_memplan_free(const tdm_allocator *a, tdm_memplan *mp) {
     tdm_free(a, mp->size);
     tdm_free(a, mp->headers);
     tdm_free(a, mp->arena);
+    tdm_free(a, (void *)mp->vals);
+    tdm_free(a, mp->owned);
+    tdm_free(a, (void *)mp->ins);
+    tdm_free(a, mp->outs);
+    tdm_shape_cache_free(a, mp->shapes);
     tdm_free(a, mp);
 }

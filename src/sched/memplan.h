@@ -22,6 +22,18 @@ typedef struct tdm_memplan {
     tdm_tensor *headers; /* per value: reused tensor headers for arena tensors */
     bool busy;           /* a run is using the arena */
     uint64_t last_use;
+    /* figures for `tandem inspect --plan`: bytes of all planned intermediates (aligned) and
+     * the largest sum of them alive at one node (a lower bound on arena_bytes) */
+    size_t total_bytes, peak_live_bytes;
+    /* Per-run scratch of the run holding the arena, made with the plan by the executor so
+     * that a run with planned shapes allocates nothing of its own (freed here): the value
+     * table and ownership flags (n_values each), node input/output pointer arrays (max_io
+     * each) and the inferred shapes of each node for these input shapes (executor.c). */
+    const tdm_tensor **vals;
+    bool *owned;
+    const tdm_tensor **ins;
+    tdm_tensor **outs;
+    struct tdm_shape_cache *shapes;
 } tdm_memplan;
 
 /* Plans offsets for values with size[v] > 0 living over node intervals [first[v], last[v]].
@@ -30,5 +42,21 @@ tdm_status *tdm_memplan_build(const tdm_allocator *a, size_t n_values, const siz
                               const int *first, const int *last, uint64_t key,
                               tdm_memplan **out);
 void tdm_memplan_free(const tdm_allocator *a, tdm_memplan *mp);
+/* Memory figures of a plan (`tandem inspect --plan`, tdm_session_explain JSON "memory"),
+ * from its most recently used memory plan (planned = false before a first run made one):
+ * arena bytes against the sum of all planned intermediates and the largest live set, and
+ * the bytes of constants (weights) read by the nodes of each plan device (a constant read
+ * on two devices counts on both). Defined in executor.c. */
+#define TDM_MEMFIG_DEVICES 16
+typedef struct tdm_memory_figures {
+    bool planned;
+    size_t arena_bytes, intermediate_bytes, peak_live_bytes;
+    size_t weights_bytes[TDM_MEMFIG_DEVICES];
+} tdm_memory_figures;
+struct tdm_plan;
+void tdm_plan_memory_figures(struct tdm_plan *p, tdm_memory_figures *out);
+
+/* Frees a shape cache (defined in executor.c). NULL-safe. */
+void tdm_shape_cache_free(const tdm_allocator *a, struct tdm_shape_cache *sc);
 
 #endif

@@ -1,4 +1,5 @@
 /* Plan creation: graph passes, placement, kernel preparation, value lifetimes. */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -55,8 +56,8 @@ static tdm_status *optimise(tdm_graph *g, tdm_device *cpu, bool blocked,
         TDM_TRY(tdm_graph_compact(g));
         TDM_TRY(tdm_graph_infer_shapes(g));
     }
-    /* blocked layouts only where the CPU runs everything it can (its kernels alone know the
-     * blocked ops; elsewhere they would pin convolutions to the CPU) */
+    /* blocked layouts here only for a CPU alone; with several devices the pass runs after
+     * placement on the CPU's part of the graph (relayout_cpu_regions) */
     if (blocked) {
         TDM_TRY(tdm_graph_fuse_blocked(g, PLAN_CPU_BLOCK, &fused));
         if (fused) {
@@ -120,7 +121,7 @@ static tdm_status *parse_affinity(tdm_plan *p, const char *rules, int *forced) {
  *  3. choice: one device: trivial; "first": preference order; "auto": cost model (device
  *     profiles + roofline per node) and HEFT list scheduling with copy costs (sched/place.c);
  *  4. the kernel of the chosen device is recorded for dispatch. */
-static tdm_status *place(tdm_plan *p, const tdm_plan_options *opts) {
+static tdm_status *place(tdm_plan *p, const tdm_plan_options *opts, const int *keep) {
     tdm_graph *g = p->graph;
     size_t N = g->n_nodes;
     int D = p->n_devices;
@@ -129,6 +130,10 @@ static tdm_status *place(tdm_plan *p, const tdm_plan_options *opts) {
     size_t mlen = 0;
     int n_missing = 0;
     tdm_status *st = NULL;
+    tdm_free(a, p->supported); /* (a second placement after the layout pass) */
+    tdm_free(a, p->reason);
+    tdm_free(a, p->node_ms);
+    p->node_ms = NULL;
     const tdm_kernel_def **kern = tdm_calloc(a, N * (size_t)D + 1, sizeof *kern);
     int *forced = tdm_calloc(a, N + 1, sizeof *forced);
     p->supported = tdm_calloc(a, N * (size_t)D + 1, sizeof *p->supported);
@@ -191,7 +196,12 @@ static tdm_status *place(tdm_plan *p, const tdm_plan_options *opts) {
             goto done;
         }
     }
-    if (opts->affinity && opts->affinity[0] && (st = parse_affinity(p, opts->affinity, forced))) goto done;
+    if (keep) { /* every node stays where the first placement put it */
+        for (size_t i = 0; i < N; i++) forced[i] = keep[i];
+        pinned = -1;
+    } else if (opts->affinity && opts->affinity[0] &&
+               (st = parse_affinity(p, opts->affinity, forced)))
+        goto done;
     for (size_t i = 0; i < N; i++) {
         if (forced[i] < 0 && pinned >= 0 && p->supported[i * (size_t)D + (size_t)pinned]) forced[i] = pinned;
         if (forced[i] >= 0 && !p->supported[i * (size_t)D + (size_t)forced[i]]) {
@@ -296,6 +306,72 @@ static void lifetimes(tdm_plan *p) {
     for (size_t o = 0; o < g->n_outputs; o++) p->release_after[g->outputs[o]] = -1;
 }
 
+/* Per-node and per-value arrays of the plan, sized for the graph as it is now. */
+static tdm_status *plan_arrays(tdm_plan *p) {
+    const tdm_allocator *a = p->alloc;
+    const tdm_graph *g = p->graph;
+    tdm_free(a, p->nodes);
+    tdm_free(a, p->release_after);
+    tdm_free(a, p->first_use);
+    tdm_free(a, p->const_on_device);
+    p->nodes = tdm_calloc(a, g->n_nodes ? g->n_nodes : 1, sizeof *p->nodes);
+    p->release_after = tdm_calloc(a, g->n_values ? g->n_values : 1, sizeof(int));
+    p->first_use = tdm_calloc(a, g->n_values ? g->n_values : 1, sizeof(int));
+    p->const_on_device = tdm_calloc(a, (g->n_values ? g->n_values : 1) * (size_t)p->n_devices,
+                                    sizeof(tdm_tensor *));
+    if (!p->nodes || !p->release_after || !p->first_use || !p->const_on_device)
+        return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory creating a plan");
+    return NULL;
+}
+
+/* The blocked-layout pass on the CPU's part of a multi-device plan: after placement, nodes on
+ * the CPU are marked (device -1 - reason) and the rest keep device + D * reason, so the pass
+ * converts only CPU nodes (its new nodes inherit the mark: ToBlocked/BlockedConv/BlockedPool
+ * of a CPU node, FromBlocked -1) and every tensor another device reads stays plain. Then the
+ * graph is placed again with each node kept where it was, for the kernels and predictions. */
+static tdm_status *relayout_cpu_regions(tdm_plan *p, const tdm_plan_options *opts,
+                                        const tdm_device *cpu) {
+    tdm_graph *g = p->graph;
+    const tdm_allocator *a = p->alloc;
+    int D = p->n_devices, c = -1;
+    size_t on_cpu = 0;
+    for (int d = 0; d < D; d++)
+        if (p->devices[d] == cpu) c = d;
+    for (size_t i = 0; i < g->n_nodes; i++) on_cpu += g->nodes[i].device == c;
+    if (c < 0 || on_cpu == 0) return NULL;
+    for (size_t i = 0; i < g->n_nodes; i++) {
+        tdm_node *n = &g->nodes[i];
+        int r = p->reason ? p->reason[i] : 0;
+        n->device = n->device == c ? -1 - r : n->device + D * r;
+    }
+    int fused = 0;
+    tdm_status *st = tdm_graph_fuse_blocked(g, PLAN_CPU_BLOCK, &fused);
+    if (!st && fused && !(st = tdm_graph_compact(g))) st = tdm_graph_infer_shapes(g);
+    size_t N = g->n_nodes;
+    int *keep = tdm_calloc(a, N + 1, sizeof *keep);
+    unsigned char *why = tdm_calloc(a, N + 1, sizeof *why);
+    if (!st && (!keep || !why)) st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory creating a plan");
+    for (size_t i = 0; i < N; i++) { /* decode (also on failure: devices stay valid) */
+        tdm_node *n = &g->nodes[i];
+        int d = n->device < 0 ? c : n->device % D;
+        if (keep) keep[i] = d;
+        if (why) why[i] = (unsigned char)(n->device < 0 ? -1 - n->device : n->device / D);
+        n->device = d;
+    }
+    /* each device alone: the first placement's figures (the kept placement pins the blocked
+     * nodes to the CPU, which would make every other device "cannot") */
+    double single[16];
+    memcpy(single, p->single_ms, sizeof single);
+    if (!st && fused && !(st = plan_arrays(p)) && !(st = place(p, opts, keep))) {
+        for (size_t i = 0; i < N; i++) p->reason[i] = why[i];
+        for (int d = 0; d < D && d < 16; d++)
+            if (isinf(p->single_ms[d])) p->single_ms[d] = single[d];
+    }
+    tdm_free(a, keep);
+    tdm_free(a, why);
+    return st;
+}
+
 tdm_status *tdm_plan_create(const tdm_allocator *a, tdm_graph *graph, tdm_device **devices,
                             int n_devices, tdm_threadpool *pool, const tdm_plan_options *opts,
                             tdm_plan **out) {
@@ -325,19 +401,12 @@ tdm_status *tdm_plan_create(const tdm_allocator *a, tdm_graph *graph, tdm_device
     }
     if ((st = tdm_graph_infer_shapes(graph))) goto fail;
     tdm_device *cpu = find_cpu(devices, n_devices);
-    bool blocked = cpu && (n_devices == 1 ||
-                           (opts->placement && strcmp(opts->placement, cpu->name) == 0));
+    bool blocked = cpu && n_devices == 1;
     if (opts->opt_level >= 1 && cpu && (st = optimise(graph, cpu, blocked, a))) goto fail;
-    p->nodes = tdm_calloc(a, graph->n_nodes ? graph->n_nodes : 1, sizeof *p->nodes);
-    p->release_after = tdm_calloc(a, graph->n_values ? graph->n_values : 1, sizeof(int));
-    p->first_use = tdm_calloc(a, graph->n_values ? graph->n_values : 1, sizeof(int));
-    p->const_on_device = tdm_calloc(a, (graph->n_values ? graph->n_values : 1) * (size_t)n_devices,
-                                    sizeof(tdm_tensor *));
-    if (!p->nodes || !p->release_after || !p->first_use || !p->const_on_device) {
-        st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory creating a plan");
+    if ((st = plan_arrays(p))) goto fail;
+    if ((st = place(p, opts, NULL))) goto fail;
+    if (opts->opt_level >= 1 && cpu && !blocked && (st = relayout_cpu_regions(p, opts, cpu)))
         goto fail;
-    }
-    if ((st = place(p, opts))) goto fail;
     if (opts->profile &&
         !(p->measured_ms = tdm_calloc(a, graph->n_nodes ? graph->n_nodes : 1, sizeof(double)))) {
         st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory creating a plan");

@@ -84,6 +84,10 @@ void tdm_plan_free(tdm_plan *p);
 /* Runs the plan. inputs[i] is the tensor for graph input i (NULL = use its initializer).
  * outputs[j] receives a new tensor for graph output j. */
 tdm_status *tdm_plan_run(tdm_plan *p, const tdm_tensor *const *inputs, tdm_tensor **outputs);
+/* tdm_plan_run that stops with TDM_ERR_CANCELLED between nodes (and inside Loop/Scan) once
+ * `ctl` says so (backends/kernel.h); ctl may be NULL and must outlive the call. */
+tdm_status *tdm_plan_run_ctl(tdm_plan *p, const tdm_tensor *const *inputs, tdm_tensor **outputs,
+                             const tdm_run_ctl *ctl);
 
 /* Bytes of the arena planned for the most recently used input shapes (0 before a run with
  * static shapes has been planned). */

@@ -4,8 +4,12 @@
  * What is measured (float32, best of many short runs, under a second per device):
  *   gemm_gflops      MatMul [512,512] x [512,512]
  *   conv_gflops      Conv X [1,64,56,56], W [64,64,3,3], pads 1
+ *   conv1x1_gflops   Conv X [1,128,28,28], W [128,128,1,1] (pointwise, as in MobileNets)
+ *   dwconv_gflops    Conv X [1,144,56,56], W [144,1,3,3], group 144, pads 1 (depthwise)
  *   mem_gbps         Add of two 4M-element vectors: (2 inputs + 1 output) bytes / time, the
  *                    same byte count the cost model uses (tdm_node_bytes); Relu if no Add
+ *   host_busy_speed  devices with their own memory: conv_gflops measured again while `threads`
+ *                    host threads spin, over conv_gflops (does it compute on the host's cores?)
  *   launch_us        a 1-element Relu (Add if no Relu), including what the executor does
  *                    around every node
  *                    (shape inference, output allocation); for devices with their own memory,
@@ -25,6 +29,8 @@
  * again and replaced; a cache that cannot be written is not an error. */
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,6 +112,9 @@ typedef struct num_field {
 static const num_field num_fields[] = {
     {"gemm_gflops", offsetof(tdm_device_profile, gemm_gflops)},
     {"conv_gflops", offsetof(tdm_device_profile, conv_gflops)},
+    {"conv1x1_gflops", offsetof(tdm_device_profile, conv1x1_gflops)},
+    {"dwconv_gflops", offsetof(tdm_device_profile, dwconv_gflops)},
+    {"host_busy_speed", offsetof(tdm_device_profile, host_busy_speed)},
     {"mem_gbps", offsetof(tdm_device_profile, mem_gbps)},
     {"launch_us", offsetof(tdm_device_profile, launch_us)},
     {"h2d_gbps", offsetof(tdm_device_profile, h2d_gbps)},
@@ -407,11 +416,16 @@ static tdm_status *bench_gemm(const bench *b, double *gflops) {
     return st;
 }
 
-static tdm_status *bench_conv(const bench *b, double *gflops) {
-    int64_t xd[4] = {1, 64, 56, 56}, wd[4] = {64, 64, 3, 3};
-    int64_t pads[4] = {1, 1, 1, 1}, kernel[2] = {3, 3};
-    tdm_attr attrs[2];
+/* Conv of x [1, c, hw, hw] with m filters of k x k, pads k/2, `group` groups. */
+static tdm_status *bench_conv_shape(const bench *b, int64_t c, int64_t hw, int64_t m, int64_t k,
+                                    int64_t group, double *gflops) {
+    int64_t xd[4] = {1, c, hw, hw}, wd[4] = {m, c / group, k, k};
+    int64_t pads[4] = {k / 2, k / 2, k / 2, k / 2}, kernel[2] = {k, k};
+    tdm_attr attrs[3];
     memset(attrs, 0, sizeof attrs);
+    attrs[2].name = (char *)"group";
+    attrs[2].type = TDM_ATTR_INT;
+    attrs[2].i = group;
     attrs[0].name = (char *)"pads";
     attrs[0].type = TDM_ATTR_INTS;
     attrs[0].ints = pads;
@@ -423,10 +437,61 @@ static tdm_status *bench_conv(const bench *b, double *gflops) {
     tdm_tensor *x[2] = {NULL, NULL};
     tdm_status *st = host_tensor(b, 4, xd, 3, &x[0]);
     if (!st) st = host_tensor(b, 4, wd, 4, &x[1]);
-    double work = 2.0 * 64 * 56 * 56 * 64 * 3 * 3;
-    if (!st) st = bench_op(b, "Conv", x, 2, attrs, 2, work, 30, 0.12, gflops);
+    double work = 2.0 * (double)m * (double)hw * (double)hw * (double)(c / group) * (double)(k * k);
+    if (!st) st = bench_op(b, "Conv", x, 2, attrs, 3, work, 30, 0.12, gflops);
     tdm_tensor_destroy(x[0]);
     tdm_tensor_destroy(x[1]);
+    return st;
+}
+
+static tdm_status *bench_conv(const bench *b, double *gflops) {
+    return bench_conv_shape(b, 64, 56, 64, 3, 1, gflops);
+}
+
+/* pointwise and depthwise convolutions: the better of two windows */
+static tdm_status *bench_conv_kinds(const bench *b, tdm_device_profile *p) {
+    double pw = 0, dw = 0;
+    TDM_TRY(bench_conv_shape(b, 128, 28, 128, 1, 1, &pw));
+    TDM_TRY(bench_conv_shape(b, 144, 56, 144, 3, 144, &dw));
+    if (pw > p->conv1x1_gflops) p->conv1x1_gflops = pw;
+    if (dw > p->dwconv_gflops) p->dwconv_gflops = dw;
+    return NULL;
+}
+
+/* Host threads that keep their cores busy until told to stop. */
+typedef struct spinner {
+    atomic_int *stop;
+    double sink;
+} spinner;
+
+static void *spin_main(void *arg) {
+    spinner *s = arg;
+    double x = 1.0;
+    while (!atomic_load_explicit(s->stop, memory_order_relaxed))
+        for (int i = 0; i < 4096; i++) x = x * 1.0000001 + 1e-9;
+    s->sink = x;
+    return NULL;
+}
+
+/* conv_gflops again with `threads` host threads spinning, over `alone` (capped at 1). */
+static tdm_status *bench_host_busy(const bench *b, int threads, double alone, double *keep) {
+    enum { MAX_SPIN = 64 };
+    pthread_t th[MAX_SPIN];
+    spinner sp[MAX_SPIN];
+    atomic_int stop;
+    atomic_init(&stop, 0);
+    int n = 0;
+    if (threads > MAX_SPIN) threads = MAX_SPIN;
+    for (; n < threads; n++) {
+        sp[n].stop = &stop;
+        sp[n].sink = 0;
+        if (pthread_create(&th[n], NULL, spin_main, &sp[n]) != 0) break;
+    }
+    double busy = 0;
+    tdm_status *st = n > 0 ? bench_conv(b, &busy) : NULL;
+    atomic_store(&stop, 1);
+    for (int i = 0; i < n; i++) pthread_join(th[i], NULL);
+    *keep = n > 0 && alone > 0 && busy > 0 ? (busy < alone ? busy / alone : 1.0) : 0;
     return st;
 }
 
@@ -585,14 +650,17 @@ static tdm_status *measure(tdm_device *dev, const tdm_allocator *a, int threads,
     double gemm2 = 0, conv2 = 0;
     tdm_status *st = bench_gemm(&b, &p->gemm_gflops);
     if (!st) st = bench_conv(&b, &p->conv_gflops);
+    if (!st) st = bench_conv_kinds(&b, p);
     if (!st) st = bench_bandwidth(&b, &p->mem_gbps);
     if (!st) st = bench_launch(&b, "Relu", 1, &p->launch_us);
     if (!st && p->launch_us == 0) st = bench_launch(&b, "Add", 2, &p->launch_us);
     if (!st) st = bench_link(&b, p);
     if (!st) st = bench_gemm(&b, &gemm2);
     if (!st) st = bench_conv(&b, &conv2);
+    if (!st) st = bench_conv_kinds(&b, p);
     if (gemm2 > p->gemm_gflops) p->gemm_gflops = gemm2;
     if (conv2 > p->conv_gflops) p->conv_gflops = conv2;
+    if (!st && !dev->host_memory) st = bench_host_busy(&b, threads, p->conv_gflops, &p->host_busy_speed);
     tdm_threadpool_free(b.pool);
     /* capacity: host memory for host-memory devices; other backends cannot say yet (0) */
     p->memory_bytes = dev->host_memory ? host_memory_bytes() : 0;

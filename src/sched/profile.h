@@ -32,6 +32,16 @@ typedef struct tdm_device_profile {
     /* not cached: the executor copies to and from this device through staging memory
      * (sched/xfer.h), so the cost model reads the pinned figures */
     bool staged_copies;
+    /* convolution kinds whose speed differs most from the 3x3 benchmark on some devices
+     * (PoCL runs depthwise convolutions ~20x slower than dense ones): 0 = not measured, the
+     * cost model then uses conv_gflops */
+    double conv1x1_gflops; /* float32 Conv 1x128x28x28, 1x1, 128->128 */
+    double dwconv_gflops;  /* float32 depthwise Conv 1x144x56x56, 3x3, group 144 */
+    /* share of its 3x3 conv speed a device with its own memory keeps while every host core
+     * is busy (0: not measured, and for host-memory devices): about 1 for a GPU, about half or
+     * less for a device that computes on the host's own cores (an OpenCL CPU device such as
+     * PoCL), whose work a split cannot overlap with the CPU's */
+    double host_busy_speed;
 } tdm_device_profile;
 
 /* Returns the profile of `dev`, measured now (reprofile, or nothing cached) or read from

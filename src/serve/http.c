@@ -158,8 +158,9 @@ static sv_route route(sv_conn *c, const char *method, const char *url, bool metr
     snprintf(c->model, sizeof c->model, "%s", p[2]);
     int k = 3;
     if (n >= 5 && !strcmp(p[3], "versions")) {
-        if (strlen(p[4]) >= sizeof c->version) return R_NOT_FOUND;
-        snprintf(c->version, sizeof c->version, "%s", p[4]);
+        size_t vl = strlen(p[4]);
+        if (vl >= sizeof c->version) return R_NOT_FOUND;
+        memcpy(c->version, p[4], vl + 1);
         k = 5;
     }
     if (n == k) return get ? R_MODEL_META : R_BAD_METHOD;
@@ -544,6 +545,8 @@ static sv_error *check_framing(struct MHD_Connection *conn) {
     return NULL;
 }
 
+#define BODY_PRERESERVE ((size_t)1 << 20) /* bytes reserved from Content-Length at most */
+
 static sv_conn *begin(sv_server *s, struct MHD_Connection *conn, const char *method, const char *url,
                       bool metrics_port) {
     sv_conn *c = calloc(1, sizeof *c);
@@ -576,6 +579,11 @@ static sv_conn *begin(sv_server *s, struct MHD_Connection *conn, const char *met
     if (cl && sv_parse_i64(cl, &n) && (uint64_t)n > s->opt.max_body_bytes)
         answer_error(c, sv_err(413, "the request body of %lld bytes is larger than the %zu-byte "
                                "limit (--max-body-mb)", (long long)n, s->opt.max_body_bytes));
+    else if (cl && sv_parse_i64(cl, &n) && n > 0 &&
+             /* one allocation instead of doubling from 256 bytes; bounded so that a length
+              * that never arrives costs little */
+             sv_buf_reserve(&c->body, (size_t)(n < (int64_t)BODY_PRERESERVE ? n : (int64_t)BODY_PRERESERVE)))
+        c->body.p[c->body.len] = 0; /* an empty body stays a valid string */
     return c;
 }
 

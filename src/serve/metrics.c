@@ -7,10 +7,31 @@
 
 #include "serve/server.h"
 
+/* A label value in Prometheus' text format: backslash, double quote and line feed escaped;
+ * every other byte as it is (names are UTF-8). */
+static void label_value(sv_buf *b, const char *v) {
+    sv_buf_str(b, "\"");
+    for (const char *p = v; *p; p++) {
+        if (*p == '\\') sv_buf_str(b, "\\\\");
+        else if (*p == '"') sv_buf_str(b, "\\\"");
+        else if (*p == '\n') sv_buf_str(b, "\\n");
+        else sv_buf_add(b, p, 1);
+    }
+    sv_buf_str(b, "\"");
+}
+
+/* Opens the label set with the model's name and version (the caller closes it). */
 static void label(sv_buf *b, const sv_version *v) {
     sv_buf_str(b, "{model=");
-    sv_buf_json_str(b, v->model_name, strlen(v->model_name)); /* same escaping rules */
-    sv_buf_printf(b, ",version=\"%s\"", v->vstr);
+    label_value(b, v->model_name);
+    sv_buf_str(b, ",version=");
+    label_value(b, v->vstr);
+}
+
+static void device_label(sv_buf *b, const char *name, const char *dev) {
+    sv_buf_printf(b, "%s{device=", name);
+    label_value(b, dev);
+    sv_buf_str(b, "}");
 }
 
 static void header(sv_buf *b, const char *name, const char *help, const char *type) {
@@ -51,6 +72,79 @@ static uint64_t rss_bytes(void) {
     if (fscanf(f, "%llu %llu", &size, &res) != 2) res = 0;
     fclose(f);
     return res * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+/* Per model instance and device of its plan, from tandem's monitoring API
+ * (tdm_session_monitor): utilisation, memory, kernels and copies. */
+static void render_monitor(sv_version **v, int n, sv_buf *b) {
+    enum { UTIL, MEM, PEAK, KERNELS, INFLIGHT, COPIES, BYTES, N_FAM };
+    static const char *const fam[N_FAM][3] = {
+        {"tandem_device_utilization", "gauge",
+         "Fraction of time the device executed nodes of the model instance, since the previous scrape"},
+        {"tandem_device_memory_bytes", "gauge",
+         "Bytes the model instance's runs hold on the device now (weights on devices with their own memory, arenas, tensors)"},
+        {"tandem_device_memory_peak_bytes", "gauge",
+         "Highest tandem_device_memory_bytes since the instance was loaded"},
+        {"tandem_device_kernels_total", "counter", "Nodes the device executed for the model instance"},
+        {"tandem_device_runs_in_flight", "gauge", "Runs of the model instance executing on the device now"},
+        {"tandem_device_copies_total", "counter",
+         "Copies into (upload) and out of (download) the device's memory for the model instance"},
+        {"tandem_device_copy_bytes_total", "counter",
+         "Bytes copied into (upload) and out of (download) the device's memory for the model instance"},
+    };
+    /* gather first (each call moves the utilisation window), then print family by family */
+    int n_rows = 0, cap = 0;
+    struct row {
+        const sv_version *v;
+        int inst;
+        tdm_device_monitor m;
+        double util;
+    } *rows = NULL;
+    for (int i = 0; i < n; i++) {
+        for (int j = 0; j < SV_MAX_INSTANCES; j++) {
+            tdm_device_monitor m[SV_MON_DEVICES];
+            double u[SV_MON_DEVICES];
+            int k = sv_sched_monitor(v[i]->sched, j, SV_MON_DEVICES, m, u);
+            if (!k) break;
+            for (int d = 0; d < k; d++) {
+                if (n_rows == cap) {
+                    int nc = cap ? 2 * cap : 16;
+                    struct row *r2 = realloc(rows, (size_t)nc * sizeof *r2);
+                    if (!r2) break;
+                    rows = r2;
+                    cap = nc;
+                }
+                rows[n_rows++] = (struct row){v[i], j, m[d], u[d]};
+            }
+        }
+    }
+    for (int f = 0; f < N_FAM; f++) {
+        header(b, fam[f][0], fam[f][2], fam[f][1]);
+        for (int r = 0; r < n_rows; r++) {
+            const struct row *w = &rows[r];
+            for (int dir = 0; dir < (f >= COPIES ? 2 : 1); dir++) {
+                sv_buf_str(b, fam[f][0]);
+                label(b, w->v);
+                sv_buf_printf(b, ",instance=\"%d\",device=", w->inst);
+                label_value(b, w->m.device ? w->m.device : "?");
+                if (f >= COPIES) sv_buf_str(b, dir ? ",direction=\"download\"" : ",direction=\"upload\"");
+                sv_buf_str(b, "} ");
+                const tdm_device_monitor *m = &w->m;
+                switch (f) {
+                case UTIL: sv_buf_printf(b, "%.4f\n", w->util); break;
+                case MEM: sv_buf_printf(b, "%lld\n", (long long)(m->memory_in_use > 0 ? m->memory_in_use : 0)); break;
+                case PEAK: sv_buf_printf(b, "%lld\n", (long long)(m->memory_peak > 0 ? m->memory_peak : 0)); break;
+                case KERNELS: sv_buf_printf(b, "%lld\n", (long long)m->kernels); break;
+                case INFLIGHT: sv_buf_printf(b, "%d\n", m->runs_in_flight); break;
+                case COPIES: sv_buf_printf(b, "%lld\n", (long long)(dir ? m->downloads : m->uploads)); break;
+                default:
+                    sv_buf_printf(b, "%lld\n", (long long)(dir ? m->bytes_downloaded : m->bytes_uploaded));
+                    break;
+                }
+            }
+        }
+    }
+    free(rows);
 }
 
 void sv_metrics_render(sv_repo *repo, sv_metrics_state *ms, sv_buf *b) {
@@ -171,20 +265,28 @@ void sv_metrics_render(sv_repo *repo, sv_metrics_state *ms, sv_buf *b) {
         if (util[d] > 1) util[d] = 1;
     }
     header(b, "tandem_device_instances", "Model instances placed on each device", "gauge");
-    for (int d = 0; d < nd; d++) sv_buf_printf(b, "tandem_device_instances{device=\"%s\"} %d\n", dev[d], inst[d]);
-    header(b, "tandem_device_utilization",
-           "Fraction of time the device's instances were running batches, since the previous scrape",
-           "gauge");
-    for (int d = 0; d < nd; d++)
-        sv_buf_printf(b, "tandem_device_utilization{device=\"%s\"} %.4f\n", dev[d], util[d]);
+    for (int d = 0; d < nd; d++) {
+        device_label(b, "tandem_device_instances", dev[d]);
+        sv_buf_printf(b, " %d\n", inst[d]);
+    }
+    header(b, "tandem_instance_busy_ratio",
+           "Fraction of time the device's instances were running batches (inputs, run, answers), "
+           "since the previous scrape", "gauge");
+    for (int d = 0; d < nd; d++) {
+        device_label(b, "tandem_instance_busy_ratio", dev[d]);
+        sv_buf_printf(b, " %.4f\n", util[d]);
+    }
     header(b, "tandem_device_busy_seconds", "Time the device's loaded instances spent running batches",
            "gauge");
-    for (int d = 0; d < nd; d++)
-        sv_buf_printf(b, "tandem_device_busy_seconds{device=\"%s\"} %.6f\n", dev[d], (double)busy[d] * 1e-9);
+    for (int d = 0; d < nd; d++) {
+        device_label(b, "tandem_device_busy_seconds", dev[d]);
+        sv_buf_printf(b, " %.6f\n", (double)busy[d] * 1e-9);
+    }
     header(b, "tandem_device_memory_used_bytes",
            "Memory used on the device (cpu: the server's resident set)", "gauge");
     sv_buf_printf(b, "tandem_device_memory_used_bytes{device=\"cpu\"} %llu\n",
                   (unsigned long long)rss_bytes());
+    render_monitor(v, n, b);
     ms->last_ns = now;
     ms->n_dev = nd;
     for (int d = 0; d < nd; d++) {

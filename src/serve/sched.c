@@ -24,7 +24,16 @@ typedef struct sv_instance {
     int64_t work_items;
     uint64_t busy_since;
     uint64_t busy_ns;
-    double *est_ns; /* measured run time per batch size (moving average); 0 = unknown */
+    double *est_ns; /* measured run time per batch size (moving average); 0 = unknown.
+                       Instances on the same device share one array (est_owner false for all
+                       but the first): they are the same hardware, and separate estimates,
+                       measured while the instances competed for the cores or not, made the
+                       batcher wait for a busy instance that had once measured faster while
+                       an identical one stood idle. */
+    bool est_owner;
+    /* sv_sched_monitor: busy and window ms per device at the previous call */
+    int mon_n;
+    double mon_busy[SV_MON_DEVICES], mon_window[SV_MON_DEVICES];
 } sv_instance;
 
 struct sv_sched {
@@ -334,9 +343,10 @@ static void *batcher_main(void *arg) {
 
 /* ---- running a batch -------------------------------------------------------------------------- */
 
-/* Builds one input tensor for the batch. */
+/* Builds one input tensor for the batch; *buf receives memory to free after the tensor
+ * (NULL when the tensor owns its memory). */
 static sv_error *make_input(sv_sched *s, sv_request **b, int n, int64_t items, int j,
-                            tdm_tensor **out) {
+                            tdm_tensor **out, void **buf) {
     const sv_in *first = &b[0]->in[j];
     const sv_io_config *io = &s->cfg->inputs[first->cfg];
     int bd = s->cfg->max_batch_size > 0 ? 1 : 0;
@@ -365,8 +375,28 @@ static sv_error *make_input(sv_sched *s, sv_request **b, int n, int64_t items, i
         if (bd) dims[0] = items;
     }
     tdm_tensor *t = NULL;
-    tdm_status *st = tdm_tensor_create(s->env, first->dtype, rank, dims, &t);
-    if (st) return sv_err_status(500, st, io->name);
+    tdm_status *st = NULL;
+    *buf = NULL;
+    if (first->dtype != TDM_STRING) {
+        /* the requests' bytes go into uninitialised memory that the tensor wraps (a created
+         * tensor would be zeroed first, only to be overwritten) */
+        int64_t cnt;
+        size_t esz = tdm_dtype_size(first->dtype), nbytes;
+        if (!sv_shape_count(rank, dims, &cnt) || esz == 0 || (uint64_t)cnt > SIZE_MAX / esz)
+            return sv_err(500, "input '%s': the batch is too large", io->name);
+        nbytes = (size_t)cnt * esz;
+        size_t cap = (nbytes + 63) & ~(size_t)63;
+        *buf = aligned_alloc(64, cap ? cap : 64);
+        if (!*buf) return sv_err(500, "out of memory");
+        st = tdm_tensor_wrap(s->env, first->dtype, rank, dims, *buf, nbytes, &t);
+    } else {
+        st = tdm_tensor_create(s->env, first->dtype, rank, dims, &t);
+    }
+    if (st) {
+        free(*buf);
+        *buf = NULL;
+        return sv_err_status(500, st, io->name);
+    }
     if (first->dtype == TDM_STRING) {
         int64_t idx = 0;
         for (int i = 0; i < n && !st; i++) {
@@ -390,10 +420,18 @@ static sv_error *make_input(sv_sched *s, sv_request **b, int n, int64_t items, i
             const sv_in *x = &b[i]->in[j];
             if (x->nbytes > cap - off) {
                 tdm_tensor_free(t);
+                free(*buf);
+                *buf = NULL;
                 return sv_err(500, "input '%s': sizes do not add up", io->name);
             }
             memcpy(dst + off, x->data, x->nbytes);
             off += x->nbytes;
+        }
+        if (off != cap) { /* every byte of the wrapped memory must come from a request */
+            tdm_tensor_free(t);
+            free(*buf);
+            *buf = NULL;
+            return sv_err(500, "input '%s': sizes do not add up", io->name);
         }
         if (first->dtype == TDM_BOOL) /* binary data may hold any byte: make it a valid bool */
             for (size_t i = 0; i < off; i++) dst[i] = dst[i] != 0;
@@ -410,13 +448,14 @@ static sv_error *run_batch(sv_instance *in, sv_request **b, int n, int64_t items
     const char **in_names = calloc((size_t)n_in + 1, sizeof *in_names);
     const char **out_names = calloc((size_t)n_out + 1, sizeof *out_names);
     tdm_tensor **ins = calloc((size_t)n_in + 1, sizeof *ins);
+    void **bufs = calloc((size_t)n_in + 1, sizeof *bufs);
     tdm_tensor **outs = calloc((size_t)n_out + 1, sizeof *outs);
     sv_slice *slices = calloc((size_t)n_out + 1, sizeof *slices);
     sv_error *e = NULL;
-    if (!in_names || !out_names || !ins || !outs || !slices) e = sv_err(500, "out of memory");
+    if (!in_names || !out_names || !ins || !bufs || !outs || !slices) e = sv_err(500, "out of memory");
     for (int j = 0; !e && j < n_in; j++) {
         in_names[j] = cfg->inputs[b[0]->in[j].cfg].name;
-        e = make_input(s, b, n, items, j, &ins[j]);
+        e = make_input(s, b, n, items, j, &ins[j], &bufs[j]);
     }
     t[1] = sv_now_ns();
     if (!e) {
@@ -467,6 +506,8 @@ static sv_error *run_batch(sv_instance *in, sv_request **b, int n, int64_t items
     }
     t[3] = sv_now_ns();
     for (int j = 0; ins && j < n_in; j++) tdm_tensor_free(ins[j]);
+    for (int j = 0; bufs && j < n_in; j++) free(bufs[j]);
+    free(bufs);
     for (int k = 0; outs && k < n_out; k++) tdm_tensor_free(outs[k]);
     free(in_names);
     free(out_names);
@@ -558,7 +599,12 @@ sv_error *sv_sched_create(tdm_env *env, const sv_model_config *cfg, const char *
         in->session = inst[i].session;
         snprintf(in->device, sizeof in->device, "%s", inst[i].device);
         pthread_cond_init(&in->cv, NULL);
-        in->est_ns = calloc((size_t)s->max_items + 1, sizeof *in->est_ns);
+        for (int j = 0; j < i && !in->est_ns; j++)
+            if (!strcmp(s->inst[j].device, in->device)) in->est_ns = s->inst[j].est_ns;
+        if (!in->est_ns) {
+            in->est_ns = calloc((size_t)s->max_items + 1, sizeof *in->est_ns);
+            in->est_owner = true;
+        }
         if (!in->est_ns && !e) e = sv_err(500, "out of memory");
         s->n_inst++;
     }
@@ -662,8 +708,9 @@ void sv_sched_free(sv_sched *s) {
         if (in->started) pthread_join(in->th, NULL);
         pthread_cond_destroy(&in->cv);
         tdm_session_free(in->session);
-        free(in->est_ns);
     }
+    for (int i = 0; i < s->n_inst; i++) /* after every join: instances share estimates */
+        if (s->inst[i].est_owner) free(s->inst[i].est_ns);
     free(s->inst);
     free(s->q);
     pthread_cond_destroy(&s->cv);
@@ -690,4 +737,36 @@ int sv_sched_instances(sv_sched *s, int max, const char **devices, uint64_t *bus
     }
     pthread_mutex_unlock(&s->mu);
     return n;
+}
+
+int sv_sched_monitor(sv_sched *s, int i, int max, tdm_device_monitor *out, double *util) {
+    if (i < 0 || i >= s->n_inst || max < 1) return 0;
+    sv_instance *in = &s->inst[i];
+    size_t nd = tdm_session_monitor_count(in->session);
+    int n = nd < (size_t)max ? (int)nd : max;
+    if (n > SV_MON_DEVICES) n = SV_MON_DEVICES;
+    int got = 0;
+    pthread_mutex_lock(&s->mu); /* the previous figures */
+    for (int k = 0; k < n; k++) {
+        tdm_device_monitor m;
+        memset(&m, 0, sizeof m);
+        tdm_status *st = tdm_session_monitor(in->session, (size_t)k, &m, sizeof m);
+        if (st) {
+            tdm_status_free(st);
+            break;
+        }
+        double u = m.utilization;
+        if (k < in->mon_n && m.window_ms > in->mon_window[k] && m.busy_ms >= in->mon_busy[k])
+            u = (m.busy_ms - in->mon_busy[k]) / (m.window_ms - in->mon_window[k]);
+        if (!(u >= 0)) u = 0; /* also NaN */
+        if (u > 1) u = 1;
+        in->mon_busy[k] = m.busy_ms;
+        in->mon_window[k] = m.window_ms;
+        out[k] = m;
+        util[k] = u;
+        got++;
+    }
+    in->mon_n = got;
+    pthread_mutex_unlock(&s->mu);
+    return got;
 }

@@ -13,6 +13,8 @@
  *    largest preferred size that a prefix of the candidates reaches exactly is sent.
  *  - A batch goes to the instance that is estimated to finish it first (its current work
  *    plus its measured time for that batch size), so fast and slow devices share the load.
+ *    Instances on the same device share their measured times, so that of identical instances
+ *    an idle one is always preferred to a busy one.
  *  - Inputs of the requests are concatenated along the first dimension into one
  *    tdm_session_run; outputs are split back by each request's batch size.
  *  - preserve_ordering: answers are released in arrival order.
@@ -48,6 +50,13 @@ void sv_sched_free(sv_sched *s);
 
 /* Requests queued plus requests running. */
 uint64_t sv_sched_pending(sv_sched *s);
+#define SV_MON_DEVICES 8 /* devices of one instance's plan reported in /metrics */
+
+/* Live figures of instance `i`'s session, one per device of its plan (tdm_session_monitor, in
+ * the session's device order, at most `max`); util[k]: the device's busy fraction since the
+ * previous call for this instance (the session's whole-window figure on the first call), in
+ * [0, 1]. Returns the device count; 0 when i is out of range. */
+int sv_sched_monitor(sv_sched *s, int i, int max, tdm_device_monitor *out, double *util);
 /* Per instance: device name and busy time so far (ns). Returns the instance count. */
 int sv_sched_instances(sv_sched *s, int max, const char **devices, uint64_t *busy_ns);
 

@@ -72,5 +72,11 @@ expect bench-progress 0 "single-stream: " "$T" bench "$M" --scenario single-stre
 expect bench-server-no-qps nonzero "needs --qps" "$T" bench "$M" --scenario server --iterations 2
 expect bench-bad-scenario nonzero "scenario expects" "$T" bench "$M" --scenario bogus
 expect bench-bad-qps nonzero "qps expects" "$T" bench "$M" --scenario server --qps -1
+# inspect --plan (issue 3 memory): arena <= all intermediates, largest live set <= arena,
+# weights counted per device (all on test:0 here: its tensors live in its own memory, so the
+# host arena holds nothing)
+expect inspect-plan 0 "" sh -c "\"$T\" inspect $M --plan | $J 'import sys,re; t=sys.stdin.read(); n=lambda k: int(re.search(k+r\" +(\\d+) bytes\",t).group(1)); a,i,l,w=n(\"arena .peak.\"),n(\"all intermediates\"),n(\"largest live set\"),n(\"weights on cpu\"); assert \"planned                yes\" in t and 0<l<=a<=i and w>0, t'"
+expect inspect-plan-json 0 "" sh -c "\"$T\" plan $M --json | $J 'import json,sys; m=json.load(sys.stdin)[\"memory\"]; assert set(m)>={\"planned\",\"arena_bytes\",\"intermediate_bytes\",\"peak_live_bytes\",\"weights_bytes\"} and m[\"weights_bytes\"][\"cpu\"]>0, m'"
+expect inspect-plan-devices 0 "weights on test:0      105640 bytes" sh -c "TANDEM_TEST_DEVICES=1 \"$T\" inspect $M --plan --devices test:0,cpu"
 echo "$passes passed, $fails failed"
 [ $fails = 0 ]

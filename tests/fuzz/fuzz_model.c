@@ -34,6 +34,11 @@ static long g_env_blocks; /* live blocks of the environment itself */
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc;
     (void)argv;
+    /* Loops whose trip count comes from computed values (Range/Ceil of the inputs) still run
+     * long; the documented limits bound them to well under libFuzzer's timeout. An input that
+     * reaches a limit gets TDM_ERR_LIMIT, which is a clean answer. */
+    setenv("TANDEM_LOOP_MAX_ITERATIONS", "20000", 0);
+    setenv("TANDEM_LOOP_TIMEOUT_MS", "2000", 0);
     g_env = fz_env(&g_alloc);
     g_env_blocks = atomic_load(&g_alloc.live_blocks);
     return 0;

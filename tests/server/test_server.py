@@ -418,6 +418,67 @@ class Tests:
         assert re.search(r'nv_inference_request_summary_us\{model="resnet",version="1",quantile="0.99"\} \d+', text)
         assert raw(self.s, "GET", "/metrics")[0] == 404  # metrics only on the metrics port
 
+    def test_metrics_format_and_consistency(self):
+        """/metrics is valid Prometheus text; counts equal the requests sent; batching forms
+        batches under concurrency; nothing accepted is lost; per-device figures are sane."""
+        def scrape():
+            st, _, body = raw(self.s, "GET", "/metrics", port=self.s.metrics_port)
+            assert st == 200, st
+            return parse_prometheus(body.decode())
+
+        def value(fams, family, sample=None, **labels):
+            want = {k: str(v) for k, v in labels.items()}
+            hits = [v for n, lb, v in fams[family]["samples"]
+                    if n == (sample or family) and all(lb.get(k) == x for k, x in want.items())]
+            assert len(hits) == 1, f"{family} {labels}: {len(hits)} samples"
+            return hits[0]
+
+        before = scrape()
+        # 16 concurrent single-image requests to the batching model, then 5 sequential ones
+        xs = [self.rng.standard_normal((1, 3, 64, 64)).astype(np.float32) for _ in range(16)]
+        reqs = []
+        for x in xs:
+            inp = httpclient.InferInput("input", [1, 3, 64, 64], "FP32")
+            inp.set_data_from_numpy(x, binary_data=True)
+            reqs.append(self.client.async_infer("resnet", [inp]))
+        outs = [r.get_result().as_numpy("logits") for r in reqs]  # every accepted one answered
+        assert all(o.shape == (1, 10) for o in outs)
+        for _ in range(5):
+            self._resnet(self.rng.standard_normal((2, 3, 64, 64)).astype(np.float32), True, True)
+        after = scrape()
+        m = dict(model="resnet", version="1")
+
+        def delta(family, sample=None):
+            return value(after, family, sample, **m) - value(before, family, sample, **m)
+        assert delta("nv_inference_request_success") == 21, delta("nv_inference_request_success")
+        assert delta("nv_inference_request_failure") == 0
+        assert delta("nv_inference_count") == 16 + 5 * 2, delta("nv_inference_count")
+        execs = delta("nv_inference_exec_count")
+        assert 1 <= execs < 16 + 5, f"21 requests (26 items) ran in {execs} executions: no batching?"
+        assert delta("nv_inference_request_summary_us", "nv_inference_request_summary_us_count") == 21
+        assert value(after, "nv_inference_pending_request_count", **m) == 0
+        assert delta("nv_inference_request_duration_us") > 0
+        q = [value(after, "nv_inference_request_summary_us", quantile=x, **m) for x in ("0.5", "0.9", "0.99")]
+        assert 0 < q[0] <= q[1] <= q[2], q
+        # tandem's per-instance, per-device figures (tdm_session_monitor)
+        util = {(lb["model"], lb["instance"], lb["device"]): v
+                for n, lb, v in after["tandem_device_utilization"]["samples"]}
+        assert ("resnet", "0", "cpu") in util, sorted(util)
+        assert all(0 <= u <= 1 for u in util.values()), util
+        for n, lb, v in after["tandem_device_memory_bytes"]["samples"]:
+            peak = value(after, "tandem_device_memory_peak_bytes", **lb)
+            assert 0 <= v <= peak, (lb, v, peak)
+        k0 = value(before, "tandem_device_kernels_total", instance=0, device="cpu", **m)
+        k1 = value(after, "tandem_device_kernels_total", instance=0, device="cpu", **m)
+        assert k1 - k0 >= execs, (k0, k1, execs)  # every execution ran at least one node
+        for fam in ("tandem_device_copies_total", "tandem_device_copy_bytes_total"):
+            dirs = {lb["direction"] for n, lb, v in after[fam]["samples"] if v >= 0}
+            assert dirs == {"upload", "download"}, (fam, dirs)
+        assert after["tandem_device_kernels_total"]["type"] == "counter"
+        assert after["tandem_device_utilization"]["type"] == "gauge"
+        assert after["nv_inference_request_summary_us"]["type"] == "summary"
+        self.alive()
+
     # ---- repository ----
     def test_repository(self):
         c = self.client
@@ -868,6 +929,60 @@ class Tests:
                 assert lead > 0.25 * (b[1] - t0), f"{model}: small answered only {lead:.3f} s before big"
 
 
+PROM_NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
+PROM_SAMPLE = re.compile(r"(%s)(?:\{(.*)\})? (\S+)$" % PROM_NAME)
+PROM_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\\n]|\\[\\"n])*)"(,|$)')
+
+
+def parse_prometheus(text):
+    """Checks the Prometheus text format (0.0.4) strictly and returns {family: {"type", "help",
+    "samples": [(name, labels, value)]}}: every sample belongs to a family whose HELP and TYPE
+    lines came first (once each), label values use only the escapes \\ \" \n, no label repeats
+    within a sample, no sample (name and labels) repeats, values are numbers."""
+    assert text.endswith("\n"), "the last line must end with a line feed"
+    fams, seen, cur = {}, set(), None
+    for ln, line in enumerate(text.split("\n")[:-1], 1):
+        where = f"line {ln}: {line!r}"
+        if line.startswith("#"):
+            parts = line.split(" ", 3)
+            if len(parts) >= 3 and parts[1] in ("HELP", "TYPE"):
+                assert re.fullmatch(PROM_NAME, parts[2]), where
+                f = fams.setdefault(parts[2], {"type": None, "help": None, "samples": []})
+                key = parts[1].lower()
+                assert f[key] is None, f"{where}: second {parts[1]} line"
+                assert not f["samples"], f"{where}: {parts[1]} after samples"
+                f[key] = parts[3] if len(parts) > 3 else ""
+                if key == "type":
+                    assert f["type"] in ("counter", "gauge", "summary", "histogram", "untyped"), where
+                cur = parts[2]
+            continue
+        assert line.strip(), f"{where}: empty line"
+        mm = PROM_SAMPLE.match(line)
+        assert mm, f"{where}: not a sample"
+        name, body, val = mm.groups()
+        fam = cur if cur and (name == cur or (fams[cur]["type"] in ("summary", "histogram") and
+                                              name in (cur + "_sum", cur + "_count", cur + "_bucket"))) else None
+        assert fam is not None, f"{where}: sample outside its family's HELP/TYPE block"
+        f = fams[fam]
+        assert f["help"] is not None and f["type"] is not None, f"{where}: no HELP/TYPE before it"
+        labels, pos = {}, 0
+        while body and pos < len(body):
+            lm = PROM_LABEL.match(body, pos)
+            assert lm, f"{where}: bad label syntax at {body[pos:]!r}"
+            assert lm.group(1) not in labels, f"{where}: label {lm.group(1)} twice"
+            labels[lm.group(1)] = re.sub(r"\\(.)", lambda e: {"n": "\n"}.get(e.group(1), e.group(1)),
+                                         lm.group(2))
+            pos = lm.end()
+        key = (name, tuple(sorted(labels.items())))
+        assert key not in seen, f"{where}: sample repeated"
+        seen.add(key)
+        v = float(val)  # raises on anything that is not a number (NaN and +Inf parse)
+        if f["type"] == "counter":
+            assert v >= 0, where
+        f["samples"].append((name, labels, v))
+    return fams
+
+
 def pending_count(server, model):
     _, _, body = raw(server, "GET", "/metrics", port=server.metrics_port)
     m = re.search(r'nv_inference_pending_request_count\{model="%s",version="1"\} (\d+)' % re.escape(model),
@@ -1022,7 +1137,7 @@ def main():
         order = ["test_health_and_metadata", "test_config", "test_infer_json", "test_infer_binary",
                  "test_infer_compressed", "test_bytes", "test_dynamic_batching",
                  "test_cpu_and_gpu_instances",
-                 "test_statistics_and_metrics", "test_repository", "test_bad_requests",
+                 "test_statistics_and_metrics", "test_metrics_format_and_consistency", "test_repository", "test_bad_requests",
                  "test_hostile_connections", "test_mutations",
                  "test_queue_full_and_timeout", "test_priority", "test_preserve_ordering",
                  "test_unload_while_serving"]

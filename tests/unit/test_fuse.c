@@ -539,6 +539,43 @@ static void test_attention(void **state) {
     fb_free(&b);
 }
 
+/* Rows longer than one 8-float vector (27 = 3 x 8 + 3: the vectorised softmax and its
+ * tail), head size 16, a mask that pushes some scores to -1e4 (exp underflows to 0), per
+ * column ([B,1,1,T]) or per row ([B,1,S,1]: one value for a whole row), one head (2 pairs:
+ * each of the 2 threads takes one) and three (6 pairs, 3 per thread). The unfused graph at
+ * opt-level 0 is the reference (run_both: 1e-5 + 1e-4 relative). */
+static void test_attention_wide(void **state) {
+    (void)state;
+    for (int form = 0; form < 4; form++) {
+        int64_t heads = form % 2 ? 3 : 1;
+        int64_t qd[4] = {2, heads, 21, 16}, kd[4] = {2, heads, 27, 16}, vd[4] = {2, heads, 27, 12};
+        int64_t md[4] = {2, 1, form < 2 ? 1 : 21, form < 2 ? 27 : 1}, perm[4] = {0, 1, 3, 2};
+        fb b;
+        fb_init(&b, 17);
+        fb_input(&b, "q", 4, qd, NULL);
+        fb_input(&b, "k", 4, kd, NULL);
+        fb_input(&b, "v", 4, vd, NULL);
+        fb_input(&b, "m0", 4, md, NULL);
+        fb_scalar(&b, "half", 0.5f);
+        fb_scalar(&b, "big", -1.0e4f);
+        fb_scalar(&b, "c", 4.0f);
+        fb_node(&b, "Greater:m0,half->mb"); /* about a quarter of the columns masked */
+        fb_attr_i(&b, fb_node(&b, "Cast:mb->mf"), "to", 1);
+        fb_node(&b, "Mul:mf,big->mask");
+        fb_attr_ints(&b, fb_node(&b, "Transpose:k->kt"), "perm", 4, perm);
+        fb_node(&b, "MatMul:q,kt->s");
+        fb_node(&b, "Div:s,c->ss");
+        fb_node(&b, "Add:ss,mask->sm");
+        fb_attr_i(&b, fb_node(&b, "Softmax:sm->p"), "axis", -1);
+        fb_node(&b, "MatMul:p,v->z");
+        fb_output(&b, "z");
+        fuse_result r;
+        run_both(&b, &r);
+        if (op_count(&r, "Attention") != 1) fail_msg("form %d: %s", form, r.ops);
+        fb_free(&b);
+    }
+}
+
 /* ---- the reference kernels (k_fused.c), which oneDNN kernels may shadow in sessions ----
  * The unfused model at opt-level 0 gives the expected output; the fused node is built by
  * hand and run through tdm_cpu_kernels_fused directly. */
@@ -825,7 +862,8 @@ int main(void) {
         cmocka_unit_test(test_conv_residual),   cmocka_unit_test(test_matmul_bias_relu),
         cmocka_unit_test(test_gemm_relu),
         cmocka_unit_test(test_matmul_gelu),     cmocka_unit_test(test_layernorm),
-        cmocka_unit_test(test_attention),       cmocka_unit_test(test_layout),
+        cmocka_unit_test(test_attention),       cmocka_unit_test(test_attention_wide),
+        cmocka_unit_test(test_layout),
         cmocka_unit_test(test_reference_conv), cmocka_unit_test(test_reference_matmul),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -4,6 +4,8 @@
  * another layout: only the summation order differs). Each case also checks which ops the
  * optimised graph holds, so a pass that silently stops rewriting fails too. Channel counts
  * are mostly not multiples of the block (8) to exercise the padding. */
+#define _XOPEN_SOURCE 700 /* (nftw) */
+#include <ftw.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -27,7 +29,30 @@ typedef struct run_cfg {
 
 typedef struct layout_result {
     char ops[1024]; /* op histogram of the optimised session, "Op:n Op:n " */
+    size_t off_cpu;  /* nodes of the optimised session placed on another device than "cpu" */
 } layout_result;
+
+/* Reads the optimised session's plan (explain JSON): counts the nodes off the CPU and fails
+ * when a node of the blocked layout (or a node reading a blocked tensor, which only these
+ * produce on the CPU side) is placed anywhere but on the CPU. */
+static void check_devices(tdm_session *s, layout_result *r) {
+    char *json = NULL;
+    tdm_status *st = tdm_session_explain(s, TDM_EXPLAIN_JSON, &json);
+    if (st) fail_msg("explain: %s", tdm_status_message(st));
+    r->off_cpu = 0;
+    for (const char *p = strstr(json, "\"op\":\""); p; p = strstr(p + 1, "\"op\":\"")) {
+        char op[64] = "", dev[64] = "";
+        sscanf(p, "\"op\":\"%63[^\"]", op);
+        const char *d = strstr(p, "\"device\":\"");
+        assert_non_null(d);
+        sscanf(d, "\"device\":\"%63[^\"]", dev);
+        if (strcmp(dev, "cpu") != 0) {
+            r->off_cpu++;
+            if (strstr(op, "Blocked")) fail_msg("%s placed on %s", op, dev);
+        }
+    }
+    tdm_string_free(json);
+}
 
 static size_t op_count(const layout_result *r, const char *op) {
     char key[64], hay[1030];
@@ -73,6 +98,7 @@ static void run_cmp(fb *b, const run_cfg *cfg, layout_result *r) {
                 const char *op = tdm_model_op_type(m, i, &c);
                 len += (size_t)snprintf(r->ops + len, sizeof r->ops - len, "%s:%zu ", op, c);
             }
+            check_devices(s, r);
         }
         for (int rep = 0; rep < 2; rep++) { /* the second run reuses cached primitives */
             for (size_t o = 0; o < n_out; o++) tdm_tensor_free(outs[opt][o]);
@@ -266,10 +292,11 @@ static void test_plain_reader(void **state) {
     fb_free(&b);
 }
 
-/* A chain split across devices: with placement "cpu" the pass runs; affinity puts the
- * element-wise ops and a convolution on the test device (CPU kernels on memory of its own),
- * so blocked tensors cross devices both ways. With the devices merely listed (placement
- * auto), the pass stays off and the plain graph runs. */
+/* Devices listed together: with placement "cpu" (everything on the CPU) and with placement
+ * auto the blocked-layout pass runs on the CPU's part of the plan, like for the CPU alone;
+ * affinity that puts the element-wise ops and the second convolution on the test device (CPU
+ * kernels on memory of its own) leaves nothing on the CPU worth blocking: the lone
+ * convolutions stay plain, and no blocked tensor crosses a device (check_devices). */
 static void test_split_devices(void **state) {
     (void)state;
     setenv("TANDEM_TEST_DEVICES", "1", 1);
@@ -277,9 +304,10 @@ static void test_split_devices(void **state) {
     unsetenv("TANDEM_TEST_DEVICE_OPS");
     unsetenv("TANDEM_TEST_DEVICE_DELAY_US");
     unsetenv("TANDEM_TEST_DEVICE_FAIL_EVERY");
-    const run_cfg split = {"cpu,test:0", "cpu", "Add=test:0;Relu=test:0;#2-2=test:0", 1};
-    const run_cfg both = {"cpu,test:0", NULL, NULL, 1};
-    for (int c = 0; c < 2; c++) {
+    const run_cfg cfgs[] = {{"cpu,test:0", "cpu", NULL, 1},
+                            {"cpu,test:0", "cpu", "Add=test:0;Relu=test:0;/^n2$/=test:0", 1},
+                            {"cpu,test:0", NULL, NULL, 1}};
+    for (int c = 0; c < 3; c++) {
         fb b;
         fb_init(&b, 17);
         int64_t xd[4] = {2, 6, 10, 10};
@@ -293,13 +321,136 @@ static void test_split_devices(void **state) {
         fb_node(&b, "GlobalMaxPool:t->y");
         fb_output(&b, "y");
         layout_result r;
-        run_cmp(&b, c == 0 ? &split : &both, &r);
-        size_t blocked = op_count(&r, "BlockedConv");
-        if (c == 0 ? blocked != 2 || op_count(&r, "BlockedPool") != 1 : blocked != 0)
-            fail_msg("case %d: %s", c, r.ops);
+        run_cmp(&b, &cfgs[c], &r);
+        size_t blocked = op_count(&r, "BlockedConv") + op_count(&r, "BlockedPool");
+        bool ok = c == 1 ? blocked == 0 && r.off_cpu >= 3
+                         : op_count(&r, "BlockedConv") == 2 && op_count(&r, "BlockedPool") == 1;
+        if (c == 0 && r.off_cpu) ok = false;
+        if (!ok) fail_msg("case %d (%zu nodes off the CPU): %s", c, r.off_cpu, r.ops);
         fb_free(&b);
     }
     unsetenv("TANDEM_TEST_DEVICES");
+}
+
+/* A longer chain with one convolution forced onto the test device by a node-name rule: the
+ * CPU regions before and after it go blocked, the convolution on the test device reads a
+ * plain tensor (FromBlocked on the CPU) and writes a plain one (the next BlockedConv takes
+ * plain input), and the outputs equal the CPU-only plain run. Node names are n<index>: n4 is
+ * the third Conv (fused with its Relu n5), n8 the fifth. */
+static void split_chain(fb *b) {
+    int64_t xd[4] = {1, 5, 12, 12};
+    fb_input(b, "x", 4, xd, NULL);
+    conv(b, "Conv:x,W1,B1->c1", "W1", "B1", 12, 5, 3, 1);       /* n0 */
+    fb_node(b, "Relu:c1->r1");                                /* n1 */
+    conv(b, "Conv:r1,W2,B2->c2", "W2", "B2", 9, 12, 3, 1);      /* n2 */
+    fb_node(b, "Relu:c2->r2");                                /* n3 */
+    conv(b, "Conv:r2,W3,B3->c3", "W3", "B3", 16, 9, 3, 1);      /* n4 */
+    fb_node(b, "Relu:c3->r3");                                /* n5 */
+    conv(b, "Conv:r3,W4,B4->c4", "W4", "B4", 7, 16, 3, 2);      /* n6 */
+    fb_node(b, "Relu:c4->r4");                                /* n7 */
+    conv(b, "Conv:r4,W5,B5->c5", "W5", "B5", 10, 7, 1, 1);      /* n8 */
+    Onnx__NodeProto *mp = fb_node(b, "MaxPool:c5->p");        /* n9 */
+    int64_t k2[2] = {2, 2}, s2[2] = {2, 2};
+    fb_attr_ints(b, mp, "kernel_shape", 2, k2);
+    fb_attr_ints(b, mp, "strides", 2, s2);
+    fb_node(b, "GlobalAveragePool:p->y");                     /* n10 */
+    fb_output(b, "y");
+}
+
+static void test_split_regions(void **state) {
+    (void)state;
+    setenv("TANDEM_TEST_DEVICES", "1", 1);
+    setenv("TANDEM_CACHE_DIR", "/tmp", 1);
+    unsetenv("TANDEM_TEST_DEVICE_OPS");
+    unsetenv("TANDEM_TEST_DEVICE_DELAY_US");
+    unsetenv("TANDEM_TEST_DEVICE_FAIL_EVERY");
+    /* middle conv on test:0: BlockedConv n0 n2 | n4 plain | BlockedConv n6 n8, two pools;
+     * last conv on test:0: n0 n2 n4 n6 blocked, n8 and the pools plain (their input comes
+     * from the test device); both threads counts; placement auto with the rule (outputs
+     * and devices checked only) */
+    const run_cfg cfgs[] = {{"cpu,test:0", "cpu", "/^n4$/=test:0", 1},
+                            {"cpu,test:0", "cpu", "/^n4$/=test:0", 2},
+                            {"cpu,test:0", "cpu", "/^n8$/=test:0", 1},
+                            {"cpu,test:0", NULL, "/^n4$/=test:0", 1}};
+    const size_t want_conv[] = {4, 4, 4, 4}, want_pool[] = {2, 2, 0, 2}, want_from[] = {2, 2, 1, 2};
+    for (int c = 0; c < 4; c++) {
+        fb b;
+        fb_init(&b, 17);
+        split_chain(&b);
+        layout_result r;
+        run_cmp(&b, &cfgs[c], &r);
+        if (c == 3) { /* auto: where the rest goes is the cost model's call */
+            if (r.off_cpu < 1) fail_msg("case 3: n4 is not on test:0: %s", r.ops);
+        } else if (op_count(&r, "BlockedConv") != want_conv[c] || op_count(&r, "BlockedPool") != want_pool[c] ||
+            op_count(&r, "FromBlocked") != want_from[c] || op_count(&r, "ToBlocked") != 0 ||
+            r.off_cpu != 1)
+            fail_msg("case %d (%zu nodes off the CPU): %s", c, r.off_cpu, r.ops);
+        fb_free(&b);
+    }
+    unsetenv("TANDEM_TEST_DEVICES");
+}
+
+/* Per-node times measured on the CPU alone (blocked graph: "n0/BlockedConv", ...) reach the
+ * placement of a multi-device plan, which places the plain graph first (sched/measured.c
+ * matches them by name): a profiling CPU session stores them, a cpu,test:0 session with one
+ * convolution on test:0 uses them. The cache folder is removed afterwards. */
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static void test_measured_names(void **state) {
+    (void)state;
+    char dir[] = "/tmp/test_layout_measuredXXXXXX";
+    assert_non_null(mkdtemp(dir));
+    setenv("TANDEM_CACHE_DIR", dir, 1);
+    setenv("TANDEM_TEST_DEVICES", "1", 1);
+    fb b;
+    fb_init(&b, 17);
+    split_chain(&b);
+    size_t size = onnx__model_proto__get_packed_size(&b.model);
+    void *buf = malloc(size);
+    assert_non_null(buf);
+    onnx__model_proto__pack(&b.model, buf);
+    tdm_env *env = NULL;
+    assert_null(tdm_env_create(NULL, &env));
+    tdm_tensor *x = NULL, *y = NULL;
+    assert_null(tdm_tensor_create(env, TDM_FLOAT, b.in_rank[0], b.in_dims[0], &x));
+    float *d = tdm_tensor_data(x);
+    for (int64_t k = 0; k < tdm_tensor_element_count(x); k++) d[k] = rnd();
+    const char *names[1] = {b.ins[0]->name};
+    tdm_session_options so = {.api_version = TDM_API_VERSION, .devices = "cpu", .threads = 1,
+                              .opt_level = 1, .profile = true};
+    tdm_session *s = NULL;
+    assert_null(tdm_session_create_from_buffer(env, buf, size, NULL, &so, &s));
+    for (int r = 0; r < 2; r++) {
+        assert_null(tdm_session_run(s, 1, names, (const tdm_tensor *const *)&x, 1, NULL, &y));
+        tdm_tensor_free(y);
+        y = NULL;
+    }
+    assert_null(tdm_session_save_measurements(s));
+    tdm_session_free(s);
+    so.devices = "cpu,test:0";
+    so.affinity = "/^n4$/=test:0"; /* (another graph than the CPU's alone, at both placements) */
+    so.profile = false;
+    assert_null(tdm_session_create_from_buffer(env, buf, size, NULL, &so, &s));
+    char *json = NULL;
+    assert_null(tdm_session_explain(s, TDM_EXPLAIN_JSON, &json));
+    const char *u = strstr(json, "\"measured_node_times_used\":");
+    assert_non_null(u);
+    int used = atoi(u + strlen("\"measured_node_times_used\":"));
+    if (used < 6) fail_msg("%d measured node times used (4 blocked convolutions, 2 pools): %s", used, json);
+    tdm_string_free(json);
+    tdm_session_free(s);
+    tdm_tensor_free(x);
+    tdm_env_free(env);
+    free(buf);
+    fb_free(&b);
+    unsetenv("TANDEM_TEST_DEVICES");
+    setenv("TANDEM_CACHE_DIR", "/tmp", 1);
+    assert_int_equal(nftw(dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS), 0);
 }
 
 int main(void) {
@@ -310,6 +461,8 @@ int main(void) {
         cmocka_unit_test(test_concat),
         cmocka_unit_test(test_plain_reader),
         cmocka_unit_test(test_split_devices),
+        cmocka_unit_test(test_split_regions),
+        cmocka_unit_test(test_measured_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

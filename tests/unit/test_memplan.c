@@ -47,6 +47,19 @@ static void test_offsets_disjoint(void **state) {
             if (!apart) fail_msg("values %d and %d overlap while both alive", a, b);
         }
     }
+    /* figures for inspect --plan: the sum of all (64-byte rounded) sizes, and the largest
+     * live set computed here by brute force, which bounds the arena from below */
+    size_t total = 0, peak = 0;
+    for (int v = 0; v < N; v++) total += (size[v] + 63) / 64 * 64 * (size[v] != 0);
+    for (int t = 0; t < 130; t++) {
+        size_t live = 0;
+        for (int v = 0; v < N; v++)
+            if (size[v] && first[v] <= t && t <= last[v]) live += (size[v] + 63) / 64 * 64;
+        if (live > peak) peak = live;
+    }
+    assert_int_equal(mp->total_bytes, total);
+    assert_int_equal(mp->peak_live_bytes, peak);
+    assert_true(mp->peak_live_bytes <= mp->arena_bytes && mp->arena_bytes <= mp->total_bytes);
     tdm_memplan_free(NULL, mp);
 }
 

@@ -224,6 +224,40 @@ static void test_independent_branches(void **state) {
     tdm_graph_free(f.g);
 }
 
+/* The same branches when the accelerator computes on the host's own cores (it keeps half its
+ * speed while the host is busy, like PoCL's CPU device): nothing overlaps, so no split for
+ * speed: one device. */
+static void test_shared_cores(void **state) {
+    (void)state;
+    const char *specs[] = {"MatMul:x,W1->a", "MatMul:x,W2->b", "Add:a,b->y"};
+    const char *in[] = {"x"}, *out[] = {"y"};
+    fixture f = {0};
+    f.g = make_graph(specs, 3, in, 1, out, 1, 1 << 8);
+    set_cost(&f, 0, 10.0, 10.0);
+    set_cost(&f, 1, 10.0, 10.0);
+    set_cost(&f, 2, 0.01, 0.01);
+    tdm_device_profile p[2];
+    profiles(p, 10, 5, 0);
+    p[1].host_busy_speed = 0.5;
+    tdm_place_input pin = {f.g, 2, p, host, f.supported, f.ms, NULL, false};
+    tdm_place_result r;
+    assert_null(tdm_place_heft(&pin, NULL, &r));
+    int d0 = r.device[0];
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(r.device[i], d0);
+        assert_int_equal(r.reason[i], TDM_PLACE_SINGLE_DEVICE);
+    }
+    assert_true(fabs(r.makespan_ms - r.single_ms[d0]) < 1e-9);
+    assert_true(r.copy_bytes == 0);
+    tdm_place_result_free(NULL, &r);
+    /* a GPU-like device keeps its speed: the split stays */
+    p[1].host_busy_speed = 0.95;
+    assert_null(tdm_place_heft(&pin, NULL, &r));
+    assert_int_not_equal(r.device[0], r.device[1]);
+    tdm_place_result_free(NULL, &r);
+    tdm_graph_free(f.g);
+}
+
 /* Affinity forces a node; no-fallback refuses a node the first device cannot run. */
 static void test_rules(void **state) {
     (void)state;
@@ -260,11 +294,46 @@ static void test_rules(void **state) {
     tdm_graph_free(f.g);
 }
 
+/* A split must be predicted at least 5% faster than the best single device: the first
+ * node is 5% cheaper on the accelerator, the second runs only on the CPU (one copy each
+ * way on a fast link): the split saves ~4.5% and is dropped; at half the cost it is kept. */
+static void test_split_margin(void **state) {
+    (void)state;
+    const char *specs[] = {"MatMul:x,W1->a", "Erf:a->y"};
+    const char *in[] = {"x"}, *out[] = {"y"};
+    for (int big = 0; big <= 1; big++) {
+        fixture f = {0};
+        f.g = make_graph(specs, 2, in, 1, out, 1, 1 << 8);
+        set_cost(&f, 0, 10.0, big ? 5.0 : 9.5);
+        set_cost(&f, 1, 1.0, -1);
+        tdm_device_profile p[2];
+        profiles(p, 10, 5, 0);
+        tdm_place_input pin = {f.g, 2, p, host, f.supported, f.ms, NULL, false};
+        tdm_place_result r;
+        assert_null(tdm_place_heft(&pin, NULL, &r));
+        assert_true(fabs(r.single_ms[0] - 11.0) < 1e-9);
+        if (big) {
+            assert_int_equal(r.device[0], 1);
+            assert_int_equal(r.device[1], 0);
+            assert_true(r.makespan_ms > 6.0 && r.makespan_ms < 6.1); /* 5 + 1 + two copies */
+        } else {
+            assert_int_equal(r.device[0], 0);
+            assert_int_equal(r.device[1], 0);
+            assert_int_equal(r.reason[0], TDM_PLACE_SINGLE_DEVICE);
+            assert_true(fabs(r.makespan_ms - 11.0) < 1e-9);
+        }
+        tdm_place_result_free(NULL, &r);
+        tdm_graph_free(f.g);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_slow_link),         cmocka_unit_test(test_fast_link),
         cmocka_unit_test(test_small_memory),      cmocka_unit_test(test_unsupported_in_middle),
         cmocka_unit_test(test_independent_branches), cmocka_unit_test(test_rules),
+        cmocka_unit_test(test_split_margin),
+        cmocka_unit_test(test_shared_cores),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,6 +5,7 @@
 #define _XOPEN_SOURCE 700
 #include <dirent.h>
 #include <ftw.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -307,6 +308,58 @@ static void test_cost_matmul_scales(void **state) {
     tdm_graph_free(g);
 }
 
+/* Depthwise and pointwise convolutions take their own measured throughput; a profile
+ * without them (0: an older cache, a device without the benchmark) uses conv_gflops. */
+static void test_cost_conv_kinds(void **state) {
+    (void)state;
+    tdm_graph *g = NULL;
+    assert_null(tdm_graph_new(NULL, &g));
+    int64_t x32[4] = {1, 32, 28, 28}, x64[4] = {1, 64, 28, 28};
+    int64_t wdw[4] = {32, 1, 3, 3}, wpw[4] = {32, 64, 1, 1}, wd[4] = {32, 32, 3, 3}, wg[4] = {32, 16, 3, 3};
+    int dw = add_node(g, "Conv", add_value(g, "a", 4, x32), add_value(g, "wa", 4, wdw),
+                      add_value(g, "ya", 4, x32));
+    int pw = add_node(g, "Conv", add_value(g, "b", 4, x64), add_value(g, "wb", 4, wpw),
+                      add_value(g, "yb", 4, x32));
+    int dense = add_node(g, "Conv", add_value(g, "c", 4, x32), add_value(g, "wc", 4, wd),
+                         add_value(g, "yc", 4, x32));
+    int grouped = add_node(g, "Conv", add_value(g, "d", 4, x32), add_value(g, "wd", 4, wg),
+                           add_value(g, "yd", 4, x32));
+    tdm_attr g32[1], g2[1];
+    memset(g32, 0, sizeof g32);
+    memset(g2, 0, sizeof g2);
+    g32[0].name = (char *)"group";
+    g32[0].type = TDM_ATTR_INT;
+    g32[0].i = 32;
+    g2[0] = g32[0];
+    g2[0].i = 2;
+    g->nodes[dw].attrs = g32;
+    g->nodes[dw].n_attrs = 1;
+    g->nodes[grouped].attrs = g2;
+    g->nodes[grouped].n_attrs = 1;
+    const tdm_node *N = g->nodes;
+    double f_dw = 2.0 * 32 * 28 * 28 * 9, f_pw = 2.0 * 32 * 28 * 28 * 64;
+    double f_dense = 2.0 * 32 * 28 * 28 * 32 * 9, f_grouped = 2.0 * 32 * 28 * 28 * 16 * 9;
+    assert_true(tdm_node_flops(g, &N[dw]) == f_dw);
+    assert_true(tdm_node_flops(g, &N[pw]) == f_pw);
+    assert_true(tdm_node_flops(g, &N[grouped]) == f_grouped);
+
+    tdm_device_profile p = synthetic("x", 100, 1e6, 0, 0, 0); /* compute-bound, no launch */
+    p.conv1x1_gflops = 50;
+    p.dwconv_gflops = 1;
+    double eps = 1e-3;
+    assert_true(fabs(tdm_cost_node_ms(g, &N[dw], &p) / (f_dw / 1e6) - 1) < eps);
+    assert_true(fabs(tdm_cost_node_ms(g, &N[pw], &p) / (f_pw / 50e6) - 1) < eps);
+    assert_true(fabs(tdm_cost_node_ms(g, &N[dense], &p) / (f_dense / 100e6) - 1) < eps);
+    assert_true(fabs(tdm_cost_node_ms(g, &N[grouped], &p) / (f_grouped / 100e6) - 1) < eps);
+    /* not measured: conv_gflops for every kind */
+    p.conv1x1_gflops = p.dwconv_gflops = 0;
+    assert_true(fabs(tdm_cost_node_ms(g, &N[dw], &p) / (f_dw / 100e6) - 1) < eps);
+    assert_true(fabs(tdm_cost_node_ms(g, &N[pw], &p) / (f_pw / 100e6) - 1) < eps);
+    g->nodes[dw].attrs = g->nodes[grouped].attrs = NULL; /* (stack attributes) */
+    g->nodes[dw].n_attrs = g->nodes[grouped].n_attrs = 0;
+    tdm_graph_free(g);
+}
+
 static void test_cost_copies(void **state) {
     (void)state;
     tdm_device_profile cpu = synthetic("cpu", 100, 10, 1, 0, 0);
@@ -335,6 +388,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_cache_dir, setup, teardown),
         cmocka_unit_test_setup_teardown(test_device_with_own_memory, setup, teardown),
         cmocka_unit_test(test_cost_matmul_scales),
+        cmocka_unit_test(test_cost_conv_kinds),
         cmocka_unit_test(test_cost_copies),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -45,7 +45,8 @@ static tdm_status *limits_get(const tdm_kernel_ctx *ctx, loop_limits *l) {
     return NULL;
 }
 
-/* Before iteration `trip` (0-based). `iterative`: the iteration count applies (Loop). */
+/* Before iteration `trip` (0-based). `iterative`: the iteration count applies (Loop). Also
+ * where a cancelled run stops (ctx->run_ctl). */
 static tdm_status *limits_check(const tdm_kernel_ctx *ctx, const loop_limits *l, int64_t trip,
                                 bool iterative) {
     if (iterative && l->max_iter && trip >= l->max_iter)
@@ -58,6 +59,10 @@ static tdm_status *limits_check(const tdm_kernel_ctx *ctx, const loop_limits *l,
                               "the loop ran longer than %lld ms after %lld iterations (the limit; "
                               "TANDEM_LOOP_TIMEOUT_MS sets it, 0 = none)",
                               (long long)l->timeout_ms, (long long)trip);
+    /* tdm_session_cancel or the run's deadline (tdm_run_options): TDM_ERR_CANCELLED */
+    tdm_status *st = tdm_run_ctl_check(ctx->run_ctl);
+    if (st) return tdm_status_wrap(st, "%s node '%s' after %lld iterations: ", ctx->node->op_type,
+                                   ctx->node->name, (long long)trip);
     return NULL;
 }
 

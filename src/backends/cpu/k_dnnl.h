@@ -146,6 +146,26 @@ tdm_status *dn_exec(tdm_kernel_ctx *ctx, dnnl_engine_t eng, const dn_prim *p, in
  * for the call). */
 tdm_status *dn_exec_in(tdm_kernel_ctx *ctx, dnnl_engine_t eng, const dn_prim *p, int n,
                        const dn_arg *args, void *scratch);
+/* The oneDNN memory objects and stream of one primitive's executions, kept from call to call
+ * (dn_exec_held only points them at each call's data): creating and destroying them per call
+ * cost about as much as a small matmul itself. Lives in a cache entry (zeroed = empty);
+ * `busy` is a trylock: a call that finds it taken (another thread runs the same primitive)
+ * creates its own objects as dn_exec_in does. */
+typedef struct dn_held {
+    atomic_flag busy;
+    bool built;
+    int n;                                  /* arguments the objects were made for */
+    int arg[DN_MAX_ARGS];
+    const dnnl_memory_desc_t *md[DN_MAX_ARGS];
+    dnnl_memory_t mem[DN_MAX_ARGS + 1];     /* [n]: the scratchpad, when the primitive has one */
+    dnnl_stream_t stream;
+} dn_held;
+/* dn_exec_in through `h`'s kept objects (args must name the same descriptors call after call;
+ * other calls fall back to fresh objects). */
+tdm_status *dn_exec_held(tdm_kernel_ctx *ctx, dnnl_engine_t eng, const dn_prim *p, int n,
+                         const dn_arg *args, void *scratch, dn_held *h);
+/* Destroys what `h` keeps (no call may be using it). */
+void dn_held_clear(dn_held *h);
 /* Scratch memory for one run of a node: the state's buffer, kept from run to run (grown when
  * a run needs more), when no other run of the node holds it; else a fresh allocation
  * (*own set). 64-byte aligned. Return it with dn_scratch_put. NULL when out of memory. */

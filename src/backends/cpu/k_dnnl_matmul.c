@@ -1,10 +1,11 @@
 /* dnnl family: MatMul, Gemm and FusedMatMul (float32) on oneDNN's matmul primitive.
  *  - MatMul: numpy batching with broadcast batch dims; a 2-D (or 1-D) B makes one
  *    [batch*M, K] x [K, N] product. A constant 2-D B is reordered once into the layout oneDNN
- *    prefers; when that is plain row-major (the gemm-based matmul of AVX2 machines), into
- *    the transposed layout [N, K] instead: with N a multiple of 1024 a row-major B's rows
- *    alias in the cache and the gemm runs at half speed (measured 38 vs 75 GFLOP/s for
- *    128x768 * 768x3072).
+ *    prefers; when that is plain row-major (the gemm-based matmul of AVX2 machines) and N
+ *    is a multiple of 1024, into the transposed layout [N, K] instead: a row-major B's rows
+ *    then alias in the cache and the gemm runs at half speed (measured 38 vs 75 GFLOP/s for
+ *    128x768 * 768x3072). Other N keep row-major B, a few % faster than [N, K] on AVX2
+ *    (dnnl_sgemm 128x3072 * 3072x768: 77-79 vs 75-76 GFLOP/s).
  *  - Gemm: transposes as strides, alpha as the output scale, beta * C either as the bias
  *    (C of shape [N] or [1, N], alpha = beta = 1) or as C broadcast into Y plus a sum
  *    post-op with scale beta.
@@ -38,6 +39,7 @@ typedef struct mm_part {
     int64_t units; /* extent of the split dimension; 0 = unused */
     dn_prim mm;
     dnnl_memory_desc_t src, wei, dst;
+    dn_held held; /* mm's memory objects and stream, kept between runs */
 } mm_part;
 
 typedef struct mm_entry {
@@ -55,6 +57,8 @@ typedef struct mm_entry {
 
 static void mm_clear(dn_state *s, dn_entry *he) {
     mm_entry *e = (mm_entry *)he;
+    dn_held_clear(&e->part[0].held);
+    dn_held_clear(&e->part[1].held);
     dn_prim_clear(&e->part[0].mm);
     dn_prim_clear(&e->part[1].mm);
     dn_prim_clear(&e->r_wei);
@@ -224,7 +228,7 @@ static tdm_status *mm_part_build(mm_state *s, mm_entry *e, const mm_shape *m, in
             pd = NULL;
             continue;
         }
-        if (attempt == 0 &&
+        if (attempt == 0 && b[nd - 1] % 1024 == 0 &&
             dnnl_memory_desc_equal(dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0),
                                    &plain_b)) {
             dnnl_primitive_desc_destroy(pd);
@@ -245,6 +249,8 @@ static tdm_status *mm_build(dn_state *bs, tdm_kernel_ctx *ctx, dn_entry *he) {
     mm_entry *e = (mm_entry *)he;
     const tdm_tensor *A = ctx->in[0], *B = ctx->in[1], *bias = input(ctx, 2);
     mm_shape m;
+    atomic_flag_clear(&e->part[0].held.busy);
+    atomic_flag_clear(&e->part[1].held.busy);
     if (!(s->kind == MM_GEMM ? gemm_shape(s, A, B, &m) : matmul_shape(A, B, &m))) return NULL;
     int nd = m.nd;
     int64_t N = m.y[nd - 1];
@@ -349,7 +355,8 @@ static tdm_status *mm_item(void *arg, tdm_kernel_ctx *ctx, int64_t j) {
                        e->b_step ? (const void *)(r->b + u0 * e->b_step) : r->wei},
                       {DNNL_ARG_DST, &p->dst, y},
                       {DNNL_ARG_BIAS, &e->bias, r->c}};
-    return dn_exec(ctx, r->s->base.eng, &p->mm, e->cmode == C_BIAS ? 4 : 3, args);
+    return dn_exec_held(ctx, r->s->base.eng, &p->mm, e->cmode == C_BIAS ? 4 : 3, args, NULL,
+                        &p->held);
 }
 
 static tdm_status *mm_exec(mm_state *s, tdm_kernel_ctx *ctx, mm_entry *e) {

@@ -37,15 +37,21 @@ static inline void copy_elems(char *dst, const char *src, int64_t n, size_t es) 
     memcpy(dst, src, (size_t)n * es);
 }
 
-/* Validated, normalised copies of all indices of `t` against an axis of size n (scratch). */
-static tdm_status *load_indices(tdm_kernel_ctx *ctx, const tdm_tensor *t, int64_t n, int64_t **out) {
+#define SMALL_INDICES 256 /* index counts copied into the caller's stack buffer */
+
+/* Validated, normalised copies of all indices of `t` against an axis of size n: in `small`
+ * (SMALL_INDICES values) when they fit, else scratch; free with free_indices. */
+static tdm_status *load_indices(tdm_kernel_ctx *ctx, const tdm_tensor *t, int64_t n,
+                                int64_t *small, int64_t **out) {
     TDM_TRY(need_index_type(ctx, t));
-    int64_t *v = tdm_kscratch(ctx, (size_t)(t->count ? t->count : 1) * sizeof *v);
+    int64_t *v = t->count <= SMALL_INDICES
+                     ? small
+                     : tdm_kscratch(ctx, (size_t)(t->count ? t->count : 1) * sizeof *v);
     if (!v) return tdm_node_error(ctx->node, TDM_ERR_OUT_OF_MEMORY, "out of memory for indices");
     for (int64_t i = 0; i < t->count; i++) {
         tdm_status *st = tdm_kshape_norm_index(ctx->node, tdm_kshape_index_at(t, i), n, &v[i]);
         if (st) {
-            tdm_free(ctx->alloc, v);
+            if (v != small) tdm_free(ctx->alloc, v);
             return st;
         }
     }
@@ -81,14 +87,14 @@ tdm_status *tdm_kshape_gather(tdm_kernel_ctx *ctx) {
     if (y->rank != x->rank - 1 + ind->rank) return shape_mismatch(ctx);
     int64_t outer = prod(x->dims, 0, axis), inner = prod(x->dims, axis + 1, x->rank);
     if (y->count != outer * ind->count * inner) return shape_mismatch(ctx);
-    int64_t *idx = NULL;
-    TDM_TRY(load_indices(ctx, ind, x->dims[axis], &idx));
+    int64_t *idx = NULL, small[SMALL_INDICES];
+    TDM_TRY(load_indices(ctx, ind, x->dims[axis], small, &idx));
     gather_job j = {x->data, y->data, idx, ind->count, x->dims[axis], inner,
                     tdm_dtype_elem_size(x->dtype)};
     int64_t items = outer * ind->count;
     if (items && inner)
         tdm_parallel_for(ctx->pool, items, inner >= 8192 ? 1 : 8192 / inner, gather_items, &j);
-    tdm_free(ctx->alloc, idx);
+    if (idx != small) tdm_free(ctx->alloc, idx);
     return tdm_kshape_own_strings(y);
 }
 

@@ -1,0 +1,109 @@
+/* Internal to the executor (src/sched/executor*.c); nothing outside src/sched includes this.
+ *
+ * Layout of the executor:
+ *   executor.c        the run loop: tdm_plan_run, one node at a time (tdm_exec_run_node:
+ *                     shape inference, outputs, kernel), subgraph bodies, memory plans.
+ *   executor_copy.c   values in other memories: copies between host and devices (blocking,
+ *                     or asynchronous through sched/xfer.c), device memory counters.
+ *   executor_multi.c  plans over several devices: one host thread per device.
+ *   executor_mem.c    memory plans per input-shape signature (arena, run scratch, cached
+ *                     inferred shapes) and the plan's memory figures.
+ *
+ * Between two nodes both run loops call tdm_exec_between_nodes(): the one place where a run
+ * may stop early (e.g. a per-run cancel flag) before the next node starts. */
+#ifndef TDM_SCHED_EXECUTOR_INTERNAL_H
+#define TDM_SCHED_EXECUTOR_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/trace.h"
+#include "ops/op.h"
+#include "sched/monitor.h"
+#include "sched/plan.h"
+#include "sched/xfer.h"
+
+#define MAX_IO 4096
+
+typedef struct frame frame;
+struct frame {
+    const tdm_graph *g;
+    const tdm_tensor **vals; /* per value: the tensor, borrowed or owned */
+    bool *owned;
+    const int *release_after; /* per value: last reader's node index (-1 = keep) */
+    const frame *parent;
+    const tdm_plan *plan;     /* main graph only: devices, kernels */
+    tdm_device *dev;          /* subgraphs: the device of the control-flow node */
+    const tdm_allocator *a;
+    tdm_threadpool *pool;
+    tdm_memplan *mp;          /* arena for this run's intermediates, or NULL */
+    size_t *record;           /* first run with new shapes: bytes of each value, or NULL */
+    /* copies of values in other memories: [v * (1 + TDM_REPLICA_DEVS) + 0] host copy,
+     * [... + 1 + i] copy on the plan's device i; owned, freed with the value */
+    tdm_tensor **replicas;
+    double *times;            /* per node ms of this run (profiling), or NULL */
+    tdm_xfer *xfer;           /* asynchronous copies of this run (sched/xfer.h), or NULL */
+    const tdm_run_ctl *ctl;   /* the run's stop request (cancel, deadline; subgraphs take
+                                 their parent's), or NULL */
+    bool scratch;             /* vals/owned belong to mp (not freed with the frame) */
+};
+
+#define TDM_REPLICA_DEVS 16
+
+/* ---- executor.c ---- */
+/* Runs node n on dev: infers output shapes, allocates outputs (from the frame's arena when
+ * planned), executes kernel k (or finds one when k is NULL or does not take the types). */
+tdm_status *tdm_exec_run_node(tdm_device *dev, const tdm_kernel_def *k, void *state,
+                              const tdm_allocator *a, tdm_threadpool *pool, const tdm_node *n,
+                              const tdm_tensor *const *ins, tdm_tensor **outs, frame *f);
+void tdm_exec_trace_kernel(tdm_trace *tr, tdm_device *dev, const tdm_node *n, size_t i,
+                           int64_t t0, int64_t t1, const uint64_t *flows, int n_flows);
+/* Checked between two nodes of a run (before node `next` starts): NULL to go on, else the
+ * status the run ends with. Hook for stopping a run early (cancellation). */
+tdm_status *tdm_exec_between_nodes(const frame *f, size_t next);
+
+/* ---- executor_mem.c ---- */
+/* Hash of the input dtypes and shapes: the key of memory plans. */
+uint64_t tdm_exec_shapes_key(const tdm_graph *g, const tdm_tensor *const *inputs);
+/* Takes the plan's memory plan for `key` when it is free (f->mp, with its scratch), else
+ * prepares to record sizes (f->record) when none exists yet. */
+void tdm_exec_acquire_memplan(tdm_plan *p, uint64_t key, frame *f, size_t nv);
+/* Gives f->mp back, or builds a memory plan from the sizes recorded by a successful run. */
+void tdm_exec_release_memplan(tdm_plan *p, frame *f, uint64_t key, bool ok);
+/* The shape cache of node n for this run (NULL when the run has none or n's shapes depend
+ * on values other than constants); *node gets n's index. */
+struct tdm_shape_cache *tdm_exec_shape_cache_of(const frame *f, const tdm_node *n,
+                                                const tdm_tensor *const *ins, size_t *node);
+/* Fills the output shapes of node i from the cache when its inputs match; true on a hit. */
+bool tdm_exec_shape_cache_get(const struct tdm_shape_cache *sc, size_t i, const tdm_node *n,
+                              const tdm_tensor *const *ins, tdm_value_info *out);
+/* Stores what infer gave for node i with these inputs. */
+void tdm_exec_shape_cache_put(struct tdm_shape_cache *sc, size_t i, const tdm_node *n,
+                              const tdm_tensor *const *ins, const tdm_value_info *out);
+
+/* ---- executor_copy.c ---- */
+int tdm_exec_device_index(const frame *f, const tdm_device *dev);
+tdm_monitor *tdm_exec_mon(const frame *f);
+int tdm_exec_mon_host_slot(const tdm_plan *p);
+void tdm_exec_mon_hold(const frame *f, const tdm_tensor *t, int sign);
+void tdm_exec_mon_copy(const frame *f, const tdm_device *dev, bool upload, size_t bytes);
+/* The frame's table of copies, made on first need. */
+tdm_status *tdm_exec_replicas(frame *f);
+/* Starts (asynchronous source) or makes (blocking source) the host copy of device value v. */
+tdm_status *tdm_exec_host_copy(frame *f, int v, tdm_tensor **host);
+/* take_outputs: the output's host copy when an asynchronous download made one, else NULL. */
+tdm_status *tdm_exec_staged_output(frame *f, int v, const tdm_tensor **ready);
+/* End of a run's asynchronous copies; on their failure the outputs handed out are taken back. */
+tdm_status *tdm_exec_finish(frame *f, tdm_status *st, tdm_tensor **outputs, size_t n_out);
+/* The tensor of value v in the memory `dev` works on (host for host-memory devices). */
+tdm_status *tdm_exec_input_for(frame *f, int v, tdm_device *dev, const tdm_tensor **out,
+                               uint64_t *flow);
+/* Frees the copies of value v. */
+void tdm_exec_drop_replicas(frame *f, int v);
+
+/* ---- executor_multi.c ---- */
+/* Runs a multi-device plan: one host thread per device (the caller serves device 0). */
+tdm_status *tdm_exec_parallel(frame *f);
+
+#endif
