@@ -9,7 +9,8 @@
  *     that was what failed) and the same session runs, with outputs matching ONNX Runtime;
  *   - when everything is freed, the hook counts no live block.
  * A healthy attempt makes about 1,100 (yolo) and 1,800 (bert) allocations, and every N is
- * tried (about 25 s for both under ASan). Should the models grow past FIRST_N + SAMPLES
+ * tried (about 25 s for both under ASan). The yolo model is swept a second time with its nodes
+ * on the test accelerator, whose device buffers come from the same hook. Should the models grow past FIRST_N + SAMPLES
  * allocations, the first FIRST_N are all tried, then every k-th so that about SAMPLES more
  * run (TDM_FAULT_ALL=1 tries every N regardless). The N being tried is printed if the
  * process dies. */
@@ -61,6 +62,9 @@ static void c_free(void *user, void *p) {
 /* ---- what to print if the process dies ---- */
 
 static const char *volatile g_model = "";
+/* Devices of the sessions: "cpu", or the test accelerator (memory of its own, allocated
+ * through the same hook: device allocations fail too) with the CPU behind it. */
+static const char *g_devices = "cpu";
 static volatile long g_n;
 
 static void say_where(void) {
@@ -169,7 +173,8 @@ static int attempt(const model_data *d, long fail_at, long *total_calls, int *fa
         (*failures)++;
         goto leak_check;
     }
-    tdm_session_options so = {TDM_API_VERSION, "cpu", 1, 1, false};
+    tdm_session_options so = {TDM_API_VERSION, g_devices, 1, 1, false};
+    if (strcmp(g_devices, "cpu") != 0) so.placement = "test:0"; /* not the measured profiles */
     tdm_session *s = NULL;
     for (int round = 0; round < 3; round++) {
         const char *what = "tdm_session_create";
@@ -262,11 +267,22 @@ static void test_yolo_like_head(void **state) {
     sweep("yolo_like_head");
 }
 
+/* The same sweep with the nodes on the test accelerator: uploads, device buffers and
+ * downloads fail as well, and a failed upload or device allocation leaks nothing. */
+static void test_yolo_like_head_on_device(void **state) {
+    (void)state;
+    g_devices = "test:0,cpu";
+    sweep("yolo_like_head");
+    g_devices = "cpu";
+}
+
 int main(void) {
+    setenv("TANDEM_TEST_DEVICES", "1", 1);
     if (__sanitizer_set_death_callback) __sanitizer_set_death_callback(say_where);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bert_layer),
         cmocka_unit_test(test_yolo_like_head),
+        cmocka_unit_test(test_yolo_like_head_on_device),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
