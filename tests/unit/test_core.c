@@ -1,5 +1,10 @@
 /* Core: status objects, checked shapes, tensors, float16/bfloat16, thread pool. */
+#define _GNU_SOURCE
+#include <pthread.h>
 #include <setjmp.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <unistd.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -124,10 +129,69 @@ static void test_threadpool(void **state) {
     tdm_threadpool_free(NULL);
 }
 
+/* The waiting paths of the pool: never spinning (TANDEM_SPIN_US=0: every wake-up goes through
+ * the condition variables), spinning, and regions far enough apart that spinning workers fall
+ * asleep in between; and two callers sharing one pool. Each region must see every item once. */
+typedef struct count_arg {
+    atomic_int *hits;
+    int64_t n;
+} count_arg;
+
+static void count_range(void *arg, int64_t b, int64_t e) {
+    count_arg *c = arg;
+    for (int64_t i = b; i < e; i++) atomic_fetch_add(&c->hits[i], 1);
+}
+
+typedef struct caller_arg {
+    tdm_threadpool *pool;
+    count_arg c;
+    int regions;
+} caller_arg;
+
+static void *caller_main(void *vp) {
+    caller_arg *ca = vp;
+    for (int r = 0; r < ca->regions; r++) tdm_parallel_for(ca->pool, ca->c.n, 3, count_range, &ca->c);
+    return NULL;
+}
+
+static void check_hits(atomic_int *hits, int64_t n, int expect) {
+    for (int64_t i = 0; i < n; i++) assert_int_equal(atomic_load(&hits[i]), expect);
+}
+
+static void test_threadpool_waiting(void **state) {
+    (void)state;
+    enum { N = 257 };
+    static atomic_int hits[N], hits2[N];
+    const char *spins[] = {"0", "200", "100000"};
+    for (size_t si = 0; si < sizeof spins / sizeof *spins; si++) {
+        setenv("TANDEM_SPIN_US", spins[si], 1);
+        tdm_threadpool *p = NULL;
+        assert_null(tdm_threadpool_create(3, &p));
+        for (int64_t i = 0; i < N; i++) atomic_store(&hits[i], 0), atomic_store(&hits2[i], 0);
+        count_arg c = {hits, N};
+        for (int r = 0; r < 20; r++) {
+            tdm_parallel_for(p, N, 3, count_range, &c);
+            if (r % 5 == 4) usleep(2000); /* longer than a 200 us spin: workers sleep */
+        }
+        check_hits(hits, N, 20);
+        caller_arg a = {p, {hits, N}, 40}, b = {p, {hits2, N}, 40};
+        pthread_t t1, t2;
+        assert_int_equal(pthread_create(&t1, NULL, caller_main, &a), 0);
+        assert_int_equal(pthread_create(&t2, NULL, caller_main, &b), 0);
+        pthread_join(t1, NULL);
+        pthread_join(t2, NULL);
+        check_hits(hits, N, 60);
+        check_hits(hits2, N, 40);
+        tdm_threadpool_free(p);
+    }
+    unsetenv("TANDEM_SPIN_US");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_status),     cmocka_unit_test(test_shape_count),
         cmocka_unit_test(test_tensor_clone_strings), cmocka_unit_test(test_half),
+        cmocka_unit_test(test_threadpool_waiting),
         cmocka_unit_test(test_threadpool),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
