@@ -36,12 +36,14 @@ void tdm_monitor_node_begin(tdm_monitor *m, int dev) {
     pthread_mutex_unlock(&m->mu);
 }
 
-void tdm_monitor_node_end(tdm_monitor *m, int dev) {
+void tdm_monitor_node_end(tdm_monitor *m, int dev) { tdm_monitor_nodes_end(m, dev, 1); }
+
+void tdm_monitor_nodes_end(tdm_monitor *m, int dev, int64_t nodes) {
     if (!slot_ok(m, dev)) return;
     int64_t now = tdm_now_ns();
     pthread_mutex_lock(&m->mu);
     tdm_monitor_slot *s = &m->slot[dev];
-    s->kernels++;
+    s->kernels += nodes;
     if (s->active > 0 && --s->active == 0) {
         /* an interval opened before a reset counts from the window start */
         int64_t from = s->active_since_ns > m->window_start_ns ? s->active_since_ns

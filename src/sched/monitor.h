@@ -44,6 +44,8 @@ void tdm_monitor_free(const tdm_allocator *a, tdm_monitor *m);
 /* Node execution on device slot `dev` starts / ends (busy intervals and kernel count). */
 void tdm_monitor_node_begin(tdm_monitor *m, int dev);
 void tdm_monitor_node_end(tdm_monitor *m, int dev);
+/* Ends an interval opened by tdm_monitor_node_begin that ran `nodes` nodes back to back. */
+void tdm_monitor_nodes_end(tdm_monitor *m, int dev, int64_t nodes);
 /* A run of a plan using these devices starts (+1) or ends (-1). */
 void tdm_monitor_runs(tdm_monitor *m, const int *devs, int n, int delta);
 /* Memory held on device slot `dev` grows (bytes > 0) or shrinks (bytes < 0). */

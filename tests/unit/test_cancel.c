@@ -17,6 +17,7 @@
  * y = x + M when cond stays true. */
 #include <pthread.h>
 #include <sched.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -538,8 +539,12 @@ static void check_mode(const char *devices, int mode) {
     /* the session runs normally afterwards, with the same outputs */
     mode_run(env, s, false, 0, &code, &y);
     assert_int_equal(tdm_tensor_element_count(y), tdm_tensor_element_count(y_full));
-    assert_memory_equal(tdm_tensor_data_const(y), tdm_tensor_data_const(y_full),
-                        (size_t)tdm_tensor_element_count(y) * sizeof(float));
+    /* not bitwise: the split between devices may differ from run to run, and a device's
+     * share of one row takes the one-row product path (another summation order) */
+    const float *ya = tdm_tensor_data_const(y), *yb = tdm_tensor_data_const(y_full);
+    for (int64_t i = 0; i < tdm_tensor_element_count(y); i++)
+        if (!(fabsf(ya[i] - yb[i]) <= 1e-6f + 1e-5f * fabsf(yb[i])))
+            fail_msg("output %lld: %.9g after the cancelled run, %.9g before", (long long)i, ya[i], yb[i]);
     tdm_tensor_free(y);
     tdm_tensor_free(y_full);
     tdm_session_free(s);

@@ -18,10 +18,10 @@
 const tdm_kernel_def tdm_cpu_kernels_dnnl[] = {
     {"", "Conv", 1, 0, 0, F32, dn_conv_run, dn_conv_prepare, dn_release},
     {TDM_FUSED_DOMAIN, "FusedConv", 1, 0, 0, F32, dn_conv_run, dn_conv_prepare, dn_release},
-    {"", "MatMul", 1, 0, 0, F32, dn_matmul_run, dn_matmul_prepare, dn_release},
-    {"", "Gemm", 1, 0, 0, F32, dn_matmul_run, dn_matmul_prepare, dn_release},
+    {"", "MatMul", 1, 0, 0, F32, dn_matmul_run, dn_matmul_prepare, dn_matmul_release},
+    {"", "Gemm", 1, 0, 0, F32, dn_matmul_run, dn_matmul_prepare, dn_matmul_release},
     {TDM_FUSED_DOMAIN, "FusedMatMul", 1, 0, 0, F32, dn_matmul_run, dn_matmul_prepare,
-     dn_release},
+     dn_matmul_release},
     {"", "MaxPool", 1, 0, 0, F32, dn_pool_run, dn_pool_prepare, dn_release},
     {"", "AveragePool", 1, 0, 0, F32, dn_pool_run, dn_pool_prepare, dn_release},
     {TDM_FUSED_DOMAIN, "BlockedConv", 1, 0, 0, F32, dn_conv_run, dn_conv_prepare, dn_release},

@@ -201,6 +201,7 @@ tdm_status *dn_conv_prepare(const tdm_node *node, int opset, int n_in,
 tdm_status *dn_conv_run(tdm_kernel_ctx *ctx);
 tdm_status *dn_matmul_prepare(const tdm_node *node, int opset, int n_in,
                               const tdm_tensor *const *in, const tdm_allocator *a, void **state);
+void dn_matmul_release(void *state, const tdm_allocator *a);
 tdm_status *dn_matmul_run(tdm_kernel_ctx *ctx);
 tdm_status *dn_pool_prepare(const tdm_node *node, int opset, int n_in,
                             const tdm_tensor *const *in, const tdm_allocator *a, void **state);

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "backends/cpu/k_dnnl.h"
+#include "backends/cpu/k_gemv.h"
 #include "core/alloc.h"
 
 enum { MM_MATMUL, MM_GEMM, MM_FUSED };
@@ -26,6 +27,8 @@ typedef struct mm_state {
     bool ta, tb;
     float alpha, beta;
     const char *act;
+    tdm_fused_act fact;        /* FusedMatMul's activation, parsed */
+    _Atomic(dn_gemv *) gemv;   /* constant B packed for one-row runs (k_gemv.c), made on the first */
 } mm_state;
 
 /* One matmul as oneDNN sees it: nd dims each (batch..., rows, cols), with strides. */
@@ -90,9 +93,18 @@ tdm_status *dn_matmul_prepare(const tdm_node *node, int opset, int n_in,
         if (strcmp(s->act, "") && strcmp(s->act, "Relu") && strcmp(s->act, "Gelu") &&
             strcmp(s->act, "GeluTanh"))
             s->base.generic = true;
+        else
+            TDM_TRY(tdm_fused_parse_act(node, &s->fact));
     }
     return NULL;
 }
+
+void dn_matmul_release(void *state, const tdm_allocator *a) {
+    mm_state *s = state;
+    if (s) dn_gemv_free(s->base.alloc, atomic_load(&s->gemv));
+    dn_release(state, a);
+}
+
 
 static void contiguous(int nd, const int64_t *d, int64_t *s) {
     int64_t st = 1;
@@ -382,6 +394,40 @@ static tdm_status *mm_exec(mm_state *s, tdm_kernel_ctx *ctx, mm_entry *e) {
     return st;
 }
 
+/* The one-row path (k_gemv.c): Y is one row of N = x[K] . B with a constant 2-D B, plus a bias
+ * over the columns and FusedMatMul's activation; Gemm only as alpha * A.B + C with C a bias
+ * ([N] or [1, N], beta 1) and A not transposed. Returns false when it does not apply. */
+static bool gemv_try(mm_state *s, tdm_kernel_ctx *ctx, tdm_status **st) {
+    const tdm_tensor *A = ctx->in[0], *B = ctx->in[1], *C = input(ctx, 2);
+    const tdm_tensor *Y = ctx->out[0];
+    if (B != s->base.wconst || B->rank != 2 || A->rank < 1 || Y->rank < 1) return false;
+    bool nk = s->kind == MM_GEMM && s->tb;
+    int64_t K = B->dims[nk ? 1 : 0], N = B->dims[nk ? 0 : 1];
+    if (A->dims[A->rank - 1] != K || A->count != K || Y->count != N || Y->dims[Y->rank - 1] != N)
+        return false;
+    if (s->kind == MM_GEMM) {
+        if (s->ta || A->rank != 2 || (C && s->beta != 1.0f)) return false;
+        if (C && !((C->rank == 1 && C->dims[0] == N) || (C->rank == 2 && C->dims[0] == 1 && C->dims[1] == N)))
+            return false;
+    } else if (C && (s->kind != MM_FUSED || C->rank != 1 || C->dims[0] != N)) {
+        return false;
+    }
+    dn_gemv *g = atomic_load_explicit(&s->gemv, memory_order_acquire);
+    if (!g) {
+        if ((*st = dn_gemv_pack(s->base.alloc, B->data, K, N, nk, &g))) return true;
+        dn_gemv *none = NULL;
+        if (!atomic_compare_exchange_strong(&s->gemv, &none, g)) { /* another run packed it */
+            dn_gemv_free(s->base.alloc, g);
+            g = none;
+        }
+    }
+    if (dn_gemv_k(g) != K || dn_gemv_n(g) != N) return false;
+    dn_gemv_run(ctx->pool, g, A->data, C ? C->data : NULL, s->kind == MM_GEMM ? s->alpha : 1.0f,
+                s->kind == MM_FUSED ? &s->fact : NULL, Y->data);
+    *st = NULL;
+    return true;
+}
+
 tdm_status *dn_matmul_run(tdm_kernel_ctx *ctx) {
     mm_state *s = ctx->state;
     if (!s || s->base.generic || ctx->n_in < 2 || !ctx->in[0] || !ctx->in[1] || !ctx->out[0])
@@ -394,6 +440,8 @@ tdm_status *dn_matmul_run(tdm_kernel_ctx *ctx) {
         return dn_fallback(ctx);
     if (s->kind == MM_GEMM && C && (Y->rank != 2 || !c_broadcasts(C, Y->dims[0], Y->dims[1])))
         return dn_fallback(ctx);
+    tdm_status *gst = NULL;
+    if (gemv_try(s, ctx, &gst)) return gst;
     int64_t key[DN_KEY];
     int nk = 0;
     key[nk++] = dn_threads(ctx);

@@ -1,0 +1,158 @@
+/* One-row products (GEMV) for MatMul, Gemm and FusedMatMul with a constant 2-D B.
+ *
+ * At batch 1 a recommender's or a classifier head's layers are y[N] = x[K] . B[K, N]: every
+ * weight is read once and used once, so the run time is the time to stream B from the cache,
+ * plus the call overheads. oneDNN's matmul primitive spends about half a microsecond per call
+ * in its argument handling before its kernel starts (measured on the DLRM-like bench model:
+ * 12% of a 38 us run in libdnnl outside the JIT code, for 8 products). This path packs B once,
+ * on the first one-row run, into panels of 32 columns (each panel K x 32 floats, one
+ * sequential stream), and runs an 8-accumulator FMA loop over them; the bias, alpha and the
+ * activation are applied to the 32 results while they are in registers' reach. Panels are
+ * shared out over the thread pool when B is large enough to pay for the wake-up.
+ *
+ * The packed copy costs as much memory as B; it is made only for weights that a one-row run
+ * used, and freed with the kernel state. */
+#include "backends/cpu/k_gemv.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/threadpool.h"
+
+#define PW 32 /* panel width: 4 vectors of 8 floats */
+
+struct dn_gemv {
+    int64_t K, N, panels;
+    float *p; /* panels * K * PW floats, zero-padded past N */
+};
+
+tdm_status *dn_gemv_pack(const tdm_allocator *a, const float *b, int64_t K, int64_t N, bool nk,
+                         dn_gemv **out) {
+    *out = NULL;
+    if (K < 1 || N < 1) return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "gemv: empty B");
+    int64_t panels = (N + PW - 1) / PW;
+    size_t floats;
+    if (__builtin_mul_overflow((size_t)panels, (size_t)K, &floats) ||
+        __builtin_mul_overflow(floats, (size_t)PW * sizeof(float), &floats))
+        return TDM_ERR(TDM_ERR_LIMIT, "gemv: B is too large");
+    dn_gemv *g = tdm_calloc(a, 1, sizeof *g);
+    float *p = g ? tdm_alloc(a, floats) : NULL;
+    if (!p) {
+        tdm_free(a, g);
+        return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory packing a %lldx%lld weight",
+                       (long long)K, (long long)N);
+    }
+    for (int64_t q = 0; q < panels; q++) {
+        float *dst = p + q * K * PW;
+        int64_t n0 = q * PW, w = N - n0 < PW ? N - n0 : PW;
+        for (int64_t k = 0; k < K; k++) {
+            float *row = dst + k * PW;
+            if (nk) /* B stored [N, K] (Gemm with transB) */
+                for (int64_t j = 0; j < w; j++) row[j] = b[(n0 + j) * K + k];
+            else
+                memcpy(row, b + k * N + n0, (size_t)w * sizeof(float));
+            for (int64_t j = w; j < PW; j++) row[j] = 0.0f;
+        }
+    }
+    g->K = K, g->N = N, g->panels = panels, g->p = p;
+    *out = g;
+    return NULL;
+}
+
+void dn_gemv_free(const tdm_allocator *a, dn_gemv *g) {
+    if (!g) return;
+    tdm_free(a, g->p);
+    tdm_free(a, g);
+}
+
+int64_t dn_gemv_k(const dn_gemv *g) { return g->K; }
+int64_t dn_gemv_n(const dn_gemv *g) { return g->N; }
+
+typedef float v8f __attribute__((vector_size(32)));
+typedef float v8f_u __attribute__((vector_size(32), aligned(4), may_alias));
+
+/* acc[0..31] = x . panel (K rows of 32). Two sets of 4 accumulators (even and odd k) keep
+ * 8 FMAs in flight. */
+#define GEMV_PANEL_BODY                                                                         \
+    v8f e0 = {0}, e1 = {0}, e2 = {0}, e3 = {0}, o0 = {0}, o1 = {0}, o2 = {0}, o3 = {0};         \
+    int64_t k = 0;                                                                              \
+    for (; k + 1 < K; k += 2) {                                                                 \
+        const float *r = p + k * PW;                                                            \
+        v8f xa = (v8f){0} + x[k], xb = (v8f){0} + x[k + 1];                                     \
+        e0 += xa * *(const v8f_u *)(r + 0);                                                     \
+        e1 += xa * *(const v8f_u *)(r + 8);                                                     \
+        e2 += xa * *(const v8f_u *)(r + 16);                                                    \
+        e3 += xa * *(const v8f_u *)(r + 24);                                                    \
+        o0 += xb * *(const v8f_u *)(r + 32);                                                    \
+        o1 += xb * *(const v8f_u *)(r + 40);                                                    \
+        o2 += xb * *(const v8f_u *)(r + 48);                                                    \
+        o3 += xb * *(const v8f_u *)(r + 56);                                                    \
+    }                                                                                           \
+    if (k < K) {                                                                                \
+        const float *r = p + k * PW;                                                            \
+        v8f xa = (v8f){0} + x[k];                                                               \
+        e0 += xa * *(const v8f_u *)(r + 0);                                                     \
+        e1 += xa * *(const v8f_u *)(r + 8);                                                     \
+        e2 += xa * *(const v8f_u *)(r + 16);                                                    \
+        e3 += xa * *(const v8f_u *)(r + 24);                                                    \
+    }                                                                                           \
+    *(v8f_u *)(acc + 0) = e0 + o0;                                                              \
+    *(v8f_u *)(acc + 8) = e1 + o1;                                                              \
+    *(v8f_u *)(acc + 16) = e2 + o2;                                                             \
+    *(v8f_u *)(acc + 24) = e3 + o3;
+
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+__attribute__((target("avx2,fma"))) static void panel_avx2(const float *restrict p,
+                                                            const float *restrict x, int64_t K,
+                                                            float *restrict acc) {
+    GEMV_PANEL_BODY
+}
+#define GEMV_HAVE_AVX2 1
+#endif
+
+static void panel_generic(const float *restrict p, const float *restrict x, int64_t K,
+                          float *restrict acc) {
+    GEMV_PANEL_BODY
+}
+
+typedef struct gemv_job {
+    const dn_gemv *g;
+    const float *x, *bias;
+    float alpha;
+    const tdm_fused_act *act;
+    float *y;
+    bool avx2;
+} gemv_job;
+
+static void gemv_panels(void *arg, int64_t q0, int64_t q1) {
+    const gemv_job *j = arg;
+    const dn_gemv *g = j->g;
+    float acc[PW];
+    for (int64_t q = q0; q < q1; q++) {
+        const float *p = g->p + q * g->K * PW;
+#ifdef GEMV_HAVE_AVX2
+        if (j->avx2)
+            panel_avx2(p, j->x, g->K, acc);
+        else
+#endif
+            panel_generic(p, j->x, g->K, acc);
+        int64_t n0 = q * PW, w = g->N - n0 < PW ? g->N - n0 : PW;
+        float *y = j->y + n0;
+        for (int64_t c = 0; c < w; c++) y[c] = j->alpha * acc[c] + (j->bias ? j->bias[n0 + c] : 0.0f);
+        tdm_fused_apply_act(j->act, y, w);
+    }
+}
+
+void dn_gemv_run(tdm_threadpool *pool, const dn_gemv *g, const float *x, const float *bias,
+                 float alpha, const tdm_fused_act *act, float *y) {
+    static const tdm_fused_act none = {TDM_FUSED_NONE, 0.0f, 0.0f};
+    gemv_job j = {g, x, bias, alpha, act ? act : &none, y, false};
+#ifdef GEMV_HAVE_AVX2
+    j.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#endif
+    /* about 256 KiB of weights per task: smaller products stay on the caller */
+    int64_t grain = (int64_t)(65536 / (g->K * PW)) + 1;
+    tdm_parallel_for(pool, g->panels, grain, gemv_panels, &j);
+}

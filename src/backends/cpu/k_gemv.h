@@ -1,0 +1,24 @@
+/* One-row products with a constant, packed B (k_gemv.c). Private to the CPU backend. */
+#ifndef TDM_CPU_K_GEMV_H
+#define TDM_CPU_K_GEMV_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backends/cpu/k_fused.h"
+#include "core/threadpool.h"
+
+typedef struct dn_gemv dn_gemv;
+
+/* Packs B ([K, N] row-major, or [N, K] when nk) for dn_gemv_run. */
+tdm_status *dn_gemv_pack(const tdm_allocator *a, const float *b, int64_t K, int64_t N, bool nk,
+                         dn_gemv **out);
+void dn_gemv_free(const tdm_allocator *a, dn_gemv *g);
+int64_t dn_gemv_k(const dn_gemv *g);
+int64_t dn_gemv_n(const dn_gemv *g);
+
+/* y[N] = act(alpha * x[K] . B + bias[N]); bias and act may be NULL. */
+void dn_gemv_run(tdm_threadpool *pool, const dn_gemv *g, const float *x, const float *bias,
+                 float alpha, const tdm_fused_act *act, float *y);
+
+#endif
