@@ -1,10 +1,11 @@
 #!/bin/sh
 # Builds what scripts/gpu-check.sh runs on a GPU machine that has no network and no
 # package manager: build-gpu/bundle/ holds the tandem command, libtandem, the CUDA plugin,
-# the CUDA unit test and (in lib/) every shared library they need that a bare Linux x86-64
-# machine may lack, except cuBLAS, cuBLASLt and cuDNN (over 700 MB: gpu-check.sh takes the
-# machine's own, from its CUDA toolkit or PyTorch's wheels). The C library family stays
-# behind (the machine's newer glibc runs these binaries).
+# the CUDA unit test, examples/classify_folder (gpu-check.sh step 8) and (in lib/) every
+# shared library they need that a bare Linux x86-64 machine may lack, except cuBLAS,
+# cuBLASLt and cuDNN (over 700 MB: gpu-check.sh takes the machine's own, from its CUDA
+# toolkit or PyTorch's wheels). The C library family stays behind (the machine's newer glibc
+# runs these binaries).
 #
 #   scripts/build-gpu-bundle.sh [BUILD_DIR]     (default build-gpu; the bundle is BUILD_DIR/bundle)
 #
@@ -18,17 +19,20 @@ bundle="$build/bundle"
 jobs="${JOBS:-2}"
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTANDEM_CUDA=ON -DTANDEM_CUDA_ARCHS=90 \
   -DTANDEM_OPENCL=OFF > /dev/null
-cmake --build "$build" -j"$jobs" --target tandem_cli tandem_cuda test_cuda
+cmake --build "$build" -j"$jobs" --target tandem_cli tandem_cuda test_cuda \
+  classify_folder
 rm -rf "$bundle"
 mkdir -p "$bundle/lib"
-cp "$build/tandem" "$build/libtandem_cuda.so" "$build/tests/test_cuda" "$bundle/"
+cp "$build/tandem" "$build/libtandem_cuda.so" "$build/tests/test_cuda" \
+  "$build/examples/classify_folder" "$bundle/"
 cp -L "$build"/libtandem.so.0 "$bundle/"
 strip --strip-unneeded "$bundle/tandem" "$bundle/libtandem.so.0" "$bundle/libtandem_cuda.so" \
-  "$bundle/test_cuda" 2> /dev/null || true
+  "$bundle/test_cuda" "$bundle/classify_folder" 2> /dev/null || true
 # shared libraries: everything ldd resolves outside the bundle, minus the C library family
 # and the CUDA libraries the machine provides; cudart is small and pinned to the toolkit
 # the plugin was built with, so it travels
-for f in "$bundle/tandem" "$bundle/libtandem.so.0" "$bundle/libtandem_cuda.so" "$bundle/test_cuda"; do
+for f in "$bundle/tandem" "$bundle/libtandem.so.0" "$bundle/libtandem_cuda.so" "$bundle/test_cuda" \
+         "$bundle/classify_folder"; do
   LD_LIBRARY_PATH="$bundle" ldd "$f"
 done | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u | while read -r name path; do
   case "$name" in
