@@ -241,7 +241,7 @@ static tdm_status *convert_graph(conv *c, const Onnx__GraphProto *gp, tdm_graph 
     }
     /* initializers */
     for (size_t i = 0; i < gp->n_initializer; i++) {
-        const Onnx__TensorProto *tp = gp->initializer[i];
+        Onnx__TensorProto *tp = gp->initializer[i]; /* ours: its raw_data may move to the tensor */
         if (!tp->name || !tp->name[0]) {
             st = TDM_ERR(TDM_ERR_INVALID_MODEL, "initializer %zu has no name", i);
             goto fail;
@@ -253,7 +253,7 @@ static tdm_status *convert_graph(conv *c, const Onnx__GraphProto *gp, tdm_graph 
         int v;
         if ((st = tdm_graph_add_value(g, tp->name, &v))) goto fail;
         tdm_tensor *t;
-        if ((st = tdm_onnx_convert_tensor(tp, c->a, c->base_dir, tp->name, &t))) goto fail;
+        if ((st = tdm_onnx_take_tensor(tp, c->a, c->base_dir, tp->name, &t))) goto fail;
         tdm_value *val = &g->values[v];
         val->data = t;
         val->is_initializer = true;

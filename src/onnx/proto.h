@@ -8,5 +8,8 @@
 tdm_status *tdm_onnx_convert_tensor(const Onnx__TensorProto *tp, const tdm_allocator *a,
                                     const char *base_dir, const char *fallback_name,
                                     tdm_tensor **out);
+/* The same, taking tp's raw_data buffer as the tensor's data when it can (tp loses it). */
+tdm_status *tdm_onnx_take_tensor(Onnx__TensorProto *tp, const tdm_allocator *a, const char *base_dir,
+                                 const char *fallback_name, tdm_tensor **out);
 
 #endif

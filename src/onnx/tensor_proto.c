@@ -110,9 +110,24 @@ static tdm_status *check_typed(const Onnx__TensorProto *tp, tdm_dtype dt, int64_
     return NULL;
 }
 
+static tdm_status *convert(const Onnx__TensorProto *tp, Onnx__TensorProto *steal,
+                           const tdm_allocator *a, const char *base_dir, const char *fallback_name,
+                           tdm_tensor **out);
+
 tdm_status *tdm_onnx_convert_tensor(const Onnx__TensorProto *tp, const tdm_allocator *a,
                                     const char *base_dir, const char *fallback_name,
                                     tdm_tensor **out) {
+    return convert(tp, NULL, a, base_dir, fallback_name, out);
+}
+
+tdm_status *tdm_onnx_take_tensor(Onnx__TensorProto *tp, const tdm_allocator *a, const char *base_dir,
+                                 const char *fallback_name, tdm_tensor **out) {
+    return convert(tp, tp, a, base_dir, fallback_name, out);
+}
+
+static tdm_status *convert(const Onnx__TensorProto *tp, Onnx__TensorProto *steal,
+                           const tdm_allocator *a, const char *base_dir, const char *fallback_name,
+                           tdm_tensor **out) {
     const char *name = tp->name && tp->name[0] ? tp->name : fallback_name;
     if (tp->n_dims > TDM_MAX_RANK)
         return TDM_ERR(TDM_ERR_LIMIT, "tensor '%s': rank %zu exceeds the maximum of %d", name,
@@ -192,6 +207,20 @@ tdm_status *tdm_onnx_convert_tensor(const Onnx__TensorProto *tp, const tdm_alloc
     }
     if (st) return st;
     tdm_tensor *t = NULL;
+    /* raw_data that protobuf-c allocated (with `a`, aligned like a tensor's data) becomes the
+     * tensor's data: no second copy of the weights while the model loads */
+    if (steal && !external && tp->has_raw_data && nbytes > 0 && tp->raw_data.data &&
+        (uintptr_t)tp->raw_data.data % TDM_ALIGN == 0) {
+        TDM_TRY(tdm_tensor_new_view(a, (tdm_dtype)dt, (int)tp->n_dims, dims, tp->raw_data.data, &t));
+        t->owns_data = true;
+        steal->raw_data.data = NULL;
+        steal->raw_data.len = 0;
+        steal->has_raw_data = 0;
+        if (t->dtype == TDM_BOOL)
+            for (int64_t i = 0; i < t->count; i++) ((uint8_t *)t->data)[i] = ((uint8_t *)t->data)[i] != 0;
+        *out = t;
+        return NULL;
+    }
     TDM_TRY(tdm_tensor_new(a, (tdm_dtype)dt, (int)tp->n_dims, dims, &t));
     if (external) {
         st = tdm_onnx_read_external(base_dir, loc, offset, length, t->data, t->nbytes, name);
