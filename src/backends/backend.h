@@ -10,12 +10,13 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "backends/kernel.h"
 #include "core/log.h"
 #include "core/status.h"
 
-#define TDM_DEVICE_IFACE_VERSION 3
+#define TDM_DEVICE_IFACE_VERSION 4
 
 typedef struct tdm_device tdm_device;
 
@@ -76,6 +77,19 @@ typedef struct tdm_device_iface {
     /* Session-level settings for this device, e.g. "precision=fp16" (see
      * tdm_session_options.precision); unknown keys are ignored, bad values are an error. */
     tdm_status *(*configure)(tdm_device *dev, const char *key, const char *value);
+
+    /* ---- version 4: launch windows (every member optional; NULL = not used) ------------
+     * The executor brackets each segment of a plan run (consecutive nodes of the main graph
+     * on one device, run by one host thread) with segment_begin / segment_end on that
+     * thread; the executes in between belong to the segment. `key` names the segment across
+     * runs: the same plan, segment and input shapes give the same key, other input shapes
+     * another. Every segment_begin is followed by exactly one segment_end on the same thread
+     * (ok = false when the run stopped inside the segment). A device may hold back the
+     * segment's kernels until segment_end (e.g. to replay them as one CUDA graph): it must
+     * then issue them before any copy or event that another device or the host could
+     * observe, and segment_end returns the status of that work. */
+    tdm_status *(*segment_begin)(tdm_device *dev, uint64_t key);
+    tdm_status *(*segment_end)(tdm_device *dev, bool ok);
 } tdm_device_iface;
 
 struct tdm_device {
@@ -122,6 +136,17 @@ const tdm_kernel_def *tdm_device_find_kernel(tdm_device *dev, const tdm_node *no
 tdm_status *tdm_device_execute(tdm_device *dev, const tdm_kernel_def *k, tdm_kernel_ctx *ctx);
 tdm_status *tdm_device_synchronize(tdm_device *dev);
 void tdm_device_close(tdm_device *dev);
+/* The launch-window hooks (version 4): no-ops for devices without them. */
+static inline tdm_status *tdm_device_segment_begin(tdm_device *dev, uint64_t key) {
+    return dev && dev->iface->api_version >= 4 && dev->iface->segment_begin
+               ? dev->iface->segment_begin(dev, key)
+               : NULL;
+}
+static inline tdm_status *tdm_device_segment_end(tdm_device *dev, bool ok) {
+    return dev && dev->iface->api_version >= 4 && dev->iface->segment_end
+               ? dev->iface->segment_end(dev, ok)
+               : NULL;
+}
 
 /* Tensors in a device's memory. tdm_device_tensor_new allocates a device buffer for the shape
  * (the tensor frees it through its release hook); to_device/to_host copy a tensor across

@@ -59,6 +59,10 @@ tdm_status *tdm_exec_run_node(tdm_device *dev, const tdm_kernel_def *k, void *st
                               const tdm_tensor *const *ins, tdm_tensor **outs, frame *f);
 void tdm_exec_trace_kernel(tdm_trace *tr, tdm_device *dev, const tdm_node *n, size_t i,
                            int64_t t0, int64_t t1, const uint64_t *flows, int n_flows);
+/* Launch windows (backend.h version 4): the key of the segment starting at node `start`
+ * (plan, node, input shapes), and whether node i of the main graph may run in one. */
+uint64_t tdm_exec_segment_key(const frame *f, size_t start);
+bool tdm_exec_windowed(const frame *f, size_t i);
 /* Checked between two nodes of a run (before node `next` starts): NULL to go on, else the
  * status the run ends with. Hook for stopping a run early (cancellation). */
 tdm_status *tdm_exec_between_nodes(const frame *f, size_t next);

@@ -96,6 +96,8 @@ static void *par_worker_main(void *arg) {
     }
     const tdm_tensor **ins = tdm_calloc(f->a, max_in, sizeof *ins);
     tdm_tensor **outs = tdm_calloc(f->a, max_out, sizeof *outs);
+    tdm_device *seg_dev = NULL; /* the open launch window (executor.c), if any */
+    size_t seg_last = 0;
     pthread_mutex_lock(&ps->mu);
     if (!ins || !outs) {
         if (!ps->err) ps->err = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory starting a run");
@@ -140,7 +142,19 @@ static void *par_worker_main(void *arg) {
                 if (st) st = tdm_status_wrap(st, "%s node '%s': ", n->op_type, n->name);
             }
         }
+        bool win = tdm_exec_windowed(f, pick);
+        bool goes_on = seg_dev && !st && pick == seg_last + 1 && win; /* the open window */
+        uint64_t seg_key = win && !goes_on ? tdm_exec_segment_key(f, pick) : 0;
         pthread_mutex_unlock(&ps->mu);
+        if (seg_dev && !goes_on) { /* the window ends */
+            tdm_device *end = seg_dev;
+            seg_dev = NULL;
+            tdm_status *e = tdm_device_segment_end(end, !st);
+            if (!st) st = e;
+            else tdm_status_free(e);
+        }
+        if (!st && !seg_dev && win && !(st = tdm_device_segment_begin(dev, seg_key))) seg_dev = dev;
+        seg_last = pick;
         int64_t t0 = f->times || p->trace ? tdm_now_ns() : 0;
         if (!st) {
             if (p->monitor) tdm_monitor_node_begin(p->monitor, dev->index);
@@ -153,6 +167,13 @@ static void *par_worker_main(void *arg) {
             int64_t t1 = tdm_now_ns();
             if (f->times) f->times[pick] += (double)(t1 - t0) / 1e6;
             if (p->trace) tdm_exec_trace_kernel(p->trace, dev, n, pick, t0, t1, flows, n_flows);
+        }
+        if (seg_dev && (st || pick + 1 >= g->n_nodes || g->nodes[pick + 1].device != w->device)) {
+            tdm_device *end = seg_dev; /* the next node is another device's: the window ends */
+            seg_dev = NULL;
+            tdm_status *e = tdm_device_segment_end(end, !st);
+            if (!st) st = e;
+            else tdm_status_free(e);
         }
         pthread_mutex_lock(&ps->mu);
         if (st) {
@@ -200,6 +221,7 @@ static void *par_worker_main(void *arg) {
         pthread_cond_broadcast(&ps->cv);
     }
     pthread_mutex_unlock(&ps->mu);
+    if (seg_dev) tdm_status_free(tdm_device_segment_end(seg_dev, false)); /* the run failed */
     tdm_free(f->a, ins);
     tdm_free(f->a, outs);
     return NULL;

@@ -100,18 +100,27 @@ static const tdm_kernel_def *cuda_find_kernel(tdm_device *dev, const tdm_node *n
 static tdm_status *cuda_execute(tdm_device *dev, const tdm_kernel_def *k, tdm_kernel_ctx *ctx) {
     cuda_device *d = dev->ctx;
     TDM_TRY(cuda_check(cudaSetDevice(d->ordinal), "selecting the device"));
-    pthread_mutex_lock(&d->lock);
-    tdm_status *st = k->run(ctx);
-    pthread_mutex_unlock(&d->lock);
+    pthread_mutex_lock(&d->gate);
+    tdm_status *st = NULL;
+    if (!cuda_graph_execute(d, k, ctx, &st)) { /* not held back for a CUDA graph */
+        pthread_mutex_lock(&d->lock);
+        st = k->run(ctx);
+        pthread_mutex_unlock(&d->lock);
+    }
+    pthread_mutex_unlock(&d->gate);
     return st;
 }
 
 static tdm_status *cuda_synchronize(tdm_device *dev) {
     cuda_device *d = dev->ctx;
     TDM_TRY(cuda_check(cudaSetDevice(d->ordinal), "selecting the device"));
-    TDM_TRY(cuda_check(cudaStreamSynchronize(d->h2d), "waiting for uploads"));
-    TDM_TRY(cuda_check(cudaStreamSynchronize(d->stream), "waiting for the kernels"));
-    return cuda_check(cudaStreamSynchronize(d->d2h), "waiting for downloads");
+    pthread_mutex_lock(&d->gate);
+    tdm_status *st = cuda_graph_observe(d, "a synchronize inside the segment");
+    if (!st) st = cuda_check(cudaStreamSynchronize(d->h2d), "waiting for uploads");
+    if (!st) st = cuda_check(cudaStreamSynchronize(d->stream), "waiting for the kernels");
+    if (!st) st = cuda_check(cudaStreamSynchronize(d->d2h), "waiting for downloads");
+    pthread_mutex_unlock(&d->gate);
+    return st;
 }
 
 static tdm_status *parse_precision(const char *value, cuda_precision *out) {
@@ -132,7 +141,8 @@ static tdm_status *parse_precision(const char *value, cuda_precision *out) {
                    "cuda: precision '%s' is not one of fp32, tf32, fp16, bf16", value);
 }
 
-/* Keys: "precision" (fp32|tf32|fp16|bf16), "mem_limit_mb" (0 = the device's memory). The
+/* Keys: "precision" (fp32|tf32|fp16|bf16), "mem_limit_mb" (0 = the device's memory),
+ * "cuda_graphs" (0|1: capture repeated segments as CUDA graphs, cuda_graph.c). The
  * settings are the device's: sessions of one environment share it, the last one set wins. */
 static tdm_status *cuda_configure(tdm_device *dev, const char *key, const char *value) {
     cuda_device *d = dev->ctx;
@@ -143,6 +153,7 @@ static tdm_status *cuda_configure(tdm_device *dev, const char *key, const char *
         atomic_store(&d->precision, (int)p);
         return NULL;
     }
+    if (strcmp(key, "cuda_graphs") == 0) return cuda_graph_configure(d, value);
     if (strcmp(key, "mem_limit_mb") == 0) {
         char *end = NULL;
         unsigned long long mb = value ? strtoull(value, &end, 10) : 0;
@@ -164,6 +175,7 @@ static void device_free(cuda_device *d) {
     if (d->cudnn) cudnnDestroy(d->cudnn);
     if (d->lt) cublasLtDestroy(d->lt);
     if (d->cublas) cublasDestroy(d->cublas);
+    cuda_graph_release(d); /* its arenas go back to the pool */
     cuda_mem_release(d);
     if (d->stream) cudaStreamDestroy(d->stream);
     if (d->h2d) cudaStreamDestroy(d->h2d);
@@ -198,6 +210,8 @@ static const tdm_device_iface cuda_iface = {
     .host_alloc = cuda_host_alloc,
     .host_free = cuda_host_free,
     .configure = cuda_configure,
+    .segment_begin = cuda_segment_begin,
+    .segment_end = cuda_segment_end,
 };
 
 bool cuda_is_own_device(const tdm_device *dev) { return dev && dev->iface == &cuda_iface; }
@@ -229,6 +243,13 @@ static tdm_status *open_device(const tdm_allocator *a, const tdm_logger *log, in
     snprintf(d->name, sizeof d->name, "%.95s", prop.name);
     pthread_mutex_init(&d->lock, NULL);
     pthread_mutex_init(&d->copy_lock, NULL);
+    tdm_status *gst = cuda_graph_init(d);
+    if (gst) {
+        snprintf(why, why_size, "device %d: %s", ordinal, tdm_status_message(gst));
+        tdm_status_free(gst);
+        device_free(d);
+        return NULL;
+    }
     const char *what = "creating streams";
     e = cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking);
     if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&d->h2d, cudaStreamNonBlocking);

@@ -25,7 +25,11 @@
  *                                            axes, starts...): copies to the host and waits
  *   cuda_check(err, "what")                  a cudaError_t as a status (NULL on success)
  * execute() holds the device lock around run(): handles and the stream are not shared with
- * other threads while a kernel enqueues. Outputs are allocated (uninitialised) by the
+ * other threads while a kernel enqueues. With CUDA graphs on (cuda_graph.c) run() may be
+ * called later than execute(), inside a stream capture, with copies of ctx (no exec, no
+ * alloc_output, host inputs copied): enqueue only stream-ordered work (kernels, *Async
+ * copies between device buffers, cuda_scratch), no cudaMalloc and no host synchronisation;
+ * cuda_read_ints/cuda_to_host are fine (they keep the segment out of graphs). Outputs are allocated (uninitialised) by the
  * executor from the inferred shapes; data-dependent ops call ctx->alloc_output.
  *
  * ---- Kernel tables ---------------------------------------------------------------------
@@ -131,6 +135,17 @@ typedef struct cuda_device {
     void *ws;
     size_t ws_size;
     _Atomic int precision;    /* cuda_precision */
+    /* CUDA graphs (cuda_graph.c). `gate` (recursive) is held by every user of the compute
+     * stream outside a kernel (execute, buffers, copies, events, synchronize) and through a
+     * whole capture, so nothing of another thread lands in a graph; order: gate, then lock
+     * or copy_lock. */
+    pthread_mutex_t gate;
+    bool gate_ready;
+    struct cuda_graphs *graphs; /* under gate; NULL until a window opens */
+    _Atomic bool graphs_on;     /* TANDEM_CUDA_GRAPHS / configure("cuda_graphs") */
+    _Atomic unsigned ws_gen;    /* bumped whenever the workspace moves */
+    bool capturing;             /* the compute stream is being captured (gate held) */
+    _Atomic long graph_hits, graph_captures, graph_fallbacks, graph_refused;
 } cuda_device;
 
 static inline cuda_device *cuda_ctx_device(const tdm_kernel_ctx *ctx) {
@@ -183,6 +198,28 @@ tdm_status *cuda_event_record(tdm_device *dev, void **event);
 tdm_status *cuda_event_wait(tdm_device *dev, tdm_device *owner, void *event);
 tdm_status *cuda_event_sync(tdm_device *dev, void *event);
 void cuda_event_free(tdm_device *dev, void *event);
+
+/* ---- CUDA graphs (cuda_graph.c) ----
+ * The launch windows of backend.h (segment_begin/_end) captured once per key and replayed;
+ * see the top of cuda_graph.c. Every cuda_graph_* call below is made with d->gate held. */
+#define CUDA_GRAPH_ENTRIES 16
+tdm_status *cuda_graph_init(cuda_device *d);    /* the gate; TANDEM_CUDA_GRAPHS */
+void cuda_graph_release(cuda_device *d);        /* before cuda_mem_release; logs the counts */
+tdm_status *cuda_graph_configure(cuda_device *d, const char *value); /* "0" | "1" */
+tdm_status *cuda_segment_begin(tdm_device *dev, uint64_t key);       /* take the gate */
+tdm_status *cuda_segment_end(tdm_device *dev, bool ok);
+/* execute(): true when the kernel was taken care of (held back, or issued with the held-back
+ * ones; *st its status), false when the caller runs it. */
+bool cuda_graph_execute(cuda_device *d, const tdm_kernel_def *k, tdm_kernel_ctx *ctx,
+                        tdm_status **st);
+/* buffer_alloc / buffer_free: true when served from a window's arena / held back. */
+bool cuda_graph_alloc(cuda_device *d, size_t size, void **p);
+bool cuda_graph_free(cuda_device *d, void *p);
+/* Before the host or another device can observe this device (`what` does: a download, an
+ * event record, a synchronize): held-back kernels are issued first. */
+tdm_status *cuda_graph_observe(cuda_device *d, const char *what);
+/* Before a kernel reads device memory on the host (cuda_to_host): an error inside a capture. */
+tdm_status *cuda_graph_host_read(cuda_device *d);
 
 /* ---- activations shared by cuda_blas.c / cuda_dnn.c (FusedConv, FusedMatMul) ---- */
 typedef enum cuda_act { CUDA_ACT_NONE, CUDA_ACT_RELU, CUDA_ACT_GELU, CUDA_ACT_GELU_TANH,

@@ -133,6 +133,8 @@ tdm_status *cuda_workspace(cuda_device *d, size_t size, void **p) {
         *p = d->ws;
         return NULL;
     }
+    if (d->capturing) /* a graph would own it; the warm run of the segment grows it instead */
+        return TDM_ERR(TDM_ERR_UNSUPPORTED, "cuda: the workspace cannot grow inside a graph capture");
     size_t want = size < 2 * d->ws_size ? 2 * d->ws_size : size;
     if (want < ((size_t)4 << 20)) want = (size_t)4 << 20;
     void *q = NULL;
@@ -146,6 +148,7 @@ tdm_status *cuda_workspace(cuda_device *d, size_t size, void **p) {
     if (d->ws) cuda_mem_free(d, d->ws); /* stream-ordered: earlier kernels finish first */
     d->ws = q;
     d->ws_size = want;
+    atomic_fetch_add(&d->ws_gen, 1); /* graphs that use the old one are captured again */
     *p = q;
     return NULL;
 }
@@ -153,7 +156,10 @@ tdm_status *cuda_workspace(cuda_device *d, size_t size, void **p) {
 tdm_status *cuda_buffer_alloc(tdm_device *dev, size_t size, void **buf) {
     cuda_device *d = dev->ctx;
     TDM_TRY(select_device(d));
-    return cuda_mem_alloc(d, size, buf);
+    pthread_mutex_lock(&d->gate);
+    tdm_status *st = cuda_graph_alloc(d, size, buf) ? NULL : cuda_mem_alloc(d, size, buf);
+    pthread_mutex_unlock(&d->gate);
+    return st;
 }
 
 void cuda_buffer_free(tdm_device *dev, void *buf) {
@@ -162,7 +168,9 @@ void cuda_buffer_free(tdm_device *dev, void *buf) {
         cudaGetLastError();
         return;
     }
-    cuda_mem_free(d, buf);
+    pthread_mutex_lock(&d->gate);
+    if (!cuda_graph_free(d, buf)) cuda_mem_free(d, buf);
+    pthread_mutex_unlock(&d->gate);
 }
 
 /* ---- copies ---- */
@@ -210,9 +218,11 @@ tdm_status *cuda_upload(tdm_device *dev, void *buf, const void *host, size_t siz
     cuda_device *d = dev->ctx;
     if (!size) return NULL;
     TDM_TRY(select_device(d));
+    pthread_mutex_lock(&d->gate);
     pthread_mutex_lock(&d->copy_lock);
     tdm_status *st = upload_locked(d, buf, host, size);
     pthread_mutex_unlock(&d->copy_lock);
+    pthread_mutex_unlock(&d->gate);
     return st;
 }
 
@@ -222,6 +232,7 @@ static tdm_status *download_enqueue(cuda_device *d, void *host, const void *buf,
     return cuda_check(cudaMemcpyAsync(host, buf, size, cudaMemcpyDeviceToHost, d->d2h), "download");
 }
 
+/* Gate held. */
 static tdm_status *download_blocking(cuda_device *d, void *host, const void *buf, size_t size) {
     if (!size) return NULL;
     TDM_TRY(select_device(d));
@@ -233,11 +244,20 @@ static tdm_status *download_blocking(cuda_device *d, void *host, const void *buf
 }
 
 tdm_status *cuda_download(tdm_device *dev, void *host, const void *buf, size_t size) {
-    return download_blocking(dev->ctx, host, buf, size);
+    cuda_device *d = dev->ctx;
+    pthread_mutex_lock(&d->gate);
+    tdm_status *st = cuda_graph_observe(d, "a download inside the segment");
+    if (!st) st = download_blocking(d, host, buf, size);
+    pthread_mutex_unlock(&d->gate);
+    return st;
 }
 
 tdm_status *cuda_to_host(cuda_device *d, void *host, const void *dev_ptr, size_t size) {
-    return download_blocking(d, host, dev_ptr, size);
+    pthread_mutex_lock(&d->gate);
+    tdm_status *st = cuda_graph_host_read(d);
+    if (!st) st = download_blocking(d, host, dev_ptr, size);
+    pthread_mutex_unlock(&d->gate);
+    return st;
 }
 
 tdm_status *cuda_download_async(tdm_device *dev, void *host, const void *buf, size_t size,
@@ -246,8 +266,10 @@ tdm_status *cuda_download_async(tdm_device *dev, void *host, const void *buf, si
     TDM_TRY(select_device(d));
     cudaEvent_t ev = NULL;
     TDM_TRY(cuda_check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "creating an event"));
-    tdm_status *st = NULL;
-    if (size && is_pinned(host)) {
+    pthread_mutex_lock(&d->gate);
+    tdm_status *st = cuda_graph_observe(d, "a download inside the segment");
+    if (st) {
+    } else if (size && is_pinned(host)) {
         pthread_mutex_lock(&d->copy_lock);
         st = download_enqueue(d, host, buf, size);
         if (!st) st = cuda_check(cudaEventRecord(ev, d->d2h), "recording an event");
@@ -258,6 +280,7 @@ tdm_status *cuda_download_async(tdm_device *dev, void *host, const void *buf, si
         st = download_blocking(d, host, buf, size);
         if (!st) st = cuda_check(cudaEventRecord(ev, d->d2h), "recording an event");
     }
+    pthread_mutex_unlock(&d->gate);
     if (st) {
         cudaEventDestroy(ev);
         return st;
@@ -287,7 +310,10 @@ tdm_status *cuda_event_record(tdm_device *dev, void **event) {
     TDM_TRY(select_device(d));
     cudaEvent_t ev = NULL;
     TDM_TRY(cuda_check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "creating an event"));
-    tdm_status *st = cuda_check(cudaEventRecord(ev, d->stream), "recording an event");
+    pthread_mutex_lock(&d->gate);
+    tdm_status *st = cuda_graph_observe(d, "an event inside the segment");
+    if (!st) st = cuda_check(cudaEventRecord(ev, d->stream), "recording an event");
+    pthread_mutex_unlock(&d->gate);
     if (st) {
         cudaEventDestroy(ev);
         return st;
@@ -301,8 +327,11 @@ tdm_status *cuda_event_wait(tdm_device *dev, tdm_device *owner, void *event) {
     if (!event) return NULL;
     if (cuda_is_own_device(owner)) {
         TDM_TRY(select_device(d));
-        return cuda_check(cudaStreamWaitEvent(d->stream, (cudaEvent_t)event, 0),
-                          "waiting for an event");
+        pthread_mutex_lock(&d->gate);
+        tdm_status *st = cuda_check(cudaStreamWaitEvent(d->stream, (cudaEvent_t)event, 0),
+                                    "waiting for an event");
+        pthread_mutex_unlock(&d->gate);
+        return st;
     }
     /* another backend's event: the host thread waits for it */
     if (owner && owner->iface->api_version >= 3 && owner->iface->event_sync)
