@@ -20,19 +20,19 @@ jobs="${JOBS:-2}"
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTANDEM_CUDA=ON -DTANDEM_CUDA_ARCHS=90 \
   -DTANDEM_OPENCL=OFF > /dev/null
 cmake --build "$build" -j"$jobs" --target tandem_cli tandem_cuda test_cuda \
-  classify_folder
+  test_segments classify_folder
 rm -rf "$bundle"
 mkdir -p "$bundle/lib"
 cp "$build/tandem" "$build/libtandem_cuda.so" "$build/tests/test_cuda" \
-  "$build/examples/classify_folder" "$bundle/"
+  "$build/tests/test_segments" "$build/examples/classify_folder" "$bundle/"
 cp -L "$build"/libtandem.so.0 "$bundle/"
 strip --strip-unneeded "$bundle/tandem" "$bundle/libtandem.so.0" "$bundle/libtandem_cuda.so" \
-  "$bundle/test_cuda" "$bundle/classify_folder" 2> /dev/null || true
+  "$bundle/test_cuda" "$bundle/test_segments" "$bundle/classify_folder" 2> /dev/null || true
 # shared libraries: everything ldd resolves outside the bundle, minus the C library family
 # and the CUDA libraries the machine provides; cudart is small and pinned to the toolkit
 # the plugin was built with, so it travels
 for f in "$bundle/tandem" "$bundle/libtandem.so.0" "$bundle/libtandem_cuda.so" "$bundle/test_cuda" \
-         "$bundle/classify_folder"; do
+         "$bundle/test_segments" "$bundle/classify_folder"; do
   LD_LIBRARY_PATH="$bundle" ldd "$f"
 done | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u | while read -r name path; do
   case "$name" in
