@@ -175,12 +175,16 @@ size_t ocl_wg1(const ocl_device *d);
 
 /* ---- buffers ---- */
 /* Temporary device buffers that live for one kernel run (released at ocl_scope_end: the
- * OpenCL runtime keeps them until queued commands that use them finish). */
-#define OCL_SCOPE_MAX 16
+ * OpenCL runtime keeps them until queued commands that use them finish). The first
+ * OCL_SCOPE_INLINE sit in the scope; more go to a table on the heap (d->a) that grows as
+ * needed, so there is no limit on their number. */
+#define OCL_SCOPE_INLINE 16
 typedef struct ocl_scope {
     ocl_device *d;
-    int n;
-    cl_mem mem[OCL_SCOPE_MAX];
+    size_t n;                       /* temporaries held: mem[] first, then more[] */
+    cl_mem mem[OCL_SCOPE_INLINE];
+    cl_mem *more;                   /* heap table past OCL_SCOPE_INLINE (NULL until needed) */
+    size_t more_cap;
 } ocl_scope;
 
 ocl_device *ocl_ctx_device(const tdm_kernel_ctx *ctx);
@@ -354,8 +358,24 @@ tdm_status *ocl_reduce_rows(ocl_device *d, int op, cl_mem x, cl_mem y, int64_t r
 tdm_status *ocl_softmax_rows(ocl_device *d, cl_mem x, cl_mem y, int64_t rows, int64_t cols,
                              bool lg);
 
+/* Panel buffers of the CPU-device GEMM kept across ocl_gemm_run_ws calls, so that a loop
+ * of GEMMs (a convolution image by image) packs into the same two temporaries instead of
+ * allocating two per call. Safe because the queue is in order: the packing of one call runs
+ * after the GEMM of the previous one has read the panels. Zero-initialise; the buffers
+ * belong to the scope passed with it. */
+typedef struct ocl_gemm_ws {
+    cl_mem ap, bp;
+    size_t ap_bytes, bp_bytes;
+} ocl_gemm_ws;
+
 void ocl_gemm_init(ocl_gemm *g);
 tdm_status *ocl_gemm_run(ocl_device *d, ocl_scope *s, const ocl_gemm *g);
+/* ocl_gemm_run with panel buffers from (and kept in) ws; ws NULL: fresh ones. */
+tdm_status *ocl_gemm_run_ws(ocl_device *d, ocl_scope *s, const ocl_gemm *g, ocl_gemm_ws *ws);
+/* Bytes of the two panel buffers a GEMM of `batch` MxK by KxN products uses on CPU devices
+ * (0 on GPU-style devices); false on overflow. */
+bool ocl_gemm_panel_bytes(const ocl_device *d, int64_t M, int64_t N, int64_t K, int64_t batch,
+                          size_t *a_bytes, size_t *b_bytes);
 /* FusedConv / FusedMatMul "activation" attributes -> OCL_ACT_* code and parameters. */
 tdm_status *ocl_fused_activation(const tdm_node *node, int *act, float *p, float *q);
 bool ocl_fused_activation_known(const tdm_node *node);

@@ -4,15 +4,22 @@
  *  - depthwise (one input channel per group): a direct kernel, one work-item per output;
  *  - otherwise im2col + GEMM per image: the columns of all groups go to one temporary
  *    [C*kernel, out_spatial] and a GEMM batched over the groups multiplies W by them; a 1x1
- *    convolution with unit strides and no padding multiplies W by the image directly.
+ *    convolution with unit strides and no padding multiplies W by the images directly, in
+ *    GEMMs batched over images x groups. All GEMMs of a node share one pair of panel
+ *    buffers (ocl_gemm_ws): the temporaries of a node do not grow with the batch.
  * Bias, Z and the activation run in the GEMM epilogue. Up to 3 spatial dims (1-D and 2-D
  * run as 3-D with leading size-1 dims). */
 #include <string.h>
 
 #include "backends/opencl/ocl.h"
+#include "core/checked.h"
 #include "ops/fused.h"
 #include "ops/nn_geom.h"
 #include "ops/op.h"
+
+/* Most bytes of GEMM panels for the images that one GEMM of a 1x1 convolution takes
+ * (at least one image per GEMM whatever its size). */
+#define OCL_CONV_PANEL_BUDGET ((size_t)16 << 20)
 
 const char ocl_src_conv[] = OCL_COMMON_SRC OCL_SRC(
 /* col[(c*KSZ + kk)*OSZ + o]: c over all input channels, kk over kernel taps (kd, kh, kw),
@@ -213,12 +220,35 @@ static tdm_status *conv(tdm_kernel_ctx *ctx, bool fused) {
         if (g.stride[i] != 1 || g.pad_b[i] != 0 || g.pad_e[i] != 0) direct = false;
     int64_t Mg = M / group, Kg = C / group * ksz;
     cl_mem col = x;
+    int64_t per = 1; /* images per GEMM */
     if (!direct) {
-        size_t bytes = (size_t)C * (size_t)ksz * (size_t)osz * sizeof(float);
+        size_t bytes;
+        if (!tdm_mul_size((size_t)C * (size_t)ksz, (size_t)osz, &bytes) ||
+            !tdm_mul_size(bytes, sizeof(float), &bytes)) {
+            st = tdm_node_error(ctx->node, TDM_ERR_OUT_OF_MEMORY,
+                                "opencl: im2col buffer too large");
+            goto done;
+        }
         st = ocl_temp(&s, bytes, NULL, &col);
         if (st) goto done;
+    } else {
+        /* the GEMM reads the input as it is: several images per GEMM (batch dims image x
+         * group), as many as keep its panels within OCL_CONV_PANEL_BUDGET */
+        size_t a1, b1, one;
+        if (!ocl_gemm_panel_bytes(d, Mg, osz, Kg, group, &a1, &b1) ||
+            !tdm_add_size(a1, b1, &one)) {
+            st = tdm_node_error(ctx->node, TDM_ERR_OUT_OF_MEMORY,
+                                "opencl: GEMM panels too large");
+            goto done;
+        }
+        per = one ? (int64_t)(OCL_CONV_PANEL_BUDGET / one) : N;
+        if (per < 1) per = 1;
+        if (per > N) per = N;
     }
-    for (int64_t img = 0; img < N && !st; img++) {
+    /* one pair of panel buffers for every GEMM of this node (ocl_gemm_ws) */
+    ocl_gemm_ws ws = {0};
+    for (int64_t img = 0; img < N && !st; img += per) {
+        int64_t cnt = N - img < per ? N - img : per;
         int64_t b_off = direct ? img * C * isz : 0;
         if (!direct) {
             cl_long n = C * ksz * osz / out.s[2], xoff = img * C * isz; /* rows */
@@ -252,15 +282,24 @@ static tdm_status *conv(tdm_kernel_ctx *ctx, bool fused) {
         gm.act = act;
         gm.act_p = ap;
         gm.act_q = aq;
-        gm.batch = group;
-        if (group > 1) {
-            gm.nbd = 1;
-            gm.bdims[0] = group;
-            gm.bsa[0] = Mg * Kg;
-            gm.bsb[0] = Kg * osz;
-            gm.bsbias[0] = Mg;
+        /* batch index = image * group + g: C (and z) of image i, group g start at
+         * (i * group + g) * Mg * osz, as the GEMM lays its batches out */
+        gm.batch = cnt * group;
+        if (cnt > 1) {
+            gm.bdims[gm.nbd] = cnt;
+            gm.bsa[gm.nbd] = 0;
+            gm.bsb[gm.nbd] = C * isz;
+            gm.bsbias[gm.nbd] = 0;
+            gm.nbd++;
         }
-        st = ocl_gemm_run(d, &s, &gm);
+        if (group > 1) {
+            gm.bdims[gm.nbd] = group;
+            gm.bsa[gm.nbd] = Mg * Kg;
+            gm.bsb[gm.nbd] = Kg * osz;
+            gm.bsbias[gm.nbd] = Mg;
+            gm.nbd++;
+        }
+        st = ocl_gemm_run_ws(d, &s, &gm, &ws);
     }
 done:
     ocl_scope_end(&s);

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "backends/opencl/ocl.h"
+#include "core/checked.h"
 #include "ops/fused.h"
 #include "ops/op.h"
 
@@ -206,7 +207,38 @@ void ocl_gemm_init(ocl_gemm *g) {
     g->beta = 1.0f;
 }
 
+bool ocl_gemm_panel_bytes(const ocl_device *d, int64_t M, int64_t N, int64_t K, int64_t batch,
+                          size_t *a_bytes, size_t *b_bytes) {
+    *a_bytes = *b_bytes = 0;
+    if (d->gpu_style || M <= 0 || N <= 0 || K < 0 || batch <= 0) return true;
+    /* batch * ceil(M/6)*6 * K floats and batch * ceil(N/16)*16 * K floats */
+    size_t rows = ((size_t)M + 5) / 6 * 6, cols = ((size_t)N + 15) / 16 * 16, per;
+    return tdm_mul_size((size_t)batch, (size_t)K, &per) &&
+           tdm_mul_size(per, sizeof(float), &per) && tdm_mul_size(per, rows, a_bytes) &&
+           tdm_mul_size(per, cols, b_bytes);
+}
+
+/* A panel buffer of at least `bytes`: *kept when it is that big, else a new temporary
+ * (then kept in *kept / *kept_bytes when these are given). */
+static tdm_status *panel(ocl_scope *s, size_t bytes, cl_mem *kept, size_t *kept_bytes,
+                         cl_mem *out) {
+    if (kept && *kept && *kept_bytes >= bytes) {
+        *out = *kept;
+        return NULL;
+    }
+    TDM_TRY(ocl_temp(s, bytes, NULL, out));
+    if (kept) {
+        *kept = *out;
+        *kept_bytes = bytes;
+    }
+    return NULL;
+}
+
 tdm_status *ocl_gemm_run(ocl_device *d, ocl_scope *s, const ocl_gemm *g) {
+    return ocl_gemm_run_ws(d, s, g, NULL);
+}
+
+tdm_status *ocl_gemm_run_ws(ocl_device *d, ocl_scope *s, const ocl_gemm *g, ocl_gemm_ws *ws) {
     if (g->M <= 0 || g->N <= 0 || g->batch <= 0) return NULL;
     if (g->M > INT32_MAX || g->N > INT32_MAX || g->K > INT32_MAX)
         return TDM_ERR(TDM_ERR_UNSUPPORTED, "opencl: GEMM dimension too large");
@@ -242,10 +274,12 @@ tdm_status *ocl_gemm_run(ocl_device *d, ocl_scope *s, const ocl_gemm *g) {
     }
     /* CPU devices: pack both operands into panels, then 6x16 register blocks */
     size_t mblocks = (size_t)(M + 5) / 6, nblocks = (size_t)(N + 15) / 16;
-    size_t batch = (size_t)g->batch;
+    size_t batch = (size_t)g->batch, a_bytes, b_bytes;
+    if (!ocl_gemm_panel_bytes(d, M, N, K, g->batch, &a_bytes, &b_bytes))
+        return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "opencl: GEMM panels too large");
     cl_mem ap, bp;
-    TDM_TRY(ocl_temp(s, batch * mblocks * 6 * (size_t)K * sizeof(float), NULL, &ap));
-    TDM_TRY(ocl_temp(s, batch * nblocks * 16 * (size_t)K * sizeof(float), NULL, &bp));
+    TDM_TRY(panel(s, a_bytes, ws ? &ws->ap : NULL, ws ? &ws->ap_bytes : NULL, &ap));
+    TDM_TRY(panel(s, b_bytes, ws ? &ws->bp : NULL, ws ? &ws->bp_bytes : NULL, &bp));
     size_t one[3] = {1, 1, 1};
     {
         ocl_arg pa[] = {OCL_ARG(g->a), OCL_ARG(a_off), OCL_ARG(sam), OCL_ARG(sak),  OCL_ARG(M),

@@ -123,19 +123,30 @@ ocl_device *ocl_ctx_device(const tdm_kernel_ctx *ctx) { return ctx->device->ctx;
 void ocl_scope_begin(ocl_scope *s, ocl_device *d) {
     s->d = d;
     s->n = 0;
+    s->more = NULL;
+    s->more_cap = 0;
 }
 
 void ocl_scope_end(ocl_scope *s) {
-    for (int i = 0; i < s->n; i++) ocl_buf_free(s->d, s->mem[i]);
+    for (size_t i = 0; i < s->n; i++)
+        ocl_buf_free(s->d, i < OCL_SCOPE_INLINE ? s->mem[i] : s->more[i - OCL_SCOPE_INLINE]);
     s->n = 0;
+    tdm_free(s->d->a, s->more);
+    s->more = NULL;
+    s->more_cap = 0;
 }
 
 tdm_status *ocl_temp(ocl_scope *s, size_t bytes, const void *host, cl_mem *out) {
-    if (s->n >= OCL_SCOPE_MAX)
-        return TDM_ERR(TDM_ERR_INTERNAL, "opencl: too many temporary buffers in one kernel");
+    /* room in the table first, so that a buffer is never allocated without a slot */
+    if (s->n >= OCL_SCOPE_INLINE &&
+        tdm_grow(s->d->a, (void **)&s->more, &s->more_cap, s->n - OCL_SCOPE_INLINE + 1,
+                 sizeof *s->more))
+        return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "opencl: out of memory for temporary buffers");
     cl_mem m;
     TDM_TRY(ocl_buf_alloc(s->d, bytes, &m));
-    s->mem[s->n++] = m;
+    if (s->n < OCL_SCOPE_INLINE) s->mem[s->n] = m;
+    else s->more[s->n - OCL_SCOPE_INLINE] = m;
+    s->n++;
     if (host && bytes) {
         cl_int err = clEnqueueWriteBuffer(s->d->queue, m, CL_TRUE, 0, bytes, host, 0, NULL, NULL);
         if (err != CL_SUCCESS) return ocl_error(err, "filling a temporary buffer");
