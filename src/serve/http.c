@@ -1,9 +1,12 @@
 /* tandem serve: HTTP requests — routing, limits, the KServe v2 / Triton endpoints. */
-#define _GNU_SOURCE /* strcasestr */
+#define _GNU_SOURCE /* strcasestr, POLLRDHUP */
+#include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 
 #include <jansson.h>
 
@@ -347,6 +350,30 @@ static void infer_done(sv_request *r, void *user) {
     resume(c);
 }
 
+/* sv_request.gone: whether the client of a queued request has gone away. The scheduler asks
+ * only while the request is queued, i.e. while its connection is suspended: MHD neither reads
+ * nor closes a suspended connection's socket (it only notices a closed one once resumed), so
+ * the descriptor is still this connection's and cannot have been reused for another.
+ * Gone: the peer shut down its side (FIN: POLLRDHUP, or a read of 0 bytes), or the socket
+ * reports a hang-up or an error (RST). Bytes waiting to be read (a pipelined request) are
+ * left alone. An HTTP/1.1 client that half-closes and still waits for the answer would be
+ * taken as gone; clients do not do that (curl, tritonclient, browsers). */
+static bool client_gone(sv_request *r, void *user) {
+    (void)r;
+    const sv_conn *c = user;
+    if (c->fd < 0) return false;
+    struct pollfd p = {.fd = c->fd, .events = POLLIN | POLLRDHUP};
+    if (poll(&p, 1, 0) != 1) return false; /* nothing to report (or EINTR: next time) */
+    if (p.revents & POLLNVAL) return false; /* not ours to judge */
+    if (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) return true;
+    if (p.revents & POLLIN) {
+        char b;
+        ssize_t k = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+        return k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+    }
+    return false;
+}
+
 /* Parses and queues an inference request; the connection waits suspended for the answer. */
 static bool infer(sv_conn *c) {
     sv_server *s = c->srv;
@@ -381,6 +408,9 @@ static bool infer(sv_conn *c) {
     r->t_recv = c->t_recv;
     r->notify = infer_done;
     r->notify_user = c;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    c->fd = ci ? (int)ci->connect_fd : -1;
+    r->gone = client_gone;
     suspend(c);
     if ((e = sv_sched_submit(v->sched, r))) {
         answer_error(c, e);
@@ -553,6 +583,7 @@ static sv_conn *begin(sv_server *s, struct MHD_Connection *conn, const char *met
     if (!c) return NULL;
     c->srv = s;
     c->conn = conn;
+    c->fd = -1;
     c->t_recv = sv_now_ns();
     pthread_mutex_lock(&s->mu);
     s->inflight++;

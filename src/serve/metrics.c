@@ -152,17 +152,20 @@ void sv_metrics_render(sv_repo *repo, sv_metrics_state *ms, sv_buf *b) {
     int n = sv_repo_versions(repo, &v);
     sv_stats *snap = malloc((size_t)(n ? n : 1) * sizeof *snap);
     uint64_t *pending = calloc((size_t)n + 1, sizeof *pending);
-    if (!snap || !pending) {
+    uint64_t (*cancelled)[SV_CANCEL_N] = calloc((size_t)n + 1, sizeof *cancelled);
+    if (!snap || !pending || !cancelled) {
         for (int i = 0; i < n; i++) sv_version_unref(repo, v[i]);
         free(v);
         free(snap);
         free(pending);
+        free(cancelled);
         sv_buf_str(b, "# out of memory\n");
         return;
     }
     for (int i = 0; i < n; i++) {
         sv_stats_snapshot(&v[i]->stats, &snap[i]);
         pending[i] = sv_sched_pending(v[i]->sched);
+        sv_sched_cancelled(v[i]->sched, cancelled[i]);
     }
     static const struct {
         const char *name, *help;
@@ -205,6 +208,20 @@ void sv_metrics_render(sv_repo *repo, sv_metrics_state *ms, sv_buf *b) {
         sv_buf_str(b, "nv_inference_pending_request_count");
         label(b, v[i]);
         sv_buf_printf(b, "} %llu\n", (unsigned long long)pending[i]);
+    }
+    header(b, "tandem_request_cancelled_total",
+           "Inference requests ended without the model's answer (also counted in "
+           "nv_inference_request_failure): reason disconnect = the client went away while the "
+           "request was queued (it never ran), queue_timeout = its timeout passed in the queue, "
+           "run_timeout = the timeouts of every request of its batch passed while the batch ran",
+           "counter");
+    for (int i = 0; i < n; i++) {
+        for (int r = 0; r < SV_CANCEL_N; r++) {
+            sv_buf_str(b, "tandem_request_cancelled_total");
+            label(b, v[i]);
+            sv_buf_printf(b, ",reason=\"%s\"} %llu\n", sv_cancel_reason_name((sv_cancel_reason)r),
+                          (unsigned long long)cancelled[i][r]);
+        }
     }
     static const char *const summaries[SV_N_PHASES][2] = {
         {"nv_inference_request_summary_us", "Summary of inference request duration in microseconds"},
@@ -316,4 +333,5 @@ void sv_metrics_render(sv_repo *repo, sv_metrics_state *ms, sv_buf *b) {
     free(v);
     free(snap);
     free(pending);
+    free(cancelled);
 }

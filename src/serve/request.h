@@ -57,7 +57,8 @@ typedef struct sv_request {
     size_t body_len;
     bool gzip_ok, deflate_ok; /* Accept-Encoding */
 
-    /* scheduling (sched.c) */
+    /* scheduling (sched.c). t_deadline: when the request times out (the "timeout" parameter
+     * or the queue policy's default), in the queue and while its batch runs; 0 = never */
     uint64_t t_recv, t_enqueue, t_deadline;
     uint64_t seq;
     uint32_t level;
@@ -71,6 +72,11 @@ typedef struct sv_request {
     size_t json_len;    /* with binary outputs: the JSON header's length; else 0 */
     void (*notify)(struct sv_request *r, void *user);
     void *notify_user;
+    /* Optional (NULL when no client can go away): whether the client that waits for the
+     * answer has gone (closed its connection). The scheduler calls it, with its lock held and
+     * only while the request is queued (before notify), to drop requests nobody waits for;
+     * it must be quick and must not block. */
+    bool (*gone)(struct sv_request *r, void *user); /* user: notify_user */
 } sv_request;
 
 /* Reads the Inference-Header-Content-Length header: `value` as sent (NULL when absent, then

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "serve/batch.h"
 #include "serve/sched.h"
 
 typedef struct sv_queue {
@@ -57,6 +58,9 @@ struct sv_sched {
     int n_inst;
     sv_instance *inst;
     int max_items;          /* items per run (max_batch_size, or 1 without batching) */
+    uint64_t next_sweep;    /* when the batcher next checks queued requests' clients */
+    bool batcher_untimed;   /* the batcher waits without a timeout (submit wakes it) */
+    uint64_t cancelled[SV_CANCEL_N];
 };
 
 static const sv_queue_policy no_policy = {false, 0, true, 0};
@@ -115,6 +119,15 @@ static void q_push(sv_queue *q, sv_request *r) {
     q->n++;
 }
 
+/* Unlinks r, which follows prev (NULL: r is the head). */
+static void q_unlink(sv_queue *q, sv_request *prev, sv_request *r) {
+    if (prev) prev->next = r->next;
+    else q->head = r->next;
+    if (q->tail == r) q->tail = prev;
+    q->n--;
+    r->next = NULL;
+}
+
 static sv_request *q_pop(sv_queue *q) {
     sv_request *r = q->head;
     if (r) {
@@ -142,17 +155,15 @@ static uint64_t expire_locked(sv_sched *s, uint64_t now) {
         while (r) {
             sv_request *nx = r->next;
             if (r->t_deadline && now >= r->t_deadline) {
-                if (prev) prev->next = nx;
-                else q->head = nx;
-                if (q->tail == r) q->tail = prev;
-                q->n--;
+                q_unlink(q, prev, r);
                 if (policy(s, r->level)->delay) {
                     r->delayed = true;
-                    r->t_deadline = 0;
+                    r->t_deadline = 0; /* runs later, without a deadline */
                     q_push(&s->delayed, r);
                 } else {
                     s->n_queued--;
-                    fail_locked(s, r, sv_err(503, "Request timeout expired"));
+                    s->cancelled[SV_CANCEL_QUEUE_TIMEOUT]++;
+                    fail_locked(s, r, sv_err(503, SV_TIMEOUT_MSG));
                 }
             } else {
                 if (r->t_deadline && (!next || r->t_deadline < next)) next = r->t_deadline;
@@ -163,6 +174,36 @@ static uint64_t expire_locked(sv_sched *s, uint64_t now) {
     }
     s->next_deadline = next;
     return next;
+}
+
+/* Drops queued requests whose client has gone, among the first `max` in batching order (the
+ * candidates of the next batch come first). Returns how many were dropped. Locked.
+ *
+ * gone() looks at the request's connection, which stays open while the request is queued:
+ * the HTTP layer suspends it until notify, so its descriptor cannot have been reused. */
+static int drop_gone_locked(sv_sched *s, int max) {
+    int dropped = 0, seen = 0;
+    for (int i = 0; seen < max; i++) {
+        sv_queue *q = list_at(s, i);
+        if (!q) break;
+        sv_request *prev = NULL, *r = q->head;
+        while (r && seen < max) {
+            sv_request *nx = r->next;
+            seen++;
+            if (r->gone && r->gone(r, r->notify_user)) {
+                q_unlink(q, prev, r);
+                s->n_queued--;
+                s->cancelled[SV_CANCEL_DISCONNECT]++;
+                dropped++;
+                fail_locked(s, r, sv_err(400, "Request was cancelled: the client closed the "
+                                         "connection")); /* r may be freed from here on */
+            } else {
+                prev = r;
+            }
+            r = nx;
+        }
+    }
+    return dropped;
 }
 
 /* Whether b can join a batch led by a: same inputs, same shapes after the first dim. */
@@ -291,6 +332,7 @@ static uint64_t dispatch_locked(sv_sched *s, const sv_instance *self) {
             return wake;
         }
         int take = pref_count && pref_count < c.count ? pref_count : c.count;
+        if (drop_gone_locked(s, take)) continue; /* nobody waits for some: form it again */
         sv_request **batch = calloc((size_t)take, sizeof *batch);
         if (!batch) { /* answer the lead request rather than spin */
             for (int i = 0; i <= s->n_levels; i++) {
@@ -327,195 +369,29 @@ static void *batcher_main(void *arg) {
     sv_sched *s = arg;
     pthread_mutex_lock(&s->mu);
     while (!s->stop) {
+        uint64_t now = sv_now_ns();
+        if (s->n_queued && now >= s->next_sweep) { /* clients that went away meanwhile */
+            drop_gone_locked(s, INT32_MAX);
+            s->next_sweep = now + SV_SWEEP_MS * 1000000ull;
+        }
         uint64_t wake = dispatch_locked(s, NULL);
         if (s->stop) break;
+        if (s->n_queued && (!wake || s->next_sweep < wake)) wake = s->next_sweep;
         if (wake) {
             struct timespec ts;
             abs_time(&ts, wake);
             pthread_cond_timedwait(&s->cv, &s->mu, &ts);
         } else {
+            s->batcher_untimed = true;
             pthread_cond_wait(&s->cv, &s->mu);
+            s->batcher_untimed = false;
         }
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;
 }
 
-/* ---- running a batch -------------------------------------------------------------------------- */
-
-/* Builds one input tensor for the batch; *buf receives memory to free after the tensor
- * (NULL when the tensor owns its memory). */
-static sv_error *make_input(sv_sched *s, sv_request **b, int n, int64_t items, int j,
-                            tdm_tensor **out, void **buf) {
-    const sv_in *first = &b[0]->in[j];
-    const sv_io_config *io = &s->cfg->inputs[first->cfg];
-    int bd = s->cfg->max_batch_size > 0 ? 1 : 0;
-    int rank;
-    int64_t dims[TDM_MAX_RANK];
-    if (io->has_reshape) {
-        rank = io->reshape_rank + bd;
-        if (bd) dims[0] = items;
-        for (int k = 0; k < io->reshape_rank; k++) dims[k + bd] = io->reshape[k];
-        int64_t cnt, want = 0;
-        for (int i = 0; i < n; i++) want += b[i]->in[j].count;
-        /* one -1 in the reshape takes what is left */
-        int unknown = -1;
-        int64_t known = 1;
-        for (int k = 0; k < rank; k++) {
-            if (dims[k] < 0) unknown = k;
-            else known *= dims[k];
-        }
-        if (unknown >= 0 && known > 0 && want % known == 0) dims[unknown] = want / known;
-        if (!sv_shape_count(rank, dims, &cnt) || cnt != want)
-            return sv_err(400, "input '%s': the reshape in the config does not fit the input's "
-                          "%lld elements", io->name, (long long)want);
-    } else {
-        rank = first->rank;
-        memcpy(dims, first->dims, sizeof dims);
-        if (bd) dims[0] = items;
-    }
-    tdm_tensor *t = NULL;
-    tdm_status *st = NULL;
-    *buf = NULL;
-    if (first->dtype != TDM_STRING) {
-        /* the requests' bytes go into uninitialised memory that the tensor wraps (a created
-         * tensor would be zeroed first, only to be overwritten) */
-        int64_t cnt;
-        size_t esz = tdm_dtype_size(first->dtype), nbytes;
-        if (!sv_shape_count(rank, dims, &cnt) || esz == 0 || (uint64_t)cnt > SIZE_MAX / esz)
-            return sv_err(500, "input '%s': the batch is too large", io->name);
-        nbytes = (size_t)cnt * esz;
-        size_t cap = (nbytes + 63) & ~(size_t)63;
-        *buf = aligned_alloc(64, cap ? cap : 64);
-        if (!*buf) return sv_err(500, "out of memory");
-        st = tdm_tensor_wrap(s->env, first->dtype, rank, dims, *buf, nbytes, &t);
-    } else {
-        st = tdm_tensor_create(s->env, first->dtype, rank, dims, &t);
-    }
-    if (st) {
-        free(*buf);
-        *buf = NULL;
-        return sv_err_status(500, st, io->name);
-    }
-    if (first->dtype == TDM_STRING) {
-        int64_t idx = 0;
-        for (int i = 0; i < n && !st; i++) {
-            const sv_in *x = &b[i]->in[j];
-            size_t pos = 0;
-            for (int64_t e = 0; e < x->count && !st; e++) {
-                uint32_t len;
-                memcpy(&len, x->data + pos, 4); /* checked when parsed */
-                st = tdm_tensor_set_string(t, idx++, (const char *)x->data + pos + 4, len);
-                pos += 4 + (size_t)len;
-            }
-        }
-        if (st) {
-            tdm_tensor_free(t);
-            return sv_err_status(500, st, io->name);
-        }
-    } else {
-        char *dst = tdm_tensor_data(t);
-        size_t off = 0, cap = tdm_tensor_byte_size(t);
-        for (int i = 0; i < n; i++) {
-            const sv_in *x = &b[i]->in[j];
-            if (x->nbytes > cap - off) {
-                tdm_tensor_free(t);
-                free(*buf);
-                *buf = NULL;
-                return sv_err(500, "input '%s': sizes do not add up", io->name);
-            }
-            memcpy(dst + off, x->data, x->nbytes);
-            off += x->nbytes;
-        }
-        if (off != cap) { /* every byte of the wrapped memory must come from a request */
-            tdm_tensor_free(t);
-            free(*buf);
-            *buf = NULL;
-            return sv_err(500, "input '%s': sizes do not add up", io->name);
-        }
-        if (first->dtype == TDM_BOOL) /* binary data may hold any byte: make it a valid bool */
-            for (size_t i = 0; i < off; i++) dst[i] = dst[i] != 0;
-    }
-    *out = t;
-    return NULL;
-}
-
-static sv_error *run_batch(sv_instance *in, sv_request **b, int n, int64_t items,
-                           uint64_t t[4]) {
-    sv_sched *s = in->s;
-    const sv_model_config *cfg = s->cfg;
-    int n_in = b[0]->n_in, n_out = cfg->n_outputs;
-    const char **in_names = calloc((size_t)n_in + 1, sizeof *in_names);
-    const char **out_names = calloc((size_t)n_out + 1, sizeof *out_names);
-    tdm_tensor **ins = calloc((size_t)n_in + 1, sizeof *ins);
-    void **bufs = calloc((size_t)n_in + 1, sizeof *bufs);
-    tdm_tensor **outs = calloc((size_t)n_out + 1, sizeof *outs);
-    sv_slice *slices = calloc((size_t)n_out + 1, sizeof *slices);
-    sv_error *e = NULL;
-    if (!in_names || !out_names || !ins || !bufs || !outs || !slices) e = sv_err(500, "out of memory");
-    for (int j = 0; !e && j < n_in; j++) {
-        in_names[j] = cfg->inputs[b[0]->in[j].cfg].name;
-        e = make_input(s, b, n, items, j, &ins[j], &bufs[j]);
-    }
-    t[1] = sv_now_ns();
-    if (!e) {
-        for (int k = 0; k < n_out; k++) out_names[k] = cfg->outputs[k].name;
-        tdm_status *st = tdm_session_run(in->session, (size_t)n_in, in_names,
-                                         (const tdm_tensor *const *)ins, (size_t)n_out, out_names, outs);
-        if (st) e = sv_err_status(tdm_status_code(st) == TDM_ERR_INVALID_ARGUMENT ? 400 : 500, st,
-                                  "inference failed");
-    }
-    t[2] = sv_now_ns();
-    int bd = cfg->max_batch_size > 0 ? 1 : 0;
-    for (int k = 0; !e && k < n_out; k++) {
-        int r = tdm_tensor_rank(outs[k]);
-        const int64_t *d = tdm_tensor_dims(outs[k]);
-        if (bd && (r < 1 || d[0] != items))
-            e = sv_err(500, "model output '%s' has shape with first dimension %lld, but the "
-                       "batch has %lld elements", cfg->outputs[k].name, r ? (long long)d[0] : 0ll,
-                       (long long)items);
-    }
-    int64_t off = 0;
-    for (int i = 0; !e && i < n; i++) {
-        for (int k = 0; k < n_out; k++) {
-            sv_slice *sl = &slices[k];
-            const tdm_tensor *o = outs[k];
-            sl->dtype = tdm_tensor_dtype(o);
-            sl->rank = tdm_tensor_rank(o);
-            memcpy(sl->dims, tdm_tensor_dims(o), (size_t)sl->rank * sizeof(int64_t));
-            int64_t per = 1; /* elements per batch item */
-            for (int q = bd; q < sl->rank; q++) per *= sl->dims[q];
-            if (bd) sl->dims[0] = b[i]->batch;
-            sl->count = bd ? per * b[i]->batch : tdm_tensor_element_count(o);
-            size_t esz = sl->dtype == TDM_STRING ? sizeof(char *) : tdm_dtype_size(sl->dtype);
-            sl->data = (const char *)tdm_tensor_data_const(o) + (size_t)(off * per) * esz;
-            const sv_io_config *io = &cfg->outputs[k];
-            if (io->has_reshape && io->rank >= 0) { /* answer in the config's dims */
-                int64_t want;
-                int64_t dd[TDM_MAX_RANK];
-                dd[0] = b[i]->batch;
-                for (int q = 0; q < io->rank; q++) dd[q + bd] = io->dims[q];
-                if (sv_shape_count(io->rank + bd, dd, &want) && want == sl->count) {
-                    sl->rank = io->rank + bd;
-                    memcpy(sl->dims, dd, sizeof dd);
-                }
-            }
-        }
-        sv_infer_respond(b[i], s->model_name, s->version, slices);
-        off += b[i]->batch;
-    }
-    t[3] = sv_now_ns();
-    for (int j = 0; ins && j < n_in; j++) tdm_tensor_free(ins[j]);
-    for (int j = 0; bufs && j < n_in; j++) free(bufs[j]);
-    free(bufs);
-    for (int k = 0; outs && k < n_out; k++) tdm_tensor_free(outs[k]);
-    free(in_names);
-    free(out_names);
-    free(ins);
-    free(outs);
-    free(slices);
-    return e;
-}
+/* ---- running a batch (batch.c) ------------------------------------------------------------- */
 
 static void *instance_main(void *arg) {
     sv_instance *in = arg;
@@ -531,7 +407,9 @@ static void *instance_main(void *arg) {
 
         uint64_t t[4];
         t[0] = sv_now_ns();
-        sv_error *e = run_batch(in, b, n, items, t);
+        bool timed_out = false;
+        sv_batch_ctx x = {s->env, in->session, s->cfg, s->model_name, s->version};
+        sv_error *e = sv_batch_run(&x, b, n, items, t, &timed_out);
         if (!e) sv_stats_execution(s->stats, items, t[1] - t[0], t[2] - t[1], t[3] - t[2]);
 
         pthread_mutex_lock(&s->mu);
@@ -541,6 +419,7 @@ static void *instance_main(void *arg) {
             *est = *est > 0 ? 0.8 * *est + 0.2 * ns : ns;
         }
         in->busy_ns += t[3] - t[0];
+        if (timed_out) s->cancelled[SV_CANCEL_RUN_TIMEOUT] += (uint64_t)n;
         for (int i = 0; i < n; i++) {
             sv_request *r = b[i];
             if (e) {
@@ -662,7 +541,9 @@ sv_error *sv_sched_submit(sv_sched *s, sv_request *r) {
             else s->ord_head = r;
             s->ord_tail = r;
         }
-        if (dispatch_locked(s, NULL)) pthread_cond_signal(&s->cv); /* delays, timeouts */
+        /* the batcher waits out delays and timeouts, and sweeps a queue that is not empty */
+        if (dispatch_locked(s, NULL) || (s->n_queued && s->batcher_untimed))
+            pthread_cond_signal(&s->cv);
     }
     pthread_mutex_unlock(&s->mu);
     return e;
@@ -725,6 +606,21 @@ uint64_t sv_sched_pending(sv_sched *s) {
     for (int i = 0; i < s->n_inst; i++) n += s->inst[i].work ? (uint64_t)s->inst[i].n_work : 0;
     pthread_mutex_unlock(&s->mu);
     return n;
+}
+
+void sv_sched_cancelled(sv_sched *s, uint64_t out[SV_CANCEL_N]) {
+    pthread_mutex_lock(&s->mu);
+    memcpy(out, s->cancelled, sizeof s->cancelled);
+    pthread_mutex_unlock(&s->mu);
+}
+
+const char *sv_cancel_reason_name(sv_cancel_reason r) {
+    switch (r) {
+    case SV_CANCEL_DISCONNECT: return "disconnect";
+    case SV_CANCEL_QUEUE_TIMEOUT: return "queue_timeout";
+    case SV_CANCEL_RUN_TIMEOUT: return "run_timeout";
+    default: return "other";
+    }
 }
 
 int sv_sched_instances(sv_sched *s, int max, const char **devices, uint64_t *busy_ns) {

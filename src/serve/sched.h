@@ -15,11 +15,22 @@
  *    plus its measured time for that batch size), so fast and slow devices share the load.
  *    Instances on the same device share their measured times, so that of identical instances
  *    an idle one is always preferred to a busy one.
- *  - Inputs of the requests are concatenated along the first dimension into one
- *    tdm_session_run; outputs are split back by each request's batch size.
+ *  - Inputs of the requests are concatenated along the first dimension into one run
+ *    (batch.c); outputs are split back by each request's batch size.
  *  - preserve_ordering: answers are released in arrival order.
  *  - Queue policy per priority level: max_queue_size (503 "Exceeds maximum queue size"),
  *    default timeout and per-request override, REJECT (503) or DELAY on timeout.
+ *  - Deadlines also hold while a batch runs: the batch runs with tdm_session_run_ex and a
+ *    timeout that ends at the latest deadline among its requests (no timeout when one of
+ *    them has none, e.g. a request delayed by the DELAY action), so a run is stopped only
+ *    when every request in it has expired; they all get 503 "Request timeout expired"
+ *    (Triton's answer to a timed-out request) and the instance takes the next batch.
+ *  - Requests whose client has gone (sv_request.gone) are dropped before they are batched:
+ *    the candidates of each batch are checked just before it is formed, and the batcher
+ *    sweeps the whole queue every SV_SWEEP_MS while requests wait. A dropped request is
+ *    answered 400 "Request was cancelled" (Triton's HTTP code for CANCELLED; nobody reads
+ *    it), counted as a failure and in sv_sched_cancelled(). A request whose batch is already
+ *    running stays in it; its answer is discarded by the HTTP layer.
  */
 #ifndef TDM_SERVE_SCHED_H
 #define TDM_SERVE_SCHED_H
@@ -50,6 +61,20 @@ void sv_sched_free(sv_sched *s);
 
 /* Requests queued plus requests running. */
 uint64_t sv_sched_pending(sv_sched *s);
+
+#define SV_SWEEP_MS 100 /* how often queued requests are checked for clients that went away */
+
+/* Why requests ended without an answer from the model (tandem_request_cancelled_total). */
+typedef enum sv_cancel_reason {
+    SV_CANCEL_DISCONNECT,    /* the client went away while the request was queued */
+    SV_CANCEL_QUEUE_TIMEOUT, /* the deadline passed in the queue (REJECT action) */
+    SV_CANCEL_RUN_TIMEOUT,   /* the deadlines of every request of a running batch passed */
+    SV_CANCEL_N
+} sv_cancel_reason;
+/* Requests cancelled so far, per reason (each is also counted as a failure in the stats). */
+void sv_sched_cancelled(sv_sched *s, uint64_t out[SV_CANCEL_N]);
+/* The label value of a reason in /metrics: "disconnect", "queue_timeout", "run_timeout". */
+const char *sv_cancel_reason_name(sv_cancel_reason r);
 #define SV_MON_DEVICES 8 /* devices of one instance's plan reported in /metrics */
 
 /* Live figures of instance `i`'s session, one per device of its plan (tdm_session_monitor, in

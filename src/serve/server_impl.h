@@ -31,6 +31,7 @@ typedef enum sv_route {
 typedef struct sv_conn {
     sv_server *srv;
     struct MHD_Connection *conn;
+    int fd;           /* the connection's socket while an inference waits (client_gone); -1 */
     sv_route route;
     char model[256], version[32];
     uint64_t t_recv;

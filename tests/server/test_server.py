@@ -9,8 +9,9 @@ on 127.0.0.1 with free ports, and checks metadata, configuration, JSON and binar
 repository load/unload, error codes for bad requests (the server must still answer the next
 request), hostile connections (a body in 1,000,000 chunks, duplicate or conflicting
 Content-Length, clients that close mid-request, slowloris clients held off by the connection
-and request timeouts), requests racing with unloads, queue limits and timeouts, and that
-SIGTERM lets accepted requests finish.
+and request timeouts), requests racing with unloads, queue limits and timeouts, requests
+dropped when their client goes away while they wait, deadlines that stop a running batch
+(only when every request in it has expired), and that SIGTERM lets accepted requests finish.
 
 Usage: test_server.py --tandem BUILD/tandem [--keep] [--filter SUBSTRING]
 Prints one line per test and "N passed, N failed" at the end; exits 1 on any failure.
@@ -132,6 +133,18 @@ dynamic_batching {
   max_queue_delay_microseconds: 0
   default_queue_policy { max_queue_size: 1, allow_timeout_override: true }
 }
+instance_group { count: 1 kind: KIND_CPU }
+""")
+    # twice as slow, one instance: clients that go away, deadlines while a run goes on
+    save(repo, "slow_long", slow_model(96), """
+max_batch_size: 1
+dynamic_batching { }
+instance_group { count: 1 kind: KIND_CPU }
+""")
+    # batches of two: a request waits (up to 5 s) for a partner (deadlines of mixed batches)
+    save(repo, "slow_pair", slow_model(96), """
+max_batch_size: 2
+dynamic_batching { preferred_batch_size: [ 2 ] max_queue_delay_microseconds: 5000000 }
 instance_group { count: 1 kind: KIND_CPU }
 """)
     save(repo, "slow_prio", slow_model(), """
@@ -928,6 +941,88 @@ class Tests:
             else:
                 assert lead > 0.25 * (b[1] - t0), f"{model}: small answered only {lead:.3f} s before big"
 
+    # ---- clients that go away, deadlines while a batch runs ----
+    RUN = 960  # one run of slow_long: 96 MatMuls of 960x960, about 170 GFLOP (body < 4 MB)
+    PAIR = 768  # each request of a slow_pair batch: about 87 GFLOP
+
+    def _counts(self, model, reason):
+        st = self.client.get_inference_statistics(model)["model_stats"][0]
+        return (st["execution_count"], st["inference_count"], st["inference_stats"]["fail"]["count"],
+                metric_value(self.s, "tandem_request_cancelled_total", model=model, reason=reason))
+
+    def test_client_disconnect(self):
+        """A request queued behind a running one whose client closes its socket is dropped
+        before it runs: counted as cancelled (reason disconnect) and failed, never executed,
+        and dropped by the batcher's sweep while the running one still runs; the server answers
+        the next request."""
+        m = "slow_long"
+        ex0, _, fail0, gone0 = self._counts(m, "disconnect")
+        busy = Call(self.s, m, self.RUN)
+        assert self.wait_pending(m, 1), "the first request never showed up as pending"
+        data, headers = slow_body(self.RUN)
+        head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        sock = socket.create_connection(("127.0.0.1", self.s.port), timeout=30)
+        sock.sendall(f"POST /v2/models/{m}/infer HTTP/1.1\r\nHost: x\r\nContent-Length: {len(data)}\r\n"
+                     f"{head}\r\n".encode() + data)
+        assert self.wait_pending(m, 2), "the second request never queued"
+        sock.close()
+        deadline = time.time() + 30
+        while self._counts(m, "disconnect")[3] == gone0 and time.time() < deadline:
+            time.sleep(0.01)
+        first_running = busy.out is None
+        assert busy.result()[0] == 200, busy.out
+        ex, _, fail, gone = self._counts(m, "disconnect")
+        assert (ex - ex0, fail - fail0, gone - gone0) == (1, 1, 1), \
+            f"executions +{ex - ex0} (want 1), failures +{fail - fail0}, dropped +{gone - gone0}"
+        assert first_running, "the closed request was dropped only after the running one ended"
+        assert self.pending(m) == 0
+        st, _ = slow_raw(self.s, m, 8)
+        assert st == 200 and self._counts(m, "disconnect")[0] == ex0 + 2, st
+
+    def test_deadline_while_running(self):
+        """A request whose timeout passes while it runs is stopped: Triton's timeout answer
+        (503 "Request timeout expired") well before the run would have ended; the instance
+        then serves the next request."""
+        m = "slow_long"
+        full = Call(self.s, m, self.RUN).result()
+        assert full[0] == 200, full
+        _, _, _, stopped0 = self._counts(m, "run_timeout")
+        late = []
+        for timeout_ms in (100, 250):
+            r = Call(self.s, m, self.RUN, {"timeout": timeout_ms * 1000}).result()
+            assert r[0] == 503 and r[1] == "Request timeout expired", r
+            # answered after the deadline, and long before the run's end
+            assert timeout_ms / 1000 <= r[2] < 0.6 * full[2], (r, full)
+            late.append((r[2] - timeout_ms / 1000) * 1000)
+        assert self._counts(m, "run_timeout")[3] == stopped0 + 2
+        st, _ = slow_raw(self.s, m, 8)
+        assert st == 200, st
+        print(f"    a {self.RUN}x{self.RUN} run takes {full[2] * 1000:.0f} ms; timed-out requests answered "
+              f"{', '.join(f'{x:.0f}' for x in late)} ms after their deadline (client side)")
+
+    def test_deadline_mixed_batch(self):
+        """A batch with one request without a deadline runs to its end, also when the other
+        request's deadline passes meanwhile; a batch whose requests all have deadlines stops at
+        the later one."""
+        m = "slow_pair"
+        ex0, items0, _, stopped0 = self._counts(m, "run_timeout")
+        a = Call(self.s, m, self.PAIR)  # no deadline; waits for a partner
+        assert self.wait_pending(m, 1)
+        b = Call(self.s, m, self.PAIR, {"timeout": 300000})
+        ra, rb = a.result(), b.result()
+        assert ra[0] == 200 and rb[0] == 200, (ra, rb)
+        assert rb[2] > 0.3, f"the batch ended within the 300 ms deadline ({rb[2]:.3f} s): no test"
+        ex, items, _, stopped = self._counts(m, "run_timeout")
+        assert (ex - ex0, items - items0, stopped - stopped0) == (1, 2, 0), (ex - ex0, items - items0)
+        t0 = time.time()
+        c = Call(self.s, m, self.PAIR, {"timeout": 600000})
+        assert self.wait_pending(m, 1)
+        d = Call(self.s, m, self.PAIR, {"timeout": 300000})
+        rc, rd = c.result(), d.result()
+        assert rc[0] == rd[0] == 503 and rc[1] == rd[1] == "Request timeout expired", (rc, rd)
+        assert rc[2] >= 0.6 and time.time() - t0 < 0.75 * ra[2], (rc, rd, ra)  # stopped at c's
+        assert self._counts(m, "run_timeout")[3] == stopped0 + 2
+
 
 PROM_NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 PROM_SAMPLE = re.compile(r"(%s)(?:\{(.*)\})? (\S+)$" % PROM_NAME)
@@ -983,6 +1078,16 @@ def parse_prometheus(text):
     return fams
 
 
+def metric_value(server, name, **labels):
+    """The value of the sample of `name` with these labels in /metrics (0 when absent)."""
+    text = raw(server, "GET", "/metrics", port=server.metrics_port)[2].decode()
+    fam = parse_prometheus(text).get(name, {"samples": []})
+    for n, lab, v in fam["samples"]:
+        if n == name and all(lab.get(k) == str(w) for k, w in labels.items()):
+            return v
+    return 0.0
+
+
 def pending_count(server, model):
     _, _, body = raw(server, "GET", "/metrics", port=server.metrics_port)
     m = re.search(r'nv_inference_pending_request_count\{model="%s",version="1"\} (\d+)' % re.escape(model),
@@ -1021,6 +1126,28 @@ class Async:
             self.out = slow_raw(server, model, n, params)
         except Exception as e:  # noqa: BLE001
             self.out = (repr(e), time.time())
+
+    def result(self):
+        self.t.join(300)
+        return self.out
+
+
+class Call:
+    """A slow-model request on its own thread; result() -> (status, error message or "",
+    seconds from the start to the answer)."""
+
+    def __init__(self, server, model, n, params=None):
+        self.out = None
+        self.t0 = time.time()
+        self.t = threading.Thread(target=self._go, args=(server, model, n, params))
+        self.t.start()
+
+    def _go(self, server, model, n, params):
+        try:
+            st, body = slow_raw(server, model, n, params, body=True)
+            self.out = (st, "" if st == 200 else error_of(body), time.time() - self.t0)
+        except Exception as e:  # noqa: BLE001
+            self.out = (repr(e), "", time.time() - self.t0)
 
     def result(self):
         self.t.join(300)
@@ -1140,6 +1267,7 @@ def main():
                  "test_statistics_and_metrics", "test_metrics_format_and_consistency", "test_repository", "test_bad_requests",
                  "test_hostile_connections", "test_mutations",
                  "test_queue_full_and_timeout", "test_priority", "test_preserve_ordering",
+                 "test_client_disconnect", "test_deadline_while_running", "test_deadline_mixed_batch",
                  "test_unload_while_serving"]
         names.sort(key=lambda n: order.index(n) if n in order else len(order))
         for name in names:
