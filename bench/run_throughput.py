@@ -13,6 +13,12 @@ machine may be shared: alternation spreads other load over all of them):
    CPU worker threads next to the model) against `--sequential` (decode, run, top-k one image
    after the other on one thread), both on the CPU; images/s. Both print identical results.
 
+--only pipeline runs the pipeline-mode rows alone: those of 2. and the same devices under
+`tandem bench --mode pipeline` (the rebalanced cut; with --fixed-cuts also the cut held fixed,
+as user cut points are never moved: the behaviour before the rebalancer; with
+--pipeline-warmup N also after N warm-up runs, the rebalancer's steady state), and writes
+bench/results/throughput-<date>-pipeline.md.
+
 Writes bench/results/throughput-<date>.md (unless --no-write). Uses tandem through its command
 line and the example program only.
 """
@@ -42,9 +48,9 @@ def bench_model(name):
     return run_cpu_bench.get_model(name)[0]
 
 
-def tandem_bench(tandem, model, devices, mode, batch, duration, threads):
+def tandem_bench(tandem, model, devices, mode, batch, duration, threads, extra=()):
     cmd = [tandem, "bench", model, "--devices", devices, "--batch", str(batch), "--warmup", "3",
-           "--duration", str(duration), "--json"]
+           "--duration", str(duration), "--json"] + list(extra)
     if threads:
         cmd += ["--threads", str(threads)]
     if mode:
@@ -104,6 +110,13 @@ def main():
     ap.add_argument("--threads", type=int, default=0, help="intra-op threads (0 = all cores)")
     ap.add_argument("--second", default="opencl:0", help="the device next to the cpu")
     ap.add_argument("--workers", type=int, default=2, help="decode workers of the user pipeline")
+    ap.add_argument("--only", default="split,pipeline,user",
+                    help="comma list of the measurements to run: split, pipeline, user")
+    ap.add_argument("--fixed-cuts", default=None,
+                    help="--only pipeline: also bench the pipeline with these cut points held fixed")
+    ap.add_argument("--pipeline-warmup", type=int, default=0,
+                    help="--only pipeline: also bench the rebalanced pipeline after this many warm-up runs "
+                         "(its steady state, without the rebalancer's first measurements)")
     ap.add_argument("--note", action="append", default=[], help="a line for the results' notes (repeatable)")
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--out", default=None)
@@ -116,17 +129,38 @@ def main():
     have_second = any(line.startswith(a.second + " ") for line in devs.splitlines())
     load0 = loadavg()
     rows = []
+    only = set(a.only.split(","))
 
     # 1. split / replicas
     singles = [("cpu", ("cpu", None))] + ([(a.second, (a.second, None))] if have_second else [])
     configs = singles + ([(f"cpu,{a.second} throughput", (f"cpu,{a.second}", "throughput"))] if have_second else [])
-    log(f"split/replicas: {os.path.basename(model)} batch {a.batch}")
-    got = rounds_of(configs, a.rounds,
-                    lambda x: tandem_bench(tandem, model, x[0], x[1], a.batch, a.duration, a.threads))
-    med = {k: statistics.median(v) for k, v in got.items()}
-    best_single = max(med[n] for n, _ in singles)
-    for name, _ in configs:
-        rows.append(("split/replicas", name, f"batch {a.batch}", med[name], med[name] / best_single, got[name]))
+    if "split" in only:
+        log(f"split/replicas: {os.path.basename(model)} batch {a.batch}")
+        got = rounds_of(configs, a.rounds,
+                        lambda x: tandem_bench(tandem, model, x[0], x[1], a.batch, a.duration, a.threads))
+        med = {k: statistics.median(v) for k, v in got.items()}
+        best_single = max(med[n] for n, _ in singles)
+        for name, _ in configs:
+            rows.append(("split/replicas", name, f"batch {a.batch}", med[name], med[name] / best_single, got[name]))
+
+    # 1b. pipeline mode under tandem bench: rebalanced, and (--fixed-cuts) the cut held fixed
+    if "pipeline" in only and have_second:
+        both = f"cpu,{a.second}"
+        bconfigs = singles + [(f"{both} pipeline", (both, "pipeline", ()))]
+        if a.pipeline_warmup:
+            bconfigs.append((f"{both} pipeline, after {a.pipeline_warmup} warm-up runs",
+                             (both, "pipeline", ("--warmup", str(a.pipeline_warmup)))))
+        if a.fixed_cuts:
+            bconfigs.append((f"{both} pipeline, cut {a.fixed_cuts} fixed", (both, "pipeline", ("--cuts", a.fixed_cuts))))
+        log(f"pipeline mode (tandem bench): {os.path.basename(model)} batch {a.batch}")
+        got = rounds_of(bconfigs, a.rounds,
+                        lambda x: tandem_bench(tandem, model, x[0], x[1], a.batch, a.duration, a.threads,
+                                               x[2] if len(x) > 2 else ()))
+        med = {k: statistics.median(v) for k, v in got.items()}
+        best_single = max(med[n] for n, _ in singles)
+        for name, _ in bconfigs:
+            rows.append(("pipeline mode (bench)", name, f"batch {a.batch}, {a.duration:g} s", med[name],
+                         med[name] / best_single, got[name]))
 
     # 2 + 3: the example over generated images
     w, h = a.image_size.split("x")
@@ -136,7 +170,6 @@ def main():
         if have_second:
             pconfigs += [(a.second, ["--devices", a.second]),
                          (f"cpu,{a.second} pipeline", ["--devices", f"cpu,{a.second}", "--mode", "pipeline"])]
-        log("pipeline mode (classify_folder, model stage with 2 requests in flight)")
         outs = {}
 
         def run_p(x):
@@ -144,18 +177,23 @@ def main():
             outs[" ".join(x)] = out
             return v
 
-        got = rounds_of(pconfigs, a.rounds, run_p)
-        # devices round differently in the last digits of the scores: compare the classes
-        tops = {k: re.sub(r" score=[0-9.eE+-]+", "", v) for k, v in outs.items()}
-        if len(set(tops.values())) != 1:
-            log("WARNING: the configurations' top-k classes differ")
-        med = {k: statistics.median(v) for k, v in got.items()}
-        best_single = max(med[n] for n in med if "pipeline" not in n)
-        for name, _ in pconfigs:
-            rows.append(("pipeline mode", name, f"{a.images} images", med[name], med[name] / best_single, got[name]))
+        if "pipeline" in only:
+            log("pipeline mode (classify_folder, model stage with 2 requests in flight)")
+            got = rounds_of(pconfigs, a.rounds, run_p)
+            # devices round differently in the last digits of the scores: compare the classes
+            tops = {k: re.sub(r" score=[0-9.eE+-]+", "", v) for k, v in outs.items()}
+            if len(set(tops.values())) != 1:
+                log("WARNING: the configurations' top-k classes differ")
+            med = {k: statistics.median(v) for k, v in got.items()}
+            best_single = max(med[n] for n in med if "pipeline" not in n)
+            for name, _ in pconfigs:
+                rows.append(("pipeline mode", name, f"{a.images} images", med[name], med[name] / best_single, got[name]))
 
-        log("user pipeline vs sequential (cpu)")
+        if "user" in only:
+            log("user pipeline vs sequential (cpu)")
         uconfigs = [("sequential", ["--sequential"]), (f"pipeline, {a.workers} decode workers", ["--workers", str(a.workers)])]
+        if "user" not in only:
+            uconfigs = []
         uouts = {}
 
         def run_u(x):
@@ -164,7 +202,7 @@ def main():
             return v
 
         got = rounds_of(uconfigs, a.rounds, run_u)
-        if len(set(uouts.values())) != 1:
+        if len(set(uouts.values())) > 1:
             log("WARNING: the pipeline's and the sequential loop's results differ")
         med = {k: statistics.median(v) for k, v in got.items()}
         for name, _ in uconfigs:
@@ -182,22 +220,30 @@ def main():
              "|---|---|---|---:|---:|---|"]
     for kind, name, work, v, ratio, vals in rows:
         lines.append(f"| {kind} | {name} | {work} | {v:.1f} | {ratio:.2f}x | {', '.join(f'{x:.1f}' for x in vals)} |")
-    lines += ["", "What the rows are:", "",
-              "- split/replicas: `tandem bench --batch B` on one device (latency mode) and with "
-              "`--devices cpu,SECOND --mode throughput` (split by measured speed; the split falls back "
-              "to the fastest device when the other would only add time).",
-              "- pipeline mode: `examples/classify_folder` with its model stage on one device, and on "
-              "`--devices cpu,SECOND --mode pipeline` (auto cut from the cost model; the example keeps "
-              "two requests in flight on the model stage).",
-              "- user pipeline: `classify_folder --sequential` (decode, resize, normalize, run, top-k, "
-              "one image after the other) against its pipeline (decode workers next to the model stage),"
-              " both on the CPU; the printed classes are identical."]
+    kinds = {r[0] for r in rows}
+    what = {
+        "split/replicas": "- split/replicas: `tandem bench --batch B` on one device (latency mode) and with "
+        "`--devices cpu,SECOND --mode throughput` (split by measured speed; the split falls back "
+        "to the fastest device when the other would only add time).",
+        "pipeline mode (bench)": "- pipeline mode (bench): `tandem bench --batch B --duration D` on one device, and with "
+        "`--devices cpu,SECOND --mode pipeline` (the rebalancer moves the auto cut or collapses to one "
+        "device from measurements; with `--cuts` the cut is held fixed, as before the rebalancer).",
+        "pipeline mode": "- pipeline mode: `examples/classify_folder` with its model stage on one device, and on "
+        "`--devices cpu,SECOND --mode pipeline` (auto cut from the cost model, then the rebalancer; "
+        "the example keeps two requests in flight on the model stage; every run of the example is "
+        "a new session, so its first runs are the rebalancer's measuring).",
+        "user pipeline": "- user pipeline: `classify_folder --sequential` (decode, resize, normalize, run, top-k, "
+        "one image after the other) against its pipeline (decode workers next to the model stage),"
+        " both on the CPU; the printed classes are identical.",
+    }
+    lines += ["", "What the rows are:", ""] + [v for k, v in what.items() if k in kinds]
     if a.note:
         lines += ["", "Notes:", ""] + [f"- {n}" for n in a.note]
     text = "\n".join(lines) + "\n"
     print(text)
     if not a.no_write:
-        out = a.out or os.path.join(HERE, "results", f"throughput-{datetime.date.today().isoformat()}.md")
+        suffix = "-pipeline" if only == {"pipeline"} else ""
+        out = a.out or os.path.join(HERE, "results", f"throughput-{datetime.date.today().isoformat()}{suffix}.md")
         with open(out, "w") as f:
             f.write(text)
         log(f"wrote {out}")

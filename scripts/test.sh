@@ -29,9 +29,9 @@ cmake --build build-asan -j"$jobs"
 # running at the same time, throughput mode, user pipelines and pipeline mode) under
 # ThreadSanitizer.
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTANDEM_TSAN=ON -DTANDEM_CUDA=OFF > /dev/null
-cmake --build build-tsan -j"$jobs" --target test_core test_api test_memplan test_throughput test_trace test_monitor test_pipeline test_cancel
+cmake --build build-tsan -j"$jobs" --target test_core test_api test_memplan test_throughput test_trace test_monitor test_pipeline test_pipeline_rebalance test_cancel
 (cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure \
-   -R '^(test_core|test_api|test_memplan|test_throughput|test_trace|test_monitor|test_pipeline|test_cancel)$')
+   -R '^(test_core|test_api|test_memplan|test_throughput|test_trace|test_monitor|test_pipeline|test_pipeline_rebalance|test_cancel)$')
 # Fuzzing (clang, libFuzzer, ASan+UBSan): every saved crash and the seed corpus are replayed
 # (must pass); then each target is fuzzed for a bounded time. A new finding there is printed
 # loudly but does not fail the run: exploratory fuzzing is not deterministic, and what it

@@ -294,7 +294,8 @@ typedef struct tdm_session_options {
                               finish first (or, for a model without a batch dim to split,
                               a pipeline when predicted faster; see TDM_MODE_PIPELINE) */
     float split_alpha;     /* throughput mode: smoothing of the per-item times (0 = 0.3) */
-    bool no_rebalance;     /* throughput mode: keep the initial split ratio */
+    bool no_rebalance;     /* throughput mode: keep the initial split ratio; pipeline mode:
+                              keep the auto cut (user cuts are never moved) */
     const char *precision; /* accelerators' arithmetic: NULL or "fp32" (default) computes in
                               float32; "tf32", "fp16" and "bf16" let a device that supports
                               them (cuda) compute float32 models in that precision */
@@ -323,7 +324,8 @@ typedef struct tdm_session_options {
 #define TDM_MODE_PIPELINE 2
 
 /* Per-device figures of a session (throughput mode: per replica; latency mode: one entry per
- * device of the plan with runs and items of the whole session). */
+ * device of the plan with runs and items of the whole session; pipeline mode: one entry per
+ * device of the session, summed over every cut the rebalancer used). */
 typedef struct tdm_device_stats {
     const char *device;
     int64_t runs;          /* runs (or run parts) this device took */

@@ -19,8 +19,18 @@ void tdm_pipe_mode_set_monitor(tdm_pipe_mode *pm, struct tdm_monitor *mon);
  * NULL) stops it between stages. */
 tdm_status *tdm_pipe_mode_run(tdm_pipe_mode *pm, const tdm_tensor **by_input, tdm_tensor **all_outputs,
                               const tdm_run_ctl *ctl);
+/* Statistics entries: one per device of the session (index = its place in the device list;
+ * the stages a device ran, summed over every cut it had). */
 size_t tdm_pipe_mode_stage_count(const tdm_pipe_mode *pm);
 void tdm_pipe_mode_stats(tdm_pipe_mode *pm, size_t index, tdm_device_stats *out);
+
+/* The current stages (thread-safe): returns their count; stage k runs nodes [begin[k],
+ * end[k]) of the unoptimised graph on the session's device device[k]. Arrays of
+ * TDM_MAX_DEVICES entries, each may be NULL. */
+int tdm_pipe_mode_layout(tdm_pipe_mode *pm, int *device, int *begin, int *end);
+/* The rebalancer's decisions so far (returned), the new stages it installed (*replans, may
+ * be NULL) and the last decision's log line (buf, may be NULL). */
+int64_t tdm_pipe_mode_last_decision(tdm_pipe_mode *pm, int64_t *replans, char *buf, size_t size);
 
 /* Throughput mode's choice for a model whose batch cannot be split: true when the cost model
  * predicts a pipeline over the devices to beat replicas; `why` receives the reason. */

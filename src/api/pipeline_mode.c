@@ -1,6 +1,6 @@
-/* Pipeline mode (TDM_MODE_PIPELINE): the model is cut into consecutive stages, stage k on
- * device k of the session's list, and micro-batches flow through them over a tandem user
- * pipeline (bounded queues, one worker per stage, output in order).
+/* Pipeline mode (TDM_MODE_PIPELINE): the model is cut into consecutive stages, each on one
+ * device of the session's list (in list order), and micro-batches flow through them over a
+ * tandem user pipeline (bounded queues, one worker per stage, output in order).
  *
  * How a stage is made: the model is loaded again and every node outside the stage's range
  * (positions in the model's topological order, before graph passes) is removed; the values
@@ -13,7 +13,19 @@
  * The cut: user cut points (options.pipeline_cuts: node names or #positions where a stage
  * starts), or the auto cut, which bisects on the slowest stage time T: stages are filled in
  * order while their predicted time (the cost model's per-node time on the stage's device)
- * stays within T; the smallest feasible T gives max(T_stage) close to T_total / N. */
+ * stays within T; the smallest feasible T gives max(T_stage) close to T_total / N.
+ *
+ * Rebalancing (auto cut only; off with options.no_rebalance; user cut points are never
+ * moved, the session only logs a measured imbalance for them): the stages and their
+ * pipeline form a generation. Every WINDOW successful runs on the current generation (after
+ * WARMUP runs that are not measured), the run that completes the window hands its measurements (busy time per row of every stage,
+ * rows per ms while runs were in flight) to the rebalancer (pipeline_mode_rebalance.c),
+ * which corrects the cost model and may ask for another cut or for one stage on one device.
+ * That run then builds the new generation (on its own thread, after its own outputs are
+ * made) and installs it: runs that start later use it, runs in flight finish on the old
+ * one, which is freed by whichever of them ends last. Every decision is logged (INFO) and
+ * the last one can be queried (tdm_pipe_mode_last_decision). A failed build keeps the old
+ * generation (logged). */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -21,6 +33,7 @@
 #include <string.h>
 
 #include "api/pipeline_impl.h"
+#include "api/pipeline_mode_rebalance.h"
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "graph/infer.h"
@@ -28,27 +41,66 @@
 #include "sched/profile.h"
 #include "tandem/pipeline.h"
 
+#define WINDOW 8 /* runs per measurement window */
+#define WARMUP 2 /* first runs of a generation, not measured (first-run allocations) */
+
+typedef struct pm_gen pm_gen;
+
 typedef struct pm_stage {
-    tdm_pipe_mode *pm;
+    pm_gen *gen;
     tdm_plan *plan;
     tdm_device *device;
+    int dev;            /* index of device in the session's list */
     int begin, end;     /* node positions in the unoptimised graph */
     double predicted_ms;
     char **drop;        /* item tensors no later stage and no caller needs after this one */
     size_t n_drop;
-    int64_t runs, items;
+    int64_t runs, items; /* pm->mu */
     double busy_ms;
+    int64_t win_items;   /* the current window (pm->mu) */
+    double win_busy_ms;
 } pm_stage;
+
+/* A set of stages over one pipeline; fields marked (mu) under pm->mu. */
+struct pm_gen {
+    tdm_pipe_mode *pm;
+    tdm_pm_config cfg;
+    int n_stages;
+    pm_stage stages[TDM_MAX_DEVICES];
+    tdm_pipeline *pipe;
+    int refs;            /* runs using it (mu) */
+    bool retired;        /* no longer current: freed when refs drops to 0 (mu) */
+    int64_t active_since; /* runs in flight since (refs > 0) (mu) */
+    double active_ms;    /* time with runs in flight, this window (mu) */
+    int64_t win_runs, win_rows; /* (mu) */
+    int windows;         /* windows measured (mu) */
+    int warm_runs;       /* runs before measuring (mu) */
+    double ref_ms_per_row[TDM_MAX_DEVICES]; /* per stage, from the first window */
+};
 
 struct tdm_pipe_mode {
     tdm_session *s;
     const tdm_allocator *a;
-    int n_stages;
-    pm_stage stages[TDM_MAX_DEVICES];
-    tdm_pipeline *pipe;
     int micro_batch; /* 0 = batch / stages */
+    bool no_fallback;
+    int opt_level;
+    struct tdm_monitor *monitor;
     pthread_mutex_t mu;
-    bool imbalance_said; /* the measured imbalance was logged */
+    pm_gen *cur;     /* (mu) */
+    bool imbalance_said; /* the measured imbalance was logged (user cuts, no_rebalance) */
+    /* per session device: what its stages did, over all generations (mu) */
+    int64_t dev_runs[TDM_MAX_DEVICES], dev_items[TDM_MAX_DEVICES];
+    double dev_busy_ms[TDM_MAX_DEVICES];
+    /* rebalancing (rb == NULL: off); rb is used by the one thread that set replanning */
+    tdm_pm_rebal *rb;
+    const char *names[TDM_MAX_DEVICES];
+    void *bytes;     /* a copy of the model, for new stages */
+    size_t size;
+    char *base_dir;
+    bool replanning; /* (mu) */
+    int64_t replans; /* generations installed after the first (mu) */
+    int64_t decisions; /* (mu) */
+    char last[1024];   /* the last decision (mu) */
 };
 
 /* One run's state, shared by its micro-batches. */
@@ -92,49 +144,6 @@ static tdm_status *node_costs(tdm_session *s, const tdm_graph *g, int K, double 
         for (size_t i = 0; i < n; i++) costs[(size_t)k * n + i] = tdm_cost_node_ms(g, &g->nodes[i], &prof);
     }
     return NULL;
-}
-
-/* Fills stages in order while each stays within T; returns the stages used, 0 if T is too
- * small. starts[k] = first node of stage k. */
-static int fill(const double *c, size_t n, int K, double T, int *starts) {
-    int k = 0;
-    double sum = 0;
-    starts[0] = 0;
-    for (size_t i = 0; i < n; i++) {
-        double x = c[(size_t)k * n + i];
-        if (sum + x > T && sum > 0) {
-            if (++k >= K) return 0;
-            starts[k] = (int)i;
-            sum = 0;
-            x = c[(size_t)k * n + i];
-        }
-        if (x > T) return 0;
-        sum += x;
-    }
-    return k + 1;
-}
-
-/* The auto cut: the smallest slowest-stage time T that fill() can meet. */
-static int auto_cut(const double *c, size_t n, int K, int *starts, double *stage_ms) {
-    double hi = 0;
-    for (size_t i = 0; i < n; i++) hi += c[i]; /* everything on stage 0 always fits */
-    double lo = 0;
-    for (int it = 0; it < 60 && hi - lo > 1e-9 * (hi + 1e-12); it++) {
-        double mid = 0.5 * (lo + hi);
-        if (fill(c, n, K, mid, starts)) hi = mid;
-        else lo = mid;
-    }
-    int used = fill(c, n, K, hi * (1 + 1e-12) + 1e-15, starts);
-    if (!used) { /* cannot happen (hi fits), but stay safe */
-        starts[0] = 0;
-        used = 1;
-    }
-    for (int k = 0; k < used; k++) {
-        size_t e = k + 1 < used ? (size_t)starts[k + 1] : n;
-        stage_ms[k] = 0;
-        for (size_t i = (size_t)starts[k]; i < e; i++) stage_ms[k] += c[(size_t)k * n + i];
-    }
-    return used;
 }
 
 /* User cut points: "name,#12,..." where stages 2, 3, ... start. */
@@ -237,8 +246,9 @@ static size_t find_name(tdm_pipeline_item *it, const char *name) {
 
 static tdm_status *stage_fn(void *user, tdm_pipeline_item *it) {
     pm_stage *ps = user;
+    tdm_pipe_mode *pm = ps->gen->pm;
     const tdm_graph *g = ps->plan->graph;
-    const tdm_allocator *a = ps->pm->a;
+    const tdm_allocator *a = pm->a;
     const tdm_tensor **ins = tdm_calloc(a, g->n_inputs + 1, sizeof *ins);
     tdm_tensor **outs = tdm_calloc(a, g->n_outputs + 1, sizeof *outs);
     tdm_status *st = NULL;
@@ -260,11 +270,18 @@ static tdm_status *stage_fn(void *user, tdm_pipeline_item *it) {
     }
     if (!st)
         for (size_t d = 0; d < ps->n_drop; d++) tdm_tensor_destroy(tdm_pipeline_item_take_tensor(it, ps->drop[d]));
-    pthread_mutex_lock(&ps->pm->mu);
+    pthread_mutex_lock(&pm->mu);
     ps->runs++;
-    if (!st) ps->items += rows;
     ps->busy_ms += ms;
-    pthread_mutex_unlock(&ps->pm->mu);
+    pm->dev_runs[ps->dev]++;
+    pm->dev_busy_ms[ps->dev] += ms;
+    if (!st) {
+        ps->items += rows;
+        ps->win_items += rows;
+        ps->win_busy_ms += ms;
+        pm->dev_items[ps->dev] += rows;
+    }
+    pthread_mutex_unlock(&pm->mu);
     tdm_free(a, ins);
     tdm_free(a, outs);
     return st ? tdm_status_wrap(st, "%s: ", ps->device->name) : NULL;
@@ -280,6 +297,83 @@ static void on_output(void *user, tdm_pipeline_item *it) {
     pthread_mutex_unlock(&r->mu);
 }
 
+/* ---- generations ---- */
+
+static void gen_free(pm_gen *gen) {
+    if (!gen) return;
+    tdm_pipe_mode *pm = gen->pm;
+    if (gen->pipe) tdm_pipeline_drain(gen->pipe, -1);
+    tdm_pipeline_free(gen->pipe);
+    for (int k = 0; k < TDM_MAX_DEVICES; k++) {
+        pm_stage *ps = &gen->stages[k];
+        tdm_plan_free(ps->plan);
+        for (size_t d = 0; d < ps->n_drop; d++) tdm_free(pm->a, ps->drop[d]);
+        tdm_free(pm->a, ps->drop);
+    }
+    tdm_free(pm->a, gen);
+}
+
+/* Plans the stages of cfg from the model bytes and starts their pipeline. n: nodes. */
+static tdm_status *gen_build(tdm_pipe_mode *pm, const void *data, size_t size, const char *base_dir,
+                             const tdm_pm_config *cfg, size_t n, const double *predicted, pm_gen **out) {
+    tdm_session *s = pm->s;
+    const tdm_allocator *a = pm->a;
+    pm_gen *gen = tdm_calloc(a, 1, sizeof *gen);
+    if (!gen) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory creating a pipeline");
+    gen->pm = pm;
+    gen->cfg = *cfg;
+    tdm_device *cpu = NULL;
+    for (int d = 0; d < s->n_devices; d++)
+        if (s->devices[d]->host_memory) cpu = s->devices[d];
+    tdm_status *st = NULL;
+    for (int k = 0; k < cfg->n_stages && !st; k++) {
+        pm_stage *ps = &gen->stages[k];
+        ps->gen = gen;
+        ps->dev = cfg->device[k];
+        ps->device = s->devices[ps->dev];
+        ps->begin = cfg->start[k];
+        ps->end = k + 1 < cfg->n_stages ? cfg->start[k + 1] : (int)n;
+        ps->predicted_ms = predicted ? predicted[k] : 0;
+        tdm_graph *sg = NULL;
+        st = load_graph(s, data, size, base_dir, &sg);
+        if (!st) st = restrict_graph(sg, ps->begin, ps->end, ps, a);
+        if (st) {
+            tdm_graph_free(sg);
+            break;
+        }
+        tdm_device *devs[2] = {ps->device, cpu};
+        int nd = cpu && cpu != ps->device && !pm->no_fallback ? 2 : 1;
+        tdm_plan_options po = {pm->no_fallback, pm->opt_level, ps->device->name, NULL,
+                               tdm_threadpool_size(s->pool), false, 0};
+        st = tdm_plan_create(a, sg, devs, nd, s->pool, &po, &ps->plan); /* takes sg */
+        if (st) st = tdm_status_wrap(st, "pipeline stage %d (nodes #%d-#%d on %s): ", k, ps->begin,
+                                     ps->end - 1, ps->device->name);
+        else gen->n_stages++;
+        if (!st) ps->plan->monitor = pm->monitor;
+    }
+    /* the stages over a pipeline: one worker each (a device runs one micro-batch at a time),
+     * two slots per queue: the next micro-batch waits staged while the current one runs */
+    tdm_pipeline_options po = {TDM_API_VERSION, 2, on_output, pm};
+    if (!st) st = tdm_pipeline_create(s->env, &po, &gen->pipe);
+    for (int k = 0; k < gen->n_stages && !st; k++)
+        st = tdm_pipeline_add_callback_stage(gen->pipe, gen->stages[k].device->name, 1, stage_fn, &gen->stages[k]);
+    if (!st) st = tdm_pipeline_start(gen->pipe);
+    if (st) {
+        gen_free(gen);
+        return st;
+    }
+    *out = gen;
+    return NULL;
+}
+
+static void log_stages(tdm_pipe_mode *pm, const pm_gen *gen) {
+    for (int k = 0; k < gen->n_stages; k++) {
+        const pm_stage *ps = &gen->stages[k];
+        tdm_log(&pm->s->env->log, TDM_LOG_INFO, "pipeline stage %d: nodes #%d-#%d on %s (%.3f ms predicted)", k,
+                ps->begin, ps->end - 1, ps->device->name, ps->predicted_ms);
+    }
+}
+
 /* ---- creation ---- */
 
 tdm_status *tdm_pipe_mode_create(tdm_session *s, const void *data, size_t size, const char *base_dir,
@@ -290,99 +384,97 @@ tdm_status *tdm_pipe_mode_create(tdm_session *s, const void *data, size_t size, 
     pm->s = s;
     pm->a = a;
     pm->micro_batch = o->micro_batch > 0 ? o->micro_batch : 0;
+    pm->no_fallback = o->no_fallback;
+    pm->opt_level = o->opt_level;
     pthread_mutex_init(&pm->mu, NULL);
     tdm_graph *g = NULL;
     double *costs = NULL;
-    int starts[TDM_MAX_DEVICES] = {0}, used = 0;
+    tdm_pm_config cfg = {0};
     double stage_ms[TDM_MAX_DEVICES] = {0};
     tdm_status *st = load_graph(s, data, size, base_dir, &g);
     size_t n = g ? g->n_nodes : 0;
     if (!st && n == 0) st = TDM_ERR(TDM_ERR_INVALID_MODEL, "the model has no nodes to cut into stages");
     if (!st && o->pipeline_cuts && o->pipeline_cuts[0]) {
-        st = user_cut(g, o->pipeline_cuts, s->n_devices, starts, &used);
-        if (!st) tdm_log(&s->env->log, TDM_LOG_INFO, "pipeline: %d stages at the user's cut points", used);
+        st = user_cut(g, o->pipeline_cuts, s->n_devices, cfg.start, &cfg.n_stages);
+        if (!st) tdm_log(&s->env->log, TDM_LOG_INFO, "pipeline: %d stages at the user's cut points", cfg.n_stages);
     } else if (!st) {
         costs = tdm_calloc(a, n * (size_t)s->n_devices, sizeof *costs);
         if (!costs) st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory cutting the model");
         if (!st) st = node_costs(s, g, s->n_devices, costs);
         if (!st) {
-            used = auto_cut(costs, n, s->n_devices, starts, stage_ms);
+            cfg.n_stages = tdm_pm_auto_cut(costs, n, s->n_devices, cfg.start, stage_ms);
             double total = 0, slowest = 0;
             for (size_t i = 0; i < n; i++) total += costs[i];
-            for (int k = 0; k < used; k++) slowest = stage_ms[k] > slowest ? stage_ms[k] : slowest;
+            for (int k = 0; k < cfg.n_stages; k++) slowest = stage_ms[k] > slowest ? stage_ms[k] : slowest;
             tdm_log(&s->env->log, TDM_LOG_INFO,
                     "pipeline: auto cut into %d stages; slowest stage %.3f ms predicted (all on %s: %.3f ms)",
-                    used, slowest, s->devices[0]->name, total);
+                    cfg.n_stages, slowest, s->devices[0]->name, total);
+        }
+        /* rebalancing keeps the cost model and a copy of the model for new stages */
+        for (int d = 0; d < s->n_devices; d++) pm->names[d] = s->devices[d]->name;
+        if (!st && !s->no_rebalance) {
+            st = tdm_pm_rebal_create(a, s->n_devices, n, costs, pm->names, &pm->rb);
+            pm->bytes = st ? NULL : tdm_alloc(a, size ? size : 1);
+            pm->size = size;
+            if (!st && !pm->bytes) st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory keeping the model");
+            if (!st) memcpy(pm->bytes, data, size);
+            if (!st && base_dir && !(pm->base_dir = tdm_strdup(a, base_dir)))
+                st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory keeping the model");
         }
     }
     tdm_graph_free(g);
     tdm_free(a, costs);
-    tdm_device *cpu = NULL;
-    for (int d = 0; d < s->n_devices; d++)
-        if (s->devices[d]->host_memory) cpu = s->devices[d];
-    for (int k = 0; k < used && !st; k++) {
-        pm_stage *ps = &pm->stages[k];
-        ps->pm = pm;
-        ps->device = s->devices[k];
-        ps->begin = starts[k];
-        ps->end = k + 1 < used ? starts[k + 1] : (int)n;
-        ps->predicted_ms = stage_ms[k];
-        tdm_graph *sg = NULL;
-        st = load_graph(s, data, size, base_dir, &sg);
-        if (!st) st = restrict_graph(sg, ps->begin, ps->end, ps, a);
-        if (st) {
-            tdm_graph_free(sg);
-            break;
-        }
-        tdm_device *devs[2] = {ps->device, cpu};
-        int nd = cpu && cpu != ps->device && !o->no_fallback ? 2 : 1;
-        tdm_plan_options po = {o->no_fallback, o->opt_level, ps->device->name, NULL,
-                               tdm_threadpool_size(s->pool), false, 0};
-        st = tdm_plan_create(a, sg, devs, nd, s->pool, &po, &ps->plan); /* takes sg */
-        if (st) st = tdm_status_wrap(st, "pipeline stage %d (nodes #%d-#%d on %s): ", k, ps->begin,
-                                     ps->end - 1, ps->device->name);
-        else pm->n_stages++;
-        if (!st)
-            tdm_log(&s->env->log, TDM_LOG_INFO, "pipeline stage %d: nodes #%d-#%d on %s (%.3f ms predicted)",
-                    k, ps->begin, ps->end - 1, ps->device->name, ps->predicted_ms);
-    }
-    /* the stages over a pipeline: one worker each (a device runs one micro-batch at a time),
-     * two slots per queue: the next micro-batch waits staged while the current one runs */
-    tdm_pipeline_options po = {TDM_API_VERSION, 2, on_output, pm};
-    if (!st) st = tdm_pipeline_create(s->env, &po, &pm->pipe);
-    for (int k = 0; k < pm->n_stages && !st; k++)
-        st = tdm_pipeline_add_callback_stage(pm->pipe, pm->stages[k].device->name, 1, stage_fn, &pm->stages[k]);
-    if (!st) st = tdm_pipeline_start(pm->pipe);
+    for (int k = 0; k < cfg.n_stages; k++) cfg.device[k] = k;
+    if (!st) st = gen_build(pm, data, size, base_dir, &cfg, n, stage_ms, &pm->cur);
     if (st) {
         tdm_pipe_mode_free(pm);
         return st;
     }
+    log_stages(pm, pm->cur);
     *out = pm;
     return NULL;
 }
 
 void tdm_pipe_mode_free(tdm_pipe_mode *pm) {
     if (!pm) return;
-    if (pm->pipe) tdm_pipeline_drain(pm->pipe, -1);
-    tdm_pipeline_free(pm->pipe);
-    for (int k = 0; k < TDM_MAX_DEVICES; k++) {
-        pm_stage *ps = &pm->stages[k];
-        tdm_plan_free(ps->plan);
-        for (size_t d = 0; d < ps->n_drop; d++) tdm_free(pm->a, ps->drop[d]);
-        tdm_free(pm->a, ps->drop);
-    }
+    gen_free(pm->cur); /* no run is in flight: older generations are gone */
+    tdm_pm_rebal_free(pm->rb);
+    tdm_free(pm->a, pm->bytes);
+    tdm_free(pm->a, pm->base_dir);
     pthread_mutex_destroy(&pm->mu);
     tdm_free(pm->a, pm);
 }
 
-size_t tdm_pipe_mode_stage_count(const tdm_pipe_mode *pm) { return pm ? (size_t)pm->n_stages : 0; }
+size_t tdm_pipe_mode_stage_count(const tdm_pipe_mode *pm) { return pm ? (size_t)pm->s->n_devices : 0; }
 
 void tdm_pipe_mode_stats(tdm_pipe_mode *pm, size_t index, tdm_device_stats *out) {
     pthread_mutex_lock(&pm->mu);
-    const pm_stage *ps = &pm->stages[index];
-    *out = (tdm_device_stats){ps->device->name, ps->runs, ps->items, ps->busy_ms, 1.0,
-                              ps->items ? ps->busy_ms / (double)ps->items : 0};
+    int d = (int)index;
+    *out = (tdm_device_stats){pm->s->devices[d]->name, pm->dev_runs[d], pm->dev_items[d], pm->dev_busy_ms[d], 1.0,
+                              pm->dev_items[d] ? pm->dev_busy_ms[d] / (double)pm->dev_items[d] : 0};
     pthread_mutex_unlock(&pm->mu);
+}
+
+int tdm_pipe_mode_layout(tdm_pipe_mode *pm, int *device, int *begin, int *end) {
+    pthread_mutex_lock(&pm->mu);
+    const pm_gen *gen = pm->cur;
+    int n = gen->n_stages;
+    for (int k = 0; k < n; k++) {
+        if (device) device[k] = gen->stages[k].dev;
+        if (begin) begin[k] = gen->stages[k].begin;
+        if (end) end[k] = gen->stages[k].end;
+    }
+    pthread_mutex_unlock(&pm->mu);
+    return n;
+}
+
+int64_t tdm_pipe_mode_last_decision(tdm_pipe_mode *pm, int64_t *replans, char *buf, size_t size) {
+    pthread_mutex_lock(&pm->mu);
+    int64_t d = pm->decisions;
+    if (replans) *replans = pm->replans;
+    if (buf && size) snprintf(buf, size, "%s", pm->last);
+    pthread_mutex_unlock(&pm->mu);
+    return d;
 }
 
 /* ---- a run: micro-batches in, outputs joined ---- */
@@ -441,16 +533,17 @@ static tdm_status *join_rows(const tdm_allocator *a, tdm_pipeline_item **parts, 
 }
 
 /* After some runs, says once (log) when the measured stage times are far apart: the cut
- * came from the cost model, and the slowest stage sets the pipeline's pace. */
-static void check_balance(tdm_pipe_mode *pm) {
+ * came from the cost model (or the user), and the slowest stage sets the pipeline's pace.
+ * Only without rebalancing (user cut points, no_rebalance), which would move the cut. */
+static void check_balance(tdm_pipe_mode *pm, const pm_gen *gen) {
     char msg[600];
     msg[0] = 0;
     pthread_mutex_lock(&pm->mu);
     double lo = INFINITY, hi = 0;
     int slow = 0;
     bool enough = !pm->imbalance_said;
-    for (int k = 0; k < pm->n_stages && enough; k++) {
-        const pm_stage *ps = &pm->stages[k];
+    for (int k = 0; k < gen->n_stages && enough; k++) {
+        const pm_stage *ps = &gen->stages[k];
         enough = ps->runs >= 16 && ps->items > 0;
         double per = enough ? ps->busy_ms / (double)ps->items : 0;
         if (per < lo) lo = per;
@@ -463,12 +556,111 @@ static void check_balance(tdm_pipe_mode *pm) {
         pm->imbalance_said = true;
         snprintf(msg, sizeof msg,
                  "pipeline: measured stage times are unbalanced: stage %d on %s takes %.3f ms per row, "
-                 "%.1fx the fastest stage; the pipeline runs at its pace (set pipeline_cuts to move "
-                 "work off it, or use throughput mode)",
-                 slow, pm->stages[slow].device->name, hi, hi / lo);
+                 "%.1fx the fastest stage; the pipeline runs at its pace (%s)",
+                 slow, gen->stages[slow].device->name, hi, hi / lo,
+                 pm->s->no_rebalance ? "no_rebalance is set, so the cut stays"
+                                     : "user cut points are not moved; set other pipeline_cuts to move work "
+                                       "off it, or use the auto cut or throughput mode");
     }
     pthread_mutex_unlock(&pm->mu);
     if (msg[0]) tdm_log(&pm->s->env->log, TDM_LOG_INFO, "%s", msg);
+}
+
+/* Takes the current generation for a run (mu). */
+static pm_gen *gen_enter(tdm_pipe_mode *pm) {
+    pthread_mutex_lock(&pm->mu);
+    pm_gen *gen = pm->cur;
+    if (gen->refs++ == 0) gen->active_since = tdm_now_ns();
+    pthread_mutex_unlock(&pm->mu);
+    return gen;
+}
+
+/* Starts a new measurement window on gen (mu). */
+static void window_reset(pm_gen *gen, int64_t now) {
+    for (int k = 0; k < gen->n_stages; k++) {
+        gen->stages[k].win_items = 0;
+        gen->stages[k].win_busy_ms = 0;
+    }
+    gen->win_runs = gen->win_rows = 0;
+    gen->active_ms = 0;
+    if (gen->refs) gen->active_since = now;
+}
+
+/* Ends a run on gen: counts it into the window; when the window is full (and nobody else
+ * is re-planning), fills *w and returns true: the caller re-plans. Frees a retired
+ * generation that the run was the last to use. */
+static bool gen_leave(tdm_pipe_mode *pm, pm_gen *gen, bool ok, int64_t rows, tdm_pm_window *w) {
+    bool due = false, free_it;
+    int64_t now = tdm_now_ns();
+    pthread_mutex_lock(&pm->mu);
+    if (--gen->refs == 0) gen->active_ms += (double)(now - gen->active_since) / 1e6;
+    if (ok) {
+        gen->win_runs++;
+        gen->win_rows += rows;
+    }
+    if (ok && gen->warm_runs < WARMUP && ++gen->warm_runs == WARMUP) window_reset(gen, now); /* measure from here */
+    if (pm->rb && !pm->replanning && gen == pm->cur && gen->warm_runs >= WARMUP && gen->win_runs >= WINDOW) {
+        double active = gen->active_ms + (gen->refs ? (double)(now - gen->active_since) / 1e6 : 0);
+        memset(w, 0, sizeof *w);
+        due = true;
+        for (int k = 0; k < gen->n_stages; k++) {
+            pm_stage *ps = &gen->stages[k];
+            w->ms_per_row[k] = ps->win_items > 0 ? ps->win_busy_ms / (double)ps->win_items : 0;
+            due &= ps->win_items > 0; /* a stage without a finished row: measure longer */
+        }
+        w->rows_per_ms = active > 0 ? (double)gen->win_rows / active : 0;
+        if (due) {
+            window_reset(gen, now);
+            w->first = gen->windows++ == 0;
+            if (w->first) memcpy(gen->ref_ms_per_row, w->ms_per_row, sizeof w->ms_per_row);
+            memcpy(w->ref_ms_per_row, gen->ref_ms_per_row, sizeof w->ref_ms_per_row);
+            pm->replanning = true;
+        }
+    }
+    free_it = gen->retired && gen->refs == 0;
+    pthread_mutex_unlock(&pm->mu);
+    if (free_it) gen_free(gen);
+    return due;
+}
+
+/* Asks the rebalancer about a window of gen (the current generation) and installs what it
+ * decides. Runs on the thread that set pm->replanning. */
+static void replan(tdm_pipe_mode *pm, pm_gen *gen, const tdm_pm_window *w) {
+    tdm_logger *lg = &pm->s->env->log;
+    tdm_pm_config next;
+    char msg[1024];
+    tdm_pm_verdict v = tdm_pm_decide(pm->rb, &gen->cfg, w, &next, msg, sizeof msg);
+    pm_gen *built = NULL, *old = NULL;
+    tdm_status *st = NULL;
+    if (v == TDM_PM_INSTALL) {
+        double predicted[TDM_MAX_DEVICES];
+        for (int k = 0; k < next.n_stages; k++) predicted[k] = tdm_pm_predict(pm->rb, &next, k);
+        st = gen_build(pm, pm->bytes, pm->size, pm->base_dir, &next, tdm_pm_node_count(pm->rb), predicted, &built);
+    }
+    if (v != TDM_PM_NOTHING) tdm_log(lg, TDM_LOG_INFO, "%s", msg);
+    if (st) {
+        tdm_log(lg, TDM_LOG_WARN, "pipeline rebalance: the new stages could not be built (%s); the old ones stay",
+                tdm_status_message(st));
+        tdm_status_free(st);
+    }
+    pthread_mutex_lock(&pm->mu);
+    if (v != TDM_PM_NOTHING) {
+        if (!w->first) /* a drift was decided on: later drifts are measured from here */
+            memcpy(gen->ref_ms_per_row, w->ms_per_row, sizeof gen->ref_ms_per_row);
+        pm->decisions++;
+        snprintf(pm->last, sizeof pm->last, "%s", msg);
+    }
+    if (built) {
+        old = pm->cur;
+        pm->cur = built;
+        old->retired = true;
+        if (old->refs > 0) old = NULL; /* the last run on it frees it */
+        pm->replans++;
+    }
+    pm->replanning = false;
+    pthread_mutex_unlock(&pm->mu);
+    if (built) log_stages(pm, built);
+    gen_free(old);
 }
 
 tdm_status *tdm_pipe_mode_run(tdm_pipe_mode *pm, const tdm_tensor **by_input, tdm_tensor **all,
@@ -476,8 +668,9 @@ tdm_status *tdm_pipe_mode_run(tdm_pipe_mode *pm, const tdm_tensor **by_input, td
     tdm_session *s = pm->s;
     const tdm_graph *g = s->plan->graph;
     const tdm_allocator *a = pm->a;
+    pm_gen *gen = gen_enter(pm);
     int64_t n = batch_rows(s, by_input);
-    int64_t mb = n < 1 ? 1 : pm->micro_batch > 0 ? pm->micro_batch : (n + pm->n_stages - 1) / pm->n_stages;
+    int64_t mb = n < 1 ? 1 : pm->micro_batch > 0 ? pm->micro_batch : (n + gen->n_stages - 1) / gen->n_stages;
     int np = n < 1 ? 1 : (int)((n + mb - 1) / mb);
     pm_request r;
     memset(&r, 0, sizeof r);
@@ -492,7 +685,7 @@ tdm_status *tdm_pipe_mode_run(tdm_pipe_mode *pm, const tdm_tensor **by_input, td
         tdm_pipeline_item *it = NULL;
         if ((st = tdm_run_ctl_check(ctl))) break; /* cancelled: submit no more micro-batches */
         parts[q] = (pm_part){&r, q};
-        if ((st = tdm_pipeline_item_create(pm->pipe, &parts[q], &it))) break;
+        if ((st = tdm_pipeline_item_create(gen->pipe, &parts[q], &it))) break;
         for (size_t i = 0; i < g->n_inputs && !st; i++) {
             const tdm_tensor *t = by_input[i];
             if (!t) continue;
@@ -509,7 +702,7 @@ tdm_status *tdm_pipe_mode_run(tdm_pipe_mode *pm, const tdm_tensor **by_input, td
         pthread_mutex_lock(&r.mu);
         r.remaining++;
         pthread_mutex_unlock(&r.mu);
-        if (!st) st = tdm_pipeline_submit(pm->pipe, it, -1, NULL);
+        if (!st) st = tdm_pipeline_submit(gen->pipe, it, -1, NULL);
         if (st) {
             pthread_mutex_lock(&r.mu);
             r.remaining--;
@@ -535,11 +728,14 @@ tdm_status *tdm_pipe_mode_run(tdm_pipe_mode *pm, const tdm_tensor **by_input, td
             all[o] = NULL;
         }
     for (int q = 0; q < submitted; q++) tdm_pipeline_item_free(r.done[q]);
-    if (!st) check_balance(pm);
+    if (!st && !pm->rb) check_balance(pm, gen);
     tdm_free(a, r.done);
     tdm_free(a, parts);
     pthread_mutex_destroy(&r.mu);
     pthread_cond_destroy(&r.cv);
+    /* the run is done with gen: a full window re-plans (the outputs are made already) */
+    tdm_pm_window w;
+    if (gen_leave(pm, gen, !st, n < 1 ? 1 : n, &w)) replan(pm, gen, &w);
     return st;
 }
 
@@ -587,7 +783,7 @@ bool tdm_pipe_mode_preferred(tdm_session *s, const void *data, size_t size, cons
         }
         int starts[TDM_MAX_DEVICES];
         double stage_ms[TDM_MAX_DEVICES];
-        int used = auto_cut(costs, n, s->n_devices, starts, stage_ms);
+        int used = tdm_pm_auto_cut(costs, n, s->n_devices, starts, stage_ms);
         double slowest = 0;
         for (int k = 0; k < used; k++) slowest = stage_ms[k] > slowest ? stage_ms[k] : slowest;
         double pipe_rate = slowest > 0 ? 1.0 / slowest : 0;
@@ -605,6 +801,10 @@ bool tdm_pipe_mode_preferred(tdm_session *s, const void *data, size_t size, cons
 }
 
 void tdm_pipe_mode_set_monitor(tdm_pipe_mode *pm, struct tdm_monitor *mon) {
-    for (int k = 0; k < pm->n_stages; k++)
-        if (pm->stages[k].plan) pm->stages[k].plan->monitor = mon;
+    pthread_mutex_lock(&pm->mu);
+    pm->monitor = mon;
+    pm_gen *gen = pm->cur;
+    for (int k = 0; k < gen->n_stages; k++)
+        if (gen->stages[k].plan) gen->stages[k].plan->monitor = mon;
+    pthread_mutex_unlock(&pm->mu);
 }
