@@ -30,16 +30,8 @@
 #include "sched/profile.h"
 #include "tandem/tandem.h"
 
-#define OK(expr)                                                                         \
-    do {                                                                                 \
-        tdm_status *st_ = (expr);                                                        \
-        if (st_) {                                                                       \
-            fprintf(stderr, "%s:%d: %s: [%s] %s\n", __FILE__, __LINE__, #expr,           \
-                    tdm_code_name(tdm_status_code(st_)), tdm_status_message(st_));       \
-            tdm_status_free(st_);                                                        \
-            fail();                                                                      \
-        }                                                                                \
-    } while (0)
+#define OCL_HARNESS_NO_GROUP /* opens the device itself */
+#include "opencl_harness.h"
 
 #ifdef TANDEM_HAVE_OPENCL
 /* Opens the OpenCL devices (a new context and queue per call); NULL when there is none. */

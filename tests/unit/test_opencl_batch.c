@@ -29,58 +29,11 @@
 #include "backends/opencl/ocl.h"
 #endif
 
-#define OK(expr)                                                                         \
-    do {                                                                                 \
-        tdm_status *st_ = (expr);                                                        \
-        if (st_) {                                                                       \
-            fprintf(stderr, "%s:%d: %s: [%s] %s\n", __FILE__, __LINE__, #expr,           \
-                    tdm_code_name(tdm_status_code(st_)), tdm_status_message(st_));       \
-            tdm_status_free(st_);                                                        \
-            fail();                                                                      \
-        }                                                                                \
-    } while (0)
+#define OCL_HARNESS_SEED 0x2545f4914f6cdd1dull
+#include "opencl_harness.h"
 
 #define RTOL 1e-3
 #define ATOL 1e-4
-
-static tdm_env *g_env;
-static bool g_have;
-
-static int group_setup(void **state) {
-    (void)state;
-    if (!getenv("TANDEM_CACHE_DIR"))
-        setenv("TANDEM_CACHE_DIR", TANDEM_BINARY_DIR "/opencl-test-cache", 1);
-    tdm_status *st = tdm_env_create(NULL, &g_env);
-    if (st) {
-        fprintf(stderr, "%s\n", tdm_status_message(st));
-        tdm_status_free(st);
-        return -1;
-    }
-    for (size_t i = 0; i < tdm_env_device_count(g_env); i++)
-        if (strcmp(tdm_env_device_name(g_env, i), "opencl:0") == 0) g_have = true;
-    if (!g_have) printf("skipped: no OpenCL device\n");
-    return 0;
-}
-
-static int group_teardown(void **state) {
-    (void)state;
-    tdm_env_free(g_env);
-    return 0;
-}
-
-#define NEED_DEVICE()                                                                    \
-    do {                                                                                 \
-        if (!g_have) {                                                                   \
-            printf("skipped: no OpenCL device\n");                                       \
-            return;                                                                      \
-        }                                                                                \
-    } while (0)
-
-static uint64_t g_rng = 0x2545f4914f6cdd1dull;
-static float frand(void) {
-    g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((g_rng >> 40) & 0xffffff) / (float)0x1000000; /* [0, 1) */
-}
 
 /* Runs sessions sd (opencl:0) and sc (CPU) on the same random inputs (shapes given) and
  * compares every float output. Frees both sessions. */
