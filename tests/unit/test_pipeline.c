@@ -30,28 +30,7 @@ static void sleep_us(long us) {
     nanosleep(&ts, NULL);
 }
 
-/* Log lines kept for the tests that check what was logged. */
-typedef struct log_box {
-    pthread_mutex_t mu;
-    char text[16384];
-    size_t len;
-} log_box;
-
-static void keep_log(void *user, tdm_log_level level, const char *msg) {
-    (void)level;
-    log_box *b = user;
-    pthread_mutex_lock(&b->mu);
-    int n = snprintf(b->text + b->len, sizeof b->text - b->len, "%s\n", msg);
-    if (n > 0 && b->len + (size_t)n < sizeof b->text) b->len += (size_t)n;
-    pthread_mutex_unlock(&b->mu);
-}
-
-static bool logged(log_box *b, const char *what) {
-    pthread_mutex_lock(&b->mu);
-    bool r = strstr(b->text, what) != NULL;
-    pthread_mutex_unlock(&b->mu);
-    return r;
-}
+#include "log_box.h"
 
 static tdm_env *new_env(const char *test_devices, log_box *box) {
     setenv("TANDEM_CACHE_DIR", "/tmp", 1);

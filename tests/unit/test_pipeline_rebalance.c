@@ -138,27 +138,7 @@ static void test_policy_collapse_drift_and_lost(void **state) {
 
 /* ---- sessions on test devices ---- */
 
-typedef struct log_box {
-    pthread_mutex_t mu;
-    char text[65536];
-    size_t len;
-} log_box;
-
-static void keep_log(void *user, tdm_log_level level, const char *msg) {
-    (void)level;
-    log_box *b = user;
-    pthread_mutex_lock(&b->mu);
-    int n = snprintf(b->text + b->len, sizeof b->text - b->len, "%s\n", msg);
-    if (n > 0 && b->len + (size_t)n < sizeof b->text) b->len += (size_t)n;
-    pthread_mutex_unlock(&b->mu);
-}
-
-static bool logged(log_box *b, const char *what) {
-    pthread_mutex_lock(&b->mu);
-    bool r = strstr(b->text, what) != NULL;
-    pthread_mutex_unlock(&b->mu);
-    return r;
-}
+#include "log_box.h"
 
 /* One test device, slowed by delay_us per kernel. */
 static tdm_env *slow_env(const char *delay_us, log_box *box) {

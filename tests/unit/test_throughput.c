@@ -154,28 +154,7 @@ static void test_device_failure_fails_only_its_request(void **state) {
     unsetenv("TANDEM_TEST_DEVICE_FAIL_EVERY");
 }
 
-/* Log lines, for the probe test. */
-typedef struct log_box {
-    pthread_mutex_t mu;
-    char text[8192];
-    size_t len;
-} log_box;
-
-static void keep_log(void *user, tdm_log_level level, const char *msg) {
-    (void)level;
-    log_box *b = user;
-    pthread_mutex_lock(&b->mu);
-    int n = snprintf(b->text + b->len, sizeof b->text - b->len, "%s\n", msg);
-    if (n > 0 && b->len + (size_t)n < sizeof b->text) b->len += (size_t)n;
-    pthread_mutex_unlock(&b->mu);
-}
-
-static bool logged(log_box *b, const char *what) {
-    pthread_mutex_lock(&b->mu);
-    bool r = strstr(b->text, what) != NULL;
-    pthread_mutex_unlock(&b->mu);
-    return r;
-}
+#include "log_box.h"
 
 /* A device that fails is taken out (later runs succeed on the others), probed after the
  * back-off, and taken back when the probe succeeds. Every 11th kernel of the test device
