@@ -285,7 +285,9 @@ static tdm_status *mm_build(dn_state *bs, tdm_kernel_ctx *ctx, dn_entry *he) {
     for (int i = 0; i < nd; i++) flops *= (double)m.y[i];
     flops *= (double)m.a[nd - 1];
     int64_t units = sd >= 0 ? m.y[sd] : 1;
-    e->chunk = sd < 0 || flops < 2.0e6 ? units : dn_chunk(units, sd == nd - 2 ? 8 : 1, 1, dn_threads(ctx));
+    /* rows are cut in multiples of 4: a batch of 8 splits over 2 threads (DLRM-like at batch 8,
+     * 2 threads: 0.111 ms with multiples of 8, 0.089 with 4, 0.111 with 2) */
+    e->chunk = sd < 0 || flops < 2.0e6 ? units : dn_chunk(units, sd == nd - 2 ? 4 : 1, 1, dn_threads(ctx));
     e->n_chunks = (units + e->chunk - 1) / e->chunk;
     if (e->n_chunks == 1) sd = -1;
     if (sd >= 0) {
