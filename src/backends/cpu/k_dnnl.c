@@ -182,10 +182,22 @@ tdm_status *dn_parallel(tdm_kernel_ctx *ctx, int64_t n, dn_item_fn fn, void *arg
     return atomic_load(&j.first);
 }
 
+/* Items per image: as few as keep every thread equally busy (images x pieces a multiple of
+ * the threads). Each item's primitive reads the image's whole input or runs a smaller kernel,
+ * so more, smaller items cost more than they balance (batch 1 on 2 threads, 2 items a thread
+ * against 1: MobileNetV2 7.1 -> 6.4 ms, ResNet-50 59 -> 55 ms); a thread that starts late has
+ * its item run by the others (the pool's claimed chunks). */
 int64_t dn_chunk(int64_t units, int64_t align, int64_t images, int threads) {
     if (align < 1) align = 1;
     if (threads <= 1 || images >= 2 * (int64_t)threads || units <= align) return units;
-    int64_t pieces = (2 * (int64_t)threads + images - 1) / images; /* ~2 items per thread */
+    int64_t a = images < 1 ? 1 : images, b = threads;
+    while (b) {
+        int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    int64_t pieces = threads / a; /* a = gcd(images, threads) */
+    if (pieces <= 1) return units;
     int64_t c = (units + pieces - 1) / pieces;
     c = (c + align - 1) / align * align;
     return c < units ? c : units;
