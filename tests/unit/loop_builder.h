@@ -1,7 +1,7 @@
 /* A model with one Loop for the tests of Loop limits and run cancellation: inputs M (int64
  * trip count), cond (bool) and x (float [1]); the body adds 1 to x each iteration and keeps
  * the condition; output y is the final x. loop_model returns the serialised bytes (free()); value() builds tensor
- * value infos for hand-made graphs. Include after onnx/onnx.pb-c.h. */
+ * value infos and pack_model() serialises hand-made graphs. Include after onnx/onnx.pb-c.h. */
 #ifndef TDM_TESTS_LOOP_BUILDER_H
 #define TDM_TESTS_LOOP_BUILDER_H
 
@@ -38,6 +38,27 @@ static Onnx__ValueInfoProto *value(vi *x, const char *name, int elem, int rank) 
     x->v.name = (char *)name;
     x->v.type = &x->t;
     return &x->v;
+}
+
+/* Serialises graph g as an opset-17 model (free() the bytes). */
+static void *pack_model(Onnx__GraphProto *g, size_t *size) {
+    Onnx__OperatorSetIdProto opset;
+    onnx__operator_set_id_proto__init(&opset);
+    opset.domain = "";
+    opset.has_version = 1;
+    opset.version = 17;
+    Onnx__OperatorSetIdProto *opsets[] = {&opset};
+    Onnx__ModelProto m;
+    onnx__model_proto__init(&m);
+    m.has_ir_version = 1;
+    m.ir_version = 8;
+    m.n_opset_import = 1, m.opset_import = opsets;
+    m.graph = g;
+    *size = onnx__model_proto__get_packed_size(&m);
+    void *buf = malloc(*size);
+    assert_non_null(buf);
+    onnx__model_proto__pack(&m, buf);
+    return buf;
 }
 
 static void *loop_model(size_t *size) {
@@ -103,23 +124,7 @@ static void *loop_model(size_t *size) {
     g.n_node = 1, g.node = nodes;
     g.n_input = 3, g.input = g_in;
     g.n_output = 1, g.output = g_out;
-    Onnx__OperatorSetIdProto opset;
-    onnx__operator_set_id_proto__init(&opset);
-    opset.domain = "";
-    opset.has_version = 1;
-    opset.version = 17;
-    Onnx__OperatorSetIdProto *opsets[] = {&opset};
-    Onnx__ModelProto m;
-    onnx__model_proto__init(&m);
-    m.has_ir_version = 1;
-    m.ir_version = 8;
-    m.n_opset_import = 1, m.opset_import = opsets;
-    m.graph = &g;
-    *size = onnx__model_proto__get_packed_size(&m);
-    void *buf = malloc(*size);
-    assert_non_null(buf);
-    onnx__model_proto__pack(&m, buf);
-    return buf;
+    return pack_model(&g, size);
 }
 
 #endif

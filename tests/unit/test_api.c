@@ -22,28 +22,7 @@
 #define MLP_MODEL MLP_DIR "/model.onnx"
 #define MLP_DATA MLP_DIR "/test_data_set_0"
 
-/* ---- counting allocator ---- */
-
-typedef struct counter {
-    atomic_long live, total;
-} counter;
-
-static void *c_alloc(void *user, size_t size, size_t align) {
-    counter *c = user;
-    if (align < sizeof(void *)) align = sizeof(void *);
-    void *p = NULL;
-    if (posix_memalign(&p, align, size ? size : 1) != 0) return NULL;
-    atomic_fetch_add(&c->live, 1);
-    atomic_fetch_add(&c->total, 1);
-    return p;
-}
-
-static void c_free(void *user, void *p) {
-    counter *c = user;
-    if (!p) return;
-    atomic_fetch_sub(&c->live, 1);
-    free(p);
-}
+#include "counting_alloc.h"
 
 typedef struct fixture {
     counter count;

@@ -36,25 +36,7 @@
 
 #define MLP TANDEM_SOURCE_DIR "/tests/models/mlp_dynamic_batch/model.onnx"
 
-typedef struct counting {
-    atomic_long live;
-} counting;
-
-static void *c_alloc(void *user, size_t size, size_t align) {
-    counting *c = user;
-    if (align < sizeof(void *)) align = sizeof(void *);
-    void *p = NULL;
-    if (posix_memalign(&p, align, size ? size : 1) != 0) return NULL;
-    atomic_fetch_add(&c->live, 1);
-    return p;
-}
-
-static void c_free(void *user, void *p) {
-    counting *c = user;
-    if (!p) return;
-    atomic_fetch_sub(&c->live, 1);
-    free(p);
-}
+#include "counting_alloc.h"
 
 static int64_t now_ms(void) {
     struct timespec ts;
@@ -72,7 +54,7 @@ static void sleep_ms(int ms) {
 /* ---- fixture: a Loop session on a counting allocator ------------------------------------ */
 
 typedef struct fx {
-    counting cnt;
+    counter cnt;
     tdm_env *env;
     tdm_session *s;
 } fx;

@@ -22,25 +22,7 @@
 #include "tandem/tandem.h"
 #include "loop_builder.h"
 
-typedef struct counting {
-    atomic_long live;
-} counting;
-
-static void *c_alloc(void *user, size_t size, size_t align) {
-    counting *c = user;
-    if (align < sizeof(void *)) align = sizeof(void *);
-    void *p = NULL;
-    if (posix_memalign(&p, align, size ? size : 1) != 0) return NULL;
-    atomic_fetch_add(&c->live, 1);
-    return p;
-}
-
-static void c_free(void *user, void *p) {
-    counting *c = user;
-    if (!p) return;
-    atomic_fetch_sub(&c->live, 1);
-    free(p);
-}
+#include "counting_alloc.h"
 
 /* ---- the models (the Loop model: loop_builder.h) ---------------------------------------- */
 
@@ -101,29 +83,13 @@ static void *scan_model(size_t *size) {
     g.n_node = 1, g.node = nodes;
     g.n_input = 2, g.input = g_in;
     g.n_output = 2, g.output = g_out;
-    Onnx__OperatorSetIdProto opset;
-    onnx__operator_set_id_proto__init(&opset);
-    opset.domain = "";
-    opset.has_version = 1;
-    opset.version = 17;
-    Onnx__OperatorSetIdProto *opsets[] = {&opset};
-    Onnx__ModelProto m;
-    onnx__model_proto__init(&m);
-    m.has_ir_version = 1;
-    m.ir_version = 8;
-    m.n_opset_import = 1, m.opset_import = opsets;
-    m.graph = &g;
-    *size = onnx__model_proto__get_packed_size(&m);
-    void *buf = malloc(*size);
-    assert_non_null(buf);
-    onnx__model_proto__pack(&m, buf);
-    return buf;
+    return pack_model(&g, size);
 }
 
 /* ---- fixture ---------------------------------------------------------------------------- */
 
 typedef struct fx {
-    counting cnt;
+    counter cnt;
     tdm_env *env;
     tdm_session *s;
     tdm_tensor *in[3];
@@ -291,7 +257,7 @@ static void test_loop_async_free(void **state) {
 /* A Scan over 1,000,000 steps ends at TANDEM_LOOP_TIMEOUT_MS; a short one sums correctly. */
 static void test_scan_time_limit(void **state) {
     (void)state;
-    counting cnt = {0};
+    counter cnt = {0};
     tdm_env_options o;
     memset(&o, 0, sizeof o);
     o.api_version = TDM_API_VERSION;
