@@ -11,6 +11,7 @@
 #include "backends/opencl/ocl.h"
 #include "core/alloc.h"
 #include "ops/op.h"
+#include "ops/shape_impl.h"
 
 const char ocl_src_shape[] = OCL_COMMON_SRC OCL_SRC(
 /* Row r of y (L values) = x[off(r) + j*sL], off(r) = base + sum_k c_k * st_k where c is the
@@ -238,64 +239,22 @@ static tdm_status *run_slice(tdm_kernel_ctx *ctx) {
     const tdm_tensor *X = ctx->in[0];
     tdm_tensor *Y = ctx->out[0];
     int r = X->rank;
-    int64_t starts[TDM_MAX_RANK], ends[TDM_MAX_RANK], axes[TDM_MAX_RANK], steps[TDM_MAX_RANK];
-    int ns = 0, ne = 0, na = 0, nst = 0;
-    if (ctx->opset < 10) {
-        size_t c1 = 0, c2 = 0, c3 = 0;
-        const int64_t *a1 = tdm_attr_ints(ctx->node, "starts", &c1);
-        const int64_t *a2 = tdm_attr_ints(ctx->node, "ends", &c2);
-        const int64_t *a3 = tdm_attr_ints(ctx->node, "axes", &c3);
-        if (c1 > TDM_MAX_RANK || c2 > TDM_MAX_RANK || c3 > TDM_MAX_RANK)
-            return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT, "too many slice entries");
-        ns = (int)c1;
-        ne = (int)c2;
-        na = a3 ? (int)c3 : -1;
-        if (ns) memcpy(starts, a1, c1 * sizeof *a1);
-        if (ne) memcpy(ends, a2, c2 * sizeof *a2);
-        if (na > 0) memcpy(axes, a3, c3 * sizeof *a3);
-        nst = -1;
-    } else {
-        TDM_TRY(ocl_read_ints(ctx, 1, "starts", starts, TDM_MAX_RANK, &ns));
-        TDM_TRY(ocl_read_ints(ctx, 2, "ends", ends, TDM_MAX_RANK, &ne));
-        na = -1;
-        nst = -1;
-        if (ctx->n_in > 3 && ctx->in[3]) TDM_TRY(ocl_read_ints(ctx, 3, "axes", axes, TDM_MAX_RANK, &na));
-        if (ctx->n_in > 4 && ctx->in[4]) TDM_TRY(ocl_read_ints(ctx, 4, "steps", steps, TDM_MAX_RANK, &nst));
+    /* starts, ends, axes, steps as host tensors (read back when they live on the device),
+     * then the plan every backend shares (ops/shape_impl.h) */
+    static const char *const names[4] = {"starts", "ends", "axes", "steps"};
+    int64_t vals[4][TDM_MAX_RANK];
+    tdm_tensor views[4];
+    const tdm_tensor *args[4] = {NULL, NULL, NULL, NULL};
+    for (int k = 0; k < 4 && ctx->opset >= 10; k++) {
+        int n = 0;
+        if (ctx->n_in <= k + 1 || !ctx->in[k + 1]) continue;
+        TDM_TRY(ocl_read_ints(ctx, k + 1, names[k], vals[k], TDM_MAX_RANK, &n));
+        views[k] = (tdm_tensor){.dtype = TDM_INT64, .rank = 1, .dims = {n}, .count = n,
+                                .nbytes = (size_t)n * sizeof(int64_t), .data = vals[k]};
+        args[k] = &views[k];
     }
-    if (ns != ne || (na >= 0 && na != ns) || (nst >= 0 && nst != ns))
-        return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
-                              "starts, ends, axes and steps differ in length");
     int64_t first[TDM_MAX_RANK], step[TDM_MAX_RANK], len[TDM_MAX_RANK];
-    bool seen[TDM_MAX_RANK] = {false};
-    for (int i = 0; i < r; i++) {
-        first[i] = 0;
-        step[i] = 1;
-        len[i] = X->dims[i];
-    }
-    for (int k = 0; k < ns; k++) {
-        int ax;
-        TDM_TRY(tdm_norm_axis(ctx->node, na >= 0 ? axes[k] : k, r, &ax));
-        if (seen[ax]) return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT, "repeated axis");
-        seen[ax] = true;
-        int64_t dim = X->dims[ax], sp = nst >= 0 ? steps[k] : 1, b = starts[k], e = ends[k];
-        if (sp == 0) return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT, "step is 0");
-        if (b < 0) b = b < -dim ? 0 : b + dim;
-        if (e < 0) e = e < -dim ? -1 : e + dim;
-        int64_t n;
-        if (sp > 0) {
-            if (b > dim) b = dim;
-            if (e > dim) e = dim;
-            if (e < 0) e = 0;
-            n = e > b ? (e - b - 1) / sp + 1 : 0;
-        } else {
-            if (b > dim - 1) b = dim - 1;
-            if (e > dim - 1) e = dim - 1;
-            n = b > e ? (e - b + 1) / sp + 1 : 0; /* sp < 0 */
-        }
-        first[ax] = b;
-        step[ax] = sp;
-        len[ax] = n;
-    }
+    TDM_TRY(tdm_shape_slice_plan(ctx->node, ctx->opset, args, r, X->dims, first, step, len));
     int64_t xs[TDM_MAX_RANK], s = 1, base = 0, dims[TDM_MAX_RANK], st[TDM_MAX_RANK];
     for (int i = r - 1; i >= 0; i--) {
         xs[i] = s;
