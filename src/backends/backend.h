@@ -16,7 +16,7 @@
 #include "core/log.h"
 #include "core/status.h"
 
-#define TDM_DEVICE_IFACE_VERSION 4
+#define TDM_DEVICE_IFACE_VERSION 5
 
 typedef struct tdm_device tdm_device;
 
@@ -90,7 +90,21 @@ typedef struct tdm_device_iface {
      * observe, and segment_end returns the status of that work. */
     tdm_status *(*segment_begin)(tdm_device *dev, uint64_t key);
     tdm_status *(*segment_end)(tdm_device *dev, bool ok);
+    /* ---- version 5: memory hints (optional; NULL = none) --------------------------------
+     * What kernel k promises about the outputs of `node` on this device (TDM_KF_* below);
+     * asked once per node at plan time and used only for the plan's own kernel. */
+    unsigned (*kernel_flags)(tdm_device *dev, const tdm_kernel_def *k, const tdm_node *node);
 } tdm_device_iface;
+
+/* Kernel flags (kernel_flags). WRITES_ALL: the kernel writes every byte of every output it
+ * does not allocate itself, so the executor need not zero planned output memory first.
+ * INPLACE(i): output 0 may be given the memory of input i (0..14) when this node is that
+ * input's last reader: the kernel reads each element of input i no later than it writes the
+ * same element of output 0 and never reads an element it has overwritten; it writes all of
+ * output 0. The executor does this only for arena memory on host-memory devices. */
+#define TDM_KF_WRITES_ALL 1u
+#define TDM_KF_INPLACE(i) ((unsigned)((i) + 1) << 8)
+#define TDM_KF_INPLACE_INPUT(flags) ((int)(((flags) >> 8) & 0xfu) - 1) /* -1: none */
 
 struct tdm_device {
     const tdm_device_iface *iface;
@@ -134,6 +148,8 @@ extern const tdm_backend_reg *const tdm_backends[];
 const tdm_kernel_def *tdm_device_find_kernel(tdm_device *dev, const tdm_node *node,
                                              const tdm_dtype *in_types, int n_in);
 tdm_status *tdm_device_execute(tdm_device *dev, const tdm_kernel_def *k, tdm_kernel_ctx *ctx);
+/* The device's kernel_flags for kernel k on node (0 when it has none). */
+unsigned tdm_device_kernel_flags(tdm_device *dev, const tdm_kernel_def *k, const tdm_node *node);
 tdm_status *tdm_device_synchronize(tdm_device *dev);
 void tdm_device_close(tdm_device *dev);
 /* The launch-window hooks (version 4): no-ops for devices without them. */

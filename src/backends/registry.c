@@ -16,6 +16,11 @@ tdm_status *tdm_device_execute(tdm_device *dev, const tdm_kernel_def *k, tdm_ker
     return dev->iface->execute(dev, k, ctx);
 }
 
+unsigned tdm_device_kernel_flags(tdm_device *dev, const tdm_kernel_def *k, const tdm_node *node) {
+    if (!dev || !k || dev->iface->api_version < 5 || !dev->iface->kernel_flags) return 0;
+    return dev->iface->kernel_flags(dev, k, node);
+}
+
 tdm_status *tdm_device_synchronize(tdm_device *dev) {
     return dev->iface->synchronize ? dev->iface->synchronize(dev) : NULL;
 }

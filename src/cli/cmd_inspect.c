@@ -53,6 +53,7 @@ static int inspect_plan(tdm_env *env, const char *path, const char *devices) {
         print_bytes("arena (peak)", arena);
         print_bytes("all intermediates", all);
         print_bytes("largest live set", json_num(mem, "peak_live_bytes"));
+        printf("  %-22s %llu\n", "outputs in place", json_num(mem, "inplace_values"));
         printf("  %-22s %.1f%%\n", "arena / intermediates", all ? 100.0 * (double)arena / (double)all : 0.0);
         const char *w = strstr(mem, "\"weights_bytes\":{");
         for (const char *q = w ? w + strlen("\"weights_bytes\":{") : NULL; q && *q == '"';) {

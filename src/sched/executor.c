@@ -20,10 +20,17 @@ tdm_status *tdm_exec_between_nodes(const frame *f, size_t next) {
 }
 
 /* Output tensor for value v: a view into the arena when the memory plan has a slot of this
- * exact size, else a heap tensor. Zeroed either way (kernels may rely on it). */
+ * exact size, else a heap tensor. Zeroed (kernels may rely on it) unless the kernel writes
+ * all of it (kflags, backend.h). A slot shared with an input (in place) is taken only when
+ * the kernel running now is the one that allows it. */
 static tdm_status *frame_new_output(frame *f, tdm_device *dev, int v, tdm_dtype dtype, int rank,
-                                    const int64_t *dims, tdm_tensor **out) {
+                                    const int64_t *dims, unsigned kflags, tdm_tensor **out) {
     if (dev && !dev->host_memory) return tdm_device_tensor_new(dev, f ? f->a : NULL, dtype, rank, dims, out);
+    bool shared = f && f->mp && v >= 0 && f->mp->alias_of[v] >= 0;
+    if (shared && TDM_KF_INPLACE_INPUT(kflags) < 0) {
+        /* another kernel than planned: its own memory, and the plan stays as it is */
+        return tdm_tensor_new(f->a, dtype, rank, dims, out);
+    }
     if (f && f->mp && v >= 0 && f->mp->offset[v] >= 0 && dtype != TDM_STRING) {
         int64_t count;
         size_t nbytes;
@@ -40,7 +47,7 @@ static tdm_status *frame_new_output(frame *f, tdm_device *dev, int v, tdm_dtype 
             t->data = f->mp->arena + f->mp->offset[v];
             t->alloc = f->a;
             t->pooled = true;
-            memset(t->data, 0, nbytes);
+            if (!shared && !(kflags & TDM_KF_WRITES_ALL)) memset(t->data, 0, nbytes);
             *out = t;
             return NULL;
         }
@@ -158,6 +165,11 @@ tdm_status *tdm_exec_run_node(tdm_device *dev, const tdm_kernel_def *k, void *st
             state = own_state;
         }
     }
+    unsigned kflags = 0; /* the plan's promise holds for the plan's kernel only */
+    if (f && f->plan && f->plan->graph == f->g && n >= f->g->nodes &&
+        n < f->g->nodes + f->g->n_nodes && f->plan->nodes[n - f->g->nodes].kernel == k)
+        kflags = f->plan->nodes[n - f->g->nodes].kflags;
+    if (n->schema->flags & TDM_OP_DATA_DEPENDENT) kflags = 0;
     if (!(n->schema->flags & TDM_OP_DATA_DEPENDENT)) {
         for (int i = 0; i < n->n_outputs; i++) {
             if (n->outputs[i] < 0 && !out[i].present) continue;
@@ -167,12 +179,27 @@ tdm_status *tdm_exec_run_node(tdm_device *dev, const tdm_kernel_def *k, void *st
                 goto done;
             }
             st = f ? frame_new_output(f, dev, n->outputs[i], out[i].dtype, out[i].rank, out[i].dims,
-                                      &outs[i])
+                                      kflags, &outs[i])
                    : tdm_tensor_new(a, out[i].dtype, out[i].rank, out[i].dims, &outs[i]);
             if (st) {
                 st = tdm_status_wrap(st, "%s node '%s' output %d: ", n->op_type, n->name, i);
                 goto done;
             }
+        }
+    }
+    /* A kernel that may write over an input always does (the same arithmetic on every run,
+     * bit for bit): when the plan did not give output 0 that input's memory, the input is
+     * copied there first. */
+    const tdm_tensor *ins_own[16];
+    if (kflags && n->n_inputs <= 16 && outs[0]) {
+        int ik = tdm_exec_inplace_input(f->plan, (size_t)(n - f->g->nodes));
+        const tdm_tensor *t = ik >= 0 ? ins[ik] : NULL;
+        if (t && t->data != outs[0]->data && !t->device && !outs[0]->device &&
+            t->dtype == outs[0]->dtype && t->nbytes == outs[0]->nbytes) {
+            memcpy(outs[0]->data, t->data, t->nbytes);
+            memcpy(ins_own, ins, (size_t)n->n_inputs * sizeof *ins);
+            ins_own[ik] = outs[0];
+            ins = ins_own;
         }
     }
     {

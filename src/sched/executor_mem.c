@@ -163,6 +163,35 @@ static bool memplan_scratch(const tdm_allocator *a, const tdm_graph *g, tdm_memp
     return mp->vals && mp->owned && mp->ins && mp->outs && mp->shapes;
 }
 
+/* Which outputs may take an input's memory (alias[v] = u, else -1): those of
+ * tdm_exec_inplace_input whose two values were planned with the same size (record). */
+int tdm_exec_inplace_input(const tdm_plan *p, size_t i) {
+    const tdm_graph *g = p->graph;
+    const tdm_node *n = &g->nodes[i];
+    int k = TDM_KF_INPLACE_INPUT(p->nodes[i].kflags), d = n->device;
+    if (k < 0 || k >= n->n_inputs || n->n_outputs < 1 || p->multi_device || d < 0 ||
+        d >= p->n_devices || !p->devices[d]->host_memory)
+        return -1;
+    int u = n->inputs[k];
+    if (u < 0 || n->outputs[0] < 0 || p->release_after[u] != (int)i) return -1;
+    for (int j = 0; j < n->n_inputs; j++)
+        if (j != k && n->inputs[j] == u) return -1;
+    for (int j = 0; j < n->n_implicit; j++)
+        if (n->implicit[j] == u) return -1;
+    return k;
+}
+
+static void inplace_requests(const tdm_plan *p, const size_t *record, int *alias) {
+    const tdm_graph *g = p->graph;
+    for (size_t v = 0; v < g->n_values; v++) alias[v] = -1;
+    for (size_t i = 0; i < g->n_nodes; i++) {
+        int k = tdm_exec_inplace_input(p, i);
+        if (k < 0) continue;
+        int u = g->nodes[i].inputs[k], v = g->nodes[i].outputs[0];
+        if (record[u] && record[u] == record[v]) alias[v] = u;
+    }
+}
+
 void tdm_exec_release_memplan(tdm_plan *p, frame *f, uint64_t key, bool ok) {
     if (f->mp) {
         pthread_mutex_lock(&p->mem_mu);
@@ -177,14 +206,17 @@ void tdm_exec_release_memplan(tdm_plan *p, frame *f, uint64_t key, bool ok) {
     tdm_memplan *mp = NULL;
     if (ok) {
         int *last = tdm_calloc(f->a, g->n_values + 1, sizeof *last);
-        if (last) {
+        int *alias = tdm_calloc(f->a, g->n_values + 1, sizeof *alias);
+        if (last && alias) {
             for (size_t v = 0; v < g->n_values; v++)
                 last[v] = p->release_after[v] < 0 ? (int)g->n_nodes : p->release_after[v];
-            tdm_status *st =
-                tdm_memplan_build(f->a, g->n_values, f->record, p->first_use, last, key, &mp);
+            inplace_requests(p, f->record, alias);
+            tdm_status *st = tdm_memplan_build(f->a, g->n_values, f->record, p->first_use, last,
+                                               alias, key, &mp);
             tdm_status_free(st); /* without a plan the heap keeps working */
-            tdm_free(f->a, last);
         }
+        tdm_free(f->a, last);
+        tdm_free(f->a, alias);
     }
     if (mp && !memplan_scratch(f->a, g, mp)) {
         tdm_memplan_free(f->a, mp); /* without it the heap keeps working */
@@ -245,6 +277,7 @@ void tdm_plan_memory_figures(tdm_plan *p, tdm_memory_figures *out) {
             out->arena_bytes = p->mem[i]->arena_bytes;
             out->intermediate_bytes = p->mem[i]->total_bytes;
             out->peak_live_bytes = p->mem[i]->peak_live_bytes;
+            out->inplace_values = p->mem[i]->n_inplace;
         }
     pthread_mutex_unlock(&p->mem_mu);
     const tdm_graph *g = p->graph;

@@ -325,8 +325,9 @@ tdm_status *tdm_plan_explain(tdm_plan *p, int format, const tdm_allocator *a, ch
         tdm_memory_figures mf;
         tdm_plan_memory_figures(p, &mf);
         sb_printf(&b, ",\"memory\":{\"planned\":%s,\"arena_bytes\":%zu,\"intermediate_bytes\":%zu,"
-                  "\"peak_live_bytes\":%zu,\"weights_bytes\":{", mf.planned ? "true" : "false",
-                  mf.arena_bytes, mf.intermediate_bytes, mf.peak_live_bytes);
+                  "\"peak_live_bytes\":%zu,\"inplace_values\":%zu,\"weights_bytes\":{",
+                  mf.planned ? "true" : "false", mf.arena_bytes, mf.intermediate_bytes,
+                  mf.peak_live_bytes, mf.inplace_values);
         for (int d = 0; d < D && d < TDM_MEMFIG_DEVICES; d++) {
             sb_printf(&b, "%s", d ? "," : "");
             sb_json_str(&b, p->devices[d]->name);

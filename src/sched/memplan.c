@@ -27,15 +27,59 @@ static int by_off(const void *a, const void *b) {
     return x->off < y->off ? -1 : x->off > y->off;
 }
 
+/* Groups values that share memory: root[v] is the value heading v's chain of aliases (v
+ * itself when it has none) and lst[root] the last reader of the whole chain. */
+static void alias_groups(tdm_memplan *mp, size_t n, const size_t *size, const int *first,
+                         const int *last, const int *alias, int *root, int *lst) {
+    for (size_t v = 0; v < n; v++) {
+        root[v] = (int)v;
+        lst[v] = last[v];
+        mp->alias_of[v] = -1;
+    }
+    if (!alias) return;
+    /* producers run in node order: a chain's values come in order of first[] */
+    for (size_t v = 0; v < n; v++) {
+        int u = alias[v];
+        if (u < 0 || (size_t)u >= n || (size_t)u == v || size[v] == 0 || size[u] != size[v] ||
+            first[v] < 0 || last[u] != first[v] || first[u] >= first[v])
+            continue;
+        if (mp->offset[u]) continue; /* one taker per value (offset: a mark until placed) */
+        mp->offset[u] = 1;
+        mp->alias_of[v] = u;
+    }
+    /* resolve chains (each link points to an earlier producer: no cycles) */
+    for (int pass = 0, changed = 1; changed && pass < 64; pass++) {
+        changed = 0;
+        for (size_t v = 0; v < n; v++) {
+            int u = mp->alias_of[v];
+            if (u >= 0 && root[v] != root[u]) {
+                root[v] = root[u];
+                changed = 1;
+            }
+        }
+    }
+    for (size_t v = 0; v < n; v++) {
+        if (mp->alias_of[v] < 0) continue;
+        if (root[v] == (int)v || mp->alias_of[root[v]] >= 0) { /* unresolved: plan alone */
+            mp->alias_of[v] = -1;
+            root[v] = (int)v;
+            continue;
+        }
+        if (last[v] > lst[root[v]]) lst[root[v]] = last[v];
+        mp->n_inplace++;
+    }
+}
+
 tdm_status *tdm_memplan_build(const tdm_allocator *a, size_t n, const size_t *size,
-                              const int *first, const int *last, uint64_t key,
-                              tdm_memplan **out) {
+                              const int *first, const int *last_in, const int *alias,
+                              uint64_t key, tdm_memplan **out) {
     tdm_memplan *mp = tdm_calloc(a, 1, sizeof *mp);
     order_item *ord = tdm_calloc(a, n + 1, sizeof *ord);
     placed *pl = tdm_calloc(a, n + 1, sizeof *pl);
     placed *live = tdm_calloc(a, n + 1, sizeof *live);
+    int *root = tdm_calloc(a, n + 1, sizeof *root), *last = tdm_calloc(a, n + 1, sizeof *last);
     tdm_status *st = NULL;
-    if (!mp || !ord || !pl || !live) {
+    if (!mp || !ord || !pl || !live || !root || !last) {
         st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory planning memory");
         goto fail;
     }
@@ -44,14 +88,16 @@ tdm_status *tdm_memplan_build(const tdm_allocator *a, size_t n, const size_t *si
     mp->offset = tdm_calloc(a, n + 1, sizeof *mp->offset);
     mp->size = tdm_calloc(a, n + 1, sizeof *mp->size);
     mp->headers = tdm_calloc(a, n + 1, sizeof *mp->headers);
-    if (!mp->offset || !mp->size || !mp->headers) {
+    mp->alias_of = tdm_calloc(a, n + 1, sizeof *mp->alias_of);
+    if (!mp->offset || !mp->size || !mp->headers || !mp->alias_of) {
         st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory planning memory");
         goto fail;
     }
+    alias_groups(mp, n, size, first, last_in, alias, root, last);
     size_t m = 0;
     for (size_t v = 0; v < n; v++) {
         mp->offset[v] = -1;
-        if (size[v] == 0) continue;
+        if (size[v] == 0 || root[v] != (int)v) continue;
         ord[m].size = (size[v] + TDM_ALIGN - 1) / TDM_ALIGN * TDM_ALIGN;
         ord[m].v = v;
         m++;
@@ -75,6 +121,11 @@ tdm_status *tdm_memplan_build(const tdm_allocator *a, size_t n, const size_t *si
         mp->size[v] = size[v];
         if (off + sz > total) total = off + sz;
     }
+    for (size_t v = 0; v < n; v++)
+        if (root[v] != (int)v && mp->offset[root[v]] >= 0) {
+            mp->offset[v] = mp->offset[root[v]];
+            mp->size[v] = size[v];
+        }
     mp->arena_bytes = total;
     /* largest live set: +size where a value starts, -size after its last reader */
     int t_max = 0;
@@ -109,12 +160,16 @@ tdm_status *tdm_memplan_build(const tdm_allocator *a, size_t n, const size_t *si
     tdm_free(a, ord);
     tdm_free(a, pl);
     tdm_free(a, live);
+    tdm_free(a, root);
+    tdm_free(a, last);
     *out = mp;
     return NULL;
 fail:
     tdm_free(a, ord);
     tdm_free(a, pl);
     tdm_free(a, live);
+    tdm_free(a, root);
+    tdm_free(a, last);
     tdm_memplan_free(a, mp);
     return st;
 }
@@ -122,6 +177,7 @@ fail:
 void tdm_memplan_free(const tdm_allocator *a, tdm_memplan *mp) {
     if (!mp) return;
     tdm_free(a, mp->offset);
+    tdm_free(a, mp->alias_of);
     tdm_free(a, mp->size);
     tdm_free(a, mp->headers);
     tdm_free(a, mp->arena);

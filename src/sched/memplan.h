@@ -16,6 +16,8 @@ typedef struct tdm_memplan {
     uint64_t key;        /* hash of the input dtypes and shapes */
     size_t n_values;
     int64_t *offset;     /* per value: byte offset in the arena, -1 = heap */
+    int *alias_of;       /* per value: the value whose memory it takes (in place), -1 none */
+    size_t n_inplace;    /* values that take another's memory */
     size_t *size;        /* per value: bytes planned */
     size_t arena_bytes;
     char *arena;
@@ -37,9 +39,12 @@ typedef struct tdm_memplan {
 } tdm_memplan;
 
 /* Plans offsets for values with size[v] > 0 living over node intervals [first[v], last[v]].
- * Greedy: largest first, lowest offset that does not overlap a live neighbour. */
+ * Greedy: largest first, lowest offset that does not overlap a live neighbour.
+ * alias (NULL = none): alias[v] = u >= 0 asks for v to take u's memory (an in-place
+ * kernel); granted when u and v have the same size, u is planned and last[u] == first[v]
+ * (v's producer is u's last reader); the two then share one block over both intervals. */
 tdm_status *tdm_memplan_build(const tdm_allocator *a, size_t n_values, const size_t *size,
-                              const int *first, const int *last, uint64_t key,
+                              const int *first, const int *last, const int *alias, uint64_t key,
                               tdm_memplan **out);
 void tdm_memplan_free(const tdm_allocator *a, tdm_memplan *mp);
 /* Memory figures of a plan (`tandem inspect --plan`, tdm_session_explain JSON "memory"),
@@ -51,6 +56,7 @@ void tdm_memplan_free(const tdm_allocator *a, tdm_memplan *mp);
 typedef struct tdm_memory_figures {
     bool planned;
     size_t arena_bytes, intermediate_bytes, peak_live_bytes;
+    size_t inplace_values; /* outputs written over an input's memory */
     size_t weights_bytes[TDM_MEMFIG_DEVICES];
 } tdm_memory_figures;
 struct tdm_plan;

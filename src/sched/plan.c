@@ -275,6 +275,10 @@ static tdm_status *prepare_kernels(tdm_plan *p) {
     tdm_graph *g = p->graph;
     for (size_t i = 0; i < g->n_nodes; i++) {
         const tdm_kernel_def *k = p->nodes[i].kernel;
+        int d = g->nodes[i].device;
+        p->nodes[i].kflags = k && d >= 0 && d < p->n_devices
+                                 ? tdm_device_kernel_flags(p->devices[d], k, &g->nodes[i])
+                                 : 0;
         if (!k || !k->prepare) continue;
         tdm_node *n = &g->nodes[i];
         const tdm_tensor *ins[64] = {0};

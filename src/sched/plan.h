@@ -17,6 +17,7 @@
 typedef struct tdm_plan_node {
     const tdm_kernel_def *kernel; /* resolved from static dtypes; re-resolved if they differ */
     void *state;                  /* kernel->prepare() result */
+    unsigned kflags;              /* the device's TDM_KF_* flags for `kernel` on this node */
 } tdm_plan_node;
 
 typedef struct tdm_plan {

@@ -33,6 +33,11 @@ static const tdm_kernel_def *cpu_find_kernel(tdm_device *dev, const tdm_node *no
     return tdm_cpu_find_kernel(node, in_types, n_in);
 }
 
+static unsigned cpu_kernel_flags(tdm_device *dev, const tdm_kernel_def *k, const tdm_node *node) {
+    (void)dev;
+    return tdm_cpu_dnnl_flags(k, node);
+}
+
 static tdm_status *cpu_execute(tdm_device *dev, const tdm_kernel_def *k, tdm_kernel_ctx *ctx) {
     (void)dev;
     return k->run(ctx);
@@ -49,6 +54,7 @@ static const tdm_device_iface cpu_iface = {
     .execute = cpu_execute,
     .synchronize = NULL,
     .close = cpu_close,
+    .kernel_flags = cpu_kernel_flags,
 };
 
 static tdm_status *cpu_discover(const tdm_allocator *a, const tdm_logger *log, tdm_device **devs,

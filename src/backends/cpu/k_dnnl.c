@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
+#include "backends/backend.h"
 #include "backends/cpu/k_dnnl.h"
 #include "core/alloc.h"
 #include "ops/fused.h"
@@ -112,6 +113,9 @@ void dn_entry_done(dn_state *s, dn_entry *e) {
 
 /* ---- the generic path ---- */
 
+/* The generic kernels get what they got before the dnnl kernels promised to write all of
+ * their outputs (dn_kernel_flags): zeroed outputs, and inputs apart from them (an input
+ * that shares output 0's memory is copied first). */
 tdm_status *dn_fallback(tdm_kernel_ctx *ctx) {
     const tdm_kernel_def *tables[] = {tdm_cpu_kernels_nn, tdm_cpu_kernels_fused};
     int counts[] = {tdm_cpu_kernels_nn_count, tdm_cpu_kernels_fused_count};
@@ -122,14 +126,41 @@ tdm_status *dn_fallback(tdm_kernel_ctx *ctx) {
     if (!k)
         return tdm_node_error(ctx->node, TDM_ERR_UNSUPPORTED,
                               "no generic kernel for %s with these inputs", ctx->node->op_type);
+    const tdm_tensor *ins[64];
+    tdm_tensor *copy = NULL;
+    const void *y0 = ctx->n_out > 0 && ctx->out[0] ? ctx->out[0]->data : NULL;
+    for (int i = 0; i < n; i++) {
+        ins[i] = ctx->in[i];
+        if (!y0 || copy || !ins[i] || ins[i]->data != y0 || !ins[i]->nbytes) continue;
+        TDM_TRY(tdm_tensor_new(ctx->alloc, ins[i]->dtype, ins[i]->rank, ins[i]->dims, &copy));
+        memcpy(copy->data, ins[i]->data, ins[i]->nbytes);
+        ins[i] = copy;
+    }
+    for (int i = 0; i < ctx->n_out; i++)
+        if (ctx->out[i] && ctx->out[i]->data && ctx->out[i]->nbytes)
+            memset(ctx->out[i]->data, 0, ctx->out[i]->nbytes);
     tdm_kernel_ctx sub = *ctx;
     sub.state = NULL;
-    if (!k->prepare) return k->run(&sub);
-    /* a generic kernel with its own preparation: prepare for this run only */
-    TDM_TRY(k->prepare(ctx->node, ctx->opset, ctx->n_in, ctx->in, ctx->alloc, &sub.state));
-    tdm_status *st = k->run(&sub);
+    sub.n_in = n;
+    sub.in = ins;
+    tdm_status *st = NULL;
+    if (k->prepare) /* a generic kernel with its own preparation: for this run only */
+        st = k->prepare(ctx->node, ctx->opset, n, ins, ctx->alloc, &sub.state);
+    if (!st) st = k->run(&sub);
     if (sub.state && k->release) k->release(sub.state, ctx->alloc);
+    tdm_tensor_destroy(copy);
     return st;
+}
+
+unsigned tdm_cpu_dnnl_flags(const tdm_kernel_def *k, const tdm_node *node) {
+    if (k->run == dn_matmul_run || k->run == dn_to_blocked_run || k->run == dn_from_blocked_run)
+        return TDM_KF_WRITES_ALL;
+    if (k->run != dn_conv_run) return 0;
+    /* FusedConv / BlockedConv with Z: Y may take Z's memory (a sum post-op in place) */
+    bool z = strcmp(node->domain, TDM_FUSED_DOMAIN) == 0 && node->n_inputs > 3 &&
+             node->inputs[3] >= 0 &&
+             (strcmp(node->op_type, "FusedConv") == 0 || strcmp(node->op_type, "BlockedConv") == 0);
+    return TDM_KF_WRITES_ALL | (z ? TDM_KF_INPLACE(3) : 0u);
 }
 
 /* ---- threads ---- */

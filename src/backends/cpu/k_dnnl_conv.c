@@ -34,6 +34,8 @@ typedef struct conv_state {
 typedef struct conv_part {
     int64_t units; /* output channels (or groups) per chunk; 0 = unused */
     dn_prim conv, r_wei, r_dst, r_z;
+    dn_prim conv_sum; /* with zbin: the same convolution with a sum post-op, for runs where Y
+                         has Z's memory (in place, kernel flags): Z is then read as Y */
     dnnl_memory_desc_t src, wei, usr_wei, dst, usr_dst, bias;
     size_t wbytes; /* bytes of one chunk's weights in `wei` */
     bool zbin;     /* Z is read by a binary-add post-op (else copied into Y for a sum) */
@@ -65,6 +67,7 @@ static void conv_clear(dn_state *s, dn_entry *he) {
     conv_entry *e = (conv_entry *)he;
     for (int i = 0; i < 2; i++) {
         dn_prim_clear(&e->part[i].conv);
+        dn_prim_clear(&e->part[i].conv_sum);
         dn_prim_clear(&e->part[i].r_wei);
         dn_prim_clear(&e->part[i].r_dst);
         dn_prim_clear(&e->part[i].r_z);
@@ -197,7 +200,7 @@ static tdm_status *conv_part_build(conv_state *s, conv_entry *e, const conv_geom
                                                    g->strides, g->dil, g->pl,
                                                    g->pr) != dnnl_success)
         return NULL;
-    dnnl_primitive_desc_t pd = NULL, pb = NULL;
+    dnnl_primitive_desc_t pd = NULL, pb = NULL, psum = NULL;
     TDM_TRY(conv_pd(s, g, &cd, NULL, &pd));
     if (!pd) return NULL;
     if (g->z && e->blk) {
@@ -209,7 +212,7 @@ static tdm_status *conv_part_build(conv_state *s, conv_entry *e, const conv_geom
             return st;
         }
         if (pb && same_impl(pd, pb)) {
-            dnnl_primitive_desc_destroy(pd);
+            psum = pd; /* kept for in-place runs */
             pd = pb;
             p->zbin = true;
         } else if (pb) {
@@ -220,7 +223,12 @@ static tdm_status *conv_part_build(conv_state *s, conv_entry *e, const conv_geom
     dn_query_md(pd, dnnl_query_weights_md, &p->wei);
     dn_query_md(pd, dnnl_query_dst_md, &p->dst);
     p->wbytes = dn_md_bytes(&p->wei);
-    TDM_TRY(dn_prim_from_pd(pd, &p->conv));
+    tdm_status *cst = dn_prim_from_pd(pd, &p->conv);
+    if (cst) {
+        if (psum) dnnl_primitive_desc_destroy(psum);
+        return cst;
+    }
+    if (psum) TDM_TRY(dn_prim_from_pd(psum, &p->conv_sum));
     TDM_TRY(dn_reorder_new(s->base.eng, &p->usr_wei, &p->wei, &p->r_wei));
     TDM_TRY(dn_reorder_new(s->base.eng, &p->dst, &p->usr_dst, &p->r_dst));
     if (g->z && !p->zbin) TDM_TRY(dn_reorder_new(s->base.eng, &p->usr_dst, &p->dst, &p->r_z));
@@ -453,16 +461,19 @@ static tdm_status *conv_item(void *arg, tdm_kernel_ctx *ctx, int64_t item) {
     }
     void *dst = p->r_dst.p ? (void *)slot : (void *)yslice;
     const float *zslice = r->z ? r->z + (n * e->mb * e->Mp + ch0) * e->osz : NULL;
-    if (zslice && !p->zbin)
+    /* Y in Z's memory (in place): Z is already where the sum post-op accumulates */
+    const dn_prim *conv = zslice == dst && p->conv_sum.p ? &p->conv_sum : &p->conv;
+    bool zarg = zslice && p->zbin && conv == &p->conv;
+    if (zslice && !p->zbin) /* (a no-op when Y is in Z's memory: same layout, same place) */
         TDM_TRY(dn_exec_reorder(ctx, eng, &p->r_z, &p->usr_dst, zslice, &p->dst, dst));
     dn_arg args[5] = {{DNNL_ARG_SRC, &p->src, src},
                       {DNNL_ARG_WEIGHTS, &p->wei, wei},
                       {DNNL_ARG_DST, &p->dst, dst}};
     int na = 3;
     if (r->b) args[na++] = (dn_arg){DNNL_ARG_BIAS, &p->bias, r->b + ch0};
-    if (zslice && p->zbin)
+    if (zarg)
         args[na++] = (dn_arg){DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, &p->dst, zslice};
-    TDM_TRY(dn_exec_in(ctx, eng, &p->conv, na, args, p->conv.scratch ? slot + r->pad_at : NULL));
+    TDM_TRY(dn_exec_in(ctx, eng, conv, na, args, conv->scratch ? slot + r->pad_at : NULL));
     if (p->r_dst.p) return dn_exec_reorder(ctx, eng, &p->r_dst, &p->dst, dst, &p->usr_dst, yslice);
     return NULL;
 }
@@ -483,6 +494,7 @@ static tdm_status *conv_exec(conv_state *s, tdm_kernel_ctx *ctx, conv_entry *e) 
         const conv_part *p = &e->part[i];
         if (!p->units) continue;
         if (round64(p->conv.scratch) > pad_b) pad_b = round64(p->conv.scratch);
+        if (round64(p->conv_sum.scratch) > pad_b) pad_b = round64(p->conv_sum.scratch);
         if (p->r_dst.p && round64(dn_md_bytes(&p->dst)) > dst_b) dst_b = round64(dn_md_bytes(&p->dst));
         if (!e->wbuf && p->r_wei.p && round64(p->wbytes) > wei_b) wei_b = round64(p->wbytes);
     }
@@ -505,6 +517,14 @@ static tdm_status *conv_exec(conv_state *s, tdm_kernel_ctx *ctx, conv_entry *e) 
     }
     if (!st) st = dn_parallel(ctx, items, conv_item, &r);
     dn_scratch_put(&s->base, ctx, buf, own);
+    if (!st && e->blk && e->Mp > e->M) { /* the last block's padding channels are zeros */
+        int64_t cb = e->Mp / e->blk, used = e->M - (cb - 1) * e->blk;
+        for (int64_t n = 0; n < e->N; n++) {
+            float *o = r.y + ((n * cb + cb - 1) * e->osz) * e->blk;
+            for (int64_t q = 0; q < e->osz; q++)
+                memset(o + q * e->blk + used, 0, (size_t)(e->blk - used) * sizeof(float));
+        }
+    }
     return st;
 }
 
