@@ -195,6 +195,7 @@ tdm_status *tdm_exec_run_node(tdm_device *dev, const tdm_kernel_def *k, void *st
         int ik = tdm_exec_inplace_input(f->plan, (size_t)(n - f->g->nodes));
         const tdm_tensor *t = ik >= 0 ? ins[ik] : NULL;
         if (t && t->data != outs[0]->data && !t->device && !outs[0]->device &&
+            t->dtype != TDM_STRING &&
             t->dtype == outs[0]->dtype && t->nbytes == outs[0]->nbytes) {
             memcpy(outs[0]->data, t->data, t->nbytes);
             memcpy(ins_own, ins, (size_t)n->n_inputs * sizeof *ins);

@@ -203,7 +203,7 @@ void tdm_kshape_fill(void *dst, int64_t n, const void *val, size_t es) {
 
 void tdm_kshape_copy_data(tdm_tensor *dst, const tdm_tensor *src) {
     size_t n = src->nbytes < dst->nbytes ? src->nbytes : dst->nbytes;
-    if (n) memcpy(dst->data, src->data, n);
+    if (n && dst->data != src->data) memcpy(dst->data, src->data, n); /* (in place: nothing) */
 }
 
 tdm_status *tdm_kshape_norm_index(const tdm_node *node, int64_t v, int64_t n, int64_t *out) {
