@@ -17,7 +17,8 @@ machine may be shared: alternation spreads other load over all of them):
 `tandem bench --mode pipeline` (the rebalanced cut; with --fixed-cuts also the cut held fixed,
 as user cut points are never moved: the behaviour before the rebalancer; with
 --pipeline-warmup N also after N warm-up runs, the rebalancer's steady state), and writes
-bench/results/throughput-<date>-pipeline.md.
+bench/results/throughput-<date>-pipeline.md. --baseline-build DIR adds the pipeline rows of
+another build (e.g. before a change), alternated with this one's in the same rounds.
 
 Writes bench/results/throughput-<date>.md (unless --no-write). Uses tandem through its command
 line and the example program only.
@@ -117,10 +118,14 @@ def main():
     ap.add_argument("--pipeline-warmup", type=int, default=0,
                     help="--only pipeline: also bench the rebalanced pipeline after this many warm-up runs "
                          "(its steady state, without the rebalancer's first measurements)")
+    ap.add_argument("--baseline-build", default=None,
+                    help="--only pipeline: also run the pipeline rows with this build's tandem and example "
+                         "(before/after in the same run)")
     ap.add_argument("--note", action="append", default=[], help="a line for the results' notes (repeatable)")
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
+    base = a.baseline_build
 
     tandem = os.path.join(a.build, "tandem")
     example = os.path.join(a.build, "examples", "classify_folder")
@@ -150,12 +155,18 @@ def main():
         if a.pipeline_warmup:
             bconfigs.append((f"{both} pipeline, after {a.pipeline_warmup} warm-up runs",
                              (both, "pipeline", ("--warmup", str(a.pipeline_warmup)))))
+        if base:
+            bin0 = os.path.join(base, "tandem")
+            bconfigs.append((f"{both} pipeline (baseline)", (both, "pipeline", (), bin0)))
+            if a.pipeline_warmup:
+                bconfigs.append((f"{both} pipeline, after {a.pipeline_warmup} warm-up runs (baseline)",
+                                 (both, "pipeline", ("--warmup", str(a.pipeline_warmup)), bin0)))
         if a.fixed_cuts:
             bconfigs.append((f"{both} pipeline, cut {a.fixed_cuts} fixed", (both, "pipeline", ("--cuts", a.fixed_cuts))))
         log(f"pipeline mode (tandem bench): {os.path.basename(model)} batch {a.batch}")
         got = rounds_of(bconfigs, a.rounds,
-                        lambda x: tandem_bench(tandem, model, x[0], x[1], a.batch, a.duration, a.threads,
-                                               x[2] if len(x) > 2 else ()))
+                        lambda x: tandem_bench(x[3] if len(x) > 3 else tandem, model, x[0], x[1], a.batch,
+                                               a.duration, a.threads, x[2] if len(x) > 2 else ()))
         med = {k: statistics.median(v) for k, v in got.items()}
         best_single = max(med[n] for n, _ in singles)
         for name, _ in bconfigs:
@@ -170,10 +181,16 @@ def main():
         if have_second:
             pconfigs += [(a.second, ["--devices", a.second]),
                          (f"cpu,{a.second} pipeline", ["--devices", f"cpu,{a.second}", "--mode", "pipeline"])]
+            if base:
+                pconfigs.append((f"cpu,{a.second} pipeline (baseline)",
+                                 ["--devices", f"cpu,{a.second}", "--mode", "pipeline", "--baseline"]))
         outs = {}
 
         def run_p(x):
-            v, out = classify(example, folder, model, x + ["--workers", str(a.workers)])
+            ex = example
+            if "--baseline" in x:
+                ex, x = os.path.join(base, "examples", "classify_folder"), [y for y in x if y != "--baseline"]
+            v, out = classify(ex, folder, model, x + ["--workers", str(a.workers)])
             outs[" ".join(x)] = out
             return v
 

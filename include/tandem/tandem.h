@@ -295,7 +295,8 @@ typedef struct tdm_session_options {
                               a pipeline when predicted faster; see TDM_MODE_PIPELINE) */
     float split_alpha;     /* throughput mode: smoothing of the per-item times (0 = 0.3) */
     bool no_rebalance;     /* throughput mode: keep the initial split ratio; pipeline mode:
-                              keep the auto cut (user cuts are never moved) */
+                              keep the auto cut (user cuts are never moved) and the
+                              micro-batch size */
     const char *precision; /* accelerators' arithmetic: NULL or "fp32" (default) computes in
                               float32; "tf32", "fp16" and "bf16" let a device that supports
                               them (cuda) compute float32 models in that precision */
@@ -304,7 +305,9 @@ typedef struct tdm_session_options {
                               ("#12,#30" or "conv5,fc"); stage k runs on the k-th device.
                               NULL = the auto cut: the cost model balances the slowest stage */
     int micro_batch;       /* TDM_MODE_PIPELINE: rows per micro-batch of a batched run;
-                              0 = the batch divided by the number of stages */
+                              0 = the batch divided by the number of stages, then (unless
+                              no_rebalance) the size that measured stage costs predict
+                              fastest: fixed costs per micro-batch favour fewer (logged) */
     int probe_ms;          /* throughput mode: a device whose run fails with a device error is
                               taken out; it is tried again (a probe run) after this many ms,
                               doubling after every failed probe up to 64x, and taken back when

@@ -31,6 +31,10 @@ int tdm_pipe_mode_layout(tdm_pipe_mode *pm, int *device, int *begin, int *end);
 /* The rebalancer's decisions so far (returned), the new stages it installed (*replans, may
  * be NULL) and the last decision's log line (buf, may be NULL). */
 int64_t tdm_pipe_mode_last_decision(tdm_pipe_mode *pm, int64_t *replans, char *buf, size_t size);
+/* The micro-batch size (rows) a run of `rows` rows would use now (thread-safe); *changes
+ * (may be NULL): the changes of the size logged so far; buf (may be NULL): the last one's
+ * log line. */
+int64_t tdm_pipe_mode_micro_batch(tdm_pipe_mode *pm, int64_t rows, int64_t *changes, char *buf, size_t size);
 
 /* Throughput mode's choice for a model whose batch cannot be split: true when the cost model
  * predicts a pipeline over the devices to beat replicas; `why` receives the reason. */

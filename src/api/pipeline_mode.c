@@ -17,15 +17,36 @@
  *
  * Rebalancing (auto cut only; off with options.no_rebalance; user cut points are never
  * moved, the session only logs a measured imbalance for them): the stages and their
- * pipeline form a generation. Every WINDOW successful runs on the current generation (after
- * WARMUP runs that are not measured), the run that completes the window hands its measurements (busy time per row of every stage,
- * rows per ms while runs were in flight) to the rebalancer (pipeline_mode_rebalance.c),
+ * pipeline form a generation. At the end of every window of successful runs on the current
+ * generation (after WARMUP runs that are not measured; windows below), the run that
+ * completes the window hands its measurements (busy time per row of every stage, rows per
+ * ms while runs were in flight, whether every run was one micro-batch) to the rebalancer
+ * (pipeline_mode_rebalance.c),
  * which corrects the cost model and may ask for another cut or for one stage on one device.
  * That run then builds the new generation (on its own thread, after its own outputs are
  * made) and installs it: runs that start later use it, runs in flight finish on the old
  * one, which is freed by whichever of them ends last. Every decision is logged (INFO) and
  * the last one can be queried (tdm_pipe_mode_last_decision). A failed build keeps the old
- * generation (logged). */
+ * generation (logged).
+ *
+ * Early decisions: a generation's first window ends after EARLY measured runs already when
+ * a stage measured more than STRONG times (or less than 1 / STRONG of) its predicted time
+ * per row, or the stages' measured / predicted ratios are more than STRONG apart (the cut
+ * is unbalanced even where each is near its prediction): the cost model is clearly wrong,
+ * and more runs on that configuration only cost time. Otherwise a generation's first window
+ * (the one that decides on it) is FIRST_WINDOW runs; later ones (which look for a drift)
+ * are WINDOW runs.
+ *
+ * Micro-batch size (options.micro_batch 0 and no no_rebalance; also with user cut points):
+ * every micro-batch a stage runs is a (rows, ms) sample; at the end of a window the samples
+ * of the generation are fitted to a fixed cost per micro-batch and a cost per row per stage
+ * (pipeline_mode_mbatch.c), which then choose the micro-batch size of every run: the size
+ * that minimises the predicted run time, when 5% better than the default (batch / stages).
+ * When the samples saw one size only, the next window alternates runs between the default
+ * and one micro-batch per run (a probe) to see two. A change of the size for the last
+ * run's batch is logged (INFO) and queryable (tdm_pipe_mode_micro_batch); the window that
+ * led to it makes no decision on the cut (per-row times change with the size): the next
+ * one counts as the generation's first. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -33,16 +54,18 @@
 #include <string.h>
 
 #include "api/pipeline_impl.h"
+#include "api/pipeline_mode_cut.h"
+#include "api/pipeline_mode_mbatch.h"
 #include "api/pipeline_mode_rebalance.h"
 #include "core/alloc.h"
 #include "core/clock.h"
-#include "graph/infer.h"
-#include "sched/cost.h"
-#include "sched/profile.h"
 #include "tandem/pipeline.h"
 
 #define WINDOW 8 /* runs per measurement window */
 #define WARMUP 2 /* first runs of a generation, not measured (first-run allocations) */
+#define EARLY 2        /* measured runs before an early first decision */
+#define STRONG 2.0     /* measured / predicted per stage that allows it */
+#define FIRST_WINDOW 4 /* runs of a generation's first window */
 
 typedef struct pm_gen pm_gen;
 
@@ -59,6 +82,7 @@ typedef struct pm_stage {
     double busy_ms;
     int64_t win_items;   /* the current window (pm->mu) */
     double win_busy_ms;
+    tdm_pm_mb_acc acc;   /* (rows, ms) of every micro-batch on this generation (pm->mu) */
 } pm_stage;
 
 /* A set of stages over one pipeline; fields marked (mu) under pm->mu. */
@@ -76,6 +100,11 @@ struct pm_gen {
     int windows;         /* windows measured (mu) */
     int warm_runs;       /* runs before measuring (mu) */
     double ref_ms_per_row[TDM_MAX_DEVICES]; /* per stage, from the first window */
+    int64_t win_parts;   /* micro-batches of the window's runs (mu) */
+    tdm_pm_mb_model mbm; /* the fitted stage costs: micro-batch sizes (mu) */
+    bool probe;          /* alternate runs between the default size and one part (mu) */
+    int64_t probe_runs;  /* (mu) */
+    int64_t last_rows;   /* the last run's rows (mu) */
 };
 
 struct tdm_pipe_mode {
@@ -101,6 +130,9 @@ struct tdm_pipe_mode {
     int64_t replans; /* generations installed after the first (mu) */
     int64_t decisions; /* (mu) */
     char last[1024];   /* the last decision (mu) */
+    bool adapt_mb;     /* micro-batch sizes follow measurements */
+    int64_t mb_changes; /* (mu) */
+    char mb_last[1024]; /* the last change (mu) */
 };
 
 /* One run's state, shared by its micro-batches. */
@@ -116,125 +148,6 @@ typedef struct pm_part {
     pm_request *req;
     int index;
 } pm_part;
-
-/* ---- the cut ---- */
-
-static tdm_status *load_graph(tdm_session *s, const void *data, size_t size, const char *base_dir,
-                              tdm_graph **out) {
-    tdm_onnx_model *m = NULL;
-    TDM_TRY(tdm_onnx_load_buffer(data, size, base_dir, s->env->alloc, &m));
-    tdm_graph *g = m->graph;
-    m->graph = NULL;
-    tdm_onnx_model_free(m);
-    tdm_status *st = tdm_graph_infer_shapes(g);
-    if (st) {
-        tdm_graph_free(g);
-        return st;
-    }
-    *out = g;
-    return NULL;
-}
-
-/* costs[k * n + i]: predicted ms of node i on device k (dynamic dims count as 1). */
-static tdm_status *node_costs(tdm_session *s, const tdm_graph *g, int K, double *costs) {
-    size_t n = g->n_nodes;
-    for (int k = 0; k < K; k++) {
-        tdm_device_profile prof;
-        TDM_TRY(tdm_profile_device(s->devices[k], s->env->alloc, tdm_threadpool_size(s->pool), false, &prof));
-        for (size_t i = 0; i < n; i++) costs[(size_t)k * n + i] = tdm_cost_node_ms(g, &g->nodes[i], &prof);
-    }
-    return NULL;
-}
-
-/* User cut points: "name,#12,..." where stages 2, 3, ... start. */
-static tdm_status *user_cut(const tdm_graph *g, const char *cuts, int K, int *starts, int *used) {
-    char buf[1024];
-    if (strlen(cuts) >= sizeof buf) return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "pipeline_cuts is too long");
-    snprintf(buf, sizeof buf, "%s", cuts);
-    int k = 0;
-    starts[0] = 0;
-    char *save = NULL;
-    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        while (*tok == ' ') tok++;
-        size_t len = strlen(tok);
-        while (len && tok[len - 1] == ' ') tok[--len] = 0;
-        if (!len) continue;
-        long pos = -1;
-        if (tok[0] == '#') {
-            char *end = NULL;
-            pos = strtol(tok + 1, &end, 10);
-            if (!end || *end || end == tok + 1) pos = -2;
-        } else {
-            for (size_t i = 0; i < g->n_nodes; i++)
-                if (g->nodes[i].name && !strcmp(g->nodes[i].name, tok)) pos = (long)i;
-        }
-        if (pos == -2 || pos == -1)
-            return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "pipeline cut '%s' is not %s", tok,
-                           pos == -2 ? "a #position" : "a node name of the model");
-        if (pos <= starts[k] || pos >= (long)g->n_nodes)
-            return TDM_ERR(TDM_ERR_INVALID_ARGUMENT,
-                           "pipeline cut '%s' (node #%ld) must come after the previous cut and before "
-                           "the last node (#%zu)", tok, pos, g->n_nodes ? g->n_nodes - 1 : 0);
-        if (k + 1 >= K)
-            return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "%d pipeline cuts need %d devices; the session has %d",
-                           k + 1, k + 2, K);
-        starts[++k] = (int)pos;
-    }
-    *used = k + 1;
-    return NULL;
-}
-
-/* Restricts g (a fresh copy of the model) to nodes [b, e): see the file comment. drop
- * receives the stage inputs that nothing after the stage needs. */
-static tdm_status *restrict_graph(tdm_graph *g, int b, int e, pm_stage *ps, const tdm_allocator *a) {
-    size_t nv = g->n_values;
-    unsigned char *use = tdm_calloc(a, nv ? nv : 1, 1); /* 1: read here, 2: read later */
-    int *ins = tdm_calloc(a, nv + 1, sizeof *ins), *outs = tdm_calloc(a, nv + 1, sizeof *outs);
-    ps->drop = tdm_calloc(a, nv + 1, sizeof *ps->drop);
-    tdm_status *st = NULL;
-    if (!use || !ins || !outs || !ps->drop) {
-        st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory cutting the model");
-        goto done;
-    }
-    for (size_t i = 0; i < g->n_nodes; i++) {
-        const tdm_node *n = &g->nodes[i];
-        unsigned char bit = (int)i >= b && (int)i < e ? 1 : (int)i >= e ? 2 : 0;
-        for (int k = 0; k < n->n_inputs; k++)
-            if (n->inputs[k] >= 0) use[n->inputs[k]] |= bit;
-        for (int k = 0; k < n->n_implicit; k++)
-            if (n->implicit[k] >= 0) use[n->implicit[k]] |= bit;
-    }
-    for (size_t o = 0; o < g->n_outputs; o++) use[g->outputs[o]] |= 2;
-    size_t ni = 0, no = 0;
-    for (size_t v = 0; v < nv; v++) {
-        tdm_value *val = &g->values[v];
-        bool outside = (val->producer >= 0 && val->producer < b) || (val->producer < 0 && val->is_input);
-        bool here = val->producer >= b && val->producer < e;
-        bool is_in = (use[v] & 1) && outside, is_out = here && (use[v] & 2);
-        if (is_in) ins[ni++] = (int)v;
-        if (is_out) outs[no++] = (int)v;
-        if (is_in && !(use[v] & 2) && !(ps->drop[ps->n_drop++] = tdm_strdup(a, val->name))) {
-            st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory cutting the model");
-            goto done;
-        }
-        val->is_input = is_in;
-        val->is_output = is_out;
-    }
-    for (size_t i = 0; i < g->n_nodes; i++) g->nodes[i].dead = (int)i < b || (int)i >= e;
-    tdm_free(g->alloc, g->inputs);
-    tdm_free(g->alloc, g->outputs);
-    g->inputs = ins;
-    g->outputs = outs;
-    g->n_inputs = ni;
-    g->n_outputs = no;
-    ins = outs = NULL;
-    st = tdm_graph_compact(g);
-done:
-    tdm_free(a, use);
-    tdm_free(a, ins);
-    tdm_free(a, outs);
-    return st;
-}
 
 /* ---- running ---- */
 
@@ -279,6 +192,7 @@ static tdm_status *stage_fn(void *user, tdm_pipeline_item *it) {
         ps->items += rows;
         ps->win_items += rows;
         ps->win_busy_ms += ms;
+        tdm_pm_mb_add(&ps->acc, rows, ms);
         pm->dev_items[ps->dev] += rows;
     }
     pthread_mutex_unlock(&pm->mu);
@@ -335,8 +249,8 @@ static tdm_status *gen_build(tdm_pipe_mode *pm, const void *data, size_t size, c
         ps->end = k + 1 < cfg->n_stages ? cfg->start[k + 1] : (int)n;
         ps->predicted_ms = predicted ? predicted[k] : 0;
         tdm_graph *sg = NULL;
-        st = load_graph(s, data, size, base_dir, &sg);
-        if (!st) st = restrict_graph(sg, ps->begin, ps->end, ps, a);
+        st = tdm_pm_load_graph(s, data, size, base_dir, &sg);
+        if (!st) st = tdm_pm_restrict_graph(sg, ps->begin, ps->end, &ps->drop, &ps->n_drop, a);
         if (st) {
             tdm_graph_free(sg);
             break;
@@ -362,6 +276,7 @@ static tdm_status *gen_build(tdm_pipe_mode *pm, const void *data, size_t size, c
         gen_free(gen);
         return st;
     }
+    gen->mbm.n_stages = gen->n_stages;
     *out = gen;
     return NULL;
 }
@@ -384,6 +299,7 @@ tdm_status *tdm_pipe_mode_create(tdm_session *s, const void *data, size_t size, 
     pm->s = s;
     pm->a = a;
     pm->micro_batch = o->micro_batch > 0 ? o->micro_batch : 0;
+    pm->adapt_mb = !pm->micro_batch && !s->no_rebalance;
     pm->no_fallback = o->no_fallback;
     pm->opt_level = o->opt_level;
     pthread_mutex_init(&pm->mu, NULL);
@@ -391,16 +307,16 @@ tdm_status *tdm_pipe_mode_create(tdm_session *s, const void *data, size_t size, 
     double *costs = NULL;
     tdm_pm_config cfg = {0};
     double stage_ms[TDM_MAX_DEVICES] = {0};
-    tdm_status *st = load_graph(s, data, size, base_dir, &g);
+    tdm_status *st = tdm_pm_load_graph(s, data, size, base_dir, &g);
     size_t n = g ? g->n_nodes : 0;
     if (!st && n == 0) st = TDM_ERR(TDM_ERR_INVALID_MODEL, "the model has no nodes to cut into stages");
     if (!st && o->pipeline_cuts && o->pipeline_cuts[0]) {
-        st = user_cut(g, o->pipeline_cuts, s->n_devices, cfg.start, &cfg.n_stages);
+        st = tdm_pm_user_cut(g, o->pipeline_cuts, s->n_devices, cfg.start, &cfg.n_stages);
         if (!st) tdm_log(&s->env->log, TDM_LOG_INFO, "pipeline: %d stages at the user's cut points", cfg.n_stages);
     } else if (!st) {
         costs = tdm_calloc(a, n * (size_t)s->n_devices, sizeof *costs);
         if (!costs) st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory cutting the model");
-        if (!st) st = node_costs(s, g, s->n_devices, costs);
+        if (!st) st = tdm_pm_node_costs(s, g, s->n_devices, costs);
         if (!st) {
             cfg.n_stages = tdm_pm_auto_cut(costs, n, s->n_devices, cfg.start, stage_ms);
             double total = 0, slowest = 0;
@@ -475,6 +391,15 @@ int64_t tdm_pipe_mode_last_decision(tdm_pipe_mode *pm, int64_t *replans, char *b
     if (buf && size) snprintf(buf, size, "%s", pm->last);
     pthread_mutex_unlock(&pm->mu);
     return d;
+}
+
+int64_t tdm_pipe_mode_micro_batch(tdm_pipe_mode *pm, int64_t rows, int64_t *changes, char *buf, size_t size) {
+    pthread_mutex_lock(&pm->mu);
+    int64_t mb = rows < 1 ? 1 : pm->micro_batch > 0 ? pm->micro_batch : tdm_pm_mb_choose(&pm->cur->mbm, rows);
+    if (changes) *changes = pm->mb_changes;
+    if (buf && size) snprintf(buf, size, "%s", pm->mb_last);
+    pthread_mutex_unlock(&pm->mu);
+    return mb;
 }
 
 /* ---- a run: micro-batches in, outputs joined ---- */
@@ -581,15 +506,35 @@ static void window_reset(pm_gen *gen, int64_t now) {
         gen->stages[k].win_items = 0;
         gen->stages[k].win_busy_ms = 0;
     }
-    gen->win_runs = gen->win_rows = 0;
+    gen->win_runs = gen->win_rows = gen->win_parts = 0;
     gen->active_ms = 0;
     if (gen->refs) gen->active_since = now;
 }
 
-/* Ends a run on gen: counts it into the window; when the window is full (and nobody else
- * is re-planning), fills *w and returns true: the caller re-plans. Frees a retired
- * generation that the run was the last to use. */
-static bool gen_leave(tdm_pipe_mode *pm, pm_gen *gen, bool ok, int64_t rows, tdm_pm_window *w) {
+/* True when the window of gen (mu) may end after its runs so far: WINDOW runs, FIRST_WINDOW
+ * for a generation's first, EARLY for a first one whose stage times are STRONG off their
+ * prediction (see the file comment). */
+static bool window_full(const pm_gen *gen) {
+    if (gen->win_runs >= WINDOW) return true;
+    if (gen->windows > 0) return false;
+    if (gen->win_runs >= FIRST_WINDOW) return true;
+    if (gen->win_runs < EARLY) return false;
+    double lo = INFINITY, hi = 0; /* measured / predicted, over the stages */
+    for (int k = 0; k < gen->n_stages; k++) {
+        const pm_stage *ps = &gen->stages[k];
+        double per = ps->win_items > 0 ? ps->win_busy_ms / (double)ps->win_items : 0;
+        if (!(ps->predicted_ms > 0) || !(per > 0)) return false;
+        double r = per / ps->predicted_ms;
+        lo = r < lo ? r : lo;
+        hi = r > hi ? r : hi;
+    }
+    return hi > STRONG || lo * STRONG < 1 || hi > STRONG * lo;
+}
+
+/* Ends a run on gen (parts: its micro-batches): counts it into the window; when the window
+ * is full (and nobody else is re-planning), fills *w and returns true: the caller re-plans.
+ * Frees a retired generation that the run was the last to use. */
+static bool gen_leave(tdm_pipe_mode *pm, pm_gen *gen, bool ok, int64_t rows, int parts, tdm_pm_window *w) {
     bool due = false, free_it;
     int64_t now = tdm_now_ns();
     pthread_mutex_lock(&pm->mu);
@@ -597,9 +542,11 @@ static bool gen_leave(tdm_pipe_mode *pm, pm_gen *gen, bool ok, int64_t rows, tdm
     if (ok) {
         gen->win_runs++;
         gen->win_rows += rows;
+        gen->win_parts += parts;
     }
     if (ok && gen->warm_runs < WARMUP && ++gen->warm_runs == WARMUP) window_reset(gen, now); /* measure from here */
-    if (pm->rb && !pm->replanning && gen == pm->cur && gen->warm_runs >= WARMUP && gen->win_runs >= WINDOW) {
+    if ((pm->rb || pm->adapt_mb) && !pm->replanning && gen == pm->cur && gen->warm_runs >= WARMUP &&
+        window_full(gen)) {
         double active = gen->active_ms + (gen->refs ? (double)(now - gen->active_since) / 1e6 : 0);
         memset(w, 0, sizeof *w);
         due = true;
@@ -609,6 +556,7 @@ static bool gen_leave(tdm_pipe_mode *pm, pm_gen *gen, bool ok, int64_t rows, tdm
             due &= ps->win_items > 0; /* a stage without a finished row: measure longer */
         }
         w->rows_per_ms = active > 0 ? (double)gen->win_rows / active : 0;
+        w->whole = gen->win_parts == gen->win_runs;
         if (due) {
             window_reset(gen, now);
             w->first = gen->windows++ == 0;
@@ -623,13 +571,61 @@ static bool gen_leave(tdm_pipe_mode *pm, pm_gen *gen, bool ok, int64_t rows, tdm
     return due;
 }
 
+/* Fits the micro-batch costs of gen (the current generation) and installs them; true when
+ * the size of the last run's batch changed (logged). Runs on the thread that set
+ * pm->replanning. */
+static bool adapt_micro_batch(tdm_pipe_mode *pm, pm_gen *gen) {
+    if (!pm->adapt_mb || gen->n_stages < 2) return false;
+    tdm_pm_mb_acc acc[TDM_MAX_DEVICES];
+    const char *names[TDM_MAX_DEVICES];
+    pthread_mutex_lock(&pm->mu);
+    for (int k = 0; k < gen->n_stages; k++) {
+        acc[k] = gen->stages[k].acc;
+        names[k] = gen->stages[k].device->name;
+    }
+    int64_t n = gen->last_rows;
+    tdm_pm_mb_model old = gen->mbm, m;
+    pthread_mutex_unlock(&pm->mu);
+    if (!tdm_pm_mb_fit(acc, gen->n_stages, &m)) { /* one size seen: try two */
+        pthread_mutex_lock(&pm->mu);
+        gen->probe = n >= 2;
+        pthread_mutex_unlock(&pm->mu);
+        return false;
+    }
+    int64_t was = tdm_pm_mb_choose(&old, n), now = tdm_pm_mb_choose(&m, n);
+    char msg[1024] = "", costs[800];
+    if (now != was) {
+        tdm_pm_mb_describe(&m, names, costs, sizeof costs);
+        snprintf(msg, sizeof msg,
+                 "pipeline micro-batch: %lld -> %lld rows for %lld-row runs: predicted %.3f -> %.3f ms per run "
+                 "(%s); measured %s", (long long)was, (long long)now, (long long)n,
+                 tdm_pm_mb_predict(&m, n, (n + was - 1) / was), tdm_pm_mb_predict(&m, n, (n + now - 1) / now),
+                 now > was ? "fewer micro-batches pay the fixed costs fewer times"
+                           : "more micro-batches fill the pipeline sooner",
+                 costs);
+    }
+    pthread_mutex_lock(&pm->mu);
+    gen->mbm = m;
+    gen->probe = false;
+    if (msg[0]) {
+        pm->mb_changes++;
+        snprintf(pm->mb_last, sizeof pm->mb_last, "%s", msg);
+        gen->windows = 0; /* the next window, at the new size, counts as the first */
+    }
+    pthread_mutex_unlock(&pm->mu);
+    if (msg[0]) tdm_log(&pm->s->env->log, TDM_LOG_INFO, "%s", msg);
+    return msg[0] != 0;
+}
+
 /* Asks the rebalancer about a window of gen (the current generation) and installs what it
- * decides. Runs on the thread that set pm->replanning. */
+ * decides, after the micro-batch size (which, when it changed, postpones the decision on
+ * the cut). Runs on the thread that set pm->replanning. */
 static void replan(tdm_pipe_mode *pm, pm_gen *gen, const tdm_pm_window *w) {
     tdm_logger *lg = &pm->s->env->log;
     tdm_pm_config next;
     char msg[1024];
-    tdm_pm_verdict v = tdm_pm_decide(pm->rb, &gen->cfg, w, &next, msg, sizeof msg);
+    tdm_pm_verdict v = TDM_PM_NOTHING;
+    if (!adapt_micro_batch(pm, gen) && pm->rb) v = tdm_pm_decide(pm->rb, &gen->cfg, w, &next, msg, sizeof msg);
     pm_gen *built = NULL, *old = NULL;
     tdm_status *st = NULL;
     if (v == TDM_PM_INSTALL) {
@@ -663,6 +659,18 @@ static void replan(tdm_pipe_mode *pm, pm_gen *gen, const tdm_pm_window *w) {
     gen_free(old);
 }
 
+/* The micro-batch size of an n-row run on gen (see the file comment). */
+static int64_t run_micro_batch(tdm_pipe_mode *pm, pm_gen *gen, int64_t n) {
+    if (n < 1) return 1;
+    if (pm->micro_batch > 0) return pm->micro_batch;
+    pthread_mutex_lock(&pm->mu);
+    int64_t mb = tdm_pm_mb_choose(&gen->mbm, n);
+    if (gen->probe && (gen->probe_runs++ & 1)) mb = n;
+    gen->last_rows = n;
+    pthread_mutex_unlock(&pm->mu);
+    return mb;
+}
+
 tdm_status *tdm_pipe_mode_run(tdm_pipe_mode *pm, const tdm_tensor **by_input, tdm_tensor **all,
                               const tdm_run_ctl *ctl) {
     tdm_session *s = pm->s;
@@ -670,7 +678,7 @@ tdm_status *tdm_pipe_mode_run(tdm_pipe_mode *pm, const tdm_tensor **by_input, td
     const tdm_allocator *a = pm->a;
     pm_gen *gen = gen_enter(pm);
     int64_t n = batch_rows(s, by_input);
-    int64_t mb = n < 1 ? 1 : pm->micro_batch > 0 ? pm->micro_batch : (n + gen->n_stages - 1) / gen->n_stages;
+    int64_t mb = run_micro_batch(pm, gen, n);
     int np = n < 1 ? 1 : (int)((n + mb - 1) / mb);
     pm_request r;
     memset(&r, 0, sizeof r);
@@ -735,69 +743,8 @@ tdm_status *tdm_pipe_mode_run(tdm_pipe_mode *pm, const tdm_tensor **by_input, td
     pthread_cond_destroy(&r.cv);
     /* the run is done with gen: a full window re-plans (the outputs are made already) */
     tdm_pm_window w;
-    if (gen_leave(pm, gen, !st, n < 1 ? 1 : n, &w)) replan(pm, gen, &w);
+    if (gen_leave(pm, gen, !st, n < 1 ? 1 : n, np, &w)) replan(pm, gen, &w);
     return st;
-}
-
-/* ---- throughput mode's choice ---- */
-
-bool tdm_pipe_mode_preferred(tdm_session *s, const void *data, size_t size, const char *base_dir,
-                             char *why, size_t why_size) {
-    const tdm_allocator *a = s->env->alloc;
-    tdm_graph *g = NULL;
-    tdm_status *st = load_graph(s, data, size, base_dir, &g);
-    double *costs = NULL;
-    size_t n = g ? g->n_nodes : 0;
-    bool pipe = false;
-    /* a dynamic leading dim on every input and output: split mode divides batches */
-    bool split = g != NULL;
-    size_t dyn = 0;
-    for (size_t i = 0; g && i < g->n_inputs; i++) {
-        const tdm_value *v = &g->values[g->inputs[i]];
-        if (v->data) continue;
-        split &= v->rank >= 1 && v->dims[0] < 0;
-        dyn++;
-    }
-    for (size_t o = 0; g && o < g->n_outputs; o++) {
-        const tdm_value *v = &g->values[g->outputs[o]];
-        split &= v->rank >= 1 && v->dims[0] < 0;
-    }
-    if (split && dyn) {
-        snprintf(why, why_size, "split: every input and output has a dynamic batch dim, so batches are "
-                 "divided between a replica per device (and single requests go to the replica "
-                 "predicted to finish first)");
-    } else if (!st && n && !(costs = tdm_calloc(a, n * (size_t)s->n_devices, sizeof *costs))) {
-        snprintf(why, why_size, "replicas: out of memory estimating a pipeline");
-    } else if (st || !n || (st = node_costs(s, g, s->n_devices, costs))) {
-        snprintf(why, why_size, "replicas: no cost estimate for a pipeline (%s)",
-                 st ? tdm_status_message(st) : "no nodes");
-    } else {
-        /* replicas: every device runs whole requests, throughput = sum of 1 / T_device;
-         * pipeline: throughput = 1 / slowest stage */
-        double rate = 0, best = INFINITY;
-        for (int k = 0; k < s->n_devices; k++) {
-            double t = 0;
-            for (size_t i = 0; i < n; i++) t += costs[(size_t)k * n + i];
-            if (t > 0) rate += 1.0 / t;
-            if (t < best) best = t;
-        }
-        int starts[TDM_MAX_DEVICES];
-        double stage_ms[TDM_MAX_DEVICES];
-        int used = tdm_pm_auto_cut(costs, n, s->n_devices, starts, stage_ms);
-        double slowest = 0;
-        for (int k = 0; k < used; k++) slowest = stage_ms[k] > slowest ? stage_ms[k] : slowest;
-        double pipe_rate = slowest > 0 ? 1.0 / slowest : 0;
-        /* a pipeline must win clearly: it pays a copy at every cut that the model ignores */
-        pipe = used > 1 && pipe_rate > 1.15 * rate;
-        snprintf(why, why_size,
-                 "%s: predicted %.1f requests/s as a %d-stage pipeline (slowest stage %.3f ms) vs %.1f/s "
-                 "with a replica per device (fastest alone %.3f ms)",
-                 pipe ? "pipeline" : "replicas", pipe_rate * 1e3, used, slowest, rate * 1e3, best);
-    }
-    tdm_status_free(st);
-    tdm_free(a, costs);
-    tdm_graph_free(g);
-    return pipe;
 }
 
 void tdm_pipe_mode_set_monitor(tdm_pipe_mode *pm, struct tdm_monitor *mon) {

@@ -14,7 +14,12 @@
  * - A pipeline collapses to d* alone when T* <= (1 + MARGIN) x P (the pipeline is not
  *   clearly better), or when d* alone was measured at least as fast as this pipeline. When
  *   d* alone was never measured, it is measured for one window first (a trial), so that the
- *   pipeline is kept only where it measured faster than the best single device.
+ *   pipeline is kept only where it measured faster than the best single device. No trial is
+ *   needed when every run of the window was one micro-batch (so the stages measured what d*
+ *   alone would pay per row) and the pipeline ran at least (1 + MARGIN) / T* rows per ms
+ *   (it already beat d* alone as predicted from measurements), or would at the moved cut
+ *   below: its rows/ms x its corrected pace / the new cut's pace (the same estimate as
+ *   after a trial). The window on the moved cut checks that with its own measurements.
  * - Otherwise a pipeline moves to the new cut when that moves a node and lowers the
  *   predicted pace by MOVE_GAIN; else it is kept.
  * - One device alone goes (back) to a pipeline when the auto cut is clearly better (MARGIN)
@@ -265,7 +270,11 @@ tdm_pm_verdict tdm_pm_decide(tdm_pm_rebal *rb, const tdm_pm_config *cur, const t
             snprintf(whyb, sizeof whyb, "the pipeline ran %.2f rows/ms, %s alone %.2f", rate, rb->names[best],
                      rb->single_rate[best]);
             why = whyb;
-        } else if (!(rb->single_rate[best] > 0)) {
+        }
+        bool move = !same_config(&prop, cur) && P < (1 - MOVE_GAIN) * cur_pace;
+        double est = move && P > 0 ? rate * cur_pace / P : rate; /* rows/ms on the cut to install */
+        bool beat = w->whole && T > 0 && est * T >= 1 + MARGIN;
+        if (!why && !(rb->single_rate[best] > 0) && !beat) {
             snprintf(whyb, sizeof whyb,
                      "trial: measuring %s alone against the pipeline (%.2f rows/ms; predicted pace %.3f "
                      "ms/row vs %.3f alone)", rb->names[best], rate, P, T);
@@ -279,17 +288,21 @@ tdm_pm_verdict tdm_pm_decide(tdm_pm_rebal *rb, const tdm_pm_config *cur, const t
                      rb->names[best], why, meas);
             return TDM_PM_INSTALL;
         }
-        if (!same_config(&prop, cur) && P < (1 - MOVE_GAIN) * cur_pace) {
+        if (move) {
             *next = prop;
             describe(rb, &prop, to, sizeof to);
+            char trial[160] = "";
+            if (beat && !(rb->single_rate[best] > 0))
+                snprintf(trial, sizeof trial, "; estimated %.3f rows/ms there, faster than that alone: no trial", est);
             snprintf(msg, msg_size,
                      "pipeline rebalance: %smoved the cut from %s to %s: corrected pace %.3f -> %.3f ms/row "
-                     "(%s alone %.3f); measured %s", drift, was, to, cur_pace, P, rb->names[best], T, meas);
+                     "(%s alone %.3f%s); measured %s", drift, was, to, cur_pace, P, rb->names[best], T, trial, meas);
             return TDM_PM_INSTALL;
         }
         snprintf(msg, msg_size,
                  "pipeline rebalance: %skept %s: corrected pace %.3f ms/row, best cut %.3f, %s alone %.3f, "
-                 "%.2f rows/ms; measured %s", drift, was, cur_pace, P, rb->names[best], T, rate, meas);
+                 "%.2f rows/ms%s; measured %s", drift, was, cur_pace, P, rb->names[best], T, rate,
+                 beat && !(rb->single_rate[best] > 0) ? " (faster than that alone: no trial)" : "", meas);
         return TDM_PM_KEEP;
     }
     int d = cur->device[0];

@@ -27,6 +27,7 @@ typedef struct tdm_pm_window {
     double ref_ms_per_row[TDM_MAX_DEVICES]; /* per stage: the same in the configuration's first window */
     double rows_per_ms;                     /* rows finished per ms while runs were in flight */
     bool first;                             /* the configuration's first window */
+    bool whole;                             /* every run of the window was one micro-batch */
 } tdm_pm_window;
 
 typedef enum tdm_pm_verdict {
