@@ -5,8 +5,9 @@
  * (made by the fusion pass from Gemm + Relu and MatMul + Add + Gelu) covers the activations.
  * Threads 1 and 2 (the panels are shared out when B is large). Tolerance: |d| <= 1e-5 +
  * 1e-5 * sum |x_k b_kn| (float32 accumulation of K products in another order). A second run
- * of the same session checks the packed weights are reused, and a batch of 3 rows (oneDNN's
- * path) must agree with three one-row runs. */
+ * of the same session checks the packed weights are reused; a batch of 3 rows (the few-row
+ * path: each panel for every row) and of 9 rows (oneDNN's path) must agree with the one-row
+ * runs. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -127,33 +128,41 @@ static void run_case(tdm_env *env, const gv_case *c, int threads) {
     tdm_session_free(s);
     free(buf);
     fb_free(&b);
-    /* the same rows as one batch of 3 (oneDNN's path) agree with the one-row runs */
-    uint32_t after = rng_state;
-    rng_state = seed;
-    fb b3;
-    build(&b3, c, R, w, bias);
-    rng_state = after;
-    size = onnx__model_proto__get_packed_size(&b3.model);
-    buf = malloc(size);
-    onnx__model_proto__pack(&b3.model, buf);
-    st = tdm_session_create_from_buffer(env, buf, size, NULL, &so, &s);
-    if (st) fail_msg("create (batch): %s", tdm_status_message(st));
-    int64_t ad3[2] = {R, K};
-    tdm_tensor *x3 = NULL, *y3 = NULL;
-    assert_null(tdm_tensor_create(env, TDM_FLOAT, 2, ad3, &x3));
-    memcpy(tdm_tensor_data(x3), xs, (size_t)(R * K) * sizeof(float));
-    st = tdm_session_run(s, 1, &in_name, (const tdm_tensor *const *)&x3, 1, NULL, &y3);
-    if (st) fail_msg("run (batch): %s", tdm_status_message(st));
-    const float *yb = tdm_tensor_data(y3);
-    for (int64_t i = 0; i < R * N; i++)
-        if (!(fabsf(yb[i] - ys[i]) <= 1e-4f + 1e-4f * fabsf(ys[i])))
-            fail_msg("op %d K %lld N %lld: batch row %lld col %lld %.8g vs one-row %.8g", c->op,
-                     (long long)K, (long long)N, (long long)(i / N), (long long)(i % N), yb[i], ys[i]);
-    tdm_tensor_free(x3);
-    tdm_tensor_free(y3);
-    tdm_session_free(s);
-    free(buf);
-    fb_free(&b3);
+    /* the same rows as one batch of 3 (the few-row path) and, repeated, as a batch of 9 (more
+     * rows than DN_GEMV_MAX_ROWS: oneDNN's path) agree with the one-row runs */
+    for (int64_t mult = 1; mult <= 3; mult += 2) {
+        int64_t rows = R * mult;
+        uint32_t after = rng_state;
+        rng_state = seed;
+        fb b3;
+        build(&b3, c, rows, w, bias);
+        rng_state = after;
+        size = onnx__model_proto__get_packed_size(&b3.model);
+        buf = malloc(size);
+        onnx__model_proto__pack(&b3.model, buf);
+        st = tdm_session_create_from_buffer(env, buf, size, NULL, &so, &s);
+        if (st) fail_msg("create (batch): %s", tdm_status_message(st));
+        int64_t ad3[2] = {rows, K};
+        tdm_tensor *x3 = NULL, *y3 = NULL;
+        assert_null(tdm_tensor_create(env, TDM_FLOAT, 2, ad3, &x3));
+        for (int64_t m = 0; m < mult; m++)
+            memcpy((float *)tdm_tensor_data(x3) + m * R * K, xs, (size_t)(R * K) * sizeof(float));
+        st = tdm_session_run(s, 1, &in_name, (const tdm_tensor *const *)&x3, 1, NULL, &y3);
+        if (st) fail_msg("run (batch): %s", tdm_status_message(st));
+        const float *yb = tdm_tensor_data(y3);
+        for (int64_t i = 0; i < rows * N; i++) {
+            float want = ys[i % (R * N)];
+            if (!(fabsf(yb[i] - want) <= 1e-4f + 1e-4f * fabsf(want)))
+                fail_msg("op %d K %lld N %lld: batch of %lld row %lld col %lld %.8g vs one-row %.8g",
+                         c->op, (long long)K, (long long)N, (long long)rows, (long long)(i / N),
+                         (long long)(i % N), yb[i], want);
+        }
+        tdm_tensor_free(x3);
+        tdm_tensor_free(y3);
+        tdm_session_free(s);
+        free(buf);
+        fb_free(&b3);
+    }
     free(xs);
     free(ys);
     free(w);
@@ -199,6 +208,11 @@ static void test_gemv_threads(void **state) {
     run_case(env, &big, 2);
     gv_case mm = {OP_MATMUL, 2048, 257, false, 1.0f, 0};
     run_case(env, &mm, 2);
+    /* a classifier head (5 MB of weights, above DN_GEMV_COLD_BYTES): its batch of 3 takes the
+     * few-row path, on one thread and on two */
+    gv_case head = {OP_GEMM, 1280, 1000, true, 1.0f, 1};
+    run_case(env, &head, 1);
+    run_case(env, &head, 2);
     tdm_env_free(env);
 }
 

@@ -1,4 +1,5 @@
-/* One-row products with a constant, packed B (k_gemv.c). Private to the CPU backend. */
+/* One-row and few-row products with a constant, packed B (k_gemv.c). Private to the CPU
+ * backend. */
 #ifndef TDM_CPU_K_GEMV_H
 #define TDM_CPU_K_GEMV_H
 
@@ -17,8 +18,14 @@ void dn_gemv_free(const tdm_allocator *a, dn_gemv *g);
 int64_t dn_gemv_k(const dn_gemv *g);
 int64_t dn_gemv_n(const dn_gemv *g);
 
-/* y[N] = act(alpha * x[K] . B + bias[N]); bias and act may be NULL. */
-void dn_gemv_run(tdm_threadpool *pool, const dn_gemv *g, const float *x, const float *bias,
-                 float alpha, const tdm_fused_act *act, float *y);
+/* Most rows worth this path (more go to oneDNN's matmul). */
+#define DN_GEMV_MAX_ROWS 8
+/* Bytes of B from which several rows take this path: weights this large are read from memory
+ * on every run of a model with other work (classifier heads of 5-8 MB) */
+#define DN_GEMV_COLD_BYTES (4.0 * 1024 * 1024)
+/* y[r][N] = act(alpha * x[r][K] . B + bias[N]) for r < rows (x and y row-major, dense);
+ * bias and act may be NULL. */
+void dn_gemv_run(tdm_threadpool *pool, const dn_gemv *g, int64_t rows, const float *x,
+                 const float *bias, float alpha, const tdm_fused_act *act, float *y);
 
 #endif
