@@ -236,10 +236,10 @@ static void test_micro_batch_choice(void **state) {
 
 #include "log_box.h"
 
-/* One test device, slowed by delay_us per kernel. */
-static tdm_env *slow_env(const char *delay_us, log_box *box) {
-    setenv("TANDEM_CACHE_DIR", "/tmp", 1);
-    setenv("TANDEM_TEST_DEVICES", "1", 1);
+/* `devices` test devices slowed by delay_us per kernel, profiles cached under dir. */
+static tdm_env *test_env(const char *dir, const char *devices, const char *delay_us, log_box *box) {
+    setenv("TANDEM_CACHE_DIR", dir, 1);
+    setenv("TANDEM_TEST_DEVICES", devices, 1);
     setenv("TANDEM_TEST_DEVICE_DELAY_US", delay_us, 1);
     unsetenv("TANDEM_TEST_DEVICE_FAIL_EVERY");
     unsetenv("TANDEM_TEST_DEVICE_OPS");
@@ -249,6 +249,11 @@ static tdm_env *slow_env(const char *delay_us, log_box *box) {
     unsetenv("TANDEM_TEST_DEVICE_DELAY_US");
     if (st) fail_msg("%s", tdm_status_message(st));
     return env;
+}
+
+/* One test device, slowed by delay_us per kernel. */
+static tdm_env *slow_env(const char *delay_us, log_box *box) {
+    return test_env("/tmp", "1", delay_us, box);
 }
 
 static tdm_session *open_session(tdm_env *env, const char *path, const char *devices, int mode,
@@ -444,17 +449,7 @@ static void test_user_cuts_are_not_moved(void **state) {
 
 /* Two test devices slowed by delay_us per kernel, profiles cached under dir. */
 static tdm_env *two_slow_env(const char *dir, const char *delay_us, log_box *box) {
-    setenv("TANDEM_CACHE_DIR", dir, 1);
-    setenv("TANDEM_TEST_DEVICES", "2", 1);
-    setenv("TANDEM_TEST_DEVICE_DELAY_US", delay_us, 1);
-    unsetenv("TANDEM_TEST_DEVICE_FAIL_EVERY");
-    unsetenv("TANDEM_TEST_DEVICE_OPS");
-    tdm_env_options eo = {TDM_API_VERSION, box ? keep_log : NULL, box, TDM_LOG_INFO, {0}, 1};
-    tdm_env *env = NULL;
-    tdm_status *st = tdm_env_create(&eo, &env);
-    unsetenv("TANDEM_TEST_DEVICE_DELAY_US");
-    if (st) fail_msg("%s", tdm_status_message(st));
-    return env;
+    return test_env(dir, "2", delay_us, box);
 }
 
 /* Removes a test's cache directory (profiles/ and the files in it). */
