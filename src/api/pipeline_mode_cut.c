@@ -9,6 +9,7 @@
 #include "api/pipeline_mode_cut.h"
 #include "api/pipeline_mode_rebalance.h"
 #include "core/alloc.h"
+#include "core/strlist.h"
 #include "graph/infer.h"
 #include "sched/cost.h"
 #include "sched/profile.h"
@@ -50,11 +51,7 @@ tdm_status *tdm_pm_user_cut(const tdm_graph *g, const char *cuts, int K, int *st
     int k = 0;
     starts[0] = 0;
     char *save = NULL;
-    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        while (*tok == ' ') tok++;
-        size_t len = strlen(tok);
-        while (len && tok[len - 1] == ' ') tok[--len] = 0;
-        if (!len) continue;
+    for (char *tok = tdm_list_next(buf, &save); tok; tok = tdm_list_next(NULL, &save)) {
         long pos = -1;
         if (tok[0] == '#') {
             char *end = NULL;

@@ -8,6 +8,7 @@
 #include "api/pipeline_impl.h"
 #include "core/alloc.h"
 #include "core/clock.h"
+#include "core/strlist.h"
 #include "core/trace.h"
 #include "sched/monitor.h"
 
@@ -28,11 +29,7 @@ static tdm_status *parse_devices(tdm_session *s, const char *list, bool no_fallb
     if (strlen(list) >= sizeof buf) return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "device list is too long");
     snprintf(buf, sizeof buf, "%s", list);
     char *save = NULL;
-    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        while (*tok == ' ') tok++;
-        size_t len = strlen(tok);
-        while (len && tok[len - 1] == ' ') tok[--len] = 0;
-        if (!len) continue;
+    for (char *tok = tdm_list_next(buf, &save); tok; tok = tdm_list_next(NULL, &save)) {
         tdm_device *d = tdm_env_find_device(s->env, tok);
         if (!d) {
             char reasons[600] = "";
