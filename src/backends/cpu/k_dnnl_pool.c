@@ -211,7 +211,7 @@ static tdm_status *pool_item(void *arg, tdm_kernel_ctx *ctx, int64_t item) {
     int64_t c0 = j * e->chunk;
     const float *xs = r->x + (n * e->Cp + c0) * e->isz;
     float *ys = r->y + (n * e->Cp + c0) * e->osz;
-    char *slot = r->slots + (size_t)item * r->slot;
+    char *slot = r->slots ? r->slots + (size_t)item * r->slot : NULL; /* (no scratch: NULL) */
     const void *src = xs;
     void *dst = p->r_dst.p ? (void *)(slot + r->src_bytes) : (void *)ys;
     if (p->r_src.p) {

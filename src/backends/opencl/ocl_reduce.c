@@ -494,9 +494,11 @@ static tdm_status *run_layer_norm(tdm_kernel_ctx *ctx) {
                 st = tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
                                     "scale or bias does not broadcast to the normalised shape");
         }
-        cl_mem full;
-        if (!st) st = ocl_temp(&s, (size_t)D * sizeof(float), NULL, &full);
+        if (st) break;
+        cl_mem full = NULL;
+        st = ocl_temp(&s, (size_t)D * sizeof(float), NULL, &full);
         if (!st) st = ocl_bcast_copy(d, *mem[k], t, full, &block);
+        if (st) break;
         *mem[k] = full;
     }
     if (st) goto done;
