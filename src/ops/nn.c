@@ -112,6 +112,12 @@ static tdm_status *infer_batchnorm(tdm_infer_ctx *ctx) {
                               "input must have rank 2 or more (N, C, ...)");
     for (int i = 1; i < 5 && i < ctx->n_in; i++) {
         const tdm_value_info *p = &ctx->in[i];
+        /* scale, bias, mean and var are floating point (their type names the statistics
+         * outputs' from opset 14) */
+        if (p->present && p->dtype != TDM_UNDEFINED && !tdm_dtype_is_float(p->dtype))
+            return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
+                                  "input %d must be floating point, not %s", i,
+                                  tdm_dtype_name(p->dtype));
         if (x->rank >= 2 && p->rank >= 1 && p->dims[0] >= 0 && x->dims[1] >= 0 &&
             p->dims[0] != x->dims[1])
             return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
