@@ -165,11 +165,13 @@ tdm_status *tdm_exec_run_node(tdm_device *dev, const tdm_kernel_def *k, void *st
             state = own_state;
         }
     }
-    unsigned kflags = 0; /* the plan's promise holds for the plan's kernel only */
+    /* the plan's promises hold for the plan's own kernel only */
+    const tdm_plan_node *pn = NULL;
     if (f && f->plan && f->plan->graph == f->g && n >= f->g->nodes &&
-        n < f->g->nodes + f->g->n_nodes && f->plan->nodes[n - f->g->nodes].kernel == k)
-        kflags = f->plan->nodes[n - f->g->nodes].kflags;
-    if (n->schema->flags & TDM_OP_DATA_DEPENDENT) kflags = 0;
+        n < f->g->nodes + f->g->n_nodes && f->plan->nodes[n - f->g->nodes].kernel == k &&
+        !(n->schema->flags & TDM_OP_DATA_DEPENDENT))
+        pn = &f->plan->nodes[n - f->g->nodes];
+    unsigned kflags = pn ? pn->kflags : 0;
     if (!(n->schema->flags & TDM_OP_DATA_DEPENDENT)) {
         for (int i = 0; i < n->n_outputs; i++) {
             if (n->outputs[i] < 0 && !out[i].present) continue;
@@ -191,9 +193,9 @@ tdm_status *tdm_exec_run_node(tdm_device *dev, const tdm_kernel_def *k, void *st
      * bit for bit): when the plan did not give output 0 that input's memory, the input is
      * copied there first. */
     const tdm_tensor *ins_own[16];
-    if (kflags && n->n_inputs <= 16 && outs[0]) {
-        int ik = tdm_exec_inplace_input(f->plan, (size_t)(n - f->g->nodes));
-        const tdm_tensor *t = ik >= 0 ? ins[ik] : NULL;
+    int ik = pn ? pn->inplace_in : -1;
+    if (ik >= 0 && n->n_inputs <= 16 && outs[0]) {
+        const tdm_tensor *t = ins[ik];
         if (t && t->data != outs[0]->data && !t->device && !outs[0]->device &&
             t->dtype != TDM_STRING &&
             t->dtype == outs[0]->dtype && t->nbytes == outs[0]->nbytes) {

@@ -75,11 +75,6 @@ uint64_t tdm_exec_shapes_key(const tdm_graph *g, const tdm_tensor *const *inputs
 void tdm_exec_acquire_memplan(tdm_plan *p, uint64_t key, frame *f, size_t nv);
 /* Gives f->mp back, or builds a memory plan from the sizes recorded by a successful run. */
 void tdm_exec_release_memplan(tdm_plan *p, frame *f, uint64_t key, bool ok);
-/* The input whose memory output 0 of node i takes when both are planned (in place), or -1:
- * the kernel allows it (TDM_KF_INPLACE), the plan runs on one host-memory device (no other
- * device reads the input while the node writes), and the node is the input's last reader
- * and reads it through that input only. */
-int tdm_exec_inplace_input(const tdm_plan *p, size_t i);
 /* The shape cache of node n for this run (NULL when the run has none or n's shapes depend
  * on values other than constants); *node gets n's index. */
 struct tdm_shape_cache *tdm_exec_shape_cache_of(const frame *f, const tdm_node *n,

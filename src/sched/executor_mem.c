@@ -163,29 +163,13 @@ static bool memplan_scratch(const tdm_allocator *a, const tdm_graph *g, tdm_memp
     return mp->vals && mp->owned && mp->ins && mp->outs && mp->shapes;
 }
 
-/* Which outputs may take an input's memory (alias[v] = u, else -1): those of
- * tdm_exec_inplace_input whose two values were planned with the same size (record). */
-int tdm_exec_inplace_input(const tdm_plan *p, size_t i) {
-    const tdm_graph *g = p->graph;
-    const tdm_node *n = &g->nodes[i];
-    int k = TDM_KF_INPLACE_INPUT(p->nodes[i].kflags), d = n->device;
-    if (k < 0 || k >= n->n_inputs || n->n_outputs < 1 || p->multi_device || d < 0 ||
-        d >= p->n_devices || !p->devices[d]->host_memory)
-        return -1;
-    int u = n->inputs[k];
-    if (u < 0 || n->outputs[0] < 0 || p->release_after[u] != (int)i) return -1;
-    for (int j = 0; j < n->n_inputs; j++)
-        if (j != k && n->inputs[j] == u) return -1;
-    for (int j = 0; j < n->n_implicit; j++)
-        if (n->implicit[j] == u) return -1;
-    return k;
-}
-
+/* Which outputs may take an input's memory (alias[v] = u, else -1): those the plan allows
+ * (tdm_plan_node.inplace_in) whose two values were made with the same size (record). */
 static void inplace_requests(const tdm_plan *p, const size_t *record, int *alias) {
     const tdm_graph *g = p->graph;
     for (size_t v = 0; v < g->n_values; v++) alias[v] = -1;
     for (size_t i = 0; i < g->n_nodes; i++) {
-        int k = tdm_exec_inplace_input(p, i);
+        int k = p->nodes[i].inplace_in;
         if (k < 0) continue;
         int u = g->nodes[i].inputs[k], v = g->nodes[i].outputs[0];
         if (record[u] && record[u] == record[v]) alias[v] = u;

@@ -47,25 +47,13 @@ static void alias_groups(tdm_memplan *mp, size_t n, const size_t *size, const in
         mp->offset[u] = 1;
         mp->alias_of[v] = u;
     }
-    /* resolve chains (each link points to an earlier producer: no cycles) */
-    for (int pass = 0, changed = 1; changed && pass < 64; pass++) {
-        changed = 0;
-        for (size_t v = 0; v < n; v++) {
-            int u = mp->alias_of[v];
-            if (u >= 0 && root[v] != root[u]) {
-                root[v] = root[u];
-                changed = 1;
-            }
-        }
-    }
+    /* chains end: every link goes to a value produced earlier (first[] falls) */
     for (size_t v = 0; v < n; v++) {
         if (mp->alias_of[v] < 0) continue;
-        if (root[v] == (int)v || mp->alias_of[root[v]] >= 0) { /* unresolved: plan alone */
-            mp->alias_of[v] = -1;
-            root[v] = (int)v;
-            continue;
-        }
-        if (last[v] > lst[root[v]]) lst[root[v]] = last[v];
+        int r = mp->alias_of[v];
+        while (mp->alias_of[r] >= 0) r = mp->alias_of[r];
+        root[v] = r;
+        if (last[v] > lst[r]) lst[r] = last[v];
         mp->n_inplace++;
     }
 }

@@ -310,6 +310,24 @@ static void lifetimes(tdm_plan *p) {
     for (size_t o = 0; o < g->n_outputs; o++) p->release_after[g->outputs[o]] = -1;
 }
 
+/* tdm_plan_node.inplace_in, from the kernel flags and the lifetimes. */
+static void inplace_inputs(tdm_plan *p) {
+    const tdm_graph *g = p->graph;
+    for (size_t i = 0; i < g->n_nodes; i++) {
+        const tdm_node *n = &g->nodes[i];
+        int k = TDM_KF_INPLACE_INPUT(p->nodes[i].kflags), d = n->device;
+        p->nodes[i].inplace_in = -1;
+        if (k < 0 || k >= n->n_inputs || n->n_outputs < 1 || n->outputs[0] < 0 ||
+            p->multi_device || d < 0 || d >= p->n_devices || !p->devices[d]->host_memory)
+            continue;
+        int u = n->inputs[k];
+        bool once = u >= 0 && p->release_after[u] == (int)i;
+        for (int j = 0; once && j < n->n_inputs; j++) once = j == k || n->inputs[j] != u;
+        for (int j = 0; once && j < n->n_implicit; j++) once = n->implicit[j] != u;
+        if (once) p->nodes[i].inplace_in = k;
+    }
+}
+
 /* Per-node and per-value arrays of the plan, sized for the graph as it is now. */
 static tdm_status *plan_arrays(tdm_plan *p) {
     const tdm_allocator *a = p->alloc;
@@ -418,6 +436,7 @@ tdm_status *tdm_plan_create(const tdm_allocator *a, tdm_graph *graph, tdm_device
     }
     if ((st = prepare_kernels(p))) goto fail;
     lifetimes(p);
+    inplace_inputs(p);
     *out = p;
     return NULL;
 fail:

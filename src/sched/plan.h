@@ -18,6 +18,10 @@ typedef struct tdm_plan_node {
     const tdm_kernel_def *kernel; /* resolved from static dtypes; re-resolved if they differ */
     void *state;                  /* kernel->prepare() result */
     unsigned kflags;              /* the device's TDM_KF_* flags for `kernel` on this node */
+    int inplace_in;               /* the input whose memory output 0 takes (in place), or -1:
+                                     kflags allow it, the plan runs on one host-memory device
+                                     (no other device reads the input while the node writes),
+                                     and the node is the input's only and last reader */
 } tdm_plan_node;
 
 typedef struct tdm_plan {
