@@ -393,9 +393,14 @@ int64_t tdm_pipe_mode_last_decision(tdm_pipe_mode *pm, int64_t *replans, char *b
     return d;
 }
 
+/* The micro-batch size of an n-row run on gen, the probe aside (mu). */
+static int64_t micro_batch_of(const tdm_pipe_mode *pm, const pm_gen *gen, int64_t n) {
+    return n < 1 ? 1 : pm->micro_batch > 0 ? pm->micro_batch : tdm_pm_mb_choose(&gen->mbm, n);
+}
+
 int64_t tdm_pipe_mode_micro_batch(tdm_pipe_mode *pm, int64_t rows, int64_t *changes, char *buf, size_t size) {
     pthread_mutex_lock(&pm->mu);
-    int64_t mb = rows < 1 ? 1 : pm->micro_batch > 0 ? pm->micro_batch : tdm_pm_mb_choose(&pm->cur->mbm, rows);
+    int64_t mb = micro_batch_of(pm, pm->cur, rows);
     if (changes) *changes = pm->mb_changes;
     if (buf && size) snprintf(buf, size, "%s", pm->mb_last);
     pthread_mutex_unlock(&pm->mu);
@@ -661,10 +666,9 @@ static void replan(tdm_pipe_mode *pm, pm_gen *gen, const tdm_pm_window *w) {
 
 /* The micro-batch size of an n-row run on gen (see the file comment). */
 static int64_t run_micro_batch(tdm_pipe_mode *pm, pm_gen *gen, int64_t n) {
-    if (n < 1) return 1;
-    if (pm->micro_batch > 0) return pm->micro_batch;
+    if (n < 1 || pm->micro_batch > 0) return micro_batch_of(pm, gen, n);
     pthread_mutex_lock(&pm->mu);
-    int64_t mb = tdm_pm_mb_choose(&gen->mbm, n);
+    int64_t mb = micro_batch_of(pm, gen, n);
     if (gen->probe && (gen->probe_runs++ & 1)) mb = n;
     gen->last_rows = n;
     pthread_mutex_unlock(&pm->mu);

@@ -114,7 +114,7 @@ void dn_entry_done(dn_state *s, dn_entry *e) {
 /* ---- the generic path ---- */
 
 /* The generic kernels get what they got before the dnnl kernels promised to write all of
- * their outputs (dn_kernel_flags): zeroed outputs, and inputs apart from them (an input
+ * their outputs (tdm_cpu_dnnl_flags): zeroed outputs, and inputs apart from them (an input
  * that shares output 0's memory is copied first). */
 tdm_status *dn_fallback(tdm_kernel_ctx *ctx) {
     const tdm_kernel_def *tables[] = {tdm_cpu_kernels_nn, tdm_cpu_kernels_fused};
