@@ -14,16 +14,7 @@
 
 #include "tandem/tandem.h"
 
-#define OK(expr)                                                                         \
-    do {                                                                                 \
-        tdm_status *st_ = (expr);                                                        \
-        if (st_) {                                                                       \
-            fprintf(stderr, "%s:%d: %s: [%s] %s\n", __FILE__, __LINE__, #expr,           \
-                    tdm_code_name(tdm_status_code(st_)), tdm_status_message(st_));       \
-            tdm_status_free(st_);                                                        \
-            fail();                                                                      \
-        }                                                                                \
-    } while (0)
+#include "test_ok.h"
 
 #ifndef OCL_HARNESS_NO_GROUP
 static tdm_env *g_env;

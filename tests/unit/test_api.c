@@ -31,16 +31,7 @@ typedef struct fixture {
     tdm_tensor *input, *want_logits, *want_probs;
 } fixture;
 
-#define OK(expr)                                                                         \
-    do {                                                                                 \
-        tdm_status *st_ = (expr);                                                        \
-        if (st_) {                                                                       \
-            fprintf(stderr, "%s:%d: %s: [%s] %s\n", __FILE__, __LINE__, #expr,           \
-                    tdm_code_name(tdm_status_code(st_)), tdm_status_message(st_));       \
-            tdm_status_free(st_);                                                        \
-            fail();                                                                      \
-        }                                                                                \
-    } while (0)
+#include "test_ok.h"
 
 /* Asserts that `expr` fails with `code`; frees the status. */
 #define FAILS_WITH(expr, code)                                                           \

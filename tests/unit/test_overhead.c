@@ -20,16 +20,7 @@
 
 #include "counting_alloc.h"
 
-#define OK(expr)                                                                         \
-    do {                                                                                 \
-        tdm_status *st_ = (expr);                                                        \
-        if (st_) {                                                                       \
-            fprintf(stderr, "%s:%d: %s: [%s] %s\n", __FILE__, __LINE__, #expr,           \
-                    tdm_code_name(tdm_status_code(st_)), tdm_status_message(st_));       \
-            tdm_status_free(st_);                                                        \
-            fail();                                                                      \
-        }                                                                                \
-    } while (0)
+#include "test_ok.h"
 
 static tdm_env *make_env(counter *c, int threads) {
     tdm_env_options o = {0};
