@@ -447,13 +447,15 @@ void dn_held_clear(dn_held *h) {
     for (int i = 0; i <= DN_MAX_ARGS; i++)
         if (h->mem[i]) dnnl_memory_destroy(h->mem[i]);
     memset(h->mem, 0, sizeof h->mem);
+    if (h->scratch) tdm_free(h->alloc, h->scratch);
+    h->scratch = NULL;
     h->stream = NULL;
     h->built = false;
 }
 
 /* Creates h's objects for these arguments (pointing at no data yet); false on failure. */
-static bool held_build(dnnl_engine_t eng, const dn_prim *p, int n, const dn_arg *args,
-                       dn_held *h) {
+static bool held_build(tdm_kernel_ctx *ctx, dnnl_engine_t eng, const dn_prim *p, int n,
+                       const dn_arg *args, dn_held *h) {
     for (int i = 0; i < n; i++) {
         if (dnnl_memory_create(&h->mem[i], args[i].md, eng, DNNL_MEMORY_NONE) != dnnl_success) {
             h->mem[i] = NULL;
@@ -463,10 +465,14 @@ static bool held_build(dnnl_engine_t eng, const dn_prim *p, int n, const dn_arg 
         h->md[i] = args[i].md;
     }
     if (p->scratch) {
+        /* the scratchpad lives as long as the objects: a run allocates nothing (AVX-512
+         * matmuls need one where AVX2's gemm did not) */
         const_dnnl_primitive_desc_t pd;
         if (dnnl_primitive_get_primitive_desc(p->p, &pd) != dnnl_success) return false;
+        if (!(h->scratch = tdm_alloc(ctx->alloc, p->scratch))) return false;
+        h->alloc = ctx->alloc;
         if (dnnl_memory_create(&h->mem[n], dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0),
-                               eng, DNNL_MEMORY_NONE) != dnnl_success) {
+                               eng, h->scratch) != dnnl_success) {
             h->mem[n] = NULL;
             return false;
         }
@@ -491,7 +497,7 @@ tdm_status *dn_exec_held(tdm_kernel_ctx *ctx, dnnl_engine_t eng, const dn_prim *
                          const dn_arg *args, void *given, dn_held *h) {
     if (!h || n > DN_MAX_ARGS || atomic_flag_test_and_set(&h->busy))
         return dn_exec_in(ctx, eng, p, n, args, given);
-    if (!h->built && !held_build(eng, p, n, args, h)) dn_held_clear(h);
+    if (!h->built && !held_build(ctx, eng, p, n, args, h)) dn_held_clear(h);
     if (!h->built || !held_fits(h, n, args)) {
         atomic_flag_clear(&h->busy);
         return dn_exec_in(ctx, eng, p, n, args, given);
@@ -507,10 +513,7 @@ tdm_status *dn_exec_held(tdm_kernel_ctx *ctx, dnnl_engine_t eng, const dn_prim *
         ea[m].memory = h->mem[m];
     }
     if (r == dnnl_success && p->scratch) {
-        if (!(scratch = given ? given : tdm_kscratch(ctx, p->scratch))) {
-            st = dn_oom(ctx);
-            goto done;
-        }
+        scratch = given ? given : h->scratch;
         r = dnnl_memory_set_data_handle(h->mem[n], scratch);
         ea[m].arg = DNNL_ARG_SCRATCHPAD;
         ea[m].memory = h->mem[n];
@@ -527,7 +530,6 @@ tdm_status *dn_exec_held(tdm_kernel_ctx *ctx, dnnl_engine_t eng, const dn_prim *
     }
     dnnl_stream_wait(h->stream);
 done:
-    if (scratch != given) tdm_free(ctx->alloc, scratch);
     atomic_flag_clear(&h->busy);
     return st;
 }

@@ -158,6 +158,8 @@ typedef struct dn_held {
     int arg[DN_MAX_ARGS];
     const dnnl_memory_desc_t *md[DN_MAX_ARGS];
     dnnl_memory_t mem[DN_MAX_ARGS + 1];     /* [n]: the scratchpad, when the primitive has one */
+    void *scratch;                          /* its memory, bound once (a call's own wins) */
+    const tdm_allocator *alloc;             /* what `scratch` came from */
     dnnl_stream_t stream;
 } dn_held;
 /* dn_exec_in through `h`'s kept objects (args must name the same descriptors call after call;
