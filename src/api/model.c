@@ -41,6 +41,7 @@ tdm_status *tdm_model_load(tdm_env *env, const char *path, tdm_model **out) {
     if (!env || !path || !out) return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_model_load: NULL argument");
     tdm_onnx_model *m;
     TDM_TRY(tdm_onnx_load_file(path, env->alloc, &m));
+    tdm_onnx_log_lenient(m, path, &env->log);
     tdm_status *st = tdm_graph_infer_shapes(m->graph);
     if (st) {
         tdm_onnx_model_free(m);
@@ -56,6 +57,7 @@ tdm_status *tdm_model_load_from_buffer(tdm_env *env, const void *data, size_t si
     if (!env || !out) return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_model_load_from_buffer: NULL argument");
     tdm_onnx_model *m;
     TDM_TRY(tdm_onnx_load_buffer(data, size, base_dir, env->alloc, &m));
+    tdm_onnx_log_lenient(m, "the model", &env->log);
     tdm_status *st = tdm_graph_infer_shapes(m->graph);
     if (st) {
         tdm_onnx_model_free(m);

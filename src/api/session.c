@@ -86,6 +86,7 @@ static tdm_status *build_plan(tdm_session *s, const void *data, size_t size, con
                               const char *placement, tdm_onnx_model **m_out, tdm_plan **plan_out) {
     tdm_onnx_model *m = NULL;
     TDM_TRY(tdm_onnx_load_buffer(data, size, base_dir, s->env->alloc, &m));
+    tdm_onnx_log_lenient(m, "the model", &s->env->log);
     uint64_t h = 1469598103934665603ull;
     for (size_t i = 0; i < size; i++) h = (h ^ ((const unsigned char *)data)[i]) * 1099511628211ull;
     tdm_plan_options po = {o->no_fallback, o->opt_level, placement, o->affinity,

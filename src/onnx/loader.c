@@ -15,6 +15,7 @@
 typedef struct conv {
     const tdm_allocator *a;
     const char *base_dir;
+    unsigned lenient; /* TDM_ONNX_LENIENT_* accepted so far */
 } conv;
 
 static tdm_status *convert_graph(conv *c, const Onnx__GraphProto *gp, tdm_graph *parent,
@@ -37,7 +38,8 @@ static void pc_free(void *user, void *p) { tdm_free(((pc_ctx *)user)->a, p); }
 
 /* ---- types ---- */
 
-static tdm_status *fill_type(tdm_graph *g, tdm_value *v, const Onnx__TypeProto *tp, bool required) {
+static tdm_status *fill_type(conv *c, tdm_graph *g, tdm_value *v, const Onnx__TypeProto *tp,
+                             bool required) {
     if (!tp) {
         if (required)
             return TDM_ERR(TDM_ERR_INVALID_MODEL, "graph input/output '%s' has no type information",
@@ -77,6 +79,10 @@ static tdm_status *fill_type(tdm_graph *g, tdm_value *v, const Onnx__TypeProto *
         const Onnx__TensorShapeProto__Dimension *dim = tt->shape->dim[d];
         v->dims[d] = TDM_DIM_UNKNOWN;
         if (dim->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE) {
+            if (dim->dim_value == -1) { /* Paddle2ONNX's "dynamic": unknown, as ORT reads it */
+                c->lenient |= TDM_ONNX_LENIENT_DIM_MINUS_ONE;
+                continue;
+            }
             if (dim->dim_value < 0)
                 return TDM_ERR(TDM_ERR_INVALID_MODEL, "value '%s': dimension %d is negative (%lld)",
                                v->name, d, (long long)dim->dim_value);
@@ -281,7 +287,7 @@ static tdm_status *convert_graph(conv *c, const Onnx__GraphProto *gp, tdm_graph 
         if (v < 0 && (st = tdm_graph_add_value(g, vi->name, &v))) goto fail;
         tdm_value *val = &g->values[v];
         val->is_input = true;
-        if (!val->data && (st = fill_type(g, val, vi->type, depth == 0))) goto fail;
+        if (!val->data && (st = fill_type(c, g, val, vi->type, depth == 0))) goto fail;
         g->inputs[g->n_inputs++] = v;
     }
     /* nodes */
@@ -357,7 +363,7 @@ static tdm_status *convert_graph(conv *c, const Onnx__GraphProto *gp, tdm_graph 
         if ((st = resolve_input(g, vi->name, &v))) goto fail;
         tdm_value *val = &g->values[v];
         val->is_output = true;
-        if ((st = fill_type(g, val, vi->type, depth == 0))) goto fail;
+        if ((st = fill_type(c, g, val, vi->type, depth == 0))) goto fail;
         g->outputs[g->n_outputs++] = v;
     }
     for (size_t i = 0; i < g->n_nodes && !st; i++)
@@ -373,7 +379,7 @@ static tdm_status *convert_graph(conv *c, const Onnx__GraphProto *gp, tdm_graph 
         if (!vi->name) continue;
         int v = tdm_graph_find_value(g, vi->name);
         if (v < 0 || g->values[v].data || g->values[v].is_input) continue;
-        if ((st = fill_type(g, &g->values[v], vi->type, false))) goto fail;
+        if ((st = fill_type(c, g, &g->values[v], vi->type, false))) goto fail;
     }
     *out = g;
     return NULL;
@@ -392,12 +398,22 @@ static tdm_status *convert_model(const Onnx__ModelProto *mp, conv *c, tdm_onnx_m
     for (size_t i = 0; i < mp->n_opset_import; i++) {
         const Onnx__OperatorSetIdProto *op = mp->opset_import[i];
         const char *d = op->domain && strcmp(op->domain, "ai.onnx") ? op->domain : "";
-        for (size_t j = 0; j < g->n_opsets; j++)
-            if (strcmp(g->opsets[j].domain, d) == 0)
-                return TDM_ERR(TDM_ERR_INVALID_MODEL, "opset of domain '%s' is imported twice", d);
         if (op->version < 1 || op->version > 1000)
             return TDM_ERR(TDM_ERR_INVALID_MODEL, "opset version %lld of domain '%s' is invalid",
                            (long long)op->version, d);
+        bool again = false;
+        for (size_t j = 0; j < g->n_opsets; j++) {
+            if (strcmp(g->opsets[j].domain, d) != 0) continue;
+            if (g->opsets[j].version != op->version)
+                return TDM_ERR(TDM_ERR_INVALID_MODEL,
+                               "opset of domain '%s' is imported twice, as versions %lld and %lld",
+                               d, (long long)g->opsets[j].version, (long long)op->version);
+            again = true; /* skl2onnx writes the same import twice: harmless */
+        }
+        if (again) {
+            c->lenient |= TDM_ONNX_LENIENT_DUP_OPSET;
+            continue;
+        }
         g->opsets[g->n_opsets].domain = tdm_strdup(c->a, d);
         if (!g->opsets[g->n_opsets].domain) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
         g->opsets[g->n_opsets].version = op->version;
@@ -443,8 +459,9 @@ tdm_status *tdm_onnx_load_buffer(const void *data, size_t size, const char *base
         st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
     } else {
         m->alloc = a;
-        conv c = {a, base_dir};
+        conv c = {a, base_dir, 0};
         st = convert_model(mp, &c, m);
+        m->lenient = c.lenient;
     }
     onnx__model_proto__free_unpacked(mp, &pa);
     if (st) {
@@ -453,6 +470,16 @@ tdm_status *tdm_onnx_load_buffer(const void *data, size_t size, const char *base
     }
     *out = m;
     return NULL;
+}
+
+void tdm_onnx_log_lenient(const tdm_onnx_model *m, const char *what, const tdm_logger *lg) {
+    if (!m || !m->lenient) return;
+    if (m->lenient & TDM_ONNX_LENIENT_DUP_OPSET)
+        tdm_log(lg, TDM_LOG_WARN,
+                "%s imports an opset twice with the same version; the repeat is ignored", what);
+    if (m->lenient & TDM_ONNX_LENIENT_DIM_MINUS_ONE)
+        tdm_log(lg, TDM_LOG_WARN,
+                "%s gives a dimension as -1 (not allowed by ONNX); read as unknown", what);
 }
 
 void tdm_onnx_model_free(tdm_onnx_model *m) {

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/log.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "graph/graph.h"
@@ -21,7 +22,16 @@ typedef struct tdm_onnx_model {
     int64_t ir_version;
     char *producer; /* "name version" */
     int64_t model_version;
+    unsigned lenient; /* TDM_ONNX_LENIENT_*: what was accepted that the spec forbids */
 } tdm_onnx_model;
+
+/* Sloppiness of real exporters that the loader accepts, as ONNX Runtime and onnx.checker do
+ * (each is logged once per load as a warning by tdm_onnx_log_lenient). */
+#define TDM_ONNX_LENIENT_DUP_OPSET 0x1u      /* a domain imported twice with the same version */
+#define TDM_ONNX_LENIENT_DIM_MINUS_ONE 0x2u  /* dim_value -1 on an input/output/value_info */
+
+/* Logs one warning per leniency in m->lenient. */
+void tdm_onnx_log_lenient(const tdm_onnx_model *m, const char *what, const tdm_logger *lg);
 
 /* Loads a model file; external data is resolved against the file's folder. */
 tdm_status *tdm_onnx_load_file(const char *path, const tdm_allocator *a, tdm_onnx_model **out);
