@@ -258,14 +258,25 @@ TDM_API size_t tdm_model_input_count(const tdm_model *model);
 TDM_API size_t tdm_model_output_count(const tdm_model *model);
 TDM_API tdm_status *tdm_model_input(const tdm_model *model, size_t index, tdm_value_desc *out);
 TDM_API tdm_status *tdm_model_output(const tdm_model *model, size_t index, tdm_value_desc *out);
+/* Every domain the model imports (index < tdm_model_opset_count): its name ("" for the
+ * default ONNX domain) and *version; NULL past the end. */
+TDM_API size_t tdm_model_opset_count(const tdm_model *model);
+TDM_API const char *tdm_model_opset_domain(const tdm_model *model, size_t index, int64_t *version);
+/* Nodes of the main graph. */
 TDM_API size_t tdm_model_node_count(const tdm_model *model);
-/* Distinct operator types, in first-seen order. */
+/* Subgraphs (If/Loop/Scan bodies, at any depth) and the nodes inside them. */
+TDM_API size_t tdm_model_subgraph_count(const tdm_model *model);
+TDM_API size_t tdm_model_nested_node_count(const tdm_model *model);
+/* Distinct operator types of every node, subgraphs included, in first-seen order. */
 TDM_API size_t tdm_model_op_type_count(const tdm_model *model);
 TDM_API const char *tdm_model_op_type(const tdm_model *model, size_t index,
                                       size_t *node_count);
-/* Whether `device` ("cpu", ...) has a kernel for every node of that op type. */
+/* Whether `device` ("cpu", ...) has a kernel for every node of that op type (subgraphs
+ * included). */
 TDM_API bool tdm_model_op_type_supported(const tdm_model *model, size_t index,
                                          const char *device);
+/* Elements and bytes of the weights: initializers and Constant nodes' tensors, subgraphs
+ * included. */
 TDM_API int64_t tdm_model_parameter_count(const tdm_model *model);
 TDM_API int64_t tdm_model_parameter_bytes(const tdm_model *model);
 

@@ -39,7 +39,8 @@ struct tdm_model {
     tdm_onnx_model *m;
     op_hist *ops;
     size_t n_ops;
-    int64_t params, param_bytes;
+    int64_t params, param_bytes; /* initializers and Constant nodes, subgraphs included */
+    size_t nested_nodes, n_subgraphs; /* nodes inside subgraphs, and the subgraphs */
     bool graph_borrowed; /* a session's model: the graph belongs to the session's plan */
 };
 

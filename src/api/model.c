@@ -4,27 +4,38 @@
 #include "core/alloc.h"
 #include "graph/infer.h"
 
-tdm_status *tdm_model_wrap(tdm_env *env, tdm_onnx_model *m, bool graph_borrowed, tdm_model **out) {
-    tdm_model *md = tdm_calloc(env->alloc, 1, sizeof *md);
-    if (!md) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
-    md->env = env;
-    md->m = m;
-    md->graph_borrowed = graph_borrowed;
-    const tdm_graph *g = m->graph;
-    md->ops = tdm_calloc(env->alloc, g->n_nodes ? g->n_nodes : 1, sizeof *md->ops);
-    if (!md->ops) {
-        tdm_free(env->alloc, md);
-        return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
+/* Calls fn(ctx, g) for g and every subgraph in it (If/Loop/Scan bodies, at any depth; the
+ * loader bounds the depth), parents first. */
+static void each_graph(const tdm_graph *g, void (*fn)(void *ctx, const tdm_graph *g), void *ctx) {
+    fn(ctx, g);
+    for (size_t i = 0; i < g->n_nodes; i++)
+        for (int k = 0; k < g->nodes[i].n_attrs; k++) {
+            const tdm_attr *at = &g->nodes[i].attrs[k];
+            if (at->type == TDM_ATTR_GRAPH && at->g) each_graph(at->g, fn, ctx);
+            if (at->type == TDM_ATTR_GRAPHS)
+                for (size_t j = 0; j < at->n; j++)
+                    if (at->graphs[j]) each_graph(at->graphs[j], fn, ctx);
+        }
+}
+
+static void count_graph(void *ctx, const tdm_graph *g) {
+    tdm_model *md = ctx;
+    if (g->depth > 0) {
+        md->n_subgraphs++;
+        md->nested_nodes += g->n_nodes;
     }
     for (size_t i = 0; i < g->n_nodes; i++) {
         const char *op = g->nodes[i].op_type;
         size_t j = 0;
         while (j < md->n_ops && strcmp(md->ops[j].op, op)) j++;
-        if (j == md->n_ops) {
-            md->ops[j].op = g->nodes[i].op_type; /* borrowed from the graph */
-            md->n_ops++;
+        if (j == md->n_ops && md->ops) md->ops[md->n_ops++].op = g->nodes[i].op_type; /* borrowed */
+        if (j < md->n_ops) md->ops[j].nodes++;
+        /* weights given as Constant nodes count as parameters too */
+        const tdm_attr *v = strcmp(op, "Constant") ? NULL : tdm_node_attr(&g->nodes[i], "value");
+        if (v && v->type == TDM_ATTR_TENSOR && v->t) {
+            md->params += v->t->count;
+            md->param_bytes += (int64_t)v->t->nbytes;
         }
-        md->ops[j].nodes++;
     }
     for (size_t v = 0; v < g->n_values; v++) {
         const tdm_value *val = &g->values[v];
@@ -33,6 +44,24 @@ tdm_status *tdm_model_wrap(tdm_env *env, tdm_onnx_model *m, bool graph_borrowed,
             md->param_bytes += (int64_t)val->data->nbytes;
         }
     }
+}
+
+static void count_nodes(void *ctx, const tdm_graph *g) { *(size_t *)ctx += g->n_nodes; }
+
+tdm_status *tdm_model_wrap(tdm_env *env, tdm_onnx_model *m, bool graph_borrowed, tdm_model **out) {
+    tdm_model *md = tdm_calloc(env->alloc, 1, sizeof *md);
+    if (!md) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
+    md->env = env;
+    md->m = m;
+    md->graph_borrowed = graph_borrowed;
+    size_t all = 0;
+    each_graph(m->graph, count_nodes, &all);
+    md->ops = tdm_calloc(env->alloc, all ? all : 1, sizeof *md->ops);
+    if (!md->ops) {
+        tdm_free(env->alloc, md);
+        return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    each_graph(m->graph, count_graph, md);
     *out = md;
     return NULL;
 }
@@ -133,15 +162,21 @@ const char *tdm_model_op_type(const tdm_model *md, size_t i, size_t *nodes) {
     return md->ops[i].op;
 }
 
-bool tdm_model_op_type_supported(const tdm_model *md, size_t i, const char *device) {
-    if (!md || i >= md->n_ops) return false;
-    tdm_device *dev = tdm_env_find_device(md->env, device ? device : "cpu");
-    if (!dev) return false;
-    const tdm_graph *g = md->m->graph;
-    for (size_t k = 0; k < g->n_nodes; k++) {
+typedef struct support_walk {
+    tdm_device *dev;
+    const char *op;
+    bool ok;
+} support_walk;
+
+static void check_support(void *ctx, const tdm_graph *g) {
+    support_walk *w = ctx;
+    for (size_t k = 0; k < g->n_nodes && w->ok; k++) {
         const tdm_node *n = &g->nodes[k];
-        if (strcmp(n->op_type, md->ops[i].op)) continue;
-        if (!n->schema) return false;
+        if (strcmp(n->op_type, w->op)) continue;
+        if (!n->schema) {
+            w->ok = false;
+            break;
+        }
         tdm_dtype types[64];
         int nt = n->n_inputs < 64 ? n->n_inputs : 64;
         bool unknown = false;
@@ -149,9 +184,26 @@ bool tdm_model_op_type_supported(const tdm_model *md, size_t i, const char *devi
             types[j] = n->inputs[j] >= 0 ? g->values[n->inputs[j]].dtype : TDM_UNDEFINED;
             if (n->inputs[j] >= 0 && types[j] == TDM_UNDEFINED) unknown = true;
         }
-        if (!tdm_device_find_kernel(dev, n, types, nt) && !unknown) return false;
+        if (!tdm_device_find_kernel(w->dev, n, types, nt) && !unknown) w->ok = false;
     }
-    return true;
+}
+
+bool tdm_model_op_type_supported(const tdm_model *md, size_t i, const char *device) {
+    if (!md || i >= md->n_ops) return false;
+    tdm_device *dev = tdm_env_find_device(md->env, device ? device : "cpu");
+    if (!dev) return false;
+    support_walk w = {dev, md->ops[i].op, true};
+    each_graph(md->m->graph, check_support, &w);
+    return w.ok;
+}
+
+size_t tdm_model_nested_node_count(const tdm_model *md) { return md ? md->nested_nodes : 0; }
+size_t tdm_model_subgraph_count(const tdm_model *md) { return md ? md->n_subgraphs : 0; }
+size_t tdm_model_opset_count(const tdm_model *md) { return md ? md->m->graph->n_opsets : 0; }
+const char *tdm_model_opset_domain(const tdm_model *md, size_t index, int64_t *version) {
+    if (!md || index >= md->m->graph->n_opsets) return NULL;
+    if (version) *version = md->m->graph->opsets[index].version;
+    return md->m->graph->opsets[index].domain;
 }
 
 int64_t tdm_model_parameter_count(const tdm_model *md) { return md ? md->params : 0; }

@@ -3,6 +3,7 @@
 #define TDM_CLI_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "tandem/tandem.h"
@@ -22,8 +23,40 @@ int cli_fail(tdm_status *st, const char *context);
 int npy_read(tdm_env *env, const char *path, tdm_tensor **out, char *why, size_t why_size);
 int npy_write(const char *path, const tdm_tensor *t, char *why, size_t why_size);
 
-/* Fills a tensor with deterministic pseudo-random values suited to its dtype. */
-void cli_fill_random(tdm_tensor *t, unsigned long long seed);
+/* Fills a tensor with deterministic pseudo-random values suited to its dtype: floats in
+ * [-1, 1), float16/bfloat16 0.5, integers in `range` ([lo, hi], clamped to the dtype; NULL:
+ * small defaults per dtype, see cli_random_values). */
+void cli_fill_random(tdm_tensor *t, unsigned long long seed, const int64_t *range);
+/* What cli_fill_random puts into a tensor of this dtype, as text ("in [0, 1]"). */
+const char *cli_random_values(tdm_dtype dt, const int64_t *range, char *buf, size_t size);
+
+/* ---- a model's inputs as commands take them (src/cli/inputs.c) ---- */
+#define CLI_MAX_INPUTS 256
+typedef struct cli_inputs {
+    const char *file_names[CLI_MAX_INPUTS], *files[CLI_MAX_INPUTS]; /* --input NAME=FILE.npy */
+    int n_files;
+    const char *shape_names[CLI_MAX_INPUTS], *shape_dims[CLI_MAX_INPUTS]; /* --shape NAME:DIMS */
+    int n_shapes;
+    unsigned long long seed; /* --seed (default 1) */
+    bool has_int_range;      /* --int-range LO,HI */
+    int64_t int_range[2];
+} cli_inputs;
+void cli_inputs_init(cli_inputs *in);
+/* Takes argv[*i] when it is --input, --shape, --seed or --int-range (advancing *i past its
+ * value): 1; 0 when it is another option; -1 after printing why its value is bad. The
+ * strings stay in argv (NAME=FILE and NAME:DIMS are split in place). */
+int cli_inputs_option(cli_inputs *in, const char *cmd, int argc, char **argv, int *i);
+/* 0 when every --input and --shape names an input of m, else 1 after a message. */
+int cli_inputs_check(const cli_inputs *in, const char *cmd, const tdm_model *m);
+/* Input `d` (the model's `index`-th): read from its --input file, else random with its
+ * declared shape (a dynamic leading dimension = batch, other dynamic ones 1) or its --shape.
+ * *random says which; *batch_used (may be NULL) is set when `batch` was used. 0 or an exit
+ * code after a message. */
+int cli_input_make(tdm_env *env, const cli_inputs *in, const char *cmd, const tdm_value_desc *d,
+                   int64_t batch, unsigned long long index, tdm_tensor **out, bool *random,
+                   bool *batch_used);
+/* One line naming the random inputs and the values they took (nothing when none was). */
+void cli_note_random(FILE *f, const cli_inputs *in, const tdm_model *m, const char *cmd);
 /* One-line summary: dtype, shape, min/max/mean and the first values. */
 void cli_print_summary(FILE *f, const char *name, const tdm_tensor *t);
 /* Element-wise comparison; writes a reason on mismatch. Returns true when equal within

@@ -17,17 +17,21 @@
 static void bench_usage(FILE *f) {
     fprintf(f,
             "usage: tandem bench MODEL [--devices LIST] [--threads N] [--batch N] [--warmup N|Ss]\n"
-            "                    [--iterations N | --duration S] [--shape NAME:d0,d1,...]\n"
-            "                    [--opt-level N] [--seed N] [--json] [--mode latency|throughput|pipeline]\n"
-            "                    [--trace FILE] [--scenario NAME [scenario options]]\n\n"
-            "Runs MODEL on random inputs: warm-up runs, then timed synchronous runs. Prints the\n"
+            "                    [--iterations N | --duration S] [--input NAME=FILE.npy]...\n"
+            "                    [--shape NAME:d0,d1,...] [--seed N] [--int-range LO,HI]\n"
+            "                    [--opt-level N] [--json] [--mode latency|throughput|pipeline]\n"
+            "                    [--cuts LIST] [--micro-batch N] [--placement P] [--affinity RULES]\n"
+            "                    [--precision P] [--trace FILE] [--scenario NAME [scenario options]]\n\n"
+            "Runs MODEL on its inputs (from .npy files, the others random): warm-up runs, then\n"
+            "timed synchronous runs. Prints the inputs (which are random, and their values), the\n"
             "latency (p50, p90, p99, mean, min, max in ms), the throughput (items/s = batch *\n"
             "runs/s) and per-device figures (utilisation, memory, copies).\n"
             "  --devices LIST     comma-separated devices in order of preference (default cpu)\n"
             "  --threads N        intra-op threads (default: all cores)\n"
             "  --batch N          size of every input's dynamic leading dimension (default 1);\n"
             "                     other dynamic dims are 1 unless --shape gives them\n"
-            "  --shape NAME:DIMS  full shape of input NAME (repeatable)\n"
+            "  --input NAME=FILE  input NAME from a .npy file instead of random data (repeatable)\n"
+            "  --shape NAME:DIMS  full shape of random input NAME (repeatable)\n"
             "  --warmup N|Ss      untimed runs first (default 3); with an s suffix (2s, 0.5s)\n"
             "                     warm up for that many seconds\n"
             "  --iterations N     timed runs (default 10)\n"
@@ -44,7 +48,10 @@ static void bench_usage(FILE *f) {
             "  --affinity RULES   \"Op=DEVICE;/regex/=DEVICE;#a-b=DEVICE\" (see tandem plan)\n"
             "  --precision P      accelerators' arithmetic: fp32 (default), tf32, fp16, bf16\n"
             "  --trace FILE       write a Chrome trace (Perfetto) of the timed runs\n"
-            "  --seed N           seed of the random inputs (default 1)\n"
+            "  --seed N           seed of the random inputs (default 1; input i uses N + i)\n"
+            "  --int-range LO,HI  random integers in [LO, HI] (default: [0, 1] for int32/int64,\n"
+            "                     [0, 7] for the other integers, [0, 255] for uint8); random\n"
+            "                     floats are in [-1, 1)\n"
             "  --json             print one JSON object instead of text\n"
             "\nScenarios (after MLPerf LoadGen; a query is one run of batch --batch):\n"
             "  --scenario single-stream  one query at a time: p50/p90/p99/max latency, QPS\n"
@@ -186,6 +193,9 @@ static int bench_parse(int argc, char **argv, struct bench_args *a) {
         int sc = parse_scenario_opt(argc, argv, &i, a);
         if (sc == 2) return 2;
         if (sc == 1) continue;
+        int took = cli_inputs_option(&a->in, "bench", argc, argv, &i);
+        if (took < 0) return 2;
+        if (took) continue;
         if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
             bench_usage(stdout);
             return 0;
@@ -217,15 +227,6 @@ static int bench_parse(int argc, char **argv, struct bench_args *a) {
                 fprintf(stderr, "tandem: bench: --micro-batch expects a number >= 0\n");
                 return 2;
             }
-        } else if (!strcmp(o, "--shape") && has_val) {
-            char *c = strrchr(argv[++i], ':');
-            if (!c || c == argv[i] || a->n_shapes == MAX_INPUTS) {
-                fprintf(stderr, "tandem: bench: --shape expects NAME:d0,d1,...\n");
-                return 2;
-            }
-            *c = 0;
-            a->shape_names[a->n_shapes] = argv[i];
-            a->shape_dims[a->n_shapes++] = c + 1;
         } else if (!strcmp(o, "--duration") && has_val) {
             char *end;
             errno = 0;
@@ -238,14 +239,12 @@ static int bench_parse(int argc, char **argv, struct bench_args *a) {
             a->duration_set = true;
             a->iterations = 0, a->iterations_set = false;
         } else if ((!strcmp(o, "--threads") || !strcmp(o, "--batch") || !strcmp(o, "--warmup") ||
-                    !strcmp(o, "--iterations") || !strcmp(o, "--opt-level") ||
-                    !strcmp(o, "--seed")) && has_val) {
+                    !strcmp(o, "--iterations") || !strcmp(o, "--opt-level")) && has_val) {
             const char *val = argv[++i];
             long lo = 1, hi = 1 << 20;
             if (!strcmp(o, "--threads") || !strcmp(o, "--warmup")) lo = 0;
             if (!strcmp(o, "--iterations")) hi = MAX_RUNS;
             if (!strcmp(o, "--opt-level")) lo = 0, hi = 2;
-            if (!strcmp(o, "--seed")) lo = 0, hi = LONG_MAX;
             if (!parse_long(val, lo, hi, &v)) {
                 fprintf(stderr, "tandem: bench: %s expects an integer in [%ld, %ld], got '%s'\n", o,
                         lo, hi, val);
@@ -255,7 +254,6 @@ static int bench_parse(int argc, char **argv, struct bench_args *a) {
             else if (!strcmp(o, "--batch")) a->batch = v;
             else if (!strcmp(o, "--warmup")) a->warmup = v, a->warmup_s = 0;
             else if (!strcmp(o, "--opt-level")) a->opt = v;
-            else if (!strcmp(o, "--seed")) a->seed = (unsigned long long)v;
             else {
                 a->iterations = v, a->duration = 0;
                 a->iterations_set = true, a->duration_set = false;
@@ -278,58 +276,41 @@ static int bench_parse(int argc, char **argv, struct bench_args *a) {
     return -1;
 }
 
-/* Creates random inputs. Returns 0 or an exit code (message printed). */
+/* Creates the inputs (from --input files, else random). Returns 0 or an exit code (message
+ * printed). */
 static int make_inputs(tdm_env *env, const tdm_model *m, const struct bench_args *a,
                        tdm_tensor **ins, const char **names, FILE *info) {
     size_t n = tdm_model_input_count(m);
     bool batch_used = false;
-    for (int k = 0; k < a->n_shapes; k++) {
-        bool found = false;
-        for (size_t i = 0; i < n; i++) {
-            tdm_value_desc d;
-            if (!tdm_model_input(m, i, &d) && !strcmp(d.name, a->shape_names[k])) found = true;
-        }
-        if (!found) {
-            fprintf(stderr, "tandem: bench: the model has no input named '%s'\n", a->shape_names[k]);
-            return 1;
-        }
-    }
+    if (cli_inputs_check(&a->in, "bench", m)) return 1;
     for (size_t i = 0; i < n; i++) {
         tdm_value_desc d;
         tdm_status *st = tdm_model_input(m, i, &d);
         if (st) return cli_fail(st, "bench");
         names[i] = d.name;
-        int64_t dims[TDM_MAX_RANK];
-        int rank = d.rank < 0 ? 0 : d.rank;
-        for (int j = 0; j < rank; j++) {
-            dims[j] = d.dims[j] >= 0 ? d.dims[j] : j == 0 ? a->batch : 1;
-            if (j == 0 && d.dims[j] < 0) batch_used = true;
-        }
-        for (int k = 0; k < a->n_shapes; k++)
-            if (!strcmp(a->shape_names[k], d.name)) {
-                rank = cli_parse_dims(a->shape_dims[k], dims, TDM_MAX_RANK);
-                if (rank < 0) {
-                    fprintf(stderr, "tandem: bench: bad --shape for '%s'\n", d.name);
-                    return 1;
-                }
-                if (rank > 0 && dims[0] == a->batch) batch_used = true;
-            }
-        if ((st = tdm_tensor_create(env, d.dtype, rank, dims, &ins[i]))) return cli_fail(st, d.name);
-        if (d.dtype == TDM_STRING) {
-            for (int64_t e = 0; e < tdm_tensor_element_count(ins[i]); e++)
-                if ((st = tdm_tensor_set_string(ins[i], e, "tandem", 6)))
-                    return cli_fail(st, d.name);
-        } else {
-            cli_fill_random(ins[i], a->seed + i);
-        }
-        char shape[256];
-        cli_shape_str(rank, dims, shape, sizeof shape);
+        bool random = false;
+        int rc = cli_input_make(env, &a->in, "bench", &d, a->batch, i, &ins[i], &random,
+                                &batch_used);
+        if (rc) return rc;
+        if (!random && a->batch > 1 && tdm_tensor_rank(ins[i]) > 0 &&
+            tdm_tensor_dims(ins[i])[0] == a->batch)
+            batch_used = true;
+        char shape[256], vals[96];
+        cli_shape_str(tdm_tensor_rank(ins[i]), tdm_tensor_dims(ins[i]), shape, sizeof shape);
+        const char *from = random ? cli_random_values(d.dtype, a->in.has_int_range
+                                                                   ? a->in.int_range : NULL,
+                                                      vals, sizeof vals)
+                                  : "from file";
         if (a->json) {
             fprintf(info, "%s{\"name\": ", i ? ", " : "");
             bench_json_string(info, d.name);
-            fprintf(info, ", \"dtype\": \"%s\", \"shape\": %s}", tdm_dtype_name(d.dtype), shape);
+            fprintf(info, ", \"dtype\": \"%s\", \"shape\": %s, \"random\": %s, \"values\": ",
+                    tdm_dtype_name(d.dtype), shape, random ? "true" : "false");
+            bench_json_string(info, from);
+            fputc('}', info);
         } else {
-            fprintf(info, "%s%s %s %s", i ? ", " : "", d.name, tdm_dtype_name(d.dtype), shape);
+            fprintf(info, "%s%s %s %s (%s%s)", i ? ", " : "", d.name, tdm_dtype_name(d.dtype),
+                    shape, random ? "random, " : "", from);
         }
     }
     if (a->batch > 1 && !batch_used) {
@@ -348,8 +329,8 @@ int cmd_bench(int argc, char **argv) {
     a.warmup = 3;
     a.iterations = 10;
     a.opt = 1;
-    a.seed = 1;
     a.latency_bound_ms = 100;
+    cli_inputs_init(&a.in);
     int rc = bench_parse(argc, argv, &a);
     if (rc >= 0) return rc;
 
@@ -403,6 +384,7 @@ int cmd_bench(int argc, char **argv) {
         double r0 = bench_now_s();
         if ((st = tdm_session_run(s, n_in, names, cins, n_out, NULL, outs))) {
             rc = cli_fail(st, "warm-up run");
+            cli_note_random(stderr, &a.in, m, "bench");
             goto done;
         }
         double ms = (bench_now_s() - r0) * 1e3;

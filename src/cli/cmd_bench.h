@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include "cli.h"
 #include "tandem/tandem.h"
 
 #define BENCH_MAX_INPUTS 256
@@ -17,8 +18,7 @@ struct bench_args {
     const char *placement, *affinity; /* tdm_session_options.placement / affinity */
     const char *precision; /* accelerators' arithmetic (tdm_session_options.precision) */
     long micro_batch;    /* --mode pipeline: rows per micro-batch (0 = automatic) */
-    const char *shape_names[BENCH_MAX_INPUTS], *shape_dims[BENCH_MAX_INPUTS];
-    int n_shapes;
+    cli_inputs in;       /* --input, --shape, --seed, --int-range */
     long threads, batch, warmup, iterations, opt;
     double warmup_s;     /* > 0: warm up for this many seconds instead of `warmup` runs */
     double duration;     /* > 0: time-bound instead of iterations */
@@ -28,7 +28,6 @@ struct bench_args {
     double latency_bound_ms; /* server: bound on the 99th percentile */
     long samples_per_query;  /* multi-stream */
     double interval_ms;      /* multi-stream: query period */
-    unsigned long long seed;
     bool json, progress;
 };
 

@@ -234,9 +234,11 @@ static int run_async(struct bench_ctx *c, progress *pg, result *r, const char *s
         goto out;
     }
     for (long k = 0; k < ns; k++) refs[k] = (sample_ref){&cp, k};
-    double t0 = bench_now_s() + 0.001;
+    /* arrivals start a millisecond ahead (time to schedule them); other scenarios issue their
+     * first query at once, so that no latency is measured from a start still to come */
+    double t0 = bench_now_s() + (server ? 0.001 : 0.0);
     if (server) { /* arrival times up front: the process does not depend on the system */
-        uint64_t rng = a->seed ^ 0x5e77e5ull;
+        uint64_t rng = a->in.seed ^ 0x5e77e5ull;
         double t = t0;
         for (long q = 0; q < nq; q++) {
             t += -log(1.0 - rand_unit(&rng)) / a->qps;
@@ -325,7 +327,7 @@ static void print_result(struct bench_ctx *c, const char *sc, result *r) {
                "\"warmup_runs\": %ld, \"seed\": %llu",
                mode, a->batch, threads, a->opt,
                a->iterations_set ? 0 : a->duration_set ? a->duration : DEFAULT_DURATION_S,
-               a->min_queries, a->iterations_set ? a->iterations : 0, c->warm_runs, a->seed);
+               a->min_queries, a->iterations_set ? a->iterations : 0, c->warm_runs, a->in.seed);
         if (server) printf(", \"qps\": %.4f, \"latency_bound_ms\": %.4f", a->qps, a->latency_bound_ms);
         if (multi)
             printf(", \"samples_per_query\": %ld, \"interval_ms\": %.4f",
@@ -361,7 +363,7 @@ static void print_result(struct bench_ctx *c, const char *sc, result *r) {
     printf("inputs: %s\n", c->inputs_json);
     if (server)
         printf("target: %.2f qps (Poisson, seed %llu), latency bound %.3f ms at p99\n", a->qps,
-               a->seed, a->latency_bound_ms);
+               a->in.seed, a->latency_bound_ms);
     if (multi)
         printf("queries: %ld samples every %.3f ms\n",
                a->samples_per_query > 0 ? a->samples_per_query : 8,

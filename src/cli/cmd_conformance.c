@@ -200,10 +200,22 @@ static void conf_usage(FILE *f) {
             "                          [--precision fp32|tf32|fp16|bf16]\n\n"
             "Runs the ONNX backend node tests in DIR (default %s):\n"
             "one line per failure, then 'N passed, N failed, N skipped'.\n"
+            "  --devices LIST       devices to run on, in order of preference (default cpu)\n"
+            "  --filter REGEX       only the tests whose folder name matches (extended regex)\n"
             "  --expect FILE        tests (one name a line) that must pass; any of them failing\n"
             "                       makes the exit status non-zero\n"
             "  --list-passing FILE  write the names of the passing tests\n"
-            "  Defaults: rtol 1e-3, atol 1e-5 (float16/bfloat16: 1e-2/1e-3); exact for integers.\n",
+            "  --verbose            also print a line for each passing and skipped test\n"
+            "  --no-fork            run the tests in this process (default: each in a child, so\n"
+            "                       that a crash or a hang fails one test)\n"
+            "  --rtol X             relative tolerance: |got - want| <= atol + rtol * |want|\n"
+            "                       (default 1e-3; float16/bfloat16 1e-2); integers are exact\n"
+            "  --atol X             absolute tolerance (default 1e-5; float16/bfloat16 1e-3)\n"
+            "  --timeout S          seconds a forked test may take (default 120)\n"
+            "  --opt-level N        0 = no graph passes, 1 = default\n"
+            "  --placement P        auto (cost model), first (the first device that can), or a\n"
+            "                       device name\n"
+            "  --precision P        accelerators' arithmetic: fp32 (default), tf32, fp16, bf16\n",
             DEFAULT_DIR);
 }
 

@@ -30,7 +30,8 @@ static void print_bytes(const char *what, unsigned long long b) {
 
 /* --plan: one run on random inputs (dynamic dimensions 1) makes the memory plan; its
  * figures come from tdm_session_explain's JSON "memory" object. Returns an exit code. */
-static int inspect_plan(tdm_env *env, const char *path, const char *devices) {
+static int inspect_plan(tdm_env *env, const char *path, const char *devices, int n_shapes,
+                        const char *const *shape_names, const char *const *shape_dims) {
     tdm_session_options so = {0};
     so.api_version = TDM_API_VERSION;
     so.devices = devices;
@@ -38,7 +39,7 @@ static int inspect_plan(tdm_env *env, const char *path, const char *devices) {
     tdm_session *s = NULL;
     tdm_status *st = tdm_session_create(env, path, &so, &s);
     if (st) return cli_fail(st, "--plan");
-    int rc = cli_run_random(env, s, 0, NULL, NULL, 1);
+    int rc = cli_run_random(env, s, n_shapes, shape_names, shape_dims, 1);
     char *json = NULL;
     if (!rc && (st = tdm_session_explain(s, TDM_EXPLAIN_JSON, &json))) rc = cli_fail(st, "--plan");
     const char *mem = json ? strstr(json, "\"memory\":{") : NULL;
@@ -48,7 +49,7 @@ static int inspect_plan(tdm_env *env, const char *path, const char *devices) {
     }
     if (!rc) {
         unsigned long long arena = json_num(mem, "arena_bytes"), all = json_num(mem, "intermediate_bytes");
-        printf("memory plan (random inputs, dynamic dimensions 1; devices %s):\n", devices ? devices : "cpu");
+        printf("memory plan (random inputs, dynamic dimensions 1 unless --shape; devices %s):\n", devices ? devices : "cpu");
         printf("  %-22s %s\n", "planned", strstr(mem, "\"planned\":true") ? "yes" : "no");
         print_bytes("arena (peak)", arena);
         print_bytes("all intermediates", all);
@@ -74,22 +75,41 @@ static int inspect_plan(tdm_env *env, const char *path, const char *devices) {
 int cmd_inspect(int argc, char **argv) {
     const char *path = NULL, *device = "cpu", *devices = NULL;
     bool plan = false;
+    const char *shape_names[64], *shape_dims[64];
+    int n_shapes = 0;
     for (int i = 1; i < argc; i++) {
+        bool v = i + 1 < argc;
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: tandem inspect MODEL [--device NAME] [--plan [--devices LIST]]\n\nPrints the model's IR version, "
-                   "opsets, inputs, outputs, operator histogram, parameter count and bytes, and "
-                   "which operators the device (default cpu) cannot run.\n"
-                   "--plan also runs the model once on zero inputs (dynamic dimensions 1) on the\n"
-                   "devices of LIST (default cpu) and prints its memory plan: the arena (peak of\n"
-                   "the planned intermediates), the sum of all intermediate tensors, the largest\n"
-                   "set of them alive at once and the weight bytes each device reads.\n");
+            printf("usage: tandem inspect MODEL [--device NAME] [--plan [--devices LIST]\n"
+                   "                      [--shape NAME:d0,d1,...]...]\n\n"
+                   "Prints the model's IR version, the opset of every domain it imports, inputs,\n"
+                   "outputs, node counts (subgraphs included), the operator histogram, parameters\n"
+                   "(initializers and Constant nodes) and which operators the device cannot run\n"
+                   "(checked in subgraphs too).\n"
+                   "  --device NAME      the device whose support is checked (default cpu)\n"
+                   "  --plan             also run the model once on random inputs and print its\n"
+                   "                     memory plan: the arena (peak of the planned intermediates),\n"
+                   "                     the sum of all intermediate tensors, the largest set of\n"
+                   "                     them alive at once and the weight bytes each device reads\n"
+                   "  --devices LIST     --plan: the devices to plan for (default cpu)\n"
+                   "  --shape NAME:DIMS  --plan: the shape of input NAME (dynamic dimensions are 1\n"
+                   "                     otherwise; repeatable)\n");
             return 0;
         } else if (!strcmp(argv[i], "--plan")) {
             plan = true;
-        } else if (!strcmp(argv[i], "--devices") && i + 1 < argc) {
+        } else if (!strcmp(argv[i], "--devices") && v) {
             devices = argv[++i];
-        } else if (!strcmp(argv[i], "--device") && i + 1 < argc) {
+        } else if (!strcmp(argv[i], "--device") && v) {
             device = argv[++i];
+        } else if (!strcmp(argv[i], "--shape") && v) {
+            char *c = strrchr(argv[++i], ':');
+            if (!c || c == argv[i] || n_shapes == 64) {
+                fprintf(stderr, "tandem inspect: --shape expects NAME:d0,d1,...\n");
+                return 2;
+            }
+            *c = 0;
+            shape_names[n_shapes] = argv[i];
+            shape_dims[n_shapes++] = c + 1;
         } else if (argv[i][0] == '-') {
             fprintf(stderr, "tandem inspect: unknown option '%s'\n", argv[i]);
             return 2;
@@ -99,6 +119,10 @@ int cmd_inspect(int argc, char **argv) {
     }
     if (!path) {
         fprintf(stderr, "usage: tandem inspect MODEL\n");
+        return 2;
+    }
+    if (n_shapes && !plan) {
+        fprintf(stderr, "tandem inspect: --shape is for --plan\n");
         return 2;
     }
     tdm_env *env = NULL;
@@ -113,7 +137,11 @@ int cmd_inspect(int argc, char **argv) {
     printf("ir_version: %lld\n", (long long)tdm_model_ir_version(m));
     printf("producer:   %s\n", tdm_model_producer(m));
     printf("opset:      %lld", (long long)tdm_model_opset(m, ""));
-    if (tdm_model_opset(m, "com.microsoft")) printf(" (com.microsoft %lld)", (long long)tdm_model_opset(m, "com.microsoft"));
+    for (size_t i = 0; i < tdm_model_opset_count(m); i++) {
+        int64_t version = 0;
+        const char *domain = tdm_model_opset_domain(m, i, &version);
+        if (domain && domain[0]) printf(", %s %lld", domain, (long long)version);
+    }
     printf("\ninputs:\n");
     for (size_t i = 0; i < tdm_model_input_count(m); i++) {
         tdm_value_desc d;
@@ -126,7 +154,12 @@ int cmd_inspect(int argc, char **argv) {
         tdm_model_output(m, i, &d);
         print_value(&d);
     }
-    printf("nodes:      %zu\n", tdm_model_node_count(m));
+    size_t nested = tdm_model_nested_node_count(m);
+    printf("nodes:      %zu", tdm_model_node_count(m) + nested);
+    if (nested)
+        printf(" (%zu in the main graph, %zu in %zu subgraphs)", tdm_model_node_count(m), nested,
+               tdm_model_subgraph_count(m));
+    printf("\n");
     printf("operators:\n");
     size_t unsupported = 0;
     for (size_t i = 0; i < tdm_model_op_type_count(m); i++) {
@@ -139,7 +172,7 @@ int cmd_inspect(int argc, char **argv) {
     long long p = (long long)tdm_model_parameter_count(m), b = (long long)tdm_model_parameter_bytes(m);
     printf("parameters: %lld (%.2f MiB)\n", p, (double)b / (1024.0 * 1024.0));
     printf("unsupported operators on %s: %zu\n", device, unsupported);
-    int rc = plan ? inspect_plan(env, path, devices) : 0;
+    int rc = plan ? inspect_plan(env, path, devices, n_shapes, shape_names, shape_dims) : 0;
     tdm_model_free(m);
     tdm_env_free(env);
     return rc;

@@ -12,6 +12,15 @@ static void plan_usage(FILE *f) {
             "Prints, per node (or per segment with --segments), the device chosen, the predicted\n"
             "time on every candidate device, why it was placed there, the copies between devices\n"
             "with their bytes, and the predicted total against each single device.\n"
+            "  --devices LIST    devices to plan over, in order of preference (default cpu)\n"
+            "  --placement P     auto (default: the cost model), first (the first device that can\n"
+            "                    run a node), or a device name\n"
+            "  --no-fallback     fail when a node cannot run on the chosen device instead of\n"
+            "                    placing it on the CPU\n"
+            "  --json            print the plan as one JSON object\n"
+            "  --segments        one line per segment (neighbouring nodes on one device)\n"
+            "  --shape NAME:DIMS shape of input NAME (dynamic dims are 1 otherwise; repeatable)\n"
+            "  --threads N       intra-op threads (default: all cores)\n"
             "  --affinity RULES  \"Conv=opencl:0;/decoder.*/=cpu;#10-20=cpu\" (op type, /regex/ on\n"
             "                    node names, or node positions)\n"
             "  --measure N       run N times on random inputs (after one warm-up run) and show\n"
@@ -98,7 +107,7 @@ int cmd_plan(int argc, char **argv) {
                 rc = st ? cli_fail(st, d.name) : 1;
                 break;
             }
-            cli_fill_random(ins[i], 1 + i);
+            cli_fill_random(ins[i], 1 + i, NULL);
         }
         for (size_t j = 0; j < n_out; j++) {
             tdm_value_desc d;

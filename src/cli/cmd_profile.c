@@ -12,7 +12,14 @@ static void profile_usage(FILE *f) {
             "Runs MODEL on each device of LIST in turn (the CPU only for what a device cannot\n"
             "run), then prints per op type and per op the measured time, its share of the total,\n"
             "achieved GFLOP/s and GB/s against the device's profile, the copies and the critical\n"
-            "path. The measured times are stored in the cache folder and used by later plans.\n");
+            "path. The measured times are stored in the cache folder and used by later plans.\n"
+            "  --devices LIST     devices to profile, each in turn (default cpu)\n"
+            "  --runs N           measured runs per device (default 10)\n"
+            "  --warmup N         unmeasured runs first (default 2)\n"
+            "  --threads N        intra-op threads (default: all cores)\n"
+            "  --shape NAME:DIMS  shape of input NAME (dynamic dims are 1 otherwise; repeatable)\n"
+            "  --json             print one JSON object\n"
+            "  --no-save          do not store the measured times in the cache folder\n");
 }
 
 int cmd_profile(int argc, char **argv) {

@@ -12,7 +12,9 @@ static void usage(FILE *f) {
             "  inspect MODEL      opset, inputs, outputs, operators, parameters, support\n"
             "  conformance [DIR]  run ONNX backend node tests (default: the libonnx-testdata set)\n"
             "  devices            list the devices tandem can use, and why others are missing\n"
-            "  bench MODEL        latency and throughput on random inputs\n"
+            "  plan MODEL         where each node would run and why: placement, copies, predictions\n"
+            "  profile MODEL      measured time per op and per device; stored for later plans\n"
+            "  bench MODEL        latency and throughput (inputs from .npy files or random)\n"
             "  serve              KServe v2 / Triton-compatible HTTP server (--model-repository DIR)\n\n"
             "  --version          print the version\n"
             "  --help             this text; `tandem <command> --help` for a command's options\n",

@@ -62,28 +62,86 @@ int cli_parse_dims(const char *s, int64_t *dims, int max) {
     return n;
 }
 
-void cli_fill_random(tdm_tensor *t, unsigned long long seed) {
+/* Default [lo, hi] of random integers per dtype: small, so that they are safe as indices. */
+static bool int_default(tdm_dtype dt, int64_t r[2]) {
+    int64_t hi;
+    switch (dt) {
+    case TDM_BOOL: case TDM_INT32: case TDM_INT64: hi = 1; break;
+    case TDM_UINT8: hi = 255; break;
+    case TDM_INT8: case TDM_INT16: case TDM_UINT16: case TDM_UINT32: case TDM_UINT64: hi = 7; break;
+    default: return false;
+    }
+    r[0] = 0, r[1] = hi;
+    return true;
+}
+
+/* The dtype's own limits (for clamping a user's range). */
+static void int_limits(tdm_dtype dt, double *lo, double *hi) {
+    switch (dt) {
+    case TDM_BOOL: *lo = 0, *hi = 1; break;
+    case TDM_INT8: *lo = INT8_MIN, *hi = INT8_MAX; break;
+    case TDM_UINT8: *lo = 0, *hi = UINT8_MAX; break;
+    case TDM_INT16: *lo = INT16_MIN, *hi = INT16_MAX; break;
+    case TDM_UINT16: *lo = 0, *hi = UINT16_MAX; break;
+    case TDM_INT32: *lo = INT32_MIN, *hi = INT32_MAX; break;
+    case TDM_UINT32: *lo = 0, *hi = UINT32_MAX; break;
+    case TDM_UINT64: *lo = 0, *hi = 9.2e18; break;
+    default: *lo = -9.2e18, *hi = 9.2e18; break;
+    }
+}
+
+const char *cli_random_values(tdm_dtype dt, const int64_t *range, char *buf, size_t size) {
+    int64_t r[2];
+    if (dt == TDM_FLOAT || dt == TDM_DOUBLE) snprintf(buf, size, "in [-1, 1)");
+    else if (dt == TDM_FLOAT16 || dt == TDM_BFLOAT16) snprintf(buf, size, "all 0.5");
+    else if (dt == TDM_STRING) snprintf(buf, size, "all \"tandem\"");
+    else if (int_default(dt, r)) {
+        double lo, hi;
+        int_limits(dt, &lo, &hi);
+        if (range) {
+            r[0] = (double)range[0] < lo ? (int64_t)lo : range[0];
+            r[1] = (double)range[1] > hi ? (int64_t)hi : range[1];
+        }
+        snprintf(buf, size, "in [%lld, %lld]", (long long)r[0], (long long)r[1]);
+    } else snprintf(buf, size, "zero");
+    return buf;
+}
+
+void cli_fill_random(tdm_tensor *t, unsigned long long seed, const int64_t *range) {
     uint64_t x = seed * 6364136223846793005ull + 1442695040888963407ull;
     int64_t n = tdm_tensor_element_count(t);
     void *d = tdm_tensor_data(t);
+    tdm_dtype dt = tdm_tensor_dtype(t);
+    int64_t r[2] = {0, 0};
+    bool integral = int_default(dt, r);
+    double lo = (double)r[0], width = (double)r[1] - (double)r[0] + 1;
+    if (integral && range) {
+        double dlo, dhi;
+        int_limits(dt, &dlo, &dhi);
+        double a = (double)range[0] < dlo ? dlo : (double)range[0];
+        double b = (double)range[1] > dhi ? dhi : (double)range[1];
+        if (a > b) a = b; /* a range outside the dtype: its nearest limit */
+        lo = a, width = b - a + 1;
+    }
     for (int64_t i = 0; i < n; i++) {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
         double u = (double)(x >> 11) / 9007199254740992.0; /* [0,1) */
-        switch (tdm_tensor_dtype(t)) {
+        double v = floor(lo + u * width);
+        switch (dt) {
         case TDM_FLOAT: ((float *)d)[i] = (float)(u * 2 - 1); break;
         case TDM_DOUBLE: ((double *)d)[i] = u * 2 - 1; break;
         case TDM_FLOAT16: case TDM_BFLOAT16: ((uint16_t *)d)[i] = 0x3800; break; /* 0.5 */
-        case TDM_INT8: ((int8_t *)d)[i] = (int8_t)(u * 8); break;
-        case TDM_UINT8: ((uint8_t *)d)[i] = (uint8_t)(u * 256); break;
-        case TDM_BOOL: ((uint8_t *)d)[i] = u < 0.5; break;
-        case TDM_INT16: ((int16_t *)d)[i] = (int16_t)(u * 8); break;
-        case TDM_UINT16: ((uint16_t *)d)[i] = (uint16_t)(u * 8); break;
-        case TDM_INT32: ((int32_t *)d)[i] = (int32_t)(u * 2); break;
-        case TDM_UINT32: ((uint32_t *)d)[i] = (uint32_t)(u * 8); break;
-        case TDM_INT64: ((int64_t *)d)[i] = (int64_t)(u * 2); break; /* small: safe as indices */
-        case TDM_UINT64: ((uint64_t *)d)[i] = (uint64_t)(u * 8); break;
+        case TDM_INT8: ((int8_t *)d)[i] = (int8_t)v; break;
+        case TDM_UINT8: ((uint8_t *)d)[i] = (uint8_t)v; break;
+        case TDM_BOOL: ((uint8_t *)d)[i] = range ? v != 0 : u < 0.5; break;
+        case TDM_INT16: ((int16_t *)d)[i] = (int16_t)v; break;
+        case TDM_UINT16: ((uint16_t *)d)[i] = (uint16_t)v; break;
+        case TDM_INT32: ((int32_t *)d)[i] = (int32_t)v; break;
+        case TDM_UINT32: ((uint32_t *)d)[i] = (uint32_t)v; break;
+        case TDM_INT64: ((int64_t *)d)[i] = (int64_t)v; break;
+        case TDM_UINT64: ((uint64_t *)d)[i] = (uint64_t)v; break;
         default: break;
         }
     }
@@ -216,7 +274,7 @@ int cli_run_random(tdm_env *env, tdm_session *s, int n_shapes, const char *const
         } else if ((st = tdm_tensor_create(env, d.dtype, rank, dims, &ins[i]))) {
             rc = cli_fail(st, d.name);
         } else {
-            cli_fill_random(ins[i], seed + i);
+            cli_fill_random(ins[i], seed + i, NULL);
         }
     }
     for (size_t j = 0; j < n_out; j++) {

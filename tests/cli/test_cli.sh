@@ -78,5 +78,23 @@ expect bench-bad-qps nonzero "qps expects" "$T" bench "$M" --scenario server --q
 expect inspect-plan 0 "" sh -c "\"$T\" inspect $M --plan | $J 'import sys,re; t=sys.stdin.read(); n=lambda k: int(re.search(k+r\" +(\\d+) bytes\",t).group(1)); a,i,l,w=n(\"arena .peak.\"),n(\"all intermediates\"),n(\"largest live set\"),n(\"weights on cpu\"); assert \"planned                yes\" in t and 0<l<=a<=i and w>0, t'"
 expect inspect-plan-json 0 "" sh -c "\"$T\" plan $M --json | $J 'import json,sys; m=json.load(sys.stdin)[\"memory\"]; assert set(m)>={\"planned\",\"arena_bytes\",\"intermediate_bytes\",\"peak_live_bytes\",\"weights_bytes\"} and m[\"weights_bytes\"][\"cpu\"]>0, m'"
 expect inspect-plan-devices 0 "weights on test:0      105640 bytes" sh -c "TANDEM_TEST_DEVICES=1 \"$T\" inspect $M --plan --devices test:0,cpu"
+# issue 17: inputs for bench, --int-range, output folders, help texts, nested subgraphs
+D="$SRC/tests/models/dlrm_like/model.onnx"
+IFM="$SRC/tests/models/if_matmul_body/model.onnx"
+expect help-flags 0 "0 problems" python3 "$SRC/tests/cli/check_help.py" "$T"
+expect run-output-dir-nested 0 "" sh -c "\"$T\" run $M --random --output-dir $tmp/a/b/c > /dev/null && test -s $tmp/a/b/c/probabilities.npy && $J 'import json; assert json.load(open(\"$tmp/a/b/c/names.json\"))=={\"probabilities.npy\":\"probabilities\"}'"
+expect run-output-dir-bad nonzero "output-dir" sh -c "touch $tmp/file; \"$T\" run $M --random --output-dir $tmp/file/sub"
+expect run-output-dir-before-run nonzero "output-dir" sh -c "\"$T\" run $tmp/nope.onnx --random --output-dir $tmp/file/sub"
+expect bench-input-file 0 "input float32 \[1,3,64,64\] (from file)" "$T" bench "$M" --input "input=$SRC/models/default/input.npy" --iterations 2 --warmup 0 --threads 1
+expect bench-input-unknown nonzero "no input named 'nope'" "$T" bench "$M" --input "nope=$SRC/models/default/input.npy" --iterations 1
+expect bench-random-line 0 "input float32 \[1,3,64,64\] (random, in \[-1, 1))" "$T" bench "$M" --iterations 1 --warmup 0 --threads 1
+expect bench-int-range 0 "sparse_0 int64 \[1\] (random, in \[2, 5\])" "$T" bench "$D" --int-range 2,5 --iterations 1 --warmup 0 --threads 1
+expect bench-int-range-json 0 "" sh -c "\"$T\" bench $D --int-range 0,3 --iterations 1 --warmup 0 --threads 1 --json | $J 'import json,sys; i={x[\"name\"]:x for x in json.load(sys.stdin)[\"inputs\"]}; assert i[\"sparse_0\"][\"random\"] and i[\"sparse_0\"][\"values\"]==\"in [0, 3]\" and i[\"dense_features\"][\"values\"]==\"in [-1, 1)\"'"
+expect bench-int-range-bad nonzero "int-range expects LO,HI" "$T" bench "$D" --int-range 5,2 --iterations 1
+expect bench-offline-nonnegative 0 "" sh -c "for k in 1 2 3; do \"$T\" bench $M --scenario offline --iterations 8 --warmup 0 --threads 1 --json | $J 'import json,sys; l=json.load(sys.stdin)[\"latency_ms\"]; assert l[\"min\"]>=0, l' || exit 1; done"
+expect inspect-subgraphs 0 "nodes:      3 (1 in the main graph, 2 in 2 subgraphs)" "$T" inspect "$IFM"
+expect inspect-subgraph-params 0 "parameters: 16 " "$T" inspect "$IFM"
+expect inspect-plan-shape 0 "planned                yes" "$T" inspect "$SRC/tests/models/mlp_dynamic_batch/model.onnx" --plan --shape input:3,4,8
+expect inspect-shape-without-plan nonzero "is for --plan" "$T" inspect "$M" --shape input:1,3,64,64
 echo "$passes passed, $fails failed"
 [ $fails = 0 ]
