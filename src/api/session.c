@@ -72,11 +72,8 @@ static tdm_status *configure_precision(tdm_session *s, const char *precision) {
     if (!ok)
         return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "precision '%s' is not one of fp32, tf32, fp16, "
                        "bf16", precision);
-    for (int i = 0; i < s->n_devices; i++) {
-        tdm_device *d = s->devices[i];
-        if (d->iface->api_version >= 3 && d->iface->configure)
-            TDM_TRY(d->iface->configure(d, "precision", precision));
-    }
+    for (int i = 0; i < s->n_devices; i++)
+        TDM_TRY(tdm_device_configure(s->devices[i], "precision", precision));
     return NULL;
 }
 

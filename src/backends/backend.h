@@ -1,6 +1,7 @@
 /* The backend interface. A backend is discovered once per environment and yields devices;
  * a device is a struct of function pointers (tdm_device_iface) plus a context pointer. The
- * scheduler and executor talk to devices only through this interface.
+ * scheduler and executor talk to devices only through this interface, by its wrappers
+ * (tdm_device_*, below).
  *
  * Layers: backend (registry entry) -> device -> (queues, buffers). The CPU device runs
  * kernels synchronously on the calling thread plus its thread pool; accelerator devices
@@ -144,25 +145,63 @@ TDM_BACKENDS(TDM_X_)
 /* All registered backends, NULL-terminated. */
 extern const tdm_backend_reg *const tdm_backends[];
 
-/* Wrappers (supply defaults for optional members). */
+/* ---- The wrappers (backends/device.c) --------------------------------------------------
+ * Code outside a backend calls a device only through these, never through dev->iface: each
+ * wrapper checks the interface version and the member once and supplies the default of an
+ * optional member, or a status that says what the device lacks (TDM_ERR_UNSUPPORTED for a
+ * member the device does not have). One wrapper per member, in the order of the struct. */
+
+/* version 1 */
+/* The device's kernel for node (NULL: it cannot run it). */
 const tdm_kernel_def *tdm_device_find_kernel(tdm_device *dev, const tdm_node *node,
                                              const tdm_dtype *in_types, int n_in);
 tdm_status *tdm_device_execute(tdm_device *dev, const tdm_kernel_def *k, tdm_kernel_ctx *ctx);
-/* The device's kernel_flags for kernel k on node (0 when it has none). */
-unsigned tdm_device_kernel_flags(tdm_device *dev, const tdm_kernel_def *k, const tdm_node *node);
+/* Waits for the device's queued work; a no-op for a device without synchronize. */
 tdm_status *tdm_device_synchronize(tdm_device *dev);
+/* Frees the device; NULL-safe. */
 void tdm_device_close(tdm_device *dev);
-/* The launch-window hooks (version 4): no-ops for devices without them. */
-static inline tdm_status *tdm_device_segment_begin(tdm_device *dev, uint64_t key) {
-    return dev && dev->iface->api_version >= 4 && dev->iface->segment_begin
-               ? dev->iface->segment_begin(dev, key)
-               : NULL;
-}
-static inline tdm_status *tdm_device_segment_end(tdm_device *dev, bool ok) {
-    return dev && dev->iface->api_version >= 4 && dev->iface->segment_end
-               ? dev->iface->segment_end(dev, ok)
-               : NULL;
-}
+
+/* version 2: memory of the device's own (an error for a device without it; buffer_free of
+ * such a device does nothing) */
+tdm_status *tdm_device_buffer_alloc(tdm_device *dev, size_t size, void **buf);
+void tdm_device_buffer_free(tdm_device *dev, void *buf);
+tdm_status *tdm_device_upload(tdm_device *dev, void *buf, const void *host, size_t size);
+tdm_status *tdm_device_download(tdm_device *dev, void *host, const void *buf, size_t size);
+
+/* version 3: events, asynchronous downloads, staging memory, settings. event_free and
+ * host_free do nothing for a device without them (or a NULL event / pointer). event_wait on a
+ * device without it blocks the calling thread until the event completed (owner's
+ * event_sync), as its contract allows. configure on a device without it ignores the key. */
+tdm_status *tdm_device_event_record(tdm_device *dev, void **event);
+tdm_status *tdm_device_event_wait(tdm_device *dev, tdm_device *owner, void *event);
+tdm_status *tdm_device_event_sync(tdm_device *dev, void *event);
+void tdm_device_event_free(tdm_device *dev, void *event);
+tdm_status *tdm_device_download_async(tdm_device *dev, void *host, const void *buf, size_t size,
+                                      void **event);
+tdm_status *tdm_device_host_alloc(tdm_device *dev, size_t size, void **host);
+void tdm_device_host_free(tdm_device *dev, void *host);
+tdm_status *tdm_device_configure(tdm_device *dev, const char *key, const char *value);
+
+/* version 4: the launch-window hooks; no-ops for devices without them */
+tdm_status *tdm_device_segment_begin(tdm_device *dev, uint64_t key);
+tdm_status *tdm_device_segment_end(tdm_device *dev, bool ok);
+
+/* version 5: the device's kernel_flags for kernel k on node (0 when it has none) */
+unsigned tdm_device_kernel_flags(tdm_device *dev, const tdm_kernel_def *k, const tdm_node *node);
+
+/* What a device has, for callers that choose a path before calling (all false for NULL). */
+/* synchronize */
+bool tdm_device_has_synchronize(const tdm_device *dev);
+/* buffer_alloc, buffer_free, upload and download */
+bool tdm_device_has_buffers(const tdm_device *dev);
+/* event_record, event_wait, event_sync and event_free */
+bool tdm_device_has_events(const tdm_device *dev);
+/* host_alloc and host_free */
+bool tdm_device_has_staging(const tdm_device *dev);
+/* events, upload, download_async and staging memory: what asynchronous copies need */
+bool tdm_device_has_async_copies(const tdm_device *dev);
+/* segment_begin and segment_end */
+bool tdm_device_has_segments(const tdm_device *dev);
 
 /* Tensors in a device's memory. tdm_device_tensor_new allocates a device buffer for the shape
  * (the tensor frees it through its release hook); to_device/to_host copy a tensor across

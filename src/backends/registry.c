@@ -7,31 +7,8 @@ const tdm_backend_reg *const tdm_backends[] = {
     NULL,
 };
 
-const tdm_kernel_def *tdm_device_find_kernel(tdm_device *dev, const tdm_node *node,
-                                             const tdm_dtype *in_types, int n_in) {
-    return dev->iface->find_kernel(dev, node, in_types, n_in);
-}
-
-tdm_status *tdm_device_execute(tdm_device *dev, const tdm_kernel_def *k, tdm_kernel_ctx *ctx) {
-    return dev->iface->execute(dev, k, ctx);
-}
-
-unsigned tdm_device_kernel_flags(tdm_device *dev, const tdm_kernel_def *k, const tdm_node *node) {
-    if (!dev || !k || dev->iface->api_version < 5 || !dev->iface->kernel_flags) return 0;
-    return dev->iface->kernel_flags(dev, k, node);
-}
-
-tdm_status *tdm_device_synchronize(tdm_device *dev) {
-    return dev->iface->synchronize ? dev->iface->synchronize(dev) : NULL;
-}
-
-void tdm_device_close(tdm_device *dev) {
-    if (dev) dev->iface->close(dev);
-}
-
 static void release_device_buffer(void *device, void *data) {
-    tdm_device *dev = device;
-    dev->iface->buffer_free(dev, data);
+    tdm_device_buffer_free(device, data);
 }
 
 tdm_status *tdm_device_tensor_new(tdm_device *dev, const tdm_allocator *a, tdm_dtype dtype,
@@ -41,7 +18,7 @@ tdm_status *tdm_device_tensor_new(tdm_device *dev, const tdm_allocator *a, tdm_d
     tdm_tensor *t = NULL;
     TDM_TRY(tdm_tensor_new_view(a, dtype, rank, dims, NULL, &t));
     void *buf = NULL;
-    tdm_status *st = dev->iface->buffer_alloc(dev, t->nbytes, &buf);
+    tdm_status *st = tdm_device_buffer_alloc(dev, t->nbytes, &buf);
     if (st) {
         tdm_tensor_destroy(t);
         return tdm_status_wrap(st, "device %s: ", dev->name);
@@ -59,7 +36,7 @@ tdm_status *tdm_device_to_device(tdm_device *dev, const tdm_allocator *a, const 
         return TDM_ERR(TDM_ERR_INTERNAL, "tdm_device_to_device: source is not in host memory");
     tdm_tensor *t = NULL;
     TDM_TRY(tdm_device_tensor_new(dev, a, host->dtype, host->rank, host->dims, &t));
-    tdm_status *st = host->nbytes ? dev->iface->upload(dev, t->data, host->data, host->nbytes) : NULL;
+    tdm_status *st = host->nbytes ? tdm_device_upload(dev, t->data, host->data, host->nbytes) : NULL;
     if (st) {
         tdm_tensor_destroy(t);
         return tdm_status_wrap(st, "upload to %s: ", dev->name);
@@ -73,7 +50,7 @@ tdm_status *tdm_device_to_host(const tdm_allocator *a, const tdm_tensor *t, tdm_
     if (!dev) return tdm_tensor_clone(a, t, out);
     tdm_tensor *h = NULL;
     TDM_TRY(tdm_tensor_new(a, t->dtype, t->rank, t->dims, &h));
-    tdm_status *st = t->nbytes ? dev->iface->download(dev, h->data, t->data, t->nbytes) : NULL;
+    tdm_status *st = t->nbytes ? tdm_device_download(dev, h->data, t->data, t->nbytes) : NULL;
     if (st) {
         tdm_tensor_destroy(h);
         return tdm_status_wrap(st, "download from %s: ", dev->name);

@@ -272,7 +272,7 @@ bool tdm_exec_windowed(const frame *f, size_t i) {
     if (!f->plan || !f->plan->nodes[i].kernel || f->times || f->plan->trace) return false;
     int d = f->g->nodes[i].device;
     const tdm_device *dev = f->plan->devices[d >= 0 ? d : 0];
-    return dev->iface->api_version >= 4 && dev->iface->segment_begin; /* a device that uses them */
+    return tdm_device_has_segments(dev); /* a device that uses them */
 }
 
 static void release(frame *f, int v, int node) {

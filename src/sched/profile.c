@@ -333,11 +333,11 @@ static tdm_status *bn_execute(const bench *b, bench_node *bn, tdm_tensor **out) 
  * after all earlier work) for a device without synchronize. */
 static tdm_status *dev_wait(const bench *b, const tdm_tensor *t) {
     if (b->dev->host_memory) return NULL;
-    if (b->dev->iface->synchronize) return b->dev->iface->synchronize(b->dev);
+    if (tdm_device_has_synchronize(b->dev)) return tdm_device_synchronize(b->dev);
     unsigned char tiny[4];
     size_t n = t && t->nbytes < sizeof tiny ? t->nbytes : sizeof tiny;
     if (!t || !n) return NULL;
-    return b->dev->iface->download(b->dev, tiny, t->data, n);
+    return tdm_device_download(b->dev, tiny, t->data, n);
 }
 
 /* Best seconds of one run: a warm-up, then up to max_reps timed runs or `budget` seconds. */
@@ -561,15 +561,15 @@ static tdm_status *time_copy(const bench *b, bool up, void *buf, void *host, siz
     for (int r = 0; r <= reps; r++) { /* round 0 warms up */
         double t0 = now_s();
         if (up) {
-            TDM_TRY(d->iface->upload(d, buf, host, size));
-            if (d->iface->synchronize) {
-                TDM_TRY(d->iface->synchronize(d));
+            TDM_TRY(tdm_device_upload(d, buf, host, size));
+            if (tdm_device_has_synchronize(d)) {
+                TDM_TRY(tdm_device_synchronize(d));
             } else {
                 unsigned char tiny[4];
-                TDM_TRY(d->iface->download(d, tiny, buf, size < 4 ? size : 4));
+                TDM_TRY(tdm_device_download(d, tiny, buf, size < 4 ? size : 4));
             }
         } else {
-            TDM_TRY(d->iface->download(d, host, buf, size));
+            TDM_TRY(tdm_device_download(d, host, buf, size));
         }
         double t = now_s() - t0;
         if (r > 0 && t < *best) *best = t;
@@ -602,21 +602,21 @@ static tdm_status *link_figures(const bench *b, void *buf, void *host, double *h
 static tdm_status *bench_link(const bench *b, tdm_device_profile *p) {
     tdm_device *d = b->dev;
     if (d->host_memory) return NULL; /* no copies: 0 = "no copy needed" */
-    if (!d->iface->buffer_alloc || !d->iface->upload || !d->iface->download)
+    if (!tdm_device_has_buffers(d))
         return TDM_ERR(TDM_ERR_INTERNAL, "device %s has no memory interface", d->name);
     void *host = tdm_alloc(b->a, BIG_COPY);
     void *buf = NULL, *pinned = NULL;
-    bool can_pin = d->iface->api_version >= 3 && d->iface->host_alloc && d->iface->host_free;
+    bool can_pin = tdm_device_has_staging(d);
     tdm_status *st = host ? NULL : TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory profiling copies");
     if (!st) {
         memset(host, 1, BIG_COPY);
-        st = d->iface->buffer_alloc(d, BIG_COPY, &buf);
+        st = tdm_device_buffer_alloc(d, BIG_COPY, &buf);
         if (st) buf = NULL;
     }
     if (!st)
         st = link_figures(b, buf, host, &p->h2d_gbps, &p->d2h_gbps, &p->h2d_latency_us,
                           &p->d2h_latency_us);
-    if (!st && can_pin && !(st = d->iface->host_alloc(d, BIG_COPY, &pinned))) {
+    if (!st && can_pin && !(st = tdm_device_host_alloc(d, BIG_COPY, &pinned))) {
         memset(pinned, 1, BIG_COPY);
         st = link_figures(b, buf, pinned, &p->h2d_pinned_gbps, &p->d2h_pinned_gbps,
                           &p->h2d_pinned_latency_us, &p->d2h_pinned_latency_us);
@@ -629,8 +629,8 @@ static tdm_status *bench_link(const bench *b, tdm_device_profile *p) {
         pinned = NULL;
     }
     if (!st) p->link_latency_us = (p->h2d_latency_us + p->d2h_latency_us) / 2;
-    if (pinned) d->iface->host_free(d, pinned);
-    if (buf) d->iface->buffer_free(d, buf);
+    if (pinned) tdm_device_host_free(d, pinned);
+    if (buf) tdm_device_buffer_free(d, buf);
     tdm_free(b->a, host);
     return st ? tdm_status_wrap(st, "profiling copies to %s: ", d->name) : NULL;
 }

@@ -11,7 +11,7 @@
 #define XFER_FENCES 4
 #define XFER_POOL_CAP ((size_t)512 << 20) /* staging bytes a plan keeps */
 
-/* A block of staging memory from owner->iface->host_alloc. Fences: events of copies that
+/* A block of staging memory from tdm_device_host_alloc(owner). Fences: events of copies that
  * read or write it; the block is reused only after they completed. */
 typedef struct xfer_stage {
     tdm_device *owner;
@@ -52,10 +52,7 @@ struct tdm_xfer {
 };
 
 bool tdm_xfer_device_async(const tdm_device *dev) {
-    if (!dev || dev->host_memory || !dev->iface || dev->iface->api_version < 3) return false;
-    const tdm_device_iface *i = dev->iface;
-    return i->event_record && i->event_wait && i->event_sync && i->event_free &&
-           i->download_async && i->host_alloc && i->host_free && i->upload;
+    return dev && !dev->host_memory && tdm_device_has_async_copies(dev);
 }
 
 bool tdm_xfer_forced_sync(void) {
@@ -76,8 +73,8 @@ static tdm_status *stage_sync(xfer_stage *s) {
     tdm_status *first = NULL;
     for (int i = 0; i < s->n_fences; i++) {
         tdm_device *d = s->fence_dev[i];
-        first = keep_first(first, d->iface->event_sync(d, s->fence[i]));
-        d->iface->event_free(d, s->fence[i]);
+        first = keep_first(first, tdm_device_event_sync(d, s->fence[i]));
+        tdm_device_event_free(d, s->fence[i]);
     }
     s->n_fences = 0;
     return first;
@@ -86,7 +83,7 @@ static tdm_status *stage_sync(xfer_stage *s) {
 static void stage_destroy(xfer_stage *s, const tdm_allocator *a) {
     if (!s) return;
     tdm_status_free(stage_sync(s));
-    s->owner->iface->host_free(s->owner, s->ptr);
+    tdm_device_host_free(s->owner, s->ptr);
     tdm_free(a, s);
 }
 
@@ -130,7 +127,7 @@ static tdm_status *stage_get(tdm_xfer_pool *pool, const tdm_allocator *a, tdm_de
     if (want == 0) want = 4096;
     xfer_stage *s = tdm_calloc(a, 1, sizeof *s);
     if (!s) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory allocating staging memory");
-    tdm_status *st = owner->iface->host_alloc(owner, want, &s->ptr);
+    tdm_status *st = tdm_device_host_alloc(owner, want, &s->ptr);
     if (st) {
         tdm_free(a, s);
         return tdm_status_wrap(st, "staging memory for %s: ", owner->name);
@@ -216,7 +213,7 @@ static tdm_status *release_val(tdm_xfer *x, xfer_val *xv) {
     tdm_status *st = NULL;
     if (xv->event) {
         if (xv->done || !xv->stage) {
-            xv->owner->iface->event_free(xv->owner, xv->event);
+            tdm_device_event_free(xv->owner, xv->event);
         } else { /* nobody waited on the host: the block is reused only after the download */
             pthread_mutex_lock(&x->pool->mu);
             st = stage_fence(xv->stage, xv->owner, xv->event);
@@ -233,8 +230,8 @@ tdm_status *tdm_xfer_end(tdm_xfer *x) {
     tdm_status *first = NULL;
     for (int i = 0; i < x->n_fences; i++) {
         tdm_device *d = x->fence_dev[i];
-        first = keep_first(first, d->iface->event_sync(d, x->fence[i]));
-        d->iface->event_free(d, x->fence[i]);
+        first = keep_first(first, tdm_device_event_sync(d, x->fence[i]));
+        tdm_device_event_free(d, x->fence[i]);
     }
     for (size_t v = 0; v < x->n; v++)
         if (x->v[v].stage) first = keep_first(first, release_val(x, &x->v[v]));
@@ -261,7 +258,7 @@ tdm_status *tdm_xfer_download(tdm_xfer *x, int v, const tdm_tensor *t, tdm_tenso
     void *ev = NULL;
     int64_t t0 = tdm_now_ns();
     tdm_status *st = tdm_tensor_new_view(x->a, t->dtype, t->rank, t->dims, s->ptr, &view);
-    if (!st) st = owner->iface->download_async(owner, s->ptr, t->data, t->nbytes, &ev);
+    if (!st) st = tdm_device_download_async(owner, s->ptr, t->data, t->nbytes, &ev);
     if (st) {
         tdm_tensor_destroy(view);
         tdm_status_free(stage_put(x->pool, x->a, s, NULL, NULL));
@@ -288,7 +285,7 @@ tdm_status *tdm_xfer_wait(tdm_xfer *x, int v, int64_t *t0, int64_t *t1, bool *fi
     bool done = xv->done;
     pthread_mutex_unlock(&x->mu);
     if (!done) {
-        tdm_status *st = xv->owner->iface->event_sync(xv->owner, xv->event);
+        tdm_status *st = tdm_device_event_sync(xv->owner, xv->event);
         if (st) return tdm_status_wrap(st, "download from %s: ", xv->owner->name);
     }
     pthread_mutex_lock(&x->mu);
@@ -325,8 +322,8 @@ static tdm_status *run_fence(tdm_xfer *x, tdm_device *dev, void *ev) {
             tdm_free(x->a, nd);
             tdm_free(x->a, ne);
             pthread_mutex_unlock(&x->mu);
-            tdm_status *st = dev->iface->event_sync(dev, ev); /* no room: wait now */
-            dev->iface->event_free(dev, ev);
+            tdm_status *st = tdm_device_event_sync(dev, ev); /* no room: wait now */
+            tdm_device_event_free(dev, ev);
             return st;
         }
         x->cap_fences = cap;
@@ -352,25 +349,25 @@ tdm_status *tdm_xfer_upload(tdm_xfer *x, tdm_device *dev, int v, const tdm_tenso
         pthread_mutex_lock(&x->mu);
         bool done = xv->done;
         pthread_mutex_unlock(&x->mu);
-        if (!done) st = dev->iface->event_wait(dev, xv->owner, xv->event);
-        if (!st) st = dev->iface->upload(dev, t->data, src->data, n);
-        if (!st) st = dev->iface->event_record(dev, &ev);
+        if (!done) st = tdm_device_event_wait(dev, xv->owner, xv->event);
+        if (!st) st = tdm_device_upload(dev, t->data, src->data, n);
+        if (!st) st = tdm_device_event_record(dev, &ev);
         if (!st) {
             pthread_mutex_lock(&x->pool->mu);
             st = stage_fence(xv->stage, dev, ev);
             pthread_mutex_unlock(&x->pool->mu);
         }
     } else if (lives) { /* the caller's memory outlives the run */
-        st = dev->iface->upload(dev, t->data, src->data, n);
-        if (!st) st = dev->iface->event_record(dev, &ev);
+        st = tdm_device_upload(dev, t->data, src->data, n);
+        if (!st) st = tdm_device_event_record(dev, &ev);
         if (!st) st = run_fence(x, dev, ev);
     } else { /* the source may be freed at once: through staging memory */
         xfer_stage *s = NULL;
         st = stage_get(x->pool, x->a, dev, n, &s);
         if (!st) {
             memcpy(s->ptr, src->data, n);
-            st = dev->iface->upload(dev, t->data, s->ptr, n);
-            if (!st && (st = dev->iface->event_record(dev, &ev))) {
+            st = tdm_device_upload(dev, t->data, s->ptr, n);
+            if (!st && (st = tdm_device_event_record(dev, &ev))) {
                 ev = NULL; /* no fence: the block is reused only after the copy */
                 tdm_status_free(tdm_device_synchronize(dev));
             }

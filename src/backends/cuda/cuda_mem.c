@@ -334,8 +334,7 @@ tdm_status *cuda_event_wait(tdm_device *dev, tdm_device *owner, void *event) {
         return st;
     }
     /* another backend's event: the host thread waits for it */
-    if (owner && owner->iface->api_version >= 3 && owner->iface->event_sync)
-        return owner->iface->event_sync(owner, event);
+    if (owner && tdm_device_has_events(owner)) return tdm_device_event_sync(owner, event);
     return NULL;
 }
 

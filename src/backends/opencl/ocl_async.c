@@ -52,9 +52,9 @@ tdm_status *ocl_event_wait(tdm_device *dev, tdm_device *owner, void *event) {
             err = clWaitForEvents(1, &ev);
         return err == CL_SUCCESS ? NULL : ocl_error(err, "waiting for an event");
     }
-    if (!owner->iface->event_sync)
+    if (!tdm_device_has_events(owner))
         return TDM_ERR(TDM_ERR_INTERNAL, "opencl: device %s has no events to wait on", owner->name);
-    return owner->iface->event_sync(owner, event);
+    return tdm_device_event_sync(owner, event); /* another backend's event: the host waits */
 }
 
 tdm_status *ocl_event_sync(tdm_device *dev, void *event) {
