@@ -8,6 +8,7 @@
 #include "api/pipeline_impl.h"
 #include "core/alloc.h"
 #include "core/clock.h"
+#include "core/hash.h"
 #include "core/strlist.h"
 #include "core/trace.h"
 #include "sched/monitor.h"
@@ -84,8 +85,7 @@ static tdm_status *build_plan(tdm_session *s, const void *data, size_t size, con
     tdm_onnx_model *m = NULL;
     TDM_TRY(tdm_onnx_load_buffer(data, size, base_dir, s->env->alloc, &m));
     tdm_onnx_log_lenient(m, "the model", &s->env->log);
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < size; i++) h = (h ^ ((const unsigned char *)data)[i]) * 1099511628211ull;
+    uint64_t h = tdm_hash_bytes(TDM_HASH_INIT, data, size);
     tdm_plan_options po = {o->no_fallback, o->opt_level, placement, o->affinity,
                            tdm_threadpool_size(s->pool), o->profile, h ? h : 1};
     tdm_graph *g = m->graph;

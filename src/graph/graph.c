@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/hash.h"
 #include "core/status.h"
 #include "ops/op.h"
 
@@ -13,11 +14,6 @@ typedef struct name_index {
     size_t cap;
 } name_index;
 
-static uint64_t hash_str(const char *s) {
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
-}
 
 /* The index hangs off the graph through a side allocation kept in g->name; to keep the
  * public struct simple we store it in a parallel structure reached via this helper. */
@@ -35,7 +31,7 @@ static int index_rebuild(tdm_graph *g) {
     int *slots = tdm_calloc(g->alloc, cap, sizeof *slots);
     if (!slots) return -1;
     for (size_t v = 0; v < g->n_values; v++) {
-        size_t h = hash_str(g->values[v].name) & (cap - 1);
+        size_t h = tdm_hash_str(TDM_HASH_INIT, g->values[v].name) & (cap - 1);
         while (slots[h]) h = (h + 1) & (cap - 1);
         slots[h] = (int)v + 1;
     }
@@ -48,7 +44,7 @@ static int index_rebuild(tdm_graph *g) {
 int tdm_graph_find_value(const tdm_graph *g, const char *name) {
     const name_index *ix = &impl(g)->idx;
     if (!ix->cap) return -1;
-    size_t h = hash_str(name) & (ix->cap - 1);
+    size_t h = tdm_hash_str(TDM_HASH_INIT, name) & (ix->cap - 1);
     while (ix->slots[h]) {
         int v = ix->slots[h] - 1;
         if (strcmp(g->values[v].name, name) == 0) return v;
@@ -135,7 +131,7 @@ tdm_status *tdm_graph_add_value(tdm_graph *g, const char *name, int *out_index) 
             return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory indexing value '%s'", name);
         }
     } else {
-        size_t h = hash_str(name) & (ix->cap - 1);
+        size_t h = tdm_hash_str(TDM_HASH_INIT, name) & (ix->cap - 1);
         while (ix->slots[h]) h = (h + 1) & (ix->cap - 1);
         ix->slots[h] = (int)g->n_values;
     }

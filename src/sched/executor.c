@@ -8,6 +8,7 @@
 
 #include "core/alloc.h"
 #include "core/clock.h"
+#include "core/hash.h"
 #include "graph/infer.h"
 #include "ops/op.h"
 #include "sched/executor_internal.h"
@@ -256,14 +257,13 @@ void tdm_exec_trace_kernel(tdm_trace *tr, tdm_device *dev, const tdm_node *n, si
  * synchronisation (no profiling or tracing). Its key: the plan, the segment's first node and
  * the run's input shapes. */
 uint64_t tdm_exec_segment_key(const frame *f, size_t start) {
-    uint64_t h = 1469598103934665603ull;
-    uint64_t head[2] = {(uint64_t)(uintptr_t)f->plan, (uint64_t)start};
-    for (int k = 0; k < 2; k++) h = (h ^ head[k]) * 1099511628211ull;
+    uint64_t h = tdm_hash_u64(TDM_HASH_INIT, (uint64_t)(uintptr_t)f->plan);
+    h = tdm_hash_u64(h, (uint64_t)start);
     for (size_t i = 0; i < f->g->n_inputs; i++) {
         const tdm_tensor *t = f->vals[f->g->inputs[i]];
         uint64_t parts[2 + TDM_MAX_RANK] = {t ? (uint64_t)t->dtype + 1 : 0, t ? (uint64_t)t->rank : 0};
         for (int d = 0; t && d < t->rank; d++) parts[2 + d] = (uint64_t)t->dims[d];
-        for (int k = 0; k < 2 + (t ? t->rank : 0); k++) h = (h ^ parts[k]) * 1099511628211ull;
+        for (int k = 0; k < 2 + (t ? t->rank : 0); k++) h = tdm_hash_u64(h, parts[k]);
     }
     return h;
 }

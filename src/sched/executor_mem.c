@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/hash.h"
 #include "ops/op.h"
 #include "sched/executor_internal.h"
 
@@ -114,12 +115,12 @@ void tdm_exec_shape_cache_put(struct tdm_shape_cache *sc, size_t i, const tdm_no
 }
 
 uint64_t tdm_exec_shapes_key(const tdm_graph *g, const tdm_tensor *const *inputs) {
-    uint64_t h = 1469598103934665603ull;
+    uint64_t h = TDM_HASH_INIT;
     for (size_t i = 0; i < g->n_inputs; i++) {
         const tdm_tensor *t = inputs[i];
         uint64_t parts[2 + TDM_MAX_RANK] = {t ? (uint64_t)t->dtype : 0, t ? (uint64_t)t->rank : 0};
         for (int d = 0; t && d < t->rank; d++) parts[2 + d] = (uint64_t)t->dims[d];
-        for (int k = 0; k < 2 + (t ? t->rank : 0); k++) h = (h ^ parts[k]) * 1099511628211ull;
+        for (int k = 0; k < 2 + (t ? t->rank : 0); k++) h = tdm_hash_u64(h, parts[k]);
     }
     return h;
 }

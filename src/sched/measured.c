@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "core/alloc.h"
+#include "core/hash.h"
 #include "sched/plan.h"
 #include "sched/profile.h"
 
@@ -23,8 +24,8 @@ static uint64_t plan_key(const tdm_plan *p) {
     const tdm_graph *g = p->graph;
     for (size_t i = 0; i < g->n_inputs; i++) {
         const tdm_value *v = &g->values[g->inputs[i]];
-        h = (h ^ (uint64_t)(v->rank + 7)) * 1099511628211ull;
-        for (int d = 0; d < v->rank; d++) h = (h ^ (uint64_t)v->dims[d]) * 1099511628211ull;
+        h = tdm_hash_u64(h, (uint64_t)(v->rank + 7));
+        for (int d = 0; d < v->rank; d++) h = tdm_hash_u64(h, (uint64_t)v->dims[d]);
     }
     return h;
 }

@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "core/alloc.h"
+#include "core/hash.h"
 #include "ops/op.h"
 #include "sched/profile.h"
 #include "sched/xfer.h"
@@ -74,12 +75,6 @@ const char *tdm_cache_dir(char *buf, size_t size) {
     return buf;
 }
 
-/* FNV-1a, 64 bits: names the cache file after the identity. */
-static uint64_t hash_str(const char *s) {
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
-}
 
 /* <dir>/profiles/<name>-<hash>.txt into path; false if no cache dir or too long. */
 static bool cache_path(const tdm_device_profile *p, char *dir, size_t dir_size, char *path,
@@ -98,7 +93,7 @@ static bool cache_path(const tdm_device_profile *p, char *dir, size_t dir_size, 
     }
     name[i] = 0;
     n = snprintf(path, path_size, "%s/%s-%016llx.txt", dir, name,
-                 (unsigned long long)hash_str(p->identity));
+                 (unsigned long long)tdm_hash_str(TDM_HASH_INIT, p->identity));
     return n >= 0 && (size_t)n < path_size;
 }
 

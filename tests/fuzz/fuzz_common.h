@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "tandem/tandem.h"
+#include "core/hash.h"
 
 #define FZ_MAX_ALLOC ((size_t)256 << 20)
 #define FZ_MAX_LIVE ((size_t)768 << 20)
@@ -106,9 +107,7 @@ static inline uint64_t fz_next(fz_rng *r) {
 static inline uint64_t fz_below(fz_rng *r, uint64_t n) { return n ? fz_next(r) % n : 0; }
 
 static inline uint64_t fz_hash(const uint8_t *data, size_t size) {
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < size; i++) h = (h ^ data[i]) * 1099511628211ull;
-    return h;
+    return tdm_hash_bytes(TDM_HASH_INIT, data, size);
 }
 
 #endif

@@ -14,6 +14,7 @@
 #include "backends/cpu/cpu_kernels.h"
 #include "core/alloc.h"
 #include "core/checked.h"
+#include "core/hash.h"
 
 tdm_status *tdm_text_run_tfidf(tdm_kernel_ctx *ctx);
 
@@ -42,11 +43,6 @@ static uint64_t mix64(uint64_t x) {
     return x;
 }
 
-static uint64_t str_hash(const char *s) {
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
-}
 
 static size_t slot_of(const trie *t, int64_t parent, uint64_t item_hash) {
     return (size_t)(mix64(item_hash ^ mix64((uint64_t)parent + 0x9e3779b97f4a7c15ull)) & t->mask);
@@ -68,7 +64,7 @@ static int64_t trie_find(const trie *t, int64_t parent, int64_t ival, const char
 
 /* Child of `parent` for the item, created if needed (capacity is sized beforehand). */
 static int64_t trie_add(trie *t, int64_t parent, int64_t ival, const char *sval) {
-    uint64_t h = t->strings ? str_hash(sval) : (uint64_t)ival;
+    uint64_t h = t->strings ? tdm_hash_str(TDM_HASH_INIT, sval) : (uint64_t)ival;
     size_t i = slot_of(t, parent, h);
     for (;;) {
         trie_slot *s = &t->slots[i];
@@ -261,7 +257,7 @@ tdm_status *tdm_text_run_tfidf(tdm_kernel_ctx *ctx) {
     for (int64_t i = 0; i < x->count; i++) {
         if (x->dtype == TDM_STRING) {
             const char *s = ((char *const *)x->data)[i];
-            hashes[i] = str_hash(s ? s : "");
+            hashes[i] = tdm_hash_str(TDM_HASH_INIT, s ? s : "");
         } else {
             hashes[i] = (uint64_t)item_i64(x, i);
         }

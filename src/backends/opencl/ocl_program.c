@@ -16,6 +16,7 @@
 
 #include "backends/opencl/ocl.h"
 #include "core/alloc.h"
+#include "core/hash.h"
 
 #define BUILD_OPTIONS "-cl-std=CL1.2"
 #define MAX_BINARY ((size_t)256 << 20)
@@ -30,14 +31,6 @@ static const char *const family_sources[OCL_PROG_COUNT] = {
     OCL_FAMILIES(OCL_X_)
 #undef OCL_X_
 };
-
-static uint64_t fnv1a(uint64_t h, const char *s, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        h ^= (unsigned char)s[i];
-        h *= 0x100000001b3ull;
-    }
-    return h;
-}
 
 /* mkdir -p; returns 0 when the folder exists afterwards. */
 static int make_dirs(char *path) {
@@ -62,9 +55,9 @@ static int cache_path(const ocl_device *d, const char *src, char *path, size_t s
     else if (home && home[0]) n = snprintf(dir, sizeof dir, "%s/.cache/tandem/opencl", home);
     else return 0;
     if (n < 0 || (size_t)n >= sizeof dir) return 0;
-    uint64_t hd = fnv1a(0xcbf29ce484222325ull, d->ident, strlen(d->ident));
-    uint64_t hs = fnv1a(0xcbf29ce484222325ull, src, strlen(src));
-    hs = fnv1a(hs, BUILD_OPTIONS, sizeof BUILD_OPTIONS - 1);
+    uint64_t hd = tdm_hash_str(TDM_HASH_INIT, d->ident);
+    uint64_t hs = tdm_hash_str(TDM_HASH_INIT, src);
+    hs = tdm_hash_bytes(hs, BUILD_OPTIONS, sizeof BUILD_OPTIONS - 1);
     n = snprintf(path, size, "%s/%016llx-%016llx.bin", dir, (unsigned long long)hd,
                  (unsigned long long)hs);
     return n > 0 && (size_t)n < size;
