@@ -11,8 +11,6 @@
 #include "sched/plan.h"
 #include "tandem/tandem.h"
 
-#define TDM_MAX_DEVICES 16
-
 struct tdm_env {
     tdm_allocator alloc_storage;
     const tdm_allocator *alloc; /* NULL = libc */

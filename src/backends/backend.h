@@ -107,13 +107,17 @@ typedef struct tdm_device_iface {
 #define TDM_KF_INPLACE(i) ((unsigned)((i) + 1) << 8)
 #define TDM_KF_INPLACE_INPUT(flags) ((int)(((flags) >> 8) & 0xfu) - 1) /* -1: none */
 
+/* The most devices an environment holds (and so a plan, a session or a placement uses):
+ * the size of every per-device array. */
+#define TDM_MAX_DEVICES 16
+
 struct tdm_device {
     const tdm_device_iface *iface;
     void *ctx;
     char name[32];          /* "cpu", "cuda:0", "opencl:0" */
     char description[160];
     bool host_memory;       /* tensors for this device live in ordinary host memory */
-    int index;              /* position in the environment's device list */
+    int index;              /* position in the environment's device list (< TDM_MAX_DEVICES) */
 };
 
 /* Backend registry entry. discover() appends up to `max` devices to devs (returning how

@@ -406,7 +406,7 @@ done:
 
 static void frame_clear(frame *f) {
     if (f->replicas) {
-        for (size_t i = 0; i < f->g->n_values * (1 + TDM_REPLICA_DEVS); i++) {
+        for (size_t i = 0; i < f->g->n_values * (1 + TDM_MAX_DEVICES); i++) {
             tdm_exec_mon_hold(f, f->replicas[i], -1);
             tdm_tensor_destroy(f->replicas[i]);
         }
@@ -564,8 +564,8 @@ tdm_status *tdm_plan_run_ctl(tdm_plan *p, const tdm_tensor *const *inputs, tdm_t
         f.owned = tdm_calloc(f.a, nv, sizeof *f.owned);
     }
     int64_t run_t0 = p->trace ? tdm_now_ns() : 0;
-    int mon_devs[TDM_MONITOR_SLOTS], n_mon = 0; /* runs in flight per device */
-    for (int d = 0; p->monitor && d < p->n_devices && n_mon < TDM_MONITOR_SLOTS; d++)
+    int mon_devs[TDM_MAX_DEVICES], n_mon = 0; /* runs in flight per device */
+    for (int d = 0; p->monitor && d < p->n_devices && n_mon < TDM_MAX_DEVICES; d++)
         mon_devs[n_mon++] = p->devices[d]->index;
     tdm_monitor_runs(p->monitor, mon_devs, n_mon, 1);
     if (!f.vals || !f.owned) {

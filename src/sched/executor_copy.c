@@ -62,7 +62,7 @@ static void trace_copy(tdm_trace *tr, frame *f, int v, tdm_device *from, tdm_dev
 
 tdm_status *tdm_exec_replicas(frame *f) {
     if (f->replicas) return NULL;
-    f->replicas = tdm_calloc(f->a, f->g->n_values * (1 + TDM_REPLICA_DEVS) + 1, sizeof *f->replicas);
+    f->replicas = tdm_calloc(f->a, f->g->n_values * (1 + TDM_MAX_DEVICES) + 1, sizeof *f->replicas);
     return f->replicas ? NULL : TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory copying a tensor");
 }
 
@@ -136,12 +136,12 @@ static tdm_status *xfer_input_for(frame *f, int v, tdm_device *dev, tdm_tensor *
         return NULL;
     }
     int di = tdm_exec_device_index(f, dev);
-    if (di < 0 || di >= TDM_REPLICA_DEVS) return TDM_ERR(TDM_ERR_INTERNAL, "unknown device %s", dev->name);
+    if (di < 0 || di >= TDM_MAX_DEVICES) return TDM_ERR(TDM_ERR_INTERNAL, "unknown device %s", dev->name);
     const tdm_value *val = &f->g->values[v];
     bool constant = val->data && t == val->data;
     tdm_plan *p = (tdm_plan *)f->plan;
     tdm_tensor **slot = constant ? &p->const_on_device[(size_t)v * (size_t)p->n_devices + (size_t)di]
-                                 : &f->replicas[(size_t)v * (1 + TDM_REPLICA_DEVS) + 1 + (size_t)di];
+                                 : &f->replicas[(size_t)v * (1 + TDM_MAX_DEVICES) + 1 + (size_t)di];
     if (constant) pthread_mutex_lock(&p->mem_mu);
     tdm_status *st = NULL;
     if (!*slot) {
@@ -174,7 +174,7 @@ static tdm_status *xfer_input_for(frame *f, int v, tdm_device *dev, tdm_tensor *
 tdm_status *tdm_exec_staged_output(frame *f, int v, const tdm_tensor **ready) {
     *ready = NULL;
     if (!f->xfer || !f->replicas || !tdm_xfer_has_download(f->xfer, v)) return NULL;
-    tdm_tensor *h = f->replicas[(size_t)v * (1 + TDM_REPLICA_DEVS)];
+    tdm_tensor *h = f->replicas[(size_t)v * (1 + TDM_MAX_DEVICES)];
     if (!h) return NULL;
     TDM_TRY(xfer_wait_host(f, v, NULL, NULL));
     *ready = h;
@@ -213,11 +213,11 @@ tdm_status *tdm_exec_input_for(frame *f, int v, tdm_device *dev, const tdm_tenso
     }
     if (!f->replicas) {
         if (!f->plan && !want_host) return TDM_ERR(TDM_ERR_INTERNAL, "device copy outside a plan");
-        f->replicas = tdm_calloc(f->a, f->g->n_values * (1 + TDM_REPLICA_DEVS) + 1,
+        f->replicas = tdm_calloc(f->a, f->g->n_values * (1 + TDM_MAX_DEVICES) + 1,
                                  sizeof *f->replicas);
         if (!f->replicas) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory copying a tensor");
     }
-    tdm_tensor **host = &f->replicas[(size_t)v * (1 + TDM_REPLICA_DEVS)];
+    tdm_tensor **host = &f->replicas[(size_t)v * (1 + TDM_MAX_DEVICES)];
     if (xfer_applies(f, t, dev)) return xfer_input_for(f, v, dev, host, out, flow);
     if (want_host) {
         if (!*host) {
@@ -231,11 +231,11 @@ tdm_status *tdm_exec_input_for(frame *f, int v, tdm_device *dev, const tdm_tenso
         return NULL;
     }
     int di = tdm_exec_device_index(f, dev);
-    if (di < 0 || di >= TDM_REPLICA_DEVS) return TDM_ERR(TDM_ERR_INTERNAL, "unknown device %s", dev->name);
+    if (di < 0 || di >= TDM_MAX_DEVICES) return TDM_ERR(TDM_ERR_INTERNAL, "unknown device %s", dev->name);
     const tdm_value *val = &f->g->values[v];
     bool constant = val->data && t == val->data && f->plan;
     tdm_tensor **slot = constant ? &f->plan->const_on_device[(size_t)v * (size_t)f->plan->n_devices + (size_t)di]
-                                 : &f->replicas[(size_t)v * (1 + TDM_REPLICA_DEVS) + 1 + (size_t)di];
+                                 : &f->replicas[(size_t)v * (1 + TDM_MAX_DEVICES) + 1 + (size_t)di];
     if (constant) pthread_mutex_lock(&((tdm_plan *)f->plan)->mem_mu);
     tdm_status *st = NULL;
     if (!*slot) {
@@ -268,8 +268,8 @@ tdm_status *tdm_exec_input_for(frame *f, int v, tdm_device *dev, const tdm_tenso
 
 void tdm_exec_drop_replicas(frame *f, int v) {
     if (!f->replicas || v < 0) return;
-    for (int i = 0; i < 1 + TDM_REPLICA_DEVS; i++) {
-        tdm_tensor **r = &f->replicas[(size_t)v * (1 + TDM_REPLICA_DEVS) + (size_t)i];
+    for (int i = 0; i < 1 + TDM_MAX_DEVICES; i++) {
+        tdm_tensor **r = &f->replicas[(size_t)v * (1 + TDM_MAX_DEVICES) + (size_t)i];
         if (i == 0) tdm_xfer_drop(f->xfer, v); /* staging memory back (sched/xfer.h) */
         tdm_exec_mon_hold(f, *r, -1);
         tdm_tensor_destroy(*r);

@@ -39,7 +39,7 @@ struct frame {
     tdm_threadpool *pool;
     tdm_memplan *mp;          /* arena for this run's intermediates, or NULL */
     size_t *record;           /* first run with new shapes: bytes of each value, or NULL */
-    /* copies of values in other memories: [v * (1 + TDM_REPLICA_DEVS) + 0] host copy,
+    /* copies of values in other memories: [v * (1 + TDM_MAX_DEVICES) + 0] host copy,
      * [... + 1 + i] copy on the plan's device i; owned, freed with the value */
     tdm_tensor **replicas;
     double *times;            /* per node ms of this run (profiling), or NULL */
@@ -48,8 +48,6 @@ struct frame {
                                  their parent's), or NULL */
     bool scratch;             /* vals/owned belong to mp (not freed with the frame) */
 };
-
-#define TDM_REPLICA_DEVS 16
 
 /* ---- executor.c ---- */
 /* Runs node n on dev: infers output shapes, allocates outputs (from the frame's arena when

@@ -270,7 +270,7 @@ void tdm_plan_memory_figures(tdm_plan *p, tdm_memory_figures *out) {
     for (size_t i = 0; seen && i < g->n_nodes; i++) {
         const tdm_node *n = &g->nodes[i];
         int d = n->device >= 0 ? n->device : 0;
-        if (d >= TDM_MEMFIG_DEVICES) continue;
+        if (d >= TDM_MAX_DEVICES) continue;
         for (int k = 0; k < n->n_inputs; k++) {
             int v = n->inputs[k];
             const tdm_value *val = v >= 0 ? &g->values[v] : NULL;

@@ -78,7 +78,7 @@ static tdm_status *xfer_eager_downloads(frame *f, size_t pick, int di) {
         }
         if (!need) continue;
         TDM_TRY(tdm_exec_replicas(f));
-        TDM_TRY(tdm_exec_host_copy(f, v, &f->replicas[(size_t)v * (1 + TDM_REPLICA_DEVS)]));
+        TDM_TRY(tdm_exec_host_copy(f, v, &f->replicas[(size_t)v * (1 + TDM_MAX_DEVICES)]));
     }
     return NULL;
 }
@@ -234,8 +234,8 @@ tdm_status *tdm_exec_parallel(frame *f) {
     ps.pending = tdm_calloc(f->a, g->n_nodes + 1, sizeof *ps.pending);
     ps.readers = tdm_calloc(f->a, g->n_values + 1, sizeof *ps.readers);
     ps.state = tdm_calloc(f->a, g->n_nodes + 1, sizeof *ps.state);
-    par_worker workers[16];
-    pthread_t threads[16];
+    par_worker workers[TDM_MAX_DEVICES];
+    pthread_t threads[TDM_MAX_DEVICES];
     int n_threads = 0;
     tdm_status *st = NULL;
     if (!ps.pending || !ps.readers || !ps.state) {
@@ -257,7 +257,7 @@ tdm_status *tdm_exec_parallel(frame *f) {
     }
     pthread_mutex_init(&ps.mu, NULL);
     pthread_cond_init(&ps.cv, NULL);
-    for (int d = 1; d < p->n_devices && d < 16; d++) {
+    for (int d = 1; d < p->n_devices && d < TDM_MAX_DEVICES; d++) {
         workers[d] = (par_worker){&ps, d};
         if (pthread_create(&threads[n_threads], NULL, par_worker_main, &workers[d]) != 0) {
             pthread_mutex_lock(&ps.mu);

@@ -117,9 +117,9 @@ static void explain_profile(tdm_plan *p, sbuf *b, int64_t runs, const copy_rec *
     }
     double total = 0;
     for (size_t i = 0; i < N; i++) total += p->measured_ms[i] / (double)runs;
-    tdm_device_profile prof[16];
-    bool have_prof[16] = {false};
-    for (int d = 0; d < p->n_devices && d < 16; d++) {
+    tdm_device_profile prof[TDM_MAX_DEVICES];
+    bool have_prof[TDM_MAX_DEVICES] = {false};
+    for (int d = 0; d < p->n_devices && d < TDM_MAX_DEVICES; d++) {
         tdm_status *st = tdm_profile_device(p->devices[d], NULL, tdm_threadpool_size(p->pool), false, &prof[d]);
         have_prof[d] = st == NULL;
         tdm_status_free(st);
@@ -214,8 +214,8 @@ static void explain_profile(tdm_plan *p, sbuf *b, int64_t runs, const copy_rec *
 static void predict_now(tdm_plan *p) {
     const tdm_graph *g = p->graph;
     int D = p->n_devices;
-    tdm_device_profile prof[16];
-    for (int d = 0; d < D && d < 16; d++) {
+    tdm_device_profile prof[TDM_MAX_DEVICES];
+    for (int d = 0; d < D && d < TDM_MAX_DEVICES; d++) {
         tdm_status *st = tdm_profile_device(p->devices[d], NULL, tdm_threadpool_size(p->pool), false, &prof[d]);
         if (st) {
             tdm_status_free(st);
@@ -239,7 +239,7 @@ static void predict_now(tdm_plan *p) {
 tdm_status *tdm_plan_explain(tdm_plan *p, int format, const tdm_allocator *a, char **out) {
     const tdm_graph *g = p->graph;
     int D = p->n_devices;
-    if (!p->node_ms && D <= 16) predict_now(p);
+    if (!p->node_ms && D <= TDM_MAX_DEVICES) predict_now(p);
     sbuf b = {a, NULL, 0, 0, false};
     size_t max_copies = g->n_values * (size_t)(D + 1) + 1;
     copy_rec *copies = tdm_calloc(a, max_copies, sizeof *copies);
@@ -328,7 +328,7 @@ tdm_status *tdm_plan_explain(tdm_plan *p, int format, const tdm_allocator *a, ch
                   "\"peak_live_bytes\":%zu,\"inplace_values\":%zu,\"weights_bytes\":{",
                   mf.planned ? "true" : "false", mf.arena_bytes, mf.intermediate_bytes,
                   mf.peak_live_bytes, mf.inplace_values);
-        for (int d = 0; d < D && d < TDM_MEMFIG_DEVICES; d++) {
+        for (int d = 0; d < D && d < TDM_MAX_DEVICES; d++) {
             sb_printf(&b, "%s", d ? "," : "");
             sb_json_str(&b, p->devices[d]->name);
             sb_printf(&b, ":%zu", mf.weights_bytes[d]);
@@ -370,7 +370,7 @@ tdm_status *tdm_plan_explain(tdm_plan *p, int format, const tdm_allocator *a, ch
             size_t j = i + 1;
             if (seg)
                 while (j < g->n_nodes && g->nodes[j].device == g->nodes[i].device) j++;
-            double pred[16] = {0}, meas = 0;
+            double pred[TDM_MAX_DEVICES] = {0}, meas = 0;
             for (size_t k = i; k < j; k++) {
                 for (int d = 0; d < D; d++)
                     pred[d] += !p->supported[k * (size_t)D + (size_t)d] ? INFINITY

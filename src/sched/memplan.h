@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backends/backend.h"
 #include "core/tensor.h"
 
 typedef struct tdm_memplan {
@@ -52,12 +53,11 @@ void tdm_memplan_free(const tdm_allocator *a, tdm_memplan *mp);
  * arena bytes against the sum of all planned intermediates and the largest live set, and
  * the bytes of constants (weights) read by the nodes of each plan device (a constant read
  * on two devices counts on both). Defined in executor.c. */
-#define TDM_MEMFIG_DEVICES 16
 typedef struct tdm_memory_figures {
     bool planned;
     size_t arena_bytes, intermediate_bytes, peak_live_bytes;
     size_t inplace_values; /* outputs written over an input's memory */
-    size_t weights_bytes[TDM_MEMFIG_DEVICES];
+    size_t weights_bytes[TDM_MAX_DEVICES];
 } tdm_memory_figures;
 struct tdm_plan;
 void tdm_plan_memory_figures(struct tdm_plan *p, tdm_memory_figures *out);

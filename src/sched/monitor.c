@@ -24,7 +24,7 @@ void tdm_monitor_free(const tdm_allocator *a, tdm_monitor *m) {
 }
 
 static bool slot_ok(const tdm_monitor *m, int dev) {
-    return m && dev >= 0 && dev < TDM_MONITOR_SLOTS;
+    return m && dev >= 0 && dev < TDM_MAX_DEVICES;
 }
 
 void tdm_monitor_node_begin(tdm_monitor *m, int dev) {
@@ -57,7 +57,7 @@ void tdm_monitor_runs(tdm_monitor *m, const int *devs, int n, int delta) {
     if (!m) return;
     pthread_mutex_lock(&m->mu);
     for (int i = 0; i < n; i++)
-        if (devs[i] >= 0 && devs[i] < TDM_MONITOR_SLOTS) m->slot[devs[i]].in_flight += delta;
+        if (devs[i] >= 0 && devs[i] < TDM_MAX_DEVICES) m->slot[devs[i]].in_flight += delta;
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -107,7 +107,7 @@ void tdm_monitor_reset(tdm_monitor *m) {
     if (!m) return;
     pthread_mutex_lock(&m->mu);
     m->window_start_ns = tdm_now_ns();
-    for (int i = 0; i < TDM_MONITOR_SLOTS; i++) {
+    for (int i = 0; i < TDM_MAX_DEVICES; i++) {
         tdm_monitor_slot *s = &m->slot[i];
         s->busy_ns = 0;
         s->kernels = 0;

@@ -16,10 +16,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backends/backend.h"
 #include "core/alloc.h"
 #include "core/status.h"
 
-#define TDM_MONITOR_SLOTS 16
 
 typedef struct tdm_monitor_slot {
     int active;              /* nodes executing on the device right now */
@@ -35,7 +35,7 @@ typedef struct tdm_monitor_slot {
 typedef struct tdm_monitor {
     pthread_mutex_t mu;
     int64_t window_start_ns;
-    tdm_monitor_slot slot[TDM_MONITOR_SLOTS];
+    tdm_monitor_slot slot[TDM_MAX_DEVICES];
 } tdm_monitor;
 
 tdm_status *tdm_monitor_create(const tdm_allocator *a, tdm_monitor **out);

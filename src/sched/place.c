@@ -78,7 +78,8 @@ tdm_status *tdm_place_heft(const tdm_place_input *in, const tdm_allocator *a,
     const tdm_graph *g = in->g;
     size_t N = g->n_nodes, V = g->n_values;
     int D = in->n_devices;
-    if (D < 1 || D > 16) return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "placement needs 1..16 devices");
+    if (D < 1 || D > TDM_MAX_DEVICES)
+        return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "placement needs 1..%d devices", TDM_MAX_DEVICES);
     tdm_place_result r;
     memset(&r, 0, sizeof r);
     heft h = {in, D, NULL, NULL, NULL};
@@ -292,7 +293,7 @@ tdm_status *tdm_place_heft(const tdm_place_input *in, const tdm_allocator *a,
     }
     r.serial_ms += r.copy_ms;
     /* 4. each device alone, for comparison (inputs in and outputs out included) */
-    for (int d = 0; d < 16; d++) r.single_ms[d] = INFINITY;
+    for (int d = 0; d < TDM_MAX_DEVICES; d++) r.single_ms[d] = INFINITY;
     int host = -1;
     for (int k = 0; k < D && host < 0; k++)
         if (in->host_memory[k]) host = k;

@@ -46,7 +46,7 @@ typedef struct tdm_place_result {
     double serial_ms;            /* predicted sum of node and copy times (devices in turn) */
     double copy_ms;              /* predicted time spent copying */
     double copy_bytes;
-    double single_ms[16];        /* predicted time on each device alone (INFINITY: cannot) */
+    double single_ms[TDM_MAX_DEVICES]; /* predicted time on each device alone (INFINITY: cannot) */
 } tdm_place_result;
 
 tdm_status *tdm_place_heft(const tdm_place_input *in, const tdm_allocator *a,

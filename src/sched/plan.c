@@ -229,8 +229,8 @@ static tdm_status *place(tdm_plan *p, const tdm_plan_options *opts, const int *k
                                          : TDM_PLACE_FIRST_CHOICE;
         }
     } else {
-        tdm_device_profile prof[16];
-        bool host[16];
+        tdm_device_profile prof[TDM_MAX_DEVICES];
+        bool host[TDM_MAX_DEVICES];
         for (int d = 0; d < D; d++) {
             host[d] = p->devices[d]->host_memory;
             if ((st = tdm_profile_device(p->devices[d], a, opts->threads > 0 ? opts->threads : 1, false,
@@ -382,11 +382,11 @@ static tdm_status *relayout_cpu_regions(tdm_plan *p, const tdm_plan_options *opt
     }
     /* each device alone: the first placement's figures (the kept placement pins the blocked
      * nodes to the CPU, which would make every other device "cannot") */
-    double single[16];
+    double single[TDM_MAX_DEVICES];
     memcpy(single, p->single_ms, sizeof single);
     if (!st && fused && !(st = plan_arrays(p)) && !(st = place(p, opts, keep))) {
         for (size_t i = 0; i < N; i++) p->reason[i] = why[i];
-        for (int d = 0; d < D && d < 16; d++)
+        for (int d = 0; d < D && d < TDM_MAX_DEVICES; d++)
             if (isinf(p->single_ms[d])) p->single_ms[d] = single[d];
     }
     tdm_free(a, keep);

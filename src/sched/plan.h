@@ -46,7 +46,7 @@ typedef struct tdm_plan {
     double *node_ms;       /* [node * n_devices + d] predicted ms (NULL without profiles) */
     unsigned char *reason; /* per node: tdm_place_reason */
     double predicted_ms, predicted_copy_ms, predicted_copy_bytes;
-    double single_ms[16];
+    double single_ms[TDM_MAX_DEVICES];
     bool has_prediction;
     /* measured per-node times (options.profile), summed over `measured_runs`; mem_mu */
     double *measured_ms;
