@@ -171,15 +171,16 @@ int64_t tdm_graph_opset(const tdm_graph *g, const char *domain) {
     return 0;
 }
 
-/* Kahn's algorithm over value producers; stable (keeps file order among ready nodes). */
-tdm_status *tdm_graph_finalize(tdm_graph *g) {
-    const tdm_allocator *a = g->alloc;
-    size_t nn = g->n_nodes;
+/* ---- tdm_graph_finalize: producers, readers, topological order, schemas ---- */
+
+/* Each value's producing node (-1: none); a value may have one producer, and graph inputs
+ * and initializers have none. Clears the reader counts for link_readers. */
+static tdm_status *link_producers(tdm_graph *g) {
     for (size_t v = 0; v < g->n_values; v++) {
         g->values[v].producer = -1;
         g->values[v].n_consumers = 0;
     }
-    for (size_t i = 0; i < nn; i++) {
+    for (size_t i = 0; i < g->n_nodes; i++) {
         tdm_node *n = &g->nodes[i];
         for (int k = 0; k < n->n_outputs; k++) {
             int v = n->outputs[k];
@@ -195,32 +196,32 @@ tdm_status *tdm_graph_finalize(tdm_graph *g) {
             g->values[v].producer = (int)i;
         }
     }
-    int *indeg = tdm_calloc(a, nn ? nn : 1, sizeof(int));
-    int *order = tdm_calloc(a, nn ? nn : 1, sizeof(int));
-    int *first_use = NULL; /* CSR adjacency: consumers of each node */
-    int *adj = NULL;
-    size_t n_edges = 0;
-    tdm_status *st = NULL;
-    if (!indeg || !order) {
-        st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory sorting the graph");
-        goto done;
-    }
-    for (size_t i = 0; i < nn; i++) {
+    return NULL;
+}
+
+/* Whether a value without a producer is defined anyway (input, initializer, outer scope). */
+static bool defined_without_producer(const tdm_value *val) {
+    return val->data || val->is_input || val->is_outer;
+}
+
+/* Counts each value's readers (inputs and implicit inputs of nodes) and each node's inputs
+ * made by another node (indeg[node]; *n_edges their sum); every value read, and every graph
+ * output, must be defined. */
+static tdm_status *link_readers(tdm_graph *g, int *indeg, size_t *n_edges) {
+    for (size_t i = 0; i < g->n_nodes; i++) {
         tdm_node *n = &g->nodes[i];
         for (int k = 0; k < n->n_inputs; k++) {
             int v = n->inputs[k];
             if (v < 0) continue;
             tdm_value *val = &g->values[v];
             val->n_consumers++;
-            if (val->producer < 0 && !val->data && !val->is_input && !val->is_outer) {
-                st = TDM_ERR(TDM_ERR_INVALID_MODEL,
-                             "node '%s' (%s) reads '%s', which no node, input or initializer defines",
-                             n->name, n->op_type, val->name);
-                goto done;
-            }
+            if (val->producer < 0 && !defined_without_producer(val))
+                return TDM_ERR(TDM_ERR_INVALID_MODEL,
+                               "node '%s' (%s) reads '%s', which no node, input or initializer defines",
+                               n->name, n->op_type, val->name);
             if (val->producer >= 0) {
                 indeg[i]++;
-                n_edges++;
+                (*n_edges)++;
             }
         }
         for (int k = 0; k < n->n_implicit; k++) {
@@ -228,46 +229,54 @@ tdm_status *tdm_graph_finalize(tdm_graph *g) {
             val->n_consumers++;
             if (val->producer >= 0) {
                 indeg[i]++;
-                n_edges++;
+                (*n_edges)++;
             }
         }
     }
     for (size_t o = 0; o < g->n_outputs; o++) {
-        tdm_value *val = &g->values[g->outputs[o]];
-        if (val->producer < 0 && !val->data && !val->is_input && !val->is_outer) {
-            st = TDM_ERR(TDM_ERR_INVALID_MODEL, "graph output '%s' is never defined", val->name);
-            goto done;
-        }
+        const tdm_value *val = &g->values[g->outputs[o]];
+        if (val->producer < 0 && !defined_without_producer(val))
+            return TDM_ERR(TDM_ERR_INVALID_MODEL, "graph output '%s' is never defined", val->name);
     }
-    first_use = tdm_calloc(a, nn + 1, sizeof(int));
-    adj = tdm_calloc(a, n_edges ? n_edges : 1, sizeof(int));
+    return NULL;
+}
+
+/* The producer of node n's k-th input, counting its explicit inputs, then its implicit ones
+ * (k < n_inputs + n_implicit); -1 for an omitted input or a value no node makes. */
+static int input_producer(const tdm_graph *g, const tdm_node *n, int k) {
+    int v = k < n->n_inputs ? n->inputs[k] : n->implicit[k - n->n_inputs];
+    return v >= 0 ? g->values[v].producer : -1;
+}
+
+/* Kahn's algorithm over the producer -> reader edges (indeg from link_readers, consumed):
+ * the node indices in topological order into order[n_nodes]; stable (ready nodes keep
+ * file order). A cycle is an error naming a node on it. */
+static tdm_status *topo_order(const tdm_graph *g, int *indeg, size_t n_edges, int *order) {
+    const tdm_allocator *a = g->alloc;
+    size_t nn = g->n_nodes;
+    /* CSR adjacency: the readers of node u are adj[first_use[u] .. first_use[u + 1]) */
+    int *first_use = tdm_calloc(a, nn + 1, sizeof(int));
+    int *adj = tdm_calloc(a, n_edges ? n_edges : 1, sizeof(int));
+    tdm_status *st = NULL;
     if (!first_use || !adj) {
         st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory sorting the graph");
         goto done;
     }
     for (size_t i = 0; i < nn; i++) {
-        for (int k = 0; k < g->nodes[i].n_inputs; k++) {
-            int v = g->nodes[i].inputs[k];
-            if (v >= 0 && g->values[v].producer >= 0) first_use[g->values[v].producer + 1]++;
-        }
-        for (int k = 0; k < g->nodes[i].n_implicit; k++) {
-            int v = g->nodes[i].implicit[k];
-            if (g->values[v].producer >= 0) first_use[g->values[v].producer + 1]++;
+        const tdm_node *n = &g->nodes[i];
+        for (int k = 0; k < n->n_inputs + n->n_implicit; k++) {
+            int p = input_producer(g, n, k);
+            if (p >= 0) first_use[p + 1]++;
         }
     }
     for (size_t i = 0; i < nn; i++) first_use[i + 1] += first_use[i];
-    {
-        int *fill = order; /* reuse as cursor temporarily */
-        for (size_t i = 0; i < nn; i++) fill[i] = first_use[i];
-        for (size_t i = 0; i < nn; i++) {
-            for (int k = 0; k < g->nodes[i].n_inputs; k++) {
-                int v = g->nodes[i].inputs[k];
-                if (v >= 0 && g->values[v].producer >= 0) adj[fill[g->values[v].producer]++] = (int)i;
-            }
-            for (int k = 0; k < g->nodes[i].n_implicit; k++) {
-                int v = g->nodes[i].implicit[k];
-                if (g->values[v].producer >= 0) adj[fill[g->values[v].producer]++] = (int)i;
-            }
+    int *fill = order; /* order is free until the queue below: the fill cursor per node */
+    for (size_t i = 0; i < nn; i++) fill[i] = first_use[i];
+    for (size_t i = 0; i < nn; i++) {
+        const tdm_node *n = &g->nodes[i];
+        for (int k = 0; k < n->n_inputs + n->n_implicit; k++) {
+            int p = input_producer(g, n, k);
+            if (p >= 0) adj[fill[p]++] = (int)i;
         }
     }
     /* queue of ready nodes in index order */
@@ -286,66 +295,87 @@ tdm_status *tdm_graph_finalize(tdm_graph *g) {
                              g->nodes[i].name, g->nodes[i].op_type);
                 break;
             }
-        goto done;
-    }
-    {
-        /* permute nodes into topological order */
-        tdm_node *sorted = tdm_alloc(a, (nn ? nn : 1) * sizeof(tdm_node));
-        if (!sorted) {
-            st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory sorting the graph");
-            goto done;
-        }
-        for (size_t i = 0; i < nn; i++) sorted[i] = g->nodes[order[i]];
-        tdm_free(a, g->nodes);
-        g->nodes = sorted;
-        g->cap_nodes = nn;
-        for (size_t i = 0; i < nn; i++)
-            for (int k = 0; k < g->nodes[i].n_outputs; k++) {
-                int v = g->nodes[i].outputs[k];
-                if (v >= 0) g->values[v].producer = (int)i;
-            }
-    }
-    /* schemas and opsets; subgraphs are finalized with their node (depth is bounded by the
-     * loader) */
-    for (size_t i = 0; i < nn && !st; i++) {
-        tdm_node *n = &g->nodes[i];
-        n->opset = (int)tdm_graph_opset(g, n->domain);
-        n->schema = tdm_op_find(n->domain, n->op_type, n->opset);
-        /* every kernel and shape function relies on the schema's input/output counts */
-        const tdm_op_schema *sc = n->schema;
-        if (sc) {
-            int last_in = n->n_inputs; /* trailing omitted inputs do not count */
-            while (last_in > 0 && n->inputs[last_in - 1] < 0) last_in--;
-            if (last_in < sc->min_inputs || n->n_inputs > sc->max_inputs ||
-                n->n_outputs < sc->min_outputs || n->n_outputs > sc->max_outputs) {
-                st = TDM_ERR(TDM_ERR_INVALID_MODEL,
-                             "%s node '%s' has %d inputs and %d outputs; the operator takes %d..%d "
-                             "inputs and %d..%d outputs", n->op_type, n->name, n->n_inputs,
-                             n->n_outputs, sc->min_inputs, sc->max_inputs, sc->min_outputs,
-                             sc->max_outputs);
-                break;
-            }
-            for (int k = 0; k < sc->min_inputs && k < n->n_inputs; k++)
-                if (n->inputs[k] < 0) {
-                    st = TDM_ERR(TDM_ERR_INVALID_MODEL, "%s node '%s': required input %d is missing",
-                                 n->op_type, n->name, k);
-                    break;
-                }
-            if (st) break;
-        }
-        for (int k = 0; k < n->n_attrs && !st; k++) {
-            tdm_attr *at = &n->attrs[k];
-            if (at->type == TDM_ATTR_GRAPH) st = tdm_graph_finalize(at->g);
-            if (at->type == TDM_ATTR_GRAPHS)
-                for (size_t j = 0; j < at->n && !st; j++) st = tdm_graph_finalize(at->graphs[j]);
-            if (st) st = tdm_status_wrap(st, "subgraph '%s' of node '%s': ", at->name, n->name);
-        }
     }
 done:
-    tdm_free(a, indeg);
-    tdm_free(a, order);
     tdm_free(a, first_use);
     tdm_free(a, adj);
+    return st;
+}
+
+/* Reorders the nodes as `order` says and points the values at their producers' new
+ * indices. */
+static tdm_status *permute_nodes(tdm_graph *g, const int *order) {
+    const tdm_allocator *a = g->alloc;
+    size_t nn = g->n_nodes;
+    tdm_node *sorted = tdm_alloc(a, (nn ? nn : 1) * sizeof(tdm_node));
+    if (!sorted) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory sorting the graph");
+    for (size_t i = 0; i < nn; i++) sorted[i] = g->nodes[order[i]];
+    tdm_free(a, g->nodes);
+    g->nodes = sorted;
+    g->cap_nodes = nn;
+    for (size_t i = 0; i < nn; i++)
+        for (int k = 0; k < g->nodes[i].n_outputs; k++) {
+            int v = g->nodes[i].outputs[k];
+            if (v >= 0) g->values[v].producer = (int)i;
+        }
+    return NULL;
+}
+
+/* Node n's opset and schema; with a schema, its input and output counts are checked (every
+ * kernel and shape function relies on them). */
+static tdm_status *bind_schema(const tdm_graph *g, tdm_node *n) {
+    n->opset = (int)tdm_graph_opset(g, n->domain);
+    n->schema = tdm_op_find(n->domain, n->op_type, n->opset);
+    const tdm_op_schema *sc = n->schema;
+    if (!sc) return NULL;
+    int last_in = n->n_inputs; /* trailing omitted inputs do not count */
+    while (last_in > 0 && n->inputs[last_in - 1] < 0) last_in--;
+    if (last_in < sc->min_inputs || n->n_inputs > sc->max_inputs ||
+        n->n_outputs < sc->min_outputs || n->n_outputs > sc->max_outputs)
+        return TDM_ERR(TDM_ERR_INVALID_MODEL,
+                       "%s node '%s' has %d inputs and %d outputs; the operator takes %d..%d "
+                       "inputs and %d..%d outputs", n->op_type, n->name, n->n_inputs,
+                       n->n_outputs, sc->min_inputs, sc->max_inputs, sc->min_outputs,
+                       sc->max_outputs);
+    for (int k = 0; k < sc->min_inputs && k < n->n_inputs; k++)
+        if (n->inputs[k] < 0)
+            return TDM_ERR(TDM_ERR_INVALID_MODEL, "%s node '%s': required input %d is missing",
+                           n->op_type, n->name, k);
+    return NULL;
+}
+
+/* The subgraphs in node n's attributes, finalized in turn (depth is bounded by the
+ * loader). */
+static tdm_status *finalize_subgraphs(tdm_node *n) {
+    tdm_status *st = NULL;
+    for (int k = 0; k < n->n_attrs && !st; k++) {
+        tdm_attr *at = &n->attrs[k];
+        if (at->type == TDM_ATTR_GRAPH) st = tdm_graph_finalize(at->g);
+        if (at->type == TDM_ATTR_GRAPHS)
+            for (size_t j = 0; j < at->n && !st; j++) st = tdm_graph_finalize(at->graphs[j]);
+        if (st) st = tdm_status_wrap(st, "subgraph '%s' of node '%s': ", at->name, n->name);
+    }
+    return st;
+}
+
+tdm_status *tdm_graph_finalize(tdm_graph *g) {
+    const tdm_allocator *a = g->alloc;
+    size_t nn = g->n_nodes;
+    TDM_TRY(link_producers(g));
+    int *indeg = tdm_calloc(a, nn ? nn : 1, sizeof(int));
+    int *order = tdm_calloc(a, nn ? nn : 1, sizeof(int));
+    size_t n_edges = 0;
+    tdm_status *st = NULL;
+    if (!indeg || !order) st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory sorting the graph");
+    if (!st) st = link_readers(g, indeg, &n_edges);
+    if (!st) st = topo_order(g, indeg, n_edges, order);
+    if (!st) st = permute_nodes(g, order);
+    for (size_t i = 0; i < nn && !st; i++) {
+        st = bind_schema(g, &g->nodes[i]);
+        if (!st) st = finalize_subgraphs(&g->nodes[i]);
+    }
+    tdm_free(a, indeg);
+    tdm_free(a, order);
     return st;
 }
 
