@@ -1,6 +1,5 @@
 /* Helpers of tests/unit/test_catalogue.c: a counting allocator hook that refuses single
- * allocations over 1 GiB, model building on top of model_builder.h (attributes, typed values,
- * initializers), and checks of statuses, leaks and failing runs. One environment per test
+ * allocations over 1 GiB, finish() for models of model_builder.h, and checks of statuses, leaks and failing runs. One environment per test
  * (g_env, made by setup). */
 #ifndef TDM_TEST_CATALOGUE_UTIL_H
 #define TDM_TEST_CATALOGUE_UTIL_H
@@ -89,131 +88,12 @@ static bool strict(void) {
     return e && atoi(e);
 }
 
-/* ---- model building: attributes and typed values on top of model_builder.h ---- */
+/* ---- model building (model_builder.h) ---- */
 
-static void *g_extra[1024];
-static int g_n_extra;
-
-static void *xalloc(size_t n) {
-    assert_true(g_n_extra < (int)(sizeof g_extra / sizeof g_extra[0]));
-    void *p = calloc(1, n ? n : 1);
-    assert_non_null(p);
-    g_extra[g_n_extra++] = p;
-    return p;
-}
-
-static char *xstr(const char *s) {
-    char *d = xalloc(strlen(s) + 1);
-    strcpy(d, s);
-    return d;
-}
-
-static Onnx__AttributeProto *a_int(const char *name, int64_t v) {
-    Onnx__AttributeProto *a = xalloc(sizeof *a);
-    onnx__attribute_proto__init(a);
-    a->name = xstr(name);
-    a->has_type = 1;
-    a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
-    a->has_i = 1;
-    a->i = v;
-    return a;
-}
-
-static Onnx__AttributeProto *a_ints(const char *name, int n, const int64_t *v) {
-    Onnx__AttributeProto *a = xalloc(sizeof *a);
-    onnx__attribute_proto__init(a);
-    a->name = xstr(name);
-    a->has_type = 1;
-    a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS;
-    a->n_ints = (size_t)n;
-    a->ints = xalloc((size_t)(n + 1) * sizeof(int64_t));
-    if (n) memcpy(a->ints, v, (size_t)n * sizeof(int64_t));
-    return a;
-}
-
-/* A TensorProto of any type with raw little-endian data (or none). */
-static Onnx__TensorProto *tensor_proto(const char *name, int dtype, int rank, const int64_t *dims,
-                                       const void *raw, size_t raw_len) {
-    Onnx__TensorProto *t = xalloc(sizeof *t);
-    onnx__tensor_proto__init(t);
-    t->name = xstr(name);
-    t->has_data_type = 1;
-    t->data_type = dtype;
-    t->n_dims = (size_t)rank;
-    t->dims = xalloc((size_t)(rank + 1) * sizeof(int64_t));
-    if (rank) memcpy(t->dims, dims, (size_t)rank * sizeof(int64_t));
-    if (raw) {
-        t->has_raw_data = 1;
-        t->raw_data.len = raw_len;
-        t->raw_data.data = xalloc(raw_len);
-        memcpy(t->raw_data.data, raw, raw_len);
-    }
-    return t;
-}
-
-static Onnx__AttributeProto *a_tensor(const char *name, Onnx__TensorProto *t) {
-    Onnx__AttributeProto *a = xalloc(sizeof *a);
-    onnx__attribute_proto__init(a);
-    a->name = xstr(name);
-    a->has_type = 1;
-    a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR;
-    a->t = t;
-    return a;
-}
-
-/* Node `node` gets the n attributes given (NULL entries skipped). */
-static void attrs(mb_model *m, int node, int n, ...) {
-    Onnx__AttributeProto **arr = xalloc((size_t)(n + 1) * sizeof *arr);
-    va_list ap;
-    va_start(ap, n);
-    size_t k = 0;
-    for (int i = 0; i < n; i++) {
-        Onnx__AttributeProto *a = va_arg(ap, Onnx__AttributeProto *);
-        if (a) arr[k++] = a;
-    }
-    va_end(ap);
-    m->nodes[node]->attribute = arr;
-    m->nodes[node]->n_attribute = k;
-}
-
-static void input_t(mb_model *m, const char *name, int dtype, int rank, const int64_t *dims) {
-    m->ins[m->graph.n_input++] = mb_value(m, name, dtype, rank, dims);
-}
-
-static void output_t(mb_model *m, const char *name, int dtype) {
-    m->outs[m->graph.n_output++] = mb_value(m, name, dtype, -1, NULL);
-}
-
-/* An initializer kept in g_extra (mb_free must not see it: it would free the parts). */
-static Onnx__TensorProto *g_inits[8];
-static int g_n_inits;
-
-static void init_raw(mb_model *m, const char *name, int dtype, int rank, const int64_t *dims,
-                     const void *raw, size_t raw_len) {
-    Onnx__TensorProto *t = tensor_proto(name, dtype, rank, dims, raw, raw_len);
-    g_inits[g_n_inits++] = t;
-    m->inits[m->graph.n_initializer++] = t;
-}
-
-/* Serializes m and releases everything the helpers above allocated (and m). */
+/* Serializes m and frees it. */
 static void *finish(mb_model *m, size_t *size) {
     void *buf = mb_pack(m, size);
-    for (size_t i = 0; i < m->graph.n_node; i++) {
-        m->nodes[i]->attribute = NULL;
-        m->nodes[i]->n_attribute = 0;
-    }
-    /* initializers made by init_raw live in g_extra: take them out of the graph */
-    size_t keep = 0;
-    for (size_t i = 0; i < m->graph.n_initializer; i++) {
-        bool ours = false;
-        for (int k = 0; k < g_n_inits; k++) ours |= m->inits[i] == g_inits[k];
-        if (!ours) m->inits[keep++] = m->inits[i];
-    }
-    m->graph.n_initializer = keep;
-    g_n_inits = 0;
     mb_free(m);
-    for (int i = 0; i < g_n_extra; i++) free(g_extra[i]);
-    g_n_extra = 0;
     return buf;
 }
 

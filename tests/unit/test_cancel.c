@@ -32,7 +32,7 @@
 
 #include "onnx/onnx.pb-c.h"
 #include "tandem/tandem.h"
-#include "loop_builder.h"
+#include "loop_model.h"
 
 #define MLP TANDEM_SOURCE_DIR "/tests/models/mlp_dynamic_batch/model.onnx"
 
@@ -49,7 +49,7 @@ static void sleep_ms(int ms) {
     nanosleep(&ts, NULL);
 }
 
-/* the Loop model: loop_builder.h */
+/* the Loop model: loop_model.h */
 
 /* ---- fixture: a Loop session on a counting allocator ------------------------------------ */
 

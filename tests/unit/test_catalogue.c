@@ -26,21 +26,21 @@ static void test_unknown_dtype(void **state) {
     /* an initializer of data type 99 */
     mb_init(&m, 17);
     mb_input(&m, "x", 1, d4);
-    init_raw(&m, "W", 99, 1, d4, w, sizeof w);
+    mb_init_raw(&m, "W", 99, 1, d4, w, sizeof w);
     mb_node(&m, "Add:x,W->y");
     mb_output(&m, "y");
     fails += expect_refused("initializer dtype 99", &m, TDM_ERR_UNSUPPORTED, BADMODEL, "'W'", "99");
 
     /* a graph input of element type 99 */
     mb_init(&m, 17);
-    input_t(&m, "x", 99, 1, d4);
+    mb_input_t(&m, "x", 99, 1, d4);
     mb_node(&m, "Relu:x->y");
     mb_output(&m, "y");
     fails += expect_refused("input elem_type 99", &m, TDM_ERR_UNSUPPORTED, BADMODEL, "'x'", "99");
 
     /* a graph input of element type UNDEFINED (0) */
     mb_init(&m, 17);
-    input_t(&m, "x", 0, 1, d4);
+    mb_input_t(&m, "x", 0, 1, d4);
     mb_node(&m, "Relu:x->y");
     mb_output(&m, "y");
     fails += expect_refused("input elem_type 0", &m, TDM_ERR_UNSUPPORTED, BADMODEL, "'x'", NULL);
@@ -51,7 +51,7 @@ static void test_unknown_dtype(void **state) {
         mb_init(&m, 17);
         mb_input(&m, "x", 1, d4);
         mb_node(&m, "Cast:x->y");
-        attrs(&m, 0, 1, a_int("to", tos[i]));
+        mb_attr_i(&m, m.nodes[0], "to", tos[i]);
         mb_output(&m, "y");
         char label[64];
         snprintf(label, sizeof label, "Cast to=%lld", (long long)tos[i]);
@@ -63,8 +63,10 @@ static void test_unknown_dtype(void **state) {
     for (int i = 0; i < 2; i++) {
         mb_init(&m, 17);
         mb_input(&m, "x", 1, d4);
-        mb_node(&m, "Constant:->c");
-        attrs(&m, 0, 1, a_tensor("value", tensor_proto("cval", dts[i], 1, d4, w, sizeof w)));
+        Onnx__NodeProto *n = mb_node(&m, "Constant:->c");
+        Onnx__TensorProto *cval = mb_new_tensor(&m, "cval", dts[i], 1, d4);
+        mb_set_raw(&m, cval, w, sizeof w);
+        mb_attr_tensor(&m, n, "value", cval);
         mb_node(&m, "Add:x,c->y");
         mb_output(&m, "y");
         char label[64];
@@ -242,9 +244,11 @@ static const conv_case conv_cases[] = {
      0, {0}},
 };
 
-static Onnx__AttributeProto *case_attr(const char *name, int n, const int64_t *v) {
-    if (!name) return NULL;
-    return n < 0 ? a_int(name, v[0]) : a_ints(name, n, v);
+/* attribute `name` (none when NULL) of node 0: an int when n < 0, else n ints */
+static void case_attr(mb_model *m, const char *name, int n, const int64_t *v) {
+    if (!name) return;
+    if (n < 0) mb_attr_i(m, m->nodes[0], name, v[0]);
+    else mb_attr_ints(m, m->nodes[0], name, n, v);
 }
 
 /* x [1,1,4,4] (static, or rank unknown when `dynamic`); W [1,1,3,3] for convolutions. */
@@ -255,12 +259,13 @@ static void build_conv(mb_model *m, const conv_case *c, bool dynamic) {
     bool conv = strncmp(c->op, "Conv", 4) == 0;
     if (conv) {
         float w[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
-        init_raw(m, "W", 1, 4, wd, w, sizeof w);
+        mb_init_raw(m, "W", 1, 4, wd, w, sizeof w);
     }
     char spec[64];
     snprintf(spec, sizeof spec, "%s:x%s->y", c->op, conv ? ",W" : "");
     mb_node(m, spec);
-    attrs(m, 0, 2, case_attr(c->attr, c->n, c->v), case_attr(c->attr2, c->n2, c->v2));
+    case_attr(m, c->attr, c->n, c->v);
+    case_attr(m, c->attr2, c->n2, c->v2);
     mb_output(m, "y");
 }
 
@@ -391,37 +396,38 @@ static tdm_session *idx_session(const idx_case *c, tdm_status **st) {
     bool compress = strncmp(c->node, "Compress", 8) == 0;
     if (range) {
         int64_t none[1] = {0};
-        input_t(&m, "s", 7, 0, none);
-        input_t(&m, "l", 7, 0, none);
-        input_t(&m, "d", 7, 0, none);
+        mb_input_t(&m, "s", 7, 0, none);
+        mb_input_t(&m, "l", 7, 0, none);
+        mb_input_t(&m, "d", 7, 0, none);
     } else if (onehot) {
-        input_t(&m, "idx", 7, c->data_rank, c->data_dims);
+        mb_input_t(&m, "idx", 7, c->data_rank, c->data_dims);
         int64_t one[1] = {1}, two[1] = {2};
-        input_t(&m, "depth", 7, 1, one);
+        mb_input_t(&m, "depth", 7, 1, one);
         (void)one;
         float vals[2] = {0.0f, 1.0f};
-        init_raw(&m, "vals", 1, 1, two, vals, sizeof vals);
+        mb_init_raw(&m, "vals", 1, 1, two, vals, sizeof vals);
     } else if (constofshape) {
-        input_t(&m, "idx", 7, c->idx_rank, c->idx_dims);
+        mb_input_t(&m, "idx", 7, c->idx_rank, c->idx_dims);
     } else {
         mb_input(&m, "data", c->data_rank, c->data_dims);
         if (compress) {
             int64_t three[1] = {3};
-            input_t(&m, "cond", 9, 1, three);
+            mb_input_t(&m, "cond", 9, 1, three);
         } else if (c->n_idx) {
-            input_t(&m, "idx", 7, c->idx_rank, c->idx_dims);
+            mb_input_t(&m, "idx", 7, c->idx_rank, c->idx_dims);
         }
         if (c->upd_rank >= 0) mb_input(&m, "upd", c->upd_rank, c->upd_dims);
         if (strncmp(c->node, "Slice", 5) == 0) {
             int64_t one[1] = {1};
-            input_t(&m, "idx2", 7, 1, one);
+            mb_input_t(&m, "idx2", 7, 1, one);
         }
     }
     mb_node(&m, c->node);
-    if (c->attr) attrs(&m, 0, 1, a_int(c->attr, c->attr_v));
-    output_t(&m, "y", range ? 7 : 1);
+    if (c->attr) mb_attr_i(&m, m.nodes[0], c->attr, c->attr_v);
+    mb_output_t(&m, "y", range ? 7 : 1, -1, NULL);
     if (strchr(strchr(c->node, '>'), ','))
-        output_t(&m, strrchr(c->node, ',') + 1, strncmp(c->node, "TopK", 4) == 0 ? 7 : 1);
+        mb_output_t(&m, strrchr(c->node, ',') + 1, strncmp(c->node, "TopK", 4) == 0 ? 7 : 1, -1,
+                    NULL);
     size_t size;
     void *buf = finish(&m, &size);
     tdm_session *s = NULL;
@@ -615,18 +621,18 @@ static void test_index_attributes(void **state) {
             if (gather) {
                 int64_t one[1] = {1};
                 int64_t zero = 0;
-                init_raw(&m, "i", 7, 1, one, &zero, sizeof zero);
+                mb_init_raw(&m, "i", 7, 1, one, &zero, sizeof zero);
             }
             mb_node(&m, cases[i].node);
             if (strcmp(cases[i].attr, "perm") == 0) {
                 int64_t perm[2] = {0, cases[i].v};
-                attrs(&m, 0, 1, a_ints("perm", 2, perm));
+                mb_attr_ints(&m, m.nodes[0], "perm", 2, perm);
             } else if (strncmp(cases[i].node, "DepthToSpace", 12) == 0 ||
                        strncmp(cases[i].node, "SpaceToDepth", 12) == 0 ||
                        strncmp(cases[i].node, "LRN", 3) == 0) {
-                attrs(&m, 0, 1, a_int(cases[i].attr, cases[i].v));
+                mb_attr_i(&m, m.nodes[0], cases[i].attr, cases[i].v);
             } else {
-                attrs(&m, 0, 1, a_int(cases[i].attr, cases[i].v));
+                mb_attr_i(&m, m.nodes[0], cases[i].attr, cases[i].v);
             }
             mb_output(&m, "y");
             char label[160];
@@ -677,12 +683,12 @@ static void test_integer_division(void **state) {
             mb_model m;
             mb_init(&m, 13);
             int64_t d2[1] = {2};
-            input_t(&m, "a", dt, 1, d2);
-            input_t(&m, "b", dt, 1, d2);
+            mb_input_t(&m, "a", dt, 1, d2);
+            mb_input_t(&m, "b", dt, 1, d2);
             char spec[32];
             snprintf(spec, sizeof spec, "%s:a,b->y", ops[op]);
             mb_node(&m, spec);
-            output_t(&m, "y", dt);
+            mb_output_t(&m, "y", dt, -1, NULL);
             tdm_session *s = session_of(&m);
             const char *names[2] = {"a", "b"};
             struct {
@@ -926,7 +932,7 @@ static void test_declared_size_overflow(void **state) {
     mb_init(&m, 17);
     int64_t d4[1] = {4}, hd[2] = {INT64_C(1) << 20, INT64_C(1) << 18};
     mb_input(&m, "x", 1, d4);
-    init_raw(&m, "W", 1, 2, hd, NULL, 0);
+    mb_init_raw(&m, "W", 1, 2, hd, NULL, 0);
     mb_node(&m, "Add:x,W->y");
     mb_output(&m, "y");
     long refused0 = atomic_load(&g_count.refused);

@@ -26,10 +26,7 @@
 
 #include "api/api_impl.h"
 #include "backends/backend.h"
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wunused-function" /* the builder has more than used here */
-#include "opencl_builder.h"
-#pragma GCC diagnostic pop
+#include "model_builder.h"
 #include "tandem/tandem.h"
 
 #include "test_ok.h"
@@ -79,7 +76,7 @@ static float frand(void) {
     return (float)((g_rng >> 40) & 0xffffff) / (float)0x1000000; /* [0, 1) */
 }
 
-static void *pack(mb *m, size_t *size) {
+static void *pack(mb_model *m, size_t *size) {
     *size = onnx__model_proto__get_packed_size(&m->model);
     void *buf = malloc(*size);
     assert_non_null(buf);
@@ -87,7 +84,7 @@ static void *pack(mb *m, size_t *size) {
     return buf;
 }
 
-static void make_inputs(mb *m, tdm_tensor **ins, const char **names) {
+static void make_inputs(mb_model *m, tdm_tensor **ins, const char **names) {
     for (size_t i = 0; i < m->graph.n_input; i++) {
         names[i] = m->ins[i]->name;
         OK(tdm_tensor_create(g_env, TDM_FLOAT, m->in_rank[i], m->in_dims[i], &ins[i]));
@@ -124,7 +121,7 @@ static double compare(tdm_tensor *const *od, tdm_tensor *const *oc, size_t no, d
 }
 
 /* Runs the model on `devices` (precision NULL = fp32) and on the CPU; compares. */
-static double run_pair(mb *m, const char *devices, const char *precision, int opt_level,
+static double run_pair(mb_model *m, const char *devices, const char *precision, int opt_level,
                        double rtol, double atol, double *max_abs) {
     size_t size;
     void *buf = pack(m, &size);
@@ -158,14 +155,14 @@ static double run_pair(mb *m, const char *devices, const char *precision, int op
     return worst;
 }
 
-static void check_tol(mb *m, int opt_level, double rtol, double atol) {
+static void check_tol(mb_model *m, int opt_level, double rtol, double atol) {
     double max_abs;
     double worst = run_pair(m, "cuda:0", NULL, opt_level, rtol, atol, &max_abs);
     mb_free(m);
     assert_true(worst <= 1.0);
 }
-static void check(mb *m) { check_tol(m, 0, 1e-4, 1e-5); }
-static void check_gemm(mb *m) { check_tol(m, 0, 1e-3, 1e-4); }
+static void check(mb_model *m) { check_tol(m, 0, 1e-4, 1e-5); }
+static void check_gemm(mb_model *m) { check_tol(m, 0, 1e-3, 1e-4); }
 
 /* ---- everywhere ---- */
 
@@ -179,7 +176,7 @@ static void test_discovery(void **state) {
         if (strncmp(tdm_env_unavailable_reason(g_env, i), "cuda: ", 6) == 0) n++;
     assert_int_equal(n, 1);
     /* asking for cuda:0 is an error naming the reason; the CPU still runs the model */
-    mb m;
+    mb_model m;
     mb_init(&m, 13);
     IN(&m, "a", 5, 7);
     IN(&m, "b", 7, 3);
@@ -205,7 +202,7 @@ static void test_discovery(void **state) {
 
 static void test_precision_option(void **state) {
     (void)state;
-    mb m;
+    mb_model m;
     mb_init(&m, 13);
     IN(&m, "a", 2, 2);
     mb_node(&m, "Relu:a->y");
@@ -242,7 +239,7 @@ static void test_matmul(void **state) {
     };
     static const int ranks[][2] = {{2, 2}, {3, 2}, {3, 3}, {2, 3}, {4, 3}, {1, 2}, {3, 1}, {2, 2}};
     for (size_t c = 0; c < sizeof ranks / sizeof ranks[0]; c++) {
-        mb m;
+        mb_model m;
         mb_init(&m, 13);
         for (int k = 0; k < 2; k++) {
             int r = ranks[c][k];
@@ -261,7 +258,7 @@ static void test_gemm(void **state) {
     NEED_GPU();
     /* transposes x C shapes: none, [N] (bias epilogue), [M, N], [M, 1], scalar; alpha/beta */
     for (int variant = 0; variant < 20; variant++) {
-        mb m;
+        mb_model m;
         mb_init(&m, 13);
         int ta = variant & 1, tb = (variant >> 1) & 1, cshape = variant / 4;
         int64_t M = 19, K = 23, N = 29;
@@ -287,7 +284,7 @@ static void test_gemm(void **state) {
 
 static void conv_case(int64_t N, int64_t C, int64_t H, int64_t W, int64_t M, int64_t k, int64_t group,
                       int64_t stride, const int64_t *pads, int64_t dil, bool bias, int rank) {
-    mb m;
+    mb_model m;
     mb_init(&m, 13);
     if (rank == 4) {
         IN(&m, "x", N, C, H, W);
@@ -319,7 +316,7 @@ static void test_conv(void **state) {
     conv_case(2, 16, 7, 7, 24, 1, 1, 1, p0, 1, false, 4); /* 1x1 */
     conv_case(1, 4, 10, 9, 8, 3, 1, 2, pa, 1, true, 4);   /* asymmetric pads */
     conv_case(1, 5, 1, 31, 7, 3, 1, 2, p1d, 1, true, 3);  /* 1-D, asymmetric */
-    mb m; /* auto_pad SAME_UPPER (asymmetric at stride 2) */
+    mb_model m; /* auto_pad SAME_UPPER (asymmetric at stride 2) */
     mb_init(&m, 13);
     IN(&m, "x", 1, 3, 8, 8);
     IN(&m, "w", 4, 3, 3, 3);
@@ -336,7 +333,7 @@ static void test_fused(void **state) {
     NEED_GPU();
     /* opt level 1: Conv + Add + Relu becomes FusedConv (bias, residual, Relu in one cuDNN
      * call); MatMul + Add + Relu becomes FusedMatMul (cuBLASLt's bias + Relu epilogue) */
-    mb m;
+    mb_model m;
     mb_init(&m, 13);
     IN(&m, "x", 1, 8, 6, 6);
     int64_t wd[4] = {8, 8, 3, 3}, bd[1] = {8};
@@ -377,7 +374,7 @@ static void test_pool_bn(void **state) {
     static const char *ops[] = {"MaxPool", "AveragePool"};
     for (int o = 0; o < 2; o++)
         for (int pads = 0; pads < 2; pads++) {
-            mb m;
+            mb_model m;
             mb_init(&m, 13);
             IN(&m, "x", 2, 3, 9, 11);
             char spec[64];
@@ -390,7 +387,7 @@ static void test_pool_bn(void **state) {
             mb_output(&m, "y");
             check(&m);
         }
-    mb m;
+    mb_model m;
     mb_init(&m, 13);
     IN(&m, "x", 2, 5, 7, 3);
     mb_node(&m, "GlobalAveragePool:x->y");
@@ -411,7 +408,7 @@ static void test_pool_bn(void **state) {
 static void test_conv_transpose(void **state) {
     (void)state;
     NEED_GPU();
-    mb m;
+    mb_model m;
     mb_init(&m, 13);
     IN(&m, "x", 1, 4, 5, 6);
     IN(&m, "w", 4, 3, 3, 3);
@@ -436,7 +433,7 @@ static void test_precision(void **state) {
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         for (int conv = 0; conv < 2; conv++) {
-            mb m;
+            mb_model m;
             mb_init(&m, 13);
             if (conv) {
                 IN(&m, "a", 2, 32, 14, 14);
@@ -466,7 +463,7 @@ static void test_memory_limit(void **state) {
     NEED_GPU();
     tdm_device *dev = tdm_env_find_device(g_env, "cuda:0");
     assert_non_null(dev);
-    mb m;
+    mb_model m;
     mb_init(&m, 13);
     IN(&m, "a", 1024, 1024);
     IN(&m, "b", 1024, 1024);

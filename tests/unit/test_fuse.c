@@ -14,7 +14,7 @@
 #include <cmocka.h>
 
 #include "backends/cpu/cpu_kernels.h"
-#include "fuse_builder.h"
+#include "model_builder.h"
 #include "ops/fused.h"
 #include "tandem/tandem.h"
 
@@ -36,21 +36,21 @@ static size_t op_count(const fuse_result *r, const char *op) {
 
 /* Runs the model at opt-level 0 and 1 on the same random inputs and compares every output.
  * Fills r with what the optimised session holds. */
-static void run_both(fb *b, fuse_result *r) {
+static void run_both(mb_model *b, fuse_result *r) {
     size_t size = onnx__model_proto__get_packed_size(&b->model);
     void *buf = malloc(size);
     onnx__model_proto__pack(&b->model, buf);
     tdm_env *env = NULL;
     assert_null(tdm_env_create(NULL, &env));
     size_t n_in = b->graph.n_input, n_out = b->graph.n_output;
-    tdm_tensor *ins[FB_MAX] = {0}, *outs[2][FB_MAX] = {{0}};
-    const char *names[FB_MAX];
-    rng_state = 12345;
+    tdm_tensor *ins[MB_MAX] = {0}, *outs[2][MB_MAX] = {{0}};
+    const char *names[MB_MAX];
+    mb_rng_state = 12345;
     for (size_t i = 0; i < n_in; i++) {
         names[i] = b->ins[i]->name;
         assert_null(tdm_tensor_create(env, TDM_FLOAT, b->in_rank[i], b->in_dims[i], &ins[i]));
         float *d = tdm_tensor_data(ins[i]);
-        for (int64_t k = 0; k < tdm_tensor_element_count(ins[i]); k++) d[k] = 2.0f * rnd();
+        for (int64_t k = 0; k < tdm_tensor_element_count(ins[i]); k++) d[k] = 2.0f * mb_rnd();
     }
     for (int opt = 0; opt <= 1; opt++) {
         tdm_session_options so = {.api_version = TDM_API_VERSION, .devices = "cpu", .threads = 2,
@@ -93,24 +93,24 @@ static void run_both(fb *b, fuse_result *r) {
 
 /* ---- Conv + BatchNormalization ---- */
 
-static void conv_model(fb *b, bool bias, const int64_t *x_decl, const int64_t *x_run) {
+static void conv_model(mb_model *b, bool bias, const int64_t *x_decl, const int64_t *x_run) {
     int64_t wd[4] = {6, 4, 3, 3}, m = 6;
-    fb_input(b, "x", 4, x_decl, x_run);
-    fb_f32(b, "W", 4, wd, NULL, 0, 0.5f);
-    if (bias) fb_f32(b, "B", 1, &m, NULL, 0, 0.5f);
-    Onnx__NodeProto *c = fb_node(b, bias ? "Conv:x,W,B->y" : "Conv:x,W->y");
+    mb_input_run(b, "x", 4, x_decl, x_run);
+    mb_weight(b, "W", 4, wd, NULL, 0, 0.5f);
+    if (bias) mb_weight(b, "B", 1, &m, NULL, 0, 0.5f);
+    Onnx__NodeProto *c = mb_node(b, bias ? "Conv:x,W,B->y" : "Conv:x,W->y");
     int64_t pads[4] = {1, 1, 1, 1};
-    fb_attr_ints(b, c, "pads", 4, pads);
+    mb_attr_ints(b, c, "pads", 4, pads);
 }
 
-static void bn_node(fb *b, const char *spec) {
+static void bn_node(mb_model *b, const char *spec) {
     int64_t m = 6;
-    fb_f32(b, "scale", 1, &m, NULL, 1.0f, 0.5f);
-    fb_f32(b, "shift", 1, &m, NULL, 0.0f, 0.5f);
-    fb_f32(b, "mean", 1, &m, NULL, 0.0f, 0.5f);
-    fb_f32(b, "var", 1, &m, NULL, 1.0f, 0.5f);
-    Onnx__NodeProto *n = fb_node(b, spec);
-    fb_attr_f(b, n, "epsilon", 1e-3f);
+    mb_weight(b, "scale", 1, &m, NULL, 1.0f, 0.5f);
+    mb_weight(b, "shift", 1, &m, NULL, 0.0f, 0.5f);
+    mb_weight(b, "mean", 1, &m, NULL, 0.0f, 0.5f);
+    mb_weight(b, "var", 1, &m, NULL, 1.0f, 0.5f);
+    Onnx__NodeProto *n = mb_node(b, spec);
+    mb_attr_f(b, n, "epsilon", 1e-3f);
 }
 
 static const int64_t x_shape[4] = {2, 4, 7, 7};
@@ -118,28 +118,28 @@ static const int64_t x_shape[4] = {2, 4, 7, 7};
 static void test_bn_fold(void **state) {
     (void)state;
     for (int bias = 0; bias <= 1; bias++) {
-        fb b;
-        fb_init(&b, 17);
+        mb_model b;
+        mb_init(&b, 17);
         conv_model(&b, bias, x_shape, NULL);
         bn_node(&b, "BatchNormalization:y,scale,shift,mean,var->z");
-        fb_output(&b, "z");
+        mb_output(&b, "z");
         fuse_result r;
         run_both(&b, &r);
         assert_int_equal(r.nodes, 1);
         assert_int_equal(op_count(&r, "Conv"), 1);
-        fb_free(&b);
+        mb_free(&b);
     }
     /* negative: the Conv output is also a graph output */
-    fb b;
-    fb_init(&b, 17);
+    mb_model b;
+    mb_init(&b, 17);
     conv_model(&b, true, x_shape, NULL);
     bn_node(&b, "BatchNormalization:y,scale,shift,mean,var->z");
-    fb_output(&b, "z");
-    fb_output(&b, "y");
+    mb_output(&b, "z");
+    mb_output(&b, "y");
     fuse_result r;
     run_both(&b, &r);
     assert_int_equal(op_count(&r, "BatchNormalization"), 1);
-    fb_free(&b);
+    mb_free(&b);
 }
 
 /* ---- Conv + activation ---- */
@@ -149,8 +149,8 @@ static void test_conv_activations(void **state) {
     const char *acts[] = {"Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish"};
     for (size_t a = 0; a < sizeof acts / sizeof acts[0]; a++) {
         for (int with_bn = 0; with_bn <= 1; with_bn++) {
-            fb b;
-            fb_init(&b, 14); /* HardSwish-14 */
+            mb_model b;
+            mb_init(&b, 14); /* HardSwish-14 */
             conv_model(&b, true, x_shape, NULL);
             const char *src = "y";
             if (with_bn) {
@@ -160,39 +160,39 @@ static void test_conv_activations(void **state) {
             char spec[64];
             Onnx__NodeProto *n;
             if (strcmp(acts[a], "Clip") == 0) {
-                fb_scalar(&b, "lo", -0.5f);
-                fb_scalar(&b, "hi", 0.75f);
+                mb_scalar(&b, "lo", -0.5f);
+                mb_scalar(&b, "hi", 0.75f);
                 snprintf(spec, sizeof spec, "Clip:%s,lo,hi->z", src);
-                n = fb_node(&b, spec);
+                n = mb_node(&b, spec);
             } else {
                 snprintf(spec, sizeof spec, "%s:%s->z", acts[a], src);
-                n = fb_node(&b, spec);
+                n = mb_node(&b, spec);
             }
-            if (strcmp(acts[a], "LeakyRelu") == 0) fb_attr_f(&b, n, "alpha", 0.2f);
+            if (strcmp(acts[a], "LeakyRelu") == 0) mb_attr_f(&b, n, "alpha", 0.2f);
             if (strcmp(acts[a], "HardSigmoid") == 0) {
-                fb_attr_f(&b, n, "alpha", 0.3f);
-                fb_attr_f(&b, n, "beta", 0.4f);
+                mb_attr_f(&b, n, "alpha", 0.3f);
+                mb_attr_f(&b, n, "beta", 0.4f);
             }
-            fb_output(&b, "z");
+            mb_output(&b, "z");
             fuse_result r;
             run_both(&b, &r);
             if (r.nodes != 1 || op_count(&r, "FusedConv") != 1)
                 fail_msg("%s (bn %d): %s", acts[a], with_bn, r.ops);
-            fb_free(&b);
+            mb_free(&b);
         }
     }
     /* negative: the Conv output has a second reader */
-    fb b;
-    fb_init(&b, 13);
+    mb_model b;
+    mb_init(&b, 13);
     conv_model(&b, true, x_shape, NULL);
-    fb_node(&b, "Relu:y->z");
-    fb_node(&b, "Neg:y->w");
-    fb_output(&b, "z");
-    fb_output(&b, "w");
+    mb_node(&b, "Relu:y->z");
+    mb_node(&b, "Neg:y->w");
+    mb_output(&b, "z");
+    mb_output(&b, "w");
     fuse_result r;
     run_both(&b, &r);
     assert_int_equal(op_count(&r, "FusedConv"), 0);
-    fb_free(&b);
+    mb_free(&b);
 }
 
 /* ---- Conv + Add (residual) + Relu ---- */
@@ -201,85 +201,85 @@ static void test_conv_residual(void **state) {
     (void)state;
     /* static shapes: Z is another input */
     {
-        fb b;
-        fb_init(&b, 17);
+        mb_model b;
+        mb_init(&b, 17);
         conv_model(&b, true, x_shape, NULL);
         int64_t zd[4] = {2, 6, 7, 7};
-        fb_input(&b, "r", 4, zd, NULL);
-        fb_node(&b, "Add:y,r->s");
-        fb_node(&b, "Relu:s->z");
-        fb_output(&b, "z");
+        mb_input_run(&b, "r", 4, zd, NULL);
+        mb_node(&b, "Add:y,r->s");
+        mb_node(&b, "Relu:s->z");
+        mb_output(&b, "z");
         fuse_result r;
         run_both(&b, &r);
         assert_int_equal(r.nodes, 1);
         assert_int_equal(op_count(&r, "FusedConv"), 1);
-        fb_free(&b);
+        mb_free(&b);
     }
     /* dynamic batch: Z = Sigmoid(Conv2(x)) carries the same batch dim as the Conv output;
      * the first Conv takes the residual (Z added before the Relu) */
     {
-        fb b;
-        fb_init(&b, 17);
+        mb_model b;
+        mb_init(&b, 17);
         int64_t decl[4] = {-1, 4, 7, 7};
         conv_model(&b, true, decl, x_shape);
         int64_t w2d[4] = {6, 4, 1, 1};
-        fb_f32(&b, "W2", 4, w2d, NULL, 0, 0.5f);
-        fb_node(&b, "Conv:x,W2->c2");
-        fb_node(&b, "Sigmoid:c2->r");
-        fb_node(&b, "Add:r,y->s");
-        fb_node(&b, "Relu:s->z");
-        fb_output(&b, "z");
+        mb_weight(&b, "W2", 4, w2d, NULL, 0, 0.5f);
+        mb_node(&b, "Conv:x,W2->c2");
+        mb_node(&b, "Sigmoid:c2->r");
+        mb_node(&b, "Add:r,y->s");
+        mb_node(&b, "Relu:s->z");
+        mb_output(&b, "z");
         fuse_result r;
         run_both(&b, &r);
         /* Conv2 + Sigmoid and Conv + Add + Relu */
         if (r.nodes != 2 || op_count(&r, "FusedConv") != 2) fail_msg("%s", r.ops);
-        fb_free(&b);
+        mb_free(&b);
     }
     /* negative: the other operand broadcasts ([1, 6, 1, 1]): the Add stays */
     {
-        fb b;
-        fb_init(&b, 17);
+        mb_model b;
+        mb_init(&b, 17);
         conv_model(&b, true, x_shape, NULL);
         int64_t zd[4] = {1, 6, 1, 1};
-        fb_input(&b, "r", 4, zd, NULL);
-        fb_node(&b, "Add:y,r->z");
-        fb_output(&b, "z");
+        mb_input_run(&b, "r", 4, zd, NULL);
+        mb_node(&b, "Add:y,r->z");
+        mb_output(&b, "z");
         fuse_result r;
         run_both(&b, &r);
         assert_int_equal(op_count(&r, "FusedConv"), 0);
         assert_int_equal(op_count(&r, "Add"), 1);
-        fb_free(&b);
+        mb_free(&b);
     }
     /* negative: the Add's output is read twice: Conv + Add fuse, the Relu does not */
     {
-        fb b;
-        fb_init(&b, 17);
+        mb_model b;
+        mb_init(&b, 17);
         conv_model(&b, true, x_shape, NULL);
         int64_t zd[4] = {2, 6, 7, 7};
-        fb_input(&b, "r", 4, zd, NULL);
-        fb_node(&b, "Add:y,r->s");
-        fb_node(&b, "Relu:s->z");
-        fb_output(&b, "z");
-        fb_output(&b, "s");
+        mb_input_run(&b, "r", 4, zd, NULL);
+        mb_node(&b, "Add:y,r->s");
+        mb_node(&b, "Relu:s->z");
+        mb_output(&b, "z");
+        mb_output(&b, "s");
         fuse_result r;
         run_both(&b, &r);
         /* the Relu reading s makes the blocked-layout pass take the FusedConv on
          * (BlockedConv, tests/unit/test_layout.c) */
         assert_int_equal(op_count(&r, "FusedConv") + op_count(&r, "BlockedConv"), 1);
         assert_int_equal(op_count(&r, "Relu"), 1);
-        fb_free(&b);
+        mb_free(&b);
     }
 }
 
 /* ---- MatMul + bias + activation ---- */
 
-static void matmul_model(fb *b, int a_rank, bool batched_b) {
+static void matmul_model(mb_model *b, int a_rank, bool batched_b) {
     int64_t all[4] = {2, 3, 5, 8}, ad[4], wd[3] = {3, 8, 16}, n = 16;
     for (int i = 0; i < a_rank; i++) ad[i] = all[4 - a_rank + i];
-    fb_input(b, "A", a_rank, ad, NULL);
-    fb_f32(b, "W", batched_b ? 3 : 2, batched_b ? wd : wd + 1, NULL, 0, 0.5f);
-    fb_f32(b, "bias", 1, &n, NULL, 0, 0.5f);
-    fb_node(b, "MatMul:A,W->y");
+    mb_input_run(b, "A", a_rank, ad, NULL);
+    mb_weight(b, "W", batched_b ? 3 : 2, batched_b ? wd : wd + 1, NULL, 0, 0.5f);
+    mb_weight(b, "bias", 1, &n, NULL, 0, 0.5f);
+    mb_node(b, "MatMul:A,W->y");
 }
 
 static void test_matmul_bias_relu(void **state) {
@@ -287,52 +287,52 @@ static void test_matmul_bias_relu(void **state) {
     int ranks[] = {2, 3, 4};
     for (int i = 0; i < 3; i++)
         for (int relu = 0; relu <= 1; relu++) {
-            fb b;
-            fb_init(&b, 17);
+            mb_model b;
+            mb_init(&b, 17);
             matmul_model(&b, ranks[i], ranks[i] == 4);
-            fb_node(&b, relu ? "Add:y,bias->s" : "Add:bias,y->z");
-            if (relu) fb_node(&b, "Relu:s->z");
-            fb_output(&b, "z");
+            mb_node(&b, relu ? "Add:y,bias->s" : "Add:bias,y->z");
+            if (relu) mb_node(&b, "Relu:s->z");
+            mb_output(&b, "z");
             fuse_result r;
             run_both(&b, &r);
             if (r.nodes != 1 || op_count(&r, "FusedMatMul") != 1) fail_msg("%s", r.ops);
-            fb_free(&b);
+            mb_free(&b);
         }
     /* negative: the MatMul output has a second reader */
-    fb b;
-    fb_init(&b, 17);
+    mb_model b;
+    mb_init(&b, 17);
     matmul_model(&b, 3, false);
-    fb_node(&b, "Add:y,bias->s");
-    fb_node(&b, "Relu:s->z");
-    fb_output(&b, "z");
-    fb_output(&b, "y");
+    mb_node(&b, "Add:y,bias->s");
+    mb_node(&b, "Relu:s->z");
+    mb_output(&b, "z");
+    mb_output(&b, "y");
     fuse_result r;
     run_both(&b, &r);
     assert_int_equal(op_count(&r, "FusedMatMul"), 0);
-    fb_free(&b);
+    mb_free(&b);
 }
 
 /* Gemm + Relu, B transposed or not; negative: alpha != 1 */
 static void test_gemm_relu(void **state) {
     (void)state;
     for (int variant = 0; variant < 3; variant++) {
-        fb b;
-        fb_init(&b, 17);
+        mb_model b;
+        mb_init(&b, 17);
         int64_t ad[2] = {5, 8}, wd[2] = {16, 8}, wnd[2] = {8, 16}, n = 16;
-        fb_input(&b, "A", 2, ad, NULL);
-        fb_f32(&b, "W", 2, variant == 1 ? wnd : wd, NULL, 0, 0.5f);
-        fb_f32(&b, "C", 1, &n, NULL, 0, 0.5f);
-        Onnx__NodeProto *g = fb_node(&b, "Gemm:A,W,C->y");
-        if (variant != 1) fb_attr_i(&b, g, "transB", 1);
-        if (variant == 2) fb_attr_f(&b, g, "alpha", 0.5f);
-        fb_node(&b, "Relu:y->z");
-        fb_output(&b, "z");
+        mb_input_run(&b, "A", 2, ad, NULL);
+        mb_weight(&b, "W", 2, variant == 1 ? wnd : wd, NULL, 0, 0.5f);
+        mb_weight(&b, "C", 1, &n, NULL, 0, 0.5f);
+        Onnx__NodeProto *g = mb_node(&b, "Gemm:A,W,C->y");
+        if (variant != 1) mb_attr_i(&b, g, "transB", 1);
+        if (variant == 2) mb_attr_f(&b, g, "alpha", 0.5f);
+        mb_node(&b, "Relu:y->z");
+        mb_output(&b, "z");
         fuse_result r;
         run_both(&b, &r);
         size_t want = variant == 2 ? 0 : 1;
         if (op_count(&r, "FusedMatMul") != want || r.nodes != 2 - want)
             fail_msg("variant %d: %s", variant, r.ops);
-        fb_free(&b);
+        mb_free(&b);
     }
 }
 
@@ -340,184 +340,184 @@ static void test_gemm_relu(void **state) {
 static void test_matmul_gelu(void **state) {
     (void)state;
     for (int form = 0; form < 5; form++) {
-        fb b;
-        fb_init(&b, 17);
+        mb_model b;
+        mb_init(&b, 17);
         matmul_model(&b, 3, false);
-        fb_node(&b, "Add:y,bias->x");
-        fb_scalar(&b, "one", 1.0f);
-        fb_scalar(&b, "half", 0.5f);
+        mb_node(&b, "Add:y,bias->x");
+        mb_scalar(&b, "one", 1.0f);
+        mb_scalar(&b, "half", 0.5f);
         switch (form) {
         case 0: /* bert: (x * (erf(x / sqrt2) + 1)) * 0.5 */
-            fb_scalar(&b, "sqrt2", 1.4142135f);
-            fb_node(&b, "Div:x,sqrt2->d");
-            fb_node(&b, "Erf:d->e");
-            fb_node(&b, "Add:e,one->a");
-            fb_node(&b, "Mul:x,a->m");
-            fb_node(&b, "Mul:m,half->z");
+            mb_scalar(&b, "sqrt2", 1.4142135f);
+            mb_node(&b, "Div:x,sqrt2->d");
+            mb_node(&b, "Erf:d->e");
+            mb_node(&b, "Add:e,one->a");
+            mb_node(&b, "Mul:x,a->m");
+            mb_node(&b, "Mul:m,half->z");
             break;
         case 1: /* (x * 0.5) * (1 + erf(x * 1/sqrt2)) */
-            fb_scalar(&b, "isqrt2", 0.70710678f);
-            fb_node(&b, "Mul:isqrt2,x->d");
-            fb_node(&b, "Erf:d->e");
-            fb_node(&b, "Add:one,e->a");
-            fb_node(&b, "Mul:x,half->h");
-            fb_node(&b, "Mul:h,a->z");
+            mb_scalar(&b, "isqrt2", 0.70710678f);
+            mb_node(&b, "Mul:isqrt2,x->d");
+            mb_node(&b, "Erf:d->e");
+            mb_node(&b, "Add:one,e->a");
+            mb_node(&b, "Mul:x,half->h");
+            mb_node(&b, "Mul:h,a->z");
             break;
         case 2: /* ((1 + erf) * 0.5) * x */
-            fb_scalar(&b, "sqrt2", 1.4142135f);
-            fb_node(&b, "Div:x,sqrt2->d");
-            fb_node(&b, "Erf:d->e");
-            fb_node(&b, "Add:e,one->a");
-            fb_node(&b, "Mul:a,half->m");
-            fb_node(&b, "Mul:m,x->z");
+            mb_scalar(&b, "sqrt2", 1.4142135f);
+            mb_node(&b, "Div:x,sqrt2->d");
+            mb_node(&b, "Erf:d->e");
+            mb_node(&b, "Add:e,one->a");
+            mb_node(&b, "Mul:a,half->m");
+            mb_node(&b, "Mul:m,x->z");
             break;
         case 3: /* tanh form with Pow */
         case 4: /* tanh form with x * x * x */
-            fb_scalar(&b, "three", 3.0f);
-            fb_scalar(&b, "c", 0.044715f);
-            fb_scalar(&b, "k", 0.7978845608f);
+            mb_scalar(&b, "three", 3.0f);
+            mb_scalar(&b, "c", 0.044715f);
+            mb_scalar(&b, "k", 0.7978845608f);
             if (form == 3) {
-                fb_node(&b, "Pow:x,three->p");
+                mb_node(&b, "Pow:x,three->p");
             } else {
-                fb_node(&b, "Mul:x,x->sq");
-                fb_node(&b, "Mul:sq,x->p");
+                mb_node(&b, "Mul:x,x->sq");
+                mb_node(&b, "Mul:sq,x->p");
             }
-            fb_node(&b, "Mul:p,c->q");
-            fb_node(&b, "Add:x,q->r");
-            fb_node(&b, "Mul:k,r->s");
-            fb_node(&b, "Tanh:s->t");
-            fb_node(&b, "Add:t,one->a");
-            fb_node(&b, "Mul:x,a->m");
-            fb_node(&b, "Mul:m,half->z");
+            mb_node(&b, "Mul:p,c->q");
+            mb_node(&b, "Add:x,q->r");
+            mb_node(&b, "Mul:k,r->s");
+            mb_node(&b, "Tanh:s->t");
+            mb_node(&b, "Add:t,one->a");
+            mb_node(&b, "Mul:x,a->m");
+            mb_node(&b, "Mul:m,half->z");
             break;
         }
-        fb_output(&b, "z");
+        mb_output(&b, "z");
         fuse_result r;
         run_both(&b, &r);
         if (r.nodes != 1 || op_count(&r, "FusedMatMul") != 1) fail_msg("form %d: %s", form, r.ops);
-        fb_free(&b);
+        mb_free(&b);
     }
     /* negative: x (the GELU input) is also read outside the GELU: bias fuses, GELU stays */
-    fb b;
-    fb_init(&b, 17);
+    mb_model b;
+    mb_init(&b, 17);
     matmul_model(&b, 3, false);
-    fb_node(&b, "Add:y,bias->x");
-    fb_scalar(&b, "one", 1.0f);
-    fb_scalar(&b, "half", 0.5f);
-    fb_scalar(&b, "sqrt2", 1.4142135f);
-    fb_node(&b, "Div:x,sqrt2->d");
-    fb_node(&b, "Erf:d->e");
-    fb_node(&b, "Add:e,one->a");
-    fb_node(&b, "Mul:x,a->m");
-    fb_node(&b, "Mul:m,half->z");
-    fb_node(&b, "Neg:x->w");
-    fb_output(&b, "z");
-    fb_output(&b, "w");
+    mb_node(&b, "Add:y,bias->x");
+    mb_scalar(&b, "one", 1.0f);
+    mb_scalar(&b, "half", 0.5f);
+    mb_scalar(&b, "sqrt2", 1.4142135f);
+    mb_node(&b, "Div:x,sqrt2->d");
+    mb_node(&b, "Erf:d->e");
+    mb_node(&b, "Add:e,one->a");
+    mb_node(&b, "Mul:x,a->m");
+    mb_node(&b, "Mul:m,half->z");
+    mb_node(&b, "Neg:x->w");
+    mb_output(&b, "z");
+    mb_output(&b, "w");
     fuse_result r;
     run_both(&b, &r);
     assert_int_equal(op_count(&r, "Erf"), 1);
     assert_int_equal(op_count(&r, "FusedMatMul"), 1);
-    fb_free(&b);
+    mb_free(&b);
 }
 
 /* ---- decomposed LayerNorm ---- */
 
-static void layernorm_model(fb *b, bool affine, bool extra_reader, bool dynamic) {
+static void layernorm_model(mb_model *b, bool affine, bool extra_reader, bool dynamic) {
     int64_t decl[3] = {dynamic ? -1 : 2, 5, 16}, run[3] = {2, 5, 16}, n = 16, axes = -1;
-    fb_input(b, "x", 3, decl, run);
-    fb_scalar(b, "two", 2.0f);
-    fb_scalar(b, "eps", 1e-5f);
-    Onnx__NodeProto *m1 = fb_node(b, "ReduceMean:x->m");
-    fb_attr_ints(b, m1, "axes", 1, &axes);
-    fb_node(b, "Sub:x,m->d");
-    fb_node(b, "Pow:d,two->p");
-    Onnx__NodeProto *m2 = fb_node(b, "ReduceMean:p->v");
-    fb_attr_ints(b, m2, "axes", 1, &axes);
-    fb_node(b, "Add:v,eps->ve");
-    fb_node(b, "Sqrt:ve->s");
-    fb_node(b, affine ? "Div:d,s->nrm" : "Div:d,s->z");
+    mb_input_run(b, "x", 3, decl, run);
+    mb_scalar(b, "two", 2.0f);
+    mb_scalar(b, "eps", 1e-5f);
+    Onnx__NodeProto *m1 = mb_node(b, "ReduceMean:x->m");
+    mb_attr_ints(b, m1, "axes", 1, &axes);
+    mb_node(b, "Sub:x,m->d");
+    mb_node(b, "Pow:d,two->p");
+    Onnx__NodeProto *m2 = mb_node(b, "ReduceMean:p->v");
+    mb_attr_ints(b, m2, "axes", 1, &axes);
+    mb_node(b, "Add:v,eps->ve");
+    mb_node(b, "Sqrt:ve->s");
+    mb_node(b, affine ? "Div:d,s->nrm" : "Div:d,s->z");
     if (affine) {
-        fb_f32(b, "gamma", 1, &n, NULL, 1.0f, 0.5f);
-        fb_f32(b, "beta", 1, &n, NULL, 0.0f, 0.5f);
-        fb_node(b, "Mul:nrm,gamma->g");
-        fb_node(b, "Add:beta,g->z");
+        mb_weight(b, "gamma", 1, &n, NULL, 1.0f, 0.5f);
+        mb_weight(b, "beta", 1, &n, NULL, 0.0f, 0.5f);
+        mb_node(b, "Mul:nrm,gamma->g");
+        mb_node(b, "Add:beta,g->z");
     }
-    fb_output(b, "z");
-    if (extra_reader) fb_output(b, "d");
+    mb_output(b, "z");
+    if (extra_reader) mb_output(b, "d");
 }
 
 static void test_layernorm(void **state) {
     (void)state;
     for (int affine = 0; affine <= 1; affine++)
         for (int dynamic = 0; dynamic <= 1; dynamic++) {
-            fb b;
-            fb_init(&b, 17);
+            mb_model b;
+            mb_init(&b, 17);
             layernorm_model(&b, affine, false, dynamic);
             fuse_result r;
             run_both(&b, &r);
             if (r.nodes != 1 || op_count(&r, "LayerNormalization") != 1) fail_msg("%s", r.ops);
-            fb_free(&b);
+            mb_free(&b);
         }
     /* negative: d is also a graph output */
-    fb b;
-    fb_init(&b, 17);
+    mb_model b;
+    mb_init(&b, 17);
     layernorm_model(&b, true, true, false);
     fuse_result r;
     run_both(&b, &r);
     assert_int_equal(op_count(&r, "LayerNormalization"), 0);
-    fb_free(&b);
+    mb_free(&b);
     /* negative: opset 13 has no LayerNormalization */
-    fb_init(&b, 13);
+    mb_init(&b, 13);
     layernorm_model(&b, true, false, false);
     run_both(&b, &r);
     assert_int_equal(op_count(&r, "LayerNormalization"), 0);
-    fb_free(&b);
+    mb_free(&b);
 }
 
 /* ---- attention ---- */
 
 enum { K_TRANSPOSED_INPUT, K_TRANSPOSE_LAST2, K_TRANSPOSE_BERT };
 
-static void attention_model(fb *b, int k_form, bool mask, bool div, bool extra_reader) {
+static void attention_model(mb_model *b, int k_form, bool mask, bool div, bool extra_reader) {
     int64_t qd[4] = {2, 3, 5, 8}, kd_bert[4] = {2, 6, 3, 8}, ktd[4] = {2, 3, 8, 6};
     int64_t kd[4] = {2, 3, 6, 8}, vd[4] = {2, 3, 6, 4}, md[4] = {2, 1, 1, 6};
-    fb_input(b, "q", 4, qd, NULL);
-    fb_input(b, "v", 4, vd, NULL);
+    mb_input_run(b, "q", 4, qd, NULL);
+    mb_input_run(b, "v", 4, vd, NULL);
     if (k_form == K_TRANSPOSED_INPUT) {
-        fb_input(b, "kt", 4, ktd, NULL);
+        mb_input_run(b, "kt", 4, ktd, NULL);
     } else if (k_form == K_TRANSPOSE_LAST2) {
         int64_t perm[4] = {0, 1, 3, 2};
-        fb_input(b, "k", 4, kd, NULL);
-        fb_attr_ints(b, fb_node(b, "Transpose:k->kt"), "perm", 4, perm);
+        mb_input_run(b, "k", 4, kd, NULL);
+        mb_attr_ints(b, mb_node(b, "Transpose:k->kt"), "perm", 4, perm);
     } else {
         int64_t perm[4] = {0, 2, 3, 1};
-        fb_input(b, "k", 4, kd_bert, NULL);
-        fb_attr_ints(b, fb_node(b, "Transpose:k->kt"), "perm", 4, perm);
+        mb_input_run(b, "k", 4, kd_bert, NULL);
+        mb_attr_ints(b, mb_node(b, "Transpose:k->kt"), "perm", 4, perm);
     }
-    fb_node(b, "MatMul:q,kt->s");
+    mb_node(b, "MatMul:q,kt->s");
     if (div) {
-        fb_scalar(b, "c", 2.828427f);
-        fb_node(b, "Div:s,c->ss");
+        mb_scalar(b, "c", 2.828427f);
+        mb_node(b, "Div:s,c->ss");
     } else {
-        fb_scalar(b, "c", 0.35f);
-        fb_node(b, "Mul:c,s->ss");
+        mb_scalar(b, "c", 0.35f);
+        mb_node(b, "Mul:c,s->ss");
     }
     if (mask) {
-        fb_input(b, "mask", 4, md, NULL);
-        fb_node(b, "Add:mask,ss->sm");
+        mb_input_run(b, "mask", 4, md, NULL);
+        mb_node(b, "Add:mask,ss->sm");
     }
-    fb_attr_i(b, fb_node(b, mask ? "Softmax:sm->p" : "Softmax:ss->p"), "axis", -1);
-    fb_node(b, "MatMul:p,v->z");
-    fb_output(b, "z");
-    if (extra_reader) fb_output(b, "p");
+    mb_attr_i(b, mb_node(b, mask ? "Softmax:sm->p" : "Softmax:ss->p"), "axis", -1);
+    mb_node(b, "MatMul:p,v->z");
+    mb_output(b, "z");
+    if (extra_reader) mb_output(b, "p");
 }
 
 static void test_attention(void **state) {
     (void)state;
     for (int k_form = 0; k_form < 3; k_form++)
         for (int variant = 0; variant < 2; variant++) {
-            fb b;
-            fb_init(&b, 17);
+            mb_model b;
+            mb_init(&b, 17);
             attention_model(&b, k_form, variant == 0, variant == 0, false);
             fuse_result r;
             run_both(&b, &r);
@@ -527,16 +527,16 @@ static void test_attention(void **state) {
             if (op_count(&r, "Attention") != 1 || op_count(&r, "Transpose") != transposes ||
                 r.nodes != 1 + transposes)
                 fail_msg("k_form %d variant %d: %s", k_form, variant, r.ops);
-            fb_free(&b);
+            mb_free(&b);
         }
     /* negative: the probabilities are also a graph output */
-    fb b;
-    fb_init(&b, 17);
+    mb_model b;
+    mb_init(&b, 17);
     attention_model(&b, K_TRANSPOSE_LAST2, true, true, true);
     fuse_result r;
     run_both(&b, &r);
     assert_int_equal(op_count(&r, "Attention"), 0);
-    fb_free(&b);
+    mb_free(&b);
 }
 
 /* Rows longer than one 8-float vector (27 = 3 x 8 + 3: the vectorised softmax and its
@@ -550,29 +550,29 @@ static void test_attention_wide(void **state) {
         int64_t heads = form % 2 ? 3 : 1;
         int64_t qd[4] = {2, heads, 21, 16}, kd[4] = {2, heads, 27, 16}, vd[4] = {2, heads, 27, 12};
         int64_t md[4] = {2, 1, form < 2 ? 1 : 21, form < 2 ? 27 : 1}, perm[4] = {0, 1, 3, 2};
-        fb b;
-        fb_init(&b, 17);
-        fb_input(&b, "q", 4, qd, NULL);
-        fb_input(&b, "k", 4, kd, NULL);
-        fb_input(&b, "v", 4, vd, NULL);
-        fb_input(&b, "m0", 4, md, NULL);
-        fb_scalar(&b, "half", 0.5f);
-        fb_scalar(&b, "big", -1.0e4f);
-        fb_scalar(&b, "c", 4.0f);
-        fb_node(&b, "Greater:m0,half->mb"); /* about a quarter of the columns masked */
-        fb_attr_i(&b, fb_node(&b, "Cast:mb->mf"), "to", 1);
-        fb_node(&b, "Mul:mf,big->mask");
-        fb_attr_ints(&b, fb_node(&b, "Transpose:k->kt"), "perm", 4, perm);
-        fb_node(&b, "MatMul:q,kt->s");
-        fb_node(&b, "Div:s,c->ss");
-        fb_node(&b, "Add:ss,mask->sm");
-        fb_attr_i(&b, fb_node(&b, "Softmax:sm->p"), "axis", -1);
-        fb_node(&b, "MatMul:p,v->z");
-        fb_output(&b, "z");
+        mb_model b;
+        mb_init(&b, 17);
+        mb_input_run(&b, "q", 4, qd, NULL);
+        mb_input_run(&b, "k", 4, kd, NULL);
+        mb_input_run(&b, "v", 4, vd, NULL);
+        mb_input_run(&b, "m0", 4, md, NULL);
+        mb_scalar(&b, "half", 0.5f);
+        mb_scalar(&b, "big", -1.0e4f);
+        mb_scalar(&b, "c", 4.0f);
+        mb_node(&b, "Greater:m0,half->mb"); /* about a quarter of the columns masked */
+        mb_attr_i(&b, mb_node(&b, "Cast:mb->mf"), "to", 1);
+        mb_node(&b, "Mul:mf,big->mask");
+        mb_attr_ints(&b, mb_node(&b, "Transpose:k->kt"), "perm", 4, perm);
+        mb_node(&b, "MatMul:q,kt->s");
+        mb_node(&b, "Div:s,c->ss");
+        mb_node(&b, "Add:ss,mask->sm");
+        mb_attr_i(&b, mb_node(&b, "Softmax:sm->p"), "axis", -1);
+        mb_node(&b, "MatMul:p,v->z");
+        mb_output(&b, "z");
         fuse_result r;
         run_both(&b, &r);
         if (op_count(&r, "Attention") != 1) fail_msg("form %d: %s", form, r.ops);
-        fb_free(&b);
+        mb_free(&b);
     }
 }
 
@@ -585,7 +585,7 @@ static tdm_attr str_attr(const char *name, const char *v) {
     return a;
 }
 
-static void ref_check(fb *b, const char *op, int n_attrs, tdm_attr *attrs, int n_in,
+static void ref_check(mb_model *b, const char *op, int n_attrs, tdm_attr *attrs, int n_in,
                       const char *const *in_names) {
     size_t size = onnx__model_proto__get_packed_size(&b->model);
     void *buf = malloc(size);
@@ -593,14 +593,14 @@ static void ref_check(fb *b, const char *op, int n_attrs, tdm_attr *attrs, int n
     tdm_env *env = NULL;
     assert_null(tdm_env_create(NULL, &env));
     size_t n_graph_in = b->graph.n_input;
-    tdm_tensor *ins[FB_MAX] = {0}, *want = NULL;
-    const char *names[FB_MAX];
-    rng_state = 777;
+    tdm_tensor *ins[MB_MAX] = {0}, *want = NULL;
+    const char *names[MB_MAX];
+    mb_rng_state = 777;
     for (size_t i = 0; i < n_graph_in; i++) {
         names[i] = b->ins[i]->name;
         assert_null(tdm_tensor_create(env, TDM_FLOAT, b->in_rank[i], b->in_dims[i], &ins[i]));
         float *d = tdm_tensor_data(ins[i]);
-        for (int64_t k = 0; k < tdm_tensor_element_count(ins[i]); k++) d[k] = 2.0f * rnd();
+        for (int64_t k = 0; k < tdm_tensor_element_count(ins[i]); k++) d[k] = 2.0f * mb_rnd();
     }
     tdm_session_options so = {.api_version = TDM_API_VERSION, .devices = "cpu", .threads = 1};
     tdm_session *s = NULL;
@@ -677,14 +677,14 @@ static void test_reference_conv(void **state) {
     for (size_t a = 0; a < sizeof acts / sizeof acts[0]; a++)
         for (int with_z = 0; with_z <= 1; with_z++) {
             if (!acts[a][0] && !with_z) continue;
-            fb b;
-            fb_init(&b, 14);
+            mb_model b;
+            mb_init(&b, 14);
             conv_model(&b, true, x_shape, NULL);
             int64_t zd[4] = {2, 6, 7, 7};
             const char *src = "y";
             if (with_z) {
-                fb_input(&b, "r", 4, zd, NULL);
-                fb_node(&b, acts[a][0] ? "Add:y,r->s" : "Add:y,r->z");
+                mb_input_run(&b, "r", 4, zd, NULL);
+                mb_node(&b, acts[a][0] ? "Add:y,r->s" : "Add:y,r->z");
                 src = "s";
             }
             float params[2] = {0, 0};
@@ -692,8 +692,8 @@ static void test_reference_conv(void **state) {
             if (acts[a][0]) {
                 char spec[64];
                 if (strcmp(acts[a], "Clip") == 0) {
-                    fb_scalar(&b, "lo", -0.5f);
-                    fb_scalar(&b, "hi", 0.75f);
+                    mb_scalar(&b, "lo", -0.5f);
+                    mb_scalar(&b, "hi", 0.75f);
                     snprintf(spec, sizeof spec, "Clip:%s,lo,hi->z", src);
                     params[0] = -0.5f;
                     params[1] = 0.75f;
@@ -701,21 +701,21 @@ static void test_reference_conv(void **state) {
                 } else {
                     snprintf(spec, sizeof spec, "%s:%s->z", acts[a], src);
                 }
-                Onnx__NodeProto *n = fb_node(&b, spec);
+                Onnx__NodeProto *n = mb_node(&b, spec);
                 if (strcmp(acts[a], "LeakyRelu") == 0) {
-                    fb_attr_f(&b, n, "alpha", 0.2f);
+                    mb_attr_f(&b, n, "alpha", 0.2f);
                     params[0] = 0.2f;
                     np = 1;
                 }
                 if (strcmp(acts[a], "HardSigmoid") == 0) {
-                    fb_attr_f(&b, n, "alpha", 0.3f);
-                    fb_attr_f(&b, n, "beta", 0.4f);
+                    mb_attr_f(&b, n, "alpha", 0.3f);
+                    mb_attr_f(&b, n, "beta", 0.4f);
                     params[0] = 0.3f;
                     params[1] = 0.4f;
                     np = 2;
                 }
             }
-            fb_output(&b, "z");
+            mb_output(&b, "z");
             int64_t pads[4] = {1, 1, 1, 1};
             tdm_attr attrs[3] = {
                 {.name = "pads", .type = TDM_ATTR_INTS, .ints = pads, .n = 4},
@@ -724,7 +724,7 @@ static void test_reference_conv(void **state) {
             };
             const char *kin[4] = {"x", "W", "B", "r"};
             ref_check(&b, "FusedConv", 3, attrs, with_z ? 4 : 3, kin);
-            fb_free(&b);
+            mb_free(&b);
         }
 }
 
@@ -735,39 +735,39 @@ static void test_reference_matmul(void **state) {
     for (int a_rank = 1; a_rank <= 4; a_rank++)
         for (int batched = 0; batched <= 1; batched++)
             for (size_t a = 0; a < sizeof acts / sizeof acts[0]; a++) {
-                fb b;
-                fb_init(&b, 17);
+                mb_model b;
+                mb_init(&b, 17);
                 matmul_model(&b, a_rank, batched);
-                fb_node(&b, acts[a][0] ? "Add:y,bias->x" : "Add:y,bias->z");
-                fb_scalar(&b, "one", 1.0f);
-                fb_scalar(&b, "half", 0.5f);
-                if (strcmp(acts[a], "Relu") == 0) fb_node(&b, "Relu:x->z");
+                mb_node(&b, acts[a][0] ? "Add:y,bias->x" : "Add:y,bias->z");
+                mb_scalar(&b, "one", 1.0f);
+                mb_scalar(&b, "half", 0.5f);
+                if (strcmp(acts[a], "Relu") == 0) mb_node(&b, "Relu:x->z");
                 if (strcmp(acts[a], "Gelu") == 0) {
-                    fb_scalar(&b, "sqrt2", 1.4142135f);
-                    fb_node(&b, "Div:x,sqrt2->d");
-                    fb_node(&b, "Erf:d->e");
-                    fb_node(&b, "Add:e,one->a");
-                    fb_node(&b, "Mul:x,a->m");
-                    fb_node(&b, "Mul:m,half->z");
+                    mb_scalar(&b, "sqrt2", 1.4142135f);
+                    mb_node(&b, "Div:x,sqrt2->d");
+                    mb_node(&b, "Erf:d->e");
+                    mb_node(&b, "Add:e,one->a");
+                    mb_node(&b, "Mul:x,a->m");
+                    mb_node(&b, "Mul:m,half->z");
                 }
                 if (strcmp(acts[a], "GeluTanh") == 0) {
-                    fb_scalar(&b, "three", 3.0f);
-                    fb_scalar(&b, "c", 0.044715f);
-                    fb_scalar(&b, "k", 0.7978845608f);
-                    fb_node(&b, "Pow:x,three->p");
-                    fb_node(&b, "Mul:p,c->q");
-                    fb_node(&b, "Add:x,q->r");
-                    fb_node(&b, "Mul:k,r->s");
-                    fb_node(&b, "Tanh:s->t");
-                    fb_node(&b, "Add:t,one->a");
-                    fb_node(&b, "Mul:x,a->m");
-                    fb_node(&b, "Mul:m,half->z");
+                    mb_scalar(&b, "three", 3.0f);
+                    mb_scalar(&b, "c", 0.044715f);
+                    mb_scalar(&b, "k", 0.7978845608f);
+                    mb_node(&b, "Pow:x,three->p");
+                    mb_node(&b, "Mul:p,c->q");
+                    mb_node(&b, "Add:x,q->r");
+                    mb_node(&b, "Mul:k,r->s");
+                    mb_node(&b, "Tanh:s->t");
+                    mb_node(&b, "Add:t,one->a");
+                    mb_node(&b, "Mul:x,a->m");
+                    mb_node(&b, "Mul:m,half->z");
                 }
-                fb_output(&b, "z");
+                mb_output(&b, "z");
                 tdm_attr attrs[1] = {str_attr("activation", acts[a])};
                 const char *kin[3] = {"A", "W", "bias"};
                 ref_check(&b, "FusedMatMul", 1, attrs, 3, kin);
-                fb_free(&b);
+                mb_free(&b);
             }
 }
 
@@ -779,80 +779,80 @@ static void test_layout(void **state) {
     int64_t p1[4] = {0, 2, 1, 3}, p2[4] = {3, 1, 2, 0};
     /* identity composition: both Transposes go */
     {
-        fb b;
-        fb_init(&b, 17);
-        fb_input(&b, "x", 4, xd, NULL);
-        fb_attr_ints(&b, fb_node(&b, "Transpose:x->t1"), "perm", 4, p1);
-        fb_attr_ints(&b, fb_node(&b, "Transpose:t1->t2"), "perm", 4, p1);
-        fb_node(&b, "Relu:t2->z");
-        fb_output(&b, "z");
+        mb_model b;
+        mb_init(&b, 17);
+        mb_input_run(&b, "x", 4, xd, NULL);
+        mb_attr_ints(&b, mb_node(&b, "Transpose:x->t1"), "perm", 4, p1);
+        mb_attr_ints(&b, mb_node(&b, "Transpose:t1->t2"), "perm", 4, p1);
+        mb_node(&b, "Relu:t2->z");
+        mb_output(&b, "z");
         fuse_result r;
         run_both(&b, &r);
         if (r.nodes != 1 || op_count(&r, "Transpose") != 0) fail_msg("%s", r.ops);
-        fb_free(&b);
+        mb_free(&b);
     }
     /* identity composition into a graph output: an Identity keeps the name */
     {
-        fb b;
-        fb_init(&b, 17);
-        fb_input(&b, "x", 4, xd, NULL);
-        fb_attr_ints(&b, fb_node(&b, "Transpose:x->t1"), "perm", 4, p1);
-        fb_attr_ints(&b, fb_node(&b, "Transpose:t1->z"), "perm", 4, p1);
-        fb_output(&b, "z");
+        mb_model b;
+        mb_init(&b, 17);
+        mb_input_run(&b, "x", 4, xd, NULL);
+        mb_attr_ints(&b, mb_node(&b, "Transpose:x->t1"), "perm", 4, p1);
+        mb_attr_ints(&b, mb_node(&b, "Transpose:t1->z"), "perm", 4, p1);
+        mb_output(&b, "z");
         fuse_result r;
         run_both(&b, &r);
         if (r.nodes != 1 || op_count(&r, "Identity") != 1) fail_msg("%s", r.ops);
-        fb_free(&b);
+        mb_free(&b);
     }
     /* general composition (and a default perm): one Transpose */
     {
-        fb b;
-        fb_init(&b, 17);
-        fb_input(&b, "x", 4, xd, NULL);
-        fb_node(&b, "Transpose:x->t1");
-        fb_attr_ints(&b, fb_node(&b, "Transpose:t1->t2"), "perm", 4, p1);
-        fb_attr_ints(&b, fb_node(&b, "Transpose:t2->z"), "perm", 4, p1);
-        fb_output(&b, "z");
+        mb_model b;
+        mb_init(&b, 17);
+        mb_input_run(&b, "x", 4, xd, NULL);
+        mb_node(&b, "Transpose:x->t1");
+        mb_attr_ints(&b, mb_node(&b, "Transpose:t1->t2"), "perm", 4, p1);
+        mb_attr_ints(&b, mb_node(&b, "Transpose:t2->z"), "perm", 4, p1);
+        mb_output(&b, "z");
         fuse_result r;
         run_both(&b, &r);
         if (r.nodes != 1 || op_count(&r, "Transpose") != 1) fail_msg("%s", r.ops);
-        fb_free(&b);
+        mb_free(&b);
     }
     /* Reshape chain: the last one stays */
     {
-        fb b;
-        fb_init(&b, 17);
-        fb_input(&b, "x", 4, xd, NULL);
+        mb_model b;
+        mb_init(&b, 17);
+        mb_input_run(&b, "x", 4, xd, NULL);
         int64_t s1[2] = {6, 20}, s2[3] = {4, -1, 3};
-        fb_i64(&b, "s1", 2, s1);
-        fb_i64(&b, "s2", 3, s2);
-        fb_node(&b, "Reshape:x,s1->r1");
-        fb_node(&b, "Reshape:r1,s2->z");
-        fb_output(&b, "z");
+        mb_init_i64(&b, "s1", 2, s1);
+        mb_init_i64(&b, "s2", 3, s2);
+        mb_node(&b, "Reshape:x,s1->r1");
+        mb_node(&b, "Reshape:r1,s2->z");
+        mb_output(&b, "z");
         fuse_result r;
         run_both(&b, &r);
         if (r.nodes != 1 || op_count(&r, "Reshape") != 1) fail_msg("%s", r.ops);
-        fb_free(&b);
+        mb_free(&b);
     }
     /* negatives: a middle value read twice; a second shape with 0 (copies a middle dim) */
     {
-        fb b;
-        fb_init(&b, 17);
-        fb_input(&b, "x", 4, xd, NULL);
-        fb_attr_ints(&b, fb_node(&b, "Transpose:x->t1"), "perm", 4, p1);
-        fb_attr_ints(&b, fb_node(&b, "Transpose:t1->z"), "perm", 4, p2);
+        mb_model b;
+        mb_init(&b, 17);
+        mb_input_run(&b, "x", 4, xd, NULL);
+        mb_attr_ints(&b, mb_node(&b, "Transpose:x->t1"), "perm", 4, p1);
+        mb_attr_ints(&b, mb_node(&b, "Transpose:t1->z"), "perm", 4, p2);
         int64_t s1[2] = {6, 20}, s2[3] = {0, 4, 5};
-        fb_i64(&b, "s1", 2, s1);
-        fb_i64(&b, "s2", 3, s2);
-        fb_node(&b, "Reshape:x,s1->r1");
-        fb_node(&b, "Reshape:r1,s2->w");
-        fb_output(&b, "z");
-        fb_output(&b, "t1");
-        fb_output(&b, "w");
+        mb_init_i64(&b, "s1", 2, s1);
+        mb_init_i64(&b, "s2", 3, s2);
+        mb_node(&b, "Reshape:x,s1->r1");
+        mb_node(&b, "Reshape:r1,s2->w");
+        mb_output(&b, "z");
+        mb_output(&b, "t1");
+        mb_output(&b, "w");
         fuse_result r;
         run_both(&b, &r);
         if (op_count(&r, "Transpose") != 2 || op_count(&r, "Reshape") != 2) fail_msg("%s", r.ops);
-        fb_free(&b);
+        mb_free(&b);
     }
 }
 

@@ -19,7 +19,7 @@
 
 #include <cmocka.h>
 
-#include "fuse_builder.h"
+#include "model_builder.h"
 #include "tandem/tandem.h"
 
 enum { OP_MATMUL, OP_GEMM, OP_GEMM_RELU, OP_MATMUL_GELU };
@@ -39,52 +39,52 @@ static double act_ref(int op, double v) {
 }
 
 /* Builds the model; fills w ([K, N] logical), bias. */
-static void build(fb *b, const gv_case *c, int64_t rows, float *w, float *bias) {
-    fb_init(b, 17);
+static void build(mb_model *b, const gv_case *c, int64_t rows, float *w, float *bias) {
+    mb_init(b, 17);
     int64_t K = c->K, N = c->N;
     int64_t ad[2] = {rows, K};
-    fb_input(b, "A", 2, ad, NULL);
+    mb_input_run(b, "A", 2, ad, NULL);
     float *stored = malloc((size_t)(K * N) * sizeof(float));
     for (int64_t k = 0; k < K; k++)
         for (int64_t n = 0; n < N; n++) {
-            float v = rnd();
+            float v = mb_rnd();
             w[k * N + n] = v;
             stored[c->tb ? n * K + k : k * N + n] = v;
         }
     int64_t wd[2] = {c->tb ? N : K, c->tb ? K : N};
-    fb_f32(b, "W", 2, wd, stored, 0, 0);
+    mb_weight(b, "W", 2, wd, stored, 0, 0);
     free(stored);
-    for (int64_t n = 0; n < N; n++) bias[n] = c->bias_rank ? rnd() : 0.0f;
+    for (int64_t n = 0; n < N; n++) bias[n] = c->bias_rank ? mb_rnd() : 0.0f;
     int64_t bd[2] = {1, N};
-    if (c->bias_rank == 1) fb_f32(b, "C", 1, &N, bias, 0, 0);
-    if (c->bias_rank == 2) fb_f32(b, "C", 2, bd, bias, 0, 0);
+    if (c->bias_rank == 1) mb_weight(b, "C", 1, &N, bias, 0, 0);
+    if (c->bias_rank == 2) mb_weight(b, "C", 2, bd, bias, 0, 0);
     if (c->op == OP_MATMUL) {
-        fb_node(b, "MatMul:A,W->y");
+        mb_node(b, "MatMul:A,W->y");
     } else if (c->op == OP_MATMUL_GELU) {
-        fb_node(b, "MatMul:A,W->m");
-        fb_node(b, "Add:m,C->x");
-        fb_scalar(b, "one", 1.0f);
-        fb_scalar(b, "half", 0.5f);
-        fb_scalar(b, "sqrt2", 1.4142135f);
-        fb_node(b, "Div:x,sqrt2->d");
-        fb_node(b, "Erf:d->e");
-        fb_node(b, "Add:e,one->a");
-        fb_node(b, "Mul:x,a->p");
-        fb_node(b, "Mul:p,half->y");
+        mb_node(b, "MatMul:A,W->m");
+        mb_node(b, "Add:m,C->x");
+        mb_scalar(b, "one", 1.0f);
+        mb_scalar(b, "half", 0.5f);
+        mb_scalar(b, "sqrt2", 1.4142135f);
+        mb_node(b, "Div:x,sqrt2->d");
+        mb_node(b, "Erf:d->e");
+        mb_node(b, "Add:e,one->a");
+        mb_node(b, "Mul:x,a->p");
+        mb_node(b, "Mul:p,half->y");
     } else {
-        Onnx__NodeProto *g = fb_node(b, c->bias_rank ? "Gemm:A,W,C->g" : "Gemm:A,W->g");
-        if (c->tb) fb_attr_i(b, g, "transB", 1);
-        if (c->alpha != 1.0f) fb_attr_f(b, g, "alpha", c->alpha);
-        fb_node(b, c->op == OP_GEMM_RELU ? "Relu:g->y" : "Identity:g->y");
+        Onnx__NodeProto *g = mb_node(b, c->bias_rank ? "Gemm:A,W,C->g" : "Gemm:A,W->g");
+        if (c->tb) mb_attr_i(b, g, "transB", 1);
+        if (c->alpha != 1.0f) mb_attr_f(b, g, "alpha", c->alpha);
+        mb_node(b, c->op == OP_GEMM_RELU ? "Relu:g->y" : "Identity:g->y");
     }
-    fb_output(b, "y");
+    mb_output(b, "y");
 }
 
 static void run_case(tdm_env *env, const gv_case *c, int threads) {
     int64_t K = c->K, N = c->N, R = 3;
     float *w = malloc((size_t)(K * N) * sizeof(float)), *bias = malloc((size_t)N * sizeof(float));
-    fb b;
-    uint32_t seed = rng_state;
+    mb_model b;
+    uint32_t seed = mb_rng_state;
     build(&b, c, 1, w, bias);
     size_t size = onnx__model_proto__get_packed_size(&b.model);
     void *buf = malloc(size);
@@ -95,7 +95,7 @@ static void run_case(tdm_env *env, const gv_case *c, int threads) {
     tdm_status *st = tdm_session_create_from_buffer(env, buf, size, NULL, &so, &s);
     if (st) fail_msg("create: %s", tdm_status_message(st));
     float *xs = malloc((size_t)(R * K) * sizeof(float)), *ys = malloc((size_t)(R * N) * sizeof(float));
-    for (int64_t i = 0; i < R * K; i++) xs[i] = rnd();
+    for (int64_t i = 0; i < R * K; i++) xs[i] = mb_rnd();
     const char *in_name = "A";
     /* three one-row runs, each checked against the reference */
     for (int64_t r = 0; r < R; r++) {
@@ -127,16 +127,16 @@ static void run_case(tdm_env *env, const gv_case *c, int threads) {
     }
     tdm_session_free(s);
     free(buf);
-    fb_free(&b);
+    mb_free(&b);
     /* the same rows as one batch of 3 (the few-row path) and, repeated, as a batch of 9 (more
      * rows than DN_GEMV_MAX_ROWS: oneDNN's path) agree with the one-row runs */
     for (int64_t mult = 1; mult <= 3; mult += 2) {
         int64_t rows = R * mult;
-        uint32_t after = rng_state;
-        rng_state = seed;
-        fb b3;
+        uint32_t after = mb_rng_state;
+        mb_rng_state = seed;
+        mb_model b3;
         build(&b3, c, rows, w, bias);
-        rng_state = after;
+        mb_rng_state = after;
         size = onnx__model_proto__get_packed_size(&b3.model);
         buf = malloc(size);
         onnx__model_proto__pack(&b3.model, buf);
@@ -161,7 +161,7 @@ static void run_case(tdm_env *env, const gv_case *c, int threads) {
         tdm_tensor_free(y3);
         tdm_session_free(s);
         free(buf);
-        fb_free(&b3);
+        mb_free(&b3);
     }
     free(xs);
     free(ys);
@@ -173,7 +173,7 @@ static void test_gemv_shapes(void **state) {
     (void)state;
     tdm_env *env = NULL;
     assert_null(tdm_env_create(NULL, &env));
-    rng_state = 4242;
+    mb_rng_state = 4242;
     const int64_t Ks[] = {1, 7, 64, 513}, Ns[] = {1, 31, 32, 33, 100, 1000};
     for (size_t ki = 0; ki < sizeof Ks / sizeof *Ks; ki++)
         for (size_t ni = 0; ni < sizeof Ns / sizeof *Ns; ni++) {
@@ -187,7 +187,7 @@ static void test_gemv_gemm(void **state) {
     (void)state;
     tdm_env *env = NULL;
     assert_null(tdm_env_create(NULL, &env));
-    rng_state = 99;
+    mb_rng_state = 99;
     for (int tb = 0; tb <= 1; tb++)
         for (int br = 0; br <= 2; br++)
             for (int op = OP_GEMM; op <= OP_GEMM_RELU; op++) {
@@ -203,7 +203,7 @@ static void test_gemv_threads(void **state) {
     (void)state;
     tdm_env *env = NULL;
     assert_null(tdm_env_create(NULL, &env));
-    rng_state = 7;
+    mb_rng_state = 7;
     gv_case big = {OP_GEMM_RELU, 1024, 1000, true, 1.0f, 1}; /* 4 MB of weights: shared out */
     run_case(env, &big, 2);
     gv_case mm = {OP_MATMUL, 2048, 257, false, 1.0f, 0};
@@ -217,8 +217,8 @@ static void test_gemv_threads(void **state) {
 }
 
 int main(void) {
-    (void)fb_i64;
-    (void)fb_attr_ints;
+    (void)mb_init_i64;
+    (void)mb_attr_ints;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemv_shapes),
         cmocka_unit_test(test_gemv_gemm),

@@ -17,7 +17,7 @@
 
 #include <cmocka.h>
 
-#include "fuse_builder.h"
+#include "model_builder.h"
 #include "tandem/tandem.h"
 
 typedef struct run_cfg {
@@ -62,7 +62,7 @@ static size_t op_count(const layout_result *r, const char *op) {
     return p ? (size_t)strtoul(p + strlen(key), NULL, 10) : 0;
 }
 
-static void run_cmp(fb *b, const run_cfg *cfg, layout_result *r) {
+static void run_cmp(mb_model *b, const run_cfg *cfg, layout_result *r) {
     size_t size = onnx__model_proto__get_packed_size(&b->model);
     void *buf = malloc(size);
     assert_non_null(buf);
@@ -70,14 +70,14 @@ static void run_cmp(fb *b, const run_cfg *cfg, layout_result *r) {
     tdm_env *env = NULL;
     assert_null(tdm_env_create(NULL, &env));
     size_t n_in = b->graph.n_input, n_out = b->graph.n_output;
-    tdm_tensor *ins[FB_MAX] = {0}, *outs[2][FB_MAX] = {{0}};
-    const char *names[FB_MAX];
-    rng_state = 777;
+    tdm_tensor *ins[MB_MAX] = {0}, *outs[2][MB_MAX] = {{0}};
+    const char *names[MB_MAX];
+    mb_rng_state = 777;
     for (size_t i = 0; i < n_in; i++) {
         names[i] = b->ins[i]->name;
         assert_null(tdm_tensor_create(env, TDM_FLOAT, b->in_rank[i], b->in_dims[i], &ins[i]));
         float *d = tdm_tensor_data(ins[i]);
-        for (int64_t k = 0; k < tdm_tensor_element_count(ins[i]); k++) d[k] = rnd();
+        for (int64_t k = 0; k < tdm_tensor_element_count(ins[i]); k++) d[k] = mb_rnd();
     }
     for (int opt = 0; opt <= 1; opt++) {
         tdm_session_options so = {.api_version = TDM_API_VERSION,
@@ -130,44 +130,44 @@ static const run_cfg cpu1 = {"cpu", NULL, NULL, 1};
 static const run_cfg cpu2 = {"cpu", NULL, NULL, 2};
 
 /* Conv with a [m, c, k, k] weight, pads k/2, stride s, bias; returns the node. */
-static Onnx__NodeProto *conv(fb *b, const char *spec, const char *w, const char *bias, int64_t m,
+static Onnx__NodeProto *conv(mb_model *b, const char *spec, const char *w, const char *bias, int64_t m,
                              int64_t c, int64_t k, int64_t s) {
     int64_t wd[4] = {m, c, k, k};
-    fb_f32(b, w, 4, wd, NULL, 0, 0.5f);
-    fb_f32(b, bias, 1, &m, NULL, 0, 0.5f);
-    Onnx__NodeProto *n = fb_node(b, spec);
+    mb_weight(b, w, 4, wd, NULL, 0, 0.5f);
+    mb_weight(b, bias, 1, &m, NULL, 0, 0.5f);
+    Onnx__NodeProto *n = mb_node(b, spec);
     int64_t p = k / 2, pads[4] = {p, p, p, p}, st[2] = {s, s};
-    fb_attr_ints(b, n, "pads", 4, pads);
-    fb_attr_ints(b, n, "strides", 2, st);
+    mb_attr_ints(b, n, "pads", 4, pads);
+    mb_attr_ints(b, n, "strides", 2, st);
     return n;
 }
 
 /* Odd channel counts through a chain: Conv+Relu, strided Conv+Clip, MaxPool, depthwise
  * Conv, AveragePool, Conv, GlobalAveragePool, Flatten (plain). */
-static void chain_model(fb *b, int64_t n) {
+static void chain_model(mb_model *b, int64_t n) {
     int64_t xd[4] = {n, 5, 13, 13};
-    fb_input(b, "x", 4, xd, NULL);
+    mb_input_run(b, "x", 4, xd, NULL);
     conv(b, "Conv:x,W1,B1->c1", "W1", "B1", 12, 5, 3, 1);
-    fb_node(b, "Relu:c1->r1");
+    mb_node(b, "Relu:c1->r1");
     conv(b, "Conv:r1,W2,B2->c2", "W2", "B2", 20, 12, 3, 2);
-    fb_scalar(b, "lo", 0.0f);
-    fb_scalar(b, "hi", 0.6f);
-    fb_node(b, "Clip:c2,lo,hi->r2");
-    Onnx__NodeProto *mp = fb_node(b, "MaxPool:r2->p1");
+    mb_scalar(b, "lo", 0.0f);
+    mb_scalar(b, "hi", 0.6f);
+    mb_node(b, "Clip:c2,lo,hi->r2");
+    Onnx__NodeProto *mp = mb_node(b, "MaxPool:r2->p1");
     int64_t k3[2] = {3, 3}, s2[2] = {2, 2}, p1[4] = {1, 1, 1, 1};
-    fb_attr_ints(b, mp, "kernel_shape", 2, k3);
-    fb_attr_ints(b, mp, "strides", 2, s2);
-    fb_attr_ints(b, mp, "pads", 4, p1);
+    mb_attr_ints(b, mp, "kernel_shape", 2, k3);
+    mb_attr_ints(b, mp, "strides", 2, s2);
+    mb_attr_ints(b, mp, "pads", 4, p1);
     Onnx__NodeProto *dw = conv(b, "Conv:p1,W3,B3->c3", "W3", "B3", 20, 1, 3, 1);
-    fb_attr_i(b, dw, "group", 20);
-    Onnx__NodeProto *ap = fb_node(b, "AveragePool:c3->p2");
+    mb_attr_i(b, dw, "group", 20);
+    Onnx__NodeProto *ap = mb_node(b, "AveragePool:c3->p2");
     int64_t k2[2] = {2, 2}, s1[2] = {1, 1};
-    fb_attr_ints(b, ap, "kernel_shape", 2, k2);
-    fb_attr_ints(b, ap, "strides", 2, s1);
+    mb_attr_ints(b, ap, "kernel_shape", 2, k2);
+    mb_attr_ints(b, ap, "strides", 2, s1);
     conv(b, "Conv:p2,W4,B4->c4", "W4", "B4", 11, 20, 1, 1);
-    fb_node(b, "GlobalAveragePool:c4->g");
-    fb_node(b, "Flatten:g->y");
-    fb_output(b, "y");
+    mb_node(b, "GlobalAveragePool:c4->g");
+    mb_node(b, "Flatten:g->y");
+    mb_output(b, "y");
 }
 
 static void test_chain_odd_channels(void **state) {
@@ -175,15 +175,15 @@ static void test_chain_odd_channels(void **state) {
     const run_cfg *cfgs[] = {&cpu1, &cpu2};
     for (int n = 1; n <= 3; n += 2)
         for (size_t c = 0; c < 2; c++) {
-            fb b;
-            fb_init(&b, 17);
+            mb_model b;
+            mb_init(&b, 17);
             chain_model(&b, n);
             layout_result r;
             run_cmp(&b, cfgs[c], &r);
             if (op_count(&r, "BlockedConv") != 4 || op_count(&r, "BlockedPool") != 3 ||
                 op_count(&r, "FromBlocked") != 1 || op_count(&r, "Conv") + op_count(&r, "MaxPool"))
                 fail_msg("batch %d threads %d: %s", n, cfgs[c]->threads, r.ops);
-            fb_free(&b);
+            mb_free(&b);
         }
 }
 
@@ -191,23 +191,23 @@ static void test_chain_odd_channels(void **state) {
  * divisor differs from oneDNN's) take the generic path through plain copies. */
 static void test_pool_fallback(void **state) {
     (void)state;
-    fb b;
-    fb_init(&b, 17);
+    mb_model b;
+    mb_init(&b, 17);
     int64_t xd[4] = {2, 3, 12, 12};
-    fb_input(&b, "x", 4, xd, NULL);
+    mb_input_run(&b, "x", 4, xd, NULL);
     conv(&b, "Conv:x,W1,B1->c1", "W1", "B1", 11, 3, 3, 1);
-    Onnx__NodeProto *ap = fb_node(&b, "AveragePool:c1->p");
+    Onnx__NodeProto *ap = mb_node(&b, "AveragePool:c1->p");
     int64_t k3[2] = {3, 3}, s2[2] = {2, 2};
-    fb_attr_ints(&b, ap, "kernel_shape", 2, k3);
-    fb_attr_ints(&b, ap, "strides", 2, s2);
-    fb_attr_i(&b, ap, "ceil_mode", 1);
-    fb_attr_i(&b, ap, "count_include_pad", 1);
+    mb_attr_ints(&b, ap, "kernel_shape", 2, k3);
+    mb_attr_ints(&b, ap, "strides", 2, s2);
+    mb_attr_i(&b, ap, "ceil_mode", 1);
+    mb_attr_i(&b, ap, "count_include_pad", 1);
     conv(&b, "Conv:p,W2,B2->y", "W2", "B2", 4, 11, 3, 1);
-    fb_output(&b, "y");
+    mb_output(&b, "y");
     layout_result r;
     run_cmp(&b, &cpu1, &r);
     if (op_count(&r, "BlockedPool") != 1 || op_count(&r, "BlockedConv") != 2) fail_msg("%s", r.ops);
-    fb_free(&b);
+    mb_free(&b);
 }
 
 /* Residual blocks: Conv + Add fuse into a BlockedConv with a blocked Z; an Add of two
@@ -215,28 +215,28 @@ static void test_pool_fallback(void **state) {
  * ToBlocked. */
 static void test_residual_add(void **state) {
     (void)state;
-    fb b;
-    fb_init(&b, 17);
+    mb_model b;
+    mb_init(&b, 17);
     int64_t xd[4] = {2, 6, 10, 10}, zd[4] = {2, 10, 10, 10};
-    fb_input(&b, "x", 4, xd, NULL);
-    fb_input(&b, "z", 4, zd, NULL);
+    mb_input_run(&b, "x", 4, xd, NULL);
+    mb_input_run(&b, "z", 4, zd, NULL);
     conv(&b, "Conv:x,W1,B1->c1", "W1", "B1", 10, 6, 3, 1);
-    fb_node(&b, "Relu:c1->r1");
+    mb_node(&b, "Relu:c1->r1");
     conv(&b, "Conv:r1,W2,B2->c2", "W2", "B2", 10, 10, 3, 1);
-    fb_node(&b, "Add:c2,r1->s1");            /* fused: Z = r1 (blocked) */
-    fb_node(&b, "Relu:s1->t1");
+    mb_node(&b, "Add:c2,r1->s1");            /* fused: Z = r1 (blocked) */
+    mb_node(&b, "Relu:s1->t1");
     conv(&b, "Conv:t1,W3,B3->c3", "W3", "B3", 10, 10, 1, 1);
-    fb_node(&b, "Sigmoid:c3->a3");          /* fused into the conv */
-    fb_node(&b, "Add:a3,t1->s2");            /* stays: both blocked */
+    mb_node(&b, "Sigmoid:c3->a3");          /* fused into the conv */
+    mb_node(&b, "Add:a3,t1->s2");            /* stays: both blocked */
     conv(&b, "Conv:s2,W4,B4->c4", "W4", "B4", 10, 10, 3, 1);
-    fb_node(&b, "Add:c4,z->y");              /* fused: Z = ToBlocked(z) */
-    fb_output(&b, "y");
+    mb_node(&b, "Add:c4,z->y");              /* fused: Z = ToBlocked(z) */
+    mb_output(&b, "y");
     layout_result r;
     run_cmp(&b, &cpu2, &r);
     if (op_count(&r, "BlockedConv") != 4 || op_count(&r, "Add") != 1 ||
         op_count(&r, "ToBlocked") != 1 || op_count(&r, "FromBlocked") != 1)
         fail_msg("%s", r.ops);
-    fb_free(&b);
+    mb_free(&b);
 }
 
 /* Channel Concat: blocked when every input's channel count is a multiple of 8, plain
@@ -244,25 +244,25 @@ static void test_residual_add(void **state) {
 static void test_concat(void **state) {
     (void)state;
     for (int odd = 0; odd <= 1; odd++) {
-        fb b;
-        fb_init(&b, 17);
+        mb_model b;
+        mb_init(&b, 17);
         int64_t xd[4] = {1, 3, 9, 9};
-        fb_input(&b, "x", 4, xd, NULL);
+        mb_input_run(&b, "x", 4, xd, NULL);
         conv(&b, "Conv:x,W1,B1->c1", "W1", "B1", 8, 3, 3, 1);
-        fb_node(&b, "Relu:c1->r1");
+        mb_node(&b, "Relu:c1->r1");
         conv(&b, "Conv:r1,W2,B2->c2", "W2", "B2", odd ? 13 : 16, 8, 3, 1);
         conv(&b, "Conv:r1,W3,B3->c3", "W3", "B3", 8, 8, 1, 1);
-        Onnx__NodeProto *cc = fb_node(&b, "Concat:c2,c3,r1->cat");
-        fb_attr_i(&b, cc, "axis", odd ? 1 : -3);
+        Onnx__NodeProto *cc = mb_node(&b, "Concat:c2,c3,r1->cat");
+        mb_attr_i(&b, cc, "axis", odd ? 1 : -3);
         conv(&b, "Conv:cat,W4,B4->y", "W4", "B4", 5, odd ? 29 : 32, 3, 1);
-        fb_output(&b, "y");
+        mb_output(&b, "y");
         layout_result r;
         run_cmp(&b, &cpu1, &r);
         /* odd: c2, c3 and r1 go plain for the Concat, and the last Conv stays plain */
         if (op_count(&r, "Concat") != 1 || op_count(&r, "FromBlocked") != (odd ? 3u : 1u) ||
             op_count(&r, "BlockedConv") != (odd ? 3u : 4u) || op_count(&r, "Conv") != (odd ? 1u : 0u))
             fail_msg("odd %d: %s", odd, r.ops);
-        fb_free(&b);
+        mb_free(&b);
     }
 }
 
@@ -270,26 +270,26 @@ static void test_concat(void **state) {
  * FromBlocked while the chain goes on blocked. */
 static void test_plain_reader(void **state) {
     (void)state;
-    fb b;
-    fb_init(&b, 17);
+    mb_model b;
+    mb_init(&b, 17);
     int64_t xd[4] = {2, 4, 8, 8};
-    fb_input(&b, "x", 4, xd, NULL);
+    mb_input_run(&b, "x", 4, xd, NULL);
     conv(&b, "Conv:x,W1,B1->c1", "W1", "B1", 9, 4, 3, 1);
-    fb_attr_f(&b, fb_node(&b, "LeakyRelu:c1->r1"), "alpha", 0.1f);
+    mb_attr_f(&b, mb_node(&b, "LeakyRelu:c1->r1"), "alpha", 0.1f);
     int64_t shp[2] = {2, -1};
-    fb_i64(&b, "shape", 2, shp);
-    fb_node(&b, "Reshape:r1,shape->flat");
+    mb_init_i64(&b, "shape", 2, shp);
+    mb_node(&b, "Reshape:r1,shape->flat");
     conv(&b, "Conv:r1,W2,B2->c2", "W2", "B2", 7, 9, 3, 2);
-    fb_node(&b, "Tanh:c2->y");
-    fb_output(&b, "flat");
-    fb_output(&b, "y");
-    fb_output(&b, "r1");
+    mb_node(&b, "Tanh:c2->y");
+    mb_output(&b, "flat");
+    mb_output(&b, "y");
+    mb_output(&b, "r1");
     layout_result r;
     run_cmp(&b, &cpu2, &r);
     if (op_count(&r, "BlockedConv") != 2 || op_count(&r, "FromBlocked") != 2 ||
         op_count(&r, "Reshape") != 1)
         fail_msg("%s", r.ops);
-    fb_free(&b);
+    mb_free(&b);
 }
 
 /* Devices listed together: with placement "cpu" (everything on the CPU) and with placement
@@ -308,18 +308,18 @@ static void test_split_devices(void **state) {
                             {"cpu,test:0", "cpu", "Add=test:0;Relu=test:0;/^n2$/=test:0", 1},
                             {"cpu,test:0", NULL, NULL, 1}};
     for (int c = 0; c < 3; c++) {
-        fb b;
-        fb_init(&b, 17);
+        mb_model b;
+        mb_init(&b, 17);
         int64_t xd[4] = {2, 6, 10, 10};
-        fb_input(&b, "x", 4, xd, NULL);
+        mb_input_run(&b, "x", 4, xd, NULL);
         conv(&b, "Conv:x,W1,B1->c1", "W1", "B1", 10, 6, 3, 1);
-        fb_node(&b, "Relu:c1->r1");
+        mb_node(&b, "Relu:c1->r1");
         conv(&b, "Conv:r1,W2,B2->c2", "W2", "B2", 10, 10, 3, 1);
-        fb_node(&b, "Sigmoid:c2->a2");
-        fb_node(&b, "Add:a2,r1->s");
-        fb_node(&b, "Relu:s->t");
-        fb_node(&b, "GlobalMaxPool:t->y");
-        fb_output(&b, "y");
+        mb_node(&b, "Sigmoid:c2->a2");
+        mb_node(&b, "Add:a2,r1->s");
+        mb_node(&b, "Relu:s->t");
+        mb_node(&b, "GlobalMaxPool:t->y");
+        mb_output(&b, "y");
         layout_result r;
         run_cmp(&b, &cfgs[c], &r);
         size_t blocked = op_count(&r, "BlockedConv") + op_count(&r, "BlockedPool");
@@ -327,7 +327,7 @@ static void test_split_devices(void **state) {
                          : op_count(&r, "BlockedConv") == 2 && op_count(&r, "BlockedPool") == 1;
         if (c == 0 && r.off_cpu) ok = false;
         if (!ok) fail_msg("case %d (%zu nodes off the CPU): %s", c, r.off_cpu, r.ops);
-        fb_free(&b);
+        mb_free(&b);
     }
     unsetenv("TANDEM_TEST_DEVICES");
 }
@@ -337,24 +337,24 @@ static void test_split_devices(void **state) {
  * plain tensor (FromBlocked on the CPU) and writes a plain one (the next BlockedConv takes
  * plain input), and the outputs equal the CPU-only plain run. Node names are n<index>: n4 is
  * the third Conv (fused with its Relu n5), n8 the fifth. */
-static void split_chain(fb *b) {
+static void split_chain(mb_model *b) {
     int64_t xd[4] = {1, 5, 12, 12};
-    fb_input(b, "x", 4, xd, NULL);
+    mb_input_run(b, "x", 4, xd, NULL);
     conv(b, "Conv:x,W1,B1->c1", "W1", "B1", 12, 5, 3, 1);       /* n0 */
-    fb_node(b, "Relu:c1->r1");                                /* n1 */
+    mb_node(b, "Relu:c1->r1");                                /* n1 */
     conv(b, "Conv:r1,W2,B2->c2", "W2", "B2", 9, 12, 3, 1);      /* n2 */
-    fb_node(b, "Relu:c2->r2");                                /* n3 */
+    mb_node(b, "Relu:c2->r2");                                /* n3 */
     conv(b, "Conv:r2,W3,B3->c3", "W3", "B3", 16, 9, 3, 1);      /* n4 */
-    fb_node(b, "Relu:c3->r3");                                /* n5 */
+    mb_node(b, "Relu:c3->r3");                                /* n5 */
     conv(b, "Conv:r3,W4,B4->c4", "W4", "B4", 7, 16, 3, 2);      /* n6 */
-    fb_node(b, "Relu:c4->r4");                                /* n7 */
+    mb_node(b, "Relu:c4->r4");                                /* n7 */
     conv(b, "Conv:r4,W5,B5->c5", "W5", "B5", 10, 7, 1, 1);      /* n8 */
-    Onnx__NodeProto *mp = fb_node(b, "MaxPool:c5->p");        /* n9 */
+    Onnx__NodeProto *mp = mb_node(b, "MaxPool:c5->p");        /* n9 */
     int64_t k2[2] = {2, 2}, s2[2] = {2, 2};
-    fb_attr_ints(b, mp, "kernel_shape", 2, k2);
-    fb_attr_ints(b, mp, "strides", 2, s2);
-    fb_node(b, "GlobalAveragePool:p->y");                     /* n10 */
-    fb_output(b, "y");
+    mb_attr_ints(b, mp, "kernel_shape", 2, k2);
+    mb_attr_ints(b, mp, "strides", 2, s2);
+    mb_node(b, "GlobalAveragePool:p->y");                     /* n10 */
+    mb_output(b, "y");
 }
 
 static void test_split_regions(void **state) {
@@ -374,8 +374,8 @@ static void test_split_regions(void **state) {
                             {"cpu,test:0", NULL, "/^n4$/=test:0", 1}};
     const size_t want_conv[] = {4, 4, 4, 4}, want_pool[] = {2, 2, 0, 2}, want_from[] = {2, 2, 1, 2};
     for (int c = 0; c < 4; c++) {
-        fb b;
-        fb_init(&b, 17);
+        mb_model b;
+        mb_init(&b, 17);
         split_chain(&b);
         layout_result r;
         run_cmp(&b, &cfgs[c], &r);
@@ -385,7 +385,7 @@ static void test_split_regions(void **state) {
             op_count(&r, "FromBlocked") != want_from[c] || op_count(&r, "ToBlocked") != 0 ||
             r.off_cpu != 1)
             fail_msg("case %d (%zu nodes off the CPU): %s", c, r.off_cpu, r.ops);
-        fb_free(&b);
+        mb_free(&b);
     }
     unsetenv("TANDEM_TEST_DEVICES");
 }
@@ -407,8 +407,8 @@ static void test_measured_names(void **state) {
     assert_non_null(mkdtemp(dir));
     setenv("TANDEM_CACHE_DIR", dir, 1);
     setenv("TANDEM_TEST_DEVICES", "1", 1);
-    fb b;
-    fb_init(&b, 17);
+    mb_model b;
+    mb_init(&b, 17);
     split_chain(&b);
     size_t size = onnx__model_proto__get_packed_size(&b.model);
     void *buf = malloc(size);
@@ -419,7 +419,7 @@ static void test_measured_names(void **state) {
     tdm_tensor *x = NULL, *y = NULL;
     assert_null(tdm_tensor_create(env, TDM_FLOAT, b.in_rank[0], b.in_dims[0], &x));
     float *d = tdm_tensor_data(x);
-    for (int64_t k = 0; k < tdm_tensor_element_count(x); k++) d[k] = rnd();
+    for (int64_t k = 0; k < tdm_tensor_element_count(x); k++) d[k] = mb_rnd();
     const char *names[1] = {b.ins[0]->name};
     tdm_session_options so = {.api_version = TDM_API_VERSION, .devices = "cpu", .threads = 1,
                               .opt_level = 1, .profile = true};
@@ -447,7 +447,7 @@ static void test_measured_names(void **state) {
     tdm_tensor_free(x);
     tdm_env_free(env);
     free(buf);
-    fb_free(&b);
+    mb_free(&b);
     unsetenv("TANDEM_TEST_DEVICES");
     setenv("TANDEM_CACHE_DIR", "/tmp", 1);
     assert_int_equal(nftw(dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS), 0);

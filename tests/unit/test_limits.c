@@ -20,70 +20,37 @@
 
 #include "onnx/onnx.pb-c.h"
 #include "tandem/tandem.h"
-#include "loop_builder.h"
+#include "loop_model.h"
 
 #include "counting_alloc.h"
 
-/* ---- the models (the Loop model: loop_builder.h) ---------------------------------------- */
+/* ---- the models (the Loop model: loop_model.h) ------------------------------------------ */
 
 /* Scan (opset 17): state s [1], scan input x [N, 1]; body (s, x) -> (s + x, x): the final
  * state is s + sum(x) and the scan output is x again. */
 static void *scan_model(size_t *size) {
-    enum { F32 = 1 };
-    static char *add_in[] = {"s_in", "x_in"}, *add_out[] = {"s_out"};
-    static char *id_in[] = {"x_in"}, *id_out[] = {"y_out"};
-    Onnx__NodeProto add, id, scan;
-    onnx__node_proto__init(&add);
-    add.op_type = "Add";
-    add.name = "add";
-    add.n_input = 2, add.input = add_in;
-    add.n_output = 1, add.output = add_out;
-    onnx__node_proto__init(&id);
-    id.op_type = "Identity";
-    id.name = "id";
-    id.n_input = 1, id.input = id_in;
-    id.n_output = 1, id.output = id_out;
-    Onnx__NodeProto *body_nodes[] = {&add, &id};
-    vi bi[2], bo[2];
-    Onnx__ValueInfoProto *body_in[] = {value(&bi[0], "s_in", F32, 1), value(&bi[1], "x_in", F32, 1)};
-    Onnx__ValueInfoProto *body_out[] = {value(&bo[0], "s_out", F32, 1), value(&bo[1], "y_out", F32, 1)};
-    Onnx__GraphProto body;
-    onnx__graph_proto__init(&body);
-    body.name = "body";
-    body.n_node = 2, body.node = body_nodes;
-    body.n_input = 2, body.input = body_in;
-    body.n_output = 2, body.output = body_out;
-    Onnx__AttributeProto a_body, a_n;
-    onnx__attribute_proto__init(&a_body);
-    a_body.name = "body";
-    a_body.has_type = 1;
-    a_body.type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH;
-    a_body.g = &body;
-    onnx__attribute_proto__init(&a_n);
-    a_n.name = "num_scan_inputs";
-    a_n.has_type = 1;
-    a_n.type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
-    a_n.has_i = 1;
-    a_n.i = 1;
-    Onnx__AttributeProto *attrs[] = {&a_body, &a_n};
-    static char *scan_in[] = {"s", "x"}, *scan_out[] = {"final", "ys"};
-    onnx__node_proto__init(&scan);
-    scan.op_type = "Scan";
-    scan.name = "scan";
-    scan.n_input = 2, scan.input = scan_in;
-    scan.n_output = 2, scan.output = scan_out;
-    scan.n_attribute = 2, scan.attribute = attrs;
-    Onnx__NodeProto *nodes[] = {&scan};
-    vi gi[2], go[2];
-    Onnx__ValueInfoProto *g_in[] = {value(&gi[0], "s", F32, 1), value(&gi[1], "x", F32, -1)};
-    Onnx__ValueInfoProto *g_out[] = {value(&go[0], "final", F32, 1), value(&go[1], "ys", F32, -1)};
-    Onnx__GraphProto g;
-    onnx__graph_proto__init(&g);
-    g.name = "g";
-    g.n_node = 1, g.node = nodes;
-    g.n_input = 2, g.input = g_in;
-    g.n_output = 2, g.output = g_out;
-    return pack_model(&g, size);
+    int64_t one[1] = {1};
+    mb_model body, m;
+    mb_init(&body, 17);
+    mb_input_t(&body, "s_in", MB_F32, 1, one);
+    mb_input_t(&body, "x_in", MB_F32, 1, one);
+    mb_node(&body, "Add:s_in,x_in->s_out");
+    mb_node(&body, "Identity:x_in->y_out");
+    mb_output_t(&body, "s_out", MB_F32, 1, one);
+    mb_output_t(&body, "y_out", MB_F32, 1, one);
+
+    mb_init(&m, 17);
+    mb_input_t(&m, "s", MB_F32, 1, one);
+    mb_input_t(&m, "x", MB_F32, -1, NULL);
+    Onnx__NodeProto *scan = mb_node(&m, "Scan:s,x->final,ys");
+    mb_attr_graph(&m, scan, "body", &body.graph);
+    mb_attr_i(&m, scan, "num_scan_inputs", 1);
+    mb_output_t(&m, "final", MB_F32, 1, one);
+    mb_output_t(&m, "ys", MB_F32, -1, NULL);
+    void *buf = mb_pack(&m, size);
+    mb_free(&m);
+    mb_free(&body);
+    return buf;
 }
 
 /* ---- fixture ---------------------------------------------------------------------------- */

@@ -24,13 +24,13 @@
 #include <cmocka.h>
 
 #include "backends/backend.h"
-#include "opencl_builder.h"
+#include "model_builder.h"
 #include "tandem/tandem.h"
 
 #include "opencl_harness.h"
 
 /* Runs the model on `devices` and on the CPU with the same random inputs and compares. */
-static void check_devices(mb *m, const char *devices, bool no_fallback, int opt_level,
+static void check_devices(mb_model *m, const char *devices, bool no_fallback, int opt_level,
                           double rtol, double atol) {
     size_t size = onnx__model_proto__get_packed_size(&m->model);
     void *buf = malloc(size);
@@ -94,12 +94,12 @@ static void check_devices(mb *m, const char *devices, bool no_fallback, int opt_
 }
 
 /* opencl:0 only (opt level 0: the nodes as written), then done with the builder */
-static void check_tol(mb *m, double rtol, double atol) {
+static void check_tol(mb_model *m, double rtol, double atol) {
     check_devices(m, "opencl:0", true, 0, rtol, atol);
     mb_free(m);
 }
-static void check(mb *m) { check_tol(m, 1e-4, 1e-5); }
-static void check_gemm(mb *m) { check_tol(m, 1e-3, 1e-4); }
+static void check(mb_model *m) { check_tol(m, 1e-4, 1e-5); }
+static void check_gemm(mb_model *m) { check_tol(m, 1e-3, 1e-4); }
 
 /* ---- cases ---- */
 
@@ -117,7 +117,7 @@ static void test_matmul(void **state) {
     };
     static const int ranks[][2] = {{2, 2}, {3, 2}, {4, 3}, {1, 2}, {3, 1}, {2, 2}};
     for (size_t c = 0; c < sizeof ranks / sizeof ranks[0]; c++) {
-        mb m;
+        mb_model m;
         mb_init(&m, 13);
         for (int k = 0; k < 2; k++) {
             int r = ranks[c][k];
@@ -135,7 +135,7 @@ static void test_gemm(void **state) {
     (void)state;
     NEED_DEVICE();
     for (int variant = 0; variant < 6; variant++) {
-        mb m;
+        mb_model m;
         mb_init(&m, 13);
         int ta = variant & 1, tb = (variant >> 1) & 1;
         int64_t M = 19, K = 23, N = 29;
@@ -157,7 +157,7 @@ static void test_gemm(void **state) {
 
 static void conv_case(int64_t n, int64_t c, int64_t h, int64_t w, int64_t m_out, int64_t k,
                       int64_t group, int stride, int pad, int dil, bool bias, int rank) {
-    mb m;
+    mb_model m;
     mb_init(&m, 13);
     if (rank == 3) {
         IN(&m, "x", n, c, w);
@@ -191,7 +191,7 @@ static void test_conv(void **state) {
     conv_case(2, 16, 7, 7, 24, 1, 1, 1, 0, 1, true, 4);  /* 1x1 (pads make it im2col) */
     conv_case(1, 5, 1, 31, 7, 3, 1, 2, 1, 1, true, 3);   /* 1-D */
     /* 1x1 without padding: the GEMM-only path */
-    mb m;
+    mb_model m;
     mb_init(&m, 13);
     IN(&m, "x", 2, 16, 6, 5);
     IN(&m, "w", 12, 16, 1, 1);
@@ -216,7 +216,7 @@ static void test_fused(void **state) {
     NEED_DEVICE();
     /* Conv + Add (residual) + Relu and MatMul + Add + Relu: at opt level 1 the graph passes
      * make FusedConv / FusedMatMul, which must also run on the device */
-    mb m;
+    mb_model m;
     mb_init(&m, 13);
     IN(&m, "x", 1, 8, 6, 6);
     int64_t wd[4] = {8, 8, 3, 3}, bd[1] = {8};
@@ -254,7 +254,7 @@ static void test_pool(void **state) {
     (void)state;
     NEED_DEVICE();
     for (int c = 0; c < 6; c++) {
-        mb m;
+        mb_model m;
         mb_init(&m, 13);
         IN(&m, "x", 2, 3, 11, 10);
         bool max = c < 3;
@@ -277,7 +277,7 @@ static void test_pool(void **state) {
     }
     const char *globals[] = {"GlobalAveragePool:x->y", "GlobalMaxPool:x->y"};
     for (int c = 0; c < 2; c++) {
-        mb m;
+        mb_model m;
         mb_init(&m, 13);
         IN(&m, "x", 2, 5, 7, 9);
         mb_node(&m, globals[c]);
@@ -295,7 +295,7 @@ static void test_unary(void **state) {
         "Cos", "Elu", "Selu", "Softsign", "Softplus", "Identity",
     };
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
-        mb m;
+        mb_model m;
         mb_init(&m, 14);
         IN(&m, "x", 3, 50, 7);
         char spec[64];
@@ -310,7 +310,7 @@ static void test_unary(void **state) {
     }
     /* Gelu (opset 20 is newer than this build's ONNX; com.microsoft.Gelu is tested by the
      * conformance models), Clip with attributes and with inputs */
-    mb m;
+    mb_model m;
     mb_init(&m, 6);
     IN(&m, "x", 4, 33);
     Onnx__NodeProto *n = mb_node(&m, "Clip:x->y");
@@ -342,7 +342,7 @@ static void test_binary(void **state) {
         for (size_t c = 0; c < sizeof ranks / sizeof ranks[0]; c++) {
             bool prelu = !strcmp(ops[o], "PRelu");
             if (prelu && (c == 2 || c == 4)) continue; /* slope broadcasts to X only */
-            mb m;
+            mb_model m;
             mb_init(&m, 13);
             for (int k = 0; k < 2; k++) {
                 int r = ranks[c][k];
@@ -363,7 +363,7 @@ static void test_softmax_norm(void **state) {
     (void)state;
     NEED_DEVICE();
     for (int c = 0; c < 6; c++) {
-        mb m;
+        mb_model m;
         mb_init(&m, c < 2 ? 11 : 13);
         IN(&m, "x", 3, 4, 37);
         Onnx__NodeProto *n = mb_node(&m, c == 5 ? "LogSoftmax:x->y" : "Softmax:x->y");
@@ -373,7 +373,7 @@ static void test_softmax_norm(void **state) {
         check(&m);
     }
     { /* long rows (a work-group per row on GPUs) */
-        mb m;
+        mb_model m;
         mb_init(&m, 13);
         IN(&m, "x", 6, 300);
         mb_node(&m, "Softmax:x->y");
@@ -383,7 +383,7 @@ static void test_softmax_norm(void **state) {
         check(&m);
     }
     for (int c = 0; c < 3; c++) {
-        mb m;
+        mb_model m;
         mb_init(&m, 17);
         IN(&m, "x", 2, 5, 48);
         if (c == 1) IN(&m, "s", 5, 48);
@@ -406,7 +406,7 @@ static void test_batch_norm(void **state) {
     (void)state;
     NEED_DEVICE();
     for (int rank = 2; rank <= 4; rank++) {
-        mb m;
+        mb_model m;
         mb_init(&m, 15);
         if (rank == 2) IN(&m, "x", 7, 5);
         else if (rank == 3) IN(&m, "x", 2, 5, 9);
@@ -432,7 +432,7 @@ static void test_reduce(void **state) {
     static const int n_axes[] = {1, 1, 2, 2, 3};
     for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++)
         for (size_t c = 0; c < sizeof n_axes / sizeof n_axes[0]; c++) {
-            mb m;
+            mb_model m;
             bool input = !strcmp(ops[o], "ReduceSum");
             mb_init(&m, 13);
             IN(&m, "x", 3, 4, 5, 6);
@@ -452,7 +452,7 @@ static void test_shape_ops(void **state) {
     NEED_DEVICE();
     static const int64_t perms[][4] = {{0, 1, 3, 2}, {3, 2, 1, 0}, {0, 2, 1, 3}, {1, 0, 2, 3}, {2, 3, 0, 1}};
     for (size_t c = 0; c < sizeof perms / sizeof perms[0]; c++) {
-        mb m;
+        mb_model m;
         mb_init(&m, 13);
         IN(&m, "x", 3, 4, 17, 19);
         Onnx__NodeProto *n = mb_node(&m, "Transpose:x->y");
@@ -461,7 +461,7 @@ static void test_shape_ops(void **state) {
         check(&m);
     }
     for (int axis = -3; axis < 3; axis++) {
-        mb m;
+        mb_model m;
         mb_init(&m, 13);
         int64_t a[3] = {2, 3, 4}, b[3] = {2, 3, 4};
         a[(axis + 3) % 3] = 5;
@@ -473,7 +473,7 @@ static void test_shape_ops(void **state) {
         check(&m);
     }
     {
-        mb m;
+        mb_model m;
         mb_init(&m, 13);
         IN(&m, "x", 6, 7, 8);
         int64_t st[3] = {1, -1, 0}, en[3] = {5, -8, 100}, ax[3] = {0, 1, 2}, sp[3] = {2, -2, 3};
@@ -486,7 +486,7 @@ static void test_shape_ops(void **state) {
         check(&m);
     }
     for (int axis = 0; axis < 2; axis++) {
-        mb m;
+        mb_model m;
         mb_init(&m, 13);
         IN(&m, "x", 5, 6, 3);
         int64_t idx[4] = {4, -1, 0, 2};
@@ -497,7 +497,7 @@ static void test_shape_ops(void **state) {
         check(&m);
     }
     {
-        mb m;
+        mb_model m;
         mb_init(&m, 13);
         IN(&m, "x", 2, 3, 4);
         int64_t shape[2] = {4, -1}, axes[1] = {1}, ex[4] = {2, 1, 3, 4};
@@ -522,7 +522,7 @@ static void test_misc_ops(void **state) {
     static const char *const cmps[] = {"Equal", "Greater", "Less", "GreaterOrEqual",
                                        "LessOrEqual"};
     for (size_t c = 0; c < sizeof cmps / sizeof cmps[0]; c++) {
-        mb m;
+        mb_model m;
         mb_init(&m, 13);
         IN(&m, "a", 3, 1, 8);
         IN(&m, "b", 4, 1);
@@ -539,7 +539,7 @@ static void test_misc_ops(void **state) {
     }
     static const char *const vars[] = {"Max", "Min", "Sum", "Mean"};
     for (size_t c = 0; c < sizeof vars / sizeof vars[0]; c++) {
-        mb m;
+        mb_model m;
         mb_init(&m, 13);
         IN(&m, "a", 5, 1);
         IN(&m, "b", 2, 1, 6);
@@ -554,13 +554,15 @@ static void test_misc_ops(void **state) {
         check(&m);
     }
     {
-        mb m;
+        mb_model m;
         mb_init(&m, 13);
         IN(&m, "x", 2, 3);
         int64_t d[2] = {2, 3};
         float v[6] = {1, -2, 3.5f, 4, 5, -6}, w[3] = {0.5f, 0.25f, 2};
         Onnx__NodeProto *n = mb_node(&m, "Constant:->k");
-        mb_attr_tensor_f32(&m, n, "value", 2, d, 6, v);
+        Onnx__TensorProto *k = mb_new_tensor(&m, NULL, MB_F32, 2, d);
+        mb_set_f32(&m, k, 6, v);
+        mb_attr_tensor(&m, n, "value", k);
         n = mb_node(&m, "Constant:->f");
         mb_attr_floats(&m, n, "value_floats", 3, w);
         mb_node(&m, "Mul:x,k->t");
@@ -570,7 +572,7 @@ static void test_misc_ops(void **state) {
     }
     /* few long rows: row kernels cut rows into segments */
     {
-        mb m;
+        mb_model m;
         mb_init(&m, 13);
         IN(&m, "a", 2, 30000);
         IN(&m, "b", 1, 30000);
@@ -594,7 +596,7 @@ static void test_misc_ops(void **state) {
 static void test_gather_bad_index(void **state) {
     (void)state;
     NEED_DEVICE();
-    mb m;
+    mb_model m;
     mb_init(&m, 13);
     IN(&m, "x", 5, 3);
     int64_t idx[2] = {1, 5};
@@ -629,7 +631,7 @@ static void test_gather_bad_index(void **state) {
 static void test_mixed(void **state) {
     (void)state;
     NEED_DEVICE();
-    mb m;
+    mb_model m;
     mb_init(&m, 13);
     IN(&m, "x", 4, 16);
     IN(&m, "w", 16, 8);
@@ -701,7 +703,7 @@ static void test_binary_cache(void **state) {
         OK(tdm_env_create(NULL, &env));
         tdm_env *saved = g_env;
         g_env = env;
-        mb m;
+        mb_model m;
         mb_init(&m, 13);
         IN(&m, "x", 8, 8);
         mb_node(&m, "Relu:x->y");

@@ -24,8 +24,7 @@
 #include <cmocka.h>
 
 #include "backends/backend.h"
-#pragma GCC diagnostic ignored "-Wunused-function" /* the builder's helpers this file skips */
-#include "opencl_builder.h"
+#include "model_builder.h"
 #include "sched/cost.h"
 #include "sched/profile.h"
 #include "tandem/tandem.h"
@@ -289,7 +288,7 @@ static void test_split_models_blocking(void **state) {
     unsetenv("TANDEM_SYNC_COPIES");
 }
 
-static tdm_session *builder_session(mb *m, const char *devices, const char *placement) {
+static tdm_session *builder_session(mb_model *m, const char *devices, const char *placement) {
     size_t size = onnx__model_proto__get_packed_size(&m->model);
     void *buf = malloc(size);
     onnx__model_proto__pack(&m->model, buf);
@@ -309,7 +308,7 @@ static void test_run_after_failure(void **state) {
         printf("skipped: no OpenCL device\n");
         return;
     }
-    mb m;
+    mb_model m;
     mb_init(&m, 13);
     IN(&m, "x", 5, 3);
     Onnx__ValueInfoProto *iv = mb_value(&m, "i", ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 1, (int64_t[]){2});
@@ -358,7 +357,7 @@ static void test_high_rank_window_on_cpu(void **state) {
         printf("skipped: no OpenCL device\n");
         return;
     }
-    mb m;
+    mb_model m;
     mb_init(&m, 13);
     int64_t dx[6] = {1, 2, 4, 4, 4, 4};
     m.in_rank[0] = 6;

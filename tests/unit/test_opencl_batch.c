@@ -22,8 +22,7 @@
 
 #include <cmocka.h>
 
-#pragma GCC diagnostic ignored "-Wunused-function" /* the builder's helpers this file skips */
-#include "opencl_builder.h"
+#include "model_builder.h"
 #include "tandem/tandem.h"
 #ifdef TANDEM_HAVE_OPENCL
 #include "backends/opencl/ocl.h"
@@ -86,7 +85,7 @@ static const tdm_session_options *opts(tdm_session_options *so, const char *devi
 }
 
 /* A model built in memory, on opencl:0 and on the CPU. Frees the builder. */
-static void check_built(mb *m, int opt_level) {
+static void check_built(mb_model *m, int opt_level) {
     size_t size = onnx__model_proto__get_packed_size(&m->model);
     void *buf = malloc(size);
     assert_non_null(buf);
@@ -108,7 +107,7 @@ static void check_built(mb *m, int opt_level) {
  * temporaries of the kernel run too, as at the time of the failure. */
 static void conv_case(int64_t n, int64_t c, int64_t hw, int64_t m_out, int64_t k, int64_t group,
                       int64_t stride, int64_t pad) {
-    mb m;
+    mb_model m;
     mb_init(&m, 13);
     IN(&m, "x", n, c, hw, hw);
     IN(&m, "w", m_out, c / group, k, k);
@@ -138,7 +137,7 @@ static void test_conv_batches(void **state) {
     conv_case(9, 128, 64, 8, 1, 1, 1, 0);
 }
 
-static void weights(mb *m, const char *name, int rank, const int64_t *dims) {
+static void weights(mb_model *m, const char *name, int rank, const int64_t *dims) {
     int n = 1;
     for (int i = 0; i < rank; i++) n *= (int)dims[i];
     float *v = malloc((size_t)n * sizeof *v);
@@ -154,7 +153,7 @@ static void test_block_batch(void **state) {
     (void)state;
     NEED_DEVICE();
     for (int opt = 0; opt <= 1; opt++) {
-        mb m;
+        mb_model m;
         mb_init(&m, 13);
         IN(&m, "x", 32, 8, 10, 10);
         int64_t we[4] = {24, 8, 1, 1}, wd[4] = {24, 1, 3, 3}, wp[4] = {8, 24, 1, 1};
