@@ -27,7 +27,19 @@ static void serve_usage(FILE *f) {
             "  --threads N             intra-op threads per model instance (default: cores /\n"
             "                          instances of the model)\n"
             "  --connection-timeout S  close idle connections after S seconds (default 60)\n"
+            "  --header-timeout S      a request's headers must arrive within S seconds of its\n"
+            "                          first byte (default 5)\n"
             "  --request-timeout S     a request body must arrive within S seconds (default 120)\n"
+            "  --min-upload-kbps N     after --header-timeout, a body must average N KiB/s or\n"
+            "                          more (default 16; 0 = no minimum)\n"
+            "  --max-connections N     open connections; when all are taken, the connection idle\n"
+            "                          longest closes for a new one (default: from the\n"
+            "                          descriptor limit, which is raised to its hard limit)\n"
+            "  --max-connections-per-ip N  open connections per client address (default 0 = any)\n"
+            "  --request-memory MB     memory for request bodies being received and parsed, all\n"
+            "                          together; past it, 503 with Retry-After (default RAM / 8)\n"
+            "  --max-json-mb N         largest JSON part of an inference request; larger\n"
+            "                          tensors go in the binary tensor data extension (default 8)\n"
             "  --shutdown-timeout S    on SIGTERM, wait S seconds for accepted requests before\n"
             "                          answering still-queued ones with 503 (default 30)\n"
             "  --model-control-mode M  none (load every model at start, default) or explicit\n"
@@ -80,6 +92,21 @@ int cmd_serve(int argc, char **argv) {
             ok = parse_int(v, 0, 1024, &o.threads);
         } else if (!strcmp(a, "--connection-timeout")) {
             ok = parse_int(v, 1, 86400, &o.connection_timeout_s);
+        } else if (!strcmp(a, "--header-timeout")) {
+            ok = parse_int(v, 1, 86400, &o.header_timeout_s);
+        } else if (!strcmp(a, "--min-upload-kbps")) {
+            ok = parse_int(v, 0, 1 << 20, &n);
+            o.min_upload_rate = (size_t)n << 10;
+        } else if (!strcmp(a, "--max-connections")) {
+            ok = parse_int(v, 1, 1 << 20, &o.max_connections);
+        } else if (!strcmp(a, "--max-connections-per-ip")) {
+            ok = parse_int(v, 0, 1 << 20, &o.max_connections_per_ip);
+        } else if (!strcmp(a, "--request-memory")) {
+            ok = parse_int(v, 1, 1 << 24, &n);
+            o.request_memory = (size_t)n << 20;
+        } else if (!strcmp(a, "--max-json-mb")) {
+            ok = parse_int(v, 1, 1 << 16, &n);
+            o.max_json_bytes = (size_t)n << 20;
         } else if (!strcmp(a, "--request-timeout")) {
             ok = parse_int(v, 0, 86400, &o.request_timeout_s);
         } else if (!strcmp(a, "--shutdown-timeout")) {

@@ -13,6 +13,7 @@
 #include "serve/server_impl.h"
 
 #define SV_JSON_DEPTH 64
+#define SV_JSON_TREE_FACTOR 16 /* bytes of jansson's tree per byte of JSON text, at most */
 
 /* ---- answers ---------------------------------------------------------------------------------- */
 
@@ -77,6 +78,7 @@ static enum MHD_Result send_answer(sv_conn *c) {
         MHD_add_response_header(r, "Inference-Header-Content-Length", n);
     }
     if (enc) MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_ENCODING, enc);
+    if (c->http == 503) MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "1");
     pthread_mutex_lock(&s->mu);
     bool draining = s->draining;
     pthread_mutex_unlock(&s->mu);
@@ -179,6 +181,20 @@ static sv_route route(sv_conn *c, const char *method, const char *url, bool metr
 
 /* ---- bodies ----------------------------------------------------------------------------------- */
 
+/* 503 (with Retry-After) when the request-memory budget is spent. */
+static sv_error *mem_refused(sv_server *s) {
+    return sv_err(503, "the server's memory for request bodies (--request-memory %zu MiB) is "
+                  "taken by other requests; retry later", s->opt.request_memory >> 20);
+}
+
+/* 413 for JSON larger than the JSON limit: a parsed JSON tree takes about 15 times its text. */
+static sv_error *json_too_big(sv_server *s, uint64_t n) {
+    return sv_err(413, "the JSON part of the request has %llu bytes, more than the %zu-byte limit "
+                  "for JSON (--max-json-mb); send large tensors with the binary tensor data "
+                  "extension (binary_data_size and the Inference-Header-Content-Length header)",
+                  (unsigned long long)n, s->opt.max_json_bytes);
+}
+
 /* Takes the request body, inflated when it came compressed. */
 static sv_error *take_body(sv_conn *c, char **out, size_t *len) {
     if (c->encoding == '?') return sv_err(415, "unsupported Content-Encoding (gzip, deflate or identity)");
@@ -189,8 +205,16 @@ static sv_error *take_body(sv_conn *c, char **out, size_t *len) {
         *out = raw;
         return NULL;
     }
-    sv_error *e = sv_inflate(raw, *len, c->encoding == 'g', c->srv->opt.max_body_bytes, out, len);
+    /* the inflated body counts too: its largest size while inflating, then its real one */
+    sv_server *s = c->srv;
+    if (!sv_budget_take(&s->mem, s->opt.max_body_bytes)) {
+        free(raw);
+        return mem_refused(s);
+    }
+    sv_error *e = sv_inflate(raw, *len, c->encoding == 'g', s->opt.max_body_bytes, out, len);
     free(raw);
+    sv_budget_give(&s->mem, e ? s->opt.max_body_bytes : s->opt.max_body_bytes - *len);
+    if (!e) c->mem += *len;
     return e;
 }
 
@@ -201,6 +225,10 @@ static sv_error *json_body(sv_conn *c, json_t **root) {
     sv_error *e = take_body(c, &b, &len);
     if (e) return e;
     *root = NULL;
+    if (len > c->srv->opt.max_json_bytes) {
+        free(b);
+        return json_too_big(c->srv, len);
+    }
     size_t ws = strspn(b, " \t\r\n");
     if (ws == len) {
         free(b);
@@ -391,14 +419,30 @@ static bool infer(sv_conn *c) {
         answer_error(c, e);
         return false;
     }
+    size_t jlen = header_len >= 0 && (uint64_t)header_len < len ? (size_t)header_len : len;
+    if (jlen > s->opt.max_json_bytes) {
+        free(body);
+        answer_error(c, json_too_big(s, jlen));
+        return false;
+    }
     sv_version *v = NULL;
     if ((e = sv_repo_get(s->repo, c->model, c->version, &v))) {
         free(body);
         answer_error(c, e);
         return false;
     }
+    /* jansson's tree of the JSON part lives while it is read into the tensors */
+    size_t tree = jlen * SV_JSON_TREE_FACTOR;
+    if (!sv_budget_take(&s->mem, tree)) {
+        free(body);
+        sv_version_unref(s->repo, v);
+        answer_error(c, mem_refused(s));
+        return false;
+    }
     sv_request *r = NULL;
-    if ((e = sv_infer_parse(v, v->cfg, body, len, header_len, &r))) {
+    e = sv_infer_parse(v, v->cfg, body, len, header_len, &r);
+    sv_budget_give(&s->mem, tree);
+    if (e) {
         sv_version_unref(s->repo, v);
         answer_error(c, e);
         return false;
@@ -543,6 +587,8 @@ static bool header_has(struct MHD_Connection *conn, const char *name, const char
 typedef struct framing {
     int n_length, n_encoding;
     bool bad_length; /* a Content-Length that is not one decimal number */
+    bool bad_coding; /* a Transfer-Encoding other than exactly "chunked" */
+    char coding[64]; /* its value */
 } framing;
 
 static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *key,
@@ -555,6 +601,13 @@ static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const c
         if (!value || !sv_parse_i64(value, &n) || n < 0) f->bad_length = true;
     } else if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
         f->n_encoding++;
+        const char *v = value ? value : "";
+        v += strspn(v, " \t");
+        size_t n = strlen(v);
+        while (n && (v[n - 1] == ' ' || v[n - 1] == '\t')) n--;
+        if (n != 7 || strncasecmp(v, "chunked", 7)) f->bad_coding = true;
+        if (f->bad_coding)
+            snprintf(f->coding, sizeof f->coding, "%.*s", (int)(n < 60 ? n : 60), v);
     }
     return MHD_YES;
 }
@@ -572,10 +625,28 @@ static sv_error *check_framing(struct MHD_Connection *conn) {
     if (f.n_length && f.n_encoding)
         return sv_err(400, "the request has both Content-Length and Transfer-Encoding headers");
     if (f.n_encoding > 1) return sv_err(400, "the request has several Transfer-Encoding headers");
+    /* RFC 9112 6.1: chunked is the only coding a server must know; any other, or a list, cannot
+     * be framed here: 501 at once, and the connection closes */
+    if (f.bad_coding)
+        return sv_err(501, "Transfer-Encoding '%s' is not supported: send the body with "
+                      "Content-Length or 'Transfer-Encoding: chunked' (compress it with "
+                      "Content-Encoding)", f.coding);
     return NULL;
 }
 
-#define BODY_PRERESERVE ((size_t)1 << 20) /* bytes reserved from Content-Length at most */
+/* Inference requests whose JSON part is known from the headers to be too large are refused
+ * before their body is read (a compressed body is checked once inflated). */
+static sv_error *check_json_size(sv_conn *c, struct MHD_Connection *conn, int64_t content_length) {
+    if (c->route != R_INFER) return NULL;
+    int64_t hl = -1;
+    sv_error *e = sv_infer_header_len(
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Inference-Header-Content-Length"), &hl);
+    if (e) return e;
+    int64_t jlen = hl >= 0 ? hl : c->encoding ? -1 : content_length;
+    if (jlen >= 0 && (uint64_t)jlen > c->srv->opt.max_json_bytes)
+        return json_too_big(c->srv, (uint64_t)jlen);
+    return NULL;
+}
 
 static sv_conn *begin(sv_server *s, struct MHD_Connection *conn, const char *method, const char *url,
                       bool metrics_port) {
@@ -585,6 +656,10 @@ static sv_conn *begin(sv_server *s, struct MHD_Connection *conn, const char *met
     c->conn = conn;
     c->fd = -1;
     c->t_recv = sv_now_ns();
+    if (!metrics_port) {
+        c->slot = sv_conns_slot(conn);
+        sv_conns_request_begin(s->conns, c->slot);
+    }
     pthread_mutex_lock(&s->mu);
     s->inflight++;
     bool draining = s->draining;
@@ -606,16 +681,58 @@ static sv_conn *begin(sv_server *s, struct MHD_Connection *conn, const char *met
         return c;
     }
     const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-    int64_t n;
-    if (cl && sv_parse_i64(cl, &n) && (uint64_t)n > s->opt.max_body_bytes)
+    int64_t n = -1;
+    if (cl && !sv_parse_i64(cl, &n)) n = -1;
+    if (n >= 0 && (uint64_t)n > s->opt.max_body_bytes) {
         answer_error(c, sv_err(413, "the request body of %lld bytes is larger than the %zu-byte "
                                "limit (--max-body-mb)", (long long)n, s->opt.max_body_bytes));
-    else if (cl && sv_parse_i64(cl, &n) && n > 0 &&
-             /* one allocation instead of doubling from 256 bytes; bounded so that a length
-              * that never arrives costs little */
-             sv_buf_reserve(&c->body, (size_t)(n < (int64_t)BODY_PRERESERVE ? n : (int64_t)BODY_PRERESERVE)))
-        c->body.p[c->body.len] = 0; /* an empty body stays a valid string */
+        return c;
+    }
+    if ((fe = check_json_size(c, conn, n))) {
+        answer_error(c, fe);
+        return c;
+    }
+    if (n > 0) {
+        /* the whole declared length is taken from the budget before a byte is read, and
+         * allocated at once (its pages are only touched as the body arrives) */
+        if (!sv_budget_take(&s->mem, (size_t)n)) {
+            answer_error(c, mem_refused(s));
+            return c;
+        }
+        c->mem = (size_t)n;
+        if (sv_buf_reserve(&c->body, (size_t)n)) c->body.p[c->body.len] = 0;
+    }
     return c;
+}
+
+/* Stores body bytes within the body limit and the memory budget; past either the rest is
+ * discarded and the request answered 413 or 503 at its end. */
+static void body_bytes(sv_conn *c, const char *data, size_t n) {
+    sv_server *s = c->srv;
+    sv_conns_body_bytes(s->conns, c->slot, n);
+    if (c->too_big || c->mem_refused) return;
+    if (n > s->opt.max_body_bytes - c->body.len) {
+        c->too_big = true;
+        sv_buf_free(&c->body);
+        return;
+    }
+    if (c->body.len + n > c->mem) { /* chunked: the budget grows with the body */
+        size_t want = c->body.len + n;
+        size_t step = c->mem < ((size_t)1 << 20) ? (size_t)1 << 20 : c->mem;
+        if (want < c->mem + step) want = c->mem + step;
+        if (want > s->opt.max_body_bytes) want = s->opt.max_body_bytes;
+        if (!sv_budget_take(&s->mem, want - c->mem)) {
+            c->mem_refused = true;
+            sv_buf_free(&c->body);
+            return;
+        }
+        c->mem = want;
+    }
+    sv_buf_add(&c->body, data, n);
+    if (c->body.oom) {
+        c->too_big = true;
+        sv_buf_free(&c->body);
+    }
 }
 
 static enum MHD_Result handle(sv_server *s, bool metrics_port, struct MHD_Connection *conn,
@@ -626,8 +743,11 @@ static enum MHD_Result handle(sv_server *s, bool metrics_port, struct MHD_Connec
         c = begin(s, conn, method, url, metrics_port);
         if (!c) return MHD_NO;
         *con_cls = c;
-        /* an early answer (shutdown, body too large) goes before the body is read */
-        return c->answered ? send_answer(c) : MHD_YES;
+        if (!c->answered) return MHD_YES;
+        /* an early answer (shutdown, framing, body too large, no memory) goes before the body
+         * is read; libmicrohttpd then discards the body and closes the connection */
+        sv_conns_body_done(s->conns, c->slot);
+        return send_answer(c);
     }
     if (*upload_data_size) {
         size_t n = *upload_data_size;
@@ -635,24 +755,19 @@ static enum MHD_Result handle(sv_server *s, bool metrics_port, struct MHD_Connec
         if (s->opt.request_timeout_s > 0 &&
             sv_now_ns() - c->t_recv > (uint64_t)s->opt.request_timeout_s * 1000000000ull)
             return MHD_NO; /* a body that trickles in for too long: drop the connection */
-        if (c->too_big) return MHD_YES;
-        if (n > s->opt.max_body_bytes - c->body.len) {
-            c->too_big = true;
-            sv_buf_free(&c->body);
-            return MHD_YES;
-        }
-        sv_buf_add(&c->body, upload_data, n);
-        if (c->body.oom) {
-            c->too_big = true;
-            sv_buf_free(&c->body);
-        }
+        body_bytes(c, upload_data, n);
         return MHD_YES;
     }
+    sv_conns_body_done(s->conns, c->slot);
     if (c->answered) return send_answer(c);
     if (c->suspended) return MHD_YES; /* not expected: MHD calls us only after a resume */
     if (c->too_big) {
         answer_error(c, sv_err(413, "the request body is larger than the %zu-byte limit "
                                "(--max-body-mb)", s->opt.max_body_bytes));
+        return send_answer(c);
+    }
+    if (c->mem_refused) {
+        answer_error(c, mem_refused(s));
         return send_answer(c);
     }
     if (dispatch(c)) return MHD_YES; /* answered later, after a resume */
@@ -681,6 +796,8 @@ void sv_http_completed(void *cls, struct MHD_Connection *connection, void **con_
     if (c->ver) sv_version_unref(s->repo, c->ver);
     sv_buf_free(&c->body);
     free(c->resp);
+    sv_budget_give(&s->mem, c->mem);
+    sv_conns_request_end(s->conns, c->slot);
     free(c);
     pthread_mutex_lock(&s->mu);
     s->inflight--;

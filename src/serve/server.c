@@ -1,10 +1,12 @@
 /* tandem serve: start-up, the control thread, graceful shutdown (see server.h). */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -23,6 +25,9 @@ sv_serve_options sv_serve_defaults(void) {
     o.http_threads = 4;
     o.connection_timeout_s = 60;
     o.request_timeout_s = 120;
+    o.header_timeout_s = 5;
+    o.min_upload_rate = (size_t)16 << 10;
+    o.max_json_bytes = (size_t)8 << 20;
     o.shutdown_timeout_s = 30;
     o.exit_on_error = true;
     o.log = stderr;
@@ -88,8 +93,136 @@ static void *control_main(void *arg) {
 
 /* ---- daemons ---------------------------------------------------------------------------------- */
 
-static struct MHD_Daemon *start_daemon(sv_server *s, int port, unsigned threads, bool metrics,
-                                       int *bound) {
+/* The descriptor limit, raised to the hard limit first (each connection takes one). */
+static long raise_fd_limit(sv_server *s) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl)) return 1024;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rlim_t old = rl.rlim_cur;
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl)) rl.rlim_cur = old;
+        else sv_log(s, "descriptor limit raised from %llu to %llu", (unsigned long long)old,
+                    (unsigned long long)rl.rlim_cur);
+    }
+    return rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > (1u << 30) ? (1l << 30) : (long)rl.rlim_cur;
+}
+
+/* Defaults that depend on the machine: connections from the descriptor limit (an eighth kept
+ * for models, files and the metrics port), request memory an eighth of RAM. */
+static void machine_defaults(sv_server *s) {
+    long fds = raise_fd_limit(s);
+    if (s->opt.max_connections <= 0) {
+        long n = fds - fds / 8 - 64;
+        s->opt.max_connections = n < 16 ? 16 : n > 65536 ? 65536 : (int)n;
+    }
+    if (!s->opt.request_memory) {
+        long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+        size_t ram = pages > 0 && psz > 0 ? (size_t)pages * (size_t)psz : (size_t)4 << 30;
+        s->opt.request_memory = ram / 8;
+        if (s->opt.request_memory < 2 * s->opt.max_body_bytes) s->opt.request_memory = 2 * s->opt.max_body_bytes;
+    }
+    if (s->opt.request_memory < s->opt.max_body_bytes)
+        sv_log(s, "note: --request-memory (%zu MiB) is below --max-body-mb (%zu MiB): larger "
+               "bodies are refused with 503", s->opt.request_memory >> 20, s->opt.max_body_bytes >> 20);
+    if (s->opt.header_timeout_s <= 0) s->opt.header_timeout_s = 5;
+    if (s->opt.max_json_bytes == 0) s->opt.max_json_bytes = (size_t)8 << 20;
+}
+
+/* The HTTP port's listening socket (the accept thread of conn.c takes it). */
+static int listen_socket(sv_server *s, int port, int *bound) {
+    struct addrinfo hints, *ai = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    char ps[16];
+    snprintf(ps, sizeof ps, "%d", port);
+    int rc = getaddrinfo(s->opt.host, ps, &hints, &ai);
+    if (rc) {
+        sv_log(s, "cannot resolve host '%s': %s", s->opt.host, gai_strerror(rc));
+        return -1;
+    }
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int one = 1;
+    if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) || listen(fd, 4096)) {
+        sv_log(s, "cannot listen on %s:%d (%s; is the port in use?)", s->opt.host, port, strerror(errno));
+        if (fd >= 0) close(fd);
+        freeaddrinfo(ai);
+        return -1;
+    }
+    freeaddrinfo(ai);
+    struct sockaddr_storage a;
+    socklen_t alen = sizeof a;
+    *bound = port;
+    if (!getsockname(fd, (struct sockaddr *)&a, &alen))
+        *bound = a.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&a)->sin6_port)
+                                         : ntohs(((struct sockaddr_in *)&a)->sin_port);
+    return fd;
+}
+
+static void conns_log(void *user, const char *fmt, ...) {
+    sv_server *s = user;
+    char msg[600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    sv_log(s, "%s", msg);
+}
+
+/* The HTTP port: connections come from the accept thread (conn.c), within the budget. */
+static bool start_http(sv_server *s, int *bound) {
+    int fd = listen_socket(s, s->opt.http_port, bound);
+    if (fd < 0) return false;
+    sv_conns_options co = {
+        .max_connections = s->opt.max_connections,
+        .max_per_ip = s->opt.max_connections_per_ip,
+        .idle_timeout_s = s->opt.connection_timeout_s > 0 ? s->opt.connection_timeout_s : 60,
+        .header_timeout_s = s->opt.header_timeout_s,
+        .min_upload_rate = s->opt.min_upload_rate,
+        .rate_grace_s = s->opt.header_timeout_s,
+        .log = conns_log,
+        .log_user = s,
+    };
+    sv_error *e = sv_conns_create(&co, fd, &s->conns);
+    if (e) {
+        sv_log(s, "%s", e->msg);
+        sv_error_free(e);
+        return false;
+    }
+    unsigned threads = (unsigned)s->opt.http_threads;
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME |
+                     MHD_USE_ERROR_LOG | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC;
+    /* the budget is kept by conn.c; libmicrohttpd's own limit only leaves room for
+     * connections that were shut down and are not closed yet */
+    unsigned limit = (unsigned)s->opt.max_connections * 2u + 64u;
+    s->http = MHD_start_daemon(
+        flags, 0, NULL, NULL, sv_http_handler, s,
+        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, /* first, so that every message comes here */
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->opt.connection_timeout_s,
+        MHD_OPTION_CONNECTION_LIMIT, limit,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
+        MHD_OPTION_NOTIFY_COMPLETED, sv_http_completed, s,
+        MHD_OPTION_NOTIFY_CONNECTION, sv_conns_notify, s->conns,
+        /* last: with one thread there is no pool and the option list ends here */
+        threads > 1 ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END, threads,
+        MHD_OPTION_END);
+    if (!s->http) {
+        sv_log(s, "cannot start the HTTP daemon");
+        return false;
+    }
+    e = sv_conns_run(s->conns, s->http);
+    if (e) {
+        sv_log(s, "%s", e->msg);
+        sv_error_free(e);
+        return false;
+    }
+    return true;
+}
+
+/* The metrics port: libmicrohttpd listens itself (one thread, a small connection limit). */
+static struct MHD_Daemon *start_metrics(sv_server *s, int port, int *bound) {
     struct addrinfo hints, *ai = NULL;
     memset(&hints, 0, sizeof hints);
     hints.ai_family = AF_UNSPEC;
@@ -102,19 +235,16 @@ static struct MHD_Daemon *start_daemon(sv_server *s, int port, unsigned threads,
         sv_log(s, "cannot resolve host '%s': %s", s->opt.host, gai_strerror(rc));
         return NULL;
     }
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME |
-                     MHD_USE_ERROR_LOG;
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     struct MHD_Daemon *d = MHD_start_daemon(
-        flags, (uint16_t)port, NULL, NULL, metrics ? sv_metrics_handler : sv_http_handler, s,
+        flags, (uint16_t)port, NULL, NULL, sv_metrics_handler, s,
         MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, /* first, so that every message comes here */
         MHD_OPTION_SOCK_ADDR, ai->ai_addr,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->opt.connection_timeout_s,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)1000,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)64,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
         MHD_OPTION_NOTIFY_COMPLETED, sv_http_completed, s,
-        /* last: with one thread there is no pool and the option list ends here */
-        threads > 1 ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END, threads,
         MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!d) {
@@ -155,8 +285,10 @@ static void shutdown_server(sv_server *s) {
     s->draining = true;
     s->ready = false;
     pthread_mutex_unlock(&s->mu);
-    MHD_socket lfd = MHD_INVALID_SOCKET;
-    if (s->http) lfd = MHD_quiesce_daemon(s->http);
+    /* no new connections: the listening socket closes (a new client is refused at once
+     * instead of waiting in the backlog), and connections without a byte yet close */
+    sv_conns_stop(s->conns);
+    if (s->metrics) MHD_quiesce_daemon(s->metrics);
     uint64_t grace = (uint64_t)(s->opt.shutdown_timeout_s > 0 ? s->opt.shutdown_timeout_s : 0) * 1000000000ull;
     if (!wait_until(s, &s->inflight, sv_now_ns() + grace + 1)) {
         sv_log(s, "%d requests still open after %d s: answering queued ones with 503",
@@ -165,9 +297,10 @@ static void shutdown_server(sv_server *s) {
     }
     wait_until(s, &s->suspended, 0); /* running batches and loads finish */
     if (s->http) MHD_stop_daemon(s->http);
-    if (lfd != MHD_INVALID_SOCKET) close(lfd);
     if (s->metrics) MHD_stop_daemon(s->metrics);
     s->http = s->metrics = NULL;
+    sv_conns_free(s->conns);
+    s->conns = NULL;
     pthread_mutex_lock(&s->mu);
     s->ctl_stop = true;
     pthread_cond_broadcast(&s->cv);
@@ -210,16 +343,23 @@ int sv_serve_main(const sv_serve_options *o) {
         goto out;
     }
     s->ctl_started = true;
+    machine_defaults(s);
+    s->mem.limit = s->opt.request_memory;
     int http_port = 0, metrics_port = -1;
-    s->http = start_daemon(s, s->opt.http_port, (unsigned)s->opt.http_threads, false, &http_port);
-    if (!s->http) goto out;
+    if (!start_http(s, &http_port)) goto out;
     if (s->opt.metrics_port >= 0) {
-        s->metrics = start_daemon(s, s->opt.metrics_port, 1, true, &metrics_port);
+        s->metrics = start_metrics(s, s->opt.metrics_port, &metrics_port);
         if (!s->metrics) goto out;
     }
     sv_log(s, "HTTP on %s:%d, metrics %s%s:%d%s", s->opt.host, http_port,
            s->metrics ? "on " : "off", s->metrics ? s->opt.host : "", s->metrics ? metrics_port : 0,
            s->metrics ? "/metrics" : "");
+    char per_ip[48] = "";
+    if (s->opt.max_connections_per_ip > 0)
+        snprintf(per_ip, sizeof per_ip, ", %d per address", s->opt.max_connections_per_ip);
+    sv_log(s, "connections: at most %d%s; headers within %d s; bodies at %zu bytes/s or more; "
+           "request memory %zu MiB", s->opt.max_connections, per_ip, s->opt.header_timeout_s,
+           s->opt.min_upload_rate, s->opt.request_memory >> 20);
     for (size_t i = 0; i < tdm_env_device_count(s->env); i++)
         sv_log(s, "device %s: %s", tdm_env_device_name(s->env, i), tdm_env_device_description(s->env, i));
 

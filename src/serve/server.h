@@ -11,6 +11,9 @@
  * unloads run on one control thread (their connections are suspended meanwhile). Metrics are
  * served by a second daemon on their own port.
  *
+ * Connections are accepted by the server's own thread and handed to libmicrohttpd when their
+ * first request begins (conn.h: the connection budget, idle connections closed first).
+ *
  * Shutdown (SIGTERM/SIGINT): the listening sockets close, new requests on open connections
  * are refused with 503, accepted requests finish (up to shutdown_timeout_s; then queued ones
  * are answered 503 and running batches finish), then everything is freed.
@@ -31,6 +34,14 @@ typedef struct sv_serve_options {
     int http_threads;          /* default 4 */
     int connection_timeout_s;  /* idle connections close after this; default 60 */
     int request_timeout_s;     /* a request body must arrive within this; default 120 */
+    int header_timeout_s;      /* a request's headers must be complete within this; default 5 */
+    size_t min_upload_rate;    /* bytes/s a body must average after header_timeout_s;
+                                  default 16 KiB/s; 0 = none */
+    int max_connections;       /* open connections; 0 = from the descriptor limit (default) */
+    int max_connections_per_ip;/* 0 = no limit (default) */
+    size_t request_memory;     /* bytes for request bodies being received and parsed, all
+                                  requests together; 0 = an eighth of RAM (default) */
+    size_t max_json_bytes;     /* largest JSON part of an inference request; default 8 MiB */
     int shutdown_timeout_s;    /* grace period for accepted requests; default 30 */
     int threads;               /* intra-op threads per instance; 0 = cores / instances */
     bool exit_on_error;        /* a model that fails at start-up stops the server (default) */

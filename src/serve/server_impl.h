@@ -6,6 +6,8 @@
 
 #include <microhttpd.h>
 
+#include "serve/budget.h"
+#include "serve/conn.h"
 #include "serve/server.h"
 
 typedef enum sv_route {
@@ -48,6 +50,9 @@ typedef struct sv_conn {
     const char *ctype;
     sv_request *req;
     sv_version *ver;
+    sv_slot *slot;    /* the connection's place in the budget (NULL on the metrics port) */
+    size_t mem;       /* bytes taken from the request-memory budget */
+    bool mem_refused; /* the body did not fit in the budget: it is discarded, then 503 */
     struct sv_conn *job_next; /* control queue (load/unload) */
 } sv_conn;
 
@@ -56,6 +61,8 @@ struct sv_server {
     tdm_env *env;
     sv_repo *repo;
     struct MHD_Daemon *http, *metrics;
+    sv_conns *conns;   /* the HTTP port's connection budget */
+    sv_budget mem;     /* request bodies being received and parsed */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int inflight;  /* requests whose headers arrived and that are not completed */

@@ -1,0 +1,541 @@
+/* tandem serve: the connection budget, the accept thread and the first-line check (see conn.h). */
+#define _GNU_SOURCE /* accept4, EPOLLRDHUP */
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "serve/conn.h"
+
+#define REFUSING_MAX 256      /* sockets held here only to answer an error, at most */
+#define LINGER_NS 2000000000ull /* how long an answered socket is drained before its close */
+
+typedef enum slot_state {
+    ST_PENDING, /* held here: no byte yet */
+    ST_REFUSE,  /* held here: will be answered `http`/`msg` once its request begins */
+    ST_LINGER,  /* answered and half-closed here; drained until the peer closes */
+    ST_MHD,     /* in libmicrohttpd */
+} slot_state;
+
+struct sv_slot {
+    int fd;
+    slot_state state;
+    bool in_request, in_body, shut;
+    bool dead;        /* closed here; freed at the end of the accept thread's round */
+    unsigned requests;
+    uint64_t t_open;  /* accept, hand-over to libmicrohttpd, or the answer (ST_LINGER) */
+    uint64_t t_idle;  /* when it became idle */
+    uint64_t t_body;  /* the end of the current request's headers */
+    uint64_t body_bytes;
+    int http;         /* ST_REFUSE */
+    char msg[160];
+    struct sockaddr_storage addr;
+    socklen_t addrlen;
+    sv_slot *prev, *next; /* the idle list, longest idle first */
+};
+
+struct sv_conns {
+    sv_conns_options opt;
+    int listen_fd, ep, wake;
+    struct MHD_Daemon *d;
+    pthread_t thread;
+    bool started, stop;
+    pthread_mutex_t mu;
+    sv_slot **by_fd;
+    int cap_fd;
+    sv_slot idle; /* sentinel of the idle list */
+    int admitted; /* pending and in libmicrohttpd, not shut down */
+    int refusing; /* ST_REFUSE and ST_LINGER */
+    sv_slot *dead; /* closed slots that an event of this round may still name */
+    sv_conns_stats st;
+    char peek[SV_CONN_PEEK]; /* the accept thread's */
+};
+
+/* ---- slots (cs->mu held) ------------------------------------------------------------------ */
+
+static void idle_remove(sv_slot *s) {
+    if (!s->next) return;
+    s->prev->next = s->next;
+    s->next->prev = s->prev;
+    s->prev = s->next = NULL;
+}
+
+static void idle_append(sv_conns *cs, sv_slot *s, uint64_t now) {
+    idle_remove(s);
+    s->t_idle = now;
+    s->prev = cs->idle.prev;
+    s->next = &cs->idle;
+    cs->idle.prev->next = s;
+    cs->idle.prev = s;
+}
+
+static bool table_fit(sv_conns *cs, int fd) {
+    if (fd < cs->cap_fd) return true;
+    int cap = cs->cap_fd ? cs->cap_fd : 1024;
+    while (cap <= fd) cap *= 2;
+    sv_slot **p = realloc(cs->by_fd, (size_t)cap * sizeof *p);
+    if (!p) return false;
+    memset(p + cs->cap_fd, 0, (size_t)(cap - cs->cap_fd) * sizeof *p);
+    cs->by_fd = p;
+    cs->cap_fd = cap;
+    return true;
+}
+
+/* Forgets a slot held here and closes its socket. The slot itself is freed by free_dead():
+ * an event of the same epoll round may still point to it. */
+static void drop_own(sv_conns *cs, sv_slot *s) {
+    idle_remove(s);
+    epoll_ctl(cs->ep, EPOLL_CTL_DEL, s->fd, NULL);
+    close(s->fd);
+    if (s->state == ST_PENDING) cs->admitted--;
+    else cs->refusing--;
+    cs->by_fd[s->fd] = NULL;
+    s->dead = true;
+    s->next = cs->dead;
+    cs->dead = s;
+}
+
+static void free_dead(sv_conns *cs) {
+    while (cs->dead) {
+        sv_slot *s = cs->dead;
+        cs->dead = s->next;
+        free(s);
+    }
+}
+
+/* Makes libmicrohttpd close a connection: it reads the end of the stream and closes. */
+static void shut_mhd(sv_conns *cs, sv_slot *s) {
+    if (s->shut) return;
+    s->shut = true;
+    idle_remove(s);
+    shutdown(s->fd, SHUT_RDWR);
+    cs->admitted--;
+}
+
+size_t sv_conns_error_answer(char *buf, size_t cap, int http, const char *msg) {
+    const char *reason = http == 400 ? "Bad Request" : http == 414 ? "URI Too Long"
+                       : http == 505 ? "HTTP Version Not Supported" : "Service Unavailable";
+    sv_buf body = {0};
+    sv_buf_str(&body, "{\"error\":");
+    sv_buf_json_str(&body, msg, strlen(msg));
+    sv_buf_str(&body, "}");
+    int n = snprintf(buf, cap, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
+                     "Content-Length: %zu\r\nConnection: close\r\n%s\r\n%s", http, reason,
+                     body.len, http == 503 ? "Retry-After: 1\r\n" : "", body.p ? body.p : "");
+    sv_buf_free(&body);
+    return n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
+}
+
+static void drain(int fd) {
+    char b[4096];
+    for (int i = 0; i < 16; i++)
+        if (recv(fd, b, sizeof b, MSG_DONTWAIT) <= 0) break;
+}
+
+/* Answers a socket held here with an error and keeps it half-closed for a moment, so that the
+ * client reads the answer instead of a reset. */
+static void answer_and_linger(sv_conns *cs, sv_slot *s, int http, const char *msg, uint64_t now) {
+    char buf[512];
+    size_t n = sv_conns_error_answer(buf, sizeof buf, http, msg);
+    drain(s->fd);
+    (void)!send(s->fd, buf, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    shutdown(s->fd, SHUT_WR);
+    idle_remove(s);
+    if (s->state == ST_PENDING) {
+        cs->admitted--;
+        cs->refusing++;
+    }
+    s->state = ST_LINGER;
+    s->t_open = now;
+}
+
+static bool same_ip(const struct sockaddr_storage *a, const struct sockaddr_storage *b) {
+    if (a->ss_family != b->ss_family) return false;
+    if (a->ss_family == AF_INET)
+        return !memcmp(&((const struct sockaddr_in *)a)->sin_addr,
+                       &((const struct sockaddr_in *)b)->sin_addr, sizeof(struct in_addr));
+    if (a->ss_family == AF_INET6)
+        return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+                       &((const struct sockaddr_in6 *)b)->sin6_addr, sizeof(struct in6_addr));
+    return false;
+}
+
+static int count_ip(sv_conns *cs, const struct sockaddr_storage *a) {
+    int n = 0;
+    for (int fd = 0; fd < cs->cap_fd; fd++) {
+        sv_slot *s = cs->by_fd[fd];
+        if (s && !s->shut && (s->state == ST_PENDING || s->state == ST_MHD) && same_ip(&s->addr, a)) n++;
+    }
+    return n;
+}
+
+/* Closes the connection idle longest to make room; false when none is idle. */
+static bool evict_one(sv_conns *cs) {
+    sv_slot *s = cs->idle.next;
+    if (s == &cs->idle) return false;
+    cs->st.evicted_idle++;
+    if (s->state == ST_MHD) shut_mhd(cs, s);
+    else drop_own(cs, s);
+    return true;
+}
+
+/* A new connection: admitted (pending), or held to be refused, or closed at once. */
+static void admit(sv_conns *cs, int fd, const struct sockaddr_storage *addr, socklen_t alen,
+                  uint64_t now) {
+    cs->st.accepted++;
+    int http = 0;
+    char msg[160] = "";
+    if (cs->opt.max_per_ip > 0 && count_ip(cs, addr) >= cs->opt.max_per_ip) {
+        cs->st.refused_per_ip++;
+        http = 503;
+        snprintf(msg, sizeof msg, "too many connections from this address (--max-connections-per-ip "
+                 "%d)", cs->opt.max_per_ip);
+    } else if (cs->admitted >= cs->opt.max_connections && !evict_one(cs)) {
+        cs->st.refused_full++;
+        http = 503;
+        snprintf(msg, sizeof msg, "the server has no free connection (--max-connections %d); "
+                 "retry later", cs->opt.max_connections);
+    }
+    sv_slot *s = (http && cs->refusing >= REFUSING_MAX) || !table_fit(cs, fd) ? NULL
+                                                                                : calloc(1, sizeof *s);
+    if (!s) {
+        close(fd);
+        return;
+    }
+    s->fd = fd;
+    s->state = http ? ST_REFUSE : ST_PENDING;
+    s->t_open = now;
+    s->http = http;
+    memcpy(s->msg, msg, sizeof msg);
+    memcpy(&s->addr, addr, sizeof *addr);
+    s->addrlen = alen;
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = s};
+    if (epoll_ctl(cs->ep, EPOLL_CTL_ADD, fd, &ev)) {
+        close(fd);
+        free(s);
+        return;
+    }
+    cs->by_fd[fd] = s;
+    if (http) {
+        cs->refusing++;
+    } else {
+        cs->admitted++;
+        idle_append(cs, s, now);
+    }
+}
+
+/* The first bytes of a connection held here: what to answer, or 0 to hand it over. */
+static int check_first_line(const char *b, size_t n, const char **msg) {
+    static const char h2[] = "PRI * HTTP/2";
+    if (!memcmp(b, h2, n < sizeof h2 - 1 ? n : sizeof h2 - 1)) {
+        if (n < sizeof h2 - 1) return 0; /* too early to tell: libmicrohttpd refuses it then */
+        *msg = "HTTP/2 is not supported: use HTTP/1.1";
+        return 505;
+    }
+    const char *nl = memchr(b, '\n', n);
+    if (!nl) {
+        if (n < SV_CONN_PEEK) return 0; /* the line is not complete yet */
+        *msg = "the request line is longer than 8192 bytes";
+        return 414;
+    }
+    size_t len = (size_t)(nl - b);
+    if (len && b[len - 1] == '\r') len--;
+    if (len >= 9 && (!memcmp(b + len - 9, " HTTP/1.1", 9) || !memcmp(b + len - 9, " HTTP/1.0", 9)))
+        return 0;
+    const char *sp = memchr(b, ' ', len);
+    if (sp && len >= 6 && memmem(b, len, " HTTP/", 6)) {
+        *msg = "only HTTP/1.0 and HTTP/1.1 are supported";
+        return 505;
+    }
+    *msg = "the first line is not an HTTP/1.x request line (HTTP/0.9 is not supported)";
+    return 400;
+}
+
+typedef struct handover {
+    int fd;
+    struct sockaddr_storage addr;
+    socklen_t alen;
+} handover;
+
+/* Readable socket held here. Returns true (and fills *h) when it goes to libmicrohttpd. */
+static bool on_readable(sv_conns *cs, sv_slot *s, uint64_t now, handover *h) {
+    if (s->state == ST_LINGER) {
+        char b[4096];
+        ssize_t k = recv(s->fd, b, sizeof b, MSG_DONTWAIT);
+        if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR)) drop_own(cs, s);
+        return false;
+    }
+    char *buf = cs->peek;
+    ssize_t k = recv(s->fd, buf, sizeof buf, MSG_PEEK | MSG_DONTWAIT);
+    if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR)) {
+        drop_own(cs, s);
+        return false;
+    }
+    if (k < 0) return false;
+    const char *msg = NULL;
+    int http = check_first_line(buf, (size_t)k, &msg);
+    if (http) cs->st.bad_first_line++;
+    if (!http && s->state == ST_REFUSE) http = s->http, msg = s->msg;
+    if (http) {
+        answer_and_linger(cs, s, http, msg, now);
+        return false;
+    }
+    /* to libmicrohttpd: still idle until its headers are complete */
+    epoll_ctl(cs->ep, EPOLL_CTL_DEL, s->fd, NULL);
+    s->state = ST_MHD;
+    s->t_open = now;
+    idle_append(cs, s, now);
+    h->fd = s->fd;
+    h->addr = s->addr;
+    h->alen = s->addrlen;
+    return true;
+}
+
+static void sweep(sv_conns *cs, uint64_t now) {
+    const uint64_t sec = 1000000000ull;
+    uint64_t idle_ns = (uint64_t)cs->opt.idle_timeout_s * sec;
+    uint64_t head_ns = (uint64_t)cs->opt.header_timeout_s * sec;
+    uint64_t grace_ns = (uint64_t)cs->opt.rate_grace_s * sec;
+    for (int fd = 0; fd < cs->cap_fd; fd++) {
+        sv_slot *s = cs->by_fd[fd];
+        if (!s || s->shut) continue;
+        switch (s->state) {
+        case ST_PENDING:
+            if (now - s->t_open > idle_ns) {
+                cs->st.idle_timeouts++;
+                drop_own(cs, s);
+            }
+            break;
+        case ST_REFUSE:
+            if (now - s->t_open > head_ns) drop_own(cs, s);
+            break;
+        case ST_LINGER:
+            if (now - s->t_open > LINGER_NS) drop_own(cs, s);
+            break;
+        case ST_MHD:
+            if (!s->in_request) {
+                if (!s->requests && now - s->t_open > head_ns) {
+                    cs->st.header_timeouts++;
+                    shut_mhd(cs, s);
+                } else if (s->requests && now - s->t_idle > idle_ns) {
+                    cs->st.idle_timeouts++;
+                    shut_mhd(cs, s);
+                }
+            } else if (s->in_body && cs->opt.min_upload_rate && now - s->t_body > grace_ns) {
+                double secs = (double)(now - s->t_body) / 1e9;
+                if ((double)s->body_bytes < (double)cs->opt.min_upload_rate * secs) {
+                    cs->st.slow_bodies++;
+                    shut_mhd(cs, s);
+                }
+            }
+            break;
+        }
+    }
+}
+
+/* ---- the accept thread -------------------------------------------------------------------- */
+
+static void *accept_main(void *arg) {
+    sv_conns *cs = arg;
+    struct epoll_event evs[64];
+    handover hs[64];
+    uint64_t last_sweep = sv_now_ns();
+    for (;;) {
+        int n = epoll_wait(cs->ep, evs, 64, SV_CONN_TICK_MS);
+        int nh = 0;
+        pthread_mutex_lock(&cs->mu);
+        if (cs->stop) {
+            pthread_mutex_unlock(&cs->mu);
+            break;
+        }
+        uint64_t now = sv_now_ns();
+        for (int i = 0; i < n; i++) {
+            void *p = evs[i].data.ptr;
+            if (p == &cs->listen_fd) {
+                for (int k = 0; k < 64; k++) {
+                    struct sockaddr_storage a;
+                    socklen_t alen = sizeof a;
+                    int fd = accept4(cs->listen_fd, (struct sockaddr *)&a, &alen,
+                                     SOCK_NONBLOCK | SOCK_CLOEXEC);
+                    if (fd < 0) {
+                        if (errno == EMFILE || errno == ENFILE) evict_one(cs); /* room, next round */
+                        break;
+                    }
+                    admit(cs, fd, &a, alen, now);
+                }
+            } else if (p != &cs->wake) {
+                sv_slot *s = p; /* held here, unless closed earlier in this round */
+                if (!s->dead && s->state != ST_MHD && on_readable(cs, s, now, &hs[nh])) nh++;
+            }
+        }
+        if (now - last_sweep >= (uint64_t)SV_CONN_TICK_MS * 1000000ull) {
+            sweep(cs, now);
+            last_sweep = now;
+        }
+        free_dead(cs);
+        pthread_mutex_unlock(&cs->mu);
+        /* outside the lock: libmicrohttpd's threads take it in the notify callback */
+        for (int i = 0; i < nh; i++) {
+            if (MHD_add_connection(cs->d, hs[i].fd, (const struct sockaddr *)&hs[i].addr,
+                                   hs[i].alen) == MHD_YES)
+                continue;
+            /* refused (it closed the socket, and no notify came): forget the slot */
+            pthread_mutex_lock(&cs->mu);
+            sv_slot *s = hs[i].fd < cs->cap_fd ? cs->by_fd[hs[i].fd] : NULL;
+            if (s && s->state == ST_MHD) {
+                idle_remove(s);
+                if (!s->shut) cs->admitted--;
+                cs->by_fd[s->fd] = NULL;
+                free(s);
+            }
+            pthread_mutex_unlock(&cs->mu);
+        }
+    }
+    return NULL;
+}
+
+/* ---- libmicrohttpd's side ------------------------------------------------------------------ */
+
+void sv_conns_notify(void *cls, struct MHD_Connection *connection, void **socket_context,
+                     enum MHD_ConnectionNotificationCode toe) {
+    sv_conns *cs = cls;
+    if (!cs) return;
+    pthread_mutex_lock(&cs->mu);
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+        int fd = ci ? (int)ci->connect_fd : -1;
+        sv_slot *s = fd >= 0 && fd < cs->cap_fd ? cs->by_fd[fd] : NULL;
+        *socket_context = s && s->state == ST_MHD ? s : NULL;
+    } else {
+        sv_slot *s = *socket_context;
+        *socket_context = NULL;
+        if (s) {
+            idle_remove(s);
+            if (!s->shut) cs->admitted--;
+            if (s->fd < cs->cap_fd && cs->by_fd[s->fd] == s) cs->by_fd[s->fd] = NULL;
+            free(s);
+        }
+    }
+    pthread_mutex_unlock(&cs->mu);
+}
+
+sv_slot *sv_conns_slot(struct MHD_Connection *connection) {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(connection, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+void sv_conns_request_begin(sv_conns *cs, sv_slot *s) {
+    if (!cs || !s) return;
+    pthread_mutex_lock(&cs->mu);
+    idle_remove(s);
+    s->in_request = s->in_body = true;
+    s->requests++;
+    s->t_body = sv_now_ns();
+    s->body_bytes = 0;
+    pthread_mutex_unlock(&cs->mu);
+}
+
+void sv_conns_body_bytes(sv_conns *cs, sv_slot *s, size_t n) {
+    if (!cs || !s) return;
+    pthread_mutex_lock(&cs->mu);
+    s->body_bytes += n;
+    pthread_mutex_unlock(&cs->mu);
+}
+
+void sv_conns_body_done(sv_conns *cs, sv_slot *s) {
+    if (!cs || !s) return;
+    pthread_mutex_lock(&cs->mu);
+    s->in_body = false;
+    pthread_mutex_unlock(&cs->mu);
+}
+
+void sv_conns_request_end(sv_conns *cs, sv_slot *s) {
+    if (!cs || !s) return;
+    pthread_mutex_lock(&cs->mu);
+    s->in_request = s->in_body = false;
+    if (!s->shut) idle_append(cs, s, sv_now_ns());
+    pthread_mutex_unlock(&cs->mu);
+}
+
+void sv_conns_get_stats(sv_conns *cs, sv_conns_stats *st) {
+    pthread_mutex_lock(&cs->mu);
+    *st = cs->st;
+    st->admitted = cs->admitted;
+    st->pending = 0;
+    for (sv_slot *s = cs->idle.next; s != &cs->idle; s = s->next) st->pending += s->state == ST_PENDING;
+    pthread_mutex_unlock(&cs->mu);
+}
+
+/* ---- lifecycle ------------------------------------------------------------------------------ */
+
+sv_error *sv_conns_create(const sv_conns_options *o, int listen_fd, sv_conns **out) {
+    sv_conns *cs = calloc(1, sizeof *cs);
+    if (!cs) {
+        close(listen_fd);
+        return sv_err(500, "out of memory");
+    }
+    cs->opt = *o;
+    cs->listen_fd = listen_fd;
+    cs->idle.prev = cs->idle.next = &cs->idle;
+    pthread_mutex_init(&cs->mu, NULL);
+    cs->ep = epoll_create1(EPOLL_CLOEXEC);
+    cs->wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    struct epoll_event el = {.events = EPOLLIN, .data.ptr = &cs->listen_fd};
+    struct epoll_event ew = {.events = EPOLLIN, .data.ptr = &cs->wake};
+    if (cs->ep < 0 || cs->wake < 0 || !table_fit(cs, 0) ||
+        epoll_ctl(cs->ep, EPOLL_CTL_ADD, listen_fd, &el) ||
+        epoll_ctl(cs->ep, EPOLL_CTL_ADD, cs->wake, &ew)) {
+        sv_error *e = sv_err(500, "cannot set up the accept loop: %s", strerror(errno));
+        sv_conns_free(cs);
+        return e;
+    }
+    *out = cs;
+    return NULL;
+}
+
+sv_error *sv_conns_run(sv_conns *cs, struct MHD_Daemon *d) {
+    cs->d = d;
+    if (pthread_create(&cs->thread, NULL, accept_main, cs))
+        return sv_err(500, "cannot start the accept thread");
+    cs->started = true;
+    return NULL;
+}
+
+void sv_conns_stop(sv_conns *cs) {
+    if (!cs) return;
+    pthread_mutex_lock(&cs->mu);
+    cs->stop = true;
+    pthread_mutex_unlock(&cs->mu);
+    if (cs->started) {
+        uint64_t one = 1;
+        (void)!write(cs->wake, &one, sizeof one);
+        pthread_join(cs->thread, NULL);
+        cs->started = false;
+    }
+    if (cs->listen_fd >= 0) close(cs->listen_fd);
+    cs->listen_fd = -1;
+    pthread_mutex_lock(&cs->mu);
+    for (int fd = 0; fd < cs->cap_fd; fd++)
+        if (cs->by_fd[fd] && cs->by_fd[fd]->state != ST_MHD) drop_own(cs, cs->by_fd[fd]);
+    free_dead(cs);
+    pthread_mutex_unlock(&cs->mu);
+}
+
+void sv_conns_free(sv_conns *cs) {
+    if (!cs) return;
+    sv_conns_stop(cs);
+    for (int fd = 0; fd < cs->cap_fd; fd++) free(cs->by_fd[fd]); /* none after MHD_stop_daemon */
+    free(cs->by_fd);
+    if (cs->ep >= 0) close(cs->ep);
+    if (cs->wake >= 0) close(cs->wake);
+    pthread_mutex_destroy(&cs->mu);
+    free(cs);
+}

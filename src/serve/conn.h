@@ -1,0 +1,103 @@
+/*
+ * tandem serve: the connection budget. The server accepts its own connections (one accept
+ * thread) and hands them to libmicrohttpd (MHD_add_connection) once a request has begun, so
+ * that it can decide who keeps a slot when the budget is spent:
+ *
+ *     sv_conns *cs;
+ *     sv_conns_create(&opt, listen_fd, &cs);          // takes the listening socket
+ *     d = MHD_start_daemon(MHD_USE_NO_LISTEN_SOCKET | ..., MHD_OPTION_NOTIFY_CONNECTION,
+ *                          sv_conns_notify, cs, ...);
+ *     sv_conns_run(cs, d);                            // starts accepting
+ *     ...
+ *     sv_conns_stop(cs);                              // closes the listening socket
+ *     MHD_stop_daemon(d);
+ *     sv_conns_free(cs);
+ *
+ * Life of a connection: accepted and held here (pending) until its first bytes arrive; a
+ * first line that is not HTTP/1.x (HTTP/0.9, the HTTP/2 preface, a line longer than
+ * SV_CONN_PEEK bytes) is answered here with a JSON error and closed; otherwise the socket
+ * goes to libmicrohttpd. A connection is *idle* while it has no request in progress (pending,
+ * headers not complete yet, or kept alive between requests).
+ *
+ * Budget: at most max_connections admitted connections. A new one over the budget closes
+ * the idle connection that has been idle longest (pending ones are closed here, libmicrohttpd's
+ * are shut down, which it sees as the peer leaving); when none is idle, the new client gets
+ * 503 with Retry-After and is closed. Over max_per_ip (0 = no limit) connections from one
+ * address, the new client gets 503 and is closed.
+ *
+ * Timeouts (checked every SV_CONN_TICK_MS): a pending connection that sends nothing for
+ * idle_timeout_s is closed; the headers of a connection's first request must be complete
+ * header_timeout_s after its first byte, a later request's within idle_timeout_s of the
+ * previous answer; a body must arrive at min_upload_rate bytes/s on average, counted from
+ * the end of its headers, once rate_grace_s have passed.
+ *
+ * Threads: the accept thread owns the listening and the pending sockets; the notify callback
+ * and the sv_conns_request_* calls come from libmicrohttpd's threads. One mutex guards the
+ * table. A slot is removed before libmicrohttpd closes its socket (NOTIFY_CLOSED comes
+ * first), so a shut-down never reaches a socket that was reused.
+ */
+#ifndef TDM_SERVE_CONN_H
+#define TDM_SERVE_CONN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <microhttpd.h>
+
+#include "serve/sv.h"
+
+#define SV_CONN_PEEK 8192    /* bytes of a new connection's first line looked at */
+#define SV_CONN_TICK_MS 100  /* timeouts are checked this often */
+
+typedef struct sv_conns_options {
+    int max_connections;    /* > 0 */
+    int max_per_ip;         /* 0 = no limit */
+    int idle_timeout_s;     /* > 0 */
+    int header_timeout_s;   /* > 0 */
+    size_t min_upload_rate; /* bytes per second; 0 = no minimum */
+    int rate_grace_s;
+    void (*log)(void *user, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+    void *log_user;
+} sv_conns_options;
+
+typedef struct sv_conns sv_conns;
+typedef struct sv_slot sv_slot;
+
+/* Takes listen_fd (a listening, non-blocking socket), also on failure. */
+sv_error *sv_conns_create(const sv_conns_options *o, int listen_fd, sv_conns **out);
+/* Starts the accept thread; `d` must have been started with MHD_USE_NO_LISTEN_SOCKET and
+ * sv_conns_notify. */
+sv_error *sv_conns_run(sv_conns *cs, struct MHD_Daemon *d);
+/* Stops accepting: joins the accept thread, closes the listening socket and the connections
+ * still held here. Connections in libmicrohttpd stay. NULL-safe, idempotent. */
+void sv_conns_stop(sv_conns *cs);
+/* After MHD_stop_daemon. NULL-safe. */
+void sv_conns_free(sv_conns *cs);
+
+/* MHD_OPTION_NOTIFY_CONNECTION callback (cls = the sv_conns). */
+void sv_conns_notify(void *cls, struct MHD_Connection *connection, void **socket_context,
+                     enum MHD_ConnectionNotificationCode toe);
+
+/* From the request handler: a request's headers are complete (the slot is no longer idle);
+ * body bytes arrived; the body is complete (or will not be read); the request is finished
+ * (the connection is idle again unless it closes). `slot` comes from sv_conns_slot(). */
+sv_slot *sv_conns_slot(struct MHD_Connection *connection);
+void sv_conns_request_begin(sv_conns *cs, sv_slot *slot);
+void sv_conns_body_bytes(sv_conns *cs, sv_slot *slot, size_t n);
+void sv_conns_body_done(sv_conns *cs, sv_slot *slot);
+void sv_conns_request_end(sv_conns *cs, sv_slot *slot);
+
+/* Counters since start (for the log and tests). */
+typedef struct sv_conns_stats {
+    uint64_t accepted, evicted_idle, refused_full, refused_per_ip, bad_first_line;
+    uint64_t header_timeouts, idle_timeouts, slow_bodies;
+    int admitted, pending;
+} sv_conns_stats;
+void sv_conns_get_stats(sv_conns *cs, sv_conns_stats *st);
+
+/* A complete HTTP/1.1 answer with a JSON {"error": msg} body and Connection: close (and
+ * Retry-After: 1 for 503), for the sockets answered outside libmicrohttpd. */
+size_t sv_conns_error_answer(char *buf, size_t cap, int http, const char *msg);
+
+#endif
