@@ -272,7 +272,7 @@ static bool on_readable(sv_conns *cs, sv_slot *s, uint64_t now, handover *h) {
         return false;
     }
     char *buf = cs->peek;
-    ssize_t k = recv(s->fd, buf, sizeof buf, MSG_PEEK | MSG_DONTWAIT);
+    ssize_t k = recv(s->fd, buf, sizeof cs->peek, MSG_PEEK | MSG_DONTWAIT);
     if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR)) {
         drop_own(cs, s);
         return false;
