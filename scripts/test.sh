@@ -26,12 +26,12 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTANDEM_ASAN=ON -DTA
 cmake --build build-asan -j"$jobs"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j"$jobs")
 # The threaded parts (thread pool, concurrent and asynchronous runs, memory plans, devices
-# running at the same time, throughput mode, user pipelines and pipeline mode) under
-# ThreadSanitizer.
+# running at the same time, throughput mode, user pipelines and pipeline mode, the server under
+# hostile clients) under ThreadSanitizer.
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTANDEM_TSAN=ON -DTANDEM_CUDA=OFF > /dev/null
-cmake --build build-tsan -j"$jobs" --target test_core test_api test_memplan test_throughput test_trace test_monitor test_pipeline test_pipeline_rebalance test_cancel
+cmake --build build-tsan -j"$jobs" --target test_core test_api test_memplan test_throughput test_trace test_monitor test_pipeline test_pipeline_rebalance test_cancel tandem_cli
 (cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure \
-   -R '^(test_core|test_api|test_memplan|test_throughput|test_trace|test_monitor|test_pipeline|test_pipeline_rebalance|test_cancel)$')
+   -R '^(test_core|test_api|test_memplan|test_throughput|test_trace|test_monitor|test_pipeline|test_pipeline_rebalance|test_cancel|server_stress)$')
 # Fuzzing (clang, libFuzzer, ASan+UBSan): every saved crash and the seed corpus are replayed
 # (must pass); then each target is fuzzed for a bounded time. A new finding there is printed
 # loudly but does not fail the run: exploratory fuzzing is not deterministic, and what it

@@ -1,0 +1,470 @@
+#!/usr/bin/env python3
+"""Stress tests of `tandem serve` under hostile clients (loopback only, bounded in count and time).
+
+Each test starts a server with small budgets and checks behaviour, not speed:
+- idle_flood: 2,000 idle connections against --max-connections 300: the connections idle
+  longest are closed first (a kept-alive one, then the oldest silent ones) and a new client is
+  answered;
+- slowloris: 300 clients that send a header line every 0.5 s are closed by --header-timeout
+  while a well-behaved client is served throughout;
+- slow_body: a body that stalls is dropped by the minimum upload rate;
+- transport_errors: unsupported transfer codings (501 at once, then close), the HTTP/2
+  preface, HTTP/0.9 and an over-long request line are answered with JSON {"error": ...};
+- nonfinite_json: NaN and infinities in a JSON answer are NaN / Infinity / -Infinity, which
+  tritonclient reads; binary outputs are bit-exact;
+- per_ip: the connection past --max-connections-per-ip gets 503 (JSON, Retry-After);
+- request_memory: 20 uploads declaring 60 MiB and 4 JSON bodies of 60 MiB against
+  --request-memory 128: the bodies past the budget get 503 at once, the JSON ones 413 (use the
+  binary extension), the server's peak RSS grows by about the budget, and once the uploads go
+  the budget is free again;
+- drain: SIGTERM with idle, slowloris and half-sent connections open: the server stops
+  quickly and refuses new connections.
+
+Usage: test_stress.py --tandem BUILD/tandem [--filter SUBSTRING]
+"""
+import argparse
+import json
+import os
+import resource
+import signal
+import socket
+import sys
+import tempfile
+import shutil
+import threading
+import time
+import traceback
+
+import numpy as np
+from onnx import TensorProto, helper
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import test_server as ts  # noqa: E402  (Server, raw, make_model, save)
+
+import tritonclient.http as httpclient  # noqa: E402
+
+P = "/v2/models/identity_fp32/infer"
+OK = json.dumps({"inputs": [{"name": "INPUT0", "shape": [1, 16], "datatype": "FP32",
+                             "data": [0.5] * 16}]}).encode()
+
+
+def build_repository(repo):
+    identf = ts.make_model([helper.make_node("Identity", ["INPUT0"], ["OUTPUT0"])],
+                           [helper.make_tensor_value_info("INPUT0", TensorProto.FLOAT, ["b", 16])],
+                           [helper.make_tensor_value_info("OUTPUT0", TensorProto.FLOAT, ["b", 16])])
+    ts.save(repo, "identity_fp32", identf, """
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ]
+""")
+    log = ts.make_model([helper.make_node("Log", ["X"], ["Y"])],
+                        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["b", 4])],
+                        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["b", 4])])
+    ts.save(repo, "log", log, """
+max_batch_size: 8
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] } ]
+""")
+
+
+def connect(server, timeout=10):
+    return socket.create_connection(("127.0.0.1", server.port), timeout=timeout)
+
+
+def read_answer(sock, timeout=10, closes=True):
+    """Reads one answer (status, headers, body) and, when `closes`, whether the server closed
+    the connection afterwards (else None)."""
+    sock.settimeout(timeout)
+    f = sock.makefile("rb")
+    status = f.readline()
+    headers = {}
+    while True:
+        line = f.readline()
+        if line in (b"\r\n", b""):
+            break
+        k, _, v = line.decode().partition(":")
+        headers[k.strip().lower()] = v.strip()
+    body = f.read(int(headers.get("content-length", "0")))
+    closed = None
+    if closes:
+        try:
+            closed = f.read(1) == b""
+        except (socket.timeout, OSError):
+            closed = False
+    code = int(status.split()[1]) if status.startswith(b"HTTP/1.") else 0
+    return code, headers, body, closed
+
+
+def closed_by_server(sock, timeout):
+    """Whether the server closes `sock` (EOF or reset) within `timeout` seconds."""
+    sock.settimeout(timeout)
+    try:
+        while sock.recv(4096):
+            pass
+        return True
+    except ConnectionResetError:
+        return True
+    except (socket.timeout, BlockingIOError):
+        return False
+
+
+def still_open(sock):
+    sock.setblocking(False)
+    try:
+        return sock.recv(1) != b""  # data: not expected, but the socket is open
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        sock.setblocking(True)
+
+
+def infer_ok(server, timeout=10):
+    """One inference request on a fresh connection: (status, seconds)."""
+    t0 = time.time()
+    st, _, body = ts.raw(server, "POST", P, OK)
+    assert st == 200, (st, body[:200])
+    dt = time.time() - t0
+    assert dt < timeout, f"answered after {dt:.1f} s"
+    return dt
+
+
+def json_error(body):
+    e = json.loads(body)["error"]
+    assert isinstance(e, str) and e, body
+    return e
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def test_idle_flood(s):
+    keep = connect(s)
+    keep.sendall(f"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    code, _, _, _ = read_answer(keep, 10, closes=False)
+    assert code == 200
+    time.sleep(0.3)  # the kept-alive connection is now the longest idle
+    idle = []
+    t0 = time.time()
+    try:
+        for _ in range(2000):
+            idle.append(connect(s))
+        opened = time.time() - t0
+        dt = infer_ok(s, timeout=10)  # a new client while 2,000 idle connections are open
+        print(f"    2,000 idle connections opened in {opened:.2f} s; a new client answered in "
+              f"{dt * 1000:.0f} ms", flush=True)
+        assert closed_by_server(keep, 5), "the kept-alive idle connection (idle longest) is still open"
+        assert closed_by_server(idle[0], 5), "the oldest idle connection is still open"
+        assert all(still_open(c) for c in idle[-100:]), "one of the newest idle connections was closed"
+        for _ in range(20):  # clients keep being served while the flood stays
+            infer_ok(s, timeout=10)
+    finally:
+        for c in idle:
+            c.close()
+        keep.close()
+
+
+def test_slowloris(s):
+    n = 300
+    socks = []
+    for i in range(n):
+        c = connect(s)
+        c.sendall(f"POST {P} HTTP/1.1\r\nHost: x\r\n".encode())
+        socks.append(c)
+    start = time.time()
+    served = 0
+    open_ = set(range(n))
+    while open_ and time.time() - start < 15:  # --header-timeout 2: all closed well before
+        for i in list(open_):
+            try:
+                socks[i].sendall(b"X-Slow: 1\r\n")
+            except OSError:
+                open_.discard(i)
+        infer_ok(s, timeout=10)
+        served += 1
+        time.sleep(0.5)
+    closed = sum(closed_by_server(c, 0.5) for c in socks)
+    for c in socks:
+        c.close()
+    print(f"    {closed}/{n} slowloris connections closed after {time.time() - start:.1f} s; "
+          f"{served} requests served meanwhile", flush=True)
+    assert closed == n, f"{n - closed} slowloris connections still open after 15 s"
+    infer_ok(s)
+
+
+def test_slow_body(s):
+    c = connect(s)
+    try:
+        c.sendall(f"POST {P} HTTP/1.1\r\nHost: x\r\nContent-Length: {1 << 20}\r\n\r\n".encode())
+        c.sendall(b" " * 16384)  # then nothing: below --min-upload-kbps 64 after the grace
+        t0 = time.time()
+        assert closed_by_server(c, 15), "a stalled body was not dropped"
+        print(f"    a stalled body dropped after {time.time() - t0:.1f} s", flush=True)
+    finally:
+        c.close()
+    infer_ok(s)
+
+
+def test_transport_errors(s):
+    cases = [
+        ("Transfer-Encoding: gzip, chunked", f"POST {P} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501),
+        ("Transfer-Encoding: identity", f"POST {P} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: identity\r\n\r\n", 501),
+        ("Transfer-Encoding: chunked, identity", f"POST {P} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, identity\r\n\r\n", 501),
+        ("GET with Transfer-Encoding: gzip", "GET /v2 HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", 501),
+        ("HTTP/2 preface", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 505),
+        ("HTTP/0.9", "GET /v2\r\n", 400),
+        ("HTTP/3.0", "GET /v2 HTTP/3.0\r\nHost: x\r\n\r\n", 505),
+        ("request line of 9000 bytes", "GET /" + "a" * 9000 + " HTTP/1.1\r\nHost: x\r\n\r\n", 414),
+    ]
+    for what, data, want in cases:
+        c = connect(s)
+        try:
+            t0 = time.time()
+            c.sendall(data.encode())
+            code, headers, body, closed = read_answer(c, 10)
+            dt = time.time() - t0
+        finally:
+            c.close()
+        assert code == want, f"{what}: {code} {body[:200]!r}"
+        assert headers.get("content-type") == "application/json", f"{what}: {headers}"
+        json_error(body)
+        assert closed, f"{what}: the connection stayed open"
+        assert dt < 5, f"{what}: answered after {dt:.1f} s (it must not wait for a timeout)"
+        infer_ok(s)
+
+
+def test_nonfinite_json(s):
+    x = np.array([[1.0, 0.0, -1.0, np.inf]], dtype=np.float32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        want = np.log(x)
+    c = httpclient.InferenceServerClient(s.url)
+    inp = httpclient.InferInput("X", [1, 4], "FP32")
+    inp.set_data_from_numpy(x, binary_data=True)
+    got_json = c.infer("log", [inp], outputs=[httpclient.InferRequestedOutput("Y", binary_data=False)]).as_numpy("Y")
+    got_bin = c.infer("log", [inp], outputs=[httpclient.InferRequestedOutput("Y", binary_data=True)]).as_numpy("Y")
+    c.close()
+    np.testing.assert_array_equal(got_json, want)  # NaN == NaN here, infinities with their sign
+    assert got_bin.tobytes() == want.tobytes(), (got_bin, want)
+    body = json.dumps({"inputs": [{"name": "X", "shape": [1, 4], "datatype": "FP32",
+                                   "data": [1.0, 0.0, -1.0, 1e39]}]}).encode()
+    st, _, ans = ts.raw(s, "POST", "/v2/models/log/infer", body)
+    assert st == 200, ans
+    assert b"[0,-Infinity,NaN,Infinity]" in ans, ans  # Triton's spelling (RapidJSON's)
+
+
+def test_per_ip(s):
+    socks = [connect(s) for _ in range(8)]
+    try:
+        time.sleep(0.3)
+        extra = connect(s)
+        extra.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+        code, headers, body, closed = read_answer(extra, 10)
+        extra.close()
+        assert code == 503, (code, body)
+        assert headers.get("retry-after") == "1", headers
+        assert "per-ip" in json_error(body), body
+        assert closed
+    finally:
+        for c in socks:
+            c.close()
+    deadline = time.time() + 10
+    while True:  # the closed ones are noticed at once; allow the server a moment
+        try:
+            st, _, _ = ts.raw(s, "GET", "/v2/health/live")
+            if st == 200:
+                break
+        except OSError:
+            pass
+        assert time.time() < deadline, "connections from this address stayed refused"
+        time.sleep(0.1)
+
+
+def rss_kib(pid, field):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def test_request_memory(s, budget_mib=128):
+    pid = s.proc.pid
+    base = rss_kib(pid, "VmRSS")
+    size = 60 << 20
+    socks = []
+    try:
+        for _ in range(20):
+            c = connect(s, timeout=30)
+            c.sendall(f"POST {P} HTTP/1.1\r\nHost: x\r\nContent-Length: {size}\r\n"
+                      f"Inference-Header-Content-Length: {len(OK)}\r\n\r\n".encode())
+            socks.append(c)
+        refused, admitted = 0, []
+        for c in socks:
+            c.settimeout(1.0)
+            try:
+                head = c.recv(65536)
+            except socket.timeout:
+                head = b""
+            if head.startswith(b"HTTP/1.1 503"):
+                assert b"Retry-After: 1" in head, head
+                assert b"request-memory" in head, head
+                refused += 1
+            else:
+                assert not head, head
+                admitted.append(c)
+        assert len(admitted) == budget_mib // 60, f"{len(admitted)} uploads of 60 MiB admitted"
+        assert refused == 20 - len(admitted)
+        chunk = b"\0" * (1 << 20)
+        for c in admitted:  # all but the last byte: the uploads stall with their memory held
+            c.settimeout(60)
+            c.sendall(OK)
+            left = size - len(OK) - 1
+            while left:
+                k = min(left, len(chunk))
+                c.sendall(chunk[:k])
+                left -= k
+        # 4 JSON bodies of 60 MiB: refused from their headers (jansson would take ~15x)
+        for _ in range(4):
+            c = connect(s)
+            c.sendall(f"POST {P} HTTP/1.1\r\nHost: x\r\nContent-Length: {size}\r\n\r\n".encode())
+            code, _, body, _ = read_answer(c, 10)
+            c.close()
+            assert code == 413 and "binary" in json_error(body), (code, body)
+        time.sleep(0.5)
+        # meanwhile a body that does not fit (10 MiB; 8 are left) is refused from its headers,
+        # small requests are served
+        c = connect(s)
+        c.sendall(f"POST {P} HTTP/1.1\r\nHost: x\r\nContent-Length: {10 << 20}\r\n"
+                  f"Inference-Header-Content-Length: {len(OK)}\r\n\r\n".encode())
+        code, h, body, _ = read_answer(c, 10)
+        c.close()
+        assert code == 503 and h.get("retry-after") == "1", (code, body)
+        infer_ok(s)
+        peak = rss_kib(pid, "VmHWM")
+        grew = (peak - base) / 1024
+        print(f"    RSS {base / 1024:.0f} MiB before, peak {peak / 1024:.0f} MiB: +{grew:.0f} MiB "
+              f"for a --request-memory of {budget_mib} MiB ({len(admitted)} uploads admitted, "
+              f"{refused} refused with 503)", flush=True)
+        # sanitizer builds add shadow memory (1/8 under ASan) to what the bodies take
+        assert grew < budget_mib * 1.3 + 32, f"RSS grew by {grew:.0f} MiB"
+    finally:
+        for c in socks:
+            c.close()
+    deadline = time.time() + 10
+    while True:  # the uploads' memory comes back when their connections close
+        c = connect(s)
+        c.sendall(f"POST {P} HTTP/1.1\r\nHost: x\r\nContent-Length: {size}\r\n"
+                  f"Inference-Header-Content-Length: {len(OK)}\r\n\r\n".encode())
+        c.settimeout(0.5)
+        try:
+            head = c.recv(4096)
+        except socket.timeout:
+            head = b""  # admitted: it waits for its body
+        c.close()
+        if not head:
+            break
+        assert head.startswith(b"HTTP/1.1 503") and time.time() < deadline, head
+        time.sleep(0.1)
+
+
+def test_drain(tandem, repo):
+    s = ts.Server(tandem, repo, ["--model-control-mode", "explicit", "--load-model", "identity_fp32",
+                                 "--header-timeout", "30", "--connection-timeout", "60"])
+    socks = []
+    try:
+        for i in range(60):
+            c = connect(s)
+            if i % 3 == 1:
+                c.sendall(f"POST {P} HTTP/1.1\r\nHost: x\r\n".encode())  # headers never end
+            elif i % 3 == 2:
+                c.sendall(f"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n".encode())  # kept alive
+            socks.append(c)
+        te = connect(s)
+        te.sendall(f"POST {P} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n".encode())
+        socks.append(te)
+        time.sleep(0.5)
+        t0 = time.time()
+        s.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.2)
+        try:
+            c = connect(s, timeout=5)
+            c.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+            code, _, _, _ = read_answer(c, 5)
+            c.close()
+            assert code == 503, f"a new connection during the drain got {code}"
+        except (ConnectionRefusedError, ConnectionResetError):
+            pass
+        rc = s.proc.wait(30)
+        dt = time.time() - t0
+    finally:
+        for c in socks:
+            c.close()
+        s.stop()
+    print(f"    stopped {dt:.1f} s after SIGTERM with 61 idle or unfinished connections", flush=True)
+    assert rc == 0, f"exit code {rc}\n{''.join(s.lines[-20:])}"
+    assert dt < 10, f"the drain took {dt:.1f} s (--shutdown-timeout is 20)"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tandem", required=True)
+    ap.add_argument("--filter", default="")
+    args = ap.parse_args()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < min(hard, 8192):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 8192), hard))
+    tmp = tempfile.mkdtemp(prefix="tandem-stress-")
+    repo = os.path.join(tmp, "repo")
+    os.makedirs(repo)
+    build_repository(repo)
+    groups = [
+        (["--max-connections", "300", "--header-timeout", "2", "--min-upload-kbps", "64",
+          "--connection-timeout", "30"],
+         ["test_idle_flood", "test_slowloris", "test_slow_body", "test_transport_errors",
+          "test_nonfinite_json"]),
+        (["--max-connections-per-ip", "8"], ["test_per_ip"]),
+        (["--max-body-mb", "64", "--request-memory", "128", "--min-upload-kbps", "0",
+          "--header-timeout", "5"], ["test_request_memory"]),
+    ]
+    passed = failed = 0
+    t_all = time.time()
+    try:
+        for extra, names in groups:
+            names = [n for n in names if args.filter in n]
+            if not names:
+                continue
+            s = ts.Server(args.tandem, repo, extra)
+            try:
+                for name in names:
+                    t0 = time.time()
+                    try:
+                        globals()[name](s)
+                        passed += 1
+                        print(f"PASS {name} ({time.time() - t0:.2f} s)", flush=True)
+                    except Exception:  # noqa: BLE001
+                        failed += 1
+                        print(f"FAIL {name}\n{traceback.format_exc()}", flush=True)
+                rc = s.stop()
+                if rc != 0:
+                    failed += 1
+                    print(f"FAIL clean shutdown: exit code {rc}\n" + "".join(s.lines[-40:]), flush=True)
+            finally:
+                s.stop()
+        if args.filter in "test_drain":
+            t0 = time.time()
+            try:
+                test_drain(args.tandem, repo)
+                passed += 1
+                print(f"PASS test_drain ({time.time() - t0:.2f} s)", flush=True)
+            except Exception:  # noqa: BLE001
+                failed += 1
+                print(f"FAIL test_drain\n{traceback.format_exc()}", flush=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"{passed} passed, {failed} failed ({time.time() - t_all:.1f} s)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
