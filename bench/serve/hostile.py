@@ -1,0 +1,302 @@
+#!/usr/bin/env python3
+"""`tandem serve` under hostile clients: QPS and p99 of well-behaved clients with and without
+2,000 idle and 200 slow clients connected, and the server's peak RSS under 60 MiB uploads.
+
+    .venv/bin/python bench/serve/hostile.py --tandem build/tandem [--rounds 3] [--duration 5]
+
+Scenario (loopback only; every loop is bounded in count and time):
+- well-behaved: C keep-alive clients (wrk with bench/serve/infer.lua when installed, else
+  loadgen.py) send binary-tensor requests back to back to resnet_blocks (a few ms of compute)
+  and to an Identity model (the server's own overhead);
+- hostile (a separate process, `--swarm`): 2,000 connections that never send a byte, 100
+  slowloris clients that send a header line every second and 100 clients that upload a
+  1 MiB body at 1 KiB/s; a client the server closes comes back after a second;
+- the two alternate, `--rounds` times; medians are reported, with the target (QPS with the
+  hostile clients >= 80% of without, p99 <= 2x);
+- budgets: the same with --max-connections 1000 (the 2,000 idle clients do not fit: the
+  server closes the connections idle longest for new ones), then the 60 MiB-body attack: 20
+  uploads declaring 60 MiB that stall at the last byte and 4 JSON bodies of 60 MiB, against
+  --request-memory 256; the server's peak RSS (VmHWM) over its RSS before the attack.
+"""
+import argparse
+import asyncio
+import json
+import os
+import resource
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import shutil
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import bench_serve  # noqa: E402  (build_repo, start, Client, cpu_seconds, median, loadavg)
+
+HOST = "127.0.0.1"
+
+
+# ---- the hostile swarm (its own process) ---------------------------------------------------------
+
+async def idle_client(port, stop_at, stats):
+    while time.time() < stop_at:
+        try:
+            r, w = await asyncio.open_connection(HOST, port)
+        except OSError:
+            await asyncio.sleep(1)
+            continue
+        stats["connected"] += 1
+        try:
+            await asyncio.wait_for(r.read(1), timeout=max(0.1, stop_at - time.time()))
+            stats["closed_by_server"] += 1
+        except (asyncio.TimeoutError, OSError):
+            pass
+        w.close()
+        await asyncio.sleep(1)
+
+
+async def slowloris_client(port, stop_at, stats):
+    while time.time() < stop_at:
+        try:
+            r, w = await asyncio.open_connection(HOST, port)
+            w.write(b"POST /v2/models/identity/infer HTTP/1.1\r\nHost: x\r\n")
+            stats["connected"] += 1
+            eof = asyncio.ensure_future(r.read(1))
+            while time.time() < stop_at and not eof.done():
+                await asyncio.sleep(1)
+                w.write(b"X-Slow: 1\r\n")
+                await w.drain()
+            eof.cancel()
+        except OSError:
+            pass
+        stats["closed_by_server"] += time.time() < stop_at
+        try:
+            w.close()
+        except Exception:  # noqa: BLE001
+            pass
+        await asyncio.sleep(1)
+
+
+async def slow_body_client(port, stop_at, stats):
+    while time.time() < stop_at:
+        try:
+            r, w = await asyncio.open_connection(HOST, port)
+            w.write(b"POST /v2/models/identity/infer HTTP/1.1\r\nHost: x\r\n"
+                    b"Inference-Header-Content-Length: 2\r\nContent-Length: 1048576\r\n\r\n{}")
+            stats["connected"] += 1
+            eof = asyncio.ensure_future(r.read(1))
+            while time.time() < stop_at and not eof.done():
+                await asyncio.sleep(1)
+                w.write(b"\0" * 1024)
+                await w.drain()
+            eof.cancel()
+        except OSError:
+            pass
+        stats["closed_by_server"] += time.time() < stop_at
+        try:
+            w.close()
+        except Exception:  # noqa: BLE001
+            pass
+        await asyncio.sleep(1)
+
+
+async def swarm(port, seconds, n_idle, n_slow):
+    stop_at = time.time() + seconds
+    st = {"connected": 0, "closed_by_server": 0}
+    tasks = [idle_client(port, stop_at, st) for _ in range(n_idle)]
+    tasks += [slowloris_client(port, stop_at, st) for _ in range(n_slow // 2)]
+    tasks += [slow_body_client(port, stop_at, st) for _ in range(n_slow - n_slow // 2)]
+    await asyncio.gather(*tasks)
+    print(json.dumps(st), flush=True)
+
+
+def start_swarm(port, seconds, n_idle, n_slow):
+    p = subprocess.Popen([sys.executable, __file__, "--swarm", str(port), str(seconds), str(n_idle),
+                          str(n_slow)], stdout=subprocess.PIPE, text=True)
+    return p
+
+
+# ---- measurements ---------------------------------------------------------------------------
+
+RESNET = ("resnet_nobatch", [("input", "FP32", [1, 3, 64, 64])])
+IDENTITY = ("identity", [("INPUT0", "FP32", [1, 16])])
+
+
+def rss_kib(pid, field):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def hostile_rounds(a, tmp, repo, extra, label):
+    p, port = start_with(a.tandem, repo, extra)
+    client = bench_serve.Client("wrk" if shutil.which("wrk") and a.client != "python" else "python",
+                                f"{HOST}:{port}", tmp)
+    rows = {}
+    try:
+        for model, inputs in (RESNET, IDENTITY):
+            res = {"quiet": [], "hostile": []}
+            for _ in range(a.rounds):
+                res["quiet"].append(client.run(p.pid, model, inputs, a.concurrency, a.duration, 0.5))
+                sw = start_swarm(port, a.duration + 6, a.idle, a.slow)
+                time.sleep(4)  # the swarm connects and the slow clients settle
+                res["hostile"].append(client.run(p.pid, model, inputs, a.concurrency, a.duration, 0.5))
+                out, _ = sw.communicate(timeout=a.duration + 60)
+                res.setdefault("swarm", []).append(json.loads(out.strip().splitlines()[-1]))
+            rows[model] = res
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.wait(60)
+    return label, rows
+
+
+def start_with(tandem, repo, extra=None):
+    env = dict(os.environ, OMP_WAIT_POLICY="passive")
+    p = subprocess.Popen([tandem, "serve", "--model-repository", repo, "--http-port", "0",
+                          "--metrics-port", "-1", *(extra or [])],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    import re
+    import threading
+    lines = []
+    threading.Thread(target=lambda: [lines.append(l) for l in p.stdout], daemon=True).start()
+    deadline = time.time() + 60
+    port = None
+    while time.time() < deadline:
+        for l in list(lines):
+            m = re.search(r"HTTP on [^ ]+:(\d+)", l)
+            if m:
+                port = int(m.group(1))
+        if port and any(l.rstrip().endswith("tandem serve: ready") for l in lines):
+            return p, port
+        if p.poll() is not None:
+            break
+        time.sleep(0.05)
+    p.kill()
+    raise SystemExit("server did not start:\n" + "".join(lines))
+
+
+def memory_attack(a, repo, budget_mib=256):
+    p, port = start_with(a.tandem, repo, ["--request-memory", str(budget_mib), "--min-upload-kbps", "0"])
+    size = 60 << 20
+    socks = []
+    try:
+        time.sleep(0.5)
+        base = rss_kib(p.pid, "VmRSS")
+        admitted = refused = 0
+        head = b'{"inputs":[]}'
+        for _ in range(20):
+            c = socket.create_connection((HOST, port), timeout=30)
+            c.sendall(f"POST /v2/models/identity/infer HTTP/1.1\r\nHost: x\r\nContent-Length: {size}\r\n"
+                      f"Inference-Header-Content-Length: {len(head)}\r\n\r\n".encode())
+            socks.append(c)
+        chunk = b"\0" * (1 << 20)
+        for c in socks:
+            c.settimeout(0.5)
+            try:
+                got = c.recv(4096)
+            except socket.timeout:
+                got = b""
+            if got.startswith(b"HTTP/1.1 503"):
+                refused += 1
+                continue
+            admitted += 1
+            c.settimeout(60)
+            c.sendall(head)
+            left = size - len(head) - 1
+            while left:
+                k = min(left, len(chunk))
+                c.sendall(chunk[:k])
+                left -= k
+        json_codes = []
+        for _ in range(4):
+            c = socket.create_connection((HOST, port), timeout=30)
+            c.sendall(f"POST /v2/models/identity/infer HTTP/1.1\r\nHost: x\r\nContent-Length: {size}\r\n\r\n".encode())
+            socks.append(c)
+            json_codes.append(c.recv(4096)[9:12].decode())
+        time.sleep(0.5)
+        peak = rss_kib(p.pid, "VmHWM")
+    finally:
+        for c in socks:
+            c.close()
+        p.send_signal(signal.SIGTERM)
+        p.wait(60)
+    return {"budget_mib": budget_mib, "base_mib": base / 1024, "peak_mib": peak / 1024,
+            "growth_mib": (peak - base) / 1024, "admitted": admitted, "refused": refused,
+            "json_codes": json_codes}
+
+
+def render(a, results, mem):
+    L = []
+    L.append("# tandem serve under hostile clients\n")
+    L.append(f"Machine: {os.cpu_count()} cores, load average before: {' '.join(bench_serve.loadavg())}; "
+             f"{a.rounds} rounds of {a.duration:.0f} s, concurrency {a.concurrency}, medians. "
+             f"Hostile: {a.idle} idle + {a.slow} slow clients (half slowloris headers, half 1 KiB/s "
+             f"bodies), reconnecting after each close.\n")
+    L.append("| server | model | QPS quiet | QPS hostile | ratio | p99 quiet ms | p99 hostile ms | ratio | target met |")
+    L.append("|---|---|---:|---:|---:|---:|---:|---:|---|")
+    for label, rows in results:
+        for model, res in rows.items():
+            qq = bench_serve.median([r["qps"] for r in res["quiet"]])
+            qh = bench_serve.median([r["qps"] for r in res["hostile"]])
+            pq = bench_serve.median([r["p99_ms"] for r in res["quiet"]])
+            ph = bench_serve.median([r["p99_ms"] for r in res["hostile"]])
+            ok = qh >= 0.8 * qq and ph <= 2 * pq
+            L.append(f"| {label} | {model} | {qq:.0f} | {qh:.0f} | {qh / qq:.2f} | {pq:.2f} | {ph:.2f} | "
+                     f"{ph / pq:.2f} | {'yes' if ok else 'no'} |")
+    L.append("")
+    for label, rows in results:
+        sw = [s for res in rows.values() for s in res.get("swarm", [])]
+        errs = [r["errors"] for res in rows.values() for r in res["hostile"]]
+        L.append(f"- {label}: hostile connections made per round {[s['connected'] for s in sw]}, "
+                 f"closed by the server {[s['closed_by_server'] for s in sw]}; errors seen by the "
+                 f"well-behaved clients {errs}")
+    L.append("")
+    L.append(f"60 MiB-body attack (20 uploads declaring 60 MiB, stalled at the last byte, then 4 JSON "
+             f"bodies of 60 MiB) against --request-memory {mem['budget_mib']}: {mem['admitted']} "
+             f"uploads admitted, {mem['refused']} refused with 503, JSON bodies answered "
+             f"{', '.join(mem['json_codes'])}; RSS {mem['base_mib']:.0f} MiB before, peak "
+             f"{mem['peak_mib']:.0f} MiB: +{mem['growth_mib']:.0f} MiB against a budget of "
+             f"{mem['budget_mib']} MiB.\n")
+    return "\n".join(L)
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--swarm":
+        port, secs, n_idle, n_slow = int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 8192), hard))
+        asyncio.run(swarm(port, secs, n_idle, n_slow))
+        return 0
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tandem", default=os.path.join(bench_serve.ROOT, "build/tandem"))
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--duration", type=float, default=5.0)
+    ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--idle", type=int, default=2000)
+    ap.add_argument("--slow", type=int, default=200)
+    ap.add_argument("--client", choices=("auto", "python"), default="auto")
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="tandem-hostile-")
+    try:
+        repo = os.path.join(tmp, "repo")
+        bench_serve.build_repo(repo, 8)
+        results = [hostile_rounds(a, tmp, repo, None, "defaults"),
+                   hostile_rounds(a, tmp, repo, ["--max-connections", "1000"], "--max-connections 1000")]
+        mem = memory_attack(a, repo)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    text = render(a, results, mem)
+    print(text)
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
