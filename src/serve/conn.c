@@ -53,6 +53,7 @@ struct sv_conns {
     int admitted; /* pending and in libmicrohttpd, not shut down */
     int refusing; /* ST_REFUSE and ST_LINGER */
     sv_slot *dead; /* closed slots that an event of this round may still name */
+    uint64_t paused_until; /* out of descriptors: the listening socket rests until then */
     sv_conns_stats st;
     char peek[SV_CONN_PEEK]; /* the accept thread's */
 };
@@ -364,7 +365,13 @@ static void *accept_main(void *arg) {
                     int fd = accept4(cs->listen_fd, (struct sockaddr *)&a, &alen,
                                      SOCK_NONBLOCK | SOCK_CLOEXEC);
                     if (fd < 0) {
-                        if (errno == EMFILE || errno == ENFILE) evict_one(cs); /* room, next round */
+                        /* out of descriptors: make room for the next round, or, with nothing
+                         * to close, rest the listening socket for a tick (no busy loop) */
+                        if ((errno == EMFILE || errno == ENFILE) && !evict_one(cs)) {
+                            struct epoll_event off = {.events = 0, .data.ptr = &cs->listen_fd};
+                            epoll_ctl(cs->ep, EPOLL_CTL_MOD, cs->listen_fd, &off);
+                            cs->paused_until = now + (uint64_t)SV_CONN_TICK_MS * 1000000ull;
+                        }
                         break;
                     }
                     admit(cs, fd, &a, alen, now);
@@ -377,6 +384,11 @@ static void *accept_main(void *arg) {
         if (now - last_sweep >= (uint64_t)SV_CONN_TICK_MS * 1000000ull) {
             sweep(cs, now);
             last_sweep = now;
+        }
+        if (cs->paused_until && now >= cs->paused_until) {
+            struct epoll_event on = {.events = EPOLLIN, .data.ptr = &cs->listen_fd};
+            epoll_ctl(cs->ep, EPOLL_CTL_MOD, cs->listen_fd, &on);
+            cs->paused_until = 0;
         }
         free_dead(cs);
         pthread_mutex_unlock(&cs->mu);
