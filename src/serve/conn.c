@@ -121,6 +121,7 @@ static void shut_mhd(sv_conns *cs, sv_slot *s) {
 
 size_t sv_conns_error_answer(char *buf, size_t cap, int http, const char *msg) {
     const char *reason = http == 400 ? "Bad Request" : http == 414 ? "URI Too Long"
+                       : http == 431 ? "Request Header Fields Too Large"
                        : http == 505 ? "HTTP Version Not Supported" : "Service Unavailable";
     sv_buf body = {0};
     sv_buf_str(&body, "{\"error\":");
@@ -142,7 +143,7 @@ static void drain(int fd) {
 /* Answers a socket held here with an error and keeps it half-closed for a moment, so that the
  * client reads the answer instead of a reset. */
 static void answer_and_linger(sv_conns *cs, sv_slot *s, int http, const char *msg, uint64_t now) {
-    char buf[512];
+    char buf[600];
     size_t n = sv_conns_error_answer(buf, sizeof buf, http, msg);
     drain(s->fd);
     (void)!send(s->fd, buf, n, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -231,31 +232,61 @@ static void admit(sv_conns *cs, int fd, const struct sockaddr_storage *addr, soc
     }
 }
 
+/* Header lines of a complete header block [b, end): each needs a colon after a name (a line
+ * that starts with a space or tab continues the previous one). */
+static bool header_lines_ok(const char *b, const char *end) {
+    while (b < end) {
+        const char *nl = memchr(b, '\n', (size_t)(end - b));
+        if (!nl) nl = end;
+        size_t len = (size_t)(nl - b);
+        if (len && b[len - 1] == '\r') len--;
+        if (len && b[0] != ' ' && b[0] != '\t') {
+            const char *colon = memchr(b, ':', len);
+            if (!colon || colon == b || memchr(b, ' ', (size_t)(colon - b))) return false;
+        }
+        b = nl + 1;
+    }
+    return true;
+}
+
 /* The first bytes of a connection held here: what to answer, or 0 to hand it over. */
-static int check_first_line(const char *b, size_t n, const char **msg) {
+static int check_first_request(const char *b, size_t n, const char **msg) {
     static const char h2[] = "PRI * HTTP/2";
     if (!memcmp(b, h2, n < sizeof h2 - 1 ? n : sizeof h2 - 1)) {
         if (n < sizeof h2 - 1) return 0; /* too early to tell: libmicrohttpd refuses it then */
         *msg = "HTTP/2 is not supported: use HTTP/1.1";
         return 505;
     }
-    const char *nl = memchr(b, '\n', n);
+    const char *nl = memchr(b, '\n', n < SV_CONN_LINE ? n : SV_CONN_LINE);
     if (!nl) {
-        if (n < SV_CONN_PEEK) return 0; /* the line is not complete yet */
+        if (n < SV_CONN_LINE) return 0; /* the line is not complete yet */
         *msg = "the request line is longer than 8192 bytes";
         return 414;
     }
     size_t len = (size_t)(nl - b);
     if (len && b[len - 1] == '\r') len--;
-    if (len >= 9 && (!memcmp(b + len - 9, " HTTP/1.1", 9) || !memcmp(b + len - 9, " HTTP/1.0", 9)))
-        return 0;
-    const char *sp = memchr(b, ' ', len);
-    if (sp && len >= 6 && memmem(b, len, " HTTP/", 6)) {
-        *msg = "only HTTP/1.0 and HTTP/1.1 are supported";
-        return 505;
+    if (!(len >= 9 && (!memcmp(b + len - 9, " HTTP/1.1", 9) || !memcmp(b + len - 9, " HTTP/1.0", 9)))) {
+        if (memmem(b, len, " HTTP/", 6)) {
+            *msg = "only HTTP/1.0 and HTTP/1.1 are supported";
+            return 505;
+        }
+        *msg = "the first line is not an HTTP/1.x request line (HTTP/0.9 is not supported)";
+        return 400;
     }
-    *msg = "the first line is not an HTTP/1.x request line (HTTP/0.9 is not supported)";
-    return 400;
+    const char *hdr = nl + 1;
+    const char *end = memmem(hdr - 1, n - (size_t)(hdr - 1 - b), "\n\r\n", 3);
+    const char *end2 = memmem(hdr - 1, n - (size_t)(hdr - 1 - b), "\n\n", 2);
+    if (!end || (end2 && end2 < end)) end = end2;
+    if (!end) {
+        if (n < SV_CONN_PEEK) return 0; /* the headers are not complete yet */
+        *msg = "the request headers are larger than 65536 bytes";
+        return 431;
+    }
+    if (!header_lines_ok(hdr, end + 1)) {
+        *msg = "a request header line has no 'name:' (malformed header)";
+        return 400;
+    }
+    return 0;
 }
 
 typedef struct handover {
@@ -280,7 +311,7 @@ static bool on_readable(sv_conns *cs, sv_slot *s, uint64_t now, handover *h) {
     }
     if (k < 0) return false;
     const char *msg = NULL;
-    int http = check_first_line(buf, (size_t)k, &msg);
+    int http = check_first_request(buf, (size_t)k, &msg);
     if (http) cs->st.bad_first_line++;
     if (!http && s->state == ST_REFUSE) http = s->http, msg = s->msg;
     if (http) {

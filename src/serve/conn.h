@@ -14,9 +14,11 @@
  *     sv_conns_free(cs);
  *
  * Life of a connection: accepted and held here (pending) until its first bytes arrive; a
- * first line that is not HTTP/1.x (HTTP/0.9, the HTTP/2 preface, a line longer than
- * SV_CONN_PEEK bytes) is answered here with a JSON error and closed; otherwise the socket
- * goes to libmicrohttpd. A connection is *idle* while it has no request in progress (pending,
+ * first request that libmicrohttpd would refuse with one of its HTML pages is answered here
+ * with a JSON error and closed: a first line that is not HTTP/1.x (HTTP/0.9, the HTTP/2
+ * preface) or longer than SV_CONN_LINE bytes, a header line without a colon, headers that do
+ * not end within SV_CONN_PEEK bytes (of what has arrived at once). Otherwise the socket goes to
+ * libmicrohttpd. A connection is *idle* while it has no request in progress (pending,
  * headers not complete yet, or kept alive between requests).
  *
  * Budget: at most max_connections admitted connections. A new one over the budget closes
@@ -47,7 +49,8 @@
 
 #include "serve/sv.h"
 
-#define SV_CONN_PEEK 8192    /* bytes of a new connection's first line looked at */
+#define SV_CONN_PEEK 65536   /* bytes of a new connection's first request looked at */
+#define SV_CONN_LINE 8192    /* longest request line */
 #define SV_CONN_TICK_MS 100  /* timeouts are checked this often */
 
 typedef struct sv_conns_options {

@@ -9,7 +9,8 @@ Each test starts a server with small budgets and checks behaviour, not speed:
   while a well-behaved client is served throughout;
 - slow_body: a body that stalls is dropped by the minimum upload rate;
 - transport_errors: unsupported transfer codings (501 at once, then close), the HTTP/2
-  preface, HTTP/0.9 and an over-long request line are answered with JSON {"error": ...};
+  preface, HTTP/0.9, an over-long request line, 300 KB of headers and a malformed header
+  line are answered with JSON {"error": ...};
 - nonfinite_json: NaN and infinities in a JSON answer are NaN / Infinity / -Infinity, which
   tritonclient reads; binary outputs are bit-exact;
 - per_ip: the connection past --max-connections-per-ip gets 503 (JSON, Retry-After);
@@ -216,6 +217,8 @@ def test_transport_errors(s):
         ("HTTP/0.9", "GET /v2\r\n", 400),
         ("HTTP/3.0", "GET /v2 HTTP/3.0\r\nHost: x\r\n\r\n", 505),
         ("request line of 9000 bytes", "GET /" + "a" * 9000 + " HTTP/1.1\r\nHost: x\r\n\r\n", 414),
+        ("300 KB of headers", "GET /v2 HTTP/1.1\r\nHost: x\r\nX-Big: " + "a" * 300000 + "\r\n\r\n", 431),
+        ("a header line without a colon", "GET /v2 HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n", 400),
     ]
     for what, data, want in cases:
         c = connect(s)
