@@ -512,12 +512,46 @@ void sv_http_run_job(sv_conn *c) {
     resume(c);
 }
 
+/* The HTTP port's connection budget and the request-memory budget. */
+static void budget_metrics(sv_server *s, sv_buf *b) {
+    if (!s->conns) return;
+    sv_conns_stats st;
+    sv_conns_get_stats(s->conns, &st);
+    sv_buf_printf(b, "# HELP tandem_http_connections Open connections of the HTTP port (pending: no "
+                  "byte yet)\n# TYPE tandem_http_connections gauge\n"
+                  "tandem_http_connections{state=\"open\"} %d\ntandem_http_connections{state=\"pending\"} %d\n",
+                  st.admitted, st.pending);
+    sv_buf_printf(b, "# HELP tandem_http_connections_closed_total Connections the server closed, by "
+                  "reason\n# TYPE tandem_http_connections_closed_total counter\n");
+    const struct { const char *reason; uint64_t n; } closed[] = {
+        {"idle_for_new_client", st.evicted_idle}, {"header_timeout", st.header_timeouts},
+        {"idle_timeout", st.idle_timeouts}, {"slow_body", st.slow_bodies},
+    };
+    for (size_t i = 0; i < sizeof closed / sizeof closed[0]; i++)
+        sv_buf_printf(b, "tandem_http_connections_closed_total{reason=\"%s\"} %llu\n", closed[i].reason,
+                      (unsigned long long)closed[i].n);
+    sv_buf_printf(b, "# HELP tandem_http_connections_refused_total New connections answered with an "
+                  "error and closed, by reason\n# TYPE tandem_http_connections_refused_total counter\n"
+                  "tandem_http_connections_refused_total{reason=\"full\"} %llu\n"
+                  "tandem_http_connections_refused_total{reason=\"per_ip\"} %llu\n"
+                  "tandem_http_connections_refused_total{reason=\"bad_first_request\"} %llu\n",
+                  (unsigned long long)st.refused_full, (unsigned long long)st.refused_per_ip,
+                  (unsigned long long)st.bad_first_line);
+    sv_buf_printf(b, "# HELP tandem_request_memory_bytes Request bodies being received and parsed "
+                  "(--request-memory)\n# TYPE tandem_request_memory_bytes gauge\n"
+                  "tandem_request_memory_bytes{value=\"used\"} %zu\n"
+                  "tandem_request_memory_bytes{value=\"peak\"} %zu\n"
+                  "tandem_request_memory_bytes{value=\"limit\"} %zu\n",
+                  atomic_load(&s->mem.used), atomic_load(&s->mem.peak), s->mem.limit);
+}
+
 static void metrics(sv_conn *c) {
     sv_server *s = c->srv;
     sv_buf b = {0};
     pthread_mutex_lock(&s->metrics_mu);
     sv_metrics_render(s->repo, &s->mstate, &b);
     pthread_mutex_unlock(&s->metrics_mu);
+    budget_metrics(s, &b);
     size_t len = 0;
     char *p = sv_buf_take(&b, &len);
     answer(c, p ? 200 : 500, p, len, "text/plain; version=0.0.4; charset=utf-8");
