@@ -131,6 +131,15 @@ def infer_ok(server, timeout=10):
     return dt
 
 
+def metric(server, line_start):
+    st, _, text = ts.raw(server, "GET", "/metrics", port=server.metrics_port)
+    assert st == 200
+    for line in text.decode().splitlines():
+        if line.startswith(line_start + " "):
+            return float(line.split()[-1])
+    raise AssertionError(f"no metric {line_start}")
+
+
 def json_error(body):
     e = json.loads(body)["error"]
     assert isinstance(e, str) and e, body
@@ -160,6 +169,9 @@ def test_idle_flood(s):
         assert all(still_open(c) for c in idle[-100:]), "one of the newest idle connections was closed"
         for _ in range(20):  # clients keep being served while the flood stays
             infer_ok(s, timeout=10)
+        m = metric(s, 'tandem_http_connections_closed_total{reason="idle_for_new_client"}')
+        assert m >= 2000 + 1 - 300, f"{m} idle connections closed for new clients"
+        assert metric(s, 'tandem_http_connections{state="open"}') <= 300
     finally:
         for c in idle:
             c.close()
