@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -17,7 +18,7 @@
 #define LINGER_NS 2000000000ull /* how long an answered socket is drained before its close */
 
 typedef enum slot_state {
-    ST_PENDING, /* held here: no byte yet */
+    ST_PENDING, /* held here: its first request's headers are not complete yet */
     ST_REFUSE,  /* held here: will be answered `http`/`msg` once its request begins */
     ST_LINGER,  /* answered and half-closed here; drained until the peer closes */
     ST_MHD,     /* in libmicrohttpd */
@@ -30,6 +31,9 @@ struct sv_slot {
     bool dead;        /* closed here; freed at the end of the accept thread's round */
     unsigned requests;
     uint64_t t_open;  /* accept, hand-over to libmicrohttpd, or the answer (ST_LINGER) */
+    uint64_t t_first; /* ST_PENDING: its first byte (0: none yet) */
+    int peeked;       /* ST_PENDING: bytes seen at the last look */
+    bool recheck;     /* ST_PENDING: bytes arrived that were not looked at yet */
     uint64_t t_idle;  /* when it became idle */
     uint64_t t_body;  /* the end of the current request's headers */
     uint64_t body_bytes;
@@ -120,7 +124,8 @@ static void shut_mhd(sv_conns *cs, sv_slot *s) {
 }
 
 size_t sv_conns_error_answer(char *buf, size_t cap, int http, const char *msg) {
-    const char *reason = http == 400 ? "Bad Request" : http == 414 ? "URI Too Long"
+    const char *reason = http == 400 ? "Bad Request" : http == 408 ? "Request Timeout"
+                       : http == 414 ? "URI Too Long"
                        : http == 431 ? "Request Header Fields Too Large"
                        : http == 505 ? "HTTP Version Not Supported" : "Service Unavailable";
     sv_buf body = {0};
@@ -134,10 +139,15 @@ size_t sv_conns_error_answer(char *buf, size_t cap, int http, const char *msg) {
     return n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
 }
 
-static void drain(int fd) {
+/* Reads what has arrived (at most 256 KiB); false when the peer closed or more is coming. */
+static bool drain(int fd) {
     char b[4096];
-    for (int i = 0; i < 16; i++)
-        if (recv(fd, b, sizeof b, MSG_DONTWAIT) <= 0) break;
+    for (int i = 0; i < 64; i++) {
+        ssize_t k = recv(fd, b, sizeof b, MSG_DONTWAIT);
+        if (k < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+        if (k == 0) return false;
+    }
+    return false;
 }
 
 /* Answers a socket held here with an error and keeps it half-closed for a moment, so that the
@@ -217,7 +227,9 @@ static void admit(sv_conns *cs, int fd, const struct sockaddr_storage *addr, soc
     memcpy(s->msg, msg, sizeof msg);
     memcpy(&s->addr, addr, sizeof *addr);
     s->addrlen = alen;
-    struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = s};
+    /* edge-triggered: an event per arrival, so that a request head that is not complete
+     * yet can wait here without waking the thread again and again */
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | EPOLLET, .data.ptr = s};
     if (epoll_ctl(cs->ep, EPOLL_CTL_ADD, fd, &ev)) {
         close(fd);
         free(s);
@@ -249,17 +261,18 @@ static bool header_lines_ok(const char *b, const char *end) {
     return true;
 }
 
-/* The first bytes of a connection held here: what to answer, or 0 to hand it over. */
+/* The first bytes of a connection held here: the status to answer with, 0 to hand it over
+ * (its request head is complete and well-formed) or -1 to wait for more. */
 static int check_first_request(const char *b, size_t n, const char **msg) {
     static const char h2[] = "PRI * HTTP/2";
     if (!memcmp(b, h2, n < sizeof h2 - 1 ? n : sizeof h2 - 1)) {
-        if (n < sizeof h2 - 1) return 0; /* too early to tell: libmicrohttpd refuses it then */
+        if (n < sizeof h2 - 1) return -1;
         *msg = "HTTP/2 is not supported: use HTTP/1.1";
         return 505;
     }
     const char *nl = memchr(b, '\n', n < SV_CONN_LINE ? n : SV_CONN_LINE);
     if (!nl) {
-        if (n < SV_CONN_LINE) return 0; /* the line is not complete yet */
+        if (n < SV_CONN_LINE) return -1; /* the line is not complete yet */
         *msg = "the request line is longer than 8192 bytes";
         return 414;
     }
@@ -278,7 +291,7 @@ static int check_first_request(const char *b, size_t n, const char **msg) {
     const char *end2 = memmem(hdr - 1, n - (size_t)(hdr - 1 - b), "\n\n", 2);
     if (!end || (end2 && end2 < end)) end = end2;
     if (!end) {
-        if (n < SV_CONN_PEEK) return 0; /* the headers are not complete yet */
+        if (n < SV_CONN_PEEK) return -1; /* the headers are not complete yet */
         *msg = "the request headers are larger than 65536 bytes";
         return 431;
     }
@@ -295,30 +308,36 @@ typedef struct handover {
     socklen_t alen;
 } handover;
 
-/* Readable socket held here. Returns true (and fills *h) when it goes to libmicrohttpd. */
-static bool on_readable(sv_conns *cs, sv_slot *s, uint64_t now, handover *h) {
-    if (s->state == ST_LINGER) {
-        char b[4096];
-        ssize_t k = recv(s->fd, b, sizeof b, MSG_DONTWAIT);
-        if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR)) drop_own(cs, s);
+/* Looks at the request head of a pending connection. Returns true (and fills *h) when it goes
+ * to libmicrohttpd. A head that grows in small pieces is looked at again only when it has grown
+ * by half or 4 KiB (or at the next tick): each look copies all of it. */
+static bool look(sv_conns *cs, sv_slot *s, uint64_t now, bool tick, handover *h) {
+    int avail = 0;
+    if (ioctl(s->fd, FIONREAD, &avail) < 0) avail = 0;
+    if (s->peeked && avail < SV_CONN_PEEK && !tick && avail < s->peeked + s->peeked / 2 &&
+        avail < s->peeked + 4096) {
+        s->recheck = avail > s->peeked;
         return false;
     }
-    char *buf = cs->peek;
-    ssize_t k = recv(s->fd, buf, sizeof cs->peek, MSG_PEEK | MSG_DONTWAIT);
-    if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR)) {
+    ssize_t k = recv(s->fd, cs->peek, sizeof cs->peek, MSG_PEEK | MSG_DONTWAIT);
+    if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
         drop_own(cs, s);
         return false;
     }
     if (k < 0) return false;
+    if (!s->t_first) s->t_first = now;
+    s->peeked = (int)k;
+    s->recheck = false;
     const char *msg = NULL;
-    int http = check_first_request(buf, (size_t)k, &msg);
-    if (http) cs->st.bad_first_line++;
-    if (!http && s->state == ST_REFUSE) http = s->http, msg = s->msg;
-    if (http) {
+    int http = s->state == ST_REFUSE ? s->http : check_first_request(cs->peek, (size_t)k, &msg);
+    if (s->state == ST_REFUSE) msg = s->msg;
+    else if (http > 0) cs->st.bad_first_line++;
+    if (http < 0) return false; /* more to come */
+    if (http > 0) {
         answer_and_linger(cs, s, http, msg, now);
         return false;
     }
-    /* to libmicrohttpd: still idle until its headers are complete */
+    /* to libmicrohttpd: still idle until its handler sees the request */
     epoll_ctl(cs->ep, EPOLL_CTL_DEL, s->fd, NULL);
     s->state = ST_MHD;
     s->t_open = now;
@@ -329,19 +348,44 @@ static bool on_readable(sv_conns *cs, sv_slot *s, uint64_t now, handover *h) {
     return true;
 }
 
-static void sweep(sv_conns *cs, uint64_t now) {
+/* Readable socket held here. Returns true (and fills *h) when it goes to libmicrohttpd. */
+static bool on_readable(sv_conns *cs, sv_slot *s, uint64_t now, handover *h) {
+    if (s->state == ST_LINGER) {
+        if (!drain(s->fd)) drop_own(cs, s);
+        return false;
+    }
+    return look(cs, s, now, false, h);
+}
+
+/* Timeouts, and request heads that grew without being looked at. Fills hs (at most `room`)
+ * with the connections that go to libmicrohttpd; returns their count. */
+static int sweep(sv_conns *cs, uint64_t now, handover *hs, int room) {
     const uint64_t sec = 1000000000ull;
     uint64_t idle_ns = (uint64_t)cs->opt.idle_timeout_s * sec;
     uint64_t head_ns = (uint64_t)cs->opt.header_timeout_s * sec;
     uint64_t grace_ns = (uint64_t)cs->opt.rate_grace_s * sec;
+    int nh = 0;
+    char msg[120];
     for (int fd = 0; fd < cs->cap_fd; fd++) {
         sv_slot *s = cs->by_fd[fd];
         if (!s || s->shut) continue;
         switch (s->state) {
         case ST_PENDING:
-            if (now - s->t_open > idle_ns) {
+            if (s->recheck && nh < room) {
+                if (look(cs, s, now, true, &hs[nh])) {
+                    nh++;
+                    break;
+                }
+                if (s->dead || s->state != ST_PENDING) break; /* closed or answered */
+            }
+            if (!s->t_first && now - s->t_open > idle_ns) {
                 cs->st.idle_timeouts++;
                 drop_own(cs, s);
+            } else if (s->t_first && now - s->t_first > head_ns) {
+                cs->st.header_timeouts++;
+                snprintf(msg, sizeof msg, "the request headers did not arrive within %d s "
+                         "(--header-timeout)", cs->opt.header_timeout_s);
+                answer_and_linger(cs, s, 408, msg, now);
             }
             break;
         case ST_REFUSE:
@@ -369,6 +413,7 @@ static void sweep(sv_conns *cs, uint64_t now) {
             break;
         }
     }
+    return nh;
 }
 
 /* ---- the accept thread -------------------------------------------------------------------- */
@@ -376,7 +421,7 @@ static void sweep(sv_conns *cs, uint64_t now) {
 static void *accept_main(void *arg) {
     sv_conns *cs = arg;
     struct epoll_event evs[64];
-    handover hs[64];
+    handover hs[128];
     uint64_t last_sweep = sv_now_ns();
     for (;;) {
         int n = epoll_wait(cs->ep, evs, 64, SV_CONN_TICK_MS);
@@ -413,7 +458,7 @@ static void *accept_main(void *arg) {
             }
         }
         if (now - last_sweep >= (uint64_t)SV_CONN_TICK_MS * 1000000ull) {
-            sweep(cs, now);
+            nh += sweep(cs, now, hs + nh, (int)(sizeof hs / sizeof hs[0]) - nh);
             last_sweep = now;
         }
         if (cs->paused_until && now >= cs->paused_until) {

@@ -13,25 +13,26 @@
  *     MHD_stop_daemon(d);
  *     sv_conns_free(cs);
  *
- * Life of a connection: accepted and held here (pending) until its first bytes arrive; a
- * first request that libmicrohttpd would refuse with one of its HTML pages is answered here
- * with a JSON error and closed: a first line that is not HTTP/1.x (HTTP/0.9, the HTTP/2
- * preface) or longer than SV_CONN_LINE bytes, a header line without a colon, headers that do
- * not end within SV_CONN_PEEK bytes (of what has arrived at once). Otherwise the socket goes to
- * libmicrohttpd. A connection is *idle* while it has no request in progress (pending,
- * headers not complete yet, or kept alive between requests).
+ * Life of a connection: accepted and held here (pending) until the head of its first request
+ * (request line and headers) is complete; meanwhile it is looked at as it arrives. A head that
+ * libmicrohttpd would refuse with one of its HTML pages is answered here with a JSON error and
+ * closed: a first line that is not HTTP/1.x (HTTP/0.9, the HTTP/2 preface) or longer than
+ * SV_CONN_LINE bytes, a header line without a colon, a head larger than SV_CONN_PEEK bytes.
+ * A complete, well-formed head sends the socket to libmicrohttpd (MHD_add_connection), which
+ * reads it again from the start. A connection is *idle* while it has no complete request in
+ * progress (pending, or kept alive between requests).
  *
  * Budget: at most max_connections admitted connections. A new one over the budget closes
- * the idle connection that has been idle longest (pending ones are closed here, libmicrohttpd's
+ * the connection that has been idle longest (pending ones are closed here, libmicrohttpd's
  * are shut down, which it sees as the peer leaving); when none is idle, the new client gets
  * 503 with Retry-After and is closed. Over max_per_ip (0 = no limit) connections from one
  * address, the new client gets 503 and is closed.
  *
  * Timeouts (checked every SV_CONN_TICK_MS): a pending connection that sends nothing for
- * idle_timeout_s is closed; the headers of a connection's first request must be complete
- * header_timeout_s after its first byte, a later request's within idle_timeout_s of the
- * previous answer; a body must arrive at min_upload_rate bytes/s on average, counted from
- * the end of its headers, once rate_grace_s have passed.
+ * idle_timeout_s is closed; the head of a connection's first request must be complete
+ * header_timeout_s after its first byte (else 408 in JSON), a later request's within
+ * idle_timeout_s of the previous answer; a body must arrive at min_upload_rate bytes/s on
+ * average, counted from the end of its headers, once rate_grace_s have passed.
  *
  * Threads: the accept thread owns the listening and the pending sockets; the notify callback
  * and the sv_conns_request_* calls come from libmicrohttpd's threads. One mutex guards the
