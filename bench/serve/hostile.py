@@ -40,6 +40,14 @@ HOST = "127.0.0.1"
 
 # ---- the hostile swarm (its own process) ---------------------------------------------------------
 
+def stop_reading(fut):
+    """Cancels a pending read, or takes its exception (a reset) so that asyncio does not log it."""
+    if not fut.done():
+        fut.cancel()
+    elif not fut.cancelled():
+        fut.exception()
+
+
 async def idle_client(port, stop_at, stats):
     while time.time() < stop_at:
         try:
@@ -68,7 +76,7 @@ async def slowloris_client(port, stop_at, stats):
                 await asyncio.sleep(1)
                 w.write(b"X-Slow: 1\r\n")
                 await w.drain()
-            eof.cancel()
+            stop_reading(eof)
         except OSError:
             pass
         stats["closed_by_server"] += time.time() < stop_at
@@ -91,7 +99,7 @@ async def slow_body_client(port, stop_at, stats):
                 await asyncio.sleep(1)
                 w.write(b"\0" * 1024)
                 await w.drain()
-            eof.cancel()
+            stop_reading(eof)
         except OSError:
             pass
         stats["closed_by_server"] += time.time() < stop_at
@@ -109,6 +117,7 @@ async def swarm(port, seconds, n_idle, n_slow):
     tasks += [slowloris_client(port, stop_at, st) for _ in range(n_slow // 2)]
     tasks += [slow_body_client(port, stop_at, st) for _ in range(n_slow - n_slow // 2)]
     await asyncio.gather(*tasks)
+    st["cpu_s"] = round(time.process_time(), 2)
     print(json.dumps(st), flush=True)
 
 
@@ -236,24 +245,28 @@ def render(a, results, mem):
              f"{a.rounds} rounds of {a.duration:.0f} s, concurrency {a.concurrency}, medians. "
              f"Hostile: {a.idle} idle + {a.slow} slow clients (half slowloris headers, half 1 KiB/s "
              f"bodies), reconnecting after each close.\n")
-    L.append("| server | model | QPS quiet | QPS hostile | ratio | p99 quiet ms | p99 hostile ms | ratio | target met |")
-    L.append("|---|---|---:|---:|---:|---:|---:|---:|---|")
+    L.append("| server | model | QPS quiet | QPS hostile | ratio | p99 quiet ms | p99 hostile ms | ratio | "
+             "server CPU ms/req quiet | hostile | target met |")
+    L.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for label, rows in results:
         for model, res in rows.items():
             qq = bench_serve.median([r["qps"] for r in res["quiet"]])
             qh = bench_serve.median([r["qps"] for r in res["hostile"]])
             pq = bench_serve.median([r["p99_ms"] for r in res["quiet"]])
             ph = bench_serve.median([r["p99_ms"] for r in res["hostile"]])
+            cq = bench_serve.median([r["cpu_ms_per_req"] for r in res["quiet"]])
+            ch = bench_serve.median([r["cpu_ms_per_req"] for r in res["hostile"]])
             ok = qh >= 0.8 * qq and ph <= 2 * pq
             L.append(f"| {label} | {model} | {qq:.0f} | {qh:.0f} | {qh / qq:.2f} | {pq:.2f} | {ph:.2f} | "
-                     f"{ph / pq:.2f} | {'yes' if ok else 'no'} |")
+                     f"{ph / pq:.2f} | {cq:.3f} | {ch:.3f} | {'yes' if ok else 'no'} |")
     L.append("")
     for label, rows in results:
         sw = [s for res in rows.values() for s in res.get("swarm", [])]
         errs = [r["errors"] for res in rows.values() for r in res["hostile"]]
         L.append(f"- {label}: hostile connections made per round {[s['connected'] for s in sw]}, "
-                 f"closed by the server {[s['closed_by_server'] for s in sw]}; errors seen by the "
-                 f"well-behaved clients {errs}")
+                 f"closed by the server {[s['closed_by_server'] for s in sw]}; CPU seconds of the "
+                 f"hostile clients' process per round {[s['cpu_s'] for s in sw]}; errors seen by "
+                 f"the well-behaved clients {errs}")
     L.append("")
     L.append(f"60 MiB-body attack (20 uploads declaring 60 MiB, stalled at the last byte, then 4 JSON "
              f"bodies of 60 MiB) against --request-memory {mem['budget_mib']}: {mem['admitted']} "

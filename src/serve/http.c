@@ -517,8 +517,8 @@ static void budget_metrics(sv_server *s, sv_buf *b) {
     if (!s->conns) return;
     sv_conns_stats st;
     sv_conns_get_stats(s->conns, &st);
-    sv_buf_printf(b, "# HELP tandem_http_connections Open connections of the HTTP port (pending: no "
-                  "byte yet)\n# TYPE tandem_http_connections gauge\n"
+    sv_buf_printf(b, "# HELP tandem_http_connections Open connections of the HTTP port (pending: "
+                  "their first request head is not complete yet)\n# TYPE tandem_http_connections gauge\n"
                   "tandem_http_connections{state=\"open\"} %d\ntandem_http_connections{state=\"pending\"} %d\n",
                   st.admitted, st.pending);
     sv_buf_printf(b, "# HELP tandem_http_connections_closed_total Connections the server closed, by "
