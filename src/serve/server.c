@@ -286,9 +286,9 @@ static void shutdown_server(sv_server *s) {
     s->ready = false;
     pthread_mutex_unlock(&s->mu);
     /* no new connections: the listening socket closes (a new client is refused at once
-     * instead of waiting in the backlog), and connections without a byte yet close */
+     * instead of waiting in the backlog), and so do connections whose first request is not
+     * complete; the metrics port goes on answering until the end */
     sv_conns_stop(s->conns);
-    if (s->metrics) MHD_quiesce_daemon(s->metrics);
     uint64_t grace = (uint64_t)(s->opt.shutdown_timeout_s > 0 ? s->opt.shutdown_timeout_s : 0) * 1000000000ull;
     if (!wait_until(s, &s->inflight, sv_now_ns() + grace + 1)) {
         sv_log(s, "%d requests still open after %d s: answering queued ones with 503",
