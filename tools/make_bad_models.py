@@ -219,6 +219,24 @@ def cases(deep_levels):
                    [fvi("y", [4])])
     yield ("sequence_input", ["unsupported", "has a sequence type"],
            {"model.onnx": seq.SerializeToString()})
+    # ai.onnx.ml tree ensembles whose nodes do not form trees, or read missing features
+    def tree(true_ids, false_ids, features=(0, 0, 0), modes=("BRANCH_LEQ", "LEAF", "LEAF")):
+        n = len(true_ids)
+        node = helper.make_node(
+            "TreeEnsembleRegressor", ["x"], ["y"], domain="ai.onnx.ml", name="trees",
+            nodes_treeids=[0] * n, nodes_nodeids=list(range(n)), nodes_featureids=list(features),
+            nodes_modes=list(modes), nodes_values=[0.5] * n, nodes_truenodeids=list(true_ids),
+            nodes_falsenodeids=list(false_ids), target_treeids=[0], target_nodeids=[n - 1],
+            target_ids=[0], target_weights=[1.0], n_targets=1)
+        return model_of([node], [fvi("x", [2, 3])], [fvi("y", [2, 1])],
+                        opsets=[helper.make_opsetid("", OPSET),
+                                helper.make_opsetid("ai.onnx.ml", 3)]).SerializeToString()
+    yield ("tree_cycle", ["invalid argument", "is not a tree", "session"],
+           {"model.onnx": tree([1, 2, 0], [2, 1, 0], modes=("BRANCH_LEQ", "BRANCH_LEQ", "LEAF"))})
+    yield ("tree_missing_child", ["invalid argument", "does not exist", "session"],
+           {"model.onnx": tree([1, 0, 0], [7, 0, 0])})
+    yield ("tree_feature_out_of_range", ["invalid argument", "reads feature 9 but the input has 3"],
+           {"model.onnx": tree([1, 0, 0], [2, 0, 0], features=(9, 0, 0))})
     noop = model_of([helper.make_node("Relu", ["x"], ["y"], name="relu")],
                     [fvi("x", [4])], [fvi("y", [4])], opsets=[helper.make_opsetid("com.example", 1)])
     yield ("no_default_opset", ["invalid model", "imports no opset of"],

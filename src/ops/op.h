@@ -88,6 +88,7 @@ tdm_status *tdm_node_error(const tdm_node *node, tdm_code code, const char *fmt,
     X(misc)                                                                              \
     X(rnn)                                                                               \
     X(text)                                                                              \
+    X(ml)                                                                                \
     X(control)                                                                           \
     X(fused)
 

@@ -18,6 +18,8 @@
     X(misc)                                                                              \
     X(rnn)                                                                               \
     X(text)                                                                              \
+    X(ml)                                                                                \
+    X(ml_tree)                                                                           \
     X(control)                                                                           \
     X(fused)
 

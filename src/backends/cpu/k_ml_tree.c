@@ -1,0 +1,538 @@
+/* CPU kernels: tree ensembles (ai.onnx.ml TreeEnsembleClassifier / TreeEnsembleRegressor).
+ *
+ * prepare() compiles the nodes_* / *_ids attributes once into flat arrays: nodes of all trees
+ * in one array (children as indices), leaf votes grouped per leaf, one root per tree; it
+ * refuses children that do not exist and trees with cycles, so a run can follow children
+ * without bounds checks. A run walks every tree for each row, rows split over the session's
+ * threads, with one score vector per row (double accumulation).
+ *
+ * Scores are finished as ONNX Runtime finishes them (its behaviour defines what converted
+ * scikit-learn / XGBoost / LightGBM models mean): base values, the binary cases (one class's
+ * votes only, weights all positive or not), and the post transforms. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/ml_util.h"
+#include "core/alloc.h"
+
+enum { M_LEQ, M_LT, M_GTE, M_GT, M_EQ, M_NEQ, M_LEAF };
+enum { AG_SUM, AG_AVERAGE, AG_MIN, AG_MAX };
+
+typedef struct te_node {
+    double value;      /* threshold */
+    int32_t feature;
+    int32_t yes, no;   /* node indices (branches) */
+    uint8_t mode;
+    uint8_t miss_true; /* NaN takes the true branch */
+    int32_t vote0, n_votes;
+} te_node;
+
+typedef struct te_vote {
+    int32_t target;
+    double weight;
+} te_vote;
+
+typedef struct te_model {
+    te_node *nodes;
+    int32_t *roots;
+    te_vote *votes;
+    double *base;
+    int64_t n_nodes, n_trees, n_base, n_out;
+    int32_t max_feature;
+    int post, agg;
+    bool classifier, binary_case, all_positive;
+    const int64_t *labels_int; /* borrowed from the node (lives as long as the plan) */
+    char **labels_str;
+} te_model;
+
+typedef struct id_ref {
+    int64_t tree, node;
+    int32_t index;
+} id_ref;
+
+static int cmp_id(const void *a, const void *b) {
+    const id_ref *x = a, *y = b;
+    if (x->tree != y->tree) return x->tree < y->tree ? -1 : 1;
+    return x->node < y->node ? -1 : x->node > y->node;
+}
+
+static int32_t find_id(const id_ref *ids, int64_t n, int64_t tree, int64_t node) {
+    id_ref key = {tree, node, 0};
+    const id_ref *hit = bsearch(&key, ids, (size_t)n, sizeof *ids, cmp_id);
+    return hit ? hit->index : -1;
+}
+
+static int parse_mode(const char *s) {
+    static const char *const names[] = {"BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE", "BRANCH_GT",
+                                        "BRANCH_EQ", "BRANCH_NEQ", "LEAF"};
+    for (int i = 0; i < 7; i++)
+        if (!strcmp(s, names[i])) return i;
+    return -1;
+}
+
+/* A list of numbers given as floats (NAME) or as a tensor (NAME_as_tensor, double or float);
+ * n entries copied into dst as doubles. */
+static void read_numbers(const tdm_node *node, const char *name, double *dst, int64_t n) {
+    size_t nf = 0;
+    const float *f = tdm_attr_floats(node, name, &nf);
+    if (f) {
+        for (int64_t i = 0; i < n && (size_t)i < nf; i++) dst[i] = f[i];
+        return;
+    }
+    char tname[96];
+    snprintf(tname, sizeof tname, "%s_as_tensor", name);
+    const tdm_tensor *t = tdm_attr_tensor(node, tname);
+    for (int64_t i = 0; t && i < n && i < t->count; i++)
+        dst[i] = t->dtype == TDM_DOUBLE ? ((const double *)t->data)[i]
+                                        : (double)((const float *)t->data)[i];
+}
+
+static int64_t numbers_len(const tdm_node *node, const char *name) {
+    size_t nf = 0;
+    if (tdm_attr_floats(node, name, &nf)) return (int64_t)nf;
+    char tname[96];
+    snprintf(tname, sizeof tname, "%s_as_tensor", name);
+    const tdm_tensor *t = tdm_attr_tensor(node, tname);
+    return t ? t->count : 0;
+}
+
+static void te_release(void *state, const tdm_allocator *a) {
+    te_model *m = state;
+    if (!m) return;
+    tdm_free(a, m->nodes);
+    tdm_free(a, m->roots);
+    tdm_free(a, m->votes);
+    tdm_free(a, m->base);
+    tdm_free(a, m);
+}
+
+/* Every tree is acyclic: a walk from each root never visits more nodes than the tree has.
+ * `seen` (n_nodes, zeroed) marks nodes by tree number + 1. */
+static bool walk_ok(const te_model *m, int32_t root, int32_t tree, int32_t *seen, int32_t *stack) {
+    int64_t top = 0;
+    stack[top++] = root;
+    while (top) {
+        int32_t i = stack[--top];
+        if (seen[i] == tree + 1) return false; /* reached twice: a cycle or a shared child */
+        seen[i] = tree + 1;
+        if (m->nodes[i].mode == M_LEAF) continue;
+        stack[top++] = m->nodes[i].yes;
+        stack[top++] = m->nodes[i].no;
+    }
+    return true;
+}
+
+static tdm_status *build_nodes(const tdm_node *node, const tdm_allocator *a, te_model *m,
+                               id_ref *ids) {
+    size_t n = 0;
+    const int64_t *tree = tdm_attr_ints(node, "nodes_treeids", &n);
+    size_t n2 = 0;
+    const int64_t *nid = tdm_attr_ints(node, "nodes_nodeids", &n2);
+    const int64_t *feat = tdm_attr_ints(node, "nodes_featureids", &n2);
+    const int64_t *yes = tdm_attr_ints(node, "nodes_truenodeids", &n2);
+    const int64_t *no = tdm_attr_ints(node, "nodes_falsenodeids", &n2);
+    size_t n_miss = 0;
+    const int64_t *miss = tdm_attr_ints(node, "nodes_missing_value_tracks_true", &n_miss);
+    const tdm_attr *modes = tdm_node_attr(node, "nodes_modes");
+    m->n_nodes = (int64_t)n;
+    m->nodes = tdm_calloc(a, n, sizeof *m->nodes);
+    double *vals = tdm_calloc(a, n, sizeof *vals);
+    if (!m->nodes || !vals) {
+        tdm_free(a, vals);
+        return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    read_numbers(node, "nodes_values", vals, (int64_t)n);
+    for (size_t i = 0; i < n; i++) ids[i] = (id_ref){tree[i], nid[i], (int32_t)i};
+    qsort(ids, n, sizeof *ids, cmp_id);
+    tdm_status *st = NULL;
+    for (size_t i = 0; i + 1 < n && !st; i++)
+        if (!cmp_id(&ids[i], &ids[i + 1]))
+            st = TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tree %lld has node %lld twice",
+                                (long long)ids[i].tree, (long long)ids[i].node);
+    for (size_t i = 0; i < n && !st; i++) {
+        te_node *t = &m->nodes[i];
+        int mode = parse_mode(modes->strings[i]);
+        if (mode < 0) {
+            st = TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "unknown node mode '%s'",
+                                modes->strings[i]);
+            break;
+        }
+        t->mode = (uint8_t)mode;
+        t->value = vals[i];
+        t->miss_true = miss && n_miss == n && miss[i] != 0;
+        if (mode == M_LEAF) continue;
+        if (feat[i] < 0 || feat[i] > INT32_MAX) {
+            st = TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "node %zu: feature id %lld", i,
+                                (long long)feat[i]);
+            break;
+        }
+        t->feature = (int32_t)feat[i];
+        if (t->feature > m->max_feature) m->max_feature = t->feature;
+        t->yes = find_id(ids, (int64_t)n, tree[i], yes[i]);
+        t->no = find_id(ids, (int64_t)n, tree[i], no[i]);
+        if (t->yes < 0 || t->no < 0)
+            st = TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tree %lld node %lld: a child (%lld or %lld) does not exist",
+                                (long long)tree[i], (long long)nid[i], (long long)yes[i],
+                                (long long)no[i]);
+    }
+    tdm_free(a, vals);
+    return st;
+}
+
+/* Roots: per tree, the node no other node of the tree points at (first by id). */
+static tdm_status *find_roots(const tdm_node *node, const tdm_allocator *a, te_model *m,
+                              const id_ref *ids) {
+    int64_t n = m->n_nodes;
+    int32_t *child = tdm_calloc(a, (size_t)n, sizeof *child);
+    int32_t *stack = tdm_calloc(a, (size_t)n * 2 + 1, sizeof *stack);
+    m->roots = tdm_calloc(a, (size_t)n, sizeof *m->roots);
+    if (!child || !stack || !m->roots) {
+        tdm_free(a, child);
+        tdm_free(a, stack);
+        return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    for (int64_t i = 0; i < n; i++)
+        if (m->nodes[i].mode != M_LEAF) child[m->nodes[i].yes] = child[m->nodes[i].no] = 1;
+    tdm_status *st = NULL;
+    for (int64_t k = 0; k < n && !st; k++) {
+        bool first_of_tree = k == 0 || ids[k].tree != ids[k - 1].tree;
+        if (first_of_tree) m->roots[m->n_trees] = -1;
+        if (!child[ids[k].index] && m->roots[m->n_trees] < 0) m->roots[m->n_trees] = ids[k].index;
+        bool last_of_tree = k == n - 1 || ids[k].tree != ids[k + 1].tree;
+        if (!last_of_tree) continue;
+        if (m->roots[m->n_trees] < 0)
+            st = TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tree %lld has no root",
+                                (long long)ids[k].tree);
+        m->n_trees++;
+    }
+    memset(child, 0, (size_t)n * sizeof *child); /* reused as the walk's marks */
+    for (int64_t t = 0; t < m->n_trees && !st; t++)
+        if (!walk_ok(m, m->roots[t], (int32_t)t, child, stack))
+            st = TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tree %lld is not a tree (a node is reached twice)", (long long)t);
+    tdm_free(a, child);
+    tdm_free(a, stack);
+    return st;
+}
+
+/* Leaf votes, grouped per node. */
+static tdm_status *build_votes(const tdm_node *node, const tdm_allocator *a, te_model *m,
+                               const id_ref *ids, const char *prefix) {
+    char name[64];
+    size_t n = 0;
+    snprintf(name, sizeof name, "%s_treeids", prefix);
+    const int64_t *tree = tdm_attr_ints(node, name, &n);
+    snprintf(name, sizeof name, "%s_nodeids", prefix);
+    size_t n2 = 0;
+    const int64_t *nid = tdm_attr_ints(node, name, &n2);
+    snprintf(name, sizeof name, "%s_ids", prefix);
+    const int64_t *target = tdm_attr_ints(node, name, &n2);
+    snprintf(name, sizeof name, "%s_weights", prefix);
+    double *w = tdm_calloc(a, n ? n : 1, sizeof *w);
+    int32_t *at = tdm_calloc(a, n ? n : 1, sizeof *at);
+    m->votes = tdm_calloc(a, n ? n : 1, sizeof *m->votes);
+    if (!w || !at || !m->votes) {
+        tdm_free(a, w);
+        tdm_free(a, at);
+        return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    read_numbers(node, name, w, (int64_t)n);
+    tdm_status *st = NULL;
+    m->all_positive = true;
+    int64_t first_class = n ? target[0] : 0;
+    bool one_class = true;
+    for (size_t i = 0; i < n && !st; i++) {
+        at[i] = find_id(ids, m->n_nodes, tree[i], nid[i]);
+        if (at[i] < 0)
+            st = TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "%s vote %zu names node %lld of tree %lld, which does not exist",
+                                prefix, i, (long long)nid[i], (long long)tree[i]);
+        else m->nodes[at[i]].n_votes++;
+        if (w[i] < 0) m->all_positive = false;
+        if (target[i] != first_class) one_class = false;
+    }
+    m->binary_case = m->classifier && m->n_out == 2 && n > 0 && one_class;
+    int32_t next = 0;
+    for (int64_t i = 0; i < m->n_nodes && !st; i++) {
+        m->nodes[i].vote0 = next;
+        next += m->nodes[i].n_votes;
+        m->nodes[i].n_votes = 0;
+    }
+    for (size_t i = 0; i < n && !st; i++) { /* in attribute order within each leaf */
+        te_node *leaf = &m->nodes[at[i]];
+        m->votes[leaf->vote0 + leaf->n_votes++] = (te_vote){(int32_t)target[i], w[i]};
+    }
+    tdm_free(a, w);
+    tdm_free(a, at);
+    return st;
+}
+
+static tdm_status *te_prepare(const tdm_node *node, int opset, int n_in,
+                              const tdm_tensor *const *in, const tdm_allocator *a, void **state) {
+    (void)opset, (void)n_in, (void)in;
+    te_model *m = tdm_calloc(a, 1, sizeof *m);
+    if (!m) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
+    m->classifier = !strcmp(node->op_type, "TreeEnsembleClassifier");
+    m->post = ml_parse_post(tdm_attr_string(node, "post_transform", "NONE"));
+    const char *agg = tdm_attr_string(node, "aggregate_function", "SUM");
+    m->agg = !strcmp(agg, "AVERAGE") ? AG_AVERAGE : !strcmp(agg, "MIN") ? AG_MIN
+             : !strcmp(agg, "MAX") ? AG_MAX : AG_SUM;
+    if (m->classifier) {
+        size_t ni = 0;
+        m->labels_int = tdm_attr_ints(node, "classlabels_int64s", &ni);
+        const tdm_attr *ls = tdm_node_attr(node, "classlabels_strings");
+        if (ls && ls->type == TDM_ATTR_STRINGS && ls->n) {
+            m->labels_str = ls->strings;
+            m->n_out = (int64_t)ls->n;
+            m->labels_int = NULL;
+        } else {
+            m->n_out = (int64_t)ni;
+        }
+    } else {
+        m->n_out = tdm_attr_int(node, "n_targets", 1);
+    }
+    m->n_base = numbers_len(node, "base_values");
+    m->base = tdm_calloc(a, (size_t)(m->n_base ? m->n_base : 1), sizeof *m->base);
+    size_t n = 0;
+    tdm_attr_ints(node, "nodes_treeids", &n);
+    id_ref *ids = tdm_calloc(a, n ? n : 1, sizeof *ids);
+    tdm_status *st = NULL;
+    if (!m->base || !ids) st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
+    if (!st) {
+        read_numbers(node, "base_values", m->base, m->n_base);
+        st = build_nodes(node, a, m, ids);
+    }
+    if (!st) st = find_roots(node, a, m, ids);
+    if (!st) st = build_votes(node, a, m, ids, m->classifier ? "class" : "target");
+    tdm_free(a, ids);
+    if (st) {
+        te_release(m, a);
+        return st;
+    }
+    *state = m;
+    return NULL;
+}
+
+/* ---- scores ---- */
+
+/* One score vector for one row: the votes of every tree. */
+static void vote_row(const te_model *m, const void *x, tdm_dtype dt, int64_t row, int64_t F,
+                     double *s, uint8_t *has) {
+    for (int64_t t = 0; t < m->n_trees; t++) {
+        const te_node *nd = &m->nodes[m->roots[t]];
+        while (nd->mode != M_LEAF) {
+            int64_t k = row * F + nd->feature;
+            double v = dt == TDM_FLOAT    ? ((const float *)x)[k]
+                       : dt == TDM_DOUBLE ? ((const double *)x)[k]
+                       : dt == TDM_INT64  ? (double)((const int64_t *)x)[k]
+                                          : (double)((const int32_t *)x)[k];
+            bool go;
+            switch (nd->mode) {
+            case M_LEQ: go = v <= nd->value; break;
+            case M_LT: go = v < nd->value; break;
+            case M_GTE: go = v >= nd->value; break;
+            case M_GT: go = v > nd->value; break;
+            case M_EQ: go = v == nd->value; break;
+            default: go = v != nd->value; break;
+            }
+            if (nd->miss_true && isnan(v)) go = true;
+            nd = &m->nodes[go ? nd->yes : nd->no];
+        }
+        for (int32_t j = 0; j < nd->n_votes; j++) {
+            const te_vote *vt = &m->votes[nd->vote0 + j];
+            double *p = &s[vt->target];
+            if (m->agg == AG_MIN) *p = has[vt->target] && *p <= vt->weight ? *p : vt->weight;
+            else if (m->agg == AG_MAX) *p = has[vt->target] && *p >= vt->weight ? *p : vt->weight;
+            else *p += vt->weight;
+            has[vt->target] = 1;
+        }
+    }
+}
+
+/* Regression: base values, averaging, transforms. Writes n_out floats. */
+static void finish_regression(const te_model *m, double *s, const uint8_t *has, float *z) {
+    int64_t n = m->n_out;
+    double origin = m->n_base == 1 ? m->base[0] : 0;
+    if (n == 1) { /* one target: only PROBIT transforms it */
+        double v = m->agg == AG_AVERAGE ? s[0] / (double)m->n_trees : s[0];
+        if ((m->agg == AG_MIN || m->agg == AG_MAX) && !has[0]) v = 0;
+        v += origin;
+        z[0] = (float)(m->post == PT_PROBIT ? ml_probit(v) : v);
+        return;
+    }
+    bool use_base = m->n_base == n;
+    for (int64_t k = 0; k < n; k++) {
+        double v = has[k] ? s[k] : 0;
+        if (m->agg == AG_AVERAGE) v /= (double)m->n_trees;
+        s[k] = v + (use_base ? m->base[k] : 0);
+    }
+    ml_post_transform(m->post, s, n);
+    for (int64_t k = 0; k < n; k++) z[k] = (float)s[k];
+}
+
+/* The binary decision: which label wins, and how a single score becomes two. */
+static int64_t binary_label(const te_model *m, double s0, bool h0, double s1, bool h1,
+                            int *extra) {
+    double pos = h1 ? s1 : h0 ? s0 : 0;
+    if (m->binary_case) {
+        if (m->all_positive) {
+            *extra = pos > 0.5 ? 0 : 1;
+            return pos > 0.5 ? 1 : 0;
+        }
+        *extra = pos > 0 ? 2 : 3;
+        return pos > 0 ? 1 : 0;
+    }
+    return pos > 0 ? -1 : -2; /* ONNX Runtime's fixed labels 1 / 0, not class indices */
+}
+
+/* Classification: writes n_out scores and returns the label (a class index >= 0, or -1 / -2
+ * for the literal labels 1 / 0). */
+static int64_t finish_classes(const te_model *m, double *s, uint8_t *has, float *z) {
+    int64_t n = m->n_out;
+    if (n != 2) {
+        for (int64_t k = 0; k < m->n_base && k < n; k++) {
+            s[k] = has[k] ? s[k] + m->base[k] : m->base[k];
+            has[k] = 1;
+        }
+        int64_t best = -1;
+        for (int64_t k = 0; k < n; k++)
+            if (has[k] && (best < 0 || s[k] > s[best])) best = k;
+        ml_post_transform(m->post, s, n);
+        for (int64_t k = 0; k < n; k++) z[k] = (float)s[k];
+        return best < 0 ? 0 : best;
+    }
+    int extra = -1;
+    int64_t size = 2;
+    if (m->n_base == 2) {
+        if (has[1]) {
+            s[1] = m->base[1] + s[0];
+            s[0] = -s[1];
+        } else {
+            s[1] += m->base[1];
+            s[0] += m->base[0];
+        }
+    } else if (m->n_base == 1) {
+        s[0] += m->base[0];
+        if (!has[1]) size = 1;
+    } else {
+        extra = 3;
+        if (!has[1]) size = 1;
+    }
+    int64_t label = size == 2 && has[1] ? binary_label(m, s[0], has[0], s[1], has[1], &extra)
+                                        : binary_label(m, s[0], has[0], 0, false, &extra);
+    if (size == 2) {
+        ml_post_transform(m->post, s, 2);
+    } else if (m->post == PT_PROBIT) {
+        s[0] = ml_probit(s[0]);
+        s[1] = 0;
+    } else {
+        double v = s[0];
+        switch (extra) {
+        case 0: case 1: s[0] = 1 - v, s[1] = v; break;
+        case 2: case 3:
+            if (m->post == PT_LOGISTIC) s[0] = ml_logistic(-v), s[1] = ml_logistic(v);
+            else if (extra == 2) s[0] = -v, s[1] = v;
+            else s[1] = -v;
+            break;
+        default: s[1] = 0; break;
+        }
+    }
+    z[0] = (float)s[0];
+    z[1] = (float)s[1];
+    return label;
+}
+
+typedef struct te_job {
+    const te_model *m;
+    const void *x;
+    tdm_dtype dt;
+    int64_t F;
+    float *z;         /* [N, n_out] */
+    int64_t *labels;  /* classifier: class index, -1 (literal 1) or -2 (literal 0) */
+    double *scratch;  /* n_out doubles per thread slot: allocated per range below */
+    const tdm_allocator *alloc;
+    int failed;
+} te_job;
+
+static void te_rows(void *arg, int64_t begin, int64_t end) {
+    te_job *j = arg;
+    const te_model *m = j->m;
+    double *s = tdm_alloc(j->alloc, (size_t)m->n_out * (sizeof(double) + 1));
+    if (!s) {
+        __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    uint8_t *has = (uint8_t *)(s + m->n_out);
+    for (int64_t r = begin; r < end; r++) {
+        memset(s, 0, (size_t)m->n_out * sizeof *s);
+        memset(has, 0, (size_t)m->n_out);
+        vote_row(m, j->x, j->dt, r, j->F, s, has);
+        float *z = j->z + r * m->n_out;
+        if (m->classifier) j->labels[r] = finish_classes(m, s, has, z);
+        else finish_regression(m, s, has, z);
+    }
+    tdm_free(j->alloc, s);
+}
+
+static tdm_status *run_tree_ensemble(tdm_kernel_ctx *ctx) {
+    const te_model *m = ctx->state;
+    const tdm_tensor *x = ctx->in[0];
+    if (!m) return TDM_ERR(TDM_ERR_INTERNAL, "tree ensemble: not prepared");
+    int64_t N = x->rank == 2 ? x->dims[0] : 1, F = x->dims[x->rank - 1];
+    if (m->max_feature >= F)
+        return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
+                              "the trees read feature %d but the input has %lld",
+                              (int)m->max_feature, (long long)F);
+    bool cls = m->classifier;
+    tdm_tensor *zt = cls ? (ctx->n_out > 1 ? ctx->out[1] : NULL) : ctx->out[0];
+    float *z = zt ? zt->data : tdm_alloc(ctx->alloc, (size_t)(N * m->n_out) * sizeof *z + 1);
+    int64_t *lab = cls ? tdm_alloc(ctx->alloc, (size_t)N * sizeof *lab + 1) : NULL;
+    tdm_status *st = NULL;
+    if (!z || (cls && !lab)) {
+        st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
+        goto done;
+    }
+    te_job j = {m, x->data, x->dtype, F, z, lab, NULL, ctx->alloc, 0};
+    /* rows in chunks that cover about 64k node visits each */
+    int64_t per_row = m->n_trees > 0 ? m->n_trees : 1;
+    int64_t grain = 65536 / per_row > 1 ? 65536 / per_row : 1;
+    tdm_parallel_for(ctx->pool, N, grain, te_rows, &j);
+    if (j.failed) {
+        st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
+        goto done;
+    }
+    if (cls) {
+        tdm_tensor *y = ctx->out[0];
+        for (int64_t r = 0; r < N; r++) {
+            int64_t k = lab[r];
+            if (m->labels_str) {
+                const char *s = m->labels_str[k >= 0 ? k : k == -1 ? 1 : 0];
+                char *c = tdm_strdup(y->alloc, s);
+                if (!c) {
+                    st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
+                    goto done;
+                }
+                tdm_free(y->alloc, ((char **)y->data)[r]);
+                ((char **)y->data)[r] = c;
+            } else {
+                ((int64_t *)y->data)[r] = k >= 0 ? m->labels_int[k] : k == -1 ? 1 : 0;
+            }
+        }
+    }
+done:
+    if (!zt) tdm_free(ctx->alloc, z);
+    tdm_free(ctx->alloc, lab);
+    return st;
+}
+
+const tdm_kernel_def tdm_cpu_kernels_ml_tree[] = {
+    {"ai.onnx.ml", "TreeEnsembleClassifier", 1, 0, 0,
+     TDM_T(TDM_FLOAT) | TDM_T(TDM_DOUBLE) | TDM_T(TDM_INT32) | TDM_T(TDM_INT64),
+     run_tree_ensemble, te_prepare, te_release},
+    {"ai.onnx.ml", "TreeEnsembleRegressor", 1, 0, 0,
+     TDM_T(TDM_FLOAT) | TDM_T(TDM_DOUBLE) | TDM_T(TDM_INT32) | TDM_T(TDM_INT64),
+     run_tree_ensemble, te_prepare, te_release},
+};
+const int tdm_cpu_kernels_ml_tree_count =
+    (int)(sizeof tdm_cpu_kernels_ml_tree / sizeof tdm_cpu_kernels_ml_tree[0]);

@@ -1,0 +1,290 @@
+/* Operator schemas: classic machine learning (domain ai.onnx.ml): tree ensembles, linear
+ * models, and the feature transforms scikit-learn pipelines export (Scaler, Normalizer,
+ * Binarizer, Imputer, ArrayFeatureExtractor). Attributes are checked here once, so that the
+ * kernels can trust them. */
+#include <stdio.h>
+#include <string.h>
+
+#include "ops/op.h"
+
+#define ML "ai.onnx.ml"
+
+/* X is [N, F] or [F] (one row) of float, double, int32 or int64. */
+static tdm_status *check_features(const tdm_node *node, const tdm_value_info *x) {
+    if (x->dtype != TDM_UNDEFINED && x->dtype != TDM_FLOAT && x->dtype != TDM_DOUBLE &&
+        x->dtype != TDM_INT32 && x->dtype != TDM_INT64)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                              "input must be float, double, int32 or int64");
+    if (x->rank > 2 || x->rank == 0)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "input must be [N, F] or [F]");
+    return NULL;
+}
+
+static int64_t rows_of(const tdm_value_info *x) {
+    return x->rank == 2 ? x->dims[0] : x->rank == 1 ? 1 : TDM_DIM_UNKNOWN;
+}
+
+/* Length of a list attribute given either as floats or as a double tensor (`NAME_as_tensor`,
+ * opset 3); -1 when neither is there, -2 when both are. */
+static int64_t floats_or_tensor_len(const tdm_node *node, const char *name) {
+    char tname[96];
+    snprintf(tname, sizeof tname, "%s_as_tensor", name);
+    size_t n = 0;
+    const float *f = tdm_attr_floats(node, name, &n);
+    const tdm_tensor *t = tdm_attr_tensor(node, tname);
+    if (f && t) return -2;
+    if (f) return (int64_t)n;
+    if (t) return t->count;
+    return -1;
+}
+
+static size_t strings_len(const tdm_node *node, const char *name) {
+    const tdm_attr *a = tdm_node_attr(node, name);
+    return a && a->type == TDM_ATTR_STRINGS ? a->n : 0;
+}
+
+/* Checks the nodes_* attributes shared by both tree ensembles. */
+static tdm_status *check_tree_nodes(const tdm_node *node) {
+    size_t n_tree = 0, n_node = 0, n_feat = 0, n_true = 0, n_false = 0;
+    tdm_attr_ints(node, "nodes_treeids", &n_tree);
+    tdm_attr_ints(node, "nodes_nodeids", &n_node);
+    tdm_attr_ints(node, "nodes_featureids", &n_feat);
+    tdm_attr_ints(node, "nodes_truenodeids", &n_true);
+    tdm_attr_ints(node, "nodes_falsenodeids", &n_false);
+    size_t n_modes = strings_len(node, "nodes_modes");
+    int64_t n_vals = floats_or_tensor_len(node, "nodes_values");
+    if (n_tree == 0)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "nodes_treeids is missing or empty");
+    if (n_vals == -2)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                              "nodes_values and nodes_values_as_tensor are both given");
+    if (n_node != n_tree || n_feat != n_tree || n_true != n_tree || n_false != n_tree ||
+        n_modes != n_tree || n_vals != (int64_t)n_tree)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                              "the nodes_* attributes must all have %zu entries", n_tree);
+    size_t n_miss = 0;
+    if (tdm_attr_ints(node, "nodes_missing_value_tracks_true", &n_miss) && n_miss != n_tree)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                              "nodes_missing_value_tracks_true must have %zu entries", n_tree);
+    const char *pt = tdm_attr_string(node, "post_transform", "NONE");
+    if (strcmp(pt, "NONE") && strcmp(pt, "SOFTMAX") && strcmp(pt, "LOGISTIC") &&
+        strcmp(pt, "SOFTMAX_ZERO") && strcmp(pt, "PROBIT"))
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "unknown post_transform '%s'", pt);
+    return NULL;
+}
+
+/* The trees read no feature past the input's last dimension (when it is known). */
+static tdm_status *check_tree_features(const tdm_node *node, const tdm_value_info *x) {
+    int64_t f = x->rank > 0 ? x->dims[x->rank - 1] : TDM_DIM_UNKNOWN;
+    if (f < 0) return NULL;
+    size_t n = 0;
+    const int64_t *feat = tdm_attr_ints(node, "nodes_featureids", &n);
+    const tdm_attr *modes = tdm_node_attr(node, "nodes_modes");
+    for (size_t i = 0; i < n; i++)
+        if ((feat[i] < 0 || feat[i] >= f) && strcmp(modes->strings[i], "LEAF"))
+            return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                                  "node %zu reads feature %lld but the input has %lld", i,
+                                  (long long)feat[i], (long long)f);
+    return NULL;
+}
+
+/* Checks a leaf-vote list (PREFIX_treeids, _nodeids, _ids, _weights). */
+static tdm_status *check_votes(const tdm_node *node, const char *prefix) {
+    char name[64];
+    size_t n_tree = 0, n_node = 0, n_ids = 0;
+    snprintf(name, sizeof name, "%s_treeids", prefix);
+    tdm_attr_ints(node, name, &n_tree);
+    snprintf(name, sizeof name, "%s_nodeids", prefix);
+    tdm_attr_ints(node, name, &n_node);
+    snprintf(name, sizeof name, "%s_ids", prefix);
+    tdm_attr_ints(node, name, &n_ids);
+    snprintf(name, sizeof name, "%s_weights", prefix);
+    int64_t n_w = floats_or_tensor_len(node, name);
+    if (n_node != n_tree || n_ids != n_tree || n_w != (int64_t)n_tree)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                              "the %s_* attributes must all have %zu entries", prefix, n_tree);
+    return NULL;
+}
+
+static tdm_status *infer_tree_classifier(tdm_infer_ctx *ctx) {
+    const tdm_node *node = ctx->node;
+    TDM_TRY(check_features(node, &ctx->in[0]));
+    TDM_TRY(check_tree_nodes(node));
+    TDM_TRY(check_tree_features(node, &ctx->in[0]));
+    TDM_TRY(check_votes(node, "class"));
+    size_t n_int = 0, n_str = strings_len(node, "classlabels_strings");
+    tdm_attr_ints(node, "classlabels_int64s", &n_int);
+    if ((n_int > 0) == (n_str > 0))
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                              "exactly one of classlabels_int64s and classlabels_strings is needed");
+    int64_t classes = (int64_t)(n_int + n_str);
+    int64_t n_base = floats_or_tensor_len(node, "base_values");
+    if (n_base == -2 || (n_base > 0 && n_base != classes && n_base != 1))
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                              "base_values must have 1 or %lld entries", (long long)classes);
+    size_t n_ids = 0;
+    const int64_t *ids = tdm_attr_ints(node, "class_ids", &n_ids);
+    for (size_t i = 0; i < n_ids; i++)
+        if (ids[i] < 0 || ids[i] >= classes)
+            return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                                  "class_ids[%zu] = %lld is not a class index (0..%lld)", i,
+                                  (long long)ids[i], (long long)classes - 1);
+    int64_t n = rows_of(&ctx->in[0]);
+    ctx->out[0].dtype = n_str ? TDM_STRING : TDM_INT64;
+    ctx->out[0].rank = 1;
+    ctx->out[0].dims[0] = n;
+    if (ctx->n_out > 1 && ctx->out[1].present) {
+        ctx->out[1].dtype = TDM_FLOAT;
+        ctx->out[1].rank = 2;
+        ctx->out[1].dims[0] = n;
+        ctx->out[1].dims[1] = classes;
+    }
+    return NULL;
+}
+
+static tdm_status *infer_tree_regressor(tdm_infer_ctx *ctx) {
+    const tdm_node *node = ctx->node;
+    TDM_TRY(check_features(node, &ctx->in[0]));
+    TDM_TRY(check_tree_nodes(node));
+    TDM_TRY(check_tree_features(node, &ctx->in[0]));
+    TDM_TRY(check_votes(node, "target"));
+    int64_t targets = tdm_attr_int(node, "n_targets", 1);
+    if (targets < 1 || targets > (1 << 20))
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "n_targets must be >= 1");
+    const char *agg = tdm_attr_string(node, "aggregate_function", "SUM");
+    if (strcmp(agg, "SUM") && strcmp(agg, "AVERAGE") && strcmp(agg, "MIN") && strcmp(agg, "MAX"))
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "unknown aggregate_function '%s'",
+                              agg);
+    int64_t n_base = floats_or_tensor_len(node, "base_values");
+    if (n_base == -2 || (n_base > 0 && n_base != targets && n_base != 1))
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                              "base_values must have 1 or %lld entries", (long long)targets);
+    size_t n_ids = 0;
+    const int64_t *ids = tdm_attr_ints(node, "target_ids", &n_ids);
+    for (size_t i = 0; i < n_ids; i++)
+        if (ids[i] < 0 || ids[i] >= targets)
+            return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                                  "target_ids[%zu] = %lld is not a target (0..%lld)", i,
+                                  (long long)ids[i], (long long)targets - 1);
+    ctx->out[0].dtype = TDM_FLOAT;
+    ctx->out[0].rank = 2;
+    ctx->out[0].dims[0] = rows_of(&ctx->in[0]);
+    ctx->out[0].dims[1] = targets;
+    return NULL;
+}
+
+/* Y = X * coefficients^T + intercepts, [N, targets]. */
+static tdm_status *infer_linear_regressor(tdm_infer_ctx *ctx) {
+    const tdm_node *node = ctx->node;
+    const tdm_value_info *x = &ctx->in[0];
+    TDM_TRY(check_features(node, x));
+    int64_t targets = tdm_attr_int(node, "targets", 1);
+    size_t n_coef = 0, n_int = 0;
+    tdm_attr_floats(node, "coefficients", &n_coef);
+    const float *ic = tdm_attr_floats(node, "intercepts", &n_int);
+    if (targets < 1 || n_coef == 0 || n_coef % (size_t)targets)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                              "coefficients (%zu) must be a multiple of targets (%lld)", n_coef,
+                              (long long)targets);
+    if (ic && n_int != (size_t)targets)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "intercepts must have %lld entries",
+                              (long long)targets);
+    const char *pt = tdm_attr_string(node, "post_transform", "NONE");
+    if (strcmp(pt, "NONE") && strcmp(pt, "SOFTMAX") && strcmp(pt, "LOGISTIC") &&
+        strcmp(pt, "SOFTMAX_ZERO") && strcmp(pt, "PROBIT"))
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "unknown post_transform '%s'", pt);
+    int64_t f = x->rank > 0 ? x->dims[x->rank - 1] : TDM_DIM_UNKNOWN;
+    if (f >= 0 && (size_t)f * (size_t)targets != n_coef)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                              "%lld features but %zu coefficients for %lld targets", (long long)f,
+                              n_coef, (long long)targets);
+    ctx->out[0].dtype = TDM_FLOAT;
+    ctx->out[0].rank = 2;
+    ctx->out[0].dims[0] = rows_of(x);
+    ctx->out[0].dims[1] = targets;
+    return NULL;
+}
+
+/* Element-wise feature transforms: Y is float with X's shape. */
+static tdm_status *infer_feature_map(tdm_infer_ctx *ctx) {
+    const tdm_node *node = ctx->node;
+    const tdm_value_info *x = &ctx->in[0];
+    if (x->dtype != TDM_UNDEFINED && x->dtype != TDM_FLOAT && x->dtype != TDM_DOUBLE &&
+        x->dtype != TDM_INT32 && x->dtype != TDM_INT64)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                              "input must be float, double, int32 or int64");
+    int64_t f = x->rank > 0 ? x->dims[x->rank - 1] : TDM_DIM_UNKNOWN;
+    if (!strcmp(node->op_type, "Scaler")) {
+        size_t ns = 0, no = 0;
+        tdm_attr_floats(node, "scale", &ns);
+        tdm_attr_floats(node, "offset", &no);
+        if (ns == 0 && no == 0)
+            return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "scale or offset is needed");
+        for (size_t k = 0; k < 2; k++) {
+            size_t n = k ? no : ns;
+            if (n > 1 && f >= 0 && (int64_t)n != f)
+                return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                                      "%s has %zu entries for %lld features",
+                                      k ? "offset" : "scale", n, (long long)f);
+        }
+    } else if (!strcmp(node->op_type, "Normalizer")) {
+        const char *norm = tdm_attr_string(node, "norm", "MAX");
+        if (strcmp(norm, "MAX") && strcmp(norm, "L1") && strcmp(norm, "L2"))
+            return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "norm must be MAX, L1 or L2");
+        if (x->rank > 2)
+            return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "input must be [N, F] or [F]");
+    } else if (!strcmp(node->op_type, "Imputer")) {
+        size_t nf = 0;
+        const tdm_attr *fi = tdm_node_attr(node, "imputed_value_floats");
+        const tdm_attr *ii = tdm_node_attr(node, "imputed_value_int64s");
+        if ((fi != NULL) == (ii != NULL))
+            return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                                  "exactly one of imputed_value_floats and imputed_value_int64s");
+        nf = fi ? fi->n : ii->n;
+        if (nf > 1 && f >= 0 && (int64_t)nf != f)
+            return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                                  "%zu imputed values for %lld features", nf, (long long)f);
+        tdm_infer_copy(&ctx->out[0], x); /* Imputer keeps the input's type */
+        return NULL;
+    }
+    tdm_infer_copy(&ctx->out[0], x);
+    if (strcmp(node->op_type, "Binarizer")) ctx->out[0].dtype = TDM_FLOAT;
+    return NULL;
+}
+
+/* Y = X[..., indices]: the last axis gathered (indices int64, any shape; flattened). */
+static tdm_status *infer_array_feature_extractor(tdm_infer_ctx *ctx) {
+    const tdm_value_info *x = &ctx->in[0], *idx = &ctx->in[1];
+    if (idx->dtype != TDM_UNDEFINED && idx->dtype != TDM_INT64)
+        return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT, "Y (indices) must be int64");
+    ctx->out[0].dtype = x->dtype;
+    if (x->rank < 0) return NULL;
+    if (x->rank == 0)
+        return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT, "X must have rank >= 1");
+    int64_t k = TDM_DIM_UNKNOWN;
+    if (tdm_info_known(idx)) {
+        k = 1;
+        for (int i = 0; i < idx->rank; i++) k *= idx->dims[i];
+    }
+    ctx->out[0].rank = x->rank == 1 ? 2 : x->rank;
+    if (x->rank == 1) {
+        ctx->out[0].dims[0] = 1;
+        ctx->out[0].dims[1] = k;
+    } else {
+        for (int i = 0; i < x->rank - 1; i++) ctx->out[0].dims[i] = x->dims[i];
+        ctx->out[0].dims[x->rank - 1] = k;
+    }
+    return NULL;
+}
+
+const tdm_op_schema tdm_ops_ml[] = {
+    {ML, "TreeEnsembleClassifier", 1, 1, 1, 1, 2, infer_tree_classifier, 0, 0},
+    {ML, "TreeEnsembleRegressor", 1, 1, 1, 1, 1, infer_tree_regressor, 0, 0},
+    {ML, "LinearRegressor", 1, 1, 1, 1, 1, infer_linear_regressor, 0, 0},
+    {ML, "Scaler", 1, 1, 1, 1, 1, infer_feature_map, 0, 0},
+    {ML, "Normalizer", 1, 1, 1, 1, 1, infer_feature_map, 0, 0},
+    {ML, "Binarizer", 1, 1, 1, 1, 1, infer_feature_map, 0, 0},
+    {ML, "Imputer", 1, 1, 1, 1, 1, infer_feature_map, 0, 0},
+    {ML, "ArrayFeatureExtractor", 1, 2, 2, 1, 1, infer_array_feature_extractor, 0, 0},
+};
+const int tdm_ops_ml_count = (int)(sizeof tdm_ops_ml / sizeof tdm_ops_ml[0]);

@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Classic ML models (ai.onnx.ml) for the model tests: scikit-learn estimators converted with
+skl2onnx (probabilities as a tensor, no ZipMap), with ONNX Runtime's outputs as the reference,
+in the node-test layout (tests/models_ml/NAME/model.onnx + test_data_set_0/{input,output}_N.pb).
+
+Deterministic: fixed seeds. Needs scikit-learn and skl2onnx (tools/requirements-ml.txt).
+Usage: tools/make_ml_models.py [OUT_DIR]   (default tests/models_ml)"""
+import os
+import shutil
+import sys
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import numpy_helper
+from skl2onnx import to_onnx
+from sklearn.datasets import make_classification, make_regression
+from sklearn.ensemble import (GradientBoostingClassifier, GradientBoostingRegressor,
+                              RandomForestClassifier, RandomForestRegressor)
+from sklearn.impute import SimpleImputer
+from sklearn.linear_model import LinearRegression
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import Binarizer, MaxAbsScaler, Normalizer, StandardScaler
+from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
+
+OPSETS = {"": 17, "ai.onnx.ml": 3}
+
+
+def with_thresholds(model, x, rows=32):
+    """x plus rows whose features sit exactly on the trees' thresholds (where <= and < differ)."""
+    pairs = {}
+    for node in model.graph.node:
+        if not node.op_type.startswith("TreeEnsemble"):
+            continue
+        a = {at.name: at for at in node.attribute}
+        for f, v, m in zip(a["nodes_featureids"].ints, a["nodes_values"].floats,
+                           a["nodes_modes"].strings):
+            if m != b"LEAF":
+                pairs.setdefault(f, []).append(v)
+    if not pairs:
+        return x
+    extra = np.repeat(x[:1], rows, axis=0).copy()
+    for r in range(rows):
+        for f, vals in pairs.items():
+            extra[r, f] = vals[(r * 7 + f) % len(vals)]
+    return np.concatenate([x, extra.astype(x.dtype)])
+
+
+def save(out_dir, name, model, x):
+    x = with_thresholds(model, x)
+    d = os.path.join(out_dir, name)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(os.path.join(d, "test_data_set_0"))
+    onnx.save(model, os.path.join(d, "model.onnx"))
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    feeds = {sess.get_inputs()[0].name: x}
+    outs = sess.run(None, feeds)
+    t = numpy_helper.from_array(x, sess.get_inputs()[0].name)
+    with open(os.path.join(d, "test_data_set_0", "input_0.pb"), "wb") as f:
+        f.write(t.SerializeToString())
+    for i, (o, arr) in enumerate(zip(sess.get_outputs(), outs)):
+        t = numpy_helper.from_array(np.asarray(arr), o.name)
+        with open(os.path.join(d, "test_data_set_0", f"output_{i}.pb"), "wb") as f:
+            f.write(t.SerializeToString())
+    print(f"{name}: {os.path.getsize(os.path.join(d, 'model.onnx'))} bytes, outputs "
+          + ", ".join(f"{o.name}{list(np.asarray(a).shape)}" for o, a in zip(sess.get_outputs(), outs)))
+
+
+def convert(est, x, **kw):
+    return to_onnx(est, x[:1], target_opset=OPSETS, **kw)
+
+
+def main():
+    out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "tests", "models_ml")
+    rng = np.random.default_rng(7)
+    xc, yc = make_classification(n_samples=600, n_features=12, n_informative=8, n_classes=3,
+                                 random_state=1)
+    xc = xc.astype(np.float32)
+    xb, yb = make_classification(n_samples=600, n_features=10, random_state=2)
+    xb = xb.astype(np.float32)
+    xr, yr = make_regression(n_samples=600, n_features=9, n_targets=1, noise=0.5, random_state=3)
+    xr = xr.astype(np.float32)
+    xr2, yr2 = make_regression(n_samples=600, n_features=7, n_targets=3, random_state=4)
+    xr2 = xr2.astype(np.float32)
+    test = lambda x: x[-64:]  # noqa: E731  rows the estimators did not see
+    nozip = {"options": {"zipmap": False}}
+
+    m = RandomForestClassifier(n_estimators=20, max_depth=6, random_state=0).fit(xc[:-64], yc[:-64])
+    save(out_dir, "ml_random_forest_multiclass", convert(m, xc, **nozip), test(xc))
+    m = RandomForestClassifier(n_estimators=15, max_depth=5, random_state=0).fit(xb[:-64], yb[:-64])
+    save(out_dir, "ml_random_forest_binary", convert(m, xb, **nozip), test(xb))
+    m = GradientBoostingClassifier(n_estimators=25, max_depth=3, random_state=0).fit(xc[:-64], yc[:-64])
+    save(out_dir, "ml_gradient_boosting_multiclass", convert(m, xc, **nozip), test(xc))
+    m = GradientBoostingClassifier(n_estimators=25, max_depth=3, random_state=0).fit(xb[:-64], yb[:-64])
+    save(out_dir, "ml_gradient_boosting_binary", convert(m, xb, **nozip), test(xb))
+    ys = np.array(["cat", "dog", "eel"])[yc]
+    m = DecisionTreeClassifier(max_depth=7, random_state=0).fit(xc[:-64], ys[:-64])
+    save(out_dir, "ml_decision_tree_string_labels", convert(m, xc, **nozip), test(xc))
+    m = RandomForestRegressor(n_estimators=12, max_depth=6, random_state=0).fit(xr[:-64], yr[:-64])
+    save(out_dir, "ml_random_forest_regressor", convert(m, xr), test(xr))
+    m = GradientBoostingRegressor(n_estimators=30, max_depth=3, random_state=0).fit(xr[:-64], yr[:-64])
+    save(out_dir, "ml_gradient_boosting_regressor", convert(m, xr), test(xr))
+    m = DecisionTreeRegressor(max_depth=6, random_state=0).fit(xr2[:-64], yr2[:-64])
+    save(out_dir, "ml_decision_tree_multitarget", convert(m, xr2), test(xr2))
+    m = make_pipeline(StandardScaler(), LinearRegression()).fit(xr2[:-64], yr2[:-64])
+    save(out_dir, "ml_scaler_linear_regression", convert(m, xr2), test(xr2))
+    xn = xr.copy()
+    xn[rng.random(xn.shape) < 0.1] = np.nan
+    m = make_pipeline(SimpleImputer(strategy="mean"), MaxAbsScaler(), Normalizer(norm="l2"),
+                      Binarizer(threshold=0.05)).fit(xn[:-64])
+    save(out_dir, "ml_impute_scale_normalize_binarize", convert(m, xn), test(xn))
+    for norm in ("l1", "max"):
+        m = Normalizer(norm=norm).fit(xr[:-64])
+        save(out_dir, f"ml_normalizer_{norm}", convert(m, xr), test(xr))
+
+
+if __name__ == "__main__":
+    main()
