@@ -18,7 +18,7 @@ from sklearn.datasets import make_classification, make_regression
 from sklearn.ensemble import (GradientBoostingClassifier, GradientBoostingRegressor,
                               RandomForestClassifier, RandomForestRegressor)
 from sklearn.impute import SimpleImputer
-from sklearn.linear_model import LinearRegression
+from sklearn.linear_model import LinearRegression, LogisticRegression
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import Binarizer, MaxAbsScaler, Normalizer, StandardScaler
 from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
@@ -103,6 +103,12 @@ def main():
     save(out_dir, "ml_gradient_boosting_regressor", convert(m, xr), test(xr))
     m = DecisionTreeRegressor(max_depth=6, random_state=0).fit(xr2[:-64], yr2[:-64])
     save(out_dir, "ml_decision_tree_multitarget", convert(m, xr2), test(xr2))
+    m = make_pipeline(StandardScaler(), LogisticRegression(max_iter=500)).fit(xc[:-64], yc[:-64])
+    save(out_dir, "ml_scaler_logistic_multiclass", convert(m, xc, **nozip), test(xc))
+    m = make_pipeline(StandardScaler(), LogisticRegression(max_iter=500)).fit(xb[:-64], yb[:-64])
+    save(out_dir, "ml_scaler_logistic_binary", convert(m, xb, **nozip), test(xb))
+    m = LogisticRegression(max_iter=500).fit(xc[:-64], ys[:-64])
+    save(out_dir, "ml_logistic_string_labels", convert(m, xc, **nozip), test(xc))
     m = make_pipeline(StandardScaler(), LinearRegression()).fit(xr2[:-64], yr2[:-64])
     save(out_dir, "ml_scaler_linear_regression", convert(m, xr2), test(xr2))
     xn = xr.copy()

@@ -205,6 +205,49 @@ static tdm_status *infer_linear_regressor(tdm_infer_ctx *ctx) {
     return NULL;
 }
 
+/* Scores X * coefficients^T + intercepts for len(intercepts) classes; labels Y [N] (int64 or
+ * string), scores Z [N, classes] (2 when one score decides between two labels). */
+static tdm_status *infer_linear_classifier(tdm_infer_ctx *ctx) {
+    const tdm_node *node = ctx->node;
+    const tdm_value_info *x = &ctx->in[0];
+    TDM_TRY(check_features(node, x));
+    size_t n_coef = 0, n_icpt = 0, n_int = 0, n_str = strings_len(node, "classlabels_strings");
+    tdm_attr_floats(node, "coefficients", &n_coef);
+    tdm_attr_floats(node, "intercepts", &n_icpt);
+    tdm_attr_ints(node, "classlabels_ints", &n_int);
+    if ((n_int > 0) == (n_str > 0))
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                              "exactly one of classlabels_ints and classlabels_strings is needed");
+    if (n_icpt == 0 || n_coef == 0 || n_coef % n_icpt)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                              "coefficients (%zu) must be a multiple of intercepts (%zu)", n_coef,
+                              n_icpt);
+    size_t labels = n_int + n_str;
+    if (n_icpt > 1 && n_icpt != labels)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                              "%zu intercepts for %zu class labels", n_icpt, labels);
+    const char *pt = tdm_attr_string(node, "post_transform", "NONE");
+    if (strcmp(pt, "NONE") && strcmp(pt, "SOFTMAX") && strcmp(pt, "LOGISTIC") &&
+        strcmp(pt, "SOFTMAX_ZERO") && strcmp(pt, "PROBIT"))
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "unknown post_transform '%s'", pt);
+    int64_t f = x->rank > 0 ? x->dims[x->rank - 1] : TDM_DIM_UNKNOWN;
+    if (f >= 0 && (size_t)f * n_icpt != n_coef)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                              "%lld features but %zu coefficients for %zu classes", (long long)f,
+                              n_coef, n_icpt);
+    int64_t n = rows_of(x);
+    ctx->out[0].dtype = n_str ? TDM_STRING : TDM_INT64;
+    ctx->out[0].rank = 1;
+    ctx->out[0].dims[0] = n;
+    if (ctx->n_out > 1 && ctx->out[1].present) {
+        ctx->out[1].dtype = TDM_FLOAT;
+        ctx->out[1].rank = 2;
+        ctx->out[1].dims[0] = n;
+        ctx->out[1].dims[1] = n_icpt == 1 && labels == 2 ? 2 : (int64_t)n_icpt;
+    }
+    return NULL;
+}
+
 /* Element-wise feature transforms: Y is float with X's shape. */
 static tdm_status *infer_feature_map(tdm_infer_ctx *ctx) {
     const tdm_node *node = ctx->node;
@@ -281,6 +324,7 @@ const tdm_op_schema tdm_ops_ml[] = {
     {ML, "TreeEnsembleClassifier", 1, 1, 1, 1, 2, infer_tree_classifier, 0, 0},
     {ML, "TreeEnsembleRegressor", 1, 1, 1, 1, 1, infer_tree_regressor, 0, 0},
     {ML, "LinearRegressor", 1, 1, 1, 1, 1, infer_linear_regressor, 0, 0},
+    {ML, "LinearClassifier", 1, 1, 1, 1, 2, infer_linear_classifier, 0, 0},
     {ML, "Scaler", 1, 1, 1, 1, 1, infer_feature_map, 0, 0},
     {ML, "Normalizer", 1, 1, 1, 1, 1, infer_feature_map, 0, 0},
     {ML, "Binarizer", 1, 1, 1, 1, 1, infer_feature_map, 0, 0},

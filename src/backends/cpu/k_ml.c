@@ -49,6 +49,75 @@ static tdm_status *run_linear_regressor(tdm_kernel_ctx *ctx) {
     return NULL;
 }
 
+/* As ONNX Runtime: one score per class (one score between two labels: > 0 is the second);
+ * transforms over 2+ classes; a single score becomes [1 - s, s] when two labels exist. */
+static tdm_status *run_linear_classifier(tdm_kernel_ctx *ctx) {
+    const tdm_tensor *x = ctx->in[0];
+    tdm_tensor *yt = ctx->out[0], *zt = ctx->n_out > 1 ? ctx->out[1] : NULL;
+    size_t n_coef = 0, n_icpt = 0, n_int = 0;
+    const float *coef = tdm_attr_floats(ctx->node, "coefficients", &n_coef);
+    const float *icpt = tdm_attr_floats(ctx->node, "intercepts", &n_icpt);
+    const int64_t *lint = tdm_attr_ints(ctx->node, "classlabels_ints", &n_int);
+    const tdm_attr *lstr = tdm_node_attr(ctx->node, "classlabels_strings");
+    size_t n_str = lstr && lstr->type == TDM_ATTR_STRINGS ? lstr->n : 0;
+    int64_t C = (int64_t)n_icpt, F = features(x), N = F ? x->count / F : 0;
+    if (C == 0 || (size_t)(F * C) != n_coef)
+        return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
+                              "%lld features but %zu coefficients for %lld classes", (long long)F,
+                              n_coef, (long long)C);
+    int post = ml_parse_post(tdm_attr_string(ctx->node, "post_transform", "NONE"));
+    bool two = C == 1 && (n_str ? n_str : n_int) == 2; /* one score, two labels */
+    int64_t zc = two ? 2 : C;
+    double sbuf[64];
+    double *s = C <= 64 ? sbuf : tdm_alloc(ctx->alloc, (size_t)C * sizeof *s);
+    if (!s) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
+    tdm_status *st = NULL;
+    for (int64_t n = 0; n < N && !st; n++) {
+        for (int64_t c = 0; c < C; c++) {
+            float acc = 0; /* float, as ONNX Runtime's GEMM */
+            for (int64_t f = 0; f < F; f++) acc += (float)get(x, n * F + f) * coef[c * F + f];
+            s[c] = (float)(acc + icpt[c]);
+        }
+        int64_t k; /* label: index into the labels, or -1 / -2 for the literal "1" / "0" */
+        if (C == 1) {
+            bool pos = s[0] > 0;
+            k = (n_str ? n_str : n_int) == 2 ? (pos ? 1 : 0) : (pos ? -1 : -2);
+        } else {
+            k = 0;
+            for (int64_t c = 1; c < C; c++)
+                if (s[c] > s[k]) k = c;
+        }
+        if (n_str) {
+            const char *lab = k >= 0 ? lstr->strings[k] : k == -1 ? "1" : "0";
+            char *cpy = tdm_strdup(yt->alloc, lab);
+            if (!cpy) {
+                st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
+                break;
+            }
+            tdm_free(yt->alloc, ((char **)yt->data)[n]);
+            ((char **)yt->data)[n] = cpy;
+        } else {
+            ((int64_t *)yt->data)[n] = k >= 0 ? lint[k] : k == -1 ? 1 : 0;
+        }
+        if (!zt) continue;
+        float *z = (float *)zt->data + n * zc;
+        if (C > 1) {
+            ml_post_transform(post, s, C);
+            for (int64_t c = 0; c < C; c++) z[c] = (float)s[c];
+        } else if (post == PT_PROBIT) {
+            z[0] = (float)ml_probit(s[0]);
+            if (two) z[1] = 0;
+        } else if (two) {
+            z[0] = (float)(1 - s[0]);
+            z[1] = (float)s[0];
+        } else {
+            z[0] = (float)s[0];
+        }
+    }
+    if (s != sbuf) tdm_free(ctx->alloc, s);
+    return st;
+}
+
 static tdm_status *run_scaler(tdm_kernel_ctx *ctx) {
     const tdm_tensor *x = ctx->in[0];
     float *y = ctx->out[0]->data;
@@ -179,6 +248,7 @@ static tdm_status *run_array_feature_extractor(tdm_kernel_ctx *ctx) {
 #define NUM (TDM_T(TDM_FLOAT) | TDM_T(TDM_DOUBLE) | TDM_T(TDM_INT32) | TDM_T(TDM_INT64))
 const tdm_kernel_def tdm_cpu_kernels_ml[] = {
     {"ai.onnx.ml", "LinearRegressor", 1, 0, 0, NUM, run_linear_regressor, NULL, NULL},
+    {"ai.onnx.ml", "LinearClassifier", 1, 0, 0, NUM, run_linear_classifier, NULL, NULL},
     {"ai.onnx.ml", "Scaler", 1, 0, 0, NUM, run_scaler, NULL, NULL},
     {"ai.onnx.ml", "Normalizer", 1, 0, 0, NUM, run_normalizer, NULL, NULL},
     {"ai.onnx.ml", "Binarizer", 1, 0, 0, NUM, run_binarizer, NULL, NULL},

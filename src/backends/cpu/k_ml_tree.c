@@ -35,8 +35,18 @@ typedef struct te_vote {
     double weight;
 } te_vote;
 
+/* The compact form for float rows when every branch is BRANCH_LEQ without missing-value
+ * tracks (what scikit-learn, XGBoost and LightGBM converters write): 16 bytes a node, leaves
+ * marked by feature -1; thresholds as floats, compared as ONNX Runtime compares them. */
+typedef struct te_fnode {
+    float value;
+    int32_t feature;
+    int32_t yes, no;
+} te_fnode;
+
 typedef struct te_model {
     te_node *nodes;
+    te_fnode *fnodes; /* NULL when the compact form does not apply */
     int32_t *roots;
     te_vote *votes;
     double *base;
@@ -103,6 +113,7 @@ static void te_release(void *state, const tdm_allocator *a) {
     te_model *m = state;
     if (!m) return;
     tdm_free(a, m->nodes);
+    tdm_free(a, m->fnodes);
     tdm_free(a, m->roots);
     tdm_free(a, m->votes);
     tdm_free(a, m->base);
@@ -268,6 +279,22 @@ static tdm_status *build_votes(const tdm_node *node, const tdm_allocator *a, te_
     return st;
 }
 
+static tdm_status *build_compact(const tdm_node *node, const tdm_allocator *a, te_model *m) {
+    size_t nf = 0;
+    if (!tdm_attr_floats(node, "nodes_values", &nf)) return NULL; /* double thresholds */
+    for (int64_t i = 0; i < m->n_nodes; i++)
+        if ((m->nodes[i].mode != M_LEQ && m->nodes[i].mode != M_LEAF) || m->nodes[i].miss_true)
+            return NULL;
+    m->fnodes = tdm_calloc(a, (size_t)m->n_nodes, sizeof *m->fnodes);
+    if (!m->fnodes) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
+    for (int64_t i = 0; i < m->n_nodes; i++) {
+        const te_node *t = &m->nodes[i];
+        bool leaf = t->mode == M_LEAF;
+        m->fnodes[i] = (te_fnode){(float)t->value, leaf ? -1 : t->feature, t->yes, t->no};
+    }
+    return NULL;
+}
+
 static tdm_status *te_prepare(const tdm_node *node, int opset, int n_in,
                               const tdm_tensor *const *in, const tdm_allocator *a, void **state) {
     (void)opset, (void)n_in, (void)in;
@@ -305,6 +332,7 @@ static tdm_status *te_prepare(const tdm_node *node, int opset, int n_in,
     }
     if (!st) st = find_roots(node, a, m, ids);
     if (!st) st = build_votes(node, a, m, ids, m->classifier ? "class" : "target");
+    if (!st) st = build_compact(node, a, m);
     tdm_free(a, ids);
     if (st) {
         te_release(m, a);
@@ -315,6 +343,34 @@ static tdm_status *te_prepare(const tdm_node *node, int opset, int n_in,
 }
 
 /* ---- scores ---- */
+
+/* Adds a leaf's votes to one row's scores. */
+static inline void add_votes(const te_model *m, const te_node *leaf, double *s, uint8_t *has) {
+    for (int32_t j = 0; j < leaf->n_votes; j++) {
+        const te_vote *vt = &m->votes[leaf->vote0 + j];
+        double *p = &s[vt->target];
+        if (m->agg == AG_MIN) *p = has[vt->target] && *p <= vt->weight ? *p : vt->weight;
+        else if (m->agg == AG_MAX) *p = has[vt->target] && *p >= vt->weight ? *p : vt->weight;
+        else *p += vt->weight;
+        has[vt->target] = 1;
+    }
+}
+
+/* Scores of rows [r0, r1) (float rows, compact trees): tree by tree, so that a tree's nodes
+ * stay in cache while every row of the block walks it. */
+static void vote_block_f32(const te_model *m, const float *x, int64_t r0, int64_t r1, int64_t F,
+                           double *s, uint8_t *has) {
+    const te_fnode *fn = m->fnodes;
+    for (int64_t t = 0; t < m->n_trees; t++) {
+        const int32_t root = m->roots[t];
+        for (int64_t r = r0; r < r1; r++) {
+            const float *row = x + r * F;
+            int32_t i = root;
+            while (fn[i].feature >= 0) i = row[fn[i].feature] <= fn[i].value ? fn[i].yes : fn[i].no;
+            add_votes(m, &m->nodes[i], s + (r - r0) * m->n_out, has + (r - r0) * m->n_out);
+        }
+    }
+}
 
 /* One score vector for one row: the votes of every tree. */
 static void vote_row(const te_model *m, const void *x, tdm_dtype dt, int64_t row, int64_t F,
@@ -339,14 +395,7 @@ static void vote_row(const te_model *m, const void *x, tdm_dtype dt, int64_t row
             if (nd->miss_true && isnan(v)) go = true;
             nd = &m->nodes[go ? nd->yes : nd->no];
         }
-        for (int32_t j = 0; j < nd->n_votes; j++) {
-            const te_vote *vt = &m->votes[nd->vote0 + j];
-            double *p = &s[vt->target];
-            if (m->agg == AG_MIN) *p = has[vt->target] && *p <= vt->weight ? *p : vt->weight;
-            else if (m->agg == AG_MAX) *p = has[vt->target] && *p >= vt->weight ? *p : vt->weight;
-            else *p += vt->weight;
-            has[vt->target] = 1;
-        }
+        add_votes(m, nd, s, has);
     }
 }
 
@@ -455,22 +504,35 @@ typedef struct te_job {
     int failed;
 } te_job;
 
+#define TE_BLOCK 64 /* rows that walk one tree before the next tree */
+
 static void te_rows(void *arg, int64_t begin, int64_t end) {
     te_job *j = arg;
     const te_model *m = j->m;
-    double *s = tdm_alloc(j->alloc, (size_t)m->n_out * (sizeof(double) + 1));
+    size_t per = (size_t)m->n_out * TE_BLOCK;
+    double *s = tdm_alloc(j->alloc, per * (sizeof(double) + 1));
     if (!s) {
         __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
         return;
     }
-    uint8_t *has = (uint8_t *)(s + m->n_out);
-    for (int64_t r = begin; r < end; r++) {
-        memset(s, 0, (size_t)m->n_out * sizeof *s);
-        memset(has, 0, (size_t)m->n_out);
-        vote_row(m, j->x, j->dt, r, j->F, s, has);
-        float *z = j->z + r * m->n_out;
-        if (m->classifier) j->labels[r] = finish_classes(m, s, has, z);
-        else finish_regression(m, s, has, z);
+    uint8_t *has = (uint8_t *)(s + per);
+    for (int64_t b = begin; b < end; b += TE_BLOCK) {
+        int64_t e = b + TE_BLOCK < end ? b + TE_BLOCK : end, rows = e - b;
+        memset(s, 0, (size_t)(rows * m->n_out) * sizeof *s);
+        memset(has, 0, (size_t)(rows * m->n_out));
+        if (m->fnodes && j->dt == TDM_FLOAT) {
+            vote_block_f32(m, j->x, b, e, j->F, s, has);
+        } else {
+            for (int64_t r = b; r < e; r++)
+                vote_row(m, j->x, j->dt, r, j->F, s + (r - b) * m->n_out, has + (r - b) * m->n_out);
+        }
+        for (int64_t r = b; r < e; r++) {
+            double *sr = s + (r - b) * m->n_out;
+            uint8_t *hr = has + (r - b) * m->n_out;
+            float *z = j->z + r * m->n_out;
+            if (m->classifier) j->labels[r] = finish_classes(m, sr, hr, z);
+            else finish_regression(m, sr, hr, z);
+        }
     }
     tdm_free(j->alloc, s);
 }
@@ -495,8 +557,7 @@ static tdm_status *run_tree_ensemble(tdm_kernel_ctx *ctx) {
     }
     te_job j = {m, x->data, x->dtype, F, z, lab, NULL, ctx->alloc, 0};
     /* rows in chunks that cover about 64k node visits each */
-    int64_t per_row = m->n_trees > 0 ? m->n_trees : 1;
-    int64_t grain = 65536 / per_row > 1 ? 65536 / per_row : 1;
+    int64_t grain = TE_BLOCK * 4; /* blocks of rows; the pool balances them */
     tdm_parallel_for(ctx->pool, N, grain, te_rows, &j);
     if (j.failed) {
         st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");

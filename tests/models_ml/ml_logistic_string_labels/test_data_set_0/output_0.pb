@@ -1,0 +1,1 @@
+@2eel2eel2dog2eel2eel2cat2cat2cat2dog2dog2dog2dog2dog2dog2dog2dog2dog2dog2dog2eel2cat2cat2dog2eel2dog2cat2eel2eel2cat2dog2eel2dog2dog2eel2dog2dog2cat2cat2cat2cat2dog2eel2eel2dog2dog2cat2cat2eel2dog2dog2cat2eel2eel2eel2eel2eel2cat2dog2dog2eel2cat2eel2cat2dogBlabel
