@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import onnx
 import onnxruntime as ort
-from onnx import numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 from skl2onnx import to_onnx
 from sklearn.datasets import make_classification, make_regression
 from sklearn.ensemble import (GradientBoostingClassifier, GradientBoostingRegressor,
@@ -20,7 +20,7 @@ from sklearn.ensemble import (GradientBoostingClassifier, GradientBoostingRegres
 from sklearn.impute import SimpleImputer
 from sklearn.linear_model import LinearRegression, LogisticRegression
 from sklearn.pipeline import make_pipeline
-from sklearn.preprocessing import Binarizer, MaxAbsScaler, Normalizer, StandardScaler
+from sklearn.preprocessing import Binarizer, MaxAbsScaler, Normalizer, OneHotEncoder, StandardScaler
 from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 
 OPSETS = {"": 17, "ai.onnx.ml": 3}
@@ -47,23 +47,81 @@ def with_thresholds(model, x, rows=32):
 
 
 def save(out_dir, name, model, x):
+    """x: one input's rows, or {input name: array} for several inputs."""
+    if isinstance(x, dict):
+        return save_feeds(out_dir, name, model, x)
     x = with_thresholds(model, x)
+    return save_feeds(out_dir, name, model, {model.graph.input[0].name: x})
+
+
+def save_feeds(out_dir, name, model, feeds):
     d = os.path.join(out_dir, name)
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(os.path.join(d, "test_data_set_0"))
     onnx.save(model, os.path.join(d, "model.onnx"))
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    feeds = {sess.get_inputs()[0].name: x}
     outs = sess.run(None, feeds)
-    t = numpy_helper.from_array(x, sess.get_inputs()[0].name)
-    with open(os.path.join(d, "test_data_set_0", "input_0.pb"), "wb") as f:
-        f.write(t.SerializeToString())
+    for i, inp in enumerate(sess.get_inputs()):
+        t = numpy_helper.from_array(feeds[inp.name], inp.name)
+        with open(os.path.join(d, "test_data_set_0", f"input_{i}.pb"), "wb") as f:
+            f.write(t.SerializeToString())
     for i, (o, arr) in enumerate(zip(sess.get_outputs(), outs)):
         t = numpy_helper.from_array(np.asarray(arr), o.name)
         with open(os.path.join(d, "test_data_set_0", f"output_{i}.pb"), "wb") as f:
             f.write(t.SerializeToString())
     print(f"{name}: {os.path.getsize(os.path.join(d, 'model.onnx'))} bytes, outputs "
           + ", ".join(f"{o.name}{list(np.asarray(a).shape)}" for o, a in zip(sess.get_outputs(), outs)))
+
+
+def ml_model(nodes, inputs, outputs, ml_opset=2):
+    g = helper.make_graph(nodes, "ml", inputs, outputs)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                            helper.make_opsetid("ai.onnx.ml", ml_opset)],
+                          producer_name="tandem-tools")
+    m.ir_version = 8
+    return m
+
+
+def hand_made(out_dir, rng):
+    """Encoders that converters write but scikit-learn models here do not exercise."""
+    T = TensorProto
+    vi = helper.make_tensor_value_info
+    words = np.array(["a", "bb", "c", "zz", "", "bb"], dtype=object).reshape(2, 3)
+    node = helper.make_node("LabelEncoder", ["x"], ["y"], domain="ai.onnx.ml",
+                            keys_strings=["c", "a", "bb"], values_int64s=[30, 10, 20],
+                            default_int64=-7)
+    save(out_dir, "ml_label_encoder_str_int", ml_model([node], [vi("x", T.STRING, [2, 3])],
+                                                       [vi("y", T.INT64, [2, 3])]), words)
+    node = helper.make_node("LabelEncoder", ["x"], ["y"], domain="ai.onnx.ml",
+                            keys_int64s=[5, -1, 9], values_strings=["five", "minus", "nine"])
+    save(out_dir, "ml_label_encoder_int_str", ml_model([node], [vi("x", T.INT64, [7])],
+                                                       [vi("y", T.STRING, [7])]),
+         np.array([9, 5, 0, -1, 9, 3, 5], dtype=np.int64))
+    node = helper.make_node("LabelEncoder", ["x"], ["y"], domain="ai.onnx.ml",
+                            keys_floats=[0.5, -2.0, 7.25], values_floats=[1.0, 2.0, 3.0],
+                            default_float=-1.5)
+    save(out_dir, "ml_label_encoder_float", ml_model([node], [vi("x", T.FLOAT, [6])],
+                                                     [vi("y", T.FLOAT, [6])]),
+         np.array([7.25, 0.5, 0.25, -2.0, 3.0, 0.5], dtype=np.float32))
+    node = helper.make_node("CategoryMapper", ["x"], ["y"], domain="ai.onnx.ml",
+                            cats_strings=["cat", "dog", "eel"], cats_int64s=[11, 22, 33],
+                            default_int64=-3)
+    save(out_dir, "ml_category_mapper_str_int", ml_model([node], [vi("x", T.STRING, [5])],
+                                                         [vi("y", T.INT64, [5])]),
+         np.array(["dog", "eel", "cow", "cat", "dog"], dtype=object))
+    node = helper.make_node("CategoryMapper", ["x"], ["y"], domain="ai.onnx.ml",
+                            cats_strings=["cat", "dog", "eel"], cats_int64s=[11, 22, 33],
+                            default_string="none")
+    save(out_dir, "ml_category_mapper_int_str", ml_model([node], [vi("x", T.INT64, [2, 2])],
+                                                         [vi("y", T.STRING, [2, 2])]),
+         np.array([[33, 0], [11, 22]], dtype=np.int64))
+    node = helper.make_node("FeatureVectorizer", ["a", "b"], ["y"], domain="ai.onnx.ml",
+                            inputdimensions=[3, 4])
+    save(out_dir, "ml_feature_vectorizer", ml_model([node], [vi("a", T.FLOAT, [4, 3]),
+                                                             vi("b", T.FLOAT, [4, 2])],
+                                                    [vi("y", T.FLOAT, [4, 7])]),
+         {"a": rng.integers(-5, 5, size=(4, 3)).astype(np.float32),
+          "b": rng.standard_normal((4, 2)).astype(np.float32)})
 
 
 def convert(est, x, **kw):
@@ -116,6 +174,14 @@ def main():
     m = make_pipeline(SimpleImputer(strategy="mean"), MaxAbsScaler(), Normalizer(norm="l2"),
                       Binarizer(threshold=0.05)).fit(xn[:-64])
     save(out_dir, "ml_impute_scale_normalize_binarize", convert(m, xn), test(xn))
+    # encoders
+    cats = rng.integers(0, 6, size=(200, 2)).astype(np.int64)
+    m = OneHotEncoder(handle_unknown="ignore").fit(cats[:150] % 5)  # 5 is unknown: zeros
+    save(out_dir, "ml_one_hot_int64", convert(m, cats), cats[150:])
+    words = np.array(["red", "green", "blue", "teal"])[rng.integers(0, 4, size=(80, 1))]
+    m = OneHotEncoder(handle_unknown="ignore").fit(words[:60][words[:60] != "teal"].reshape(-1, 1))
+    save(out_dir, "ml_one_hot_strings", convert(m, words), words[60:])
+    hand_made(out_dir, rng)
     for norm in ("l1", "max"):
         m = Normalizer(norm=norm).fit(xr[:-64])
         save(out_dir, f"ml_normalizer_{norm}", convert(m, xr), test(xr))

@@ -320,6 +320,106 @@ static tdm_status *infer_array_feature_extractor(tdm_infer_ctx *ctx) {
     return NULL;
 }
 
+static const tdm_attr *list_attr(const tdm_node *node, const char *name, tdm_attr_type type) {
+    const tdm_attr *a = tdm_node_attr(node, name);
+    return a && a->type == type ? a : NULL;
+}
+
+/* Y = X's shape + [categories], float. */
+static tdm_status *infer_one_hot_encoder(tdm_infer_ctx *ctx) {
+    const tdm_node *node = ctx->node;
+    const tdm_value_info *x = &ctx->in[0];
+    const tdm_attr *ci = list_attr(node, "cats_int64s", TDM_ATTR_INTS);
+    const tdm_attr *cs = list_attr(node, "cats_strings", TDM_ATTR_STRINGS);
+    if ((ci && ci->n) == (cs && cs->n))
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                              "exactly one of cats_int64s and cats_strings is needed");
+    if (x->dtype != TDM_UNDEFINED && (x->dtype == TDM_STRING) != (cs != NULL && cs->n > 0))
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                              "string inputs need cats_strings, numbers cats_int64s");
+    ctx->out[0].dtype = TDM_FLOAT;
+    if (x->rank < 0) return NULL;
+    if (x->rank + 1 > TDM_MAX_RANK)
+        return tdm_node_error(node, TDM_ERR_LIMIT, "input rank %d is too large", x->rank);
+    ctx->out[0].rank = x->rank + 1;
+    for (int i = 0; i < x->rank; i++) ctx->out[0].dims[i] = x->dims[i];
+    ctx->out[0].dims[x->rank] = (int64_t)(ci && ci->n ? ci->n : cs->n);
+    return NULL;
+}
+
+/* Y has X's shape and the values' type. Keys and values as lists (opset 2) or tensors (4). */
+static tdm_status *infer_label_encoder(tdm_infer_ctx *ctx) {
+    const tdm_node *node = ctx->node;
+    static const char *const kinds[3] = {"strings", "int64s", "floats"};
+    static const tdm_attr_type types[3] = {TDM_ATTR_STRINGS, TDM_ATTR_INTS, TDM_ATTR_FLOATS};
+    static const tdm_dtype dts[3] = {TDM_STRING, TDM_INT64, TDM_FLOAT};
+    size_t n_keys = 0, n_vals = 0;
+    int key_kind = -1, val_kind = -1;
+    for (int k = 0; k < 3; k++) {
+        char name[32];
+        snprintf(name, sizeof name, "keys_%s", kinds[k]);
+        const tdm_attr *a = list_attr(node, name, types[k]);
+        if (a) key_kind = k, n_keys = a->n;
+        snprintf(name, sizeof name, "values_%s", kinds[k]);
+        a = list_attr(node, name, types[k]);
+        if (a) val_kind = k, n_vals = a->n;
+    }
+    const tdm_tensor *kt = tdm_attr_tensor(node, "keys_tensor");
+    const tdm_tensor *vt = tdm_attr_tensor(node, "values_tensor");
+    tdm_dtype val_dt = val_kind >= 0 ? dts[val_kind] : TDM_UNDEFINED;
+    if (kt) n_keys = (size_t)kt->count, key_kind = 3;
+    if (vt) n_vals = (size_t)vt->count, val_dt = vt->dtype;
+    if (key_kind < 0 || val_dt == TDM_UNDEFINED)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "keys and values are needed");
+    if (n_keys != n_vals)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "%zu keys but %zu values", n_keys,
+                              n_vals);
+    tdm_infer_copy(&ctx->out[0], &ctx->in[0]);
+    ctx->out[0].dtype = val_dt;
+    return NULL;
+}
+
+/* string -> int64 or int64 -> string through two parallel lists. */
+static tdm_status *infer_category_mapper(tdm_infer_ctx *ctx) {
+    const tdm_node *node = ctx->node;
+    const tdm_attr *ci = list_attr(node, "cats_int64s", TDM_ATTR_INTS);
+    const tdm_attr *cs = list_attr(node, "cats_strings", TDM_ATTR_STRINGS);
+    if (!ci || !cs || ci->n != cs->n)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                              "cats_int64s and cats_strings must have the same length");
+    const tdm_value_info *x = &ctx->in[0];
+    if (x->dtype != TDM_UNDEFINED && x->dtype != TDM_STRING && x->dtype != TDM_INT64)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "input must be string or int64");
+    tdm_infer_copy(&ctx->out[0], x);
+    if (x->dtype != TDM_UNDEFINED) ctx->out[0].dtype = x->dtype == TDM_STRING ? TDM_INT64 : TDM_STRING;
+    return NULL;
+}
+
+/* Y [N, sum(inputdimensions)] float from inputs [N, C_i] (or [C_i]). */
+static tdm_status *infer_feature_vectorizer(tdm_infer_ctx *ctx) {
+    const tdm_node *node = ctx->node;
+    size_t nd = 0;
+    const int64_t *dims = tdm_attr_ints(node, "inputdimensions", &nd);
+    if (nd != (size_t)ctx->n_in)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                              "inputdimensions has %zu entries for %d inputs", nd, ctx->n_in);
+    int64_t total = 0, n = TDM_DIM_UNKNOWN;
+    for (size_t i = 0; i < nd; i++) {
+        if (dims[i] < 0 || dims[i] > (1 << 24))
+            return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "inputdimensions[%zu] = %lld",
+                                  i, (long long)dims[i]);
+        total += dims[i];
+        const tdm_value_info *x = &ctx->in[i];
+        if (x->rank >= 2 && x->dims[0] >= 0) n = x->dims[0];
+        if (x->rank == 1) n = 1;
+    }
+    ctx->out[0].dtype = TDM_FLOAT;
+    ctx->out[0].rank = 2;
+    ctx->out[0].dims[0] = n;
+    ctx->out[0].dims[1] = total;
+    return NULL;
+}
+
 const tdm_op_schema tdm_ops_ml[] = {
     {ML, "TreeEnsembleClassifier", 1, 1, 1, 1, 2, infer_tree_classifier, 0, 0},
     {ML, "TreeEnsembleRegressor", 1, 1, 1, 1, 1, infer_tree_regressor, 0, 0},
@@ -330,5 +430,9 @@ const tdm_op_schema tdm_ops_ml[] = {
     {ML, "Binarizer", 1, 1, 1, 1, 1, infer_feature_map, 0, 0},
     {ML, "Imputer", 1, 1, 1, 1, 1, infer_feature_map, 0, 0},
     {ML, "ArrayFeatureExtractor", 1, 2, 2, 1, 1, infer_array_feature_extractor, 0, 0},
+    {ML, "OneHotEncoder", 1, 1, 1, 1, 1, infer_one_hot_encoder, 0, 0},
+    {ML, "LabelEncoder", 1, 1, 1, 1, 1, infer_label_encoder, 0, 0},
+    {ML, "CategoryMapper", 1, 1, 1, 1, 1, infer_category_mapper, 0, 0},
+    {ML, "FeatureVectorizer", 1, 1, 64, 1, 1, infer_feature_vectorizer, 0, 0},
 };
 const int tdm_ops_ml_count = (int)(sizeof tdm_ops_ml / sizeof tdm_ops_ml[0]);

@@ -1,0 +1,1 @@
+2eel2none2cat2dogBy

@@ -1,0 +1,1 @@
+2dog2eel2cow2cat2dogBx

@@ -1,0 +1,1 @@
+2nine2five2_Unused2minus2nine2_Unused2fiveBy
