@@ -14,6 +14,7 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 from skl2onnx import to_onnx
+from sklearn.cluster import KMeans
 from sklearn.datasets import make_classification, make_regression
 from sklearn.ensemble import (GradientBoostingClassifier, GradientBoostingRegressor,
                               RandomForestClassifier, RandomForestRegressor)
@@ -124,6 +125,40 @@ def hand_made(out_dir, rng):
           "b": rng.standard_normal((4, 2)).astype(np.float32)})
 
 
+def boosters(out_dir, xc, yc, xb, yb, xr, yr, test):
+    """LightGBM and XGBoost models converted with onnxmltools (skipped when not installed)."""
+    try:
+        import lightgbm
+        import onnxmltools
+        import xgboost
+        from onnxmltools.convert.common.data_types import FloatTensorType
+    except ImportError as e:
+        print(f"boosters skipped: {e}")
+        return
+    ft = lambda x: [("input", FloatTensorType([None, x.shape[1]]))]  # noqa: E731
+    m = lightgbm.LGBMClassifier(n_estimators=30, num_leaves=15, verbose=-1,
+                                random_state=0).fit(xc[:-64], yc[:-64])
+    onx = onnxmltools.convert_lightgbm(m, initial_types=ft(xc), zipmap=False, target_opset=15)
+    save(out_dir, "ml_lightgbm_multiclass", onx, test(xc))
+    m = lightgbm.LGBMClassifier(n_estimators=30, num_leaves=15, verbose=-1,
+                                random_state=0).fit(xb[:-64], yb[:-64])
+    onx = onnxmltools.convert_lightgbm(m, initial_types=ft(xb), zipmap=False, target_opset=15)
+    save(out_dir, "ml_lightgbm_binary", onx, test(xb))
+    m = lightgbm.LGBMRegressor(n_estimators=40, num_leaves=15, verbose=-1,
+                               random_state=0).fit(xr[:-64], yr[:-64])
+    onx = onnxmltools.convert_lightgbm(m, initial_types=ft(xr), target_opset=15)
+    save(out_dir, "ml_lightgbm_regressor", onx, test(xr))
+    m = xgboost.XGBClassifier(n_estimators=30, max_depth=4, random_state=0).fit(xc[:-64], yc[:-64])
+    onx = onnxmltools.convert_xgboost(m, initial_types=ft(xc), target_opset=15)
+    save(out_dir, "ml_xgboost_multiclass", onx, test(xc))
+    m = xgboost.XGBClassifier(n_estimators=30, max_depth=4, random_state=0).fit(xb[:-64], yb[:-64])
+    onx = onnxmltools.convert_xgboost(m, initial_types=ft(xb), target_opset=15)
+    save(out_dir, "ml_xgboost_binary", onx, test(xb))
+    m = xgboost.XGBRegressor(n_estimators=40, max_depth=4, random_state=0).fit(xr[:-64], yr[:-64])
+    onx = onnxmltools.convert_xgboost(m, initial_types=ft(xr), target_opset=15)
+    save(out_dir, "ml_xgboost_regressor", onx, test(xr))
+
+
 def convert(est, x, **kw):
     return to_onnx(est, x[:1], target_opset=OPSETS, **kw)
 
@@ -174,6 +209,9 @@ def main():
     m = make_pipeline(SimpleImputer(strategy="mean"), MaxAbsScaler(), Normalizer(norm="l2"),
                       Binarizer(threshold=0.05)).fit(xn[:-64])
     save(out_dir, "ml_impute_scale_normalize_binarize", convert(m, xn), test(xn))
+    m = KMeans(n_clusters=4, n_init=3, random_state=0).fit(xc[:-64])
+    save(out_dir, "ml_kmeans", convert(m, xc), test(xc))
+    boosters(out_dir, xc, yc, xb, yb, xr, yr, test)
     # encoders
     cats = rng.integers(0, 6, size=(200, 2)).astype(np.int64)
     m = OneHotEncoder(handle_unknown="ignore").fit(cats[:150] % 5)  # 5 is unknown: zeros
