@@ -237,6 +237,19 @@ def cases(deep_levels):
            {"model.onnx": tree([1, 0, 0], [7, 0, 0])})
     yield ("tree_feature_out_of_range", ["invalid argument", "reads feature 9 but the input has 3"],
            {"model.onnx": tree([1, 0, 0], [2, 0, 0], features=(9, 0, 0))})
+    # an ai.onnx.ml SVM whose support vectors do not split into vectors_per_class vectors
+    svm = helper.make_node(
+        "SVMClassifier", ["x"], ["y", "z"], domain="ai.onnx.ml", name="svm",
+        classlabels_ints=[0, 1], vectors_per_class=[2, 1], support_vectors=[0.5] * 10,
+        coefficients=[1.0, -1.0, 0.5], rho=[0.1], kernel_type="RBF", kernel_params=[0.1, 0, 3])
+    svm_model = model_of([svm], [fvi("x", [2, 3])],
+                         [helper.make_tensor_value_info("y", TensorProto.INT64, [2]),
+                          fvi("z", [2, 2])],
+                         opsets=[helper.make_opsetid("", OPSET),
+                                 helper.make_opsetid("ai.onnx.ml", 1)])
+    yield ("svm_support_vectors_ragged",
+           ["invalid argument", "support_vectors (10 values) must be a non-empty multiple of the 3"],
+           {"model.onnx": svm_model.SerializeToString()})
     noop = model_of([helper.make_node("Relu", ["x"], ["y"], name="relu")],
                     [fvi("x", [4])], [fvi("y", [4])], opsets=[helper.make_opsetid("com.example", 1)])
     yield ("no_default_opset", ["invalid model", "imports no opset of"],

@@ -22,6 +22,7 @@ from sklearn.impute import SimpleImputer
 from sklearn.linear_model import LinearRegression, LogisticRegression
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import Binarizer, MaxAbsScaler, Normalizer, OneHotEncoder, StandardScaler
+from sklearn.svm import SVC, SVR, LinearSVC, NuSVR, OneClassSVM
 from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 
 OPSETS = {"": 17, "ai.onnx.ml": 3}
@@ -159,6 +160,74 @@ def boosters(out_dir, xc, yc, xb, yb, xr, yr, test):
     save(out_dir, "ml_xgboost_regressor", onx, test(xr))
 
 
+def svms(out_dir, xc, yc, xb, yb, xr, yr, test):
+    """Support vector machines: scikit-learn's (SVMClassifier / SVMRegressor, LinearSVC as a
+    LinearClassifier) and hand-made ones for what converters do not write (the linear form of
+    SVMClassifier, one_class, int64 rows)."""
+    nozip = {"options": {"zipmap": False}}
+    m = SVC().fit(xc[:-64], yc[:-64])
+    save(out_dir, "ml_svc_rbf_multiclass", convert(m, xc, **nozip), test(xc))
+    m = SVC(probability=True, random_state=0).fit(xb[:-64], yb[:-64])
+    save(out_dir, "ml_svc_proba_binary", convert(m, xb, **nozip), test(xb))
+    x4, y4 = make_classification(n_samples=400, n_features=6, n_informative=5, n_redundant=0,
+                                 n_classes=4, random_state=5)
+    x4 = x4.astype(np.float32)
+    m = SVC(probability=True, random_state=0).fit(x4[:-64], y4[:-64])
+    save(out_dir, "ml_svc_proba_multiclass", convert(m, x4, **nozip), test(x4))
+    m = SVC(kernel="poly", degree=2, probability=True, random_state=0).fit(x4[:-64], y4[:-64])
+    save(out_dir, "ml_svc_poly_proba_multiclass", convert(m, x4, **nozip), test(x4))
+    ys = np.array(["no", "yes"])[yb]
+    m = SVC(kernel="linear").fit(xb[:-64], ys[:-64])
+    save(out_dir, "ml_svc_linear_string_labels", convert(m, xb, **nozip), test(xb))
+    m = SVC(kernel="sigmoid", gamma=0.02).fit(xc[:-64], yc[:-64])
+    save(out_dir, "ml_svc_sigmoid_multiclass", convert(m, xc, **nozip), test(xc))
+    m = LinearSVC(random_state=0).fit(xc[:-64], yc[:-64])
+    save(out_dir, "ml_linear_svc", convert(m, xc), test(xc))
+    m = SVR().fit(xr[:-64], yr[:-64])
+    save(out_dir, "ml_svr_rbf", convert(m, xr), test(xr))
+    m = NuSVR(kernel="poly", degree=3).fit(xr[:-64], yr[:-64])
+    save(out_dir, "ml_nusvr_poly", convert(m, xr), test(xr))
+    m = OneClassSVM(nu=0.2).fit(xr[:-64])
+    save(out_dir, "ml_one_class_svm", convert(m, xr), test(xr))
+
+    T = TensorProto
+    vi = helper.make_tensor_value_info
+    rng = np.random.default_rng(17)
+    F = 5
+    x = rng.standard_normal((16, F)).astype(np.float32)
+    coef = rng.standard_normal(3 * F).astype(np.float32)
+    node = helper.make_node("SVMClassifier", ["x"], ["y", "z"], domain="ai.onnx.ml",
+                            classlabels_strings=["a", "b", "c"], coefficients=coef.tolist(),
+                            rho=[0.25], kernel_type="RBF", kernel_params=[0.5, 0.0, 3.0],
+                            post_transform="SOFTMAX")
+    save(out_dir, "ml_svm_linear_form_softmax",
+         ml_model([node], [vi("x", T.FLOAT, [None, F])],
+                  [vi("y", T.STRING, [None]), vi("z", T.FLOAT, [None, 3])], ml_opset=1), x)
+    for name, c in (("mixed", coef[:2 * F]), ("positive", np.abs(coef[:2 * F]) * 0.1)):
+        node = helper.make_node("SVMClassifier", ["x"], ["y", "z"], domain="ai.onnx.ml",
+                                classlabels_ints=[4, 9], coefficients=c.tolist(), rho=[0.1],
+                                kernel_params=[0.0, 0.0, 0.0], post_transform="LOGISTIC")
+        xi = rng.integers(-3, 4, size=(16, F)).astype(np.int64)
+        save(out_dir, f"ml_svm_linear_form_binary_{name}",
+             ml_model([node], [vi("x", T.INT64, [None, F])],
+                      [vi("y", T.INT64, [None]), vi("z", T.FLOAT, [None, 2])], ml_opset=1), xi)
+    sv = rng.standard_normal((7, F)).astype(np.float32)
+    node = helper.make_node("SVMRegressor", ["x"], ["y"], domain="ai.onnx.ml", n_supports=7,
+                            support_vectors=sv.ravel().tolist(), kernel_type="POLY",
+                            kernel_params=[0.3, 1.0, 2.0], one_class=1,
+                            coefficients=rng.standard_normal(7).astype(np.float32).tolist(),
+                            rho=[4.5])
+    save(out_dir, "ml_svm_regressor_one_class",
+         ml_model([node], [vi("x", T.FLOAT, [None, F])], [vi("y", T.FLOAT, [None, 1])],
+                  ml_opset=1), x)
+    node = helper.make_node("SVMRegressor", ["x"], ["y"], domain="ai.onnx.ml",
+                            coefficients=coef[:F].tolist(), rho=[1.5],
+                            kernel_params=[0.0, 0.0, 0.0])
+    save(out_dir, "ml_svm_regressor_linear_form",
+         ml_model([node], [vi("x", T.FLOAT, [None, F])], [vi("y", T.FLOAT, [None, 1])],
+                  ml_opset=1), x)
+
+
 def convert(est, x, **kw):
     return to_onnx(est, x[:1], target_opset=OPSETS, **kw)
 
@@ -223,6 +292,7 @@ def main():
     for norm in ("l1", "max"):
         m = Normalizer(norm=norm).fit(xr[:-64])
         save(out_dir, f"ml_normalizer_{norm}", convert(m, xr), test(xr))
+    svms(out_dir, xc, yc, xb, yb, xr, yr, test)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 /* Operator schemas: classic machine learning (domain ai.onnx.ml): tree ensembles, linear
- * models, and the feature transforms scikit-learn pipelines export (Scaler, Normalizer,
- * Binarizer, Imputer, ArrayFeatureExtractor). Attributes are checked here once, so that the
- * kernels can trust them. */
+ * models, support vector machines, and the feature transforms scikit-learn pipelines export
+ * (Scaler, Normalizer, Binarizer, Imputer, ArrayFeatureExtractor). Attributes are checked
+ * here once, so that the kernels can trust them. */
 #include <stdio.h>
 #include <string.h>
 
@@ -420,6 +420,174 @@ static tdm_status *infer_feature_vectorizer(tdm_infer_ctx *ctx) {
     return NULL;
 }
 
+/* ---- support vector machines ---- */
+
+/* kernel_type and kernel_params ([gamma, coef0, degree] or absent) of an SVM. */
+static tdm_status *check_svm_kernel(const tdm_node *node) {
+    const char *k = tdm_attr_string(node, "kernel_type", "LINEAR");
+    if (strcmp(k, "LINEAR") && strcmp(k, "POLY") && strcmp(k, "RBF") && strcmp(k, "SIGMOID"))
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                              "unknown kernel_type '%s' (LINEAR, POLY, RBF or SIGMOID)", k);
+    size_t n = 0;
+    tdm_attr_floats(node, "kernel_params", &n);
+    if (n != 0 && n != 3)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                              "kernel_params has %zu entries; it is [gamma, coef0, degree]", n);
+    const char *pt = tdm_attr_string(node, "post_transform", "NONE");
+    if (strcmp(pt, "NONE") && strcmp(pt, "SOFTMAX") && strcmp(pt, "LOGISTIC") &&
+        strcmp(pt, "SOFTMAX_ZERO") && strcmp(pt, "PROBIT"))
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "unknown post_transform '%s'", pt);
+    return NULL;
+}
+
+/* The model's feature count against the input's last dimension (when known). */
+static tdm_status *check_svm_features(const tdm_node *node, const tdm_value_info *x,
+                                      int64_t features) {
+    int64_t f = x->rank > 0 ? x->dims[x->rank - 1] : TDM_DIM_UNKNOWN;
+    if (f >= 0 && f != features)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                              "the model has %lld features but the input has %lld",
+                              (long long)features, (long long)f);
+    return NULL;
+}
+
+/* Support vectors: `count` vectors of F features (F > 0). */
+static tdm_status *svm_vector_features(const tdm_node *node, int64_t count, int64_t *features) {
+    size_t n_sv = 0;
+    tdm_attr_floats(node, "support_vectors", &n_sv);
+    if (n_sv == 0 || n_sv % (size_t)count)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                              "support_vectors (%zu values) must be a non-empty multiple of the "
+                              "%lld support vectors", n_sv, (long long)count);
+    *features = (int64_t)(n_sv / (size_t)count);
+    return NULL;
+}
+
+/* Two forms, as ONNX Runtime reads them: with support vectors (vectors_per_class sums to
+ * V > 0: coefficients [C - 1, V], rho and prob_a/prob_b one per class pair) or linear (no
+ * support vectors: coefficients [C, F], rho[0] added to every class). Labels Y [N]; scores Z
+ * [N, C] (probabilities, or the linear form), [N, C(C-1)/2] (pair scores, C > 2) or [N, 2]. */
+static tdm_status *infer_svm_classifier(tdm_infer_ctx *ctx) {
+    const tdm_node *node = ctx->node;
+    const tdm_value_info *x = &ctx->in[0];
+    TDM_TRY(check_features(node, x));
+    TDM_TRY(check_svm_kernel(node));
+    size_t n_int = 0, n_str = strings_len(node, "classlabels_strings");
+    tdm_attr_ints(node, "classlabels_ints", &n_int);
+    if ((n_int > 0) == (n_str > 0))
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                              "exactly one of classlabels_ints and classlabels_strings is needed");
+    int64_t C = (int64_t)(n_int + n_str);
+    if (C >= 65536)
+        return tdm_node_error(node, TDM_ERR_LIMIT, "%lld classes (at most 65535)", (long long)C);
+    int64_t pairs = C * (C - 1) / 2;
+    size_t n_coef = 0, n_rho = 0, n_pa = 0, n_pb = 0, n_vpc = 0, n_sv = 0;
+    tdm_attr_floats(node, "coefficients", &n_coef);
+    tdm_attr_floats(node, "rho", &n_rho);
+    tdm_attr_floats(node, "prob_a", &n_pa);
+    tdm_attr_floats(node, "prob_b", &n_pb);
+    tdm_attr_floats(node, "support_vectors", &n_sv);
+    const int64_t *vpc = tdm_attr_ints(node, "vectors_per_class", &n_vpc);
+    if (n_coef == 0 || n_rho == 0)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "coefficients and rho are needed");
+    if (n_pa != n_pb)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                              "prob_a (%zu) and prob_b (%zu) must have the same length", n_pa,
+                              n_pb);
+    int64_t V = 0, F = 0;
+    for (size_t i = 0; i < n_vpc; i++) {
+        if (vpc[i] < 0 || vpc[i] > ((int64_t)1 << 40))
+            return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "vectors_per_class[%zu] = %lld",
+                                  i, (long long)vpc[i]);
+        V += vpc[i];
+    }
+    bool svc = V > 0;
+    if (svc) {
+        if ((int64_t)n_vpc != C)
+            return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                                  "vectors_per_class has %zu entries for %lld classes", n_vpc,
+                                  (long long)C);
+        if (C < 2)
+            return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                                  "a classifier with support vectors needs 2 or more classes");
+        TDM_TRY(svm_vector_features(node, V, &F));
+        if ((int64_t)n_coef != (C - 1) * V)
+            return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                                  "coefficients has %zu values; %lld classes and %lld support "
+                                  "vectors need %lld", n_coef, (long long)C, (long long)V,
+                                  (long long)((C - 1) * V));
+        if ((int64_t)n_rho != pairs || (n_pa && (int64_t)n_pa != pairs))
+            return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                                  "rho (%zu) and prob_a/prob_b (%zu) need one value per class "
+                                  "pair (%lld)", n_rho, n_pa, (long long)pairs);
+    } else {
+        if (n_sv)
+            return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                                  "support_vectors without vectors_per_class");
+        if (n_coef % (size_t)C)
+            return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                                  "coefficients (%zu) must be a multiple of the %lld classes",
+                                  n_coef, (long long)C);
+        F = (int64_t)(n_coef / (size_t)C);
+    }
+    TDM_TRY(check_svm_features(node, x, F));
+    int64_t n = rows_of(x);
+    ctx->out[0].dtype = n_str ? TDM_STRING : TDM_INT64;
+    ctx->out[0].rank = 1;
+    ctx->out[0].dims[0] = n;
+    if (ctx->n_out > 1 && ctx->out[1].present) {
+        ctx->out[1].dtype = TDM_FLOAT;
+        ctx->out[1].rank = 2;
+        ctx->out[1].dims[0] = n;
+        ctx->out[1].dims[1] = !svc || n_pa ? C : C > 2 ? pairs : 2;
+    }
+    return NULL;
+}
+
+/* With n_supports V > 0: coefficients [V] over the kernel values, support vectors [V, F];
+ * else linear: coefficients [F]. rho[0] is added; one_class maps the score to +1 / -1.
+ * Y [N, 1]. */
+static tdm_status *infer_svm_regressor(tdm_infer_ctx *ctx) {
+    const tdm_node *node = ctx->node;
+    const tdm_value_info *x = &ctx->in[0];
+    TDM_TRY(check_features(node, x));
+    TDM_TRY(check_svm_kernel(node));
+    int64_t V = tdm_attr_int(node, "n_supports", 0), F = 0;
+    size_t n_coef = 0, n_rho = 0, n_sv = 0;
+    tdm_attr_floats(node, "coefficients", &n_coef);
+    tdm_attr_floats(node, "rho", &n_rho);
+    tdm_attr_floats(node, "support_vectors", &n_sv);
+    if (n_coef == 0 || n_rho == 0)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "coefficients and rho are needed");
+    if (n_rho != 1)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "rho has %zu values (1 target)",
+                              n_rho);
+    if (V < 0 || V > ((int64_t)1 << 40))
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "n_supports = %lld",
+                              (long long)V);
+    int64_t one = tdm_attr_int(node, "one_class", 0);
+    if (one != 0 && one != 1)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "one_class must be 0 or 1");
+    if (V > 0) {
+        TDM_TRY(svm_vector_features(node, V, &F));
+        if ((int64_t)n_coef != V)
+            return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                                  "coefficients has %zu values for %lld support vectors", n_coef,
+                                  (long long)V);
+    } else {
+        if (n_sv)
+            return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                                  "support_vectors without n_supports");
+        F = (int64_t)n_coef;
+    }
+    TDM_TRY(check_svm_features(node, x, F));
+    ctx->out[0].dtype = TDM_FLOAT;
+    ctx->out[0].rank = 2;
+    ctx->out[0].dims[0] = rows_of(x);
+    ctx->out[0].dims[1] = 1;
+    return NULL;
+}
+
 const tdm_op_schema tdm_ops_ml[] = {
     {ML, "TreeEnsembleClassifier", 1, 1, 1, 1, 2, infer_tree_classifier, 0, 0},
     {ML, "TreeEnsembleRegressor", 1, 1, 1, 1, 1, infer_tree_regressor, 0, 0},
@@ -434,5 +602,7 @@ const tdm_op_schema tdm_ops_ml[] = {
     {ML, "LabelEncoder", 1, 1, 1, 1, 1, infer_label_encoder, 0, 0},
     {ML, "CategoryMapper", 1, 1, 1, 1, 1, infer_category_mapper, 0, 0},
     {ML, "FeatureVectorizer", 1, 1, 64, 1, 1, infer_feature_vectorizer, 0, 0},
+    {ML, "SVMClassifier", 1, 1, 1, 1, 2, infer_svm_classifier, 0, 0},
+    {ML, "SVMRegressor", 1, 1, 1, 1, 1, infer_svm_regressor, 0, 0},
 };
 const int tdm_ops_ml_count = (int)(sizeof tdm_ops_ml / sizeof tdm_ops_ml[0]);

@@ -20,6 +20,7 @@
     X(text)                                                                              \
     X(ml)                                                                                \
     X(ml_tree)                                                                           \
+    X(ml_svm)                                                                            \
     X(ml_encode)                                                                         \
     X(control)                                                                           \
     X(fused)
