@@ -226,6 +226,27 @@ def svms(out_dir, xc, yc, xb, yb, xr, yr, test):
     save(out_dir, "ml_svm_regressor_linear_form",
          ml_model([node], [vi("x", T.FLOAT, [None, F])], [vi("y", T.FLOAT, [None, 1])],
                   ml_opset=1), x)
+    # support vectors with post transforms: over the pair scores (3 classes, double rows),
+    # and ignored between two classes but for [1 - s, s]
+    for name, per, labels, post, kern, params in (
+            ("ml_svm_svc_logistic_double", [2, 3, 2], ["x", "y", "z"], "LOGISTIC", "RBF",
+             [0.1, 0.0, 0.0]),
+            ("ml_svm_svc_binary_softmax", [3, 2], [7, 8], "SOFTMAX", "POLY", [0.4, 0.5, 3.0])):
+        V, C = sum(per), len(per)
+        lab = ({"classlabels_strings": labels} if isinstance(labels[0], str)
+               else {"classlabels_ints": labels})
+        node = helper.make_node(
+            "SVMClassifier", ["x"], ["y", "z"], domain="ai.onnx.ml", vectors_per_class=per,
+            support_vectors=rng.standard_normal(V * F).astype(np.float32).tolist(),
+            coefficients=rng.standard_normal((C - 1) * V).astype(np.float32).tolist(),
+            rho=(rng.standard_normal(C * (C - 1) // 2) * 0.3).astype(np.float32).tolist(),
+            kernel_type=kern, kernel_params=params, post_transform=post, **lab)
+        dt, xt = (T.DOUBLE, x.astype(np.float64)) if C > 2 else (T.FLOAT, x)
+        ycol = (T.STRING if isinstance(labels[0], str) else T.INT64)
+        save(out_dir, name, ml_model([node], [vi("x", dt, [None, F])],
+                                     [vi("y", ycol, [None]),
+                                      vi("z", T.FLOAT, [None, 3 if C > 2 else 2])],
+                                     ml_opset=1), xt)
 
 
 def convert(est, x, **kw):
