@@ -248,7 +248,8 @@ def cases(deep_levels):
                          opsets=[helper.make_opsetid("", OPSET),
                                  helper.make_opsetid("ai.onnx.ml", 1)])
     yield ("svm_support_vectors_ragged",
-           ["invalid argument", "support_vectors (10 values) must be a non-empty multiple of the 3"],
+           ["invalid argument",
+            "support_vectors (10 values) must be a non-empty multiple of the 3"],
            {"model.onnx": svm_model.SerializeToString()})
     noop = model_of([helper.make_node("Relu", ["x"], ["y"], name="relu")],
                     [fvi("x", [4])], [fvi("y", [4])], opsets=[helper.make_opsetid("com.example", 1)])
