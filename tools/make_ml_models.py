@@ -57,6 +57,12 @@ def save(out_dir, name, model, x):
 
 
 def save_feeds(out_dir, name, model, feeds):
+    # converters list their opset imports in no fixed order: sort them so that a
+    # regeneration rewrites no unchanged model
+    imports = sorted(model.opset_import, key=lambda o: o.domain)
+    del model.opset_import[:]
+    model.opset_import.extend(imports)
+    model.graph.name = name  # onnxmltools names graphs with a random UUID
     d = os.path.join(out_dir, name)
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(os.path.join(d, "test_data_set_0"))
@@ -137,25 +143,25 @@ def boosters(out_dir, xc, yc, xb, yb, xr, yr, test):
         print(f"boosters skipped: {e}")
         return
     ft = lambda x: [("input", FloatTensorType([None, x.shape[1]]))]  # noqa: E731
-    m = lightgbm.LGBMClassifier(n_estimators=30, num_leaves=15, verbose=-1,
+    m = lightgbm.LGBMClassifier(n_estimators=30, num_leaves=15, verbose=-1, n_jobs=1, deterministic=True,
                                 random_state=0).fit(xc[:-64], yc[:-64])
     onx = onnxmltools.convert_lightgbm(m, initial_types=ft(xc), zipmap=False, target_opset=15)
     save(out_dir, "ml_lightgbm_multiclass", onx, test(xc))
-    m = lightgbm.LGBMClassifier(n_estimators=30, num_leaves=15, verbose=-1,
+    m = lightgbm.LGBMClassifier(n_estimators=30, num_leaves=15, verbose=-1, n_jobs=1, deterministic=True,
                                 random_state=0).fit(xb[:-64], yb[:-64])
     onx = onnxmltools.convert_lightgbm(m, initial_types=ft(xb), zipmap=False, target_opset=15)
     save(out_dir, "ml_lightgbm_binary", onx, test(xb))
-    m = lightgbm.LGBMRegressor(n_estimators=40, num_leaves=15, verbose=-1,
+    m = lightgbm.LGBMRegressor(n_estimators=40, num_leaves=15, verbose=-1, n_jobs=1, deterministic=True,
                                random_state=0).fit(xr[:-64], yr[:-64])
     onx = onnxmltools.convert_lightgbm(m, initial_types=ft(xr), target_opset=15)
     save(out_dir, "ml_lightgbm_regressor", onx, test(xr))
-    m = xgboost.XGBClassifier(n_estimators=30, max_depth=4, random_state=0).fit(xc[:-64], yc[:-64])
+    m = xgboost.XGBClassifier(n_estimators=30, max_depth=4, random_state=0, n_jobs=1).fit(xc[:-64], yc[:-64])
     onx = onnxmltools.convert_xgboost(m, initial_types=ft(xc), target_opset=15)
     save(out_dir, "ml_xgboost_multiclass", onx, test(xc))
-    m = xgboost.XGBClassifier(n_estimators=30, max_depth=4, random_state=0).fit(xb[:-64], yb[:-64])
+    m = xgboost.XGBClassifier(n_estimators=30, max_depth=4, random_state=0, n_jobs=1).fit(xb[:-64], yb[:-64])
     onx = onnxmltools.convert_xgboost(m, initial_types=ft(xb), target_opset=15)
     save(out_dir, "ml_xgboost_binary", onx, test(xb))
-    m = xgboost.XGBRegressor(n_estimators=40, max_depth=4, random_state=0).fit(xr[:-64], yr[:-64])
+    m = xgboost.XGBRegressor(n_estimators=40, max_depth=4, random_state=0, n_jobs=1).fit(xr[:-64], yr[:-64])
     onx = onnxmltools.convert_xgboost(m, initial_types=ft(xr), target_opset=15)
     save(out_dir, "ml_xgboost_regressor", onx, test(xr))
 
