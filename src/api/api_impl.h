@@ -83,13 +83,13 @@ struct tdm_session {
     float alpha;
     bool no_rebalance;
     int probe_ms;        /* throughput mode: first back-off of a failed device (< 0: off) */
-    struct tdm_pipe_mode *pipe; /* pipeline mode (src/api/pipeline_mode.c), or NULL */
+    struct tdm_pipe_mode *pipe; /* pipeline mode (src/sched/pipeline_mode.c), or NULL */
     pthread_mutex_t stats_mu;
     int64_t runs, items; /* latency mode figures */
     double busy_ms;
 };
 
-/* Throughput-mode run (src/api/throughput.c). by_input: per graph input. */
+/* Throughput-mode run (src/sched/replicas.c). by_input: per graph input. */
 tdm_status *tdm_throughput_run(tdm_session *s, const tdm_tensor **by_input, tdm_tensor **all_outputs,
                                const tdm_run_ctl *ctl);
 

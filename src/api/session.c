@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "api/api_impl.h"
-#include "api/pipeline_impl.h"
+#include "sched/pipeline_mode.h"
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "core/hash.h"
@@ -139,7 +139,7 @@ static tdm_status *session_build(tdm_env *env, const void *data, size_t size, co
     tdm_status *st = parse_devices(s, o->devices, o->no_fallback);
     if (!st) st = configure_precision(s, o->precision);
     if (!st) st = tdm_threadpool_create(o->threads > 0 ? o->threads : env->threads, &s->pool);
-    /* pipeline mode, asked for or chosen by throughput mode (src/api/pipeline_mode.c): a plan
+    /* pipeline mode, asked for or chosen by throughput mode (src/sched/pipeline_mode.c): a plan
      * over all devices (for descriptions and explain) plus one sub-plan per stage */
     bool pipeline = o->mode == TDM_MODE_PIPELINE;
     if (!st && o->mode == TDM_MODE_THROUGHPUT && s->n_devices > 1) {

@@ -1,5 +1,5 @@
-/* Pipeline mode's rebalancer (src/api/pipeline_mode_rebalance.c and the generations of
- * src/api/pipeline_mode.c): the decision policy on made-up measurements (trial of the best
+/* Pipeline mode's rebalancer (src/sched/pipeline_mode_rebalance.c and the generations of
+ * src/sched/pipeline_mode.c): the decision policy on made-up measurements (trial of the best
  * single device, moved cut, collapse, drift, kept), and sessions on the test devices with
  * one device slowed (TANDEM_TEST_DEVICE_DELAY_US): the cut moves off the slow device or the
  * pipeline collapses to the fast one within a bounded number of runs, every output on the
@@ -23,9 +23,9 @@
 
 #include <cmocka.h>
 
-#include "api/pipeline_impl.h"
-#include "api/pipeline_mode_mbatch.h"
-#include "api/pipeline_mode_rebalance.h"
+#include "sched/pipeline_mode.h"
+#include "sched/pipeline_mode_mbatch.h"
+#include "sched/pipeline_mode_rebalance.h"
 #include "tandem/tandem.h"
 
 #define MLP TANDEM_SOURCE_DIR "/tests/models/mlp_dynamic_batch/model.onnx"

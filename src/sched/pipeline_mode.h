@@ -1,7 +1,7 @@
-/* Pipeline mode of a session (src/api/pipeline_mode.c): the model cut into stages, one per
+/* Pipeline mode of a session (src/sched/pipeline_mode.c): the model cut into stages, one per
  * device, run over a tandem user pipeline (src/api/pipeline.c). */
-#ifndef TDM_API_PIPELINE_IMPL_H
-#define TDM_API_PIPELINE_IMPL_H
+#ifndef TDM_SCHED_PIPELINE_MODE_H
+#define TDM_SCHED_PIPELINE_MODE_H
 
 #include "api/api_impl.h"
 

@@ -1,12 +1,12 @@
-/* Pipeline mode's rebalancer (src/api/pipeline_mode_rebalance.c): the stage cut from the
+/* Pipeline mode's rebalancer (src/sched/pipeline_mode_rebalance.c): the stage cut from the
  * cost model, corrected by measurements.
  *
  * The pipeline mode (pipeline_mode.c) measures every configuration in windows of runs; at
  * the end of a window it hands the measurements here, and tdm_pm_decide says whether to keep
  * the configuration or to install another one (a moved cut, or one stage on one device).
  * Not thread-safe: the caller lets one thread decide at a time. */
-#ifndef TDM_API_PIPELINE_MODE_REBALANCE_H
-#define TDM_API_PIPELINE_MODE_REBALANCE_H
+#ifndef TDM_SCHED_PIPELINE_MODE_REBALANCE_H
+#define TDM_SCHED_PIPELINE_MODE_REBALANCE_H
 
 #include <stdbool.h>
 #include <stddef.h>

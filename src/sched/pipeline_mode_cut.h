@@ -1,7 +1,7 @@
-/* Pipeline mode's cut (src/api/pipeline_mode_cut.c): the model's graph, the cost model per
+/* Pipeline mode's cut (src/sched/pipeline_mode_cut.c): the model's graph, the cost model per
  * node, user cut points, a stage's graph, and throughput mode's choice of a pipeline. */
-#ifndef TDM_API_PIPELINE_MODE_CUT_H
-#define TDM_API_PIPELINE_MODE_CUT_H
+#ifndef TDM_SCHED_PIPELINE_MODE_CUT_H
+#define TDM_SCHED_PIPELINE_MODE_CUT_H
 
 #include "api/api_impl.h"
 

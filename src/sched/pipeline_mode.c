@@ -53,10 +53,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/pipeline_impl.h"
-#include "api/pipeline_mode_cut.h"
-#include "api/pipeline_mode_mbatch.h"
-#include "api/pipeline_mode_rebalance.h"
+#include "sched/pipeline_mode.h"
+#include "sched/pipeline_mode_cut.h"
+#include "sched/pipeline_mode_mbatch.h"
+#include "sched/pipeline_mode_rebalance.h"
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "tandem/pipeline.h"
