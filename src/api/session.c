@@ -11,6 +11,7 @@
 #include "core/hash.h"
 #include "core/strlist.h"
 #include "core/trace.h"
+#include "sched/batch.h"
 #include "sched/monitor.h"
 
 struct async_job {
@@ -100,22 +101,6 @@ static tdm_status *build_plan(tdm_session *s, const void *data, size_t size, con
     return NULL;
 }
 
-/* Inputs and outputs all have a dynamic leading dim: a batch can be split along it. */
-static bool batch_splittable(const tdm_graph *g) {
-    size_t dyn_inputs = 0;
-    for (size_t i = 0; i < g->n_inputs; i++) {
-        const tdm_value *v = &g->values[g->inputs[i]];
-        if (v->data) continue;
-        if (v->rank < 1 || v->dims[0] >= 0) return false;
-        dyn_inputs++;
-    }
-    for (size_t o = 0; o < g->n_outputs; o++) {
-        const tdm_value *v = &g->values[g->outputs[o]];
-        if (v->rank < 1 || v->dims[0] >= 0) return false;
-    }
-    return dyn_inputs > 0;
-}
-
 static tdm_status *session_build(tdm_env *env, const void *data, size_t size, const char *base_dir,
                                  const tdm_session_options *o, tdm_session **out) {
     tdm_session_options def = {TDM_API_VERSION, NULL, 0, 1, false, NULL, NULL, false, 0, 0, false};
@@ -151,7 +136,7 @@ static tdm_status *session_build(tdm_env *env, const void *data, size_t size, co
         st = build_plan(s, data, size, base_dir, s->devices, s->n_devices, o, o->placement, &m,
                         &s->plan);
         if (!st && pipeline && s->n_devices > 1) {
-            s->splittable = batch_splittable(s->plan->graph);
+            s->splittable = tdm_batch_splittable(s->plan->graph);
             st = tdm_pipe_mode_create(s, data, size, base_dir, o, &s->pipe);
         }
     } else if (!st) {
@@ -172,7 +157,7 @@ static tdm_status *session_build(tdm_env *env, const void *data, size_t size, co
         }
         if (!st) {
             s->plan = s->replicas[0].plan;
-            s->splittable = batch_splittable(s->plan->graph);
+            s->splittable = tdm_batch_splittable(s->plan->graph);
             for (int k = 0; k < s->n_replicas; k++) s->replicas[k].share = 1.0 / s->n_replicas;
         }
     }

@@ -59,6 +59,7 @@
 #include "sched/pipeline_mode_rebalance.h"
 #include "core/alloc.h"
 #include "core/clock.h"
+#include "sched/batch.h"
 #include "tandem/pipeline.h"
 
 #define WINDOW 8 /* runs per measurement window */
@@ -409,57 +410,15 @@ int64_t tdm_pipe_mode_micro_batch(tdm_pipe_mode *pm, int64_t rows, int64_t *chan
 
 /* ---- a run: micro-batches in, outputs joined ---- */
 
-/* Rows [begin, begin + count) of a host tensor along its leading dim, as a view. */
-static tdm_status *rows_view(const tdm_allocator *a, const tdm_tensor *t, int64_t begin, int64_t count,
-                             tdm_tensor **out) {
-    int64_t dims[TDM_MAX_RANK];
-    memcpy(dims, t->dims, sizeof dims);
-    dims[0] = count;
-    size_t row = t->dims[0] ? t->nbytes / (size_t)t->dims[0] : 0;
-    return tdm_tensor_new_view(a, t->dtype, t->rank, dims, (char *)t->data + (size_t)begin * row, out);
-}
-
-/* The batch size when every given input is a host tensor with the same leading dim and the
- * model's batch dim is dynamic (s->splittable); otherwise -1 (one micro-batch). */
-static int64_t batch_rows(const tdm_session *s, const tdm_tensor **by_input) {
-    if (!s->splittable) return -1;
-    const tdm_graph *g = s->plan->graph;
-    int64_t n = -1;
-    for (size_t i = 0; i < g->n_inputs; i++) {
-        const tdm_tensor *t = by_input[i];
-        if (!t) continue;
-        if (t->rank < 1 || t->dtype == TDM_STRING || t->device) return -1;
-        if (n >= 0 && t->dims[0] != n) return -1;
-        n = t->dims[0];
-    }
-    return n;
-}
-
 /* Joins the parts' tensors `name` along the leading dim into a new tensor. */
 static tdm_status *join_rows(const tdm_allocator *a, tdm_pipeline_item **parts, int np, const char *name,
                              tdm_tensor **out) {
-    const tdm_tensor *f0 = tdm_pipeline_item_tensor(parts[0], name);
-    if (!f0) return TDM_ERR(TDM_ERR_INTERNAL, "pipeline: output '%s' is missing", name);
-    if (np == 1) return tdm_tensor_clone(a, f0, out);
-    int64_t dims[TDM_MAX_RANK];
-    memcpy(dims, f0->dims, sizeof dims);
-    dims[0] = 0;
-    for (int q = 0; q < np; q++) {
-        const tdm_tensor *t = tdm_pipeline_item_tensor(parts[q], name);
-        bool same = t && t->dtype == f0->dtype && t->rank == f0->rank && t->rank >= 1 && !t->device &&
-                    t->dtype != TDM_STRING;
-        for (int d = 1; same && d < t->rank; d++) same = t->dims[d] == f0->dims[d];
-        if (!same) return TDM_ERR(TDM_ERR_RUNTIME, "output '%s' cannot be joined along the batch dim", name);
-        dims[0] += t->dims[0];
-    }
-    TDM_TRY(tdm_tensor_new(a, f0->dtype, f0->rank, dims, out));
-    size_t off = 0;
-    for (int q = 0; q < np; q++) {
-        const tdm_tensor *t = tdm_pipeline_item_tensor(parts[q], name);
-        memcpy((char *)(*out)->data + off, t->data, t->nbytes);
-        off += t->nbytes;
-    }
-    return NULL;
+    const tdm_tensor *stack[16], **ts = np <= 16 ? stack : tdm_calloc(a, (size_t)np, sizeof *ts);
+    if (!ts) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory joining outputs");
+    for (int q = 0; q < np; q++) ts[q] = tdm_pipeline_item_tensor(parts[q], name);
+    tdm_status *st = tdm_batch_join(a, ts, np, NULL, name, out);
+    if (ts != stack) tdm_free(a, ts);
+    return st;
 }
 
 /* After some runs, says once (log) when the measured stage times are far apart: the cut
@@ -681,7 +640,7 @@ tdm_status *tdm_pipe_mode_run(tdm_pipe_mode *pm, const tdm_tensor **by_input, td
     const tdm_graph *g = s->plan->graph;
     const tdm_allocator *a = pm->a;
     pm_gen *gen = gen_enter(pm);
-    int64_t n = batch_rows(s, by_input);
+    int64_t n = s->splittable ? tdm_batch_rows(g, by_input) : -1;
     int64_t mb = run_micro_batch(pm, gen, n);
     int np = n < 1 ? 1 : (int)((n + mb - 1) / mb);
     pm_request r;
@@ -702,7 +661,7 @@ tdm_status *tdm_pipe_mode_run(tdm_pipe_mode *pm, const tdm_tensor **by_input, td
             const tdm_tensor *t = by_input[i];
             if (!t) continue;
             tdm_tensor *view = NULL;
-            if (n >= 1) st = rows_view(a, t, (int64_t)q * mb, q == np - 1 ? n - (int64_t)q * mb : mb, &view);
+            if (n >= 1) st = tdm_batch_slice(a, t, (int64_t)q * mb, q == np - 1 ? n - (int64_t)q * mb : mb, &view);
             else st = tdm_tensor_new_view(a, t->dtype, t->rank, t->dims, t->data, &view);
             if (!st && t->device) { /* a device tensor goes as it is: the stage plan reads it */
                 tdm_tensor_destroy(view);

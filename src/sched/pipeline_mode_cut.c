@@ -11,6 +11,7 @@
 #include "core/alloc.h"
 #include "core/strlist.h"
 #include "graph/infer.h"
+#include "sched/batch.h"
 #include "sched/cost.h"
 #include "sched/profile.h"
 
@@ -140,19 +141,8 @@ bool tdm_pipe_mode_preferred(tdm_session *s, const void *data, size_t size, cons
     size_t n = g ? g->n_nodes : 0;
     bool pipe = false;
     /* a dynamic leading dim on every input and output: split mode divides batches */
-    bool split = g != NULL;
-    size_t dyn = 0;
-    for (size_t i = 0; g && i < g->n_inputs; i++) {
-        const tdm_value *v = &g->values[g->inputs[i]];
-        if (v->data) continue;
-        split &= v->rank >= 1 && v->dims[0] < 0;
-        dyn++;
-    }
-    for (size_t o = 0; g && o < g->n_outputs; o++) {
-        const tdm_value *v = &g->values[g->outputs[o]];
-        split &= v->rank >= 1 && v->dims[0] < 0;
-    }
-    if (split && dyn) {
+    bool split = g && tdm_batch_splittable(g);
+    if (split) {
         snprintf(why, why_size, "split: every input and output has a dynamic batch dim, so batches are "
                  "divided between a replica per device (and single requests go to the replica "
                  "predicted to finish first)");

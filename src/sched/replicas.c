@@ -25,6 +25,7 @@
 #include "api/api_impl.h"
 #include "core/alloc.h"
 #include "core/clock.h"
+#include "sched/batch.h"
 
 typedef struct part {
     tdm_session *s;
@@ -45,30 +46,6 @@ static void *part_main(void *arg) {
     p->st = tdm_plan_run_ctl(r->plan, p->inputs, p->outputs, p->ctl);
     p->ms = (double)(tdm_now_ns() - t0) / 1e6;
     return NULL;
-}
-
-/* Leading-dim slice [begin, begin+count) of a host tensor, as a view. */
-static tdm_status *slice_view(const tdm_allocator *a, const tdm_tensor *t, int64_t begin,
-                              int64_t count, tdm_tensor **out) {
-    int64_t dims[TDM_MAX_RANK];
-    memcpy(dims, t->dims, sizeof dims);
-    dims[0] = count;
-    size_t row = t->dims[0] ? t->nbytes / (size_t)t->dims[0] : 0;
-    return tdm_tensor_new_view(a, t->dtype, t->rank, dims, (char *)t->data + (size_t)begin * row, out);
-}
-
-static int64_t batch_of(const tdm_session *s, const tdm_tensor **by_input) {
-    const tdm_graph *g = s->plan->graph;
-    int64_t n = -1;
-    for (size_t i = 0; i < g->n_inputs; i++) {
-        const tdm_value *v = &g->values[g->inputs[i]];
-        if (v->data && !by_input[i]) continue;
-        const tdm_tensor *t = by_input[i];
-        if (!t || t->rank < 1 || t->dtype == TDM_STRING || t->device) return -1;
-        if (n >= 0 && t->dims[0] != n) return -1;
-        n = t->dims[0];
-    }
-    return n;
 }
 
 /* Takes replica k out after a device error (never the last one in service). stats_mu held. */
@@ -109,7 +86,7 @@ static void probe(tdm_session *s, const tdm_tensor **by_input, int64_t n) {
             continue;
         }
         tdm_tensor *view = NULL;
-        st = slice_view(a, by_input[i], 0, 1, &view);
+        st = tdm_batch_slice(a, by_input[i], 0, 1, &view);
         ins[i] = view;
     }
     if (!st) st = tdm_plan_run(r->plan, ins, outs);
@@ -200,7 +177,7 @@ tdm_status *tdm_throughput_run(tdm_session *s, const tdm_tensor **by_input, tdm_
                                const tdm_run_ctl *ctl) {
     const tdm_graph *g = s->plan->graph;
     const tdm_allocator *a = s->env->alloc;
-    int64_t n = s->splittable ? batch_of(s, by_input) : -1;
+    int64_t n = s->splittable ? tdm_batch_rows(g, by_input) : -1;
     TDM_TRY(tdm_run_ctl_check(ctl)); /* cancelled before it began: no probe either */
     probe(s, by_input, n);
     if (n < 2) return run_replica(s, by_input, all, ctl);
@@ -260,7 +237,7 @@ tdm_status *tdm_throughput_run(tdm_session *s, const tdm_tensor **by_input, tdm_
         for (size_t i = 0; i < g->n_inputs && !st; i++) {
             if (!by_input[i]) continue;
             tdm_tensor *view = NULL;
-            st = slice_view(a, by_input[i], p->begin, p->count, &view);
+            st = tdm_batch_slice(a, by_input[i], p->begin, p->count, &view);
             p->inputs[i] = view;
         }
     }
@@ -289,27 +266,13 @@ tdm_status *tdm_throughput_run(tdm_session *s, const tdm_tensor **by_input, tdm_
         }
     /* join the outputs along the leading dim */
     for (size_t o = 0; o < g->n_outputs && !st; o++) {
-        const tdm_tensor *f0 = parts[0].outputs[o];
-        int64_t dims[TDM_MAX_RANK];
-        memcpy(dims, f0->dims, sizeof dims);
-        dims[0] = 0;
-        for (int q = 0; q < np && !st; q++) {
-            const tdm_tensor *t = parts[q].outputs[o];
-            bool same = t->dtype == f0->dtype && t->rank == f0->rank && t->rank >= 1 && !t->device &&
-                        t->dtype != TDM_STRING;
-            for (int d = 1; same && d < t->rank; d++) same = t->dims[d] == f0->dims[d];
-            if (!same || t->dims[0] != parts[q].count)
-                st = TDM_ERR(TDM_ERR_RUNTIME, "output '%s' cannot be joined along the batch dim",
-                             g->values[g->outputs[o]].name);
-            dims[0] += t->dims[0];
-        }
-        if (st) break;
-        if ((st = tdm_tensor_new(a, f0->dtype, f0->rank, dims, &all[o]))) break;
-        size_t off = 0;
+        const tdm_tensor *outs[TDM_MAX_DEVICES];
+        int64_t rows[TDM_MAX_DEVICES];
         for (int q = 0; q < np; q++) {
-            memcpy((char *)all[o]->data + off, parts[q].outputs[o]->data, parts[q].outputs[o]->nbytes);
-            off += parts[q].outputs[o]->nbytes;
+            outs[q] = parts[q].outputs[o];
+            rows[q] = parts[q].count;
         }
+        st = tdm_batch_join(a, outs, np, rows, g->values[g->outputs[o]].name, &all[o]);
     }
     if (st)
         for (size_t o = 0; o < g->n_outputs; o++) {
