@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "api/api_impl.h"
+#include "sched/strategy.h"
 
 /* Least-squares sums of (rows, ms) samples of one stage: one sample per micro-batch. */
 typedef struct tdm_pm_mb_acc {

@@ -11,7 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "api/api_impl.h"
+#include "sched/strategy.h"
 
 /* A configuration: stage k runs nodes [start[k], start[k + 1]) (the last up to the model's
  * last node) on the session's device device[k]. One stage = every node on one device. */
