@@ -1,7 +1,8 @@
 /* graph/clone.h: a copy of a loaded graph (with a Loop whose body holds an initializer) equals
  * the original field by field, owns all of its memory (no pointer shared with the original),
  * finds values by name, leaves out the data a mask says, and fails cleanly (out of memory, no
- * leak) at every allocation it makes. */
+ * leak) at every allocation it makes. A pipeline stage's graph (sched/pipeline_mode_cut.h)
+ * copies only the weights its own nodes read. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -13,14 +14,17 @@
 
 #include <cmocka.h>
 
+#include "core/alloc.h"
 #include "graph/clone.h"
 #include "loop_model.h"
 #include "onnx/loader.h"
+#include "sched/pipeline_mode_cut.h"
 #include "tandem/tandem.h"
 
 /* An allocator that fails once `budget` (>= 0) allocations were made; counts live blocks. */
 typedef struct budget {
     long live;
+    size_t bytes; /* allocated so far */
     long budget; /* < 0: unlimited */
 } budget;
 
@@ -32,6 +36,7 @@ static void *b_alloc(void *user, size_t size, size_t align) {
     void *p = NULL;
     if (posix_memalign(&p, align, size ? size : 1) != 0) return NULL;
     b->live++;
+    b->bytes += size;
     return p;
 }
 
@@ -145,7 +150,7 @@ static void same_graph(const tdm_graph *a, const tdm_graph *b, const tdm_graph *
 
 static void test_clone_equals(void **state) {
     (void)state;
-    budget b = {0, -1};
+    budget b = {0, 0, -1};
     tdm_allocator a = {b_alloc, b_free, &b};
     tdm_onnx_model *m = load_loop(&a);
     tdm_graph *c = NULL;
@@ -166,7 +171,7 @@ static void test_clone_equals(void **state) {
 
 static void test_clone_keep_data(void **state) {
     (void)state;
-    budget b = {0, -1};
+    budget b = {0, 0, -1};
     tdm_allocator a = {b_alloc, b_free, &b};
     tdm_onnx_model *m = load_loop(&a);
     /* the body's initializer lives in the subgraph; give the main graph a constant of its own */
@@ -194,7 +199,7 @@ static void test_clone_keep_data(void **state) {
  * left allocated. */
 static void test_clone_out_of_memory(void **state) {
     (void)state;
-    budget b = {0, -1};
+    budget b = {0, 0, -1};
     tdm_allocator a = {b_alloc, b_free, &b};
     tdm_onnx_model *m = load_loop(&a);
     long base = b.live;
@@ -221,11 +226,60 @@ static void test_clone_out_of_memory(void **state) {
     assert_int_equal(b.live, 0);
 }
 
+/* x -> Add(x, w_small) -> h -> Mul(h, w_big) -> y, w_big 1 MiB: stage 0 (the Add) must not
+ * copy w_big, stage 1 (the Mul) must. */
+static void test_stage_copies_own_weights(void **state) {
+    (void)state;
+    enum { BIG = 1 << 18 };
+    static float big[BIG];
+    int64_t small_dims[] = {1}, big_dims[] = {BIG};
+    float small[1] = {1};
+    mb_model mm;
+    mb_init(&mm, 17);
+    mb_input(&mm, "x", 1, small_dims);
+    mb_init_f32(&mm, "w_small", 1, small_dims, 1, small);
+    mb_init_raw(&mm, "w_big", MB_F32, 1, big_dims, big, sizeof big);
+    mb_node(&mm, "Add:x,w_small->h");
+    mb_node(&mm, "Mul:h,w_big->y");
+    mb_output(&mm, "y");
+    size_t size;
+    void *buf = mb_pack(&mm, &size);
+    mb_free(&mm);
+    budget b = {0, 0, -1};
+    tdm_allocator a = {b_alloc, b_free, &b};
+    tdm_onnx_model *m = NULL;
+    tdm_status *st = tdm_onnx_load_buffer(buf, size, NULL, &a, &m);
+    free(buf);
+    if (st) fail_msg("load: %s", tdm_status_message(st));
+    for (int k = 0; k < 2; k++) {
+        char **drop = NULL;
+        size_t n_drop = 0;
+        tdm_graph *sg = NULL;
+        size_t before = b.bytes;
+        st = tdm_pm_stage_graph(m->graph, k, k + 1, &drop, &n_drop, &a, &sg);
+        if (st) fail_msg("stage %d: %s", k, tdm_status_message(st));
+        size_t made = b.bytes - before;
+        if (k == 0) assert_true(made < sizeof big);  /* w_big was not copied */
+        else assert_true(made >= sizeof big);        /* the Mul's stage holds it */
+        assert_int_equal(sg->n_nodes, 1);
+        assert_string_equal(sg->nodes[0].op_type, k == 0 ? "Add" : "Mul");
+        int w = tdm_graph_find_value(sg, k == 0 ? "w_small" : "w_big");
+        assert_true(w >= 0);
+        assert_non_null(sg->values[w].data);
+        for (size_t d = 0; d < n_drop; d++) tdm_free(&a, drop[d]);
+        tdm_free(&a, drop);
+        tdm_graph_free(sg);
+    }
+    tdm_onnx_model_free(m);
+    assert_int_equal(b.live, 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_clone_equals),
         cmocka_unit_test(test_clone_keep_data),
         cmocka_unit_test(test_clone_out_of_memory),
+        cmocka_unit_test(test_stage_copies_own_weights),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
