@@ -9,7 +9,6 @@
 #include "core/clock.h"
 #include "core/hash.h"
 #include "core/strlist.h"
-#include "core/trace.h"
 #include "sched/monitor.h"
 #include "sched/plan_access.h"
 #include "sched/strategy.h"
