@@ -22,6 +22,7 @@ struct tdm_env {
     int n_unavailable;
     pthread_mutex_t discover_mu;  /* lazy backends are discovered on first need */
     bool discovered[TDM_MAX_DEVICES];
+    tdm_settings settings; /* resolved at creation (api/settings.c); read-only afterwards */
 };
 
 /* Discovers lazy backends whose name starts `prefix` (NULL: all) if not done yet. */

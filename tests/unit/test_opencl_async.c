@@ -38,7 +38,7 @@ static tdm_device *open_ocl(void) {
     tdm_device *devs[8];
     int n = 0;
     char why[200] = "";
-    tdm_status *st = tdm_backend_opencl.discover(NULL, NULL, devs, 8, &n, why, sizeof why);
+    tdm_status *st = tdm_backend_opencl.discover(NULL, NULL, ocl_test_settings(), devs, 8, &n, why, sizeof why);
     tdm_status_free(st);
     for (int i = 1; i < n; i++) tdm_device_close(devs[i]);
     return n > 0 ? devs[0] : NULL;
