@@ -37,7 +37,7 @@ tdm_status *tdm_pm_node_costs(tdm_session *s, const tdm_graph *g, int K, double 
     size_t n = g->n_nodes;
     for (int k = 0; k < K; k++) {
         tdm_device_profile prof;
-        TDM_TRY(tdm_profile_device(s->devices[k], s->env->alloc, tdm_threadpool_size(s->pool), false, &prof));
+        TDM_TRY(tdm_profile_device(s->devices[k], s->env->alloc, &s->env->settings, tdm_threadpool_size(s->pool), false, &prof));
         for (size_t i = 0; i < n; i++) costs[(size_t)k * n + i] = tdm_cost_node_ms(g, &g->nodes[i], &prof);
     }
     return NULL;

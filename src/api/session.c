@@ -87,7 +87,8 @@ static tdm_status *build_plan(tdm_session *s, const void *data, size_t size, con
     tdm_onnx_log_lenient(m, "the model", &s->env->log);
     uint64_t h = tdm_hash_bytes(TDM_HASH_INIT, data, size);
     tdm_plan_options po = {o->no_fallback, o->opt_level, placement, o->affinity,
-                           tdm_threadpool_size(s->pool), o->profile, h ? h : 1};
+                           tdm_threadpool_size(s->pool), o->profile, h ? h : 1,
+                           &s->env->settings};
     tdm_graph *g = m->graph;
     m->graph = NULL;
     tdm_status *st = tdm_plan_create(s->env->alloc, g, devs, nd, s->pool, &po, plan_out);
@@ -138,7 +139,9 @@ static tdm_status *session_build(tdm_env *env, const void *data, size_t size, co
     tdm_onnx_model *m = NULL;
     tdm_status *st = parse_devices(s, o->devices, o->no_fallback);
     if (!st) st = configure_precision(s, o->precision);
-    if (!st) st = tdm_threadpool_create(o->threads > 0 ? o->threads : env->threads, &s->pool);
+    if (!st)
+        st = tdm_threadpool_create(o->threads > 0 ? o->threads : env->threads,
+                                   env->settings.spin_us, &s->pool);
     /* pipeline mode, asked for or chosen by throughput mode (src/api/pipeline_mode.c): a plan
      * over all devices (for descriptions and explain) plus one sub-plan per stage */
     bool pipeline = o->mode == TDM_MODE_PIPELINE;
