@@ -369,6 +369,11 @@ typedef struct tdm_session_options {
                               doubling after every failed probe up to 64x, and taken back when
                               a probe succeeds (both logged). 0 = 1000; < 0 = never take a
                               device out */
+    int64_t loop_max_iterations; /* bound of the iterations of one Loop node in one run (see
+                              "Resource limits" below); 0 = the environment's setting
+                              (tdm_env_options.loop_max_iterations); < 0 = no bound */
+    int64_t loop_timeout_ms;   /* bound of the wall time of one Loop or Scan node in one run;
+                              0 = the environment's setting; < 0 = no bound */
 } tdm_session_options;
 
 #define TDM_MODE_LATENCY 0
@@ -416,15 +421,16 @@ TDM_API tdm_status *tdm_session_run(tdm_session *session, size_t n_inputs,
                                     const tdm_tensor *const *inputs, size_t n_outputs,
                                     const char *const *output_names, tdm_tensor **outputs);
 
-/* Resource limits of a run, set through the process environment (read at every run of the
- * node concerned; see SECURITY.md):
- *   TANDEM_LOOP_MAX_ITERATIONS  iterations of one Loop node in one run, default 10000000;
- *                               0 = no bound. Past it the run fails with TDM_ERR_LIMIT.
- *   TANDEM_LOOP_TIMEOUT_MS      wall time of one Loop or Scan node in one run, default 0 = no
- *                               bound; past it the run fails with TDM_ERR_LIMIT.
- * A malformed value fails the run with TDM_ERR_INVALID_ARGUMENT. Besides these bounds, an
- * asynchronous run can be cancelled and any run given a deadline (see "cancelling runs"
- * below). */
+/* Resource limits of a run (see SECURITY.md), fixed when the session is created: the
+ * session's options, else the environment's (tdm_env_options, whose defaults come from the
+ * variables TANDEM_LOOP_MAX_ITERATIONS and TANDEM_LOOP_TIMEOUT_MS):
+ *   loop_max_iterations  iterations of one Loop node in one run, default 10000000. Past it
+ *                        the run fails with TDM_ERR_LIMIT.
+ *   loop_timeout_ms      wall time of one Loop or Scan node in one run, default no bound;
+ *                        past it the run fails with TDM_ERR_LIMIT.
+ * A malformed variable fails tdm_env_create with TDM_ERR_INVALID_ARGUMENT. Besides these
+ * bounds, an asynchronous run can be cancelled and any run given a deadline (see "cancelling
+ * runs" below). */
 
 /* Called once when an asynchronous run ends, on a tandem thread. `status` is NULL on
  * success and is owned by the callee; `outputs` (n_outputs) belong to the callee too. */

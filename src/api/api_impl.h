@@ -66,6 +66,7 @@ struct tdm_session {
     tdm_model *model;  /* the model as loaded (for descriptions) */
     tdm_plan *plan;    /* owns the optimised copy of the graph */
     tdm_threadpool *pool;
+    tdm_loop_bounds loop; /* the options' Loop / Scan bounds, else the environment's */
     tdm_device *devices[TDM_MAX_DEVICES];
     int n_devices;
     /* asynchronous runs: one worker thread, a FIFO of jobs */

@@ -258,7 +258,8 @@ static tdm_status *gen_build(tdm_pipe_mode *pm, const void *data, size_t size, c
         tdm_device *devs[2] = {ps->device, cpu};
         int nd = cpu && cpu != ps->device && !pm->no_fallback ? 2 : 1;
         tdm_plan_options po = {pm->no_fallback, pm->opt_level, ps->device->name, NULL,
-                               tdm_threadpool_size(s->pool), false, 0, &s->env->settings};
+                               tdm_threadpool_size(s->pool), false, 0, &s->env->settings,
+                               s->loop};
         st = tdm_plan_create(a, sg, devs, nd, s->pool, &po, &ps->plan); /* takes sg */
         if (st) st = tdm_status_wrap(st, "pipeline stage %d (nodes #%d-#%d on %s): ", k, ps->begin,
                                      ps->end - 1, ps->device->name);

@@ -88,7 +88,7 @@ static tdm_status *build_plan(tdm_session *s, const void *data, size_t size, con
     uint64_t h = tdm_hash_bytes(TDM_HASH_INIT, data, size);
     tdm_plan_options po = {o->no_fallback, o->opt_level, placement, o->affinity,
                            tdm_threadpool_size(s->pool), o->profile, h ? h : 1,
-                           &s->env->settings};
+                           &s->env->settings, s->loop};
     tdm_graph *g = m->graph;
     m->graph = NULL;
     tdm_status *st = tdm_plan_create(s->env->alloc, g, devs, nd, s->pool, &po, plan_out);
@@ -136,6 +136,13 @@ static tdm_status *session_build(tdm_env *env, const void *data, size_t size, co
     s->alpha = o->split_alpha > 0 && o->split_alpha <= 1 ? o->split_alpha : 0.3f;
     s->no_rebalance = o->no_rebalance;
     s->probe_ms = o->probe_ms ? o->probe_ms : 1000;
+    /* an option that is set (negative: none) wins over the environment's setting */
+    s->loop.max_iterations = o->loop_max_iterations > 0   ? o->loop_max_iterations
+                             : o->loop_max_iterations < 0 ? 0
+                                                          : env->settings.loop_max_iterations;
+    s->loop.timeout_ms = o->loop_timeout_ms > 0   ? o->loop_timeout_ms
+                         : o->loop_timeout_ms < 0 ? 0
+                                                  : env->settings.loop_timeout_ms;
     tdm_onnx_model *m = NULL;
     tdm_status *st = parse_devices(s, o->devices, o->no_fallback);
     if (!st) st = configure_precision(s, o->precision);

@@ -406,6 +406,7 @@ tdm_status *tdm_plan_create(const tdm_allocator *a, tdm_graph *graph, tdm_device
     p->graph = graph;
     p->model_hash = opts->model_hash;
     p->settings = tdm_settings_or_builtin(opts->settings);
+    p->loop = opts->loop;
     pthread_mutex_init(&p->mem_mu, NULL);
     p->devices = tdm_calloc(a, (size_t)(n_devices > 0 ? n_devices : 1), sizeof *p->devices);
     if (!p->devices) {
