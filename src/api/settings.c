@@ -57,6 +57,20 @@ static const s_row rows[] = {
      * the README's table */
 };
 
+/* The row's fields have the types its kind reads and writes (a guard for new rows). */
+static bool row_types_match(const s_row *r) {
+    switch (r->kind) {
+    case S_TEXT:
+        return r->opt_size == sizeof(const char *) && r->set_size > 1;
+    case S_INT:
+        return (r->opt_size == sizeof(int) || r->opt_size == sizeof(int64_t)) &&
+               r->set_size == sizeof(int64_t);
+    case S_SWITCH:
+        return r->opt_size == sizeof(int) && r->set_size == sizeof(bool);
+    }
+    return false;
+}
+
 /* `s` is one of the '|'-separated words. */
 static bool is_word(const char *words, const char *s) {
     size_t len = strlen(s);
@@ -171,6 +185,9 @@ tdm_status *tdm_settings_read(const tdm_env_options *o, tdm_settings *out) {
     tdm_settings s = tdm_settings_builtin;
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         bool done = false;
+        if (!row_types_match(&rows[i]))
+            return TDM_ERR(TDM_ERR_INTERNAL, "settings table: %s has fields of the wrong type",
+                           rows[i].field);
         if (o) TDM_TRY(from_option(&rows[i], o, &s, &done));
         if (!done) TDM_TRY(from_environment(&rows[i], &s));
     }

@@ -6,8 +6,12 @@
  *  - a malformed variable or field fails tdm_env_create with TDM_ERR_INVALID_ARGUMENT naming
  *    it, and *out stays untouched; a malformed variable whose field is set is never read;
  *  - the environment is read once, at tdm_env_create: a variable changed afterwards changes
- *    nothing (lazy backends discovered later included).
+ *    nothing (lazy backends discovered later included);
+ *  - the README's table lists every variable, and no source file of the library outside
+ *    src/api/settings.c (and the command line, src/cli) calls getenv.
  * Every TANDEM_* variable is cleared first, so settings of the calling shell do not count. */
+#define _XOPEN_SOURCE 700 /* nftw */
+#include <ftw.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -267,6 +271,61 @@ static void test_read_once(void **state) {
     clear_all(NULL);
 }
 
+static char *read_text(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = NULL;
+    long n = -1;
+    if (fseek(f, 0, SEEK_END) == 0) n = ftell(f);
+    if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n + 1))) {
+        if (fread(buf, 1, (size_t)n, f) != (size_t)n) n = 0;
+        buf[n] = 0;
+    }
+    fclose(f);
+    return buf;
+}
+
+static void test_readme_lists_every_setting(void **state) {
+    (void)state;
+    char *readme = read_text(TANDEM_SOURCE_DIR "/README.md");
+    assert_non_null(readme);
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        char cell[80];
+        snprintf(cell, sizeof cell, "| `%s` |", vars[i]);
+        if (!strstr(readme, cell)) fail_msg("README.md's settings table has no row for %s", vars[i]);
+    }
+    free(readme);
+}
+
+static int n_getenv_files;
+
+static int look_for_getenv(const char *path, const struct stat *sb, int type, struct FTW *ftw) {
+    (void)sb;
+    (void)ftw;
+    size_t len = strlen(path);
+    if (type != FTW_F || len < 2 || (strcmp(path + len - 2, ".c") && strcmp(path + len - 2, ".h")))
+        return 0;
+    if (strstr(path, "/src/cli/") || strstr(path, "/src/api/settings.c")) return 0;
+    char *text = read_text(path);
+    if (text && strstr(text, "getenv(")) {
+        fprintf(stderr, "getenv outside the settings reader: %s\n", path);
+        n_getenv_files++;
+    }
+    free(text);
+    return 0;
+}
+
+static void test_one_reader(void **state) {
+    (void)state;
+    n_getenv_files = 0;
+    assert_int_equal(nftw(TANDEM_SOURCE_DIR "/src", look_for_getenv, 16, FTW_PHYS), 0);
+    assert_int_equal(n_getenv_files, 0);
+    char *reader = read_text(TANDEM_SOURCE_DIR "/src/api/settings.c"); /* (the walk saw files) */
+    assert_non_null(reader);
+    assert_non_null(strstr(reader, "getenv("));
+    free(reader);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(test_builtin_defaults, clear_all),
@@ -274,6 +333,8 @@ int main(void) {
         cmocka_unit_test_setup(test_option_overrides_environment, clear_all),
         cmocka_unit_test_setup(test_malformed, clear_all),
         cmocka_unit_test_setup(test_read_once, clear_all),
+        cmocka_unit_test(test_readme_lists_every_setting),
+        cmocka_unit_test(test_one_reader),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
