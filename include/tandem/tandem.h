@@ -239,8 +239,8 @@ typedef struct tdm_device_info {
 } tdm_device_info;
 
 /* The profile of device `index`, measured on first use (under a second or two per device,
- * with the environment's thread count) and then read from the cache: $TANDEM_CACHE_DIR, else
- * $XDG_CACHE_HOME/tandem, else ~/.cache/tandem, file profiles/<device>-<hash>.txt, keyed by
+ * with the environment's thread count) and then read from the cache: the folder of the
+ * cache_dir setting (tdm_env_options), file profiles/<device>-<hash>.txt, keyed by
  * the device's description, the tandem version and the thread count. `reprofile` measures
  * again and replaces the cached file. A cache that cannot be read or written is not an error
  * (the device is measured). Safe to call from several threads, but measurements running at
