@@ -22,6 +22,7 @@ struct tdm_env {
     int n_unavailable;
     pthread_mutex_t discover_mu;  /* lazy backends are discovered on first need */
     bool discovered[TDM_MAX_DEVICES];
+    tdm_settings settings; /* resolved at creation (api/settings.c); read-only afterwards */
 };
 
 /* Discovers lazy backends whose name starts `prefix` (NULL: all) if not done yet. */
@@ -50,6 +51,7 @@ struct tdm_session {
     tdm_strategy *strategy;  /* how the session runs (sched/strategy.h): latency, replicas, pipeline */
     struct tdm_monitor *monitor; /* device counters shared by the strategy's plans (owned) */
     tdm_threadpool *pool;
+    tdm_loop_bounds loop; /* the options' Loop / Scan bounds, else the environment's */
     tdm_device *devices[TDM_MAX_DEVICES];
     int n_devices;
     /* asynchronous runs: one worker thread, a FIFO of jobs */

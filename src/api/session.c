@@ -103,9 +103,18 @@ static tdm_status *session_new(tdm_env *env, const tdm_session_options *o, tdm_s
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     pthread_cond_init(&s->idle_cv, NULL);
+    /* an option that is set (negative: none) wins over the environment's setting */
+    s->loop.max_iterations = o->loop_max_iterations > 0   ? o->loop_max_iterations
+                             : o->loop_max_iterations < 0 ? 0
+                                                          : env->settings.loop_max_iterations;
+    s->loop.timeout_ms = o->loop_timeout_ms > 0   ? o->loop_timeout_ms
+                         : o->loop_timeout_ms < 0 ? 0
+                                                  : env->settings.loop_timeout_ms;
     tdm_status *st = parse_devices(s, o->devices, o->no_fallback);
     if (!st) st = configure_precision(s, o->precision);
-    if (!st) st = tdm_threadpool_create(o->threads > 0 ? o->threads : env->threads, &s->pool);
+    if (!st)
+        st = tdm_threadpool_create(o->threads > 0 ? o->threads : env->threads,
+                                   env->settings.spin_us, &s->pool);
     if (st) {
         tdm_session_free(s);
         return st;
@@ -119,7 +128,8 @@ static tdm_status *session_new(tdm_env *env, const tdm_session_options *o, tdm_s
 static tdm_status *session_finish(tdm_session *s, const tdm_session_options *o, tdm_onnx_model *m,
                                   uint64_t hash, tdm_session **out) {
     tdm_env *env = s->env;
-    tdm_strategy_setup su = {env->alloc, &env->log, env, s->pool, s->devices, s->n_devices, o, hash};
+    tdm_strategy_setup su = {env->alloc, &env->log, env, s->pool, s->devices, s->n_devices, o, hash,
+                             &env->settings, s->loop};
     tdm_graph *g = m->graph;
     m->graph = NULL;
     tdm_status *st = tdm_strategy_create(&su, g, &s->strategy);

@@ -120,7 +120,7 @@ static void explain_profile(tdm_plan *p, sbuf *b, int64_t runs, const copy_rec *
     tdm_device_profile prof[TDM_MAX_DEVICES];
     bool have_prof[TDM_MAX_DEVICES] = {false};
     for (int d = 0; d < p->n_devices && d < TDM_MAX_DEVICES; d++) {
-        tdm_status *st = tdm_profile_device(p->devices[d], NULL, tdm_threadpool_size(p->pool), false, &prof[d]);
+        tdm_status *st = tdm_profile_device(p->devices[d], NULL, p->settings, tdm_threadpool_size(p->pool), false, &prof[d]);
         have_prof[d] = st == NULL;
         tdm_status_free(st);
     }
@@ -216,7 +216,7 @@ static void predict_now(tdm_plan *p) {
     int D = p->n_devices;
     tdm_device_profile prof[TDM_MAX_DEVICES];
     for (int d = 0; d < D && d < TDM_MAX_DEVICES; d++) {
-        tdm_status *st = tdm_profile_device(p->devices[d], NULL, tdm_threadpool_size(p->pool), false, &prof[d]);
+        tdm_status *st = tdm_profile_device(p->devices[d], NULL, p->settings, tdm_threadpool_size(p->pool), false, &prof[d]);
         if (st) {
             tdm_status_free(st);
             return;

@@ -23,7 +23,7 @@ tdm_status *tdm_pm_node_costs(const tdm_strategy_setup *su, const tdm_graph *g, 
     size_t n = g->n_nodes;
     for (int k = 0; k < K; k++) {
         tdm_device_profile prof;
-        TDM_TRY(tdm_profile_device(su->devices[k], su->alloc, tdm_threadpool_size(su->pool), false, &prof));
+        TDM_TRY(tdm_profile_device(su->devices[k], su->alloc, su->settings, tdm_threadpool_size(su->pool), false, &prof));
         for (size_t i = 0; i < n; i++) costs[(size_t)k * n + i] = tdm_cost_node_ms(g, &g->nodes[i], &prof);
     }
     return NULL;

@@ -34,7 +34,8 @@ tdm_status *tdm_strategy_plan_on(const tdm_strategy_setup *su, tdm_graph *g, tdm
     int nd = cpu && cpu != dev && !o->no_fallback ? 2 : 1;
     /* the plan runs on its device; the CPU only takes what the device cannot run */
     tdm_plan_options po = {o->no_fallback, o->opt_level, dev->name, affinity,
-                           tdm_threadpool_size(su->pool), profile, model_hash};
+                           tdm_threadpool_size(su->pool), profile, model_hash,
+                           su->settings, su->loop};
     return tdm_plan_create(su->alloc, g, devs, nd, su->pool, &po, out);
 }
 

@@ -42,6 +42,8 @@ typedef struct tdm_strategy_setup {
     int n_devices;
     const tdm_session_options *o; /* mode, placement, fallback, split and pipeline settings */
     uint64_t model_hash;          /* of the model bytes: keys stored measurements (0 = none) */
+    const tdm_settings *settings; /* the environment's (cache folder, copies, spin) */
+    tdm_loop_bounds loop;         /* the session's Loop / Scan bounds */
 } tdm_strategy_setup;
 
 typedef struct tdm_strategy_iface {

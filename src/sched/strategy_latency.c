@@ -77,7 +77,8 @@ static const tdm_strategy_iface latency_iface = {
 tdm_status *tdm_strategy_plan_all(const tdm_strategy_setup *su, tdm_graph *g, tdm_plan **out) {
     const tdm_session_options *o = su->o;
     tdm_plan_options po = {o->no_fallback, o->opt_level, o->placement, o->affinity,
-                           tdm_threadpool_size(su->pool), o->profile, su->model_hash};
+                           tdm_threadpool_size(su->pool), o->profile, su->model_hash,
+                           su->settings, su->loop};
     return tdm_plan_create(su->alloc, g, su->devices, su->n_devices, su->pool, &po, out);
 }
 

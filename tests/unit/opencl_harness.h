@@ -12,9 +12,25 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/settings.h"
 #include "tandem/tandem.h"
 
 #include "test_ok.h"
+
+/* The settings an environment created now would get (the program cache folder above
+ * included), for tests that open the OpenCL backend directly. Read once; static because
+ * the devices keep the pointer. */
+static inline const tdm_settings *ocl_test_settings(void) {
+    static tdm_settings s;
+    static bool have;
+    if (!have) {
+        tdm_status *st = tdm_settings_read(NULL, &s);
+        if (st) s = tdm_settings_builtin;
+        tdm_status_free(st);
+        have = true;
+    }
+    return &s;
+}
 
 #ifndef OCL_HARNESS_NO_GROUP
 static tdm_env *g_env;
