@@ -69,6 +69,9 @@ struct tdm_kernel_ctx {
     const tdm_run_ctl *run_ctl;
     /* The run's Loop / Scan bounds; NULL = the built-in defaults (core/settings.h). */
     const tdm_loop_bounds *loop;
+    /* The SIMD variants of the CPU kernels (backends/cpu/cpu_simd.h), set by the execute of a
+     * device that runs CPU kernels (cpu, test); NULL elsewhere: the portable ones are used. */
+    const struct tdm_cpu_simd *cpu_simd;
 };
 
 typedef tdm_status *(*tdm_kernel_fn)(tdm_kernel_ctx *ctx);

@@ -6,6 +6,7 @@
 
 #include "backends/backend.h"
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/cpu_simd.h"
 #include "core/alloc.h"
 #include "core/threadpool.h"
 #include "ops/fused.h"
@@ -64,13 +65,23 @@ static unsigned cpu_kernel_flags(tdm_device *dev, const tdm_kernel_def *k, const
     return 0;
 }
 
+/* The CPU device's context: its allocator and the own kernels' SIMD variants, chosen when
+ * the device is created. */
+typedef struct cpu_dev {
+    const tdm_allocator *a;
+    tdm_cpu_simd simd;
+} cpu_dev;
+
 static tdm_status *cpu_execute(tdm_device *dev, const tdm_kernel_def *k, tdm_kernel_ctx *ctx) {
-    (void)dev;
+    const cpu_dev *cd = dev->ctx;
+    ctx->cpu_simd = &cd->simd;
     return k->run(ctx);
 }
 
 static void cpu_close(tdm_device *dev) {
-    const tdm_allocator *a = dev->ctx;
+    cpu_dev *cd = dev->ctx;
+    const tdm_allocator *a = cd->a;
+    tdm_free(a, cd);
     tdm_free(a, dev);
 }
 
@@ -93,9 +104,16 @@ static tdm_status *cpu_discover(const tdm_allocator *a, const tdm_logger *log,
     *n = 0;
     if (max < 1) return NULL;
     tdm_device *d = tdm_calloc(a, 1, sizeof *d);
-    if (!d) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory creating the cpu device");
+    cpu_dev *cd = tdm_calloc(a, 1, sizeof *cd);
+    if (!d || !cd) {
+        tdm_free(a, d);
+        tdm_free(a, cd);
+        return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory creating the cpu device");
+    }
+    cd->a = a;
+    tdm_cpu_simd_init(&cd->simd, tdm_cpu_host_isa());
     d->iface = &cpu_iface;
-    d->ctx = (void *)a;
+    d->ctx = cd;
     snprintf(d->name, sizeof d->name, "cpu");
     snprintf(d->description, sizeof d->description, "host CPU, %d logical cores",
              tdm_cpu_count());

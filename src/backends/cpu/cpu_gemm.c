@@ -5,9 +5,8 @@
  * into contiguous micro-panels (NR columns / MR rows, zero padded) so that the micro-kernel
  * streams both from cache while it keeps an MR x NR tile of C in vector registers.
  *
- * The micro-kernels use GCC vector extensions. On x86 an AVX2+FMA kernel (6x16) is built
- * with a target attribute and chosen at run time when the CPU has it; otherwise a portable
- * 4x8 kernel on 16-byte vectors is used (SSE2 / NEON).
+ * The micro-kernels (cpu_gemm_uk.c: portable 4x8, AVX2 6x16, AVX-512 12x32) come from the
+ * caller's tdm_cpu_simd, chosen for the device at start-up (cpu_simd.h).
  *
  * Threads: large products are cut into tiles of C (column stripes first, then row blocks)
  * that run as independent tasks on the pool, each packing its own operands. Scratch
@@ -17,145 +16,21 @@
 #include <string.h>
 
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/cpu_simd.h"
 #include "core/alloc.h"
 #include "core/threadpool.h"
 
 #define GEMM_KC 256
-#define GEMM_MC 144 /* multiple of both MRs (6 and 4) */
+#define GEMM_MC 144 /* multiple of every MR (4, 6, 12) */
 #define GEMM_NC 2048
 
 typedef float v4f __attribute__((vector_size(16)));
 typedef float v4f_u __attribute__((vector_size(16), aligned(4), may_alias));
 
-/* Micro-kernel: C[m x n] = alpha * Apanel * Bpanel + beta * C (beta == 0: C not read). */
-typedef void (*gemm_ukernel)(int64_t kc, const float *restrict pa, const float *restrict pb,
-                             float *restrict c, int64_t ldc, int m, int n, float alpha,
-                             float beta);
-
 typedef struct gemm_arch {
     int mr, nr;
-    gemm_ukernel kernel;
+    tdm_simd_gemm_ukernel kernel;
 } gemm_arch;
-
-/* Writes an MR x NR accumulator tile held in `acc` (row-major, NR floats per row) to C. */
-static inline void store_tile_scalar(const float *acc, int nr, float *c, int64_t ldc, int m,
-                                     int n, float alpha, float beta) {
-    for (int i = 0; i < m; i++) {
-        float *cr = c + i * ldc;
-        const float *ar = acc + i * nr;
-        if (beta == 0.0f) {
-            for (int j = 0; j < n; j++) cr[j] = alpha * ar[j];
-        } else {
-            for (int j = 0; j < n; j++) cr[j] = alpha * ar[j] + beta * cr[j];
-        }
-    }
-}
-
-/* ---- portable 4x8 kernel (two 4-float vectors per row) ---- */
-static void ukernel_4x8(int64_t kc, const float *restrict pa, const float *restrict pb,
-                        float *restrict c, int64_t ldc, int m, int n, float alpha, float beta) {
-    v4f c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0}, c30 = {0}, c31 = {0};
-    for (int64_t k = 0; k < kc; k++) {
-        v4f b0 = *(const v4f *)(pb);
-        v4f b1 = *(const v4f *)(pb + 4);
-        float a0 = pa[0], a1 = pa[1], a2 = pa[2], a3 = pa[3];
-        c00 += b0 * a0;
-        c01 += b1 * a0;
-        c10 += b0 * a1;
-        c11 += b1 * a1;
-        c20 += b0 * a2;
-        c21 += b1 * a2;
-        c30 += b0 * a3;
-        c31 += b1 * a3;
-        pa += 4;
-        pb += 8;
-    }
-    if (m == 4 && n == 8) {
-        v4f r[8] = {c00, c01, c10, c11, c20, c21, c30, c31};
-        for (int i = 0; i < 4; i++) {
-            v4f_u *p0 = (v4f_u *)(c + i * ldc), *p1 = (v4f_u *)(c + i * ldc + 4);
-            if (beta == 0.0f) {
-                *p0 = r[2 * i] * alpha;
-                *p1 = r[2 * i + 1] * alpha;
-            } else {
-                *p0 = r[2 * i] * alpha + *p0 * beta;
-                *p1 = r[2 * i + 1] * alpha + *p1 * beta;
-            }
-        }
-        return;
-    }
-    float acc[4 * 8] __attribute__((aligned(16)));
-    v4f *av = (v4f *)acc;
-    av[0] = c00, av[1] = c01, av[2] = c10, av[3] = c11;
-    av[4] = c20, av[5] = c21, av[6] = c30, av[7] = c31;
-    store_tile_scalar(acc, 8, c, ldc, m, n, alpha, beta);
-}
-
-#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
-#define GEMM_HAVE_AVX2 1
-typedef float v8f __attribute__((vector_size(32)));
-typedef float v8f_u __attribute__((vector_size(32), aligned(4), may_alias));
-
-/* ---- AVX2 + FMA 6x16 kernel: 12 accumulators, 2 B vectors, 1 broadcast ---- */
-__attribute__((target("avx2,fma"))) static void
-ukernel_6x16_avx2(int64_t kc, const float *restrict pa, const float *restrict pb,
-                  float *restrict c, int64_t ldc, int m, int n, float alpha, float beta) {
-    v8f c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0};
-    v8f c30 = {0}, c31 = {0}, c40 = {0}, c41 = {0}, c50 = {0}, c51 = {0};
-    for (int64_t k = 0; k < kc; k++) {
-        v8f b0 = *(const v8f *)(pb);
-        v8f b1 = *(const v8f *)(pb + 8);
-        v8f a;
-        a = (v8f){0} + pa[0];
-        c00 += a * b0;
-        c01 += a * b1;
-        a = (v8f){0} + pa[1];
-        c10 += a * b0;
-        c11 += a * b1;
-        a = (v8f){0} + pa[2];
-        c20 += a * b0;
-        c21 += a * b1;
-        a = (v8f){0} + pa[3];
-        c30 += a * b0;
-        c31 += a * b1;
-        a = (v8f){0} + pa[4];
-        c40 += a * b0;
-        c41 += a * b1;
-        a = (v8f){0} + pa[5];
-        c50 += a * b0;
-        c51 += a * b1;
-        pa += 6;
-        pb += 16;
-    }
-    if (m == 6 && n == 16) {
-        v8f r[12] = {c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51};
-        for (int i = 0; i < 6; i++) {
-            v8f_u *p0 = (v8f_u *)(c + i * ldc), *p1 = (v8f_u *)(c + i * ldc + 8);
-            if (beta == 0.0f) {
-                *p0 = r[2 * i] * alpha;
-                *p1 = r[2 * i + 1] * alpha;
-            } else {
-                *p0 = r[2 * i] * alpha + *p0 * beta;
-                *p1 = r[2 * i + 1] * alpha + *p1 * beta;
-            }
-        }
-        return;
-    }
-    float acc[6 * 16] __attribute__((aligned(32)));
-    v8f *av = (v8f *)acc;
-    av[0] = c00, av[1] = c01, av[2] = c10, av[3] = c11, av[4] = c20, av[5] = c21;
-    av[6] = c30, av[7] = c31, av[8] = c40, av[9] = c41, av[10] = c50, av[11] = c51;
-    store_tile_scalar(acc, 16, c, ldc, m, n, alpha, beta);
-}
-#endif
-
-static gemm_arch gemm_pick_arch(void) {
-#ifdef GEMM_HAVE_AVX2
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-        return (gemm_arch){6, 16, ukernel_6x16_avx2};
-#endif
-    return (gemm_arch){4, 8, ukernel_4x8};
-}
 
 /* ---- packing ---- */
 
@@ -201,16 +76,11 @@ static void pack_b(int nr, int64_t kc, int64_t nc, const float *B, int64_t ldb, 
     for (int64_t j0 = 0; j0 < nc; j0 += nr) {
         int nj = (int)(nc - j0 < nr ? nc - j0 : nr);
         if (!trans) {
-            if (nj == nr) { /* nr is 8 or 16: vector copies, no memcpy calls */
+            if (nj == nr) { /* nr is 8, 16 or 32: vector copies, no memcpy calls */
                 for (int64_t k = 0; k < kc; k++) {
                     const v4f_u *src = (const v4f_u *)(B + k * ldb + j0);
                     v4f *d = (v4f *)(dst + k * nr);
-                    d[0] = src[0];
-                    d[1] = src[1];
-                    if (nr == 16) {
-                        d[2] = src[2];
-                        d[3] = src[3];
-                    }
+                    for (int q = 0; q < nr / 4; q++) d[q] = src[q];
                 }
             } else {
                 for (int64_t k = 0; k < kc; k++) {
@@ -361,7 +231,7 @@ static void gemm_task(void *arg, int64_t begin, int64_t end) {
 
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-void tdm_sgemm(tdm_threadpool *pool, bool transA, bool transB, int64_t M, int64_t N, int64_t K,
+void tdm_sgemm(const tdm_cpu_simd *simd, tdm_threadpool *pool, bool transA, bool transB, int64_t M, int64_t N, int64_t K,
                float alpha, const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
                float *C, int64_t ldc) {
     if (M <= 0 || N <= 0) return;
@@ -384,7 +254,8 @@ void tdm_sgemm(tdm_threadpool *pool, bool transA, bool transB, int64_t M, int64_
         }
         return;
     }
-    gemm_job job = {&g, gemm_pick_arch(), M, N, 1};
+    if (!simd) simd = tdm_cpu_simd_portable();
+    gemm_job job = {&g, {simd->gemm_mr, simd->gemm_nr, simd->gemm}, M, N, 1};
     if (threads > 1 && flops >= 4.0e6) {
         /* Aim for a few tiles per thread: cut N into stripes first (A is repacked per
          * stripe, which is cheap), then M. */

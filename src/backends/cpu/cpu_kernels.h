@@ -51,8 +51,10 @@ void *tdm_kscratch(tdm_kernel_ctx *ctx, size_t bytes);
 
 /* Single-precision GEMM: C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C.
  * lda/ldb/ldc are row strides in elements; transA/transB select op = transpose.
- * Uses the pool for large problems. */
-void tdm_sgemm(tdm_threadpool *pool, bool transA, bool transB, int64_t M, int64_t N, int64_t K,
+ * Uses the pool for large problems and simd's micro-kernel (cpu_simd.h; NULL = portable:
+ * kernels pass tdm_cpu_simd_of(ctx)). */
+struct tdm_cpu_simd;
+void tdm_sgemm(const struct tdm_cpu_simd *simd, tdm_threadpool *pool, bool transA, bool transB, int64_t M, int64_t N, int64_t K,
                float alpha, const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
                float *C, int64_t ldc);
 

@@ -441,7 +441,7 @@ static bool gemv_try(mm_state *s, tdm_kernel_ctx *ctx, tdm_status **st) {
         }
     }
     if (dn_gemv_k(g) != K || dn_gemv_n(g) != N) return false;
-    dn_gemv_run(ctx->pool, g, rows, A->data, C ? C->data : NULL,
+    dn_gemv_run(ctx, g, rows, A->data, C ? C->data : NULL,
                 s->kind == MM_GEMM ? s->alpha : 1.0f, s->kind == MM_FUSED ? &s->fact : NULL,
                 Y->data);
     *st = NULL;

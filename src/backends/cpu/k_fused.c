@@ -6,6 +6,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "backends/cpu/cpu_simd.h"
 #include "backends/cpu/k_fused.h"
 #include "backends/cpu/k_nn.h"
 #include "ops/fused.h"
@@ -155,6 +156,7 @@ typedef struct mm_job {
     int64_t bdims[TDM_MAX_RANK];  /* output batch dims */
     int64_t as[TDM_MAX_RANK], bs[TDM_MAX_RANK]; /* batch strides in elements (0: broadcast) */
     tdm_threadpool *pool;
+    const tdm_cpu_simd *simd;
 } mm_job;
 
 static void mm_batches(void *arg, int64_t b0, int64_t b1) {
@@ -167,7 +169,7 @@ static void mm_batches(void *arg, int64_t b0, int64_t b1) {
             aoff += idx * j->as[d];
             boff += idx * j->bs[d];
         }
-        tdm_sgemm(j->pool, false, false, j->M, j->N, j->K, 1.0f, j->a + aoff, j->K, j->b + boff,
+        tdm_sgemm(j->simd, j->pool, false, false, j->M, j->N, j->K, 1.0f, j->a + aoff, j->K, j->b + boff,
                   j->N, 0.0f, j->y + bi * j->M * j->N, j->N);
     }
 }
@@ -213,9 +215,10 @@ static tdm_status *run_fused_matmul(tdm_kernel_ctx *ctx) {
     } else if (b->rank <= 2) {
         /* B is one matrix: all of A's rows in one GEMM */
         int64_t rows = a->count / K;
-        tdm_sgemm(ctx->pool, false, false, rows, N, K, 1.0f, a->data, K, b->data, N, 0.0f, y->data, N);
+        tdm_sgemm(tdm_cpu_simd_of(ctx), ctx->pool, false, false, rows, N, K, 1.0f, a->data, K, b->data, N, 0.0f, y->data, N);
     } else {
-        mm_job j = {a->data, b->data, y->data, M, N, K, 0, {0}, {0}, {0}, NULL};
+        mm_job j = {a->data, b->data, y->data, M, N, K, 0, {0}, {0}, {0}, NULL,
+                    tdm_cpu_simd_of(ctx)};
         int ar = a->rank >= 2 ? a->rank - 2 : 0, brk = b->rank - 2;
         j.br = ar > brk ? ar : brk;
         int64_t nb = 1;

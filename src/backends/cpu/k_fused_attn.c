@@ -4,116 +4,26 @@
  * like the Add it replaces, so the kernel equals the subgraph it came from for every input
  * that subgraph accepts. Parallel over (batch, head) pairs.
  * Speed: the two products go to oneDNN's sgemm (serial JIT code; tdm_sgemm if it refuses);
- * where the CPU has AVX2+FMA the mask add, max, exp and sum of a row are vectorised, with a
- * polynomial exp (relative error ~2e-7 against expf). */
+ * the mask add, max, exp and sum of a row are the device's softmax_row variant (cpu_simd.h,
+ * k_softmax_row.c: vectorised with a polynomial exp on AVX2 and AVX-512). */
 #include <math.h>
 #include <omp.h>
 #include <stdatomic.h>
 #include <string.h>
 
+#include "backends/cpu/cpu_simd.h"
 #include "backends/cpu/k_dnnl.h"
 #include "backends/cpu/k_fused.h"
 #include "core/alloc.h"
 
-#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
-#include <immintrin.h>
-#define ATTN_HAVE_AVX2 1
-
-/* exp(x) for x <= 88, 8 lanes: 2^n * p(r), r = x - n ln2, |r| <= ln2/2, degree-6 Taylor p. */
-__attribute__((target("avx2,fma"))) static inline __m256 exp8(__m256 x) {
-    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
-    x = _mm256_min_ps(x, _mm256_set1_ps(88.0f));
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.0f / 720.0f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-}
-
-__attribute__((target("avx2,fma"))) static float hmax8(__m256 v) {
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
-    return _mm_cvtss_f32(m);
-}
-
-__attribute__((target("avx2,fma"))) static float hsum8(__m256 v) {
-    __m128 m = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    m = _mm_add_ps(m, _mm_movehl_ps(m, m));
-    m = _mm_add_ss(m, _mm_shuffle_ps(m, m, 1));
-    return _mm_cvtss_f32(m);
-}
-
-/* row = softmax(row + mask) over n values; mask: NULL, n values (mvec) or one value. */
-__attribute__((target("avx2,fma"))) static void softmax_row_avx2(float *row, const float *m,
-                                                                  bool mvec, int64_t n) {
-    int64_t n8 = n & ~(int64_t)7, t = 0;
-    if (m) {
-        if (mvec) {
-            for (t = 0; t < n8; t += 8)
-                _mm256_storeu_ps(row + t, _mm256_add_ps(_mm256_loadu_ps(row + t), _mm256_loadu_ps(m + t)));
-            for (; t < n; t++) row[t] += m[t];
-        } else {
-            __m256 mv = _mm256_set1_ps(m[0]);
-            for (t = 0; t < n8; t += 8)
-                _mm256_storeu_ps(row + t, _mm256_add_ps(_mm256_loadu_ps(row + t), mv));
-            for (; t < n; t++) row[t] += m[0];
-        }
-    }
-    __m256 vmx = _mm256_set1_ps(-INFINITY);
-    for (t = 0; t < n8; t += 8) vmx = _mm256_max_ps(vmx, _mm256_loadu_ps(row + t));
-    float mx = hmax8(vmx);
-    for (; t < n; t++) mx = row[t] > mx ? row[t] : mx;
-    if (!(mx > -INFINITY) || mx == INFINITY) { /* all -inf, +inf or NaN: the scalar path's result */
-        float sum = 0.0f;
-        for (t = 0; t < n; t++) sum += row[t] = expf(row[t] - mx);
-        for (t = 0; t < n; t++) row[t] *= 1.0f / sum;
-        return;
-    }
-    __m256 vm = _mm256_set1_ps(mx), vs = _mm256_setzero_ps();
-    for (t = 0; t < n8; t += 8) {
-        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(row + t), vm));
-        _mm256_storeu_ps(row + t, e);
-        vs = _mm256_add_ps(vs, e);
-    }
-    float sum = hsum8(vs);
-    for (; t < n; t++) sum += row[t] = expf(row[t] - mx);
-    __m256 inv = _mm256_set1_ps(1.0f / sum);
-    for (t = 0; t < n8; t += 8) _mm256_storeu_ps(row + t, _mm256_mul_ps(_mm256_loadu_ps(row + t), inv));
-    for (; t < n; t++) row[t] *= 1.0f / sum;
-}
-#endif
-
-static void softmax_row_ref(float *row, const float *m, bool mvec, int64_t n) {
-    if (m)
-        for (int64_t t = 0; t < n; t++) row[t] += mvec ? m[t] : m[0];
-    float mx = row[0];
-    for (int64_t t = 1; t < n; t++) mx = row[t] > mx ? row[t] : mx;
-    float sum = 0.0f;
-    for (int64_t t = 0; t < n; t++) {
-        row[t] = expf(row[t] - mx);
-        sum += row[t];
-    }
-    float inv = 1.0f / sum;
-    for (int64_t t = 0; t < n; t++) row[t] *= inv;
-}
-
 /* C = alpha * A . op(B) (row-major, beta 0): oneDNN's sgemm, else tdm_sgemm. */
-static void attn_gemm(tdm_threadpool *pool, bool tb, int64_t M, int64_t N, int64_t K,
+static void attn_gemm(const tdm_cpu_simd *simd, tdm_threadpool *pool, bool tb, int64_t M, int64_t N, int64_t K,
                       float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
                       float *C, int64_t ldc) {
     if (dnnl_sgemm('N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, 0.0f, C, ldc) ==
         dnnl_success)
         return;
-    tdm_sgemm(pool, false, tb, M, N, K, alpha, A, lda, B, ldb, 0.0f, C, ldc);
+    tdm_sgemm(simd, pool, false, tb, M, N, K, alpha, A, lda, B, ldb, 0.0f, C, ldc);
 }
 
 typedef struct attn_job {
@@ -127,7 +37,7 @@ typedef struct attn_job {
     int64_t ms[4];           /* mask strides over [B, H, So, To], 0 when broadcast */
     float scale;
     tdm_threadpool *pool;    /* for the GEMMs when pairs run one after another */
-    bool avx2;               /* the AVX2 softmax */
+    const tdm_cpu_simd *simd; /* the softmax row and tdm_sgemm's micro-kernel */
     atomic_int failed;
 } attn_job;
 
@@ -147,7 +57,7 @@ static void attn_pairs(void *arg, int64_t p0, int64_t p1) {
         const float *q = j->q + b * j->qs[0] + h * j->qs[1];
         const float *k = j->k + b * j->ks[0] + h * j->ks[1];
         const float *v = j->v + b * j->vs[0] + h * j->vs[1];
-        attn_gemm(j->pool, true, j->S, j->T, j->D, j->scale, q, j->D, k, j->D, base, j->T);
+        attn_gemm(j->simd, j->pool, true, j->S, j->T, j->D, j->scale, q, j->D, k, j->D, base, j->T);
         if (widen)
             for (int64_t s = 0; s < j->So; s++)
                 for (int64_t t = 0; t < j->To; t++)
@@ -155,15 +65,9 @@ static void attn_pairs(void *arg, int64_t p0, int64_t p1) {
         for (int64_t s = 0; s < j->So; s++) {
             float *row = scores + s * j->To;
             const float *m = j->mask ? j->mask + b * j->ms[0] + h * j->ms[1] + s * j->ms[2] : NULL;
-#ifdef ATTN_HAVE_AVX2
-            if (j->avx2) {
-                softmax_row_avx2(row, m, j->ms[3] != 0, j->To);
-                continue;
-            }
-#endif
-            softmax_row_ref(row, m, j->ms[3] != 0, j->To);
+            j->simd->softmax_row(row, m, j->ms[3] != 0, j->To);
         }
-        attn_gemm(j->pool, false, j->So, j->Dv, j->To, 1.0f, scores, j->To, v, j->Dv,
+        attn_gemm(j->simd, j->pool, false, j->So, j->Dv, j->To, 1.0f, scores, j->To, v, j->Dv,
                   j->y + p * j->So * j->Dv, j->Dv);
     }
     tdm_free(j->ctx->alloc, buf);
@@ -228,9 +132,7 @@ tdm_status *tdm_fused_run_attention(tdm_kernel_ctx *ctx) {
     if (y->count == 0 || j.To == 0) return NULL; /* no rows, or empty sums: y stays zero */
     int64_t pairs = y->dims[0] * y->dims[1];
     int threads = tdm_threadpool_size(ctx->pool);
-#ifdef ATTN_HAVE_AVX2
-    j.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#endif
+    j.simd = tdm_cpu_simd_of(ctx);
     int omp = dn_omp_begin();
     if (threads > 1 && pairs >= threads) {
         tdm_parallel_for(ctx->pool, pairs, 1, attn_pairs, &j);

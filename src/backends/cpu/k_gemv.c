@@ -6,7 +6,8 @@
  * in its argument handling before its kernel starts (measured on the DLRM-like bench model:
  * 12% of a 38 us run in libdnnl outside the JIT code, for 8 products). This path packs B once,
  * on the first one-row run, into panels of 32 columns (each panel K x 32 floats, one
- * sequential stream), and runs an 8-accumulator FMA loop over them; the bias, alpha and the
+ * sequential stream), and runs an 8-accumulator FMA loop over them (the variant for the CPU,
+ * cpu_simd.h); the bias, alpha and the
  * activation are applied to the 32 results while they are in registers' reach. Panels are
  * shared out over the thread pool when B is large enough to pay for the wake-up.
  *
@@ -24,6 +25,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
+#include "backends/cpu/cpu_simd.h"
 #include "core/alloc.h"
 #include "core/threadpool.h"
 
@@ -80,13 +82,14 @@ typedef float v8f __attribute__((vector_size(32)));
 typedef float v8f_u __attribute__((vector_size(32), aligned(4), may_alias));
 
 /* acc[0..31] = x . panel (K rows of 32). Two sets of 4 accumulators (even and odd k) keep
- * 8 FMAs in flight. */
+ * 8 FMAs in flight. `x[k] - (v8f){0}` is x[k] in every lane (exact for every float, -0 too):
+ * one broadcast load, where `(v8f){0} + x[k]` costs a scalar add first. */
 #define GEMV_PANEL_BODY                                                                         \
     v8f e0 = {0}, e1 = {0}, e2 = {0}, e3 = {0}, o0 = {0}, o1 = {0}, o2 = {0}, o3 = {0};         \
     int64_t k = 0;                                                                              \
     for (; k + 1 < K; k += 2) {                                                                 \
         const float *r = p + k * PW;                                                            \
-        v8f xa = (v8f){0} + x[k], xb = (v8f){0} + x[k + 1];                                     \
+        v8f xa = x[k] - (v8f){0}, xb = x[k + 1] - (v8f){0};                                     \
         e0 += xa * *(const v8f_u *)(r + 0);                                                     \
         e1 += xa * *(const v8f_u *)(r + 8);                                                     \
         e2 += xa * *(const v8f_u *)(r + 16);                                                    \
@@ -98,7 +101,7 @@ typedef float v8f_u __attribute__((vector_size(32), aligned(4), may_alias));
     }                                                                                           \
     if (k < K) {                                                                                \
         const float *r = p + k * PW;                                                            \
-        v8f xa = (v8f){0} + x[k];                                                               \
+        v8f xa = x[k] - (v8f){0};                                                               \
         e0 += xa * *(const v8f_u *)(r + 0);                                                     \
         e1 += xa * *(const v8f_u *)(r + 8);                                                     \
         e2 += xa * *(const v8f_u *)(r + 16);                                                    \
@@ -109,19 +112,50 @@ typedef float v8f_u __attribute__((vector_size(32), aligned(4), may_alias));
     *(v8f_u *)(acc + 16) = e2 + o2;                                                             \
     *(v8f_u *)(acc + 24) = e3 + o3;
 
-#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
-__attribute__((target("avx2,fma"))) static void panel_avx2(const float *restrict p,
-                                                            const float *restrict x, int64_t K,
-                                                            float *restrict acc) {
+/* The variants (chosen per device, cpu_simd.h): the same 8-accumulator body in plain C
+ * (GCC vector extensions, any target) and for AVX2 + FMA; AVX-512 has 16-float vectors, so
+ * two per panel row, and takes four k at a time to keep 8 FMAs in flight. */
+void tdm_gemv_panel_portable(const float *restrict p, const float *restrict x, int64_t K,
+                             float *restrict acc) {
     GEMV_PANEL_BODY
 }
-#define GEMV_HAVE_AVX2 1
-#endif
 
-static void panel_generic(const float *restrict p, const float *restrict x, int64_t K,
-                          float *restrict acc) {
+#ifdef TDM_SIMD_X86
+TDM_TARGET_AVX2 void tdm_gemv_panel_avx2(const float *restrict p, const float *restrict x,
+                                         int64_t K, float *restrict acc) {
     GEMV_PANEL_BODY
 }
+
+typedef float v16f __attribute__((vector_size(64)));
+typedef float v16f_u __attribute__((vector_size(64), aligned(4), may_alias));
+
+TDM_TARGET_AVX512 void tdm_gemv_panel_avx512(const float *restrict p, const float *restrict x,
+                                             int64_t K, float *restrict acc) {
+    v16f a0 = {0}, a1 = {0}, b0 = {0}, b1 = {0}, c0 = {0}, c1 = {0}, d0 = {0}, d1 = {0};
+    int64_t k = 0;
+    for (; k + 3 < K; k += 4) {
+        const float *r = p + k * PW;
+        v16f xa = x[k] - (v16f){0}, xb = x[k + 1] - (v16f){0};
+        v16f xc = x[k + 2] - (v16f){0}, xd = x[k + 3] - (v16f){0};
+        a0 += xa * *(const v16f_u *)(r + 0);
+        a1 += xa * *(const v16f_u *)(r + 16);
+        b0 += xb * *(const v16f_u *)(r + 32);
+        b1 += xb * *(const v16f_u *)(r + 48);
+        c0 += xc * *(const v16f_u *)(r + 64);
+        c1 += xc * *(const v16f_u *)(r + 80);
+        d0 += xd * *(const v16f_u *)(r + 96);
+        d1 += xd * *(const v16f_u *)(r + 112);
+    }
+    for (; k < K; k++) {
+        const float *r = p + k * PW;
+        v16f xa = x[k] - (v16f){0};
+        a0 += xa * *(const v16f_u *)(r + 0);
+        a1 += xa * *(const v16f_u *)(r + 16);
+    }
+    *(v16f_u *)(acc + 0) = (a0 + b0) + (c0 + d0);
+    *(v16f_u *)(acc + 16) = (a1 + b1) + (c1 + d1);
+}
+#endif
 
 typedef struct gemv_job {
     const dn_gemv *g;
@@ -130,7 +164,7 @@ typedef struct gemv_job {
     float alpha;
     const tdm_fused_act *act;
     float *y;
-    bool avx2;
+    tdm_simd_gemv_panel panel;
 } gemv_job;
 
 static void gemv_panels(void *arg, int64_t q0, int64_t q1) {
@@ -143,12 +177,7 @@ static void gemv_panels(void *arg, int64_t q0, int64_t q1) {
          * from the core's cache for the other rows */
         for (int64_t r = 0; r < j->rows; r++) {
             const float *x = j->x + r * g->K;
-#ifdef GEMV_HAVE_AVX2
-            if (j->avx2)
-                panel_avx2(p, x, g->K, acc);
-            else
-#endif
-                panel_generic(p, x, g->K, acc);
+            j->panel(p, x, g->K, acc);
             int64_t n0 = q * PW, w = g->N - n0 < PW ? g->N - n0 : PW;
             float *y = j->y + r * g->N + n0;
             for (int64_t c = 0; c < w; c++)
@@ -158,14 +187,13 @@ static void gemv_panels(void *arg, int64_t q0, int64_t q1) {
     }
 }
 
-void dn_gemv_run(tdm_threadpool *pool, const dn_gemv *g, int64_t rows, const float *x,
+void dn_gemv_run(const tdm_kernel_ctx *ctx, const dn_gemv *g, int64_t rows, const float *x,
                  const float *bias, float alpha, const tdm_fused_act *act, float *y) {
     static const tdm_fused_act none = {TDM_FUSED_NONE, 0.0f, 0.0f};
     if (rows < 1) return;
-    gemv_job j = {g, rows, x, bias, alpha, act ? act : &none, y, false};
-#ifdef GEMV_HAVE_AVX2
-    j.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#endif
+    gemv_job j = {g, rows, x, bias, alpha, act ? act : &none, y,
+                  tdm_cpu_simd_of(ctx)->gemv_panel};
+    tdm_threadpool *pool = ctx ? ctx->pool : NULL;
     /* about 64 KiB of weights per task; smaller products stay on the caller (measured on the
      * DLRM-like model at batch 1, 2 threads: 256 KiB a task 31.7 us, 128 KiB 23.4 us, 64 KiB
      * 20.8 us, 32 KiB 22.3 us) */

@@ -24,8 +24,9 @@ int64_t dn_gemv_n(const dn_gemv *g);
  * on every run of a model with other work (classifier heads of 5-8 MB) */
 #define DN_GEMV_COLD_BYTES (4.0 * 1024 * 1024)
 /* y[r][N] = act(alpha * x[r][K] . B + bias[N]) for r < rows (x and y row-major, dense);
- * bias and act may be NULL. */
-void dn_gemv_run(tdm_threadpool *pool, const dn_gemv *g, int64_t rows, const float *x,
+ * bias and act may be NULL. The ctx gives the thread pool and the SIMD variant (NULL: serial,
+ * portable). */
+void dn_gemv_run(const tdm_kernel_ctx *ctx, const dn_gemv *g, int64_t rows, const float *x,
                  const float *bias, float alpha, const tdm_fused_act *act, float *y);
 
 #endif

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "backends/cpu/cpu_simd.h"
 #include "backends/cpu/k_nn.h"
 #include "core/alloc.h"
 #include "core/checked.h"
@@ -214,6 +215,7 @@ typedef struct mm_job {
     void *C;
     bool dbl;
     tdm_threadpool *pool;
+    const tdm_cpu_simd *simd;
 } mm_job;
 
 static void mm_batch_range(void *arg, int64_t b0, int64_t b1) {
@@ -228,7 +230,7 @@ static void mm_batch_range(void *arg, int64_t b0, int64_t b1) {
                          (const double *)j->B + bo * K * N, N, 0.0,
                          (double *)j->C + b * M * N, N);
         } else {
-            tdm_sgemm(j->pool, false, false, M, N, K, 1.0f, (const float *)j->A + ao * M * K, K,
+            tdm_sgemm(j->simd, j->pool, false, false, M, N, K, 1.0f, (const float *)j->A + ao * M * K, K,
                       (const float *)j->B + bo * K * N, N, 0.0f, (float *)j->C + b * M * N, N);
         }
     }
@@ -243,7 +245,7 @@ static tdm_status *matmul_real(tdm_kernel_ctx *ctx) {
     mm_plan p;
     mm_make_plan(a, b, y, &p);
     if (y->count == 0) return NULL;
-    mm_job job = {&p, a->data, b->data, y->data, dbl, ctx->pool};
+    mm_job job = {&p, a->data, b->data, y->data, dbl, ctx->pool, tdm_cpu_simd_of(ctx)};
     if (p.a_flat) { /* one product of [batch*M, K] x [K, N] */
         mm_plan flat = p;
         flat.M = p.M * p.batch;
@@ -359,7 +361,7 @@ static tdm_status *gemm_real(tdm_kernel_ctx *ctx) {
         tdm_nn_dgemm(ta, tb, M, N, K, alpha, a->data, a->dims[1], b->data, b->dims[1], beta,
                      y->data, N);
     else
-        tdm_sgemm(ctx->pool, ta, tb, M, N, K, alpha, a->data, a->dims[1], b->data, b->dims[1],
+        tdm_sgemm(tdm_cpu_simd_of(ctx), ctx->pool, ta, tb, M, N, K, alpha, a->data, a->dims[1], b->data, b->dims[1],
                   beta, y->data, N);
     return NULL;
 }

@@ -11,6 +11,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
+#include "backends/cpu/cpu_simd.h"
 #include "backends/cpu/k_nn.h"
 #include "core/alloc.h"
 #include "core/checked.h"
@@ -210,7 +211,7 @@ static void conv_tasks(void *arg, int64_t t0, int64_t t1) {
         float *yg = j->y + (n * j->M + gi * j->Mg) * cs->osz;
         im2col_job ij = {cs, xg, col, o0, o1, (o1 - o0) * j->inner};
         tdm_parallel_for(j->pool, j->rows, 4096 / (ij.ncols + 1) + 1, im2col_rows, &ij);
-        tdm_sgemm(j->pool, false, false, j->Mg, ij.ncols, j->rows, 1.0f, wg, j->rows, col,
+        tdm_sgemm(tdm_cpu_simd_of(j->ctx), j->pool, false, false, j->Mg, ij.ncols, j->rows, 1.0f, wg, j->rows, col,
                   ij.ncols, j->beta, yg + o0 * j->inner, cs->osz);
     }
     tdm_free(j->ctx->alloc, col);
@@ -262,7 +263,7 @@ static tdm_status *conv_f32(tdm_kernel_ctx *ctx) {
     if (pointwise) {
         for (int64_t n = 0; n < N; n++)
             for (int64_t gi = 0; gi < group; gi++)
-                tdm_sgemm(ctx->pool, false, false, Mg, cs.osz, rows, 1.0f, wd + gi * Mg * rows,
+                tdm_sgemm(tdm_cpu_simd_of(ctx), ctx->pool, false, false, Mg, cs.osz, rows, 1.0f, wd + gi * Mg * rows,
                           rows, xd + (n * C + gi * Cg) * cs.isz, cs.isz, beta,
                           yd + (n * M + gi * Mg) * cs.osz, cs.osz);
         return NULL;
@@ -387,7 +388,7 @@ static tdm_status *conv_transpose_f32(tdm_kernel_ctx *ctx) {
         for (int64_t gi = 0; gi < group; gi++) {
             const float *xg = xd + (n * C + gi * Cg) * cs.isz;
             const float *wg = wd + gi * Cg * rows;
-            tdm_sgemm(ctx->pool, true, false, rows, cs.isz, Cg, 1.0f, wg, rows, xg, cs.isz, 0.0f,
+            tdm_sgemm(tdm_cpu_simd_of(ctx), ctx->pool, true, false, rows, cs.isz, Cg, 1.0f, wg, rows, xg, cs.isz, 0.0f,
                       col, cs.isz);
             col2im_job job = {&cs, col, yd + (n * M + gi * Mg) * cs.osz};
             tdm_parallel_for(ctx->pool, Mg, 1, col2im_channels, &job);

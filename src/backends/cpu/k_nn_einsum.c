@@ -9,6 +9,7 @@
  * float32 for float32 inputs and in double for every other dtype. */
 #include <string.h>
 
+#include "backends/cpu/cpu_simd.h"
 #include "backends/cpu/k_nn.h"
 #include "core/alloc.h"
 #include "core/checked.h"
@@ -135,7 +136,7 @@ static void batched_gemm(const ectx *e, int64_t batch, int64_t M, int64_t N, int
             tdm_nn_dgemm(false, false, M, N, K, 1.0, (const double *)A + b * M * K, K,
                          (const double *)B + b * K * N, N, 0.0, (double *)C + b * M * N, N);
         else
-            tdm_sgemm(e->k->pool, false, false, M, N, K, 1.0f, (const float *)A + b * M * K, K,
+            tdm_sgemm(tdm_cpu_simd_of(e->k), e->k->pool, false, false, M, N, K, 1.0f, (const float *)A + b * M * K, K,
                       (const float *)B + b * K * N, N, 0.0f, (float *)C + b * M * N, N);
     }
 }

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "backends/cpu/cpu_simd.h"
 #include "backends/cpu/k_rnn_impl.h"
 #include "core/alloc.h"
 #include "core/checked.h"
@@ -56,7 +57,7 @@ static void dgemm_nt(tdm_kernel_ctx *ctx, int64_t M, int64_t N, int64_t K, const
 #define RT_LOG1P log1pf
 #define RT_FABS fabsf
 #define RT_GEMM_NT(ctx, M, N, K, A, lda, B, ldb, beta, C, ldc)                             \
-    tdm_sgemm((ctx)->pool, false, true, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc)
+    tdm_sgemm(tdm_cpu_simd_of(ctx), (ctx)->pool, false, true, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc)
 #include "backends/cpu/k_rnn_tmpl.h"
 #undef T
 #undef SFX

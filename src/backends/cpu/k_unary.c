@@ -5,6 +5,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "backends/cpu/cpu_simd.h"
 #include "backends/cpu/k_unary.h"
 
 /* ---- parameters ------------------------------------------------------------------------ */
@@ -287,6 +288,7 @@ typedef struct ujob {
     void *y;
     size_t esize;
     tdm_status *err; /* set (by chunk 0 only) when the op is missing for the dtype */
+    tdm_simd_unary_f32 f32; /* the float32 loops (cpu_simd.h) */
 } ujob;
 
 #define HALF_BLOCK 256
@@ -298,7 +300,7 @@ static void range_fn(void *arg, int64_t b, int64_t e) {
     int64_t n = e - b;
     tdm_status *st = NULL;
     switch (j->dtype) {
-    case TDM_FLOAT: tdm_unary_f32(j->p, (const float *)x, (float *)y, n); break;
+    case TDM_FLOAT: j->f32(j->p, (const float *)x, (float *)y, n); break;
     case TDM_DOUBLE: unary_f64(j->p, (const double *)x, (double *)y, n); break;
     case TDM_FLOAT16:
     case TDM_BFLOAT16: {
@@ -310,7 +312,7 @@ static void range_fn(void *arg, int64_t b, int64_t e) {
             int64_t m = n - i < HALF_BLOCK ? n - i : HALF_BLOCK;
             for (int64_t k = 0; k < m; k++)
                 in[k] = bf ? tdm_bf16_to_f32(hx[i + k]) : tdm_f16_to_f32(hx[i + k]);
-            tdm_unary_f32(j->p, in, out, m);
+            j->f32(j->p, in, out, m);
             for (int64_t k = 0; k < m; k++)
                 hy[i + k] = bf ? tdm_f32_to_bf16(out[k]) : tdm_f32_to_f16(out[k]);
         }
@@ -342,7 +344,8 @@ static tdm_status *run_unary(tdm_kernel_ctx *ctx, tdm_uop op) {
     if (y->dtype != x->dtype || y->count != x->count)
         return tdm_node_error(ctx->node, TDM_ERR_INTERNAL, "output does not match the input");
     if (x->count == 0) return NULL;
-    ujob j = {&p, x->dtype, x->data, y->data, tdm_dtype_elem_size(x->dtype), NULL};
+    ujob j = {&p, x->dtype, x->data, y->data, tdm_dtype_elem_size(x->dtype), NULL,
+              tdm_cpu_simd_of(ctx)->unary_f32};
     tdm_parallel_for(ctx->pool, x->count, grain_for(p.op), range_fn, &j);
     if (j.err) return tdm_status_wrap(j.err, "%s node '%s'", ctx->node->op_type, ctx->node->name);
     return NULL;

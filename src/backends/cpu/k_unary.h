@@ -60,8 +60,8 @@ typedef struct tdm_uparams {
     uint64_t ulo, uhi;        /* Clip bounds for unsigned integers */
 } tdm_uparams;
 
-/* y[i] = op(x[i]) for i in [0, n); x and y must not overlap. Serial. */
-void tdm_unary_f32(const tdm_uparams *p, const float *restrict x, float *restrict y, int64_t n);
+/* The float32 loops, y[i] = op(x[i]) for i in [0, n) (x and y must not overlap; serial), are
+ * the device's unary_f32 variant (cpu_simd.h, k_unary_f32.c). */
 
 /* Cast and CastLike: converts in[0] to out[0]'s dtype (k_unary_cast.c). */
 tdm_status *tdm_unary_cast(tdm_kernel_ctx *ctx);

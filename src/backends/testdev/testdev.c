@@ -16,6 +16,7 @@
 
 #include "backends/backend.h"
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/cpu_simd.h"
 #include "core/alloc.h"
 
 typedef struct testdev {
@@ -24,6 +25,7 @@ typedef struct testdev {
     long fail_every;
     long calls; /* atomically counted kernels (for fail_every) */
     char ops[512]; /* ",Op1,Op2," or "" = all */
+    tdm_cpu_simd simd; /* the CPU kernels' variants, as the CPU device has them */
 } testdev;
 
 static const tdm_kernel_def *td_find_kernel(tdm_device *dev, const tdm_node *node,
@@ -48,6 +50,7 @@ static tdm_status *td_execute(tdm_device *dev, const tdm_kernel_def *k, tdm_kern
         struct timespec ts = {td->delay_us / 1000000, (td->delay_us % 1000000) * 1000};
         nanosleep(&ts, NULL);
     }
+    ctx->cpu_simd = &td->simd;
     return k->run(ctx);
 }
 
@@ -113,6 +116,7 @@ static tdm_status *td_discover(const tdm_allocator *a, const tdm_logger *log,
             return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory creating test devices");
         }
         td->a = a;
+        tdm_cpu_simd_init(&td->simd, tdm_cpu_host_isa());
         td->delay_us = set->test_device_delay_us;
         td->fail_every = set->test_device_fail_every;
         if (set->test_device_ops[0]) snprintf(td->ops, sizeof td->ops, ",%s,", set->test_device_ops);

@@ -1,0 +1,102 @@
+/* The CPU kernels' own SIMD code, chosen once at start-up (cpu_simd.c).
+ *
+ * tandem's own hot loops (GEMV panels, the GEMM micro-kernel, attention's softmax rows, the
+ * float32 element-wise ops) come in variants: portable C (any CPU, any compiler), AVX2 + FMA,
+ * AVX-512 (F, BW, DQ, VL). A device that runs CPU kernels fills one tdm_cpu_simd with the
+ * best variant of each at or below its level when it is created, and its execute hands it to
+ * the kernels in tdm_kernel_ctx.cpu_simd. No kernel asks the CPU itself: a level below the
+ * machine's (an ISA cap, a test) changes every kernel at once.
+ *
+ *   tdm_cpu_simd s;
+ *   tdm_cpu_simd_init(&s, tdm_cpu_host_isa());   (the device, at creation)
+ *   const tdm_cpu_simd *sd = tdm_cpu_simd_of(ctx);   (a kernel)
+ *   sd->softmax_row(row, NULL, false, n);
+ *
+ * Every member is set (never NULL) and safe to call from any thread; the struct is read-only
+ * after init and lives as long as the device. */
+#ifndef TDM_CPU_SIMD_H
+#define TDM_CPU_SIMD_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backends/cpu/cpu_isa.h"
+#include "backends/kernel.h"
+
+struct tdm_uparams; /* k_unary.h */
+
+/* acc[0..32) = x[0..K) . panel (K rows of 32 floats, k_gemv.c's packed B). */
+typedef void (*tdm_simd_gemv_panel)(const float *restrict p, const float *restrict x, int64_t K,
+                                    float *restrict acc);
+/* row[0..n) = softmax(row + mask): mask NULL, n values (mvec) or one value (m[0]). n >= 1. */
+typedef void (*tdm_simd_softmax_row)(float *row, const float *m, bool mvec, int64_t n);
+/* y[i] = op(x[i]) for i < n (k_unary.h); x and y do not overlap. */
+typedef void (*tdm_simd_unary_f32)(const struct tdm_uparams *p, const float *restrict x,
+                                   float *restrict y, int64_t n);
+/* GEMM micro-kernel (cpu_gemm.c): C[m x n] = alpha * Apanel . Bpanel + beta * C (beta 0: C is
+ * not read), m <= mr, n <= nr; the panels hold kc steps of mr (A) and nr (B) floats. */
+typedef void (*tdm_simd_gemm_ukernel)(int64_t kc, const float *restrict pa,
+                                      const float *restrict pb, float *restrict c, int64_t ldc,
+                                      int m, int n, float alpha, float beta);
+
+/* X-macro of the dispatched kernels: name, in tdm_cpu_simd. One source for init, the names
+ * (`tandem devices`) and the test that forces each variant. */
+#define TDM_CPU_SIMD_KERNELS(X) X(gemv_panel) X(softmax_row) X(unary_f32) X(gemm)
+
+typedef struct tdm_cpu_simd {
+    tdm_cpu_isa level; /* asked for; each kernel's variant is the best at or below it */
+    tdm_simd_gemv_panel gemv_panel;
+    tdm_simd_softmax_row softmax_row;
+    tdm_simd_unary_f32 unary_f32;
+    tdm_simd_gemm_ukernel gemm;
+    int gemm_mr, gemm_nr; /* the micro-kernel's tile; GEMM_MC (144) is a multiple of mr */
+    /* the level of the variant each kernel got (tests, `tandem devices`) */
+#define TDM_SIMD_LEVEL_FIELD(k) tdm_cpu_isa k##_isa;
+    TDM_CPU_SIMD_KERNELS(TDM_SIMD_LEVEL_FIELD)
+#undef TDM_SIMD_LEVEL_FIELD
+} tdm_cpu_simd;
+
+/* Fills *s with the best variant of every kernel at or below `level` (portable C where no
+ * SIMD variant applies). Never fails. */
+void tdm_cpu_simd_init(tdm_cpu_simd *s, tdm_cpu_isa level);
+
+/* The level the devices that run CPU kernels are created with: the machine's (cpuid and the
+ * OS's XSAVE state). The one place where a cap applies. */
+tdm_cpu_isa tdm_cpu_host_isa(void);
+
+/* The variants for a kernel call: the running device's, or the portable ones when the
+ * kernel runs outside a CPU-kernel device (ctx NULL or without them). */
+const tdm_cpu_simd *tdm_cpu_simd_of(const tdm_kernel_ctx *ctx);
+/* The portable variants (read-only, static). */
+const tdm_cpu_simd *tdm_cpu_simd_portable(void);
+
+/* ---- the variants (for cpu_simd.c's tables and the test; kernels call through the struct) */
+void tdm_gemv_panel_portable(const float *restrict p, const float *restrict x, int64_t K,
+                             float *restrict acc);
+void tdm_softmax_row_portable(float *row, const float *m, bool mvec, int64_t n);
+void tdm_unary_f32_portable(const struct tdm_uparams *p, const float *restrict x,
+                            float *restrict y, int64_t n);
+void tdm_gemm_uk_portable(int64_t kc, const float *restrict pa, const float *restrict pb,
+                          float *restrict c, int64_t ldc, int m, int n, float alpha, float beta);
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+#define TDM_SIMD_X86 1
+void tdm_gemv_panel_avx2(const float *restrict p, const float *restrict x, int64_t K,
+                         float *restrict acc);
+void tdm_gemv_panel_avx512(const float *restrict p, const float *restrict x, int64_t K,
+                           float *restrict acc);
+void tdm_softmax_row_avx2(float *row, const float *m, bool mvec, int64_t n);
+void tdm_softmax_row_avx512(float *row, const float *m, bool mvec, int64_t n);
+void tdm_unary_f32_avx2(const struct tdm_uparams *p, const float *restrict x, float *restrict y,
+                        int64_t n);
+void tdm_unary_f32_avx512(const struct tdm_uparams *p, const float *restrict x,
+                          float *restrict y, int64_t n);
+void tdm_gemm_uk_avx2(int64_t kc, const float *restrict pa, const float *restrict pb,
+                      float *restrict c, int64_t ldc, int m, int n, float alpha, float beta);
+void tdm_gemm_uk_avx512(int64_t kc, const float *restrict pa, const float *restrict pb,
+                        float *restrict c, int64_t ldc, int m, int n, float alpha, float beta);
+/* The target attributes of the variants. */
+#define TDM_TARGET_AVX2 __attribute__((target("avx2,fma")))
+#define TDM_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")))
+#endif
+
+#endif

@@ -1,0 +1,311 @@
+/* The CPU kernels' SIMD variants (src/backends/cpu/cpu_simd.c): for every level this machine
+ * supports (portable, sse41, avx2, avx512_core, ...), each variant selected at that level is
+ * run on random data of awkward sizes (1, tails around 8, 16 and 32 lanes, odd sizes) and
+ * compared with the portable variant:
+ *   - bit for bit where both do the same IEEE operations in the same order (exact unary ops:
+ *     Abs, Neg, Relu, Clip, Floor, Ceil, Round, Sign, Sqrt, Reciprocal, ...);
+ *   - sums (GEMV panels, GEMM): |got - want| <= 2 K eps S per element, where S is the sum of
+ *     the products' magnitudes (each order's rounding error is at most K eps S);
+ *   - softmax and the unary ops built on exp and friends: |got - want| <= 4e-6 |want| + 1e-6
+ *     (polynomial exp ~2e-7 against libm's expf, FMA contractions a few ulp);
+ *   - non-finite inputs give non-finite results of the same kind.
+ * A deliberately broken variant (a tail left uncomputed) must fail every comparison, so the
+ * comparisons can fail. */
+#include <float.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/cpu_simd.h"
+#include "backends/cpu/k_unary.h"
+
+static const int64_t sizes[] = {1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 257, 1000};
+#define N_SIZES (sizeof sizes / sizeof sizes[0])
+
+static uint64_t rng = 88172645463325252ull;
+static float frand(float lo, float hi) { /* xorshift64 */
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return lo + (hi - lo) * (float)((rng >> 40) & 0xffffff) / (float)0x1000000;
+}
+
+static void *xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    assert_non_null(p);
+    return p;
+}
+
+/* ---- GEMV panels ---- */
+
+/* Mismatches of panel fn against the portable one over K in sizes. */
+static int check_gemv(tdm_simd_gemv_panel fn, const char *what) {
+    int bad = 0;
+    for (size_t si = 0; si < N_SIZES; si++) {
+        int64_t K = sizes[si];
+        float *p = xmalloc((size_t)K * 32 * sizeof *p), *x = xmalloc((size_t)K * sizeof *x);
+        for (int64_t i = 0; i < K * 32; i++) p[i] = frand(-1, 1);
+        for (int64_t i = 0; i < K; i++) x[i] = frand(-1, 1);
+        float want[32], got[32];
+        tdm_gemv_panel_portable(p, x, K, want);
+        fn(p, x, K, got);
+        for (int j = 0; j < 32; j++) {
+            double S = 0;
+            for (int64_t k = 0; k < K; k++) S += fabs((double)x[k] * p[k * 32 + j]);
+            if (!(fabs((double)got[j] - want[j]) <= 2.0 * (double)K * FLT_EPSILON * S)) {
+                if (!bad)
+                    fprintf(stderr, "%s: K %lld column %d: %.9g, portable %.9g\n", what,
+                            (long long)K, j, got[j], want[j]);
+                bad++;
+            }
+        }
+        free(p);
+        free(x);
+    }
+    return bad;
+}
+
+/* ---- softmax rows ---- */
+
+static bool close_rel(float got, float want, double rtol, double atol) {
+    if (isnan(want) || isnan(got)) return isnan(want) && isnan(got);
+    if (isinf(want) || isinf(got)) return got == want;
+    return fabs((double)got - want) <= rtol * fabs((double)want) + atol;
+}
+
+static int check_softmax(tdm_simd_softmax_row fn, const char *what) {
+    int bad = 0;
+    for (size_t si = 0; si < N_SIZES; si++) {
+        int64_t n = sizes[si];
+        float *row = xmalloc((size_t)n * sizeof *row), *ref = xmalloc((size_t)n * sizeof *ref);
+        float *m = xmalloc((size_t)n * sizeof *m);
+        for (int mode = 0; mode < 5; mode++) { /* no mask, vector, scalar; -inf rows; +inf */
+            for (int64_t t = 0; t < n; t++) {
+                row[t] = frand(-10, 10);
+                m[t] = frand(-5, 5);
+            }
+            if (mode == 3)
+                for (int64_t t = 0; t < n; t++) row[t] = -INFINITY;
+            if (mode == 4) row[n / 2] = INFINITY;
+            const float *mk = mode == 1 || mode == 2 ? m : NULL;
+            memcpy(ref, row, (size_t)n * sizeof *row);
+            tdm_softmax_row_portable(ref, mk, mode == 1, n);
+            fn(row, mk, mode == 1, n);
+            for (int64_t t = 0; t < n; t++)
+                if (!close_rel(row[t], ref[t], 4e-6, 1e-6)) {
+                    if (!bad)
+                        fprintf(stderr, "%s: n %lld mode %d [%lld]: %.9g, portable %.9g\n", what,
+                                (long long)n, mode, (long long)t, row[t], ref[t]);
+                    bad++;
+                }
+        }
+        free(row);
+        free(ref);
+        free(m);
+    }
+    return bad;
+}
+
+/* ---- unary float32 ops ---- */
+
+static bool exact_op(tdm_uop op) {
+    switch (op) {
+    case TDM_U_ABS: case TDM_U_NEG: case TDM_U_RECIPROCAL: case TDM_U_SQRT: case TDM_U_CEIL:
+    case TDM_U_FLOOR: case TDM_U_ROUND: case TDM_U_SIGN: case TDM_U_RELU: case TDM_U_LEAKY_RELU:
+    case TDM_U_THRESHOLDED_RELU: case TDM_U_SHRINK: case TDM_U_CLIP: case TDM_U_SOFTSIGN:
+        return true;
+    default: return false;
+    }
+}
+
+static int check_unary(tdm_simd_unary_f32 fn, const char *what) {
+    int bad = 0;
+    for (int op = 0; op <= TDM_U_CLIP; op++) {
+        tdm_uparams p = {.op = (tdm_uop)op, .alpha = 0.7f, .beta = 0.3f, .gamma = 1.05f,
+                         .lambd = 0.5f, .bias = 0.25f, .lo = -2.0f, .hi = 3.0f};
+        if (op == TDM_U_HARD_SIGMOID) p.alpha = 0.2f, p.beta = 0.5f;
+        for (size_t si = 0; si < N_SIZES; si++) {
+            int64_t n = sizes[si];
+            float *x = xmalloc((size_t)n * sizeof *x), *y = xmalloc((size_t)n * sizeof *y);
+            float *ref = xmalloc((size_t)n * sizeof *ref);
+            bool positive = op == TDM_U_LOG || op == TDM_U_SQRT || op == TDM_U_ACOSH;
+            bool unit = op == TDM_U_ASIN || op == TDM_U_ACOS || op == TDM_U_ATANH;
+            for (int64_t i = 0; i < n; i++)
+                x[i] = unit ? frand(-0.99f, 0.99f) : positive ? frand(1.0f, 30.0f) : frand(-12, 12);
+            static const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 100.0f, -100.0f};
+            if (n >= 16)
+                for (size_t i = 0; i < sizeof special / sizeof *special; i++) x[2 * i + 1] = special[i];
+            tdm_unary_f32_portable(&p, x, ref, n);
+            fn(&p, x, y, n);
+            for (int64_t i = 0; i < n; i++) {
+                bool ok = exact_op((tdm_uop)op)
+                              ? (isnan(ref[i]) ? isnan(y[i]) : memcmp(&y[i], &ref[i], sizeof y[i]) == 0)
+                              : close_rel(y[i], ref[i], 4e-6, 1e-6);
+                if (!ok) {
+                    if (!bad)
+                        fprintf(stderr, "%s: op %d n %lld x[%lld] = %.9g: %.9g, portable %.9g\n", what,
+                                op, (long long)n, (long long)i, x[i], y[i], ref[i]);
+                    bad++;
+                }
+            }
+            free(x);
+            free(y);
+            free(ref);
+        }
+    }
+    return bad;
+}
+
+/* ---- GEMM (tdm_sgemm with the level's micro-kernel, against the portable one) ---- */
+
+static int check_gemm(const tdm_cpu_simd *s, const char *what) {
+    static const int64_t shapes[][3] = {
+        {13, 33, 65}, {12, 32, 64}, {25, 65, 17}, {7, 100, 300}, {50, 17, 257},
+        {128, 128, 1}, {37, 47, 31}, {6, 16, 400}, {145, 63, 15}, {24, 96, 129},
+    };
+    int bad = 0;
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+        for (int v = 0; v < 4; v++) { /* transposes and beta */
+            int64_t M = shapes[si][0], N = shapes[si][1], K = shapes[si][2];
+            bool ta = v & 1, tb = v & 2;
+            float beta = v == 1 ? 0.5f : v == 3 ? 1.0f : 0.0f;
+            float *A = xmalloc((size_t)(M * K) * sizeof *A), *B = xmalloc((size_t)(K * N) * sizeof *B);
+            float *C = xmalloc((size_t)(M * N) * sizeof *C), *R = xmalloc((size_t)(M * N) * sizeof *R);
+            for (int64_t i = 0; i < M * K; i++) A[i] = frand(-1, 1);
+            for (int64_t i = 0; i < K * N; i++) B[i] = frand(-1, 1);
+            for (int64_t i = 0; i < M * N; i++) C[i] = R[i] = frand(-1, 1);
+            int64_t lda = ta ? M : K, ldb = tb ? K : N;
+            tdm_sgemm(tdm_cpu_simd_portable(), NULL, ta, tb, M, N, K, 1.5f, A, lda, B, ldb, beta, R, N);
+            tdm_sgemm(s, NULL, ta, tb, M, N, K, 1.5f, A, lda, B, ldb, beta, C, N);
+            for (int64_t i = 0; i < M; i++)
+                for (int64_t j = 0; j < N; j++) {
+                    double S = 0;
+                    for (int64_t k = 0; k < K; k++)
+                        S += fabs((double)(ta ? A[k * M + i] : A[i * K + k]) *
+                                  (tb ? B[j * K + k] : B[k * N + j]));
+                    S = 1.5 * S + fabs((double)beta * R[i * N + j]);
+                    double d = fabs((double)C[i * N + j] - R[i * N + j]);
+                    if (!(d <= 2.0 * (double)(K + 2) * FLT_EPSILON * S)) {
+                        if (!bad)
+                            fprintf(stderr, "%s: %lldx%lldx%lld v%d C[%lld,%lld]: %.9g, portable %.9g\n",
+                                    what, (long long)M, (long long)N, (long long)K, v, (long long)i,
+                                    (long long)j, C[i * N + j], R[i * N + j]);
+                        bad++;
+                    }
+                }
+            free(A);
+            free(B);
+            free(C);
+            free(R);
+        }
+    }
+    return bad;
+}
+
+/* ---- every level the machine supports ---- */
+
+static void test_levels_pick_variants_at_or_below(void **state) {
+    (void)state;
+    tdm_cpu_isa have = tdm_cpu_isa_detect();
+    for (int l = 0; l < TDM_ISA_COUNT; l++) {
+        tdm_cpu_simd s;
+        tdm_cpu_simd_init(&s, (tdm_cpu_isa)l);
+        assert_int_equal(s.level, l);
+#define CHECK_LEVEL(k) assert_true(s.k##_isa <= (tdm_cpu_isa)l);
+        TDM_CPU_SIMD_KERNELS(CHECK_LEVEL)
+#undef CHECK_LEVEL
+        assert_int_equal(144 % s.gemm_mr, 0);
+        assert_int_equal(s.gemm_nr % 4, 0);
+#ifdef TDM_SIMD_X86
+        /* on x86 the SIMD variants exist: each level gets the best one */
+        tdm_cpu_isa want = l >= TDM_ISA_AVX512_CORE ? TDM_ISA_AVX512_CORE
+                           : l >= TDM_ISA_AVX2      ? TDM_ISA_AVX2
+                                                    : TDM_ISA_PORTABLE;
+        assert_int_equal(s.gemv_panel_isa, want);
+        assert_int_equal(s.softmax_row_isa, want);
+        assert_int_equal(s.unary_f32_isa, want);
+        assert_int_equal(s.gemm_isa, want);
+#endif
+    }
+    tdm_cpu_simd host;
+    tdm_cpu_simd_init(&host, tdm_cpu_host_isa());
+    assert_true(host.level <= have);
+    assert_ptr_equal(tdm_cpu_simd_of(NULL), tdm_cpu_simd_portable());
+    tdm_kernel_ctx ctx = {.cpu_simd = &host};
+    assert_ptr_equal(tdm_cpu_simd_of(&ctx), &host);
+}
+
+static void test_each_level_agrees_with_portable(void **state) {
+    (void)state;
+    tdm_cpu_isa have = tdm_cpu_isa_detect();
+    for (int l = 0; l <= (int)have; l++) {
+        tdm_cpu_simd s;
+        tdm_cpu_simd_init(&s, (tdm_cpu_isa)l);
+        char what[64];
+        snprintf(what, sizeof what, "%s gemv_panel", tdm_cpu_isa_name((tdm_cpu_isa)l));
+        assert_int_equal(check_gemv(s.gemv_panel, what), 0);
+        snprintf(what, sizeof what, "%s softmax_row", tdm_cpu_isa_name((tdm_cpu_isa)l));
+        assert_int_equal(check_softmax(s.softmax_row, what), 0);
+        snprintf(what, sizeof what, "%s unary_f32", tdm_cpu_isa_name((tdm_cpu_isa)l));
+        assert_int_equal(check_unary(s.unary_f32, what), 0);
+        snprintf(what, sizeof what, "%s gemm", tdm_cpu_isa_name((tdm_cpu_isa)l));
+        assert_int_equal(check_gemm(&s, what), 0);
+    }
+}
+
+/* ---- broken variants: the machine's best, with a tail bug ---- */
+
+static tdm_cpu_simd best;
+
+static void broken_gemv(const float *restrict p, const float *restrict x, int64_t K,
+                        float *restrict acc) {
+    best.gemv_panel(p, x, K - 1, acc); /* the last k row is left out */
+    if (K == 1)
+        for (int j = 0; j < 32; j++) acc[j] = 0.0f;
+}
+
+static void broken_softmax(float *row, const float *m, bool mvec, int64_t n) {
+    float last = row[n - 1] + (m ? m[mvec ? n - 1 : 0] : 0.0f);
+    best.softmax_row(row, m, mvec, n);
+    if (n % 16) row[n - 1] = last; /* a tail element not normalised */
+}
+
+static void broken_unary(const struct tdm_uparams *p, const float *restrict x, float *restrict y,
+                         int64_t n) {
+    best.unary_f32(p, x, y, n);
+    if (n % 16) y[n - 1] = x[n - 1] + 1.0f; /* a tail element not computed */
+}
+
+static void broken_gemm_uk(int64_t kc, const float *restrict pa, const float *restrict pb,
+                           float *restrict c, int64_t ldc, int m, int n, float alpha, float beta) {
+    best.gemm(kc, pa, pb, c, ldc, m, n > 1 ? n - 1 : n, alpha, beta); /* the last column dropped */
+}
+
+static void test_broken_variants_fail(void **state) {
+    (void)state;
+    tdm_cpu_simd_init(&best, tdm_cpu_isa_detect());
+    fprintf(stderr, "(broken variants on purpose: the mismatch lines below are expected)\n");
+    assert_true(check_gemv(broken_gemv, "broken gemv_panel") > 0);
+    assert_true(check_softmax(broken_softmax, "broken softmax_row") > 0);
+    assert_true(check_unary(broken_unary, "broken unary_f32") > 0);
+    tdm_cpu_simd bad = best;
+    bad.gemm = broken_gemm_uk;
+    assert_true(check_gemm(&bad, "broken gemm") > 0);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_levels_pick_variants_at_or_below),
+        cmocka_unit_test(test_each_level_agrees_with_portable),
+        cmocka_unit_test(test_broken_variants_fail),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
