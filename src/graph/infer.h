@@ -21,7 +21,8 @@ typedef tdm_status *(*tdm_fold_fn)(void *user, const tdm_node *n, const tdm_tens
 
 /* Constant folding: nodes whose inputs are all constants are evaluated through `eval` and
  * replaced by constant values (Shape of a statically known shape folds too, so the
- * Shape->Gather->Concat chains exporters emit collapse). Returns the number of folded nodes. */
+ * Shape->Gather->Concat chains exporters emit collapse). Control-flow bodies fold too (their
+ * folded nodes leave the body; no Shape folding there). Returns the number of folded nodes. */
 tdm_status *tdm_graph_fold_constants(tdm_graph *g, tdm_fold_fn eval, void *user, int *folded);
 
 /* Removes nodes whose outputs nobody uses (graph outputs count as used). */

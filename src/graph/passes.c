@@ -29,7 +29,42 @@ static tdm_status *fold_shape(const tdm_graph *g, const tdm_node *n, tdm_tensor 
     return NULL;
 }
 
+static tdm_status *fold_graph(tdm_graph *g, tdm_fold_fn eval, void *user, bool body,
+                              int *folded);
+
+/* A control-flow node's body: its Constant nodes and the nodes that read only the body's
+ * constants fold like the main graph's (to a fixed point), and leave the body, so that a
+ * run of the body does not rebuild its constants every time (silero VAD's If bodies hold
+ * their weights in 107 Constant nodes). Shape nodes do not fold from the shapes a body
+ * declares: nothing inferred them. */
+static tdm_status *fold_body(tdm_graph *b, tdm_fold_fn eval, void *user, int *count) {
+    for (int round = 0; round < 8; round++) {
+        int folded = 0, removed = 0;
+        TDM_TRY(fold_graph(b, eval, user, true, &folded));
+        if (folded == 0) break;
+        TDM_TRY(tdm_graph_remove_dead(b, &removed));
+        TDM_TRY(tdm_graph_compact(b));
+        *count += folded;
+    }
+    return NULL;
+}
+
+static tdm_status *fold_bodies(tdm_node *n, tdm_fold_fn eval, void *user, int *count) {
+    for (int k = 0; k < n->n_attrs; k++) {
+        tdm_attr *at = &n->attrs[k];
+        if (at->type == TDM_ATTR_GRAPH) TDM_TRY(fold_body(at->g, eval, user, count));
+        if (at->type == TDM_ATTR_GRAPHS)
+            for (size_t j = 0; j < at->n; j++) TDM_TRY(fold_body(at->graphs[j], eval, user, count));
+    }
+    return NULL;
+}
+
 tdm_status *tdm_graph_fold_constants(tdm_graph *g, tdm_fold_fn eval, void *user, int *folded) {
+    return fold_graph(g, eval, user, false, folded);
+}
+
+static tdm_status *fold_graph(tdm_graph *g, tdm_fold_fn eval, void *user, bool body,
+                              int *folded) {
     int count = 0;
     for (size_t i = 0; i < g->n_nodes; i++) {
         tdm_node *n = &g->nodes[i];
@@ -38,11 +73,15 @@ tdm_status *tdm_graph_fold_constants(tdm_graph *g, tdm_fold_fn eval, void *user,
         for (int k = 0; k < n->n_attrs; k++)
             if (n->attrs[k].type == TDM_ATTR_GRAPH || n->attrs[k].type == TDM_ATTR_GRAPHS)
                 has_graph_attr = true;
-        if (has_graph_attr) continue;
+        if (has_graph_attr) {
+            TDM_TRY(fold_bodies(n, eval, user, &count));
+            continue;
+        }
         tdm_tensor *outs[16] = {0};
         tdm_status *st;
         if (strcmp(n->op_type, "Shape") == 0 && !n->domain[0] && n->n_inputs == 1 &&
             n->inputs[0] >= 0) {
+            if (body) continue;
             st = fold_shape(g, n, &outs[0]);
         } else {
             bool all_const = true;
