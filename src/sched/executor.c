@@ -172,7 +172,7 @@ tdm_status *tdm_exec_run_node(tdm_device *dev, const tdm_kernel_def *k, void *st
         n < f->g->nodes + f->g->n_nodes && f->plan->nodes[n - f->g->nodes].kernel == k &&
         !(n->schema->flags & TDM_OP_DATA_DEPENDENT))
         pn = &f->plan->nodes[n - f->g->nodes];
-    unsigned kflags = pn ? pn->kflags : 0;
+    unsigned kflags = pn ? pn->kflags : f && f->body ? tdm_exec_body_kflags(f->body, n, k) : 0;
     if (!(n->schema->flags & TDM_OP_DATA_DEPENDENT)) {
         for (int i = 0; i < n->n_outputs; i++) {
             if (n->outputs[i] < 0 && !out[i].present) continue;
@@ -359,6 +359,8 @@ static tdm_status *exec_frame(frame *f) {
                 goto done;
             }
         }
+        if (f->body) /* a control-flow body: its kernels looked up and prepared once */
+            tdm_exec_body_kernel(f->body, i, (const tdm_tensor *const *)ins, f->a, &k, &state);
         tdm_trace *tr = f->plan ? f->plan->trace : NULL;
         int64_t t0 = f->times || tr ? tdm_now_ns() : 0;
         if (mon) tdm_monitor_node_begin(mon, dev->index);
@@ -466,6 +468,12 @@ static const tdm_tensor *lookup_outer(const frame *f, const char *name) {
     return NULL;
 }
 
+/* The plan a frame runs under (subgraph frames: their outermost frame's). */
+static tdm_plan *root_plan(const frame *f) {
+    while (f->parent) f = f->parent;
+    return (tdm_plan *)f->plan; /* its body caches are guarded by mem_mu */
+}
+
 static tdm_status *run_subgraph(tdm_kernel_ctx *ctx, const tdm_graph *body, int n_in,
                                 const tdm_tensor *const *in, int n_out, tdm_tensor **out) {
     const frame *parent = ctx->exec;
@@ -480,40 +488,98 @@ static tdm_status *run_subgraph(tdm_kernel_ctx *ctx, const tdm_graph *body, int 
                        ctx->node->op_type, ctx->node->name, body->n_outputs, n_out);
     frame f = {.g = body, .parent = parent, .dev = ctx->device, .a = ctx->alloc, .pool = ctx->pool,
                .ctl = parent->ctl, .loop = parent->loop};
+    /* the body's cache (executor_body.c): kernels, states, memory plan kept between runs */
+    tdm_plan *root = root_plan(parent);
+    tdm_body *bc = root && ctx->device ? tdm_exec_body_acquire(root, body, ctx->device) : NULL;
     size_t nv = body->n_values ? body->n_values : 1;
-    f.vals = tdm_calloc(f.a, nv, sizeof *f.vals);
-    f.owned = tdm_calloc(f.a, nv, sizeof *f.owned);
-    int *rel = tdm_calloc(f.a, nv, sizeof *rel);
+    int *rel = NULL;
+    uint64_t key = 0;
     tdm_status *st = NULL;
-    if (!f.vals || !f.owned || !rel) {
-        st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory running a subgraph");
-        goto done;
-    }
-    f.release_after = rel;
-    for (size_t v = 0; v < body->n_values; v++) {
-        rel[v] = -1;
-        const tdm_value *val = &body->values[v];
-        if (val->data) f.vals[v] = val->data;
-        if (val->is_outer && !(f.vals[v] = lookup_outer(parent, val->name))) {
-            st = TDM_ERR(TDM_ERR_INTERNAL, "%s node '%s': outer value '%s' is not available",
-                         ctx->node->op_type, ctx->node->name, val->name);
+    f.body = bc;
+    if (bc) {
+        f.release_after = tdm_exec_body_release_after(bc);
+        /* the memory plan is keyed by the shapes of the inputs and outer values: look them
+         * up first (into the plan's scratch when it turns out to fit) */
+        const tdm_tensor *stack_vals[64];
+        const tdm_tensor **probe = nv <= 64 ? stack_vals : tdm_calloc(f.a, nv, sizeof *probe);
+        if (!probe) {
+            st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory running a subgraph");
             goto done;
         }
+        memset(probe, 0, nv * sizeof *probe);
+        for (size_t v = 0; v < body->n_values; v++)
+            if (body->values[v].is_outer) probe[v] = lookup_outer(parent, body->values[v].name);
+        for (int i = 0; i < n_in; i++) probe[body->inputs[i]] = in[i];
+        f.vals = probe;
+        key = tdm_exec_body_key(&f);
+        f.vals = NULL;
+        f.mp = tdm_exec_body_memplan(bc, key);
+        if (f.mp) {
+            f.scratch = true;
+            f.vals = f.mp->vals;
+            f.owned = f.mp->owned;
+            memcpy(f.vals, probe, nv * sizeof *f.vals);
+            memset(f.owned, 0, nv * sizeof *f.owned);
+        } else {
+            f.record = tdm_calloc(f.a, nv, sizeof *f.record);
+            f.vals = tdm_calloc(f.a, nv, sizeof *f.vals);
+            f.owned = tdm_calloc(f.a, nv, sizeof *f.owned);
+            if (f.vals) memcpy(f.vals, probe, nv * sizeof *f.vals);
+        }
+        if (probe != stack_vals) tdm_free(f.a, probe);
+        if (!f.vals || !f.owned) {
+            st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory running a subgraph");
+            goto done;
+        }
+        for (size_t v = 0; v < body->n_values; v++) {
+            const tdm_value *val = &body->values[v];
+            if (val->data && !f.vals[v]) f.vals[v] = val->data;
+            if (val->is_outer && !f.vals[v]) {
+                st = TDM_ERR(TDM_ERR_INTERNAL, "%s node '%s': outer value '%s' is not available",
+                             ctx->node->op_type, ctx->node->name, val->name);
+                goto done;
+            }
+        }
+    } else {
+        f.vals = tdm_calloc(f.a, nv, sizeof *f.vals);
+        f.owned = tdm_calloc(f.a, nv, sizeof *f.owned);
+        rel = tdm_calloc(f.a, nv, sizeof *rel);
+        if (!f.vals || !f.owned || !rel) {
+            st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory running a subgraph");
+            goto done;
+        }
+        f.release_after = rel;
+        for (size_t v = 0; v < body->n_values; v++) {
+            rel[v] = -1;
+            const tdm_value *val = &body->values[v];
+            if (val->data) f.vals[v] = val->data;
+            if (val->is_outer && !(f.vals[v] = lookup_outer(parent, val->name))) {
+                st = TDM_ERR(TDM_ERR_INTERNAL, "%s node '%s': outer value '%s' is not available",
+                             ctx->node->op_type, ctx->node->name, val->name);
+                goto done;
+            }
+        }
+        for (int i = 0; i < n_in; i++) f.vals[body->inputs[i]] = in[i];
+        for (size_t i = 0; i < body->n_nodes; i++) {
+            const tdm_node *n = &body->nodes[i];
+            for (int k = 0; k < n->n_inputs; k++)
+                if (n->inputs[k] >= 0) rel[n->inputs[k]] = (int)i;
+            for (int k = 0; k < n->n_implicit; k++) rel[n->implicit[k]] = (int)i;
+            for (int k = 0; k < n->n_outputs; k++)
+                if (n->outputs[k] >= 0 && rel[n->outputs[k]] < (int)i) rel[n->outputs[k]] = (int)i;
+        }
+        for (size_t o = 0; o < body->n_outputs; o++) rel[body->outputs[o]] = -1;
     }
-    for (int i = 0; i < n_in; i++) f.vals[body->inputs[i]] = in[i];
-    for (size_t i = 0; i < body->n_nodes; i++) {
-        const tdm_node *n = &body->nodes[i];
-        for (int k = 0; k < n->n_inputs; k++)
-            if (n->inputs[k] >= 0) rel[n->inputs[k]] = (int)i;
-        for (int k = 0; k < n->n_implicit; k++) rel[n->implicit[k]] = (int)i;
-        for (int k = 0; k < n->n_outputs; k++)
-            if (n->outputs[k] >= 0 && rel[n->outputs[k]] < (int)i) rel[n->outputs[k]] = (int)i;
-    }
-    for (size_t o = 0; o < body->n_outputs; o++) rel[body->outputs[o]] = -1;
     if ((st = exec_frame(&f))) goto done;
     st = take_outputs(&f, body->outputs, (size_t)n_out, out);
 done:
-    frame_clear(&f);
+    if (f.vals) frame_clear(&f);
+    else tdm_free(f.a, f.owned);
+    if (bc) {
+        if (!st && f.record) tdm_exec_body_record(bc, f.a, f.record, key);
+        tdm_exec_body_release(root, bc);
+    }
+    tdm_free(f.a, f.record);
     tdm_free(ctx->alloc, rel);
     return st ? tdm_status_wrap(st, "in the body of %s node '%s': ", ctx->node->op_type,
                                 ctx->node->name)

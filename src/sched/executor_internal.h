@@ -8,6 +8,8 @@
  *   executor_multi.c  plans over several devices: one host thread per device.
  *   executor_mem.c    memory plans per input-shape signature (arena, run scratch, cached
  *                     inferred shapes) and the plan's memory figures.
+ *   executor_body.c   control-flow bodies planned once: kernels, prepared states, a memory
+ *                     plan with cached shapes, kept per (plan, body, device).
  *
  * Between two nodes both run loops call tdm_exec_between_nodes(): the one place where a run
  * may stop early (e.g. a per-run cancel flag) before the next node starts. */
@@ -27,6 +29,7 @@
 #define MAX_IO 4096
 
 typedef struct frame frame;
+typedef struct tdm_body tdm_body;
 struct frame {
     const tdm_graph *g;
     const tdm_tensor **vals; /* per value: the tensor, borrowed or owned */
@@ -48,6 +51,7 @@ struct frame {
                                  their parent's), or NULL */
     const tdm_loop_bounds *loop; /* the plan's Loop / Scan bounds (subgraphs: the parent's) */
     bool scratch;             /* vals/owned belong to mp (not freed with the frame) */
+    tdm_body *body;           /* subgraphs: what the body keeps between runs, or NULL */
 };
 
 /* ---- executor.c ---- */
@@ -84,6 +88,30 @@ bool tdm_exec_shape_cache_get(const struct tdm_shape_cache *sc, size_t i, const 
 /* Stores what infer gave for node i with these inputs. */
 void tdm_exec_shape_cache_put(struct tdm_shape_cache *sc, size_t i, const tdm_node *n,
                               const tdm_tensor *const *ins, const tdm_value_info *out);
+
+/* The run scratch of a new memory plan for graph g (tdm_memplan: vals .. shapes); false
+ * when out of memory. */
+bool tdm_exec_memplan_scratch(const tdm_allocator *a, const tdm_graph *g, tdm_memplan *mp);
+
+/* ---- executor_body.c ---- */
+/* The plan's cache of `body` run on `dev` (made on first use), held by the caller until
+ * release; NULL when another run holds it or memory is short (the body runs uncached). */
+tdm_body *tdm_exec_body_acquire(tdm_plan *p, const tdm_graph *body, tdm_device *dev);
+void tdm_exec_body_release(tdm_plan *p, tdm_body *b);
+/* The body's last-reader table (the frame's release_after). */
+const int *tdm_exec_body_release_after(const tdm_body *b);
+/* Node i's kernel and prepared state, looked up and prepared on the node's first run (NULL:
+ * tdm_exec_run_node finds one per run). */
+void tdm_exec_body_kernel(tdm_body *b, size_t i, const tdm_tensor *const *ins,
+                          const tdm_allocator *a, const tdm_kernel_def **k, void **state);
+/* TDM_KF_WRITES_ALL when k is the kernel the body keeps for node n, else 0. */
+unsigned tdm_exec_body_kflags(const tdm_body *b, const tdm_node *n, const tdm_kernel_def *k);
+/* Key of a body run's memory plan: its inputs' and outer values' dtypes and shapes. */
+uint64_t tdm_exec_body_key(const frame *f);
+/* The body's memory plan for key, or NULL (the run then records sizes). */
+tdm_memplan *tdm_exec_body_memplan(tdm_body *b, uint64_t key);
+/* Builds the body's memory plan from the sizes a successful run recorded. */
+void tdm_exec_body_record(tdm_body *b, const tdm_allocator *a, size_t *record, uint64_t key);
 
 /* ---- executor_copy.c ---- */
 int tdm_exec_device_index(const frame *f, const tdm_device *dev);

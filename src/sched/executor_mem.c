@@ -55,7 +55,7 @@ static struct tdm_shape_cache *tdm_exec_shape_cache_new(const tdm_allocator *a, 
 /* The cache of node n when the run has one and n's shapes depend only on input shapes. */
 struct tdm_shape_cache *tdm_exec_shape_cache_of(const frame *f, const tdm_node *n,
                                               const tdm_tensor *const *ins, size_t *node) {
-    if (!f || !f->plan || !f->mp || !f->mp->shapes || !n->schema->infer ||
+    if (!f || !(f->plan || f->body) || !f->mp || !f->mp->shapes || !n->schema->infer ||
         (n->schema->flags & TDM_OP_DATA_DEPENDENT) || n < f->g->nodes ||
         n >= f->g->nodes + f->g->n_nodes)
         return NULL;
@@ -148,9 +148,7 @@ void tdm_exec_acquire_memplan(tdm_plan *p, uint64_t key, frame *f, size_t nv) {
     f->record = tdm_calloc(f->a, nv, sizeof *f->record);
 }
 
-/* The run scratch of a new memory plan (tdm_memplan: vals .. shapes); false when out of
- * memory. */
-static bool memplan_scratch(const tdm_allocator *a, const tdm_graph *g, tdm_memplan *mp) {
+bool tdm_exec_memplan_scratch(const tdm_allocator *a, const tdm_graph *g, tdm_memplan *mp) {
     size_t nv = g->n_values ? g->n_values : 1, max_io = 1;
     for (size_t i = 0; i < g->n_nodes; i++) {
         if ((size_t)g->nodes[i].n_inputs > max_io) max_io = (size_t)g->nodes[i].n_inputs;
@@ -203,7 +201,7 @@ void tdm_exec_release_memplan(tdm_plan *p, frame *f, uint64_t key, bool ok) {
         tdm_free(f->a, last);
         tdm_free(f->a, alias);
     }
-    if (mp && !memplan_scratch(f->a, g, mp)) {
+    if (mp && !tdm_exec_memplan_scratch(f->a, g, mp)) {
         tdm_memplan_free(f->a, mp); /* without it the heap keeps working */
         mp = NULL;
     }

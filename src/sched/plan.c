@@ -467,6 +467,7 @@ void tdm_plan_free(tdm_plan *p) {
     tdm_graph_free(p->graph);
     for (int i = 0; i < TDM_PLAN_MEM_SLOTS; i++) tdm_memplan_free(p->alloc, p->mem[i]);
     tdm_xfer_pool_free(p->staging, p->alloc);
+    tdm_exec_bodies_free(p);
     pthread_mutex_destroy(&p->mem_mu);
     tdm_free(p->alloc, p);
 }

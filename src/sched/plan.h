@@ -63,6 +63,8 @@ typedef struct tdm_plan {
     const tdm_settings *settings; /* the environment's (borrowed; the built-in defaults when
                                      the options gave none) */
     tdm_loop_bounds loop;         /* bounds of Loop / Scan nodes in a run of this plan */
+    /* control-flow bodies planned once (sched/executor_body.c), a list under mem_mu */
+    struct tdm_body *bodies;
 } tdm_plan;
 
 /* Stored measurements (sched/measured.c): apply replaces predicted node times with what
@@ -91,6 +93,8 @@ tdm_status *tdm_plan_create(const tdm_allocator *a, tdm_graph *graph, tdm_device
                             int n_devices, tdm_threadpool *pool, const tdm_plan_options *opts,
                             tdm_plan **out);
 void tdm_plan_free(tdm_plan *p);
+/* Frees the caches of the plan's control-flow bodies (executor_body.c; tdm_plan_free). */
+void tdm_exec_bodies_free(tdm_plan *p);
 
 /* Runs the plan. inputs[i] is the tensor for graph input i (NULL = use its initializer).
  * outputs[j] receives a new tensor for graph output j. */

@@ -17,6 +17,7 @@
 
 #define DLRM_DIR TANDEM_SOURCE_DIR "/tests/models/dlrm_like"
 #define MLP_MODEL TANDEM_SOURCE_DIR "/tests/models/mlp_dynamic_batch/model.onnx"
+#define IF_DIR TANDEM_SOURCE_DIR "/tests/models/if_chain_body"
 
 #include "counting_alloc.h"
 
@@ -87,6 +88,27 @@ static void test_dlrm_no_alloc_after_first_run(void **state) {
     for (int i = 0; i < 4; i++) tdm_tensor_free(ins[i]);
     tdm_env_free(env);
     assert_int_equal(atomic_load(&c.live), 0);
+}
+
+/* An If whose branches are chains of small nodes with Constant weights (silero VAD's shape):
+ * its body is planned once (kernels, prepared states, shapes, an arena), so a run with seen
+ * shapes allocates only its output, whichever branch it takes. */
+static void test_if_no_alloc_after_first_run(void **state) {
+    (void)state;
+    for (int branch = 0; branch < 2; branch++) {
+        counter c = {0};
+        tdm_env *env = make_env(&c, 1);
+        assert_non_null(env);
+        const char *names[2] = {"c", "X"};
+        tdm_tensor *ins[2] = {0};
+        OK(tdm_tensor_load_onnx(env, IF_DIR "/test_data_set_0/input_1.pb", &ins[1]));
+        OK(tdm_tensor_create(env, TDM_BOOL, 0, NULL, &ins[0]));
+        *(unsigned char *)tdm_tensor_data(ins[0]) = (unsigned char)(branch == 0);
+        check_steady_runs(IF_DIR "/model.onnx", 2, names, ins, 1, 0, env, &c);
+        for (int i = 0; i < 2; i++) tdm_tensor_free(ins[i]);
+        tdm_env_free(env);
+        assert_int_equal(atomic_load(&c.live), 0);
+    }
 }
 
 static tdm_tensor *mlp_input(tdm_env *env, int64_t batch, float seed) {
@@ -207,6 +229,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dlrm_no_alloc_after_first_run),
         cmocka_unit_test(test_mlp_no_alloc_after_first_run),
+        cmocka_unit_test(test_if_no_alloc_after_first_run),
         cmocka_unit_test(test_shape_cache_follows_shapes),
         cmocka_unit_test(test_shape_cache_inner_shapes),
     };

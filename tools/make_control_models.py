@@ -1,0 +1,66 @@
+"""Writes tests/models/if_chain_body: an If whose branches are chains of small nodes with
+their weights in Constant nodes inside the bodies (as silero VAD exports them), with ONNX
+Runtime's outputs as the reference (node-test layout: model.onnx, test_data_set_0/).
+
+    .venv/bin/python tools/make_control_models.py
+"""
+import os
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+OUT = os.path.join(os.path.dirname(__file__), "..", "tests", "models", "if_chain_body")
+
+
+def const(name, arr):
+    return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(arr, name + "_v"))
+
+
+def branch(name, seed, act):
+    rng = np.random.default_rng(seed)
+    w1 = rng.standard_normal((16, 24)).astype(np.float32) * 0.3
+    b1 = rng.standard_normal((24,)).astype(np.float32) * 0.1
+    w2 = rng.standard_normal((24, 8)).astype(np.float32) * 0.3
+    s = np.array([0.5], np.float32)
+    nodes = [
+        const(name + "_w1", w1), const(name + "_b1", b1), const(name + "_w2", w2),
+        const(name + "_s", s),
+        helper.make_node("MatMul", ["X", name + "_w1"], [name + "_m1"]),
+        helper.make_node("Add", [name + "_m1", name + "_b1"], [name + "_a1"]),
+        helper.make_node(act, [name + "_a1"], [name + "_r1"]),
+        helper.make_node("MatMul", [name + "_r1", name + "_w2"], [name + "_m2"]),
+        helper.make_node("Mul", [name + "_m2", name + "_s"], [name + "_x2"]),
+        helper.make_node("Sigmoid", [name + "_x2"], [name + "_y"]),
+    ]
+    out = helper.make_tensor_value_info(name + "_y", TensorProto.FLOAT, [4, 8])
+    return helper.make_graph(nodes, name, [], [out])
+
+
+def main():
+    x = helper.make_tensor_value_info("X", TensorProto.FLOAT, [4, 16])
+    c = helper.make_tensor_value_info("c", TensorProto.BOOL, [])
+    y = helper.make_tensor_value_info("Y", TensorProto.FLOAT, [4, 8])
+    node = helper.make_node("If", ["c"], ["Y"], then_branch=branch("then", 1, "Relu"),
+                            else_branch=branch("else", 2, "Tanh"))
+    g = helper.make_graph([node], "if_chain_body", [c, x], [y])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    os.makedirs(os.path.join(OUT, "test_data_set_0"), exist_ok=True)
+    onnx.save(m, os.path.join(OUT, "model.onnx"))
+    rng = np.random.default_rng(7)
+    feeds = {"c": np.array(True), "X": rng.standard_normal((4, 16)).astype(np.float32)}
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    (want,) = sess.run(None, feeds)
+    for i, (k, v) in enumerate(feeds.items()):
+        t = numpy_helper.from_array(v, k)
+        with open(os.path.join(OUT, "test_data_set_0", f"input_{i}.pb"), "wb") as f:
+            f.write(t.SerializeToString())
+    with open(os.path.join(OUT, "test_data_set_0", "output_0.pb"), "wb") as f:
+        f.write(numpy_helper.from_array(want, "Y").SerializeToString())
+
+
+if __name__ == "__main__":
+    main()
