@@ -513,7 +513,8 @@ static tdm_status *run_subgraph(tdm_kernel_ctx *ctx, const tdm_graph *body, int 
         f.vals = probe;
         key = tdm_exec_body_key(&f);
         f.vals = NULL;
-        f.mp = tdm_exec_body_memplan(bc, key);
+        bool record = false;
+        f.mp = tdm_exec_body_memplan(bc, key, &record);
         if (f.mp) {
             f.scratch = true;
             f.vals = f.mp->vals;
@@ -521,7 +522,7 @@ static tdm_status *run_subgraph(tdm_kernel_ctx *ctx, const tdm_graph *body, int 
             memcpy(f.vals, probe, nv * sizeof *f.vals);
             memset(f.owned, 0, nv * sizeof *f.owned);
         } else {
-            f.record = tdm_calloc(f.a, nv, sizeof *f.record);
+            if (record) f.record = tdm_calloc(f.a, nv, sizeof *f.record);
             f.vals = tdm_calloc(f.a, nv, sizeof *f.vals);
             f.owned = tdm_calloc(f.a, nv, sizeof *f.owned);
             if (f.vals) memcpy(f.vals, probe, nv * sizeof *f.vals);

@@ -10,8 +10,9 @@
  *   - its last-reader table;
  *   - a memory plan for the shapes of its inputs and outer values (tdm_memplan: an arena for
  *     the intermediates, the run scratch and the shapes inferred per node), built from the
- *     sizes a run with new shapes recorded. Outputs of the body stay on the heap: they are
- *     handed to the control-flow node.
+ *     sizes recorded by the second run with the same shapes (a Loop whose carried values
+ *     grow never builds one). Outputs of the body stay on the heap: they are handed to the
+ *     control-flow node.
  * A run takes the body's cache for itself (busy); a second run of the same body at the same
  * time (another session thread) runs it the old way. The plan owns the caches. */
 #include <pthread.h>
@@ -32,6 +33,8 @@ struct tdm_body {
     unsigned *kflags;           /* per node: TDM_KF_WRITES_ALL of k */
     bool *tried;
     tdm_memplan *mp;            /* for the input / outer shapes of mp->key, or NULL */
+    uint64_t seen_key;          /* the last run's key without a memory plan */
+    bool seen;
 };
 
 static void body_free(const tdm_allocator *a, tdm_body *b) {
@@ -168,8 +171,15 @@ uint64_t tdm_exec_body_key(const frame *f) {
     return h;
 }
 
-tdm_memplan *tdm_exec_body_memplan(tdm_body *b, uint64_t key) {
-    return b->mp && b->mp->key == key ? b->mp : NULL;
+tdm_memplan *tdm_exec_body_memplan(tdm_body *b, uint64_t key, bool *record) {
+    if (b->mp && b->mp->key == key) {
+        *record = false;
+        return b->mp;
+    }
+    *record = b->seen && b->seen_key == key; /* shapes seen twice in a row: worth a plan */
+    b->seen = true;
+    b->seen_key = key;
+    return NULL;
 }
 
 void tdm_exec_body_record(tdm_body *b, const tdm_allocator *a, size_t *record, uint64_t key) {

@@ -108,8 +108,9 @@ void tdm_exec_body_kernel(tdm_body *b, size_t i, const tdm_tensor *const *ins,
 unsigned tdm_exec_body_kflags(const tdm_body *b, const tdm_node *n, const tdm_kernel_def *k);
 /* Key of a body run's memory plan: its inputs' and outer values' dtypes and shapes. */
 uint64_t tdm_exec_body_key(const frame *f);
-/* The body's memory plan for key, or NULL (the run then records sizes). */
-tdm_memplan *tdm_exec_body_memplan(tdm_body *b, uint64_t key);
+/* The body's memory plan for key, or NULL; then *record says whether the run should record
+ * its sizes for one (the second run in a row with these shapes). */
+tdm_memplan *tdm_exec_body_memplan(tdm_body *b, uint64_t key, bool *record);
 /* Builds the body's memory plan from the sizes a successful run recorded. */
 void tdm_exec_body_record(tdm_body *b, const tdm_allocator *a, size_t *record, uint64_t key);
 

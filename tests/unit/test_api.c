@@ -21,6 +21,8 @@
 #define MLP_DIR TANDEM_SOURCE_DIR "/tests/models/mlp_dynamic_batch"
 #define MLP_MODEL MLP_DIR "/model.onnx"
 #define MLP_DATA MLP_DIR "/test_data_set_0"
+#define IF_DATA TANDEM_SOURCE_DIR "/tests/models/if_chain_body/test_data_set_0"
+#define IF_MODEL TANDEM_SOURCE_DIR "/tests/models/if_chain_body/model.onnx"
 
 #include "counting_alloc.h"
 
@@ -675,6 +677,57 @@ static void test_concurrent_runs(void **state) {
     for (int i = 0; i < 4; i++) assert_true(ta[i].ok);
 }
 
+/* Several threads run an If model on one session: each run of the body takes the body's
+ * cache for itself or, while another run holds it, runs the body uncached (same results). */
+typedef struct if_arg {
+    tdm_session *s;
+    tdm_tensor *in[2];
+    const tdm_tensor *want;
+    int ok;
+} if_arg;
+
+static void *run_if_thread(void *p) {
+    if_arg *t = p;
+    const char *names[2] = {"c", "X"};
+    t->ok = 1;
+    for (int it = 0; it < 30 && t->ok; it++) {
+        tdm_tensor *out = NULL;
+        tdm_status *st = tdm_session_run(t->s, 2, names, (const tdm_tensor *const *)t->in, 1, NULL, &out);
+        if (st) {
+            tdm_status_free(st);
+            t->ok = 0;
+            break;
+        }
+        const float *g = tdm_tensor_data_const(out), *w = tdm_tensor_data_const(t->want);
+        for (int64_t i = 0; i < tdm_tensor_element_count(t->want); i++)
+            if (fabs(g[i] - w[i]) > 1e-4 + 1e-3 * fabs(w[i])) t->ok = 0;
+        tdm_tensor_free(out);
+    }
+    return NULL;
+}
+
+static void test_concurrent_if_runs(void **state) {
+    fixture *f = *state;
+    tdm_session *s = NULL;
+    OK(tdm_session_create(f->env, IF_MODEL, NULL, &s));
+    tdm_tensor *c = NULL, *x = NULL, *want = NULL;
+    OK(tdm_tensor_load_onnx(f->env, IF_DATA "/input_0.pb", &c));
+    OK(tdm_tensor_load_onnx(f->env, IF_DATA "/input_1.pb", &x));
+    OK(tdm_tensor_load_onnx(f->env, IF_DATA "/output_0.pb", &want));
+    pthread_t th[4];
+    if_arg ta[4];
+    for (int i = 0; i < 4; i++) {
+        ta[i] = (if_arg){s, {c, x}, want, 0};
+        assert_int_equal(pthread_create(&th[i], NULL, run_if_thread, &ta[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 4; i++) assert_true(ta[i].ok);
+    tdm_session_free(s);
+    tdm_tensor_free(c);
+    tdm_tensor_free(x);
+    tdm_tensor_free(want);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
 int main(void) {
@@ -695,6 +748,7 @@ int main(void) {
         T(test_run_async),
         T(test_free_waits_for_async),
         T(test_concurrent_runs),
+        T(test_concurrent_if_runs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
