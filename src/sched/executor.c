@@ -500,12 +500,7 @@ static tdm_status *run_subgraph(tdm_kernel_ctx *ctx, const tdm_graph *body, int 
         f.release_after = tdm_exec_body_release_after(bc);
         /* the memory plan is keyed by the shapes of the inputs and outer values: look them
          * up first (into the plan's scratch when it turns out to fit) */
-        const tdm_tensor *stack_vals[64];
-        const tdm_tensor **probe = nv <= 64 ? stack_vals : tdm_calloc(f.a, nv, sizeof *probe);
-        if (!probe) {
-            st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory running a subgraph");
-            goto done;
-        }
+        const tdm_tensor **probe = tdm_exec_body_probe(bc);
         memset(probe, 0, nv * sizeof *probe);
         for (size_t v = 0; v < body->n_values; v++)
             if (body->values[v].is_outer) probe[v] = lookup_outer(parent, body->values[v].name);
@@ -527,7 +522,6 @@ static tdm_status *run_subgraph(tdm_kernel_ctx *ctx, const tdm_graph *body, int 
             f.owned = tdm_calloc(f.a, nv, sizeof *f.owned);
             if (f.vals) memcpy(f.vals, probe, nv * sizeof *f.vals);
         }
-        if (probe != stack_vals) tdm_free(f.a, probe);
         if (!f.vals || !f.owned) {
             st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory running a subgraph");
             goto done;

@@ -32,6 +32,7 @@ struct tdm_body {
     void **state;               /* per node: prepared with the body's constants, or NULL */
     unsigned *kflags;           /* per node: TDM_KF_WRITES_ALL of k */
     bool *tried;
+    const tdm_tensor **probe;   /* per value: scratch for the run's inputs and outer values */
     tdm_memplan *mp;            /* for the input / outer shapes of mp->key, or NULL */
     uint64_t seen_key;          /* the last run's key without a memory plan */
     bool seen;
@@ -47,6 +48,7 @@ static void body_free(const tdm_allocator *a, tdm_body *b) {
     tdm_free(a, b->state);
     tdm_free(a, b->kflags);
     tdm_free(a, b->tried);
+    tdm_free(a, b->probe);
     tdm_memplan_free(a, b->mp);
     tdm_free(a, b);
 }
@@ -63,7 +65,8 @@ static tdm_body *body_new(const tdm_allocator *a, const tdm_graph *g, tdm_device
     b->state = tdm_calloc(a, nn, sizeof *b->state);
     b->kflags = tdm_calloc(a, nn, sizeof *b->kflags);
     b->tried = tdm_calloc(a, nn, sizeof *b->tried);
-    if (!b->rel || !b->first || !b->k || !b->state || !b->kflags || !b->tried) {
+    b->probe = tdm_calloc(a, nv, sizeof *b->probe);
+    if (!b->rel || !b->first || !b->k || !b->state || !b->kflags || !b->tried || !b->probe) {
         body_free(a, b);
         return NULL;
     }
@@ -112,6 +115,8 @@ void tdm_exec_bodies_free(tdm_plan *p) {
 }
 
 const int *tdm_exec_body_release_after(const tdm_body *b) { return b->rel; }
+
+const tdm_tensor **tdm_exec_body_probe(tdm_body *b) { return b->probe; }
 
 /* Looks up node i's kernel for the input types of this run and prepares its state with the
  * body's constants, once. A failure leaves the node to the per-run path of

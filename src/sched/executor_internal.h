@@ -100,6 +100,9 @@ tdm_body *tdm_exec_body_acquire(tdm_plan *p, const tdm_graph *body, tdm_device *
 void tdm_exec_body_release(tdm_plan *p, tdm_body *b);
 /* The body's last-reader table (the frame's release_after). */
 const int *tdm_exec_body_release_after(const tdm_body *b);
+/* Scratch of n_values pointers for the run holding the body (its inputs and outer values,
+ * looked up before the memory plan is chosen). */
+const tdm_tensor **tdm_exec_body_probe(tdm_body *b);
 /* Node i's kernel and prepared state, looked up and prepared on the node's first run (NULL:
  * tdm_exec_run_node finds one per run). */
 void tdm_exec_body_kernel(tdm_body *b, size_t i, const tdm_tensor *const *ins,
