@@ -1,6 +1,7 @@
 """Writes tests/models/if_chain_body: an If whose branches are chains of small nodes with
-their weights in Constant nodes inside the bodies (as silero VAD exports them), with ONNX
-Runtime's outputs as the reference (node-test layout: model.onnx, test_data_set_0/).
+their weights in Constant nodes inside the bodies (as silero VAD exports them; the then
+branch also slices its first weight out of a main-graph initializer), with ONNX Runtime's
+outputs as the reference (node-test layout: model.onnx, test_data_set_0/).
 
     .venv/bin/python tools/make_control_models.py
 """
@@ -18,14 +19,22 @@ def const(name, arr):
     return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(arr, name + "_v"))
 
 
-def branch(name, seed, act):
+def branch(name, seed, act, outer_w=None):
     rng = np.random.default_rng(seed)
     w1 = rng.standard_normal((16, 24)).astype(np.float32) * 0.3
     b1 = rng.standard_normal((24,)).astype(np.float32) * 0.1
     w2 = rng.standard_normal((24, 8)).astype(np.float32) * 0.3
     s = np.array([0.5], np.float32)
-    nodes = [
-        const(name + "_w1", w1), const(name + "_b1", b1), const(name + "_w2", w2),
+    if outer_w:  # w1 = outer_w[:, 0:24]: a Slice of an enclosing graph's constant
+        first = [
+            const(name + "_st", np.array([0], np.int64)), const(name + "_en", np.array([24], np.int64)),
+            const(name + "_ax", np.array([1], np.int64)),
+            helper.make_node("Slice", [outer_w, name + "_st", name + "_en", name + "_ax"], [name + "_w1"]),
+        ]
+    else:
+        first = [const(name + "_w1", w1)]
+    nodes = first + [
+        const(name + "_b1", b1), const(name + "_w2", w2),
         const(name + "_s", s),
         helper.make_node("MatMul", ["X", name + "_w1"], [name + "_m1"]),
         helper.make_node("Add", [name + "_m1", name + "_b1"], [name + "_a1"]),
@@ -42,9 +51,11 @@ def main():
     x = helper.make_tensor_value_info("X", TensorProto.FLOAT, [4, 16])
     c = helper.make_tensor_value_info("c", TensorProto.BOOL, [])
     y = helper.make_tensor_value_info("Y", TensorProto.FLOAT, [4, 8])
-    node = helper.make_node("If", ["c"], ["Y"], then_branch=branch("then", 1, "Relu"),
+    node = helper.make_node("If", ["c"], ["Y"], then_branch=branch("then", 1, "Relu", "Wouter"),
                             else_branch=branch("else", 2, "Tanh"))
-    g = helper.make_graph([node], "if_chain_body", [c, x], [y])
+    wouter = np.random.default_rng(3).standard_normal((16, 32)).astype(np.float32) * 0.3
+    g = helper.make_graph([node], "if_chain_body", [c, x], [y],
+                          [numpy_helper.from_array(wouter, "Wouter")])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
     onnx.checker.check_model(m)

@@ -29,18 +29,44 @@ static tdm_status *fold_shape(const tdm_graph *g, const tdm_node *n, tdm_tensor 
     return NULL;
 }
 
-static tdm_status *fold_graph(tdm_graph *g, tdm_fold_fn eval, void *user, bool body,
-                              int *folded);
+/* The graphs enclosing a body being folded, innermost first (NULL for the main graph). */
+typedef struct fold_scope {
+    const tdm_graph *g;
+    const struct fold_scope *up;
+} fold_scope;
+
+static tdm_status *fold_graph(tdm_graph *g, tdm_fold_fn eval, void *user,
+                              const fold_scope *outer, int *folded);
+
+/* The constant tensor of value v of g, or NULL: its own data, or for a value a body reads
+ * from an enclosing graph, that graph's constant of the same name (the innermost graph
+ * that defines the name decides). */
+static const tdm_tensor *const_of(const tdm_graph *g, int v, const fold_scope *outer) {
+    const tdm_value *val = &g->values[v];
+    if (value_is_const(val)) return val->data;
+    if (!val->is_outer) return NULL;
+    for (const fold_scope *s = outer; s; s = s->up) {
+        int u = tdm_graph_find_value(s->g, val->name);
+        if (u < 0) continue;
+        const tdm_value *o = &s->g->values[u];
+        if (value_is_const(o)) return o->data;
+        if (!o->is_outer) return NULL; /* computed there */
+    }
+    return NULL;
+}
 
 /* A control-flow node's body: its Constant nodes and the nodes that read only the body's
  * constants fold like the main graph's (to a fixed point), and leave the body, so that a
  * run of the body does not rebuild its constants every time (silero VAD's If bodies hold
- * their weights in 107 Constant nodes). Shape nodes do not fold from the shapes a body
+ * their weights in 107 Constant nodes, and slice and concatenate an enclosing body's
+ * weights for an LSTM). Values a body reads from enclosing graphs count as constants where
+ * those graphs have them as constants. Shape nodes do not fold from the shapes a body
  * declares: nothing inferred them. */
-static tdm_status *fold_body(tdm_graph *b, tdm_fold_fn eval, void *user, int *count) {
+static tdm_status *fold_body(tdm_graph *b, tdm_fold_fn eval, void *user, const fold_scope *outer,
+                             int *count) {
     for (int round = 0; round < 8; round++) {
         int folded = 0, removed = 0;
-        TDM_TRY(fold_graph(b, eval, user, true, &folded));
+        TDM_TRY(fold_graph(b, eval, user, outer, &folded));
         if (folded == 0) break;
         TDM_TRY(tdm_graph_remove_dead(b, &removed));
         TDM_TRY(tdm_graph_compact(b));
@@ -49,22 +75,27 @@ static tdm_status *fold_body(tdm_graph *b, tdm_fold_fn eval, void *user, int *co
     return NULL;
 }
 
-static tdm_status *fold_bodies(tdm_node *n, tdm_fold_fn eval, void *user, int *count) {
+/* Node n of graph g (enclosed by `outer`): folds its bodies, which see g's constants. */
+static tdm_status *fold_bodies(const tdm_graph *g, tdm_node *n, tdm_fold_fn eval, void *user,
+                               const fold_scope *outer, int *count) {
+    const fold_scope scope = {g, outer};
     for (int k = 0; k < n->n_attrs; k++) {
         tdm_attr *at = &n->attrs[k];
-        if (at->type == TDM_ATTR_GRAPH) TDM_TRY(fold_body(at->g, eval, user, count));
+        if (at->type == TDM_ATTR_GRAPH) TDM_TRY(fold_body(at->g, eval, user, &scope, count));
         if (at->type == TDM_ATTR_GRAPHS)
-            for (size_t j = 0; j < at->n; j++) TDM_TRY(fold_body(at->graphs[j], eval, user, count));
+            for (size_t j = 0; j < at->n; j++)
+                TDM_TRY(fold_body(at->graphs[j], eval, user, &scope, count));
     }
     return NULL;
 }
 
 tdm_status *tdm_graph_fold_constants(tdm_graph *g, tdm_fold_fn eval, void *user, int *folded) {
-    return fold_graph(g, eval, user, false, folded);
+    return fold_graph(g, eval, user, NULL, folded);
 }
 
-static tdm_status *fold_graph(tdm_graph *g, tdm_fold_fn eval, void *user, bool body,
-                              int *folded) {
+static tdm_status *fold_graph(tdm_graph *g, tdm_fold_fn eval, void *user,
+                              const fold_scope *outer, int *folded) {
+    const bool body = outer != NULL;
     int count = 0;
     for (size_t i = 0; i < g->n_nodes; i++) {
         tdm_node *n = &g->nodes[i];
@@ -74,7 +105,7 @@ static tdm_status *fold_graph(tdm_graph *g, tdm_fold_fn eval, void *user, bool b
             if (n->attrs[k].type == TDM_ATTR_GRAPH || n->attrs[k].type == TDM_ATTR_GRAPHS)
                 has_graph_attr = true;
         if (has_graph_attr) {
-            TDM_TRY(fold_bodies(n, eval, user, &count));
+            TDM_TRY(fold_bodies(g, n, eval, user, outer, &count));
             continue;
         }
         tdm_tensor *outs[16] = {0};
@@ -90,11 +121,10 @@ static tdm_status *fold_graph(tdm_graph *g, tdm_fold_fn eval, void *user, bool b
                 int v = n->inputs[k];
                 ins[k] = NULL;
                 if (v < 0) continue;
-                if (!value_is_const(&g->values[v])) {
+                if (!(ins[k] = const_of(g, v, outer))) {
                     all_const = false;
                     break;
                 }
-                ins[k] = g->values[v].data;
             }
             if (!all_const || !n->schema) continue;
             st = eval(user, n, ins, outs);

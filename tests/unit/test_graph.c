@@ -9,8 +9,11 @@
 
 #include <cmocka.h>
 
+#include "backends/backend.h"
+#include "graph/infer.h"
 #include "model_builder.h"
 #include "onnx/loader.h"
+#include "sched/plan.h"
 #include "tandem/tandem.h"
 
 static tdm_status *load(mb_model *m, tdm_onnx_model **out) {
@@ -19,6 +22,48 @@ static tdm_status *load(mb_model *m, tdm_onnx_model **out) {
     tdm_status *st = tdm_onnx_load_buffer(buf, size, NULL, NULL, out);
     free(buf);
     return st;
+}
+
+static tdm_status *eval_cpu(void *user, const tdm_node *n, const tdm_tensor *const *ins,
+                            tdm_tensor **outs) {
+    return tdm_eval_node(user, NULL, n, ins, outs);
+}
+
+static int count_op(const tdm_graph *g, const char *op) {
+    int c = 0;
+    for (size_t i = 0; i < g->n_nodes; i++) c += strcmp(g->nodes[i].op_type, op) == 0;
+    return c;
+}
+
+/* Constant folding reaches If bodies: their Constant nodes, and a Slice of a main-graph
+ * initializer the then branch reads from outside, fold and leave the bodies; the nodes that
+ * read the If's data stay (tests/models/if_chain_body, tools/make_control_models.py). */
+static void test_fold_reaches_bodies(void **state) {
+    (void)state;
+    tdm_onnx_model *om = NULL;
+    assert_null(tdm_onnx_load_file(TANDEM_SOURCE_DIR "/tests/models/if_chain_body/model.onnx",
+                                   NULL, &om));
+    tdm_device *cpu[1] = {NULL};
+    int n = 0;
+    char why[128];
+    assert_null(tdm_backend_cpu.discover(NULL, NULL, cpu, 1, &n, why, sizeof why));
+    assert_int_equal(n, 1);
+    const tdm_node *node = &om->graph->nodes[0];
+    assert_string_equal(node->op_type, "If");
+    const tdm_graph *then = tdm_node_attr(node, "then_branch")->g;
+    const tdm_graph *els = tdm_node_attr(node, "else_branch")->g;
+    assert_int_equal(then->n_nodes, 13); /* 6 Constant, Slice, 6 on the data */
+    assert_int_equal(els->n_nodes, 10);  /* 4 Constant, 6 on the data */
+    int folded = 0;
+    assert_null(tdm_graph_fold_constants(om->graph, eval_cpu, cpu[0], &folded));
+    assert_int_equal(folded, 7 + 4);
+    assert_int_equal(then->n_nodes, 6);
+    assert_int_equal(els->n_nodes, 6);
+    assert_int_equal(count_op(then, "Constant") + count_op(then, "Slice"), 0);
+    assert_int_equal(count_op(els, "Constant"), 0);
+    assert_int_equal(count_op(then, "MatMul"), 2);
+    tdm_device_close(cpu[0]);
+    tdm_onnx_model_free(om);
 }
 
 static void test_topological_order(void **state) {
@@ -196,6 +241,7 @@ int main(void) {
         cmocka_unit_test(test_topological_order), cmocka_unit_test(test_cycle),
         cmocka_unit_test(test_undefined_input),   cmocka_unit_test(test_two_producers),
         cmocka_unit_test(test_wire_depth),        cmocka_unit_test(test_fold_shape_chain),
+        cmocka_unit_test(test_fold_reaches_bodies),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
