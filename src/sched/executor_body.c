@@ -24,6 +24,7 @@
 struct tdm_body {
     tdm_body *next;
     const tdm_graph *g;
+    size_t n_nodes;             /* g's (body_free may run after g is gone) */
     tdm_device *dev;
     bool busy;
     int *rel;                   /* per value: last reader (-1 = kept: the body's outputs) */
@@ -40,7 +41,7 @@ struct tdm_body {
 
 static void body_free(const tdm_allocator *a, tdm_body *b) {
     if (!b) return;
-    for (size_t i = 0; b->k && b->state && i < b->g->n_nodes; i++)
+    for (size_t i = 0; b->k && b->state && i < b->n_nodes; i++)
         if (b->state[i] && b->k[i] && b->k[i]->release) b->k[i]->release(b->state[i], a);
     tdm_free(a, b->rel);
     tdm_free(a, b->first);
@@ -57,6 +58,7 @@ static tdm_body *body_new(const tdm_allocator *a, const tdm_graph *g, tdm_device
     tdm_body *b = tdm_calloc(a, 1, sizeof *b);
     if (!b) return NULL;
     b->g = g;
+    b->n_nodes = g->n_nodes;
     b->dev = dev;
     size_t nv = g->n_values ? g->n_values : 1, nn = g->n_nodes ? g->n_nodes : 1;
     b->rel = tdm_calloc(a, nv, sizeof *b->rel);

@@ -452,6 +452,7 @@ void tdm_plan_free(tdm_plan *p) {
         for (size_t i = 0; i < p->graph->n_nodes; i++)
             if (p->nodes[i].state && p->nodes[i].kernel && p->nodes[i].kernel->release)
                 p->nodes[i].kernel->release(p->nodes[i].state, p->alloc);
+    tdm_exec_bodies_free(p); /* before the graph: their kernels' states point into it */
     tdm_free(p->alloc, p->nodes);
     tdm_free(p->alloc, p->release_after);
     tdm_free(p->alloc, p->first_use);
@@ -467,7 +468,6 @@ void tdm_plan_free(tdm_plan *p) {
     tdm_graph_free(p->graph);
     for (int i = 0; i < TDM_PLAN_MEM_SLOTS; i++) tdm_memplan_free(p->alloc, p->mem[i]);
     tdm_xfer_pool_free(p->staging, p->alloc);
-    tdm_exec_bodies_free(p);
     pthread_mutex_destroy(&p->mem_mu);
     tdm_free(p->alloc, p);
 }
