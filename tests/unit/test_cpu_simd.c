@@ -73,6 +73,31 @@ static int check_gemv(tdm_simd_gemv_panel fn, const char *what) {
     return bad;
 }
 
+/* ---- dot products ---- */
+
+static int check_dot(tdm_simd_dot_f32 fn, const char *what) {
+    int bad = 0;
+    for (size_t si = 0; si < N_SIZES + 1; si++) {
+        int64_t n = si < N_SIZES ? sizes[si] : 0;
+        float *a = xmalloc((size_t)n * sizeof *a), *b = xmalloc((size_t)n * sizeof *b);
+        double S = 0;
+        for (int64_t i = 0; i < n; i++) {
+            a[i] = frand(-1, 1);
+            b[i] = frand(-1, 1);
+            S += fabs((double)a[i] * b[i]);
+        }
+        float want = tdm_dot_f32_portable(a, b, n), got = fn(a, b, n);
+        if (!(fabs((double)got - want) <= 2.0 * (double)n * FLT_EPSILON * S)) {
+            if (!bad)
+                fprintf(stderr, "%s: n %lld: %.9g, portable %.9g\n", what, (long long)n, got, want);
+            bad++;
+        }
+        free(a);
+        free(b);
+    }
+    return bad;
+}
+
 /* ---- softmax rows ---- */
 
 static bool close_rel(float got, float want, double rtol, double atol) {
@@ -170,6 +195,7 @@ static int check_gemm(const tdm_cpu_simd *s, const char *what) {
     static const int64_t shapes[][3] = {
         {13, 33, 65}, {12, 32, 64}, {25, 65, 17}, {7, 100, 300}, {50, 17, 257},
         {128, 128, 1}, {37, 47, 31}, {6, 16, 400}, {145, 63, 15}, {24, 96, 129},
+        {1, 512, 128}, {1, 33, 1000}, {300, 1, 257}, {1, 7, 17}, /* one row / column: dots */
     };
     int bad = 0;
     for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
@@ -233,6 +259,7 @@ static void test_levels_pick_variants_at_or_below(void **state) {
         assert_int_equal(s.softmax_row_isa, want);
         assert_int_equal(s.unary_f32_isa, want);
         assert_int_equal(s.gemm_isa, want);
+        assert_int_equal(s.dot_f32_isa, want);
 #endif
     }
     tdm_cpu_simd host;
@@ -256,6 +283,8 @@ static void test_each_level_agrees_with_portable(void **state) {
         assert_int_equal(check_softmax(s.softmax_row, what), 0);
         snprintf(what, sizeof what, "%s unary_f32", tdm_cpu_isa_name((tdm_cpu_isa)l));
         assert_int_equal(check_unary(s.unary_f32, what), 0);
+        snprintf(what, sizeof what, "%s dot_f32", tdm_cpu_isa_name((tdm_cpu_isa)l));
+        assert_int_equal(check_dot(s.dot_f32, what), 0);
         snprintf(what, sizeof what, "%s gemm", tdm_cpu_isa_name((tdm_cpu_isa)l));
         assert_int_equal(check_gemm(&s, what), 0);
     }
@@ -289,6 +318,10 @@ static void broken_gemm_uk(int64_t kc, const float *restrict pa, const float *re
     best.gemm(kc, pa, pb, c, ldc, m, n > 1 ? n - 1 : n, alpha, beta); /* the last column dropped */
 }
 
+static float broken_dot(const float *a, const float *b, int64_t n) {
+    return best.dot_f32(a, b, n > 1 && n % 16 ? n - 1 : n); /* the last tail element dropped */
+}
+
 static void test_broken_variants_fail(void **state) {
     (void)state;
     tdm_cpu_simd_init(&best, tdm_cpu_isa_detect());
@@ -296,9 +329,13 @@ static void test_broken_variants_fail(void **state) {
     assert_true(check_gemv(broken_gemv, "broken gemv_panel") > 0);
     assert_true(check_softmax(broken_softmax, "broken softmax_row") > 0);
     assert_true(check_unary(broken_unary, "broken unary_f32") > 0);
+    assert_true(check_dot(broken_dot, "broken dot_f32") > 0);
     tdm_cpu_simd bad = best;
     bad.gemm = broken_gemm_uk;
     assert_true(check_gemm(&bad, "broken gemm") > 0);
+    bad = best;
+    bad.dot_f32 = broken_dot;
+    assert_true(check_gemm(&bad, "broken gemm dot") > 0);
 }
 
 int main(void) {

@@ -112,18 +112,8 @@ typedef struct gemm_args {
     const float *A, *B;
     int64_t lda, ldb, ldc;
     float *C;
+    tdm_simd_dot_f32 dot; /* the device's row dot product (cpu_dot.c) */
 } gemm_args;
-
-/* Dot product with eight partial sums so that it vectorizes without -ffast-math. */
-static float dot_f32(const float *a, const float *b, int64_t n) {
-    float s[8] = {0};
-    int64_t k = 0;
-    for (; k + 8 <= n; k += 8)
-        for (int u = 0; u < 8; u++) s[u] += a[k + u] * b[k + u];
-    float r = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
-    for (; k < n; k++) r += a[k] * b[k];
-    return r;
-}
 
 /* Plain loops: tiny products and the fallback when scratch memory is unavailable. */
 static void gemm_naive(const gemm_args *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
@@ -135,7 +125,7 @@ static void gemm_naive(const gemm_args *g, int64_t m0, int64_t m1, int64_t n0, i
             for (int64_t j = n0; j < n1; j++) cr[j] *= g->beta;
         }
         if (!g->tb && !g->ta && g->ldb == 1 && n1 - n0 == 1) { /* B is one contiguous column */
-            cr[n0] += g->alpha * dot_f32(g->A + i * g->lda, g->B + n0, g->K);
+            cr[n0] += g->alpha * g->dot(g->A + i * g->lda, g->B + n0, g->K);
         } else if (!g->tb) {
             for (int64_t k = 0; k < g->K; k++) {
                 float a = g->alpha * (g->ta ? g->A[k * g->lda + i] : g->A[i * g->lda + k]);
@@ -147,7 +137,7 @@ static void gemm_naive(const gemm_args *g, int64_t m0, int64_t m1, int64_t n0, i
                 const float *br = g->B + j * g->ldb;
                 float s = 0.0f;
                 if (!g->ta) {
-                    s = dot_f32(g->A + i * g->lda, br, g->K);
+                    s = g->dot(g->A + i * g->lda, br, g->K);
                 } else {
                     for (int64_t k = 0; k < g->K; k++) s += g->A[k * g->lda + i] * br[k];
                 }
@@ -235,7 +225,8 @@ void tdm_sgemm(const tdm_cpu_simd *simd, tdm_threadpool *pool, bool transA, bool
                float alpha, const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
                float *C, int64_t ldc) {
     if (M <= 0 || N <= 0) return;
-    gemm_args g = {transA, transB, M, N, K, alpha, beta, A, B, lda, ldb, ldc, C};
+    if (!simd) simd = tdm_cpu_simd_portable();
+    gemm_args g = {transA, transB, M, N, K, alpha, beta, A, B, lda, ldb, ldc, C, simd->dot_f32};
     if (K <= 0 || alpha == 0.0f) {
         g.K = 0;
         gemm_naive(&g, 0, M, 0, N);
@@ -254,7 +245,6 @@ void tdm_sgemm(const tdm_cpu_simd *simd, tdm_threadpool *pool, bool transA, bool
         }
         return;
     }
-    if (!simd) simd = tdm_cpu_simd_portable();
     gemm_job job = {&g, {simd->gemm_mr, simd->gemm_nr, simd->gemm}, M, N, 1};
     if (threads > 1 && flops >= 4.0e6) {
         /* Aim for a few tiles per thread: cut N into stripes first (A is repacked per

@@ -1,6 +1,6 @@
 /* The CPU kernels' SIMD variants, chosen once per device (cpu_simd.h). Each kernel has a
  * table of (level, variant) in increasing level; init takes the last entry at or below the
- * device's level. The variants live with their kernels (k_gemv.c, cpu_gemm_uk.c,
+ * device's level. The variants live with their kernels (k_gemv.c, cpu_gemm_uk.c, cpu_dot.c,
  * k_softmax_row.c, k_unary_f32.c). */
 #include "backends/cpu/cpu_simd.h"
 
@@ -45,6 +45,13 @@ static const simd_variant gemm_variants[] = {
     VARIANT(TDM_ISA_AVX512_CORE, tdm_gemm_uk_avx512),
 #endif
 };
+static const simd_variant dot_f32_variants[] = {
+    VARIANT(TDM_ISA_PORTABLE, tdm_dot_f32_portable),
+#ifdef TDM_SIMD_X86
+    VARIANT(TDM_ISA_AVX2, tdm_dot_f32_avx2),
+    VARIANT(TDM_ISA_AVX512_CORE, tdm_dot_f32_avx512),
+#endif
+};
 /* the GEMM micro-kernels' tiles, by the same index */
 static const int gemm_tiles[][2] = {
     {4, 8},
@@ -84,6 +91,9 @@ void tdm_cpu_simd_init(tdm_cpu_simd *s, tdm_cpu_isa level) {
     s->gemm_isa = gemm_variants[i].level;
     s->gemm_mr = gemm_tiles[i][0];
     s->gemm_nr = gemm_tiles[i][1];
+    i = pick(dot_f32_variants, N_OF(dot_f32_variants), level);
+    s->dot_f32 = (tdm_simd_dot_f32)dot_f32_variants[i].fn;
+    s->dot_f32_isa = dot_f32_variants[i].level;
 }
 
 tdm_cpu_isa tdm_cpu_host_isa(void) {
@@ -99,6 +109,7 @@ static const tdm_cpu_simd portable = {
     .gemm = tdm_gemm_uk_portable,
     .gemm_mr = 4,
     .gemm_nr = 8,
+    .dot_f32 = tdm_dot_f32_portable,
 };
 
 const tdm_cpu_simd *tdm_cpu_simd_portable(void) { return &portable; }
