@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/hash.h"
 #include "sched/executor_internal.h"
 
 struct tdm_body {
@@ -165,7 +166,7 @@ unsigned tdm_exec_body_kflags(const tdm_body *b, const tdm_node *n, const tdm_ke
 /* Hash of the dtypes and shapes of the values a body's intermediate sizes can depend on: its
  * inputs and the outer values it reads (f->vals filled). */
 uint64_t tdm_exec_body_key(const frame *f) {
-    uint64_t h = 1469598103934665603ull;
+    uint64_t h = TDM_HASH_INIT;
     const tdm_graph *g = f->g;
     for (size_t v = 0; v < g->n_values; v++) {
         if (!g->values[v].is_input && !g->values[v].is_outer) continue;
@@ -173,7 +174,7 @@ uint64_t tdm_exec_body_key(const frame *f) {
         uint64_t parts[3 + TDM_MAX_RANK] = {v, t ? (uint64_t)t->dtype + 1 : 0,
                                             t ? (uint64_t)t->rank : 0};
         for (int d = 0; t && d < t->rank; d++) parts[3 + d] = (uint64_t)t->dims[d];
-        for (int k = 0; k < 3 + (t ? t->rank : 0); k++) h = (h ^ parts[k]) * 1099511628211ull;
+        for (int k = 0; k < 3 + (t ? t->rank : 0); k++) h = tdm_hash_u64(h, parts[k]);
     }
     return h;
 }
