@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/cpu_simd.h"
 #include "backends/cpu/ml_util.h"
 #include "core/alloc.h"
 #include "core/threadpool.h"
@@ -120,8 +121,8 @@ static tdm_status *svm_prepare(const tdm_node *node, int opset, int n_in,
 
 /* K[r, v] = kernel(x_r, vec_v) for `rows` rows of x [rows, F] against n vectors [n, F];
  * `bias` is added to the dot products of the linear kernel (the linear form's rho[0]). */
-static void kernel_block(const svm_model *m, const float *x, int64_t rows, const float *vec,
-                         int64_t n, float bias, float *K) {
+static void kernel_block(const tdm_cpu_simd *simd, const svm_model *m, const float *x,
+                         int64_t rows, const float *vec, int64_t n, float bias, float *K) {
     int64_t F = m->F;
     if (m->kernel == K_RBF) {
         for (int64_t r = 0; r < rows; r++)
@@ -138,7 +139,7 @@ static void kernel_block(const svm_model *m, const float *x, int64_t rows, const
     }
     float alpha = m->kernel == K_LINEAR ? 1.0f : m->gamma;
     float c = m->kernel == K_LINEAR ? bias : m->coef0;
-    tdm_sgemm(NULL, false, true, rows, n, F, alpha, x, F, vec, F, 0.0f, K, n);
+    tdm_sgemm(simd, NULL, false, true, rows, n, F, alpha, x, F, vec, F, 0.0f, K, n);
     for (int64_t i = 0; i < rows * n; i++) {
         float k = K[i] + c;
         if (m->kernel == K_POLY)
@@ -273,6 +274,7 @@ typedef struct svm_job {
     int64_t *labels;
     const tdm_allocator *alloc;
     int failed;
+    const tdm_cpu_simd *simd; /* the device's GEMM micro-kernel (cpu_simd.h) */
 } svm_job;
 
 enum { SVM_BLOCK = 64 };
@@ -297,8 +299,8 @@ static void svm_rows(void *arg, int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; b += SVM_BLOCK) {
         int64_t rows = end - b < SVM_BLOCK ? end - b : SVM_BLOCK;
         const float *x = j->x + b * m->F;
-        if (m->sv) kernel_block(m, x, rows, m->sv, m->V, 0.0f, w.K);
-        else kernel_block(m, x, rows, m->coef, kc, m->rho[0], w.K);
+        if (m->sv) kernel_block(j->simd, m, x, rows, m->sv, m->V, 0.0f, w.K);
+        else kernel_block(j->simd, m, x, rows, m->coef, kc, m->rho[0], w.K);
         for (int64_t r = 0; r < rows; r++) {
             const float *k = w.K + r * kc;
             if (!m->classifier) {
@@ -369,7 +371,7 @@ static tdm_status *run_svm(tdm_kernel_ctx *ctx) {
         st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
         goto done;
     }
-    svm_job j = {m, xf, z, lab, ctx->alloc, 0};
+    svm_job j = {m, xf, z, lab, ctx->alloc, 0, tdm_cpu_simd_of(ctx)};
     tdm_parallel_for(ctx->pool, N, SVM_BLOCK, svm_rows, &j);
     if (j.failed) st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
     else if (m->classifier) st = write_labels(m, lab, N, ctx->out[0]);
