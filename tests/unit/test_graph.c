@@ -46,7 +46,7 @@ static void test_fold_reaches_bodies(void **state) {
     tdm_device *cpu[1] = {NULL};
     int n = 0;
     char why[128];
-    assert_null(tdm_backend_cpu.discover(NULL, NULL, cpu, 1, &n, why, sizeof why));
+    assert_null(tdm_backend_cpu.discover(NULL, NULL, NULL, cpu, 1, &n, why, sizeof why));
     assert_int_equal(n, 1);
     const tdm_node *node = &om->graph->nodes[0];
     assert_string_equal(node->op_type, "If");
