@@ -18,7 +18,7 @@
 #include "core/settings.h"
 #include "core/status.h"
 
-#define TDM_DEVICE_IFACE_VERSION 5
+#define TDM_DEVICE_IFACE_VERSION 6
 
 typedef struct tdm_device tdm_device;
 
@@ -96,6 +96,19 @@ typedef struct tdm_device_iface {
      * What kernel k promises about the outputs of `node` on this device (TDM_KF_* below);
      * asked once per node at plan time and used only for the plan's own kernel. */
     unsigned (*kernel_flags)(tdm_device *dev, const tdm_kernel_def *k, const tdm_node *node);
+    /* ---- version 6: layouts and implementations (optional; NULL = none) ----------------
+     * The channel block of the activation layout the device's convolutions prefer
+     * ([N, C/B, H, W, B], ops/fused.h), decided by its kernel library for the machine that
+     * runs (the CPU: what oneDNN picks with format_tag any; 16 on AVX-512, 8 on AVX2); 0 =
+     * plain layouts. Asked at plan time; the blocked-layout pass uses it. */
+    int64_t (*channel_block)(tdm_device *dev);
+    /* Writes into buf (NUL-terminated, at most size bytes) what implements kernel k with
+     * prepared `state` for the shapes run so far, e.g. oneDNN's implementation name
+     * ("jit:avx512_core", "brg:avx512_core"; "ref:any" is oneDNN's slow reference code) or
+     * "tandem" for an own kernel; "" before the first run when it is decided per shape.
+     * Returns the length. Safe while other threads run the kernel. */
+    size_t (*kernel_impl)(tdm_device *dev, const tdm_kernel_def *k, void *state, char *buf,
+                          size_t size);
 } tdm_device_iface;
 
 /* Kernel flags (kernel_flags). WRITES_ALL: the kernel writes every byte of every output it
@@ -118,6 +131,8 @@ struct tdm_device {
     char name[32];          /* "cpu", "cuda:0", "opencl:0" */
     char description[160];
     bool host_memory;       /* tensors for this device live in ordinary host memory */
+    char isa[24];           /* CPU devices: the instruction-set level its kernels use
+                               ("avx2", "avx512_core", ...; backends/cpu/cpu_isa.h); "" else */
     int index;              /* position in the environment's device list (< TDM_MAX_DEVICES) */
 };
 
@@ -195,6 +210,12 @@ tdm_status *tdm_device_segment_end(tdm_device *dev, bool ok);
 
 /* version 5: the device's kernel_flags for kernel k on node (0 when it has none) */
 unsigned tdm_device_kernel_flags(tdm_device *dev, const tdm_kernel_def *k, const tdm_node *node);
+
+/* version 6: the device's channel_block (0 when it has none) and kernel_impl ("" when it
+ * has none) */
+int64_t tdm_device_channel_block(tdm_device *dev);
+size_t tdm_device_kernel_impl(tdm_device *dev, const tdm_kernel_def *k, void *state, char *buf,
+                              size_t size);
 
 /* What a device has, for callers that choose a path before calling (all false for NULL). */
 /* synchronize */

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "backends/backend.h"
+#include "backends/cpu/cpu_device.h"
 #include "backends/cpu/cpu_kernels.h"
 #include "core/alloc.h"
 #include "core/threadpool.h"
@@ -70,8 +71,76 @@ static tdm_status *cpu_execute(tdm_device *dev, const tdm_kernel_def *k, tdm_ker
 }
 
 static void cpu_close(tdm_device *dev) {
-    const tdm_allocator *a = dev->ctx;
+    tdm_cpu_dev *c = dev->ctx;
+    const tdm_allocator *a = c->alloc;
+    pthread_mutex_destroy(&c->mu);
+    tdm_free(a, c);
     tdm_free(a, dev);
+}
+
+static void cpu_describe(tdm_device *dev) {
+    tdm_cpu_dev *c = dev->ctx;
+    const char *own = tdm_cpu_isa_name(c->isa), *dnnl = tdm_cpu_isa_name(c->dnnl_isa);
+    snprintf(dev->isa, sizeof dev->isa, "%s", own);
+    if (c->isa == c->dnnl_isa)
+        snprintf(dev->description, sizeof dev->description, "host CPU, %d logical cores, %s",
+                 tdm_cpu_count(), own);
+    else
+        snprintf(dev->description, sizeof dev->description,
+                 "host CPU, %d logical cores, %s (oneDNN %s)", tdm_cpu_count(), own, dnnl);
+}
+
+/* "cpu_isa": the ISA cap (cpu_device.h), given once when the environment is created; an
+ * empty value means the machine's best. Other keys are not the CPU's. */
+static tdm_status *cpu_configure(tdm_device *dev, const char *key, const char *value) {
+    if (strcmp(key, "cpu_isa") != 0) return NULL;
+    tdm_cpu_dev *c = dev->ctx;
+    tdm_cpu_isa best = tdm_cpu_isa_detect(), want = best;
+    bool cap = value && value[0];
+    if (cap && !tdm_cpu_isa_parse(value, &want))
+        return TDM_ERR(TDM_ERR_INVALID_ARGUMENT,
+                       "cpu_isa '%s' is not an ISA level (portable, sse41, avx2, avx512_core, "
+                       "avx512_core_vnni, avx512_core_bf16, avx512_core_amx or all)", value);
+    want = tdm_cpu_isa_min(want, best);
+    bool applied;
+    tdm_cpu_isa dnnl = tdm_cpu_dnnl_isa_apply(cap, want, &applied);
+    if (!applied && dnnl != want)
+        tdm_log(&c->log, TDM_LOG_WARN,
+                "cpu_isa %s: oneDNN's ISA is set once per process and is already %s (an "
+                "earlier environment used oneDNN first); own kernels use %s, oneDNN %s",
+                tdm_cpu_isa_name(want), tdm_cpu_isa_name(dnnl), tdm_cpu_isa_name(want),
+                tdm_cpu_isa_name(dnnl));
+    c->isa = want;
+    c->dnnl_isa = dnnl;
+    cpu_describe(dev);
+    tdm_log(&c->log, TDM_LOG_INFO, "cpu: ISA %s (machine %s, oneDNN %s)", tdm_cpu_isa_name(want),
+            tdm_cpu_isa_name(best), tdm_cpu_isa_name(dnnl));
+    return NULL;
+}
+
+/* The channel block the blocked-layout pass uses: oneDNN's own choice on this CPU, asked
+ * once (after the ISA is settled: the probe is oneDNN's first use). 8 or 16, else 0. */
+static int64_t cpu_channel_block(tdm_device *dev) {
+    tdm_cpu_dev *c = dev->ctx;
+    pthread_mutex_lock(&c->mu);
+    if (!c->block_known) {
+        int64_t b = tdm_cpu_dnnl_probe_block();
+        c->block = b == 8 || b == 16 ? b : 0;
+        c->block_known = true;
+        tdm_log(&c->log, TDM_LOG_INFO, "cpu: oneDNN's convolutions take %s%lld on %s",
+                c->block ? "channel blocks of " : "plain layouts (block ", (long long)c->block,
+                tdm_cpu_isa_name(c->dnnl_isa));
+    }
+    int64_t b = c->block;
+    pthread_mutex_unlock(&c->mu);
+    return b;
+}
+
+static size_t cpu_kernel_impl(tdm_device *dev, const tdm_kernel_def *k, void *state, char *buf,
+                              size_t size) {
+    (void)dev;
+    if (!tdm_cpu_dnnl_impl(k, state, buf, size)) snprintf(buf, size, "tandem");
+    return strlen(buf);
 }
 
 static const tdm_device_iface cpu_iface = {
@@ -80,25 +149,40 @@ static const tdm_device_iface cpu_iface = {
     .execute = cpu_execute,
     .synchronize = NULL,
     .close = cpu_close,
+    .configure = cpu_configure,
     .kernel_flags = cpu_kernel_flags,
+    .channel_block = cpu_channel_block,
+    .kernel_impl = cpu_kernel_impl,
 };
+
+tdm_cpu_dev *tdm_cpu_dev_of(const tdm_device *dev) {
+    return dev && dev->iface == &cpu_iface ? dev->ctx : NULL;
+}
 
 static tdm_status *cpu_discover(const tdm_allocator *a, const tdm_logger *log,
                                 const tdm_settings *set, tdm_device **devs, int max, int *n,
                                 char *why, size_t why_size) {
-    (void)log;
     (void)set;
     (void)why;
     (void)why_size;
     *n = 0;
     if (max < 1) return NULL;
     tdm_device *d = tdm_calloc(a, 1, sizeof *d);
-    if (!d) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory creating the cpu device");
+    tdm_cpu_dev *c = tdm_calloc(a, 1, sizeof *c);
+    if (!d || !c || pthread_mutex_init(&c->mu, NULL) != 0) {
+        tdm_free(a, d);
+        tdm_free(a, c);
+        return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory creating the cpu device");
+    }
+    c->alloc = a;
+    if (log) c->log = *log;
+    /* the machine's best until configure("cpu_isa") caps it (oneDNN is not touched here:
+     * its ISA can be set only before its first use) */
+    c->isa = c->dnnl_isa = tdm_cpu_isa_detect();
     d->iface = &cpu_iface;
-    d->ctx = (void *)a;
+    d->ctx = c;
     snprintf(d->name, sizeof d->name, "cpu");
-    snprintf(d->description, sizeof d->description, "host CPU, %d logical cores",
-             tdm_cpu_count());
+    cpu_describe(d);
     d->host_memory = true;
     devs[0] = d;
     *n = 1;
