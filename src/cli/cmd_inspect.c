@@ -125,7 +125,10 @@ int cmd_inspect(int argc, char **argv) {
                    "  --plan             also run the model once on random inputs and print its\n"
                    "                     memory plan: the arena (peak of the planned intermediates),\n"
                    "                     the sum of all intermediate tensors, the largest set of\n"
-                   "                     them alive at once and the weight bytes each device reads\n"
+                   "                     them alive at once and the weight bytes each device reads;\n"
+                   "                     then every node with its device and implementation\n"
+                   "                     (oneDNN's name such as jit:avx512_core, or tandem for an\n"
+                   "                     own kernel) and the count of oneDNN reference (ref) ones\n"
                    "  --devices LIST     --plan: the devices to plan for (default cpu)\n"
                    "  --shape NAME:DIMS  --plan: the shape of input NAME (dynamic dimensions are 1\n"
                    "                     otherwise; repeatable)\n");
