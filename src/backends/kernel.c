@@ -21,3 +21,11 @@ const tdm_kernel_def *tdm_kernel_find(const tdm_kernel_def *const *tables, const
     }
     return NULL;
 }
+
+unsigned tdm_kernel_flags(const tdm_kernel_def *k, const tdm_node *node) {
+    if (!k || !node) return 0;
+    unsigned f = k->flags;
+    int i = TDM_KF_INPLACE_INPUT(f);
+    if (i >= 0 && (i >= node->n_inputs || node->inputs[i] < 0)) f &= ~TDM_KF_INPLACE(i);
+    return f;
+}
