@@ -3,6 +3,7 @@
 #ifndef TDM_BACKENDS_KERNEL_H
 #define TDM_BACKENDS_KERNEL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -105,8 +106,16 @@ typedef struct tdm_kernel_def {
  * input i. */
 unsigned tdm_kernel_flags(const tdm_kernel_def *k, const tdm_node *node);
 
-/* Finds the kernel for a node in a table: domain, op, the node's opset within the range, and
- * the dtype of the type-deciding input (`in_types[type_input]`). NULL if none. */
+/* Whether table entry k is for this node: domain ("ai.onnx" is ""), op, the node's opset
+ * within the range, and the dtype of the type-deciding input (`in_types[type_input]`) in
+ * k->types. The one lookup of an op: backends with tables of their own (entries that embed
+ * a tdm_kernel_def) match with it and add their own checks; run functions never look the op
+ * up again. */
+bool tdm_kernel_matches(const tdm_kernel_def *k, const tdm_node *node, const tdm_dtype *in_types,
+                        int n_in);
+
+/* Finds the kernel for a node in a table: the first entry that tdm_kernel_matches. NULL if
+ * none. */
 const tdm_kernel_def *tdm_kernel_find(const tdm_kernel_def *const *tables, const int *counts,
                                       int n_tables, const tdm_node *node,
                                       const tdm_dtype *in_types, int n_in);
