@@ -141,7 +141,52 @@ typedef struct tdm_env_options {
     tdm_log_level log_level; /* messages above this level are dropped */
     tdm_allocator allocator; /* optional; zeroed = libc */
     int threads;             /* default intra-op threads for sessions; 0 = number of cores */
+
+    /* ---- settings (the README's table "Settings") -----------------------------------------
+     * Each field below has a TANDEM_* environment variable (named beside it) that gives its
+     * default: tdm_env_create reads the process environment once, for the fields left unset,
+     * and nothing in the library reads it afterwards. Unset means 0 / NULL, so a zeroed
+     * struct takes everything from the environment. Numbers: 0 = unset, a negative value =
+     * "none" (what the variable's 0 says), a positive value is the setting. Switches:
+     * TDM_SETTING_ON or TDM_SETTING_OFF; the variable's 1 / 0 (also true/false, on/off,
+     * yes/no). Strings: NULL or "" = unset. A malformed variable or field makes tdm_env_create
+     * fail with TDM_ERR_INVALID_ARGUMENT, naming it. */
+    const char *cache_dir;       /* TANDEM_CACHE_DIR: device profiles and OpenCL binaries;
+                                    default $XDG_CACHE_HOME/tandem, else ~/.cache/tandem */
+    const char *plugin_dir;      /* TANDEM_PLUGIN_DIR: looked in first for libtandem_cuda.so */
+    int spin_us;                 /* TANDEM_SPIN_US: how long an idle intra-op thread spins
+                                    before it sleeps, 0..1000000; default 200; < 0 = never */
+    int sync_copies;             /* TANDEM_SYNC_COPIES: blocking copies instead of events */
+    int64_t loop_max_iterations; /* TANDEM_LOOP_MAX_ITERATIONS: default bound of the
+                                    iterations of one Loop node in one run (see "Resource
+                                    limits"); default 10000000; < 0 = no bound */
+    int64_t loop_timeout_ms;     /* TANDEM_LOOP_TIMEOUT_MS: default bound of the wall time of
+                                    one Loop or Scan node in one run; default none */
+    int cuda_disable;            /* TANDEM_CUDA_DISABLE: do not look for CUDA */
+    const char *cuda_precision;  /* TANDEM_CUDA_PRECISION: a CUDA device's arithmetic until a
+                                    session sets one: "fp32" (default), "tf32", "fp16", "bf16" */
+    int64_t cuda_mem_limit_mb;   /* TANDEM_CUDA_MEM_LIMIT_MB: cap of a CUDA device's memory
+                                    pool in MiB; default none */
+    int cuda_graphs;             /* TANDEM_CUDA_GRAPHS: capture repeated segments as CUDA
+                                    graphs and replay them; default off */
+    const char *cuda_graphs_log; /* TANDEM_CUDA_GRAPHS_LOG: file the graph counts of each CUDA
+                                    device are appended to when it closes */
+    int opencl_disable;          /* TANDEM_OPENCL_DISABLE: do not look for OpenCL */
+    const char *opencl_kernels;  /* TANDEM_OPENCL_KERNELS: "gpu" or "cpu" kernel style;
+                                    default by device type */
+    /* the test device: test:0.. stand-in accelerators with memory of their own that run the
+     * CPU kernels (for tests) */
+    int test_devices;            /* TANDEM_TEST_DEVICES: how many, 0..4; default none */
+    int64_t test_device_delay_us; /* TANDEM_TEST_DEVICE_DELAY_US: each kernel sleeps so long */
+    const char *test_device_ops; /* TANDEM_TEST_DEVICE_OPS: the ops it runs, comma-separated;
+                                    default every op of the CPU */
+    int64_t test_device_fail_every; /* TANDEM_TEST_DEVICE_FAIL_EVERY: every N-th kernel fails
+                                    with TDM_ERR_DEVICE; default never */
 } tdm_env_options;
+
+/* Values of the switches in tdm_env_options (0 = unset: the environment variable decides). */
+#define TDM_SETTING_ON 1
+#define TDM_SETTING_OFF (-1)
 
 #define TDM_API_VERSION 1
 
@@ -194,8 +239,8 @@ typedef struct tdm_device_info {
 } tdm_device_info;
 
 /* The profile of device `index`, measured on first use (under a second or two per device,
- * with the environment's thread count) and then read from the cache: $TANDEM_CACHE_DIR, else
- * $XDG_CACHE_HOME/tandem, else ~/.cache/tandem, file profiles/<device>-<hash>.txt, keyed by
+ * with the environment's thread count) and then read from the cache: the folder of the
+ * cache_dir setting (tdm_env_options), file profiles/<device>-<hash>.txt, keyed by
  * the device's description, the tandem version and the thread count. `reprofile` measures
  * again and replaces the cached file. A cache that cannot be read or written is not an error
  * (the device is measured). Safe to call from several threads, but measurements running at
@@ -324,6 +369,11 @@ typedef struct tdm_session_options {
                               doubling after every failed probe up to 64x, and taken back when
                               a probe succeeds (both logged). 0 = 1000; < 0 = never take a
                               device out */
+    int64_t loop_max_iterations; /* bound of the iterations of one Loop node in one run (see
+                              "Resource limits" below); 0 = the environment's setting
+                              (tdm_env_options.loop_max_iterations); < 0 = no bound */
+    int64_t loop_timeout_ms;   /* bound of the wall time of one Loop or Scan node in one run;
+                              0 = the environment's setting; < 0 = no bound */
 } tdm_session_options;
 
 #define TDM_MODE_LATENCY 0
@@ -371,15 +421,16 @@ TDM_API tdm_status *tdm_session_run(tdm_session *session, size_t n_inputs,
                                     const tdm_tensor *const *inputs, size_t n_outputs,
                                     const char *const *output_names, tdm_tensor **outputs);
 
-/* Resource limits of a run, set through the process environment (read at every run of the
- * node concerned; see SECURITY.md):
- *   TANDEM_LOOP_MAX_ITERATIONS  iterations of one Loop node in one run, default 10000000;
- *                               0 = no bound. Past it the run fails with TDM_ERR_LIMIT.
- *   TANDEM_LOOP_TIMEOUT_MS      wall time of one Loop or Scan node in one run, default 0 = no
- *                               bound; past it the run fails with TDM_ERR_LIMIT.
- * A malformed value fails the run with TDM_ERR_INVALID_ARGUMENT. Besides these bounds, an
- * asynchronous run can be cancelled and any run given a deadline (see "cancelling runs"
- * below). */
+/* Resource limits of a run (see SECURITY.md), fixed when the session is created: the
+ * session's options, else the environment's (tdm_env_options, whose defaults come from the
+ * variables TANDEM_LOOP_MAX_ITERATIONS and TANDEM_LOOP_TIMEOUT_MS):
+ *   loop_max_iterations  iterations of one Loop node in one run, default 10000000. Past it
+ *                        the run fails with TDM_ERR_LIMIT.
+ *   loop_timeout_ms      wall time of one Loop or Scan node in one run, default no bound;
+ *                        past it the run fails with TDM_ERR_LIMIT.
+ * A malformed variable fails tdm_env_create with TDM_ERR_INVALID_ARGUMENT. Besides these
+ * bounds, an asynchronous run can be cancelled and any run given a deadline (see "cancelling
+ * runs" below). */
 
 /* Called once when an asynchronous run ends, on a tandem thread. `status` is NULL on
  * success and is owned by the callee; `outputs` (n_outputs) belong to the callee too. */

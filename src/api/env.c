@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "api/api_impl.h"
+#include "api/settings.h"
 #include "core/alloc.h"
 
 /* Discovers backends not discovered yet: eager ones (lazy_too false) or the lazy ones whose
@@ -15,7 +16,8 @@ static tdm_status *discover_backends(tdm_env *env, const char *prefix, bool lazy
         env->discovered[b] = true;
         int n = 0;
         char why[256] = "";
-        tdm_status *st = reg->discover(env->alloc, &env->log, env->devices + env->n_devices,
+        tdm_status *st = reg->discover(env->alloc, &env->log, &env->settings,
+                                       env->devices + env->n_devices,
                                        TDM_MAX_DEVICES - env->n_devices, &n, why, sizeof why);
         if (st && tdm_status_code(st) == TDM_ERR_OUT_OF_MEMORY) return st;
         if (st) {
@@ -75,7 +77,8 @@ tdm_status *tdm_env_create(const tdm_env_options *o, tdm_env **out) {
     }
     if (env->threads <= 0) env->threads = tdm_cpu_count();
     pthread_mutex_init(&env->discover_mu, NULL);
-    tdm_status *st = discover_backends(env, NULL, false);
+    tdm_status *st = tdm_settings_read(o, &env->settings); /* the process environment, once */
+    if (!st) st = discover_backends(env, NULL, false);
     if (st) {
         tdm_env_free(env);
         return st;

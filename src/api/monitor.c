@@ -24,7 +24,7 @@ tdm_status *tdm_session_monitor(tdm_session *s, size_t index, tdm_device_monitor
     const tdm_device *dev = s->devices[index];
     tdm_monitor_slot c;
     int64_t now = 0, start = 0;
-    tdm_monitor_read(s->plan->monitor, dev->index, &c, &now, &start);
+    tdm_monitor_read(s->monitor, dev->index, &c, &now, &start);
     tdm_device_monitor m;
     memset(&m, 0, sizeof m);
     m.device = dev->name;
@@ -49,5 +49,5 @@ tdm_status *tdm_session_monitor(tdm_session *s, size_t index, tdm_device_monitor
 }
 
 void tdm_session_monitor_reset(tdm_session *s) {
-    if (s && s->plan) tdm_monitor_reset(s->plan->monitor);
+    if (s) tdm_monitor_reset(s->monitor);
 }

@@ -14,7 +14,7 @@ tdm_status *tdm_env_device_profile(tdm_env *env, size_t index, bool reprofile,
                        env->n_devices);
     tdm_device *dev = env->devices[index];
     tdm_device_profile p;
-    tdm_status *st = tdm_profile_device(dev, env->alloc, env->threads, reprofile, &p);
+    tdm_status *st = tdm_profile_device(dev, env->alloc, &env->settings, env->threads, reprofile, &p);
     if (st) return st;
     tdm_device_info info;
     memset(&info, 0, sizeof info);

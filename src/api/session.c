@@ -5,13 +5,13 @@
 #include <string.h>
 
 #include "api/api_impl.h"
-#include "api/pipeline_impl.h"
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "core/hash.h"
 #include "core/strlist.h"
-#include "core/trace.h"
 #include "sched/monitor.h"
+#include "sched/plan_access.h"
+#include "sched/strategy.h"
 
 struct async_job {
     async_job *next;
@@ -78,48 +78,20 @@ static tdm_status *configure_precision(tdm_session *s, const char *precision) {
     return NULL;
 }
 
-/* Parses the model bytes and plans them for `devs`. */
-static tdm_status *build_plan(tdm_session *s, const void *data, size_t size, const char *base_dir,
-                              tdm_device **devs, int nd, const tdm_session_options *o,
-                              const char *placement, tdm_onnx_model **m_out, tdm_plan **plan_out) {
-    tdm_onnx_model *m = NULL;
-    TDM_TRY(tdm_onnx_load_buffer(data, size, base_dir, s->env->alloc, &m));
-    tdm_onnx_log_lenient(m, "the model", &s->env->log);
+/* The model's graph without the optimisation passes, loaded once: every strategy makes its
+ * plans from it (copies for replicas and pipeline stages). *hash: of the bytes, keying stored
+ * measurements. */
+static tdm_status *load_model(tdm_session *s, const void *data, size_t size, const char *base_dir,
+                              tdm_onnx_model **m_out, uint64_t *hash) {
+    TDM_TRY(tdm_onnx_load_buffer(data, size, base_dir, s->env->alloc, m_out));
+    tdm_onnx_log_lenient(*m_out, "the model", &s->env->log);
     uint64_t h = tdm_hash_bytes(TDM_HASH_INIT, data, size);
-    tdm_plan_options po = {o->no_fallback, o->opt_level, placement, o->affinity,
-                           tdm_threadpool_size(s->pool), o->profile, h ? h : 1};
-    tdm_graph *g = m->graph;
-    m->graph = NULL;
-    tdm_status *st = tdm_plan_create(s->env->alloc, g, devs, nd, s->pool, &po, plan_out);
-    if (st) {
-        tdm_onnx_model_free(m);
-        return st;
-    }
-    if (m_out) *m_out = m;
-    else tdm_onnx_model_free(m);
+    *hash = h ? h : 1;
     return NULL;
 }
 
-/* Inputs and outputs all have a dynamic leading dim: a batch can be split along it. */
-static bool batch_splittable(const tdm_graph *g) {
-    size_t dyn_inputs = 0;
-    for (size_t i = 0; i < g->n_inputs; i++) {
-        const tdm_value *v = &g->values[g->inputs[i]];
-        if (v->data) continue;
-        if (v->rank < 1 || v->dims[0] >= 0) return false;
-        dyn_inputs++;
-    }
-    for (size_t o = 0; o < g->n_outputs; o++) {
-        const tdm_value *v = &g->values[g->outputs[o]];
-        if (v->rank < 1 || v->dims[0] >= 0) return false;
-    }
-    return dyn_inputs > 0;
-}
-
-static tdm_status *session_build(tdm_env *env, const void *data, size_t size, const char *base_dir,
-                                 const tdm_session_options *o, tdm_session **out) {
-    tdm_session_options def = {TDM_API_VERSION, NULL, 0, 1, false, NULL, NULL, false, 0, 0, false};
-    if (!o) o = &def;
+/* A session without a model yet: options checked, devices found and configured, threads. */
+static tdm_status *session_new(tdm_env *env, const tdm_session_options *o, tdm_session **out) {
     if (o->api_version != TDM_API_VERSION)
         return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_session_options.api_version is %d; expected %d",
                        o->api_version, TDM_API_VERSION);
@@ -131,67 +103,44 @@ static tdm_status *session_build(tdm_env *env, const void *data, size_t size, co
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     pthread_cond_init(&s->idle_cv, NULL);
-    pthread_mutex_init(&s->stats_mu, NULL);
-    s->alpha = o->split_alpha > 0 && o->split_alpha <= 1 ? o->split_alpha : 0.3f;
-    s->no_rebalance = o->no_rebalance;
-    s->probe_ms = o->probe_ms ? o->probe_ms : 1000;
-    tdm_onnx_model *m = NULL;
+    /* an option that is set (negative: none) wins over the environment's setting */
+    s->loop.max_iterations = o->loop_max_iterations > 0   ? o->loop_max_iterations
+                             : o->loop_max_iterations < 0 ? 0
+                                                          : env->settings.loop_max_iterations;
+    s->loop.timeout_ms = o->loop_timeout_ms > 0   ? o->loop_timeout_ms
+                         : o->loop_timeout_ms < 0 ? 0
+                                                  : env->settings.loop_timeout_ms;
     tdm_status *st = parse_devices(s, o->devices, o->no_fallback);
     if (!st) st = configure_precision(s, o->precision);
-    if (!st) st = tdm_threadpool_create(o->threads > 0 ? o->threads : env->threads, &s->pool);
-    /* pipeline mode, asked for or chosen by throughput mode (src/api/pipeline_mode.c): a plan
-     * over all devices (for descriptions and explain) plus one sub-plan per stage */
-    bool pipeline = o->mode == TDM_MODE_PIPELINE;
-    if (!st && o->mode == TDM_MODE_THROUGHPUT && s->n_devices > 1) {
-        char why[512];
-        pipeline = tdm_pipe_mode_preferred(s, data, size, base_dir, why, sizeof why);
-        tdm_log(&env->log, TDM_LOG_INFO, "throughput mode: %s", why);
-    }
-    if (!st && (o->mode == TDM_MODE_LATENCY || s->n_devices == 1 || pipeline)) {
-        st = build_plan(s, data, size, base_dir, s->devices, s->n_devices, o, o->placement, &m,
-                        &s->plan);
-        if (!st && pipeline && s->n_devices > 1) {
-            s->splittable = batch_splittable(s->plan->graph);
-            st = tdm_pipe_mode_create(s, data, size, base_dir, o, &s->pipe);
-        }
-    } else if (!st) {
-        /* throughput: a replica per device, each with the CPU behind it for what the device
-         * cannot run (unless no_fallback) */
-        tdm_device *cpu = NULL;
-        for (int d = 0; d < s->n_devices; d++)
-            if (s->devices[d]->host_memory) cpu = s->devices[d];
-        for (int d = 0; d < s->n_devices && !st; d++) {
-            tdm_device *devs[2] = {s->devices[d], cpu};
-            int nd = cpu && cpu != s->devices[d] && !o->no_fallback ? 2 : 1;
-            tdm_replica *r = &s->replicas[s->n_replicas];
-            r->device = s->devices[d];
-            /* the replica runs on its device; the CPU only takes what the device cannot run */
-            st = build_plan(s, data, size, base_dir, devs, nd, o, s->devices[d]->name,
-                            d == 0 ? &m : NULL, &r->plan);
-            if (!st) s->n_replicas++;
-        }
-        if (!st) {
-            s->plan = s->replicas[0].plan;
-            s->splittable = batch_splittable(s->plan->graph);
-            for (int k = 0; k < s->n_replicas; k++) s->replicas[k].share = 1.0 / s->n_replicas;
-        }
-    }
-    /* device counters (issue 9 monitoring): one set shared by every plan of the session */
-    tdm_monitor *mon = NULL;
-    if (!st && !(st = tdm_monitor_create(env->alloc, &mon))) {
-        s->plan->monitor = mon;
-        for (int k = 0; k < s->n_replicas; k++) s->replicas[k].plan->monitor = mon;
-        if (s->pipe) tdm_pipe_mode_set_monitor(s->pipe, mon);
-    }
+    if (!st)
+        st = tdm_threadpool_create(o->threads > 0 ? o->threads : env->threads,
+                                   env->settings.spin_us, &s->pool);
     if (st) {
-        tdm_onnx_model_free(m); /* its graph, if any, went to a plan */
         tdm_session_free(s);
         return st;
     }
-    m->graph = s->plan->graph;
-    st = tdm_model_wrap(env, m, true, &s->model);
+    *out = s;
+    return NULL;
+}
+
+/* Gives the loaded model m to s's run strategy (sched/strategy.h; its graph to the
+ * strategy's plans) and describes it. Frees s on failure; m is taken either way. */
+static tdm_status *session_finish(tdm_session *s, const tdm_session_options *o, tdm_onnx_model *m,
+                                  uint64_t hash, tdm_session **out) {
+    tdm_env *env = s->env;
+    tdm_strategy_setup su = {env->alloc, &env->log, env, s->pool, s->devices, s->n_devices, o, hash,
+                             &env->settings, s->loop};
+    tdm_graph *g = m->graph;
+    m->graph = NULL;
+    tdm_status *st = tdm_strategy_create(&su, g, &s->strategy);
+    /* device counters (issue 9 monitoring): one set shared by every plan of the session */
+    if (!st && !(st = tdm_monitor_create(env->alloc, &s->monitor))) tdm_strategy_set_monitor(s->strategy, s->monitor);
+    if (!st) {
+        m->graph = tdm_plan_graph(tdm_strategy_plan(s->strategy));
+        st = tdm_model_wrap(env, m, true, &s->model);
+    }
     if (st) {
-        m->graph = NULL; /* the plan's */
+        m->graph = NULL; /* the plan's, if any */
         tdm_onnx_model_free(m);
         tdm_session_free(s);
         return st;
@@ -200,33 +149,61 @@ static tdm_status *session_build(tdm_env *env, const void *data, size_t size, co
     return NULL;
 }
 
+static const tdm_session_options default_options = {TDM_API_VERSION, NULL, 0, 1, false, NULL, NULL,
+                                                    false, 0, 0, false};
+
 tdm_status *tdm_session_create(tdm_env *env, const char *path, const tdm_session_options *o,
                                tdm_session **out) {
     if (!env || !path || !out) return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_session_create: NULL argument");
+    if (!o) o = &default_options;
+    tdm_session *s = NULL;
+    tdm_status *st = session_new(env, o, &s);
+    if (st) return tdm_status_wrap(st, "'%s': ", path);
     void *data = NULL;
     size_t size = 0;
-    TDM_TRY(tdm_read_file(path, env->alloc, TDM_MAX_MODEL_BYTES, &data, &size));
+    tdm_onnx_model *m = NULL;
+    uint64_t hash = 0;
     char dir[PATH_MAX];
-    tdm_status *st = session_build(env, data, size, tdm_path_dir(path, dir, sizeof dir), o, out);
-    tdm_free(env->alloc, data);
-    return tdm_status_wrap(st, "'%s': ", path);
+    st = tdm_read_file(path, env->alloc, TDM_MAX_MODEL_BYTES, &data, &size);
+    if (!st) st = load_model(s, data, size, tdm_path_dir(path, dir, sizeof dir), &m, &hash);
+    tdm_free(env->alloc, data); /* parsed once: the IR is all the session keeps */
+    if (st) {
+        tdm_session_free(s);
+        return tdm_status_wrap(st, "'%s': ", path);
+    }
+    return tdm_status_wrap(session_finish(s, o, m, hash, out), "'%s': ", path);
 }
 
 tdm_status *tdm_session_create_from_buffer(tdm_env *env, const void *data, size_t size,
                                            const char *base_dir, const tdm_session_options *o,
                                            tdm_session **out) {
     if (!env || !out) return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_session_create_from_buffer: NULL argument");
-    return session_build(env, data, size, base_dir, o, out);
+    if (!o) o = &default_options;
+    tdm_session *s = NULL;
+    TDM_TRY(session_new(env, o, &s));
+    tdm_onnx_model *m = NULL;
+    uint64_t hash = 0;
+    tdm_status *st = load_model(s, data, size, base_dir, &m, &hash);
+    if (st) {
+        tdm_session_free(s);
+        return st;
+    }
+    return session_finish(s, o, m, hash, out);
 }
 
 const tdm_model *tdm_session_model(const tdm_session *s) { return s ? s->model : NULL; }
+
+/* The graph whose inputs and outputs a run names: the strategy's plan's. */
+static const tdm_graph *session_graph(const tdm_session *s) {
+    return tdm_plan_graph(tdm_strategy_plan(s->strategy));
+}
 
 /* Maps names to graph input/output positions. */
 static tdm_status *bind(tdm_session *s, size_t n_inputs, const char *const *input_names,
                         const tdm_tensor *const *inputs, size_t n_outputs,
                         const char *const *output_names, const tdm_tensor **by_input,
                         int *out_index) {
-    const tdm_graph *g = s->plan->graph;
+    const tdm_graph *g = session_graph(s);
     for (size_t i = 0; i < n_inputs; i++) {
         if (!input_names || !input_names[i] || !inputs || !inputs[i])
             return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "input %zu: NULL name or tensor", i);
@@ -258,33 +235,12 @@ static tdm_status *bind(tdm_session *s, size_t n_inputs, const char *const *inpu
 
 static tdm_status *run_bound(tdm_session *s, const tdm_tensor **by_input, size_t n_outputs,
                              const int *out_index, tdm_tensor **outputs, const tdm_run_ctl *ctl) {
-    const tdm_graph *g = s->plan->graph;
+    const tdm_graph *g = session_graph(s);
     const tdm_allocator *a = s->env->alloc;
     tdm_tensor *all_stack[16] = {0}; /* small models: no allocation on the run path */
     tdm_tensor **all = g->n_outputs <= 16 ? all_stack : tdm_calloc(a, g->n_outputs, sizeof *all);
     if (!all) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
-    tdm_status *st;
-    if (s->pipe) {
-        st = tdm_pipe_mode_run(s->pipe, by_input, all, ctl);
-    } else if (s->n_replicas > 1) {
-        st = tdm_throughput_run(s, by_input, all, ctl);
-    } else {
-        int64_t t0 = tdm_now_ns();
-        st = tdm_plan_run_ctl(s->plan, by_input, all, ctl);
-        double ms = (double)(tdm_now_ns() - t0) / 1e6;
-        int64_t items = 1;
-        for (size_t i = 0; i < g->n_inputs; i++)
-            if (by_input[i] && by_input[i]->rank > 0 && g->values[g->inputs[i]].rank > 0 &&
-                g->values[g->inputs[i]].dims[0] < 0) {
-                items = by_input[i]->dims[0];
-                break;
-            }
-        pthread_mutex_lock(&s->stats_mu);
-        s->runs++;
-        s->items += st ? 0 : items;
-        s->busy_ms += ms;
-        pthread_mutex_unlock(&s->stats_mu);
-    }
+    tdm_status *st = tdm_strategy_run(s->strategy, by_input, all, ctl);
     size_t done = 0;
     if (!st) {
         for (; done < n_outputs; done++) {
@@ -313,7 +269,7 @@ static tdm_status *run_sync(tdm_session *s, size_t n_inputs, const char *const *
                            const tdm_tensor *const *inputs, size_t n_outputs,
                            const char *const *output_names, tdm_tensor **outputs,
                            const tdm_run_ctl *ctl) {
-    const tdm_graph *g = s->plan->graph;
+    const tdm_graph *g = session_graph(s);
     const tdm_allocator *a = s->env->alloc;
     const tdm_tensor *in_stack[16] = {0}; /* small models: no allocation on the run path */
     int out_stack[16] = {0};
@@ -451,7 +407,7 @@ tdm_status *tdm_session_run_async_ex(tdm_session *s, size_t n_inputs, const char
     int64_t timeout_ms;
     TDM_TRY(run_options_get(options, &timeout_ms));
     const tdm_allocator *a = s->env->alloc;
-    const tdm_graph *g = s->plan->graph;
+    const tdm_graph *g = session_graph(s);
     async_job *j = tdm_calloc(a, 1, sizeof *j);
     tdm_status *st = NULL;
     if (!j) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
@@ -576,17 +532,10 @@ void tdm_session_free(tdm_session *s) {
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
     if (s->worker_started) pthread_join(s->worker, NULL); /* drains the queue first */
-    tdm_pipe_mode_free(s->pipe);
     tdm_model_free(s->model);
-    tdm_monitor *mon = s->plan ? s->plan->monitor : NULL; /* freed after the plans */
-    if (s->plan) tdm_trace_free(s->plan->trace);
-    if (s->n_replicas > 1) {
-        for (int k = 0; k < s->n_replicas; k++) tdm_plan_free(s->replicas[k].plan);
-    } else {
-        tdm_plan_free(s->plan);
-    }
-    tdm_monitor_free(s->env->alloc, mon);
-    pthread_mutex_destroy(&s->stats_mu);
+    tdm_plan_trace_discard(tdm_strategy_plan(s->strategy));
+    tdm_strategy_free(s->strategy);
+    tdm_monitor_free(s->env->alloc, s->monitor); /* after the plans that count into it */
     tdm_threadpool_free(s->pool);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
@@ -598,62 +547,33 @@ tdm_status *tdm_session_explain(tdm_session *s, tdm_explain_format format, char 
     if (!s || !out) return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_session_explain: NULL argument");
     if ((int)format < 0 || format > TDM_EXPLAIN_PROFILE)
         return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_session_explain: unknown format %d", (int)format);
-    return tdm_plan_explain(s->plan, (int)format, NULL, out);
+    return tdm_plan_explain(tdm_strategy_plan(s->strategy), (int)format, NULL, out);
 }
 
 void tdm_string_free(char *str) { free(str); }
 
 tdm_status *tdm_session_trace_start(tdm_session *s) {
     if (!s) return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_session_trace_start: NULL session");
-    if (s->plan->trace) return NULL;
-    return tdm_trace_create(s->env->alloc, &s->plan->trace);
+    return tdm_plan_trace_start(tdm_strategy_plan(s->strategy));
 }
 
 tdm_status *tdm_session_trace_stop(tdm_session *s, const char *path) {
     if (!s) return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_session_trace_stop: NULL session");
-    tdm_trace *t = s->plan->trace;
-    if (!t) return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tracing was not started");
-    s->plan->trace = NULL;
-    tdm_status *st = path ? tdm_trace_write(t, path) : NULL;
-    tdm_trace_free(t);
-    return st;
+    return tdm_plan_trace_stop(tdm_strategy_plan(s->strategy), path);
 }
 
-size_t tdm_session_device_count(const tdm_session *s) {
-    if (!s) return 0;
-    if (s->pipe) return tdm_pipe_mode_stage_count(s->pipe);
-    return s->n_replicas > 1 ? (size_t)s->n_replicas : 1;
-}
+size_t tdm_session_device_count(const tdm_session *s) { return s ? tdm_strategy_stats_count(s->strategy) : 0; }
 
 tdm_status *tdm_session_device_stats(tdm_session *s, size_t index, tdm_device_stats *out) {
     if (!s || !out) return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_session_device_stats: NULL argument");
-    if (index >= tdm_session_device_count(s))
-        return TDM_ERR(TDM_ERR_NOT_FOUND, "no device statistics entry %zu", index);
-    if (s->pipe) { /* per stage */
-        tdm_pipe_mode_stats(s->pipe, index, out);
-        return NULL;
-    }
-    pthread_mutex_lock(&s->stats_mu);
-    if (s->n_replicas > 1) {
-        const tdm_replica *r = &s->replicas[index];
-        *out = (tdm_device_stats){r->device->name, r->runs, r->items, r->busy_ms, r->share, r->ms_per_item};
-    } else {
-        *out = (tdm_device_stats){s->devices[0]->name, s->runs, s->items, s->busy_ms, 1.0,
-                                  s->items ? s->busy_ms / (double)s->items : 0};
-    }
-    pthread_mutex_unlock(&s->stats_mu);
-    return NULL;
+    return tdm_strategy_stats(s->strategy, index, out);
 }
 
 tdm_status *tdm_session_save_measurements(tdm_session *s) {
     if (!s) return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_session_save_measurements: NULL session");
-    return tdm_measured_save(s->plan);
+    return tdm_measured_save(tdm_strategy_plan(s->strategy));
 }
 
 void tdm_session_reset_measurements(tdm_session *s) {
-    if (!s || !s->plan->measured_ms) return;
-    pthread_mutex_lock(&s->plan->mem_mu);
-    memset(s->plan->measured_ms, 0, s->plan->graph->n_nodes * sizeof *s->plan->measured_ms);
-    s->plan->measured_runs = 0;
-    pthread_mutex_unlock(&s->plan->mem_mu);
+    if (s) tdm_plan_reset_measurements(tdm_strategy_plan(s->strategy));
 }

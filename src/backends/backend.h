@@ -15,6 +15,7 @@
 
 #include "backends/kernel.h"
 #include "core/log.h"
+#include "core/settings.h"
 #include "core/status.h"
 
 #define TDM_DEVICE_IFACE_VERSION 5
@@ -114,11 +115,13 @@ struct tdm_device {
 };
 
 /* Backend registry entry. discover() appends up to `max` devices to devs (returning how
- * many in *n) or, when the backend is present but unusable, sets *n = 0 and writes why. */
+ * many in *n) or, when the backend is present but unusable, sets *n = 0 and writes why.
+ * `set`: the environment's settings (core/settings.h; NULL = the built-in defaults), which
+ * outlive the devices: a device may keep the pointer. */
 typedef struct tdm_backend_reg {
     const char *name;
-    tdm_status *(*discover)(const tdm_allocator *a, const tdm_logger *log, tdm_device **devs,
-                            int max, int *n, char *why, size_t why_size);
+    tdm_status *(*discover)(const tdm_allocator *a, const tdm_logger *log, const tdm_settings *set,
+                            tdm_device **devs, int max, int *n, char *why, size_t why_size);
     /* Starting the backend is expensive (a driver or ICD loader): it is discovered when a
      * device of its name is asked for or the device list is read, not at environment
      * creation. */

@@ -3,11 +3,13 @@
  * loaded until a cuda device is asked for or the device list is read.
  *
  * discover():
+ *   0. the setting cuda_disable (TANDEM_CUDA_DISABLE): nothing is looked for;
  *   1. the driver: without libcuda.so.1 there is nothing to do ("no CUDA driver"); the
  *      plugin (cuBLAS, cuDNN: hundreds of MB of code) is not even loaded;
- *   2. the plugin, from the first folder that holds it: $TANDEM_PLUGIN_DIR, the folder of
- *      the object this code is in (libtandem.so, or the executable for static links), the
- *      executable's folder, the build folder, the install folder;
+ *   2. the plugin, from the first folder that holds it: the setting plugin_dir
+ *      (TANDEM_PLUGIN_DIR), the folder of the object this code is in (libtandem.so, or the
+ *      executable for static links), the executable's folder, the build folder, the install
+ *      folder;
  *   3. its entry (tdm_cuda_plugin_entry), given the layout facts of the shared structs: a
  *      plugin of another build is refused;
  *   4. the plugin's own discover (no GPU, driver too old...).
@@ -42,11 +44,11 @@ static bool dir_of(const char *file, char *out, size_t size) {
 }
 
 /* The plugin path in the first candidate folder that holds it; false when none does. */
-static bool find_plugin(char *path, size_t size) {
+static bool find_plugin(const tdm_settings *set, char *path, size_t size) {
     char dirs[5][PATH_MAX];
     int nd = 0;
-    const char *env = getenv("TANDEM_PLUGIN_DIR");
-    if (env && env[0] && strlen(env) < PATH_MAX) snprintf(dirs[nd++], PATH_MAX, "%s", env);
+    const char *first = set->plugin_dir;
+    if (first[0] && strlen(first) < PATH_MAX) snprintf(dirs[nd++], PATH_MAX, "%s", first);
     Dl_info info;
     if (dladdr((void *)&tdm_backend_cuda, &info) && info.dli_fname &&
         dir_of(info.dli_fname, dirs[nd], PATH_MAX))
@@ -71,12 +73,12 @@ static bool find_plugin(char *path, size_t size) {
 }
 
 static tdm_status *cuda_loader_discover(const tdm_allocator *a, const tdm_logger *log,
-                                        tdm_device **devs, int max, int *n, char *why,
-                                        size_t why_size) {
+                                        const tdm_settings *set, tdm_device **devs, int max,
+                                        int *n, char *why, size_t why_size) {
     *n = 0;
-    const char *off = getenv("TANDEM_CUDA_DISABLE");
-    if (off && off[0] && strcmp(off, "0") != 0) {
-        snprintf(why, why_size, "disabled by TANDEM_CUDA_DISABLE");
+    set = tdm_settings_or_builtin(set);
+    if (set->cuda_disable) {
+        snprintf(why, why_size, "disabled (the setting cuda_disable, TANDEM_CUDA_DISABLE)");
         return NULL;
     }
     void *driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
@@ -86,7 +88,7 @@ static tdm_status *cuda_loader_discover(const tdm_allocator *a, const tdm_logger
     }
     dlclose(driver);
     char path[PATH_MAX + 64];
-    if (!find_plugin(path, sizeof path)) {
+    if (!find_plugin(set, path, sizeof path)) {
         snprintf(why, why_size, "plugin %s not found (tandem built without CUDA? set "
                  "TANDEM_PLUGIN_DIR)", TDM_CUDA_PLUGIN_FILE);
         return NULL;
@@ -110,7 +112,7 @@ static tdm_status *cuda_loader_discover(const tdm_allocator *a, const tdm_logger
         dlclose(h);
         return NULL;
     }
-    tdm_status *st = reg->discover(a, log, devs, max, n, why, why_size);
+    tdm_status *st = reg->discover(a, log, set, devs, max, n, why, why_size);
     if (st) { /* a reason, not a failure of the run */
         snprintf(why, why_size, "%s", tdm_status_message(st));
         tdm_status_free(st);

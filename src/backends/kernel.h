@@ -36,6 +36,13 @@ static inline tdm_status *tdm_run_ctl_check(const tdm_run_ctl *c) {
     return NULL;
 }
 
+/* Bounds of one run of a Loop or Scan node (tdm_session_options.loop_max_iterations and
+ * loop_timeout_ms, resolved by the session; see "Resource limits" in tandem.h). */
+typedef struct tdm_loop_bounds {
+    int64_t max_iterations; /* iterations of one Loop node; 0 = no bound */
+    int64_t timeout_ms;     /* wall time of one Loop or Scan node; 0 = no bound */
+} tdm_loop_bounds;
+
 struct tdm_kernel_ctx {
     const tdm_node *node;
     int opset;
@@ -61,6 +68,8 @@ struct tdm_kernel_ctx {
     /* The run's stop request, or NULL when the run cannot be cancelled: long kernels (Loop,
      * Scan) call tdm_run_ctl_check(ctx->run_ctl) now and then and return its status. */
     const tdm_run_ctl *run_ctl;
+    /* The run's Loop / Scan bounds; NULL = the built-in defaults (core/settings.h). */
+    const tdm_loop_bounds *loop;
 };
 
 typedef tdm_status *(*tdm_kernel_fn)(tdm_kernel_ctx *ctx);

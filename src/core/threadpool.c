@@ -22,10 +22,10 @@
  * How threads wait. Between the regions of one run there are only microseconds, while a
  * futex wake-up costs tens of microseconds in a virtual machine (measured on MobileNetV2 at
  * batch 1: two threads were no faster than one). So a waiting thread first spins for a
- * bounded time (spin_ns, env TANDEM_SPIN_US, default below, 0 = never spin) watching the
- * ticket, and only then sleeps on a condition variable. The bound keeps idle pools from
- * taking the cores that other devices' host threads need. */
-#define TDM_SPIN_US_DEFAULT 200
+ * bounded time (spin_ns: the creator's spin_us, the setting of that name, TANDEM_SPIN_US,
+ * default 200; 0 = never spin) watching the ticket, and only then sleeps on a condition
+ * variable. The bound keeps idle pools from taking the cores that other devices' host threads
+ * need. */
 
 struct tdm_threadpool {
     int n_threads; /* including the caller */
@@ -127,23 +127,12 @@ int tdm_cpu_count(void) {
     return n < 1 ? 1 : (int)n;
 }
 
-static int64_t spin_setting_ns(void) {
-    const char *e = getenv("TANDEM_SPIN_US");
-    long us = TDM_SPIN_US_DEFAULT;
-    if (e && *e) {
-        char *end = NULL;
-        long v = strtol(e, &end, 10);
-        if (end && !*end && v >= 0 && v <= 1000000) us = v;
-    }
-    return (int64_t)us * 1000;
-}
-
-tdm_status *tdm_threadpool_create(int threads, tdm_threadpool **out) {
+tdm_status *tdm_threadpool_create(int threads, int64_t spin_us, tdm_threadpool **out) {
     if (threads < 1) threads = 1;
     tdm_threadpool *p = calloc(1, sizeof *p);
     if (!p) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory creating a thread pool");
     p->n_threads = threads;
-    p->spin_ns = spin_setting_ns();
+    p->spin_ns = spin_us > 0 && spin_us <= 1000000 ? spin_us * 1000 : 0;
     atomic_init(&p->stop, false);
     atomic_init(&p->ticket, 0);
     atomic_init(&p->fn, NULL);

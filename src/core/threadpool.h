@@ -15,8 +15,9 @@ typedef struct tdm_threadpool tdm_threadpool;
 /* fn(arg, begin, end) handles items [begin, end). */
 typedef void (*tdm_range_fn)(void *arg, int64_t begin, int64_t end);
 
-/* threads >= 1 (1 = no workers, everything runs on the caller). */
-tdm_status *tdm_threadpool_create(int threads, tdm_threadpool **out);
+/* threads >= 1 (1 = no workers, everything runs on the caller). spin_us: how long a waiting
+ * thread spins before it sleeps (the environment's spin_us setting; 0 = never spin). */
+tdm_status *tdm_threadpool_create(int threads, int64_t spin_us, tdm_threadpool **out);
 void tdm_threadpool_free(tdm_threadpool *pool);
 int tdm_threadpool_size(const tdm_threadpool *pool); /* 1 for NULL */
 

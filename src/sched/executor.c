@@ -211,7 +211,7 @@ tdm_status *tdm_exec_run_node(tdm_device *dev, const tdm_kernel_def *k, void *st
             .node = n, .opset = n->opset, .n_in = n->n_inputs, .in = ins,
             .n_out = n->n_outputs, .out = outs, .pool = pool, .alloc = a, .state = state,
             .alloc_output = kctx_alloc_output, .run_subgraph = run_subgraph, .exec = f,
-            .device = dev, .run_ctl = f ? f->ctl : NULL,
+            .device = dev, .run_ctl = f ? f->ctl : NULL, .loop = f ? f->loop : NULL,
         };
         st = tdm_device_execute(dev, k, &kctx);
     }
@@ -479,7 +479,7 @@ static tdm_status *run_subgraph(tdm_kernel_ctx *ctx, const tdm_graph *body, int 
         return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "%s node '%s': the body has %zu outputs, need %d",
                        ctx->node->op_type, ctx->node->name, body->n_outputs, n_out);
     frame f = {.g = body, .parent = parent, .dev = ctx->device, .a = ctx->alloc, .pool = ctx->pool,
-               .ctl = parent->ctl};
+               .ctl = parent->ctl, .loop = parent->loop};
     size_t nv = body->n_values ? body->n_values : 1;
     f.vals = tdm_calloc(f.a, nv, sizeof *f.vals);
     f.owned = tdm_calloc(f.a, nv, sizeof *f.owned);
@@ -549,7 +549,7 @@ tdm_status *tdm_plan_run_ctl(tdm_plan *p, const tdm_tensor *const *inputs, tdm_t
     tdm_graph *g = p->graph;
     size_t nv = g->n_values ? g->n_values : 1;
     frame f = {.g = g, .release_after = p->release_after, .plan = p, .a = p->alloc,
-               .pool = p->pool, .ctl = ctl};
+               .pool = p->pool, .ctl = ctl, .loop = &p->loop};
     tdm_status *st = NULL;
     uint64_t key = tdm_exec_shapes_key(g, inputs);
     if (!p->multi_device) tdm_exec_acquire_memplan(p, key, &f, nv);

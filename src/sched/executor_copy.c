@@ -58,7 +58,7 @@ static void trace_copy(tdm_trace *tr, frame *f, int v, tdm_device *from, tdm_dev
  * For devices with the version 3 members (events, download_async, host_alloc) when the run
  * has an xfer: downloads go to staging memory and their readers wait on the download's
  * event; uploads are queued without blocking. Devices without them (cpu, testdev) and runs
- * with TANDEM_SYNC_COPIES=1 take the blocking path in tdm_exec_input_for. */
+ * with the sync_copies setting take the blocking path in tdm_exec_input_for. */
 
 tdm_status *tdm_exec_replicas(frame *f) {
     if (f->replicas) return NULL;

@@ -46,6 +46,7 @@ struct frame {
     tdm_xfer *xfer;           /* asynchronous copies of this run (sched/xfer.h), or NULL */
     const tdm_run_ctl *ctl;   /* the run's stop request (cancel, deadline; subgraphs take
                                  their parent's), or NULL */
+    const tdm_loop_bounds *loop; /* the plan's Loop / Scan bounds (subgraphs: the parent's) */
     bool scratch;             /* vals/owned belong to mp (not freed with the frame) */
 };
 

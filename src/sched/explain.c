@@ -120,7 +120,7 @@ static void explain_profile(tdm_plan *p, sbuf *b, int64_t runs, const copy_rec *
     tdm_device_profile prof[TDM_MAX_DEVICES];
     bool have_prof[TDM_MAX_DEVICES] = {false};
     for (int d = 0; d < p->n_devices && d < TDM_MAX_DEVICES; d++) {
-        tdm_status *st = tdm_profile_device(p->devices[d], NULL, tdm_threadpool_size(p->pool), false, &prof[d]);
+        tdm_status *st = tdm_profile_device(p->devices[d], NULL, p->settings, tdm_threadpool_size(p->pool), false, &prof[d]);
         have_prof[d] = st == NULL;
         tdm_status_free(st);
     }
@@ -216,7 +216,7 @@ static void predict_now(tdm_plan *p) {
     int D = p->n_devices;
     tdm_device_profile prof[TDM_MAX_DEVICES];
     for (int d = 0; d < D && d < TDM_MAX_DEVICES; d++) {
-        tdm_status *st = tdm_profile_device(p->devices[d], NULL, tdm_threadpool_size(p->pool), false, &prof[d]);
+        tdm_status *st = tdm_profile_device(p->devices[d], NULL, p->settings, tdm_threadpool_size(p->pool), false, &prof[d]);
         if (st) {
             tdm_status_free(st);
             return;
@@ -236,188 +236,226 @@ static void predict_now(tdm_plan *p) {
     tdm_free(p->alloc, ms);
 }
 
-tdm_status *tdm_plan_explain(tdm_plan *p, int format, const tdm_allocator *a, char **out) {
+/* What every format reports: the copies, the predicted and the measured totals. */
+typedef struct explain_sums {
+    copy_rec *copies;
+    size_t nc;
+    double copy_bytes;
+    int64_t runs;
+    double measured_total, predicted_sum, abs_err;
+    int err_n;
+} explain_sums;
+
+/* The JSON explanation (TDM_EXPLAIN_JSON). */
+static void explain_json(tdm_plan *p, sbuf *b, const explain_sums *x) {
     const tdm_graph *g = p->graph;
     int D = p->n_devices;
-    if (!p->node_ms && D <= TDM_MAX_DEVICES) predict_now(p);
-    sbuf b = {a, NULL, 0, 0, false};
-    size_t max_copies = g->n_values * (size_t)(D + 1) + 1;
-    copy_rec *copies = tdm_calloc(a, max_copies, sizeof *copies);
-    if (!copies) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory explaining the plan");
-    size_t nc = list_copies(p, copies, max_copies);
-    double copy_bytes = 0;
+    const copy_rec *copies = x->copies;
+    size_t nc = x->nc;
+    int64_t runs = x->runs;
+    sb_printf(b, "{\"devices\":[");
+    for (int d = 0; d < D; d++) {
+        sb_printf(b, "%s", d ? "," : "");
+        sb_json_str(b, p->devices[d]->name);
+    }
+    sb_printf(b, "],\"nodes\":[");
+    for (size_t i = 0; i < g->n_nodes; i++) {
+        const tdm_node *n = &g->nodes[i];
+        sb_printf(b, "%s{\"index\":%zu,\"name\":", i ? "," : "", i);
+        sb_json_str(b, n->name);
+        sb_printf(b, ",\"op\":");
+        sb_json_str(b, n->op_type);
+        sb_printf(b, ",\"device\":");
+        sb_json_str(b, p->devices[n->device]->name);
+        double pm = p->node_ms ? p->node_ms[i * (size_t)D + (size_t)n->device] : 0;
+        sb_printf(b, ",\"predicted_ms\":%.6g,\"predicted_ms_by_device\":{", pm);
+        for (int d = 0; d < D; d++) {
+            sb_printf(b, "%s", d ? "," : "");
+            sb_json_str(b, p->devices[d]->name);
+            if (!p->supported[i * (size_t)D + (size_t)d]) sb_printf(b, ":null");
+            else sb_printf(b, ":%.6g", p->node_ms ? p->node_ms[i * (size_t)D + (size_t)d] : 0);
+        }
+        sb_printf(b, "},\"reason\":");
+        sb_json_str(b, tdm_place_reason_text((tdm_place_reason)p->reason[i]));
+        if (runs) sb_printf(b, ",\"measured_ms\":%.6g", p->measured_ms[i] / (double)runs);
+        sb_printf(b, ",\"flops\":%.0f,\"bytes\":%.0f}", tdm_node_flops(g, n), tdm_node_bytes(g, n));
+    }
+    sb_printf(b, "],\"copies\":[");
+    for (size_t c = 0; c < nc; c++) {
+        const tdm_value *val = &g->values[copies[c].value];
+        sb_printf(b, "%s{\"value\":", c ? "," : "");
+        sb_json_str(b, val->name);
+        sb_printf(b, ",\"from\":");
+        sb_json_str(b, dev_name(p, copies[c].from));
+        sb_printf(b, ",\"to\":");
+        sb_json_str(b, dev_name(p, copies[c].to));
+        sb_printf(b, ",\"bytes\":%.0f,\"once_per_plan\":%s}", copies[c].bytes,
+                  val->data && !val->is_input ? "true" : "false");
+    }
+    sb_printf(b, "],\"predicted_total_ms\":%.6g,\"predicted_copy_ms\":%.6g,\"copy_bytes_per_run\":%.0f",
+              p->has_prediction ? p->predicted_ms : x->predicted_sum, p->predicted_copy_ms, x->copy_bytes);
+    sb_printf(b, ",\"predicted_single_device_ms\":{");
+    for (int d = 0; d < D; d++) {
+        sb_printf(b, "%s", d ? "," : "");
+        sb_json_str(b, p->devices[d]->name);
+        if (!p->has_prediction || isinf(p->single_ms[d])) sb_printf(b, ":null");
+        else sb_printf(b, ":%.6g", p->single_ms[d]);
+    }
+    sb_printf(b, "},\"measured_node_times_used\":%d", p->measured_used);
+    if (runs) {
+        sb_printf(b, ",\"measured_runs\":%lld,\"measured_total_ms\":%.6g", (long long)runs, x->measured_total);
+        if (x->err_n) sb_printf(b, ",\"cost_model_mean_abs_error\":%.4f", x->abs_err / x->err_n);
+    }
+    /* memory plan (sched/memplan.h): arena vs all intermediates, weights per device */
+    tdm_memory_figures mf;
+    tdm_plan_memory_figures(p, &mf);
+    sb_printf(b, ",\"memory\":{\"planned\":%s,\"arena_bytes\":%zu,\"intermediate_bytes\":%zu,"
+              "\"peak_live_bytes\":%zu,\"inplace_values\":%zu,\"weights_bytes\":{",
+              mf.planned ? "true" : "false", mf.arena_bytes, mf.intermediate_bytes,
+              mf.peak_live_bytes, mf.inplace_values);
+    for (int d = 0; d < D && d < TDM_MAX_DEVICES; d++) {
+        sb_printf(b, "%s", d ? "," : "");
+        sb_json_str(b, p->devices[d]->name);
+        sb_printf(b, ":%zu", mf.weights_bytes[d]);
+    }
+    sb_printf(b, "}}");
+    sb_printf(b, "}\n");
+}
+
+/* The Graphviz explanation (TDM_EXPLAIN_DOT): nodes coloured by device, copies in red. */
+static void explain_dot(tdm_plan *p, sbuf *b) {
+    const tdm_graph *g = p->graph;
+    static const char *const colors[] = {"lightblue", "orange", "palegreen", "plum", "khaki", "salmon"};
+    sb_printf(b, "digraph plan {\n  rankdir=TB;\n  node [shape=box, style=filled];\n");
+    for (size_t i = 0; i < g->n_nodes; i++) {
+        const tdm_node *n = &g->nodes[i];
+        sb_printf(b, "  n%zu [label=\"%s\\n%s\\n%s\", fillcolor=%s];\n", i, n->op_type,
+                  n->name, p->devices[n->device]->name, colors[n->device % 6]);
+    }
+    for (size_t i = 0; i < g->n_nodes; i++) {
+        const tdm_node *n = &g->nodes[i];
+        for (int k = 0; k < n->n_inputs; k++) {
+            int v = n->inputs[k];
+            if (v < 0 || g->values[v].producer < 0) continue;
+            int src = g->values[v].producer;
+            bool cross = space(p, g->nodes[src].device) != space(p, n->device);
+            if (cross)
+                sb_printf(b, "  n%d -> n%zu [color=red, style=bold, label=\"copy %.0f B\"];\n", src,
+                          i, tdm_value_bytes(&g->values[v]));
+            else
+                sb_printf(b, "  n%d -> n%zu;\n", src, i);
+        }
+    }
+    sb_printf(b, "}\n");
+}
+
+/* The table explanation (TDM_EXPLAIN_TEXT per node, TDM_EXPLAIN_SEGMENTS per segment). */
+static void explain_table(tdm_plan *p, sbuf *b, int format, const explain_sums *x) {
+    const tdm_graph *g = p->graph;
+    int D = p->n_devices;
+    const copy_rec *copies = x->copies;
+    size_t nc = x->nc;
+    int64_t runs = x->runs;
+    bool seg = format == TDM_EXPLAIN_SEGMENTS;
+    sb_printf(b, "%-5s %-28s %-18s %-10s", seg ? "seg" : "#", seg ? "nodes" : "node", seg ? "ops" : "op",
+              "device");
+    for (int d = 0; d < D; d++) sb_printf(b, " %10s", p->devices[d]->name);
+    if (runs) sb_printf(b, " %10s", "measured");
+    sb_printf(b, "  reason\n");
+    size_t i = 0, segno = 0;
+    while (i < g->n_nodes) {
+        size_t j = i + 1;
+        if (seg)
+            while (j < g->n_nodes && g->nodes[j].device == g->nodes[i].device) j++;
+        double pred[TDM_MAX_DEVICES] = {0}, meas = 0;
+        for (size_t k = i; k < j; k++) {
+            for (int d = 0; d < D; d++)
+                pred[d] += !p->supported[k * (size_t)D + (size_t)d] ? INFINITY
+                           : p->node_ms ? p->node_ms[k * (size_t)D + (size_t)d] : 0;
+            if (runs) meas += p->measured_ms[k] / (double)runs;
+        }
+        const tdm_node *n = &g->nodes[i];
+        char label[64];
+        if (seg) snprintf(label, sizeof label, "%zu..%zu (%zu)", i, j - 1, j - i);
+        else snprintf(label, sizeof label, "%.28s", n->name);
+        sb_printf(b, "%-5zu %-28s %-18.18s %-10s", seg ? segno : i, label,
+                  seg ? (j - i > 1 ? "..." : n->op_type) : n->op_type, p->devices[n->device]->name);
+        for (int d = 0; d < D; d++) {
+            if (isinf(pred[d])) sb_printf(b, " %10s", "-");
+            else if (!p->node_ms) sb_printf(b, " %10s", "?");
+            else sb_printf(b, " %10.4f", pred[d]);
+        }
+        if (runs) sb_printf(b, " %10.4f", meas);
+        sb_printf(b, "  %s\n", seg ? "" : tdm_place_reason_text((tdm_place_reason)p->reason[i]));
+        i = j;
+        segno++;
+    }
+    sb_printf(b, "\ncopies: %zu", nc);
     for (size_t c = 0; c < nc; c++)
-        if (!(g->values[copies[c].value].data && !g->values[copies[c].value].is_input)) copy_bytes += copies[c].bytes;
+        sb_printf(b, "%s%s %s -> %s (%.0f bytes%s)", c ? "; " : " ", g->values[copies[c].value].name,
+                  dev_name(p, copies[c].from), dev_name(p, copies[c].to), copies[c].bytes,
+                  g->values[copies[c].value].data && !g->values[copies[c].value].is_input ? ", once per plan" : "");
+    sb_printf(b, "\npredicted: %.4f ms (copies %.4f ms, %.0f bytes per run)",
+              p->has_prediction ? p->predicted_ms : x->predicted_sum, p->predicted_copy_ms, x->copy_bytes);
+    if (p->has_prediction) {
+        sb_printf(b, "; each device alone:");
+        for (int d = 0; d < D; d++) {
+            if (isinf(p->single_ms[d])) sb_printf(b, " %s cannot", p->devices[d]->name);
+            else sb_printf(b, " %s %.4f ms", p->devices[d]->name, p->single_ms[d]);
+        }
+    }
+    if (runs) {
+        sb_printf(b, "\nmeasured: %.4f ms per run over %lld runs", x->measured_total, (long long)runs);
+        if (x->err_n && p->node_ms) sb_printf(b, "; cost model mean absolute error %.1f%% per node", 100 * x->abs_err / x->err_n);
+        double pt = p->has_prediction ? p->predicted_ms : x->predicted_sum;
+        if (x->measured_total > 0 && pt > 0)
+            sb_printf(b, "; total predicted %.4f ms, error %+.1f%%", pt,
+                      100 * (pt - x->measured_total) / x->measured_total);
+    }
+    sb_printf(b, "\n");
+}
+
+/* The copies of the plan and the totals over its nodes (x->copies allocated with a). */
+static tdm_status *explain_sum(tdm_plan *p, const tdm_allocator *a, explain_sums *x) {
+    const tdm_graph *g = p->graph;
+    int D = p->n_devices;
+    memset(x, 0, sizeof *x);
+    size_t max_copies = g->n_values * (size_t)(D + 1) + 1;
+    x->copies = tdm_calloc(a, max_copies, sizeof *x->copies);
+    if (!x->copies) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory explaining the plan");
+    x->nc = list_copies(p, x->copies, max_copies);
+    for (size_t c = 0; c < x->nc; c++) {
+        const tdm_value *v = &g->values[x->copies[c].value];
+        if (!(v->data && !v->is_input)) x->copy_bytes += x->copies[c].bytes;
+    }
     pthread_mutex_lock(&p->mem_mu);
-    int64_t runs = p->measured_runs;
+    x->runs = p->measured_runs;
     pthread_mutex_unlock(&p->mem_mu);
-    double measured_total = 0, predicted_sum = 0, abs_err = 0;
-    int err_n = 0;
     for (size_t i = 0; i < g->n_nodes; i++) {
         double pm = p->node_ms ? p->node_ms[i * (size_t)D + (size_t)g->nodes[i].device] : 0;
-        predicted_sum += pm;
-        if (runs) {
-            double m = p->measured_ms[i] / (double)runs;
-            measured_total += m;
+        x->predicted_sum += pm;
+        if (x->runs) {
+            double m = p->measured_ms[i] / (double)x->runs;
+            x->measured_total += m;
             if (p->node_ms && m > 0.01) {
-                abs_err += fabs(pm - m) / m;
-                err_n++;
+                x->abs_err += fabs(pm - m) / m;
+                x->err_n++;
             }
         }
     }
-    if (format == TDM_EXPLAIN_PROFILE) {
-        explain_profile(p, &b, runs, copies, nc);
-    } else if (format == TDM_EXPLAIN_JSON) {
-        sb_printf(&b, "{\"devices\":[");
-        for (int d = 0; d < D; d++) {
-            sb_printf(&b, "%s", d ? "," : "");
-            sb_json_str(&b, p->devices[d]->name);
-        }
-        sb_printf(&b, "],\"nodes\":[");
-        for (size_t i = 0; i < g->n_nodes; i++) {
-            const tdm_node *n = &g->nodes[i];
-            sb_printf(&b, "%s{\"index\":%zu,\"name\":", i ? "," : "", i);
-            sb_json_str(&b, n->name);
-            sb_printf(&b, ",\"op\":");
-            sb_json_str(&b, n->op_type);
-            sb_printf(&b, ",\"device\":");
-            sb_json_str(&b, p->devices[n->device]->name);
-            double pm = p->node_ms ? p->node_ms[i * (size_t)D + (size_t)n->device] : 0;
-            sb_printf(&b, ",\"predicted_ms\":%.6g,\"predicted_ms_by_device\":{", pm);
-            for (int d = 0; d < D; d++) {
-                sb_printf(&b, "%s", d ? "," : "");
-                sb_json_str(&b, p->devices[d]->name);
-                if (!p->supported[i * (size_t)D + (size_t)d]) sb_printf(&b, ":null");
-                else sb_printf(&b, ":%.6g", p->node_ms ? p->node_ms[i * (size_t)D + (size_t)d] : 0);
-            }
-            sb_printf(&b, "},\"reason\":");
-            sb_json_str(&b, tdm_place_reason_text((tdm_place_reason)p->reason[i]));
-            if (runs) sb_printf(&b, ",\"measured_ms\":%.6g", p->measured_ms[i] / (double)runs);
-            sb_printf(&b, ",\"flops\":%.0f,\"bytes\":%.0f}", tdm_node_flops(g, n), tdm_node_bytes(g, n));
-        }
-        sb_printf(&b, "],\"copies\":[");
-        for (size_t c = 0; c < nc; c++) {
-            const tdm_value *val = &g->values[copies[c].value];
-            sb_printf(&b, "%s{\"value\":", c ? "," : "");
-            sb_json_str(&b, val->name);
-            sb_printf(&b, ",\"from\":");
-            sb_json_str(&b, dev_name(p, copies[c].from));
-            sb_printf(&b, ",\"to\":");
-            sb_json_str(&b, dev_name(p, copies[c].to));
-            sb_printf(&b, ",\"bytes\":%.0f,\"once_per_plan\":%s}", copies[c].bytes,
-                      val->data && !val->is_input ? "true" : "false");
-        }
-        sb_printf(&b, "],\"predicted_total_ms\":%.6g,\"predicted_copy_ms\":%.6g,\"copy_bytes_per_run\":%.0f",
-                  p->has_prediction ? p->predicted_ms : predicted_sum, p->predicted_copy_ms, copy_bytes);
-        sb_printf(&b, ",\"predicted_single_device_ms\":{");
-        for (int d = 0; d < D; d++) {
-            sb_printf(&b, "%s", d ? "," : "");
-            sb_json_str(&b, p->devices[d]->name);
-            if (!p->has_prediction || isinf(p->single_ms[d])) sb_printf(&b, ":null");
-            else sb_printf(&b, ":%.6g", p->single_ms[d]);
-        }
-        sb_printf(&b, "},\"measured_node_times_used\":%d", p->measured_used);
-        if (runs) {
-            sb_printf(&b, ",\"measured_runs\":%lld,\"measured_total_ms\":%.6g", (long long)runs, measured_total);
-            if (err_n) sb_printf(&b, ",\"cost_model_mean_abs_error\":%.4f", abs_err / err_n);
-        }
-        /* memory plan (sched/memplan.h): arena vs all intermediates, weights per device */
-        tdm_memory_figures mf;
-        tdm_plan_memory_figures(p, &mf);
-        sb_printf(&b, ",\"memory\":{\"planned\":%s,\"arena_bytes\":%zu,\"intermediate_bytes\":%zu,"
-                  "\"peak_live_bytes\":%zu,\"inplace_values\":%zu,\"weights_bytes\":{",
-                  mf.planned ? "true" : "false", mf.arena_bytes, mf.intermediate_bytes,
-                  mf.peak_live_bytes, mf.inplace_values);
-        for (int d = 0; d < D && d < TDM_MAX_DEVICES; d++) {
-            sb_printf(&b, "%s", d ? "," : "");
-            sb_json_str(&b, p->devices[d]->name);
-            sb_printf(&b, ":%zu", mf.weights_bytes[d]);
-        }
-        sb_printf(&b, "}}");
-        sb_printf(&b, "}\n");
-    } else if (format == TDM_EXPLAIN_DOT) {
-        static const char *const colors[] = {"lightblue", "orange", "palegreen", "plum", "khaki", "salmon"};
-        sb_printf(&b, "digraph plan {\n  rankdir=TB;\n  node [shape=box, style=filled];\n");
-        for (size_t i = 0; i < g->n_nodes; i++) {
-            const tdm_node *n = &g->nodes[i];
-            sb_printf(&b, "  n%zu [label=\"%s\\n%s\\n%s\", fillcolor=%s];\n", i, n->op_type,
-                      n->name, p->devices[n->device]->name, colors[n->device % 6]);
-        }
-        for (size_t i = 0; i < g->n_nodes; i++) {
-            const tdm_node *n = &g->nodes[i];
-            for (int k = 0; k < n->n_inputs; k++) {
-                int v = n->inputs[k];
-                if (v < 0 || g->values[v].producer < 0) continue;
-                int src = g->values[v].producer;
-                bool cross = space(p, g->nodes[src].device) != space(p, n->device);
-                if (cross)
-                    sb_printf(&b, "  n%d -> n%zu [color=red, style=bold, label=\"copy %.0f B\"];\n", src,
-                              i, tdm_value_bytes(&g->values[v]));
-                else
-                    sb_printf(&b, "  n%d -> n%zu;\n", src, i);
-            }
-        }
-        sb_printf(&b, "}\n");
-    } else {
-        bool seg = format == TDM_EXPLAIN_SEGMENTS;
-        sb_printf(&b, "%-5s %-28s %-18s %-10s", seg ? "seg" : "#", seg ? "nodes" : "node", seg ? "ops" : "op",
-                  "device");
-        for (int d = 0; d < D; d++) sb_printf(&b, " %10s", p->devices[d]->name);
-        if (runs) sb_printf(&b, " %10s", "measured");
-        sb_printf(&b, "  reason\n");
-        size_t i = 0, segno = 0;
-        while (i < g->n_nodes) {
-            size_t j = i + 1;
-            if (seg)
-                while (j < g->n_nodes && g->nodes[j].device == g->nodes[i].device) j++;
-            double pred[TDM_MAX_DEVICES] = {0}, meas = 0;
-            for (size_t k = i; k < j; k++) {
-                for (int d = 0; d < D; d++)
-                    pred[d] += !p->supported[k * (size_t)D + (size_t)d] ? INFINITY
-                               : p->node_ms ? p->node_ms[k * (size_t)D + (size_t)d] : 0;
-                if (runs) meas += p->measured_ms[k] / (double)runs;
-            }
-            const tdm_node *n = &g->nodes[i];
-            char label[64];
-            if (seg) snprintf(label, sizeof label, "%zu..%zu (%zu)", i, j - 1, j - i);
-            else snprintf(label, sizeof label, "%.28s", n->name);
-            sb_printf(&b, "%-5zu %-28s %-18.18s %-10s", seg ? segno : i, label,
-                      seg ? (j - i > 1 ? "..." : n->op_type) : n->op_type, p->devices[n->device]->name);
-            for (int d = 0; d < D; d++) {
-                if (isinf(pred[d])) sb_printf(&b, " %10s", "-");
-                else if (!p->node_ms) sb_printf(&b, " %10s", "?");
-                else sb_printf(&b, " %10.4f", pred[d]);
-            }
-            if (runs) sb_printf(&b, " %10.4f", meas);
-            sb_printf(&b, "  %s\n", seg ? "" : tdm_place_reason_text((tdm_place_reason)p->reason[i]));
-            i = j;
-            segno++;
-        }
-        sb_printf(&b, "\ncopies: %zu", nc);
-        for (size_t c = 0; c < nc; c++)
-            sb_printf(&b, "%s%s %s -> %s (%.0f bytes%s)", c ? "; " : " ", g->values[copies[c].value].name,
-                      dev_name(p, copies[c].from), dev_name(p, copies[c].to), copies[c].bytes,
-                      g->values[copies[c].value].data && !g->values[copies[c].value].is_input ? ", once per plan" : "");
-        sb_printf(&b, "\npredicted: %.4f ms (copies %.4f ms, %.0f bytes per run)",
-                  p->has_prediction ? p->predicted_ms : predicted_sum, p->predicted_copy_ms, copy_bytes);
-        if (p->has_prediction) {
-            sb_printf(&b, "; each device alone:");
-            for (int d = 0; d < D; d++) {
-                if (isinf(p->single_ms[d])) sb_printf(&b, " %s cannot", p->devices[d]->name);
-                else sb_printf(&b, " %s %.4f ms", p->devices[d]->name, p->single_ms[d]);
-            }
-        }
-        if (runs) {
-            sb_printf(&b, "\nmeasured: %.4f ms per run over %lld runs", measured_total, (long long)runs);
-            if (err_n && p->node_ms) sb_printf(&b, "; cost model mean absolute error %.1f%% per node", 100 * abs_err / err_n);
-            double pt = p->has_prediction ? p->predicted_ms : predicted_sum;
-            if (measured_total > 0 && pt > 0)
-                sb_printf(&b, "; total predicted %.4f ms, error %+.1f%%", pt,
-                          100 * (pt - measured_total) / measured_total);
-        }
-        sb_printf(&b, "\n");
-    }
-    tdm_free(a, copies);
+    return NULL;
+}
+
+tdm_status *tdm_plan_explain(tdm_plan *p, int format, const tdm_allocator *a, char **out) {
+    if (!p->node_ms && p->n_devices <= TDM_MAX_DEVICES) predict_now(p);
+    sbuf b = {a, NULL, 0, 0, false};
+    explain_sums x;
+    TDM_TRY(explain_sum(p, a, &x));
+    if (format == TDM_EXPLAIN_PROFILE) explain_profile(p, &b, x.runs, x.copies, x.nc);
+    else if (format == TDM_EXPLAIN_JSON) explain_json(p, &b, &x);
+    else if (format == TDM_EXPLAIN_DOT) explain_dot(p, &b);
+    else explain_table(p, &b, format, &x);
+    tdm_free(a, x.copies);
     if (b.oom || !b.s) {
         tdm_free(a, b.s);
         return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory explaining the plan");

@@ -32,7 +32,7 @@ static uint64_t plan_key(const tdm_plan *p) {
 
 static bool measured_path(const tdm_plan *p, char *path, size_t size, bool make_dir) {
     char base[4096];
-    if (!tdm_cache_dir(base, sizeof base)) return false;
+    if (!tdm_cache_dir(p->settings, base, sizeof base)) return false;
     char dir[4200];
     snprintf(dir, sizeof dir, "%s/measured", base);
     if (make_dir) {
@@ -87,7 +87,7 @@ tdm_status *tdm_measured_save(tdm_plan *p) {
     if (!p->model_hash) return TDM_ERR(TDM_ERR_UNSUPPORTED, "the session has no model key");
     char path[4400], tmp[4500];
     if (!measured_path(p, path, sizeof path, true))
-        return TDM_ERR(TDM_ERR_IO, "no cache folder (set TANDEM_CACHE_DIR or HOME)");
+        return TDM_ERR(TDM_ERR_IO, "no cache folder (set the cache_dir setting, TANDEM_CACHE_DIR or HOME)");
     /* keep other devices' lines, replace this plan's devices' lines for its nodes */
     const tdm_graph *g = p->graph;
     snprintf(tmp, sizeof tmp, "%s.tmp%d", path, (int)getpid());

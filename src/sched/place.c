@@ -34,13 +34,30 @@ void tdm_place_result_free(const tdm_allocator *a, tdm_place_result *r) {
     memset(r, 0, sizeof *r);
 }
 
+/* The state of one placement: the inputs, per-value availability and the working arrays of
+ * the passes below. */
 typedef struct heft {
     const tdm_place_input *in;
     int D;
     double *ready;  /* [value * D + d]: when the value is available on d (INFINITY: not yet) */
     int *src_dev;   /* per value: the device that holds the original (-1: host data) */
     double *value_bytes;
+    double *avg;        /* per node: mean cost over the devices that support it */
+    double *rank;       /* per node: upward rank */
+    bool *done;         /* per node: placed */
+    int *pending;       /* per node: inputs from nodes not placed yet */
+    double *avail;      /* per device: when its queue is free */
+    double *weights_on; /* per device: bytes of weights placed on it */
+    tdm_place_result *r;
 } heft;
+
+/* One node's choice (pass 3). */
+typedef struct heft_pick {
+    int best;
+    double eft;
+    tdm_place_reason why;
+    double node_weights; /* bytes of the node's constant inputs */
+} heft_pick;
 
 static bool is_const(const tdm_value *v) { return v->data && !v->is_input; }
 
@@ -73,41 +90,12 @@ static double arrival(heft *h, int v, int d, double *copy) {
     return t0 + *copy;
 }
 
-tdm_status *tdm_place_heft(const tdm_place_input *in, const tdm_allocator *a,
-                           tdm_place_result *out) {
+/* 1. The average cost of each node over the devices that support it. */
+static tdm_status *average_costs(heft *h) {
+    const tdm_place_input *in = h->in;
     const tdm_graph *g = in->g;
-    size_t N = g->n_nodes, V = g->n_values;
-    int D = in->n_devices;
-    if (D < 1 || D > TDM_MAX_DEVICES)
-        return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "placement needs 1..%d devices", TDM_MAX_DEVICES);
-    tdm_place_result r;
-    memset(&r, 0, sizeof r);
-    heft h = {in, D, NULL, NULL, NULL};
-    double *rank = tdm_calloc(a, N + 1, sizeof *rank);
-    double *avg = tdm_calloc(a, N + 1, sizeof *avg);
-    bool *done = tdm_calloc(a, N + 1, sizeof *done);
-    int *pending = tdm_calloc(a, N + 1, sizeof *pending);
-    double *avail = tdm_calloc(a, (size_t)D, sizeof *avail);
-    double *weights_on = tdm_calloc(a, (size_t)D, sizeof *weights_on);
-    h.ready = tdm_alloc(a, (V + 1) * (size_t)D * sizeof *h.ready);
-    h.src_dev = tdm_alloc(a, (V + 1) * sizeof *h.src_dev);
-    h.value_bytes = tdm_calloc(a, V + 1, sizeof *h.value_bytes);
-    r.device = tdm_calloc(a, N + 1, sizeof *r.device);
-    r.reason = tdm_calloc(a, N + 1, sizeof *r.reason);
-    r.finish_ms = tdm_calloc(a, N + 1, sizeof *r.finish_ms);
-    tdm_status *st = NULL;
-    if (!rank || !avg || !done || !pending || !avail || !weights_on || !h.ready || !h.src_dev ||
-        !h.value_bytes || !r.device || !r.reason || !r.finish_ms) {
-        st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory placing nodes");
-        goto done;
-    }
-    for (size_t v = 0; v < V; v++) {
-        h.value_bytes[v] = tdm_value_bytes(&g->values[v]);
-        h.src_dev[v] = -1;
-        for (int d = 0; d < D; d++) h.ready[v * (size_t)D + (size_t)d] = INFINITY;
-    }
-    /* 1. average cost of each node over the devices that support it */
-    for (size_t i = 0; i < N; i++) {
+    int D = h->D;
+    for (size_t i = 0; i < g->n_nodes; i++) {
         int cnt = 0;
         double sum = 0;
         for (int d = 0; d < D; d++)
@@ -115,25 +103,30 @@ tdm_status *tdm_place_heft(const tdm_place_input *in, const tdm_allocator *a,
                 sum += in->node_ms[i * (size_t)D + (size_t)d];
                 cnt++;
             }
-        if (cnt == 0) {
-            st = TDM_ERR(TDM_ERR_UNSUPPORTED, "%s node '%s' cannot run on any of the devices",
-                         g->nodes[i].op_type, g->nodes[i].name);
-            goto done;
-        }
-        avg[i] = sum / cnt;
+        if (cnt == 0)
+            return TDM_ERR(TDM_ERR_UNSUPPORTED, "%s node '%s' cannot run on any of the devices",
+                           g->nodes[i].op_type, g->nodes[i].name);
+        h->avg[i] = sum / cnt;
     }
-    /* 2. upward rank, in reverse topological order (nodes are sorted) */
+    return NULL;
+}
+
+/* 2. The upward rank of each node (its cost plus the longest path after it, copies at the
+ * mean copy cost), in reverse topological order (nodes are sorted). */
+static void upward_ranks(heft *h) {
+    const tdm_place_input *in = h->in;
+    const tdm_graph *g = in->g;
+    size_t N = g->n_nodes;
+    int D = h->D;
     double avg_copy_per_byte = 0;
-    {
-        int pairs = 0;
-        for (int x = 0; x < D; x++)
-            for (int y = 0; y < D; y++)
-                if (x != y) {
-                    avg_copy_per_byte += tdm_cost_copy_ms(1e6, &in->profiles[x], &in->profiles[y]) / 1e6;
-                    pairs++;
-                }
-        if (pairs) avg_copy_per_byte /= pairs;
-    }
+    int pairs = 0;
+    for (int x = 0; x < D; x++)
+        for (int y = 0; y < D; y++)
+            if (x != y) {
+                avg_copy_per_byte += tdm_cost_copy_ms(1e6, &in->profiles[x], &in->profiles[y]) / 1e6;
+                pairs++;
+            }
+    if (pairs) avg_copy_per_byte /= pairs;
     for (size_t i = N; i-- > 0;) {
         const tdm_node *n = &g->nodes[i];
         double best = 0;
@@ -146,137 +139,165 @@ tdm_status *tdm_place_heft(const tdm_place_input *in, const tdm_allocator *a,
                 for (int j = 0; j < m->n_inputs && !reads; j++) reads = m->inputs[j] == v;
                 for (int j = 0; j < m->n_implicit && !reads; j++) reads = m->implicit[j] == v;
                 if (!reads) continue;
-                double path = h.value_bytes[v] * avg_copy_per_byte + rank[c];
+                double path = h->value_bytes[v] * avg_copy_per_byte + h->rank[c];
                 if (path > best) best = path;
             }
         }
-        rank[i] = avg[i] + best;
+        h->rank[i] = h->avg[i] + best;
     }
-    /* 3. list scheduling: the ready node of highest rank goes where it finishes first */
+}
+
+/* Small integer results (shape arithmetic) stay on a host device. */
+static bool shape_like(const heft *h, const tdm_node *n) {
+    const tdm_graph *g = h->in->g;
+    bool like = n->n_outputs > 0;
+    for (int k = 0; k < n->n_outputs; k++) {
+        int v = n->outputs[k];
+        if (v < 0) continue;
+        const tdm_value *val = &g->values[v];
+        if (!(val->dtype == TDM_INT64 || val->dtype == TDM_INT32) || h->value_bytes[v] > 512) like = false;
+    }
+    return like;
+}
+
+/* 3a. The device where node `pick` finishes first (inputs' copies included), within the
+ * rules: support, no_fallback, affinity, shape work on the host, device memory. */
+static tdm_status *choose_device(heft *h, size_t pick, heft_pick *p) {
+    const tdm_place_input *in = h->in;
+    const tdm_graph *g = in->g;
+    int D = h->D;
+    const tdm_node *n = &g->nodes[pick];
+    int n_supported = 0;
+    for (int d = 0; d < D; d++) n_supported += in->supported[pick * (size_t)D + (size_t)d];
+    p->node_weights = 0;
+    for (int j = 0; j < n->n_inputs; j++)
+        if (n->inputs[j] >= 0 && is_const(&g->values[n->inputs[j]])) p->node_weights += h->value_bytes[n->inputs[j]];
+    bool shape = shape_like(h, n);
+    p->best = -1;
+    p->eft = INFINITY;
+    p->why = n_supported == 1 ? TDM_PLACE_ONLY_SUPPORTED : TDM_PLACE_FASTEST;
+    bool memory_excluded = false;
+    int forced = in->forced ? in->forced[pick] : -1;
+    for (int d = 0; d < D; d++) {
+        if (!in->supported[pick * (size_t)D + (size_t)d]) continue;
+        if (in->no_fallback && d != 0) continue;
+        if (forced >= 0 && d != forced) continue;
+        if (shape && !in->host_memory[d] && forced < 0) {
+            bool host_ok = false;
+            for (int e = 0; e < D; e++)
+                host_ok |= in->host_memory[e] && in->supported[pick * (size_t)D + (size_t)e] &&
+                           !(in->no_fallback && e != 0);
+            if (host_ok) continue;
+        }
+        int64_t cap = in->profiles[d].memory_bytes;
+        if (!in->host_memory[d] && cap > 0 && h->weights_on[d] + p->node_weights > 0.9 * (double)cap) {
+            memory_excluded = true;
+            continue;
+        }
+        double est = h->avail[d], copy;
+        for (int j = 0; j < n->n_inputs; j++)
+            if (n->inputs[j] >= 0) {
+                double t = arrival(h, n->inputs[j], d, &copy);
+                if (t > est) est = t;
+            }
+        double eft = est + in->node_ms[pick * (size_t)D + (size_t)d];
+        if (eft < p->eft) {
+            p->eft = eft;
+            p->best = d;
+        }
+    }
+    if (p->best < 0)
+        return TDM_ERR(TDM_ERR_UNSUPPORTED, "%s node '%s' cannot be placed: %s", n->op_type, n->name,
+                       forced >= 0 ? "its affinity device has no kernel for it"
+                       : memory_excluded ? "no device has memory left for its weights"
+                       : in->no_fallback ? "the first device has no kernel for it and fallback is off"
+                                         : "no device supports it");
+    if (forced >= 0) p->why = TDM_PLACE_AFFINITY;
+    else if (shape && in->host_memory[p->best] && n_supported > 1) p->why = TDM_PLACE_HOST_SHAPE;
+    else if (memory_excluded) p->why = TDM_PLACE_MEMORY;
+    return NULL;
+}
+
+/* 3b. Commits node `pick` to p->best: copies of its inputs, the device's queue, its outputs'
+ * availability, and the nodes waiting for them. */
+static void commit_node(heft *h, size_t pick, const heft_pick *p) {
+    const tdm_place_input *in = h->in;
+    const tdm_graph *g = in->g;
+    int D = h->D, best = p->best;
+    tdm_place_result *r = h->r;
+    const tdm_node *n = &g->nodes[pick];
+    double copy;
+    for (int j = 0; j < n->n_inputs; j++) {
+        int v = n->inputs[j];
+        if (v < 0) continue;
+        double t = arrival(h, v, best, &copy);
+        if (copy > 0) {
+            r->copy_ms += copy;
+            r->copy_bytes += h->value_bytes[v];
+        }
+        if (!is_const(&g->values[v])) h->ready[(size_t)v * (size_t)D + (size_t)best] = t;
+    }
+    h->avail[best] = p->eft;
+    h->weights_on[best] += p->node_weights;
+    r->device[pick] = best;
+    r->reason[pick] = p->why;
+    r->finish_ms[pick] = p->eft;
+    r->serial_ms += in->node_ms[pick * (size_t)D + (size_t)best];
+    for (int k = 0; k < n->n_outputs; k++) {
+        int v = n->outputs[k];
+        if (v < 0) continue;
+        h->src_dev[v] = best;
+        h->ready[(size_t)v * (size_t)D + (size_t)best] = p->eft;
+    }
+    h->done[pick] = true;
+    for (size_t c = pick + 1; c < g->n_nodes; c++) {
+        const tdm_node *m = &g->nodes[c];
+        for (int k = 0; k < n->n_outputs; k++) {
+            int v = n->outputs[k];
+            if (v < 0) continue;
+            for (int j = 0; j < m->n_inputs; j++)
+                if (m->inputs[j] == v) h->pending[c]--;
+            for (int j = 0; j < m->n_implicit; j++)
+                if (m->implicit[j] == v) h->pending[c]--;
+        }
+    }
+    if (p->eft > r->makespan_ms) r->makespan_ms = p->eft;
+}
+
+/* 3. List scheduling: the ready node of highest rank goes where it finishes first. */
+static tdm_status *list_schedule(heft *h) {
+    const tdm_graph *g = h->in->g;
+    size_t N = g->n_nodes;
     for (size_t i = 0; i < N; i++) {
         const tdm_node *n = &g->nodes[i];
         for (int j = 0; j < n->n_inputs; j++) {
             int v = n->inputs[j];
-            if (v >= 0 && g->values[v].producer >= 0) pending[i]++;
+            if (v >= 0 && g->values[v].producer >= 0) h->pending[i]++;
         }
         for (int j = 0; j < n->n_implicit; j++)
-            if (g->values[n->implicit[j]].producer >= 0) pending[i]++;
+            if (g->values[n->implicit[j]].producer >= 0) h->pending[i]++;
     }
     for (size_t step = 0; step < N; step++) {
         size_t pick = N;
         for (size_t i = 0; i < N; i++)
-            if (!done[i] && pending[i] == 0 && (pick == N || rank[i] > rank[pick])) pick = i;
-        if (pick == N) {
-            st = TDM_ERR(TDM_ERR_INTERNAL, "placement: no ready node (cycle?)");
-            goto done;
-        }
-        const tdm_node *n = &g->nodes[pick];
-        int n_supported = 0, only = -1;
-        for (int d = 0; d < D; d++)
-            if (in->supported[pick * (size_t)D + (size_t)d]) {
-                n_supported++;
-                only = d;
-            }
-        double node_weights = 0;
-        for (int j = 0; j < n->n_inputs; j++)
-            if (n->inputs[j] >= 0 && is_const(&g->values[n->inputs[j]]))
-                node_weights += h.value_bytes[n->inputs[j]];
-        /* small integer results (shape arithmetic) stay on a host device */
-        bool shape_like = n->n_outputs > 0;
-        for (int k = 0; k < n->n_outputs; k++) {
-            int v = n->outputs[k];
-            if (v < 0) continue;
-            const tdm_value *val = &g->values[v];
-            if (!(val->dtype == TDM_INT64 || val->dtype == TDM_INT32) || h.value_bytes[v] > 512)
-                shape_like = false;
-        }
-        int best = -1;
-        double best_eft = INFINITY;
-        tdm_place_reason why = n_supported == 1 ? TDM_PLACE_ONLY_SUPPORTED : TDM_PLACE_FASTEST;
-        bool memory_excluded = false;
-        int forced = in->forced ? in->forced[pick] : -1;
-        for (int d = 0; d < D; d++) {
-            if (!in->supported[pick * (size_t)D + (size_t)d]) continue;
-            if (in->no_fallback && d != 0) continue;
-            if (forced >= 0 && d != forced) continue;
-            if (shape_like && !in->host_memory[d] && forced < 0) {
-                bool host_ok = false;
-                for (int e = 0; e < D; e++)
-                    host_ok |= in->host_memory[e] && in->supported[pick * (size_t)D + (size_t)e] &&
-                               !(in->no_fallback && e != 0);
-                if (host_ok) continue;
-            }
-            int64_t cap = in->profiles[d].memory_bytes;
-            if (!in->host_memory[d] && cap > 0 && weights_on[d] + node_weights > 0.9 * (double)cap) {
-                memory_excluded = true;
-                continue;
-            }
-            double est = avail[d], copy;
-            for (int j = 0; j < n->n_inputs; j++)
-                if (n->inputs[j] >= 0) {
-                    double t = arrival(&h, n->inputs[j], d, &copy);
-                    if (t > est) est = t;
-                }
-            double eft = est + in->node_ms[pick * (size_t)D + (size_t)d];
-            if (eft < best_eft) {
-                best_eft = eft;
-                best = d;
-            }
-        }
-        if (best < 0) {
-            st = TDM_ERR(TDM_ERR_UNSUPPORTED, "%s node '%s' cannot be placed: %s", n->op_type, n->name,
-                         forced >= 0 ? "its affinity device has no kernel for it"
-                         : memory_excluded ? "no device has memory left for its weights"
-                         : in->no_fallback ? "the first device has no kernel for it and fallback is off"
-                                           : "no device supports it");
-            goto done;
-        }
-        if (forced >= 0) why = TDM_PLACE_AFFINITY;
-        else if (shape_like && in->host_memory[best] && n_supported > 1) why = TDM_PLACE_HOST_SHAPE;
-        else if (memory_excluded) why = TDM_PLACE_MEMORY;
-        (void)only;
-        /* commit: copies of the inputs, the device's queue, the outputs' availability */
-        double copy;
-        for (int j = 0; j < n->n_inputs; j++) {
-            int v = n->inputs[j];
-            if (v < 0) continue;
-            double t = arrival(&h, v, best, &copy);
-            if (copy > 0) {
-                r.copy_ms += copy;
-                r.copy_bytes += h.value_bytes[v];
-            }
-            if (!is_const(&g->values[v])) h.ready[(size_t)v * (size_t)D + (size_t)best] = t;
-        }
-        avail[best] = best_eft;
-        weights_on[best] += node_weights;
-        r.device[pick] = best;
-        r.reason[pick] = why;
-        r.finish_ms[pick] = best_eft;
-        r.serial_ms += in->node_ms[pick * (size_t)D + (size_t)best];
-        for (int k = 0; k < n->n_outputs; k++) {
-            int v = n->outputs[k];
-            if (v < 0) continue;
-            h.src_dev[v] = best;
-            h.ready[(size_t)v * (size_t)D + (size_t)best] = best_eft;
-        }
-        done[pick] = true;
-        for (size_t c = pick + 1; c < N; c++) {
-            const tdm_node *m = &g->nodes[c];
-            for (int k = 0; k < n->n_outputs; k++) {
-                int v = n->outputs[k];
-                if (v < 0) continue;
-                for (int j = 0; j < m->n_inputs; j++)
-                    if (m->inputs[j] == v) pending[c]--;
-                for (int j = 0; j < m->n_implicit; j++)
-                    if (m->implicit[j] == v) pending[c]--;
-            }
-        }
-        if (best_eft > r.makespan_ms) r.makespan_ms = best_eft;
+            if (!h->done[i] && h->pending[i] == 0 && (pick == N || h->rank[i] > h->rank[pick])) pick = i;
+        if (pick == N) return TDM_ERR(TDM_ERR_INTERNAL, "placement: no ready node (cycle?)");
+        heft_pick p;
+        TDM_TRY(choose_device(h, pick, &p));
+        commit_node(h, pick, &p);
     }
-    /* results leave through host memory */
+    return NULL;
+}
+
+/* Results leave through host memory: the copies of outputs computed elsewhere. */
+static void outputs_to_host(heft *h) {
+    const tdm_place_input *in = h->in;
+    const tdm_graph *g = in->g;
+    tdm_place_result *r = h->r;
+    int D = h->D;
     for (size_t o = 0; o < g->n_outputs; o++) {
         int v = g->outputs[o];
-        int s = h.src_dev[v];
+        int s = h->src_dev[v];
         if (s >= 0 && !in->host_memory[s]) {
             int host = 0;
             for (int k = 0; k < D; k++)
@@ -284,26 +305,33 @@ tdm_status *tdm_place_heft(const tdm_place_input *in, const tdm_allocator *a,
                     host = k;
                     break;
                 }
-            double c = tdm_cost_copy_ms(h.value_bytes[v], &in->profiles[s], &in->profiles[host]);
-            r.copy_ms += c;
-            r.copy_bytes += h.value_bytes[v];
-            double t = h.ready[(size_t)v * (size_t)D + (size_t)s] + c;
-            if (t > r.makespan_ms) r.makespan_ms = t;
+            double c = tdm_cost_copy_ms(h->value_bytes[v], &in->profiles[s], &in->profiles[host]);
+            r->copy_ms += c;
+            r->copy_bytes += h->value_bytes[v];
+            double t = h->ready[(size_t)v * (size_t)D + (size_t)s] + c;
+            if (t > r->makespan_ms) r->makespan_ms = t;
         }
     }
-    r.serial_ms += r.copy_ms;
-    /* 4. each device alone, for comparison (inputs in and outputs out included) */
-    for (int d = 0; d < TDM_MAX_DEVICES; d++) r.single_ms[d] = INFINITY;
+    r->serial_ms += r->copy_ms;
+}
+
+/* 4. Each device alone, for comparison (inputs in and outputs out included). */
+static void single_device_times(heft *h) {
+    const tdm_place_input *in = h->in;
+    const tdm_graph *g = in->g;
+    tdm_place_result *r = h->r;
+    int D = h->D;
+    for (int d = 0; d < TDM_MAX_DEVICES; d++) r->single_ms[d] = INFINITY;
     int host = -1;
     for (int k = 0; k < D && host < 0; k++)
         if (in->host_memory[k]) host = k;
     double all_weights = 0;
-    for (size_t v = 0; v < V; v++)
-        if (is_const(&g->values[v])) all_weights += h.value_bytes[v];
+    for (size_t v = 0; v < g->n_values; v++)
+        if (is_const(&g->values[v])) all_weights += h->value_bytes[v];
     for (int d = 0; d < D; d++) {
         double sum = 0;
         bool ok = true;
-        for (size_t i = 0; i < N && ok; i++) {
+        for (size_t i = 0; i < g->n_nodes && ok; i++) {
             ok = in->supported[i * (size_t)D + (size_t)d] && (!in->forced || in->forced[i] < 0 ||
                                                              in->forced[i] == d);
             sum += in->node_ms[i * (size_t)D + (size_t)d];
@@ -314,53 +342,100 @@ tdm_status *tdm_place_heft(const tdm_place_input *in, const tdm_allocator *a,
         if (!in->host_memory[d] && host >= 0) {
             for (size_t k = 0; k < g->n_inputs; k++)
                 if (!g->values[g->inputs[k]].data)
-                    sum += tdm_cost_copy_ms(h.value_bytes[g->inputs[k]], &in->profiles[host], &in->profiles[d]);
+                    sum += tdm_cost_copy_ms(h->value_bytes[g->inputs[k]], &in->profiles[host], &in->profiles[d]);
             for (size_t k = 0; k < g->n_outputs; k++)
-                sum += tdm_cost_copy_ms(h.value_bytes[g->outputs[k]], &in->profiles[d], &in->profiles[host]);
+                sum += tdm_cost_copy_ms(h->value_bytes[g->outputs[k]], &in->profiles[d], &in->profiles[host]);
         }
-        r.single_ms[d] = sum;
+        r->single_ms[d] = sum;
     }
-    /* 5. a split that is not predicted to beat the best single device by PLACE_SPLIT_MARGIN
-     * is not worth its copies and synchronisation (devices run concurrently, so the makespan
-     * is what counts; the margin covers the cost model's error, which is tens of percent per
-     * node on shared or emulated devices: MobileNetV2 with its last Gemm on PoCL, predicted
-     * 0.4% faster than the CPU alone, measured slower) */
-    {
-        int best_single = -1;
-        for (int d = 0; d < D; d++)
-            if (r.single_ms[d] < INFINITY && (best_single < 0 || r.single_ms[d] < r.single_ms[best_single]))
-                best_single = d;
-        if (in->no_fallback) best_single = r.single_ms[0] < INFINITY ? 0 : -1;
-        bool split = false;
-        for (size_t i = 1; i < N; i++) split |= r.device[i] != r.device[0];
-        /* a device that computes on the host's own cores (host_busy_speed well below 1)
-         * overlaps nothing with the CPU and takes cores from it: a split with it is not
-         * predicted at all (per-node figures measured at different moments on a shared
-         * machine pick noise: PoCL + CPU splits of ResNet-50 and BERT measured 2.6-2.9x
-         * slower than the CPU alone); it runs only what no other device can */
-        bool shared = false;
-        for (size_t i = 0; i < N && split; i++) {
-            double keep = in->profiles[r.device[i]].host_busy_speed;
-            shared |= !in->host_memory[r.device[i]] && keep > 0 && keep < PLACE_SHARED_CORES;
-        }
-        if (best_single >= 0 && split &&
-            (shared || r.single_ms[best_single] * (1 - PLACE_SPLIT_MARGIN) <= r.makespan_ms)) {
-            for (size_t i = 0; i < N; i++) {
-                r.device[i] = best_single;
-                r.reason[i] = TDM_PLACE_SINGLE_DEVICE;
-            }
-            r.serial_ms = r.makespan_ms = r.single_ms[best_single];
-            r.copy_ms = 0;
-            r.copy_bytes = 0;
-        }
+}
+
+/* 5. A split that is not predicted to beat the best single device by PLACE_SPLIT_MARGIN
+ * is not worth its copies and synchronisation (devices run concurrently, so the makespan
+ * is what counts; the margin covers the cost model's error, which is tens of percent per
+ * node on shared or emulated devices: MobileNetV2 with its last Gemm on PoCL, predicted
+ * 0.4% faster than the CPU alone, measured slower): everything goes to that device. */
+static void split_or_single(heft *h) {
+    const tdm_place_input *in = h->in;
+    tdm_place_result *r = h->r;
+    size_t N = in->g->n_nodes;
+    int D = h->D;
+    int best_single = -1;
+    for (int d = 0; d < D; d++)
+        if (r->single_ms[d] < INFINITY && (best_single < 0 || r->single_ms[d] < r->single_ms[best_single]))
+            best_single = d;
+    if (in->no_fallback) best_single = r->single_ms[0] < INFINITY ? 0 : -1;
+    bool split = false;
+    for (size_t i = 1; i < N; i++) split |= r->device[i] != r->device[0];
+    /* a device that computes on the host's own cores (host_busy_speed well below 1)
+     * overlaps nothing with the CPU and takes cores from it: a split with it is not
+     * predicted at all (per-node figures measured at different moments on a shared
+     * machine pick noise: PoCL + CPU splits of ResNet-50 and BERT measured 2.6-2.9x
+     * slower than the CPU alone); it runs only what no other device can */
+    bool shared = false;
+    for (size_t i = 0; i < N && split; i++) {
+        double keep = in->profiles[r->device[i]].host_busy_speed;
+        shared |= !in->host_memory[r->device[i]] && keep > 0 && keep < PLACE_SHARED_CORES;
     }
-done:
-    tdm_free(a, rank);
-    tdm_free(a, avg);
-    tdm_free(a, done);
-    tdm_free(a, pending);
-    tdm_free(a, avail);
-    tdm_free(a, weights_on);
+    if (best_single >= 0 && split &&
+        (shared || r->single_ms[best_single] * (1 - PLACE_SPLIT_MARGIN) <= r->makespan_ms)) {
+        for (size_t i = 0; i < N; i++) {
+            r->device[i] = best_single;
+            r->reason[i] = TDM_PLACE_SINGLE_DEVICE;
+        }
+        r->serial_ms = r->makespan_ms = r->single_ms[best_single];
+        r->copy_ms = 0;
+        r->copy_bytes = 0;
+    }
+}
+
+tdm_status *tdm_place_heft(const tdm_place_input *in, const tdm_allocator *a,
+                           tdm_place_result *out) {
+    const tdm_graph *g = in->g;
+    size_t N = g->n_nodes, V = g->n_values;
+    int D = in->n_devices;
+    if (D < 1 || D > TDM_MAX_DEVICES)
+        return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "placement needs 1..%d devices", TDM_MAX_DEVICES);
+    tdm_place_result r;
+    memset(&r, 0, sizeof r);
+    heft h = {.in = in, .D = D, .r = &r};
+    h.rank = tdm_calloc(a, N + 1, sizeof *h.rank);
+    h.avg = tdm_calloc(a, N + 1, sizeof *h.avg);
+    h.done = tdm_calloc(a, N + 1, sizeof *h.done);
+    h.pending = tdm_calloc(a, N + 1, sizeof *h.pending);
+    h.avail = tdm_calloc(a, (size_t)D, sizeof *h.avail);
+    h.weights_on = tdm_calloc(a, (size_t)D, sizeof *h.weights_on);
+    h.ready = tdm_alloc(a, (V + 1) * (size_t)D * sizeof *h.ready);
+    h.src_dev = tdm_alloc(a, (V + 1) * sizeof *h.src_dev);
+    h.value_bytes = tdm_calloc(a, V + 1, sizeof *h.value_bytes);
+    r.device = tdm_calloc(a, N + 1, sizeof *r.device);
+    r.reason = tdm_calloc(a, N + 1, sizeof *r.reason);
+    r.finish_ms = tdm_calloc(a, N + 1, sizeof *r.finish_ms);
+    tdm_status *st = NULL;
+    if (!h.rank || !h.avg || !h.done || !h.pending || !h.avail || !h.weights_on || !h.ready || !h.src_dev ||
+        !h.value_bytes || !r.device || !r.reason || !r.finish_ms)
+        st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory placing nodes");
+    for (size_t v = 0; v < V && !st; v++) {
+        h.value_bytes[v] = tdm_value_bytes(&g->values[v]);
+        h.src_dev[v] = -1;
+        for (int d = 0; d < D; d++) h.ready[v * (size_t)D + (size_t)d] = INFINITY;
+    }
+    if (!st) st = average_costs(&h);
+    if (!st) {
+        upward_ranks(&h);
+        st = list_schedule(&h);
+    }
+    if (!st) {
+        outputs_to_host(&h);
+        single_device_times(&h);
+        split_or_single(&h);
+    }
+    tdm_free(a, h.rank);
+    tdm_free(a, h.avg);
+    tdm_free(a, h.done);
+    tdm_free(a, h.pending);
+    tdm_free(a, h.avail);
+    tdm_free(a, h.weights_on);
     tdm_free(a, h.ready);
     tdm_free(a, h.src_dev);
     tdm_free(a, h.value_bytes);

@@ -233,8 +233,8 @@ static tdm_status *place(tdm_plan *p, const tdm_plan_options *opts, const int *k
         bool host[TDM_MAX_DEVICES];
         for (int d = 0; d < D; d++) {
             host[d] = p->devices[d]->host_memory;
-            if ((st = tdm_profile_device(p->devices[d], a, opts->threads > 0 ? opts->threads : 1, false,
-                                         &prof[d])))
+            if ((st = tdm_profile_device(p->devices[d], a, p->settings,
+                                         opts->threads > 0 ? opts->threads : 1, false, &prof[d])))
                 goto done;
         }
         p->node_ms = tdm_calloc(a, N * (size_t)D + 1, sizeof *p->node_ms);
@@ -405,6 +405,8 @@ tdm_status *tdm_plan_create(const tdm_allocator *a, tdm_graph *graph, tdm_device
     p->alloc = a;
     p->graph = graph;
     p->model_hash = opts->model_hash;
+    p->settings = tdm_settings_or_builtin(opts->settings);
+    p->loop = opts->loop;
     pthread_mutex_init(&p->mem_mu, NULL);
     p->devices = tdm_calloc(a, (size_t)(n_devices > 0 ? n_devices : 1), sizeof *p->devices);
     if (!p->devices) {

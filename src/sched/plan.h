@@ -60,6 +60,9 @@ typedef struct tdm_plan {
     /* staging host memory of asynchronous copies (sched/xfer.h), kept across runs; created
      * on the first run under mem_mu */
     struct tdm_xfer_pool *staging;
+    const tdm_settings *settings; /* the environment's (borrowed; the built-in defaults when
+                                     the options gave none) */
+    tdm_loop_bounds loop;         /* bounds of Loop / Scan nodes in a run of this plan */
 } tdm_plan;
 
 /* Stored measurements (sched/measured.c): apply replaces predicted node times with what
@@ -78,6 +81,9 @@ typedef struct tdm_plan_options {
     int threads;           /* CPU threads (for device profiles) */
     bool profile;          /* record per-node times */
     uint64_t model_hash;   /* of the model bytes: keys stored measurements (0 = none) */
+    const tdm_settings *settings; /* the environment's, outliving the plan (cache folder,
+                                     copies, spin); NULL = the built-in defaults */
+    tdm_loop_bounds loop;  /* resolved bounds of Loop / Scan nodes (0 = none) */
 } tdm_plan_options;
 
 /* Takes ownership of `graph` (on success and on failure). */

@@ -61,26 +61,19 @@ static double now_s(void) {
 
 /* ---- cache location ---------------------------------------------------------------- */
 
-const char *tdm_cache_dir(char *buf, size_t size) {
-    const char *v = getenv("TANDEM_CACHE_DIR");
-    int n = -1;
-    if (v && v[0]) {
-        n = snprintf(buf, size, "%s", v);
-    } else if ((v = getenv("XDG_CACHE_HOME")) && v[0] == '/') { /* XDG: absolute paths only */
-        n = snprintf(buf, size, "%s/tandem", v);
-    } else if ((v = getenv("HOME")) && v[0]) {
-        n = snprintf(buf, size, "%s/.cache/tandem", v);
-    }
+const char *tdm_cache_dir(const tdm_settings *set, char *buf, size_t size) {
+    const char *v = tdm_settings_or_builtin(set)->cache_dir;
+    int n = v[0] ? snprintf(buf, size, "%s", v) : -1;
     if (n < 0 || (size_t)n >= size) return NULL;
     return buf;
 }
 
 
 /* <dir>/profiles/<name>-<hash>.txt into path; false if no cache dir or too long. */
-static bool cache_path(const tdm_device_profile *p, char *dir, size_t dir_size, char *path,
-                       size_t path_size) {
+static bool cache_path(const tdm_settings *set, const tdm_device_profile *p, char *dir,
+                       size_t dir_size, char *path, size_t path_size) {
     char base[4096];
-    if (!tdm_cache_dir(base, sizeof base)) return false;
+    if (!tdm_cache_dir(set, base, sizeof base)) return false;
     int n = snprintf(dir, dir_size, "%s/profiles", base);
     if (n < 0 || (size_t)n >= dir_size) return false;
     char name[sizeof p->device];
@@ -636,10 +629,10 @@ static int64_t host_memory_bytes(void) {
     return (int64_t)pages * (int64_t)page;
 }
 
-static tdm_status *measure(tdm_device *dev, const tdm_allocator *a, int threads,
-                           tdm_device_profile *p) {
+static tdm_status *measure(tdm_device *dev, const tdm_allocator *a, const tdm_settings *set,
+                           int threads, tdm_device_profile *p) {
     bench b = {dev, a, NULL};
-    TDM_TRY(tdm_threadpool_create(threads, &b.pool));
+    TDM_TRY(tdm_threadpool_create(threads, set->spin_us, &b.pool));
     /* the compute benchmarks run in two windows apart in time, best kept: a burst of other
      * work on a shared machine spoils one window more often than both */
     double gemm2 = 0, conv2 = 0;
@@ -662,9 +655,10 @@ static tdm_status *measure(tdm_device *dev, const tdm_allocator *a, int threads,
     return st;
 }
 
-tdm_status *tdm_profile_device(tdm_device *dev, const tdm_allocator *a, int threads,
-                               bool reprofile, tdm_device_profile *out) {
+tdm_status *tdm_profile_device(tdm_device *dev, const tdm_allocator *a, const tdm_settings *set,
+                               int threads, bool reprofile, tdm_device_profile *out) {
     if (!dev || !out) return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_profile_device: NULL argument");
+    set = tdm_settings_or_builtin(set);
     if (threads < 1) threads = tdm_cpu_count();
     tdm_device_profile p;
     memset(&p, 0, sizeof p);
@@ -675,16 +669,16 @@ tdm_status *tdm_profile_device(tdm_device *dev, const tdm_allocator *a, int thre
         if (*c == '\n' || *c == '\r') *c = ' ';
     p.threads = threads;
     char dir[4200], path[4400];
-    bool have_path = cache_path(&p, dir, sizeof dir, path, sizeof path);
+    bool have_path = cache_path(set, &p, dir, sizeof dir, path, sizeof path);
     if (have_path && !reprofile && cache_read(path, &p)) {
         p.from_cache = true;
-        p.staged_copies = tdm_xfer_device_async(dev) && !tdm_xfer_forced_sync();
+        p.staged_copies = tdm_xfer_device_async(dev) && !tdm_xfer_forced_sync(set);
         *out = p;
         return NULL;
     }
-    TDM_TRY(measure(dev, a, threads, &p));
+    TDM_TRY(measure(dev, a, set, threads, &p));
     if (have_path) cache_write(dir, path, &p);
-    p.staged_copies = tdm_xfer_device_async(dev) && !tdm_xfer_forced_sync();
+    p.staged_copies = tdm_xfer_device_async(dev) && !tdm_xfer_forced_sync(set);
     *out = p;
     return NULL;
 }

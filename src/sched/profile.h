@@ -45,12 +45,14 @@ typedef struct tdm_device_profile {
 } tdm_device_profile;
 
 /* Returns the profile of `dev`, measured now (reprofile, or nothing cached) or read from
- * the cache. `threads` is the CPU thread count the measurement should use. */
-tdm_status *tdm_profile_device(tdm_device *dev, const tdm_allocator *a, int threads,
-                               bool reprofile, tdm_device_profile *out);
+ * the cache. `threads` is the CPU thread count the measurement should use; `set` the
+ * environment's settings (cache folder, spin, copies; NULL = the built-in defaults). */
+tdm_status *tdm_profile_device(tdm_device *dev, const tdm_allocator *a, const tdm_settings *set,
+                               int threads, bool reprofile, tdm_device_profile *out);
 
-/* Where profiles live: $TANDEM_CACHE_DIR, else $XDG_CACHE_HOME/tandem, else
- * $HOME/.cache/tandem. Writes into buf; returns buf or NULL if none can be found. */
-const char *tdm_cache_dir(char *buf, size_t size);
+/* Where profiles live: the cache_dir setting (TANDEM_CACHE_DIR, else $XDG_CACHE_HOME/tandem,
+ * else $HOME/.cache/tandem; resolved by api/settings.c). Writes into buf; returns buf, or
+ * NULL when there is no cache folder or it does not fit. */
+const char *tdm_cache_dir(const tdm_settings *set, char *buf, size_t size);
 
 #endif

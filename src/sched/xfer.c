@@ -55,9 +55,8 @@ bool tdm_xfer_device_async(const tdm_device *dev) {
     return dev && !dev->host_memory && tdm_device_has_async_copies(dev);
 }
 
-bool tdm_xfer_forced_sync(void) {
-    const char *s = getenv("TANDEM_SYNC_COPIES");
-    return s && s[0] && strcmp(s, "0") != 0;
+bool tdm_xfer_forced_sync(const tdm_settings *set) {
+    return tdm_settings_or_builtin(set)->sync_copies;
 }
 
 /* ---- staging blocks ---- */
@@ -182,7 +181,7 @@ void tdm_xfer_pool_free(tdm_xfer_pool *pool, const tdm_allocator *a) {
 
 tdm_status *tdm_xfer_begin(tdm_plan *p, const tdm_allocator *a, size_t n_values, tdm_xfer **out) {
     *out = NULL;
-    if (tdm_xfer_forced_sync()) return NULL;
+    if (tdm_xfer_forced_sync(p->settings)) return NULL;
     bool any = false;
     for (int i = 0; i < p->n_devices; i++) any |= tdm_xfer_device_async(p->devices[i]);
     if (!any) return NULL;

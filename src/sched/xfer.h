@@ -12,8 +12,8 @@
  * mapped) stays with the plan and is reused across runs; a staging block is reused only after
  * the events of every copy that read it (fences) completed. No device-wide synchronize.
  *
- * TANDEM_SYNC_COPIES=1 in the environment turns this off (the blocking path, as for devices
- * without version 3), for comparisons. */
+ * The sync_copies setting (TANDEM_SYNC_COPIES=1) turns this off (the blocking path, as for
+ * devices without version 3), for comparisons. */
 #ifndef TDM_SCHED_XFER_H
 #define TDM_SCHED_XFER_H
 
@@ -28,8 +28,9 @@ typedef struct tdm_xfer_pool tdm_xfer_pool;
 
 /* The device has every member the asynchronous path needs. */
 bool tdm_xfer_device_async(const tdm_device *dev);
-/* True when TANDEM_SYNC_COPIES asks for the blocking path. */
-bool tdm_xfer_forced_sync(void);
+/* True when the settings (sync_copies; NULL = the built-in defaults) ask for the blocking
+ * path. */
+bool tdm_xfer_forced_sync(const tdm_settings *set);
 
 /* Per-run state for a plan of n_values values; *out = NULL (not an error) when no device of
  * the plan is asynchronous or the blocking path is forced. */

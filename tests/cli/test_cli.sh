@@ -51,6 +51,9 @@ expect profile 0 "critical path" "$T" profile "$M" --runs 2 --warmup 1
 expect run-trace 0 "" sh -c "\"$T\" run $M --random --trace $tmp/t.json > /dev/null && python3 -c 'import json; d=json.load(open(\"$tmp/t.json\")); assert any(e.get(\"cat\")==\"run\" for e in d[\"traceEvents\"])'"
 expect devices-json 0 "" sh -c "TANDEM_CACHE_DIR=$tmp/cache \"$T\" devices --json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d[0][\"name\"] == \"cpu\" and d[0][\"gemm_gflops\"] > 0'"
 expect devices-cached 0 "profiles from the cache" env TANDEM_CACHE_DIR="$tmp/cache" "$T" devices
+# a malformed setting in the environment: a clear error naming it, no crash (README "Settings")
+expect settings-malformed nonzero "\[invalid argument\] TANDEM_SPIN_US='abc' is not an integer" env TANDEM_SPIN_US=abc "$T" run "$M" --random
+expect settings-test-device 0 "test:0" env TANDEM_TEST_DEVICES=1 TANDEM_CACHE_DIR="$tmp/cache" "$T" devices
 expect bench-json 0 '"latency_ms": {"p50"' "$T" bench "$M" --iterations 3 --warmup 1 --threads 1 --json
 expect bench-text 0 "items/s" "$T" bench "$M" --duration 0.05 --warmup 0
 expect bench-no-model nonzero "usage" "$T" bench

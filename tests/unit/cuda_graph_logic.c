@@ -149,7 +149,9 @@ int main(void) {
     d.dev = &dev;
     pthread_mutex_init(&d.lock, NULL);
     pthread_mutex_init(&d.copy_lock, NULL);
-    setenv("TANDEM_CUDA_GRAPHS", "1", 1);
+    tdm_settings set = tdm_settings_builtin;
+    set.cuda_graphs = true;
+    d.settings = &set;
     check(!cuda_graph_init(&d), "init");
     run(&d, &dev, 1, 16, false, PLAIN);   /* warm */
     run(&d, &dev, 1, 16, false, CAPTURE); /* the arena, kernels captured at the end, launched */

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/settings.h"
 #include "tandem/tandem.h"
 
 #include "model_builder.h"
@@ -41,6 +42,21 @@
 #endif
 
 /* ---- the group ---- */
+
+/* The settings an environment created now would get (the program cache folder included),
+ * for tests that open a backend directly. Read once; static because the devices keep the
+ * pointer. */
+static inline const tdm_settings *ocl_test_settings(void) {
+    static tdm_settings s;
+    static bool have;
+    if (!have) {
+        tdm_status *st = tdm_settings_read(NULL, &s);
+        if (st) s = tdm_settings_builtin;
+        tdm_status_free(st);
+        have = true;
+    }
+    return &s;
+}
 
 static tdm_env *g_env;
 static bool g_have;

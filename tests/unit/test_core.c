@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "core/half.h"
+#include "core/settings.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "core/threadpool.h"
@@ -115,7 +116,7 @@ static void test_threadpool(void **state) {
     (void)state;
     for (int threads = 1; threads <= 4; threads++) {
         tdm_threadpool *p = NULL;
-        assert_null(tdm_threadpool_create(threads, &p));
+        assert_null(tdm_threadpool_create(threads, TDM_SPIN_US_DEFAULT, &p));
         assert_int_equal(tdm_threadpool_size(p), threads);
         enum { N = 10007 };
         static int64_t out[N];
@@ -129,7 +130,7 @@ static void test_threadpool(void **state) {
     tdm_threadpool_free(NULL);
 }
 
-/* The waiting paths of the pool: never spinning (TANDEM_SPIN_US=0: every wake-up goes through
+/* The waiting paths of the pool: never spinning (spin_us 0: every wake-up goes through
  * the condition variables), spinning, and regions far enough apart that spinning workers fall
  * asleep in between; and two callers sharing one pool. Each region must see every item once. */
 typedef struct count_arg {
@@ -162,11 +163,10 @@ static void test_threadpool_waiting(void **state) {
     (void)state;
     enum { N = 257 };
     static atomic_int hits[N], hits2[N];
-    const char *spins[] = {"0", "200", "100000"};
+    const int64_t spins[] = {0, 200, 100000};
     for (size_t si = 0; si < sizeof spins / sizeof *spins; si++) {
-        setenv("TANDEM_SPIN_US", spins[si], 1);
         tdm_threadpool *p = NULL;
-        assert_null(tdm_threadpool_create(3, &p));
+        assert_null(tdm_threadpool_create(3, spins[si], &p));
         for (int64_t i = 0; i < N; i++) atomic_store(&hits[i], 0), atomic_store(&hits2[i], 0);
         count_arg c = {hits, N};
         for (int r = 0; r < 20; r++) {
@@ -184,7 +184,6 @@ static void test_threadpool_waiting(void **state) {
         check_hits(hits2, N, 40);
         tdm_threadpool_free(p);
     }
-    unsetenv("TANDEM_SPIN_US");
 }
 
 int main(void) {

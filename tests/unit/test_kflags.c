@@ -267,7 +267,7 @@ static tdm_device *open_cpu(void) {
     tdm_device *devs[1];
     int n = 0;
     char why[200] = "";
-    OK(tdm_backend_cpu.discover(NULL, NULL, devs, 1, &n, why, sizeof why));
+    OK(tdm_backend_cpu.discover(NULL, NULL, &tdm_settings_builtin, devs, 1, &n, why, sizeof why));
     assert_int_equal(n, 1);
     return devs[0];
 }

@@ -1,10 +1,11 @@
 /* Resource limits of control flow (src/backends/cpu/k_control.c): a Loop whose trip count is
  * INT64_MAX and whose condition stays true must end with TDM_ERR_LIMIT, after
- * TANDEM_LOOP_MAX_ITERATIONS iterations (default 10,000,000) or TANDEM_LOOP_TIMEOUT_MS
- * milliseconds, with a message naming the limit; the session then runs again; an
+ * loop_max_iterations iterations (default 10,000,000) or loop_timeout_ms milliseconds (the
+ * session's options, else the environment's settings: TANDEM_LOOP_MAX_ITERATIONS,
+ * TANDEM_LOOP_TIMEOUT_MS), with a message naming the limit; the session then runs again; an
  * asynchronous run stuck in such a Loop ends the same way when the session is freed under
  * it, with no leak (the environment's allocator counts live blocks); a long Scan ends at
- * TANDEM_LOOP_TIMEOUT_MS too. The models are built here; the Loop is
+ * loop_timeout_ms too. The models are built here; the Loop is
  *     y = Loop(M, cond, x) with body (i, c, x) -> (c, x + 1)
  * so y = x + (number of iterations). */
 #include <stdarg.h>
@@ -65,7 +66,8 @@ typedef struct fx {
     float x;
 } fx;
 
-static void fx_open(fx *f) {
+/* The session's options set loop_max_iterations / loop_timeout_ms (0 = the environment's). */
+static void fx_open_bounds(fx *f, int64_t max_iterations, int64_t timeout_ms) {
     memset(f, 0, sizeof *f);
     tdm_env_options o;
     memset(&o, 0, sizeof o);
@@ -77,7 +79,9 @@ static void fx_open(fx *f) {
     assert_null(tdm_env_create(&o, &f->env));
     size_t size;
     void *model = loop_model(&size);
-    tdm_status *st = tdm_session_create_from_buffer(f->env, model, size, NULL, NULL, &f->s);
+    tdm_session_options so = {.api_version = TDM_API_VERSION, .opt_level = 1,
+                              .loop_max_iterations = max_iterations, .loop_timeout_ms = timeout_ms};
+    tdm_status *st = tdm_session_create_from_buffer(f->env, model, size, NULL, &so, &f->s);
     free(model);
     if (st) fail_msg("session: %s", tdm_status_message(st));
     int64_t one[] = {1};
@@ -86,6 +90,8 @@ static void fx_open(fx *f) {
     assert_null(tdm_tensor_wrap(f->env, TDM_FLOAT, 1, one, &f->x, sizeof f->x, &f->in[2]));
     f->cond = 1;
 }
+
+static void fx_open(fx *f) { fx_open_bounds(f, 0, 0); }
 
 static void fx_close(fx *f) {
     for (int i = 0; i < 3; i++) tdm_tensor_free(f->in[i]);
@@ -138,8 +144,8 @@ static void test_loop_within_limits(void **state) {
 static void test_loop_iteration_limit(void **state) {
     (void)state;
     fx f;
+    setenv("TANDEM_LOOP_MAX_ITERATIONS", "5000", 1); /* the environment's default */
     fx_open(&f);
-    setenv("TANDEM_LOOP_MAX_ITERATIONS", "5000", 1);
     float y = 0;
     expect_limit(run(&f, INT64_MAX, &y), "TANDEM_LOOP_MAX_ITERATIONS");
     /* the session keeps working: up to the limit is allowed */
@@ -147,13 +153,25 @@ static void test_loop_iteration_limit(void **state) {
     if (st) fail_msg("%s", tdm_status_message(st));
     assert_true(y == 5000.0f);
     expect_limit(run(&f, 5001, &y), "5000 iterations");
+    fx_close(&f);
+    /* the session's option wins over the environment's */
+    setenv("TANDEM_LOOP_MAX_ITERATIONS", "5000", 1);
+    fx_open_bounds(&f, 300, 0);
+    expect_limit(run(&f, 301, &y), "300 iterations");
+    st = run(&f, 300, &y);
+    if (st) fail_msg("%s", tdm_status_message(st));
+    assert_true(y == 300.0f);
+    fx_close(&f);
+    /* a malformed variable: the environment is not created, the message names it */
     setenv("TANDEM_LOOP_MAX_ITERATIONS", "lots", 1);
-    st = run(&f, 3, &y);
+    tdm_env *env = NULL;
+    st = tdm_env_create(NULL, &env);
     assert_non_null(st);
+    assert_null(env);
     assert_int_equal(tdm_status_code(st), TDM_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(tdm_status_message(st), "TANDEM_LOOP_MAX_ITERATIONS"));
     tdm_status_free(st);
-    fx_close(&f);
+    unsetenv("TANDEM_LOOP_MAX_ITERATIONS");
 }
 
 /* The default bound ends an endless loop without any setting (10,000,000 iterations of a
@@ -171,13 +189,9 @@ static void test_loop_default_limit(void **state) {
 static void test_loop_time_limit(void **state) {
     (void)state;
     fx f;
-    fx_open(&f);
-    setenv("TANDEM_LOOP_MAX_ITERATIONS", "0", 1); /* no count bound: only the time one */
-    setenv("TANDEM_LOOP_TIMEOUT_MS", "200", 1);
+    fx_open_bounds(&f, -1, 200); /* no count bound: only the time one */
     float y = 0;
     expect_limit(run(&f, INT64_MAX, &y), "TANDEM_LOOP_TIMEOUT_MS");
-    unsetenv("TANDEM_LOOP_TIMEOUT_MS");
-    unsetenv("TANDEM_LOOP_MAX_ITERATIONS");
     tdm_status *st = run(&f, 7, &y);
     if (st) fail_msg("%s", tdm_status_message(st));
     assert_true(y == 7.0f);
@@ -204,9 +218,9 @@ static void on_done(void *user, tdm_status *st, size_t n, tdm_tensor **outs) {
 static void test_loop_async_free(void **state) {
     (void)state;
     fx f;
-    fx_open(&f);
-    setenv("TANDEM_LOOP_MAX_ITERATIONS", "0", 1);
+    setenv("TANDEM_LOOP_MAX_ITERATIONS", "0", 1); /* the environment's: no count bound */
     setenv("TANDEM_LOOP_TIMEOUT_MS", "300", 1);
+    fx_open(&f);
     async_result r1 = {0}, r2 = {0};
     f.m = INT64_MAX;
     assert_null(tdm_session_run_async(f.s, 3, names, (const tdm_tensor *const *)f.in, 1, NULL, on_done, &r1));
@@ -221,7 +235,7 @@ static void test_loop_async_free(void **state) {
     fx_close(&f);
 }
 
-/* A Scan over 1,000,000 steps ends at TANDEM_LOOP_TIMEOUT_MS; a short one sums correctly. */
+/* A Scan over 1,000,000 steps ends at the session's loop_timeout_ms; a short one sums correctly. */
 static void test_scan_time_limit(void **state) {
     (void)state;
     counter cnt = {0};
@@ -237,7 +251,8 @@ static void test_scan_time_limit(void **state) {
     size_t size;
     void *model = scan_model(&size);
     tdm_session *s = NULL;
-    tdm_status *st = tdm_session_create_from_buffer(env, model, size, NULL, NULL, &s);
+    tdm_session_options so = {.api_version = TDM_API_VERSION, .opt_level = 1, .loop_timeout_ms = 50};
+    tdm_status *st = tdm_session_create_from_buffer(env, model, size, NULL, &so, &s);
     free(model);
     if (st) fail_msg("session: %s", tdm_status_message(st));
     enum { N = 1000000 };
@@ -259,12 +274,10 @@ static void test_scan_time_limit(void **state) {
     tdm_tensor_free(in[1]);
     xd[0] = N;
     assert_null(tdm_tensor_wrap(env, TDM_FLOAT, 2, xd, xs, (size_t)N * sizeof *xs, &in[1]));
-    setenv("TANDEM_LOOP_TIMEOUT_MS", "50", 1);
     out[0] = out[1] = NULL;
     expect_limit(tdm_session_run(s, 2, sn, (const tdm_tensor *const *)in, 2, NULL, out),
                  "TANDEM_LOOP_TIMEOUT_MS");
     assert_null(out[0]);
-    unsetenv("TANDEM_LOOP_TIMEOUT_MS");
     for (int i = 0; i < 2; i++) tdm_tensor_free(in[i]);
     free(xs);
     tdm_session_free(s);

@@ -8,7 +8,7 @@
  * Model level: the bundled model tests split across opencl:0 and the CPU (affinity rules put
  * some ops on the CPU, so tensors cross both ways) give the CPU-only outputs within
  * rtol 1e-3 / atol 1e-4 on three runs of one session (staging memory reused) and with
- * TANDEM_SYNC_COPIES=1; a run that fails on the device (Gather index out of range) leaves the
+ * the sync_copies setting; a run that fails on the device (Gather index out of range) leaves the
  * session usable; a convolution over 4 spatial dims is not claimed by opencl:0 and runs on
  * the CPU. Every test prints "skipped" and passes without an OpenCL device. */
 #define _GNU_SOURCE
@@ -39,7 +39,7 @@ static tdm_device *open_ocl(void) {
     tdm_device *devs[8];
     int n = 0;
     char why[200] = "";
-    tdm_status *st = tdm_backend_opencl.discover(NULL, NULL, devs, 8, &n, why, sizeof why);
+    tdm_status *st = tdm_backend_opencl.discover(NULL, NULL, ocl_test_settings(), devs, 8, &n, why, sizeof why);
     tdm_status_free(st);
     for (int i = 1; i < n; i++) tdm_device_close(devs[i]);
     return n > 0 ? devs[0] : NULL;
@@ -202,7 +202,7 @@ static size_t make_inputs(tdm_session *s, tdm_tensor **ins, const char **names) 
     return n;
 }
 
-static void run_split(const char *model, const char *affinity, int runs) {
+static void run_split(tdm_env *env, const char *model, const char *affinity, int runs) {
     char path[512];
     snprintf(path, sizeof path, "%s/tests/models/%s/model.onnx", TANDEM_SOURCE_DIR, model);
     tdm_session_options so_mix = {.api_version = TDM_API_VERSION, .devices = "opencl:0,cpu",
@@ -211,8 +211,8 @@ static void run_split(const char *model, const char *affinity, int runs) {
     tdm_session_options so_cpu = {.api_version = TDM_API_VERSION, .devices = "cpu", .threads = 1,
                                   .opt_level = 1};
     tdm_session *sm = NULL, *sc = NULL;
-    OK(tdm_session_create(g_env, path, &so_mix, &sm));
-    OK(tdm_session_create(g_env, path, &so_cpu, &sc));
+    OK(tdm_session_create(env, path, &so_mix, &sm));
+    OK(tdm_session_create(env, path, &so_cpu, &sc));
     tdm_tensor *ins[16] = {0};
     const char *names[16];
     size_t ni = make_inputs(sc, ins, names);
@@ -248,15 +248,18 @@ static const struct {
 static void test_split_models(void **state) {
     (void)state;
     NEED_DEVICE();
-    for (size_t i = 0; i < sizeof splits / sizeof splits[0]; i++) run_split(splits[i].model, splits[i].affinity, 3);
+    for (size_t i = 0; i < sizeof splits / sizeof splits[0]; i++) run_split(g_env, splits[i].model, splits[i].affinity, 3);
 }
 
 static void test_split_models_blocking(void **state) {
     (void)state;
     NEED_DEVICE();
-    setenv("TANDEM_SYNC_COPIES", "1", 1);
-    for (size_t i = 0; i < sizeof splits / sizeof splits[0]; i++) run_split(splits[i].model, splits[i].affinity, 1);
-    unsetenv("TANDEM_SYNC_COPIES");
+    /* the sync_copies setting (TANDEM_SYNC_COPIES=1) belongs to the environment */
+    tdm_env_options eo = {.api_version = TDM_API_VERSION, .sync_copies = TDM_SETTING_ON};
+    tdm_env *env = NULL;
+    OK(tdm_env_create(&eo, &env));
+    for (size_t i = 0; i < sizeof splits / sizeof splits[0]; i++) run_split(env, splits[i].model, splits[i].affinity, 1);
+    tdm_env_free(env);
 }
 
 static tdm_session *builder_session(mb_model *m, const char *devices, const char *placement) {

@@ -208,7 +208,7 @@ static void test_scope_many(void **state) {
     tdm_device *devs[8];
     int n = 0;
     char why[200] = "";
-    OK(tdm_backend_opencl.discover(NULL, NULL, devs, 8, &n, why, sizeof why));
+    OK(tdm_backend_opencl.discover(NULL, NULL, ocl_test_settings(), devs, 8, &n, why, sizeof why));
     assert_true(n >= 1);
     ocl_device *d = devs[0]->ctx;
     enum { COUNT = 100 };

@@ -1,5 +1,5 @@
-/* Pipeline mode's rebalancer (src/api/pipeline_mode_rebalance.c and the generations of
- * src/api/pipeline_mode.c): the decision policy on made-up measurements (trial of the best
+/* Pipeline mode's rebalancer (src/sched/pipeline_mode_rebalance.c and the generations of
+ * src/sched/pipeline_mode.c): the decision policy on made-up measurements (trial of the best
  * single device, moved cut, collapse, drift, kept), and sessions on the test devices with
  * one device slowed (TANDEM_TEST_DEVICE_DELAY_US): the cut moves off the slow device or the
  * pipeline collapses to the fast one within a bounded number of runs, every output on the
@@ -23,9 +23,10 @@
 
 #include <cmocka.h>
 
-#include "api/pipeline_impl.h"
-#include "api/pipeline_mode_mbatch.h"
-#include "api/pipeline_mode_rebalance.h"
+#include "api/api_impl.h"
+#include "sched/pipeline_mode.h"
+#include "sched/pipeline_mode_mbatch.h"
+#include "sched/pipeline_mode_rebalance.h"
 #include "tandem/tandem.h"
 
 #define MLP TANDEM_SOURCE_DIR "/tests/models/mlp_dynamic_batch/model.onnx"
@@ -322,8 +323,8 @@ typedef struct layout {
 static layout layout_of(tdm_session *s) {
     layout l;
     memset(&l, 0, sizeof l);
-    assert_non_null(s->pipe);
-    l.n = tdm_pipe_mode_layout(s->pipe, l.device, l.begin, l.end);
+    assert_non_null(tdm_pipe_mode_of(s->strategy));
+    l.n = tdm_pipe_mode_layout(tdm_pipe_mode_of(s->strategy), l.device, l.begin, l.end);
     return l;
 }
 
@@ -349,7 +350,7 @@ static void check_moves_off_slow(const char *model) {
     assert_int_equal(bad, 0);
     int64_t replans = 0;
     char last[1024];
-    assert_true(tdm_pipe_mode_last_decision(s->pipe, &replans, last, sizeof last) >= 1);
+    assert_true(tdm_pipe_mode_last_decision(tdm_pipe_mode_of(s->strategy), &replans, last, sizeof last) >= 1);
     assert_true(replans >= 1);
     assert_true(logged(&box, "pipeline rebalance: "));
     if (getenv("TANDEM_TEST_SHOW_LOG")) fprintf(stderr, "%s", box.text);
@@ -405,7 +406,7 @@ static void test_replan_under_concurrent_runs(void **state) {
         assert_int_equal(r[i].bad, 0);
     }
     int64_t replans = 0;
-    assert_true(tdm_pipe_mode_last_decision(s->pipe, &replans, NULL, 0) >= 1);
+    assert_true(tdm_pipe_mode_last_decision(tdm_pipe_mode_of(s->strategy), &replans, NULL, 0) >= 1);
     if (replans < 1) fail_msg("no new stages in 48 runs; log:\n%s", box.text);
     tdm_session_free(ref);
     tdm_session_free(s);
@@ -426,7 +427,7 @@ static void check_cut_stays(const char *cuts, bool no_rebalance) {
     layout l1 = layout_of(s);
     assert_memory_equal(&l0, &l1, sizeof l0);
     int64_t replans = -1;
-    assert_int_equal(tdm_pipe_mode_last_decision(s->pipe, &replans, NULL, 0), 0);
+    assert_int_equal(tdm_pipe_mode_last_decision(tdm_pipe_mode_of(s->strategy), &replans, NULL, 0), 0);
     assert_int_equal(replans, 0);
     assert_false(logged(&box, "pipeline rebalance: "));
     if (!logged(&box, "stage 0 on test:0")) fail_msg("no imbalance reported; log:\n%s", box.text);
@@ -592,18 +593,18 @@ static void check_micro_batch(bool no_rebalance, int user_mb) {
     if (st) fail_msg("%s", tdm_status_message(st));
     tdm_session *ref = open_session(env, MOBILENET, "cpu", TDM_MODE_LATENCY, NULL, false);
     int64_t want0 = user_mb ? user_mb : 2; /* 4 rows over 2 stages */
-    assert_int_equal(tdm_pipe_mode_micro_batch(s->pipe, 4, NULL, NULL, 0), want0);
+    assert_int_equal(tdm_pipe_mode_micro_batch(tdm_pipe_mode_of(s->strategy), 4, NULL, NULL, 0), want0);
     int bad = 0, runs = 0;
     int64_t changes = 0, mb4 = want0;
     int limit = no_rebalance || user_mb ? 20 : 40; /* 20: two windows after the warm-up */
     for (; runs < limit && mb4 == want0; runs++) {
         run_and_compare(env, s, ref, 2 + runs % 4, runs, &bad);
-        mb4 = tdm_pipe_mode_micro_batch(s->pipe, 4, &changes, NULL, 0);
+        mb4 = tdm_pipe_mode_micro_batch(tdm_pipe_mode_of(s->strategy), 4, &changes, NULL, 0);
     }
     for (int i = 0; i < 6; i++) run_and_compare(env, s, ref, 2 + i % 4, 500 + i, &bad); /* at the new size */
     assert_int_equal(bad, 0);
     char last[1024];
-    int64_t mb = tdm_pipe_mode_micro_batch(s->pipe, 4, &changes, last, sizeof last);
+    int64_t mb = tdm_pipe_mode_micro_batch(tdm_pipe_mode_of(s->strategy), 4, &changes, last, sizeof last);
     if (getenv("TANDEM_TEST_SHOW_LOG")) fprintf(stderr, "%s", box.text);
     if (no_rebalance || user_mb) {
         assert_int_equal(mb, want0);

@@ -17,6 +17,7 @@
 
 #include <cmocka.h>
 
+#include "api/settings.h"
 #include "graph/graph.h"
 #include "sched/cost.h"
 #include "sched/profile.h"
@@ -191,16 +192,21 @@ static void test_unwritable_cache(void **state) {
     tdm_env_free(env);
 }
 
+/* The cache folder as an environment resolves it (api/settings.c): TANDEM_CACHE_DIR, else
+ * $XDG_CACHE_HOME/tandem; tdm_cache_dir hands it out. */
 static void test_cache_dir(void **state) {
     fixture *f = *state;
     char buf[512];
-    assert_string_equal(tdm_cache_dir(buf, sizeof buf), f->dir);
+    tdm_settings set;
+    assert_null(tdm_settings_read(NULL, &set));
+    assert_string_equal(tdm_cache_dir(&set, buf, sizeof buf), f->dir);
     unsetenv("TANDEM_CACHE_DIR");
     const char *xdg = getenv("XDG_CACHE_HOME");
     char *saved = xdg ? strdup(xdg) : NULL;
     setenv("XDG_CACHE_HOME", "/x/cache", 1);
-    assert_string_equal(tdm_cache_dir(buf, sizeof buf), "/x/cache/tandem");
-    assert_null(tdm_cache_dir(buf, 4)); /* does not fit */
+    assert_null(tdm_settings_read(NULL, &set));
+    assert_string_equal(tdm_cache_dir(&set, buf, sizeof buf), "/x/cache/tandem");
+    assert_null(tdm_cache_dir(&set, buf, 4)); /* does not fit */
     if (saved) setenv("XDG_CACHE_HOME", saved, 1);
     else unsetenv("XDG_CACHE_HOME");
     free(saved);

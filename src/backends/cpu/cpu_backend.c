@@ -58,9 +58,11 @@ static const tdm_device_iface cpu_iface = {
     .kernel_flags = cpu_kernel_flags,
 };
 
-static tdm_status *cpu_discover(const tdm_allocator *a, const tdm_logger *log, tdm_device **devs,
-                                int max, int *n, char *why, size_t why_size) {
+static tdm_status *cpu_discover(const tdm_allocator *a, const tdm_logger *log,
+                                const tdm_settings *set, tdm_device **devs, int max, int *n,
+                                char *why, size_t why_size) {
     (void)log;
+    (void)set;
     (void)why;
     (void)why_size;
     *n = 0;

@@ -1,43 +1,27 @@
 /* CPU kernels: control flow. Bodies run through ctx->run_subgraph, in the executor, so that
  * every op of a body uses the same kernels and checks as the main graph. */
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backends/cpu/cpu_kernels.h"
 #include "core/alloc.h"
 #include "core/clock.h"
+#include "core/settings.h"
 
 /* Bounds of one run of a Loop or Scan node (documented in include/tandem/tandem.h, "Resource
- * limits"): a Loop stops with TDM_ERR_LIMIT after TANDEM_LOOP_MAX_ITERATIONS iterations
- * (default LOOP_MAX_ITERATIONS; 0 = no bound), and a Loop or Scan after TANDEM_LOOP_TIMEOUT_MS
- * milliseconds (default 0 = no bound). Both are read at every run of the node. */
-#define LOOP_MAX_ITERATIONS 10000000
-
+ * limits"): a Loop stops with TDM_ERR_LIMIT after loop_max_iterations iterations (0 = no
+ * bound), and a Loop or Scan after loop_timeout_ms milliseconds (0 = no bound): the session's
+ * options, else the environment's settings (TANDEM_LOOP_MAX_ITERATIONS,
+ * TANDEM_LOOP_TIMEOUT_MS), given to the kernel as ctx->loop. */
 typedef struct loop_limits {
     int64_t max_iter;    /* 0 = none */
     int64_t timeout_ms;  /* 0 = none */
     int64_t deadline_ns; /* when timeout_ms > 0 */
 } loop_limits;
 
-static tdm_status *env_limit(const tdm_kernel_ctx *ctx, const char *name, int64_t dflt,
-                             int64_t *out) {
-    const char *v = getenv(name);
-    *out = dflt;
-    if (!v || !v[0]) return NULL;
-    char *end = NULL;
-    errno = 0;
-    long long x = strtoll(v, &end, 10);
-    if (errno || *end || x < 0)
-        return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
-                              "%s='%.40s' is not a non-negative integer", name, v);
-    *out = x;
-    return NULL;
-}
-
 static tdm_status *limits_get(const tdm_kernel_ctx *ctx, loop_limits *l) {
-    TDM_TRY(env_limit(ctx, "TANDEM_LOOP_MAX_ITERATIONS", LOOP_MAX_ITERATIONS, &l->max_iter));
-    TDM_TRY(env_limit(ctx, "TANDEM_LOOP_TIMEOUT_MS", 0, &l->timeout_ms));
+    l->max_iter = ctx->loop ? ctx->loop->max_iterations : TDM_LOOP_MAX_ITERATIONS_DEFAULT;
+    l->timeout_ms = ctx->loop ? ctx->loop->timeout_ms : 0;
     int64_t ns;
     if (__builtin_mul_overflow(l->timeout_ms, (int64_t)1000000, &ns) ||
         __builtin_add_overflow(tdm_now_ns(), ns, &l->deadline_ns))
@@ -52,12 +36,12 @@ static tdm_status *limits_check(const tdm_kernel_ctx *ctx, const loop_limits *l,
     if (iterative && l->max_iter && trip >= l->max_iter)
         return tdm_node_error(ctx->node, TDM_ERR_LIMIT,
                               "the loop did not end after %lld iterations (the limit; "
-                              "TANDEM_LOOP_MAX_ITERATIONS sets it, 0 = none)",
+                              "loop_max_iterations or TANDEM_LOOP_MAX_ITERATIONS sets it)",
                               (long long)l->max_iter);
     if (l->timeout_ms && tdm_now_ns() > l->deadline_ns)
         return tdm_node_error(ctx->node, TDM_ERR_LIMIT,
                               "the loop ran longer than %lld ms after %lld iterations (the limit; "
-                              "TANDEM_LOOP_TIMEOUT_MS sets it, 0 = none)",
+                              "loop_timeout_ms or TANDEM_LOOP_TIMEOUT_MS sets it)",
                               (long long)l->timeout_ms, (long long)trip);
     /* tdm_session_cancel or the run's deadline (tdm_run_options): TDM_ERR_CANCELLED */
     tdm_status *st = tdm_run_ctl_check(ctx->run_ctl);

@@ -213,8 +213,9 @@ bool cuda_is_own_device(const tdm_device *dev) { return dev && dev->iface == &cu
 
 /* Streams, handles and memory of device `ordinal`; NULL with the reason in why when it
  * cannot be used. */
-static tdm_status *open_device(const tdm_allocator *a, const tdm_logger *log, int ordinal,
-                               cuda_device **out, char *why, size_t why_size) {
+static tdm_status *open_device(const tdm_allocator *a, const tdm_logger *log,
+                               const tdm_settings *set, int ordinal, cuda_device **out,
+                               char *why, size_t why_size) {
     *out = NULL;
     struct cudaDeviceProp prop;
     cudaError_t e = cudaSetDevice(ordinal);
@@ -228,6 +229,7 @@ static tdm_status *open_device(const tdm_allocator *a, const tdm_logger *log, in
     if (!d) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory creating a cuda device");
     d->a = a;
     d->log = log;
+    d->settings = set;
     d->ordinal = ordinal;
     d->cc_major = prop.major;
     d->cc_minor = prop.minor;
@@ -270,11 +272,11 @@ static tdm_status *open_device(const tdm_allocator *a, const tdm_logger *log, in
         return NULL;
     }
     /* the default arithmetic until a session sets one (tdm_session_options.precision) */
-    const char *prec = getenv("TANDEM_CUDA_PRECISION");
+    /* (the settings reader checked the name; anything else would be fp32) */
     cuda_precision p = CUDA_PREC_FP32;
-    tdm_status *pst = prec ? parse_precision(prec, &p) : NULL;
+    tdm_status *pst = parse_precision(set->cuda_precision, &p);
     if (pst) {
-        tdm_log(log, TDM_LOG_WARN, "TANDEM_CUDA_PRECISION: %s; using fp32", tdm_status_message(pst));
+        tdm_log(log, TDM_LOG_WARN, "cuda_precision: %s; using fp32", tdm_status_message(pst));
         tdm_status_free(pst);
         p = CUDA_PREC_FP32;
     }
@@ -292,9 +294,11 @@ static tdm_status *open_device(const tdm_allocator *a, const tdm_logger *log, in
     return NULL;
 }
 
-static tdm_status *cuda_discover(const tdm_allocator *a, const tdm_logger *log, tdm_device **devs,
-                                 int max, int *n, char *why, size_t why_size) {
+static tdm_status *cuda_discover(const tdm_allocator *a, const tdm_logger *log,
+                                 const tdm_settings *set, tdm_device **devs, int max, int *n,
+                                 char *why, size_t why_size) {
     *n = 0;
+    set = tdm_settings_or_builtin(set);
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess) {
@@ -319,7 +323,7 @@ static tdm_status *cuda_discover(const tdm_allocator *a, const tdm_logger *log, 
     char last_why[200] = "";
     for (int i = 0; i < count && *n < max; i++) {
         cuda_device *d = NULL;
-        tdm_status *st = open_device(a, log, i, &d, last_why, sizeof last_why);
+        tdm_status *st = open_device(a, log, set, i, &d, last_why, sizeof last_why);
         if (st) {
             for (int k = 0; k < *n; k++) cuda_close(devs[k]);
             *n = 0;
@@ -357,7 +361,7 @@ tdm_cuda_plugin_entry(const tdm_plugin_abi *host, char *why, size_t why_size) {
         host->tensor != mine.tensor || host->node != mine.node || host->graph != mine.graph ||
         host->kernel_ctx != mine.kernel_ctx || host->kernel_def != mine.kernel_def ||
         host->device != mine.device || host->device_iface != mine.device_iface ||
-        host->backend_reg != mine.backend_reg) {
+        host->backend_reg != mine.backend_reg || host->settings != mine.settings) {
         snprintf(why, why_size, "the plugin was built for another version of tandem (plugin "
                  "ABI %d, interface %d; rebuild it with this libtandem)", mine.abi,
                  mine.iface_version);

@@ -107,6 +107,7 @@ typedef enum cuda_precision {
 typedef struct cuda_device {
     const tdm_allocator *a;
     const tdm_logger *log;
+    const tdm_settings *settings; /* the environment's (outlives the device); never NULL */
     tdm_device *dev;          /* the tdm_device this is the ctx of */
     int ordinal;              /* CUDA device number */
     int cc_major, cc_minor;   /* compute capability */
@@ -142,7 +143,7 @@ typedef struct cuda_device {
     pthread_mutex_t gate;
     bool gate_ready;
     struct cuda_graphs *graphs; /* under gate; NULL until a window opens */
-    _Atomic bool graphs_on;     /* TANDEM_CUDA_GRAPHS / configure("cuda_graphs") */
+    _Atomic bool graphs_on;     /* settings->cuda_graphs / configure("cuda_graphs") */
     _Atomic unsigned ws_gen;    /* bumped whenever the workspace moves */
     bool capturing;             /* the compute stream is being captured (gate held) */
     _Atomic long graph_hits, graph_captures, graph_fallbacks, graph_refused;
@@ -203,7 +204,7 @@ void cuda_event_free(tdm_device *dev, void *event);
  * The launch windows of backend.h (segment_begin/_end) captured once per key and replayed;
  * see the top of cuda_graph.c. Every cuda_graph_* call below is made with d->gate held. */
 #define CUDA_GRAPH_ENTRIES 16
-tdm_status *cuda_graph_init(cuda_device *d);    /* the gate; TANDEM_CUDA_GRAPHS */
+tdm_status *cuda_graph_init(cuda_device *d);    /* the gate; the cuda_graphs setting */
 void cuda_graph_release(cuda_device *d);        /* before cuda_mem_release; logs the counts */
 tdm_status *cuda_graph_configure(cuda_device *d, const char *value); /* "0" | "1" */
 tdm_status *cuda_segment_begin(tdm_device *dev, uint64_t key);       /* take the gate */

@@ -2,8 +2,9 @@
  * captured once and replayed, so that a repeated run of the same shapes costs one
  * cudaGraphLaunch per segment instead of one or more launches per node.
  *
- * Off unless TANDEM_CUDA_GRAPHS=1 or configure("cuda_graphs", "1"): nothing here could be
- * run on a GPU when it was written (see scripts/gpu-check.sh, which runs both ways).
+ * Off unless the cuda_graphs setting (TANDEM_CUDA_GRAPHS=1) or configure("cuda_graphs", "1"):
+ * nothing here could be run on a GPU when it was written (see scripts/gpu-check.sh, which
+ * runs both ways).
  *
  * A window (one segment of one run, one host thread: the owner) meets an entry per key
  * (segment key from the executor, mixed with the precision) that goes through:
@@ -233,14 +234,7 @@ tdm_status *cuda_graph_init(cuda_device *d) {
     pthread_mutexattr_destroy(&at);
     if (rc) return TDM_ERR(TDM_ERR_DEVICE, "cuda: cannot create a lock");
     d->gate_ready = true;
-    const char *env = getenv("TANDEM_CUDA_GRAPHS");
-    bool on = false;
-    if (env && env[0]) {
-        if (!strcmp(env, "1")) on = true;
-        else if (strcmp(env, "0") != 0)
-            tdm_log(d->log, TDM_LOG_WARN, "TANDEM_CUDA_GRAPHS='%s' is not 0 or 1: graphs off", env);
-    }
-    atomic_store(&d->graphs_on, on);
+    atomic_store(&d->graphs_on, d->settings->cuda_graphs);
     return NULL;
 }
 
@@ -259,8 +253,8 @@ void cuda_graph_release(cuda_device *d) {
     if (atomic_load(&d->graphs_on) || hits || caps) {
         tdm_log(d->log, TDM_LOG_INFO, "cuda:%d: CUDA graphs: %ld replays, %ld captures, %ld "
                 "fallbacks, %ld segments not capturable", d->ordinal, hits, caps, falls, refused);
-        const char *path = getenv("TANDEM_CUDA_GRAPHS_LOG"); /* for scripts/gpu-check.sh */
-        FILE *fp = path && path[0] ? fopen(path, "a") : NULL;
+        const char *path = d->settings->cuda_graphs_log; /* for scripts/gpu-check.sh */
+        FILE *fp = path[0] ? fopen(path, "a") : NULL;
         if (fp) {
             fprintf(fp, "cuda:%d graphs=%s replays=%ld captures=%ld fallbacks=%ld "
                     "not_capturable=%ld\n", d->ordinal, atomic_load(&d->graphs_on) ? "on" : "off",

@@ -46,16 +46,8 @@ tdm_status *cuda_mem_init(cuda_device *d) {
     for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
         TDM_TRY(cuda_check(cudaEventCreateWithFlags(evs[i], cudaEventDisableTiming),
                            "creating an event"));
-    const char *lim = getenv("TANDEM_CUDA_MEM_LIMIT_MB");
-    if (lim && lim[0]) {
-        char *end = NULL;
-        unsigned long long mb = strtoull(lim, &end, 10);
-        if (*end == 0 && lim[0] != '-' && mb <= ((unsigned long long)1 << 40))
-            atomic_store(&d->mem_limit, (size_t)mb << 20);
-        else
-            tdm_log(d->log, TDM_LOG_WARN, "TANDEM_CUDA_MEM_LIMIT_MB='%s' is not a size in MiB: "
-                    "ignored", lim);
-    }
+    /* the cuda_mem_limit_mb setting (0..2^40, checked by the settings reader) */
+    atomic_store(&d->mem_limit, (size_t)d->settings->cuda_mem_limit_mb << 20);
     return NULL;
 }
 

@@ -13,7 +13,7 @@
 #include "backends/backend.h"
 
 /* Bumped whenever the entry's contract changes. */
-#define TDM_PLUGIN_ABI 1
+#define TDM_PLUGIN_ABI 2 /* 2: discover() takes the environment's settings */
 #define TDM_CUDA_PLUGIN_FILE "libtandem_cuda.so"
 #define TDM_CUDA_PLUGIN_ENTRY "tdm_cuda_plugin_entry"
 
@@ -22,13 +22,14 @@ typedef struct tdm_plugin_abi {
     int iface_version; /* TDM_DEVICE_IFACE_VERSION */
     /* sizes of the structs that cross the boundary: a plugin built against other headers
      * is refused instead of reading the wrong fields */
-    size_t tensor, node, graph, kernel_ctx, kernel_def, device, device_iface, backend_reg;
+    size_t tensor, node, graph, kernel_ctx, kernel_def, device, device_iface, backend_reg,
+        settings;
 } tdm_plugin_abi;
 
 #define TDM_PLUGIN_ABI_INIT                                                              \
     {TDM_PLUGIN_ABI, TDM_DEVICE_IFACE_VERSION, sizeof(tdm_tensor), sizeof(tdm_node),     \
      sizeof(tdm_graph), sizeof(tdm_kernel_ctx), sizeof(tdm_kernel_def), sizeof(tdm_device), \
-     sizeof(tdm_device_iface), sizeof(tdm_backend_reg)}
+     sizeof(tdm_device_iface), sizeof(tdm_backend_reg), sizeof(tdm_settings)}
 
 /* The entry: the plugin's registry entry when `host` matches what it was built with, else
  * NULL with the reason in why. */

@@ -78,6 +78,7 @@ typedef struct ocl_program {
 typedef struct ocl_device {
     const tdm_allocator *a;
     const tdm_logger *log;
+    const tdm_settings *settings; /* the environment's (outlives the device); never NULL */
     cl_platform_id platform;
     cl_device_id id;
     cl_context ctx;
@@ -86,7 +87,7 @@ typedef struct ocl_device {
     bool unified;     /* host-unified memory: buffers are CL_MEM_ALLOC_HOST_PTR (zero-copy) */
     bool gpu_style;   /* kernels for GPUs: local-memory GEMM tiles, a work-group per row in
                          row reductions; else (CPU devices) register blocks and a work-item
-                         per row. TANDEM_OPENCL_KERNELS=gpu|cpu overrides the device type */
+                         per row. the setting opencl_kernels (gpu|cpu) overrides the device type */
     size_t max_wg;    /* CL_DEVICE_MAX_WORK_GROUP_SIZE */
     cl_uint cus;      /* CL_DEVICE_MAX_COMPUTE_UNITS */
     cl_ulong max_alloc;

@@ -5,7 +5,7 @@
  * allocated with CL_MEM_ALLOC_HOST_PTR so that the driver can keep them zero-copy.
  *
  * Discovery never fails the environment: without a platform or a device it reports why and
- * yields no device. TANDEM_OPENCL_DISABLE=1 in the environment hides the backend. */
+ * yields no device. The setting opencl_disable (TANDEM_OPENCL_DISABLE=1) hides the backend. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -147,8 +147,9 @@ static void info_str(cl_device_id id, cl_device_info what, char *buf, size_t siz
 
 /* Context, queue and properties of one device; *skip set (and NULL returned) when the
  * device cannot be used, with the reason in why. */
-static tdm_status *open_device(const tdm_allocator *a, const tdm_logger *log, const found *f,
-                               ocl_device **out, char *why, size_t why_size) {
+static tdm_status *open_device(const tdm_allocator *a, const tdm_logger *log,
+                               const tdm_settings *set, const found *f, ocl_device **out,
+                               char *why, size_t why_size) {
     *out = NULL;
     cl_bool avail = CL_FALSE, compiler = CL_FALSE;
     clGetDeviceInfo(f->id, CL_DEVICE_AVAILABLE, sizeof avail, &avail, NULL);
@@ -161,6 +162,7 @@ static tdm_status *open_device(const tdm_allocator *a, const tdm_logger *log, co
     if (!d) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory creating an opencl device");
     d->a = a;
     d->log = log;
+    d->settings = set;
     d->platform = f->platform;
     d->id = f->id;
     pthread_mutex_init(&d->lock, NULL);
@@ -191,8 +193,8 @@ static tdm_status *open_device(const tdm_allocator *a, const tdm_logger *log, co
     d->is_cpu = (type & CL_DEVICE_TYPE_CPU) != 0;
     d->unified = unified == CL_TRUE;
     if (d->max_wg < 1) d->max_wg = 1;
-    const char *style = getenv("TANDEM_OPENCL_KERNELS");
-    d->gpu_style = style && style[0] ? strcmp(style, "gpu") == 0 : !d->is_cpu;
+    const char *style = set->opencl_kernels;
+    d->gpu_style = style[0] ? strcmp(style, "gpu") == 0 : !d->is_cpu;
     if (d->max_wg < 256 || d->local_mem < 16384) d->gpu_style = false;
     char pname[128] = "", pver[128] = "", dname[128] = "", dver[128] = "", drv[64] = "";
     clGetPlatformInfo(f->platform, CL_PLATFORM_NAME, sizeof pname - 1, pname, NULL);
@@ -222,12 +224,13 @@ static void describe(const ocl_device *d, char *buf, size_t size) {
                  (double)mem / (1024.0 * 1024.0 * 1024.0));
 }
 
-static tdm_status *ocl_discover(const tdm_allocator *a, const tdm_logger *log, tdm_device **devs,
-                                int max, int *n, char *why, size_t why_size) {
+static tdm_status *ocl_discover(const tdm_allocator *a, const tdm_logger *log,
+                                const tdm_settings *set, tdm_device **devs, int max, int *n,
+                                char *why, size_t why_size) {
     *n = 0;
-    const char *off = getenv("TANDEM_OPENCL_DISABLE");
-    if (off && off[0] && strcmp(off, "0") != 0) {
-        snprintf(why, why_size, "disabled by TANDEM_OPENCL_DISABLE");
+    set = tdm_settings_or_builtin(set);
+    if (set->opencl_disable) {
+        snprintf(why, why_size, "disabled (the setting opencl_disable, TANDEM_OPENCL_DISABLE)");
         return NULL;
     }
     cl_platform_id plats[MAX_PLATFORMS];
@@ -261,7 +264,7 @@ static tdm_status *ocl_discover(const tdm_allocator *a, const tdm_logger *log, t
     char last_why[200] = "";
     for (int i = 0; i < nf && *n < max; i++) {
         ocl_device *d = NULL;
-        tdm_status *st = open_device(a, log, &list[i], &d, last_why, sizeof last_why);
+        tdm_status *st = open_device(a, log, set, &list[i], &d, last_why, sizeof last_why);
         if (st) {
             for (int k = 0; k < *n; k++) tdm_device_close(devs[k]);
             *n = 0;

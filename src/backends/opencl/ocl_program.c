@@ -2,9 +2,9 @@
  * binaries keyed by the device (platform, device, driver versions) and a hash of the source
  * and build options.
  *
- * Cache folder: $TANDEM_CACHE_DIR/opencl, else $XDG_CACHE_HOME/tandem/opencl (absolute
- * XDG paths only), else $HOME/.cache/tandem/opencl: the device profiles' folder (sched/
- * profile.c) plus "opencl". A cache that cannot be read or written only costs build time;
+ * Cache folder: the environment's cache_dir setting (TANDEM_CACHE_DIR, else
+ * $XDG_CACHE_HOME/tandem, else ~/.cache/tandem; api/settings.c) plus "opencl", next to the
+ * device profiles (sched/profile.c). A cache that cannot be read or written only costs build time;
  * a binary the driver rejects is rebuilt from source and replaced. Files are written to a
  * temporary name and renamed, so concurrent processes never read half a binary. */
 #include <errno.h>
@@ -46,14 +46,10 @@ static int make_dirs(char *path) {
 
 /* The cache file for this device and source, or 0 when no cache folder is known. */
 static int cache_path(const ocl_device *d, const char *src, char *path, size_t size) {
-    const char *base = getenv("TANDEM_CACHE_DIR");
-    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    const char *base = d->settings->cache_dir;
+    if (!base[0]) return 0;
     char dir[1024];
-    int n;
-    if (base && base[0]) n = snprintf(dir, sizeof dir, "%s/opencl", base);
-    else if (xdg && xdg[0] == '/') n = snprintf(dir, sizeof dir, "%s/tandem/opencl", xdg);
-    else if (home && home[0]) n = snprintf(dir, sizeof dir, "%s/.cache/tandem/opencl", home);
-    else return 0;
+    int n = snprintf(dir, sizeof dir, "%s/opencl", base);
     if (n < 0 || (size_t)n >= sizeof dir) return 0;
     uint64_t hd = tdm_hash_str(TDM_HASH_INIT, d->ident);
     uint64_t hs = tdm_hash_str(TDM_HASH_INIT, src);

@@ -2,11 +2,13 @@
  * memory of its own (buffers it allocates; data reaches it only through upload/download),
  * runs the CPU kernel table on that memory, and can be slowed down to test schedulers.
  *
- * Enabled by the environment variable TANDEM_TEST_DEVICES=N (N devices "test:0".."test:N-1",
- * at most 4). TANDEM_TEST_DEVICE_DELAY_US=D adds D microseconds to every kernel (a slow
- * device); TANDEM_TEST_DEVICE_OPS=Op1,Op2 limits the ops it claims (an accelerator that
- * supports only some ops); TANDEM_TEST_DEVICE_FAIL_EVERY=K makes every K-th kernel fail
- * (a device that errors mid-run). */
+ * Enabled by the environment's settings (tdm_env_options; the variables in brackets give
+ * their defaults): test_devices=N (TANDEM_TEST_DEVICES; N devices "test:0".."test:N-1", at
+ * most 4); test_device_delay_us=D (TANDEM_TEST_DEVICE_DELAY_US) adds D microseconds to every
+ * kernel (a slow device); test_device_ops="Op1,Op2" (TANDEM_TEST_DEVICE_OPS) limits the ops
+ * it claims (an accelerator that supports only some ops); test_device_fail_every=K
+ * (TANDEM_TEST_DEVICE_FAIL_EVERY) makes every K-th kernel fail (a device that errors
+ * mid-run). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,19 +94,16 @@ static const tdm_device_iface td_iface = {
     .download = td_download,
 };
 
-static tdm_status *td_discover(const tdm_allocator *a, const tdm_logger *log, tdm_device **devs,
-                               int max, int *n, char *why, size_t why_size) {
+static tdm_status *td_discover(const tdm_allocator *a, const tdm_logger *log,
+                               const tdm_settings *set, tdm_device **devs, int max, int *n,
+                               char *why, size_t why_size) {
     (void)log;
     (void)why;
     (void)why_size;
     *n = 0;
-    const char *cnt = getenv("TANDEM_TEST_DEVICES");
-    if (!cnt || !cnt[0]) return NULL; /* not asked for: not a missing backend either */
-    int want = atoi(cnt);
-    if (want > 4) want = 4;
-    const char *delay = getenv("TANDEM_TEST_DEVICE_DELAY_US");
-    const char *ops = getenv("TANDEM_TEST_DEVICE_OPS");
-    const char *fail = getenv("TANDEM_TEST_DEVICE_FAIL_EVERY");
+    set = tdm_settings_or_builtin(set);
+    /* none asked for: not a missing backend either */
+    int want = set->test_devices < 4 ? (int)set->test_devices : 4;
     for (int i = 0; i < want && *n < max; i++) {
         tdm_device *d = tdm_calloc(a, 1, sizeof *d);
         testdev *td = tdm_calloc(a, 1, sizeof *td);
@@ -114,9 +113,9 @@ static tdm_status *td_discover(const tdm_allocator *a, const tdm_logger *log, td
             return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory creating test devices");
         }
         td->a = a;
-        td->delay_us = delay ? atol(delay) : 0;
-        td->fail_every = fail ? atol(fail) : 0;
-        if (ops && ops[0]) snprintf(td->ops, sizeof td->ops, ",%s,", ops);
+        td->delay_us = set->test_device_delay_us;
+        td->fail_every = set->test_device_fail_every;
+        if (set->test_device_ops[0]) snprintf(td->ops, sizeof td->ops, ",%s,", set->test_device_ops);
         d->iface = &td_iface;
         d->ctx = td;
         snprintf(d->name, sizeof d->name, "test:%d", i);

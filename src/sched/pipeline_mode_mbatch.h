@@ -1,4 +1,4 @@
-/* Pipeline mode's micro-batch size (src/api/pipeline_mode_mbatch.c): from what the stages
+/* Pipeline mode's micro-batch size (src/sched/pipeline_mode_mbatch.c): from what the stages
  * measured per micro-batch, a fixed cost and a per-row cost per stage, and the micro-batch
  * size that minimises the predicted run time of a batch.
  *
@@ -8,14 +8,14 @@
  * (the first micro-batch crosses every stage, each later one adds the slowest stage): more
  * micro-batches fill the pipeline sooner, fewer pay the fixed costs fewer times.
  * Pure functions on plain data; the caller (pipeline_mode.c) locks. */
-#ifndef TDM_API_PIPELINE_MODE_MBATCH_H
-#define TDM_API_PIPELINE_MODE_MBATCH_H
+#ifndef TDM_SCHED_PIPELINE_MODE_MBATCH_H
+#define TDM_SCHED_PIPELINE_MODE_MBATCH_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "api/api_impl.h"
+#include "sched/strategy.h"
 
 /* Least-squares sums of (rows, ms) samples of one stage: one sample per micro-batch. */
 typedef struct tdm_pm_mb_acc {

@@ -2,8 +2,9 @@
  * device of the session's list (in list order), and micro-batches flow through them over a
  * tandem user pipeline (bounded queues, one worker per stage, output in order).
  *
- * How a stage is made: the model is loaded again and every node outside the stage's range
- * (positions in the model's topological order, before graph passes) is removed; the values
+ * How a stage is made: the graph the loader made (shapes inferred, before graph passes) is
+ * copied with only the constants the stage reads (graph/clone.h, never a second parse), and
+ * every node outside the stage's range (positions in the model's topological order) is removed; the values
  * the stage reads from earlier stages become its graph inputs and the values later stages
  * (or the caller) need become its outputs. That graph is planned like any session's (passes,
  * placement on the stage's device with the CPU behind it for what the device cannot run),
@@ -53,13 +54,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/pipeline_impl.h"
-#include "api/pipeline_mode_cut.h"
-#include "api/pipeline_mode_mbatch.h"
-#include "api/pipeline_mode_rebalance.h"
 #include "core/alloc.h"
 #include "core/clock.h"
-#include "tandem/pipeline.h"
+#include "graph/clone.h"
+#include "sched/batch.h"
+#include "sched/pipeline_mode.h"
+#include "sched/pipeline_mode_cut.h"
+#include "sched/pipeline_mode_mbatch.h"
+#include "sched/pipeline_mode_rebalance.h"
+#include "tandem/pipeline.h" /* stages run over a user pipeline (src/api/pipeline.c) */
 
 #define WINDOW 8 /* runs per measurement window */
 #define WARMUP 2 /* first runs of a generation, not measured (first-run allocations) */
@@ -108,11 +111,14 @@ struct pm_gen {
 };
 
 struct tdm_pipe_mode {
-    tdm_session *s;
+    tdm_strategy_setup su; /* the session's (su.o: &o) */
+    tdm_session_options o; /* the settings used after creation (strings cleared) */
     const tdm_allocator *a;
+    tdm_plan *plan;  /* over every device: describes the model (names, explain, trace) */
+    bool splittable; /* a run's batch may be cut into micro-batches */
+    tdm_graph *ir;   /* the loaded graph, shapes inferred: stages are cut from it (kept for
+                        new stages while rebalancing, else freed after the first) */
     int micro_batch; /* 0 = batch / stages */
-    bool no_fallback;
-    int opt_level;
     struct tdm_monitor *monitor;
     pthread_mutex_t mu;
     pm_gen *cur;     /* (mu) */
@@ -123,9 +129,6 @@ struct tdm_pipe_mode {
     /* rebalancing (rb == NULL: off); rb is used by the one thread that set replanning */
     tdm_pm_rebal *rb;
     const char *names[TDM_MAX_DEVICES];
-    void *bytes;     /* a copy of the model, for new stages */
-    size_t size;
-    char *base_dir;
     bool replanning; /* (mu) */
     int64_t replans; /* generations installed after the first (mu) */
     int64_t decisions; /* (mu) */
@@ -227,39 +230,28 @@ static void gen_free(pm_gen *gen) {
     tdm_free(pm->a, gen);
 }
 
-/* Plans the stages of cfg from the model bytes and starts their pipeline. n: nodes. */
-static tdm_status *gen_build(tdm_pipe_mode *pm, const void *data, size_t size, const char *base_dir,
-                             const tdm_pm_config *cfg, size_t n, const double *predicted, pm_gen **out) {
-    tdm_session *s = pm->s;
+/* Plans the stages of cfg from pm->ir and starts their pipeline. n: nodes. */
+static tdm_status *gen_build(tdm_pipe_mode *pm, const tdm_pm_config *cfg, size_t n, const double *predicted,
+                             pm_gen **out) {
     const tdm_allocator *a = pm->a;
     pm_gen *gen = tdm_calloc(a, 1, sizeof *gen);
     if (!gen) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory creating a pipeline");
     gen->pm = pm;
     gen->cfg = *cfg;
-    tdm_device *cpu = NULL;
-    for (int d = 0; d < s->n_devices; d++)
-        if (s->devices[d]->host_memory) cpu = s->devices[d];
     tdm_status *st = NULL;
     for (int k = 0; k < cfg->n_stages && !st; k++) {
         pm_stage *ps = &gen->stages[k];
         ps->gen = gen;
         ps->dev = cfg->device[k];
-        ps->device = s->devices[ps->dev];
+        ps->device = pm->su.devices[ps->dev];
         ps->begin = cfg->start[k];
         ps->end = k + 1 < cfg->n_stages ? cfg->start[k + 1] : (int)n;
         ps->predicted_ms = predicted ? predicted[k] : 0;
         tdm_graph *sg = NULL;
-        st = tdm_pm_load_graph(s, data, size, base_dir, &sg);
-        if (!st) st = tdm_pm_restrict_graph(sg, ps->begin, ps->end, &ps->drop, &ps->n_drop, a);
-        if (st) {
-            tdm_graph_free(sg);
-            break;
-        }
-        tdm_device *devs[2] = {ps->device, cpu};
-        int nd = cpu && cpu != ps->device && !pm->no_fallback ? 2 : 1;
-        tdm_plan_options po = {pm->no_fallback, pm->opt_level, ps->device->name, NULL,
-                               tdm_threadpool_size(s->pool), false, 0};
-        st = tdm_plan_create(a, sg, devs, nd, s->pool, &po, &ps->plan); /* takes sg */
+        st = tdm_pm_stage_graph(pm->ir, ps->begin, ps->end, &ps->drop, &ps->n_drop, a, &sg);
+        if (st) break;
+        /* the stage's device, the CPU behind it for what it cannot run */
+        st = tdm_strategy_plan_on(&pm->su, sg, ps->device, NULL, false, 0, &ps->plan); /* takes sg */
         if (st) st = tdm_status_wrap(st, "pipeline stage %d (nodes #%d-#%d on %s): ", k, ps->begin,
                                      ps->end - 1, ps->device->name);
         else gen->n_stages++;
@@ -268,7 +260,7 @@ static tdm_status *gen_build(tdm_pipe_mode *pm, const void *data, size_t size, c
     /* the stages over a pipeline: one worker each (a device runs one micro-batch at a time),
      * two slots per queue: the next micro-batch waits staged while the current one runs */
     tdm_pipeline_options po = {TDM_API_VERSION, 2, on_output, pm};
-    if (!st) st = tdm_pipeline_create(s->env, &po, &gen->pipe);
+    if (!st) st = tdm_pipeline_create(pm->su.env, &po, &gen->pipe);
     for (int k = 0; k < gen->n_stages && !st; k++)
         st = tdm_pipeline_add_callback_stage(gen->pipe, gen->stages[k].device->name, 1, stage_fn, &gen->stages[k]);
     if (!st) st = tdm_pipeline_start(gen->pipe);
@@ -284,89 +276,112 @@ static tdm_status *gen_build(tdm_pipe_mode *pm, const void *data, size_t size, c
 static void log_stages(tdm_pipe_mode *pm, const pm_gen *gen) {
     for (int k = 0; k < gen->n_stages; k++) {
         const pm_stage *ps = &gen->stages[k];
-        tdm_log(&pm->s->env->log, TDM_LOG_INFO, "pipeline stage %d: nodes #%d-#%d on %s (%.3f ms predicted)", k,
+        tdm_log(pm->su.log, TDM_LOG_INFO, "pipeline stage %d: nodes #%d-#%d on %s (%.3f ms predicted)", k,
                 ps->begin, ps->end - 1, ps->device->name, ps->predicted_ms);
     }
 }
 
 /* ---- creation ---- */
 
-tdm_status *tdm_pipe_mode_create(tdm_session *s, const void *data, size_t size, const char *base_dir,
-                                 const tdm_session_options *o, tdm_pipe_mode **out) {
-    const tdm_allocator *a = s->env->alloc;
-    tdm_pipe_mode *pm = tdm_calloc(a, 1, sizeof *pm);
-    if (!pm) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory creating a pipeline");
-    pm->s = s;
-    pm->a = a;
-    pm->micro_batch = o->micro_batch > 0 ? o->micro_batch : 0;
-    pm->adapt_mb = !pm->micro_batch && !s->no_rebalance;
-    pm->no_fallback = o->no_fallback;
-    pm->opt_level = o->opt_level;
-    pthread_mutex_init(&pm->mu, NULL);
-    tdm_graph *g = NULL;
-    double *costs = NULL;
-    tdm_pm_config cfg = {0};
-    double stage_ms[TDM_MAX_DEVICES] = {0};
-    tdm_status *st = tdm_pm_load_graph(s, data, size, base_dir, &g);
-    size_t n = g ? g->n_nodes : 0;
-    if (!st && n == 0) st = TDM_ERR(TDM_ERR_INVALID_MODEL, "the model has no nodes to cut into stages");
-    if (!st && o->pipeline_cuts && o->pipeline_cuts[0]) {
-        st = tdm_pm_user_cut(g, o->pipeline_cuts, s->n_devices, cfg.start, &cfg.n_stages);
-        if (!st) tdm_log(&s->env->log, TDM_LOG_INFO, "pipeline: %d stages at the user's cut points", cfg.n_stages);
-    } else if (!st) {
-        costs = tdm_calloc(a, n * (size_t)s->n_devices, sizeof *costs);
-        if (!costs) st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory cutting the model");
-        if (!st) st = tdm_pm_node_costs(s, g, s->n_devices, costs);
-        if (!st) {
-            cfg.n_stages = tdm_pm_auto_cut(costs, n, s->n_devices, cfg.start, stage_ms);
-            double total = 0, slowest = 0;
-            for (size_t i = 0; i < n; i++) total += costs[i];
-            for (int k = 0; k < cfg.n_stages; k++) slowest = stage_ms[k] > slowest ? stage_ms[k] : slowest;
-            tdm_log(&s->env->log, TDM_LOG_INFO,
-                    "pipeline: auto cut into %d stages; slowest stage %.3f ms predicted (all on %s: %.3f ms)",
-                    cfg.n_stages, slowest, s->devices[0]->name, total);
-        }
-        /* rebalancing keeps the cost model and a copy of the model for new stages */
-        for (int d = 0; d < s->n_devices; d++) pm->names[d] = s->devices[d]->name;
-        if (!st && !s->no_rebalance) {
-            st = tdm_pm_rebal_create(a, s->n_devices, n, costs, pm->names, &pm->rb);
-            pm->bytes = st ? NULL : tdm_alloc(a, size ? size : 1);
-            pm->size = size;
-            if (!st && !pm->bytes) st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory keeping the model");
-            if (!st) memcpy(pm->bytes, data, size);
-            if (!st && base_dir && !(pm->base_dir = tdm_strdup(a, base_dir)))
-                st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory keeping the model");
-        }
-    }
-    tdm_graph_free(g);
-    tdm_free(a, costs);
-    for (int k = 0; k < cfg.n_stages; k++) cfg.device[k] = k;
-    if (!st) st = gen_build(pm, data, size, base_dir, &cfg, n, stage_ms, &pm->cur);
-    if (st) {
-        tdm_pipe_mode_free(pm);
-        return st;
-    }
-    log_stages(pm, pm->cur);
-    *out = pm;
-    return NULL;
-}
-
-void tdm_pipe_mode_free(tdm_pipe_mode *pm) {
+static void pm_free(void *ctx) {
+    tdm_pipe_mode *pm = ctx;
     if (!pm) return;
     gen_free(pm->cur); /* no run is in flight: older generations are gone */
     tdm_pm_rebal_free(pm->rb);
-    tdm_free(pm->a, pm->bytes);
-    tdm_free(pm->a, pm->base_dir);
+    tdm_graph_free(pm->ir);
+    tdm_plan_free(pm->plan);
     pthread_mutex_destroy(&pm->mu);
     tdm_free(pm->a, pm);
 }
 
-size_t tdm_pipe_mode_stage_count(const tdm_pipe_mode *pm) { return pm ? (size_t)pm->s->n_devices : 0; }
+/* The first stages: user cut points, else the auto cut from the cost model (which the
+ * rebalancer keeps, unless no_rebalance). stage_ms: the predicted time of each stage. */
+static tdm_status *first_cut(tdm_pipe_mode *pm, const tdm_session_options *o, tdm_pm_config *cfg,
+                             double *stage_ms) {
+    const tdm_graph *g = pm->ir;
+    const tdm_allocator *a = pm->a;
+    int K = pm->su.n_devices;
+    size_t n = g->n_nodes;
+    if (n == 0) return TDM_ERR(TDM_ERR_INVALID_MODEL, "the model has no nodes to cut into stages");
+    if (o->pipeline_cuts && o->pipeline_cuts[0]) {
+        TDM_TRY(tdm_pm_user_cut(g, o->pipeline_cuts, K, cfg->start, &cfg->n_stages));
+        tdm_log(pm->su.log, TDM_LOG_INFO, "pipeline: %d stages at the user's cut points", cfg->n_stages);
+        return NULL;
+    }
+    double *costs = tdm_calloc(a, n * (size_t)K, sizeof *costs);
+    tdm_status *st = costs ? NULL : TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory cutting the model");
+    if (!st) st = tdm_pm_node_costs(&pm->su, g, K, costs);
+    if (!st) {
+        cfg->n_stages = tdm_pm_auto_cut(costs, n, K, cfg->start, stage_ms);
+        double total = 0, slowest = 0;
+        for (size_t i = 0; i < n; i++) total += costs[i];
+        for (int k = 0; k < cfg->n_stages; k++) slowest = stage_ms[k] > slowest ? stage_ms[k] : slowest;
+        tdm_log(pm->su.log, TDM_LOG_INFO,
+                "pipeline: auto cut into %d stages; slowest stage %.3f ms predicted (all on %s: %.3f ms)",
+                cfg->n_stages, slowest, pm->su.devices[0]->name, total);
+    }
+    /* rebalancing keeps the cost model (and pm->ir, for new stages) */
+    if (!st && !o->no_rebalance) st = tdm_pm_rebal_create(a, K, n, costs, pm->names, &pm->rb);
+    tdm_free(a, costs);
+    return st;
+}
 
-void tdm_pipe_mode_stats(tdm_pipe_mode *pm, size_t index, tdm_device_stats *out) {
+static const tdm_strategy_iface pipeline_iface;
+
+tdm_status *tdm_pipeline_strategy_create(const tdm_strategy_setup *su, tdm_graph *g, tdm_strategy **out) {
+    const tdm_session_options *o = su->o;
+    const tdm_allocator *a = su->alloc;
+    tdm_pipe_mode *pm = tdm_calloc(a, 1, sizeof *pm);
+    if (!pm) {
+        tdm_graph_free(g);
+        return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory creating a pipeline");
+    }
+    pm->su = *su;
+    pm->o = *o;
+    pm->o.devices = pm->o.placement = pm->o.affinity = pm->o.precision = pm->o.pipeline_cuts = NULL;
+    pm->su.o = &pm->o;
+    pm->a = a;
+    pm->ir = g;
+    pm->micro_batch = o->micro_batch > 0 ? o->micro_batch : 0;
+    pm->adapt_mb = !pm->micro_batch && !o->no_rebalance;
+    pthread_mutex_init(&pm->mu, NULL);
+    for (int d = 0; d < su->n_devices; d++) pm->names[d] = su->devices[d]->name;
+    tdm_pm_config cfg = {0};
+    double stage_ms[TDM_MAX_DEVICES] = {0};
+    tdm_status *st = first_cut(pm, o, &cfg, stage_ms);
+    for (int k = 0; k < cfg.n_stages; k++) cfg.device[k] = k;
+    if (!st) st = gen_build(pm, &cfg, g->n_nodes, stage_ms, &pm->cur);
+    /* a plan over all devices describes the model (for names, explain and traces): it takes
+     * the loaded graph itself unless the rebalancer cuts new stages from it */
+    tdm_graph *whole = NULL;
+    if (!st && pm->rb) st = tdm_graph_clone(g, NULL, &whole);
+    if (!st && !pm->rb) {
+        whole = pm->ir;
+        pm->ir = NULL;
+    }
+    if (!st) st = tdm_strategy_plan_all(su, whole, &pm->plan);
+    if (!st) pm->splittable = tdm_batch_splittable(pm->plan->graph);
+    if (st) {
+        pm_free(pm);
+        return st;
+    }
+    log_stages(pm, pm->cur);
+    return tdm_strategy_wrap(a, &pipeline_iface, pm, pm->plan, out);
+}
+
+tdm_pipe_mode *tdm_pipe_mode_of(const tdm_strategy *st) {
+    return st && st->iface == &pipeline_iface ? st->ctx : NULL;
+}
+
+/* Statistics entries: one per device of the session (index = its place in the device list;
+ * the stages a device ran, summed over every cut it had). */
+static size_t pm_stats_count(void *ctx) { return (size_t)((tdm_pipe_mode *)ctx)->su.n_devices; }
+
+static void pm_stats(void *ctx, size_t index, tdm_device_stats *out) {
+    tdm_pipe_mode *pm = ctx;
     pthread_mutex_lock(&pm->mu);
     int d = (int)index;
-    *out = (tdm_device_stats){pm->s->devices[d]->name, pm->dev_runs[d], pm->dev_items[d], pm->dev_busy_ms[d], 1.0,
+    *out = (tdm_device_stats){pm->su.devices[d]->name, pm->dev_runs[d], pm->dev_items[d], pm->dev_busy_ms[d], 1.0,
                               pm->dev_items[d] ? pm->dev_busy_ms[d] / (double)pm->dev_items[d] : 0};
     pthread_mutex_unlock(&pm->mu);
 }
@@ -409,57 +424,15 @@ int64_t tdm_pipe_mode_micro_batch(tdm_pipe_mode *pm, int64_t rows, int64_t *chan
 
 /* ---- a run: micro-batches in, outputs joined ---- */
 
-/* Rows [begin, begin + count) of a host tensor along its leading dim, as a view. */
-static tdm_status *rows_view(const tdm_allocator *a, const tdm_tensor *t, int64_t begin, int64_t count,
-                             tdm_tensor **out) {
-    int64_t dims[TDM_MAX_RANK];
-    memcpy(dims, t->dims, sizeof dims);
-    dims[0] = count;
-    size_t row = t->dims[0] ? t->nbytes / (size_t)t->dims[0] : 0;
-    return tdm_tensor_new_view(a, t->dtype, t->rank, dims, (char *)t->data + (size_t)begin * row, out);
-}
-
-/* The batch size when every given input is a host tensor with the same leading dim and the
- * model's batch dim is dynamic (s->splittable); otherwise -1 (one micro-batch). */
-static int64_t batch_rows(const tdm_session *s, const tdm_tensor **by_input) {
-    if (!s->splittable) return -1;
-    const tdm_graph *g = s->plan->graph;
-    int64_t n = -1;
-    for (size_t i = 0; i < g->n_inputs; i++) {
-        const tdm_tensor *t = by_input[i];
-        if (!t) continue;
-        if (t->rank < 1 || t->dtype == TDM_STRING || t->device) return -1;
-        if (n >= 0 && t->dims[0] != n) return -1;
-        n = t->dims[0];
-    }
-    return n;
-}
-
 /* Joins the parts' tensors `name` along the leading dim into a new tensor. */
 static tdm_status *join_rows(const tdm_allocator *a, tdm_pipeline_item **parts, int np, const char *name,
                              tdm_tensor **out) {
-    const tdm_tensor *f0 = tdm_pipeline_item_tensor(parts[0], name);
-    if (!f0) return TDM_ERR(TDM_ERR_INTERNAL, "pipeline: output '%s' is missing", name);
-    if (np == 1) return tdm_tensor_clone(a, f0, out);
-    int64_t dims[TDM_MAX_RANK];
-    memcpy(dims, f0->dims, sizeof dims);
-    dims[0] = 0;
-    for (int q = 0; q < np; q++) {
-        const tdm_tensor *t = tdm_pipeline_item_tensor(parts[q], name);
-        bool same = t && t->dtype == f0->dtype && t->rank == f0->rank && t->rank >= 1 && !t->device &&
-                    t->dtype != TDM_STRING;
-        for (int d = 1; same && d < t->rank; d++) same = t->dims[d] == f0->dims[d];
-        if (!same) return TDM_ERR(TDM_ERR_RUNTIME, "output '%s' cannot be joined along the batch dim", name);
-        dims[0] += t->dims[0];
-    }
-    TDM_TRY(tdm_tensor_new(a, f0->dtype, f0->rank, dims, out));
-    size_t off = 0;
-    for (int q = 0; q < np; q++) {
-        const tdm_tensor *t = tdm_pipeline_item_tensor(parts[q], name);
-        memcpy((char *)(*out)->data + off, t->data, t->nbytes);
-        off += t->nbytes;
-    }
-    return NULL;
+    const tdm_tensor *stack[16], **ts = np <= 16 ? stack : tdm_calloc(a, (size_t)np, sizeof *ts);
+    if (!ts) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory joining outputs");
+    for (int q = 0; q < np; q++) ts[q] = tdm_pipeline_item_tensor(parts[q], name);
+    tdm_status *st = tdm_batch_join(a, ts, np, NULL, name, out);
+    if (ts != stack) tdm_free(a, ts);
+    return st;
 }
 
 /* After some runs, says once (log) when the measured stage times are far apart: the cut
@@ -488,12 +461,12 @@ static void check_balance(tdm_pipe_mode *pm, const pm_gen *gen) {
                  "pipeline: measured stage times are unbalanced: stage %d on %s takes %.3f ms per row, "
                  "%.1fx the fastest stage; the pipeline runs at its pace (%s)",
                  slow, gen->stages[slow].device->name, hi, hi / lo,
-                 pm->s->no_rebalance ? "no_rebalance is set, so the cut stays"
+                 pm->o.no_rebalance ? "no_rebalance is set, so the cut stays"
                                      : "user cut points are not moved; set other pipeline_cuts to move work "
                                        "off it, or use the auto cut or throughput mode");
     }
     pthread_mutex_unlock(&pm->mu);
-    if (msg[0]) tdm_log(&pm->s->env->log, TDM_LOG_INFO, "%s", msg);
+    if (msg[0]) tdm_log(pm->su.log, TDM_LOG_INFO, "%s", msg);
 }
 
 /* Takes the current generation for a run (mu). */
@@ -618,7 +591,7 @@ static bool adapt_micro_batch(tdm_pipe_mode *pm, pm_gen *gen) {
         gen->windows = 0; /* the next window, at the new size, counts as the first */
     }
     pthread_mutex_unlock(&pm->mu);
-    if (msg[0]) tdm_log(&pm->s->env->log, TDM_LOG_INFO, "%s", msg);
+    if (msg[0]) tdm_log(pm->su.log, TDM_LOG_INFO, "%s", msg);
     return msg[0] != 0;
 }
 
@@ -626,7 +599,7 @@ static bool adapt_micro_batch(tdm_pipe_mode *pm, pm_gen *gen) {
  * decides, after the micro-batch size (which, when it changed, postpones the decision on
  * the cut). Runs on the thread that set pm->replanning. */
 static void replan(tdm_pipe_mode *pm, pm_gen *gen, const tdm_pm_window *w) {
-    tdm_logger *lg = &pm->s->env->log;
+    const tdm_logger *lg = pm->su.log;
     tdm_pm_config next;
     char msg[1024];
     tdm_pm_verdict v = TDM_PM_NOTHING;
@@ -636,7 +609,7 @@ static void replan(tdm_pipe_mode *pm, pm_gen *gen, const tdm_pm_window *w) {
     if (v == TDM_PM_INSTALL) {
         double predicted[TDM_MAX_DEVICES];
         for (int k = 0; k < next.n_stages; k++) predicted[k] = tdm_pm_predict(pm->rb, &next, k);
-        st = gen_build(pm, pm->bytes, pm->size, pm->base_dir, &next, tdm_pm_node_count(pm->rb), predicted, &built);
+        st = gen_build(pm, &next, tdm_pm_node_count(pm->rb), predicted, &built);
     }
     if (v != TDM_PM_NOTHING) tdm_log(lg, TDM_LOG_INFO, "%s", msg);
     if (st) {
@@ -675,13 +648,13 @@ static int64_t run_micro_batch(tdm_pipe_mode *pm, pm_gen *gen, int64_t n) {
     return mb;
 }
 
-tdm_status *tdm_pipe_mode_run(tdm_pipe_mode *pm, const tdm_tensor **by_input, tdm_tensor **all,
-                              const tdm_run_ctl *ctl) {
-    tdm_session *s = pm->s;
-    const tdm_graph *g = s->plan->graph;
+static tdm_status *pm_run(void *ctx, const tdm_tensor *const *by_input, tdm_tensor **all,
+                          const tdm_run_ctl *ctl) {
+    tdm_pipe_mode *pm = ctx;
+    const tdm_graph *g = pm->plan->graph;
     const tdm_allocator *a = pm->a;
     pm_gen *gen = gen_enter(pm);
-    int64_t n = batch_rows(s, by_input);
+    int64_t n = pm->splittable ? tdm_batch_rows(g, by_input) : -1;
     int64_t mb = run_micro_batch(pm, gen, n);
     int np = n < 1 ? 1 : (int)((n + mb - 1) / mb);
     pm_request r;
@@ -702,7 +675,7 @@ tdm_status *tdm_pipe_mode_run(tdm_pipe_mode *pm, const tdm_tensor **by_input, td
             const tdm_tensor *t = by_input[i];
             if (!t) continue;
             tdm_tensor *view = NULL;
-            if (n >= 1) st = rows_view(a, t, (int64_t)q * mb, q == np - 1 ? n - (int64_t)q * mb : mb, &view);
+            if (n >= 1) st = tdm_batch_slice(a, t, (int64_t)q * mb, q == np - 1 ? n - (int64_t)q * mb : mb, &view);
             else st = tdm_tensor_new_view(a, t->dtype, t->rank, t->dims, t->data, &view);
             if (!st && t->device) { /* a device tensor goes as it is: the stage plan reads it */
                 tdm_tensor_destroy(view);
@@ -751,11 +724,17 @@ tdm_status *tdm_pipe_mode_run(tdm_pipe_mode *pm, const tdm_tensor **by_input, td
     return st;
 }
 
-void tdm_pipe_mode_set_monitor(tdm_pipe_mode *pm, struct tdm_monitor *mon) {
+static void pm_set_monitor(void *ctx, struct tdm_monitor *mon) {
+    tdm_pipe_mode *pm = ctx;
     pthread_mutex_lock(&pm->mu);
     pm->monitor = mon;
+    pm->plan->monitor = mon;
     pm_gen *gen = pm->cur;
     for (int k = 0; k < gen->n_stages; k++)
         if (gen->stages[k].plan) gen->stages[k].plan->monitor = mon;
     pthread_mutex_unlock(&pm->mu);
 }
+
+static const tdm_strategy_iface pipeline_iface = {
+    TDM_STRATEGY_API_VERSION, "pipeline", pm_run, pm_stats_count, pm_stats, pm_set_monitor, pm_free,
+};

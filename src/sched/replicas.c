@@ -1,4 +1,4 @@
-/* Throughput mode: replicas of the plan, one per device.
+/* The replicas strategy (throughput mode): a plan per device.
  *
  * Split: a batched run is divided along its leading dim between the replicas in proportion to
  * their measured speed (time per item, exponentially smoothed after every run), so that they
@@ -16,18 +16,51 @@
  *
  * Cancellation (tdm_session_cancel, run deadlines): every part of a split batch runs with the
  * run's stop request and stops at its next node; a cancelled run makes no probe and takes no
- * device out (only device errors do). */
+ * device out (only device errors do).
+ *
+ * Every replica's graph is a copy of the one loaded graph (graph/clone.h); the last replica
+ * takes the graph itself. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "api/api_impl.h"
 #include "core/alloc.h"
 #include "core/clock.h"
+#include "graph/clone.h"
+#include "sched/batch.h"
+#include "sched/strategy.h"
+
+typedef struct tdm_replica {
+    tdm_plan *plan;
+    tdm_device *device;  /* the device the replica is for (its plan may fall back to the CPU) */
+    double ms_per_item;  /* smoothed measured time per batch item; 0 = not measured yet */
+    double share;        /* fraction of a split batch */
+    int inflight;
+    int64_t runs, items;
+    double busy_ms;
+    /* a device that failed is taken out until a probe run on it succeeds */
+    bool down;
+    bool probing;        /* a probe is running */
+    int64_t probe_at_ns; /* when the next probe may run */
+    int64_t backoff_ns;  /* the wait before the next probe (doubles, at most 64x probe_ms) */
+} tdm_replica;
+
+/* The strategy's context; replica fields after creation under stats_mu. */
+typedef struct replicas {
+    const tdm_allocator *a;
+    const tdm_logger *log;
+    int n_replicas;
+    tdm_replica replicas[TDM_MAX_DEVICES];
+    bool splittable;     /* every input and output has a dynamic leading (batch) dim */
+    float alpha;
+    bool no_rebalance;
+    int probe_ms;        /* first back-off of a failed device (< 0: off) */
+    pthread_mutex_t stats_mu;
+} replicas;
 
 typedef struct part {
-    tdm_session *s;
+    replicas *s;
     int replica;
     int64_t begin, count;
     const tdm_tensor **inputs; /* per graph input: a view of the slice */
@@ -38,6 +71,8 @@ typedef struct part {
     const tdm_run_ctl *ctl; /* the run's stop request, or NULL */
 } part;
 
+static const tdm_graph *graph_of(const replicas *s) { return s->replicas[0].plan->graph; }
+
 static void *part_main(void *arg) {
     part *p = arg;
     tdm_replica *r = &p->s->replicas[p->replica];
@@ -47,32 +82,8 @@ static void *part_main(void *arg) {
     return NULL;
 }
 
-/* Leading-dim slice [begin, begin+count) of a host tensor, as a view. */
-static tdm_status *slice_view(const tdm_allocator *a, const tdm_tensor *t, int64_t begin,
-                              int64_t count, tdm_tensor **out) {
-    int64_t dims[TDM_MAX_RANK];
-    memcpy(dims, t->dims, sizeof dims);
-    dims[0] = count;
-    size_t row = t->dims[0] ? t->nbytes / (size_t)t->dims[0] : 0;
-    return tdm_tensor_new_view(a, t->dtype, t->rank, dims, (char *)t->data + (size_t)begin * row, out);
-}
-
-static int64_t batch_of(const tdm_session *s, const tdm_tensor **by_input) {
-    const tdm_graph *g = s->plan->graph;
-    int64_t n = -1;
-    for (size_t i = 0; i < g->n_inputs; i++) {
-        const tdm_value *v = &g->values[g->inputs[i]];
-        if (v->data && !by_input[i]) continue;
-        const tdm_tensor *t = by_input[i];
-        if (!t || t->rank < 1 || t->dtype == TDM_STRING || t->device) return -1;
-        if (n >= 0 && t->dims[0] != n) return -1;
-        n = t->dims[0];
-    }
-    return n;
-}
-
 /* Takes replica k out after a device error (never the last one in service). stats_mu held. */
-static void take_out(tdm_session *s, int k, const tdm_status *why) {
+static void take_out(replicas *s, int k, const tdm_status *why) {
     tdm_replica *r = &s->replicas[k];
     if (s->probe_ms < 0 || r->down || tdm_status_code(why) != TDM_ERR_DEVICE) return;
     int up = 0;
@@ -81,14 +92,14 @@ static void take_out(tdm_session *s, int k, const tdm_status *why) {
     r->down = true;
     r->backoff_ns = (int64_t)s->probe_ms * 1000000;
     r->probe_at_ns = tdm_now_ns() + r->backoff_ns;
-    tdm_log(&s->env->log, TDM_LOG_WARN, "throughput: %s taken out after a device error (%s); probe in %d ms",
+    tdm_log(s->log, TDM_LOG_WARN, "throughput: %s taken out after a device error (%s); probe in %d ms",
             r->device->name, tdm_status_message(why), s->probe_ms);
 }
 
 /* Probes one replica that is out and due (see the file comment). */
-static void probe(tdm_session *s, const tdm_tensor **by_input, int64_t n) {
-    const tdm_graph *g = s->plan->graph;
-    const tdm_allocator *a = s->env->alloc;
+static void probe(replicas *s, const tdm_tensor *const *by_input, int64_t n) {
+    const tdm_graph *g = graph_of(s);
+    const tdm_allocator *a = s->a;
     int64_t now = tdm_now_ns();
     int k = -1;
     pthread_mutex_lock(&s->stats_mu);
@@ -109,7 +120,7 @@ static void probe(tdm_session *s, const tdm_tensor **by_input, int64_t n) {
             continue;
         }
         tdm_tensor *view = NULL;
-        st = slice_view(a, by_input[i], 0, 1, &view);
+        st = tdm_batch_slice(a, by_input[i], 0, 1, &view);
         ins[i] = view;
     }
     if (!st) st = tdm_plan_run(r->plan, ins, outs);
@@ -121,20 +132,20 @@ static void probe(tdm_session *s, const tdm_tensor **by_input, int64_t n) {
     r->probing = false;
     if (!st) {
         r->down = false;
-        tdm_log(&s->env->log, TDM_LOG_INFO, "throughput: %s is back in service (a probe run succeeded)",
+        tdm_log(s->log, TDM_LOG_INFO, "throughput: %s is back in service (a probe run succeeded)",
                 r->device->name);
     } else {
         int64_t cap = (int64_t)s->probe_ms * 64 * 1000000;
         r->backoff_ns = r->backoff_ns * 2 > cap ? cap : r->backoff_ns * 2;
         r->probe_at_ns = tdm_now_ns() + r->backoff_ns;
-        tdm_log(&s->env->log, TDM_LOG_INFO, "throughput: probe of %s failed (%s); next in %lld ms",
+        tdm_log(s->log, TDM_LOG_INFO, "throughput: probe of %s failed (%s); next in %lld ms",
                 r->device->name, tdm_status_message(st), (long long)(r->backoff_ns / 1000000));
     }
     pthread_mutex_unlock(&s->stats_mu);
     tdm_status_free(st);
 }
 
-static tdm_status *run_replica(tdm_session *s, const tdm_tensor **by_input, tdm_tensor **all,
+static tdm_status *run_replica(replicas *s, const tdm_tensor *const *by_input, tdm_tensor **all,
                                const tdm_run_ctl *ctl) {
     /* the replica predicted to finish first: (queued + 1) x time per run */
     pthread_mutex_lock(&s->stats_mu);
@@ -170,7 +181,7 @@ static tdm_status *run_replica(tdm_session *s, const tdm_tensor **by_input, tdm_
 }
 
 /* New shares from the smoothed per-item times. */
-static void rebalance(tdm_session *s) {
+static void rebalance(replicas *s) {
     double inv_sum = 0;
     for (int k = 0; k < s->n_replicas; k++)
         if (s->replicas[k].ms_per_item > 0) inv_sum += 1.0 / s->replicas[k].ms_per_item;
@@ -192,22 +203,14 @@ static void rebalance(tdm_session *s) {
             pos += (size_t)snprintf(msg + pos, sizeof msg - pos, " %s %.1f%% (%.3f ms)",
                                     s->replicas[k].device->name, 100 * s->replicas[k].share,
                                     s->replicas[k].ms_per_item);
-        tdm_log(&s->env->log, TDM_LOG_INFO, "%s", msg);
+        tdm_log(s->log, TDM_LOG_INFO, "%s", msg);
     }
 }
 
-tdm_status *tdm_throughput_run(tdm_session *s, const tdm_tensor **by_input, tdm_tensor **all,
-                               const tdm_run_ctl *ctl) {
-    const tdm_graph *g = s->plan->graph;
-    const tdm_allocator *a = s->env->alloc;
-    int64_t n = s->splittable ? batch_of(s, by_input) : -1;
-    TDM_TRY(tdm_run_ctl_check(ctl)); /* cancelled before it began: no probe either */
-    probe(s, by_input, n);
-    if (n < 2) return run_replica(s, by_input, all, ctl);
-
-    /* how many items each replica gets */
+/* How many of n items each replica gets (counts[k]): by share among those in service, the
+ * remainder to the fastest; all to the fastest when it alone is predicted no slower. */
+static void split_counts(replicas *s, int64_t n, int64_t *counts) {
     int K = s->n_replicas;
-    int64_t counts[TDM_MAX_DEVICES] = {0};
     pthread_mutex_lock(&s->stats_mu);
     int64_t given = 0;
     int fastest = -1;
@@ -235,14 +238,18 @@ tdm_status *tdm_throughput_run(tdm_session *s, const tdm_tensor **by_input, tdm_
         for (int k = 0; k < K; k++) counts[k] = k == fastest ? n : 0;
     }
     pthread_mutex_unlock(&s->stats_mu);
+}
 
-    part parts[TDM_MAX_DEVICES];
-    int np = 0;
-    tdm_status *st = NULL;
+/* The parts of a split batch: views of their rows of every input. Returns the parts made
+ * (also on failure, for the caller to free). */
+static tdm_status *make_parts(replicas *s, const tdm_tensor *const *by_input, const int64_t *counts,
+                              const tdm_run_ctl *ctl, part *parts, int *np) {
+    const tdm_graph *g = graph_of(s);
+    const tdm_allocator *a = s->a;
     int64_t begin = 0;
-    for (int k = 0; k < K; k++) {
+    for (int k = 0; k < s->n_replicas; k++) {
         if (!counts[k]) continue;
-        part *p = &parts[np];
+        part *p = &parts[*np];
         memset(p, 0, sizeof *p);
         p->s = s;
         p->ctl = ctl;
@@ -252,31 +259,88 @@ tdm_status *tdm_throughput_run(tdm_session *s, const tdm_tensor **by_input, tdm_
         begin += counts[k];
         p->inputs = tdm_calloc(a, g->n_inputs + 1, sizeof *p->inputs);
         p->outputs = tdm_calloc(a, g->n_outputs + 1, sizeof *p->outputs);
-        np++;
-        if (!p->inputs || !p->outputs) {
-            st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory splitting a batch");
-            break;
-        }
-        for (size_t i = 0; i < g->n_inputs && !st; i++) {
+        (*np)++;
+        if (!p->inputs || !p->outputs) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory splitting a batch");
+        for (size_t i = 0; i < g->n_inputs; i++) {
             if (!by_input[i]) continue;
             tdm_tensor *view = NULL;
-            st = slice_view(a, by_input[i], p->begin, p->count, &view);
+            TDM_TRY(tdm_batch_slice(a, by_input[i], p->begin, p->count, &view));
             p->inputs[i] = view;
         }
     }
-    /* run the parts at the same time: the calling thread takes the first */
+    return NULL;
+}
+
+/* Runs the parts at the same time: the calling thread takes the first. */
+static tdm_status *run_parts(part *parts, int np) {
+    tdm_status *st = NULL;
     int started = 0;
-    if (!st) {
-        for (int q = 1; q < np; q++) {
-            if (pthread_create(&parts[q].thread, NULL, part_main, &parts[q]) != 0) {
-                st = TDM_ERR(TDM_ERR_RUNTIME, "cannot start a thread for a batch part");
-                break;
-            }
-            started = q;
+    for (int q = 1; q < np; q++) {
+        if (pthread_create(&parts[q].thread, NULL, part_main, &parts[q]) != 0) {
+            st = TDM_ERR(TDM_ERR_RUNTIME, "cannot start a thread for a batch part");
+            break;
         }
-        if (!st) part_main(&parts[0]);
-        for (int q = 1; q <= started; q++) pthread_join(parts[q].thread, NULL);
+        started = q;
     }
+    if (!st) part_main(&parts[0]);
+    for (int q = 1; q <= started; q++) pthread_join(parts[q].thread, NULL);
+    return st;
+}
+
+/* Joins the parts' outputs along the leading dim into all. */
+static tdm_status *join_parts(replicas *s, part *parts, int np, tdm_tensor **all) {
+    const tdm_graph *g = graph_of(s);
+    const tdm_tensor *outs[TDM_MAX_DEVICES];
+    int64_t rows[TDM_MAX_DEVICES];
+    tdm_status *st = NULL;
+    for (size_t o = 0; o < g->n_outputs && !st; o++) {
+        for (int q = 0; q < np; q++) {
+            outs[q] = parts[q].outputs[o];
+            rows[q] = parts[q].count;
+        }
+        st = tdm_batch_join(s->a, outs, np, rows, g->values[g->outputs[o]].name, &all[o]);
+    }
+    if (st)
+        for (size_t o = 0; o < g->n_outputs; o++) {
+            tdm_tensor_destroy(all[o]);
+            all[o] = NULL;
+        }
+    return st;
+}
+
+/* Measurements of a split run feed the next split. */
+static void measure_parts(replicas *s, const part *parts, int np) {
+    pthread_mutex_lock(&s->stats_mu);
+    for (int q = 0; q < np; q++) {
+        tdm_replica *r = &s->replicas[parts[q].replica];
+        double per_item = parts[q].ms / (double)parts[q].count;
+        r->ms_per_item = r->ms_per_item > 0 ? s->alpha * per_item + (1 - s->alpha) * r->ms_per_item
+                                            : per_item;
+        r->runs++;
+        r->items += parts[q].count;
+        r->busy_ms += parts[q].ms;
+    }
+    /* a replica that got nothing this time keeps its old estimate; one never measured
+     * gets a share so that it is measured */
+    if (!s->no_rebalance) rebalance(s);
+    pthread_mutex_unlock(&s->stats_mu);
+}
+
+static tdm_status *rep_run(void *ctx, const tdm_tensor *const *by_input, tdm_tensor **all,
+                           const tdm_run_ctl *ctl) {
+    replicas *s = ctx;
+    const tdm_graph *g = graph_of(s);
+    int64_t n = s->splittable ? tdm_batch_rows(g, by_input) : -1;
+    TDM_TRY(tdm_run_ctl_check(ctl)); /* cancelled before it began: no probe either */
+    probe(s, by_input, n);
+    if (n < 2) return run_replica(s, by_input, all, ctl);
+
+    int64_t counts[TDM_MAX_DEVICES] = {0};
+    split_counts(s, n, counts);
+    part parts[TDM_MAX_DEVICES];
+    int np = 0;
+    tdm_status *st = make_parts(s, by_input, counts, ctl, parts, &np);
+    if (!st) st = run_parts(parts, np);
     pthread_mutex_lock(&s->stats_mu);
     for (int q = 0; q < np; q++)
         if (parts[q].st) take_out(s, parts[q].replica, parts[q].st);
@@ -287,60 +351,78 @@ tdm_status *tdm_throughput_run(tdm_session *s, const tdm_tensor **by_input, tdm_
             parts[q].st = NULL;
             st = tdm_status_wrap(st, "%s's part of the batch: ", s->replicas[parts[q].replica].device->name);
         }
-    /* join the outputs along the leading dim */
-    for (size_t o = 0; o < g->n_outputs && !st; o++) {
-        const tdm_tensor *f0 = parts[0].outputs[o];
-        int64_t dims[TDM_MAX_RANK];
-        memcpy(dims, f0->dims, sizeof dims);
-        dims[0] = 0;
-        for (int q = 0; q < np && !st; q++) {
-            const tdm_tensor *t = parts[q].outputs[o];
-            bool same = t->dtype == f0->dtype && t->rank == f0->rank && t->rank >= 1 && !t->device &&
-                        t->dtype != TDM_STRING;
-            for (int d = 1; same && d < t->rank; d++) same = t->dims[d] == f0->dims[d];
-            if (!same || t->dims[0] != parts[q].count)
-                st = TDM_ERR(TDM_ERR_RUNTIME, "output '%s' cannot be joined along the batch dim",
-                             g->values[g->outputs[o]].name);
-            dims[0] += t->dims[0];
-        }
-        if (st) break;
-        if ((st = tdm_tensor_new(a, f0->dtype, f0->rank, dims, &all[o]))) break;
-        size_t off = 0;
-        for (int q = 0; q < np; q++) {
-            memcpy((char *)all[o]->data + off, parts[q].outputs[o]->data, parts[q].outputs[o]->nbytes);
-            off += parts[q].outputs[o]->nbytes;
-        }
-    }
-    if (st)
-        for (size_t o = 0; o < g->n_outputs; o++) {
-            tdm_tensor_destroy(all[o]);
-            all[o] = NULL;
-        }
-    /* measurements feed the next split */
-    if (!st) {
-        pthread_mutex_lock(&s->stats_mu);
-        for (int q = 0; q < np; q++) {
-            tdm_replica *r = &s->replicas[parts[q].replica];
-            double per_item = parts[q].ms / (double)parts[q].count;
-            r->ms_per_item = r->ms_per_item > 0 ? s->alpha * per_item + (1 - s->alpha) * r->ms_per_item
-                                                : per_item;
-            r->runs++;
-            r->items += parts[q].count;
-            r->busy_ms += parts[q].ms;
-        }
-        /* a replica that got nothing this time keeps its old estimate; one never measured
-         * gets a share so that it is measured */
-        if (!s->no_rebalance) rebalance(s);
-        pthread_mutex_unlock(&s->stats_mu);
-    }
+    if (!st) st = join_parts(s, parts, np, all);
+    if (!st) measure_parts(s, parts, np);
     for (int q = 0; q < np; q++) {
         tdm_status_free(parts[q].st);
         if (parts[q].inputs)
             for (size_t i = 0; i < g->n_inputs; i++) tdm_tensor_destroy((tdm_tensor *)parts[q].inputs[i]);
         if (parts[q].outputs)
             for (size_t o = 0; o < g->n_outputs; o++) tdm_tensor_destroy(parts[q].outputs[o]);
-        tdm_free(a, parts[q].inputs);
-        tdm_free(a, parts[q].outputs);
+        tdm_free(s->a, parts[q].inputs);
+        tdm_free(s->a, parts[q].outputs);
     }
     return st;
+}
+
+static size_t rep_stats_count(void *ctx) { return (size_t)((replicas *)ctx)->n_replicas; }
+
+static void rep_stats(void *ctx, size_t index, tdm_device_stats *out) {
+    replicas *s = ctx;
+    pthread_mutex_lock(&s->stats_mu);
+    const tdm_replica *r = &s->replicas[index];
+    *out = (tdm_device_stats){r->device->name, r->runs, r->items, r->busy_ms, r->share, r->ms_per_item};
+    pthread_mutex_unlock(&s->stats_mu);
+}
+
+static void rep_set_monitor(void *ctx, struct tdm_monitor *mon) {
+    replicas *s = ctx;
+    for (int k = 0; k < s->n_replicas; k++) s->replicas[k].plan->monitor = mon;
+}
+
+static void rep_free(void *ctx) {
+    replicas *s = ctx;
+    if (!s) return;
+    for (int k = 0; k < s->n_replicas; k++) tdm_plan_free(s->replicas[k].plan);
+    pthread_mutex_destroy(&s->stats_mu);
+    tdm_free(s->a, s);
+}
+
+static const tdm_strategy_iface replicas_iface = {
+    TDM_STRATEGY_API_VERSION, "replicas", rep_run, rep_stats_count, rep_stats, rep_set_monitor, rep_free,
+};
+
+tdm_status *tdm_replicas_create(const tdm_strategy_setup *su, tdm_graph *g, tdm_strategy **out) {
+    const tdm_session_options *o = su->o;
+    replicas *s = tdm_calloc(su->alloc, 1, sizeof *s);
+    if (!s) {
+        tdm_graph_free(g);
+        return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory creating a session");
+    }
+    s->a = su->alloc;
+    s->log = su->log;
+    s->alpha = o->split_alpha > 0 && o->split_alpha <= 1 ? o->split_alpha : 0.3f;
+    s->no_rebalance = o->no_rebalance;
+    s->probe_ms = o->probe_ms ? o->probe_ms : 1000;
+    pthread_mutex_init(&s->stats_mu, NULL);
+    /* a replica per device, each with the CPU behind it for what the device cannot run
+     * (unless no_fallback); each plans a copy of g, the last g itself */
+    tdm_status *st = NULL;
+    for (int d = 0; d < su->n_devices && !st; d++) {
+        tdm_graph *rg = g;
+        if (d + 1 < su->n_devices) st = tdm_graph_clone(g, NULL, &rg);
+        else g = NULL;
+        tdm_replica *r = &s->replicas[s->n_replicas];
+        r->device = su->devices[d];
+        if (!st) st = tdm_strategy_plan_on(su, rg, r->device, o->affinity, o->profile, su->model_hash, &r->plan);
+        if (!st) s->n_replicas++;
+    }
+    tdm_graph_free(g);
+    if (st) {
+        rep_free(s);
+        return st;
+    }
+    s->splittable = tdm_batch_splittable(graph_of(s));
+    for (int k = 0; k < s->n_replicas; k++) s->replicas[k].share = 1.0 / s->n_replicas;
+    return tdm_strategy_wrap(su->alloc, &replicas_iface, s, s->replicas[0].plan, out);
 }

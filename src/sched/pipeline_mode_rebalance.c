@@ -33,7 +33,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "api/pipeline_mode_rebalance.h"
+#include "sched/pipeline_mode_rebalance.h"
 #include "core/alloc.h"
 #include "core/checked.h"
 

@@ -5,39 +5,25 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/pipeline_impl.h"
-#include "api/pipeline_mode_cut.h"
-#include "api/pipeline_mode_rebalance.h"
 #include "core/alloc.h"
 #include "core/strlist.h"
+#include "graph/clone.h"
 #include "graph/infer.h"
+#include "sched/batch.h"
 #include "sched/cost.h"
+#include "sched/pipeline_mode.h"
+#include "sched/pipeline_mode_cut.h"
+#include "sched/pipeline_mode_rebalance.h"
 #include "sched/profile.h"
 
 /* ---- the cut ---- */
 
-tdm_status *tdm_pm_load_graph(tdm_session *s, const void *data, size_t size, const char *base_dir,
-                              tdm_graph **out) {
-    tdm_onnx_model *m = NULL;
-    TDM_TRY(tdm_onnx_load_buffer(data, size, base_dir, s->env->alloc, &m));
-    tdm_graph *g = m->graph;
-    m->graph = NULL;
-    tdm_onnx_model_free(m);
-    tdm_status *st = tdm_graph_infer_shapes(g);
-    if (st) {
-        tdm_graph_free(g);
-        return st;
-    }
-    *out = g;
-    return NULL;
-}
-
 /* costs[k * n + i]: predicted ms of node i on device k (dynamic dims count as 1). */
-tdm_status *tdm_pm_node_costs(tdm_session *s, const tdm_graph *g, int K, double *costs) {
+tdm_status *tdm_pm_node_costs(const tdm_strategy_setup *su, const tdm_graph *g, int K, double *costs) {
     size_t n = g->n_nodes;
     for (int k = 0; k < K; k++) {
         tdm_device_profile prof;
-        TDM_TRY(tdm_profile_device(s->devices[k], s->env->alloc, tdm_threadpool_size(s->pool), false, &prof));
+        TDM_TRY(tdm_profile_device(su->devices[k], su->alloc, su->settings, tdm_threadpool_size(su->pool), false, &prof));
         for (size_t i = 0; i < n; i++) costs[(size_t)k * n + i] = tdm_cost_node_ms(g, &g->nodes[i], &prof);
     }
     return NULL;
@@ -77,7 +63,7 @@ tdm_status *tdm_pm_user_cut(const tdm_graph *g, const char *cuts, int K, int *st
     return NULL;
 }
 
-/* Restricts g (a fresh copy of the model) to nodes [b, e): see the file comment. drop
+/* Restricts g (a copy of the model) to nodes [b, e): see the file comment. drop
  * receives the stage inputs that nothing after the stage needs. */
 tdm_status *tdm_pm_restrict_graph(tdm_graph *g, int b, int e, char ***drop, size_t *n_drop, const tdm_allocator *a) {
     size_t nv = g->n_values;
@@ -129,43 +115,54 @@ done:
     return st;
 }
 
+tdm_status *tdm_pm_stage_graph(const tdm_graph *g, int b, int e, char ***drop, size_t *n_drop,
+                               const tdm_allocator *a, tdm_graph **out) {
+    bool *keep = tdm_calloc(a, g->n_values + 1, sizeof *keep);
+    if (!keep) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory cutting the model");
+    for (int i = b; i < e && (size_t)i < g->n_nodes; i++) {
+        const tdm_node *n = &g->nodes[i];
+        for (int k = 0; k < n->n_inputs; k++)
+            if (n->inputs[k] >= 0) keep[n->inputs[k]] = true;
+        for (int k = 0; k < n->n_implicit; k++)
+            if (n->implicit[k] >= 0) keep[n->implicit[k]] = true;
+    }
+    tdm_graph *sg = NULL;
+    tdm_status *st = tdm_graph_clone(g, keep, &sg);
+    tdm_free(a, keep);
+    if (!st) st = tdm_pm_restrict_graph(sg, b, e, drop, n_drop, a);
+    if (st) {
+        tdm_graph_free(sg);
+        return st;
+    }
+    *out = sg;
+    return NULL;
+}
+
 /* ---- throughput mode's choice ---- */
 
-bool tdm_pipe_mode_preferred(tdm_session *s, const void *data, size_t size, const char *base_dir,
-                             char *why, size_t why_size) {
-    const tdm_allocator *a = s->env->alloc;
-    tdm_graph *g = NULL;
-    tdm_status *st = tdm_pm_load_graph(s, data, size, base_dir, &g);
+bool tdm_pipe_mode_preferred(const tdm_strategy_setup *su, const tdm_graph *g, char *why, size_t why_size) {
+    const tdm_allocator *a = su->alloc;
+    int K = su->n_devices;
+    tdm_status *st = NULL;
     double *costs = NULL;
-    size_t n = g ? g->n_nodes : 0;
+    size_t n = g->n_nodes;
     bool pipe = false;
     /* a dynamic leading dim on every input and output: split mode divides batches */
-    bool split = g != NULL;
-    size_t dyn = 0;
-    for (size_t i = 0; g && i < g->n_inputs; i++) {
-        const tdm_value *v = &g->values[g->inputs[i]];
-        if (v->data) continue;
-        split &= v->rank >= 1 && v->dims[0] < 0;
-        dyn++;
-    }
-    for (size_t o = 0; g && o < g->n_outputs; o++) {
-        const tdm_value *v = &g->values[g->outputs[o]];
-        split &= v->rank >= 1 && v->dims[0] < 0;
-    }
-    if (split && dyn) {
+    bool split = tdm_batch_splittable(g);
+    if (split) {
         snprintf(why, why_size, "split: every input and output has a dynamic batch dim, so batches are "
                  "divided between a replica per device (and single requests go to the replica "
                  "predicted to finish first)");
-    } else if (!st && n && !(costs = tdm_calloc(a, n * (size_t)s->n_devices, sizeof *costs))) {
+    } else if (!st && n && !(costs = tdm_calloc(a, n * (size_t)K, sizeof *costs))) {
         snprintf(why, why_size, "replicas: out of memory estimating a pipeline");
-    } else if (st || !n || (st = tdm_pm_node_costs(s, g, s->n_devices, costs))) {
+    } else if (st || !n || (st = tdm_pm_node_costs(su, g, K, costs))) {
         snprintf(why, why_size, "replicas: no cost estimate for a pipeline (%s)",
                  st ? tdm_status_message(st) : "no nodes");
     } else {
         /* replicas: every device runs whole requests, throughput = sum of 1 / T_device;
          * pipeline: throughput = 1 / slowest stage */
         double rate = 0, best = INFINITY;
-        for (int k = 0; k < s->n_devices; k++) {
+        for (int k = 0; k < K; k++) {
             double t = 0;
             for (size_t i = 0; i < n; i++) t += costs[(size_t)k * n + i];
             if (t > 0) rate += 1.0 / t;
@@ -173,7 +170,7 @@ bool tdm_pipe_mode_preferred(tdm_session *s, const void *data, size_t size, cons
         }
         int starts[TDM_MAX_DEVICES];
         double stage_ms[TDM_MAX_DEVICES];
-        int used = tdm_pm_auto_cut(costs, n, s->n_devices, starts, stage_ms);
+        int used = tdm_pm_auto_cut(costs, n, K, starts, stage_ms);
         double slowest = 0;
         for (int k = 0; k < used; k++) slowest = stage_ms[k] > slowest ? stage_ms[k] : slowest;
         double pipe_rate = slowest > 0 ? 1.0 / slowest : 0;
@@ -186,6 +183,5 @@ bool tdm_pipe_mode_preferred(tdm_session *s, const void *data, size_t size, cons
     }
     tdm_status_free(st);
     tdm_free(a, costs);
-    tdm_graph_free(g);
     return pipe;
 }

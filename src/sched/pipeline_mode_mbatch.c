@@ -3,7 +3,7 @@
 #include <math.h>
 #include <stdio.h>
 
-#include "api/pipeline_mode_mbatch.h"
+#include "sched/pipeline_mode_mbatch.h"
 
 #define MIN_SAMPLES 4  /* micro-batches per stage before a fit */
 #define MAX_PARTS 64   /* micro-batches per run considered */

@@ -1,17 +1,17 @@
-/* Pipeline mode's rebalancer (src/api/pipeline_mode_rebalance.c): the stage cut from the
+/* Pipeline mode's rebalancer (src/sched/pipeline_mode_rebalance.c): the stage cut from the
  * cost model, corrected by measurements.
  *
  * The pipeline mode (pipeline_mode.c) measures every configuration in windows of runs; at
  * the end of a window it hands the measurements here, and tdm_pm_decide says whether to keep
  * the configuration or to install another one (a moved cut, or one stage on one device).
  * Not thread-safe: the caller lets one thread decide at a time. */
-#ifndef TDM_API_PIPELINE_MODE_REBALANCE_H
-#define TDM_API_PIPELINE_MODE_REBALANCE_H
+#ifndef TDM_SCHED_PIPELINE_MODE_REBALANCE_H
+#define TDM_SCHED_PIPELINE_MODE_REBALANCE_H
 
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "api/api_impl.h"
+#include "sched/strategy.h"
 
 /* A configuration: stage k runs nodes [start[k], start[k + 1]) (the last up to the model's
  * last node) on the session's device device[k]. One stage = every node on one device. */
