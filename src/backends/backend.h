@@ -93,8 +93,9 @@ typedef struct tdm_device_iface {
     tdm_status *(*segment_begin)(tdm_device *dev, uint64_t key);
     tdm_status *(*segment_end)(tdm_device *dev, bool ok);
     /* ---- version 5: memory hints (optional; NULL = none) --------------------------------
-     * What kernel k promises about the outputs of `node` on this device (TDM_KF_* below);
-     * asked once per node at plan time and used only for the plan's own kernel. */
+     * What kernel k promises about the outputs of `node` on this device (TDM_KF_*,
+     * backends/kernel.h): a device with a kernel table answers tdm_kernel_flags(k, node),
+     * the table's column. Asked once per node at plan time, used only for the plan's kernel. */
     unsigned (*kernel_flags)(tdm_device *dev, const tdm_kernel_def *k, const tdm_node *node);
     /* ---- version 6: layouts and implementations (optional; NULL = none) ----------------
      * The channel block of the activation layout the device's convolutions prefer
@@ -111,15 +112,7 @@ typedef struct tdm_device_iface {
                           size_t size);
 } tdm_device_iface;
 
-/* Kernel flags (kernel_flags). WRITES_ALL: the kernel writes every byte of every output it
- * does not allocate itself, so the executor need not zero planned output memory first.
- * INPLACE(i): output 0 may be given the memory of input i (0..14) when this node is that
- * input's last reader: the kernel reads each element of input i no later than it writes the
- * same element of output 0 and never reads an element it has overwritten; it writes all of
- * output 0. The executor does this only for arena memory on host-memory devices. */
-#define TDM_KF_WRITES_ALL 1u
-#define TDM_KF_INPLACE(i) ((unsigned)((i) + 1) << 8)
-#define TDM_KF_INPLACE_INPUT(flags) ((int)(((flags) >> 8) & 0xfu) - 1) /* -1: none */
+/* The TDM_KF_* flags are in backends/kernel.h (tdm_kernel_def.flags). */
 
 /* The most devices an environment holds (and so a plan, a session or a placement uses):
  * the size of every per-device array. */

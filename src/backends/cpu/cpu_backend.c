@@ -2,14 +2,12 @@
  * session's thread pool for intra-op parallelism. */
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "backends/backend.h"
 #include "backends/cpu/cpu_device.h"
 #include "backends/cpu/cpu_kernels.h"
 #include "core/alloc.h"
 #include "core/threadpool.h"
-#include "ops/fused.h"
 
 static const tdm_kernel_def *const cpu_tables[] = {
 #define TDM_X_(fam) tdm_cpu_kernels_##fam,
@@ -36,33 +34,10 @@ static const tdm_kernel_def *cpu_find_kernel(tdm_device *dev, const tdm_node *no
     return tdm_cpu_find_kernel(node, in_types, n_in);
 }
 
-/* Ops of the default domain whose CPU kernels write every element of every output (checked
- * kernel by kernel: no path leaves a part for the executor's zeroing), and those that may
- * write output 0 over input 0 (a copy that becomes nothing). Fused ops: Attention. */
-static const char *const writes_all_ops[] = {
-    "Add", "Sub", "Mul", "Div", "Transpose", "Concat", "Gather", "LayerNormalization", "Softmax",
-};
-static const char *const copy_ops[] = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"};
-
-static bool in_names(const char *op, const char *const *names, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (strcmp(op, names[i]) == 0) return true;
-    return false;
-}
-
+/* The promises come from the kernel table's flags column (tdm_kernel_def.flags). */
 static unsigned cpu_kernel_flags(tdm_device *dev, const tdm_kernel_def *k, const tdm_node *node) {
     (void)dev;
-    unsigned f = tdm_cpu_dnnl_flags(k, node);
-    if (f) return f;
-    if (node->domain[0])
-        return strcmp(node->domain, TDM_FUSED_DOMAIN) == 0 && strcmp(node->op_type, "Attention") == 0
-                   ? TDM_KF_WRITES_ALL
-                   : 0;
-    if (in_names(node->op_type, copy_ops, sizeof copy_ops / sizeof *copy_ops))
-        return TDM_KF_WRITES_ALL | TDM_KF_INPLACE(0);
-    if (in_names(node->op_type, writes_all_ops, sizeof writes_all_ops / sizeof *writes_all_ops))
-        return TDM_KF_WRITES_ALL;
-    return 0;
+    return tdm_kernel_flags(k, node);
 }
 
 static tdm_status *cpu_execute(tdm_device *dev, const tdm_kernel_def *k, tdm_kernel_ctx *ctx) {

@@ -19,19 +19,25 @@
 
 #define F32 TDM_T(TDM_FLOAT)
 
+/* Promises (flags): the conv, matmul and layout kernels write all of their outputs (their
+ * generic fallback, dn_fallback, zeroes outputs first); FusedConv / BlockedConv may write Y
+ * over Z (input 3: a sum post-op in place). Pooling promises nothing. */
+#define WA TDM_KF_WRITES_ALL
+#define WA_Z (TDM_KF_WRITES_ALL | TDM_KF_INPLACE(3))
+
 const tdm_kernel_def tdm_cpu_kernels_dnnl[] = {
-    {"", "Conv", 1, 0, 0, F32, dn_conv_run, dn_conv_prepare, dn_release},
-    {TDM_FUSED_DOMAIN, "FusedConv", 1, 0, 0, F32, dn_conv_run, dn_conv_prepare, dn_release},
-    {"", "MatMul", 1, 0, 0, F32, dn_matmul_run, dn_matmul_prepare, dn_matmul_release},
-    {"", "Gemm", 1, 0, 0, F32, dn_matmul_run, dn_matmul_prepare, dn_matmul_release},
+    {"", "Conv", 1, 0, 0, F32, dn_conv_run, dn_conv_prepare, dn_release, WA},
+    {TDM_FUSED_DOMAIN, "FusedConv", 1, 0, 0, F32, dn_conv_run, dn_conv_prepare, dn_release, WA_Z},
+    {"", "MatMul", 1, 0, 0, F32, dn_matmul_run, dn_matmul_prepare, dn_matmul_release, WA},
+    {"", "Gemm", 1, 0, 0, F32, dn_matmul_run, dn_matmul_prepare, dn_matmul_release, WA},
     {TDM_FUSED_DOMAIN, "FusedMatMul", 1, 0, 0, F32, dn_matmul_run, dn_matmul_prepare,
-     dn_matmul_release},
+     dn_matmul_release, WA},
     {"", "MaxPool", 1, 0, 0, F32, dn_pool_run, dn_pool_prepare, dn_release},
     {"", "AveragePool", 1, 0, 0, F32, dn_pool_run, dn_pool_prepare, dn_release},
-    {TDM_FUSED_DOMAIN, "BlockedConv", 1, 0, 0, F32, dn_conv_run, dn_conv_prepare, dn_release},
+    {TDM_FUSED_DOMAIN, "BlockedConv", 1, 0, 0, F32, dn_conv_run, dn_conv_prepare, dn_release, WA_Z},
     {TDM_FUSED_DOMAIN, "BlockedPool", 1, 0, 0, F32, dn_pool_run, dn_pool_prepare, dn_release},
-    {TDM_FUSED_DOMAIN, "ToBlocked", 1, 0, 0, F32, dn_to_blocked_run, NULL, NULL},
-    {TDM_FUSED_DOMAIN, "FromBlocked", 1, 0, 0, F32, dn_from_blocked_run, NULL, NULL},
+    {TDM_FUSED_DOMAIN, "ToBlocked", 1, 0, 0, F32, dn_to_blocked_run, NULL, NULL, WA},
+    {TDM_FUSED_DOMAIN, "FromBlocked", 1, 0, 0, F32, dn_from_blocked_run, NULL, NULL, WA},
 };
 const int tdm_cpu_kernels_dnnl_count =
     (int)(sizeof tdm_cpu_kernels_dnnl / sizeof tdm_cpu_kernels_dnnl[0]);
@@ -125,7 +131,7 @@ void dn_entry_done(dn_state *s, dn_entry *e) {
 /* ---- the generic path ---- */
 
 /* The generic kernels get what they got before the dnnl kernels promised to write all of
- * their outputs (tdm_cpu_dnnl_flags): zeroed outputs, and inputs apart from them (an input
+ * their outputs (TDM_KF_WRITES_ALL in the table above): zeroed outputs, and inputs apart from them (an input
  * that shares output 0's memory is copied first). */
 tdm_status *dn_fallback(tdm_kernel_ctx *ctx) {
     const tdm_kernel_def *tables[] = {tdm_cpu_kernels_nn, tdm_cpu_kernels_fused};
@@ -161,17 +167,6 @@ tdm_status *dn_fallback(tdm_kernel_ctx *ctx) {
     if (sub.state && k->release) k->release(sub.state, ctx->alloc);
     tdm_tensor_destroy(copy);
     return st;
-}
-
-unsigned tdm_cpu_dnnl_flags(const tdm_kernel_def *k, const tdm_node *node) {
-    if (k->run == dn_matmul_run || k->run == dn_to_blocked_run || k->run == dn_from_blocked_run)
-        return TDM_KF_WRITES_ALL;
-    if (k->run != dn_conv_run) return 0;
-    /* FusedConv / BlockedConv with Z: Y may take Z's memory (a sum post-op in place) */
-    bool z = strcmp(node->domain, TDM_FUSED_DOMAIN) == 0 && node->n_inputs > 3 &&
-             node->inputs[3] >= 0 &&
-             (strcmp(node->op_type, "FusedConv") == 0 || strcmp(node->op_type, "BlockedConv") == 0);
-    return TDM_KF_WRITES_ALL | (z ? TDM_KF_INPLACE(3) : 0u);
 }
 
 bool tdm_cpu_dnnl_impl(const tdm_kernel_def *k, void *state, char *buf, size_t size) {
