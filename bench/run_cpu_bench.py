@@ -212,6 +212,16 @@ def measure_peak():
         return None
 
 
+def tandem_isa(tandem, path):
+    """The CPU instruction-set level tandem's kernels use (tandem bench --json: cpu_isa)."""
+    r = subprocess.run([tandem, "bench", path, "--iterations", "1", "--warmup", "0", "--json"],
+                       capture_output=True, text=True)
+    try:
+        return json.loads(r.stdout).get("cpu_isa") or "?"
+    except ValueError:
+        return "?"
+
+
 def machine_info(tandem):
     info = {}
     try:
@@ -315,6 +325,10 @@ def main():
     rows, checks, flops = [], {}, {}
     for name in names:
         path, flops[name] = get_model(name)
+        if "isa" not in mach:
+            mach["isa"] = tandem_isa(tandem, path)
+            log(f"tandem's CPU ISA: {mach['isa']} (TANDEM_CPU_ISA="
+                f"{os.environ.get('TANDEM_CPU_ISA', 'unset: the best the machine has')})")
         for th in threads_list:
             sess = ort_session(path, th)
             if not a.no_check and name not in checks:
@@ -394,6 +408,9 @@ def report(rows, flops, peak, peak_src, measured_peak, mach, checks, started, lo
     L.append(f"- CPU: {mach['cpu']}; {mach['cores']}; hypervisor: {mach['hypervisor']}")
     L.append(f"- Caches: {mach['caches']}; memory {mach['memory']}; Linux {mach['kernel']}")
     L.append(f"- tandem: {mach['commit']}; binary {mach['tandem']}")
+    L.append(f"- CPU ISA tandem used: {mach.get('isa', '?')} (TANDEM_CPU_ISA="
+             f"{os.environ.get('TANDEM_CPU_ISA', 'unset: the best the machine has')}; ORT picks its "
+             f"own kernels)")
     L.append(f"- ONNX Runtime {mach['ort']} (CPUExecutionProvider), onnx {mach['onnx']}, numpy "
              f"{mach['numpy']}, Python {mach['python']}")
     mp = f"{measured_peak:.1f} GFLOP/s" if measured_peak else "not measured (no C compiler)"

@@ -368,6 +368,33 @@ def mlp_dynamic_batch():
     return make_model(g), {"input": inp}
 
 
+def hardswish_dw():
+    """A PP-OCR-style backbone piece (issue 16): 1x1 Conv -> hard-swish -> depthwise Conv ->
+    1x1 Conv, twice: first with hard-swish as Add/Clip/Mul/Div (how exporters decompose it),
+    then as the HardSwish op before a strided 5x5 depthwise Conv. On AVX-512 the first depthwise
+    Conv made oneDNN pick its reference kernel; a test checks that no node runs one."""
+    b = Builder(8)
+    x = "input"
+    three = b.const("three", np.array(3.0, np.float32))
+    zero = b.const("zero", np.array(0.0, np.float32))
+    six = b.const("six", np.array(6.0, np.float32))
+    h = b.conv(x, 16, 64, 1, pad=0)
+    a = b.op("Clip", [b.op("Add", [h, three]), zero, six])
+    h = b.op("Div", [b.op("Mul", [h, a]), six])
+    h = b.conv(h, 64, 64, 3, group=64)
+    h = b.conv(h, 64, 24, 1, pad=0)
+    h = b.op("HardSwish", [b.conv(h, 24, 72, 1, pad=0)])
+    h = b.conv(h, 72, 72, 5, stride=2, group=72)
+    w = b.weight("conv_w", (40, 72, 1, 1))
+    bias = b.weight("conv_b", (40,))
+    b.op_to("Conv", [h, w, bias], "features", kernel_shape=[1, 1], strides=[1, 1],
+            pads=[0, 0, 0, 0], group=1, dilations=[1, 1])
+    g = b.graph("hardswish_dw", [tensor_vi(x, TensorProto.FLOAT, [1, 16, 40, 40])],
+                [tensor_vi("features", TensorProto.FLOAT, [1, 40, 20, 20])])
+    inp = np.random.default_rng(8000).standard_normal((1, 16, 40, 40)).astype(np.float32)
+    return make_model(g), {x: inp}
+
+
 MODELS = {
     "resnet_blocks": resnet_blocks,
     "mobilenet_block": mobilenet_block,
@@ -375,6 +402,7 @@ MODELS = {
     "dlrm_like": dlrm_like,
     "yolo_like_head": yolo_like_head,
     "mlp_dynamic_batch": mlp_dynamic_batch,
+    "hardswish_dw": hardswish_dw,
 }
 
 # ---------------------------------------------------------------------------------------------

@@ -182,6 +182,17 @@ typedef struct tdm_env_options {
                                     default every op of the CPU */
     int64_t test_device_fail_every; /* TANDEM_TEST_DEVICE_FAIL_EVERY: every N-th kernel fails
                                     with TDM_ERR_DEVICE; default never */
+    const char *cpu_isa;         /* TANDEM_CPU_ISA: caps the instruction sets the CPU device
+                                    uses, oneDNN's and tandem's own kernels alike: "sse41",
+                                    "avx2", "avx512_core", "avx512_core_vnni",
+                                    "avx512_core_bf16", "avx512_core_amx" (oneDNN's names;
+                                    "portable": plain C for own kernels); a level above the
+                                    machine's is the machine's; default the machine's best.
+                                    oneDNN's level is process-wide and fixed at its first
+                                    use: the first environment sets it; a later one asking
+                                    for another logs a warning, and tdm_env_device_isa and
+                                    the device description say what runs. An unknown name
+                                    fails tdm_env_create. */
 } tdm_env_options;
 
 /* Values of the switches in tdm_env_options (0 = unset: the environment variable decides). */
@@ -202,6 +213,10 @@ TDM_API void tdm_env_free(tdm_env *env);
 TDM_API size_t tdm_env_device_count(const tdm_env *env);
 TDM_API const char *tdm_env_device_name(const tdm_env *env, size_t index);
 TDM_API const char *tdm_env_device_description(const tdm_env *env, size_t index);
+/* The instruction-set level the CPU device's kernels use ("avx2", "avx512_core", ...; see
+ * tdm_env_options.cpu_isa); NULL for other devices and bad indexes. The CPU device is found
+ * at environment creation and is device 0. Discovers no lazy backend. */
+TDM_API const char *tdm_env_device_isa(const tdm_env *env, size_t index);
 /* Backends that were looked for but are not usable, with the reason (e.g. "cuda: no GPU"). */
 TDM_API size_t tdm_env_unavailable_count(const tdm_env *env);
 TDM_API const char *tdm_env_unavailable_reason(const tdm_env *env, size_t index);
@@ -527,8 +542,11 @@ TDM_API tdm_status *tdm_session_device_stats(tdm_session *session, size_t index,
 typedef enum tdm_explain_format {
     TDM_EXPLAIN_TEXT = 0,     /* one line per node: device, predicted ms per device, reason */
     TDM_EXPLAIN_SEGMENTS = 1, /* one line per segment of consecutive nodes on one device */
-    TDM_EXPLAIN_JSON = 2,     /* {"nodes":[{name,op,device,predicted_ms,reason,...}],
-                                  "copies":[{value,from,to,bytes}], "predicted_total_ms",...} */
+    TDM_EXPLAIN_JSON = 2,     /* {"nodes":[{name,op,device,impl,predicted_ms,reason,...}],
+                                  "copies":[{value,from,to,bytes}], "predicted_total_ms",...};
+                                  impl: what runs the node for the shapes run so far (oneDNN's
+                                  implementation name such as "jit:avx512_core", or "tandem"
+                                  for an own kernel; "" before the first run) */
     TDM_EXPLAIN_DOT = 3,      /* Graphviz: nodes coloured by device, copies as red edges */
     TDM_EXPLAIN_PROFILE = 4   /* measured times per op and per op type, share of the total,
                                  achieved GFLOP/s and GB/s, copies, the critical path */

@@ -79,6 +79,9 @@ tdm_status *tdm_env_create(const tdm_env_options *o, tdm_env **out) {
     pthread_mutex_init(&env->discover_mu, NULL);
     tdm_status *st = tdm_settings_read(o, &env->settings); /* the process environment, once */
     if (!st) st = discover_backends(env, NULL, false);
+    for (int i = 0; !st && i < env->n_devices; i++) /* before anything runs on it */
+        if (!strcmp(env->devices[i]->name, "cpu"))
+            st = tdm_device_configure(env->devices[i], "cpu_isa", env->settings.cpu_isa);
     if (st) {
         tdm_env_free(env);
         return st;
@@ -114,6 +117,10 @@ const char *tdm_env_device_description(const tdm_env *env, size_t i) {
     if (!env) return NULL;
     discover_all(env);
     return i < (size_t)env->n_devices ? env->devices[i]->description : NULL;
+}
+const char *tdm_env_device_isa(const tdm_env *env, size_t i) {
+    if (!env) return NULL; /* (no discovery: the CPU is there from creation, at index 0) */
+    return i < (size_t)env->n_devices && env->devices[i]->isa[0] ? env->devices[i]->isa : NULL;
 }
 size_t tdm_env_unavailable_count(const tdm_env *env) {
     if (!env) return 0;

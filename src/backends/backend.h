@@ -18,7 +18,7 @@
 #include "core/settings.h"
 #include "core/status.h"
 
-#define TDM_DEVICE_IFACE_VERSION 5
+#define TDM_DEVICE_IFACE_VERSION 6
 
 typedef struct tdm_device tdm_device;
 
@@ -93,20 +93,26 @@ typedef struct tdm_device_iface {
     tdm_status *(*segment_begin)(tdm_device *dev, uint64_t key);
     tdm_status *(*segment_end)(tdm_device *dev, bool ok);
     /* ---- version 5: memory hints (optional; NULL = none) --------------------------------
-     * What kernel k promises about the outputs of `node` on this device (TDM_KF_* below);
-     * asked once per node at plan time and used only for the plan's own kernel. */
+     * What kernel k promises about the outputs of `node` on this device (TDM_KF_*,
+     * backends/kernel.h): a device with a kernel table answers tdm_kernel_flags(k, node),
+     * the table's column. Asked once per node at plan time, used only for the plan's kernel. */
     unsigned (*kernel_flags)(tdm_device *dev, const tdm_kernel_def *k, const tdm_node *node);
+    /* ---- version 6: layouts and implementations (optional; NULL = none) ----------------
+     * The channel block of the activation layout the device's convolutions prefer
+     * ([N, C/B, H, W, B], ops/fused.h), decided by its kernel library for the machine that
+     * runs (the CPU: what oneDNN picks with format_tag any; 16 on AVX-512, 8 on AVX2); 0 =
+     * plain layouts. Asked at plan time; the blocked-layout pass uses it. */
+    int64_t (*channel_block)(tdm_device *dev);
+    /* Writes into buf (NUL-terminated, at most size bytes) what implements kernel k with
+     * prepared `state` for the shapes run so far, e.g. oneDNN's implementation name
+     * ("jit:avx512_core", "brg:avx512_core"; "ref:any" is oneDNN's slow reference code) or
+     * "tandem" for an own kernel; "" before the first run when it is decided per shape.
+     * Returns the length. Safe while other threads run the kernel. */
+    size_t (*kernel_impl)(tdm_device *dev, const tdm_kernel_def *k, void *state, char *buf,
+                          size_t size);
 } tdm_device_iface;
 
-/* Kernel flags (kernel_flags). WRITES_ALL: the kernel writes every byte of every output it
- * does not allocate itself, so the executor need not zero planned output memory first.
- * INPLACE(i): output 0 may be given the memory of input i (0..14) when this node is that
- * input's last reader: the kernel reads each element of input i no later than it writes the
- * same element of output 0 and never reads an element it has overwritten; it writes all of
- * output 0. The executor does this only for arena memory on host-memory devices. */
-#define TDM_KF_WRITES_ALL 1u
-#define TDM_KF_INPLACE(i) ((unsigned)((i) + 1) << 8)
-#define TDM_KF_INPLACE_INPUT(flags) ((int)(((flags) >> 8) & 0xfu) - 1) /* -1: none */
+/* The TDM_KF_* flags are in backends/kernel.h (tdm_kernel_def.flags). */
 
 /* The most devices an environment holds (and so a plan, a session or a placement uses):
  * the size of every per-device array. */
@@ -118,6 +124,8 @@ struct tdm_device {
     char name[32];          /* "cpu", "cuda:0", "opencl:0" */
     char description[160];
     bool host_memory;       /* tensors for this device live in ordinary host memory */
+    char isa[24];           /* CPU devices: the instruction-set level its kernels use
+                               ("avx2", "avx512_core", ...; backends/cpu/cpu_isa.h); "" else */
     int index;              /* position in the environment's device list (< TDM_MAX_DEVICES) */
 };
 
@@ -195,6 +203,12 @@ tdm_status *tdm_device_segment_end(tdm_device *dev, bool ok);
 
 /* version 5: the device's kernel_flags for kernel k on node (0 when it has none) */
 unsigned tdm_device_kernel_flags(tdm_device *dev, const tdm_kernel_def *k, const tdm_node *node);
+
+/* version 6: the device's channel_block (0 when it has none) and kernel_impl ("" when it
+ * has none) */
+int64_t tdm_device_channel_block(tdm_device *dev);
+size_t tdm_device_kernel_impl(tdm_device *dev, const tdm_kernel_def *k, void *state, char *buf,
+                              size_t size);
 
 /* What a device has, for callers that choose a path before calling (all false for NULL). */
 /* synchronize */

@@ -126,6 +126,19 @@ unsigned tdm_device_kernel_flags(tdm_device *dev, const tdm_kernel_def *k, const
     return i && i->kernel_flags && k ? i->kernel_flags(dev, k, node) : 0;
 }
 
+int64_t tdm_device_channel_block(tdm_device *dev) {
+    const tdm_device_iface *i = at(dev, 6);
+    return i && i->channel_block ? i->channel_block(dev) : 0;
+}
+
+size_t tdm_device_kernel_impl(tdm_device *dev, const tdm_kernel_def *k, void *state, char *buf,
+                              size_t size) {
+    if (!buf || !size) return 0;
+    buf[0] = 0;
+    const tdm_device_iface *i = at(dev, 6);
+    return i && i->kernel_impl && k ? i->kernel_impl(dev, k, state, buf, size) : 0;
+}
+
 /* ---- what a device has ---- */
 
 bool tdm_device_has_synchronize(const tdm_device *dev) {

@@ -3,6 +3,7 @@
 #ifndef TDM_BACKENDS_KERNEL_H
 #define TDM_BACKENDS_KERNEL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -98,10 +99,35 @@ typedef struct tdm_kernel_def {
                            const tdm_tensor *const *in, const tdm_allocator *a, void **state);
     /* Optional: frees what prepare made. */
     void (*release)(void *state, const tdm_allocator *a);
+    /* What the kernel promises (TDM_KF_* below); 0 = nothing. Each entry states its own:
+     * another kernel of the same op promises nothing for it. */
+    unsigned flags;
 } tdm_kernel_def;
 
-/* Finds the kernel for a node in a table: domain, op, the node's opset within the range, and
- * the dtype of the type-deciding input (`in_types[type_input]`). NULL if none. */
+/* Kernel flags (tdm_kernel_def.flags). WRITES_ALL: the kernel writes every byte of every
+ * output it does not allocate itself, so the executor need not zero planned output memory
+ * first. INPLACE(i): output 0 may be given the memory of input i (0..14) when this node is
+ * that input's last reader: the kernel reads each element of input i no later than it writes
+ * the same element of output 0 and never reads an element it has overwritten; it writes all
+ * of output 0. The executor does this only for arena memory on host-memory devices. */
+#define TDM_KF_WRITES_ALL 1u
+#define TDM_KF_INPLACE(i) ((unsigned)((i) + 1) << 8)
+#define TDM_KF_INPLACE_INPUT(flags) ((int)(((flags) >> 8) & 0xfu) - 1) /* -1: none */
+
+/* What kernel k promises for `node`: its flags, without INPLACE(i) when the node has no
+ * input i. */
+unsigned tdm_kernel_flags(const tdm_kernel_def *k, const tdm_node *node);
+
+/* Whether table entry k is for this node: domain ("ai.onnx" is ""), op, the node's opset
+ * within the range, and the dtype of the type-deciding input (`in_types[type_input]`) in
+ * k->types. The one lookup of an op: backends with tables of their own (entries that embed
+ * a tdm_kernel_def) match with it and add their own checks; run functions never look the op
+ * up again. */
+bool tdm_kernel_matches(const tdm_kernel_def *k, const tdm_node *node, const tdm_dtype *in_types,
+                        int n_in);
+
+/* Finds the kernel for a node in a table: the first entry that tdm_kernel_matches. NULL if
+ * none. */
 const tdm_kernel_def *tdm_kernel_find(const tdm_kernel_def *const *tables, const int *counts,
                                       int n_tables, const tdm_node *node,
                                       const tdm_dtype *in_types, int n_in);

@@ -446,6 +446,9 @@ int cmd_bench(int argc, char **argv) {
         bench_json_string(stdout, a.model);
         printf(", \"devices\": ");
         bench_json_string(stdout, devices);
+        printf(", \"cpu_isa\": ");
+        if (tdm_env_device_isa(env, 0)) bench_json_string(stdout, tdm_env_device_isa(env, 0));
+        else printf("null");
         printf(", \"batch\": %ld, \"threads\": %ld, \"opt_level\": %ld, \"warmup\": %ld, "
                "\"iterations\": %ld, \"session_create_ms\": %.3f, \"inputs\": [%s], "
                "\"latency_ms\": {\"p50\": %.4f, \"p90\": %.4f, \"p99\": %.4f, \"mean\": %.4f, "
@@ -456,8 +459,9 @@ int cmd_bench(int argc, char **argv) {
         bench_print_devices(s, stdout, true);
         printf("}\n");
     } else {
-        printf("model: %s\ndevices: %s  threads: %ld  batch: %ld  opt-level: %ld\n", a.model,
-               devices, threads, a.batch, a.opt);
+        printf("model: %s\ndevices: %s  threads: %ld  batch: %ld  opt-level: %ld  cpu isa: %s\n",
+               a.model, devices, threads, a.batch, a.opt,
+               tdm_env_device_isa(env, 0) ? tdm_env_device_isa(env, 0) : "-");
         printf("inputs: %s\n", inputs_json);
         printf("session created in %.1f ms; %ld warm-up runs, %ld timed runs\n", load_ms, warm_runs,
                runs);

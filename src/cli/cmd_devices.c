@@ -9,10 +9,13 @@ static void usage(void) {
            "Lists the devices tandem found with their measured profile (what the scheduler's\n"
            "cost model uses) and, for backends it looked for but cannot use, the reason.\n"
            "Profiles are measured once (about a second per device) and cached in\n"
-           "$TANDEM_CACHE_DIR, $XDG_CACHE_HOME/tandem or ~/.cache/tandem.\n\n"
+           "$TANDEM_CACHE_DIR, $XDG_CACHE_HOME/tandem or ~/.cache/tandem. The CPU's\n"
+           "description names the instruction-set level its kernels use: the machine's best,\n"
+           "or TANDEM_CPU_ISA=sse41|avx2|avx512_core|... to cap it (profiles are kept per level).\n\n"
            "  --json        print one JSON array: the devices with every number (copies per\n"
            "                direction from pageable and from pinned/staging host memory), then\n"
-           "                the unavailable backends ({\"available\": false, \"reason\": ...})\n"
+           "                the unavailable backends ({\"available\": false, \"reason\": ...});\n"
+           "                \"isa\" is the CPU's instruction-set level (null for others)\n"
            "  --reprofile   measure again and replace the cached profiles\n"
            "  --threads N   host threads the profiles are for (default: all cores)\n");
 }
@@ -35,11 +38,14 @@ static void json_num(const char *key, double v) {
     else printf("null");
 }
 
-static void print_json_device(const tdm_device_info *d) {
+static void print_json_device(const tdm_device_info *d, const char *isa) {
     printf("  {\"name\": ");
     json_string(d->name);
     printf(", \"available\": true, \"description\": ");
     json_string(d->description);
+    printf(", \"isa\": "); /* the CPU's instruction-set level (TANDEM_CPU_ISA caps it) */
+    if (isa) json_string(isa);
+    else printf("null");
     printf(", \"host_memory\": %s, \"threads\": %d", d->host_memory ? "true" : "false",
            d->threads);
     json_num("gemm_gflops", d->gemm_gflops);
@@ -149,7 +155,7 @@ int cmd_devices(int argc, char **argv) {
         if (!d.from_cache) measured++;
         if (json) {
             if (!first) printf(",\n");
-            print_json_device(&d);
+            print_json_device(&d, tdm_env_device_isa(env, i));
             first = false;
         } else {
             print_row(&d);

@@ -24,6 +24,40 @@ static unsigned long long json_num(const char *json, const char *key) {
     return at ? strtoull(at + strlen(pat), NULL, 10) : 0;
 }
 
+/* The string after "key": in json from `at`, unescaped into out ("" when absent). */
+static void json_str(const char *at, const char *key, char *out, size_t size) {
+    char pat[80];
+    snprintf(pat, sizeof pat, "\"%s\":\"", key);
+    const char *q = strstr(at, pat);
+    size_t n = 0;
+    if (q)
+        for (q += strlen(pat); *q && *q != '"' && n + 1 < size; q++) {
+            if (*q == '\\' && q[1]) q++;
+            out[n++] = *q;
+        }
+    out[n] = 0;
+}
+
+/* One line per node of the plan's JSON: name, op, device and what implements it. */
+static void print_impls(const char *json) {
+    const char *end = strstr(json, "],\"copies\":");
+    printf("nodes (implementation: oneDNN's name, or tandem's own kernel):\n");
+    printf("  %-4s %-36s %-18s %-10s %s\n", "#", "node", "op", "device", "implementation");
+    int refs = 0;
+    for (const char *at = strstr(json, "{\"index\":"); at && (!end || at < end);
+         at = strstr(at + 1, "{\"index\":")) {
+        char name[128], op[64], dev[32], impl[128];
+        json_str(at, "name", name, sizeof name);
+        json_str(at, "op", op, sizeof op);
+        json_str(at, "device", dev, sizeof dev);
+        json_str(at, "impl", impl, sizeof impl);
+        if (!strncmp(impl, "ref", 3)) refs++;
+        printf("  %-4ld %-36s %-18s %-10s %s\n", strtol(at + 9, NULL, 10), name, op, dev,
+               impl[0] ? impl : "-");
+    }
+    printf("  reference (ref) implementations: %d\n", refs);
+}
+
 static void print_bytes(const char *what, unsigned long long b) {
     printf("  %-22s %llu bytes (%.2f MiB)\n", what, b, (double)b / (1024.0 * 1024.0));
 }
@@ -67,6 +101,7 @@ static int inspect_plan(tdm_env *env, const char *path, const char *devices, int
             q = end && *end == ',' ? end + 1 : NULL;
         }
     }
+    if (!rc) print_impls(json);
     tdm_string_free(json);
     tdm_session_free(s);
     return rc;
@@ -90,7 +125,10 @@ int cmd_inspect(int argc, char **argv) {
                    "  --plan             also run the model once on random inputs and print its\n"
                    "                     memory plan: the arena (peak of the planned intermediates),\n"
                    "                     the sum of all intermediate tensors, the largest set of\n"
-                   "                     them alive at once and the weight bytes each device reads\n"
+                   "                     them alive at once and the weight bytes each device reads;\n"
+                   "                     then every node with its device and implementation\n"
+                   "                     (oneDNN's name such as jit:avx512_core, or tandem for an\n"
+                   "                     own kernel) and the count of oneDNN reference (ref) ones\n"
                    "  --devices LIST     --plan: the devices to plan for (default cpu)\n"
                    "  --shape NAME:DIMS  --plan: the shape of input NAME (dynamic dimensions are 1\n"
                    "                     otherwise; repeatable)\n");

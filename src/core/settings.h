@@ -34,6 +34,7 @@ typedef struct tdm_settings {
     char cuda_graphs_log[TDM_SETTINGS_PATH]; /* file the graph counts are appended to; "" */
     bool opencl_disable;                /* do not look for OpenCL */
     char opencl_kernels[4];             /* "gpu" | "cpu" kernel style; "" = by device type */
+    char cpu_isa[24];                   /* the CPU's ISA cap ("avx2", ...); "" = the machine's best */
     /* the test device (backends/testdev): a stand-in accelerator for tests */
     int64_t test_devices;               /* how many test:N devices (0..4) */
     int64_t test_device_delay_us;       /* each kernel sleeps this long */

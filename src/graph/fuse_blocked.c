@@ -1,6 +1,9 @@
 /* Blocked-layout pass: chains of convolutions, poolings, element-wise ops, residual Adds and
- * channel Concats keep their tensors in oneDNN's channel-blocked layout (nChw8c on AVX2)
- * instead of plain NCHW, so no convolution reorders its input and output on every run.
+ * channel Concats keep their tensors in oneDNN's channel-blocked layout (nChw<B>c)
+ * instead of plain NCHW, so no convolution reorders its input and output on every run. The
+ * block B is the device's (tdm_device_iface.channel_block, asked by the planner: what
+ * oneDNN's convolutions take on the running CPU, nChw16c on AVX-512, nChw8c on AVX2); this
+ * pass never asks a backend itself.
  *
  * The layout is explicit in the graph (ops/fused.h): a blocked tensor has the logical shape
  * [N, ceil(C/B), H, W, B]. The executor, the memory planner and copies between devices see

@@ -267,6 +267,12 @@ static void explain_json(tdm_plan *p, sbuf *b, const explain_sums *x) {
         sb_json_str(b, n->op_type);
         sb_printf(b, ",\"device\":");
         sb_json_str(b, p->devices[n->device]->name);
+        /* what implements it (oneDNN's implementation name, "tandem"; "" before a run) */
+        char impl[128];
+        tdm_device_kernel_impl(p->devices[n->device], p->nodes[i].kernel, p->nodes[i].state, impl,
+                               sizeof impl);
+        sb_printf(b, ",\"impl\":");
+        sb_json_str(b, impl);
         double pm = p->node_ms ? p->node_ms[i * (size_t)D + (size_t)n->device] : 0;
         sb_printf(b, ",\"predicted_ms\":%.6g,\"predicted_ms_by_device\":{", pm);
         for (int d = 0; d < D; d++) {

@@ -32,10 +32,6 @@ static tdm_device *find_cpu(tdm_device **devs, int n) {
     return NULL;
 }
 
-/* Channel block of the blocked-layout pass: oneDNN's JIT kernels on AVX2 take nChw8c (on
- * AVX-512 they prefer 16; 8 still runs there, on the AVX2 kernels). */
-#define PLAN_CPU_BLOCK 8
-
 /* Graph passes (opt_level >= 1): constant folding (to a fixed point, since folding a Shape
  * makes its consumers constant), dead-node removal, then fusion, then static shapes again;
  * then, when `blocked`, the blocked-layout pass (graph/fuse_blocked.c) and shapes again. */
@@ -57,9 +53,11 @@ static tdm_status *optimise(tdm_graph *g, tdm_device *cpu, bool blocked,
         TDM_TRY(tdm_graph_infer_shapes(g));
     }
     /* blocked layouts here only for a CPU alone; with several devices the pass runs after
-     * placement on the CPU's part of the graph (relayout_cpu_regions) */
+     * placement on the CPU's part of the graph (relayout_cpu_regions). The channel block is
+     * the one the CPU's convolutions take on this machine (16 on AVX-512, 8 on AVX2; 0:
+     * plain layouts, no pass). */
     if (blocked) {
-        TDM_TRY(tdm_graph_fuse_blocked(g, PLAN_CPU_BLOCK, &fused));
+        TDM_TRY(tdm_graph_fuse_blocked(g, tdm_device_channel_block(cpu), &fused));
         if (fused) {
             TDM_TRY(tdm_graph_compact(g));
             TDM_TRY(tdm_graph_infer_shapes(g));
@@ -352,7 +350,7 @@ static tdm_status *plan_arrays(tdm_plan *p) {
  * of a CPU node, FromBlocked -1) and every tensor another device reads stays plain. Then the
  * graph is placed again with each node kept where it was, for the kernels and predictions. */
 static tdm_status *relayout_cpu_regions(tdm_plan *p, const tdm_plan_options *opts,
-                                        const tdm_device *cpu) {
+                                        tdm_device *cpu) {
     tdm_graph *g = p->graph;
     const tdm_allocator *a = p->alloc;
     int D = p->n_devices, c = -1;
@@ -367,7 +365,7 @@ static tdm_status *relayout_cpu_regions(tdm_plan *p, const tdm_plan_options *opt
         n->device = n->device == c ? -1 - r : n->device + D * r;
     }
     int fused = 0;
-    tdm_status *st = tdm_graph_fuse_blocked(g, PLAN_CPU_BLOCK, &fused);
+    tdm_status *st = tdm_graph_fuse_blocked(g, tdm_device_channel_block(cpu), &fused);
     if (!st && fused && !(st = tdm_graph_compact(g))) st = tdm_graph_infer_shapes(g);
     size_t N = g->n_nodes;
     int *keep = tdm_calloc(a, N + 1, sizeof *keep);

@@ -26,138 +26,24 @@
 
 #include "api/api_impl.h"
 #include "backends/backend.h"
-#include "model_builder.h"
 #include "tandem/tandem.h"
 
-#include "test_ok.h"
+#define DH_DEVICE "cuda:0"
+#define DH_KIND "GPU"
+#include "device_harness.h"
 
-static tdm_env *g_env;
-static bool g_have;
-static char g_why[512];
-
-static int group_setup(void **state) {
-    (void)state;
-    tdm_status *st = tdm_env_create(NULL, &g_env);
-    if (st) {
-        fprintf(stderr, "%s\n", tdm_status_message(st));
-        tdm_status_free(st);
-        return -1;
-    }
-    for (size_t i = 0; i < tdm_env_device_count(g_env); i++)
-        if (strcmp(tdm_env_device_name(g_env, i), "cuda:0") == 0) {
-            g_have = true;
-            printf("cuda:0 = %s\n", tdm_env_device_description(g_env, i));
-        }
-    for (size_t i = 0; i < tdm_env_unavailable_count(g_env); i++) {
-        const char *r = tdm_env_unavailable_reason(g_env, i);
-        if (strncmp(r, "cuda: ", 6) == 0) snprintf(g_why, sizeof g_why, "%s", r + 6);
-    }
-    if (!g_have) printf("skipped: no GPU (%s)\n", g_why[0] ? g_why : "no reason given");
-    return 0;
-}
-
-static int group_teardown(void **state) {
-    (void)state;
-    tdm_env_free(g_env);
-    return 0;
-}
-
-#define NEED_GPU()                                                                       \
-    do {                                                                                 \
-        if (!g_have) {                                                                   \
-            printf("skipped: no GPU\n");                                                 \
-            return;                                                                      \
-        }                                                                                \
-    } while (0)
-
-static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
-static float frand(void) {
-    g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((g_rng >> 40) & 0xffffff) / (float)0x1000000; /* [0, 1) */
-}
-
-static void *pack(mb_model *m, size_t *size) {
-    *size = onnx__model_proto__get_packed_size(&m->model);
-    void *buf = malloc(*size);
-    assert_non_null(buf);
-    onnx__model_proto__pack(&m->model, buf);
-    return buf;
-}
-
-static void make_inputs(mb_model *m, tdm_tensor **ins, const char **names) {
-    for (size_t i = 0; i < m->graph.n_input; i++) {
-        names[i] = m->ins[i]->name;
-        OK(tdm_tensor_create(g_env, TDM_FLOAT, m->in_rank[i], m->in_dims[i], &ins[i]));
-        float *p = tdm_tensor_data(ins[i]);
-        for (int64_t k = 0; k < tdm_tensor_element_count(ins[i]); k++)
-            p[k] = m->positive ? 0.1f + 1.9f * frand() : 4.0f * frand() - 2.0f;
-    }
-}
-
-/* Largest |a - b| / (atol + rtol |b|) over the outputs (> 1: out of tolerance). */
-static double compare(tdm_tensor *const *od, tdm_tensor *const *oc, size_t no, double rtol,
-                      double atol, double *max_abs) {
-    double worst = 0;
-    *max_abs = 0;
-    for (size_t o = 0; o < no; o++) {
-        assert_int_equal(tdm_tensor_rank(od[o]), tdm_tensor_rank(oc[o]));
-        for (int i = 0; i < tdm_tensor_rank(od[o]); i++)
-            assert_int_equal(tdm_tensor_dims(od[o])[i], tdm_tensor_dims(oc[o])[i]);
-        const float *a = tdm_tensor_data(od[o]), *b = tdm_tensor_data(oc[o]);
-        int bad = 0;
-        for (int64_t k = 0; k < tdm_tensor_element_count(od[o]); k++) {
-            double d = fabs((double)a[k] - (double)b[k]);
-            if (isnan(a[k]) != isnan(b[k])) d = INFINITY;
-            else if (isnan(a[k])) d = 0;
-            double r = d / (atol + rtol * fabs((double)b[k]));
-            if (d > *max_abs) *max_abs = d;
-            if (r > worst) worst = r;
-            if (r > 1 && bad++ < 5)
-                fprintf(stderr, "  output %zu [%lld]: cuda %.9g, cpu %.9g\n", o, (long long)k,
-                        (double)a[k], (double)b[k]);
-        }
-    }
-    return worst;
-}
-
-/* Runs the model on `devices` (precision NULL = fp32) and on the CPU; compares. */
+/* Runs the model on `devices` (precision NULL = fp32; twice there: the second run reuses
+ * pooled memory and cached algorithms) and on the CPU; compares. */
 static double run_pair(mb_model *m, const char *devices, const char *precision, int opt_level,
                        double rtol, double atol, double *max_abs) {
-    size_t size;
-    void *buf = pack(m, &size);
-    tdm_session_options so_dev = {.api_version = TDM_API_VERSION, .devices = devices,
-                                  .threads = 1, .opt_level = opt_level, .no_fallback = true,
-                                  .placement = "first", .precision = precision};
-    tdm_session_options so_cpu = {.api_version = TDM_API_VERSION, .devices = "cpu",
-                                  .threads = 1, .opt_level = opt_level};
-    tdm_session *sd = NULL, *sc = NULL;
-    OK(tdm_session_create_from_buffer(g_env, buf, size, NULL, &so_dev, &sd));
-    OK(tdm_session_create_from_buffer(g_env, buf, size, NULL, &so_cpu, &sc));
-    free(buf);
-    size_t ni = m->graph.n_input, no = m->graph.n_output;
-    tdm_tensor *ins[16] = {0}, *od[8] = {0}, *oc[8] = {0};
-    const char *names[16];
-    make_inputs(m, ins, names);
-    /* twice on the device: the second run reuses pooled memory and cached algorithms */
-    for (int rep = 0; rep < 2; rep++) {
-        for (size_t o = 0; o < no; o++) tdm_tensor_free(od[o]);
-        OK(tdm_session_run(sd, ni, names, (const tdm_tensor *const *)ins, no, NULL, od));
-    }
-    OK(tdm_session_run(sc, ni, names, (const tdm_tensor *const *)ins, no, NULL, oc));
-    double worst = compare(od, oc, no, rtol, atol, max_abs);
-    for (size_t i = 0; i < ni; i++) tdm_tensor_free(ins[i]);
-    for (size_t o = 0; o < no; o++) {
-        tdm_tensor_free(od[o]);
-        tdm_tensor_free(oc[o]);
-    }
-    tdm_session_free(sd);
-    tdm_session_free(sc);
-    return worst;
+    dh_run r = {.devices = devices, .no_fallback = true, .opt_level = opt_level,
+                .precision = precision, .runs = 2};
+    return dh_run_pair(m, &r, rtol, atol, max_abs);
 }
 
 static void check_tol(mb_model *m, int opt_level, double rtol, double atol) {
     double max_abs;
-    double worst = run_pair(m, "cuda:0", NULL, opt_level, rtol, atol, &max_abs);
+    double worst = run_pair(m, DH_DEVICE, NULL, opt_level, rtol, atol, &max_abs);
     mb_free(m);
     assert_true(worst <= 1.0);
 }
@@ -177,13 +63,10 @@ static void test_discovery(void **state) {
     assert_int_equal(n, 1);
     /* asking for cuda:0 is an error naming the reason; the CPU still runs the model */
     mb_model m;
-    mb_init(&m, 13);
-    IN(&m, "a", 5, 7);
-    IN(&m, "b", 7, 3);
-    mb_node(&m, "MatMul:a,b->y");
-    mb_output(&m, "y");
+    static const int64_t da[2] = {5, 7}, db[2] = {7, 3};
+    dh_two_inputs(&m, "MatMul", 2, da, 2, db);
     size_t size;
-    void *buf = pack(&m, &size);
+    void *buf = dh_pack(&m, &size);
     tdm_session_options so = {.api_version = TDM_API_VERSION, .devices = "cuda:0,cpu"};
     tdm_session *s = NULL;
     tdm_status *st = tdm_session_create_from_buffer(g_env, buf, size, NULL, &so, &s);
@@ -208,7 +91,7 @@ static void test_precision_option(void **state) {
     mb_node(&m, "Relu:a->y");
     mb_output(&m, "y");
     size_t size;
-    void *buf = pack(&m, &size);
+    void *buf = dh_pack(&m, &size);
     tdm_session_options so = {.api_version = TDM_API_VERSION, .devices = "cpu", .precision = "fp8"};
     tdm_session *s = NULL;
     tdm_status *st = tdm_session_create_from_buffer(g_env, buf, size, NULL, &so, &s);
@@ -226,7 +109,7 @@ static void test_precision_option(void **state) {
 
 static void test_matmul(void **state) {
     (void)state;
-    NEED_GPU();
+    NEED_DEVICE();
     static const int64_t shapes[][2][4] = {
         {{37, 70}, {70, 45}},
         {{3, 5, 16}, {16, 33}},     /* batched A, shared B: rows stacked */
@@ -240,137 +123,74 @@ static void test_matmul(void **state) {
     static const int ranks[][2] = {{2, 2}, {3, 2}, {3, 3}, {2, 3}, {4, 3}, {1, 2}, {3, 1}, {2, 2}};
     for (size_t c = 0; c < sizeof ranks / sizeof ranks[0]; c++) {
         mb_model m;
-        mb_init(&m, 13);
-        for (int k = 0; k < 2; k++) {
-            int r = ranks[c][k];
-            m.in_rank[k] = r;
-            memcpy(m.in_dims[k], shapes[c][k], sizeof shapes[c][k]);
-            m.ins[m.graph.n_input++] = mb_value(&m, k ? "b" : "a", 1, r, m.in_dims[k]);
-        }
-        mb_node(&m, "MatMul:a,b->y");
-        mb_output(&m, "y");
+        dh_two_inputs(&m, "MatMul", ranks[c][0], shapes[c][0], ranks[c][1], shapes[c][1]);
         check_gemm(&m);
     }
 }
 
 static void test_gemm(void **state) {
     (void)state;
-    NEED_GPU();
+    NEED_DEVICE();
     /* transposes x C shapes: none, [N] (bias epilogue), [M, N], [M, 1], scalar; alpha/beta */
+    static const int cshapes[] = {DH_C_NONE, DH_C_N, DH_C_MN, DH_C_M1, DH_C_1};
     for (int variant = 0; variant < 20; variant++) {
         mb_model m;
-        mb_init(&m, 13);
-        int ta = variant & 1, tb = (variant >> 1) & 1, cshape = variant / 4;
-        int64_t M = 19, K = 23, N = 29;
-        if (ta) IN(&m, "a", K, M);
-        else IN(&m, "a", M, K);
-        if (tb) IN(&m, "b", N, K);
-        else IN(&m, "b", K, N);
-        if (cshape == 1) IN(&m, "c", N);
-        else if (cshape == 2) IN(&m, "c", M, N);
-        else if (cshape == 3) IN(&m, "c", M, 1);
-        else if (cshape == 4) IN(&m, "c", 1);
-        Onnx__NodeProto *n = mb_node(&m, cshape ? "Gemm:a,b,c->y" : "Gemm:a,b->y");
-        mb_attr_i(&m, n, "transA", ta);
-        mb_attr_i(&m, n, "transB", tb);
-        if (variant % 3 == 0) {
-            mb_attr_f(&m, n, "alpha", 0.5f);
-            mb_attr_f(&m, n, "beta", 2.0f);
-        }
-        mb_output(&m, "y");
+        dh_gemm(&m, variant & 1, (variant >> 1) & 1, cshapes[variant / 4], variant % 3 == 0,
+                0.5f, 2.0f);
         check_gemm(&m);
     }
 }
 
-static void conv_case(int64_t N, int64_t C, int64_t H, int64_t W, int64_t M, int64_t k, int64_t group,
-                      int64_t stride, const int64_t *pads, int64_t dil, bool bias, int rank) {
-    mb_model m;
-    mb_init(&m, 13);
-    if (rank == 4) {
-        IN(&m, "x", N, C, H, W);
-        IN(&m, "w", M, C / group, k, k);
-    } else {
-        IN(&m, "x", N, C, W);
-        IN(&m, "w", M, C / group, k);
-    }
-    if (bias) IN(&m, "b", M);
-    Onnx__NodeProto *n = mb_node(&m, bias ? "Conv:x,w,b->y" : "Conv:x,w->y");
-    int nsp = rank - 2;
-    int64_t s[2] = {stride, stride}, d[2] = {dil, dil};
-    mb_attr_ints(&m, n, "strides", nsp, s);
-    mb_attr_ints(&m, n, "dilations", nsp, d);
-    mb_attr_ints(&m, n, "pads", 2 * nsp, pads);
-    mb_attr_i(&m, n, "group", group);
-    mb_output(&m, "y");
-    check_gemm(&m);
-}
-
 static void test_conv(void **state) {
     (void)state;
-    NEED_GPU();
+    NEED_DEVICE();
     static const int64_t p1[4] = {1, 1, 1, 1}, p0[4] = {0, 0, 0, 0}, pa[4] = {0, 1, 2, 1};
     static const int64_t p1d[2] = {1, 2};
-    conv_case(2, 3, 11, 13, 8, 3, 1, 1, p1, 1, true, 4);  /* plain 3x3 */
-    conv_case(1, 8, 9, 9, 16, 3, 2, 2, p1, 1, true, 4);   /* grouped, strided */
-    conv_case(1, 6, 10, 7, 6, 3, 6, 1, p1, 2, true, 4);   /* depthwise, dilated */
-    conv_case(2, 16, 7, 7, 24, 1, 1, 1, p0, 1, false, 4); /* 1x1 */
-    conv_case(1, 4, 10, 9, 8, 3, 1, 2, pa, 1, true, 4);   /* asymmetric pads */
-    conv_case(1, 5, 1, 31, 7, 3, 1, 2, p1d, 1, true, 3);  /* 1-D, asymmetric */
-    mb_model m; /* auto_pad SAME_UPPER (asymmetric at stride 2) */
-    mb_init(&m, 13);
-    IN(&m, "x", 1, 3, 8, 8);
-    IN(&m, "w", 4, 3, 3, 3);
-    Onnx__NodeProto *n = mb_node(&m, "Conv:x,w->y");
-    mb_attr_s(&m, n, "auto_pad", "SAME_UPPER");
-    int64_t s2[2] = {2, 2};
-    mb_attr_ints(&m, n, "strides", 2, s2);
-    mb_output(&m, "y");
+    static const struct {
+        int64_t N, C, H, W, M, k, group, stride;
+        const int64_t *pads;
+        int64_t dil;
+        bool bias;
+        int rank;
+    } cases[] = {
+        {2, 3, 11, 13, 8, 3, 1, 1, p1, 1, true, 4},  /* plain 3x3 */
+        {1, 8, 9, 9, 16, 3, 2, 2, p1, 1, true, 4},   /* grouped, strided */
+        {1, 6, 10, 7, 6, 3, 6, 1, p1, 2, true, 4},   /* depthwise, dilated */
+        {2, 16, 7, 7, 24, 1, 1, 1, p0, 1, false, 4}, /* 1x1 */
+        {1, 4, 10, 9, 8, 3, 1, 2, pa, 1, true, 4},   /* asymmetric pads */
+        {1, 5, 1, 31, 7, 3, 1, 2, p1d, 1, true, 3},  /* 1-D, asymmetric */
+    };
+    mb_model m;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        dh_conv(&m, cases[i].N, cases[i].C, cases[i].H, cases[i].W, cases[i].M, cases[i].k,
+                cases[i].group, cases[i].stride, cases[i].pads, cases[i].dil, cases[i].bias,
+                cases[i].rank);
+        check_gemm(&m);
+    }
+    dh_conv_same_upper(&m); /* asymmetric at stride 2 */
     check_gemm(&m);
 }
 
 static void test_fused(void **state) {
     (void)state;
-    NEED_GPU();
+    NEED_DEVICE();
     /* opt level 1: Conv + Add + Relu becomes FusedConv (bias, residual, Relu in one cuDNN
      * call); MatMul + Add + Relu becomes FusedMatMul (cuBLASLt's bias + Relu epilogue) */
     mb_model m;
-    mb_init(&m, 13);
-    IN(&m, "x", 1, 8, 6, 6);
-    int64_t wd[4] = {8, 8, 3, 3}, bd[1] = {8};
-    float wv[8 * 8 * 9], bv[8];
-    for (int i = 0; i < 8 * 8 * 9; i++) wv[i] = frand() - 0.5f;
-    for (int i = 0; i < 8; i++) bv[i] = frand() - 0.5f;
-    mb_init_f32(&m, "w", 4, wd, 8 * 8 * 9, wv);
-    mb_init_f32(&m, "b", 1, bd, 8, bv);
-    Onnx__NodeProto *n = mb_node(&m, "Conv:x,w,b->c");
-    int64_t p[4] = {1, 1, 1, 1};
-    mb_attr_ints(&m, n, "pads", 4, p);
-    mb_node(&m, "Add:c,x->s");
-    mb_node(&m, "Relu:s->y");
-    mb_output(&m, "y");
+    dh_conv_residual_relu(&m);
     double max_abs;
     /* the device list has the CPU too: Add/Relu left unfused run wherever they can */
     assert_true(run_pair(&m, "cuda:0,cpu", NULL, 1, 1e-3, 1e-4, &max_abs) <= 1.0);
     mb_free(&m);
-    mb_init(&m, 13);
-    IN(&m, "a", 4, 10, 32);
-    int64_t bwd[2] = {32, 24}, bbd[1] = {24};
-    float bw[32 * 24], bb[24];
-    for (int i = 0; i < 32 * 24; i++) bw[i] = frand() - 0.5f;
-    for (int i = 0; i < 24; i++) bb[i] = frand() - 0.5f;
-    mb_init_f32(&m, "w", 2, bwd, 32 * 24, bw);
-    mb_init_f32(&m, "bias", 1, bbd, 24, bb);
-    mb_node(&m, "MatMul:a,w->mm");
-    mb_node(&m, "Add:mm,bias->s");
-    mb_node(&m, "Relu:s->y");
-    mb_output(&m, "y");
+    static const int64_t da[3] = {4, 10, 32};
+    dh_matmul_bias_relu(&m, 3, da, 24);
     assert_true(run_pair(&m, "cuda:0,cpu", NULL, 1, 1e-3, 1e-4, &max_abs) <= 1.0);
     mb_free(&m);
 }
 
 static void test_pool_bn(void **state) {
     (void)state;
-    NEED_GPU();
+    NEED_DEVICE();
     static const char *ops[] = {"MaxPool", "AveragePool"};
     for (int o = 0; o < 2; o++)
         for (int pads = 0; pads < 2; pads++) {
@@ -388,10 +208,8 @@ static void test_pool_bn(void **state) {
             check(&m);
         }
     mb_model m;
-    mb_init(&m, 13);
-    IN(&m, "x", 2, 5, 7, 3);
-    mb_node(&m, "GlobalAveragePool:x->y");
-    mb_output(&m, "y");
+    static const int64_t dg[4] = {2, 5, 7, 3};
+    dh_one_input(&m, 13, "GlobalAveragePool", 4, dg);
     check(&m);
     mb_init(&m, 13);
     m.positive = true; /* variances */
@@ -407,7 +225,7 @@ static void test_pool_bn(void **state) {
 
 static void test_conv_transpose(void **state) {
     (void)state;
-    NEED_GPU();
+    NEED_DEVICE();
     mb_model m;
     mb_init(&m, 13);
     IN(&m, "x", 1, 4, 5, 6);
@@ -427,7 +245,7 @@ static void test_conv_transpose(void **state) {
  * mantissas) rtol 1e-2, atol 5e-2; BF16 (7 bits) rtol 3e-2, atol 4e-1. */
 static void test_precision(void **state) {
     (void)state;
-    NEED_GPU();
+    NEED_DEVICE();
     static const struct { const char *p; double rtol, atol; } cases[] = {
         {"tf32", 1e-2, 5e-2}, {"fp16", 1e-2, 5e-2}, {"bf16", 3e-2, 4e-1}, {"fp32", 1e-3, 1e-4},
     };
@@ -460,7 +278,7 @@ static void test_precision(void **state) {
  * the same session works. */
 static void test_memory_limit(void **state) {
     (void)state;
-    NEED_GPU();
+    NEED_DEVICE();
     tdm_device *dev = tdm_env_find_device(g_env, "cuda:0");
     assert_non_null(dev);
     mb_model m;
@@ -470,7 +288,7 @@ static void test_memory_limit(void **state) {
     mb_node(&m, "MatMul:a,b->y");
     mb_output(&m, "y");
     size_t size;
-    void *buf = pack(&m, &size);
+    void *buf = dh_pack(&m, &size);
     tdm_session_options so = {.api_version = TDM_API_VERSION, .devices = "cuda:0",
                               .no_fallback = true, .opt_level = 0};
     tdm_session *s = NULL;
@@ -478,7 +296,7 @@ static void test_memory_limit(void **state) {
     free(buf);
     tdm_tensor *ins[2] = {0}, *out[1] = {0};
     const char *names[2];
-    make_inputs(&m, ins, names);
+    dh_inputs(&m, ins, names);
     OK(dev->iface->configure(dev, "mem_limit_mb", "2"));
     tdm_status *st = tdm_session_run(s, 2, names, (const tdm_tensor *const *)ins, 1, NULL, out);
     OK(dev->iface->configure(dev, "mem_limit_mb", "0"));
@@ -499,7 +317,7 @@ static void test_memory_limit(void **state) {
  * pinned host memory, asynchronous downloads, events across the streams. */
 static void test_copies_events(void **state) {
     (void)state;
-    NEED_GPU();
+    NEED_DEVICE();
     tdm_device *dev = tdm_env_find_device(g_env, "cuda:0");
     assert_non_null(dev);
     const tdm_device_iface *f = dev->iface;

@@ -3,7 +3,8 @@
  * the outputs must agree within rtol 1e-4 / atol 1e-4 (the same oneDNN convolutions in
  * another layout: only the summation order differs). Each case also checks which ops the
  * optimised graph holds, so a pass that silently stops rewriting fails too. Channel counts
- * are mostly not multiples of the block (8) to exercise the padding. */
+ * are mostly not multiples of the block (8 or 16: oneDNN's for the CPU) to exercise the
+ * padding. */
 #define _XOPEN_SOURCE 700 /* (nftw) */
 #include <ftw.h>
 #include <math.h>
@@ -239,8 +240,9 @@ static void test_residual_add(void **state) {
     mb_free(&b);
 }
 
-/* Channel Concat: blocked when every input's channel count is a multiple of 8, plain
- * (through FromBlocked) otherwise. */
+/* Channel Concat: blocked when every input's channel count is a multiple of the block (8 or
+ * 16, oneDNN's for this CPU: 16 is a multiple of both), plain (through FromBlocked)
+ * otherwise. */
 static void test_concat(void **state) {
     (void)state;
     for (int odd = 0; odd <= 1; odd++) {
@@ -248,13 +250,13 @@ static void test_concat(void **state) {
         mb_init(&b, 17);
         int64_t xd[4] = {1, 3, 9, 9};
         mb_input_run(&b, "x", 4, xd, NULL);
-        conv(&b, "Conv:x,W1,B1->c1", "W1", "B1", 8, 3, 3, 1);
+        conv(&b, "Conv:x,W1,B1->c1", "W1", "B1", 16, 3, 3, 1);
         mb_node(&b, "Relu:c1->r1");
-        conv(&b, "Conv:r1,W2,B2->c2", "W2", "B2", odd ? 13 : 16, 8, 3, 1);
-        conv(&b, "Conv:r1,W3,B3->c3", "W3", "B3", 8, 8, 1, 1);
+        conv(&b, "Conv:r1,W2,B2->c2", "W2", "B2", odd ? 13 : 16, 16, 3, 1);
+        conv(&b, "Conv:r1,W3,B3->c3", "W3", "B3", 16, 16, 1, 1);
         Onnx__NodeProto *cc = mb_node(&b, "Concat:c2,c3,r1->cat");
         mb_attr_i(&b, cc, "axis", odd ? 1 : -3);
-        conv(&b, "Conv:cat,W4,B4->y", "W4", "B4", 5, odd ? 29 : 32, 3, 1);
+        conv(&b, "Conv:cat,W4,B4->y", "W4", "B4", 5, odd ? 45 : 48, 3, 1);
         mb_output(&b, "y");
         layout_result r;
         run_cmp(&b, &cpu1, &r);

@@ -7,7 +7,7 @@
  *
  * Without an OpenCL device (no ICD, no platform, TANDEM_OPENCL_DISABLE) every test prints
  * "skipped: no OpenCL device" and passes. The program binary cache goes to
- * $TANDEM_CACHE_DIR, or <build>/opencl-test-cache when that is not set. */
+ * $TANDEM_CACHE_DIR, or <build>/device-test-cache when that is not set (device_harness.h). */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <math.h>
@@ -24,78 +24,23 @@
 #include <cmocka.h>
 
 #include "backends/backend.h"
-#include "model_builder.h"
 #include "tandem/tandem.h"
 
-#include "opencl_harness.h"
+#define DH_DEVICE "opencl:0"
+#define DH_KIND "OpenCL device"
+#include "device_harness.h"
 
 /* Runs the model on `devices` and on the CPU with the same random inputs and compares. */
 static void check_devices(mb_model *m, const char *devices, bool no_fallback, int opt_level,
                           double rtol, double atol) {
-    size_t size = onnx__model_proto__get_packed_size(&m->model);
-    void *buf = malloc(size);
-    onnx__model_proto__pack(&m->model, buf);
-    /* placement "first": every node the device claims runs there (the cost model might
-     * prefer the CPU for tiny tensors) */
-    tdm_session_options so_dev = {.api_version = TDM_API_VERSION, .devices = devices,
-                                  .threads = 1, .opt_level = opt_level,
-                                  .no_fallback = no_fallback, .placement = "first"};
-    tdm_session_options so_cpu = {.api_version = TDM_API_VERSION, .devices = "cpu",
-                                  .threads = 1, .opt_level = opt_level};
-    tdm_session *sd = NULL, *sc = NULL;
-    OK(tdm_session_create_from_buffer(g_env, buf, size, NULL, &so_dev, &sd));
-    OK(tdm_session_create_from_buffer(g_env, buf, size, NULL, &so_cpu, &sc));
-    free(buf);
-    size_t ni = m->graph.n_input, no = m->graph.n_output;
-    tdm_tensor *ins[16] = {0}, *od[8] = {0}, *oc[8] = {0};
-    const char *names[16];
-    for (size_t i = 0; i < ni; i++) {
-        names[i] = m->ins[i]->name;
-        OK(tdm_tensor_create(g_env, TDM_FLOAT, m->in_rank[i], m->in_dims[i], &ins[i]));
-        float *p = tdm_tensor_data(ins[i]);
-        for (int64_t k = 0; k < tdm_tensor_element_count(ins[i]); k++)
-            p[k] = m->positive ? 0.1f + 1.9f * frand() : 4.0f * frand() - 2.0f;
-    }
-    OK(tdm_session_run(sd, ni, names, (const tdm_tensor *const *)ins, no, NULL, od));
-    OK(tdm_session_run(sc, ni, names, (const tdm_tensor *const *)ins, no, NULL, oc));
-    for (size_t o = 0; o < no; o++) {
-        assert_int_equal(tdm_tensor_dtype(od[o]), tdm_tensor_dtype(oc[o]));
-        assert_int_equal(tdm_tensor_rank(od[o]), tdm_tensor_rank(oc[o]));
-        for (int i = 0; i < tdm_tensor_rank(od[o]); i++)
-            assert_int_equal(tdm_tensor_dims(od[o])[i], tdm_tensor_dims(oc[o])[i]);
-        int64_t n = tdm_tensor_element_count(od[o]);
-        int bad = 0;
-        for (int64_t k = 0; k < n; k++) {
-            double a, b;
-            if (tdm_tensor_dtype(od[o]) == TDM_INT64) {
-                a = (double)((const int64_t *)tdm_tensor_data(od[o]))[k];
-                b = (double)((const int64_t *)tdm_tensor_data(oc[o]))[k];
-            } else if (tdm_tensor_dtype(od[o]) == TDM_BOOL) {
-                a = ((const uint8_t *)tdm_tensor_data(od[o]))[k];
-                b = ((const uint8_t *)tdm_tensor_data(oc[o]))[k];
-            } else {
-                a = ((const float *)tdm_tensor_data(od[o]))[k];
-                b = ((const float *)tdm_tensor_data(oc[o]))[k];
-            }
-            bool same = (isnan(a) && isnan(b)) || a == b || fabs(a - b) <= atol + rtol * fabs(b);
-            if (!same && bad++ < 5)
-                fprintf(stderr, "  output %zu [%lld]: %s %.9g, cpu %.9g\n", o, (long long)k,
-                        devices, a, b);
-        }
-        assert_int_equal(bad, 0);
-    }
-    for (size_t i = 0; i < ni; i++) tdm_tensor_free(ins[i]);
-    for (size_t o = 0; o < no; o++) {
-        tdm_tensor_free(od[o]);
-        tdm_tensor_free(oc[o]);
-    }
-    tdm_session_free(sd);
-    tdm_session_free(sc);
+    dh_run r = {.devices = devices, .no_fallback = no_fallback, .opt_level = opt_level};
+    double max_abs;
+    assert_true(dh_run_pair(m, &r, rtol, atol, &max_abs) <= 1.0);
 }
 
 /* opencl:0 only (opt level 0: the nodes as written), then done with the builder */
 static void check_tol(mb_model *m, double rtol, double atol) {
-    check_devices(m, "opencl:0", true, 0, rtol, atol);
+    check_devices(m, DH_DEVICE, true, 0, rtol, atol);
     mb_free(m);
 }
 static void check(mb_model *m) { check_tol(m, 1e-4, 1e-5); }
@@ -118,15 +63,7 @@ static void test_matmul(void **state) {
     static const int ranks[][2] = {{2, 2}, {3, 2}, {4, 3}, {1, 2}, {3, 1}, {2, 2}};
     for (size_t c = 0; c < sizeof ranks / sizeof ranks[0]; c++) {
         mb_model m;
-        mb_init(&m, 13);
-        for (int k = 0; k < 2; k++) {
-            int r = ranks[c][k];
-            m.in_rank[k] = r;
-            memcpy(m.in_dims[k], shapes[c][k], sizeof shapes[c][k]);
-            m.ins[m.graph.n_input++] = mb_value(&m, k ? "b" : "a", 1, r, m.in_dims[k]);
-        }
-        mb_node(&m, "MatMul:a,b->y");
-        mb_output(&m, "y");
+        dh_two_inputs(&m, "MatMul", ranks[c][0], shapes[c][0], ranks[c][1], shapes[c][1]);
         check_gemm(&m);
     }
 }
@@ -136,21 +73,8 @@ static void test_gemm(void **state) {
     NEED_DEVICE();
     for (int variant = 0; variant < 6; variant++) {
         mb_model m;
-        mb_init(&m, 13);
-        int ta = variant & 1, tb = (variant >> 1) & 1;
-        int64_t M = 19, K = 23, N = 29;
-        if (ta) IN(&m, "a", K, M);
-        else IN(&m, "a", M, K);
-        if (tb) IN(&m, "b", N, K);
-        else IN(&m, "b", K, N);
-        if (variant < 4) IN(&m, "c", N);
-        else if (variant == 4) IN(&m, "c", M, 1);
-        Onnx__NodeProto *n = mb_node(&m, variant < 5 ? "Gemm:a,b,c->y" : "Gemm:a,b->y");
-        mb_attr_i(&m, n, "transA", ta);
-        mb_attr_i(&m, n, "transB", tb);
-        mb_attr_f(&m, n, "alpha", 0.75f);
-        mb_attr_f(&m, n, "beta", 1.5f);
-        mb_output(&m, "y");
+        int c = variant < 4 ? DH_C_N : variant == 4 ? DH_C_M1 : DH_C_NONE;
+        dh_gemm(&m, variant & 1, (variant >> 1) & 1, c, true, 0.75f, 1.5f);
         check_gemm(&m);
     }
 }
@@ -158,26 +82,10 @@ static void test_gemm(void **state) {
 static void conv_case(int64_t n, int64_t c, int64_t h, int64_t w, int64_t m_out, int64_t k,
                       int64_t group, int stride, int pad, int dil, bool bias, int rank) {
     mb_model m;
-    mb_init(&m, 13);
-    if (rank == 3) {
-        IN(&m, "x", n, c, w);
-        IN(&m, "w", m_out, c / group, k);
-    } else {
-        IN(&m, "x", n, c, h, w);
-        IN(&m, "w", m_out, c / group, k, k);
-    }
-    if (bias) IN(&m, "b", m_out);
-    Onnx__NodeProto *node = mb_node(&m, bias ? "Conv:x,w,b->y" : "Conv:x,w->y");
-    int64_t v[4];
+    int64_t pads[4];
     int sp = rank - 2;
-    for (int i = 0; i < sp; i++) v[i] = stride;
-    mb_attr_ints(&m, node, "strides", sp, v);
-    for (int i = 0; i < sp; i++) v[i] = dil;
-    mb_attr_ints(&m, node, "dilations", sp, v);
-    for (int i = 0; i < 2 * sp; i++) v[i] = pad + (i >= sp ? 1 : 0); /* asymmetric */
-    mb_attr_ints(&m, node, "pads", 2 * sp, v);
-    mb_attr_i(&m, node, "group", group);
-    mb_output(&m, "y");
+    for (int i = 0; i < 2 * sp; i++) pads[i] = pad + (i >= sp ? 1 : 0); /* asymmetric */
+    dh_conv(&m, n, c, h, w, m_out, k, group, stride, pads, dil, bias, rank);
     check_gemm(&m);
 }
 
@@ -199,15 +107,7 @@ static void test_conv(void **state) {
     mb_node(&m, "Conv:x,w,b->y");
     mb_output(&m, "y");
     check_gemm(&m);
-    /* auto_pad SAME_UPPER */
-    mb_init(&m, 13);
-    IN(&m, "x", 1, 3, 8, 8);
-    IN(&m, "w", 4, 3, 3, 3);
-    Onnx__NodeProto *n = mb_node(&m, "Conv:x,w->y");
-    mb_attr_s(&m, n, "auto_pad", "SAME_UPPER");
-    int64_t s2[2] = {2, 2};
-    mb_attr_ints(&m, n, "strides", 2, s2);
-    mb_output(&m, "y");
+    dh_conv_same_upper(&m);
     check_gemm(&m);
 }
 
@@ -217,36 +117,13 @@ static void test_fused(void **state) {
     /* Conv + Add (residual) + Relu and MatMul + Add + Relu: at opt level 1 the graph passes
      * make FusedConv / FusedMatMul, which must also run on the device */
     mb_model m;
-    mb_init(&m, 13);
-    IN(&m, "x", 1, 8, 6, 6);
-    int64_t wd[4] = {8, 8, 3, 3}, bd[1] = {8};
-    float wv[8 * 8 * 9], bv[8];
-    for (int i = 0; i < 8 * 8 * 9; i++) wv[i] = frand() - 0.5f;
-    for (int i = 0; i < 8; i++) bv[i] = frand() - 0.5f;
-    mb_init_f32(&m, "w", 4, wd, 8 * 8 * 9, wv);
-    mb_init_f32(&m, "b", 1, bd, 8, bv);
-    Onnx__NodeProto *n = mb_node(&m, "Conv:x,w,b->c");
-    int64_t p[4] = {1, 1, 1, 1};
-    mb_attr_ints(&m, n, "pads", 4, p);
-    mb_node(&m, "Add:c,x->s");
-    mb_node(&m, "Relu:s->y");
-    mb_output(&m, "y");
-    check_devices(&m, "opencl:0", true, 1, 1e-3, 1e-4);
+    dh_conv_residual_relu(&m);
+    check_devices(&m, DH_DEVICE, true, 1, 1e-3, 1e-4);
     mb_free(&m);
 
-    mb_init(&m, 13);
-    IN(&m, "x", 3, 5, 16);
-    int64_t md[2] = {16, 24}, nd[1] = {24};
-    float mv[16 * 24], nv[24];
-    for (int i = 0; i < 16 * 24; i++) mv[i] = frand() - 0.5f;
-    for (int i = 0; i < 24; i++) nv[i] = frand() - 0.5f;
-    mb_init_f32(&m, "w", 2, md, 16 * 24, mv);
-    mb_init_f32(&m, "b", 1, nd, 24, nv);
-    mb_node(&m, "MatMul:x,w->t");
-    mb_node(&m, "Add:t,b->u");
-    mb_node(&m, "Relu:u->y");
-    mb_output(&m, "y");
-    check_devices(&m, "opencl:0", true, 1, 1e-3, 1e-4);
+    static const int64_t da[3] = {3, 5, 16};
+    dh_matmul_bias_relu(&m, 3, da, 24);
+    check_devices(&m, DH_DEVICE, true, 1, 1e-3, 1e-4);
     mb_free(&m);
 }
 
@@ -275,13 +152,11 @@ static void test_pool(void **state) {
         if (c == 2) m.outs[m.graph.n_output++] = mb_value(&m, "i", 7, -1, NULL);
         check(&m);
     }
-    const char *globals[] = {"GlobalAveragePool:x->y", "GlobalMaxPool:x->y"};
+    const char *globals[] = {"GlobalAveragePool", "GlobalMaxPool"};
+    static const int64_t dg[4] = {2, 5, 7, 9};
     for (int c = 0; c < 2; c++) {
         mb_model m;
-        mb_init(&m, 13);
-        IN(&m, "x", 2, 5, 7, 9);
-        mb_node(&m, globals[c]);
-        mb_output(&m, "y");
+        dh_one_input(&m, 13, globals[c], 4, dg);
         check(&m);
     }
 }
@@ -294,18 +169,14 @@ static void test_unary(void **state) {
         "HardSwish", "HardSigmoid", "Reciprocal", "Floor", "Ceil", "Round", "Sign", "Sin",
         "Cos", "Elu", "Selu", "Softsign", "Softplus", "Identity",
     };
+    static const int64_t dx[3] = {3, 50, 7};
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
         mb_model m;
-        mb_init(&m, 14);
-        IN(&m, "x", 3, 50, 7);
-        char spec[64];
-        snprintf(spec, sizeof spec, "%s:x->y", ops[i]);
-        Onnx__NodeProto *n = mb_node(&m, spec);
+        Onnx__NodeProto *n = dh_one_input(&m, 14, ops[i], 3, dx);
         if (!strcmp(ops[i], "LeakyRelu")) mb_attr_f(&m, n, "alpha", 0.3f);
         if (!strcmp(ops[i], "HardSigmoid")) mb_attr_f(&m, n, "alpha", 0.25f);
         m.positive = !strcmp(ops[i], "Log") || !strcmp(ops[i], "Sqrt") ||
                      !strcmp(ops[i], "Reciprocal");
-        mb_output(&m, "y");
         check(&m);
     }
     /* Gelu (opset 20 is newer than this build's ONNX; com.microsoft.Gelu is tested by the
@@ -343,18 +214,8 @@ static void test_binary(void **state) {
             bool prelu = !strcmp(ops[o], "PRelu");
             if (prelu && (c == 2 || c == 4)) continue; /* slope broadcasts to X only */
             mb_model m;
-            mb_init(&m, 13);
-            for (int k = 0; k < 2; k++) {
-                int r = ranks[c][k];
-                m.in_rank[k] = r;
-                memcpy(m.in_dims[k], shapes[c][k], sizeof shapes[c][k]);
-                m.ins[m.graph.n_input++] = mb_value(&m, k ? "b" : "a", 1, r, m.in_dims[k]);
-            }
+            dh_two_inputs(&m, ops[o], ranks[c][0], shapes[c][0], ranks[c][1], shapes[c][1]);
             m.positive = !strcmp(ops[o], "Pow") || !strcmp(ops[o], "Div");
-            char spec[64];
-            snprintf(spec, sizeof spec, "%s:a,b->y", ops[o]);
-            mb_node(&m, spec);
-            mb_output(&m, "y");
             check(&m);
         }
 }
@@ -603,10 +464,9 @@ static void test_gather_bad_index(void **state) {
     mb_init_i64(&m, "i", 2, idx);
     mb_node(&m, "Gather:x,i->y");
     mb_output(&m, "y");
-    size_t size = onnx__model_proto__get_packed_size(&m.model);
-    void *buf = malloc(size);
-    onnx__model_proto__pack(&m.model, buf);
-    tdm_session_options so = {.api_version = TDM_API_VERSION, .devices = "opencl:0",
+    size_t size;
+    void *buf = dh_pack(&m, &size);
+    tdm_session_options so = {.api_version = TDM_API_VERSION, .devices = DH_DEVICE,
                               .threads = 1, .no_fallback = true};
     tdm_session *s = NULL;
     tdm_status *st = tdm_session_create_from_buffer(g_env, buf, size, NULL, &so, &s);
@@ -641,7 +501,7 @@ static void test_mixed(void **state) {
     mb_node(&m, "Softmax:c->y");
     mb_output(&m, "y");
     mb_output(&m, "b");
-    check_devices(&m, "opencl:0,cpu", false, 1, 1e-3, 1e-4);
+    check_devices(&m, DH_DEVICE ",cpu", false, 1, 1e-3, 1e-4);
     mb_free(&m);
 }
 

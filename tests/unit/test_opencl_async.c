@@ -24,13 +24,14 @@
 #include <cmocka.h>
 
 #include "backends/backend.h"
-#include "model_builder.h"
 #include "sched/cost.h"
 #include "sched/profile.h"
 #include "tandem/tandem.h"
 
-#define OCL_HARNESS_NO_GROUP /* opens the device itself */
-#include "opencl_harness.h"
+#define DH_DEVICE "opencl:0"
+#define DH_KIND "OpenCL device"
+#define DH_SEED 0x243f6a8885a308d3ull
+#include "device_harness.h"
 
 #ifdef TANDEM_HAVE_OPENCL
 /* Opens the OpenCL devices (a new context and queue per call); NULL when there is none. */
@@ -160,30 +161,6 @@ static void test_event_chain(void **state) {
 
 /* ---- models ---- */
 
-static tdm_env *g_env;
-static bool g_have;
-
-static int group_setup(void **state) {
-    (void)state;
-    if (!getenv("TANDEM_CACHE_DIR")) setenv("TANDEM_CACHE_DIR", TANDEM_BINARY_DIR "/opencl-test-cache", 1);
-    if (tdm_env_create(NULL, &g_env)) return -1;
-    for (size_t i = 0; i < tdm_env_device_count(g_env); i++)
-        g_have |= strcmp(tdm_env_device_name(g_env, i), "opencl:0") == 0;
-    return 0;
-}
-
-static int group_teardown(void **state) {
-    (void)state;
-    tdm_env_free(g_env);
-    return 0;
-}
-
-static uint64_t g_rng = 0x243f6a8885a308d3ull;
-static float frand(void) {
-    g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((g_rng >> 40) & 0xffffff) / (float)0x1000000;
-}
-
 static void expect_close(const tdm_tensor *got, const tdm_tensor *want, const char *what) {
     assert_int_equal(tdm_tensor_dtype(got), tdm_tensor_dtype(want));
     assert_int_equal(tdm_tensor_rank(got), tdm_tensor_rank(want));
@@ -270,19 +247,13 @@ static const struct {
 
 static void test_split_models(void **state) {
     (void)state;
-    if (!g_have) {
-        printf("skipped: no OpenCL device\n");
-        return;
-    }
+    NEED_DEVICE();
     for (size_t i = 0; i < sizeof splits / sizeof splits[0]; i++) run_split(g_env, splits[i].model, splits[i].affinity, 3);
 }
 
 static void test_split_models_blocking(void **state) {
     (void)state;
-    if (!g_have) {
-        printf("skipped: no OpenCL device\n");
-        return;
-    }
+    NEED_DEVICE();
     /* the sync_copies setting (TANDEM_SYNC_COPIES=1) belongs to the environment */
     tdm_env_options eo = {.api_version = TDM_API_VERSION, .sync_copies = TDM_SETTING_ON};
     tdm_env *env = NULL;
@@ -307,10 +278,7 @@ static tdm_session *builder_session(mb_model *m, const char *devices, const char
  * the run; the next run with good indices works and matches the CPU. */
 static void test_run_after_failure(void **state) {
     (void)state;
-    if (!g_have) {
-        printf("skipped: no OpenCL device\n");
-        return;
-    }
+    NEED_DEVICE();
     mb_model m;
     mb_init(&m, 13);
     IN(&m, "x", 5, 3);
@@ -356,10 +324,7 @@ static void test_run_after_failure(void **state) {
  * everything the device claims) puts it on the CPU, and the run matches the CPU. */
 static void test_high_rank_window_on_cpu(void **state) {
     (void)state;
-    if (!g_have) {
-        printf("skipped: no OpenCL device\n");
-        return;
-    }
+    NEED_DEVICE();
     mb_model m;
     mb_init(&m, 13);
     int64_t dx[6] = {1, 2, 4, 4, 4, 4};
@@ -404,10 +369,7 @@ static void test_high_rank_window_on_cpu(void **state) {
 /* The profile's copy figures per direction and host memory kind, kept by the cache. */
 static void test_profile_pinned(void **state) {
     (void)state;
-    if (!g_have) {
-        printf("skipped: no OpenCL device\n");
-        return;
-    }
+    NEED_DEVICE();
     size_t idx = 0;
     for (size_t i = 0; i < tdm_env_device_count(g_env); i++)
         if (!strcmp(tdm_env_device_name(g_env, i), "opencl:0")) idx = i;

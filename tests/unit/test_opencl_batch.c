@@ -22,14 +22,15 @@
 
 #include <cmocka.h>
 
-#include "model_builder.h"
 #include "tandem/tandem.h"
 #ifdef TANDEM_HAVE_OPENCL
 #include "backends/opencl/ocl.h"
 #endif
 
-#define OCL_HARNESS_SEED 0x2545f4914f6cdd1dull
-#include "opencl_harness.h"
+#define DH_DEVICE "opencl:0"
+#define DH_KIND "OpenCL device"
+#define DH_SEED 0x2545f4914f6cdd1dull
+#include "device_harness.h"
 
 #define RTOL 1e-3
 #define ATOL 1e-4

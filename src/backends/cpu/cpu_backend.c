@@ -2,14 +2,13 @@
  * session's thread pool for intra-op parallelism. */
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "backends/backend.h"
+#include "backends/cpu/cpu_device.h"
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/cpu_simd.h"
 #include "core/alloc.h"
 #include "core/threadpool.h"
-#include "ops/fused.h"
 
 static const tdm_kernel_def *const cpu_tables[] = {
 #define TDM_X_(fam) tdm_cpu_kernels_##fam,
@@ -36,53 +35,91 @@ static const tdm_kernel_def *cpu_find_kernel(tdm_device *dev, const tdm_node *no
     return tdm_cpu_find_kernel(node, in_types, n_in);
 }
 
-/* Ops of the default domain whose CPU kernels write every element of every output (checked
- * kernel by kernel: no path leaves a part for the executor's zeroing), and those that may
- * write output 0 over input 0 (a copy that becomes nothing). Fused ops: Attention. */
-static const char *const writes_all_ops[] = {
-    "Add", "Sub", "Mul", "Div", "Transpose", "Concat", "Gather", "LayerNormalization", "Softmax",
-};
-static const char *const copy_ops[] = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"};
-
-static bool in_names(const char *op, const char *const *names, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (strcmp(op, names[i]) == 0) return true;
-    return false;
-}
-
+/* The promises come from the kernel table's flags column (tdm_kernel_def.flags). */
 static unsigned cpu_kernel_flags(tdm_device *dev, const tdm_kernel_def *k, const tdm_node *node) {
     (void)dev;
-    unsigned f = tdm_cpu_dnnl_flags(k, node);
-    if (f) return f;
-    if (node->domain[0])
-        return strcmp(node->domain, TDM_FUSED_DOMAIN) == 0 && strcmp(node->op_type, "Attention") == 0
-                   ? TDM_KF_WRITES_ALL
-                   : 0;
-    if (in_names(node->op_type, copy_ops, sizeof copy_ops / sizeof *copy_ops))
-        return TDM_KF_WRITES_ALL | TDM_KF_INPLACE(0);
-    if (in_names(node->op_type, writes_all_ops, sizeof writes_all_ops / sizeof *writes_all_ops))
-        return TDM_KF_WRITES_ALL;
-    return 0;
+    return tdm_kernel_flags(k, node);
 }
 
-/* The CPU device's context: its allocator and the own kernels' SIMD variants, chosen when
- * the device is created. */
-typedef struct cpu_dev {
-    const tdm_allocator *a;
-    tdm_cpu_simd simd;
-} cpu_dev;
-
+/* Kernels find the own SIMD variants of their device (cpu_device.h) in their context. */
 static tdm_status *cpu_execute(tdm_device *dev, const tdm_kernel_def *k, tdm_kernel_ctx *ctx) {
-    const cpu_dev *cd = dev->ctx;
-    ctx->cpu_simd = &cd->simd;
+    const tdm_cpu_dev *c = dev->ctx;
+    ctx->cpu_simd = &c->simd;
     return k->run(ctx);
 }
 
 static void cpu_close(tdm_device *dev) {
-    cpu_dev *cd = dev->ctx;
-    const tdm_allocator *a = cd->a;
-    tdm_free(a, cd);
+    tdm_cpu_dev *c = dev->ctx;
+    const tdm_allocator *a = c->alloc;
+    pthread_mutex_destroy(&c->mu);
+    tdm_free(a, c);
     tdm_free(a, dev);
+}
+
+static void cpu_describe(tdm_device *dev) {
+    tdm_cpu_dev *c = dev->ctx;
+    const char *own = tdm_cpu_isa_name(c->isa), *dnnl = tdm_cpu_isa_name(c->dnnl_isa);
+    snprintf(dev->isa, sizeof dev->isa, "%s", own);
+    if (c->isa == c->dnnl_isa)
+        snprintf(dev->description, sizeof dev->description, "host CPU, %d logical cores, %s",
+                 tdm_cpu_count(), own);
+    else
+        snprintf(dev->description, sizeof dev->description,
+                 "host CPU, %d logical cores, %s (oneDNN %s)", tdm_cpu_count(), own, dnnl);
+}
+
+/* "cpu_isa": the ISA cap (cpu_device.h), given once when the environment is created; an
+ * empty value means the machine's best. Other keys are not the CPU's. */
+static tdm_status *cpu_configure(tdm_device *dev, const char *key, const char *value) {
+    if (strcmp(key, "cpu_isa") != 0) return NULL;
+    tdm_cpu_dev *c = dev->ctx;
+    tdm_cpu_isa best = tdm_cpu_isa_detect(), want = best;
+    bool cap = value && value[0];
+    if (cap && !tdm_cpu_isa_parse(value, &want))
+        return TDM_ERR(TDM_ERR_INVALID_ARGUMENT,
+                       "cpu_isa '%s' is not an ISA level (portable, sse41, avx2, avx512_core, "
+                       "avx512_core_vnni, avx512_core_bf16, avx512_core_amx or all)", value);
+    want = tdm_cpu_isa_min(want, best);
+    bool applied;
+    tdm_cpu_isa dnnl = tdm_cpu_dnnl_isa_apply(cap, want, &applied);
+    if (!applied && dnnl != want)
+        tdm_log(&c->log, TDM_LOG_WARN,
+                "cpu_isa %s: oneDNN's ISA is set once per process and is already %s (an "
+                "earlier environment used oneDNN first); own kernels use %s, oneDNN %s",
+                tdm_cpu_isa_name(want), tdm_cpu_isa_name(dnnl), tdm_cpu_isa_name(want),
+                tdm_cpu_isa_name(dnnl));
+    c->isa = want;
+    tdm_cpu_simd_init(&c->simd, want);
+    c->dnnl_isa = dnnl;
+    cpu_describe(dev);
+    tdm_log(&c->log, TDM_LOG_INFO, "cpu: ISA %s (machine %s, oneDNN %s)", tdm_cpu_isa_name(want),
+            tdm_cpu_isa_name(best), tdm_cpu_isa_name(dnnl));
+    return NULL;
+}
+
+/* The channel block the blocked-layout pass uses: oneDNN's own choice on this CPU, asked
+ * once (after the ISA is settled: the probe is oneDNN's first use). 8 or 16, else 0. */
+static int64_t cpu_channel_block(tdm_device *dev) {
+    tdm_cpu_dev *c = dev->ctx;
+    pthread_mutex_lock(&c->mu);
+    if (!c->block_known) {
+        int64_t b = tdm_cpu_dnnl_probe_block();
+        c->block = b == 8 || b == 16 ? b : 0;
+        c->block_known = true;
+        tdm_log(&c->log, TDM_LOG_INFO, "cpu: oneDNN's convolutions take %s%lld on %s",
+                c->block ? "channel blocks of " : "plain layouts (block ", (long long)c->block,
+                tdm_cpu_isa_name(c->dnnl_isa));
+    }
+    int64_t b = c->block;
+    pthread_mutex_unlock(&c->mu);
+    return b;
+}
+
+static size_t cpu_kernel_impl(tdm_device *dev, const tdm_kernel_def *k, void *state, char *buf,
+                              size_t size) {
+    (void)dev;
+    if (!tdm_cpu_dnnl_impl(k, state, buf, size)) snprintf(buf, size, "tandem");
+    return strlen(buf);
 }
 
 static const tdm_device_iface cpu_iface = {
@@ -91,32 +128,41 @@ static const tdm_device_iface cpu_iface = {
     .execute = cpu_execute,
     .synchronize = NULL,
     .close = cpu_close,
+    .configure = cpu_configure,
     .kernel_flags = cpu_kernel_flags,
+    .channel_block = cpu_channel_block,
+    .kernel_impl = cpu_kernel_impl,
 };
+
+tdm_cpu_dev *tdm_cpu_dev_of(const tdm_device *dev) {
+    return dev && dev->iface == &cpu_iface ? dev->ctx : NULL;
+}
 
 static tdm_status *cpu_discover(const tdm_allocator *a, const tdm_logger *log,
                                 const tdm_settings *set, tdm_device **devs, int max, int *n,
                                 char *why, size_t why_size) {
-    (void)log;
     (void)set;
     (void)why;
     (void)why_size;
     *n = 0;
     if (max < 1) return NULL;
     tdm_device *d = tdm_calloc(a, 1, sizeof *d);
-    cpu_dev *cd = tdm_calloc(a, 1, sizeof *cd);
-    if (!d || !cd) {
+    tdm_cpu_dev *c = tdm_calloc(a, 1, sizeof *c);
+    if (!d || !c || pthread_mutex_init(&c->mu, NULL) != 0) {
         tdm_free(a, d);
-        tdm_free(a, cd);
+        tdm_free(a, c);
         return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory creating the cpu device");
     }
-    cd->a = a;
-    tdm_cpu_simd_init(&cd->simd, tdm_cpu_host_isa());
+    c->alloc = a;
+    if (log) c->log = *log;
+    /* the machine's best until configure("cpu_isa") caps it (oneDNN is not touched here:
+     * its ISA can be set only before its first use) */
+    c->isa = c->dnnl_isa = tdm_cpu_isa_detect();
+    tdm_cpu_simd_init(&c->simd, c->isa); /* own kernels' variants, chosen again under a cap */
     d->iface = &cpu_iface;
-    d->ctx = cd;
+    d->ctx = c;
     snprintf(d->name, sizeof d->name, "cpu");
-    snprintf(d->description, sizeof d->description, "host CPU, %d logical cores",
-             tdm_cpu_count());
+    cpu_describe(d);
     d->host_memory = true;
     devs[0] = d;
     *n = 1;

@@ -33,8 +33,9 @@ TDM_CPU_FAMILIES(TDM_X_)
 
 /* The CPU kernel table lookup (also used by the test device, which runs CPU kernels on
  * memory of its own). */
-/* TDM_KF_* flags (backend.h) of the dnnl family's kernel k on node; 0 for other kernels. */
-unsigned tdm_cpu_dnnl_flags(const tdm_kernel_def *k, const tdm_node *node);
+/* What implements the dnnl family's kernel k with prepared `state` (oneDNN's implementation
+ * name, "tandem" for the generic path; "" before the first run); false for other kernels. */
+bool tdm_cpu_dnnl_impl(const tdm_kernel_def *k, void *state, char *buf, size_t size);
 const tdm_kernel_def *tdm_cpu_find_kernel(const tdm_node *node, const tdm_dtype *in_types,
                                           int n_in);
 

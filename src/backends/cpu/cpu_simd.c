@@ -97,7 +97,8 @@ void tdm_cpu_simd_init(tdm_cpu_simd *s, tdm_cpu_isa level) {
 }
 
 tdm_cpu_isa tdm_cpu_host_isa(void) {
-    /* ISA cap: the capped level (TANDEM_CPU_ISA, stored with the CPU device) goes here. */
+    /* the machine's level: the CPU device starts from it and re-chooses under its cap
+     * (configure "cpu_isa"); the test device keeps it */
     return tdm_cpu_isa_detect();
 }
 

@@ -246,10 +246,10 @@ static tdm_status *run_min(tdm_kernel_ctx *ctx) { return variadic(ctx, TDM_KB_MI
 #define WHERE_TYPES TDM_T_ALL
 
 const tdm_kernel_def tdm_cpu_kernels_binary[] = {
-    {"", "Add", 1, 0, 0, TDM_T_NUMERIC, run_add, NULL, NULL},
-    {"", "Sub", 1, 0, 0, TDM_T_NUMERIC, run_sub, NULL, NULL},
-    {"", "Mul", 1, 0, 0, TDM_T_NUMERIC, run_mul, NULL, NULL},
-    {"", "Div", 1, 0, 0, TDM_T_NUMERIC, run_div, NULL, NULL},
+    {"", "Add", 1, 0, 0, TDM_T_NUMERIC, run_add, NULL, NULL, TDM_KF_WRITES_ALL},
+    {"", "Sub", 1, 0, 0, TDM_T_NUMERIC, run_sub, NULL, NULL, TDM_KF_WRITES_ALL},
+    {"", "Mul", 1, 0, 0, TDM_T_NUMERIC, run_mul, NULL, NULL, TDM_KF_WRITES_ALL},
+    {"", "Div", 1, 0, 0, TDM_T_NUMERIC, run_div, NULL, NULL, TDM_KF_WRITES_ALL},
     {"", "Pow", 1, 0, 0, TDM_T_NUMERIC, run_pow, NULL, NULL},
     {"", "Mod", 10, 0, 0, TDM_T_NUMERIC, run_mod, NULL, NULL},
     {"", "BitShift", 11, 0, 0, TDM_T_UINTS, run_bitshift, NULL, NULL},

@@ -6,29 +6,38 @@
  * This file holds the table and what the op files share (k_dnnl.h): states, the per-shape
  * cache, single-threaded execution, reorders and the split of work over the thread pool. */
 #include <omp.h>
+#include <stdarg.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "backends/backend.h"
+#include "backends/cpu/cpu_device.h"
 #include "backends/cpu/k_dnnl.h"
 #include "core/alloc.h"
 #include "ops/fused.h"
 
 #define F32 TDM_T(TDM_FLOAT)
 
+/* Promises (flags): the conv, matmul and layout kernels write all of their outputs (their
+ * generic fallback, dn_fallback, zeroes outputs first); FusedConv / BlockedConv may write Y
+ * over Z (input 3: a sum post-op in place). Pooling promises nothing. */
+#define WA TDM_KF_WRITES_ALL
+#define WA_Z (TDM_KF_WRITES_ALL | TDM_KF_INPLACE(3))
+
 const tdm_kernel_def tdm_cpu_kernels_dnnl[] = {
-    {"", "Conv", 1, 0, 0, F32, dn_conv_run, dn_conv_prepare, dn_release},
-    {TDM_FUSED_DOMAIN, "FusedConv", 1, 0, 0, F32, dn_conv_run, dn_conv_prepare, dn_release},
-    {"", "MatMul", 1, 0, 0, F32, dn_matmul_run, dn_matmul_prepare, dn_matmul_release},
-    {"", "Gemm", 1, 0, 0, F32, dn_matmul_run, dn_matmul_prepare, dn_matmul_release},
+    {"", "Conv", 1, 0, 0, F32, dn_conv_run, dn_conv_prepare, dn_release, WA},
+    {TDM_FUSED_DOMAIN, "FusedConv", 1, 0, 0, F32, dn_conv_run, dn_conv_prepare, dn_release, WA_Z},
+    {"", "MatMul", 1, 0, 0, F32, dn_matmul_run, dn_matmul_prepare, dn_matmul_release, WA},
+    {"", "Gemm", 1, 0, 0, F32, dn_matmul_run, dn_matmul_prepare, dn_matmul_release, WA},
     {TDM_FUSED_DOMAIN, "FusedMatMul", 1, 0, 0, F32, dn_matmul_run, dn_matmul_prepare,
-     dn_matmul_release},
+     dn_matmul_release, WA},
     {"", "MaxPool", 1, 0, 0, F32, dn_pool_run, dn_pool_prepare, dn_release},
     {"", "AveragePool", 1, 0, 0, F32, dn_pool_run, dn_pool_prepare, dn_release},
-    {TDM_FUSED_DOMAIN, "BlockedConv", 1, 0, 0, F32, dn_conv_run, dn_conv_prepare, dn_release},
+    {TDM_FUSED_DOMAIN, "BlockedConv", 1, 0, 0, F32, dn_conv_run, dn_conv_prepare, dn_release, WA_Z},
     {TDM_FUSED_DOMAIN, "BlockedPool", 1, 0, 0, F32, dn_pool_run, dn_pool_prepare, dn_release},
-    {TDM_FUSED_DOMAIN, "ToBlocked", 1, 0, 0, F32, dn_to_blocked_run, NULL, NULL},
-    {TDM_FUSED_DOMAIN, "FromBlocked", 1, 0, 0, F32, dn_from_blocked_run, NULL, NULL},
+    {TDM_FUSED_DOMAIN, "ToBlocked", 1, 0, 0, F32, dn_to_blocked_run, NULL, NULL, WA},
+    {TDM_FUSED_DOMAIN, "FromBlocked", 1, 0, 0, F32, dn_from_blocked_run, NULL, NULL, WA},
 };
 const int tdm_cpu_kernels_dnnl_count =
     (int)(sizeof tdm_cpu_kernels_dnnl / sizeof tdm_cpu_kernels_dnnl[0]);
@@ -96,9 +105,17 @@ tdm_status *dn_cache_get(dn_state *s, tdm_kernel_ctx *ctx, const int64_t *key, i
     memcpy(c->key, key, (size_t)nkey * sizeof *key);
     c->generic = true;
     c->temp = s->n_entries >= DN_CACHE;
+    s->refused[0] = 0;
     if ((st = build(s, ctx, c))) {
         entry_free(s, c);
         goto done;
+    }
+    if (c->generic && s->refused[0]) {
+        dn_note_impl(s, "tandem (oneDNN offers only %s)", s->refused);
+        dn_log(ctx, TDM_LOG_INFO, "oneDNN offers only its reference implementation (%s): the "
+               "generic kernel runs it", s->refused);
+    } else if (c->generic) {
+        dn_note_impl(s, "tandem");
     }
     if (!c->temp) s->entries[s->n_entries++] = c;
     *e = c;
@@ -114,7 +131,7 @@ void dn_entry_done(dn_state *s, dn_entry *e) {
 /* ---- the generic path ---- */
 
 /* The generic kernels get what they got before the dnnl kernels promised to write all of
- * their outputs (tdm_cpu_dnnl_flags): zeroed outputs, and inputs apart from them (an input
+ * their outputs (TDM_KF_WRITES_ALL in the table above): zeroed outputs, and inputs apart from them (an input
  * that shares output 0's memory is copied first). */
 tdm_status *dn_fallback(tdm_kernel_ctx *ctx) {
     const tdm_kernel_def *tables[] = {tdm_cpu_kernels_nn, tdm_cpu_kernels_fused};
@@ -152,15 +169,97 @@ tdm_status *dn_fallback(tdm_kernel_ctx *ctx) {
     return st;
 }
 
-unsigned tdm_cpu_dnnl_flags(const tdm_kernel_def *k, const tdm_node *node) {
-    if (k->run == dn_matmul_run || k->run == dn_to_blocked_run || k->run == dn_from_blocked_run)
-        return TDM_KF_WRITES_ALL;
-    if (k->run != dn_conv_run) return 0;
-    /* FusedConv / BlockedConv with Z: Y may take Z's memory (a sum post-op in place) */
-    bool z = strcmp(node->domain, TDM_FUSED_DOMAIN) == 0 && node->n_inputs > 3 &&
-             node->inputs[3] >= 0 &&
-             (strcmp(node->op_type, "FusedConv") == 0 || strcmp(node->op_type, "BlockedConv") == 0);
-    return TDM_KF_WRITES_ALL | (z ? TDM_KF_INPLACE(3) : 0u);
+bool tdm_cpu_dnnl_impl(const tdm_kernel_def *k, void *state, char *buf, size_t size) {
+    if (k->release != dn_release && k->release != dn_matmul_release) {
+        if (k->run != dn_to_blocked_run && k->run != dn_from_blocked_run) return false;
+        snprintf(buf, size, "tandem"); /* own layout copies */
+        return true;
+    }
+    dn_state *s = state;
+    if (!s || s->generic) {
+        snprintf(buf, size, "tandem");
+        return true;
+    }
+    pthread_mutex_lock(&s->mu);
+    snprintf(buf, size, "%s", s->impl);
+    pthread_mutex_unlock(&s->mu);
+    return true;
+}
+
+/* ---- implementations ---- */
+
+const char *dn_pd_impl(const_dnnl_primitive_desc_t pd) {
+    const char *name = NULL;
+    if (!pd || dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, (void *)&name) !=
+                   dnnl_success || !name)
+        return "?";
+    return name;
+}
+
+const char *dn_prim_impl(const dn_prim *p) {
+    const_dnnl_primitive_desc_t pd;
+    if (!p->p) return "";
+    if (dnnl_primitive_get_primitive_desc(p->p, &pd) != dnnl_success) return "?";
+    return dn_pd_impl(pd);
+}
+
+bool dn_pd_is_ref(const_dnnl_primitive_desc_t pd) { return strncmp(dn_pd_impl(pd), "ref", 3) == 0; }
+
+bool dn_refuse_ref(dn_state *s, dnnl_primitive_desc_t pd) {
+    if (!pd || !dn_pd_is_ref(pd)) return false;
+    snprintf(s->refused, sizeof s->refused, "%s", dn_pd_impl(pd));
+    dnnl_primitive_desc_destroy(pd);
+    return true;
+}
+
+void dn_note_impl(dn_state *s, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->impl, sizeof s->impl, fmt, ap);
+    va_end(ap);
+}
+
+void dn_log(tdm_kernel_ctx *ctx, tdm_log_level level, const char *fmt, ...) {
+    const tdm_cpu_dev *c = tdm_cpu_dev_of(ctx->device);
+    if (!c || !c->log.fn || level > c->log.level) return;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    tdm_log(&c->log, level, "node %s (%s): %s", ctx->node->name ? ctx->node->name : "?",
+            ctx->node->op_type, msg);
+}
+
+const char *dn_md_layout(const dnnl_memory_desc_t *md, char *buf, size_t size) {
+    snprintf(buf, size, "?");
+    if (md->format_kind != dnnl_blocked || md->ndims < 1 || md->ndims > 6) return buf;
+    const dnnl_blocking_desc_t *b = &md->format_desc.blocking;
+    /* dims from the largest stride down (outer order), then the inner blocks */
+    int order[6], nd = md->ndims;
+    for (int i = 0; i < nd; i++) order[i] = i;
+    for (int i = 0; i < nd; i++)
+        for (int j = i + 1; j < nd; j++)
+            if (b->strides[order[j]] > b->strides[order[i]]) {
+                int t = order[i];
+                order[i] = order[j];
+                order[j] = t;
+            }
+    size_t n = 0;
+    for (int i = 0; i < nd && n + 1 < size; i++) {
+        bool blocked = false;
+        for (int k = 0; k < b->inner_nblks; k++) blocked |= b->inner_idxs[k] == order[i];
+        buf[n++] = (char)((blocked ? 'A' : 'a') + order[i]);
+    }
+    buf[n] = 0;
+    for (int k = 0; k < b->inner_nblks && n + 1 < size; k++) {
+        int w = snprintf(buf + n, size - n, "%lld%c", (long long)b->inner_blks[k],
+                         'a' + (int)b->inner_idxs[k]);
+        if (w < 0) break;
+        n += (size_t)w;
+        if (n >= size) break;
+    }
+    return buf;
 }
 
 /* ---- threads ---- */

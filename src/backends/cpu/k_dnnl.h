@@ -78,6 +78,8 @@ struct dn_state {
     atomic_flag arena_busy;
     void *arena;
     size_t arena_size;
+    char impl[96]; /* what the last built entry runs (dn_note_impl; under mu) */
+    char refused[64]; /* the reference implementation a build refused (dn_refuse_ref) */
 };
 
 /* ---- k_dnnl.c ---- */
@@ -103,6 +105,28 @@ tdm_status *dn_cache_get(dn_state *s, tdm_kernel_ctx *ctx, const int64_t *key, i
                          dn_build_fn build, dn_entry **e);
 /* After a run: frees a temporary (uncached) entry. */
 void dn_entry_done(dn_state *s, dn_entry *e);
+
+/* ---- implementations: a oneDNN reference kernel is never accepted on a hot path ----
+ * After creating a primitive descriptor the op files read its implementation name; a
+ * reference one (name starting "ref") makes them try their next choice (another layout, the
+ * activation applied by own code instead of as a post-op, and last the generic kernel), and
+ * log at INFO what they did. */
+/* oneDNN's implementation name of pd ("jit:avx512_core", "ref:any", ...; "?" if unknown). */
+const char *dn_pd_impl(const_dnnl_primitive_desc_t pd);
+/* The same for a created primitive ("" for none: an identity reorder). */
+const char *dn_prim_impl(const dn_prim *p);
+/* The implementation is oneDNN's reference code. */
+bool dn_pd_is_ref(const_dnnl_primitive_desc_t pd);
+/* True (and pd destroyed, its name kept in s->refused) when pd is oneDNN's reference code:
+ * the caller tries its next choice. dn_cache_get logs a build that ends on the generic
+ * kernel because of it. Call from a build function. */
+bool dn_refuse_ref(dn_state *s, dnnl_primitive_desc_t pd);
+/* Records what the node runs (kernel_impl; call under s->mu, i.e. from a build function). */
+void dn_note_impl(dn_state *s, const char *fmt, ...) TDM_PRINTF(2, 3);
+/* Logs through the CPU device's logger, naming the node (nothing without a CPU device). */
+void dn_log(tdm_kernel_ctx *ctx, tdm_log_level level, const char *fmt, ...) TDM_PRINTF(3, 4);
+/* A short name of md's layout ("abcd", "aBcd16b", "acdb", "?"), for messages. */
+const char *dn_md_layout(const dnnl_memory_desc_t *md, char *buf, size_t size);
 
 /* Channel block of the layouts oneDNN's JIT kernels use on this CPU (16 with AVX-512, else 8). */
 int64_t dn_block(void);

@@ -14,9 +14,11 @@
  *     contiguous range, and so is its weight slice, so each item runs a primitive made for
  *     the chunk's size (one for the full chunks, one for a smaller last chunk), with its own
  *     part of the (reordered once, if constant) weights, and reorders its result into Y. */
+#include <stdio.h>
 #include <string.h>
 
 #include "backends/cpu/k_dnnl.h"
+#include "backends/cpu/k_fused.h"
 #include "backends/cpu/k_nn.h"
 #include "core/alloc.h"
 #include "ops/fused.h"
@@ -28,7 +30,19 @@ typedef struct conv_state {
     const char *act; /* FusedConv activation (points into the node's attributes) */
     const float *act_params;
     size_t n_act_params;
+    tdm_fused_act act_own; /* the activation for own code (when the post-op takes oneDNN's
+                              reference kernel) */
 } conv_state;
+
+/* The choices tried for a convolution, in order, until oneDNN offers a primitive that is not
+ * its reference code: the layouts (oneDNN's own choice; channel-blocked; plain NCHW; NHWC),
+ * first with the activation as a post-op, then with the activation applied by own code
+ * after the primitive ("unfused"). None left: the generic kernel. Y keeps the node's layout
+ * whatever the primitive's (a reorder into it when they differ). */
+typedef enum conv_layout { CL_FREE, CL_BLOCKED, CL_PLAIN, CL_NHWC, CL_COUNT } conv_layout;
+static const char *const conv_layout_names[] = {"oneDNN's layouts", "channel-blocked layouts",
+                                                "plain layouts", "channels-last layouts"};
+#define CONV_VARIANTS (2 * CL_COUNT) /* variant v: layout v % CL_COUNT, unfused when v >= CL_COUNT */
 
 /* The primitives for one chunk size. */
 typedef struct conv_part {
@@ -39,6 +53,7 @@ typedef struct conv_part {
     dnnl_memory_desc_t src, wei, usr_wei, dst, usr_dst, bias;
     size_t wbytes; /* bytes of one chunk's weights in `wei` */
     bool zbin;     /* Z is read by a binary-add post-op (else copied into Y for a sum) */
+    bool act_after; /* the activation is applied by own code after the primitive */
 } conv_part;
 
 typedef struct conv_entry {
@@ -53,6 +68,7 @@ typedef struct conv_entry {
     int64_t N, C, M, Cg, Mg, group, ksz, isz, osz;
     int64_t chunk, n_chunks; /* units per chunk, chunks per image */
     conv_part part[2];       /* [0] full chunks, [1] the smaller last chunk (units 0: none) */
+    int variant;             /* the choice the parts were built with (CONV_VARIANTS) */
     dnnl_memory_desc_t src_img; /* one image of X in the primitives' layout */
     int64_t src_img_elems;
     bool src_reorder;
@@ -112,6 +128,11 @@ tdm_status *dn_conv_prepare(const tdm_node *node, int opset, int n_in,
                 s->base.generic = true;
             dnnl_post_ops_destroy(po);
         }
+        tdm_status *ast = tdm_fused_parse_act(node, &s->act_own);
+        if (ast) { /* unknown here: the generic kernel reports it */
+            tdm_status_free(ast);
+            s->base.generic = true;
+        }
     }
     return NULL;
 }
@@ -127,10 +148,15 @@ static dnnl_format_tag_t tag_plain(int nd) {
     return nd == 3 ? dnnl_abc : nd == 4 ? dnnl_abcd : dnnl_abcde;
 }
 
+static dnnl_format_tag_t tag_nhwc(int nd) {
+    return nd == 3 ? dnnl_acb : nd == 4 ? dnnl_acdb : dnnl_acdeb;
+}
+
 /* The convolution's primitive descriptor with its post-ops: Z added (a sum into Y, or with
- * `zmd` a binary add reading Z), then the activation. *pd NULL when oneDNN declines. */
+ * `zmd` a binary add reading Z), then the activation (unless `act` is false). *pd NULL when
+ * oneDNN declines. */
 static tdm_status *conv_pd(conv_state *s, const conv_geom *g, const dnnl_convolution_desc_t *cd,
-                           const dnnl_memory_desc_t *zmd, dnnl_primitive_desc_t *pd) {
+                           const dnnl_memory_desc_t *zmd, bool act, dnnl_primitive_desc_t *pd) {
     *pd = NULL;
     dnnl_primitive_attr_t attr;
     TDM_TRY(dn_attr_new(&attr));
@@ -139,7 +165,8 @@ static tdm_status *conv_pd(conv_state *s, const conv_geom *g, const dnnl_convolu
     if (good && g->z)
         good = (zmd ? dnnl_post_ops_append_binary(po, dnnl_binary_add, zmd)
                     : dnnl_post_ops_append_sum(po, 1.0f)) == dnnl_success;
-    if (good && s->fused) good = dn_append_activation(po, s->act, s->act_params, s->n_act_params);
+    if (good && s->fused && act)
+        good = dn_append_activation(po, s->act, s->act_params, s->n_act_params);
     if (good) good = dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
     if (po) dnnl_post_ops_destroy(po);
     if (good && dnnl_primitive_desc_create(pd, cd, attr, s->base.eng, NULL) != dnnl_success)
@@ -158,12 +185,16 @@ static bool same_impl(const_dnnl_primitive_desc_t a, const_dnnl_primitive_desc_t
     return ia && ib && strcmp(ia, ib) == 0;
 }
 
-/* Builds the primitives of one chunk size. src_fixed: the input layout to use (NULL: let
- * oneDNN choose). Returns false (no error) when oneDNN declines. */
+/* Builds the primitives of one chunk size with choice e->variant. src_fixed: the input
+ * layout to use (NULL: as the choice says). *ok false (no error) when oneDNN declines or
+ * offers only its reference code (its name then in s->base.refused). */
 static tdm_status *conv_part_build(conv_state *s, conv_entry *e, const conv_geom *g,
                                    conv_part *p, int64_t units, const dnnl_memory_desc_t *src_fixed,
                                    bool *ok) {
     *ok = false;
+    conv_layout lay = (conv_layout)(e->variant % CL_COUNT);
+    bool with_act = e->variant < CL_COUNT;
+    p->act_after = !with_act && s->fused && s->act && s->act[0];
     int nd = e->nd, nsp = nd - 2;
     int64_t sd[5], wd[6], dd[5], bd;
     sd[0] = dd[0] = e->mb;
@@ -186,13 +217,22 @@ static tdm_status *conv_part_build(conv_state *s, conv_entry *e, const conv_geom
     dn_md_plain(&p->usr_dst, nd, dd);
     dn_md_plain(&p->bias, 1, &bd);
     dnnl_memory_desc_t src_any, dst_any, wei_any;
-    dnnl_format_tag_t act = g->plain ? tag_plain(nd) : dnnl_format_tag_any;
-    dnnl_format_tag_t btag = e->blk ? dn_tag_blocked(nd, e->blk) : act;
+    dnnl_format_tag_t ytag = e->blk ? dn_tag_blocked(nd, e->blk) : 0; /* Y as stored */
+    dnnl_format_tag_t act = g->plain ? tag_plain(nd) : dnnl_format_tag_any, dtag = act;
+    if (lay == CL_BLOCKED) dtag = ytag ? ytag : dn_tag_blocked(nd, dn_block());
+    else if (lay == CL_PLAIN) dtag = tag_plain(nd);
+    else if (lay == CL_NHWC) dtag = tag_nhwc(nd);
+    else if (ytag) dtag = ytag;
+    if (!dtag) return NULL;
+    /* the source: X's own layout when blocked, else free in the first choice (oneDNN may
+     * pick another layout than Y's: X is reordered into it), else the choice's */
+    dnnl_format_tag_t stag = e->xblk ? ytag : lay == CL_FREE ? act : dtag;
     if (src_fixed) src_any = *src_fixed;
-    else if (!dn_md_tag(&src_any, nd, sd, e->xblk ? btag : act)) return NULL;
-    if (!dn_md_tag(&dst_any, nd, dd, btag) || !dn_md_tag(&wei_any, wnd, wd, dnnl_format_tag_any))
+    else if (!dn_md_tag(&src_any, nd, sd, stag)) return NULL;
+    if (!dn_md_tag(&dst_any, nd, dd, dtag) || !dn_md_tag(&wei_any, wnd, wd, dnnl_format_tag_any))
         return NULL;
-    if (e->blk) p->usr_dst = dst_any; /* Y and Z are stored blocked: no reorders */
+    /* Y and Z stored blocked: no reorders when the primitive writes that layout */
+    if (ytag && !dn_md_tag(&p->usr_dst, nd, dd, ytag)) return NULL;
     dnnl_convolution_desc_t cd;
     if (dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference,
                                                    dnnl_convolution_direct, &src_any, &wei_any,
@@ -201,12 +241,13 @@ static tdm_status *conv_part_build(conv_state *s, conv_entry *e, const conv_geom
                                                    g->pr) != dnnl_success)
         return NULL;
     dnnl_primitive_desc_t pd = NULL, pb = NULL, psum = NULL;
-    TDM_TRY(conv_pd(s, g, &cd, NULL, &pd));
+    TDM_TRY(conv_pd(s, g, &cd, NULL, with_act, &pd));
     if (!pd) return NULL;
-    if (g->z && e->blk) {
+    if (dn_refuse_ref(&s->base, pd)) return NULL;
+    if (g->z && ytag && dtag == ytag) {
         /* Z is in Y's layout: a binary add reads it where it is, instead of a copy into Y
          * for the sum post-op, when the same implementation takes it */
-        tdm_status *st = conv_pd(s, g, &cd, &dst_any, &pb);
+        tdm_status *st = conv_pd(s, g, &cd, &dst_any, with_act, &pb);
         if (st) {
             dnnl_primitive_desc_destroy(pd);
             return st;
@@ -278,6 +319,76 @@ static bool conv_dims(const conv_state *s, tdm_kernel_ctx *ctx, int64_t *xd, int
     return true;
 }
 
+/* Builds e's parts with choice e->variant: chunks of chunk0 units (or, when that fails, no
+ * split). *ok false when oneDNN declines. */
+static tdm_status *conv_build_parts(conv_state *s, conv_entry *e, const conv_geom *gp,
+                                    int64_t chunk0, int64_t units, int T, bool *ok) {
+    dn_state *bs = &s->base;
+    dn_entry *he = &e->h;
+    const conv_geom g = *gp;
+    int nd = e->nd, nsp = nd - 2;
+    int64_t C = e->C;
+    *ok = false;
+    e->chunk = chunk0;
+    for (int attempt = 0; attempt < 2 && !*ok; attempt++) {
+        if (attempt == 1) {
+            if (e->chunk == units) break;
+            conv_clear(bs, he); /* no split */
+            memset(e->part, 0, sizeof e->part);
+            memset(e->r_src, 0, sizeof e->r_src);
+            e->chunk = units;
+        }
+        e->n_chunks = (units + e->chunk - 1) / e->chunk;
+        e->mb = e->n_chunks == 1 && T == 1 ? e->N : 1;
+        TDM_TRY(conv_part_build(s, e, &g, &e->part[0], e->chunk, NULL, ok));
+        if (!*ok) continue;
+        int64_t L = dn_channel_layout(&e->part[0].src);
+        if (!src_cuts(e, L) || (e->xblk && L != e->blk)) {
+            *ok = false;
+            continue;
+        }
+        /* one image of X as the primitives take it */
+        int64_t idims[5] = {e->mb, C};
+        for (int i = 0; i < nsp; i++) idims[2 + i] = g.xsp[i];
+        if (!e->by_group || e->n_chunks == 1) e->src_img = e->part[0].src;
+        else if (L == 1) dn_md_plain(&e->src_img, nd, idims);
+        else if (!dn_md_tag(&e->src_img, nd, idims, dn_tag_blocked(nd, L))) *ok = false;
+        int64_t tail = units - (e->n_chunks - 1) * e->chunk;
+        if (*ok && tail != e->chunk) {
+            dnnl_memory_desc_t tsrc = e->part[0].src;
+            int64_t td[5] = {1, tail * e->Cg};
+            for (int i = 0; i < nsp; i++) td[2 + i] = g.xsp[i];
+            if (e->by_group && L == 1) dn_md_plain(&tsrc, nd, td);
+            else if (e->by_group && !dn_md_tag(&tsrc, nd, td, dn_tag_blocked(nd, L))) *ok = false;
+            if (*ok) TDM_TRY(conv_part_build(s, e, &g, &e->part[1], tail, &tsrc, ok));
+        }
+        if (*ok) {
+            /* the input reorder, by blocks of channels */
+            dnnl_memory_desc_t plain_img;
+            dn_md_plain(&plain_img, nd, idims);
+            e->src_reorder = !e->xblk && !dnnl_memory_desc_equal(&plain_img, &e->src_img);
+            e->src_img_elems = (int64_t)(dn_md_bytes(&e->src_img) / sizeof(float));
+            e->src_chunk = L > 1 && e->mb == 1 ? dn_chunk(C, L, e->N, T) : C;
+            e->src_n_chunks = (C + e->src_chunk - 1) / e->src_chunk;
+            if (e->src_reorder) {
+                int64_t stail = C - (e->src_n_chunks - 1) * e->src_chunk;
+                for (int i = 0; i < 2 && *ok; i++) {
+                    int64_t cd[5] = {e->mb, i == 0 ? e->src_chunk : stail};
+                    for (int k = 0; k < nsp; k++) cd[2 + k] = g.xsp[k];
+                    if (i == 1 && stail == e->src_chunk) break;
+                    dn_md_plain(&e->r_src_from[i], nd, cd);
+                    if (L > 1) *ok = dn_md_tag(&e->r_src_to[i], nd, cd, dn_tag_blocked(nd, L));
+                    else e->r_src_to[i] = e->src_img; /* one reorder of the whole image */
+                    if (*ok)
+                        TDM_TRY(dn_reorder_new(bs->eng, &e->r_src_from[i], &e->r_src_to[i],
+                                               &e->r_src[i]));
+                }
+            }
+        }
+    }
+    return NULL;
+}
+
 static tdm_status *conv_build(dn_state *bs, tdm_kernel_ctx *ctx, dn_entry *he) {
     conv_state *s = (conv_state *)bs;
     conv_entry *e = (conv_entry *)he;
@@ -334,67 +445,33 @@ static tdm_status *conv_build(dn_state *bs, tdm_kernel_ctx *ctx, dn_entry *he) {
         align = a1 / gcd64(a1, a2) * a2;
     }
     double flops = 2.0 * (double)e->N * (double)M * (double)e->Cg * (double)e->ksz * (double)e->osz;
-    e->chunk = flops < 2.0e6 ? units : dn_chunk(units, align, e->N, T);
+    const int64_t chunk0 = flops < 2.0e6 ? units : dn_chunk(units, align, e->N, T);
+    const bool has_act = s->fused && s->act && s->act[0];
     bool ok = false;
-    for (int attempt = 0; attempt < 2 && !ok; attempt++) {
-        if (attempt == 1) {
-            if (e->chunk == units) break;
-            conv_clear(bs, he); /* no split */
+    for (e->variant = 0; e->variant < CONV_VARIANTS; e->variant++) {
+        if (e->variant >= CL_COUNT && !has_act) break; /* nothing to unfuse */
+        if (e->variant) {
+            conv_clear(bs, he);
             memset(e->part, 0, sizeof e->part);
             memset(e->r_src, 0, sizeof e->r_src);
-            e->chunk = units;
         }
-        e->n_chunks = (units + e->chunk - 1) / e->chunk;
-        e->mb = e->n_chunks == 1 && T == 1 ? e->N : 1;
-        TDM_TRY(conv_part_build(s, e, &g, &e->part[0], e->chunk, NULL, &ok));
-        if (!ok) continue;
-        int64_t L = dn_channel_layout(&e->part[0].src);
-        if (!src_cuts(e, L) || (e->xblk && L != e->blk)) {
-            ok = false;
-            continue;
-        }
-        /* one image of X as the primitives take it */
-        int64_t idims[5] = {e->mb, C};
-        for (int i = 0; i < nsp; i++) idims[2 + i] = g.xsp[i];
-        if (!e->by_group || e->n_chunks == 1) e->src_img = e->part[0].src;
-        else if (L == 1) dn_md_plain(&e->src_img, nd, idims);
-        else if (!dn_md_tag(&e->src_img, nd, idims, dn_tag_blocked(nd, L))) ok = false;
-        int64_t tail = units - (e->n_chunks - 1) * e->chunk;
-        if (ok && tail != e->chunk) {
-            dnnl_memory_desc_t tsrc = e->part[0].src;
-            int64_t td[5] = {1, tail * e->Cg};
-            for (int i = 0; i < nsp; i++) td[2 + i] = g.xsp[i];
-            if (e->by_group && L == 1) dn_md_plain(&tsrc, nd, td);
-            else if (e->by_group && !dn_md_tag(&tsrc, nd, td, dn_tag_blocked(nd, L))) ok = false;
-            if (ok) TDM_TRY(conv_part_build(s, e, &g, &e->part[1], tail, &tsrc, &ok));
-        }
-        if (ok) {
-            /* the input reorder, by blocks of channels */
-            dnnl_memory_desc_t plain_img;
-            dn_md_plain(&plain_img, nd, idims);
-            e->src_reorder = !e->xblk && !dnnl_memory_desc_equal(&plain_img, &e->src_img);
-            e->src_img_elems = (int64_t)(dn_md_bytes(&e->src_img) / sizeof(float));
-            e->src_chunk = L > 1 && e->mb == 1 ? dn_chunk(C, L, e->N, T) : C;
-            e->src_n_chunks = (C + e->src_chunk - 1) / e->src_chunk;
-            if (e->src_reorder) {
-                int64_t stail = C - (e->src_n_chunks - 1) * e->src_chunk;
-                for (int i = 0; i < 2 && ok; i++) {
-                    int64_t cd[5] = {e->mb, i == 0 ? e->src_chunk : stail};
-                    for (int k = 0; k < nsp; k++) cd[2 + k] = g.xsp[k];
-                    if (i == 1 && stail == e->src_chunk) break;
-                    dn_md_plain(&e->r_src_from[i], nd, cd);
-                    if (L > 1) ok = dn_md_tag(&e->r_src_to[i], nd, cd, dn_tag_blocked(nd, L));
-                    else e->r_src_to[i] = e->src_img; /* one reorder of the whole image */
-                    if (ok)
-                        TDM_TRY(dn_reorder_new(bs->eng, &e->r_src_from[i], &e->r_src_to[i],
-                                               &e->r_src[i]));
-                }
-            }
-        }
+        TDM_TRY(conv_build_parts(s, e, &g, chunk0, units, T, &ok));
+        if (ok) break;
     }
-    if (!ok) {
+    if (!ok) { /* (dn_cache_get logs a refused reference implementation) */
         conv_clear(bs, he);
         return NULL;
+    }
+    dn_note_impl(bs, "%s%s", dn_prim_impl(&e->part[0].conv),
+                 e->part[0].act_after ? " + own activation" : "");
+    if (bs->refused[0]) {
+        char sl[32], dl[32];
+        dn_log(ctx, TDM_LOG_INFO, "oneDNN offered its reference convolution (%s) for the "
+               "first choice; using %s%s (src %s, dst %s): %s", bs->refused,
+               conv_layout_names[e->variant % CL_COUNT],
+               e->part[0].act_after ? " with the activation applied after it" : "",
+               dn_md_layout(&e->part[0].src, sl, sizeof sl),
+               dn_md_layout(&e->part[0].dst, dl, sizeof dl), bs->impl);
     }
     if (w == bs->wconst && (e->wbuf = conv_find_weights(bs, e))) {
         e->wbuf_shared = true; /* another input shape already has them (dynamic batch) */
@@ -474,6 +551,8 @@ static tdm_status *conv_item(void *arg, tdm_kernel_ctx *ctx, int64_t item) {
     if (zarg)
         args[na++] = (dn_arg){DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, &p->dst, zslice};
     TDM_TRY(dn_exec_in(ctx, eng, conv, na, args, conv->scratch ? slot + r->pad_at : NULL));
+    if (p->act_after) /* element-wise: the layout does not matter */
+        tdm_fused_apply_act(&r->s->act_own, dst, (int64_t)(dn_md_bytes(&p->dst) / sizeof(float)));
     if (p->r_dst.p) return dn_exec_reorder(ctx, eng, &p->r_dst, &p->dst, dst, &p->usr_dst, yslice);
     return NULL;
 }

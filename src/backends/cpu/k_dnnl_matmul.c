@@ -240,6 +240,10 @@ static tdm_status *mm_part_build(mm_state *s, mm_entry *e, const mm_shape *m, in
             pd = NULL;
             continue;
         }
+        if (dn_refuse_ref(&s->base, pd)) { /* the next weight layout */
+            pd = NULL;
+            continue;
+        }
         if (attempt == 0 && b[nd - 1] % 1024 == 0 &&
             dnnl_memory_desc_equal(dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0),
                                    &plain_b)) {
@@ -336,6 +340,10 @@ static tdm_status *mm_build(dn_state *bs, tdm_kernel_ctx *ctx, dn_entry *he) {
         TDM_TRY(dn_exec_reorder(ctx, bs->eng, &e->r_wei, &e->usr_wei, B->data, &e->part[0].wei,
                                 e->wbuf));
     }
+    dn_note_impl(bs, "%s", dn_prim_impl(&e->part[0].mm));
+    if (bs->refused[0])
+        dn_log(ctx, TDM_LOG_INFO, "oneDNN offered its reference matmul (%s) for a weight "
+               "layout; using another: %s", bs->refused, bs->impl);
     he->generic = false;
     return NULL;
 }

@@ -106,7 +106,7 @@ static tdm_status *pool_part_build(dn_state *bs, const pool_geom *g, int64_t blk
     dnnl_primitive_desc_t pd;
     dnnl_status_t r = dnnl_primitive_desc_create(&pd, &pdsc, attr, bs->eng, NULL);
     dnnl_primitive_attr_destroy(attr);
-    if (r != dnnl_success) return NULL;
+    if (r != dnnl_success || dn_refuse_ref(bs, pd)) return NULL; /* generic: own pooling */
     dn_query_md(pd, dnnl_query_dst_md, &p->dst);
     TDM_TRY(dn_prim_from_pd(pd, &p->pool));
     TDM_TRY(dn_reorder_new(bs->eng, &p->usr_src, &p->src, &p->r_src));
@@ -189,6 +189,7 @@ static tdm_status *pool_build(dn_state *bs, tdm_kernel_ctx *ctx, dn_entry *he) {
         TDM_TRY(pool_part_build(bs, &g, e->blk, tail, &e->part[1], &ok));
         if (!ok) return NULL;
     }
+    dn_note_impl(bs, "%s", dn_prim_impl(&e->part[0].pool));
     he->generic = false;
     return NULL;
 }

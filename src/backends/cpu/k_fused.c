@@ -251,7 +251,8 @@ static tdm_status *run_fused_matmul(tdm_kernel_ctx *ctx) {
 const tdm_kernel_def tdm_cpu_kernels_fused[] = {
     {TDM_FUSED_DOMAIN, "FusedConv", 1, 0, 0, TDM_T(TDM_FLOAT), run_fused_conv, NULL, NULL},
     {TDM_FUSED_DOMAIN, "FusedMatMul", 1, 0, 0, TDM_T(TDM_FLOAT), run_fused_matmul, NULL, NULL},
-    {TDM_FUSED_DOMAIN, "Attention", 1, 0, 0, TDM_T(TDM_FLOAT), tdm_fused_run_attention, NULL, NULL},
+    {TDM_FUSED_DOMAIN, "Attention", 1, 0, 0, TDM_T(TDM_FLOAT), tdm_fused_run_attention, NULL, NULL,
+     TDM_KF_WRITES_ALL},
 };
 const int tdm_cpu_kernels_fused_count =
     (int)(sizeof tdm_cpu_kernels_fused / sizeof tdm_cpu_kernels_fused[0]);

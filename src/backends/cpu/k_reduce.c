@@ -306,10 +306,11 @@ const tdm_kernel_def tdm_cpu_kernels_reduce[] = {
     {"", "ArgMin", 1, 0, 0, TDM_T_NUMERIC, tdm_rd_run_argmin},
     {"", "TopK", 1, 0, 0, TDM_T_NUMERIC, tdm_rd_run_topk},
     {"", "CumSum", 11, 0, 0, RD_T_CUMSUM, tdm_rd_run_cumsum},
-    {"", "Softmax", 1, 0, 0, TDM_T_FLOATS, tdm_rd_run_softmax},
+    {"", "Softmax", 1, 0, 0, TDM_T_FLOATS, tdm_rd_run_softmax, NULL, NULL, TDM_KF_WRITES_ALL},
     {"", "LogSoftmax", 1, 0, 0, TDM_T_FLOATS, tdm_rd_run_log_softmax},
     {"", "Hardmax", 1, 0, 0, TDM_T_FLOATS, tdm_rd_run_hardmax},
-    {"", "LayerNormalization", 17, 0, 0, TDM_T_FLOATS, tdm_rd_run_layer_norm},
+    {"", "LayerNormalization", 17, 0, 0, TDM_T_FLOATS, tdm_rd_run_layer_norm, NULL, NULL,
+     TDM_KF_WRITES_ALL},
     {"", "NegativeLogLikelihoodLoss", 12, 0, 0, TDM_T_FLOATS, tdm_rd_run_nll_loss},
     {"", "SoftmaxCrossEntropyLoss", 12, 0, 0, TDM_T_FLOATS, tdm_rd_run_sce_loss},
 };

@@ -221,14 +221,16 @@ static tdm_status *k_range(tdm_kernel_ctx *ctx) {
 /* Pure data movement works on every element type, complex included. */
 #define ANY (TDM_T_ALL | TDM_T(TDM_COMPLEX64) | TDM_T(TDM_COMPLEX128))
 #define IDX (TDM_T(TDM_INT32) | TDM_T(TDM_INT64))
+/* A copy writes all of Y and may become nothing: Y takes X's memory (in place). */
+#define COPY (TDM_KF_WRITES_ALL | TDM_KF_INPLACE(0))
 
 const tdm_kernel_def tdm_cpu_kernels_shape[] = {
-    /* domain, op, since, until, type_input, types, run */
-    {"", "Reshape", 1, 0, 0, ANY, k_copy},
-    {"", "Flatten", 1, 0, 0, ANY, k_copy},
-    {"", "Squeeze", 1, 0, 0, ANY, k_copy},
-    {"", "Unsqueeze", 1, 0, 0, ANY, k_copy},
-    {"", "Identity", 1, 0, 0, ANY, k_copy},
+    /* domain, op, since, until, type_input, types, run, prepare, release, flags */
+    {"", "Reshape", 1, 0, 0, ANY, k_copy, NULL, NULL, COPY},
+    {"", "Flatten", 1, 0, 0, ANY, k_copy, NULL, NULL, COPY},
+    {"", "Squeeze", 1, 0, 0, ANY, k_copy, NULL, NULL, COPY},
+    {"", "Unsqueeze", 1, 0, 0, ANY, k_copy, NULL, NULL, COPY},
+    {"", "Identity", 1, 0, 0, ANY, k_copy, NULL, NULL, COPY},
     {"", "Dropout", 1, 0, 0, TDM_T_FLOATS, k_dropout},
     {"", "Shape", 1, 0, 0, ANY, k_shape},
     {"", "Size", 1, 0, 0, ANY, k_size},
@@ -238,8 +240,8 @@ const tdm_kernel_def tdm_cpu_kernels_shape[] = {
     {"", "Range", 11, 0, 0,
      TDM_T(TDM_FLOAT) | TDM_T(TDM_DOUBLE) | TDM_T(TDM_INT16) | TDM_T(TDM_INT32) | TDM_T(TDM_INT64),
      k_range},
-    {"", "Transpose", 1, 0, 0, ANY, tdm_kshape_transpose},
-    {"", "Concat", 1, 0, 0, ANY, tdm_kshape_concat},
+    {"", "Transpose", 1, 0, 0, ANY, tdm_kshape_transpose, NULL, NULL, TDM_KF_WRITES_ALL},
+    {"", "Concat", 1, 0, 0, ANY, tdm_kshape_concat, NULL, NULL, TDM_KF_WRITES_ALL},
     {"", "Split", 1, 0, 0, ANY, tdm_kshape_split},
     {"", "Slice", 1, 0, 0, ANY, tdm_kshape_slice},
     {"", "Pad", 1, 0, 0, ANY, tdm_kshape_pad},
@@ -247,7 +249,7 @@ const tdm_kernel_def tdm_cpu_kernels_shape[] = {
     {"", "SpaceToDepth", 1, 0, 0, ANY, tdm_kshape_spacetodepth},
     {"", "Expand", 8, 0, 0, ANY, tdm_kshape_expand},
     {"", "Tile", 6, 0, 0, ANY, tdm_kshape_tile},
-    {"", "Gather", 1, 0, 0, ANY, tdm_kshape_gather},
+    {"", "Gather", 1, 0, 0, ANY, tdm_kshape_gather, NULL, NULL, TDM_KF_WRITES_ALL},
     {"", "GatherElements", 11, 0, 0, ANY, tdm_kshape_gather_elements},
     {"", "GatherND", 11, 0, 0, ANY, tdm_kshape_gather_nd},
     {"", "ScatterND", 11, 0, 0, ANY, tdm_kshape_scatter_nd},

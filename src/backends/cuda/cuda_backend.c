@@ -50,15 +50,8 @@ typedef struct family {
 static bool entry_matches(const cuda_kernel_entry *e, const tdm_node *node,
                           const tdm_dtype *in_types, int n_in) {
     const tdm_kernel_def *k = &e->def;
-    if (strcmp(k->op, node->op_type) != 0) return false;
-    const char *dom = node->domain && strcmp(node->domain, "ai.onnx") != 0 ? node->domain : "";
-    if (strcmp(k->domain, dom) != 0) return false;
-    if (node->opset < k->since || (k->until && node->opset > k->until)) return false;
-    tdm_dtype main = TDM_UNDEFINED;
-    if (k->type_input >= 0) {
-        if (k->type_input >= n_in || !(k->types & TDM_T(in_types[k->type_input]))) return false;
-        main = in_types[k->type_input];
-    }
+    if (!tdm_kernel_matches(k, node, in_types, n_in)) return false;
+    tdm_dtype main = k->type_input >= 0 ? in_types[k->type_input] : TDM_UNDEFINED;
     if (n_in > 32) return false;
     for (int i = 0; i < n_in; i++) {
         if (i == k->type_input || node->inputs[i] < 0) continue;

@@ -9,39 +9,35 @@
 
 /* ---- unary ---- */
 
-typedef struct unary_op {
-    const char *op;
-    int code;
-    const char *pa, *pb; /* attribute names of p and q, or NULL */
-    float p, q;          /* defaults */
-} unary_op;
-
-static const unary_op unary_ops[] = {
-    {"Relu", TCU_RELU, NULL, NULL, 0, 0},
-    {"Sigmoid", TCU_SIGMOID, NULL, NULL, 0, 0},
-    {"Tanh", TCU_TANH, NULL, NULL, 0, 0},
-    {"Exp", TCU_EXP, NULL, NULL, 0, 0},
-    {"Log", TCU_LOG, NULL, NULL, 0, 0},
-    {"Sqrt", TCU_SQRT, NULL, NULL, 0, 0},
-    {"Neg", TCU_NEG, NULL, NULL, 0, 0},
-    {"Abs", TCU_ABS, NULL, NULL, 0, 0},
-    {"Erf", TCU_ERF, NULL, NULL, 0, 0},
-    {"LeakyRelu", TCU_LEAKY_RELU, "alpha", NULL, 0.01f, 0},
-    {"HardSwish", TCU_HARD_SWISH, NULL, NULL, 0, 0},
-    {"HardSigmoid", TCU_HARD_SIGMOID, "alpha", "beta", 0.2f, 0.5f},
-    {"Reciprocal", TCU_RECIPROCAL, NULL, NULL, 0, 0},
-    {"Floor", TCU_FLOOR, NULL, NULL, 0, 0},
-    {"Ceil", TCU_CEIL, NULL, NULL, 0, 0},
-    {"Round", TCU_ROUND, NULL, NULL, 0, 0},
-    {"Sign", TCU_SIGN, NULL, NULL, 0, 0},
-    {"Sin", TCU_SIN, NULL, NULL, 0, 0},
-    {"Cos", TCU_COS, NULL, NULL, 0, 0},
-    {"Elu", TCU_ELU, "alpha", NULL, 1.0f, 0},
-    {"Selu", TCU_SELU, "alpha", "gamma", 1.67326319217681884765625f, 1.05070102214813232421875f},
-    {"Softsign", TCU_SOFTSIGN, NULL, NULL, 0, 0},
-    {"Softplus", TCU_SOFTPLUS, NULL, NULL, 0, 0},
-    {"Not", TCU_NOT, NULL, NULL, 0, 0},
-};
+/* op, since, dtypes, kernel code, attributes giving the kernel's p and q (NULL: none), their
+ * defaults. Each op gets its own run function (run_<op>): the kernel table entry found at
+ * plan time is the only lookup of the op. */
+#define UNARY_OPS(X)                                                                     \
+    X(Relu, 6, KOPS_F | KOPS_I, TCU_RELU, NULL, NULL, 0, 0)                              \
+    X(Sigmoid, 6, KOPS_F, TCU_SIGMOID, NULL, NULL, 0, 0)                                 \
+    X(Tanh, 6, KOPS_F, TCU_TANH, NULL, NULL, 0, 0)                                       \
+    X(Exp, 6, KOPS_F, TCU_EXP, NULL, NULL, 0, 0)                                         \
+    X(Log, 6, KOPS_F, TCU_LOG, NULL, NULL, 0, 0)                                         \
+    X(Sqrt, 6, KOPS_F, TCU_SQRT, NULL, NULL, 0, 0)                                       \
+    X(Neg, 6, KOPS_F | KOPS_I, TCU_NEG, NULL, NULL, 0, 0)                                \
+    X(Abs, 6, KOPS_F | KOPS_I, TCU_ABS, NULL, NULL, 0, 0)                                \
+    X(Erf, 9, KOPS_F, TCU_ERF, NULL, NULL, 0, 0)                                         \
+    X(LeakyRelu, 6, KOPS_F, TCU_LEAKY_RELU, "alpha", NULL, 0.01f, 0)                     \
+    X(HardSwish, 14, KOPS_F, TCU_HARD_SWISH, NULL, NULL, 0, 0)                           \
+    X(HardSigmoid, 6, KOPS_F, TCU_HARD_SIGMOID, "alpha", "beta", 0.2f, 0.5f)             \
+    X(Reciprocal, 6, KOPS_F, TCU_RECIPROCAL, NULL, NULL, 0, 0)                           \
+    X(Floor, 6, KOPS_F, TCU_FLOOR, NULL, NULL, 0, 0)                                     \
+    X(Ceil, 6, KOPS_F, TCU_CEIL, NULL, NULL, 0, 0)                                       \
+    X(Round, 11, KOPS_F, TCU_ROUND, NULL, NULL, 0, 0)                                    \
+    X(Sign, 9, KOPS_F | KOPS_I, TCU_SIGN, NULL, NULL, 0, 0)                              \
+    X(Sin, 7, KOPS_F, TCU_SIN, NULL, NULL, 0, 0)                                         \
+    X(Cos, 7, KOPS_F, TCU_COS, NULL, NULL, 0, 0)                                         \
+    X(Elu, 6, KOPS_F, TCU_ELU, "alpha", NULL, 1.0f, 0)                                   \
+    X(Selu, 6, KOPS_F, TCU_SELU, "alpha", "gamma", 1.67326319217681884765625f,          \
+      1.05070102214813232421875f)                                                        \
+    X(Softsign, 1, KOPS_F, TCU_SOFTSIGN, NULL, NULL, 0, 0)                               \
+    X(Softplus, 1, KOPS_F, TCU_SOFTPLUS, NULL, NULL, 0, 0)                               \
+    X(Not, 1, KOPS_B, TCU_NOT, NULL, NULL, 0, 0)
 
 static tdm_status *launch_unary(tdm_kernel_ctx *ctx, int code, float p, float q) {
     const void *x;
@@ -55,16 +51,17 @@ static tdm_status *launch_unary(tdm_kernel_ctx *ctx, int code, float p, float q)
                        ctx->node->op_type);
 }
 
-static tdm_status *run_unary(tdm_kernel_ctx *ctx) {
-    for (size_t i = 0; i < sizeof unary_ops / sizeof unary_ops[0]; i++) {
-        const unary_op *u = &unary_ops[i];
-        if (strcmp(u->op, ctx->node->op_type) != 0) continue;
-        float p = u->pa ? tdm_attr_float(ctx->node, u->pa, u->p) : u->p;
-        float q = u->pb ? tdm_attr_float(ctx->node, u->pb, u->q) : u->q;
-        return launch_unary(ctx, u->code, p, q);
-    }
-    return tdm_node_error(ctx->node, TDM_ERR_INTERNAL, "cuda: no unary kernel");
+/* p and q from the node's attributes pa and pb (NULL: the defaults) */
+static tdm_status *run_unary(tdm_kernel_ctx *ctx, int code, const char *pa, const char *pb,
+                             float p, float q) {
+    return launch_unary(ctx, code, pa ? tdm_attr_float(ctx->node, pa, p) : p,
+                        pb ? tdm_attr_float(ctx->node, pb, q) : q);
 }
+
+#define X_(op, since, types, code, pa, pb, p, q)                                         \
+    static tdm_status *run_##op(tdm_kernel_ctx *ctx) { return run_unary(ctx, code, pa, pb, p, q); }
+UNARY_OPS(X_)
+#undef X_
 
 static bool gelu_accept(const tdm_node *node, const tdm_dtype *in_types, int n_in) {
     (void)in_types;
@@ -114,24 +111,29 @@ static tdm_status *bcast(const tdm_kernel_ctx *ctx, int n, const tdm_tensor *con
     return NULL;
 }
 
-typedef struct binary_op {
-    const char *op;
-    int code;
-} binary_op;
+/* op, since, dtypes, kernel code: binary ops from opset 7 (earlier versions broadcast with
+ * the legacy broadcast/axis attributes); the variadic ones (Max, Min, Sum: y = op(y, input k)
+ * over the inputs) from 8 (numpy broadcast) */
+#define BINARY_OPS(X)                                                                    \
+    X(Add, 7, KOPS_F | KOPS_I, TCU_ADD)                                                  \
+    X(Sub, 7, KOPS_F | KOPS_I, TCU_SUB)                                                  \
+    X(Mul, 7, KOPS_F | KOPS_I, TCU_MUL)                                                  \
+    X(Div, 7, KOPS_F | KOPS_I, TCU_DIV)                                                  \
+    X(Pow, 7, KOPS_F, TCU_POW)                                                           \
+    X(PRelu, 7, KOPS_F, TCU_PRELU)                                                       \
+    X(Max, 8, KOPS_F | KOPS_I, TCU_MAX)                                                  \
+    X(Min, 8, KOPS_F | KOPS_I, TCU_MIN)                                                  \
+    X(Sum, 8, KOPS_F | KOPS_I, TCU_ADD)                                                  \
+    X(Equal, 7, KOPS_F | KOPS_I | KOPS_B, TCU_EQUAL)                                     \
+    X(Less, 7, KOPS_F | KOPS_I, TCU_LESS)                                                \
+    X(Greater, 7, KOPS_F | KOPS_I, TCU_GREATER)                                          \
+    X(LessOrEqual, 12, KOPS_F | KOPS_I, TCU_LESS_EQ)                                     \
+    X(GreaterOrEqual, 12, KOPS_F | KOPS_I, TCU_GREATER_EQ)                               \
+    X(And, 7, KOPS_B, TCU_AND)                                                           \
+    X(Or, 7, KOPS_B, TCU_OR)                                                             \
+    X(Xor, 7, KOPS_B, TCU_XOR)
 
-static const binary_op binary_ops[] = {
-    {"Add", TCU_ADD}, {"Sub", TCU_SUB}, {"Mul", TCU_MUL}, {"Div", TCU_DIV},
-    {"Pow", TCU_POW}, {"Max", TCU_MAX}, {"Min", TCU_MIN}, {"Sum", TCU_ADD},
-    {"PRelu", TCU_PRELU}, {"Equal", TCU_EQUAL}, {"Less", TCU_LESS}, {"Greater", TCU_GREATER},
-    {"LessOrEqual", TCU_LESS_EQ}, {"GreaterOrEqual", TCU_GREATER_EQ}, {"And", TCU_AND},
-    {"Or", TCU_OR}, {"Xor", TCU_XOR},
-};
-
-static tdm_status *run_binary(tdm_kernel_ctx *ctx) {
-    int code = -1;
-    for (size_t i = 0; i < sizeof binary_ops / sizeof binary_ops[0]; i++)
-        if (strcmp(binary_ops[i].op, ctx->node->op_type) == 0) code = binary_ops[i].code;
-    if (code < 0) return tdm_node_error(ctx->node, TDM_ERR_INTERNAL, "cuda: no binary kernel");
+static tdm_status *run_binary(tdm_kernel_ctx *ctx, int code) {
     const tdm_tensor *Y = ctx->out[0];
     void *y;
     TDM_TRY(kops_out(ctx, 0, &y));
@@ -166,6 +168,11 @@ static tdm_status *run_binary(tdm_kernel_ctx *ctx) {
     return NULL;
 }
 
+#define X_(op, since, types, code)                                                       \
+    static tdm_status *run_##op(tdm_kernel_ctx *ctx) { return run_binary(ctx, code); }
+BINARY_OPS(X_)
+#undef X_
+
 /* ---- Where, Expand ---- */
 
 static tdm_status *run_where(tdm_kernel_ctx *ctx) {
@@ -196,32 +203,17 @@ static tdm_status *run_expand(tdm_kernel_ctx *ctx) {
 }
 
 #define E_(op, since, types, fn) {{"", op, since, 0, 0, types, fn, NULL, NULL}, 0, 0, 0, NULL}
-#define U(op, since, types) E_(op, since, types, run_unary)
-/* binary ops from opset 7 (earlier versions broadcast with the legacy broadcast/axis
- * attributes); the variadic ones from 8 (numpy broadcast) */
-#define B(op, since, types) E_(op, since, types, run_binary)
+#define X_(op, since, types, ...) E_(#op, since, types, run_##op),
 
 const cuda_kernel_entry cuda_kernels_ops_eltwise[] = {
-    U("Relu", 6, KOPS_F | KOPS_I), U("Sigmoid", 6, KOPS_F), U("Tanh", 6, KOPS_F),
-    U("Exp", 6, KOPS_F), U("Log", 6, KOPS_F), U("Sqrt", 6, KOPS_F), U("Neg", 6, KOPS_F | KOPS_I),
-    U("Abs", 6, KOPS_F | KOPS_I), U("Erf", 9, KOPS_F), U("LeakyRelu", 6, KOPS_F),
-    U("HardSwish", 14, KOPS_F), U("HardSigmoid", 6, KOPS_F), U("Reciprocal", 6, KOPS_F),
-    U("Floor", 6, KOPS_F), U("Ceil", 6, KOPS_F), U("Round", 11, KOPS_F),
-    U("Sign", 9, KOPS_F | KOPS_I), U("Sin", 7, KOPS_F), U("Cos", 7, KOPS_F), U("Elu", 6, KOPS_F),
-    U("Selu", 6, KOPS_F), U("Softsign", 1, KOPS_F), U("Softplus", 1, KOPS_F),
-    U("Not", 1, KOPS_B),
+    UNARY_OPS(X_)
     {{"", "Gelu", 20, 0, 0, KOPS_F, run_gelu, NULL, NULL}, 0, 0, 0, gelu_accept},
     {{"com.microsoft", "Gelu", 1, 0, 0, KOPS_F, run_gelu, NULL, NULL}, 0, 0, 0, NULL},
     E_("Clip", 6, KOPS_F | KOPS_I, run_clip),
-    B("Add", 7, KOPS_F | KOPS_I), B("Sub", 7, KOPS_F | KOPS_I), B("Mul", 7, KOPS_F | KOPS_I),
-    B("Div", 7, KOPS_F | KOPS_I), B("Pow", 7, KOPS_F), B("PRelu", 7, KOPS_F),
-    B("Max", 8, KOPS_F | KOPS_I), B("Min", 8, KOPS_F | KOPS_I), B("Sum", 8, KOPS_F | KOPS_I),
-    B("Equal", 7, KOPS_F | KOPS_I | KOPS_B), B("Less", 7, KOPS_F | KOPS_I),
-    B("Greater", 7, KOPS_F | KOPS_I), B("LessOrEqual", 12, KOPS_F | KOPS_I),
-    B("GreaterOrEqual", 12, KOPS_F | KOPS_I), B("And", 7, KOPS_B), B("Or", 7, KOPS_B),
-    B("Xor", 7, KOPS_B),
+    BINARY_OPS(X_)
     {{"", "Where", 9, 0, 1, KOPS_ANY, run_where, NULL, NULL}, 0, 1u << 0, 0, NULL},
     {{"", "Expand", 8, 0, 0, KOPS_ANY, run_expand, NULL, NULL}, 1u << 1, 0, 0, NULL},
 };
+#undef X_
 const int cuda_kernels_ops_eltwise_count =
     (int)(sizeof cuda_kernels_ops_eltwise / sizeof cuda_kernels_ops_eltwise[0]);

@@ -8,7 +8,8 @@
 
 /* ---- Softmax / LogSoftmax ---- */
 
-static tdm_status *run_softmax(tdm_kernel_ctx *ctx) {
+/* lg: LogSoftmax */
+static tdm_status *softmax(tdm_kernel_ctx *ctx, int lg) {
     const tdm_tensor *X = ctx->in[0];
     const void *x;
     void *y;
@@ -36,10 +37,12 @@ static tdm_status *run_softmax(tdm_kernel_ctx *ctx) {
     }
     if (outer * C * inner != ctx->out[0]->count)
         return tdm_node_error(ctx->node, TDM_ERR_INTERNAL, "input and output sizes differ");
-    int lg = strcmp(ctx->node->op_type, "LogSoftmax") == 0;
     return kops_status(ctx, tcu_softmax((int)X->dtype, x, y, outer, C, inner, lg, kops_stream(ctx)),
                        ctx->node->op_type);
 }
+
+static tdm_status *run_softmax(tdm_kernel_ctx *ctx) { return softmax(ctx, 0); }
+static tdm_status *run_log_softmax(tdm_kernel_ctx *ctx) { return softmax(ctx, 1); }
 
 /* ---- LayerNormalization ---- */
 
@@ -85,30 +88,26 @@ static tdm_status *run_layernorm(tdm_kernel_ctx *ctx) {
 
 /* ---- Reduce* ---- */
 
-typedef struct reduce_op {
-    const char *op;
-    int code;
-    int axes_input_since; /* opset from which axes is an input */
-} reduce_op;
+/* op, dtypes, kernel code, opset from which axes is an input. Each op gets its own run
+ * function (run_<op>): the kernel table entry found at plan time is the only lookup. */
+#define REDUCE_OPS(X)                                                                    \
+    X(ReduceSum, KOPS_F | KOPS_I, TCU_R_SUM, 13)                                         \
+    X(ReduceMean, KOPS_F | KOPS_I, TCU_R_MEAN, 18)                                       \
+    X(ReduceMax, KOPS_F | KOPS_I, TCU_R_MAX, 18)                                         \
+    X(ReduceMin, KOPS_F | KOPS_I, TCU_R_MIN, 18)                                         \
+    X(ReduceProd, KOPS_F | KOPS_I, TCU_R_PROD, 18)                                       \
+    X(ReduceL1, KOPS_F | KOPS_I, TCU_R_L1, 18)                                           \
+    X(ReduceL2, KOPS_F, TCU_R_L2, 18)                                                    \
+    X(ReduceSumSquare, KOPS_F | KOPS_I, TCU_R_SUMSQ, 18)                                 \
+    X(ReduceLogSum, KOPS_F, TCU_R_LOGSUM, 18)                                            \
+    X(ReduceLogSumExp, KOPS_F, TCU_R_LOGSUMEXP, 18)
 
-static const reduce_op reduce_ops[] = {
-    {"ReduceSum", TCU_R_SUM, 13},         {"ReduceMean", TCU_R_MEAN, 18},
-    {"ReduceMax", TCU_R_MAX, 18},         {"ReduceMin", TCU_R_MIN, 18},
-    {"ReduceProd", TCU_R_PROD, 18},       {"ReduceL1", TCU_R_L1, 18},
-    {"ReduceL2", TCU_R_L2, 18},           {"ReduceSumSquare", TCU_R_SUMSQ, 18},
-    {"ReduceLogSum", TCU_R_LOGSUM, 18},   {"ReduceLogSumExp", TCU_R_LOGSUMEXP, 18},
-};
-
-static tdm_status *run_reduce(tdm_kernel_ctx *ctx) {
-    const reduce_op *op = NULL;
-    for (size_t i = 0; i < sizeof reduce_ops / sizeof reduce_ops[0]; i++)
-        if (strcmp(reduce_ops[i].op, ctx->node->op_type) == 0) op = &reduce_ops[i];
-    if (!op) return tdm_node_error(ctx->node, TDM_ERR_INTERNAL, "cuda: no reduction kernel");
+static tdm_status *run_reduce(tdm_kernel_ctx *ctx, int code, int axes_input_since) {
     const tdm_tensor *X = ctx->in[0], *Y = ctx->out[0];
     int r = X->rank;
     int64_t axes[TDM_MAX_RANK];
     int na = 0;
-    if (ctx->opset >= op->axes_input_since) {
+    if (ctx->opset >= axes_input_since) {
         if (ctx->n_in > 1 && ctx->in[1])
             TDM_TRY(cuda_read_ints(ctx, 1, "axes", axes, TDM_MAX_RANK, &na));
     } else {
@@ -142,14 +141,19 @@ static tdm_status *run_reduce(tdm_kernel_ctx *ctx) {
         return tdm_node_error(ctx->node, TDM_ERR_INTERNAL, "cuda: rank out of range");
     if (keep.count != Y->count)
         return tdm_node_error(ctx->node, TDM_ERR_INTERNAL, "reduction output size mismatch");
-    return kops_status(ctx, tcu_reduce(op->code, (int)X->dtype, x, y, &keep, &red,
+    return kops_status(ctx, tcu_reduce(code, (int)X->dtype, x, y, &keep, &red,
                                        kops_stream(ctx)),
                        ctx->node->op_type);
 }
 
+#define X_(op, types, code, since)                                                       \
+    static tdm_status *run_##op(tdm_kernel_ctx *ctx) { return run_reduce(ctx, code, since); }
+REDUCE_OPS(X_)
+#undef X_
+
 /* ---- ArgMax / ArgMin ---- */
 
-static tdm_status *run_arg(tdm_kernel_ctx *ctx) {
+static tdm_status *arg_min_max(tdm_kernel_ctx *ctx, int is_max) {
     const tdm_tensor *X = ctx->in[0];
     int axis;
     TDM_TRY(tdm_norm_axis(ctx->node, tdm_attr_int(ctx->node, "axis", 0), X->rank, &axis));
@@ -165,28 +169,27 @@ static tdm_status *run_arg(tdm_kernel_ctx *ctx) {
     void *y;
     TDM_TRY(kops_in(ctx, 0, &x));
     TDM_TRY(kops_out(ctx, 0, &y));
-    int is_max = strcmp(ctx->node->op_type, "ArgMax") == 0;
     int last = (int)tdm_attr_int(ctx->node, "select_last_index", 0);
     return kops_status(ctx, tcu_argminmax((int)X->dtype, x, (int64_t *)y, outer, C, inner,
                                           is_max, last, kops_stream(ctx)),
                        ctx->node->op_type);
 }
 
+static tdm_status *run_argmax(tdm_kernel_ctx *ctx) { return arg_min_max(ctx, 1); }
+static tdm_status *run_argmin(tdm_kernel_ctx *ctx) { return arg_min_max(ctx, 0); }
+
 #define E_(op, since, types, fn, ints, acc)                                              \
     {{"", op, since, 0, 0, types, fn, NULL, NULL}, ints, 0, 0, acc}
-#define R(op, types) E_(op, 1, types, run_reduce, 1u << 1, NULL)
+#define X_(op, types, code, since) E_(#op, 1, types, run_##op, 1u << 1, NULL),
 
 const cuda_kernel_entry cuda_kernels_ops_reduce[] = {
     E_("Softmax", 1, KOPS_F, run_softmax, 0, NULL),
-    E_("LogSoftmax", 1, KOPS_F, run_softmax, 0, NULL),
+    E_("LogSoftmax", 1, KOPS_F, run_log_softmax, 0, NULL),
     E_("LayerNormalization", 17, KOPS_F, run_layernorm, 0, layernorm_accept),
-    R("ReduceSum", KOPS_F | KOPS_I), R("ReduceMean", KOPS_F | KOPS_I),
-    R("ReduceMax", KOPS_F | KOPS_I), R("ReduceMin", KOPS_F | KOPS_I),
-    R("ReduceProd", KOPS_F | KOPS_I), R("ReduceL1", KOPS_F | KOPS_I), R("ReduceL2", KOPS_F),
-    R("ReduceSumSquare", KOPS_F | KOPS_I), R("ReduceLogSum", KOPS_F),
-    R("ReduceLogSumExp", KOPS_F),
-    E_("ArgMax", 1, KOPS_F | KOPS_I, run_arg, 0, NULL),
-    E_("ArgMin", 1, KOPS_F | KOPS_I, run_arg, 0, NULL),
+    REDUCE_OPS(X_)
+    E_("ArgMax", 1, KOPS_F | KOPS_I, run_argmax, 0, NULL),
+    E_("ArgMin", 1, KOPS_F | KOPS_I, run_argmin, 0, NULL),
 };
+#undef X_
 const int cuda_kernels_ops_reduce_count =
     (int)(sizeof cuda_kernels_ops_reduce / sizeof cuda_kernels_ops_reduce[0]);

@@ -32,13 +32,7 @@ static const int *const counts[] = {
 static bool entry_matches(const ocl_kernel_entry *e, const tdm_node *node,
                           const tdm_dtype *in_types, int n_in) {
     const tdm_kernel_def *k = &e->def;
-    if (strcmp(k->op, node->op_type) != 0) return false;
-    const char *dom = node->domain && strcmp(node->domain, "ai.onnx") != 0 ? node->domain : "";
-    if (strcmp(k->domain, dom) != 0) return false;
-    if (node->opset < k->since || (k->until && node->opset > k->until)) return false;
-    if (k->type_input >= 0) {
-        if (k->type_input >= n_in || !(k->types & TDM_T(in_types[k->type_input]))) return false;
-    }
+    if (!tdm_kernel_matches(k, node, in_types, n_in)) return false;
     for (int i = 0; i < n_in && i < 32; i++) {
         if (i == k->type_input || node->inputs[i] < 0) continue;
         tdm_dtype t = in_types[i];

@@ -75,37 +75,34 @@ __kernel void bcast_copy(__global const float *A, __global float *Y, long rows, 
 
 /* ---- unary ---- */
 
-typedef struct unary_op {
-    const char *op, *kernel;
-    const char *pa, *pb; /* attribute names of p and q, or NULL */
-    float p, q;          /* defaults */
-} unary_op;
-
-static const unary_op unary_ops[] = {
-    {"Relu", "u_relu", NULL, NULL, 0, 0},
-    {"Sigmoid", "u_sigmoid", NULL, NULL, 0, 0},
-    {"Tanh", "u_tanh", NULL, NULL, 0, 0},
-    {"Exp", "u_exp", NULL, NULL, 0, 0},
-    {"Log", "u_log", NULL, NULL, 0, 0},
-    {"Sqrt", "u_sqrt", NULL, NULL, 0, 0},
-    {"Neg", "u_neg", NULL, NULL, 0, 0},
-    {"Abs", "u_abs", NULL, NULL, 0, 0},
-    {"Erf", "u_erf", NULL, NULL, 0, 0},
-    {"LeakyRelu", "u_leaky_relu", "alpha", NULL, 0.01f, 0},
-    {"HardSwish", "u_hard_swish", NULL, NULL, 0, 0},
-    {"HardSigmoid", "u_hard_sigmoid", "alpha", "beta", 0.2f, 0.5f},
-    {"Reciprocal", "u_reciprocal", NULL, NULL, 0, 0},
-    {"Floor", "u_floor", NULL, NULL, 0, 0},
-    {"Ceil", "u_ceil", NULL, NULL, 0, 0},
-    {"Round", "u_round", NULL, NULL, 0, 0},
-    {"Sign", "u_sign", NULL, NULL, 0, 0},
-    {"Sin", "u_sin", NULL, NULL, 0, 0},
-    {"Cos", "u_cos", NULL, NULL, 0, 0},
-    {"Elu", "u_elu", "alpha", NULL, 1.0f, 0},
-    {"Selu", "u_selu", "alpha", "gamma", 1.67326319217681884765625f, 1.05070102214813232421875f},
-    {"Softsign", "u_softsign", NULL, NULL, 0, 0},
-    {"Softplus", "u_softplus", NULL, NULL, 0, 0},
-};
+/* op, since, kernel, attributes giving the kernel's p and q (NULL: none), their defaults.
+ * Each op gets its own run function (run_<op>): the kernel table entry found at plan time is
+ * the only lookup of the op. */
+#define UNARY_OPS(X)                                                                     \
+    X(Relu, 1, "u_relu", NULL, NULL, 0, 0)                                               \
+    X(Sigmoid, 1, "u_sigmoid", NULL, NULL, 0, 0)                                         \
+    X(Tanh, 1, "u_tanh", NULL, NULL, 0, 0)                                               \
+    X(Exp, 1, "u_exp", NULL, NULL, 0, 0)                                                 \
+    X(Log, 1, "u_log", NULL, NULL, 0, 0)                                                 \
+    X(Sqrt, 1, "u_sqrt", NULL, NULL, 0, 0)                                               \
+    X(Neg, 1, "u_neg", NULL, NULL, 0, 0)                                                 \
+    X(Abs, 1, "u_abs", NULL, NULL, 0, 0)                                                 \
+    X(Erf, 9, "u_erf", NULL, NULL, 0, 0)                                                 \
+    X(LeakyRelu, 1, "u_leaky_relu", "alpha", NULL, 0.01f, 0)                             \
+    X(HardSwish, 14, "u_hard_swish", NULL, NULL, 0, 0)                                   \
+    X(HardSigmoid, 1, "u_hard_sigmoid", "alpha", "beta", 0.2f, 0.5f)                     \
+    X(Reciprocal, 1, "u_reciprocal", NULL, NULL, 0, 0)                                   \
+    X(Floor, 1, "u_floor", NULL, NULL, 0, 0)                                             \
+    X(Ceil, 1, "u_ceil", NULL, NULL, 0, 0)                                               \
+    X(Round, 11, "u_round", NULL, NULL, 0, 0)                                            \
+    X(Sign, 9, "u_sign", NULL, NULL, 0, 0)                                               \
+    X(Sin, 7, "u_sin", NULL, NULL, 0, 0)                                                 \
+    X(Cos, 7, "u_cos", NULL, NULL, 0, 0)                                                 \
+    X(Elu, 1, "u_elu", "alpha", NULL, 1.0f, 0)                                           \
+    X(Selu, 1, "u_selu", "alpha", "gamma", 1.67326319217681884765625f,                  \
+      1.05070102214813232421875f)                                                        \
+    X(Softsign, 1, "u_softsign", NULL, NULL, 0, 0)                                       \
+    X(Softplus, 1, "u_softplus", NULL, NULL, 0, 0)
 
 static tdm_status *launch_unary(tdm_kernel_ctx *ctx, const char *kernel, float p, float q) {
     ocl_device *d = ocl_ctx_device(ctx);
@@ -124,16 +121,19 @@ static tdm_status *launch_unary(tdm_kernel_ctx *ctx, const char *kernel, float p
     return st;
 }
 
-static tdm_status *run_unary(tdm_kernel_ctx *ctx) {
-    for (size_t i = 0; i < sizeof unary_ops / sizeof unary_ops[0]; i++) {
-        const unary_op *u = &unary_ops[i];
-        if (strcmp(u->op, ctx->node->op_type) != 0) continue;
-        float p = u->pa ? tdm_attr_float(ctx->node, u->pa, u->p) : u->p;
-        float q = u->pb ? tdm_attr_float(ctx->node, u->pb, u->q) : u->q;
-        return launch_unary(ctx, u->kernel, p, q);
-    }
-    return tdm_node_error(ctx->node, TDM_ERR_INTERNAL, "opencl: no unary kernel");
+/* p and q from the node's attributes pa and pb (NULL: the defaults) */
+static tdm_status *run_unary(tdm_kernel_ctx *ctx, const char *kernel, const char *pa,
+                             const char *pb, float p, float q) {
+    return launch_unary(ctx, kernel, pa ? tdm_attr_float(ctx->node, pa, p) : p,
+                        pb ? tdm_attr_float(ctx->node, pb, q) : q);
 }
+
+#define X_(op, since, kernel, pa, pb, p, q)                                              \
+    static tdm_status *run_##op(tdm_kernel_ctx *ctx) {                                   \
+        return run_unary(ctx, kernel, pa, pb, p, q);                                     \
+    }
+UNARY_OPS(X_)
+#undef X_
 
 static tdm_status *run_gelu(tdm_kernel_ctx *ctx) {
     const char *approx = tdm_attr_string(ctx->node, "approximate", "none");
@@ -264,16 +264,12 @@ static bool gelu_known(const tdm_node *node) {
 }
 
 #define F32 TDM_T(TDM_FLOAT)
-#define U(op, since) {{"", op, since, 0, 0, F32, run_unary, NULL, NULL}, 0}
+#define X_(op, since, ...) {{"", #op, since, 0, 0, F32, run_##op, NULL, NULL}, 0},
 /* binary ops from opset 7: earlier versions broadcast with the legacy broadcast/axis attributes */
 #define B(op, fn) {{"", op, 7, 0, 0, F32, fn, NULL, NULL}, 0}
 
 const ocl_kernel_entry ocl_kernels_eltwise[] = {
-    U("Relu", 1), U("Sigmoid", 1), U("Tanh", 1), U("Exp", 1), U("Log", 1), U("Sqrt", 1),
-    U("Neg", 1), U("Abs", 1), U("Erf", 9), U("LeakyRelu", 1), U("HardSwish", 14),
-    U("HardSigmoid", 1), U("Reciprocal", 1), U("Floor", 1), U("Ceil", 1), U("Round", 11),
-    U("Sign", 9), U("Sin", 7), U("Cos", 7), U("Elu", 1), U("Selu", 1), U("Softsign", 1),
-    U("Softplus", 1),
+    UNARY_OPS(X_)
     {{"", "Gelu", 20, 0, 0, F32, run_gelu, NULL, NULL}, 0, gelu_known},
     {{"com.microsoft", "Gelu", 1, 0, 0, F32, run_gelu, NULL, NULL}, 0},
     {{"", "Clip", 1, 0, 0, F32, run_clip, NULL, NULL}, 0},
@@ -281,5 +277,6 @@ const ocl_kernel_entry ocl_kernels_eltwise[] = {
     B("Pow", run_pow), B("PRelu", run_prelu),
     {{"", "Expand", 8, 0, 0, F32, run_expand, NULL, NULL}, 1u << 1},
 };
+#undef X_
 const int ocl_kernels_eltwise_count =
     (int)(sizeof ocl_kernels_eltwise / sizeof ocl_kernels_eltwise[0]);

@@ -83,14 +83,12 @@ static tdm_status *run_where(tdm_kernel_ctx *ctx) {
 
 /* ---- comparisons ---- */
 
-static tdm_status *run_compare(tdm_kernel_ctx *ctx) {
-    static const char *const ops[][2] = {{"Equal", "c_eq"},          {"Greater", "c_gt"},
-                                         {"Less", "c_lt"},           {"GreaterOrEqual", "c_ge"},
-                                         {"LessOrEqual", "c_le"}};
-    const char *k = NULL;
-    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
-        if (strcmp(ops[i][0], ctx->node->op_type) == 0) k = ops[i][1];
-    if (!k) return tdm_node_error(ctx->node, TDM_ERR_INTERNAL, "opencl: no comparison kernel");
+/* op, since, kernel; each op gets its own run function (run_<op>) */
+#define COMPARE_OPS(X)                                                                   \
+    X(Equal, 11, "c_eq") X(Greater, 7, "c_gt") X(Less, 7, "c_lt")                        \
+    X(GreaterOrEqual, 12, "c_ge") X(LessOrEqual, 12, "c_le")
+
+static tdm_status *run_compare(tdm_kernel_ctx *ctx, const char *k) {
     if (ctx->out[0]->dtype != TDM_BOOL)
         return tdm_node_error(ctx->node, TDM_ERR_INTERNAL, "comparison output must be bool");
     ocl_device *d = ocl_ctx_device(ctx);
@@ -105,11 +103,19 @@ static tdm_status *run_compare(tdm_kernel_ctx *ctx) {
     return st;
 }
 
+#define X_(op, since, k)                                                                 \
+    static tdm_status *run_##op(tdm_kernel_ctx *ctx) { return run_compare(ctx, k); }
+COMPARE_OPS(X_)
+#undef X_
+
 /* ---- Max, Min, Sum, Mean ---- */
 
-static tdm_status *run_variadic(tdm_kernel_ctx *ctx) {
-    const char *op = ctx->node->op_type;
-    const char *k = !strcmp(op, "Max") ? "v_max" : !strcmp(op, "Min") ? "v_min" : "v_sum";
+/* op, kernel that folds in one more input, whether the result is divided by the count;
+ * before opset 8 these broadcast with legacy rules */
+#define VARIADIC_OPS(X)                                                                  \
+    X(Max, "v_max", false) X(Min, "v_min", false) X(Sum, "v_sum", false) X(Mean, "v_sum", true)
+
+static tdm_status *run_variadic(tdm_kernel_ctx *ctx, const char *k, bool mean) {
     tdm_tensor *Y = ctx->out[0];
     ocl_device *d = ocl_ctx_device(ctx);
     ocl_scope s;
@@ -133,7 +139,7 @@ static tdm_status *run_variadic(tdm_kernel_ctx *ctx) {
     }
     if (!st && n == 0)
         st = tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT, "needs at least one input");
-    if (!st && n > 1 && !strcmp(op, "Mean") && Y->count) {
+    if (!st && n > 1 && mean && Y->count) {
         cl_long cnt = Y->count;
         cl_float p = (float)n, q = 0.0f;
         ocl_arg args[] = {OCL_ARG(y), OCL_ARG(y), OCL_ARG(cnt), OCL_ARG(p), OCL_ARG(q)};
@@ -142,6 +148,11 @@ static tdm_status *run_variadic(tdm_kernel_ctx *ctx) {
     ocl_scope_end(&s);
     return st;
 }
+
+#define X_(op, k, mean)                                                                  \
+    static tdm_status *run_##op(tdm_kernel_ctx *ctx) { return run_variadic(ctx, k, mean); }
+VARIADIC_OPS(X_)
+#undef X_
 
 /* ---- Constant ---- */
 
@@ -180,15 +191,13 @@ static tdm_status *run_constant(tdm_kernel_ctx *ctx) {
 }
 
 #define F32 TDM_T(TDM_FLOAT)
-#define CMP(op, since) {{"", op, since, 0, 0, F32, run_compare, NULL, NULL}, 0, NULL, 0}
-#define VAR(op, since) {{"", op, since, 0, 0, F32, run_variadic, NULL, NULL}, 0, NULL, 0}
+#define CMP_(op, since, k) {{"", #op, since, 0, 0, F32, run_##op, NULL, NULL}, 0, NULL, 0},
+#define VAR_(op, k, mean) {{"", #op, 8, 0, 0, F32, run_##op, NULL, NULL}, 0, NULL, 0},
 
 const ocl_kernel_entry ocl_kernels_misc[] = {
     {{"", "Where", 9, 0, 1, F32, run_where, NULL, NULL}, 0, NULL, 1u << 0},
-    CMP("Equal", 11), CMP("Greater", 7), CMP("Less", 7), CMP("GreaterOrEqual", 12),
-    CMP("LessOrEqual", 12),
-    /* before 8 these broadcast with legacy rules */
-    VAR("Max", 8), VAR("Min", 8), VAR("Sum", 8), VAR("Mean", 8),
+    COMPARE_OPS(CMP_)
+    VARIADIC_OPS(VAR_)
     {{"", "Constant", 1, 0, -1, 0, run_constant, NULL, NULL}, 0, float_constant, 0},
 };
 const int ocl_kernels_misc_count = (int)(sizeof ocl_kernels_misc / sizeof ocl_kernels_misc[0]);

@@ -99,10 +99,9 @@ static void set4(cl_int4 *v, const int64_t *vals, int nsp, int64_t fill) {
     }
 }
 
-static tdm_status *run_pool(tdm_kernel_ctx *ctx) {
+static tdm_status *pool(tdm_kernel_ctx *ctx, bool is_max) {
     const tdm_tensor *X = ctx->in[0];
     tdm_tensor *Y = ctx->out[0];
-    bool is_max = strcmp(ctx->node->op_type, "MaxPool") == 0;
     tdm_nn_geom g;
     TDM_TRY(tdm_nn_geom_init(ctx->node, ctx->opset, TDM_NN_POOL, X->rank, X->dims, NULL, &g));
     if (g.nsp > 3)
@@ -152,13 +151,15 @@ done:
     return st;
 }
 
-static tdm_status *run_global_pool(tdm_kernel_ctx *ctx) {
+static tdm_status *run_max_pool(tdm_kernel_ctx *ctx) { return pool(ctx, true); }
+static tdm_status *run_average_pool(tdm_kernel_ctx *ctx) { return pool(ctx, false); }
+
+static tdm_status *global_pool(tdm_kernel_ctx *ctx, bool is_max) {
     const tdm_tensor *X = ctx->in[0];
     if (X->rank < 2)
         return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT, "input must have rank >= 2");
     int64_t planes = X->dims[0] * X->dims[1];
     int64_t size = planes ? X->count / planes : 0;
-    bool is_max = strcmp(ctx->node->op_type, "GlobalMaxPool") == 0;
     ocl_device *d = ocl_ctx_device(ctx);
     ocl_scope s;
     ocl_scope_begin(&s, d);
@@ -171,12 +172,15 @@ static tdm_status *run_global_pool(tdm_kernel_ctx *ctx) {
     return st;
 }
 
+static tdm_status *run_global_max_pool(tdm_kernel_ctx *ctx) { return global_pool(ctx, true); }
+static tdm_status *run_global_average_pool(tdm_kernel_ctx *ctx) { return global_pool(ctx, false); }
+
 #define F32 TDM_T(TDM_FLOAT)
 
 const ocl_kernel_entry ocl_kernels_pool[] = {
-    {{"", "MaxPool", 1, 0, 0, F32, run_pool, NULL, NULL}, 0, ocl_window_attrs_ok},
-    {{"", "AveragePool", 1, 0, 0, F32, run_pool, NULL, NULL}, 0, ocl_window_attrs_ok},
-    {{"", "GlobalAveragePool", 1, 0, 0, F32, run_global_pool, NULL, NULL}, 0},
-    {{"", "GlobalMaxPool", 1, 0, 0, F32, run_global_pool, NULL, NULL}, 0},
+    {{"", "MaxPool", 1, 0, 0, F32, run_max_pool, NULL, NULL}, 0, ocl_window_attrs_ok},
+    {{"", "AveragePool", 1, 0, 0, F32, run_average_pool, NULL, NULL}, 0, ocl_window_attrs_ok},
+    {{"", "GlobalAveragePool", 1, 0, 0, F32, run_global_average_pool, NULL, NULL}, 0},
+    {{"", "GlobalMaxPool", 1, 0, 0, F32, run_global_max_pool, NULL, NULL}, 0},
 };
 const int ocl_kernels_pool_count = (int)(sizeof ocl_kernels_pool / sizeof ocl_kernels_pool[0]);

@@ -279,19 +279,15 @@ tdm_status *ocl_softmax_rows(ocl_device *d, cl_mem x, cl_mem y, int64_t rows, in
 
 /* ---- Reduce* ---- */
 
-static int reduce_code(const char *op) {
-    static const char *const names[] = {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin",
-                                        "ReduceProd", "ReduceSumSquare", "ReduceL1", "ReduceL2",
-                                        "ReduceLogSum"};
-    for (int i = 0; i < (int)(sizeof names / sizeof names[0]); i++)
-        if (strcmp(op, names[i]) == 0) return i;
-    return -1;
-}
+/* op, OCL_RED_* code; each op gets its own run function (run_<op>) */
+#define REDUCE_OPS(X)                                                                    \
+    X(ReduceSum, OCL_RED_SUM) X(ReduceMean, OCL_RED_MEAN) X(ReduceMax, OCL_RED_MAX)      \
+    X(ReduceMin, OCL_RED_MIN) X(ReduceProd, OCL_RED_PROD)                                \
+    X(ReduceSumSquare, OCL_RED_SUMSQ) X(ReduceL1, OCL_RED_L1) X(ReduceL2, OCL_RED_L2)    \
+    X(ReduceLogSum, OCL_RED_LOGSUM)
 
-static tdm_status *run_reduce(tdm_kernel_ctx *ctx) {
+static tdm_status *run_reduce(tdm_kernel_ctx *ctx, int op) {
     const tdm_tensor *X = ctx->in[0];
-    int op = reduce_code(ctx->node->op_type);
-    if (op < 0) return tdm_node_error(ctx->node, TDM_ERR_INTERNAL, "opencl: unknown reduction");
     bool axes_input = ctx->opset >= (op == OCL_RED_SUM ? 13 : 18);
     int64_t axes[TDM_MAX_RANK];
     int na = 0;
@@ -402,9 +398,15 @@ done:
     return st;
 }
 
+#define X_(op, code)                                                                     \
+    static tdm_status *run_##op(tdm_kernel_ctx *ctx) { return run_reduce(ctx, code); }
+REDUCE_OPS(X_)
+#undef X_
+
 /* ---- Softmax, LogSoftmax ---- */
 
-static tdm_status *run_softmax(tdm_kernel_ctx *ctx) {
+/* lg: LogSoftmax */
+static tdm_status *softmax(tdm_kernel_ctx *ctx, cl_int lg) {
     const tdm_tensor *X = ctx->in[0];
     int r = X->rank;
     bool v13 = ctx->opset >= 13;
@@ -417,7 +419,6 @@ static tdm_status *run_softmax(tdm_kernel_ctx *ctx) {
         else if (i == axis || !v13) A *= X->dims[i];
         else inner *= X->dims[i];
     }
-    cl_int lg = strcmp(ctx->node->op_type, "LogSoftmax") == 0;
     ocl_device *d = ocl_ctx_device(ctx);
     ocl_scope s;
     ocl_scope_begin(&s, d);
@@ -437,6 +438,9 @@ done:
     ocl_scope_end(&s);
     return st;
 }
+
+static tdm_status *run_softmax(tdm_kernel_ctx *ctx) { return softmax(ctx, 0); }
+static tdm_status *run_log_softmax(tdm_kernel_ctx *ctx) { return softmax(ctx, 1); }
 
 /* ---- LayerNormalization ---- */
 
@@ -562,13 +566,12 @@ static bool bn_inference(const tdm_node *node) {
 static bool ln_float_stash(const tdm_node *node) { return tdm_attr_int(node, "stash_type", 1) == 1; }
 
 #define F32 TDM_T(TDM_FLOAT)
-#define RD(op) {{"", op, 1, 0, 0, F32, run_reduce, NULL, NULL}, 1u << 1, NULL}
+#define RD_(op, code) {{"", #op, 1, 0, 0, F32, run_##op, NULL, NULL}, 1u << 1, NULL},
 
 const ocl_kernel_entry ocl_kernels_reduce[] = {
-    RD("ReduceSum"), RD("ReduceMean"), RD("ReduceMax"), RD("ReduceMin"), RD("ReduceProd"),
-    RD("ReduceSumSquare"), RD("ReduceL1"), RD("ReduceL2"), RD("ReduceLogSum"),
+    REDUCE_OPS(RD_)
     {{"", "Softmax", 1, 0, 0, F32, run_softmax, NULL, NULL}, 0},
-    {{"", "LogSoftmax", 1, 0, 0, F32, run_softmax, NULL, NULL}, 0},
+    {{"", "LogSoftmax", 1, 0, 0, F32, run_log_softmax, NULL, NULL}, 0},
     {{"", "LayerNormalization", 17, 0, 0, F32, run_layer_norm, NULL, NULL}, 0, ln_float_stash},
     {{"", "BatchNormalization", 9, 0, 0, F32, run_batch_norm, NULL, NULL}, 0, bn_inference},
 };
