@@ -108,7 +108,7 @@ def check(model, case, tandem, lib, threads=1, opt_level=1):
     numeric = "; ".join(f"{n}: {m}" for n, (_, m) in zip(names, res))
     task_ok, task = model.task(case.info, got, want)
     out = {"ok": num_ok and task_ok, "numeric": numeric, "task": task, "error": None,
-           "numeric_ok": num_ok, "task_ok": task_ok}
+           "numeric_ok": num_ok, "task_ok": task_ok, "got": got, "want": want}
     if case.stream is not None:
         feeds, chunk_name, carry = case.stream
         try:
