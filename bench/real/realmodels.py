@@ -65,7 +65,7 @@ def compare(got, want, rtol, atol):
     diff = np.abs(g - w)
     diff[~np.isfinite(w)] = 0
     worst = float(np.max(diff / (atol + rtol * np.abs(np.nan_to_num(w))))) if w.size else 0.0
-    return worst <= 1.0, f"max|diff| {float(np.max(diff)) if w.size else 0:.1e}, worst {worst:.2f}"
+    return worst <= 1.0, f"max abs diff {float(np.max(diff)) if w.size else 0:.1e}, worst {worst:.2f}"
 
 
 # ---- task checks ----------------------------------------------------------------------------
@@ -197,7 +197,7 @@ def task_vad_stream(info, got, want):
     dg, dw = pg > 0.5, pw > 0.5
     bad = int(np.count_nonzero((dg != dw) & firm))
     return bad == 0, f"{int(dw.sum())} of {len(dw)} chunks speech (tandem {int(dg.sum())}), " \
-                     f"{bad} firm decisions differ, max |p diff| {float(np.max(np.abs(pg - pw))):.1e}"
+                     f"{bad} firm decisions differ, max abs p diff {float(np.max(np.abs(pg - pw))):.1e}"
 
 
 def task_vad(info, got, want):
@@ -226,7 +226,7 @@ def task_attacut(info, got, want):
             words.append(ch)
         else:
             words[-1] += ch
-    return bad == 0, f"{len(words)} words ({bad} boundaries differ): {'|'.join(words[:8])}..."
+    return bad == 0, f"{len(words)} words ({bad} boundaries differ): {' · '.join(words[:8])} ..."
 
 
 def task_minilm(info, got, want):

@@ -94,12 +94,13 @@ def worker(cmd, lib, path, feeds, extra, env=None, timeout=900):
         return r.stdout
 
 
-def check(model, case, tandem, lib, threads=1, opt_level=1):
-    """Compares tandem with ORT on the case: returns {"ok", "numeric", "task", "error"}."""
+def check(model, case, tandem, lib, threads=1, opt_level=1, env=None):
+    """Compares tandem with ORT on the case: returns {"ok", "numeric", "task", "error"}.
+    `env`: tandem's process environment (e.g. an ISA cap)."""
     sess = ort_session(case.path, threads)
     names = [o.name for o in sess.get_outputs()]
     want = sess.run(None, case.feeds)
-    got, err, _ = tandem_run(tandem, case.path, case.feeds, names, threads, opt_level)
+    got, err, _ = tandem_run(tandem, case.path, case.feeds, names, threads, opt_level, env)
     if got is None:
         return {"ok": False, "numeric": "", "task": "", "error": err}
     rtol, atol = model.tol
@@ -115,7 +116,7 @@ def check(model, case, tandem, lib, threads=1, opt_level=1):
             sg = worker("stream", lib, case.path, feeds,
                         ["--chunks", chunk_name, "--carry",
                          ",".join(f"{k}={v}" for k, v in carry.items()),
-                         "--threads", threads, "--opt-level", opt_level])
+                         "--threads", threads, "--opt-level", opt_level], env=env)
         except RuntimeError as e:
             out.update(ok=False, error=f"stream: {e}")
             return out
