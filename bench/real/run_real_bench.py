@@ -327,6 +327,29 @@ def report(mach, rows, models_info, started, load0, load1, rounds, duration, arg
         mi = models_info[k]
         L.append(f"| {k} | {mi['package']} | {mi.get('shape', '—')} | 1 | fails | — | "
                  f"{fmt_ms(mi.get('ort_ms'))} | — | — | — | — | — |")
+    L += ["", "## Against issue 16's targets", ""]
+    ok_ratio, bad_ratio, slower_o1, refs = [], [], [], []
+    for r in rows:
+        res = r["b"]["res"]
+        t, o0, o = med(res["tandem"]), med(res.get("tandem_o0", [])), med(res["ort"])
+        if t and o:
+            limit = 1.00 if r["threads"] == 1 else 1.10
+            (ok_ratio if t / o <= limit else bad_ratio).append(
+                f"{r['key']} at {r['threads']} ({t / o:.2f})")
+        if t and o0 and t > o0 * 1.05:  # 5%: below that, noise on a shared machine
+            slower_o1.append(f"{r['key']} at {r['threads']} ({t:.3g} vs {o0:.3g} ms)")
+    for k, mi in models_info.items():
+        if "ref" in mi and "ref**" in mi["ref"]:
+            refs.append(k)
+    fails = [k for k, mi in models_info.items() if mi.get("error")]
+    L.append(f"- tandem/ORT <= 1.00 at 1 thread, <= 1.10 at 2: {len(ok_ratio)} of "
+             f"{len(ok_ratio) + len(bad_ratio)} rows meet it"
+             + (f"; not: {', '.join(bad_ratio)}" if bad_ratio else "") + ".")
+    L.append("- the default opt level not slower than `--opt-level 0` (by more than 5%): "
+             + (f"slower on {', '.join(slower_o1)}" if slower_o1 else "holds on every row") + ".")
+    L.append("- no oneDNN `ref` implementation: " + (f"ref kernels in {', '.join(refs)}"
+                                                     if refs else "none seen") + ".")
+    L.append("- every model runs: " + (f"fails: {', '.join(fails)}" if fails else "yes") + ".")
     L += ["", "## Checks against ORT", "",
           "Numeric: per output, abs(tandem - ORT) <= atol + rtol * abs(ORT) elementwise (worst = "
           "the largest abs diff / (atol + rtol * abs(ORT)), must be <= 1). Task: what a user "
