@@ -102,10 +102,10 @@ def iou(a, b):
     return inter / union if union > 0 else 1.0
 
 
-def _match(got, want, min_iou, label=lambda d: None, box=lambda d: d):
-    """Every box of one list has a box of the other with the same label and IoU >= min_iou."""
+def _match(got, want, min_iou):
+    """As many boxes, and every box of one list has a box of the other with IoU >= min_iou."""
     def cover(a, b):
-        return all(any(label(x) == label(y) and iou(box(x), box(y)) >= min_iou for y in b) for x in a)
+        return all(any(iou(x, y) >= min_iou for y in b) for x in a)
     return len(got) == len(want) and cover(got, want) and cover(want, got)
 
 
