@@ -206,13 +206,15 @@ def ref_summary(impls):
 def measure_ort(sess, feeds, warmup, duration):
     for _ in range(warmup):
         sess.run(None, feeds)
-    lat = []
+    lat, cpu = [], []
     start = time.perf_counter()
     while not lat or time.perf_counter() - start < duration:
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         sess.run(None, feeds)
         lat.append((time.perf_counter() - t0) * 1e3)
-    return {"p50": float(np.percentile(lat, 50)), "min": min(lat), "runs": len(lat)}
+        cpu.append((time.process_time() - c0) * 1e3)
+    return {"p50": float(np.percentile(lat, 50)), "min": min(lat), "runs": len(lat),
+            "cpu_p50": float(np.percentile(cpu, 50))}
 
 
 def measure_tandem(lib, case, threads, opt_level, warmup, duration, env=None):
@@ -253,8 +255,8 @@ def bench_config(lib, case, sess, threads, rounds, duration, opt0, cap=None):
     return {"res": res, "errors": errors, "others_cpu": others / (wall * (os.cpu_count() or 1))}
 
 
-def med(rs):
-    return float(np.median([r["p50"] for r in rs])) if rs else None
+def med(rs, key="p50"):
+    return float(np.median([r[key] for r in rs])) if rs else None
 
 
 # ---- report -------------------------------------------------------------------------------------
@@ -305,28 +307,33 @@ def report(mach, rows, models_info, started, load0, load1, rounds, duration, arg
           f"InferenceSession, intra_op_num_threads=N, inter_op_num_threads=1, sequential, "
           f"ORT_ENABLE_ALL, in the bench's process. Cells: the median over rounds of each "
           f"round's p50. `ref`: oneDNN reference implementations in one run at the default opt "
-          f"level (ONEDNN_VERBOSE=1), with their share of oneDNN's time. {cap_name}: tandem at the "
+          f"level (ONEDNN_VERBOSE=1), with their share of oneDNN's time. tandem/ORT CPU time: the "
+          f"ratio of the median process CPU time per run (see Detail): on a busy machine the "
+          f"steadier figure at 1 thread. {cap_name}: tandem at the "
           f"default opt level with TANDEM_CPU_ISA and ONEDNN_MAX_CPU_ISA set to that level (a "
           f"tandem that does not read TANDEM_CPU_ISA yet caps only oneDNN; no ORT ratio: ORT "
           f"has no such cap).", "",
           "## Results", "",
           "| model | package | input | threads | tandem ms | opt-level 0 ms | ORT ms | "
-          f"tandem/ORT | opt0/ORT | tandem {cap_name} ms | oneDNN ref kernels | others' CPU |",
-          "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
+          f"tandem/ORT | opt0/ORT | tandem/ORT CPU time | tandem {cap_name} ms | "
+          "oneDNN ref kernels | others' CPU |",
+          "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
     for r in rows:
         mi = models_info[r["key"]]
         res = r["b"]["res"]
         t, o0, o = med(res["tandem"]), med(res.get("tandem_o0", [])), med(res["ort"])
         tc = med(res.get("tandem_cap", []))
         terr = r["b"]["errors"].get("tandem")
+        cpu_r = ratio(med(res["tandem"], "cpu_p50"), med(res["ort"], "cpu_p50"))
         L.append(f"| {r['key']} | {mi['package']} | {mi['shape']} | {r['threads']} | "
                  f"{'error' if terr else fmt_ms(t)} | {fmt_ms(o0)} | {fmt_ms(o)} | {ratio(t, o)} | "
-                 f"{ratio(o0, o)} | {fmt_ms(tc)} | {mi['ref']} | {r['b']['others_cpu']:.0%} |")
+                 f"{ratio(o0, o)} | {cpu_r} | {fmt_ms(tc)} | {mi['ref']} | "
+                 f"{r['b']['others_cpu']:.0%} |")
     failed = [k for k, mi in models_info.items() if mi.get("error")]
     for k in failed:
         mi = models_info[k]
         L.append(f"| {k} | {mi['package']} | {mi.get('shape', '—')} | 1 | fails | — | "
-                 f"{fmt_ms(mi.get('ort_ms'))} | — | — | — | — | — |")
+                 f"{fmt_ms(mi.get('ort_ms'))} | — | — | — | — | — | — |")
     L += ["", "## Against issue 16's targets", ""]
     ok_ratio, bad_ratio, slower_o1, refs = [], [], [], []
     for r in rows:
@@ -371,9 +378,14 @@ def report(mach, rows, models_info, started, load0, load1, rounds, duration, arg
         task = c1["task"] + (f"; stream: {c1['stream']}" if c1.get("stream") else "")
         L.append(f"| {k} | {mi['file']} | {mi['tol'][0]:g} / {mi['tol'][1]:g} | {v(c1)} | {v(c0)} "
                  f"| {v(mi.get('check_cap'))} | {cell(task)} |")
-    L += ["", "## Detail", "", "Per-round p50s (ms) show the spread; min is the fastest run.", "",
+    L += ["", "## Detail", "", "Per-round p50s (ms) show the spread; min is the fastest run. CPU "
+          "ms/run: the median process CPU time of a run (tandem's worker process, the bench's "
+          "process for ORT), which other processes on a busy machine inflate less than wall "
+          "time; at 1 thread it is close to the run's own work, at 2 threads it includes "
+          "threads spinning while they wait.", "",
           f"| model | threads | tandem p50s | opt0 p50s | {cap_name} p50s | ORT p50s | tandem min | "
-          "ORT min | tandem session create ms |", "|---|---:|---|---|---|---|---:|---:|---:|"]
+          "ORT min | tandem/ORT (min) | tandem CPU ms/run | ORT CPU ms/run | tandem/ORT (CPU) | "
+          "tandem session create ms |", "|---|---:|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         res, err = r["b"]["res"], r["b"]["errors"]
 
@@ -383,8 +395,11 @@ def report(mach, rows, models_info, started, load0, load1, rounds, duration, arg
         tmin = min((x["min"] for x in res["tandem"]), default=None)
         omin = min((x["min"] for x in res["ort"]), default=None)
         cr = np.median([x["create_ms"] for x in res["tandem"]]) if res["tandem"] else None
+        tc, oc = med(res["tandem"], "cpu_p50"), med(res["ort"], "cpu_p50")
         L.append(f"| {r['key']} | {r['threads']} | {ps('tandem')} | {ps('tandem_o0')} | "
-                 f"{ps('tandem_cap')} | {ps('ort')} | {fmt_ms(tmin)} | {fmt_ms(omin)} | {fmt_ms(cr)} |")
+                 f"{ps('tandem_cap')} | {ps('ort')} | {fmt_ms(tmin)} | {fmt_ms(omin)} | "
+                 f"{ratio(tmin, omin)} | {fmt_ms(tc)} | {fmt_ms(oc)} | {ratio(tc, oc)} | "
+                 f"{fmt_ms(cr)} |")
     if profiles_file:
         L += ["", f"Per-node profiles of the slowest models (tandem, 1 thread): "
               f"`{os.path.relpath(profiles_file, REPO)}`."]

@@ -182,16 +182,18 @@ def cmd_time(a, lib):
     prep = s.prepare(feeds, output_count(a.model))
     for _ in range(a.warmup):
         s.run_prepared(prep)
-    lat = []
+    lat, cpu = [], []
     start = time.perf_counter()
     while not lat or time.perf_counter() - start < a.duration:
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         s.run_prepared(prep)
         lat.append((time.perf_counter() - t0) * 1e3)
+        cpu.append((time.process_time() - c0) * 1e3)
     s.release(prep)
     s.close()
     print(json.dumps({"p50": float(np.percentile(lat, 50)), "mean": float(np.mean(lat)),
-                      "min": min(lat), "runs": len(lat), "create_ms": s.create_ms}))
+                      "min": min(lat), "runs": len(lat), "create_ms": s.create_ms,
+                      "cpu_p50": float(np.percentile(cpu, 50))}))
 
 
 def cmd_profile(a, lib):
