@@ -225,7 +225,32 @@ def measure_tandem(lib, case, threads, opt_level, warmup, duration, env=None):
     return json.loads(out)
 
 
-def bench_config(lib, case, sess, threads, rounds, duration, opt0, cap=None):
+def cli_bench_takes_inputs(tandem):
+    r = subprocess.run([tandem, "bench", "--help"], capture_output=True, text=True)
+    return "--input" in (r.stdout + r.stderr)
+
+
+def measure_tandem_cli(tandem, case, threads, warmup, duration):
+    """`tandem bench MODEL --input NAME=FILE.npy ... --json` (the command line's own timing,
+    no Python in the loop): p50 ms."""
+    import json
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        cmd = [tandem, "bench", case.path, "--threads", str(threads), "--warmup", str(warmup),
+               "--duration", str(duration), "--json"]
+        for i, (k, v) in enumerate(case.feeds.items()):
+            f = os.path.join(d, f"in{i}.npy")
+            np.save(f, v)
+            cmd += ["--input", f"{k}={f}"]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError((r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1])
+        j = json.loads(r.stdout)
+        return {"p50": j["latency_ms"]["p50"], "min": j["latency_ms"]["min"],
+                "runs": j.get("iterations")}
+
+
+def bench_config(lib, case, sess, threads, rounds, duration, opt0, cap=None, cli=None):
     t0 = time.perf_counter()
     sess.run(None, case.feeds)
     est = time.perf_counter() - t0
@@ -249,6 +274,11 @@ def bench_config(lib, case, sess, threads, rounds, duration, opt0, cap=None):
                                                  cap_env(cap) if e == "tandem_cap" else None))
             except Exception as ex:  # noqa: BLE001 - reported in the table
                 errors[e] = str(ex)
+    if cli:  # once per configuration: the command line's timing, as a cross-check
+        try:
+            res["tandem_cli"] = [measure_tandem_cli(cli, case, threads, warm, duration)]
+        except (RuntimeError, ValueError, KeyError) as ex:
+            errors["tandem_cli"] = str(ex)
     wall = time.perf_counter() - wall0
     busy = (cpu_busy_jiffies() - busy0) / hz
     others = max(0.0, busy - (own_cpu_seconds() - own0))
@@ -382,10 +412,13 @@ def report(mach, rows, models_info, started, load0, load1, rounds, duration, arg
           "ms/run: the median process CPU time of a run (tandem's worker process, the bench's "
           "process for ORT), which other processes on a busy machine inflate less than wall "
           "time; at 1 thread it is close to the run's own work, at 2 threads it includes "
-          "threads spinning while they wait.", "",
+          "threads spinning while they wait. `tandem bench --input` p50: the command line's "
+          "own timing of the same inputs (one measurement per row, no Python in its loop), "
+          "a cross-check of the C API column.", "",
           f"| model | threads | tandem p50s | opt0 p50s | {cap_name} p50s | ORT p50s | tandem min | "
           "ORT min | tandem/ORT (min) | tandem CPU ms/run | ORT CPU ms/run | tandem/ORT (CPU) | "
-          "tandem session create ms |", "|---|---:|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+          "`tandem bench --input` p50 | tandem session create ms |",
+          "|---|---:|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         res, err = r["b"]["res"], r["b"]["errors"]
 
@@ -399,7 +432,7 @@ def report(mach, rows, models_info, started, load0, load1, rounds, duration, arg
         L.append(f"| {r['key']} | {r['threads']} | {ps('tandem')} | {ps('tandem_o0')} | "
                  f"{ps('tandem_cap')} | {ps('ort')} | {fmt_ms(tmin)} | {fmt_ms(omin)} | "
                  f"{ratio(tmin, omin)} | {fmt_ms(tc)} | {fmt_ms(oc)} | {ratio(tc, oc)} | "
-                 f"{fmt_ms(cr)} |")
+                 f"{ps('tandem_cli')} | {fmt_ms(cr)} |")
     if profiles_file:
         L += ["", f"Per-node profiles of the slowest models (tandem, 1 thread): "
               f"`{os.path.relpath(profiles_file, REPO)}`."]
@@ -457,6 +490,7 @@ def main():
     log(f"{mach['tandem']}; ORT {mach['ort']}; ISA {mach['isa']}; cap column: {cap}; "
         f"load {load0[0]:.2f}")
 
+    cli_inputs = cli_bench_takes_inputs(tandem)
     models_info, rows, cases = {}, [], {}
     for k in keys:
         m = realmodels.BY_KEY[k]
@@ -493,7 +527,8 @@ def main():
             f"{mi['check1']['task']}); ref: {mi['ref']}")
         for th in threads:
             sess = runner.ort_session(case.path, th)
-            b = bench_config(lib, case, sess, th, rounds, duration, not a.no_opt0, cap)
+            b = bench_config(lib, case, sess, th, rounds, duration, not a.no_opt0, cap,
+                             tandem if cli_inputs else None)
             del sess
             rows.append({"key": k, "threads": th, "b": b})
             res = b["res"]

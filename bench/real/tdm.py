@@ -120,7 +120,7 @@ class Session:
         names = (C.c_char_p * len(arrays))(*[k.encode() for k in arrays])
         ins = (C.c_void_p * len(tensors))(*[t.value for t in tensors])
         return {"arrays": arrays, "tensors": tensors, "names": names, "ins": ins,
-                "n_out": n_outputs}
+                "n_out": n_outputs, "outs": (C.c_void_p * n_outputs)()}
 
     def release(self, prep):
         for t in prep["tensors"]:
@@ -128,8 +128,7 @@ class Session:
         prep["tensors"] = []
 
     def run_prepared(self, prep, fetch=False):
-        L, n = self.lib.L, prep["n_out"]
-        outs = (C.c_void_p * n)()
+        L, n, outs = self.lib.L, prep["n_out"], prep["outs"]
         self.lib.check(L.tdm_session_run(self.s, len(prep["tensors"]), prep["names"], prep["ins"],
                                          n, None, outs), "run")
         result = []
