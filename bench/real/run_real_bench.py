@@ -10,9 +10,10 @@ For every model: meaningful inputs are made (inputs.py), the outputs of tandem (
 at --opt-level 1 and 0) are compared with ORT's (a tolerance per model and a task-level
 check: boxes, labels, decoded text, speech decisions; realmodels.py), one run under
 ONEDNN_VERBOSE=1 lists the oneDNN implementations (a `ref` one is reported), then for each
-thread count tandem at the default opt level, tandem at --opt-level 0 and ORT are measured in
-alternation for a few rounds, on the same inputs: tandem through its C API in a process of
-its own (tdm.py; `tandem bench` has only random inputs), ORT in this process
+thread count tandem at the default opt level, tandem at --opt-level 0, tandem with its ISA
+capped (--isa-cap) and ORT are measured in alternation for a few rounds, on the same inputs:
+tandem through its C API in a process of its own (tdm.py; wall and process CPU time per run;
+`tandem bench --input` once per row as a cross-check), ORT in this process
 (intra_op_num_threads=N, inter_op_num_threads=1, sequential, ORT_ENABLE_ALL). The table
 shows the median over rounds of each round's p50. The per-node profile of the five slowest
 models (tandem, 1 thread) is kept next to the results. Results: bench/results/real-<date>.md.
