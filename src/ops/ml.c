@@ -43,6 +43,15 @@ static size_t strings_len(const tdm_node *node, const char *name) {
     return a && a->type == TDM_ATTR_STRINGS ? a->n : 0;
 }
 
+/* post_transform is one of the five the ONNX ML operators define. */
+static tdm_status *check_post_transform(const tdm_node *node) {
+    const char *pt = tdm_attr_string(node, "post_transform", "NONE");
+    if (strcmp(pt, "NONE") && strcmp(pt, "SOFTMAX") && strcmp(pt, "LOGISTIC") &&
+        strcmp(pt, "SOFTMAX_ZERO") && strcmp(pt, "PROBIT"))
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "unknown post_transform '%s'", pt);
+    return NULL;
+}
+
 /* Checks the nodes_* attributes shared by both tree ensembles. */
 static tdm_status *check_tree_nodes(const tdm_node *node) {
     size_t n_tree = 0, n_node = 0, n_feat = 0, n_true = 0, n_false = 0;
@@ -66,10 +75,7 @@ static tdm_status *check_tree_nodes(const tdm_node *node) {
     if (tdm_attr_ints(node, "nodes_missing_value_tracks_true", &n_miss) && n_miss != n_tree)
         return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
                               "nodes_missing_value_tracks_true must have %zu entries", n_tree);
-    const char *pt = tdm_attr_string(node, "post_transform", "NONE");
-    if (strcmp(pt, "NONE") && strcmp(pt, "SOFTMAX") && strcmp(pt, "LOGISTIC") &&
-        strcmp(pt, "SOFTMAX_ZERO") && strcmp(pt, "PROBIT"))
-        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "unknown post_transform '%s'", pt);
+    TDM_TRY(check_post_transform(node));
     return NULL;
 }
 
@@ -189,10 +195,7 @@ static tdm_status *infer_linear_regressor(tdm_infer_ctx *ctx) {
     if (ic && n_int != (size_t)targets)
         return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "intercepts must have %lld entries",
                               (long long)targets);
-    const char *pt = tdm_attr_string(node, "post_transform", "NONE");
-    if (strcmp(pt, "NONE") && strcmp(pt, "SOFTMAX") && strcmp(pt, "LOGISTIC") &&
-        strcmp(pt, "SOFTMAX_ZERO") && strcmp(pt, "PROBIT"))
-        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "unknown post_transform '%s'", pt);
+    TDM_TRY(check_post_transform(node));
     int64_t f = x->rank > 0 ? x->dims[x->rank - 1] : TDM_DIM_UNKNOWN;
     if (f >= 0 && (size_t)f * (size_t)targets != n_coef)
         return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
@@ -226,10 +229,7 @@ static tdm_status *infer_linear_classifier(tdm_infer_ctx *ctx) {
     if (n_icpt > 1 && n_icpt != labels)
         return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
                               "%zu intercepts for %zu class labels", n_icpt, labels);
-    const char *pt = tdm_attr_string(node, "post_transform", "NONE");
-    if (strcmp(pt, "NONE") && strcmp(pt, "SOFTMAX") && strcmp(pt, "LOGISTIC") &&
-        strcmp(pt, "SOFTMAX_ZERO") && strcmp(pt, "PROBIT"))
-        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "unknown post_transform '%s'", pt);
+    TDM_TRY(check_post_transform(node));
     int64_t f = x->rank > 0 ? x->dims[x->rank - 1] : TDM_DIM_UNKNOWN;
     if (f >= 0 && (size_t)f * n_icpt != n_coef)
         return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
@@ -433,10 +433,7 @@ static tdm_status *check_svm_kernel(const tdm_node *node) {
     if (n != 0 && n != 3)
         return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
                               "kernel_params has %zu entries; it is [gamma, coef0, degree]", n);
-    const char *pt = tdm_attr_string(node, "post_transform", "NONE");
-    if (strcmp(pt, "NONE") && strcmp(pt, "SOFTMAX") && strcmp(pt, "LOGISTIC") &&
-        strcmp(pt, "SOFTMAX_ZERO") && strcmp(pt, "PROBIT"))
-        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "unknown post_transform '%s'", pt);
+    TDM_TRY(check_post_transform(node));
     return NULL;
 }
 
