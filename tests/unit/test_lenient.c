@@ -49,6 +49,17 @@ static tdm_status *create(tdm_env *env, mb_model *m, tdm_session **s) {
     return st;
 }
 
+/* Session creation from m must fail with an invalid-model status naming `text`. */
+static void expect_refused(tdm_env *env, mb_model *m, const char *text) {
+    tdm_session *s = NULL;
+    tdm_status *st = create(env, m, &s);
+    assert_non_null(st);
+    assert_int_equal(tdm_status_code(st), TDM_ERR_INVALID_MODEL);
+    assert_non_null(strstr(tdm_status_message(st), text));
+    assert_null(s);
+    tdm_status_free(st);
+}
+
 /* Runs Relu on a [rows, 3] input and checks every output. */
 static void run_relu(tdm_env *env, tdm_session *s, int64_t rows) {
     int64_t dims[2] = {rows, 3};
@@ -95,13 +106,7 @@ static void test_opset_twice_at_two_versions_fails(void **state) {
     again.has_version = 1;
     again.version = 14;
     relu_model(&m, &again, 2);
-    tdm_session *s = NULL;
-    tdm_status *st = create(env, &m, &s);
-    assert_non_null(st);
-    assert_int_equal(tdm_status_code(st), TDM_ERR_INVALID_MODEL);
-    assert_non_null(strstr(tdm_status_message(st), "imported twice, as versions 13 and 14"));
-    assert_null(s);
-    tdm_status_free(st);
+    expect_refused(env, &m, "imported twice, as versions 13 and 14");
     mb_free(&m);
     tdm_env_free(env);
 }
@@ -128,12 +133,7 @@ static void test_dim_below_minus_one_fails(void **state) {
     tdm_env *env = env_with_log(&box);
     mb_model m;
     relu_model(&m, NULL, -2);
-    tdm_session *s = NULL;
-    tdm_status *st = create(env, &m, &s);
-    assert_non_null(st);
-    assert_int_equal(tdm_status_code(st), TDM_ERR_INVALID_MODEL);
-    assert_non_null(strstr(tdm_status_message(st), "dimension 0 is negative (-2)"));
-    tdm_status_free(st);
+    expect_refused(env, &m, "dimension 0 is negative (-2)");
     assert_false(logged(&box, "gives a dimension as -1"));
     mb_free(&m);
     tdm_env_free(env);
