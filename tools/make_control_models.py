@@ -1,7 +1,11 @@
-"""Writes tests/models/if_chain_body: an If whose branches are chains of small nodes with
-their weights in Constant nodes inside the bodies (as silero VAD exports them; the then
-branch also slices its first weight out of a main-graph initializer), with ONNX Runtime's
-outputs as the reference (node-test layout: model.onnx, test_data_set_0/).
+"""Writes, with ONNX Runtime's outputs as the reference (node-test layout: model.onnx,
+test_data_set_0/):
+- tests/models/if_chain_body: an If whose branches are chains of small nodes with their
+  weights in Constant nodes inside the bodies (as silero VAD exports them; the then branch
+  also slices its first weight out of a main-graph initializer);
+- tests/models/loop_no_cond: a Loop whose optional `cond` input is empty (""), counted by M,
+  with a loop-carried value and a scan output;
+- tests/models/loop_no_trip_count: a Loop whose optional M is empty, ended by its condition.
 
     .venv/bin/python tools/make_control_models.py
 """
@@ -12,7 +16,8 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-OUT = os.path.join(os.path.dirname(__file__), "..", "tests", "models", "if_chain_body")
+MODELS = os.path.join(os.path.dirname(__file__), "..", "tests", "models")
+OUT = os.path.join(MODELS, "if_chain_body")
 
 
 def const(name, arr):
@@ -73,5 +78,49 @@ def main():
         f.write(numpy_helper.from_array(want, "Y").SerializeToString())
 
 
+def save_case(name, m, feeds):
+    out = os.path.join(MODELS, name)
+    onnx.checker.check_model(m)
+    os.makedirs(os.path.join(out, "test_data_set_0"), exist_ok=True)
+    onnx.save(m, os.path.join(out, "model.onnx"))
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    wants = sess.run(None, feeds)
+    for i, (k, v) in enumerate(feeds.items()):
+        with open(os.path.join(out, "test_data_set_0", f"input_{i}.pb"), "wb") as f:
+            f.write(numpy_helper.from_array(v, k).SerializeToString())
+    for i, (o, want) in enumerate(zip(m.graph.output, wants)):
+        with open(os.path.join(out, "test_data_set_0", f"output_{i}.pb"), "wb") as f:
+            f.write(numpy_helper.from_array(want, o.name).SerializeToString())
+
+
+def loops():
+    f32, b, i64 = TensorProto.FLOAT, TensorProto.BOOL, TensorProto.INT64
+    vi = helper.make_tensor_value_info
+    # body: x_out = tanh(x_in * 0.9 + 0.1); cond_out = sum(x_out) < limit; scan = x_out
+    nodes = [
+        helper.make_node("Mul", ["x_in", "k"], ["m"]),
+        helper.make_node("Add", ["m", "c"], ["a"]),
+        helper.make_node("Tanh", ["a"], ["x_out"]),
+        helper.make_node("ReduceSum", ["x_out"], ["s"], keepdims=0),
+        helper.make_node("Less", ["s", "limit"], ["cond_out"]),
+        helper.make_node("Identity", ["x_out"], ["scan"]),
+    ]
+    inits = [numpy_helper.from_array(np.float32(0.9), "k"), numpy_helper.from_array(np.float32(0.1), "c"),
+             numpy_helper.from_array(np.float32(1.8), "limit")]
+    body = helper.make_graph(nodes, "body", [vi("i", i64, []), vi("cond_in", b, []), vi("x_in", f32, [4])],
+                             [vi("cond_out", b, []), vi("x_out", f32, [4]), vi("scan", f32, [4])], inits)
+    x0 = np.array([-0.5, 0.0, 0.25, 0.75], np.float32)
+    for name, ins, init in (("loop_no_cond", ["M", "", "x0"], [numpy_helper.from_array(np.int64(6), "M")]),
+                            ("loop_no_trip_count", ["", "cond", "x0"],
+                             [numpy_helper.from_array(np.array(True), "cond")])):
+        node = helper.make_node("Loop", ins, ["x", "trace"], body=body)
+        g = helper.make_graph([node], name, [vi("x0", f32, [4])], [vi("x", f32, [4]), vi("trace", f32, ["n", 4])],
+                              init)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+        m.ir_version = 8
+        save_case(name, m, {"x0": x0})
+
+
 if __name__ == "__main__":
     main()
+    loops()

@@ -328,8 +328,9 @@ static tdm_status *bind_schema(const tdm_graph *g, tdm_node *n) {
     n->schema = tdm_op_find(n->domain, n->op_type, n->opset);
     const tdm_op_schema *sc = n->schema;
     if (!sc) return NULL;
+    bool slots = sc->flags & TDM_OP_OPTIONAL_SLOTS;
     int last_in = n->n_inputs; /* trailing omitted inputs do not count */
-    while (last_in > 0 && n->inputs[last_in - 1] < 0) last_in--;
+    while (!slots && last_in > 0 && n->inputs[last_in - 1] < 0) last_in--;
     if (last_in < sc->min_inputs || n->n_inputs > sc->max_inputs ||
         n->n_outputs < sc->min_outputs || n->n_outputs > sc->max_outputs)
         return TDM_ERR(TDM_ERR_INVALID_MODEL,
@@ -337,7 +338,7 @@ static tdm_status *bind_schema(const tdm_graph *g, tdm_node *n) {
                        "inputs and %d..%d outputs", n->op_type, n->name, n->n_inputs,
                        n->n_outputs, sc->min_inputs, sc->max_inputs, sc->min_outputs,
                        sc->max_outputs);
-    for (int k = 0; k < sc->min_inputs && k < n->n_inputs; k++)
+    for (int k = 0; k < sc->min_inputs && k < n->n_inputs && !slots; k++)
         if (n->inputs[k] < 0)
             return TDM_ERR(TDM_ERR_INVALID_MODEL, "%s node '%s': required input %d is missing",
                            n->op_type, n->name, k);

@@ -49,7 +49,7 @@ static tdm_status *infer_scan(tdm_infer_ctx *ctx) {
 
 const tdm_op_schema tdm_ops_control[] = {
     {"", "If", 1, 1, 1, 0, 4096, infer_if, TDM_OP_DATA_DEPENDENT, 0},
-    {"", "Loop", 1, 2, 4096, 0, 4096, infer_loop, TDM_OP_DATA_DEPENDENT, 0},
+    {"", "Loop", 1, 2, 4096, 0, 4096, infer_loop, TDM_OP_DATA_DEPENDENT | TDM_OP_OPTIONAL_SLOTS, 0},
     {"", "Scan", 8, 0, 4096, 1, 4096, infer_scan, TDM_OP_DATA_DEPENDENT, 0}, /* Scan-8: input 0 optional */
 };
 const int tdm_ops_control_count = (int)(sizeof tdm_ops_control / sizeof tdm_ops_control[0]);

@@ -40,6 +40,9 @@ enum {
     /* Output shapes depend on computed values (NonZero, NonMaxSuppression, Unique...):
      * infer leaves dims unknown and the kernel allocates its outputs itself. */
     TDM_OP_DATA_DEPENDENT = 1u << 0,
+    /* The first min_inputs inputs are positions the node must write, but each may be empty
+     * ("") — Loop's M and cond: both optional, yet the loop-carried values come after them. */
+    TDM_OP_OPTIONAL_SLOTS = 1u << 1,
 };
 
 typedef struct tdm_op_schema {
