@@ -103,37 +103,45 @@ def cmd_genai(a):
 
 
 class NumpyLlama:
-    """float64 forward pass straight from the GGUF tensors."""
+    """float64 forward pass of a Llama from float weights (GGUF names, GGUF row order)."""
 
-    def __init__(self, path):
-        import gguf
-        r = gguf.GGUFReader(path)
-        f = lambda k, d=None: r.fields[k].contents() if k in r.fields else d  # noqa: E731
-        self.L = int(f("llama.block_count"))
-        self.H = int(f("llama.embedding_length"))
-        self.nh = int(f("llama.attention.head_count"))
-        self.kvh = int(f("llama.attention.head_count_kv", self.nh))
+    def __init__(self, hp, tensors):
+        """hp: dict n_layers, n_heads, n_kv_heads, eps, rope_base; tensors: GGUF name -> float array."""
+        self.L = hp["n_layers"]
+        self.nh = hp["n_heads"]
+        self.kvh = hp["n_kv_heads"]
+        self.eps = hp["eps"]
+        self.base = hp["rope_base"]
+        self.emb = np.asarray(tensors["token_embd.weight"], np.float64)
+        self.H = self.emb.shape[1]
         self.hd = self.H // self.nh
-        self.eps = float(f("llama.attention.layer_norm_rms_epsilon", 1e-5))
-        self.base = float(f("llama.rope.freq_base", 10000.0))
-        t = {x.name: x for x in r.tensors}
-
-        def deq(name):
-            x = t[name]
-            return gguf.quants.dequantize(x.data, x.tensor_type).astype(np.float64)
-
-        self.emb = deq("token_embd.weight").reshape(-1, self.H)
-        self.out = deq("output.weight").reshape(-1, self.H) if "output.weight" in t else self.emb
-        self.norm = deq("output_norm.weight").reshape(-1)
+        self.out = np.asarray(tensors.get("output.weight", self.emb), np.float64)
+        self.norm = np.asarray(tensors["output_norm.weight"], np.float64).reshape(-1)
         self.layers = []
         for i in range(self.L):
             p = f"blk.{i}."
-            self.layers.append({n: deq(p + n + ".weight") for n in
+            self.layers.append({n: np.asarray(tensors[p + n + ".weight"], np.float64) for n in
                                 ("attn_norm", "ffn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
                                  "ffn_gate", "ffn_up", "ffn_down")})
         half = self.hd // 2
         self.inv = 1.0 / (self.base ** (np.arange(half) * 2.0 / self.hd))
         self.reset()
+
+    @classmethod
+    def from_gguf(cls, path):
+        import gguf
+        r = gguf.GGUFReader(path)
+        f = lambda k, d=None: r.fields[k].contents() if k in r.fields else d  # noqa: E731
+        heads = int(f("llama.attention.head_count"))
+        hp = {"n_layers": int(f("llama.block_count")), "n_heads": heads,
+              "n_kv_heads": int(f("llama.attention.head_count_kv", heads)),
+              "eps": float(f("llama.attention.layer_norm_rms_epsilon", 1e-5)),
+              "rope_base": float(f("llama.rope.freq_base", 10000.0))}
+        tensors = {}
+        for x in r.tensors:
+            w = gguf.quants.dequantize(x.data, x.tensor_type).astype(np.float64)
+            tensors[x.name] = w.reshape(-1) if len(x.shape) == 1 else w.reshape(int(x.shape[1]), int(x.shape[0]))
+        return cls(hp, tensors)
 
     def reset(self):
         self.k = [np.zeros((self.kvh, 0, self.hd)) for _ in range(self.L)]
@@ -185,7 +193,7 @@ class NumpyLlama:
 
 def cmd_numpy(a):
     import onnxruntime_genai as og
-    ref = NumpyLlama(a.gguf_file)
+    ref = NumpyLlama.from_gguf(a.gguf_file)
     model = og.Model(a.model_dir)
     tok = og.Tokenizer(model)
     with open(os.path.join(a.model_dir, "genai_config.json")) as f:

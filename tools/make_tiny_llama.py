@@ -137,6 +137,122 @@ def make_weights(cfg, rng):
     return w, raw
 
 
+GGUF_NAMES = {"q": "attn_q", "k": "attn_k", "v": "attn_v", "o": "attn_output", "gate": "ffn_gate",
+              "up": "ffn_up", "down": "ffn_down", "attn_norm": "attn_norm", "ffn_norm": "ffn_norm",
+              "token_embd": "token_embd", "output_norm": "output_norm"}
+
+
+def float_tensors(raw):
+    """GGUF-named float weights from the raw blocks, dequantised by the gguf package (not by our code)."""
+    import gguf
+    out = {}
+    for key, val in raw.items():
+        parts = key.split(".")
+        name = ".".join(parts[:-1] + [GGUF_NAMES[parts[-1]]]) + ".weight"
+        if val[0] == "F32":
+            out[name] = val[1].astype(np.float64)
+        else:
+            qt = gguf.GGMLQuantizationType[val[0]]
+            out[name] = gguf.quants.dequantize(val[1], qt).reshape(val[2], val[3]).astype(np.float64)
+    return out
+
+
+def check(out_dir, form, cfg, raw):
+    """Run the folder's model.onnx in ONNX Runtime (prefill 7 tokens, then 3 single-token steps, batch 1)
+    and compare the logits with tools/llm_reference.py's float64 numpy forward pass of the raw blocks."""
+    import onnxruntime as ort
+    import llm_reference
+    ref = llm_reference.NumpyLlama({"n_layers": cfg.n_layers, "n_heads": cfg.n_heads, "n_kv_heads": cfg.n_kv_heads,
+                                    "eps": cfg.eps, "rope_base": cfg.rope_base}, float_tensors(raw))
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    sess = ort.InferenceSession(os.path.join(out_dir, "model.onnx"), so, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(123)
+    steps = [rng.integers(3, cfg.vocab, 7).tolist()] + [[int(x)] for x in rng.integers(3, cfg.vocab, 3)]
+    past = [np.zeros((1, cfg.n_kv_heads, 0, cfg.head_dim), np.float32)] * (2 * cfg.n_layers)
+    pos = 0
+    worst = 0.0
+    for ids in steps:
+        feeds = {"input_ids": np.array([ids], np.int64),
+                 "attention_mask": np.ones((1, pos + len(ids)), np.int64)}
+        if form == "optimum":
+            feeds["position_ids"] = np.arange(pos, pos + len(ids), dtype=np.int64)[None]
+        for i in range(cfg.n_layers):
+            feeds[f"past_key_values.{i}.key"] = past[2 * i]
+            feeds[f"past_key_values.{i}.value"] = past[2 * i + 1]
+        outs = sess.run(None, feeds)
+        past = outs[1:]
+        want = ref.forward(ids)[0]
+        got = outs[0][0, -1].astype(np.float64)
+        err = float(np.abs(got - want).max() / max(1e-30, np.abs(want).max()))
+        worst = max(worst, err)
+        if int(np.argmax(got)) != int(np.argmax(want)) and err > 1e-4:
+            raise SystemExit(f"check failed: argmax {np.argmax(got)} != numpy {np.argmax(want)} at position {pos}")
+        pos += len(ids)
+    if worst > 1e-4:
+        raise SystemExit(f"check failed: logits differ from the numpy reference by {worst:.3g} of their range")
+    print(f"check: ONNX Runtime logits match the numpy reference to {worst:.2g} of the largest logit "
+          f"({len(steps)} steps, past lengths 0 to {pos - 1})")
+
+
+GGUF_NAMES = {"q": "attn_q", "k": "attn_k", "v": "attn_v", "o": "attn_output", "gate": "ffn_gate",
+              "up": "ffn_up", "down": "ffn_down", "attn_norm": "attn_norm", "ffn_norm": "ffn_norm",
+              "token_embd": "token_embd", "output_norm": "output_norm"}
+
+
+def float_tensors(raw):
+    """GGUF-named float weights from the raw blocks, dequantised by the gguf package (not by our code)."""
+    import gguf
+    out = {}
+    for key, val in raw.items():
+        parts = key.split(".")
+        name = ".".join(parts[:-1] + [GGUF_NAMES[parts[-1]]]) + ".weight"
+        if val[0] == "F32":
+            out[name] = val[1].astype(np.float64)
+        else:
+            qt = gguf.GGMLQuantizationType[val[0]]
+            out[name] = gguf.quants.dequantize(val[1], qt).reshape(val[2], val[3]).astype(np.float64)
+    return out
+
+
+def check(out_dir, form, cfg, raw):
+    """Run the folder's model.onnx in ONNX Runtime (prefill 7 tokens, then 3 single-token steps, batch 1)
+    and compare the logits with tools/llm_reference.py's float64 numpy forward pass of the raw blocks."""
+    import onnxruntime as ort
+    import llm_reference
+    ref = llm_reference.NumpyLlama({"n_layers": cfg.n_layers, "n_heads": cfg.n_heads, "n_kv_heads": cfg.n_kv_heads,
+                                    "eps": cfg.eps, "rope_base": cfg.rope_base}, float_tensors(raw))
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    sess = ort.InferenceSession(os.path.join(out_dir, "model.onnx"), so, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(123)
+    steps = [rng.integers(3, cfg.vocab, 7).tolist()] + [[int(x)] for x in rng.integers(3, cfg.vocab, 3)]
+    past = [np.zeros((1, cfg.n_kv_heads, 0, cfg.head_dim), np.float32)] * (2 * cfg.n_layers)
+    pos = 0
+    worst = 0.0
+    for ids in steps:
+        feeds = {"input_ids": np.array([ids], np.int64),
+                 "attention_mask": np.ones((1, pos + len(ids)), np.int64)}
+        if form == "optimum":
+            feeds["position_ids"] = np.arange(pos, pos + len(ids), dtype=np.int64)[None]
+        for i in range(cfg.n_layers):
+            feeds[f"past_key_values.{i}.key"] = past[2 * i]
+            feeds[f"past_key_values.{i}.value"] = past[2 * i + 1]
+        outs = sess.run(None, feeds)
+        past = outs[1:]
+        want = ref.forward(ids)[0]
+        got = outs[0][0, -1].astype(np.float64)
+        err = float(np.abs(got - want).max() / max(1e-30, np.abs(want).max()))
+        worst = max(worst, err)
+        if int(np.argmax(got)) != int(np.argmax(want)) and err > 1e-4:
+            raise SystemExit(f"check failed: argmax {np.argmax(got)} != numpy {np.argmax(want)} at position {pos}")
+        pos += len(ids)
+    if worst > 1e-4:
+        raise SystemExit(f"check failed: logits differ from the numpy reference by {worst:.3g} of their range")
+    print(f"check: ONNX Runtime logits match the numpy reference to {worst:.2g} of the largest logit "
+          f"({len(steps)} steps, past lengths 0 to {pos - 1})")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out_dir")
@@ -149,6 +265,8 @@ def main():
     ap.add_argument("--ffn", type=int, default=128)
     ap.add_argument("--vocab", type=int, default=384)
     ap.add_argument("--max-length", type=int, default=256)
+    ap.add_argument("--check", action="store_true",
+                    help="run the model in ONNX Runtime and compare its logits with a numpy forward pass")
     ap.add_argument("--embed-op", choices=["GatherBlockQuantized", "DequantizeLinear"],
                     default="GatherBlockQuantized")
     a = ap.parse_args()
@@ -161,7 +279,7 @@ def main():
                          head_dim=a.hidden // a.heads, ffn=a.ffn, vocab=a.vocab, rope_base=10000.0, eps=1e-5,
                          max_length=a.max_length)
     rng = np.random.default_rng(a.seed)
-    w, _ = make_weights(cfg, rng)
+    w, raw = make_weights(cfg, rng)
     os.makedirs(a.out_dir, exist_ok=True)
     bos, eos, pad, unk = 1, 2, 2, 0
     special = [0, 1, 2]
@@ -188,6 +306,8 @@ def main():
     with open(os.path.join(a.out_dir, "tokenizer_config.json"), "w", encoding="utf-8") as f:
         json.dump(lb.tokenizer_config_json(tokens, special, bos, eos, pad, unk, CHAT_TEMPLATE, cfg.max_length),
                   f, ensure_ascii=False, indent=2)
+    if a.check:
+        check(a.out_dir, a.form, cfg, raw)
     print(f"wrote {a.out_dir} ({a.form}: {cfg.n_layers} layers, hidden {cfg.hidden}, {cfg.n_heads}/"
           f"{cfg.n_kv_heads} heads, vocab {cfg.vocab}, {len(merges)} merges)")
 
