@@ -253,6 +253,45 @@ def check(out_dir, form, cfg, raw):
           f"({len(steps)} steps, past lengths 0 to {pos - 1})")
 
 
+
+def write_gguf(path, cfg, raw, tokens, merges, special):
+    """The same weights and tokenizer as a llama GGUF file (for tests of tools/gguf_to_onnx.py)."""
+    import gguf
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_name("tiny-llama-test")
+    w.add_block_count(cfg.n_layers)
+    w.add_context_length(cfg.max_length)
+    w.add_embedding_length(cfg.hidden)
+    w.add_feed_forward_length(cfg.ffn)
+    w.add_head_count(cfg.n_heads)
+    w.add_head_count_kv(cfg.n_kv_heads)
+    w.add_rope_freq_base(cfg.rope_base)
+    w.add_layer_norm_rms_eps(cfg.eps)
+    w.add_rope_dimension_count(cfg.head_dim)
+    w.add_vocab_size(cfg.vocab)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("smollm")
+    w.add_token_list(tokens)
+    w.add_token_types([3 if i in special else 1 for i in range(len(tokens))])
+    w.add_token_merges(merges)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+    w.add_pad_token_id(2)
+    w.add_add_bos_token(False)
+    w.add_chat_template(CHAT_TEMPLATE)
+    for key, val in raw.items():
+        parts = key.split(".")
+        name = ".".join(parts[:-1] + [GGUF_NAMES[parts[-1]]]) + ".weight"
+        if val[0] == "F32":
+            w.add_tensor(name, val[1].astype(np.float32))
+        else:
+            w.add_tensor(name, val[1], raw_dtype=gguf.GGMLQuantizationType[val[0]])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out_dir")
@@ -265,6 +304,7 @@ def main():
     ap.add_argument("--ffn", type=int, default=128)
     ap.add_argument("--vocab", type=int, default=384)
     ap.add_argument("--max-length", type=int, default=256)
+    ap.add_argument("--gguf", metavar="PATH", help="also write the weights and tokenizer as a llama GGUF file")
     ap.add_argument("--check", action="store_true",
                     help="run the model in ONNX Runtime and compare its logits with a numpy forward pass")
     ap.add_argument("--embed-op", choices=["GatherBlockQuantized", "DequantizeLinear"],
@@ -306,6 +346,8 @@ def main():
     with open(os.path.join(a.out_dir, "tokenizer_config.json"), "w", encoding="utf-8") as f:
         json.dump(lb.tokenizer_config_json(tokens, special, bos, eos, pad, unk, CHAT_TEMPLATE, cfg.max_length),
                   f, ensure_ascii=False, indent=2)
+    if a.gguf:
+        write_gguf(a.gguf, cfg, raw, tokens, merges, special)
     if a.check:
         check(a.out_dir, a.form, cfg, raw)
     print(f"wrote {a.out_dir} ({a.form}: {cfg.n_layers} layers, hidden {cfg.hidden}, {cfg.n_heads}/"
