@@ -6,7 +6,7 @@
  *   - float path (accuracy_level 0, and prefill): sum_k a_k (q - zp) s;
  *   - int8 path (accuracy_level 4, decode): the same with A replaced by its int8 model, which
  *     the reference makes the way the kernel does (per block: scale amax / 127, codes rounded
- *     to nearest even, clamped to +-127; the zero-point term with the quantized A).
+ *     half away from zero; the zero-point term with the quantized A).
  * Tolerance: |got - want| <= 1e-5 S + 1e-6, S = sum of |terms| (float accumulation order).
  * A run with the zero points dropped must fail the comparison (the check can fail). */
 #include <math.h>
@@ -100,8 +100,8 @@ static void reference(const nb_case *c, const nb_data *d, bool int8, double *wan
             for (int64_t k = b * bs; k < k1; k++) amax = fmaxf(amax, fabsf(a[k]));
             float inv = amax > 0 ? 127.0f / amax : 0, sa = amax / 127.0f;
             for (int64_t k = b * bs; k < k1; k++) {
-                float r = nearbyintf(a[k] * inv);
-                r = r > 127 ? 127 : r < -127 ? -127 : r;
+                float x = a[k] * inv;
+                float r = (float)(int)(x + (x >= 0.0f ? 0.5f : -0.5f));
                 qa[k] = int8 ? r * sa : a[k];
             }
         }

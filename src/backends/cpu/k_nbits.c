@@ -31,7 +31,7 @@ static size_t align64(size_t x) { return (x + 63) & ~(size_t)63; }
 typedef struct decode_layout {
     const tdm_nbits_variant *v;
     int64_t kq, sal_stride;
-    size_t a_bytes, sal_off, sa_off, sum_off, total;
+    size_t a_bytes, sal_off, sql_off, sa_off, sum_off, total;
 } decode_layout;
 
 static int simd_level(const tdm_cpu_simd *simd) { return simd ? (int)simd->level : 0; }
@@ -47,7 +47,8 @@ static decode_layout layout_of(const tdm_cpu_simd *simd, const tdm_nbits_w *w, b
     L.sal_stride = L.v->span ? L.kq / L.v->span * L.v->lanes : w->nb;
     L.a_bytes = align64((size_t)(M * L.kq) * (L.v->int8 ? 1 : sizeof(float)));
     L.sal_off = L.a_bytes;
-    L.sa_off = L.sal_off + align64((size_t)(M * L.sal_stride) * sizeof(float));
+    L.sql_off = L.sal_off + align64((size_t)(M * L.sal_stride) * sizeof(float));
+    L.sa_off = L.sql_off + align64((size_t)(M * L.sal_stride) * sizeof(float));
     L.sum_off = L.sa_off + align64((size_t)(M * w->nb) * sizeof(float));
     L.total = L.sum_off + align64((size_t)(M * w->nb) * sizeof(float));
     return L;
@@ -66,65 +67,74 @@ size_t tdm_nbits_scratch_bytes(const tdm_cpu_simd *simd, const tdm_nbits_w *w, b
 }
 
 /* Position of element k of a row in the variant's order (4-bit: evens then odds per span). */
-static inline int64_t a_pos(int half, int64_t k) {
-    if (!half) return k;
-    int64_t g = k / (2 * half), r = k % (2 * half);
-    return g * 2 * half + (r & 1) * half + r / 2;
+static inline int64_t a_pos(int hshift, int64_t k) {
+    if (hshift < 0) return k;
+    int64_t h = (int64_t)1 << hshift, r = k & (2 * h - 1);
+    return (k - r) + (r & 1) * h + (r >> 1);
 }
 
 static void prep_a(const decode_layout *L, const tdm_nbits_w *w, int64_t M, const float *A,
                    char *scr) {
     const tdm_nbits_variant *v = L->v;
     int64_t K = w->K, bs = w->bs, nb = w->nb;
+    int hs = v->half ? __builtin_ctz((unsigned)v->half) : -1;
+    int es = v->span ? __builtin_ctz((unsigned)(v->span / v->lanes)) : 0; /* log2 elements/lane */
     float *sal = (float *)(scr + L->sal_off), *sa_all = (float *)(scr + L->sa_off);
+    float *sql = (float *)(scr + L->sql_off);
     float *sum_all = (float *)(scr + L->sum_off);
     for (int64_t m = 0; m < M; m++) {
         const float *a = A + m * K;
         float *sum = sum_all + m * nb, *sa = sa_all + m * nb;
-        for (int64_t b = 0; b < nb; b++) {
-            int64_t k1 = (b + 1) * bs < K ? (b + 1) * bs : K;
-            float s = 0.0f;
-            for (int64_t k = b * bs; k < k1; k++) s += a[k];
-            sum[b] = s;
-        }
         if (!v->int8) {
             float *f = (float *)scr + m * L->kq;
             memset(f, 0, (size_t)L->kq * sizeof(float));
-            for (int64_t k = 0; k < K; k++) f[a_pos(v->half, k)] = a[k];
+            for (int64_t k = 0; k < K; k++) f[a_pos(hs, k)] = a[k];
+            for (int64_t b = 0; b < nb; b++) {
+                int64_t k1 = (b + 1) * bs < K ? (b + 1) * bs : K;
+                float t = 0.0f;
+                for (int64_t k = b * bs; k < k1; k++) t += a[k];
+                sum[b] = t;
+            }
             continue;
         }
         int8_t *q = (int8_t *)scr + m * L->kq;
+        float *sl = sal + m * L->sal_stride, *ql = sql + m * L->sal_stride;
         memset(q, 0, (size_t)L->kq);
+        if (v->span) {
+            memset(sl, 0, (size_t)L->sal_stride * sizeof(float));
+            memset(ql, 0, (size_t)L->sal_stride * sizeof(float));
+        }
         for (int64_t b = 0; b < nb; b++) {
             int64_t k1 = (b + 1) * bs < K ? (b + 1) * bs : K;
             float amax = 0.0f;
-            for (int64_t k = b * bs; k < k1; k++) amax = fmaxf(amax, fabsf(a[k]));
+            for (int64_t k = b * bs; k < k1; k++) {
+                float x = fabsf(a[k]);
+                amax = x > amax ? x : amax;
+            }
             float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
             int32_t qsum = 0;
             sa[b] = amax / 127.0f;
-            for (int64_t k = b * bs; k < k1; k++) {
-                float r = nearbyintf(a[k] * inv);
-                int8_t c = (int8_t)(r > 127.0f ? 127 : r < -127.0f ? -127 : r);
-                q[a_pos(v->half, k)] = c;
-                qsum += c;
+            for (int64_t k0 = b * bs; k0 < k1; k0 += (int64_t)1 << es) {
+                int64_t e1 = k0 + ((int64_t)1 << es) < k1 ? k0 + ((int64_t)1 << es) : k1;
+                int cs = 0;
+                for (int64_t k = k0; k < e1; k++) {
+                    float x = a[k] * inv; /* |x| <= 127: round half away from zero */
+                    int c = (int)(x + (x >= 0.0f ? 0.5f : -0.5f));
+                    q[a_pos(hs, k)] = (int8_t)c;
+                    cs += c;
+                }
+                qsum += cs;
+                if (v->span) ql[k0 >> es] = (float)cs; /* a lane: consecutive elements */
             }
+            if (v->span) /* A's scale for each int32 lane of the block */
+                for (int64_t l = (b * bs) >> es; l < ((b * bs + bs) >> es) && l < L->sal_stride; l++)
+                    sl[l] = sa[b];
             /* the zero-point term from the quantized A as well: A's rounding then meets the
              * centred weights (q - zp) only, not the raw codes (measured on the test models:
              * several times less error than with A's float sums) */
             sum[b] = sa[b] * (float)qsum;
-
         }
-        if (v->span) { /* A's scale for each int32 lane of each span */
-            int64_t epl = v->span / v->lanes, nsp = L->kq / v->span;
-            float *sl = sal + m * L->sal_stride;
-            for (int64_t sp = 0; sp < nsp; sp++)
-                for (int l = 0; l < v->lanes; l++) {
-                    int64_t b = (sp * v->span + l * epl) / bs;
-                    sl[sp * v->lanes + l] = b < nb ? sa[b] : 0.0f;
-                }
-        } else {
-            memcpy(sal + m * L->sal_stride, sa, (size_t)nb * sizeof(float));
-        }
+        if (!v->span) memcpy(sl, sa, (size_t)nb * sizeof(float));
     }
 }
 
@@ -145,7 +155,8 @@ static void decode(const tdm_cpu_simd *simd, tdm_threadpool *pool, const tdm_nbi
     prep_a(&L, w, M, A, scr);
     decode_task t = {L.v,
                      {w, M, scr, L.kq, (const float *)(scr + L.sal_off), L.sal_stride,
-                      (const float *)(scr + L.sum_off), bias, Y, {0}}};
+                      (const float *)(scr + L.sum_off), (const float *)(scr + L.sql_off), bias,
+                      Y, {0}}};
     if (L.v->span) {
         int64_t epl = L.v->span / L.v->lanes;
         for (int l = 0; l < L.v->lanes; l++) t.j.lane_block[l] = (int32_t)(l * epl / w->bs);

@@ -54,7 +54,8 @@ typedef struct tdm_nbits_job {
     int64_t kq;       /* row stride of a, elements */
     const float *sal; /* [M][sal_stride]: int8 paths, A's scale per int32 lane of each span */
     int64_t sal_stride;
-    const float *sum; /* [M][nb]: sum of A's floats per block (the zero-point term) */
+    const float *sum; /* [M][nb]: sum of A per block (the zero-point term; int8: of its model) */
+    const float *sql; /* [M][sal_stride]: int8 SIMD paths, A's codes summed per lane */
     const float *bias;
     float *Y; /* [M][N] */
     int32_t lane_block[16]; /* int8 paths: lane -> block offset within a span */

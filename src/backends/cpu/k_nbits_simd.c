@@ -150,14 +150,16 @@ TDM_TARGET_AVX2 static void rows_avx2_i8(const tdm_nbits_job *j, int64_t n0, int
     const bool q4 = w->bits == 4;
     const int64_t rowb = row_bytes(w), nsp = (rowb + 31) / 32, tail = rowb - (nsp - 1) * 32;
     const int64_t span = q4 ? 64 : 32, bps = span / w->bs > 0 ? span / w->bs : 1;
+    const int bshift = __builtin_ctzll((unsigned long long)w->bs);
     const __m256i idx = _mm256_loadu_si256((const __m256i *)j->lane_block);
     const __m256i nib = _mm256_set1_epi8(15), one = _mm256_set1_epi16(1);
+    const __m256 zdef = _mm256_set1_ps((float)(1 << (w->bits - 1)));
     for (int64_t n = n0; n < n1; n++) {
         const uint8_t *row = w->b + n * rowb;
-        const float *s = w->scales + n * w->nb;
+        const float *s = w->scales + n * w->nb, *zr = w->zp ? w->zp + n * w->nb : NULL;
         for (int64_t m = 0; m < j->M; m++) {
             const int8_t *qa = (const int8_t *)j->a + m * j->kq;
-            const float *sl = j->sal + m * j->sal_stride;
+            const float *sl = j->sal + m * j->sal_stride, *ql = j->sql + m * j->sal_stride;
             __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
             for (int64_t sp = 0; sp < nsp; sp++) {
                 __m256i wv = sp + 1 < nsp ? _mm256_loadu_si256((const __m256i *)(row + sp * 32))
@@ -177,16 +179,19 @@ TDM_TARGET_AVX2 static void rows_avx2_i8(const tdm_nbits_job *j, int64_t n0, int
                     __m256i dh = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, q), one);
                     d = _mm256_add_epi32(dl, _mm256_slli_epi32(dh, 4));
                 }
-                int64_t b0 = sp * span / w->bs;
-                __m256 sc = _mm256_mul_ps(lane_scales8(s + b0, min64(bps, w->nb - b0), idx),
+                int64_t b0 = (sp * span) >> bshift, cnt = min64(bps, w->nb - b0);
+                __m256 sc = _mm256_mul_ps(lane_scales8(s + b0, cnt, idx),
                                           _mm256_loadu_ps(sl + sp * 8));
+                __m256 zl = zr ? lane_scales8(zr + b0, cnt, idx) : zdef;
+                /* (sum qa q - zp sum qa) per lane, times s sa */
+                __m256 t = _mm256_fnmadd_ps(zl, _mm256_loadu_ps(ql + sp * 8), _mm256_cvtepi32_ps(d));
                 if (sp & 1)
-                    acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), sc, acc1);
+                    acc1 = _mm256_fmadd_ps(t, sc, acc1);
                 else
-                    acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), sc, acc0);
+                    acc0 = _mm256_fmadd_ps(t, sc, acc0);
             }
-            j->Y[m * w->N + n] = finish_z(j, n, hsum8(_mm256_add_ps(acc0, acc1)),
-                                          zterm_avx2(w, n, j->sum + m * w->nb));
+            float y = hsum8(_mm256_add_ps(acc0, acc1));
+            j->Y[m * w->N + n] = j->bias ? y + j->bias[n] : y;
         }
     }
 }
@@ -250,48 +255,90 @@ TDM_TARGET_AVX512 static float zterm_avx512(const tdm_nbits_w *w, int64_t n, con
     return zp ? r : r * (float)(1 << (w->bits - 1));
 }
 
-TDM_TARGET_VNNI static void rows_vnni_i8(const tdm_nbits_job *j, int64_t n0, int64_t n1) {
+/* One span of R rows of B (R <= 4) for one row of A: acc[r] += (d - zp sum qa) * s sa per
+ * lane. `last`: the tail span (masked load, fewer blocks). */
+#define VNNI_ROWS 4
+typedef struct vnni_ctx {
+    const uint8_t *row[VNNI_ROWS];
+    const float *s[VNNI_ROWS], *z[VNNI_ROWS];
+} vnni_ctx;
+
+__attribute__((always_inline)) TDM_TARGET_VNNI static inline void
+vnni_span(const vnni_ctx *c, int R, bool q4, bool has_zp, int64_t sp, __mmask64 wm, __mmask16 bm,
+          int64_t b0, const int8_t *q, __m512 sal, __m512 ql, __m512i idx, __m512 zdef,
+          __m512 *acc) {
+    const __m512i nib = _mm512_set1_epi8(15);
+    __m512i e = _mm512_loadu_si512(q), o = q4 ? _mm512_loadu_si512(q + 64) : e;
+    for (int r = 0; r < R; r++) {
+        __m512i wv = _mm512_maskz_loadu_epi8(wm, c->row[r] + sp * 64);
+        __m512i d;
+        if (q4) {
+            __m512i lo = _mm512_and_si512(wv, nib);
+            __m512i hi = _mm512_and_si512(_mm512_srli_epi16(wv, 4), nib);
+            d = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, e), hi, o);
+        } else {
+            d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv, e);
+        }
+        __m512 sc = _mm512_permutexvar_ps(idx, _mm512_maskz_loadu_ps(bm, c->s[r] + b0));
+        __m512 zl = has_zp ? _mm512_permutexvar_ps(idx, _mm512_maskz_loadu_ps(bm, c->z[r] + b0))
+                           : zdef;
+        __m512 t = _mm512_fnmadd_ps(zl, ql, _mm512_cvtepi32_ps(d));
+        acc[r] = _mm512_fmadd_ps(t, _mm512_mul_ps(sc, sal), acc[r]);
+    }
+}
+
+__attribute__((always_inline)) TDM_TARGET_VNNI static inline void
+vnni_rows(const tdm_nbits_job *j, int64_t n, int R, bool q4, bool has_zp) {
     const tdm_nbits_w *w = j->w;
-    const bool q4 = w->bits == 4;
     const int64_t rowb = row_bytes(w), nsp = (rowb + 63) / 64, tail = rowb - (nsp - 1) * 64;
     const __mmask64 tmask = tail >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << tail) - 1);
     const int64_t span = q4 ? 128 : 64, bps = span / w->bs > 0 ? span / w->bs : 1;
+    const int bshift = __builtin_ctzll((unsigned long long)w->bs);
     const __m512i idx = _mm512_loadu_si512(j->lane_block);
-    const __m512i nib = _mm512_set1_epi8(15);
-    for (int64_t n = n0; n < n1; n++) {
-        const uint8_t *row = w->b + n * rowb;
-        const float *s = w->scales + n * w->nb;
-        for (int64_t m = 0; m < j->M; m++) {
-            const int8_t *qa = (const int8_t *)j->a + m * j->kq;
-            const float *sl = j->sal + m * j->sal_stride;
-            __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-            for (int64_t sp = 0; sp < nsp; sp++) {
-                __m512i wv = sp + 1 < nsp ? _mm512_loadu_si512(row + sp * 64)
-                                          : _mm512_maskz_loadu_epi8(tmask, row + sp * 64);
-                __m512i d;
-                if (q4) {
-                    const int8_t *q = qa + sp * 128;
-                    __m512i lo = _mm512_and_si512(wv, nib);
-                    __m512i hi = _mm512_and_si512(_mm512_srli_epi16(wv, 4), nib);
-                    d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(q));
-                    d = _mm512_dpbusd_epi32(d, hi, _mm512_loadu_si512(q + 64));
-                } else {
-                    d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv,
-                                            _mm512_loadu_si512(qa + sp * 64));
-                }
-                int64_t b0 = sp * span / w->bs, cnt = min64(bps, w->nb - b0);
-                __m512 sc = _mm512_permutexvar_ps(
-                    idx, _mm512_maskz_loadu_ps((__mmask16)((1u << cnt) - 1), s + b0));
-                sc = _mm512_mul_ps(sc, _mm512_loadu_ps(sl + sp * 16));
-                if (sp & 1)
-                    acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), sc, acc1);
-                else
-                    acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), sc, acc0);
-            }
-            j->Y[m * w->N + n] = finish_z(j, n, _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)),
-                                          zterm_avx512(w, n, j->sum + m * w->nb));
+    const __m512 zdef = _mm512_set1_ps((float)(1 << (w->bits - 1)));
+    const __mmask16 fullm = (__mmask16)((1u << bps) - 1);
+    vnni_ctx c;
+    for (int r = 0; r < R; r++) {
+        c.row[r] = w->b + (n + r) * rowb;
+        c.s[r] = w->scales + (n + r) * w->nb;
+        c.z[r] = has_zp ? w->zp + (n + r) * w->nb : NULL;
+    }
+    for (int64_t m = 0; m < j->M; m++) {
+        const int8_t *qa = (const int8_t *)j->a + m * j->kq;
+        const float *sl = j->sal + m * j->sal_stride, *ql = j->sql + m * j->sal_stride;
+        __m512 acc[VNNI_ROWS];
+        for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
+        int64_t sp = 0;
+        for (; sp + 1 < nsp; sp++)
+            vnni_span(&c, R, q4, has_zp, sp, ~(__mmask64)0, fullm, (sp * span) >> bshift,
+                      qa + sp * (q4 ? 128 : 64), _mm512_loadu_ps(sl + sp * 16),
+                      _mm512_loadu_ps(ql + sp * 16), idx, zdef, acc);
+        int64_t b0 = (sp * span) >> bshift, cnt = w->nb - b0 < bps ? w->nb - b0 : bps;
+        vnni_span(&c, R, q4, has_zp, sp, tmask, (__mmask16)((1u << cnt) - 1), b0,
+                  qa + sp * (q4 ? 128 : 64), _mm512_loadu_ps(sl + sp * 16),
+                  _mm512_loadu_ps(ql + sp * 16), idx, zdef, acc);
+        for (int r = 0; r < R; r++) {
+            float y = _mm512_reduce_add_ps(acc[r]);
+            j->Y[m * w->N + n + r] = j->bias ? y + j->bias[n + r] : y;
         }
     }
+}
+
+#define VNNI_VARIANT(name, q4, zp)                                                              \
+    TDM_TARGET_VNNI static void name(const tdm_nbits_job *j, int64_t n0, int64_t n1) {         \
+        int64_t n = n0;                                                                         \
+        for (; n + VNNI_ROWS <= n1; n += VNNI_ROWS) vnni_rows(j, n, VNNI_ROWS, q4, zp);         \
+        for (; n < n1; n++) vnni_rows(j, n, 1, q4, zp);                                         \
+    }
+VNNI_VARIANT(vnni_q4, true, false)
+VNNI_VARIANT(vnni_q4_zp, true, true)
+VNNI_VARIANT(vnni_q8, false, false)
+VNNI_VARIANT(vnni_q8_zp, false, true)
+
+TDM_TARGET_VNNI static void rows_vnni_i8(const tdm_nbits_job *j, int64_t n0, int64_t n1) {
+    bool zp = j->w->zp != NULL;
+    if (j->w->bits == 4) zp ? vnni_q4_zp(j, n0, n1) : vnni_q4(j, n0, n1);
+    else zp ? vnni_q8_zp(j, n0, n1) : vnni_q8(j, n0, n1);
 }
 
 /* float path, as rows_avx2_f32 with 16 lanes. */
