@@ -1,0 +1,77 @@
+/* MatMulNBits decode product alone (tdm_nbits_matmul, src/backends/cpu/k_nbits*.c): the time
+ * of one M-row call on random weights, and the bytes of packed weights (B) read per second.
+ * Built and run by run_nbits.py (side by side with ONNX Runtime):
+ *   bench_nbits N K BITS BLOCK THREADS M ACC4(0|1) ZP(0 none|1 float)
+ * Prints one JSON object: us per call (median of 15 rounds), GB/s of B, GB/s of B + scales +
+ * zero points, the ISA variant level used. Weights are 64 MiB or less, so small shapes run
+ * from the caches; each round is at least 0.2 s. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backends/cpu/cpu_isa.h"
+#include "backends/cpu/cpu_simd.h"
+#include "backends/cpu/k_nbits.h"
+#include "core/threadpool.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(getenv("BENCH_WALL") ? CLOCK_MONOTONIC : CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 9) {
+        fprintf(stderr, "usage: bench_nbits N K BITS BLOCK THREADS M ACC4 ZP\n");
+        return 2;
+    }
+    int64_t N = atoll(argv[1]), K = atoll(argv[2]), bs = atoll(argv[4]), M = atoll(argv[6]);
+    int bits = atoi(argv[3]), threads = atoi(argv[5]), acc4 = atoi(argv[7]), zp = atoi(argv[8]);
+    int64_t nb = (K + bs - 1) / bs, rowb = nb * bs * bits / 8;
+    uint8_t *b = malloc((size_t)(N * rowb));
+    float *s = malloc((size_t)(N * nb) * sizeof(float)), *z = malloc((size_t)(N * nb) * sizeof(float));
+    float *A = malloc((size_t)(M * K) * sizeof(float)), *Y = malloc((size_t)(M * N) * sizeof(float));
+    srand(1);
+    for (int64_t i = 0; i < N * rowb; i++) b[i] = (uint8_t)rand();
+    for (int64_t i = 0; i < N * nb; i++) s[i] = 0.01f + (float)(rand() % 100) * 1e-4f, z[i] = 8.0f;
+    for (int64_t i = 0; i < M * K; i++) A[i] = (float)(rand() % 2001 - 1000) * 1e-3f;
+    tdm_nbits_w w = {N, K, nb, bs, bits, b, s, zp ? z : NULL};
+    tdm_cpu_isa level = tdm_cpu_isa_detect(), cap;
+    const char *env = getenv("TANDEM_CPU_ISA");
+    if (env && tdm_cpu_isa_parse(env, &cap)) level = tdm_cpu_isa_min(level, cap);
+    tdm_cpu_simd simd;
+    tdm_cpu_simd_init(&simd, level);
+    tdm_threadpool *pool = NULL;
+    if (threads > 1 && tdm_threadpool_create(threads, 100, &pool)) return 1;
+    size_t need = tdm_nbits_scratch_bytes(&simd, &w, acc4, M);
+    void *scr = aligned_alloc(64, (need + 63) / 64 * 64);
+    for (int i = 0; i < 20; i++) tdm_nbits_matmul(&simd, pool, &w, acc4, M, A, NULL, Y, scr);
+    double t0 = now_s();
+    int64_t iters = 0;
+    while (now_s() - t0 < 0.05) tdm_nbits_matmul(&simd, pool, &w, acc4, M, A, NULL, Y, scr), iters++;
+    iters = iters * 4 + 1; /* ~0.2 s a round */
+    double r[15];
+    for (int k = 0; k < 15; k++) {
+        double t = now_s();
+        for (int64_t i = 0; i < iters; i++)
+            tdm_nbits_matmul(&simd, pool, &w, acc4, M, A, NULL, Y, scr);
+        r[k] = (now_s() - t) / (double)iters;
+    }
+    qsort(r, 15, sizeof r[0], cmp);
+    double t = r[7], bbytes = (double)(N * rowb);
+    double all = bbytes + (double)(N * nb) * sizeof(float) * (zp ? 2 : 1);
+    printf("{\"N\": %lld, \"K\": %lld, \"bits\": %d, \"block\": %lld, \"threads\": %d, \"M\": %lld, "
+           "\"acc4\": %d, \"us\": %.3f, \"gbps_b\": %.2f, \"gbps_all\": %.2f, \"isa\": \"%s\", "
+           "\"check\": %g}\n",
+           (long long)N, (long long)K, bits, (long long)bs, threads, (long long)M, acc4, t * 1e6,
+           bbytes / t * 1e-9, all / t * 1e-9, tdm_cpu_isa_name(level), (double)Y[0]);
+    tdm_threadpool_free(pool);
+    free(scr), free(b), free(s), free(z), free(A), free(Y);
+    return 0;
+}

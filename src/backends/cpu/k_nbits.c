@@ -1,0 +1,410 @@
+/* CPU kernels, nbits family: com.microsoft MatMulNBits (the products, k_nbits.h, with the
+ * decode loops in k_nbits_simd.c) and GatherBlockQuantized (k_nbits_gather.c).
+ *
+ * Decode (M <= TDM_NBITS_DECODE_ROWS rows of A): A is prepared once per call in the order the
+ * variant reads it (int8 codes per block for accuracy_level 4, or floats), then the rows of B
+ * are shared out over the thread pool; each row of B is read from memory once for all rows of
+ * A. Prefill (more rows): B is dequantized in chunks of rows into a float panel (at most
+ * PANEL_BYTES) that tdm_sgemm multiplies, so a long prompt runs at float GEMM speed.
+ *
+ * Memory: nothing is allocated per call in steady state. The node's state keeps one scratch
+ * block (grown to the largest call seen) taken with an atomic flag; a run that finds it taken
+ * (the same plan run from two threads at once) allocates its own for that call. Packed
+ * uint8 zero points of a constant input are unpacked to floats once, at plan time. */
+#include "backends/cpu/k_nbits.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/cpu_simd.h"
+#include "core/alloc.h"
+
+#define PANEL_BYTES ((size_t)4 << 20)
+
+static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+static size_t align64(size_t x) { return (x + 63) & ~(size_t)63; }
+
+/* ---- the product ---- */
+
+typedef struct decode_layout {
+    const tdm_nbits_variant *v;
+    int64_t kq, sal_stride;
+    size_t a_bytes, sal_off, sql_off, sa_off, sum_off, total;
+} decode_layout;
+
+static int simd_level(const tdm_cpu_simd *simd) { return simd ? (int)simd->level : 0; }
+
+static decode_layout layout_of(const tdm_cpu_simd *simd, const tdm_nbits_w *w, bool int8,
+                               int64_t M) {
+    decode_layout L;
+    L.v = tdm_nbits_pick(simd_level(simd), w->bits, int8, w->bs);
+    int64_t unit = 1;
+    if (L.v->half) unit = 2 * L.v->half;
+    if (L.v->span > unit) unit = L.v->span;
+    L.kq = round_up(w->nb * w->bs, unit);
+    L.sal_stride = L.v->span ? L.kq / L.v->span * L.v->lanes : w->nb;
+    L.a_bytes = align64((size_t)(M * L.kq) * (L.v->int8 ? 1 : sizeof(float)));
+    L.sal_off = L.a_bytes;
+    L.sql_off = L.sal_off + align64((size_t)(M * L.sal_stride) * sizeof(float));
+    L.sa_off = L.sql_off + align64((size_t)(M * L.sal_stride) * sizeof(float));
+    L.sum_off = L.sa_off + align64((size_t)(M * w->nb) * sizeof(float));
+    L.total = L.sum_off + align64((size_t)(M * w->nb) * sizeof(float));
+    return L;
+}
+
+static int64_t panel_rows(const tdm_nbits_w *w) {
+    int64_t r = (int64_t)(PANEL_BYTES / sizeof(float)) / w->K;
+    if (r < 16) r = 16;
+    return r < w->N ? r : w->N;
+}
+
+size_t tdm_nbits_scratch_bytes(const tdm_cpu_simd *simd, const tdm_nbits_w *w, bool int8,
+                               int64_t M) {
+    if (M <= TDM_NBITS_DECODE_ROWS) return layout_of(simd, w, int8, M).total;
+    return align64((size_t)(panel_rows(w) * w->K) * sizeof(float));
+}
+
+/* Position of element k of a row in the variant's order (4-bit: evens then odds per span). */
+static inline int64_t a_pos(int hshift, int64_t k) {
+    if (hshift < 0) return k;
+    int64_t h = (int64_t)1 << hshift, r = k & (2 * h - 1);
+    return (k - r) + (r & 1) * h + (r >> 1);
+}
+
+static void prep_a(const decode_layout *L, const tdm_nbits_w *w, int64_t M, const float *A,
+                   char *scr) {
+    const tdm_nbits_variant *v = L->v;
+    int64_t K = w->K, bs = w->bs, nb = w->nb;
+    int hs = v->half ? __builtin_ctz((unsigned)v->half) : -1;
+    int es = v->span ? __builtin_ctz((unsigned)(v->span / v->lanes)) : 0; /* log2 elements/lane */
+    float *sal = (float *)(scr + L->sal_off), *sa_all = (float *)(scr + L->sa_off);
+    float *sql = (float *)(scr + L->sql_off);
+    float *sum_all = (float *)(scr + L->sum_off);
+    for (int64_t m = 0; m < M; m++) {
+        const float *a = A + m * K;
+        float *sum = sum_all + m * nb, *sa = sa_all + m * nb;
+        if (!v->int8) {
+            float *f = (float *)scr + m * L->kq;
+            memset(f, 0, (size_t)L->kq * sizeof(float));
+            for (int64_t k = 0; k < K; k++) f[a_pos(hs, k)] = a[k];
+            for (int64_t b = 0; b < nb; b++) {
+                int64_t k1 = (b + 1) * bs < K ? (b + 1) * bs : K;
+                float t = 0.0f;
+                for (int64_t k = b * bs; k < k1; k++) t += a[k];
+                sum[b] = t;
+            }
+            continue;
+        }
+        int8_t *q = (int8_t *)scr + m * L->kq;
+        float *sl = sal + m * L->sal_stride, *ql = sql + m * L->sal_stride;
+        memset(q, 0, (size_t)L->kq);
+        if (v->span) {
+            memset(sl, 0, (size_t)L->sal_stride * sizeof(float));
+            memset(ql, 0, (size_t)L->sal_stride * sizeof(float));
+        }
+        for (int64_t b = 0; b < nb; b++) {
+            int64_t k1 = (b + 1) * bs < K ? (b + 1) * bs : K;
+            float amax = 0.0f;
+            for (int64_t k = b * bs; k < k1; k++) {
+                float x = fabsf(a[k]);
+                amax = x > amax ? x : amax;
+            }
+            float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+            int32_t qsum = 0;
+            sa[b] = amax / 127.0f;
+            for (int64_t k0 = b * bs; k0 < k1; k0 += (int64_t)1 << es) {
+                int64_t e1 = k0 + ((int64_t)1 << es) < k1 ? k0 + ((int64_t)1 << es) : k1;
+                int cs = 0;
+                for (int64_t k = k0; k < e1; k++) {
+                    float x = a[k] * inv; /* |x| <= 127: round half away from zero */
+                    int c = (int)(x + (x >= 0.0f ? 0.5f : -0.5f));
+                    q[a_pos(hs, k)] = (int8_t)c;
+                    cs += c;
+                }
+                qsum += cs;
+                if (v->span) ql[k0 >> es] = (float)cs; /* a lane: consecutive elements */
+            }
+            if (v->span) /* A's scale for each int32 lane of the block */
+                for (int64_t l = (b * bs) >> es; l < ((b * bs + bs) >> es) && l < L->sal_stride; l++)
+                    sl[l] = sa[b];
+            /* the zero-point term from the quantized A as well: A's rounding then meets the
+             * centred weights (q - zp) only, not the raw codes (measured on the test models:
+             * several times less error than with A's float sums) */
+            sum[b] = sa[b] * (float)qsum;
+        }
+        if (!v->span) memcpy(sl, sa, (size_t)nb * sizeof(float));
+    }
+}
+
+typedef struct decode_task {
+    const tdm_nbits_variant *v;
+    tdm_nbits_job j;
+} decode_task;
+
+static void decode_rows(void *arg, int64_t n0, int64_t n1) {
+    const decode_task *t = arg;
+    t->v->rows(&t->j, n0, n1);
+}
+
+static void decode(const tdm_cpu_simd *simd, tdm_threadpool *pool, const tdm_nbits_w *w,
+                   bool int8, int64_t M, const float *A, const float *bias, float *Y,
+                   char *scr) {
+    decode_layout L = layout_of(simd, w, int8, M);
+    prep_a(&L, w, M, A, scr);
+    decode_task t = {L.v,
+                     {w, M, scr, L.kq, (const float *)(scr + L.sal_off), L.sal_stride,
+                      (const float *)(scr + L.sum_off), (const float *)(scr + L.sql_off), bias,
+                      Y, {0}}};
+    if (L.v->span) {
+        int64_t epl = L.v->span / L.v->lanes;
+        for (int l = 0; l < L.v->lanes; l++) t.j.lane_block[l] = (int32_t)(l * epl / w->bs);
+    }
+    /* about 32 KiB of B per task */
+    int64_t rowb = w->nb * w->bs * w->bits / 8;
+    int64_t grain = 32768 / (rowb * M) + 1;
+    tdm_parallel_for(pool, w->N, grain, decode_rows, &t);
+}
+
+typedef struct deq_task {
+    const tdm_nbits_w *w;
+    int64_t n0;
+    float *panel;
+} deq_task;
+
+/* panel[(n - n0) * K + k] = (q[n, k] - zp) * s for the rows of this range */
+static void deq_rows(void *arg, int64_t r0, int64_t r1) {
+    const deq_task *t = arg;
+    const tdm_nbits_w *w = t->w;
+    int64_t rowb = w->nb * w->bs * w->bits / 8, K = w->K, bs = w->bs;
+    float zdef = (float)(1 << (w->bits - 1));
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t n = t->n0 + r;
+        const uint8_t *row = w->b + n * rowb;
+        const float *s = w->scales + n * w->nb;
+        float *out = t->panel + r * K;
+        for (int64_t b = 0; b < w->nb; b++) {
+            float sc = s[b], z = w->zp ? w->zp[n * w->nb + b] : zdef;
+            int64_t k0 = b * bs, k1 = k0 + bs < K ? k0 + bs : K;
+            if (w->bits == 8) {
+                for (int64_t k = k0; k < k1; k++) out[k] = ((float)row[k] - z) * sc;
+            } else {
+                for (int64_t k = k0; k < k1; k++) {
+                    int64_t bit = k * w->bits;
+                    int q = (row[bit >> 3] >> (bit & 7)) & ((1 << w->bits) - 1);
+                    out[k] = ((float)q - z) * sc;
+                }
+            }
+        }
+    }
+}
+
+static void prefill(const tdm_cpu_simd *simd, tdm_threadpool *pool, const tdm_nbits_w *w,
+                    int64_t M, const float *A, const float *bias, float *Y, float *panel) {
+    int64_t rows = panel_rows(w);
+    for (int64_t n0 = 0; n0 < w->N; n0 += rows) {
+        int64_t nr = w->N - n0 < rows ? w->N - n0 : rows;
+        deq_task t = {w, n0, panel};
+        tdm_parallel_for(pool, nr, 8, deq_rows, &t);
+        tdm_sgemm(simd, pool, false, true, M, nr, w->K, 1.0f, A, w->K, panel, w->K, 0.0f,
+                  Y + n0, w->N);
+    }
+    if (bias)
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t n = 0; n < w->N; n++) Y[m * w->N + n] += bias[n];
+}
+
+void tdm_nbits_matmul(const tdm_cpu_simd *simd, tdm_threadpool *pool, const tdm_nbits_w *w,
+                      bool int8, int64_t M, const float *A, const float *bias, float *Y,
+                      void *scratch) {
+    if (M < 1) return;
+    if (M <= TDM_NBITS_DECODE_ROWS)
+        decode(simd, pool, w, int8, M, A, bias, Y, scratch);
+    else
+        prefill(simd, pool, w, M, A, bias, Y, scratch);
+}
+
+/* ---- the MatMulNBits kernel ---- */
+
+typedef struct nb_state {
+    const tdm_allocator *alloc;
+    const void *zp_src; /* the constant zero points zpf was unpacked from */
+    float *zpf;
+    atomic_int busy; /* the scratch is in use */
+    void *scr;
+    size_t scr_cap;
+} nb_state;
+
+typedef struct nb_attrs {
+    int64_t K, N, bits, bs, nb, blob;
+    bool int8;
+} nb_attrs;
+
+static nb_attrs attrs_of(const tdm_node *node) {
+    nb_attrs a;
+    a.K = tdm_attr_int(node, "K", 0);
+    a.N = tdm_attr_int(node, "N", 0);
+    a.bits = tdm_attr_int(node, "bits", 4);
+    a.bs = tdm_attr_int(node, "block_size", 0);
+    a.int8 = tdm_attr_int(node, "accuracy_level", 0) == 4;
+    a.nb = a.bs > 0 ? (a.K + a.bs - 1) / a.bs : 0;
+    a.blob = a.bs * a.bits / 8;
+    return a;
+}
+
+/* Packed uint8 zero points [N, ceil(nb * bits / 8)] -> floats [N * nb]. */
+static void unpack_zp(const nb_attrs *at, const uint8_t *z, float *out) {
+    int64_t zrow = (at->nb * at->bits + 7) / 8;
+    for (int64_t n = 0; n < at->N; n++)
+        for (int64_t b = 0; b < at->nb; b++) {
+            int64_t bit = b * at->bits;
+            out[n * at->nb + b] =
+                (float)((z[n * zrow + (bit >> 3)] >> (bit & 7)) & ((1 << at->bits) - 1));
+        }
+}
+
+static bool zp_packed_ok(const nb_attrs *at, const tdm_tensor *z) {
+    return z->dtype == TDM_UINT8 && z->count == at->N * ((at->nb * at->bits + 7) / 8);
+}
+
+static tdm_status *nbits_prepare(const tdm_node *node, int opset, int n_in,
+                                 const tdm_tensor *const *in, const tdm_allocator *a,
+                                 void **state) {
+    (void)opset;
+    nb_state *s = tdm_calloc(a, 1, sizeof *s);
+    if (!s) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory preparing MatMulNBits");
+    s->alloc = a;
+    atomic_init(&s->busy, 0);
+    nb_attrs at = attrs_of(node);
+    const tdm_tensor *z = n_in > 3 ? in[3] : NULL;
+    if (z && z->data && !z->device && at.nb > 0 && zp_packed_ok(&at, z)) {
+        s->zpf = tdm_alloc(a, (size_t)(at.N * at.nb) * sizeof(float));
+        if (!s->zpf) {
+            tdm_free(a, s);
+            return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory unpacking zero points");
+        }
+        unpack_zp(&at, z->data, s->zpf);
+        s->zp_src = z->data;
+    }
+    *state = s;
+    return NULL;
+}
+
+static void nbits_release(void *state, const tdm_allocator *a) {
+    nb_state *s = state;
+    (void)a;
+    if (!s) return;
+    tdm_free(s->alloc, s->zpf);
+    tdm_free(s->alloc, s->scr);
+    tdm_free(s->alloc, s);
+}
+
+static tdm_status *check_inputs(tdm_kernel_ctx *ctx, const nb_attrs *at) {
+    const tdm_node *n = ctx->node;
+    const tdm_tensor *A = ctx->in[0], *B = ctx->in[1], *S = ctx->in[2];
+    if (at->K < 1 || at->N < 1 || at->nb < 1 || (at->bits != 2 && at->bits != 4 && at->bits != 8))
+        return tdm_node_error(n, TDM_ERR_INVALID_MODEL, "bad K, N, bits or block_size");
+    if (A->rank < 1 || A->dims[A->rank - 1] != at->K)
+        return tdm_node_error(n, TDM_ERR_INVALID_ARGUMENT, "A's last dim is not K = %lld",
+                              (long long)at->K);
+    if (B->dtype != TDM_UINT8 || (int64_t)B->nbytes != at->N * at->nb * at->blob)
+        return tdm_node_error(n, TDM_ERR_INVALID_MODEL, "B is not uint8 [%lld, %lld, %lld]",
+                              (long long)at->N, (long long)at->nb, (long long)at->blob);
+    if (S->dtype != TDM_FLOAT || S->count != at->N * at->nb)
+        return tdm_node_error(n, TDM_ERR_UNSUPPORTED,
+                              "scales must be float32 with N * k_blocks = %lld values",
+                              (long long)(at->N * at->nb));
+    const tdm_tensor *Z = ctx->n_in > 3 ? ctx->in[3] : NULL;
+    if (Z && !(zp_packed_ok(at, Z) || (Z->dtype == TDM_FLOAT && Z->count == at->N * at->nb)))
+        return tdm_node_error(n, TDM_ERR_INVALID_MODEL,
+                              "zero_points must be packed uint8 [%lld, %lld] or float [%lld, %lld]",
+                              (long long)at->N, (long long)((at->nb * at->bits + 7) / 8),
+                              (long long)at->N, (long long)at->nb);
+    const tdm_tensor *G = ctx->n_in > 4 ? ctx->in[4] : NULL;
+    if (G) { /* only the trivial order (k / block_size) is the same product */
+        if (G->dtype != TDM_INT32 || G->count != at->K)
+            return tdm_node_error(n, TDM_ERR_INVALID_MODEL, "g_idx must be int32 [K]");
+        const int32_t *g = G->data;
+        for (int64_t k = 0; k < at->K; k++)
+            if (g[k] != k / at->bs)
+                return tdm_node_error(n, TDM_ERR_UNSUPPORTED,
+                                      "g_idx with an order other than k / block_size is not "
+                                      "supported (deprecated input)");
+    }
+    const tdm_tensor *bias = ctx->n_in > 5 ? ctx->in[5] : NULL;
+    if (bias && (bias->dtype != TDM_FLOAT || bias->count != at->N))
+        return tdm_node_error(n, TDM_ERR_INVALID_MODEL, "bias must be float32 [N = %lld]",
+                              (long long)at->N);
+    return NULL;
+}
+
+static tdm_status *run_matmul_nbits(tdm_kernel_ctx *ctx) {
+    nb_attrs at = attrs_of(ctx->node);
+    const tdm_tensor *A = ctx->in[0], *B = ctx->in[1];
+    const tdm_tensor *Z = ctx->n_in > 3 ? ctx->in[3] : NULL;
+    const tdm_tensor *bias_t = ctx->n_in > 5 ? ctx->in[5] : NULL;
+    float *Y = ctx->out[0]->data;
+    const float *bias = bias_t ? bias_t->data : NULL;
+    if (B && B->count == 0) { /* an omitted projection: the bias, or zeros */
+        if (bias_t && bias_t->count != at.N)
+            return tdm_node_error(ctx->node, TDM_ERR_INVALID_MODEL, "bias must have N values");
+        int64_t M = at.N > 0 ? ctx->out[0]->count / at.N : 0;
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t n = 0; n < at.N; n++) Y[m * at.N + n] = bias ? bias[n] : 0.0f;
+        return NULL;
+    }
+    TDM_TRY(check_inputs(ctx, &at));
+    nb_state *st = ctx->state;
+    const tdm_cpu_simd *simd = tdm_cpu_simd_of(ctx);
+    tdm_nbits_w w = {at.N, at.K, at.nb, at.bs, (int)at.bits, B->data, ctx->in[2]->data, NULL};
+    int64_t M = A->count / at.K;
+    if (M == 0) return NULL;
+    size_t need = tdm_nbits_scratch_bytes(simd, &w, at.int8, M), zbytes = 0;
+    if (Z && Z->dtype == TDM_FLOAT) w.zp = Z->data;
+    else if (Z && st && st->zpf && st->zp_src == Z->data) w.zp = st->zpf;
+    else if (Z) zbytes = align64((size_t)(at.N * at.nb) * sizeof(float));
+    /* the state's scratch, unless another run holds it */
+    char *scr = NULL;
+    bool own = true;
+    if (st && !atomic_exchange(&st->busy, 1)) {
+        if (st->scr_cap < need + zbytes) {
+            tdm_free(st->alloc, st->scr);
+            st->scr = tdm_alloc(st->alloc, need + zbytes);
+            st->scr_cap = st->scr ? need + zbytes : 0;
+        }
+        if (st->scr) {
+            scr = st->scr;
+            own = false;
+        } else {
+            atomic_store(&st->busy, 0);
+        }
+    }
+    if (!scr) scr = tdm_alloc(ctx->alloc, need + zbytes);
+    if (!scr) {
+        if (st && !own) atomic_store(&st->busy, 0);
+        return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "MatMulNBits node '%s': out of memory (%zu bytes)",
+                       ctx->node->name, need + zbytes);
+    }
+    if (zbytes) {
+        float *zf = (float *)(scr + need);
+        unpack_zp(&at, Z->data, zf);
+        w.zp = zf;
+    }
+    tdm_nbits_matmul(simd, ctx->pool, &w, at.int8, M, A->data, bias, Y, scr);
+    if (own) tdm_free(ctx->alloc, scr);
+    else atomic_store(&st->busy, 0);
+    return NULL;
+}
+
+tdm_status *tdm_cpu_run_gather_bq(tdm_kernel_ctx *ctx); /* k_nbits_gather.c */
+
+#define MS "com.microsoft"
+const tdm_kernel_def tdm_cpu_kernels_nbits[] = {
+    {MS, "MatMulNBits", 1, 0, 0, TDM_T(TDM_FLOAT), run_matmul_nbits, nbits_prepare, nbits_release,
+     TDM_KF_WRITES_ALL},
+    {MS, "GatherBlockQuantized", 1, 0, 2, TDM_T(TDM_FLOAT), tdm_cpu_run_gather_bq, NULL, NULL,
+     TDM_KF_WRITES_ALL},
+};
+const int tdm_cpu_kernels_nbits_count =
+    (int)(sizeof tdm_cpu_kernels_nbits / sizeof tdm_cpu_kernels_nbits[0]);

@@ -1,0 +1,92 @@
+/* Block-quantized weight products for com.microsoft MatMulNBits (k_nbits.c; the SIMD
+ * variants in k_nbits_simd.c). Private to the CPU backend; the unit test calls
+ * tdm_nbits_matmul directly under each ISA level.
+ *
+ *   tdm_nbits_w w = {N, K, nb, bs, bits, b, scales, zp};
+ *   size_t need = tdm_nbits_scratch_bytes(simd, &w, int8, M);
+ *   tdm_nbits_matmul(simd, pool, &w, int8, M, A, bias, Y, scratch);   (scratch: need bytes)
+ *
+ * Y[m, n] = sum_k A[m, k] * (q[n, k] - zp[n, k / bs]) * s[n, k / bs] (+ bias[n]).
+ * Rows M <= TDM_NBITS_DECODE_ROWS take the decode path: the packed weights are read once per
+ * call for all rows, with A quantized per block to int8 (int8 = true, accuracy_level 4:
+ * VNNI / AVX2 byte products) or kept in float (the codes dequantized in registers); larger M
+ * dequantizes B in row chunks into a float panel for tdm_sgemm. */
+#ifndef TDM_CPU_K_NBITS_H
+#define TDM_CPU_K_NBITS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/threadpool.h"
+
+struct tdm_cpu_simd;
+
+typedef struct tdm_nbits_w {
+    int64_t N, K;
+    int64_t nb;          /* blocks per row: ceil(K / bs) */
+    int64_t bs;          /* block size: a power of 2, >= 16 */
+    int bits;            /* 2, 4 or 8 */
+    const uint8_t *b;    /* [N][nb][bs * bits / 8], codes packed low bits first */
+    const float *scales; /* [N * nb] */
+    const float *zp;     /* [N * nb] zero points as floats; NULL = 2^(bits - 1) */
+} tdm_nbits_w;
+
+/* Most rows that take the decode (matrix-vector) path. */
+#define TDM_NBITS_DECODE_ROWS 8
+
+/* Bytes of scratch tdm_nbits_matmul needs for these rows (a 64-byte aligned block). */
+size_t tdm_nbits_scratch_bytes(const struct tdm_cpu_simd *simd, const tdm_nbits_w *w, bool int8,
+                               int64_t M);
+/* Y[M, N] = A[M, K] . dequant(B)^T + bias (bias may be NULL). simd picks the variants (its
+ * level; NULL = portable); pool may be NULL. Never fails. */
+void tdm_nbits_matmul(const struct tdm_cpu_simd *simd, tdm_threadpool *pool, const tdm_nbits_w *w,
+                      bool int8, int64_t M, const float *A, const float *bias, float *Y,
+                      void *scratch);
+
+/* ---- between k_nbits.c and k_nbits_simd.c ---- */
+
+/* One decode call: A prepared per the variant's layout, rows n0..n1 of B for all M rows. */
+typedef struct tdm_nbits_job {
+    const tdm_nbits_w *w;
+    int64_t M;
+    const void *a;    /* [M][kq]: int8 codes or floats in the variant's order */
+    int64_t kq;       /* row stride of a, elements */
+    const float *sal; /* [M][sal_stride]: int8 paths, A's scale per int32 lane of each span */
+    int64_t sal_stride;
+    const float *sum; /* [M][nb]: sum of A per block (the zero-point term; int8: of its model) */
+    const float *sql; /* [M][sal_stride]: int8 SIMD paths, A's codes summed per lane */
+    const float *bias;
+    float *Y; /* [M][N] */
+    int32_t lane_block[16]; /* int8 paths: lane -> block offset within a span */
+} tdm_nbits_job;
+
+typedef void (*tdm_nbits_rows_fn)(const tdm_nbits_job *j, int64_t n0, int64_t n1);
+
+/* A variant: how A is laid out and the loop over rows of B. */
+typedef struct tdm_nbits_variant {
+    tdm_nbits_rows_fn rows;
+    bool int8;      /* A as int8 codes (else floats) */
+    int half;       /* A in spans of 2*half elements, evens then odds (4-bit); 0 = natural */
+    int span;       /* int8 SIMD: elements per span (one vector of B) */
+    int lanes;      /* int8 SIMD: int32 lanes per span (sal entries per span) */
+} tdm_nbits_variant;
+
+/* The variant for a level, bits, path and block size (always one: portable last). */
+const tdm_nbits_variant *tdm_nbits_pick(int level, int bits, bool int8, int64_t bs);
+
+/* Z = sum over blocks of s * zp * sum (the zero-point term of one row n for one row m). */
+static inline float tdm_nbits_zterm(const tdm_nbits_w *w, int64_t n, const float *sum) {
+    const float *s = w->scales + n * w->nb;
+    float z = 0.0f;
+    if (w->zp) {
+        const float *zp = w->zp + n * w->nb;
+        for (int64_t b = 0; b < w->nb; b++) z += s[b] * zp[b] * sum[b];
+    } else {
+        for (int64_t b = 0; b < w->nb; b++) z += s[b] * sum[b];
+        z *= (float)(1 << (w->bits - 1));
+    }
+    return z;
+}
+
+#endif

@@ -1,0 +1,414 @@
+/* The decode loops of MatMulNBits (contract in k_nbits.h): for each row n of B in [n0, n1)
+ * and each row m of A, Y[m, n] = sum over blocks b of s[n, b] * dot_b - zero-point term.
+ * B's row n (K * bits / 8 bytes) comes from memory once and from the core's L1 for the other
+ * rows of A.
+ *
+ * int8 paths (accuracy_level 4): A is quantized per block (scale sa, codes qa in -127..127),
+ * so dot_b = sa * sum qa * q, an integer product of unsigned codes and signed activations:
+ * vpdpbusd (AVX-512 VNNI) or vpmaddubsw + vpmaddwd (AVX2). One vector of B (a "span") holds
+ * several blocks when blocks are short: its int32 lanes are scaled by s * sa per lane
+ * (lane_block gives each lane's block within the span; sal holds sa per lane).
+ * 4-bit codes: byte j of a span holds elements 2j (low nibble) and 2j+1 (high nibble); A is
+ * stored per span as its even elements then its odd ones, so the nibbles need no shuffle.
+ *
+ * float paths (other accuracy levels): codes are widened to float in registers and multiplied
+ * with A's floats (4-bit: A per 32 elements as 16 evens then 16 odds), one block at a time.
+ *
+ * The zero-point term sum_b s * zp * (sum of A's block) is the same for all paths
+ * (tdm_nbits_zterm). */
+#include <string.h>
+
+#include "backends/cpu/cpu_simd.h"
+#include "backends/cpu/k_nbits.h"
+
+static inline int64_t row_bytes(const tdm_nbits_w *w) { return w->nb * w->bs * w->bits / 8; }
+
+static inline float finish_z(const tdm_nbits_job *j, int64_t n, float acc, float z) {
+    float y = acc - z;
+    return j->bias ? y + j->bias[n] : y;
+}
+
+static inline float finish(const tdm_nbits_job *j, int64_t n, int64_t m, float acc) {
+    return finish_z(j, n, acc, tdm_nbits_zterm(j->w, n, j->sum + m * j->w->nb));
+}
+
+/* ---- portable: natural order, any bits ---- */
+
+static inline int code_at(const uint8_t *row, int64_t k, int bits) {
+    int64_t bit = k * bits;
+    return (row[bit >> 3] >> (bit & 7)) & ((1 << bits) - 1);
+}
+
+static void rows_portable_i8(const tdm_nbits_job *j, int64_t n0, int64_t n1) {
+    const tdm_nbits_w *w = j->w;
+    int64_t rowb = row_bytes(w), bs = w->bs;
+    for (int64_t n = n0; n < n1; n++) {
+        const uint8_t *row = w->b + n * rowb;
+        const float *s = w->scales + n * w->nb;
+        for (int64_t m = 0; m < j->M; m++) {
+            const int8_t *qa = (const int8_t *)j->a + m * j->kq;
+            const float *sa = j->sal + m * j->sal_stride;
+            float acc = 0.0f;
+            for (int64_t b = 0; b < w->nb; b++) {
+                int32_t d = 0;
+                const int8_t *q = qa + b * bs;
+                if (w->bits == 4) {
+                    const uint8_t *r = row + b * bs / 2;
+                    for (int64_t i = 0; i < bs / 2; i++)
+                        d += q[2 * i] * (r[i] & 15) + q[2 * i + 1] * (r[i] >> 4);
+                } else if (w->bits == 8) {
+                    const uint8_t *r = row + b * bs;
+                    for (int64_t i = 0; i < bs; i++) d += q[i] * r[i];
+                } else {
+                    for (int64_t i = 0; i < bs; i++) d += q[i] * code_at(row, b * bs + i, w->bits);
+                }
+                acc += s[b] * sa[b] * (float)d;
+            }
+            j->Y[m * w->N + n] = finish(j, n, m, acc);
+        }
+    }
+}
+
+static void rows_portable_f32(const tdm_nbits_job *j, int64_t n0, int64_t n1) {
+    const tdm_nbits_w *w = j->w;
+    int64_t rowb = row_bytes(w), bs = w->bs;
+    for (int64_t n = n0; n < n1; n++) {
+        const uint8_t *row = w->b + n * rowb;
+        const float *s = w->scales + n * w->nb;
+        for (int64_t m = 0; m < j->M; m++) {
+            const float *a = (const float *)j->a + m * j->kq;
+            float acc = 0.0f;
+            for (int64_t b = 0; b < w->nb; b++) {
+                float d = 0.0f;
+                const float *x = a + b * bs;
+                if (w->bits == 4) {
+                    const uint8_t *r = row + b * bs / 2;
+                    for (int64_t i = 0; i < bs / 2; i++)
+                        d += x[2 * i] * (float)(r[i] & 15) + x[2 * i + 1] * (float)(r[i] >> 4);
+                } else if (w->bits == 8) {
+                    const uint8_t *r = row + b * bs;
+                    for (int64_t i = 0; i < bs; i++) d += x[i] * (float)r[i];
+                } else {
+                    for (int64_t i = 0; i < bs; i++)
+                        d += x[i] * (float)code_at(row, b * bs + i, w->bits);
+                }
+                acc += s[b] * d;
+            }
+            j->Y[m * w->N + n] = finish(j, n, m, acc);
+        }
+    }
+}
+
+#ifdef TDM_SIMD_X86
+#include <immintrin.h>
+
+#define TDM_TARGET_VNNI                                                                         \
+    __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma")))
+
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* ---- AVX2 ---- */
+
+/* The first `bytes` (a multiple of 4, < 32) of p, zeros after. */
+TDM_TARGET_AVX2 static inline __m256i load_tail32(const uint8_t *p, int64_t bytes) {
+    __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(bytes / 4)), lane);
+    return _mm256_maskload_epi32((const int *)p, mask);
+}
+
+/* s[b0 .. b0 + cnt) spread over the 8 lanes by lane_block. */
+TDM_TARGET_AVX2 static inline __m256 lane_scales8(const float *s, int64_t cnt, __m256i idx) {
+    __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)cnt), lane);
+    return _mm256_permutevar8x32_ps(_mm256_maskload_ps(s, mask), idx);
+}
+
+TDM_TARGET_AVX2 static inline float hsum8(__m256 v) {
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    x = _mm_add_ss(x, _mm_movehdup_ps(x));
+    return _mm_cvtss_f32(x);
+}
+
+/* tdm_nbits_zterm, 8 blocks at a time. */
+TDM_TARGET_AVX2 static float zterm_avx2(const tdm_nbits_w *w, int64_t n, const float *sum) {
+    const float *s = w->scales + n * w->nb, *zp = w->zp ? w->zp + n * w->nb : NULL;
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    __m256 z = _mm256_setzero_ps();
+    for (int64_t b = 0; b < w->nb; b += 8) {
+        __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)min64(8, w->nb - b)), lane);
+        __m256 sz = _mm256_maskload_ps(s + b, mask);
+        if (zp) sz = _mm256_mul_ps(sz, _mm256_maskload_ps(zp + b, mask));
+        z = _mm256_fmadd_ps(sz, _mm256_maskload_ps(sum + b, mask), z);
+    }
+    return zp ? hsum8(z) : hsum8(z) * (float)(1 << (w->bits - 1));
+}
+
+/* int8 path, 4 or 8 bits: spans of 32 bytes. */
+TDM_TARGET_AVX2 static void rows_avx2_i8(const tdm_nbits_job *j, int64_t n0, int64_t n1) {
+    const tdm_nbits_w *w = j->w;
+    const bool q4 = w->bits == 4;
+    const int64_t rowb = row_bytes(w), nsp = (rowb + 31) / 32, tail = rowb - (nsp - 1) * 32;
+    const int64_t span = q4 ? 64 : 32, bps = span / w->bs > 0 ? span / w->bs : 1;
+    const int bshift = __builtin_ctzll((unsigned long long)w->bs);
+    const __m256i idx = _mm256_loadu_si256((const __m256i *)j->lane_block);
+    const __m256i nib = _mm256_set1_epi8(15), one = _mm256_set1_epi16(1);
+    const __m256 zdef = _mm256_set1_ps((float)(1 << (w->bits - 1)));
+    for (int64_t n = n0; n < n1; n++) {
+        const uint8_t *row = w->b + n * rowb;
+        const float *s = w->scales + n * w->nb, *zr = w->zp ? w->zp + n * w->nb : NULL;
+        for (int64_t m = 0; m < j->M; m++) {
+            const int8_t *qa = (const int8_t *)j->a + m * j->kq;
+            const float *sl = j->sal + m * j->sal_stride, *ql = j->sql + m * j->sal_stride;
+            __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+            for (int64_t sp = 0; sp < nsp; sp++) {
+                __m256i wv = sp + 1 < nsp ? _mm256_loadu_si256((const __m256i *)(row + sp * 32))
+                                          : load_tail32(row + sp * 32, tail);
+                __m256i lo = _mm256_and_si256(wv, nib);
+                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4), nib);
+                __m256i d;
+                if (q4) {
+                    const int8_t *q = qa + sp * 64;
+                    __m256i p = _mm256_add_epi16(
+                        _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)q)),
+                        _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q + 32))));
+                    d = _mm256_madd_epi16(p, one);
+                } else { /* the byte split in nibbles keeps vpmaddubsw's sums in int16 */
+                    __m256i q = _mm256_loadu_si256((const __m256i *)(qa + sp * 32));
+                    __m256i dl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, q), one);
+                    __m256i dh = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, q), one);
+                    d = _mm256_add_epi32(dl, _mm256_slli_epi32(dh, 4));
+                }
+                int64_t b0 = (sp * span) >> bshift, cnt = min64(bps, w->nb - b0);
+                __m256 sc = _mm256_mul_ps(lane_scales8(s + b0, cnt, idx),
+                                          _mm256_loadu_ps(sl + sp * 8));
+                __m256 zl = zr ? lane_scales8(zr + b0, cnt, idx) : zdef;
+                /* (sum qa q - zp sum qa) per lane, times s sa */
+                __m256 t = _mm256_fnmadd_ps(zl, _mm256_loadu_ps(ql + sp * 8), _mm256_cvtepi32_ps(d));
+                if (sp & 1)
+                    acc1 = _mm256_fmadd_ps(t, sc, acc1);
+                else
+                    acc0 = _mm256_fmadd_ps(t, sc, acc0);
+            }
+            float y = hsum8(_mm256_add_ps(acc0, acc1));
+            j->Y[m * w->N + n] = j->bias ? y + j->bias[n] : y;
+        }
+    }
+}
+
+/* float path: 4 bits (A per 32 elements: 16 evens, 16 odds) or 8 bits; bs % 32 == 0. */
+TDM_TARGET_AVX2 static void rows_avx2_f32(const tdm_nbits_job *j, int64_t n0, int64_t n1) {
+    const tdm_nbits_w *w = j->w;
+    const bool q4 = w->bits == 4;
+    const int64_t rowb = row_bytes(w), bs = w->bs, bb = bs * w->bits / 8;
+    const __m256i nib = _mm256_set1_epi32(15);
+    for (int64_t n = n0; n < n1; n++) {
+        const uint8_t *row = w->b + n * rowb;
+        const float *s = w->scales + n * w->nb;
+        for (int64_t m = 0; m < j->M; m++) {
+            const float *a = (const float *)j->a + m * j->kq;
+            __m256 acc = _mm256_setzero_ps();
+            for (int64_t b = 0; b < w->nb; b++) {
+                const uint8_t *r = row + b * bb;
+                const float *x = a + b * bs;
+                __m256 t0 = _mm256_setzero_ps(), t1 = _mm256_setzero_ps();
+                if (q4) {
+                    for (int64_t c = 0; c < bb; c += 16, r += 16, x += 32) {
+                        __m256i v0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)r));
+                        __m256i v1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(r + 8)));
+                        t0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(v0, nib)),
+                                             _mm256_loadu_ps(x), t0);
+                        t1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(v0, 4)),
+                                             _mm256_loadu_ps(x + 16), t1);
+                        t0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(v1, nib)),
+                                             _mm256_loadu_ps(x + 8), t0);
+                        t1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(v1, 4)),
+                                             _mm256_loadu_ps(x + 24), t1);
+                    }
+                } else {
+                    for (int64_t c = 0; c < bb; c += 16, r += 16, x += 16) {
+                        __m256i v0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)r));
+                        __m256i v1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(r + 8)));
+                        t0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v0), _mm256_loadu_ps(x), t0);
+                        t1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v1), _mm256_loadu_ps(x + 8), t1);
+                    }
+                }
+                acc = _mm256_fmadd_ps(_mm256_add_ps(t0, t1), _mm256_set1_ps(s[b]), acc);
+            }
+            j->Y[m * w->N + n] = finish_z(j, n, hsum8(acc), zterm_avx2(w, n, j->sum + m * w->nb));
+        }
+    }
+}
+
+/* ---- AVX-512 ---- */
+
+TDM_TARGET_AVX512 static float zterm_avx512(const tdm_nbits_w *w, int64_t n, const float *sum) {
+    const float *s = w->scales + n * w->nb, *zp = w->zp ? w->zp + n * w->nb : NULL;
+    __m512 z = _mm512_setzero_ps();
+    for (int64_t b = 0; b < w->nb; b += 16) {
+        __mmask16 mask = (__mmask16)((1u << min64(16, w->nb - b)) - 1);
+        __m512 sz = _mm512_maskz_loadu_ps(mask, s + b);
+        if (zp) sz = _mm512_mul_ps(sz, _mm512_maskz_loadu_ps(mask, zp + b));
+        z = _mm512_fmadd_ps(sz, _mm512_maskz_loadu_ps(mask, sum + b), z);
+    }
+    float r = _mm512_reduce_add_ps(z);
+    return zp ? r : r * (float)(1 << (w->bits - 1));
+}
+
+/* One span of R rows of B (R <= 4) for one row of A: acc[r] += (d - zp sum qa) * s sa per
+ * lane. `last`: the tail span (masked load, fewer blocks). */
+#define VNNI_ROWS 4
+typedef struct vnni_ctx {
+    const uint8_t *row[VNNI_ROWS];
+    const float *s[VNNI_ROWS], *z[VNNI_ROWS];
+} vnni_ctx;
+
+__attribute__((always_inline)) TDM_TARGET_VNNI static inline void
+vnni_span(const vnni_ctx *c, int R, bool q4, bool has_zp, int64_t sp, __mmask64 wm, __mmask16 bm,
+          int64_t b0, const int8_t *q, __m512 sal, __m512 ql, __m512i idx, __m512 zdef,
+          __m512 *acc) {
+    const __m512i nib = _mm512_set1_epi8(15);
+    __m512i e = _mm512_loadu_si512(q), o = q4 ? _mm512_loadu_si512(q + 64) : e;
+    for (int r = 0; r < R; r++) {
+        __m512i wv = _mm512_maskz_loadu_epi8(wm, c->row[r] + sp * 64);
+        __m512i d;
+        if (q4) {
+            __m512i lo = _mm512_and_si512(wv, nib);
+            __m512i hi = _mm512_and_si512(_mm512_srli_epi16(wv, 4), nib);
+            d = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, e), hi, o);
+        } else {
+            d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv, e);
+        }
+        __m512 sc = _mm512_permutexvar_ps(idx, _mm512_maskz_loadu_ps(bm, c->s[r] + b0));
+        __m512 zl = has_zp ? _mm512_permutexvar_ps(idx, _mm512_maskz_loadu_ps(bm, c->z[r] + b0))
+                           : zdef;
+        __m512 t = _mm512_fnmadd_ps(zl, ql, _mm512_cvtepi32_ps(d));
+        acc[r] = _mm512_fmadd_ps(t, _mm512_mul_ps(sc, sal), acc[r]);
+    }
+}
+
+__attribute__((always_inline)) TDM_TARGET_VNNI static inline void
+vnni_rows(const tdm_nbits_job *j, int64_t n, int R, bool q4, bool has_zp) {
+    const tdm_nbits_w *w = j->w;
+    const int64_t rowb = row_bytes(w), nsp = (rowb + 63) / 64, tail = rowb - (nsp - 1) * 64;
+    const __mmask64 tmask = tail >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << tail) - 1);
+    const int64_t span = q4 ? 128 : 64, bps = span / w->bs > 0 ? span / w->bs : 1;
+    const int bshift = __builtin_ctzll((unsigned long long)w->bs);
+    const __m512i idx = _mm512_loadu_si512(j->lane_block);
+    const __m512 zdef = _mm512_set1_ps((float)(1 << (w->bits - 1)));
+    const __mmask16 fullm = (__mmask16)((1u << bps) - 1);
+    vnni_ctx c;
+    for (int r = 0; r < R; r++) {
+        c.row[r] = w->b + (n + r) * rowb;
+        c.s[r] = w->scales + (n + r) * w->nb;
+        c.z[r] = has_zp ? w->zp + (n + r) * w->nb : NULL;
+    }
+    for (int64_t m = 0; m < j->M; m++) {
+        const int8_t *qa = (const int8_t *)j->a + m * j->kq;
+        const float *sl = j->sal + m * j->sal_stride, *ql = j->sql + m * j->sal_stride;
+        __m512 acc[VNNI_ROWS];
+        for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
+        int64_t sp = 0;
+        for (; sp + 1 < nsp; sp++)
+            vnni_span(&c, R, q4, has_zp, sp, ~(__mmask64)0, fullm, (sp * span) >> bshift,
+                      qa + sp * (q4 ? 128 : 64), _mm512_loadu_ps(sl + sp * 16),
+                      _mm512_loadu_ps(ql + sp * 16), idx, zdef, acc);
+        int64_t b0 = (sp * span) >> bshift, cnt = w->nb - b0 < bps ? w->nb - b0 : bps;
+        vnni_span(&c, R, q4, has_zp, sp, tmask, (__mmask16)((1u << cnt) - 1), b0,
+                  qa + sp * (q4 ? 128 : 64), _mm512_loadu_ps(sl + sp * 16),
+                  _mm512_loadu_ps(ql + sp * 16), idx, zdef, acc);
+        for (int r = 0; r < R; r++) {
+            float y = _mm512_reduce_add_ps(acc[r]);
+            j->Y[m * w->N + n + r] = j->bias ? y + j->bias[n + r] : y;
+        }
+    }
+}
+
+#define VNNI_VARIANT(name, q4, zp)                                                              \
+    TDM_TARGET_VNNI static void name(const tdm_nbits_job *j, int64_t n0, int64_t n1) {         \
+        int64_t n = n0;                                                                         \
+        for (; n + VNNI_ROWS <= n1; n += VNNI_ROWS) vnni_rows(j, n, VNNI_ROWS, q4, zp);         \
+        for (; n < n1; n++) vnni_rows(j, n, 1, q4, zp);                                         \
+    }
+VNNI_VARIANT(vnni_q4, true, false)
+VNNI_VARIANT(vnni_q4_zp, true, true)
+VNNI_VARIANT(vnni_q8, false, false)
+VNNI_VARIANT(vnni_q8_zp, false, true)
+
+TDM_TARGET_VNNI static void rows_vnni_i8(const tdm_nbits_job *j, int64_t n0, int64_t n1) {
+    bool zp = j->w->zp != NULL;
+    if (j->w->bits == 4) zp ? vnni_q4_zp(j, n0, n1) : vnni_q4(j, n0, n1);
+    else zp ? vnni_q8_zp(j, n0, n1) : vnni_q8(j, n0, n1);
+}
+
+/* float path, as rows_avx2_f32 with 16 lanes. */
+TDM_TARGET_AVX512 static void rows_avx512_f32(const tdm_nbits_job *j, int64_t n0, int64_t n1) {
+    const tdm_nbits_w *w = j->w;
+    const bool q4 = w->bits == 4;
+    const int64_t rowb = row_bytes(w), bs = w->bs, bb = bs * w->bits / 8;
+    const __m512i nib = _mm512_set1_epi32(15);
+    for (int64_t n = n0; n < n1; n++) {
+        const uint8_t *row = w->b + n * rowb;
+        const float *s = w->scales + n * w->nb;
+        for (int64_t m = 0; m < j->M; m++) {
+            const float *a = (const float *)j->a + m * j->kq;
+            __m512 acc = _mm512_setzero_ps();
+            for (int64_t b = 0; b < w->nb; b++) {
+                const uint8_t *r = row + b * bb;
+                const float *x = a + b * bs;
+                __m512 t0 = _mm512_setzero_ps(), t1 = _mm512_setzero_ps();
+                if (q4) {
+                    for (int64_t c = 0; c < bb; c += 16, r += 16, x += 32) {
+                        __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)r));
+                        t0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(v, nib)),
+                                             _mm512_loadu_ps(x), t0);
+                        t1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4)),
+                                             _mm512_loadu_ps(x + 16), t1);
+                    }
+                } else {
+                    for (int64_t c = 0; c < bb; c += 16, r += 16, x += 16) {
+                        __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)r));
+                        t0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_loadu_ps(x), t0);
+                    }
+                }
+                acc = _mm512_fmadd_ps(_mm512_add_ps(t0, t1), _mm512_set1_ps(s[b]), acc);
+            }
+            j->Y[m * w->N + n] = finish_z(j, n, _mm512_reduce_add_ps(acc),
+                                          zterm_avx512(w, n, j->sum + m * w->nb));
+        }
+    }
+}
+#endif
+
+/* Best first; the portable ones take everything. */
+typedef struct variant_entry {
+    int level, bits; /* bits 0: any */
+    bool int8;
+    int64_t bs_mult; /* block size must be a multiple of this */
+    tdm_nbits_variant v;
+} variant_entry;
+
+static const variant_entry variants[] = {
+#ifdef TDM_SIMD_X86
+    {TDM_ISA_AVX512_CORE_VNNI, 4, true, 16, {rows_vnni_i8, true, 64, 128, 16}},
+    {TDM_ISA_AVX512_CORE_VNNI, 8, true, 16, {rows_vnni_i8, true, 0, 64, 16}},
+    {TDM_ISA_AVX2, 4, true, 16, {rows_avx2_i8, true, 32, 64, 8}},
+    {TDM_ISA_AVX2, 8, true, 16, {rows_avx2_i8, true, 0, 32, 8}},
+    {TDM_ISA_AVX512_CORE, 4, false, 32, {rows_avx512_f32, false, 16, 0, 0}},
+    {TDM_ISA_AVX512_CORE, 8, false, 16, {rows_avx512_f32, false, 0, 0, 0}},
+    {TDM_ISA_AVX2, 4, false, 32, {rows_avx2_f32, false, 16, 0, 0}},
+    {TDM_ISA_AVX2, 8, false, 16, {rows_avx2_f32, false, 0, 0, 0}},
+#endif
+    {TDM_ISA_PORTABLE, 0, true, 1, {rows_portable_i8, true, 0, 0, 0}},
+    {TDM_ISA_PORTABLE, 0, false, 1, {rows_portable_f32, false, 0, 0, 0}},
+};
+
+const tdm_nbits_variant *tdm_nbits_pick(int level, int bits, bool int8, int64_t bs) {
+    for (size_t i = 0; i < sizeof variants / sizeof variants[0]; i++) {
+        const variant_entry *e = &variants[i];
+        if (e->level <= level && (e->bits == 0 || e->bits == bits) && e->int8 == int8 &&
+            bs % e->bs_mult == 0)
+            return &e->v;
+    }
+    return NULL; /* not reached: the portable entries match everything */
+}

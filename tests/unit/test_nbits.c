@@ -1,0 +1,210 @@
+/* MatMulNBits' products (src/backends/cpu/k_nbits*.c) under every ISA level this machine
+ * has (portable, avx2, avx512_core, avx512_core_vnni), against a double-precision reference
+ * computed here, on awkward sizes: K not a multiple of the block (padding) nor of the SIMD
+ * spans, odd N, bits 2 / 4 / 8, block sizes 16 .. 256, zero points absent / given, bias,
+ * M = 1, 3, 8 (decode) and 13 (the dequantised-panel prefill), serial and on 2 threads.
+ *   - float path (accuracy_level 0, and prefill): sum_k a_k (q - zp) s;
+ *   - int8 path (accuracy_level 4, decode): the same with A replaced by its int8 model, which
+ *     the reference makes the way the kernel does (per block: scale amax / 127, codes rounded
+ *     half away from zero; the zero-point term with the quantized A).
+ * Tolerance: |got - want| <= 1e-5 S + 1e-6, S = sum of |terms| (float accumulation order).
+ * A run with the zero points dropped must fail the comparison (the check can fail). */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "backends/cpu/cpu_isa.h"
+#include "backends/cpu/cpu_simd.h"
+#include "backends/cpu/k_nbits.h"
+#include "core/threadpool.h"
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static uint32_t next(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng >> 32);
+}
+static float frand(float lo, float hi) { return lo + (hi - lo) * (float)(next() & 0xffffff) / 16777216.0f; }
+
+typedef struct nb_case {
+    int bits;
+    int64_t bs, K, N, M;
+    int zp;    /* 0 none, 1 given */
+    bool bias;
+} nb_case;
+
+static const nb_case cases[] = {
+    {4, 32, 576, 67, 1, 1, false},  {4, 32, 100, 37, 3, 1, true},  {4, 16, 88, 19, 2, 1, false},
+    {4, 64, 200, 33, 5, 0, true},   {4, 128, 300, 23, 8, 1, false}, {4, 256, 520, 9, 1, 0, false},
+    {4, 32, 17, 5, 1, 0, true},     {4, 32, 1536, 41, 1, 1, false}, {4, 32, 96, 40, 13, 1, true},
+    {8, 32, 576, 53, 1, 1, false},  {8, 16, 72, 21, 3, 0, true},   {8, 64, 200, 27, 8, 0, false},
+    {8, 32, 33, 7, 2, 1, false},    {8, 128, 130, 11, 13, 1, true}, {2, 32, 70, 15, 2, 1, true},
+    {2, 16, 48, 6, 13, 0, false},
+};
+
+typedef struct nb_data {
+    tdm_nbits_w w;
+    uint8_t *b;
+    float *s, *zp, *bias, *A;
+    int *codes; /* [N][K] */
+} nb_data;
+
+static void make(const nb_case *c, nb_data *d) {
+    int64_t nb = (c->K + c->bs - 1) / c->bs, rowb = nb * c->bs * c->bits / 8;
+    d->b = calloc((size_t)(c->N * rowb), 1);
+    d->codes = calloc((size_t)(c->N * c->K), sizeof(int));
+    d->s = malloc((size_t)(c->N * nb) * sizeof(float));
+    d->zp = malloc((size_t)(c->N * nb) * sizeof(float));
+    d->bias = malloc((size_t)c->N * sizeof(float));
+    d->A = malloc((size_t)(c->M * c->K) * sizeof(float));
+    int maxq = (1 << c->bits) - 1;
+    for (int64_t n = 0; n < c->N; n++) {
+        for (int64_t k = 0; k < nb * c->bs; k++) { /* padding codes too: must not matter */
+            int q = (int)(next() % (uint32_t)(maxq + 1));
+            int64_t bit = k * c->bits;
+            d->b[n * rowb + (bit >> 3)] |= (uint8_t)(q << (bit & 7));
+            if (k < c->K) d->codes[n * c->K + k] = q;
+        }
+        for (int64_t b = 0; b < nb; b++) {
+            d->s[n * nb + b] = frand(0.01f, 0.08f);
+            d->zp[n * nb + b] = frand(0.3f, 0.7f) * (float)maxq;
+        }
+        d->bias[n] = frand(-1, 1);
+    }
+    for (int64_t i = 0; i < c->M * c->K; i++) d->A[i] = frand(-2, 2);
+    tdm_nbits_w w = {c->N, c->K, nb, c->bs, c->bits, d->b, d->s, c->zp ? d->zp : NULL};
+    d->w = w;
+}
+
+static void unmake(nb_data *d) {
+    free(d->b), free(d->codes), free(d->s), free(d->zp), free(d->bias), free(d->A);
+}
+
+/* want[m][n] and S[m][n] (sum of |terms|) */
+static void reference(const nb_case *c, const nb_data *d, bool int8, double *want, double *S) {
+    int64_t nb = d->w.nb, bs = c->bs, K = c->K;
+    float *qa = malloc((size_t)K * sizeof(float));
+    for (int64_t m = 0; m < c->M; m++) {
+        const float *a = d->A + m * K;
+        for (int64_t b = 0; b < nb; b++) { /* A as the product sees it */
+            int64_t k1 = (b + 1) * bs < K ? (b + 1) * bs : K;
+            float amax = 0;
+            for (int64_t k = b * bs; k < k1; k++) amax = fmaxf(amax, fabsf(a[k]));
+            float inv = amax > 0 ? 127.0f / amax : 0, sa = amax / 127.0f;
+            for (int64_t k = b * bs; k < k1; k++) {
+                float x = a[k] * inv;
+                float r = (float)(int)(x + (x >= 0.0f ? 0.5f : -0.5f));
+                qa[k] = int8 ? r * sa : a[k];
+            }
+        }
+        for (int64_t n = 0; n < c->N; n++) {
+            double y = c->bias ? d->bias[n] : 0, sabs = fabs(y);
+            for (int64_t k = 0; k < K; k++) {
+                double z = d->w.zp ? d->w.zp[n * nb + k / bs] : (double)(1 << (c->bits - 1));
+                double t = (double)qa[k] * (d->codes[n * K + k] - z) * d->s[n * nb + k / bs];
+                y += t;
+                sabs += fabs((double)qa[k] * d->codes[n * K + k] * d->s[n * nb + k / bs]) +
+                        fabs((double)qa[k] * z * d->s[n * nb + k / bs]);
+            }
+            want[m * c->N + n] = y;
+            S[m * c->N + n] = sabs;
+        }
+    }
+    free(qa);
+}
+
+/* Runs case c at level with int8 and pool; returns the number of elements out of tolerance. */
+static int run_case(const nb_case *c, nb_data *d, tdm_cpu_isa level, bool int8,
+                    tdm_threadpool *pool) {
+    tdm_cpu_simd simd;
+    tdm_cpu_simd_init(&simd, level);
+    bool i8 = int8 && c->M <= TDM_NBITS_DECODE_ROWS; /* prefill computes in float */
+    size_t need = tdm_nbits_scratch_bytes(&simd, &d->w, int8, c->M);
+    void *scr = aligned_alloc(64, (need + 63) / 64 * 64);
+    float *y = malloc((size_t)(c->M * c->N) * sizeof(float));
+    double *want = malloc((size_t)(c->M * c->N) * sizeof(double));
+    double *S = malloc((size_t)(c->M * c->N) * sizeof(double));
+    reference(c, d, i8, want, S);
+    tdm_nbits_matmul(&simd, pool, &d->w, int8, c->M, d->A, c->bias ? d->bias : NULL, y, scr);
+    int bad = 0;
+    for (int64_t i = 0; i < c->M * c->N; i++)
+        if (!(fabs(y[i] - want[i]) <= 1e-5 * S[i] + 1e-6)) {
+            if (!bad)
+                print_message("  bits %d bs %lld K %lld N %lld M %lld int8 %d level %s: [%lld] "
+                              "got %.7g want %.7g\n",
+                              c->bits, (long long)c->bs, (long long)c->K, (long long)c->N,
+                              (long long)c->M, int8, tdm_cpu_isa_name(level), (long long)i, y[i],
+                              want[i]);
+            bad++;
+        }
+    free(scr), free(y), free(want), free(S);
+    return bad;
+}
+
+static void test_levels(void **state) {
+    (void)state;
+    static const tdm_cpu_isa levels[] = {TDM_ISA_PORTABLE, TDM_ISA_AVX2, TDM_ISA_AVX512_CORE,
+                                         TDM_ISA_AVX512_CORE_VNNI};
+    tdm_cpu_isa have = tdm_cpu_isa_detect();
+    tdm_threadpool *pool = NULL;
+    assert_null(tdm_threadpool_create(2, 0, &pool));
+    int bad = 0, runs = 0;
+    for (size_t l = 0; l < sizeof levels / sizeof levels[0]; l++) {
+        if (levels[l] > have) {
+            print_message("level %s: not on this machine, skipped\n", tdm_cpu_isa_name(levels[l]));
+            continue;
+        }
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            nb_data d;
+            make(&cases[i], &d);
+            for (int int8 = 0; int8 < 2; int8++) {
+                bad += run_case(&cases[i], &d, levels[l], int8, NULL);
+                bad += run_case(&cases[i], &d, levels[l], int8, pool);
+                runs += 2;
+            }
+            unmake(&d);
+        }
+    }
+    print_message("%d runs\n", runs);
+    assert_int_equal(bad, 0);
+    tdm_threadpool_free(pool);
+}
+
+/* The comparison can fail: the same product without its zero points is far off. */
+static void test_can_fail(void **state) {
+    (void)state;
+    nb_case c = cases[0];
+    nb_data d;
+    make(&c, &d);
+    tdm_cpu_simd simd;
+    tdm_cpu_simd_init(&simd, tdm_cpu_isa_detect());
+    size_t need = tdm_nbits_scratch_bytes(&simd, &d.w, true, c.M);
+    void *scr = aligned_alloc(64, (need + 63) / 64 * 64);
+    float *y = malloc((size_t)(c.M * c.N) * sizeof(float));
+    double *want = malloc((size_t)(c.M * c.N) * sizeof(double));
+    double *S = malloc((size_t)(c.M * c.N) * sizeof(double));
+    reference(&c, &d, true, want, S);
+    d.w.zp = NULL;
+    tdm_nbits_matmul(&simd, NULL, &d.w, true, c.M, d.A, NULL, y, scr);
+    int bad = 0;
+    for (int64_t i = 0; i < c.M * c.N; i++) bad += !(fabs(y[i] - want[i]) <= 1e-5 * S[i] + 1e-6);
+    assert_true(bad > c.N / 2);
+    free(scr), free(y), free(want), free(S);
+    unmake(&d);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_levels),
+        cmocka_unit_test(test_can_fail),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
