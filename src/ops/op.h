@@ -90,7 +90,8 @@ tdm_status *tdm_node_error(const tdm_node *node, tdm_code code, const char *fmt,
     X(text)                                                                              \
     X(ml)                                                                                \
     X(control)                                                                           \
-    X(fused)
+    X(fused)                                                                             \
+    X(llm)
 
 #define TDM_X_(fam)                                                                      \
     extern const tdm_op_schema tdm_ops_##fam[];                                          \

@@ -23,7 +23,8 @@
     X(ml_svm)                                                                            \
     X(ml_encode)                                                                         \
     X(control)                                                                           \
-    X(fused)
+    X(fused)                                                                             \
+    X(llm)
 
 #define TDM_X_(fam)                                                                      \
     extern const tdm_kernel_def tdm_cpu_kernels_##fam[];                                 \

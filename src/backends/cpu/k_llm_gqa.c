@@ -1,0 +1,320 @@
+/* CPU kernel: com.microsoft GroupQueryAttention (float32), as ONNX Runtime defines it.
+ *
+ * Shapes: query [B, S, H*D] (or packed QKV [B, S, (H + 2*KVH)*D] with key/value omitted),
+ * key/value [B, S, KVH*D], past_key/past_value [B, KVH, P, D] (BNSH), seqlens_k int32 [B]
+ * (total length - 1 per batch item), total_sequence_length int32 scalar, cos/sin caches
+ * [max_len, rot/2]. Outputs: output [B, S, H*D], present_key/value [B, KVH, L, D] with
+ * L = max(P, total_sequence_length).
+ *
+ * KV cache: the call is a first prompt when S == total_sequence_length; then item b's S new
+ * rows go to cache rows 0..S-1 (rows past seqlens_k[b] are right padding). Otherwise item b's
+ * new rows go to rows seqlens_k[b]+1-S .. seqlens_k[b], after the cached rows before them.
+ * Query row j of item b attends to cache rows [lo, n) with n = min(first row + j + 1,
+ * seqlens_k[b] + 1) (causal) and lo = n - local_window_size when a window is set.
+ * When present_key's memory IS past_key's (the executor's I/O binding shares the buffers),
+ * the kernel writes only the new rows: no copy of the cache. Otherwise present gets the valid
+ * past rows, the new rows and zeros elsewhere (what ONNX Runtime outputs).
+ * Rotary (do_rotary) rotates the new query and key rows only, at their absolute positions.
+ *
+ * Speed: two parallel passes on the session's pool: (batch, kv head) pairs write the cache,
+ * then (batch, head) pairs run their query rows through tdm_llm_attn_row (k_llm_simd.c: SIMD
+ * scores and p.V, the device's softmax row). Scratch memory is kept by the node between runs
+ * (grown when a longer cache needs more): a decode step allocates nothing. */
+#include <math.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/k_llm.h"
+#include "core/alloc.h"
+
+typedef struct gqa_state {
+    const tdm_allocator *alloc;
+    atomic_flag busy;
+    float *arena;
+    size_t size; /* floats */
+} gqa_state;
+
+tdm_status *tdm_llm_gqa_prepare(const tdm_node *node, int opset, int n_in,
+                                const tdm_tensor *const *in, const tdm_allocator *a, void **state) {
+    (void)node, (void)opset, (void)n_in, (void)in;
+    gqa_state *s = tdm_alloc(a, sizeof *s);
+    if (!s) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory for GroupQueryAttention state");
+    memset(s, 0, sizeof *s);
+    s->alloc = a;
+    atomic_flag_clear(&s->busy);
+    *state = s;
+    return NULL;
+}
+
+void tdm_llm_gqa_release(void *state, const tdm_allocator *a) {
+    gqa_state *s = state;
+    if (!s) return;
+    tdm_free(a, s->arena);
+    tdm_free(a, s);
+}
+
+typedef struct gqa_job {
+    const float *q, *k, *v, *pk, *pv, *cos, *sin, *sink;
+    float *kc, *vc, *y;  /* present caches, output */
+    const int64_t *past; /* first new row per batch item */
+    const int64_t *tot;  /* valid rows after this call per batch item */
+    int64_t B, S, H, KVH, D, P, L, rot, win, qstride, kstride, koff, voff, maxpos;
+    bool packed, rotary, interleaved, k_inplace, v_inplace, smooth;
+    float scale, softcap;
+    const tdm_llm_fns *f;
+    const tdm_cpu_simd *simd;
+    float *scratch;       /* per (batch, head) pair: per_task floats */
+    int64_t per_task;
+} gqa_job;
+
+/* Pass 1: one (batch, kv head) pair per item: the present cache rows. */
+static void gqa_cache(void *arg, int64_t p0, int64_t p1) {
+    const gqa_job *j = arg;
+    size_t row = (size_t)j->D * sizeof(float);
+    for (int64_t p = p0; p < p1; p++) {
+        int64_t b = p / j->KVH, g = p % j->KVH, past = j->past[b];
+        for (int c = 0; c < 2; c++) {
+            float *dst = (c ? j->vc : j->kc) + p * j->L * j->D;
+            const float *pst = c ? j->pv : j->pk;
+            if (!(c ? j->v_inplace : j->k_inplace)) {
+                if (past > 0) memcpy(dst, pst + p * j->P * j->D, (size_t)past * row);
+                int64_t end = past + j->S;
+                if (end < j->L) memset(dst + end * j->D, 0, (size_t)(j->L - end) * row);
+            }
+            for (int64_t s = 0; s < j->S; s++) {
+                const float *src = (c ? j->v : j->k) + (b * j->S + s) * j->kstride +
+                                   (c ? j->voff : j->koff) + g * j->D;
+                float *r = dst + (past + s) * j->D;
+                memcpy(r, src, row);
+                if (c == 0 && j->rotary) {
+                    int64_t pos = past + s;
+                    tdm_llm_rotate(r, j->cos + pos * (j->rot / 2), j->sin + pos * (j->rot / 2),
+                                   j->rot, j->interleaved);
+                }
+            }
+        }
+    }
+}
+
+/* Pass 2: one (batch, head) pair per item: its S query rows. */
+static void gqa_heads(void *arg, int64_t p0, int64_t p1) {
+    const gqa_job *j = arg;
+    int64_t group = j->H / j->KVH;
+    for (int64_t p = p0; p < p1; p++) {
+        int64_t b = p / j->H, h = p % j->H, g = h / group, past = j->past[b], tot = j->tot[b];
+        float *scores = j->scratch + p * j->per_task, *qbuf = scores + j->L + 16;
+        const float *kc = j->kc + (b * j->KVH + g) * j->L * j->D;
+        const float *vc = j->vc + (b * j->KVH + g) * j->L * j->D;
+        bool has_sink = j->sink || j->smooth;
+        float sink = j->sink ? j->sink[h] : 0.0f;
+        for (int64_t s = 0; s < j->S; s++) {
+            const float *q = j->q + (b * j->S + s) * j->qstride + h * j->D;
+            if (j->rotary) {
+                int64_t pos = past + s;
+                memcpy(qbuf, q, (size_t)j->D * sizeof(float));
+                tdm_llm_rotate(qbuf, j->cos + pos * (j->rot / 2), j->sin + pos * (j->rot / 2),
+                               j->rot, j->interleaved);
+                q = qbuf;
+            }
+            int64_t n = past + s + 1 < tot ? past + s + 1 : tot;
+            int64_t lo = j->win > 0 && n > j->win ? n - j->win : 0;
+            tdm_llm_attn_row(j->f, j->simd, q, kc + lo * j->D, j->D, vc + lo * j->D, j->D, n - lo,
+                             j->D, j->D, j->scale, j->softcap, NULL, has_sink, sink, scores,
+                             j->y + (b * j->S + s) * j->H * j->D + h * j->D);
+        }
+    }
+}
+
+static tdm_status *check_cache(const tdm_node *node, const tdm_tensor *t, const char *what,
+                               int64_t B, int64_t KVH, int64_t D) {
+    if (t->dtype != TDM_FLOAT || t->rank != 4 || t->dims[0] != B || t->dims[1] != KVH ||
+        t->dims[3] != D) {
+        char buf[96];
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                              "%s has shape %s, expected float32 [%lld, %lld, length, %lld]", what,
+                              tdm_shape_str(t->rank, t->dims, buf, sizeof buf), (long long)B,
+                              (long long)KVH, (long long)D);
+    }
+    return NULL;
+}
+
+tdm_status *tdm_llm_run_gqa(tdm_kernel_ctx *ctx) {
+    const tdm_node *node = ctx->node;
+    const tdm_tensor *q = ctx->in[0];
+    const tdm_tensor *k = ctx->n_in > 1 ? ctx->in[1] : NULL, *v = ctx->n_in > 2 ? ctx->in[2] : NULL;
+    const tdm_tensor *pk = ctx->n_in > 3 ? ctx->in[3] : NULL, *pv = ctx->n_in > 4 ? ctx->in[4] : NULL;
+    const tdm_tensor *sl = ctx->in[5], *tl = ctx->in[6];
+    const tdm_tensor *cosc = ctx->n_in > 7 ? ctx->in[7] : NULL, *sinc = ctx->n_in > 8 ? ctx->in[8] : NULL;
+    const tdm_tensor *sink = ctx->n_in > 11 ? ctx->in[11] : NULL;
+    gqa_job j;
+    memset(&j, 0, sizeof j);
+    j.H = tdm_attr_int(node, "num_heads", 0);
+    j.KVH = tdm_attr_int(node, "kv_num_heads", 0);
+    if (j.H <= 0 || j.KVH <= 0 || j.H % j.KVH)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "bad num_heads / kv_num_heads");
+    if (q->dtype != TDM_FLOAT || q->rank != 3)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "query must be float32 [B, S, hidden]");
+    j.B = q->dims[0];
+    j.S = q->dims[1];
+    j.packed = !k;
+    if (j.packed != !v)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "key and value must both be given or both omitted");
+    int64_t parts = j.packed ? j.H + 2 * j.KVH : j.H;
+    if (q->dims[2] % parts)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                              "query's last dim %lld is not a multiple of %lld heads",
+                              (long long)q->dims[2], (long long)parts);
+    j.D = q->dims[2] / parts;
+    if (j.D <= 0) return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "head size is 0");
+    if (!j.packed) {
+        const tdm_tensor *kv[2] = {k, v};
+        for (int i = 0; i < 2; i++)
+            if (kv[i]->dtype != TDM_FLOAT || kv[i]->rank != 3 || kv[i]->dims[0] != j.B ||
+                kv[i]->dims[1] != j.S || kv[i]->dims[2] != j.KVH * j.D)
+                return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                                      "%s must be float32 [%lld, %lld, %lld] (kv_num_heads * head size)",
+                                      i ? "value" : "key", (long long)j.B, (long long)j.S,
+                                      (long long)(j.KVH * j.D));
+    }
+    if (!pk != !pv)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "past_key and past_value go together");
+    if (pk) {
+        TDM_TRY(check_cache(node, pk, "past_key", j.B, j.KVH, j.D));
+        TDM_TRY(check_cache(node, pv, "past_value", j.B, j.KVH, j.D));
+        if (pv->dims[2] != pk->dims[2])
+            return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "past_key and past_value lengths differ");
+        j.P = pk->dims[2];
+    }
+    if (sl->dtype != TDM_INT32 || sl->count != j.B)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "seqlens_k must be int32 [%lld]",
+                              (long long)j.B);
+    if (tl->dtype != TDM_INT32 || tl->count != 1)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "total_sequence_length must be one int32");
+    int64_t total = ((const int32_t *)tl->data)[0];
+    j.L = j.P > total ? j.P : total;
+    for (int o = 1; o <= 2; o++) {
+        tdm_tensor *t = ctx->n_out > o ? ctx->out[o] : NULL;
+        if (t && (t->rank != 4 || t->dims[2] != j.L))
+            return tdm_node_error(node, TDM_ERR_INTERNAL, "present has the wrong shape");
+    }
+    j.rotary = tdm_attr_int(node, "do_rotary", 0) != 0;
+    j.interleaved = tdm_attr_int(node, "rotary_interleaved", 0) != 0;
+    if (j.rotary) {
+        if (!cosc || !sinc || cosc->dtype != TDM_FLOAT || sinc->dtype != TDM_FLOAT ||
+            cosc->rank != 2 || sinc->rank != 2 || sinc->dims[0] != cosc->dims[0] ||
+            sinc->dims[1] != cosc->dims[1] || cosc->dims[1] <= 0 || 2 * cosc->dims[1] > j.D)
+            return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                                  "cos_cache and sin_cache must be float32 [max_length, n] with "
+                                  "1 <= n <= head_size / 2 (%lld)", (long long)(j.D / 2));
+        j.rot = 2 * cosc->dims[1];
+        j.maxpos = cosc->dims[0];
+        j.cos = cosc->data;
+        j.sin = sinc->data;
+    }
+    if (sink) {
+        if (sink->dtype != TDM_FLOAT || sink->count != j.H)
+            return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "head_sink must be float32 [%lld]",
+                                  (long long)j.H);
+        j.sink = sink->data;
+    }
+    j.smooth = tdm_attr_int(node, "smooth_softmax", 0) != 0;
+    j.win = tdm_attr_int(node, "local_window_size", -1);
+    j.softcap = tdm_attr_float(node, "softcap", 0.0f);
+    float scale = tdm_attr_float(node, "scale", 0.0f);
+    j.scale = scale != 0.0f ? scale : 1.0f / sqrtf((float)j.D);
+
+    /* per item: first new row and valid rows, checked against the buffers */
+    bool first = j.S == total;
+    int64_t pos_small[8], *pos = pos_small;
+    void *pos_heap = NULL;
+    if (j.B > 4) {
+        if (!(pos_heap = tdm_kscratch(ctx, (size_t)j.B * 2 * sizeof(int64_t))))
+            return tdm_node_error(node, TDM_ERR_OUT_OF_MEMORY, "out of memory");
+        pos = pos_heap;
+    }
+    int64_t *past = pos, *tot = pos + j.B;
+    tdm_status *st = NULL;
+    for (int64_t b = 0; b < j.B && !st; b++) {
+        int64_t t = (int64_t)((const int32_t *)sl->data)[b] + 1;
+        int64_t p = first ? 0 : t - j.S;
+        past[b] = p;
+        tot[b] = t;
+        if (t < 1 || t > total || p < 0 || p > j.P || p + j.S > j.L)
+            st = tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                                "seqlens_k[%lld] = %lld does not fit: %lld new rows, past length "
+                                "%lld, total_sequence_length %lld",
+                                (long long)b, (long long)(t - 1), (long long)j.S, (long long)j.P,
+                                (long long)total);
+        else if (j.rotary && p + j.S > j.maxpos)
+            st = tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                                "position %lld is past the rotary caches' %lld rows",
+                                (long long)(p + j.S - 1), (long long)j.maxpos);
+    }
+    if (st) {
+        tdm_free(ctx->alloc, pos_heap);
+        return st;
+    }
+    j.past = past;
+    j.tot = tot;
+    j.q = q->data;
+    j.qstride = q->dims[2];
+    if (j.packed) {
+        j.k = j.v = q->data;
+        j.kstride = q->dims[2];
+        j.koff = j.H * j.D;
+        j.voff = (j.H + j.KVH) * j.D;
+    } else {
+        j.k = k->data;
+        j.v = v->data;
+        j.kstride = j.KVH * j.D;
+    }
+    j.pk = pk ? pk->data : NULL;
+    j.pv = pv ? pv->data : NULL;
+    j.y = ctx->out[0]->data;
+
+    /* the caches: the present outputs, or scratch when they are not asked for */
+    tdm_tensor *pres_k = ctx->n_out > 1 ? ctx->out[1] : NULL, *pres_v = ctx->n_out > 2 ? ctx->out[2] : NULL;
+    size_t cache = (size_t)(j.B * j.KVH * j.L * j.D);
+    size_t own_cache = (pres_k ? 0 : cache) + (pres_v ? 0 : cache);
+    j.per_task = j.L + 16 + j.D + 16;
+    size_t need = (size_t)(j.B * j.H * j.per_task) + own_cache;
+    gqa_state *state = ctx->state;
+    float *mem = NULL, *own = NULL;
+    if (state && !atomic_flag_test_and_set(&state->busy)) {
+        if (state->size < need) {
+            tdm_free(state->alloc, state->arena);
+            state->size = 0;
+            state->arena = tdm_alloc(state->alloc, need * sizeof(float));
+            if (state->arena) state->size = need;
+        }
+        mem = state->arena;
+        if (!mem) atomic_flag_clear(&state->busy);
+    }
+    if (!mem) mem = own = tdm_kscratch(ctx, need * sizeof(float));
+    if (!mem) {
+        tdm_free(ctx->alloc, pos_heap);
+        return tdm_node_error(node, TDM_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    j.scratch = mem;
+    float *extra = mem + j.B * j.H * j.per_task;
+    j.kc = pres_k ? pres_k->data : extra;
+    if (!pres_k) extra += cache;
+    j.vc = pres_v ? pres_v->data : extra;
+    j.k_inplace = pres_k && pk && pres_k->data == pk->data;
+    j.v_inplace = pres_v && pv && pres_v->data == pv->data;
+    if ((j.k_inplace || j.v_inplace) && j.L != j.P)
+        st = tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                            "present shares past's buffer but is longer (%lld rows, past %lld)",
+                            (long long)j.L, (long long)j.P);
+    if (!st) {
+        j.f = tdm_llm_fns_for(tdm_cpu_simd_of(ctx)->level);
+        j.simd = tdm_cpu_simd_of(ctx);
+        tdm_parallel_for(ctx->pool, j.B * j.KVH, 1, gqa_cache, &j);
+        tdm_parallel_for(ctx->pool, j.B * j.H, 1, gqa_heads, &j);
+    }
+    if (own) tdm_free(ctx->alloc, own);
+    else atomic_flag_clear(&state->busy);
+    tdm_free(ctx->alloc, pos_heap);
+    return st;
+}
