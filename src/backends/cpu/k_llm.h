@@ -4,7 +4,7 @@
  * the running device's SIMD level (tdm_cpu_simd.level, which honours TANDEM_CPU_ISA caps):
  *   const tdm_llm_fns *f = tdm_llm_fns_for(tdm_cpu_simd_of(ctx)->level);
  *   f->scores(q, K, D, n, D, scale, s);     s[t] = scale * q . K[t]
- *   f->pv(p, V, D, n, D, y);                y = sum_t p[t] * V[t]
+ *   f->pv(p, V, D, n, D, y);                y += sum_t p[t] * V[t]
  */
 #ifndef TDM_CPU_K_LLM_H
 #define TDM_CPU_K_LLM_H
@@ -19,7 +19,7 @@ typedef struct tdm_llm_fns {
     /* out[t] = scale * sum_i q[i] * k[t * ks + i] for t < n (n >= 0, d >= 1) */
     void (*scores)(const float *restrict q, const float *restrict k, int64_t ks, int64_t n,
                    int64_t d, float scale, float *restrict out);
-    /* out[i] = sum_t p[t] * v[t * vs + i] for i < d (out overwritten; n >= 0) */
+    /* out[i] += sum_t p[t] * v[t * vs + i] for i < d (n >= 0) */
     void (*pv)(const float *restrict p, const float *restrict v, int64_t vs, int64_t n, int64_t d,
                float *restrict out);
     tdm_cpu_isa isa; /* the variant's level */
@@ -36,6 +36,12 @@ void tdm_llm_attn_row(const tdm_llm_fns *f, const tdm_cpu_simd *simd, const floa
                       const float *k, int64_t ks, const float *v, int64_t vs, int64_t n, int64_t d,
                       int64_t dv, float scale, float softcap, const float *bias, bool has_sink,
                       float sink, float *scratch, float *y);
+
+/* The softmax step of a row of n logits s (n + 1 floats of room): soft-cap, + bias, the
+ * extra `sink` logit in the denominator when has_sink, then s[0..n) = probabilities. False
+ * (s undefined) when every logit is -inf: the row attends to nothing. */
+bool tdm_llm_softmax(const tdm_cpu_simd *simd, float *s, int64_t n, float softcap,
+                     const float *bias, bool has_sink, float sink);
 
 /* Rotates one head vector x[0..rot) in place with cos/sin rows c, s (rot / 2 values each):
  * interleaved pairs (x[2i], x[2i+1]) or halves (x[i], x[i + rot/2]). */

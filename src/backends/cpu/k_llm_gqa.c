@@ -17,8 +17,9 @@
  * Rotary (do_rotary) rotates the new query and key rows only, at their absolute positions.
  *
  * Speed: two parallel passes on the session's pool: (batch, kv head) pairs write the cache,
- * then (batch, head) pairs run their query rows through tdm_llm_attn_row (k_llm_simd.c: SIMD
- * scores and p.V, the device's softmax row). Scratch memory is kept by the node between runs
+ * then (batch, kv head, block of 16 query rows) items run the rows of all the group's heads
+ * together, 64 cache rows at a time (k_llm_simd.c: SIMD scores and p.V; the device's softmax
+ * row), so the cache is read once per group, not once per head. Scratch memory is kept by the node between runs
  * (grown when a longer cache needs more): a decode step allocates nothing. */
 #include <math.h>
 #include <stdatomic.h>
@@ -64,8 +65,8 @@ typedef struct gqa_job {
     float scale, softcap;
     const tdm_llm_fns *f;
     const tdm_cpu_simd *simd;
-    float *scratch;       /* per (batch, head) pair: per_task floats */
-    int64_t per_task;
+    float *scratch;       /* per pass-2 item: per_task floats */
+    int64_t per_task, row_blocks, rows_per_block;
 } gqa_job;
 
 /* Pass 1: one (batch, kv head) pair per item: the present cache rows. */
@@ -97,31 +98,56 @@ static void gqa_cache(void *arg, int64_t p0, int64_t p1) {
     }
 }
 
-/* Pass 2: one (batch, head) pair per item: its S query rows. */
-static void gqa_heads(void *arg, int64_t p0, int64_t p1) {
+/* Pass 2: one (batch, kv head, block of query rows) per item, all heads of the group
+ * together: each block of key / value rows is read once for the group (from L1) rather than
+ * once per head. */
+enum { GQA_KV_BLOCK = 64 /* cache rows per step: 16 KiB of keys at head size 64 */ };
+
+static void gqa_groups(void *arg, int64_t p0, int64_t p1) {
     const gqa_job *j = arg;
     int64_t group = j->H / j->KVH;
     for (int64_t p = p0; p < p1; p++) {
-        int64_t b = p / j->H, h = p % j->H, g = h / group, past = j->past[b], tot = j->tot[b];
-        float *scores = j->scratch + p * j->per_task, *qbuf = scores + j->L + 16;
-        const float *kc = j->kc + (b * j->KVH + g) * j->L * j->D;
-        const float *vc = j->vc + (b * j->KVH + g) * j->L * j->D;
-        bool has_sink = j->sink || j->smooth;
-        float sink = j->sink ? j->sink[h] : 0.0f;
-        for (int64_t s = 0; s < j->S; s++) {
-            const float *q = j->q + (b * j->S + s) * j->qstride + h * j->D;
-            if (j->rotary) {
-                int64_t pos = past + s;
-                memcpy(qbuf, q, (size_t)j->D * sizeof(float));
-                tdm_llm_rotate(qbuf, j->cos + pos * (j->rot / 2), j->sin + pos * (j->rot / 2),
-                               j->rot, j->interleaved);
-                q = qbuf;
+        int64_t bg = p / j->row_blocks, s0 = (p % j->row_blocks) * j->rows_per_block;
+        int64_t b = bg / j->KVH, g = bg % j->KVH, past = j->past[b], tot = j->tot[b];
+        int64_t s1 = s0 + j->rows_per_block < j->S ? s0 + j->rows_per_block : j->S;
+        float *scores = j->scratch + p * j->per_task, *qbuf = scores + group * (j->L + 16);
+        const float *kc = j->kc + bg * j->L * j->D, *vc = j->vc + bg * j->L * j->D;
+        for (int64_t s = s0; s < s1; s++) {
+            const float *q[64]; /* the group's query rows (group <= 64 checked by the caller) */
+            for (int64_t i = 0; i < group; i++) {
+                q[i] = j->q + (b * j->S + s) * j->qstride + (g * group + i) * j->D;
+                if (j->rotary) {
+                    int64_t pos = past + s;
+                    float *r = qbuf + i * j->D;
+                    memcpy(r, q[i], (size_t)j->D * sizeof(float));
+                    tdm_llm_rotate(r, j->cos + pos * (j->rot / 2), j->sin + pos * (j->rot / 2),
+                                   j->rot, j->interleaved);
+                    q[i] = r;
+                }
             }
             int64_t n = past + s + 1 < tot ? past + s + 1 : tot;
             int64_t lo = j->win > 0 && n > j->win ? n - j->win : 0;
-            tdm_llm_attn_row(j->f, j->simd, q, kc + lo * j->D, j->D, vc + lo * j->D, j->D, n - lo,
-                             j->D, j->D, j->scale, j->softcap, NULL, has_sink, sink, scores,
-                             j->y + (b * j->S + s) * j->H * j->D + h * j->D);
+            for (int64_t t = lo; t < n; t += GQA_KV_BLOCK) {
+                int64_t cnt = n - t < GQA_KV_BLOCK ? n - t : GQA_KV_BLOCK;
+                for (int64_t i = 0; i < group; i++)
+                    j->f->scores(q[i], kc + t * j->D, j->D, cnt, j->D, j->scale,
+                                 scores + i * (j->L + 16) + (t - lo));
+            }
+            bool live[64];
+            for (int64_t i = 0; i < group; i++) {
+                int64_t h = g * group + i;
+                float *y = j->y + (b * j->S + s) * j->H * j->D + h * j->D;
+                memset(y, 0, (size_t)j->D * sizeof(float));
+                live[i] = tdm_llm_softmax(j->simd, scores + i * (j->L + 16), n - lo, j->softcap, NULL,
+                                          j->sink || j->smooth, j->sink ? j->sink[h] : 0.0f);
+            }
+            for (int64_t t = lo; t < n; t += GQA_KV_BLOCK) {
+                int64_t cnt = n - t < GQA_KV_BLOCK ? n - t : GQA_KV_BLOCK;
+                for (int64_t i = 0; i < group; i++)
+                    if (live[i])
+                        j->f->pv(scores + i * (j->L + 16) + (t - lo), vc + t * j->D, j->D, cnt,
+                                 j->D, j->y + (b * j->S + s) * j->H * j->D + (g * group + i) * j->D);
+            }
         }
     }
 }
@@ -153,6 +179,8 @@ tdm_status *tdm_llm_run_gqa(tdm_kernel_ctx *ctx) {
     j.KVH = tdm_attr_int(node, "kv_num_heads", 0);
     if (j.H <= 0 || j.KVH <= 0 || j.H % j.KVH)
         return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "bad num_heads / kv_num_heads");
+    if (j.H / j.KVH > 64)
+        return tdm_node_error(node, TDM_ERR_UNSUPPORTED, "more than 64 query heads per kv head");
     if (q->dtype != TDM_FLOAT || q->rank != 3)
         return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "query must be float32 [B, S, hidden]");
     j.B = q->dims[0];
@@ -277,8 +305,14 @@ tdm_status *tdm_llm_run_gqa(tdm_kernel_ctx *ctx) {
     tdm_tensor *pres_k = ctx->n_out > 1 ? ctx->out[1] : NULL, *pres_v = ctx->n_out > 2 ? ctx->out[2] : NULL;
     size_t cache = (size_t)(j.B * j.KVH * j.L * j.D);
     size_t own_cache = (pres_k ? 0 : cache) + (pres_v ? 0 : cache);
-    j.per_task = j.L + 16 + j.D + 16;
-    size_t need = (size_t)(j.B * j.H * j.per_task) + own_cache;
+    int64_t group = j.H / j.KVH;
+    /* pass 2 items: (batch, kv head, block of query rows); blocks of 16 rows in a prefill */
+    j.rows_per_block = j.S > 16 ? 16 : (j.S > 0 ? j.S : 1);
+    j.row_blocks = (j.S + j.rows_per_block - 1) / j.rows_per_block;
+    if (j.row_blocks < 1) j.row_blocks = 1;
+    int64_t items = j.B * j.KVH * j.row_blocks;
+    j.per_task = group * (j.L + 16) + group * j.D;
+    size_t need = (size_t)(items * j.per_task) + own_cache;
     gqa_state *state = ctx->state;
     float *mem = NULL, *own = NULL;
     if (state && !atomic_flag_test_and_set(&state->busy)) {
@@ -297,7 +331,7 @@ tdm_status *tdm_llm_run_gqa(tdm_kernel_ctx *ctx) {
         return tdm_node_error(node, TDM_ERR_OUT_OF_MEMORY, "out of memory");
     }
     j.scratch = mem;
-    float *extra = mem + j.B * j.H * j.per_task;
+    float *extra = mem + items * j.per_task;
     j.kc = pres_k ? pres_k->data : extra;
     if (!pres_k) extra += cache;
     j.vc = pres_v ? pres_v->data : extra;
@@ -311,7 +345,7 @@ tdm_status *tdm_llm_run_gqa(tdm_kernel_ctx *ctx) {
         j.f = tdm_llm_fns_for(tdm_cpu_simd_of(ctx)->level);
         j.simd = tdm_cpu_simd_of(ctx);
         tdm_parallel_for(ctx->pool, j.B * j.KVH, 1, gqa_cache, &j);
-        tdm_parallel_for(ctx->pool, j.B * j.H, 1, gqa_heads, &j);
+        tdm_parallel_for(ctx->pool, items, 1, gqa_groups, &j);
     }
     if (own) tdm_free(ctx->alloc, own);
     else atomic_flag_clear(&state->busy);

@@ -24,7 +24,6 @@ static void scores_portable(const float *restrict q, const float *restrict k, in
 
 static void pv_portable(const float *restrict p, const float *restrict v, int64_t vs, int64_t n,
                         int64_t d, float *restrict out) {
-    for (int64_t i = 0; i < d; i++) out[i] = 0.0f;
     for (int64_t t = 0; t < n; t++) {
         const float *r = v + t * vs;
         float w = p[t];
@@ -79,9 +78,9 @@ TDM_TARGET_AVX2 static void pv_avx2(const float *restrict p, const float *restri
     for (int64_t i0 = 0; i0 < d; i0 += 32) {
         __m256i m[4];
         for (int c = 0; c < 4; c++) m[c] = tail_mask8(d - i0 - 8 * c);
-        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                         _mm256_setzero_ps()};
+        __m256 acc[4];
         if (d - i0 >= 32) {
+            for (int c = 0; c < 4; c++) acc[c] = _mm256_loadu_ps(out + i0 + 8 * c);
             for (int64_t t = 0; t < n; t++) {
                 __m256 w = _mm256_broadcast_ss(p + t);
                 const float *r = v + t * vs + i0;
@@ -89,6 +88,7 @@ TDM_TARGET_AVX2 static void pv_avx2(const float *restrict p, const float *restri
             }
             for (int c = 0; c < 4; c++) _mm256_storeu_ps(out + i0 + 8 * c, acc[c]);
         } else {
+            for (int c = 0; c < 4; c++) acc[c] = _mm256_maskload_ps(out + i0 + 8 * c, m[c]);
             for (int64_t t = 0; t < n; t++) {
                 __m256 w = _mm256_broadcast_ss(p + t);
                 const float *r = v + t * vs + i0;
@@ -109,7 +109,7 @@ TDM_TARGET_AVX512 static __mmask16 mask16(int64_t left) {
 }
 
 /* r[i] = the sum of v[i]'s 16 lanes, i < 16 */
-TDM_TARGET_AVX512 static __m512 fold16(__m512 *v) {
+TDM_TARGET_AVX512 static inline __attribute__((always_inline)) __m512 fold16(__m512 *v) {
     __m512 s[8], u[4], w[2];
     for (int i = 0; i < 8; i++)
         s[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]),
@@ -126,9 +126,48 @@ TDM_TARGET_AVX512 static __m512 fold16(__m512 *v) {
                          _mm512_shuffle_f32x4(w[0], w[1], _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
+/* Head size 64 (the common one) with rows packed (ks == 64): q in 4 registers, each of 16
+ * rows at a fixed offset from the block's base. */
+TDM_TARGET_AVX512 static void scores64_avx512(const float *restrict q, const float *restrict k,
+                                              int64_t n, float scale, float *restrict out) {
+    __m512 q0 = _mm512_loadu_ps(q), q1 = _mm512_loadu_ps(q + 16), q2 = _mm512_loadu_ps(q + 32),
+           q3 = _mm512_loadu_ps(q + 48), sc = _mm512_set1_ps(scale);
+    int64_t t0 = 0;
+    for (; t0 + 16 <= n; t0 += 16) {
+        const float *kb = k + t0 * 64;
+        __m512 acc[16];
+        for (int r = 0; r < 16; r++) {
+            __m512 a = _mm512_mul_ps(_mm512_loadu_ps(kb + r * 64), q0);
+            __m512 b = _mm512_mul_ps(_mm512_loadu_ps(kb + r * 64 + 16), q1);
+            a = _mm512_fmadd_ps(_mm512_loadu_ps(kb + r * 64 + 32), q2, a);
+            b = _mm512_fmadd_ps(_mm512_loadu_ps(kb + r * 64 + 48), q3, b);
+            acc[r] = _mm512_add_ps(a, b);
+        }
+        _mm512_storeu_ps(out + t0, _mm512_mul_ps(fold16(acc), sc));
+    }
+    if (t0 < n) {
+        const float *kb = k + t0 * 64;
+        int rows = (int)(n - t0);
+        __m512 acc[16];
+        for (int r = 0; r < 16; r++) acc[r] = _mm512_setzero_ps();
+        for (int r = 0; r < rows; r++) {
+            __m512 a = _mm512_mul_ps(_mm512_loadu_ps(kb + r * 64), q0);
+            __m512 b = _mm512_mul_ps(_mm512_loadu_ps(kb + r * 64 + 16), q1);
+            a = _mm512_fmadd_ps(_mm512_loadu_ps(kb + r * 64 + 32), q2, a);
+            b = _mm512_fmadd_ps(_mm512_loadu_ps(kb + r * 64 + 48), q3, b);
+            acc[r] = _mm512_add_ps(a, b);
+        }
+        _mm512_mask_storeu_ps(out + t0, mask16(rows), _mm512_mul_ps(fold16(acc), sc));
+    }
+}
+
 TDM_TARGET_AVX512 static void scores_avx512(const float *restrict q, const float *restrict k,
                                             int64_t ks, int64_t n, int64_t d, float scale,
                                             float *restrict out) {
+    if (d == 64 && ks == 64) {
+        scores64_avx512(q, k, n, scale, out);
+        return;
+    }
     int64_t dfull = d & ~(int64_t)15;
     __mmask16 tm = mask16(d - dfull);
     __m512 sc = _mm512_set1_ps(scale);
@@ -161,37 +200,32 @@ TDM_TARGET_AVX512 static void scores_avx512(const float *restrict q, const float
 
 TDM_TARGET_AVX512 static void pv_avx512(const float *restrict p, const float *restrict v, int64_t vs,
                                         int64_t n, int64_t d, float *restrict out) {
+    /* 4 x 16 columns; even and odd rows in separate accumulators (8 FMA chains) */
     for (int64_t i0 = 0; i0 < d; i0 += 64) {
-        __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
-        if (d - i0 >= 64) {
-            for (int64_t t = 0; t < n; t++) {
-                __m512 w = _mm512_set1_ps(p[t]);
-                const float *r = v + t * vs + i0;
-                acc0 = _mm512_fmadd_ps(w, _mm512_loadu_ps(r), acc0);
-                acc1 = _mm512_fmadd_ps(w, _mm512_loadu_ps(r + 16), acc1);
-                acc2 = _mm512_fmadd_ps(w, _mm512_loadu_ps(r + 32), acc2);
-                acc3 = _mm512_fmadd_ps(w, _mm512_loadu_ps(r + 48), acc3);
-            }
-            _mm512_storeu_ps(out + i0, acc0);
-            _mm512_storeu_ps(out + i0 + 16, acc1);
-            _mm512_storeu_ps(out + i0 + 32, acc2);
-            _mm512_storeu_ps(out + i0 + 48, acc3);
-        } else {
-            __mmask16 m0 = mask16(d - i0), m1 = mask16(d - i0 - 16), m2 = mask16(d - i0 - 32),
-                      m3 = mask16(d - i0 - 48);
-            for (int64_t t = 0; t < n; t++) {
-                __m512 w = _mm512_set1_ps(p[t]);
-                const float *r = v + t * vs + i0;
-                acc0 = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(m0, r), acc0);
-                acc1 = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(m1, r + 16), acc1);
-                acc2 = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(m2, r + 32), acc2);
-                acc3 = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(m3, r + 48), acc3);
-            }
-            _mm512_mask_storeu_ps(out + i0, m0, acc0);
-            _mm512_mask_storeu_ps(out + i0 + 16, m1, acc1);
-            _mm512_mask_storeu_ps(out + i0 + 32, m2, acc2);
-            _mm512_mask_storeu_ps(out + i0 + 48, m3, acc3);
+        __mmask16 m[4];
+        for (int c = 0; c < 4; c++) m[c] = mask16(d - i0 - 16 * c);
+        __m512 a[4], b[4];
+        for (int c = 0; c < 4; c++) {
+            a[c] = _mm512_maskz_loadu_ps(m[c], out + i0 + 16 * c);
+            b[c] = _mm512_setzero_ps();
         }
+        int64_t t = 0;
+        if (d - i0 >= 64) {
+            for (; t + 2 <= n; t += 2) {
+                __m512 w0 = _mm512_set1_ps(p[t]), w1 = _mm512_set1_ps(p[t + 1]);
+                const float *r0 = v + t * vs + i0, *r1 = r0 + vs;
+                for (int c = 0; c < 4; c++) {
+                    a[c] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(r0 + 16 * c), a[c]);
+                    b[c] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(r1 + 16 * c), b[c]);
+                }
+            }
+        }
+        for (; t < n; t++) {
+            __m512 w = _mm512_set1_ps(p[t]);
+            const float *r = v + t * vs + i0;
+            for (int c = 0; c < 4; c++) a[c] = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(m[c], r + 16 * c), a[c]);
+        }
+        for (int c = 0; c < 4; c++) _mm512_mask_storeu_ps(out + i0 + 16 * c, m[c], _mm512_add_ps(a[c], b[c]));
     }
 }
 
@@ -207,25 +241,31 @@ const tdm_llm_fns *tdm_llm_fns_for(tdm_cpu_isa level) {
     return &fns_portable;
 }
 
-void tdm_llm_attn_row(const tdm_llm_fns *f, const tdm_cpu_simd *simd, const float *q,
-                      const float *k, int64_t ks, const float *v, int64_t vs, int64_t n, int64_t d,
-                      int64_t dv, float scale, float softcap, const float *bias, bool has_sink,
-                      float sink, float *s, float *y) {
-    if (n > 0) f->scores(q, k, ks, n, d, scale, s);
+bool tdm_llm_softmax(const tdm_cpu_simd *simd, float *s, int64_t n, float softcap,
+                     const float *bias, bool has_sink, float sink) {
     if (softcap > 0.0f)
         for (int64_t t = 0; t < n; t++) s[t] = softcap * tanhf(s[t] / softcap);
     if (bias)
         for (int64_t t = 0; t < n; t++) s[t] += bias[t];
-    float mx = -INFINITY;
-    for (int64_t t = 0; t < n; t++) mx = s[t] > mx ? s[t] : mx;
-    if (mx == -INFINITY) { /* nothing to attend to */
-        memset(y, 0, (size_t)dv * sizeof(float));
-        return;
+    if (n == 0 && !has_sink) return false;
+    if (bias) { /* only a bias makes -inf logits (finite inputs give finite scores) */
+        bool any = false;
+        for (int64_t t = 0; t < n && !any; t++) any = s[t] != -INFINITY;
+        if (!any) return false; /* nothing to attend to */
     }
     int64_t m = n;
     if (has_sink) s[m++] = sink;
     simd->softmax_row(s, NULL, false, m);
-    f->pv(s, v, vs, n, dv, y);
+    return true;
+}
+
+void tdm_llm_attn_row(const tdm_llm_fns *f, const tdm_cpu_simd *simd, const float *q,
+                      const float *k, int64_t ks, const float *v, int64_t vs, int64_t n, int64_t d,
+                      int64_t dv, float scale, float softcap, const float *bias, bool has_sink,
+                      float sink, float *s, float *y) {
+    memset(y, 0, (size_t)dv * sizeof(float));
+    if (n > 0) f->scores(q, k, ks, n, d, scale, s);
+    if (tdm_llm_softmax(simd, s, n, softcap, bias, has_sink, sink)) f->pv(s, v, vs, n, dv, y);
 }
 
 void tdm_llm_rotate(float *x, const float *c, const float *s, int64_t rot, bool interleaved) {
