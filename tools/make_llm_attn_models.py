@@ -135,6 +135,8 @@ def gqa_cases(out_dir):
         interleaved=1, max_len=48)
     gqa(out_dir, rng, "gqa_rotary_share_prompt_pad_b2", 2, 6, 6, 3, 32, 16, [5, 3], 6, rotary=True,
         interleaved=1, max_len=16)
+    gqa(out_dir, rng, "gqa_rotary_partial", 1, 3, 4, 2, 32, 4, [6], 7, rotary=True, interleaved=1,
+        rot_half=8)
     gqa(out_dir, rng, "gqa_rotary_chunk", 1, 4, 4, 2, 48, 5, [8], 9, rotary=True, interleaved=0)
     # attributes
     gqa(out_dir, rng, "gqa_softcap", 1, 4, 4, 2, 8, 5, [8], 9, softcap=1.5)
@@ -148,6 +150,10 @@ def gqa_cases(out_dir):
         rotary=True, interleaved=1)
     gqa(out_dir, rng, "gqa_head_sink", 1, 3, 4, 2, 8, 4, [6], 7,
         extra_inputs={"head_sink": rnd(rng, 4)})
+    gqa(out_dir, rng, "gqa_attention_bias", 1, 3, 4, 2, 8, 4, [6], 7, softcap=2.0,
+        extra_inputs={"attention_bias": rnd(rng, 1, 4, 3, 7)})
+    gqa(out_dir, rng, "gqa_attention_bias_b2_window", 2, 1, 4, 2, 16, 6, [6, 3], 7,
+        local_window_size=3, extra_inputs={"attention_bias": rnd(rng, 2, 1, 1, 7)})
 
 
 # ---- RotaryEmbedding ----
@@ -240,6 +246,8 @@ def attention_cases(out_dir):
         mask=np.array([[True, True, False, True, False]] * 3, np.bool_))
     att("attention23_float_mask_softcap", rnd(rng, 1, 2, 4, 8), rnd(rng, 1, 2, 4, 8),
         rnd(rng, 1, 2, 4, 8), mask=rnd(rng, 1, 1, 4, 4), softcap=2.0, scale=0.3)
+    att("attention23_masked_row", rnd(rng, 1, 2, 3, 8), rnd(rng, 1, 2, 4, 8), rnd(rng, 1, 2, 4, 8),
+        mask=np.array([[True, False, True, True], [False] * 4, [False, False, False, True]], np.bool_))
     att("attention23_past_causal", rnd(rng, 1, 4, 3, 16), rnd(rng, 1, 2, 3, 16),
         rnd(rng, 1, 2, 3, 16), pk=rnd(rng, 1, 2, 5, 16), pv=rnd(rng, 1, 2, 5, 16), present=True,
         is_causal=1)

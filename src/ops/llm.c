@@ -39,7 +39,7 @@ static const struct {
     int index;
     const char *name;
 } gqa_refused[] = {
-    {9, "position_ids"}, {10, "attention_bias"}, {12, "k_scale"},      {13, "v_scale"},
+    {9, "position_ids"}, {12, "k_scale"}, {13, "v_scale"},
     {14, "q_norm_weight"}, {15, "k_norm_weight"}, {16, "query_seqlens"},
 };
 
@@ -99,8 +99,8 @@ static tdm_status *infer_gqa(tdm_infer_ctx *c) {
     static const char *const names[] = {"query", "key", "value", "past_key", "past_value",
                                         "seqlens_k", "total_sequence_length", "cos_cache",
                                         "sin_cache", "position_ids", "attention_bias", "head_sink"};
-    static const int ranks[] = {3, 3, 3, 4, 4, 1, -1, 2, 2};
-    for (int i = 0; i < 9; i++)
+    static const int ranks[] = {3, 3, 3, 4, 4, 1, -1, 2, 2, -1, 4, 1};
+    for (int i = 0; i < 12; i++)
         if (ranks[i] >= 0) TDM_TRY(need_rank(c, i, names[i], ranks[i]));
     for (int i = 0; i < 12; i++) {
         if (i == 5 || i == 6) {

@@ -15,6 +15,10 @@
  * the kernel writes only the new rows: no copy of the cache. Otherwise present gets the valid
  * past rows, the new rows and zeros elsewhere (what ONNX Runtime outputs).
  * Rotary (do_rotary) rotates the new query and key rows only, at their absolute positions.
+ * attention_bias [B or 1, H or 1, S, total_sequence_length] is added to the (soft-capped)
+ * logits by absolute key position; head_sink / smooth_softmax add a logit to the softmax's
+ * denominator. Not implemented (refused at load, ops/llm.c): position_ids, quantized caches,
+ * q/k norm weights, query_seqlens, output_qk, causal=0, the sliding-window cache.
  *
  * Speed: two parallel passes on the session's pool: (batch, kv head) pairs write the cache,
  * then (batch, kv head, block of 16 query rows) items run the rows of all the group's heads
@@ -56,7 +60,8 @@ void tdm_llm_gqa_release(void *state, const tdm_allocator *a) {
 }
 
 typedef struct gqa_job {
-    const float *q, *k, *v, *pk, *pv, *cos, *sin, *sink;
+    const float *q, *k, *v, *pk, *pv, *cos, *sin, *sink, *bias;
+    int64_t bias_s[3]; /* attention_bias strides of (batch, head, query row); 0 = broadcast */
     float *kc, *vc, *y;  /* present caches, output */
     const int64_t *past; /* first new row per batch item */
     const int64_t *tot;  /* valid rows after this call per batch item */
@@ -138,7 +143,10 @@ static void gqa_groups(void *arg, int64_t p0, int64_t p1) {
                 int64_t h = g * group + i;
                 float *y = j->y + (b * j->S + s) * j->H * j->D + h * j->D;
                 memset(y, 0, (size_t)j->D * sizeof(float));
-                live[i] = tdm_llm_softmax(j->simd, scores + i * (j->L + 16), n - lo, j->softcap, NULL,
+                const float *bias = j->bias ? j->bias + b * j->bias_s[0] + h * j->bias_s[1] +
+                                                  s * j->bias_s[2] + lo
+                                            : NULL;
+                live[i] = tdm_llm_softmax(j->simd, scores + i * (j->L + 16), n - lo, j->softcap, bias,
                                           j->sink || j->smooth, j->sink ? j->sink[h] : 0.0f);
             }
             for (int64_t t = lo; t < n; t += GQA_KV_BLOCK) {
@@ -172,6 +180,7 @@ tdm_status *tdm_llm_run_gqa(tdm_kernel_ctx *ctx) {
     const tdm_tensor *pk = ctx->n_in > 3 ? ctx->in[3] : NULL, *pv = ctx->n_in > 4 ? ctx->in[4] : NULL;
     const tdm_tensor *sl = ctx->in[5], *tl = ctx->in[6];
     const tdm_tensor *cosc = ctx->n_in > 7 ? ctx->in[7] : NULL, *sinc = ctx->n_in > 8 ? ctx->in[8] : NULL;
+    const tdm_tensor *bias = ctx->n_in > 10 ? ctx->in[10] : NULL;
     const tdm_tensor *sink = ctx->n_in > 11 ? ctx->in[11] : NULL;
     gqa_job j;
     memset(&j, 0, sizeof j);
@@ -245,6 +254,18 @@ tdm_status *tdm_llm_run_gqa(tdm_kernel_ctx *ctx) {
             return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "head_sink must be float32 [%lld]",
                                   (long long)j.H);
         j.sink = sink->data;
+    }
+    if (bias) { /* [B or 1, H or 1, S, total_sequence_length]: column = absolute key position */
+        if (bias->dtype != TDM_FLOAT || bias->rank != 4 || (bias->dims[0] != 1 && bias->dims[0] != j.B) ||
+            (bias->dims[1] != 1 && bias->dims[1] != j.H) || bias->dims[2] != j.S ||
+            bias->dims[3] != total)
+            return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                                  "attention_bias must be float32 [%lld or 1, %lld or 1, %lld, %lld]",
+                                  (long long)j.B, (long long)j.H, (long long)j.S, (long long)total);
+        j.bias = bias->data;
+        j.bias_s[2] = total;
+        j.bias_s[1] = bias->dims[1] == 1 ? 0 : j.S * total;
+        j.bias_s[0] = bias->dims[0] == 1 ? 0 : bias->dims[1] * j.S * total;
     }
     j.smooth = tdm_attr_int(node, "smooth_softmax", 0) != 0;
     j.win = tdm_attr_int(node, "local_window_size", -1);
