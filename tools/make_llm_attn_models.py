@@ -148,6 +148,8 @@ def gqa_cases(out_dir):
     gqa(out_dir, rng, "gqa_packed_qkv", 1, 3, 4, 2, 16, 4, [6], 7, packed=True)
     gqa(out_dir, rng, "gqa_packed_rotary_decode", 2, 1, 6, 2, 32, 8, [8, 5], 9, packed=True,
         rotary=True, interleaved=1)
+    gqa(out_dir, rng, "gqa_bidirectional_prompt", 1, 4, 4, 2, 8, 0, [3], 4, causal=0)
+    gqa(out_dir, rng, "gqa_bidirectional_chunk", 1, 3, 6, 2, 16, 5, [7], 8, causal=0)
     gqa(out_dir, rng, "gqa_head_sink", 1, 3, 4, 2, 8, 4, [6], 7,
         extra_inputs={"head_sink": rnd(rng, 4)})
     gqa(out_dir, rng, "gqa_attention_bias", 1, 3, 4, 2, 8, 4, [6], 7, softcap=2.0,

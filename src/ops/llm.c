@@ -74,8 +74,8 @@ static tdm_status *infer_gqa(tdm_infer_ctx *c) {
     int64_t causal = tdm_attr_int(n, "causal", 1), win = tdm_attr_int(n, "local_window_size", -1);
     if (causal != 0 && causal != 1)
         return tdm_node_error(n, TDM_ERR_INVALID_ARGUMENT, "causal must be 0 or 1");
-    if (!causal)
-        return tdm_node_error(n, TDM_ERR_UNSUPPORTED, "causal=0 (bidirectional) is not implemented");
+    if (!causal && win != -1)
+        return tdm_node_error(n, TDM_ERR_INVALID_ARGUMENT, "local_window_size must be -1 when causal is 0");
     if (win == 0 || win < -1)
         return tdm_node_error(n, TDM_ERR_INVALID_ARGUMENT,
                               "local_window_size must be -1 (none) or positive, got %lld",

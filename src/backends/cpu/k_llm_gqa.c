@@ -18,7 +18,8 @@
  * attention_bias [B or 1, H or 1, S, total_sequence_length] is added to the (soft-capped)
  * logits by absolute key position; head_sink / smooth_softmax add a logit to the softmax's
  * denominator. Not implemented (refused at load, ops/llm.c): position_ids, quantized caches,
- * q/k norm weights, query_seqlens, output_qk, causal=0, the sliding-window cache.
+ * q/k norm weights, query_seqlens, output_qk, the sliding-window cache. causal=0 lets every
+ * query row see all of its item's rows.
  *
  * Speed: two parallel passes on the session's pool: (batch, kv head) pairs write the cache,
  * then (batch, kv head, block of 16 query rows) items run the rows of all the group's heads
@@ -66,7 +67,7 @@ typedef struct gqa_job {
     const int64_t *past; /* first new row per batch item */
     const int64_t *tot;  /* valid rows after this call per batch item */
     int64_t B, S, H, KVH, D, P, L, rot, win, qstride, kstride, koff, voff, maxpos;
-    bool packed, rotary, interleaved, k_inplace, v_inplace, smooth;
+    bool packed, rotary, interleaved, k_inplace, v_inplace, smooth, causal;
     float scale, softcap;
     const tdm_llm_fns *f;
     const tdm_cpu_simd *simd;
@@ -130,7 +131,7 @@ static void gqa_groups(void *arg, int64_t p0, int64_t p1) {
                     q[i] = r;
                 }
             }
-            int64_t n = past + s + 1 < tot ? past + s + 1 : tot;
+            int64_t n = j->causal && past + s + 1 < tot ? past + s + 1 : tot;
             int64_t lo = j->win > 0 && n > j->win ? n - j->win : 0;
             for (int64_t t = lo; t < n; t += GQA_KV_BLOCK) {
                 int64_t cnt = n - t < GQA_KV_BLOCK ? n - t : GQA_KV_BLOCK;
@@ -268,6 +269,7 @@ tdm_status *tdm_llm_run_gqa(tdm_kernel_ctx *ctx) {
         j.bias_s[0] = bias->dims[0] == 1 ? 0 : bias->dims[1] * j.S * total;
     }
     j.smooth = tdm_attr_int(node, "smooth_softmax", 0) != 0;
+    j.causal = tdm_attr_int(node, "causal", 1) != 0;
     j.win = tdm_attr_int(node, "local_window_size", -1);
     j.softcap = tdm_attr_float(node, "softcap", 0.0f);
     float scale = tdm_attr_float(node, "scale", 0.0f);

@@ -1,1 +1,2 @@
-B	head_sinkJ\дю┘+╜?█%X©Кd─>
+B	head_sinkJ╔а≈>√
+e©Дж8©Йw©
