@@ -9,7 +9,10 @@
  *   - a repeated decode step allocates nothing (kernel-kept scratch), with and without a
  *     thread pool;
  *   - the same holds for a chunk (S > 1) after a past, for every SIMD level of this CPU.
- * Plus: shapes that do not fit (seqlens_k past the buffer) fail with a clear status. */
+ * Plus: shapes that do not fit (seqlens_k past the buffer) fail with a clear status, and the
+ * SIMD row routines (scores, p.V) of every level of this CPU equal the portable ones for odd
+ * head sizes and row counts (ONNX Runtime's GQA takes head sizes that are multiples of 8 only,
+ * so the model tests do not reach every tail). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -194,10 +197,44 @@ static void test_bad_lengths(void **state) {
     case_free(&c);
 }
 
+static void test_row_variants(void **state) {
+    (void)state;
+    enum { MAXN = 41, MAXD = 133, KS = 140 };
+    static float q[MAXD], k[MAXN * KS], p[MAXN], want[MAXN > MAXD ? MAXN : MAXD],
+        got[MAXN > MAXD ? MAXN : MAXD];
+    for (int i = 0; i < MAXD; i++) q[i] = frand();
+    for (int i = 0; i < MAXN * KS; i++) k[i] = frand();
+    for (int i = 0; i < MAXN; i++) p[i] = frand();
+    const tdm_llm_fns *ref = tdm_llm_fns_for(TDM_ISA_PORTABLE);
+    tdm_cpu_isa host = tdm_cpu_isa_detect();
+    for (int l = TDM_ISA_AVX2; l <= (int)host; l++) {
+        const tdm_llm_fns *f = tdm_llm_fns_for((tdm_cpu_isa)l);
+        if (f == ref) continue;
+        for (int d = 1; d <= MAXD; d += (d < 70 ? 1 : 21))
+            for (int ks = d; ks <= d + 7 && ks <= KS; ks += 7)
+                for (int n = 0; n <= MAXN; n += (n < 20 ? 1 : 7)) {
+                    ref->scores(q, k, ks, n, d, 0.37f, want);
+                    f->scores(q, k, ks, n, d, 0.37f, got);
+                    for (int t = 0; t < n; t++)
+                        if (fabsf(got[t] - want[t]) > 1e-5f + 1e-5f * fabsf(want[t]))
+                            fail_msg("%s scores d=%d ks=%d n=%d row %d: %g, want %g",
+                                     tdm_cpu_isa_name((tdm_cpu_isa)l), d, ks, n, t, got[t], want[t]);
+                    for (int i = 0; i < d; i++) want[i] = got[i] = 0.25f * (float)i;
+                    ref->pv(p, k, ks, n, d, want);
+                    f->pv(p, k, ks, n, d, got);
+                    for (int i = 0; i < d; i++)
+                        if (fabsf(got[i] - want[i]) > 1e-5f + 1e-5f * fabsf(want[i]))
+                            fail_msg("%s pv d=%d ks=%d n=%d column %d: %g, want %g",
+                                     tdm_cpu_isa_name((tdm_cpu_isa)l), d, ks, n, i, got[i], want[i]);
+                }
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_inplace_decode_and_chunk),
         cmocka_unit_test(test_bad_lengths),
+        cmocka_unit_test(test_row_variants),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
