@@ -30,7 +30,10 @@
 #include <stdatomic.h>
 #include <string.h>
 
+#include <omp.h>
+
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/k_dnnl.h"
 #include "backends/cpu/k_llm.h"
 #include "core/alloc.h"
 
@@ -71,8 +74,8 @@ typedef struct gqa_job {
     float scale, softcap;
     const tdm_llm_fns *f;
     const tdm_cpu_simd *simd;
-    float *scratch;       /* per pass-2 item: per_task floats */
-    int64_t per_task, row_blocks, rows_per_block;
+    float *scratch;       /* per pass-2 slot: per_task floats */
+    int64_t per_task, row_blocks, rows_per_block, items, slots;
 } gqa_job;
 
 /* Pass 1: one (batch, kv head) pair per item: the present cache rows. */
@@ -109,14 +112,83 @@ static void gqa_cache(void *arg, int64_t p0, int64_t p1) {
  * once per head. */
 enum { GQA_KV_BLOCK = 64 /* cache rows per step: 16 KiB of keys at head size 64 */ };
 
-static void gqa_groups(void *arg, int64_t p0, int64_t p1) {
-    const gqa_job *j = arg;
+/* The rows of query row s of item b attends to: [*lo, *n). */
+static void row_range(const gqa_job *j, int64_t b, int64_t s, int64_t *lo, int64_t *n) {
+    int64_t past = j->past[b], tot = j->tot[b];
+    *n = j->causal && past + s + 1 < tot ? past + s + 1 : tot;
+    *lo = j->win > 0 && *n > j->win ? *n - j->win : 0;
+}
+
+/* The query row of head h at row s (rotated into buf when rotary is on). */
+static const float *query_row(const gqa_job *j, int64_t b, int64_t h, int64_t s, float *buf) {
+    const float *q = j->q + (b * j->S + s) * j->qstride + h * j->D;
+    if (!j->rotary) return q;
+    int64_t pos = j->past[b] + s;
+    memcpy(buf, q, (size_t)j->D * sizeof(float));
+    tdm_llm_rotate(buf, j->cos + pos * (j->rot / 2), j->sin + pos * (j->rot / 2), j->rot,
+                   j->interleaved);
+    return buf;
+}
+
+/* C = alpha * A . op(B) (row-major, beta 0): oneDNN's sgemm (serial JIT code), else tdm_sgemm. */
+static void block_gemm(const tdm_cpu_simd *simd, bool tb, int64_t M, int64_t N, int64_t K,
+                       float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
+                       float *C, int64_t ldc) {
+    if (dnnl_sgemm('N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, 0.0f, C, ldc) == dnnl_success)
+        return;
+    tdm_sgemm(simd, NULL, false, tb, M, N, K, alpha, A, lda, B, ldb, 0.0f, C, ldc);
+}
+
+/* A block of query rows s0..s1 (prefill, chunks): per head, scores = Q.K^T over the block's
+ * whole row range with one GEMM, each row's softmax on its own range (zeros elsewhere), then
+ * Y = P.V with a second GEMM written straight into the output rows. */
+static void gqa_block_gemm(const gqa_job *j, int64_t b, int64_t g, int64_t s0, int64_t s1,
+                           float *scratch) {
+    int64_t group = j->H / j->KVH, rows = s1 - s0;
+    const float *kc = j->kc + (b * j->KVH + g) * j->L * j->D;
+    const float *vc = j->vc + (b * j->KVH + g) * j->L * j->D;
+    int64_t lo0, n0, lo1, n1;
+    row_range(j, b, s0, &lo0, &n0);
+    row_range(j, b, s1 - 1, &lo1, &n1);
+    int64_t cols = n1 - lo0, ld = cols + 1; /* +1: room for a sink logit after a full row */
+    float *sc = scratch, *qb = scratch + rows * (j->L + 1);
+    for (int64_t i = 0; i < group; i++) {
+        int64_t h = g * group + i;
+        for (int64_t r = 0; r < rows; r++) {
+            const float *q = query_row(j, b, h, s0 + r, qb + r * j->D);
+            if (q != qb + r * j->D) memcpy(qb + r * j->D, q, (size_t)j->D * sizeof(float));
+        }
+        block_gemm(j->simd, true, rows, cols, j->D, j->scale, qb, j->D, kc + lo0 * j->D, j->D, sc, ld);
+        for (int64_t r = 0; r < rows; r++) {
+            int64_t lo, n, s = s0 + r;
+            row_range(j, b, s, &lo, &n);
+            float *row = sc + r * ld;
+            const float *bias = j->bias ? j->bias + b * j->bias_s[0] + h * j->bias_s[1] +
+                                              s * j->bias_s[2] + lo
+                                        : NULL;
+            int64_t a = lo - lo0, e = n - lo0;
+            if (!tdm_llm_softmax(j->simd, row + a, e - a, j->softcap, bias, j->sink || j->smooth,
+                                 j->sink ? j->sink[h] : 0.0f))
+                a = e = 0; /* nothing to attend to: a zero row */
+            memset(row, 0, (size_t)a * sizeof(float));
+            memset(row + e, 0, (size_t)(ld - e) * sizeof(float));
+        }
+        block_gemm(j->simd, false, rows, j->D, cols, 1.0f, sc, ld, vc + lo0 * j->D, j->D,
+                   j->y + (b * j->S + s0) * j->H * j->D + h * j->D, j->H * j->D);
+    }
+}
+
+static void gqa_item(const gqa_job *j, int64_t p, float *scratch) {
     int64_t group = j->H / j->KVH;
-    for (int64_t p = p0; p < p1; p++) {
+    {
         int64_t bg = p / j->row_blocks, s0 = (p % j->row_blocks) * j->rows_per_block;
         int64_t b = bg / j->KVH, g = bg % j->KVH, past = j->past[b], tot = j->tot[b];
         int64_t s1 = s0 + j->rows_per_block < j->S ? s0 + j->rows_per_block : j->S;
-        float *scores = j->scratch + p * j->per_task, *qbuf = scores + group * (j->L + 16);
+        if (s1 - s0 > 1) {
+            gqa_block_gemm(j, b, g, s0, s1, scratch);
+            return;
+        }
+        float *scores = scratch, *qbuf = scores + group * (j->L + 16);
         const float *kc = j->kc + bg * j->L * j->D, *vc = j->vc + bg * j->L * j->D;
         for (int64_t s = s0; s < s1; s++) {
             const float *q[64]; /* the group's query rows (group <= 64 checked by the caller) */
@@ -159,6 +231,14 @@ static void gqa_groups(void *arg, int64_t p0, int64_t p1) {
             }
         }
     }
+}
+
+/* Pass 2's driver: slot k (one per thread) runs items k, k + slots, ... with its scratch. */
+static void gqa_slots(void *arg, int64_t k0, int64_t k1) {
+    const gqa_job *j = arg;
+    if (j->S > 1 && omp_get_max_threads() != 1) omp_set_num_threads(1); /* sgemm stays serial */
+    for (int64_t k = k0; k < k1; k++)
+        for (int64_t p = k; p < j->items; p += j->slots) gqa_item(j, p, j->scratch + k * j->per_task);
 }
 
 static tdm_status *check_cache(const tdm_node *node, const tdm_tensor *t, const char *what,
@@ -333,9 +413,14 @@ tdm_status *tdm_llm_run_gqa(tdm_kernel_ctx *ctx) {
     j.rows_per_block = j.S > 16 ? 16 : (j.S > 0 ? j.S : 1);
     j.row_blocks = (j.S + j.rows_per_block - 1) / j.rows_per_block;
     if (j.row_blocks < 1) j.row_blocks = 1;
-    int64_t items = j.B * j.KVH * j.row_blocks;
-    j.per_task = group * (j.L + 16) + group * j.D;
-    size_t need = (size_t)(items * j.per_task) + own_cache;
+    j.items = j.B * j.KVH * j.row_blocks;
+    int threads = tdm_threadpool_size(ctx->pool);
+    j.slots = j.items < threads ? j.items : threads;
+    if (j.slots < 1) j.slots = 1;
+    int64_t row_need = group * (j.L + 16) + group * j.D;
+    int64_t block_need = j.rows_per_block * (j.L + 1) + j.rows_per_block * j.D;
+    j.per_task = (row_need > block_need ? row_need : block_need) + 16;
+    size_t need = (size_t)(j.slots * j.per_task) + own_cache;
     gqa_state *state = ctx->state;
     float *mem = NULL, *own = NULL;
     if (state && !atomic_flag_test_and_set(&state->busy)) {
@@ -354,7 +439,7 @@ tdm_status *tdm_llm_run_gqa(tdm_kernel_ctx *ctx) {
         return tdm_node_error(node, TDM_ERR_OUT_OF_MEMORY, "out of memory");
     }
     j.scratch = mem;
-    float *extra = mem + items * j.per_task;
+    float *extra = mem + j.slots * j.per_task;
     j.kc = pres_k ? pres_k->data : extra;
     if (!pres_k) extra += cache;
     j.vc = pres_v ? pres_v->data : extra;
@@ -368,7 +453,9 @@ tdm_status *tdm_llm_run_gqa(tdm_kernel_ctx *ctx) {
         j.f = tdm_llm_fns_for(tdm_cpu_simd_of(ctx)->level);
         j.simd = tdm_cpu_simd_of(ctx);
         tdm_parallel_for(ctx->pool, j.B * j.KVH, 1, gqa_cache, &j);
-        tdm_parallel_for(ctx->pool, items, 1, gqa_groups, &j);
+        int omp = j.S > 1 ? dn_omp_begin() : 1;
+        tdm_parallel_for(ctx->pool, j.slots, 1, gqa_slots, &j);
+        if (j.S > 1) dn_omp_end(omp);
     }
     if (own) tdm_free(ctx->alloc, own);
     else atomic_flag_clear(&state->busy);
