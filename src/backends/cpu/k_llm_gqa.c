@@ -22,10 +22,13 @@
  * query row see all of its item's rows.
  *
  * Speed: two parallel passes on the session's pool: (batch, kv head) pairs write the cache,
- * then (batch, kv head, block of 16 query rows) items run the rows of all the group's heads
- * together, 64 cache rows at a time (k_llm_simd.c: SIMD scores and p.V; the device's softmax
- * row), so the cache is read once per group, not once per head. Scratch memory is kept by the node between runs
- * (grown when a longer cache needs more): a decode step allocates nothing. */
+ * then (batch, kv head, block of up to 16 query rows) items, one slot per thread. A single row
+ * (decode) runs all heads of its group together, 64 cache rows at a time, so the cache is read
+ * once per group, not once per head (k_llm_simd.c: SIMD scores and p.V; the device's softmax
+ * row). A block of rows (prefill, chunks) is two oneDNN sgemm calls per head (Q.K^T over the
+ * block's rows, each row's softmax on its own causal range, P.V into the output). Scratch
+ * memory (one slot per thread) is kept by the node between runs and grown when a longer
+ * cache needs more: a decode step allocates nothing. */
 #include <math.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -178,57 +181,45 @@ static void gqa_block_gemm(const gqa_job *j, int64_t b, int64_t g, int64_t s0, i
     }
 }
 
+/* Item p of pass 2: (batch, kv head, block of query rows). One row (decode): all heads of
+ * the group together, GQA_KV_BLOCK cache rows at a time. */
 static void gqa_item(const gqa_job *j, int64_t p, float *scratch) {
-    int64_t group = j->H / j->KVH;
-    {
-        int64_t bg = p / j->row_blocks, s0 = (p % j->row_blocks) * j->rows_per_block;
-        int64_t b = bg / j->KVH, g = bg % j->KVH, past = j->past[b], tot = j->tot[b];
-        int64_t s1 = s0 + j->rows_per_block < j->S ? s0 + j->rows_per_block : j->S;
-        if (s1 - s0 > 1) {
-            gqa_block_gemm(j, b, g, s0, s1, scratch);
-            return;
+    int64_t group = j->H / j->KVH, ld = j->L + 16;
+    int64_t bg = p / j->row_blocks, s0 = (p % j->row_blocks) * j->rows_per_block;
+    int64_t b = bg / j->KVH, g = bg % j->KVH;
+    int64_t s1 = s0 + j->rows_per_block < j->S ? s0 + j->rows_per_block : j->S;
+    if (s1 - s0 > 1) {
+        gqa_block_gemm(j, b, g, s0, s1, scratch);
+        return;
+    }
+    float *scores = scratch, *qbuf = scores + group * ld;
+    const float *kc = j->kc + bg * j->L * j->D, *vc = j->vc + bg * j->L * j->D;
+    for (int64_t s = s0; s < s1; s++) {
+        const float *q[64]; /* the group's query rows (group <= 64: checked by the run) */
+        bool live[64];
+        float *y = j->y + (b * j->S + s) * j->H * j->D + g * group * j->D;
+        for (int64_t i = 0; i < group; i++) q[i] = query_row(j, b, g * group + i, s, qbuf + i * j->D);
+        int64_t lo, n;
+        row_range(j, b, s, &lo, &n);
+        for (int64_t t = lo; t < n; t += GQA_KV_BLOCK) {
+            int64_t cnt = n - t < GQA_KV_BLOCK ? n - t : GQA_KV_BLOCK;
+            for (int64_t i = 0; i < group; i++)
+                j->f->scores(q[i], kc + t * j->D, j->D, cnt, j->D, j->scale, scores + i * ld + (t - lo));
         }
-        float *scores = scratch, *qbuf = scores + group * (j->L + 16);
-        const float *kc = j->kc + bg * j->L * j->D, *vc = j->vc + bg * j->L * j->D;
-        for (int64_t s = s0; s < s1; s++) {
-            const float *q[64]; /* the group's query rows (group <= 64 checked by the caller) */
-            for (int64_t i = 0; i < group; i++) {
-                q[i] = j->q + (b * j->S + s) * j->qstride + (g * group + i) * j->D;
-                if (j->rotary) {
-                    int64_t pos = past + s;
-                    float *r = qbuf + i * j->D;
-                    memcpy(r, q[i], (size_t)j->D * sizeof(float));
-                    tdm_llm_rotate(r, j->cos + pos * (j->rot / 2), j->sin + pos * (j->rot / 2),
-                                   j->rot, j->interleaved);
-                    q[i] = r;
-                }
-            }
-            int64_t n = j->causal && past + s + 1 < tot ? past + s + 1 : tot;
-            int64_t lo = j->win > 0 && n > j->win ? n - j->win : 0;
-            for (int64_t t = lo; t < n; t += GQA_KV_BLOCK) {
-                int64_t cnt = n - t < GQA_KV_BLOCK ? n - t : GQA_KV_BLOCK;
-                for (int64_t i = 0; i < group; i++)
-                    j->f->scores(q[i], kc + t * j->D, j->D, cnt, j->D, j->scale,
-                                 scores + i * (j->L + 16) + (t - lo));
-            }
-            bool live[64];
-            for (int64_t i = 0; i < group; i++) {
-                int64_t h = g * group + i;
-                float *y = j->y + (b * j->S + s) * j->H * j->D + h * j->D;
-                memset(y, 0, (size_t)j->D * sizeof(float));
-                const float *bias = j->bias ? j->bias + b * j->bias_s[0] + h * j->bias_s[1] +
-                                                  s * j->bias_s[2] + lo
-                                            : NULL;
-                live[i] = tdm_llm_softmax(j->simd, scores + i * (j->L + 16), n - lo, j->softcap, bias,
-                                          j->sink || j->smooth, j->sink ? j->sink[h] : 0.0f);
-            }
-            for (int64_t t = lo; t < n; t += GQA_KV_BLOCK) {
-                int64_t cnt = n - t < GQA_KV_BLOCK ? n - t : GQA_KV_BLOCK;
-                for (int64_t i = 0; i < group; i++)
-                    if (live[i])
-                        j->f->pv(scores + i * (j->L + 16) + (t - lo), vc + t * j->D, j->D, cnt,
-                                 j->D, j->y + (b * j->S + s) * j->H * j->D + (g * group + i) * j->D);
-            }
+        memset(y, 0, (size_t)(group * j->D) * sizeof(float));
+        for (int64_t i = 0; i < group; i++) {
+            int64_t h = g * group + i;
+            const float *bias = j->bias ? j->bias + b * j->bias_s[0] + h * j->bias_s[1] +
+                                              s * j->bias_s[2] + lo
+                                        : NULL;
+            live[i] = tdm_llm_softmax(j->simd, scores + i * ld, n - lo, j->softcap, bias,
+                                      j->sink || j->smooth, j->sink ? j->sink[h] : 0.0f);
+        }
+        for (int64_t t = lo; t < n; t += GQA_KV_BLOCK) {
+            int64_t cnt = n - t < GQA_KV_BLOCK ? n - t : GQA_KV_BLOCK;
+            for (int64_t i = 0; i < group; i++)
+                if (live[i])
+                    j->f->pv(scores + i * ld + (t - lo), vc + t * j->D, j->D, cnt, j->D, y + i * j->D);
         }
     }
 }
