@@ -251,6 +251,22 @@ def cases(deep_levels):
            ["invalid argument",
             "support_vectors (10 values) must be a non-empty multiple of the 3"],
            {"model.onnx": svm_model.SerializeToString()})
+    # GroupQueryAttention whose num_heads is not a multiple of kv_num_heads, and one that
+    # asks for what the CPU kernel does not implement (a quantized KV cache)
+    def gqa(**attrs):
+        ins = [fvi("q", [1, 2, 5 * 8]), fvi("k", [1, 2, 2 * 8]), fvi("v", [1, 2, 2 * 8]),
+               helper.make_tensor_value_info("sl", TensorProto.INT32, [1]),
+               helper.make_tensor_value_info("tl", TensorProto.INT32, [])]
+        node = helper.make_node("GroupQueryAttention", ["q", "k", "v", "", "", "sl", "tl"], ["y"],
+                                domain="com.microsoft", name="gqa", **attrs)
+        return model_of([node], ins, [fvi("y", [1, 2, 40])],
+                        opsets=[helper.make_opsetid("", OPSET),
+                                helper.make_opsetid("com.microsoft", 1)]).SerializeToString()
+    yield ("gqa_heads_not_grouped",
+           ["invalid argument", "num_heads (5) and kv_num_heads (2) must be positive and num_heads a"],
+           {"model.onnx": gqa(num_heads=5, kv_num_heads=2)})
+    yield ("gqa_quantized_cache", ["unsupported", "quantized KV caches are not implemented"],
+           {"model.onnx": gqa(num_heads=4, kv_num_heads=2, k_quant_type="PER_TENSOR")})
     noop = model_of([helper.make_node("Relu", ["x"], ["y"], name="relu")],
                     [fvi("x", [4])], [fvi("y", [4])], opsets=[helper.make_opsetid("com.example", 1)])
     yield ("no_default_opset", ["invalid model", "imports no opset of"],

@@ -94,7 +94,8 @@ tdm_status *tdm_node_error(const tdm_node *node, tdm_code code, const char *fmt,
     X(ml)                                                                                \
     X(control)                                                                           \
     X(fused)                                                                             \
-    X(quant_nbits)
+    X(quant_nbits)                                                                   \
+    X(llm)
 
 #define TDM_X_(fam)                                                                      \
     extern const tdm_op_schema tdm_ops_##fam[];                                          \

@@ -24,7 +24,8 @@
     X(ml_encode)                                                                         \
     X(control)                                                                           \
     X(fused)                                                                             \
-    X(nbits)
+    X(nbits)                                                                         \
+    X(llm)
 
 #define TDM_X_(fam)                                                                      \
     extern const tdm_kernel_def tdm_cpu_kernels_##fam[];                                 \

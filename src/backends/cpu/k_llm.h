@@ -1,0 +1,64 @@
+/* CPU kernels of the llm family (k_llm_*.c): shared pieces.
+ *
+ * The attention row routines come in variants (portable C, AVX2 + FMA, AVX-512) picked from
+ * the running device's SIMD level (tdm_cpu_simd.level, which honours TANDEM_CPU_ISA caps):
+ *   const tdm_llm_fns *f = tdm_llm_fns_for(tdm_cpu_simd_of(ctx)->level);
+ *   f->scores(q, K, D, n, D, scale, s);     s[t] = scale * q . K[t]
+ *   f->pv(p, V, D, n, D, y);                y += sum_t p[t] * V[t]
+ */
+#ifndef TDM_CPU_K_LLM_H
+#define TDM_CPU_K_LLM_H
+
+#include <stdint.h>
+
+#include "backends/cpu/cpu_isa.h"
+#include "backends/cpu/cpu_simd.h"
+#include "backends/kernel.h"
+
+typedef struct tdm_llm_fns {
+    /* out[t] = scale * sum_i q[i] * k[t * ks + i] for t < n (n >= 0, d >= 1) */
+    void (*scores)(const float *restrict q, const float *restrict k, int64_t ks, int64_t n,
+                   int64_t d, float scale, float *restrict out);
+    /* out[i] += sum_t p[t] * v[t * vs + i] for i < d (n >= 0) */
+    void (*pv)(const float *restrict p, const float *restrict v, int64_t vs, int64_t n, int64_t d,
+               float *restrict out);
+    tdm_cpu_isa isa; /* the variant's level */
+} tdm_llm_fns;
+
+/* The best variant at or below level. Never NULL. */
+const tdm_llm_fns *tdm_llm_fns_for(tdm_cpu_isa level);
+
+/* One query row of attention over keys/values rows [0, n) (row strides ks, vs): softmax of
+ * scale * q.K^T (tanh soft-capped when softcap > 0; plus bias[t] when bias is not NULL;
+ * with an extra logit `sink` in the denominator when has_sink) applied to V; y[0..dv).
+ * scratch holds n + 1 floats. A row whose every logit is -inf gives zeros. */
+void tdm_llm_attn_row(const tdm_llm_fns *f, const tdm_cpu_simd *simd, const float *q,
+                      const float *k, int64_t ks, const float *v, int64_t vs, int64_t n, int64_t d,
+                      int64_t dv, float scale, float softcap, const float *bias, bool has_sink,
+                      float sink, float *scratch, float *y);
+
+/* The softmax step of a row of n logits s (n + 1 floats of room): soft-cap, + bias, the
+ * extra `sink` logit in the denominator when has_sink, then s[0..n) = probabilities. False
+ * (s undefined) when every logit is -inf: the row attends to nothing. */
+bool tdm_llm_softmax(const tdm_cpu_simd *simd, float *s, int64_t n, float softcap,
+                     const float *bias, bool has_sink, float sink);
+
+/* Rotates one head vector x[0..rot) in place with cos/sin rows c, s (rot / 2 values each):
+ * interleaved pairs (x[2i], x[2i+1]) or halves (x[i], x[i + rot/2]). */
+void tdm_llm_rotate(float *x, const float *c, const float *s, int64_t rot, bool interleaved);
+
+/* GroupQueryAttention's kernel (k_llm_gqa.c): also called directly by the unit test that
+ * aliases present with past. */
+tdm_status *tdm_llm_run_gqa(tdm_kernel_ctx *ctx);
+tdm_status *tdm_llm_gqa_prepare(const tdm_node *node, int opset, int n_in,
+                                const tdm_tensor *const *in, const tdm_allocator *a, void **state);
+void tdm_llm_gqa_release(void *state, const tdm_allocator *a);
+
+/* the other family members' run functions */
+tdm_status *tdm_llm_run_rotary(tdm_kernel_ctx *ctx);
+tdm_status *tdm_llm_run_simplified_ln(tdm_kernel_ctx *ctx);
+tdm_status *tdm_llm_run_skip_simplified_ln(tdm_kernel_ctx *ctx);
+tdm_status *tdm_llm_run_rms_norm(tdm_kernel_ctx *ctx);
+tdm_status *tdm_llm_run_attention23(tdm_kernel_ctx *ctx);
+
+#endif

@@ -1,0 +1,455 @@
+/* CPU kernel: com.microsoft GroupQueryAttention (float32), as ONNX Runtime defines it.
+ *
+ * Shapes: query [B, S, H*D] (or packed QKV [B, S, (H + 2*KVH)*D] with key/value omitted),
+ * key/value [B, S, KVH*D], past_key/past_value [B, KVH, P, D] (BNSH), seqlens_k int32 [B]
+ * (total length - 1 per batch item), total_sequence_length int32 scalar, cos/sin caches
+ * [max_len, rot/2]. Outputs: output [B, S, H*D], present_key/value [B, KVH, L, D] with
+ * L = max(P, total_sequence_length).
+ *
+ * KV cache: the call is a first prompt when S == total_sequence_length; then item b's S new
+ * rows go to cache rows 0..S-1 (rows past seqlens_k[b] are right padding). Otherwise item b's
+ * new rows go to rows seqlens_k[b]+1-S .. seqlens_k[b], after the cached rows before them.
+ * Query row j of item b attends to cache rows [lo, n) with n = min(first row + j + 1,
+ * seqlens_k[b] + 1) (causal) and lo = n - local_window_size when a window is set.
+ * When present_key's memory IS past_key's (the executor's I/O binding shares the buffers),
+ * the kernel writes only the new rows: no copy of the cache. Otherwise present gets the valid
+ * past rows, the new rows and zeros elsewhere (what ONNX Runtime outputs).
+ * Rotary (do_rotary) rotates the new query and key rows only, at their absolute positions.
+ * attention_bias [B or 1, H or 1, S, total_sequence_length] is added to the (soft-capped)
+ * logits by absolute key position; head_sink / smooth_softmax add a logit to the softmax's
+ * denominator. Not implemented (refused at load, ops/llm.c): position_ids, quantized caches,
+ * q/k norm weights, query_seqlens, output_qk, the sliding-window cache. causal=0 lets every
+ * query row see all of its item's rows.
+ *
+ * Speed: two parallel passes on the session's pool: (batch, kv head) pairs write the cache,
+ * then (batch, kv head, block of up to 16 query rows) items, one slot per thread. A single row
+ * (decode) runs all heads of its group together, 64 cache rows at a time, so the cache is read
+ * once per group, not once per head (k_llm_simd.c: SIMD scores and p.V; the device's softmax
+ * row). A block of rows (prefill, chunks) is two oneDNN sgemm calls per head (Q.K^T over the
+ * block's rows, each row's softmax on its own causal range, P.V into the output). Scratch
+ * memory (one slot per thread) is kept by the node between runs and grown when a longer
+ * cache needs more: a decode step allocates nothing. */
+#include <math.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include <omp.h>
+
+#include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/k_dnnl.h"
+#include "backends/cpu/k_llm.h"
+#include "core/alloc.h"
+
+typedef struct gqa_state {
+    const tdm_allocator *alloc;
+    atomic_flag busy;
+    float *arena;
+    size_t size; /* floats */
+} gqa_state;
+
+tdm_status *tdm_llm_gqa_prepare(const tdm_node *node, int opset, int n_in,
+                                const tdm_tensor *const *in, const tdm_allocator *a, void **state) {
+    (void)node, (void)opset, (void)n_in, (void)in;
+    gqa_state *s = tdm_alloc(a, sizeof *s);
+    if (!s) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory for GroupQueryAttention state");
+    memset(s, 0, sizeof *s);
+    s->alloc = a;
+    atomic_flag_clear(&s->busy);
+    *state = s;
+    return NULL;
+}
+
+void tdm_llm_gqa_release(void *state, const tdm_allocator *a) {
+    gqa_state *s = state;
+    if (!s) return;
+    tdm_free(a, s->arena);
+    tdm_free(a, s);
+}
+
+typedef struct gqa_job {
+    const float *q, *k, *v, *pk, *pv, *cos, *sin, *sink, *bias;
+    int64_t bias_s[3]; /* attention_bias strides of (batch, head, query row); 0 = broadcast */
+    float *kc, *vc, *y;  /* present caches, output */
+    const int64_t *past; /* first new row per batch item */
+    const int64_t *tot;  /* valid rows after this call per batch item */
+    int64_t B, S, H, KVH, D, P, L, rot, win, qstride, kstride, koff, voff, maxpos;
+    bool packed, rotary, interleaved, k_inplace, v_inplace, smooth, causal;
+    float scale, softcap;
+    const tdm_llm_fns *f;
+    const tdm_cpu_simd *simd;
+    float *scratch;       /* per pass-2 slot: per_task floats */
+    int64_t per_task, row_blocks, rows_per_block, items, slots;
+} gqa_job;
+
+/* Pass 1: one (batch, kv head) pair per item: the present cache rows. */
+static void gqa_cache(void *arg, int64_t p0, int64_t p1) {
+    const gqa_job *j = arg;
+    size_t row = (size_t)j->D * sizeof(float);
+    for (int64_t p = p0; p < p1; p++) {
+        int64_t b = p / j->KVH, g = p % j->KVH, past = j->past[b];
+        for (int c = 0; c < 2; c++) {
+            float *dst = (c ? j->vc : j->kc) + p * j->L * j->D;
+            const float *pst = c ? j->pv : j->pk;
+            if (!(c ? j->v_inplace : j->k_inplace)) {
+                if (past > 0) memcpy(dst, pst + p * j->P * j->D, (size_t)past * row);
+                int64_t end = past + j->S;
+                if (end < j->L) memset(dst + end * j->D, 0, (size_t)(j->L - end) * row);
+            }
+            for (int64_t s = 0; s < j->S; s++) {
+                const float *src = (c ? j->v : j->k) + (b * j->S + s) * j->kstride +
+                                   (c ? j->voff : j->koff) + g * j->D;
+                float *r = dst + (past + s) * j->D;
+                memcpy(r, src, row);
+                if (c == 0 && j->rotary) {
+                    int64_t pos = past + s;
+                    tdm_llm_rotate(r, j->cos + pos * (j->rot / 2), j->sin + pos * (j->rot / 2),
+                                   j->rot, j->interleaved);
+                }
+            }
+        }
+    }
+}
+
+/* Pass 2: one (batch, kv head, block of query rows) per item, all heads of the group
+ * together: each block of key / value rows is read once for the group (from L1) rather than
+ * once per head. */
+enum { GQA_KV_BLOCK = 64 /* cache rows per step: 16 KiB of keys at head size 64 */ };
+
+/* The rows of query row s of item b attends to: [*lo, *n). */
+static void row_range(const gqa_job *j, int64_t b, int64_t s, int64_t *lo, int64_t *n) {
+    int64_t past = j->past[b], tot = j->tot[b];
+    *n = j->causal && past + s + 1 < tot ? past + s + 1 : tot;
+    *lo = j->win > 0 && *n > j->win ? *n - j->win : 0;
+}
+
+/* The query row of head h at row s (rotated into buf when rotary is on). */
+static const float *query_row(const gqa_job *j, int64_t b, int64_t h, int64_t s, float *buf) {
+    const float *q = j->q + (b * j->S + s) * j->qstride + h * j->D;
+    if (!j->rotary) return q;
+    int64_t pos = j->past[b] + s;
+    memcpy(buf, q, (size_t)j->D * sizeof(float));
+    tdm_llm_rotate(buf, j->cos + pos * (j->rot / 2), j->sin + pos * (j->rot / 2), j->rot,
+                   j->interleaved);
+    return buf;
+}
+
+/* C = alpha * A . op(B) (row-major, beta 0): oneDNN's sgemm (serial JIT code), else tdm_sgemm. */
+static void block_gemm(const tdm_cpu_simd *simd, bool tb, int64_t M, int64_t N, int64_t K,
+                       float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
+                       float *C, int64_t ldc) {
+    if (dnnl_sgemm('N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, 0.0f, C, ldc) == dnnl_success)
+        return;
+    tdm_sgemm(simd, NULL, false, tb, M, N, K, alpha, A, lda, B, ldb, 0.0f, C, ldc);
+}
+
+/* A block of query rows s0..s1 (prefill, chunks): per head, scores = Q.K^T over the block's
+ * whole row range with one GEMM, each row's softmax on its own range (zeros elsewhere), then
+ * Y = P.V with a second GEMM written straight into the output rows. */
+static void gqa_block_gemm(const gqa_job *j, int64_t b, int64_t g, int64_t s0, int64_t s1,
+                           float *scratch) {
+    int64_t group = j->H / j->KVH, rows = s1 - s0;
+    const float *kc = j->kc + (b * j->KVH + g) * j->L * j->D;
+    const float *vc = j->vc + (b * j->KVH + g) * j->L * j->D;
+    int64_t lo0, n0, lo1, n1;
+    row_range(j, b, s0, &lo0, &n0);
+    row_range(j, b, s1 - 1, &lo1, &n1);
+    int64_t cols = n1 - lo0, ld = cols + 1; /* +1: room for a sink logit after a full row */
+    float *sc = scratch, *qb = scratch + rows * (j->L + 1);
+    for (int64_t i = 0; i < group; i++) {
+        int64_t h = g * group + i;
+        for (int64_t r = 0; r < rows; r++) {
+            const float *q = query_row(j, b, h, s0 + r, qb + r * j->D);
+            if (q != qb + r * j->D) memcpy(qb + r * j->D, q, (size_t)j->D * sizeof(float));
+        }
+        block_gemm(j->simd, true, rows, cols, j->D, j->scale, qb, j->D, kc + lo0 * j->D, j->D, sc, ld);
+        for (int64_t r = 0; r < rows; r++) {
+            int64_t lo, n, s = s0 + r;
+            row_range(j, b, s, &lo, &n);
+            float *row = sc + r * ld;
+            const float *bias = j->bias ? j->bias + b * j->bias_s[0] + h * j->bias_s[1] +
+                                              s * j->bias_s[2] + lo
+                                        : NULL;
+            int64_t a = lo - lo0, e = n - lo0;
+            if (!tdm_llm_softmax(j->simd, row + a, e - a, j->softcap, bias, j->sink || j->smooth,
+                                 j->sink ? j->sink[h] : 0.0f))
+                a = e = 0; /* nothing to attend to: a zero row */
+            memset(row, 0, (size_t)a * sizeof(float));
+            memset(row + e, 0, (size_t)(ld - e) * sizeof(float));
+        }
+        block_gemm(j->simd, false, rows, j->D, cols, 1.0f, sc, ld, vc + lo0 * j->D, j->D,
+                   j->y + (b * j->S + s0) * j->H * j->D + h * j->D, j->H * j->D);
+    }
+}
+
+/* Item p of pass 2: (batch, kv head, block of query rows). One row (decode): all heads of
+ * the group together, GQA_KV_BLOCK cache rows at a time. */
+static void gqa_item(const gqa_job *j, int64_t p, float *scratch) {
+    int64_t group = j->H / j->KVH, ld = j->L + 16;
+    int64_t bg = p / j->row_blocks, s0 = (p % j->row_blocks) * j->rows_per_block;
+    int64_t b = bg / j->KVH, g = bg % j->KVH;
+    int64_t s1 = s0 + j->rows_per_block < j->S ? s0 + j->rows_per_block : j->S;
+    if (s1 - s0 > 1) {
+        gqa_block_gemm(j, b, g, s0, s1, scratch);
+        return;
+    }
+    float *scores = scratch, *qbuf = scores + group * ld;
+    const float *kc = j->kc + bg * j->L * j->D, *vc = j->vc + bg * j->L * j->D;
+    for (int64_t s = s0; s < s1; s++) {
+        const float *q[64]; /* the group's query rows (group <= 64: checked by the run) */
+        bool live[64];
+        float *y = j->y + (b * j->S + s) * j->H * j->D + g * group * j->D;
+        for (int64_t i = 0; i < group; i++) q[i] = query_row(j, b, g * group + i, s, qbuf + i * j->D);
+        int64_t lo, n;
+        row_range(j, b, s, &lo, &n);
+        for (int64_t t = lo; t < n; t += GQA_KV_BLOCK) {
+            int64_t cnt = n - t < GQA_KV_BLOCK ? n - t : GQA_KV_BLOCK;
+            for (int64_t i = 0; i < group; i++)
+                j->f->scores(q[i], kc + t * j->D, j->D, cnt, j->D, j->scale, scores + i * ld + (t - lo));
+        }
+        memset(y, 0, (size_t)(group * j->D) * sizeof(float));
+        for (int64_t i = 0; i < group; i++) {
+            int64_t h = g * group + i;
+            const float *bias = j->bias ? j->bias + b * j->bias_s[0] + h * j->bias_s[1] +
+                                              s * j->bias_s[2] + lo
+                                        : NULL;
+            live[i] = tdm_llm_softmax(j->simd, scores + i * ld, n - lo, j->softcap, bias,
+                                      j->sink || j->smooth, j->sink ? j->sink[h] : 0.0f);
+        }
+        for (int64_t t = lo; t < n; t += GQA_KV_BLOCK) {
+            int64_t cnt = n - t < GQA_KV_BLOCK ? n - t : GQA_KV_BLOCK;
+            for (int64_t i = 0; i < group; i++)
+                if (live[i])
+                    j->f->pv(scores + i * ld + (t - lo), vc + t * j->D, j->D, cnt, j->D, y + i * j->D);
+        }
+    }
+}
+
+/* Pass 2's driver: slot k (one per thread) runs items k, k + slots, ... with its scratch. */
+static void gqa_slots(void *arg, int64_t k0, int64_t k1) {
+    const gqa_job *j = arg;
+    if (j->S > 1 && omp_get_max_threads() != 1) omp_set_num_threads(1); /* sgemm stays serial */
+    for (int64_t k = k0; k < k1; k++)
+        for (int64_t p = k; p < j->items; p += j->slots) gqa_item(j, p, j->scratch + k * j->per_task);
+}
+
+static tdm_status *check_cache(const tdm_node *node, const tdm_tensor *t, const char *what,
+                               int64_t B, int64_t KVH, int64_t D) {
+    if (t->dtype != TDM_FLOAT || t->rank != 4 || t->dims[0] != B || t->dims[1] != KVH ||
+        t->dims[3] != D) {
+        char buf[96];
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                              "%s has shape %s, expected float32 [%lld, %lld, length, %lld]", what,
+                              tdm_shape_str(t->rank, t->dims, buf, sizeof buf), (long long)B,
+                              (long long)KVH, (long long)D);
+    }
+    return NULL;
+}
+
+tdm_status *tdm_llm_run_gqa(tdm_kernel_ctx *ctx) {
+    const tdm_node *node = ctx->node;
+    const tdm_tensor *q = ctx->in[0];
+    const tdm_tensor *k = ctx->n_in > 1 ? ctx->in[1] : NULL, *v = ctx->n_in > 2 ? ctx->in[2] : NULL;
+    const tdm_tensor *pk = ctx->n_in > 3 ? ctx->in[3] : NULL, *pv = ctx->n_in > 4 ? ctx->in[4] : NULL;
+    const tdm_tensor *sl = ctx->in[5], *tl = ctx->in[6];
+    const tdm_tensor *cosc = ctx->n_in > 7 ? ctx->in[7] : NULL, *sinc = ctx->n_in > 8 ? ctx->in[8] : NULL;
+    const tdm_tensor *bias = ctx->n_in > 10 ? ctx->in[10] : NULL;
+    const tdm_tensor *sink = ctx->n_in > 11 ? ctx->in[11] : NULL;
+    gqa_job j;
+    memset(&j, 0, sizeof j);
+    j.H = tdm_attr_int(node, "num_heads", 0);
+    j.KVH = tdm_attr_int(node, "kv_num_heads", 0);
+    if (j.H <= 0 || j.KVH <= 0 || j.H % j.KVH)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "bad num_heads / kv_num_heads");
+    if (j.H / j.KVH > 64)
+        return tdm_node_error(node, TDM_ERR_UNSUPPORTED, "more than 64 query heads per kv head");
+    if (q->dtype != TDM_FLOAT || q->rank != 3)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "query must be float32 [B, S, hidden]");
+    j.B = q->dims[0];
+    j.S = q->dims[1];
+    j.packed = !k;
+    if (j.packed != !v)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "key and value must both be given or both omitted");
+    int64_t parts = j.packed ? j.H + 2 * j.KVH : j.H;
+    if (q->dims[2] % parts)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                              "query's last dim %lld is not a multiple of %lld heads",
+                              (long long)q->dims[2], (long long)parts);
+    j.D = q->dims[2] / parts;
+    if (j.D <= 0) return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "head size is 0");
+    if (!j.packed) {
+        const tdm_tensor *kv[2] = {k, v};
+        for (int i = 0; i < 2; i++)
+            if (kv[i]->dtype != TDM_FLOAT || kv[i]->rank != 3 || kv[i]->dims[0] != j.B ||
+                kv[i]->dims[1] != j.S || kv[i]->dims[2] != j.KVH * j.D)
+                return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                                      "%s must be float32 [%lld, %lld, %lld] (kv_num_heads * head size)",
+                                      i ? "value" : "key", (long long)j.B, (long long)j.S,
+                                      (long long)(j.KVH * j.D));
+    }
+    if (!pk != !pv)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "past_key and past_value go together");
+    if (pk) {
+        TDM_TRY(check_cache(node, pk, "past_key", j.B, j.KVH, j.D));
+        TDM_TRY(check_cache(node, pv, "past_value", j.B, j.KVH, j.D));
+        if (pv->dims[2] != pk->dims[2])
+            return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "past_key and past_value lengths differ");
+        j.P = pk->dims[2];
+    }
+    if (sl->dtype != TDM_INT32 || sl->count != j.B)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "seqlens_k must be int32 [%lld]",
+                              (long long)j.B);
+    if (tl->dtype != TDM_INT32 || tl->count != 1)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "total_sequence_length must be one int32");
+    int64_t total = ((const int32_t *)tl->data)[0];
+    j.L = j.P > total ? j.P : total;
+    for (int o = 1; o <= 2; o++) {
+        tdm_tensor *t = ctx->n_out > o ? ctx->out[o] : NULL;
+        if (t && (t->rank != 4 || t->dims[2] != j.L))
+            return tdm_node_error(node, TDM_ERR_INTERNAL, "present has the wrong shape");
+    }
+    j.rotary = tdm_attr_int(node, "do_rotary", 0) != 0;
+    j.interleaved = tdm_attr_int(node, "rotary_interleaved", 0) != 0;
+    if (j.rotary) {
+        if (!cosc || !sinc || cosc->dtype != TDM_FLOAT || sinc->dtype != TDM_FLOAT ||
+            cosc->rank != 2 || sinc->rank != 2 || sinc->dims[0] != cosc->dims[0] ||
+            sinc->dims[1] != cosc->dims[1] || cosc->dims[1] <= 0 || 2 * cosc->dims[1] > j.D)
+            return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                                  "cos_cache and sin_cache must be float32 [max_length, n] with "
+                                  "1 <= n <= head_size / 2 (%lld)", (long long)(j.D / 2));
+        j.rot = 2 * cosc->dims[1];
+        j.maxpos = cosc->dims[0];
+        j.cos = cosc->data;
+        j.sin = sinc->data;
+    }
+    if (sink) {
+        if (sink->dtype != TDM_FLOAT || sink->count != j.H)
+            return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "head_sink must be float32 [%lld]",
+                                  (long long)j.H);
+        j.sink = sink->data;
+    }
+    if (bias) { /* [B or 1, H or 1, S, total_sequence_length]: column = absolute key position */
+        if (bias->dtype != TDM_FLOAT || bias->rank != 4 || (bias->dims[0] != 1 && bias->dims[0] != j.B) ||
+            (bias->dims[1] != 1 && bias->dims[1] != j.H) || bias->dims[2] != j.S ||
+            bias->dims[3] != total)
+            return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                                  "attention_bias must be float32 [%lld or 1, %lld or 1, %lld, %lld]",
+                                  (long long)j.B, (long long)j.H, (long long)j.S, (long long)total);
+        j.bias = bias->data;
+        j.bias_s[2] = total;
+        j.bias_s[1] = bias->dims[1] == 1 ? 0 : j.S * total;
+        j.bias_s[0] = bias->dims[0] == 1 ? 0 : bias->dims[1] * j.S * total;
+    }
+    j.smooth = tdm_attr_int(node, "smooth_softmax", 0) != 0;
+    j.causal = tdm_attr_int(node, "causal", 1) != 0;
+    j.win = tdm_attr_int(node, "local_window_size", -1);
+    j.softcap = tdm_attr_float(node, "softcap", 0.0f);
+    float scale = tdm_attr_float(node, "scale", 0.0f);
+    j.scale = scale != 0.0f ? scale : 1.0f / sqrtf((float)j.D);
+
+    /* per item: first new row and valid rows, checked against the buffers */
+    bool first = j.S == total;
+    int64_t pos_small[8], *pos = pos_small;
+    void *pos_heap = NULL;
+    if (j.B > 4) {
+        if (!(pos_heap = tdm_kscratch(ctx, (size_t)j.B * 2 * sizeof(int64_t))))
+            return tdm_node_error(node, TDM_ERR_OUT_OF_MEMORY, "out of memory");
+        pos = pos_heap;
+    }
+    int64_t *past = pos, *tot = pos + j.B;
+    tdm_status *st = NULL;
+    for (int64_t b = 0; b < j.B && !st; b++) {
+        int64_t t = (int64_t)((const int32_t *)sl->data)[b] + 1;
+        int64_t p = first ? 0 : t - j.S;
+        past[b] = p;
+        tot[b] = t;
+        if (t < 1 || t > total || p < 0 || p > j.P || p + j.S > j.L)
+            st = tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                                "seqlens_k[%lld] = %lld does not fit: %lld new rows, past length "
+                                "%lld, total_sequence_length %lld",
+                                (long long)b, (long long)(t - 1), (long long)j.S, (long long)j.P,
+                                (long long)total);
+        else if (j.rotary && p + j.S > j.maxpos)
+            st = tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                                "position %lld is past the rotary caches' %lld rows",
+                                (long long)(p + j.S - 1), (long long)j.maxpos);
+    }
+    if (st) {
+        tdm_free(ctx->alloc, pos_heap);
+        return st;
+    }
+    j.past = past;
+    j.tot = tot;
+    j.q = q->data;
+    j.qstride = q->dims[2];
+    if (j.packed) {
+        j.k = j.v = q->data;
+        j.kstride = q->dims[2];
+        j.koff = j.H * j.D;
+        j.voff = (j.H + j.KVH) * j.D;
+    } else {
+        j.k = k->data;
+        j.v = v->data;
+        j.kstride = j.KVH * j.D;
+    }
+    j.pk = pk ? pk->data : NULL;
+    j.pv = pv ? pv->data : NULL;
+    j.y = ctx->out[0]->data;
+
+    /* the caches: the present outputs, or scratch when they are not asked for */
+    tdm_tensor *pres_k = ctx->n_out > 1 ? ctx->out[1] : NULL, *pres_v = ctx->n_out > 2 ? ctx->out[2] : NULL;
+    size_t cache = (size_t)(j.B * j.KVH * j.L * j.D);
+    size_t own_cache = (pres_k ? 0 : cache) + (pres_v ? 0 : cache);
+    int64_t group = j.H / j.KVH;
+    /* pass 2 items: (batch, kv head, block of query rows); blocks of 16 rows in a prefill */
+    j.rows_per_block = j.S > 16 ? 16 : (j.S > 0 ? j.S : 1);
+    j.row_blocks = (j.S + j.rows_per_block - 1) / j.rows_per_block;
+    if (j.row_blocks < 1) j.row_blocks = 1;
+    j.items = j.B * j.KVH * j.row_blocks;
+    int threads = tdm_threadpool_size(ctx->pool);
+    j.slots = j.items < threads ? j.items : threads;
+    if (j.slots < 1) j.slots = 1;
+    int64_t row_need = group * (j.L + 16) + group * j.D;
+    int64_t block_need = j.rows_per_block * (j.L + 1) + j.rows_per_block * j.D;
+    j.per_task = (row_need > block_need ? row_need : block_need) + 16;
+    size_t need = (size_t)(j.slots * j.per_task) + own_cache;
+    gqa_state *state = ctx->state;
+    float *mem = NULL, *own = NULL;
+    if (state && !atomic_flag_test_and_set(&state->busy)) {
+        if (state->size < need) {
+            tdm_free(state->alloc, state->arena);
+            state->size = 0;
+            state->arena = tdm_alloc(state->alloc, need * sizeof(float));
+            if (state->arena) state->size = need;
+        }
+        mem = state->arena;
+        if (!mem) atomic_flag_clear(&state->busy);
+    }
+    if (!mem) mem = own = tdm_kscratch(ctx, need * sizeof(float));
+    if (!mem) {
+        tdm_free(ctx->alloc, pos_heap);
+        return tdm_node_error(node, TDM_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    j.scratch = mem;
+    float *extra = mem + j.slots * j.per_task;
+    j.kc = pres_k ? pres_k->data : extra;
+    if (!pres_k) extra += cache;
+    j.vc = pres_v ? pres_v->data : extra;
+    j.k_inplace = pres_k && pk && pres_k->data == pk->data;
+    j.v_inplace = pres_v && pv && pres_v->data == pv->data;
+    if ((j.k_inplace || j.v_inplace) && j.L != j.P)
+        st = tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                            "present shares past's buffer but is longer (%lld rows, past %lld)",
+                            (long long)j.L, (long long)j.P);
+    if (!st) {
+        j.f = tdm_llm_fns_for(tdm_cpu_simd_of(ctx)->level);
+        j.simd = tdm_cpu_simd_of(ctx);
+        tdm_parallel_for(ctx->pool, j.B * j.KVH, 1, gqa_cache, &j);
+        int omp = j.S > 1 ? dn_omp_begin() : 1;
+        tdm_parallel_for(ctx->pool, j.slots, 1, gqa_slots, &j);
+        if (j.S > 1) dn_omp_end(omp);
+    }
+    if (own) tdm_free(ctx->alloc, own);
+    else atomic_flag_clear(&state->busy);
+    tdm_free(ctx->alloc, pos_heap);
+    return st;
+}

@@ -1,0 +1,1 @@
+Binv_std_varJí–ò?¶lf?rXè?
