@@ -664,7 +664,7 @@ tdm_status *tdm_tokenizer_load(const char *path, tdm_tokenizer **out) {
     st = load_json(t, root);
     if (!st) st = load_config(t, config);
     if (!st) named_defaults(t);
-    if (st) st = tdm_status_wrap(st, "loading tokenizer '%s'", file);
+    if (st) st = tdm_status_wrap(st, "loading tokenizer '%s': ", file);
 done:
     json_decref(root);
     free(file);
