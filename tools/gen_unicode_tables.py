@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""Generates src/llm/tokenizer_unicode.c: the Unicode general-category classes that the
-pre-tokenizer patterns use (\\p{L} = Lu Ll Lt Lm Lo, \\p{N} = Nd Nl No), as sorted ranges,
-from Python's unicodedata. The Unicode version is the running Python's (3.11: 14.0.0) and is
+"""Generates src/llm/tokenizer_unicode.c from Python's unicodedata: the general-category
+classes that the pre-tokenizer patterns use (\\p{L} = Lu Ll Lt Lm Lo, \\p{N} = Nd Nl No) as
+sorted ranges, and for the NFC normalizer the canonical combining classes, the full canonical
+decompositions and the primary composites (pairs whose composition NFC keeps; Hangul
+syllables are left to the algorithm). The Unicode version is the running Python's (3.11: 14.0.0) and is
 recorded in the file. White_Space is fixed by Unicode (PropList) and is written by hand in
 src/llm/tokenizer_pretok.c.
 
@@ -33,7 +35,69 @@ def main():
         out.write("    {0x%X, 0x%X, %d},\n" % (lo, hi, cls))
     out.write("};\n")
     out.write("const size_t tdm_tok_unicode_n_ranges = sizeof tdm_tok_unicode_ranges / "
-              "sizeof tdm_tok_unicode_ranges[0];\n")
+              "sizeof tdm_tok_unicode_ranges[0];\n\n")
+    write_nfc(out)
+
+
+def is_hangul(cp):
+    return 0xAC00 <= cp < 0xAC00 + 11172
+
+
+def canonical(cp):
+    d = unicodedata.decomposition(chr(cp))
+    if not d or d.startswith("<"):
+        return None
+    return [int(x, 16) for x in d.split()]
+
+
+def full(cp):
+    d = canonical(cp)
+    if d is None:
+        return [cp]
+    return [y for x in d for y in full(x)]
+
+
+def write_nfc(out):
+    ccc = []
+    for cp in range(0x110000):
+        c = unicodedata.combining(chr(cp))
+        if not c:
+            continue
+        if ccc and ccc[-1][1] == cp - 1 and ccc[-1][2] == c:
+            ccc[-1][1] = cp
+        else:
+            ccc.append([cp, cp, c])
+    out.write("/* canonical combining classes (non-zero) */\n")
+    out.write("const tdm_tok_urange tdm_tok_ccc_ranges[] = {\n")
+    for lo, hi, c in ccc:
+        out.write("    {0x%X, 0x%X, %d},\n" % (lo, hi, c))
+    out.write("};\nconst size_t tdm_tok_ccc_n_ranges = sizeof tdm_tok_ccc_ranges / sizeof tdm_tok_ccc_ranges[0];\n\n")
+    decomp, data, comp = [], [], []
+    for cp in range(0x110000):
+        if is_hangul(cp):
+            continue
+        d = canonical(cp)
+        if d is None:
+            continue
+        f = full(cp)
+        decomp.append((cp, len(data), len(f)))
+        data.extend(f)
+        if len(d) == 2 and unicodedata.normalize("NFC", chr(cp)) == chr(cp):
+            comp.append((d[0], d[1], cp))
+    comp.sort()
+    out.write("/* full canonical decompositions: code point, start in tdm_tok_decomp_data, length */\n")
+    out.write("const tdm_tok_decomp tdm_tok_decomps[] = {\n")
+    for cp, off, n in decomp:
+        out.write("    {0x%X, %d, %d},\n" % (cp, off, n))
+    out.write("};\nconst size_t tdm_tok_n_decomps = sizeof tdm_tok_decomps / sizeof tdm_tok_decomps[0];\n")
+    out.write("const uint32_t tdm_tok_decomp_data[] = {\n")
+    for i in range(0, len(data), 8):
+        out.write("    " + " ".join("0x%X," % x for x in data[i:i + 8]) + "\n")
+    out.write("};\n\n/* primary composites: first, second -> composite, sorted */\n")
+    out.write("const tdm_tok_comp tdm_tok_comps[] = {\n")
+    for a, b, c in comp:
+        out.write("    {0x%X, 0x%X, 0x%X},\n" % (a, b, c))
+    out.write("};\nconst size_t tdm_tok_n_comps = sizeof tdm_tok_comps / sizeof tdm_tok_comps[0];\n")
 
 
 if __name__ == "__main__":

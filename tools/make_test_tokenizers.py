@@ -13,7 +13,7 @@ corpus (tools/make_tokenizer_corpus.py, seed 7) and writes them in HF's tokenize
               (special, not special, lstrip/rstrip)
   gpt2_digits the same model with Sequence[Digits(individual), ByteLevel] (SmolLM's form)
   llama3      Split(Llama-3 regex) + ByteLevel(use_regex false), ignore_merges, template
-  qwen2       the llama3 model with Qwen2's regex (\\p{N} one at a time)
+  qwen2       the llama3 model with Qwen2's regex (\\p{N} one at a time) and NFC normalizer
 and, for each, NAME.expect.jsonl.gz: per case of the test corpus (seed 19) the text, the ids
 (and with add_special for some), and HF's decode with and without skip_special_tokens.
 The second form writes the expectations of an existing tokenizer (the SmolLM2 test).
@@ -107,6 +107,7 @@ def make_all():
     toks["llama3"] = llama3
     j = json.loads(llama3.to_str())
     j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = QWEN2_REGEX
+    j["normalizer"] = {"type": "NFC"}
     toks["qwen2"] = Tokenizer.from_str(json.dumps(j))
     os.makedirs(OUT, exist_ok=True)
     cases = corpus(N_TEST, seed=19)

@@ -294,9 +294,11 @@ static tdm_status *load_normalizer(tdm_tokenizer *t, const json_t *n, int depth)
         if (!d->a || !d->b) return oom();
         d->na = strlen(s);
         d->nb = json_string_length(c);
+    } else if (!strcmp(type, "NFC")) {
+        d->kind = TDM_TOK_NORM_NFC;
     } else {
         return TDM_ERR(TDM_ERR_UNSUPPORTED, "tokenizer.json: normalizer '%s' is not supported "
-                       "(Prepend, Replace and Sequences of them are)", type);
+                       "(Prepend, Replace, NFC and Sequences of them are)", type);
     }
     t->n_norm++;
     return NULL;

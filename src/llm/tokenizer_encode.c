@@ -204,8 +204,10 @@ static bool normalize(const tdm_tokenizer *t, work *w, const char *s, size_t n, 
         if (d->kind == TDM_TOK_NORM_PREPEND) {
             if (!*rn) continue;
             ok = tdm_tok_buf_put(&tmp, d->a, d->na) && tdm_tok_buf_put(&tmp, *res, *rn);
-        } else {
+        } else if (d->kind == TDM_TOK_NORM_REPLACE) {
             ok = tdm_tok_replace_all(&tmp, *res, *rn, d->a, d->na, d->b, d->nb);
+        } else {
+            ok = tdm_tok_nfc(&tmp, *res, *rn);
         }
         if (!ok) {
             free(tmp.p);

@@ -24,6 +24,20 @@ enum { TDM_TOK_OTHER = 0, TDM_TOK_L = 1, TDM_TOK_N = 2 };
 extern const tdm_tok_urange tdm_tok_unicode_ranges[];
 extern const size_t tdm_tok_unicode_n_ranges;
 extern const char tdm_tok_unicode_version[];
+/* NFC tables (tokenizer_unicode.c) */
+typedef struct tdm_tok_decomp {
+    uint32_t cp, off, len;
+} tdm_tok_decomp;
+typedef struct tdm_tok_comp {
+    uint32_t a, b, c;
+} tdm_tok_comp;
+extern const tdm_tok_urange tdm_tok_ccc_ranges[];
+extern const size_t tdm_tok_ccc_n_ranges;
+extern const tdm_tok_decomp tdm_tok_decomps[];
+extern const size_t tdm_tok_n_decomps;
+extern const uint32_t tdm_tok_decomp_data[];
+extern const tdm_tok_comp tdm_tok_comps[];
+extern const size_t tdm_tok_n_comps;
 int tdm_tok_ucls(uint32_t cp); /* TDM_TOK_L, TDM_TOK_N or TDM_TOK_OTHER */
 bool tdm_tok_is_space(uint32_t cp); /* Unicode White_Space */
 /* Decodes one UTF-8 character at s[0..n) (valid input assumed); returns its length. */
@@ -63,8 +77,11 @@ bool tdm_tok_replace_all(tdm_tok_buf *out, const char *s, size_t n, const char *
  * character. */
 bool tdm_tok_lossy(tdm_tok_buf *out, const unsigned char *s, size_t n, bool *incomplete);
 
+/* Appends the NFC form of the valid UTF-8 s[0..n) (tokenizer_nfc.c). */
+bool tdm_tok_nfc(tdm_tok_buf *out, const char *s, size_t n);
+
 /* ---- pipeline steps ---- */
-typedef enum { TDM_TOK_NORM_PREPEND, TDM_TOK_NORM_REPLACE } tdm_tok_norm_kind;
+typedef enum { TDM_TOK_NORM_PREPEND, TDM_TOK_NORM_REPLACE, TDM_TOK_NORM_NFC } tdm_tok_norm_kind;
 typedef struct tdm_tok_norm {
     tdm_tok_norm_kind kind;
     char *a, *b; /* prepend: a; replace: a -> b */
