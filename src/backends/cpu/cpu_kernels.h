@@ -24,7 +24,7 @@
     X(ml_encode)                                                                         \
     X(control)                                                                           \
     X(fused)                                                                             \
-    X(nbits)                                                                         \
+    X(nbits)                                                                             \
     X(llm)
 
 #define TDM_X_(fam)                                                                      \
