@@ -86,8 +86,45 @@ char *ct_strndup(ct_ctx *ctx, const char *s, size_t n) {
     return d;
 }
 
-bool ct_sb_put(ct_ctx *ctx, ct_sb *sb, const char *s, size_t n) {
+bool ct_work(ct_ctx *ctx, size_t units, int line) {
     if (ctx->err) return false;
+    if (units > CT_MAX_WORK - ctx->work) {
+        ct_fail(ctx, TDM_ERR_LIMIT, line,
+                "the render passes its work budget (%zu Mi units: bytes scanned or copied; a "
+                "runaway template?)", CT_MAX_WORK >> 20);
+        return false;
+    }
+    ctx->work += units;
+    return true;
+}
+
+const char *ct_search(ct_ctx *ctx, const char *h, size_t hl, const char *n, size_t nl, int line) {
+    if (nl == 0) return h;
+    size_t i = 0, units = 0;
+    const char *hit = NULL;
+    while (i + nl <= hl) {
+        const char *p = memchr(h + i, n[0], hl - nl + 1 - i);
+        if (!p) {
+            units += hl - i;
+            break;
+        }
+        size_t j = (size_t)(p - h);
+        units += j - i + nl;
+        if (memcmp(p, n, nl) == 0) {
+            hit = p;
+            break;
+        }
+        i = j + 1;
+        if (units > ((size_t)1 << 20)) { /* charge as it goes: a pathological needle */
+            if (!ct_work(ctx, units, line)) return NULL;
+            units = 0;
+        }
+    }
+    return ct_work(ctx, units, line) ? hit : NULL;
+}
+
+bool ct_sb_put(ct_ctx *ctx, ct_sb *sb, const char *s, size_t n) {
+    if (!ct_work(ctx, n + CT_WORK_CALL, 0)) return false;
     if (n > CT_MAX_OUTPUT - sb->len) {
         ct_fail(ctx, TDM_ERR_LIMIT, 0,
                 "chat template: a string or the output passes %zu MiB (a runaway template?)",
@@ -397,6 +434,8 @@ static void *undefined_error(ct_ctx *ctx, const ct_value *u, int line) {
 
 ct_value **ct_iterate(ct_ctx *ctx, ct_value *v, size_t *n, int line) {
     static ct_value *none[1];
+    if (!ct_work(ctx, v->kind == CV_STR ? v->str.len : v->kind == CV_LIST ? v->list.n : 1, line))
+        return NULL;
     switch (v->kind) {
     case CV_UNDEF: *n = 0; return none;
     case CV_LIST: *n = v->list.n; return v->list.n ? v->list.items : none;
@@ -424,6 +463,8 @@ ct_value **ct_iterate(ct_ctx *ctx, ct_value *v, size_t *n, int line) {
 }
 
 int ct_contains(ct_ctx *ctx, const ct_value *hay, const ct_value *needle, int line) {
+    size_t size = hay->kind == CV_LIST ? hay->list.n : hay->kind == CV_DICT ? hay->dict.n : 1;
+    if (!ct_work(ctx, size, line)) return -1;
     switch (hay->kind) {
     case CV_STR:
         if (needle->kind != CV_STR) {
@@ -431,10 +472,8 @@ int ct_contains(ct_ctx *ctx, const ct_value *hay, const ct_value *needle, int li
                     "'in <string>' requires string as left operand, not %s", ct_kind_name(needle));
             return -1;
         }
-        if (needle->str.len == 0) return 1;
-        for (size_t i = 0; i + needle->str.len <= hay->str.len; i++)
-            if (memcmp(hay->str.s + i, needle->str.s, needle->str.len) == 0) return 1;
-        return 0;
+        if (ct_search(ctx, hay->str.s, hay->str.len, needle->str.s, needle->str.len, line)) return 1;
+        return ctx->err ? -1 : 0;
     case CV_LIST:
         for (size_t i = 0; i < hay->list.n; i++)
             if (ct_equal(hay->list.items[i], needle)) return 1;
@@ -523,6 +562,8 @@ static bool get_index(ct_ctx *ctx, const ct_value *k, size_t n, size_t *out) {
 
 ct_value *ct_getitem(ct_ctx *ctx, ct_value *obj, ct_value *key, int line) {
     size_t idx;
+    if (!ct_work(ctx, obj->kind == CV_STR ? obj->str.len : obj->kind == CV_DICT ? obj->dict.n : 1, line))
+        return NULL;
     switch (obj->kind) {
     case CV_UNDEF: return undefined_error(ctx, obj, line);
     case CV_DICT:
@@ -634,13 +675,13 @@ static ct_value *repeat(ct_ctx *ctx, ct_value *seq, int64_t times, int line) {
         if (seq->str.len && (uint64_t)times > CT_MAX_OUTPUT / seq->str.len)
             return ct_fail(ctx, TDM_ERR_LIMIT, line, "string repetition passes %zu MiB",
                            CT_MAX_OUTPUT >> 20);
-        ct_sb sb = {0};
-        for (int64_t k = 0; k < times; k++)
-            if (!ct_sb_put(ctx, &sb, seq->str.s, seq->str.len)) {
-                free(sb.s);
-                return NULL;
-            }
-        return ct_sb_finish(ctx, &sb);
+        size_t total = seq->str.len * (size_t)times;
+        if (!ct_work(ctx, total, line)) return NULL;
+        char *d = ct_alloc(ctx, total + 1);
+        if (!d) return NULL;
+        for (size_t o = 0; o < total; o += seq->str.len) memcpy(d + o, seq->str.s, seq->str.len);
+        d[total] = 0;
+        return ct_str_own(ctx, d, total);
     }
     if (seq->list.n && (uint64_t)times > CT_MAX_ITERATIONS / seq->list.n)
         return ct_fail(ctx, TDM_ERR_LIMIT, line, "list repetition past %d items",
@@ -725,6 +766,8 @@ static ct_value *binop(ct_ctx *ctx, const ct_expr *e, ct_value *a, ct_value *b) 
 
 static ct_value *compare(ct_ctx *ctx, const ct_expr *e, ct_value *a, ct_value *b) {
     const char *op = e->name;
+    if (!ct_work(ctx, a->kind == CV_STR ? a->str.len : a->kind == CV_LIST ? a->list.n : 1, e->line))
+        return NULL;
     if (strcmp(op, "==") == 0) return ct_bool(ctx, ct_equal(a, b));
     if (strcmp(op, "!=") == 0) return ct_bool(ctx, !ct_equal(a, b));
     if (strcmp(op, "in") == 0 || strcmp(op, "not in") == 0) {
@@ -740,8 +783,20 @@ static ct_value *compare(ct_ctx *ctx, const ct_expr *e, ct_value *a, ct_value *b
     return ct_bool(ctx, c >= 0);
 }
 
+static ct_value *eval(ct_ctx *ctx, const ct_expr *e);
+
 ct_value *ct_eval(ct_ctx *ctx, const ct_expr *e) {
-    if (ctx->err) return NULL;
+    if (!ct_work(ctx, CT_WORK_CALL, e->line)) return NULL;
+    if (ctx->depth >= CT_MAX_EVAL_DEPTH)
+        return ct_fail(ctx, TDM_ERR_LIMIT, e->line, "expression nested deeper than %d levels",
+                       CT_MAX_EVAL_DEPTH);
+    ctx->depth++;
+    ct_value *v = eval(ctx, e);
+    ctx->depth--;
+    return v;
+}
+
+static ct_value *eval(ct_ctx *ctx, const ct_expr *e) {
     ct_value *a, *b;
     switch (e->kind) {
     case CE_LIT: return e->lit;
@@ -854,8 +909,9 @@ static int exec_for(ct_ctx *ctx, const ct_node *n) {
         ct_value **kept = count ? ct_alloc(ctx, count * sizeof *kept) : items;
         if (!kept) return CT_ERROR;
         size_t nk = 0;
+        ct_scope sc = {.parent = outer};
         for (size_t i = 0; i < count; i++) {
-            ct_scope sc = {.parent = outer};
+            sc.n = 0;
             if (!count_iteration(ctx, n->line) || !bind_targets(ctx, n, &sc, items[i]))
                 return CT_ERROR;
             ctx->scope = &sc;
@@ -873,9 +929,11 @@ static int exec_for(ct_ctx *ctx, const ct_node *n) {
     if (!loop || !lv) return CT_ERROR;
     *loop = (ct_loop){.items = items, .n = count};
     lv->loop = loop;
+    /* each iteration has a scope of its own: a set inside the body is gone after it (the
+     * storage is reused: nothing can hold on to a scope) */
+    ct_scope sc = {.parent = outer};
     for (size_t i = 0; i < count; i++) {
-        /* each iteration has a scope of its own: a set inside the body is gone after it */
-        ct_scope sc = {.parent = outer};
+        sc.n = 0;
         loop->pos = i;
         if (!count_iteration(ctx, n->line) || !ct_scope_set(ctx, &sc, "loop", lv) ||
             !bind_targets(ctx, n, &sc, items[i]))

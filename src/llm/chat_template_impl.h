@@ -24,8 +24,11 @@
 /* Limits of one render. */
 #define CT_MAX_DEPTH 64                     /* nested expressions / statements / calls */
 #define CT_MAX_ITERATIONS 1000000           /* loop iterations, all loops together */
-#define CT_MAX_OUTPUT ((size_t)64 << 20)    /* bytes of rendered text (and of any string) */
-#define CT_MAX_ARENA ((size_t)512 << 20)    /* bytes the render may allocate */
+#define CT_MAX_OUTPUT ((size_t)16 << 20)    /* bytes of rendered text (and of any string) */
+#define CT_MAX_ARENA ((size_t)256 << 20)    /* bytes the render may allocate */
+#define CT_MAX_EVAL_DEPTH 512               /* nested evaluation (chains such as a+b+c+...) */
+#define CT_MAX_WORK ((size_t)1 << 28)       /* work units: bytes scanned or copied, and */
+#define CT_WORK_CALL 16                     /* per expression evaluated / string appended */
 
 /* ---- values ------------------------------------------------------------------------ */
 
@@ -163,6 +166,7 @@ typedef struct ct_ctx {
     tdm_status *err; /* the first error; every function fails once it is set */
     int depth;
     size_t iterations;
+    size_t work;
     ct_scope *scope;
     ct_sb out; /* the rendered text */
     /* constants */
@@ -175,6 +179,9 @@ void ct_ctx_free(ct_ctx *ctx);
 /* Sets ctx->err (the first one wins) and returns NULL, for `return ct_fail(...)`. */
 void *ct_fail(ct_ctx *ctx, tdm_code code, int line, const char *fmt, ...) TDM_PRINTF(4, 5);
 char *ct_strndup(ct_ctx *ctx, const char *s, size_t n);
+/* Charges `units` of work (bytes scanned or copied); false (LIMIT) past CT_MAX_WORK, so that
+ * a template that loops over big strings ends instead of running for hours. */
+bool ct_work(ct_ctx *ctx, size_t units, int line);
 
 /* Parser (chat_template_parse.c): the template's statements, or NULL with ctx->err. */
 ct_block *ct_parse(ct_ctx *ctx, const char *src, size_t len);
@@ -206,6 +213,9 @@ ct_value *ct_sb_finish(ct_ctx *ctx, ct_sb *sb);
 /* Appends Python's repr(v) (str(v) for everything but strings). */
 bool ct_put_repr(ct_ctx *ctx, ct_sb *sb, const ct_value *v, int depth);
 bool ct_scope_set(ct_ctx *ctx, ct_scope *scope, const char *name, ct_value *val);
+/* The first occurrence of n in h (NULL: none, or an error when ctx->err is set), with the
+ * bytes it looked at charged as work. */
+const char *ct_search(ct_ctx *ctx, const char *h, size_t hl, const char *n, size_t nl, int line);
 /* Python's compare for < > <= >=: -1/0/1, or 2 (error set) for types that do not order. */
 int ct_order(ct_ctx *ctx, const ct_value *a, const ct_value *b, const char *op, int line);
 /* The `in` operator: needle in haystack; -1 with the error set. */

@@ -145,6 +145,7 @@ typedef enum { CASE_UPPER, CASE_LOWER, CASE_CAPITALIZE, CASE_TITLE_PY, CASE_TITL
 
 static ct_value *map_case(ct_ctx *ctx, const ct_value *v, case_op op) {
     ct_sb sb = {0};
+    if (!ct_work(ctx, v->str.len, 0)) return NULL;
     size_t i = 0, n;
     bool prev_cased = false, word_start = true, first = true;
     while (i < v->str.len) {
@@ -283,6 +284,7 @@ static bool in_chars(uint32_t c, const ct_value *chars) {
 /* Python's strip/lstrip/rstrip; chars NULL = whitespace. */
 static ct_value *strip(ct_ctx *ctx, const ct_value *v, const ct_value *chars, bool left, bool right) {
     size_t i = 0, n, start = 0, end = v->str.len;
+    if (!ct_work(ctx, chars ? v->str.len * (chars->str.len + 1) : v->str.len, 0)) return NULL;
     bool leading = true;
     size_t last_keep = 0;
     while (i < v->str.len) {
@@ -335,13 +337,6 @@ static bool list_push(ct_ctx *ctx, ct_value *l, size_t *cap, ct_value *v) {
     return true;
 }
 
-static const char *find_bytes(const char *h, size_t hl, const char *n, size_t nl) {
-    if (nl == 0) return h;
-    for (size_t i = 0; i + nl <= hl; i++)
-        if (memcmp(h + i, n, nl) == 0) return h + i;
-    return NULL;
-}
-
 static ct_value *split(ct_ctx *ctx, const ct_expr *e, ct_value *self) {
     ct_args a;
     if (!eval_args(ctx, e, &a, "sep,maxsplit")) return NULL;
@@ -386,7 +381,8 @@ static ct_value *split(ct_ctx *ctx, const ct_expr *e, ct_value *self) {
     for (;;) {
         const char *hit = max >= 0 && (int64_t)l->list.n == max
                               ? NULL
-                              : find_bytes(s + i, len - i, sep->str.s, sep->str.len);
+                              : ct_search(ctx, s + i, len - i, sep->str.s, sep->str.len, e->line);
+        if (ctx->err) return NULL;
         size_t end = hit ? (size_t)(hit - s) : len;
         if (!list_push(ctx, l, &cap, ct_str(ctx, s + i, end - i))) return NULL;
         if (!hit) break;
@@ -418,8 +414,11 @@ static ct_value *replace(ct_ctx *ctx, const ct_expr *e, ct_value *self, const ct
         }
     } else {
         for (; ok && count != 0; count--) {
-            const char *hit = find_bytes(s + i, len - i, old->str.s, old->str.len);
-            if (!hit) break;
+            const char *hit = ct_search(ctx, s + i, len - i, old->str.s, old->str.len, e->line);
+            if (!hit) {
+                ok = !ctx->err;
+                break;
+            }
             ok = ct_sb_put(ctx, &sb, s + i, (size_t)(hit - s) - i) &&
                  ct_sb_put(ctx, &sb, new->str.s, new->str.len);
             i = (size_t)(hit - s) + old->str.len;
@@ -646,15 +645,16 @@ ct_value *ct_method(ct_ctx *ctx, const ct_expr *e, ct_value *self) {
             ct_value *sub = arg(&a, 0, NULL);
             if (!need_str(ctx, e, sub)) return NULL;
             if (IS("find")) {
-                const char *hit = find_bytes(self->str.s, self->str.len, sub->str.s, sub->str.len);
+                const char *hit = ct_search(ctx, self->str.s, self->str.len, sub->str.s, sub->str.len, e->line);
+                if (ctx->err) return NULL;
                 return ct_int(ctx, hit ? (int64_t)ct_utf8_count(self->str.s, (size_t)(hit - self->str.s)) : -1);
             }
             if (sub->str.len == 0) return ct_int(ctx, (int64_t)ct_utf8_count(self->str.s, self->str.len) + 1);
             int64_t c = 0;
             for (const char *p = self->str.s, *end = p + self->str.len;
-                 (p = find_bytes(p, (size_t)(end - p), sub->str.s, sub->str.len)); p += sub->str.len)
+                 (p = ct_search(ctx, p, (size_t)(end - p), sub->str.s, sub->str.len, e->line)); p += sub->str.len)
                 c++;
-            return ct_int(ctx, c);
+            return ctx->err ? NULL : ct_int(ctx, c);
         }
     } else if (self->kind == CV_DICT && !self->ns) {
         if (IS("items") || IS("keys") || IS("values")) {
@@ -805,7 +805,9 @@ ct_value *ct_filter(ct_ctx *ctx, const ct_expr *e, ct_value *self) {
     if (IS("length") || IS("count")) {
         if (!eval_args(ctx, e, &a, "")) return NULL;
         switch (self->kind) {
-        case CV_STR: return ct_int(ctx, (int64_t)ct_utf8_count(self->str.s, self->str.len));
+        case CV_STR:
+            if (!ct_work(ctx, self->str.len, e->line)) return NULL;
+            return ct_int(ctx, (int64_t)ct_utf8_count(self->str.s, self->str.len));
         case CV_LIST: return ct_int(ctx, (int64_t)self->list.n);
         case CV_DICT:
             if (!self->ns) return ct_int(ctx, (int64_t)self->dict.n);

@@ -219,6 +219,21 @@ static void test_hostile(void **state) {
     o = 0;
     for (int i = 0; i < 200; i++) o += (size_t)snprintf(deep + o, sizeof deep - o, "{%% if 1 %%}");
     expect_error(deep, TDM_ERR_LIMIT, "deeper");
+    /* scanning a big string a million times: stopped by the work budget */
+    expect_error("{% set s = 'b' * 1000000 %}{% for i in range(1000000) %}{% if 'a' in s %}x"
+                 "{% endif %}{% endfor %}",
+                 TDM_ERR_LIMIT, "work budget");
+    expect_error("{% set s = 'b' * 1000000 %}{% for i in range(1000000) %}{{ s.find('a') }}"
+                 "{% endfor %}",
+                 TDM_ERR_LIMIT, "work budget");
+    /* a chain the parser builds without nesting: 1 + 1 + ... */
+    char *chain = malloc(8192);
+    assert_non_null(chain);
+    o = (size_t)snprintf(chain, 8192, "{{ 1");
+    for (int i = 0; i < 2000; i++) o += (size_t)snprintf(chain + o, 8192 - o, "+1");
+    snprintf(chain + o, 8192 - o, " }}");
+    expect_error(chain, TDM_ERR_LIMIT, "deeper");
+    free(chain);
     /* a value nested by a loop, then printed */
     expect_error("{% set ns = namespace(x=1) %}{% for i in range(100) %}{% set ns.x = [ns.x] %}"
                  "{% endfor %}{{ ns.x }}",
