@@ -13,6 +13,7 @@ tests/unit/test_chat_template.c renders them all and compares exactly.
 
     .venv/bin/python tools/make_chat_template_cases.py
 """
+import datetime
 import json
 import os
 import random
@@ -25,17 +26,19 @@ import jinja2.sandbox
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DIR = os.path.join(ROOT, "tests", "chat_templates")
 
-# (file, bos_token, eos_token)
+# (file, bos_token, eos_token, conversations may hold "tool" messages)
 TEMPLATES = [
-    ("smollm2.jinja", "<|im_start|>", "<|im_end|>"),
-    ("chatml_qwen.jinja", None, "<|im_end|>"),
-    ("llama3.jinja", "<|begin_of_text|>", "<|eot_id|>"),
-    ("llama2.jinja", "<s>", "</s>"),
-    ("mistral.jinja", "<s>", "</s>"),
-    ("gemma.jinja", "<bos>", "<eos>"),
-    ("gemma3_like.jinja", "<bos>", "<eos>"),
-    ("phi3.jinja", "<s>", "<|endoftext|>"),
-    ("features.jinja", "<s>", "</s>"),
+    ("smollm2.jinja", "<|im_start|>", "<|im_end|>", False),
+    ("chatml_qwen.jinja", None, "<|im_end|>", False),
+    ("qwen25_tools.jinja", None, "<|im_end|>", True),
+    ("llama3.jinja", "<|begin_of_text|>", "<|eot_id|>", False),
+    ("llama32_like.jinja", "<|begin_of_text|>", "<|eot_id|>", True),
+    ("llama2.jinja", "<s>", "</s>", False),
+    ("mistral.jinja", "<s>", "</s>", False),
+    ("gemma.jinja", "<bos>", "<eos>", False),
+    ("gemma3_like.jinja", "<bos>", "<eos>", False),
+    ("phi3.jinja", "<s>", "<|endoftext|>", False),
+    ("features.jinja", "<s>", "</s>", False),
 ]
 
 TEXTS = [
@@ -58,6 +61,11 @@ TEXTS = [
     "Sure: here is some code:\n```python\nprint('hi')\n```",
     "ok",
 ]
+TOOL_RESULTS = [
+    '{"temperature": 21.5, "unit": "celsius"}',
+    "42",
+    "Température: 21,5 °C",
+]
 SYSTEMS = [
     "You are a helpful assistant.",
     "Réponds en français, s'il te plaît.",
@@ -76,15 +84,35 @@ def raise_exception(message):
     raise jinja2.exceptions.TemplateError(message)
 
 
+def strftime_now(fmt):
+    return datetime.datetime.now().strftime(fmt)
+
+
+class Generation(jinja2.ext.Extension):
+    """transformers' {% generation %} ... {% endgeneration %}: marks the assistant's text
+    (for masks); renders its body unchanged."""
+    tags = {"generation"}
+
+    def parse(self, parser):
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        call = self.call_method("_body", [])
+        return jinja2.nodes.CallBlock(call, [], [], body).set_lineno(lineno)
+
+    def _body(self, caller):
+        return caller()
+
+
 def environment():
     env = jinja2.sandbox.ImmutableSandboxedEnvironment(
-        trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
+        trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols, Generation])
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = strftime_now
     return env
 
 
-def conversations(rng, n):
+def conversations(rng, n, tool_roles=False):
     out = []
     for i in range(n):
         msgs = []
@@ -96,6 +124,10 @@ def conversations(rng, n):
             msgs.append({"role": role, "content": rng.choice(TEXTS)})
         if i % 7 == 6 and len(msgs) >= 2:  # roles out of order: templates that check raise
             msgs[-1]["role"] = msgs[-2]["role"] if msgs[-2]["role"] != "system" else "assistant"
+        if tool_roles and i % 3 == 1:  # tool results (one or two in a row) after a user turn
+            at = next((k + 1 for k, m in enumerate(msgs) if m["role"] == "user"), len(msgs))
+            for _ in range(1 + i % 2):
+                msgs.insert(at, {"role": "tool", "content": rng.choice(TOOL_RESULTS)})
         out.append(msgs)
     return out
 
@@ -164,6 +196,11 @@ SNIPPETS = [
     "{{ 5 | string ~ '!' }} {{ 'a,b' | replace(',', ';') }} {{ (1, 2) }} {{ {'a': none} }}",
     "{% if messages[0]['role'] == 'system' %}{{ raise_exception('no system messages: ' ~ messages[0].content) }}"
     "{% endif %}fine",
+    "{{ tools is none }} {{ documents }} {{ strftime_now is defined }} {{ range is callable }} "
+    "{{ tools is not none and not x }} {% if tools %}tools{% else %}no tools{% endif %}",
+    "{% set messages = messages[1:] %}{{ messages | length }}{% for m in messages %}{{ m.role }}{% endfor %}",
+    "{{ 'a' is defined and none }}|{{ [] or 'empty' }}|{{ 0 and 1 }}|{{ 'x' and 'y' }}|{{ not messages }}",
+    "{%- for m in messages -%}\n  {%- generation -%}{{ m.content | trim }}{%- endgeneration -%}|\n{%- endfor %}",
 ]
 
 SNIPPET_CONVERSATIONS = [
@@ -177,7 +214,9 @@ SNIPPET_CONVERSATIONS = [
 
 def render(env, text, msgs, agp, bos, eos):
     try:
-        out = env.from_string(text).render(messages=msgs, add_generation_prompt=agp,
+        # as transformers renders: tools and documents are None when there are none
+        out = env.from_string(text).render(messages=msgs, tools=None, documents=None,
+                                           add_generation_prompt=agp,
                                            bos_token=bos if bos is not None else "",
                                            eos_token=eos if eos is not None else "")
         return {"expected": out}
@@ -191,10 +230,10 @@ def main():
     env = environment()
     rng = random.Random(19)
     cases = []
-    for name, bos, eos in TEMPLATES:
+    for name, bos, eos, tool_roles in TEMPLATES:
         with open(os.path.join(DIR, name), encoding="utf-8", newline="") as f:
             text = f.read()
-        for msgs in conversations(rng, 14):
+        for msgs in conversations(rng, 14, tool_roles):
             for agp in (False, True):
                 case = {"template": name, "bos_token": bos, "eos_token": eos,
                         "add_generation_prompt": agp, "messages": msgs}

@@ -259,7 +259,8 @@ bool ct_truthy(const ct_value *v) {
     case CV_STR: return v->str.len != 0;
     case CV_LIST: return v->list.n != 0;
     case CV_DICT: return v->ns || v->dict.n != 0;
-    case CV_LOOP: return true;
+    case CV_LOOP:
+    case CV_FUNC: return true;
     }
     return false;
 }
@@ -274,6 +275,7 @@ const char *ct_kind_name(const ct_value *v) {
     case CV_LIST: return "list";
     case CV_DICT: return v->ns ? "Namespace" : "dict";
     case CV_LOOP: return "LoopContext";
+    case CV_FUNC: return "function";
     }
     return "?";
 }
@@ -408,6 +410,9 @@ static bool put_str(ct_ctx *ctx, ct_sb *sb, const ct_value *v, int depth, bool r
     case CV_LOOP:
         snprintf(buf, sizeof buf, "<LoopContext %zu/%zu>", v->loop->pos + 1, v->loop->n);
         return sb_puts(ctx, sb, buf);
+    case CV_FUNC:
+        return sb_puts(ctx, sb, "<function ") && sb_puts(ctx, sb, v->undef_name) &&
+               sb_puts(ctx, sb, ">");
     }
     return false;
 }
@@ -802,6 +807,10 @@ static ct_value *eval(ct_ctx *ctx, const ct_expr *e) {
     case CE_LIT: return e->lit;
     case CE_NAME: {
         ct_value *v = lookup(ctx, e->name);
+        if (!v && ct_is_function(e->name)) {
+            if ((v = new_value(ctx, CV_FUNC))) v->undef_name = e->name;
+            return v;
+        }
         return v ? v : undef_named(ctx, e->name);
     }
     case CE_LIST: {
@@ -1037,7 +1046,10 @@ static bool setup(ct_ctx *ctx, ct_scope *globals, const tdm_chat_message *messag
     }
     ct_value *b = ct_str(ctx, bos ? bos : "", bos ? strlen(bos) : 0);
     ct_value *e = ct_str(ctx, eos ? eos : "", eos ? strlen(eos) : 0);
+    /* transformers passes tools and documents, None when the caller has none */
     return b && e && ct_scope_set(ctx, globals, "messages", list) &&
+           ct_scope_set(ctx, globals, "tools", ctx->none) &&
+           ct_scope_set(ctx, globals, "documents", ctx->none) &&
            ct_scope_set(ctx, globals, "add_generation_prompt", ct_bool(ctx, add_generation_prompt)) &&
            ct_scope_set(ctx, globals, "bos_token", b) && ct_scope_set(ctx, globals, "eos_token", e);
 }

@@ -41,6 +41,8 @@ typedef enum ct_kind {
     CV_LIST,
     CV_DICT, /* also namespace() objects (ns = true: the only mutable values) */
     CV_LOOP, /* the `loop` variable of a for loop */
+    CV_FUNC, /* a global function named as a value (undef_name holds the name): only for
+              * `is defined` / `is callable`, as in `{% if strftime_now is defined %}` */
 } ct_kind;
 
 typedef struct ct_loop ct_loop;
@@ -226,6 +228,8 @@ ct_value *ct_getitem(ct_ctx *ctx, ct_value *obj, ct_value *key, int line);
 /* Library (chat_template_lib.c): e has kind CE_CALL / CE_METHOD / CE_FILTER / CE_TEST;
  * `self` is the evaluated object (NULL for CALL); args are evaluated here. */
 ct_value *ct_call(ct_ctx *ctx, const ct_expr *e);
+/* Whether `name` is one of the global functions ct_call knows. */
+bool ct_is_function(const char *name);
 ct_value *ct_method(ct_ctx *ctx, const ct_expr *e, ct_value *self);
 ct_value *ct_filter(ct_ctx *ctx, const ct_expr *e, ct_value *self);
 ct_value *ct_test(ct_ctx *ctx, const ct_expr *e, ct_value *self);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "llm/chat_template_impl.h"
 
@@ -585,7 +586,31 @@ ct_value *ct_call(ct_ctx *ctx, const ct_expr *e) {
     }
     if (strcmp(name, "namespace") == 0) return make_dict(ctx, e, true);
     if (strcmp(name, "dict") == 0) return make_dict(ctx, e, false);
+    if (strcmp(name, "strftime_now") == 0) { /* transformers: the local time, strftime's format */
+        if (!eval_args(ctx, e, &a, "format")) return NULL;
+        ct_value *f = arg(&a, 0, "format");
+        if (!need_str(ctx, e, f)) return NULL;
+        if (f->str.len > 200) return ct_fail(ctx, TDM_ERR_LIMIT, e->line, "strftime_now format longer than 200 bytes");
+        char fmt[256], buf[512];
+        memcpy(fmt, f->str.s, f->str.len);
+        fmt[f->str.len] = 0;
+        time_t now = time(NULL);
+        struct tm tm;
+        if (!localtime_r(&now, &tm)) return ct_fail(ctx, TDM_ERR_RUNTIME, e->line, "no local time");
+        size_t n = fmt[0] ? strftime(buf, sizeof buf, fmt, &tm) : 0;
+        if (fmt[0] && n == 0) return ct_fail(ctx, TDM_ERR_UNSUPPORTED, e->line, "strftime_now format '%s'", fmt);
+        if (!ct_utf8_valid(buf, n)) return ct_fail(ctx, TDM_ERR_UNSUPPORTED, e->line, "strftime_now gave text that is not UTF-8");
+        return ct_str(ctx, buf, n);
+    }
     return ct_fail(ctx, TDM_ERR_UNSUPPORTED, e->line, "the function '%s'", name);
+}
+
+bool ct_is_function(const char *name) {
+    static const char *const NAMES[] = {"raise_exception", "range", "namespace", "dict",
+                                        "strftime_now"};
+    for (size_t i = 0; i < sizeof NAMES / sizeof NAMES[0]; i++)
+        if (strcmp(name, NAMES[i]) == 0) return true;
+    return false;
 }
 
 /* ---- methods ----------------------------------------------------------------------- */
@@ -703,7 +728,7 @@ static int run_test(ct_ctx *ctx, const char *name, int line, ct_value *v, ct_val
                                (v->kind == CV_DICT && !v->ns);
     if (IS("sequence")) return v->kind == CV_STR || v->kind == CV_LIST || v->kind == CV_UNDEF ||
                                (v->kind == CV_DICT && !v->ns);
-    if (IS("callable")) return 0;
+    if (IS("callable")) return v->kind == CV_FUNC;
     if (IS("lower") || IS("upper")) {
         if (v->kind != CV_STR) {
             ct_value *s = ct_to_str(ctx, v);
