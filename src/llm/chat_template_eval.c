@@ -697,18 +697,28 @@ static ct_value *repeat(ct_ctx *ctx, ct_value *seq, int64_t times, int line) {
     return l;
 }
 
+/* a + b of two strings, in the arena */
+static ct_value *concat(ct_ctx *ctx, const ct_value *a, const ct_value *b, int line) {
+    if (a->str.len + b->str.len > CT_MAX_OUTPUT)
+        return ct_fail(ctx, TDM_ERR_LIMIT, line, "a string passes %zu MiB (a runaway template?)",
+                       CT_MAX_OUTPUT >> 20);
+    if (!b->str.len) return (ct_value *)a;
+    if (!a->str.len) return (ct_value *)b;
+    size_t n = a->str.len + b->str.len;
+    char *d = ct_work(ctx, n + CT_WORK_CALL, line) ? ct_alloc(ctx, n + 1) : NULL;
+    if (!d) return NULL;
+    memcpy(d, a->str.s, a->str.len);
+    memcpy(d + a->str.len, b->str.s, b->str.len);
+    d[n] = 0;
+    return ct_str_own(ctx, d, n);
+}
+
 static ct_value *binop(ct_ctx *ctx, const ct_expr *e, ct_value *a, ct_value *b) {
     const char *op = e->name;
     int line = e->line;
     if (op[0] == '~') {
         ct_value *sa = ct_to_str(ctx, a), *sb2 = sa ? ct_to_str(ctx, b) : NULL;
-        if (!sb2) return NULL;
-        ct_sb sb = {0};
-        if (!ct_sb_put(ctx, &sb, sa->str.s, sa->str.len) || !ct_sb_put(ctx, &sb, sb2->str.s, sb2->str.len)) {
-            free(sb.s);
-            return NULL;
-        }
-        return ct_sb_finish(ctx, &sb);
+        return sb2 ? concat(ctx, sa, sb2, line) : NULL;
     }
     if (a->kind == CV_UNDEF) return undefined_error(ctx, a, line);
     if (b->kind == CV_UNDEF) return undefined_error(ctx, b, line);
@@ -742,14 +752,7 @@ static ct_value *binop(ct_ctx *ctx, const ct_expr *e, ct_value *a, ct_value *b) 
         default: break;
         }
     }
-    if (op[0] == '+' && a->kind == CV_STR && b->kind == CV_STR) {
-        ct_sb sb = {0};
-        if (!ct_sb_put(ctx, &sb, a->str.s, a->str.len) || !ct_sb_put(ctx, &sb, b->str.s, b->str.len)) {
-            free(sb.s);
-            return NULL;
-        }
-        return ct_sb_finish(ctx, &sb);
-    }
+    if (op[0] == '+' && a->kind == CV_STR && b->kind == CV_STR) return concat(ctx, a, b, line);
     if (op[0] == '+' && a->kind == CV_LIST && b->kind == CV_LIST) {
         ct_value *l = ct_list(ctx, a->list.n + b->list.n);
         if (!l) return NULL;
@@ -1038,8 +1041,9 @@ static bool setup(ct_ctx *ctx, ct_scope *globals, const tdm_chat_message *messag
     for (size_t i = 0; i < n; i++) {
         const char *role = messages[i].role ? messages[i].role : "";
         const char *content = messages[i].content ? messages[i].content : "";
-        ct_value *m = ct_dict(ctx), *r = ct_str(ctx, role, strlen(role));
-        ct_value *c = ct_str(ctx, content, strlen(content));
+        /* the caller's strings outlive the render and values are never changed: no copies */
+        ct_value *m = ct_dict(ctx), *r = ct_str_own(ctx, role, strlen(role));
+        ct_value *c = ct_str_own(ctx, content, strlen(content));
         if (!m || !r || !c || !ct_dict_set(ctx, m, k_role, r) || !ct_dict_set(ctx, m, k_content, c))
             return false;
         list->list.items[i] = m;

@@ -78,6 +78,12 @@ bool ct_utf8_valid(const char *str, size_t len) {
         unsigned char c = s[i];
         if (c < 0x80) {
             i++;
+            while (i + 8 <= len) { /* ASCII runs, 8 bytes at a time */
+                uint64_t w;
+                memcpy(&w, s + i, 8);
+                if (w & 0x8080808080808080ull) break;
+                i += 8;
+            }
             continue;
         }
         size_t k = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
@@ -284,23 +290,24 @@ static bool in_chars(uint32_t c, const ct_value *chars) {
 
 /* Python's strip/lstrip/rstrip; chars NULL = whitespace. */
 static ct_value *strip(ct_ctx *ctx, const ct_value *v, const ct_value *chars, bool left, bool right) {
-    size_t i = 0, n, start = 0, end = v->str.len;
-    if (!ct_work(ctx, chars ? v->str.len * (chars->str.len + 1) : v->str.len, 0)) return NULL;
-    bool leading = true;
-    size_t last_keep = 0;
-    while (i < v->str.len) {
-        uint32_t c = decode(v->str.s + i, v->str.len - i, &n);
-        bool strip_it = chars ? in_chars(c, chars) : space_cp(c);
-        if (leading && strip_it && left) {
-            start = i + n;
-        } else {
-            leading = false;
-            if (!strip_it) last_keep = i + n;
-        }
-        i += n;
+    const char *s = v->str.s;
+    size_t start = 0, end = v->str.len, n;
+    size_t per = chars ? chars->str.len + 1 : 1;
+    while (left && start < end) { /* from the front */
+        uint32_t c = decode(s + start, end - start, &n);
+        if (!(chars ? in_chars(c, chars) : space_cp(c))) break;
+        start += n;
     }
-    if (right) end = last_keep > start ? last_keep : start;
-    return ct_str(ctx, v->str.s + start, end - start);
+    while (right && end > start) { /* from the back: to the lead byte of the last code point */
+        size_t k = end - 1;
+        while (k > start && ((unsigned char)s[k] & 0xC0) == 0x80) k--;
+        uint32_t c = decode(s + k, end - k, &n);
+        if (!(chars ? in_chars(c, chars) : space_cp(c))) break;
+        end = k;
+    }
+    size_t scanned = start + (v->str.len - end) + 1;
+    if (!ct_work(ctx, scanned > CT_MAX_WORK / per ? CT_MAX_WORK : scanned * per, 0)) return NULL;
+    return ct_str(ctx, s + start, end - start);
 }
 
 static bool has_prefix(const ct_value *s, const ct_value *p, bool suffix) {
