@@ -72,8 +72,9 @@ typedef struct tdm_generator_options {
     size_t struct_size;
     int max_length;        /* tokens the context holds (prompt + generated); 0 = the folder's
                               search.max_length (genai_config.json), else the model's
-                              max_position_embeddings (config.json), else 2048. Cached models
-                              allocate their KV cache for it at creation */
+                              max_position_embeddings (config.json), else 2048; a larger value
+                              than the folder's is capped at it. The shared KV cache is
+                              allocated for it at creation */
     int threads;           /* intra-op threads; 0 = the environment's default */
     const char *device;    /* NULL or "cpu" (the only one for now) */
     tdm_sampling sampling;

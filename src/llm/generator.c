@@ -291,6 +291,7 @@ tdm_status *tdm_generator_create(tdm_env *env, const char *dir, const tdm_genera
     if (!st) st = describe(g);
     if (!st) {
         g->max_length = opt.max_length > 0 ? opt.max_length : g->f.max_length > 0 ? g->f.max_length : 2048;
+        if (g->f.max_length > 0 && g->max_length > g->f.max_length) g->max_length = g->f.max_length;
         st = alloc_state(g);
     }
     if (!st) st = set_stops(g, &opt);
