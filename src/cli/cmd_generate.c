@@ -316,6 +316,13 @@ int cmd_generate(int argc, char **argv) {
     bool chat_used = false, ids_cli = false;
     tdm_status *st = tdm_env_create(&eo, &env);
     if (!st && (a.prompt || file_in(a.dir, "tokenizer.json"))) st = tdm_tokenizer_load(a.dir, &tok);
+    if (st && !a.prompt && tdm_status_code(st) != TDM_ERR_OUT_OF_MEMORY) {
+        /* ids in, ids out: the tokenizer is only for the text */
+        fprintf(stderr, "tandem: generate: no text (the tokenizer: [%s] %s); printing token ids\n",
+                tdm_code_name(tdm_status_code(st)), tdm_status_message(st));
+        tdm_status_free(st);
+        st = NULL;
+    }
     if (st) {
         rc = cli_fail(st, "generate");
         goto done;
