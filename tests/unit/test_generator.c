@@ -10,8 +10,14 @@
  *    their arg max; top-k 1 equals greedy; a seed gives the same sampled tokens twice (and
  *    after reset); stop ids and max_length end generation; cancelling from the token
  *    callback ends it with TDM_ERR_CANCELLED; reset starts again; eos ids from the folder;
- *    allocations per decode step (reported). */
+ *    allocations per decode step (reported);
+ *  - the generator on a tiny GenAI folder (tools/make_tiny_llama.py --form genai --seed 7:
+ *    GroupQueryAttention with the shared KV cache through I/O binding, MatMulNBits, ...):
+ *    greedy ids and the first steps' logits equal ONNX Runtime GenAI's (expected.json, from
+ *    tests/llm/make_genai_expected.py), and decode steps allocate the same (reported; 0
+ *    expected) every step. Skipped while the build lacks the folder's operators. */
 #include <math.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,8 +25,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 
 #include "tandem/generator.h"
 #include "tandem/tandem.h"
@@ -28,7 +36,8 @@
 #include "model_builder.h"
 #include "test_ok.h"
 
-#define TINY TANDEM_SOURCE_DIR "/tests/models_llm/tiny_optimum"
+#define TINY TANDEM_SOURCE_DIR "/tests/llm/models/tiny_optimum"
+#define TINY_GENAI TANDEM_SOURCE_DIR "/tests/llm/models/tiny_genai"
 #define TINY_LAYERS 2
 #define TINY_HEADS 2
 #define TINY_HEAD_DIM 16
@@ -173,6 +182,53 @@ static void test_binding_outlives_session(void **state) {
     tdm_tensor_free(y);
     tdm_env_free(env);
     assert_int_equal(atomic_load(&c.live), 0);
+}
+
+/* A session on a device with memory of its own refuses bound outputs (bound inputs work). */
+static void test_binding_device_refused(void **state) {
+    (void)state;
+    tdm_env_options o = {0};
+    o.api_version = TDM_API_VERSION;
+    o.threads = 1;
+    o.test_devices = 1;
+    tdm_env *env = NULL;
+    OK(tdm_env_create(&o, &env));
+    mb_model m;
+    mb_init(&m, 17);
+    int64_t d[2] = {2, 3}, one[1] = {1};
+    float v1 = 1.0f;
+    mb_input(&m, "x", 2, d);
+    mb_init_f32(&m, "one", 1, one, 1, &v1);
+    mb_node(&m, "Add:x,one->y");
+    mb_output(&m, "y");
+    size_t size;
+    void *bytes = mb_pack(&m, &size);
+    mb_free(&m);
+    tdm_session_options so = {0};
+    so.api_version = TDM_API_VERSION;
+    so.devices = "test:0";
+    so.opt_level = 1;
+    so.no_fallback = true;
+    tdm_session *s = NULL;
+    OK(tdm_session_create_from_buffer(env, bytes, size, NULL, &so, &s));
+    free(bytes);
+    tdm_tensor *x = f32_tensor(env, 2, 3, 0), *y = f32_tensor(env, 2, 3, 0);
+    tdm_io_binding *b = NULL;
+    OK(tdm_io_binding_create(s, &b));
+    OK(tdm_io_binding_bind_input(b, "x", x));
+    OK(tdm_io_binding_bind_output(b, "y", NULL)); /* made by the run: works everywhere */
+    OK(tdm_session_run_bound(s, b, NULL));
+    const float *yp = tdm_tensor_data(tdm_io_binding_output(b, "y"));
+    assert_float_equal(yp[5], 6.0f, 0);
+    OK(tdm_io_binding_bind_output(b, "y", y));
+    tdm_status *st = tdm_session_run_bound(s, b, NULL);
+    assert_int_equal(tdm_status_code(st), TDM_ERR_UNSUPPORTED);
+    tdm_status_free(st);
+    tdm_io_binding_free(b);
+    tdm_tensor_free(x);
+    tdm_tensor_free(y);
+    tdm_session_free(s);
+    tdm_env_free(env);
 }
 
 /* ---- generator on the tiny optimum-form model ----------------------------------------- */
@@ -420,6 +476,112 @@ static void test_stop_and_limits(void **state) {
     tdm_env_free(env);
 }
 
+static void test_genai_folder(void **state) {
+    (void)state;
+    counter c = {0};
+    tdm_env *env = new_env(&c);
+    tdm_generator_options o;
+    memset(&o, 0, sizeof o);
+    o.struct_size = sizeof o;
+    o.max_length = 64;
+    o.threads = 1;
+    o.ignore_eos = true;
+    tdm_generator *g = NULL;
+    tdm_status *st = tdm_generator_create(env, TINY_GENAI, &o, &g);
+    if (tdm_status_code(st) == TDM_ERR_UNSUPPORTED) {
+        fprintf(stderr, "[ skip ] the GenAI folder needs operators this build lacks: %.200s\n",
+                tdm_status_message(st));
+        tdm_status_free(st);
+        tdm_env_free(env);
+        skip();
+    }
+    OK(st);
+    assert_string_equal(tdm_generator_form(g), "genai");
+    json_error_t jerr;
+    json_t *exp = json_load_file(TINY_GENAI "/expected.json", 0, &jerr);
+    assert_non_null(exp);
+    json_t *cases = json_object_get(exp, "cases");
+    for (size_t ci = 0; ci < json_array_size(cases); ci++) {
+        json_t *cs = json_array_get(cases, ci), *jp = json_object_get(cs, "prompt");
+        json_t *jg = json_object_get(cs, "generated"), *jl = json_object_get(cs, "logits");
+        int32_t p[64];
+        size_t np = json_array_size(jp);
+        for (size_t i = 0; i < np; i++) p[i] = (int32_t)json_integer_value(json_array_get(jp, i));
+        tdm_generator_reset(g);
+        OK(tdm_generator_append(g, p, np));
+        long allocs[64] = {0};
+        size_t ng = json_array_size(jg);
+        for (size_t j = 0; j < ng; j++) {
+            long before = atomic_load(&c.total);
+            if (j < json_array_size(jl)) {
+                const float *got = NULL;
+                size_t v = 0;
+                OK(tdm_generator_logits(g, &got, &v));
+                json_t *want = json_array_get(jl, j);
+                assert_int_equal(v, json_array_size(want));
+                double worst = 0, big = 0;
+                for (size_t i = 0; i < v; i++) {
+                    double w = json_real_value(json_array_get(want, i));
+                    worst = fmax(worst, fabs(got[i] - w));
+                    big = fmax(big, fabs(w));
+                }
+                if (worst > 1e-2 + 2e-3 * big)
+                    fprintf(stderr, "case %zu step %zu: logits differ by %g (max |logit| %g)\n", ci, j,
+                            worst, big);
+                assert_true(worst <= 1e-2 + 2e-3 * big);
+            }
+            int32_t t;
+            OK(tdm_generator_next(g, &t));
+            allocs[j] = atomic_load(&c.total) - before;
+            assert_int_equal(t, json_integer_value(json_array_get(jg, j)));
+        }
+        if (ci == 0) {
+            fprintf(stderr, "[ info ] GenAI form (shared KV cache), allocations per decode step:");
+            for (size_t j = 1; j < ng; j++) fprintf(stderr, " %ld", allocs[j]);
+            fprintf(stderr, "\n");
+            for (size_t j = 4; j < ng; j++) assert_int_equal(allocs[j], allocs[3]); /* steady */
+        }
+    }
+    json_decref(exp);
+    tdm_generator_free(g);
+    tdm_env_free(env);
+    assert_int_equal(atomic_load(&c.live), 0);
+}
+
+/* tdm_generator_cancel from another thread while generate runs. */
+static void *cancel_later(void *p) {
+    struct timespec ts = {0, 20 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    tdm_generator_cancel(p);
+    return NULL;
+}
+
+static bool count_token(void *user, int32_t t) {
+    (void)t;
+    ++*(int *)user;
+    struct timespec ts = {0, 1000 * 1000}; /* 1 ms a token: the cancel comes mid-way */
+    nanosleep(&ts, NULL);
+    return true;
+}
+
+static void test_cancel_thread(void **state) {
+    (void)state;
+    tdm_env *env = new_env(NULL);
+    tdm_generator *g = new_gen(env, 256, NULL);
+    OK(tdm_generator_append(g, prompt, 5));
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, cancel_later, g), 0);
+    int n = 0;
+    tdm_status *st = tdm_generator_generate(g, 0, count_token, &n);
+    pthread_join(th, NULL);
+    assert_int_equal(tdm_status_code(st), TDM_ERR_CANCELLED);
+    tdm_status_free(st);
+    assert_true(n > 0 && n < 250);
+    assert_true(tdm_generator_is_done(g));
+    tdm_generator_free(g);
+    tdm_env_free(env);
+}
+
 static void test_folder(void **state) {
     (void)state;
     tdm_env *env = new_env(NULL);
@@ -440,7 +602,7 @@ static void test_folder(void **state) {
     assert_int_equal(tdm_status_code(st), TDM_ERR_INVALID_ARGUMENT);
     tdm_status_free(st);
     tdm_generator_free(g);
-    st = tdm_generator_create(env, TANDEM_SOURCE_DIR "/tests/models_llm", &o, &g);
+    st = tdm_generator_create(env, TANDEM_SOURCE_DIR "/tests/llm", &o, &g);
     assert_int_equal(tdm_status_code(st), TDM_ERR_NOT_FOUND);
     tdm_status_free(st);
     st = tdm_generator_create(env, TANDEM_SOURCE_DIR "/tests/models/mlp_dynamic_batch", &o, &g);
@@ -461,7 +623,10 @@ int main(void) {
         cmocka_unit_test(test_greedy_matches_no_cache),
         cmocka_unit_test(test_sampling),
         cmocka_unit_test(test_stop_and_limits),
+        cmocka_unit_test(test_genai_folder),
         cmocka_unit_test(test_folder),
+        cmocka_unit_test(test_binding_device_refused),
+        cmocka_unit_test(test_cancel_thread),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
