@@ -522,6 +522,7 @@ static void test_genai_folder(void **state) {
                 double worst = 0, big = 0;
                 for (size_t i = 0; i < v; i++) {
                     double w = json_real_value(json_array_get(want, i));
+                    if (fabs(w) > 1e30) continue; /* eos masked by GenAI's min_length */
                     worst = fmax(worst, fabs(got[i] - w));
                     big = fmax(big, fabs(w));
                 }
