@@ -526,10 +526,10 @@ static void test_genai_folder(void **state) {
                     worst = fmax(worst, fabs(got[i] - w));
                     big = fmax(big, fabs(w));
                 }
-                if (worst > 1e-2 + 2e-3 * big)
+                if (worst > 1e-2 * (1 + big))
                     fprintf(stderr, "case %zu step %zu: logits differ by %g (max |logit| %g)\n", ci, j,
                             worst, big);
-                assert_true(worst <= 1e-2 + 2e-3 * big);
+                assert_true(worst <= 1e-2 * (1 + big)); /* int8 activations (accuracy_level 4) */
             }
             int32_t t;
             OK(tdm_generator_next(g, &t));
