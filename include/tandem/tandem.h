@@ -532,6 +532,66 @@ TDM_API bool tdm_session_cancel(tdm_session *session, tdm_run_id id);
  * affected. */
 TDM_API size_t tdm_session_cancel_all(tdm_session *session);
 
+/* ---- I/O binding -------------------------------------------------------------------------
+ *
+ * A binding names a run's inputs once and lets outputs be written into tensors the caller
+ * made, as ONNX Runtime's IOBinding does. The node that makes a bound output writes straight
+ * into the caller's memory: no allocation for it and no copy out. An output may be bound to
+ * the very tensor an input is bound to; the node then updates it in place. That is how a
+ * language model's KV cache is kept (past_present_share_buffer): each layer's cache is
+ * allocated once as [batch, kv_heads, max_length, head_dim], given as `past_key_values.N.key`
+ * and bound as `present.N.key`, and the attention kernel writes only the new positions.
+ *
+ *  - A bound output's dtype and shape must be exactly what the run produces; otherwise the run
+ *    fails with TDM_ERR_INVALID_ARGUMENT and a message giving both. Its contents are then
+ *    unspecified (the nodes before the failing one may have written it).
+ *  - A bound output that is not also an input of the node making it is zeroed before the node
+ *    runs (unless the kernel writes all of it), like any new output.
+ *  - Outputs bound with a NULL tensor are made by the run and kept by the binding until its
+ *    next run, its clear or its free (tdm_io_binding_output); outputs not bound at all are
+ *    computed and dropped.
+ *  - Tensors are borrowed: they must outlive every run of the binding that uses them. The
+ *    session never frees or reuses their memory for anything else.
+ *  - Threading: a binding is used by one thread at a time (runs, binds); different bindings of
+ *    one session may run at the same time, like tdm_session_run. Two runs writing the same
+ *    bound tensor at once race.
+ *  - Devices: bound outputs work on sessions whose plan runs on the CPU (host memory); a plan
+ *    with nodes on a device with memory of its own (cuda, opencl, test) and the throughput and
+ *    pipeline modes refuse them with TDM_ERR_UNSUPPORTED for now. Bound inputs work everywhere.
+ *
+ *     tdm_io_binding *b = NULL;
+ *     st = tdm_io_binding_create(s, &b);
+ *     st = tdm_io_binding_bind_input(b, "past_key_values.0.key", cache0);
+ *     st = tdm_io_binding_bind_output(b, "present.0.key", cache0);   // updated in place
+ *     st = tdm_io_binding_bind_output(b, "logits", NULL);            // made by the run
+ *     st = tdm_session_run_bound(s, b, NULL);
+ *     const tdm_tensor *logits = tdm_io_binding_output(b, "logits");
+ *     tdm_io_binding_free(b);
+ */
+typedef struct tdm_io_binding tdm_io_binding;
+
+TDM_API tdm_status *tdm_io_binding_create(tdm_session *session, tdm_io_binding **out);
+/* Frees the binding and the outputs it kept; bound tensors stay the caller's. */
+TDM_API void tdm_io_binding_free(tdm_io_binding *binding);
+/* Binds (or, with another tensor, re-binds) a graph input by name; TDM_ERR_NOT_FOUND for a
+ * name the model does not have. */
+TDM_API tdm_status *tdm_io_binding_bind_input(tdm_io_binding *binding, const char *name,
+                                              const tdm_tensor *tensor);
+/* Binds a graph output by name to `tensor` (written in place), or with tensor NULL asks the
+ * binding to keep the output the run makes. */
+TDM_API tdm_status *tdm_io_binding_bind_output(tdm_io_binding *binding, const char *name,
+                                               tdm_tensor *tensor);
+/* Forgets every input and output binding (and frees the outputs kept). */
+TDM_API void tdm_io_binding_clear(tdm_io_binding *binding);
+/* Runs the session with the binding's inputs and outputs; `options` may be NULL (see
+ * tdm_run_options: a deadline). Thread-safe as described above. */
+TDM_API tdm_status *tdm_session_run_bound(tdm_session *session, tdm_io_binding *binding,
+                                          const tdm_run_options *options);
+/* After a successful run: the tensor of output `name`, the caller's when bound to one, else
+ * the one the binding kept; NULL when the output was not bound or the last run failed.
+ * Owned by the binding (or the caller); valid until the binding's next run, clear or free. */
+TDM_API tdm_tensor *tdm_io_binding_output(const tdm_io_binding *binding, const char *name);
+
 /* Number of entries tdm_session_device_stats reports. */
 TDM_API size_t tdm_session_device_count(const tdm_session *session);
 TDM_API tdm_status *tdm_session_device_stats(tdm_session *session, size_t index,

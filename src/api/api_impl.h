@@ -69,6 +69,11 @@ struct tdm_session {
  * failure m is left to the caller. */
 tdm_status *tdm_model_wrap(tdm_env *env, tdm_onnx_model *m, bool graph_borrowed, tdm_model **out);
 tdm_device *tdm_env_find_device(const tdm_env *env, const char *name);
+/* The stop request of a synchronous run with `options` (may be NULL); *has: it has a
+ * deadline (otherwise the run needs none). session.c */
+tdm_status *tdm_session_run_ctl(const tdm_run_options *options, tdm_run_ctl *ctl, bool *has);
+/* The graph whose inputs and outputs a run names (the strategy's plan's). */
+const tdm_graph *tdm_session_graph(const tdm_session *s);
 /* Asynchronous runs of the session waiting to start (session.c; the monitoring API uses it). */
 int tdm_session_queued_runs(tdm_session *s);
 

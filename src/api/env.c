@@ -149,3 +149,7 @@ tdm_device *tdm_env_find_device(const tdm_env *env, const char *name) {
 }
 
 const char *tdm_version_string(void) { return TANDEM_VERSION; }
+
+/* The environment's allocator hook (NULL = libc), for the library's parts that only see the
+ * public handle (src/llm: llm/llm_internal.h). */
+const tdm_allocator *tdm_env_allocator(const tdm_env *env) { return env ? env->alloc : NULL; }

@@ -384,6 +384,14 @@ static void ctl_init(tdm_run_ctl *c, int64_t timeout_ms) {
         c->deadline_ns = 0; /* beyond the clock's range: none */
 }
 
+tdm_status *tdm_session_run_ctl(const tdm_run_options *options, tdm_run_ctl *ctl, bool *has) {
+    int64_t timeout_ms;
+    TDM_TRY(run_options_get(options, &timeout_ms));
+    ctl_init(ctl, timeout_ms);
+    *has = timeout_ms != 0;
+    return NULL;
+}
+
 tdm_status *tdm_session_run_ex(tdm_session *s, size_t n_inputs, const char *const *input_names,
                                const tdm_tensor *const *inputs, size_t n_outputs,
                                const char *const *output_names, const tdm_run_options *options,
@@ -577,3 +585,5 @@ tdm_status *tdm_session_save_measurements(tdm_session *s) {
 void tdm_session_reset_measurements(tdm_session *s) {
     if (s) tdm_plan_reset_measurements(tdm_strategy_plan(s->strategy));
 }
+
+const tdm_graph *tdm_session_graph(const tdm_session *s) { return session_graph(s); }

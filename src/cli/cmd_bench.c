@@ -10,6 +10,7 @@
 
 #include "cli.h"
 #include "cmd_bench.h"
+#include "cmd_generate.h"
 
 #define MAX_INPUTS BENCH_MAX_INPUTS
 #define MAX_RUNS BENCH_MAX_RUNS
@@ -21,7 +22,8 @@ static void bench_usage(FILE *f) {
             "                    [--shape NAME:d0,d1,...] [--seed N] [--int-range LO,HI]\n"
             "                    [--opt-level N] [--json] [--mode latency|throughput|pipeline]\n"
             "                    [--cuts LIST] [--micro-batch N] [--placement P] [--affinity RULES]\n"
-            "                    [--precision P] [--trace FILE] [--scenario NAME [scenario options]]\n\n"
+            "                    [--precision P] [--trace FILE] [--scenario NAME [scenario options]]\n"
+            "       tandem bench MODEL_DIR --llm [LLM options]  (see tandem bench --llm --help)\n\n"
             "Runs MODEL on its inputs (from .npy files, the others random): warm-up runs, then\n"
             "timed synchronous runs. Prints the inputs (which are random, and their values), the\n"
             "latency (p50, p90, p99, mean, min, max in ms), the throughput (items/s = batch *\n"
@@ -53,6 +55,8 @@ static void bench_usage(FILE *f) {
             "                     [0, 7] for the other integers, [0, 255] for uint8); random\n"
             "                     floats are in [-1, 1)\n"
             "  --json             print one JSON object instead of text\n"
+            "  --llm              MODEL_DIR is a language model folder: prefill and decode tokens/s\n"
+            "                     as llama-bench reports them (tandem bench --llm --help)\n"
             "\nScenarios (after MLPerf LoadGen; a query is one run of batch --batch):\n"
             "  --scenario single-stream  one query at a time: p50/p90/p99/max latency, QPS\n"
             "  --scenario offline        all queries issued at once (asynchronous runs):\n"
@@ -324,6 +328,8 @@ static int make_inputs(tdm_env *env, const tdm_model *m, const struct bench_args
 }
 
 int cmd_bench(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) /* a language model: its own options (cmd_bench_llm.c) */
+        if (!strcmp(argv[i], "--llm")) return cmd_bench_llm(argc, argv);
     struct bench_args a = {0};
     a.batch = 1;
     a.warmup = 3;

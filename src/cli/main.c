@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cmd_generate.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -14,7 +15,9 @@ static void usage(FILE *f) {
             "  devices            list the devices tandem can use, and why others are missing\n"
             "  plan MODEL         where each node would run and why: placement, copies, predictions\n"
             "  profile MODEL      measured time per op and per device; stored for later plans\n"
-            "  bench MODEL        latency and throughput (inputs from .npy files or random)\n"
+            "  bench MODEL        latency and throughput (inputs from .npy files or random);\n"
+            "                     bench MODEL_DIR --llm: a language model's prefill and decode tokens/s\n"
+            "  generate MODEL_DIR text from a language model folder (--prompt TEXT)\n"
             "  serve              KServe v2 / Triton-compatible HTTP server (--model-repository DIR)\n\n"
             "  --version          print the version\n"
             "  --help             this text; `tandem <command> --help` for a command's options\n",
@@ -53,6 +56,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "profile")) return cmd_profile(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "serve")) return cmd_serve(argc - 1, argv + 1);
+    if (!strcmp(cmd, "generate")) return cmd_generate(argc - 1, argv + 1);
     fprintf(stderr, "tandem: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return 2;

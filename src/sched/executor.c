@@ -24,8 +24,66 @@ tdm_status *tdm_exec_between_nodes(const frame *f, size_t next) {
  * exact size, else a heap tensor. Zeroed (kernels may rely on it) unless the kernel writes
  * all of it (kflags, backend.h). A slot shared with an input (in place) is taken only when
  * the kernel running now is the one that allows it. */
+/* The graph output that value v is (main graph of a bound run), or -1. Outputs are the only
+ * values kept to the end of a run (release_after -1), so most values are not looked up. */
+static int frame_output_index(const frame *f, int v) {
+    if (!f->bound || v < 0 || f->release_after[v] >= 0) return -1;
+    for (size_t o = 0; o < f->g->n_outputs; o++)
+        if (f->g->outputs[o] == v) return (int)o;
+    return -1;
+}
+
+static bool same_shape(const tdm_tensor *t, tdm_dtype dtype, int rank, const int64_t *dims) {
+    return t->dtype == dtype && t->rank == rank &&
+           (rank == 0 || memcmp(t->dims, dims, (size_t)rank * sizeof *dims) == 0);
+}
+
+static tdm_status *bound_mismatch(const frame *f, int o, const tdm_tensor *b, tdm_dtype dtype,
+                                  int rank, const int64_t *dims) {
+    char want[160], got[160];
+    return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "output '%s' is bound to a %s %s tensor, but the run "
+                   "produces %s %s", f->g->values[f->g->outputs[o]].name, tdm_dtype_name(b->dtype),
+                   tdm_shape_str(b->rank, b->dims, got, sizeof got), tdm_dtype_name(dtype),
+                   tdm_shape_str(rank, dims, want, sizeof want));
+}
+
+/* Output o bound to the caller's tensor: a header over its memory (no allocation when the
+ * run has header storage). Its memory is zeroed as a new output would be, unless the kernel
+ * writes all of it or it is also one of the node's inputs (an in-place update, such as a
+ * KV cache whose present output shares the past input's buffer). */
+static tdm_status *frame_bound_output(frame *f, int o, tdm_dtype dtype, int rank,
+                                      const int64_t *dims, unsigned kflags, int n_in,
+                                      const tdm_tensor *const *ins, tdm_tensor **out) {
+    tdm_tensor *b = f->bound[o];
+    if (!same_shape(b, dtype, rank, dims)) return bound_mismatch(f, o, b, dtype, rank, dims);
+    tdm_tensor *t = NULL;
+    if (f->bound_hdr) {
+        t = &f->bound_hdr[o];
+        memset(t, 0, sizeof *t);
+        t->dtype = dtype;
+        t->rank = rank;
+        if (rank) memcpy(t->dims, dims, (size_t)rank * sizeof *dims);
+        t->count = b->count;
+        t->nbytes = b->nbytes;
+        t->data = b->data;
+        t->alloc = f->a;
+        t->pooled = true; /* the binding's: destroy leaves it alone */
+    } else {
+        TDM_TRY(tdm_tensor_new_view(f->a, dtype, rank, dims, b->data, &t));
+    }
+    bool shares_input = false;
+    for (int k = 0; k < n_in && !shares_input; k++) shares_input = ins[k] && ins[k]->data == b->data;
+    if (!shares_input && !(kflags & TDM_KF_WRITES_ALL) && b->nbytes) memset(b->data, 0, b->nbytes);
+    *out = t;
+    return NULL;
+}
+
 static tdm_status *frame_new_output(frame *f, tdm_device *dev, int v, tdm_dtype dtype, int rank,
-                                    const int64_t *dims, unsigned kflags, tdm_tensor **out) {
+                                    const int64_t *dims, unsigned kflags, int n_in,
+                                    const tdm_tensor *const *ins, tdm_tensor **out) {
+    int bo = f ? frame_output_index(f, v) : -1;
+    if (bo >= 0 && f->bound[bo])
+        return frame_bound_output(f, bo, dtype, rank, dims, kflags, n_in, ins, out);
     if (dev && !dev->host_memory) return tdm_device_tensor_new(dev, f ? f->a : NULL, dtype, rank, dims, out);
     bool shared = f && f->mp && v >= 0 && f->mp->alias_of[v] >= 0;
     if (shared && TDM_KF_INPLACE_INPUT(kflags) < 0) {
@@ -182,7 +240,7 @@ tdm_status *tdm_exec_run_node(tdm_device *dev, const tdm_kernel_def *k, void *st
                 goto done;
             }
             st = f ? frame_new_output(f, dev, n->outputs[i], out[i].dtype, out[i].rank, out[i].dims,
-                                      kflags, &outs[i])
+                                      kflags, n->n_inputs, ins, &outs[i])
                    : tdm_tensor_new(a, out[i].dtype, out[i].rank, out[i].dims, &outs[i]);
             if (st) {
                 st = tdm_status_wrap(st, "%s node '%s' output %d: ", n->op_type, n->name, i);
@@ -437,6 +495,25 @@ static tdm_status *take_outputs(frame *f, const int *which, size_t n, tdm_tensor
             st = TDM_ERR(TDM_ERR_INTERNAL, "output '%s' was not computed", f->g->values[v].name);
             break;
         }
+        if (f->bound && f->bound[j]) { /* written into the caller's tensor */
+            out[j] = NULL;
+            const tdm_tensor *t = f->vals[v];
+            tdm_tensor *b = f->bound[j];
+            if (t->data == b->data) continue;
+            /* made elsewhere (a kernel that sizes its outputs itself, an input passed
+             * through): copied in */
+            if (!same_shape(b, t->dtype, t->rank, t->dims)) {
+                st = bound_mismatch(f, (int)j, b, t->dtype, t->rank, t->dims);
+                break;
+            }
+            if (t->device || t->dtype == TDM_STRING) {
+                st = TDM_ERR(TDM_ERR_UNSUPPORTED, "output '%s': a bound output must be a "
+                             "numeric tensor in host memory", f->g->values[v].name);
+                break;
+            }
+            if (t->nbytes) memcpy(b->data, t->data, t->nbytes);
+            continue;
+        }
         const tdm_tensor *staged = NULL;
         if ((st = tdm_exec_staged_output(f, v, &staged))) break;
         if (staged) { /* downloaded while the run went on */
@@ -607,11 +684,32 @@ tdm_status *tdm_plan_run(tdm_plan *p, const tdm_tensor *const *inputs, tdm_tenso
 
 tdm_status *tdm_plan_run_ctl(tdm_plan *p, const tdm_tensor *const *inputs, tdm_tensor **outputs,
                              const tdm_run_ctl *ctl) {
+    return tdm_plan_run_bound(p, inputs, NULL, NULL, outputs, ctl);
+}
+
+tdm_status *tdm_plan_run_bound(tdm_plan *p, const tdm_tensor *const *inputs,
+                               tdm_tensor *const *bound, tdm_tensor *bound_hdr,
+                               tdm_tensor **outputs, const tdm_run_ctl *ctl) {
     tdm_graph *g = p->graph;
     size_t nv = g->n_values ? g->n_values : 1;
     frame f = {.g = g, .release_after = p->release_after, .plan = p, .a = p->alloc,
-               .pool = p->pool, .ctl = ctl, .loop = &p->loop};
+               .pool = p->pool, .ctl = ctl, .loop = &p->loop, .bound = bound,
+               .bound_hdr = bound_hdr};
     tdm_status *st = NULL;
+    if (bound) {
+        bool any = false;
+        for (size_t o = 0; o < g->n_outputs; o++) any = any || bound[o];
+        /* nodes on a device with memory of its own write there, not into the caller's */
+        bool host = !p->multi_device;
+        for (size_t i = 0; i < g->n_nodes && host; i++) {
+            int d = g->nodes[i].device >= 0 ? g->nodes[i].device : 0;
+            host = d < p->n_devices && p->devices[d]->host_memory;
+        }
+        if (any && !host)
+            return TDM_ERR(TDM_ERR_UNSUPPORTED, "bound outputs need a plan on host-memory devices "
+                           "(cpu) only; this plan uses a device with memory of its own");
+        if (!any) f.bound = NULL;
+    }
     uint64_t key = tdm_exec_shapes_key(g, inputs);
     if (!p->multi_device) tdm_exec_acquire_memplan(p, key, &f, nv);
     if (f.mp && f.mp->vals) { /* the plan's scratch: nothing allocated for the run itself */

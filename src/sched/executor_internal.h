@@ -52,6 +52,11 @@ struct frame {
     const tdm_loop_bounds *loop; /* the plan's Loop / Scan bounds (subgraphs: the parent's) */
     bool scratch;             /* vals/owned belong to mp (not freed with the frame) */
     tdm_body *body;           /* subgraphs: what the body keeps between runs, or NULL */
+    /* I/O binding (main graph only): per graph output, the caller's tensor the output is
+     * written into (NULL = made by the run), and header storage for the views of them
+     * (NULL = views from the heap) */
+    tdm_tensor *const *bound;
+    tdm_tensor *bound_hdr;
 };
 
 /* ---- executor.c ---- */

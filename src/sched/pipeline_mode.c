@@ -737,4 +737,5 @@ static void pm_set_monitor(void *ctx, struct tdm_monitor *mon) {
 
 static const tdm_strategy_iface pipeline_iface = {
     TDM_STRATEGY_API_VERSION, "pipeline", pm_run, pm_stats_count, pm_stats, pm_set_monitor, pm_free,
+    NULL, /* no I/O binding */
 };

@@ -104,6 +104,18 @@ tdm_status *tdm_plan_run(tdm_plan *p, const tdm_tensor *const *inputs, tdm_tenso
 tdm_status *tdm_plan_run_ctl(tdm_plan *p, const tdm_tensor *const *inputs, tdm_tensor **outputs,
                              const tdm_run_ctl *ctl);
 
+/* tdm_plan_run_ctl with I/O binding: bound[j] (may be NULL; per graph output, NULL = not
+ * bound) is a host tensor that graph output j is written into: the node making it writes
+ * there directly (no copy, no allocation; it may be one of the run's inputs, then the node
+ * updates it in place), and outputs[j] stays NULL. Its dtype and shape must be what the run
+ * produces, else TDM_ERR_INVALID_ARGUMENT naming both. bound_hdr (may be NULL): storage for
+ * g->n_outputs tensor headers the run uses for the views of bound tensors (none from the
+ * heap then); it must not be shared by concurrent runs. A plan with nodes on a device with
+ * memory of its own refuses bound outputs with TDM_ERR_UNSUPPORTED. */
+tdm_status *tdm_plan_run_bound(tdm_plan *p, const tdm_tensor *const *inputs,
+                               tdm_tensor *const *bound, tdm_tensor *bound_hdr,
+                               tdm_tensor **outputs, const tdm_run_ctl *ctl);
+
 /* Bytes of the arena planned for the most recently used input shapes (0 before a run with
  * static shapes has been planned). */
 size_t tdm_plan_arena_bytes(tdm_plan *p);

@@ -390,6 +390,7 @@ static void rep_free(void *ctx) {
 
 static const tdm_strategy_iface replicas_iface = {
     TDM_STRATEGY_API_VERSION, "replicas", rep_run, rep_stats_count, rep_stats, rep_set_monitor, rep_free,
+    NULL, /* no I/O binding */
 };
 
 tdm_status *tdm_replicas_create(const tdm_strategy_setup *su, tdm_graph *g, tdm_strategy **out) {

@@ -62,6 +62,15 @@ tdm_status *tdm_strategy_run(tdm_strategy *st, const tdm_tensor *const *by_input
     return st->iface->run(st->ctx, by_input, all_outputs, ctl);
 }
 
+tdm_status *tdm_strategy_run_bound(tdm_strategy *st, const tdm_tensor *const *by_input,
+                                   tdm_tensor *const *bound, tdm_tensor *bound_hdr,
+                                   tdm_tensor **all_outputs, const tdm_run_ctl *ctl) {
+    if (!st->iface->run_bound)
+        return TDM_ERR(TDM_ERR_UNSUPPORTED, "the %s strategy does not run with bound outputs; use "
+                       "the latency mode", st->iface->name);
+    return st->iface->run_bound(st->ctx, by_input, bound, bound_hdr, all_outputs, ctl);
+}
+
 size_t tdm_strategy_stats_count(const tdm_strategy *st) { return st ? st->iface->stats_count(st->ctx) : 0; }
 
 tdm_status *tdm_strategy_stats(tdm_strategy *st, size_t index, tdm_device_stats *out) {

@@ -59,6 +59,11 @@ typedef struct tdm_strategy_iface {
     /* Makes every plan of the strategy count into mon (sched/monitor.h; owned by the caller). */
     void (*set_monitor)(void *ctx, struct tdm_monitor *mon);
     void (*free)(void *ctx);
+    /* Optional (NULL: I/O binding is refused with TDM_ERR_UNSUPPORTED): a run whose graph
+     * outputs j with bound[j] set are written into those tensors (tdm_plan_run_bound). */
+    tdm_status *(*run_bound)(void *ctx, const tdm_tensor *const *by_input,
+                             tdm_tensor *const *bound, tdm_tensor *bound_hdr,
+                             tdm_tensor **all_outputs, const tdm_run_ctl *ctl);
 } tdm_strategy_iface;
 
 typedef struct tdm_strategy {
@@ -78,6 +83,11 @@ tdm_status *tdm_strategy_create(const tdm_strategy_setup *su, tdm_graph *g, tdm_
 
 tdm_status *tdm_strategy_run(tdm_strategy *st, const tdm_tensor *const *by_input,
                              tdm_tensor **all_outputs, const tdm_run_ctl *ctl);
+/* A run with I/O binding (tdm_strategy_iface.run_bound); TDM_ERR_UNSUPPORTED for strategies
+ * without it (replicas, pipeline). */
+tdm_status *tdm_strategy_run_bound(tdm_strategy *st, const tdm_tensor *const *by_input,
+                                   tdm_tensor *const *bound, tdm_tensor *bound_hdr,
+                                   tdm_tensor **all_outputs, const tdm_run_ctl *ctl);
 size_t tdm_strategy_stats_count(const tdm_strategy *st);
 tdm_status *tdm_strategy_stats(tdm_strategy *st, size_t index, tdm_device_stats *out);
 void tdm_strategy_set_monitor(tdm_strategy *st, struct tdm_monitor *mon);

@@ -26,11 +26,12 @@ static int64_t run_items(const tdm_graph *g, const tdm_tensor *const *by_input) 
     return 1;
 }
 
-static tdm_status *lat_run(void *ctx, const tdm_tensor *const *by_input, tdm_tensor **all,
-                           const tdm_run_ctl *ctl) {
+static tdm_status *lat_run_bound(void *ctx, const tdm_tensor *const *by_input,
+                                 tdm_tensor *const *bound, tdm_tensor *bound_hdr,
+                                 tdm_tensor **all, const tdm_run_ctl *ctl) {
     latency *l = ctx;
     int64_t t0 = tdm_now_ns();
-    tdm_status *st = tdm_plan_run_ctl(l->plan, by_input, all, ctl);
+    tdm_status *st = tdm_plan_run_bound(l->plan, by_input, bound, bound_hdr, all, ctl);
     double ms = (double)(tdm_now_ns() - t0) / 1e6;
     int64_t items = run_items(l->plan->graph, by_input);
     pthread_mutex_lock(&l->mu);
@@ -39,6 +40,11 @@ static tdm_status *lat_run(void *ctx, const tdm_tensor *const *by_input, tdm_ten
     l->busy_ms += ms;
     pthread_mutex_unlock(&l->mu);
     return st;
+}
+
+static tdm_status *lat_run(void *ctx, const tdm_tensor *const *by_input, tdm_tensor **all,
+                           const tdm_run_ctl *ctl) {
+    return lat_run_bound(ctx, by_input, NULL, NULL, all, ctl);
 }
 
 static size_t lat_stats_count(void *ctx) {
@@ -70,6 +76,7 @@ static void lat_free(void *ctx) {
 
 static const tdm_strategy_iface latency_iface = {
     TDM_STRATEGY_API_VERSION, "latency", lat_run, lat_stats_count, lat_stats, lat_set_monitor, lat_free,
+    lat_run_bound,
 };
 
 /* The plan of the latency strategy and of a pipeline's description: every device, the

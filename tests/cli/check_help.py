@@ -8,7 +8,7 @@ import re
 import subprocess
 import sys
 
-COMMANDS = ["run", "inspect", "conformance", "devices", "plan", "profile", "bench", "serve"]
+COMMANDS = ["run", "inspect", "conformance", "devices", "plan", "profile", "bench", "serve", "generate"]
 FLAG = re.compile(r"--[a-z][a-z0-9-]*")
 
 

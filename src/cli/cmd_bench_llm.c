@@ -1,0 +1,292 @@
+/* tandem bench MODEL_DIR --llm: a language model's prefill and decode speed, reported as
+ * llama-bench does (pp P and tg G tokens/s, mean ± standard deviation over repetitions), plus
+ * decode at a depth (tg G after a D-token context) and the peak resident memory. Prompts are
+ * random token ids (seeded). Public API only. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "cli.h"
+#include "cmd_generate.h"
+#include "tandem/generator.h"
+
+static void llm_usage(FILE *f) {
+    fprintf(f,
+            "usage: tandem bench MODEL_DIR --llm [--prompt-tokens P] [--gen-tokens G] [--depth D]\n"
+            "                    [--repetitions R] [--threads N] [--seed S] [--json]\n\n"
+            "Measures a language model folder (see tandem generate) as llama-bench does: pp P is\n"
+            "the prefill of a P-token prompt in one run (tokens/s); tg G is G decode steps of one\n"
+            "token each from an empty context; with --depth D, also G decode steps after a D-token\n"
+            "context. Each figure is the mean ± standard deviation of R repetitions after one\n"
+            "untimed warm-up. Prompts are random token ids (seeded); eos tokens do not stop.\n"
+            "Prints the peak resident memory (RSS) of the process at the end.\n"
+            "  --llm              this benchmark (MODEL_DIR is a model folder)\n"
+            "  --prompt-tokens P  prompt length of the pp test (default 512; 0 = no pp test)\n"
+            "  --gen-tokens G     decode steps of the tg tests (default 128; 0 = none)\n"
+            "  --depth D          also decode G tokens after a D-token context (e.g. 1000)\n"
+            "  --repetitions R    timed repetitions of each test (default 5)\n"
+            "  --threads N        intra-op threads (default: all cores)\n"
+            "  --seed S           seed of the random prompts (default 1)\n"
+            "  --json             print one JSON object instead of the table\n");
+}
+
+typedef struct llm_args {
+    const char *dir;
+    long pp, tg, depth, reps, threads;
+    unsigned long long seed;
+    bool json;
+} llm_args;
+
+static int parse(int argc, char **argv, llm_args *a) {
+    a->pp = 512, a->tg = 128, a->reps = 5, a->seed = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i];
+        long *dst = NULL, lo = 0;
+        if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
+            llm_usage(stdout);
+            return 0;
+        } else if (!strcmp(o, "--llm")) {
+            continue;
+        } else if (!strcmp(o, "--json")) {
+            a->json = true;
+            continue;
+        } else if (!strcmp(o, "--prompt-tokens")) {
+            dst = &a->pp;
+        } else if (!strcmp(o, "--gen-tokens")) {
+            dst = &a->tg;
+        } else if (!strcmp(o, "--depth")) {
+            dst = &a->depth;
+        } else if (!strcmp(o, "--repetitions")) {
+            dst = &a->reps, lo = 1;
+        } else if (!strcmp(o, "--threads")) {
+            dst = &a->threads;
+        } else if (!strcmp(o, "--seed")) {
+            if (i + 1 >= argc) break;
+            char *end;
+            errno = 0;
+            a->seed = strtoull(argv[++i], &end, 10);
+            if (errno || *end || end == argv[i]) {
+                fprintf(stderr, "tandem: bench --llm: --seed '%s': expected an integer\n", argv[i]);
+                return 2;
+            }
+            continue;
+        } else if (o[0] == '-') {
+            fprintf(stderr, "tandem: bench --llm: unknown option '%s'\n", o);
+            llm_usage(stderr);
+            return 2;
+        } else if (!a->dir) {
+            a->dir = o;
+            continue;
+        } else {
+            fprintf(stderr, "tandem: bench --llm: unexpected argument '%s'\n", o);
+            return 2;
+        }
+        char *end;
+        errno = 0;
+        long v = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : -1;
+        if (i + 1 >= argc || errno || *end || end == argv[i + 1] || v < lo || v > (1L << 24)) {
+            fprintf(stderr, "tandem: bench --llm: %s expects an integer >= %ld\n", o, lo);
+            return 2;
+        }
+        *dst = v;
+        i++;
+    }
+    if (!a->dir) {
+        llm_usage(stderr);
+        return 2;
+    }
+    if (a->pp == 0 && a->tg == 0) {
+        fprintf(stderr, "tandem: bench --llm: nothing to measure (--prompt-tokens 0 --gen-tokens 0)\n");
+        return 2;
+    }
+    return -1;
+}
+
+#define TDM_TRY_CLI(expr)                                                                \
+    do {                                                                                 \
+        tdm_status *st_ = (expr);                                                        \
+        if (st_) return st_;                                                             \
+    } while (0)
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static uint64_t mix(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static void random_ids(int32_t *ids, size_t n, size_t vocab, uint64_t seed) {
+    for (size_t i = 0; i < n; i++) ids[i] = (int32_t)(mix(&seed) % vocab);
+}
+
+typedef struct figure {
+    double mean, sd;
+    double *v;
+} figure;
+
+static void summarize(figure *f, size_t n) {
+    double s = 0, q = 0;
+    for (size_t i = 0; i < n; i++) s += f->v[i];
+    f->mean = s / (double)n;
+    for (size_t i = 0; i < n; i++) q += (f->v[i] - f->mean) * (f->v[i] - f->mean);
+    f->sd = n > 1 ? sqrt(q / (double)(n - 1)) : 0;
+}
+
+/* g decode runs of one token after `ctx` context tokens (ids[0..ctx), at least 1): the last
+ * context token's run, then g - 1 generated ones; tokens/s. */
+static tdm_status *decode_run(tdm_generator *gen, const int32_t *ids, size_t ctx, size_t g,
+                              double *tps) {
+    tdm_generator_reset(gen);
+    double t0 = now_s();
+    size_t warm = ctx > 1 ? ctx - 1 : 0; /* a context's prefill is not timed */
+    if (warm) {
+        TDM_TRY_CLI(tdm_generator_append(gen, ids, warm));
+        t0 = now_s();
+    }
+    TDM_TRY_CLI(tdm_generator_append(gen, ids + warm, 1)); /* the first decode step */
+    for (size_t i = 0; i < g; i++) { /* the first samples; each later one feeds a token */
+        int32_t t;
+        TDM_TRY_CLI(tdm_generator_next(gen, &t));
+    }
+    double dt = now_s() - t0;
+    *tps = dt > 0 ? (double)g / dt : 0;
+    return NULL;
+}
+
+static void print_row(const char *dir, const char *test, const figure *f) {
+    printf("| %-30s | %-16s | %10.2f ± %-8.2f |\n", dir, test, f->mean, f->sd);
+}
+
+static void json_figure(const char *name, long tokens, long depth, const figure *f, size_t n,
+                        bool last) {
+    printf("  \"%s\": {\"tokens\": %ld, \"depth\": %ld, \"tokens_per_s\": {\"mean\": %.3f, "
+           "\"stddev\": %.3f, \"samples\": [", name, tokens, depth, f->mean, f->sd);
+    for (size_t i = 0; i < n; i++) printf("%s%.3f", i ? ", " : "", f->v[i]);
+    printf("]}}%s\n", last ? "" : ",");
+}
+
+int cmd_bench_llm(int argc, char **argv) {
+    llm_args a;
+    memset(&a, 0, sizeof a);
+    int rc = parse(argc, argv, &a);
+    if (rc >= 0) return rc;
+    tdm_env_options eo = {0};
+    eo.api_version = TDM_API_VERSION;
+    eo.threads = (int)a.threads;
+    tdm_env *env = NULL;
+    tdm_generator *gen = NULL;
+    size_t reps = (size_t)a.reps;
+    size_t longest = (size_t)(a.pp > a.depth ? a.pp : a.depth) + (size_t)a.tg + 2;
+    int32_t *ids = calloc(longest + 1, sizeof *ids);
+    figure pp = {0, 0, calloc(reps, sizeof(double))}, tg = {0, 0, calloc(reps, sizeof(double))},
+           td = {0, 0, calloc(reps, sizeof(double))};
+    tdm_status *st = !ids || !pp.v || !tg.v || !td.v ? NULL : tdm_env_create(&eo, &env);
+    if (!ids || !pp.v || !tg.v || !td.v) {
+        fprintf(stderr, "tandem: bench --llm: out of memory\n");
+        rc = 1;
+        goto done;
+    }
+    if (!st) {
+        tdm_generator_options go;
+        memset(&go, 0, sizeof go);
+        go.struct_size = sizeof go;
+        go.threads = (int)a.threads;
+        go.max_length = (int)longest;
+        go.ignore_eos = true;
+        st = tdm_generator_create(env, a.dir, &go, &gen);
+    }
+    if (!st && (size_t)tdm_generator_max_length(gen) < longest - 1) {
+        fprintf(stderr, "tandem: bench --llm: the model's context (%d tokens) is shorter than the "
+                "tests need (%zu)\n", tdm_generator_max_length(gen), longest - 1);
+        rc = 1;
+        goto done;
+    }
+    /* warm-up (and the vocabulary size, known after a first run) */
+    int32_t zero = 0;
+    size_t vocab = 0;
+    if (!st) st = tdm_generator_append(gen, &zero, 1);
+    if (!st) vocab = tdm_generator_vocab_size(gen);
+    if (!st && a.pp) {
+        random_ids(ids, (size_t)a.pp, vocab, a.seed);
+        tdm_generator_reset(gen);
+        st = tdm_generator_append(gen, ids, (size_t)a.pp);
+    }
+    double ignore;
+    if (!st && a.tg) {
+        random_ids(ids, 2, vocab, a.seed);
+        st = decode_run(gen, ids, 1, (size_t)(a.tg < 8 ? a.tg : 8), &ignore);
+    }
+    for (size_t r = 0; !st && r < reps; r++) {
+        if (a.pp) {
+            random_ids(ids, (size_t)a.pp, vocab, a.seed + 1 + r);
+            tdm_generator_reset(gen);
+            double t0 = now_s();
+            st = tdm_generator_append(gen, ids, (size_t)a.pp);
+            double dt = now_s() - t0;
+            pp.v[r] = dt > 0 ? (double)a.pp / dt : 0;
+        }
+        if (!st && a.tg) {
+            random_ids(ids, 1, vocab, a.seed + 100 + r);
+            st = decode_run(gen, ids, 1, (size_t)a.tg, &tg.v[r]);
+        }
+        if (!st && a.tg && a.depth) {
+            random_ids(ids, (size_t)a.depth + 1, vocab, a.seed + 200 + r);
+            st = decode_run(gen, ids, (size_t)a.depth + 1, (size_t)a.tg, &td.v[r]);
+        }
+    }
+    if (st) {
+        rc = cli_fail(st, "bench --llm");
+        goto done;
+    }
+    summarize(&pp, reps);
+    summarize(&tg, reps);
+    summarize(&td, reps);
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    double rss_mib = (double)ru.ru_maxrss / 1024.0; /* Linux: KiB */
+    if (a.json) {
+        printf("{\n  \"model\": \"%s\", \"threads\": %ld, \"repetitions\": %zu, \"kv_cache\": \"%s\",\n",
+               a.dir, a.threads, reps, tdm_generator_form(gen));
+        if (a.pp) json_figure("pp", a.pp, 0, &pp, reps, false);
+        if (a.tg) json_figure("tg", a.tg, 0, &tg, reps, false);
+        if (a.tg && a.depth) json_figure("tg_depth", a.tg, a.depth, &td, reps, false);
+        printf("  \"peak_rss_mib\": %.1f\n}\n", rss_mib);
+    } else {
+        char test[64];
+        printf("| %-30s | %-16s | %21s |\n", "model", "test", "t/s");
+        printf("| %.30s | %.16s | %.21s |\n", "------------------------------", "----------------",
+               "---------------------");
+        if (a.pp) {
+            snprintf(test, sizeof test, "pp%ld", a.pp);
+            print_row(a.dir, test, &pp);
+        }
+        if (a.tg) {
+            snprintf(test, sizeof test, "tg%ld", a.tg);
+            print_row(a.dir, test, &tg);
+        }
+        if (a.tg && a.depth) {
+            snprintf(test, sizeof test, "tg%ld @ d%ld", a.tg, a.depth);
+            print_row(a.dir, test, &td);
+        }
+        printf("threads %ld, %zu repetitions, KV cache: %s; peak RSS %.1f MiB\n", a.threads, reps,
+               tdm_generator_form(gen), rss_mib);
+    }
+    rc = 0;
+done:
+    tdm_generator_free(gen);
+    tdm_env_free(env);
+    free(ids);
+    free(pp.v);
+    free(tg.v);
+    free(td.v);
+    return rc;
+}

@@ -1,0 +1,560 @@
+/* The generation loop (include/tandem/generator.h): a session of the folder's model, the KV
+ * cache and the sequence, fed through I/O bindings (tandem.h).
+ *
+ * Every run feeds the tokens not yet in the cache, tokens[n_cached .. n_tokens): the whole
+ * prompt at once (prefill), then one token per step. The inputs are headers over buffers sized
+ * for max_length and made at creation: input_ids views the token ids at n_cached,
+ * attention_mask views max_length ones ([1, total]), position_ids views 0, 1, 2, ... at
+ * n_cached. Only the headers' dims and data pointers change between runs. With the shared
+ * cache the mask is [1, max_length], ones for the tokens so far and zeros after (unless
+ * dynamic_mask): GroupQueryAttention takes the lengths from the mask's sums (seqlens_k), so
+ * every decode step has the same input shapes and reuses one memory plan of the executor.
+ *
+ * KV cache:
+ *  - shared (GenAI folders whose model has GroupQueryAttention, past_present_share_buffer):
+ *    one tensor per layer and K/V, [1, kv_heads, max_length, head_dim], bound as the past
+ *    input and the present output of binding 0 once, at creation; the kernel appends in place.
+ *  - fed back (optimum, and GenAI folders that say past_present_share_buffer false): two
+ *    bindings take turns; the presents the one kept from its run are the pasts of the other's
+ *    next run, and stay valid until that binding runs again. The first run gets empty pasts.
+ * Logits: a decode step writes them into a [1, 1, vocab] tensor bound once; a prefill's
+ * [1, n, vocab] is made by the run. The last row is copied out. */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/clock.h"
+#include "core/status.h"
+#include "core/tensor.h"
+#include "llm/llm_folder.h"
+#include "llm/llm_internal.h"
+#include "llm/sampler.h"
+#include "tandem/generator.h"
+
+enum { PK, PV, OK, OV }; /* the four names of a layer: past key/value, present key/value */
+
+struct tdm_generator {
+    tdm_env *env;
+    const tdm_allocator *a;
+    tdm_session *s;
+    tdm_io_binding *bind[2];
+    unsigned step;          /* runs so far (the fed-back form takes bindings in turn) */
+    bool shared;            /* the shared-buffer KV cache */
+    bool dynamic_mask;      /* shared: attention_mask [1, total] rather than [1, max_length] */
+    tdm_llm_folder f;
+    int n_layers, kv_heads, head_dim;
+    tdm_dtype kv_dtype;
+    size_t vocab;           /* 0 until the first run (when the model leaves it dynamic) */
+    int max_length;
+    char (*names)[4][TDM_LLM_NAME]; /* per layer */
+    tdm_tensor **cache;     /* shared: [layer * 2 + k/v] */
+    tdm_tensor **empty;     /* fed back: [layer * 2 + k/v] pasts of length 0 */
+    bool has_mask, has_pos;
+    tdm_dtype ids_dtype, mask_dtype, pos_dtype;
+    void *ids_buf, *mask_buf, *pos_buf; /* max_length elements each */
+    tdm_tensor ids_t, mask_t, pos_t;    /* headers over them (never freed by a run) */
+    tdm_tensor *logits1;    /* [1, 1, vocab] bound for decode steps, once vocab is known */
+    float *logits;          /* vocab: the last position's */
+    bool have_logits;
+    int32_t *tokens;        /* max_length */
+    size_t n_tokens, n_cached;
+    int32_t *stop;          /* the eos ids (unless ignore_eos) and the stop ids */
+    size_t n_stop;
+    int32_t eos[TDM_LLM_MAX_EOS];
+    size_t n_eos;
+    tdm_sampling sampling;
+    tdm_sampler smp;
+    bool smp_ready;
+    atomic_int cancelled;
+    bool done;
+    tdm_generator_stats stats;
+    int64_t t_first_append; /* 0 = none yet */
+    bool first_token_seen;
+};
+
+/* ---- helpers ---- */
+
+static bool is_index_dtype(tdm_dtype t) { return t == TDM_INT64 || t == TDM_INT32; }
+
+static void put_index(void *buf, tdm_dtype t, size_t i, int64_t v) {
+    if (t == TDM_INT64) ((int64_t *)buf)[i] = v;
+    else ((int32_t *)buf)[i] = (int32_t)v;
+}
+
+/* Header `t` over `buf` elements [start, start + n) as a [1, n] tensor. */
+static void set_view(tdm_tensor *t, tdm_dtype dtype, void *buf, size_t start, size_t n) {
+    size_t es = tdm_dtype_size(dtype);
+    memset(t, 0, sizeof *t);
+    t->dtype = dtype;
+    t->rank = 2;
+    t->dims[0] = 1;
+    t->dims[1] = (int64_t)n;
+    t->count = (int64_t)n;
+    t->nbytes = n * es;
+    t->data = (char *)buf + start * es;
+    t->pooled = true; /* not the run's to free */
+}
+
+static int find_input(const tdm_model *m, const char *name, tdm_value_desc *d) {
+    for (size_t i = 0; i < tdm_model_input_count(m); i++) {
+        tdm_value_desc v;
+        if (!tdm_model_input(m, i, &v) && strcmp(v.name, name) == 0) {
+            if (d) *d = v;
+            return (int)i;
+        }
+    }
+    return -1;
+}
+
+static int find_output(const tdm_model *m, const char *name, tdm_value_desc *d) {
+    for (size_t i = 0; i < tdm_model_output_count(m); i++) {
+        tdm_value_desc v;
+        if (!tdm_model_output(m, i, &v) && strcmp(v.name, name) == 0) {
+            if (d) *d = v;
+            return (int)i;
+        }
+    }
+    return -1;
+}
+
+static bool has_op(const tdm_model *m, const char *op) {
+    for (size_t i = 0; i < tdm_model_op_type_count(m); i++)
+        if (strcmp(tdm_model_op_type(m, i, NULL), op) == 0) return true;
+    return false;
+}
+
+static void layer_name(char *dst, const char *pattern, int layer) {
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
+    snprintf(dst, TDM_LLM_NAME, pattern, layer); /* checked: one %d (llm_folder.c) */
+#pragma GCC diagnostic pop
+}
+
+/* ---- creation ---- */
+
+/* Inputs, layers, KV shapes from the model; names from the folder. */
+static tdm_status *describe(tdm_generator *g) {
+    const tdm_model *m = tdm_session_model(g->s);
+    tdm_value_desc d;
+    if (find_input(m, g->f.input_ids, &d) < 0)
+        return TDM_ERR(TDM_ERR_INVALID_MODEL, "the model has no input '%s'", g->f.input_ids);
+    if (!is_index_dtype(d.dtype) || d.rank != 2)
+        return TDM_ERR(TDM_ERR_INVALID_MODEL, "input '%s' must be int64 or int32 [batch, sequence]",
+                       g->f.input_ids);
+    g->ids_dtype = d.dtype;
+    g->has_mask = find_input(m, g->f.attention_mask, &d) >= 0;
+    if (g->has_mask && (!is_index_dtype(d.dtype) || d.rank != 2))
+        return TDM_ERR(TDM_ERR_INVALID_MODEL, "input '%s' must be int64 or int32 [batch, total]",
+                       g->f.attention_mask);
+    g->mask_dtype = g->has_mask ? d.dtype : TDM_INT64;
+    g->has_pos = find_input(m, g->f.position_ids, &d) >= 0;
+    if (g->has_pos && (!is_index_dtype(d.dtype) || d.rank != 2))
+        return TDM_ERR(TDM_ERR_INVALID_MODEL, "input '%s' must be int64 or int32 [batch, sequence]",
+                       g->f.position_ids);
+    g->pos_dtype = g->has_pos ? d.dtype : TDM_INT64;
+    if (find_output(m, g->f.logits, &d) < 0)
+        return TDM_ERR(TDM_ERR_INVALID_MODEL, "the model has no output '%s'", g->f.logits);
+    if (d.dtype != TDM_FLOAT || d.rank != 3)
+        return TDM_ERR(TDM_ERR_UNSUPPORTED, "output '%s' must be float32 [batch, sequence, vocab]",
+                       g->f.logits);
+    g->vocab = d.dims[2] > 0 ? (size_t)d.dims[2] : 0;
+    char name[TDM_LLM_NAME];
+    int L = 0;
+    for (;; L++) {
+        layer_name(name, g->f.past_key, L);
+        if (find_input(m, name, NULL) < 0) break;
+    }
+    if (L == 0) {
+        layer_name(name, g->f.past_key, 0);
+        return TDM_ERR(TDM_ERR_INVALID_MODEL, "the model has no input '%s': not a decoder with a KV "
+                       "cache in the optimum or GenAI form", name);
+    }
+    g->n_layers = L;
+    g->names = tdm_calloc(g->a, (size_t)L, sizeof *g->names);
+    if (!g->names) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory creating a generator");
+    for (int l = 0; l < L; l++) {
+        layer_name(g->names[l][PK], g->f.past_key, l);
+        layer_name(g->names[l][PV], g->f.past_value, l);
+        layer_name(g->names[l][OK], g->f.present_key, l);
+        layer_name(g->names[l][OV], g->f.present_value, l);
+        for (int k = PK; k <= PV; k++) {
+            if (find_input(m, g->names[l][k], &d) < 0)
+                return TDM_ERR(TDM_ERR_INVALID_MODEL, "the model has no input '%s'", g->names[l][k]);
+            if (d.rank != 4 || d.dims[1] <= 0 || d.dims[3] <= 0 ||
+                (d.dtype != TDM_FLOAT && d.dtype != TDM_FLOAT16))
+                return TDM_ERR(TDM_ERR_UNSUPPORTED, "input '%s' must be float32 or float16 [batch, "
+                               "kv_heads, past, head_dim] with kv_heads and head_dim fixed",
+                               g->names[l][k]);
+            if (l == 0 && k == PK) {
+                g->kv_heads = (int)d.dims[1];
+                g->head_dim = (int)d.dims[3];
+                g->kv_dtype = d.dtype;
+            } else if (d.dims[1] != g->kv_heads || d.dims[3] != g->head_dim || d.dtype != g->kv_dtype) {
+                return TDM_ERR(TDM_ERR_UNSUPPORTED, "input '%s' differs in shape or type from '%s'",
+                               g->names[l][k], g->names[0][PK]);
+            }
+        }
+        for (int k = OK; k <= OV; k++)
+            if (find_output(m, g->names[l][k], NULL) < 0)
+                return TDM_ERR(TDM_ERR_INVALID_MODEL, "the model has no output '%s'", g->names[l][k]);
+    }
+    g->shared = g->f.genai && g->f.share_buffer != 0 && has_op(m, "GroupQueryAttention");
+    return NULL;
+}
+
+static tdm_status *alloc_state(tdm_generator *g) {
+    size_t ml = (size_t)g->max_length;
+    g->ids_buf = tdm_calloc(g->a, ml, tdm_dtype_size(g->ids_dtype));
+    g->mask_buf = tdm_calloc(g->a, ml, tdm_dtype_size(g->mask_dtype));
+    g->pos_buf = tdm_calloc(g->a, ml, tdm_dtype_size(g->pos_dtype));
+    g->tokens = tdm_calloc(g->a, ml, sizeof *g->tokens);
+    size_t nc = (size_t)g->n_layers * 2;
+    g->cache = tdm_calloc(g->a, nc, sizeof *g->cache);
+    g->empty = tdm_calloc(g->a, nc, sizeof *g->empty);
+    if (!g->ids_buf || !g->mask_buf || !g->pos_buf || !g->tokens || !g->cache || !g->empty)
+        return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory creating a generator");
+    for (size_t i = 0; i < ml; i++) put_index(g->pos_buf, g->pos_dtype, i, (int64_t)i);
+    int64_t dims[4] = {1, g->kv_heads, g->shared ? g->max_length : 0, g->head_dim};
+    for (size_t i = 0; i < nc; i++)
+        TDM_TRY(tdm_tensor_create(g->env, g->kv_dtype, 4, dims, g->shared ? &g->cache[i] : &g->empty[i]));
+    for (int b = 0; b < 2; b++) TDM_TRY(tdm_io_binding_create(g->s, &g->bind[b]));
+    /* what every run of a binding reads and writes: the headers (their dims change), and the
+     * shared caches */
+    for (int b = 0; b < 2; b++) {
+        TDM_TRY(tdm_io_binding_bind_input(g->bind[b], g->f.input_ids, &g->ids_t));
+        if (g->has_mask) TDM_TRY(tdm_io_binding_bind_input(g->bind[b], g->f.attention_mask, &g->mask_t));
+        if (g->has_pos) TDM_TRY(tdm_io_binding_bind_input(g->bind[b], g->f.position_ids, &g->pos_t));
+        for (int l = 0; l < g->n_layers; l++)
+            for (int k = 0; k < 2; k++) {
+                tdm_tensor *c = g->shared ? g->cache[l * 2 + k] : NULL;
+                if (c) TDM_TRY(tdm_io_binding_bind_input(g->bind[b], g->names[l][PK + k], c));
+                TDM_TRY(tdm_io_binding_bind_output(g->bind[b], g->names[l][OK + k], c));
+            }
+    }
+    set_view(&g->ids_t, g->ids_dtype, g->ids_buf, 0, 0);
+    set_view(&g->mask_t, g->mask_dtype, g->mask_buf, 0, 0);
+    set_view(&g->pos_t, g->pos_dtype, g->pos_buf, 0, 0);
+    if (g->vocab) {
+        int64_t ld[3] = {1, 1, (int64_t)g->vocab};
+        TDM_TRY(tdm_tensor_create(g->env, TDM_FLOAT, 3, ld, &g->logits1));
+    }
+    return NULL;
+}
+
+static tdm_status *set_stops(tdm_generator *g, const tdm_generator_options *o) {
+    g->n_eos = (size_t)g->f.n_eos;
+    memcpy(g->eos, g->f.eos, g->n_eos * sizeof *g->eos);
+    size_t n_user = o ? o->n_stop_ids : 0;
+    if (n_user && !o->stop_ids)
+        return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_generator_options: n_stop_ids without stop_ids");
+    g->stop = tdm_calloc(g->a, g->n_eos + n_user + 1, sizeof *g->stop);
+    if (!g->stop) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory creating a generator");
+    if (!(o && o->ignore_eos))
+        for (size_t i = 0; i < g->n_eos; i++) g->stop[g->n_stop++] = g->eos[i];
+    for (size_t i = 0; i < n_user; i++) g->stop[g->n_stop++] = o->stop_ids[i];
+    return NULL;
+}
+
+tdm_status *tdm_generator_create(tdm_env *env, const char *dir, const tdm_generator_options *o,
+                                 tdm_generator **out) {
+    if (!env || !dir || !out)
+        return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_generator_create: NULL argument");
+    tdm_generator_options opt;
+    memset(&opt, 0, sizeof opt);
+    if (o) {
+        if (o->struct_size < sizeof o->struct_size)
+            return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_generator_options.struct_size is %zu; "
+                           "set it to sizeof(tdm_generator_options)", o->struct_size);
+        memcpy(&opt, o, o->struct_size < sizeof opt ? o->struct_size : sizeof opt);
+    }
+    if (opt.max_length < 0)
+        return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "max_length is %d; it must be >= 0", opt.max_length);
+    if (opt.device && strcmp(opt.device, "cpu") != 0)
+        return TDM_ERR(TDM_ERR_UNSUPPORTED, "the generator runs on device 'cpu' only for now, not "
+                       "'%s'", opt.device);
+    const tdm_allocator *a = tdm_env_allocator(env);
+    tdm_generator *g = tdm_calloc(a, 1, sizeof *g);
+    if (!g) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory creating a generator");
+    g->env = env;
+    g->a = a;
+    g->sampling = opt.sampling;
+    g->dynamic_mask = opt.dynamic_mask;
+    atomic_init(&g->cancelled, 0);
+    tdm_status *st = tdm_llm_folder_read(dir, &g->f);
+    if (!st) {
+        tdm_session_options so = {.api_version = TDM_API_VERSION, .devices = "cpu",
+                                  .threads = opt.threads, .opt_level = 1,
+                                  .mode = TDM_MODE_LATENCY};
+        st = tdm_session_create(env, g->f.model_path, &so, &g->s);
+    }
+    if (!st) st = describe(g);
+    if (!st) {
+        g->max_length = opt.max_length > 0 ? opt.max_length : g->f.max_length > 0 ? g->f.max_length : 2048;
+        if (g->f.max_length > 0 && g->max_length > g->f.max_length) g->max_length = g->f.max_length;
+        st = alloc_state(g);
+    }
+    if (!st) st = set_stops(g, &opt);
+    if (st) {
+        tdm_generator_free(g);
+        return tdm_status_wrap(st, "model folder '%s': ", dir);
+    }
+    *out = g;
+    return NULL;
+}
+
+void tdm_generator_free(tdm_generator *g) {
+    if (!g) return;
+    for (int b = 0; b < 2; b++) tdm_io_binding_free(g->bind[b]);
+    for (int i = 0; g->cache && i < g->n_layers * 2; i++) tdm_tensor_free(g->cache[i]);
+    for (int i = 0; g->empty && i < g->n_layers * 2; i++) tdm_tensor_free(g->empty[i]);
+    tdm_tensor_free(g->logits1);
+    tdm_session_free(g->s);
+    if (g->smp_ready) tdm_sampler_free(&g->smp);
+    tdm_free(g->a, g->cache);
+    tdm_free(g->a, g->empty);
+    tdm_free(g->a, g->names);
+    tdm_free(g->a, g->ids_buf);
+    tdm_free(g->a, g->mask_buf);
+    tdm_free(g->a, g->pos_buf);
+    tdm_free(g->a, g->tokens);
+    tdm_free(g->a, g->stop);
+    tdm_free(g->a, g->logits);
+    tdm_free(g->a, g);
+}
+
+/* ---- running ---- */
+
+/* The vocabulary is known (from the first run's logits when the model left it dynamic). */
+static tdm_status *vocab_ready(tdm_generator *g, size_t vocab) {
+    if (g->smp_ready) {
+        if (vocab != g->vocab)
+            return TDM_ERR(TDM_ERR_RUNTIME, "the logits changed size (%zu, was %zu)", vocab, g->vocab);
+        return NULL;
+    }
+    g->vocab = vocab;
+    g->logits = tdm_calloc(g->a, vocab, sizeof *g->logits);
+    if (!g->logits) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory for the logits");
+    if (!g->logits1) {
+        int64_t ld[3] = {1, 1, (int64_t)vocab};
+        TDM_TRY(tdm_tensor_create(g->env, TDM_FLOAT, 3, ld, &g->logits1));
+    }
+    TDM_TRY(tdm_sampler_init(&g->smp, g->a, vocab, &g->sampling));
+    g->smp_ready = true;
+    return NULL;
+}
+
+/* One run feeding tokens[n_cached .. n_tokens). */
+static tdm_status *feed(tdm_generator *g) {
+    size_t n = g->n_tokens - g->n_cached;
+    if (n == 0) return NULL;
+    tdm_io_binding *b = g->shared ? g->bind[0] : g->bind[g->step & 1];
+    tdm_io_binding *prev = g->bind[(g->step & 1) ^ 1];
+    set_view(&g->ids_t, g->ids_dtype, g->ids_buf, g->n_cached, n);
+    for (size_t i = g->n_cached; i < g->n_tokens; i++) put_index(g->mask_buf, g->mask_dtype, i, 1);
+    set_view(&g->mask_t, g->mask_dtype, g->mask_buf, 0,
+             g->shared && !g->dynamic_mask ? (size_t)g->max_length : g->n_tokens);
+    set_view(&g->pos_t, g->pos_dtype, g->pos_buf, g->n_cached, n);
+    TDM_TRY(tdm_io_binding_bind_output(b, g->f.logits, n == 1 ? g->logits1 : NULL));
+    if (!g->shared)
+        for (int l = 0; l < g->n_layers; l++)
+            for (int k = 0; k < 2; k++) {
+                const tdm_tensor *past = g->n_cached == 0 ? g->empty[l * 2 + k]
+                                                          : tdm_io_binding_output(prev, g->names[l][OK + k]);
+                if (!past)
+                    return TDM_ERR(TDM_ERR_INTERNAL, "the cache of '%s' is missing", g->names[l][PK + k]);
+                TDM_TRY(tdm_io_binding_bind_input(b, g->names[l][PK + k], past));
+            }
+    tdm_status *st = tdm_session_run_bound(g->s, b, NULL);
+    g->have_logits = false;
+    if (st) {
+        /* the cache may hold part of this run: start again from an empty one */
+        g->n_cached = 0;
+        memset(g->mask_buf, 0, (size_t)g->max_length * tdm_dtype_size(g->mask_dtype));
+        return st;
+    }
+    g->step++;
+    g->n_cached = g->n_tokens;
+    const tdm_tensor *lg = tdm_io_binding_output(b, g->f.logits);
+    if (!lg || lg->dtype != TDM_FLOAT || lg->rank != 3 || lg->dims[0] != 1 ||
+        lg->dims[1] != (int64_t)n || lg->dims[2] <= 0)
+        return TDM_ERR(TDM_ERR_RUNTIME, "output '%s' is not float32 [1, %zu, vocab]", g->f.logits, n);
+    TDM_TRY(vocab_ready(g, (size_t)lg->dims[2]));
+    memcpy(g->logits, (const float *)lg->data + (n - 1) * g->vocab, g->vocab * sizeof *g->logits);
+    g->have_logits = true;
+    return NULL;
+}
+
+static tdm_status *check_cancel(tdm_generator *g) {
+    if (atomic_load(&g->cancelled)) {
+        g->done = true;
+        return TDM_ERR(TDM_ERR_CANCELLED, "generation was cancelled");
+    }
+    return NULL;
+}
+
+tdm_status *tdm_generator_append(tdm_generator *g, const int32_t *ids, size_t n) {
+    if (!g || (n && !ids)) return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_generator_append: NULL argument");
+    TDM_TRY(check_cancel(g));
+    if (n > (size_t)g->max_length - g->n_tokens)
+        return TDM_ERR(TDM_ERR_LIMIT, "%zu tokens do not fit: %zu of max_length %d are used", n,
+                       g->n_tokens, g->max_length);
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || (g->vocab && (size_t)ids[i] >= g->vocab))
+            return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "token %zu is %d, outside the vocabulary (%zu)",
+                           i, ids[i], g->vocab);
+    if (n == 0) return NULL;
+    int64_t t0 = tdm_now_ns();
+    if (!g->t_first_append) g->t_first_append = t0;
+    for (size_t i = 0; i < n; i++) {
+        g->tokens[g->n_tokens + i] = ids[i];
+        put_index(g->ids_buf, g->ids_dtype, g->n_tokens + i, ids[i]);
+    }
+    size_t before = g->n_tokens;
+    g->n_tokens += n;
+    tdm_status *st = feed(g);
+    if (st) {
+        g->n_tokens = before;
+        if (g->n_cached > before) g->n_cached = before;
+        return st;
+    }
+    g->done = false;
+    g->stats.prompt_tokens += (int64_t)n;
+    g->stats.prefill_ms += (double)(tdm_now_ns() - t0) / 1e6;
+    return check_cancel(g);
+}
+
+bool tdm_generator_is_stop_token(const tdm_generator *g, int32_t token) {
+    if (!g) return false;
+    for (size_t i = 0; i < g->n_stop; i++)
+        if (g->stop[i] == token) return true;
+    return false;
+}
+
+/* feed() for the decode path (next, logits): counted in the decode figures. */
+static tdm_status *feed_decode(tdm_generator *g) {
+    size_t n = g->n_tokens - g->n_cached;
+    if (n == 0) return NULL;
+    int64_t t0 = tdm_now_ns();
+    TDM_TRY(feed(g));
+    g->stats.decode_tokens += (int64_t)n;
+    g->stats.decode_ms += (double)(tdm_now_ns() - t0) / 1e6;
+    return NULL;
+}
+
+tdm_status *tdm_generator_next(tdm_generator *g, int32_t *token) {
+    if (!g || !token) return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_generator_next: NULL argument");
+    TDM_TRY(check_cancel(g));
+    if (g->n_tokens == 0)
+        return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_generator_next: append the prompt first");
+    if (g->done || g->n_tokens >= (size_t)g->max_length) {
+        g->done = true;
+        return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_generator_next: generation is done (a stop "
+                       "token or max_length %d)", g->max_length);
+    }
+    TDM_TRY(feed_decode(g));
+    TDM_TRY(check_cancel(g));
+    int64_t t0 = tdm_now_ns();
+    if (!g->have_logits) return TDM_ERR(TDM_ERR_INTERNAL, "no logits to sample from");
+    int32_t t = tdm_sampler_pick(&g->smp, g->logits, g->tokens, g->n_tokens);
+    g->tokens[g->n_tokens] = t;
+    put_index(g->ids_buf, g->ids_dtype, g->n_tokens, t);
+    g->n_tokens++;
+    if (tdm_generator_is_stop_token(g, t) || g->n_tokens >= (size_t)g->max_length) g->done = true;
+    int64_t t1 = tdm_now_ns();
+    g->stats.decode_ms += (double)(t1 - t0) / 1e6; /* sampling */
+    if (!g->first_token_seen) {
+        g->first_token_seen = true;
+        g->stats.ttft_ms = (double)(t1 - g->t_first_append) / 1e6;
+    }
+    *token = t;
+    return NULL;
+}
+
+tdm_status *tdm_generator_generate(tdm_generator *g, size_t max_new, tdm_token_fn on_token,
+                                   void *user) {
+    if (!g) return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_generator_generate: NULL generator");
+    for (size_t i = 0; (max_new == 0 || i < max_new) && !tdm_generator_is_done(g); i++) {
+        int32_t t;
+        TDM_TRY(tdm_generator_next(g, &t));
+        if (tdm_generator_is_stop_token(g, t)) break;
+        if (on_token && !on_token(user, t)) break;
+    }
+    return check_cancel(g);
+}
+
+tdm_status *tdm_generator_logits(tdm_generator *g, const float **logits, size_t *vocab) {
+    if (!g || !logits || !vocab)
+        return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_generator_logits: NULL argument");
+    if (g->n_tokens == 0)
+        return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_generator_logits: append tokens first");
+    if (g->n_cached < g->n_tokens) {
+        if (g->n_tokens > (size_t)g->max_length)
+            return TDM_ERR(TDM_ERR_LIMIT, "the sequence is at max_length");
+        TDM_TRY(feed_decode(g));
+    }
+    if (!g->have_logits) return TDM_ERR(TDM_ERR_INTERNAL, "no logits");
+    *logits = g->logits;
+    *vocab = g->vocab;
+    return NULL;
+}
+
+bool tdm_generator_is_done(const tdm_generator *g) {
+    return !g || g->done || atomic_load(&((tdm_generator *)g)->cancelled) ||
+           g->n_tokens >= (size_t)g->max_length;
+}
+
+void tdm_generator_reset(tdm_generator *g) {
+    if (!g) return;
+    g->n_tokens = g->n_cached = 0;
+    memset(g->mask_buf, 0, (size_t)g->max_length * tdm_dtype_size(g->mask_dtype));
+    g->done = false;
+    g->have_logits = false;
+    atomic_store(&g->cancelled, 0);
+    memset(&g->stats, 0, sizeof g->stats);
+    g->t_first_append = 0;
+    g->first_token_seen = false;
+    if (g->smp_ready) tdm_sampler_reseed(&g->smp);
+}
+
+void tdm_generator_cancel(tdm_generator *g) {
+    if (g) atomic_store(&g->cancelled, 1);
+}
+
+void tdm_generator_set_sampling(tdm_generator *g, const tdm_sampling *s) {
+    if (!g || !s) return;
+    g->sampling = *s;
+    if (g->smp_ready) {
+        uint64_t rng[4];
+        memcpy(rng, g->smp.rng, sizeof rng);
+        g->smp.cfg = *s;
+        memcpy(g->smp.rng, rng, sizeof rng); /* the random numbers continue */
+    }
+}
+
+const int32_t *tdm_generator_tokens(const tdm_generator *g, size_t *n) {
+    if (n) *n = g ? g->n_tokens : 0;
+    return g ? g->tokens : NULL;
+}
+
+size_t tdm_generator_vocab_size(const tdm_generator *g) { return g ? g->vocab : 0; }
+
+int tdm_generator_max_length(const tdm_generator *g) { return g ? g->max_length : 0; }
+
+const int32_t *tdm_generator_eos_ids(const tdm_generator *g, size_t *n) {
+    if (n) *n = g ? g->n_eos : 0;
+    return g ? g->eos : NULL;
+}
+
+const char *tdm_generator_form(const tdm_generator *g) {
+    return !g ? NULL : g->shared ? "genai" : "optimum";
+}
+
+void tdm_generator_get_stats(const tdm_generator *g, tdm_generator_stats *out) {
+    if (!out) return;
+    if (!g) {
+        memset(out, 0, sizeof *out);
+        return;
+    }
+    *out = g->stats;
+}

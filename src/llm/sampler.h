@@ -1,0 +1,32 @@
+/* Choosing the next token from logits (tdm_sampling, include/tandem/generator.h): repetition
+ * penalty, then greedy or temperature, top-k, top-p and a draw from the generator's own
+ * random numbers (xoshiro256** seeded by splitmix64: deterministic for a seed). Internal. */
+#ifndef TDM_LLM_SAMPLER_H
+#define TDM_LLM_SAMPLER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tandem/generator.h"
+
+typedef struct tdm_sampler {
+    tdm_sampling cfg;
+    uint64_t rng[4];
+    size_t vocab;
+    float *work;          /* vocab: the logits after the penalty */
+    uint8_t *seen;        /* vocab: marks for the penalty */
+    int32_t *cand;        /* vocab: candidate ids */
+    float *prob;          /* vocab: their probabilities */
+    void *sorted;         /* vocab: (logit, id) pairs for top-p's sort */
+    const tdm_allocator *a;
+} tdm_sampler;
+
+tdm_status *tdm_sampler_init(tdm_sampler *s, const tdm_allocator *a, size_t vocab,
+                             const tdm_sampling *cfg);
+void tdm_sampler_free(tdm_sampler *s);
+/* Restarts the random numbers from the seed. */
+void tdm_sampler_reseed(tdm_sampler *s);
+/* The next token for `logits` (vocab floats) after the sequence `seq` (for the penalty). */
+int32_t tdm_sampler_pick(tdm_sampler *s, const float *logits, const int32_t *seq, size_t n_seq);
+
+#endif

@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""tandem generate and tandem bench --llm on tiny random Llama folders (tools/make_tiny_llama.py).
+
+- greedy ids of `tandem generate --prompt-ids ... --json --temperature 0` equal a greedy loop in
+  ONNX Runtime that recomputes the whole sequence each step (no KV cache), for several prompts;
+- with a tokenizer in the build: `--prompt TEXT --no-chat` tokenizes as HF `tokenizers` does and
+  the text is the decode of the generated ids; `--chat` renders the folder's chat template as
+  jinja2 does (user message, add_generation_prompt) before tokenizing (skipped, with a note,
+  when the build has no tokenizer / chat templates yet);
+- sampling with a seed is repeatable; --max-tokens, --stop-id end the generation;
+- `tandem bench --llm --json` reports pp/tg/tg_depth with mean and stddev and peak RSS;
+- bad arguments fail with a message.
+Usage: test_generate.py --tandem TANDEM --repo REPO   (exit 77 = skipped)
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+try:
+    import numpy as np
+    import onnxruntime as ort
+except ImportError as e:  # the venv of tools/requirements.txt
+    print(f"SKIPPED: {e}")
+    sys.exit(77)
+
+FAILS = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what)
+    if not cond:
+        FAILS.append(what)
+
+
+def run(args, timeout=300):
+    return subprocess.run(args, capture_output=True, text=True, timeout=timeout)
+
+
+def ort_greedy(model, prompt, n, n_layers, kv_heads, head_dim):
+    s = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    names = {i.name for i in s.get_inputs()}
+    ids = list(prompt)
+    out = []
+    for _ in range(n):
+        T = len(ids)
+        feed = {"input_ids": np.array([ids], np.int64), "attention_mask": np.ones((1, T), np.int64)}
+        if "position_ids" in names:
+            feed["position_ids"] = np.arange(T, dtype=np.int64)[None]
+        for layer in range(n_layers):
+            for kv in ("key", "value"):
+                feed[f"past_key_values.{layer}.{kv}"] = np.zeros((1, kv_heads, 0, head_dim), np.float32)
+        logits = s.run(["logits"], feed)[0]
+        t = int(np.argmax(logits[0, -1]))
+        out.append(t)
+        ids.append(t)
+    return out
+
+
+def generate_json(tandem, folder, *args):
+    r = run([tandem, "generate", folder, "--json", "--threads", "1", *args])
+    if r.returncode != 0:
+        return None, r
+    line = [l for l in r.stdout.splitlines() if l.startswith("{")]
+    return (json.loads(line[-1]) if line else None), r
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tandem", required=True)
+    ap.add_argument("--repo", required=True)
+    a = ap.parse_args()
+    T = a.tandem
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = os.path.join(tmp, "optimum")
+        r = run([sys.executable, os.path.join(a.repo, "tools", "make_tiny_llama.py"), folder, "--form", "optimum",
+                 "--seed", "7"])
+        if r.returncode != 0:
+            print(r.stdout, r.stderr)
+            print("FAIL make_tiny_llama.py")
+            return 1
+        cfg = json.load(open(os.path.join(folder, "config.json")))
+        L, kvh = cfg["num_hidden_layers"], cfg["num_key_value_heads"]
+        hd = cfg.get("head_dim", cfg["hidden_size"] // cfg["num_attention_heads"])
+        V = cfg["vocab_size"]
+        model = os.path.join(folder, "model.onnx")
+
+        # greedy ids against ONNX Runtime (no cache), several prompts
+        rng = np.random.default_rng(3)
+        for p in range(4):
+            prompt = [int(x) for x in rng.integers(3, V, size=int(rng.integers(1, 12)))]
+            want = ort_greedy(model, prompt, 16, L, kvh, hd)
+            got, r = generate_json(T, folder, "--prompt-ids", ",".join(map(str, prompt)), "--temperature", "0",
+                                   "--max-tokens", "16", "--ignore-eos")
+            ok = got is not None and got["tokens"] == want
+            check(ok, f"greedy ids equal ONNX Runtime's, prompt {p} ({len(prompt)} tokens)")
+            if not ok:
+                print("   want", want, "\n   got ", got and got["tokens"], r.stderr[-500:])
+            if got:
+                for k in ("text", "tokens", "prompt_tokens", "prefill_tokens_per_s", "decode_tokens_per_s",
+                          "ttft_ms"):
+                    check(k in got, f"--json has '{k}'")
+                check(got["prompt_tokens"] == len(prompt), "prompt_tokens")
+                check(got["decode_tokens_per_s"] > 0 and got["ttft_ms"] > 0, "timings are positive")
+
+        # sampling: same seed, same ids; --max-tokens; --stop-id
+        args = ["--prompt-ids", "5,6,7", "--temperature", "1.2", "--top-k", "50", "--top-p", "0.95", "--seed", "11",
+                "--max-tokens", "20", "--ignore-eos"]
+        s1, _ = generate_json(T, folder, *args)
+        s2, _ = generate_json(T, folder, *args)
+        check(s1 is not None and s1 == {**s2, **{k: s1[k] for k in s1 if k.endswith(("_per_s", "_ms"))}},
+              "sampling with a seed is repeatable")
+        check(s1 is not None and len(s1["tokens"]) == 20 and s1["stop_reason"] == "max_tokens", "--max-tokens 20")
+        if s1:
+            stop = s1["tokens"][5]
+            first = s1["tokens"].index(stop)
+            s3, _ = generate_json(T, folder, *args, "--stop-id", str(stop))
+            check(s3 is not None and s3["tokens"] == s1["tokens"][:first] and s3["stop_reason"] == "stop_token",
+                  "--stop-id ends before the stop token")
+
+        # text through the tokenizer (when the build has one)
+        r = run([T, "generate", folder, "--prompt", "Hello", "--no-chat", "--max-tokens", "4", "--json"])
+        if "has no tokenizer" in r.stderr:
+            print("note: this build has no tokenizer: the --prompt / --chat checks are skipped")
+        else:
+            from tokenizers import Tokenizer
+            tk = Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
+            for text in ["Hello, world!", "The capital of France is"]:
+                ids = tk.encode(text, add_special_tokens=True).ids
+                want = ort_greedy(model, ids, 12, L, kvh, hd)
+                got, r = generate_json(T, folder, "--prompt", text, "--no-chat", "--max-tokens", "12",
+                                       "--ignore-eos")
+                check(got is not None and got["prompt_tokens"] == len(ids) and got["tokens"] == want,
+                      f"--prompt {text!r}: HF tokenizers' ids, ONNX Runtime's greedy ids")
+                check(got is not None and got["text"] == tk.decode(want, skip_special_tokens=True),
+                      f"--prompt {text!r}: the text is the decode of the ids")
+                if got is None:
+                    print(r.stderr[-800:])
+            import jinja2
+            tc = json.load(open(os.path.join(folder, "tokenizer_config.json")))
+            rendered = jinja2.Environment().from_string(tc["chat_template"]).render(
+                messages=[{"role": "user", "content": "Hi there"}], add_generation_prompt=True,
+                bos_token=tc.get("bos_token", ""), eos_token=tc.get("eos_token", ""))
+            ids = tk.encode(rendered, add_special_tokens=False).ids
+            got, r = generate_json(T, folder, "--prompt", "Hi there", "--chat", "--max-tokens", "4", "--ignore-eos")
+            check(got is not None and got["chat"] and got["prompt_tokens"] == len(ids),
+                  "--chat: the chat template rendered as jinja2 does")
+            got2, _ = generate_json(T, folder, "--prompt", "Hi there", "--max-tokens", "4", "--ignore-eos")
+            check(got2 is not None and got2["chat"], "a folder with a chat template: chat by default")
+
+        # streaming text mode ends with the summary on stderr
+        r = run([T, "generate", folder, "--prompt-ids", "5,6,7", "--max-tokens", "5", "--ignore-eos"])
+        check(r.returncode == 0 and "prefill" in r.stderr and "decode" in r.stderr and "time to first token"
+              in r.stderr, "text mode prints the summary")
+
+        # bench --llm
+        r = run([T, "bench", folder, "--llm", "--prompt-tokens", "32", "--gen-tokens", "8", "--depth", "40",
+                 "--repetitions", "2", "--threads", "1", "--json"])
+        ok = r.returncode == 0
+        if ok:
+            d = json.loads(r.stdout)
+            ok = all(k in d for k in ("pp", "tg", "tg_depth", "peak_rss_mib")) and \
+                d["pp"]["tokens_per_s"]["mean"] > 0 and "stddev" in d["tg"]["tokens_per_s"] and \
+                d["tg_depth"]["depth"] == 40 and len(d["tg"]["tokens_per_s"]["samples"]) == 2
+        check(ok, "bench --llm --json: pp, tg, tg at depth, peak RSS")
+        if not ok:
+            print(r.stdout, r.stderr)
+        r = run([T, "bench", folder, "--llm", "--prompt-tokens", "16", "--gen-tokens", "4", "--repetitions", "1"])
+        check(r.returncode == 0 and "pp16" in r.stdout and "tg4" in r.stdout and "±" in r.stdout,
+              "bench --llm table")
+
+        # bad arguments
+        r = run([T, "generate", folder])
+        check(r.returncode == 2 and "usage" in r.stderr, "no prompt: usage")
+        r = run([T, "generate", os.path.join(tmp, "nope"), "--prompt-ids", "1"])
+        check(r.returncode != 0 and "nope" in r.stderr, "missing folder: an error naming it")
+        r = run([T, "generate", folder, "--prompt-ids", "1,x"])
+        check(r.returncode == 2 and "--prompt-ids" in r.stderr, "bad --prompt-ids")
+        r = run([T, "generate", folder, "--prompt-ids", "1", "--top-p", "2"])
+        check(r.returncode == 2 and "--top-p" in r.stderr, "bad --top-p")
+        r = run([T, "generate", folder, "--prompt-ids", str(V + 5)])
+        check(r.returncode != 0 and "vocabulary" in r.stderr, "token outside the vocabulary")
+        r = run([T, "bench", folder, "--llm", "--repetitions", "0"])
+        check(r.returncode == 2, "bench --llm --repetitions 0")
+    print(f"{len(FAILS)} failures")
+    return 1 if FAILS else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,633 @@
+/* The generation loop (include/tandem/generator.h) and I/O binding (tandem.h):
+ *  - I/O binding: an output bound to the input's own tensor is updated in place (no copy,
+ *    the binding hands back the caller's tensor); a bound output of the wrong shape fails
+ *    with a message naming both shapes; a bound tensor survives the binding and the session
+ *    (ASan sees a wrong free); outputs bound with NULL are kept, others dropped; unknown
+ *    names; allocations per run in steady state (counted by the environment's allocator);
+ *  - the generator on a tiny random optimum-form model (tests/llm/make_tiny_optimum.py):
+ *    greedy generation with the KV cache gives, at every step, the logits of the last
+ *    position that a run of the whole sequence without a cache gives (within 1e-4), and
+ *    their arg max; top-k 1 equals greedy; a seed gives the same sampled tokens twice (and
+ *    after reset); stop ids and max_length end generation; cancelling from the token
+ *    callback ends it with TDM_ERR_CANCELLED; reset starts again; eos ids from the folder;
+ *    allocations per decode step (reported);
+ *  - the generator on a tiny GenAI folder (tools/make_tiny_llama.py --form genai --seed 7:
+ *    GroupQueryAttention with the shared KV cache through I/O binding, MatMulNBits, ...):
+ *    greedy ids and the first steps' logits equal ONNX Runtime GenAI's (expected.json, from
+ *    tests/llm/make_genai_expected.py), and decode steps allocate the same (reported; 0
+ *    expected) every step. Skipped while the build lacks the folder's operators. */
+#include <math.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "tandem/generator.h"
+#include "tandem/tandem.h"
+#include "counting_alloc.h"
+#include "model_builder.h"
+#include "test_ok.h"
+
+#define TINY TANDEM_SOURCE_DIR "/tests/llm/models/tiny_optimum"
+#define TINY_GENAI TANDEM_SOURCE_DIR "/tests/llm/models/tiny_genai"
+#define TINY_LAYERS 2
+#define TINY_HEADS 2
+#define TINY_HEAD_DIM 16
+
+static tdm_env *new_env(counter *c) {
+    tdm_env_options o = {0};
+    o.api_version = TDM_API_VERSION;
+    o.threads = 1;
+    if (c) o.allocator = (tdm_allocator){c_alloc, c_free, c};
+    tdm_env *env = NULL;
+    OK(tdm_env_create(&o, &env));
+    return env;
+}
+
+/* ---- I/O binding ---------------------------------------------------------------------- */
+
+/* y = x + 1, z = x * 2; x float [2, 3]. */
+static tdm_session *add_session(tdm_env *env) {
+    mb_model m;
+    mb_init(&m, 17);
+    int64_t d[2] = {2, 3}, one[1] = {1};
+    float v1 = 1.0f, v2 = 2.0f;
+    mb_input(&m, "x", 2, d);
+    mb_init_f32(&m, "one", 1, one, 1, &v1);
+    mb_init_f32(&m, "two", 1, one, 1, &v2);
+    mb_node(&m, "Add:x,one->y");
+    mb_node(&m, "Mul:x,two->z");
+    mb_output(&m, "y");
+    mb_output(&m, "z");
+    size_t size;
+    void *bytes = mb_pack(&m, &size);
+    mb_free(&m);
+    tdm_session *s = NULL;
+    OK(tdm_session_create_from_buffer(env, bytes, size, NULL, NULL, &s));
+    free(bytes);
+    return s;
+}
+
+static tdm_tensor *f32_tensor(tdm_env *env, int64_t r, int64_t c, float base) {
+    int64_t d[2] = {r, c};
+    tdm_tensor *t = NULL;
+    OK(tdm_tensor_create(env, TDM_FLOAT, 2, d, &t));
+    float *p = tdm_tensor_data(t);
+    for (int64_t i = 0; i < r * c; i++) p[i] = base + (float)i;
+    return t;
+}
+
+static void test_binding_in_place(void **state) {
+    (void)state;
+    counter c = {0};
+    tdm_env *env = new_env(&c);
+    tdm_session *s = add_session(env);
+    tdm_tensor *x = f32_tensor(env, 2, 3, 10);
+    void *xdata = tdm_tensor_data(x);
+    tdm_io_binding *b = NULL;
+    OK(tdm_io_binding_create(s, &b));
+    OK(tdm_io_binding_bind_input(b, "x", x));
+    OK(tdm_io_binding_bind_output(b, "y", x)); /* y = x + 1 written over x */
+    long per_run[4];
+    for (int r = 0; r < 4; r++) {
+        long before = atomic_load(&c.total);
+        OK(tdm_session_run_bound(s, b, NULL));
+        per_run[r] = atomic_load(&c.total) - before;
+        const float *p = tdm_tensor_data(x);
+        for (int i = 0; i < 6; i++) assert_float_equal(p[i], 10.0f + (float)i + (float)(r + 1), 0);
+        assert_ptr_equal(tdm_io_binding_output(b, "y"), x);
+        assert_ptr_equal(tdm_tensor_data(x), xdata);
+        assert_null(tdm_io_binding_output(b, "z")); /* not bound: dropped */
+    }
+    fprintf(stderr, "[ info ] I/O binding, one op in place: allocations per run %ld %ld %ld %ld\n",
+            per_run[0], per_run[1], per_run[2], per_run[3]);
+    /* steady state: the run with every output bound allocates nothing but what the executor
+     * takes for the unbound z (a heap output, dropped) */
+    assert_true(per_run[3] <= per_run[2]);
+    assert_true(per_run[3] <= 2);
+    tdm_io_binding_free(b);
+    tdm_tensor_free(x);
+    tdm_session_free(s);
+    tdm_env_free(env);
+    assert_int_equal(atomic_load(&c.live), 0);
+}
+
+static void test_binding_shape_mismatch(void **state) {
+    (void)state;
+    tdm_env *env = new_env(NULL);
+    tdm_session *s = add_session(env);
+    tdm_tensor *x = f32_tensor(env, 2, 3, 0), *wrong = f32_tensor(env, 3, 2, 0);
+    tdm_io_binding *b = NULL;
+    OK(tdm_io_binding_create(s, &b));
+    OK(tdm_io_binding_bind_input(b, "x", x));
+    OK(tdm_io_binding_bind_output(b, "z", wrong));
+    tdm_status *st = tdm_session_run_bound(s, b, NULL);
+    assert_int_equal(tdm_status_code(st), TDM_ERR_INVALID_ARGUMENT);
+    const char *msg = tdm_status_message(st);
+    assert_non_null(strstr(msg, "'z'"));
+    assert_non_null(strstr(msg, "[3,2]"));
+    assert_non_null(strstr(msg, "[2,3]"));
+    tdm_status_free(st);
+    assert_null(tdm_io_binding_output(b, "z"));
+    /* unknown names, a missing input */
+    st = tdm_io_binding_bind_output(b, "nope", wrong);
+    assert_int_equal(tdm_status_code(st), TDM_ERR_NOT_FOUND);
+    tdm_status_free(st);
+    st = tdm_io_binding_bind_input(b, "nope", x);
+    assert_int_equal(tdm_status_code(st), TDM_ERR_NOT_FOUND);
+    tdm_status_free(st);
+    tdm_io_binding_clear(b);
+    st = tdm_session_run_bound(s, b, NULL);
+    assert_int_equal(tdm_status_code(st), TDM_ERR_INVALID_ARGUMENT); /* x not given */
+    tdm_status_free(st);
+    tdm_io_binding_free(b);
+    tdm_tensor_free(x);
+    tdm_tensor_free(wrong);
+    tdm_session_free(s);
+    tdm_env_free(env);
+}
+
+static void test_binding_outlives_session(void **state) {
+    (void)state;
+    counter c = {0};
+    tdm_env *env = new_env(&c);
+    tdm_session *s = add_session(env);
+    tdm_tensor *x = f32_tensor(env, 2, 3, 1), *y = f32_tensor(env, 2, 3, 99);
+    tdm_io_binding *b = NULL;
+    OK(tdm_io_binding_create(s, &b));
+    OK(tdm_io_binding_bind_input(b, "x", x));
+    OK(tdm_io_binding_bind_output(b, "y", y));
+    OK(tdm_io_binding_bind_output(b, "z", NULL)); /* kept by the binding */
+    OK(tdm_session_run_bound(s, b, NULL));
+    OK(tdm_session_run_bound(s, b, NULL));
+    tdm_tensor *z = tdm_io_binding_output(b, "z");
+    assert_non_null(z);
+    assert_ptr_equal(tdm_io_binding_output(b, "y"), y);
+    const float *zp = tdm_tensor_data(z);
+    for (int i = 0; i < 6; i++) assert_float_equal(zp[i], 2.0f * (1.0f + (float)i), 0);
+    tdm_io_binding_free(b);
+    tdm_session_free(s);
+    /* the caller's tensors are whole after the binding and the session are gone */
+    const float *p = tdm_tensor_data(y);
+    for (int i = 0; i < 6; i++) assert_float_equal(p[i], 2.0f + (float)i, 0);
+    tdm_tensor_free(x);
+    tdm_tensor_free(y);
+    tdm_env_free(env);
+    assert_int_equal(atomic_load(&c.live), 0);
+}
+
+/* A session on a device with memory of its own refuses bound outputs (bound inputs work). */
+static void test_binding_device_refused(void **state) {
+    (void)state;
+    tdm_env_options o = {0};
+    o.api_version = TDM_API_VERSION;
+    o.threads = 1;
+    o.test_devices = 1;
+    tdm_env *env = NULL;
+    OK(tdm_env_create(&o, &env));
+    mb_model m;
+    mb_init(&m, 17);
+    int64_t d[2] = {2, 3}, one[1] = {1};
+    float v1 = 1.0f;
+    mb_input(&m, "x", 2, d);
+    mb_init_f32(&m, "one", 1, one, 1, &v1);
+    mb_node(&m, "Add:x,one->y");
+    mb_output(&m, "y");
+    size_t size;
+    void *bytes = mb_pack(&m, &size);
+    mb_free(&m);
+    tdm_session_options so = {0};
+    so.api_version = TDM_API_VERSION;
+    so.devices = "test:0";
+    so.opt_level = 1;
+    so.no_fallback = true;
+    tdm_session *s = NULL;
+    OK(tdm_session_create_from_buffer(env, bytes, size, NULL, &so, &s));
+    free(bytes);
+    tdm_tensor *x = f32_tensor(env, 2, 3, 0), *y = f32_tensor(env, 2, 3, 0);
+    tdm_io_binding *b = NULL;
+    OK(tdm_io_binding_create(s, &b));
+    OK(tdm_io_binding_bind_input(b, "x", x));
+    OK(tdm_io_binding_bind_output(b, "y", NULL)); /* made by the run: works everywhere */
+    OK(tdm_session_run_bound(s, b, NULL));
+    const float *yp = tdm_tensor_data(tdm_io_binding_output(b, "y"));
+    assert_float_equal(yp[5], 6.0f, 0);
+    OK(tdm_io_binding_bind_output(b, "y", y));
+    tdm_status *st = tdm_session_run_bound(s, b, NULL);
+    assert_int_equal(tdm_status_code(st), TDM_ERR_UNSUPPORTED);
+    tdm_status_free(st);
+    tdm_io_binding_free(b);
+    tdm_tensor_free(x);
+    tdm_tensor_free(y);
+    tdm_session_free(s);
+    tdm_env_free(env);
+}
+
+/* ---- generator on the tiny optimum-form model ----------------------------------------- */
+
+static tdm_generator *new_gen(tdm_env *env, int max_length, const tdm_sampling *smp) {
+    tdm_generator_options o;
+    memset(&o, 0, sizeof o);
+    o.struct_size = sizeof o;
+    o.max_length = max_length;
+    o.threads = 1;
+    o.ignore_eos = true;
+    if (smp) o.sampling = *smp;
+    tdm_generator *g = NULL;
+    OK(tdm_generator_create(env, TINY, &o, &g));
+    return g;
+}
+
+/* Logits of the last position of `ids` from one run of the whole sequence, no cache. */
+static void reference_logits(tdm_env *env, tdm_session *s, const int32_t *ids, size_t n, float *out,
+                             size_t vocab) {
+    int64_t d2[2] = {1, (int64_t)n};
+    tdm_tensor *in_ids = NULL, *mask = NULL, *pos = NULL;
+    OK(tdm_tensor_create(env, TDM_INT64, 2, d2, &in_ids));
+    OK(tdm_tensor_create(env, TDM_INT64, 2, d2, &mask));
+    OK(tdm_tensor_create(env, TDM_INT64, 2, d2, &pos));
+    int64_t *pi = tdm_tensor_data(in_ids), *pm = tdm_tensor_data(mask), *pp = tdm_tensor_data(pos);
+    for (size_t i = 0; i < n; i++) pi[i] = ids[i], pm[i] = 1, pp[i] = (int64_t)i;
+    const char *names[3 + 2 * TINY_LAYERS];
+    const tdm_tensor *ins[3 + 2 * TINY_LAYERS];
+    char buf[2 * TINY_LAYERS][64];
+    int64_t dp[4] = {1, TINY_HEADS, 0, TINY_HEAD_DIM};
+    tdm_tensor *past = NULL;
+    OK(tdm_tensor_create(env, TDM_FLOAT, 4, dp, &past));
+    names[0] = "input_ids", ins[0] = in_ids;
+    names[1] = "attention_mask", ins[1] = mask;
+    names[2] = "position_ids", ins[2] = pos;
+    for (int l = 0; l < TINY_LAYERS; l++)
+        for (int k = 0; k < 2; k++) {
+            snprintf(buf[l * 2 + k], sizeof buf[0], "past_key_values.%d.%s", l, k ? "value" : "key");
+            names[3 + l * 2 + k] = buf[l * 2 + k];
+            ins[3 + l * 2 + k] = past;
+        }
+    const char *out_name = "logits";
+    tdm_tensor *lg = NULL;
+    OK(tdm_session_run(s, 3 + 2 * TINY_LAYERS, names, ins, 1, &out_name, &lg));
+    assert_int_equal(tdm_tensor_dims(lg)[2], (int64_t)vocab);
+    memcpy(out, (const float *)tdm_tensor_data(lg) + (n - 1) * vocab, vocab * sizeof *out);
+    tdm_tensor_free(lg);
+    tdm_tensor_free(in_ids);
+    tdm_tensor_free(mask);
+    tdm_tensor_free(pos);
+    tdm_tensor_free(past);
+}
+
+static const int32_t prompt[5] = {5, 17, 33, 8, 40};
+
+static size_t argmax(const float *x, size_t n) {
+    size_t b = 0;
+    for (size_t i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+static void test_greedy_matches_no_cache(void **state) {
+    (void)state;
+    counter c = {0};
+    tdm_env *env = new_env(&c);
+    tdm_generator *g = new_gen(env, 64, NULL);
+    assert_string_equal(tdm_generator_form(g), "optimum");
+    tdm_session *ref = NULL;
+    OK(tdm_session_create(env, TINY "/model.onnx", NULL, &ref));
+    OK(tdm_generator_append(g, prompt, 5));
+    size_t vocab = tdm_generator_vocab_size(g);
+    assert_int_equal(vocab, 96);
+    float *want = calloc(vocab, sizeof *want);
+    long allocs[16] = {0};
+    const int steps = 16;
+    for (int step = 0; step < steps; step++) {
+        size_t n = 0;
+        const int32_t *seq = tdm_generator_tokens(g, &n);
+        long before = atomic_load(&c.total);
+        const float *got = NULL;
+        size_t v = 0;
+        OK(tdm_generator_logits(g, &got, &v));
+        allocs[step] = atomic_load(&c.total) - before;
+        assert_int_equal(v, vocab);
+        reference_logits(env, ref, seq, n, want, vocab);
+        double worst = 0;
+        for (size_t i = 0; i < vocab; i++) worst = fmax(worst, fabs((double)got[i] - want[i]));
+        if (worst > 1e-4) fprintf(stderr, "step %d: max |diff| %g\n", step, worst);
+        assert_true(worst <= 1e-4);
+        int32_t t;
+        OK(tdm_generator_next(g, &t));
+        assert_int_equal((size_t)t, argmax(want, vocab));
+    }
+    size_t n = 0;
+    tdm_generator_tokens(g, &n);
+    assert_int_equal(n, 5 + steps);
+    fprintf(stderr, "[ info ] optimum form, allocations per decode step (tokens 1..):");
+    for (int i = 1; i < steps; i++) fprintf(stderr, " %ld", allocs[i]);
+    fprintf(stderr, "\n");
+    tdm_generator_stats stt;
+    tdm_generator_get_stats(g, &stt);
+    assert_int_equal(stt.prompt_tokens, 5);
+    assert_int_equal(stt.decode_tokens, steps - 1);
+    assert_true(stt.ttft_ms > 0);
+    free(want);
+    tdm_session_free(ref);
+    tdm_generator_free(g);
+    tdm_env_free(env);
+    assert_int_equal(atomic_load(&c.live), 0);
+}
+
+static void generate_ids(tdm_generator *g, int32_t *out, size_t n) {
+    OK(tdm_generator_append(g, prompt, 5));
+    for (size_t i = 0; i < n; i++) OK(tdm_generator_next(g, &out[i]));
+}
+
+static void test_sampling(void **state) {
+    (void)state;
+    tdm_env *env = new_env(NULL);
+    int32_t greedy[20], topk1[20], a[20], b[20], c2[20], d[20];
+    tdm_generator *g = new_gen(env, 64, NULL);
+    generate_ids(g, greedy, 20);
+    tdm_generator_free(g);
+    tdm_sampling k1 = {1.0f, 1, 0, 0, 5};
+    g = new_gen(env, 64, &k1);
+    generate_ids(g, topk1, 20);
+    tdm_generator_free(g);
+    assert_memory_equal(greedy, topk1, sizeof greedy);
+    tdm_sampling smp = {1.5f, 40, 0.95f, 1.1f, 1234};
+    g = new_gen(env, 64, &smp);
+    generate_ids(g, a, 20);
+    tdm_generator_reset(g);
+    generate_ids(g, b, 20); /* reset restarts the random numbers */
+    tdm_generator_free(g);
+    assert_memory_equal(a, b, sizeof a);
+    g = new_gen(env, 64, &smp);
+    generate_ids(g, c2, 20);
+    tdm_generator_free(g);
+    assert_memory_equal(a, c2, sizeof a);
+    /* sampling at a high temperature differs from greedy, and another seed differs */
+    assert_memory_not_equal(a, greedy, sizeof a);
+    smp.seed = 99;
+    g = new_gen(env, 64, &smp);
+    generate_ids(g, d, 20);
+    tdm_generator_free(g);
+    assert_memory_not_equal(a, d, sizeof a);
+    /* top-p alone (a sort of the vocabulary) and temperature alone */
+    tdm_sampling tp = {0.7f, 0, 0.5f, 0, 3};
+    g = new_gen(env, 64, &tp);
+    generate_ids(g, d, 20);
+    for (int i = 0; i < 20; i++) assert_true(d[i] >= 0 && d[i] < 96);
+    tdm_generator_free(g);
+    tdm_env_free(env);
+}
+
+typedef struct cb_state {
+    tdm_generator *g;
+    int calls, cancel_at;
+    int32_t seen[64];
+} cb_state;
+
+static bool on_token(void *user, int32_t t) {
+    cb_state *s = user;
+    s->seen[s->calls++] = t;
+    if (s->cancel_at && s->calls == s->cancel_at) tdm_generator_cancel(s->g);
+    return true;
+}
+
+static void test_stop_and_limits(void **state) {
+    (void)state;
+    tdm_env *env = new_env(NULL);
+    int32_t greedy[12];
+    tdm_generator *g = new_gen(env, 64, NULL);
+    generate_ids(g, greedy, 12);
+    tdm_generator_free(g);
+    /* a stop id: generation ends before it, the callback never sees it */
+    int32_t stop = greedy[3];
+    int first = 0;
+    while (greedy[first] != stop) first++;
+    tdm_generator_options o;
+    memset(&o, 0, sizeof o);
+    o.struct_size = sizeof o;
+    o.max_length = 64;
+    o.stop_ids = &stop;
+    o.n_stop_ids = 1;
+    o.ignore_eos = true;
+    OK(tdm_generator_create(env, TINY, &o, &g));
+    assert_true(tdm_generator_is_stop_token(g, stop));
+    OK(tdm_generator_append(g, prompt, 5));
+    cb_state cs = {g, 0, 0, {0}};
+    OK(tdm_generator_generate(g, 0, on_token, &cs));
+    assert_int_equal(cs.calls, first);
+    assert_memory_equal(cs.seen, greedy, (size_t)first * sizeof *greedy);
+    assert_true(tdm_generator_is_done(g));
+    int32_t t;
+    tdm_status *st = tdm_generator_next(g, &t);
+    assert_int_equal(tdm_status_code(st), TDM_ERR_INVALID_ARGUMENT);
+    tdm_status_free(st);
+    /* reset: the same again */
+    tdm_generator_reset(g);
+    assert_false(tdm_generator_is_done(g));
+    OK(tdm_generator_append(g, prompt, 5));
+    cb_state cs2 = {g, 0, 0, {0}};
+    OK(tdm_generator_generate(g, 0, on_token, &cs2));
+    assert_int_equal(cs2.calls, first);
+    tdm_generator_free(g);
+
+    /* max_length: prompt 5 + 4 tokens */
+    g = new_gen(env, 9, NULL);
+    OK(tdm_generator_append(g, prompt, 5));
+    cb_state cs3 = {g, 0, 0, {0}};
+    OK(tdm_generator_generate(g, 0, on_token, &cs3));
+    assert_int_equal(cs3.calls, 4);
+    assert_memory_equal(cs3.seen, greedy, 4 * sizeof *greedy);
+    assert_true(tdm_generator_is_done(g));
+    tdm_generator_reset(g);
+    int32_t too_long[10] = {0};
+    st = tdm_generator_append(g, too_long, 10);
+    assert_int_equal(tdm_status_code(st), TDM_ERR_LIMIT);
+    tdm_status_free(st);
+    /* max_new_tokens */
+    OK(tdm_generator_append(g, prompt, 5));
+    cb_state cs4 = {g, 0, 0, {0}};
+    OK(tdm_generator_generate(g, 2, on_token, &cs4));
+    assert_int_equal(cs4.calls, 2);
+    assert_false(tdm_generator_is_done(g));
+    tdm_generator_free(g);
+
+    /* cancellation from the callback after 3 tokens */
+    g = new_gen(env, 64, NULL);
+    OK(tdm_generator_append(g, prompt, 5));
+    cb_state cs5 = {g, 0, 3, {0}};
+    st = tdm_generator_generate(g, 0, on_token, &cs5);
+    assert_int_equal(tdm_status_code(st), TDM_ERR_CANCELLED);
+    tdm_status_free(st);
+    assert_int_equal(cs5.calls, 3);
+    assert_true(tdm_generator_is_done(g));
+    tdm_generator_reset(g); /* clears the cancellation */
+    OK(tdm_generator_append(g, prompt, 5));
+    OK(tdm_generator_next(g, &t));
+    assert_int_equal(t, greedy[0]);
+    tdm_generator_free(g);
+    tdm_env_free(env);
+}
+
+static void test_genai_folder(void **state) {
+    (void)state;
+    counter c = {0};
+    tdm_env *env = new_env(&c);
+    tdm_generator_options o;
+    memset(&o, 0, sizeof o);
+    o.struct_size = sizeof o;
+    o.max_length = 64;
+    o.threads = 1;
+    o.ignore_eos = true;
+    tdm_generator *g = NULL;
+    tdm_status *st = tdm_generator_create(env, TINY_GENAI, &o, &g);
+    if (tdm_status_code(st) == TDM_ERR_UNSUPPORTED) {
+        fprintf(stderr, "[ skip ] the GenAI folder needs operators this build lacks: %.200s\n",
+                tdm_status_message(st));
+        tdm_status_free(st);
+        tdm_env_free(env);
+        skip();
+    }
+    OK(st);
+    assert_string_equal(tdm_generator_form(g), "genai");
+    json_error_t jerr;
+    json_t *exp = json_load_file(TINY_GENAI "/expected.json", 0, &jerr);
+    assert_non_null(exp);
+    json_t *cases = json_object_get(exp, "cases");
+    for (size_t ci = 0; ci < json_array_size(cases); ci++) {
+        json_t *cs = json_array_get(cases, ci), *jp = json_object_get(cs, "prompt");
+        json_t *jg = json_object_get(cs, "generated"), *jl = json_object_get(cs, "logits");
+        int32_t p[64];
+        size_t np = json_array_size(jp);
+        for (size_t i = 0; i < np; i++) p[i] = (int32_t)json_integer_value(json_array_get(jp, i));
+        tdm_generator_reset(g);
+        OK(tdm_generator_append(g, p, np));
+        long allocs[64] = {0};
+        size_t ng = json_array_size(jg);
+        for (size_t j = 0; j < ng; j++) {
+            long before = atomic_load(&c.total);
+            if (j < json_array_size(jl)) {
+                const float *got = NULL;
+                size_t v = 0;
+                OK(tdm_generator_logits(g, &got, &v));
+                json_t *want = json_array_get(jl, j);
+                assert_int_equal(v, json_array_size(want));
+                double worst = 0, big = 0;
+                for (size_t i = 0; i < v; i++) {
+                    double w = json_real_value(json_array_get(want, i));
+                    if (fabs(w) > 1e30) continue; /* eos masked by GenAI's min_length */
+                    worst = fmax(worst, fabs(got[i] - w));
+                    big = fmax(big, fabs(w));
+                }
+                if (worst > 1e-2 * (1 + big))
+                    fprintf(stderr, "case %zu step %zu: logits differ by %g (max |logit| %g)\n", ci, j,
+                            worst, big);
+                assert_true(worst <= 1e-2 * (1 + big)); /* int8 activations (accuracy_level 4) */
+            }
+            int32_t t;
+            OK(tdm_generator_next(g, &t));
+            allocs[j] = atomic_load(&c.total) - before;
+            assert_int_equal(t, json_integer_value(json_array_get(jg, j)));
+        }
+        if (ci == 0) {
+            fprintf(stderr, "[ info ] GenAI form (shared KV cache), allocations per decode step:");
+            for (size_t j = 1; j < ng; j++) fprintf(stderr, " %ld", allocs[j]);
+            fprintf(stderr, "\n");
+            for (size_t j = 4; j < ng; j++) assert_int_equal(allocs[j], allocs[3]); /* steady */
+        }
+    }
+    json_decref(exp);
+    tdm_generator_free(g);
+    tdm_env_free(env);
+    assert_int_equal(atomic_load(&c.live), 0);
+}
+
+/* tdm_generator_cancel from another thread while generate runs. */
+static void *cancel_later(void *p) {
+    struct timespec ts = {0, 20 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    tdm_generator_cancel(p);
+    return NULL;
+}
+
+static bool count_token(void *user, int32_t t) {
+    (void)t;
+    ++*(int *)user;
+    struct timespec ts = {0, 1000 * 1000}; /* 1 ms a token: the cancel comes mid-way */
+    nanosleep(&ts, NULL);
+    return true;
+}
+
+static void test_cancel_thread(void **state) {
+    (void)state;
+    tdm_env *env = new_env(NULL);
+    tdm_generator *g = new_gen(env, 256, NULL);
+    OK(tdm_generator_append(g, prompt, 5));
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, cancel_later, g), 0);
+    int n = 0;
+    tdm_status *st = tdm_generator_generate(g, 0, count_token, &n);
+    pthread_join(th, NULL);
+    assert_int_equal(tdm_status_code(st), TDM_ERR_CANCELLED);
+    tdm_status_free(st);
+    assert_true(n > 0 && n < 250);
+    assert_true(tdm_generator_is_done(g));
+    tdm_generator_free(g);
+    tdm_env_free(env);
+}
+
+static void test_folder(void **state) {
+    (void)state;
+    tdm_env *env = new_env(NULL);
+    tdm_generator *g = NULL;
+    tdm_generator_options o;
+    memset(&o, 0, sizeof o);
+    o.struct_size = sizeof o;
+    OK(tdm_generator_create(env, TINY, &o, &g));
+    size_t n = 0;
+    const int32_t *eos = tdm_generator_eos_ids(g, &n);
+    assert_int_equal(n, 2); /* generation_config.json: [2, 3] */
+    assert_int_equal(eos[0], 2);
+    assert_int_equal(eos[1], 3);
+    assert_true(tdm_generator_is_stop_token(g, 2));
+    assert_int_equal(tdm_generator_max_length(g), 256); /* config.json max_position_embeddings */
+    int32_t bad = 96;
+    tdm_status *st = tdm_generator_append(g, &bad, 1);
+    assert_int_equal(tdm_status_code(st), TDM_ERR_INVALID_ARGUMENT);
+    tdm_status_free(st);
+    tdm_generator_free(g);
+    st = tdm_generator_create(env, TANDEM_SOURCE_DIR "/tests/llm", &o, &g);
+    assert_int_equal(tdm_status_code(st), TDM_ERR_NOT_FOUND);
+    tdm_status_free(st);
+    st = tdm_generator_create(env, TANDEM_SOURCE_DIR "/tests/models/mlp_dynamic_batch", &o, &g);
+    assert_int_equal(tdm_status_code(st), TDM_ERR_INVALID_MODEL);
+    tdm_status_free(st);
+    o.device = "cuda:0";
+    st = tdm_generator_create(env, TINY, &o, &g);
+    assert_int_equal(tdm_status_code(st), TDM_ERR_UNSUPPORTED);
+    tdm_status_free(st);
+    tdm_env_free(env);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_binding_in_place),
+        cmocka_unit_test(test_binding_shape_mismatch),
+        cmocka_unit_test(test_binding_outlives_session),
+        cmocka_unit_test(test_greedy_matches_no_cache),
+        cmocka_unit_test(test_sampling),
+        cmocka_unit_test(test_stop_and_limits),
+        cmocka_unit_test(test_genai_folder),
+        cmocka_unit_test(test_folder),
+        cmocka_unit_test(test_binding_device_refused),
+        cmocka_unit_test(test_cancel_thread),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
