@@ -13,6 +13,9 @@ corpus (tools/make_tokenizer_corpus.py, seed 7) and writes them in HF's tokenize
               (special, not special, lstrip/rstrip)
   gpt2_digits the same model with Sequence[Digits(individual), ByteLevel] (SmolLM's form)
   llama3      Split(Llama-3 regex) + ByteLevel(use_regex false), ignore_merges, template
+  gpt2_prefix     gpt2 with ByteLevel(add_prefix_space)          (first 1500 cases)
+  llama3_roberta  llama3 with RobertaProcessing and no decoder   (first 1500 cases)
+  sp_always       sp_meta with Metaspace(always, no split) and Strip after Fuse (1500)
   qwen2       the llama3 model with Qwen2's regex (\\p{N} one at a time) and NFC normalizer
 and, for each, NAME.expect.jsonl.gz: per case of the test corpus (seed 19) the text, the ids
 (and with add_special for some), and HF's decode with and without skip_special_tokens.
@@ -33,6 +36,7 @@ from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models,  # noqa:
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "tokenizers")
 N_TEST = 6000
 VOCAB = 2000
+VARIANTS = ("gpt2_prefix", "llama3_roberta", "sp_always")
 
 
 def train_sp():
@@ -109,12 +113,30 @@ def make_all():
     j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = QWEN2_REGEX
     j["normalizer"] = {"type": "NFC"}
     toks["qwen2"] = Tokenizer.from_str(json.dumps(j))
+    # variants of the same models, checked on the first 1500 cases
+    j = json.loads(toks["gpt2"].to_str())
+    j["pre_tokenizer"]["add_prefix_space"] = True
+    toks["gpt2_prefix"] = Tokenizer.from_str(json.dumps(j))
+    j = json.loads(llama3.to_str())
+    j["post_processor"] = json.loads(processors.RobertaProcessing(
+        ("<|im_end|>", llama3.token_to_id("<|im_end|>")),
+        ("<|im_start|>", llama3.token_to_id("<|im_start|>"))).__getstate__())
+    j["decoder"] = None
+    toks["llama3_roberta"] = Tokenizer.from_str(json.dumps(j))
+    j = json.loads(toks["sp_meta"].to_str())
+    j["pre_tokenizer"] = json.loads(pre_tokenizers.Metaspace(
+        replacement="▁", prepend_scheme="always", split=False).__getstate__())
+    j["decoder"] = json.loads(decoders.Sequence([
+        decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+        decoders.Strip(" ", 1, 0)]).__getstate__())
+    toks["sp_always"] = Tokenizer.from_str(json.dumps(j))
     os.makedirs(OUT, exist_ok=True)
     cases = corpus(N_TEST, seed=19)
     for name, tok in toks.items():
         with open(os.path.join(OUT, name + ".json"), "w", encoding="utf-8") as f:
             f.write(tok.to_str())
-        write_expect(Tokenizer.from_file(os.path.join(OUT, name + ".json")), cases,
+        write_expect(Tokenizer.from_file(os.path.join(OUT, name + ".json")),
+                     cases[:1500] if name in VARIANTS else cases,
                      os.path.join(OUT, name + ".expect.jsonl.gz"))
 
 

@@ -59,8 +59,10 @@ TDM_API const char *tdm_tokenizer_chat_template(const tdm_tokenizer *tok);
 /* Incremental decoding for streaming: push ids one at a time; each push gives the text
  * that became final with it (possibly "", when the id ends inside a UTF-8 character or a
  * SentencePiece word start is still undecided). The concatenation of all pieces equals
- * tdm_tokenizer_decode of all pushed ids. *piece is owned by the stream and valid until
- * the next call. */
+ * tdm_tokenizer_decode of all pushed ids, except where byte-fallback tokens (<0xAB>) make
+ * invalid UTF-8 that the decode replaces after the fact (a valid character then a stray
+ * byte: the decode has U+FFFD for both, the stream already gave out the character). *piece
+ * is owned by the stream and valid until the next call. */
 typedef struct tdm_token_stream tdm_token_stream;
 TDM_API tdm_status *tdm_token_stream_create(const tdm_tokenizer *tok, bool skip_special,
                                             tdm_token_stream **out);

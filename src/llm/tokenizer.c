@@ -107,16 +107,19 @@ static tdm_status *load_merges(tdm_tokenizer *t, const json_t *merges) {
     t->mh_mask = pow2_at_least(n * 2 + 1) - 1;
     if (!(t->mh = malloc((t->mh_mask + 1) * sizeof *t->mh))) return oom();
     for (size_t i = 0; i <= t->mh_mask; i++) t->mh[i].key = UINT64_MAX;
-    char tmp[512];
-    for (size_t r = 0; r < n; r++) {
+    tdm_tok_buf tmp = {0};
+    tdm_status *st = NULL;
+    for (size_t r = 0; r < n && !st; r++) {
         const json_t *m = json_array_get(merges, r);
         const char *a, *b;
         size_t na, nb;
         if (json_is_string(m)) {
             a = json_string_value(m);
             const char *sp = strchr(a, ' ');
-            if (!sp || strchr(sp + 1, ' '))
-                return bad("tokenizer.json: a merge is not two tokens separated by one space: '%s'", a);
+            if (!sp || strchr(sp + 1, ' ')) {
+                st = bad("tokenizer.json: a merge is not two tokens separated by one space: '%s'", a);
+                break;
+            }
             na = (size_t)(sp - a);
             b = sp + 1;
             nb = strlen(b);
@@ -127,15 +130,20 @@ static tdm_status *load_merges(tdm_tokenizer *t, const json_t *merges) {
             na = strlen(a);
             nb = strlen(b);
         } else {
-            return bad("tokenizer.json: model.merges holds an entry that is not \"a b\" or [a, b]%s", NULL);
+            st = bad("tokenizer.json: model.merges holds an entry that is not \"a b\" or [a, b]%s", NULL);
+            break;
         }
         int32_t ia = tdm_tok_vocab_find(t, a, na), ib = tdm_tok_vocab_find(t, b, nb);
-        if (na + nb > sizeof tmp) return bad("tokenizer.json: merge too long: '%s'", a);
-        memcpy(tmp, a, na);
-        memcpy(tmp + na, b, nb);
-        int32_t inew = tdm_tok_vocab_find(t, tmp, na + nb);
-        if (ia < 0 || ib < 0 || inew < 0)
-            return bad("tokenizer.json: a merge names a token not in the vocabulary: '%s'", a);
+        tmp.len = 0;
+        if (!tdm_tok_buf_put(&tmp, a, na) || !tdm_tok_buf_put(&tmp, b, nb)) {
+            st = oom();
+            break;
+        }
+        int32_t inew = tdm_tok_vocab_find(t, tmp.p, na + nb);
+        if (ia < 0 || ib < 0 || inew < 0) {
+            st = bad("tokenizer.json: a merge names a token not in the vocabulary: '%s'", a);
+            break;
+        }
         uint64_t key = ((uint64_t)(uint32_t)ia << 32) | (uint32_t)ib;
         size_t i = merge_hash(key) & t->mh_mask;
         while (t->mh[i].key != UINT64_MAX && t->mh[i].key != key) i = (i + 1) & t->mh_mask;
@@ -143,7 +151,8 @@ static tdm_status *load_merges(tdm_tokenizer *t, const json_t *merges) {
         t->mh[i].rank = (uint32_t)r;
         t->mh[i].id = inew;
     }
-    return NULL;
+    free(tmp.p);
+    return st;
 }
 
 static tdm_status *load_model(tdm_tokenizer *t, const json_t *model, const json_t *added) {

@@ -9,7 +9,7 @@
 
 #define OOM TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "tokenizer: out of memory")
 
-static const char *piece(const tdm_tok_pieces *l, size_t i) { return l->text.p + l->sp[i].off; }
+static const char *piece(const tdm_tok_pieces *l, size_t i) { return tdm_tok_piece(l, i); }
 
 /* ByteLevel: each token's characters back to bytes (a token with a character outside the
  * map stays as it is), all joined, then read as UTF-8 with U+FFFD for invalid bytes. */
@@ -183,10 +183,10 @@ tdm_status *tdm_tokenizer_decode(const tdm_tokenizer *t, const int32_t *ids, siz
 }
 
 /* ---- streaming ---- */
-/* The stream keeps the ids since the last text it gave out (`ids`, of which the first
- * `prefix_n` had been decoded into `prefix` then): decoding them with the new id and
- * dropping `prefix` gives the new text, and keeping the last ids as context keeps decoders
- * that look at neighbours (a leading-space strip, byte runs) as in the whole decode. */
+/* The stream keeps a few ids as context (`ids`, of which the first `prefix_n` decode to
+ * `prefix`, text already given out) and the ids pushed since: decoding them all and dropping
+ * `prefix` gives the new text. The context keeps decoders that look at neighbours (a
+ * leading-space strip, a first token's marks, byte runs) as they are in the whole decode. */
 struct tdm_token_stream {
     const tdm_tokenizer *tok;
     bool skip;
@@ -231,15 +231,44 @@ tdm_status *tdm_token_stream_push(tdm_token_stream *s, int32_t id, const char **
         *piece_out = s->piece.p;
         return NULL;
     }
-    if (s->prefix.len && memcmp(s->cur.p, s->prefix.p, s->prefix.len) != 0)
-        return TDM_ERR(TDM_ERR_INTERNAL, "tdm_token_stream_push: the decoder rewrote text already given out");
+    if (s->prefix.len && memcmp(s->cur.p, s->prefix.p, s->prefix.len) != 0) {
+        /* The decoder changed text already given out: only a byte-fallback run that a new
+         * byte makes invalid UTF-8 does (HF then writes U+FFFD for every byte of it). The
+         * stream cannot take text back: it starts again at this id, alone. */
+        s->ids[0] = id;
+        s->n = 1;
+        s->prefix_n = 0;
+        s->prefix.len = 0;
+        s->cur.len = 0;
+        st = tdm_tok_decode_ids(s->tok, s->ids, s->n, s->skip, &s->cur, &inc);
+        if (st) return st;
+        if (inc || !s->cur.len) {
+            *piece_out = s->piece.p;
+            return NULL;
+        }
+    }
     if (!tdm_tok_buf_put(&s->piece, s->cur.p + s->prefix.len, s->cur.len - s->prefix.len)) return OOM;
-    /* keep the ids after the old prefix as the new context */
-    memmove(s->ids, s->ids + s->prefix_n, (s->n - s->prefix_n) * sizeof *s->ids);
-    s->n -= s->prefix_n;
-    s->prefix.len = 0;
-    st = tdm_tok_decode_ids(s->tok, s->ids, s->n, s->skip, &s->prefix, &inc);
-    if (st) return st;
+    /* The new context: the shortest tail of the ids whose own decode is not empty and ends
+     * the text given out (cur is such a tail's decode: the window's). Decoding the context
+     * with the next ids then only adds text after it, also where the decoder strips leading
+     * spaces or drops a first token's marks, or special tokens are skipped. */
+    size_t keep = s->n;
+    for (size_t k = 1; k < s->n && k <= 16; k++) {
+        s->prefix.len = 0;
+        st = tdm_tok_decode_ids(s->tok, s->ids + s->n - k, k, s->skip, &s->prefix, &inc);
+        if (st) return st;
+        if (!inc && s->prefix.len && s->prefix.len <= s->cur.len &&
+            !memcmp(s->cur.p + s->cur.len - s->prefix.len, s->prefix.p, s->prefix.len)) {
+            keep = k;
+            break;
+        }
+    }
+    if (keep == s->n) {
+        s->prefix.len = 0;
+        if (!tdm_tok_buf_put(&s->prefix, s->cur.p, s->cur.len)) return OOM;
+    }
+    memmove(s->ids, s->ids + s->n - keep, keep * sizeof *s->ids);
+    s->n = keep;
     s->prefix_n = s->n;
     *piece_out = s->piece.p;
     return NULL;

@@ -307,7 +307,7 @@ static tdm_status *encode_segment(const tdm_tokenizer *t, work *w, const char *s
         const tdm_tok_pre *d = &t->pre[k];
         tdm_tok_pieces_clear(&w->b);
         for (size_t i = 0; i < w->a.n; i++) {
-            const char *q = w->a.text.p + w->a.sp[i].off;
+            const char *q = tdm_tok_piece(&w->a, i);
             size_t qn = w->a.sp[i].len;
             bool ok = true;
             switch (d->kind) {
@@ -323,7 +323,7 @@ static tdm_status *encode_segment(const tdm_tokenizer *t, work *w, const char *s
         w->b = swap;
     }
     for (size_t i = 0; i < w->a.n; i++)
-        TDM_TRY(bpe(t, w, w->a.text.p + w->a.sp[i].off, w->a.sp[i].len, out));
+        TDM_TRY(bpe(t, w, tdm_tok_piece(&w->a, i), w->a.sp[i].len, out));
     (void)oom_st;
     return NULL;
 oom:

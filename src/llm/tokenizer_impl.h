@@ -62,6 +62,10 @@ typedef struct tdm_tok_pieces {
     tdm_tok_span *sp;
     size_t n, cap;
 } tdm_tok_pieces;
+/* The text of piece i (never NULL). */
+static inline const char *tdm_tok_piece(const tdm_tok_pieces *l, size_t i) {
+    return l->text.p ? l->text.p + l->sp[i].off : "";
+}
 /* Appends a+b as one piece. */
 bool tdm_tok_pieces_add(tdm_tok_pieces *l, const char *a, size_t na, const char *b, size_t nb);
 /* Adds text[off..text.len) (written by the caller) as one piece. */

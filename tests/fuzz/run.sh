@@ -28,7 +28,7 @@ while getopts "t:b:h" opt; do
     esac
 done
 shift $((OPTIND - 1))
-targets="${*:-fuzz_model fuzz_tensor fuzz_wire fuzz_infer_json fuzz_infer_binary fuzz_config}"
+targets="${*:-fuzz_model fuzz_tensor fuzz_wire fuzz_infer_json fuzz_infer_binary fuzz_config fuzz_tokenizer}"
 timeout_s="${FUZZ_TIMEOUT:-10}"
 
 if [ ! -x "$build/tests/fuzz/fuzz_model" ]; then

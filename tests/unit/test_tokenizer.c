@@ -1,7 +1,8 @@
 /* The tokenizer's contract beyond matching Hugging Face (tests/tokenizers/tok_check.c does
  * that): statuses for missing, malformed and unsupported files, invalid UTF-8 and unknown
  * ids; lookups, named special tokens and the chat template from tokenizer_config.json; large
- * inputs; streaming across a character split between tokens. */
+ * inputs; streaming across a character split between tokens; one tokenizer on four threads. */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -256,6 +257,65 @@ static void test_stream_partial_character(void **state) {
     tdm_tokenizer_free(tok);
 }
 
+/* One loaded tokenizer used by four threads at once gives what one thread gives. */
+typedef struct thread_job {
+    const tdm_tokenizer *tok;
+    const char *const *texts;
+    size_t n_texts;
+    size_t sum; /* of ids, weighted by position */
+    int failed;
+} thread_job;
+
+static void *encode_all(void *arg) {
+    thread_job *j = arg;
+    for (int rep = 0; rep < 20; rep++) {
+        for (size_t i = 0; i < j->n_texts; i++) {
+            int32_t *ids;
+            size_t n;
+            tdm_status *st = tdm_tokenizer_encode(j->tok, j->texts[i], strlen(j->texts[i]), true, &ids, &n);
+            if (st) {
+                j->failed = 1;
+                tdm_status_free(st);
+                continue;
+            }
+            char *text;
+            st = tdm_tokenizer_decode(j->tok, ids, n, true, &text, NULL);
+            if (st) j->failed = 1;
+            else tdm_string_free(text);
+            tdm_status_free(st);
+            for (size_t k = 0; rep == 0 && k < n; k++) j->sum += (k + 1) * (size_t)ids[k];
+            tdm_tokens_free(ids);
+        }
+    }
+    return NULL;
+}
+
+static void test_threads(void **state) {
+    (void)state;
+    static const char *const texts[] = {
+        "Hello world, it's 2026!", "\xe4\xb8\xad\xe6\x96\x87 and caf\xc3\xa9 \xf0\x9f\x98\x80",
+        "<|im_start|>user\nHi<|im_end|>", "    def f(x):\n        return x  # 12345\n", "<s> a </s> b"};
+    const char *files[] = {TOKDIR "llama3.json", TOKDIR "sp_legacy.json"};
+    for (int f = 0; f < 2; f++) {
+        tdm_tokenizer *tok = load(files[f]);
+        thread_job one = {tok, texts, 5, 0, 0};
+        encode_all(&one);
+        assert_false(one.failed);
+        thread_job jobs[4];
+        pthread_t th[4];
+        for (int i = 0; i < 4; i++) {
+            jobs[i] = (thread_job){tok, texts, 5, 0, 0};
+            assert_int_equal(pthread_create(&th[i], NULL, encode_all, &jobs[i]), 0);
+        }
+        for (int i = 0; i < 4; i++) {
+            pthread_join(th[i], NULL);
+            assert_false(jobs[i].failed);
+            assert_true(jobs[i].sum == one.sum);
+        }
+        tdm_tokenizer_free(tok);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_load_errors),
@@ -263,6 +323,7 @@ int main(void) {
         cmocka_unit_test(test_lookups_and_config),
         cmocka_unit_test(test_large_input),
         cmocka_unit_test(test_stream_partial_character),
+        cmocka_unit_test(test_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
