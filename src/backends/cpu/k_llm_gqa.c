@@ -25,11 +25,11 @@
  * then (batch, kv head, block of up to 16 query rows) items, one slot per thread. A single row
  * (decode) runs all heads of its group together, 64 cache rows at a time, so the cache is read
  * once per group, not once per head (k_llm_simd.c: SIMD scores and p.V; the device's softmax
- * row); with more threads than twice the groups, each group's rows split in parts whose
- * softmax partials merge at the end (flash-decoding). A block of rows (prefill, chunks) is two oneDNN sgemm calls per head (Q.K^T over the
- * block's rows, each row's softmax on its own causal range, P.V into the output). Scratch
- * memory (one slot per thread) is kept by the node between runs and grown when a longer
- * cache needs more: a decode step allocates nothing. */
+ * row); with fewer items than twice the threads, each group's rows split in parts whose
+ * softmax partials merge at the end (flash-decoding). A block of rows (prefill, chunks) is two
+ * oneDNN sgemm calls per head (Q.K^T over the block's rows, each row's softmax on its own
+ * causal range, P.V into the output). Scratch memory (one slot per thread) is kept by the node
+ * between runs and grown when a longer cache needs more: a decode step allocates nothing. */
 #include <math.h>
 #include <stdatomic.h>
 #include <string.h>
