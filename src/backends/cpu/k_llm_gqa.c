@@ -517,11 +517,14 @@ tdm_status *tdm_llm_run_gqa(tdm_kernel_ctx *ctx) {
     gqa_state *state = ctx->state;
     float *mem = NULL, *own = NULL;
     if (state && !atomic_flag_test_and_set(&state->busy)) {
-        if (state->size < need) {
+        if (state->size < need) { /* grown by half again at least: a cache that grows by a
+                                     row per step reallocates now and then, not every step */
+            size_t grow = state->size + state->size / 2;
+            size_t want = need > grow ? need : grow;
             tdm_free(state->alloc, state->arena);
             state->size = 0;
-            state->arena = tdm_alloc(state->alloc, need * sizeof(float));
-            if (state->arena) state->size = need;
+            state->arena = tdm_alloc(state->alloc, want * sizeof(float));
+            if (state->arena) state->size = want;
         }
         mem = state->arena;
         if (!mem) atomic_flag_clear(&state->busy);
