@@ -8,7 +8,9 @@
  *   - rows past each item's length are untouched (the kernel writes only the new rows);
  *   - a repeated decode step allocates nothing (kernel-kept scratch), with and without a
  *     thread pool;
- *   - the same holds for a chunk (S > 1) after a past, for every SIMD level of this CPU.
+ *   - the same holds for a chunk (S > 1) after a past, for every SIMD level of this CPU;
+ *   - a decode step with more threads than kv groups (each group's rows split in parts, then
+ *     merged) equals the one-thread result.
  * Plus: shapes that do not fit (seqlens_k past the buffer) fail with a clear status, and the
  * SIMD row routines (scores, p.V) of every level of this CPU equal the portable ones for odd
  * head sizes and row counts (ONNX Runtime's GQA takes head sizes that are multiples of 8 only,
@@ -30,7 +32,7 @@
 #include "core/threadpool.h"
 #include "counting_alloc.h"
 
-enum { B = 2, H = 6, KVH = 2, D = 64, L = 40, MAXPOS = 64 };
+enum { B = 2, H = 6, KVH = 2, D = 64, L = 200, MAXPOS = 256 };
 
 static counter g_count;
 static const tdm_allocator g_alloc = {c_alloc, c_free, &g_count};
@@ -163,13 +165,55 @@ static void test_inplace_decode_and_chunk(void **state) {
             gqa_case c;
             case_init(&c, (tdm_cpu_isa)l, threads);
             const int decode[B] = {21, 13}, chunk[B] = {9, 30}, first[B] = {0, 0};
+            const int longer[B] = {180, 131};
             step(&c, 1, decode);
+            step(&c, 1, longer);
             step(&c, 3, chunk);
             step(&c, 1, first);
             case_free(&c);
         }
     }
     assert_int_equal(atomic_load(&g_count.live), 0);
+}
+
+/* Decode at lengths {180, 131} on 1 and 3 threads (3 threads > 2 kv groups x 2 items / 2:
+ * the cache rows split in parts) with a head sink: the outputs agree. */
+static void test_decode_split(void **state) {
+    (void)state;
+    int64_t qd[3] = {B, 1, H * D}, kd[3] = {B, 1, KVH * D}, cd[4] = {B, KVH, L, D};
+    int64_t bd[1] = {B}, cosd[2] = {MAXPOS, D / 2}, hd[1] = {H};
+    tdm_tensor *q = tensor(TDM_FLOAT, 3, qd, true), *k = tensor(TDM_FLOAT, 3, kd, true);
+    tdm_tensor *v = tensor(TDM_FLOAT, 3, kd, true);
+    tdm_tensor *kc = tensor(TDM_FLOAT, 4, cd, true), *vc = tensor(TDM_FLOAT, 4, cd, true);
+    tdm_tensor *sl = tensor(TDM_INT32, 1, bd, false), *tl = tensor(TDM_INT32, 0, NULL, false);
+    tdm_tensor *cosc = tensor(TDM_FLOAT, 2, cosd, true), *sinc = tensor(TDM_FLOAT, 2, cosd, true);
+    tdm_tensor *sink = tensor(TDM_FLOAT, 1, hd, true);
+    ((int32_t *)sl->data)[0] = 180;
+    ((int32_t *)sl->data)[1] = 131;
+    ((int32_t *)tl->data)[0] = 181;
+    for (int64_t i = 0; i < q->count; i++) ((float *)q->data)[i] *= 4.0f; /* peakier softmax */
+    const tdm_tensor *in[12] = {q, k, v, kc, vc, sl, tl, cosc, sinc, NULL, NULL, sink};
+    tdm_tensor *y[2];
+    for (int r = 0; r < 2; r++) {
+        gqa_case c;
+        case_init(&c, tdm_cpu_isa_detect(), r ? 3 : 1);
+        tdm_tensor *pk = tensor(TDM_FLOAT, 4, cd, false), *pv = tensor(TDM_FLOAT, 4, cd, false);
+        y[r] = tensor(TDM_FLOAT, 3, qd, false);
+        tdm_tensor *out[3] = {y[r], pk, pv};
+        tdm_kernel_ctx ctx = {.node = &c.node, .opset = 1, .n_in = 12, .in = in, .n_out = 3,
+                              .out = out, .pool = c.pool, .alloc = &g_alloc, .state = c.state,
+                              .cpu_simd = &c.simd};
+        assert_null(tdm_llm_run_gqa(&ctx));
+        tdm_tensor_destroy(pk);
+        tdm_tensor_destroy(pv);
+        case_free(&c);
+    }
+    const float *a = y[0]->data, *b = y[1]->data;
+    for (int64_t i = 0; i < y[0]->count; i++)
+        if (fabsf(a[i] - b[i]) > 1e-5f + 1e-4f * fabsf(a[i]))
+            fail_msg("output %lld: 1 thread %g, 3 threads %g", (long long)i, a[i], b[i]);
+    tdm_tensor *all[] = {q, k, v, kc, vc, sl, tl, cosc, sinc, sink, y[0], y[1]};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tdm_tensor_destroy(all[i]);
 }
 
 static void test_bad_lengths(void **state) {
@@ -233,6 +277,7 @@ static void test_row_variants(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_inplace_decode_and_chunk),
+        cmocka_unit_test(test_decode_split),
         cmocka_unit_test(test_bad_lengths),
         cmocka_unit_test(test_row_variants),
     };

@@ -25,10 +25,11 @@
  * then (batch, kv head, block of up to 16 query rows) items, one slot per thread. A single row
  * (decode) runs all heads of its group together, 64 cache rows at a time, so the cache is read
  * once per group, not once per head (k_llm_simd.c: SIMD scores and p.V; the device's softmax
- * row). A block of rows (prefill, chunks) is two oneDNN sgemm calls per head (Q.K^T over the
- * block's rows, each row's softmax on its own causal range, P.V into the output). Scratch
- * memory (one slot per thread) is kept by the node between runs and grown when a longer
- * cache needs more: a decode step allocates nothing. */
+ * row); with fewer items than twice the threads, each group's rows split in parts whose
+ * softmax partials merge at the end (flash-decoding). A block of rows (prefill, chunks) is two
+ * oneDNN sgemm calls per head (Q.K^T over the block's rows, each row's softmax on its own
+ * causal range, P.V into the output). Scratch memory (one slot per thread) is kept by the node
+ * between runs and grown when a longer cache needs more: a decode step allocates nothing. */
 #include <math.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -79,6 +80,8 @@ typedef struct gqa_job {
     const tdm_cpu_simd *simd;
     float *scratch;       /* per pass-2 slot: per_task floats */
     int64_t per_task, row_blocks, rows_per_block, items, slots;
+    int64_t parts;  /* decode: each group's cache rows split in parts (threads > groups) */
+    float *partial; /* per (batch, head, part): D partial outputs, max logit, 1 + sum */
 } gqa_job;
 
 /* Pass 1: one (batch, kv head) pair per item: the present cache rows. */
@@ -181,10 +184,97 @@ static void gqa_block_gemm(const gqa_job *j, int64_t b, int64_t g, int64_t s0, i
     }
 }
 
+/* Decode with more threads than groups: part k of the cache rows of group (b, g), for all
+ * its heads. Each head's slot gets the part's output normalised by its own 1 + sum (the
+ * softmax runs over the part's logits plus one logit equal to their max, whose probability
+ * 1 / (1 + sum) gives the sum back), the max logit, and 1 + sum; gqa_merge combines them. */
+static void gqa_item_part(const gqa_job *j, int64_t b, int64_t g, int64_t k, float *scratch) {
+    int64_t group = j->H / j->KVH, ld = j->L + 16, slot = j->D + 2;
+    const float *kc = j->kc + (b * j->KVH + g) * j->L * j->D;
+    const float *vc = j->vc + (b * j->KVH + g) * j->L * j->D;
+    float *scores = scratch, *qbuf = scores + group * ld;
+    int64_t lo, n;
+    row_range(j, b, 0, &lo, &n);
+    int64_t chunk = (n - lo + j->parts - 1) / j->parts, a = lo + k * chunk;
+    int64_t e = a + chunk < n ? a + chunk : n;
+    const float *q[64];
+    bool live[64];
+    for (int64_t i = 0; i < group; i++) {
+        float *o = j->partial + ((b * j->H + g * group + i) * j->parts + k) * slot;
+        o[j->D] = -INFINITY; /* empty until shown otherwise */
+        live[i] = false;
+        if (a < e) q[i] = query_row(j, b, g * group + i, 0, qbuf + i * j->D);
+    }
+    if (a >= e) return;
+    for (int64_t t = a; t < e; t += GQA_KV_BLOCK) {
+        int64_t cnt = e - t < GQA_KV_BLOCK ? e - t : GQA_KV_BLOCK;
+        for (int64_t i = 0; i < group; i++)
+            j->f->scores(q[i], kc + t * j->D, j->D, cnt, j->D, j->scale, scores + i * ld + (t - a));
+    }
+    int64_t cnt = e - a;
+    for (int64_t i = 0; i < group; i++) {
+        int64_t h = g * group + i;
+        float *sc = scores + i * ld, *o = j->partial + ((b * j->H + h) * j->parts + k) * slot;
+        if (j->softcap > 0.0f)
+            for (int64_t t = 0; t < cnt; t++) sc[t] = j->softcap * tanhf(sc[t] / j->softcap);
+        if (j->bias) {
+            const float *bias = j->bias + b * j->bias_s[0] + h * j->bias_s[1] + a;
+            for (int64_t t = 0; t < cnt; t++) sc[t] += bias[t];
+        }
+        float mx = -INFINITY;
+        for (int64_t t = 0; t < cnt; t++) mx = sc[t] > mx ? sc[t] : mx;
+        memset(o, 0, (size_t)j->D * sizeof(float));
+        if (mx == -INFINITY) continue;
+        sc[cnt] = mx;
+        j->simd->softmax_row(sc, NULL, false, cnt + 1);
+        o[j->D] = mx;
+        o[j->D + 1] = 1.0f / sc[cnt];
+        live[i] = true;
+    }
+    for (int64_t t = a; t < e; t += GQA_KV_BLOCK) {
+        int64_t c = e - t < GQA_KV_BLOCK ? e - t : GQA_KV_BLOCK;
+        for (int64_t i = 0; i < group; i++)
+            if (live[i])
+                j->f->pv(scores + i * ld + (t - a), vc + t * j->D, j->D, c, j->D,
+                         j->partial + ((b * j->H + g * group + i) * j->parts + k) * slot);
+    }
+}
+
+/* After the parts: y = sum_k w_k (1 + sum_k) o_k / sum_k w_k sum_k, w_k = exp(max_k - M). */
+static void gqa_merge(const gqa_job *j) {
+    int64_t slot = j->D + 2;
+    for (int64_t b = 0; b < j->B; b++)
+        for (int64_t h = 0; h < j->H; h++) {
+            const float *part = j->partial + (b * j->H + h) * j->parts * slot;
+            float *y = j->y + b * j->H * j->D + h * j->D;
+            bool has_sink = j->sink || j->smooth;
+            float sink = j->sink ? j->sink[h] : 0.0f, m = has_sink ? sink : -INFINITY;
+            for (int64_t k = 0; k < j->parts; k++) m = part[k * slot + j->D] > m ? part[k * slot + j->D] : m;
+            memset(y, 0, (size_t)j->D * sizeof(float));
+            if (m == -INFINITY) continue;
+            double den = has_sink ? exp((double)sink - m) : 0.0;
+            for (int64_t k = 0; k < j->parts; k++) {
+                const float *o = part + k * slot;
+                if (o[j->D] == -INFINITY) continue;
+                double w = exp((double)o[j->D] - m);
+                den += w * ((double)o[j->D + 1] - 1.0);
+                float c = (float)(w * o[j->D + 1]);
+                for (int64_t d = 0; d < j->D; d++) y[d] += c * o[d];
+            }
+            float inv = den > 0.0 ? (float)(1.0 / den) : 0.0f;
+            for (int64_t d = 0; d < j->D; d++) y[d] *= inv;
+        }
+}
+
 /* Item p of pass 2: (batch, kv head, block of query rows). One row (decode): all heads of
  * the group together, GQA_KV_BLOCK cache rows at a time. */
 static void gqa_item(const gqa_job *j, int64_t p, float *scratch) {
     int64_t group = j->H / j->KVH, ld = j->L + 16;
+    if (j->parts > 1) {
+        int64_t bg = p / j->parts;
+        gqa_item_part(j, bg / j->KVH, bg % j->KVH, p % j->parts, scratch);
+        return;
+    }
     int64_t bg = p / j->row_blocks, s0 = (p % j->row_blocks) * j->rows_per_block;
     int64_t b = bg / j->KVH, g = bg % j->KVH;
     int64_t s1 = s0 + j->rows_per_block < j->S ? s0 + j->rows_per_block : j->S;
@@ -406,20 +496,35 @@ tdm_status *tdm_llm_run_gqa(tdm_kernel_ctx *ctx) {
     if (j.row_blocks < 1) j.row_blocks = 1;
     j.items = j.B * j.KVH * j.row_blocks;
     int threads = tdm_threadpool_size(ctx->pool);
+    j.parts = 1;
+    if (j.S == 1 && threads > 1 && j.items < 2 * threads) {
+        /* decode with few groups: split each group's cache rows so every thread has work
+         * (parts of at least 64 rows) */
+        int64_t longest = 0;
+        for (int64_t b = 0; b < j.B; b++) longest = tot[b] > longest ? tot[b] : longest;
+        int64_t want = (2 * threads + j.items - 1) / j.items, cap = longest / 64;
+        j.parts = want < cap ? want : cap;
+        if (j.parts < 1) j.parts = 1;
+        j.items *= j.parts;
+    }
     j.slots = j.items < threads ? j.items : threads;
     if (j.slots < 1) j.slots = 1;
     int64_t row_need = group * (j.L + 16) + group * j.D;
     int64_t block_need = j.rows_per_block * (j.L + 1) + j.rows_per_block * j.D;
     j.per_task = (row_need > block_need ? row_need : block_need) + 16;
-    size_t need = (size_t)(j.slots * j.per_task) + own_cache;
+    size_t part_need = j.parts > 1 ? (size_t)(j.B * j.H * j.parts * (j.D + 2)) : 0;
+    size_t need = (size_t)(j.slots * j.per_task) + own_cache + part_need;
     gqa_state *state = ctx->state;
     float *mem = NULL, *own = NULL;
     if (state && !atomic_flag_test_and_set(&state->busy)) {
-        if (state->size < need) {
+        if (state->size < need) { /* grown by half again at least: a cache that grows by a
+                                     row per step reallocates now and then, not every step */
+            size_t grow = state->size + state->size / 2;
+            size_t want = need > grow ? need : grow;
             tdm_free(state->alloc, state->arena);
             state->size = 0;
-            state->arena = tdm_alloc(state->alloc, need * sizeof(float));
-            if (state->arena) state->size = need;
+            state->arena = tdm_alloc(state->alloc, want * sizeof(float));
+            if (state->arena) state->size = want;
         }
         mem = state->arena;
         if (!mem) atomic_flag_clear(&state->busy);
@@ -431,6 +536,10 @@ tdm_status *tdm_llm_run_gqa(tdm_kernel_ctx *ctx) {
     }
     j.scratch = mem;
     float *extra = mem + j.slots * j.per_task;
+    if (part_need) {
+        j.partial = extra;
+        extra += part_need;
+    }
     j.kc = pres_k ? pres_k->data : extra;
     if (!pres_k) extra += cache;
     j.vc = pres_v ? pres_v->data : extra;
@@ -447,6 +556,7 @@ tdm_status *tdm_llm_run_gqa(tdm_kernel_ctx *ctx) {
         int omp = j.S > 1 ? dn_omp_begin() : 1;
         tdm_parallel_for(ctx->pool, j.slots, 1, gqa_slots, &j);
         if (j.S > 1) dn_omp_end(omp);
+        if (j.parts > 1) gqa_merge(&j);
     }
     if (own) tdm_free(ctx->alloc, own);
     else atomic_flag_clear(&state->busy);
