@@ -71,8 +71,13 @@ void *ct_fail(ct_ctx *ctx, tdm_code code, int line, const char *fmt, ...) {
     char msg[512];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    int n = vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    if (n >= (int)sizeof msg) { /* cut: end at a code point, and say so */
+        size_t len = sizeof msg - 4;
+        while (len && ((unsigned char)msg[len] & 0xC0) == 0x80) len--;
+        memcpy(msg + len, "...", 4);
+    }
     if (line > 0) ctx->err = tdm_status_new(code, "chat template line %d: %s", line, msg);
     else ctx->err = tdm_status_new(code, "%s", msg);
     return NULL;

@@ -573,8 +573,13 @@ ct_value *ct_call(ct_ctx *ctx, const ct_expr *e) {
         ct_value *m = arg(&a, 0, "message");
         ct_value *s = m ? ct_to_str(ctx, m) : ctx->empty_str;
         if (!s) return NULL;
-        return ct_fail(ctx, TDM_ERR_INVALID_ARGUMENT, 0, "chat template error: %.*s",
-                       (int)(s->str.len > 400 ? 400 : s->str.len), s->str.s);
+        size_t len = s->str.len;
+        if (s->str.len > 400) { /* cut long messages at a code point */
+            len = 400;
+            while (len && ((unsigned char)s->str.s[len] & 0xC0) == 0x80) len--;
+        }
+        return ct_fail(ctx, TDM_ERR_INVALID_ARGUMENT, 0, "chat template error: %.*s%s", (int)len,
+                       s->str.s, len < s->str.len ? "..." : "");
     }
     if (strcmp(name, "range") == 0) {
         if (!eval_args(ctx, e, &a, "start,stop,step")) return NULL;
