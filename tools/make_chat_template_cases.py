@@ -347,10 +347,11 @@ def main():
             cases.append(case)
             kept[kind] += 1
     path = os.path.join(DIR, "cases.json")
-    with open(path, "w", encoding="utf-8", newline="\n") as f:
-        json.dump({"generator": "tools/make_chat_template_cases.py", "jinja2": jinja2.__version__,
-                   "cases": cases}, f, ensure_ascii=False, indent=1)
-        f.write("\n")
+    with open(path, "w", encoding="utf-8", newline="\n") as f:  # one case a line
+        f.write('{"generator": "tools/make_chat_template_cases.py", "jinja2": %s,\n"cases": [\n'
+                % json.dumps(jinja2.__version__))
+        f.write(",\n".join(json.dumps(c, ensure_ascii=False) for c in cases))
+        f.write("\n]}\n")
     n_err = sum(1 for c in cases if "error" in c)
     print(f"{path}: {len(cases)} cases ({n_err} raise an error)")
 
