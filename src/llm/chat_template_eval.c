@@ -71,8 +71,13 @@ void *ct_fail(ct_ctx *ctx, tdm_code code, int line, const char *fmt, ...) {
     char msg[512];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    int n = vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    if (n >= (int)sizeof msg) { /* cut: end at a code point, and say so */
+        size_t len = sizeof msg - 4;
+        while (len && ((unsigned char)msg[len] & 0xC0) == 0x80) len--;
+        memcpy(msg + len, "...", 4);
+    }
     if (line > 0) ctx->err = tdm_status_new(code, "chat template line %d: %s", line, msg);
     else ctx->err = tdm_status_new(code, "%s", msg);
     return NULL;
@@ -318,6 +323,22 @@ bool ct_equal(const ct_value *a, const ct_value *b) { return equal_depth(a, b, 0
 
 int ct_order(ct_ctx *ctx, const ct_value *a, const ct_value *b, const char *op, int line) {
     if (is_number(a) && is_number(b)) return num(a) < num(b) ? -1 : num(a) > num(b);
+    if (a->kind == CV_LIST && b->kind == CV_LIST && a->tuple == b->tuple) {
+        /* lexicographic: the first unequal items decide, else the lengths */
+        if (!ct_work(ctx, a->list.n, line)) return 2;
+        for (size_t i = 0; i < a->list.n && i < b->list.n; i++) {
+            if (ct_equal(a->list.items[i], b->list.items[i])) continue;
+            if (ctx->depth >= CT_MAX_EVAL_DEPTH) {
+                ct_fail(ctx, TDM_ERR_LIMIT, line, "comparison of values nested too deeply");
+                return 2;
+            }
+            ctx->depth++;
+            int c = ct_order(ctx, a->list.items[i], b->list.items[i], op, line);
+            ctx->depth--;
+            return c;
+        }
+        return a->list.n < b->list.n ? -1 : a->list.n > b->list.n;
+    }
     if (a->kind == CV_STR && b->kind == CV_STR) {
         size_t n = a->str.len < b->str.len ? a->str.len : b->str.len;
         int c = memcmp(a->str.s, b->str.s, n); /* UTF-8 byte order is code point order */
@@ -485,6 +506,11 @@ int ct_contains(ct_ctx *ctx, const ct_value *hay, const ct_value *needle, int li
         return 0;
     case CV_DICT:
         if (hay->ns) break;
+        if (needle->kind == CV_UNDEF) return 0; /* Undefined hashes, and is no key */
+        if (!is_hashable(needle)) {
+            ct_fail(ctx, TDM_ERR_INVALID_ARGUMENT, line, "unhashable type: '%s'", ct_kind_name(needle));
+            return -1;
+        }
         for (size_t i = 0; i < hay->dict.n; i++)
             if (ct_equal(hay->dict.keys[i], needle)) return 1;
         return 0;
@@ -640,7 +666,7 @@ static ct_value *slice(ct_ctx *ctx, const ct_expr *e, ct_value *obj) {
         step = num(vd);
     }
     if (obj->kind == CV_UNDEF) return undefined_error(ctx, obj, e->line);
-    if (obj->kind != CV_LIST && obj->kind != CV_STR)
+    if (obj->kind != CV_LIST && obj->kind != CV_STR) /* Jinja slices with Python's [] */
         return ct_fail(ctx, TDM_ERR_INVALID_ARGUMENT, e->line, "'%s' object is not subscriptable",
                        ct_kind_name(obj));
     size_t n_items;
@@ -753,9 +779,10 @@ static ct_value *binop(ct_ctx *ctx, const ct_expr *e, ct_value *a, ct_value *b) 
         }
     }
     if (op[0] == '+' && a->kind == CV_STR && b->kind == CV_STR) return concat(ctx, a, b, line);
-    if (op[0] == '+' && a->kind == CV_LIST && b->kind == CV_LIST) {
+    if (op[0] == '+' && a->kind == CV_LIST && b->kind == CV_LIST && a->tuple == b->tuple) {
         ct_value *l = ct_list(ctx, a->list.n + b->list.n);
         if (!l) return NULL;
+        l->tuple = a->tuple;
         if (a->list.n) memcpy(l->list.items, a->list.items, a->list.n * sizeof *l->list.items);
         if (b->list.n)
             memcpy(l->list.items + a->list.n, b->list.items, b->list.n * sizeof *l->list.items);

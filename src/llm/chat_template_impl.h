@@ -26,7 +26,7 @@
 #define CT_MAX_ITERATIONS 1000000           /* loop iterations, all loops together */
 #define CT_MAX_OUTPUT ((size_t)16 << 20)    /* bytes of rendered text (and of any string) */
 #define CT_MAX_ARENA ((size_t)256 << 20)    /* bytes the render may allocate */
-#define CT_MAX_EVAL_DEPTH 512               /* nested evaluation (chains such as a+b+c+...) */
+#define CT_MAX_EVAL_DEPTH 256               /* nested evaluation (chains such as a+b+c+...) */
 #define CT_MAX_WORK ((size_t)1 << 28)       /* work units: bytes scanned or copied, and */
 #define CT_WORK_CALL 16                     /* per expression evaluated / string appended */
 

@@ -150,37 +150,48 @@ static bool is_cased(uint32_t c) { return to_upper(c) != c || to_lower(c) != c; 
 
 typedef enum { CASE_UPPER, CASE_LOWER, CASE_CAPITALIZE, CASE_TITLE_PY, CASE_TITLE_JINJA } case_op;
 
+/* Lower case of c; a capital sigma becomes the final form when a cased letter precedes it
+ * and none follows (Python's Final_Sigma, without its case-ignorable characters). */
+static uint32_t lower_at(uint32_t c, bool prev_cased, const char *next, size_t left) {
+    if (c != 0x3A3) return to_lower(c);
+    size_t n;
+    bool next_cased = left && is_cased(decode(next, left, &n));
+    return prev_cased && !next_cased ? 0x3C2 : 0x3C3;
+}
+
 static ct_value *map_case(ct_ctx *ctx, const ct_value *v, case_op op) {
-    ct_sb sb = {0};
+    /* every mapping here keeps or shortens the UTF-8 length: the result fits in len bytes */
     if (!ct_work(ctx, v->str.len, 0)) return NULL;
-    size_t i = 0, n;
+    char *d = ct_alloc(ctx, v->str.len + 1);
+    if (!d) return NULL;
+    size_t i = 0, o = 0, n;
+    const char *s = v->str.s;
     bool prev_cased = false, word_start = true, first = true;
     while (i < v->str.len) {
-        uint32_t c = decode(v->str.s + i, v->str.len - i, &n), m = c;
+        uint32_t c = decode(s + i, v->str.len - i, &n), m = c;
+        const char *next = s + i + n;
+        size_t left = v->str.len - i - n;
+        bool cased = is_cased(c);
         switch (op) {
         case CASE_UPPER: m = to_upper(c); break;
-        case CASE_LOWER: m = to_lower(c); break;
-        case CASE_CAPITALIZE: m = first ? to_upper(c) : to_lower(c); break;
-        case CASE_TITLE_PY:
-            m = prev_cased ? to_lower(c) : to_upper(c);
-            prev_cased = is_cased(c);
-            break;
+        case CASE_LOWER: m = lower_at(c, prev_cased, next, left); break;
+        case CASE_CAPITALIZE: m = first ? to_upper(c) : lower_at(c, prev_cased, next, left); break;
+        case CASE_TITLE_PY: m = prev_cased ? lower_at(c, prev_cased, next, left) : to_upper(c); break;
         case CASE_TITLE_JINJA: { /* words start after -, whitespace, (, {, [, < */
             bool delim = c == '-' || c == '(' || c == '{' || c == '[' || c == '<' || space_cp(c);
-            m = delim ? c : word_start ? to_upper(c) : to_lower(c);
+            m = delim ? c : word_start ? to_upper(c) : lower_at(c, prev_cased, next, left);
+            if (word_start && !delim) cased = false; /* the rest of the word is lowered alone */
             word_start = delim;
             break;
         }
         }
+        prev_cased = cased;
         first = false;
-        char buf[4];
-        if (!ct_sb_put(ctx, &sb, buf, ct_utf8_put(buf, m))) {
-            free(sb.s);
-            return NULL;
-        }
+        o += ct_utf8_put(d + o, m);
         i += n;
     }
-    return ct_sb_finish(ctx, &sb);
+    d[o] = 0;
+    return ct_str_own(ctx, d, o);
 }
 
 /* ---- arguments --------------------------------------------------------------------- */
@@ -562,8 +573,13 @@ ct_value *ct_call(ct_ctx *ctx, const ct_expr *e) {
         ct_value *m = arg(&a, 0, "message");
         ct_value *s = m ? ct_to_str(ctx, m) : ctx->empty_str;
         if (!s) return NULL;
-        return ct_fail(ctx, TDM_ERR_INVALID_ARGUMENT, 0, "chat template error: %.*s",
-                       (int)(s->str.len > 400 ? 400 : s->str.len), s->str.s);
+        size_t len = s->str.len;
+        if (s->str.len > 400) { /* cut long messages at a code point */
+            len = 400;
+            while (len && ((unsigned char)s->str.s[len] & 0xC0) == 0x80) len--;
+        }
+        return ct_fail(ctx, TDM_ERR_INVALID_ARGUMENT, 0, "chat template error: %.*s%s", (int)len,
+                       s->str.s, len < s->str.len ? "..." : "");
     }
     if (strcmp(name, "range") == 0) {
         if (!eval_args(ctx, e, &a, "start,stop,step")) return NULL;
@@ -706,6 +722,19 @@ ct_value *ct_method(ct_ctx *ctx, const ct_expr *e, ct_value *self) {
                 if (ct_equal(self->dict.keys[i], k)) return self->dict.vals[i];
             return d ? d : ctx->none;
         }
+    } else if (self->kind == CV_LIST && (IS("count") || IS("index"))) {
+        if (!eval_args(ctx, e, &a, "value")) return NULL;
+        ct_value *x = arg(&a, 0, NULL);
+        if (!x) return type_error(ctx, e, "a value", x);
+        if (!ct_work(ctx, self->list.n, e->line)) return NULL;
+        int64_t c = 0;
+        for (size_t i = 0; i < self->list.n; i++) {
+            if (!ct_equal(self->list.items[i], x)) continue;
+            if (IS("index")) return ct_int(ctx, (int64_t)i);
+            c++;
+        }
+        if (IS("index")) return ct_fail(ctx, TDM_ERR_INVALID_ARGUMENT, e->line, "list.index(x): x not in list");
+        return ct_int(ctx, c);
     } else if (self->kind == CV_LOOP && IS("cycle")) {
         if (!eval_args(ctx, e, &a, NULL)) return NULL;
         if (a.n_pos == 0) return ct_fail(ctx, TDM_ERR_INVALID_ARGUMENT, e->line, "no items for cycling given");
@@ -721,6 +750,15 @@ ct_value *ct_method(ct_ctx *ctx, const ct_expr *e, ct_value *self) {
  * (-2: unknown test, error set). */
 static int run_test(ct_ctx *ctx, const char *name, int line, ct_value *v, ct_value *targ) {
 #define IS(s) (strcmp(name, s) == 0)
+    static const char *const NO_ARG[] = {"defined", "undefined", "none", "string", "number",
+                                         "integer", "boolean", "true", "false", "mapping",
+                                         "iterable", "sequence", "callable", "lower", "upper",
+                                         "even", "odd"};
+    for (size_t i = 0; targ && i < sizeof NO_ARG / sizeof NO_ARG[0]; i++)
+        if (IS(NO_ARG[i])) {
+            ct_fail(ctx, TDM_ERR_INVALID_ARGUMENT, line, "the test '%s' takes no argument", name);
+            return -1;
+        }
     if (IS("defined")) return v->kind != CV_UNDEF;
     if (IS("undefined")) return v->kind == CV_UNDEF;
     if (IS("none")) return v->kind == CV_NONE;
@@ -742,8 +780,13 @@ static int run_test(ct_ctx *ctx, const char *name, int line, ct_value *v, ct_val
             if (!s) return -1;
             v = s;
         }
+        /* Python's islower/isupper: some cased character, and none of the other case */
         ct_value *m = map_case(ctx, v, IS("lower") ? CASE_LOWER : CASE_UPPER);
-        return m ? ct_equal(m, v) : -1;
+        if (!m) return -1;
+        bool cased = false;
+        for (size_t i = 0, n; i < v->str.len && !cased; i += n)
+            cased = is_cased(decode(v->str.s + i, v->str.len - i, &n));
+        return cased && ct_equal(m, v);
     }
     if (IS("even") || IS("odd") || IS("divisibleby")) {
         if (!is_num(v) || (IS("divisibleby") && (!targ || !is_num(targ) || num(targ) == 0))) {
@@ -903,6 +946,7 @@ ct_value *ct_filter(ct_ctx *ctx, const ct_expr *e, ct_value *self) {
     if (IS("int")) {
         if (!eval_args(ctx, e, &a, "default")) return NULL;
         ct_value *dv = arg(&a, 0, "default");
+        if (self->kind == CV_UNDEF) return type_error(ctx, e, "a value", self);
         if (is_num(self)) return ct_int(ctx, num(self));
         if (self->kind == CV_STR) {
             ct_value *t = strip(ctx, self, NULL, true, true);

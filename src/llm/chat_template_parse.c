@@ -393,6 +393,7 @@ static ct_expr *new_expr(ct_parser *p, ct_ekind kind, int line) {
 }
 
 static ct_expr *parse_expr(ct_parser *p);
+static ct_expr *parse_tuple(ct_parser *p);
 static ct_expr *parse_or(ct_parser *p);
 static ct_expr *parse_unary(ct_parser *p, bool with_filter);
 
@@ -637,9 +638,14 @@ static ct_expr *parse_filters(ct_parser *p, ct_expr *node) {
             if (accept_op(p, "(")) {
                 if (!parse_args(p, e)) return NULL;
             } else if ((t->kind == T_NAME && !is_name(t, "else") && !is_name(t, "or") &&
-                        !is_name(t, "and") && !is_name(t, "if") && !is_name(t, "is") &&
-                        !is_name(t, "in") && !is_name(t, "not")) ||
+                        !is_name(t, "and")) ||
                        t->kind == T_STR || t->kind == T_INT || is_op(t, "[") || is_op(t, "{")) {
+                /* one argument without parentheses, as Jinja reads it: any name but
+                 * else/or/and (so `x is eq if` fails as it fails there) */
+                if (is_name(t, "is")) {
+                    ct_fail(p->ctx, TDM_ERR_INVALID_ARGUMENT, line, "tests cannot be chained with 'is'");
+                    return NULL;
+                }
                 ct_expr *arg = parse_primary(p);
                 size_t cap = 0;
                 if (!arg || !(arg = parse_postfix(p, arg)) || !push_arg(p, e, arg, NULL, &cap))
@@ -780,6 +786,24 @@ static ct_expr *parse_or(ct_parser *p) {
     return l;
 }
 
+/* An expression, or a tuple of them (`a, b`): for {{ }} and set. */
+static ct_expr *parse_tuple(ct_parser *p) {
+    int line = cur_line(p);
+    ct_expr *first = parse_expr(p);
+    if (!first || !is_op(peek(p), ",")) return first;
+    ct_expr *e = new_expr(p, CE_LIST, line);
+    size_t cap = 0;
+    if (!e || !push_arg(p, e, first, NULL, &cap)) return NULL;
+    e->negate = true;
+    while (accept_op(p, ",")) {
+        ct_token *t = peek(p);
+        if (t->kind == T_VAR_END || t->kind == T_BLOCK_END) break;
+        ct_expr *a = parse_expr(p);
+        if (!a || !push_arg(p, e, a, NULL, &cap)) return NULL;
+    }
+    return e;
+}
+
 static ct_expr *parse_expr(ct_parser *p) {
     if (!enter(p)) return NULL;
     ct_expr *e = parse_or(p);
@@ -838,7 +862,11 @@ static int parse_body(ct_parser *p, ct_block *out, const char *const *stops, con
 
 static bool parse_if_rest(ct_parser *p, ct_node *n) {
     static const char *const STOPS[] = {"elif", "else", "endif", NULL};
-    if (!(n->expr = parse_expr(p)) || !expect_block_end(p)) return false;
+    /* the condition: no inline `a if b else c` at its top, as in Jinja */
+    if (!enter(p)) return false;
+    n->expr = parse_or(p);
+    p->depth--;
+    if (!n->expr || !expect_block_end(p)) return false;
     int stop = parse_body(p, &n->body, STOPS, "if", n->line);
     if (stop < 0) return false;
     if (stop == 0) {
@@ -906,14 +934,7 @@ static bool parse_set(ct_parser *p, ct_node *n) {
         ct_fail(p->ctx, TDM_ERR_UNSUPPORTED, n->line, "set with several targets");
         return false;
     }
-    if (accept_op(p, "=")) {
-        if (!(n->expr = parse_expr(p))) return false;
-        if (is_op(peek(p), ",")) {
-            ct_fail(p->ctx, TDM_ERR_UNSUPPORTED, n->line, "set to a tuple");
-            return false;
-        }
-        return expect_block_end(p);
-    }
+    if (accept_op(p, "=")) return (n->expr = parse_tuple(p)) && expect_block_end(p);
     if (n->attr || is_op(peek(p), "|")) {
         ct_fail(p->ctx, TDM_ERR_UNSUPPORTED, n->line,
                 n->attr ? "block set of an attribute" : "block set with a filter");
@@ -956,7 +977,7 @@ static int parse_body(ct_parser *p, ct_block *out, const char *const *stops, con
         if (t->kind == T_VAR_BEGIN) {
             p->pos++;
             ct_node *n = new_node(p, CS_OUT, t->line);
-            if (!n || !(n->expr = parse_expr(p))) return -1;
+            if (!n || !(n->expr = parse_tuple(p))) return -1;
             if (peek(p)->kind != T_VAR_END) {
                 ct_fail(ctx, TDM_ERR_INVALID_ARGUMENT, cur_line(p), "expected '}}', found %s",
                         tok_desc(p, peek(p)));

@@ -188,6 +188,19 @@ static void test_template_errors(void **state) {
     expect_error("{% set x = 1 %}{% set x.y = 2 %}", TDM_ERR_INVALID_ARGUMENT, "namespace");
     expect_error("{% for x in 5 %}{% endfor %}", TDM_ERR_INVALID_ARGUMENT, "not iterable");
     expect_error("{{ 9223372036854775807 + 1 }}", TDM_ERR_UNSUPPORTED, "64 bits");
+    /* long messages are cut at a code point */
+    char tmpl[2048];
+    size_t o = (size_t)snprintf(tmpl, sizeof tmpl, "{{ raise_exception('");
+    for (int i = 0; i < 300; i++) o += (size_t)snprintf(tmpl + o, sizeof tmpl - o, "é");
+    snprintf(tmpl + o, sizeof tmpl - o, "') }}");
+    char *out = NULL;
+    tdm_status *st = tdm_chat_render(tmpl, CONV, 3, false, NULL, NULL, &out);
+    assert_int_equal(tdm_status_code(st), TDM_ERR_INVALID_ARGUMENT);
+    const char *m = tdm_status_message(st);
+    assert_non_null(strstr(m, "éé..."));
+    for (const unsigned char *p = (const unsigned char *)m; *p; p++) /* no lone lead byte */
+        if (*p == 0xC3) assert_int_equal(p[1], 0xA9);
+    tdm_status_free(st);
 }
 
 static void test_hostile(void **state) {
