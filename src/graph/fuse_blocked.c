@@ -14,7 +14,8 @@
  *    GlobalAveragePool, GlobalMaxPool    -> BlockedPool (blocked input);
  *  - Relu, LeakyRelu, Sigmoid, Tanh, HardSigmoid, HardSwish, Clip (constant bounds): the
  *    same op on the blocked tensor (element-wise, so the layout does not matter);
- *  - Add, Sub, Mul, Max, Min of two blocked tensors of the same plain shape: the same op;
+ *  - Add, Sub, Mul, Max, Min of two blocked tensors of the same plain shape, or of a
+ *    tensor and a per-channel [N, C, 1, 1] one (a squeeze-excitation scale): the same op;
  *  - Concat on the channel axis when every input's channel count is a multiple of B: Concat
  *    on the block axis.
  * Padding channels may hold any finite value after an element-wise op (Sigmoid(0) = 0.5):
@@ -22,7 +23,9 @@
  * zero there, and FromBlocked drops them. Every other reader of a value that became
  * blocked (and a graph output) reads it through one FromBlocked node that writes the
  * original value. A convolution is converted only when its input is already blocked or
- * one of its readers could take a blocked tensor, so a lone convolution stays as it was.
+ * one of its readers could take a blocked tensor, so a lone convolution stays as it was; a
+ * dense one over fewer than B input channels reads its input plain (oneDNN has no JIT
+ * kernel for such a blocked input).
  *
  * Placed graphs: only nodes whose `device` is negative are converted (unplaced, or placed on
  * the CPU by the caller, which marks them so; sched/plan.c). A node with a device >= 0 runs
@@ -132,7 +135,11 @@ static tdm_status *convert_conv(bl_ctx *b, int i) {
     if (!plain4(b, x) || !plain4(b, y) || !wv || wv->rank != 4 || blocked(b, w) ||
         (n->n_inputs > 2 && blocked(b, n->inputs[2])) || (z >= 0 && !plain4(b, z)))
         return NULL;
-    if (!blocked(b, x) && !b->wants[y]) return NULL;
+    /* A dense convolution over fewer channels than the block has no JIT kernel on a
+     * blocked input in oneDNN (only ref; it takes such inputs plain): it reads X plain. */
+    int64_t group = tdm_attr_int(n, "group", 1);
+    bool x_plain = group == 1 && wv->dims[1] > 0 && wv->dims[1] < b->block;
+    if ((x_plain || !blocked(b, x)) && !b->wants[y]) return NULL;
     int zb = -1, yb, nn;
     if (z >= 0) TDM_TRY(to_blocked(b, z, i, &zb));
     TDM_TRY(new_twin(b, y, &yb));
@@ -140,7 +147,7 @@ static tdm_status *convert_conv(bl_ctx *b, int i) {
     n = fz_node(b->fz, i);
     tdm_node *c = fz_node(b->fz, nn);
     for (int k = 0; k < n->n_inputs; k++) c->inputs[k] = n->inputs[k];
-    if (blocked(b, x)) c->inputs[0] = b->blk[x];
+    if (blocked(b, x) && !x_plain) c->inputs[0] = b->blk[x];
     if (z >= 0) c->inputs[3] = zb;
     c->outputs[0] = yb;
     TDM_TRY(copy_attrs(b, i, nn));
@@ -189,6 +196,15 @@ static tdm_status *retarget(bl_ctx *b, int i, int n_blocked) {
     return NULL;
 }
 
+/* x has y's shape and s is [N, C, 1, 1] of the same N and C (a squeeze-excitation scale):
+ * their blocked twins [N, C/B, H, W, B] and [N, C/B, 1, 1, B] broadcast channel by channel
+ * just as the plain tensors do. */
+static bool channel_scale(const bl_ctx *b, int x, int s, int y) {
+    const tdm_value *sv = &b->fz->g->values[s];
+    return fz_same_shape(b->fz, x, y) && plain4(b, s) && sv->dims[2] == 1 && sv->dims[3] == 1 &&
+           sv->dims[1] == channels(b, x) && fz_same_dim(b->fz, s, 0, x, 0);
+}
+
 static tdm_status *convert_other(bl_ctx *b, int i) {
     tdm_node *n = fz_node(b->fz, i);
     if (n->n_outputs != 1 || n->n_inputs < 1 || n->n_implicit || !plain4(b, n->outputs[0]) ||
@@ -201,10 +217,11 @@ static tdm_status *convert_other(bl_ctx *b, int i) {
         return retarget(b, i, 1);
     }
     if (IN_LIST(n, binary_ops)) {
-        if (n->n_inputs != 2 || !blocked(b, n->inputs[0]) || !blocked(b, n->inputs[1]) ||
-            !fz_same_shape(b->fz, n->inputs[0], n->inputs[1]) ||
-            !fz_same_shape(b->fz, n->inputs[0], n->outputs[0]))
+        if (n->n_inputs != 2 || !blocked(b, n->inputs[0]) || !blocked(b, n->inputs[1]))
             return NULL;
+        int a0 = n->inputs[0], a1 = n->inputs[1], y = n->outputs[0];
+        bool same = fz_same_shape(b->fz, a0, a1) && fz_same_shape(b->fz, a0, y);
+        if (!same && !channel_scale(b, a0, a1, y) && !channel_scale(b, a1, a0, y)) return NULL;
         return retarget(b, i, 2);
     }
     if (is_op(n, "Concat")) {

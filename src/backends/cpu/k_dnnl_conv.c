@@ -107,6 +107,15 @@ static void *conv_find_weights(dn_state *s, const conv_entry *e) {
     return NULL;
 }
 
+/* The activation post-op(s), then scale * y + shift for an activation_affine (eltwise
+ * linear). */
+static bool conv_append_act(const conv_state *s, dnnl_post_ops_t po) {
+    if (!dn_append_activation(po, s->act, s->act_params, s->n_act_params)) return false;
+    return !s->act_own.affine ||
+           dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_linear, s->act_own.scale,
+                                        s->act_own.shift) == dnnl_success;
+}
+
 tdm_status *dn_conv_prepare(const tdm_node *node, int opset, int n_in,
                             const tdm_tensor *const *in, const tdm_allocator *a, void **state) {
     (void)opset;
@@ -120,18 +129,17 @@ tdm_status *dn_conv_prepare(const tdm_node *node, int opset, int n_in,
     if (s->fused) {
         s->act = tdm_attr_string(node, "activation", "");
         s->act_params = tdm_attr_floats(node, "activation_params", &s->n_act_params);
-        dnnl_post_ops_t po;
-        if (dnnl_post_ops_create(&po) != dnnl_success) {
-            s->base.generic = true;
-        } else {
-            if (!dn_append_activation(po, s->act, s->act_params, s->n_act_params))
-                s->base.generic = true;
-            dnnl_post_ops_destroy(po);
-        }
         tdm_status *ast = tdm_fused_parse_act(node, &s->act_own);
         if (ast) { /* unknown here: the generic kernel reports it */
             tdm_status_free(ast);
             s->base.generic = true;
+        }
+        dnnl_post_ops_t po;
+        if (dnnl_post_ops_create(&po) != dnnl_success) {
+            s->base.generic = true;
+        } else {
+            if (!conv_append_act(s, po)) s->base.generic = true;
+            dnnl_post_ops_destroy(po);
         }
     }
     return NULL;
@@ -166,7 +174,7 @@ static tdm_status *conv_pd(conv_state *s, const conv_geom *g, const dnnl_convolu
         good = (zmd ? dnnl_post_ops_append_binary(po, dnnl_binary_add, zmd)
                     : dnnl_post_ops_append_sum(po, 1.0f)) == dnnl_success;
     if (good && s->fused && act)
-        good = dn_append_activation(po, s->act, s->act_params, s->n_act_params);
+        good = conv_append_act(s, po);
     if (good) good = dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
     if (po) dnnl_post_ops_destroy(po);
     if (good && dnnl_primitive_desc_create(pd, cd, attr, s->base.eng, NULL) != dnnl_success)

@@ -34,6 +34,13 @@ tdm_status *tdm_fused_parse_act(const tdm_node *node, tdm_fused_act *act) {
         act->kind = table[i].kind;
         act->p0 = table[i].params > 0 ? p[0] : 0.0f;
         act->p1 = table[i].params > 1 ? p[1] : 0.0f;
+        size_t na;
+        const float *af = tdm_attr_floats(node, "activation_affine", &na);
+        if (af && na != 2)
+            return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "activation_affine needs 2 values");
+        act->affine = af != NULL;
+        act->scale = af ? af[0] : 1.0f;
+        act->shift = af ? af[1] : 0.0f;
         return NULL;
     }
     return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "unknown activation '%s'", name);
@@ -80,6 +87,8 @@ void tdm_fused_apply_act(const tdm_fused_act *act, float *y, int64_t n) {
         }
         break;
     }
+    if (act->affine)
+        for (int64_t i = 0; i < n; i++) y[i] = act->scale * y[i] + act->shift;
 }
 
 /* ---- epilogue: y = act(y + bias (per column) + z), over rows of `cols` values ---- */

@@ -20,6 +20,8 @@ typedef enum tdm_fused_act_kind {
 typedef struct tdm_fused_act {
     tdm_fused_act_kind kind;
     float p0, p1;
+    bool affine;        /* then y = scale * act(y) + shift (FusedConv's activation_affine) */
+    float scale, shift;
 } tdm_fused_act;
 
 /* Reads the node's "activation" / "activation_params" attributes (ops/fused.h). */
