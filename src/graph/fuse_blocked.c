@@ -23,9 +23,7 @@
  * zero there, and FromBlocked drops them. Every other reader of a value that became
  * blocked (and a graph output) reads it through one FromBlocked node that writes the
  * original value. A convolution is converted only when its input is already blocked or
- * one of its readers could take a blocked tensor, so a lone convolution stays as it was; a
- * dense one over fewer than B input channels reads its input plain (oneDNN has no JIT
- * kernel for such a blocked input).
+ * one of its readers could take a blocked tensor, so a lone convolution stays as it was.
  *
  * Placed graphs: only nodes whose `device` is negative are converted (unplaced, or placed on
  * the CPU by the caller, which marks them so; sched/plan.c). A node with a device >= 0 runs
@@ -135,11 +133,7 @@ static tdm_status *convert_conv(bl_ctx *b, int i) {
     if (!plain4(b, x) || !plain4(b, y) || !wv || wv->rank != 4 || blocked(b, w) ||
         (n->n_inputs > 2 && blocked(b, n->inputs[2])) || (z >= 0 && !plain4(b, z)))
         return NULL;
-    /* A dense convolution over fewer channels than the block has no JIT kernel on a
-     * blocked input in oneDNN (only ref; it takes such inputs plain): it reads X plain. */
-    int64_t group = tdm_attr_int(n, "group", 1);
-    bool x_plain = group == 1 && wv->dims[1] > 0 && wv->dims[1] < b->block;
-    if ((x_plain || !blocked(b, x)) && !b->wants[y]) return NULL;
+    if (!blocked(b, x) && !b->wants[y]) return NULL;
     int zb = -1, yb, nn;
     if (z >= 0) TDM_TRY(to_blocked(b, z, i, &zb));
     TDM_TRY(new_twin(b, y, &yb));
@@ -147,7 +141,7 @@ static tdm_status *convert_conv(bl_ctx *b, int i) {
     n = fz_node(b->fz, i);
     tdm_node *c = fz_node(b->fz, nn);
     for (int k = 0; k < n->n_inputs; k++) c->inputs[k] = n->inputs[k];
-    if (blocked(b, x) && !x_plain) c->inputs[0] = b->blk[x];
+    if (blocked(b, x)) c->inputs[0] = b->blk[x];
     if (z >= 0) c->inputs[3] = zb;
     c->outputs[0] = yb;
     TDM_TRY(copy_attrs(b, i, nn));
