@@ -196,7 +196,11 @@ bool fz_reduce_axes(const fz_ctx *fz, const tdm_node *n, int rank, int64_t *axes
  * topological order through ops whose output dim provably equals an input dim:
  * elementwise unary ops, broadcasting ops when every input that can contribute carries
  * the same origin, the batch dim of convolutions and pooling, Gemm / MatMul rows, Concat's
- * non-axis dims. Two unknown dims with the same origin have the same size at run time. */
+ * non-axis dims; the spatial dims of Conv / FusedConv / MaxPool / AveragePool keep the input's
+ * origin when the window keeps the size (stride 1, "same" padding) and otherwise get one
+ * derived origin per (input origin, window extent, stride, padding), since the output size
+ * is a function of those alone. Two unknown dims with the same origin have the same size at
+ * run time. */
 
 static bool op_in(const tdm_node *n, const char *const *list) {
     if (n->domain[0]) return false;
