@@ -12,7 +12,8 @@
  *                                     product or to the clip)
  *      x * HardSigmoid(x, alpha = 1/6, beta = 0.5)
  *    with operands in either order. All are x * min(max(x + 3, 0), 6) / 6, oneDNN's
- *    eltwise_hardswish, which its JIT kernels (depthwise ones included) take as a post-op. */
+ *    eltwise_hardswish, which its JIT kernels (depthwise ones included) take as a post-op;
+ *  - fz_match_swish recognises x * Sigmoid(x) (SiLU, YOLO's activation): eltwise_swish. */
 #include <float.h>
 #include <string.h>
 
@@ -282,6 +283,28 @@ bool fz_match_hswish(const fz_ctx *fz, int x, int rank, fz_act_match *m) {
     for (int c = 0; c < nc; c++) {
         if (!hswish_from(fz, x, cons[c], rank, m) || !x_only_in(fz, x, m)) continue;
         m->name = "HardSwish";
+        m->n_params = 0;
+        return true;
+    }
+    return false;
+}
+
+/* ---- SiLU ---- */
+
+/* x * Sigmoid(x) (either operand order), x read by those two nodes alone. */
+bool fz_match_swish(const fz_ctx *fz, int x, fz_act_match *m) {
+    const int *cons;
+    int nc = fz_consumers(fz, x, &cons);
+    if (nc != 2) return false;
+    for (int c = 0; c < nc; c++) {
+        m->n = 0;
+        const tdm_node *n = fz_node(fz, cons[c]);
+        if (!fz_is_op(fz, cons[c], "Sigmoid") || n->n_inputs != 1 || n->n_outputs != 1 ||
+            n->outputs[0] < 0 || !take(m, cons[c]))
+            continue;
+        m->out = times_x(fz, n->outputs[0], x, m);
+        if (m->out < 0 || !x_only_in(fz, x, m)) continue;
+        m->name = "Swish";
         m->n_params = 0;
         return true;
     }

@@ -132,7 +132,8 @@ static const char *conv_activation(const fz_ctx *fz, int i, int v, float *params
 
 /* Conv(X, W, B) [-> Add(., Z)] [-> activation] -> FusedConv(X, W, B, Z) with the Conv's
  * attributes: Y = act(Conv + B + Z) is the contract's order. The activation is one node
- * (conv_activation) or a decomposed hard-swish or GELU (fz_match_hswish, fz_match_gelu),
+ * (conv_activation) or a decomposed hard-swish, SiLU or GELU (fz_match_hswish,
+ * fz_match_swish, fz_match_gelu),
  * whose input is read by its own nodes alone; behind an activation, a Mul and / or an Add by
  * scalar constants become its activation_affine. The Add's other operand must
  * have exactly the Conv output's shape (no broadcasting: known equal dims, or unknown dims
@@ -165,7 +166,8 @@ static tdm_status *fuse_conv(fz_ctx *fz, int ci) {
         act = next;
         cur = fz_node(fz, next)->outputs[0];
     } else if (next < 0 && rank >= 3 &&
-               (fz_match_hswish(fz, cur, rank, &multi) || fz_match_gelu(fz, cur, rank, &multi))) {
+               (fz_match_hswish(fz, cur, rank, &multi) || fz_match_swish(fz, cur, &multi) ||
+                fz_match_gelu(fz, cur, rank, &multi))) {
         act_name = multi.name;
         np = multi.n_params;
         for (int k = 0; k < np; k++) params[k] = multi.params[k];

@@ -86,6 +86,7 @@ typedef struct fz_act_match {
 /* The decomposed hard-swish of x (fuse_act.c) / GELU of x (fuse_matmul.c), x of rank `rank`
  * read by the matched nodes alone; false when there is none. */
 bool fz_match_hswish(const fz_ctx *fz, int x, int rank, fz_act_match *m);
+bool fz_match_swish(const fz_ctx *fz, int x, fz_act_match *m); /* x * Sigmoid(x) (fuse_act.c) */
 bool fz_match_gelu(const fz_ctx *fz, int x, int rank, fz_act_match *m);
 
 /* ---- rewriting ---- */

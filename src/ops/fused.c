@@ -8,7 +8,8 @@
 /* activation name -> number of activation_params it needs (-1: unknown name) */
 static int act_params(const char *act, bool conv) {
     static const char *const none[] = {"", "Relu"};
-    static const char *const conv_only[] = {"Sigmoid", "Tanh", "HardSwish", "Gelu", "GeluTanh"};
+    static const char *const conv_only[] = {"Sigmoid", "Tanh",     "HardSwish",
+                                            "Gelu",    "GeluTanh", "Swish"};
     for (size_t i = 0; i < sizeof none / sizeof none[0]; i++)
         if (strcmp(act, none[i]) == 0) return 0;
     if (conv) {

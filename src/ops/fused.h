@@ -7,7 +7,7 @@
  *             pads, strides) plus
  *               activation: string, one of "" (none), "Relu", "LeakyRelu", "Clip",
  *                           "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Gelu" (erf
- *                           form), "GeluTanh"
+ *                           form), "GeluTanh", "Swish" (x * Sigmoid(x), SiLU)
  *               activation_params: floats — LeakyRelu {alpha}; Clip {min, max};
  *                           HardSigmoid {alpha, beta}
  *               activation_affine: floats {scale, shift} (optional, with an activation)

@@ -536,6 +536,26 @@ static void test_narrow_blocked_input(void **state) {
     mb_free(&b);
 }
 
+static void test_conv_swish(void **state) {
+    (void)state;
+    /* Conv -> x * Sigmoid(x) in both operand orders: one FusedConv (SiLU); the Sigmoid's
+     * output also a graph output: nothing fuses */
+    for (int k = 0; k < 3; k++) {
+        mb_model b;
+        mb_init(&b, 17);
+        conv_model(&b, true, x_shape, NULL);
+        mb_node(&b, "Sigmoid:y->s");
+        mb_node(&b, k == 1 ? "Mul:s,y->z" : "Mul:y,s->z");
+        mb_output(&b, "z");
+        if (k == 2) mb_output(&b, "s");
+        fuse_result r;
+        run_both(&b, &r);
+        bool fused = r.nodes == 1 && op_count(&r, "FusedConv") == 1;
+        if (fused != (k < 2) || r.ref) fail_msg("case %d: %s", k, r.ops);
+        mb_free(&b);
+    }
+}
+
 /* ---- MatMul + bias + activation ---- */
 
 static void matmul_model(mb_model *b, int a_rank, bool batched_b) {
@@ -1127,6 +1147,7 @@ int main(void) {
         cmocka_unit_test(test_conv_residual),   cmocka_unit_test(test_matmul_bias_relu),
         cmocka_unit_test(test_conv_hswish),     cmocka_unit_test(test_conv_affine),
         cmocka_unit_test(test_conv_gelu),       cmocka_unit_test(test_reduce_pool),
+        cmocka_unit_test(test_conv_swish),
         cmocka_unit_test(test_se_blocked),      cmocka_unit_test(test_narrow_blocked_input),
         cmocka_unit_test(test_gemm_relu),
         cmocka_unit_test(test_matmul_gelu),     cmocka_unit_test(test_layernorm),

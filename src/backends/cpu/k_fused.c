@@ -22,6 +22,7 @@ tdm_status *tdm_fused_parse_act(const tdm_node *node, tdm_fused_act *act) {
         {"Sigmoid", TDM_FUSED_SIGMOID, 0}, {"Tanh", TDM_FUSED_TANH, 0},
         {"HardSigmoid", TDM_FUSED_HSIGMOID, 2}, {"HardSwish", TDM_FUSED_HSWISH, 0},
         {"Gelu", TDM_FUSED_GELU, 0},      {"GeluTanh", TDM_FUSED_GELU_TANH, 0},
+        {"Swish", TDM_FUSED_SWISH, 0},
     };
     const char *name = tdm_attr_string(node, "activation", "");
     size_t np;
@@ -79,6 +80,9 @@ void tdm_fused_apply_act(const tdm_fused_act *act, float *y, int64_t n) {
         break;
     case TDM_FUSED_GELU:
         for (int64_t i = 0; i < n; i++) y[i] = 0.5f * y[i] * (1.0f + erff(y[i] * 0.70710678118654752f));
+        break;
+    case TDM_FUSED_SWISH:
+        for (int64_t i = 0; i < n; i++) y[i] = y[i] / (1.0f + expf(-y[i]));
         break;
     case TDM_FUSED_GELU_TANH:
         for (int64_t i = 0; i < n; i++) {

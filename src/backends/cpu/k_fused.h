@@ -15,6 +15,7 @@ typedef enum tdm_fused_act_kind {
     TDM_FUSED_HSWISH,
     TDM_FUSED_GELU,     /* erf form */
     TDM_FUSED_GELU_TANH,
+    TDM_FUSED_SWISH,    /* x * sigmoid(x) (SiLU) */
 } tdm_fused_act_kind;
 
 typedef struct tdm_fused_act {
