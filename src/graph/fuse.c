@@ -151,6 +151,15 @@ bool fz_same_shape(const fz_ctx *fz, int a, int b) {
     return true;
 }
 
+bool fz_same_dim(const fz_ctx *fz, int a, int da, int b, int db) {
+    const tdm_value *va = &fz->g->values[a], *vb = &fz->g->values[b];
+    if (da < 0 || db < 0 || da >= va->rank || db >= vb->rank) return false;
+    int64_t x = va->dims[da], y = vb->dims[db];
+    if (x >= 0 || y >= 0) return x == y;
+    uint32_t oa = origin_of(fz, a, da), ob = origin_of(fz, b, db);
+    return oa && oa == ob;
+}
+
 bool fz_reduce_axes(const fz_ctx *fz, const tdm_node *n, int rank, int64_t *axes, int *count) {
     int c = 0;
     if (n->opset < 18) {
@@ -187,7 +196,11 @@ bool fz_reduce_axes(const fz_ctx *fz, const tdm_node *n, int rank, int64_t *axes
  * topological order through ops whose output dim provably equals an input dim:
  * elementwise unary ops, broadcasting ops when every input that can contribute carries
  * the same origin, the batch dim of convolutions and pooling, Gemm / MatMul rows, Concat's
- * non-axis dims. Two unknown dims with the same origin have the same size at run time. */
+ * non-axis dims; the spatial dims of Conv / FusedConv / MaxPool / AveragePool keep the input's
+ * origin when the window keeps the size (stride 1, "same" padding) and otherwise get one
+ * derived origin per (input origin, window extent, stride, padding), since the output size
+ * is a function of those alone. Two unknown dims with the same origin have the same size at
+ * run time. */
 
 static bool op_in(const tdm_node *n, const char *const *list) {
     if (n->domain[0]) return false;
@@ -211,15 +224,82 @@ static const char *const batch_ops[] = {"Conv",           "ConvTranspose",     "
 
 static uint32_t self_code(size_t v, int d) { return (uint32_t)(v * TDM_MAX_RANK + (size_t)d + 1); }
 
+/* A window over a dim (convolution, pooling): output size = f(input size) for fixed kernel
+ * extent, stride, total padding (or "same" padding). Equal inputs and parameters give equal
+ * outputs, so each distinct (input origin, parameters) gets one derived origin. */
+typedef struct fz_derived {
+    uint32_t from;
+    int64_t extent, stride, pad; /* pad -1: auto_pad SAME_* (ceil(in / stride)) */
+    uint32_t code;
+} fz_derived;
+
+static bool is_conv_like(const tdm_node *n) {
+    if (!n->domain[0]) return !strcmp(n->op_type, "Conv");
+    return !strcmp(n->domain, TDM_FUSED_DOMAIN) && !strcmp(n->op_type, "FusedConv");
+}
+
+/* Origin of spatial output dim d (>= 2) of a Conv / FusedConv / MaxPool / AveragePool of
+ * rank-r input x; 0 when unknown (or out of memory: then nothing is proven). */
+static uint32_t window_origin(fz_ctx *fz, const tdm_node *n, int x, int r, int d) {
+    int sd = d - 2, nsp = r - 2;
+    uint32_t from = origin_of(fz, x, d);
+    if (sd < 0 || !from) return 0;
+    int64_t k;
+    size_t nk, ns, np, ndl;
+    const int64_t *ks = tdm_attr_ints(n, "kernel_shape", &nk);
+    if (ks && (int)nk == nsp) {
+        k = ks[sd];
+    } else if (is_conv_like(n) && n->n_inputs > 1 && n->inputs[1] >= 0 &&
+               fz->g->values[n->inputs[1]].rank == r) {
+        k = fz->g->values[n->inputs[1]].dims[d];
+    } else {
+        return 0;
+    }
+    const int64_t *st = tdm_attr_ints(n, "strides", &ns), *pd = tdm_attr_ints(n, "pads", &np);
+    const int64_t *dl = tdm_attr_ints(n, "dilations", &ndl);
+    int64_t s = st && (int)ns == nsp ? st[sd] : 1, dil = dl && (int)ndl == nsp ? dl[sd] : 1;
+    if ((st && (int)ns != nsp) || (dl && (int)ndl != nsp) || (pd && (int)np != 2 * nsp) || k < 1 ||
+        s < 1 || dil < 1 || (!is_conv_like(n) && tdm_attr_int(n, "ceil_mode", 0)))
+        return 0;
+    const char *ap = tdm_attr_string(n, "auto_pad", "NOTSET");
+    int64_t extent = dil * (k - 1) + 1, pad;
+    if (!strcmp(ap, "SAME_UPPER") || !strcmp(ap, "SAME_LOWER")) pad = -1;
+    else if (!strcmp(ap, "VALID")) pad = 0;
+    else if (!strcmp(ap, "NOTSET") || !ap[0]) pad = pd ? pd[sd] + pd[sd + nsp] : 0;
+    else return 0;
+    if (s == 1 && (pad == -1 || pad == extent - 1)) return from; /* the size is kept */
+    if (pad == -1) extent = 0; /* ceil(in / s): the extent does not matter */
+    for (size_t i = 0; i < fz->n_derived; i++) {
+        const fz_derived *e = &fz->derived[i];
+        if (e->from == from && e->extent == extent && e->stride == s && e->pad == pad) return e->code;
+    }
+    if (fz->next_origin == UINT32_MAX) return 0;
+    if (fz->n_derived == fz->cap_derived) {
+        size_t cap = fz->cap_derived ? 2 * fz->cap_derived : 64;
+        fz_derived *nd = tdm_alloc(fz->g->alloc, cap * sizeof *nd);
+        if (!nd) return 0;
+        if (fz->n_derived) memcpy(nd, fz->derived, fz->n_derived * sizeof *nd);
+        tdm_free(fz->g->alloc, fz->derived);
+        fz->derived = nd;
+        fz->cap_derived = cap;
+    }
+    fz_derived *e = &fz->derived[fz->n_derived++];
+    *e = (fz_derived){from, extent, s, pad, fz->next_origin++};
+    return e->code;
+}
+
 /* Origin of output dim d (unknown) of node n, whose output 0 has rank r. */
-static uint32_t node_origin(const fz_ctx *fz, const tdm_node *n, int r, int d) {
+static uint32_t node_origin(fz_ctx *fz, const tdm_node *n, int r, int d) {
     const tdm_value *vals = fz->g->values;
     int x = n->n_inputs > 0 ? n->inputs[0] : -1;
     int xr = x >= 0 ? vals[x].rank : -1;
     if (x < 0) return 0;
     if (op_in(n, same_shape_ops)) return xr == r ? origin_of(fz, x, d) : 0;
-    if (op_in(n, batch_ops) || (!n->domain[0] && strcmp(n->op_type, "Flatten") == 0 &&
-                                tdm_attr_int(n, "axis", 1) == 1))
+    bool window = is_conv_like(n) || (!n->domain[0] && (!strcmp(n->op_type, "MaxPool") ||
+                                                        !strcmp(n->op_type, "AveragePool")));
+    if (window && d >= 2 && xr == r && n->n_outputs >= 1) return window_origin(fz, n, x, r, d);
+    if (op_in(n, batch_ops) || is_conv_like(n) ||
+        (!n->domain[0] && strcmp(n->op_type, "Flatten") == 0 && tdm_attr_int(n, "axis", 1) == 1))
         return d == 0 && xr >= 1 ? origin_of(fz, x, 0) : 0;
     if (!n->domain[0] && strcmp(n->op_type, "Gemm") == 0)
         return d == 0 && xr == 2 && !tdm_attr_int(n, "transA", 0) ? origin_of(fz, x, 0) : 0;
@@ -257,6 +337,7 @@ static tdm_status *compute_origins(fz_ctx *fz) {
     fz->origin = tdm_calloc(g->alloc, nv * TDM_MAX_RANK + 1, sizeof(uint32_t));
     if (!fz->origin) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory in graph fusion");
     fz->n_origin = nv;
+    fz->next_origin = (uint32_t)(nv * TDM_MAX_RANK + 1);
     for (size_t v = 0; v < nv; v++)
         for (int d = 0; d < TDM_MAX_RANK; d++) fz->origin[v * TDM_MAX_RANK + d] = self_code(v, d);
     /* nodes are in topological order (finalize sorted them) */
@@ -478,15 +559,17 @@ tdm_status *tdm_graph_fuse(tdm_graph *g, int *count) {
     if (g->parent) return NULL; /* subgraph bodies are left as they are */
     fz_ctx fz = {.g = g, .dirty = true};
     tdm_status *st = compute_origins(&fz);
-    /* Order: layout clean-up first (it exposes patterns), BatchNorm folding before the Conv
-     * fusion that absorbs the activation behind it, LayerNorm and Attention before the
-     * MatMul fusion (their MatMuls must not be taken by it first). */
-    tdm_status *(*const passes[])(fz_ctx *) = {fz_pass_layout,    fz_pass_bn_fold,
-                                               fz_pass_layernorm, fz_pass_attention,
-                                               fz_pass_matmul,    fz_pass_conv};
+    /* Order: layout and Identity clean-up first (they expose patterns), BatchNorm and bias
+     * folding before the Conv fusion that absorbs the activation behind them, LayerNorm and
+     * Attention before the MatMul fusion (their MatMuls must not be taken by it first). */
+    tdm_status *(*const passes[])(fz_ctx *) = {
+        fz_pass_layout,      fz_pass_identity,  fz_pass_bn_fold,   fz_pass_conv_bias,
+        fz_pass_reduce_pool, fz_pass_layernorm, fz_pass_attention, fz_pass_matmul,
+        fz_pass_conv};
     for (size_t p = 0; !st && p < sizeof passes / sizeof passes[0]; p++) st = passes[p](&fz);
     index_free(&fz);
     tdm_free(g->alloc, fz.origin);
+    tdm_free(g->alloc, fz.derived);
     *count = fz.count;
     return st;
 }
@@ -499,6 +582,7 @@ tdm_status *tdm_graph_fuse_blocked(tdm_graph *g, int64_t block, int *count) {
     if (!st) st = fz_pass_blocked(&fz, block);
     index_free(&fz);
     tdm_free(g->alloc, fz.origin);
+    tdm_free(g->alloc, fz.derived);
     *count = fz.count;
     return st;
 }

@@ -14,7 +14,8 @@
  *    GlobalAveragePool, GlobalMaxPool    -> BlockedPool (blocked input);
  *  - Relu, LeakyRelu, Sigmoid, Tanh, HardSigmoid, HardSwish, Clip (constant bounds): the
  *    same op on the blocked tensor (element-wise, so the layout does not matter);
- *  - Add, Sub, Mul, Max, Min of two blocked tensors of the same plain shape: the same op;
+ *  - Add, Sub, Mul, Max, Min of two blocked tensors of the same plain shape, or of a
+ *    tensor and a per-channel [N, C, 1, 1] one (a squeeze-excitation scale): the same op;
  *  - Concat on the channel axis when every input's channel count is a multiple of B: Concat
  *    on the block axis.
  * Padding channels may hold any finite value after an element-wise op (Sigmoid(0) = 0.5):
@@ -189,6 +190,15 @@ static tdm_status *retarget(bl_ctx *b, int i, int n_blocked) {
     return NULL;
 }
 
+/* x has y's shape and s is [N, C, 1, 1] of the same N and C (a squeeze-excitation scale):
+ * their blocked twins [N, C/B, H, W, B] and [N, C/B, 1, 1, B] broadcast channel by channel
+ * just as the plain tensors do. */
+static bool channel_scale(const bl_ctx *b, int x, int s, int y) {
+    const tdm_value *sv = &b->fz->g->values[s];
+    return fz_same_shape(b->fz, x, y) && plain4(b, s) && sv->dims[2] == 1 && sv->dims[3] == 1 &&
+           sv->dims[1] == channels(b, x) && fz_same_dim(b->fz, s, 0, x, 0);
+}
+
 static tdm_status *convert_other(bl_ctx *b, int i) {
     tdm_node *n = fz_node(b->fz, i);
     if (n->n_outputs != 1 || n->n_inputs < 1 || n->n_implicit || !plain4(b, n->outputs[0]) ||
@@ -201,10 +211,11 @@ static tdm_status *convert_other(bl_ctx *b, int i) {
         return retarget(b, i, 1);
     }
     if (IN_LIST(n, binary_ops)) {
-        if (n->n_inputs != 2 || !blocked(b, n->inputs[0]) || !blocked(b, n->inputs[1]) ||
-            !fz_same_shape(b->fz, n->inputs[0], n->inputs[1]) ||
-            !fz_same_shape(b->fz, n->inputs[0], n->outputs[0]))
+        if (n->n_inputs != 2 || !blocked(b, n->inputs[0]) || !blocked(b, n->inputs[1]))
             return NULL;
+        int a0 = n->inputs[0], a1 = n->inputs[1], y = n->outputs[0];
+        bool same = fz_same_shape(b->fz, a0, a1) && fz_same_shape(b->fz, a0, y);
+        if (!same && !channel_scale(b, a0, a1, y) && !channel_scale(b, a1, a0, y)) return NULL;
         return retarget(b, i, 2);
     }
     if (is_op(n, "Concat")) {

@@ -131,7 +131,11 @@ static const char *conv_activation(const fz_ctx *fz, int i, int v, float *params
 }
 
 /* Conv(X, W, B) [-> Add(., Z)] [-> activation] -> FusedConv(X, W, B, Z) with the Conv's
- * attributes: Y = act(Conv + B + Z) is the contract's order. The Add's other operand must
+ * attributes: Y = act(Conv + B + Z) is the contract's order. The activation is one node
+ * (conv_activation) or a decomposed hard-swish, SiLU or GELU (fz_match_hswish,
+ * fz_match_swish, fz_match_gelu),
+ * whose input is read by its own nodes alone; behind an activation, a Mul and / or an Add by
+ * scalar constants become its activation_affine. The Add's other operand must
  * have exactly the Conv output's shape (no broadcasting: known equal dims, or unknown dims
  * with the same symbolic origin); every inner value has a single reader and is no graph
  * output; float32 only (the fused kernels' type). */
@@ -156,11 +160,40 @@ static tdm_status *fuse_conv(fz_ctx *fz, int ci) {
             next = fz_sole_consumer(fz, cur);
         }
     }
+    fz_act_match multi = {.n = 0};
+    int rank = fz->g->values[y].rank;
     if (next >= 0 && (act_name = conv_activation(fz, next, cur, params, &np))) {
         act = next;
         cur = fz_node(fz, next)->outputs[0];
+    } else if (next < 0 && rank >= 3 &&
+               (fz_match_hswish(fz, cur, rank, &multi) || fz_match_swish(fz, cur, &multi) ||
+                fz_match_gelu(fz, cur, rank, &multi))) {
+        act_name = multi.name;
+        np = multi.n_params;
+        for (int k = 0; k < np; k++) params[k] = multi.params[k];
+        cur = multi.out;
+    } else {
+        multi.n = 0;
     }
-    if (add < 0 && act < 0) return NULL;
+    if (add < 0 && act < 0 && multi.n == 0) return NULL;
+    /* behind an activation: scale * act + shift with scalar constants (PP-LCNetV3) */
+    int aff[2] = {-1, -1};
+    float affine[2] = {1.0f, 0.0f};
+    if (act_name && act_name[0]) {
+        static const char *const aff_ops[2] = {"Mul", "Add"};
+        for (int k = 0; k < 2; k++) {
+            int r = fz_sole_consumer(fz, cur);
+            if (!fz_is_op(fz, r, aff_ops[k])) continue;
+            const tdm_node *rn = fz_node(fz, r);
+            if (rn->n_outputs != 1 || rn->outputs[0] < 0 ||
+                !fz_scalar(fz, fz_other_input(rn, cur), rank, &affine[k])) {
+                affine[k] = k ? 0.0f : 1.0f;
+                continue;
+            }
+            aff[k] = r;
+            cur = rn->outputs[0];
+        }
+    }
 
     char *name = tdm_strdup(fz->g->alloc, conv->name);
     if (!name) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory in graph fusion");
@@ -177,9 +210,13 @@ static tdm_status *fuse_conv(fz_ctx *fz, int ci) {
     for (int k = 0; k < conv->n_attrs; k++) TDM_TRY(fz_attr_copy(fz, fi, &fz_node(fz, ci)->attrs[k]));
     TDM_TRY(fz_attr_string(fz, fi, "activation", act_name ? act_name : ""));
     if (np) TDM_TRY(fz_attr_floats(fz, fi, "activation_params", params, np));
+    if (aff[0] >= 0 || aff[1] >= 0) TDM_TRY(fz_attr_floats(fz, fi, "activation_affine", affine, 2));
     fz_kill(fz, ci);
     if (add >= 0) fz_kill(fz, add);
     if (act >= 0) fz_kill(fz, act);
+    for (int k = 0; k < multi.n; k++) fz_kill(fz, multi.nodes[k]);
+    for (int k = 0; k < 2; k++)
+        if (aff[k] >= 0) fz_kill(fz, aff[k]);
     fz->count++;
     return NULL;
 }

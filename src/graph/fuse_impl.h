@@ -28,6 +28,9 @@ typedef struct fz_ctx {
     int *extra_uses;    /* per value: subgraph reads + graph-output uses (never rewired) */
     uint32_t *origin;   /* per value and dim: symbolic identity of an unknown dim */
     size_t n_origin;    /* values covered by origin[] */
+    struct fz_derived *derived; /* origins made by windows (convolution, pooling) */
+    size_t n_derived, cap_derived;
+    uint32_t next_origin; /* the next derived origin code */
     bool dirty;
     int count;          /* rewrites so far */
 } fz_ctx;
@@ -66,6 +69,26 @@ bool fz_same_shape(const fz_ctx *fz, int a, int b);
  * after); false when unknown. */
 bool fz_reduce_axes(const fz_ctx *fz, const tdm_node *n, int rank, int64_t *axes, int *count);
 
+/* Dim da of value a and dim db of value b have the same size: both known and equal, or both
+ * unknown with the same symbolic origin. */
+bool fz_same_dim(const fz_ctx *fz, int a, int da, int b, int db);
+
+/* ---- activations made of several nodes ---- */
+#define FZ_ACT_MAX_NODES 12
+typedef struct fz_act_match {
+    const char *name;     /* the fused ops' activation name ("HardSwish", "Gelu", ...) */
+    float params[2];      /* its activation_params */
+    int n_params;
+    int nodes[FZ_ACT_MAX_NODES]; /* the nodes it replaces */
+    int n;
+    int out;              /* its result */
+} fz_act_match;
+/* The decomposed hard-swish of x (fuse_act.c) / GELU of x (fuse_matmul.c), x of rank `rank`
+ * read by the matched nodes alone; false when there is none. */
+bool fz_match_hswish(const fz_ctx *fz, int x, int rank, fz_act_match *m);
+bool fz_match_swish(const fz_ctx *fz, int x, fz_act_match *m); /* x * Sigmoid(x) (fuse_act.c) */
+bool fz_match_gelu(const fz_ctx *fz, int x, int rank, fz_act_match *m);
+
 /* ---- rewriting ---- */
 /* Appends a node (op in `domain`; opset and schema resolved as finalize will) with inputs
  * and outputs -1; may reallocate g->nodes: re-take node pointers after it. */
@@ -94,6 +117,9 @@ tdm_status *fz_vector_const(fz_ctx *fz, int c, int64_t n, int max_rank, int *v);
 
 /* ---- the passes (one file each) ---- */
 tdm_status *fz_pass_layout(fz_ctx *fz);    /* fuse_layout.c: Transpose/Reshape chains */
+tdm_status *fz_pass_identity(fz_ctx *fz);  /* fuse_act.c: Identity nodes dropped */
+tdm_status *fz_pass_conv_bias(fz_ctx *fz); /* fuse_act.c: Conv + Add / Mul(per-channel constant) */
+tdm_status *fz_pass_reduce_pool(fz_ctx *fz); /* fuse_act.c: ReduceMean(H, W) -> GlobalAveragePool */
 tdm_status *fz_pass_bn_fold(fz_ctx *fz);   /* fuse_conv.c: Conv + BatchNormalization */
 tdm_status *fz_pass_conv(fz_ctx *fz);      /* fuse_conv.c: Conv (+Add) (+activation) */
 tdm_status *fz_pass_layernorm(fz_ctx *fz); /* fuse_norm.c: decomposed LayerNorm */

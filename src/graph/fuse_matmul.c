@@ -12,6 +12,7 @@
 #include "ops/fused.h"
 
 #define GELU_MAX_NODES 12
+_Static_assert(GELU_MAX_NODES <= FZ_ACT_MAX_NODES, "fz_match_gelu copies every node");
 
 typedef struct gelu_match {
     int nodes[GELU_MAX_NODES];
@@ -140,6 +141,18 @@ static bool match_gelu_tanh(const fz_ctx *fz, int x, int xr, gelu_match *m) {
         if (a >= 0 && match_half_product(fz, x, a, xr, m) && x_only_in(fz, x, m)) return true;
     }
     return false;
+}
+
+bool fz_match_gelu(const fz_ctx *fz, int x, int rank, fz_act_match *m) {
+    gelu_match gm;
+    if (match_gelu_erf(fz, x, rank, &gm)) m->name = "Gelu";
+    else if (match_gelu_tanh(fz, x, rank, &gm)) m->name = "GeluTanh";
+    else return false;
+    m->n_params = 0;
+    m->n = gm.n;
+    for (int k = 0; k < gm.n; k++) m->nodes[k] = gm.nodes[k];
+    m->out = gm.out;
+    return true;
 }
 
 /* The activation behind value cur (read by it alone, or by the decomposed GELU's nodes

@@ -8,7 +8,8 @@
 /* activation name -> number of activation_params it needs (-1: unknown name) */
 static int act_params(const char *act, bool conv) {
     static const char *const none[] = {"", "Relu"};
-    static const char *const conv_only[] = {"Sigmoid", "Tanh", "HardSwish"};
+    static const char *const conv_only[] = {"Sigmoid", "Tanh",     "HardSwish",
+                                            "Gelu",    "GeluTanh", "Swish"};
     for (size_t i = 0; i < sizeof none / sizeof none[0]; i++)
         if (strcmp(act, none[i]) == 0) return 0;
     if (conv) {
@@ -31,6 +32,9 @@ static tdm_status *check_activation(const tdm_node *node, bool conv) {
     if ((int)have < need)
         return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
                               "activation %s needs %d activation_params, got %zu", act, need, have);
+    if (tdm_attr_floats(node, "activation_affine", &have) && (have != 2 || !conv || !act[0]))
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                              "activation_affine needs 2 values and a convolution's activation");
     return NULL;
 }
 

@@ -6,10 +6,13 @@
  *             attributes: every Conv attribute (auto_pad, dilations, group, kernel_shape,
  *             pads, strides) plus
  *               activation: string, one of "" (none), "Relu", "LeakyRelu", "Clip",
- *                           "Sigmoid", "Tanh", "HardSigmoid", "HardSwish"
+ *                           "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Gelu" (erf
+ *                           form), "GeluTanh", "Swish" (x * Sigmoid(x), SiLU)
  *               activation_params: floats — LeakyRelu {alpha}; Clip {min, max};
  *                           HardSigmoid {alpha, beta}
+ *               activation_affine: floats {scale, shift} (optional, with an activation)
  *             Y = activation(Conv(X, W) + B + Z)       (Z is added before the activation)
+ *             Y = scale * Y + shift                    (with activation_affine)
  *
  * FusedMatMul inputs: A, B, bias (optional, 1-D of size N, broadcast over the last axis)
  *             attributes: activation: "", "Relu", "Gelu" (erf form), "GeluTanh"

@@ -23,6 +23,8 @@
 typedef struct fuse_result {
     size_t nodes;          /* node count after fusion */
     char ops[1024];        /* op histogram after fusion, "Op:n Op:n " */
+    bool ref;              /* the optimised plan names a oneDNN reference implementation */
+    bool unblk;            /* ... a convolution whose blocked input is reordered to plain */
 } fuse_result;
 
 static size_t op_count(const fuse_result *r, const char *op) {
@@ -71,6 +73,14 @@ static void run_both(mb_model *b, fuse_result *r) {
         }
         st = tdm_session_run(s, n_in, names, (const tdm_tensor *const *)ins, n_out, NULL, outs[opt]);
         if (st) fail_msg("opt %d run: %s", opt, tdm_status_message(st));
+        if (opt == 1) { /* the implementations, known after a run */
+            char *json = NULL;
+            if ((st = tdm_session_explain(s, TDM_EXPLAIN_JSON, &json)))
+                fail_msg("explain: %s", tdm_status_message(st));
+            r->ref = strstr(json, "ref:") != NULL;
+            r->unblk = strstr(json, "input reordered to plain") != NULL;
+            tdm_string_free(json);
+        }
         tdm_session_free(s);
     }
     for (size_t o = 0; o < n_out; o++) {
@@ -267,6 +277,281 @@ static void test_conv_residual(void **state) {
          * (BlockedConv, tests/unit/test_layout.c) */
         assert_int_equal(op_count(&r, "FusedConv") + op_count(&r, "BlockedConv"), 1);
         assert_int_equal(op_count(&r, "Relu"), 1);
+        mb_free(&b);
+    }
+}
+
+/* ---- decomposed hard-swish, GELU, per-channel affine and Identity around a Conv ---- */
+
+/* Conv(x) -> y, then the hard-swish of y in form f written into z:
+ *  0: y * Clip(y + 3, 0, 6) / 6      1: Clip(3 + y, 0, 6) * y * (1/6)
+ *  2: y * (Clip(y + 3, 0, 6) / 6)    3: y * HardSigmoid(y, 1/6, 1/2)
+ *  4: as 0 with Clip-6's min / max attributes (opset 10)
+ * lo, hi, div: the Clip bounds and the divisor (6 for the true hard-swish). */
+static void hswish_model(mb_model *b, int f, float lo, float hi, float div) {
+    mb_init(b, f == 4 ? 10 : 17);
+    conv_model(b, true, x_shape, NULL);
+    mb_scalar(b, "three", 3.0f);
+    mb_scalar(b, "lo", lo);
+    mb_scalar(b, "hi", hi);
+    mb_scalar(b, "div", div);
+    mb_scalar(b, "inv", 1.0f / div);
+    if (f == 3) {
+        Onnx__NodeProto *h = mb_node(b, "HardSigmoid:y->g");
+        mb_attr_f(b, h, "alpha", 1.0f / div);
+        mb_attr_f(b, h, "beta", 0.5f);
+        mb_node(b, "Mul:y,g->z");
+        return;
+    }
+    mb_node(b, f == 1 ? "Add:three,y->a" : "Add:y,three->a");
+    if (f == 4) {
+        Onnx__NodeProto *c = mb_node(b, "Clip:a->c");
+        mb_attr_f(b, c, "min", lo);
+        mb_attr_f(b, c, "max", hi);
+    } else {
+        mb_node(b, "Clip:a,lo,hi->c");
+    }
+    if (f == 0 || f == 4) {
+        mb_node(b, "Mul:y,c->p");
+        mb_node(b, "Div:p,div->z");
+    } else if (f == 1) {
+        mb_node(b, "Mul:c,y->p");
+        mb_node(b, "Mul:p,inv->z");
+    } else {
+        mb_node(b, "Div:c,div->g");
+        mb_node(b, "Mul:y,g->z");
+    }
+}
+
+static void test_conv_hswish(void **state) {
+    (void)state;
+    for (int f = 0; f <= 4; f++) {
+        mb_model b;
+        hswish_model(&b, f, 0.0f, 6.0f, 6.0f);
+        mb_output(&b, "z");
+        fuse_result r;
+        run_both(&b, &r);
+        if (r.nodes != 1 || op_count(&r, "FusedConv") != 1) fail_msg("form %d: %s", f, r.ops);
+        mb_free(&b);
+    }
+    /* near misses: Clip(0, 5), a division by 7 (HardSigmoid alpha 1/7), an inner value or
+     * the Conv output read by another node: the pattern's nodes stay */
+    for (int f = 0; f <= 3; f++)
+        for (int miss = f == 3 ? 1 : 0; miss < 4; miss++) {
+            mb_model b;
+            hswish_model(&b, f, 0.0f, miss == 0 ? 5.0f : 6.0f, miss == 1 ? 7.0f : 6.0f);
+            mb_output(&b, "z");
+            if (miss == 2) mb_output(&b, f == 3 ? "g" : "c");
+            if (miss == 3) {
+                mb_node(&b, "Neg:y->n");
+                mb_output(&b, "n");
+            }
+            fuse_result r;
+            run_both(&b, &r);
+            /* (HardSigmoid alone may fuse into the Conv; the Mul stays) */
+            size_t mul = op_count(&r, "Mul"), clip = op_count(&r, "Clip");
+            if (mul < 1 || (f != 3 && clip != 1))
+                fail_msg("form %d near miss %d fused: %s", f, miss, r.ops);
+            mb_free(&b);
+        }
+}
+
+static void test_conv_affine(void **state) {
+    (void)state;
+    /* Conv (no bias) -> Mul(scalar) -> Add(per-channel) -> Identity -> activation ->
+     * Mul(scalar) -> Add(scalar): one FusedConv (for Relu, and for the decomposed
+     * hard-swish) */
+    for (int hs = 0; hs <= 1; hs++) {
+        mb_model b;
+        mb_init(&b, 17);
+        conv_model(&b, false, x_shape, NULL);
+        int64_t one = 1, cd[4] = {1, 6, 1, 1};
+        mb_weight(&b, "s", 1, &one, NULL, 1.0f, 0.5f);
+        mb_weight(&b, "t", 4, cd, NULL, 0.0f, 0.5f);
+        mb_node(&b, "Mul:s,y->m");
+        mb_node(&b, "Add:m,t->a");
+        mb_node(&b, "Identity:a->i");
+        if (hs) {
+            mb_scalar(&b, "three", 3.0f);
+            mb_scalar(&b, "lo", 0.0f);
+            mb_scalar(&b, "hi", 6.0f);
+            mb_scalar(&b, "six", 6.0f);
+            mb_node(&b, "Add:i,three->a3");
+            mb_node(&b, "Clip:a3,lo,hi->c");
+            mb_node(&b, "Mul:i,c->p");
+            mb_node(&b, "Div:p,six->r");
+        } else {
+            mb_node(&b, "Relu:i->r");
+        }
+        mb_scalar(&b, "k", 0.7f);
+        mb_scalar(&b, "d", -0.2f);
+        mb_node(&b, "Mul:r,k->r2");
+        mb_node(&b, "Add:d,r2->z");
+        mb_output(&b, "z");
+        fuse_result r;
+        run_both(&b, &r);
+        if (r.nodes != 1 || op_count(&r, "FusedConv") != 1) fail_msg("hard-swish %d: %s", hs, r.ops);
+        mb_free(&b);
+    }
+    /* negative: the constant varies along W, not per channel: the Add stays */
+    mb_model b;
+    mb_init(&b, 17);
+    conv_model(&b, true, x_shape, NULL);
+    int64_t cd[4] = {1, 1, 1, 7};
+    mb_weight(&b, "t", 4, cd, NULL, 0.0f, 0.5f);
+    mb_node(&b, "Add:y,t->z");
+    mb_output(&b, "z");
+    fuse_result r;
+    run_both(&b, &r);
+    assert_int_equal(op_count(&r, "Add"), 1);
+    mb_free(&b);
+}
+
+static void test_conv_gelu(void **state) {
+    (void)state;
+    mb_model b;
+    mb_init(&b, 17);
+    conv_model(&b, true, x_shape, NULL);
+    mb_scalar(&b, "sq2", 1.41421356f);
+    mb_scalar(&b, "one", 1.0f);
+    mb_scalar(&b, "half", 0.5f);
+    mb_node(&b, "Div:y,sq2->d");
+    mb_node(&b, "Erf:d->e");
+    mb_node(&b, "Add:e,one->a");
+    mb_node(&b, "Mul:y,a->m");
+    mb_node(&b, "Mul:m,half->z");
+    mb_output(&b, "z");
+    fuse_result r;
+    run_both(&b, &r);
+    if (r.nodes != 1 || op_count(&r, "FusedConv") != 1) fail_msg("%s", r.ops);
+    mb_free(&b);
+}
+
+static void test_reduce_pool(void **state) {
+    (void)state;
+    /* ReduceMean over H and W with keepdims: GlobalAveragePool; other axes or keepdims 0:
+     * ReduceMean */
+    const int64_t axes[3][2] = {{2, 3}, {-1, -2}, {1, 2}};
+    for (int k = 0; k < 4; k++) {
+        mb_model b;
+        mb_init(&b, 17);
+        int64_t xd[4] = {2, 6, 5, 7};
+        mb_input(&b, "x", 4, xd);
+        Onnx__NodeProto *n = mb_node(&b, "ReduceMean:x->z");
+        mb_attr_ints(&b, n, "axes", 2, axes[k < 3 ? k : 0]);
+        if (k == 3) mb_attr_i(&b, n, "keepdims", 0);
+        mb_output(&b, "z");
+        fuse_result r;
+        run_both(&b, &r);
+        size_t gap = op_count(&r, "GlobalAveragePool");
+        if (gap != (k < 2 ? 1u : 0u)) fail_msg("case %d: %s", k, r.ops);
+        mb_free(&b);
+    }
+}
+
+/* A MobileNetV3 block with dynamic N, H, W: Conv + hard-swish, a squeeze-excitation
+ * (GlobalAveragePool, 1x1 Conv + Relu to 5 channels, 1x1 Conv + HardSigmoid, Mul), two
+ * stride-2 convolutions added. Everything stays in the blocked layout: one FromBlocked (the
+ * output), the SE Mul on blocked tensors, the residual Add in a convolution (the window
+ * origins prove both stride-2 outputs the same size); the 1x1 Conv over 5 blocked channels
+ * has oneDNN's JIT kernel through a plain copy of its input. */
+static void test_se_blocked(void **state) {
+    (void)state;
+    {
+        mb_model b;
+        mb_init(&b, 17);
+        int64_t decl[4] = {-1, 4, -1, -1}, run[4] = {2, 4, 9, 11};
+        mb_input_run(&b, "x", 4, decl, run);
+        int64_t w1[4] = {20, 4, 3, 3}, w2[4] = {5, 20, 1, 1}, w3[4] = {20, 5, 1, 1};
+        int64_t w4[4] = {6, 20, 3, 3}, m20 = 20, m5 = 5, m6 = 6;
+        mb_weight(&b, "W1", 4, w1, NULL, 0, 0.5f);
+        mb_weight(&b, "B1", 1, &m20, NULL, 0, 0.5f);
+        mb_weight(&b, "W2", 4, w2, NULL, 0, 0.5f);
+        mb_weight(&b, "B2", 1, &m5, NULL, 0, 0.5f);
+        mb_weight(&b, "W3", 4, w3, NULL, 0, 0.5f);
+        mb_weight(&b, "B3", 1, &m20, NULL, 0, 0.5f);
+        mb_weight(&b, "W4", 4, w4, NULL, 0, 0.3f);
+        mb_weight(&b, "W5", 4, w4, NULL, 0, 0.3f);
+        mb_weight(&b, "B4", 1, &m6, NULL, 0, 0.5f);
+        int64_t p1[4] = {1, 1, 1, 1}, s2[2] = {2, 2};
+        mb_attr_ints(&b, mb_node(&b, "Conv:x,W1,B1->y"), "pads", 4, p1);
+        mb_scalar(&b, "three", 3.0f);
+        mb_scalar(&b, "lo", 0.0f);
+        mb_scalar(&b, "hi", 6.0f);
+        mb_scalar(&b, "six", 6.0f);
+        mb_node(&b, "Add:y,three->a");
+        mb_node(&b, "Clip:a,lo,hi->c");
+        mb_node(&b, "Mul:y,c->p");
+        mb_node(&b, "Div:p,six->h");
+        mb_node(&b, "GlobalAveragePool:h->g");
+        mb_node(&b, "Conv:g,W2,B2->q");
+        mb_node(&b, "Relu:q->qr");
+        mb_node(&b, "Conv:qr,W3,B3->e");
+        Onnx__NodeProto *hs = mb_node(&b, "HardSigmoid:e->es");
+        mb_attr_f(&b, hs, "alpha", 0.2f);
+        mb_node(&b, "Mul:h,es->se");
+        Onnx__NodeProto *c4 = mb_node(&b, "Conv:se,W4,B4->o1");
+        mb_attr_ints(&b, c4, "pads", 4, p1);
+        mb_attr_ints(&b, c4, "strides", 2, s2);
+        Onnx__NodeProto *c5 = mb_node(&b, "Conv:h,W5->o2");
+        mb_attr_ints(&b, c5, "pads", 4, p1);
+        mb_attr_ints(&b, c5, "strides", 2, s2);
+        mb_node(&b, "Add:o1,o2->z");
+        mb_output(&b, "z");
+        fuse_result r;
+        run_both(&b, &r);
+        if (op_count(&r, "FromBlocked") != 1 || op_count(&r, "BlockedConv") != 5 ||
+            op_count(&r, "BlockedPool") != 1 || op_count(&r, "Add") != 0 ||
+            op_count(&r, "Mul") != 1 || r.ref)
+            fail_msg("%s", r.ops);
+        mb_free(&b);
+    }
+}
+
+/* A dense 3x3 convolution over 5 blocked channels (fewer than the block): oneDNN has only
+ * its reference kernel for that input layout, so the kernel reorders the blocked input to
+ * plain NCHW and takes a JIT primitive (no ref, no own fallback); batch 2 on 2 threads
+ * (one image per primitive) and as the plain reference says. */
+static void test_narrow_blocked_input(void **state) {
+    (void)state;
+    mb_model b;
+    mb_init(&b, 17);
+    int64_t xd[4] = {2, 4, 9, 11};
+    mb_input(&b, "x", 4, xd);
+    int64_t w0[4] = {20, 4, 3, 3}, w1[4] = {5, 20, 1, 1}, w2[4] = {20, 5, 3, 3};
+    mb_weight(&b, "W0", 4, w0, NULL, 0, 0.3f);
+    mb_weight(&b, "W1", 4, w1, NULL, 0, 0.3f);
+    mb_weight(&b, "W2", 4, w2, NULL, 0, 0.3f);
+    int64_t p1[4] = {1, 1, 1, 1};
+    mb_attr_ints(&b, mb_node(&b, "Conv:x,W0->a"), "pads", 4, p1);
+    mb_node(&b, "Conv:a,W1->c");
+    mb_node(&b, "Relu:c->cr");
+    mb_attr_ints(&b, mb_node(&b, "Conv:cr,W2->d"), "pads", 4, p1);
+    mb_node(&b, "Relu:d->z");
+    mb_output(&b, "z");
+    fuse_result r;
+    run_both(&b, &r);
+    if (op_count(&r, "BlockedConv") != 3 || r.ref || !r.unblk)
+        fail_msg("ref %d, input reordered %d: %s", r.ref, r.unblk, r.ops);
+    mb_free(&b);
+}
+
+static void test_conv_swish(void **state) {
+    (void)state;
+    /* Conv -> x * Sigmoid(x) in both operand orders: one FusedConv (SiLU); the Sigmoid's
+     * output also a graph output: nothing fuses */
+    for (int k = 0; k < 3; k++) {
+        mb_model b;
+        mb_init(&b, 17);
+        conv_model(&b, true, x_shape, NULL);
+        mb_node(&b, "Sigmoid:y->s");
+        mb_node(&b, k == 1 ? "Mul:s,y->z" : "Mul:y,s->z");
+        mb_output(&b, "z");
+        if (k == 2) mb_output(&b, "s");
+        fuse_result r;
+        run_both(&b, &r);
+        bool fused = r.nodes == 1 && op_count(&r, "FusedConv") == 1;
+        if (fused != (k < 2) || r.ref) fail_msg("case %d: %s", k, r.ops);
         mb_free(&b);
     }
 }
@@ -860,6 +1145,10 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bn_fold),         cmocka_unit_test(test_conv_activations),
         cmocka_unit_test(test_conv_residual),   cmocka_unit_test(test_matmul_bias_relu),
+        cmocka_unit_test(test_conv_hswish),     cmocka_unit_test(test_conv_affine),
+        cmocka_unit_test(test_conv_gelu),       cmocka_unit_test(test_reduce_pool),
+        cmocka_unit_test(test_conv_swish),
+        cmocka_unit_test(test_se_blocked),      cmocka_unit_test(test_narrow_blocked_input),
         cmocka_unit_test(test_gemm_relu),
         cmocka_unit_test(test_matmul_gelu),     cmocka_unit_test(test_layernorm),
         cmocka_unit_test(test_attention),       cmocka_unit_test(test_attention_wide),

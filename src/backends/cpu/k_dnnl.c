@@ -669,6 +669,8 @@ bool dn_append_activation(dnnl_post_ops_t po, const char *act, const float *para
             r = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_clip_v2, 0.0f, 1.0f);
     } else if (!strcmp(act, "HardSwish")) {
         r = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_hardswish, 0.0f, 0.0f);
+    } else if (!strcmp(act, "Swish")) { /* x * sigmoid(alpha x), alpha 1 */
+        r = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_swish, 1.0f, 0.0f);
     } else if (!strcmp(act, "Gelu")) {
         r = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_gelu_erf, 0.0f, 0.0f);
     } else if (!strcmp(act, "GeluTanh")) {

@@ -61,7 +61,12 @@ typedef struct conv_entry {
     bool by_group;
     int nd;
     int64_t blk;  /* BlockedConv: Y's channel block (0: plain Y) */
-    bool xblk;    /* X is channel-blocked */
+    bool xblk;    /* X is channel-blocked (as the primitives read it) */
+    bool xunblk;  /* X is stored channel-blocked but reordered to plain NCHW first: no
+                     primitive but a reference one takes it blocked (e.g. fewer input
+                     channels than the block) */
+    dn_prim r_unblk;                        /* that reorder, over the whole batch */
+    dnnl_memory_desc_t unblk_from, unblk_to;
     int64_t Mp;   /* output channels as stored (M rounded up to blk) */
     int64_t mb;   /* images per primitive execution: N when one thread does whole images
                      (one primitive over the batch), else 1 */
@@ -89,6 +94,7 @@ static void conv_clear(dn_state *s, dn_entry *he) {
         dn_prim_clear(&e->part[i].r_z);
         dn_prim_clear(&e->r_src[i]);
     }
+    dn_prim_clear(&e->r_unblk);
     if (!e->wbuf_shared) tdm_free(s->alloc, e->wbuf);
     e->wbuf = NULL;
 }
@@ -107,6 +113,15 @@ static void *conv_find_weights(dn_state *s, const conv_entry *e) {
     return NULL;
 }
 
+/* The activation post-op(s), then scale * y + shift for an activation_affine (eltwise
+ * linear). */
+static bool conv_append_act(const conv_state *s, dnnl_post_ops_t po) {
+    if (!dn_append_activation(po, s->act, s->act_params, s->n_act_params)) return false;
+    return !s->act_own.affine ||
+           dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_linear, s->act_own.scale,
+                                        s->act_own.shift) == dnnl_success;
+}
+
 tdm_status *dn_conv_prepare(const tdm_node *node, int opset, int n_in,
                             const tdm_tensor *const *in, const tdm_allocator *a, void **state) {
     (void)opset;
@@ -120,18 +135,17 @@ tdm_status *dn_conv_prepare(const tdm_node *node, int opset, int n_in,
     if (s->fused) {
         s->act = tdm_attr_string(node, "activation", "");
         s->act_params = tdm_attr_floats(node, "activation_params", &s->n_act_params);
-        dnnl_post_ops_t po;
-        if (dnnl_post_ops_create(&po) != dnnl_success) {
-            s->base.generic = true;
-        } else {
-            if (!dn_append_activation(po, s->act, s->act_params, s->n_act_params))
-                s->base.generic = true;
-            dnnl_post_ops_destroy(po);
-        }
         tdm_status *ast = tdm_fused_parse_act(node, &s->act_own);
         if (ast) { /* unknown here: the generic kernel reports it */
             tdm_status_free(ast);
             s->base.generic = true;
+        }
+        dnnl_post_ops_t po;
+        if (dnnl_post_ops_create(&po) != dnnl_success) {
+            s->base.generic = true;
+        } else {
+            if (!conv_append_act(s, po)) s->base.generic = true;
+            dnnl_post_ops_destroy(po);
         }
     }
     return NULL;
@@ -166,7 +180,7 @@ static tdm_status *conv_pd(conv_state *s, const conv_geom *g, const dnnl_convolu
         good = (zmd ? dnnl_post_ops_append_binary(po, dnnl_binary_add, zmd)
                     : dnnl_post_ops_append_sum(po, 1.0f)) == dnnl_success;
     if (good && s->fused && act)
-        good = dn_append_activation(po, s->act, s->act_params, s->n_act_params);
+        good = conv_append_act(s, po);
     if (good) good = dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
     if (po) dnnl_post_ops_destroy(po);
     if (good && dnnl_primitive_desc_create(pd, cd, attr, s->base.eng, NULL) != dnnl_success)
@@ -458,12 +472,31 @@ static tdm_status *conv_build(dn_state *bs, tdm_kernel_ctx *ctx, dn_entry *he) {
         TDM_TRY(conv_build_parts(s, e, &g, chunk0, units, T, &ok));
         if (ok) break;
     }
+    if (!ok && e->xblk) { /* the same choices on X reordered to plain NCHW */
+        int64_t bd[5];
+        for (int i = 0; i < nd; i++) bd[i] = xdims[i];
+        dn_md_plain(&e->unblk_to, nd, bd);
+        if (dn_md_tag(&e->unblk_from, nd, bd, dn_tag_blocked(nd, e->blk))) {
+            e->xblk = false;
+            e->xunblk = true;
+            for (e->variant = 0; e->variant < CONV_VARIANTS && !ok; e->variant++) {
+                if (e->variant >= CL_COUNT && !has_act) break;
+                conv_clear(bs, he);
+                memset(e->part, 0, sizeof e->part);
+                memset(e->r_src, 0, sizeof e->r_src);
+                TDM_TRY(conv_build_parts(s, e, &g, chunk0, units, T, &ok));
+                if (ok) break;
+            }
+            if (ok) TDM_TRY(dn_reorder_new(bs->eng, &e->unblk_from, &e->unblk_to, &e->r_unblk));
+        }
+    }
     if (!ok) { /* (dn_cache_get logs a refused reference implementation) */
         conv_clear(bs, he);
         return NULL;
     }
-    dn_note_impl(bs, "%s%s", dn_prim_impl(&e->part[0].conv),
-                 e->part[0].act_after ? " + own activation" : "");
+    dn_note_impl(bs, "%s%s%s", dn_prim_impl(&e->part[0].conv),
+                 e->part[0].act_after ? " + own activation" : "",
+                 e->xunblk ? " (input reordered to plain)" : "");
     if (bs->refused[0]) {
         char sl[32], dl[32];
         dn_log(ctx, TDM_LOG_INFO, "oneDNN offered its reference convolution (%s) for the "
@@ -582,16 +615,23 @@ static tdm_status *conv_exec(conv_state *s, tdm_kernel_ctx *ctx, conv_entry *e) 
     r.slot = dst_b + wei_b + pad_b;
     int64_t groups = e->N / e->mb, items = groups * e->n_chunks;
     size_t src_b = e->src_reorder ? round64((size_t)groups * (size_t)e->src_img_elems * sizeof(float)) : 0;
-    size_t total = src_b + r.slot * (size_t)items;
+    size_t unblk_b = e->xunblk ? round64(dn_md_bytes(&e->unblk_to)) : 0;
+    size_t total = unblk_b + src_b + r.slot * (size_t)items;
     char *buf = NULL;
     bool own = false;
     if (total) {
         if (!(buf = dn_scratch_get(&s->base, ctx, total, &own))) return dn_oom(ctx);
-        r.slots = buf + src_b;
+        r.slots = buf + unblk_b + src_b;
     }
     tdm_status *st = NULL;
-    if (e->src_reorder) {
+    if (e->xunblk) { /* X blocked -> plain, then as a plain X */
+        st = dn_exec_reorder(ctx, s->base.eng, &e->r_unblk, &e->unblk_from, ctx->in[0]->data,
+                             &e->unblk_to, buf);
+        r.x = (const float *)buf;
         r.src = (float *)buf;
+    }
+    if (!st && e->src_reorder) {
+        r.src = (float *)(buf + unblk_b);
         st = dn_parallel(ctx, groups * e->src_n_chunks, src_item, &r);
     }
     if (!st) st = dn_parallel(ctx, items, conv_item, &r);

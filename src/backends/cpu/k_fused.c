@@ -22,6 +22,7 @@ tdm_status *tdm_fused_parse_act(const tdm_node *node, tdm_fused_act *act) {
         {"Sigmoid", TDM_FUSED_SIGMOID, 0}, {"Tanh", TDM_FUSED_TANH, 0},
         {"HardSigmoid", TDM_FUSED_HSIGMOID, 2}, {"HardSwish", TDM_FUSED_HSWISH, 0},
         {"Gelu", TDM_FUSED_GELU, 0},      {"GeluTanh", TDM_FUSED_GELU_TANH, 0},
+        {"Swish", TDM_FUSED_SWISH, 0},
     };
     const char *name = tdm_attr_string(node, "activation", "");
     size_t np;
@@ -34,6 +35,13 @@ tdm_status *tdm_fused_parse_act(const tdm_node *node, tdm_fused_act *act) {
         act->kind = table[i].kind;
         act->p0 = table[i].params > 0 ? p[0] : 0.0f;
         act->p1 = table[i].params > 1 ? p[1] : 0.0f;
+        size_t na;
+        const float *af = tdm_attr_floats(node, "activation_affine", &na);
+        if (af && na != 2)
+            return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "activation_affine needs 2 values");
+        act->affine = af != NULL;
+        act->scale = af ? af[0] : 1.0f;
+        act->shift = af ? af[1] : 0.0f;
         return NULL;
     }
     return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "unknown activation '%s'", name);
@@ -73,6 +81,9 @@ void tdm_fused_apply_act(const tdm_fused_act *act, float *y, int64_t n) {
     case TDM_FUSED_GELU:
         for (int64_t i = 0; i < n; i++) y[i] = 0.5f * y[i] * (1.0f + erff(y[i] * 0.70710678118654752f));
         break;
+    case TDM_FUSED_SWISH:
+        for (int64_t i = 0; i < n; i++) y[i] = y[i] / (1.0f + expf(-y[i]));
+        break;
     case TDM_FUSED_GELU_TANH:
         for (int64_t i = 0; i < n; i++) {
             float x = y[i];
@@ -80,6 +91,8 @@ void tdm_fused_apply_act(const tdm_fused_act *act, float *y, int64_t n) {
         }
         break;
     }
+    if (act->affine)
+        for (int64_t i = 0; i < n; i++) y[i] = act->scale * y[i] + act->shift;
 }
 
 /* ---- epilogue: y = act(y + bias (per column) + z), over rows of `cols` values ---- */

@@ -15,11 +15,14 @@ typedef enum tdm_fused_act_kind {
     TDM_FUSED_HSWISH,
     TDM_FUSED_GELU,     /* erf form */
     TDM_FUSED_GELU_TANH,
+    TDM_FUSED_SWISH,    /* x * sigmoid(x) (SiLU) */
 } tdm_fused_act_kind;
 
 typedef struct tdm_fused_act {
     tdm_fused_act_kind kind;
     float p0, p1;
+    bool affine;        /* then y = scale * act(y) + shift (FusedConv's activation_affine) */
+    float scale, shift;
 } tdm_fused_act;
 
 /* Reads the node's "activation" / "activation_params" attributes (ops/fused.h). */

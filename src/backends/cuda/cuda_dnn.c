@@ -114,6 +114,8 @@ static bool parse_act(const tdm_node *node, act_spec *a) {
     size_t np = 0;
     const float *params = tdm_attr_floats(node, "activation_params", &np);
     memset(a, 0, sizeof *a);
+    size_t naff;
+    if (tdm_attr_floats(node, "activation_affine", &naff)) return false; /* (the CPU's) */
     if (!name[0]) return true;
     if (strcmp(name, "Relu") == 0) {
         a->kind = ACT_RELU;

@@ -106,7 +106,9 @@ static void set4(cl_int4 *v, const int64_t *vals, int nsp, int64_t fill) {
 /* FusedConv's activation attributes -> epilogue code and parameters. */
 static tdm_status *fused_activation(const tdm_node *node, int *act, float *p, float *q) {
     const char *a = tdm_attr_string(node, "activation", "");
-    size_t np = 0;
+    size_t np = 0, naff;
+    if (tdm_attr_floats(node, "activation_affine", &naff)) /* (not in the epilogue: the CPU's) */
+        return tdm_node_error(node, TDM_ERR_UNSUPPORTED, "opencl: activation_affine");
     const float *pp = tdm_attr_floats(node, "activation_params", &np);
     static const struct {
         const char *name;
