@@ -223,6 +223,10 @@ def main():
     ap.add_argument("--lm-head-accuracy-level", type=int, default=0,
                     help="accuracy_level of the 8-bit lm head (0: ORT computes it in float32; 4: ORT quantises "
                          "the activations to int8)")
+    ap.add_argument("--q4-1-form", choices=["zp", "offset"], default="zp",
+                    help="zp (default): MatMulNBits with float zero points -m/d; offset: MatMulNBits without "
+                         "zero points + ReduceSum/MatMul of the block constants 8d+m (for ONNX Runtime, which "
+                         "runs float zero points on a slow path)")
     ap.add_argument("--no-verify", action="store_true")
     a = ap.parse_args()
 
@@ -236,7 +240,7 @@ def main():
         raise SystemExit(f"vocab_size {cfg.vocab} != {len(tokens)} tokens")
 
     model = lb.build_genai(cfg, w, embed_op=a.embed_op, accuracy_level=a.accuracy_level,
-                           lm_head_accuracy_level=a.lm_head_accuracy_level)
+                           lm_head_accuracy_level=a.lm_head_accuracy_level, q4_form=a.q4_1_form)
     os.makedirs(a.out_dir, exist_ok=True)
     for stale in ("model.onnx", "model.onnx.data"):
         p = os.path.join(a.out_dir, stale)

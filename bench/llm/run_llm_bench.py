@@ -222,11 +222,13 @@ def model_bytes(model_dir):
         return numpy_helper.to_array(inits[name])
 
     total = 0
-    detail = {"matmulnbits": 0, "embedding_row": 0, "norms": 0}
+    detail = {"matmulnbits": 0, "embedding_row": 0, "norms": 0, "float_matmul": 0}
     for n in m.graph.node:
         if n.op_type == "MatMulNBits":
             b = sum(nbytes(x) for x in n.input[1:4] if x)
             detail["matmulnbits"] += b
+        elif n.op_type == "MatMul" and n.input[1] in inits:
+            detail["float_matmul"] += nbytes(n.input[1])  # e.g. gguf_to_onnx --q4-1-form offset
         elif n.op_type == "GatherBlockQuantized":
             rows = arr(n.input[0]).shape[0]
             detail["embedding_row"] += sum(nbytes(x) for x in (n.input[0], n.input[2],
@@ -361,7 +363,7 @@ def main():
     header = (f"model {os.path.abspath(a.model_dir)}; ISA {bw.get('isa')}; measured read bandwidth "
               f"{bw.get('read_gbps')} GB/s (bench/llm/membw.c); weights read per decoded token "
               f"{wbytes / 1e6:.2f} MB (MatMulNBits {wdetail['matmulnbits'] / 1e6:.2f} MB, embedding row "
-              f"{wdetail['embedding_row']} B, norms {wdetail['norms']} B); KV cache {kv_per_pos} B per position; "
+              f"{wdetail['embedding_row']} B, norms {wdetail['norms']} B, float MatMul {wdetail['float_matmul'] / 1e6:.2f} MB); KV cache {kv_per_pos} B per position; "
               f"reps {a.reps} after 1 warm-up, median (min-max)")
     md = header + "\n\n" + "\n".join(lines) + "\n"
     print(md)

@@ -64,7 +64,20 @@ def main():
         with open(os.path.join(g, "tokenizer.json")) as f1, open(os.path.join(c, "tokenizer.json")) as f2:
             if json.load(f1) != json.load(f2):
                 raise SystemExit("FAIL: converted tokenizer.json differs from make_tiny_llama's")
-        print("2. GGUF -> gguf_to_onnx.py: identical folder: ok")
+        off = os.path.join(tmp, "offset")
+        run([py, conv, os.path.join(tmp, "tiny.gguf"), off, "--q4-1-form", "offset", "--accuracy-level", "0"])
+        import numpy as np
+        import onnxruntime as ort
+        feeds = {"input_ids": np.array([[5, 9, 33, 100, 7, 250]], np.int64),
+                 "attention_mask": np.ones((1, 6), np.int64)}
+        for i in range(2):
+            for kv in ("key", "value"):
+                feeds[f"past_key_values.{i}.{kv}"] = np.zeros((1, 2, 0, 16), np.float32)
+        x = ort.InferenceSession(os.path.join(off, "model.onnx")).run(["logits"], feeds)[0]
+        y = ort.InferenceSession(os.path.join(c, "model.onnx")).run(["logits"], feeds)[0]
+        if np.abs(x - y).max() > 1e-5 * np.abs(y).max():
+            raise SystemExit(f"FAIL: --q4-1-form offset logits differ by {np.abs(x - y).max()}")
+        print("2. GGUF -> gguf_to_onnx.py: identical folder; --q4-1-form offset: same logits: ok")
 
         prompts = os.path.join(tmp, "prompts.txt")
         with open(prompts, "w") as f:
