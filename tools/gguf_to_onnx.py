@@ -3,7 +3,8 @@
 without changing any weight.
 
     tools/gguf_to_onnx.py GGUF_FILE OUT_DIR [--max-length N] [--external-data]
-                          [--embed-op GatherBlockQuantized|DequantizeLinear] [--no-verify]
+                          [--embed-op GatherBlockQuantized|DequantizeLinear] [--q4-1-form zp|offset]
+                          [--accuracy-level 4] [--lm-head-accuracy-level 0] [--no-verify]
 
 OUT_DIR receives genai_config.json, model.onnx (+ model.onnx.data with --external-data), tokenizer.json and
 tokenizer_config.json (see /work/llm-contract.md for the graph).
@@ -16,6 +17,14 @@ Weights (tools/llm_onnx_builder.py):
   * F32 norms as float32.
   * GGUF stores llama's Q/K rows permuted for adjacent-pair RoPE: GroupQueryAttention gets
     rotary_interleaved=1 and the rows stay as they are.
+
+--q4-1-form offset: the same weights as MatMulNBits without zero points (ORT's default 8) plus a float
+MatMul of the activations' 32-element block sums by (8d + m): ONNX Runtime 1.32 runs float zero points on
+a slow path (~70x slower per matrix), so bench/llm gives ORT GenAI this form too.
+--lm-head-accuracy-level defaults to 0: with uint8 zero points and level 4 ORT quantises the activations
+of the 8-bit lm head to int8, which would make the reference greedy ids depend on that approximation.
+GatherBlockQuantized with bits 8 is accepted by ONNX Runtime 1.32 (checked by tests/tools/test_llm_tools.py);
+--embed-op DequantizeLinear is the opset-21 fallback (DequantizeLinear block_size 32 + Gather).
 
 --max-length (default: min(llama.context_length, 2048)): the length of the cos/sin caches and the
 context_length / search.max_length in genai_config.json. ORT GenAI allocates the KV cache for max_length
