@@ -114,6 +114,22 @@ def main():
         out = run([py, conv, bad, os.path.join(tmp, "bad")], expect=1)
         assert "only 'llama' is supported" in out, out
         print("5. converter refuses a non-llama GGUF: ok")
+
+        import onnxruntime_genai as og
+        from tokenizers import Tokenizer
+        ot = og.Tokenizer(og.Model(c))
+        ht = Tokenizer.from_file(os.path.join(c, "tokenizer.json"))
+        texts = ["Hello, world!", "  leading spaces and   gaps", "3.14159 + 2026 = 12345678",
+                 "na\u00efve caf\u00e9 \u2014 \u65e5\u672c\u8a9e \U0001F600", "def f(x):\n\treturn x**2  # c\n",
+                 "<|im_start|>user\nHi<|im_end|>\n", "don't won't I'm we've", "tab\tnewline\n\n\nend"]
+        for t in texts:
+            a_ids = list(ht.encode(t).ids)
+            b_ids = [int(x) for x in ot.encode(t)]
+            if a_ids != b_ids:
+                raise SystemExit(f"FAIL: HF tokenizers {a_ids} and onnxruntime-genai {b_ids} differ on {t!r}")
+            if ht.decode(a_ids, skip_special_tokens=False) != t:
+                raise SystemExit(f"FAIL: tokenizer.json does not round-trip {t!r}")
+        print(f"6. tokenizer.json: HF tokenizers and onnxruntime-genai agree on {len(texts)} strings, round trip: ok")
     print("PASS")
 
 
