@@ -3,7 +3,8 @@
 without changing any weight.
 
     tools/gguf_to_onnx.py GGUF_FILE OUT_DIR [--max-length N] [--external-data]
-                          [--embed-op GatherBlockQuantized|DequantizeLinear] [--no-verify]
+                          [--embed-op GatherBlockQuantized|DequantizeLinear] [--q4-1-form zp|offset]
+                          [--accuracy-level 4] [--lm-head-accuracy-level 0] [--no-verify]
 
 OUT_DIR receives genai_config.json, model.onnx (+ model.onnx.data with --external-data), tokenizer.json and
 tokenizer_config.json (see /work/llm-contract.md for the graph).
@@ -16,6 +17,14 @@ Weights (tools/llm_onnx_builder.py):
   * F32 norms as float32.
   * GGUF stores llama's Q/K rows permuted for adjacent-pair RoPE: GroupQueryAttention gets
     rotary_interleaved=1 and the rows stay as they are.
+
+--q4-1-form offset: the same weights as MatMulNBits without zero points (ORT's default 8) plus a float
+MatMul of the activations' 32-element block sums by (8d + m): ONNX Runtime 1.32 runs float zero points on
+a slow path (~70x slower per matrix), so bench/llm gives ORT GenAI this form too.
+--lm-head-accuracy-level defaults to 0: with uint8 zero points and level 4 ORT quantises the activations
+of the 8-bit lm head to int8, which would make the reference greedy ids depend on that approximation.
+GatherBlockQuantized with bits 8 is accepted by ONNX Runtime 1.32 (checked by tests/tools/test_llm_tools.py);
+--embed-op DequantizeLinear is the opset-21 fallback (DequantizeLinear block_size 32 + Gather).
 
 --max-length (default: min(llama.context_length, 2048)): the length of the cos/sin caches and the
 context_length / search.max_length in genai_config.json. ORT GenAI allocates the KV cache for max_length
@@ -223,6 +232,10 @@ def main():
     ap.add_argument("--lm-head-accuracy-level", type=int, default=0,
                     help="accuracy_level of the 8-bit lm head (0: ORT computes it in float32; 4: ORT quantises "
                          "the activations to int8)")
+    ap.add_argument("--q4-1-form", choices=["zp", "offset"], default="zp",
+                    help="zp (default): MatMulNBits with float zero points -m/d; offset: MatMulNBits without "
+                         "zero points + ReduceSum/MatMul of the block constants 8d+m (for ONNX Runtime, which "
+                         "runs float zero points on a slow path)")
     ap.add_argument("--no-verify", action="store_true")
     a = ap.parse_args()
 
@@ -236,7 +249,7 @@ def main():
         raise SystemExit(f"vocab_size {cfg.vocab} != {len(tokens)} tokens")
 
     model = lb.build_genai(cfg, w, embed_op=a.embed_op, accuracy_level=a.accuracy_level,
-                           lm_head_accuracy_level=a.lm_head_accuracy_level)
+                           lm_head_accuracy_level=a.lm_head_accuracy_level, q4_form=a.q4_1_form)
     os.makedirs(a.out_dir, exist_ok=True)
     for stale in ("model.onnx", "model.onnx.data"):
         p = os.path.join(a.out_dir, stale)

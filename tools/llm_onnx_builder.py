@@ -40,6 +40,7 @@ class NBitsWeight:
     b: np.ndarray        # uint8 [N, K/block, block*bits/8]
     scales: np.ndarray   # float32 [N*K/block]
     zp: np.ndarray       # float32 [N*K/block] (float zero points) or uint8 packed
+    mins: np.ndarray = None  # Q4_1 only: float32 [N*K/block] with value = q*scale + mins (GGUF's m)
 
     def dequant(self):
         """float32 [N, K] as MatMulNBits defines it: (q - zp) * scale, computed in float32."""
@@ -80,8 +81,9 @@ def q4_1_to_nbits(raw, n, k):
     with np.errstate(divide="ignore", invalid="ignore"):
         zp = np.where(zero_d, np.float32(0), -m / np.where(zero_d, np.float32(1), d)).astype(np.float32)
     scales = np.where(zero_d, m, d).astype(np.float32)
+    mins = np.where(zero_d, np.float32(0), m).astype(np.float32)
     return NBitsWeight(4, n, k, QK, np.ascontiguousarray(packed), scales.reshape(-1),
-                       zp.reshape(-1).astype(np.float32))
+                       zp.reshape(-1).astype(np.float32), mins.reshape(-1))
 
 
 def q8_0_split(raw, n, k):
@@ -223,15 +225,33 @@ class _G:
         return outputs[0] if len(outputs) == 1 else outputs
 
 
-def _mnb(g, x, w, prefix, accuracy_level=4):
+def _mnb(g, x, w, prefix, accuracy_level=4, q4_form="zp"):
+    """q4_form 'zp': MatMulNBits with float zero points -m/d (the contract's form).
+    'offset' (Q4_1 weights only): MatMulNBits without zero points (ORT's default 8) plus the per-block
+    constant as a float MatMul of the activations' block sums: x.W^T = MatMulNBits(x) +
+    blocksum(x) @ (8 d + m); the same weights, only the float association differs. ONNX Runtime 1.32 runs
+    float zero points on a slow path (~70x slower than uint8 or none), hence this form for benchmarks."""
     b = g.init(prefix + ".qweight", w.b)
     s = g.init(prefix + ".scales", w.scales)
+    if q4_form == "offset" and w.mins is not None:
+        y0 = g.node("MatMulNBits", [x, b, s], name=prefix + "/MatMulNBits", domain="com.microsoft",
+                    K=w.k, N=w.n, bits=w.bits, block_size=w.block, accuracy_level=accuracy_level)
+        nb = w.k // w.block
+        off = (8.0 * w.scales.astype(np.float32) + w.mins).astype(np.float32).reshape(w.n, nb).T
+        xs = g.node("Reshape", [x, g.init(prefix + ".block_shape", np.array([0, 0, nb, w.block], np.int64))],
+                    name=prefix + "/BlockReshape")
+        bsum = g.node("ReduceSum", [xs, g.init(prefix + ".block_axis", np.array([-1], np.int64))],
+                      name=prefix + "/BlockSum", keepdims=0)
+        y1 = g.node("MatMul", [bsum, g.init(prefix + ".block_offsets", np.ascontiguousarray(off))],
+                    name=prefix + "/BlockOffsets")
+        return g.node("Add", [y0, y1], name=prefix + "/Add")
     z = g.init(prefix + ".qzeros", w.zp)
     return g.node("MatMulNBits", [x, b, s, z], name=prefix + "/MatMulNBits", domain="com.microsoft",
                   K=w.k, N=w.n, bits=w.bits, block_size=w.block, accuracy_level=accuracy_level)
 
 
-def build_genai(cfg, w, embed_op="GatherBlockQuantized", accuracy_level=4, lm_head_accuracy_level=0):
+def build_genai(cfg, w, embed_op="GatherBlockQuantized", accuracy_level=4, lm_head_accuracy_level=0,
+                q4_form="zp"):
     """ONNX Runtime GenAI form. embed_op: 'GatherBlockQuantized' or 'DequantizeLinear' (block_size + Gather).
 
     accuracy_level of the 4-bit layer MatMulNBits: 4 (as ORT GenAI's builder writes); with float zero points
@@ -297,27 +317,27 @@ def build_genai(cfg, w, embed_op="GatherBlockQuantized", accuracy_level=4, lm_he
             g.node("SkipSimplifiedLayerNormalization", [hidden_out, residual, ln], outs,
                    name=p + "/input_layernorm/SkipLayerNorm", domain="com.microsoft", epsilon=cfg.eps)
             h, residual = outs[0], outs[3]
-        q = _mnb(g, h, lw.q, f"model.layers.{i}.attn.q_proj", accuracy_level)
-        k = _mnb(g, h, lw.k, f"model.layers.{i}.attn.k_proj", accuracy_level)
-        vv = _mnb(g, h, lw.v, f"model.layers.{i}.attn.v_proj", accuracy_level)
+        q = _mnb(g, h, lw.q, f"model.layers.{i}.attn.q_proj", accuracy_level, q4_form)
+        k = _mnb(g, h, lw.k, f"model.layers.{i}.attn.k_proj", accuracy_level, q4_form)
+        vv = _mnb(g, h, lw.v, f"model.layers.{i}.attn.v_proj", accuracy_level, q4_form)
         gqa_out = [p + "/attn/GroupQueryAttention/output_0", f"present.{i}.key", f"present.{i}.value"]
         g.node("GroupQueryAttention",
                [q, k, vv, f"past_key_values.{i}.key", f"past_key_values.{i}.value", seqlens_k, total_len,
                 cos_n, sin_n], gqa_out, name=p + "/attn/GroupQueryAttention", domain="com.microsoft",
                num_heads=cfg.n_heads, kv_num_heads=cfg.n_kv_heads, do_rotary=1, rotary_interleaved=1,
                scale=float(1.0 / np.sqrt(cfg.head_dim)), local_window_size=-1)
-        o = _mnb(g, gqa_out[0], lw.o, f"model.layers.{i}.attn.o_proj", accuracy_level)
+        o = _mnb(g, gqa_out[0], lw.o, f"model.layers.{i}.attn.o_proj", accuracy_level, q4_form)
         pln = g.init(f"model.layers.{i}.post_attention_layernorm.weight", lw.ffn_norm)
         outs = [p + "/post_attention_layernorm/output_0", "", "", p + "/post_attention_layernorm/output_3"]
         g.node("SkipSimplifiedLayerNormalization", [o, residual, pln], outs,
                name=p + "/post_attention_layernorm/SkipLayerNorm", domain="com.microsoft", epsilon=cfg.eps)
         h, residual = outs[0], outs[3]
-        gate = _mnb(g, h, lw.gate, f"model.layers.{i}.mlp.gate_proj", accuracy_level)
-        up = _mnb(g, h, lw.up, f"model.layers.{i}.mlp.up_proj", accuracy_level)
+        gate = _mnb(g, h, lw.gate, f"model.layers.{i}.mlp.gate_proj", accuracy_level, q4_form)
+        up = _mnb(g, h, lw.up, f"model.layers.{i}.mlp.up_proj", accuracy_level, q4_form)
         sig = g.node("Sigmoid", [gate], name=p + "/mlp/act_fn/Sigmoid")
         silu = g.node("Mul", [gate, sig], name=p + "/mlp/act_fn/Mul")
         prod = g.node("Mul", [silu, up], name=p + "/mlp/Mul")
-        hidden_out = _mnb(g, prod, lw.down, f"model.layers.{i}.mlp.down_proj", accuracy_level)
+        hidden_out = _mnb(g, prod, lw.down, f"model.layers.{i}.mlp.down_proj", accuracy_level, q4_form)
 
     fn = g.init("model.norm.weight", w.norm)
     outs = ["/model/norm/output_0", "", "", ""]

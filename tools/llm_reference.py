@@ -1,16 +1,17 @@
 #!/usr/bin/env python3
 """Reference greedy generations for an LLM model folder.
 
-    tools/llm_reference.py genai MODEL_DIR [--prompts FILE] [--max-new-tokens 64] [--raw] [--threads N]
+    tools/llm_reference.py genai MODEL_DIR [--prompts FILE] [--max-new-tokens 64] [--raw] [--ignore-eos]
                                  [--out FILE.json]
         Greedy token ids from onnxruntime-genai (the reference tandem's generator is compared with).
         Prompts: FILE (one per line; JSON lines {"prompt": ...} also accepted) or the 12 built-in ones.
         Each prompt goes through the model's chat template (tokenizer_config.json, rendered by
         onnxruntime-genai's apply_chat_template) unless --raw. The JSON written:
           {"model_dir": ..., "engine": "onnxruntime-genai 0.18.0", "max_new_tokens": 64, "chat": true,
-           "results": [{"prompt": "...", "input_text": "...", "input_ids": [...], "output_ids": [...],
+           "ignore_eos": false, "results": [{"prompt": "...", "input_text": "...", "input_ids": [...], "output_ids": [...],
                         "text": "..."}]}
-        output_ids stop early only at an EOS token (the EOS id is then the last id); input_ids are what
+        output_ids stop early only at an EOS token (the EOS id is then the last id), or never with
+        --ignore-eos (EOS suppressed as min_length does: its logit is set to -inf); input_ids are what
         onnxruntime-genai's tokenizer produced, so a comparison can feed the same ids and test the
         generator apart from the tokenizer.
 
@@ -67,9 +68,12 @@ def genai_prompt_ids(og, tok, prompt, raw):
     return text, [int(t) for t in tok.encode(text)]
 
 
-def genai_greedy(og, model, ids, max_new):
+def genai_greedy(og, model, ids, max_new, ignore_eos=False):
     params = og.GeneratorParams(model)
-    params.set_search_options(max_length=len(ids) + max_new, do_sample=False)
+    if ignore_eos:
+        params.set_search_options(max_length=len(ids) + max_new, min_length=len(ids) + max_new, do_sample=False)
+    else:
+        params.set_search_options(max_length=len(ids) + max_new, do_sample=False)
     gen = og.Generator(model, params)
     gen.append_tokens(np.array(ids, dtype=np.int32))
     out = []
@@ -87,13 +91,13 @@ def cmd_genai(a):
     t0 = time.time()
     for p in load_prompts(a.prompts):
         text, ids = genai_prompt_ids(og, tok, p, a.raw)
-        out = genai_greedy(og, model, ids, a.max_new_tokens)
+        out = genai_greedy(og, model, ids, a.max_new_tokens, a.ignore_eos)
         results.append({"prompt": p, "input_text": text, "input_ids": ids, "output_ids": out,
                         "text": tok.decode(np.array(out, dtype=np.int32))})
         print(f"[{len(ids)} + {len(out)}] {p!r} -> {results[-1]['text']!r}", file=sys.stderr)
     doc = {"model_dir": os.path.abspath(a.model_dir), "engine": f"onnxruntime-genai {og.__version__}"
            if hasattr(og, "__version__") else "onnxruntime-genai", "max_new_tokens": a.max_new_tokens,
-           "chat": not a.raw, "seconds": round(time.time() - t0, 2), "results": results}
+           "chat": not a.raw, "ignore_eos": a.ignore_eos, "seconds": round(time.time() - t0, 2), "results": results}
     s = json.dumps(doc, ensure_ascii=False, indent=1)
     if a.out:
         with open(a.out, "w", encoding="utf-8") as f:
@@ -242,6 +246,8 @@ def main():
     g.add_argument("--prompts")
     g.add_argument("--max-new-tokens", type=int, default=64)
     g.add_argument("--raw", action="store_true", help="no chat template")
+    g.add_argument("--ignore-eos", action="store_true",
+                   help="suppress EOS (search min_length) so that every prompt yields --max-new-tokens ids")
     g.add_argument("--out")
     n = sub.add_parser("numpy")
     n.add_argument("gguf_file")

@@ -64,7 +64,20 @@ def main():
         with open(os.path.join(g, "tokenizer.json")) as f1, open(os.path.join(c, "tokenizer.json")) as f2:
             if json.load(f1) != json.load(f2):
                 raise SystemExit("FAIL: converted tokenizer.json differs from make_tiny_llama's")
-        print("2. GGUF -> gguf_to_onnx.py: identical folder: ok")
+        off = os.path.join(tmp, "offset")
+        run([py, conv, os.path.join(tmp, "tiny.gguf"), off, "--q4-1-form", "offset", "--accuracy-level", "0"])
+        import numpy as np
+        import onnxruntime as ort
+        feeds = {"input_ids": np.array([[5, 9, 33, 100, 7, 250]], np.int64),
+                 "attention_mask": np.ones((1, 6), np.int64)}
+        for i in range(2):
+            for kv in ("key", "value"):
+                feeds[f"past_key_values.{i}.{kv}"] = np.zeros((1, 2, 0, 16), np.float32)
+        x = ort.InferenceSession(os.path.join(off, "model.onnx")).run(["logits"], feeds)[0]
+        y = ort.InferenceSession(os.path.join(c, "model.onnx")).run(["logits"], feeds)[0]
+        if np.abs(x - y).max() > 1e-5 * np.abs(y).max():
+            raise SystemExit(f"FAIL: --q4-1-form offset logits differ by {np.abs(x - y).max()}")
+        print("2. GGUF -> gguf_to_onnx.py: identical folder; --q4-1-form offset: same logits: ok")
 
         prompts = os.path.join(tmp, "prompts.txt")
         with open(prompts, "w") as f:
@@ -101,6 +114,22 @@ def main():
         out = run([py, conv, bad, os.path.join(tmp, "bad")], expect=1)
         assert "only 'llama' is supported" in out, out
         print("5. converter refuses a non-llama GGUF: ok")
+
+        import onnxruntime_genai as og
+        from tokenizers import Tokenizer
+        ot = og.Tokenizer(og.Model(c))
+        ht = Tokenizer.from_file(os.path.join(c, "tokenizer.json"))
+        texts = ["Hello, world!", "  leading spaces and   gaps", "3.14159 + 2026 = 12345678",
+                 "na\u00efve caf\u00e9 \u2014 \u65e5\u672c\u8a9e \U0001F600", "def f(x):\n\treturn x**2  # c\n",
+                 "<|im_start|>user\nHi<|im_end|>\n", "don't won't I'm we've", "tab\tnewline\n\n\nend"]
+        for t in texts:
+            a_ids = list(ht.encode(t).ids)
+            b_ids = [int(x) for x in ot.encode(t)]
+            if a_ids != b_ids:
+                raise SystemExit(f"FAIL: HF tokenizers {a_ids} and onnxruntime-genai {b_ids} differ on {t!r}")
+            if ht.decode(a_ids, skip_special_tokens=False) != t:
+                raise SystemExit(f"FAIL: tokenizer.json does not round-trip {t!r}")
+        print(f"6. tokenizer.json: HF tokenizers and onnxruntime-genai agree on {len(texts)} strings, round trip: ok")
     print("PASS")
 
 
