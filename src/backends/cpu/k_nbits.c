@@ -31,7 +31,7 @@ static size_t align64(size_t x) { return (x + 63) & ~(size_t)63; }
 typedef struct decode_layout {
     const tdm_nbits_variant *v;
     int64_t kq, sal_stride;
-    size_t a_bytes, sal_off, sql_off, sa_off, sum_off, total;
+    size_t a_bytes, sal_off, sql_off, sa_off, sum_off, tmp_off, total;
 } decode_layout;
 
 static int simd_level(const tdm_cpu_simd *simd) { return simd ? (int)simd->level : 0; }
@@ -50,7 +50,8 @@ static decode_layout layout_of(const tdm_cpu_simd *simd, const tdm_nbits_w *w, b
     L.sql_off = L.sal_off + align64((size_t)(M * L.sal_stride) * sizeof(float));
     L.sa_off = L.sql_off + align64((size_t)(M * L.sal_stride) * sizeof(float));
     L.sum_off = L.sa_off + align64((size_t)(M * w->nb) * sizeof(float));
-    L.total = L.sum_off + align64((size_t)(M * w->nb) * sizeof(float));
+    L.tmp_off = L.sum_off + align64((size_t)(M * w->nb) * sizeof(float));
+    L.total = L.tmp_off + align64((size_t)L.kq);
     return L;
 }
 
@@ -99,6 +100,10 @@ static void prep_a(const decode_layout *L, const tdm_nbits_w *w, int64_t M, cons
         }
         int8_t *q = (int8_t *)scr + m * L->kq;
         float *sl = sal + m * L->sal_stride, *ql = sql + m * L->sal_stride;
+        if (v->quant) {
+            v->quant(w, a, L->kq, q, sl, ql, L->sal_stride, sa, sum, (int8_t *)(scr + L->tmp_off));
+            continue;
+        }
         memset(q, 0, (size_t)L->kq);
         if (v->span) {
             memset(sl, 0, (size_t)L->sal_stride * sizeof(float));

@@ -363,6 +363,79 @@ TDM_TARGET_VNNI static void rows_vnni_i8(const tdm_nbits_job *j, int64_t n0, int
     }
 }
 
+/* A's int8 preparation for the VNNI variants (tdm_nbits_quant_fn): per block, codes rounded
+ * half away from zero as the generic one does (k_nbits.c), written in natural order (8-bit:
+ * the final order) and, for 4 bits, split per span of 128 into 64 evens then 64 odds (the
+ * int16 pairs' low and high bytes, vpmovwb); lane sums by vpdpbusd with ones. */
+TDM_TARGET_VNNI static void quant_vnni(const tdm_nbits_w *w, const float *a, int64_t kq, int8_t *q,
+                                       float *sal, float *sql, int64_t sal_stride, float *sa,
+                                       float *sum, int8_t *tmp) {
+    const int64_t K = w->K, bs = w->bs;
+    const bool q4 = w->bits == 4;
+    int8_t *nat = q4 ? tmp : q;
+    memset(nat, 0, (size_t)kq);
+    const __m512 half = _mm512_set1_ps(0.5f);
+    const __m512i signbit = _mm512_set1_epi32((int)0x80000000u);
+    for (int64_t b = 0; b < w->nb; b++) {
+        int64_t k0 = b * bs, k1 = k0 + bs < K ? k0 + bs : K;
+        __m512 mx = _mm512_setzero_ps();
+        for (int64_t k = k0; k < k1; k += 16) {
+            __mmask16 mk = k1 - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (k1 - k)) - 1);
+            mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_maskz_loadu_ps(mk, a + k)));
+        }
+        float amax = _mm512_reduce_max_ps(mx);
+        float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        const __m512 vinv = _mm512_set1_ps(inv);
+        __m512i qs = _mm512_setzero_si512();
+        for (int64_t k = k0; k < k1; k += 16) {
+            __mmask16 mk = k1 - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (k1 - k)) - 1);
+            __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, a + k), vinv);
+            __m512 h = _mm512_castsi512_ps(_mm512_or_si512(
+                _mm512_and_si512(_mm512_castps_si512(x), signbit), _mm512_castps_si512(half)));
+            __m512i c = _mm512_cvttps_epi32(_mm512_add_ps(x, h));
+            c = _mm512_maskz_mov_epi32(mk, c);
+            qs = _mm512_add_epi32(qs, c);
+            _mm_storeu_si128((__m128i *)(nat + k), _mm512_cvtepi32_epi8(c));
+        }
+        sa[b] = amax / 127.0f;
+        sum[b] = sa[b] * (float)_mm512_reduce_add_epi32(qs);
+    }
+    const int64_t span = q4 ? 128 : 64, epl = q4 ? 8 : 4, nsp = kq / span;
+    const __m512i ones = _mm512_set1_epi8(1);
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    for (int64_t sp = 0; sp < nsp; sp++) {
+        const int8_t *src = nat + sp * span;
+        if (q4) {
+            __m512i x0 = _mm512_loadu_si512(src), x1 = _mm512_loadu_si512(src + 64);
+            __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, x0);
+            __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, x1);
+            __m512i l8 = _mm512_add_epi32(_mm512_permutex2var_epi32(s0, ev, s1),
+                                          _mm512_permutex2var_epi32(s0, od, s1));
+            _mm512_storeu_ps(sql + sp * 16, _mm512_cvtepi32_ps(l8));
+            /* evens: the low byte of each int16; odds: the high byte */
+            __m256i e0 = _mm512_cvtepi16_epi8(_mm512_srai_epi16(_mm512_slli_epi16(x0, 8), 8));
+            __m256i e1 = _mm512_cvtepi16_epi8(_mm512_srai_epi16(_mm512_slli_epi16(x1, 8), 8));
+            __m256i o0 = _mm512_cvtepi16_epi8(_mm512_srai_epi16(x0, 8));
+            __m256i o1 = _mm512_cvtepi16_epi8(_mm512_srai_epi16(x1, 8));
+            int8_t *dst = q + sp * 128;
+            _mm256_storeu_si256((__m256i *)dst, e0);
+            _mm256_storeu_si256((__m256i *)(dst + 32), e1);
+            _mm256_storeu_si256((__m256i *)(dst + 64), o0);
+            _mm256_storeu_si256((__m256i *)(dst + 96), o1);
+        } else {
+            __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones,
+                                             _mm512_loadu_si512(src));
+            _mm512_storeu_ps(sql + sp * 16, _mm512_cvtepi32_ps(s0));
+        }
+    }
+    /* A's scale per lane */
+    for (int64_t l = 0; l < sal_stride; l++) {
+        int64_t blk = l * epl / bs;
+        sal[l] = blk < w->nb ? sa[blk] : 0.0f;
+    }
+}
+
 /* float path, as rows_avx2_f32 with 16 lanes. */
 TDM_TARGET_AVX512 static void rows_avx512_f32(const tdm_nbits_job *j, int64_t n0, int64_t n1) {
     const tdm_nbits_w *w = j->w;
@@ -412,8 +485,8 @@ typedef struct variant_entry {
 
 static const variant_entry variants[] = {
 #ifdef TDM_SIMD_X86
-    {TDM_ISA_AVX512_CORE_VNNI, 4, true, 16, {rows_vnni_i8, true, 64, 128, 16}},
-    {TDM_ISA_AVX512_CORE_VNNI, 8, true, 16, {rows_vnni_i8, true, 0, 64, 16}},
+    {TDM_ISA_AVX512_CORE_VNNI, 4, true, 16, {rows_vnni_i8, true, 64, 128, 16, quant_vnni}},
+    {TDM_ISA_AVX512_CORE_VNNI, 8, true, 16, {rows_vnni_i8, true, 0, 64, 16, quant_vnni}},
     {TDM_ISA_AVX2, 4, true, 16, {rows_avx2_i8, true, 32, 64, 8}},
     {TDM_ISA_AVX2, 8, true, 16, {rows_avx2_i8, true, 0, 32, 8}},
     {TDM_ISA_AVX512_CORE, 4, false, 32, {rows_avx512_f32, false, 16, 0, 0}},
