@@ -298,11 +298,14 @@ vnni_rows(const tdm_nbits_job *j, int64_t n, int R, bool q4, bool has_zp) {
     const __m512 zdef = _mm512_set1_ps((float)(1 << (w->bits - 1)));
     const __mmask16 fullm = (__mmask16)((1u << bps) - 1);
     vnni_ctx c;
-    if (R == 1 && n + 8 < w->N) { /* streaming from memory: ask for a row 8 ahead */
-        const char *p = (const char *)(w->b + (n + 8) * rowb);
+#ifndef NB_PF
+#define NB_PF 8
+#endif
+    if (R == 1 && n + NB_PF < w->N) { /* streaming from memory: ask for a row NB_PF ahead */
+        const char *p = (const char *)(w->b + (n + NB_PF) * rowb);
         for (int64_t o = 0; o < rowb; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
-        _mm_prefetch((const char *)(w->scales + (n + 8) * w->nb), _MM_HINT_T0);
-        if (has_zp) _mm_prefetch((const char *)(w->zp + (n + 8) * w->nb), _MM_HINT_T0);
+        _mm_prefetch((const char *)(w->scales + (n + NB_PF) * w->nb), _MM_HINT_T0);
+        if (has_zp) _mm_prefetch((const char *)(w->zp + (n + NB_PF) * w->nb), _MM_HINT_T0);
     }
     for (int r = 0; r < R; r++) {
         c.row[r] = w->b + (n + r) * rowb;
