@@ -326,6 +326,20 @@ vnni_rows(const tdm_nbits_job *j, int64_t n, int R, bool q4, bool has_zp) {
         vnni_span(&c, R, q4, has_zp, sp, tmask, (__mmask16)((1u << cnt) - 1), b0,
                   qa + sp * (q4 ? 128 : 64), _mm512_loadu_ps(sl + sp * 16),
                   _mm512_loadu_ps(ql + sp * 16), idx, zdef, acc);
+        if (R == 4) { /* the four sums at once: a 4 x 4 transpose-add per 128-bit lane */
+            __m512 t0 = _mm512_add_ps(_mm512_unpacklo_ps(acc[0], acc[1]),
+                                      _mm512_unpackhi_ps(acc[0], acc[1]));
+            __m512 t1 = _mm512_add_ps(_mm512_unpacklo_ps(acc[2], acc[3]),
+                                      _mm512_unpackhi_ps(acc[2], acc[3]));
+            __m512d d0 = _mm512_castps_pd(t0), d1 = _mm512_castps_pd(t1);
+            __m512 u = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(d0, d1)),
+                                     _mm512_castpd_ps(_mm512_unpackhi_pd(d0, d1)));
+            __m256 h = _mm256_add_ps(_mm512_castps512_ps256(u), _mm512_extractf32x8_ps(u, 1));
+            __m128 y = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+            if (j->bias) y = _mm_add_ps(y, _mm_loadu_ps(j->bias + n));
+            _mm_storeu_ps(j->Y + m * w->N + n, y);
+            continue;
+        }
         for (int r = 0; r < R; r++) {
             float y = _mm512_reduce_add_ps(acc[r]);
             j->Y[m * w->N + n + r] = j->bias ? y + j->bias[n + r] : y;
