@@ -10,7 +10,7 @@
  * Rows M <= TDM_NBITS_DECODE_ROWS take the decode path: the packed weights are read once per
  * call for all rows, with A quantized per block to int8 (int8 = true, accuracy_level 4:
  * VNNI / AVX2 byte products) or kept in float (the codes dequantized in registers); larger M
- * dequantizes B in row chunks into a float panel for tdm_sgemm. */
+ * dequantizes B in row chunks into a float panel for oneDNN's sgemm. */
 #ifndef TDM_CPU_K_NBITS_H
 #define TDM_CPU_K_NBITS_H
 
