@@ -14,8 +14,9 @@
  * float paths (other accuracy levels): codes are widened to float in registers and multiplied
  * with A's floats (4-bit: A per 32 elements as 16 evens then 16 odds), one block at a time.
  *
- * The zero-point term sum_b s * zp * (sum of A's block) is the same for all paths
- * (tdm_nbits_zterm). */
+ * The zero-point term sum_b s * zp * (sum of A's block): the int8 SIMD paths subtract it per
+ * lane (zp times A's codes summed over the lane, sql), the others once per row
+ * (tdm_nbits_zterm; for int8 with the block sums of A's int8 model). */
 #include <string.h>
 
 #include "backends/cpu/cpu_simd.h"
