@@ -145,6 +145,75 @@ TDM_TARGET_AVX2 static float zterm_avx2(const tdm_nbits_w *w, int64_t n, const f
     return zp ? hsum8(z) : hsum8(z) * (float)(1 << (w->bits - 1));
 }
 
+/* A's int8 preparation for the AVX2 variants (as quant_vnni below, 8 lanes): codes packed
+ * with vpackssdw / vpacksswb, 4-bit spans of 64 split into 32 evens then 32 odds, lane sums
+ * with vpmaddubsw + vpmaddwd. */
+TDM_TARGET_AVX2 static void quant_avx2(const tdm_nbits_w *w, const float *a, int64_t kq, int8_t *q,
+                                       float *sal, float *sql, int64_t sal_stride, float *sa,
+                                       float *sum, int8_t *tmp) {
+    const int64_t K = w->K, bs = w->bs;
+    const bool q4 = w->bits == 4;
+    int8_t *nat = q4 ? tmp : q;
+    memset(nat, 0, (size_t)kq);
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256 signbit = _mm256_set1_ps(-0.0f), half = _mm256_set1_ps(0.5f);
+    for (int64_t b = 0; b < w->nb; b++) {
+        int64_t k0 = b * bs, k1 = k0 + bs < K ? k0 + bs : K;
+        __m256 mx = _mm256_setzero_ps();
+        for (int64_t k = k0; k < k1; k += 8) {
+            __m256i mk = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)min64(8, k1 - k)), lane);
+            mx = _mm256_max_ps(mx, _mm256_andnot_ps(signbit, _mm256_maskload_ps(a + k, mk)));
+        }
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        float amax = _mm_cvtss_f32(m4);
+        float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        const __m256 vinv = _mm256_set1_ps(inv);
+        __m256i qs = _mm256_setzero_si256();
+        for (int64_t k = k0; k < k1; k += 8) {
+            __m256i mk = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)min64(8, k1 - k)), lane);
+            __m256 x = _mm256_mul_ps(_mm256_maskload_ps(a + k, mk), vinv);
+            __m256 h = _mm256_or_ps(_mm256_and_ps(x, signbit), half);
+            __m256i c = _mm256_and_si256(_mm256_cvttps_epi32(_mm256_add_ps(x, h)), mk);
+            qs = _mm256_add_epi32(qs, c);
+            __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(c, c), _mm256_setzero_si256());
+            __m128i c8 = _mm_unpacklo_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
+            _mm_storel_epi64((__m128i *)(nat + k), c8); /* k + 8 <= the block's end or kq */
+        }
+        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(qs), _mm256_extracti128_si256(qs, 1));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+        sa[b] = amax / 127.0f;
+        sum[b] = sa[b] * (float)_mm_cvtsi128_si32(s4);
+    }
+    const int64_t span = q4 ? 64 : 32, epl = q4 ? 8 : 4, nsp = kq / span;
+    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+    for (int64_t sp = 0; sp < nsp; sp++) {
+        const int8_t *src = nat + sp * span;
+        __m256i x0 = _mm256_loadu_si256((const __m256i *)src);
+        __m256i s0 = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, x0), ones16);
+        if (q4) {
+            __m256i x1 = _mm256_loadu_si256((const __m256i *)(src + 32));
+            __m256i s1 = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, x1), ones16);
+            __m256i l8 = _mm256_permute4x64_epi64(_mm256_hadd_epi32(s0, s1), 0xd8);
+            _mm256_storeu_ps(sql + sp * 8, _mm256_cvtepi32_ps(l8));
+            /* evens: the low byte of each int16; odds: the high byte */
+            __m256i e = _mm256_packs_epi16(_mm256_srai_epi16(_mm256_slli_epi16(x0, 8), 8),
+                                           _mm256_srai_epi16(_mm256_slli_epi16(x1, 8), 8));
+            __m256i o = _mm256_packs_epi16(_mm256_srai_epi16(x0, 8), _mm256_srai_epi16(x1, 8));
+            _mm256_storeu_si256((__m256i *)(q + sp * 64), _mm256_permute4x64_epi64(e, 0xd8));
+            _mm256_storeu_si256((__m256i *)(q + sp * 64 + 32), _mm256_permute4x64_epi64(o, 0xd8));
+        } else {
+            _mm256_storeu_ps(sql + sp * 8, _mm256_cvtepi32_ps(s0));
+        }
+    }
+    for (int64_t l = 0; l < sal_stride; l++) {
+        int64_t blk = l * epl / bs;
+        sal[l] = blk < w->nb ? sa[blk] : 0.0f;
+    }
+}
+
 /* int8 path, 4 or 8 bits: spans of 32 bytes. */
 TDM_TARGET_AVX2 static void rows_avx2_i8(const tdm_nbits_job *j, int64_t n0, int64_t n1) {
     const tdm_nbits_w *w = j->w;
@@ -505,8 +574,8 @@ static const variant_entry variants[] = {
 #ifdef TDM_SIMD_X86
     {TDM_ISA_AVX512_CORE_VNNI, 4, true, 16, {rows_vnni_i8, true, 64, 128, 16, quant_vnni}},
     {TDM_ISA_AVX512_CORE_VNNI, 8, true, 16, {rows_vnni_i8, true, 0, 64, 16, quant_vnni}},
-    {TDM_ISA_AVX2, 4, true, 16, {rows_avx2_i8, true, 32, 64, 8}},
-    {TDM_ISA_AVX2, 8, true, 16, {rows_avx2_i8, true, 0, 32, 8}},
+    {TDM_ISA_AVX2, 4, true, 16, {rows_avx2_i8, true, 32, 64, 8, quant_avx2}},
+    {TDM_ISA_AVX2, 8, true, 16, {rows_avx2_i8, true, 0, 32, 8, quant_avx2}},
     {TDM_ISA_AVX512_CORE, 4, false, 32, {rows_avx512_f32, false, 16, 0, 0}},
     {TDM_ISA_AVX512_CORE, 8, false, 16, {rows_avx512_f32, false, 0, 0, 0}},
     {TDM_ISA_AVX2, 4, false, 32, {rows_avx2_f32, false, 16, 0, 0}},
