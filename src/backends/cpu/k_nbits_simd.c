@@ -214,56 +214,83 @@ TDM_TARGET_AVX2 static void quant_avx2(const tdm_nbits_w *w, const float *a, int
     }
 }
 
-/* int8 path, 4 or 8 bits: spans of 32 bytes. */
-TDM_TARGET_AVX2 static void rows_avx2_i8(const tdm_nbits_job *j, int64_t n0, int64_t n1) {
+/* int8 path, 4 or 8 bits: spans of 32 bytes; R <= 4 rows of B share the loads of A. */
+__attribute__((always_inline)) TDM_TARGET_AVX2 static inline void
+avx2_rows(const tdm_nbits_job *j, int64_t n, int R, bool q4, bool has_zp) {
     const tdm_nbits_w *w = j->w;
-    const bool q4 = w->bits == 4;
     const int64_t rowb = row_bytes(w), nsp = (rowb + 31) / 32, tail = rowb - (nsp - 1) * 32;
     const int64_t span = q4 ? 64 : 32, bps = span / w->bs > 0 ? span / w->bs : 1;
     const int bshift = __builtin_ctzll((unsigned long long)w->bs);
     const __m256i idx = _mm256_loadu_si256((const __m256i *)j->lane_block);
     const __m256i nib = _mm256_set1_epi8(15), one = _mm256_set1_epi16(1);
     const __m256 zdef = _mm256_set1_ps((float)(1 << (w->bits - 1)));
-    for (int64_t n = n0; n < n1; n++) {
-        const uint8_t *row = w->b + n * rowb;
-        const float *s = w->scales + n * w->nb, *zr = w->zp ? w->zp + n * w->nb : NULL;
-        for (int64_t m = 0; m < j->M; m++) {
-            const int8_t *qa = (const int8_t *)j->a + m * j->kq;
-            const float *sl = j->sal + m * j->sal_stride, *ql = j->sql + m * j->sal_stride;
-            __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-            for (int64_t sp = 0; sp < nsp; sp++) {
-                __m256i wv = sp + 1 < nsp ? _mm256_loadu_si256((const __m256i *)(row + sp * 32))
-                                          : load_tail32(row + sp * 32, tail);
+    const uint8_t *row[4];
+    const float *sr[4], *zr[4];
+    for (int r = 0; r < R; r++) {
+        row[r] = w->b + (n + r) * rowb;
+        sr[r] = w->scales + (n + r) * w->nb;
+        zr[r] = has_zp ? w->zp + (n + r) * w->nb : NULL;
+    }
+    for (int64_t m = 0; m < j->M; m++) {
+        const int8_t *qa = (const int8_t *)j->a + m * j->kq;
+        const float *sl = j->sal + m * j->sal_stride, *ql = j->sql + m * j->sal_stride;
+        __m256 acc[4];
+        for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+        for (int64_t sp = 0; sp < nsp; sp++) {
+            const int8_t *q = qa + sp * span;
+            __m256i e = _mm256_loadu_si256((const __m256i *)q);
+            __m256i o = q4 ? _mm256_loadu_si256((const __m256i *)(q + 32)) : e;
+            __m256 sal = _mm256_loadu_ps(sl + sp * 8), qsl = _mm256_loadu_ps(ql + sp * 8);
+            int64_t b0 = (sp * span) >> bshift, cnt = min64(bps, w->nb - b0);
+            for (int r = 0; r < R; r++) {
+                __m256i wv = sp + 1 < nsp
+                                 ? _mm256_loadu_si256((const __m256i *)(row[r] + sp * 32))
+                                 : load_tail32(row[r] + sp * 32, tail);
                 __m256i lo = _mm256_and_si256(wv, nib);
                 __m256i hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4), nib);
                 __m256i d;
                 if (q4) {
-                    const int8_t *q = qa + sp * 64;
-                    __m256i p = _mm256_add_epi16(
-                        _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)q)),
-                        _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q + 32))));
+                    __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, e),
+                                                 _mm256_maddubs_epi16(hi, o));
                     d = _mm256_madd_epi16(p, one);
                 } else { /* the byte split in nibbles keeps vpmaddubsw's sums in int16 */
-                    __m256i q = _mm256_loadu_si256((const __m256i *)(qa + sp * 32));
-                    __m256i dl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, q), one);
-                    __m256i dh = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, q), one);
+                    __m256i dl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, e), one);
+                    __m256i dh = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, e), one);
                     d = _mm256_add_epi32(dl, _mm256_slli_epi32(dh, 4));
                 }
-                int64_t b0 = (sp * span) >> bshift, cnt = min64(bps, w->nb - b0);
-                __m256 sc = _mm256_mul_ps(lane_scales8(s + b0, cnt, idx),
-                                          _mm256_loadu_ps(sl + sp * 8));
-                __m256 zl = zr ? lane_scales8(zr + b0, cnt, idx) : zdef;
+                __m256 sc = _mm256_mul_ps(lane_scales8(sr[r] + b0, cnt, idx), sal);
+                __m256 zl = has_zp ? lane_scales8(zr[r] + b0, cnt, idx) : zdef;
                 /* (sum qa q - zp sum qa) per lane, times s sa */
-                __m256 t = _mm256_fnmadd_ps(zl, _mm256_loadu_ps(ql + sp * 8), _mm256_cvtepi32_ps(d));
-                if (sp & 1)
-                    acc1 = _mm256_fmadd_ps(t, sc, acc1);
-                else
-                    acc0 = _mm256_fmadd_ps(t, sc, acc0);
+                __m256 t = _mm256_fnmadd_ps(zl, qsl, _mm256_cvtepi32_ps(d));
+                acc[r] = _mm256_fmadd_ps(t, sc, acc[r]);
             }
-            float y = hsum8(_mm256_add_ps(acc0, acc1));
-            j->Y[m * w->N + n] = j->bias ? y + j->bias[n] : y;
+        }
+        for (int r = 0; r < R; r++) {
+            float y = hsum8(acc[r]);
+            j->Y[m * w->N + n + r] = j->bias ? y + j->bias[n + r] : y;
         }
     }
+}
+
+/* B larger than this streams from memory: one row of B at a time (see rows_vnni_i8) */
+#define NB_CACHED_BYTES ((int64_t)2 << 20)
+
+#define AVX2_VARIANT(name, q4, zp)                                                              \
+    TDM_TARGET_AVX2 static void name(const tdm_nbits_job *j, int64_t n0, int64_t n1) {         \
+        int64_t n = n0;                                                                         \
+        if (j->w->N * row_bytes(j->w) <= NB_CACHED_BYTES)                                       \
+            for (; n + 4 <= n1; n += 4) avx2_rows(j, n, 4, q4, zp);                             \
+        for (; n < n1; n++) avx2_rows(j, n, 1, q4, zp);                                         \
+    }
+AVX2_VARIANT(avx2_q4, true, false)
+AVX2_VARIANT(avx2_q4_zp, true, true)
+AVX2_VARIANT(avx2_q8, false, false)
+AVX2_VARIANT(avx2_q8_zp, false, true)
+
+TDM_TARGET_AVX2 static void rows_avx2_i8(const tdm_nbits_job *j, int64_t n0, int64_t n1) {
+    bool zp = j->w->zp != NULL;
+    if (j->w->bits == 4) zp ? avx2_q4_zp(j, n0, n1) : avx2_q4(j, n0, n1);
+    else zp ? avx2_q8_zp(j, n0, n1) : avx2_q8(j, n0, n1);
 }
 
 /* float path: 4 bits (A per 32 elements: 16 evens, 16 odds) or 8 bits; bs % 32 == 0. */
@@ -435,8 +462,6 @@ VNNI_VARIANT(vnni_q4_zp_1, true, true, 1)
 VNNI_VARIANT(vnni_q8_1, false, false, 1)
 VNNI_VARIANT(vnni_q8_zp_1, false, true, 1)
 
-/* B larger than this streams from memory */
-#define NB_CACHED_BYTES ((int64_t)2 << 20)
 
 TDM_TARGET_VNNI static void rows_vnni_i8(const tdm_nbits_job *j, int64_t n0, int64_t n1) {
     const tdm_nbits_w *w = j->w;
