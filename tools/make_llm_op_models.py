@@ -8,8 +8,10 @@ ONNX Runtime quantizes A to int8 per block, and tandem does too on the decode pa
 the prefill path: compare within the int8 rounding of A, see ACC4_TOL), nbits_gbq_* (exact
 up to float rounding).
 
-Deterministic: fixed seeds. Usage: tools/make_llm_op_models.py [OUT_DIR]  (default tests/models_llm)
-Only the nbits_* folders of OUT_DIR are replaced."""
+Also writes malformed nodes (nbits_bad_*) into tests/bad_models for test_bad_models.
+
+Deterministic: fixed seeds. Usage: tools/make_llm_op_models.py [OUT_DIR [BAD_DIR]]
+(default tests/models_llm, tests/bad_models). Only the nbits_* folders there are replaced."""
 import os
 import shutil
 import sys
@@ -151,8 +153,48 @@ def gather_bq(out_dir, name, seed, *, bits, bs, rows, cols, idx, zp, idx_type=np
     print(f"{name}: ok")
 
 
+def bad_models(bad_dir):
+    """Malformed nodes for tests/bad_models (test_bad_models): each must be refused at load
+    with TDM_ERR_INVALID_MODEL and the message given."""
+    def mm(name, expect, *, K=64, N=8, bits=4, bs=32, b_shape=None):
+        nb = (K + bs - 1) // bs if bs > 0 else 1
+        blob = max(bs * bits // 8, 1)
+        B = np.zeros(b_shape or (N, nb, blob), np.uint8)
+        node = helper.make_node("MatMulNBits", ["A", "B", "scales"], ["Y"], domain="com.microsoft",
+                                K=K, N=N, bits=bits, block_size=bs)
+        g = helper.make_graph([node], name, [helper.make_tensor_value_info("A", TensorProto.FLOAT, [1, K])],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, N])],
+                              [numpy_helper.from_array(B, "B"),
+                               numpy_helper.from_array(np.ones(N * nb, np.float32), "scales")])
+        write_bad(bad_dir, name, helper.make_model(g, opset_imports=OPSETS, ir_version=10), expect)
+
+    mm("nbits_bad_block_size", "block_size 24 must be a power of 2", bs=24)
+    mm("nbits_bad_bits", "bits 3 is not supported", bits=3)
+    mm("nbits_bad_b_shape", "B has shape [8, 3, 16], expected [8, 2, 16]", b_shape=(8, 3, 16))
+    node = helper.make_node("GatherBlockQuantized", ["data", "indices", "scales"], ["Y"],
+                            domain="com.microsoft", bits=4, block_size=16, gather_axis=1,
+                            quantize_axis=0)
+    g = helper.make_graph([node], "gbq", [helper.make_tensor_value_info("indices", TensorProto.INT64, [2])],
+                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(np.zeros((32, 8), np.uint8), "data"),
+                           numpy_helper.from_array(np.ones((2, 16), np.float32), "scales")])
+    write_bad(bad_dir, "nbits_bad_gather_axis", helper.make_model(g, opset_imports=OPSETS, ir_version=10),
+              "gather_axis must be 0 for uint8 data")
+
+
+def write_bad(bad_dir, name, model, message):
+    d = os.path.join(bad_dir, name)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    onnx.save(model, os.path.join(d, "model.onnx"))
+    with open(os.path.join(d, "expect.txt"), "w") as f:
+        f.write(f"invalid model\n{message}\n")
+    print(f"{name}: refused with '{message}'")
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "tests/models_llm"
+    bad_models(sys.argv[2] if len(sys.argv) > 2 else "tests/bad_models")
     os.makedirs(out, exist_ok=True)
     for d in os.listdir(out):
         if d.startswith("nbits_"):

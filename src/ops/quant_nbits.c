@@ -42,7 +42,8 @@ static tdm_status *infer_matmul_nbits(tdm_infer_ctx *c) {
     int64_t K = tdm_attr_int(n, "K", -1), N = tdm_attr_int(n, "N", -1);
     int64_t bits = tdm_attr_int(n, "bits", 4), bs = tdm_attr_int(n, "block_size", -1);
     int64_t acc = tdm_attr_int(n, "accuracy_level", 0);
-    if (K < 1 || N < 1) return BAD("attributes K (%lld) and N (%lld) must be positive", LL(K), LL(N));
+    if (K < 1 || N < 1)
+        return BAD("attributes K (%lld) and N (%lld) must be positive", LL(K), LL(N));
     if (bits != 2 && bits != 4 && bits != 8)
         return BAD("bits %lld is not supported (2, 4 or 8)", LL(bits));
     if (!pow2_at_least16(bs))
@@ -58,7 +59,7 @@ static tdm_status *infer_matmul_nbits(tdm_infer_ctx *c) {
                               tdm_dtype_name(t));
     if (a->rank == 0) return BAD("input A must not be a scalar");
     if (a->rank > 0 && a->dims[a->rank - 1] >= 0 && a->dims[a->rank - 1] != K)
-        return BAD("A's last dim is %lld, attribute K is %lld", LL((long long)a->dims[a->rank - 1]), LL(K));
+        return BAD("A's last dim is %lld, attribute K is %lld", LL(a->dims[a->rank - 1]), LL(K));
     if (b->dtype != TDM_UNDEFINED && b->dtype != TDM_UINT8)
         return tdm_node_error(n, TDM_ERR_INVALID_MODEL, "input B has type %s, not uint8",
                               tdm_dtype_name(b->dtype));
@@ -104,7 +105,8 @@ static tdm_status *infer_matmul_nbits(tdm_infer_ctx *c) {
                               tdm_dtype_name(c->in[4].dtype));
     if (c->n_in > 5 && c->in[5].present) {
         int64_t bc = info_count(&c->in[5]);
-        if (bc >= 0 && bc != N) return BAD("bias has %lld values, expected N = %lld", LL(bc), LL(N));
+        if (bc >= 0 && bc != N)
+            return BAD("bias has %lld values, expected N = %lld", LL(bc), LL(N));
     }
     tdm_value_info *y = &c->out[0];
     y->dtype = t;
@@ -166,7 +168,8 @@ static tdm_status *infer_gather_bq(tdm_infer_ctx *c) {
             return tdm_node_error(n, TDM_ERR_INVALID_MODEL, "zero_points have type %s, not uint8",
                                   tdm_dtype_name(z->dtype));
         if (z->rank >= 0 && s->rank >= 0) {
-            if (z->rank != r) return BAD("zero_points have rank %lld, data %lld", LL(z->rank), LL(r));
+            if (z->rank != r)
+                return BAD("zero_points have rank %lld, data %lld", LL(z->rank), LL(r));
             for (int i = 0; i < r; i++) {
                 int64_t want = s->dims[i];
                 if (want >= 0 && i == r - 1) want = (want * bits + 7) / 8;

@@ -68,6 +68,8 @@ static const promise promised[] = {
     {"reduce", "", "Softmax", WA},
     {"reduce", "", "LayerNormalization", WA},
     {"fused", TDM_FUSED_DOMAIN, "Attention", WA},
+    {"nbits", "com.microsoft", "MatMulNBits", WA},
+    {"nbits", "com.microsoft", "GatherBlockQuantized", WA},
 };
 #define N_PROMISED (sizeof promised / sizeof promised[0])
 
@@ -432,6 +434,12 @@ static void test_promises_kept(void **state) {
     static const char *const models[] = {"bert_layer", "dlrm_like", "mobilenet_block",
                                          "resnet_blocks", "yolo_like_head", "mlp_dynamic_batch"};
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) run_model_dir(cpu, models[i]);
+    /* the LLM op models (tests/models_llm): decode, prefill and the int8 path, a gather */
+    static const char *const llm_models[] = {
+        "../models_llm/nbits_q4_zpu8_m1_acc0", "../models_llm/nbits_q8_m70_acc0",
+        "../models_llm/nbits_q4_zpu8_kpad_m3_acc4", "../models_llm/nbits_gbq_q4_zp"};
+    for (size_t i = 0; i < sizeof llm_models / sizeof llm_models[0]; i++)
+        run_model_dir(cpu, llm_models[i]);
     built_plain_ops(cpu);
     built_fused_ops(cpu);
     built_blocked_ops(cpu);

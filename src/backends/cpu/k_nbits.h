@@ -10,7 +10,7 @@
  * Rows M <= TDM_NBITS_DECODE_ROWS take the decode path: the packed weights are read once per
  * call for all rows, with A quantized per block to int8 (int8 = true, accuracy_level 4:
  * VNNI / AVX2 byte products) or kept in float (the codes dequantized in registers); larger M
- * dequantizes B in row chunks into a float panel for tdm_sgemm. */
+ * dequantizes B in row chunks into a float panel for oneDNN's sgemm. */
 #ifndef TDM_CPU_K_NBITS_H
 #define TDM_CPU_K_NBITS_H
 
@@ -62,6 +62,11 @@ typedef struct tdm_nbits_job {
 } tdm_nbits_job;
 
 typedef void (*tdm_nbits_rows_fn)(const tdm_nbits_job *j, int64_t n0, int64_t n1);
+/* int8 paths: one row a[K] of A into the variant's codes q[kq] (zeros past K), sal and sql
+ * (per lane, sal_stride entries), sa and sum (per block); tmp: kq bytes of scratch. */
+typedef void (*tdm_nbits_quant_fn)(const tdm_nbits_w *w, const float *a, int64_t kq, int8_t *q,
+                                   float *sal, float *sql, int64_t sal_stride, float *sa,
+                                   float *sum, int8_t *tmp);
 
 /* A variant: how A is laid out and the loop over rows of B. */
 typedef struct tdm_nbits_variant {
@@ -70,6 +75,7 @@ typedef struct tdm_nbits_variant {
     int half;       /* A in spans of 2*half elements, evens then odds (4-bit); 0 = natural */
     int span;       /* int8 SIMD: elements per span (one vector of B) */
     int lanes;      /* int8 SIMD: int32 lanes per span (sal entries per span) */
+    tdm_nbits_quant_fn quant; /* int8: A's preparation; NULL = the generic one (k_nbits.c) */
 } tdm_nbits_variant;
 
 /* The variant for a level, bits, path and block size (always one: portable last). */
