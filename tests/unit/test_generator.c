@@ -15,7 +15,9 @@
  *    GroupQueryAttention with the shared KV cache through I/O binding, MatMulNBits, ...):
  *    greedy ids and the first steps' logits equal ONNX Runtime GenAI's (expected.json, from
  *    tests/llm/make_genai_expected.py), and decode steps allocate the same (reported; 0
- *    expected) every step. Skipped while the build lacks the folder's operators. */
+ *    expected) every step; with float activations (tiny_genai_acc0) the logits after a
+ *    prefill of the whole sequence and after one-token runs agree within 1e-4 (the shared
+ *    cache is exact). Skipped while the build lacks the folder's operators. */
 #include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -583,6 +585,54 @@ static void test_cancel_thread(void **state) {
     tdm_env_free(env);
 }
 
+/* The shared KV cache is exact: on the GenAI folder with float activations (accuracy_level
+ * 0), the logits after a prefill of the whole sequence, after a prefill and one-token runs,
+ * and after one-token runs only agree within 1e-4. */
+static void test_genai_cache_consistency(void **state) {
+    (void)state;
+    tdm_env *env = new_env(NULL);
+    tdm_generator_options o;
+    memset(&o, 0, sizeof o);
+    o.struct_size = sizeof o;
+    o.max_length = 48;
+    o.threads = 1;
+    tdm_generator *g = NULL;
+    tdm_status *st = tdm_generator_create(env, TINY_GENAI "_acc0", &o, &g);
+    if (tdm_status_code(st) == TDM_ERR_UNSUPPORTED) {
+        fprintf(stderr, "[ skip ] the GenAI folder needs operators this build lacks\n");
+        tdm_status_free(st);
+        tdm_env_free(env);
+        skip();
+    }
+    OK(st);
+    int32_t seq[40];
+    uint64_t x = 12345;
+    for (int i = 0; i < 40; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        seq[i] = (int32_t)(3 + (x >> 33) % 380);
+    }
+    const float *l;
+    size_t v;
+    OK(tdm_generator_append(g, seq, 40));
+    OK(tdm_generator_logits(g, &l, &v));
+    float *ref = malloc(v * sizeof *ref);
+    memcpy(ref, l, v * sizeof *ref);
+    const size_t splits[3] = {39, 7, 0}; /* prefill this many, then one token per run */
+    for (int k = 0; k < 3; k++) {
+        tdm_generator_reset(g);
+        if (splits[k]) OK(tdm_generator_append(g, seq, splits[k]));
+        for (size_t i = splits[k]; i < 40; i++) OK(tdm_generator_append(g, seq + i, 1));
+        OK(tdm_generator_logits(g, &l, &v));
+        double worst = 0;
+        for (size_t i = 0; i < v; i++) worst = fmax(worst, fabs((double)l[i] - ref[i]));
+        if (worst > 1e-4) fprintf(stderr, "prefill %zu + one-token runs: max |diff| %g\n", splits[k], worst);
+        assert_true(worst <= 1e-4);
+    }
+    free(ref);
+    tdm_generator_free(g);
+    tdm_env_free(env);
+}
+
 static void test_folder(void **state) {
     (void)state;
     tdm_env *env = new_env(NULL);
@@ -625,6 +675,7 @@ int main(void) {
         cmocka_unit_test(test_sampling),
         cmocka_unit_test(test_stop_and_limits),
         cmocka_unit_test(test_genai_folder),
+        cmocka_unit_test(test_genai_cache_consistency),
         cmocka_unit_test(test_folder),
         cmocka_unit_test(test_binding_device_refused),
         cmocka_unit_test(test_cancel_thread),
