@@ -188,8 +188,11 @@ def run_engine(engine, a, threads, p, g):
                "--threads", str(threads), "--prompt-tokens", str(p), "--gen-tokens", str(g),
                "--reps", str(a.reps), "--warmup", "1"]
     else:
+        # pp P = a P-token prefill; tg G @ dP = G decode steps after a P-token context (the same
+        # position as the ort-genai worker's decode case)
         cmd = [a.tandem, "bench", a.model_dir, "--llm", "--prompt-tokens", str(p), "--gen-tokens", str(g),
-               "--threads", str(threads), "--warmup", "1", "--repetitions", str(a.reps), "--json"]
+               "--depth", str(p), "--threads", str(threads), "--warmup", "1", "--repetitions", str(a.reps),
+               "--json"]
     rc, out, err, rss = run_measured(cmd, a.timeout)
     doc = last_json(out) if rc == 0 else None
     res = {"engine": engine, "threads": threads, "prompt_tokens": p, "gen_tokens": g, "peak_rss_bytes": rss,
@@ -199,8 +202,9 @@ def run_engine(engine, a, threads, p, g):
         return res
     res["raw"] = doc
     res["prefill_tokens_per_s"] = lookup(doc, ["prefill_tokens_per_s", "pp_tokens_per_s", "pp.tokens_per_s", "pp"])
-    res["decode_tokens_per_s"] = lookup(doc, ["decode_tokens_per_s", "tg_tokens_per_s", "tg.tokens_per_s", "tg"])
-    res["ttft_ms"] = lookup(doc, ["ttft_ms", "time_to_first_token_ms"])
+    res["decode_tokens_per_s"] = lookup(doc, ["decode_tokens_per_s", "tg_depth.tokens_per_s", "tg_tokens_per_s",
+                                              "tg.tokens_per_s", "tg"])
+    res["ttft_ms"] = lookup(doc, ["ttft_ms", "time_to_first_token_ms", "pp.ttft_ms"])
     return res
 
 

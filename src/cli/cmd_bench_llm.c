@@ -10,24 +10,26 @@
 #include <time.h>
 
 #include "cli.h"
+#include "cmd_bench.h"
 #include "cmd_generate.h"
 #include "tandem/generator.h"
 
 static void llm_usage(FILE *f) {
     fprintf(f,
             "usage: tandem bench MODEL_DIR --llm [--prompt-tokens P] [--gen-tokens G] [--depth D]\n"
-            "                    [--repetitions R] [--threads N] [--seed S] [--json]\n\n"
+            "                    [--repetitions R] [--warmup W] [--threads N] [--seed S] [--json]\n\n"
             "Measures a language model folder (see tandem generate) as llama-bench does: pp P is\n"
             "the prefill of a P-token prompt in one run (tokens/s); tg G is G decode steps of one\n"
             "token each from an empty context; with --depth D, also G decode steps after a D-token\n"
-            "context. Each figure is the mean ± standard deviation of R repetitions after one\n"
-            "untimed warm-up. Prompts are random token ids (seeded); eos tokens do not stop.\n"
+            "context. Each figure is the mean ± standard deviation of R repetitions after W\n"
+            "untimed warm-ups. Prompts are random token ids (seeded); eos tokens do not stop.\n"
             "Prints the peak resident memory (RSS) of the process at the end.\n"
             "  --llm              this benchmark (MODEL_DIR is a model folder)\n"
             "  --prompt-tokens P  prompt length of the pp test (default 512; 0 = no pp test)\n"
             "  --gen-tokens G     decode steps of the tg tests (default 128; 0 = none)\n"
             "  --depth D          also decode G tokens after a D-token context (e.g. 1000)\n"
             "  --repetitions R    timed repetitions of each test (default 5)\n"
+            "  --warmup W         untimed warm-up rounds of every test first (default 1)\n"
             "  --threads N        intra-op threads (default: all cores)\n"
             "  --seed S           seed of the random prompts (default 1)\n"
             "  --json             print one JSON object instead of the table\n");
@@ -35,13 +37,13 @@ static void llm_usage(FILE *f) {
 
 typedef struct llm_args {
     const char *dir;
-    long pp, tg, depth, reps, threads;
+    long pp, tg, depth, reps, warmup, threads;
     unsigned long long seed;
     bool json;
 } llm_args;
 
 static int parse(int argc, char **argv, llm_args *a) {
-    a->pp = 512, a->tg = 128, a->reps = 5, a->seed = 1;
+    a->pp = 512, a->tg = 128, a->reps = 5, a->warmup = 1, a->seed = 1;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
         long *dst = NULL, lo = 0;
@@ -61,6 +63,8 @@ static int parse(int argc, char **argv, llm_args *a) {
             dst = &a->depth;
         } else if (!strcmp(o, "--repetitions")) {
             dst = &a->reps, lo = 1;
+        } else if (!strcmp(o, "--warmup")) {
+            dst = &a->warmup;
         } else if (!strcmp(o, "--threads")) {
             dst = &a->threads;
         } else if (!strcmp(o, "--seed")) {
@@ -215,15 +219,21 @@ int cmd_bench_llm(int argc, char **argv) {
     size_t vocab = 0;
     if (!st) st = tdm_generator_append(gen, &zero, 1);
     if (!st) vocab = tdm_generator_vocab_size(gen);
-    if (!st && a.pp) {
-        random_ids(ids, (size_t)a.pp, vocab, a.seed);
-        tdm_generator_reset(gen);
-        st = tdm_generator_append(gen, ids, (size_t)a.pp);
-    }
     double ignore;
-    if (!st && a.tg) {
-        random_ids(ids, 2, vocab, a.seed);
-        st = decode_run(gen, ids, 1, (size_t)(a.tg < 8 ? a.tg : 8), &ignore);
+    for (long w = 0; !st && w < a.warmup; w++) {
+        if (a.pp) {
+            random_ids(ids, (size_t)a.pp, vocab, a.seed);
+            tdm_generator_reset(gen);
+            st = tdm_generator_append(gen, ids, (size_t)a.pp);
+        }
+        if (!st && a.tg) {
+            random_ids(ids, 2, vocab, a.seed);
+            st = decode_run(gen, ids, 1, (size_t)(a.tg < 8 ? a.tg : 8), &ignore);
+        }
+        if (!st && a.tg && a.depth) {
+            random_ids(ids, (size_t)a.depth + 1, vocab, a.seed);
+            st = decode_run(gen, ids, (size_t)a.depth + 1, (size_t)(a.tg < 8 ? a.tg : 8), &ignore);
+        }
     }
     for (size_t r = 0; !st && r < reps; r++) {
         if (a.pp) {
@@ -254,8 +264,12 @@ int cmd_bench_llm(int argc, char **argv) {
     getrusage(RUSAGE_SELF, &ru);
     double rss_mib = (double)ru.ru_maxrss / 1024.0; /* Linux: KiB */
     if (a.json) {
-        printf("{\n  \"model\": \"%s\", \"threads\": %ld, \"repetitions\": %zu, \"kv_cache\": \"%s\",\n",
-               a.dir, a.threads, reps, tdm_generator_form(gen));
+        printf("{\n  \"model\": ");
+        bench_json_string(stdout, a.dir);
+        printf(", \"isa\": ");
+        bench_json_string(stdout, tdm_env_device_isa(env, 0) ? tdm_env_device_isa(env, 0) : "");
+        printf(", \"threads\": %ld, \"repetitions\": %zu, \"kv_cache\": \"%s\",\n", a.threads,
+               reps, tdm_generator_form(gen));
         if (a.pp) json_figure("pp", a.pp, 0, &pp, reps, false);
         if (a.tg) json_figure("tg", a.tg, 0, &tg, reps, false);
         if (a.tg && a.depth) json_figure("tg_depth", a.tg, a.depth, &td, reps, false);
@@ -277,8 +291,9 @@ int cmd_bench_llm(int argc, char **argv) {
             snprintf(test, sizeof test, "tg%ld @ d%ld", a.tg, a.depth);
             print_row(a.dir, test, &td);
         }
-        printf("threads %ld, %zu repetitions, KV cache: %s; peak RSS %.1f MiB\n", a.threads, reps,
-               tdm_generator_form(gen), rss_mib);
+        printf("threads %ld, %zu repetitions, KV cache: %s; peak RSS %.1f MiB; CPU ISA %s\n", a.threads,
+               reps, tdm_generator_form(gen), rss_mib,
+               tdm_env_device_isa(env, 0) ? tdm_env_device_isa(env, 0) : "?");
     }
     rc = 0;
 done:
