@@ -4,7 +4,7 @@ without changing any weight.
 
     tools/gguf_to_onnx.py GGUF_FILE OUT_DIR [--max-length N] [--external-data]
                           [--embed-op GatherBlockQuantized|DequantizeLinear] [--q4-1-form zp|offset]
-                          [--accuracy-level 4] [--lm-head-accuracy-level 0] [--no-verify]
+                          [--accuracy-level 0|4] [--lm-head-accuracy-level 0] [--no-verify]
 
 OUT_DIR receives genai_config.json, model.onnx (+ model.onnx.data with --external-data), tokenizer.json and
 tokenizer_config.json (see /work/llm-contract.md for the graph).
@@ -228,7 +228,11 @@ def main():
     ap.add_argument("--external-data", action="store_true", help="weights in model.onnx.data")
     ap.add_argument("--embed-op", choices=["GatherBlockQuantized", "DequantizeLinear"], default="GatherBlockQuantized",
                     help="GatherBlockQuantized bits 8 (ORT 1.32 accepts it) or opset-21 DequantizeLinear + Gather")
-    ap.add_argument("--accuracy-level", type=int, default=4, help="MatMulNBits accuracy_level of the 4-bit layers")
+    ap.add_argument("--accuracy-level", type=int, default=None,
+                    help="MatMulNBits accuracy_level of the 4-bit layers (default 0 for --q4-1-form zp, 4 for "
+                         "offset: with float zero points ONNX Runtime computes in float32 whatever the level, and "
+                         "level 0 asks other runtimes (tandem) for the same, so greedy outputs agree; offset is "
+                         "ORT's int8 fast path)")
     ap.add_argument("--lm-head-accuracy-level", type=int, default=0,
                     help="accuracy_level of the 8-bit lm head (0: ORT computes it in float32; 4: ORT quantises "
                          "the activations to int8)")
@@ -238,6 +242,8 @@ def main():
                          "runs float zero points on a slow path)")
     ap.add_argument("--no-verify", action="store_true")
     a = ap.parse_args()
+    if a.accuracy_level is None:
+        a.accuracy_level = 4 if a.q4_1_form == "offset" else 0
 
     conv = Converter(a.gguf_file, verify=not a.no_verify)
     cfg, ctx = conv.config(a.max_length)

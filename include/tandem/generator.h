@@ -80,7 +80,10 @@ typedef struct tdm_generator_options {
     tdm_sampling sampling;
     const int32_t *stop_ids; /* tokens that end generation besides the folder's eos ids */
     size_t n_stop_ids;
-    bool ignore_eos;       /* do not stop at the folder's eos ids (benchmarks) */
+    bool ignore_eos;       /* the folder's eos ids neither end generation nor are sampled
+                              (their logits are set to -inf before sampling, as llama.cpp's
+                              --ignore-eos and ORT GenAI's min_length do): fixed-length runs
+                              for benchmarks and reference comparisons */
     bool dynamic_mask;     /* shared KV cache only: attention_mask as [1, tokens so far]
                               instead of the default [1, max_length] with ones for the tokens
                               so far and zeros after (GroupQueryAttention reads the lengths

@@ -19,6 +19,7 @@
  *    next run, and stay valid until that binding runs again. The first run gets empty pasts.
  * Logits: a decode step writes them into a [1, 1, vocab] tensor bound once; a prefill's
  * [1, n, vocab] is made by the run. The last row is copied out. */
+#include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -60,6 +61,7 @@ struct tdm_generator {
     int32_t *tokens;        /* max_length */
     size_t n_tokens, n_cached;
     int32_t *stop;          /* the eos ids (unless ignore_eos) and the stop ids */
+    bool ignore_eos;        /* eos ids are never sampled (their logits are set to -inf) */
     size_t n_stop;
     int32_t eos[TDM_LLM_MAX_EOS];
     size_t n_eos;
@@ -250,7 +252,8 @@ static tdm_status *set_stops(tdm_generator *g, const tdm_generator_options *o) {
         return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_generator_options: n_stop_ids without stop_ids");
     g->stop = tdm_calloc(g->a, g->n_eos + n_user + 1, sizeof *g->stop);
     if (!g->stop) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory creating a generator");
-    if (!(o && o->ignore_eos))
+    g->ignore_eos = o && o->ignore_eos;
+    if (!g->ignore_eos)
         for (size_t i = 0; i < g->n_eos; i++) g->stop[g->n_stop++] = g->eos[i];
     for (size_t i = 0; i < n_user; i++) g->stop[g->n_stop++] = o->stop_ids[i];
     return NULL;
@@ -456,6 +459,9 @@ tdm_status *tdm_generator_next(tdm_generator *g, int32_t *token) {
     TDM_TRY(check_cancel(g));
     int64_t t0 = tdm_now_ns();
     if (!g->have_logits) return TDM_ERR(TDM_ERR_INTERNAL, "no logits to sample from");
+    if (g->ignore_eos)
+        for (size_t i = 0; i < g->n_eos; i++)
+            if (g->eos[i] >= 0 && (size_t)g->eos[i] < g->vocab) g->logits[g->eos[i]] = -INFINITY;
     int32_t t = tdm_sampler_pick(&g->smp, g->logits, g->tokens, g->n_tokens);
     g->tokens[g->n_tokens] = t;
     put_index(g->ids_buf, g->ids_dtype, g->n_tokens, t);

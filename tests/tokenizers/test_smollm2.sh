@@ -1,7 +1,9 @@
 #!/bin/sh
 # tokenizer_smollm2 (tests/CMakeLists.txt): REPO TOK_CHECK OUT_DIR
 repo=$1 check=$2 out=$3
-gguf=${TANDEM_SMOLLM2_GGUF:-/work/smollm2.gguf}
+cached=$repo/.cache/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+[ -f "$cached" ] || cached=/work/smollm2.gguf
+gguf=${TANDEM_SMOLLM2_GGUF:-$cached}
 py=$repo/.venv/bin/python
 [ -f "$gguf" ] || { echo "SKIPPED: no SmolLM2 GGUF at $gguf (set TANDEM_SMOLLM2_GGUF)"; exit 77; }
 [ -x "$py" ] || { echo "SKIPPED: $repo/.venv is missing (python3 -m venv .venv && .venv/bin/pip install -r tools/requirements.txt)"; exit 77; }

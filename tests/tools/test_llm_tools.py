@@ -55,7 +55,7 @@ def main():
         print("1. make_tiny_llama --check: genai, optimum, odd sizes + DequantizeLinear: ok")
 
         c = os.path.join(tmp, "converted")
-        out = run([py, conv, os.path.join(tmp, "tiny.gguf"), c])
+        out = run([py, conv, os.path.join(tmp, "tiny.gguf"), c, "--accuracy-level", "4"])
         assert "verified: Q8_0" in out and "tokenizer.json: loads" in out, out
         for name in ("model.onnx", "tokenizer.json", "genai_config.json", "tokenizer_config.json"):
             with open(os.path.join(g, name), "rb") as f1, open(os.path.join(c, name), "rb") as f2:
