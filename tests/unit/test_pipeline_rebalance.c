@@ -611,7 +611,10 @@ static void check_micro_batch(bool no_rebalance, int user_mb) {
         assert_int_equal(changes, 0);
         assert_false(logged(&box, "pipeline micro-batch:"));
     } else {
-        if (!(changes >= 1 && mb > want0 && runs <= 24))
+        /* within the loop's 40 runs: the decision needs two measured windows after the
+         * warm-up (~20 runs); under a sanitizer on a loaded machine the windows that a
+         * concurrent run disturbs are thrown away, which delays it (26 runs seen under TSan) */
+        if (!(changes >= 1 && mb > want0 && runs < limit))
             fail_msg("the micro-batch size did not grow in %d runs (%lld rows for 4-row runs); log:\n%s", runs,
                      (long long)mb, box.text);
         assert_non_null(strstr(last, "fewer micro-batches pay the fixed costs fewer times"));
