@@ -69,12 +69,21 @@ static int64_t panel_rows(const tdm_nbits_w *w) {
     return r < w->N ? r : w->N;
 }
 
+/* rows of B in a bf16 panel: twice the float panel's (the same bytes), at most N */
+static int64_t bf16_rows(const tdm_nbits_w *w) {
+    int64_t r = 2 * panel_rows(w);
+    return r < w->N ? r : w->N;
+}
+
 size_t tdm_nbits_scratch_bytes(const tdm_cpu_simd *simd, const tdm_nbits_w *w, bool int8,
                                int64_t M) {
     if (M <= TDM_NBITS_DECODE_ROWS) return layout_of(simd, w, int8, M).total;
-    /* the float panel (or the bf16 one in its first half), then A in bf16 */
-    return align64((size_t)(panel_rows(w) * w->K) * sizeof(float)) +
-           align64((size_t)(M * w->K) * sizeof(uint16_t));
+    /* the float panel, or (bf16 path) the bf16 panel of up to twice its rows and A in bf16
+     * after it: no more bytes than the float panel for SmolLM2's shapes at M = 512 */
+    size_t f = align64((size_t)(panel_rows(w) * w->K) * sizeof(float));
+    size_t b = align64((size_t)(bf16_rows(w) * w->K) * sizeof(uint16_t)) +
+               align64((size_t)(M * w->K) * sizeof(uint16_t));
+    return f > b ? f : b;
 }
 
 /* Position of element k of a row in the variant's order (4-bit: evens then odds per span). */
@@ -277,13 +286,11 @@ static void bf_gemm_rows(void *arg, int64_t t0, int64_t t1) {
 /* false: oneDNN could not (nothing usable written; the caller takes the float path) */
 static bool prefill_bf16(tdm_threadpool *pool, const tdm_nbits_w *w, int64_t M, const float *A,
                          float *Y, char *scr) {
-    /* the bf16 panel holds twice the rows of the float one in the same bytes */
-    int64_t rows = 2 * panel_rows(w);
-    if (rows > w->N) rows = w->N;
+    int64_t rows = bf16_rows(w);
     int64_t threads = tdm_threadpool_size(pool);
     int64_t rpt = (M + threads - 1) / threads;
     if (rpt < 16) rpt = 16;
-    bf_task t = {w, A, (uint16_t *)(scr + align64((size_t)(panel_rows(w) * w->K) * sizeof(float))),
+    bf_task t = {w, A, (uint16_t *)(scr + align64((size_t)(rows * w->K) * sizeof(uint16_t))),
                  (uint16_t *)scr, M, 0, 0, rpt, Y, 0};
     atomic_init(&t.failed, 0);
     tdm_parallel_for(pool, M, 16, bf_convert_a, &t);
