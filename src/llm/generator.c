@@ -486,9 +486,11 @@ static tdm_status *feed(tdm_generator *g) {
     const tdm_tensor *lg = tdm_io_binding_output(b, g->f.logits);
     if (!lg || lg->dtype != TDM_FLOAT || lg->rank != 3 || lg->dims[0] != 1 ||
         lg->dims[1] != (int64_t)rows || lg->dims[2] <= 0)
-        return TDM_ERR(TDM_ERR_RUNTIME, "output '%s' is not float32 [1, %zu, vocab]", g->f.logits, rows);
+        return TDM_ERR(TDM_ERR_RUNTIME, "output '%s' is not float32 [1, %zu, vocab]", g->f.logits,
+                       rows);
     TDM_TRY(vocab_ready(g, (size_t)lg->dims[2]));
-    memcpy(g->logits, (const float *)lg->data + (rows - 1) * g->vocab, g->vocab * sizeof *g->logits);
+    memcpy(g->logits, (const float *)lg->data + (rows - 1) * g->vocab,
+           g->vocab * sizeof *g->logits);
     g->have_logits = true;
     return NULL;
 }
