@@ -1,7 +1,8 @@
 /* MatMulNBits' products (src/backends/cpu/k_nbits*.c) under every ISA level this machine
  * has (portable, avx2, avx512_core, avx512_core_vnni, avx512_core_bf16), against a
  * double-precision reference computed here, on awkward sizes: K not a multiple of the block
- * (padding) nor of the SIMD spans, odd N, bits 2 / 4 / 8, block sizes 16 .. 256, zero points absent / given, bias,
+ * (padding) nor of the SIMD spans, odd N, bits 2 / 4 / 8, block sizes 16 .. 256, zero points
+ * absent / given, bias,
  * M = 1, 3, 8 (decode) and 13 (the dequantised-panel prefill), serial and on 2 threads.
  *   - float path (accuracy_level 0, and prefill): sum_k a_k (q - zp) s;
  *   - int8 path (accuracy_level 4, decode): the same with A replaced by its int8 model, which
