@@ -89,6 +89,12 @@ typedef struct tdm_generator_options {
                               so far and zeros after (GroupQueryAttention reads the lengths
                               from the mask's sums; the fixed shape lets every decode step
                               reuse one memory plan: no allocation per token) */
+    bool all_logits;       /* run the model as it is, computing the logits of every position
+                              of a run. By default (false) the graph is edited at creation so
+                              that the lm head (the MatMul / MatMulNBits that makes the logits)
+                              gets only the last position's row: a prefill of n tokens skips
+                              n - 1 rows of the head and writes [1, 1, vocab]. The API gives
+                              the last position's logits either way (tdm_generator_logits) */
 } tdm_generator_options;
 
 /* Loads the model folder (see above) and prepares the session. `options` may be NULL. */

@@ -76,5 +76,12 @@ tdm_status *tdm_session_run_ctl(const tdm_run_options *options, tdm_run_ctl *ctl
 const tdm_graph *tdm_session_graph(const tdm_session *s);
 /* Asynchronous runs of the session waiting to start (session.c; the monitoring API uses it). */
 int tdm_session_queued_runs(tdm_session *s);
+/* tdm_session_create with `edit` applied to the loaded graph before the session's passes
+ * (internal: the generator's rewrites, src/llm/generator.c). `edit` must leave the graph
+ * finalized (tdm_graph_finalize); an error from it fails the creation. session.c */
+typedef tdm_status *(*tdm_graph_edit_fn)(tdm_graph *g, void *user);
+tdm_status *tdm_session_create_edited(tdm_env *env, const char *path,
+                                      const tdm_session_options *options, tdm_graph_edit_fn edit,
+                                      void *user, tdm_session **out);
 
 #endif

@@ -154,6 +154,11 @@ static const tdm_session_options default_options = {TDM_API_VERSION, NULL, 0, 1,
 
 tdm_status *tdm_session_create(tdm_env *env, const char *path, const tdm_session_options *o,
                                tdm_session **out) {
+    return tdm_session_create_edited(env, path, o, NULL, NULL, out);
+}
+
+tdm_status *tdm_session_create_edited(tdm_env *env, const char *path, const tdm_session_options *o,
+                                      tdm_graph_edit_fn edit, void *user, tdm_session **out) {
     if (!env || !path || !out) return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_session_create: NULL argument");
     if (!o) o = &default_options;
     tdm_session *s = NULL;
@@ -167,7 +172,13 @@ tdm_status *tdm_session_create(tdm_env *env, const char *path, const tdm_session
     st = tdm_read_file(path, env->alloc, TDM_MAX_MODEL_BYTES, &data, &size);
     if (!st) st = load_model(s, data, size, tdm_path_dir(path, dir, sizeof dir), &m, &hash);
     tdm_free(env->alloc, data); /* parsed once: the IR is all the session keeps */
+    if (!st && edit) {
+        st = edit(m->graph, user);
+        hash = tdm_hash_str(hash, "edited"); /* measurements of the edited graph apart */
+        if (!hash) hash = 1;
+    }
     if (st) {
+        tdm_onnx_model_free(m);
         tdm_session_free(s);
         return tdm_status_wrap(st, "'%s': ", path);
     }

@@ -17,8 +17,12 @@
  *  - fed back (optimum, and GenAI folders that say past_present_share_buffer false): two
  *    bindings take turns; the presents the one kept from its run are the pasts of the other's
  *    next run, and stay valid until that binding runs again. The first run gets empty pasts.
- * Logits: a decode step writes them into a [1, 1, vocab] tensor bound once; a prefill's
- * [1, n, vocab] is made by the run. The last row is copied out. */
+ * Logits: only the last position's are used, so by default (tdm_generator_options.all_logits
+ * false) the graph is edited at creation to compute only those (last_logits_only: the lm
+ * head gets the last row of its input): every run writes them into a [1, 1, vocab] tensor
+ * bound once. With all_logits (or a graph the edit does not recognise) a decode step writes
+ * into that tensor and a prefill's [1, n, vocab] is made by the run. The last row is copied
+ * out. */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -28,6 +32,8 @@
 #include "core/clock.h"
 #include "core/status.h"
 #include "core/tensor.h"
+#include "api/api_impl.h"
+#include "graph/graph.h"
 #include "llm/llm_folder.h"
 #include "llm/llm_internal.h"
 #include "llm/sampler.h"
@@ -43,6 +49,7 @@ struct tdm_generator {
     unsigned step;          /* runs so far (the fed-back form takes bindings in turn) */
     bool shared;            /* the shared-buffer KV cache */
     bool dynamic_mask;      /* shared: attention_mask [1, total] rather than [1, max_length] */
+    bool last_only;         /* the graph computes the last position's logits only */
     tdm_llm_folder f;
     int n_layers, kv_heads, head_dim;
     tdm_dtype kv_dtype;
@@ -131,6 +138,103 @@ static void layer_name(char *dst, const char *pattern, int layer) {
 #pragma GCC diagnostic ignored "-Wformat-nonliteral"
     snprintf(dst, TDM_LLM_NAME, pattern, layer); /* checked: one %d (llm_folder.c) */
 #pragma GCC diagnostic pop
+}
+
+/* ---- the last position's logits only ---- */
+
+/* A new value named `base` + `suffix` (made unique), of `dtype` and `rank` dims, with
+ * `data` (taken, even on failure) when not NULL. */
+static tdm_status *new_value(tdm_graph *g, const char *base, const char *suffix, tdm_dtype dtype,
+                             int rank, const int64_t *dims, tdm_tensor *data, int *out) {
+    char name[TDM_LLM_NAME + 64];
+    int idx = -1;
+    for (int k = 0; k < 1000 && idx < 0; k++) {
+        snprintf(name, sizeof name, "%.*s%s%d", TDM_LLM_NAME, base, suffix, k);
+        if (tdm_graph_find_value(g, name) < 0) {
+            tdm_status *st = tdm_graph_add_value(g, name, &idx);
+            if (st) {
+                tdm_tensor_destroy(data);
+                return st;
+            }
+        }
+    }
+    if (idx < 0) {
+        tdm_tensor_destroy(data);
+        return TDM_ERR(TDM_ERR_INTERNAL, "no free value name for '%s'", base);
+    }
+    tdm_value *v = &g->values[idx];
+    v->dtype = dtype;
+    v->rank = rank;
+    for (int d = 0; d < rank && d < TDM_MAX_RANK; d++) v->dims[d] = dims[d];
+    v->data = data;
+    *out = idx;
+    return NULL;
+}
+
+static tdm_status *i64_const(tdm_graph *g, const char *base, const char *suffix, int64_t x,
+                             int *out) {
+    int64_t one = 1;
+    tdm_tensor *t = NULL;
+    TDM_TRY(tdm_tensor_new(g->alloc, TDM_INT64, 1, &one, &t));
+    ((int64_t *)t->data)[0] = x;
+    return new_value(g, base, suffix, TDM_INT64, 1, &one, t, out);
+}
+
+/* The graph edit of tdm_generator_options.all_logits false: when the logits are a product
+ * of rows (MatMulNBits, or MatMul by a constant 2-D matrix: the lm head) of a [batch,
+ * sequence, hidden] value, that value is sliced to its last position first,
+ *     h_last = Slice(h, starts [-1], ends [INT64_MAX], axes [1]),
+ * so the head runs on one row and the logits output is [batch, 1, vocab] in every run (the
+ * generator reads only the last position's). Any other form is left as it is. */
+typedef struct last_edit {
+    const char *logits; /* the output's name */
+    bool applied;
+} last_edit;
+
+static tdm_status *last_logits_only(tdm_graph *g, void *user) {
+    last_edit *e = user;
+    const char *logits = e->logits;
+    int lv = tdm_graph_find_value(g, logits);
+    if (lv < 0 || g->values[lv].producer < 0) return NULL;
+    tdm_node *head = &g->nodes[g->values[lv].producer];
+    bool nbits = strcmp(head->op_type, "MatMulNBits") == 0 &&
+                 strcmp(head->domain, "com.microsoft") == 0;
+    bool matmul = strcmp(head->op_type, "MatMul") == 0 && head->domain[0] == 0 &&
+                  head->n_inputs == 2 && head->inputs[1] >= 0 &&
+                  g->values[head->inputs[1]].data && g->values[head->inputs[1]].data->rank == 2;
+    if (!(nbits || matmul) || head->n_inputs < 1 || head->inputs[0] < 0 || head->n_outputs < 1 ||
+        head->outputs[0] != lv)
+        return NULL;
+    int hv = head->inputs[0];
+    /* the head's input has the rank of the logits (often not recorded in the file) */
+    if ((g->values[hv].rank != 3 && g->values[hv].rank != -1) || g->values[lv].rank != 3)
+        return NULL;
+    int head_index = g->values[lv].producer;
+    int starts = -1, ends = -1, axes = -1, out = -1, node = -1;
+    TDM_TRY(i64_const(g, logits, "_last_starts", -1, &starts));
+    TDM_TRY(i64_const(g, logits, "_last_ends", INT64_MAX, &ends));
+    TDM_TRY(i64_const(g, logits, "_last_axes", 1, &axes));
+    int64_t dims[3] = {TDM_DIM_UNKNOWN, 1, TDM_DIM_UNKNOWN};
+    if (g->values[hv].rank == 3) {
+        dims[0] = g->values[hv].dims[0];
+        dims[2] = g->values[hv].dims[2];
+    }
+    TDM_TRY(new_value(g, g->values[hv].name, "_last", g->values[hv].dtype,
+                      g->values[hv].rank == 3 ? 3 : -1, dims, NULL, &out));
+    TDM_TRY(tdm_graph_add_node(g, "tandem_generator_last_position", "Slice", "", 4, 1, &node));
+    tdm_node *sl = &g->nodes[node];
+    sl->inputs[0] = hv;
+    sl->inputs[1] = starts;
+    sl->inputs[2] = ends;
+    sl->inputs[3] = axes;
+    sl->outputs[0] = out;
+    g->nodes[head_index].inputs[0] = out;
+    tdm_value *L = &g->values[lv];
+    L->dims[1] = 1;
+    tdm_free(g->alloc, L->dim_params[1]);
+    L->dim_params[1] = NULL;
+    e->applied = true;
+    return tdm_graph_finalize(g);
 }
 
 /* ---- creation ---- */
@@ -289,7 +393,10 @@ tdm_status *tdm_generator_create(tdm_env *env, const char *dir, const tdm_genera
         tdm_session_options so = {.api_version = TDM_API_VERSION, .devices = "cpu",
                                   .threads = opt.threads, .opt_level = 1,
                                   .mode = TDM_MODE_LATENCY};
-        st = tdm_session_create(env, g->f.model_path, &so, &g->s);
+        last_edit e = {g->f.logits, false};
+        st = tdm_session_create_edited(env, g->f.model_path, &so,
+                                       opt.all_logits ? NULL : last_logits_only, &e, &g->s);
+        g->last_only = e.applied;
     }
     if (!st) st = describe(g);
     if (!st) {
@@ -358,7 +465,8 @@ static tdm_status *feed(tdm_generator *g) {
     set_view(&g->mask_t, g->mask_dtype, g->mask_buf, 0,
              g->shared && !g->dynamic_mask ? (size_t)g->max_length : g->n_tokens);
     set_view(&g->pos_t, g->pos_dtype, g->pos_buf, g->n_cached, n);
-    TDM_TRY(tdm_io_binding_bind_output(b, g->f.logits, n == 1 ? g->logits1 : NULL));
+    size_t rows = g->last_only ? 1 : n; /* of the logits */
+    TDM_TRY(tdm_io_binding_bind_output(b, g->f.logits, rows == 1 ? g->logits1 : NULL));
     if (!g->shared)
         for (int l = 0; l < g->n_layers; l++)
             for (int k = 0; k < 2; k++) {
@@ -380,10 +488,12 @@ static tdm_status *feed(tdm_generator *g) {
     g->n_cached = g->n_tokens;
     const tdm_tensor *lg = tdm_io_binding_output(b, g->f.logits);
     if (!lg || lg->dtype != TDM_FLOAT || lg->rank != 3 || lg->dims[0] != 1 ||
-        lg->dims[1] != (int64_t)n || lg->dims[2] <= 0)
-        return TDM_ERR(TDM_ERR_RUNTIME, "output '%s' is not float32 [1, %zu, vocab]", g->f.logits, n);
+        lg->dims[1] != (int64_t)rows || lg->dims[2] <= 0)
+        return TDM_ERR(TDM_ERR_RUNTIME, "output '%s' is not float32 [1, %zu, vocab]", g->f.logits,
+                       rows);
     TDM_TRY(vocab_ready(g, (size_t)lg->dims[2]));
-    memcpy(g->logits, (const float *)lg->data + (n - 1) * g->vocab, g->vocab * sizeof *g->logits);
+    memcpy(g->logits, (const float *)lg->data + (rows - 1) * g->vocab,
+           g->vocab * sizeof *g->logits);
     g->have_logits = true;
     return NULL;
 }

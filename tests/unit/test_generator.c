@@ -633,6 +633,56 @@ static void test_genai_cache_consistency(void **state) {
     tdm_env_free(env);
 }
 
+/* all_logits (the model as it is) and the default (the lm head on the last position only)
+ * give the same logits and tokens, in both forms. */
+static void test_all_logits_same(void **state) {
+    (void)state;
+    const char *dirs[2] = {TINY, TINY_GENAI "_acc0"};
+    tdm_env *env = new_env(NULL);
+    int32_t seq[24];
+    uint64_t x = 777;
+    for (int i = 0; i < 24; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        seq[i] = (int32_t)(3 + (x >> 33) % 90);
+    }
+    for (int d = 0; d < 2; d++) {
+        tdm_generator *g[2] = {NULL, NULL};
+        bool skipped = false;
+        for (int k = 0; k < 2; k++) {
+            tdm_generator_options o;
+            memset(&o, 0, sizeof o);
+            o.struct_size = sizeof o;
+            o.max_length = 48;
+            o.threads = 1;
+            o.ignore_eos = true;
+            o.all_logits = k == 1;
+            tdm_status *st = tdm_generator_create(env, dirs[d], &o, &g[k]);
+            if (tdm_status_code(st) == TDM_ERR_UNSUPPORTED) {
+                tdm_status_free(st);
+                skipped = true;
+                break;
+            }
+            OK(st);
+            OK(tdm_generator_append(g[k], seq, 24));
+        }
+        for (int step = 0; !skipped && step < 4; step++) {
+            const float *l[2];
+            size_t v[2];
+            for (int k = 0; k < 2; k++) OK(tdm_generator_logits(g[k], &l[k], &v[k]));
+            assert_int_equal(v[0], v[1]);
+            double worst = 0;
+            for (size_t i = 0; i < v[0]; i++) worst = fmax(worst, fabs((double)l[0][i] - l[1][i]));
+            if (worst > 1e-4) fprintf(stderr, "%s step %d: max |diff| %g\n", dirs[d], step, worst);
+            assert_true(worst <= 1e-4);
+            int32_t t[2];
+            for (int k = 0; k < 2; k++) OK(tdm_generator_next(g[k], &t[k]));
+            assert_int_equal(t[0], t[1]);
+        }
+        for (int k = 0; k < 2; k++) tdm_generator_free(g[k]);
+    }
+    tdm_env_free(env);
+}
+
 static void test_folder(void **state) {
     (void)state;
     tdm_env *env = new_env(NULL);
@@ -677,6 +727,7 @@ int main(void) {
         cmocka_unit_test(test_genai_folder),
         cmocka_unit_test(test_genai_cache_consistency),
         cmocka_unit_test(test_folder),
+        cmocka_unit_test(test_all_logits_same),
         cmocka_unit_test(test_binding_device_refused),
         cmocka_unit_test(test_cancel_thread),
     };

@@ -1,13 +1,15 @@
 /* MatMulNBits' products (src/backends/cpu/k_nbits*.c) under every ISA level this machine
- * has (portable, avx2, avx512_core, avx512_core_vnni), against a double-precision reference
- * computed here, on awkward sizes: K not a multiple of the block (padding) nor of the SIMD
- * spans, odd N, bits 2 / 4 / 8, block sizes 16 .. 256, zero points absent / given, bias,
+ * has (portable, avx2, avx512_core, avx512_core_vnni, avx512_core_bf16), against a
+ * double-precision reference computed here, on awkward sizes: K not a multiple of the block
+ * (padding) nor of the SIMD spans, odd N, bits 2 / 4 / 8, block sizes 16 .. 256, zero points
+ * absent / given, bias,
  * M = 1, 3, 8 (decode) and 13 (the dequantised-panel prefill), serial and on 2 threads.
  *   - float path (accuracy_level 0, and prefill): sum_k a_k (q - zp) s;
  *   - int8 path (accuracy_level 4, decode): the same with A replaced by its int8 model, which
  *     the reference makes the way the kernel does (per block: scale amax / 127, codes rounded
  *     half away from zero; the zero-point term with the quantized A).
- * Tolerance: |got - want| <= 1e-5 S + 1e-6, S = sum of |terms| (float accumulation order).
+ * Tolerance: |got - want| <= 1e-5 S + 1e-6, S = sum of |terms| (float accumulation order);
+ * the accuracy_level 4 prefill at avx512_core_bf16 (bf16 A and weights): S / 128 + 1e-6.
  * A run with the zero points dropped must fail the comparison (the check can fail). */
 #include <math.h>
 #include <setjmp.h>
@@ -134,9 +136,15 @@ static int run_case(const nb_case *c, nb_data *d, tdm_cpu_isa level, bool int8,
     double *S = malloc((size_t)(c->M * c->N) * sizeof(double));
     reference(c, d, i8, want, S);
     tdm_nbits_matmul(&simd, pool, &d->w, int8, c->M, d->A, c->bias ? d->bias : NULL, y, scr);
+    /* accuracy_level 4 prefill on AVX512_BF16: A and the weights rounded to bf16 (relative
+     * error 2^-9 each, k_nbits_bf16.c) */
+    double rel = int8 && c->M > TDM_NBITS_DECODE_ROWS && level >= TDM_ISA_AVX512_CORE_BF16 &&
+                         tdm_nbits_bf16_usable()
+                     ? 1.0 / 128
+                     : 1e-5;
     int bad = 0;
     for (int64_t i = 0; i < c->M * c->N; i++)
-        if (!(fabs(y[i] - want[i]) <= 1e-5 * S[i] + 1e-6)) {
+        if (!(fabs(y[i] - want[i]) <= rel * S[i] + 1e-6)) {
             if (!bad)
                 print_message("  bits %d bs %lld K %lld N %lld M %lld int8 %d level %s: [%lld] "
                               "got %.7g want %.7g\n",
@@ -152,7 +160,7 @@ static int run_case(const nb_case *c, nb_data *d, tdm_cpu_isa level, bool int8,
 static void test_levels(void **state) {
     (void)state;
     static const tdm_cpu_isa levels[] = {TDM_ISA_PORTABLE, TDM_ISA_AVX2, TDM_ISA_AVX512_CORE,
-                                         TDM_ISA_AVX512_CORE_VNNI};
+                                         TDM_ISA_AVX512_CORE_VNNI, TDM_ISA_AVX512_CORE_BF16};
     tdm_cpu_isa have = tdm_cpu_isa_detect();
     tdm_threadpool *pool = NULL;
     assert_null(tdm_threadpool_create(2, 0, &pool));

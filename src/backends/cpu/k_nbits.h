@@ -44,6 +44,19 @@ void tdm_nbits_matmul(const struct tdm_cpu_simd *simd, tdm_threadpool *pool, con
                       bool int8, int64_t M, const float *A, const float *bias, float *Y,
                       void *scratch);
 
+/* ---- the bf16 prefill (k_nbits_bf16.c; accuracy_level 4, AVX512_BF16 CPUs) ---- */
+
+/* oneDNN's engine is made and the CPU has AVX512_BF16 (as oneDNN sees it). */
+bool tdm_nbits_bf16_usable(void);
+void tdm_nbits_to_bf16(const float *x, int64_t n, uint16_t *y);
+/* Rows r0..r1 of the panel of B's rows from n0, dequantized to bf16, K per row. */
+void tdm_nbits_deq_bf16(const tdm_nbits_w *w, int64_t n0, int64_t r0, int64_t r1,
+                        uint16_t *panel);
+/* Y[M, N] (row stride ldy) = A (bf16 [M, K], row stride lda) . B (bf16 [N, K])^T on this
+ * thread (oneDNN matmul); false when oneDNN cannot (the caller takes the float path). */
+bool tdm_nbits_gemm_bf16(const uint16_t *A, int64_t lda, const uint16_t *B, int64_t M, int64_t N,
+                         int64_t K, float *Y, int64_t ldy);
+
 /* ---- between k_nbits.c and k_nbits_simd.c ---- */
 
 /* One decode call: A prepared per the variant's layout, rows n0..n1 of B for all M rows. */
