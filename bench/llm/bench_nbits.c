@@ -34,14 +34,26 @@ int main(int argc, char **argv) {
     int64_t N = atoll(argv[1]), K = atoll(argv[2]), bs = atoll(argv[4]), M = atoll(argv[6]);
     int bits = atoi(argv[3]), threads = atoi(argv[5]), acc4 = atoi(argv[7]), zp = atoi(argv[8]);
     int64_t nb = (K + bs - 1) / bs, rowb = nb * bs * bits / 8;
-    uint8_t *b = malloc((size_t)(N * rowb));
-    float *s = malloc((size_t)(N * nb) * sizeof(float)), *z = malloc((size_t)(N * nb) * sizeof(float));
+    /* BENCH_COPIES=C: C copies of the weights used in turn (C x the size beyond the caches:
+     * B streams from memory as in a whole model) */
+    int64_t copies = getenv("BENCH_COPIES") ? atoll(getenv("BENCH_COPIES")) : 1;
+    if (copies < 1) copies = 1;
+    uint8_t *b = malloc((size_t)(N * rowb * copies));
+    float *s = malloc((size_t)(N * nb * copies) * sizeof(float));
+    float *z = malloc((size_t)(N * nb * copies) * sizeof(float));
     float *A = malloc((size_t)(M * K) * sizeof(float)), *Y = malloc((size_t)(M * N) * sizeof(float));
     srand(1);
-    for (int64_t i = 0; i < N * rowb; i++) b[i] = (uint8_t)rand();
-    for (int64_t i = 0; i < N * nb; i++) s[i] = 0.01f + (float)(rand() % 100) * 1e-4f, z[i] = 8.0f;
+    for (int64_t i = 0; i < N * rowb * copies; i++) b[i] = (uint8_t)rand();
+    for (int64_t i = 0; i < N * nb * copies; i++) s[i] = 0.01f + (float)(rand() % 100) * 1e-4f, z[i] = 8.0f;
     for (int64_t i = 0; i < M * K; i++) A[i] = (float)(rand() % 2001 - 1000) * 1e-3f;
-    tdm_nbits_w w = {N, K, nb, bs, bits, b, s, zp ? z : NULL};
+    tdm_nbits_w wc[64];
+    if (copies > 64) copies = 64;
+    for (int64_t c = 0; c < copies; c++)
+        wc[c] = (tdm_nbits_w){N, K, nb, bs, bits, b + c * N * rowb, s + c * N * nb,
+                              zp ? z + c * N * nb : NULL};
+    tdm_nbits_w w = wc[0];
+    int64_t cur = 0;
+#define NEXT_W() (w = wc[cur = (cur + 1) % copies])
     tdm_cpu_isa level = tdm_cpu_isa_detect(), cap;
     const char *env = getenv("TANDEM_CPU_ISA");
     if (env && tdm_cpu_isa_parse(env, &cap)) level = tdm_cpu_isa_min(level, cap);
@@ -54,12 +66,13 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 20; i++) tdm_nbits_matmul(&simd, pool, &w, acc4, M, A, NULL, Y, scr);
     double t0 = now_s();
     int64_t iters = 0;
-    while (now_s() - t0 < 0.05) tdm_nbits_matmul(&simd, pool, &w, acc4, M, A, NULL, Y, scr), iters++;
+    while (now_s() - t0 < 0.05)
+        tdm_nbits_matmul(&simd, pool, &w, acc4, M, A, NULL, Y, scr), iters++, NEXT_W();
     iters = iters * 4 + 1; /* ~0.2 s a round */
     double r[15];
     for (int k = 0; k < 15; k++) {
         double t = now_s();
-        for (int64_t i = 0; i < iters; i++)
+        for (int64_t i = 0; i < iters; i++, NEXT_W())
             tdm_nbits_matmul(&simd, pool, &w, acc4, M, A, NULL, Y, scr);
         r[k] = (now_s() - t) / (double)iters;
     }

@@ -343,6 +343,7 @@ typedef struct nb_state {
     const tdm_allocator *alloc;
     const void *zp_src; /* the constant zero points zpf was unpacked from */
     float *zpf;
+    bool zp_default; /* the constant zero points are all 2^(bits - 1): run as without them */
     atomic_int busy; /* the scratch is in use */
     void *scr;
     size_t scr_cap;
@@ -380,6 +381,16 @@ static bool zp_packed_ok(const nb_attrs *at, const tdm_tensor *z) {
     return z->dtype == TDM_UINT8 && z->count == at->N * ((at->nb * at->bits + 7) / 8);
 }
 
+/* All N * nb zero points equal the default 2^(bits - 1) (the 8-bit LM head of ORT's builder:
+ * 128 everywhere): the product is the same without them, and the decode loops then read
+ * neither the zero points nor do their per-block work. */
+static bool all_default_zp(const nb_attrs *at, const float *zp) {
+    float d = (float)(1 << (at->bits - 1));
+    for (int64_t i = 0; i < at->N * at->nb; i++)
+        if (zp[i] != d) return false;
+    return true;
+}
+
 static tdm_status *nbits_prepare(const tdm_node *node, int opset, int n_in,
                                  const tdm_tensor *const *in, const tdm_allocator *a,
                                  void **state) {
@@ -398,6 +409,11 @@ static tdm_status *nbits_prepare(const tdm_node *node, int opset, int n_in,
         }
         unpack_zp(&at, z->data, s->zpf);
         s->zp_src = z->data;
+        s->zp_default = all_default_zp(&at, s->zpf);
+    } else if (z && z->data && !z->device && at.nb > 0 && z->dtype == TDM_FLOAT &&
+               z->count == at.N * at.nb && all_default_zp(&at, z->data)) {
+        s->zp_src = z->data;
+        s->zp_default = true;
     }
     *state = s;
     return NULL;
@@ -473,7 +489,8 @@ static tdm_status *run_matmul_nbits(tdm_kernel_ctx *ctx) {
     int64_t M = A->count / at.K;
     if (M == 0) return NULL;
     size_t need = tdm_nbits_scratch_bytes(simd, &w, at.int8, M), zbytes = 0;
-    if (Z && Z->dtype == TDM_FLOAT) w.zp = Z->data;
+    if (Z && st && st->zp_default && st->zp_src == Z->data) w.zp = NULL;
+    else if (Z && Z->dtype == TDM_FLOAT) w.zp = Z->data;
     else if (Z && st && st->zpf && st->zp_src == Z->data) w.zp = st->zpf;
     else if (Z) zbytes = align64((size_t)(at.N * at.nb) * sizeof(float));
     /* the state's scratch, unless another run holds it */

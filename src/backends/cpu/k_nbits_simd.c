@@ -24,6 +24,36 @@
 
 static inline int64_t row_bytes(const tdm_nbits_w *w) { return w->nb * w->bs * w->bits / 8; }
 
+/* Software prefetch for B streamed from memory (a whole model's weights do not stay in the
+ * caches between tokens; the hardware prefetchers alone reached ~40% of the bandwidth): before
+ * rows [n, n + R) of B are read, the rows NB_PFD bytes further on are requested (their codes,
+ * scales and zero points); pf_start requests the first rows of a range. */
+#ifndef NB_PFD
+#define NB_PFD 6144
+#endif
+static inline void pf_bytes(const void *base, int64_t from, int64_t to) {
+    const char *p = base;
+    for (int64_t o = from & ~(int64_t)63; o < to; o += 64) __builtin_prefetch(p + o, 0, 3);
+}
+
+static inline void pf_span(const tdm_nbits_w *w, int64_t a, int64_t e) {
+    int64_t rowb = row_bytes(w);
+    if (e > w->N) e = w->N;
+    if (a >= e) return;
+    pf_bytes(w->b, a * rowb, e * rowb);
+    pf_bytes(w->scales, a * w->nb * 4, e * w->nb * 4);
+    if (w->zp) pf_bytes(w->zp, a * w->nb * 4, e * w->nb * 4);
+}
+
+static inline int64_t pf_ahead(const tdm_nbits_w *w) { return NB_PFD / row_bytes(w) + 1; }
+
+static inline void pf_rows(const tdm_nbits_w *w, int64_t n, int64_t R) {
+    int64_t d = pf_ahead(w);
+    pf_span(w, n + d, n + d + R);
+}
+
+static inline void pf_start(const tdm_nbits_w *w, int64_t n0) { pf_span(w, n0, n0 + pf_ahead(w)); }
+
 static inline float finish_z(const tdm_nbits_job *j, int64_t n, float acc, float z) {
     float y = acc - z;
     return j->bias ? y + j->bias[n] : y;
@@ -273,14 +303,27 @@ avx2_rows(const tdm_nbits_job *j, int64_t n, int R, bool q4, bool has_zp) {
 }
 
 /* B larger than this streams from memory: one row of B at a time (see rows_vnni_i8) */
+#ifndef NB_CACHED_BYTES
 #define NB_CACHED_BYTES ((int64_t)2 << 20)
+#endif
+/* Four rows of B at a time only for short rows of a B that fits the caches: measured with B
+ * streaming from memory (bench_nbits with BENCH_COPIES=64), 576 x 1536 4-bit (rows of 768
+ * bytes) ran at ~6.7 GB/s four rows at a time and ~12.5 GB/s one at a time with prefetch;
+ * 1536 x 576 (rows of 288 bytes) ~11 GB/s either way. */
+#ifndef NB_FOUR_ROW_BYTES
+#define NB_FOUR_ROW_BYTES 384
+#endif
+static inline bool nb_four_rows(const tdm_nbits_w *w) {
+    return w->N * row_bytes(w) <= NB_CACHED_BYTES && row_bytes(w) <= NB_FOUR_ROW_BYTES;
+}
 
 #define AVX2_VARIANT(name, q4, zp)                                                              \
     TDM_TARGET_AVX2 static void name(const tdm_nbits_job *j, int64_t n0, int64_t n1) {         \
         int64_t n = n0;                                                                         \
-        if (j->w->N * row_bytes(j->w) <= NB_CACHED_BYTES)                                       \
-            for (; n + 4 <= n1; n += 4) avx2_rows(j, n, 4, q4, zp);                             \
-        for (; n < n1; n++) avx2_rows(j, n, 1, q4, zp);                                         \
+        pf_start(j->w, n0);                                                                     \
+        if (nb_four_rows(j->w))                                                                 \
+            for (; n + 4 <= n1; n += 4) pf_rows(j->w, n, 4), avx2_rows(j, n, 4, q4, zp);        \
+        for (; n < n1; n++) pf_rows(j->w, n, 1), avx2_rows(j, n, 1, q4, zp);                    \
     }
 AVX2_VARIANT(avx2_q4, true, false)
 AVX2_VARIANT(avx2_q4_zp, true, true)
@@ -299,9 +342,11 @@ TDM_TARGET_AVX2 static void rows_avx2_f32(const tdm_nbits_job *j, int64_t n0, in
     const bool q4 = w->bits == 4;
     const int64_t rowb = row_bytes(w), bs = w->bs, bb = bs * w->bits / 8;
     const __m256i nib = _mm256_set1_epi32(15);
+    pf_start(w, n0);
     for (int64_t n = n0; n < n1; n++) {
         const uint8_t *row = w->b + n * rowb;
         const float *s = w->scales + n * w->nb;
+        pf_rows(w, n, 1);
         for (int64_t m = 0; m < j->M; m++) {
             const float *a = (const float *)j->a + m * j->kq;
             __m256 acc = _mm256_setzero_ps();
@@ -395,15 +440,6 @@ vnni_rows(const tdm_nbits_job *j, int64_t n, int R, bool q4, bool has_zp) {
     const __m512 zdef = _mm512_set1_ps((float)(1 << (w->bits - 1)));
     const __mmask16 fullm = (__mmask16)((1u << bps) - 1);
     vnni_ctx c;
-#ifndef NB_PF
-#define NB_PF 8
-#endif
-    if (R == 1 && n + NB_PF < w->N) { /* streaming from memory: ask for a row NB_PF ahead */
-        const char *p = (const char *)(w->b + (n + NB_PF) * rowb);
-        for (int64_t o = 0; o < rowb; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
-        _mm_prefetch((const char *)(w->scales + (n + NB_PF) * w->nb), _MM_HINT_T0);
-        if (has_zp) _mm_prefetch((const char *)(w->zp + (n + NB_PF) * w->nb), _MM_HINT_T0);
-    }
     for (int r = 0; r < R; r++) {
         c.row[r] = w->b + (n + r) * rowb;
         c.s[r] = w->scales + (n + r) * w->nb;
@@ -447,8 +483,9 @@ vnni_rows(const tdm_nbits_job *j, int64_t n, int R, bool q4, bool has_zp) {
 #define VNNI_VARIANT(name, q4, zp, R)                                                           \
     TDM_TARGET_VNNI static void name(const tdm_nbits_job *j, int64_t n0, int64_t n1) {         \
         int64_t n = n0;                                                                         \
-        for (; n + (R) <= n1; n += (R)) vnni_rows(j, n, (R), q4, zp);                           \
-        for (; n < n1; n++) vnni_rows(j, n, 1, q4, zp);                                         \
+        pf_start(j->w, n0);                                                                     \
+        for (; n + (R) <= n1; n += (R)) pf_rows(j->w, n, (R)), vnni_rows(j, n, (R), q4, zp);    \
+        for (; n < n1; n++) pf_rows(j->w, n, 1), vnni_rows(j, n, 1, q4, zp);                    \
     }
 /* Four rows of B at a time share the loads of A and hide each other's latencies when B is in
  * the caches; one at a time streams B from memory faster (fewer concurrent streams for the
@@ -465,7 +502,7 @@ VNNI_VARIANT(vnni_q8_zp_1, false, true, 1)
 
 TDM_TARGET_VNNI static void rows_vnni_i8(const tdm_nbits_job *j, int64_t n0, int64_t n1) {
     const tdm_nbits_w *w = j->w;
-    bool zp = w->zp != NULL, big = w->N * row_bytes(w) > NB_CACHED_BYTES;
+    bool zp = w->zp != NULL, big = !nb_four_rows(w);
     if (w->bits == 4) {
         if (big) zp ? vnni_q4_zp_1(j, n0, n1) : vnni_q4_1(j, n0, n1);
         else zp ? vnni_q4_zp(j, n0, n1) : vnni_q4(j, n0, n1);
@@ -554,9 +591,11 @@ TDM_TARGET_AVX512 static void rows_avx512_f32(const tdm_nbits_job *j, int64_t n0
     const bool q4 = w->bits == 4;
     const int64_t rowb = row_bytes(w), bs = w->bs, bb = bs * w->bits / 8;
     const __m512i nib = _mm512_set1_epi32(15);
+    pf_start(w, n0);
     for (int64_t n = n0; n < n1; n++) {
         const uint8_t *row = w->b + n * rowb;
         const float *s = w->scales + n * w->nb;
+        pf_rows(w, n, 1);
         for (int64_t m = 0; m < j->M; m++) {
             const float *a = (const float *)j->a + m * j->kq;
             __m512 acc = _mm512_setzero_ps();
