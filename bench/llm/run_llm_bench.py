@@ -205,6 +205,9 @@ def run_engine(engine, a, threads, p, g):
     res["decode_tokens_per_s"] = lookup(doc, ["decode_tokens_per_s", "tg_depth.tokens_per_s", "tg_tokens_per_s",
                                               "tg.tokens_per_s", "tg"])
     res["ttft_ms"] = lookup(doc, ["ttft_ms", "time_to_first_token_ms", "pp.ttft_ms"])
+    pf = figure(res["prefill_tokens_per_s"])
+    if res["ttft_ms"] is None and isinstance(pf, (int, float)) and pf > 0:
+        res["ttft_ms"] = 1000.0 * p / pf  # tandem bench --llm: the prefill of P tokens (the first token's run)
     return res
 
 
