@@ -6,11 +6,11 @@
  * head_sink are refused in float16.
  *
  * The arithmetic is float32: each query row is widened (and rotated) once, the new key rows
- * are rotated in float32 and rounded to float16 as they enter the cache, scores and p.V read
- * the float16 cache rows and widen them in registers (F16C / AVX-512 conversions; the portable
- * variant uses core/half.h), the softmax is the float kernel's, and the output row is rounded
- * to float16 at the end. A decode step runs all heads of a kv group together, 64 cache rows
- * at a time, so each float16 cache row is read once per group. Items are (batch, kv head,
+ * are rotated in float32 and rounded to float16 as they enter the cache; the cache is read
+ * 64 rows at a time, widened into a float32 block in L1 (F16C / AVX-512 conversions; the
+ * portable variant uses core/half.h) that every head of the kv group then uses with the float
+ * kernel's row routines (k_llm_simd.c: scores, p.V) and softmax, so each float16 cache row is
+ * read and widened once per group. The output row is rounded to float16 at the end. Items are (batch, kv head,
  * query row), shared out over the pool one slot per thread; scratch (one slot per thread) is
  * kept by the node between runs and grown by half again when a longer cache needs more: a
  * decode step allocates nothing. */
@@ -23,182 +23,60 @@
 #include "core/alloc.h"
 #include "core/half.h"
 
-typedef void (*f16_scores_fn)(const float *restrict q, const uint16_t *restrict k, int64_t n,
-                              int64_t d, float scale, float *restrict out);
-typedef void (*f16_pv_fn)(const float *restrict p, const uint16_t *restrict v, int64_t n,
-                          int64_t d, float *restrict out);
+/* out[i] = float(h[i]) for i < n: the variants (portable, F16C with AVX2, AVX-512). */
+typedef void (*widen_fn)(const uint16_t *restrict h, int64_t n, float *restrict out);
 
-/* ---- row routines: rows of the cache are packed (stride d) ---- */
-
-static void scores_f16_portable(const float *restrict q, const uint16_t *restrict k, int64_t n,
-                                int64_t d, float scale, float *restrict out) {
-    for (int64_t t = 0; t < n; t++) {
-        const uint16_t *r = k + t * d;
-        float acc[4] = {0};
-        int64_t i = 0;
-        for (; i + 4 <= d; i += 4)
-            for (int u = 0; u < 4; u++) acc[u] += q[i + u] * tdm_f16_to_f32(r[i + u]);
-        float s = (acc[0] + acc[1]) + (acc[2] + acc[3]);
-        for (; i < d; i++) s += q[i] * tdm_f16_to_f32(r[i]);
-        out[t] = scale * s;
-    }
-}
-
-static void pv_f16_portable(const float *restrict p, const uint16_t *restrict v, int64_t n,
-                            int64_t d, float *restrict out) {
-    for (int64_t t = 0; t < n; t++) {
-        const uint16_t *r = v + t * d;
-        float w = p[t];
-        for (int64_t i = 0; i < d; i++) out[i] += w * tdm_f16_to_f32(r[i]);
-    }
+static void widen_portable(const uint16_t *restrict h, int64_t n, float *restrict out) {
+    for (int64_t i = 0; i < n; i++) out[i] = tdm_f16_to_f32(h[i]);
 }
 
 #ifdef TDM_SIMD_X86
 #include <immintrin.h>
 
-#define TARGET_F16C_AVX2 __attribute__((target("avx2,fma,f16c")))
-#define TARGET_F16C_AVX512 \
-    __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")))
+/* The cache rows are read once, in order, in short runs (one kv head's rows): prefetching
+ * this many halves ahead (4 KiB) keeps the loads ahead of the conversions (prefetches past
+ * the end of the buffer are harmless: no faults). */
+enum { WIDEN_AHEAD = 2048 };
 
-/* d % 8 == 0: 8 key rows at a time, one accumulator each, summed by an hadd tree. */
-TARGET_F16C_AVX2 static void scores_f16_avx2(const float *restrict q, const uint16_t *restrict k,
-                                             int64_t n, int64_t d, float scale,
-                                             float *restrict out) {
-    int64_t t0 = 0;
-    for (; t0 < n; t0 += 8) {
-        int rows = n - t0 < 8 ? (int)(n - t0) : 8;
-        __m256 acc[8];
-        for (int r = 0; r < 8; r++) acc[r] = _mm256_setzero_ps();
-        const uint16_t *kb = k + t0 * d;
-        for (int64_t i = 0; i < d; i += 8) {
-            __m256 qv = _mm256_loadu_ps(q + i);
-            for (int r = 0; r < rows; r++) {
-                __m256 kv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kb + r * d + i)));
-                acc[r] = _mm256_fmadd_ps(kv, qv, acc[r]);
-            }
-        }
-        __m256 h01 = _mm256_hadd_ps(acc[0], acc[1]), h23 = _mm256_hadd_ps(acc[2], acc[3]);
-        __m256 h45 = _mm256_hadd_ps(acc[4], acc[5]), h67 = _mm256_hadd_ps(acc[6], acc[7]);
-        __m256 a = _mm256_hadd_ps(h01, h23), b = _mm256_hadd_ps(h45, h67);
-        __m256 s = _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
-        s = _mm256_mul_ps(s, _mm256_set1_ps(scale));
-        float tmp[8];
-        _mm256_storeu_ps(tmp, s);
-        memcpy(out + t0, tmp, (size_t)rows * sizeof(float));
+__attribute__((target("avx2,fma,f16c"))) static void widen_f16c(const uint16_t *restrict h,
+                                                                 int64_t n, float *restrict out) {
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        _mm_prefetch((const char *)(h + i + WIDEN_AHEAD), _MM_HINT_T0);
+        for (int c = 0; c < 4; c++)
+            _mm256_storeu_ps(out + i + 8 * c,
+                             _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i + 8 * c))));
     }
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
+    for (; i < n; i++) out[i] = tdm_f16_to_f32(h[i]);
 }
 
-/* d % 8 == 0: 32 columns at a time in four accumulators. */
-TARGET_F16C_AVX2 static void pv_f16_avx2(const float *restrict p, const uint16_t *restrict v,
-                                         int64_t n, int64_t d, float *restrict out) {
-    int64_t i0 = 0;
-    for (; i0 + 32 <= d; i0 += 32) {
-        __m256 acc[4];
-        for (int c = 0; c < 4; c++) acc[c] = _mm256_loadu_ps(out + i0 + 8 * c);
-        for (int64_t t = 0; t < n; t++) {
-            __m256 w = _mm256_broadcast_ss(p + t);
-            const uint16_t *r = v + t * d + i0;
-            for (int c = 0; c < 4; c++)
-                acc[c] = _mm256_fmadd_ps(
-                    w, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(r + 8 * c))), acc[c]);
-        }
-        for (int c = 0; c < 4; c++) _mm256_storeu_ps(out + i0 + 8 * c, acc[c]);
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c"))) static void
+widen_avx512(const uint16_t *restrict h, int64_t n, float *restrict out) {
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        _mm_prefetch((const char *)(h + i + WIDEN_AHEAD), _MM_HINT_T0);
+        _mm_prefetch((const char *)(h + i + WIDEN_AHEAD + 32), _MM_HINT_T0);
+        for (int c = 0; c < 4; c++)
+            _mm512_storeu_ps(out + i + 16 * c,
+                             _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(h + i + 16 * c))));
     }
-    for (; i0 < d; i0 += 8) {
-        __m256 acc = _mm256_loadu_ps(out + i0);
-        for (int64_t t = 0; t < n; t++)
-            acc = _mm256_fmadd_ps(_mm256_broadcast_ss(p + t),
-                                  _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + t * d + i0))),
-                                  acc);
-        _mm256_storeu_ps(out + i0, acc);
-    }
-}
-
-/* The 16 lane sums of v[0..16) as one vector (lane r = sum of v[r]). */
-TARGET_F16C_AVX512 static inline __attribute__((always_inline)) __m512 sum16(__m512 *v) {
-    __m512 s[8], u[4], w[2];
-    for (int i = 0; i < 8; i++)
-        s[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]),
-                             _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
-    for (int i = 0; i < 4; i++) {
-        __m512d x = _mm512_castps_pd(s[2 * i]), y = _mm512_castps_pd(s[2 * i + 1]);
-        u[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
-                             _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
-    }
-    for (int i = 0; i < 2; i++)
-        w[i] = _mm512_add_ps(_mm512_shuffle_f32x4(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
-                             _mm512_shuffle_f32x4(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
-    return _mm512_add_ps(_mm512_shuffle_f32x4(w[0], w[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                         _mm512_shuffle_f32x4(w[0], w[1], _MM_SHUFFLE(3, 1, 3, 1)));
-}
-
-/* d % 16 == 0: 16 key rows at a time. The lane order of unpack/shuffle sums: lane r of
- * sum16 is row r's sum (checked by the unit test against the portable variant). */
-TARGET_F16C_AVX512 static void scores_f16_avx512(const float *restrict q, const uint16_t *restrict k,
-                                                 int64_t n, int64_t d, float scale,
-                                                 float *restrict out) {
-    __m512 sc = _mm512_set1_ps(scale);
-    for (int64_t t0 = 0; t0 < n; t0 += 16) {
-        int rows = n - t0 < 16 ? (int)(n - t0) : 16;
-        const uint16_t *kb = k + t0 * d;
-        __m512 acc[16];
-        for (int r = 0; r < 16; r++) acc[r] = _mm512_setzero_ps();
-        for (int64_t i = 0; i < d; i += 16) {
-            __m512 qv = _mm512_loadu_ps(q + i);
-            for (int r = 0; r < rows; r++)
-                acc[r] = _mm512_fmadd_ps(
-                    _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(kb + r * d + i))), qv, acc[r]);
-        }
-        __m512 s = _mm512_mul_ps(sum16(acc), sc);
-        _mm512_mask_storeu_ps(out + t0, (__mmask16)(rows == 16 ? 0xffffu : (1u << rows) - 1u), s);
-    }
-}
-
-/* d % 16 == 0: 64 columns at a time in four accumulators. */
-TARGET_F16C_AVX512 static void pv_f16_avx512(const float *restrict p, const uint16_t *restrict v,
-                                             int64_t n, int64_t d, float *restrict out) {
-    int64_t i0 = 0;
-    for (; i0 + 64 <= d; i0 += 64) {
-        __m512 acc[4];
-        for (int c = 0; c < 4; c++) acc[c] = _mm512_loadu_ps(out + i0 + 16 * c);
-        for (int64_t t = 0; t < n; t++) {
-            __m512 w = _mm512_set1_ps(p[t]);
-            const uint16_t *r = v + t * d + i0;
-            for (int c = 0; c < 4; c++)
-                acc[c] = _mm512_fmadd_ps(
-                    w, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(r + 16 * c))), acc[c]);
-        }
-        for (int c = 0; c < 4; c++) _mm512_storeu_ps(out + i0 + 16 * c, acc[c]);
-    }
-    for (; i0 < d; i0 += 16) {
-        __m512 acc = _mm512_loadu_ps(out + i0);
-        for (int64_t t = 0; t < n; t++)
-            acc = _mm512_fmadd_ps(_mm512_set1_ps(p[t]),
-                                  _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(v + t * d + i0))),
-                                  acc);
-        _mm512_storeu_ps(out + i0, acc);
+    for (; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
+        _mm512_mask_storeu_ps(out + i, m, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, h + i)));
     }
 }
 #endif
 
-/* The variant for this level and head size (the SIMD ones need F16C and d a multiple of
- * their width). */
-static void pick_fns(tdm_cpu_isa level, int64_t d, f16_scores_fn *sf, f16_pv_fn *pf) {
-    *sf = scores_f16_portable;
-    *pf = pv_f16_portable;
+/* The widening variant for this level (the SIMD ones need F16C). */
+static widen_fn pick_widen(tdm_cpu_isa level) {
 #ifdef TDM_SIMD_X86
-    if (level >= TDM_ISA_AVX2 && __builtin_cpu_supports("f16c")) {
-        if (level >= TDM_ISA_AVX512_CORE && d % 16 == 0) {
-            *sf = scores_f16_avx512;
-            *pf = pv_f16_avx512;
-        } else if (d % 8 == 0) {
-            *sf = scores_f16_avx2;
-            *pf = pv_f16_avx2;
-        }
-    }
-#else
-    (void)level, (void)d;
+    if (level >= TDM_ISA_AVX2 && __builtin_cpu_supports("f16c"))
+        return level >= TDM_ISA_AVX512_CORE ? widen_avx512 : widen_f16c;
 #endif
+    (void)level;
+    return widen_portable;
 }
 
 /* ---- the kernel ---- */
@@ -239,8 +117,8 @@ typedef struct gqa16_job {
     int64_t B, S, H, KVH, D, P, L, rot, win, qstride, kstride, koff, voff;
     bool rotary, interleaved, k_inplace, v_inplace, smooth, causal;
     float scale, softcap;
-    f16_scores_fn scores;
-    f16_pv_fn pvf;
+    widen_fn widen;
+    const tdm_llm_fns *f;
     const tdm_cpu_simd *simd;
     float *scratch;
     int64_t per_slot, items, slots;
@@ -288,11 +166,14 @@ static void gqa16_cache(void *arg, int64_t p0, int64_t p1) {
     }
 }
 
-/* Item p of pass 2: query row s of (batch b, kv head g), all heads of the group together. */
+/* Item p of pass 2: query row s of (batch b, kv head g), all heads of the group together:
+ * each block of KV_BLOCK cache rows is widened to float32 once (into L1) and used by every
+ * head of the group with the float kernel's row routines. */
 static void gqa16_item(const gqa16_job *j, int64_t p, float *scratch) {
     int64_t group = j->H / j->KVH, ld = j->L + 16;
     int64_t s = p % j->S, bg = p / j->S, b = bg / j->KVH, g = bg % j->KVH;
     float *scores = scratch, *qbuf = scores + group * ld, *ybuf = qbuf + group * j->D;
+    float *blk = ybuf + group * j->D; /* KV_BLOCK rows of keys or values */
     const uint16_t *kc = j->kc + bg * j->L * j->D, *vc = j->vc + bg * j->L * j->D;
     int64_t past = j->past[b], tot = j->tot[b];
     int64_t n = j->causal && past + s + 1 < tot ? past + s + 1 : tot;
@@ -301,22 +182,27 @@ static void gqa16_item(const gqa16_job *j, int64_t p, float *scratch) {
     for (int64_t i = 0; i < group; i++) {
         const uint16_t *q = j->q + (b * j->S + s) * j->qstride + (g * group + i) * j->D;
         float *qf = qbuf + i * j->D;
-        for (int64_t d = 0; d < j->D; d++) qf[d] = tdm_f16_to_f32(q[d]);
+        j->widen(q, j->D, qf);
         if (j->rotary) rotate16(j, qf, past + s);
     }
     for (int64_t t = lo; t < n; t += KV_BLOCK) {
         int64_t cnt = n - t < KV_BLOCK ? n - t : KV_BLOCK;
+        j->widen(kc + t * j->D, cnt * j->D, blk);
         for (int64_t i = 0; i < group; i++)
-            j->scores(qbuf + i * j->D, kc + t * j->D, cnt, j->D, j->scale, scores + i * ld + (t - lo));
+            j->f->scores(qbuf + i * j->D, blk, j->D, cnt, j->D, j->scale, scores + i * ld + (t - lo));
     }
     memset(ybuf, 0, (size_t)(group * j->D) * sizeof(float));
-    for (int64_t i = 0; i < group; i++)
+    bool any = false;
+    for (int64_t i = 0; i < group; i++) {
         live[i] = n > lo && tdm_llm_softmax(j->simd, scores + i * ld, n - lo, j->softcap, NULL,
                                             j->smooth, 0.0f);
-    for (int64_t t = lo; t < n; t += KV_BLOCK) {
+        any |= live[i];
+    }
+    for (int64_t t = lo; t < n && any; t += KV_BLOCK) {
         int64_t cnt = n - t < KV_BLOCK ? n - t : KV_BLOCK;
+        j->widen(vc + t * j->D, cnt * j->D, blk);
         for (int64_t i = 0; i < group; i++)
-            if (live[i]) j->pvf(scores + i * ld + (t - lo), vc + t * j->D, cnt, j->D, ybuf + i * j->D);
+            if (live[i]) j->f->pv(scores + i * ld + (t - lo), blk, j->D, cnt, j->D, ybuf + i * j->D);
     }
     uint16_t *y = j->y + (b * j->S + s) * j->H * j->D + g * group * j->D;
     for (int64_t i = 0; i < group * j->D; i++) y[i] = tdm_f32_to_f16(ybuf[i]);
@@ -432,7 +318,7 @@ tdm_status *tdm_llm_run_gqa_f16(tdm_kernel_ctx *ctx) {
     j.items = j.B * j.KVH * j.S;
     j.slots = j.items < threads ? j.items : threads;
     if (j.slots < 1) j.slots = 1;
-    j.per_slot = (group * (j.L + 16) + 2 * group * j.D + 31) / 16 * 16; /* keeps int64 aligned */
+    j.per_slot = (group * (j.L + 16) + 2 * group * j.D + KV_BLOCK * j.D + 31) / 16 * 16; /* int64 aligned */
     tdm_tensor *pres_k = ctx->n_out > 1 ? ctx->out[1] : NULL, *pres_v = ctx->n_out > 2 ? ctx->out[2] : NULL;
     size_t cache_halves = (size_t)(j.B * j.KVH * j.L * j.D);
     size_t own_cache = ((pres_k ? 0 : cache_halves) + (pres_v ? 0 : cache_halves) + 1) / 2;
@@ -504,7 +390,8 @@ tdm_status *tdm_llm_run_gqa_f16(tdm_kernel_ctx *ctx) {
                             (long long)j.L, (long long)j.P);
     if (!st) {
         j.simd = tdm_cpu_simd_of(ctx);
-        pick_fns(j.simd->level, j.D, &j.scores, &j.pvf);
+        j.widen = pick_widen(j.simd->level);
+        j.f = tdm_llm_fns_for(j.simd->level);
         tdm_parallel_for(ctx->pool, j.B * j.KVH, 1, gqa16_cache, &j);
         tdm_parallel_for(ctx->pool, j.slots, 1, gqa16_slots, &j);
     }
