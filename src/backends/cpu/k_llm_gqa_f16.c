@@ -5,20 +5,26 @@
  * rotary on the new rows, soft-cap, smooth_softmax, local window); attention_bias and
  * head_sink are refused in float16.
  *
- * The arithmetic is float32: each query row is widened (and rotated) once, the new key rows
- * are rotated in float32 and rounded to float16 as they enter the cache; the cache is read
- * 64 rows at a time, widened into a float32 block in L1 (F16C / AVX-512 conversions; the
- * portable variant uses core/half.h) that every head of the kv group then uses with the float
- * kernel's row routines (k_llm_simd.c: scores, p.V) and softmax, so each float16 cache row is
- * read and widened once per group. The output row is rounded to float16 at the end. Items are (batch, kv head,
- * query row), shared out over the pool one slot per thread; scratch (one slot per thread) is
- * kept by the node between runs and grown by half again when a longer cache needs more: a
- * decode step allocates nothing. */
+ * The arithmetic is float32: query rows are widened (and rotated) once, the new key rows are
+ * rotated in float32 and rounded to float16 as they enter the cache, outputs are rounded to
+ * float16 at the end. Decode (one query row; items = (batch, kv head)): the cache is read 64
+ * rows at a time, widened into a float32 block in L1 (F16C / AVX-512 conversions; the portable
+ * variant uses core/half.h) that every head of the kv group then uses with the float kernel's
+ * row routines (k_llm_simd.c: scores, p.V) and softmax, so each float16 cache row is read and
+ * widened once per group. Prefill and chunks (items = (batch, kv head, block of up to 16 query
+ * rows)): the block's key / value range is widened once, then per head two oneDNN sgemm calls
+ * (scores, p.V) around each row's softmax, as the float kernel does. Items are shared out over
+ * the pool one slot per thread; the scratch (one slot per thread) is kept by the node between
+ * runs and grown by half again when a longer cache needs more: a decode step allocates
+ * nothing. Not done (float kernel only): splitting one group's decode over several threads. */
 #include <math.h>
 #include <stdatomic.h>
 #include <string.h>
 
+#include <omp.h>
+
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/k_dnnl.h"
 #include "backends/cpu/k_llm.h"
 #include "core/alloc.h"
 #include "core/half.h"
@@ -121,7 +127,7 @@ typedef struct gqa16_job {
     const tdm_llm_fns *f;
     const tdm_cpu_simd *simd;
     float *scratch;
-    int64_t per_slot, items, slots;
+    int64_t per_slot, items, slots, rows_per_block, row_blocks;
 } gqa16_job;
 
 /* x (rot values, float32) rotated at position pos with the float16 caches. */
@@ -208,10 +214,73 @@ static void gqa16_item(const gqa16_job *j, int64_t p, float *scratch) {
     for (int64_t i = 0; i < group * j->D; i++) y[i] = tdm_f32_to_f16(ybuf[i]);
 }
 
+/* C = alpha * A . op(B) (row-major, beta 0): oneDNN's sgemm (serial), else tdm_sgemm. */
+static void gemm16(const tdm_cpu_simd *simd, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                   const float *A, int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc) {
+    if (dnnl_sgemm('N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, 0.0f, C, ldc) == dnnl_success)
+        return;
+    tdm_sgemm(simd, NULL, false, tb, M, N, K, alpha, A, lda, B, ldb, 0.0f, C, ldc);
+}
+
+/* Item p of pass 2 when S > 1 (prefill, chunks): query rows s0..s1 of (b, g). The keys and
+ * values of the block's whole row range are widened once into float32; then per head one GEMM
+ * for the scores, each row's softmax on its own (causal) range with zeros elsewhere, and one
+ * GEMM for the output rows. */
+static void gqa16_block(const gqa16_job *j, int64_t p, float *scratch) {
+    int64_t group = j->H / j->KVH, bg = p / j->row_blocks;
+    int64_t s0 = (p % j->row_blocks) * j->rows_per_block;
+    int64_t s1 = s0 + j->rows_per_block < j->S ? s0 + j->rows_per_block : j->S;
+    int64_t b = bg / j->KVH, g = bg % j->KVH, rows = s1 - s0, past = j->past[b], tot = j->tot[b];
+    int64_t lo[16] = {0}, n[16] = {0}; /* rows_per_block <= 16 */
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t s = s0 + r;
+        n[r] = j->causal && past + s + 1 < tot ? past + s + 1 : tot;
+        lo[r] = j->win > 0 && n[r] > j->win ? n[r] - j->win : 0;
+    }
+    int64_t a0 = lo[0], e0 = n[0];
+    for (int64_t r = 1; r < rows; r++) {
+        a0 = lo[r] < a0 ? lo[r] : a0;
+        e0 = n[r] > e0 ? n[r] : e0;
+    }
+    int64_t cols = e0 - a0, ld = cols + 1;
+    float *sc = scratch, *qb = sc + 16 * (j->L + 1), *yb = qb + 16 * j->D;
+    float *kf = yb + 16 * j->D, *vf = kf + j->L * j->D;
+    const uint16_t *kc = j->kc + bg * j->L * j->D, *vc = j->vc + bg * j->L * j->D;
+    j->widen(kc + a0 * j->D, cols * j->D, kf);
+    j->widen(vc + a0 * j->D, cols * j->D, vf);
+    for (int64_t i = 0; i < group; i++) {
+        int64_t h = g * group + i;
+        for (int64_t r = 0; r < rows; r++) {
+            float *qf = qb + r * j->D;
+            j->widen(j->q + (b * j->S + s0 + r) * j->qstride + h * j->D, j->D, qf);
+            if (j->rotary) rotate16(j, qf, past + s0 + r);
+        }
+        if (cols > 0) gemm16(j->simd, true, rows, cols, j->D, j->scale, qb, j->D, kf, j->D, sc, ld);
+        for (int64_t r = 0; r < rows; r++) {
+            float *row = sc + r * ld;
+            int64_t a = lo[r] - a0, e = n[r] - a0;
+            if (e <= a || !tdm_llm_softmax(j->simd, row + a, e - a, j->softcap, NULL, j->smooth, 0.0f))
+                a = e = 0; /* nothing to attend to: a zero row */
+            memset(row, 0, (size_t)a * sizeof(float));
+            memset(row + e, 0, (size_t)(ld - e) * sizeof(float));
+        }
+        if (cols > 0) gemm16(j->simd, false, rows, j->D, cols, 1.0f, sc, ld, vf, j->D, yb, j->D);
+        else memset(yb, 0, (size_t)(rows * j->D) * sizeof(float));
+        for (int64_t r = 0; r < rows; r++) {
+            uint16_t *y = j->y + (b * j->S + s0 + r) * j->H * j->D + h * j->D;
+            for (int64_t d = 0; d < j->D; d++) y[d] = tdm_f32_to_f16(yb[r * j->D + d]);
+        }
+    }
+}
+
 static void gqa16_slots(void *arg, int64_t k0, int64_t k1) {
     const gqa16_job *j = arg;
+    if (j->S > 1 && omp_get_max_threads() != 1) omp_set_num_threads(1); /* sgemm stays serial */
     for (int64_t k = k0; k < k1; k++)
-        for (int64_t p = k; p < j->items; p += j->slots) gqa16_item(j, p, j->scratch + k * j->per_slot);
+        for (int64_t p = k; p < j->items; p += j->slots) {
+            if (j->S > 1) gqa16_block(j, p, j->scratch + k * j->per_slot);
+            else gqa16_item(j, p, j->scratch + k * j->per_slot);
+        }
 }
 
 static bool is_cache(const tdm_tensor *t, int64_t B, int64_t KVH, int64_t D) {
@@ -315,10 +384,15 @@ tdm_status *tdm_llm_run_gqa_f16(tdm_kernel_ctx *ctx) {
      * first new row and the valid rows */
     int64_t group = j.H / j.KVH;
     int64_t threads = tdm_threadpool_size(ctx->pool);
-    j.items = j.B * j.KVH * j.S;
+    /* decode: one item per (batch, kv head); S > 1: per block of up to 16 query rows */
+    j.rows_per_block = j.S > 16 ? 16 : (j.S > 0 ? j.S : 1);
+    j.row_blocks = (j.S + j.rows_per_block - 1) / j.rows_per_block;
+    j.items = j.B * j.KVH * (j.S > 1 ? j.row_blocks : j.S);
     j.slots = j.items < threads ? j.items : threads;
     if (j.slots < 1) j.slots = 1;
-    j.per_slot = (group * (j.L + 16) + 2 * group * j.D + KV_BLOCK * j.D + 31) / 16 * 16; /* int64 aligned */
+    int64_t row_need = group * (j.L + 16) + 2 * group * j.D + KV_BLOCK * j.D;
+    int64_t block_need = 16 * (j.L + 1) + 32 * j.D + 2 * j.L * j.D;
+    j.per_slot = ((j.S > 1 ? block_need : row_need) + 31) / 16 * 16; /* keeps int64 aligned */
     tdm_tensor *pres_k = ctx->n_out > 1 ? ctx->out[1] : NULL, *pres_v = ctx->n_out > 2 ? ctx->out[2] : NULL;
     size_t cache_halves = (size_t)(j.B * j.KVH * j.L * j.D);
     size_t own_cache = ((pres_k ? 0 : cache_halves) + (pres_v ? 0 : cache_halves) + 1) / 2;
@@ -393,7 +467,9 @@ tdm_status *tdm_llm_run_gqa_f16(tdm_kernel_ctx *ctx) {
         j.widen = pick_widen(j.simd->level);
         j.f = tdm_llm_fns_for(j.simd->level);
         tdm_parallel_for(ctx->pool, j.B * j.KVH, 1, gqa16_cache, &j);
+        int omp = j.S > 1 ? dn_omp_begin() : 1;
         tdm_parallel_for(ctx->pool, j.slots, 1, gqa16_slots, &j);
+        if (j.S > 1) dn_omp_end(omp);
     }
     if (own) tdm_free(ctx->alloc, own);
     else atomic_flag_clear(&state->busy);
