@@ -84,7 +84,7 @@ def rope_cache(max_len, half, base=10000.0):
 # ---- GroupQueryAttention ----
 
 def gqa(out_dir, rng, name, B, S, H, KVH, D, P, seqlens, total, rotary=False, interleaved=0,
-        packed=False, max_len=None, extra_inputs=None, half=False, **attrs):
+        packed=False, max_len=None, extra_inputs=None, f16=False, **attrs):
     feeds = {}
     if packed:
         feeds["query"] = rnd(rng, B, S, (H + 2 * KVH) * D)
@@ -108,7 +108,7 @@ def gqa(out_dir, rng, name, B, S, H, KVH, D, P, seqlens, total, rotary=False, in
         feeds.setdefault("position_ids", None)
         feeds.setdefault("attention_bias", None)
         feeds[k] = a
-    if half:  # T = float16: every float input (the KV cache of gguf_to_onnx.py --kv-dtype float16)
+    if f16:  # T = float16: every float input (the KV cache of gguf_to_onnx.py --kv-dtype float16)
         feeds = {k: a.astype(np.float16) if a is not None and a.dtype == F32 else a for k, a in feeds.items()}
     names = [k if a is not None else "" for k, a in feeds.items()]
     node = helper.make_node("GroupQueryAttention", names, ["output", "present_key", "present_value"],
@@ -171,24 +171,24 @@ def gqa_f16_cases(out_dir):
     TANDEM_CPU_ISA=portable). ONNX Runtime's float16 kernel wants head sizes that are multiples of 8, and
     of 16 with rotary."""
     rng = np.random.default_rng(1916)
-    gqa(out_dir, rng, "gqa16_prompt", 1, 5, 4, 2, 8, 0, [4], 5, half=True)
+    gqa(out_dir, rng, "gqa16_prompt", 1, 5, 4, 2, 8, 0, [4], 5, f16=True)
     gqa(out_dir, rng, "gqa16_rotary_prompt_pad_b2", 2, 6, 6, 2, 64, 0, [5, 2], 6, rotary=True,
-        interleaved=1, half=True)
+        interleaved=1, f16=True)
     gqa(out_dir, rng, "gqa16_rotary_decode_b2", 2, 1, 9, 3, 64, 9, [9, 6], 10, rotary=True,
-        interleaved=1, half=True)
+        interleaved=1, f16=True)
     gqa(out_dir, rng, "gqa16_rotary_share_decode_b2", 2, 1, 9, 3, 64, 20, [12, 9], 13, rotary=True,
-        interleaved=1, half=True)
+        interleaved=1, f16=True)
     gqa(out_dir, rng, "gqa16_rotary_share_long_decode", 1, 1, 9, 3, 64, 200, [173], 174, rotary=True,
-        interleaved=1, max_len=256, half=True)
+        interleaved=1, max_len=256, f16=True)
     gqa(out_dir, rng, "gqa16_rotary_share_prompt_pad_b2", 2, 6, 6, 3, 32, 16, [5, 3], 6, rotary=True,
-        interleaved=0, half=True)
+        interleaved=0, f16=True)
     gqa(out_dir, rng, "gqa16_chunk_d24", 1, 3, 4, 2, 24, 6, [8], 9,
-        half=True)
+        f16=True)
     gqa(out_dir, rng, "gqa16_packed_rotary_decode", 2, 1, 6, 2, 32, 8, [8, 5], 9, packed=True,
-        rotary=True, interleaved=1, half=True)
+        rotary=True, interleaved=1, f16=True)
     gqa(out_dir, rng, "gqa16_softcap_window", 1, 5, 4, 2, 16, 6, [10], 11, softcap=1.5,
-        local_window_size=4, half=True)
-    gqa(out_dir, rng, "gqa16_smooth_softmax", 1, 4, 4, 2, 8, 3, [6], 7, smooth_softmax=1, half=True)
+        local_window_size=4, f16=True)
+    gqa(out_dir, rng, "gqa16_smooth_softmax", 1, 4, 4, 2, 8, 3, [6], 7, smooth_softmax=1, f16=True)
 
 
 def rotary_cases(out_dir):
