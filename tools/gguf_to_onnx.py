@@ -240,6 +240,9 @@ def main():
                     help="zp (default): MatMulNBits with float zero points -m/d; offset: MatMulNBits without "
                          "zero points + ReduceSum/MatMul of the block constants 8d+m (for ONNX Runtime, which "
                          "runs float zero points on a slow path)")
+    ap.add_argument("--kv-dtype", choices=["float32", "float16"], default="float32",
+                    help="type of the KV cache (past/present tensors); float16 halves the cache that a decode step "
+                         "reads (GroupQueryAttention then runs in float16 between Cast nodes)")
     ap.add_argument("--no-verify", action="store_true")
     a = ap.parse_args()
     if a.accuracy_level is None:
@@ -255,7 +258,8 @@ def main():
         raise SystemExit(f"vocab_size {cfg.vocab} != {len(tokens)} tokens")
 
     model = lb.build_genai(cfg, w, embed_op=a.embed_op, accuracy_level=a.accuracy_level,
-                           lm_head_accuracy_level=a.lm_head_accuracy_level, q4_form=a.q4_1_form)
+                           lm_head_accuracy_level=a.lm_head_accuracy_level, q4_form=a.q4_1_form,
+                           kv_dtype=a.kv_dtype)
     os.makedirs(a.out_dir, exist_ok=True)
     for stale in ("model.onnx", "model.onnx.data"):
         p = os.path.join(a.out_dir, stale)

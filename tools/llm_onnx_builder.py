@@ -251,14 +251,22 @@ def _mnb(g, x, w, prefix, accuracy_level=4, q4_form="zp"):
 
 
 def build_genai(cfg, w, embed_op="GatherBlockQuantized", accuracy_level=4, lm_head_accuracy_level=0,
-                q4_form="zp"):
+                q4_form="zp", kv_dtype="float32"):
     """ONNX Runtime GenAI form. embed_op: 'GatherBlockQuantized' or 'DequantizeLinear' (block_size + Gather).
 
     accuracy_level of the 4-bit layer MatMulNBits: 4 (as ORT GenAI's builder writes); with float zero points
     ORT 1.32 still computes them in float32 (checked: same logits as level 0 to 1e-5).
     lm_head_accuracy_level: 0 by default, because with uint8 zero points and level 4 ORT quantises the
     activations to int8 (the tiny model's logits move by ~0.2%), which would make ORT's greedy ids depend on
-    that approximation; 0 keeps ORT's reference exact float32 math."""
+    that approximation; 0 keeps ORT's reference exact float32 math.
+    kv_dtype: 'float32', or 'float16' for a half-precision KV cache (as llama.cpp keeps it): the past/present
+    tensors are float16, GroupQueryAttention runs in float16 (its query/key/value are Cast to float16, the
+    cos/sin caches are float16, its output is Cast back to float32: ORT's CPU kernel wants one type T for all
+    of them); everything else stays float32."""
+    if kv_dtype not in ("float32", "float16"):
+        raise ValueError(f"kv_dtype {kv_dtype!r}: float32 or float16")
+    half = kv_dtype == "float16"
+    kv_type = TensorProto.FLOAT16 if half else TensorProto.FLOAT
     g = _G()
     H = cfg.hidden
     inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch_size", "sequence_length"]),
@@ -268,10 +276,10 @@ def build_genai(cfg, w, embed_op="GatherBlockQuantized", accuracy_level=4, lm_he
     for i in range(cfg.n_layers):
         for kv in ("key", "value"):
             inputs.append(helper.make_tensor_value_info(
-                f"past_key_values.{i}.{kv}", TensorProto.FLOAT,
+                f"past_key_values.{i}.{kv}", kv_type,
                 ["batch_size", cfg.n_kv_heads, "past_sequence_length", cfg.head_dim]))
             outputs.append(helper.make_tensor_value_info(
-                f"present.{i}.{kv}", TensorProto.FLOAT,
+                f"present.{i}.{kv}", kv_type,
                 ["batch_size", cfg.n_kv_heads, "total_sequence_length", cfg.head_dim]))
 
     # embedding
@@ -301,6 +309,8 @@ def build_genai(cfg, w, embed_op="GatherBlockQuantized", accuracy_level=4, lm_he
                  name="/model/attn_mask_reformat/Gather", axis=0)
     total_len = g.node("Cast", [tot], name="/model/attn_mask_reformat/total_seq_len", to=TensorProto.INT32)
     cos, sin = rope_cache(cfg)
+    if half:
+        cos, sin = cos.astype(np.float16), sin.astype(np.float16)
     cos_n = g.init("cos_cache", cos)
     sin_n = g.init("sin_cache", sin)
 
@@ -321,12 +331,20 @@ def build_genai(cfg, w, embed_op="GatherBlockQuantized", accuracy_level=4, lm_he
         k = _mnb(g, h, lw.k, f"model.layers.{i}.attn.k_proj", accuracy_level, q4_form)
         vv = _mnb(g, h, lw.v, f"model.layers.{i}.attn.v_proj", accuracy_level, q4_form)
         gqa_out = [p + "/attn/GroupQueryAttention/output_0", f"present.{i}.key", f"present.{i}.value"]
+        if half:
+            q, k, vv = (g.node("Cast", [t], name=f"{p}/attn/{n}_proj/Cast", to=TensorProto.FLOAT16)
+                        for t, n in ((q, "q"), (k, "k"), (vv, "v")))
+            gqa_out[0] = p + "/attn/GroupQueryAttention/output_0_f16"
         g.node("GroupQueryAttention",
                [q, k, vv, f"past_key_values.{i}.key", f"past_key_values.{i}.value", seqlens_k, total_len,
                 cos_n, sin_n], gqa_out, name=p + "/attn/GroupQueryAttention", domain="com.microsoft",
                num_heads=cfg.n_heads, kv_num_heads=cfg.n_kv_heads, do_rotary=1, rotary_interleaved=1,
                scale=float(1.0 / np.sqrt(cfg.head_dim)), local_window_size=-1)
-        o = _mnb(g, gqa_out[0], lw.o, f"model.layers.{i}.attn.o_proj", accuracy_level, q4_form)
+        attn = gqa_out[0]
+        if half:
+            attn = g.node("Cast", [attn], [p + "/attn/GroupQueryAttention/output_0"],
+                          name=p + "/attn/GroupQueryAttention/Cast", to=TensorProto.FLOAT)
+        o = _mnb(g, attn, lw.o, f"model.layers.{i}.attn.o_proj", accuracy_level, q4_form)
         pln = g.init(f"model.layers.{i}.post_attention_layernorm.weight", lw.ffn_norm)
         outs = [p + "/post_attention_layernorm/output_0", "", "", p + "/post_attention_layernorm/output_3"]
         g.node("SkipSimplifiedLayerNormalization", [o, residual, pln], outs,

@@ -10,6 +10,9 @@ allows it; GQA covers kv heads < heads, past length 0 and > 0, prefill and decod
 with different seqlens_k (right padding), the shared-buffer form (past of max length),
 packed QKV, rotary (interleaved and not), softcap, local window, smooth softmax.
 
+Float16 GroupQueryAttention cases (T = float16, the half-precision KV cache) go to OUT_DIR_f16
+(tests/models_llm_attn_f16); LLM_ATTN_F16_ONLY=1 writes only those.
+
 Deterministic (fixed seeds). Usage: tools/make_llm_attn_models.py [OUT_DIR]
 (default tests/models_llm_attn)"""
 import os
@@ -31,7 +34,7 @@ def save(out_dir, name, node, feeds, opset=23, out_names=None):
     for k, a in feeds.items():
         if a is None:
             continue
-        et = {np.float32: T.FLOAT, np.int32: T.INT32, np.int64: T.INT64, np.bool_: T.BOOL}[a.dtype.type]
+        et = {np.float32: T.FLOAT, np.float16: T.FLOAT16, np.int32: T.INT32, np.int64: T.INT64, np.bool_: T.BOOL}[a.dtype.type]
         inputs.append(helper.make_tensor_value_info(k, et, list(a.shape)))
     outs = [onnx.ValueInfoProto(name=o) for o in node.output if o]
     g = helper.make_graph([node], name, inputs, outs)
@@ -81,7 +84,7 @@ def rope_cache(max_len, half, base=10000.0):
 # ---- GroupQueryAttention ----
 
 def gqa(out_dir, rng, name, B, S, H, KVH, D, P, seqlens, total, rotary=False, interleaved=0,
-        packed=False, max_len=None, extra_inputs=None, **attrs):
+        packed=False, max_len=None, extra_inputs=None, f16=False, **attrs):
     feeds = {}
     if packed:
         feeds["query"] = rnd(rng, B, S, (H + 2 * KVH) * D)
@@ -105,6 +108,8 @@ def gqa(out_dir, rng, name, B, S, H, KVH, D, P, seqlens, total, rotary=False, in
         feeds.setdefault("position_ids", None)
         feeds.setdefault("attention_bias", None)
         feeds[k] = a
+    if f16:  # T = float16: every float input (the KV cache of gguf_to_onnx.py --kv-dtype float16)
+        feeds = {k: a.astype(np.float16) if a is not None and a.dtype == F32 else a for k, a in feeds.items()}
     names = [k if a is not None else "" for k, a in feeds.items()]
     node = helper.make_node("GroupQueryAttention", names, ["output", "present_key", "present_value"],
                             domain="com.microsoft", num_heads=H, kv_num_heads=KVH, **attrs)
@@ -159,6 +164,32 @@ def gqa_cases(out_dir):
 
 
 # ---- RotaryEmbedding ----
+
+def gqa_f16_cases(out_dir):
+    """GroupQueryAttention with T = float16 (own folder: the ctest's tolerance is float16's).
+    Head sizes 64, 32 and 16 (AVX-512 row routines), 8 and 24 (AVX2's; the portable ones run under
+    TANDEM_CPU_ISA=portable). ONNX Runtime's float16 kernel wants head sizes that are multiples of 8, and
+    of 16 with rotary."""
+    rng = np.random.default_rng(1916)
+    gqa(out_dir, rng, "gqa16_prompt", 1, 5, 4, 2, 8, 0, [4], 5, f16=True)
+    gqa(out_dir, rng, "gqa16_rotary_prompt_pad_b2", 2, 6, 6, 2, 64, 0, [5, 2], 6, rotary=True,
+        interleaved=1, f16=True)
+    gqa(out_dir, rng, "gqa16_rotary_decode_b2", 2, 1, 9, 3, 64, 9, [9, 6], 10, rotary=True,
+        interleaved=1, f16=True)
+    gqa(out_dir, rng, "gqa16_rotary_share_decode_b2", 2, 1, 9, 3, 64, 20, [12, 9], 13, rotary=True,
+        interleaved=1, f16=True)
+    gqa(out_dir, rng, "gqa16_rotary_share_long_decode", 1, 1, 9, 3, 64, 200, [173], 174, rotary=True,
+        interleaved=1, max_len=256, f16=True)
+    gqa(out_dir, rng, "gqa16_rotary_share_prompt_pad_b2", 2, 6, 6, 3, 32, 16, [5, 3], 6, rotary=True,
+        interleaved=0, f16=True)
+    gqa(out_dir, rng, "gqa16_chunk_d24", 1, 3, 4, 2, 24, 6, [8], 9,
+        f16=True)
+    gqa(out_dir, rng, "gqa16_packed_rotary_decode", 2, 1, 6, 2, 32, 8, [8, 5], 9, packed=True,
+        rotary=True, interleaved=1, f16=True)
+    gqa(out_dir, rng, "gqa16_softcap_window", 1, 5, 4, 2, 16, 6, [10], 11, softcap=1.5,
+        local_window_size=4, f16=True)
+    gqa(out_dir, rng, "gqa16_smooth_softmax", 1, 4, 4, 2, 8, 3, [6], 7, smooth_softmax=1, f16=True)
+
 
 def rotary_cases(out_dir):
     rng = np.random.default_rng(23)
@@ -261,6 +292,10 @@ def attention_cases(out_dir):
 def main():
     out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "tests", "models_llm_attn")
     os.makedirs(out_dir, exist_ok=True)
+    os.makedirs(out_dir + "_f16", exist_ok=True)
+    gqa_f16_cases(out_dir + "_f16")
+    if os.environ.get("LLM_ATTN_F16_ONLY"):
+        return
     gqa_cases(out_dir)
     rotary_cases(out_dir)
     norm_cases(out_dir)

@@ -248,7 +248,10 @@ def model_bytes(model_dir):
     total = sum(detail.values())
     with open(os.path.join(model_dir, "genai_config.json")) as f:
         dec = json.load(f)["model"]["decoder"]
-    kv_per_pos = dec["num_hidden_layers"] * 2 * dec["num_key_value_heads"] * dec["head_size"] * 4
+    # the cache's element size from the past inputs' type (gguf_to_onnx.py --kv-dtype float16: 2 bytes)
+    past = [i for i in m.graph.input if i.name.startswith("past_key_values")]
+    esize = 2 if past and past[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT16 else 4
+    kv_per_pos = dec["num_hidden_layers"] * 2 * dec["num_key_value_heads"] * dec["head_size"] * esize
     del np
     return total, detail, kv_per_pos
 

@@ -25,6 +25,14 @@ static tdm_status *need_float(const tdm_infer_ctx *c, int i, const char *what) {
     return NULL;
 }
 
+/* input i has type t (or an unknown type) */
+static tdm_status *need_type(const tdm_infer_ctx *c, int i, const char *what, tdm_dtype t) {
+    if (has_in(c, i) && c->in[i].dtype != TDM_UNDEFINED && c->in[i].dtype != t)
+        return tdm_node_error(c->node, TDM_ERR_INVALID_ARGUMENT, "%s has type %s; expected %s like query",
+                              what, tdm_dtype_name(c->in[i].dtype), tdm_dtype_name(t));
+    return NULL;
+}
+
 static tdm_status *need_rank(const tdm_infer_ctx *c, int i, const char *what, int rank) {
     if (has_in(c, i) && c->in[i].rank >= 0 && c->in[i].rank != rank)
         return tdm_node_error(c->node, TDM_ERR_INVALID_ARGUMENT, "%s must have rank %d, has %d",
@@ -102,10 +110,15 @@ static tdm_status *infer_gqa(tdm_infer_ctx *c) {
     static const int ranks[] = {3, 3, 3, 4, 4, 1, -1, 2, 2, -1, 4, 1};
     for (int i = 0; i < 12; i++)
         if (ranks[i] >= 0) TDM_TRY(need_rank(c, i, names[i], ranks[i]));
+    /* T: float32, or float16 (a half-precision KV cache; the kernel refuses attention_bias
+     * and head_sink there) */
+    tdm_dtype T = c->in[0].dtype == TDM_FLOAT16 ? TDM_FLOAT16 : TDM_FLOAT;
     for (int i = 0; i < 12; i++) {
         if (i == 5 || i == 6) {
             if (has_in(c, i) && c->in[i].dtype != TDM_UNDEFINED && c->in[i].dtype != TDM_INT32)
                 return tdm_node_error(n, TDM_ERR_INVALID_ARGUMENT, "%s must be int32", names[i]);
+        } else if (T == TDM_FLOAT16) {
+            TDM_TRY(need_type(c, i, names[i], T));
         } else {
             TDM_TRY(need_float(c, i, names[i]));
         }
@@ -114,7 +127,7 @@ static tdm_status *infer_gqa(tdm_infer_ctx *c) {
         return tdm_node_error(n, TDM_ERR_INVALID_ARGUMENT, "total_sequence_length must be a scalar");
     const tdm_value_info *q = &c->in[0];
     tdm_value_info *y = &c->out[0];
-    set_dims(y, TDM_FLOAT, 3);
+    set_dims(y, T, 3);
     int64_t d = TDM_DIM_UNKNOWN;
     if (q->rank == 3) {
         y->dims[0] = q->dims[0];
@@ -167,7 +180,7 @@ static tdm_status *infer_gqa(tdm_infer_ctx *c) {
     int64_t past = has_in(c, 3) && c->in[3].rank == 4 ? c->in[3].dims[2] : (has_in(c, 3) ? -1 : 0);
     for (int o = 1; o <= 2 && o < c->n_out; o++) {
         if (!c->out[o].present) continue;
-        set_dims(&c->out[o], TDM_FLOAT, 4);
+        set_dims(&c->out[o], T, 4);
         c->out[o].dims[0] = q->rank == 3 ? q->dims[0] : TDM_DIM_UNKNOWN;
         c->out[o].dims[1] = kvh;
         c->out[o].dims[3] = d;

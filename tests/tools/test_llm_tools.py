@@ -7,6 +7,7 @@ tools/llm_reference.py, with ONNX Runtime, onnxruntime-genai and HF tokenizers a
      GGUF blocks (dequantised by the gguf package), past lengths 0 to 9.
   2. The same tiny weights written as a GGUF (--gguf) and converted by gguf_to_onnx.py: model.onnx,
      tokenizer.json, genai_config.json and tokenizer_config.json identical to make_tiny_llama's.
+     --kv-dtype float16 (both tools): ONNX Runtime's logits against the numpy pass and the float32 cache's.
   3. llm_reference.py numpy: onnxruntime-genai's greedy ids on the converted folder equal the numpy
      reference's (12 prompts x 8 tokens); and, as a negative control, a GGUF with other weights (seed 1)
      must be reported as different (exit 1).
@@ -78,6 +79,27 @@ def main():
         if np.abs(x - y).max() > 1e-5 * np.abs(y).max():
             raise SystemExit(f"FAIL: --q4-1-form offset logits differ by {np.abs(x - y).max()}")
         print("2. GGUF -> gguf_to_onnx.py: identical folder; --q4-1-form offset: same logits: ok")
+
+        # --kv-dtype float16: make_tiny_llama --check (numpy reference within 1e-2 of the largest logit),
+        # gguf_to_onnx writes the same model, and ONNX Runtime's logits stay within 1e-2 of the float32 cache's
+        h = os.path.join(tmp, "genai_f16")
+        out = run([py, tiny, h, "--check", "--kv-dtype", "float16"])
+        assert "check: ONNX Runtime logits match" in out, out
+        hc = os.path.join(tmp, "converted_f16")
+        run([py, conv, os.path.join(tmp, "tiny.gguf"), hc, "--accuracy-level", "4", "--kv-dtype", "float16"])
+        with open(os.path.join(h, "model.onnx"), "rb") as f1, open(os.path.join(hc, "model.onnx"), "rb") as f2:
+            if f1.read() != f2.read():
+                raise SystemExit("FAIL: converted --kv-dtype float16 model.onnx differs from make_tiny_llama's")
+        sess16 = ort.InferenceSession(os.path.join(hc, "model.onnx"))
+        kinds = {i.name: i.type for i in sess16.get_inputs()}
+        if kinds["past_key_values.0.key"] != "tensor(float16)":
+            raise SystemExit(f"FAIL: --kv-dtype float16 past type {kinds['past_key_values.0.key']}")
+        f16 = {k: (v.astype(np.float16) if k.startswith("past_") else v) for k, v in feeds.items()}
+        z = sess16.run(["logits"], f16)[0]
+        if np.abs(z - y).max() > 1e-2 * np.abs(y).max():
+            raise SystemExit(f"FAIL: --kv-dtype float16 logits differ by {np.abs(z - y).max()}")
+        print(f"2b. --kv-dtype float16: check ok, converter identical, logits within "
+              f"{np.abs(z - y).max() / np.abs(y).max():.2g} of the float32 cache's: ok")
 
         prompts = os.path.join(tmp, "prompts.txt")
         with open(prompts, "w") as f:

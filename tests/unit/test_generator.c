@@ -17,7 +17,8 @@
  *    tests/llm/make_genai_expected.py), and decode steps allocate the same (reported; 0
  *    expected) every step; with float activations (tiny_genai_acc0) the logits after a
  *    prefill of the whole sequence and after one-token runs agree within 1e-4 (the shared
- *    cache is exact). Skipped while the build lacks the folder's operators. */
+ *    cache is exact); the same on tiny_genai_f16 (a float16 KV cache, --kv-dtype float16).
+ *    Skipped while the build lacks the folder's operators. */
 #include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -478,8 +479,7 @@ static void test_stop_and_limits(void **state) {
     tdm_env_free(env);
 }
 
-static void test_genai_folder(void **state) {
-    (void)state;
+static void genai_folder_check(const char *folder) {
     counter c = {0};
     tdm_env *env = new_env(&c);
     tdm_generator_options o;
@@ -489,7 +489,7 @@ static void test_genai_folder(void **state) {
     o.threads = 1;
     o.ignore_eos = true;
     tdm_generator *g = NULL;
-    tdm_status *st = tdm_generator_create(env, TINY_GENAI, &o, &g);
+    tdm_status *st = tdm_generator_create(env, folder, &o, &g);
     if (tdm_status_code(st) == TDM_ERR_UNSUPPORTED) {
         fprintf(stderr, "[ skip ] the GenAI folder needs operators this build lacks: %.200s\n",
                 tdm_status_message(st));
@@ -500,7 +500,9 @@ static void test_genai_folder(void **state) {
     OK(st);
     assert_string_equal(tdm_generator_form(g), "genai");
     json_error_t jerr;
-    json_t *exp = json_load_file(TINY_GENAI "/expected.json", 0, &jerr);
+    char path[512];
+    snprintf(path, sizeof path, "%s/expected.json", folder);
+    json_t *exp = json_load_file(path, 0, &jerr);
     assert_non_null(exp);
     json_t *cases = json_object_get(exp, "cases");
     for (size_t ci = 0; ci < json_array_size(cases); ci++) {
@@ -539,7 +541,8 @@ static void test_genai_folder(void **state) {
             assert_int_equal(t, json_integer_value(json_array_get(jg, j)));
         }
         if (ci == 0) {
-            fprintf(stderr, "[ info ] GenAI form (shared KV cache), allocations per decode step:");
+            fprintf(stderr, "[ info ] GenAI form (shared KV cache, %s), allocations per decode step:",
+                    strrchr(folder, '/') + 1);
             for (size_t j = 1; j < ng; j++) fprintf(stderr, " %ld", allocs[j]);
             fprintf(stderr, "\n");
             for (size_t j = 4; j < ng; j++) assert_int_equal(allocs[j], allocs[3]); /* steady */
@@ -549,6 +552,19 @@ static void test_genai_folder(void **state) {
     tdm_generator_free(g);
     tdm_env_free(env);
     assert_int_equal(atomic_load(&c.live), 0);
+}
+
+static void test_genai_folder(void **state) {
+    (void)state;
+    genai_folder_check(TINY_GENAI);
+}
+
+/* The same with a float16 KV cache (make_tiny_llama.py --kv-dtype float16: GroupQueryAttention
+ * in float16 between Cast nodes): ONNX Runtime GenAI's greedy ids and logits (within 1e-2 of
+ * their size, as above) on that folder. */
+static void test_genai_folder_f16(void **state) {
+    (void)state;
+    genai_folder_check(TINY_GENAI "_f16");
 }
 
 /* tdm_generator_cancel from another thread while generate runs. */
@@ -725,6 +741,7 @@ int main(void) {
         cmocka_unit_test(test_sampling),
         cmocka_unit_test(test_stop_and_limits),
         cmocka_unit_test(test_genai_folder),
+        cmocka_unit_test(test_genai_folder_f16),
         cmocka_unit_test(test_genai_cache_consistency),
         cmocka_unit_test(test_folder),
         cmocka_unit_test(test_all_logits_same),

@@ -53,6 +53,12 @@ tdm_status *tdm_llm_run_gqa(tdm_kernel_ctx *ctx);
 tdm_status *tdm_llm_gqa_prepare(const tdm_node *node, int opset, int n_in,
                                 const tdm_tensor *const *in, const tdm_allocator *a, void **state);
 void tdm_llm_gqa_release(void *state, const tdm_allocator *a);
+/* ... and its float16 form (k_llm_gqa_f16.c: T = float16, float16 KV cache). */
+tdm_status *tdm_llm_run_gqa_f16(tdm_kernel_ctx *ctx);
+tdm_status *tdm_llm_gqa_f16_prepare(const tdm_node *node, int opset, int n_in,
+                                    const tdm_tensor *const *in, const tdm_allocator *a,
+                                    void **state);
+void tdm_llm_gqa_f16_release(void *state, const tdm_allocator *a);
 
 /* the other family members' run functions */
 tdm_status *tdm_llm_run_rotary(tdm_kernel_ctx *ctx);
