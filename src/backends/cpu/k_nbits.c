@@ -13,9 +13,11 @@
  * matmul primitive): 6.1 ms instead of 9.6 for that shape, ~150 GFLOP/s; the float path
  * remains the fallback when oneDNN cannot.
  *
- * Memory: nothing is allocated per call in steady state. The node's state keeps one scratch
- * block (grown to the largest call seen) taken with an atomic flag; a run that finds it taken
- * (the same plan run from two threads at once) allocates its own for that call. Packed
+ * Memory: a decode call allocates nothing in steady state. The node's state keeps one decode
+ * scratch block (grown to the largest decode call seen) taken with an atomic flag; a run that
+ * finds it taken (the same plan run from two threads at once) allocates its own for that call.
+ * A prefill call allocates its panel per call: kept per node it would pin up to 4 MB for each
+ * of a model's hundreds of MatMulNBits (SmolLM2: ~280 MB of peak RSS). Packed
  * uint8 zero points of a constant input are unpacked to floats once, at plan time. */
 #include "backends/cpu/k_nbits.h"
 
@@ -493,10 +495,12 @@ static tdm_status *run_matmul_nbits(tdm_kernel_ctx *ctx) {
     else if (Z && Z->dtype == TDM_FLOAT) w.zp = Z->data;
     else if (Z && st && st->zpf && st->zp_src == Z->data) w.zp = st->zpf;
     else if (Z) zbytes = align64((size_t)(at.N * at.nb) * sizeof(float));
-    /* the state's scratch, unless another run holds it */
+    /* the state's scratch, unless another run holds it; only for decode (M <= the decode
+     * rows: a few KB): a prefill's panel (up to 4 MB) kept by each of a model's hundreds of
+     * nodes would pin hundreds of MB, so it is allocated per call (its run takes ms) */
     char *scr = NULL;
     bool own = true;
-    if (st && !atomic_exchange(&st->busy, 1)) {
+    if (st && M <= TDM_NBITS_DECODE_ROWS && !atomic_exchange(&st->busy, 1)) {
         if (st->scr_cap < need + zbytes) {
             tdm_free(st->alloc, st->scr);
             st->scr = tdm_alloc(st->alloc, need + zbytes);
