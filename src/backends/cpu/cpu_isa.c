@@ -19,7 +19,8 @@ static bool bit(uint32_t r, int b) { return (r >> b) & 1u; }
 tdm_cpu_isa tdm_cpu_isa_detect(void) {
     uint32_t a, b, c, d;
     if (!__get_cpuid(1, &a, &b, &c, &d)) return TDM_ISA_PORTABLE;
-    const bool sse41 = bit(c, 19), fma = bit(c, 12), osxsave = bit(c, 27), avx = bit(c, 28);
+    const bool sse41 = bit(c, 19), fma = bit(c, 12), osxsave = bit(c, 27), avx = bit(c, 28),
+               f16c = bit(c, 29);
     if (!sse41) return TDM_ISA_PORTABLE;
     if (!(osxsave && avx)) return TDM_ISA_SSE41;
     const uint64_t x = xcr0();
@@ -28,7 +29,7 @@ tdm_cpu_isa tdm_cpu_isa_detect(void) {
     if (max_leaf < 7) return TDM_ISA_SSE41;
     __cpuid_count(7, 0, a, b, c, d);
     const uint32_t b7 = b, c7 = c, d7 = d, max_sub = a;
-    if (!(bit(b7, 5) && fma)) return TDM_ISA_SSE41;
+    if (!(bit(b7, 5) && fma && f16c)) return TDM_ISA_SSE41; /* x86-64-v3: AVX2, FMA, F16C */
     /* AVX-512 F, DQ, CD, BW, VL and the opmask/ZMM states */
     if (!(bit(b7, 16) && bit(b7, 17) && bit(b7, 28) && bit(b7, 30) && bit(b7, 31)) ||
         (x & 0xe0) != 0xe0)

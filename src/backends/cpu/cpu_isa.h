@@ -21,7 +21,7 @@
 #define TDM_CPU_ISA_LIST(X)                                                                   \
     X(TDM_ISA_PORTABLE, "portable")         /* plain C, any CPU */                            \
     X(TDM_ISA_SSE41, "sse41")                                                                 \
-    X(TDM_ISA_AVX2, "avx2")                 /* AVX2 + FMA (x86-64-v3) */                      \
+    X(TDM_ISA_AVX2, "avx2")                 /* AVX2 + FMA + F16C (x86-64-v3) */               \
     X(TDM_ISA_AVX512_CORE, "avx512_core")   /* F, CD, BW, DQ, VL (x86-64-v4) */               \
     X(TDM_ISA_AVX512_CORE_VNNI, "avx512_core_vnni")                                           \
     X(TDM_ISA_AVX512_CORE_BF16, "avx512_core_bf16")                                           \

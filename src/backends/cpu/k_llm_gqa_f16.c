@@ -77,10 +77,11 @@ widen_avx512(const uint16_t *restrict h, int64_t n, float *restrict out) {
 }
 #endif
 
-/* The widening variant for this level (the SIMD ones need F16C). */
+/* The widening variant for this level (the SIMD ones need F16C, which the AVX2 level
+ * includes: cpu_isa.h). */
 static widen_fn pick_widen(tdm_cpu_isa level) {
 #ifdef TDM_SIMD_X86
-    if (level >= TDM_ISA_AVX2 && __builtin_cpu_supports("f16c"))
+    if (level >= TDM_ISA_AVX2)
         return level >= TDM_ISA_AVX512_CORE ? widen_avx512 : widen_f16c;
 #endif
     (void)level;
