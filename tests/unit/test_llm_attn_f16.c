@@ -84,13 +84,13 @@ static void case_init(gqa_case *c, int64_t H, int64_t KVH, tdm_cpu_isa isa, int 
     c->node.n_attrs = 4;
     c->node.attrs = c->attrs;
     tdm_cpu_simd_init(&c->simd, isa);
-    assert_null(tdm_llm_gqa_f16_prepare(&c->node, 1, 9, NULL, &g_alloc, &c->state));
+    assert_null(tdm_llm_gqa_prepare(&c->node, 1, 9, NULL, &g_alloc, &c->state));
     assert_null(tdm_llm_gqa_prepare(&c->node, 1, 9, NULL, &g_alloc, &c->state32));
     if (threads > 1) assert_null(tdm_threadpool_create(threads, 0, &c->pool));
 }
 
 static void case_free(gqa_case *c) {
-    tdm_llm_gqa_f16_release(c->state, &g_alloc);
+    tdm_llm_gqa_release(c->state, &g_alloc);
     tdm_llm_gqa_release(c->state32, &g_alloc);
     tdm_threadpool_free(c->pool);
 }

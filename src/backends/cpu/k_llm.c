@@ -233,7 +233,7 @@ const tdm_kernel_def tdm_cpu_kernels_llm[] = {
     {"com.microsoft", "GroupQueryAttention", 1, 0, 0, F32, tdm_llm_run_gqa, tdm_llm_gqa_prepare,
      tdm_llm_gqa_release},
     {"com.microsoft", "GroupQueryAttention", 1, 0, 0, TDM_T(TDM_FLOAT16), tdm_llm_run_gqa_f16,
-     tdm_llm_gqa_f16_prepare, tdm_llm_gqa_f16_release},
+     tdm_llm_gqa_prepare, tdm_llm_gqa_release},
     {"com.microsoft", "RotaryEmbedding", 1, 0, 0, F32, tdm_llm_run_rotary, NULL, NULL},
     {"", "RotaryEmbedding", 23, 0, 0, F32, tdm_llm_run_rotary, NULL, NULL},
     {"", "SimplifiedLayerNormalization", 1, 0, 0, F32, tdm_llm_run_simplified_ln, NULL, NULL},

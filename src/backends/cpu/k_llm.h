@@ -53,12 +53,15 @@ tdm_status *tdm_llm_run_gqa(tdm_kernel_ctx *ctx);
 tdm_status *tdm_llm_gqa_prepare(const tdm_node *node, int opset, int n_in,
                                 const tdm_tensor *const *in, const tdm_allocator *a, void **state);
 void tdm_llm_gqa_release(void *state, const tdm_allocator *a);
-/* ... and its float16 form (k_llm_gqa_f16.c: T = float16, float16 KV cache). */
+/* The node's scratch (kept by the state of tdm_llm_gqa_prepare, grown by half again at
+ * least; taken with an atomic flag, so a concurrent run of the same plan gets its own
+ * allocation, returned in *own): `need` floats. NULL when out of memory. Give it back with
+ * tdm_llm_gqa_scratch_done(ctx, *own). */
+float *tdm_llm_gqa_scratch(tdm_kernel_ctx *ctx, size_t need, float **own);
+void tdm_llm_gqa_scratch_done(tdm_kernel_ctx *ctx, float *own);
+/* ... and its float16 form (k_llm_gqa_f16.c: T = float16, float16 KV cache), with the same
+ * state (tdm_llm_gqa_prepare / tdm_llm_gqa_release). */
 tdm_status *tdm_llm_run_gqa_f16(tdm_kernel_ctx *ctx);
-tdm_status *tdm_llm_gqa_f16_prepare(const tdm_node *node, int opset, int n_in,
-                                    const tdm_tensor *const *in, const tdm_allocator *a,
-                                    void **state);
-void tdm_llm_gqa_f16_release(void *state, const tdm_allocator *a);
 
 /* the other family members' run functions */
 tdm_status *tdm_llm_run_rotary(tdm_kernel_ctx *ctx);

@@ -67,6 +67,33 @@ void tdm_llm_gqa_release(void *state, const tdm_allocator *a) {
     tdm_free(a, s);
 }
 
+float *tdm_llm_gqa_scratch(tdm_kernel_ctx *ctx, size_t need, float **own) {
+    gqa_state *state = ctx->state;
+    float *mem = NULL;
+    *own = NULL;
+    if (state && !atomic_flag_test_and_set(&state->busy)) {
+        if (state->size < need) { /* grown by half again at least: a cache that grows by a
+                                     row per step reallocates now and then, not every step */
+            size_t grow = state->size + state->size / 2;
+            size_t want = need > grow ? need : grow;
+            tdm_free(state->alloc, state->arena);
+            state->size = 0;
+            state->arena = tdm_alloc(state->alloc, want * sizeof(float));
+            if (state->arena) state->size = want;
+        }
+        mem = state->arena;
+        if (!mem) atomic_flag_clear(&state->busy);
+    }
+    if (!mem) mem = *own = tdm_kscratch(ctx, need * sizeof(float));
+    return mem;
+}
+
+void tdm_llm_gqa_scratch_done(tdm_kernel_ctx *ctx, float *own) {
+    gqa_state *state = ctx->state;
+    if (own) tdm_free(ctx->alloc, own);
+    else atomic_flag_clear(&state->busy);
+}
+
 typedef struct gqa_job {
     const float *q, *k, *v, *pk, *pv, *cos, *sin, *sink, *bias;
     int64_t bias_s[3]; /* attention_bias strides of (batch, head, query row); 0 = broadcast */
@@ -514,22 +541,7 @@ tdm_status *tdm_llm_run_gqa(tdm_kernel_ctx *ctx) {
     j.per_task = (row_need > block_need ? row_need : block_need) + 16;
     size_t part_need = j.parts > 1 ? (size_t)(j.B * j.H * j.parts * (j.D + 2)) : 0;
     size_t need = (size_t)(j.slots * j.per_task) + own_cache + part_need;
-    gqa_state *state = ctx->state;
-    float *mem = NULL, *own = NULL;
-    if (state && !atomic_flag_test_and_set(&state->busy)) {
-        if (state->size < need) { /* grown by half again at least: a cache that grows by a
-                                     row per step reallocates now and then, not every step */
-            size_t grow = state->size + state->size / 2;
-            size_t want = need > grow ? need : grow;
-            tdm_free(state->alloc, state->arena);
-            state->size = 0;
-            state->arena = tdm_alloc(state->alloc, want * sizeof(float));
-            if (state->arena) state->size = want;
-        }
-        mem = state->arena;
-        if (!mem) atomic_flag_clear(&state->busy);
-    }
-    if (!mem) mem = own = tdm_kscratch(ctx, need * sizeof(float));
+    float *own = NULL, *mem = tdm_llm_gqa_scratch(ctx, need, &own);
     if (!mem) {
         tdm_free(ctx->alloc, pos_heap);
         return tdm_node_error(node, TDM_ERR_OUT_OF_MEMORY, "out of memory");
@@ -558,8 +570,7 @@ tdm_status *tdm_llm_run_gqa(tdm_kernel_ctx *ctx) {
         if (j.S > 1) dn_omp_end(omp);
         if (j.parts > 1) gqa_merge(&j);
     }
-    if (own) tdm_free(ctx->alloc, own);
-    else atomic_flag_clear(&state->busy);
+    tdm_llm_gqa_scratch_done(ctx, own);
     tdm_free(ctx->alloc, pos_heap);
     return st;
 }

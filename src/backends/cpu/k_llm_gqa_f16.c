@@ -90,33 +90,6 @@ static widen_fn pick_widen(tdm_cpu_isa level) {
 
 /* ---- the kernel ---- */
 
-typedef struct gqa16_state {
-    const tdm_allocator *alloc;
-    atomic_flag busy;
-    float *arena;
-    size_t size; /* floats */
-} gqa16_state;
-
-tdm_status *tdm_llm_gqa_f16_prepare(const tdm_node *node, int opset, int n_in,
-                                    const tdm_tensor *const *in, const tdm_allocator *a,
-                                    void **state) {
-    (void)node, (void)opset, (void)n_in, (void)in;
-    gqa16_state *s = tdm_alloc(a, sizeof *s);
-    if (!s) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory for GroupQueryAttention state");
-    memset(s, 0, sizeof *s);
-    s->alloc = a;
-    atomic_flag_clear(&s->busy);
-    *state = s;
-    return NULL;
-}
-
-void tdm_llm_gqa_f16_release(void *state, const tdm_allocator *a) {
-    gqa16_state *s = state;
-    if (!s) return;
-    tdm_free(a, s->arena);
-    tdm_free(a, s);
-}
-
 enum { KV_BLOCK = 64, MAX_HEAD = 1024 };
 
 typedef struct gqa16_job {
@@ -401,21 +374,7 @@ tdm_status *tdm_llm_run_gqa_f16(tdm_kernel_ctx *ctx) {
     size_t own_cache = ((pres_k ? 0 : cache_halves) + (pres_v ? 0 : cache_halves) + 1) / 2;
     size_t pos_floats = (size_t)j.B * 2 * sizeof(int64_t) / sizeof(float);
     size_t need = (size_t)(j.slots * j.per_slot) + pos_floats + own_cache;
-    gqa16_state *state = ctx->state;
-    float *mem = NULL, *own = NULL;
-    if (state && !atomic_flag_test_and_set(&state->busy)) {
-        if (state->size < need) {
-            size_t grow = state->size + state->size / 2;
-            size_t want = need > grow ? need : grow;
-            tdm_free(state->alloc, state->arena);
-            state->size = 0;
-            state->arena = tdm_alloc(state->alloc, want * sizeof(float));
-            if (state->arena) state->size = want;
-        }
-        mem = state->arena;
-        if (!mem) atomic_flag_clear(&state->busy);
-    }
-    if (!mem) mem = own = tdm_kscratch(ctx, need * sizeof(float));
+    float *own = NULL, *mem = tdm_llm_gqa_scratch(ctx, need, &own);
     if (!mem) return tdm_node_error(node, TDM_ERR_OUT_OF_MEMORY, "out of memory");
     j.scratch = mem;
     int64_t *past = (int64_t *)(void *)(mem + j.slots * j.per_slot), *tot = past + j.B;
@@ -474,7 +433,6 @@ tdm_status *tdm_llm_run_gqa_f16(tdm_kernel_ctx *ctx) {
         tdm_parallel_for(ctx->pool, j.slots, 1, gqa16_slots, &j);
         if (j.S > 1) dn_omp_end(omp);
     }
-    if (own) tdm_free(ctx->alloc, own);
-    else atomic_flag_clear(&state->busy);
+    tdm_llm_gqa_scratch_done(ctx, own);
     return st;
 }
