@@ -98,7 +98,7 @@ void tdm_cpu_simd_init(tdm_cpu_simd *s, tdm_cpu_isa level) {
 
 tdm_cpu_isa tdm_cpu_host_isa(void) {
     /* the machine's level: the CPU device starts from it and re-chooses under its cap
-     * (configure "cpu_isa"); the test device keeps it */
+     * (configure "cpu_isa"); the test device applies the settings' cap itself */
     return tdm_cpu_isa_detect();
 }
 

@@ -116,15 +116,23 @@ static tdm_status *td_discover(const tdm_allocator *a, const tdm_logger *log,
             return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory creating test devices");
         }
         td->a = a;
-        tdm_cpu_simd_init(&td->simd, tdm_cpu_host_isa());
+        /* the CPU's cap too: the test device runs CPU kernels, and its measured profile
+         * must not look faster than a capped CPU only because its kernels are not capped */
+        tdm_cpu_isa isa = tdm_cpu_host_isa(), cap;
+        if (set->cpu_isa[0] && tdm_cpu_isa_parse(set->cpu_isa, &cap)) isa = tdm_cpu_isa_min(isa, cap);
+        tdm_cpu_simd_init(&td->simd, isa);
         td->delay_us = set->test_device_delay_us;
         td->fail_every = set->test_device_fail_every;
         if (set->test_device_ops[0]) snprintf(td->ops, sizeof td->ops, ",%s,", set->test_device_ops);
         d->iface = &td_iface;
         d->ctx = td;
         snprintf(d->name, sizeof d->name, "test:%d", i);
+        /* the ISA is part of the description, hence of the profile's identity: a profile
+         * measured under another cap is not reused */
+        snprintf(d->isa, sizeof d->isa, "%s", tdm_cpu_isa_name(isa));
         snprintf(d->description, sizeof d->description,
-                 "test device (own memory, CPU kernels%s)", td->delay_us ? ", slowed" : "");
+                 "test device (own memory, CPU kernels %s%s)", d->isa,
+                 td->delay_us ? ", slowed" : "");
         d->host_memory = false;
         devs[(*n)++] = d;
     }
