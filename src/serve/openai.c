@@ -75,6 +75,8 @@ typedef struct oa_req {
     size_t emitted;   /* stream: bytes of text sent */
     oa_tok *toks;     /* logprobs: the tokens */
     size_t n_toks, cap_toks;
+    int32_t *ids;     /* the generated tokens */
+    size_t n_ids, cap_ids;
     int64_t prompt_tokens, gen_tokens;
     bool finished;    /* the answer's end is known */
     bool engine_done; /* the end event came */
@@ -142,6 +144,7 @@ static void req_unref(oa_req *r) {
     sv_buf_free(&r->text);
     sv_buf_free(&r->out);
     free(r->toks);
+    free(r->ids);
     free(r->model);
     pthread_mutex_destroy(&r->mu);
     free(r);
@@ -354,6 +357,12 @@ static void on_token(oa_req *r, const tdm_llm_event *ev) {
         return;
     }
     r->gen_tokens++;
+    if (r->n_ids == r->cap_ids) {
+        size_t nc = r->cap_ids ? 2 * r->cap_ids : 64;
+        int32_t *t = realloc(r->ids, nc * sizeof *t);
+        if (t) r->ids = t, r->cap_ids = nc;
+    }
+    if (r->n_ids < r->cap_ids) r->ids[r->n_ids++] = ev->token;
     size_t before = r->text.len, lp_from = r->n_toks;
     const char *piece = NULL;
     tdm_status *st = tdm_token_stream_push(r->ts, ev->token, &piece);
@@ -416,6 +425,23 @@ static void on_token(oa_req *r, const tdm_llm_event *ev) {
     }
 }
 
+/* At the natural end: the incremental decoder holds back the bytes of an unfinished UTF-8
+ * character; the completion ends as tdm_tokenizer_decode of all its tokens does (with
+ * U+FFFD for them). */
+static void flush_text(oa_req *r) {
+    if (!r->n_ids || r->n_ids != (size_t)r->gen_tokens) return;
+    char *s = NULL;
+    size_t n = 0;
+    tdm_status *st = tdm_tokenizer_decode(r->llm->tok, r->ids, r->n_ids, true, &s, &n);
+    if (st) {
+        tdm_status_free(st);
+        return;
+    }
+    if (n > r->text.len && (!r->text.len || !memcmp(s, r->text.p, r->text.len)))
+        sv_buf_add(&r->text, s + r->text.len, n - r->text.len);
+    tdm_string_free(s);
+}
+
 static void on_end(oa_req *r, const tdm_llm_event *ev) {
     sv_llm *m = r->llm;
     pthread_mutex_lock(&r->mu);
@@ -440,6 +466,7 @@ static void on_end(oa_req *r, const tdm_llm_event *ev) {
             break;
         }
     }
+    if (counted > 0 && !http) flush_text(r);
     if (r->stream) {
         if (!r->out_done && http) stream_error(r, http, msg);
         else if (!r->out_done) stream_end(r, r->n_toks);

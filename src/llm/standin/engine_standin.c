@@ -58,9 +58,9 @@ static bool is_stop(const sreq *r, const tdm_generator *g, int32_t t) {
 /* Runs one request to its end on the engine thread. */
 static void run_one(tdm_llm_engine *e, sreq *r) {
     tdm_generator *g = e->gen;
-    tdm_generator_reset(g);
     tdm_sampling s = r->p.sampling;
     tdm_generator_set_sampling(g, &s);
+    tdm_generator_reset(g); /* restarts the random numbers from the request's seed */
     tdm_status *st = tdm_generator_append(g, r->prompt, r->n_prompt);
     int64_t made = 0;
     tdm_llm_logprob top[20];
