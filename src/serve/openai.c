@@ -527,13 +527,14 @@ void sv_openai_completed(sv_conn *c, enum MHD_RequestTerminationCode toe) {
     r->c = NULL;
     bool running = !r->engine_done;
     pthread_mutex_unlock(&r->mu);
-    if (running) { /* the client went away: the engine stops the request at its next step */
-        pthread_mutex_lock(&r->llm->mu);
-        bool live = r->link.live;
-        uint64_t id = r->link.id;
-        pthread_mutex_unlock(&r->llm->mu);
-        if (live) tdm_llm_engine_cancel(r->llm->engine, id);
-    }
+    /* the socket closes after this: the sweeper must not look at it any more */
+    pthread_mutex_lock(&r->llm->mu);
+    bool live = r->link.live;
+    uint64_t id = r->link.id;
+    r->link.fd = -1;
+    pthread_mutex_unlock(&r->llm->mu);
+    /* the client went away: the engine stops the request at its next step */
+    if (running && live) tdm_llm_engine_cancel(r->llm->engine, id);
     req_unref(r);
 }
 
@@ -952,6 +953,8 @@ static enum MHD_Result completion(sv_conn *c, bool chat) {
     r->prompt_tokens = (int64_t)n_ids;
     r->t_recv = c->t_recv;
     r->link.prev = r->link.next = &r->link;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    r->link.fd = ci ? (int)ci->connect_fd : -1;
     new_id(r);
     for (int i = 0; i < o.n_stop; i++) {
         r->stop[i] = sv_strndup(o.stop[i], o.stop_len[i]);

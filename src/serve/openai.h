@@ -44,6 +44,7 @@ typedef struct sv_llm_link {
     struct sv_llm_link *prev, *next;
     uint64_t id; /* the engine's, once `live` */
     bool live;
+    int fd;      /* the client's socket while its connection is open (watched), else -1 */
 } sv_llm_link;
 
 typedef struct sv_llm {
@@ -61,11 +62,17 @@ typedef struct sv_llm {
     sv_llm_link reqs;    /* those requests (a ring; cancelled by an unload) */
     /* metrics (under mu) */
     sv_hist ttft, itl;
-    uint64_t finished[5]; /* per tdm_llm_finish as answered: none(unused), stop, length,
+    uint64_t finished[5];
+    uint64_t gone;        /* requests cancelled because their client went away */
+    pthread_t sweeper;    /* watches the clients of requests in progress (SV_SWEEP_MS) */
+    bool sweeper_started, sweeper_stop; /* per tdm_llm_finish as answered: none(unused), stop, length,
                              cancelled, error */
 } sv_llm;
 
-/* Creates the engine and the tokenizer of the folder `dir`. */
+/* Creates the engine and the tokenizer of the folder `dir`, and the sweeper thread: a client
+ * whose connection waits suspended (libmicrohttpd does not watch it then: a request waiting
+ * for its first token, or an answer that is not streamed) and goes away (FIN, RST) has its
+ * request cancelled within SV_SWEEP_MS. */
 sv_error *sv_llm_create(tdm_env *env, const sv_model_config *cfg, const char *name, const char *dir,
                         int threads, sv_llm **out);
 /* Refuses new requests, cancels the ones in progress and waits for their end. */

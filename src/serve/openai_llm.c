@@ -1,11 +1,17 @@
 /* tandem serve: a language model of the repository (engine and tokenizer) and its metrics
  * (see openai.h). */
+#define _GNU_SOURCE /* POLLRDHUP */
+#include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <time.h>
 
 #include "serve/openai.h"
 #include "serve/repo.h"
+#include "serve/sched.h"
 
 /* ---- loading ---------------------------------------------------------------------------------- */
 
@@ -28,6 +34,46 @@ static sv_error *param_bool(const sv_model_config *cfg, const char *key, bool *o
     if (!strcmp(p, "true") || !strcmp(p, "1")) *out = true;
     else if (!strcmp(p, "false") || !strcmp(p, "0")) *out = false;
     else return sv_err(400, "model '%s': parameter %s '%s' must be true or false", cfg->name, key, p);
+    return NULL;
+}
+
+/* Whether the peer of a socket has gone (as http.c's client_gone: FIN, hang-up or error; bytes
+ * waiting to be read are left alone). */
+static bool fd_gone(int fd) {
+    struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
+    if (poll(&p, 1, 0) != 1 || (p.revents & POLLNVAL)) return false;
+    if (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) return true;
+    if (p.revents & POLLIN) {
+        char b;
+        ssize_t k = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+        return k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+    }
+    return false;
+}
+
+static void *sweeper_main(void *arg) {
+    sv_llm *m = arg;
+    uint64_t ids[256];
+    pthread_mutex_lock(&m->mu);
+    while (!m->sweeper_stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += SV_SWEEP_MS * 1000000L;
+        ts.tv_sec += ts.tv_nsec / 1000000000L;
+        ts.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&m->cv, &m->mu, &ts);
+        int n = 0;
+        for (sv_llm_link *l = m->reqs.next; l != &m->reqs && n < 256; l = l->next)
+            if (l->live && l->fd >= 0 && fd_gone(l->fd)) {
+                l->fd = -1;
+                ids[n++] = l->id;
+            }
+        m->gone += (uint64_t)n;
+        pthread_mutex_unlock(&m->mu);
+        for (int i = 0; i < n; i++) tdm_llm_engine_cancel(m->engine, ids[i]);
+        pthread_mutex_lock(&m->mu);
+    }
+    pthread_mutex_unlock(&m->mu);
     return NULL;
 }
 
@@ -74,6 +120,11 @@ sv_error *sv_llm_create(tdm_env *env, const sv_model_config *cfg, const char *na
         sv_llm_free(m);
         return e;
     }
+    if (pthread_create(&m->sweeper, NULL, sweeper_main, m)) {
+        sv_llm_free(m);
+        return sv_err(500, "cannot start a thread");
+    }
+    m->sweeper_started = true;
     m->max_length = tdm_llm_engine_max_length(m->engine);
     m->created = (int64_t)(sv_wall_ms() / 1000);
     m->eos = tdm_tokenizer_special_id(m->tok, "eos");
@@ -109,6 +160,13 @@ void sv_llm_drain(sv_llm *m) {
 
 void sv_llm_free(sv_llm *m) {
     if (!m) return;
+    if (m->sweeper_started) {
+        pthread_mutex_lock(&m->mu);
+        m->sweeper_stop = true;
+        pthread_cond_broadcast(&m->cv);
+        pthread_mutex_unlock(&m->mu);
+        pthread_join(m->sweeper, NULL);
+    }
     tdm_llm_engine_free(m->engine); /* delivers the end events of what is left */
     tdm_tokenizer_free(m->tok);
     pthread_mutex_destroy(&m->mu);
@@ -164,6 +222,7 @@ void sv_llm_metrics(sv_version **v, int n, sv_buf *b) {
         tdm_llm_engine_stats st;
         sv_hist ttft, itl;
         uint64_t finished[5];
+        uint64_t gone;
     } snap;
     snap *s = calloc((size_t)n + 1, sizeof *s);
     if (!s) return;
@@ -174,6 +233,7 @@ void sv_llm_metrics(sv_version **v, int n, sv_buf *b) {
         s[i].ttft = m->ttft;
         s[i].itl = m->itl;
         memcpy(s[i].finished, m->finished, sizeof m->finished);
+        s[i].gone = m->gone;
         pthread_mutex_unlock(&m->mu);
     }
     static const struct {
@@ -191,6 +251,9 @@ void sv_llm_metrics(sv_version **v, int n, sv_buf *b) {
         {"tandem_llm_kv_blocks", "gauge",
          "KV cache blocks of the pool: used (held by sequences or the prefix cache; cached: of "
          "those, held only by the prefix cache), free"},
+        {"tandem_llm_client_gone_total", "counter",
+         "Requests cancelled because their client went away while the connection waited (the "
+         "others are noticed when a chunk cannot be sent)"},
         {"tandem_llm_requests_total", "counter",
          "Requests answered, by finish reason (stop, length, cancelled: the client went away or "
          "the model was unloaded, error)"},
@@ -217,6 +280,7 @@ void sv_llm_metrics(sv_version **v, int n, sv_buf *b) {
                 model_label(b, fam[f].name, v[i], "state=\"total\"");
                 sv_buf_printf(b, "%lld\n", (long long)st->kv_blocks_total);
                 break;
+            case 8: model_label(b, fam[f].name, v[i], NULL); sv_buf_printf(b, "%llu\n", (unsigned long long)s[i].gone); break;
             default: {
                 static const char *const why[5] = {NULL, "stop", "length", "cancelled", "error"};
                 for (int k = 1; k < 5; k++) {

@@ -409,6 +409,29 @@ class Tests:
         r = self.client.completions.create(model=MODEL, prompt="Hello", max_tokens=2, temperature=0)
         assert r.usage.completion_tokens == 2
 
+    def test_client_gone_while_waiting(self):
+        """Clients that close their connection while their (not streamed) request waits or runs:
+        the sweeper notices and the engine cancels them."""
+        import socket
+        before = metrics(self.s)
+        body = json.dumps({"model": MODEL, "prompt": "Hello", "max_tokens": 240, "ignore_eos": True}).encode()
+        socks = []
+        for _ in range(8):
+            k = socket.create_connection(("127.0.0.1", self.s.port))
+            k.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+            socks.append(k)
+        time.sleep(0.2)
+        for k in socks:
+            k.close()
+        m = self.wait_idle()
+        gone = metric(m, "tandem_llm_client_gone_total") - metric(before, "tandem_llm_client_gone_total")
+        cancelled = (metric(m, "tandem_llm_requests_total", finish="cancelled")
+                     - metric(before, "tandem_llm_requests_total", finish="cancelled"))
+        assert gone >= 1 and cancelled >= 1, (gone, cancelled)  # a cancel may come after the end
+        r = self.client.completions.create(model=MODEL, prompt="Hello", max_tokens=2, temperature=0)
+        assert r.usage.completion_tokens == 2
+
     def test_metrics(self):
         m = self.wait_idle()
         for name in ("tandem_llm_prompt_tokens_total", "tandem_llm_generation_tokens_total",
@@ -483,7 +506,8 @@ def main():
         t = Tests(server, args.tandem, folder)
         order = ["test_models", "test_completion_greedy_matches_generate", "test_chat_greedy_matches_generate",
                  "test_stream_completion", "test_stream_chat", "test_stop_strings", "test_seed", "test_logprobs",
-                 "test_errors", "test_concurrent_streams_with_disconnects", "test_metrics", "test_kserve_side",
+                 "test_errors", "test_concurrent_streams_with_disconnects",
+                 "test_client_gone_while_waiting", "test_metrics", "test_kserve_side",
                  "test_unload_cancels_and_reload"]
         names = [n for n in order if args.filter in n]
         for name in names:
