@@ -93,7 +93,6 @@ typedef struct oa_req {
 void sv_openai_error_json(sv_buf *b, int http, const char *msg, const char *param, const char *code) {
     const char *type = http >= 500 ? "server_error" : http == 401 ? "authentication_error"
                      : http == 429 ? "rate_limit_error" : "invalid_request_error";
-    if (!code && http == 503) code = "overloaded";
     sv_buf_str(b, "{\"error\":{\"message\":");
     sv_buf_json_str(b, msg, strlen(msg));
     sv_buf_printf(b, ",\"type\":\"%s\",\"param\":", type);
@@ -929,7 +928,7 @@ static enum MHD_Result completion(sv_conn *c, bool chat) {
     tdm_llm_engine_stats es;
     tdm_llm_engine_get_stats(m->engine, &es);
     if (es.waiting >= m->max_waiting) {
-        ret = fail(c, 503, NULL, NULL, "model '%s' is overloaded: %d requests are waiting; retry later",
+        ret = fail(c, 503, NULL, "overloaded", "model '%s' is overloaded: %d requests are waiting; retry later",
                    m->name, es.waiting);
         goto out;
     }
