@@ -19,7 +19,9 @@
  * cumulative lengths not monotone / not ending at num_tokens, positions past the rotary
  * caches) are TDM_ERR_INVALID_ARGUMENT with a message and change nothing; the shape function
  * refuses the unimplemented inputs and attributes (TDM_ERR_UNSUPPORTED) and gives the output
- * and cache shapes. */
+ * and cache shapes. Through a session: a PagedAttention model run with I/O binding (caches bound
+ * as input and output: updated in place, step after step) and with a plain run (caches as
+ * new outputs, inputs unchanged) equals the kernel run directly. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -36,7 +38,10 @@
 #include "core/alloc.h"
 #include "core/threadpool.h"
 #include "counting_alloc.h"
+#include "model_builder.h"
 #include "ops/op.h"
+#include "tandem/tandem.h"
+#include "test_ok.h"
 
 enum { MAXPOS = 512, NSEQ = 5 };
 
@@ -485,11 +490,143 @@ static void test_shape_function(void **state) {
     tdm_status_free(st);
 }
 
+/* ---- through a session ---- */
+
+enum { SH = 6, SKVH = 2, SD = 32, SBS = 4, SNB = 8, SMB = 3, SROW = SKVH * SD };
+
+static tdm_tensor *env_tensor(tdm_env *env, tdm_dtype dt, int rank, const int64_t *dims) {
+    tdm_tensor *t = NULL;
+    OK(tdm_tensor_create(env, dt, rank, dims, &t));
+    if (dt == TDM_FLOAT)
+        for (int64_t i = 0; i < tdm_tensor_element_count(t); i++) ((float *)tdm_tensor_data(t))[i] = frand();
+    return t;
+}
+
+static void test_session(void **state) {
+    (void)state;
+    tdm_env_options o;
+    memset(&o, 0, sizeof o);
+    o.api_version = TDM_API_VERSION;
+    o.threads = 2;
+    tdm_env *env = NULL;
+    OK(tdm_env_create(&o, &env));
+    mb_model m;
+    mb_init(&m, 17);
+    Onnx__OperatorSetIdProto ms = ONNX__OPERATOR_SET_ID_PROTO__INIT, *opsets[2] = {&m.opset, &ms};
+    ms.domain = "com.microsoft";
+    ms.has_version = 1;
+    ms.version = 1;
+    m.model.opset_import = opsets;
+    m.model.n_opset_import = 2;
+    int64_t qd[3] = {1, -1, SH * SD}, kd[3] = {1, -1, SROW}, cd[3] = {SNB, SBS, SROW};
+    int64_t one[1] = {-1}, btd[2] = {-1, SMB}, cosd[2] = {16, SD / 2};
+    mb_input(&m, "q", 3, qd);
+    mb_input(&m, "k", 3, kd);
+    mb_input(&m, "v", 3, kd);
+    mb_input(&m, "kc", 3, cd);
+    mb_input(&m, "vc", 3, cd);
+    mb_input_t(&m, "cu", 6, 1, one);
+    mb_input_t(&m, "past", 6, 1, one);
+    mb_input_t(&m, "bt", 6, 2, btd);
+    mb_input(&m, "cos", 2, cosd);
+    mb_input(&m, "sin", 2, cosd);
+    Onnx__NodeProto *n = mb_node(&m, "PagedAttention:q,k,v,kc,vc,cu,past,bt,cos,sin->y,kco,vco");
+    n->domain = "com.microsoft";
+    mb_attr_i(&m, n, "num_heads", SH);
+    mb_attr_i(&m, n, "kv_num_heads", SKVH);
+    mb_attr_i(&m, n, "do_rotary", 1);
+    mb_output(&m, "y");
+    mb_output(&m, "kco");
+    mb_output(&m, "vco");
+    size_t size;
+    void *bytes = mb_pack(&m, &size);
+    mb_free(&m);
+    tdm_session *s = NULL;
+    OK(tdm_session_create_from_buffer(env, bytes, size, NULL, NULL, &s));
+    free(bytes);
+
+    int64_t cdims[3] = {SNB, SBS, SROW}, c2[1] = {2}, c3[1] = {3}, bt2[2] = {2, SMB}, cs[2] = {16, SD / 2};
+    tdm_tensor *kc = env_tensor(env, TDM_FLOAT, 3, cdims), *vc = env_tensor(env, TDM_FLOAT, 3, cdims);
+    tdm_tensor *cosc = env_tensor(env, TDM_FLOAT, 2, cs), *sinc = env_tensor(env, TDM_FLOAT, 2, cs);
+    rotary_tables(cosc, sinc, SD / 2);
+    tdm_tensor *cu = env_tensor(env, TDM_INT32, 1, c3), *past = env_tensor(env, TDM_INT32, 1, c2);
+    tdm_tensor *bt = env_tensor(env, TDM_INT32, 2, bt2);
+    int32_t *btab = tdm_tensor_data(bt);
+    const int32_t table[2 * SMB] = {6, 1, 3, 0, 7, 99};
+    memcpy(btab, table, sizeof table);
+    /* the reference: the kernel on copies of the caches */
+    tdm_tensor *rk = clone(kc), *rv = clone(vc);
+    static const char *const names[] = {"num_heads", "kv_num_heads", "do_rotary"};
+    const int64_t vals[] = {SH, SKVH, 1};
+    node_case c;
+    node_init(&c, "PagedAttention", 3, names, vals, TDM_ISA_PORTABLE, 1);
+    tdm_io_binding *b = NULL;
+    OK(tdm_io_binding_create(s, &b));
+    static const char *const in_names[] = {"q", "k", "v", "kc", "vc", "cu", "past", "bt", "cos", "sin"};
+    const int steps[2][2] = {{5, 3}, {1, 1}}; /* prefill, then one decode step */
+    for (int step = 0; step < 2; step++) {
+        int T = steps[step][0] + steps[step][1];
+        int32_t *cv = tdm_tensor_data(cu), *pv = tdm_tensor_data(past);
+        cv[0] = 0, cv[1] = steps[step][0], cv[2] = T;
+        pv[0] = step ? steps[0][0] : 0, pv[1] = step ? steps[0][1] : 0;
+        int64_t tq[3] = {1, T, SH * SD}, tk[3] = {1, T, SROW};
+        tdm_tensor *q = env_tensor(env, TDM_FLOAT, 3, tq), *k = env_tensor(env, TDM_FLOAT, 3, tk);
+        tdm_tensor *v = env_tensor(env, TDM_FLOAT, 3, tk);
+        const tdm_tensor *ins[10] = {q, k, v, kc, vc, cu, past, bt, cosc, sinc};
+        for (int i = 0; i < 10; i++) OK(tdm_io_binding_bind_input(b, in_names[i], ins[i]));
+        OK(tdm_io_binding_bind_output(b, "kco", kc));
+        OK(tdm_io_binding_bind_output(b, "vco", vc));
+        OK(tdm_io_binding_bind_output(b, "y", NULL));
+        OK(tdm_session_run_bound(s, b, NULL));
+        const tdm_tensor *y = tdm_io_binding_output(b, "y");
+        assert_non_null(y);
+        assert_int_equal(tdm_tensor_rank(y), 3);
+        assert_int_equal(tdm_tensor_dims(y)[1], T);
+        tdm_tensor *ry = tensor(TDM_FLOAT, 3, tq, false), *rko = view(rk), *rvo = view(rv);
+        const tdm_tensor *rin[10] = {q, k, v, rk, rv, cu, past, bt, cosc, sinc};
+        assert_null(run_node(&c, true, 10, rin, ry, rko, rvo));
+        const float *got = tdm_tensor_data_const(y), *want = ry->data;
+        for (int64_t i = 0; i < ry->count; i++)
+            if (fabsf(got[i] - want[i]) > 1e-5f + 1e-4f * fabsf(want[i]))
+                fail_msg("step %d output %lld: session %g, kernel %g", step, (long long)i, got[i], want[i]);
+        assert_memory_equal(tdm_tensor_data(kc), rk->data, rk->nbytes);
+        assert_memory_equal(tdm_tensor_data(vc), rv->data, rv->nbytes);
+        tdm_tensor_destroy(ry);
+        tdm_tensor_destroy(rko);
+        tdm_tensor_destroy(rvo);
+        if (step == 1) { /* a plain run: new caches out, the inputs as they were */
+            tdm_tensor *kc0 = clone(kc), *outs[3] = {NULL, NULL, NULL};
+            static const char *const out_names[] = {"y", "kco", "vco"};
+            OK(tdm_session_run(s, 10, in_names, ins, 3, out_names, outs));
+            assert_memory_equal(tdm_tensor_data(kc), kc0->data, kc0->nbytes);
+            assert_memory_equal(tdm_tensor_data(outs[1]), kc0->data, kc0->nbytes); /* same rows rewritten */
+            const float *py = tdm_tensor_data(outs[0]);
+            for (int64_t i = 0; i < tdm_tensor_element_count(outs[0]); i++)
+                if (fabsf(py[i] - got[i]) > 1e-5f + 1e-4f * fabsf(got[i]))
+                    fail_msg("plain run output %lld: %g, bound run %g", (long long)i, py[i], got[i]);
+            for (int i = 0; i < 3; i++) tdm_tensor_free(outs[i]);
+            tdm_tensor_destroy(kc0);
+        }
+        tdm_tensor_free(q);
+        tdm_tensor_free(k);
+        tdm_tensor_free(v);
+    }
+    tdm_io_binding_free(b);
+    node_free(&c);
+    tdm_tensor *mine[] = {kc, vc, cosc, sinc, cu, past, bt};
+    for (size_t i = 0; i < sizeof mine / sizeof mine[0]; i++) tdm_tensor_free(mine[i]);
+    tdm_tensor_destroy(rk);
+    tdm_tensor_destroy(rv);
+    tdm_session_free(s);
+    tdm_env_free(env);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_against_gqa),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_shape_function),
+        cmocka_unit_test(test_session),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
