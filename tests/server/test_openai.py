@@ -416,12 +416,12 @@ class Tests:
         before = metrics(self.s)
         body = json.dumps({"model": MODEL, "prompt": "Hello", "max_tokens": 240, "ignore_eos": True}).encode()
         socks = []
-        for _ in range(8):
+        for _ in range(24):  # three times the batch: most of them wait in the queue
             k = socket.create_connection(("127.0.0.1", self.s.port))
             k.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                       b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
             socks.append(k)
-        time.sleep(0.2)
+        time.sleep(0.05)
         for k in socks:
             k.close()
         m = self.wait_idle()
