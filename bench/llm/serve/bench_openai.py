@@ -149,7 +149,7 @@ def level(port, model, streams, requests, max_tokens):
             "itl_p99": pct(gaps, 0.99) * 1e3, "tokens": toks[0], "wall": wall}
 
 
-def make_repo(tmp, name, folder, threads, batching, max_batch):
+def make_repo(tmp, name, folder, threads, batching, max_batch, kv_mb):
     repo = os.path.join(tmp, f"repo-{name}-{'on' if batching else 'off'}")
     os.makedirs(os.path.join(repo, name, "1"))
     # the files are linked, not the folder: a folder link that leads out of the repository is
@@ -158,7 +158,7 @@ def make_repo(tmp, name, folder, threads, batching, max_batch):
         os.symlink(os.path.join(os.path.abspath(folder), f), os.path.join(repo, name, "1", f))
     with open(os.path.join(repo, name, "config.pbtxt"), "w") as f:
         f.write('backend: "tandem_llm"\n')
-        for k, v in (("threads", threads), ("max_batch", max_batch),
+        for k, v in (("threads", threads), ("max_batch", max_batch), ("kv_memory_mb", kv_mb),
                      ("no_batching", "false" if batching else "true")):
             f.write(f'parameters {{ key: "{k}" value {{ string_value: "{v}" }} }}\n')
     return repo
@@ -173,6 +173,7 @@ def main():
     ap.add_argument("--requests", type=int, default=2, help="requests per stream and level")
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--kv-memory-mb", type=int, default=512, help="the KV pool (engine option kv_bytes)")
     ap.add_argument("--out")
     args = ap.parse_args()
     levels = [int(x) for x in args.streams.split(",")]
@@ -193,7 +194,7 @@ def main():
         for name, folder in folders.items():
             for batching in (True, False):
                 repo = make_repo(tmp, os.path.basename(os.path.normpath(name)), folder, args.threads, batching,
-                                 max(levels))
+                                 max(levels), args.kv_memory_mb)
                 srv = Server(args.tandem, repo)
                 try:
                     model = os.path.basename(os.path.normpath(name))
@@ -212,7 +213,7 @@ def main():
     lines = [f"# tandem serve, OpenAI API, streaming clients ({datetime.date.today()})", "",
              f"Command: `bench/llm/serve/bench_openai.py --tandem build/tandem --models {args.models} "
              f"--streams {args.streams} --requests {args.requests} --max-tokens {args.max_tokens} "
-             f"--threads {args.threads}`; prompt of {len(PROMPT)} characters, greedy, ignore_eos. "
+             f"--threads {args.threads} --kv-memory-mb {args.kv_memory_mb}`; prompt of {len(PROMPT)} characters, greedy, ignore_eos. "
              "Shared 2-core machine: noisy.", "",
              "| model | batching | streams | decode tok/s | x 1 stream | TTFT p50 ms | TTFT p99 ms | "
              "ITL p50 ms | ITL p99 ms |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
