@@ -584,6 +584,18 @@ static void test_bad_submits(void **state) {
     tdm_llm_engine_get_stats(e, &s);
     assert_int_equal(s.requests_total, 1);
     tdm_llm_engine_free(e);
+    /* the pool sized in bytes: 2 layers x key and value x 16 tokens x 2 heads x 16 floats =
+     * 8192 bytes a block */
+    tdm_llm_engine_options o;
+    memset(&o, 0, sizeof o);
+    o.struct_size = sizeof o;
+    o.kv_bytes = 100000;
+    OK(tdm_llm_engine_create(env, model_dir(), &o, &e));
+    tdm_llm_engine_get_stats(e, &s);
+    assert_int_equal(s.kv_blocks_total, 12);
+    assert_int_equal(s.block_size, 16);
+    assert_int_equal(s.max_length, 256);
+    tdm_llm_engine_free(e);
     /* a folder the engine cannot page */
     tdm_llm_engine *e2 = NULL;
     st = tdm_llm_engine_create(env, TINY_OPTIMUM, NULL, &e2);
