@@ -25,8 +25,11 @@
  * heads of its group together, block by block: the K (then V) rows of a block are read once
  * for the group, with the attention row routines of the GroupQueryAttention kernel
  * (k_llm_simd.c scores and p.V, the device's softmax row); runs of consecutive block ids are
- * one contiguous stretch of slots and go as one call. The scratch is the node's (the GQA
- * kernel's state: tdm_llm_gqa_prepare), kept between runs: a decode step allocates nothing. */
+ * one contiguous stretch of slots and go as one call. With fewer items than twice the threads
+ * (a decode step of one or two sequences), each item's positions split in parts whose softmax
+ * partials merge at the end (flash-decoding, as the GQA kernel does). The scratch is the
+ * node's (the GQA kernel's state: tdm_llm_gqa_prepare), kept between runs: a decode step
+ * allocates nothing. */
 #include <math.h>
 #include <string.h>
 
@@ -46,6 +49,8 @@ typedef struct paged_job {
     const tdm_cpu_simd *simd;
     float *scratch; /* per slot: per_task floats */
     int64_t per_task, items, slots;
+    int64_t parts;  /* few items for the threads: each item's positions split in parts */
+    float *partial; /* per (token, head, part): D partial outputs, max logit, 1 + sum */
 } paged_job;
 
 enum { PAGED_RUN = 64 /* most slots per scores / p.V call: 16 KiB of keys at head size 64 */ };
@@ -85,10 +90,36 @@ static int64_t stretch(const paged_job *j, int64_t b, int64_t p, int64_t e, int6
     return end - p;
 }
 
-/* Item p of pass 2: token t, kv head g: every query head of the group over [lo, n). */
+/* Scores of the group's heads q[0..group) against positions [a, e) of sequence b, kv head g,
+ * into scores + i * ld + (position - a). */
+static void group_scores(const paged_job *j, int64_t b, int64_t g, int64_t a, int64_t e,
+                         const float *const *q, int64_t group, float *scores) {
+    for (int64_t s = a, cnt, slot; s < e; s += cnt) {
+        cnt = stretch(j, b, s, e, &slot);
+        const float *kr = j->kc + slot * j->row + g * j->D;
+        for (int64_t i = 0; i < group; i++)
+            j->f->scores(q[i], kr, j->row, cnt, j->D, j->scale, scores + i * j->ld + (s - a));
+    }
+}
+
+/* y_i += p_i . V over positions [a, e) for the live heads i (out + i * ostride). */
+static void group_pv(const paged_job *j, int64_t b, int64_t g, int64_t a, int64_t e,
+                     const bool *live, int64_t group, const float *scores, float *out,
+                     int64_t ostride) {
+    for (int64_t s = a, cnt, slot; s < e; s += cnt) {
+        cnt = stretch(j, b, s, e, &slot);
+        const float *vr = j->vc + slot * j->row + g * j->D;
+        for (int64_t i = 0; i < group; i++)
+            if (live[i]) j->f->pv(scores + i * j->ld + (s - a), vr, j->row, cnt, j->D, out + i * ostride);
+    }
+}
+
+/* Item p of pass 2: token t, kv head g (and with parts > 1, part k of its positions): every
+ * query head of the group. */
 static void paged_item(const paged_job *j, int64_t p, float *scratch) {
-    int64_t t = p / j->KVH, g = p % j->KVH, group = j->H / j->KVH;
-    int64_t b = j->seq_of[t], jj = t - j->cu[b], pos = j->past[b] + jj;
+    int64_t base = p / j->parts, k = p % j->parts;
+    int64_t t = base / j->KVH, g = base % j->KVH, group = j->H / j->KVH;
+    int64_t b = j->seq_of[t], pos = j->past[b] + t - j->cu[b];
     int64_t n = j->causal ? pos + 1 : j->past[b] + (j->cu[b + 1] - j->cu[b]);
     int64_t lo = j->win > 0 && n > j->win ? n - j->win : 0;
     float *scores = scratch, *qbuf = scratch + group * j->ld;
@@ -106,26 +137,68 @@ static void paged_item(const paged_job *j, int64_t p, float *scratch) {
                        j->interleaved);
         q[i] = buf;
     }
-    int64_t off = g * j->D;
-    for (int64_t s = lo, cnt, slot; s < n; s += cnt) {
-        cnt = stretch(j, b, s, n, &slot);
-        const float *kr = j->kc + slot * j->row + off;
-        for (int64_t i = 0; i < group; i++)
-            j->f->scores(q[i], kr, j->row, cnt, j->D, j->scale, scores + i * j->ld + (s - lo));
+    if (j->parts == 1) {
+        float *y = j->y + t * j->H * j->D + g * group * j->D;
+        group_scores(j, b, g, lo, n, q, group, scores);
+        memset(y, 0, (size_t)(group * j->D) * sizeof(float));
+        for (int64_t i = 0; i < group; i++) {
+            int64_t h = g * group + i;
+            live[i] = tdm_llm_softmax(j->simd, scores + i * j->ld, n - lo, j->softcap, NULL,
+                                      j->sink != NULL, j->sink ? j->sink[h] : 0.0f);
+        }
+        group_pv(j, b, g, lo, n, live, group, scores, y, j->D);
+        return;
     }
-    float *y = j->y + t * j->H * j->D + g * group * j->D;
-    memset(y, 0, (size_t)(group * j->D) * sizeof(float));
+    /* part k: positions [a, e); per head the output normalised by its own 1 + sum (the part's
+     * softmax with one more logit equal to their max m, whose probability 1 / (1 + sum) gives
+     * the sum back), m and 1 + sum; paged_merge combines the parts */
+    int64_t chunk = (n - lo + j->parts - 1) / j->parts, a = lo + k * chunk;
+    int64_t e = a + chunk < n ? a + chunk : n, slot = j->D + 2;
+    float *o = j->partial + ((t * j->H + g * group) * j->parts + k) * slot;
+    int64_t ostride = j->parts * slot;
     for (int64_t i = 0; i < group; i++) {
-        int64_t h = g * group + i;
-        live[i] = tdm_llm_softmax(j->simd, scores + i * j->ld, n - lo, j->softcap, NULL,
-                                  j->sink != NULL, j->sink ? j->sink[h] : 0.0f);
+        memset(o + i * ostride, 0, (size_t)j->D * sizeof(float));
+        o[i * ostride + j->D] = -INFINITY; /* empty part */
+        live[i] = false;
     }
-    for (int64_t s = lo, cnt, slot; s < n; s += cnt) {
-        cnt = stretch(j, b, s, n, &slot);
-        const float *vr = j->vc + slot * j->row + off;
-        for (int64_t i = 0; i < group; i++)
-            if (live[i]) j->f->pv(scores + i * j->ld + (s - lo), vr, j->row, cnt, j->D, y + i * j->D);
+    if (a >= e) return;
+    group_scores(j, b, g, a, e, q, group, scores);
+    for (int64_t i = 0; i < group; i++) {
+        float *sc = scores + i * j->ld, mx = -INFINITY;
+        if (j->softcap > 0.0f)
+            for (int64_t x = 0; x < e - a; x++) sc[x] = j->softcap * tanhf(sc[x] / j->softcap);
+        for (int64_t x = 0; x < e - a; x++) mx = sc[x] > mx ? sc[x] : mx;
+        live[i] = tdm_llm_softmax(j->simd, sc, e - a, 0.0f, NULL, true, mx);
+        o[i * ostride + j->D] = mx;
+        o[i * ostride + j->D + 1] = 1.0f / sc[e - a];
     }
+    group_pv(j, b, g, a, e, live, group, scores, o, ostride);
+}
+
+/* After the parts: y = sum_k w_k (1 + sum_k) o_k / (sum_k w_k sum_k [+ sink term]), with
+ * w_k = exp(m_k - M). */
+static void paged_merge(const paged_job *j) {
+    int64_t slot = j->D + 2;
+    for (int64_t t = 0; t < j->T; t++)
+        for (int64_t h = 0; h < j->H; h++) {
+            const float *part = j->partial + (t * j->H + h) * j->parts * slot;
+            float *y = j->y + (t * j->H + h) * j->D;
+            float sink = j->sink ? j->sink[h] : 0.0f, m = j->sink ? sink : -INFINITY;
+            for (int64_t k = 0; k < j->parts; k++) m = part[k * slot + j->D] > m ? part[k * slot + j->D] : m;
+            memset(y, 0, (size_t)j->D * sizeof(float));
+            if (m == -INFINITY) continue;
+            double den = j->sink ? exp((double)sink - m) : 0.0;
+            for (int64_t k = 0; k < j->parts; k++) {
+                const float *o = part + k * slot;
+                if (o[j->D] == -INFINITY) continue;
+                double w = exp((double)o[j->D] - m);
+                den += w * ((double)o[j->D + 1] - 1.0);
+                float c = (float)(w * o[j->D + 1]);
+                for (int64_t d = 0; d < j->D; d++) y[d] += c * o[d];
+            }
+            float inv = den > 0.0 ? (float)(1.0 / den) : 0.0f;
+            for (int64_t d = 0; d < j->D; d++) y[d] *= inv;
+        }
 }
 
 /* Pass 2's driver: slot k (one per thread) runs items k, k + slots, ... with its scratch. */
@@ -286,12 +359,22 @@ tdm_status *tdm_llm_run_paged(tdm_kernel_ctx *ctx) {
     j.per_task = group * j.ld + group * j.D + 16;
     j.items = j.T * j.KVH;
     int threads = tdm_threadpool_size(ctx->pool);
+    j.parts = 1;
+    if (threads > 1 && j.items > 0 && j.items < 2 * threads) {
+        /* a decode step of few sequences: split each item's positions so every thread has
+         * work (parts of at least 64 positions) */
+        int64_t want = (2 * threads + j.items - 1) / j.items, cap = longest / 64;
+        j.parts = want < cap ? want : cap;
+        if (j.parts < 1) j.parts = 1;
+        j.items *= j.parts;
+    }
     j.slots = j.items < threads ? j.items : threads;
     if (j.slots < 1) j.slots = 1;
     tdm_tensor *ko = ctx->n_out > 1 ? ctx->out[1] : NULL, *vo = ctx->n_out > 2 ? ctx->out[2] : NULL;
     size_t cache = (size_t)kc->count;
     size_t own_cache = (ko ? 0 : cache) + (vo ? 0 : cache);
-    size_t need = (size_t)j.T + 16 + (size_t)(j.slots * j.per_task) + own_cache;
+    size_t part_need = j.parts > 1 ? (size_t)(j.T * j.H * j.parts * (j.D + 2)) : 0;
+    size_t need = (size_t)j.T + 16 + (size_t)(j.slots * j.per_task) + part_need + own_cache;
     float *own = NULL, *mem = tdm_llm_gqa_scratch(ctx, need, &own);
     if (!mem) return tdm_node_error(node, TDM_ERR_OUT_OF_MEMORY, "out of memory");
     int32_t *seq_of = (int32_t *)mem;
@@ -300,6 +383,8 @@ tdm_status *tdm_llm_run_paged(tdm_kernel_ctx *ctx) {
     tdm_status *st = check_tables(node, &j, NB, maxpos, seq_of);
     if (!st) {
         float *extra = j.scratch + j.slots * j.per_task;
+        j.partial = part_need ? extra : NULL;
+        extra += part_need;
         j.kc = ko ? ko->data : extra;
         j.vc = vo ? vo->data : extra + (ko ? 0 : cache);
         if (j.kc != kc->data) memcpy(j.kc, kc->data, kc->nbytes);
@@ -322,6 +407,7 @@ tdm_status *tdm_llm_run_paged(tdm_kernel_ctx *ctx) {
         if (j.T > 0) {
             tdm_parallel_for(ctx->pool, j.T, 1, paged_cache, &j);
             tdm_parallel_for(ctx->pool, j.slots, 1, paged_slots, &j);
+            if (j.parts > 1) paged_merge(&j);
         }
     }
     tdm_llm_gqa_scratch_done(ctx, own);
