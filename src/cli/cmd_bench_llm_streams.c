@@ -4,7 +4,8 @@
  * continuous batching, and N streams served one request at a time (no_batching, the
  * llama.cpp-style baseline). Reported per way: aggregate generated tokens/s (all the streams'
  * tokens over the wall time from the submits to the last end), time to first token p50 / max
- * and inter-token latency p50 / p99 over the streams' gaps between tokens. Public API only. */
+ * and inter-token latency p50 / p99 over the streams' gaps between tokens; the ways take turns
+ * R times and each way's median repetition (by tokens/s) is reported. Public API only. */
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -118,25 +119,34 @@ static int run_way(tdm_env *env, const char *dir, long threads, long pp, long tg
         fprintf(stderr, "tandem: bench --llm --streams: out of memory\n");
         rc = 1;
     }
-    /* a warm-up request (the first run plans the memory) */
+    /* warm-up: the same streams for 4 tokens (the runs of the step shapes the timed round
+     * has, prefill and decode, plan their memory) */
     if (!rc) {
-        stream ws;
-        memset(&ws, 0, sizeof ws);
-        double g[8];
-        ws.gaps = g;
-        sink wk = {&rs, &ws, 8};
-        rs.open = 1;
-        tdm_llm_request_params p;
-        memset(&p, 0, sizeof p);
-        p.struct_size = sizeof p;
-        p.max_tokens = 4;
-        p.ignore_eos = true;
-        uint64_t x = seed, id;
-        for (long j = 0; j < pp; j++) ids[j] = (int32_t)(mix(&x) % vocab);
-        st = tdm_llm_engine_submit(e, ids, (size_t)pp, &p, on_event, &wk, &id);
+        rs.open = n;
+        for (long i = 0; i < n; i++) sinks[i] = (sink){&rs, &rs.st[i], tg + 1};
+        for (long i = 0; !st && i < n; i++) {
+            tdm_llm_request_params p;
+            memset(&p, 0, sizeof p);
+            p.struct_size = sizeof p;
+            p.max_tokens = 4;
+            p.ignore_eos = true;
+            uint64_t x = seed + 500 + (uint64_t)i, id;
+            for (long j = 0; j < pp; j++) ids[j] = (int32_t)(mix(&x) % vocab);
+            st = tdm_llm_engine_submit(e, ids, (size_t)pp, &p, on_event, &sinks[i], &id);
+            if (st) {
+                pthread_mutex_lock(&rs.mu);
+                rs.open -= n - i;
+                pthread_mutex_unlock(&rs.mu);
+            }
+        }
         pthread_mutex_lock(&rs.mu);
-        while (!st && rs.open > 0) pthread_cond_wait(&rs.cv, &rs.mu);
+        while (rs.open > 0) pthread_cond_wait(&rs.cv, &rs.mu);
         pthread_mutex_unlock(&rs.mu);
+        for (long i = 0; i < n; i++) {
+            double *g = rs.st[i].gaps;
+            memset(&rs.st[i], 0, sizeof rs.st[i]);
+            rs.st[i].gaps = g;
+        }
     }
     tdm_llm_engine_stats s0;
     tdm_llm_engine_get_stats(e, &s0);
@@ -204,7 +214,7 @@ static int run_way(tdm_env *env, const char *dir, long threads, long pp, long tg
 }
 
 int cmd_bench_llm_streams(const char *dir, long streams, long threads, long pp, long tg,
-                          unsigned long long seed, bool json) {
+                          long reps, unsigned long long seed, bool json) {
     if (pp < 1) pp = 1;
     if (tg < 2) tg = 2;
     tdm_env_options eo = {0};
@@ -218,7 +228,30 @@ int cmd_bench_llm_streams(const char *dir, long streams, long threads, long pp, 
     int n_ways = streams > 1 ? 3 : 1;
     if (st) return cli_fail(st, "bench --llm --streams");
     int rc = 0;
-    for (int i = 0; !rc && i < n_ways; i++) rc = run_way(env, dir, threads, pp, tg, seed, &ways[i]);
+    /* the ways in turn, reps times (the load of a shared machine drifts): each way's median
+     * repetition by tokens/s is reported */
+    way *all = calloc((size_t)(reps * n_ways), sizeof *all);
+    if (!all) {
+        tdm_env_free(env);
+        fprintf(stderr, "tandem: bench --llm --streams: out of memory\n");
+        return 1;
+    }
+    for (long r = 0; !rc && r < reps; r++)
+        for (int i = 0; !rc && i < n_ways; i++) {
+            all[r * n_ways + i] = ways[i];
+            rc = run_way(env, dir, threads, pp, tg, seed + (uint64_t)r * 1000, &all[r * n_ways + i]);
+        }
+    for (int i = 0; !rc && i < n_ways; i++) {
+        /* sort way i's repetitions by tokens/s (insertion: a few) and take the middle one */
+        for (long r = 1; r < reps; r++)
+            for (long q = r; q > 0 && all[q * n_ways + i].tps < all[(q - 1) * n_ways + i].tps; q--) {
+                way t = all[q * n_ways + i];
+                all[q * n_ways + i] = all[(q - 1) * n_ways + i];
+                all[(q - 1) * n_ways + i] = t;
+            }
+        ways[i] = all[(reps / 2) * n_ways + i];
+    }
+    free(all);
     if (rc) {
         tdm_env_free(env);
         return rc;
@@ -227,7 +260,7 @@ int cmd_bench_llm_streams(const char *dir, long streams, long threads, long pp, 
         printf("{\n  \"model\": ");
         bench_json_string(stdout, dir);
         printf(", \"threads\": %ld, \"prompt_tokens\": %ld, \"gen_tokens\": %ld, \"streams\": %ld,\n"
-               "  \"ways\": [\n", threads, pp, tg, streams);
+               "  \"repetitions\": %ld, \"ways\": [\n", threads, pp, tg, streams, reps);
         for (int i = 0; i < n_ways; i++)
             printf("    {\"name\": \"%s\", \"streams\": %ld, \"batching\": %s, \"tokens_per_s\": %.3f, "
                    "\"wall_s\": %.3f, \"steps\": %ld, \"ttft_ms\": {\"p50\": %.3f, \"max\": %.3f}, "
@@ -248,8 +281,8 @@ int cmd_bench_llm_streams(const char *dir, long streams, long threads, long pp, 
                    ways[i].name, ways[i].streams, ways[i].tps, ways[i].steps, ways[i].ttft_p50,
                    ways[i].ttft_max, ways[i].itl_p50, ways[i].itl_p99);
         if (n_ways > 1)
-            printf("prompt %ld, %ld generated tokens per stream, threads %ld: batched / 1 stream "
-                   "%.2fx, batched / one at a time %.2fx\n", pp, tg, threads,
+            printf("prompt %ld, %ld generated tokens per stream, threads %ld, median of %ld: "
+                   "batched / 1 stream %.2fx, batched / one at a time %.2fx\n", pp, tg, threads, reps,
                    ways[0].tps > 0 ? ways[1].tps / ways[0].tps : 0,
                    ways[2].tps > 0 ? ways[1].tps / ways[2].tps : 0);
     }
