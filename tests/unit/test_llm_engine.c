@@ -14,7 +14,12 @@
  * and after each, the stats show no running or waiting sequence and every used block held
  * only by the prefix cache (nothing leaked).
  * With TANDEM_ENGINE_MODEL=DIR (tests/CMakeLists.txt: llm_engine_smollm2 on the SmolLM2 folder
- * when there is one) only the concurrent greedy check runs, on that folder. */
+ * when there is one) only the concurrent greedy check runs, on that folder. A folder whose
+ * MatMulNBits have accuracy_level 4 (int8 activations, e.g. ORT's own SmolLM2 conversion) can
+ * fail it at a near tie: such a node computes a run of more than TDM_NBITS_DECODE_ROWS rows
+ * (a batch with a prefill chunk in it) in bf16 on AVX512_BF16 CPUs and fewer rows in int8,
+ * so a row's logits depend on what else is in its run (the generator's own prefill and decode
+ * differ the same way). */
 #include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
