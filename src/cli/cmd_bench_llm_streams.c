@@ -4,7 +4,8 @@
  * continuous batching, and N streams served one request at a time (no_batching, the
  * llama.cpp-style baseline). Reported per way: aggregate generated tokens/s (all the streams'
  * tokens over the wall time from the submits to the last end), time to first token p50 / max
- * and inter-token latency p50 / p99 over the streams' gaps between tokens; the ways take turns
+ * and inter-token latency p50 / p99 over the streams' gaps between tokens, and tokens per CPU
+ * second of the process (the work done, less sensitive to a loaded machine); the ways take turns
  * R times and each way's median repetition (by tokens/s) is reported. Public API only. */
 #include <math.h>
 #include <pthread.h>
@@ -45,6 +46,12 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+static double cpu_s(void) { /* the process's CPU time: the work, whatever the machine's load */
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 static void on_event(void *user, const tdm_llm_event *ev) {
     sink *k = user;
     double t = now_s();
@@ -80,6 +87,7 @@ typedef struct way {
     long streams;
     bool no_batching;
     double tps, ttft_p50, ttft_max, itl_p50, itl_p99, wall;
+    double cpu;           /* CPU seconds of the process during the timed round */
     long steps;
 } way;
 
@@ -150,7 +158,7 @@ static int run_way(tdm_env *env, const char *dir, long threads, long pp, long tg
     }
     tdm_llm_engine_stats s0;
     tdm_llm_engine_get_stats(e, &s0);
-    double t0 = now_s();
+    double t0 = now_s(), c0 = cpu_s();
     rs.open = 0;
     for (long i = 0; !rc && !st && i < n; i++) {
         tdm_llm_request_params p;
@@ -175,7 +183,7 @@ static int run_way(tdm_env *env, const char *dir, long threads, long pp, long tg
     pthread_mutex_lock(&rs.mu);
     while (rs.open > 0) pthread_cond_wait(&rs.cv, &rs.mu);
     pthread_mutex_unlock(&rs.mu);
-    double t1 = now_s();
+    double t1 = now_s(), c1 = cpu_s();
     tdm_llm_engine_stats s1;
     tdm_llm_engine_get_stats(e, &s1);
     tdm_llm_engine_free(e);
@@ -195,6 +203,7 @@ static int run_way(tdm_env *env, const char *dir, long threads, long pp, long tg
         qsort(ttft, (size_t)n, sizeof *ttft, bench_cmp_double);
         qsort(all_gaps, (size_t)ng, sizeof *all_gaps, bench_cmp_double);
         w->wall = t1 - t0;
+        w->cpu = c1 - c0;
         w->tps = w->wall > 0 ? (double)total / w->wall : 0;
         w->ttft_p50 = bench_percentile(ttft, n, 50) * 1e3;
         w->ttft_max = ttft[n - 1] * 1e3;
@@ -222,9 +231,11 @@ int cmd_bench_llm_streams(const char *dir, long streams, long threads, long pp, 
     eo.threads = (int)threads;
     tdm_env *env = NULL;
     tdm_status *st = tdm_env_create(&eo, &env);
-    way ways[3] = {{"1 stream", 1, false, 0, 0, 0, 0, 0, 0, 0},
-                   {"batched", streams, false, 0, 0, 0, 0, 0, 0, 0},
-                   {"one at a time", streams, true, 0, 0, 0, 0, 0, 0, 0}};
+    way ways[3];
+    memset(ways, 0, sizeof ways);
+    ways[0] = (way){.name = "1 stream", .streams = 1};
+    ways[1] = (way){.name = "batched", .streams = streams};
+    ways[2] = (way){.name = "one at a time", .streams = streams, .no_batching = true};
     int n_ways = streams > 1 ? 3 : 1;
     if (st) return cli_fail(st, "bench --llm --streams");
     int rc = 0;
@@ -263,22 +274,26 @@ int cmd_bench_llm_streams(const char *dir, long streams, long threads, long pp, 
                "  \"repetitions\": %ld, \"ways\": [\n", threads, pp, tg, streams, reps);
         for (int i = 0; i < n_ways; i++)
             printf("    {\"name\": \"%s\", \"streams\": %ld, \"batching\": %s, \"tokens_per_s\": %.3f, "
-                   "\"wall_s\": %.3f, \"steps\": %ld, \"ttft_ms\": {\"p50\": %.3f, \"max\": %.3f}, "
+                   "\"wall_s\": %.3f, \"cpu_s\": %.3f, \"tokens_per_cpu_s\": %.3f, \"steps\": %ld, "
+                   "\"ttft_ms\": {\"p50\": %.3f, \"max\": %.3f}, "
                    "\"itl_ms\": {\"p50\": %.3f, \"p99\": %.3f}}%s\n", ways[i].name, ways[i].streams,
-                   ways[i].no_batching ? "false" : "true", ways[i].tps, ways[i].wall, ways[i].steps,
+                   ways[i].no_batching ? "false" : "true", ways[i].tps, ways[i].wall, ways[i].cpu,
+                   ways[i].cpu > 0 ? (double)(ways[i].streams * tg) / ways[i].cpu : 0, ways[i].steps,
                    ways[i].ttft_p50, ways[i].ttft_max, ways[i].itl_p50, ways[i].itl_p99,
                    i + 1 < n_ways ? "," : "");
         printf("  ],\n  \"batched_over_one\": %.3f, \"batched_over_one_at_a_time\": %.3f\n}\n",
                n_ways > 1 && ways[0].tps > 0 ? ways[1].tps / ways[0].tps : 1.0,
                n_ways > 2 && ways[2].tps > 0 ? ways[1].tps / ways[2].tps : 1.0);
     } else {
-        printf("| %-14s | %7s | %10s | %6s | %9s | %9s | %9s | %9s |\n", "way", "streams",
-               "tokens/s", "steps", "ttft p50", "ttft max", "itl p50", "itl p99");
-        printf("|----------------|---------|------------|--------|-----------|-----------|"
-               "-----------|-----------|\n");
+        printf("| %-14s | %7s | %10s | %10s | %6s | %9s | %9s | %9s | %9s |\n", "way", "streams",
+               "tokens/s", "tok/cpu-s", "steps", "ttft p50", "ttft max", "itl p50", "itl p99");
+        printf("|----------------|---------|------------|------------|--------|-----------|"
+               "-----------|-----------|-----------|\n");
         for (int i = 0; i < n_ways; i++)
-            printf("| %-14s | %7ld | %10.2f | %6ld | %7.1fms | %7.1fms | %7.2fms | %7.2fms |\n",
-                   ways[i].name, ways[i].streams, ways[i].tps, ways[i].steps, ways[i].ttft_p50,
+            printf("| %-14s | %7ld | %10.2f | %10.2f | %6ld | %7.1fms | %7.1fms | %7.2fms | "
+                   "%7.2fms |\n", ways[i].name, ways[i].streams, ways[i].tps,
+                   ways[i].cpu > 0 ? (double)(ways[i].streams * tg) / ways[i].cpu : 0,
+                   ways[i].steps, ways[i].ttft_p50,
                    ways[i].ttft_max, ways[i].itl_p50, ways[i].itl_p99);
         if (n_ways > 1)
             printf("prompt %ld, %ld generated tokens per stream, threads %ld, median of %ld: "
