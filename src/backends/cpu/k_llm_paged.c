@@ -43,7 +43,7 @@ typedef struct paged_job {
     const int32_t *cu, *past, *bt;
     const int32_t *seq_of; /* per token: its sequence */
     int64_t T, B, H, KVH, D, BS, MB, rot, win, qstride, kstride, koff, voff, row, ld;
-    int64_t run; /* most slots per scores / p.V call: about 16 KiB of slot rows, 8 to 64 */
+    int64_t run; /* most slots per scores / p.V call: about 16 KiB of slot rows, 16 to 64 */
     bool rotary, interleaved, causal;
     float scale, softcap;
     const tdm_llm_fns *f;
@@ -374,8 +374,8 @@ tdm_status *tdm_llm_run_paged(tdm_kernel_ctx *ctx) {
     if (longest < 0) longest = 0;
     j.ld = longest + 16;
     j.per_task = j.H * j.ld + j.H * j.D + j.H + 16;
-    j.run = 4096 / j.row;
-    j.run = j.run < 8 ? 8 : j.run > 64 ? 64 : j.run;
+    j.run = (4096 / j.row) & ~(int64_t)15; /* whole steps of the AVX-512 scores (16 rows) */
+    j.run = j.run < 16 ? 16 : j.run > 64 ? 64 : j.run;
     j.items = j.T;
     int threads = tdm_threadpool_size(ctx->pool);
     j.parts = 1;
