@@ -39,7 +39,7 @@ tdm_status *tdm_kv_pool_init(tdm_kv_pool *p, const tdm_allocator *a, int32_t n_b
 }
 
 void tdm_kv_pool_free(tdm_kv_pool *p) {
-    if (!p || !p->a) return;
+    if (!p) return;
     const tdm_allocator *a = p->a;
     tdm_free(a, p->ref);
     tdm_free(a, p->free_list);

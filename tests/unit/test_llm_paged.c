@@ -43,7 +43,7 @@
 #include "tandem/tandem.h"
 #include "test_ok.h"
 
-enum { MAXPOS = 512, NSEQ = 5 };
+enum { MAXPOS = 1024, NSEQ = 5 };
 
 static counter g_count;
 static const tdm_allocator g_alloc = {c_alloc, c_free, &g_count};
@@ -132,16 +132,20 @@ typedef struct config {
     bool packed;
     tdm_cpu_isa isa;
     int threads;
+    int nseq; /* 0: the batch below; else past / new_tokens */
+    const int *past, *new_tokens;
 } config;
 
 /* The batch: past lengths and new tokens per sequence (prefill, decode, a chunk, none). */
-static const int k_past[NSEQ] = {0, 37, 5, 20, 100};
-static const int k_new[NSEQ] = {13, 1, 1, 0, 7};
+static const int k_past0[NSEQ] = {0, 37, 5, 20, 100};
+static const int k_new0[NSEQ] = {13, 1, 1, 0, 7};
 
 static void check_config(const config *cf) {
     const int H = cf->H, KVH = cf->KVH, D = cf->D, BS = cf->BS, row = KVH * D;
+    const int nseq = cf->nseq ? cf->nseq : NSEQ;
+    const int *k_past = cf->nseq ? cf->past : k_past0, *k_new = cf->nseq ? cf->new_tokens : k_new0;
     int T = 0, cu[NSEQ + 1] = {0}, nblk[NSEQ], MB = 0, NB = 3; /* 3 spare blocks */
-    for (int b = 0; b < NSEQ; b++) {
+    for (int b = 0; b < nseq; b++) {
         T += k_new[b];
         cu[b + 1] = T;
         nblk[b] = (k_past[b] + k_new[b] + BS - 1) / BS;
@@ -156,15 +160,15 @@ static void check_config(const config *cf) {
         perm[i] = perm[r];
         perm[r] = t;
     }
-    int64_t btd[2] = {NSEQ, MB}, bd[1] = {NSEQ}, cud[1] = {NSEQ + 1};
+    int64_t btd[2] = {nseq, MB}, bd[1] = {nseq}, cud[1] = {nseq + 1};
     tdm_tensor *bt = tensor(TDM_INT32, 2, btd, false), *pastt = tensor(TDM_INT32, 1, bd, false);
     tdm_tensor *cut = tensor(TDM_INT32, 1, cud, false);
     int32_t *btab = bt->data;
-    for (int b = 0, next = 0; b < NSEQ; b++) {
+    for (int b = 0, next = 0; b < nseq; b++) {
         ((int32_t *)pastt->data)[b] = k_past[b];
         for (int i = 0; i < MB; i++) btab[b * MB + i] = i < nblk[b] ? perm[next++] : 99999; /* unused */
     }
-    for (int b = 0; b <= NSEQ; b++) ((int32_t *)cut->data)[b] = cu[b];
+    for (int b = 0; b <= nseq; b++) ((int32_t *)cut->data)[b] = cu[b];
     free(perm);
     /* inputs */
     int parts = cf->packed ? H + 2 * KVH : H;
@@ -215,7 +219,7 @@ static void check_config(const config *cf) {
 
     /* GQA per sequence on a contiguous cache with the same past */
     bool *touched = calloc((size_t)NB * BS, sizeof *touched);
-    for (int b = 0; b < NSEQ; b++) {
+    for (int b = 0; b < nseq; b++) {
         int S = k_new[b], P = k_past[b], len = P + S;
         if (S == 0) continue;
         int64_t gq[3] = {1, S, H * D}, gk[3] = {1, S, row}, gc4[4] = {1, KVH, len, D}, one[1] = {1};
@@ -308,6 +312,16 @@ static void test_against_gqa(void **state) {
                     n++;
                 }
     }
+    /* decode steps of one and two sequences with long pasts: with 4 threads, each item's
+     * positions split in parts (merged after) */
+    static const int past1[1] = {700}, new1[1] = {1}, past2[2] = {300, 129}, new2[2] = {1, 1};
+    for (int th = 1; th <= 4; th += 3)
+        for (int r = 0; r < 2; r++) {
+            config dc = {.H = 9, .KVH = 3, .D = 64, .BS = 16, .rotary = 1, .interleaved = r,
+                         .qrank = 3, .crank = 3, .isa = host, .threads = th, .nseq = r ? 2 : 1,
+                         .past = r ? past2 : past1, .new_tokens = r ? new2 : new1};
+            check_config(&dc);
+        }
     /* an odd head size (SIMD tails) */
     config odd = {.H = 6, .KVH = 2, .D = 20, .BS = 16, .rotary = 1, .interleaved = 1, .qrank = 2,
                   .crank = 3, .isa = host, .threads = 3};

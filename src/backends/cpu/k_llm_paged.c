@@ -25,8 +25,11 @@
  * heads of its group together, block by block: the K (then V) rows of a block are read once
  * for the group, with the attention row routines of the GroupQueryAttention kernel
  * (k_llm_simd.c scores and p.V, the device's softmax row); runs of consecutive block ids are
- * one contiguous stretch of slots and go as one call. The scratch is the node's (the GQA
- * kernel's state: tdm_llm_gqa_prepare), kept between runs: a decode step allocates nothing. */
+ * one contiguous stretch of slots and go as one call. With fewer items than twice the threads
+ * (a decode step of one or two sequences), each item's positions split in parts whose softmax
+ * partials merge at the end (flash-decoding, as the GQA kernel does). The scratch is the
+ * node's (the GQA kernel's state: tdm_llm_gqa_prepare), kept between runs: a decode step
+ * allocates nothing. */
 #include <math.h>
 #include <string.h>
 
@@ -40,15 +43,17 @@ typedef struct paged_job {
     const int32_t *cu, *past, *bt;
     const int32_t *seq_of; /* per token: its sequence */
     int64_t T, B, H, KVH, D, BS, MB, rot, win, qstride, kstride, koff, voff, row, ld;
+    int64_t run; /* most slots per scores / p.V call: about 16 KiB of slot rows, 16 to 64 */
     bool rotary, interleaved, causal;
     float scale, softcap;
     const tdm_llm_fns *f;
     const tdm_cpu_simd *simd;
     float *scratch; /* per slot: per_task floats */
     int64_t per_task, items, slots;
+    int64_t parts;  /* few items for the threads: each item's positions split in parts */
+    float *partial; /* per (token, head, part): D partial outputs, max logit, 1 + sum */
 } paged_job;
 
-enum { PAGED_RUN = 64 /* most slots per scores / p.V call: 16 KiB of keys at head size 64 */ };
 
 /* The cache slot of position pos of sequence b. */
 static inline int64_t slot_of(const paged_job *j, int64_t b, int64_t pos) {
@@ -74,58 +79,146 @@ static void paged_cache(void *arg, int64_t t0, int64_t t1) {
 }
 
 /* The next stretch of contiguous slots of sequence b from position p (< e): up to the end of
- * a run of consecutive block ids, PAGED_RUN slots and e. Returns its length; *slot its first. */
+ * a run of consecutive block ids, j->run slots and e. Returns its length; *slot its first. */
 static int64_t stretch(const paged_job *j, int64_t b, int64_t p, int64_t e, int64_t *slot) {
     *slot = slot_of(j, b, p);
     int64_t end = (p / j->BS + 1) * j->BS; /* end of p's block */
     const int32_t *bt = j->bt + b * j->MB;
-    while (end < e && end - p < PAGED_RUN && bt[end / j->BS] == bt[end / j->BS - 1] + 1) end += j->BS;
+    while (end < e && end - p < j->run && bt[end / j->BS] == bt[end / j->BS - 1] + 1) end += j->BS;
     if (end > e) end = e;
-    if (end - p > PAGED_RUN) end = p + PAGED_RUN;
+    if (end - p > j->run) end = p + j->run;
     return end - p;
 }
 
-/* Item p of pass 2: token t, kv head g: every query head of the group over [lo, n). */
+/* Software prefetch of a cache's slots ahead of their use, PAGED_AHEAD slots in front of the
+ * reads: the slots of a stretch are read head by head (a strided pattern) and the blocks
+ * jump, which the hardware prefetchers follow less well than the GQA kernel's contiguous
+ * rows. */
+enum { PAGED_AHEAD = 48 };
+
+typedef struct prefetcher {
+    const float *c;
+    int64_t b, pos, e; /* next position to ask for, end */
+} prefetcher;
+
+/* Asks for every line of positions [pf->pos, upto) (clamped to the end). */
+static void prefetch_to(const paged_job *j, prefetcher *pf, int64_t upto) {
+    if (upto > pf->e) upto = pf->e;
+    while (pf->pos < upto) {
+        int64_t slot, cnt = stretch(j, pf->b, pf->pos, upto, &slot);
+        const char *p = (const char *)(pf->c + slot * j->row);
+        const char *end = p + cnt * j->row * (int64_t)sizeof(float);
+        for (; p < end; p += 64) __builtin_prefetch(p, 0, 3);
+        pf->pos += cnt;
+    }
+}
+
+/* Logits of every head over positions [a, e) of sequence b: q + h * D against the slots' key
+ * rows of kv head h / group, into scores + h * ld + (position - a). A stretch of slots is read
+ * for all heads while it is in L1. */
+static void all_scores(const paged_job *j, int64_t b, int64_t a, int64_t e, const float *q,
+                       float *scores) {
+    int64_t group = j->H / j->KVH;
+    prefetcher pf = {j->kc, b, a, e};
+    for (int64_t s = a, cnt, slot; s < e; s += cnt) {
+        prefetch_to(j, &pf, s + PAGED_AHEAD);
+        cnt = stretch(j, b, s, e, &slot);
+        const float *kr = j->kc + slot * j->row;
+        for (int64_t h = 0; h < j->H; h++)
+            j->f->scores(q + h * j->D, kr + (h / group) * j->D, j->row, cnt, j->D, j->scale,
+                         scores + h * j->ld + (s - a));
+    }
+}
+
+/* out + h * ostride += p_h . V over positions [a, e), for the heads with live[h] != 0. */
+static void all_pv(const paged_job *j, int64_t b, int64_t a, int64_t e, const float *live,
+                   const float *scores, float *out, int64_t ostride) {
+    int64_t group = j->H / j->KVH;
+    prefetcher pf = {j->vc, b, a, e};
+    for (int64_t s = a, cnt, slot; s < e; s += cnt) {
+        prefetch_to(j, &pf, s + PAGED_AHEAD);
+        cnt = stretch(j, b, s, e, &slot);
+        const float *vr = j->vc + slot * j->row;
+        for (int64_t h = 0; h < j->H; h++)
+            if (live[h] != 0.0f)
+                j->f->pv(scores + h * j->ld + (s - a), vr + (h / group) * j->D, j->row, cnt, j->D,
+                         out + h * ostride);
+    }
+}
+
+/* Item p of pass 2: token t (and with parts > 1, part k of its positions), every head.
+ * Scratch: H * ld logits, H * D query rows, H live flags. */
 static void paged_item(const paged_job *j, int64_t p, float *scratch) {
-    int64_t t = p / j->KVH, g = p % j->KVH, group = j->H / j->KVH;
-    int64_t b = j->seq_of[t], jj = t - j->cu[b], pos = j->past[b] + jj;
+    int64_t t = p / j->parts, k = p % j->parts;
+    int64_t b = j->seq_of[t], pos = j->past[b] + t - j->cu[b];
     int64_t n = j->causal ? pos + 1 : j->past[b] + (j->cu[b + 1] - j->cu[b]);
     int64_t lo = j->win > 0 && n > j->win ? n - j->win : 0;
-    float *scores = scratch, *qbuf = scratch + group * j->ld;
-    const float *q[64]; /* group <= 64: checked by the run */
-    bool live[64];
-    for (int64_t i = 0; i < group; i++) {
-        const float *src = j->q + t * j->qstride + (g * group + i) * j->D;
-        if (!j->rotary) {
-            q[i] = src;
-            continue;
+    float *scores = scratch, *q = scratch + j->H * j->ld, *live = q + j->H * j->D;
+    const float *src = j->q + t * j->qstride; /* the token's heads are contiguous */
+    memcpy(q, src, (size_t)(j->H * j->D) * sizeof(float));
+    if (j->rotary)
+        for (int64_t h = 0; h < j->H; h++)
+            tdm_llm_rotate(q + h * j->D, j->cos + pos * (j->rot / 2), j->sin + pos * (j->rot / 2),
+                           j->rot, j->interleaved);
+    if (j->parts == 1) {
+        float *y = j->y + t * j->H * j->D;
+        all_scores(j, b, lo, n, q, scores);
+        memset(y, 0, (size_t)(j->H * j->D) * sizeof(float));
+        for (int64_t h = 0; h < j->H; h++)
+            live[h] = tdm_llm_softmax(j->simd, scores + h * j->ld, n - lo, j->softcap, NULL,
+                                      j->sink != NULL, j->sink ? j->sink[h] : 0.0f);
+        all_pv(j, b, lo, n, live, scores, y, j->D);
+        return;
+    }
+    /* part k: positions [a, e); per head the output normalised by its own 1 + sum (the part's
+     * softmax with one more logit equal to their max m, whose probability 1 / (1 + sum) gives
+     * the sum back), m and 1 + sum; paged_merge combines the parts */
+    int64_t chunk = (n - lo + j->parts - 1) / j->parts, a = lo + k * chunk;
+    int64_t e = a + chunk < n ? a + chunk : n, slot = j->D + 2;
+    float *o = j->partial + (t * j->H * j->parts + k) * slot;
+    int64_t ostride = j->parts * slot;
+    for (int64_t h = 0; h < j->H; h++) {
+        memset(o + h * ostride, 0, (size_t)j->D * sizeof(float));
+        o[h * ostride + j->D] = -INFINITY; /* empty part */
+    }
+    if (a >= e) return;
+    all_scores(j, b, a, e, q, scores);
+    for (int64_t h = 0; h < j->H; h++) {
+        float *sc = scores + h * j->ld, mx = -INFINITY;
+        if (j->softcap > 0.0f)
+            for (int64_t x = 0; x < e - a; x++) sc[x] = j->softcap * tanhf(sc[x] / j->softcap);
+        for (int64_t x = 0; x < e - a; x++) mx = sc[x] > mx ? sc[x] : mx;
+        live[h] = tdm_llm_softmax(j->simd, sc, e - a, 0.0f, NULL, true, mx);
+        o[h * ostride + j->D] = mx;
+        o[h * ostride + j->D + 1] = 1.0f / sc[e - a];
+    }
+    all_pv(j, b, a, e, live, scores, o, ostride);
+}
+
+/* After the parts: y = sum_k w_k (1 + sum_k) o_k / (sum_k w_k sum_k [+ sink term]), with
+ * w_k = exp(m_k - M). */
+static void paged_merge(const paged_job *j) {
+    int64_t slot = j->D + 2;
+    for (int64_t t = 0; t < j->T; t++)
+        for (int64_t h = 0; h < j->H; h++) {
+            const float *part = j->partial + (t * j->H + h) * j->parts * slot;
+            float *y = j->y + (t * j->H + h) * j->D;
+            float sink = j->sink ? j->sink[h] : 0.0f, m = j->sink ? sink : -INFINITY;
+            for (int64_t k = 0; k < j->parts; k++) m = part[k * slot + j->D] > m ? part[k * slot + j->D] : m;
+            memset(y, 0, (size_t)j->D * sizeof(float));
+            if (m == -INFINITY) continue;
+            double den = j->sink ? exp((double)sink - m) : 0.0;
+            for (int64_t k = 0; k < j->parts; k++) {
+                const float *o = part + k * slot;
+                if (o[j->D] == -INFINITY) continue;
+                double w = exp((double)o[j->D] - m);
+                den += w * ((double)o[j->D + 1] - 1.0);
+                float c = (float)(w * o[j->D + 1]);
+                for (int64_t d = 0; d < j->D; d++) y[d] += c * o[d];
+            }
+            float inv = den > 0.0 ? (float)(1.0 / den) : 0.0f;
+            for (int64_t d = 0; d < j->D; d++) y[d] *= inv;
         }
-        float *buf = qbuf + i * j->D;
-        memcpy(buf, src, (size_t)j->D * sizeof(float));
-        tdm_llm_rotate(buf, j->cos + pos * (j->rot / 2), j->sin + pos * (j->rot / 2), j->rot,
-                       j->interleaved);
-        q[i] = buf;
-    }
-    int64_t off = g * j->D;
-    for (int64_t s = lo, cnt, slot; s < n; s += cnt) {
-        cnt = stretch(j, b, s, n, &slot);
-        const float *kr = j->kc + slot * j->row + off;
-        for (int64_t i = 0; i < group; i++)
-            j->f->scores(q[i], kr, j->row, cnt, j->D, j->scale, scores + i * j->ld + (s - lo));
-    }
-    float *y = j->y + t * j->H * j->D + g * group * j->D;
-    memset(y, 0, (size_t)(group * j->D) * sizeof(float));
-    for (int64_t i = 0; i < group; i++) {
-        int64_t h = g * group + i;
-        live[i] = tdm_llm_softmax(j->simd, scores + i * j->ld, n - lo, j->softcap, NULL,
-                                  j->sink != NULL, j->sink ? j->sink[h] : 0.0f);
-    }
-    for (int64_t s = lo, cnt, slot; s < n; s += cnt) {
-        cnt = stretch(j, b, s, n, &slot);
-        const float *vr = j->vc + slot * j->row + off;
-        for (int64_t i = 0; i < group; i++)
-            if (live[i]) j->f->pv(scores + i * j->ld + (s - lo), vr, j->row, cnt, j->D, y + i * j->D);
-    }
 }
 
 /* Pass 2's driver: slot k (one per thread) runs items k, k + slots, ... with its scratch. */
@@ -207,8 +300,6 @@ tdm_status *tdm_llm_run_paged(tdm_kernel_ctx *ctx) {
     j.H = tdm_attr_int(node, "num_heads", 0);
     j.KVH = tdm_attr_int(node, "kv_num_heads", 0);
     if (j.H <= 0 || j.KVH <= 0 || j.H % j.KVH) return BAD("bad num_heads / kv_num_heads");
-    if (j.H / j.KVH > 64)
-        return tdm_node_error(node, TDM_ERR_UNSUPPORTED, "more than 64 query heads per kv head");
     if (q->dtype != TDM_FLOAT || (q->rank != 2 && !(q->rank == 3 && q->dims[0] == 1)))
         return BAD("query must be float32 [num_tokens, hidden] (or [1, num_tokens, hidden])");
     j.T = q->dims[q->rank - 2];
@@ -281,17 +372,28 @@ tdm_status *tdm_llm_run_paged(tdm_kernel_ctx *ctx) {
     }
     if (longest > j.MB * j.BS) longest = j.MB * j.BS; /* larger is refused by check_tables */
     if (longest < 0) longest = 0;
-    int64_t group = j.H / j.KVH;
     j.ld = longest + 16;
-    j.per_task = group * j.ld + group * j.D + 16;
-    j.items = j.T * j.KVH;
+    j.per_task = j.H * j.ld + j.H * j.D + j.H + 16;
+    j.run = (4096 / j.row) & ~(int64_t)15; /* whole steps of the AVX-512 scores (16 rows) */
+    j.run = j.run < 16 ? 16 : j.run > 64 ? 64 : j.run;
+    j.items = j.T;
     int threads = tdm_threadpool_size(ctx->pool);
+    j.parts = 1;
+    if (threads > 1 && j.items > 0 && j.items < 2 * threads) {
+        /* a decode step of few sequences: split each item's positions so every thread has
+         * work (parts of at least 64 positions) */
+        int64_t want = (2 * threads + j.items - 1) / j.items, cap = longest / 64;
+        j.parts = want < cap ? want : cap;
+        if (j.parts < 1) j.parts = 1;
+        j.items *= j.parts;
+    }
     j.slots = j.items < threads ? j.items : threads;
     if (j.slots < 1) j.slots = 1;
     tdm_tensor *ko = ctx->n_out > 1 ? ctx->out[1] : NULL, *vo = ctx->n_out > 2 ? ctx->out[2] : NULL;
     size_t cache = (size_t)kc->count;
     size_t own_cache = (ko ? 0 : cache) + (vo ? 0 : cache);
-    size_t need = (size_t)j.T + 16 + (size_t)(j.slots * j.per_task) + own_cache;
+    size_t part_need = j.parts > 1 ? (size_t)(j.T * j.H * j.parts * (j.D + 2)) : 0;
+    size_t need = (size_t)j.T + 16 + (size_t)(j.slots * j.per_task) + part_need + own_cache;
     float *own = NULL, *mem = tdm_llm_gqa_scratch(ctx, need, &own);
     if (!mem) return tdm_node_error(node, TDM_ERR_OUT_OF_MEMORY, "out of memory");
     int32_t *seq_of = (int32_t *)mem;
@@ -300,6 +402,8 @@ tdm_status *tdm_llm_run_paged(tdm_kernel_ctx *ctx) {
     tdm_status *st = check_tables(node, &j, NB, maxpos, seq_of);
     if (!st) {
         float *extra = j.scratch + j.slots * j.per_task;
+        j.partial = part_need ? extra : NULL;
+        extra += part_need;
         j.kc = ko ? ko->data : extra;
         j.vc = vo ? vo->data : extra + (ko ? 0 : cache);
         if (j.kc != kc->data) memcpy(j.kc, kc->data, kc->nbytes);
@@ -322,6 +426,7 @@ tdm_status *tdm_llm_run_paged(tdm_kernel_ctx *ctx) {
         if (j.T > 0) {
             tdm_parallel_for(ctx->pool, j.T, 1, paged_cache, &j);
             tdm_parallel_for(ctx->pool, j.slots, 1, paged_slots, &j);
+            if (j.parts > 1) paged_merge(&j);
         }
     }
     tdm_llm_gqa_scratch_done(ctx, own);
