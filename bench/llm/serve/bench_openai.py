@@ -215,13 +215,16 @@ def main():
              f"--streams {args.streams} --requests {args.requests} --max-tokens {args.max_tokens} "
              f"--threads {args.threads} --kv-memory-mb {args.kv_memory_mb}`; prompt of {len(PROMPT)} characters, greedy, ignore_eos. "
              "Shared 2-core machine: noisy.", "",
-             "| model | batching | streams | decode tok/s | x 1 stream | TTFT p50 ms | TTFT p99 ms | "
-             "ITL p50 ms | ITL p99 ms |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "| model | batching | streams | decode tok/s | x 1 stream | on / off | TTFT p50 ms | "
+             "TTFT p99 ms | ITL p50 ms | ITL p99 ms |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         base = next(x for x in rows if x["model"] == r["model"] and x["batching"] == r["batching"])
+        off = [x for x in rows if x["model"] == r["model"] and x["batching"] == "off"
+               and x["streams"] == r["streams"]]
+        ratio = f"{r['tok_s'] / off[0]['tok_s']:.2f}" if r["batching"] == "on" and off else ""
         lines.append(f"| {r['model']} | {r['batching']} | {r['streams']} | {r['tok_s']:.1f} | "
-                     f"{r['tok_s'] / base['tok_s']:.2f} | {r['ttft_p50']:.1f} | {r['ttft_p99']:.1f} | "
-                     f"{r['itl_p50']:.2f} | {r['itl_p99']:.2f} |")
+                     f"{r['tok_s'] / base['tok_s']:.2f} | {ratio} | {r['ttft_p50']:.1f} | "
+                     f"{r['ttft_p99']:.1f} | {r['itl_p50']:.2f} | {r['itl_p99']:.2f} |")
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
