@@ -231,6 +231,9 @@ static sv_error *load_version(sv_repo *r, const char *name, const char *cfg_text
         if (snprintf(path, sizeof path, "%s/%s/%lld", r->root, name, (long long)version) >= (int)sizeof path)
             e = sv_err(400, "model path is too long");
         if (!e) e = resolve_inside(r, path, resolved);
+        /* KServe's metadata names it (the config completion of ONNX models does not run) */
+        if (!e && !v->cfg->platform && !(v->cfg->platform = sv_strdup("tandem_llm")))
+            e = sv_err(500, "out of memory");
         if (!e) e = sv_llm_create(r->env, v->cfg, name, resolved, r->opt.threads, &v->llm);
         if (e) {
             version_free(v);

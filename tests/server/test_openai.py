@@ -456,6 +456,13 @@ class Tests:
         assert st == 400 and "OpenAI" in json.loads(out)["error"], out
         st, _, _ = raw(self.s.port, "GET", f"/v2/models/{MODEL}/ready")
         assert st == 200
+        st, _, out = raw(self.s.port, "GET", f"/v2/models/{MODEL}")
+        assert st == 200 and json.loads(out)["platform"] == "tandem_llm", out
+        st, _, out = raw(self.s.port, "GET", f"/v2/models/{MODEL}/config")
+        assert st == 200 and json.loads(out)["backend"] == "tandem_llm", out
+        for path in (f"/v2/models/{MODEL}/stats", "/v2/models/stats", "/v2"):
+            st, _, out = raw(self.s.port, "GET", path)
+            assert st == 200, (path, out)
 
     def test_unload_cancels_and_reload(self):
         result = {}
