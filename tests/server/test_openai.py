@@ -322,6 +322,25 @@ class Tests:
         assert st == 404 and json.loads(out)["error"]["message"], out
         st, _, out = raw(self.s.port, "GET", "/v1/completions")
         assert st == 405 and "error" in json.loads(out), out
+        # every field with values of every wrong type: 4xx (or 200 where the value is allowed),
+        # never 5xx, and the server stays up
+        fields = ["model", "prompt", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k",
+                  "seed", "stop", "n", "logprobs", "top_logprobs", "stream", "stream_options", "echo", "suffix",
+                  "best_of", "presence_penalty", "frequency_penalty", "logit_bias", "repetition_penalty",
+                  "ignore_eos", "messages", "user"]
+        values = [None, True, -1, 0, 2**63, -2**63, 1e308, 0.5, "", "x" * 300, [], [None], [1, "a"], {}, {"a": 1},
+                  [[1, 2]], [{"role": "user"}]]
+        for path, base in ((c, {"model": MODEL, "prompt": "Hi", "max_tokens": 2}),
+                           (ch, {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2})):
+            for f in fields:
+                for v in values:
+                    body = dict(base, **{f: v})
+                    st, _, out = raw(self.s.port, "POST", path, json.dumps(body).encode())
+                    assert st in (200, 400, 404), (path, f, v, st, out[:300])
+                    if st != 200:
+                        assert json.loads(out)["error"]["message"], out
+                    elif body.get("stream") is True:
+                        assert out.endswith(b"data: [DONE]\n\n"), out[-200:]
         # the client maps them to its exceptions
         try:
             self.client.completions.create(model="nope", prompt="x")
