@@ -145,8 +145,9 @@ class Tests:
             assert e.status_code == 404
 
     def test_completion_greedy_matches_generate(self):
+        refs = {}
         for prompt in ["Once upon a time", "The quick brown fox", "Hello there"]:
-            ref = generate(self.tandem, self.folder, prompt, 20, chat=False)
+            ref = refs[prompt] = generate(self.tandem, self.folder, prompt, 20, chat=False)
             r = self.client.completions.create(model=MODEL, prompt=prompt, max_tokens=20, temperature=0)
             c = r.choices[0]
             assert c.text == ref["text"], (prompt, c.text, ref["text"])
@@ -156,6 +157,21 @@ class Tests:
             want = "length" if ref["stop_reason"] == "max_tokens" else "stop"
             assert c.finish_reason == want, (c.finish_reason, ref["stop_reason"])
             assert r.object == "text_completion" and r.model == MODEL and r.id.startswith("cmpl-")
+        # the same, all at once (one batch in the engine, prefixes shared): the same text
+        got = {}
+
+        def run(k, prompt):
+            got[k] = self.client.completions.create(model=MODEL, prompt=prompt, max_tokens=20,
+                                                    temperature=0).choices[0].text
+
+        threads = [threading.Thread(target=run, args=((i, p), p)) for i in range(3) for p in refs]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for (i, p), text in got.items():
+            assert text == refs[p]["text"], (p, text, refs[p]["text"])
+        assert len(got) == len(threads)
 
     def test_chat_greedy_matches_generate(self):
         ref = generate(self.tandem, self.folder, "What is the capital of France?", 16, chat=True)
