@@ -12,7 +12,9 @@ streaming clients with random lengths and random disconnects, after which every 
 ended and the KV pool is back to full (read on /metrics); the LLM metrics; the KServe side
 (repository index, infer refused); an unload that cancels a running stream, and a reload.
 
-Usage: test_openai.py --tandem BUILD/tandem [--keep] [--filter SUBSTRING]
+Usage: test_openai.py --tandem BUILD/tandem [--keep] [--filter SUBSTRING] [--smol DIR]
+--smol DIR (e.g. /work/smol, not in CI: slow) adds that folder as the model "smol" and checks
+its greedy chat and completion text against `tandem generate`, alone and 4 at once.
 Prints one line per test and "N passed, N failed" at the end; exits 1 on any failure.
 """
 import argparse
@@ -39,6 +41,16 @@ except ImportError:
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MODEL = "tiny"
 PY = sys.executable
+
+
+def add_smol(repo, folder):
+    d = os.path.join(repo, "smol", "1")
+    os.makedirs(d)
+    for f in os.listdir(folder):  # files linked: a folder link leading out of the repository is refused
+        os.symlink(os.path.join(os.path.abspath(folder), f), os.path.join(d, f))
+    with open(os.path.join(repo, "smol", "config.pbtxt"), "w") as f:
+        f.write('backend: "tandem_llm"\nparameters { key: "kv_memory_mb" value { string_value: "256" } }\n')
+    return d
 
 
 def make_repository(repo):
@@ -124,7 +136,8 @@ def generate(tandem, folder, prompt, max_tokens, chat):
 
 
 class Tests:
-    def __init__(self, server, tandem, folder):
+    def __init__(self, server, tandem, folder, smol=None):
+        self.smol = smol
         self.s = server
         self.tandem = tandem
         self.folder = folder
@@ -135,7 +148,7 @@ class Tests:
 
     def test_models(self):
         ids = [m.id for m in self.client.models.list().data]
-        assert ids == [MODEL], ids
+        assert ids == ([MODEL, "smol"] if self.smol else [MODEL]), ids
         m = self.client.models.retrieve(MODEL)
         assert m.id == MODEL and m.owned_by == "tandem"
         try:
@@ -467,6 +480,32 @@ class Tests:
         r = self.client.completions.create(model=MODEL, prompt="Hello", max_tokens=2, temperature=0)
         assert r.usage.completion_tokens == 2
 
+    def test_smol(self):
+        if not self.smol:
+            return
+        prompts = ["What is the capital of France?", "Write a haiku about the sea.", "List three colors.",
+                   "What is 2 + 2?"]
+        refs = {p: generate(self.tandem, self.smol, p, 24, chat=True)["text"] for p in prompts}
+        got = {}
+
+        def run(p):
+            got[p] = self.client.chat.completions.create(
+                model="smol", messages=[{"role": "user", "content": p}], max_tokens=24,
+                temperature=0).choices[0].message.content
+
+        run(prompts[0])
+        assert got[prompts[0]] == refs[prompts[0]], (got, refs)
+        threads = [threading.Thread(target=run, args=(p,)) for p in prompts]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert got == refs, (got, refs)
+        ref = generate(self.tandem, self.smol, "The capital of France is", 12, chat=False)["text"]
+        r = self.client.completions.create(model="smol", prompt="The capital of France is", max_tokens=12,
+                                           temperature=0)
+        assert r.choices[0].text == ref, (r.choices[0].text, ref)
+
     def test_metrics(self):
         m = self.wait_idle()
         for name in ("tandem_llm_prompt_tokens_total", "tandem_llm_generation_tokens_total",
@@ -536,20 +575,22 @@ def main():
     ap.add_argument("--tandem", required=True)
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--filter", default="")
+    ap.add_argument("--smol", help="also check this SmolLM2 folder (slow)")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="tandem-openai-test-")
     repo = os.path.join(tmp, "repo")
     os.makedirs(repo)
     folder = make_repository(repo)
+    smol = add_smol(repo, args.smol) if args.smol else None
     passed = failed = 0
     server = None
     try:
         server = Server(args.tandem, repo)
-        t = Tests(server, args.tandem, folder)
+        t = Tests(server, args.tandem, folder, smol)
         order = ["test_models", "test_completion_greedy_matches_generate", "test_chat_greedy_matches_generate",
                  "test_stream_completion", "test_stream_chat", "test_stop_strings", "test_seed", "test_logprobs",
                  "test_errors", "test_concurrent_streams_with_disconnects",
-                 "test_client_gone_while_waiting", "test_metrics", "test_kserve_side",
+                 "test_client_gone_while_waiting", "test_smol", "test_metrics", "test_kserve_side",
                  "test_unload_cancels_and_reload"]
         names = [n for n in order if args.filter in n]
         for name in names:
