@@ -351,7 +351,8 @@ static void on_token(oa_req *r, const tdm_llm_event *ev) {
     else sv_hist_add(&m->ttft, (double)(now - r->t_recv) * 1e-9);
     pthread_mutex_unlock(&m->mu);
     r->t_last = now;
-    if (r->finished) { /* stopped at a stop string; the cancel is on its way */
+    if (r->finished || (r->stream && !r->c)) { /* stopped at a stop string, or nobody reads the
+                                                 stream any more: the cancel is on its way */
         pthread_mutex_unlock(&r->mu);
         return;
     }
