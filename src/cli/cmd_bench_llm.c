@@ -17,7 +17,9 @@
 static void llm_usage(FILE *f) {
     fprintf(f,
             "usage: tandem bench MODEL_DIR --llm [--prompt-tokens P] [--gen-tokens G] [--depth D]\n"
-            "                    [--repetitions R] [--warmup W] [--threads N] [--seed S] [--json]\n\n"
+            "                    [--repetitions R] [--warmup W] [--threads N] [--seed S] [--json]\n"
+            "       tandem bench MODEL_DIR --llm --streams N [--prompt-tokens P] [--gen-tokens G]\n"
+            "                    [--repetitions R] [--threads N] [--seed S] [--json]\n\n"
             "Measures a language model folder (see tandem generate) as llama-bench does: pp P is\n"
             "the prefill of a P-token prompt in one run (tokens/s); tg G is G decode steps of one\n"
             "token each from an empty context; with --depth D, also G decode steps after a D-token\n"
@@ -32,12 +34,19 @@ static void llm_usage(FILE *f) {
             "  --warmup W         untimed warm-up rounds of every test first (default 1)\n"
             "  --threads N        intra-op threads (default: all cores)\n"
             "  --seed S           seed of the random prompts (default 1)\n"
-            "  --json             print one JSON object instead of the table\n");
+            "  --json             print one JSON object instead of the table\n"
+            "  --streams N        instead: N concurrent requests through the LLM engine (continuous\n"
+            "                     batching over a paged KV cache; GenAI folders): aggregate tokens/s,\n"
+            "                     time to first token and inter-token latency of 1 stream, N streams\n"
+            "                     batched, and N streams one request at a time (no batching), taking\n"
+            "                     turns R times (default 3; the median is reported); the prompts\n"
+            "                     default to 16 tokens here\n");
 }
 
 typedef struct llm_args {
     const char *dir;
-    long pp, tg, depth, reps, warmup, threads;
+    long pp, tg, depth, reps, warmup, threads, streams;
+    bool pp_set, reps_set;
     unsigned long long seed;
     bool json;
 } llm_args;
@@ -57,12 +66,16 @@ static int parse(int argc, char **argv, llm_args *a) {
             continue;
         } else if (!strcmp(o, "--prompt-tokens")) {
             dst = &a->pp;
+            a->pp_set = true;
+        } else if (!strcmp(o, "--streams")) {
+            dst = &a->streams, lo = 1;
         } else if (!strcmp(o, "--gen-tokens")) {
             dst = &a->tg;
         } else if (!strcmp(o, "--depth")) {
             dst = &a->depth;
         } else if (!strcmp(o, "--repetitions")) {
             dst = &a->reps, lo = 1;
+            a->reps_set = true;
         } else if (!strcmp(o, "--warmup")) {
             dst = &a->warmup;
         } else if (!strcmp(o, "--threads")) {
@@ -183,6 +196,9 @@ int cmd_bench_llm(int argc, char **argv) {
     memset(&a, 0, sizeof a);
     int rc = parse(argc, argv, &a);
     if (rc >= 0) return rc;
+    if (a.streams > 0) /* cmd_bench_llm_streams.c */
+        return cmd_bench_llm_streams(a.dir, a.streams, a.threads, a.pp_set ? a.pp : 16, a.tg,
+                                     a.reps_set ? a.reps : 3, a.seed, a.json);
     tdm_env_options eo = {0};
     eo.api_version = TDM_API_VERSION;
     eo.threads = (int)a.threads;

@@ -35,6 +35,7 @@
 #include "api/api_impl.h"
 #include "graph/graph.h"
 #include "llm/llm_folder.h"
+#include "llm/llm_graph.h"
 #include "llm/llm_internal.h"
 #include "llm/sampler.h"
 #include "tandem/generator.h"
@@ -82,103 +83,7 @@ struct tdm_generator {
     bool first_token_seen;
 };
 
-/* ---- helpers ---- */
-
-static bool is_index_dtype(tdm_dtype t) { return t == TDM_INT64 || t == TDM_INT32; }
-
-static void put_index(void *buf, tdm_dtype t, size_t i, int64_t v) {
-    if (t == TDM_INT64) ((int64_t *)buf)[i] = v;
-    else ((int32_t *)buf)[i] = (int32_t)v;
-}
-
-/* Header `t` over `buf` elements [start, start + n) as a [1, n] tensor. */
-static void set_view(tdm_tensor *t, tdm_dtype dtype, void *buf, size_t start, size_t n) {
-    size_t es = tdm_dtype_size(dtype);
-    memset(t, 0, sizeof *t);
-    t->dtype = dtype;
-    t->rank = 2;
-    t->dims[0] = 1;
-    t->dims[1] = (int64_t)n;
-    t->count = (int64_t)n;
-    t->nbytes = n * es;
-    t->data = (char *)buf + start * es;
-    t->pooled = true; /* not the run's to free */
-}
-
-static int find_input(const tdm_model *m, const char *name, tdm_value_desc *d) {
-    for (size_t i = 0; i < tdm_model_input_count(m); i++) {
-        tdm_value_desc v;
-        if (!tdm_model_input(m, i, &v) && strcmp(v.name, name) == 0) {
-            if (d) *d = v;
-            return (int)i;
-        }
-    }
-    return -1;
-}
-
-static int find_output(const tdm_model *m, const char *name, tdm_value_desc *d) {
-    for (size_t i = 0; i < tdm_model_output_count(m); i++) {
-        tdm_value_desc v;
-        if (!tdm_model_output(m, i, &v) && strcmp(v.name, name) == 0) {
-            if (d) *d = v;
-            return (int)i;
-        }
-    }
-    return -1;
-}
-
-static bool has_op(const tdm_model *m, const char *op) {
-    for (size_t i = 0; i < tdm_model_op_type_count(m); i++)
-        if (strcmp(tdm_model_op_type(m, i, NULL), op) == 0) return true;
-    return false;
-}
-
-static void layer_name(char *dst, const char *pattern, int layer) {
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wformat-nonliteral"
-    snprintf(dst, TDM_LLM_NAME, pattern, layer); /* checked: one %d (llm_folder.c) */
-#pragma GCC diagnostic pop
-}
-
 /* ---- the last position's logits only ---- */
-
-/* A new value named `base` + `suffix` (made unique), of `dtype` and `rank` dims, with
- * `data` (taken, even on failure) when not NULL. */
-static tdm_status *new_value(tdm_graph *g, const char *base, const char *suffix, tdm_dtype dtype,
-                             int rank, const int64_t *dims, tdm_tensor *data, int *out) {
-    char name[TDM_LLM_NAME + 64];
-    int idx = -1;
-    for (int k = 0; k < 1000 && idx < 0; k++) {
-        snprintf(name, sizeof name, "%.*s%s%d", TDM_LLM_NAME, base, suffix, k);
-        if (tdm_graph_find_value(g, name) < 0) {
-            tdm_status *st = tdm_graph_add_value(g, name, &idx);
-            if (st) {
-                tdm_tensor_destroy(data);
-                return st;
-            }
-        }
-    }
-    if (idx < 0) {
-        tdm_tensor_destroy(data);
-        return TDM_ERR(TDM_ERR_INTERNAL, "no free value name for '%s'", base);
-    }
-    tdm_value *v = &g->values[idx];
-    v->dtype = dtype;
-    v->rank = rank;
-    for (int d = 0; d < rank && d < TDM_MAX_RANK; d++) v->dims[d] = dims[d];
-    v->data = data;
-    *out = idx;
-    return NULL;
-}
-
-static tdm_status *i64_const(tdm_graph *g, const char *base, const char *suffix, int64_t x,
-                             int *out) {
-    int64_t one = 1;
-    tdm_tensor *t = NULL;
-    TDM_TRY(tdm_tensor_new(g->alloc, TDM_INT64, 1, &one, &t));
-    ((int64_t *)t->data)[0] = x;
-    return new_value(g, base, suffix, TDM_INT64, 1, &one, t, out);
-}
 
 /* The graph edit of tdm_generator_options.all_logits false: when the logits are a product
  * of rows (MatMulNBits, or MatMul by a constant 2-D matrix: the lm head) of a [batch,
@@ -211,15 +116,15 @@ static tdm_status *last_logits_only(tdm_graph *g, void *user) {
         return NULL;
     int head_index = g->values[lv].producer;
     int starts = -1, ends = -1, axes = -1, out = -1, node = -1;
-    TDM_TRY(i64_const(g, logits, "_last_starts", -1, &starts));
-    TDM_TRY(i64_const(g, logits, "_last_ends", INT64_MAX, &ends));
-    TDM_TRY(i64_const(g, logits, "_last_axes", 1, &axes));
+    TDM_TRY(tdm_llm_i64_const(g, logits, "_last_starts", -1, &starts));
+    TDM_TRY(tdm_llm_i64_const(g, logits, "_last_ends", INT64_MAX, &ends));
+    TDM_TRY(tdm_llm_i64_const(g, logits, "_last_axes", 1, &axes));
     int64_t dims[3] = {TDM_DIM_UNKNOWN, 1, TDM_DIM_UNKNOWN};
     if (g->values[hv].rank == 3) {
         dims[0] = g->values[hv].dims[0];
         dims[2] = g->values[hv].dims[2];
     }
-    TDM_TRY(new_value(g, g->values[hv].name, "_last", g->values[hv].dtype,
+    TDM_TRY(tdm_llm_new_value(g, g->values[hv].name, "_last", g->values[hv].dtype,
                       g->values[hv].rank == 3 ? 3 : -1, dims, NULL, &out));
     TDM_TRY(tdm_graph_add_node(g, "tandem_generator_last_position", "Slice", "", 4, 1, &node));
     tdm_node *sl = &g->nodes[node];
@@ -243,23 +148,23 @@ static tdm_status *last_logits_only(tdm_graph *g, void *user) {
 static tdm_status *describe(tdm_generator *g) {
     const tdm_model *m = tdm_session_model(g->s);
     tdm_value_desc d;
-    if (find_input(m, g->f.input_ids, &d) < 0)
+    if (tdm_llm_find_input(m, g->f.input_ids, &d) < 0)
         return TDM_ERR(TDM_ERR_INVALID_MODEL, "the model has no input '%s'", g->f.input_ids);
-    if (!is_index_dtype(d.dtype) || d.rank != 2)
+    if (!tdm_llm_is_index_dtype(d.dtype) || d.rank != 2)
         return TDM_ERR(TDM_ERR_INVALID_MODEL, "input '%s' must be int64 or int32 [batch, sequence]",
                        g->f.input_ids);
     g->ids_dtype = d.dtype;
-    g->has_mask = find_input(m, g->f.attention_mask, &d) >= 0;
-    if (g->has_mask && (!is_index_dtype(d.dtype) || d.rank != 2))
+    g->has_mask = tdm_llm_find_input(m, g->f.attention_mask, &d) >= 0;
+    if (g->has_mask && (!tdm_llm_is_index_dtype(d.dtype) || d.rank != 2))
         return TDM_ERR(TDM_ERR_INVALID_MODEL, "input '%s' must be int64 or int32 [batch, total]",
                        g->f.attention_mask);
     g->mask_dtype = g->has_mask ? d.dtype : TDM_INT64;
-    g->has_pos = find_input(m, g->f.position_ids, &d) >= 0;
-    if (g->has_pos && (!is_index_dtype(d.dtype) || d.rank != 2))
+    g->has_pos = tdm_llm_find_input(m, g->f.position_ids, &d) >= 0;
+    if (g->has_pos && (!tdm_llm_is_index_dtype(d.dtype) || d.rank != 2))
         return TDM_ERR(TDM_ERR_INVALID_MODEL, "input '%s' must be int64 or int32 [batch, sequence]",
                        g->f.position_ids);
     g->pos_dtype = g->has_pos ? d.dtype : TDM_INT64;
-    if (find_output(m, g->f.logits, &d) < 0)
+    if (tdm_llm_find_output(m, g->f.logits, &d) < 0)
         return TDM_ERR(TDM_ERR_INVALID_MODEL, "the model has no output '%s'", g->f.logits);
     if (d.dtype != TDM_FLOAT || d.rank != 3)
         return TDM_ERR(TDM_ERR_UNSUPPORTED, "output '%s' must be float32 [batch, sequence, vocab]",
@@ -268,11 +173,11 @@ static tdm_status *describe(tdm_generator *g) {
     char name[TDM_LLM_NAME];
     int L = 0;
     for (;; L++) {
-        layer_name(name, g->f.past_key, L);
-        if (find_input(m, name, NULL) < 0) break;
+        tdm_llm_layer_name(name, g->f.past_key, L);
+        if (tdm_llm_find_input(m, name, NULL) < 0) break;
     }
     if (L == 0) {
-        layer_name(name, g->f.past_key, 0);
+        tdm_llm_layer_name(name, g->f.past_key, 0);
         return TDM_ERR(TDM_ERR_INVALID_MODEL, "the model has no input '%s': not a decoder with a KV "
                        "cache in the optimum or GenAI form", name);
     }
@@ -280,12 +185,12 @@ static tdm_status *describe(tdm_generator *g) {
     g->names = tdm_calloc(g->a, (size_t)L, sizeof *g->names);
     if (!g->names) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory creating a generator");
     for (int l = 0; l < L; l++) {
-        layer_name(g->names[l][PK], g->f.past_key, l);
-        layer_name(g->names[l][PV], g->f.past_value, l);
-        layer_name(g->names[l][OK], g->f.present_key, l);
-        layer_name(g->names[l][OV], g->f.present_value, l);
+        tdm_llm_layer_name(g->names[l][PK], g->f.past_key, l);
+        tdm_llm_layer_name(g->names[l][PV], g->f.past_value, l);
+        tdm_llm_layer_name(g->names[l][OK], g->f.present_key, l);
+        tdm_llm_layer_name(g->names[l][OV], g->f.present_value, l);
         for (int k = PK; k <= PV; k++) {
-            if (find_input(m, g->names[l][k], &d) < 0)
+            if (tdm_llm_find_input(m, g->names[l][k], &d) < 0)
                 return TDM_ERR(TDM_ERR_INVALID_MODEL, "the model has no input '%s'", g->names[l][k]);
             if (d.rank != 4 || d.dims[1] <= 0 || d.dims[3] <= 0 ||
                 (d.dtype != TDM_FLOAT && d.dtype != TDM_FLOAT16))
@@ -302,10 +207,10 @@ static tdm_status *describe(tdm_generator *g) {
             }
         }
         for (int k = OK; k <= OV; k++)
-            if (find_output(m, g->names[l][k], NULL) < 0)
+            if (tdm_llm_find_output(m, g->names[l][k], NULL) < 0)
                 return TDM_ERR(TDM_ERR_INVALID_MODEL, "the model has no output '%s'", g->names[l][k]);
     }
-    g->shared = g->f.genai && g->f.share_buffer != 0 && has_op(m, "GroupQueryAttention");
+    g->shared = g->f.genai && g->f.share_buffer != 0 && tdm_llm_has_op(m, "GroupQueryAttention");
     return NULL;
 }
 
@@ -320,7 +225,7 @@ static tdm_status *alloc_state(tdm_generator *g) {
     g->empty = tdm_calloc(g->a, nc, sizeof *g->empty);
     if (!g->ids_buf || !g->mask_buf || !g->pos_buf || !g->tokens || !g->cache || !g->empty)
         return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory creating a generator");
-    for (size_t i = 0; i < ml; i++) put_index(g->pos_buf, g->pos_dtype, i, (int64_t)i);
+    for (size_t i = 0; i < ml; i++) tdm_llm_put_index(g->pos_buf, g->pos_dtype, i, (int64_t)i);
     int64_t dims[4] = {1, g->kv_heads, g->shared ? g->max_length : 0, g->head_dim};
     for (size_t i = 0; i < nc; i++)
         TDM_TRY(tdm_tensor_create(g->env, g->kv_dtype, 4, dims, g->shared ? &g->cache[i] : &g->empty[i]));
@@ -338,9 +243,9 @@ static tdm_status *alloc_state(tdm_generator *g) {
                 TDM_TRY(tdm_io_binding_bind_output(g->bind[b], g->names[l][OK + k], c));
             }
     }
-    set_view(&g->ids_t, g->ids_dtype, g->ids_buf, 0, 0);
-    set_view(&g->mask_t, g->mask_dtype, g->mask_buf, 0, 0);
-    set_view(&g->pos_t, g->pos_dtype, g->pos_buf, 0, 0);
+    tdm_llm_set_view(&g->ids_t, g->ids_dtype, g->ids_buf, 0, 0);
+    tdm_llm_set_view(&g->mask_t, g->mask_dtype, g->mask_buf, 0, 0);
+    tdm_llm_set_view(&g->pos_t, g->pos_dtype, g->pos_buf, 0, 0);
     if (g->vocab) {
         int64_t ld[3] = {1, 1, (int64_t)g->vocab};
         TDM_TRY(tdm_tensor_create(g->env, TDM_FLOAT, 3, ld, &g->logits1));
@@ -460,11 +365,12 @@ static tdm_status *feed(tdm_generator *g) {
     if (n == 0) return NULL;
     tdm_io_binding *b = g->shared ? g->bind[0] : g->bind[g->step & 1];
     tdm_io_binding *prev = g->bind[(g->step & 1) ^ 1];
-    set_view(&g->ids_t, g->ids_dtype, g->ids_buf, g->n_cached, n);
-    for (size_t i = g->n_cached; i < g->n_tokens; i++) put_index(g->mask_buf, g->mask_dtype, i, 1);
-    set_view(&g->mask_t, g->mask_dtype, g->mask_buf, 0,
+    tdm_llm_set_view(&g->ids_t, g->ids_dtype, g->ids_buf, g->n_cached, n);
+    for (size_t i = g->n_cached; i < g->n_tokens; i++)
+        tdm_llm_put_index(g->mask_buf, g->mask_dtype, i, 1);
+    tdm_llm_set_view(&g->mask_t, g->mask_dtype, g->mask_buf, 0,
              g->shared && !g->dynamic_mask ? (size_t)g->max_length : g->n_tokens);
-    set_view(&g->pos_t, g->pos_dtype, g->pos_buf, g->n_cached, n);
+    tdm_llm_set_view(&g->pos_t, g->pos_dtype, g->pos_buf, g->n_cached, n);
     size_t rows = g->last_only ? 1 : n; /* of the logits */
     TDM_TRY(tdm_io_binding_bind_output(b, g->f.logits, rows == 1 ? g->logits1 : NULL));
     if (!g->shared)
@@ -521,7 +427,7 @@ tdm_status *tdm_generator_append(tdm_generator *g, const int32_t *ids, size_t n)
     if (!g->t_first_append) g->t_first_append = t0;
     for (size_t i = 0; i < n; i++) {
         g->tokens[g->n_tokens + i] = ids[i];
-        put_index(g->ids_buf, g->ids_dtype, g->n_tokens + i, ids[i]);
+        tdm_llm_put_index(g->ids_buf, g->ids_dtype, g->n_tokens + i, ids[i]);
     }
     size_t before = g->n_tokens;
     g->n_tokens += n;
@@ -574,7 +480,7 @@ tdm_status *tdm_generator_next(tdm_generator *g, int32_t *token) {
             if (g->eos[i] >= 0 && (size_t)g->eos[i] < g->vocab) g->logits[g->eos[i]] = -INFINITY;
     int32_t t = tdm_sampler_pick(&g->smp, g->logits, g->tokens, g->n_tokens);
     g->tokens[g->n_tokens] = t;
-    put_index(g->ids_buf, g->ids_dtype, g->n_tokens, t);
+    tdm_llm_put_index(g->ids_buf, g->ids_dtype, g->n_tokens, t);
     g->n_tokens++;
     if (tdm_generator_is_stop_token(g, t) || g->n_tokens >= (size_t)g->max_length) g->done = true;
     int64_t t1 = tdm_now_ns();

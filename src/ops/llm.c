@@ -1,6 +1,6 @@
 /* Operator schemas: llm family — the attention, rotary and RMS-normalisation operators of
  * decoder-only language models:
- *   com.microsoft GroupQueryAttention, RotaryEmbedding, SkipSimplifiedLayerNormalization,
+ *   com.microsoft GroupQueryAttention, PagedAttention, RotaryEmbedding, SkipSimplifiedLayerNormalization,
  *   SimplifiedLayerNormalization (ONNX Runtime registers it in the default domain; accepted
  *   in com.microsoft too), and ONNX opset 23 Attention, RotaryEmbedding, RMSNormalization.
  * Semantics follow ONNX Runtime's contrib operator documentation and the ONNX operator
@@ -189,6 +189,160 @@ static tdm_status *infer_gqa(tdm_infer_ctx *c) {
     return NULL;
 }
 
+/* ---- PagedAttention ----
+ * ONNX Runtime's contrib operator (docs/ContribOperators.md, com.microsoft.PagedAttention):
+ * packed tokens of several sequences over a block-based KV cache. tandem differs from the
+ * spec in these points (the kernel is src/backends/cpu/k_llm_paged.c):
+ *   - T and the caches are float32 (ONNX Runtime declares float16 / bfloat16 only, CUDA);
+ *   - query / key / value may also be rank 3 [1, num_tokens, hidden] (the output then has
+ *     the query's rank), and the caches rank 3 [num_blocks, block_size, kv_num_heads *
+ *     head_size] (the same memory as the spec's rank 4 [.., kv_num_heads, head_size]);
+ *   - attention_metadata is accepted and ignored (a hint); slot_mapping, q/k norm weights,
+ *     quantized caches (k_scale, v_scale, *_quant_type, *_cache_dtype), the LATENT layout,
+ *     v_head_size and rotary_offset are refused here at load time (TDM_ERR_UNSUPPORTED);
+ *   - local_window_size needs is_causal=1. */
+
+static const struct {
+    int index;
+    const char *name;
+} paged_refused[] = {
+    {10, "slot_mapping"}, {12, "q_norm_weight"}, {13, "k_norm_weight"},
+    {14, "k_scale"},      {15, "v_scale"},
+};
+
+static tdm_status *infer_paged(tdm_infer_ctx *c) {
+    const tdm_node *n = c->node;
+    int64_t h = tdm_attr_int(n, "num_heads", 0), kvh = tdm_attr_int(n, "kv_num_heads", 0);
+    if (h <= 0 || kvh <= 0 || h % kvh != 0)
+        return tdm_node_error(n, TDM_ERR_INVALID_ARGUMENT,
+                              "num_heads (%lld) and kv_num_heads (%lld) must be positive and "
+                              "num_heads a multiple of kv_num_heads",
+                              (long long)h, (long long)kvh);
+    for (size_t i = 0; i < sizeof paged_refused / sizeof paged_refused[0]; i++)
+        if (has_in(c, paged_refused[i].index))
+            return tdm_node_error(n, TDM_ERR_UNSUPPORTED, "input %s is not implemented",
+                                  paged_refused[i].name);
+    static const char *const str_attrs[][2] = {
+        {"kv_cache_layout", "SEPARATE"}, {"k_quant_type", "NONE"}, {"v_quant_type", "NONE"},
+        {"k_cache_dtype", ""},           {"v_cache_dtype", ""}};
+    for (size_t i = 0; i < sizeof str_attrs / sizeof str_attrs[0]; i++) {
+        const char *v = tdm_attr_string(n, str_attrs[i][0], str_attrs[i][1]);
+        if (strcmp(v, str_attrs[i][1]) != 0)
+            return tdm_node_error(n, TDM_ERR_UNSUPPORTED, "attribute %s='%s' is not implemented",
+                                  str_attrs[i][0], v);
+    }
+    static const char *const zero_attrs[] = {"v_head_size", "rotary_offset"};
+    for (size_t i = 0; i < sizeof zero_attrs / sizeof zero_attrs[0]; i++)
+        if (tdm_attr_int(n, zero_attrs[i], 0) != 0)
+            return tdm_node_error(n, TDM_ERR_UNSUPPORTED, "attribute %s=%lld is not implemented",
+                                  zero_attrs[i], (long long)tdm_attr_int(n, zero_attrs[i], 0));
+    int64_t causal = tdm_attr_int(n, "is_causal", 1), win = tdm_attr_int(n, "local_window_size", -1);
+    if (causal != 0 && causal != 1)
+        return tdm_node_error(n, TDM_ERR_INVALID_ARGUMENT, "is_causal must be 0 or 1");
+    if (win == 0 || win < -1)
+        return tdm_node_error(n, TDM_ERR_INVALID_ARGUMENT,
+                              "local_window_size must be -1 (none) or positive, got %lld",
+                              (long long)win);
+    if (!causal && win != -1)
+        return tdm_node_error(n, TDM_ERR_UNSUPPORTED,
+                              "local_window_size with is_causal=0 is not implemented");
+    if (tdm_attr_float(n, "softcap", 0.0f) < 0.0f)
+        return tdm_node_error(n, TDM_ERR_INVALID_ARGUMENT, "softcap must not be negative");
+    static const char *const names[] = {"query", "key", "value", "key_cache", "value_cache",
+                                        "cumulative_sequence_length", "past_seqlens",
+                                        "block_table", "cos_cache", "sin_cache", "slot_mapping",
+                                        "head_sink"};
+    /* min_inputs is 1 because key and value may be omitted (packed QKV) */
+    static const int required[] = {3, 4, 5, 6, 7};
+    for (size_t i = 0; i < sizeof required / sizeof required[0]; i++)
+        if (!has_in(c, required[i]))
+            return tdm_node_error(n, TDM_ERR_INVALID_MODEL, "input %s (%d) is required",
+                                  names[required[i]], required[i]);
+    bool packed = !has_in(c, 1);
+    if (packed != !has_in(c, 2))
+        return tdm_node_error(n, TDM_ERR_INVALID_ARGUMENT,
+                              "key and value must both be given, or both omitted (packed QKV)");
+    bool rotary = tdm_attr_int(n, "do_rotary", 0) != 0;
+    if (rotary && (!has_in(c, 8) || !has_in(c, 9)))
+        return tdm_node_error(n, TDM_ERR_INVALID_ARGUMENT, "do_rotary=1 needs cos_cache and sin_cache");
+    for (int i = 0; i < 12 && i < c->n_in; i++) {
+        if (i >= 5 && i <= 7) {
+            if (has_in(c, i) && c->in[i].dtype != TDM_UNDEFINED && c->in[i].dtype != TDM_INT32)
+                return tdm_node_error(n, TDM_ERR_INVALID_ARGUMENT, "%s must be int32", names[i]);
+        } else if (i != 10) {
+            TDM_TRY(need_float(c, i, names[i]));
+        }
+    }
+    const tdm_value_info *q = &c->in[0];
+    if (q->rank >= 0 && q->rank != 2 && q->rank != 3)
+        return tdm_node_error(n, TDM_ERR_INVALID_ARGUMENT,
+                              "query must have rank 2 [num_tokens, hidden] (or 3 [1, num_tokens, hidden])");
+    if (q->rank == 3 && q->dims[0] > 1)
+        return tdm_node_error(n, TDM_ERR_INVALID_ARGUMENT,
+                              "a rank-3 query must be [1, num_tokens, hidden], has batch %lld",
+                              (long long)q->dims[0]);
+    for (int i = 1; i <= 2 && !packed; i++)
+        if (c->in[i].rank >= 0 && q->rank >= 0 && c->in[i].rank != q->rank)
+            return tdm_node_error(n, TDM_ERR_INVALID_ARGUMENT, "%s must have query's rank %d",
+                                  names[i], q->rank);
+    for (int i = 3; i <= 4; i++)
+        if (c->in[i].rank >= 0 && c->in[i].rank != 3 && c->in[i].rank != 4)
+            return tdm_node_error(n, TDM_ERR_INVALID_ARGUMENT,
+                                  "%s must be [num_blocks, block_size, kv_num_heads, head_size] "
+                                  "(or rank 3 [num_blocks, block_size, kv_num_heads * head_size])",
+                                  names[i]);
+    TDM_TRY(need_rank(c, 5, names[5], 1));
+    TDM_TRY(need_rank(c, 6, names[6], 1));
+    TDM_TRY(need_rank(c, 7, names[7], 2));
+    TDM_TRY(need_rank(c, 8, names[8], 2));
+    TDM_TRY(need_rank(c, 9, names[9], 2));
+    TDM_TRY(need_rank(c, 11, names[11], 1));
+    int64_t d = TDM_DIM_UNKNOWN;
+    tdm_value_info *y = &c->out[0];
+    set_dims(y, TDM_FLOAT, q->rank); /* rank -1 when unknown */
+    if (q->rank >= 2) {
+        for (int i = 0; i < q->rank - 1; i++) y->dims[i] = q->dims[i];
+        int64_t parts = packed ? h + 2 * kvh : h, last = q->dims[q->rank - 1];
+        if (last >= 0) {
+            if (last % parts != 0)
+                return tdm_node_error(n, TDM_ERR_INVALID_ARGUMENT,
+                                      "query's last dim %lld is not a multiple of %lld heads",
+                                      (long long)last, (long long)parts);
+            d = last / parts;
+            y->dims[q->rank - 1] = h * d;
+        }
+    }
+    if (!packed && d >= 0)
+        for (int i = 1; i <= 2; i++) {
+            const tdm_value_info *kv = &c->in[i];
+            if (kv->rank >= 2 && kv->dims[kv->rank - 1] >= 0 && kv->dims[kv->rank - 1] != kvh * d)
+                return tdm_node_error(n, TDM_ERR_INVALID_ARGUMENT,
+                                      "%s's last dim is %lld, kv_num_heads * head_size is %lld",
+                                      names[i], (long long)kv->dims[kv->rank - 1], (long long)(kvh * d));
+        }
+    if (d >= 0 && d % 2 != 0 && rotary)
+        return tdm_node_error(n, TDM_ERR_INVALID_ARGUMENT, "rotary needs an even head size");
+    for (int i = 3; i <= 4 && d >= 0; i++) {
+        const tdm_value_info *ci = &c->in[i];
+        bool bad = (ci->rank == 4 && ((ci->dims[2] >= 0 && ci->dims[2] != kvh) ||
+                                      (ci->dims[3] >= 0 && ci->dims[3] != d))) ||
+                   (ci->rank == 3 && ci->dims[2] >= 0 && ci->dims[2] != kvh * d);
+        if (bad)
+            return tdm_node_error(n, TDM_ERR_INVALID_ARGUMENT,
+                                  "%s's rows do not hold kv_num_heads (%lld) x head_size (%lld)",
+                                  names[i], (long long)kvh, (long long)d);
+    }
+    if (rotary && has_in(c, 8) && c->in[8].rank == 2 && c->in[8].dims[1] >= 0 && d >= 0 &&
+        2 * c->in[8].dims[1] > d)
+        return tdm_node_error(n, TDM_ERR_INVALID_ARGUMENT,
+                              "cos_cache's second dim %lld exceeds head_size / 2 (%lld)",
+                              (long long)c->in[8].dims[1], (long long)(d / 2));
+    /* key_cache_out / value_cache_out alias the caches: their shapes */
+    for (int o = 1; o <= 2 && o < c->n_out; o++)
+        if (c->out[o].present) tdm_infer_copy(&c->out[o], &c->in[2 + o]);
+    return NULL;
+}
+
 /* ---- RotaryEmbedding (com.microsoft: input, position_ids, cos, sin; ONNX 23: X, cos, sin,
  * position_ids) ---- */
 
@@ -346,6 +500,7 @@ static tdm_status *infer_attention23(tdm_infer_ctx *c) {
 
 const tdm_op_schema tdm_ops_llm[] = {
     {"com.microsoft", "GroupQueryAttention", 1, 1, 17, 1, 4, infer_gqa, 0, 1u << 6},
+    {"com.microsoft", "PagedAttention", 1, 1, 17, 1, 3, infer_paged, 0, 0},
     {"com.microsoft", "RotaryEmbedding", 1, 4, 4, 1, 1, infer_rotary, 0, 0},
     {"", "RotaryEmbedding", 23, 3, 4, 1, 1, infer_rotary, 0, 0},
     {"", "SimplifiedLayerNormalization", 1, 2, 2, 1, 2, infer_simplified_ln, 0, 0},

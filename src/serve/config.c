@@ -383,8 +383,9 @@ sv_error *sv_config_from_tree(const sv_pb_msg *m, const char *dir_name, sv_model
                               "onnxruntime_onnx)", cfg->platform);
         } else if (!strcmp(n, "backend")) {
             if (!(e = get_string(&c, f, &cfg->backend)) && strcmp(cfg->backend, "onnxruntime") &&
-                strcmp(cfg->backend, "tandem"))
-                e = field_err(&c, f, "backend '%s' is not supported (use onnxruntime or tandem)",
+                strcmp(cfg->backend, "tandem") && strcmp(cfg->backend, "tandem_llm"))
+                e = field_err(&c, f, "backend '%s' is not supported (use onnxruntime, tandem, or "
+                              "tandem_llm for a language model served with the OpenAI API)",
                               cfg->backend);
         } else if (!strcmp(n, "max_batch_size")) {
             if (!(e = get_int(&c, f, 0, 1 << 24, &v))) cfg->max_batch_size = (int)v;

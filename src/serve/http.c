@@ -39,6 +39,12 @@ static void answer_buf(sv_conn *c, int http, sv_buf *b) {
 
 static void answer_error(sv_conn *c, sv_error *e) {
     sv_buf b = {0};
+    if (c->oa_shape) {
+        sv_openai_error_json(&b, e->http, e->msg, NULL, NULL);
+        answer_buf(c, e->http, &b);
+        sv_error_free(e);
+        return;
+    }
     sv_buf_str(&b, "{\"error\":");
     sv_buf_json_str(&b, e->msg, strlen(e->msg));
     sv_buf_str(&b, "}");
@@ -109,6 +115,14 @@ static void suspend(sv_conn *c) {
     MHD_suspend_connection(c->conn);
 }
 
+void sv_http_answer(sv_conn *c, int http, char *body, size_t len, const char *ctype) {
+    answer(c, http, body, len, ctype);
+}
+
+enum MHD_Result sv_http_send_answer(sv_conn *c) { return send_answer(c); }
+void sv_http_suspend(sv_conn *c) { suspend(c); }
+void sv_http_resume(sv_conn *c) { resume(c); }
+
 /* ---- routing ---------------------------------------------------------------------------------- */
 
 static int split(const char *url, char parts[8][256]) {
@@ -135,6 +149,18 @@ static sv_route route(sv_conn *c, const char *method, const char *url, bool metr
     if (n < 0) return R_NOT_FOUND;
     if (metrics_port) {
         if (n == 1 && !strcmp(p[0], "metrics")) return get ? R_METRICS : R_BAD_METHOD;
+        return R_NOT_FOUND;
+    }
+    if (n >= 1 && !strcmp(p[0], "v1")) { /* OpenAI's API */
+        c->oa_shape = true;
+        if (n == 2 && !strcmp(p[1], "completions")) return post ? R_OA_COMPLETIONS : R_BAD_METHOD;
+        if (n == 3 && !strcmp(p[1], "chat") && !strcmp(p[2], "completions"))
+            return post ? R_OA_CHAT : R_BAD_METHOD;
+        if (n == 2 && !strcmp(p[1], "models")) return get ? R_OA_MODELS : R_BAD_METHOD;
+        if (n == 3 && !strcmp(p[1], "models")) {
+            snprintf(c->model, sizeof c->model, "%s", p[2]);
+            return get ? R_OA_MODEL : R_BAD_METHOD;
+        }
         return R_NOT_FOUND;
     }
     if (n == 0 || strcmp(p[0], "v2")) return R_NOT_FOUND;
@@ -196,7 +222,7 @@ static sv_error *json_too_big(sv_server *s, uint64_t n) {
 }
 
 /* Takes the request body, inflated when it came compressed. */
-static sv_error *take_body(sv_conn *c, char **out, size_t *len) {
+sv_error *sv_http_take_body(sv_conn *c, char **out, size_t *len) {
     if (c->encoding == '?') return sv_err(415, "unsupported Content-Encoding (gzip, deflate or identity)");
     if (!c->body.p) sv_buf_add(&c->body, "", 0);
     char *raw = sv_buf_take(&c->body, len);
@@ -222,7 +248,7 @@ static sv_error *take_body(sv_conn *c, char **out, size_t *len) {
 static sv_error *json_body(sv_conn *c, json_t **root) {
     char *b;
     size_t len;
-    sv_error *e = take_body(c, &b, &len);
+    sv_error *e = sv_http_take_body(c, &b, &len);
     if (e) return e;
     *root = NULL;
     if (len > c->srv->opt.max_json_bytes) {
@@ -414,7 +440,7 @@ static bool infer(sv_conn *c) {
     }
     char *body;
     size_t len;
-    e = take_body(c, &body, &len);
+    e = sv_http_take_body(c, &body, &len);
     if (e) {
         answer_error(c, e);
         return false;
@@ -429,6 +455,13 @@ static bool infer(sv_conn *c) {
     if ((e = sv_repo_get(s->repo, c->model, c->version, &v))) {
         free(body);
         answer_error(c, e);
+        return false;
+    }
+    if (v->llm) {
+        free(body);
+        sv_version_unref(s->repo, v);
+        answer_error(c, sv_err(400, "'%s' is a language model: use OpenAI's API (POST "
+                               "/v1/completions or /v1/chat/completions)", c->model));
         return false;
     }
     /* jansson's tree of the JSON part lives while it is read into the tensors */
@@ -601,6 +634,10 @@ static bool dispatch(sv_conn *c) {
     case R_REPO_LOAD:
     case R_REPO_UNLOAD: queue_job(c); return true;
     case R_METRICS: metrics(c); break;
+    case R_OA_COMPLETIONS:
+    case R_OA_CHAT:
+    case R_OA_MODELS:
+    case R_OA_MODEL: break; /* handle() sends them to openai.c */
     }
     return false;
 }
@@ -804,6 +841,7 @@ static enum MHD_Result handle(sv_server *s, bool metrics_port, struct MHD_Connec
         answer_error(c, mem_refused(s));
         return send_answer(c);
     }
+    if (SV_ROUTE_OPENAI(c->route)) return sv_openai_handle(c);
     if (dispatch(c)) return MHD_YES; /* answered later, after a resume */
     return send_answer(c);
 }
@@ -826,6 +864,7 @@ void sv_http_completed(void *cls, struct MHD_Connection *connection, void **con_
     sv_conn *c = *con_cls;
     if (!c) return;
     *con_cls = NULL;
+    if (c->oa) sv_openai_completed(c, toe);
     sv_request_free(c->req);
     if (c->ver) sv_version_unref(s->repo, c->ver);
     sv_buf_free(&c->body);

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "serve/openai.h"
 #include "serve/server.h"
 
 /* A label value in Prometheus' text format: backslash, double quote and line feed escaped;
@@ -150,11 +151,21 @@ static void render_monitor(sv_version **v, int n, sv_buf *b) {
 void sv_metrics_render(sv_repo *repo, sv_metrics_state *ms, sv_buf *b) {
     sv_version **v = NULL;
     int n = sv_repo_versions(repo, &v);
+    /* language models (openai.h) have their own metrics: they go to the end of the list */
+    int n_llm = 0, k = 0;
+    for (int i = 0; i < n; i++) {
+        if (v[i]->llm) continue;
+        sv_version *t = v[k];
+        v[k++] = v[i];
+        v[i] = t;
+    }
+    n_llm = n - k;
+    n = k;
     sv_stats *snap = malloc((size_t)(n ? n : 1) * sizeof *snap);
     uint64_t *pending = calloc((size_t)n + 1, sizeof *pending);
     uint64_t (*cancelled)[SV_CANCEL_N] = calloc((size_t)n + 1, sizeof *cancelled);
     if (!snap || !pending || !cancelled) {
-        for (int i = 0; i < n; i++) sv_version_unref(repo, v[i]);
+        for (int i = 0; i < n + n_llm; i++) sv_version_unref(repo, v[i]);
         free(v);
         free(snap);
         free(pending);
@@ -329,7 +340,8 @@ void sv_metrics_render(sv_repo *repo, sv_metrics_state *ms, sv_buf *b) {
     header(b, "nv_cpu_memory_used_bytes", "CPU used memory (RAM), in bytes", "gauge");
     sv_buf_printf(b, "nv_cpu_memory_used_bytes %llu\n", (unsigned long long)(mt - ma));
 
-    for (int i = 0; i < n; i++) sv_version_unref(repo, v[i]);
+    sv_llm_metrics(v + n, n_llm, b);
+    for (int i = 0; i < n + n_llm; i++) sv_version_unref(repo, v[i]);
     free(v);
     free(snap);
     free(pending);

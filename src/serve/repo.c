@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "serve/openai.h"
 #include "serve/repo.h"
 
 #define MAX_VERSIONS 1024
@@ -124,6 +125,7 @@ static sv_error *list_versions(const char *dir, int64_t *v, int *n) {
 static void version_free(sv_version *v) {
     if (!v) return;
     sv_sched_free(v->sched);
+    sv_llm_free(v->llm);
     sv_stats_destroy(&v->stats);
     sv_config_free(v->cfg);
     free(v->model_name);
@@ -224,6 +226,23 @@ static sv_error *load_version(sv_repo *r, const char *name, const char *cfg_text
         e = sv_config_default(name, &v->cfg);
     }
     char path[PATH_MAX], resolved[PATH_MAX];
+    if (!e && v->cfg->backend && !strcmp(v->cfg->backend, "tandem_llm")) {
+        /* a language model: the version folder is the model folder (openai.h) */
+        if (snprintf(path, sizeof path, "%s/%s/%lld", r->root, name, (long long)version) >= (int)sizeof path)
+            e = sv_err(400, "model path is too long");
+        if (!e) e = resolve_inside(r, path, resolved);
+        /* KServe's metadata names it (the config completion of ONNX models does not run) */
+        if (!e && !v->cfg->platform && !(v->cfg->platform = sv_strdup("tandem_llm")))
+            e = sv_err(500, "out of memory");
+        if (!e) e = sv_llm_create(r->env, v->cfg, name, resolved, r->opt.threads, &v->llm);
+        if (e) {
+            version_free(v);
+            return e;
+        }
+        v->refs = 1;
+        *out = v;
+        return NULL;
+    }
     if (!e) {
         const char *file = v->cfg->default_model_filename ? v->cfg->default_model_filename : "model.onnx";
         if (snprintf(path, sizeof path, "%s/%s/%lld/%s", r->root, name, (long long)version, file) >=
@@ -316,6 +335,7 @@ static void set_state(sv_model *m, sv_state st, const char *reason) {
 static void retire(sv_repo *r, sv_version **old, int n) {
     for (int i = 0; i < n; i++) {
         sv_sched_drain(old[i]->sched);
+        sv_llm_drain(old[i]->llm); /* an unloaded language model cancels its requests */
         sv_version_unref(r, old[i]);
     }
     free(old);
@@ -623,7 +643,8 @@ void sv_repo_cancel_queued(sv_repo *r, const char *why) {
     sv_version **v = NULL;
     int n = sv_repo_versions(r, &v);
     for (int i = 0; i < n; i++) {
-        sv_sched_cancel_queued(v[i]->sched, why);
+        if (v[i]->sched) sv_sched_cancel_queued(v[i]->sched, why);
+        sv_llm_cancel_all(v[i]->llm);
         sv_version_unref(r, v[i]);
     }
     free(v);

@@ -27,7 +27,8 @@ struct sv_version {
     int64_t version;
     char vstr[24];
     sv_model_config *cfg;
-    sv_sched *sched;
+    sv_sched *sched;        /* NULL for a language model */
+    struct sv_llm *llm;     /* a language model (backend tandem_llm, openai.h), else NULL */
     sv_stats stats;
     int refs; /* under the repository's lock */
 };

@@ -27,7 +27,14 @@ typedef enum sv_route {
     R_REPO_LOAD,
     R_REPO_UNLOAD,
     R_METRICS,
+    /* OpenAI's API (openai.c); errors in OpenAI's shape */
+    R_OA_COMPLETIONS,
+    R_OA_CHAT,
+    R_OA_MODELS,
+    R_OA_MODEL,
 } sv_route;
+
+#define SV_ROUTE_OPENAI(r) ((r) >= R_OA_COMPLETIONS && (r) <= R_OA_MODEL)
 
 /* One HTTP request (MHD's per-request context). */
 typedef struct sv_conn {
@@ -54,6 +61,8 @@ typedef struct sv_conn {
     size_t mem;       /* bytes taken from the request-memory budget */
     bool mem_refused; /* the body did not fit in the budget: it is discarded, then 503 */
     struct sv_conn *job_next; /* control queue (load/unload) */
+    struct oa_req *oa;        /* an OpenAI request in progress (openai.c) */
+    bool oa_shape;            /* a /v1 path: errors in OpenAI's shape */
 } sv_conn;
 
 struct sv_server {
@@ -89,6 +98,22 @@ void sv_http_completed(void *cls, struct MHD_Connection *connection, void **con_
                        enum MHD_RequestTerminationCode toe);
 /* Runs one queued load/unload (control thread). */
 void sv_http_run_job(sv_conn *c);
+
+/* For openai.c (http.c): the request body (inflated, within the memory budget); setting the
+ * answer; sending it; suspending a connection and resuming it (any thread; c may be gone
+ * after resume). */
+sv_error *sv_http_take_body(sv_conn *c, char **out, size_t *len);
+void sv_http_answer(sv_conn *c, int http, char *body, size_t len, const char *ctype);
+enum MHD_Result sv_http_send_answer(sv_conn *c);
+void sv_http_suspend(sv_conn *c);
+void sv_http_resume(sv_conn *c);
+
+/* openai.c: answers an OpenAI route (after the body has arrived); the request-completed
+ * notification (a client that went away cancels its request); an error body in OpenAI's
+ * shape. */
+enum MHD_Result sv_openai_handle(sv_conn *c);
+void sv_openai_completed(sv_conn *c, enum MHD_RequestTerminationCode toe);
+void sv_openai_error_json(sv_buf *b, int http, const char *msg, const char *param, const char *code);
 
 void sv_log(sv_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

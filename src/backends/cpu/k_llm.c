@@ -1,7 +1,8 @@
 /* CPU kernels: llm family (ops/llm.c) — the kernel table, RotaryEmbedding (com.microsoft and
  * ONNX 23) and the RMS normalisations (SimplifiedLayerNormalization,
  * SkipSimplifiedLayerNormalization, RMSNormalization). GroupQueryAttention is in
- * k_llm_gqa.c, ONNX Attention in k_llm_attn.c, the SIMD row routines in k_llm_simd.c.
+ * k_llm_gqa.c, PagedAttention in k_llm_paged.c, ONNX Attention in k_llm_attn.c, the SIMD row
+ * routines in k_llm_simd.c.
  * float32 only. */
 #include <math.h>
 #include <string.h>
@@ -234,6 +235,8 @@ const tdm_kernel_def tdm_cpu_kernels_llm[] = {
      tdm_llm_gqa_release},
     {"com.microsoft", "GroupQueryAttention", 1, 0, 0, TDM_T(TDM_FLOAT16), tdm_llm_run_gqa_f16,
      tdm_llm_gqa_prepare, tdm_llm_gqa_release},
+    {"com.microsoft", "PagedAttention", 1, 0, 0, F32, tdm_llm_run_paged, tdm_llm_gqa_prepare,
+     tdm_llm_gqa_release},
     {"com.microsoft", "RotaryEmbedding", 1, 0, 0, F32, tdm_llm_run_rotary, NULL, NULL},
     {"", "RotaryEmbedding", 23, 0, 0, F32, tdm_llm_run_rotary, NULL, NULL},
     {"", "SimplifiedLayerNormalization", 1, 0, 0, F32, tdm_llm_run_simplified_ln, NULL, NULL},

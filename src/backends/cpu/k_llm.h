@@ -63,6 +63,10 @@ void tdm_llm_gqa_scratch_done(tdm_kernel_ctx *ctx, float *own);
  * state (tdm_llm_gqa_prepare / tdm_llm_gqa_release). */
 tdm_status *tdm_llm_run_gqa_f16(tdm_kernel_ctx *ctx);
 
+/* PagedAttention's kernel (k_llm_paged.c: float32, the node state and scratch of
+ * tdm_llm_gqa_prepare / tdm_llm_gqa_release); also called directly by its unit test. */
+tdm_status *tdm_llm_run_paged(tdm_kernel_ctx *ctx);
+
 /* the other family members' run functions */
 tdm_status *tdm_llm_run_rotary(tdm_kernel_ctx *ctx);
 tdm_status *tdm_llm_run_simplified_ln(tdm_kernel_ctx *ctx);

@@ -336,49 +336,70 @@ TDM_TARGET_AVX2 static void rows_avx2_i8(const tdm_nbits_job *j, int64_t n0, int
     else zp ? avx2_q8_zp(j, n0, n1) : avx2_q8(j, n0, n1);
 }
 
-/* float path: 4 bits (A per 32 elements: 16 evens, 16 odds) or 8 bits; bs % 32 == 0. */
-TDM_TARGET_AVX2 static void rows_avx2_f32(const tdm_nbits_job *j, int64_t n0, int64_t n1) {
+/* float path: 4 bits (A per 32 elements: 16 evens, 16 odds) or 8 bits; bs % 32 == 0. Rows of
+ * A two at a time share each block's unpacking (each row's sums in a single row's order). */
+__attribute__((always_inline)) TDM_TARGET_AVX2 static inline void
+f32_group_avx2(const tdm_nbits_job *j, int64_t n, int64_t m0, const int G) {
     const tdm_nbits_w *w = j->w;
     const bool q4 = w->bits == 4;
     const int64_t rowb = row_bytes(w), bs = w->bs, bb = bs * w->bits / 8;
     const __m256i nib = _mm256_set1_epi32(15);
+    const uint8_t *row = w->b + n * rowb;
+    const float *s = w->scales + n * w->nb;
+    const float *a[2];
+    __m256 acc[2];
+    for (int g = 0; g < G; g++) {
+        a[g] = (const float *)j->a + (m0 + g) * j->kq;
+        acc[g] = _mm256_setzero_ps();
+    }
+    for (int64_t b = 0; b < w->nb; b++) {
+        const uint8_t *r = row + b * bb;
+        int64_t x = b * bs;
+        __m256 t0[2], t1[2];
+        for (int g = 0; g < G; g++) t0[g] = t1[g] = _mm256_setzero_ps();
+        if (q4) {
+            for (int64_t c = 0; c < bb; c += 16, r += 16, x += 32) {
+                __m256i v0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)r));
+                __m256i v1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(r + 8)));
+                __m256 l0 = _mm256_cvtepi32_ps(_mm256_and_si256(v0, nib));
+                __m256 h0 = _mm256_cvtepi32_ps(_mm256_srli_epi32(v0, 4));
+                __m256 l1 = _mm256_cvtepi32_ps(_mm256_and_si256(v1, nib));
+                __m256 h1 = _mm256_cvtepi32_ps(_mm256_srli_epi32(v1, 4));
+                for (int g = 0; g < G; g++) {
+                    t0[g] = _mm256_fmadd_ps(l0, _mm256_loadu_ps(a[g] + x), t0[g]);
+                    t1[g] = _mm256_fmadd_ps(h0, _mm256_loadu_ps(a[g] + x + 16), t1[g]);
+                    t0[g] = _mm256_fmadd_ps(l1, _mm256_loadu_ps(a[g] + x + 8), t0[g]);
+                    t1[g] = _mm256_fmadd_ps(h1, _mm256_loadu_ps(a[g] + x + 24), t1[g]);
+                }
+            }
+        } else {
+            for (int64_t c = 0; c < bb; c += 16, r += 16, x += 16) {
+                __m256 f0 = _mm256_cvtepi32_ps(
+                    _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)r)));
+                __m256 f1 = _mm256_cvtepi32_ps(
+                    _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(r + 8))));
+                for (int g = 0; g < G; g++) {
+                    t0[g] = _mm256_fmadd_ps(f0, _mm256_loadu_ps(a[g] + x), t0[g]);
+                    t1[g] = _mm256_fmadd_ps(f1, _mm256_loadu_ps(a[g] + x + 8), t1[g]);
+                }
+            }
+        }
+        __m256 sc = _mm256_set1_ps(s[b]);
+        for (int g = 0; g < G; g++) acc[g] = _mm256_fmadd_ps(_mm256_add_ps(t0[g], t1[g]), sc, acc[g]);
+    }
+    for (int g = 0; g < G; g++)
+        j->Y[(m0 + g) * w->N + n] =
+            finish_z(j, n, hsum8(acc[g]), zterm_avx2(w, n, j->sum + (m0 + g) * w->nb));
+}
+
+TDM_TARGET_AVX2 static void rows_avx2_f32(const tdm_nbits_job *j, int64_t n0, int64_t n1) {
+    const tdm_nbits_w *w = j->w;
     pf_start(w, n0);
     for (int64_t n = n0; n < n1; n++) {
-        const uint8_t *row = w->b + n * rowb;
-        const float *s = w->scales + n * w->nb;
         pf_rows(w, n, 1);
-        for (int64_t m = 0; m < j->M; m++) {
-            const float *a = (const float *)j->a + m * j->kq;
-            __m256 acc = _mm256_setzero_ps();
-            for (int64_t b = 0; b < w->nb; b++) {
-                const uint8_t *r = row + b * bb;
-                const float *x = a + b * bs;
-                __m256 t0 = _mm256_setzero_ps(), t1 = _mm256_setzero_ps();
-                if (q4) {
-                    for (int64_t c = 0; c < bb; c += 16, r += 16, x += 32) {
-                        __m256i v0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)r));
-                        __m256i v1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(r + 8)));
-                        t0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(v0, nib)),
-                                             _mm256_loadu_ps(x), t0);
-                        t1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(v0, 4)),
-                                             _mm256_loadu_ps(x + 16), t1);
-                        t0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(v1, nib)),
-                                             _mm256_loadu_ps(x + 8), t0);
-                        t1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(v1, 4)),
-                                             _mm256_loadu_ps(x + 24), t1);
-                    }
-                } else {
-                    for (int64_t c = 0; c < bb; c += 16, r += 16, x += 16) {
-                        __m256i v0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)r));
-                        __m256i v1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(r + 8)));
-                        t0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v0), _mm256_loadu_ps(x), t0);
-                        t1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v1), _mm256_loadu_ps(x + 8), t1);
-                    }
-                }
-                acc = _mm256_fmadd_ps(_mm256_add_ps(t0, t1), _mm256_set1_ps(s[b]), acc);
-            }
-            j->Y[m * w->N + n] = finish_z(j, n, hsum8(acc), zterm_avx2(w, n, j->sum + m * w->nb));
-        }
+        int64_t m = 0;
+        for (; m + 2 <= j->M; m += 2) f32_group_avx2(j, n, m, 2);
+        if (m < j->M) f32_group_avx2(j, n, m, 1);
     }
 }
 
@@ -585,43 +606,65 @@ TDM_TARGET_VNNI static void quant_vnni(const tdm_nbits_w *w, const float *a, int
     }
 }
 
-/* float path, as rows_avx2_f32 with 16 lanes. */
-TDM_TARGET_AVX512 static void rows_avx512_f32(const tdm_nbits_job *j, int64_t n0, int64_t n1) {
+/* float path, as rows_avx2_f32 with 16 lanes. A decode of several rows of A (the engine's
+ * batch) takes them G at a time: each block of B is unpacked to floats once for the G rows
+ * (the unpacking, not the FMAs, is most of the work); every row's sums are made in the order
+ * of a single row's, so the result of a row does not depend on the others. */
+__attribute__((always_inline)) TDM_TARGET_AVX512 static inline void
+f32_group_avx512(const tdm_nbits_job *j, int64_t n, int64_t m0, const int G) {
     const tdm_nbits_w *w = j->w;
     const bool q4 = w->bits == 4;
     const int64_t rowb = row_bytes(w), bs = w->bs, bb = bs * w->bits / 8;
     const __m512i nib = _mm512_set1_epi32(15);
+    const uint8_t *row = w->b + n * rowb;
+    const float *s = w->scales + n * w->nb;
+    const float *a[4];
+    __m512 acc[4];
+    for (int g = 0; g < G; g++) {
+        a[g] = (const float *)j->a + (m0 + g) * j->kq;
+        acc[g] = _mm512_setzero_ps();
+    }
+    for (int64_t b = 0; b < w->nb; b++) {
+        const uint8_t *r = row + b * bb;
+        int64_t x = b * bs;
+        __m512 t0[4], t1[4];
+        for (int g = 0; g < G; g++) t0[g] = t1[g] = _mm512_setzero_ps();
+        if (q4) {
+            for (int64_t c = 0; c < bb; c += 16, r += 16, x += 32) {
+                __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)r));
+                __m512 lo = _mm512_cvtepi32_ps(_mm512_and_si512(v, nib));
+                __m512 hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4));
+                for (int g = 0; g < G; g++) {
+                    t0[g] = _mm512_fmadd_ps(lo, _mm512_loadu_ps(a[g] + x), t0[g]);
+                    t1[g] = _mm512_fmadd_ps(hi, _mm512_loadu_ps(a[g] + x + 16), t1[g]);
+                }
+            }
+        } else {
+            for (int64_t c = 0; c < bb; c += 16, r += 16, x += 16) {
+                __m512 v = _mm512_cvtepi32_ps(
+                    _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)r)));
+                for (int g = 0; g < G; g++)
+                    t0[g] = _mm512_fmadd_ps(v, _mm512_loadu_ps(a[g] + x), t0[g]);
+            }
+        }
+        __m512 sc = _mm512_set1_ps(s[b]);
+        for (int g = 0; g < G; g++) acc[g] = _mm512_fmadd_ps(_mm512_add_ps(t0[g], t1[g]), sc, acc[g]);
+    }
+    for (int g = 0; g < G; g++)
+        j->Y[(m0 + g) * w->N + n] = finish_z(j, n, _mm512_reduce_add_ps(acc[g]),
+                                             zterm_avx512(w, n, j->sum + (m0 + g) * w->nb));
+}
+
+TDM_TARGET_AVX512 static void rows_avx512_f32(const tdm_nbits_job *j, int64_t n0, int64_t n1) {
+    const tdm_nbits_w *w = j->w;
     pf_start(w, n0);
     for (int64_t n = n0; n < n1; n++) {
-        const uint8_t *row = w->b + n * rowb;
-        const float *s = w->scales + n * w->nb;
         pf_rows(w, n, 1);
-        for (int64_t m = 0; m < j->M; m++) {
-            const float *a = (const float *)j->a + m * j->kq;
-            __m512 acc = _mm512_setzero_ps();
-            for (int64_t b = 0; b < w->nb; b++) {
-                const uint8_t *r = row + b * bb;
-                const float *x = a + b * bs;
-                __m512 t0 = _mm512_setzero_ps(), t1 = _mm512_setzero_ps();
-                if (q4) {
-                    for (int64_t c = 0; c < bb; c += 16, r += 16, x += 32) {
-                        __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)r));
-                        t0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(v, nib)),
-                                             _mm512_loadu_ps(x), t0);
-                        t1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4)),
-                                             _mm512_loadu_ps(x + 16), t1);
-                    }
-                } else {
-                    for (int64_t c = 0; c < bb; c += 16, r += 16, x += 16) {
-                        __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)r));
-                        t0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_loadu_ps(x), t0);
-                    }
-                }
-                acc = _mm512_fmadd_ps(_mm512_add_ps(t0, t1), _mm512_set1_ps(s[b]), acc);
-            }
-            j->Y[m * w->N + n] = finish_z(j, n, _mm512_reduce_add_ps(acc),
-                                          zterm_avx512(w, n, j->sum + m * w->nb));
-        }
+        int64_t m = 0;
+        for (; m + 4 <= j->M; m += 4) f32_group_avx512(j, n, m, 4);
+        if (j->M - m == 3) f32_group_avx512(j, n, m, 3);
+        else if (j->M - m == 2) f32_group_avx512(j, n, m, 2);
+        else if (j->M - m == 1) f32_group_avx512(j, n, m, 1);
     }
 }
 #endif

@@ -1,0 +1,205 @@
+/* Decode attention alone: PagedAttention (k_llm_paged.c, blocks scattered at random) against
+ * GroupQueryAttention (k_llm_gqa.c, contiguous cache written in place as the generator binds
+ * it) on the same data, SmolLM2-135M sizes (9 query heads, 3 kv heads, head size 64, rotary).
+ * One decode token per sequence attends to a cache of `context` positions. Each call cycles
+ * through LAYERS (30) copies of the caches, as a model's layers do, so the caches stream from
+ * memory rather than sit in L2. Prints a markdown table: microseconds per call (median of 9
+ * rounds of at least 0.2 s) and the ratio paged / GQA. The time is the process's CPU time (the
+ * machine is shared: wall time mostly measures the others' load); BENCH_WALL=1 for wall time
+ * (with THREADS > 1: CPU time sums the threads).
+ *
+ *   cc -O2 -std=c11 -D_GNU_SOURCE -Isrc -Iinclude -Ibuild/gen bench/llm/bench_paged.c \
+ *      build/libtandem.a -ldnnl -lprotobuf-c -fopenmp -lpthread -ldl -lm -o build/bench_paged
+ *   build/bench_paged THREADS [BLOCK_SIZE=16] [SEQUENCES=1]
+ *
+ * TANDEM_CPU_ISA caps the SIMD level as for the library; BENCH_CTX=N runs one context only,
+ * BENCH_ONLY=gqa|paged one side only (for a profiler). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backends/cpu/cpu_isa.h"
+#include "backends/cpu/cpu_simd.h"
+#include "backends/cpu/k_llm.h"
+#include "core/alloc.h"
+#include "core/threadpool.h"
+
+enum { H = 9, KVH = 3, D = 64, LAYERS = 30, MAXCTX = 2048, ROUNDS = 9 };
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(getenv("BENCH_WALL") ? CLOCK_MONOTONIC : CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static tdm_tensor *tensor(tdm_dtype dt, int rank, const int64_t *dims) {
+    tdm_tensor *t = NULL;
+    tdm_status *st = tdm_tensor_new(NULL, dt, rank, dims, &t);
+    if (st) {
+        fprintf(stderr, "%s\n", tdm_status_message(st));
+        exit(1);
+    }
+    if (dt == TDM_FLOAT)
+        for (int64_t i = 0; i < t->count; i++) ((float *)t->data)[i] = (float)(rand() % 2001 - 1000) * 1e-3f;
+    return t;
+}
+
+static tdm_tensor *view(tdm_tensor *of) {
+    tdm_tensor *t = NULL;
+    if (tdm_tensor_new_view(NULL, of->dtype, of->rank, of->dims, of->data, &t)) exit(1);
+    return t;
+}
+
+typedef struct op {
+    tdm_node node;
+    tdm_attr attrs[3];
+    void *state;
+} op;
+
+static void op_init(op *o, const char *type) {
+    memset(o, 0, sizeof *o);
+    static const char *const names[] = {"num_heads", "kv_num_heads", "do_rotary"};
+    const int64_t vals[] = {H, KVH, 1};
+    for (int i = 0; i < 3; i++) {
+        o->attrs[i].name = (char *)names[i];
+        o->attrs[i].type = TDM_ATTR_INT;
+        o->attrs[i].i = vals[i];
+    }
+    o->node.name = (char *)type;
+    o->node.op_type = (char *)type;
+    o->node.domain = "com.microsoft";
+    o->node.opset = 1;
+    o->node.n_attrs = 3;
+    o->node.attrs = o->attrs;
+    tdm_llm_gqa_prepare(&o->node, 1, 10, NULL, NULL, &o->state);
+}
+
+typedef struct run_set {
+    op *o;
+    bool paged;
+    int n_in;
+    const tdm_tensor *in[LAYERS][10];
+    tdm_tensor *out[LAYERS][3];
+    tdm_threadpool *pool;
+    const tdm_cpu_simd *simd;
+} run_set;
+
+static void call(run_set *r, int layer) {
+    tdm_kernel_ctx ctx = {.node = &r->o->node, .opset = 1, .n_in = r->n_in, .in = r->in[layer],
+                          .n_out = 3, .out = r->out[layer], .pool = r->pool,
+                          .alloc = NULL, .state = r->o->state, .cpu_simd = r->simd};
+    tdm_status *st = r->paged ? tdm_llm_run_paged(&ctx) : tdm_llm_run_gqa(&ctx);
+    if (st) {
+        fprintf(stderr, "%s\n", tdm_status_message(st));
+        exit(1);
+    }
+}
+
+/* microseconds per call: median of ROUNDS rounds of >= 0.2 s */
+static double time_set(run_set *r) {
+    double t[ROUNDS];
+    for (int l = 0; l < LAYERS; l++) call(r, l); /* warm-up */
+    for (int k = 0; k < ROUNDS; k++) {
+        int64_t calls = 0;
+        double t0 = now_s(), el;
+        do {
+            for (int l = 0; l < LAYERS; l++) call(r, l);
+            calls += LAYERS;
+        } while ((el = now_s() - t0) < 0.2);
+        t[k] = el / (double)calls * 1e6;
+    }
+    qsort(t, ROUNDS, sizeof t[0], cmp);
+    return t[ROUNDS / 2];
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: bench_paged THREADS [BLOCK_SIZE=16] [SEQUENCES=1]\n");
+        return 2;
+    }
+    int threads = atoi(argv[1]);
+    int64_t BS = argc > 2 ? atoll(argv[2]) : 16, NS = argc > 3 ? atoll(argv[3]) : 1;
+    tdm_cpu_isa level = tdm_cpu_isa_detect(), cap;
+    const char *env = getenv("TANDEM_CPU_ISA");
+    if (env && tdm_cpu_isa_parse(env, &cap)) level = tdm_cpu_isa_min(level, cap);
+    tdm_cpu_simd simd;
+    tdm_cpu_simd_init(&simd, level);
+    tdm_threadpool *pool = NULL;
+    if (threads > 1 && tdm_threadpool_create(threads, 0, &pool)) return 1;
+    srand(1);
+    /* shared inputs: one token per sequence */
+    int64_t qd[2] = {NS, H * D}, kd[2] = {NS, KVH * D}, cosd[2] = {MAXCTX, D / 2};
+    tdm_tensor *q = tensor(TDM_FLOAT, 2, qd), *k = tensor(TDM_FLOAT, 2, kd), *v = tensor(TDM_FLOAT, 2, kd);
+    int64_t q3[3] = {NS, 1, H * D}, k3[3] = {NS, 1, KVH * D};
+    tdm_tensor *gq = tensor(TDM_FLOAT, 3, q3), *gk = tensor(TDM_FLOAT, 3, k3), *gv = tensor(TDM_FLOAT, 3, k3);
+    memcpy(gq->data, q->data, q->nbytes);
+    memcpy(gk->data, k->data, k->nbytes);
+    memcpy(gv->data, v->data, v->nbytes);
+    tdm_tensor *cosc = tensor(TDM_FLOAT, 2, cosd), *sinc = tensor(TDM_FLOAT, 2, cosd);
+    for (int64_t i = 0; i < cosc->count; i++) {
+        float a = (float)(i / (D / 2)) * powf(10000.0f, -(float)(i % (D / 2)) / (D / 2));
+        ((float *)cosc->data)[i] = cosf(a);
+        ((float *)sinc->data)[i] = sinf(a);
+    }
+    /* GQA: [NS, KVH, MAXCTX, D] caches per layer, present = past (in place) */
+    int64_t gcd[4] = {NS, KVH, MAXCTX, D}, nsd[1] = {NS};
+    tdm_tensor *sl = tensor(TDM_INT32, 1, nsd), *tl = tensor(TDM_INT32, 0, NULL);
+    op gop, pop;
+    op_init(&gop, "GroupQueryAttention");
+    op_init(&pop, "PagedAttention");
+    run_set *g = calloc(1, sizeof *g), *p = calloc(1, sizeof *p);
+    g->o = &gop, g->n_in = 9, g->pool = pool, g->simd = &simd;
+    p->o = &pop, p->paged = true, p->n_in = 10, p->pool = pool, p->simd = &simd;
+    int64_t gyd[3] = {NS, 1, H * D};
+    tdm_tensor *gy = tensor(TDM_FLOAT, 3, gyd), *py = tensor(TDM_FLOAT, 2, qd);
+    /* paged: NS * MAXCTX / BS blocks per layer, a random permutation */
+    int64_t per_seq = (MAXCTX + BS - 1) / BS, NB = NS * per_seq;
+    int64_t pcd[3] = {NB, BS, KVH * D}, btd[2] = {NS, per_seq}, cud[1] = {NS + 1};
+    tdm_tensor *bt = tensor(TDM_INT32, 2, btd), *cu = tensor(TDM_INT32, 1, cud), *past = tensor(TDM_INT32, 1, nsd);
+    int32_t *perm = bt->data;
+    for (int64_t i = 0; i < NB; i++) perm[i] = (int32_t)i;
+    for (int64_t i = NB - 1; i > 0; i--) {
+        int64_t r = rand() % (i + 1);
+        int32_t t = perm[i];
+        perm[i] = perm[r];
+        perm[r] = t;
+    }
+    for (int64_t b = 0; b <= NS; b++) ((int32_t *)cu->data)[b] = (int32_t)b;
+    for (int l = 0; l < LAYERS; l++) {
+        tdm_tensor *kc = tensor(TDM_FLOAT, 4, gcd), *vc = tensor(TDM_FLOAT, 4, gcd);
+        const tdm_tensor *gin[9] = {gq, gk, gv, kc, vc, sl, tl, cosc, sinc};
+        memcpy(g->in[l], gin, sizeof gin);
+        g->out[l][0] = gy, g->out[l][1] = view(kc), g->out[l][2] = view(vc);
+        tdm_tensor *pk = tensor(TDM_FLOAT, 3, pcd), *pv = tensor(TDM_FLOAT, 3, pcd);
+        const tdm_tensor *pin[10] = {q, k, v, pk, pv, cu, past, bt, cosc, sinc};
+        memcpy(p->in[l], pin, sizeof pin);
+        p->out[l][0] = py, p->out[l][1] = view(pk), p->out[l][2] = view(pv);
+    }
+    printf("PagedAttention vs GroupQueryAttention decode, H=%d KVH=%d D=%d, %lld sequence(s), "
+           "block size %lld, %d thread(s), %s, %d layers' caches in turn\n\n",
+           H, KVH, D, (long long)NS, (long long)BS, threads, tdm_cpu_isa_name(level), LAYERS);
+    printf("| context | GQA us/call | paged us/call | paged / GQA |\n|---:|---:|---:|---:|\n");
+    static const int ctxs[] = {128, 256, 512, 1024, 2048};
+    for (size_t c = 0; c < sizeof ctxs / sizeof ctxs[0]; c++) {
+        int ctxlen = ctxs[c];
+        for (int64_t b = 0; b < NS; b++) {
+            ((int32_t *)sl->data)[b] = ctxlen - 1;
+            ((int32_t *)past->data)[b] = ctxlen - 1;
+        }
+        ((int32_t *)tl->data)[0] = ctxlen;
+        if (getenv("BENCH_CTX") && atoi(getenv("BENCH_CTX")) != ctxlen) continue;
+        const char *only = getenv("BENCH_ONLY"); /* "gqa" or "paged": one side (profiling) */
+        double tg = only && !strcmp(only, "paged") ? NAN : time_set(g);
+        double tp = only && !strcmp(only, "gqa") ? NAN : time_set(p);
+        printf("| %d | %.1f | %.1f | %.2f |\n", ctxlen, tg, tp, tp / tg);
+        fflush(stdout);
+    }
+    return 0; /* the process ends: its tensors with it */
+}

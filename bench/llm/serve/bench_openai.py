@@ -1,0 +1,236 @@
+#!/usr/bin/env python3
+"""Benchmark of `tandem serve`'s OpenAI API with concurrent streaming clients (loopback).
+
+    bench/llm/serve/bench_openai.py --tandem build/tandem [--models tiny,smol] [--smol /work/smol]
+        [--streams 1,4,8,16] [--requests 2] [--max-tokens 64] [--threads 2] [--out FILE]
+
+For each model (the tiny random Llama written by tools/make_tiny_llama.py, and SmolLM2 from the
+--smol folder, linked into a temporary repository as a `tandem_llm` model) and each mode
+(continuous batching on; off = the engine's no_batching option: one request at a time, as a
+llama.cpp-style server without batching), one server is started and, for each number of
+concurrent streams S, S client threads each send --requests streaming completions in a row
+(fixed prompt, ignore_eos so that every request generates --max-tokens tokens; `logprobs: 0`
+so that every token comes as its own chunk). Reported per S:
+
+  - aggregate decode tokens/s: generated tokens of all streams / wall time of the level
+  - time to first token p50 / p99 (request sent -> first token's chunk), ms
+  - inter-token latency p50 / p99 (between consecutive token chunks of a request), ms
+
+Clients are plain http.client threads (little overhead per chunk); the machine's other load
+makes the figures noisy. Writes a markdown table to --out (default: stdout only).
+"""
+import argparse
+import datetime
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
+PROMPT = ("Once upon a time there was a little model that wanted to run on every computer, with or "
+          "without a GPU. It read its weights once per token and")
+
+
+def pct(xs, q):
+    if not xs:
+        return float("nan")
+    xs = sorted(xs)
+    k = min(len(xs) - 1, max(0, int(round(q * (len(xs) - 1)))))
+    return xs[k]
+
+
+class Server:
+    def __init__(self, tandem, repo):
+        self.lines = []
+        self.proc = subprocess.Popen([tandem, "serve", "--model-repository", repo, "--http-port", "0",
+                                      "--metrics-port", "0"], stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True)
+        threading.Thread(target=self._read, daemon=True).start()
+        deadline = time.time() + 300
+        while time.time() < deadline:
+            for line in list(self.lines):
+                m = re.search(r"HTTP on [^ ]+:(\d+)", line)
+                if m:
+                    self.port = int(m.group(1))
+            if self.proc.poll() is not None:
+                raise RuntimeError("server exited:\n" + "".join(self.lines))
+            if any(l.rstrip().endswith("tandem serve: ready") for l in self.lines):
+                return
+            time.sleep(0.05)
+        raise RuntimeError("server not ready:\n" + "".join(self.lines))
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.lines.append(line)
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def one_request(port, model, max_tokens):
+    """One streaming completion: (ttft_s, [inter-token gaps], tokens)."""
+    body = json.dumps({"model": model, "prompt": PROMPT, "max_tokens": max_tokens, "stream": True,
+                       "temperature": 0, "ignore_eos": True, "logprobs": 0}).encode()
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    t0 = time.perf_counter()
+    c.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+    r = c.getresponse()
+    if r.status != 200:
+        raise RuntimeError(f"HTTP {r.status}: {r.read()[:300]}")
+    times = []
+    tokens = 0
+    while True:
+        line = r.fp.readline()
+        if not line:
+            break
+        line = line.strip()
+        if not line.startswith(b"data: "):
+            continue
+        data = line[6:]
+        if data == b"[DONE]":
+            break
+        ev = json.loads(data)
+        if "error" in ev:
+            raise RuntimeError(str(ev["error"]))
+        ch = ev["choices"][0] if ev.get("choices") else None
+        if ch and ch.get("logprobs") and ch["logprobs"]["tokens"]:
+            n = len(ch["logprobs"]["tokens"])
+            now = time.perf_counter()
+            times.extend([now] * n)
+            tokens += n
+    c.close()
+    if not times:
+        raise RuntimeError("no tokens")
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    return times[0] - t0, gaps, tokens
+
+
+def level(port, model, streams, requests, max_tokens):
+    ttft, gaps, toks, errors = [], [], [0], []
+    lock = threading.Lock()
+
+    def client():
+        for _ in range(requests):
+            try:
+                t, g, n = one_request(port, model, max_tokens)
+            except Exception as e:  # noqa: BLE001
+                with lock:
+                    errors.append(repr(e))
+                return
+            with lock:
+                ttft.append(t)
+                gaps.extend(g)
+                toks[0] += n
+
+    threads = [threading.Thread(target=client) for _ in range(streams)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    if errors:
+        raise RuntimeError(f"{len(errors)} requests failed: {errors[0]}")
+    return {"streams": streams, "tok_s": toks[0] / wall, "ttft_p50": pct(ttft, 0.5) * 1e3,
+            "ttft_p99": pct(ttft, 0.99) * 1e3, "itl_p50": pct(gaps, 0.5) * 1e3,
+            "itl_p99": pct(gaps, 0.99) * 1e3, "tokens": toks[0], "wall": wall}
+
+
+def make_repo(tmp, name, folder, threads, batching, max_batch, kv_mb):
+    repo = os.path.join(tmp, f"repo-{name}-{'on' if batching else 'off'}")
+    os.makedirs(os.path.join(repo, name, "1"))
+    # the files are linked, not the folder: a folder link that leads out of the repository is
+    # refused by the server
+    for f in os.listdir(folder):
+        os.symlink(os.path.join(os.path.abspath(folder), f), os.path.join(repo, name, "1", f))
+    with open(os.path.join(repo, name, "config.pbtxt"), "w") as f:
+        f.write('backend: "tandem_llm"\n')
+        for k, v in (("threads", threads), ("max_batch", max_batch), ("kv_memory_mb", kv_mb),
+                     ("no_batching", "false" if batching else "true")):
+            f.write(f'parameters {{ key: "{k}" value {{ string_value: "{v}" }} }}\n')
+    return repo
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tandem", required=True)
+    ap.add_argument("--models", default="tiny,smol")
+    ap.add_argument("--smol", default="/work/smol")
+    ap.add_argument("--streams", default="1,4,8,16")
+    ap.add_argument("--requests", type=int, default=2, help="requests per stream and level")
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--kv-memory-mb", type=int, default=512, help="the KV pool (engine option kv_bytes)")
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    levels = [int(x) for x in args.streams.split(",")]
+    tmp = tempfile.mkdtemp(prefix="tandem-llm-serve-bench-")
+    rows = []
+    try:
+        folders = {}
+        for name in args.models.split(","):
+            if name == "tiny":
+                folders[name] = os.path.join(tmp, "tiny")
+                subprocess.run([sys.executable, os.path.join(ROOT, "tools", "make_tiny_llama.py"),
+                                folders[name]], check=True, stdout=subprocess.DEVNULL)
+            elif name == "smol":
+                folders[name] = args.smol
+            else:
+                folders[name] = name
+                name = os.path.basename(os.path.normpath(name))
+        for name, folder in folders.items():
+            for batching in (True, False):
+                repo = make_repo(tmp, os.path.basename(os.path.normpath(name)), folder, args.threads, batching,
+                                 max(levels), args.kv_memory_mb)
+                srv = Server(args.tandem, repo)
+                try:
+                    model = os.path.basename(os.path.normpath(name))
+                    one_request(srv.port, model, 4)  # warm-up
+                    for s in levels:
+                        r = level(srv.port, model, s, args.requests, args.max_tokens)
+                        r.update(model=model, batching="on" if batching else "off")
+                        rows.append(r)
+                        print(f"{model:5} batching {r['batching']:3} streams {s:2}: {r['tok_s']:8.1f} tok/s  "
+                              f"TTFT p50 {r['ttft_p50']:8.1f} p99 {r['ttft_p99']:8.1f} ms  "
+                              f"ITL p50 {r['itl_p50']:7.2f} p99 {r['itl_p99']:7.2f} ms", flush=True)
+                finally:
+                    srv.stop()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    lines = [f"# tandem serve, OpenAI API, streaming clients ({datetime.date.today()})", "",
+             f"Command: `bench/llm/serve/bench_openai.py --tandem build/tandem --models {args.models} "
+             f"--streams {args.streams} --requests {args.requests} --max-tokens {args.max_tokens} "
+             f"--threads {args.threads} --kv-memory-mb {args.kv_memory_mb}`; prompt of {len(PROMPT)} characters, greedy, ignore_eos. "
+             "Shared 2-core machine: noisy.", "",
+             "| model | batching | streams | decode tok/s | x 1 stream | on / off | TTFT p50 ms | "
+             "TTFT p99 ms | ITL p50 ms | ITL p99 ms |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        base = next(x for x in rows if x["model"] == r["model"] and x["batching"] == r["batching"])
+        off = [x for x in rows if x["model"] == r["model"] and x["batching"] == "off"
+               and x["streams"] == r["streams"]]
+        ratio = f"{r['tok_s'] / off[0]['tok_s']:.2f}" if r["batching"] == "on" and off else ""
+        lines.append(f"| {r['model']} | {r['batching']} | {r['streams']} | {r['tok_s']:.1f} | "
+                     f"{r['tok_s'] / base['tok_s']:.2f} | {ratio} | {r['ttft_p50']:.1f} | "
+                     f"{r['ttft_p99']:.1f} | {r['itl_p50']:.2f} | {r['itl_p99']:.2f} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+
+
+if __name__ == "__main__":
+    main()

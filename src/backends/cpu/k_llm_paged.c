@@ -1,0 +1,434 @@
+/* CPU kernel: com.microsoft PagedAttention (float32), after ONNX Runtime's contrib operator
+ * documentation; where tandem differs from it (float32, rank-3 inputs and caches, refused
+ * inputs and attributes) is listed at the schema, src/ops/llm.c.
+ *
+ * Shapes: query [T, H*D] or [1, T, H*D] (or packed QKV [.., (H + 2*KVH)*D] with key/value
+ * omitted), key/value [.., T, KVH*D]; key_cache/value_cache [NB, BS, KVH, D] or
+ * [NB, BS, KVH*D] (one row of KVH*D floats per cache slot); cumulative_sequence_length int32
+ * [B+1], past_seqlens int32 [B], block_table int32 [B, MB], cos/sin caches [max_pos, rot/2],
+ * head_sink [H]. Outputs: output [.., T, H*D], key_cache_out / value_cache_out (the caches).
+ *
+ * Sequence b owns the packed rows cu[b] .. cu[b+1]-1; its new token j sits at position
+ * past[b] + j, stored in cache slot block_table[b][pos / BS] * BS + pos % BS (its key rotated
+ * first when do_rotary). Query row j (rotated at the same position) attends to positions
+ * [lo, n): n = past[b] + j + 1 (is_causal=1; past[b] + n_b when 0), lo = n - local_window_size
+ * when a window is set. Query head h reads kv head h / (H / KVH).
+ * The caches are updated in place: when key_cache_out's memory IS key_cache's (the engine's
+ * I/O binding gives the same tensor to both), only the new tokens' slots are written; else
+ * the output gets a copy of the whole cache first (and without the output, a scratch copy).
+ * Malformed tables (cumulative lengths not monotone or not ending at T, a sequence beyond its
+ * table's capacity, a block id out of range, positions past the rotary caches) fail with
+ * TDM_ERR_INVALID_ARGUMENT before anything is written.
+ *
+ * Speed: two parallel passes on the session's pool: the new tokens' K/V rows into their
+ * slots, then (token, kv head) items, one scratch slot per thread. An item runs all query
+ * heads of its group together, block by block: the K (then V) rows of a block are read once
+ * for the group, with the attention row routines of the GroupQueryAttention kernel
+ * (k_llm_simd.c scores and p.V, the device's softmax row); runs of consecutive block ids are
+ * one contiguous stretch of slots and go as one call. With fewer items than twice the threads
+ * (a decode step of one or two sequences), each item's positions split in parts whose softmax
+ * partials merge at the end (flash-decoding, as the GQA kernel does). The scratch is the
+ * node's (the GQA kernel's state: tdm_llm_gqa_prepare), kept between runs: a decode step
+ * allocates nothing. */
+#include <math.h>
+#include <string.h>
+
+#include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/k_llm.h"
+#include "core/alloc.h"
+
+typedef struct paged_job {
+    const float *q, *k, *v, *cos, *sin, *sink;
+    float *kc, *vc, *y;
+    const int32_t *cu, *past, *bt;
+    const int32_t *seq_of; /* per token: its sequence */
+    int64_t T, B, H, KVH, D, BS, MB, rot, win, qstride, kstride, koff, voff, row, ld;
+    int64_t run; /* most slots per scores / p.V call: about 16 KiB of slot rows, 16 to 64 */
+    bool rotary, interleaved, causal;
+    float scale, softcap;
+    const tdm_llm_fns *f;
+    const tdm_cpu_simd *simd;
+    float *scratch; /* per slot: per_task floats */
+    int64_t per_task, items, slots;
+    int64_t parts;  /* few items for the threads: each item's positions split in parts */
+    float *partial; /* per (token, head, part): D partial outputs, max logit, 1 + sum */
+} paged_job;
+
+
+/* The cache slot of position pos of sequence b. */
+static inline int64_t slot_of(const paged_job *j, int64_t b, int64_t pos) {
+    return (int64_t)j->bt[b * j->MB + pos / j->BS] * j->BS + pos % j->BS;
+}
+
+/* Pass 1: tokens t0..t1: their K (rotated) and V rows into their slots. */
+static void paged_cache(void *arg, int64_t t0, int64_t t1) {
+    const paged_job *j = arg;
+    size_t bytes = (size_t)j->D * sizeof(float);
+    for (int64_t t = t0; t < t1; t++) {
+        int64_t b = j->seq_of[t], pos = j->past[b] + t - j->cu[b];
+        int64_t slot = slot_of(j, b, pos);
+        for (int64_t g = 0; g < j->KVH; g++) {
+            float *kd = j->kc + slot * j->row + g * j->D, *vd = j->vc + slot * j->row + g * j->D;
+            memcpy(kd, j->k + t * j->kstride + j->koff + g * j->D, bytes);
+            memcpy(vd, j->v + t * j->kstride + j->voff + g * j->D, bytes);
+            if (j->rotary)
+                tdm_llm_rotate(kd, j->cos + pos * (j->rot / 2), j->sin + pos * (j->rot / 2), j->rot,
+                               j->interleaved);
+        }
+    }
+}
+
+/* The next stretch of contiguous slots of sequence b from position p (< e): up to the end of
+ * a run of consecutive block ids, j->run slots and e. Returns its length; *slot its first. */
+static int64_t stretch(const paged_job *j, int64_t b, int64_t p, int64_t e, int64_t *slot) {
+    *slot = slot_of(j, b, p);
+    int64_t end = (p / j->BS + 1) * j->BS; /* end of p's block */
+    const int32_t *bt = j->bt + b * j->MB;
+    while (end < e && end - p < j->run && bt[end / j->BS] == bt[end / j->BS - 1] + 1) end += j->BS;
+    if (end > e) end = e;
+    if (end - p > j->run) end = p + j->run;
+    return end - p;
+}
+
+/* Software prefetch of a cache's slots ahead of their use, PAGED_AHEAD slots in front of the
+ * reads: the slots of a stretch are read head by head (a strided pattern) and the blocks
+ * jump, which the hardware prefetchers follow less well than the GQA kernel's contiguous
+ * rows. */
+enum { PAGED_AHEAD = 48 };
+
+typedef struct prefetcher {
+    const float *c;
+    int64_t b, pos, e; /* next position to ask for, end */
+} prefetcher;
+
+/* Asks for every line of positions [pf->pos, upto) (clamped to the end). */
+static void prefetch_to(const paged_job *j, prefetcher *pf, int64_t upto) {
+    if (upto > pf->e) upto = pf->e;
+    while (pf->pos < upto) {
+        int64_t slot, cnt = stretch(j, pf->b, pf->pos, upto, &slot);
+        const char *p = (const char *)(pf->c + slot * j->row);
+        const char *end = p + cnt * j->row * (int64_t)sizeof(float);
+        for (; p < end; p += 64) __builtin_prefetch(p, 0, 3);
+        pf->pos += cnt;
+    }
+}
+
+/* Logits of every head over positions [a, e) of sequence b: q + h * D against the slots' key
+ * rows of kv head h / group, into scores + h * ld + (position - a). A stretch of slots is read
+ * for all heads while it is in L1. */
+static void all_scores(const paged_job *j, int64_t b, int64_t a, int64_t e, const float *q,
+                       float *scores) {
+    int64_t group = j->H / j->KVH;
+    prefetcher pf = {j->kc, b, a, e};
+    for (int64_t s = a, cnt, slot; s < e; s += cnt) {
+        prefetch_to(j, &pf, s + PAGED_AHEAD);
+        cnt = stretch(j, b, s, e, &slot);
+        const float *kr = j->kc + slot * j->row;
+        for (int64_t h = 0; h < j->H; h++)
+            j->f->scores(q + h * j->D, kr + (h / group) * j->D, j->row, cnt, j->D, j->scale,
+                         scores + h * j->ld + (s - a));
+    }
+}
+
+/* out + h * ostride += p_h . V over positions [a, e), for the heads with live[h] != 0. */
+static void all_pv(const paged_job *j, int64_t b, int64_t a, int64_t e, const float *live,
+                   const float *scores, float *out, int64_t ostride) {
+    int64_t group = j->H / j->KVH;
+    prefetcher pf = {j->vc, b, a, e};
+    for (int64_t s = a, cnt, slot; s < e; s += cnt) {
+        prefetch_to(j, &pf, s + PAGED_AHEAD);
+        cnt = stretch(j, b, s, e, &slot);
+        const float *vr = j->vc + slot * j->row;
+        for (int64_t h = 0; h < j->H; h++)
+            if (live[h] != 0.0f)
+                j->f->pv(scores + h * j->ld + (s - a), vr + (h / group) * j->D, j->row, cnt, j->D,
+                         out + h * ostride);
+    }
+}
+
+/* Item p of pass 2: token t (and with parts > 1, part k of its positions), every head.
+ * Scratch: H * ld logits, H * D query rows, H live flags. */
+static void paged_item(const paged_job *j, int64_t p, float *scratch) {
+    int64_t t = p / j->parts, k = p % j->parts;
+    int64_t b = j->seq_of[t], pos = j->past[b] + t - j->cu[b];
+    int64_t n = j->causal ? pos + 1 : j->past[b] + (j->cu[b + 1] - j->cu[b]);
+    int64_t lo = j->win > 0 && n > j->win ? n - j->win : 0;
+    float *scores = scratch, *q = scratch + j->H * j->ld, *live = q + j->H * j->D;
+    const float *src = j->q + t * j->qstride; /* the token's heads are contiguous */
+    memcpy(q, src, (size_t)(j->H * j->D) * sizeof(float));
+    if (j->rotary)
+        for (int64_t h = 0; h < j->H; h++)
+            tdm_llm_rotate(q + h * j->D, j->cos + pos * (j->rot / 2), j->sin + pos * (j->rot / 2),
+                           j->rot, j->interleaved);
+    if (j->parts == 1) {
+        float *y = j->y + t * j->H * j->D;
+        all_scores(j, b, lo, n, q, scores);
+        memset(y, 0, (size_t)(j->H * j->D) * sizeof(float));
+        for (int64_t h = 0; h < j->H; h++)
+            live[h] = tdm_llm_softmax(j->simd, scores + h * j->ld, n - lo, j->softcap, NULL,
+                                      j->sink != NULL, j->sink ? j->sink[h] : 0.0f);
+        all_pv(j, b, lo, n, live, scores, y, j->D);
+        return;
+    }
+    /* part k: positions [a, e); per head the output normalised by its own 1 + sum (the part's
+     * softmax with one more logit equal to their max m, whose probability 1 / (1 + sum) gives
+     * the sum back), m and 1 + sum; paged_merge combines the parts */
+    int64_t chunk = (n - lo + j->parts - 1) / j->parts, a = lo + k * chunk;
+    int64_t e = a + chunk < n ? a + chunk : n, slot = j->D + 2;
+    float *o = j->partial + (t * j->H * j->parts + k) * slot;
+    int64_t ostride = j->parts * slot;
+    for (int64_t h = 0; h < j->H; h++) {
+        memset(o + h * ostride, 0, (size_t)j->D * sizeof(float));
+        o[h * ostride + j->D] = -INFINITY; /* empty part */
+    }
+    if (a >= e) return;
+    all_scores(j, b, a, e, q, scores);
+    for (int64_t h = 0; h < j->H; h++) {
+        float *sc = scores + h * j->ld, mx = -INFINITY;
+        if (j->softcap > 0.0f)
+            for (int64_t x = 0; x < e - a; x++) sc[x] = j->softcap * tanhf(sc[x] / j->softcap);
+        for (int64_t x = 0; x < e - a; x++) mx = sc[x] > mx ? sc[x] : mx;
+        live[h] = tdm_llm_softmax(j->simd, sc, e - a, 0.0f, NULL, true, mx);
+        o[h * ostride + j->D] = mx;
+        o[h * ostride + j->D + 1] = 1.0f / sc[e - a];
+    }
+    all_pv(j, b, a, e, live, scores, o, ostride);
+}
+
+/* After the parts: y = sum_k w_k (1 + sum_k) o_k / (sum_k w_k sum_k [+ sink term]), with
+ * w_k = exp(m_k - M). */
+static void paged_merge(const paged_job *j) {
+    int64_t slot = j->D + 2;
+    for (int64_t t = 0; t < j->T; t++)
+        for (int64_t h = 0; h < j->H; h++) {
+            const float *part = j->partial + (t * j->H + h) * j->parts * slot;
+            float *y = j->y + (t * j->H + h) * j->D;
+            float sink = j->sink ? j->sink[h] : 0.0f, m = j->sink ? sink : -INFINITY;
+            for (int64_t k = 0; k < j->parts; k++) m = part[k * slot + j->D] > m ? part[k * slot + j->D] : m;
+            memset(y, 0, (size_t)j->D * sizeof(float));
+            if (m == -INFINITY) continue;
+            double den = j->sink ? exp((double)sink - m) : 0.0;
+            for (int64_t k = 0; k < j->parts; k++) {
+                const float *o = part + k * slot;
+                if (o[j->D] == -INFINITY) continue;
+                double w = exp((double)o[j->D] - m);
+                den += w * ((double)o[j->D + 1] - 1.0);
+                float c = (float)(w * o[j->D + 1]);
+                for (int64_t d = 0; d < j->D; d++) y[d] += c * o[d];
+            }
+            float inv = den > 0.0 ? (float)(1.0 / den) : 0.0f;
+            for (int64_t d = 0; d < j->D; d++) y[d] *= inv;
+        }
+}
+
+/* Pass 2's driver: slot k (one per thread) runs items k, k + slots, ... with its scratch. */
+static void paged_slots(void *arg, int64_t k0, int64_t k1) {
+    const paged_job *j = arg;
+    for (int64_t k = k0; k < k1; k++)
+        for (int64_t p = k; p < j->items; p += j->slots) paged_item(j, p, j->scratch + k * j->per_task);
+}
+
+#define BAD(...) tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, __VA_ARGS__)
+
+/* A cache: float32 [NB, BS, KVH, D] or [NB, BS, KVH*D]. */
+static tdm_status *check_cache(const tdm_node *node, const tdm_tensor *t, const char *what,
+                               int64_t KVH, int64_t D) {
+    bool ok = t->dtype == TDM_FLOAT && t->dims[1] > 0 &&
+              ((t->rank == 4 && t->dims[2] == KVH && t->dims[3] == D) ||
+               (t->rank == 3 && t->dims[2] == KVH * D));
+    if (!ok) {
+        char buf[96];
+        return BAD("%s has shape %s, expected float32 [num_blocks, block_size, %lld, %lld] (or "
+                   "[num_blocks, block_size, %lld])",
+                   what, tdm_shape_str(t->rank, t->dims, buf, sizeof buf), (long long)KVH,
+                   (long long)D, (long long)(KVH * D));
+    }
+    return NULL;
+}
+
+/* The tables: cumulative lengths monotone from 0 to T, every sequence within its table's
+ * capacity, the blocks it uses in range, its positions within the rotary caches. Fills
+ * seq_of (per token). */
+static tdm_status *check_tables(const tdm_node *node, const paged_job *j, int64_t NB,
+                                int64_t maxpos, int32_t *seq_of) {
+    if (j->cu[0] != 0) return BAD("cumulative_sequence_length[0] is %d, must be 0", (int)j->cu[0]);
+    for (int64_t b = 0; b < j->B; b++) {
+        int64_t c0 = j->cu[b], c1 = j->cu[b + 1], past = j->past[b];
+        if (c1 < c0 || c1 > j->T)
+            return BAD("cumulative_sequence_length is not non-decreasing within the %lld tokens "
+                       "(entry %lld: %lld after %lld)",
+                       (long long)j->T, (long long)(b + 1), (long long)c1, (long long)c0);
+        if (past < 0) return BAD("past_seqlens[%lld] is negative (%lld)", (long long)b, (long long)past);
+        int64_t len = past + c1 - c0;
+        if (len > j->MB * j->BS)
+            return BAD("sequence %lld needs %lld positions (past %lld + %lld new); its block_table "
+                       "row holds %lld blocks of %lld",
+                       (long long)b, (long long)len, (long long)past, (long long)(c1 - c0),
+                       (long long)j->MB, (long long)j->BS);
+        if (j->rotary && c1 > c0 && len > maxpos)
+            return BAD("sequence %lld reaches position %lld, past the rotary caches' %lld rows",
+                       (long long)b, (long long)(len - 1), (long long)maxpos);
+        for (int64_t k = 0; k * j->BS < len; k++) {
+            int64_t id = j->bt[b * j->MB + k];
+            if (id < 0 || id >= NB)
+                return BAD("block_table[%lld][%lld] = %lld is not a block of the cache (%lld blocks)",
+                           (long long)b, (long long)k, (long long)id, (long long)NB);
+        }
+        for (int64_t t = c0; t < c1; t++) seq_of[t] = (int32_t)b;
+    }
+    if (j->cu[j->B] != j->T)
+        return BAD("cumulative_sequence_length ends at %lld, the query has %lld tokens",
+                   (long long)j->cu[j->B], (long long)j->T);
+    return NULL;
+}
+
+static const tdm_tensor *opt_in(const tdm_kernel_ctx *ctx, int i) {
+    return ctx->n_in > i ? ctx->in[i] : NULL;
+}
+
+tdm_status *tdm_llm_run_paged(tdm_kernel_ctx *ctx) {
+    const tdm_node *node = ctx->node;
+    const tdm_tensor *q = ctx->in[0], *k = opt_in(ctx, 1), *v = opt_in(ctx, 2);
+    const tdm_tensor *kc = opt_in(ctx, 3), *vc = opt_in(ctx, 4), *cu = opt_in(ctx, 5);
+    const tdm_tensor *past = opt_in(ctx, 6), *bt = opt_in(ctx, 7);
+    const tdm_tensor *cosc = opt_in(ctx, 8), *sinc = opt_in(ctx, 9), *sink = opt_in(ctx, 11);
+    if (!kc || !vc || !cu || !past || !bt)
+        return BAD("key_cache, value_cache, cumulative_sequence_length, past_seqlens and "
+                   "block_table are required");
+    paged_job j;
+    memset(&j, 0, sizeof j);
+    j.H = tdm_attr_int(node, "num_heads", 0);
+    j.KVH = tdm_attr_int(node, "kv_num_heads", 0);
+    if (j.H <= 0 || j.KVH <= 0 || j.H % j.KVH) return BAD("bad num_heads / kv_num_heads");
+    if (q->dtype != TDM_FLOAT || (q->rank != 2 && !(q->rank == 3 && q->dims[0] == 1)))
+        return BAD("query must be float32 [num_tokens, hidden] (or [1, num_tokens, hidden])");
+    j.T = q->dims[q->rank - 2];
+    bool packed = !k;
+    if (packed != !v) return BAD("key and value must both be given or both omitted");
+    int64_t parts = packed ? j.H + 2 * j.KVH : j.H, last = q->dims[q->rank - 1];
+    if (last % parts)
+        return BAD("query's last dim %lld is not a multiple of %lld heads", (long long)last,
+                   (long long)parts);
+    j.D = last / parts;
+    if (j.D <= 0) return BAD("head size is 0");
+    if (!packed) {
+        const tdm_tensor *kv[2] = {k, v};
+        for (int i = 0; i < 2; i++)
+            if (kv[i]->dtype != TDM_FLOAT || kv[i]->rank != q->rank ||
+                kv[i]->dims[q->rank - 2] != j.T || kv[i]->dims[q->rank - 1] != j.KVH * j.D ||
+                (q->rank == 3 && kv[i]->dims[0] != 1))
+                return BAD("%s must be float32 [%s%lld, %lld] (kv_num_heads * head size)",
+                           i ? "value" : "key", q->rank == 3 ? "1, " : "", (long long)j.T,
+                           (long long)(j.KVH * j.D));
+    }
+    TDM_TRY(check_cache(node, kc, "key_cache", j.KVH, j.D));
+    TDM_TRY(check_cache(node, vc, "value_cache", j.KVH, j.D));
+    if (kc->dims[0] != vc->dims[0] || kc->dims[1] != vc->dims[1])
+        return BAD("key_cache and value_cache have different shapes");
+    int64_t NB = kc->dims[0];
+    j.BS = kc->dims[1];
+    j.row = j.KVH * j.D;
+    if (past->dtype != TDM_INT32 || past->rank != 1) return BAD("past_seqlens must be int32 [batch]");
+    j.B = past->dims[0];
+    if (cu->dtype != TDM_INT32 || cu->rank != 1 || cu->dims[0] != j.B + 1)
+        return BAD("cumulative_sequence_length must be int32 [%lld] (batch + 1)", (long long)(j.B + 1));
+    if (bt->dtype != TDM_INT32 || bt->rank != 2 || bt->dims[0] != j.B)
+        return BAD("block_table must be int32 [%lld, max_blocks_per_sequence]", (long long)j.B);
+    j.MB = bt->dims[1];
+    j.rotary = tdm_attr_int(node, "do_rotary", 0) != 0;
+    j.interleaved = tdm_attr_int(node, "rotary_interleaved", 0) != 0;
+    int64_t maxpos = 0;
+    if (j.rotary) {
+        if (!cosc || !sinc || cosc->dtype != TDM_FLOAT || sinc->dtype != TDM_FLOAT ||
+            cosc->rank != 2 || sinc->rank != 2 || sinc->dims[0] != cosc->dims[0] ||
+            sinc->dims[1] != cosc->dims[1] || cosc->dims[1] <= 0 || 2 * cosc->dims[1] > j.D)
+            return BAD("cos_cache and sin_cache must be float32 [max_length, n] with "
+                       "1 <= n <= head_size / 2 (%lld)", (long long)(j.D / 2));
+        j.rot = 2 * cosc->dims[1];
+        maxpos = cosc->dims[0];
+        j.cos = cosc->data;
+        j.sin = sinc->data;
+    }
+    if (sink) {
+        if (sink->dtype != TDM_FLOAT || sink->count != j.H)
+            return BAD("head_sink must be float32 [%lld]", (long long)j.H);
+        j.sink = sink->data;
+    }
+    j.causal = tdm_attr_int(node, "is_causal", 1) != 0;
+    j.win = tdm_attr_int(node, "local_window_size", -1);
+    j.softcap = tdm_attr_float(node, "softcap", 0.0f);
+    float scale = tdm_attr_float(node, "scale", 0.0f);
+    j.scale = scale != 0.0f ? scale : 1.0f / sqrtf((float)j.D);
+    j.cu = cu->data;
+    j.past = past->data;
+    j.bt = bt->data;
+
+    /* scratch: the token -> sequence map, then per slot the group's logits and rotated
+     * queries; a copy of a cache whose output is not asked for */
+    int64_t longest = 0;
+    for (int64_t b = 0; b < j.B; b++) {
+        int64_t len = (int64_t)j.past[b] + (j.cu[b + 1] - j.cu[b]);
+        longest = len > longest ? len : longest;
+    }
+    if (longest > j.MB * j.BS) longest = j.MB * j.BS; /* larger is refused by check_tables */
+    if (longest < 0) longest = 0;
+    j.ld = longest + 16;
+    j.per_task = j.H * j.ld + j.H * j.D + j.H + 16;
+    j.run = (4096 / j.row) & ~(int64_t)15; /* whole steps of the AVX-512 scores (16 rows) */
+    j.run = j.run < 16 ? 16 : j.run > 64 ? 64 : j.run;
+    j.items = j.T;
+    int threads = tdm_threadpool_size(ctx->pool);
+    j.parts = 1;
+    if (threads > 1 && j.items > 0 && j.items < 2 * threads) {
+        /* a decode step of few sequences: split each item's positions so every thread has
+         * work (parts of at least 64 positions) */
+        int64_t want = (2 * threads + j.items - 1) / j.items, cap = longest / 64;
+        j.parts = want < cap ? want : cap;
+        if (j.parts < 1) j.parts = 1;
+        j.items *= j.parts;
+    }
+    j.slots = j.items < threads ? j.items : threads;
+    if (j.slots < 1) j.slots = 1;
+    tdm_tensor *ko = ctx->n_out > 1 ? ctx->out[1] : NULL, *vo = ctx->n_out > 2 ? ctx->out[2] : NULL;
+    size_t cache = (size_t)kc->count;
+    size_t own_cache = (ko ? 0 : cache) + (vo ? 0 : cache);
+    size_t part_need = j.parts > 1 ? (size_t)(j.T * j.H * j.parts * (j.D + 2)) : 0;
+    size_t need = (size_t)j.T + 16 + (size_t)(j.slots * j.per_task) + part_need + own_cache;
+    float *own = NULL, *mem = tdm_llm_gqa_scratch(ctx, need, &own);
+    if (!mem) return tdm_node_error(node, TDM_ERR_OUT_OF_MEMORY, "out of memory");
+    int32_t *seq_of = (int32_t *)mem;
+    j.seq_of = seq_of;
+    j.scratch = mem + j.T + 16;
+    tdm_status *st = check_tables(node, &j, NB, maxpos, seq_of);
+    if (!st) {
+        float *extra = j.scratch + j.slots * j.per_task;
+        j.partial = part_need ? extra : NULL;
+        extra += part_need;
+        j.kc = ko ? ko->data : extra;
+        j.vc = vo ? vo->data : extra + (ko ? 0 : cache);
+        if (j.kc != kc->data) memcpy(j.kc, kc->data, kc->nbytes);
+        if (j.vc != vc->data) memcpy(j.vc, vc->data, vc->nbytes);
+        j.q = q->data;
+        j.qstride = last;
+        if (packed) {
+            j.k = j.v = q->data;
+            j.kstride = last;
+            j.koff = j.H * j.D;
+            j.voff = (j.H + j.KVH) * j.D;
+        } else {
+            j.k = k->data;
+            j.v = v->data;
+            j.kstride = j.KVH * j.D;
+        }
+        j.y = ctx->out[0]->data;
+        j.simd = tdm_cpu_simd_of(ctx);
+        j.f = tdm_llm_fns_for(j.simd->level);
+        if (j.T > 0) {
+            tdm_parallel_for(ctx->pool, j.T, 1, paged_cache, &j);
+            tdm_parallel_for(ctx->pool, j.slots, 1, paged_slots, &j);
+            if (j.parts > 1) paged_merge(&j);
+        }
+    }
+    tdm_llm_gqa_scratch_done(ctx, own);
+    return st;
+}

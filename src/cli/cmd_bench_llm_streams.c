@@ -1,0 +1,306 @@
+/* tandem bench MODEL_DIR --llm --streams N: concurrent generation through the LLM engine
+ * (include/tandem/engine.h). N requests of a P-token random prompt and G generated tokens each
+ * (eos does not stop) are submitted at once, three ways: one stream alone, N streams with
+ * continuous batching, and N streams served one request at a time (no_batching, the
+ * llama.cpp-style baseline). Reported per way: aggregate generated tokens/s (all the streams'
+ * tokens over the wall time from the submits to the last end), time to first token p50 / max
+ * and inter-token latency p50 / p99 over the streams' gaps between tokens, and tokens per CPU
+ * second of the process (the work done, less sensitive to a loaded machine); the ways take turns
+ * R times and each way's median repetition (by tokens/s) is reported. Public API only. */
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+#include "cmd_bench.h"
+#include "cmd_generate.h"
+#include "tandem/engine.h"
+
+typedef struct stream {
+    double t_submit, t_first, t_last, t_end;
+    long tokens;
+    double *gaps;             /* G - 1 inter-token times, s */
+    long n_gaps;
+    bool ended, failed;
+    char error[200];
+} stream;
+
+typedef struct run_state {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    stream *st;
+    long open;
+} run_state;
+
+typedef struct sink {
+    run_state *rs;
+    stream *s;
+    long cap_gaps;
+} sink;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static double cpu_s(void) { /* the process's CPU time: the work, whatever the machine's load */
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void on_event(void *user, const tdm_llm_event *ev) {
+    sink *k = user;
+    double t = now_s();
+    pthread_mutex_lock(&k->rs->mu);
+    stream *s = k->s;
+    if (ev->finish == TDM_LLM_FINISH_NONE) {
+        if (s->tokens == 0) s->t_first = t;
+        else if (s->n_gaps < k->cap_gaps) s->gaps[s->n_gaps++] = t - s->t_last;
+        s->t_last = t;
+        s->tokens++;
+    } else {
+        s->ended = true;
+        s->t_end = t;
+        if (ev->finish == TDM_LLM_FINISH_ERROR) {
+            s->failed = true;
+            snprintf(s->error, sizeof s->error, "%s", tdm_status_message(ev->status));
+        }
+        k->rs->open--;
+        pthread_cond_broadcast(&k->rs->cv);
+    }
+    pthread_mutex_unlock(&k->rs->mu);
+}
+
+static uint64_t mix(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+typedef struct way {
+    const char *name;
+    long streams;
+    bool no_batching;
+    double tps, ttft_p50, ttft_max, itl_p50, itl_p99, wall;
+    double cpu;           /* CPU seconds of the process during the timed round */
+    long steps;
+} way;
+
+/* One way: `n` streams on a fresh engine. Returns the exit code (0 = measured). */
+static int run_way(tdm_env *env, const char *dir, long threads, long pp, long tg,
+                           uint64_t seed, way *w) {
+    long n = w->streams;
+    tdm_llm_engine_options o;
+    memset(&o, 0, sizeof o);
+    o.struct_size = sizeof o;
+    o.threads = (int)threads;
+    o.max_batch = (int)(n > 1 ? n : 1);
+    o.max_length = (int)(pp + tg + 1);
+    o.block_size = 16;
+    o.kv_blocks = n * ((pp + tg + 1 + 15) / 16 + 1);
+    o.no_batching = w->no_batching;
+    o.no_prefix_cache = true; /* random prompts share nothing anyway */
+    tdm_llm_engine *e = NULL;
+    tdm_status *st = tdm_llm_engine_create(env, dir, &o, &e);
+    if (st) return cli_fail(st, "bench --llm --streams");
+    int rc = 0;
+    size_t vocab = tdm_llm_engine_vocab_size(e);
+    run_state rs;
+    pthread_mutex_init(&rs.mu, NULL);
+    pthread_cond_init(&rs.cv, NULL);
+    rs.st = calloc((size_t)n, sizeof *rs.st);
+    sink *sinks = calloc((size_t)n, sizeof *sinks);
+    int32_t *ids = calloc((size_t)pp, sizeof *ids);
+    double *all_gaps = calloc((size_t)(n * tg + 1), sizeof *all_gaps);
+    double *ttft = calloc((size_t)n, sizeof *ttft);
+    bool oom = !rs.st || !sinks || !ids || !all_gaps || !ttft;
+    for (long i = 0; !oom && i < n; i++) {
+        rs.st[i].gaps = calloc((size_t)tg + 1, sizeof(double));
+        oom = !rs.st[i].gaps;
+    }
+    if (oom) {
+        fprintf(stderr, "tandem: bench --llm --streams: out of memory\n");
+        rc = 1;
+    }
+    /* warm-up: the same streams for 4 tokens (the runs of the step shapes the timed round
+     * has, prefill and decode, plan their memory) */
+    if (!rc) {
+        rs.open = n;
+        for (long i = 0; i < n; i++) sinks[i] = (sink){&rs, &rs.st[i], tg + 1};
+        for (long i = 0; !st && i < n; i++) {
+            tdm_llm_request_params p;
+            memset(&p, 0, sizeof p);
+            p.struct_size = sizeof p;
+            p.max_tokens = 4;
+            p.ignore_eos = true;
+            uint64_t x = seed + 500 + (uint64_t)i, id;
+            for (long j = 0; j < pp; j++) ids[j] = (int32_t)(mix(&x) % vocab);
+            st = tdm_llm_engine_submit(e, ids, (size_t)pp, &p, on_event, &sinks[i], &id);
+            if (st) {
+                pthread_mutex_lock(&rs.mu);
+                rs.open -= n - i;
+                pthread_mutex_unlock(&rs.mu);
+            }
+        }
+        pthread_mutex_lock(&rs.mu);
+        while (rs.open > 0) pthread_cond_wait(&rs.cv, &rs.mu);
+        pthread_mutex_unlock(&rs.mu);
+        for (long i = 0; i < n; i++) {
+            double *g = rs.st[i].gaps;
+            memset(&rs.st[i], 0, sizeof rs.st[i]);
+            rs.st[i].gaps = g;
+        }
+    }
+    tdm_llm_engine_stats s0;
+    tdm_llm_engine_get_stats(e, &s0);
+    double t0 = now_s(), c0 = cpu_s();
+    rs.open = 0;
+    for (long i = 0; !rc && !st && i < n; i++) {
+        tdm_llm_request_params p;
+        memset(&p, 0, sizeof p);
+        p.struct_size = sizeof p;
+        p.max_tokens = (int)tg;
+        p.ignore_eos = true;
+        uint64_t x = seed + 1 + (uint64_t)i, id;
+        for (long j = 0; j < pp; j++) ids[j] = (int32_t)(mix(&x) % vocab);
+        sinks[i] = (sink){&rs, &rs.st[i], tg + 1};
+        rs.st[i].t_submit = now_s();
+        pthread_mutex_lock(&rs.mu);
+        rs.open++;
+        pthread_mutex_unlock(&rs.mu);
+        st = tdm_llm_engine_submit(e, ids, (size_t)pp, &p, on_event, &sinks[i], &id);
+        if (st) {
+            pthread_mutex_lock(&rs.mu);
+            rs.open--;
+            pthread_mutex_unlock(&rs.mu);
+        }
+    }
+    pthread_mutex_lock(&rs.mu);
+    while (rs.open > 0) pthread_cond_wait(&rs.cv, &rs.mu);
+    pthread_mutex_unlock(&rs.mu);
+    double t1 = now_s(), c1 = cpu_s();
+    tdm_llm_engine_stats s1;
+    tdm_llm_engine_get_stats(e, &s1);
+    tdm_llm_engine_free(e);
+    if (st) rc = cli_fail(st, "bench --llm --streams");
+    if (!rc) {
+        long total = 0, ng = 0;
+        for (long i = 0; i < n; i++) {
+            stream *s = &rs.st[i];
+            if (s->failed && !rc) {
+                fprintf(stderr, "tandem: bench --llm --streams: stream %ld: %s\n", i, s->error);
+                rc = 1;
+            }
+            total += s->tokens;
+            ttft[i] = s->t_first - s->t_submit;
+            for (long j = 0; j < s->n_gaps; j++) all_gaps[ng++] = s->gaps[j];
+        }
+        qsort(ttft, (size_t)n, sizeof *ttft, bench_cmp_double);
+        qsort(all_gaps, (size_t)ng, sizeof *all_gaps, bench_cmp_double);
+        w->wall = t1 - t0;
+        w->cpu = c1 - c0;
+        w->tps = w->wall > 0 ? (double)total / w->wall : 0;
+        w->ttft_p50 = bench_percentile(ttft, n, 50) * 1e3;
+        w->ttft_max = ttft[n - 1] * 1e3;
+        w->itl_p50 = ng ? bench_percentile(all_gaps, ng, 50) * 1e3 : 0;
+        w->itl_p99 = ng ? bench_percentile(all_gaps, ng, 99) * 1e3 : 0;
+        w->steps = (long)(s1.steps_total - s0.steps_total);
+    }
+    for (long i = 0; rs.st && i < n; i++) free(rs.st[i].gaps);
+    free(rs.st);
+    free(sinks);
+    free(ids);
+    free(all_gaps);
+    free(ttft);
+    pthread_mutex_destroy(&rs.mu);
+    pthread_cond_destroy(&rs.cv);
+    return rc;
+}
+
+int cmd_bench_llm_streams(const char *dir, long streams, long threads, long pp, long tg,
+                          long reps, unsigned long long seed, bool json) {
+    if (pp < 1) pp = 1;
+    if (tg < 2) tg = 2;
+    tdm_env_options eo = {0};
+    eo.api_version = TDM_API_VERSION;
+    eo.threads = (int)threads;
+    tdm_env *env = NULL;
+    tdm_status *st = tdm_env_create(&eo, &env);
+    way ways[3];
+    memset(ways, 0, sizeof ways);
+    ways[0] = (way){.name = "1 stream", .streams = 1};
+    ways[1] = (way){.name = "batched", .streams = streams};
+    ways[2] = (way){.name = "one at a time", .streams = streams, .no_batching = true};
+    int n_ways = streams > 1 ? 3 : 1;
+    if (st) return cli_fail(st, "bench --llm --streams");
+    int rc = 0;
+    /* the ways in turn, reps times (the load of a shared machine drifts): each way's median
+     * repetition by tokens/s is reported */
+    way *all = calloc((size_t)(reps * n_ways), sizeof *all);
+    if (!all) {
+        tdm_env_free(env);
+        fprintf(stderr, "tandem: bench --llm --streams: out of memory\n");
+        return 1;
+    }
+    for (long r = 0; !rc && r < reps; r++)
+        for (int i = 0; !rc && i < n_ways; i++) {
+            all[r * n_ways + i] = ways[i];
+            rc = run_way(env, dir, threads, pp, tg, seed + (uint64_t)r * 1000, &all[r * n_ways + i]);
+        }
+    for (int i = 0; !rc && i < n_ways; i++) {
+        /* sort way i's repetitions by tokens/s (insertion: a few) and take the middle one */
+        for (long r = 1; r < reps; r++)
+            for (long q = r; q > 0 && all[q * n_ways + i].tps < all[(q - 1) * n_ways + i].tps; q--) {
+                way t = all[q * n_ways + i];
+                all[q * n_ways + i] = all[(q - 1) * n_ways + i];
+                all[(q - 1) * n_ways + i] = t;
+            }
+        ways[i] = all[(reps / 2) * n_ways + i];
+    }
+    free(all);
+    if (rc) {
+        tdm_env_free(env);
+        return rc;
+    }
+    if (json) {
+        printf("{\n  \"model\": ");
+        bench_json_string(stdout, dir);
+        printf(", \"threads\": %ld, \"prompt_tokens\": %ld, \"gen_tokens\": %ld, \"streams\": %ld,\n"
+               "  \"repetitions\": %ld, \"ways\": [\n", threads, pp, tg, streams, reps);
+        for (int i = 0; i < n_ways; i++)
+            printf("    {\"name\": \"%s\", \"streams\": %ld, \"batching\": %s, \"tokens_per_s\": %.3f, "
+                   "\"wall_s\": %.3f, \"cpu_s\": %.3f, \"tokens_per_cpu_s\": %.3f, \"steps\": %ld, "
+                   "\"ttft_ms\": {\"p50\": %.3f, \"max\": %.3f}, "
+                   "\"itl_ms\": {\"p50\": %.3f, \"p99\": %.3f}}%s\n", ways[i].name, ways[i].streams,
+                   ways[i].no_batching ? "false" : "true", ways[i].tps, ways[i].wall, ways[i].cpu,
+                   ways[i].cpu > 0 ? (double)(ways[i].streams * tg) / ways[i].cpu : 0, ways[i].steps,
+                   ways[i].ttft_p50, ways[i].ttft_max, ways[i].itl_p50, ways[i].itl_p99,
+                   i + 1 < n_ways ? "," : "");
+        printf("  ],\n  \"batched_over_one\": %.3f, \"batched_over_one_at_a_time\": %.3f\n}\n",
+               n_ways > 1 && ways[0].tps > 0 ? ways[1].tps / ways[0].tps : 1.0,
+               n_ways > 2 && ways[2].tps > 0 ? ways[1].tps / ways[2].tps : 1.0);
+    } else {
+        printf("| %-14s | %7s | %10s | %10s | %6s | %9s | %9s | %9s | %9s |\n", "way", "streams",
+               "tokens/s", "tok/cpu-s", "steps", "ttft p50", "ttft max", "itl p50", "itl p99");
+        printf("|----------------|---------|------------|------------|--------|-----------|"
+               "-----------|-----------|-----------|\n");
+        for (int i = 0; i < n_ways; i++)
+            printf("| %-14s | %7ld | %10.2f | %10.2f | %6ld | %7.1fms | %7.1fms | %7.2fms | "
+                   "%7.2fms |\n", ways[i].name, ways[i].streams, ways[i].tps,
+                   ways[i].cpu > 0 ? (double)(ways[i].streams * tg) / ways[i].cpu : 0,
+                   ways[i].steps, ways[i].ttft_p50,
+                   ways[i].ttft_max, ways[i].itl_p50, ways[i].itl_p99);
+        if (n_ways > 1)
+            printf("prompt %ld, %ld generated tokens per stream, threads %ld, median of %ld: "
+                   "batched / 1 stream %.2fx, batched / one at a time %.2fx\n", pp, tg, threads, reps,
+                   ways[0].tps > 0 ? ways[1].tps / ways[0].tps : 0,
+                   ways[2].tps > 0 ? ways[1].tps / ways[2].tps : 0);
+    }
+    tdm_env_free(env);
+    return 0;
+}

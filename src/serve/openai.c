@@ -1,0 +1,1066 @@
+/*
+ * tandem serve: OpenAI's API on the HTTP port (see openai.h for the models).
+ *
+ *   POST /v1/completions        prompt (a string, or token ids), max_tokens (default 16)
+ *   POST /v1/chat/completions   messages through the model's chat template (with the
+ *                               generation prompt), max_tokens / max_completion_tokens
+ *                               (default: up to the context)
+ *   GET  /v1/models, /v1/models/NAME
+ *
+ * Sampling: temperature (default 1; 0 = greedy), top_p, top_k (-1 or 0 = all; an extension
+ * as in vLLM), seed, repetition_penalty and ignore_eos (vLLM's extensions). stop: a string or
+ * up to 16; matched on the generated text, which is cut before the match, and the request
+ * stops in the engine at once. n = 1 only. logprobs: completions `logprobs: N` (0..20), chat
+ * `logprobs: true` with `top_logprobs: N`. stream: server-sent events, `data: {chunk}` then
+ * `data: [DONE]`; stream_options.include_usage adds the usage chunk (choices []) at the end.
+ * While streaming, text that may be the start of a stop string is held back until it is
+ * known not to be.
+ *
+ * Errors: {"error": {"message", "type", "param", "code"}} with 400 (invalid_request_error;
+ * code context_length_exceeded when the prompt and max_tokens do not fit the context), 404
+ * (model_not_found), 413 (body too large), 503 (the model's queue is full, or it is being
+ * unloaded; Retry-After), 500. A stream that fails after its start sends an error chunk
+ * ({"error": {...}}) and [DONE].
+ *
+ * A request: parsed and tokenized on libmicrohttpd's thread, submitted to the engine; a
+ * non-streaming one suspends its connection until its end event builds the answer; a
+ * streaming one answers at once with a callback response whose reader takes the chunks that
+ * the engine's events queue, and suspends the connection while there is none. A client that
+ * goes away (the request-completed notification) cancels its request in the engine.
+ */
+#define _GNU_SOURCE /* memmem */
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "serve/openai.h"
+#include "serve/repo.h"
+#include "serve/server_impl.h"
+
+#define OA_MAX_STOP 16
+#define OA_MAX_STOP_LEN 256
+#define OA_MAX_TOP 20
+#define OA_JSON_DEPTH 64
+#define OA_TREE_FACTOR 16 /* bytes of jansson's tree per byte of JSON text, at most */
+
+/* One generated token with its log-probabilities (when asked). */
+typedef struct oa_tok {
+    int32_t id;
+    float lp;
+    int n_top;
+    size_t offset; /* bytes of the completion's text before it */
+    tdm_llm_logprob top[OA_MAX_TOP];
+} oa_tok;
+
+typedef struct oa_req {
+    sv_llm_link link; /* in llm->reqs, under llm->mu */
+    pthread_mutex_t mu;
+    int refs;         /* the connection's and (once submitted) the engine's */
+    sv_conn *c;       /* NULL once the connection is done */
+    sv_llm *llm;
+    bool chat, stream, include_usage, logprobs;
+    int top_logprobs;
+    char id[48];
+    char *model;
+    int64_t created;
+    int n_stop;
+    char *stop[OA_MAX_STOP];
+    size_t stop_len[OA_MAX_STOP], max_stop;
+    tdm_token_stream *ts;
+    sv_buf text;      /* the completion (cut before a stop string) */
+    size_t emitted;   /* stream: bytes of text sent */
+    oa_tok *toks;     /* logprobs: the tokens */
+    size_t n_toks, cap_toks;
+    int32_t *ids;     /* the generated tokens */
+    size_t n_ids, cap_ids;
+    int64_t prompt_tokens, gen_tokens;
+    bool finished;    /* the answer's end is known */
+    bool engine_done; /* the end event came */
+    const char *finish;
+    uint64_t t_recv, t_last;
+    /* streaming */
+    sv_buf out;
+    size_t out_pos;
+    bool out_done, reader_waiting;
+} oa_req;
+
+/* ---- errors ----------------------------------------------------------------------------------- */
+
+void sv_openai_error_json(sv_buf *b, int http, const char *msg, const char *param, const char *code) {
+    const char *type = http >= 500 ? "server_error" : http == 401 ? "authentication_error"
+                     : http == 429 ? "rate_limit_error" : "invalid_request_error";
+    sv_buf_str(b, "{\"error\":{\"message\":");
+    sv_buf_json_str(b, msg, strlen(msg));
+    sv_buf_printf(b, ",\"type\":\"%s\",\"param\":", type);
+    if (param) sv_buf_json_str(b, param, strlen(param));
+    else sv_buf_str(b, "null");
+    sv_buf_str(b, ",\"code\":");
+    if (code) sv_buf_json_str(b, code, strlen(code));
+    else sv_buf_str(b, "null");
+    sv_buf_str(b, "}}");
+}
+
+static void set_error(sv_conn *c, int http, const char *msg, const char *param, const char *code) {
+    sv_buf b = {0};
+    sv_openai_error_json(&b, http, msg, param, code);
+    size_t len = 0;
+    char *p = sv_buf_take(&b, &len);
+    sv_http_answer(c, p ? http : 500, p, len, "application/json");
+}
+
+static enum MHD_Result fail(sv_conn *c, int http, const char *param, const char *code, const char *fmt,
+                            ...) __attribute__((format(printf, 5, 6)));
+static enum MHD_Result fail(sv_conn *c, int http, const char *param, const char *code, const char *fmt,
+                            ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    set_error(c, http, msg, param, code);
+    return sv_http_send_answer(c);
+}
+
+static enum MHD_Result fail_error(sv_conn *c, sv_error *e, const char *code) {
+    set_error(c, e->http, e->msg, NULL, code);
+    sv_error_free(e);
+    return sv_http_send_answer(c);
+}
+
+/* ---- requests --------------------------------------------------------------------------------- */
+
+static void req_unref(oa_req *r) {
+    pthread_mutex_lock(&r->mu);
+    bool last = --r->refs == 0;
+    pthread_mutex_unlock(&r->mu);
+    if (!last) return;
+    for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    tdm_token_stream_free(r->ts);
+    sv_buf_free(&r->text);
+    sv_buf_free(&r->out);
+    free(r->toks);
+    free(r->ids);
+    free(r->model);
+    pthread_mutex_destroy(&r->mu);
+    free(r);
+}
+
+static void json_float(sv_buf *b, float v) {
+    if (!isfinite(v)) v = -9999.0f; /* OpenAI's value for an impossible token */
+    sv_buf_printf(b, "%.6g", (double)v);
+}
+
+/* The text of one token (as the completion would show it alone). */
+static void token_text(const oa_req *r, int32_t id, sv_buf *b, bool as_bytes) {
+    char *s = NULL;
+    size_t n = 0;
+    tdm_status *st = tdm_tokenizer_decode(r->llm->tok, &id, 1, false, &s, &n);
+    if (st) {
+        tdm_status_free(st);
+        s = NULL, n = 0;
+    }
+    if (as_bytes) {
+        sv_buf_str(b, "[");
+        for (size_t i = 0; i < n; i++) sv_buf_printf(b, "%s%u", i ? "," : "", (unsigned char)s[i]);
+        sv_buf_str(b, "]");
+    } else {
+        sv_buf_json_str(b, s ? s : "", n);
+    }
+    tdm_string_free(s);
+}
+
+/* The logprobs object of tokens [from, to). */
+static void logprobs_json(const oa_req *r, size_t from, size_t to, sv_buf *b) {
+    if (r->chat) {
+        sv_buf_str(b, "{\"content\":[");
+        for (size_t i = from; i < to; i++) {
+            const oa_tok *t = &r->toks[i];
+            sv_buf_str(b, i > from ? ",{\"token\":" : "{\"token\":");
+            token_text(r, t->id, b, false);
+            sv_buf_str(b, ",\"logprob\":");
+            json_float(b, t->lp);
+            sv_buf_str(b, ",\"bytes\":");
+            token_text(r, t->id, b, true);
+            sv_buf_str(b, ",\"top_logprobs\":[");
+            for (int k = 0; k < t->n_top && k < r->top_logprobs; k++) {
+                sv_buf_str(b, k ? ",{\"token\":" : "{\"token\":");
+                token_text(r, t->top[k].token, b, false);
+                sv_buf_str(b, ",\"logprob\":");
+                json_float(b, t->top[k].logprob);
+                sv_buf_str(b, ",\"bytes\":");
+                token_text(r, t->top[k].token, b, true);
+                sv_buf_str(b, "}");
+            }
+            sv_buf_str(b, "]}");
+        }
+        sv_buf_str(b, "],\"refusal\":null}");
+        return;
+    }
+    sv_buf_str(b, "{\"tokens\":[");
+    for (size_t i = from; i < to; i++) {
+        if (i > from) sv_buf_str(b, ",");
+        token_text(r, r->toks[i].id, b, false);
+    }
+    sv_buf_str(b, "],\"token_logprobs\":[");
+    for (size_t i = from; i < to; i++) {
+        if (i > from) sv_buf_str(b, ",");
+        json_float(b, r->toks[i].lp);
+    }
+    sv_buf_str(b, "],\"top_logprobs\":[");
+    for (size_t i = from; i < to; i++) {
+        sv_buf_str(b, i > from ? ",{" : "{");
+        for (int k = 0; k < r->toks[i].n_top && k < r->top_logprobs; k++) {
+            if (k) sv_buf_str(b, ",");
+            token_text(r, r->toks[i].top[k].token, b, false);
+            sv_buf_str(b, ":");
+            json_float(b, r->toks[i].top[k].logprob);
+        }
+        sv_buf_str(b, "}");
+    }
+    sv_buf_str(b, "],\"text_offset\":[");
+    for (size_t i = from; i < to; i++) sv_buf_printf(b, "%s%zu", i > from ? "," : "", r->toks[i].offset);
+    sv_buf_str(b, "]}");
+}
+
+static void usage_json(const oa_req *r, sv_buf *b) {
+    sv_buf_printf(b, "{\"prompt_tokens\":%lld,\"completion_tokens\":%lld,\"total_tokens\":%lld}",
+                  (long long)r->prompt_tokens, (long long)r->gen_tokens,
+                  (long long)(r->prompt_tokens + r->gen_tokens));
+}
+
+/* The start of a response object or chunk: id, object, created, model. */
+static void head_json(const oa_req *r, sv_buf *b, bool chunk) {
+    sv_buf_printf(b, "{\"id\":\"%s\",\"object\":\"%s\",\"created\":%lld,\"model\":", r->id,
+                  r->chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion",
+                  (long long)r->created);
+    sv_buf_json_str(b, r->model, strlen(r->model));
+    sv_buf_str(b, ",\"system_fingerprint\":null");
+}
+
+/* Queues one SSE chunk: `text` (may be empty), the logprobs of tokens [lp_from, lp_to), the
+ * finish reason (NULL = none yet). */
+static void stream_chunk(oa_req *r, const char *text, size_t len, size_t lp_from, size_t lp_to,
+                         const char *finish, bool role) {
+    sv_buf *b = &r->out;
+    sv_buf_str(b, "data: ");
+    head_json(r, b, true);
+    sv_buf_str(b, ",\"choices\":[{\"index\":0,");
+    if (r->chat) {
+        sv_buf_str(b, "\"delta\":{");
+        if (role) sv_buf_str(b, "\"role\":\"assistant\",\"content\":\"\"");
+        else if (len || !finish) {
+            sv_buf_str(b, "\"content\":");
+            sv_buf_json_str(b, text, len);
+        }
+        sv_buf_str(b, "}");
+    } else {
+        sv_buf_str(b, "\"text\":");
+        sv_buf_json_str(b, text, len);
+    }
+    sv_buf_str(b, ",\"logprobs\":");
+    if (r->logprobs && lp_to > lp_from) logprobs_json(r, lp_from, lp_to, b);
+    else sv_buf_str(b, "null");
+    sv_buf_str(b, ",\"finish_reason\":");
+    if (finish) sv_buf_printf(b, "\"%s\"", finish);
+    else sv_buf_str(b, "null");
+    sv_buf_str(b, "}]");
+    if (r->include_usage) sv_buf_str(b, ",\"usage\":null");
+    sv_buf_str(b, "}\n\n");
+}
+
+/* The end of a stream: the rest of the text with the finish reason, the usage, [DONE]. */
+static void stream_end(oa_req *r, size_t lp_from) {
+    stream_chunk(r, r->text.p + r->emitted, r->text.len - r->emitted, lp_from, r->n_toks, r->finish,
+                 false);
+    r->emitted = r->text.len;
+    if (r->include_usage) {
+        sv_buf_str(&r->out, "data: ");
+        head_json(r, &r->out, true);
+        sv_buf_str(&r->out, ",\"choices\":[],\"usage\":");
+        usage_json(r, &r->out);
+        sv_buf_str(&r->out, "}\n\n");
+    }
+    sv_buf_str(&r->out, "data: [DONE]\n\n");
+    r->out_done = true;
+}
+
+static void stream_error(oa_req *r, int http, const char *msg) {
+    sv_buf_str(&r->out, "data: ");
+    sv_openai_error_json(&r->out, http, msg, NULL, NULL);
+    sv_buf_str(&r->out, "\n\ndata: [DONE]\n\n");
+    r->out_done = true;
+}
+
+/* The whole answer of a request that is not streamed. */
+static void final_answer(oa_req *r) {
+    sv_buf b = {0};
+    head_json(r, &b, false);
+    sv_buf_str(&b, ",\"choices\":[{\"index\":0,");
+    if (r->chat) {
+        sv_buf_str(&b, "\"message\":{\"role\":\"assistant\",\"content\":");
+        sv_buf_json_str(&b, r->text.p ? r->text.p : "", r->text.len);
+        sv_buf_str(&b, ",\"refusal\":null}");
+    } else {
+        sv_buf_str(&b, "\"text\":");
+        sv_buf_json_str(&b, r->text.p ? r->text.p : "", r->text.len);
+    }
+    sv_buf_str(&b, ",\"logprobs\":");
+    if (r->logprobs) logprobs_json(r, 0, r->n_toks, &b);
+    else sv_buf_str(&b, "null");
+    sv_buf_printf(&b, ",\"finish_reason\":\"%s\"}],\"usage\":", r->finish);
+    usage_json(r, &b);
+    sv_buf_str(&b, "}");
+    size_t len = 0;
+    char *p = sv_buf_take(&b, &len);
+    if (p) sv_http_answer(r->c, 200, p, len, "application/json");
+    else set_error(r->c, 500, "out of memory", NULL, NULL);
+}
+
+/* Resumes a streaming connection whose reader waits for data (r->mu held). */
+static void wake(oa_req *r) {
+    if (r->reader_waiting && r->c) {
+        r->reader_waiting = false;
+        sv_http_resume(r->c);
+    }
+}
+
+/* Bytes at the end of the text that could be the start of a stop string. */
+static size_t held_back(const oa_req *r) {
+    size_t hold = 0, n = r->text.len;
+    for (int i = 0; i < r->n_stop; i++) {
+        for (size_t k = r->stop_len[i] - 1; k > hold; k--)
+            if (k <= n && !memcmp(r->text.p + n - k, r->stop[i], k)) {
+                hold = k;
+                break;
+            }
+    }
+    return hold;
+}
+
+static void on_token(oa_req *r, const tdm_llm_event *ev) {
+    sv_llm *m = r->llm;
+    bool cancel = false;
+    pthread_mutex_lock(&r->mu);
+    uint64_t now = sv_now_ns();
+    pthread_mutex_lock(&m->mu);
+    if (r->t_last) sv_hist_add(&m->itl, (double)(now - r->t_last) * 1e-9);
+    else sv_hist_add(&m->ttft, (double)(now - r->t_recv) * 1e-9);
+    pthread_mutex_unlock(&m->mu);
+    r->t_last = now;
+    if (r->finished || (r->stream && !r->c)) { /* stopped at a stop string, or nobody reads the
+                                                 stream any more: the cancel is on its way */
+        pthread_mutex_unlock(&r->mu);
+        return;
+    }
+    r->gen_tokens++;
+    if (r->n_ids == r->cap_ids) {
+        size_t nc = r->cap_ids ? 2 * r->cap_ids : 64;
+        int32_t *t = realloc(r->ids, nc * sizeof *t);
+        if (t) r->ids = t, r->cap_ids = nc;
+    }
+    if (r->n_ids < r->cap_ids) r->ids[r->n_ids++] = ev->token;
+    size_t before = r->text.len, lp_from = r->n_toks;
+    const char *piece = NULL;
+    tdm_status *st = tdm_token_stream_push(r->ts, ev->token, &piece);
+    if (st) {
+        tdm_status_free(st);
+        piece = NULL;
+    }
+    if (piece && *piece) sv_buf_str(&r->text, piece);
+    if (r->logprobs) {
+        if (r->n_toks == r->cap_toks) {
+            size_t nc = r->cap_toks ? 2 * r->cap_toks : 64;
+            oa_tok *t = realloc(r->toks, nc * sizeof *t);
+            if (t) r->toks = t, r->cap_toks = nc;
+        }
+        if (r->n_toks < r->cap_toks) {
+            oa_tok *t = &r->toks[r->n_toks++];
+            t->id = ev->token;
+            t->lp = ev->logprob;
+            t->offset = before;
+            t->n_top = ev->n_top < OA_MAX_TOP ? ev->n_top : OA_MAX_TOP;
+            if (t->n_top > 0) memcpy(t->top, ev->top, (size_t)t->n_top * sizeof *t->top);
+        }
+    }
+    /* stop strings: the earliest match that ends in the new text */
+    if (r->n_stop && r->text.len > before) {
+        size_t from = before > r->max_stop ? before - r->max_stop + 1 : 0;
+        size_t cut = SIZE_MAX;
+        for (int i = 0; i < r->n_stop; i++) {
+            const char *p = memmem(r->text.p + from, r->text.len - from, r->stop[i], r->stop_len[i]);
+            if (p && (size_t)(p - r->text.p) < cut) cut = (size_t)(p - r->text.p);
+        }
+        if (cut != SIZE_MAX) {
+            r->text.len = cut;
+            r->text.p[cut] = 0;
+            r->finished = true;
+            r->finish = "stop";
+            cancel = true;
+        }
+    }
+    if (r->stream) {
+        if (r->finished) {
+            stream_end(r, lp_from);
+        } else {
+            size_t release = r->text.len - held_back(r);
+            if (release < r->emitted) release = r->emitted;
+            if (release > r->emitted || r->n_toks > lp_from)
+                stream_chunk(r, r->text.p + r->emitted, release - r->emitted, lp_from, r->n_toks, NULL,
+                             false);
+            r->emitted = release;
+        }
+        wake(r);
+    }
+    uint64_t id = ev->request;
+    pthread_mutex_unlock(&r->mu);
+    if (cancel) {
+        pthread_mutex_lock(&m->mu);
+        m->finished[TDM_LLM_FINISH_STOP]++;
+        pthread_mutex_unlock(&m->mu);
+        tdm_llm_engine_cancel(m->engine, id);
+    }
+}
+
+/* At the natural end: the incremental decoder holds back the bytes of an unfinished UTF-8
+ * character; the completion ends as tdm_tokenizer_decode of all its tokens does (with
+ * U+FFFD for them). */
+static void flush_text(oa_req *r) {
+    if (!r->n_ids || r->n_ids != (size_t)r->gen_tokens) return;
+    char *s = NULL;
+    size_t n = 0;
+    tdm_status *st = tdm_tokenizer_decode(r->llm->tok, r->ids, r->n_ids, true, &s, &n);
+    if (st) {
+        tdm_status_free(st);
+        return;
+    }
+    if (n > r->text.len && (!r->text.len || !memcmp(s, r->text.p, r->text.len)))
+        sv_buf_add(&r->text, s + r->text.len, n - r->text.len);
+    tdm_string_free(s);
+}
+
+static void on_end(oa_req *r, const tdm_llm_event *ev) {
+    sv_llm *m = r->llm;
+    pthread_mutex_lock(&r->mu);
+    r->engine_done = true;
+    int counted = -1, http = 0;
+    char msg[600] = "";
+    if (!r->finished) {
+        r->finished = true;
+        counted = ev->finish >= 1 && ev->finish <= 4 ? (int)ev->finish : 4;
+        switch (ev->finish) {
+        case TDM_LLM_FINISH_STOP: r->finish = "stop"; break;
+        case TDM_LLM_FINISH_LENGTH: r->finish = "length"; break;
+        case TDM_LLM_FINISH_CANCELLED:
+            http = 503;
+            snprintf(msg, sizeof msg, "the request was cancelled: model '%s' is being unloaded or the "
+                     "server is stopping", r->model);
+            break;
+        default:
+            http = 500;
+            snprintf(msg, sizeof msg, "generation failed: %s",
+                     ev->status ? tdm_status_message(ev->status) : "unknown error");
+            break;
+        }
+    }
+    if (counted > 0 && !http) flush_text(r);
+    if (r->stream) {
+        if (!r->out_done && http) stream_error(r, http, msg);
+        else if (!r->out_done) stream_end(r, r->n_toks);
+        wake(r);
+    } else if (r->c) {
+        if (http) set_error(r->c, http, msg, NULL, NULL);
+        else final_answer(r);
+        sv_http_resume(r->c); /* the answer is ready */
+    }
+    pthread_mutex_unlock(&r->mu);
+    pthread_mutex_lock(&m->mu);
+    if (counted > 0) m->finished[counted]++;
+    r->link.prev->next = r->link.next;
+    r->link.next->prev = r->link.prev;
+    r->link.prev = r->link.next = &r->link;
+    m->active--;
+    pthread_cond_broadcast(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+    req_unref(r); /* the engine's reference */
+}
+
+static void on_event(void *user, const tdm_llm_event *ev) {
+    if (ev->finish == TDM_LLM_FINISH_NONE) on_token(user, ev);
+    else on_end(user, ev);
+}
+
+/* libmicrohttpd's reader of a streaming answer. */
+static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    oa_req *r = cls;
+    pthread_mutex_lock(&r->mu);
+    ssize_t n = 0;
+    if (r->out_pos < r->out.len) {
+        size_t k = r->out.len - r->out_pos;
+        if (k > max) k = max;
+        memcpy(buf, r->out.p + r->out_pos, k);
+        r->out_pos += k;
+        if (r->out_pos == r->out.len) r->out.len = r->out_pos = 0;
+        n = (ssize_t)k;
+    } else if (r->out_done) {
+        n = MHD_CONTENT_READER_END_OF_STREAM;
+    } else if (r->c) {
+        /* nothing yet: the connection waits until an event wakes it */
+        r->reader_waiting = true;
+        sv_http_suspend(r->c);
+    } else {
+        n = MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    pthread_mutex_unlock(&r->mu);
+    return n;
+}
+
+void sv_openai_completed(sv_conn *c, enum MHD_RequestTerminationCode toe) {
+    (void)toe;
+    oa_req *r = c->oa;
+    c->oa = NULL;
+    pthread_mutex_lock(&r->mu);
+    r->c = NULL;
+    bool running = !r->engine_done;
+    pthread_mutex_unlock(&r->mu);
+    /* the socket closes after this: the sweeper must not look at it any more */
+    pthread_mutex_lock(&r->llm->mu);
+    bool live = r->link.live;
+    uint64_t id = r->link.id;
+    r->link.fd = -1;
+    pthread_mutex_unlock(&r->llm->mu);
+    /* the client went away: the engine stops the request at its next step */
+    if (running && live) tdm_llm_engine_cancel(r->llm->engine, id);
+    req_unref(r);
+}
+
+/* ---- parsing ---------------------------------------------------------------------------------- */
+
+typedef struct oa_params {
+    tdm_llm_request_params p;
+    bool stream, include_usage, logprobs;
+    int top_logprobs;
+    int64_t max_tokens; /* -1: not given */
+    int n_stop;
+    const char *stop[OA_MAX_STOP];
+    size_t stop_len[OA_MAX_STOP];
+} oa_params;
+
+typedef struct oa_bad {
+    char msg[512];
+    const char *param;
+} oa_bad;
+
+static bool bad(oa_bad *b, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static bool bad(oa_bad *b, const char *param, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b->msg, sizeof b->msg, fmt, ap);
+    va_end(ap);
+    b->param = param;
+    return false;
+}
+
+/* A member that is absent or null: NULL. */
+static json_t *get(json_t *root, const char *key) {
+    json_t *v = json_object_get(root, key);
+    return v && !json_is_null(v) ? v : NULL;
+}
+
+static bool get_num(json_t *root, const char *key, double lo, double hi, double *out, oa_bad *b) {
+    json_t *v = get(root, key);
+    if (!v) return true;
+    if (!json_is_number(v)) return bad(b, key, "'%s' must be a number", key);
+    double d = json_number_value(v);
+    if (!(d >= lo && d <= hi)) return bad(b, key, "'%s' must be in [%g, %g], got %g", key, lo, hi, d);
+    *out = d;
+    return true;
+}
+
+static bool get_int(json_t *root, const char *key, int64_t lo, int64_t hi, int64_t *out, oa_bad *b) {
+    json_t *v = get(root, key);
+    if (!v) return true;
+    if (!json_is_integer(v)) return bad(b, key, "'%s' must be an integer", key);
+    int64_t i = json_integer_value(v);
+    if (i < lo || i > hi)
+        return bad(b, key, "'%s' must be in [%lld, %lld], got %lld", key, (long long)lo, (long long)hi,
+                   (long long)i);
+    *out = i;
+    return true;
+}
+
+static bool get_bool(json_t *root, const char *key, bool *out, oa_bad *b) {
+    json_t *v = get(root, key);
+    if (!v) return true;
+    if (!json_is_boolean(v)) return bad(b, key, "'%s' must be true or false", key);
+    *out = json_is_true(v);
+    return true;
+}
+
+/* The fields both endpoints share. */
+static bool parse_common(json_t *root, bool chat, oa_params *o, oa_bad *b) {
+    memset(o, 0, sizeof *o);
+    o->p.struct_size = sizeof o->p;
+    o->max_tokens = -1;
+    double temp = 1, top_p = 1, rep = 1, zero = 0;
+    int64_t top_k = 0, seed = 0, n = 1;
+    if (!get_num(root, "temperature", 0, 2, &temp, b) || !get_num(root, "top_p", 0, 1, &top_p, b) ||
+        !get_int(root, "top_k", -1, 1 << 20, &top_k, b) ||
+        !get_int(root, "seed", INT64_MIN, INT64_MAX, &seed, b) ||
+        !get_num(root, "repetition_penalty", 0.01, 100, &rep, b) ||
+        !get_int(root, "n", 1, 1 << 20, &n, b) || !get_bool(root, "stream", &o->stream, b) ||
+        !get_bool(root, "ignore_eos", &o->p.ignore_eos, b) ||
+        !get_int(root, "max_tokens", 1, INT32_MAX, &o->max_tokens, b) ||
+        !get_int(root, "max_completion_tokens", 1, INT32_MAX, &o->max_tokens, b))
+        return false;
+    if (n != 1) return bad(b, "n", "only n = 1 is supported (one choice per request)");
+    int64_t best_of = 1;
+    if (!get_int(root, "best_of", 1, 1 << 20, &best_of, b)) return false;
+    if (best_of != 1) return bad(b, "best_of", "only best_of = 1 is supported");
+    const char *penalties[] = {"presence_penalty", "frequency_penalty"};
+    for (int i = 0; i < 2; i++) {
+        double pv = 0;
+        if (!get_num(root, penalties[i], -2, 2, &pv, b)) return false;
+        if (pv != zero) return bad(b, penalties[i], "'%s' is not supported (use repetition_penalty)",
+                                   penalties[i]);
+    }
+    json_t *bias = get(root, "logit_bias");
+    if (bias && (!json_is_object(bias) || json_object_size(bias)))
+        return bad(b, "logit_bias", "'logit_bias' is not supported");
+    json_t *so = get(root, "stream_options");
+    if (so) {
+        if (!json_is_object(so)) return bad(b, "stream_options", "'stream_options' must be an object");
+        if (!o->stream) return bad(b, "stream_options", "'stream_options' is only allowed with stream: true");
+        if (!get_bool(so, "include_usage", &o->include_usage, b)) return false;
+    }
+    json_t *stop = get(root, "stop");
+    if (stop) {
+        if (json_is_string(stop)) {
+            o->stop[0] = json_string_value(stop);
+            o->stop_len[0] = json_string_length(stop);
+            o->n_stop = 1;
+        } else if (json_is_array(stop)) {
+            if (json_array_size(stop) > OA_MAX_STOP)
+                return bad(b, "stop", "'stop' has more than %d strings", OA_MAX_STOP);
+            for (size_t i = 0; i < json_array_size(stop); i++) {
+                json_t *s = json_array_get(stop, i);
+                if (!json_is_string(s)) return bad(b, "stop", "'stop' must be a string or an array of strings");
+                o->stop[o->n_stop] = json_string_value(s);
+                o->stop_len[o->n_stop++] = json_string_length(s);
+            }
+        } else {
+            return bad(b, "stop", "'stop' must be a string or an array of strings");
+        }
+        for (int i = 0; i < o->n_stop; i++)
+            if (!o->stop_len[i] || o->stop_len[i] > OA_MAX_STOP_LEN)
+                return bad(b, "stop", "a stop string must have 1 to %d bytes", OA_MAX_STOP_LEN);
+    }
+    if (chat) {
+        int64_t tl = 0;
+        if (!get_bool(root, "logprobs", &o->logprobs, b) ||
+            !get_int(root, "top_logprobs", 0, OA_MAX_TOP, &tl, b))
+            return false;
+        if (get(root, "top_logprobs") && !o->logprobs)
+            return bad(b, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+        o->top_logprobs = (int)tl;
+    } else {
+        int64_t lp = -1;
+        if (!get_int(root, "logprobs", 0, OA_MAX_TOP, &lp, b)) return false;
+        o->logprobs = lp >= 0;
+        o->top_logprobs = lp > 0 ? (int)lp : 0;
+        bool echo = false;
+        if (!get_bool(root, "echo", &echo, b)) return false;
+        if (echo) return bad(b, "echo", "'echo' is not supported");
+        json_t *suffix = get(root, "suffix");
+        if (suffix && (!json_is_string(suffix) || json_string_length(suffix)))
+            return bad(b, "suffix", "'suffix' is not supported");
+    }
+    o->p.sampling.temperature = (float)temp;
+    o->p.sampling.top_p = top_p >= 1 ? 0 : (float)top_p;
+    o->p.sampling.top_k = top_k > 0 ? (int)top_k : 0;
+    o->p.sampling.repetition_penalty = (float)rep;
+    o->p.sampling.seed = (uint64_t)seed;
+    o->p.top_logprobs = o->top_logprobs;
+    if (o->p.sampling.top_p == 0 && top_p < 1) o->p.sampling.top_p = 1e-6f; /* top_p 0: the top token */
+    return true;
+}
+
+/* The completions prompt: a string, one string in an array, token ids, or one array of them. */
+static bool prompt_ids(sv_llm *m, json_t *root, int32_t **ids, size_t *n, bool *owned_by_tok, oa_bad *b) {
+    json_t *p = get(root, "prompt");
+    if (!p) return bad(b, "prompt", "'prompt' is required");
+    if (json_is_array(p) && json_array_size(p) == 1 &&
+        (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0))))
+        p = json_array_get(p, 0);
+    if (json_is_string(p)) {
+        tdm_status *st = tdm_tokenizer_encode(m->tok, json_string_value(p), json_string_length(p), true,
+                                              ids, n);
+        if (st) {
+            bad(b, "prompt", "the prompt cannot be tokenized: %s", tdm_status_message(st));
+            tdm_status_free(st);
+            return false;
+        }
+        *owned_by_tok = true;
+        return true;
+    }
+    if (!json_is_array(p)) return bad(b, "prompt", "'prompt' must be a string or an array of token ids");
+    size_t k = json_array_size(p);
+    if (!k) return bad(b, "prompt", "the prompt is empty");
+    int32_t *v = malloc(k * sizeof *v);
+    if (!v) return bad(b, "prompt", "out of memory");
+    for (size_t i = 0; i < k; i++) {
+        json_t *t = json_array_get(p, i);
+        if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) > INT32_MAX) {
+            free(v);
+            return bad(b, "prompt", "'prompt' must be a string or an array of token ids (several "
+                       "prompts in one request are not supported)");
+        }
+        v[i] = (int32_t)json_integer_value(t);
+    }
+    *ids = v;
+    *n = k;
+    *owned_by_tok = false;
+    return true;
+}
+
+/* The chat messages through the template. */
+static bool chat_ids(sv_llm *m, json_t *root, int32_t **ids, size_t *n, oa_bad *b) {
+    json_t *msgs = get(root, "messages");
+    if (!msgs || !json_is_array(msgs) || !json_array_size(msgs))
+        return bad(b, "messages", "'messages' must be a non-empty array");
+    const char *tmpl = tdm_tokenizer_chat_template(m->tok);
+    if (!tmpl) return bad(b, "messages", "model '%s' has no chat template (use /v1/completions)", m->name);
+    size_t k = json_array_size(msgs);
+    tdm_chat_message *cm = calloc(k, sizeof *cm);
+    char **owned = calloc(k, sizeof *owned);
+    bool ok = cm && owned;
+    if (!ok) bad(b, "messages", "out of memory");
+    for (size_t i = 0; ok && i < k; i++) {
+        json_t *msg = json_array_get(msgs, i);
+        json_t *role = json_is_object(msg) ? get(msg, "role") : NULL;
+        if (!role || !json_is_string(role)) {
+            ok = bad(b, "messages", "messages[%zu] must be an object with a string 'role'", i);
+            break;
+        }
+        cm[i].role = json_string_value(role);
+        json_t *content = get(msg, "content");
+        if (!content) {
+            cm[i].content = "";
+        } else if (json_is_string(content)) {
+            if (strlen(json_string_value(content)) != json_string_length(content)) {
+                ok = bad(b, "messages", "messages[%zu].content holds a NUL character", i);
+                break;
+            }
+            cm[i].content = json_string_value(content);
+        } else if (json_is_array(content)) { /* text parts, joined */
+            sv_buf t = {0};
+            for (size_t j = 0; ok && j < json_array_size(content); j++) {
+                json_t *part = json_array_get(content, j);
+                json_t *type = json_is_object(part) ? get(part, "type") : NULL;
+                json_t *text = json_is_object(part) ? get(part, "text") : NULL;
+                if (!type || !json_is_string(type) || strcmp(json_string_value(type), "text") || !text ||
+                    !json_is_string(text))
+                    ok = bad(b, "messages", "messages[%zu].content: only text parts ({\"type\": \"text\", "
+                             "\"text\": ...}) are supported", i);
+                else
+                    sv_buf_str(&t, json_string_value(text));
+            }
+            if (!ok) {
+                sv_buf_free(&t);
+                break;
+            }
+            owned[i] = sv_buf_take(&t, NULL);
+            if (!owned[i]) owned[i] = sv_strdup("");
+            cm[i].content = owned[i] ? owned[i] : "";
+        } else {
+            ok = bad(b, "messages", "messages[%zu].content must be a string or an array of text parts", i);
+        }
+    }
+    char *text = NULL;
+    if (ok) {
+        tdm_status *st = tdm_chat_render(tmpl, cm, k, true, tdm_tokenizer_special_text(m->tok, "bos"),
+                                         tdm_tokenizer_special_text(m->tok, "eos"), &text);
+        if (st) {
+            ok = bad(b, "messages", "the chat template failed: %s", tdm_status_message(st));
+            tdm_status_free(st);
+        }
+    }
+    if (ok) { /* the template writes the special tokens itself */
+        tdm_status *st = tdm_tokenizer_encode(m->tok, text, strlen(text), false, ids, n);
+        if (st) {
+            ok = bad(b, "messages", "the messages cannot be tokenized: %s", tdm_status_message(st));
+            tdm_status_free(st);
+        }
+    }
+    tdm_string_free(text);
+    for (size_t i = 0; owned && i < k; i++) free(owned[i]);
+    free(owned);
+    free(cm);
+    return ok;
+}
+
+/* ---- endpoints -------------------------------------------------------------------------------- */
+
+static void model_json(sv_buf *b, const sv_llm *m) {
+    sv_buf_str(b, "{\"id\":");
+    sv_buf_json_str(b, m->name, strlen(m->name));
+    sv_buf_printf(b, ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"tandem\","
+                  "\"max_model_len\":%d}", (long long)m->created, m->max_length);
+}
+
+static enum MHD_Result models(sv_conn *c, bool one) {
+    sv_version **v = NULL;
+    int n = sv_repo_versions(c->srv->repo, &v);
+    sv_buf b = {0};
+    if (!one) sv_buf_str(&b, "{\"object\":\"list\",\"data\":[");
+    bool any = false;
+    for (int i = 0; i < n; i++) {
+        sv_llm *m = v[i]->llm;
+        /* the latest version of each model (versions come in ascending order) */
+        bool latest = m && (i + 1 == n || strcmp(v[i + 1]->model_name, v[i]->model_name));
+        if (latest && (!one || !strcmp(m->name, c->model))) {
+            if (any) sv_buf_str(&b, ",");
+            model_json(&b, m);
+            any = true;
+        }
+    }
+    for (int i = 0; i < n; i++) sv_version_unref(c->srv->repo, v[i]);
+    free(v);
+    if (!one) sv_buf_str(&b, "]}");
+    if (one && !any) {
+        sv_buf_free(&b);
+        return fail(c, 404, "model", "model_not_found", "The model '%s' does not exist", c->model);
+    }
+    size_t len = 0;
+    char *p = sv_buf_take(&b, &len);
+    if (!p) return fail(c, 500, NULL, NULL, "out of memory");
+    sv_http_answer(c, 200, p, len, "application/json");
+    return sv_http_send_answer(c);
+}
+
+static void new_id(oa_req *r) {
+    static _Atomic uint64_t counter;
+    uint64_t k = atomic_fetch_add(&counter, 1) + 1;
+    uint64_t t = sv_now_ns();
+    snprintf(r->id, sizeof r->id, "%s-%012llx%08llx", r->chat ? "chatcmpl" : "cmpl",
+             (unsigned long long)(t & 0xffffffffffffull), (unsigned long long)(k & 0xffffffffull));
+}
+
+/* Parses, tokenizes and submits a completion; answers at once (stream) or later. */
+static enum MHD_Result completion(sv_conn *c, bool chat) {
+    sv_server *s = c->srv;
+    char *body = NULL;
+    size_t len = 0;
+    sv_error *e = sv_http_take_body(c, &body, &len);
+    if (e) return fail_error(c, e, NULL);
+    if (len > s->opt.max_json_bytes) {
+        free(body);
+        return fail(c, 413, NULL, NULL, "the request body has %zu bytes, more than the %zu-byte limit "
+                    "for JSON (--max-json-mb)", len, s->opt.max_json_bytes);
+    }
+    if (sv_json_depth(body, len, OA_JSON_DEPTH) > OA_JSON_DEPTH) {
+        free(body);
+        return fail(c, 400, NULL, NULL, "the JSON nests deeper than %d levels", OA_JSON_DEPTH);
+    }
+    size_t tree = len * OA_TREE_FACTOR;
+    if (!sv_budget_take(&s->mem, tree)) {
+        free(body);
+        return fail(c, 503, NULL, NULL, "the server's memory for request bodies is taken by other "
+                    "requests; retry later");
+    }
+    json_error_t jerr;
+    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    free(body);
+    enum MHD_Result ret;
+    sv_version *v = NULL;
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    bool ids_tok = false;
+    oa_params o;
+    oa_bad b = {"", NULL};
+    oa_req *r = NULL;
+    if (!root) {
+        ret = fail(c, 400, NULL, NULL, "malformed JSON at line %d, column %d: %s", jerr.line, jerr.column,
+                   jerr.text);
+        goto out;
+    }
+    if (!json_is_object(root)) {
+        ret = fail(c, 400, NULL, NULL, "the request body must be a JSON object");
+        goto out;
+    }
+    json_t *model = get(root, "model");
+    if (!model || !json_is_string(model)) {
+        ret = fail(c, 400, "model", NULL, "'model' must be a string naming the model");
+        goto out;
+    }
+    e = sv_repo_get(s->repo, json_string_value(model), NULL, &v);
+    if (e) {
+        ret = fail_error(c, e, e->http == 404 ? "model_not_found" : NULL);
+        goto out;
+    }
+    if (!v->llm) {
+        ret = fail(c, 404, "model", "model_not_found", "The model '%s' is not a language model (backend "
+                   "tandem_llm); it is served by the KServe v2 API", v->model_name);
+        goto out;
+    }
+    sv_llm *m = v->llm;
+    if (!parse_common(root, chat, &o, &b) ||
+        !(chat ? chat_ids(m, root, &ids, &n_ids, &b) : prompt_ids(m, root, &ids, &n_ids, &ids_tok, &b))) {
+        ret = fail(c, 400, b.param, NULL, "%s", b.msg);
+        goto out;
+    }
+    if (!n_ids) {
+        ret = fail(c, 400, chat ? "messages" : "prompt", NULL, "the prompt is empty");
+        goto out;
+    }
+    int64_t max_tokens = o.max_tokens >= 0 ? o.max_tokens : chat ? 0 : 16;
+    if ((int64_t)n_ids + (max_tokens ? max_tokens : 1) > m->max_length) {
+        ret = fail(c, 400, chat ? "messages" : "prompt", "context_length_exceeded",
+                   "This model's maximum context length is %d tokens. However, you requested %lld "
+                   "tokens (%zu in the %s, %lld for the completion). Please reduce the length of the "
+                   "%s or the completion.", m->max_length, (long long)(n_ids + (size_t)max_tokens), n_ids,
+                   chat ? "messages" : "prompt", (long long)max_tokens, chat ? "messages" : "prompt");
+        goto out;
+    }
+    tdm_llm_engine_stats es;
+    tdm_llm_engine_get_stats(m->engine, &es);
+    if (es.waiting >= m->max_waiting) {
+        ret = fail(c, 503, NULL, "overloaded", "model '%s' is overloaded: %d requests are waiting; retry later",
+                   m->name, es.waiting);
+        goto out;
+    }
+    /* the request */
+    r = calloc(1, sizeof *r);
+    if (!r || !(r->model = sv_strdup(m->name))) {
+        free(r);
+        r = NULL;
+        ret = fail(c, 500, NULL, NULL, "out of memory");
+        goto out;
+    }
+    pthread_mutex_init(&r->mu, NULL);
+    r->refs = 1;
+    r->llm = m;
+    r->chat = chat;
+    r->stream = o.stream;
+    r->include_usage = o.include_usage;
+    r->logprobs = o.logprobs;
+    r->top_logprobs = o.top_logprobs;
+    r->created = (int64_t)(sv_wall_ms() / 1000);
+    r->prompt_tokens = (int64_t)n_ids;
+    r->t_recv = c->t_recv;
+    r->link.prev = r->link.next = &r->link;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    r->link.fd = ci ? (int)ci->connect_fd : -1;
+    new_id(r);
+    for (int i = 0; i < o.n_stop; i++) {
+        r->stop[i] = sv_strndup(o.stop[i], o.stop_len[i]);
+        r->stop_len[i] = o.stop_len[i];
+        if (r->stop[i]) r->n_stop++;
+        if (o.stop_len[i] > r->max_stop) r->max_stop = o.stop_len[i];
+    }
+    tdm_status *st = tdm_token_stream_create(m->tok, true, &r->ts);
+    if (st || r->n_stop != o.n_stop) {
+        tdm_status_free(st);
+        ret = fail(c, 500, NULL, NULL, "out of memory");
+        goto out;
+    }
+    o.p.max_tokens = (int)max_tokens;
+    int32_t eos = m->eos;
+    if (eos >= 0 && !o.p.ignore_eos) {
+        o.p.stop_ids = &eos;
+        o.p.n_stop_ids = 1;
+    }
+    pthread_mutex_lock(&m->mu);
+    bool closed = m->closed;
+    if (!closed) {
+        r->link.next = m->reqs.next;
+        r->link.prev = &m->reqs;
+        m->reqs.next->prev = &r->link;
+        m->reqs.next = &r->link;
+        m->active++;
+    }
+    pthread_mutex_unlock(&m->mu);
+    if (closed) {
+        ret = fail(c, 503, NULL, NULL, "model '%s' is being unloaded", m->name);
+        goto out;
+    }
+    r->c = c;
+    r->refs = 3; /* the connection's, the engine's, and this function's until it returns */
+    c->oa = r;
+    c->ver = v;
+    v = NULL;
+    if (chat && r->stream) stream_chunk(r, "", 0, 0, 0, NULL, true);
+    if (!r->stream) sv_http_suspend(c);
+    uint64_t id = 0;
+    st = tdm_llm_engine_submit(m->engine, ids, n_ids, &o.p, on_event, r, &id);
+    if (st) {
+        int code = tdm_status_code(st);
+        pthread_mutex_lock(&m->mu);
+        r->link.prev->next = r->link.next;
+        r->link.next->prev = r->link.prev;
+        r->link.prev = r->link.next = &r->link;
+        m->active--;
+        pthread_cond_broadcast(&m->cv);
+        pthread_mutex_unlock(&m->mu);
+        pthread_mutex_lock(&r->mu);
+        r->refs -= 2; /* the engine never got it; this function lets go */
+        r->engine_done = true;
+        pthread_mutex_unlock(&r->mu);
+        bool limit = code == TDM_ERR_LIMIT;
+        set_error(c, limit ? 400 : code == TDM_ERR_INVALID_ARGUMENT ? 400 : 500, tdm_status_message(st),
+                  limit ? (chat ? "messages" : "prompt") : NULL, limit ? "context_length_exceeded" : NULL);
+        tdm_status_free(st);
+        r = NULL;
+        if (!c->suspended) {
+            ret = sv_http_send_answer(c);
+            goto out;
+        }
+        sv_http_resume(c); /* the handler is called again and sends the answer */
+        ret = MHD_YES;
+        goto out;
+    }
+    pthread_mutex_lock(&m->mu);
+    if (r->link.next != &r->link) { /* still in the list (its end event has not come) */
+        r->link.id = id;
+        r->link.live = true;
+    }
+    pthread_mutex_unlock(&m->mu);
+    bool stream = r->stream;
+    struct MHD_Response *resp =
+        stream ? MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, r, NULL) : NULL;
+    req_unref(r); /* the connection and the engine hold it */
+    r = NULL;
+    if (!stream) {
+        ret = MHD_YES; /* the end event answers and resumes */
+        goto out;
+    }
+    if (!resp) {
+        ret = MHD_NO; /* the completed notification cancels it */
+        goto out;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream; charset=utf-8");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    ret = MHD_queue_response(c->conn, MHD_HTTP_OK, resp);
+    MHD_destroy_response(resp);
+out:
+    if (r && !c->oa) req_unref(r); /* never linked to the connection */
+    if (ids_tok) tdm_tokens_free(ids);
+    else free(ids);
+    json_decref(root);
+    sv_budget_give(&s->mem, tree);
+    if (v) sv_version_unref(s->repo, v);
+    return ret;
+}
+
+enum MHD_Result sv_openai_handle(sv_conn *c) {
+    switch (c->route) {
+    case R_OA_MODELS: return models(c, false);
+    case R_OA_MODEL: return models(c, true);
+    case R_OA_CHAT: return completion(c, true);
+    default: return completion(c, false);
+    }
+}

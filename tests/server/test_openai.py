@@ -1,0 +1,626 @@
+#!/usr/bin/env python3
+"""End-to-end tests of `tandem serve`'s OpenAI API with the real `openai` Python client.
+
+The test writes the tiny random Llama (tools/make_tiny_llama.py) into a temporary model
+repository as a language model (config.pbtxt with backend "tandem_llm", the folder in tiny/1),
+starts the server on 127.0.0.1 with free ports and checks: /v1/models; completions and chat,
+streaming and not; greedy text and usage identical to `tandem generate` for the same prompt;
+stop strings (cut before the match, also across streamed chunks); seed reproducibility;
+logprobs; errors as OpenAI error objects (malformed bodies, wrong types, unknown model, n > 1,
+a prompt longer than the context) after which the server still serves; 100 concurrent
+streaming clients with random lengths and random disconnects, after which every request has
+ended and the KV pool is back to full (read on /metrics); the LLM metrics; the KServe side
+(repository index, infer refused); an unload that cancels a running stream, and a reload.
+
+Usage: test_openai.py --tandem BUILD/tandem [--keep] [--filter SUBSTRING] [--smol DIR]
+--smol DIR (e.g. /work/smol, not in CI: slow) adds that folder as the model "smol" and checks
+its greedy chat and completion text against `tandem generate`, alone and 4 at once.
+Prints one line per test and "N passed, N failed" at the end; exits 1 on any failure.
+"""
+import argparse
+import http.client
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+
+try:
+    import openai
+except ImportError:
+    print("SKIPPED: the openai package is missing from .venv (.venv/bin/pip install -r tools/requirements.txt)")
+    sys.exit(77)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MODEL = "tiny"
+PY = sys.executable
+
+
+def add_smol(repo, folder):
+    d = os.path.join(repo, "smol", "1")
+    os.makedirs(d)
+    for f in os.listdir(folder):  # files linked: a folder link leading out of the repository is refused
+        os.symlink(os.path.join(os.path.abspath(folder), f), os.path.join(d, f))
+    with open(os.path.join(repo, "smol", "config.pbtxt"), "w") as f:
+        f.write('backend: "tandem_llm"\nparameters { key: "kv_memory_mb" value { string_value: "256" } }\n')
+    return d
+
+
+def make_repository(repo):
+    folder = os.path.join(repo, MODEL, "1")
+    subprocess.run([PY, os.path.join(ROOT, "tools", "make_tiny_llama.py"), folder], check=True,
+                   stdout=subprocess.DEVNULL)
+    with open(os.path.join(repo, MODEL, "config.pbtxt"), "w") as f:
+        f.write('backend: "tandem_llm"\n'
+                'parameters { key: "max_batch" value { string_value: "8" } }\n'
+                'parameters { key: "threads" value { string_value: "1" } }\n')
+    return folder
+
+
+class Server:
+    def __init__(self, tandem, repo):
+        self.lines = []
+        self.proc = subprocess.Popen(
+            [tandem, "serve", "--model-repository", repo, "--http-port", "0", "--metrics-port", "0",
+             "--shutdown-timeout", "20"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        threading.Thread(target=self._read, daemon=True).start()
+        deadline = time.time() + 120
+        self.port = None
+        while time.time() < deadline:
+            for line in list(self.lines):
+                m = re.search(r"HTTP on [^ ]+:(\d+), metrics on [^ ]+:(\d+)", line)
+                if m:
+                    self.port, self.metrics_port = int(m.group(1)), int(m.group(2))
+            if self.proc.poll() is not None:
+                raise RuntimeError("server exited:\n" + "".join(self.lines))
+            if self.port and any(l.rstrip().endswith("tandem serve: ready") for l in self.lines):
+                return
+            time.sleep(0.05)
+        raise RuntimeError("server did not become ready:\n" + "".join(self.lines))
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.lines.append(line)
+
+    def stop(self, timeout=60):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            return None
+
+
+def raw(port, method, path, body=b"", headers=None):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        c.request(method, path, body=body, headers=headers or {})
+        r = c.getresponse()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
+    finally:
+        c.close()
+
+
+def metrics(server):
+    st, _, body = raw(server.metrics_port, "GET", "/metrics")
+    assert st == 200
+    out = {}
+    for line in body.decode().splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        k, v = line.rsplit(" ", 1)
+        out[k] = float(v)
+    return out
+
+
+def metric(m, name, **labels):
+    lab = ",".join([f'model="{MODEL}"', 'version="1"'] + [f'{k}="{v}"' for k, v in labels.items()])
+    return m[f"{name}{{{lab}}}"]
+
+
+def generate(tandem, folder, prompt, max_tokens, chat):
+    out = subprocess.run([tandem, "generate", folder, "--prompt", prompt, "--max-tokens", str(max_tokens),
+                          "--chat" if chat else "--no-chat", "--json", "--threads", "1"],
+                         check=True, capture_output=True, text=True)
+    return json.loads(out.stdout)
+
+
+class Tests:
+    def __init__(self, server, tandem, folder, smol=None):
+        self.smol = smol
+        self.s = server
+        self.tandem = tandem
+        self.folder = folder
+        self.client = openai.OpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key="none",
+                                    max_retries=0, timeout=120)
+
+    # -- basics ------------------------------------------------------------------------------
+
+    def test_models(self):
+        ids = [m.id for m in self.client.models.list().data]
+        assert ids == ([MODEL, "smol"] if self.smol else [MODEL]), ids
+        m = self.client.models.retrieve(MODEL)
+        assert m.id == MODEL and m.owned_by == "tandem"
+        try:
+            self.client.models.retrieve("nope")
+            raise AssertionError("no error")
+        except openai.NotFoundError as e:
+            assert e.status_code == 404
+
+    def test_completion_greedy_matches_generate(self):
+        refs = {}
+        for prompt in ["Once upon a time", "The quick brown fox", "Hello there"]:
+            ref = refs[prompt] = generate(self.tandem, self.folder, prompt, 20, chat=False)
+            r = self.client.completions.create(model=MODEL, prompt=prompt, max_tokens=20, temperature=0)
+            c = r.choices[0]
+            assert c.text == ref["text"], (prompt, c.text, ref["text"])
+            assert r.usage.prompt_tokens == ref["prompt_tokens"], (r.usage, ref)
+            assert r.usage.completion_tokens == ref["generated_tokens"], (r.usage, ref)
+            assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+            want = "length" if ref["stop_reason"] == "max_tokens" else "stop"
+            assert c.finish_reason == want, (c.finish_reason, ref["stop_reason"])
+            assert r.object == "text_completion" and r.model == MODEL and r.id.startswith("cmpl-")
+        # the same, all at once (one batch in the engine, prefixes shared): the same text
+        got = {}
+
+        def run(k, prompt):
+            got[k] = self.client.completions.create(model=MODEL, prompt=prompt, max_tokens=20,
+                                                    temperature=0).choices[0].text
+
+        threads = [threading.Thread(target=run, args=((i, p), p)) for i in range(3) for p in refs]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for (i, p), text in got.items():
+            assert text == refs[p]["text"], (p, text, refs[p]["text"])
+        assert len(got) == len(threads)
+
+    def test_chat_greedy_matches_generate(self):
+        ref = generate(self.tandem, self.folder, "What is the capital of France?", 16, chat=True)
+        r = self.client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "What is the capital of France?"}],
+            max_tokens=16, temperature=0)
+        assert r.choices[0].message.role == "assistant"
+        assert r.choices[0].message.content == ref["text"], (r.choices[0].message.content, ref["text"])
+        assert r.usage.prompt_tokens == ref["prompt_tokens"]
+        assert r.usage.completion_tokens == ref["generated_tokens"]
+        assert r.object == "chat.completion"
+        # max_completion_tokens is the newer name; content as text parts
+        r2 = self.client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": [
+                {"type": "text", "text": "What is the capital"}, {"type": "text", "text": " of France?"}]}],
+            max_completion_tokens=16, temperature=0)
+        assert r2.choices[0].message.content == ref["text"]
+
+    def test_stream_completion(self):
+        full = self.client.completions.create(model=MODEL, prompt="The quick brown fox", max_tokens=24,
+                                              temperature=0)
+        chunks = list(self.client.completions.create(
+            model=MODEL, prompt="The quick brown fox", max_tokens=24, temperature=0, stream=True,
+            stream_options={"include_usage": True}))
+        text = "".join(c.choices[0].text for c in chunks if c.choices)
+        assert text == full.choices[0].text, (text, full.choices[0].text)
+        finals = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+        assert finals == [full.choices[0].finish_reason], finals
+        usage = [c.usage for c in chunks if c.usage]
+        assert len(usage) == 1 and not chunks[-1].choices, chunks[-1]
+        assert usage[0].completion_tokens == full.usage.completion_tokens
+        assert usage[0].prompt_tokens == full.usage.prompt_tokens
+        assert len({c.id for c in chunks}) == 1
+        # without include_usage: no usage chunk
+        chunks = list(self.client.completions.create(model=MODEL, prompt="Hello", max_tokens=5,
+                                                     temperature=0, stream=True))
+        assert all(c.usage is None for c in chunks) and all(c.choices for c in chunks)
+
+    def test_stream_chat(self):
+        msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Once upon a time"}]
+        full = self.client.chat.completions.create(model=MODEL, messages=msgs, max_tokens=12, temperature=0)
+        chunks = list(self.client.chat.completions.create(
+            model=MODEL, messages=msgs, max_tokens=12, temperature=0, stream=True,
+            stream_options={"include_usage": True}))
+        assert chunks[0].choices[0].delta.role == "assistant"
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert text == full.choices[0].message.content
+        assert chunks[-1].usage.total_tokens == full.usage.total_tokens
+        assert all(c.object == "chat.completion.chunk" for c in chunks)
+        # the raw wire format: data: lines, ends with [DONE]
+        body = json.dumps({"model": MODEL, "messages": msgs, "max_tokens": 3, "stream": True}).encode()
+        st, hdr, data = raw(self.s.port, "POST", "/v1/chat/completions", body,
+                            {"Content-Type": "application/json"})
+        assert st == 200 and hdr["content-type"].startswith("text/event-stream"), (st, hdr)
+        events = [e for e in data.decode().split("\n\n") if e]
+        assert all(e.startswith("data: ") for e in events) and events[-1] == "data: [DONE]", events
+
+    def test_stop_strings(self):
+        prompt = "Once upon a time"
+        full = self.client.completions.create(model=MODEL, prompt=prompt, max_tokens=24, temperature=0)
+        text = full.choices[0].text
+        assert len(set(text)) > 1, f"the tiny model's text has one character only: {text!r}"
+        # a stop string made of the last char of the first run and the next one: held back in the
+        # stream until known
+        k = next(i for i in range(1, len(text)) if text[i] != text[i - 1])
+        for stop in [text[k], text[k - 1:k + 1], [text[k - 1:k + 1], "zzzz"]]:
+            s = stop if isinstance(stop, str) else stop[0]
+            want = text[:text.index(s)]
+            r = self.client.completions.create(model=MODEL, prompt=prompt, max_tokens=24, temperature=0,
+                                               stop=stop)
+            assert r.choices[0].text == want, (stop, r.choices[0].text, want)
+            assert r.choices[0].finish_reason == "stop"
+            assert r.usage.completion_tokens < full.usage.completion_tokens
+            chunks = list(self.client.completions.create(model=MODEL, prompt=prompt, max_tokens=24,
+                                                         temperature=0, stop=stop, stream=True))
+            streamed = "".join(c.choices[0].text for c in chunks)
+            assert streamed == want, (stop, streamed, want)
+            assert chunks[-1].choices[0].finish_reason == "stop"
+        # a stop string that never occurs
+        r = self.client.completions.create(model=MODEL, prompt=prompt, max_tokens=24, temperature=0,
+                                           stop="never seen")
+        assert r.choices[0].text == text
+
+    def test_seed(self):
+        kw = dict(model=MODEL, prompt="The quick brown fox", max_tokens=24, temperature=1.5, top_p=0.99)
+        a = self.client.completions.create(seed=7, **kw).choices[0].text
+        b = self.client.completions.create(seed=7, **kw).choices[0].text
+        assert a == b, (a, b)
+        c = self.client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}],
+                                                max_tokens=10, temperature=1.2, seed=3,
+                                                extra_body={"top_k": 5})
+        d = self.client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}],
+                                                max_tokens=10, temperature=1.2, seed=3,
+                                                extra_body={"top_k": 5})
+        assert c.choices[0].message.content == d.choices[0].message.content
+
+    def test_logprobs(self):
+        r = self.client.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=8,
+                                           temperature=0, logprobs=3)
+        lp = r.choices[0].logprobs
+        assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == 8
+        assert "".join(lp.tokens) == r.choices[0].text
+        for tok, v, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
+            assert v <= 0 and len(top) >= 1 and max(top.values()) <= v + 1e-4, (tok, v, top)
+        assert lp.text_offset[0] == 0 and lp.text_offset == sorted(lp.text_offset)
+        r = self.client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}],
+                                                max_tokens=5, temperature=0, logprobs=True, top_logprobs=2)
+        content = r.choices[0].logprobs.content
+        assert len(content) == 5 and all(len(c.top_logprobs) == 2 for c in content)
+        assert all(c.top_logprobs[0].logprob >= c.top_logprobs[1].logprob for c in content)
+        # streamed: one logprobs entry per token
+        chunks = list(self.client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=5, temperature=0,
+            logprobs=True, top_logprobs=1, stream=True))
+        n = sum(len(c.choices[0].logprobs.content) for c in chunks if c.choices and c.choices[0].logprobs)
+        assert n == 5, n
+
+    # -- errors ------------------------------------------------------------------------------
+
+    def error(self, path, body, status, param=None, code=None):
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        st, _, out = raw(self.s.port, "POST", path, data, {"Content-Type": "application/json"})
+        assert st == status, (body, st, out)
+        err = json.loads(out)["error"]
+        assert set(err) == {"message", "type", "param", "code"} and err["message"], err
+        assert err["type"] == ("invalid_request_error" if status < 500 else "server_error"), err
+        if param:
+            assert err["param"] == param, err
+        if code:
+            assert err["code"] == code, err
+        return err
+
+    def test_errors(self):
+        c = "/v1/completions"
+        self.error(c, b"{not json", 400)
+        self.error(c, b"[1,2]", 400)
+        self.error(c, b"", 400)
+        self.error(c, b"{" * 200 + b"}" * 200, 400)
+        self.error(c, {"prompt": "x"}, 400, "model")
+        self.error(c, {"model": "nope", "prompt": "x"}, 404, code="model_not_found")
+        self.error(c, {"model": MODEL}, 400, "prompt")
+        self.error(c, {"model": MODEL, "prompt": "x", "n": 2}, 400, "n")
+        self.error(c, {"model": MODEL, "prompt": "x", "temperature": "hot"}, 400, "temperature")
+        self.error(c, {"model": MODEL, "prompt": "x", "temperature": 5}, 400, "temperature")
+        self.error(c, {"model": MODEL, "prompt": "x", "max_tokens": 0}, 400, "max_tokens")
+        self.error(c, {"model": MODEL, "prompt": "x", "stop": 5}, 400, "stop")
+        self.error(c, {"model": MODEL, "prompt": "x", "stop": [""]}, 400, "stop")
+        self.error(c, {"model": MODEL, "prompt": [1, 2, 100000]}, 400)
+        self.error(c, {"model": MODEL, "prompt": ["a", "b"]}, 400, "prompt")
+        self.error(c, {"model": MODEL, "prompt": "x", "stream_options": {"include_usage": True}}, 400)
+        long_prompt = " hello" * 400  # > 256 tokens of context
+        self.error(c, {"model": MODEL, "prompt": long_prompt}, 400, "prompt", "context_length_exceeded")
+        self.error(c, {"model": MODEL, "prompt": "x", "max_tokens": 1000}, 400,
+                   code="context_length_exceeded")
+        ch = "/v1/chat/completions"
+        self.error(ch, {"model": MODEL, "messages": []}, 400, "messages")
+        self.error(ch, {"model": MODEL, "messages": [{"content": "x"}]}, 400, "messages")
+        self.error(ch, {"model": MODEL, "messages": [{"role": "user", "content": 5}]}, 400, "messages")
+        self.error(ch, {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "top_logprobs": 2},
+                   400, "top_logprobs")
+        self.error(ch, {"model": MODEL, "messages": [{"role": "user", "content": long_prompt}]}, 400,
+                   code="context_length_exceeded")
+        st, _, out = raw(self.s.port, "GET", "/v1/nothing")
+        assert st == 404 and json.loads(out)["error"]["message"], out
+        st, _, out = raw(self.s.port, "GET", "/v1/completions")
+        assert st == 405 and "error" in json.loads(out), out
+        # every field with values of every wrong type: 4xx (or 200 where the value is allowed),
+        # never 5xx, and the server stays up
+        fields = ["model", "prompt", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k",
+                  "seed", "stop", "n", "logprobs", "top_logprobs", "stream", "stream_options", "echo", "suffix",
+                  "best_of", "presence_penalty", "frequency_penalty", "logit_bias", "repetition_penalty",
+                  "ignore_eos", "messages", "user"]
+        values = [None, True, -1, 0, 2**63, -2**63, 1e308, 0.5, "", "x" * 300, [], [None], [1, "a"], {}, {"a": 1},
+                  [[1, 2]], [{"role": "user"}]]
+        for path, base in ((c, {"model": MODEL, "prompt": "Hi", "max_tokens": 2}),
+                           (ch, {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2})):
+            for f in fields:
+                for v in values:
+                    body = dict(base, **{f: v})
+                    st, _, out = raw(self.s.port, "POST", path, json.dumps(body).encode())
+                    assert st in (200, 400, 404), (path, f, v, st, out[:300])
+                    if st != 200:
+                        assert json.loads(out)["error"]["message"], out
+                    elif body.get("stream") is True:
+                        assert out.endswith(b"data: [DONE]\n\n"), out[-200:]
+        # the client maps them to its exceptions
+        try:
+            self.client.completions.create(model="nope", prompt="x")
+            raise AssertionError("no error")
+        except openai.NotFoundError as e:
+            assert e.status_code == 404 and e.code == "model_not_found"
+        try:
+            self.client.completions.create(model=MODEL, prompt=long_prompt, max_tokens=5)
+            raise AssertionError("no error")
+        except openai.BadRequestError as e:
+            assert e.code == "context_length_exceeded"
+        # and the server still serves
+        r = self.client.completions.create(model=MODEL, prompt="Hello", max_tokens=3, temperature=0)
+        assert r.usage.completion_tokens == 3
+
+    # -- load --------------------------------------------------------------------------------
+
+    def wait_idle(self, timeout=120):
+        deadline = time.time() + timeout
+        while True:
+            m = metrics(self.s)
+            busy = metric(m, "tandem_llm_requests_running") + metric(m, "tandem_llm_requests_waiting")
+            used = metric(m, "tandem_llm_kv_blocks", state="used") - metric(m, "tandem_llm_kv_blocks",
+                                                                            state="cached")
+            if busy == 0 and used == 0:
+                return m
+            if time.time() > deadline:
+                raise AssertionError(f"not idle: running+waiting {busy}, blocks used {used}")
+            time.sleep(0.1)
+
+    def test_concurrent_streams_with_disconnects(self):
+        rng = random.Random(5)
+        n = 100
+        results = [None] * n
+        before = metrics(self.s)
+
+        def one(i, max_tokens, drop_after):
+            try:
+                cl = openai.OpenAI(base_url=f"http://127.0.0.1:{self.s.port}/v1", api_key="none",
+                                   max_retries=0, timeout=300)
+                got = 0
+                with cl.completions.create(model=MODEL, prompt=f"Once upon a time {i}", max_tokens=max_tokens,
+                                           temperature=0.8, seed=i, stream=True,
+                                           stream_options={"include_usage": True}) as stream:
+                    usage = None
+                    finish = None
+                    for chunk in stream:
+                        if chunk.usage:
+                            usage = chunk.usage
+                        if chunk.choices and chunk.choices[0].finish_reason:
+                            finish = chunk.choices[0].finish_reason
+                        got += 1
+                        if drop_after is not None and got >= drop_after:
+                            results[i] = ("dropped", got)
+                            return
+                results[i] = ("done", finish, usage.completion_tokens if usage else None, max_tokens)
+            except Exception as e:  # noqa: BLE001
+                results[i] = ("error", repr(e))
+
+        threads = []
+        for i in range(n):
+            mt = rng.randint(1, 48)
+            drop = rng.randint(1, 6) if rng.random() < 0.3 else None
+            threads.append(threading.Thread(target=one, args=(i, mt, drop)))
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(600)
+        errors = [r for r in results if r is None or r[0] == "error"]
+        assert not errors, errors[:5]
+        for r in results:
+            if r[0] == "done":
+                assert r[1] in ("stop", "length"), r
+                assert r[2] is not None and 1 <= r[2] <= r[3], r
+                if r[1] == "length":
+                    assert r[2] == r[3], r
+        m = self.wait_idle()
+        free = metric(m, "tandem_llm_kv_blocks", state="free") + metric(m, "tandem_llm_kv_blocks", state="cached")
+        assert free == metric(m, "tandem_llm_kv_blocks", state="total"), "KV blocks leaked"
+        done = sum(metric(m, "tandem_llm_requests_total", finish=f) - metric(before, "tandem_llm_requests_total", finish=f)
+                   for f in ("stop", "length", "cancelled", "error"))
+        assert done == n, (done, n)
+        assert metric(m, "tandem_llm_requests_total", finish="error") == metric(before, "tandem_llm_requests_total", finish="error")
+        # the server still serves
+        r = self.client.completions.create(model=MODEL, prompt="Hello", max_tokens=2, temperature=0)
+        assert r.usage.completion_tokens == 2
+
+    def test_client_gone_while_waiting(self):
+        """Clients that close their connection while their (not streamed) request waits or runs:
+        the sweeper notices and the engine cancels them."""
+        import socket
+        before = metrics(self.s)
+        body = json.dumps({"model": MODEL, "prompt": "Hello", "max_tokens": 240, "ignore_eos": True}).encode()
+        socks = []
+        for _ in range(24):  # three times the batch: most of them wait in the queue
+            k = socket.create_connection(("127.0.0.1", self.s.port))
+            k.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+            socks.append(k)
+        time.sleep(0.05)
+        for k in socks:
+            k.close()
+        m = self.wait_idle()
+        gone = metric(m, "tandem_llm_client_gone_total") - metric(before, "tandem_llm_client_gone_total")
+        cancelled = (metric(m, "tandem_llm_requests_total", finish="cancelled")
+                     - metric(before, "tandem_llm_requests_total", finish="cancelled"))
+        assert gone >= 1 and cancelled >= 1, (gone, cancelled)  # a cancel may come after the end
+        r = self.client.completions.create(model=MODEL, prompt="Hello", max_tokens=2, temperature=0)
+        assert r.usage.completion_tokens == 2
+
+    def test_smol(self):
+        if not self.smol:
+            return
+        prompts = ["What is the capital of France?", "Write a haiku about the sea.", "List three colors.",
+                   "What is 2 + 2?"]
+        refs = {p: generate(self.tandem, self.smol, p, 24, chat=True)["text"] for p in prompts}
+        got = {}
+
+        def run(p):
+            got[p] = self.client.chat.completions.create(
+                model="smol", messages=[{"role": "user", "content": p}], max_tokens=24,
+                temperature=0).choices[0].message.content
+
+        run(prompts[0])
+        assert got[prompts[0]] == refs[prompts[0]], (got, refs)
+        threads = [threading.Thread(target=run, args=(p,)) for p in prompts]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert got == refs, (got, refs)
+        ref = generate(self.tandem, self.smol, "The capital of France is", 12, chat=False)["text"]
+        r = self.client.completions.create(model="smol", prompt="The capital of France is", max_tokens=12,
+                                           temperature=0)
+        assert r.choices[0].text == ref, (r.choices[0].text, ref)
+
+    def test_metrics(self):
+        m = self.wait_idle()
+        for name in ("tandem_llm_prompt_tokens_total", "tandem_llm_generation_tokens_total",
+                     "tandem_llm_preemptions_total", "tandem_llm_requests_running", "tandem_llm_requests_waiting"):
+            assert metric(m, name) >= 0, name
+        assert metric(m, "tandem_llm_generation_tokens_total") > 0
+        assert metric(m, "tandem_llm_prompt_tokens_total") > 0
+        for h in ("tandem_llm_time_to_first_token_seconds", "tandem_llm_inter_token_latency_seconds"):
+            n = metric(m, h + "_count")
+            assert n > 0 and metric(m, h + "_bucket", le="+Inf") == n, h
+            assert metric(m, h + "_sum") > 0
+        before = metric(m, "tandem_llm_generation_tokens_total")
+        self.client.completions.create(model=MODEL, prompt="Hello", max_tokens=4, temperature=0,
+                                    extra_body={"ignore_eos": True})
+        m = metrics(self.s)
+        assert metric(m, "tandem_llm_generation_tokens_total") >= before + 4
+
+    def test_kserve_side(self):
+        st, _, out = raw(self.s.port, "POST", "/v2/repository/index", b"{}")
+        assert st == 200 and {"name": MODEL, "version": "1", "state": "READY", "reason": ""} in json.loads(out), out
+        st, _, out = raw(self.s.port, "POST", f"/v2/models/{MODEL}/infer", b'{"inputs": []}')
+        assert st == 400 and "OpenAI" in json.loads(out)["error"], out
+        st, _, _ = raw(self.s.port, "GET", f"/v2/models/{MODEL}/ready")
+        assert st == 200
+        st, _, out = raw(self.s.port, "GET", f"/v2/models/{MODEL}")
+        assert st == 200 and json.loads(out)["platform"] == "tandem_llm", out
+        st, _, out = raw(self.s.port, "GET", f"/v2/models/{MODEL}/config")
+        assert st == 200 and json.loads(out)["backend"] == "tandem_llm", out
+        for path in (f"/v2/models/{MODEL}/stats", "/v2/models/stats", "/v2"):
+            st, _, out = raw(self.s.port, "GET", path)
+            assert st == 200, (path, out)
+
+    def test_unload_cancels_and_reload(self):
+        result = {}
+
+        def stream():
+            try:
+                body = json.dumps({"model": MODEL, "prompt": "Hello", "max_tokens": 200, "stream": True,
+                                   "ignore_eos": True}).encode()
+                st, _, data = raw(self.s.port, "POST", "/v1/completions", body)
+                result["data"] = data.decode()
+            except Exception as e:  # noqa: BLE001
+                result["error"] = repr(e)
+
+        t = threading.Thread(target=stream)
+        t.start()
+        time.sleep(0.3)
+        st, _, out = raw(self.s.port, "POST", f"/v2/repository/models/{MODEL}/unload", b"")
+        assert st == 200, out
+        t.join(60)
+        assert "data" in result, result
+        assert result["data"].endswith("data: [DONE]\n\n"), result["data"][-300:]
+        try:
+            self.client.completions.create(model=MODEL, prompt="Hello", max_tokens=2)
+            raise AssertionError("no error")
+        except openai.APIStatusError as e:
+            assert e.status_code in (404, 503), e
+        st, _, out = raw(self.s.port, "POST", f"/v2/repository/models/{MODEL}/load", b"")
+        assert st == 200, out
+        r = self.client.completions.create(model=MODEL, prompt="Hello", max_tokens=2, temperature=0)
+        assert r.usage.completion_tokens == 2
+        self.wait_idle()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tandem", required=True)
+    ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--filter", default="")
+    ap.add_argument("--smol", help="also check this SmolLM2 folder (slow)")
+    args = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="tandem-openai-test-")
+    repo = os.path.join(tmp, "repo")
+    os.makedirs(repo)
+    folder = make_repository(repo)
+    smol = add_smol(repo, args.smol) if args.smol else None
+    passed = failed = 0
+    server = None
+    try:
+        server = Server(args.tandem, repo)
+        t = Tests(server, args.tandem, folder, smol)
+        order = ["test_models", "test_completion_greedy_matches_generate", "test_chat_greedy_matches_generate",
+                 "test_stream_completion", "test_stream_chat", "test_stop_strings", "test_seed", "test_logprobs",
+                 "test_errors", "test_concurrent_streams_with_disconnects",
+                 "test_client_gone_while_waiting", "test_smol", "test_metrics", "test_kserve_side",
+                 "test_unload_cancels_and_reload"]
+        names = [n for n in order if args.filter in n and (smol or n != "test_smol")]
+        for name in names:
+            t0 = time.time()
+            try:
+                getattr(t, name)()
+                passed += 1
+                print(f"PASS {name} ({time.time() - t0:.2f} s)", flush=True)
+            except Exception:  # noqa: BLE001
+                failed += 1
+                print(f"FAIL {name}\n{traceback.format_exc()}", flush=True)
+        rc = server.stop()
+        if rc != 0:
+            failed += 1
+            print(f"FAIL clean shutdown: exit code {rc}\n" + "".join(server.lines[-40:]), flush=True)
+        else:
+            passed += 1
+            print("PASS clean shutdown (exit code 0)", flush=True)
+    finally:
+        if server and server.proc.poll() is None:
+            server.proc.kill()
+        if failed and server:
+            print("--- server log (last 40 lines) ---\n" + "".join(server.lines[-40:]), flush=True)
+        if args.keep:
+            print(f"kept {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    print(f"{passed} passed, {failed} failed", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

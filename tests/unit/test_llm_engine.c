@@ -1,0 +1,641 @@
+/* The LLM engine (include/tandem/engine.h) on the tiny GenAI folder (tools/make_tiny_llama.py
+ * --form genai --seed 7, tests/llm/models/tiny_genai: GroupQueryAttention, which the engine
+ * turns into PagedAttention over its block pool). The reference is tdm_generator on the same
+ * folder, one sequence at a time: every request's greedy tokens equal the generator's for its
+ * prompt, whatever else runs with it:
+ *  - concurrent requests of different prompt lengths, submitted at different times;
+ *  - a tiny pool that forces preemption (the preempted ones recompute and continue);
+ *  - a small max_step_tokens that forces chunked prefill;
+ *  - shared prompt prefixes (cached_tokens > 0, the same tokens);
+ *  - no_batching (one request at a time);
+ *  - cancellation before start, from a callback mid-way, and of finished / unknown ids;
+ *  - stop ids, eos, max_tokens; seeded sampling twice gives the same tokens; top_logprobs
+ *    sorted and consistent with the token; bad submits are refused;
+ * and after each, the stats show no running or waiting sequence and every used block held
+ * only by the prefix cache (nothing leaked).
+ * With TANDEM_ENGINE_MODEL=DIR (tests/CMakeLists.txt: llm_engine_smollm2 on the SmolLM2 folder
+ * when there is one) only the concurrent greedy check runs, on that folder. A folder whose
+ * MatMulNBits have accuracy_level 4 (int8 activations, e.g. ORT's own SmolLM2 conversion) can
+ * fail it at a near tie: such a node computes a run of more than TDM_NBITS_DECODE_ROWS rows
+ * (a batch with a prefill chunk in it) in bf16 on AVX512_BF16 CPUs and fewer rows in int8,
+ * so a row's logits depend on what else is in its run (the generator's own prefill and decode
+ * differ the same way). */
+#include <math.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "tandem/engine.h"
+#include "tandem/generator.h"
+#include "tandem/tandem.h"
+#include "test_ok.h"
+
+#define TINY_GENAI TANDEM_SOURCE_DIR "/tests/llm/models/tiny_genai"
+#define TINY_GENAI_ACC0 TANDEM_SOURCE_DIR "/tests/llm/models/tiny_genai_acc0"
+#define TINY_OPTIMUM TANDEM_SOURCE_DIR "/tests/llm/models/tiny_optimum"
+#define MAXTOK 512
+#define NTOP 5
+
+/* The folder of the checks: tiny_genai_acc0 (float activations: the engine's log-probabilities
+ * equal the generator's within 1e-3), tiny_genai itself (int8 activations in MatMulNBits,
+ * accuracy_level 4, as SmolLM2's: rounding differs between a batch of rows and one, so the
+ * log-probabilities agree within a relative 1e-2 and the tokens are compared), or
+ * $TANDEM_ENGINE_MODEL. */
+static const char *cur_model = TINY_GENAI_ACC0;
+static double top_abs_tol = 1e-3, top_rel_tol = 0;
+
+static const char *model_dir(void) {
+    const char *m = getenv("TANDEM_ENGINE_MODEL");
+    return m && *m ? m : cur_model;
+}
+
+static tdm_env *new_env(void) {
+    tdm_env_options o = {0};
+    o.api_version = TDM_API_VERSION;
+    o.threads = 1;
+    tdm_env *env = NULL;
+    OK(tdm_env_create(&o, &env));
+    return env;
+}
+
+/* ---- what a request received ---- */
+
+typedef struct got {
+    int32_t tokens[MAXTOK];
+    float logprobs[MAXTOK];
+    float top[MAXTOK][NTOP]; /* the top_logprobs' values */
+    int n;
+    bool ended;
+    tdm_llm_finish finish;
+    int64_t prompt_tokens, generated_tokens, cached_tokens;
+    char error[256];
+    int events_after_end;
+    bool top_ok;
+    /* cancel from the callback after this many tokens (0 = never) */
+    int cancel_after;
+    tdm_llm_engine *engine;
+    uint64_t id;
+} got;
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+
+static void on_event(void *user, const tdm_llm_event *ev) {
+    got *g = user;
+    pthread_mutex_lock(&mu);
+    if (g->ended) g->events_after_end++;
+    if (ev->finish == TDM_LLM_FINISH_NONE) {
+        if (g->n < MAXTOK) {
+            for (int i = 0; i < NTOP; i++) g->top[g->n][i] = i < ev->n_top ? ev->top[i].logprob : 0;
+            g->logprobs[g->n] = ev->logprob;
+            g->tokens[g->n++] = ev->token;
+        }
+        if (ev->n_top > 0) {
+            bool ok = ev->top != NULL && ev->logprob <= 1e-6f;
+            for (int i = 0; ok && i < ev->n_top; i++) {
+                if (ev->top[i].logprob > 1e-6f) ok = false;
+                if (i > 0 && ev->top[i].logprob > ev->top[i - 1].logprob) ok = false;
+                if (ev->top[i].token == ev->token && ev->top[i].logprob != ev->logprob) ok = false;
+            }
+            if (!ok) g->top_ok = false;
+        }
+        if (g->cancel_after > 0 && g->n == g->cancel_after)
+            tdm_llm_engine_cancel(g->engine, g->id); /* allowed from a callback */
+    } else {
+        g->ended = true;
+        g->finish = ev->finish;
+        g->prompt_tokens = ev->prompt_tokens;
+        g->generated_tokens = ev->generated_tokens;
+        g->cached_tokens = ev->cached_tokens;
+        if (ev->status) snprintf(g->error, sizeof g->error, "%s", tdm_status_message(ev->status));
+        pthread_cond_broadcast(&cv);
+    }
+    pthread_mutex_unlock(&mu);
+}
+
+static void wait_ended(got *g, int n) {
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < n; i++)
+        while (!g[i].ended) pthread_cond_wait(&cv, &mu);
+    pthread_mutex_unlock(&mu);
+}
+
+static void wait_tokens(got *g, int n) {
+    for (;;) {
+        pthread_mutex_lock(&mu);
+        bool done = g->n >= n || g->ended;
+        pthread_mutex_unlock(&mu);
+        if (done) return;
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static void check_idle(tdm_llm_engine *e) {
+    tdm_llm_engine_stats s;
+    tdm_llm_engine_get_stats(e, &s);
+    assert_int_equal(s.running, 0);
+    assert_int_equal(s.waiting, 0);
+    assert_int_equal(s.kv_blocks_used, s.kv_blocks_cached); /* nothing leaked */
+    assert_true(s.kv_blocks_total > 0);
+}
+
+/* ---- the reference ---- */
+
+/* Greedy (or `smp`) tokens of the generator for `prompt`, at most max_new. */
+/* The NTOP largest log-softmax values of logits / temp, largest first. */
+static void top_logprobs(const float *lg, size_t vocab, float temp, float *top) {
+    float inv = temp > 0 ? 1.0f / temp : 1.0f, mx = -INFINITY;
+    for (size_t i = 0; i < vocab; i++) mx = lg[i] > mx ? lg[i] : mx;
+    double sum = 0;
+    for (size_t i = 0; i < vocab; i++) sum += exp((double)(lg[i] - mx) * inv);
+    for (int k = 0; k < NTOP; k++) top[k] = -INFINITY;
+    for (size_t i = 0; i < vocab; i++) {
+        float v = (float)((double)(lg[i] - mx) * inv - log(sum));
+        for (int k = 0; k < NTOP; k++)
+            if (v > top[k]) {
+                memmove(&top[k + 1], &top[k], (size_t)(NTOP - k - 1) * sizeof *top);
+                top[k] = v;
+                break;
+            }
+    }
+}
+
+/* The generator's tokens for `prompt` (greedy, or `smp`), at most max_new, and each step's
+ * top log-probabilities in ref_top (when not NULL). */
+static int reference_top(tdm_env *env, const int32_t *prompt, size_t n, int max_new,
+                         bool ignore_eos, const tdm_sampling *smp, const int32_t *stop,
+                         size_t n_stop, int32_t *out, float (*ref_top)[NTOP]) {
+    tdm_generator_options o;
+    memset(&o, 0, sizeof o);
+    o.struct_size = sizeof o;
+    o.ignore_eos = ignore_eos;
+    o.stop_ids = stop;
+    o.n_stop_ids = n_stop;
+    if (smp) o.sampling = *smp;
+    tdm_generator *g = NULL;
+    OK(tdm_generator_create(env, model_dir(), &o, &g));
+    OK(tdm_generator_append(g, prompt, n));
+    int k = 0;
+    while (!tdm_generator_is_done(g) && (max_new == 0 || k < max_new)) {
+        int32_t t;
+        if (ref_top) {
+            const float *lg = NULL;
+            size_t vocab = 0;
+            OK(tdm_generator_logits(g, &lg, &vocab));
+            static float masked[1 << 17];
+            assert_true(vocab <= sizeof masked / sizeof *masked);
+            memcpy(masked, lg, vocab * sizeof *lg);
+            size_t n_eos = 0;
+            const int32_t *eos = tdm_generator_eos_ids(g, &n_eos);
+            for (size_t i = 0; ignore_eos && i < n_eos; i++) masked[eos[i]] = -INFINITY;
+            top_logprobs(masked, vocab, smp ? smp->temperature : 0, ref_top[k]);
+        }
+        OK(tdm_generator_next(g, &t));
+        if (tdm_generator_is_stop_token(g, t)) break;
+        out[k++] = t;
+    }
+    tdm_generator_free(g);
+    return k;
+}
+
+static int reference(tdm_env *env, const int32_t *prompt, size_t n, int max_new, bool ignore_eos,
+                     const tdm_sampling *smp, const int32_t *stop, size_t n_stop, int32_t *out) {
+    return reference_top(env, prompt, n, max_new, ignore_eos, smp, stop, n_stop, out, NULL);
+}
+
+/* over every check: the engine's top log-probabilities vs the generator's, [0] on the float
+ * model, [1] on the int8 one */
+static double worst_top_diff[2];
+
+/* A deterministic prompt of n ids in [3, vocab) (no special ids). */
+static void make_prompt(int32_t *p, size_t n, uint32_t seed, size_t vocab) {
+    uint32_t x = seed * 2654435761u + 12345u;
+    for (size_t i = 0; i < n; i++) {
+        x = x * 1664525u + 1013904223u;
+        p[i] = (int32_t)(3 + (x >> 8) % (uint32_t)(vocab - 3));
+    }
+}
+
+static tdm_llm_engine *new_engine(tdm_env *env, int max_batch, int max_step, int block,
+                                  int64_t blocks, bool no_batching) {
+    tdm_llm_engine_options o;
+    memset(&o, 0, sizeof o);
+    o.struct_size = sizeof o;
+    o.max_batch = max_batch;
+    o.max_step_tokens = max_step;
+    o.block_size = block;
+    o.kv_blocks = blocks;
+    o.no_batching = no_batching;
+    tdm_llm_engine *e = NULL;
+    OK(tdm_llm_engine_create(env, model_dir(), &o, &e));
+    return e;
+}
+
+typedef struct scenario {
+    int n;               /* requests */
+    const int *lens;     /* prompt lengths */
+    int max_tokens;
+    int stagger;         /* submit request i once request i-1 has this many tokens (0 = all
+                            at once) */
+    bool ignore_eos;
+    uint32_t seed;
+    int shared_prefix;   /* the first tokens of every prompt are request 0's */
+} scenario;
+
+/* Runs scenario `sc` on e and compares every request with the generator. */
+static void run_scenario(tdm_env *env, tdm_llm_engine *e, const scenario *sc, got *g) {
+    size_t vocab = tdm_llm_engine_vocab_size(e);
+    int32_t prompts[16][300];
+    assert_true(sc->n <= 16);
+    for (int i = 0; i < sc->n; i++) {
+        assert_true(sc->lens[i] <= 300);
+        make_prompt(prompts[i], (size_t)sc->lens[i], sc->seed + (uint32_t)i, vocab);
+        if (sc->shared_prefix && i > 0)
+            memcpy(prompts[i], prompts[0], (size_t)sc->shared_prefix * sizeof(int32_t));
+    }
+    memset(g, 0, sizeof *g * (size_t)sc->n);
+    for (int i = 0; i < sc->n; i++) {
+        if (sc->stagger && i > 0) wait_tokens(&g[i - 1], sc->stagger);
+        tdm_llm_request_params p;
+        memset(&p, 0, sizeof p);
+        p.struct_size = sizeof p;
+        p.max_tokens = sc->max_tokens;
+        p.ignore_eos = sc->ignore_eos;
+        p.top_logprobs = NTOP;
+        g[i].top_ok = true;
+        g[i].engine = e;
+        OK(tdm_llm_engine_submit(e, prompts[i], (size_t)sc->lens[i], &p, on_event, &g[i],
+                                 &g[i].id));
+    }
+    wait_ended(g, sc->n);
+    for (int i = 0; i < sc->n; i++) {
+        int32_t ref[MAXTOK];
+        static float ref_top[MAXTOK][NTOP];
+        int k = reference_top(env, prompts[i], (size_t)sc->lens[i], sc->max_tokens,
+                              sc->ignore_eos, NULL, NULL, 0, ref, ref_top);
+        if (g[i].finish == TDM_LLM_FINISH_ERROR) fprintf(stderr, "request %d: %s\n", i, g[i].error);
+        assert_true(g[i].finish == TDM_LLM_FINISH_STOP || g[i].finish == TDM_LLM_FINISH_LENGTH);
+        if (g[i].n != k || memcmp(g[i].tokens, ref, (size_t)k * sizeof *ref) != 0) {
+            fprintf(stderr, "request %d (prompt %d): engine %d tokens, generator %d\n", i,
+                    sc->lens[i], g[i].n, k);
+            for (int j = 0; j < g[i].n || j < k; j++)
+                fprintf(stderr, "  %d: %d %d\n", j, j < g[i].n ? g[i].tokens[j] : -1,
+                        j < k ? ref[j] : -1);
+            fail();
+        }
+        assert_int_equal(g[i].prompt_tokens, sc->lens[i]);
+        assert_int_equal(g[i].generated_tokens, g[i].n);
+        assert_int_equal(g[i].events_after_end, 0);
+        assert_true(g[i].top_ok);
+        /* the distributions, not only their arg max (the tiny random model repeats tokens a
+         * lot): the engine's top log-probabilities are the generator's */
+        for (int j = 0; j < g[i].n; j++) {
+            assert_true(g[i].logprobs[j] <= 1e-6f);
+            for (int t = 0; t < NTOP; t++) {
+                double d = fabs((double)g[i].top[j][t] - (double)ref_top[j][t]);
+                if (d > worst_top_diff[top_rel_tol > 0]) worst_top_diff[top_rel_tol > 0] = d;
+                if (d > top_abs_tol + top_rel_tol * fabs((double)ref_top[j][t])) {
+                    fprintf(stderr, "request %d token %d top %d: engine %g generator %g\n", i, j,
+                            t, (double)g[i].top[j][t], (double)ref_top[j][t]);
+                    fail();
+                }
+            }
+        }
+    }
+    check_idle(e);
+}
+
+static const int LENS[] = {3, 10, 17, 33, 50, 70, 5, 24};
+
+static void test_concurrent_greedy(void **state) {
+    (void)state;
+    tdm_env *env = new_env();
+    tdm_llm_engine *e = new_engine(env, 8, 0, 16, 128, false);
+    got g[8];
+    scenario sc = {.n = 8, .lens = LENS, .max_tokens = 24, .stagger = 3, .ignore_eos = true,
+                   .seed = 1};
+    run_scenario(env, e, &sc, g);
+    /* all at once, eos allowed */
+    scenario sc2 = {.n = 6, .lens = LENS, .max_tokens = 40, .ignore_eos = false, .seed = 11};
+    run_scenario(env, e, &sc2, g);
+    tdm_llm_engine_stats s;
+    tdm_llm_engine_get_stats(e, &s);
+    assert_int_equal(s.requests_total, 14);
+    assert_true(s.steps_total > 0);
+    assert_true(s.steps_total < s.generated_tokens_total); /* batched: fewer runs than tokens */
+    tdm_llm_engine_free(e);
+    tdm_env_free(env);
+}
+
+/* The same on the int8-activation form: the tokens equal, the log-probabilities close (int8
+ * rounding of a row depends on the kernel path: one row or a batch). */
+static int int8_model(void **state) {
+    (void)state;
+    cur_model = TINY_GENAI;
+    top_abs_tol = 5e-2;
+    top_rel_tol = 5e-2;
+    return 0;
+}
+
+static int float_model(void **state) {
+    (void)state;
+    cur_model = TINY_GENAI_ACC0;
+    top_abs_tol = 1e-3;
+    top_rel_tol = 0;
+    return 0;
+}
+
+static void test_preemption(void **state) {
+    (void)state;
+    tdm_env *env = new_env();
+    /* 12 blocks of 4 tokens: four sequences of up to 10 + 24 tokens cannot all fit */
+    tdm_llm_engine *e = new_engine(env, 4, 0, 4, 12, false);
+    got g[4];
+    static const int lens[] = {10, 7, 9, 6};
+    scenario sc = {.n = 4, .lens = lens, .max_tokens = 24, .ignore_eos = true, .seed = 21};
+    run_scenario(env, e, &sc, g);
+    tdm_llm_engine_stats s;
+    tdm_llm_engine_get_stats(e, &s);
+    assert_true(s.preemptions_total > 0);
+    tdm_llm_engine_free(e);
+    tdm_env_free(env);
+}
+
+static void test_chunked_prefill(void **state) {
+    (void)state;
+    tdm_env *env = new_env();
+    tdm_llm_engine *e = new_engine(env, 4, 5, 8, 64, false);
+    got g[4];
+    static const int lens[] = {23, 3, 41, 12};
+    scenario sc = {.n = 4, .lens = lens, .max_tokens = 12, .stagger = 2, .ignore_eos = true,
+                   .seed = 31};
+    run_scenario(env, e, &sc, g);
+    tdm_llm_engine_free(e);
+    tdm_env_free(env);
+}
+
+static void test_prefix_cache(void **state) {
+    (void)state;
+    tdm_env *env = new_env();
+    tdm_llm_engine *e = new_engine(env, 4, 0, 8, 64, false);
+    got g[4];
+    static const int lens[] = {40, 45, 44, 60};
+    /* request 0 first (and to its end: stagger larger than max_tokens waits for its end) */
+    scenario sc = {.n = 4, .lens = lens, .max_tokens = 10, .stagger = 10, .ignore_eos = true,
+                   .seed = 41, .shared_prefix = 37};
+    run_scenario(env, e, &sc, g);
+    assert_int_equal(g[0].cached_tokens, 0);
+    for (int i = 1; i < 4; i++) assert_int_equal(g[i].cached_tokens, 32); /* 4 full blocks */
+    tdm_llm_engine_stats s;
+    tdm_llm_engine_get_stats(e, &s);
+    assert_true(s.prefix_hit_tokens_total >= 96);
+    assert_true(s.kv_blocks_cached > 0);
+    /* the same prompt again: all but the block of its last token */
+    scenario again = {.n = 1, .lens = lens, .max_tokens = 10, .ignore_eos = true, .seed = 41};
+    run_scenario(env, e, &again, g);
+    assert_int_equal(g[0].cached_tokens, 32);
+    tdm_llm_engine_free(e);
+    tdm_env_free(env);
+}
+
+static void test_no_batching(void **state) {
+    (void)state;
+    tdm_env *env = new_env();
+    tdm_llm_engine *e = new_engine(env, 4, 0, 16, 64, true);
+    got g[3];
+    scenario sc = {.n = 3, .lens = LENS, .max_tokens = 8, .ignore_eos = true, .seed = 51};
+    run_scenario(env, e, &sc, g);
+    tdm_llm_engine_stats s;
+    tdm_llm_engine_get_stats(e, &s);
+    /* one request at a time: a run per token (the prefill gives the first) */
+    assert_int_equal(s.steps_total, s.generated_tokens_total);
+    tdm_llm_engine_free(e);
+    tdm_env_free(env);
+}
+
+static void test_cancel(void **state) {
+    (void)state;
+    tdm_env *env = new_env();
+    tdm_llm_engine *e = new_engine(env, 4, 0, 8, 64, false);
+    size_t vocab = tdm_llm_engine_vocab_size(e);
+    int32_t prompt[20];
+    make_prompt(prompt, 20, 61, vocab);
+    got g[5];
+    memset(g, 0, sizeof g);
+    tdm_llm_request_params p;
+    memset(&p, 0, sizeof p);
+    p.struct_size = sizeof p;
+    p.ignore_eos = true; /* until max_length unless cancelled */
+    for (int i = 0; i < 5; i++) {
+        g[i].engine = e;
+        g[i].cancel_after = i < 2 ? 5 + i : 0;
+        OK(tdm_llm_engine_submit(e, prompt, 20, &p, on_event, &g[i], &g[i].id));
+    }
+    tdm_llm_engine_cancel(e, g[2].id);  /* probably before its first token */
+    tdm_llm_engine_cancel(e, 987654);   /* unknown: ignored */
+    wait_tokens(&g[3], 3);
+    tdm_llm_engine_cancel(e, g[3].id);
+    wait_ended(g, 4);
+    for (int i = 0; i < 4; i++) assert_int_equal(g[i].finish, TDM_LLM_FINISH_CANCELLED);
+    assert_int_equal(g[0].n, 5); /* cancelled from its callback: no token after */
+    assert_int_equal(g[1].n, 6);
+    wait_ended(&g[4], 1);
+    assert_int_equal(g[4].finish, TDM_LLM_FINISH_LENGTH);
+    assert_int_equal(g[4].n, tdm_llm_engine_max_length(e) - 20);
+    tdm_llm_engine_cancel(e, g[4].id); /* finished: ignored */
+    for (int i = 0; i < 5; i++) assert_int_equal(g[i].events_after_end, 0);
+    /* the survivor's tokens are the generator's */
+    int32_t ref[MAXTOK];
+    int k = reference(env, prompt, 20, 0, true, NULL, NULL, 0, ref);
+    assert_int_equal(k, g[4].n);
+    assert_memory_equal(ref, g[4].tokens, (size_t)k * sizeof *ref);
+    for (int i = 0; i < 4; i++) assert_memory_equal(ref, g[i].tokens, (size_t)g[i].n * sizeof *ref);
+    struct timespec ts = {0, 20000000};
+    nanosleep(&ts, NULL);
+    check_idle(e);
+    /* freeing with requests in flight ends them cancelled */
+    memset(g, 0, sizeof g);
+    for (int i = 0; i < 3; i++) OK(tdm_llm_engine_submit(e, prompt, 20, &p, on_event, &g[i], &g[i].id));
+    wait_tokens(&g[0], 2);
+    tdm_llm_engine_free(e);
+    for (int i = 0; i < 3; i++) {
+        assert_true(g[i].ended);
+        assert_int_equal(g[i].finish, TDM_LLM_FINISH_CANCELLED);
+    }
+    tdm_env_free(env);
+}
+
+static void test_stops_and_sampling(void **state) {
+    (void)state;
+    tdm_env *env = new_env();
+    tdm_llm_engine *e = new_engine(env, 4, 0, 16, 64, false);
+    size_t vocab = tdm_llm_engine_vocab_size(e);
+    int32_t prompt[12];
+    make_prompt(prompt, 12, 71, vocab);
+    /* a stop id: the greedy sequence's 4th token */
+    int32_t ref[MAXTOK];
+    int k = reference(env, prompt, 12, 10, true, NULL, NULL, 0, ref);
+    assert_true(k == 10);
+    int32_t stop = ref[3];
+    int first = 0;
+    while (ref[first] != stop) first++;
+    got g[4];
+    memset(g, 0, sizeof g);
+    tdm_llm_request_params p;
+    memset(&p, 0, sizeof p);
+    p.struct_size = sizeof p;
+    p.ignore_eos = true;
+    p.max_tokens = 10;
+    p.stop_ids = &stop;
+    p.n_stop_ids = 1;
+    OK(tdm_llm_engine_submit(e, prompt, 12, &p, on_event, &g[0], &g[0].id));
+    wait_ended(g, 1);
+    assert_int_equal(g[0].finish, TDM_LLM_FINISH_STOP);
+    assert_int_equal(g[0].n, first);
+    assert_memory_equal(g[0].tokens, ref, (size_t)first * sizeof *ref);
+    /* seeded sampling: twice at once, the same tokens, and the generator's */
+    tdm_llm_request_params q;
+    memset(&q, 0, sizeof q);
+    q.struct_size = sizeof q;
+    q.ignore_eos = true;
+    q.max_tokens = 30;
+    q.sampling.temperature = 4.0f; /* the tiny model's distributions are sharp */
+    q.sampling.top_k = 100;
+    q.sampling.top_p = 0.99f;
+    q.sampling.seed = 1234;
+    q.top_logprobs = 3;
+    for (int i = 1; i < 3; i++) {
+        g[i].top_ok = true;
+        OK(tdm_llm_engine_submit(e, prompt, 12, &q, on_event, &g[i], &g[i].id));
+    }
+    q.sampling.seed = 99;
+    OK(tdm_llm_engine_submit(e, prompt, 12, &q, on_event, &g[3], &g[3].id));
+    wait_ended(g, 4);
+    assert_int_equal(g[1].n, 30);
+    assert_int_equal(g[2].n, 30);
+    assert_memory_equal(g[1].tokens, g[2].tokens, 30 * sizeof(int32_t));
+    assert_true(memcmp(g[1].tokens, g[3].tokens, 30 * sizeof(int32_t)) != 0);
+    assert_true(g[1].top_ok && g[2].top_ok);
+    q.sampling.seed = 1234;
+    k = reference(env, prompt, 12, 30, true, &q.sampling, NULL, 0, ref);
+    assert_int_equal(k, 30);
+    assert_memory_equal(g[1].tokens, ref, 30 * sizeof(int32_t));
+    check_idle(e);
+    tdm_llm_engine_free(e);
+    tdm_env_free(env);
+}
+
+static void test_bad_submits(void **state) {
+    (void)state;
+    tdm_env *env = new_env();
+    tdm_llm_engine *e = new_engine(env, 4, 0, 16, 8, false); /* a pool of 128 tokens */
+    size_t vocab = tdm_llm_engine_vocab_size(e);
+    int max_length = tdm_llm_engine_max_length(e);
+    assert_int_equal(vocab, 384);
+    assert_int_equal(max_length, 256);
+    size_t n_eos = 0;
+    const int32_t *eos = tdm_llm_engine_eos_ids(e, &n_eos);
+    assert_int_equal(n_eos, 1);
+    assert_int_equal(eos[0], 2);
+    got g;
+    memset(&g, 0, sizeof g);
+    uint64_t id = 77;
+    int32_t prompt[300];
+    make_prompt(prompt, 300, 81, vocab);
+    tdm_status *st = tdm_llm_engine_submit(e, prompt, 0, NULL, on_event, &g, &id);
+    assert_int_equal(tdm_status_code(st), TDM_ERR_INVALID_ARGUMENT);
+    tdm_status_free(st);
+    int32_t bad[3] = {5, (int32_t)vocab, 6};
+    st = tdm_llm_engine_submit(e, bad, 3, NULL, on_event, &g, &id);
+    assert_int_equal(tdm_status_code(st), TDM_ERR_INVALID_ARGUMENT);
+    tdm_status_free(st);
+    bad[1] = -1;
+    st = tdm_llm_engine_submit(e, bad, 3, NULL, on_event, &g, &id);
+    assert_int_equal(tdm_status_code(st), TDM_ERR_INVALID_ARGUMENT);
+    tdm_status_free(st);
+    st = tdm_llm_engine_submit(e, prompt, (size_t)max_length, NULL, on_event, &g, &id);
+    assert_int_equal(tdm_status_code(st), TDM_ERR_LIMIT);
+    tdm_status_free(st);
+    st = tdm_llm_engine_submit(e, prompt, 200, NULL, on_event, &g, &id); /* > the pool */
+    assert_int_equal(tdm_status_code(st), TDM_ERR_LIMIT);
+    tdm_status_free(st);
+    tdm_llm_request_params p;
+    memset(&p, 0, sizeof p);
+    p.struct_size = sizeof p;
+    p.top_logprobs = 21;
+    st = tdm_llm_engine_submit(e, prompt, 4, &p, on_event, &g, &id);
+    assert_int_equal(tdm_status_code(st), TDM_ERR_INVALID_ARGUMENT);
+    tdm_status_free(st);
+    assert_int_equal(id, 77); /* untouched */
+    assert_false(g.ended);
+    /* a sequence that outgrows the whole pool ends with an error, and the engine goes on */
+    p.top_logprobs = 0;
+    p.ignore_eos = true;
+    OK(tdm_llm_engine_submit(e, prompt, 100, &p, on_event, &g, &id));
+    wait_ended(&g, 1);
+    assert_int_equal(g.finish, TDM_LLM_FINISH_ERROR);
+    assert_int_equal(g.n, 128 - 100 + 1);
+    check_idle(e);
+    tdm_llm_engine_stats s;
+    tdm_llm_engine_get_stats(e, &s);
+    assert_int_equal(s.requests_total, 1);
+    tdm_llm_engine_free(e);
+    /* the pool sized in bytes: 2 layers x key and value x 16 tokens x 2 heads x 16 floats =
+     * 8192 bytes a block */
+    tdm_llm_engine_options o;
+    memset(&o, 0, sizeof o);
+    o.struct_size = sizeof o;
+    o.kv_bytes = 100000;
+    OK(tdm_llm_engine_create(env, model_dir(), &o, &e));
+    tdm_llm_engine_get_stats(e, &s);
+    assert_int_equal(s.kv_blocks_total, 12);
+    assert_int_equal(s.block_size, 16);
+    assert_int_equal(s.max_length, 256);
+    tdm_llm_engine_free(e);
+    /* a folder the engine cannot page */
+    tdm_llm_engine *e2 = NULL;
+    st = tdm_llm_engine_create(env, TINY_OPTIMUM, NULL, &e2);
+    assert_non_null(st);
+    assert_int_equal(tdm_status_code(st), TDM_ERR_UNSUPPORTED);
+    assert_null(e2);
+    tdm_status_free(st);
+    tdm_env_free(env);
+}
+
+int main(void) {
+    if (getenv("TANDEM_ENGINE_MODEL") && *getenv("TANDEM_ENGINE_MODEL")) {
+        int8_model(NULL);
+        const struct CMUnitTest real[] = {
+            cmocka_unit_test(test_concurrent_greedy),
+        };
+        int rc = cmocka_run_group_tests(real, NULL, NULL);
+        fprintf(stderr, "largest top log-probability difference from the generator: %g\n",
+                worst_top_diff[1]);
+        return rc;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_concurrent_greedy),
+        cmocka_unit_test_setup_teardown(test_concurrent_greedy, int8_model, float_model),
+        cmocka_unit_test_setup_teardown(test_preemption, int8_model, float_model),
+        cmocka_unit_test(test_preemption),
+        cmocka_unit_test(test_chunked_prefill),
+        cmocka_unit_test(test_prefix_cache),
+        cmocka_unit_test(test_no_batching),
+        cmocka_unit_test(test_cancel),
+        cmocka_unit_test(test_stops_and_sampling),
+        cmocka_unit_test(test_bad_submits),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    fprintf(stderr, "largest top log-probability difference from the generator: float "
+            "activations %g, int8 activations %g\n", worst_top_diff[0], worst_top_diff[1]);
+    return rc;
+}
