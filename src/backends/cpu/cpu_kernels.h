@@ -25,6 +25,7 @@
     X(control)                                                                           \
     X(fused)                                                                             \
     X(nbits)                                                                             \
+    X(contrib)                                                                           \
     X(llm)
 
 #define TDM_X_(fam)                                                                      \

@@ -1,0 +1,333 @@
+/* CPU kernels: contrib family — the quantized element-wise ops (QLinearAdd, QLinearMul,
+ * QLinearSigmoid, QLinearLeakyRelu, QLinearGlobalAveragePool, QLinearConcat) and NhwcMaxPool,
+ * int8 and uint8. Rounding follows ONNX Runtime's MLAS so that results agree bit for bit:
+ * values are computed in float, rounded half to even, offset by the zero point and
+ * saturated. The unary ops and a requantizing concat go through a 256-entry table built per
+ * run (dequantize, the function in float, quantize), as ONNX Runtime does. */
+#include <math.h>
+#include <string.h>
+
+#include "backends/cpu/k_contrib.h"
+#include "ops/nn_geom.h"
+
+/* A scale: a float32 scalar. */
+static tdm_status *read_scale(const tdm_kernel_ctx *ctx, int i, float *s) {
+    const tdm_tensor *t = i < ctx->n_in ? ctx->in[i] : NULL;
+    if (!t || t->dtype != TDM_FLOAT || t->count != 1)
+        return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT, "input %d (a scale) must be a float32 scalar", i);
+    *s = *(const float *)t->data;
+    return NULL;
+}
+
+/* A zero point: a scalar of type qt, or 0 when omitted. */
+static tdm_status *read_zp(const tdm_kernel_ctx *ctx, int i, tdm_dtype qt, int *zp) {
+    const tdm_tensor *t = i < ctx->n_in ? ctx->in[i] : NULL;
+    *zp = 0;
+    if (!t) return NULL;
+    if (t->dtype != qt || t->count != 1)
+        return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
+                              "input %d (a zero point) must be a %s scalar", i, tdm_dtype_name(qt));
+    *zp = qt == TDM_INT8 ? *(const int8_t *)t->data : *(const uint8_t *)t->data;
+    return NULL;
+}
+
+static inline int ld_q(tdm_dtype t, const void *p, int64_t i) {
+    return t == TDM_INT8 ? ((const int8_t *)p)[i] : ((const uint8_t *)p)[i];
+}
+static inline void st_q(tdm_dtype t, void *p, int64_t i, int v) {
+    if (t == TDM_INT8) ((int8_t *)p)[i] = (int8_t)v;
+    else ((uint8_t *)p)[i] = (uint8_t)v;
+}
+/* MLAS's QuantizeLinear of one value: round(v / scale) + zp, saturated */
+static inline int quantize(tdm_dtype t, float v, float scale, int zp) {
+    return tdm_contrib_sat(t, nearbyintf(v / scale) + (float)zp);
+}
+
+/* ---- QLinearAdd / QLinearMul (numpy broadcast) ---- */
+
+typedef struct qbin_job {
+    tdm_dtype t;
+    const void *a, *b;
+    void *c;
+    int rank;
+    int64_t dims[TDM_MAX_RANK], sa[TDM_MAX_RANK], sb[TDM_MAX_RANK];
+    int64_t cols;     /* last output dim */
+    bool mul;
+    int za, zb, zc;
+    float rac, rbc, fixed; /* add: a * rac + b * rbc + fixed; mul: (a - za)(b - zb) * rac + zc */
+} qbin_job;
+
+static void qbin_rows(void *arg, int64_t r0, int64_t r1) {
+    const qbin_job *j = arg;
+    int last = j->rank - 1;
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t oa = 0, ob = 0, rem = r;
+        for (int d = last - 1; d >= 0; d--) {
+            int64_t c = rem % j->dims[d];
+            rem /= j->dims[d];
+            oa += c * j->sa[d];
+            ob += c * j->sb[d];
+        }
+        int64_t ia = last >= 0 ? j->sa[last] : 0, ib = last >= 0 ? j->sb[last] : 0;
+        for (int64_t i = 0; i < j->cols; i++) {
+            int a = ld_q(j->t, j->a, oa + i * ia), b = ld_q(j->t, j->b, ob + i * ib);
+            float v;
+            if (j->mul) v = (float)((a - j->za) * (b - j->zb)) * j->rac + (float)j->zc;
+            else v = (float)a * j->rac + ((float)b * j->rbc + j->fixed);
+            st_q(j->t, j->c, r * j->cols + i, tdm_contrib_sat(j->t, nearbyintf(v)));
+        }
+    }
+}
+
+static tdm_status *run_qbin(tdm_kernel_ctx *ctx, bool mul) {
+    const tdm_tensor *a = ctx->in[0], *b = ctx->in[3];
+    tdm_tensor *c = ctx->out[0];
+    qbin_job j = {.t = a->dtype, .a = a->data, .b = b->data, .c = c->data, .mul = mul};
+    if (b->dtype != a->dtype)
+        return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT, "A and B must have the same type");
+    float sa = 0, sb = 0, sc = 1;
+    TDM_TRY(read_scale(ctx, 1, &sa));
+    TDM_TRY(read_scale(ctx, 4, &sb));
+    TDM_TRY(read_scale(ctx, 6, &sc));
+    TDM_TRY(read_zp(ctx, 2, j.t, &j.za));
+    TDM_TRY(read_zp(ctx, 5, j.t, &j.zb));
+    TDM_TRY(read_zp(ctx, 7, j.t, &j.zc));
+    if (mul) {
+        j.rac = sa * sb / sc;
+    } else {
+        j.rac = sa / sc;
+        j.rbc = sb / sc;
+        j.fixed = (float)j.zc - (j.rac * (float)j.za + j.rbc * (float)j.zb);
+    }
+    j.rank = c->rank;
+    for (int d = 0; d < c->rank; d++) j.dims[d] = c->dims[d];
+    tdm_broadcast_strides(a->rank, a->dims, c->rank, c->dims, j.sa);
+    tdm_broadcast_strides(b->rank, b->dims, c->rank, c->dims, j.sb);
+    j.cols = c->rank ? c->dims[c->rank - 1] : 1;
+    if (c->count == 0) return NULL;
+    tdm_parallel_for(ctx->pool, c->count / j.cols, 64, qbin_rows, &j);
+    return NULL;
+}
+
+tdm_status *tdm_contrib_run_qlinear_add(tdm_kernel_ctx *ctx) { return run_qbin(ctx, false); }
+tdm_status *tdm_contrib_run_qlinear_mul(tdm_kernel_ctx *ctx) { return run_qbin(ctx, true); }
+
+/* ---- table ops: QLinearSigmoid, QLinearLeakyRelu ---- */
+
+/* table[x & 255] for every input value x of type t: quantize(f(dequantize(x))) */
+static void build_table(tdm_dtype t, float xs, int xz, float ys, int yz, int fn, float alpha,
+                        uint8_t *table) {
+    for (int k = 0; k < 256; k++) {
+        int x = t == TDM_INT8 ? (int)(int8_t)k : k;
+        float v = (float)(x - xz) * xs;
+        if (fn == 1) v = 1.0f / (1.0f + expf(-v));
+        else if (fn == 2) v = v >= 0.0f ? v : v * alpha;
+        table[k] = (uint8_t)quantize(t, v, ys, yz);
+    }
+}
+
+typedef struct lut_job {
+    const uint8_t *x;
+    uint8_t *y;
+    const uint8_t *table;
+} lut_job;
+
+static void lut_range(void *arg, int64_t b, int64_t e) {
+    const lut_job *j = arg;
+    for (int64_t i = b; i < e; i++) j->y[i] = j->table[j->x[i]];
+}
+
+tdm_status *tdm_contrib_run_qlinear_lut(tdm_kernel_ctx *ctx) {
+    const tdm_tensor *x = ctx->in[0];
+    float xs = 0, ys = 1;
+    int xz, yz;
+    TDM_TRY(read_scale(ctx, 1, &xs));
+    TDM_TRY(read_zp(ctx, 2, x->dtype, &xz));
+    TDM_TRY(read_scale(ctx, 3, &ys));
+    TDM_TRY(read_zp(ctx, 4, x->dtype, &yz));
+    bool sig = strcmp(ctx->node->op_type, "QLinearSigmoid") == 0;
+    uint8_t table[256];
+    build_table(x->dtype, xs, xz, ys, yz, sig ? 1 : 2, tdm_attr_float(ctx->node, "alpha", 0.01f), table);
+    lut_job j = {x->data, ctx->out[0]->data, table};
+    if (x->count) tdm_parallel_for(ctx->pool, x->count, 1 << 16, lut_range, &j);
+    return NULL;
+}
+
+/* ---- QLinearGlobalAveragePool ---- */
+
+typedef struct gap_job {
+    tdm_dtype t;
+    const void *x;
+    void *y;
+    int64_t C, image; /* channels, spatial size */
+    bool last;        /* channels last */
+    int xz, yz;
+    float scale;
+} gap_job;
+
+static void gap_items(void *arg, int64_t b, int64_t e) {
+    const gap_job *j = arg;
+    for (int64_t it = b; it < e; it++) {
+        if (!j->last) { /* item = (n, c) plane */
+            int64_t s = 0;
+            for (int64_t i = 0; i < j->image; i++) s += ld_q(j->t, j->x, it * j->image + i);
+            float v = (float)(int32_t)(s - (int64_t)j->xz * j->image) * j->scale;
+            st_q(j->t, j->y, it, tdm_contrib_sat(j->t, nearbyintf(v) + (float)j->yz));
+        } else { /* item = image n: [image, C] */
+            for (int64_t c = 0; c < j->C; c++) {
+                int64_t s = 0;
+                for (int64_t i = 0; i < j->image; i++) s += ld_q(j->t, j->x, (it * j->image + i) * j->C + c);
+                float v = (float)(int32_t)(s - (int64_t)j->xz * j->image) * j->scale;
+                st_q(j->t, j->y, it * j->C + c, tdm_contrib_sat(j->t, nearbyintf(v) + (float)j->yz));
+            }
+        }
+    }
+}
+
+tdm_status *tdm_contrib_run_qlinear_gap(tdm_kernel_ctx *ctx) {
+    const tdm_tensor *x = ctx->in[0];
+    gap_job j = {.t = x->dtype, .x = x->data, .y = ctx->out[0]->data};
+    float xs = 0, ys = 1;
+    TDM_TRY(read_scale(ctx, 1, &xs));
+    TDM_TRY(read_zp(ctx, 2, j.t, &j.xz));
+    TDM_TRY(read_scale(ctx, 3, &ys));
+    TDM_TRY(read_zp(ctx, 4, j.t, &j.yz));
+    if (x->rank < 3) return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT, "X must have rank 3 or more");
+    j.last = tdm_attr_int(ctx->node, "channels_last", 0) != 0;
+    j.C = j.last ? x->dims[x->rank - 1] : x->dims[1];
+    j.image = 1;
+    for (int d = j.last ? 1 : 2; d < (j.last ? x->rank - 1 : x->rank); d++) j.image *= x->dims[d];
+    if (j.image >= (1 << 24))
+        return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT, "the image has %lld values; at most 2^24 are supported",
+                              (long long)j.image);
+    if (ctx->out[0]->count == 0) return NULL;
+    if (j.image == 0)
+        return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT, "X has an empty spatial extent");
+    j.scale = xs / (ys * (float)j.image);
+    int64_t items = j.last ? x->dims[0] : x->dims[0] * j.C;
+    tdm_parallel_for(ctx->pool, items, 1, gap_items, &j);
+    return NULL;
+}
+
+/* ---- QLinearConcat ---- */
+
+tdm_status *tdm_contrib_run_qlinear_concat(tdm_kernel_ctx *ctx) {
+    tdm_tensor *y = ctx->out[0];
+    tdm_dtype t = y->dtype;
+    float ys = 1;
+    int yz;
+    TDM_TRY(read_scale(ctx, 0, &ys));
+    TDM_TRY(read_zp(ctx, 1, t, &yz));
+    int k = (ctx->n_in - 2) / 3, axis;
+    TDM_TRY(tdm_norm_axis(ctx->node, tdm_attr_int(ctx->node, "axis", 0), y->rank, &axis));
+    int64_t outer = 1, inner = 1;
+    for (int d = 0; d < axis; d++) outer *= y->dims[d];
+    for (int d = axis + 1; d < y->rank; d++) inner *= y->dims[d];
+    int64_t yrow = y->dims[axis] * inner, off = 0;
+    uint8_t *Y = y->data;
+    for (int i = 0; i < k; i++) {
+        const tdm_tensor *x = ctx->in[2 + 3 * i];
+        if (x->dtype != t || x->rank != y->rank)
+            return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT, "input %d must be %s of rank %d", 2 + 3 * i,
+                                  tdm_dtype_name(t), y->rank);
+        float xs = 0;
+        int xz;
+        TDM_TRY(read_scale(ctx, 3 + 3 * i, &xs));
+        TDM_TRY(read_zp(ctx, 4 + 3 * i, t, &xz));
+        bool same = xs == ys && xz == yz;
+        uint8_t table[256];
+        if (!same) build_table(t, xs, xz, ys, yz, 0, 0.0f, table);
+        int64_t xrow = x->dims[axis] * inner;
+        const uint8_t *X = x->data;
+        for (int64_t o = 0; o < outer; o++) {
+            uint8_t *dst = Y + o * yrow + off;
+            const uint8_t *src = X + o * xrow;
+            if (same) memcpy(dst, src, (size_t)xrow);
+            else
+                for (int64_t e = 0; e < xrow; e++) dst[e] = table[src[e]];
+        }
+        off += xrow;
+    }
+    return NULL;
+}
+
+/* ---- NhwcMaxPool: MaxPool over the spatial dims of a channels-last tensor ---- */
+
+typedef struct nmp_job {
+    tdm_dtype t;
+    const void *x;
+    void *y;
+    int nsp;
+    int64_t C;
+    tdm_nn_geom g;
+    int64_t out_sp; /* output positions per image */
+    int64_t in_sp;
+} nmp_job;
+
+static void nmp_rows(void *arg, int64_t r0, int64_t r1) {
+    const nmp_job *j = arg;
+    int64_t C = j->C;
+    int acc[512];
+    for (int64_t r = r0; r < r1; r++) { /* r = n * out_sp + output position */
+        int64_t n = r / j->out_sp, pos = r % j->out_sp, o[TDM_MAX_RANK], rem = pos;
+        for (int d = j->nsp - 1; d >= 0; d--) {
+            o[d] = rem % j->g.out[d];
+            rem /= j->g.out[d];
+        }
+        for (int64_t c0 = 0; c0 < C; c0 += 512) {
+            int64_t cn = C - c0 < 512 ? C - c0 : 512;
+            for (int64_t c = 0; c < cn; c++) acc[c] = j->t == TDM_INT8 ? -129 : -1;
+            int64_t kw[TDM_MAX_RANK] = {0}, kcount = 1;
+            for (int d = 0; d < j->nsp; d++) kcount *= j->g.kernel[d];
+            for (int64_t kk = 0; kk < kcount; kk++) {
+                int64_t krem = kk, idx = 0;
+                bool inside = true;
+                for (int d = j->nsp - 1; d >= 0; d--) {
+                    kw[d] = krem % j->g.kernel[d];
+                    krem /= j->g.kernel[d];
+                }
+                for (int d = 0; d < j->nsp && inside; d++) {
+                    int64_t p = o[d] * j->g.stride[d] - j->g.pad_b[d] + kw[d] * j->g.dil[d];
+                    inside = p >= 0 && p < j->g.in[d];
+                    idx = idx * j->g.in[d] + p;
+                }
+                if (!inside) continue;
+                int64_t base = (n * j->in_sp + idx) * C + c0;
+                if (j->t == TDM_INT8) {
+                    const int8_t *x = (const int8_t *)j->x + base;
+                    for (int64_t c = 0; c < cn; c++) acc[c] = x[c] > acc[c] ? x[c] : acc[c];
+                } else {
+                    const uint8_t *x = (const uint8_t *)j->x + base;
+                    for (int64_t c = 0; c < cn; c++) acc[c] = x[c] > acc[c] ? x[c] : acc[c];
+                }
+            }
+            /* a window entirely in the padding has no value; MLAS leaves the type's minimum */
+            for (int64_t c = 0; c < cn; c++) {
+                int v = acc[c] < (j->t == TDM_INT8 ? -128 : 0) ? (j->t == TDM_INT8 ? -128 : 0) : acc[c];
+                st_q(j->t, j->y, r * C + c0 + c, v);
+            }
+        }
+    }
+}
+
+tdm_status *tdm_contrib_run_nhwc_max_pool(tdm_kernel_ctx *ctx) {
+    const tdm_tensor *x = ctx->in[0];
+    tdm_tensor *y = ctx->out[0];
+    int r = x->rank;
+    if (r < 3) return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT, "x must have rank 3 or more");
+    int64_t nchw[TDM_MAX_RANK];
+    nchw[0] = x->dims[0];
+    nchw[1] = x->dims[r - 1];
+    for (int d = 2; d < r; d++) nchw[d] = x->dims[d - 1];
+    nmp_job j = {.t = x->dtype, .x = x->data, .y = y->data, .nsp = r - 2, .C = x->dims[r - 1]};
+    TDM_TRY(tdm_nn_geom_init(ctx->node, 12, TDM_NN_POOL, r, nchw, NULL, &j.g));
+    j.out_sp = 1;
+    j.in_sp = 1;
+    for (int d = 0; d < j.nsp; d++) {
+        j.out_sp *= j.g.out[d];
+        j.in_sp *= j.g.in[d];
+    }
+    if (y->count == 0 || j.out_sp == 0) return NULL;
+    tdm_parallel_for(ctx->pool, x->dims[0] * j.out_sp, 16, nmp_rows, &j);
+    return NULL;
+}

@@ -1,0 +1,1 @@
+ByJHD`x[HhD`M[Hh<`E[HhjxM~iiSlm~iNúlm~elv8UhpvnH_hpv|óghI`lb|^Khlb|^V}lP;We

@@ -1,0 +1,1 @@
+BYJXTXPÿIXKê¡ZÍXeWÃK€TÿRYKo}À^RIôNÇöUN®XJÿòM¹YKÑáIMKÿúÜ«LSviLR°îMÿUKõx¤PòYX½À´RP†VIZÈXYªÿÌNV

@@ -1,0 +1,291 @@
+#!/usr/bin/env python3
+"""com.microsoft contrib operator tests: small one-node models on random data with ONNX
+Runtime's outputs as the reference, in the node-test layout
+(tests/models_contrib/NAME/model.onnx + test_data_set_0/{input,output}_N.pb), and the
+malformed cases of these ops in tests/bad_models/contrib_* (expect.txt as
+tests/bad_models/README.md describes).
+
+Ops: BiasGelu, FastGelu, QuickGelu, BiasAdd, SkipLayerNormalization, FusedMatMul, FusedConv,
+QLinearAdd/Mul/Sigmoid/LeakyRelu/GlobalAveragePool/Concat, NhwcMaxPool, Attention,
+MultiHeadAttention, QAttention, EmbedLayerNormalization, MatMulIntegerToFloat,
+DynamicQuantizeMatMul, DynamicQuantizeLSTM — several cases each (broadcast shapes, masks,
+int8 and uint8, optional inputs and outputs).
+
+Quantized outputs must match ONNX Runtime exactly (the conformance test compares integers
+exactly); float outputs within the tolerance of the ctest (tests/CMakeLists.txt).
+
+Deterministic (fixed seeds). Usage: tools/make_contrib_models.py [OUT_DIR] [BAD_DIR]
+(defaults tests/models_contrib, tests/bad_models)"""
+import os
+import shutil
+import sys
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto as T, helper, numpy_helper
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+F32 = np.float32
+MS = "com.microsoft"
+
+
+def make_model(name, nodes, feeds, consts=None, opset=17):
+    inputs = []
+    for k, a in feeds.items():
+        if a is None:
+            continue
+        inputs.append(helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(a.dtype), list(a.shape)))
+    outs = []
+    for n in nodes[-1:]:
+        outs += [onnx.ValueInfoProto(name=o) for o in n.output if o]
+    inits = [numpy_helper.from_array(v, k) for k, v in (consts or {}).items()]
+    g = helper.make_graph(nodes, name, inputs, outs, initializer=inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid(MS, 1)],
+                          producer_name="tandem-tools")
+    m.ir_version = 10
+    return m
+
+
+def save(out_dir, name, node, feeds, consts=None, opset=17, ref=None):
+    """One-node model (or a node list) over `feeds` (name -> array; None = omitted input) and
+    constant initializers `consts`; ORT runs it and its outputs become the reference. `ref`:
+    standard nodes computing the same outputs, for an op ONNX Runtime has no CPU kernel for
+    (ORT runs those instead)."""
+    nodes = node if isinstance(node, list) else [node]
+    m = make_model(name, nodes, feeds, consts, opset)
+    mref = make_model(name, ref, feeds, consts, opset) if ref else m
+    if ref:
+        del mref.graph.output[:]
+        mref.graph.output.extend(onnx.ValueInfoProto(name=o) for o in nodes[-1].output if o)
+    d = os.path.join(out_dir, name)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(os.path.join(d, "test_data_set_0"))
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(mref.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    fed = {k: a for k, a in feeds.items() if a is not None}
+    res = sess.run(None, fed)
+    del m.graph.output[:]
+    for o, a in zip(sess.get_outputs(), res):
+        a = np.asarray(a)
+        m.graph.output.append(helper.make_tensor_value_info(
+            o.name, helper.np_dtype_to_tensor_dtype(a.dtype), list(a.shape)))
+    onnx.save(m, os.path.join(d, "model.onnx"))
+    for i, inp in enumerate(sess.get_inputs()):
+        t = numpy_helper.from_array(fed[inp.name], inp.name)
+        with open(os.path.join(d, "test_data_set_0", f"input_{i}.pb"), "wb") as f:
+            f.write(t.SerializeToString())
+    for i, (o, a) in enumerate(zip(sess.get_outputs(), res)):
+        a = np.asarray(a)
+        if a.dtype == F32:
+            assert np.isfinite(a).all(), name
+        t = numpy_helper.from_array(a, o.name)
+        with open(os.path.join(d, "test_data_set_0", f"output_{i}.pb"), "wb") as f:
+            f.write(t.SerializeToString())
+    print(f"{name}: " + ", ".join(f"{o.name}{list(np.asarray(a).shape)}"
+                                  for o, a in zip(sess.get_outputs(), res)))
+
+
+def bad(bad_dir, name, node, feeds, code, msg, consts=None, session=True, otype=T.FLOAT):
+    """A malformed model: tandem must refuse it with `code` and a message containing `msg`."""
+    nodes = node if isinstance(node, list) else [node]
+    m = make_model(name, nodes, feeds, consts)
+    del m.graph.output[:]
+    m.graph.output.extend(helper.make_tensor_value_info(o, otype, None) for o in nodes[-1].output if o)
+    d = os.path.join(bad_dir, "contrib_" + name)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    onnx.save(m, os.path.join(d, "model.onnx"))
+    with open(os.path.join(d, "expect.txt"), "w") as f:
+        f.write(f"{code}\n{msg}\n" + ("session\n" if session else ""))
+    print(f"bad contrib_{name}")
+
+
+def rnd(rng, *shape, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(F32)
+
+
+def q8(rng, dt, *shape):
+    info = np.iinfo(dt)
+    return rng.integers(info.min, info.max + 1, size=shape).astype(dt)
+
+
+def scal(v, dt=F32):
+    return np.array(v, dtype=dt)
+
+
+# ---------------------------------------------------------------- simple float ops
+
+def gelu_family(out, rng):
+    x = rnd(rng, 2, 5, 24, scale=2.0)
+    b = rnd(rng, 24)
+    save(out, "bias_gelu", helper.make_node("BiasGelu", ["A", "B"], ["C"], domain=MS), {"A": x, "B": b})
+    save(out, "bias_gelu_2d", helper.make_node("BiasGelu", ["A", "B"], ["C"], domain=MS),
+         {"A": rnd(rng, 3, 1500, scale=3.0), "B": rnd(rng, 1500)})
+    save(out, "fast_gelu", helper.make_node("FastGelu", ["X"], ["Y"], domain=MS), {"X": x})
+    save(out, "fast_gelu_bias", helper.make_node("FastGelu", ["X", "bias"], ["Y"], domain=MS),
+         {"X": rnd(rng, 3, 1100, scale=3.0), "bias": rnd(rng, 1100)})
+    save(out, "quick_gelu", helper.make_node("QuickGelu", ["X"], ["Y"], domain=MS), {"X": x})
+    save(out, "quick_gelu_alpha", helper.make_node("QuickGelu", ["X"], ["Y"], domain=MS, alpha=1.1),
+         {"X": rnd(rng, 4, 777, scale=4.0)})
+    save(out, "ms_gelu", helper.make_node("Gelu", ["X"], ["Y"], domain=MS), {"X": x})
+    # ONNX Runtime runs BiasAdd only on CUDA: the reference is (X + bias) + skip
+    save(out, "bias_add", helper.make_node("BiasAdd", ["X", "bias", "skip"], ["Y"], domain=MS),
+         {"X": rnd(rng, 2, 9, 32), "bias": rnd(rng, 32), "skip": rnd(rng, 2, 9, 32)},
+         ref=[helper.make_node("Add", ["X", "bias"], ["xb"]), helper.make_node("Add", ["xb", "skip"], ["Y"])])
+
+
+def skip_ln(out, rng):
+    h = 48
+    x = rnd(rng, 2, 7, h)
+    g, b, bias = rnd(rng, h), rnd(rng, h), rnd(rng, h)
+    n = lambda ins, outs, **kw: helper.make_node("SkipLayerNormalization", ins, outs, domain=MS, **kw)
+    save(out, "skip_ln", n(["x", "s", "g", "b"], ["y"]), {"x": x, "s": rnd(rng, 2, 7, h), "g": g, "b": b})
+    save(out, "skip_ln_all_outputs", n(["x", "s", "g", "b", "bias"], ["y", "mean", "inv", "sum"], epsilon=1e-5),
+         {"x": x, "s": rnd(rng, 2, 7, h), "g": g, "b": b, "bias": bias})
+    save(out, "skip_ln_bcast_skip_1sh", n(["x", "s", "g", "", "bias"], ["y", "", "", "sum"]),
+         {"x": x, "s": rnd(rng, 1, 7, h), "g": g, "bias": bias})
+    save(out, "skip_ln_bcast_skip_sh", n(["x", "s", "g", "b"], ["y", "mean"]),
+         {"x": x, "s": rnd(rng, 7, h), "g": g, "b": b})
+    save(out, "skip_ln_2d", n(["x", "s", "g"], ["y", "", "inv"]),
+         {"x": rnd(rng, 5, 96), "s": rnd(rng, 5, 96), "g": rnd(rng, 96)})
+
+
+def fused_matmul(out, rng):
+    n = lambda **kw: helper.make_node("FusedMatMul", ["A", "B"], ["Y"], domain=MS, **kw)
+    save(out, "fused_matmul_2d", n(alpha=0.5), {"A": rnd(rng, 5, 7), "B": rnd(rng, 7, 3)})
+    save(out, "fused_matmul_transA", n(transA=1), {"A": rnd(rng, 7, 5), "B": rnd(rng, 7, 3)})
+    save(out, "fused_matmul_transB_batch", n(transB=1, alpha=2.0),
+         {"A": rnd(rng, 2, 3, 5, 16), "B": rnd(rng, 2, 3, 9, 16)})
+    save(out, "fused_matmul_transAB_bcast", n(transA=1, transB=1, alpha=0.25),
+         {"A": rnd(rng, 4, 16, 6), "B": rnd(rng, 1, 9, 16)})
+    save(out, "fused_matmul_batch_2d_b", n(alpha=1.5), {"A": rnd(rng, 2, 3, 5, 64), "B": rnd(rng, 64, 33)})
+    save(out, "fused_matmul_bcast_a", n(transB=1), {"A": rnd(rng, 5, 8), "B": rnd(rng, 3, 4, 8)})
+
+
+def fused_conv(out, rng):
+    x = rnd(rng, 1, 4, 9, 9)
+    w = rnd(rng, 6, 4, 3, 3, scale=0.3)
+    b = rnd(rng, 6)
+    n = lambda ins, **kw: helper.make_node("FusedConv", ins, ["Y"], domain=MS, **kw)
+    save(out, "fused_conv_relu", n(["X", "W", "B"], activation="Relu", pads=[1, 1, 1, 1]), {"X": x}, {"W": w, "B": b})
+    save(out, "fused_conv_leaky_z", n(["X", "W", "B", "Z"], activation="LeakyRelu", activation_params=[0.2]),
+         {"X": x, "Z": rnd(rng, 1, 6, 7, 7)}, {"W": w, "B": b})
+    save(out, "fused_conv_clip_stride", n(["X", "W"], activation="Clip", activation_params=[-0.5, 0.7], strides=[2, 2]),
+         {"X": rnd(rng, 2, 4, 10, 10)}, {"W": w})
+    save(out, "fused_conv_sigmoid", n(["X", "W", "B"], activation="Sigmoid", group=2),
+         {"X": x}, {"W": rnd(rng, 6, 2, 3, 3), "B": b})
+    save(out, "fused_conv_hardsigmoid_dyn_w", n(["X", "W", "B"], activation="HardSigmoid", activation_params=[0.2, 0.5]),
+         {"X": x, "W": w, "B": b})
+    save(out, "fused_conv_tanh", n(["X", "W"], activation="Tanh"), {"X": x}, {"W": w})
+
+
+# ---------------------------------------------------------------- quantized element-wise ops
+
+def qlinear(out, rng):
+    for dt, tag in ((np.uint8, "u8"), (np.int8, "s8")):
+        zp = lambda v: scal(v if dt == np.uint8 else v - 128, dt)
+        a, b = q8(rng, dt, 2, 3, 17), q8(rng, dt, 2, 3, 17)
+        for op in ("QLinearAdd", "QLinearMul"):
+            low = op[7:].lower()
+            node = helper.make_node(op, ["A", "as", "az", "B", "bs", "bz", "cs", "cz"], ["C"], domain=MS)
+            cs = 0.09 if op == "QLinearAdd" else 0.6
+            save(out, f"qlinear_{low}_{tag}", node,
+                 {"A": a, "as": scal(0.05), "az": zp(120), "B": b, "bs": scal(0.031), "bz": zp(131),
+                  "cs": scal(cs), "cz": zp(125)})
+            save(out, f"qlinear_{low}_{tag}_bcast", node,
+                 {"A": q8(rng, dt, 4, 1, 5), "as": scal(0.021), "az": zp(100), "B": q8(rng, dt, 3, 1),
+                  "bs": scal(0.07), "bz": zp(140), "cs": scal(cs * 0.8), "cz": zp(128)})
+            save(out, f"qlinear_{low}_{tag}_scalar",
+                 helper.make_node(op, ["A", "as", "az", "B", "bs", "bz", "cs", "cz"], ["C"], domain=MS),
+                 {"A": q8(rng, dt, 3, 33), "as": scal(0.013), "az": zp(128), "B": q8(rng, dt, 1),
+                  "bs": scal(0.11), "bz": zp(128), "cs": scal(cs * 0.3), "cz": zp(128)})
+        x = q8(rng, dt, 2, 4, 11)
+        save(out, f"qlinear_sigmoid_{tag}",
+             helper.make_node("QLinearSigmoid", ["X", "xs", "xz", "ys", "yz"], ["Y"], domain=MS),
+             {"X": x, "xs": scal(0.05), "xz": zp(128), "ys": scal(1 / 256), "yz": zp(0)})
+        save(out, f"qlinear_sigmoid_{tag}_nozp",
+             helper.make_node("QLinearSigmoid", ["X", "xs", "", "ys", "yz"], ["Y"], domain=MS),
+             {"X": x, "xs": scal(0.031), "ys": scal(1 / 200), "yz": zp(0)})
+        save(out, f"qlinear_leaky_relu_{tag}",
+             helper.make_node("QLinearLeakyRelu", ["X", "xs", "xz", "ys", "yz"], ["Y"], domain=MS, alpha=0.13),
+             {"X": x, "xs": scal(0.05), "xz": zp(110), "ys": scal(0.04), "yz": zp(90)})
+        save(out, f"qlinear_gap_{tag}",
+             helper.make_node("QLinearGlobalAveragePool", ["X", "xs", "xz", "ys", "yz"], ["Y"], domain=MS),
+             {"X": q8(rng, dt, 2, 5, 6, 7), "xs": scal(0.05), "xz": zp(120), "ys": scal(0.03), "yz": zp(130)})
+        save(out, f"qlinear_gap_{tag}_channels_last",
+             helper.make_node("QLinearGlobalAveragePool", ["X", "xs", "xz", "ys", "yz"], ["Y"], domain=MS,
+                              channels_last=1),
+             {"X": q8(rng, dt, 2, 4, 5, 6), "xs": scal(0.02), "xz": zp(127), "ys": scal(0.011), "yz": zp(128)})
+        save(out, f"qlinear_concat_{tag}",
+             helper.make_node("QLinearConcat", ["ys", "yz", "a", "as", "az", "b", "bs", "bz", "c", "cs", "cz"],
+                              ["Y"], domain=MS, axis=1),
+             {"ys": scal(0.05), "yz": zp(128), "a": q8(rng, dt, 2, 3, 4), "as": scal(0.05), "az": zp(128),
+              "b": q8(rng, dt, 2, 1, 4), "bs": scal(0.031), "bz": zp(100), "c": q8(rng, dt, 2, 5, 4),
+              "cs": scal(0.08), "cz": zp(140)})
+        save(out, f"qlinear_concat_{tag}_last_axis",
+             helper.make_node("QLinearConcat", ["ys", "yz", "a", "as", "az", "b", "bs", "bz"], ["Y"],
+                              domain=MS, axis=-1),
+             {"ys": scal(0.02), "yz": zp(120), "a": q8(rng, dt, 3, 2), "as": scal(0.07), "az": zp(128),
+              "b": q8(rng, dt, 3, 5), "bs": scal(0.02), "bz": zp(120)})
+        save(out, f"nhwc_max_pool_{tag}",
+             helper.make_node("NhwcMaxPool", ["x"], ["y"], domain=MS, kernel_shape=[3, 3], strides=[2, 2],
+                              pads=[1, 1, 1, 1]),
+             {"x": q8(rng, dt, 2, 9, 9, 5)})
+        save(out, f"nhwc_max_pool_{tag}_ceil_dil",
+             helper.make_node("NhwcMaxPool", ["x"], ["y"], domain=MS, kernel_shape=[2, 3], strides=[2, 1],
+                              dilations=[1, 2], ceil_mode=1),
+             {"x": q8(rng, dt, 1, 8, 10, 3)})
+
+
+def bad_cases(bad_dir, rng):
+    x = rnd(rng, 2, 3, 8)
+    bad(bad_dir, "bias_gelu_bias_len", helper.make_node("BiasGelu", ["A", "B"], ["C"], domain=MS),
+        {"A": x, "B": rnd(rng, 5)}, "invalid argument", "bias has 5 values, expected 8", session=True)
+    bad(bad_dir, "skip_ln_gamma_len",
+        helper.make_node("SkipLayerNormalization", ["x", "s", "g"], ["y"], domain=MS),
+        {"x": x, "s": x, "g": rnd(rng, 7)}, "invalid argument", "gamma has 7 values, expected 8")
+    bad(bad_dir, "skip_ln_skip_shape",
+        helper.make_node("SkipLayerNormalization", ["x", "s", "g"], ["y"], domain=MS),
+        {"x": x, "s": rnd(rng, 2, 4, 8), "g": rnd(rng, 8)}, "invalid argument", "skip must have the input's shape")
+    bad(bad_dir, "fused_matmul_trans_batch",
+        helper.make_node("FusedMatMul", ["A", "B"], ["Y"], domain=MS, transBatchA=1),
+        {"A": x, "B": rnd(rng, 2, 8, 3)}, "unsupported", "transBatchA")
+    bad(bad_dir, "fused_matmul_k_mismatch",
+        helper.make_node("FusedMatMul", ["A", "B"], ["Y"], domain=MS, transB=1),
+        {"A": x, "B": rnd(rng, 2, 8, 3)}, "invalid argument", "")
+    bad(bad_dir, "fused_conv_activation",
+        helper.make_node("FusedConv", ["X", "W"], ["Y"], domain=MS, activation="Softsign"),
+        {"X": rnd(rng, 1, 2, 5, 5), "W": rnd(rng, 3, 2, 3, 3)}, "invalid argument", "unknown activation 'Softsign'")
+    bad(bad_dir, "qlinear_add_zp_type",
+        helper.make_node("QLinearAdd", ["A", "as", "az", "B", "bs", "bz", "cs", "cz"], ["C"], domain=MS),
+        {"A": q8(rng, np.uint8, 4), "as": scal(0.1), "az": scal(3, np.int8), "B": q8(rng, np.uint8, 4),
+         "bs": scal(0.1), "bz": scal(3, np.uint8), "cs": scal(0.1), "cz": scal(3, np.uint8)},
+        "invalid argument", "input 2 has type int8, input 0 uint8", otype=T.UINT8)
+    bad(bad_dir, "qlinear_sigmoid_scale_vector",
+        helper.make_node("QLinearSigmoid", ["X", "xs", "xz", "ys", "yz"], ["Y"], domain=MS),
+        {"X": q8(rng, np.uint8, 4), "xs": rnd(rng, 2), "xz": scal(3, np.uint8), "ys": scal(0.1),
+         "yz": scal(3, np.uint8)}, "invalid argument", "a scale must be a scalar", otype=T.UINT8)
+    bad(bad_dir, "qlinear_concat_triples",
+        helper.make_node("QLinearConcat", ["ys", "yz", "a", "as", "az", "b"], ["Y"], domain=MS, axis=0),
+        {"ys": scal(0.1), "yz": scal(3, np.uint8), "a": q8(rng, np.uint8, 4), "as": scal(0.1),
+         "az": scal(3, np.uint8), "b": q8(rng, np.uint8, 4)},
+        "invalid argument", "X_zero_point) triples", otype=T.UINT8)
+
+
+def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "tests", "models_contrib")
+    bad_dir = sys.argv[2] if len(sys.argv) > 2 else os.path.join(ROOT, "tests", "bad_models")
+    os.makedirs(out, exist_ok=True)
+    gelu_family(out, np.random.default_rng(1))
+    skip_ln(out, np.random.default_rng(2))
+    fused_matmul(out, np.random.default_rng(3))
+    fused_conv(out, np.random.default_rng(4))
+    qlinear(out, np.random.default_rng(5))
+    bad_cases(bad_dir, np.random.default_rng(100))
+
+
+if __name__ == "__main__":
+    main()
