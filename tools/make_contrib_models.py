@@ -240,6 +240,132 @@ def qlinear(out, rng):
              {"x": q8(rng, dt, 1, 8, 10, 3)})
 
 
+# ---------------------------------------------------------------- attention
+
+def attention(out, rng):
+    B, S, IN, N = 2, 5, 16, 2
+    x = rnd(rng, B, S, IN)
+    w = rnd(rng, IN, 48, scale=0.4)
+    bias = rnd(rng, 48, scale=0.2)
+    n = lambda ins, outs=("Y",), **kw: helper.make_node("Attention", ins, list(outs), domain=MS, num_heads=N, **kw)
+    save(out, "attention", n(["x", "w", "b"]), {"x": x, "w": w, "b": bias})
+    save(out, "attention_const_weights_no_bias", n(["x", "w"]), {"x": x}, {"w": w})
+    save(out, "attention_mask_1d", n(["x", "w", "b", "m"]), {"x": x, "w": w, "b": bias, "m": np.array([3, 5], np.int32)})
+    save(out, "attention_mask_range", n(["x", "w", "b", "m"]),
+         {"x": x, "w": w, "b": bias, "m": np.array([4, 5, 1, 0], np.int32)})
+    m2 = np.array([[1, 1, 0, 1, 0], [1, 1, 1, 1, 1]], np.int32)
+    save(out, "attention_mask_2d", n(["x", "w", "b", "m"]), {"x": x, "w": w, "b": bias, "m": m2})
+    m3 = (rng.random((B, S, S)) > 0.3).astype(np.int32)
+    m3[:, :, 0] = 1
+    save(out, "attention_mask_3d_scale", n(["x", "w", "b", "m"], scale=0.3), {"x": x, "w": w, "b": bias, "m": m3})
+    save(out, "attention_unidirectional", n(["x", "w", "b"], unidirectional=1), {"x": x, "w": w, "b": bias})
+    save(out, "attention_qkv_hidden_sizes", n(["x", "w", "b"], qkv_hidden_sizes=[16, 16, 24]),
+         {"x": x, "w": rnd(rng, IN, 56, scale=0.4), "b": rnd(rng, 56)})
+    save(out, "attention_attn_bias", n(["x", "w", "b", "", "", "ab"]),
+         {"x": x, "w": w, "b": bias, "ab": rnd(rng, 1, N, S, S)})
+    P = 3
+    past = rnd(rng, 2, B, N, P, 8)
+    save(out, "attention_past_present_gpt2", n(["x", "w", "b", "m", "past"], ("Y", "present"), unidirectional=1),
+         {"x": x, "w": w, "b": bias, "m": np.ones((B, P + S), np.int32), "past": past})
+    mdec = np.ones((B, P + 1), np.int32)
+    mdec[0, 1] = 0
+    save(out, "attention_decode_past_mask", n(["x", "w", "b", "m", "past"], ("Y", "present"), unidirectional=1),
+         {"x": rnd(rng, B, 1, IN), "w": w, "b": bias, "m": mdec, "past": past})
+    save(out, "attention_big_heads", helper.make_node("Attention", ["x", "w", "b", "m"], ["Y"], domain=MS, num_heads=4),
+         {"x": rnd(rng, 1, 33, 64), "w": rnd(rng, 64, 192, scale=0.2), "b": rnd(rng, 192),
+          "m": np.array([29], np.int32)})
+
+
+def mha(out, rng):
+    B, S, L, N, H = 2, 4, 6, 2, 8
+    q, k, v = rnd(rng, B, S, N * H), rnd(rng, B, L, N * H), rnd(rng, B, L, N * H)
+    n = lambda ins, outs=("Y",), **kw: helper.make_node("MultiHeadAttention", ins, list(outs), domain=MS, num_heads=N, **kw)
+    save(out, "mha_cross", n(["q", "k", "v"]), {"q": q, "k": k, "v": v})
+    save(out, "mha_bias_mask_2d", n(["q", "k", "v", "b", "m"]),
+         {"q": q, "k": k, "v": v, "b": rnd(rng, 3 * N * H), "m": np.array([[1, 1, 1, 0, 1, 0], [1] * 6], np.int32)})
+    save(out, "mha_mask_1d", n(["q", "k", "v", "", "m"], scale=0.5),
+         {"q": q, "k": k, "v": v, "m": np.array([4, 6], np.int32)})
+    save(out, "mha_mask_3d", n(["q", "k", "v", "", "m"]),
+         {"q": q, "k": k, "v": v, "m": (rng.random((B, S, L)) > 0.3).astype(np.int32)})
+    qs = rnd(rng, B, S, N * H)
+    save(out, "mha_self_attn_bias_unidirectional", n(["q", "k", "v", "", "", "ab"], unidirectional=1),
+         {"q": qs, "k": rnd(rng, B, S, N * H), "v": rnd(rng, B, S, N * H), "ab": rnd(rng, B, 1, S, S)})
+    P = 3
+    save(out, "mha_past_present", n(["q", "k", "v", "b", "", "", "pk", "pv"], ("Y", "pk_out", "pv_out")),
+         {"q": q, "k": rnd(rng, B, S, N * H), "v": rnd(rng, B, S, N * H), "b": rnd(rng, 3 * N * H),
+          "pk": rnd(rng, B, N, P, H), "pv": rnd(rng, B, N, P, H)})
+    save(out, "mha_v_hidden_differs", n(["q", "k", "v", "b"]),
+         {"q": q, "k": k, "v": rnd(rng, B, L, N * 12), "b": rnd(rng, 2 * N * H + N * 12)})
+    save(out, "mha_bnsh_kv", n(["q", "k", "v", "", "m"]),
+         {"q": q, "k": rnd(rng, B, N, L, H), "v": rnd(rng, B, N, L, H), "m": np.array([[1, 1, 1, 1, 0, 0], [1] * 6], np.int32)})
+
+
+def qattention(out, rng):
+    B, S, IN, N = 2, 5, 16, 2
+    for xt, wt in ((np.uint8, np.int8), (np.uint8, np.uint8)):  # ORT: uint8 input only
+        tag = f"{np.dtype(xt).name[0]}{np.dtype(wt).name[0]}".replace("u", "u").replace("i", "s")
+        x, w = q8(rng, xt, B, S, IN), q8(rng, wt, IN, 48)
+        xz = scal(130 if xt == np.uint8 else 3, xt)
+        feeds = {"x": x, "w": w, "b": rnd(rng, 48), "xs": scal(0.02), "ws": scal(0.01), "m": np.array([5, 3], np.int32),
+                 "xz": xz, "wz": scal(120 if wt == np.uint8 else -2, wt)}
+        save(out, f"qattention_{tag}", helper.make_node("QAttention", ["x", "w", "b", "xs", "ws", "m", "xz", "wz"], ["Y"],
+                                                       domain=MS, num_heads=N), feeds)
+    x, w = q8(rng, np.uint8, B, S, IN), q8(rng, np.int8, IN, 48)
+    save(out, "qattention_per_column_unidirectional_past",
+         helper.make_node("QAttention", ["x", "w", "b", "xs", "ws", "", "xz", "wz", "past"], ["Y", "present"],
+                          domain=MS, num_heads=N, unidirectional=1),
+         {"x": x, "w": w, "b": rnd(rng, 48), "xs": scal(0.03), "ws": (rng.random(48) * 0.02 + 0.001).astype(F32),
+          "xz": scal(128, np.uint8), "wz": q8(rng, np.int8, 48), "past": rnd(rng, 2, B, N, 2, 8)})
+    save(out, "qattention_no_zero_points",
+         helper.make_node("QAttention", ["x", "w", "b", "xs", "ws"], ["Y"], domain=MS, num_heads=4),
+         {"x": x, "w": w, "b": rnd(rng, 48), "xs": scal(0.03), "ws": scal(0.01)})
+
+
+def embed_ln(out, rng):
+    B, S, H, V = 2, 6, 24, 40
+    ids = rng.integers(0, V, (B, S)).astype(np.int32)
+    seg = rng.integers(0, 2, (B, S)).astype(np.int32)
+    feeds = {"ids": ids, "seg": seg, "we": rnd(rng, V, H), "pe": rnd(rng, 16, H), "se": rnd(rng, 2, H),
+             "g": rnd(rng, H), "b": rnd(rng, H), "m": np.array([[1, 1, 1, 1, 0, 0], [1, 0, 1, 1, 1, 1]], np.int32)}
+    n = lambda ins, outs, **kw: helper.make_node("EmbedLayerNormalization", ins, outs, domain=MS, **kw)
+    save(out, "embed_ln", n(["ids", "seg", "we", "pe", "se", "g", "b", "m"], ["y", "mi", "es"]), feeds)
+    f2 = {k: feeds[k] for k in ("ids", "we", "pe", "g", "b")}
+    save(out, "embed_ln_no_segment_eps", n(["ids", "", "we", "pe", "", "g", "b"], ["y", "mi"], epsilon=1e-5), f2)
+    f3 = dict(f2, pid=rng.integers(0, 16, (1, S)).astype(np.int32))
+    save(out, "embed_ln_position_ids", n(["ids", "", "we", "pe", "", "g", "b", "", "pid"], ["y", "mi"]), f3)
+
+
+def qmm(out, rng):
+    for at, bt in ((np.uint8, np.int8), (np.uint8, np.uint8), (np.int8, np.int8)):
+        tag = {np.uint8: "u8", np.int8: "s8"}[at] + {np.uint8: "u8", np.int8: "s8"}[bt]
+        a, b = q8(rng, at, 3, 7, 40), q8(rng, bt, 40, 9)
+        save(out, f"matmul_int_to_float_{tag}",
+             helper.make_node("MatMulIntegerToFloat", ["a", "b", "as", "bs", "az", "bz", "bias"], ["y"], domain=MS),
+             {"a": a, "b": b, "as": scal(0.02), "bs": scal(0.05), "az": scal(7 if at == np.int8 else 130, at),
+              "bz": scal(-3 if bt == np.int8 else 125, bt), "bias": rnd(rng, 9)})
+    save(out, "matmul_int_to_float_per_column_batch_a",
+         helper.make_node("MatMulIntegerToFloat", ["a", "b", "as", "bs", "az", "bz"], ["y"], domain=MS),
+         {"a": q8(rng, np.uint8, 2, 5, 16), "b": q8(rng, np.int8, 16, 6), "as": scal(0.1),
+          "bs": (rng.random(6) * 0.1).astype(F32), "az": scal(120, np.uint8), "bz": q8(rng, np.int8, 6)})
+    save(out, "matmul_int_to_float_no_zp",
+         helper.make_node("MatMulIntegerToFloat", ["a", "b", "as", "bs"], ["y"], domain=MS),
+         {"a": q8(rng, np.uint8, 4, 32), "b": q8(rng, np.int8, 32, 5), "as": scal(0.1), "bs": scal(0.03)},
+         {})
+    for bt, tag in ((np.int8, "s8"), (np.uint8, "u8")):
+        a = rnd(rng, 2, 6, 48)
+        b = q8(rng, bt, 48, 10)
+        save(out, f"dynamic_quantize_matmul_{tag}",
+             helper.make_node("DynamicQuantizeMatMul", ["a", "b", "bs", "bz", "bias"], ["y"], domain=MS),
+             {"a": a, "b": b, "bs": scal(0.02), "bz": scal(2 if bt == np.int8 else 128, bt), "bias": rnd(rng, 10)})
+    save(out, "dynamic_quantize_matmul_per_column_positive_a",
+         helper.make_node("DynamicQuantizeMatMul", ["a", "b", "bs", "bz"], ["y"], domain=MS),
+         {"a": np.abs(rnd(rng, 7, 32)) + 0.5, "b": q8(rng, np.int8, 32, 12), "bs": (rng.random(12) * 0.05).astype(F32),
+          "bz": q8(rng, np.int8, 12)})
+    save(out, "dynamic_quantize_matmul_const_b",
+         helper.make_node("DynamicQuantizeMatMul", ["a", "b", "bs"], ["y"], domain=MS),
+         {"a": rnd(rng, 4, 3, 20)}, {"b": q8(rng, np.int8, 20, 8), "bs": scal(0.04)})
+
+
 def bad_cases(bad_dir, rng):
     x = rnd(rng, 2, 3, 8)
     bad(bad_dir, "bias_gelu_bias_len", helper.make_node("BiasGelu", ["A", "B"], ["C"], domain=MS),
@@ -273,6 +399,32 @@ def bad_cases(bad_dir, rng):
         {"ys": scal(0.1), "yz": scal(3, np.uint8), "a": q8(rng, np.uint8, 4), "as": scal(0.1),
          "az": scal(3, np.uint8), "b": q8(rng, np.uint8, 4)},
         "invalid argument", "X_zero_point) triples", otype=T.UINT8)
+    x, w = rnd(rng, 2, 5, 16), rnd(rng, 16, 48)
+    bad(bad_dir, "attention_num_heads", helper.make_node("Attention", ["x", "w"], ["Y"], domain=MS),
+        {"x": x, "w": w}, "invalid argument", "num_heads must be positive")
+    bad(bad_dir, "attention_heads_divide", helper.make_node("Attention", ["x", "w"], ["Y"], domain=MS, num_heads=5),
+        {"x": x, "w": w}, "invalid argument", "must be 3 x num_heads (5) x head size")
+    bad(bad_dir, "attention_qkv_sizes_sum",
+        helper.make_node("Attention", ["x", "w"], ["Y"], domain=MS, num_heads=2, qkv_hidden_sizes=[16, 16, 8]),
+        {"x": x, "w": w}, "invalid argument", "qkv_hidden_sizes add up to 40, the weights have 48 columns")
+    bad(bad_dir, "attention_mask_4d", helper.make_node("Attention", ["x", "w", "", "m"], ["Y"], domain=MS, num_heads=2),
+        {"x": x, "w": w, "m": np.ones((2, 1, 5, 5), np.int32)}, "unsupported", "4-D mask_index")
+    bad(bad_dir, "attention_share_buffer",
+        helper.make_node("Attention", ["x", "w"], ["Y"], domain=MS, num_heads=2, past_present_share_buffer=1),
+        {"x": x, "w": w}, "unsupported", "past_present_share_buffer")
+    bad(bad_dir, "mha_packed_qkv", helper.make_node("MultiHeadAttention", ["q"], ["Y"], domain=MS, num_heads=2),
+        {"q": rnd(rng, 2, 5, 2, 3, 8)}, "unsupported", "packed QKV")
+    bad(bad_dir, "mha_hidden_mismatch", helper.make_node("MultiHeadAttention", ["q", "k", "v"], ["Y"], domain=MS, num_heads=2),
+        {"q": rnd(rng, 2, 5, 16), "k": rnd(rng, 2, 5, 12), "v": rnd(rng, 2, 5, 16)}, "invalid argument",
+        "query and key hidden sizes differ (16, 12)")
+    bad(bad_dir, "embed_ln_hidden", helper.make_node("EmbedLayerNormalization", ["i", "", "we", "pe", "", "g", "b"],
+                                                     ["y", "mi"], domain=MS),
+        {"i": np.zeros((2, 3), np.int32), "we": rnd(rng, 10, 8), "pe": rnd(rng, 10, 6), "g": rnd(rng, 8), "b": rnd(rng, 8)},
+        "invalid argument", "the embeddings differ in hidden size (8, 6)")
+    bad(bad_dir, "matmul_int_to_float_a_zp_type",
+        helper.make_node("MatMulIntegerToFloat", ["a", "b", "as", "bs", "az"], ["y"], domain=MS),
+        {"a": q8(rng, np.uint8, 2, 4), "b": q8(rng, np.int8, 4, 3), "as": scal(0.1), "bs": scal(0.1),
+         "az": scal(1, np.int8)}, "invalid argument", "a_zero_point has type int8")
 
 
 def main():
@@ -284,6 +436,11 @@ def main():
     fused_matmul(out, np.random.default_rng(3))
     fused_conv(out, np.random.default_rng(4))
     qlinear(out, np.random.default_rng(5))
+    attention(out, np.random.default_rng(6))
+    mha(out, np.random.default_rng(7))
+    qattention(out, np.random.default_rng(8))
+    embed_ln(out, np.random.default_rng(9))
+    qmm(out, np.random.default_rng(10))
     bad_cases(bad_dir, np.random.default_rng(100))
 
 

@@ -26,6 +26,7 @@
     X(fused)                                                                             \
     X(nbits)                                                                             \
     X(contrib)                                                                           \
+    X(contrib_attn)                                                                      \
     X(llm)
 
 #define TDM_X_(fam)                                                                      \

@@ -160,32 +160,29 @@ static tdm_status *run_skip_ln(tdm_kernel_ctx *ctx) {
 
 /* ---- FusedMatMul: Y = alpha * op(A) . op(B), MatMul's batch broadcast ---- */
 
-static tdm_status *run_fused_matmul(tdm_kernel_ctx *ctx) {
-    const tdm_tensor *a = ctx->in[0], *b = ctx->in[1];
-    tdm_tensor *y = ctx->out[0];
-    bool ta = tdm_attr_int(ctx->node, "transA", 0) != 0, tb = tdm_attr_int(ctx->node, "transB", 0) != 0;
-    float alpha = tdm_attr_float(ctx->node, "alpha", 1.0f);
-    if (a->dtype != TDM_FLOAT || b->dtype != TDM_FLOAT || a->rank < 1 || b->rank < 1 ||
-        (ta && a->rank < 2) || (tb && b->rank < 2))
+tdm_status *tdm_contrib_matmul(tdm_kernel_ctx *ctx, int ra_full, const int64_t *adims, const float *A,
+                               int rb_full, const int64_t *bdims, const float *B, bool ta, bool tb,
+                               float alpha, float *Y, int64_t ycount) {
+    if (ra_full < 1 || rb_full < 1 || (ta && ra_full < 2) || (tb && rb_full < 2))
         return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
-                              "A and B must be float32 (rank 2 or more where transposed)");
+                              "A and B must have rank 1 or more (2 or more where transposed)");
     /* 1-D operands: A [K] is a row, B [K] a column (MatMul's rule) */
-    int64_t M = a->rank == 1 ? 1 : a->dims[a->rank - (ta ? 1 : 2)];
-    int64_t K = a->dims[a->rank - (a->rank == 1 ? 1 : (ta ? 2 : 1))];
-    int64_t KB = b->rank == 1 ? b->dims[0] : b->dims[b->rank - (tb ? 1 : 2)];
-    int64_t N = b->rank == 1 ? 1 : b->dims[b->rank - (tb ? 2 : 1)];
+    int64_t M = ra_full == 1 ? 1 : adims[ra_full - (ta ? 1 : 2)];
+    int64_t K = adims[ra_full - (ra_full == 1 ? 1 : (ta ? 2 : 1))];
+    int64_t KB = rb_full == 1 ? bdims[0] : bdims[rb_full - (tb ? 1 : 2)];
+    int64_t N = rb_full == 1 ? 1 : bdims[rb_full - (tb ? 2 : 1)];
     if (K != KB)
         return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT, "op(A) has %lld columns, op(B) %lld rows",
                               (long long)K, (long long)KB);
-    int ra = a->rank > 2 ? a->rank - 2 : 0, rb = b->rank > 2 ? b->rank - 2 : 0;
+    int ra = ra_full > 2 ? ra_full - 2 : 0, rb = rb_full > 2 ? rb_full - 2 : 0;
     int rank = ra > rb ? ra : rb;
     int64_t bd[TDM_MAX_RANK], sa[TDM_MAX_RANK], sb[TDM_MAX_RANK], batches = 1;
-    int64_t amat = a->rank == 1 ? K : a->dims[a->rank - 1] * a->dims[a->rank - 2];
-    int64_t bmat = b->rank == 1 ? K : b->dims[b->rank - 1] * b->dims[b->rank - 2];
+    int64_t amat = ra_full == 1 ? K : adims[ra_full - 1] * adims[ra_full - 2];
+    int64_t bmat = rb_full == 1 ? K : bdims[rb_full - 1] * bdims[rb_full - 2];
     int64_t stra = amat, strb = bmat;
     for (int d = rank - 1; d >= 0; d--) {
         int da = d - (rank - ra), db = d - (rank - rb);
-        int64_t xa = da >= 0 ? a->dims[da] : 1, xb = db >= 0 ? b->dims[db] : 1;
+        int64_t xa = da >= 0 ? adims[da] : 1, xb = db >= 0 ? bdims[db] : 1;
         if (xa != xb && xa != 1 && xb != 1)
             return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT, "batch dims %lld and %lld do not broadcast",
                                   (long long)xa, (long long)xb);
@@ -196,15 +193,13 @@ static tdm_status *run_fused_matmul(tdm_kernel_ctx *ctx) {
         strb *= xb;
         batches *= bd[d];
     }
-    if (y->count == 0) return NULL;
-    const float *A = a->data, *B = b->data;
-    float *Y = y->data;
-    int64_t lda = a->rank == 1 ? K : a->dims[a->rank - 1], ldb = b->rank == 1 ? 1 : b->dims[b->rank - 1];
+    if (batches * M * N != ycount)
+        return tdm_node_error(ctx->node, TDM_ERR_INTERNAL, "the output does not match the product");
+    if (ycount == 0 || K == 0) return NULL; /* y stays zero */
+    int64_t lda = ra_full == 1 ? K : adims[ra_full - 1], ldb = rb_full == 1 ? 1 : bdims[rb_full - 1];
     const tdm_cpu_simd *simd = tdm_cpu_simd_of(ctx);
-    if (K == 0) return NULL; /* y stays zero */
     /* B one matrix, A not transposed: the batches of A are rows of one GEMM */
-    bool fold = !ta && (b->rank <= 2 || strb == bmat) && rb == 0;
-    if (fold) {
+    if (!ta && rb == 0) {
         tdm_sgemm(simd, ctx->pool, false, tb, batches * M, N, K, alpha, A, lda, B, ldb, 0.0f, Y, N);
         return NULL;
     }
@@ -219,6 +214,16 @@ static tdm_status *run_fused_matmul(tdm_kernel_ctx *ctx) {
         tdm_sgemm(simd, ctx->pool, ta, tb, M, N, K, alpha, A + oa, lda, B + ob, ldb, 0.0f, Y + i * M * N, N);
     }
     return NULL;
+}
+
+static tdm_status *run_fused_matmul(tdm_kernel_ctx *ctx) {
+    const tdm_tensor *a = ctx->in[0], *b = ctx->in[1];
+    tdm_tensor *y = ctx->out[0];
+    if (a->dtype != TDM_FLOAT || b->dtype != TDM_FLOAT)
+        return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT, "A and B must be float32");
+    bool ta = tdm_attr_int(ctx->node, "transA", 0) != 0, tb = tdm_attr_int(ctx->node, "transB", 0) != 0;
+    return tdm_contrib_matmul(ctx, a->rank, a->dims, a->data, b->rank, b->dims, b->data, ta, tb,
+                              tdm_attr_float(ctx->node, "alpha", 1.0f), y->data, y->count);
 }
 
 /* ---- com.microsoft FusedConv: tandem's FusedConv kernel on a copy of the node in tandem's
