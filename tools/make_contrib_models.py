@@ -366,6 +366,33 @@ def qmm(out, rng):
          {"a": rnd(rng, 4, 3, 20)}, {"b": q8(rng, np.int8, 20, 8), "bs": scal(0.04)})
 
 
+def dq_lstm(out, rng):
+    S, B, I, H = 5, 3, 10, 6
+    G = 4 * H
+    ins = ["X", "W", "R", "B", "sl", "h0", "c0", "P", "ws", "wz", "rs", "rz"]
+
+    def case(name, D, wt, direction, with_bias=True, with_state=False, with_peep=False, per_col=False, outs=("Y", "Yh", "Yc")):
+        feeds = {"X": rnd(rng, S, B, I), "W": q8(rng, wt, D, I, G), "R": q8(rng, wt, D, H, G)}
+        feeds["B"] = rnd(rng, D, 2 * G, scale=0.3) if with_bias else None
+        feeds["sl"] = None
+        feeds["h0"] = rnd(rng, D, B, H, scale=0.5) if with_state else None
+        feeds["c0"] = rnd(rng, D, B, H, scale=0.5) if with_state else None
+        feeds["P"] = rnd(rng, D, 3 * H, scale=0.3) if with_peep else None
+        feeds["ws"] = ((rng.random((D, G)) * 0.01 + 0.005) if per_col else (rng.random(D) * 0.01 + 0.005)).astype(F32)
+        feeds["wz"] = (q8(rng, wt, D) // 8).astype(wt) if wt == np.int8 else scal([120] * D, np.uint8)
+        feeds["rs"] = ((rng.random((D, G)) * 0.01 + 0.005) if per_col else (rng.random(D) * 0.01 + 0.005)).astype(F32)
+        feeds["rz"] = (q8(rng, wt, D) // 8).astype(wt) if wt == np.int8 else scal([130] * D, np.uint8)
+        node = helper.make_node("DynamicQuantizeLSTM", [k if feeds[k] is not None else "" for k in ins], list(outs),
+                                domain=MS, hidden_size=H, direction=direction)
+        save(out, name, node, feeds)
+
+    case("dq_lstm_forward_s8", 1, np.int8, "forward")
+    case("dq_lstm_forward_u8_state", 1, np.uint8, "forward", with_state=True)
+    case("dq_lstm_reverse_per_column_peephole", 1, np.int8, "reverse", with_peep=True, per_col=True)
+    case("dq_lstm_bidirectional", 2, np.int8, "bidirectional", with_state=True, with_peep=True)
+    case("dq_lstm_bidirectional_no_bias_yh_only", 2, np.uint8, "bidirectional", with_bias=False, outs=("", "Yh"))
+
+
 def bad_cases(bad_dir, rng):
     x = rnd(rng, 2, 3, 8)
     bad(bad_dir, "bias_gelu_bias_len", helper.make_node("BiasGelu", ["A", "B"], ["C"], domain=MS),
@@ -441,6 +468,7 @@ def main():
     qattention(out, np.random.default_rng(8))
     embed_ln(out, np.random.default_rng(9))
     qmm(out, np.random.default_rng(10))
+    dq_lstm(out, np.random.default_rng(11))
     bad_cases(bad_dir, np.random.default_rng(100))
 
 
