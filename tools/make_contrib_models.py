@@ -271,6 +271,17 @@ def attention(out, rng):
     mdec[0, 1] = 0
     save(out, "attention_decode_past_mask", n(["x", "w", "b", "m", "past"], ("Y", "present"), unidirectional=1),
          {"x": rnd(rng, B, 1, IN), "w": w, "b": bias, "m": mdec, "past": past})
+    # 8 query rows or more: the GEMM path of the kernel
+    S2, P2 = 12, 4
+    m_long = np.ones((B, P2 + S2), np.int32)
+    m_long[1, 2:5] = 0
+    save(out, "attention_long_causal_past_mask",
+         n(["x", "w", "b", "m", "past"], ("Y", "present"), unidirectional=1),
+         {"x": rnd(rng, B, S2, IN), "w": w, "b": bias, "m": m_long, "past": rnd(rng, 2, B, N, P2, 8)})
+    save(out, "attention_long_causal_attn_bias", n(["x", "w", "b", "", "", "ab"], unidirectional=1),
+         {"x": rnd(rng, B, S2, IN), "w": w, "b": bias, "ab": rnd(rng, B, N, S2, S2)})
+    save(out, "attention_long_mask_1d", n(["x", "w", "b", "m"]),
+         {"x": rnd(rng, B, S2, IN), "w": w, "b": bias, "m": np.array([7, 12], np.int32)})
     save(out, "attention_big_heads", helper.make_node("Attention", ["x", "w", "b", "m"], ["Y"], domain=MS, num_heads=4),
          {"x": rnd(rng, 1, 33, 64), "w": rnd(rng, 64, 192, scale=0.2), "b": rnd(rng, 192),
           "m": np.array([29], np.int32)})
@@ -296,6 +307,15 @@ def mha(out, rng):
           "pk": rnd(rng, B, N, P, H), "pv": rnd(rng, B, N, P, H)})
     save(out, "mha_v_hidden_differs", n(["q", "k", "v", "b"]),
          {"q": q, "k": k, "v": rnd(rng, B, L, N * 12), "b": rnd(rng, 2 * N * H + N * 12)})
+    S2, L2 = 10, 11
+    save(out, "mha_long_mask_3d_attn_bias", n(["q", "k", "v", "b", "m", "ab"]),
+         {"q": rnd(rng, B, S2, N * H), "k": rnd(rng, B, L2, N * H), "v": rnd(rng, B, L2, N * H),
+          "b": rnd(rng, 3 * N * H), "m": (rng.random((B, S2, L2)) > 0.3).astype(np.int32),
+          "ab": rnd(rng, 1, N, S2, L2)})
+    save(out, "mha_long_past_unidirectional", n(["q", "k", "v", "", "m", "", "pk", "pv"], ("Y", "pk_out", "pv_out"),
+                                                unidirectional=1),
+         {"q": rnd(rng, B, S2, N * H), "k": rnd(rng, B, S2, N * H), "v": rnd(rng, B, S2, N * H),
+          "m": np.array([[1] * 13, [1] * 9 + [0] * 4], np.int32), "pk": rnd(rng, B, N, 3, H), "pv": rnd(rng, B, N, 3, H)})
     save(out, "mha_bnsh_kv", n(["q", "k", "v", "", "m"]),
          {"q": q, "k": rnd(rng, B, N, L, H), "v": rnd(rng, B, N, L, H), "m": np.array([[1, 1, 1, 1, 0, 0], [1] * 6], np.int32)})
 

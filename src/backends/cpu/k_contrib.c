@@ -8,8 +8,11 @@
 #include <math.h>
 #include <string.h>
 
+#include <omp.h>
+
 #include "backends/cpu/cpu_simd.h"
 #include "backends/cpu/k_contrib.h"
+#include "backends/cpu/k_dnnl.h"
 #include "backends/cpu/k_unary.h"
 #include "core/alloc.h"
 #include "ops/fused.h"
@@ -158,6 +161,45 @@ static tdm_status *run_skip_ln(tdm_kernel_ctx *ctx) {
     return NULL;
 }
 
+/* ---- GEMM: row blocks on the pool, each oneDNN's serial sgemm ---- */
+
+typedef struct gemm_job {
+    bool ta, tb;
+    int64_t M, N, K, lda, ldb, ldc, rows;
+    float alpha, beta;
+    const float *A, *B;
+    float *C;
+    const tdm_cpu_simd *simd;
+} gemm_job;
+
+static tdm_status *gemm_block(void *arg, tdm_kernel_ctx *ctx, int64_t item) {
+    (void)ctx;
+    const gemm_job *j = arg;
+    int64_t r0 = item * j->rows, m = j->M - r0 < j->rows ? j->M - r0 : j->rows;
+    const float *a = j->A + (j->ta ? r0 : r0 * j->lda);
+    float *c = j->C + r0 * j->ldc;
+    if (dnnl_sgemm(j->ta ? 'T' : 'N', j->tb ? 'T' : 'N', m, j->N, j->K, j->alpha, a, j->lda, j->B, j->ldb,
+                   j->beta, c, j->ldc) != dnnl_success)
+        tdm_sgemm(j->simd, NULL, j->ta, j->tb, m, j->N, j->K, j->alpha, a, j->lda, j->B, j->ldb, j->beta, c, j->ldc);
+    return NULL;
+}
+
+void tdm_contrib_gemm(tdm_kernel_ctx *ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                      const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+    if (M <= 0 || N <= 0) return;
+    int threads = tdm_threadpool_size(ctx->pool);
+    gemm_job j = {ta, tb, M, N, K, lda, ldb, ldc, M, alpha, beta, A, B, C, tdm_cpu_simd_of(ctx)};
+    /* a block of rows per piece: about 4 pieces per thread, 16 rows at least */
+    if (threads > 1) {
+        int64_t per = (M + 4 * threads - 1) / (4 * threads);
+        j.rows = per < 16 ? 16 : per;
+    }
+    int prev = dn_omp_begin();
+    tdm_status *st = dn_parallel(ctx, (M + j.rows - 1) / j.rows, gemm_block, &j);
+    dn_omp_end(prev);
+    tdm_status_free(st);
+}
+
 /* ---- FusedMatMul: Y = alpha * op(A) . op(B), MatMul's batch broadcast ---- */
 
 tdm_status *tdm_contrib_matmul(tdm_kernel_ctx *ctx, int ra_full, const int64_t *adims, const float *A,
@@ -197,10 +239,9 @@ tdm_status *tdm_contrib_matmul(tdm_kernel_ctx *ctx, int ra_full, const int64_t *
         return tdm_node_error(ctx->node, TDM_ERR_INTERNAL, "the output does not match the product");
     if (ycount == 0 || K == 0) return NULL; /* y stays zero */
     int64_t lda = ra_full == 1 ? K : adims[ra_full - 1], ldb = rb_full == 1 ? 1 : bdims[rb_full - 1];
-    const tdm_cpu_simd *simd = tdm_cpu_simd_of(ctx);
     /* B one matrix, A not transposed: the batches of A are rows of one GEMM */
     if (!ta && rb == 0) {
-        tdm_sgemm(simd, ctx->pool, false, tb, batches * M, N, K, alpha, A, lda, B, ldb, 0.0f, Y, N);
+        tdm_contrib_gemm(ctx, false, tb, batches * M, N, K, alpha, A, lda, B, ldb, 0.0f, Y, N);
         return NULL;
     }
     for (int64_t i = 0; i < batches; i++) {
@@ -211,7 +252,7 @@ tdm_status *tdm_contrib_matmul(tdm_kernel_ctx *ctx, int ra_full, const int64_t *
             oa += c * sa[d];
             ob += c * sb[d];
         }
-        tdm_sgemm(simd, ctx->pool, ta, tb, M, N, K, alpha, A + oa, lda, B + ob, ldb, 0.0f, Y + i * M * N, N);
+        tdm_contrib_gemm(ctx, ta, tb, M, N, K, alpha, A + oa, lda, B + ob, ldb, 0.0f, Y + i * M * N, N);
     }
     return NULL;
 }
@@ -268,11 +309,14 @@ static void fconv_release(void *state, const tdm_allocator *a) {
 
 static tdm_status *run_fused_conv(tdm_kernel_ctx *ctx) {
     fconv_state *s = ctx->state;
-    if (!s) return tdm_node_error(ctx->node, TDM_ERR_INTERNAL, "FusedConv was not prepared");
+    bool own = !s; /* run without a prepared state: prepare for this call */
+    if (own) TDM_TRY(fconv_prepare(ctx->node, ctx->opset, ctx->n_in, ctx->in, ctx->alloc, (void **)&s));
     tdm_kernel_ctx sub = *ctx;
     sub.node = &s->shadow;
     sub.state = s->inner;
-    return s->k->run(&sub);
+    tdm_status *st = s->k->run(&sub);
+    if (own) fconv_release(s, ctx->alloc);
+    return st;
 }
 
 #define MS "com.microsoft"

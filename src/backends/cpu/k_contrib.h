@@ -14,6 +14,12 @@ tdm_status *tdm_contrib_run_qlinear_gap(tdm_kernel_ctx *ctx);
 tdm_status *tdm_contrib_run_qlinear_concat(tdm_kernel_ctx *ctx);
 tdm_status *tdm_contrib_run_nhwc_max_pool(tdm_kernel_ctx *ctx);
 
+/* k_contrib.c: C = alpha * op(A) . op(B) + beta * C (row-major; lda/ldb/ldc row strides): row
+ * blocks of C spread over the context's pool, each oneDNN's serial sgemm (tdm_sgemm where
+ * oneDNN declines). */
+void tdm_contrib_gemm(tdm_kernel_ctx *ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                      const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
+
 /* k_contrib.c: Y = alpha * op(A) . op(B) for float32 A (rank ra, dims adims) and B, with
  * MatMul's batch broadcast and 1-D rules (op = transpose of the last two dims when ta / tb);
  * Y holds ycount floats (checked). tdm_sgemm on the context's pool. */

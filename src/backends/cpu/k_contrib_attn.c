@@ -7,16 +7,19 @@
  * as [B, N, T, H] (the present tensors, past rows first), and per query row an additive bias
  * built as ONNX Runtime's CPU kernels build theirs: mask_filter_value (default -10000) where
  * the mask hides a key, plus mask_filter_value again above the diagonal when unidirectional
- * (offset by the past length), plus attention_bias. Each row is then the llm family's
- * attention row (k_llm_simd.c: the scores and the weighted sum of V in the device's SIMD
- * variant, AVX2 or AVX-512, portable C under a TANDEM_CPU_ISA cap; the softmax is the
- * device's vectorised row). Rows run in parallel over (batch, head, query).
+ * (offset by the past length), plus attention_bias. With 8 query rows or more (and a
+ * (batch, head) pair per thread) each pair is two GEMMs (oneDNN's serial sgemm) around the
+ * rows' softmax (the device's vectorised softmax row); otherwise (decode) each row is the
+ * llm family's attention row (k_llm_simd.c: the scores and the weighted sum of V in the
+ * device's SIMD variant, AVX2 or AVX-512, portable C under a TANDEM_CPU_ISA cap), rows in
+ * parallel over (batch, head, query).
  * Input projections (Attention's packed QKV weights, QAttention's integer product) are one
  * tdm_sgemm each. */
 #include <math.h>
 #include <string.h>
 
 #include "backends/cpu/k_contrib.h"
+#include "backends/cpu/k_dnnl.h"
 #include "backends/cpu/k_llm.h"
 #include "core/alloc.h"
 
@@ -46,6 +49,38 @@ typedef struct attn_core {
     int failed;
 } attn_core;
 
+/* The additive bias of query row s of (b, n) into bias[0..T); false when there is none. */
+static bool row_bias(const attn_core *c, int64_t b, int64_t n, int64_t s, float *bias) {
+    int64_t T = c->T;
+    if (c->mk == MASK_NONE && !c->causal && !c->ab) return false;
+    memset(bias, 0, (size_t)T * sizeof(float));
+    switch (c->mk) {
+    case MASK_NONE: break;
+    case MASK_END:
+    case MASK_RANGE: {
+        int64_t end = c->mask[b], start = c->mk == MASK_RANGE ? c->mask[b + c->B] : 0;
+        for (int64_t t = 0; t < T; t++)
+            if (t >= end || t < start) bias[t] = c->mfv;
+        break;
+    }
+    case MASK_2D:
+    case MASK_3D: {
+        const int32_t *m = c->mask + (c->mk == MASK_2D ? b * T : (b * c->S + s) * T);
+        for (int64_t t = 0; t < T; t++)
+            if (m[t] <= 0) bias[t] = c->mfv;
+        break;
+    }
+    }
+    if (c->causal)
+        for (int64_t t = c->P + s + 1; t < T; t++) bias[t] += c->mfv;
+    if (c->ab) {
+        const float *a = c->ab + b * c->ab_bs + n * c->ab_ns + s * T;
+        for (int64_t t = 0; t < T; t++) bias[t] += a[t];
+    }
+    return true;
+}
+
+/* Few query rows (decode): one row at a time, the scores and V sums in the SIMD row routines. */
 static void attn_rows(void *arg, int64_t r0, int64_t r1) {
     attn_core *c = arg;
     int64_t T = c->T;
@@ -57,38 +92,42 @@ static void attn_rows(void *arg, int64_t r0, int64_t r1) {
     float *bias = buf, *scores = buf + T + 1;
     for (int64_t r = r0; r < r1; r++) { /* r = (b * N + n) * S + s */
         int64_t s = r % c->S, bn = r / c->S, n = bn % c->N, b = bn / c->N;
-        bool any = c->mk != MASK_NONE || c->causal || c->ab;
-        if (any) {
-            memset(bias, 0, (size_t)T * sizeof(float));
-            switch (c->mk) {
-            case MASK_NONE: break;
-            case MASK_END:
-            case MASK_RANGE: {
-                int64_t end = c->mask[b], start = c->mk == MASK_RANGE ? c->mask[b + c->B] : 0;
-                for (int64_t t = 0; t < T; t++)
-                    if (t >= end || t < start) bias[t] = c->mfv;
-                break;
-            }
-            case MASK_2D:
-            case MASK_3D: {
-                const int32_t *m = c->mask + (c->mk == MASK_2D ? b * T : (b * c->S + s) * T);
-                for (int64_t t = 0; t < T; t++)
-                    if (m[t] <= 0) bias[t] = c->mfv;
-                break;
-            }
-            }
-            if (c->causal)
-                for (int64_t t = c->P + s + 1; t < T; t++) bias[t] += c->mfv;
-            if (c->ab) {
-                const float *a = c->ab + b * c->ab_bs + n * c->ab_ns + s * T;
-                for (int64_t t = 0; t < T; t++) bias[t] += a[t];
-            }
-        }
+        bool any = row_bias(c, b, n, s, bias);
         const float *q = c->q + b * c->q_bs + s * c->q_ss + n * c->q_ns;
         const float *k = c->k + bn * T * c->D, *v = c->v + bn * T * c->Dv;
         float *y = c->y + (b * c->S + s) * c->N * c->Dv + n * c->Dv;
         tdm_llm_attn_row(c->f, c->simd, q, k, c->D, v, c->Dv, T, c->D, c->Dv, c->scale, 0.0f,
                          any ? bias : NULL, false, 0.0f, scores, y);
+    }
+    tdm_free(c->ctx->alloc, buf);
+}
+
+/* Many query rows: per (batch, head) the scores as one GEMM (oneDNN's serial sgemm), the
+ * rows' softmax (the device's vectorised row), the product with V as one GEMM. */
+static void attn_pairs(void *arg, int64_t p0, int64_t p1) {
+    attn_core *c = arg;
+    int64_t T = c->T, S = c->S;
+    float *buf = tdm_kscratch(c->ctx, (size_t)(S * T + T + 2) * sizeof(float));
+    if (!buf) {
+        __atomic_store_n(&c->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    float *bias = buf, *sc = buf + T + 1;
+    for (int64_t bn = p0; bn < p1; bn++) {
+        int64_t n = bn % c->N, b = bn / c->N;
+        const float *q = c->q + b * c->q_bs + n * c->q_ns;
+        const float *k = c->k + bn * T * c->D, *v = c->v + bn * T * c->Dv;
+        float *y = c->y + b * S * c->N * c->Dv + n * c->Dv;
+        if (dnnl_sgemm('N', 'T', S, T, c->D, c->scale, q, c->q_ss, k, c->D, 0.0f, sc, T) != dnnl_success)
+            tdm_sgemm(c->simd, NULL, false, true, S, T, c->D, c->scale, q, c->q_ss, k, c->D, 0.0f, sc, T);
+        for (int64_t s = 0; s < S; s++) {
+            bool any = row_bias(c, b, n, s, bias);
+            if (!tdm_llm_softmax(c->simd, sc + s * T, T, 0.0f, any ? bias : NULL, false, 0.0f))
+                memset(sc + s * T, 0, (size_t)T * sizeof(float));
+        }
+        int64_t ldy = c->N * c->Dv;
+        if (dnnl_sgemm('N', 'N', S, c->Dv, T, 1.0f, sc, T, v, c->Dv, 0.0f, y, ldy) != dnnl_success)
+            tdm_sgemm(c->simd, NULL, false, false, S, c->Dv, T, 1.0f, sc, T, v, c->Dv, 0.0f, y, ldy);
     }
     tdm_free(c->ctx->alloc, buf);
 }
@@ -134,9 +173,20 @@ static tdm_status *attn_run(attn_core *c) {
     c->scale = sc != 0.0f ? sc : 1.0f / sqrtf((float)c->D);
     c->simd = tdm_cpu_simd_of(ctx);
     c->f = tdm_llm_fns_for(c->simd->level);
-    int64_t rows = c->B * c->N * c->S;
+    int64_t rows = c->B * c->N * c->S, pairs = c->B * c->N;
     if (rows == 0) return NULL;
-    tdm_parallel_for(ctx->pool, rows, 4, attn_rows, c);
+    if (c->T == 0) { /* nothing to attend to: zeros */
+        memset(c->y, 0, (size_t)(c->B * c->S * c->N * c->Dv) * sizeof(float));
+        return NULL;
+    }
+    int threads = tdm_threadpool_size(ctx->pool);
+    if (c->S >= 8 && pairs >= threads) {
+        int prev = dn_omp_begin();
+        tdm_parallel_for(ctx->pool, pairs, 1, attn_pairs, c);
+        dn_omp_end(prev);
+    } else {
+        tdm_parallel_for(ctx->pool, rows, 4, attn_rows, c);
+    }
     if (c->failed) return tdm_node_error(ctx->node, TDM_ERR_OUT_OF_MEMORY, "out of memory");
     return NULL;
 }
@@ -226,7 +276,7 @@ tdm_status *tdm_contrib_run_attention(tdm_kernel_ctx *ctx) {
         const float *bv = bias ? bias->data : NULL;
         if (bv)
             for (int64_t r = 0; r < B * S; r++) memcpy(qkv + r * tot, bv, (size_t)tot * sizeof(float));
-        tdm_sgemm(tdm_cpu_simd_of(ctx), ctx->pool, false, false, B * S, tot, x->dims[2], 1.0f, x->data,
+        tdm_contrib_gemm(ctx, false, false, B * S, tot, x->dims[2], 1.0f, x->data,
                   x->dims[2], w->data, tot, bv ? 1.0f : 0.0f, qkv, tot);
     }
     tdm_status *st = attn_packed(ctx, qkv, B, S, h[0], h[1], h[2], mask, past, ab, 1);
@@ -266,7 +316,7 @@ tdm_status *tdm_contrib_run_qattention(tdm_kernel_ctx *ctx) {
             wf[r * tot + col] = (float)(tdm_contrib_ld_q(w->dtype, w->data, r * tot + col) - z);
         }
     if (nq && in)
-        tdm_sgemm(tdm_cpu_simd_of(ctx), ctx->pool, false, false, B * S, tot, in, 1.0f, xf, in, wf, tot, 0.0f, qkv, tot);
+        tdm_contrib_gemm(ctx, false, false, B * S, tot, in, 1.0f, xf, in, wf, tot, 0.0f, qkv, tot);
     else
         memset(qkv, 0, nq * sizeof(float));
     float xs = *(const float *)is->data;

@@ -88,14 +88,13 @@ tdm_status *tdm_contrib_run_dq_lstm(tdm_kernel_ctx *ctx) {
     if (!buf) return tdm_node_error(node, TDM_ERR_OUT_OF_MEMORY, "out of memory");
     float *xq = buf, *wf = xq + S * Bt * I, *rf = wf + I * G, *ws = rf + H * G, *rs = ws + G;
     float *xw = rs + G, *hr = xw + S * Bt * G, *h = hr + Bt * G, *c = h + Bt * H, *hq = c + Bt * H;
-    const tdm_cpu_simd *simd = tdm_cpu_simd_of(ctx);
     float xs = dyn_quant(x->data, S * Bt * I, xq);
     tdm_status *st = NULL;
     for (int d = 0; d < D && !st; d++) {
         if ((st = weights(ctx, w, ctx->in[8], ctx->in[9], d, D, I, G, wf, ws, "W"))) break;
         if ((st = weights(ctx, r, ctx->in[10], ctx->in[11], d, D, H, G, rf, rs, "R"))) break;
         if (S * Bt > 0)
-            tdm_sgemm(simd, ctx->pool, false, false, S * Bt, G, I, 1.0f, xq, I, wf, G, 0.0f, xw, G);
+            tdm_contrib_gemm(ctx, false, false, S * Bt, G, I, 1.0f, xq, I, wf, G, 0.0f, xw, G);
         for (int64_t i = 0; i < S * Bt * G; i++) xw[i] *= xs * ws[i % G];
         const float *bv = bias ? (const float *)bias->data + d * 2 * G : NULL;
         const float *pv = peep ? (const float *)peep->data + d * 3 * H : NULL;
@@ -108,7 +107,7 @@ tdm_status *tdm_contrib_run_dq_lstm(tdm_kernel_ctx *ctx) {
             int64_t t = back ? S - 1 - step : step;
             float hsc = dyn_quant(h, Bt * H, hq);
             if (Bt > 0 && H > 0)
-                tdm_sgemm(simd, ctx->pool, false, false, Bt, G, H, 1.0f, hq, H, rf, G, 0.0f, hr, G);
+                tdm_contrib_gemm(ctx, false, false, Bt, G, H, 1.0f, hq, H, rf, G, 0.0f, hr, G);
             for (int64_t b = 0; b < Bt; b++) {
                 float *g = hr + b * G;
                 const float *xg = xw + (t * Bt + b) * G;
