@@ -35,6 +35,10 @@ tdm_status *tdm_contrib_run_embed_ln(tdm_kernel_ctx *ctx);
 /* k_contrib_qmm.c: MatMulIntegerToFloat, DynamicQuantizeMatMul */
 tdm_status *tdm_contrib_run_matmul_integer_to_float(tdm_kernel_ctx *ctx);
 tdm_status *tdm_contrib_run_dynamic_quantize_matmul(tdm_kernel_ctx *ctx);
+/* ... their state: a constant B converted to float once */
+tdm_status *tdm_contrib_qmm_prepare(const tdm_node *node, int opset, int n_in, const tdm_tensor *const *in,
+                                    const tdm_allocator *a, void **state);
+void tdm_contrib_qmm_release(void *state, const tdm_allocator *a);
 /* k_contrib_lstm.c */
 tdm_status *tdm_contrib_run_dq_lstm(tdm_kernel_ctx *ctx);
 
@@ -47,7 +51,8 @@ static inline int tdm_contrib_ld_q(tdm_dtype t, const void *p, int64_t i) {
  * to the type's range (int8 or uint8). */
 static inline int tdm_contrib_sat(tdm_dtype t, float v) {
     float lo = t == TDM_INT8 ? -128.0f : 0.0f, hi = t == TDM_INT8 ? 127.0f : 255.0f;
-    v = v < lo ? lo : v > hi ? hi : v;
+    v = v >= lo ? v : lo; /* NaN too */
+    v = v <= hi ? v : hi;
     return (int)v;
 }
 

@@ -460,8 +460,10 @@ const tdm_kernel_def tdm_cpu_kernels_contrib_attn[] = {
     {MS, "QAttention", 1, 0, 0, Q8, tdm_contrib_run_qattention, NULL, NULL, 0},
     {MS, "MultiHeadAttention", 1, 0, 0, F32, tdm_contrib_run_mha, NULL, NULL, 0},
     {MS, "EmbedLayerNormalization", 1, 0, 2, F32, tdm_contrib_run_embed_ln, NULL, NULL, 0},
-    {MS, "MatMulIntegerToFloat", 1, 0, 0, Q8, tdm_contrib_run_matmul_integer_to_float, NULL, NULL, 0},
-    {MS, "DynamicQuantizeMatMul", 1, 0, 0, F32, tdm_contrib_run_dynamic_quantize_matmul, NULL, NULL, 0},
+    {MS, "MatMulIntegerToFloat", 1, 0, 0, Q8, tdm_contrib_run_matmul_integer_to_float,
+     tdm_contrib_qmm_prepare, tdm_contrib_qmm_release, 0},
+    {MS, "DynamicQuantizeMatMul", 1, 0, 0, F32, tdm_contrib_run_dynamic_quantize_matmul,
+     tdm_contrib_qmm_prepare, tdm_contrib_qmm_release, 0},
     {MS, "DynamicQuantizeLSTM", 1, 0, 0, F32, tdm_contrib_run_dq_lstm, NULL, NULL, 0},
 };
 const int tdm_cpu_kernels_contrib_attn_count =

@@ -26,7 +26,7 @@ static float dyn_quant(const float *src, int64_t n, float *dst) {
     }
     float scale = hi == lo ? 1.0f : (hi - lo) / 255.0f;
     float zf = 0.0f - lo / scale;
-    zf = zf < 0.0f ? 0.0f : zf > 255.0f ? 255.0f : zf;
+    zf = zf >= 0.0f ? (zf <= 255.0f ? zf : 255.0f) : 0.0f; /* NaN (infinite inputs) too */
     int zp = (int)nearbyintf(zf);
     for (int64_t i = 0; i < n; i++)
         dst[i] = (float)(tdm_contrib_sat(TDM_UINT8, nearbyintf(src[i] / scale) + (float)zp) - zp);
