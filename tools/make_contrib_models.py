@@ -413,6 +413,67 @@ def dq_lstm(out, rng):
     case("dq_lstm_bidirectional_no_bias_yh_only", 2, np.uint8, "bidirectional", with_bias=False, outs=("", "Yh"))
 
 
+def save_model(out_dir, name, m, feeds):
+    """A whole model (already built) over `feeds`, ORT's outputs as the reference."""
+    d = os.path.join(out_dir, name)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(os.path.join(d, "test_data_set_0"))
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    res = sess.run(None, feeds)
+    onnx.save(m, os.path.join(d, "model.onnx"))
+    for i, inp in enumerate(sess.get_inputs()):
+        with open(os.path.join(d, "test_data_set_0", f"input_{i}.pb"), "wb") as f:
+            f.write(numpy_helper.from_array(feeds[inp.name], inp.name).SerializeToString())
+    for i, (o, a) in enumerate(zip(sess.get_outputs(), res)):
+        with open(os.path.join(d, "test_data_set_0", f"output_{i}.pb"), "wb") as f:
+            f.write(numpy_helper.from_array(np.asarray(a), o.name).SerializeToString())
+    ops = sorted({n.op_type for n in m.graph.node if n.domain == MS})
+    print(f"{name}: contrib ops {ops}")
+
+
+def ort_tools(out):
+    """tests/models/bert_layer through ONNX Runtime's transformer optimizer (EmbedLayerNormalization,
+    Attention with the mask index, SkipLayerNormalization, BiasGelu) and then its dynamic
+    quantizer (QAttention, MatMulInteger). The optimizer needs sympy (tools/requirements.txt);
+    without it these two cases are left as they are."""
+    try:
+        import sympy  # noqa: F401
+        from onnxruntime.transformers import optimizer
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+    except ImportError as e:
+        print(f"ort_tools cases skipped: {e}")
+        return
+    src = os.path.join(ROOT, "tests", "models", "bert_layer")
+    feeds = {}
+    m0 = onnx.load(os.path.join(src, "model.onnx"))
+    for i, inp in enumerate(m0.graph.input):
+        t = onnx.TensorProto()
+        with open(os.path.join(src, "test_data_set_0", f"input_{i}.pb"), "rb") as f:
+            t.ParseFromString(f.read())
+        feeds[inp.name] = numpy_helper.to_array(t)
+    om = optimizer.optimize_model(os.path.join(src, "model.onnx"), model_type="bert", num_heads=4, hidden_size=64,
+                                  opt_level=0)
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        a, b = os.path.join(tmp, "opt.onnx"), os.path.join(tmp, "q.onnx")
+        om.save_model_to_file(a)  # as the tool writes it (with the com.microsoft opset import)
+        save_model(out, "ort_optimized_bert_layer", onnx.load(a), feeds)
+        quantize_dynamic(a, b, weight_type=QuantType.QInt8, op_types_to_quantize=["Attention", "MatMul"],
+                         extra_options={"DefaultTensorType": T.FLOAT})
+        save_model(out, "ort_quantized_bert_layer", onnx.load(b), feeds)
+        # ONNX Runtime's own extended graph optimizations, saved (DynamicQuantizeMatMul,
+        # MatMulIntegerToFloat and the like appear here)
+        c = os.path.join(tmp, "ort_ext.onnx")
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+        so.optimized_model_filepath = c
+        ort.InferenceSession(b, so, providers=["CPUExecutionProvider"])
+        save_model(out, "ort_session_optimized_quantized_bert_layer", onnx.load(c), feeds)
+
+
 def bad_cases(bad_dir, rng):
     x = rnd(rng, 2, 3, 8)
     bad(bad_dir, "bias_gelu_bias_len", helper.make_node("BiasGelu", ["A", "B"], ["C"], domain=MS),
@@ -489,6 +550,7 @@ def main():
     embed_ln(out, np.random.default_rng(9))
     qmm(out, np.random.default_rng(10))
     dq_lstm(out, np.random.default_rng(11))
+    ort_tools(out)
     bad_cases(bad_dir, np.random.default_rng(100))
 
 
