@@ -474,6 +474,50 @@ def ort_tools(out):
         save_model(out, "ort_session_optimized_quantized_bert_layer", onnx.load(c), feeds)
 
 
+def qgemm(out, rng):
+    for at, bt in ((np.uint8, np.int8), (np.uint8, np.uint8), (np.int8, np.int8)):
+        tag = {np.uint8: "u8", np.int8: "s8"}[at] + {np.uint8: "u8", np.int8: "s8"}[bt]
+        zp_a = scal(120 if at == np.uint8 else -3, at)
+        zp_b = scal(130 if bt == np.uint8 else 2, bt)
+        feeds = {"a": q8(rng, at, 5, 40), "as": scal(0.02), "az": zp_a, "b": q8(rng, bt, 40, 7), "bs": scal(0.01),
+                 "bz": zp_b, "c": rng.integers(-2000, 2000, 7).astype(np.int32), "ys": scal(0.4),
+                 "yz": scal(128 if at == np.uint8 else 0, at)}
+        save(out, f"qgemm_{tag}_quantized_out",
+             helper.make_node("QGemm", ["a", "as", "az", "b", "bs", "bz", "c", "ys", "yz"], ["y"], domain=MS), feeds)
+        del feeds["ys"], feeds["yz"]
+        save(out, f"qgemm_{tag}_float_out_alpha",
+             helper.make_node("QGemm", ["a", "as", "az", "b", "bs", "bz", "c"], ["y"], domain=MS, alpha=0.7), feeds)
+    save(out, "qgemm_transb_per_column_no_c",
+         helper.make_node("QGemm", ["a", "as", "az", "b", "bs", "bz", "", "ys", "yz"], ["y"], domain=MS, transB=1,
+                          transA=1),
+         {"a": q8(rng, np.uint8, 33, 4), "as": scal(0.05), "az": scal(128, np.uint8), "b": q8(rng, np.int8, 6, 33),
+          "bs": (rng.random(6) * 0.01 + 0.002).astype(F32), "bz": np.zeros(6, np.int8), "ys": scal(0.2),
+          "yz": scal(100, np.uint8)})
+
+
+def ort_quantizer_qoperator(out):
+    """tests/models/resnet_blocks through ONNX Runtime's static quantizer in the QOperator format
+    (QLinearConv, QLinearAdd, QLinearGlobalAveragePool, QGemm, QuantizeLinear...)."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+    import tempfile
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            r = np.random.default_rng(12)
+            self.data = [{"input": r.standard_normal((1, 3, 64, 64)).astype(F32)} for _ in range(4)]
+
+        def get_next(self):
+            return self.data.pop() if self.data else None
+
+    src = os.path.join(ROOT, "tests", "models", "resnet_blocks", "model.onnx")
+    with tempfile.TemporaryDirectory() as tmp:
+        q = os.path.join(tmp, "q.onnx")
+        quantize_static(src, q, Reader(), quant_format=QuantFormat.QOperator, activation_type=QuantType.QUInt8,
+                        weight_type=QuantType.QInt8)
+        x = np.random.default_rng(13).standard_normal((1, 3, 64, 64)).astype(F32)
+        save_model(out, "ort_qoperator_resnet_blocks", onnx.load(q), {"input": x})
+
+
 def bad_cases(bad_dir, rng):
     x = rnd(rng, 2, 3, 8)
     bad(bad_dir, "bias_gelu_bias_len", helper.make_node("BiasGelu", ["A", "B"], ["C"], domain=MS),
@@ -550,6 +594,8 @@ def main():
     embed_ln(out, np.random.default_rng(9))
     qmm(out, np.random.default_rng(10))
     dq_lstm(out, np.random.default_rng(11))
+    qgemm(out, np.random.default_rng(14))
+    ort_quantizer_qoperator(out)
     ort_tools(out)
     bad_cases(bad_dir, np.random.default_rng(100))
 

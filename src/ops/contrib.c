@@ -3,7 +3,7 @@
  * dynamic-quantization ops):
  *   BiasGelu, FastGelu, QuickGelu, BiasAdd, SkipLayerNormalization, FusedMatMul, FusedConv,
  *   QLinearAdd, QLinearMul, QLinearSigmoid, QLinearLeakyRelu, QLinearGlobalAveragePool,
- *   QLinearConcat, NhwcMaxPool (here); Attention, MultiHeadAttention, QAttention,
+ *   QLinearConcat, NhwcMaxPool, QGemm (here); Attention, MultiHeadAttention, QAttention,
  *   EmbedLayerNormalization, MatMulIntegerToFloat, DynamicQuantizeMatMul and
  *   DynamicQuantizeLSTM (ops/contrib_attn.c).
  * Semantics follow ONNX Runtime's contrib operator schemas (ORT 1.32); the CPU kernels are
@@ -340,6 +340,44 @@ static tdm_status *infer_nhwc_max_pool(tdm_infer_ctx *c) {
     return NULL;
 }
 
+/* QGemm: A, a_scale, a_zp, B, b_scale, b_zp, C?, y_scale?, y_zp? -> Y [M, N]: float without
+ * y_zero_point, else quantized like A. */
+static tdm_status *infer_qgemm(tdm_infer_ctx *c) {
+    const tdm_node *n = c->node;
+    TDM_TRY(tdm_contrib_need_type(c, 0, "A", Q8));
+    TDM_TRY(tdm_contrib_need_type(c, 3, "B", Q8));
+    TDM_TRY(tdm_contrib_need_type(c, 6, "C", 1u << TDM_INT32));
+    static const int sc[] = {1, 4, 7};
+    for (int i = 0; i < 3; i++) TDM_TRY(tdm_contrib_need_type(c, sc[i], "a scale", F32));
+    TDM_TRY(tdm_contrib_need_scalar(c, 1, "a_scale"));
+    TDM_TRY(tdm_contrib_need_scalar(c, 2, "a_zero_point"));
+    TDM_TRY(tdm_contrib_need_scalar(c, 7, "y_scale"));
+    TDM_TRY(tdm_contrib_need_scalar(c, 8, "y_zero_point"));
+    for (int i = 0; i < 2; i++) {
+        int zi = i ? 5 : 2, qi = i ? 3 : 0;
+        if (c->in[zi].dtype != TDM_UNDEFINED && c->in[qi].dtype != TDM_UNDEFINED && c->in[zi].dtype != c->in[qi].dtype)
+            return tdm_node_error(n, TDM_ERR_INVALID_ARGUMENT, "%s_zero_point has type %s, %s %s", i ? "b" : "a",
+                                  tdm_dtype_name(c->in[zi].dtype), i ? "B" : "A", tdm_dtype_name(c->in[qi].dtype));
+    }
+    bool quant = tdm_contrib_has_in(c, 8);
+    if (quant && !tdm_contrib_has_in(c, 7))
+        return tdm_node_error(n, TDM_ERR_INVALID_ARGUMENT, "y_zero_point needs y_scale");
+    TDM_TRY(tdm_contrib_need_rank(c, 0, "A", 2, 2));
+    TDM_TRY(tdm_contrib_need_rank(c, 3, "B", 2, 2));
+    bool ta = tdm_attr_int(n, "transA", 0) != 0, tb = tdm_attr_int(n, "transB", 0) != 0;
+    const tdm_value_info *a = &c->in[0], *b = &c->in[3];
+    int64_t M = a->rank == 2 ? a->dims[ta ? 1 : 0] : TDM_DIM_UNKNOWN, K = a->rank == 2 ? a->dims[ta ? 0 : 1] : -1;
+    int64_t KB = b->rank == 2 ? b->dims[tb ? 1 : 0] : -1, N = b->rank == 2 ? b->dims[tb ? 0 : 1] : TDM_DIM_UNKNOWN;
+    if (K >= 0 && KB >= 0 && K != KB)
+        return tdm_node_error(n, TDM_ERR_INVALID_ARGUMENT, "op(A) has %lld columns, op(B) %lld rows", (long long)K,
+                              (long long)KB);
+    tdm_dtype yt = quant ? (c->in[8].dtype != TDM_UNDEFINED ? c->in[8].dtype : a->dtype) : TDM_FLOAT;
+    tdm_contrib_set(&c->out[0], yt, 2);
+    c->out[0].dims[0] = M;
+    c->out[0].dims[1] = N;
+    return NULL;
+}
+
 #define MS "com.microsoft"
 const tdm_op_schema tdm_ops_contrib[] = {
     {MS, "BiasGelu", 1, 2, 2, 1, 1, infer_bias_act, 0, 0},
@@ -356,5 +394,6 @@ const tdm_op_schema tdm_ops_contrib[] = {
     {MS, "QLinearGlobalAveragePool", 1, 5, 5, 1, 1, infer_qlinear_gap, 0, 0},
     {MS, "QLinearConcat", 1, 5, 2 + 3 * 256, 1, 1, infer_qlinear_concat, 0, 0},
     {MS, "NhwcMaxPool", 1, 1, 1, 1, 1, infer_nhwc_max_pool, 0, 0},
+    {MS, "QGemm", 1, 6, 9, 1, 1, infer_qgemm, 0, 0},
 };
 const int tdm_ops_contrib_count = (int)(sizeof tdm_ops_contrib / sizeof tdm_ops_contrib[0]);

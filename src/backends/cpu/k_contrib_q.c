@@ -1,5 +1,5 @@
 /* CPU kernels: contrib family — the quantized element-wise ops (QLinearAdd, QLinearMul,
- * QLinearSigmoid, QLinearLeakyRelu, QLinearGlobalAveragePool, QLinearConcat) and NhwcMaxPool,
+ * QLinearSigmoid, QLinearLeakyRelu, QLinearGlobalAveragePool, QLinearConcat), QGemm and NhwcMaxPool,
  * int8 and uint8. Rounding follows ONNX Runtime's MLAS so that results agree bit for bit:
  * values are computed in float, rounded half to even, offset by the zero point and
  * saturated. The unary ops and a requantizing concat go through a 256-entry table built per
@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "backends/cpu/k_contrib.h"
+#include "core/alloc.h"
 #include "ops/nn_geom.h"
 
 /* A scale: a float32 scalar. */
@@ -329,5 +330,92 @@ tdm_status *tdm_contrib_run_nhwc_max_pool(tdm_kernel_ctx *ctx) {
     }
     if (y->count == 0 || j.out_sp == 0) return NULL;
     tdm_parallel_for(ctx->pool, x->dims[0] * j.out_sp, 16, nmp_rows, &j);
+    return NULL;
+}
+
+/* ---- QGemm: int32 sums of (A - a_zp)(B - b_zp) exactly, + C, then float (scale = alpha *
+ * a_scale * b_scale[n], / y_scale) or requantized (round half to even + y_zp, saturated) ---- */
+
+typedef struct qgemm_job {
+    tdm_dtype at, bt, yt;
+    const void *a, *b;
+    const int32_t *c;
+    int64_t cs[2]; /* C's broadcast strides over [M, N] */
+    void *y;
+    bool ta, tb, quant;
+    int64_t M, N, K;
+    int az;
+    const int32_t *bz; /* per column */
+    const float *scale; /* per column */
+    int yz;
+} qgemm_job;
+
+static void qgemm_rows(void *arg, int64_t r0, int64_t r1) {
+    const qgemm_job *j = arg;
+    for (int64_t m = r0; m < r1; m++)
+        for (int64_t n = 0; n < j->N; n++) {
+            int64_t acc = 0; /* int32 in ONNX Runtime; int64 here: no overflow */
+            for (int64_t k = 0; k < j->K; k++) {
+                int a = ld_q(j->at, j->a, j->ta ? k * j->M + m : m * j->K + k) - j->az;
+                int b = ld_q(j->bt, j->b, j->tb ? n * j->K + k : k * j->N + n) - j->bz[n];
+                acc += a * b;
+            }
+            if (j->c) acc += j->c[m * j->cs[0] + n * j->cs[1]];
+            float v = (float)acc * j->scale[n];
+            if (j->quant) st_q(j->yt, j->y, m * j->N + n, tdm_contrib_sat(j->yt, nearbyintf(v) + (float)j->yz));
+            else ((float *)j->y)[m * j->N + n] = v;
+        }
+}
+
+tdm_status *tdm_contrib_run_qgemm(tdm_kernel_ctx *ctx) {
+    const tdm_node *node = ctx->node;
+    const tdm_tensor *a = ctx->in[0], *b = ctx->in[3], *bs = ctx->in[4], *bzt = ctx->in[5];
+    const tdm_tensor *c = ctx->n_in > 6 ? ctx->in[6] : NULL, *ys = ctx->n_in > 7 ? ctx->in[7] : NULL;
+    const tdm_tensor *yzt = ctx->n_in > 8 ? ctx->in[8] : NULL;
+    tdm_tensor *y = ctx->out[0];
+    qgemm_job j = {.at = a->dtype, .bt = b->dtype, .yt = y->dtype, .a = a->data, .b = b->data, .y = y->data};
+    j.ta = tdm_attr_int(node, "transA", 0) != 0;
+    j.tb = tdm_attr_int(node, "transB", 0) != 0;
+    j.quant = yzt != NULL;
+    if (a->rank != 2 || b->rank != 2 || (b->dtype != TDM_INT8 && b->dtype != TDM_UINT8))
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "A and B must be 2-D int8 / uint8");
+    j.M = y->dims[0];
+    j.N = y->dims[1];
+    j.K = a->dims[j.ta ? 0 : 1];
+    float as = 0.0f, yscale = 1.0f;
+    TDM_TRY(read_scale(ctx, 1, &as));
+    TDM_TRY(read_zp(ctx, 2, a->dtype, &j.az));
+    if (ys) TDM_TRY(read_scale(ctx, 7, &yscale));
+    if (yzt) TDM_TRY(read_zp(ctx, 8, y->dtype, &j.yz));
+    if (bs->dtype != TDM_FLOAT || (bs->count != 1 && bs->count != j.N) || bzt->dtype != b->dtype ||
+        (bzt->count != 1 && bzt->count != j.N))
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "b_scale (float32) and b_zero_point must be scalars or [%lld]",
+                              (long long)j.N);
+    if (c) {
+        bool ok = c->dtype == TDM_INT32 && c->rank <= 2;
+        int64_t cd[2] = {1, 1};
+        for (int d = 0; ok && d < c->rank; d++) cd[2 - c->rank + d] = c->dims[d];
+        ok = ok && (cd[0] == 1 || cd[0] == j.M) && (cd[1] == 1 || cd[1] == j.N);
+        if (!ok)
+            return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "C must be int32 and broadcast to [%lld, %lld]",
+                                  (long long)j.M, (long long)j.N);
+        j.c = c->data;
+        j.cs[1] = cd[1] == 1 ? 0 : 1;
+        j.cs[0] = cd[0] == 1 ? 0 : cd[1];
+    }
+    float alpha = tdm_attr_float(node, "alpha", 1.0f);
+    int32_t *bz = tdm_kscratch(ctx, (size_t)(j.N + 1) * (sizeof(int32_t) + sizeof(float)));
+    if (!bz) return tdm_node_error(node, TDM_ERR_OUT_OF_MEMORY, "out of memory");
+    float *scale = (float *)(bz + j.N + 1);
+    const float *bsv = bs->data;
+    for (int64_t n = 0; n < j.N; n++) {
+        bz[n] = ld_q(bzt->dtype, bzt->data, bzt->count == 1 ? 0 : n);
+        scale[n] = alpha * as * bsv[bs->count == 1 ? 0 : n];
+        if (ys) scale[n] /= yscale;
+    }
+    j.bz = bz;
+    j.scale = scale;
+    if (y->count) tdm_parallel_for(ctx->pool, j.M, 4, qgemm_rows, &j);
+    tdm_free(ctx->alloc, bz);
     return NULL;
 }
