@@ -286,6 +286,52 @@ tdm_status *tdm_contrib_run_attention(tdm_kernel_ctx *ctx) {
 
 /* ---- QAttention: qkv = (input - izp) . (weight - wzp) * input_scale * weight_scale + bias ---- */
 
+/* weight [in, tot] minus its zero points (scalar or per column) as floats */
+static void weight_to_float(const tdm_tensor *w, const tdm_tensor *wzp, float *wf) {
+    int64_t tot = w->dims[1];
+    for (int64_t i = 0; i < w->count; i++) {
+        int z = wzp ? tdm_contrib_ld_q(wzp->dtype, wzp->data, wzp->count == 1 ? 0 : i % tot) : 0;
+        wf[i] = (float)(tdm_contrib_ld_q(w->dtype, w->data, i) - z);
+    }
+}
+
+/* Prepared state: a constant weight (with a constant or no zero point) converted once. */
+typedef struct qatt_state {
+    const void *w_data;
+    int64_t count;
+    float *wf;
+} qatt_state;
+
+static tdm_status *qatt_prepare(const tdm_node *node, int opset, int n_in, const tdm_tensor *const *in,
+                                const tdm_allocator *a, void **state) {
+    (void)opset;
+    *state = NULL;
+    const tdm_tensor *w = n_in > 1 ? in[1] : NULL, *wzp = n_in > 7 ? in[7] : NULL;
+    bool zp_given = node->n_inputs > 7 && node->inputs[7] >= 0;
+    if (!w || w->rank != 2 || (zp_given && !wzp) || (w->dtype != TDM_INT8 && w->dtype != TDM_UINT8) ||
+        (wzp && (wzp->dtype != w->dtype || (wzp->count != 1 && wzp->count != w->dims[1]))))
+        return NULL;
+    qatt_state *s = tdm_calloc(a, 1, sizeof *s);
+    float *wf = s ? tdm_alloc(a, (size_t)(w->count + 1) * sizeof(float)) : NULL;
+    if (!wf) {
+        tdm_free(a, s);
+        return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory preparing QAttention");
+    }
+    weight_to_float(w, wzp, wf);
+    s->w_data = w->data;
+    s->count = w->count;
+    s->wf = wf;
+    *state = s;
+    return NULL;
+}
+
+static void qatt_release(void *state, const tdm_allocator *a) {
+    qatt_state *s = state;
+    if (!s) return;
+    tdm_free(a, s->wf);
+    tdm_free(a, s);
+}
+
 tdm_status *tdm_contrib_run_qattention(tdm_kernel_ctx *ctx) {
     const tdm_tensor *x = ctx->in[0], *w = ctx->in[1], *bias = ctx->in[2], *is = ctx->in[3], *ws = ctx->in[4];
     const tdm_tensor *mask = ctx->n_in > 5 ? ctx->in[5] : NULL, *izp = ctx->n_in > 6 ? ctx->in[6] : NULL;
@@ -304,17 +350,15 @@ tdm_status *tdm_contrib_run_qattention(tdm_kernel_ctx *ctx) {
         return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
                               "the zero points must have their tensors' types, input's a scalar, weight's a scalar or [%lld]",
                               (long long)tot);
-    size_t nx = (size_t)(B * S * in), nw = (size_t)(in * tot), nq = (size_t)(B * S * tot);
+    const qatt_state *ps = ctx->state;
+    bool cached = ps && ps->w_data == w->data && ps->count == w->count;
+    size_t nx = (size_t)(B * S * in), nw = cached ? 0 : (size_t)(in * tot), nq = (size_t)(B * S * tot);
     float *buf = tdm_kscratch(ctx, (nx + nw + nq + 1) * sizeof(float));
     if (!buf) return tdm_node_error(node, TDM_ERR_OUT_OF_MEMORY, "out of memory");
-    float *xf = buf, *wf = buf + nx, *qkv = wf + nw;
+    float *xf = buf, *wf = cached ? ps->wf : buf + nx, *qkv = buf + nx + nw;
     int xz = izp ? tdm_contrib_ld_q(izp->dtype, izp->data, 0) : 0;
     for (size_t i = 0; i < nx; i++) xf[i] = (float)(tdm_contrib_ld_q(x->dtype, x->data, (int64_t)i) - xz);
-    for (int64_t r = 0; r < in; r++)
-        for (int64_t col = 0; col < tot; col++) {
-            int z = wzp ? tdm_contrib_ld_q(wzp->dtype, wzp->data, wzp->count == 1 ? 0 : col) : 0;
-            wf[r * tot + col] = (float)(tdm_contrib_ld_q(w->dtype, w->data, r * tot + col) - z);
-        }
+    if (!cached) weight_to_float(w, wzp, wf);
     if (nq && in)
         tdm_contrib_gemm(ctx, false, false, B * S, tot, in, 1.0f, xf, in, wf, tot, 0.0f, qkv, tot);
     else
@@ -457,7 +501,7 @@ tdm_status *tdm_contrib_run_embed_ln(tdm_kernel_ctx *ctx) {
 #define Q8 (TDM_T(TDM_INT8) | TDM_T(TDM_UINT8))
 const tdm_kernel_def tdm_cpu_kernels_contrib_attn[] = {
     {MS, "Attention", 1, 0, 0, F32, tdm_contrib_run_attention, NULL, NULL, 0},
-    {MS, "QAttention", 1, 0, 0, Q8, tdm_contrib_run_qattention, NULL, NULL, 0},
+    {MS, "QAttention", 1, 0, 0, Q8, tdm_contrib_run_qattention, qatt_prepare, qatt_release, 0},
     {MS, "MultiHeadAttention", 1, 0, 0, F32, tdm_contrib_run_mha, NULL, NULL, 0},
     {MS, "EmbedLayerNormalization", 1, 0, 2, F32, tdm_contrib_run_embed_ln, NULL, NULL, 0},
     {MS, "MatMulIntegerToFloat", 1, 0, 0, Q8, tdm_contrib_run_matmul_integer_to_float,
