@@ -202,6 +202,10 @@ def qlinear(out, rng):
                  helper.make_node(op, ["A", "as", "az", "B", "bs", "bz", "cs", "cz"], ["C"], domain=MS),
                  {"A": q8(rng, dt, 3, 33), "as": scal(0.013), "az": zp(128), "B": q8(rng, dt, 1),
                   "bs": scal(0.11), "bz": zp(128), "cs": scal(cs * 0.3), "cz": zp(128)})
+            # many values: rounding ties of the float formula show up
+            save(out, f"qlinear_{low}_{tag}_many", node,
+                 {"A": q8(rng, dt, 4, 1000), "as": scal(0.05), "az": zp(119), "B": q8(rng, dt, 4, 1000),
+                  "bs": scal(0.025), "bz": zp(133), "cs": scal(cs * 0.7), "cz": zp(127)})
         x = q8(rng, dt, 2, 4, 11)
         save(out, f"qlinear_sigmoid_{tag}",
              helper.make_node("QLinearSigmoid", ["X", "xs", "xz", "ys", "yz"], ["Y"], domain=MS),
@@ -230,6 +234,16 @@ def qlinear(out, rng):
                               domain=MS, axis=-1),
              {"ys": scal(0.02), "yz": zp(120), "a": q8(rng, dt, 3, 2), "as": scal(0.07), "az": zp(128),
               "b": q8(rng, dt, 3, 5), "bs": scal(0.02), "bz": zp(120)})
+        ap = lambda **kw: helper.make_node("QLinearAveragePool", ["X", "xs", "xz", "ys", "yz"], ["Y"], domain=MS, **kw)
+        save(out, f"qlinear_avg_pool_{tag}", ap(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+             {"X": q8(rng, dt, 2, 3, 9, 9), "xs": scal(0.05), "xz": zp(120), "ys": scal(0.03), "yz": zp(130)})
+        save(out, f"qlinear_avg_pool_{tag}_count_pad_ceil", ap(kernel_shape=[2, 3], strides=[2, 2], pads=[1, 0, 1, 1],
+                                                              count_include_pad=1, ceil_mode=1),
+             {"X": q8(rng, dt, 1, 4, 8, 7), "xs": scal(0.02), "xz": zp(128), "ys": scal(0.02), "yz": zp(128)})
+        save(out, f"qlinear_avg_pool_{tag}_many", ap(kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1),
+             {"X": q8(rng, dt, 1, 8, 20, 20), "xs": scal(0.02), "xz": zp(127), "ys": scal(0.02), "yz": zp(129)})
+        save(out, f"qlinear_avg_pool_{tag}_channels_last", ap(kernel_shape=[3, 2], channels_last=1, auto_pad="SAME_UPPER"),
+             {"X": q8(rng, dt, 2, 6, 5, 3), "xs": scal(0.04), "xz": zp(110), "ys": scal(0.05), "yz": zp(125)})
         save(out, f"nhwc_max_pool_{tag}",
              helper.make_node("NhwcMaxPool", ["x"], ["y"], domain=MS, kernel_shape=[3, 3], strides=[2, 2],
                               pads=[1, 1, 1, 1]),
@@ -582,7 +596,12 @@ def bad_cases(bad_dir, rng):
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "tests", "models_contrib")
     bad_dir = sys.argv[2] if len(sys.argv) > 2 else os.path.join(ROOT, "tests", "bad_models")
-    os.makedirs(out, exist_ok=True)
+    # start clean: every case here is made by this script
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    for d in os.listdir(bad_dir):
+        if d.startswith("contrib_"):
+            shutil.rmtree(os.path.join(bad_dir, d))
     gelu_family(out, np.random.default_rng(1))
     skip_ln(out, np.random.default_rng(2))
     fused_matmul(out, np.random.default_rng(3))

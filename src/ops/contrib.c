@@ -3,7 +3,7 @@
  * dynamic-quantization ops):
  *   BiasGelu, FastGelu, QuickGelu, BiasAdd, SkipLayerNormalization, FusedMatMul, FusedConv,
  *   QLinearAdd, QLinearMul, QLinearSigmoid, QLinearLeakyRelu, QLinearGlobalAveragePool,
- *   QLinearConcat, NhwcMaxPool, QGemm (here); Attention, MultiHeadAttention, QAttention,
+ *   QLinearConcat, QLinearAveragePool, NhwcMaxPool, QGemm (here); Attention, MultiHeadAttention, QAttention,
  *   EmbedLayerNormalization, MatMulIntegerToFloat, DynamicQuantizeMatMul and
  *   DynamicQuantizeLSTM (ops/contrib_attn.c).
  * Semantics follow ONNX Runtime's contrib operator schemas (ORT 1.32); the CPU kernels are
@@ -308,36 +308,57 @@ static tdm_status *infer_qlinear_concat(tdm_infer_ctx *c) {
     return NULL;
 }
 
-/* NhwcMaxPool: MaxPool's rule on the channels-last input. */
-static tdm_status *infer_nhwc_max_pool(tdm_infer_ctx *c) {
-    const tdm_node *n = c->node;
-    TDM_TRY(tdm_contrib_need_type(c, 0, "x", Q8));
+/* A pool's shape rule (MaxPool / AveragePool of opset `opset`) on a channels-last input when
+ * `last`: the input is seen as [N, C, d1..] for the rule and the output turned back. */
+static tdm_status *pool_infer(tdm_infer_ctx *c, const char *op, int opset, bool last) {
     const tdm_value_info *x = &c->in[0];
     c->out[0].dtype = x->dtype;
     if (x->rank < 0) return NULL;
     if (x->rank < 3)
-        return tdm_node_error(n, TDM_ERR_INVALID_ARGUMENT, "x must have rank 3 or more, has %d", x->rank);
-    if (tdm_attr_int(n, "storage_order", 0) != 0)
-        return tdm_node_error(n, TDM_ERR_INVALID_ARGUMENT, "storage_order is not an attribute of NhwcMaxPool");
-    const tdm_op_schema *mp = tdm_op_find("", "MaxPool", 12);
-    if (!mp || !mp->infer) return tdm_node_error(n, TDM_ERR_INTERNAL, "no MaxPool schema");
+        return tdm_node_error(c->node, TDM_ERR_INVALID_ARGUMENT, "X must have rank 3 or more, has %d", x->rank);
+    const tdm_op_schema *sc = tdm_op_find("", op, opset);
+    if (!sc || !sc->infer) return tdm_node_error(c->node, TDM_ERR_INTERNAL, "no %s schema", op);
     tdm_value_info in = *x, out[1];
     int r = x->rank;
-    in.dims[1] = x->dims[r - 1];
-    for (int d = 2; d < r; d++) in.dims[d] = x->dims[d - 1];
+    if (last) {
+        in.dims[1] = x->dims[r - 1];
+        for (int d = 2; d < r; d++) in.dims[d] = x->dims[d - 1];
+    }
     out[0] = c->out[0];
     tdm_infer_ctx sub = *c;
-    sub.opset = 12;
+    sub.opset = opset;
+    sub.n_in = 1;
     sub.in = &in;
     sub.n_out = 1;
     sub.out = out;
-    TDM_TRY(mp->infer(&sub));
+    TDM_TRY(sc->infer(&sub));
     tdm_value_info *y = &c->out[0];
-    y->rank = r;
-    y->dims[0] = out[0].dims[0];
-    y->dims[r - 1] = out[0].dims[1];
-    for (int d = 2; d < r; d++) y->dims[d - 1] = out[0].dims[d];
+    *y = out[0];
+    y->present = true;
+    y->dtype = x->dtype;
+    if (last) {
+        y->dims[r - 1] = out[0].dims[1];
+        for (int d = 2; d < r; d++) y->dims[d - 1] = out[0].dims[d];
+    }
     return NULL;
+}
+
+/* NhwcMaxPool: MaxPool's rule on the channels-last input. */
+static tdm_status *infer_nhwc_max_pool(tdm_infer_ctx *c) {
+    TDM_TRY(tdm_contrib_need_type(c, 0, "x", Q8));
+    if (tdm_attr_int(c->node, "storage_order", 0) != 0)
+        return tdm_node_error(c->node, TDM_ERR_INVALID_ARGUMENT, "storage_order is not an attribute of NhwcMaxPool");
+    return pool_infer(c, "MaxPool", 12, true);
+}
+
+/* QLinearAveragePool: X, x_scale, x_zp?, y_scale, y_zp?; AveragePool's rule (channels_last). */
+static tdm_status *infer_qlinear_avg_pool(tdm_infer_ctx *c) {
+    static const int q[] = {0}, sc[] = {1, 3}, zp[] = {2, 4};
+    TDM_TRY(check_qparams(c, q, 1, sc, 2, zp, 2));
+    int64_t cl = tdm_attr_int(c->node, "channels_last", 0);
+    if (cl != 0 && cl != 1)
+        return tdm_node_error(c->node, TDM_ERR_INVALID_ARGUMENT, "channels_last must be 0 or 1");
+    return pool_infer(c, "AveragePool", 19, cl != 0);
 }
 
 /* QGemm: A, a_scale, a_zp, B, b_scale, b_zp, C?, y_scale?, y_zp? -> Y [M, N]: float without
@@ -395,5 +416,6 @@ const tdm_op_schema tdm_ops_contrib[] = {
     {MS, "QLinearConcat", 1, 5, 2 + 3 * 256, 1, 1, infer_qlinear_concat, 0, 0},
     {MS, "NhwcMaxPool", 1, 1, 1, 1, 1, infer_nhwc_max_pool, 0, 0},
     {MS, "QGemm", 1, 6, 9, 1, 1, infer_qgemm, 0, 0},
+    {MS, "QLinearAveragePool", 1, 4, 5, 1, 1, infer_qlinear_avg_pool, TDM_OP_OPTIONAL_SLOTS, 0},
 };
 const int tdm_ops_contrib_count = (int)(sizeof tdm_ops_contrib / sizeof tdm_ops_contrib[0]);

@@ -338,6 +338,7 @@ const tdm_kernel_def tdm_cpu_kernels_contrib[] = {
     {MS, "QLinearConcat", 1, 0, 1, Q8, tdm_contrib_run_qlinear_concat, NULL, NULL, 0},
     {MS, "NhwcMaxPool", 1, 0, 0, Q8, tdm_contrib_run_nhwc_max_pool, NULL, NULL, 0},
     {MS, "QGemm", 1, 0, 0, Q8, tdm_contrib_run_qgemm, NULL, NULL, 0},
+    {MS, "QLinearAveragePool", 1, 0, 0, Q8, tdm_contrib_run_qlinear_avg_pool, NULL, NULL, 0},
 };
 const int tdm_cpu_kernels_contrib_count =
     (int)(sizeof tdm_cpu_kernels_contrib / sizeof tdm_cpu_kernels_contrib[0]);

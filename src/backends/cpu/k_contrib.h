@@ -14,6 +14,7 @@ tdm_status *tdm_contrib_run_qlinear_gap(tdm_kernel_ctx *ctx);
 tdm_status *tdm_contrib_run_qlinear_concat(tdm_kernel_ctx *ctx);
 tdm_status *tdm_contrib_run_nhwc_max_pool(tdm_kernel_ctx *ctx);
 tdm_status *tdm_contrib_run_qgemm(tdm_kernel_ctx *ctx);
+tdm_status *tdm_contrib_run_qlinear_avg_pool(tdm_kernel_ctx *ctx);
 
 /* k_contrib.c: C = alpha * op(A) . op(B) + beta * C (row-major; lda/ldb/ldc row strides): row
  * blocks of C spread over the context's pool, each oneDNN's serial sgemm (tdm_sgemm where

@@ -72,9 +72,11 @@ static void qbin_rows(void *arg, int64_t r0, int64_t r1) {
         int64_t ia = last >= 0 ? j->sa[last] : 0, ib = last >= 0 ? j->sb[last] : 0;
         for (int64_t i = 0; i < j->cols; i++) {
             int a = ld_q(j->t, j->a, oa + i * ia), b = ld_q(j->t, j->b, ob + i * ib);
+            /* as MLAS on x86-64 computes them (the order and the fused multiply-adds decide
+             * the ties): mul round(ab * ratio + zc); add round(fma(a, rac, fma(b, rbc, fixed))) */
             float v;
             if (j->mul) v = (float)((a - j->za) * (b - j->zb)) * j->rac + (float)j->zc;
-            else v = (float)a * j->rac + ((float)b * j->rbc + j->fixed);
+            else v = fmaf((float)a, j->rac, fmaf((float)b, j->rbc, j->fixed));
             st_q(j->t, j->c, r * j->cols + i, tdm_contrib_sat(j->t, nearbyintf(v)));
         }
     }
@@ -417,5 +419,99 @@ tdm_status *tdm_contrib_run_qgemm(tdm_kernel_ctx *ctx) {
     j.scale = scale;
     if (y->count) tdm_parallel_for(ctx->pool, j.M, 4, qgemm_rows, &j);
     tdm_free(ctx->alloc, bz);
+    return NULL;
+}
+
+/* ---- QLinearAveragePool: the window's dequantized values summed in float (row-major window
+ * order), divided by the count of values in the input (with count_include_pad: the kernel's
+ * size, as ONNX Runtime does, also for ceil_mode windows past the padding), quantized ---- */
+
+typedef struct qap_job {
+    tdm_dtype t;
+    const void *x;
+    void *y;
+    int nsp;
+    bool last, include_pad;
+    int64_t C, in_sp, out_sp;
+    tdm_nn_geom g;
+    float xs, ys;
+    int xz, yz;
+} qap_job;
+
+static void qap_rows(void *arg, int64_t r0, int64_t r1) {
+    const qap_job *j = arg;
+    for (int64_t r = r0; r < r1; r++) { /* r = (n * C + c) * out_sp + pos */
+        int64_t pos = r % j->out_sp, nc = r / j->out_sp, c = nc % j->C, n = nc / j->C;
+        int64_t o[TDM_MAX_RANK], rem = pos, lo[TDM_MAX_RANK], hi[TDM_MAX_RANK], div = 1;
+        for (int d = j->nsp - 1; d >= 0; d--) {
+            o[d] = rem % j->g.out[d];
+            rem /= j->g.out[d];
+        }
+        for (int d = 0; d < j->nsp; d++) {
+            int64_t st = o[d] * j->g.stride[d] - j->g.pad_b[d];
+            int64_t en = st + (j->g.kernel[d] - 1) * j->g.dil[d] + 1;
+            if (j->include_pad) div *= j->g.kernel[d]; /* ONNX Runtime: the whole kernel, also past the padding */
+            lo[d] = st;
+            hi[d] = en;
+        }
+        float sum = 0.0f;
+        int64_t cnt = 0, kk[TDM_MAX_RANK];
+        for (int d = 0; d < j->nsp; d++) kk[d] = lo[d];
+        for (;;) {
+            bool inside = true;
+            int64_t idx = 0;
+            for (int d = 0; d < j->nsp; d++) {
+                inside = inside && kk[d] >= 0 && kk[d] < j->g.in[d];
+                idx = idx * j->g.in[d] + kk[d];
+            }
+            if (inside) {
+                int64_t at = j->last ? (n * j->in_sp + idx) * j->C + c : (n * j->C + c) * j->in_sp + idx;
+                sum += (float)(ld_q(j->t, j->x, at) - j->xz) * j->xs;
+                cnt++;
+            }
+            int d = j->nsp - 1;
+            while (d >= 0) {
+                kk[d] += j->g.dil[d];
+                if (kk[d] < hi[d]) break;
+                kk[d] = lo[d];
+                d--;
+            }
+            if (d < 0) break;
+        }
+        if (!j->include_pad) div = cnt;
+        float v = div > 0 ? sum / (float)div : 0.0f;
+        int64_t oat = j->last ? (n * j->out_sp + pos) * j->C + c : r;
+        /* ONNX Runtime's pooling rounds v / y_scale + y_zp (not MLAS's QuantizeLinear order) */
+        st_q(j->t, j->y, oat, tdm_contrib_sat(j->t, nearbyintf(v / j->ys + (float)j->yz)));
+    }
+}
+
+tdm_status *tdm_contrib_run_qlinear_avg_pool(tdm_kernel_ctx *ctx) {
+    const tdm_tensor *x = ctx->in[0];
+    tdm_tensor *y = ctx->out[0];
+    int r = x->rank;
+    if (r < 3) return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT, "X must have rank 3 or more");
+    qap_job j = {.t = x->dtype, .x = x->data, .y = y->data, .nsp = r - 2};
+    j.last = tdm_attr_int(ctx->node, "channels_last", 0) != 0;
+    j.include_pad = tdm_attr_int(ctx->node, "count_include_pad", 0) != 0;
+    TDM_TRY(read_scale(ctx, 1, &j.xs));
+    TDM_TRY(read_zp(ctx, 2, x->dtype, &j.xz));
+    TDM_TRY(read_scale(ctx, 3, &j.ys));
+    TDM_TRY(read_zp(ctx, 4, x->dtype, &j.yz));
+    int64_t nchw[TDM_MAX_RANK];
+    for (int d = 0; d < r; d++) nchw[d] = x->dims[d];
+    if (j.last) {
+        nchw[1] = x->dims[r - 1];
+        for (int d = 2; d < r; d++) nchw[d] = x->dims[d - 1];
+    }
+    TDM_TRY(tdm_nn_geom_init(ctx->node, 19, TDM_NN_POOL, r, nchw, NULL, &j.g));
+    j.C = nchw[1];
+    j.in_sp = j.out_sp = 1;
+    for (int d = 0; d < j.nsp; d++) {
+        j.in_sp *= j.g.in[d];
+        j.out_sp *= j.g.out[d];
+    }
+    if (y->count == 0 || j.out_sp == 0) return NULL;
+    tdm_parallel_for(ctx->pool, nchw[0] * j.C * j.out_sp, 64, qap_rows, &j);
     return NULL;
 }

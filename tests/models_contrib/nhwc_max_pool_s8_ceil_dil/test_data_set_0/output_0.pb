@@ -1,1 +1,1 @@
-ByJHD`x[HhD`M[Hh<`E[HhjxM~iiSlm~iNúlm~elv8UhpvnH_hpv|óghI`lb|^Khlb|^V}lP;We
+ByJHWfyXo'fyXifG=_ihZëbRmjëbRyjizbwyLoX}~yLo:~~ld(~~RFtbF`r.sb>`rCsJ>

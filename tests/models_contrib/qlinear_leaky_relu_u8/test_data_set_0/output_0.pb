@@ -1,1 +1,1 @@
-BYJXTXPÿIXKê¡ZÍXeWÃK€TÿRYKo}À^RIôNÇöUN®XJÿòM¹YKÑáIMKÿúÜ«LSviLR°îMÿUKõx¤PòYX½À´RP†VIZÈXYªÿÌNV
+BYJXOöPP†æ«QöñPSì–ºTb‚½ñÿP¹NPMN«SOßL½¦OsPÿNƒê¯S‹I¸Kû¹VJëJàRNÿ¹NÜxjHRƒ˜ÉXI‡ìWUKXìIMô…ˆKç ü
