@@ -216,6 +216,18 @@ def qlinear(out, rng):
         save(out, f"qlinear_leaky_relu_{tag}",
              helper.make_node("QLinearLeakyRelu", ["X", "xs", "xz", "ys", "yz"], ["Y"], domain=MS, alpha=0.13),
              {"X": x, "xs": scal(0.05), "xz": zp(110), "ys": scal(0.04), "yz": zp(90)})
+        # every input value once: the whole lookup table
+        every = np.arange(256, dtype=np.int64).astype(np.uint8).view(dt).reshape(16, 16)
+        save(out, f"qlinear_sigmoid_{tag}_every_value",
+             helper.make_node("QLinearSigmoid", ["X", "xs", "xz", "ys", "yz"], ["Y"], domain=MS),
+             {"X": every, "xs": scal(0.037), "xz": zp(131), "ys": scal(1 / 255), "yz": zp(0)})
+        save(out, f"qlinear_leaky_relu_{tag}_every_value",
+             helper.make_node("QLinearLeakyRelu", ["X", "xs", "xz", "ys", "yz"], ["Y"], domain=MS, alpha=0.21),
+             {"X": every, "xs": scal(0.043), "xz": zp(125), "ys": scal(0.029), "yz": zp(101)})
+        save(out, f"qlinear_concat_{tag}_every_value",
+             helper.make_node("QLinearConcat", ["ys", "yz", "a", "as", "az", "b", "bs", "bz"], ["Y"], domain=MS, axis=0),
+             {"ys": scal(0.031), "yz": zp(117), "a": every, "as": scal(0.047), "az": zp(133), "b": every,
+              "bs": scal(0.013), "bz": zp(128)})
         save(out, f"qlinear_gap_{tag}",
              helper.make_node("QLinearGlobalAveragePool", ["X", "xs", "xz", "ys", "yz"], ["Y"], domain=MS),
              {"X": q8(rng, dt, 2, 5, 6, 7), "xs": scal(0.05), "xz": zp(120), "ys": scal(0.03), "yz": zp(130)})
