@@ -7,6 +7,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "backends/cpu/cpu_simd.h"
 #include "backends/cpu/k_contrib.h"
 #include "core/alloc.h"
 #include "ops/nn_geom.h"
@@ -46,6 +47,54 @@ static inline int quantize(tdm_dtype t, float v, float scale, int zp) {
 
 /* ---- QLinearAdd / QLinearMul (numpy broadcast) ---- */
 
+#ifdef TDM_SIMD_X86
+#include <immintrin.h>
+
+/* c[i] = the formula for a[i] and b[i] (b[0] when b_scalar), n values of int8 (sgn) or uint8:
+ * 8 at a time in float, the same operations in the same order (explicit FMAs for add, a
+ * multiply then an add for mul), rounded to nearest even by cvtps, saturated by the packs. */
+/* GCC would fuse mul's multiply and add into an FMA (-ffp-contract=fast in gnu11) and change
+ * ties; clang fuses only within one source expression, which intrinsics are not. */
+#if defined(__clang__)
+#define QBIN_NO_CONTRACT
+#else
+#define QBIN_NO_CONTRACT __attribute__((optimize("fp-contract=off")))
+#endif
+TDM_TARGET_AVX2 QBIN_NO_CONTRACT static int64_t qbin_avx2(
+    bool mul, bool sgn, const uint8_t *a, const uint8_t *b, bool b_scalar, uint8_t *c, int64_t n, int za, int zb,
+    int zc, float rac, float rbc, float fixed) {
+    const float lo = sgn ? -128.0f : 0.0f, hi = sgn ? 127.0f : 255.0f;
+    const __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi), vrac = _mm256_set1_ps(rac);
+    const __m256 vrbc = _mm256_set1_ps(rbc), vfix = _mm256_set1_ps(fixed), vzc = _mm256_set1_ps((float)zc);
+    const __m256i vza = _mm256_set1_epi32(za), vzb = _mm256_set1_epi32(zb);
+    __m256i bs = _mm256_set1_epi32(sgn ? (int)(int8_t)b[0] : (int)b[0]);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m128i a8 = _mm_loadl_epi64((const __m128i *)(a + i));
+        __m256i ai = sgn ? _mm256_cvtepi8_epi32(a8) : _mm256_cvtepu8_epi32(a8);
+        __m256i bi = bs;
+        if (!b_scalar) {
+            __m128i b8 = _mm_loadl_epi64((const __m128i *)(b + i));
+            bi = sgn ? _mm256_cvtepi8_epi32(b8) : _mm256_cvtepu8_epi32(b8);
+        }
+        __m256 v;
+        if (mul) {
+            __m256i p = _mm256_mullo_epi32(_mm256_sub_epi32(ai, vza), _mm256_sub_epi32(bi, vzb));
+            v = _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(p), vrac), vzc);
+        } else {
+            __m256 inner = _mm256_fmadd_ps(_mm256_cvtepi32_ps(bi), vrbc, vfix);
+            v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ai), vrac, inner);
+        }
+        v = _mm256_min_ps(_mm256_max_ps(v, vlo), vhi); /* NaN -> lo */
+        __m256i r = _mm256_cvtps_epi32(v);
+        __m128i p16 = _mm_packs_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+        __m128i p8 = sgn ? _mm_packs_epi16(p16, p16) : _mm_packus_epi16(p16, p16);
+        _mm_storel_epi64((__m128i *)(c + i), p8);
+    }
+    return i;
+}
+#endif
+
 typedef struct qbin_job {
     tdm_dtype t;
     const void *a, *b;
@@ -53,10 +102,17 @@ typedef struct qbin_job {
     int rank;
     int64_t dims[TDM_MAX_RANK], sa[TDM_MAX_RANK], sb[TDM_MAX_RANK];
     int64_t cols;     /* last output dim */
-    bool mul;
+    int64_t tail;     /* the last row's length (cols, or less for the flat form's last piece) */
+    int64_t rows;
+    bool mul, avx2; /* avx2: the device's level allows the AVX2 rows */
     int za, zb, zc;
     float rac, rbc, fixed; /* add: a * rac + b * rbc + fixed; mul: (a - za)(b - zb) * rac + zc */
 } qbin_job;
+
+static inline float mul_add_value(const qbin_job *j, int a, int b) {
+    if (j->mul) return (float)((a - j->za) * (b - j->zb)) * j->rac + (float)j->zc;
+    return fmaf((float)a, j->rac, fmaf((float)b, j->rbc, j->fixed));
+}
 
 static void qbin_rows(void *arg, int64_t r0, int64_t r1) {
     const qbin_job *j = arg;
@@ -69,14 +125,18 @@ static void qbin_rows(void *arg, int64_t r0, int64_t r1) {
             oa += c * j->sa[d];
             ob += c * j->sb[d];
         }
-        int64_t ia = last >= 0 ? j->sa[last] : 0, ib = last >= 0 ? j->sb[last] : 0;
-        for (int64_t i = 0; i < j->cols; i++) {
+        int64_t ia = last >= 0 ? j->sa[last] : 0, ib = last >= 0 ? j->sb[last] : 0, i = 0;
+        int64_t len = r == j->rows - 1 ? j->tail : j->cols;
+#ifdef TDM_SIMD_X86
+        if (j->avx2 && ia == 1 && (ib == 1 || ib == 0))
+            i = qbin_avx2(j->mul, j->t == TDM_INT8, (const uint8_t *)j->a + oa, (const uint8_t *)j->b + ob, ib == 0,
+                          (uint8_t *)j->c + r * j->cols, len, j->za, j->zb, j->zc, j->rac, j->rbc, j->fixed);
+#endif
+        for (; i < len; i++) {
             int a = ld_q(j->t, j->a, oa + i * ia), b = ld_q(j->t, j->b, ob + i * ib);
             /* as MLAS on x86-64 computes them (the order and the fused multiply-adds decide
              * the ties): mul round(ab * ratio + zc); add round(fma(a, rac, fma(b, rbc, fixed))) */
-            float v;
-            if (j->mul) v = (float)((a - j->za) * (b - j->zb)) * j->rac + (float)j->zc;
-            else v = fmaf((float)a, j->rac, fmaf((float)b, j->rbc, j->fixed));
+            float v = mul_add_value(j, a, b);
             st_q(j->t, j->c, r * j->cols + i, tdm_contrib_sat(j->t, nearbyintf(v)));
         }
     }
@@ -102,13 +162,32 @@ static tdm_status *run_qbin(tdm_kernel_ctx *ctx, bool mul) {
         j.rbc = sb / sc;
         j.fixed = (float)j.zc - (j.rac * (float)j.za + j.rbc * (float)j.zb);
     }
+    j.avx2 = tdm_cpu_simd_of(ctx)->level >= TDM_ISA_AVX2;
+    if (c->count == 0) return NULL;
+    if (a->count == c->count && (b->count == c->count || b->count == 1)) {
+        /* no broadcast (or a scalar B): one flat row, cut into pieces */
+        int64_t piece = c->count < 4096 ? c->count : 4096;
+        j.rank = 2;
+        j.dims[0] = (c->count + piece - 1) / piece;
+        j.dims[1] = piece;
+        j.sa[0] = piece;
+        j.sa[1] = 1;
+        j.sb[0] = b->count == 1 ? 0 : piece;
+        j.sb[1] = b->count == 1 ? 0 : 1;
+        j.cols = piece;
+        j.tail = c->count - (j.dims[0] - 1) * piece;
+        j.rows = j.dims[0];
+        tdm_parallel_for(ctx->pool, j.rows, 1, qbin_rows, &j);
+        return NULL;
+    }
     j.rank = c->rank;
     for (int d = 0; d < c->rank; d++) j.dims[d] = c->dims[d];
     tdm_broadcast_strides(a->rank, a->dims, c->rank, c->dims, j.sa);
     tdm_broadcast_strides(b->rank, b->dims, c->rank, c->dims, j.sb);
     j.cols = c->rank ? c->dims[c->rank - 1] : 1;
-    if (c->count == 0) return NULL;
-    tdm_parallel_for(ctx->pool, c->count / j.cols, 64, qbin_rows, &j);
+    j.tail = j.cols;
+    j.rows = c->count / j.cols;
+    tdm_parallel_for(ctx->pool, j.rows, 64, qbin_rows, &j);
     return NULL;
 }
 
