@@ -513,6 +513,11 @@ def qgemm(out, rng):
         del feeds["ys"], feeds["yz"]
         save(out, f"qgemm_{tag}_float_out_alpha",
              helper.make_node("QGemm", ["a", "as", "az", "b", "bs", "bz", "c"], ["y"], domain=MS, alpha=0.7), feeds)
+    save(out, "qgemm_long_k_transb",  # K over 256: the sums come in slices
+         helper.make_node("QGemm", ["a", "as", "az", "b", "bs", "bz", "c", "ys", "yz"], ["y"], domain=MS, transB=1),
+         {"a": q8(rng, np.uint8, 3, 700), "as": scal(0.01), "az": scal(3, np.uint8), "b": q8(rng, np.int8, 5, 700),
+          "bs": scal(0.002), "bz": scal(-1, np.int8), "c": rng.integers(-5000, 5000, (1, 5)).astype(np.int32),
+          "ys": scal(3.0), "yz": scal(130, np.uint8)})
     save(out, "qgemm_transb_per_column_no_c",
          helper.make_node("QGemm", ["a", "as", "az", "b", "bs", "bz", "", "ys", "yz"], ["y"], domain=MS, transB=1,
                           transA=1),

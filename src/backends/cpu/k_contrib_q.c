@@ -414,38 +414,34 @@ tdm_status *tdm_contrib_run_nhwc_max_pool(tdm_kernel_ctx *ctx) {
     return NULL;
 }
 
-/* ---- QGemm: int32 sums of (A - a_zp)(B - b_zp) exactly, + C, then float (scale = alpha *
- * a_scale * b_scale[n], / y_scale) or requantized (round half to even + y_zp, saturated) ---- */
+/* ---- QGemm: the integer sums of (A - a_zp)(B - b_zp) exactly, + C, then float (scale =
+ * alpha * a_scale * b_scale[n], / y_scale) or requantized (round half to even + y_zp,
+ * saturated) ---- */
 
-typedef struct qgemm_job {
-    tdm_dtype at, bt, yt;
-    const void *a, *b;
-    const int32_t *c;
-    int64_t cs[2]; /* C's broadcast strides over [M, N] */
-    void *y;
-    bool ta, tb, quant;
-    int64_t M, N, K;
-    int az;
-    const int32_t *bz; /* per column */
-    const float *scale; /* per column */
-    int yz;
-} qgemm_job;
-
-static void qgemm_rows(void *arg, int64_t r0, int64_t r1) {
-    const qgemm_job *j = arg;
-    for (int64_t m = r0; m < r1; m++)
-        for (int64_t n = 0; n < j->N; n++) {
-            int64_t acc = 0; /* int32 in ONNX Runtime; int64 here: no overflow */
-            for (int64_t k = 0; k < j->K; k++) {
-                int a = ld_q(j->at, j->a, j->ta ? k * j->M + m : m * j->K + k) - j->az;
-                int b = ld_q(j->bt, j->b, j->tb ? n * j->K + k : k * j->N + n) - j->bz[n];
-                acc += a * b;
-            }
-            if (j->c) acc += j->c[m * j->cs[0] + n * j->cs[1]];
-            float v = (float)acc * j->scale[n];
-            if (j->quant) st_q(j->yt, j->y, m * j->N + n, tdm_contrib_sat(j->yt, nearbyintf(v) + (float)j->yz));
-            else ((float *)j->y)[m * j->N + n] = v;
-        }
+/* The exact int64 sums S[m, n] = sum_k (A - a_zp)[m, k] (B - b_zp)[k, n]: float GEMMs over
+ * slices of 256 k (each slice's sums are integers below 2^24, so exact in float), added up in
+ * int64. */
+static tdm_status *qgemm_sums(tdm_kernel_ctx *ctx, const tdm_tensor *a, const tdm_tensor *b, bool ta, bool tb,
+                              int64_t M, int64_t N, int64_t K, int az, const int32_t *bz, int64_t *S) {
+    const int64_t KS = 256;
+    size_t na = (size_t)(M * KS), nb = (size_t)(KS * N), nc = (size_t)(M * N);
+    float *buf = tdm_kscratch(ctx, (na + nb + nc + 1) * sizeof(float));
+    if (!buf) return tdm_node_error(ctx->node, TDM_ERR_OUT_OF_MEMORY, "out of memory");
+    float *af = buf, *bf = buf + na, *cf = bf + nb;
+    memset(S, 0, nc * sizeof(int64_t));
+    for (int64_t k0 = 0; k0 < K; k0 += KS) {
+        int64_t kn = K - k0 < KS ? K - k0 : KS;
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t k = 0; k < kn; k++)
+                af[m * kn + k] = (float)(ld_q(a->dtype, a->data, ta ? (k0 + k) * M + m : m * K + k0 + k) - az);
+        for (int64_t k = 0; k < kn; k++)
+            for (int64_t n = 0; n < N; n++)
+                bf[k * N + n] = (float)(ld_q(b->dtype, b->data, tb ? n * K + k0 + k : (k0 + k) * N + n) - bz[n]);
+        tdm_contrib_gemm(ctx, false, false, M, N, kn, 1.0f, af, kn, bf, N, 0.0f, cf, N);
+        for (size_t i = 0; i < nc; i++) S[i] += (int64_t)cf[i];
+    }
+    tdm_free(ctx->alloc, buf);
+    return NULL;
 }
 
 tdm_status *tdm_contrib_run_qgemm(tdm_kernel_ctx *ctx) {
@@ -454,51 +450,58 @@ tdm_status *tdm_contrib_run_qgemm(tdm_kernel_ctx *ctx) {
     const tdm_tensor *c = ctx->n_in > 6 ? ctx->in[6] : NULL, *ys = ctx->n_in > 7 ? ctx->in[7] : NULL;
     const tdm_tensor *yzt = ctx->n_in > 8 ? ctx->in[8] : NULL;
     tdm_tensor *y = ctx->out[0];
-    qgemm_job j = {.at = a->dtype, .bt = b->dtype, .yt = y->dtype, .a = a->data, .b = b->data, .y = y->data};
-    j.ta = tdm_attr_int(node, "transA", 0) != 0;
-    j.tb = tdm_attr_int(node, "transB", 0) != 0;
-    j.quant = yzt != NULL;
+    bool ta = tdm_attr_int(node, "transA", 0) != 0, tb = tdm_attr_int(node, "transB", 0) != 0;
     if (a->rank != 2 || b->rank != 2 || (b->dtype != TDM_INT8 && b->dtype != TDM_UINT8))
         return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "A and B must be 2-D int8 / uint8");
-    j.M = y->dims[0];
-    j.N = y->dims[1];
-    j.K = a->dims[j.ta ? 0 : 1];
+    int64_t M = y->dims[0], N = y->dims[1], K = a->dims[ta ? 0 : 1];
     float as = 0.0f, yscale = 1.0f;
+    int az = 0, yz = 0;
     TDM_TRY(read_scale(ctx, 1, &as));
-    TDM_TRY(read_zp(ctx, 2, a->dtype, &j.az));
+    TDM_TRY(read_zp(ctx, 2, a->dtype, &az));
     if (ys) TDM_TRY(read_scale(ctx, 7, &yscale));
-    if (yzt) TDM_TRY(read_zp(ctx, 8, y->dtype, &j.yz));
-    if (bs->dtype != TDM_FLOAT || (bs->count != 1 && bs->count != j.N) || bzt->dtype != b->dtype ||
-        (bzt->count != 1 && bzt->count != j.N))
+    if (yzt) TDM_TRY(read_zp(ctx, 8, y->dtype, &yz));
+    if (bs->dtype != TDM_FLOAT || (bs->count != 1 && bs->count != N) || bzt->dtype != b->dtype ||
+        (bzt->count != 1 && bzt->count != N))
         return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "b_scale (float32) and b_zero_point must be scalars or [%lld]",
-                              (long long)j.N);
+                              (long long)N);
+    const int32_t *cv = NULL;
+    int64_t cs0 = 0, cs1 = 0;
     if (c) {
         bool ok = c->dtype == TDM_INT32 && c->rank <= 2;
         int64_t cd[2] = {1, 1};
         for (int d = 0; ok && d < c->rank; d++) cd[2 - c->rank + d] = c->dims[d];
-        ok = ok && (cd[0] == 1 || cd[0] == j.M) && (cd[1] == 1 || cd[1] == j.N);
+        ok = ok && (cd[0] == 1 || cd[0] == M) && (cd[1] == 1 || cd[1] == N);
         if (!ok)
             return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "C must be int32 and broadcast to [%lld, %lld]",
-                                  (long long)j.M, (long long)j.N);
-        j.c = c->data;
-        j.cs[1] = cd[1] == 1 ? 0 : 1;
-        j.cs[0] = cd[0] == 1 ? 0 : cd[1];
+                                  (long long)M, (long long)N);
+        cv = c->data;
+        cs1 = cd[1] == 1 ? 0 : 1;
+        cs0 = cd[0] == 1 ? 0 : cd[1];
     }
+    if (y->count == 0) return NULL;
     float alpha = tdm_attr_float(node, "alpha", 1.0f);
-    int32_t *bz = tdm_kscratch(ctx, (size_t)(j.N + 1) * (sizeof(int32_t) + sizeof(float)));
-    if (!bz) return tdm_node_error(node, TDM_ERR_OUT_OF_MEMORY, "out of memory");
-    float *scale = (float *)(bz + j.N + 1);
+    size_t bytes = (size_t)(N + 1) * (sizeof(int32_t) + sizeof(float)) + (size_t)(M * N) * sizeof(int64_t);
+    int64_t *S = tdm_kscratch(ctx, bytes);
+    if (!S) return tdm_node_error(node, TDM_ERR_OUT_OF_MEMORY, "out of memory");
+    int32_t *bz = (int32_t *)(S + M * N);
+    float *scale = (float *)(bz + N + 1);
     const float *bsv = bs->data;
-    for (int64_t n = 0; n < j.N; n++) {
+    for (int64_t n = 0; n < N; n++) {
         bz[n] = ld_q(bzt->dtype, bzt->data, bzt->count == 1 ? 0 : n);
-        scale[n] = alpha * as * bsv[bs->count == 1 ? 0 : n];
+        scale[n] = alpha * as * bsv[bs->count == 1 ? 0 : n]; /* ONNX Runtime's order */
         if (ys) scale[n] /= yscale;
     }
-    j.bz = bz;
-    j.scale = scale;
-    if (y->count) tdm_parallel_for(ctx->pool, j.M, 4, qgemm_rows, &j);
-    tdm_free(ctx->alloc, bz);
-    return NULL;
+    tdm_status *st = qgemm_sums(ctx, a, b, ta, tb, M, N, K, az, bz, S);
+    for (int64_t m = 0; !st && m < M; m++)
+        for (int64_t n = 0; n < N; n++) {
+            /* int32 in ONNX Runtime (the sum wraps there; int64 here never overflows) */
+            int64_t acc = S[m * N + n] + (cv ? cv[m * cs0 + n * cs1] : 0);
+            float v = (float)acc * scale[n];
+            if (yzt) st_q(y->dtype, y->data, m * N + n, tdm_contrib_sat(y->dtype, nearbyintf(v) + (float)yz));
+            else ((float *)y->data)[m * N + n] = v;
+        }
+    tdm_free(ctx->alloc, S);
+    return st;
 }
 
 /* ---- QLinearAveragePool: the window's dequantized values summed in float (row-major window
