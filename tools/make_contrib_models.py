@@ -463,15 +463,14 @@ def save_model(out_dir, name, m, feeds):
 def ort_tools(out):
     """tests/models/bert_layer through ONNX Runtime's transformer optimizer (EmbedLayerNormalization,
     Attention with the mask index, SkipLayerNormalization, BiasGelu) and then its dynamic
-    quantizer (QAttention, MatMulInteger). The optimizer needs sympy (tools/requirements.txt);
-    without it these two cases are left as they are."""
+    quantizer (QAttention, MatMulInteger). The optimizer needs sympy (tools/requirements.txt)."""
     try:
         import sympy  # noqa: F401
-        from onnxruntime.transformers import optimizer
-        from onnxruntime.quantization import QuantType, quantize_dynamic
-    except ImportError as e:
-        print(f"ort_tools cases skipped: {e}")
-        return
+    except ImportError:
+        sys.exit("make_contrib_models.py: ONNX Runtime's transformer optimizer needs sympy "
+                 "(.venv/bin/pip install -r tools/requirements.txt)")
+    from onnxruntime.transformers import optimizer
+    from onnxruntime.quantization import QuantType, quantize_dynamic
     src = os.path.join(ROOT, "tests", "models", "bert_layer")
     feeds = {}
     m0 = onnx.load(os.path.join(src, "model.onnx"))
