@@ -464,11 +464,6 @@ def ort_tools(out):
     """tests/models/bert_layer through ONNX Runtime's transformer optimizer (EmbedLayerNormalization,
     Attention with the mask index, SkipLayerNormalization, BiasGelu) and then its dynamic
     quantizer (QAttention, MatMulInteger). The optimizer needs sympy (tools/requirements.txt)."""
-    try:
-        import sympy  # noqa: F401
-    except ImportError:
-        sys.exit("make_contrib_models.py: ONNX Runtime's transformer optimizer needs sympy "
-                 "(.venv/bin/pip install -r tools/requirements.txt)")
     from onnxruntime.transformers import optimizer
     from onnxruntime.quantization import QuantType, quantize_dynamic
     src = os.path.join(ROOT, "tests", "models", "bert_layer")
@@ -612,6 +607,11 @@ def bad_cases(bad_dir, rng):
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "tests", "models_contrib")
     bad_dir = sys.argv[2] if len(sys.argv) > 2 else os.path.join(ROOT, "tests", "bad_models")
+    try:  # checked before anything is removed
+        import sympy  # noqa: F401
+    except ImportError:
+        sys.exit("make_contrib_models.py: ONNX Runtime's transformer optimizer needs sympy "
+                 "(.venv/bin/pip install -r tools/requirements.txt)")
     # start clean: every case here is made by this script
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(out)
