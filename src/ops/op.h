@@ -95,6 +95,8 @@ tdm_status *tdm_node_error(const tdm_node *node, tdm_code code, const char *fmt,
     X(control)                                                                           \
     X(fused)                                                                             \
     X(quant_nbits)                                                                   \
+    X(contrib)                                                                           \
+    X(contrib_attn)                                                                      \
     X(llm)
 
 #define TDM_X_(fam)                                                                      \

@@ -25,6 +25,8 @@
     X(control)                                                                           \
     X(fused)                                                                             \
     X(nbits)                                                                             \
+    X(contrib)                                                                           \
+    X(contrib_attn)                                                                      \
     X(llm)
 
 #define TDM_X_(fam)                                                                      \

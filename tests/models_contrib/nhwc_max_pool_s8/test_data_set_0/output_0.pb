@@ -1,0 +1,1 @@
+ByJúMm^ù^q$TcM{%T~P{4~qa=4~qR{1E<^q1TKZq%T~P}WPVa}CRúu{ePu[pKZvvcK9kvcVcfYtKuallu[erDvvwUzvwWDuhtWL:PLpsDlDb^wF	zswxusGx<j}?^fj}mrf9hh8~ò&hH~i\MHj{?m}j{zrLhxRR(mj3|(Mf6ex|mcez|}q~x}|~dj>|oHf^W8q*cnzu}1n~d}h|~d_O|Qs|~8Aawe6Van{Z5r{LZ`jDL|

@@ -1,0 +1,1 @@
+ByJHWfyXo'fyXifG=_ihZëbRmjëbRyjizbwyLoX}~yLo:~~ld(~~RFtbF`r.sb>`rCsJ>

@@ -1,0 +1,1 @@
+ByJ#z›Yuv}gŠjjrr•m|{”|kugˆ’p~y‰˜k

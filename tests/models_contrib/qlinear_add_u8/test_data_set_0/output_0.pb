@@ -1,0 +1,1 @@
+BCJf¶Ê8 ¦ª¢YªgLuš\;TOu×a“ÍBUƒl¡4ÉÉ½ofƒ™o~|8£¢ØUCÉ1LQÀZàtm|Ô”—XN¦¼Î07…uuÆ~™W\£0:cGT¨‘Ÿ[Ð²K2‘U 7cÓR˜JÝÒb

@@ -1,0 +1,1 @@
+BYJXOφPP†ζ«QφρPSμ–ΊTb‚½ρÿPΉNPMN«SOίL½¦OsPÿNƒκ―S‹IΈKϋΉVJλJΰRNÿΉNάxjHRƒΙXI‡μWUKXμIMτ…Kη ό

@@ -1,0 +1,1 @@
+BYJ€>>???@@@AAABBBBCCCDDDEEEFFFFGGGHHHIIIJJJKKKKLLLMMMNNNOOOPPPPQQQRRRSSSTTTTUUUVVVWWWXXXYYYYZZZ[[[\\\]]]^^^^___```aaabbbccccdddeefhiklnoqrtuwxz{}~€ƒ„†‡‰‘“”–—™ Ά£¥¦¨©«¬®―±²΄µ·ΈΊ»ΌΎΏΑΒΔΕΗΘΚΛΝΞΠΡΣΤΦΧΩΪάέίΰβγεζηικμνοπςσυφψωϋόώÿÿÿÿÿÿÿÿÿÿÿÿÿÿÿÿÿÿÿÿÿÿÿÿÿÿÿ
