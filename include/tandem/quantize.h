@@ -10,7 +10,8 @@
  *  - static mode: QuantizeLinear -> DequantizeLinear pairs on the quantized activations
  *    (uint8 asymmetric by default, or int8), weights stored as int8 initializers (symmetric,
  *    per output channel by default) read through a DequantizeLinear, Conv / Gemm biases as
- *    int32 (scale = input scale x weight scale, zero point 0).
+ *    int32 (scale = input scale x weight scale, zero point 0). A node output read only by a
+ *    Relu or Clip is quantized after it (the activation stays in the graph).
  *  - dynamic mode: weights as above; the activations that MatMul / Gemm read are quantized
  *    per run (DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul by the scales); no
  *    calibration is needed. Conv stays float in this mode.

@@ -212,6 +212,27 @@ static bool node_roles(tdm_quantizer *q, const Onnx__NodeProto *n, q_kind kind, 
     return false;
 }
 
+/* A node's output read only by a Relu or Clip (and no graph output): the activation's output
+ * is quantized instead (as ONNX Runtime's QDQ format does: the quantization range is the
+ * activation's, and an int8 kernel runs the activation as a post-op before requantizing). */
+static const char *activation_after(const tdm_quantizer *q, const char *name) {
+    const Onnx__GraphProto *g = q->mp->graph;
+    for (size_t i = 0; i < g->n_output; i++)
+        if (!strcmp(g->output[i]->name, name)) return name;
+    const Onnx__NodeProto *only = NULL;
+    for (size_t p = 0; p < g->n_node; p++)
+        for (size_t k = 0; k < g->node[p]->n_input; k++)
+            if (!strcmp(g->node[p]->input[k], name)) {
+                if (only) return name;
+                only = g->node[p];
+            }
+    if (!only || (only->domain && only->domain[0]) || only->n_output != 1 ||
+        (strcmp(only->op_type, "Relu") && strcmp(only->op_type, "Clip")) ||
+        strcmp(only->input[0], name) || !is_float_act(q, only->output[0], true))
+        return name;
+    return only->output[0];
+}
+
 static tdm_status *analyse(tdm_quantizer *q) {
     Onnx__GraphProto *g = q->mp->graph;
     q->nodes = tdm_calloc(q->a, g->n_node + 1, sizeof *q->nodes);
@@ -241,7 +262,8 @@ static tdm_status *analyse(tdm_quantizer *q) {
             if (in[i].role == QR_ACT && (in[i].act = find_act(q, n->input[i], true)) < 0)
                 return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
         if (n->n_output >= 1 && is_float_act(q, n->output[0], true)) {
-            int o = find_act(q, n->output[0], true);
+            const char *out = activation_after(q, n->output[0]);
+            int o = find_act(q, out, true);
             if (o < 0) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
             qn->out_act = o;
             if (kind == QK_MAXPOOL && q->acts[o].share < 0) q->acts[o].share = in[0].act;
