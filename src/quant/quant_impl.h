@@ -50,6 +50,11 @@ typedef struct q_node {
     int n_in;
     q_input *in;
     int out_act; /* the float output's activation index, -1 when it is not quantized */
+    /* Conv -> BatchNormalization folded (static mode): the BatchNormalization node's position
+     * and output (the Conv writes it), the folded float weight and bias (owned); -1 / NULL */
+    int bn_pos;
+    const char *bn_out;
+    tdm_tensor *fold_w, *fold_b;
 } q_node;
 
 /* A float activation that some quantizable node reads or writes. */
@@ -111,6 +116,9 @@ const tdm_tensor *tdm_quant_constant(const tdm_quantizer *q, const char *name);
  * range [qmin, qmax]. */
 void tdm_quant_scale_zp(double rmin, double rmax, int qmin, int qmax, bool symmetric, float *scale,
                         int32_t *zp);
+
+/* The main graph's nodes reading `name`. */
+int tdm_quant_consumers(const tdm_quantizer *q, const char *name);
 
 /* quant_write.c */
 tdm_status *tdm_quant_write(tdm_quantizer *q, void **data, size_t *size);

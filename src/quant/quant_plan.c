@@ -1,6 +1,7 @@
 /* The quantizer: reading the model, finding the quantizable nodes and the roles of their
  * inputs, the exclude patterns, and the accessors of include/tandem/quantize.h. */
 #include <limits.h>
+#include <math.h>
 #include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -233,6 +234,74 @@ static const char *activation_after(const tdm_quantizer *q, const char *name) {
     return only->output[0];
 }
 
+int tdm_quant_consumers(const tdm_quantizer *q, const char *name) {
+    const Onnx__GraphProto *g = q->mp->graph;
+    int n = 0;
+    for (size_t p = 0; p < g->n_node; p++)
+        for (size_t k = 0; k < g->node[p]->n_input; k++)
+            if (!strcmp(g->node[p]->input[k], name)) {
+                n++;
+                break;
+            }
+    return n;
+}
+
+/* The one node reading `name` (and no graph output): its position, or -1. */
+static int sole_consumer(const tdm_quantizer *q, const char *name) {
+    const Onnx__GraphProto *g = q->mp->graph;
+    for (size_t i = 0; i < g->n_output; i++)
+        if (!strcmp(g->output[i]->name, name)) return -1;
+    int at = -1;
+    for (size_t p = 0; p < g->n_node; p++)
+        for (size_t k = 0; k < g->node[p]->n_input; k++)
+            if (!strcmp(g->node[p]->input[k], name)) {
+                if (at >= 0 && at != (int)p) return -1;
+                at = (int)p;
+            }
+    return at;
+}
+
+/* Conv (constant weight, [M, C/g, ...]) whose output only a BatchNormalization (constant
+ * parameters, inference form) reads: W' = W * s, B' = (B - mean) * s + beta with
+ * s = scale / sqrt(var + epsilon) per output channel; the pair becomes one Conv (as
+ * ONNX Runtime's pre-processing does), so that an int8 kernel runs it whole. */
+static tdm_status *fold_bn(tdm_quantizer *q, q_node *qn, const Onnx__NodeProto *n) {
+    const Onnx__GraphProto *g = q->mp->graph;
+    if (strcmp(n->op_type, "Conv") || n->n_output != 1 || qn->in[1].role != QR_WEIGHT) return NULL;
+    int bp = sole_consumer(q, n->output[0]);
+    if (bp < 0) return NULL;
+    const Onnx__NodeProto *bn = g->node[bp];
+    if (strcmp(bn->op_type, "BatchNormalization") || (bn->domain && bn->domain[0]) || bn->n_input != 5 ||
+        strcmp(bn->input[0], n->output[0]))
+        return NULL;
+    for (size_t o = 1; o < bn->n_output; o++)
+        if (bn->output[o][0]) return NULL; /* training outputs */
+    if (attr_int(bn, "training_mode", 0)) return NULL;
+    const tdm_tensor *w = tdm_quant_constant(q, n->input[1]);
+    const tdm_tensor *b = n->n_input > 2 && n->input[2][0] ? tdm_quant_constant(q, n->input[2]) : NULL;
+    if (n->n_input > 2 && n->input[2][0] && !b) return NULL;
+    const tdm_tensor *p[4];
+    for (int i = 0; i < 4; i++) {
+        p[i] = tdm_quant_constant(q, bn->input[1 + i]);
+        if (!p[i] || p[i]->count != w->dims[0]) return NULL;
+    }
+    if (b && b->count != w->dims[0]) return NULL;
+    int64_t M = w->dims[0], per = w->count / M;
+    TDM_TRY(tdm_tensor_new(q->a, TDM_FLOAT, w->rank, w->dims, &qn->fold_w));
+    TDM_TRY(tdm_tensor_new(q->a, TDM_FLOAT, 1, &M, &qn->fold_b));
+    float eps = attr_float(bn, "epsilon", 1e-5f);
+    const float *wd = w->data, *sc = p[0]->data, *be = p[1]->data, *mu = p[2]->data, *va = p[3]->data;
+    float *fw = qn->fold_w->data, *fb = qn->fold_b->data;
+    for (int64_t m = 0; m < M; m++) {
+        float s = sc[m] / sqrtf(va[m] + eps);
+        for (int64_t i = 0; i < per; i++) fw[m * per + i] = wd[m * per + i] * s;
+        fb[m] = ((b ? ((const float *)b->data)[m] : 0.f) - mu[m]) * s + be[m];
+    }
+    qn->bn_pos = bp;
+    qn->bn_out = bn->output[0];
+    return NULL;
+}
+
 static tdm_status *analyse(tdm_quantizer *q) {
     Onnx__GraphProto *g = q->mp->graph;
     q->nodes = tdm_calloc(q->a, g->n_node + 1, sizeof *q->nodes);
@@ -257,12 +326,15 @@ static tdm_status *analyse(tdm_quantizer *q) {
         qn->n_in = (int)n->n_input;
         qn->in = in;
         qn->out_act = -1;
+        qn->bn_pos = -1;
         if (q->opt.mode == TDM_QUANT_DYNAMIC) continue; /* activations quantized per run */
+        if (kind == QK_CONV) TDM_TRY(fold_bn(q, qn, n));
         for (int i = 0; i < qn->n_in; i++)
             if (in[i].role == QR_ACT && (in[i].act = find_act(q, n->input[i], true)) < 0)
                 return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
-        if (n->n_output >= 1 && is_float_act(q, n->output[0], true)) {
-            const char *out = activation_after(q, n->output[0]);
+        const char *out0 = qn->bn_out ? qn->bn_out : n->n_output >= 1 ? n->output[0] : "";
+        if (n->n_output >= 1 && is_float_act(q, out0, true)) {
+            const char *out = activation_after(q, out0);
             int o = find_act(q, out, true);
             if (o < 0) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
             qn->out_act = o;
@@ -437,7 +509,11 @@ tdm_status *tdm_quantizer_create(tdm_env *env, const char *model_path,
 
 void tdm_quantizer_free(tdm_quantizer *q) {
     if (!q) return;
-    for (size_t i = 0; i < q->n_nodes; i++) tdm_free(q->a, q->nodes[i].in);
+    for (size_t i = 0; i < q->n_nodes; i++) {
+        tdm_free(q->a, q->nodes[i].in);
+        tdm_tensor_destroy(q->nodes[i].fold_w);
+        tdm_tensor_destroy(q->nodes[i].fold_b);
+    }
     tdm_free(q->a, q->nodes);
     for (size_t i = 0; i < q->n_acts; i++) tdm_free(q->a, q->acts[i].hist);
     tdm_free(q->a, q->acts);

@@ -180,12 +180,19 @@ static const char *emit_dq(wctx *w, const char *src, const char *out, int axis) 
     return out;
 }
 
-/* Static mode: weight W -> W_quantized/_scale/_zero_point + DequantizeLinear -> W. */
-static void emit_weight(wctx *w, const char *name, int axis) {
+/* A float tensor as an initializer. */
+static void emit_float(wctx *w, const char *name, const tdm_tensor *t) {
+    push_init(w, new_tensor(w, name, TDM_FLOAT, t->rank, t->dims, t->data, (size_t)t->count * 4));
+}
+
+/* Static mode: weight W (data t) -> W_quantized/_scale/_zero_point + DequantizeLinear -> W. */
+static void emit_weight_t(wctx *w, const char *name, const tdm_tensor *t, int axis) {
     for (size_t i = 0; i < w->n_w; i++)
         if (!strcmp(w->w_name[i], name)) return; /* done for an earlier reader */
-    const tdm_tensor *t = tdm_quant_constant(w->q, name);
-    if (!t || (axis >= 0 && (axis >= t->rank || t->dims[axis] < 1))) return;
+    if (!t || (axis >= 0 && (axis >= t->rank || t->dims[axis] < 1))) {
+        if (t) emit_float(w, name, t);
+        return;
+    }
     int64_t C = axis >= 0 ? t->dims[axis] : 1;
     int8_t *qd = wal(w, (size_t)t->count);
     float *sc = wal(w, (size_t)C * sizeof *sc);
@@ -215,23 +222,26 @@ static void emit_weight(wctx *w, const char *name, int axis) {
     w->w_count[w->n_w++] = C;
 }
 
-/* Bias B of a node whose input has scale `xs` and whose weight is `wname`: int32. */
-static void emit_bias(wctx *w, const char *name, const char *wname, float xs) {
-    if (is_gone(w, name)) return;
-    const tdm_tensor *t = tdm_quant_constant(w->q, name);
+static void emit_weight(wctx *w, const char *name, int axis) {
+    emit_weight_t(w, name, tdm_quant_constant(w->q, name), axis);
+}
+
+/* Bias B (data t) of a node whose input has scale `xs` and whose weight is `wname`: int32;
+ * false when it stays float. */
+static bool emit_bias_t(wctx *w, const char *name, const tdm_tensor *t, const char *wname, float xs) {
     size_t k = 0;
     while (k < w->n_w && strcmp(w->w_name[k], wname)) k++;
-    if (!t || k == w->n_w || t->rank != 1) return;
+    if (!t || k == w->n_w || t->rank != 1) return false;
     int64_t N = t->dims[0], C = w->w_count[k];
-    if (C != 1 && C != N) return;
+    if (C != 1 && C != N) return false;
     int32_t *qd = wal(w, (size_t)N * sizeof *qd);
     float *sc = wal(w, (size_t)N * sizeof *sc);
     int32_t *zp = wal(w, (size_t)N * sizeof *zp);
-    if (!qd || !sc || !zp) return;
+    if (!qd || !sc || !zp) return false;
     const float *d = t->data;
     for (int64_t i = 0; i < N; i++) {
         sc[i] = xs * w->w_scale[k][C == 1 ? 0 : i];
-        if (!(sc[i] > 0)) return; /* stays float */
+        if (!(sc[i] > 0)) return false; /* stays float */
         double r = nearbyint((double)d[i] / sc[i]);
         qd[i] = (int32_t)(r < -2147483647.0 ? -2147483647.0 : r > 2147483647.0 ? 2147483647.0 : r);
     }
@@ -240,6 +250,11 @@ static void emit_bias(wctx *w, const char *name, const char *wname, float xs) {
     push_init(w, new_tensor(w, wstr(w, "%s_zero_point", name), TDM_INT32, 1, &N, zp, (size_t)N * 4));
     emit_dq(w, name, name, 0);
     push_gone(w, name);
+    return true;
+}
+
+static void emit_bias(wctx *w, const char *name, const char *wname, float xs) {
+    if (!is_gone(w, name)) emit_bias_t(w, name, tdm_quant_constant(w->q, name), wname, xs);
 }
 
 /* A constant operand of Add / Mul / Concat: the activation type, its own range, per tensor. */
@@ -326,19 +341,46 @@ static void write_static(wctx *w) {
         if (qn->out_act >= 0 && q->acts[qn->out_act].seen && q->acts[qn->out_act].consumers > 0)
             qa[qn->out_act] = true;
     }
+    /* Conv + BatchNormalization pairs folded into one Conv: its weight and bias names */
+    const char **fw = wal(w, (q->n_nodes + 1) * sizeof *fw), **fb = wal(w, (q->n_nodes + 1) * sizeof *fb);
+    bool *skip = wal(w, g->n_node + 1);
+    int *folded_at = wal(w, (g->n_node + 1) * sizeof *folded_at);
+    if (!fw || !fb || !skip || !folded_at) return;
+    for (size_t p = 0; p < g->n_node; p++) folded_at[p] = -1;
+    for (size_t i = 0; i < q->n_nodes; i++) {
+        const q_node *qn = &q->nodes[i];
+        if (!qn->enabled || !qn->fold_w) continue;
+        const Onnx__NodeProto *n = g->node[qn->pos], *bn = g->node[qn->bn_pos];
+        fw[i] = wstr(w, "%s_folded_W", qn->bn_out);
+        fb[i] = wstr(w, "%s_folded_B", qn->bn_out);
+        skip[qn->bn_pos] = true;
+        folded_at[qn->pos] = (int)i;
+        /* the float parameters go when nothing else reads them */
+        for (size_t k = 1; k < n->n_input; k++)
+            if (n->input[k][0] && tdm_quant_consumers(q, n->input[k]) == 1) push_gone(w, n->input[k]);
+        for (size_t k = 1; k < bn->n_input; k++)
+            if (tdm_quant_consumers(q, bn->input[k]) == 1) push_gone(w, bn->input[k]);
+    }
     /* constants: weights first (biases need their scales) */
     for (size_t i = 0; i < q->n_nodes; i++) {
         const q_node *qn = &q->nodes[i];
         const Onnx__NodeProto *n = g->node[qn->pos];
-        for (int k = 0; qn->enabled && k < qn->n_in; k++)
-            if (qn->in[k].role == QR_WEIGHT) emit_weight(w, n->input[k], qn->in[k].axis);
+        for (int k = 0; qn->enabled && k < qn->n_in; k++) {
+            if (qn->in[k].role != QR_WEIGHT) continue;
+            if (fw[i] && k == 1) emit_weight_t(w, fw[i], qn->fold_w, qn->in[k].axis);
+            else emit_weight(w, n->input[k], qn->in[k].axis);
+        }
     }
     for (size_t i = 0; i < q->n_nodes; i++) {
         const q_node *qn = &q->nodes[i];
         const Onnx__NodeProto *n = g->node[qn->pos];
+        bool xq = qn->n_in > 0 && qn->in[0].role == QR_ACT && qa[qn->in[0].act];
+        if (qn->enabled && fb[i] &&
+            !(xq && emit_bias_t(w, fb[i], qn->fold_b, fw[i], q->acts[qn->in[0].act].scale)))
+            emit_float(w, fb[i], qn->fold_b);
         for (int k = 0; qn->enabled && k < qn->n_in; k++) {
             if (qn->in[k].role == QR_CONST) emit_const(w, n->input[k]);
-            if (qn->in[k].role == QR_BIAS && qn->in[0].role == QR_ACT && qa[qn->in[0].act])
+            if (qn->in[k].role == QR_BIAS && !fb[i] && xq)
                 emit_bias(w, n->input[k], n->input[1], q->acts[qn->in[0].act].scale);
         }
     }
@@ -346,11 +388,25 @@ static void write_static(wctx *w) {
         if (qa[j] && q->acts[j].is_input) emit_qdq(w, &q->acts[j]);
     for (size_t p = 0; p < g->n_node; p++) {
         const Onnx__NodeProto *n = g->node[p];
-        if (is_removed_constant(w, n)) continue;
-        push_node(w, copy_renamed(w, n, qa));
-        for (size_t o = 0; o < n->n_output; o++)
-            for (size_t j = 0; n->output[o][0] && j < q->n_acts; j++)
-                if (qa[j] && !strcmp(q->acts[j].name, n->output[o])) emit_qdq(w, &q->acts[j]);
+        if (skip[p] || is_removed_constant(w, n)) continue;
+        Onnx__NodeProto *c = copy_renamed(w, n, qa);
+        if (c && folded_at[p] >= 0) { /* the Conv writes the BatchNormalization's output */
+            const q_node *qn = &q->nodes[folded_at[p]];
+            char **in = wal(w, 3 * sizeof *in), **out = wal(w, sizeof *out);
+            if (!in || !out) return;
+            in[0] = c->input[0];
+            in[1] = (char *)fw[folded_at[p]];
+            in[2] = (char *)fb[folded_at[p]];
+            out[0] = (char *)qn->bn_out;
+            c->input = in;
+            c->n_input = 3;
+            c->output = out;
+            c->n_output = 1;
+        }
+        push_node(w, c);
+        for (size_t o = 0; c && o < c->n_output; o++)
+            for (size_t j = 0; c->output[o][0] && j < q->n_acts; j++)
+                if (qa[j] && !strcmp(q->acts[j].name, c->output[o])) emit_qdq(w, &q->acts[j]);
     }
 }
 
