@@ -23,7 +23,11 @@
  *  - entropy: the threshold T whose clipped, quantized distribution is closest to the
  *    reference one in KL divergence (TensorRT's calibration: a histogram of |x|, candidate
  *    thresholds from 128 bins up, reference = clipped histogram with the outliers folded
- *    into its last bin); the range is [-T, T], or [0, T] for a tensor never negative.
+ *    into its last bin, each quantized group spread over the bins where the reference is
+ *    not 0), among the thresholds that clip at most 1% of the values; the range is [-T, T],
+ *    or [0, T] for a tensor never negative.
+ *  - values computed from constants only (a weight reshaped at run time) keep their whole
+ *    range with every method.
  * Every range is widened to hold 0; scale = (max - min) / (qmax - qmin) and
  * zero point = round(qmin - min / scale) (as ONNX Runtime's quantize_static computes them).
  *

@@ -616,6 +616,23 @@ static int run(run_ctx *c, const qargs *a) {
             json_str(f, tdm_quantizer_node_name(c->q, i));
             fprintf(f, "}");
         }
+        fprintf(f, "], \"tensors\": [");
+        tdm_quant_param qp;
+        for (size_t i = 0; tdm_quantizer_tensor(c->q, i, &qp); i++) {
+            fprintf(f, "%s{\"name\": ", i ? ", " : "");
+            json_str(f, qp.name);
+            fprintf(f, ", \"min\": ");
+            json_num(f, qp.observed_min);
+            fprintf(f, ", \"max\": ");
+            json_num(f, qp.observed_max);
+            fprintf(f, ", \"range\": [");
+            json_num(f, qp.range_min);
+            fprintf(f, ", ");
+            json_num(f, qp.range_max);
+            fprintf(f, "], \"scale\": ");
+            json_num(f, qp.scale);
+            fprintf(f, ", \"zero_point\": %d}", (int)qp.zero_point);
+        }
         fprintf(f, "]");
     } else {
         fprintf(f, "tandem quantize: %s -> %s\n  %s%s, %s int8 weights, %s activations\n", a->model,

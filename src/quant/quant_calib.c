@@ -223,24 +223,24 @@ static void range_percentile(const tdm_quantizer *q, const q_act *x, double *lo,
     *hi = x->omin + (b + 1) * w;
 }
 
-/* KL(P || Q) of the reference distribution p (clipped, outliers folded into its last bin)
- * against its quantization into `levels` bins, both over the first i bins of h. */
+/* KL(P || Q) of the reference distribution p (the first i bins of h, the outliers beyond
+ * folded into its last bin) against its quantization into `levels` groups: each group's
+ * count (of h, without the outliers) spread evenly over the group's bins where p is
+ * non-zero (as TensorRT describes, and MXNet and ONNX Runtime implement it). */
 static double kl_for(const double *h, int i, int B, int levels, double *p, double *qd) {
     double outliers = 0;
     for (int b = i; b < B; b++) outliers += h[b];
     for (int b = 0; b < i; b++) p[b] = h[b];
     p[i - 1] += outliers;
-    /* quantize h[0..i) (without the outliers) into `levels` groups, spread over each group's
-     * non-empty bins */
     for (int l = 0; l < levels; l++) {
         int start = (int)((int64_t)l * i / levels), end = (int)((int64_t)(l + 1) * i / levels);
         double sum = 0;
         int nonzero = 0;
         for (int b = start; b < end; b++) {
             sum += h[b];
-            nonzero += h[b] != 0;
+            nonzero += p[b] != 0;
         }
-        for (int b = start; b < end; b++) qd[b] = h[b] != 0 && nonzero ? sum / nonzero : 0;
+        for (int b = start; b < end; b++) qd[b] = p[b] != 0 && nonzero ? sum / nonzero : 0;
     }
     double ps = 0, qs = 0;
     for (int b = 0; b < i; b++) {
@@ -253,11 +253,13 @@ static double kl_for(const double *h, int i, int B, int levels, double *p, doubl
         if (p[b] == 0) continue;
         double pp = p[b] / ps;
         double qq = qd[b] / qs;
-        if (qq <= 0) qq = 1e-12 / qs; /* a bin emptied by quantization: smoothed */
+        if (qq <= 0) qq = 1e-12; /* a group with nothing but outliers: smoothed */
         kl += pp * log(pp / qq);
     }
     return kl;
 }
+
+#define ENTROPY_MAX_CLIPPED 0.01
 
 static void range_entropy(const tdm_quantizer *q, const q_act *x, double *lo, double *hi) {
     int B = q->opt.bins;
@@ -270,14 +272,22 @@ static void range_entropy(const tdm_quantizer *q, const q_act *x, double *lo, do
     if (!(w > 0) || B <= levels) return;
     double *p = tdm_alloc(q->a, 2 * (size_t)B * sizeof *p);
     if (!p) return; /* keeps the full range */
-    double best = INFINITY;
+    double best = INFINITY, total = 0, beyond = 0;
     int best_i = B;
+    for (int b = 0; b < B; b++) total += x->hist[b];
+    for (int b = levels; b < B; b++) beyond += x->hist[b];
     for (int i = levels; i <= B; i++) {
-        double kl = kl_for(x->hist, i, B, levels, p, p + B);
-        if (kl < best) {
-            best = kl;
-            best_i = i;
+        /* a threshold that clips more than 1% of the values is not a candidate: it guards
+         * distributions far from 0 (all values in [0.1, 0.3], or all negative), where the
+         * divergence of a nearly one-bin reference is small for any cut */
+        if (beyond <= ENTROPY_MAX_CLIPPED * total) {
+            double kl = kl_for(x->hist, i, B, levels, p, p + B);
+            if (kl < best) {
+                best = kl;
+                best_i = i;
+            }
         }
+        if (i < B) beyond -= x->hist[i];
     }
     tdm_free(q->a, p);
     double t = fmin((best_i + 0.5) * w, absmax);
@@ -291,8 +301,9 @@ void tdm_quant_compute_params(tdm_quantizer *q) {
     for (size_t j = 0; j < q->n_acts; j++) {
         q_act *x = &q->acts[j];
         double lo = x->omin, hi = x->omax;
-        if (x->seen && x->hist && q->opt.method == TDM_QUANT_PERCENTILE) range_percentile(q, x, &lo, &hi);
-        if (x->seen && x->hist && q->opt.method == TDM_QUANT_ENTROPY) range_entropy(q, x, &lo, &hi);
+        bool hist = x->seen && x->hist && !x->from_constants;
+        if (hist && q->opt.method == TDM_QUANT_PERCENTILE) range_percentile(q, x, &lo, &hi);
+        if (hist && q->opt.method == TDM_QUANT_ENTROPY) range_entropy(q, x, &lo, &hi);
         if (lo > 0) lo = 0;
         if (hi < 0) hi = 0;
         x->rmin = (float)lo;

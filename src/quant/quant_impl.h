@@ -62,6 +62,8 @@ typedef struct q_act {
     const char *name;
     bool is_input;     /* a graph input (statistics from the samples themselves) */
     int share;         /* MaxPool output: the activation whose parameters it takes; -1 */
+    bool from_constants; /* computed from constants only (a reshaped weight): the same in
+                            every run, so its whole range is kept whatever the method */
     int consumers;     /* nodes of the main graph reading it */
     bool seen;         /* calibration saw it */
     double omin, omax; /* observed */

@@ -302,6 +302,44 @@ static tdm_status *fold_bn(tdm_quantizer *q, q_node *qn, const Onnx__NodeProto *
     return NULL;
 }
 
+/* Marks the activations that only constants feed (graph order is topological). */
+static tdm_status *mark_from_constants(tdm_quantizer *q) {
+    Onnx__GraphProto *g = q->mp->graph;
+    size_t cap = g->n_initializer + 16, n = 0;
+    const char **set = tdm_alloc(q->a, cap * sizeof *set);
+    if (!set) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
+    for (size_t i = 0; i < g->n_initializer; i++) set[n++] = g->initializer[i]->name;
+    tdm_status *st = NULL;
+    for (size_t p = 0; p < g->n_node && !st; p++) {
+        const Onnx__NodeProto *nd = g->node[p];
+        bool all = !strcmp(nd->op_type, "Constant");
+        for (size_t k = 0; k < nd->n_input && (all || k == 0); k++) {
+            bool found = !nd->input[k][0];
+            for (size_t j = 0; j < n && !found; j++) found = !strcmp(set[j], nd->input[k]);
+            all = found;
+        }
+        if (!all || (nd->domain && nd->domain[0])) continue;
+        for (size_t o = 0; o < nd->n_output; o++) {
+            if (n == cap) {
+                const char **ns = tdm_alloc(q->a, 2 * cap * sizeof *ns);
+                if (!ns) {
+                    st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
+                    break;
+                }
+                memcpy(ns, set, n * sizeof *ns);
+                tdm_free(q->a, set);
+                set = ns;
+                cap *= 2;
+            }
+            set[n++] = nd->output[o];
+            for (size_t a = 0; a < q->n_acts; a++)
+                if (!strcmp(q->acts[a].name, nd->output[o])) q->acts[a].from_constants = true;
+        }
+    }
+    tdm_free(q->a, set);
+    return st;
+}
+
 static tdm_status *analyse(tdm_quantizer *q) {
     Onnx__GraphProto *g = q->mp->graph;
     q->nodes = tdm_calloc(q->a, g->n_node + 1, sizeof *q->nodes);
@@ -498,6 +536,7 @@ tdm_status *tdm_quantizer_create(tdm_env *env, const char *model_path,
             q->bump_opset = true;
     }
     if (!st) st = analyse(q);
+    if (!st) st = mark_from_constants(q);
     if (!st && o.exclude) st = apply_exclude(q, o.exclude);
     if (st) {
         tdm_quantizer_free(q);
