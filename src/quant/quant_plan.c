@@ -521,10 +521,13 @@ tdm_status *tdm_quantizer_create(tdm_env *env, const char *model_path,
     q->opt.exclude = NULL;
     q->path = tdm_strdup(a, model_path);
     tdm_status *st = q->path ? load(q) : TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
-    if (!st && q->opset < 10)
-        st = TDM_ERR(TDM_ERR_UNSUPPORTED, "the model imports opset %lld of the default domain; "
-                     "QuantizeLinear needs 10 or later", (long long)q->opset);
-    if (!st && q->opset < 13 && !o.per_tensor) {
+    bool dynamic = o.mode == TDM_QUANT_DYNAMIC;
+    if (!st && q->opset < (dynamic ? 11 : 10))
+        st = TDM_ERR(TDM_ERR_UNSUPPORTED, "the model imports opset %lld of the default domain; %s "
+                     "needs %d or later", (long long)q->opset,
+                     dynamic ? "DynamicQuantizeLinear" : "QuantizeLinear", dynamic ? 11 : 10);
+    /* (dynamic mode's per-column weights are MatMulInteger zero points: no axis needed) */
+    if (!st && q->opset < 13 && !o.per_tensor && !dynamic) {
         const Onnx__NodeProto *b = q->opset >= 11 ? opset13_blocker(q) : NULL;
         if (q->opset < 11 || b)
             st = TDM_ERR(TDM_ERR_UNSUPPORTED, "the model imports opset %lld of the default domain; "

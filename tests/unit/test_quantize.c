@@ -333,6 +333,42 @@ static void test_dynamic(void **state) {
     tdm_quantizer_free(q);
 }
 
+static int64_t written_opset(tdm_quantizer *q) {
+    void *buf = NULL;
+    size_t size = 0;
+    OK(tdm_quantizer_save_buffer(q, &buf, &size));
+    Onnx__ModelProto *m = onnx__model_proto__unpack(NULL, size, buf);
+    assert_non_null(m);
+    int64_t v = -1;
+    for (size_t i = 0; i < m->n_opset_import; i++)
+        if (!m->opset_import[i]->domain || !m->opset_import[i]->domain[0]) v = m->opset_import[i]->version;
+    onnx__model_proto__free_unpacked(m, NULL);
+    tdm_string_free(buf);
+    return v;
+}
+
+/* opset 11 / 12: static per-channel writes opset 13 (nothing in the model changes meaning);
+ * dynamic mode keeps the opset (no axis needed) but needs 11 */
+static void test_opsets(void **state) {
+    fx *f = *state;
+    char *p11 = write_model(11), *p10 = write_model(10);
+    tdm_quantizer *q = NULL;
+    tdm_quantize_options o = {.api_version = TDM_API_VERSION};
+    OK(tdm_quantizer_create(f->env, p11, &o, &q));
+    calibrate(f, q);
+    assert_int_equal(written_opset(q), 13);
+    tdm_quantizer_free(q);
+    o.mode = TDM_QUANT_DYNAMIC;
+    OK(tdm_quantizer_create(f->env, p11, &o, &q));
+    assert_int_equal(written_opset(q), 11);
+    tdm_quantizer_free(q);
+    FAILS_WITH(tdm_quantizer_create(f->env, p10, &o, &q), TDM_ERR_UNSUPPORTED);
+    remove(p11);
+    remove(p10);
+    free(p11);
+    free(p10);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_minmax_hand_computed),
@@ -340,6 +376,7 @@ int main(void) {
         cmocka_unit_test(test_exclude_and_enable),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_dynamic),
+        cmocka_unit_test(test_opsets),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
