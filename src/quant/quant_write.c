@@ -31,7 +31,14 @@ typedef struct wctx {
     int64_t *w_count;
     size_t n_w, cap_w;
     bool oom;
+    const char *clash; /* a name the writer made that the model already has */
 } wctx;
+
+/* `name`, noted when the model already has a tensor of that name. */
+static const char *fresh(wctx *w, const char *name) {
+    if (!w->clash && tdm_graph_find_value(w->q->ir->graph, name) >= 0) w->clash = name;
+    return name;
+}
 
 static void *wal(wctx *w, size_t size) {
     void *p = tdm_quant_arena_alloc(w->ar, size ? size : 1);
@@ -88,7 +95,7 @@ static Onnx__TensorProto *new_tensor(wctx *w, const char *name, tdm_dtype dt, in
     Onnx__TensorProto *t = wal(w, sizeof *t);
     if (!t) return NULL;
     onnx__tensor_proto__init(t);
-    t->name = (char *)name;
+    t->name = (char *)fresh(w, name);
     t->has_data_type = true;
     t->data_type = (int32_t)dt;
     t->n_dims = (size_t)rank;
@@ -290,12 +297,12 @@ static void emit_const(wctx *w, const char *name) {
 
 /* ---- activations ---- */
 
-static const char *dq_name(wctx *w, const char *x) { return wstr(w, "%s_DequantizeLinear_Output", x); }
+static const char *dq_name(wctx *w, const char *x) { return fresh(w, wstr(w, "%s_DequantizeLinear_Output", x)); }
 
 static void emit_qdq(wctx *w, const q_act *x) {
     tdm_dtype dt = w->q->opt.activation_type;
     const char *sn = wstr(w, "%s_scale", x->name), *zn = wstr(w, "%s_zero_point", x->name);
-    const char *qn = wstr(w, "%s_QuantizeLinear_Output", x->name);
+    const char *qn = fresh(w, wstr(w, "%s_QuantizeLinear_Output", x->name));
     uint8_t z = dt == TDM_INT8 ? (uint8_t)(int8_t)x->zp : (uint8_t)x->zp;
     push_init(w, new_tensor(w, sn, TDM_FLOAT, 0, NULL, &x->scale, 4));
     push_init(w, new_tensor(w, zn, dt, 0, NULL, &z, 1));
@@ -463,8 +470,8 @@ static void write_dynamic(wctx *w) {
             push_init(w, new_tensor(w, ws, TDM_FLOAT, r, &C, sc, (size_t)C * sizeof *sc));
             push_init(w, new_tensor(w, wz, TDM_INT8, r, &C, zp, (size_t)C));
         }
-        const char *aq = wstr(w, "%s_quantized", A), *as = wstr(w, "%s_scale", A),
-                   *az = wstr(w, "%s_zero_point", A);
+        const char *aq = fresh(w, wstr(w, "%s_quantized", A)), *as = fresh(w, wstr(w, "%s_scale", A)),
+                   *az = fresh(w, wstr(w, "%s_zero_point", A));
         bool done = false;
         for (size_t i = 0; i < n_dq; i++) done |= !strcmp(dq_done[i], A);
         if (!done) {
@@ -474,8 +481,8 @@ static void write_dynamic(wctx *w) {
             dq_done[n_dq++] = A;
         }
         const char *tag = n->name && n->name[0] ? n->name : Y;
-        const char *yi = wstr(w, "%s_MatMulInteger_Output", tag), *yf = wstr(w, "%s_Cast_Output", tag);
-        const char *s = wstr(w, "%s_scales", tag);
+        const char *yi = fresh(w, wstr(w, "%s_MatMulInteger_Output", tag));
+        const char *yf = fresh(w, wstr(w, "%s_Cast_Output", tag)), *s = fresh(w, wstr(w, "%s_scales", tag));
         const char *mi[4] = {aq, wq, az, wz};
         push_node(w, new_node(w, "MatMulInteger", wstr(w, "%s_MatMulInteger", tag), 4, mi, 1, &yi));
         Onnx__NodeProto *cast = new_node(w, "Cast", wstr(w, "%s_Cast", tag), 1, &yi, 1, &yf);
@@ -484,7 +491,7 @@ static void write_dynamic(wctx *w) {
         const char *si[2] = {as, ws};
         push_node(w, new_node(w, "Mul", wstr(w, "%s_ScaleMul", tag), 2, si, 1, &s));
         bool bias = qn->kind == QK_GEMM && n->n_input > 2 && n->input[2][0];
-        const char *ym = bias ? wstr(w, "%s_MatMul_Output", tag) : Y;
+        const char *ym = bias ? fresh(w, wstr(w, "%s_MatMul_Output", tag)) : Y;
         const char *mo[2] = {yf, s};
         push_node(w, new_node(w, "Mul", wstr(w, "%s_Mul", tag), 2, mo, 1, &ym));
         if (bias) {
@@ -508,7 +515,10 @@ tdm_status *tdm_quant_write(tdm_quantizer *q, void **data, size_t *size) {
     Onnx__GraphProto *g = wal(&w, sizeof *g);
     Onnx__ModelProto *m = wal(&w, sizeof *m);
     tdm_status *st = NULL;
-    if (w.oom || !inputs || !g || !m) {
+    if (w.clash) {
+        st = TDM_ERR(TDM_ERR_UNSUPPORTED, "the model already has a tensor named '%s', a name the "
+                     "quantized model needs for a new one (is it quantized already?)", w.clash);
+    } else if (w.oom || !inputs || !g || !m) {
         st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory writing the quantized model");
     } else {
         *g = *g0;

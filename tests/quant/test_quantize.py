@@ -421,6 +421,10 @@ def test_bad_calibration(args, work, model, shapes):
               f"rc {p.returncode}, {p.stderr.strip()!r}")
     p = tandem_quantize(args, model, out, expect_ok=False)
     check(p.returncode != 0 and "needs --calibration" in p.stderr, "static mode without --calibration is refused")
+    q = os.path.join(os.path.dirname(model), "q.onnx")  # test_minmax_vs_ort's output
+    p = tandem_quantize(args, q, out, "--calibration", os.path.join(os.path.dirname(model), "cal"), expect_ok=False)
+    check(p.returncode != 0 and "is it quantized already" in p.stderr,
+          f"a quantized model is refused (its names clash): {p.stderr.strip()}")
 
 
 def test_dynamic(args, work, d, model, val):
