@@ -223,38 +223,34 @@ static void range_percentile(const tdm_quantizer *q, const q_act *x, double *lo,
     *hi = x->omin + (b + 1) * w;
 }
 
-/* KL(P || Q) of the reference distribution p (the first i bins of h, the outliers beyond
+/* KL(P || Q) of the reference distribution P (the first i bins of h, the outliers beyond
  * folded into its last bin) against its quantization into `levels` groups: each group's
- * count (of h, without the outliers) spread evenly over the group's bins where p is
- * non-zero (as TensorRT describes, and MXNet and ONNX Runtime implement it). */
-static double kl_for(const double *h, int i, int B, int levels, double *p, double *qd) {
-    double outliers = 0;
-    for (int b = i; b < B; b++) outliers += h[b];
-    for (int b = 0; b < i; b++) p[b] = h[b];
-    p[i - 1] += outliers;
+ * count (of h, without the outliers) spread evenly over the group's bins where P is
+ * non-zero (as TensorRT describes, and MXNet and ONNX Runtime implement it). A group's
+ * bins share one Q value, so the sum over them needs only prefix sums of h (H), of
+ * h log h (G) and of the non-zero bins (N): O(levels) per candidate, not O(i).
+ * With ps = sum P = total and qs = sum Q = H(i), a bin with p = h != 0 and q = v adds
+ * (h / ps) (log h - log ps - log v + log qs). */
+static double kl_for(const double *H, const double *G, const double *N, const double *h, int i,
+                     int levels, double total) {
+    double qs = H[i], ps = total, outliers = total - H[i];
+    if (!(qs > 0)) return INFINITY;
+    double kl = 0, lps = log(ps), lqs = log(qs);
     for (int l = 0; l < levels; l++) {
-        int start = (int)((int64_t)l * i / levels), end = (int)((int64_t)(l + 1) * i / levels);
-        double sum = 0;
-        int nonzero = 0;
-        for (int b = start; b < end; b++) {
-            sum += h[b];
-            nonzero += p[b] != 0;
+        int s = (int)((int64_t)l * i / levels), e = (int)((int64_t)(l + 1) * i / levels);
+        double sum = H[e] - H[s], nz = N[e] - N[s];
+        bool last = e == i;
+        double hl = last ? h[i - 1] : 0; /* the last bin apart: P has the outliers there */
+        if (last && hl == 0 && outliers > 0) nz += 1;
+        if (nz == 0) continue;
+        double v = sum / nz;
+        /* the bins with h != 0, but the last one */
+        double sh = sum - hl, gh = G[e] - G[s] - (hl > 0 ? hl * log(hl) : 0);
+        if (sh > 0) kl += (gh - sh * (lps + log(v) - lqs)) / ps;
+        if (last && hl + outliers > 0) {
+            double pp = (hl + outliers) / ps, qq = v > 0 ? v / qs : 1e-12;
+            kl += pp * log(pp / qq);
         }
-        for (int b = start; b < end; b++) qd[b] = p[b] != 0 && nonzero ? sum / nonzero : 0;
-    }
-    double ps = 0, qs = 0;
-    for (int b = 0; b < i; b++) {
-        ps += p[b];
-        qs += qd[b];
-    }
-    if (!(ps > 0) || !(qs > 0)) return INFINITY;
-    double kl = 0;
-    for (int b = 0; b < i; b++) {
-        if (p[b] == 0) continue;
-        double pp = p[b] / ps;
-        double qq = qd[b] / qs;
-        if (qq <= 0) qq = 1e-12; /* a group with nothing but outliers: smoothed */
-        kl += pp * log(pp / qq);
     }
     return kl;
 }
@@ -270,18 +266,25 @@ static void range_entropy(const tdm_quantizer *q, const q_act *x, double *lo, do
     *hi = absmax;
     double w = absmax / B;
     if (!(w > 0) || B <= levels) return;
-    double *p = tdm_alloc(q->a, 2 * (size_t)B * sizeof *p);
-    if (!p) return; /* keeps the full range */
-    double best = INFINITY, total = 0, beyond = 0;
+    double *H = tdm_alloc(q->a, 3 * ((size_t)B + 1) * sizeof *H);
+    if (!H) return; /* keeps the full range */
+    double *G = H + B + 1, *N = G + B + 1;
+    H[0] = G[0] = N[0] = 0;
+    for (int b = 0; b < B; b++) {
+        double c = x->hist[b];
+        H[b + 1] = H[b] + c;
+        G[b + 1] = G[b] + (c > 0 ? c * log(c) : 0);
+        N[b + 1] = N[b] + (c != 0);
+    }
+    double best = INFINITY, total = H[B], beyond = 0;
     int best_i = B;
-    for (int b = 0; b < B; b++) total += x->hist[b];
     for (int b = levels; b < B; b++) beyond += x->hist[b];
     for (int i = levels; i <= B; i++) {
         /* a threshold that clips more than 1% of the values is not a candidate: it guards
          * distributions far from 0 (all values in [0.1, 0.3], or all negative), where the
          * divergence of a nearly one-bin reference is small for any cut */
         if (beyond <= ENTROPY_MAX_CLIPPED * total) {
-            double kl = kl_for(x->hist, i, B, levels, p, p + B);
+            double kl = kl_for(H, G, N, x->hist, i, levels, total);
             if (kl < best) {
                 best = kl;
                 best_i = i;
@@ -289,7 +292,7 @@ static void range_entropy(const tdm_quantizer *q, const q_act *x, double *lo, do
         }
         if (i < B) beyond -= x->hist[i];
     }
-    tdm_free(q->a, p);
+    tdm_free(q->a, H);
     double t = fmin((best_i + 0.5) * w, absmax);
     *hi = t;
     *lo = nonneg ? 0 : -t;
