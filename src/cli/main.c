@@ -17,6 +17,8 @@ static void usage(FILE *f) {
             "  profile MODEL      measured time per op and per device; stored for later plans\n"
             "  bench MODEL        latency and throughput (inputs from .npy files or random);\n"
             "                     bench MODEL_DIR --llm: a language model's prefill and decode tokens/s\n"
+            "  quantize MODEL     INT8 post-training quantization: a QDQ model from calibration\n"
+            "                     samples, with an accuracy report (--output OUT.onnx)\n"
             "  generate MODEL_DIR text from a language model folder (--prompt TEXT)\n"
             "  serve              KServe v2 / Triton-compatible HTTP server (--model-repository DIR)\n\n"
             "  --version          print the version\n"
@@ -26,6 +28,7 @@ static void usage(FILE *f) {
 
 int cmd_bench(int argc, char **argv); /* src/cli/cmd_bench.c */
 int cmd_serve(int argc, char **argv); /* src/cli/cmd_serve.c */
+int cmd_quantize(int argc, char **argv); /* src/cli/cmd_quantize.c */
 
 int cli_fail(tdm_status *st, const char *context) {
     fprintf(stderr, "tandem: %s%s[%s] %s\n", context ? context : "", context ? ": " : "",
@@ -56,6 +59,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "profile")) return cmd_profile(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "serve")) return cmd_serve(argc - 1, argv + 1);
+    if (!strcmp(cmd, "quantize")) return cmd_quantize(argc - 1, argv + 1);
     if (!strcmp(cmd, "generate")) return cmd_generate(argc - 1, argv + 1);
     fprintf(stderr, "tandem: unknown command '%s'\n\n", cmd);
     usage(stderr);
