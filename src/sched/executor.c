@@ -400,6 +400,7 @@ static tdm_status *exec_frame(frame *f) {
                 seg_dev = dev;
             }
         }
+        if (f->stream && (st = tdm_stream_prefetch(f, i))) goto done; /* streamed weights */
         for (int k2 = 0; k2 < n->n_inputs; k2++) {
             int v = n->inputs[k2];
             ins[k2] = NULL;
@@ -449,6 +450,7 @@ static tdm_status *exec_frame(frame *f) {
         for (int k2 = 0; k2 < n->n_inputs; k2++) release(f, n->inputs[k2], (int)i);
         for (int k2 = 0; k2 < n->n_implicit; k2++) release(f, n->implicit[k2], (int)i);
         for (int k2 = 0; k2 < n->n_outputs; k2++) release(f, n->outputs[k2], (int)i);
+        tdm_stream_after(f, i);
     }
 done:
     if (seg_dev) { /* the window's held-back work is issued (or dropped on failure) */
@@ -732,6 +734,7 @@ tdm_status *tdm_plan_run_bound(tdm_plan *p, const tdm_tensor *const *inputs,
         goto done;
     }
     if ((st = tdm_xfer_begin(p, f.a, nv, &f.xfer))) goto done; /* asynchronous copies */
+    if ((st = tdm_stream_begin(&f))) goto done;               /* streamed weights */
     if (p->measured_ms && !(f.times = tdm_calloc(f.a, g->n_nodes + 1, sizeof *f.times))) {
         st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory starting a run");
         goto done;
@@ -762,6 +765,7 @@ done:
     }
     frame_clear(&f);
     st = tdm_exec_finish(&f, st, outputs, g->n_outputs);
+    tdm_stream_end(&f);
     tdm_exec_release_memplan(p, &f, key, st == NULL);
     tdm_monitor_runs(p->monitor, mon_devs, n_mon, -1);
     if (p->trace) {

@@ -1,0 +1,239 @@
+/* Streamed weights for the executor (executor_internal.h; residency in sched/budget.h).
+ *
+ * A weight the fit pass marked streamed for a device stays in host memory; each run uploads
+ * it into a device buffer before its first reader there and gives the buffer back after its
+ * last reader. Before each node the run prefetches: the streamed weights of the next k
+ * weight-reading nodes (units) of the node's device, k the plan's window. Buffers come from
+ * the plan's pool (the ring), which reuses a freed buffer of the same size and never holds
+ * more than the ring's bytes (handed out + kept), so the device's memory stays under its
+ * budget. Uploads are issued on the device's queue (ordered before the kernels issued after
+ * them: backend.h version 2); a buffer is reused only by an upload issued after the kernels
+ * that read its previous weight. One streamed run of a plan at a time (the ring is sized for
+ * one run): concurrent runs wait on the pool's lock. */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/clock.h"
+#include "sched/budget.h"
+#include "sched/executor_internal.h"
+#include "sched/stream.h"
+
+#define POOL_MAX_FREE 64
+
+typedef struct pool_buf {
+    void *buf;
+    size_t size;
+} pool_buf;
+
+struct tdm_stream_pool {
+    pthread_mutex_t run_mu;
+    pool_buf free_[TDM_MAX_DEVICES][POOL_MAX_FREE];
+    int n_free[TDM_MAX_DEVICES];
+    int64_t pooled[TDM_MAX_DEVICES], held[TDM_MAX_DEVICES];
+};
+
+struct tdm_stream_run {
+    tdm_stream_pool *pool;
+    tdm_tensor **slot;    /* [v * D + d] the weight's device copy in this run */
+    uint64_t *flow;       /* [v * D + d] its upload's trace flow */
+    int next_unit[TDM_MAX_DEVICES]; /* units prefetched so far per device */
+};
+
+void tdm_stream_pool_free(tdm_plan *p) {
+    tdm_stream_pool *sp = p ? p->stream_pool : NULL;
+    if (!sp) return;
+    for (int d = 0; d < p->n_devices && d < TDM_MAX_DEVICES; d++)
+        for (int k = 0; k < sp->n_free[d]; k++) tdm_device_buffer_free(p->devices[d], sp->free_[d][k].buf);
+    pthread_mutex_destroy(&sp->run_mu);
+    tdm_free(p->alloc, sp);
+    p->stream_pool = NULL;
+}
+
+static void pool_drop(const frame *f, int d, int k) {
+    tdm_stream_pool *sp = f->stream->pool;
+    tdm_device *dev = f->plan->devices[d];
+    tdm_device_buffer_free(dev, sp->free_[d][k].buf);
+    sp->pooled[d] -= (int64_t)sp->free_[d][k].size;
+    if (tdm_exec_mon(f)) tdm_monitor_memory(tdm_exec_mon(f), dev->index, -(int64_t)sp->free_[d][k].size);
+    sp->free_[d][k] = sp->free_[d][--sp->n_free[d]];
+}
+
+/* A device buffer of `size` bytes from the ring of plan device d. */
+static tdm_status *pool_get(const frame *f, int d, size_t size, void **buf) {
+    tdm_stream_pool *sp = f->stream->pool;
+    int64_t cap = f->plan->budget->ring[d];
+    for (int k = 0; k < sp->n_free[d]; k++)
+        if (sp->free_[d][k].size == size) {
+            *buf = sp->free_[d][k].buf;
+            sp->pooled[d] -= (int64_t)size;
+            sp->free_[d][k] = sp->free_[d][--sp->n_free[d]];
+            sp->held[d] += (int64_t)size;
+            return NULL;
+        }
+    while (sp->n_free[d] > 0 && sp->held[d] + sp->pooled[d] + (int64_t)size > cap) {
+        int big = 0; /* kept buffers of other sizes make room, the largest first */
+        for (int k = 1; k < sp->n_free[d]; k++)
+            if (sp->free_[d][k].size > sp->free_[d][big].size) big = k;
+        pool_drop(f, d, big);
+    }
+    tdm_device *dev = f->plan->devices[d];
+    TDM_TRY(tdm_device_buffer_alloc(dev, size, buf));
+    sp->held[d] += (int64_t)size;
+    if (tdm_exec_mon(f)) tdm_monitor_memory(tdm_exec_mon(f), dev->index, (int64_t)size);
+    return NULL;
+}
+
+static void pool_put(const frame *f, int d, void *buf, size_t size) {
+    tdm_stream_pool *sp = f->stream->pool;
+    sp->held[d] -= (int64_t)size;
+    if (sp->n_free[d] < POOL_MAX_FREE &&
+        sp->held[d] + sp->pooled[d] + (int64_t)size <= f->plan->budget->ring[d]) {
+        sp->free_[d][sp->n_free[d]++] = (pool_buf){buf, size};
+        sp->pooled[d] += (int64_t)size;
+        return;
+    }
+    tdm_device *dev = f->plan->devices[d];
+    tdm_device_buffer_free(dev, buf);
+    if (tdm_exec_mon(f)) tdm_monitor_memory(tdm_exec_mon(f), dev->index, -(int64_t)size);
+}
+
+tdm_status *tdm_stream_begin(frame *f) {
+    tdm_plan *p = (tdm_plan *)f->plan;
+    if (!p || !p->budget || !p->budget->any_streamed) return NULL;
+    pthread_mutex_lock(&p->mem_mu);
+    if (!p->stream_pool && (p->stream_pool = tdm_calloc(p->alloc, 1, sizeof *p->stream_pool)))
+        pthread_mutex_init(&p->stream_pool->run_mu, NULL);
+    tdm_stream_pool *sp = p->stream_pool;
+    pthread_mutex_unlock(&p->mem_mu);
+    if (!sp) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory starting a run");
+    size_t n = p->graph->n_values * (size_t)p->n_devices + 1;
+    tdm_stream_run *r = tdm_calloc(f->a, 1, sizeof *r);
+    if (r) r->slot = tdm_calloc(f->a, n, sizeof *r->slot);
+    if (r && r->slot) r->flow = tdm_calloc(f->a, n, sizeof *r->flow);
+    if (!r || !r->slot || !r->flow) {
+        if (r) tdm_free(f->a, r->slot);
+        tdm_free(f->a, r);
+        return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory starting a run");
+    }
+    r->pool = sp;
+    pthread_mutex_lock(&sp->run_mu); /* one streamed run at a time: the ring is one run's */
+    f->stream = r;
+    return NULL;
+}
+
+/* Gives value v's buffer on plan device d back to the ring. */
+static void stream_drop(frame *f, int v, int d) {
+    size_t k = (size_t)v * (size_t)f->plan->n_devices + (size_t)d;
+    tdm_tensor *t = f->stream->slot[k];
+    if (!t) return;
+    pool_put(f, d, t->data, t->nbytes);
+    t->data = NULL;
+    tdm_tensor_destroy(t);
+    f->stream->slot[k] = NULL;
+}
+
+void tdm_stream_end(frame *f) {
+    tdm_stream_run *r = f->stream;
+    if (!r) return;
+    const tdm_plan *p = f->plan;
+    for (size_t v = 0; v < p->graph->n_values; v++)
+        for (int d = 0; d < p->n_devices; d++) stream_drop(f, (int)v, d);
+    pthread_mutex_unlock(&r->pool->run_mu);
+    tdm_free(f->a, r->slot);
+    tdm_free(f->a, r->flow);
+    tdm_free(f->a, r);
+    f->stream = NULL;
+}
+
+/* Uploads weight v into a ring buffer of plan device d (once per run). `for_node`: the
+ * reader it is prefetched for (the trace names it). */
+static tdm_status *stream_upload(frame *f, int v, int d, size_t for_node) {
+    const tdm_plan *p = f->plan;
+    size_t k = (size_t)v * (size_t)p->n_devices + (size_t)d;
+    if (f->stream->slot[k]) return NULL;
+    tdm_device *dev = p->devices[d];
+    const tdm_tensor *w = p->graph->values[v].data;
+    tdm_trace *tr = p->trace;
+    int64_t t0 = tr ? tdm_now_ns() : 0;
+    void *buf = NULL;
+    TDM_TRY(pool_get(f, d, w->nbytes, &buf));
+    tdm_tensor *t = NULL;
+    tdm_status *st = tdm_tensor_new_view(f->a, w->dtype, w->rank, w->dims, buf, &t);
+    if (!st && w->nbytes) st = tdm_device_upload(dev, buf, w->data, w->nbytes);
+    if (st) {
+        if (t) t->data = NULL;
+        tdm_tensor_destroy(t);
+        pool_put(f, d, buf, w->nbytes);
+        return st;
+    }
+    t->device = dev;
+    f->stream->slot[k] = t;
+    tdm_exec_mon_copy(f, dev, true, w->nbytes);
+    if (tr) {
+        tdm_device_synchronize(dev); /* traced runs time every step where it is spent */
+        char track[64], name[160], args[200];
+        snprintf(track, sizeof track, "%s copies", dev->name);
+        snprintf(name, sizeof name, "stream %s", p->graph->values[v].name);
+        snprintf(args, sizeof args, "\"bytes\":%zu,\"to\":\"%s\",\"streamed\":true,\"for_node\":%zu",
+                 w->nbytes, dev->name, for_node);
+        uint64_t id = tdm_trace_flow_id(tr);
+        tdm_trace_event(tr, track, name, "copy", t0, tdm_now_ns(), args, id, 0);
+        f->stream->flow[k] = id;
+    }
+    return NULL;
+}
+
+/* Streamed weights of node i read on plan device d: uploaded. */
+static tdm_status *stream_node(frame *f, size_t i, int d) {
+    const tdm_budget_plan *b = f->plan->budget;
+    const tdm_node *n = &f->plan->graph->nodes[i];
+    for (int j = 0; j < n->n_inputs; j++) {
+        int v = n->inputs[j];
+        if (v >= 0 && b->residency[v] == TDM_RES_STREAMED) TDM_TRY(stream_upload(f, v, d, i));
+    }
+    return NULL;
+}
+
+tdm_status *tdm_stream_prefetch(frame *f, size_t i) {
+    if (!f->stream) return NULL;
+    const tdm_plan *p = f->plan;
+    const tdm_budget_plan *b = p->budget;
+    int d = p->graph->nodes[i].device;
+    if (d < 0 || d >= p->n_devices || !b->n_units[d]) return NULL;
+    int from = b->unit_pos[i], to = from + b->window[d];
+    if (to >= b->n_units[d]) to = b->n_units[d] - 1;
+    if (f->stream->next_unit[d] > from) from = f->stream->next_unit[d];
+    for (int u = from; u <= to; u++) TDM_TRY(stream_node(f, (size_t)b->units[d][u], d));
+    if (to + 1 > f->stream->next_unit[d]) f->stream->next_unit[d] = to + 1;
+    return NULL;
+}
+
+bool tdm_stream_applies(const frame *f, int v, const tdm_device *dev) {
+    return f->stream && !dev->host_memory && f->plan->budget->residency[v] == TDM_RES_STREAMED;
+}
+
+tdm_status *tdm_stream_input(frame *f, int v, tdm_device *dev, const tdm_tensor **out,
+                             uint64_t *flow) {
+    int d = tdm_exec_device_index(f, dev);
+    if (d < 0) return TDM_ERR(TDM_ERR_INTERNAL, "unknown device %s", dev->name);
+    size_t k = (size_t)v * (size_t)f->plan->n_devices + (size_t)d;
+    if (!f->stream->slot[k]) TDM_TRY(stream_upload(f, v, d, 0)); /* not prefetched */
+    *out = f->stream->slot[k];
+    if (flow) *flow = f->stream->flow[k];
+    return NULL;
+}
+
+void tdm_stream_after(frame *f, size_t i) {
+    if (!f->stream) return;
+    const tdm_plan *p = f->plan;
+    const tdm_budget_plan *b = p->budget;
+    const tdm_node *n = &p->graph->nodes[i];
+    int d = n->device;
+    for (int j = 0; j < n->n_inputs; j++) {
+        int v = n->inputs[j];
+        if (v >= 0 && b->residency[v] == TDM_RES_STREAMED &&
+            b->last_reader[(size_t)v * (size_t)p->n_devices + (size_t)d] == (int)i)
+            stream_drop(f, v, d);
+    }
+}
