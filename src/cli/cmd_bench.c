@@ -48,6 +48,8 @@ static void bench_usage(FILE *f) {
             "  --micro-batch N    --mode pipeline: rows per micro-batch (default: automatic)\n"
             "  --placement P      auto (default: cost model), first, or a device name\n"
             "  --affinity RULES   \"Op=DEVICE;/regex/=DEVICE;#a-b=DEVICE\" (see tandem plan)\n"
+            "  --device-memory B  memory budgets DEV=SIZE[,DEV=SIZE] (see tandem plan)\n"
+            "  --residency LIST   mapped, streamed, layers, window=K (see tandem run --help)\n"
             "  --precision P      accelerators' arithmetic: fp32 (default), tf32, fp16, bf16\n"
             "  --trace FILE       write a Chrome trace (Perfetto) of the timed runs\n"
             "  --seed N           seed of the random inputs (default 1; input i uses N + i)\n"
@@ -220,6 +222,10 @@ static int bench_parse(int argc, char **argv, struct bench_args *a) {
             a->placement = argv[++i];
         } else if (!strcmp(o, "--affinity") && has_val) {
             a->affinity = argv[++i];
+        } else if (!strcmp(o, "--device-memory") && has_val) {
+            a->device_memory = argv[++i];
+        } else if (!strcmp(o, "--residency") && has_val) {
+            a->residency = argv[++i];
         } else if (!strcmp(o, "--precision") && has_val) {
             a->precision = argv[++i];
         } else if (!strcmp(o, "--cuts") && has_val) {
@@ -358,6 +364,8 @@ int cmd_bench(int argc, char **argv) {
     so.precision = a.precision;
     so.placement = a.placement;
     so.affinity = a.affinity;
+    so.device_memory = a.device_memory;
+    so.residency = a.residency;
     so.micro_batch = (int)a.micro_batch;
     double t0 = bench_now_s();
     if ((st = tdm_session_create(env, a.model, &so, &s))) {

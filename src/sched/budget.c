@@ -557,14 +557,14 @@ static tdm_status *fit_device(fit *f, tdm_budget_plan *b, const tdm_budget_optio
     double unit_min = largest_node_weights(f, d, &largest_v);
     if (avail < unit_min) {
         if (largest_v >= 0 && (double)weight_bytes(f, largest_v) + need_other > (double)b->budget[d])
-            return TDM_ERR(TDM_ERR_LIMIT, "%s: the memory budget of %.1f MiB cannot hold the largest "
-                           "weight '%s' (%.1f MiB) plus the activations (%.1f MiB)%s; give the device "
+            return TDM_ERR(TDM_ERR_LIMIT, "%s: the memory budget of %.2f MiB cannot hold the largest "
+                           "weight '%s' (%.2f MiB) plus the activations (%.2f MiB)%s; give the device "
                            "more memory or run on the CPU", name, mib((double)b->budget[d]),
                            f->g->values[largest_v].name, mib((double)weight_bytes(f, largest_v)),
                            mib((double)b->activations[d]),
                            b->reserve[d] ? " and the reserved memory (KV cache)" : "");
-        return TDM_ERR(TDM_ERR_LIMIT, "%s: the memory budget of %.1f MiB cannot hold the weights of "
-                       "one node (%.1f MiB) plus the activations (%.1f MiB)%s", name,
+        return TDM_ERR(TDM_ERR_LIMIT, "%s: the memory budget of %.2f MiB cannot hold the weights of "
+                       "one node (%.2f MiB) plus the activations (%.2f MiB)%s", name,
                        mib((double)b->budget[d]), mib(unit_min), mib((double)b->activations[d]),
                        b->reserve[d] ? " and the reserved memory" : "");
     }
@@ -634,7 +634,7 @@ tdm_status *tdm_budget_fit(tdm_plan *p, const tdm_budget_options *o, bool moved,
     /* after a move: the decision that made it, for the explanation */
     tdm_budget_plan prev;
     memset(&prev, 0, sizeof prev);
-    if (moved && p->budget) prev = *p->budget;
+    if (p->budget) prev = *p->budget; /* budgets stay as first resolved (shares of weights) */
     tdm_budget_plan_free(p->alloc, p->budget);
     p->budget = NULL;
     bool any = false;
@@ -662,8 +662,9 @@ tdm_status *tdm_budget_fit(tdm_plan *p, const tdm_budget_options *o, bool moved,
         b->reserve[d] = o->reserve[d];
         b->weights[d] = weights_on(&f, d, !p->devices[d]->host_memory);
         b->resident[d] = b->weights[d];
-        b->budget[d] = o->spec[d].percent > 0 ? (int64_t)(o->spec[d].percent / 100 * (double)b->weights[d])
-                                              : o->spec[d].bytes;
+        b->budget[d] = prev.budget[d] > 0          ? prev.budget[d]
+                       : o->spec[d].percent > 0 ? (int64_t)(o->spec[d].percent / 100 * (double)b->weights[d])
+                                                : o->spec[d].bytes;
         b->activations[d] = (int64_t)activation_peak(&f, d);
     }
     for (int d = 0; d < f.D && !st; d++) {
