@@ -471,6 +471,7 @@ fail:
 
 void tdm_plan_free(tdm_plan *p) {
     if (!p) return;
+    tdm_stream_pool_free(p); /* device buffers: while p->devices is there */
     if (p->nodes && p->graph)
         for (size_t i = 0; i < p->graph->n_nodes; i++)
             if (p->nodes[i].state && p->nodes[i].kernel && p->nodes[i].kernel->release)
@@ -491,7 +492,6 @@ void tdm_plan_free(tdm_plan *p) {
     tdm_graph_free(p->graph);
     for (int i = 0; i < TDM_PLAN_MEM_SLOTS; i++) tdm_memplan_free(p->alloc, p->mem[i]);
     tdm_xfer_pool_free(p->staging, p->alloc);
-    tdm_stream_pool_free(p);
     tdm_budget_plan_free(p->alloc, p->budget);
     pthread_mutex_destroy(&p->mem_mu);
     tdm_free(p->alloc, p);
