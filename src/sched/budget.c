@@ -662,10 +662,13 @@ tdm_status *tdm_budget_fit(tdm_plan *p, const tdm_budget_options *o, bool moved,
         b->reserve[d] = o->reserve[d];
         b->weights[d] = weights_on(&f, d, !p->devices[d]->host_memory);
         b->resident[d] = b->weights[d];
-        b->budget[d] = prev.budget[d] > 0          ? prev.budget[d]
-                       : o->spec[d].percent > 0 ? (int64_t)(o->spec[d].percent / 100 * (double)b->weights[d])
-                                                : o->spec[d].bytes;
         b->activations[d] = (int64_t)activation_peak(&f, d);
+        /* a share: of the weights, on top of the activations and the reserve */
+        b->budget[d] = prev.budget[d] > 0 ? prev.budget[d]
+                       : o->spec[d].percent > 0
+                           ? (int64_t)(o->spec[d].percent / 100 * (double)b->weights[d]) +
+                                 b->activations[d] + b->reserve[d]
+                           : o->spec[d].bytes;
     }
     for (int d = 0; d < f.D && !st; d++) {
         if (b->budget[d] <= 0) continue;

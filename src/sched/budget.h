@@ -5,7 +5,8 @@
  * Budgets come as text, "DEV=SIZE[,DEV=SIZE]" (tdm_session_options.device_memory, the CLI's
  * --device-memory): SIZE is a number with an optional unit, B, KiB, MiB, GiB, TiB (binary),
  * KB, MB, GB, TB (decimal) or K, M, G, T (binary), or a percentage of the weights the plan
- * places on that device ("test:0=25%").
+ * places on that device ("test:0=25%": a quarter of them plus the activations and the
+ * reserve, which every plan on the device needs).
  *
  * Residency of a weight (a constant read by nodes of the plan):
  *   resident  uploaded once to the device that reads it, kept for the plan's life (or, on a
