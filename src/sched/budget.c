@@ -12,7 +12,6 @@
 #include "sched/cost.h"
 #include "sched/plan.h"
 #include "sched/profile.h"
-#include "sched/xfer.h"
 
 /* The widest prefetch window tried. */
 #define FIT_MAX_WINDOW 8
@@ -184,16 +183,16 @@ static int64_t weights_on(const fit *f, int d, bool count_mapped) {
 /* Peak bytes of activations held on device d at once, from static shapes: a value is held
  * from its producer (or its first reader on d, for a copy) until its last reader anywhere
  * (the executor frees copies with the value); outputs to the end. */
-static double activation_peak(const fit *f, int d) {
-    const tdm_graph *g = f->g;
-    size_t N = f->N;
-    double *delta = tdm_calloc(f->p->alloc, N + 2, sizeof *delta);
+static double graph_activation_peak(const tdm_allocator *a, const tdm_graph *g, const tdm_graph *wg,
+                                    const int *dev, int d) {
+    size_t N = g->n_nodes;
+    double *delta = tdm_calloc(a, N + 2, sizeof *delta);
     if (!delta) return 0;
-    for (size_t v = 0; v < f->V; v++) {
+    for (size_t v = 0; v < g->n_values; v++) {
         const tdm_value *val = &g->values[v];
-        if (is_weight(val)) continue;
+        if (is_weight(&wg->values[v])) continue;
         int start = -1, last = -1;
-        if (val->producer >= 0 && f->dev[val->producer] == d) start = val->producer;
+        if (val->producer >= 0 && dev[val->producer] == d) start = val->producer;
         for (size_t i = 0; i < N; i++) {
             const tdm_node *n = &g->nodes[i];
             bool reads = false;
@@ -201,7 +200,7 @@ static double activation_peak(const fit *f, int d) {
             for (int j = 0; j < n->n_implicit && !reads; j++) reads = n->implicit[j] == (int)v;
             if (!reads) continue;
             last = (int)i;
-            if (start < 0 && f->dev[i] == d) start = (int)i;
+            if (start < 0 && dev[i] == d) start = (int)i;
         }
         if (start < 0) continue;
         if (val->is_output || last < start) last = val->is_output ? (int)N - 1 : start;
@@ -214,8 +213,23 @@ static double activation_peak(const fit *f, int d) {
         live += delta[i];
         if (live > peak) peak = live;
     }
-    tdm_free(f->p->alloc, delta);
+    tdm_free(a, delta);
     return peak;
+}
+
+static double activation_peak(const fit *f, int d) {
+    return graph_activation_peak(f->p->alloc, f->g, f->g, f->dev, d);
+}
+
+tdm_status *tdm_budget_activations(const tdm_allocator *a, const tdm_graph *g,
+                                   const tdm_graph *weights_of, int n_devices, int64_t *out) {
+    int *dev = tdm_calloc(a, g->n_nodes + 1, sizeof *dev);
+    if (!dev) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory estimating activations");
+    for (size_t i = 0; i < g->n_nodes; i++) dev[i] = g->nodes[i].device >= 0 ? g->nodes[i].device : 0;
+    for (int d = 0; d < n_devices && d < TDM_MAX_DEVICES; d++)
+        out[d] = (int64_t)graph_activation_peak(a, g, weights_of, dev, d);
+    tdm_free(a, dev);
+    return NULL;
 }
 
 /* Predicted milliseconds of the copies between memories under the assignment `dev` (values
@@ -459,8 +473,12 @@ static tdm_status *fit_setup(fit *f, tdm_plan *p) {
     for (int d = 0; d < f->D; d++) {
         TDM_TRY(tdm_profile_device(p->devices[d], a, p->settings, tdm_threadpool_size(p->pool), false,
                                    &f->prof[d]));
-        f->async[d] = !p->devices[d]->host_memory && tdm_xfer_device_async(p->devices[d]) &&
-                      !tdm_xfer_forced_sync(p->settings);
+        /* uploads overlap compute only on a copy queue that later kernels do not wait for as
+         * a whole: the device interface's upload orders the device's next kernels after it
+         * (backend.h version 2; the CUDA plugin's copy stream also waits for the compute issued
+         * so far), so the executor's streamed uploads serialise with compute for now, and the
+         * prediction says so. A copy-queue member (upload with its own event) turns this on. */
+        f->async[d] = false;
     }
     for (size_t i = 0; i < N; i++)
         for (size_t d = 0; d < D; d++)
@@ -663,12 +681,14 @@ tdm_status *tdm_budget_fit(tdm_plan *p, const tdm_budget_options *o, bool moved,
         b->weights[d] = weights_on(&f, d, !p->devices[d]->host_memory);
         b->resident[d] = b->weights[d];
         b->activations[d] = (int64_t)activation_peak(&f, d);
-        /* a share: of the weights, on top of the activations and the reserve */
-        b->budget[d] = prev.budget[d] > 0 ? prev.budget[d]
-                       : o->spec[d].percent > 0
-                           ? (int64_t)(o->spec[d].percent / 100 * (double)b->weights[d]) +
-                                 b->activations[d] + b->reserve[d]
-                           : o->spec[d].bytes;
+        if (o->min_activations[d] > b->activations[d]) b->activations[d] = o->min_activations[d];
+        /* a share: of the weights (of the first placement), on top of the activations (of
+         * the shapes seen) and the reserve */
+        b->share[d] = prev.share[d] > 0 ? prev.share[d]
+                      : o->spec[d].percent > 0 ? (int64_t)(o->spec[d].percent / 100 * (double)b->weights[d])
+                                               : 0;
+        b->budget[d] = o->spec[d].percent > 0 ? b->share[d] + b->activations[d] + b->reserve[d]
+                                              : o->spec[d].bytes;
     }
     for (int d = 0; d < f.D && !st; d++) {
         if (b->budget[d] <= 0) continue;
@@ -702,6 +722,7 @@ out:
         tdm_budget_plan_free(p->alloc, b);
         return st;
     }
+    b->options = *o;
     p->budget = b; /* after a move: the decision only (the tables come with the next fit) */
     return NULL;
 }

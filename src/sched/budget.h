@@ -74,11 +74,15 @@ typedef struct tdm_budget_options {
     int64_t reserve[TDM_MAX_DEVICES];      /* bytes held outside the plan (KV cache) */
     int force;       /* 0 = the cost model chooses; TDM_FIT_STREAMED / TDM_FIT_LAYERS force */
     int window;      /* > 0: the prefetch window k (else chosen) */
+    int64_t min_activations[TDM_MAX_DEVICES]; /* activation peaks measured for a run's shapes
+                                                 (the static estimate counts unknown dims
+                                                 as 1): the fit takes the larger */
 } tdm_budget_options;
 
 /* The fit of a plan (tdm_plan.budget), figures per plan device. */
 typedef struct tdm_budget_plan {
     int64_t budget[TDM_MAX_DEVICES];   /* resolved bytes, 0 = none */
+    int64_t share[TDM_MAX_DEVICES];    /* a percentage budget's bytes of weights */
     int64_t reserve[TDM_MAX_DEVICES];
     int64_t weights[TDM_MAX_DEVICES];  /* weights read on the device */
     int64_t resident[TDM_MAX_DEVICES]; /* of which resident */
@@ -99,6 +103,8 @@ typedef struct tdm_budget_plan {
     int *unit_pos;                     /* per node */
     int *last_reader;                  /* [value * D + d]: last node on d reading value */
     bool any_streamed;
+    tdm_budget_options options;        /* what the fit was given (run-time refits start there) */
+    uint64_t shapes_key;               /* input shapes the activations were last checked for */
 } tdm_budget_plan;
 
 /* The fit pass over p's placement (p->graph's devices set). When the layers plan wins,
@@ -107,5 +113,10 @@ typedef struct tdm_budget_plan {
  * Fills p->budget (allocated here; freed by tdm_budget_plan_free). */
 tdm_status *tdm_budget_fit(struct tdm_plan *p, const tdm_budget_options *o, bool moved, int **keep);
 void tdm_budget_plan_free(const tdm_allocator *a, tdm_budget_plan *b);
+/* Activation peaks per plan device (out[d], n_devices) of graph g as placed, from its static
+ * shapes: the fit's estimate, for a copy of a plan's graph with a run's input shapes;
+ * weights_of: the graph whose values with data are the weights (same value indices). */
+tdm_status *tdm_budget_activations(const tdm_allocator *a, const struct tdm_graph *g,
+                                   const struct tdm_graph *weights_of, int n_devices, int64_t *out);
 
 #endif

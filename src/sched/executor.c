@@ -734,7 +734,6 @@ tdm_status *tdm_plan_run_bound(tdm_plan *p, const tdm_tensor *const *inputs,
         goto done;
     }
     if ((st = tdm_xfer_begin(p, f.a, nv, &f.xfer))) goto done; /* asynchronous copies */
-    if ((st = tdm_stream_begin(&f))) goto done;               /* streamed weights */
     if (p->measured_ms && !(f.times = tdm_calloc(f.a, g->n_nodes + 1, sizeof *f.times))) {
         st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory starting a run");
         goto done;
@@ -751,6 +750,7 @@ tdm_status *tdm_plan_run_bound(tdm_plan *p, const tdm_tensor *const *inputs,
             goto done;
         }
     }
+    if ((st = tdm_stream_begin(&f, inputs))) goto done; /* budgets, streamed weights */
     if ((st = p->multi_device ? tdm_exec_parallel(&f) : exec_frame(&f))) goto done;
     st = take_outputs(&f, g->outputs, g->n_outputs, outputs);
 done:

@@ -146,9 +146,12 @@ void tdm_exec_drop_replicas(frame *f, int v);
 /* ---- executor_stream.c (streamed weights, sched/budget.h) ---- */
 typedef struct tdm_stream_run tdm_stream_run;
 typedef struct tdm_stream_pool tdm_stream_pool;
-/* Starts the run's streamed weights when the plan has any (waits while another run of the
- * plan streams); tdm_stream_end gives every buffer back (also after a failure). */
-tdm_status *tdm_stream_begin(frame *f);
+/* Starts a run of a plan with a budget on a device with memory of its own: one such run at
+ * a time (the budget is one run's), the activations of these input shapes checked against
+ * the budget (a refit streams more when they need more room), the run's streamed weights;
+ * tdm_stream_end gives every buffer back and the plan to the next run (also after a
+ * failure). inputs: per graph input (NULL = its initializer). */
+tdm_status *tdm_stream_begin(frame *f, const tdm_tensor *const *inputs);
 void tdm_stream_end(frame *f);
 /* Before node i: uploads the streamed weights of the units up to the window ahead. */
 tdm_status *tdm_stream_prefetch(frame *f, size_t i);

@@ -15,6 +15,8 @@
 
 #include "core/alloc.h"
 #include "core/clock.h"
+#include "graph/clone.h"
+#include "graph/infer.h"
 #include "sched/budget.h"
 #include "sched/executor_internal.h"
 #include "sched/stream.h"
@@ -98,9 +100,72 @@ static void pool_put(const frame *f, int d, void *buf, size_t size) {
     if (tdm_exec_mon(f)) tdm_monitor_memory(tdm_exec_mon(f), dev->index, -(int64_t)size);
 }
 
-tdm_status *tdm_stream_begin(frame *f) {
+/* A budget on a device with memory of its own. */
+static bool device_budget(const tdm_plan *p) {
+    for (int d = 0; d < p->n_devices && d < TDM_MAX_DEVICES; d++)
+        if (p->budget->budget[d] > 0 && !p->devices[d]->host_memory) return true;
+    return false;
+}
+
+/* The activations of these input shapes (unknown dims are 1 in the plan's estimate): a copy
+ * of the graph without its weights takes the run's input shapes, static shapes again give
+ * the peaks; more than the fit counted makes it fit again (more weights streamed), and the
+ * device copies of weights that are streamed now are freed. */
+static tdm_status *check_shapes(frame *f, const tdm_tensor *const *inputs) {
     tdm_plan *p = (tdm_plan *)f->plan;
-    if (!p || !p->budget || !p->budget->any_streamed) return NULL;
+    const tdm_graph *g = p->graph;
+    tdm_budget_plan *b = p->budget;
+    bool *keep = tdm_calloc(f->a, g->n_values + 1, sizeof *keep);
+    if (!keep) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory checking the memory budget");
+    for (size_t v = 0; v < g->n_values; v++) /* shape-like constants only */
+        keep[v] = g->values[v].data && g->values[v].data->nbytes <= 4096;
+    tdm_graph *c = NULL;
+    tdm_status *st = tdm_graph_clone(g, keep, &c);
+    tdm_free(f->a, keep);
+    if (st) return st;
+    for (size_t i = 0; i < c->n_inputs; i++) {
+        const tdm_tensor *t = inputs[i] ? inputs[i] : g->values[g->inputs[i]].data;
+        tdm_value *val = &c->values[c->inputs[i]];
+        if (!t) continue;
+        val->rank = t->rank;
+        memcpy(val->dims, t->dims, (size_t)t->rank * sizeof *t->dims);
+    }
+    int64_t act[TDM_MAX_DEVICES] = {0};
+    tdm_status *inf = tdm_graph_infer_shapes(c);
+    if (!inf) st = tdm_budget_activations(f->a, c, g, p->n_devices, act);
+    tdm_status_free(inf); /* shapes not inferred: the plan's estimate stands */
+    tdm_graph_free(c);
+    if (st) return st;
+    bool more = false;
+    tdm_budget_options o = b->options;
+    for (int d = 0; d < p->n_devices; d++) {
+        if (act[d] > o.min_activations[d]) o.min_activations[d] = act[d];
+        more |= b->budget[d] > 0 && !p->devices[d]->host_memory && act[d] > b->activations[d];
+    }
+    if (!more) return NULL;
+    int *moved = NULL;
+    pthread_mutex_lock(&p->mem_mu);
+    st = tdm_budget_fit(p, &o, true, &moved);
+    tdm_free(p->alloc, moved);
+    if (!st) {
+        b = p->budget;
+        for (size_t v = 0; v < g->n_values; v++)
+            for (int d = 0; b->residency && b->residency[v] == TDM_RES_STREAMED && d < p->n_devices; d++) {
+                tdm_tensor **slot = &p->const_on_device[v * (size_t)p->n_devices + (size_t)d];
+                if (!*slot) continue;
+                tdm_exec_mon_hold(f, *slot, -1);
+                tdm_tensor_destroy(*slot);
+                *slot = NULL;
+            }
+    }
+    pthread_mutex_unlock(&p->mem_mu);
+    if (st) return tdm_status_wrap(st, "with the activations of these input shapes: ");
+    return NULL;
+}
+
+tdm_status *tdm_stream_begin(frame *f, const tdm_tensor *const *inputs) {
+    tdm_plan *p = (tdm_plan *)f->plan;
+    if (!p || !p->budget || !device_budget(p)) return NULL;
     pthread_mutex_lock(&p->mem_mu);
     if (!p->stream_pool && (p->stream_pool = tdm_calloc(p->alloc, 1, sizeof *p->stream_pool)))
         pthread_mutex_init(&p->stream_pool->run_mu, NULL);
@@ -117,8 +182,14 @@ tdm_status *tdm_stream_begin(frame *f) {
         return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory starting a run");
     }
     r->pool = sp;
-    pthread_mutex_lock(&sp->run_mu); /* one streamed run at a time: the ring is one run's */
+    /* one run at a time: the ring and the activations under the budget are one run's */
+    pthread_mutex_lock(&sp->run_mu);
     f->stream = r;
+    uint64_t key = tdm_exec_shapes_key(p->graph, inputs);
+    if (key != p->budget->shapes_key) {
+        TDM_TRY(check_shapes(f, inputs));
+        p->budget->shapes_key = key;
+    }
     return NULL;
 }
 
@@ -196,7 +267,7 @@ static tdm_status *stream_node(frame *f, size_t i, int d) {
 }
 
 tdm_status *tdm_stream_prefetch(frame *f, size_t i) {
-    if (!f->stream) return NULL;
+    if (!f->stream || !f->plan->budget->any_streamed) return NULL;
     const tdm_plan *p = f->plan;
     const tdm_budget_plan *b = p->budget;
     int d = p->graph->nodes[i].device;
@@ -210,7 +281,8 @@ tdm_status *tdm_stream_prefetch(frame *f, size_t i) {
 }
 
 bool tdm_stream_applies(const frame *f, int v, const tdm_device *dev) {
-    return f->stream && !dev->host_memory && f->plan->budget->residency[v] == TDM_RES_STREAMED;
+    return f->stream && !dev->host_memory && f->plan->budget->any_streamed &&
+           f->plan->budget->residency[v] == TDM_RES_STREAMED;
 }
 
 tdm_status *tdm_stream_input(frame *f, int v, tdm_device *dev, const tdm_tensor **out,
@@ -225,7 +297,7 @@ tdm_status *tdm_stream_input(frame *f, int v, tdm_device *dev, const tdm_tensor 
 }
 
 void tdm_stream_after(frame *f, size_t i) {
-    if (!f->stream) return;
+    if (!f->stream || !f->plan->budget->any_streamed) return;
     const tdm_plan *p = f->plan;
     const tdm_budget_plan *b = p->budget;
     const tdm_node *n = &p->graph->nodes[i];
