@@ -473,12 +473,9 @@ static tdm_status *fit_setup(fit *f, tdm_plan *p) {
     for (int d = 0; d < f->D; d++) {
         TDM_TRY(tdm_profile_device(p->devices[d], a, p->settings, tdm_threadpool_size(p->pool), false,
                                    &f->prof[d]));
-        /* uploads overlap compute only on a copy queue that later kernels do not wait for as
-         * a whole: the device interface's upload orders the device's next kernels after it
-         * (backend.h version 2; the CUDA plugin's copy stream also waits for the compute issued
-         * so far), so the executor's streamed uploads serialise with compute for now, and the
-         * prediction says so. A copy-queue member (upload with its own event) turns this on. */
-        f->async[d] = false;
+        /* uploads overlap compute on a copy queue (backend.h version 7); the device's
+         * ordinary upload orders its next kernels after it */
+        f->async[d] = !p->devices[d]->host_memory && tdm_device_has_copy_queue(p->devices[d]);
     }
     for (size_t i = 0; i < N; i++)
         for (size_t d = 0; d < D; d++)

@@ -11,6 +11,7 @@
 #include "core/hash.h"
 #include "graph/infer.h"
 #include "ops/op.h"
+#include "sched/budget.h"
 #include "sched/executor_internal.h"
 
 tdm_status *tdm_exec_between_nodes(const frame *f, size_t next) {
@@ -328,6 +329,7 @@ uint64_t tdm_exec_segment_key(const frame *f, size_t start) {
 
 bool tdm_exec_windowed(const frame *f, size_t i) {
     if (!f->plan || !f->plan->nodes[i].kernel || f->times || f->plan->trace) return false;
+    if (f->stream && f->plan->budget->any_streamed) return false; /* uploads between kernels */
     int d = f->g->nodes[i].device;
     const tdm_device *dev = f->plan->devices[d >= 0 ? d : 0];
     return tdm_device_has_segments(dev); /* a device that uses them */

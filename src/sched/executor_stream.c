@@ -3,12 +3,15 @@
  * A weight the fit pass marked streamed for a device stays in host memory; each run uploads
  * it into a device buffer before its first reader there and gives the buffer back after its
  * last reader. Before each node the run prefetches: the streamed weights of the next k
- * weight-reading nodes (units) of the node's device, k the plan's window. Buffers come from
+ * weight-reading nodes (units) of the node's device, k the plan's window. On a device with
+ * a copy queue (backend.h version 7) an upload waits only for the kernels issued before it
+ * (the buffer's earlier readers) and the kernel that reads the weight waits on the upload's
+ * event, so uploads for the next k units run while the device computes; elsewhere the
+ * upload is the device's ordinary one, ordered with its kernels. Buffers come from
  * the plan's pool (the ring), which reuses a freed buffer of the same size and never holds
  * more than the ring's bytes (handed out + kept), so the device's memory stays under its
- * budget. Uploads are issued on the device's queue (ordered before the kernels issued after
- * them: backend.h version 2); a buffer is reused only by an upload issued after the kernels
- * that read its previous weight. One streamed run of a plan at a time (the ring is sized for
+ * budget. A buffer is reused only by an upload ordered after the kernels that read its
+ * previous weight. One streamed run of a plan at a time (the ring is sized for
  * one run): concurrent runs wait on the pool's lock. */
 #include <stdio.h>
 #include <string.h>
@@ -39,6 +42,8 @@ struct tdm_stream_run {
     tdm_stream_pool *pool;
     tdm_tensor **slot;    /* [v * D + d] the weight's device copy in this run */
     uint64_t *flow;       /* [v * D + d] its upload's trace flow */
+    void **done;          /* [v * D + d] its upload's event on a copy queue, until waited for */
+    int64_t *issued;      /* [v * D + d] when the upload was issued (traced runs) */
     int next_unit[TDM_MAX_DEVICES]; /* units prefetched so far per device */
 };
 
@@ -176,8 +181,14 @@ tdm_status *tdm_stream_begin(frame *f, const tdm_tensor *const *inputs) {
     tdm_stream_run *r = tdm_calloc(f->a, 1, sizeof *r);
     if (r) r->slot = tdm_calloc(f->a, n, sizeof *r->slot);
     if (r && r->slot) r->flow = tdm_calloc(f->a, n, sizeof *r->flow);
-    if (!r || !r->slot || !r->flow) {
-        if (r) tdm_free(f->a, r->slot);
+    if (r && r->flow) r->done = tdm_calloc(f->a, n, sizeof *r->done);
+    if (r && r->done) r->issued = tdm_calloc(f->a, n, sizeof *r->issued);
+    if (!r || !r->issued) {
+        if (r) {
+            tdm_free(f->a, r->slot);
+            tdm_free(f->a, r->flow);
+            tdm_free(f->a, r->done);
+        }
         tdm_free(f->a, r);
         return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory starting a run");
     }
@@ -198,6 +209,12 @@ static void stream_drop(frame *f, int v, int d) {
     size_t k = (size_t)v * (size_t)f->plan->n_devices + (size_t)d;
     tdm_tensor *t = f->stream->slot[k];
     if (!t) return;
+    if (f->stream->done[k]) { /* never waited for (a failed run): the copy ends first */
+        tdm_device *dev = f->plan->devices[d];
+        tdm_status_free(tdm_device_event_sync(dev, f->stream->done[k]));
+        tdm_device_event_free(dev, f->stream->done[k]);
+        f->stream->done[k] = NULL;
+    }
     pool_put(f, d, t->data, t->nbytes);
     t->data = NULL;
     tdm_tensor_destroy(t);
@@ -213,6 +230,8 @@ void tdm_stream_end(frame *f) {
     pthread_mutex_unlock(&r->pool->run_mu);
     tdm_free(f->a, r->slot);
     tdm_free(f->a, r->flow);
+    tdm_free(f->a, r->done);
+    tdm_free(f->a, r->issued);
     tdm_free(f->a, r);
     f->stream = NULL;
 }
@@ -231,7 +250,17 @@ static tdm_status *stream_upload(frame *f, int v, int d, size_t for_node) {
     TDM_TRY(pool_get(f, d, w->nbytes, &buf));
     tdm_tensor *t = NULL;
     tdm_status *st = tdm_tensor_new_view(f->a, w->dtype, w->rank, w->dims, buf, &t);
-    if (!st && w->nbytes) st = tdm_device_upload(dev, buf, w->data, w->nbytes);
+    bool queued = tdm_device_has_copy_queue(dev);
+    if (!st && w->nbytes && queued) {
+        /* on the copy queue, after the kernels issued so far (the buffer's last readers, and a
+         * new buffer's allocation); the reader waits on its event (tdm_stream_input) */
+        void *after = NULL;
+        st = tdm_device_event_record(dev, &after);
+        if (!st) st = tdm_device_upload_queued(dev, buf, w->data, w->nbytes, after, &f->stream->done[k]);
+        tdm_device_event_free(dev, after);
+    } else if (!st && w->nbytes) {
+        st = tdm_device_upload(dev, buf, w->data, w->nbytes);
+    }
     if (st) {
         if (t) t->data = NULL;
         tdm_tensor_destroy(t);
@@ -241,7 +270,10 @@ static tdm_status *stream_upload(frame *f, int v, int d, size_t for_node) {
     t->device = dev;
     f->stream->slot[k] = t;
     tdm_exec_mon_copy(f, dev, true, w->nbytes);
-    if (tr) {
+    if (tr && queued) { /* traced when its reader waits for it */
+        f->stream->issued[k] = t0;
+        f->stream->flow[k] = tdm_trace_flow_id(tr);
+    } else if (tr) {
         tdm_device_synchronize(dev); /* traced runs time every step where it is spent */
         char track[64], name[160], args[200];
         snprintf(track, sizeof track, "%s copies", dev->name);
@@ -291,6 +323,31 @@ tdm_status *tdm_stream_input(frame *f, int v, tdm_device *dev, const tdm_tensor 
     if (d < 0) return TDM_ERR(TDM_ERR_INTERNAL, "unknown device %s", dev->name);
     size_t k = (size_t)v * (size_t)f->plan->n_devices + (size_t)d;
     if (!f->stream->slot[k]) TDM_TRY(stream_upload(f, v, d, 0)); /* not prefetched */
+    if (f->stream->done[k]) { /* on the copy queue: the reader waits for it */
+        tdm_trace *tr = f->plan->trace;
+        int64_t w0 = tr ? tdm_now_ns() : 0;
+        tdm_status *st = tdm_device_event_wait(dev, dev, f->stream->done[k]);
+        tdm_device_event_free(dev, f->stream->done[k]);
+        f->stream->done[k] = NULL;
+        if (st) return st;
+        if (tr) {
+            int64_t w1 = tdm_now_ns();
+            char track[64], name[160], args[200];
+            const tdm_value *val = &f->plan->graph->values[v];
+            snprintf(track, sizeof track, "%s copies", dev->name);
+            snprintf(name, sizeof name, "stream %s", val->name);
+            snprintf(args, sizeof args, "\"bytes\":%zu,\"to\":\"%s\",\"streamed\":true,"
+                     "\"copy_queue\":true", val->data->nbytes, dev->name);
+            /* from its issue to the end of the reader's wait (the host's view) */
+            tdm_trace_event(tr, track, name, "copy", f->stream->issued[k], w1, args,
+                            f->stream->flow[k], 0);
+            if (w1 - w0 > 1000) {
+                snprintf(track, sizeof track, "%s waits", dev->name);
+                snprintf(name, sizeof name, "wait %s", val->name);
+                tdm_trace_event(tr, track, name, "wait", w0, w1, NULL, 0, 0);
+            }
+        }
+    }
     *out = f->stream->slot[k];
     if (flow) *flow = f->stream->flow[k];
     return NULL;
