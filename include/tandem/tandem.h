@@ -401,7 +401,11 @@ typedef struct tdm_session_options {
                               the cost model predicts faster (tdm_session_explain says which
                               and why); a host device over its budget is an error. A budget
                               that cannot hold the largest weight plus the activations fails
-                              session creation with TDM_ERR_LIMIT. NULL = no budgets */
+                              session creation with TDM_ERR_LIMIT. Runs of a plan with a
+                              budget on such a device take turns (the budget is one run's);
+                              the first run with new input shapes checks their activations
+                              and streams more weights when they need the room (or fails
+                              with TDM_ERR_LIMIT). NULL = no budgets */
     const char *residency;     /* comma-separated: "mapped" maps external data into the
                               weights' tensors (read from disk on use, never copied whole
                               into memory; for CPU kernels that read weights in place);
