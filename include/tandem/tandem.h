@@ -394,9 +394,10 @@ typedef struct tdm_session_options {
                               weights, activations and (generators) KV cache together, e.g.
                               "cuda:0=8GiB" or "test:0=24MiB" (units B, KiB, MiB, GiB, TiB,
                               KB, MB, GB, TB, K, M, G, T), or a share of the weights placed
-                              there on top of the activations ("cuda:0=25%"). A device with memory of its own over its
-                              budget keeps the small weights resident and streams the rest
-                              from host memory before the layers that need them, or runs
+                              there on top of the activations ("cuda:0=25%"). A device
+                              with memory of its own over its budget keeps the small
+                              weights resident and streams the rest from host memory
+                              before the layers that need them, or runs
                               the layers that fit and leaves the rest to the CPU, whichever
                               the cost model predicts faster (tdm_session_explain says which
                               and why); a host device over its budget is an error. A budget

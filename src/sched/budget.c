@@ -529,7 +529,8 @@ static tdm_status *executor_tables(fit *f, tdm_budget_plan *b) {
     size_t N = f->N, V = f->V, D = (size_t)f->D;
     b->unit_pos = tdm_calloc(a, N + 1, sizeof *b->unit_pos);
     b->last_reader = tdm_calloc(a, V * D + 1, sizeof *b->last_reader);
-    if (!b->unit_pos || !b->last_reader) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory fitting the plan");
+    if (!b->unit_pos || !b->last_reader)
+        return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory fitting the plan");
     memcpy(b->last_reader, f->last_reader, V * D * sizeof *b->last_reader);
     for (int d = 0; d < f->D; d++) {
         int cnt = 0;

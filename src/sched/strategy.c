@@ -31,7 +31,8 @@ static tdm_status *parse_residency(const char *text, bool *mapped, tdm_budget_op
     *mapped = false;
     if (!text || !text[0]) return NULL;
     char buf[256];
-    if (strlen(text) >= sizeof buf) return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "residency: the text is too long");
+    if (strlen(text) >= sizeof buf)
+        return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "residency: the text is too long");
     snprintf(buf, sizeof buf, "%s", text);
     char *save = NULL;
     for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
