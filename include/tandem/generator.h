@@ -95,6 +95,11 @@ typedef struct tdm_generator_options {
                               gets only the last position's row: a prefill of n tokens skips
                               n - 1 rows of the head and writes [1, 1, vocab]. The API gives
                               the last position's logits either way (tdm_generator_logits) */
+    const char *device_memory; /* memory budget "cpu=SIZE" (tdm_session_options.device_memory):
+                              the KV cache (max_length long) counts against it with the
+                              weights and activations; over it, creation fails with
+                              TDM_ERR_LIMIT saying which part is too big. NULL = none */
+    const char *residency; /* tdm_session_options.residency, e.g. "mapped" */
 } tdm_generator_options;
 
 /* Loads the model folder (see above) and prepares the session. `options` may be NULL. */

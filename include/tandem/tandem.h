@@ -389,6 +389,30 @@ typedef struct tdm_session_options {
                               (tdm_env_options.loop_max_iterations); < 0 = no bound */
     int64_t loop_timeout_ms;   /* bound of the wall time of one Loop or Scan node in one run;
                               0 = the environment's setting; < 0 = no bound */
+    /* ---- memory budgets and weight residency (appended; zero = the defaults) ---- */
+    const char *device_memory; /* "DEV=SIZE[,DEV=SIZE]": the most each device may hold for
+                              weights, activations and (generators) KV cache together, e.g.
+                              "cuda:0=8GiB" or "test:0=24MiB" (units B, KiB, MiB, GiB, TiB,
+                              KB, MB, GB, TB, K, M, G, T), or a share of the weights placed
+                              there on top of the activations ("cuda:0=25%"). A device
+                              with memory of its own over its budget keeps the small
+                              weights resident and streams the rest from host memory
+                              before the layers that need them, or runs
+                              the layers that fit and leaves the rest to the CPU, whichever
+                              the cost model predicts faster (tdm_session_explain says which
+                              and why); a host device over its budget is an error. A budget
+                              that cannot hold the largest weight plus the activations fails
+                              session creation with TDM_ERR_LIMIT. Runs of a plan with a
+                              budget on such a device take turns (the budget is one run's);
+                              the first run with new input shapes checks their activations
+                              and streams more weights when they need the room (or fails
+                              with TDM_ERR_LIMIT). NULL = no budgets */
+    const char *residency;     /* comma-separated: "mapped" maps external data into the
+                              weights' tensors (read from disk on use, never copied whole
+                              into memory; for CPU kernels that read weights in place);
+                              "streamed" / "layers" force that plan for devices over their
+                              budgets; "window=K" fixes the prefetch window of streamed
+                              weights (else chosen by the cost model). NULL = defaults */
 } tdm_session_options;
 
 #define TDM_MODE_LATENCY 0

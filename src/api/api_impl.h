@@ -51,6 +51,7 @@ struct tdm_session {
     tdm_strategy *strategy;  /* how the session runs (sched/strategy.h): latency, replicas, pipeline */
     struct tdm_monitor *monitor; /* device counters shared by the strategy's plans (owned) */
     tdm_threadpool *pool;
+    bool map_weights;        /* options.residency "mapped": external data mapped (loader flag) */
     tdm_loop_bounds loop; /* the options' Loop / Scan bounds, else the environment's */
     tdm_device *devices[TDM_MAX_DEVICES];
     int n_devices;

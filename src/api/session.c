@@ -83,7 +83,8 @@ static tdm_status *configure_precision(tdm_session *s, const char *precision) {
  * measurements. */
 static tdm_status *load_model(tdm_session *s, const void *data, size_t size, const char *base_dir,
                               tdm_onnx_model **m_out, uint64_t *hash) {
-    TDM_TRY(tdm_onnx_load_buffer(data, size, base_dir, s->env->alloc, m_out));
+    TDM_TRY(tdm_onnx_load_buffer_ex(data, size, base_dir, s->map_weights ? TDM_ONNX_MAP_EXTERNAL : 0,
+                                    s->env->alloc, m_out));
     tdm_onnx_log_lenient(*m_out, "the model", &s->env->log);
     uint64_t h = tdm_hash_bytes(TDM_HASH_INIT, data, size);
     *hash = h ? h : 1;
@@ -111,6 +112,7 @@ static tdm_status *session_new(tdm_env *env, const tdm_session_options *o, tdm_s
                          : o->loop_timeout_ms < 0 ? 0
                                                   : env->settings.loop_timeout_ms;
     tdm_status *st = parse_devices(s, o->devices, o->no_fallback);
+    if (!st) st = tdm_residency_mapped(o->residency, &s->map_weights); /* loader flag */
     if (!st) st = configure_precision(s, o->precision);
     if (!st)
         st = tdm_threadpool_create(o->threads > 0 ? o->threads : env->threads,

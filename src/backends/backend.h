@@ -18,7 +18,7 @@
 #include "core/settings.h"
 #include "core/status.h"
 
-#define TDM_DEVICE_IFACE_VERSION 6
+#define TDM_DEVICE_IFACE_VERSION 7
 
 typedef struct tdm_device tdm_device;
 
@@ -110,6 +110,16 @@ typedef struct tdm_device_iface {
      * Returns the length. Safe while other threads run the kernel. */
     size_t (*kernel_impl)(tdm_device *dev, const tdm_kernel_def *k, void *state, char *buf,
                           size_t size);
+    /* ---- version 7: a copy queue (optional; NULL = none; needs the version 3 events) ------
+     * host -> device on a queue of the device's own, beside its kernels: the copy starts once
+     * `after` (an event of this device, or NULL) has completed and does NOT order the device's
+     * later kernels after it; *done (owned by the caller, freed with event_free) completes
+     * when the bytes are in buf: a kernel reads buf only after event_wait(dev, dev, *done).
+     * `host` must stay valid and unchanged until *done has completed; `after` may be freed
+     * as soon as the call returns. Streamed weights
+     * (sched/budget.h) go up this way while earlier layers compute. */
+    tdm_status *(*upload_queued)(tdm_device *dev, void *buf, const void *host, size_t size,
+                                 void *after, void **done);
 } tdm_device_iface;
 
 /* The TDM_KF_* flags are in backends/kernel.h (tdm_kernel_def.flags). */
@@ -210,6 +220,10 @@ int64_t tdm_device_channel_block(tdm_device *dev);
 size_t tdm_device_kernel_impl(tdm_device *dev, const tdm_kernel_def *k, void *state, char *buf,
                               size_t size);
 
+/* version 7: the device's upload_queued (TDM_ERR_UNSUPPORTED when it has none) */
+tdm_status *tdm_device_upload_queued(tdm_device *dev, void *buf, const void *host, size_t size,
+                                     void *after, void **done);
+
 /* What a device has, for callers that choose a path before calling (all false for NULL). */
 /* synchronize */
 bool tdm_device_has_synchronize(const tdm_device *dev);
@@ -223,6 +237,8 @@ bool tdm_device_has_staging(const tdm_device *dev);
 bool tdm_device_has_async_copies(const tdm_device *dev);
 /* segment_begin and segment_end */
 bool tdm_device_has_segments(const tdm_device *dev);
+/* upload_queued and the events */
+bool tdm_device_has_copy_queue(const tdm_device *dev);
 
 /* Tensors in a device's memory. tdm_device_tensor_new allocates a device buffer for the shape
  * (the tensor frees it through its release hook); to_device/to_host copy a tensor across

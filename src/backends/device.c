@@ -139,6 +139,15 @@ size_t tdm_device_kernel_impl(tdm_device *dev, const tdm_kernel_def *k, void *st
     return i && i->kernel_impl && k ? i->kernel_impl(dev, k, state, buf, size) : 0;
 }
 
+/* ---- version 7 ---- */
+
+tdm_status *tdm_device_upload_queued(tdm_device *dev, void *buf, const void *host, size_t size,
+                                     void *after, void **done) {
+    const tdm_device_iface *i = at(dev, 7);
+    return i && i->upload_queued ? i->upload_queued(dev, buf, host, size, after, done)
+                                 : lacks(dev, "copy queue");
+}
+
 /* ---- what a device has ---- */
 
 bool tdm_device_has_synchronize(const tdm_device *dev) {
@@ -170,4 +179,9 @@ bool tdm_device_has_async_copies(const tdm_device *dev) {
 bool tdm_device_has_segments(const tdm_device *dev) {
     const tdm_device_iface *i = at(dev, 4);
     return i && i->segment_begin && i->segment_end;
+}
+
+bool tdm_device_has_copy_queue(const tdm_device *dev) {
+    const tdm_device_iface *i = at(dev, 7);
+    return i && i->upload_queued && tdm_device_has_events(dev);
 }

@@ -69,6 +69,9 @@ const char *cli_shape_str(int rank, const int64_t *dims, char *buf, size_t size)
  * exit code after printing the error. */
 int cli_run_random(tdm_env *env, tdm_session *s, int n_shapes, const char *const *shape_names,
                    const char *const *shape_dims, unsigned long long seed);
+/* One line per device of the session: its memory peak and bytes uploaded so far
+ * (tdm_session_monitor), for runs with memory budgets. */
+void cli_print_memory_peaks(FILE *f, tdm_session *s);
 /* Parses "a,b,c" positive integers; returns count or -1. */
 int cli_parse_dims(const char *s, int64_t *dims, int max);
 

@@ -48,6 +48,9 @@ static void bench_usage(FILE *f) {
             "  --micro-batch N    --mode pipeline: rows per micro-batch (default: automatic)\n"
             "  --placement P      auto (default: cost model), first, or a device name\n"
             "  --affinity RULES   \"Op=DEVICE;/regex/=DEVICE;#a-b=DEVICE\" (see tandem plan)\n"
+            "  --device-memory B  memory budgets DEV=SIZE[,DEV=SIZE] (see tandem plan)\n"
+            "  --residency LIST   mapped, streamed, layers, window=K (see tandem run --help);\n"
+            "                     with budgets the MiB uploaded per run and the peak are printed\n"
             "  --precision P      accelerators' arithmetic: fp32 (default), tf32, fp16, bf16\n"
             "  --trace FILE       write a Chrome trace (Perfetto) of the timed runs\n"
             "  --seed N           seed of the random inputs (default 1; input i uses N + i)\n"
@@ -220,6 +223,10 @@ static int bench_parse(int argc, char **argv, struct bench_args *a) {
             a->placement = argv[++i];
         } else if (!strcmp(o, "--affinity") && has_val) {
             a->affinity = argv[++i];
+        } else if (!strcmp(o, "--device-memory") && has_val) {
+            a->device_memory = argv[++i];
+        } else if (!strcmp(o, "--residency") && has_val) {
+            a->residency = argv[++i];
         } else if (!strcmp(o, "--precision") && has_val) {
             a->precision = argv[++i];
         } else if (!strcmp(o, "--cuts") && has_val) {
@@ -358,6 +365,8 @@ int cmd_bench(int argc, char **argv) {
     so.precision = a.precision;
     so.placement = a.placement;
     so.affinity = a.affinity;
+    so.device_memory = a.device_memory;
+    so.residency = a.residency;
     so.micro_batch = (int)a.micro_batch;
     double t0 = bench_now_s();
     if ((st = tdm_session_create(env, a.model, &so, &s))) {
@@ -475,6 +484,19 @@ int cmd_bench(int argc, char **argv) {
                p90, p99, mean, lat[0], lat[runs - 1]);
         printf("throughput: %.2f items/s (%.2f runs/s x batch %ld)\n", items, per_s, a.batch);
         bench_print_devices(s, stdout, false);
+        if (a.device_memory) /* budgets: what streaming costs per run */
+            for (size_t i = 0; i < tdm_session_monitor_count(s); i++) {
+                tdm_device_monitor m;
+                tdm_status *ms = tdm_session_monitor(s, i, &m, sizeof m);
+                if (ms) {
+                    tdm_status_free(ms);
+                    continue;
+                }
+                if (m.bytes_uploaded)
+                    printf("  %s: %.2f MiB uploaded per run, memory peak %.2f MiB\n", m.device,
+                           (double)m.bytes_uploaded / 1048576 / (double)runs,
+                           (double)m.memory_peak / 1048576);
+            }
     }
 done:
     if (info) fclose(info);

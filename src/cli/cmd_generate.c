@@ -17,7 +17,8 @@ static void generate_usage(FILE *f) {
             "                       [--system TEXT] [--max-tokens N] [--max-length N]\n"
             "                       [--temperature T] [--top-k K] [--top-p P]\n"
             "                       [--repetition-penalty R] [--seed S] [--stop-id ID]...\n"
-            "                       [--ignore-eos] [--threads N] [--json]\n\n"
+            "                       [--ignore-eos] [--threads N] [--json]\n"
+            "                       [--device-memory cpu=SIZE] [--residency mapped]\n\n"
             "Generates text with the language model in MODEL_DIR (an ONNX Runtime GenAI folder:\n"
             "genai_config.json, model.onnx, tokenizer.json; or a Hugging Face optimum export with\n"
             "model.onnx and config.json). Prints the text as it is produced, then a summary on\n"
@@ -45,6 +46,9 @@ static void generate_usage(FILE *f) {
             "  --ignore-eos       never sample an eos token (its logit is set to -inf), so runs\n"
             "                     have a fixed length\n"
             "  --threads N        intra-op threads (default: all cores)\n"
+            "  --device-memory cpu=SIZE  memory budget (e.g. cpu=512MiB): weights, activations and\n"
+            "                     the KV cache (max-length long) must fit in it\n"
+            "  --residency mapped external data read from disk in place (not counted in the budget)\n"
             "  --json             print one JSON object at the end instead of streaming: text,\n"
             "                     tokens (the generated ids), prompt_tokens, prefill_tokens_per_s,\n"
             "                     decode_tokens_per_s, ttft_ms, stop_reason\n");
@@ -53,7 +57,7 @@ static void generate_usage(FILE *f) {
 #define MAX_STOP 64
 
 typedef struct gen_args {
-    const char *dir, *prompt, *prompt_ids, *system;
+    const char *dir, *prompt, *prompt_ids, *system, *device_memory, *residency;
     int chat; /* -1 auto, 0 no, 1 yes */
     long max_tokens, max_length, threads, top_k;
     double temperature, top_p, rep;
@@ -122,6 +126,10 @@ static int parse_args(int argc, char **argv, gen_args *a) {
         } else if (!strcmp(o, "--max-length")) {
             if (!parse_long(argv[++i], 1, 1 << 24, &a->max_length))
                 return bad_value(o, argv[i], "an integer >= 1");
+        } else if (!strcmp(o, "--device-memory")) {
+            a->device_memory = argv[++i];
+        } else if (!strcmp(o, "--residency")) {
+            a->residency = argv[++i];
         } else if (!strcmp(o, "--threads")) {
             if (!parse_long(argv[++i], 0, 4096, &a->threads))
                 return bad_value(o, argv[i], "an integer >= 0");
@@ -350,6 +358,8 @@ int cmd_generate(int argc, char **argv) {
         go.stop_ids = stops;
         go.n_stop_ids = ns;
         go.ignore_eos = a.ignore_eos;
+        go.device_memory = a.device_memory;
+        go.residency = a.residency;
         st = tdm_generator_create(env, a.dir, &go, &g);
     }
     if (!st && tok) st = tdm_token_stream_create(tok, true, &ts);

@@ -8,6 +8,7 @@ static void plan_usage(FILE *f) {
     fprintf(f,
             "usage: tandem plan MODEL [--devices LIST] [--placement auto|first|DEVICE]\n"
             "                   [--affinity RULES] [--no-fallback] [--json] [--segments]\n"
+            "                   [--device-memory DEV=SIZE[,DEV=SIZE]] [--residency LIST]\n"
             "                   [--dot FILE] [--measure N] [--shape NAME:d0,d1,...] [--threads N]\n\n"
             "Prints, per node (or per segment with --segments), the device chosen, the predicted\n"
             "time on every candidate device, why it was placed there, the copies between devices\n"
@@ -25,11 +26,17 @@ static void plan_usage(FILE *f) {
             "                    node names, or node positions)\n"
             "  --measure N       run N times on random inputs (after one warm-up run) and show\n"
             "                    measured times and the cost model's error next to the predictions\n"
-            "  --dot FILE        write a Graphviz picture (nodes coloured by device, copies in red)\n");
+            "  --dot FILE        write a Graphviz picture (nodes coloured by device, copies in red)\n"
+            "  --device-memory B memory budgets (DEV=SIZE, e.g. cuda:0=8GiB, test:0=25%%): the plan\n"
+            "                    keeps each device under its budget and says how (weights resident,\n"
+            "                    streamed or mapped per layer; --json: per weight, with the bytes\n"
+            "                    streamed and the predicted time per run)\n"
+            "  --residency LIST  mapped, streamed, layers, window=K (see tandem run --help)\n");
 }
 
 int cmd_plan(int argc, char **argv) {
     const char *model = NULL, *devices = NULL, *placement = NULL, *affinity = NULL, *dot = NULL;
+    const char *device_memory = NULL, *residency = NULL;
     const char *shape_names[64], *shape_dims[64];
     int n_shapes = 0, threads = 0, measure = 0;
     bool json = false, segments = false, no_fallback = false;
@@ -43,6 +50,8 @@ int cmd_plan(int argc, char **argv) {
         else if (!strcmp(a, "--placement") && v) placement = argv[++i];
         else if (!strcmp(a, "--affinity") && v) affinity = argv[++i];
         else if (!strcmp(a, "--dot") && v) dot = argv[++i];
+        else if (!strcmp(a, "--device-memory") && v) device_memory = argv[++i];
+        else if (!strcmp(a, "--residency") && v) residency = argv[++i];
         else if (!strcmp(a, "--measure") && v) measure = atoi(argv[++i]);
         else if (!strcmp(a, "--threads") && v) threads = atoi(argv[++i]);
         else if (!strcmp(a, "--json")) json = true;
@@ -77,6 +86,8 @@ int cmd_plan(int argc, char **argv) {
     if (st) return cli_fail(st, "plan");
     tdm_session_options so = {TDM_API_VERSION, devices, threads, 1, no_fallback, placement, affinity,
                               measure > 0};
+    so.device_memory = device_memory;
+    so.residency = residency;
     int rc = 0;
     char *text = NULL;
     if ((st = tdm_session_create(env, model, &so, &s))) {

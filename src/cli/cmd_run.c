@@ -9,7 +9,9 @@ static void run_usage(FILE *f) {
     fprintf(f,
             "usage: tandem run MODEL [--input NAME=FILE.npy]... [--random] [--shape NAME:d0,d1,...]\n"
             "                  [--seed N] [--int-range LO,HI] [--output-dir DIR] [--devices LIST]\n"
-            "                  [--threads N] [--opt-level N] [--precision P] [--trace FILE]\n\n"
+            "                  [--threads N] [--opt-level N] [--precision P] [--trace FILE]\n"
+            "                  [--device-memory DEV=SIZE[,DEV=SIZE]] [--residency LIST]\n"
+            "                  [--placement auto|first|DEVICE]\n\n"
             "Runs MODEL once and prints each output's name, dtype, shape and a summary.\n"
             "  --input NAME=FILE  an input from a .npy file (repeatable)\n"
             "  --random           random data for inputs not given (dynamic dims = 1 or --shape)\n"
@@ -27,11 +29,20 @@ static void run_usage(FILE *f) {
             "  --opt-level N      0 = no graph passes, 1 = default\n"
             "  --precision P      accelerators' arithmetic: fp32 (default), tf32, fp16, bf16\n"
             "  --trace FILE       write a Chrome trace (Perfetto) of the run: kernels and copies\n"
-            "                     per device on one timeline\n");
+            "                     per device on one timeline\n"
+            "  --device-memory B  memory budgets, e.g. cuda:0=8GiB or test:0=24MiB or test:0=25%%\n"
+            "                     (of the weights placed there): weights over it are streamed or\n"
+            "                     their layers run on the CPU (see tandem plan); the device's\n"
+            "                     memory peak is printed after the run\n"
+            "  --placement P      auto (default: the cost model), first, or a device name (that\n"
+            "                     device, the others only for what it cannot run)\n"
+            "  --residency LIST   mapped (external data read from disk in place), streamed or\n"
+            "                     layers (force the plan over a budget), window=K\n");
 }
 
 typedef struct run_args {
-    const char *model, *outdir, *devices, *trace, *precision;
+    const char *model, *outdir, *devices, *trace, *precision, *device_memory, *residency;
+    const char *placement;
     cli_inputs in;
     int threads, opt;
     bool random;
@@ -64,6 +75,12 @@ static int parse_args(int argc, char **argv, run_args *a) {
             a->opt = atoi(argv[++i]);
         } else if (!strcmp(o, "--precision") && has_val) {
             a->precision = argv[++i];
+        } else if (!strcmp(o, "--device-memory") && has_val) {
+            a->device_memory = argv[++i];
+        } else if (!strcmp(o, "--residency") && has_val) {
+            a->residency = argv[++i];
+        } else if (!strcmp(o, "--placement") && has_val) {
+            a->placement = argv[++i];
         } else if (o[0] == '-') {
             fprintf(stderr, "tandem run: unknown option '%s'\n", o);
             run_usage(stderr);
@@ -207,6 +224,9 @@ int cmd_run(int argc, char **argv) {
     if (st) return cli_fail(st, "run");
     tdm_session_options so = {TDM_API_VERSION, a.devices, a.threads, a.opt, false};
     so.precision = a.precision;
+    so.device_memory = a.device_memory;
+    so.residency = a.residency;
+    so.placement = a.placement;
     rc = 0;
     size_t n_in = 0, n_out = 0;
     tdm_tensor **ins = NULL, **outs = NULL;
@@ -235,6 +255,7 @@ int cmd_run(int argc, char **argv) {
     }
     if ((rc = run_once(s, &a, n_in, names, ins, n_out, out_names, outs))) goto done;
     for (size_t j = 0; j < n_out; j++) cli_print_summary(stdout, out_names[j], outs[j]);
+    if (a.device_memory) cli_print_memory_peaks(stderr, s);
     if (a.outdir) rc = write_outputs(a.outdir, n_out, out_names, outs);
 done:
     for (size_t i = 0; ins && i < n_in; i++) tdm_tensor_free(ins[i]);

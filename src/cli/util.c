@@ -290,3 +290,17 @@ int cli_run_random(tdm_env *env, tdm_session *s, int n_shapes, const char *const
     }
     return rc;
 }
+
+void cli_print_memory_peaks(FILE *f, tdm_session *s) {
+    for (size_t i = 0; i < tdm_session_monitor_count(s); i++) {
+        tdm_device_monitor m;
+        tdm_status *st = tdm_session_monitor(s, i, &m, sizeof m);
+        if (st) {
+            tdm_status_free(st);
+            continue;
+        }
+        fprintf(f, "memory: %s peak %.2f MiB, in use %.2f MiB, uploaded %.2f MiB in %lld copies\n",
+                m.device, (double)m.memory_peak / 1048576, (double)m.memory_in_use / 1048576,
+                (double)m.bytes_uploaded / 1048576, (long long)m.uploads);
+    }
+}

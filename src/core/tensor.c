@@ -1,7 +1,10 @@
 #include "core/tensor.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "core/alloc.h"
 #include "core/checked.h"
@@ -205,4 +208,65 @@ int64_t tdm_tensor_get_i64(const tdm_tensor *t, int64_t i) {
         return (int64_t)v;
     }
     }
+}
+
+/* ---- tensors over mapped files --------------------------------------------------------
+ * The mapping is laid out as one header page (anonymous: the mapping's total length) followed
+ * by the file pages; data points into the file pages at the offset's distance from a page
+ * boundary, so the header is always the page before the one data starts in. */
+#define MAP_MAGIC 0x746d6170u /* "tmap" */
+
+typedef struct map_header {
+    uint32_t magic;
+    size_t total;
+} map_header;
+
+static size_t page_size(void) {
+    long p = sysconf(_SC_PAGESIZE);
+    return p > 0 ? (size_t)p : 4096;
+}
+
+static void map_release(void *device, void *data) {
+    (void)device;
+    size_t page = page_size();
+    char *base = (char *)((uintptr_t)data - (uintptr_t)data % page) - page;
+    const map_header *h = (const map_header *)base;
+    if (h->magic == MAP_MAGIC) munmap(base, h->total);
+}
+
+bool tdm_tensor_is_mapped(const tdm_tensor *t) { return t && t->release == map_release; }
+
+tdm_status *tdm_tensor_new_mapped(const tdm_allocator *a, tdm_dtype dtype, int rank,
+                                  const int64_t *dims, int fd, int64_t offset, tdm_tensor **out) {
+    if (offset < 0 || offset % TDM_ALIGN != 0 || dtype == TDM_STRING)
+        return TDM_ERR(TDM_ERR_UNSUPPORTED, "a mapped tensor needs an offset aligned to %d bytes",
+                       TDM_ALIGN);
+    tdm_tensor *t = NULL;
+    TDM_TRY(tensor_header(a, dtype, rank, dims, &t));
+    size_t page = page_size();
+    int64_t aligned = offset - offset % (int64_t)page;
+    size_t delta = (size_t)(offset - aligned), map_len = delta + (t->nbytes ? t->nbytes : 1);
+    size_t total = page + (map_len + page - 1) / page * page;
+    char *base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED) {
+        tdm_free(a, t);
+        return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "cannot reserve %zu bytes of address space", total);
+    }
+    /* private and writable: a pass that edits a weight in place gets its own pages */
+    if (mmap(base + page, map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, fd,
+             (off_t)aligned) == MAP_FAILED) {
+        int e = errno;
+        munmap(base, total);
+        tdm_free(a, t);
+        return TDM_ERR(TDM_ERR_IO, "cannot map %zu bytes at offset %lld: %s", map_len,
+                       (long long)aligned, strerror(e));
+    }
+    map_header *h = (map_header *)base;
+    h->magic = MAP_MAGIC;
+    h->total = total;
+    t->data = base + page + delta;
+    t->release = map_release;
+    t->owns_data = false;
+    *out = t;
+    return NULL;
 }

@@ -48,6 +48,13 @@ tdm_status *tdm_tensor_clone(const tdm_allocator *a, const tdm_tensor *src, tdm_
 tdm_status *tdm_tensor_reshape_view(const tdm_tensor *src, int rank, const int64_t *dims,
                                     tdm_tensor **out);
 void tdm_tensor_destroy(tdm_tensor *t);
+/* A host tensor over the bytes of file `fd` from `offset` (a multiple of TDM_ALIGN), mapped
+ * private (pages read from the file on first use, never copied whole into memory; writes
+ * stay private to the process). The mapping goes with the tensor; fd may be closed after. */
+tdm_status *tdm_tensor_new_mapped(const tdm_allocator *a, tdm_dtype dtype, int rank,
+                                  const int64_t *dims, int fd, int64_t offset, tdm_tensor **out);
+/* Whether t was made by tdm_tensor_new_mapped (NULL-safe). */
+bool tdm_tensor_is_mapped(const tdm_tensor *t);
 
 /* Reads element i of any numeric/bool tensor as double / int64 (for shape-like inputs). */
 double tdm_tensor_get_f64(const tdm_tensor *t, int64_t i);

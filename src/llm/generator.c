@@ -31,6 +31,7 @@
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "core/status.h"
+#include "sched/budget.h"
 #include "core/tensor.h"
 #include "api/api_impl.h"
 #include "graph/graph.h"
@@ -53,6 +54,7 @@ struct tdm_generator {
     bool last_only;         /* the graph computes the last position's logits only */
     tdm_llm_folder f;
     int n_layers, kv_heads, head_dim;
+    int64_t kv_budget_bytes; /* KV cache taken from options.device_memory (0: no budget) */
     tdm_dtype kv_dtype;
     size_t vocab;           /* 0 until the first run (when the model leaves it dynamic) */
     int max_length;
@@ -94,10 +96,50 @@ struct tdm_generator {
 typedef struct last_edit {
     const char *logits; /* the output's name */
     bool applied;
+    bool last_only;     /* the edit is wanted (not all_logits) */
+    /* memory budget (options.device_memory): the budget in bytes, and the text the session
+     * reads, rewritten here to the budget less the KV cache once the graph tells its size */
+    const tdm_llm_folder *f;
+    int max_length;
+    int64_t budget, kv_bytes;
+    char *budget_text;
+    size_t budget_size;
 } last_edit;
+
+/* The KV cache's bytes from the graph's past inputs ([batch, kv_heads, past, head_dim] per
+ * layer for K and V, max_length long), taken from the budget the session plans with: the
+ * generator holds the cache next to the plan's weights and activations. */
+static tdm_status *kv_budget(tdm_graph *g, last_edit *e) {
+    int64_t bytes = 0;
+    for (int l = 0; l < 4096; l++) {
+        char name[2][TDM_LLM_NAME];
+        layer_name(name[0], e->f->past_key, l);
+        layer_name(name[1], e->f->past_value, l);
+        int found = 0;
+        for (int k = 0; k < 2; k++) {
+            int v = tdm_graph_find_value(g, name[k]);
+            if (v < 0) continue;
+            const tdm_value *val = &g->values[v];
+            if (val->rank != 4 || val->dims[1] <= 0 || val->dims[3] <= 0) continue;
+            bytes += val->dims[1] * val->dims[3] * (int64_t)e->max_length *
+                     (int64_t)tdm_dtype_size(val->dtype);
+            found++;
+        }
+        if (!found) break;
+    }
+    e->kv_bytes = bytes;
+    if (bytes >= e->budget)
+        return TDM_ERR(TDM_ERR_LIMIT, "cpu: the KV cache alone (%.1f MiB for max_length %d) does not "
+                       "fit in the memory budget of %.1f MiB", (double)bytes / 1048576, e->max_length,
+                       (double)e->budget / 1048576);
+    snprintf(e->budget_text, e->budget_size, "cpu=%lldB", (long long)(e->budget - bytes));
+    return NULL;
+}
 
 static tdm_status *last_logits_only(tdm_graph *g, void *user) {
     last_edit *e = user;
+    if (e->budget > 0) TDM_TRY(kv_budget(g, e));
+    if (!e->last_only) return NULL;
     const char *logits = e->logits;
     int lv = tdm_graph_find_value(g, logits);
     if (lv < 0 || g->values[lv].producer < 0) return NULL;
@@ -294,21 +336,43 @@ tdm_status *tdm_generator_create(tdm_env *env, const char *dir, const tdm_genera
     g->dynamic_mask = opt.dynamic_mask;
     atomic_init(&g->cancelled, 0);
     tdm_status *st = tdm_llm_folder_read(dir, &g->f);
-    if (!st) {
-        tdm_session_options so = {.api_version = TDM_API_VERSION, .devices = "cpu",
-                                  .threads = opt.threads, .opt_level = 1,
-                                  .mode = TDM_MODE_LATENCY};
-        last_edit e = {g->f.logits, false};
-        st = tdm_session_create_edited(env, g->f.model_path, &so,
-                                       opt.all_logits ? NULL : last_logits_only, &e, &g->s);
-        g->last_only = e.applied;
+    char budget_text[64] = "";
+    last_edit e = {g->f.logits, false, !opt.all_logits, &g->f, 0, 0, 0, budget_text, sizeof budget_text};
+    if (!st && opt.device_memory && opt.device_memory[0]) {
+        /* the generator runs on the CPU: "cpu=SIZE" (or a bare SIZE) */
+        const char *size = opt.device_memory;
+        if (!strncmp(size, "cpu=", 4)) size += 4;
+        tdm_budget_spec spec;
+        st = strchr(size, '=') || strchr(size, ',')
+                 ? TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "device memory budget '%s': the generator runs "
+                           "on the CPU only; give cpu=SIZE", opt.device_memory)
+                 : tdm_size_parse(size, "device memory budget for 'cpu'", &spec);
+        if (!st && spec.percent > 0)
+            st = TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "device memory budget '%s': the generator needs a "
+                         "size in bytes (its KV cache counts too), not a share of the weights",
+                         opt.device_memory);
+        e.budget = st ? 0 : spec.bytes;
     }
-    if (!st) st = describe(g);
     if (!st) {
         g->max_length = opt.max_length > 0 ? opt.max_length : g->f.max_length > 0 ? g->f.max_length : 2048;
         if (g->f.max_length > 0 && g->max_length > g->f.max_length) g->max_length = g->f.max_length;
-        st = alloc_state(g);
+        e.max_length = g->max_length;
+        tdm_session_options so = {.api_version = TDM_API_VERSION, .devices = "cpu",
+                                  .threads = opt.threads, .opt_level = 1,
+                                  .mode = TDM_MODE_LATENCY};
+        so.device_memory = e.budget > 0 ? budget_text : NULL; /* set by the edit (kv_budget) */
+        so.residency = opt.residency;
+        st = tdm_session_create_edited(env, g->f.model_path, &so,
+                                       opt.all_logits && e.budget <= 0 ? NULL : last_logits_only, &e,
+                                       &g->s);
+        if (st && e.kv_bytes > 0 && e.kv_bytes < e.budget && tdm_status_code(st) == TDM_ERR_LIMIT)
+            st = tdm_status_wrap(st, "the budget less the KV cache (%.1f MiB for max_length %d): ",
+                                 (double)e.kv_bytes / 1048576, g->max_length);
+        g->last_only = e.applied;
+        g->kv_budget_bytes = e.kv_bytes;
     }
+    if (!st) st = describe(g);
+    if (!st) st = alloc_state(g);
     if (!st) st = set_stops(g, &opt);
     if (st) {
         tdm_generator_free(g);

@@ -70,8 +70,12 @@ static tdm_status *check_location_text(const char *loc, const char *tensor) {
     return NULL;
 }
 
-tdm_status *tdm_onnx_read_external(const char *base_dir, const char *location, int64_t offset,
-                                   int64_t length, void *dst, size_t expect, const char *tensor) {
+/* Opens external data after every check (path inside the model's folder, a regular file
+ * with one link, the range inside it, the length what the tensor needs): *fd_out open, and
+ * *length_out the resolved length. */
+static tdm_status *open_external(const char *base_dir, const char *location, int64_t offset,
+                                 int64_t length, size_t expect, const char *tensor, int *fd_out,
+                                 int64_t *length_out) {
     if (!base_dir)
         return TDM_ERR(TDM_ERR_INVALID_MODEL,
                        "tensor '%s' uses external data, but the model was loaded from memory "
@@ -138,6 +142,20 @@ tdm_status *tdm_onnx_read_external(const char *base_dir, const char *location, i
                      "shape and type need", tensor, (long long)length, expect);
         goto out;
     }
+    *fd_out = fd;
+    *length_out = length;
+    return NULL;
+out:
+    close(fd);
+    return st;
+}
+
+tdm_status *tdm_onnx_read_external(const char *base_dir, const char *location, int64_t offset,
+                                   int64_t length, void *dst, size_t expect, const char *tensor) {
+    int fd = -1;
+    TDM_TRY(open_external(base_dir, location, offset, length, expect, tensor, &fd, &length));
+    tdm_status *st = NULL;
+    int64_t end = offset + length;
     if (length == 0 || !dst) goto out; /* dst NULL: checks only */
     {
         long page = sysconf(_SC_PAGESIZE);
@@ -155,4 +173,18 @@ tdm_status *tdm_onnx_read_external(const char *base_dir, const char *location, i
 out:
     close(fd);
     return st;
+}
+
+tdm_status *tdm_onnx_map_external(const char *base_dir, const char *location, int64_t offset,
+                                  int64_t length, tdm_dtype dtype, int rank, const int64_t *dims,
+                                  size_t expect, const char *tensor, const tdm_allocator *a,
+                                  tdm_tensor **out) {
+    *out = NULL;
+    int fd = -1;
+    TDM_TRY(open_external(base_dir, location, offset, length, expect, tensor, &fd, &length));
+    tdm_status *st = NULL;
+    if (length > 0 && offset % TDM_ALIGN == 0)
+        st = tdm_tensor_new_mapped(a, dtype, rank, dims, fd, offset, out);
+    close(fd);
+    return st ? tdm_status_wrap(st, "tensor '%s': external data '%s': ", tensor, location) : NULL;
 }

@@ -16,6 +16,7 @@ typedef struct conv {
     const tdm_allocator *a;
     const char *base_dir;
     unsigned lenient; /* TDM_ONNX_LENIENT_* accepted so far */
+    bool map;         /* TDM_ONNX_MAP_EXTERNAL */
 } conv;
 
 static tdm_status *convert_graph(conv *c, const Onnx__GraphProto *gp, tdm_graph *parent,
@@ -259,7 +260,7 @@ static tdm_status *convert_graph(conv *c, const Onnx__GraphProto *gp, tdm_graph 
         int v;
         if ((st = tdm_graph_add_value(g, tp->name, &v))) goto fail;
         tdm_tensor *t;
-        if ((st = tdm_onnx_take_tensor(tp, c->a, c->base_dir, tp->name, &t))) goto fail;
+        if ((st = tdm_onnx_take_tensor(tp, c->a, c->base_dir, tp->name, c->map, &t))) goto fail;
         tdm_value *val = &g->values[v];
         val->data = t;
         val->is_initializer = true;
@@ -439,6 +440,11 @@ static tdm_status *convert_model(const Onnx__ModelProto *mp, conv *c, tdm_onnx_m
 
 tdm_status *tdm_onnx_load_buffer(const void *data, size_t size, const char *base_dir,
                                  const tdm_allocator *a, tdm_onnx_model **out) {
+    return tdm_onnx_load_buffer_ex(data, size, base_dir, 0, a, out);
+}
+
+tdm_status *tdm_onnx_load_buffer_ex(const void *data, size_t size, const char *base_dir,
+                                    unsigned flags, const tdm_allocator *a, tdm_onnx_model **out) {
     if (!data && size) return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "model buffer is NULL");
     if (size == 0) return TDM_ERR(TDM_ERR_INVALID_MODEL, "the model is empty (0 bytes)");
     if (size > TDM_MAX_MODEL_BYTES)
@@ -459,7 +465,7 @@ tdm_status *tdm_onnx_load_buffer(const void *data, size_t size, const char *base
         st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
     } else {
         m->alloc = a;
-        conv c = {a, base_dir, 0};
+        conv c = {a, base_dir, 0, (flags & TDM_ONNX_MAP_EXTERNAL) != 0};
         st = convert_model(mp, &c, m);
         m->lenient = c.lenient;
     }

@@ -38,6 +38,12 @@ tdm_status *tdm_onnx_load_file(const char *path, const tdm_allocator *a, tdm_onn
 /* Loads from memory; base_dir NULL forbids external data. */
 tdm_status *tdm_onnx_load_buffer(const void *data, size_t size, const char *base_dir,
                                  const tdm_allocator *a, tdm_onnx_model **out);
+/* tdm_onnx_load_buffer with flags: TDM_ONNX_MAP_EXTERNAL maps external data at offsets
+ * aligned to TDM_ALIGN into the weights' tensors (tdm_tensor_new_mapped: pages read from the
+ * file on use, never copied whole into memory) instead of reading it into memory. */
+#define TDM_ONNX_MAP_EXTERNAL 0x1u
+tdm_status *tdm_onnx_load_buffer_ex(const void *data, size_t size, const char *base_dir,
+                                    unsigned flags, const tdm_allocator *a, tdm_onnx_model **out);
 void tdm_onnx_model_free(tdm_onnx_model *m);
 
 /* Loads one serialized TensorProto (ONNX test data .pb files). */
@@ -52,6 +58,12 @@ tdm_status *tdm_onnx_check_wire(const void *data, size_t size, int is_tensor, in
  * dst NULL makes every check without reading. */
 tdm_status *tdm_onnx_read_external(const char *base_dir, const char *location, int64_t offset,
                                    int64_t length, void *dst, size_t expect, const char *tensor);
+/* The same checks, then a mapped tensor over the range (tdm_tensor_new_mapped); *out NULL
+ * (not an error) when the offset is not aligned to TDM_ALIGN: the caller reads it instead. */
+tdm_status *tdm_onnx_map_external(const char *base_dir, const char *location, int64_t offset,
+                                  int64_t length, tdm_dtype dtype, int rank, const int64_t *dims,
+                                  size_t expect, const char *tensor, const tdm_allocator *a,
+                                  tdm_tensor **out);
 /* The folder part of a path ("." when there is none); writes into buf and returns it. */
 char *tdm_path_dir(const char *path, char *buf, size_t size);
 /* Reads a whole file into memory (size-limited). */

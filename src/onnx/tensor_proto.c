@@ -112,22 +112,22 @@ static tdm_status *check_typed(const Onnx__TensorProto *tp, tdm_dtype dt, int64_
 
 static tdm_status *convert(const Onnx__TensorProto *tp, Onnx__TensorProto *steal,
                            const tdm_allocator *a, const char *base_dir, const char *fallback_name,
-                           tdm_tensor **out);
+                           bool map, tdm_tensor **out);
 
 tdm_status *tdm_onnx_convert_tensor(const Onnx__TensorProto *tp, const tdm_allocator *a,
                                     const char *base_dir, const char *fallback_name,
                                     tdm_tensor **out) {
-    return convert(tp, NULL, a, base_dir, fallback_name, out);
+    return convert(tp, NULL, a, base_dir, fallback_name, false, out);
 }
 
 tdm_status *tdm_onnx_take_tensor(Onnx__TensorProto *tp, const tdm_allocator *a, const char *base_dir,
-                                 const char *fallback_name, tdm_tensor **out) {
-    return convert(tp, tp, a, base_dir, fallback_name, out);
+                                 const char *fallback_name, bool map, tdm_tensor **out) {
+    return convert(tp, tp, a, base_dir, fallback_name, map, out);
 }
 
 static tdm_status *convert(const Onnx__TensorProto *tp, Onnx__TensorProto *steal,
                            const tdm_allocator *a, const char *base_dir, const char *fallback_name,
-                           tdm_tensor **out) {
+                           bool map, tdm_tensor **out) {
     const char *name = tp->name && tp->name[0] ? tp->name : fallback_name;
     if (tp->n_dims > TDM_MAX_RANK)
         return TDM_ERR(TDM_ERR_LIMIT, "tensor '%s': rank %zu exceeds the maximum of %d", name,
@@ -220,6 +220,15 @@ static tdm_status *convert(const Onnx__TensorProto *tp, Onnx__TensorProto *steal
             for (int64_t i = 0; i < t->count; i++) ((uint8_t *)t->data)[i] = ((uint8_t *)t->data)[i] != 0;
         *out = t;
         return NULL;
+    }
+    if (map && external && nbytes > 0 && dt != TDM_BOOL) {
+        /* mapped residency: the file's pages, read on use (an unaligned offset: copied) */
+        TDM_TRY(tdm_onnx_map_external(base_dir, loc, offset, length, (tdm_dtype)dt, (int)tp->n_dims,
+                                      dims, nbytes, name, a, &t));
+        if (t) {
+            *out = t;
+            return NULL;
+        }
     }
     TDM_TRY(tdm_tensor_new(a, (tdm_dtype)dt, (int)tp->n_dims, dims, &t));
     if (external) {

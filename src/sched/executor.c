@@ -11,6 +11,7 @@
 #include "core/hash.h"
 #include "graph/infer.h"
 #include "ops/op.h"
+#include "sched/budget.h"
 #include "sched/executor_internal.h"
 
 tdm_status *tdm_exec_between_nodes(const frame *f, size_t next) {
@@ -328,6 +329,7 @@ uint64_t tdm_exec_segment_key(const frame *f, size_t start) {
 
 bool tdm_exec_windowed(const frame *f, size_t i) {
     if (!f->plan || !f->plan->nodes[i].kernel || f->times || f->plan->trace) return false;
+    if (f->stream && f->plan->budget->any_streamed) return false; /* uploads between kernels */
     int d = f->g->nodes[i].device;
     const tdm_device *dev = f->plan->devices[d >= 0 ? d : 0];
     return tdm_device_has_segments(dev); /* a device that uses them */
@@ -400,6 +402,7 @@ static tdm_status *exec_frame(frame *f) {
                 seg_dev = dev;
             }
         }
+        if (f->stream && (st = tdm_stream_prefetch(f, i))) goto done; /* streamed weights */
         for (int k2 = 0; k2 < n->n_inputs; k2++) {
             int v = n->inputs[k2];
             ins[k2] = NULL;
@@ -449,6 +452,7 @@ static tdm_status *exec_frame(frame *f) {
         for (int k2 = 0; k2 < n->n_inputs; k2++) release(f, n->inputs[k2], (int)i);
         for (int k2 = 0; k2 < n->n_implicit; k2++) release(f, n->implicit[k2], (int)i);
         for (int k2 = 0; k2 < n->n_outputs; k2++) release(f, n->outputs[k2], (int)i);
+        tdm_stream_after(f, i);
     }
 done:
     if (seg_dev) { /* the window's held-back work is issued (or dropped on failure) */
@@ -748,6 +752,7 @@ tdm_status *tdm_plan_run_bound(tdm_plan *p, const tdm_tensor *const *inputs,
             goto done;
         }
     }
+    if ((st = tdm_stream_begin(&f, inputs))) goto done; /* budgets, streamed weights */
     if ((st = p->multi_device ? tdm_exec_parallel(&f) : exec_frame(&f))) goto done;
     st = take_outputs(&f, g->outputs, g->n_outputs, outputs);
 done:
@@ -762,6 +767,7 @@ done:
     }
     frame_clear(&f);
     st = tdm_exec_finish(&f, st, outputs, g->n_outputs);
+    tdm_stream_end(&f);
     tdm_exec_release_memplan(p, &f, key, st == NULL);
     tdm_monitor_runs(p->monitor, mon_devs, n_mon, -1);
     if (p->trace) {

@@ -211,6 +211,8 @@ tdm_status *tdm_exec_input_for(frame *f, int v, tdm_device *dev, const tdm_tenso
         *out = t;
         return NULL;
     }
+    if (!want_host && t == f->g->values[v].data && tdm_stream_applies(f, v, dev))
+        return tdm_stream_input(f, v, dev, out, flow); /* a streamed weight (budgets) */
     if (!f->replicas) {
         if (!f->plan && !want_host) return TDM_ERR(TDM_ERR_INTERNAL, "device copy outside a plan");
         f->replicas = tdm_calloc(f->a, f->g->n_values * (1 + TDM_MAX_DEVICES) + 1,

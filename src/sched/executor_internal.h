@@ -57,6 +57,7 @@ struct frame {
      * (NULL = views from the heap) */
     tdm_tensor *const *bound;
     tdm_tensor *bound_hdr;
+    struct tdm_stream_run *stream; /* streamed weights of this run (main graph), or NULL */
 };
 
 /* ---- executor.c ---- */
@@ -141,6 +142,26 @@ tdm_status *tdm_exec_input_for(frame *f, int v, tdm_device *dev, const tdm_tenso
                                uint64_t *flow);
 /* Frees the copies of value v. */
 void tdm_exec_drop_replicas(frame *f, int v);
+
+/* ---- executor_stream.c (streamed weights, sched/budget.h) ---- */
+typedef struct tdm_stream_run tdm_stream_run;
+typedef struct tdm_stream_pool tdm_stream_pool;
+/* Starts a run of a plan with a budget on a device with memory of its own: one such run at
+ * a time (the budget is one run's), the activations of these input shapes checked against
+ * the budget (a refit streams more when they need more room), the run's streamed weights;
+ * tdm_stream_end gives every buffer back and the plan to the next run (also after a
+ * failure). inputs: per graph input (NULL = its initializer). */
+tdm_status *tdm_stream_begin(frame *f, const tdm_tensor *const *inputs);
+void tdm_stream_end(frame *f);
+/* Before node i: uploads the streamed weights of the units up to the window ahead. */
+tdm_status *tdm_stream_prefetch(frame *f, size_t i);
+/* Whether value v is a streamed weight of this run for dev; then tdm_stream_input gives its
+ * device copy (uploading it now if no prefetch did) and its upload's trace flow. */
+bool tdm_stream_applies(const frame *f, int v, const tdm_device *dev);
+tdm_status *tdm_stream_input(frame *f, int v, tdm_device *dev, const tdm_tensor **out,
+                             uint64_t *flow);
+/* After node i: the streamed weights it was the last reader of go back to the ring. */
+void tdm_stream_after(frame *f, size_t i);
 
 /* ---- executor_multi.c ---- */
 /* Runs a multi-device plan: one host thread per device (the caller serves device 0). */

@@ -124,6 +124,7 @@ static void *par_worker_main(void *arg) {
         tdm_device *dev = p->devices[w->device];
         tdm_status *st = tdm_exec_between_nodes(f, pick);
         if (!st) st = xfer_prewait(ps, n, dev);
+        if (!st) st = tdm_stream_prefetch(f, pick); /* streamed weights (budgets) */
         uint64_t flows[4];
         int n_flows = 0;
         /* inputs in this device's memory (copies are made under the lock: they touch the
@@ -198,6 +199,7 @@ static void *par_worker_main(void *arg) {
         }
         for (int k = 0; k < n->n_inputs; k++) par_finish_value(ps, n->inputs[k]);
         for (int k = 0; k < n->n_implicit; k++) par_finish_value(ps, n->implicit[k]);
+        tdm_stream_after(f, pick);
         if ((st = xfer_eager_downloads(f, pick, w->device))) {
             if (!ps->err) ps->err = st;
             else tdm_status_free(st);

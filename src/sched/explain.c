@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "sched/budget.h"
 #include "sched/cost.h"
 #include "sched/place.h"
 #include "sched/plan.h"
@@ -246,6 +247,140 @@ typedef struct explain_sums {
     int err_n;
 } explain_sums;
 
+/* The layer group of a weight for explanations: its name up to the number after "layers." /
+ * "layer." / "blocks." / "h." (e.g. "model.layers.3"), else the name without its last
+ * dotted or slashed part. */
+static void layer_group(const char *name, char *out, size_t size) {
+    static const char *const keys[] = {"layers.", "layer.", "blocks.", "h.", "layers/", "layer/"};
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+        const char *at = strstr(name, keys[k]);
+        if (!at) continue;
+        const char *e = at + strlen(keys[k]);
+        while (*e >= '0' && *e <= '9') e++;
+        if (e == at + strlen(keys[k])) continue;
+        snprintf(out, size, "%.*s", (int)(e - name), name);
+        return;
+    }
+    const char *last = strrchr(name, '.');
+    const char *slash = strrchr(name, '/');
+    if (slash && (!last || slash > last)) last = slash;
+    if (last && last != name) snprintf(out, size, "%.*s", (int)(last - name), name);
+    else snprintf(out, size, "%s", name);
+}
+
+/* The device a weight is read on (its first reader's), or -1. */
+static int weight_device(const tdm_plan *p, int v) {
+    const tdm_graph *g = p->graph;
+    for (size_t i = 0; i < g->n_nodes; i++)
+        for (int j = 0; j < g->nodes[i].n_inputs; j++)
+            if (g->nodes[i].inputs[j] == v) return g->nodes[i].device;
+    return -1;
+}
+
+static void sb_ms_or_null(sbuf *b, double ms) {
+    if (isinf(ms) || !(ms > 0)) sb_printf(b, "null");
+    else sb_printf(b, "%.6g", ms);
+}
+
+/* Budgets and residency (sched/budget.h) in the JSON explanation: per device the budget and
+ * its parts, per weight its residency, and the plan's totals. */
+static void explain_budget_json(const tdm_plan *p, sbuf *b) {
+    const tdm_budget_plan *bp = p->budget;
+    const tdm_graph *g = p->graph;
+    double streamed = 0;
+    sb_printf(b, ",\"budget\":{");
+    if (bp) {
+        sb_printf(b, "\"choice\":\"%s\",\"reason\":", bp->choice == TDM_FIT_STREAMED ? "streamed"
+                  : bp->choice == TDM_FIT_LAYERS ? "layers" : "resident");
+        sb_json_str(b, bp->why);
+        sb_printf(b, ",\"devices\":{");
+        for (int d = 0; d < p->n_devices; d++) {
+            streamed += (double)bp->streamed[d];
+            sb_printf(b, "%s", d ? "," : "");
+            sb_json_str(b, p->devices[d]->name);
+            sb_printf(b, ":{\"budget_bytes\":%lld,\"weights_bytes\":%lld,\"resident_bytes\":%lld,"
+                      "\"streamed_bytes\":%lld,\"ring_bytes\":%lld,\"activation_bytes\":%lld,"
+                      "\"reserved_bytes\":%lld,\"window\":%d}", (long long)bp->budget[d],
+                      (long long)bp->weights[d], (long long)bp->resident[d], (long long)bp->streamed[d],
+                      (long long)bp->ring[d], (long long)bp->activations[d], (long long)bp->reserve[d],
+                      bp->window[d]);
+        }
+        sb_printf(b, "},\"predicted_streamed_ms\":");
+        sb_ms_or_null(b, bp->predicted_streamed_ms);
+        sb_printf(b, ",\"predicted_layers_ms\":");
+        sb_ms_or_null(b, bp->predicted_layers_ms);
+        sb_printf(b, ",");
+    }
+    sb_printf(b, "\"predicted_ms_per_run\":%.6g,\"bytes_streamed_per_run\":%.0f}",
+              bp && bp->predicted_ms > 0 ? bp->predicted_ms : p->predicted_ms, streamed);
+    sb_printf(b, ",\"weights\":[");
+    bool first = true;
+    for (size_t v = 0; v < g->n_values; v++) {
+        const tdm_value *val = &g->values[v];
+        if (!val->data || val->is_input) continue;
+        int d = weight_device(p, (int)v);
+        if (d < 0) continue;
+        tdm_residency r = bp && bp->residency ? (tdm_residency)bp->residency[v]
+                          : tdm_tensor_is_mapped(val->data) ? TDM_RES_MAPPED : TDM_RES_RESIDENT;
+        if (r == TDM_RES_NONE) r = TDM_RES_RESIDENT;
+        char grp[160];
+        layer_group(val->name, grp, sizeof grp);
+        sb_printf(b, "%s{\"name\":", first ? "" : ",");
+        sb_json_str(b, val->name);
+        sb_printf(b, ",\"group\":");
+        sb_json_str(b, grp);
+        sb_printf(b, ",\"device\":");
+        sb_json_str(b, p->devices[d]->name);
+        sb_printf(b, ",\"residency\":\"%s\",\"bytes\":%zu}", tdm_residency_name(r), val->data->nbytes);
+        first = false;
+    }
+    sb_printf(b, "]");
+}
+
+/* Budgets in the text explanation: the decision, then the weights grouped by layer. */
+static void explain_budget_text(const tdm_plan *p, sbuf *b) {
+    const tdm_budget_plan *bp = p->budget;
+    if (!bp) return;
+    const tdm_graph *g = p->graph;
+    sb_printf(b, "\nmemory budgets: %s\n", bp->why);
+    for (int d = 0; d < p->n_devices; d++)
+        if (bp->budget[d] > 0)
+            sb_printf(b, "  %s: budget %.1f MiB: resident weights %.1f + ring %.1f (window k=%d) + "
+                      "activations %.1f + reserved %.1f MiB; streamed %.1f MiB per run\n",
+                      p->devices[d]->name, (double)bp->budget[d] / 1048576,
+                      (double)bp->resident[d] / 1048576, (double)bp->ring[d] / 1048576, bp->window[d],
+                      (double)bp->activations[d] / 1048576, (double)bp->reserve[d] / 1048576,
+                      (double)bp->streamed[d] / 1048576);
+    if (!bp->residency) return;
+    sb_printf(b, "  %-40s %-10s %10s %10s %10s\n", "layer group", "device", "resident", "streamed",
+              "mapped");
+    char cur[160] = "";
+    int cur_dev = -1;
+    double sums[4] = {0};
+    for (size_t v = 0; v <= g->n_values; v++) {
+        char grp[160] = "";
+        int d = -1;
+        bool end = v == g->n_values;
+        if (!end) {
+            const tdm_value *val = &g->values[v];
+            if (!val->data || val->is_input || !bp->residency[v]) continue;
+            d = weight_device(p, (int)v);
+            if (d < 0) continue;
+            layer_group(val->name, grp, sizeof grp);
+        }
+        if (end || strcmp(grp, cur) || d != cur_dev) {
+            if (cur[0] && cur_dev >= 0)
+                sb_printf(b, "  %-40.40s %-10s %9.2fM %9.2fM %9.2fM\n", cur, p->devices[cur_dev]->name,
+                          sums[TDM_RES_RESIDENT] / 1048576, sums[TDM_RES_STREAMED] / 1048576,
+                          sums[TDM_RES_MAPPED] / 1048576);
+            snprintf(cur, sizeof cur, "%s", grp);
+            cur_dev = d;
+            memset(sums, 0, sizeof sums);
+        }
+        if (!end) sums[bp->residency[v] & 3] += (double)g->values[v].data->nbytes;
+    }
+}
+
 /* The JSON explanation (TDM_EXPLAIN_JSON). */
 static void explain_json(tdm_plan *p, sbuf *b, const explain_sums *x) {
     const tdm_graph *g = p->graph;
@@ -325,6 +460,7 @@ static void explain_json(tdm_plan *p, sbuf *b, const explain_sums *x) {
         sb_printf(b, ":%zu", mf.weights_bytes[d]);
     }
     sb_printf(b, "}}");
+    explain_budget_json(p, b);
     sb_printf(b, "}\n");
 }
 
@@ -419,6 +555,7 @@ static void explain_table(tdm_plan *p, sbuf *b, int format, const explain_sums *
                       100 * (pt - x->measured_total) / x->measured_total);
     }
     sb_printf(b, "\n");
+    explain_budget_text(p, b);
 }
 
 /* The copies of the plan and the totals over its nodes (x->copies allocated with a). */

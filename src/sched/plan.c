@@ -9,7 +9,9 @@
 
 #include "graph/fuse.h"
 #include "graph/infer.h"
+#include "sched/budget.h"
 #include "sched/cost.h"
+#include "sched/stream.h"
 #include "sched/place.h"
 #include "sched/xfer.h"
 #include "sched/plan.h"
@@ -392,6 +394,22 @@ static tdm_status *relayout_cpu_regions(tdm_plan *p, const tdm_plan_options *opt
     return st;
 }
 
+/* Memory budgets (sched/budget.h): the fit pass after placement; when it moves the nodes
+ * that do not fit to the CPU (the layers plan), the graph is placed again with them there
+ * and fitted once more (which keeps the first fit's decision for the explanation). */
+static tdm_status *fit_budgets(tdm_plan *p, const tdm_plan_options *opts, bool *moved) {
+    int *keep = NULL;
+    TDM_TRY(tdm_budget_fit(p, opts->budget, *moved, &keep));
+    if (!keep) return NULL;
+    tdm_status *st = place(p, opts, keep);
+    tdm_free(p->alloc, keep);
+    keep = NULL;
+    *moved = true;
+    if (!st) st = tdm_budget_fit(p, opts->budget, true, &keep);
+    tdm_free(p->alloc, keep);
+    return st;
+}
+
 tdm_status *tdm_plan_create(const tdm_allocator *a, tdm_graph *graph, tdm_device **devices,
                             int n_devices, tdm_threadpool *pool, const tdm_plan_options *opts,
                             tdm_plan **out) {
@@ -427,8 +445,15 @@ tdm_status *tdm_plan_create(const tdm_allocator *a, tdm_graph *graph, tdm_device
     if (opts->opt_level >= 1 && cpu && (st = optimise(graph, cpu, blocked, a))) goto fail;
     if ((st = plan_arrays(p))) goto fail;
     if ((st = place(p, opts, NULL))) goto fail;
-    if (opts->opt_level >= 1 && cpu && !blocked && (st = relayout_cpu_regions(p, opts, cpu)))
-        goto fail;
+    bool moved = false; /* the budgets moved nodes to the CPU */
+    if (opts->budget && (st = fit_budgets(p, opts, &moved))) goto fail;
+    if (opts->opt_level >= 1 && cpu && !blocked) {
+        size_t before = p->graph->n_nodes;
+        if ((st = relayout_cpu_regions(p, opts, cpu))) goto fail;
+        /* the layout pass changed the graph: the residency tables again, on the final one */
+        if (opts->budget && p->graph->n_nodes != before && (st = fit_budgets(p, opts, &moved)))
+            goto fail;
+    }
     if (opts->profile &&
         !(p->measured_ms = tdm_calloc(a, graph->n_nodes ? graph->n_nodes : 1, sizeof(double)))) {
         st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory creating a plan");
@@ -446,6 +471,7 @@ fail:
 
 void tdm_plan_free(tdm_plan *p) {
     if (!p) return;
+    tdm_stream_pool_free(p); /* device buffers: while p->devices is there */
     if (p->nodes && p->graph)
         for (size_t i = 0; i < p->graph->n_nodes; i++)
             if (p->nodes[i].state && p->nodes[i].kernel && p->nodes[i].kernel->release)
@@ -466,6 +492,7 @@ void tdm_plan_free(tdm_plan *p) {
     tdm_graph_free(p->graph);
     for (int i = 0; i < TDM_PLAN_MEM_SLOTS; i++) tdm_memplan_free(p->alloc, p->mem[i]);
     tdm_xfer_pool_free(p->staging, p->alloc);
+    tdm_budget_plan_free(p->alloc, p->budget);
     pthread_mutex_destroy(&p->mem_mu);
     tdm_free(p->alloc, p);
 }

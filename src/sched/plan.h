@@ -65,6 +65,10 @@ typedef struct tdm_plan {
     tdm_loop_bounds loop;         /* bounds of Loop / Scan nodes in a run of this plan */
     /* control-flow bodies planned once (sched/executor_body.c), a list under mem_mu */
     struct tdm_body *bodies;
+    /* memory budgets and weight residency (sched/budget.h), or NULL without budgets */
+    struct tdm_budget_plan *budget;
+    /* device buffers of streamed weights, kept across runs (sched/stream.c), or NULL */
+    struct tdm_stream_pool *stream_pool;
 } tdm_plan;
 
 /* Stored measurements (sched/measured.c): apply replaces predicted node times with what
@@ -86,6 +90,8 @@ typedef struct tdm_plan_options {
     const tdm_settings *settings; /* the environment's, outliving the plan (cache folder,
                                      copies, spin); NULL = the built-in defaults */
     tdm_loop_bounds loop;  /* resolved bounds of Loop / Scan nodes (0 = none) */
+    const struct tdm_budget_options *budget; /* memory budgets per plan device (sched/budget.h);
+                                                NULL = none */
 } tdm_plan_options;
 
 /* Takes ownership of `graph` (on success and on failure). */

@@ -6,7 +6,10 @@
 
 #include "core/alloc.h"
 #include "graph/infer.h"
+#include "sched/budget.h"
 #include "sched/pipeline_mode.h"
+#include <stdlib.h>
+#include <string.h>
 
 tdm_status *tdm_strategy_wrap(const tdm_allocator *a, const tdm_strategy_iface *iface, void *ctx,
                               tdm_plan *plan, tdm_strategy **out) {
@@ -23,6 +26,62 @@ tdm_status *tdm_strategy_wrap(const tdm_allocator *a, const tdm_strategy_iface *
     return NULL;
 }
 
+/* Parses the residency option: flags into *out (NULL: checks only). */
+static tdm_status *parse_residency(const char *text, bool *mapped, tdm_budget_options *out) {
+    *mapped = false;
+    if (!text || !text[0]) return NULL;
+    char buf[256];
+    if (strlen(text) >= sizeof buf)
+        return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "residency: the text is too long");
+    snprintf(buf, sizeof buf, "%s", text);
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        while (*tok == ' ') tok++;
+        if (!*tok) continue;
+        if (!strcmp(tok, "mapped")) *mapped = true;
+        else if (!strcmp(tok, "streamed") || !strcmp(tok, "layers") || !strcmp(tok, "auto")) {
+            if (out) out->force = !strcmp(tok, "streamed") ? TDM_FIT_STREAMED
+                                  : !strcmp(tok, "layers") ? TDM_FIT_LAYERS
+                                                           : 0;
+        } else if (!strncmp(tok, "window=", 7)) {
+            char *end;
+            long k = strtol(tok + 7, &end, 10);
+            if (!tok[7] || *end || k < 1 || k > 64)
+                return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "residency: '%s' needs a window of 1 to 64 "
+                               "nodes", tok);
+            if (out) out->window = (int)k;
+        } else {
+            return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "residency: '%s' is not one of mapped, streamed, "
+                           "layers, auto, window=K", tok);
+        }
+    }
+    return NULL;
+}
+
+tdm_status *tdm_residency_mapped(const char *residency, bool *mapped) {
+    return parse_residency(residency, mapped, NULL);
+}
+
+tdm_status *tdm_strategy_budget(const tdm_strategy_setup *su, tdm_device *const *devs, int n,
+                                tdm_budget_options *out, bool *any) {
+    const tdm_session_options *o = su->o;
+    memset(out, 0, sizeof *out);
+    *any = false;
+    bool mapped;
+    TDM_TRY(parse_residency(o->residency, &mapped, out));
+    if (!o->device_memory || !o->device_memory[0]) return NULL;
+    tdm_budget_spec all[TDM_MAX_DEVICES];
+    memset(all, 0, sizeof all);
+    TDM_TRY(tdm_budget_parse(o->device_memory, su->devices, su->n_devices, all));
+    for (int d = 0; d < n && d < TDM_MAX_DEVICES; d++)
+        for (int e = 0; e < su->n_devices; e++)
+            if (su->devices[e] == devs[d]) {
+                out->spec[d] = all[e];
+                *any |= all[e].bytes > 0 || all[e].percent > 0;
+            }
+    return NULL;
+}
+
 tdm_status *tdm_strategy_plan_on(const tdm_strategy_setup *su, tdm_graph *g, tdm_device *dev,
                                  const char *affinity, bool profile, uint64_t model_hash,
                                  tdm_plan **out) {
@@ -33,9 +92,16 @@ tdm_status *tdm_strategy_plan_on(const tdm_strategy_setup *su, tdm_graph *g, tdm
     tdm_device *devs[2] = {dev, cpu};
     int nd = cpu && cpu != dev && !o->no_fallback ? 2 : 1;
     /* the plan runs on its device; the CPU only takes what the device cannot run */
+    tdm_budget_options bo;
+    bool budgets = false;
+    tdm_status *st = tdm_strategy_budget(su, devs, nd, &bo, &budgets);
+    if (st) {
+        tdm_graph_free(g);
+        return st;
+    }
     tdm_plan_options po = {o->no_fallback, o->opt_level, dev->name, affinity,
                            tdm_threadpool_size(su->pool), profile, model_hash,
-                           su->settings, su->loop};
+                           su->settings, su->loop, budgets ? &bo : NULL};
     return tdm_plan_create(su->alloc, g, devs, nd, su->pool, &po, out);
 }
 

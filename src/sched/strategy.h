@@ -112,6 +112,15 @@ tdm_status *tdm_strategy_plan_on(const tdm_strategy_setup *su, tdm_graph *g, tdm
  * setting and model hash: the latency plan, and the plan that describes a pipeline. */
 tdm_status *tdm_strategy_plan_all(const tdm_strategy_setup *su, tdm_graph *g, tdm_plan **out);
 
+/* The session's memory budgets and residency options (device_memory, residency) for a plan
+ * over devs (budgets of the session's other devices are left out); *any false without
+ * budgets. Bad text is TDM_ERR_INVALID_ARGUMENT. */
+struct tdm_budget_options;
+tdm_status *tdm_strategy_budget(const tdm_strategy_setup *su, tdm_device *const *devs, int n,
+                                struct tdm_budget_options *out, bool *any);
+/* Whether the session's residency option asks for mapped weights (checked text). */
+tdm_status *tdm_residency_mapped(const char *residency, bool *mapped);
+
 /* The implementations: each takes g (also on failure). */
 tdm_status *tdm_latency_create(const tdm_strategy_setup *su, tdm_graph *g, tdm_strategy **out);
 tdm_status *tdm_replicas_create(const tdm_strategy_setup *su, tdm_graph *g, tdm_strategy **out);

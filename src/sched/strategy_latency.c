@@ -5,6 +5,7 @@
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "sched/monitor.h"
+#include "sched/budget.h"
 #include "sched/strategy.h"
 
 typedef struct latency {
@@ -83,9 +84,16 @@ static const tdm_strategy_iface latency_iface = {
  * session's placement and affinity. */
 tdm_status *tdm_strategy_plan_all(const tdm_strategy_setup *su, tdm_graph *g, tdm_plan **out) {
     const tdm_session_options *o = su->o;
+    tdm_budget_options bo;
+    bool budgets = false;
+    tdm_status *st = tdm_strategy_budget(su, su->devices, su->n_devices, &bo, &budgets);
+    if (st) {
+        tdm_graph_free(g);
+        return st;
+    }
     tdm_plan_options po = {o->no_fallback, o->opt_level, o->placement, o->affinity,
                            tdm_threadpool_size(su->pool), o->profile, su->model_hash,
-                           su->settings, su->loop};
+                           su->settings, su->loop, budgets ? &bo : NULL};
     return tdm_plan_create(su->alloc, g, su->devices, su->n_devices, su->pool, &po, out);
 }
 

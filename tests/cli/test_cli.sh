@@ -99,5 +99,14 @@ expect inspect-subgraphs 0 "nodes:      3 (1 in the main graph, 2 in 2 subgraphs
 expect inspect-subgraph-params 0 "parameters: 16 " "$T" inspect "$IFM"
 expect inspect-plan-shape 0 "planned                yes" "$T" inspect "$SRC/tests/models/mlp_dynamic_batch/model.onnx" --plan --shape input:3,4,8
 expect inspect-shape-without-plan nonzero "is for --plan" "$T" inspect "$M" --shape input:1,3,64,64
+# issue 21: memory budgets on the test device: the plan streams weights under a quarter of
+# them (per weight residency, bytes streamed and the predicted time in --json), the run prints
+# the device's peak, bad budgets are clear errors
+expect plan-budget-json 0 "" sh -c "TANDEM_TEST_DEVICES=1 \"$T\" plan $M --devices test:0,cpu --placement test:0 --device-memory test:0=50% --residency streamed --json | $J 'import json,sys; p=json.load(sys.stdin); b=p[\"budget\"]; w=p[\"weights\"]; s=sum(x[\"bytes\"] for x in w if x[\"residency\"]==\"streamed\"); assert b[\"choice\"]==\"streamed\" and s==b[\"bytes_streamed_per_run\"]>0 and b[\"predicted_ms_per_run\"]>0 and b[\"devices\"][\"test:0\"][\"budget_bytes\"]>0, b'"
+expect plan-budget-text 0 "memory budgets: test:0" sh -c "TANDEM_TEST_DEVICES=1 \"$T\" plan $M --devices test:0,cpu --placement test:0 --device-memory test:0=50%"
+expect run-budget-peak 0 "memory: test:0 peak" sh -c "TANDEM_TEST_DEVICES=1 \"$T\" run $M --random --devices test:0,cpu --placement test:0 --device-memory test:0=50% 2>&1"
+expect run-budget-bad-unit nonzero "unknown unit 'XB'" "$T" run "$M" --random --device-memory cpu=12XB
+expect run-budget-too-small nonzero "largest weight" sh -c "TANDEM_TEST_DEVICES=1 \"$T\" run $M --random --devices test:0,cpu --placement test:0 --device-memory test:0=1KiB"
+expect bench-budget 0 "test:0: [0-9.]* MiB uploaded per run" sh -c "TANDEM_TEST_DEVICES=1 \"$T\" bench $M --devices test:0,cpu --placement test:0 --device-memory test:0=50% --residency streamed --iterations 2 --warmup 1 --threads 1"
 echo "$passes passed, $fails failed"
 [ $fails = 0 ]

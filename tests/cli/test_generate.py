@@ -105,6 +105,26 @@ def main():
                 check(got["prompt_tokens"] == len(prompt), "prompt_tokens")
                 check(got["decode_tokens_per_s"] > 0 and got["ttft_ms"] > 0, "timings are positive")
 
+        # memory budget (issue 21): a roomy cpu budget gives the same ids; the KV cache counts
+        # against it (max_length long), each part too big is named
+        prompt = "3,4,5"
+        base, _ = generate_json(T, folder, "--prompt-ids", prompt, "--max-tokens", "8", "--ignore-eos")
+        roomy, r = generate_json(T, folder, "--prompt-ids", prompt, "--max-tokens", "8", "--ignore-eos",
+                                 "--device-memory", "cpu=1GiB")
+        check(base is not None and roomy is not None and roomy["tokens"] == base["tokens"],
+              "--device-memory cpu=1GiB: the same ids")
+        ml = min(4096, cfg.get("max_position_embeddings", 4096))  # max_length is capped at the folder's
+        kv = L * 2 * kvh * hd * ml * 4  # float32 K and V per layer
+        r = run([T, "generate", folder, "--prompt-ids", prompt, "--max-tokens", "2", "--max-length", "4096",
+                 "--device-memory", f"cpu={kv // 2}B"])
+        check(r.returncode != 0 and "KV cache alone" in r.stderr, "a budget below the KV cache is refused")
+        r = run([T, "generate", folder, "--prompt-ids", prompt, "--max-tokens", "2", "--max-length", "4096",
+                 "--device-memory", f"cpu={kv + 1024}B"])
+        check(r.returncode != 0 and "less the KV cache" in r.stderr and "exceed" in r.stderr,
+              "a budget with room for the KV cache but not the weights names both")
+        r = run([T, "generate", folder, "--prompt-ids", prompt, "--device-memory", "cpu=12XB"])
+        check(r.returncode != 0 and "unknown unit" in r.stderr, "a bad budget is refused")
+
         # sampling: same seed, same ids; --max-tokens; --stop-id
         args = ["--prompt-ids", "5,6,7", "--temperature", "1.2", "--top-k", "50", "--top-p", "0.95", "--seed", "11",
                 "--max-tokens", "20", "--ignore-eos"]

@@ -70,6 +70,18 @@ static unsigned f_flags(tdm_device *d, const tdm_kernel_def *k, const tdm_node *
     n_flags++;
     return TDM_KF_WRITES_ALL;
 }
+static int n_queued;
+static tdm_status *f_upload_queued(tdm_device *d, void *buf, const void *host, size_t size,
+                                   void *after, void **done) {
+    (void)d;
+    (void)buf;
+    (void)host;
+    (void)size;
+    (void)after;
+    *done = NULL;
+    n_queued++;
+    return NULL;
+}
 static void f_close(tdm_device *d) {
     (void)d;
     n_close++;
@@ -88,12 +100,13 @@ static tdm_device_iface full_iface(int version) {
         .configure = f_configure,
         .segment_begin = f_begin,
         .kernel_flags = f_flags,
+        .upload_queued = f_upload_queued,
     };
     return f;
 }
 
 static void reset(void) {
-    n_sync = n_event_sync = n_event_free = n_configure = n_flags = n_begin = n_close = 0;
+    n_sync = n_event_sync = n_event_free = n_configure = n_flags = n_begin = n_close = n_queued = 0;
 }
 
 static void expect_unsupported(tdm_status *st, const char *device) {
@@ -122,6 +135,15 @@ static void test_version_gates_members(void **state) {
     assert_int_equal(n_event_sync + n_event_free + n_configure + n_begin + n_flags, 0);
     assert_false(tdm_device_has_events(&d));
     assert_false(tdm_device_has_segments(&d));
+    assert_false(tdm_device_has_copy_queue(&d));
+    expect_unsupported(tdm_device_upload_queued(&d, &ev, &ev, 4, NULL, &out), "old:0");
+    assert_int_equal(n_queued, 0);
+    /* version 6 does not have the copy queue either */
+    tdm_device_iface f6 = full_iface(6);
+    tdm_device d6 = {.iface = &f6, .name = "six:0"};
+    assert_false(tdm_device_has_copy_queue(&d6));
+    expect_unsupported(tdm_device_upload_queued(&d6, &ev, &ev, 4, NULL, &out), "six:0");
+    assert_int_equal(n_queued, 0);
     /* version 1 members are read */
     OK(tdm_device_synchronize(&d));
     assert_int_equal(n_sync, 1);
@@ -149,6 +171,10 @@ static void test_current_version_calls_members(void **state) {
     assert_int_equal(n_begin, 1);
     assert_int_equal(n_flags, 1);
     assert_true(tdm_device_has_events(&d));
+    assert_true(tdm_device_has_copy_queue(&d));
+    void *done = &ev;
+    OK(tdm_device_upload_queued(&d, &ev, &ev, 4, NULL, &done));
+    assert_int_equal(n_queued, 1);
     /* segment_end missing: no launch windows, and segment_end is a no-op */
     assert_false(tdm_device_has_segments(&d));
     OK(tdm_device_segment_end(&d, true));

@@ -205,6 +205,7 @@ static const tdm_device_iface cuda_iface = {
     .configure = cuda_configure,
     .segment_begin = cuda_segment_begin,
     .segment_end = cuda_segment_end,
+    .upload_queued = cuda_upload_queued,
 };
 
 bool cuda_is_own_device(const tdm_device *dev) { return dev && dev->iface == &cuda_iface; }

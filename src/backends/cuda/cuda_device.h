@@ -190,6 +190,8 @@ void cuda_mem_release(cuda_device *d);
 tdm_status *cuda_buffer_alloc(tdm_device *dev, size_t size, void **buf);
 void cuda_buffer_free(tdm_device *dev, void *buf);
 tdm_status *cuda_upload(tdm_device *dev, void *buf, const void *host, size_t size);
+tdm_status *cuda_upload_queued(tdm_device *dev, void *buf, const void *host, size_t size,
+                               void *after, void **done);
 tdm_status *cuda_download(tdm_device *dev, void *host, const void *buf, size_t size);
 tdm_status *cuda_download_async(tdm_device *dev, void *host, const void *buf, size_t size,
                                 void **event);

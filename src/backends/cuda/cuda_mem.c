@@ -206,6 +206,47 @@ static tdm_status *upload_locked(cuda_device *d, void *buf, const void *host, si
     return cuda_check(cudaStreamWaitEvent(d->stream, d->ev_h2d, 0), "ordering an upload");
 }
 
+/* The copy queue (backend.h version 7): the h2d stream waits only for `after` (not for the
+ * compute issued so far) and the compute stream does not wait for the copy: a kernel that
+ * reads buf waits on *done (event_wait). Pageable memory still goes through the staging
+ * buffers (the host thread copies each 8 MiB piece in); pinned memory goes up directly. */
+tdm_status *cuda_upload_queued(tdm_device *dev, void *buf, const void *host, size_t size,
+                               void *after, void **done) {
+    cuda_device *d = dev->ctx;
+    TDM_TRY(select_device(d));
+    cudaEvent_t ev = NULL;
+    TDM_TRY(cuda_check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "creating an event"));
+    pthread_mutex_lock(&d->gate);
+    pthread_mutex_lock(&d->copy_lock);
+    tdm_status *st = NULL;
+    if (after) st = cuda_check(cudaStreamWaitEvent(d->h2d, (cudaEvent_t)after, 0), "ordering a copy");
+    if (!st && size && is_pinned(host)) {
+        st = cuda_check(cudaMemcpyAsync(buf, host, size, cudaMemcpyHostToDevice, d->h2d), "upload");
+    } else {
+        for (size_t off = 0; !st && off < size;) {
+            size_t n = size - off < CUDA_STAGING_BYTES ? size - off : CUDA_STAGING_BYTES;
+            int slot = d->staging_next;
+            d->staging_next = (slot + 1) % CUDA_STAGING_SLOTS;
+            st = cuda_check(cudaEventSynchronize(d->staging_done[slot]), "waiting for a staging buffer");
+            if (st) break;
+            memcpy(d->staging[slot], (const char *)host + off, n);
+            st = cuda_check(cudaMemcpyAsync((char *)buf + off, d->staging[slot], n,
+                                            cudaMemcpyHostToDevice, d->h2d), "upload");
+            if (!st) st = cuda_check(cudaEventRecord(d->staging_done[slot], d->h2d), "recording an event");
+            off += n;
+        }
+    }
+    if (!st) st = cuda_check(cudaEventRecord(ev, d->h2d), "recording an event");
+    pthread_mutex_unlock(&d->copy_lock);
+    pthread_mutex_unlock(&d->gate);
+    if (st) {
+        cudaEventDestroy(ev);
+        return st;
+    }
+    *done = ev;
+    return NULL;
+}
+
 tdm_status *cuda_upload(tdm_device *dev, void *buf, const void *host, size_t size) {
     cuda_device *d = dev->ctx;
     if (!size) return NULL;

@@ -8,7 +8,14 @@
  * kernel (a slow device); test_device_ops="Op1,Op2" (TANDEM_TEST_DEVICE_OPS) limits the ops
  * it claims (an accelerator that supports only some ops); test_device_fail_every=K
  * (TANDEM_TEST_DEVICE_FAIL_EVERY) makes every K-th kernel fail (a device that errors
- * mid-run). */
+ * mid-run).
+ *
+ * Its kernels run on the calling thread, so an event recorded on it has completed at once.
+ * It has a copy queue (backend.h version 7): upload_queued copies on a thread of its own,
+ * started on first use, whose events complete when the bytes are in place; event_wait and
+ * event_sync block the calling thread until then. Streamed weights (sched/budget.h) thus
+ * really go up while the device's kernels run. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,8 +26,27 @@
 #include "backends/cpu/cpu_simd.h"
 #include "core/alloc.h"
 
+/* An event: done once its copy (if any) has been made; guarded by the device's copy lock. */
+typedef struct td_event {
+    bool done;
+} td_event;
+
+typedef struct td_copy {
+    struct td_copy *next;
+    void *buf;
+    const void *host;
+    size_t size;
+    td_event *done;
+} td_copy;
+
 typedef struct testdev {
     const tdm_allocator *a;
+    /* the copy queue: a FIFO served by one thread */
+    pthread_mutex_t copy_mu;
+    pthread_cond_t copy_cv;
+    td_copy *head, *tail;
+    bool copier_started, stopping;
+    pthread_t copier;
     long delay_us;
     long fail_every;
     long calls; /* atomically counted kernels (for fail_every) */
@@ -79,9 +105,101 @@ static tdm_status *td_download(tdm_device *dev, void *host, const void *buf, siz
     return NULL;
 }
 
+/* ---- events and the copy queue ---- */
+
+static tdm_status *td_event_record(tdm_device *dev, void **event) {
+    testdev *td = dev->ctx;
+    td_event *e = tdm_calloc(td->a, 1, sizeof *e);
+    if (!e) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "%s: out of memory for an event", dev->name);
+    e->done = true; /* kernels ran on the calling thread: all work so far is done */
+    *event = e;
+    return NULL;
+}
+
+static tdm_status *td_event_sync(tdm_device *dev, void *event) {
+    testdev *td = dev->ctx;
+    td_event *e = event;
+    if (!e) return NULL;
+    pthread_mutex_lock(&td->copy_mu);
+    while (!e->done) pthread_cond_wait(&td->copy_cv, &td->copy_mu);
+    pthread_mutex_unlock(&td->copy_mu);
+    return NULL;
+}
+
+static tdm_status *td_event_wait(tdm_device *dev, tdm_device *owner, void *event) {
+    if (owner && owner != dev) return tdm_device_event_sync(owner, event);
+    return td_event_sync(dev, event); /* the next kernel runs on this thread: it waits here */
+}
+
+static void td_event_free(tdm_device *dev, void *event) {
+    testdev *td = dev->ctx;
+    tdm_free(td->a, event);
+}
+
+static void *td_copier(void *arg) {
+    testdev *td = arg;
+    pthread_mutex_lock(&td->copy_mu);
+    for (;;) {
+        while (!td->head && !td->stopping) pthread_cond_wait(&td->copy_cv, &td->copy_mu);
+        if (!td->head) break;
+        td_copy *c = td->head;
+        pthread_mutex_unlock(&td->copy_mu);
+        memcpy(c->buf, c->host, c->size);
+        pthread_mutex_lock(&td->copy_mu);
+        td->head = c->next;
+        if (!td->head) td->tail = NULL;
+        c->done->done = true;
+        tdm_free(td->a, c);
+        pthread_cond_broadcast(&td->copy_cv);
+    }
+    pthread_mutex_unlock(&td->copy_mu);
+    return NULL;
+}
+
+static tdm_status *td_upload_queued(tdm_device *dev, void *buf, const void *host, size_t size,
+                                    void *after, void **done) {
+    testdev *td = dev->ctx;
+    TDM_TRY(td_event_sync(dev, after)); /* (compute events are done at once) */
+    td_event *e = tdm_calloc(td->a, 1, sizeof *e);
+    td_copy *c = tdm_calloc(td->a, 1, sizeof *c);
+    if (!e || !c) {
+        tdm_free(td->a, e);
+        tdm_free(td->a, c);
+        return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "%s: out of memory queueing a copy", dev->name);
+    }
+    *c = (td_copy){NULL, buf, host, size, e};
+    tdm_status *st = NULL;
+    pthread_mutex_lock(&td->copy_mu);
+    if (!td->copier_started) {
+        if (pthread_create(&td->copier, NULL, td_copier, td) == 0) td->copier_started = true;
+        else st = TDM_ERR(TDM_ERR_DEVICE, "%s: cannot start the copy thread", dev->name);
+    }
+    if (!st) {
+        if (td->tail) td->tail->next = c;
+        else td->head = c;
+        td->tail = c;
+        pthread_cond_broadcast(&td->copy_cv);
+    }
+    pthread_mutex_unlock(&td->copy_mu);
+    if (st) {
+        tdm_free(td->a, e);
+        tdm_free(td->a, c);
+        return st;
+    }
+    *done = e;
+    return NULL;
+}
+
 static void td_close(tdm_device *dev) {
     testdev *td = dev->ctx;
     const tdm_allocator *a = td->a;
+    pthread_mutex_lock(&td->copy_mu);
+    td->stopping = true;
+    pthread_cond_broadcast(&td->copy_cv);
+    pthread_mutex_unlock(&td->copy_mu);
+    if (td->copier_started) pthread_join(td->copier, NULL);
+    pthread_mutex_destroy(&td->copy_mu);
+    pthread_cond_destroy(&td->copy_cv);
     tdm_free(a, td);
     tdm_free(a, dev);
 }
@@ -95,6 +213,11 @@ static const tdm_device_iface td_iface = {
     .buffer_free = td_free,
     .upload = td_upload,
     .download = td_download,
+    .event_record = td_event_record,
+    .event_wait = td_event_wait,
+    .event_sync = td_event_sync,
+    .event_free = td_event_free,
+    .upload_queued = td_upload_queued,
 };
 
 static tdm_status *td_discover(const tdm_allocator *a, const tdm_logger *log,
@@ -116,6 +239,8 @@ static tdm_status *td_discover(const tdm_allocator *a, const tdm_logger *log,
             return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory creating test devices");
         }
         td->a = a;
+        pthread_mutex_init(&td->copy_mu, NULL);
+        pthread_cond_init(&td->copy_cv, NULL);
         /* the CPU's cap too: the test device runs CPU kernels, and its measured profile
          * must not look faster than a capped CPU only because its kernels are not capped */
         tdm_cpu_isa isa = tdm_cpu_host_isa(), cap;
