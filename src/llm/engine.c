@@ -451,7 +451,8 @@ static void pack(tdm_llm_engine *e, int *n_tokens, int *n_rows) {
         e->cu_buf[j] = T;
         e->past_buf[j] = (int32_t)r->n_computed;
         for (int t = 0; t < n; t++) {
-            tdm_llm_put_index(e->ids_buf, e->ed.ids_dtype, (size_t)(T + t), r->tokens[r->n_computed + (size_t)t]);
+            tdm_llm_put_index(e->ids_buf, e->ed.ids_dtype, (size_t)(T + t),
+                              r->tokens[r->n_computed + (size_t)t]);
             if (e->ed.has_pos)
                 tdm_llm_put_index(e->pos_buf, e->ed.pos_dtype, (size_t)(T + t),
                                   (int64_t)r->n_computed + t);
@@ -613,7 +614,9 @@ static tdm_status *create(tdm_llm_engine *e, const char *dir, const tdm_llm_engi
     if (!e->f.genai)
         return TDM_ERR(TDM_ERR_UNSUPPORTED, "not an ONNX Runtime GenAI folder (no "
                        "genai_config.json): the engine pages GroupQueryAttention models only");
-    e->max_length = o->max_length > 0 ? o->max_length : e->f.max_length > 0 ? e->f.max_length : 2048;
+    e->max_length = o->max_length > 0   ? o->max_length
+                    : e->f.max_length > 0 ? e->f.max_length
+                                          : 2048;
     if (e->f.max_length > 0 && e->max_length > e->f.max_length) e->max_length = e->f.max_length;
     e->max_batch = o->max_batch > 0 ? o->max_batch : 16;
     e->max_step_tokens = o->max_step_tokens > 0 ? o->max_step_tokens : 512;

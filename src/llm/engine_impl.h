@@ -62,7 +62,9 @@ void tdm_kv_register(tdm_kv_pool *p, int32_t b, uint64_t hash, uint64_t parent,
                      const int32_t *tokens);
 static inline int32_t tdm_kv_used(const tdm_kv_pool *p) { return p->n_blocks - p->n_free; }
 /* Blocks a new sequence could get now (free and cached only). */
-static inline int32_t tdm_kv_available(const tdm_kv_pool *p) { return p->n_free + p->n_cached_only; }
+static inline int32_t tdm_kv_available(const tdm_kv_pool *p) {
+    return p->n_free + p->n_cached_only;
+}
 
 /* ---- the graph edit (engine_edit.c) ---- */
 
