@@ -13,12 +13,14 @@
  *   build/bench_paged THREADS [BLOCK_SIZE=16] [SEQUENCES=1]
  *
  * TANDEM_CPU_ISA caps the SIMD level as for the library; BENCH_CTX=N runs one context only,
- * BENCH_ONLY=gqa|paged|bhsd one side only (for a profiler). The third column set is the
+ * BENCH_ONLY=gqa|paged|bhsd one side only (for a profiler), BENCH_HUGE=1 every cache in
+ * memory advised for transparent huge pages (2 MiB; the machine's THP setting is "madvise"). The third column set is the
  * tandem_kv_layout="BHSD" cache ([blocks, kv heads, block size, head size]). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "backends/cpu/cpu_isa.h"
@@ -49,6 +51,22 @@ static tdm_tensor *tensor(tdm_dtype dt, int rank, const int64_t *dims) {
     }
     if (dt == TDM_FLOAT)
         for (int64_t i = 0; i < t->count; i++) ((float *)t->data)[i] = (float)(rand() % 2001 - 1000) * 1e-3f;
+    return t;
+}
+
+/* A cache: with BENCH_HUGE=1 in memory of its own advised for transparent huge pages (as an
+ * engine's KV pool may be), else a plain tensor. Random contents. */
+static tdm_tensor *cache_tensor(int rank, const int64_t *dims) {
+    if (!getenv("BENCH_HUGE")) return tensor(TDM_FLOAT, rank, dims);
+    size_t n = 1;
+    for (int i = 0; i < rank; i++) n *= (size_t)dims[i];
+    size_t bytes = (n * sizeof(float) + (2u << 20) - 1) & ~(size_t)((2u << 20) - 1);
+    float *mem = aligned_alloc(2u << 20, bytes);
+    if (!mem) exit(1);
+    madvise(mem, bytes, MADV_HUGEPAGE);
+    for (size_t i = 0; i < n; i++) mem[i] = (float)(rand() % 2001 - 1000) * 1e-3f;
+    tdm_tensor *t = NULL;
+    if (tdm_tensor_new_view(NULL, TDM_FLOAT, rank, dims, mem, &t)) exit(1);
     return t;
 }
 
@@ -181,15 +199,15 @@ int main(int argc, char **argv) {
     }
     for (int64_t b = 0; b <= NS; b++) ((int32_t *)cu->data)[b] = (int32_t)b;
     for (int l = 0; l < LAYERS; l++) {
-        tdm_tensor *kc = tensor(TDM_FLOAT, 4, gcd), *vc = tensor(TDM_FLOAT, 4, gcd);
+        tdm_tensor *kc = cache_tensor(4, gcd), *vc = cache_tensor(4, gcd);
         const tdm_tensor *gin[9] = {gq, gk, gv, kc, vc, sl, tl, cosc, sinc};
         memcpy(g->in[l], gin, sizeof gin);
         g->out[l][0] = gy, g->out[l][1] = view(kc), g->out[l][2] = view(vc);
-        tdm_tensor *pk = tensor(TDM_FLOAT, 3, pcd), *pv = tensor(TDM_FLOAT, 3, pcd);
+        tdm_tensor *pk = cache_tensor(3, pcd), *pv = cache_tensor(3, pcd);
         const tdm_tensor *pin[10] = {q, k, v, pk, pv, cu, past, bt, cosc, sinc};
         memcpy(p->in[l], pin, sizeof pin);
         p->out[l][0] = py, p->out[l][1] = view(pk), p->out[l][2] = view(pv);
-        tdm_tensor *hk = tensor(TDM_FLOAT, 4, hcd), *hv = tensor(TDM_FLOAT, 4, hcd);
+        tdm_tensor *hk = cache_tensor(4, hcd), *hv = cache_tensor(4, hcd);
         const tdm_tensor *hin[10] = {q, k, v, hk, hv, cu, past, bt, cosc, sinc};
         memcpy(ph->in[l], hin, sizeof hin);
         ph->out[l][0] = py, ph->out[l][1] = view(hk), ph->out[l][2] = view(hv);
