@@ -13,6 +13,7 @@
  *   build/bench_paged THREADS [BLOCK_SIZE=16] [SEQUENCES=1]
  *
  * TANDEM_CPU_ISA caps the SIMD level as for the library; BENCH_CTX=N runs one context only,
+ * BENCH_PREFILL=S times a prompt of S tokens per sequence instead (one row),
  * BENCH_ONLY=gqa|paged|bhsd one side only (for a profiler), BENCH_HUGE=1 every cache in
  * memory advised for transparent huge pages (2 MiB; the machine's THP setting is "madvise"). The third column set is the
  * tandem_kv_layout="BHSD" cache ([blocks, kv heads, block size, head size]). */
@@ -158,9 +159,12 @@ int main(int argc, char **argv) {
     if (threads > 1 && tdm_threadpool_create(threads, 0, &pool)) return 1;
     srand(1);
     /* shared inputs: one token per sequence */
-    int64_t qd[2] = {NS, H * D}, kd[2] = {NS, KVH * D}, cosd[2] = {MAXCTX, D / 2};
+    /* BENCH_PREFILL=S: a prompt of S tokens per sequence (past 0) instead of decode steps */
+    int64_t S = getenv("BENCH_PREFILL") ? atoll(getenv("BENCH_PREFILL")) : 1;
+    if (S < 1 || S > MAXCTX) S = 1;
+    int64_t qd[2] = {NS * S, H * D}, kd[2] = {NS * S, KVH * D}, cosd[2] = {MAXCTX, D / 2};
     tdm_tensor *q = tensor(TDM_FLOAT, 2, qd), *k = tensor(TDM_FLOAT, 2, kd), *v = tensor(TDM_FLOAT, 2, kd);
-    int64_t q3[3] = {NS, 1, H * D}, k3[3] = {NS, 1, KVH * D};
+    int64_t q3[3] = {NS, S, H * D}, k3[3] = {NS, S, KVH * D};
     tdm_tensor *gq = tensor(TDM_FLOAT, 3, q3), *gk = tensor(TDM_FLOAT, 3, k3), *gv = tensor(TDM_FLOAT, 3, k3);
     memcpy(gq->data, q->data, q->nbytes);
     memcpy(gk->data, k->data, k->nbytes);
@@ -183,7 +187,7 @@ int main(int argc, char **argv) {
     p->o = &pop, p->paged = true, p->n_in = 10, p->pool = pool, p->simd = &simd;
     *ph = *p;
     ph->o = &hop;
-    int64_t gyd[3] = {NS, 1, H * D};
+    int64_t gyd[3] = {NS, S, H * D};
     tdm_tensor *gy = tensor(TDM_FLOAT, 3, gyd), *py = tensor(TDM_FLOAT, 2, qd);
     /* paged: NS * MAXCTX / BS blocks per layer, a random permutation */
     int64_t per_seq = (MAXCTX + BS - 1) / BS, NB = NS * per_seq;
@@ -197,7 +201,7 @@ int main(int argc, char **argv) {
         perm[i] = perm[r];
         perm[r] = t;
     }
-    for (int64_t b = 0; b <= NS; b++) ((int32_t *)cu->data)[b] = (int32_t)b;
+    for (int64_t b = 0; b <= NS; b++) ((int32_t *)cu->data)[b] = (int32_t)(b * S);
     for (int l = 0; l < LAYERS; l++) {
         tdm_tensor *kc = cache_tensor(4, gcd), *vc = cache_tensor(4, gcd);
         const tdm_tensor *gin[9] = {gq, gk, gv, kc, vc, sl, tl, cosc, sinc};
@@ -219,10 +223,11 @@ int main(int argc, char **argv) {
            "|---:|---:|---:|---:|---:|---:|\n");
     static const int ctxs[] = {128, 256, 512, 1024, 2048};
     for (size_t c = 0; c < sizeof ctxs / sizeof ctxs[0]; c++) {
-        int ctxlen = ctxs[c];
+        int ctxlen = S > 1 ? (int)S : ctxs[c];
+        if (S > 1 && c > 0) break; /* a prompt: one row of the table */
         for (int64_t b = 0; b < NS; b++) {
             ((int32_t *)sl->data)[b] = ctxlen - 1;
-            ((int32_t *)past->data)[b] = ctxlen - 1;
+            ((int32_t *)past->data)[b] = ctxlen - (int32_t)S;
         }
         ((int32_t *)tl->data)[0] = ctxlen;
         if (getenv("BENCH_CTX") && atoi(getenv("BENCH_CTX")) != ctxlen) continue;

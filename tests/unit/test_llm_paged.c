@@ -421,6 +421,9 @@ static void test_errors(void **state) {
         {0, 2, 2, "ends at 2"},                 /* cu = 0, 2, 2: one token left over */
         {0, 0, 1, "must be 0"},
         {1, 0, 7, "past the rotary caches"},    /* seq 0 reaches position 8, cos has 8 rows */
+        {1, 0, 2147483647, "needs 2147483649 positions"}, /* no int32 overflow */
+        {0, 1, 2147483647, "not non-decreasing"},
+        {0, 1, -2147483647 - 1, "not non-decreasing"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         err_init(&e);

@@ -392,7 +392,7 @@ tdm_status *tdm_llm_run_paged(tdm_kernel_ctx *ctx) {
      * queries; a copy of a cache whose output is not asked for */
     int64_t longest = 0;
     for (int64_t b = 0; b < j.B; b++) {
-        int64_t len = (int64_t)j.past[b] + (j.cu[b + 1] - j.cu[b]);
+        int64_t len = (int64_t)j.past[b] + ((int64_t)j.cu[b + 1] - j.cu[b]);
         longest = len > longest ? len : longest;
     }
     if (longest > j.MB * j.BS) longest = j.MB * j.BS; /* larger is refused by check_tables */
