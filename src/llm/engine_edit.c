@@ -5,8 +5,9 @@
  *    the model has it, the same way);
  *  - each GroupQueryAttention node becomes com.microsoft PagedAttention (the same node,
  *    rewired): query/key/value as they were, the caches are new inputs kv_cache.N.key /
- *    kv_cache.N.value [n_blocks, block_size, kv_heads * head_dim], bound by the engine to its
- *    pool and bound again as the outputs kv_cache_out.N.* (updated in place), and three new
+ *    kv_cache.N.value [n_blocks, kv_heads, block_size, head_dim] (tandem_kv_layout "BHSD": a
+ *    head's rows of a block together), bound by the engine to its pool and bound again as
+ *    the outputs kv_cache_out.N.* (updated in place), and three new
  *    inputs shared by every layer, cumulative_sequence_length [batch + 1], past_seqlens
  *    [batch] and block_table [batch, max_blocks] (int32); cos/sin caches and the rotary
  *    attributes carry over. past_key_values.N.* and present.N.* go;
@@ -96,6 +97,24 @@ static tdm_status *keep_paged_attrs(tdm_graph *g, tdm_node *n) {
         n->attrs[w++] = *at;
     }
     n->n_attrs = w;
+    /* the caches as [blocks, kv heads, block size, head size]: a head's rows of a block
+     * together (tandem's layout attribute, k_llm_paged.c) */
+    tdm_attr *na = tdm_calloc(g->alloc, (size_t)w + 1, sizeof *na);
+    char *nm = tdm_strdup(g->alloc, "tandem_kv_layout"), *val = tdm_strdup(g->alloc, "BHSD");
+    if (!na || !nm || !val) {
+        tdm_free(g->alloc, na);
+        tdm_free(g->alloc, nm);
+        tdm_free(g->alloc, val);
+        return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory editing the graph");
+    }
+    if (w) memcpy(na, n->attrs, (size_t)w * sizeof *na);
+    na[w].name = nm;
+    na[w].type = TDM_ATTR_STRING;
+    na[w].s = val;
+    na[w].s_len = 4;
+    tdm_free(g->alloc, n->attrs);
+    n->attrs = na;
+    n->n_attrs = w + 1;
     return NULL;
 }
 
@@ -258,11 +277,11 @@ tdm_status *tdm_engine_edit_graph(tdm_graph *g, void *user) {
             break;
         }
         tdm_dtype kvt = e->kv_dtype;
-        int64_t cd[3] = {e->n_blocks, e->block_size, (int64_t)e->kv_heads * e->head_dim};
+        int64_t cd[4] = {e->n_blocks, e->kv_heads, e->block_size, e->head_dim};
         int caches[4];
         for (int j = 0; j < 4 && !st; j++) {
             tdm_engine_cache_name(name, l, j & 1, j >= 2);
-            st = exact_value(g, name, kvt, 3, cd, &caches[j]);
+            st = exact_value(g, name, kvt, 4, cd, &caches[j]);
         }
         if (st) break;
         tdm_node *n = &g->nodes[node];
