@@ -13,11 +13,15 @@
  *   build/bench_paged THREADS [BLOCK_SIZE=16] [SEQUENCES=1]
  *
  * TANDEM_CPU_ISA caps the SIMD level as for the library; BENCH_CTX=N runs one context only,
- * BENCH_ONLY=gqa|paged one side only (for a profiler). */
+ * BENCH_PREFILL=S times a prompt of S tokens per sequence instead (one row),
+ * BENCH_ONLY=gqa|paged|bhsd one side only (for a profiler), BENCH_HUGE=1 every cache in
+ * memory advised for transparent huge pages (2 MiB; the machine's THP setting is "madvise"). The third column set is the
+ * tandem_kv_layout="BHSD" cache ([blocks, kv heads, block size, head size]). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "backends/cpu/cpu_isa.h"
@@ -51,6 +55,22 @@ static tdm_tensor *tensor(tdm_dtype dt, int rank, const int64_t *dims) {
     return t;
 }
 
+/* A cache: with BENCH_HUGE=1 in memory of its own advised for transparent huge pages (as an
+ * engine's KV pool may be), else a plain tensor. Random contents. */
+static tdm_tensor *cache_tensor(int rank, const int64_t *dims) {
+    if (!getenv("BENCH_HUGE")) return tensor(TDM_FLOAT, rank, dims);
+    size_t n = 1;
+    for (int i = 0; i < rank; i++) n *= (size_t)dims[i];
+    size_t bytes = (n * sizeof(float) + (2u << 20) - 1) & ~(size_t)((2u << 20) - 1);
+    float *mem = aligned_alloc(2u << 20, bytes);
+    if (!mem) exit(1);
+    madvise(mem, bytes, MADV_HUGEPAGE);
+    for (size_t i = 0; i < n; i++) mem[i] = (float)(rand() % 2001 - 1000) * 1e-3f;
+    tdm_tensor *t = NULL;
+    if (tdm_tensor_new_view(NULL, TDM_FLOAT, rank, dims, mem, &t)) exit(1);
+    return t;
+}
+
 static tdm_tensor *view(tdm_tensor *of) {
     tdm_tensor *t = NULL;
     if (tdm_tensor_new_view(NULL, of->dtype, of->rank, of->dims, of->data, &t)) exit(1);
@@ -59,11 +79,11 @@ static tdm_tensor *view(tdm_tensor *of) {
 
 typedef struct op {
     tdm_node node;
-    tdm_attr attrs[3];
+    tdm_attr attrs[4];
     void *state;
 } op;
 
-static void op_init(op *o, const char *type) {
+static void op_init(op *o, const char *type, bool bhsd) {
     memset(o, 0, sizeof *o);
     static const char *const names[] = {"num_heads", "kv_num_heads", "do_rotary"};
     const int64_t vals[] = {H, KVH, 1};
@@ -76,7 +96,11 @@ static void op_init(op *o, const char *type) {
     o->node.op_type = (char *)type;
     o->node.domain = "com.microsoft";
     o->node.opset = 1;
-    o->node.n_attrs = 3;
+    o->node.n_attrs = bhsd ? 4 : 3;
+    o->attrs[3].name = "tandem_kv_layout";
+    o->attrs[3].type = TDM_ATTR_STRING;
+    o->attrs[3].s = "BHSD";
+    o->attrs[3].s_len = 4;
     o->node.attrs = o->attrs;
     tdm_llm_gqa_prepare(&o->node, 1, 10, NULL, NULL, &o->state);
 }
@@ -135,9 +159,12 @@ int main(int argc, char **argv) {
     if (threads > 1 && tdm_threadpool_create(threads, 0, &pool)) return 1;
     srand(1);
     /* shared inputs: one token per sequence */
-    int64_t qd[2] = {NS, H * D}, kd[2] = {NS, KVH * D}, cosd[2] = {MAXCTX, D / 2};
+    /* BENCH_PREFILL=S: a prompt of S tokens per sequence (past 0) instead of decode steps */
+    int64_t S = getenv("BENCH_PREFILL") ? atoll(getenv("BENCH_PREFILL")) : 1;
+    if (S < 1 || S > MAXCTX) S = 1;
+    int64_t qd[2] = {NS * S, H * D}, kd[2] = {NS * S, KVH * D}, cosd[2] = {MAXCTX, D / 2};
     tdm_tensor *q = tensor(TDM_FLOAT, 2, qd), *k = tensor(TDM_FLOAT, 2, kd), *v = tensor(TDM_FLOAT, 2, kd);
-    int64_t q3[3] = {NS, 1, H * D}, k3[3] = {NS, 1, KVH * D};
+    int64_t q3[3] = {NS, S, H * D}, k3[3] = {NS, S, KVH * D};
     tdm_tensor *gq = tensor(TDM_FLOAT, 3, q3), *gk = tensor(TDM_FLOAT, 3, k3), *gv = tensor(TDM_FLOAT, 3, k3);
     memcpy(gq->data, q->data, q->nbytes);
     memcpy(gk->data, k->data, k->nbytes);
@@ -151,17 +178,20 @@ int main(int argc, char **argv) {
     /* GQA: [NS, KVH, MAXCTX, D] caches per layer, present = past (in place) */
     int64_t gcd[4] = {NS, KVH, MAXCTX, D}, nsd[1] = {NS};
     tdm_tensor *sl = tensor(TDM_INT32, 1, nsd), *tl = tensor(TDM_INT32, 0, NULL);
-    op gop, pop;
-    op_init(&gop, "GroupQueryAttention");
-    op_init(&pop, "PagedAttention");
-    run_set *g = calloc(1, sizeof *g), *p = calloc(1, sizeof *p);
+    op gop, pop, hop;
+    op_init(&gop, "GroupQueryAttention", false);
+    op_init(&pop, "PagedAttention", false);
+    op_init(&hop, "PagedAttention", true);
+    run_set *g = calloc(1, sizeof *g), *p = calloc(1, sizeof *p), *ph = calloc(1, sizeof *ph);
     g->o = &gop, g->n_in = 9, g->pool = pool, g->simd = &simd;
     p->o = &pop, p->paged = true, p->n_in = 10, p->pool = pool, p->simd = &simd;
-    int64_t gyd[3] = {NS, 1, H * D};
+    *ph = *p;
+    ph->o = &hop;
+    int64_t gyd[3] = {NS, S, H * D};
     tdm_tensor *gy = tensor(TDM_FLOAT, 3, gyd), *py = tensor(TDM_FLOAT, 2, qd);
     /* paged: NS * MAXCTX / BS blocks per layer, a random permutation */
     int64_t per_seq = (MAXCTX + BS - 1) / BS, NB = NS * per_seq;
-    int64_t pcd[3] = {NB, BS, KVH * D}, btd[2] = {NS, per_seq}, cud[1] = {NS + 1};
+    int64_t pcd[3] = {NB, BS, KVH * D}, hcd[4] = {NB, KVH, BS, D}, btd[2] = {NS, per_seq}, cud[1] = {NS + 1};
     tdm_tensor *bt = tensor(TDM_INT32, 2, btd), *cu = tensor(TDM_INT32, 1, cud), *past = tensor(TDM_INT32, 1, nsd);
     int32_t *perm = bt->data;
     for (int64_t i = 0; i < NB; i++) perm[i] = (int32_t)i;
@@ -171,34 +201,41 @@ int main(int argc, char **argv) {
         perm[i] = perm[r];
         perm[r] = t;
     }
-    for (int64_t b = 0; b <= NS; b++) ((int32_t *)cu->data)[b] = (int32_t)b;
+    for (int64_t b = 0; b <= NS; b++) ((int32_t *)cu->data)[b] = (int32_t)(b * S);
     for (int l = 0; l < LAYERS; l++) {
-        tdm_tensor *kc = tensor(TDM_FLOAT, 4, gcd), *vc = tensor(TDM_FLOAT, 4, gcd);
+        tdm_tensor *kc = cache_tensor(4, gcd), *vc = cache_tensor(4, gcd);
         const tdm_tensor *gin[9] = {gq, gk, gv, kc, vc, sl, tl, cosc, sinc};
         memcpy(g->in[l], gin, sizeof gin);
         g->out[l][0] = gy, g->out[l][1] = view(kc), g->out[l][2] = view(vc);
-        tdm_tensor *pk = tensor(TDM_FLOAT, 3, pcd), *pv = tensor(TDM_FLOAT, 3, pcd);
+        tdm_tensor *pk = cache_tensor(3, pcd), *pv = cache_tensor(3, pcd);
         const tdm_tensor *pin[10] = {q, k, v, pk, pv, cu, past, bt, cosc, sinc};
         memcpy(p->in[l], pin, sizeof pin);
         p->out[l][0] = py, p->out[l][1] = view(pk), p->out[l][2] = view(pv);
+        tdm_tensor *hk = cache_tensor(4, hcd), *hv = cache_tensor(4, hcd);
+        const tdm_tensor *hin[10] = {q, k, v, hk, hv, cu, past, bt, cosc, sinc};
+        memcpy(ph->in[l], hin, sizeof hin);
+        ph->out[l][0] = py, ph->out[l][1] = view(hk), ph->out[l][2] = view(hv);
     }
     printf("PagedAttention vs GroupQueryAttention decode, H=%d KVH=%d D=%d, %lld sequence(s), "
            "block size %lld, %d thread(s), %s, %d layers' caches in turn\n\n",
            H, KVH, D, (long long)NS, (long long)BS, threads, tdm_cpu_isa_name(level), LAYERS);
-    printf("| context | GQA us/call | paged us/call | paged / GQA |\n|---:|---:|---:|---:|\n");
+    printf("| context | GQA us/call | paged us/call | paged / GQA | paged BHSD us/call | BHSD / GQA |\n"
+           "|---:|---:|---:|---:|---:|---:|\n");
     static const int ctxs[] = {128, 256, 512, 1024, 2048};
     for (size_t c = 0; c < sizeof ctxs / sizeof ctxs[0]; c++) {
-        int ctxlen = ctxs[c];
+        int ctxlen = S > 1 ? (int)S : ctxs[c];
+        if (S > 1 && c > 0) break; /* a prompt: one row of the table */
         for (int64_t b = 0; b < NS; b++) {
             ((int32_t *)sl->data)[b] = ctxlen - 1;
-            ((int32_t *)past->data)[b] = ctxlen - 1;
+            ((int32_t *)past->data)[b] = ctxlen - (int32_t)S;
         }
         ((int32_t *)tl->data)[0] = ctxlen;
         if (getenv("BENCH_CTX") && atoi(getenv("BENCH_CTX")) != ctxlen) continue;
         const char *only = getenv("BENCH_ONLY"); /* "gqa" or "paged": one side (profiling) */
-        double tg = only && !strcmp(only, "paged") ? NAN : time_set(g);
-        double tp = only && !strcmp(only, "gqa") ? NAN : time_set(p);
-        printf("| %d | %.1f | %.1f | %.2f |\n", ctxlen, tg, tp, tp / tg);
+        double tg = only && strcmp(only, "gqa") ? NAN : time_set(g);
+        double tp = only && strcmp(only, "paged") ? NAN : time_set(p);
+        double th = only && strcmp(only, "bhsd") ? NAN : time_set(ph);
+        printf("| %d | %.1f | %.1f | %.2f | %.1f | %.2f |\n", ctxlen, tg, tp, tp / tg, th, th / tg);
         fflush(stdout);
     }
     return 0; /* the process ends: its tensors with it */

@@ -250,12 +250,14 @@ int cmd_bench_llm_streams(const char *dir, long streams, long threads, long pp, 
     for (long r = 0; !rc && r < reps; r++)
         for (int i = 0; !rc && i < n_ways; i++) {
             all[r * n_ways + i] = ways[i];
-            rc = run_way(env, dir, threads, pp, tg, seed + (uint64_t)r * 1000, &all[r * n_ways + i]);
+            rc =
+                run_way(env, dir, threads, pp, tg, seed + (uint64_t)r * 1000, &all[r * n_ways + i]);
         }
     for (int i = 0; !rc && i < n_ways; i++) {
         /* sort way i's repetitions by tokens/s (insertion: a few) and take the middle one */
         for (long r = 1; r < reps; r++)
-            for (long q = r; q > 0 && all[q * n_ways + i].tps < all[(q - 1) * n_ways + i].tps; q--) {
+            for (long q = r; q > 0 && all[q * n_ways + i].tps < all[(q - 1) * n_ways + i].tps;
+                 q--) {
                 way t = all[q * n_ways + i];
                 all[q * n_ways + i] = all[(q - 1) * n_ways + i];
                 all[(q - 1) * n_ways + i] = t;
@@ -270,17 +272,21 @@ int cmd_bench_llm_streams(const char *dir, long streams, long threads, long pp, 
     if (json) {
         printf("{\n  \"model\": ");
         bench_json_string(stdout, dir);
-        printf(", \"threads\": %ld, \"prompt_tokens\": %ld, \"gen_tokens\": %ld, \"streams\": %ld,\n"
-               "  \"repetitions\": %ld, \"ways\": [\n", threads, pp, tg, streams, reps);
+        printf(
+            ", \"threads\": %ld, \"prompt_tokens\": %ld, \"gen_tokens\": %ld, \"streams\": %ld,\n"
+            "  \"repetitions\": %ld, \"ways\": [\n",
+            threads, pp, tg, streams, reps);
         for (int i = 0; i < n_ways; i++)
-            printf("    {\"name\": \"%s\", \"streams\": %ld, \"batching\": %s, \"tokens_per_s\": %.3f, "
-                   "\"wall_s\": %.3f, \"cpu_s\": %.3f, \"tokens_per_cpu_s\": %.3f, \"steps\": %ld, "
-                   "\"ttft_ms\": {\"p50\": %.3f, \"max\": %.3f}, "
-                   "\"itl_ms\": {\"p50\": %.3f, \"p99\": %.3f}}%s\n", ways[i].name, ways[i].streams,
-                   ways[i].no_batching ? "false" : "true", ways[i].tps, ways[i].wall, ways[i].cpu,
-                   ways[i].cpu > 0 ? (double)(ways[i].streams * tg) / ways[i].cpu : 0, ways[i].steps,
-                   ways[i].ttft_p50, ways[i].ttft_max, ways[i].itl_p50, ways[i].itl_p99,
-                   i + 1 < n_ways ? "," : "");
+            printf(
+                "    {\"name\": \"%s\", \"streams\": %ld, \"batching\": %s, \"tokens_per_s\": %.3f, "
+                "\"wall_s\": %.3f, \"cpu_s\": %.3f, \"tokens_per_cpu_s\": %.3f, \"steps\": %ld, "
+                "\"ttft_ms\": {\"p50\": %.3f, \"max\": %.3f}, "
+                "\"itl_ms\": {\"p50\": %.3f, \"p99\": %.3f}}%s\n",
+                ways[i].name, ways[i].streams, ways[i].no_batching ? "false" : "true", ways[i].tps,
+                ways[i].wall, ways[i].cpu,
+                ways[i].cpu > 0 ? (double)(ways[i].streams * tg) / ways[i].cpu : 0, ways[i].steps,
+                ways[i].ttft_p50, ways[i].ttft_max, ways[i].itl_p50, ways[i].itl_p99,
+                i + 1 < n_ways ? "," : "");
         printf("  ],\n  \"batched_over_one\": %.3f, \"batched_over_one_at_a_time\": %.3f\n}\n",
                n_ways > 1 && ways[0].tps > 0 ? ways[1].tps / ways[0].tps : 1.0,
                n_ways > 2 && ways[2].tps > 0 ? ways[1].tps / ways[2].tps : 1.0);
@@ -291,14 +297,15 @@ int cmd_bench_llm_streams(const char *dir, long streams, long threads, long pp, 
                "-----------|-----------|-----------|\n");
         for (int i = 0; i < n_ways; i++)
             printf("| %-14s | %7ld | %10.2f | %10.2f | %6ld | %7.1fms | %7.1fms | %7.2fms | "
-                   "%7.2fms |\n", ways[i].name, ways[i].streams, ways[i].tps,
+                   "%7.2fms |\n",
+                   ways[i].name, ways[i].streams, ways[i].tps,
                    ways[i].cpu > 0 ? (double)(ways[i].streams * tg) / ways[i].cpu : 0,
-                   ways[i].steps, ways[i].ttft_p50,
-                   ways[i].ttft_max, ways[i].itl_p50, ways[i].itl_p99);
+                   ways[i].steps, ways[i].ttft_p50, ways[i].ttft_max, ways[i].itl_p50,
+                   ways[i].itl_p99);
         if (n_ways > 1)
             printf("prompt %ld, %ld generated tokens per stream, threads %ld, median of %ld: "
-                   "batched / 1 stream %.2fx, batched / one at a time %.2fx\n", pp, tg, threads, reps,
-                   ways[0].tps > 0 ? ways[1].tps / ways[0].tps : 0,
+                   "batched / 1 stream %.2fx, batched / one at a time %.2fx\n",
+                   pp, tg, threads, reps, ways[0].tps > 0 ? ways[1].tps / ways[0].tps : 0,
                    ways[2].tps > 0 ? ways[1].tps / ways[2].tps : 0);
     }
     tdm_env_free(env);

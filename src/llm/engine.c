@@ -84,7 +84,7 @@ struct tdm_llm_engine {
     int32_t eos[TDM_LLM_MAX_EOS];
     size_t n_eos;
     tdm_kv_pool pool;
-    tdm_tensor **cache;         /* [layer * 2 + k/v] [n_blocks, block_size, kv_heads * head_dim] */
+    tdm_tensor **cache;         /* [layer * 2 + k/v] [n_blocks, kv_heads, block_size, head_dim] */
     /* the step's inputs, sized for max_step_tokens / max_batch at creation */
     void *ids_buf, *pos_buf;
     int32_t *cu_buf, *past_buf, *table_buf;
@@ -451,7 +451,8 @@ static void pack(tdm_llm_engine *e, int *n_tokens, int *n_rows) {
         e->cu_buf[j] = T;
         e->past_buf[j] = (int32_t)r->n_computed;
         for (int t = 0; t < n; t++) {
-            tdm_llm_put_index(e->ids_buf, e->ed.ids_dtype, (size_t)(T + t), r->tokens[r->n_computed + (size_t)t]);
+            tdm_llm_put_index(e->ids_buf, e->ed.ids_dtype, (size_t)(T + t),
+                              r->tokens[r->n_computed + (size_t)t]);
             if (e->ed.has_pos)
                 tdm_llm_put_index(e->pos_buf, e->ed.pos_dtype, (size_t)(T + t),
                                   (int64_t)r->n_computed + t);
@@ -584,13 +585,13 @@ static tdm_status *alloc_state(tdm_llm_engine *e) {
         !e->running || !e->evs || !e->cache)
         return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory creating the engine");
     TDM_TRY(tdm_kv_pool_init(&e->pool, a, (int32_t)e->ed.n_blocks, e->block_size));
-    int64_t cd[3] = {e->ed.n_blocks, e->block_size, (int64_t)e->ed.kv_heads * e->ed.head_dim};
+    int64_t cd[4] = {e->ed.n_blocks, e->ed.kv_heads, e->block_size, e->ed.head_dim};
     TDM_TRY(tdm_io_binding_create(e->s, &e->bind));
     char name[TDM_LLM_NAME];
     for (int l = 0; l < e->ed.n_layers; l++)
         for (int k = 0; k < 2; k++) {
             tdm_tensor **c = &e->cache[l * 2 + k];
-            TDM_TRY(tdm_tensor_create(e->env, e->ed.kv_dtype, 3, cd, c));
+            TDM_TRY(tdm_tensor_create(e->env, e->ed.kv_dtype, 4, cd, c));
             tdm_engine_cache_name(name, l, k, false);
             TDM_TRY(tdm_io_binding_bind_input(e->bind, name, *c));
             tdm_engine_cache_name(name, l, k, true);
@@ -613,7 +614,9 @@ static tdm_status *create(tdm_llm_engine *e, const char *dir, const tdm_llm_engi
     if (!e->f.genai)
         return TDM_ERR(TDM_ERR_UNSUPPORTED, "not an ONNX Runtime GenAI folder (no "
                        "genai_config.json): the engine pages GroupQueryAttention models only");
-    e->max_length = o->max_length > 0 ? o->max_length : e->f.max_length > 0 ? e->f.max_length : 2048;
+    e->max_length = o->max_length > 0   ? o->max_length
+                    : e->f.max_length > 0 ? e->f.max_length
+                                          : 2048;
     if (e->f.max_length > 0 && e->max_length > e->f.max_length) e->max_length = e->f.max_length;
     e->max_batch = o->max_batch > 0 ? o->max_batch : 16;
     e->max_step_tokens = o->max_step_tokens > 0 ? o->max_step_tokens : 512;

@@ -5,8 +5,9 @@
  *    the model has it, the same way);
  *  - each GroupQueryAttention node becomes com.microsoft PagedAttention (the same node,
  *    rewired): query/key/value as they were, the caches are new inputs kv_cache.N.key /
- *    kv_cache.N.value [n_blocks, block_size, kv_heads * head_dim], bound by the engine to its
- *    pool and bound again as the outputs kv_cache_out.N.* (updated in place), and three new
+ *    kv_cache.N.value [n_blocks, kv_heads, block_size, head_dim] (tandem_kv_layout "BHSD": a
+ *    head's rows of a block together), bound by the engine to its pool and bound again as
+ *    the outputs kv_cache_out.N.* (updated in place), and three new
  *    inputs shared by every layer, cumulative_sequence_length [batch + 1], past_seqlens
  *    [batch] and block_table [batch, max_blocks] (int32); cos/sin caches and the rotary
  *    attributes carry over. past_key_values.N.* and present.N.* go;
@@ -28,11 +29,6 @@ void tdm_engine_cache_name(char *dst, int layer, int value, bool out) {
     const char *pat = out ? (value ? TDM_ENGINE_VALUE_CACHE_OUT : TDM_ENGINE_KEY_CACHE_OUT)
                           : (value ? TDM_ENGINE_VALUE_CACHE : TDM_ENGINE_KEY_CACHE);
     tdm_llm_layer_name(dst, pat, layer);
-}
-
-static tdm_status *refuse(tdm_engine_edit *e, tdm_status *why) {
-    (void)e;
-    return why;
 }
 
 /* A new value named exactly `name`, of `dtype` and `rank` dims (a graph input or output when
@@ -91,14 +87,34 @@ static tdm_status *keep_paged_attrs(tdm_graph *g, tdm_node *n) {
             bool harmless = at->type == TDM_ATTR_INT &&
                             (at->i == 0 || (strcmp(at->name, "qk_output") == 0 && at->i < 0));
             if (!harmless)
-                return TDM_ERR(TDM_ERR_UNSUPPORTED, "GroupQueryAttention '%s' sets attribute '%s', "
-                               "which paged attention does not have", n->name, at->name);
+                return TDM_ERR(TDM_ERR_UNSUPPORTED,
+                               "GroupQueryAttention '%s' sets attribute '%s', "
+                               "which paged attention does not have",
+                               n->name, at->name);
             tdm_attr_clear(g->alloc, at);
             continue;
         }
         n->attrs[w++] = *at;
     }
     n->n_attrs = w;
+    /* the caches as [blocks, kv heads, block size, head size]: a head's rows of a block
+     * together (tandem's layout attribute, k_llm_paged.c) */
+    tdm_attr *na = tdm_calloc(g->alloc, (size_t)w + 1, sizeof *na);
+    char *nm = tdm_strdup(g->alloc, "tandem_kv_layout"), *val = tdm_strdup(g->alloc, "BHSD");
+    if (!na || !nm || !val) {
+        tdm_free(g->alloc, na);
+        tdm_free(g->alloc, nm);
+        tdm_free(g->alloc, val);
+        return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory editing the graph");
+    }
+    if (w) memcpy(na, n->attrs, (size_t)w * sizeof *na);
+    na[w].name = nm;
+    na[w].type = TDM_ATTR_STRING;
+    na[w].s = val;
+    na[w].s_len = 4;
+    tdm_free(g->alloc, n->attrs);
+    n->attrs = na;
+    n->n_attrs = w + 1;
     return NULL;
 }
 
@@ -107,28 +123,31 @@ static tdm_status *head_rows(tdm_graph *g, tdm_engine_edit *e, int rows) {
     const char *logits = e->f->logits;
     int lv = tdm_graph_find_value(g, logits);
     if (lv < 0 || !g->values[lv].is_output)
-        return refuse(e, TDM_ERR(TDM_ERR_INVALID_MODEL, "the model has no output '%s'", logits));
+        return TDM_ERR(TDM_ERR_INVALID_MODEL, "the model has no output '%s'", logits);
     tdm_value *L = &g->values[lv];
     if (L->dtype != TDM_FLOAT || L->rank != 3)
-        return refuse(e, TDM_ERR(TDM_ERR_UNSUPPORTED, "output '%s' must be float32 [batch, "
-                                 "sequence, vocab]", logits));
+        return TDM_ERR(TDM_ERR_UNSUPPORTED,
+                       "output '%s' must be float32 [batch, "
+                       "sequence, vocab]",
+                       logits);
     e->vocab = L->dims[2];
     int p = L->producer;
     bool ok = p >= 0;
     if (ok) {
         const tdm_node *head = &g->nodes[p];
-        bool nbits = strcmp(head->op_type, "MatMulNBits") == 0 &&
-                     strcmp(head->domain, "com.microsoft") == 0;
+        bool nbits =
+            strcmp(head->op_type, "MatMulNBits") == 0 && strcmp(head->domain, "com.microsoft") == 0;
         bool matmul = strcmp(head->op_type, "MatMul") == 0 && head->domain[0] == 0 &&
                       head->n_inputs == 2 && head->inputs[1] >= 0 &&
-                      g->values[head->inputs[1]].data &&
-                      g->values[head->inputs[1]].data->rank == 2;
+                      g->values[head->inputs[1]].data && g->values[head->inputs[1]].data->rank == 2;
         ok = (nbits || matmul) && head->n_inputs >= 1 && head->inputs[0] >= 0 &&
              head->n_outputs >= 1 && head->outputs[0] == lv;
     }
     if (!ok)
-        return refuse(e, TDM_ERR(TDM_ERR_UNSUPPORTED, "the lm head (the node making '%s') is not "
-                                 "a MatMulNBits or a MatMul by a constant matrix", logits));
+        return TDM_ERR(TDM_ERR_UNSUPPORTED,
+                       "the lm head (the node making '%s') is not "
+                       "a MatMulNBits or a MatMul by a constant matrix",
+                       logits);
     int hv = g->nodes[p].inputs[0];
     int out = -1, node = -1;
     int64_t dims[3] = {1, TDM_DIM_UNKNOWN, TDM_DIM_UNKNOWN};
@@ -147,7 +166,8 @@ static tdm_status *head_rows(tdm_graph *g, tdm_engine_edit *e, int rows) {
     ga->attrs[0].type = TDM_ATTR_INT;
     ga->attrs[0].i = 1;
     ga->n_attrs = 1;
-    if (!ga->attrs[0].name) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory editing the graph");
+    if (!ga->attrs[0].name)
+        return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory editing the graph");
     g->nodes[p].inputs[0] = out;
     L = &g->values[lv];
     L->dims[0] = 1;
@@ -164,19 +184,22 @@ tdm_status *tdm_engine_edit_graph(tdm_graph *g, void *user) {
     const tdm_llm_folder *f = e->f;
     int ids = tdm_graph_find_value(g, f->input_ids);
     if (ids < 0 || !g->values[ids].is_input)
-        return refuse(e, TDM_ERR(TDM_ERR_INVALID_MODEL, "the model has no input '%s'",
-                                 f->input_ids));
+        return TDM_ERR(TDM_ERR_INVALID_MODEL, "the model has no input '%s'", f->input_ids);
     tdm_value *iv = &g->values[ids];
     if (!tdm_llm_is_index_dtype(iv->dtype) || iv->rank != 2)
-        return refuse(e, TDM_ERR(TDM_ERR_INVALID_MODEL, "input '%s' must be int64 or int32 "
-                                 "[batch, sequence]", f->input_ids));
+        return TDM_ERR(TDM_ERR_INVALID_MODEL,
+                       "input '%s' must be int64 or int32 "
+                       "[batch, sequence]",
+                       f->input_ids);
     e->ids_dtype = iv->dtype;
     int pos = tdm_graph_find_value(g, f->position_ids);
     e->has_pos = pos >= 0 && g->values[pos].is_input;
     if (e->has_pos) {
         if (!tdm_llm_is_index_dtype(g->values[pos].dtype) || g->values[pos].rank != 2)
-            return refuse(e, TDM_ERR(TDM_ERR_INVALID_MODEL, "input '%s' must be int64 or int32 "
-                                     "[batch, sequence]", f->position_ids));
+            return TDM_ERR(TDM_ERR_INVALID_MODEL,
+                           "input '%s' must be int64 or int32 "
+                           "[batch, sequence]",
+                           f->position_ids);
         e->pos_dtype = g->values[pos].dtype;
     }
     /* layers: past_key_values.N.* read by a GroupQueryAttention as its past */
@@ -189,8 +212,10 @@ tdm_status *tdm_engine_edit_graph(tdm_graph *g, void *user) {
     }
     if (L == 0) {
         tdm_llm_layer_name(name, f->past_key, 0);
-        return refuse(e, TDM_ERR(TDM_ERR_UNSUPPORTED, "the model has no input '%s': not a "
-                                 "decoder with a KV cache in the GenAI form", name));
+        return TDM_ERR(TDM_ERR_UNSUPPORTED,
+                       "the model has no input '%s': not a "
+                       "decoder with a KV cache in the GenAI form",
+                       name);
     }
     e->n_layers = L;
     bool *drop = tdm_calloc(g->alloc, g->n_values + 1, sizeof *drop);
@@ -221,17 +246,21 @@ tdm_status *tdm_engine_edit_graph(tdm_graph *g, void *user) {
         int node = vk >= 0 ? gqa_reading(g, vk, 3) : -1;
         if (node < 0 || vv < 0 || g->nodes[node].n_inputs < 7 || g->nodes[node].inputs[4] != vv ||
             g->nodes[node].n_outputs < 3) {
-            st = refuse(e, TDM_ERR(TDM_ERR_UNSUPPORTED, "input '%s' is not the past key of a "
-                                   "GroupQueryAttention node (the engine pages that attention "
-                                   "only)", pk));
+            st = TDM_ERR(TDM_ERR_UNSUPPORTED,
+                         "input '%s' is not the past key of a "
+                         "GroupQueryAttention node (the engine pages that attention "
+                         "only)",
+                         pk);
             break;
         }
         const tdm_value *k = &g->values[vk];
         if (k->rank != 4 || k->dims[1] <= 0 || k->dims[3] <= 0 ||
             (k->dtype != TDM_FLOAT && k->dtype != TDM_FLOAT16)) {
-            st = refuse(e, TDM_ERR(TDM_ERR_UNSUPPORTED, "input '%s' must be float32 or float16 "
-                                   "[batch, kv_heads, past, head_dim] with kv_heads and head_dim "
-                                   "fixed", pk));
+            st = TDM_ERR(TDM_ERR_UNSUPPORTED,
+                         "input '%s' must be float32 or float16 "
+                         "[batch, kv_heads, past, head_dim] with kv_heads and head_dim "
+                         "fixed",
+                         pk);
             break;
         }
         if (l == 0) {
@@ -241,16 +270,18 @@ tdm_status *tdm_engine_edit_graph(tdm_graph *g, void *user) {
             e->num_heads = (int)tdm_attr_int(&g->nodes[node], "num_heads", 0);
         } else if (k->dims[1] != e->kv_heads || k->dims[3] != e->head_dim ||
                    k->dtype != e->kv_dtype) {
-            st = refuse(e, TDM_ERR(TDM_ERR_UNSUPPORTED, "input '%s' differs in shape or type "
-                                   "from layer 0's", pk));
+            st = TDM_ERR(TDM_ERR_UNSUPPORTED,
+                         "input '%s' differs in shape or type "
+                         "from layer 0's",
+                         pk);
             break;
         }
         tdm_dtype kvt = e->kv_dtype;
-        int64_t cd[3] = {e->n_blocks, e->block_size, (int64_t)e->kv_heads * e->head_dim};
+        int64_t cd[4] = {e->n_blocks, e->kv_heads, e->block_size, e->head_dim};
         int caches[4];
         for (int j = 0; j < 4 && !st; j++) {
             tdm_engine_cache_name(name, l, j & 1, j >= 2);
-            st = exact_value(g, name, kvt, 3, cd, &caches[j]);
+            st = exact_value(g, name, kvt, 4, cd, &caches[j]);
         }
         if (st) break;
         tdm_node *n = &g->nodes[node];
@@ -301,9 +332,10 @@ tdm_status *tdm_engine_edit_graph(tdm_graph *g, void *user) {
     /* any GroupQueryAttention left reads no past of the folder's names */
     for (size_t i = 0; i < g->n_nodes && !st; i++)
         if (!g->nodes[i].dead && strcmp(g->nodes[i].op_type, "GroupQueryAttention") == 0)
-            st = refuse(e, TDM_ERR(TDM_ERR_UNSUPPORTED, "GroupQueryAttention '%s' reads no "
-                                   "past_key_values input of the folder's names",
-                                   g->nodes[i].name));
+            st = TDM_ERR(TDM_ERR_UNSUPPORTED,
+                         "GroupQueryAttention '%s' reads no "
+                         "past_key_values input of the folder's names",
+                         g->nodes[i].name);
     /* drop[] covers the values that existed when it was made: the lists' old entries */
     if (!st) st = rewrite_list(g, &g->inputs, &g->n_inputs, drop, new_in, (size_t)n_new_in);
     if (!st) st = rewrite_list(g, &g->outputs, &g->n_outputs, drop, new_out, (size_t)n_new_out);
@@ -321,8 +353,10 @@ tdm_status *tdm_engine_edit_graph(tdm_graph *g, void *user) {
     int mask = st ? -1 : tdm_graph_find_value(g, f->attention_mask);
     if (mask >= 0 && g->values[mask].is_input) {
         if (g->values[mask].n_consumers > 0)
-            return refuse(e, TDM_ERR(TDM_ERR_UNSUPPORTED, "input '%s' feeds nodes besides the "
-                                     "attention's sequence lengths", f->attention_mask));
+            return TDM_ERR(TDM_ERR_UNSUPPORTED,
+                           "input '%s' feeds nodes besides the "
+                           "attention's sequence lengths",
+                           f->attention_mask);
         bool *d = tdm_calloc(g->alloc, g->n_values + 1, sizeof *d);
         if (!d) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory editing the graph");
         d[mask] = true;

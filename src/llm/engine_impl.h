@@ -15,7 +15,7 @@
 /* ---- KV block pool (engine_kv.c) ----
  *
  * Blocks are numbers 0 .. n_blocks-1 (the memory is the engine's per-layer tensors
- * [n_blocks, block_size, kv_heads * head_dim]). A block is free (on the free list), held
+ * [n_blocks, kv_heads, block_size, head_dim]). A block is free (on the free list), held
  * (ref > 0: by that many sequences' block tables) or cached only (ref 0 but registered in the
  * prefix cache: on the LRU list, reused by a later request with the same prompt prefix, or
  * evicted, oldest first, when the free list is empty).
@@ -62,7 +62,9 @@ void tdm_kv_register(tdm_kv_pool *p, int32_t b, uint64_t hash, uint64_t parent,
                      const int32_t *tokens);
 static inline int32_t tdm_kv_used(const tdm_kv_pool *p) { return p->n_blocks - p->n_free; }
 /* Blocks a new sequence could get now (free and cached only). */
-static inline int32_t tdm_kv_available(const tdm_kv_pool *p) { return p->n_free + p->n_cached_only; }
+static inline int32_t tdm_kv_available(const tdm_kv_pool *p) {
+    return p->n_free + p->n_cached_only;
+}
 
 /* ---- the graph edit (engine_edit.c) ---- */
 

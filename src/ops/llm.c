@@ -200,7 +200,11 @@ static tdm_status *infer_gqa(tdm_infer_ctx *c) {
  *   - attention_metadata is accepted and ignored (a hint); slot_mapping, q/k norm weights,
  *     quantized caches (k_scale, v_scale, *_quant_type, *_cache_dtype), the LATENT layout,
  *     v_head_size and rotary_offset are refused here at load time (TDM_ERR_UNSUPPORTED);
- *   - local_window_size needs is_causal=1. */
+ *   - local_window_size needs is_causal=1;
+ *   - the tandem attribute tandem_kv_layout: "BSHD" (the default, the spec's caches
+ *     [num_blocks, block_size, kv_num_heads, head_size]) or "BHSD" (caches [num_blocks,
+ *     kv_num_heads, block_size, head_size]: each head's rows of a block together, faster to
+ *     read; for runtimes that own the cache, such as tandem's LLM engine). */
 
 static const struct {
     int index;
@@ -231,6 +235,11 @@ static tdm_status *infer_paged(tdm_infer_ctx *c) {
             return tdm_node_error(n, TDM_ERR_UNSUPPORTED, "attribute %s='%s' is not implemented",
                                   str_attrs[i][0], v);
     }
+    const char *layout = tdm_attr_string(n, "tandem_kv_layout", "BSHD");
+    bool bhsd = strcmp(layout, "BHSD") == 0;
+    if (!bhsd && strcmp(layout, "BSHD") != 0)
+        return tdm_node_error(n, TDM_ERR_INVALID_ARGUMENT,
+                              "attribute tandem_kv_layout='%s': expected BSHD or BHSD", layout);
     static const char *const zero_attrs[] = {"v_head_size", "rotary_offset"};
     for (size_t i = 0; i < sizeof zero_attrs / sizeof zero_attrs[0]; i++)
         if (tdm_attr_int(n, zero_attrs[i], 0) != 0)
@@ -286,10 +295,12 @@ static tdm_status *infer_paged(tdm_infer_ctx *c) {
             return tdm_node_error(n, TDM_ERR_INVALID_ARGUMENT, "%s must have query's rank %d",
                                   names[i], q->rank);
     for (int i = 3; i <= 4; i++)
-        if (c->in[i].rank >= 0 && c->in[i].rank != 3 && c->in[i].rank != 4)
+        if (c->in[i].rank >= 0 && (bhsd ? c->in[i].rank != 4 : c->in[i].rank != 3 && c->in[i].rank != 4))
             return tdm_node_error(n, TDM_ERR_INVALID_ARGUMENT,
-                                  "%s must be [num_blocks, block_size, kv_num_heads, head_size] "
-                                  "(or rank 3 [num_blocks, block_size, kv_num_heads * head_size])",
+                                  bhsd ? "%s must be [num_blocks, kv_num_heads, block_size, head_size] "
+                                         "(tandem_kv_layout BHSD)"
+                                       : "%s must be [num_blocks, block_size, kv_num_heads, head_size] "
+                                         "(or rank 3 [num_blocks, block_size, kv_num_heads * head_size])",
                                   names[i]);
     TDM_TRY(need_rank(c, 5, names[5], 1));
     TDM_TRY(need_rank(c, 6, names[6], 1));
@@ -324,7 +335,8 @@ static tdm_status *infer_paged(tdm_infer_ctx *c) {
         return tdm_node_error(n, TDM_ERR_INVALID_ARGUMENT, "rotary needs an even head size");
     for (int i = 3; i <= 4 && d >= 0; i++) {
         const tdm_value_info *ci = &c->in[i];
-        bool bad = (ci->rank == 4 && ((ci->dims[2] >= 0 && ci->dims[2] != kvh) ||
+        int hd = bhsd ? 1 : 2; /* the kv heads' dim */
+        bool bad = (ci->rank == 4 && ((ci->dims[hd] >= 0 && ci->dims[hd] != kvh) ||
                                       (ci->dims[3] >= 0 && ci->dims[3] != d))) ||
                    (ci->rank == 3 && ci->dims[2] >= 0 && ci->dims[2] != kvh * d);
         if (bad)

@@ -464,7 +464,8 @@ static void test_cancel(void **state) {
     check_idle(e);
     /* freeing with requests in flight ends them cancelled */
     memset(g, 0, sizeof g);
-    for (int i = 0; i < 3; i++) OK(tdm_llm_engine_submit(e, prompt, 20, &p, on_event, &g[i], &g[i].id));
+    for (int i = 0; i < 3; i++)
+        OK(tdm_llm_engine_submit(e, prompt, 20, &p, on_event, &g[i], &g[i].id));
     wait_tokens(&g[0], 2);
     tdm_llm_engine_free(e);
     for (int i = 0; i < 3; i++) {

@@ -13,7 +13,8 @@
  *     caches, and leaves the inputs alone;
  *   - a repeated run allocates nothing (the node's scratch).
  * Over: GQA ratios 1 and 3, rotary off / on (halves and interleaved), block sizes 1, 16 and 32,
- * rank-2 and rank-3 inputs, rank-3 and rank-4 caches, packed QKV, 1 and 3 threads, and every
+ * rank-2 and rank-3 inputs, rank-3 and rank-4 caches and the tandem_kv_layout="BHSD" caches
+ * [blocks, kv heads, block size, head size], packed QKV, 1 and 3 threads, and every
  * SIMD level of this CPU among portable, AVX2 and AVX-512 (the TANDEM_CPU_ISA caps).
  * Plus: malformed tables (block ids out of range, lengths beyond a table's capacity,
  * cumulative lengths not monotone / not ending at num_tokens, positions past the rotary
@@ -128,7 +129,7 @@ static void rotary_tables(tdm_tensor *cosc, tdm_tensor *sinc, int64_t half) {
 typedef struct config {
     int H, KVH, D, BS;
     int rotary, interleaved; /* rotary: 0 off, 1 full head, 2 half the head */
-    int qrank, crank;        /* inputs rank 2 or 3; caches rank 3 or 4 */
+    int qrank, crank;        /* inputs rank 2 or 3; caches rank 3 or 4, or 5: the BHSD layout */
     bool packed;
     tdm_cpu_isa isa;
     int threads;
@@ -179,10 +180,16 @@ static void check_config(const config *cf) {
         qd[0] = kd[0] = T, qd[1] = parts * D, kd[1] = row;
     }
     cd[0] = NB, cd[1] = BS, cd[2] = cf->crank == 4 ? KVH : row, cd[3] = D;
+    const bool bhsd = cf->crank == 5;
+    const int crank = bhsd ? 4 : cf->crank;
+    if (bhsd) cd[1] = KVH, cd[2] = BS;
+#define AT(slot, g) /* float offset of kv head g's row of a cache slot */                     \
+    (bhsd ? (size_t)((((slot) / BS) * KVH + (g)) * BS + (slot) % BS) * D                      \
+          : (size_t)((slot) * row + (g) * D))
     tdm_tensor *q = tensor(TDM_FLOAT, cf->qrank, qd, true);
     tdm_tensor *k = cf->packed ? NULL : tensor(TDM_FLOAT, cf->qrank, kd, true);
     tdm_tensor *v = cf->packed ? NULL : tensor(TDM_FLOAT, cf->qrank, kd, true);
-    tdm_tensor *kc = tensor(TDM_FLOAT, cf->crank, cd, true), *vc = tensor(TDM_FLOAT, cf->crank, cd, true);
+    tdm_tensor *kc = tensor(TDM_FLOAT, crank, cd, true), *vc = tensor(TDM_FLOAT, crank, cd, true);
     int half = cf->rotary == 2 ? D / 4 : D / 2;
     int64_t cosd[2] = {MAXPOS, half};
     tdm_tensor *cosc = tensor(TDM_FLOAT, 2, cosd, false), *sinc = tensor(TDM_FLOAT, 2, cosd, false);
@@ -197,6 +204,10 @@ static void check_config(const config *cf) {
     const int64_t vals[] = {H, KVH, cf->rotary != 0, cf->interleaved};
     node_case pc, gc;
     node_init(&pc, "PagedAttention", 4, names, vals, cf->isa, cf->threads);
+    if (bhsd) {
+        pc.attrs[4] = (tdm_attr){.name = "tandem_kv_layout", .type = TDM_ATTR_STRING, .s = "BHSD", .s_len = 4};
+        pc.node.n_attrs = 5;
+    }
     node_init(&gc, "GroupQueryAttention", 4, names, vals, cf->isa, 1);
     int64_t yd[3] = {qd[0], qd[1], H * D};
     if (cf->qrank == 2) yd[1] = H * D;
@@ -207,7 +218,7 @@ static void check_config(const config *cf) {
 
     /* not aliased: separate outputs, inputs untouched */
     tdm_tensor *kc1 = clone(kc0), *vc1 = clone(vc0);
-    tdm_tensor *ko2 = tensor(TDM_FLOAT, cf->crank, cd, false), *vo2 = tensor(TDM_FLOAT, cf->crank, cd, false);
+    tdm_tensor *ko2 = tensor(TDM_FLOAT, crank, cd, false), *vo2 = tensor(TDM_FLOAT, crank, cd, false);
     tdm_tensor *y2 = tensor(TDM_FLOAT, cf->qrank, yd, false);
     const tdm_tensor *in2[10] = {q, k, v, kc1, vc1, cut, pastt, bt, cosc, sinc};
     assert_null(run_node(&pc, true, 10, in2, y2, ko2, vo2));
@@ -239,7 +250,7 @@ static void check_config(const config *cf) {
         for (int pos = 0; pos < P; pos++) {
             int64_t slot = (int64_t)btab[b * MB + pos / BS] * BS + pos % BS;
             for (int g = 0; g < KVH; g++) {
-                size_t to = (size_t)(g * len + pos) * D, from = (size_t)(slot * row + g * D);
+                size_t to = (size_t)(g * len + pos) * D, from = AT(slot, g);
                 memcpy((float *)pk->data + to, (const float *)kc0->data + from, (size_t)D * 4);
                 memcpy((float *)pv->data + to, (const float *)vc0->data + from, (size_t)D * 4);
             }
@@ -261,7 +272,7 @@ static void check_config(const config *cf) {
             int64_t slot = (int64_t)btab[b * MB + pos / BS] * BS + pos % BS;
             touched[slot] = true;
             for (int g = 0; g < KVH; g++) {
-                size_t at = (size_t)(slot * row + g * D), want = (size_t)(g * len + pos) * D;
+                size_t at = AT(slot, g), want = (size_t)(g * len + pos) * D;
                 if (memcmp((const float *)kc->data + at, (float *)gpk->data + want, (size_t)D * 4) ||
                     memcmp((const float *)vc->data + at, (float *)gpv->data + want, (size_t)D * 4))
                     fail_msg("seq %d position %d kv head %d: cache slot differs from GQA's present",
@@ -271,11 +282,14 @@ static void check_config(const config *cf) {
         tdm_tensor *all[] = {qq, kk, vv, pk, pv, sl, tl, gy, gpk, gpv};
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tdm_tensor_destroy(all[i]);
     }
-    size_t row_bytes = (size_t)row * sizeof(float);
     for (int64_t s = 0; s < (int64_t)NB * BS; s++)
-        if (!touched[s] && (memcmp((const float *)kc->data + s * row, (const float *)kc0->data + s * row, row_bytes) ||
-                            memcmp((const float *)vc->data + s * row, (const float *)vc0->data + s * row, row_bytes)))
-            fail_msg("slot %lld belongs to no sequence but was written", (long long)s);
+        for (int g = 0; g < KVH && !touched[s]; g++) {
+            size_t at = AT(s, g), bytes = (size_t)D * sizeof(float);
+            if (memcmp((const float *)kc->data + at, (const float *)kc0->data + at, bytes) ||
+                memcmp((const float *)vc->data + at, (const float *)vc0->data + at, bytes))
+                fail_msg("slot %lld belongs to no sequence but was written", (long long)s);
+        }
+#undef AT
     free(touched);
 
     /* again, in place: no allocation (the caches now hold the new tokens too: the output
@@ -305,7 +319,7 @@ static void test_against_gqa(void **state) {
                 for (int ri = 0; ri < 5; ri++) {
                     config cf = {.H = heads[hi][0], .KVH = heads[hi][1], .D = 64, .BS = bss[bi],
                                  .rotary = rot[ri][0], .interleaved = rot[ri][1],
-                                 .qrank = 2 + (n & 1), .crank = 3 + ((n >> 1) & 1),
+                                 .qrank = 2 + (n & 1), .crank = 3 + (n >> 1) % 3,
                                  .packed = n % 5 == 2, .isa = (tdm_cpu_isa)l,
                                  .threads = 1 + 2 * ((n >> 2) & 1)};
                     check_config(&cf);
@@ -318,7 +332,7 @@ static void test_against_gqa(void **state) {
     for (int th = 1; th <= 4; th += 3)
         for (int r = 0; r < 2; r++) {
             config dc = {.H = 9, .KVH = 3, .D = 64, .BS = 16, .rotary = 1, .interleaved = r,
-                         .qrank = 3, .crank = 3, .isa = host, .threads = th, .nseq = r ? 2 : 1,
+                         .qrank = 3, .crank = r ? 5 : 3, .isa = host, .threads = th, .nseq = r ? 2 : 1,
                          .past = r ? past2 : past1, .new_tokens = r ? new2 : new1};
             check_config(&dc);
         }
@@ -407,6 +421,9 @@ static void test_errors(void **state) {
         {0, 2, 2, "ends at 2"},                 /* cu = 0, 2, 2: one token left over */
         {0, 0, 1, "must be 0"},
         {1, 0, 7, "past the rotary caches"},    /* seq 0 reaches position 8, cos has 8 rows */
+        {1, 0, 2147483647, "needs 2147483649 positions"}, /* no int32 overflow */
+        {0, 1, 2147483647, "not non-decreasing"},
+        {0, 1, -2147483647 - 1, "not non-decreasing"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         err_init(&e);
@@ -445,11 +462,12 @@ static void info(tdm_value_info *v, tdm_dtype dt, int rank, int64_t d0, int64_t 
 
 static void test_shape_function(void **state) {
     (void)state;
-    tdm_attr attrs[3] = {{.name = "num_heads", .type = TDM_ATTR_INT, .i = 9},
+    tdm_attr attrs[4] = {{.name = "num_heads", .type = TDM_ATTR_INT, .i = 9},
                          {.name = "kv_num_heads", .type = TDM_ATTR_INT, .i = 3},
-                         {.name = "kv_cache_layout", .type = TDM_ATTR_STRING, .s = "SEPARATE", .s_len = 8}};
+                         {.name = "kv_cache_layout", .type = TDM_ATTR_STRING, .s = "SEPARATE", .s_len = 8},
+                         {.name = "tandem_kv_layout", .type = TDM_ATTR_STRING, .s = "BSHD", .s_len = 4}};
     tdm_node node = {.name = "pa", .op_type = "PagedAttention", .domain = "com.microsoft", .opset = 1,
-                     .n_attrs = 3, .attrs = attrs};
+                     .n_attrs = 4, .attrs = attrs};
     tdm_value_info in[17], out[3];
     memset(in, 0, sizeof in);
     info(&in[0], TDM_FLOAT, 3, 1, 5, 9 * 64, 0);
@@ -497,6 +515,25 @@ static void test_shape_function(void **state) {
     assert_non_null(strstr(tdm_status_message(st), "kv_cache_layout"));
     tdm_status_free(st);
     attrs[2].s = "SEPARATE";
+    /* the BHSD layout: [blocks, kv heads, block size, head size]; a rank-3 cache is refused */
+    attrs[3].s = "BHSD";
+    info(&in[3], TDM_FLOAT, 4, 10, 3, 16, 64);
+    info(&in[4], TDM_FLOAT, 4, 10, 3, 16, 64);
+    assert_null(infer(&node, 8, in, out));
+    assert_int_equal(out[1].dims[1], 3);
+    assert_int_equal(out[1].dims[2], 16);
+    info(&in[4], TDM_FLOAT, 3, 10, 16, 3 * 64, 0);
+    st = infer(&node, 8, in, out);
+    assert_int_equal(tdm_status_code(st), TDM_ERR_INVALID_ARGUMENT);
+    tdm_status_free(st);
+    attrs[3].s = "NHWC";
+    st = infer(&node, 8, in, out);
+    assert_int_equal(tdm_status_code(st), TDM_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(tdm_status_message(st), "tandem_kv_layout"));
+    tdm_status_free(st);
+    attrs[3].s = "BSHD";
+    info(&in[3], TDM_FLOAT, 4, 10, 16, 3, 64);
+    info(&in[4], TDM_FLOAT, 4, 10, 16, 3, 64);
     /* block_table must be int32 */
     in[7].dtype = TDM_INT64;
     st = infer(&node, 8, in, out);

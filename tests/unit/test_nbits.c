@@ -3,7 +3,8 @@
  * double-precision reference computed here, on awkward sizes: K not a multiple of the block
  * (padding) nor of the SIMD spans, odd N, bits 2 / 4 / 8, block sizes 16 .. 256, zero points
  * absent / given, bias,
- * M = 1, 3, 8 (decode) and 13 (the dequantised-panel prefill), serial and on 2 threads.
+ * M = 1, 3, 8, 13, 16 (decode) and 19, 23 (the dequantised-panel prefill), serial and on 2
+ * threads.
  *   - float path (accuracy_level 0, and prefill): sum_k a_k (q - zp) s;
  *   - int8 path (accuracy_level 4, decode): the same with A replaced by its int8 model, which
  *     the reference makes the way the kernel does (per block: scale amax / 127, codes rounded
@@ -50,6 +51,10 @@ static const nb_case cases[] = {
     {8, 32, 576, 53, 1, 1, false},  {8, 16, 72, 21, 3, 0, true},   {8, 64, 200, 27, 8, 0, false},
     {8, 32, 33, 7, 2, 1, false},    {8, 128, 130, 11, 13, 1, true}, {2, 32, 70, 15, 2, 1, true},
     {2, 16, 48, 6, 13, 0, false},
+    /* the widest decode (TDM_NBITS_DECODE_ROWS 16: the LLM engine's batches) and prefills
+     * past it */
+    {4, 32, 576, 37, 16, 1, true},  {8, 32, 200, 21, 16, 0, false}, {4, 32, 96, 40, 19, 1, true},
+    {8, 128, 130, 11, 23, 1, true},
 };
 
 typedef struct nb_data {

@@ -4,7 +4,10 @@
  *
  * Shapes: query [T, H*D] or [1, T, H*D] (or packed QKV [.., (H + 2*KVH)*D] with key/value
  * omitted), key/value [.., T, KVH*D]; key_cache/value_cache [NB, BS, KVH, D] or
- * [NB, BS, KVH*D] (one row of KVH*D floats per cache slot); cumulative_sequence_length int32
+ * [NB, BS, KVH*D] (one row of KVH*D floats per cache slot), or with the tandem attribute
+ * tandem_kv_layout="BHSD" [NB, KVH, BS, D] (a block holds each kv head's BS rows together: the
+ * rows one head reads are contiguous, which the row routines read about twice as fast as the
+ * heads interleaved slot by slot, bench/llm/bench_paged.c); cumulative_sequence_length int32
  * [B+1], past_seqlens int32 [B], block_table int32 [B, MB], cos/sin caches [max_pos, rot/2],
  * head_sink [H]. Outputs: output [.., T, H*D], key_cache_out / value_cache_out (the caches).
  *
@@ -44,6 +47,8 @@ typedef struct paged_job {
     const int32_t *seq_of; /* per token: its sequence */
     int64_t T, B, H, KVH, D, BS, MB, rot, win, qstride, kstride, koff, voff, row, ld;
     int64_t run; /* most slots per scores / p.V call: about 16 KiB of slot rows, 16 to 64 */
+    bool bhsd;   /* tandem_kv_layout "BHSD": blocks [KVH, BS, D] (else ORT's [BS, KVH, D]) */
+    int64_t hstride; /* floats between one head's rows of consecutive slots: row, or D */
     bool rotary, interleaved, causal;
     float scale, softcap;
     const tdm_llm_fns *f;
@@ -60,6 +65,14 @@ static inline int64_t slot_of(const paged_job *j, int64_t b, int64_t pos) {
     return (int64_t)j->bt[b * j->MB + pos / j->BS] * j->BS + pos % j->BS;
 }
 
+/* Kv head g's row of cache slot `slot` in cache c; rows of one head in a stretch are
+ * j->hstride floats apart. */
+static inline float *head_row(const paged_job *j, const float *c, int64_t slot, int64_t g) {
+    if (!j->bhsd) return (float *)c + slot * j->row + g * j->D;
+    int64_t blk = slot / j->BS, off = slot % j->BS;
+    return (float *)c + ((blk * j->KVH + g) * j->BS + off) * j->D;
+}
+
 /* Pass 1: tokens t0..t1: their K (rotated) and V rows into their slots. */
 static void paged_cache(void *arg, int64_t t0, int64_t t1) {
     const paged_job *j = arg;
@@ -68,7 +81,7 @@ static void paged_cache(void *arg, int64_t t0, int64_t t1) {
         int64_t b = j->seq_of[t], pos = j->past[b] + t - j->cu[b];
         int64_t slot = slot_of(j, b, pos);
         for (int64_t g = 0; g < j->KVH; g++) {
-            float *kd = j->kc + slot * j->row + g * j->D, *vd = j->vc + slot * j->row + g * j->D;
+            float *kd = head_row(j, j->kc, slot, g), *vd = head_row(j, j->vc, slot, g);
             memcpy(kd, j->k + t * j->kstride + j->koff + g * j->D, bytes);
             memcpy(vd, j->v + t * j->kstride + j->voff + g * j->D, bytes);
             if (j->rotary)
@@ -84,7 +97,8 @@ static int64_t stretch(const paged_job *j, int64_t b, int64_t p, int64_t e, int6
     *slot = slot_of(j, b, p);
     int64_t end = (p / j->BS + 1) * j->BS; /* end of p's block */
     const int32_t *bt = j->bt + b * j->MB;
-    while (end < e && end - p < j->run && bt[end / j->BS] == bt[end / j->BS - 1] + 1) end += j->BS;
+    while (!j->bhsd && end < e && end - p < j->run && bt[end / j->BS] == bt[end / j->BS - 1] + 1)
+        end += j->BS; /* BHSD: a head's rows are contiguous within a block only */
     if (end > e) end = e;
     if (end - p > j->run) end = p + j->run;
     return end - p;
@@ -106,9 +120,11 @@ static void prefetch_to(const paged_job *j, prefetcher *pf, int64_t upto) {
     if (upto > pf->e) upto = pf->e;
     while (pf->pos < upto) {
         int64_t slot, cnt = stretch(j, pf->b, pf->pos, upto, &slot);
-        const char *p = (const char *)(pf->c + slot * j->row);
-        const char *end = p + cnt * j->row * (int64_t)sizeof(float);
-        for (; p < end; p += 64) __builtin_prefetch(p, 0, 3);
+        for (int64_t g = 0; g < (j->bhsd ? j->KVH : 1); g++) {
+            const char *p = (const char *)head_row(j, pf->c, slot, g);
+            const char *end = p + cnt * (j->bhsd ? j->D : j->row) * (int64_t)sizeof(float);
+            for (; p < end; p += 64) __builtin_prefetch(p, 0, 3);
+        }
         pf->pos += cnt;
     }
 }
@@ -123,10 +139,9 @@ static void all_scores(const paged_job *j, int64_t b, int64_t a, int64_t e, cons
     for (int64_t s = a, cnt, slot; s < e; s += cnt) {
         prefetch_to(j, &pf, s + PAGED_AHEAD);
         cnt = stretch(j, b, s, e, &slot);
-        const float *kr = j->kc + slot * j->row;
         for (int64_t h = 0; h < j->H; h++)
-            j->f->scores(q + h * j->D, kr + (h / group) * j->D, j->row, cnt, j->D, j->scale,
-                         scores + h * j->ld + (s - a));
+            j->f->scores(q + h * j->D, head_row(j, j->kc, slot, h / group), j->hstride, cnt, j->D,
+                         j->scale, scores + h * j->ld + (s - a));
     }
 }
 
@@ -138,11 +153,10 @@ static void all_pv(const paged_job *j, int64_t b, int64_t a, int64_t e, const fl
     for (int64_t s = a, cnt, slot; s < e; s += cnt) {
         prefetch_to(j, &pf, s + PAGED_AHEAD);
         cnt = stretch(j, b, s, e, &slot);
-        const float *vr = j->vc + slot * j->row;
         for (int64_t h = 0; h < j->H; h++)
             if (live[h] != 0.0f)
-                j->f->pv(scores + h * j->ld + (s - a), vr + (h / group) * j->D, j->row, cnt, j->D,
-                         out + h * ostride);
+                j->f->pv(scores + h * j->ld + (s - a), head_row(j, j->vc, slot, h / group),
+                         j->hstride, cnt, j->D, out + h * ostride);
     }
 }
 
@@ -230,9 +244,18 @@ static void paged_slots(void *arg, int64_t k0, int64_t k1) {
 
 #define BAD(...) tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, __VA_ARGS__)
 
-/* A cache: float32 [NB, BS, KVH, D] or [NB, BS, KVH*D]. */
+/* A cache: float32 [NB, BS, KVH, D] or [NB, BS, KVH*D]; with the BHSD layout [NB, KVH, BS, D]. */
 static tdm_status *check_cache(const tdm_node *node, const tdm_tensor *t, const char *what,
-                               int64_t KVH, int64_t D) {
+                               int64_t KVH, int64_t D, bool bhsd) {
+    if (bhsd) {
+        if (t->dtype == TDM_FLOAT && t->rank == 4 && t->dims[1] == KVH && t->dims[2] > 0 &&
+            t->dims[3] == D)
+            return NULL;
+        char buf[96];
+        return BAD("%s has shape %s, expected float32 [num_blocks, %lld, block_size, %lld] "
+                   "(tandem_kv_layout BHSD)",
+                   what, tdm_shape_str(t->rank, t->dims, buf, sizeof buf), (long long)KVH, (long long)D);
+    }
     bool ok = t->dtype == TDM_FLOAT && t->dims[1] > 0 &&
               ((t->rank == 4 && t->dims[2] == KVH && t->dims[3] == D) ||
                (t->rank == 3 && t->dims[2] == KVH * D));
@@ -321,13 +344,15 @@ tdm_status *tdm_llm_run_paged(tdm_kernel_ctx *ctx) {
                            i ? "value" : "key", q->rank == 3 ? "1, " : "", (long long)j.T,
                            (long long)(j.KVH * j.D));
     }
-    TDM_TRY(check_cache(node, kc, "key_cache", j.KVH, j.D));
-    TDM_TRY(check_cache(node, vc, "value_cache", j.KVH, j.D));
-    if (kc->dims[0] != vc->dims[0] || kc->dims[1] != vc->dims[1])
+    j.bhsd = strcmp(tdm_attr_string(node, "tandem_kv_layout", "BSHD"), "BHSD") == 0;
+    TDM_TRY(check_cache(node, kc, "key_cache", j.KVH, j.D, j.bhsd));
+    TDM_TRY(check_cache(node, vc, "value_cache", j.KVH, j.D, j.bhsd));
+    if (kc->dims[0] != vc->dims[0] || kc->dims[1] != vc->dims[1] || kc->dims[2] != vc->dims[2])
         return BAD("key_cache and value_cache have different shapes");
     int64_t NB = kc->dims[0];
-    j.BS = kc->dims[1];
+    j.BS = kc->dims[j.bhsd ? 2 : 1];
     j.row = j.KVH * j.D;
+    j.hstride = j.bhsd ? j.D : j.row;
     if (past->dtype != TDM_INT32 || past->rank != 1) return BAD("past_seqlens must be int32 [batch]");
     j.B = past->dims[0];
     if (cu->dtype != TDM_INT32 || cu->rank != 1 || cu->dims[0] != j.B + 1)
@@ -367,7 +392,7 @@ tdm_status *tdm_llm_run_paged(tdm_kernel_ctx *ctx) {
      * queries; a copy of a cache whose output is not asked for */
     int64_t longest = 0;
     for (int64_t b = 0; b < j.B; b++) {
-        int64_t len = (int64_t)j.past[b] + (j.cu[b + 1] - j.cu[b]);
+        int64_t len = (int64_t)j.past[b] + ((int64_t)j.cu[b + 1] - j.cu[b]);
         longest = len > longest ? len : longest;
     }
     if (longest > j.MB * j.BS) longest = j.MB * j.BS; /* larger is refused by check_tables */
@@ -375,7 +400,7 @@ tdm_status *tdm_llm_run_paged(tdm_kernel_ctx *ctx) {
     j.ld = longest + 16;
     j.per_task = j.H * j.ld + j.H * j.D + j.H + 16;
     j.run = (4096 / j.row) & ~(int64_t)15; /* whole steps of the AVX-512 scores (16 rows) */
-    j.run = j.run < 16 ? 16 : j.run > 64 ? 64 : j.run;
+    j.run = j.run < 16 || j.bhsd ? (j.bhsd ? 64 : 16) : j.run > 64 ? 64 : j.run;
     j.items = j.T;
     int threads = tdm_threadpool_size(ctx->pool);
     j.parts = 1;
