@@ -14,6 +14,7 @@
  *
  * TANDEM_CPU_ISA caps the SIMD level as for the library; BENCH_CTX=N runs one context only,
  * BENCH_PREFILL=S times a prompt of S tokens per sequence instead (one row),
+ * BENCH_HALF=1 float16 paged caches (GQA stays float32),
  * BENCH_ONLY=gqa|paged|bhsd one side only (for a profiler), BENCH_HUGE=1 every cache in
  * memory advised for transparent huge pages (2 MiB; the machine's THP setting is "madvise"). The third column set is the
  * tandem_kv_layout="BHSD" cache ([blocks, kv heads, block size, head size]). */
@@ -57,7 +58,12 @@ static tdm_tensor *tensor(tdm_dtype dt, int rank, const int64_t *dims) {
 
 /* A cache: with BENCH_HUGE=1 in memory of its own advised for transparent huge pages (as an
  * engine's KV pool may be), else a plain tensor. Random contents. */
-static tdm_tensor *cache_tensor(int rank, const int64_t *dims) {
+static tdm_tensor *cache_tensor(int rank, const int64_t *dims, bool paged) {
+    if (paged && getenv("BENCH_HALF")) { /* float16 paged caches */
+        tdm_tensor *t = tensor(TDM_FLOAT16, rank, dims);
+        for (int64_t i = 0; i < t->count; i++) ((uint16_t *)t->data)[i] = (uint16_t)(0x3000 + rand() % 0x800);
+        return t;
+    }
     if (!getenv("BENCH_HUGE")) return tensor(TDM_FLOAT, rank, dims);
     size_t n = 1;
     for (int i = 0; i < rank; i++) n *= (size_t)dims[i];
@@ -203,15 +209,15 @@ int main(int argc, char **argv) {
     }
     for (int64_t b = 0; b <= NS; b++) ((int32_t *)cu->data)[b] = (int32_t)(b * S);
     for (int l = 0; l < LAYERS; l++) {
-        tdm_tensor *kc = cache_tensor(4, gcd), *vc = cache_tensor(4, gcd);
+        tdm_tensor *kc = cache_tensor(4, gcd, false), *vc = cache_tensor(4, gcd, false);
         const tdm_tensor *gin[9] = {gq, gk, gv, kc, vc, sl, tl, cosc, sinc};
         memcpy(g->in[l], gin, sizeof gin);
         g->out[l][0] = gy, g->out[l][1] = view(kc), g->out[l][2] = view(vc);
-        tdm_tensor *pk = cache_tensor(3, pcd), *pv = cache_tensor(3, pcd);
+        tdm_tensor *pk = cache_tensor(3, pcd, true), *pv = cache_tensor(3, pcd, true);
         const tdm_tensor *pin[10] = {q, k, v, pk, pv, cu, past, bt, cosc, sinc};
         memcpy(p->in[l], pin, sizeof pin);
         p->out[l][0] = py, p->out[l][1] = view(pk), p->out[l][2] = view(pv);
-        tdm_tensor *hk = cache_tensor(4, hcd), *hv = cache_tensor(4, hcd);
+        tdm_tensor *hk = cache_tensor(4, hcd, true), *hv = cache_tensor(4, hcd, true);
         const tdm_tensor *hin[10] = {q, k, v, hk, hv, cu, past, bt, cosc, sinc};
         memcpy(ph->in[l], hin, sizeof hin);
         ph->out[l][0] = py, ph->out[l][1] = view(hk), ph->out[l][2] = view(hv);

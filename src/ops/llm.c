@@ -193,7 +193,8 @@ static tdm_status *infer_gqa(tdm_infer_ctx *c) {
  * ONNX Runtime's contrib operator (docs/ContribOperators.md, com.microsoft.PagedAttention):
  * packed tokens of several sequences over a block-based KV cache. tandem differs from the
  * spec in these points (the kernel is src/backends/cpu/k_llm_paged.c):
- *   - T and the caches are float32 (ONNX Runtime declares float16 / bfloat16 only, CUDA);
+ *   - T is float32 and the caches float32 or float16 (ONNX Runtime declares T float16 /
+ *     bfloat16 only, CUDA, and T_CACHE float16 / bfloat16 / 8-bit);
  *   - query / key / value may also be rank 3 [1, num_tokens, hidden] (the output then has
  *     the query's rank), and the caches rank 3 [num_blocks, block_size, kv_num_heads *
  *     head_size] (the same memory as the spec's rank 4 [.., kv_num_heads, head_size]);
@@ -278,10 +279,19 @@ static tdm_status *infer_paged(tdm_infer_ctx *c) {
         if (i >= 5 && i <= 7) {
             if (has_in(c, i) && c->in[i].dtype != TDM_UNDEFINED && c->in[i].dtype != TDM_INT32)
                 return tdm_node_error(n, TDM_ERR_INVALID_ARGUMENT, "%s must be int32", names[i]);
+        } else if (i == 3 || i == 4) { /* T_CACHE: float32 or float16 */
+            tdm_dtype ct = has_in(c, i) ? c->in[i].dtype : TDM_UNDEFINED;
+            if (ct != TDM_UNDEFINED && ct != TDM_FLOAT && ct != TDM_FLOAT16)
+                return tdm_node_error(n, TDM_ERR_UNSUPPORTED,
+                                      "%s has type %s; float32 and float16 caches are implemented",
+                                      names[i], tdm_dtype_name(ct));
         } else if (i != 10) {
             TDM_TRY(need_float(c, i, names[i]));
         }
     }
+    if (has_in(c, 3) && has_in(c, 4) && c->in[3].dtype != TDM_UNDEFINED &&
+        c->in[4].dtype != TDM_UNDEFINED && c->in[3].dtype != c->in[4].dtype)
+        return tdm_node_error(n, TDM_ERR_INVALID_ARGUMENT, "key_cache and value_cache types differ");
     const tdm_value_info *q = &c->in[0];
     if (q->rank >= 0 && q->rank != 2 && q->rank != 3)
         return tdm_node_error(n, TDM_ERR_INVALID_ARGUMENT,

@@ -20,7 +20,8 @@
  * cumulative lengths not monotone / not ending at num_tokens, positions past the rotary
  * caches) are TDM_ERR_INVALID_ARGUMENT with a message and change nothing; the shape function
  * refuses the unimplemented inputs and attributes (TDM_ERR_UNSUPPORTED) and gives the output
- * and cache shapes. Through a session: a PagedAttention model run with I/O binding (caches bound
+ * and cache shapes. float16 caches (T float32) agree with the float32 kernel on the same values,
+ * and their new rows are its rows rounded. Through a session: a PagedAttention model run with I/O binding (caches bound
  * as input and output: updated in place, step after step) and with a plain run (caches as
  * new outputs, inputs unchanged) equals the kernel run directly. */
 #include <math.h>
@@ -37,6 +38,7 @@
 #include "backends/cpu/cpu_simd.h"
 #include "backends/cpu/k_llm.h"
 #include "core/alloc.h"
+#include "core/half.h"
 #include "core/threadpool.h"
 #include "counting_alloc.h"
 #include "model_builder.h"
@@ -340,6 +342,87 @@ static void test_against_gqa(void **state) {
     config odd = {.H = 6, .KVH = 2, .D = 20, .BS = 16, .rotary = 1, .interleaved = 1, .qrank = 2,
                   .crank = 3, .isa = host, .threads = 3};
     check_config(&odd);
+    assert_int_equal(atomic_load(&g_count.live), 0);
+}
+
+/* ---- float16 caches ---- */
+
+/* The float16-cache kernel against the float32 one on caches holding the same (float16)
+ * values: the outputs agree to float16's rounding of the new keys / values, and the new cache
+ * rows are the float32 run's rounded to float16, bit for bit. */
+static void check_half(bool bhsd, tdm_cpu_isa isa, int threads, int nseq, const int *past,
+                       const int *fresh) {
+    enum { HH = 9, HKVH = 3, HD = 64, HBS = 16 };
+    const int row = HKVH * HD;
+    int T = 0, cu[NSEQ + 1] = {0}, MB = 0, NB = 2;
+    for (int b = 0; b < nseq; b++) {
+        T += fresh[b];
+        cu[b + 1] = T;
+        int nb = (past[b] + fresh[b] + HBS - 1) / HBS;
+        MB = nb > MB ? nb : MB;
+        NB += nb;
+    }
+    int64_t btd[2] = {nseq, MB}, bd[1] = {nseq}, cud[1] = {nseq + 1};
+    tdm_tensor *bt = tensor(TDM_INT32, 2, btd, false), *pastt = tensor(TDM_INT32, 1, bd, false);
+    tdm_tensor *cut = tensor(TDM_INT32, 1, cud, false);
+    for (int b = 0, next = NB - 1; b < nseq; b++) { /* blocks from the end down: not in order */
+        ((int32_t *)pastt->data)[b] = past[b];
+        for (int i = 0; i < MB; i++) ((int32_t *)bt->data)[b * MB + i] = i * HBS < past[b] + fresh[b] ? next-- : -1;
+    }
+    for (int b = 0; b <= nseq; b++) ((int32_t *)cut->data)[b] = cu[b];
+    int64_t qd[2] = {T, HH * HD}, kd[2] = {T, row}, cd[4] = {NB, HBS, HKVH, HD}, cosd[2] = {MAXPOS, HD / 2};
+    if (bhsd) cd[1] = HKVH, cd[2] = HBS;
+    tdm_tensor *q = tensor(TDM_FLOAT, 2, qd, true), *k = tensor(TDM_FLOAT, 2, kd, true);
+    tdm_tensor *v = tensor(TDM_FLOAT, 2, kd, true);
+    tdm_tensor *kc = tensor(TDM_FLOAT, 4, cd, true), *vc = tensor(TDM_FLOAT, 4, cd, true);
+    tdm_tensor *kh = tensor(TDM_FLOAT16, 4, cd, false), *vh = tensor(TDM_FLOAT16, 4, cd, false);
+    for (int64_t i = 0; i < kc->count; i++) {
+        uint16_t a = tdm_f32_to_f16(((float *)kc->data)[i]), c = tdm_f32_to_f16(((float *)vc->data)[i]);
+        ((uint16_t *)kh->data)[i] = a, ((uint16_t *)vh->data)[i] = c;
+        ((float *)kc->data)[i] = tdm_f16_to_f32(a), ((float *)vc->data)[i] = tdm_f16_to_f32(c);
+    }
+    tdm_tensor *cosc = tensor(TDM_FLOAT, 2, cosd, false), *sinc = tensor(TDM_FLOAT, 2, cosd, false);
+    rotary_tables(cosc, sinc, HD / 2);
+    static const char *const names[] = {"num_heads", "kv_num_heads", "do_rotary", "rotary_interleaved"};
+    const int64_t vals[] = {HH, HKVH, 1, 0};
+    node_case pc;
+    node_init(&pc, "PagedAttention", 4, names, vals, isa, threads);
+    if (bhsd) {
+        pc.attrs[4] = (tdm_attr){.name = "tandem_kv_layout", .type = TDM_ATTR_STRING, .s = "BHSD", .s_len = 4};
+        pc.node.n_attrs = 5;
+    }
+    tdm_tensor *y = tensor(TDM_FLOAT, 2, qd, false), *yh = tensor(TDM_FLOAT, 2, qd, false);
+    tdm_tensor *ko = view(kc), *vo = view(vc), *kho = view(kh), *vho = view(vh);
+    const tdm_tensor *in[10] = {q, k, v, kc, vc, cut, pastt, bt, cosc, sinc};
+    assert_null(run_node(&pc, true, 10, in, y, ko, vo));
+    const tdm_tensor *inh[10] = {q, k, v, kh, vh, cut, pastt, bt, cosc, sinc};
+    assert_null(run_node(&pc, true, 10, inh, yh, kho, vho));
+    for (int64_t i = 0; i < y->count; i++) {
+        float want = ((float *)y->data)[i], got = ((float *)yh->data)[i];
+        if (fabsf(got - want) > 2e-3f + 2e-3f * fabsf(want))
+            fail_msg("float16 caches (%s, %s, %d threads): output %lld: %g, float32 caches %g",
+                     bhsd ? "BHSD" : "BSHD", tdm_cpu_isa_name(isa), threads, (long long)i, got, want);
+    }
+    for (int64_t i = 0; i < kc->count; i++)
+        if (((uint16_t *)kh->data)[i] != tdm_f32_to_f16(((float *)kc->data)[i]) ||
+            ((uint16_t *)vh->data)[i] != tdm_f32_to_f16(((float *)vc->data)[i]))
+            fail_msg("float16 cache element %lld is not the float32 run's rounded", (long long)i);
+    tdm_tensor *all[] = {bt, pastt, cut, q, k, v, kc, vc, kh, vh, cosc, sinc, y, yh, ko, vo, kho, vho};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tdm_tensor_destroy(all[i]);
+    node_free(&pc);
+}
+
+static void test_half_caches(void **state) {
+    (void)state;
+    tdm_cpu_isa host = tdm_cpu_isa_detect();
+    static const int past1[1] = {700}, new1[1] = {1};
+    for (int l = 0; l <= (int)host; l++) {
+        if (l != TDM_ISA_PORTABLE && l != TDM_ISA_AVX2 && l != TDM_ISA_AVX512_CORE) continue;
+        for (int bhsd = 0; bhsd < 2; bhsd++) {
+            check_half(bhsd, (tdm_cpu_isa)l, 1 + 2 * bhsd, NSEQ, k_past0, k_new0);
+            check_half(bhsd, (tdm_cpu_isa)l, 4, 1, past1, new1); /* decode in parts */
+        }
+    }
     assert_int_equal(atomic_load(&g_count.live), 0);
 }
 
@@ -675,6 +758,7 @@ static void test_session(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_against_gqa),
+        cmocka_unit_test(test_half_caches),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_shape_function),
         cmocka_unit_test(test_session),

@@ -63,8 +63,14 @@ void tdm_llm_gqa_scratch_done(tdm_kernel_ctx *ctx, float *own);
  * state (tdm_llm_gqa_prepare / tdm_llm_gqa_release). */
 tdm_status *tdm_llm_run_gqa_f16(tdm_kernel_ctx *ctx);
 
-/* PagedAttention's kernel (k_llm_paged.c: float32, the node state and scratch of
- * tdm_llm_gqa_prepare / tdm_llm_gqa_release); also called directly by its unit test. */
+/* out[i] = float(h[i]) for i < n (float16 bits h): the widening of the float16 GQA kernel
+ * (k_llm_gqa_f16.c: portable, F16C, AVX-512 variants), the best at or below level. */
+typedef void (*tdm_llm_widen_fn)(const uint16_t *restrict h, int64_t n, float *restrict out);
+tdm_llm_widen_fn tdm_llm_widen_for(tdm_cpu_isa level);
+
+/* PagedAttention's kernel (k_llm_paged.c: float32, caches float32 or float16; the node state
+ * and scratch of tdm_llm_gqa_prepare / tdm_llm_gqa_release); also called directly by its unit
+ * test. */
 tdm_status *tdm_llm_run_paged(tdm_kernel_ctx *ctx);
 
 /* the other family members' run functions */

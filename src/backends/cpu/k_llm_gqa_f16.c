@@ -88,6 +88,8 @@ static widen_fn pick_widen(tdm_cpu_isa level) {
     return widen_portable;
 }
 
+tdm_llm_widen_fn tdm_llm_widen_for(tdm_cpu_isa level) { return pick_widen(level); }
+
 /* ---- the kernel ---- */
 
 enum { KV_BLOCK = 64, MAX_HEAD = 1024 };

@@ -19,6 +19,10 @@
  * The caches are updated in place: when key_cache_out's memory IS key_cache's (the engine's
  * I/O binding gives the same tensor to both), only the new tokens' slots are written; else
  * the output gets a copy of the whole cache first (and without the output, a scratch copy).
+ * float16 caches (T stays float32; T_CACHE float16 as the spec allows): the new K (rotated in
+ * float32) and V rows are rounded into the cache; reads widen each stretch into float32
+ * scratch by kv head (the float16 GQA kernel's F16C / AVX-512 widening) and run the same row
+ * routines: half the cache bytes of float32 to read per decode step.
  * Malformed tables (cumulative lengths not monotone or not ending at T, a sequence beyond its
  * table's capacity, a block id out of range, positions past the rotary caches) fail with
  * TDM_ERR_INVALID_ARGUMENT before anything is written.
@@ -39,16 +43,19 @@
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/k_llm.h"
 #include "core/alloc.h"
+#include "core/half.h"
 
 typedef struct paged_job {
     const float *q, *k, *v, *cos, *sin, *sink;
-    float *kc, *vc, *y;
+    float *kc, *vc, *y; /* the caches: float, or float16 bits when half */
     const int32_t *cu, *past, *bt;
     const int32_t *seq_of; /* per token: its sequence */
     int64_t T, B, H, KVH, D, BS, MB, rot, win, qstride, kstride, koff, voff, row, ld;
     int64_t run; /* most slots per scores / p.V call: about 16 KiB of slot rows, 16 to 64 */
     bool bhsd;   /* tandem_kv_layout "BHSD": blocks [KVH, BS, D] (else ORT's [BS, KVH, D]) */
     int64_t hstride; /* floats between one head's rows of consecutive slots: row, or D */
+    bool half;       /* float16 caches: stretches widened into scratch by kv head */
+    tdm_llm_widen_fn widen;
     bool rotary, interleaved, causal;
     float scale, softcap;
     const tdm_llm_fns *f;
@@ -65,12 +72,17 @@ static inline int64_t slot_of(const paged_job *j, int64_t b, int64_t pos) {
     return (int64_t)j->bt[b * j->MB + pos / j->BS] * j->BS + pos % j->BS;
 }
 
-/* Kv head g's row of cache slot `slot` in cache c; rows of one head in a stretch are
- * j->hstride floats apart. */
-static inline float *head_row(const paged_job *j, const float *c, int64_t slot, int64_t g) {
-    if (!j->bhsd) return (float *)c + slot * j->row + g * j->D;
+/* The element offset of kv head g's row of cache slot `slot`; rows of one head in a stretch
+ * are j->hstride elements apart. */
+static inline int64_t head_at(const paged_job *j, int64_t slot, int64_t g) {
+    if (!j->bhsd) return slot * j->row + g * j->D;
     int64_t blk = slot / j->BS, off = slot % j->BS;
-    return (float *)c + ((blk * j->KVH + g) * j->BS + off) * j->D;
+    return ((blk * j->KVH + g) * j->BS + off) * j->D;
+}
+
+/* ... as a pointer into cache c (float caches). */
+static inline float *head_row(const paged_job *j, const float *c, int64_t slot, int64_t g) {
+    return (float *)c + head_at(j, slot, g);
 }
 
 /* Pass 1: tokens t0..t1: their K (rotated) and V rows into their slots. */
@@ -81,9 +93,22 @@ static void paged_cache(void *arg, int64_t t0, int64_t t1) {
         int64_t b = j->seq_of[t], pos = j->past[b] + t - j->cu[b];
         int64_t slot = slot_of(j, b, pos);
         for (int64_t g = 0; g < j->KVH; g++) {
+            const float *ks = j->k + t * j->kstride + j->koff + g * j->D;
+            const float *vs = j->v + t * j->kstride + j->voff + g * j->D;
+            if (j->half) { /* rotated in float32, then rounded into the cache */
+                uint16_t *kd = (uint16_t *)j->kc + head_at(j, slot, g);
+                uint16_t *vd = (uint16_t *)j->vc + head_at(j, slot, g);
+                float buf[1024]; /* D <= 1024: checked by the run */
+                memcpy(buf, ks, bytes);
+                if (j->rotary)
+                    tdm_llm_rotate(buf, j->cos + pos * (j->rot / 2), j->sin + pos * (j->rot / 2),
+                                   j->rot, j->interleaved);
+                for (int64_t x = 0; x < j->D; x++) kd[x] = tdm_f32_to_f16(buf[x]), vd[x] = tdm_f32_to_f16(vs[x]);
+                continue;
+            }
             float *kd = head_row(j, j->kc, slot, g), *vd = head_row(j, j->vc, slot, g);
-            memcpy(kd, j->k + t * j->kstride + j->koff + g * j->D, bytes);
-            memcpy(vd, j->v + t * j->kstride + j->voff + g * j->D, bytes);
+            memcpy(kd, ks, bytes);
+            memcpy(vd, vs, bytes);
             if (j->rotary)
                 tdm_llm_rotate(kd, j->cos + pos * (j->rot / 2), j->sin + pos * (j->rot / 2), j->rot,
                                j->interleaved);
@@ -120,9 +145,10 @@ static void prefetch_to(const paged_job *j, prefetcher *pf, int64_t upto) {
     if (upto > pf->e) upto = pf->e;
     while (pf->pos < upto) {
         int64_t slot, cnt = stretch(j, pf->b, pf->pos, upto, &slot);
+        int64_t es = j->half ? 2 : 4; /* element size */
         for (int64_t g = 0; g < (j->bhsd ? j->KVH : 1); g++) {
-            const char *p = (const char *)head_row(j, pf->c, slot, g);
-            const char *end = p + cnt * (j->bhsd ? j->D : j->row) * (int64_t)sizeof(float);
+            const char *p = (const char *)pf->c + head_at(j, slot, g) * es;
+            const char *end = p + cnt * (j->bhsd ? j->D : j->row) * es;
             for (; p < end; p += 64) __builtin_prefetch(p, 0, 3);
         }
         pf->pos += cnt;
@@ -132,13 +158,35 @@ static void prefetch_to(const paged_job *j, prefetcher *pf, int64_t upto) {
 /* Logits of every head over positions [a, e) of sequence b: q + h * D against the slots' key
  * rows of kv head h / group, into scores + h * ld + (position - a). A stretch of slots is read
  * for all heads while it is in L1. */
+/* Float16 caches: the stretch's rows of every kv head widened into buf [KVH][cnt][D]. */
+static const float *widen_stretch(const paged_job *j, const float *c, int64_t slot, int64_t cnt,
+                                  float *buf) {
+    const uint16_t *h = (const uint16_t *)c;
+    for (int64_t g = 0; g < j->KVH; g++) {
+        if (j->bhsd) { /* a head's rows of a block are contiguous */
+            j->widen(h + head_at(j, slot, g), cnt * j->D, buf + g * cnt * j->D);
+            continue;
+        }
+        for (int64_t r = 0; r < cnt; r++)
+            j->widen(h + head_at(j, slot + r, g), j->D, buf + (g * cnt + r) * j->D);
+    }
+    return buf;
+}
+
 static void all_scores(const paged_job *j, int64_t b, int64_t a, int64_t e, const float *q,
-                       float *scores) {
+                       float *scores, float *buf) {
     int64_t group = j->H / j->KVH;
     prefetcher pf = {j->kc, b, a, e};
     for (int64_t s = a, cnt, slot; s < e; s += cnt) {
         prefetch_to(j, &pf, s + PAGED_AHEAD);
         cnt = stretch(j, b, s, e, &slot);
+        if (j->half) {
+            const float *w = widen_stretch(j, j->kc, slot, cnt, buf);
+            for (int64_t h = 0; h < j->H; h++)
+                j->f->scores(q + h * j->D, w + (h / group) * cnt * j->D, j->D, cnt, j->D, j->scale,
+                             scores + h * j->ld + (s - a));
+            continue;
+        }
         for (int64_t h = 0; h < j->H; h++)
             j->f->scores(q + h * j->D, head_row(j, j->kc, slot, h / group), j->hstride, cnt, j->D,
                          j->scale, scores + h * j->ld + (s - a));
@@ -147,12 +195,20 @@ static void all_scores(const paged_job *j, int64_t b, int64_t a, int64_t e, cons
 
 /* out + h * ostride += p_h . V over positions [a, e), for the heads with live[h] != 0. */
 static void all_pv(const paged_job *j, int64_t b, int64_t a, int64_t e, const float *live,
-                   const float *scores, float *out, int64_t ostride) {
+                   const float *scores, float *out, int64_t ostride, float *buf) {
     int64_t group = j->H / j->KVH;
     prefetcher pf = {j->vc, b, a, e};
     for (int64_t s = a, cnt, slot; s < e; s += cnt) {
         prefetch_to(j, &pf, s + PAGED_AHEAD);
         cnt = stretch(j, b, s, e, &slot);
+        if (j->half) {
+            const float *w = widen_stretch(j, j->vc, slot, cnt, buf);
+            for (int64_t h = 0; h < j->H; h++)
+                if (live[h] != 0.0f)
+                    j->f->pv(scores + h * j->ld + (s - a), w + (h / group) * cnt * j->D, j->D, cnt,
+                             j->D, out + h * ostride);
+            continue;
+        }
         for (int64_t h = 0; h < j->H; h++)
             if (live[h] != 0.0f)
                 j->f->pv(scores + h * j->ld + (s - a), head_row(j, j->vc, slot, h / group),
@@ -168,6 +224,7 @@ static void paged_item(const paged_job *j, int64_t p, float *scratch) {
     int64_t n = j->causal ? pos + 1 : j->past[b] + (j->cu[b + 1] - j->cu[b]);
     int64_t lo = j->win > 0 && n > j->win ? n - j->win : 0;
     float *scores = scratch, *q = scratch + j->H * j->ld, *live = q + j->H * j->D;
+    float *buf = live + j->H; /* float16 caches: a stretch widened, KVH * run * D */
     const float *src = j->q + t * j->qstride; /* the token's heads are contiguous */
     memcpy(q, src, (size_t)(j->H * j->D) * sizeof(float));
     if (j->rotary)
@@ -176,12 +233,12 @@ static void paged_item(const paged_job *j, int64_t p, float *scratch) {
                            j->rot, j->interleaved);
     if (j->parts == 1) {
         float *y = j->y + t * j->H * j->D;
-        all_scores(j, b, lo, n, q, scores);
+        all_scores(j, b, lo, n, q, scores, buf);
         memset(y, 0, (size_t)(j->H * j->D) * sizeof(float));
         for (int64_t h = 0; h < j->H; h++)
             live[h] = tdm_llm_softmax(j->simd, scores + h * j->ld, n - lo, j->softcap, NULL,
                                       j->sink != NULL, j->sink ? j->sink[h] : 0.0f);
-        all_pv(j, b, lo, n, live, scores, y, j->D);
+        all_pv(j, b, lo, n, live, scores, y, j->D, buf);
         return;
     }
     /* part k: positions [a, e); per head the output normalised by its own 1 + sum (the part's
@@ -196,7 +253,7 @@ static void paged_item(const paged_job *j, int64_t p, float *scratch) {
         o[h * ostride + j->D] = -INFINITY; /* empty part */
     }
     if (a >= e) return;
-    all_scores(j, b, a, e, q, scores);
+    all_scores(j, b, a, e, q, scores, buf);
     for (int64_t h = 0; h < j->H; h++) {
         float *sc = scores + h * j->ld, mx = -INFINITY;
         if (j->softcap > 0.0f)
@@ -206,7 +263,7 @@ static void paged_item(const paged_job *j, int64_t p, float *scratch) {
         o[h * ostride + j->D] = mx;
         o[h * ostride + j->D + 1] = 1.0f / sc[e - a];
     }
-    all_pv(j, b, a, e, live, scores, o, ostride);
+    all_pv(j, b, a, e, live, scores, o, ostride, buf);
 }
 
 /* After the parts: y = sum_k w_k (1 + sum_k) o_k / (sum_k w_k sum_k [+ sink term]), with
@@ -248,7 +305,7 @@ static void paged_slots(void *arg, int64_t k0, int64_t k1) {
 static tdm_status *check_cache(const tdm_node *node, const tdm_tensor *t, const char *what,
                                int64_t KVH, int64_t D, bool bhsd) {
     if (bhsd) {
-        if (t->dtype == TDM_FLOAT && t->rank == 4 && t->dims[1] == KVH && t->dims[2] > 0 &&
+        if ((t->dtype == TDM_FLOAT || t->dtype == TDM_FLOAT16) && t->rank == 4 && t->dims[1] == KVH && t->dims[2] > 0 &&
             t->dims[3] == D)
             return NULL;
         char buf[96];
@@ -256,7 +313,7 @@ static tdm_status *check_cache(const tdm_node *node, const tdm_tensor *t, const 
                    "(tandem_kv_layout BHSD)",
                    what, tdm_shape_str(t->rank, t->dims, buf, sizeof buf), (long long)KVH, (long long)D);
     }
-    bool ok = t->dtype == TDM_FLOAT && t->dims[1] > 0 &&
+    bool ok = (t->dtype == TDM_FLOAT || t->dtype == TDM_FLOAT16) && t->dims[1] > 0 &&
               ((t->rank == 4 && t->dims[2] == KVH && t->dims[3] == D) ||
                (t->rank == 3 && t->dims[2] == KVH * D));
     if (!ok) {
@@ -347,8 +404,12 @@ tdm_status *tdm_llm_run_paged(tdm_kernel_ctx *ctx) {
     j.bhsd = strcmp(tdm_attr_string(node, "tandem_kv_layout", "BSHD"), "BHSD") == 0;
     TDM_TRY(check_cache(node, kc, "key_cache", j.KVH, j.D, j.bhsd));
     TDM_TRY(check_cache(node, vc, "value_cache", j.KVH, j.D, j.bhsd));
-    if (kc->dims[0] != vc->dims[0] || kc->dims[1] != vc->dims[1] || kc->dims[2] != vc->dims[2])
-        return BAD("key_cache and value_cache have different shapes");
+    if (kc->dims[0] != vc->dims[0] || kc->dims[1] != vc->dims[1] || kc->dims[2] != vc->dims[2] ||
+        kc->dtype != vc->dtype)
+        return BAD("key_cache and value_cache have different shapes or types");
+    j.half = kc->dtype == TDM_FLOAT16;
+    if (j.half && j.D > 1024)
+        return tdm_node_error(node, TDM_ERR_UNSUPPORTED, "float16 caches with a head size over 1024");
     int64_t NB = kc->dims[0];
     j.BS = kc->dims[j.bhsd ? 2 : 1];
     j.row = j.KVH * j.D;
@@ -398,9 +459,9 @@ tdm_status *tdm_llm_run_paged(tdm_kernel_ctx *ctx) {
     if (longest > j.MB * j.BS) longest = j.MB * j.BS; /* larger is refused by check_tables */
     if (longest < 0) longest = 0;
     j.ld = longest + 16;
-    j.per_task = j.H * j.ld + j.H * j.D + j.H + 16;
     j.run = (4096 / j.row) & ~(int64_t)15; /* whole steps of the AVX-512 scores (16 rows) */
     j.run = j.run < 16 || j.bhsd ? (j.bhsd ? 64 : 16) : j.run > 64 ? 64 : j.run;
+    j.per_task = j.H * j.ld + j.H * j.D + j.H + (j.half ? j.KVH * j.run * j.D : 0) + 16;
     j.items = j.T;
     int threads = tdm_threadpool_size(ctx->pool);
     j.parts = 1;
@@ -448,6 +509,7 @@ tdm_status *tdm_llm_run_paged(tdm_kernel_ctx *ctx) {
         j.y = ctx->out[0]->data;
         j.simd = tdm_cpu_simd_of(ctx);
         j.f = tdm_llm_fns_for(j.simd->level);
+        j.widen = tdm_llm_widen_for(j.simd->level);
         if (j.T > 0) {
             tdm_parallel_for(ctx->pool, j.T, 1, paged_cache, &j);
             tdm_parallel_for(ctx->pool, j.slots, 1, paged_slots, &j);
