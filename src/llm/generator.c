@@ -113,8 +113,8 @@ static tdm_status *kv_budget(tdm_graph *g, last_edit *e) {
     int64_t bytes = 0;
     for (int l = 0; l < 4096; l++) {
         char name[2][TDM_LLM_NAME];
-        layer_name(name[0], e->f->past_key, l);
-        layer_name(name[1], e->f->past_value, l);
+        tdm_llm_layer_name(name[0], e->f->past_key, l);
+        tdm_llm_layer_name(name[1], e->f->past_value, l);
         int found = 0;
         for (int k = 0; k < 2; k++) {
             int v = tdm_graph_find_value(g, name[k]);
