@@ -177,7 +177,8 @@ tdm_status *dn_fallback(tdm_kernel_ctx *ctx) {
 }
 
 bool tdm_cpu_dnnl_impl(const tdm_kernel_def *k, void *state, char *buf, size_t size) {
-    if (k->release != dn_release && k->release != dn_matmul_release) {
+    if (k->release != dn_release && k->release != dn_matmul_release &&
+        k->release != dn_qconv_release && k->release != dn_qmatmul_release) {
         if (k->run != dn_to_blocked_run && k->run != dn_from_blocked_run) return false;
         snprintf(buf, size, "tandem"); /* own layout copies */
         return true;

@@ -19,8 +19,9 @@
  * Layouts: X and Y are plain NCHW (8-bit); the primitive's layouts come from format_tag_any
  * (channels-last for int8 on x86) and X / Y are reordered in and out, the weights once when
  * the entry is built. Threads: images, and for ungrouped convolutions of small batches
- * chunks of output channels (a contiguous slice of the weights, scales and bias; the output
- * scales are runtime arguments, so one primitive serves every full chunk). */
+ * chunks of output channels (a contiguous slice of the weights, scales and bias), each with
+ * a primitive of its own: oneDNN 2.6's int8 convolutions take the output scales only as
+ * constants of the primitive (runtime scales: unimplemented). */
 #include <string.h>
 
 #include "backends/cpu/k_dnnl.h"
@@ -44,8 +45,8 @@ typedef struct qc_state {
 typedef struct qc_part {
     int64_t units; /* output channels per chunk; 0 = unused */
     dn_prim conv, r_dst;
-    dnnl_memory_desc_t wei, dst, usr_dst, bias, sc;
-    size_t wbytes;
+    dnnl_memory_desc_t wei, dst, usr_dst, bias;
+    size_t wbytes, woff; /* its weights' bytes and offset in the entry's wbuf */
     dn_held held;
 } qc_part;
 
@@ -58,17 +59,20 @@ typedef struct qc_entry {
     dn_prim r_src;
     size_t src_bytes; /* mb images in the primitive's layout */
     size_t tmp_bytes; /* per item: dst in the primitive's layout + scratchpad */
-    qc_part part[2];
+    qc_part *part;    /* [n_chunks]: the scales are constants of each primitive (oneDNN's
+                         int8 convolutions take no runtime scales) */
     void *wbuf;
 } qc_entry;
 
 static void qc_clear(dn_state *s, dn_entry *he) {
     qc_entry *e = (qc_entry *)he;
-    for (int i = 0; i < 2; i++) {
+    for (int64_t i = 0; e->part && i < e->n_chunks; i++) {
         dn_held_clear(&e->part[i].held);
         dn_prim_clear(&e->part[i].conv);
         dn_prim_clear(&e->part[i].r_dst);
     }
+    tdm_free(s->alloc, e->part);
+    e->part = NULL;
     dn_prim_clear(&e->r_src);
     tdm_free(s->alloc, e->wbuf);
     e->wbuf = NULL;
@@ -207,9 +211,10 @@ static dnnl_format_tag_t tag_plain(int nd) {
     return nd == 3 ? dnnl_abc : nd == 4 ? dnnl_abcd : nd == 5 ? dnnl_abcde : dnnl_abcdef;
 }
 
-/* The primitive for chunks of `units` output channels over mb images. */
+/* The primitive for the chunk of `units` output channels from m0, over mb images. */
 static tdm_status *qc_part_build(qc_state *s, qc_entry *e, const qc_geom *g, const tdm_tensor *x,
-                                 const tdm_tensor *y, int64_t units, qc_part *p, bool *ok) {
+                                 const tdm_tensor *y, int64_t m0, int64_t units, qc_part *p,
+                                 bool *ok) {
     *ok = false;
     int nd = x->rank;
     int64_t C = x->dims[1], Cg = C / s->group, Mg = s->M / s->group;
@@ -244,8 +249,8 @@ static tdm_status *qc_part_build(qc_state *s, qc_entry *e, const qc_geom *g, con
         return NULL;
     dnnl_primitive_attr_t attr;
     TDM_TRY(dn_attr_new(&attr));
-    float rt = DNNL_RUNTIME_F32_VAL;
-    bool good = dnnl_primitive_attr_set_output_scales(attr, units, 1 << 1, &rt) == dnnl_success;
+    bool good = dnnl_primitive_attr_set_output_scales(attr, units, 1 << 1, s->oscale + m0) ==
+                dnnl_success;
     if (good && s->xzp)
         good = dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_SRC, 1, 0, &s->xzp) == dnnl_success;
     if (good && s->yzp)
@@ -267,14 +272,13 @@ static tdm_status *qc_part_build(qc_state *s, qc_entry *e, const qc_geom *g, con
     dn_query_md(pd, dnnl_query_src_md, &psrc);
     dn_query_md(pd, dnnl_query_weights_md, &p->wei);
     dn_query_md(pd, dnnl_query_dst_md, &p->dst);
-    if (p == &e->part[0]) {
+    if (m0 == 0) {
         e->src = psrc;
     } else if (!dnnl_memory_desc_equal(&psrc, &e->src)) {
         dnnl_primitive_desc_destroy(pd);
         return NULL;
     }
     p->bias = bias;
-    md_tag(&p->sc, 1, &bd, dnnl_f32, dnnl_a);
     /* Y's chunk: [mb, units, spatial] inside the plain [mb, M, spatial] images */
     dnnl_dims_t dd, ds;
     int64_t st = 1;
@@ -313,10 +317,13 @@ static tdm_status *qc_build(dn_state *ds, tdm_kernel_ctx *ctx, dn_entry *he) {
     e->mb = threads == 1 ? e->N : 1;
     e->chunk = s->group == 1 ? dn_chunk(s->M, 16, e->N, threads) : s->M;
     e->n_chunks = (s->M + e->chunk - 1) / e->chunk;
-    bool ok;
-    TDM_TRY(qc_part_build(s, e, &g, x, y, e->chunk, &e->part[0], &ok));
-    int64_t last = s->M - (e->n_chunks - 1) * e->chunk;
-    if (ok && last != e->chunk) TDM_TRY(qc_part_build(s, e, &g, x, y, last, &e->part[1], &ok));
+    e->part = tdm_calloc(s->base.alloc, (size_t)e->n_chunks, sizeof *e->part);
+    if (!e->part) return dn_oom(ctx);
+    bool ok = true;
+    for (int64_t c = 0; ok && c < e->n_chunks; c++) {
+        int64_t m0 = c * e->chunk, units = s->M - m0 < e->chunk ? s->M - m0 : e->chunk;
+        TDM_TRY(qc_part_build(s, e, &g, x, y, m0, units, &e->part[c], &ok));
+    }
     if (!ok) return NULL;
     /* X: plain images -> the primitive's layout */
     int64_t sdims[5];
@@ -326,9 +333,8 @@ static tdm_status *qc_build(dn_state *ds, tdm_kernel_ctx *ctx, dn_entry *he) {
     TDM_TRY(dn_reorder_new(s->base.eng, &e->usr_src, &e->src, &e->r_src));
     e->src_bytes = e->r_src.p ? (dn_md_bytes(&e->src) + 63) / 64 * 64 : 0;
     size_t tmp = 0;
-    for (int i = 0; i < 2; i++) {
+    for (int64_t i = 0; i < e->n_chunks; i++) {
         const qc_part *p = &e->part[i];
-        if (!p->units) continue;
         size_t t = (p->r_dst.p ? (dn_md_bytes(&p->dst) + 63) / 64 * 64 : 0) +
                    (p->conv.scratch + 63) / 64 * 64;
         if (t > tmp) tmp = t;
@@ -336,14 +342,15 @@ static tdm_status *qc_build(dn_state *ds, tdm_kernel_ctx *ctx, dn_entry *he) {
     e->tmp_bytes = tmp;
     /* the constant weights, chunk after chunk, each in its primitive's layout */
     size_t total = 0;
-    for (int64_t c = 0; c < e->n_chunks; c++)
-        total += e->part[c == e->n_chunks - 1 && e->part[1].units ? 1 : 0].wbytes;
+    for (int64_t c = 0; c < e->n_chunks; c++) {
+        e->part[c].woff = total;
+        total += (e->part[c].wbytes + 63) / 64 * 64;
+    }
     e->wbuf = tdm_alloc(s->base.alloc, total + 64);
     if (!e->wbuf) return dn_oom(ctx);
-    size_t off = 0;
     int64_t per_m = s->w->count / s->M;
     for (int64_t c = 0; c < e->n_chunks; c++) {
-        qc_part *p = &e->part[c == e->n_chunks - 1 && e->part[1].units ? 1 : 0];
+        qc_part *p = &e->part[c];
         dnnl_memory_desc_t usr;
         int64_t wd[6];
         int wnd = x->rank;
@@ -361,10 +368,9 @@ static tdm_status *qc_build(dn_state *ds, tdm_kernel_ctx *ctx, dn_entry *he) {
         TDM_TRY(dn_reorder_new(s->base.eng, &usr, &p->wei, &r));
         tdm_status *st = dn_exec_reorder(ctx, s->base.eng, &r, &usr,
                                          (const int8_t *)s->w->data + c * e->chunk * per_m,
-                                         &p->wei, (char *)e->wbuf + off);
+                                         &p->wei, (char *)e->wbuf + p->woff);
         dn_prim_clear(&r);
         TDM_TRY(st);
-        off += p->wbytes;
     }
     e->h.generic = false;
     return NULL;
@@ -391,23 +397,21 @@ static tdm_status *qc_conv_item(void *arg, tdm_kernel_ctx *ctx, int64_t i) {
     qc_state *s = r->s;
     qc_entry *e = r->e;
     int64_t img = i / e->n_chunks, c = i % e->n_chunks;
-    bool lastp = c == e->n_chunks - 1 && e->part[1].units;
-    qc_part *p = &e->part[lastp ? 1 : 0];
+    qc_part *p = &e->part[c];
     int64_t m0 = c * e->chunk;
     const void *src = e->r_src.p ? (const void *)(r->srcbuf + (size_t)img * e->src_bytes)
                                  : (const void *)((const char *)r->x->data +
                                                   (size_t)img * dn_md_bytes(&e->usr_src));
-    const char *wei = (const char *)e->wbuf + (size_t)c * e->part[0].wbytes;
+    const char *wei = (const char *)e->wbuf + p->woff;
     char *ydst = (char *)r->y->data + (size_t)(img * e->mb * s->M + m0) * (size_t)e->osz;
     char *tmp = r->tmp + (size_t)i * e->tmp_bytes;
     char *dst = p->r_dst.p ? tmp : ydst;
     char *scratch = p->r_dst.p ? tmp + (dn_md_bytes(&p->dst) + 63) / 64 * 64 : tmp;
-    dn_arg args[5];
+    dn_arg args[4];
     int n = 0;
     args[n++] = (dn_arg){DNNL_ARG_SRC, &e->src, src};
     args[n++] = (dn_arg){DNNL_ARG_WEIGHTS, &p->wei, wei};
     args[n++] = (dn_arg){DNNL_ARG_DST, &p->dst, dst};
-    args[n++] = (dn_arg){DNNL_ARG_ATTR_OUTPUT_SCALES, &p->sc, s->oscale + m0};
     if (s->bias) args[n++] = (dn_arg){DNNL_ARG_BIAS, &p->bias, s->bias + m0};
     TDM_TRY(dn_exec_held(ctx, s->base.eng, &p->conv, n, args, p->conv.scratch ? scratch : NULL,
                          &p->held));

@@ -1,9 +1,10 @@
 /* dnnl family: QLinearMatMul and tandem's QMatMul (ops/fused.h) on oneDNN's int8 matmul
- * (u8s8s32 / s8s8s32; brgemm with VNNI on AVX-512, gemm kernels on AVX2).
+ * (u8s8s32 / s8s8s32; brgemm with VNNI on AVX-512, gemm kernels on AVX2). The output scales
+ * are constants of the primitive (runtime scales would take oneDNN's slower gemm kernel).
  *
  * A [..., M, K] (8-bit) times a constant int8 B [K, N]: the batch dims of A fold into the
  * rows, one [rows, K] x [K, N] product. Requantisation as in k_dnnl_qconv.c: output scales
- * a_scale * b_scale[n] / y_scale as a runtime argument (per column when b_scale is), the
+ * a_scale * b_scale[n] / y_scale (per column when b_scale is), the
  * int32 bias (QMatMul) added to the accumulator, qmin / qmax as a clip post-op, the zero
  * points of A, B and Y as oneDNN zero points. The weights are reordered once into the
  * layout oneDNN picks.
@@ -24,7 +25,8 @@ typedef struct qm_state {
     dn_state base; /* first */
     int32_t azp, bzp, yzp;
     dnnl_data_type_t yt;
-    float *oscale; /* [N] */
+    float *oscale; /* [oscale_n]: one, or per column */
+    int64_t oscale_n;
     int32_t *bias; /* [N] or NULL */
     const tdm_tensor *b;
     int64_t K, N;
@@ -35,7 +37,7 @@ typedef struct qm_state {
 typedef struct qm_part {
     int64_t rows;
     dn_prim mm;
-    dnnl_memory_desc_t src, wei, dst, bias, sc;
+    dnnl_memory_desc_t src, wei, dst, bias;
     dn_held held;
 } qm_part;
 
@@ -77,6 +79,16 @@ static bool q_scalar(const tdm_tensor *t, int32_t *v) {
     return true;
 }
 
+/* A per-column zero point of zeros counts as 0. */
+static bool q_zero_or_scalar(const tdm_tensor *t, int32_t *v) {
+    *v = 0;
+    if (!t || q_scalar(t, v)) return true;
+    if (t->dtype != TDM_INT8 && t->dtype != TDM_UINT8) return false;
+    for (int64_t i = 0; i < t->count; i++)
+        if (((const uint8_t *)t->data)[i]) return false;
+    return true;
+}
+
 static bool f_scalar(const tdm_tensor *t, float *v) {
     if (!t || t->dtype != TDM_FLOAT || t->count != 1) return false;
     *v = ((const float *)t->data)[0];
@@ -94,7 +106,7 @@ static bool qm_setup(qm_state *s, const tdm_node *node, int n_in, const tdm_tens
     s->K = b->dims[0];
     s->N = b->dims[1];
     if (!f_scalar(in[1], &as) || !f_scalar(in[6], &ys) || !q_scalar(in[2], &s->azp) ||
-        !q_scalar(in[5], &s->bzp) || !q_scalar(in[7], &s->yzp))
+        !q_zero_or_scalar(in[5], &s->bzp) || !q_scalar(in[7], &s->yzp))
         return false;
     if (!bs || bs->dtype != TDM_FLOAT || (bs->count != 1 && bs->count != s->N)) return false;
     if (bias && (bias->dtype != TDM_INT32 || bias->count != s->N)) return false;
@@ -103,8 +115,9 @@ static bool qm_setup(qm_state *s, const tdm_node *node, int n_in, const tdm_tens
     s->b = b;
     s->oscale = tdm_alloc(s->base.alloc, (size_t)s->N * sizeof(float) + 1);
     if (!s->oscale) return false;
-    for (int64_t n = 0; n < s->N; n++) /* as the reference kernel computes it */
-        s->oscale[n] = as * ((const float *)bs->data)[bs->count == 1 ? 0 : n] / ys;
+    s->oscale_n = bs->count;
+    for (int64_t n = 0; n < bs->count; n++) /* as the reference kernel computes it */
+        s->oscale[n] = as * ((const float *)bs->data)[n] / ys;
     if (bias) {
         s->bias = tdm_alloc(s->base.alloc, (size_t)s->N * sizeof(int32_t) + 1);
         if (!s->bias) return false;
@@ -143,17 +156,15 @@ static tdm_status *qm_part_build(qm_state *s, qm_entry *e, int64_t rows, qm_part
     md2(&wei, s->K, s->N, dnnl_s8, dnnl_format_tag_any);
     md2(&p->dst, rows, s->N, s->yt, dnnl_ab);
     md2(&p->bias, 1, s->N, dnnl_s32, dnnl_ab);
-    int64_t n = s->N;
-    dnnl_dims_t sd = {n};
-    dnnl_memory_desc_init_by_tag(&p->sc, 1, sd, dnnl_f32, dnnl_a);
     dnnl_matmul_desc_t md;
     if (dnnl_matmul_desc_init(&md, &p->src, &wei, s->bias ? &p->bias : NULL, &p->dst) !=
         dnnl_success)
         return NULL;
     dnnl_primitive_attr_t attr;
     TDM_TRY(dn_attr_new(&attr));
-    float rt = DNNL_RUNTIME_F32_VAL;
-    bool good = dnnl_primitive_attr_set_output_scales(attr, s->N, 1 << 1, &rt) == dnnl_success;
+    bool per_col = s->oscale_n > 1;
+    bool good = dnnl_primitive_attr_set_output_scales(attr, per_col ? s->N : 1, per_col ? 1 << 1 : 0,
+                                                      s->oscale) == dnnl_success;
     if (good && s->azp)
         good = dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_SRC, 1, 0, &s->azp) == dnnl_success;
     if (good && s->bzp)
@@ -235,7 +246,6 @@ static tdm_status *qm_item(void *arg, tdm_kernel_ctx *ctx, int64_t i) {
     args[n++] = (dn_arg){DNNL_ARG_SRC, &p->src, (const char *)r->a->data + r0 * s->K};
     args[n++] = (dn_arg){DNNL_ARG_WEIGHTS, &p->wei, e->wbuf};
     args[n++] = (dn_arg){DNNL_ARG_DST, &p->dst, (char *)r->y->data + r0 * s->N};
-    args[n++] = (dn_arg){DNNL_ARG_ATTR_OUTPUT_SCALES, &p->sc, s->oscale};
     if (s->bias) args[n++] = (dn_arg){DNNL_ARG_BIAS, &p->bias, s->bias};
     return dn_exec_held(ctx, s->base.eng, &p->mm, n, args,
                         p->mm.scratch ? r->scratch + (size_t)i * e->scratch : NULL, &p->held);

@@ -46,7 +46,8 @@ static tdm_status *q_layout_make(const tdm_kernel_ctx *ctx, const tdm_tensor *x,
     l->L = x->count;
     l->post = 1;
     int64_t block = ctx->opset >= 21 ? tdm_attr_int(node, "block_size", 0) : 0;
-    if (zp && (zp->rank != scale->rank || zp->count != scale->count))
+    /* a one-value zero point may be a scalar beside a [1] scale (ORT's quantizer writes that) */
+    if (zp && (zp->count != scale->count || (zp->rank != scale->rank && zp->count != 1)))
         return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
                               "zero point and scale must have the same shape");
     if (block < 0) return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "block_size is negative");
