@@ -17,8 +17,9 @@
  * 3-D convolutions.
  *
  * Layouts: X and Y are plain NCHW (8-bit); the primitive's layouts come from format_tag_any
- * (channels-last for int8 on x86) and X / Y are reordered in and out, the weights once when
- * the entry is built. Threads: images, and for ungrouped convolutions of small batches
+ * (channels-last for int8 on x86) and X / Y are transposed in and out by own tiled loops
+ * (oneDNN's reorders of 8-bit NCHW images measured 30-40 ms for 1x32x112x112), other
+ * layouts by oneDNN reorders; the weights are reordered once when the entry is built. Threads: images, and for ungrouped convolutions of small batches
  * chunks of output channels (a contiguous slice of the weights, scales and bias), each with
  * a primitive of its own: oneDNN 2.6's int8 convolutions take the output scales only as
  * constants of the primitive (runtime scales: unimplemented). */
@@ -45,6 +46,7 @@ typedef struct qc_state {
 typedef struct qc_part {
     int64_t units; /* output channels per chunk; 0 = unused */
     dn_prim conv, r_dst;
+    bool dst_nhwc;  /* dst is channels-last: own transpose into Y instead of r_dst */
     dnnl_memory_desc_t wei, dst, usr_dst, bias;
     size_t wbytes, woff; /* its weights' bytes and offset in the entry's wbuf */
     dn_held held;
@@ -57,6 +59,9 @@ typedef struct qc_entry {
     dnnl_data_type_t xt;
     dnnl_memory_desc_t usr_src, src;
     dn_prim r_src;
+    bool src_nhwc;    /* src is channels-last: own transpose instead of r_src */
+    bool src_conv;    /* X is converted (src_nhwc or r_src) */
+    int64_t C, isz;   /* X's channels and spatial size */
     size_t src_bytes; /* mb images in the primitive's layout */
     size_t tmp_bytes; /* per item: dst in the primitive's layout + scratchpad */
     qc_part *part;    /* [n_chunks]: the scales are constants of each primitive (oneDNN's
@@ -211,6 +216,32 @@ static dnnl_format_tag_t tag_plain(int nd) {
     return nd == 3 ? dnnl_abc : nd == 4 ? dnnl_abcd : nd == 5 ? dnnl_abcde : dnnl_abcdef;
 }
 
+static dnnl_format_tag_t tag_nhwc(int nd) {
+    return nd == 3 ? dnnl_acb : nd == 4 ? dnnl_acdb : dnnl_acdeb;
+}
+
+/* md is the dense channels-last layout of its dims. */
+static bool is_nhwc(const dnnl_memory_desc_t *md) {
+    dnnl_memory_desc_t t;
+    if (md->ndims < 3 || md->ndims > 5 ||
+        dnnl_memory_desc_init_by_tag(&t, md->ndims, md->dims, md->data_type,
+                                     tag_nhwc(md->ndims)) != dnnl_success)
+        return false;
+    return dnnl_memory_desc_equal(&t, md);
+}
+
+/* dst[j * ldd + i] = src[i * lds + j] for i < rows, j < cols (bytes), in 32 x 32 tiles: the
+ * NCHW <-> NHWC moves of 8-bit images (oneDNN's reorders of 8-bit NCHW take 100x longer). */
+static void tr_u8(const uint8_t *src, int64_t rows, int64_t cols, int64_t lds, uint8_t *dst,
+                  int64_t ldd) {
+    for (int64_t i0 = 0; i0 < rows; i0 += 32)
+        for (int64_t j0 = 0; j0 < cols; j0 += 32) {
+            int64_t i1 = i0 + 32 < rows ? i0 + 32 : rows, j1 = j0 + 32 < cols ? j0 + 32 : cols;
+            for (int64_t i = i0; i < i1; i++)
+                for (int64_t j = j0; j < j1; j++) dst[j * ldd + i] = src[i * lds + j];
+        }
+}
+
 /* The primitive for the chunk of `units` output channels from m0, over mb images. */
 static tdm_status *qc_part_build(qc_state *s, qc_entry *e, const qc_geom *g, const tdm_tensor *x,
                                  const tdm_tensor *y, int64_t m0, int64_t units, qc_part *p,
@@ -294,8 +325,11 @@ static tdm_status *qc_part_build(qc_state *s, qc_entry *e, const qc_geom *g, con
     p->units = units;
     p->wbytes = dn_md_bytes(&p->wei);
     TDM_TRY(dn_prim_from_pd(pd, &p->conv));
-    TDM_TRY(dn_reorder_new(s->base.eng, &p->dst, &p->usr_dst, &p->r_dst));
-    if (!p->r_dst.p && !dnnl_memory_desc_equal(&p->dst, &p->usr_dst)) return NULL;
+    p->dst_nhwc = is_nhwc(&p->dst);
+    if (!p->dst_nhwc) {
+        TDM_TRY(dn_reorder_new(s->base.eng, &p->dst, &p->usr_dst, &p->r_dst));
+        if (!p->r_dst.p && !dnnl_memory_desc_equal(&p->dst, &p->usr_dst)) return NULL;
+    }
     dn_note_impl(&s->base, "%s", dn_prim_impl(&p->conv));
     *ok = true;
     return NULL;
@@ -330,12 +364,17 @@ static tdm_status *qc_build(dn_state *ds, tdm_kernel_ctx *ctx, dn_entry *he) {
     memcpy(sdims, x->dims, sizeof(int64_t) * (size_t)x->rank);
     sdims[0] = e->mb;
     md_tag(&e->usr_src, x->rank, sdims, e->xt, tag_plain(x->rank));
-    TDM_TRY(dn_reorder_new(s->base.eng, &e->usr_src, &e->src, &e->r_src));
-    e->src_bytes = e->r_src.p ? (dn_md_bytes(&e->src) + 63) / 64 * 64 : 0;
+    e->C = x->dims[1];
+    e->isz = 1;
+    for (int d = 2; d < x->rank; d++) e->isz *= x->dims[d];
+    e->src_nhwc = is_nhwc(&e->src) && e->C > 1;
+    if (!e->src_nhwc) TDM_TRY(dn_reorder_new(s->base.eng, &e->usr_src, &e->src, &e->r_src));
+    e->src_conv = e->src_nhwc || e->r_src.p;
+    e->src_bytes = e->src_conv ? (dn_md_bytes(&e->src) + 63) / 64 * 64 : 0;
     size_t tmp = 0;
     for (int64_t i = 0; i < e->n_chunks; i++) {
         const qc_part *p = &e->part[i];
-        size_t t = (p->r_dst.p ? (dn_md_bytes(&p->dst) + 63) / 64 * 64 : 0) +
+        size_t t = (p->r_dst.p || p->dst_nhwc ? (dn_md_bytes(&p->dst) + 63) / 64 * 64 : 0) +
                    (p->conv.scratch + 63) / 64 * 64;
         if (t > tmp) tmp = t;
     }
@@ -387,6 +426,15 @@ typedef struct qc_run {
 static tdm_status *qc_src_item(void *arg, tdm_kernel_ctx *ctx, int64_t i) {
     qc_run *r = arg;
     size_t es = (size_t)dn_md_bytes(&r->e->usr_src);
+    if (r->e->src_nhwc) {
+        const qc_entry *e = r->e;
+        for (int64_t k = 0; k < e->mb; k++) /* [C, HW] -> [HW, C] per image */
+            tr_u8((const uint8_t *)r->x->data + (size_t)i * es + (size_t)(k * e->C * e->isz), e->C,
+                  e->isz, e->isz,
+                  (uint8_t *)r->srcbuf + (size_t)i * e->src_bytes + (size_t)(k * e->C * e->isz),
+                  e->C);
+        return NULL;
+    }
     return dn_exec_reorder(ctx, r->s->base.eng, &r->e->r_src, &r->e->usr_src,
                            (const char *)r->x->data + (size_t)i * es, &r->e->src,
                            r->srcbuf + (size_t)i * r->e->src_bytes);
@@ -399,14 +447,15 @@ static tdm_status *qc_conv_item(void *arg, tdm_kernel_ctx *ctx, int64_t i) {
     int64_t img = i / e->n_chunks, c = i % e->n_chunks;
     qc_part *p = &e->part[c];
     int64_t m0 = c * e->chunk;
-    const void *src = e->r_src.p ? (const void *)(r->srcbuf + (size_t)img * e->src_bytes)
+    const void *src = e->src_conv ? (const void *)(r->srcbuf + (size_t)img * e->src_bytes)
                                  : (const void *)((const char *)r->x->data +
                                                   (size_t)img * dn_md_bytes(&e->usr_src));
     const char *wei = (const char *)e->wbuf + p->woff;
     char *ydst = (char *)r->y->data + (size_t)(img * e->mb * s->M + m0) * (size_t)e->osz;
     char *tmp = r->tmp + (size_t)i * e->tmp_bytes;
-    char *dst = p->r_dst.p ? tmp : ydst;
-    char *scratch = p->r_dst.p ? tmp + (dn_md_bytes(&p->dst) + 63) / 64 * 64 : tmp;
+    bool via_tmp = p->r_dst.p || p->dst_nhwc;
+    char *dst = via_tmp ? tmp : ydst;
+    char *scratch = via_tmp ? tmp + (dn_md_bytes(&p->dst) + 63) / 64 * 64 : tmp;
     dn_arg args[4];
     int n = 0;
     args[n++] = (dn_arg){DNNL_ARG_SRC, &e->src, src};
@@ -415,6 +464,12 @@ static tdm_status *qc_conv_item(void *arg, tdm_kernel_ctx *ctx, int64_t i) {
     if (s->bias) args[n++] = (dn_arg){DNNL_ARG_BIAS, &p->bias, s->bias + m0};
     TDM_TRY(dn_exec_held(ctx, s->base.eng, &p->conv, n, args, p->conv.scratch ? scratch : NULL,
                          &p->held));
+    if (p->dst_nhwc) { /* [HW, units] -> Y's channels m0.. of each image ([units, HW]) */
+        for (int64_t k = 0; k < e->mb; k++)
+            tr_u8((const uint8_t *)tmp + (size_t)(k * p->units * e->osz), e->osz, p->units,
+                  p->units, (uint8_t *)ydst + (size_t)(k * s->M * e->osz), e->osz);
+        return NULL;
+    }
     if (!p->r_dst.p) return NULL;
     dn_arg ra[2] = {{DNNL_ARG_FROM, &p->dst, tmp}, {DNNL_ARG_TO, &p->usr_dst, ydst}};
     return dn_exec(ctx, s->base.eng, &p->r_dst, 2, ra);
@@ -450,7 +505,7 @@ static tdm_status *qc_run_node(tdm_kernel_ctx *ctx) {
     } else {
         qc_run r = {s, e, x, y, buf, buf + (size_t)groups * e->src_bytes};
         int prev = dn_omp_begin();
-        if (e->r_src.p) st = dn_parallel(ctx, groups, qc_src_item, &r);
+        if (e->src_conv) st = dn_parallel(ctx, groups, qc_src_item, &r);
         if (!st) st = dn_parallel(ctx, items, qc_conv_item, &r);
         dn_omp_end(prev);
     }
