@@ -23,7 +23,11 @@
  * chunks of output channels (a contiguous slice of the weights, scales and bias), each with
  * a primitive of its own: oneDNN 2.6's int8 convolutions take the output scales only as
  * constants of the primitive (runtime scales: unimplemented). */
+#include <stdint.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "backends/cpu/k_dnnl.h"
 #include "core/alloc.h"
@@ -37,6 +41,7 @@ typedef struct qc_state {
     dnnl_data_type_t yt;
     float *oscale;    /* [M] x_scale * w_scale[m] / y_scale */
     int32_t *bias;    /* [M] or NULL */
+    int32_t *bias_zp; /* [M]: bias - x_zero_point * sum(w[m]) (padded mode; xzp != 0) */
     const tdm_tensor *w;
     int64_t M, group;
     bool clip;
@@ -61,6 +66,12 @@ typedef struct qc_entry {
     dn_prim r_src;
     bool src_nhwc;    /* src is channels-last: own transpose instead of r_src */
     bool src_conv;    /* X is converted (src_nhwc or r_src) */
+    bool pad;         /* padded mode: X copied into a channels-last buffer padded with its
+                         zero point, the primitive has no padding and no source zero point
+                         (so oneDNN's brgemm kernels take it; with a zero point it falls to
+                         a much slower kernel: 60 ms for ResNet-50's 7x7 stem against ~1),
+                         and x_zero_point * sum(w) comes off the bias: exact */
+    int64_t ph, pw, Hp, Wp, H, W; /* leading pads, padded and plain sizes (2-D only) */
     int64_t C, isz;   /* X's channels and spatial size */
     size_t src_bytes; /* mb images in the primitive's layout */
     size_t tmp_bytes; /* per item: dst in the primitive's layout + scratchpad */
@@ -88,6 +99,7 @@ static void qc_release(void *state, const tdm_allocator *a) {
     if (s) {
         tdm_free(s->base.alloc, s->oscale);
         tdm_free(s->base.alloc, s->bias);
+        tdm_free(s->base.alloc, s->bias_zp);
     }
     dn_release(state, a);
 }
@@ -145,6 +157,22 @@ static bool qc_setup(qc_state *s, const tdm_node *node, int n_in, const tdm_tens
         s->bias = tdm_alloc(s->base.alloc, (size_t)s->M * sizeof(int32_t) + 1);
         if (!s->bias) return false;
         memcpy(s->bias, b->data, (size_t)s->M * sizeof(int32_t));
+    }
+    if (s->xzp) {
+        s->bias_zp = tdm_alloc(s->base.alloc, (size_t)s->M * sizeof(int32_t) + 1);
+        if (!s->bias_zp) return false;
+        int64_t per_m = w->count / s->M;
+        for (int64_t m = 0; m < s->M; m++) {
+            int64_t sum = 0;
+            for (int64_t k = 0; k < per_m; k++) sum += ((const int8_t *)w->data)[m * per_m + k];
+            int64_t v = (s->bias ? s->bias[m] : 0) - (int64_t)s->xzp * sum;
+            if (v < INT32_MIN || v > INT32_MAX) {
+                tdm_free(s->base.alloc, s->bias_zp);
+                s->bias_zp = NULL;
+                break;
+            }
+            s->bias_zp[m] = (int32_t)v;
+        }
     }
     int64_t lo = yt == TDM_INT8 ? -128 : 0, hi = yt == TDM_INT8 ? 127 : 255;
     int64_t qlo = tdm_attr_int(node, "qmin", lo), qhi = tdm_attr_int(node, "qmax", hi);
@@ -230,16 +258,50 @@ static bool is_nhwc(const dnnl_memory_desc_t *md) {
     return dnnl_memory_desc_equal(&t, md);
 }
 
-/* dst[j * ldd + i] = src[i * lds + j] for i < rows, j < cols (bytes), in 32 x 32 tiles: the
- * NCHW <-> NHWC moves of 8-bit images (oneDNN's reorders of 8-bit NCHW take 100x longer). */
+#if defined(__SSE2__)
+/* 16 x 16 bytes: dst row c = src column c (SSE2, the x86-64 baseline): unpacks of 8, 16, 32
+ * and 64 bits, each stage interleaving row pairs twice as far apart. */
+static void tr16(const uint8_t *src, int64_t lds, uint8_t *dst, int64_t ldd) {
+    __m128i a[16], t[16];
+    for (int i = 0; i < 16; i++) a[i] = _mm_loadu_si128((const __m128i *)(src + i * lds));
+    for (int k = 0; k < 8; k++) {
+        t[2 * k] = _mm_unpacklo_epi8(a[2 * k], a[2 * k + 1]);
+        t[2 * k + 1] = _mm_unpackhi_epi8(a[2 * k], a[2 * k + 1]);
+    }
+    for (int m = 0; m < 4; m++) { /* a[4m + r]: columns 4r..4r+3 of rows 4m..4m+3 */
+        a[4 * m] = _mm_unpacklo_epi16(t[4 * m], t[4 * m + 2]);
+        a[4 * m + 1] = _mm_unpackhi_epi16(t[4 * m], t[4 * m + 2]);
+        a[4 * m + 2] = _mm_unpacklo_epi16(t[4 * m + 1], t[4 * m + 3]);
+        a[4 * m + 3] = _mm_unpackhi_epi16(t[4 * m + 1], t[4 * m + 3]);
+    }
+    for (int q = 0; q < 2; q++) /* t[8q + j]: columns 2j, 2j+1 of rows 8q..8q+7 */
+        for (int r = 0; r < 4; r++) {
+            t[8 * q + 2 * r] = _mm_unpacklo_epi32(a[8 * q + r], a[8 * q + 4 + r]);
+            t[8 * q + 2 * r + 1] = _mm_unpackhi_epi32(a[8 * q + r], a[8 * q + 4 + r]);
+        }
+    for (int j = 0; j < 8; j++) {
+        _mm_storeu_si128((__m128i *)(dst + (2 * j) * ldd), _mm_unpacklo_epi64(t[j], t[8 + j]));
+        _mm_storeu_si128((__m128i *)(dst + (2 * j + 1) * ldd), _mm_unpackhi_epi64(t[j], t[8 + j]));
+    }
+}
+#endif
+
+/* dst[j * ldd + i] = src[i * lds + j] for i < rows, j < cols (bytes): the NCHW <-> NHWC moves
+ * of 8-bit images (oneDNN's reorders of them measured 30-40 ms for 1x32x112x112). 16 x 16
+ * tiles with SSE2 where they fit, element by element at the edges (and without SSE2). */
 static void tr_u8(const uint8_t *src, int64_t rows, int64_t cols, int64_t lds, uint8_t *dst,
                   int64_t ldd) {
-    for (int64_t i0 = 0; i0 < rows; i0 += 32)
-        for (int64_t j0 = 0; j0 < cols; j0 += 32) {
-            int64_t i1 = i0 + 32 < rows ? i0 + 32 : rows, j1 = j0 + 32 < cols ? j0 + 32 : cols;
-            for (int64_t i = i0; i < i1; i++)
-                for (int64_t j = j0; j < j1; j++) dst[j * ldd + i] = src[i * lds + j];
-        }
+    int64_t r16 = 0, c16 = 0;
+#if defined(__SSE2__)
+    r16 = rows / 16 * 16;
+    c16 = cols / 16 * 16;
+    for (int64_t i = 0; i < r16; i += 16)
+        for (int64_t j = 0; j < c16; j += 16) tr16(src + i * lds + j, lds, dst + j * ldd + i, ldd);
+#endif
+    for (int64_t i = 0; i < rows; i++) /* the edges: columns >= c16 of every row, then ... */
+        for (int64_t j = c16; j < cols; j++) dst[j * ldd + i] = src[i * lds + j];
+    for (int64_t i = r16; i < rows; i++) /* ... rows >= r16 of the other columns */
+        for (int64_t j = 0; j < c16; j++) dst[j * ldd + i] = src[i * lds + j];
 }
 
 /* The primitive for the chunk of `units` output channels from m0, over mb images. */
@@ -254,6 +316,14 @@ static tdm_status *qc_part_build(qc_state *s, qc_entry *e, const qc_geom *g, con
     memcpy(ddims, y->dims, sizeof(int64_t) * (size_t)nd);
     sdims[0] = ddims[0] = e->mb;
     ddims[1] = units;
+    qc_geom gp = *g;
+    if (e->pad) {
+        sdims[2] = e->Hp;
+        sdims[3] = e->Wp;
+        for (int d = 0; d < 2; d++) gp.pl[d] = gp.pr[d] = 0;
+        g = &gp;
+    }
+    const int32_t *bias_v = e->pad ? s->bias_zp : s->bias;
     int wnd = nd;
     if (s->group > 1) {
         wnd = nd + 1;
@@ -275,14 +345,14 @@ static tdm_status *qc_part_build(qc_state *s, qc_entry *e, const qc_geom *g, con
     dnnl_convolution_desc_t cd;
     if (dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference,
                                                    dnnl_convolution_direct, &src, &wei,
-                                                   s->bias ? &bias : NULL, &dst, g->strides,
+                                                   bias_v ? &bias : NULL, &dst, g->strides,
                                                    g->dil, g->pl, g->pr) != dnnl_success)
         return NULL;
     dnnl_primitive_attr_t attr;
     TDM_TRY(dn_attr_new(&attr));
     bool good = dnnl_primitive_attr_set_output_scales(attr, units, 1 << 1, s->oscale + m0) ==
                 dnnl_success;
-    if (good && s->xzp)
+    if (good && s->xzp && !e->pad)
         good = dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_SRC, 1, 0, &s->xzp) == dnnl_success;
     if (good && s->yzp)
         good = dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_DST, 1, 0, &s->yzp) == dnnl_success;
@@ -353,10 +423,34 @@ static tdm_status *qc_build(dn_state *ds, tdm_kernel_ctx *ctx, dn_entry *he) {
     e->n_chunks = (s->M + e->chunk - 1) / e->chunk;
     e->part = tdm_calloc(s->base.alloc, (size_t)e->n_chunks, sizeof *e->part);
     if (!e->part) return dn_oom(ctx);
-    bool ok = true;
-    for (int64_t c = 0; ok && c < e->n_chunks; c++) {
-        int64_t m0 = c * e->chunk, units = s->M - m0 < e->chunk ? s->M - m0 : e->chunk;
-        TDM_TRY(qc_part_build(s, e, &g, x, y, m0, units, &e->part[c], &ok));
+    /* (uint8 X only: oneDNN runs int8 X through a +128 shift, which without VNNI halves the
+     * weights, and a zero point's compensation then grows the error: 10 steps measured) */
+    e->pad = s->bias_zp && x->rank == 4 && g.pr[0] >= 0 && g.pr[1] >= 0 && e->xt == dnnl_u8;
+    bool ok = false;
+    for (int attempt = 0; !ok && attempt < 2; attempt++) {
+        if (attempt == 1) { /* padded mode refused: the zero point as oneDNN's */
+            if (!e->pad) break;
+            for (int64_t c = 0; c < e->n_chunks; c++) {
+                dn_prim_clear(&e->part[c].conv);
+                dn_prim_clear(&e->part[c].r_dst);
+                memset(&e->part[c], 0, sizeof e->part[c]);
+            }
+            e->pad = false;
+        }
+        if (e->pad) {
+            e->H = x->dims[2];
+            e->W = x->dims[3];
+            e->ph = g.pl[0];
+            e->pw = g.pl[1];
+            e->Hp = e->H + g.pl[0] + g.pr[0];
+            e->Wp = e->W + g.pl[1] + g.pr[1];
+        }
+        ok = true;
+        for (int64_t c = 0; ok && c < e->n_chunks; c++) {
+            int64_t m0 = c * e->chunk, units = s->M - m0 < e->chunk ? s->M - m0 : e->chunk;
+            TDM_TRY(qc_part_build(s, e, &g, x, y, m0, units, &e->part[c], &ok));
+        }
+        if (ok && e->pad && !is_nhwc(&e->src)) ok = false;
     }
     if (!ok) return NULL;
     /* X: plain images -> the primitive's layout */
@@ -367,7 +461,7 @@ static tdm_status *qc_build(dn_state *ds, tdm_kernel_ctx *ctx, dn_entry *he) {
     e->C = x->dims[1];
     e->isz = 1;
     for (int d = 2; d < x->rank; d++) e->isz *= x->dims[d];
-    e->src_nhwc = is_nhwc(&e->src) && e->C > 1;
+    e->src_nhwc = is_nhwc(&e->src) && (e->C > 1 || e->pad);
     if (!e->src_nhwc) TDM_TRY(dn_reorder_new(s->base.eng, &e->usr_src, &e->src, &e->r_src));
     e->src_conv = e->src_nhwc || e->r_src.p;
     e->src_bytes = e->src_conv ? (dn_md_bytes(&e->src) + 63) / 64 * 64 : 0;
@@ -426,6 +520,20 @@ typedef struct qc_run {
 static tdm_status *qc_src_item(void *arg, tdm_kernel_ctx *ctx, int64_t i) {
     qc_run *r = arg;
     size_t es = (size_t)dn_md_bytes(&r->e->usr_src);
+    if (r->e->pad) { /* zero point everywhere, then each row of pixels in the interior */
+        const qc_entry *e = r->e;
+        uint8_t *dst = (uint8_t *)r->srcbuf + (size_t)i * e->src_bytes;
+        memset(dst, (int)(uint8_t)r->s->xzp, dn_md_bytes(&e->src));
+        for (int64_t k = 0; k < e->mb; k++) {
+            const uint8_t *img = (const uint8_t *)r->x->data + (size_t)i * es +
+                                 (size_t)(k * e->C * e->isz);
+            uint8_t *pimg = dst + (size_t)(k * e->Hp * e->Wp * e->C);
+            for (int64_t h = 0; h < e->H; h++)
+                tr_u8(img + h * e->W, e->C, e->W, e->isz,
+                      pimg + ((h + e->ph) * e->Wp + e->pw) * e->C, e->C);
+        }
+        return NULL;
+    }
     if (r->e->src_nhwc) {
         const qc_entry *e = r->e;
         for (int64_t k = 0; k < e->mb; k++) /* [C, HW] -> [HW, C] per image */
@@ -461,7 +569,8 @@ static tdm_status *qc_conv_item(void *arg, tdm_kernel_ctx *ctx, int64_t i) {
     args[n++] = (dn_arg){DNNL_ARG_SRC, &e->src, src};
     args[n++] = (dn_arg){DNNL_ARG_WEIGHTS, &p->wei, wei};
     args[n++] = (dn_arg){DNNL_ARG_DST, &p->dst, dst};
-    if (s->bias) args[n++] = (dn_arg){DNNL_ARG_BIAS, &p->bias, s->bias + m0};
+    const int32_t *bias_v = e->pad ? s->bias_zp : s->bias;
+    if (bias_v) args[n++] = (dn_arg){DNNL_ARG_BIAS, &p->bias, bias_v + m0};
     TDM_TRY(dn_exec_held(ctx, s->base.eng, &p->conv, n, args, p->conv.scratch ? scratch : NULL,
                          &p->held));
     if (p->dst_nhwc) { /* [HW, units] -> Y's channels m0.. of each image ([units, HW]) */
