@@ -598,28 +598,33 @@ static tdm_status *qc_run_node(tdm_kernel_ctx *ctx) {
     key[nk++] = x->dtype;
     for (int d = 0; d < x->rank; d++) key[nk++] = x->dims[d];
     dn_entry *he;
-    TDM_TRY(dn_cache_get(&s->base, ctx, key, nk, qc_build, &he));
+    /* oneDNN plans a primitive for the thread count at its creation: 1, as it runs */
+    int prev = dn_omp_begin();
+    tdm_status *st = dn_cache_get(&s->base, ctx, key, nk, qc_build, &he);
+    if (st) {
+        dn_omp_end(prev);
+        return st;
+    }
     qc_entry *e = (qc_entry *)he;
     if (e->h.generic) {
         dn_entry_done(&s->base, he);
+        dn_omp_end(prev);
         return tdm_misc_qlinear_conv_run(ctx);
     }
     int64_t groups = e->N / e->mb, items = groups * e->n_chunks;
     size_t need = (size_t)groups * e->src_bytes + (size_t)items * e->tmp_bytes;
     bool own = false;
     char *buf = dn_scratch_get(&s->base, ctx, need, &own);
-    tdm_status *st = NULL;
     if (need && !buf) {
         st = dn_oom(ctx);
     } else {
         qc_run r = {s, e, x, y, buf, buf + (size_t)groups * e->src_bytes};
-        int prev = dn_omp_begin();
         if (e->src_conv) st = dn_parallel(ctx, groups, qc_src_item, &r);
         if (!st) st = dn_parallel(ctx, items, qc_conv_item, &r);
-        dn_omp_end(prev);
     }
     dn_scratch_put(&s->base, ctx, buf, own);
     dn_entry_done(&s->base, he);
+    dn_omp_end(prev);
     return st;
 }
 

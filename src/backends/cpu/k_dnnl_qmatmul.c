@@ -261,25 +261,30 @@ tdm_status *dn_qmatmul_run(tdm_kernel_ctx *ctx) {
         return tdm_misc_qlinear_matmul_run(ctx);
     int64_t key[3] = {dn_threads(ctx), a->dtype, a->count / s->K};
     dn_entry *he;
-    TDM_TRY(dn_cache_get(&s->base, ctx, key, 3, qm_build, &he));
+    /* oneDNN plans a primitive for the thread count at its creation: 1, as it runs */
+    int prev = dn_omp_begin();
+    tdm_status *st = dn_cache_get(&s->base, ctx, key, 3, qm_build, &he);
+    if (st) {
+        dn_omp_end(prev);
+        return st;
+    }
     qm_entry *e = (qm_entry *)he;
     if (e->h.generic) {
         dn_entry_done(&s->base, he);
+        dn_omp_end(prev);
         return tdm_misc_qlinear_matmul_run(ctx);
     }
     size_t need = (size_t)e->n_chunks * e->scratch;
     bool own = false;
     char *buf = dn_scratch_get(&s->base, ctx, need, &own);
-    tdm_status *st = NULL;
     if (need && !buf) {
         st = dn_oom(ctx);
     } else {
         qm_run r = {s, e, a, y, buf};
-        int prev = dn_omp_begin();
         st = dn_parallel(ctx, e->n_chunks, qm_item, &r);
-        dn_omp_end(prev);
     }
     dn_scratch_put(&s->base, ctx, buf, own);
     dn_entry_done(&s->base, he);
+    dn_omp_end(prev);
     return st;
 }
