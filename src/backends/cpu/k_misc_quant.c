@@ -129,6 +129,22 @@ static void q8_rows(void *arg, int64_t b, int64_t e) {
     }
 }
 
+/* A per-tensor layout as rows of trailing dims (at most 64K elements unless the last dim is
+ * longer): rows of one element each cost ~60 ns apiece (MobileNetV2's input at batch 8:
+ * 58 ms to quantize). */
+static void q_layout_rows(const tdm_tensor *x, q_layout *l) {
+    if (l->kind != 0 || x->rank == 0) return;
+    int64_t post = 1;
+    for (int d = x->rank - 1; d >= 0; d--) {
+        if (post > 1 && post * x->dims[d] > 65536) break;
+        post *= x->dims[d];
+    }
+    if (post < 1) return;
+    l->pre = 1;
+    l->post = post;
+    l->L = x->count / post;
+}
+
 tdm_status *tdm_misc_quantize_run(tdm_kernel_ctx *ctx) {
     const tdm_tensor *x = ctx->in[0], *sc = ctx->in[1];
     const tdm_tensor *zp = ctx->n_in > 2 ? ctx->in[2] : NULL;
@@ -141,6 +157,7 @@ tdm_status *tdm_misc_quantize_run(tdm_kernel_ctx *ctx) {
                               tdm_dtype_name(y->dtype));
     if (x->dtype == TDM_FLOAT && sc->dtype == TDM_FLOAT && l.kind != 2 &&
         (y->dtype == TDM_UINT8 || y->dtype == TDM_INT8) && (!zp || zp->dtype == y->dtype)) {
+        q_layout_rows(x, &l);
         q8_job j = {x->data, y->data, sc->data, zp ? zp->data : NULL, l, y->dtype == TDM_INT8};
         tdm_parallel_for(ctx->pool, l.pre * l.L, 16384 / (l.post + 1) + 1, q8_rows, &j);
         return NULL;
@@ -211,6 +228,7 @@ tdm_status *tdm_misc_dequantize_run(tdm_kernel_ctx *ctx) {
         return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
                               "zero point type differs from the input type");
     if (y->dtype == TDM_FLOAT && sc->dtype == TDM_FLOAT && l.kind != 2) {
+        q_layout_rows(x, &l);
         dq_job j = {x, y->data, sc->data, zp, l};
         tdm_parallel_for(ctx->pool, l.pre * l.L, 16384 / (l.post + 1) + 1, dq_rows, &j);
         return NULL;
