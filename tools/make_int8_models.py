@@ -15,6 +15,8 @@ Cases (each quantized with 16 calibration samples of the same distribution as th
   cnn_qop         QOperator form (QLinearConv, QLinearMatMul; quantized ops Conv / MatMul
                   only)
   mlp_qop         QOperator form of the MLP (QLinearMatMul)
+  mlp_dyn         quantize_dynamic of the MLP (DynamicQuantizeLinear -> MatMulInteger, int8
+                  weights): no output quantization step, compared with a float tolerance
 Deterministic: fixed seeds. Usage: tools/make_int8_models.py [OUT_DIR] (default
 tests/models_int8; its folders are replaced)."""
 import os
@@ -27,7 +29,7 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
-                                      quantize_static)
+                                      quantize_dynamic, quantize_static)
 
 
 def conv(nodes, inits, rng, x, cin, cout, k, name, group=1, stride=1, act=None):
@@ -167,6 +169,11 @@ def main():
             path = os.path.join(tmp, name + ".onnx")
             quantize(model, shape, path, fmt, at, pc, ops)
             write_case(out, name, path, shape, 1000 + i)
+        model, shape = mlp()
+        src, path = os.path.join(tmp, "mlp_float.onnx"), os.path.join(tmp, "mlp_dyn.onnx")
+        onnx.save(model, src)
+        quantize_dynamic(src, path, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"])
+        write_case(out, "mlp_dyn", path, shape, 1000 + len(cases))
 
 
 if __name__ == "__main__":

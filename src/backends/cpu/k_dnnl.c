@@ -45,6 +45,8 @@ const tdm_kernel_def tdm_cpu_kernels_dnnl[] = {
     {"", "QLinearMatMul", 10, 0, 0, Q8, dn_qmatmul_run, dn_qmatmul_prepare, dn_qmatmul_release, WA},
     {TDM_FUSED_DOMAIN, "QMatMul", 1, 0, 0, Q8, dn_qmatmul_run, dn_qmatmul_prepare,
      dn_qmatmul_release, WA},
+    {"", "MatMulInteger", 10, 0, 0, Q8, dn_qmatmul_run, dn_qmatmul_prepare, dn_qmatmul_release,
+     WA},
 };
 const int tdm_cpu_kernels_dnnl_count =
     (int)(sizeof tdm_cpu_kernels_dnnl / sizeof tdm_cpu_kernels_dnnl[0]);

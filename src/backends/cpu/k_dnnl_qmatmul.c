@@ -9,6 +9,9 @@
  * points of A, B and Y as oneDNN zero points. The weights are reordered once into the
  * layout oneDNN picks.
  *
+ * MatMulInteger (int32 Y, no scales) runs on the same primitive, its a_zero_point (computed
+ * by DynamicQuantizeLinear in dynamically quantized models) as a runtime zero point.
+ *
  * The fast path needs constant per-tensor scales and zero points of A and Y, b_scale per
  * tensor or per column, a per-tensor b zero point, an 8-bit A and Y; anything else runs
  * the reference kernel (k_misc_quant.c). Threads: chunks of rows (one primitive for the
@@ -23,6 +26,9 @@ tdm_status *tdm_misc_qlinear_matmul_run(tdm_kernel_ctx *ctx);
 
 typedef struct qm_state {
     dn_state base; /* first */
+    bool integer;  /* MatMulInteger: int32 Y = (A - a_zp) (B - b_zp), no scales */
+    bool azp_rt;   /* MatMulInteger's a_zero_point is computed (DynamicQuantizeLinear):
+                      a runtime zero point of the primitive */
     int32_t azp, bzp, yzp;
     dnnl_data_type_t yt;
     float *oscale; /* [oscale_n]: one, or per column */
@@ -37,7 +43,7 @@ typedef struct qm_state {
 typedef struct qm_part {
     int64_t rows;
     dn_prim mm;
-    dnnl_memory_desc_t src, wei, dst, bias;
+    dnnl_memory_desc_t src, wei, dst, bias, zp;
     dn_held held;
 } qm_part;
 
@@ -133,13 +139,33 @@ static bool qm_setup(qm_state *s, const tdm_node *node, int n_in, const tdm_tens
     return true;
 }
 
+/* MatMulInteger(A, B, a_zero_point?, b_zero_point?): B a constant int8 matrix, b's zero
+ * point constant (0 or one value), a's constant or computed (one value). */
+static bool qm_setup_integer(qm_state *s, const tdm_node *node, int n_in,
+                             const tdm_tensor *const *in) {
+    const tdm_tensor *b = n_in > 1 ? in[1] : NULL;
+    if (!b || b->dtype != TDM_INT8 || b->rank != 2) return false;
+    s->K = b->dims[0];
+    s->N = b->dims[1];
+    s->b = b;
+    s->yt = dnnl_s32;
+    bool has_azp = n_in > 2 && node->n_inputs > 2 && node->inputs[2] >= 0;
+    if (has_azp && !in[2]) s->azp_rt = true;
+    else if (has_azp && !q_scalar(in[2], &s->azp)) return false;
+    bool has_bzp = n_in > 3 && node->n_inputs > 3 && node->inputs[3] >= 0;
+    if (has_bzp && (!in[3] || !q_zero_or_scalar(in[3], &s->bzp))) return false;
+    return true;
+}
+
 tdm_status *dn_qmatmul_prepare(const tdm_node *node, int opset, int n_in,
                                const tdm_tensor *const *in, const tdm_allocator *a, void **state) {
     (void)opset;
     qm_state *s;
     TDM_TRY(dn_state_new(a, sizeof *s, sizeof(qm_entry), qm_clear, (dn_state **)&s));
     *state = s;
-    if (!s->base.generic && !qm_setup(s, node, n_in, in)) s->base.generic = true;
+    s->integer = strcmp(node->op_type, "MatMulInteger") == 0; /* (also picks the fallback) */
+    bool ok = s->integer ? qm_setup_integer(s, node, n_in, in) : qm_setup(s, node, n_in, in);
+    if (!s->base.generic && !ok) s->base.generic = true;
     return NULL;
 }
 
@@ -162,11 +188,16 @@ static tdm_status *qm_part_build(qm_state *s, qm_entry *e, int64_t rows, qm_part
         return NULL;
     dnnl_primitive_attr_t attr;
     TDM_TRY(dn_attr_new(&attr));
-    bool per_col = s->oscale_n > 1;
-    bool good = dnnl_primitive_attr_set_output_scales(attr, per_col ? s->N : 1, per_col ? 1 << 1 : 0,
-                                                      s->oscale) == dnnl_success;
-    if (good && s->azp)
-        good = dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_SRC, 1, 0, &s->azp) == dnnl_success;
+    bool per_col = s->oscale_n > 1, good = true;
+    if (!s->integer)
+        good = dnnl_primitive_attr_set_output_scales(attr, per_col ? s->N : 1,
+                                                     per_col ? 1 << 1 : 0, s->oscale) == dnnl_success;
+    int32_t rt = DNNL_RUNTIME_S32_VAL;
+    if (good && (s->azp || s->azp_rt))
+        good = dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_SRC, 1, 0,
+                                                   s->azp_rt ? &rt : &s->azp) == dnnl_success;
+    dnnl_dims_t one = {1};
+    dnnl_memory_desc_init_by_tag(&p->zp, 1, one, dnnl_s32, dnnl_a);
     if (good && s->bzp)
         good = dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_WEIGHTS, 1, 0, &s->bzp) ==
                dnnl_success;
@@ -233,6 +264,7 @@ typedef struct qm_run {
     const tdm_tensor *a;
     tdm_tensor *y;
     char *scratch;
+    int32_t azp; /* MatMulInteger's computed a_zero_point of this run */
 } qm_run;
 
 static tdm_status *qm_item(void *arg, tdm_kernel_ctx *ctx, int64_t i) {
@@ -243,22 +275,32 @@ static tdm_status *qm_item(void *arg, tdm_kernel_ctx *ctx, int64_t i) {
     int64_t r0 = i * e->chunk;
     dn_arg args[5];
     int n = 0;
+    size_t ys = s->integer ? sizeof(int32_t) : 1;
     args[n++] = (dn_arg){DNNL_ARG_SRC, &p->src, (const char *)r->a->data + r0 * s->K};
     args[n++] = (dn_arg){DNNL_ARG_WEIGHTS, &p->wei, e->wbuf};
-    args[n++] = (dn_arg){DNNL_ARG_DST, &p->dst, (char *)r->y->data + r0 * s->N};
+    args[n++] = (dn_arg){DNNL_ARG_DST, &p->dst, (char *)r->y->data + (size_t)(r0 * s->N) * ys};
+    if (s->azp_rt) args[n++] = (dn_arg){DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, &p->zp, &r->azp};
     if (s->bias) args[n++] = (dn_arg){DNNL_ARG_BIAS, &p->bias, s->bias};
     return dn_exec_held(ctx, s->base.eng, &p->mm, n, args,
                         p->mm.scratch ? r->scratch + (size_t)i * e->scratch : NULL, &p->held);
+}
+
+static tdm_status *qm_generic(tdm_kernel_ctx *ctx, const qm_state *s) {
+    /* MatMulInteger: the nn family's kernel (dn_fallback), which ran it before */
+    return s && s->integer ? dn_fallback(ctx) : tdm_misc_qlinear_matmul_run(ctx);
 }
 
 tdm_status *dn_qmatmul_run(tdm_kernel_ctx *ctx) {
     qm_state *s = ctx->state;
     const tdm_tensor *a = ctx->in[0];
     tdm_tensor *y = ctx->out[0];
+    const tdm_tensor *azp = ctx->n_in > 2 ? ctx->in[2] : NULL;
     if (!s || s->base.generic || (a->dtype != TDM_UINT8 && a->dtype != TDM_INT8) || a->rank < 1 ||
-        a->dims[a->rank - 1] != s->K || y->count == 0 ||
-        (ctx->in[2] && ctx->in[2]->dtype != a->dtype))
-        return tdm_misc_qlinear_matmul_run(ctx);
+        a->dims[a->rank - 1] != s->K || y->count == 0 || (azp && azp->dtype != a->dtype) ||
+        (s->azp_rt && (!azp || azp->count != 1)))
+        return qm_generic(ctx, s);
+    int32_t azp_v = 0;
+    if (s->azp_rt) q_scalar(azp, &azp_v);
     int64_t key[3] = {dn_threads(ctx), a->dtype, a->count / s->K};
     dn_entry *he;
     /* oneDNN plans a primitive for the thread count at its creation: 1, as it runs */
@@ -272,7 +314,7 @@ tdm_status *dn_qmatmul_run(tdm_kernel_ctx *ctx) {
     if (e->h.generic) {
         dn_entry_done(&s->base, he);
         dn_omp_end(prev);
-        return tdm_misc_qlinear_matmul_run(ctx);
+        return qm_generic(ctx, s);
     }
     size_t need = (size_t)e->n_chunks * e->scratch;
     bool own = false;
@@ -280,7 +322,7 @@ tdm_status *dn_qmatmul_run(tdm_kernel_ctx *ctx) {
     if (need && !buf) {
         st = dn_oom(ctx);
     } else {
-        qm_run r = {s, e, a, y, buf};
+        qm_run r = {s, e, a, y, buf, azp_v};
         st = dn_parallel(ctx, e->n_chunks, qm_item, &r);
     }
     dn_scratch_put(&s->base, ctx, buf, own);
