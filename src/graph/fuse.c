@@ -574,6 +574,19 @@ tdm_status *tdm_graph_fuse(tdm_graph *g, int *count) {
     return st;
 }
 
+tdm_status *tdm_graph_fuse_qdq(tdm_graph *g, int *count) {
+    *count = 0;
+    if (g->parent) return NULL;
+    fz_ctx fz = {.g = g, .dirty = true};
+    tdm_status *st = compute_origins(&fz);
+    if (!st) st = fz_pass_qdq(&fz);
+    index_free(&fz);
+    tdm_free(g->alloc, fz.origin);
+    tdm_free(g->alloc, fz.derived);
+    *count = fz.count;
+    return st;
+}
+
 tdm_status *tdm_graph_fuse_blocked(tdm_graph *g, int64_t block, int *count) {
     *count = 0;
     if (g->parent) return NULL;

@@ -17,4 +17,10 @@ tdm_status *tdm_graph_fuse(tdm_graph *g, int *count);
  * tdm_graph_fuse. */
 tdm_status *tdm_graph_fuse_blocked(tdm_graph *g, int64_t block, int *count);
 
+/* The QDQ pass (fuse_qdq.c): DequantizeLinear -> op -> QuantizeLinear patterns of quantized
+ * models become the integer operators QConv, QMatMul, QAdd (ops/fused.h), or the op on the
+ * 8-bit tensors. Run it before constant folding (which would turn DQ(constant weights)
+ * into float weights). Same contract as tdm_graph_fuse. */
+tdm_status *tdm_graph_fuse_qdq(tdm_graph *g, int *count);
+
 #endif

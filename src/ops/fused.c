@@ -157,6 +157,14 @@ static tdm_status *infer_attention(tdm_infer_ctx *ctx) {
     return NULL;
 }
 
+/* ---- QAdd: Add's broadcast; Y has y_zero_point's type ---- */
+static tdm_status *infer_qadd(tdm_infer_ctx *ctx) {
+    const tdm_value_info *ins[2] = {&ctx->in[0], &ctx->in[3]};
+    TDM_TRY(tdm_infer_broadcast(ctx, 2, ins, &ctx->out[0]));
+    ctx->out[0].dtype = ctx->in[7].dtype;
+    return NULL;
+}
+
 const tdm_op_schema tdm_ops_fused[] = {
     {TDM_FUSED_DOMAIN, "FusedConv", 1, 2, 4, 1, 1, infer_fused_conv, 0, 0},
     {TDM_FUSED_DOMAIN, "FusedMatMul", 1, 2, 3, 1, 1, infer_fused_matmul, 0, 0},
@@ -165,5 +173,8 @@ const tdm_op_schema tdm_ops_fused[] = {
     {TDM_FUSED_DOMAIN, "FromBlocked", 1, 1, 1, 1, 1, tdm_fused_infer_from_blocked, 0, 0},
     {TDM_FUSED_DOMAIN, "BlockedConv", 1, 2, 4, 1, 1, tdm_fused_infer_blocked_conv, 0, 0},
     {TDM_FUSED_DOMAIN, "BlockedPool", 1, 1, 1, 1, 1, tdm_fused_infer_blocked_pool, 0, 0},
+    {TDM_FUSED_DOMAIN, "QConv", 1, 8, 9, 1, 1, tdm_misc_infer_qlinear_conv, 0, 0},
+    {TDM_FUSED_DOMAIN, "QMatMul", 1, 8, 9, 1, 1, tdm_misc_infer_qlinear_matmul, 0, 0},
+    {TDM_FUSED_DOMAIN, "QAdd", 1, 8, 8, 1, 1, infer_qadd, 0, 0},
 };
 const int tdm_ops_fused_count = (int)(sizeof tdm_ops_fused / sizeof tdm_ops_fused[0]);

@@ -18,6 +18,22 @@
  *             attributes: activation: "", "Relu", "Gelu" (erf form), "GeluTanh"
  *             Y = activation(MatMul(A, B) + bias)      (MatMul's numpy batching rules)
  *
+ * QConv       inputs: QLinearConv's (x, x_scale, x_zero_point, w, w_scale, w_zero_point,
+ *             y_scale, y_zero_point, B int32 optional); Conv's attributes plus
+ *               qmin, qmax: ints (optional) — Y is clamped to [qmin, qmax] after the
+ *                           requantisation (a Relu / Clip before the QuantizeLinear, exact:
+ *                           quantizing is monotonic)
+ *             Y = clamp(QLinearConv(...))
+ * QMatMul     inputs: QLinearMatMul's 8 (a, a_scale, a_zp, b, b_scale per-tensor or per
+ *             column, b_zp, y_scale, y_zp) plus bias (int32 [N], optional, in units of
+ *             a_scale * b_scale[n], added to the accumulator); attributes qmin, qmax as QConv
+ * QAdd        inputs: a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp (per-tensor);
+ *             attributes qmin, qmax as QConv
+ *             Y = clamp(round(((a - a_zp) a_scale + (b - b_zp) b_scale) / y_scale) + y_zp)
+ *             (numpy broadcasting of a and b)
+ * These three never appear in a model file either: graph/fuse_qdq.c makes them from
+ * DequantizeLinear -> op -> QuantizeLinear patterns.
+ *
  * Attention   inputs: Q [B,H,S,D], K [B,H,T,D], V [B,H,T,Dv], mask (optional, additive,
  *             broadcastable to [B,H,S,T])
  *             attributes: scale (float, default 1/sqrt(D))
@@ -47,5 +63,8 @@ tdm_status *tdm_fused_infer_to_blocked(tdm_infer_ctx *ctx);
 tdm_status *tdm_fused_infer_from_blocked(tdm_infer_ctx *ctx);
 tdm_status *tdm_fused_infer_blocked_conv(tdm_infer_ctx *ctx);
 tdm_status *tdm_fused_infer_blocked_pool(tdm_infer_ctx *ctx);
+/* ops/misc_quant.c, shared with QConv / QMatMul */
+tdm_status *tdm_misc_infer_qlinear_conv(tdm_infer_ctx *c);
+tdm_status *tdm_misc_infer_qlinear_matmul(tdm_infer_ctx *c);
 
 #endif

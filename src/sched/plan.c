@@ -34,12 +34,19 @@ static tdm_device *find_cpu(tdm_device **devs, int n) {
     return NULL;
 }
 
-/* Graph passes (opt_level >= 1): constant folding (to a fixed point, since folding a Shape
+/* Graph passes (opt_level >= 1): the QDQ pass (int8 operators from DequantizeLinear ->
+ * op -> QuantizeLinear; before folding, which would dequantize the weights), constant folding (to a fixed point, since folding a Shape
  * makes its consumers constant), dead-node removal, then fusion, then static shapes again;
  * then, when `blocked`, the blocked-layout pass (graph/fuse_blocked.c) and shapes again. */
 static tdm_status *optimise(tdm_graph *g, tdm_device *cpu, bool blocked,
                             const tdm_allocator *a) {
     fold_ctx fc = {cpu, a};
+    int qdq = 0;
+    TDM_TRY(tdm_graph_fuse_qdq(g, &qdq));
+    if (qdq) { /* (the DequantizeLinear nodes left unread go in the loop below) */
+        TDM_TRY(tdm_graph_compact(g));
+        TDM_TRY(tdm_graph_infer_shapes(g));
+    }
     for (int round = 0; round < 8; round++) {
         int folded = 0, removed = 0;
         TDM_TRY(tdm_graph_fold_constants(g, fold_eval, &fc, &folded));

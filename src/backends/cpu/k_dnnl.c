@@ -1,5 +1,6 @@
 /* CPU kernels: dnnl family — oneDNN fast paths for float32 Conv, FusedConv, MatMul, Gemm,
- * FusedMatMul, MaxPool and AveragePool, and the channel-blocked layout ops (BlockedConv,
+ * FusedMatMul, MaxPool and AveragePool, int8 QLinearConv / QConv and QLinearMatMul / QMatMul
+ * (k_dnnl_qconv.c, k_dnnl_qmatmul.c), and the channel-blocked layout ops (BlockedConv,
  * BlockedPool, ToBlocked, FromBlocked; k_dnnl_layout.c). This table is searched before the
  * generic families, so its entries win; whatever a kernel cannot do goes to the generic
  * kernel (dn_fallback).
@@ -18,6 +19,7 @@
 #include "ops/fused.h"
 
 #define F32 TDM_T(TDM_FLOAT)
+#define Q8 (TDM_T(TDM_UINT8) | TDM_T(TDM_INT8))
 
 /* Promises (flags): the conv, matmul and layout kernels write all of their outputs (their
  * generic fallback, dn_fallback, zeroes outputs first); FusedConv / BlockedConv may write Y
@@ -38,6 +40,13 @@ const tdm_kernel_def tdm_cpu_kernels_dnnl[] = {
     {TDM_FUSED_DOMAIN, "BlockedPool", 1, 0, 0, F32, dn_pool_run, dn_pool_prepare, dn_release},
     {TDM_FUSED_DOMAIN, "ToBlocked", 1, 0, 0, F32, dn_to_blocked_run, NULL, NULL, WA},
     {TDM_FUSED_DOMAIN, "FromBlocked", 1, 0, 0, F32, dn_from_blocked_run, NULL, NULL, WA},
+    {"", "QLinearConv", 10, 0, 0, Q8, dn_qconv_run, dn_qconv_prepare, dn_qconv_release, WA},
+    {TDM_FUSED_DOMAIN, "QConv", 1, 0, 0, Q8, dn_qconv_run, dn_qconv_prepare, dn_qconv_release, WA},
+    {"", "QLinearMatMul", 10, 0, 0, Q8, dn_qmatmul_run, dn_qmatmul_prepare, dn_qmatmul_release, WA},
+    {TDM_FUSED_DOMAIN, "QMatMul", 1, 0, 0, Q8, dn_qmatmul_run, dn_qmatmul_prepare,
+     dn_qmatmul_release, WA},
+    {"", "MatMulInteger", 10, 0, 0, Q8, dn_qmatmul_run, dn_qmatmul_prepare, dn_qmatmul_release,
+     WA},
 };
 const int tdm_cpu_kernels_dnnl_count =
     (int)(sizeof tdm_cpu_kernels_dnnl / sizeof tdm_cpu_kernels_dnnl[0]);
@@ -170,7 +179,8 @@ tdm_status *dn_fallback(tdm_kernel_ctx *ctx) {
 }
 
 bool tdm_cpu_dnnl_impl(const tdm_kernel_def *k, void *state, char *buf, size_t size) {
-    if (k->release != dn_release && k->release != dn_matmul_release) {
+    if (k->release != dn_release && k->release != dn_matmul_release &&
+        k->release != dn_qconv_release && k->release != dn_qmatmul_release) {
         if (k->run != dn_to_blocked_run && k->run != dn_from_blocked_run) return false;
         snprintf(buf, size, "tandem"); /* own layout copies */
         return true;

@@ -233,6 +233,17 @@ tdm_status *dn_pool_prepare(const tdm_node *node, int opset, int n_in,
                             const tdm_tensor *const *in, const tdm_allocator *a, void **state);
 tdm_status *dn_pool_run(tdm_kernel_ctx *ctx);
 
+/* k_dnnl_qconv.c / k_dnnl_qmatmul.c: int8 (the reference kernels of k_misc_quant.c are
+ * their fallback) */
+tdm_status *dn_qconv_prepare(const tdm_node *node, int opset, int n_in,
+                             const tdm_tensor *const *in, const tdm_allocator *a, void **state);
+void dn_qconv_release(void *state, const tdm_allocator *a);
+tdm_status *dn_qconv_run(tdm_kernel_ctx *ctx);
+tdm_status *dn_qmatmul_prepare(const tdm_node *node, int opset, int n_in,
+                               const tdm_tensor *const *in, const tdm_allocator *a, void **state);
+void dn_qmatmul_release(void *state, const tdm_allocator *a);
+tdm_status *dn_qmatmul_run(tdm_kernel_ctx *ctx);
+
 /* ---- k_dnnl_layout.c: channel-blocked tensors [N, ceil(C/B), S..., B] (ops/fused.h) ---- */
 tdm_status *dn_to_blocked_run(tdm_kernel_ctx *ctx);
 tdm_status *dn_from_blocked_run(tdm_kernel_ctx *ctx);

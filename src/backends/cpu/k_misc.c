@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "backends/cpu/cpu_kernels.h"
+#include "ops/fused.h"
 
 /* k_misc_resize.c */
 tdm_status *tdm_misc_resize_run(tdm_kernel_ctx *ctx);
@@ -29,6 +30,7 @@ tdm_status *tdm_misc_matmul_integer_run(tdm_kernel_ctx *ctx);
 tdm_status *tdm_misc_qlinear_matmul_run(tdm_kernel_ctx *ctx);
 tdm_status *tdm_misc_conv_integer_run(tdm_kernel_ctx *ctx);
 tdm_status *tdm_misc_qlinear_conv_run(tdm_kernel_ctx *ctx);
+tdm_status *tdm_misc_qadd_run(tdm_kernel_ctx *ctx);
 
 void tdm_misc_store_f64(tdm_dtype dt, double v, void *buf);
 
@@ -84,6 +86,9 @@ const tdm_kernel_def tdm_cpu_kernels_misc[] = {
     {"", "QLinearMatMul", 10, 0, 0, T_Q8, tdm_misc_qlinear_matmul_run},
     {"", "ConvInteger", 10, 0, 0, T_Q8, tdm_misc_conv_integer_run},
     {"", "QLinearConv", 10, 0, 0, T_Q8, tdm_misc_qlinear_conv_run},
+    {TDM_FUSED_DOMAIN, "QConv", 1, 0, 0, T_Q8, tdm_misc_qlinear_conv_run},
+    {TDM_FUSED_DOMAIN, "QMatMul", 1, 0, 0, T_Q8, tdm_misc_qlinear_matmul_run},
+    {TDM_FUSED_DOMAIN, "QAdd", 1, 0, 0, T_Q8, tdm_misc_qadd_run},
 };
 const int tdm_cpu_kernels_misc_count =
     (int)(sizeof tdm_cpu_kernels_misc / sizeof tdm_cpu_kernels_misc[0]);

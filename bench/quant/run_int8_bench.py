@@ -1,0 +1,210 @@
+#!/usr/bin/env python3
+"""int8 benchmark (issue 20): tandem against ONNX Runtime on the same QDQ int8 models, and
+against the float models, side by side in one run.
+
+    .venv/bin/python bench/quant/run_int8_bench.py [--tandem build/tandem]
+        [--models resnet50,mobilenetv2] [--batches 1,8] [--threads 1,2] [--duration S]
+        [--rounds N] [--out FILE.md]
+
+Models: the CPU bench's ResNet-50 and MobileNetV2 (bench/models.py: random weights, fixed
+seeds, cached in bench/.models/), quantized here with ONNX Runtime's quantize_static (QDQ,
+per-channel int8 weights, uint8 activations, MinMax calibration on 16 inputs of the bench's
+distribution: uniform [-1, 1)), cached next to them. For every (model, batch, threads)
+the four engines (tandem int8, ORT int8, tandem fp32, ORT fp32) are measured in alternation
+for --rounds rounds: tandem with `tandem bench --json` in a fresh process, ORT in this
+process (intra_op_num_threads = N, sequential, ORT_ENABLE_ALL); the table shows the median
+of the rounds' p50 latencies.
+
+Accuracy, on 8 held-out inputs (not the calibration ones) at batch 1: cosine similarity of
+tandem int8 with tandem fp32, top-1 agreement (random-weight models: the classes mean
+nothing, the agreement still measures the int8 error), and tandem int8 against ORT int8 in
+quantization steps of the output (elements that differ, largest difference).
+"""
+import argparse
+import datetime
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
+                                      quantize_static)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BENCH = os.path.dirname(HERE)
+REPO = os.path.dirname(BENCH)
+sys.path.insert(0, BENCH)
+import run_cpu_bench as cb  # noqa: E402
+
+QUANT_VERSION = 1  # bump when the quantization settings change (cache key)
+
+
+class Reader(CalibrationDataReader):
+    def __init__(self, name, shape, seed, n=16):
+        rng = np.random.default_rng(seed)
+        self.data = [{name: rng.uniform(-1, 1, shape).astype(np.float32)} for _ in range(n)]
+        self.i = 0
+
+    def get_next(self):
+        if self.i >= len(self.data):
+            return None
+        self.i += 1
+        return self.data[self.i - 1]
+
+
+def get_int8(name):
+    fpath, flops = cb.get_model(name)
+    qpath = fpath[:-5] + f"-int8-q{QUANT_VERSION}.onnx"
+    if not os.path.exists(qpath):
+        cb.log(f"quantizing {name} ...")
+        inp = onnx.load(fpath, load_external_data=False).graph.input[0].name
+        tmp = qpath + ".tmp.onnx"
+        quantize_static(fpath, tmp, Reader(inp, [1, 3, 224, 224], 1234),
+                        quant_format=QuantFormat.QDQ, activation_type=QuantType.QUInt8,
+                        weight_type=QuantType.QInt8, per_channel=True)
+        os.replace(tmp, qpath)
+    return fpath, qpath, flops
+
+
+def tandem_outputs(tandem, path, feeds, threads=1):
+    with tempfile.TemporaryDirectory() as d:
+        cmd = [tandem, "run", path, "--threads", str(threads), "--output-dir", d]
+        for k, v in feeds.items():
+            np.save(os.path.join(d, f"in_{k}.npy"), v)
+            cmd += ["--input", f"{k}={os.path.join(d, f'in_{k}.npy')}"]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(r.stderr.strip())
+        return np.load(os.path.join(d, "output.npy"))
+
+
+def output_step(qpath):
+    m = onnx.load(qpath)
+    inits = {i.name: i for i in m.graph.initializer}
+    for n in m.graph.node:
+        if n.op_type == "DequantizeLinear" and n.output[0] == m.graph.output[0].name:
+            return float(onnx.numpy_helper.to_array(inits[n.input[1]]).reshape(()))
+    return None
+
+
+def accuracy(tandem, fpath, qpath, ort_q):
+    step = output_step(qpath)
+    inp = ort_q.get_inputs()[0].name
+    rng = np.random.default_rng(98765)  # held out: not the calibration seed
+    cos, top1, nd, mx, tot = [], 0, 0, 0.0, 0
+    for _ in range(8):
+        feeds = {inp: rng.uniform(-1, 1, [1, 3, 224, 224]).astype(np.float32)}
+        yq = tandem_outputs(tandem, qpath, feeds).astype(np.float64).ravel()
+        yf = tandem_outputs(tandem, fpath, feeds).astype(np.float64).ravel()
+        yo = ort_q.run(None, feeds)[0].astype(np.float64).ravel()
+        cos.append(float(yq @ yf / (np.linalg.norm(yq) * np.linalg.norm(yf) + 1e-30)))
+        top1 += int(np.argmax(yq) == np.argmax(yf))
+        units = np.abs(yq - yo) / step
+        nd += int((units > 0.5).sum())
+        mx = max(mx, float(units.max()))
+        tot += yq.size
+    return {"cos_min": min(cos), "cos_mean": float(np.mean(cos)), "top1": top1 / 8,
+            "ort_diff": nd, "ort_total": tot, "ort_max_steps": mx}
+
+
+def measure(tandem, path, sess, batch, threads, rounds, duration):
+    feeds = cb.make_feeds(sess, batch)
+    sess.run(None, feeds)
+    out = {"tandem": [], "ort": [], "error": None}
+    for r in range(rounds):
+        for eng in (("tandem", "ort") if r % 2 == 0 else ("ort", "tandem")):
+            if eng == "ort":
+                out["ort"].append(cb.measure_ort(sess, feeds, 2, duration))
+            elif out["error"] is None:
+                try:
+                    out["tandem"].append(cb.measure_tandem(tandem, path, batch, threads, 2,
+                                                           duration))
+                except (RuntimeError, ValueError, KeyError) as e:
+                    out["error"] = str(e)
+    return cb.median_p50(out["tandem"]), cb.median_p50(out["ort"]), out["error"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tandem", default=os.path.join(REPO, "build", "tandem"))
+    ap.add_argument("--models", default="resnet50,mobilenetv2")
+    ap.add_argument("--batches", default="1,8")
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--duration", type=float, default=2.0)
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args()
+    tandem = os.path.abspath(a.tandem)
+    started = datetime.datetime.now(datetime.timezone.utc)
+    mach = cb.machine_info(tandem)
+    rows, accs = [], {}
+    load0 = os.getloadavg()[0]
+    for name in a.models.split(","):
+        fpath, qpath, flops = get_int8(name)
+        isa = cb.tandem_isa(tandem, qpath)
+        for threads in [int(t) for t in a.threads.split(",")]:
+            sq, sf = cb.ort_session(qpath, threads), cb.ort_session(fpath, threads)
+            if name not in accs:
+                accs[name] = accuracy(tandem, fpath, qpath, sq)
+                cb.log(f"{name}: {accs[name]}")
+            for batch in [int(b) for b in a.batches.split(",")]:
+                tq, oq, eq = measure(tandem, qpath, sq, batch, threads, a.rounds, a.duration)
+                tf, of, ef = measure(tandem, fpath, sf, batch, threads, a.rounds, a.duration)
+                row = dict(model=name, batch=batch, threads=threads, tq=tq, oq=oq, tf=tf, of=of,
+                           err=eq or ef, isa=isa)
+                cb.log(str(row))
+                rows.append(row)
+    load1 = os.getloadavg()[0]
+    report = render(rows, accs, mach, started, load0, load1, a)
+    print(report)
+    out = a.out or os.path.join(BENCH, "results", f"int8-{started:%Y-%m-%d}.md")
+    with open(out, "w") as f:
+        f.write(report)
+    cb.log(f"wrote {out}")
+
+
+def ms(v):
+    return f"{v:.2f}" if v is not None else "-"
+
+
+def ratio(a, b):
+    return f"{a / b:.2f}x" if a and b else "-"
+
+
+def render(rows, accs, mach, started, load0, load1, a):
+    isa = rows[0]["isa"] if rows else "?"
+    lines = [f"# int8 CPU benchmark ({started:%Y-%m-%d %H:%M} UTC)", "",
+             f"Machine: {mach['cpu']}, {mach['cores']}, hypervisor {mach['hypervisor']}; "
+             f"tandem's CPU ISA: **{isa}** (oneDNN int8 kernels: VNNI). {mach['commit']}; "
+             f"ONNX Runtime {mach['ort']}.",
+             f"Load average {load0:.1f} at the start, {load1:.1f} at the end: the machine is "
+             "shared (2 cores, other people building), so the figures are noisy; engines "
+             "alternate within each row to share the noise.", "",
+             "Models: bench/models.py ResNet-50 and MobileNetV2 (random weights), quantized by "
+             "ONNX Runtime's quantize_static (QDQ, per-channel int8 weights, uint8 activations, "
+             "MinMax on 16 calibration inputs). Both engines run the same QDQ file; fp32 is the "
+             "float model. Latency: median over rounds of p50, ms.", "",
+             f"Command: `.venv/bin/python bench/quant/run_int8_bench.py --rounds {a.rounds} "
+             f"--duration {a.duration}`", "",
+             "| model | batch | threads | tandem int8 | ORT int8 | tandem fp32 | ORT fp32 | "
+             "int8/fp32 (tandem) | tandem/ORT (int8) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['model']} | {r['batch']} | {r['threads']} | {ms(r['tq'])} | "
+                     f"{ms(r['oq'])} | {ms(r['tf'])} | {ms(r['of'])} | {ratio(r['tq'], r['tf'])} | "
+                     f"{ratio(r['tq'], r['oq'])} |" + (f" error: {r['err']}" if r['err'] else ""))
+    lines += ["", "Accuracy on 8 held-out inputs (batch 1; tandem int8 against tandem fp32, and "
+              "against ORT int8 in output quantization steps):", "",
+              "| model | cosine min | cosine mean | top-1 agreement | int8 elements differing "
+              "from ORT | max steps |", "|---|---|---|---|---|---|"]
+    for k, v in accs.items():
+        lines.append(f"| {k} | {v['cos_min']:.4f} | {v['cos_mean']:.4f} | {v['top1']:.0%} | "
+                     f"{v['ort_diff']} of {v['ort_total']} | {v['ort_max_steps']:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,332 @@
+/* dnnl family: QLinearMatMul and tandem's QMatMul (ops/fused.h) on oneDNN's int8 matmul
+ * (u8s8s32 / s8s8s32; brgemm with VNNI on AVX-512, gemm kernels on AVX2). The output scales
+ * are constants of the primitive (runtime scales would take oneDNN's slower gemm kernel).
+ *
+ * A [..., M, K] (8-bit) times a constant int8 B [K, N]: the batch dims of A fold into the
+ * rows, one [rows, K] x [K, N] product. Requantisation as in k_dnnl_qconv.c: output scales
+ * a_scale * b_scale[n] / y_scale (per column when b_scale is), the
+ * int32 bias (QMatMul) added to the accumulator, qmin / qmax as a clip post-op, the zero
+ * points of A, B and Y as oneDNN zero points. The weights are reordered once into the
+ * layout oneDNN picks.
+ *
+ * MatMulInteger (int32 Y, no scales) runs on the same primitive, its a_zero_point (computed
+ * by DynamicQuantizeLinear in dynamically quantized models) as a runtime zero point.
+ *
+ * The fast path needs constant per-tensor scales and zero points of A and Y, b_scale per
+ * tensor or per column, a per-tensor b zero point, an 8-bit A and Y; anything else runs
+ * the reference kernel (k_misc_quant.c). Threads: chunks of rows (one primitive for the
+ * full chunks, one for a smaller last chunk). */
+#include <string.h>
+
+#include "backends/cpu/k_dnnl.h"
+#include "core/alloc.h"
+
+/* k_misc_quant.c */
+tdm_status *tdm_misc_qlinear_matmul_run(tdm_kernel_ctx *ctx);
+
+typedef struct qm_state {
+    dn_state base; /* first */
+    bool integer;  /* MatMulInteger: int32 Y = (A - a_zp) (B - b_zp), no scales */
+    bool azp_rt;   /* MatMulInteger's a_zero_point is computed (DynamicQuantizeLinear):
+                      a runtime zero point of the primitive */
+    int32_t azp, bzp, yzp;
+    dnnl_data_type_t yt;
+    float *oscale; /* [oscale_n]: one, or per column */
+    int64_t oscale_n;
+    int32_t *bias; /* [N] or NULL */
+    const tdm_tensor *b;
+    int64_t K, N;
+    bool clip;
+    float clo, chi;
+} qm_state;
+
+typedef struct qm_part {
+    int64_t rows;
+    dn_prim mm;
+    dnnl_memory_desc_t src, wei, dst, bias, zp;
+    dn_held held;
+} qm_part;
+
+typedef struct qm_entry {
+    dn_entry h; /* first */
+    int64_t rows, chunk, n_chunks;
+    dnnl_data_type_t at;
+    qm_part part[2];
+    void *wbuf;
+    size_t scratch; /* per item */
+} qm_entry;
+
+static void qm_clear(dn_state *s, dn_entry *he) {
+    qm_entry *e = (qm_entry *)he;
+    for (int i = 0; i < 2; i++) {
+        dn_held_clear(&e->part[i].held);
+        dn_prim_clear(&e->part[i].mm);
+    }
+    tdm_free(s->alloc, e->wbuf);
+    e->wbuf = NULL;
+}
+
+void dn_qmatmul_release(void *state, const tdm_allocator *a) {
+    qm_state *s = state;
+    if (s) {
+        tdm_free(s->base.alloc, s->oscale);
+        tdm_free(s->base.alloc, s->bias);
+    }
+    dn_release(state, a);
+}
+
+static bool q_scalar(const tdm_tensor *t, int32_t *v) {
+    *v = 0;
+    if (!t) return true;
+    if (t->count != 1) return false;
+    if (t->dtype == TDM_UINT8) *v = ((const uint8_t *)t->data)[0];
+    else if (t->dtype == TDM_INT8) *v = ((const int8_t *)t->data)[0];
+    else return false;
+    return true;
+}
+
+/* A per-column zero point of zeros counts as 0. */
+static bool q_zero_or_scalar(const tdm_tensor *t, int32_t *v) {
+    *v = 0;
+    if (!t || q_scalar(t, v)) return true;
+    if (t->dtype != TDM_INT8 && t->dtype != TDM_UINT8) return false;
+    for (int64_t i = 0; i < t->count; i++)
+        if (((const uint8_t *)t->data)[i]) return false;
+    return true;
+}
+
+static bool f_scalar(const tdm_tensor *t, float *v) {
+    if (!t || t->dtype != TDM_FLOAT || t->count != 1) return false;
+    *v = ((const float *)t->data)[0];
+    return true;
+}
+
+static bool qm_setup(qm_state *s, const tdm_node *node, int n_in, const tdm_tensor *const *in) {
+    if (n_in < 8) return false;
+    for (int i = 1; i < 8; i++)
+        if (i != 3 && node->inputs[i] >= 0 && !in[i]) return false; /* not constant */
+    const tdm_tensor *b = in[3], *bs = in[4], *bias = n_in > 8 ? in[8] : NULL;
+    if (n_in > 8 && node->n_inputs > 8 && node->inputs[8] >= 0 && !bias) return false;
+    float as, ys;
+    if (!b || b->dtype != TDM_INT8 || b->rank != 2) return false;
+    s->K = b->dims[0];
+    s->N = b->dims[1];
+    if (!f_scalar(in[1], &as) || !f_scalar(in[6], &ys) || !q_scalar(in[2], &s->azp) ||
+        !q_zero_or_scalar(in[5], &s->bzp) || !q_scalar(in[7], &s->yzp))
+        return false;
+    if (!bs || bs->dtype != TDM_FLOAT || (bs->count != 1 && bs->count != s->N)) return false;
+    if (bias && (bias->dtype != TDM_INT32 || bias->count != s->N)) return false;
+    tdm_dtype yt = in[7] ? in[7]->dtype : TDM_UINT8;
+    s->yt = yt == TDM_INT8 ? dnnl_s8 : dnnl_u8;
+    s->b = b;
+    s->oscale = tdm_alloc(s->base.alloc, (size_t)s->N * sizeof(float) + 1);
+    if (!s->oscale) return false;
+    s->oscale_n = bs->count;
+    for (int64_t n = 0; n < bs->count; n++) /* as the reference kernel computes it */
+        s->oscale[n] = as * ((const float *)bs->data)[n] / ys;
+    if (bias) {
+        s->bias = tdm_alloc(s->base.alloc, (size_t)s->N * sizeof(int32_t) + 1);
+        if (!s->bias) return false;
+        memcpy(s->bias, bias->data, (size_t)s->N * sizeof(int32_t));
+    }
+    int64_t lo = yt == TDM_INT8 ? -128 : 0, hi = yt == TDM_INT8 ? 127 : 255;
+    int64_t qlo = tdm_attr_int(node, "qmin", lo), qhi = tdm_attr_int(node, "qmax", hi);
+    if (qlo > lo || qhi < hi) {
+        s->clip = true;
+        s->clo = (float)((qlo > lo ? qlo : lo) - s->yzp);
+        s->chi = (float)((qhi < hi ? qhi : hi) - s->yzp);
+    }
+    return true;
+}
+
+/* MatMulInteger(A, B, a_zero_point?, b_zero_point?): B a constant int8 matrix, b's zero
+ * point constant (0 or one value), a's constant or computed (one value). */
+static bool qm_setup_integer(qm_state *s, const tdm_node *node, int n_in,
+                             const tdm_tensor *const *in) {
+    const tdm_tensor *b = n_in > 1 ? in[1] : NULL;
+    if (!b || b->dtype != TDM_INT8 || b->rank != 2) return false;
+    s->K = b->dims[0];
+    s->N = b->dims[1];
+    s->b = b;
+    s->yt = dnnl_s32;
+    bool has_azp = n_in > 2 && node->n_inputs > 2 && node->inputs[2] >= 0;
+    if (has_azp && !in[2]) s->azp_rt = true;
+    else if (has_azp && !q_scalar(in[2], &s->azp)) return false;
+    bool has_bzp = n_in > 3 && node->n_inputs > 3 && node->inputs[3] >= 0;
+    if (has_bzp && (!in[3] || !q_zero_or_scalar(in[3], &s->bzp))) return false;
+    return true;
+}
+
+tdm_status *dn_qmatmul_prepare(const tdm_node *node, int opset, int n_in,
+                               const tdm_tensor *const *in, const tdm_allocator *a, void **state) {
+    (void)opset;
+    qm_state *s;
+    TDM_TRY(dn_state_new(a, sizeof *s, sizeof(qm_entry), qm_clear, (dn_state **)&s));
+    *state = s;
+    s->integer = strcmp(node->op_type, "MatMulInteger") == 0; /* (also picks the fallback) */
+    bool ok = s->integer ? qm_setup_integer(s, node, n_in, in) : qm_setup(s, node, n_in, in);
+    if (!s->base.generic && !ok) s->base.generic = true;
+    return NULL;
+}
+
+static void md2(dnnl_memory_desc_t *md, int64_t r, int64_t c, dnnl_data_type_t dt,
+                dnnl_format_tag_t tag) {
+    dnnl_dims_t d = {r, c};
+    if (dnnl_memory_desc_init_by_tag(md, 2, d, dt, tag) != dnnl_success) memset(md, 0, sizeof *md);
+}
+
+static tdm_status *qm_part_build(qm_state *s, qm_entry *e, int64_t rows, qm_part *p, bool *ok) {
+    *ok = false;
+    dnnl_memory_desc_t wei;
+    md2(&p->src, rows, s->K, e->at, dnnl_ab);
+    md2(&wei, s->K, s->N, dnnl_s8, dnnl_format_tag_any);
+    md2(&p->dst, rows, s->N, s->yt, dnnl_ab);
+    md2(&p->bias, 1, s->N, dnnl_s32, dnnl_ab);
+    dnnl_matmul_desc_t md;
+    if (dnnl_matmul_desc_init(&md, &p->src, &wei, s->bias ? &p->bias : NULL, &p->dst) !=
+        dnnl_success)
+        return NULL;
+    dnnl_primitive_attr_t attr;
+    TDM_TRY(dn_attr_new(&attr));
+    bool per_col = s->oscale_n > 1, good = true;
+    if (!s->integer)
+        good = dnnl_primitive_attr_set_output_scales(attr, per_col ? s->N : 1,
+                                                     per_col ? 1 << 1 : 0, s->oscale) == dnnl_success;
+    int32_t rt = DNNL_RUNTIME_S32_VAL;
+    if (good && (s->azp || s->azp_rt))
+        good = dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_SRC, 1, 0,
+                                                   s->azp_rt ? &rt : &s->azp) == dnnl_success;
+    dnnl_dims_t one = {1};
+    dnnl_memory_desc_init_by_tag(&p->zp, 1, one, dnnl_s32, dnnl_a);
+    if (good && s->bzp)
+        good = dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_WEIGHTS, 1, 0, &s->bzp) ==
+               dnnl_success;
+    if (good && s->yzp)
+        good = dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_DST, 1, 0, &s->yzp) == dnnl_success;
+    dnnl_post_ops_t po = NULL;
+    if (good && s->clip) {
+        good = dnnl_post_ops_create(&po) == dnnl_success &&
+               dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_clip, s->clo, s->chi) ==
+                   dnnl_success &&
+               dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
+        if (po) dnnl_post_ops_destroy(po);
+    }
+    dnnl_primitive_desc_t pd = NULL;
+    if (good && dnnl_primitive_desc_create(&pd, &md, attr, s->base.eng, NULL) != dnnl_success)
+        pd = NULL;
+    dnnl_primitive_attr_destroy(attr);
+    if (!pd || dn_refuse_ref(&s->base, pd)) return NULL;
+    dn_query_md(pd, dnnl_query_weights_md, &p->wei);
+    if (p != &e->part[0] && !dnnl_memory_desc_equal(&p->wei, &e->part[0].wei)) {
+        dnnl_primitive_desc_destroy(pd);
+        return NULL;
+    }
+    p->rows = rows;
+    TDM_TRY(dn_prim_from_pd(pd, &p->mm));
+    dn_note_impl(&s->base, "%s", dn_prim_impl(&p->mm));
+    *ok = true;
+    return NULL;
+}
+
+static tdm_status *qm_build(dn_state *ds, tdm_kernel_ctx *ctx, dn_entry *he) {
+    qm_state *s = (qm_state *)ds;
+    qm_entry *e = (qm_entry *)he;
+    const tdm_tensor *a = ctx->in[0];
+    e->at = a->dtype == TDM_INT8 ? dnnl_s8 : dnnl_u8;
+    e->rows = a->count / s->K;
+    e->chunk = dn_chunk(e->rows, 8, 1, dn_threads(ctx));
+    e->n_chunks = (e->rows + e->chunk - 1) / e->chunk;
+    bool ok;
+    TDM_TRY(qm_part_build(s, e, e->chunk, &e->part[0], &ok));
+    int64_t last = e->rows - (e->n_chunks - 1) * e->chunk;
+    if (ok && last != e->chunk) TDM_TRY(qm_part_build(s, e, last, &e->part[1], &ok));
+    if (!ok) return NULL;
+    e->scratch = e->part[0].mm.scratch > e->part[1].mm.scratch ? e->part[0].mm.scratch
+                                                                : e->part[1].mm.scratch;
+    e->scratch = (e->scratch + 63) / 64 * 64;
+    dnnl_memory_desc_t usr;
+    md2(&usr, s->K, s->N, dnnl_s8, dnnl_ab);
+    e->wbuf = tdm_alloc(s->base.alloc, dn_md_bytes(&e->part[0].wei) + 64);
+    if (!e->wbuf) return dn_oom(ctx);
+    dn_prim r;
+    TDM_TRY(dn_reorder_new(s->base.eng, &usr, &e->part[0].wei, &r));
+    tdm_status *st = dn_exec_reorder(ctx, s->base.eng, &r, &usr, s->b->data, &e->part[0].wei,
+                                     e->wbuf);
+    dn_prim_clear(&r);
+    TDM_TRY(st);
+    e->h.generic = false;
+    return NULL;
+}
+
+typedef struct qm_run {
+    qm_state *s;
+    qm_entry *e;
+    const tdm_tensor *a;
+    tdm_tensor *y;
+    char *scratch;
+    int32_t azp; /* MatMulInteger's computed a_zero_point of this run */
+} qm_run;
+
+static tdm_status *qm_item(void *arg, tdm_kernel_ctx *ctx, int64_t i) {
+    qm_run *r = arg;
+    qm_state *s = r->s;
+    qm_entry *e = r->e;
+    qm_part *p = &e->part[i == e->n_chunks - 1 && e->part[1].rows ? 1 : 0];
+    int64_t r0 = i * e->chunk;
+    dn_arg args[5];
+    int n = 0;
+    size_t ys = s->integer ? sizeof(int32_t) : 1;
+    args[n++] = (dn_arg){DNNL_ARG_SRC, &p->src, (const char *)r->a->data + r0 * s->K};
+    args[n++] = (dn_arg){DNNL_ARG_WEIGHTS, &p->wei, e->wbuf};
+    args[n++] = (dn_arg){DNNL_ARG_DST, &p->dst, (char *)r->y->data + (size_t)(r0 * s->N) * ys};
+    if (s->azp_rt) args[n++] = (dn_arg){DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, &p->zp, &r->azp};
+    if (s->bias) args[n++] = (dn_arg){DNNL_ARG_BIAS, &p->bias, s->bias};
+    return dn_exec_held(ctx, s->base.eng, &p->mm, n, args,
+                        p->mm.scratch ? r->scratch + (size_t)i * e->scratch : NULL, &p->held);
+}
+
+static tdm_status *qm_generic(tdm_kernel_ctx *ctx, const qm_state *s) {
+    /* MatMulInteger: the nn family's kernel (dn_fallback), which ran it before */
+    return s && s->integer ? dn_fallback(ctx) : tdm_misc_qlinear_matmul_run(ctx);
+}
+
+tdm_status *dn_qmatmul_run(tdm_kernel_ctx *ctx) {
+    qm_state *s = ctx->state;
+    const tdm_tensor *a = ctx->in[0];
+    tdm_tensor *y = ctx->out[0];
+    const tdm_tensor *azp = ctx->n_in > 2 ? ctx->in[2] : NULL;
+    if (!s || s->base.generic || (a->dtype != TDM_UINT8 && a->dtype != TDM_INT8) || a->rank < 1 ||
+        a->dims[a->rank - 1] != s->K || y->count == 0 || (azp && azp->dtype != a->dtype) ||
+        (s->azp_rt && (!azp || azp->count != 1)))
+        return qm_generic(ctx, s);
+    int32_t azp_v = 0;
+    if (s->azp_rt) q_scalar(azp, &azp_v);
+    int64_t key[3] = {dn_threads(ctx), a->dtype, a->count / s->K};
+    dn_entry *he;
+    /* oneDNN plans a primitive for the thread count at its creation: 1, as it runs */
+    int prev = dn_omp_begin();
+    tdm_status *st = dn_cache_get(&s->base, ctx, key, 3, qm_build, &he);
+    if (st) {
+        dn_omp_end(prev);
+        return st;
+    }
+    qm_entry *e = (qm_entry *)he;
+    if (e->h.generic) {
+        dn_entry_done(&s->base, he);
+        dn_omp_end(prev);
+        return qm_generic(ctx, s);
+    }
+    size_t need = (size_t)e->n_chunks * e->scratch;
+    bool own = false;
+    char *buf = dn_scratch_get(&s->base, ctx, need, &own);
+    if (need && !buf) {
+        st = dn_oom(ctx);
+    } else {
+        qm_run r = {s, e, a, y, buf, azp_v};
+        st = dn_parallel(ctx, e->n_chunks, qm_item, &r);
+    }
+    dn_scratch_put(&s->base, ctx, buf, own);
+    dn_entry_done(&s->base, he);
+    dn_omp_end(prev);
+    return st;
+}

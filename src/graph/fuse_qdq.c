@@ -1,0 +1,415 @@
+/* QDQ pass: the DequantizeLinear -> op -> QuantizeLinear patterns of quantized models (ONNX
+ * Runtime's quantize_static, tandem quantize) become integer operators, so that tensors
+ * stay 8-bit from one operator to the next and the products run on int8 kernels:
+ *
+ *   DQ(x_q) , DQ(w_q const) [, bias] -> Conv [-> Relu | Clip] -> Q       => QConv
+ *   DQ(a_q) , DQ(b_q const 2-D)      -> MatMul [-> Add(bias)] [-> act] -> Q => QMatMul
+ *   DQ(a_q) , DQ(b_q const)  [, C]   -> Gemm (alpha = beta = 1, A as is) [-> act] -> Q
+ *                                                                          => QMatMul
+ *   DQ(a_q) , DQ(b_q)                -> Add [-> Relu | Clip] -> Q           => QAdd
+ *   DQ(x_q) [, DQ(...)]             -> MaxPool | Reshape | Flatten | Transpose | Squeeze |
+ *                                      Unsqueeze | Concat -> Q    (same scale and zero
+ *                                      point on every side)                => the op on x_q
+ *
+ * (QConv / QMatMul / QAdd: ops/fused.h.) Exactness:
+ *  - the bias becomes int32 in units of x_scale * w_scale[m] (round to nearest), as ONNX
+ *    Runtime's quantizer writes it: exact when the bias was DQ(int32) with that scale;
+ *  - Relu / Clip before Q is a clamp of the quantized result (Q is monotonic): exact;
+ *  - the data-movement ops commute with Q(DQ(.)) when the scales and zero points agree:
+ *    exact.
+ * What the integer operators round differently from float (one unit of y_scale at most
+ * where the float result lies on a rounding tie) is the same as in ONNX Runtime's own QDQ
+ * fusion. Activations: per-tensor scales; weights: per-tensor or per output channel, int8
+ * with zero points 0 (symmetric, what quantizers write; oneDNN takes no other).
+ * The inner values (DQ outputs read by the pattern, the op's result) may have other readers:
+ * DQ nodes stay for them (dead-node removal drops the others); the op's float result must
+ * be read by the pattern only. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "graph/fuse_impl.h"
+#include "ops/fused.h"
+
+/* A DequantizeLinear feeding a pattern. */
+typedef struct dq_in {
+    int node;
+    int q;     /* quantized input value */
+    int scale; /* scale value (float32 constant) */
+    int zp;    /* zero point value (-1: absent) */
+    const tdm_tensor *s, *z; /* their constants (z NULL when absent) */
+    int axis;  /* normalized axis of a per-axis scale (-1 for per-tensor) */
+} dq_in;
+
+static bool is_q8(tdm_dtype t) { return t == TDM_UINT8 || t == TDM_INT8; }
+
+/* v is made by a live DequantizeLinear (no blocked scales) of an 8-bit (or with `int32`,
+ * int32) input with constant float32 scale and constant zero point. */
+static bool match_dq(const fz_ctx *fz, int v, bool int32, dq_in *d) {
+    int p = fz_producer(fz, v);
+    if (!fz_is_op(fz, p, "DequantizeLinear")) return false;
+    const tdm_node *n = fz_node(fz, p);
+    if (n->n_inputs < 2 || n->inputs[0] < 0 || n->inputs[1] < 0 ||
+        tdm_attr_int(n, "block_size", 0) != 0)
+        return false;
+    d->node = p;
+    d->q = n->inputs[0];
+    d->scale = n->inputs[1];
+    d->zp = n->n_inputs > 2 ? n->inputs[2] : -1;
+    d->s = fz_const(fz, d->scale);
+    d->z = d->zp >= 0 ? fz_const(fz, d->zp) : NULL;
+    tdm_dtype qt = fz->g->values[d->q].dtype;
+    if (!(is_q8(qt) || (int32 && qt == TDM_INT32))) return false;
+    if (!d->s || d->s->dtype != TDM_FLOAT || (d->zp >= 0 && (!d->z || d->z->dtype != qt)))
+        return false;
+    if (d->z && d->z->count != d->s->count) return false;
+    d->axis = -1;
+    if (d->s->count != 1) {
+        int r = fz->g->values[d->q].rank;
+        if (d->s->rank != 1 || r < 1) return false;
+        int64_t ax = tdm_attr_int(n, "axis", 1);
+        if (ax < 0) ax += r;
+        if (ax < 0 || ax >= r) return false;
+        d->axis = (int)ax;
+    }
+    for (int64_t i = 0; i < d->s->count; i++)
+        if (!(((const float *)d->s->data)[i] > 0)) return false;
+    return true;
+}
+
+static int32_t zp_at(const dq_in *d, int64_t i) {
+    if (!d->z) return 0;
+    int64_t k = d->z->count == 1 ? 0 : i;
+    return d->z->dtype == TDM_INT8 ? ((const int8_t *)d->z->data)[k]
+           : d->z->dtype == TDM_UINT8 ? ((const uint8_t *)d->z->data)[k]
+                                      : ((const int32_t *)d->z->data)[k];
+}
+
+static float scale_at(const dq_in *d, int64_t i) {
+    return ((const float *)d->s->data)[d->s->count == 1 ? 0 : i];
+}
+
+/* An activation: per-tensor. */
+static bool match_act_dq(const fz_ctx *fz, int v, dq_in *d) {
+    return match_dq(fz, v, false, d) && d->s->count == 1;
+}
+
+/* Weights: constant int8, zero points 0, per-tensor or per-axis along `axis`. */
+static bool match_w_dq(const fz_ctx *fz, int v, int axis, dq_in *d) {
+    if (!match_dq(fz, v, false, d) || fz->g->values[d->q].dtype != TDM_INT8) return false;
+    const tdm_tensor *w = fz_const(fz, d->q);
+    if (!w) return false;
+    if (d->axis >= 0 && d->axis != axis) return false;
+    for (int64_t i = 0; d->z && i < d->z->count; i++)
+        if (zp_at(d, i) != 0) return false;
+    return true;
+}
+
+/* A QuantizeLinear with constant per-tensor scale and zero point (8-bit). */
+typedef struct q_out {
+    int node, out, scale, zp;
+    float s;
+    int32_t z;
+    tdm_dtype t;
+} q_out;
+
+static bool match_q(const fz_ctx *fz, int node, q_out *q) {
+    if (!fz_is_op(fz, node, "QuantizeLinear")) return false;
+    const tdm_node *n = fz_node(fz, node);
+    if (n->n_inputs < 3 || n->inputs[1] < 0 || n->inputs[2] < 0 || n->n_outputs != 1 ||
+        n->outputs[0] < 0 || tdm_attr_int(n, "block_size", 0) != 0 ||
+        tdm_attr_int(n, "saturate", 1) != 1)
+        return false;
+    const tdm_tensor *s = fz_const(fz, n->inputs[1]), *z = fz_const(fz, n->inputs[2]);
+    if (!s || !z || s->dtype != TDM_FLOAT || s->count != 1 || z->count != 1 || !is_q8(z->dtype))
+        return false;
+    q->node = node;
+    q->out = n->outputs[0];
+    q->scale = n->inputs[1];
+    q->zp = n->inputs[2];
+    q->s = ((const float *)s->data)[0];
+    q->z = z->dtype == TDM_INT8 ? ((const int8_t *)z->data)[0] : ((const uint8_t *)z->data)[0];
+    q->t = z->dtype;
+    return q->s > 0;
+}
+
+/* From value v (the op's float result): [Relu | Clip(constant bounds)] then Q, each the
+ * sole reader. Fills the clamp [qmin, qmax] (the type's range when there is none). */
+typedef struct tail {
+    int act; /* the Relu / Clip node or -1 */
+    q_out q;
+    int64_t qmin, qmax;
+} tail;
+
+static bool match_tail(const fz_ctx *fz, int v, tail *t) {
+    t->act = -1;
+    int next = fz_sole_consumer(fz, v);
+    float lo = -INFINITY, hi = INFINITY;
+    if (fz_is_op(fz, next, "Relu") || fz_is_op(fz, next, "Clip")) {
+        const tdm_node *a = fz_node(fz, next);
+        if (a->n_outputs != 1 || a->outputs[0] < 0) return false;
+        if (!strcmp(a->op_type, "Relu")) {
+            lo = 0;
+        } else if (a->opset < 11) {
+            lo = tdm_attr_float(a, "min", -INFINITY);
+            hi = tdm_attr_float(a, "max", INFINITY);
+        } else {
+            if (a->n_inputs > 1 && a->inputs[1] >= 0 && !fz_scalar(fz, a->inputs[1], 1, &lo))
+                return false;
+            if (a->n_inputs > 2 && a->inputs[2] >= 0 && !fz_scalar(fz, a->inputs[2], 1, &hi))
+                return false;
+        }
+        t->act = next;
+        next = fz_sole_consumer(fz, a->outputs[0]);
+    }
+    if (!match_q(fz, next, &t->q)) return false;
+    int64_t tlo = t->q.t == TDM_INT8 ? -128 : 0, thi = t->q.t == TDM_INT8 ? 127 : 255;
+    t->qmin = tlo;
+    t->qmax = thi;
+    /* Q(clamp(x, lo, hi)) = clamp(Q(x), Q(lo), Q(hi)) */
+    if (lo > -INFINITY) {
+        double ql = nearbyint((double)lo / t->q.s) + t->q.z;
+        t->qmin = ql < tlo ? tlo : ql > thi ? thi : (int64_t)ql;
+    }
+    if (hi < INFINITY) {
+        double qh = nearbyint((double)hi / t->q.s) + t->q.z;
+        t->qmax = qh < tlo ? tlo : qh > thi ? thi : (int64_t)qh;
+    }
+    return t->qmin <= t->qmax;
+}
+
+/* The int32 bias [n] in units of xs * ws[m] from value b: a float32 constant (n values or
+ * one) or DQ(int32 constant). -1 in *v when b does not fit. */
+static tdm_status *make_bias(fz_ctx *fz, int b, int64_t n, const dq_in *x, const dq_in *w,
+                             int *v) {
+    *v = -1;
+    const float *bf = NULL;
+    dq_in bd;
+    const tdm_tensor *bt = fz_const(fz, b), *bq = NULL;
+    if (bt) {
+        if (bt->dtype != TDM_FLOAT || (bt->count != n && bt->count != 1)) return NULL;
+        for (int d = 0; d + 1 < bt->rank; d++)
+            if (bt->dims[d] != 1) return NULL;
+        bf = bt->data;
+    } else {
+        if (!match_dq(fz, b, true, &bd) || !(bq = fz_const(fz, bd.q)) ||
+            (bq->count != n && bq->count != 1) || (bd.s->count != 1 && bd.s->count != n))
+            return NULL;
+        for (int d = 0; d + 1 < bq->rank; d++)
+            if (bq->dims[d] != 1) return NULL;
+    }
+    tdm_tensor *t;
+    TDM_TRY(tdm_tensor_new(fz->g->alloc, TDM_INT32, 1, &n, &t));
+    int32_t *o = t->data;
+    float xs = scale_at(x, 0);
+    for (int64_t m = 0; m < n; m++) {
+        double f;
+        if (bf) {
+            f = bf[bt->count == 1 ? 0 : m];
+        } else {
+            int64_t k = bq->count == 1 ? 0 : m;
+            double q = bq->dtype == TDM_INT32 ? ((const int32_t *)bq->data)[k]
+                       : bq->dtype == TDM_INT8 ? ((const int8_t *)bq->data)[k]
+                                               : ((const uint8_t *)bq->data)[k];
+            f = (q - zp_at(&bd, k)) * (double)scale_at(&bd, bd.s->count == 1 ? 0 : m);
+        }
+        double r = nearbyint(f / ((double)xs * (double)scale_at(w, m)));
+        if (!(r > -2147483648.0 && r < 2147483647.0)) {
+            tdm_tensor_destroy(t);
+            return NULL;
+        }
+        o[m] = (int32_t)r;
+    }
+    return fz_new_const(fz, fz->g->values[b].name, t, v);
+}
+
+/* A zero point value: d's, or a new 0 of the quantized type. */
+static tdm_status *zp_value(fz_ctx *fz, const dq_in *d, int *v) {
+    if (d->zp >= 0) {
+        *v = d->zp;
+        return NULL;
+    }
+    tdm_tensor *t;
+    TDM_TRY(tdm_tensor_new(fz->g->alloc, fz->g->values[d->q].dtype, 0, NULL, &t));
+    memset(t->data, 0, tdm_dtype_elem_size(t->dtype));
+    return fz_new_const(fz, fz->g->values[d->q].name, t, v);
+}
+
+/* Appends the integer node: the 8 QLinear-style inputs (+ bias), output = Q's output; kills
+ * the anchor, the activation and Q. */
+static tdm_status *emit(fz_ctx *fz, const char *op, int anchor, const dq_in *a, int b_q,
+                        int b_scale, int b_zp, const tail *t, int bias, bool copy_attrs) {
+    int azp;
+    TDM_TRY(zp_value(fz, a, &azp));
+    const tdm_node *an = fz_node(fz, anchor);
+    size_t len = strlen(an->name ? an->name : "") + 8;
+    char *name = tdm_alloc(fz->g->alloc, len);
+    if (!name) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory in graph fusion");
+    snprintf(name, len, "%s_int8", an->name ? an->name : "");
+    int fi;
+    tdm_status *st = fz_new_node(fz, op, TDM_FUSED_DOMAIN, name, bias >= 0 ? 9 : 8, 1, &fi);
+    tdm_free(fz->g->alloc, name);
+    TDM_TRY(st);
+    tdm_node *f = fz_node(fz, fi);
+    int ins[9] = {a->q, a->scale, azp, b_q, b_scale, b_zp, t->q.scale, t->q.zp, bias};
+    for (int k = 0; k < f->n_inputs; k++) f->inputs[k] = ins[k];
+    f->outputs[0] = t->q.out;
+    if (copy_attrs) {
+        const tdm_node *src = fz_node(fz, anchor);
+        for (int k = 0; k < src->n_attrs; k++) {
+            TDM_TRY(fz_attr_copy(fz, fi, &fz_node(fz, anchor)->attrs[k]));
+        }
+    }
+    int64_t tlo = t->q.t == TDM_INT8 ? -128 : 0, thi = t->q.t == TDM_INT8 ? 127 : 255;
+    if (t->qmin > tlo) TDM_TRY(fz_attr_int(fz, fi, "qmin", t->qmin));
+    if (t->qmax < thi) TDM_TRY(fz_attr_int(fz, fi, "qmax", t->qmax));
+    fz_kill(fz, anchor);
+    if (t->act >= 0) fz_kill(fz, t->act);
+    fz_kill(fz, t->q.node);
+    fz->count++;
+    return NULL;
+}
+
+static int w_zp_value(const dq_in *w) {
+    return w->zp; /* all zeros (match_w_dq), or absent */
+}
+
+static tdm_status *fuse_conv(fz_ctx *fz, int ci) {
+    const tdm_node *c = fz_node(fz, ci);
+    if (c->n_inputs < 2 || c->n_outputs != 1 || c->outputs[0] < 0 || !fz_attrs_copyable(c))
+        return NULL;
+    dq_in x, w;
+    tail t;
+    if (!match_act_dq(fz, c->inputs[0], &x) || !match_w_dq(fz, c->inputs[1], 0, &w) ||
+        !match_tail(fz, c->outputs[0], &t))
+        return NULL;
+    const tdm_tensor *wt = fz_const(fz, w.q);
+    if (wt->rank < 3) return NULL;
+    int64_t m = wt->dims[0];
+    if (w.s->count != 1 && w.s->count != m) return NULL;
+    int bias = -1;
+    if (c->n_inputs > 2 && c->inputs[2] >= 0) {
+        TDM_TRY(make_bias(fz, c->inputs[2], m, &x, &w, &bias));
+        if (bias < 0) return NULL;
+    }
+    return emit(fz, "QConv", ci, &x, w.q, w.scale, w_zp_value(&w), &t, bias, true);
+}
+
+/* MatMul / Gemm with a constant 2-D weight: B [K, N] (Gemm transB: [N, K], transposed here
+ * into a new constant; per-channel scales then run along axis 0). */
+static tdm_status *fuse_matmul(fz_ctx *fz, int mi, bool gemm) {
+    const tdm_node *mm = fz_node(fz, mi);
+    if (mm->n_inputs < 2 || mm->n_outputs != 1 || mm->outputs[0] < 0) return NULL;
+    bool tb = false;
+    int c = -1;
+    if (gemm) {
+        tb = tdm_attr_int(mm, "transB", 0) != 0;
+        c = mm->n_inputs > 2 ? mm->inputs[2] : -1;
+        if (tdm_attr_int(mm, "transA", 0) || tdm_attr_float(mm, "alpha", 1.0f) != 1.0f ||
+            (c >= 0 && tdm_attr_float(mm, "beta", 1.0f) != 1.0f))
+            return NULL;
+    }
+    dq_in a, w;
+    if (!match_act_dq(fz, mm->inputs[0], &a) || !match_w_dq(fz, mm->inputs[1], tb ? 0 : 1, &w))
+        return NULL;
+    const tdm_tensor *wt = fz_const(fz, w.q);
+    if (wt->rank != 2) return NULL;
+    int64_t n = wt->dims[tb ? 0 : 1], k = wt->dims[tb ? 1 : 0];
+    if (w.s->count != 1 && w.s->count != n) return NULL;
+    int out = mm->outputs[0], add = -1;
+    if (!gemm) { /* MatMul -> Add(bias over the last axis) */
+        int nx = fz_sole_consumer(fz, out);
+        if (fz_is_op(fz, nx, "Add") && fz_node(fz, nx)->n_outputs == 1) {
+            int o = fz_other_input(fz_node(fz, nx), out);
+            if (o >= 0) {
+                add = nx;
+                c = o;
+                out = fz_node(fz, nx)->outputs[0];
+            }
+        }
+    }
+    tail t;
+    if (!match_tail(fz, out, &t)) return NULL;
+    int bias = -1;
+    if (c >= 0) {
+        TDM_TRY(make_bias(fz, c, n, &a, &w, &bias));
+        if (bias < 0) return NULL;
+    }
+    int bq = w.q;
+    if (tb) {
+        tdm_tensor *tt;
+        int64_t dims[2] = {k, n};
+        TDM_TRY(tdm_tensor_new(fz->g->alloc, TDM_INT8, 2, dims, &tt));
+        const int8_t *src = wt->data;
+        int8_t *dst = tt->data;
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t j = 0; j < k; j++) dst[j * n + i] = src[i * k + j];
+        TDM_TRY(fz_new_const(fz, fz->g->values[w.q].name, tt, &bq));
+    }
+    if (add >= 0) fz_kill(fz, add);
+    return emit(fz, "QMatMul", mi, &a, bq, w.scale, w_zp_value(&w), &t, bias, false);
+}
+
+static tdm_status *fuse_add(fz_ctx *fz, int ai) {
+    const tdm_node *ad = fz_node(fz, ai);
+    if (ad->n_inputs != 2 || ad->n_outputs != 1 || ad->outputs[0] < 0) return NULL;
+    dq_in a, b;
+    tail t;
+    if (!match_act_dq(fz, ad->inputs[0], &a) || !match_act_dq(fz, ad->inputs[1], &b) ||
+        !match_tail(fz, ad->outputs[0], &t))
+        return NULL;
+    int bzp;
+    TDM_TRY(zp_value(fz, &b, &bzp));
+    return emit(fz, "QAdd", ai, &a, b.q, b.scale, bzp, &t, -1, false);
+}
+
+/* Same quantization: equal scale, zero point and type. */
+static bool same_q(const fz_ctx *fz, const dq_in *d, const q_out *q) {
+    return scale_at(d, 0) == q->s && zp_at(d, 0) == q->z && fz->g->values[d->q].dtype == q->t;
+}
+
+/* Data-movement ops: input 0 (every input of Concat) from DQ, output to Q, all with the same
+ * quantization: the op runs on the 8-bit tensors. */
+static tdm_status *fuse_move(fz_ctx *fz, int oi) {
+    tdm_node *n = fz_node(fz, oi);
+    bool concat = !strcmp(n->op_type, "Concat");
+    if (n->n_outputs != 1 || n->outputs[0] < 0 || n->n_inputs < 1) return NULL;
+    if (!strcmp(n->op_type, "MaxPool") && n->n_outputs > 1) return NULL;
+    q_out q;
+    if (!match_q(fz, fz_sole_consumer(fz, n->outputs[0]), &q)) return NULL;
+    int nin = concat ? n->n_inputs : 1;
+    int qs[64];
+    if (nin > 64) return NULL;
+    for (int k = 0; k < nin; k++) {
+        dq_in d;
+        if (n->inputs[k] < 0 || !match_act_dq(fz, n->inputs[k], &d) || !same_q(fz, &d, &q))
+            return NULL;
+        qs[k] = d.q;
+    }
+    int old = n->outputs[0];
+    for (int k = 0; k < nin; k++) n->inputs[k] = qs[k];
+    n->outputs[0] = q.out;
+    fz->g->values[old].producer = -1;
+    fz_kill(fz, q.node);
+    fz->count++;
+    fz->dirty = true;
+    return NULL;
+}
+
+tdm_status *fz_pass_qdq(fz_ctx *fz) {
+    static const char *const moves[] = {"MaxPool", "Reshape", "Flatten", "Transpose",
+                                        "Squeeze", "Unsqueeze", "Concat"};
+    for (size_t i = 0; i < fz->g->n_nodes; i++) {
+        TDM_TRY(fz_refresh(fz));
+        int ni = (int)i;
+        if (fz_is_op(fz, ni, "Conv")) TDM_TRY(fuse_conv(fz, ni));
+        else if (fz_is_op(fz, ni, "MatMul")) TDM_TRY(fuse_matmul(fz, ni, false));
+        else if (fz_is_op(fz, ni, "Gemm")) TDM_TRY(fuse_matmul(fz, ni, true));
+        else if (fz_is_op(fz, ni, "Add")) TDM_TRY(fuse_add(fz, ni));
+        else
+            for (size_t k = 0; k < sizeof moves / sizeof moves[0]; k++)
+                if (fz_is_op(fz, ni, moves[k])) TDM_TRY(fuse_move(fz, ni));
+    }
+    return NULL;
+}

@@ -1,0 +1,180 @@
+#!/usr/bin/env python3
+"""Small int8 models made by ONNX Runtime's quantize_static (QDQ and QOperator forms) from
+small generated float CNNs / MLPs, with ONNX Runtime's outputs as the reference, in the
+node-test layout (tests/models_int8/NAME/model.onnx + test_data_set_0/{input,output}_N.pb),
+for tests/tools/check_int8_models.py (ctest int8_model_tests*).
+
+Cases (each quantized with 16 calibration samples of the same distribution as the input):
+  cnn_qdq_u8      Conv+Relu, Conv+Relu6 (Clip), MaxPool, 1x1 Conv, depthwise Conv, residual
+                  Add (+Relu), Concat, GlobalAveragePool, Flatten, Gemm; uint8 activations,
+                  per-channel int8 weights (QDQ)
+  cnn_qdq_s8      the same with int8 activations
+  cnn_qdq_b3      the same network at batch 3 (the kernels' per-image split)
+  cnn_qdq_tensor  per-tensor weights
+  mlp_qdq         MatMul+Add+Relu, MatMul+Add, Gemm(transB) on [6, 64] rows (QDQ)
+  cnn_qop         QOperator form (QLinearConv, QLinearMatMul; quantized ops Conv / MatMul
+                  only)
+  mlp_qop         QOperator form of the MLP (QLinearMatMul)
+  mlp_dyn         quantize_dynamic of the MLP (DynamicQuantizeLinear -> MatMulInteger, int8
+                  weights): no output quantization step, compared with a float tolerance
+Deterministic: fixed seeds. Usage: tools/make_int8_models.py [OUT_DIR] (default
+tests/models_int8; its folders are replaced)."""
+import os
+import shutil
+import sys
+import tempfile
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
+                                      quantize_dynamic, quantize_static)
+
+
+def conv(nodes, inits, rng, x, cin, cout, k, name, group=1, stride=1, act=None):
+    w = (rng.standard_normal((cout, cin // group, k, k)) * (1.5 / np.sqrt(cin // group * k * k)))
+    b = rng.standard_normal(cout) * 0.1
+    inits += [numpy_helper.from_array(w.astype(np.float32), name + "_w"),
+              numpy_helper.from_array(b.astype(np.float32), name + "_b")]
+    nodes.append(helper.make_node("Conv", [x, name + "_w", name + "_b"], [name],
+                                  kernel_shape=[k, k], pads=[k // 2] * 4, group=group,
+                                  strides=[stride, stride], name=name))
+    if act == "relu":
+        nodes.append(helper.make_node("Relu", [name], [name + "_r"], name=name + "_relu"))
+        return name + "_r"
+    if act == "relu6":
+        inits += [numpy_helper.from_array(np.array(0, np.float32), name + "_lo"),
+                  numpy_helper.from_array(np.array(6, np.float32), name + "_hi")]
+        nodes.append(helper.make_node("Clip", [name, name + "_lo", name + "_hi"], [name + "_r"],
+                                      name=name + "_clip"))
+        return name + "_r"
+    return name
+
+
+def cnn(batch, seed=1):
+    rng = np.random.default_rng(seed)
+    nodes, inits = [], []
+    h = conv(nodes, inits, rng, "x", 3, 16, 3, "c1", act="relu")
+    h = conv(nodes, inits, rng, h, 16, 16, 3, "c2", act="relu6")
+    nodes.append(helper.make_node("MaxPool", [h], ["p1"], kernel_shape=[2, 2], strides=[2, 2],
+                                  name="pool"))
+    a = conv(nodes, inits, rng, "p1", 16, 32, 1, "c3", act="relu")
+    a = conv(nodes, inits, rng, a, 32, 32, 3, "dw", group=32, act="relu")
+    a = conv(nodes, inits, rng, a, 32, 32, 1, "c4")
+    s = conv(nodes, inits, rng, "p1", 16, 32, 1, "sc")
+    nodes.append(helper.make_node("Add", [a, s], ["res"], name="res_add"))
+    nodes.append(helper.make_node("Relu", ["res"], ["res_r"], name="res_relu"))
+    b = conv(nodes, inits, rng, "res_r", 32, 24, 3, "c5", stride=2, act="relu")
+    c = conv(nodes, inits, rng, "res_r", 32, 24, 3, "c6", stride=2, act="relu")
+    nodes.append(helper.make_node("Concat", [b, c], ["cat"], axis=1, name="cat"))
+    nodes.append(helper.make_node("GlobalAveragePool", ["cat"], ["gap"], name="gap"))
+    nodes.append(helper.make_node("Flatten", ["gap"], ["flat"], name="flat"))
+    wf = rng.standard_normal((10, 48)) * 0.3
+    inits.append(numpy_helper.from_array(wf.astype(np.float32), "fc_w"))
+    inits.append(numpy_helper.from_array((rng.standard_normal(10) * 0.1).astype(np.float32), "fc_b"))
+    nodes.append(helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["y"], transB=1, name="fc"))
+    g = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                       [batch, 3, 32, 32])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 10])],
+                          inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), [batch, 3, 32, 32]
+
+
+def mlp(seed=2):
+    rng = np.random.default_rng(seed)
+    inits, nodes = [], []
+
+    def lin(x, k, n, name, act):
+        inits.append(numpy_helper.from_array((rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32), name + "_w"))
+        inits.append(numpy_helper.from_array((rng.standard_normal(n) * 0.1).astype(np.float32), name + "_b"))
+        nodes.append(helper.make_node("MatMul", [x, name + "_w"], [name + "_m"], name=name))
+        nodes.append(helper.make_node("Add", [name + "_m", name + "_b"], [name + "_a"], name=name + "_add"))
+        if act:
+            nodes.append(helper.make_node("Relu", [name + "_a"], [name + "_r"], name=name + "_relu"))
+            return name + "_r"
+        return name + "_a"
+
+    h = lin("x", 64, 128, "l1", True)
+    h = lin(h, 128, 96, "l2", True)
+    inits.append(numpy_helper.from_array((rng.standard_normal((40, 96)) / np.sqrt(96)).astype(np.float32), "g_w"))
+    inits.append(numpy_helper.from_array((rng.standard_normal(40) * 0.1).astype(np.float32), "g_b"))
+    nodes.append(helper.make_node("Gemm", [h, "g_w", "g_b"], ["y"], transB=1, name="gemm"))
+    g = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [6, 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [6, 40])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), [6, 64]
+
+
+class Reader(CalibrationDataReader):
+    def __init__(self, shape, seed, n=16):
+        rng = np.random.default_rng(seed)
+        self.data = [{"x": rng.standard_normal(shape).astype(np.float32)} for _ in range(n)]
+        self.i = 0
+
+    def get_next(self):
+        if self.i >= len(self.data):
+            return None
+        self.i += 1
+        return self.data[self.i - 1]
+
+
+def quantize(model, shape, path, fmt, act_type, per_channel, ops=None):
+    with tempfile.TemporaryDirectory() as d:
+        src = os.path.join(d, "float.onnx")
+        onnx.save(model, src)
+        quantize_static(src, path, Reader(shape, 100), quant_format=fmt,
+                        activation_type=act_type, weight_type=QuantType.QInt8,
+                        per_channel=per_channel, op_types_to_quantize=ops)
+
+
+def write_case(out, name, model_path, shape, seed):
+    d = os.path.join(out, name)
+    os.makedirs(os.path.join(d, "test_data_set_0"))
+    shutil.move(model_path, os.path.join(d, "model.onnx"))
+    x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    sess = ort.InferenceSession(os.path.join(d, "model.onnx"), so, providers=["CPUExecutionProvider"])
+    y = sess.run(None, {"x": x})
+    ds = os.path.join(d, "test_data_set_0")
+    with open(os.path.join(ds, "input_0.pb"), "wb") as f:
+        f.write(numpy_helper.from_array(x, "x").SerializeToString())
+    for i, (o, v) in enumerate(zip(sess.get_outputs(), y)):
+        with open(os.path.join(ds, f"output_{i}.pb"), "wb") as f:
+            f.write(numpy_helper.from_array(v, o.name).SerializeToString())
+    ops = sorted({n.op_type for n in onnx.load(os.path.join(d, "model.onnx")).graph.node})
+    print(f"{name}: {', '.join(ops)}")
+
+
+def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "tests", "models_int8")
+    if os.path.isdir(out):
+        shutil.rmtree(out)
+    os.makedirs(out)
+    U8, S8 = QuantType.QUInt8, QuantType.QInt8
+    QDQ, QOP = QuantFormat.QDQ, QuantFormat.QOperator
+    cases = [  # name, model maker, format, activation type, per channel, ops
+        ("cnn_qdq_u8", lambda: cnn(1), QDQ, U8, True, None),
+        ("cnn_qdq_s8", lambda: cnn(1), QDQ, S8, True, None),
+        ("cnn_qdq_b3", lambda: cnn(3), QDQ, U8, True, None),
+        ("cnn_qdq_tensor", lambda: cnn(1), QDQ, U8, False, None),
+        ("mlp_qdq", mlp, QDQ, U8, True, None),
+        ("cnn_qop", lambda: cnn(2), QOP, U8, True, ["Conv", "MatMul"]),
+        ("mlp_qop", mlp, QOP, U8, False, ["MatMul"]),
+    ]
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, (name, make, fmt, at, pc, ops) in enumerate(cases):
+            model, shape = make()
+            path = os.path.join(tmp, name + ".onnx")
+            quantize(model, shape, path, fmt, at, pc, ops)
+            write_case(out, name, path, shape, 1000 + i)
+        model, shape = mlp()
+        src, path = os.path.join(tmp, "mlp_float.onnx"), os.path.join(tmp, "mlp_dyn.onnx")
+        onnx.save(model, src)
+        quantize_dynamic(src, path, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"])
+        write_case(out, "mlp_dyn", path, shape, 1000 + len(cases))
+
+
+if __name__ == "__main__":
+    main()
