@@ -352,6 +352,12 @@ int64_t dn_block(void) {
                : 8;
 }
 
+bool dn_has_vnni(void) {
+    unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
+    return (isa & (unsigned)dnnl_cpu_isa_avx512_core_vnni) == (unsigned)dnnl_cpu_isa_avx512_core_vnni ||
+           (isa & (unsigned)dnnl_cpu_isa_avx2_vnni) == (unsigned)dnnl_cpu_isa_avx2_vnni;
+}
+
 void dn_md_strided(dnnl_memory_desc_t *md, int nd, const int64_t *dims, const int64_t *strides) {
     dnnl_dims_t d, s;
     for (int i = 0; i < nd; i++) {

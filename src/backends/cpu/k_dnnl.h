@@ -129,6 +129,8 @@ void dn_log(tdm_kernel_ctx *ctx, tdm_log_level level, const char *fmt, ...) TDM_
 const char *dn_md_layout(const dnnl_memory_desc_t *md, char *buf, size_t size);
 
 /* Channel block of the layouts oneDNN's JIT kernels use on this CPU (16 with AVX-512, else 8). */
+/* oneDNN's ISA has 8-bit dot products without saturation (AVX512-VNNI or AVX-VNNI). */
+bool dn_has_vnni(void);
 int64_t dn_block(void);
 
 /* Plain row-major descriptor with the given dims (float32). */

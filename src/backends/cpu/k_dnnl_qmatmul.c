@@ -165,6 +165,9 @@ tdm_status *dn_qmatmul_prepare(const tdm_node *node, int opset, int n_in,
     *state = s;
     s->integer = strcmp(node->op_type, "MatMulInteger") == 0; /* (also picks the fallback) */
     bool ok = s->integer ? qm_setup_integer(s, node, n_in, in) : qm_setup(s, node, n_in, in);
+    /* MatMulInteger's int32 result is exact by definition; without VNNI oneDNN sums u8 x s8
+     * pairs in saturating 16-bit lanes (vpmaddubsw), so there the exact loops run it */
+    if (s->integer && !dn_has_vnni()) ok = false;
     if (!s->base.generic && !ok) s->base.generic = true;
     return NULL;
 }
