@@ -352,6 +352,30 @@ int64_t dn_block(void) {
                : 8;
 }
 
+bool dn_q8_scalar(const tdm_tensor *t, int32_t *v) {
+    *v = 0;
+    if (!t) return true;
+    if (t->count != 1) return false;
+    if (t->dtype == TDM_UINT8) *v = ((const uint8_t *)t->data)[0];
+    else if (t->dtype == TDM_INT8) *v = ((const int8_t *)t->data)[0];
+    else return false;
+    return true;
+}
+
+bool dn_q8_zeros(const tdm_tensor *t) {
+    if (!t) return true;
+    if (t->dtype != TDM_INT8 && t->dtype != TDM_UINT8) return false;
+    for (int64_t i = 0; i < t->count; i++)
+        if (((const uint8_t *)t->data)[i]) return false;
+    return true;
+}
+
+bool dn_f32_scalar(const tdm_tensor *t, float *v) {
+    if (!t || t->dtype != TDM_FLOAT || t->count != 1) return false;
+    *v = ((const float *)t->data)[0];
+    return true;
+}
+
 bool dn_has_vnni(void) {
     unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
     return (isa & (unsigned)dnnl_cpu_isa_avx512_core_vnni) == (unsigned)dnnl_cpu_isa_avx512_core_vnni ||

@@ -129,6 +129,11 @@ void dn_log(tdm_kernel_ctx *ctx, tdm_log_level level, const char *fmt, ...) TDM_
 const char *dn_md_layout(const dnnl_memory_desc_t *md, char *buf, size_t size);
 
 /* Channel block of the layouts oneDNN's JIT kernels use on this CPU (16 with AVX-512, else 8). */
+/* Quantization constants: an 8-bit scalar (absent = 0; false for another shape or type), an
+ * 8-bit tensor of zeros (absent counts), a float scalar. */
+bool dn_q8_scalar(const tdm_tensor *t, int32_t *v);
+bool dn_q8_zeros(const tdm_tensor *t);
+bool dn_f32_scalar(const tdm_tensor *t, float *v);
 /* oneDNN's ISA has 8-bit dot products without saturation (AVX512-VNNI or AVX-VNNI). */
 bool dn_has_vnni(void);
 int64_t dn_block(void);

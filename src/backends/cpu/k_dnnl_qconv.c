@@ -104,40 +104,19 @@ static void qc_release(void *state, const tdm_allocator *a) {
     dn_release(state, a);
 }
 
-static bool scalar_int(const tdm_tensor *t, int32_t *v) {
-    *v = 0;
-    if (!t) return true;
-    if (t->count != 1) return false;
-    if (t->dtype == TDM_UINT8) *v = ((const uint8_t *)t->data)[0];
-    else if (t->dtype == TDM_INT8) *v = ((const int8_t *)t->data)[0];
-    else return false;
-    return true;
-}
 
-static bool all_zero(const tdm_tensor *t) {
-    if (!t) return true;
-    if (t->dtype != TDM_INT8 && t->dtype != TDM_UINT8) return false;
-    for (int64_t i = 0; i < t->count; i++)
-        if (((const uint8_t *)t->data)[i]) return false;
-    return true;
-}
 
-static bool scalar_f32(const tdm_tensor *t, float *v) {
-    if (!t || t->dtype != TDM_FLOAT || t->count != 1) return false;
-    *v = ((const float *)t->data)[0];
-    return true;
-}
 
 /* The constants the fast path needs; false leaves the node to the reference kernel. */
 static bool qc_setup(qc_state *s, const tdm_node *node, int n_in, const tdm_tensor *const *in) {
     if (n_in < 8) return false;
     const tdm_tensor *w = in[3], *ws = in[4], *b = n_in > 8 ? in[8] : NULL;
     float xs, ys;
-    if (!w || w->dtype != TDM_INT8 || w->rank < 3 || w->rank > 5 || !all_zero(in[5])) return false;
+    if (!w || w->dtype != TDM_INT8 || w->rank < 3 || w->rank > 5 || !dn_q8_zeros(in[5])) return false;
     if (node->inputs[5] >= 0 && !in[5]) return false;
     if ((node->inputs[2] >= 0 && !in[2]) || (node->inputs[7] >= 0 && !in[7])) return false;
-    if (!scalar_f32(in[1], &xs) || !scalar_f32(in[6], &ys) || !scalar_int(in[2], &s->xzp) ||
-        !scalar_int(in[7], &s->yzp))
+    if (!dn_f32_scalar(in[1], &xs) || !dn_f32_scalar(in[6], &ys) || !dn_q8_scalar(in[2], &s->xzp) ||
+        !dn_q8_scalar(in[7], &s->yzp))
         return false;
     s->M = w->dims[0];
     s->group = tdm_attr_int(node, "group", 1);

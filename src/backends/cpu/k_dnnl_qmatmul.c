@@ -75,31 +75,14 @@ void dn_qmatmul_release(void *state, const tdm_allocator *a) {
     dn_release(state, a);
 }
 
-static bool q_scalar(const tdm_tensor *t, int32_t *v) {
-    *v = 0;
-    if (!t) return true;
-    if (t->count != 1) return false;
-    if (t->dtype == TDM_UINT8) *v = ((const uint8_t *)t->data)[0];
-    else if (t->dtype == TDM_INT8) *v = ((const int8_t *)t->data)[0];
-    else return false;
-    return true;
-}
 
 /* A per-column zero point of zeros counts as 0. */
 static bool q_zero_or_scalar(const tdm_tensor *t, int32_t *v) {
+    if (dn_q8_scalar(t, v)) return true;
     *v = 0;
-    if (!t || q_scalar(t, v)) return true;
-    if (t->dtype != TDM_INT8 && t->dtype != TDM_UINT8) return false;
-    for (int64_t i = 0; i < t->count; i++)
-        if (((const uint8_t *)t->data)[i]) return false;
-    return true;
+    return dn_q8_zeros(t);
 }
 
-static bool f_scalar(const tdm_tensor *t, float *v) {
-    if (!t || t->dtype != TDM_FLOAT || t->count != 1) return false;
-    *v = ((const float *)t->data)[0];
-    return true;
-}
 
 static bool qm_setup(qm_state *s, const tdm_node *node, int n_in, const tdm_tensor *const *in) {
     if (n_in < 8) return false;
@@ -111,8 +94,8 @@ static bool qm_setup(qm_state *s, const tdm_node *node, int n_in, const tdm_tens
     if (!b || b->dtype != TDM_INT8 || b->rank != 2) return false;
     s->K = b->dims[0];
     s->N = b->dims[1];
-    if (!f_scalar(in[1], &as) || !f_scalar(in[6], &ys) || !q_scalar(in[2], &s->azp) ||
-        !q_zero_or_scalar(in[5], &s->bzp) || !q_scalar(in[7], &s->yzp))
+    if (!dn_f32_scalar(in[1], &as) || !dn_f32_scalar(in[6], &ys) || !dn_q8_scalar(in[2], &s->azp) ||
+        !q_zero_or_scalar(in[5], &s->bzp) || !dn_q8_scalar(in[7], &s->yzp))
         return false;
     if (!bs || bs->dtype != TDM_FLOAT || (bs->count != 1 && bs->count != s->N)) return false;
     if (bias && (bias->dtype != TDM_INT32 || bias->count != s->N)) return false;
@@ -151,7 +134,7 @@ static bool qm_setup_integer(qm_state *s, const tdm_node *node, int n_in,
     s->yt = dnnl_s32;
     bool has_azp = n_in > 2 && node->n_inputs > 2 && node->inputs[2] >= 0;
     if (has_azp && !in[2]) s->azp_rt = true;
-    else if (has_azp && !q_scalar(in[2], &s->azp)) return false;
+    else if (has_azp && !dn_q8_scalar(in[2], &s->azp)) return false;
     bool has_bzp = n_in > 3 && node->n_inputs > 3 && node->inputs[3] >= 0;
     if (has_bzp && (!in[3] || !q_zero_or_scalar(in[3], &s->bzp))) return false;
     return true;
@@ -303,7 +286,7 @@ tdm_status *dn_qmatmul_run(tdm_kernel_ctx *ctx) {
         (s->azp_rt && (!azp || azp->count != 1)))
         return qm_generic(ctx, s);
     int32_t azp_v = 0;
-    if (s->azp_rt) q_scalar(azp, &azp_v);
+    if (s->azp_rt) dn_q8_scalar(azp, &azp_v);
     int64_t key[3] = {dn_threads(ctx), a->dtype, a->count / s->K};
     dn_entry *he;
     /* oneDNN plans a primitive for the thread count at its creation: 1, as it runs */

@@ -45,6 +45,9 @@ bool tdm_llm_softmax(const tdm_cpu_simd *simd, float *s, int64_t n, float softca
 
 /* Rotates one head vector x[0..rot) in place with cos/sin rows c, s (rot / 2 values each):
  * interleaved pairs (x[2i], x[2i+1]) or halves (x[i], x[i + rot/2]). */
+/* Merges the parts of a split softmax (flash-decoding) of one row and head (k_llm_gqa.c). */
+void tdm_llm_merge_parts(const float *part, int64_t parts, int64_t D, bool has_sink, float sink,
+                         float *y);
 void tdm_llm_rotate(float *x, const float *c, const float *s, int64_t rot, bool interleaved);
 
 /* GroupQueryAttention's kernel (k_llm_gqa.c): also called directly by the unit test that

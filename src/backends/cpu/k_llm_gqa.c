@@ -267,30 +267,36 @@ static void gqa_item_part(const gqa_job *j, int64_t b, int64_t g, int64_t k, flo
     }
 }
 
-/* After the parts: y = sum_k w_k (1 + sum_k) o_k / sum_k w_k sum_k, w_k = exp(max_k - M). */
+/* One (row, head)'s parts merged (flash-decoding): part k holds D partial outputs o_k, its max
+ * logit m_k and 1 + its sum. y = sum_k w_k (1 + sum_k) o_k / (sum_k w_k sum_k [+ sink term]),
+ * w_k = exp(m_k - M). Shared by the GroupQueryAttention and PagedAttention kernels. */
+void tdm_llm_merge_parts(const float *part, int64_t parts, int64_t D, bool has_sink, float sink,
+                         float *y) {
+    int64_t slot = D + 2;
+    float m = has_sink ? sink : -INFINITY;
+    for (int64_t k = 0; k < parts; k++) m = part[k * slot + D] > m ? part[k * slot + D] : m;
+    memset(y, 0, (size_t)D * sizeof(float));
+    if (m == -INFINITY) return;
+    double den = has_sink ? exp((double)sink - m) : 0.0;
+    for (int64_t k = 0; k < parts; k++) {
+        const float *o = part + k * slot;
+        if (o[D] == -INFINITY) continue;
+        double w = exp((double)o[D] - m);
+        den += w * ((double)o[D + 1] - 1.0);
+        float c = (float)(w * o[D + 1]);
+        for (int64_t d = 0; d < D; d++) y[d] += c * o[d];
+    }
+    float inv = den > 0.0 ? (float)(1.0 / den) : 0.0f;
+    for (int64_t d = 0; d < D; d++) y[d] *= inv;
+}
+
 static void gqa_merge(const gqa_job *j) {
     int64_t slot = j->D + 2;
     for (int64_t b = 0; b < j->B; b++)
-        for (int64_t h = 0; h < j->H; h++) {
-            const float *part = j->partial + (b * j->H + h) * j->parts * slot;
-            float *y = j->y + b * j->H * j->D + h * j->D;
-            bool has_sink = j->sink || j->smooth;
-            float sink = j->sink ? j->sink[h] : 0.0f, m = has_sink ? sink : -INFINITY;
-            for (int64_t k = 0; k < j->parts; k++) m = part[k * slot + j->D] > m ? part[k * slot + j->D] : m;
-            memset(y, 0, (size_t)j->D * sizeof(float));
-            if (m == -INFINITY) continue;
-            double den = has_sink ? exp((double)sink - m) : 0.0;
-            for (int64_t k = 0; k < j->parts; k++) {
-                const float *o = part + k * slot;
-                if (o[j->D] == -INFINITY) continue;
-                double w = exp((double)o[j->D] - m);
-                den += w * ((double)o[j->D + 1] - 1.0);
-                float c = (float)(w * o[j->D + 1]);
-                for (int64_t d = 0; d < j->D; d++) y[d] += c * o[d];
-            }
-            float inv = den > 0.0 ? (float)(1.0 / den) : 0.0f;
-            for (int64_t d = 0; d < j->D; d++) y[d] *= inv;
-        }
+        for (int64_t h = 0; h < j->H; h++)
+            tdm_llm_merge_parts(j->partial + (b * j->H + h) * j->parts * slot, j->parts, j->D,
+                                j->sink || j->smooth, j->sink ? j->sink[h] : 0.0f,
+                                j->y + b * j->H * j->D + h * j->D);
 }
 
 /* Item p of pass 2: (batch, kv head, block of query rows). One row (decode): all heads of

@@ -266,30 +266,14 @@ static void paged_item(const paged_job *j, int64_t p, float *scratch) {
     all_pv(j, b, a, e, live, scores, o, ostride, buf);
 }
 
-/* After the parts: y = sum_k w_k (1 + sum_k) o_k / (sum_k w_k sum_k [+ sink term]), with
- * w_k = exp(m_k - M). */
+/* After the parts: each (token, head)'s parts merged (tdm_llm_merge_parts). */
 static void paged_merge(const paged_job *j) {
     int64_t slot = j->D + 2;
     for (int64_t t = 0; t < j->T; t++)
-        for (int64_t h = 0; h < j->H; h++) {
-            const float *part = j->partial + (t * j->H + h) * j->parts * slot;
-            float *y = j->y + (t * j->H + h) * j->D;
-            float sink = j->sink ? j->sink[h] : 0.0f, m = j->sink ? sink : -INFINITY;
-            for (int64_t k = 0; k < j->parts; k++) m = part[k * slot + j->D] > m ? part[k * slot + j->D] : m;
-            memset(y, 0, (size_t)j->D * sizeof(float));
-            if (m == -INFINITY) continue;
-            double den = j->sink ? exp((double)sink - m) : 0.0;
-            for (int64_t k = 0; k < j->parts; k++) {
-                const float *o = part + k * slot;
-                if (o[j->D] == -INFINITY) continue;
-                double w = exp((double)o[j->D] - m);
-                den += w * ((double)o[j->D + 1] - 1.0);
-                float c = (float)(w * o[j->D + 1]);
-                for (int64_t d = 0; d < j->D; d++) y[d] += c * o[d];
-            }
-            float inv = den > 0.0 ? (float)(1.0 / den) : 0.0f;
-            for (int64_t d = 0; d < j->D; d++) y[d] *= inv;
-        }
+        for (int64_t h = 0; h < j->H; h++)
+            tdm_llm_merge_parts(j->partial + (t * j->H + h) * j->parts * slot, j->parts, j->D,
+                                j->sink != NULL, j->sink ? j->sink[h] : 0.0f,
+                                j->y + (t * j->H + h) * j->D);
 }
 
 /* Pass 2's driver: slot k (one per thread) runs items k, k + slots, ... with its scratch. */
