@@ -17,4 +17,10 @@ tdm_status *tdm_graph_fuse(tdm_graph *g, int *count);
  * tdm_graph_fuse. */
 tdm_status *tdm_graph_fuse_blocked(tdm_graph *g, int64_t block, int *count);
 
+/* MatMulNBits with constant weights -> tandem's MatMulNBitsPacked (graph/fuse_nbits.c,
+ * layout in ops/nbits_pack.h): the weights repacked once, the originals freed where nothing
+ * else reads them. Only for graphs whose nodes run on the CPU backend (its kernel is the only
+ * one for the packed op). Same contract as tdm_graph_fuse. */
+tdm_status *tdm_graph_pack_nbits(tdm_graph *g, int *count);
+
 #endif
