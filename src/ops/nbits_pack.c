@@ -80,26 +80,40 @@ void tdm_nbits_pk_pack(const tdm_nbits_pk *pk, const uint8_t *B, const float *sc
     const int64_t blob = pk->bs * pk->bits / 8, half = pk->bs / 2;
     const bool s16 = pk->form & TDM_NBP_S16, mz = pk->form & TDM_NBP_MZ;
     const bool z16 = pk->form & TDM_NBP_MZ16;
-    memset(out, 0, tdm_nbits_pk_bytes(pk));
+    if (pk->N % TDM_NBP_ROWS) /* the padding rows of the last panel: zeros */
+        memset(out + (pk->panels - 1) * pk->pstride, 0, (size_t)pk->pstride);
+    uint8_t codes[4096]; /* one block's codes, one a byte (block_size <= 4096 here) */
     for (int64_t n = 0; n < pk->N; n++) {
         int r = (int)(n % TDM_NBP_ROWS);
         uint8_t *panel = out + (n / TDM_NBP_ROWS) * pk->pstride;
         for (int64_t b = 0; b < pk->nb; b++) {
             uint8_t *rec = panel + b * pk->bstride;
             const uint8_t *src = B + (n * pk->nb + b) * blob;
-            for (int64_t g = 0; g < pk->groups; g++)
-                for (int j = 0; j < 4; j++) {
-                    uint8_t v;
-                    if (pk->bits == 8) {
-                        v = src[4 * g + j];
-                    } else { /* elements 4g + j and half + 4g + j of the block */
-                        int64_t e0 = 4 * g + j, e1 = half + e0;
-                        int lo = (src[e0 / 2] >> (4 * (e0 & 1))) & 15;
-                        int hi = (src[e1 / 2] >> (4 * (e1 & 1))) & 15;
-                        v = (uint8_t)(lo | hi << 4);
+            if (pk->bits == 8 || pk->bs > 4096) {
+                for (int64_t g = 0; g < pk->groups; g++)
+                    for (int j = 0; j < 4; j++) {
+                        uint8_t v;
+                        if (pk->bits == 8) {
+                            v = src[4 * g + j];
+                        } else { /* elements 4g + j and half + 4g + j of the block */
+                            int64_t e0 = 4 * g + j, e1 = half + e0;
+                            int lo = (src[e0 / 2] >> (4 * (e0 & 1))) & 15;
+                            int hi = (src[e1 / 2] >> (4 * (e1 & 1))) & 15;
+                            v = (uint8_t)(lo | hi << 4);
+                        }
+                        rec[g * 64 + 4 * r + j] = v;
                     }
-                    rec[g * 64 + 4 * r + j] = v;
+            } else {
+                for (int64_t i = 0; i < blob; i++) {
+                    codes[2 * i] = src[i] & 15;
+                    codes[2 * i + 1] = src[i] >> 4;
                 }
+                for (int64_t g = 0; g < pk->groups; g++) {
+                    const uint8_t *lo = codes + 4 * g, *hi = codes + half + 4 * g;
+                    uint8_t *d = rec + g * 64 + 4 * r;
+                    for (int j = 0; j < 4; j++) d[j] = (uint8_t)(lo[j] | hi[j] << 4);
+                }
+            }
             float s = scales[n * pk->nb + b];
             put_val(rec + 64 * pk->groups, r, s16, s);
             if (mz) put_val(rec + 64 * pk->groups + pk->sbytes, r, z16, s * zp[n * pk->nb + b]);
@@ -127,6 +141,21 @@ void tdm_nbits_pk_row(const tdm_nbits_pk *pk, const uint8_t *P, int64_t n, int64
         float s, mz;
         tdm_nbits_pk_sz(pk, P, n, b, &s, &mz);
         int64_t e0 = k0 > b * bs ? k0 - b * bs : 0, e1 = k1 - b * bs < bs ? k1 - b * bs : bs;
+        float *o = out + b * bs - k0;
+        if (e0 == 0 && e1 == bs) { /* a whole block */
+            for (int64_t g = 0; g < pk->groups; g++) {
+                const uint8_t *c = rec + g * 64 + 4 * r;
+                for (int e = 0; e < 4; e++) {
+                    if (pk->bits == 8) {
+                        o[4 * g + e] = (float)c[e] * s - mz;
+                    } else {
+                        o[4 * g + e] = (float)(c[e] & 15) * s - mz;
+                        o[half + 4 * g + e] = (float)(c[e] >> 4) * s - mz;
+                    }
+                }
+            }
+            continue;
+        }
         for (int64_t e = e0; e < e1; e++) {
             int q;
             if (pk->bits == 8) {
