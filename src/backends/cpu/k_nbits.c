@@ -384,6 +384,8 @@ void tdm_nbits_matmul(const tdm_cpu_simd *simd, tdm_threadpool *pool, const tdm_
 
 typedef struct nb_state {
     const tdm_allocator *alloc;
+    tdm_nbits_pk pk; /* MatMulNBitsPacked: the layout, from the attributes at plan time */
+    bool pk_ok, int8;
     const void *zp_src; /* the constant zero points zpf was unpacked from */
     float *zpf;
     bool zp_default; /* the constant zero points are all 2^(bits - 1): run as without them */
@@ -583,43 +585,57 @@ static tdm_status *run_matmul_nbits(tdm_kernel_ctx *ctx) {
 static tdm_status *packed_prepare(const tdm_node *node, int opset, int n_in,
                                   const tdm_tensor *const *in, const tdm_allocator *a,
                                   void **state) {
-    (void)node, (void)opset, (void)n_in, (void)in;
+    (void)opset, (void)n_in, (void)in;
     nb_state *s = tdm_calloc(a, 1, sizeof *s);
     if (!s) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory preparing MatMulNBitsPacked");
     s->alloc = a;
     atomic_init(&s->busy, 0);
+    nb_attrs at = attrs_of(node);
+    s->int8 = at.int8;
+    s->pk_ok = tdm_nbits_pk_layout(at.N, at.K, (int)at.bits, at.bs,
+                                   (unsigned)tdm_attr_int(node, "packed_form", 0), &s->pk);
     *state = s;
     return NULL;
 }
 
 static tdm_status *run_matmul_nbits_packed(tdm_kernel_ctx *ctx) {
-    nb_attrs at = attrs_of(ctx->node);
-    unsigned form = (unsigned)tdm_attr_int(ctx->node, "packed_form", 0);
+    nb_state *st = ctx->state;
     const tdm_tensor *A = ctx->in[0], *P = ctx->in[1];
     const tdm_tensor *bias_t = ctx->n_in > 2 ? ctx->in[2] : NULL;
+    /* the layout from the attributes: read once at plan time (the state), else now */
     tdm_nbits_pk pk;
-    if (!tdm_nbits_pk_layout(at.N, at.K, (int)at.bits, at.bs, form, &pk) ||
-        P->dtype != TDM_UINT8 || P->nbytes != tdm_nbits_pk_bytes(&pk))
+    bool int8, ok;
+    if (st) {
+        pk = st->pk;
+        int8 = st->int8;
+        ok = st->pk_ok;
+    } else {
+        nb_attrs at = attrs_of(ctx->node);
+        int8 = at.int8;
+        ok = tdm_nbits_pk_layout(at.N, at.K, (int)at.bits, at.bs,
+                                 (unsigned)tdm_attr_int(ctx->node, "packed_form", 0), &pk);
+    }
+    if (!ok || P->dtype != TDM_UINT8 || P->nbytes != tdm_nbits_pk_bytes(&pk))
         return tdm_node_error(ctx->node, TDM_ERR_INVALID_MODEL, "packed weights do not match");
-    if (A->rank < 1 || A->dims[A->rank - 1] != at.K)
+    if (A->rank < 1 || A->dims[A->rank - 1] != pk.K)
         return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT, "A's last dim is not K = %lld",
-                              (long long)at.K);
-    if (bias_t && (bias_t->dtype != TDM_FLOAT || bias_t->count != at.N))
+                              (long long)pk.K);
+    if (bias_t && (bias_t->dtype != TDM_FLOAT || bias_t->count != pk.N))
         return tdm_node_error(ctx->node, TDM_ERR_INVALID_MODEL, "bias must be float32 [N]");
-    int64_t M = A->count / at.K;
+    int64_t M = A->count / pk.K;
     if (M == 0) return NULL;
     const tdm_cpu_simd *simd = tdm_cpu_simd_of(ctx);
-    tdm_nbits_w w = {at.N, at.K, at.nb, at.bs, (int)at.bits, NULL, NULL, NULL, &pk, P->data};
-    size_t need = tdm_nbits_scratch_bytes(simd, &w, at.int8, M);
+    tdm_nbits_w w = {pk.N, pk.K, pk.nb, pk.bs, pk.bits, NULL, NULL, NULL, &pk, P->data};
+    size_t need = tdm_nbits_scratch_bytes(simd, &w, int8, M);
     bool own;
-    char *scr = scratch_take(ctx, ctx->state, M, need, &own);
+    char *scr = scratch_take(ctx, st, M, need, &own);
     if (!scr)
         return TDM_ERR(TDM_ERR_OUT_OF_MEMORY,
                        "MatMulNBitsPacked node '%s': out of memory (%zu bytes)", ctx->node->name,
                        need);
-    tdm_nbits_matmul(simd, ctx->pool, &w, at.int8, M, A->data, bias_t ? bias_t->data : NULL,
+    tdm_nbits_matmul(simd, ctx->pool, &w, int8, M, A->data, bias_t ? bias_t->data : NULL,
                      ctx->out[0]->data, scr);
-    scratch_give(ctx, ctx->state, scr, own);
+    scratch_give(ctx, st, scr, own);
     return NULL;
 }
 
