@@ -176,7 +176,15 @@ f512_panel(const tdm_nbits_pjob *j, int64_t p, bool q4, bool s16, bool mzs, bool
     const uint8_t *base = panel_of(j, p);
     const __m512i nib = _mm512_set1_epi32(15), byte = _mm512_set1_epi32(255);
     const __m512 tab = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    (void)nib, (void)tab;
+    __m512i sel[4]; /* vpshufb controls: byte e of each dword to its low byte, zeros above */
+    for (int e = 0; e < 4; e++) {
+        const int z = (int)0xffffff00;
+        sel[e] = _mm512_or_si512(_mm512_set1_epi32(z),
+                                 _mm512_add_epi32(_mm512_set1_epi32(e),
+                                                  _mm512_setr_epi32(0, 4, 8, 12, 0, 4, 8, 12, 0, 4,
+                                                                    8, 12, 0, 4, 8, 12)));
+    }
+    (void)nib, (void)tab, (void)byte;
     for (int64_t m = 0; m < j->M; m++) {
         const float *xa = (const float *)j->a + m * j->kq;
         const float *as = j->asum + m * pk->nb;
@@ -212,10 +220,10 @@ f512_panel(const tdm_nbits_pjob *j, int64_t p, bool q4, bool s16, bool mzs, bool
 #undef NBP_NIB
                 } else {
                     int o = (g & 1) * 4;
+/* byte e of each row's dword, zero-extended by vpshufb (one op, not a shift and a mask) */
 #define NBP_BYTE(e)                                                                             \
-    t[o + (e)] = _mm512_fmadd_ps(                                                               \
-        _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(v, 8 * (e)), byte)),              \
-        _mm512_set1_ps(xl[e]), t[o + (e)]);
+    t[o + (e)] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_shuffle_epi8(v, sel[e])),          \
+                                 _mm512_set1_ps(xl[e]), t[o + (e)]);
                     NBP_BYTE(0) NBP_BYTE(1) NBP_BYTE(2) NBP_BYTE(3)
 #undef NBP_BYTE
                 }
