@@ -18,7 +18,12 @@
  * finds it taken (the same plan run from two threads at once) allocates its own for that call.
  * A prefill call allocates its panel per call: kept per node it would pin up to 4 MB for each
  * of a model's hundreds of MatMulNBits (SmolLM2: ~280 MB of peak RSS). Packed
- * uint8 zero points of a constant input are unpacked to floats once, at plan time. */
+ * uint8 zero points of a constant input are unpacked to floats once, at plan time.
+ *
+ * MatMulNBitsPacked (domain "tandem", ops/nbits_pack.h), which graph/fuse_nbits.c makes from a
+ * MatMulNBits with constant weights in CPU-only sessions, runs through the same product with
+ * tdm_nbits_w.pk set: decode by the panel loops of k_nbits_pack.c (A prepared as for 8 bits, in
+ * natural order), prefill by dequantising rows of the packed form into the same panels. */
 #include "backends/cpu/k_nbits.h"
 
 #include <dnnl.h>
