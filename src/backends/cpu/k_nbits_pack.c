@@ -219,13 +219,17 @@ f512_panel(const tdm_nbits_pjob *j, int64_t p, bool q4, bool s16, bool mzs, bool
                     NBP_NIB(0) NBP_NIB(1) NBP_NIB(2) NBP_NIB(3)
 #undef NBP_NIB
                 } else {
-                    int o = (g & 1) * 4;
+                    /* two groups a step (G is even for 8 bits): 8 chains, fixed registers */
+                    __m512i v1 = _mm512_loadu_si512(rec + 64 * (g + 1));
 /* byte e of each row's dword, zero-extended by vpshufb (one op, not a shift and a mask) */
 #define NBP_BYTE(e)                                                                             \
-    t[o + (e)] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_shuffle_epi8(v, sel[e])),          \
-                                 _mm512_set1_ps(xl[e]), t[o + (e)]);
+    t[e] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_shuffle_epi8(v, sel[e])),                \
+                           _mm512_set1_ps(xl[e]), t[e]);                                        \
+    t[4 + (e)] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_shuffle_epi8(v1, sel[e])),         \
+                                 _mm512_set1_ps(xl[4 + (e)]), t[4 + (e)]);
                     NBP_BYTE(0) NBP_BYTE(1) NBP_BYTE(2) NBP_BYTE(3)
 #undef NBP_BYTE
+                    g++;
                 }
             }
             __m512 d = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(t[0], t[1]), _mm512_add_ps(t[2], t[3])),
@@ -352,8 +356,8 @@ f256_panel(const tdm_nbits_pjob *j, int64_t p, bool q4, bool s16, bool mzs, bool
             const float *x = xa + b * bs;
             if (m == 0) pf_record(rec, pk->bstride);
             for (int h = 0; h < 2; h++) {
-                __m256 t[4];
-                for (int i = 0; i < 4; i++) t[i] = _mm256_setzero_ps();
+                __m256 t[8]; /* 8 independent FMA chains */
+                for (int i = 0; i < 8; i++) t[i] = _mm256_setzero_ps();
                 for (int64_t g = 0; g < G; g++) {
                     __m256i v = _mm256_loadu_si256((const __m256i *)(rec + 64 * g + 32 * h));
                     const float *xl = x + 4 * g;
@@ -363,16 +367,25 @@ f256_panel(const tdm_nbits_pjob *j, int64_t p, bool q4, bool s16, bool mzs, bool
                             __m256i c0 = _mm256_and_si256(_mm256_srli_epi32(v, 8 * e), nib);
                             __m256i c1 = _mm256_and_si256(_mm256_srli_epi32(v, 8 * e + 4), nib);
                             t[e] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c0), _mm256_set1_ps(xl[e]), t[e]);
-                            t[e] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c1), _mm256_set1_ps(xh[e]), t[e]);
+                            t[4 + e] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c1), _mm256_set1_ps(xh[e]),
+                                                       t[4 + e]);
                         }
                     } else {
+                        /* two groups a step (G is even for 8 bits): 8 chains, fixed registers */
+                        __m256i v1 = _mm256_loadu_si256((const __m256i *)(rec + 64 * (g + 1) + 32 * h));
                         for (int e = 0; e < 4; e++) {
                             __m256i c = _mm256_and_si256(_mm256_srli_epi32(v, 8 * e), byte);
+                            __m256i c1 = _mm256_and_si256(_mm256_srli_epi32(v1, 8 * e), byte);
                             t[e] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c), _mm256_set1_ps(xl[e]), t[e]);
+                            t[4 + e] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c1),
+                                                       _mm256_set1_ps(xl[4 + e]), t[4 + e]);
                         }
+                        g++;
                     }
                 }
-                __m256 dsum = _mm256_add_ps(_mm256_add_ps(t[0], t[1]), _mm256_add_ps(t[2], t[3]));
+                __m256 dsum = _mm256_add_ps(
+                    _mm256_add_ps(_mm256_add_ps(t[0], t[1]), _mm256_add_ps(t[2], t[3])),
+                    _mm256_add_ps(_mm256_add_ps(t[4], t[5]), _mm256_add_ps(t[6], t[7])));
                 __m256 s = ld8x(rec + cb + 8 * sw * h, s16);
                 acc[h] = _mm256_fmadd_ps(dsum, s, acc[h]);
                 __m256 z = mzs ? ld8x(rec + cb + pk->sbytes + 8 * zw * h, z16) : s;
