@@ -4,7 +4,9 @@
  *   bench_nbits N K BITS BLOCK THREADS M ACC4(0|1) ZP(0 none|1 float)
  * Prints one JSON object: us per call (median of 15 rounds), GB/s of B, GB/s of B + scales +
  * zero points, the ISA variant level used. Weights are 64 MiB or less, so small shapes run
- * from the caches; each round is at least 0.2 s. */
+ * from the caches; each round is at least 0.2 s. Scales and zero points as GGUF's Q4_1 gives
+ * them (d and m float16, zp = -m / d). BENCH_PACKED=1: the packed form (MatMulNBitsPacked,
+ * ops/nbits_pack.h) of the same weights; gbps_read is then the packed bytes per second. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,13 +46,31 @@ int main(int argc, char **argv) {
     float *A = malloc((size_t)(M * K) * sizeof(float)), *Y = malloc((size_t)(M * N) * sizeof(float));
     srand(1);
     for (int64_t i = 0; i < N * rowb * copies; i++) b[i] = (uint8_t)rand();
-    for (int64_t i = 0; i < N * nb * copies; i++) s[i] = 0.01f + (float)(rand() % 100) * 1e-4f, z[i] = 8.0f;
+    for (int64_t i = 0; i < N * nb * copies; i++) {
+        s[i] = (float)(rand() % 1000 + 100) * 0x1p-17f; /* float16 values */
+        z[i] = -((float)(rand() % 1000) * 0x1p-14f) / s[i];
+    }
     for (int64_t i = 0; i < M * K; i++) A[i] = (float)(rand() % 2001 - 1000) * 1e-3f;
     tdm_nbits_w wc[64];
     if (copies > 64) copies = 64;
     for (int64_t c = 0; c < copies; c++)
         wc[c] = (tdm_nbits_w){N, K, nb, bs, bits, b + c * N * rowb, s + c * N * nb,
                               zp ? z + c * N * nb : NULL};
+    bool packed = getenv("BENCH_PACKED") && atoi(getenv("BENCH_PACKED"));
+    tdm_nbits_pk pk;
+    uint8_t *pb = NULL;
+    size_t read_bytes = (size_t)(N * rowb) + (size_t)(N * nb) * sizeof(float) * (zp ? 2 : 1);
+    if (packed) {
+        unsigned form = tdm_nbits_pk_form(N, nb, bits, s, zp ? z : NULL);
+        if (!tdm_nbits_pk_layout(N, K, bits, bs, form, &pk)) return 2;
+        read_bytes = tdm_nbits_pk_bytes(&pk);
+        pb = malloc(read_bytes * (size_t)copies);
+        for (int64_t c = 0; c < copies; c++) {
+            tdm_nbits_pk_pack(&pk, wc[c].b, wc[c].scales, wc[c].zp, pb + c * read_bytes);
+            wc[c].pk = &pk;
+            wc[c].P = pb + c * read_bytes;
+        }
+    }
     tdm_nbits_w w = wc[0];
     int64_t cur = 0;
 #define NEXT_W() (w = wc[cur = (cur + 1) % copies])
@@ -81,9 +101,11 @@ int main(int argc, char **argv) {
     double all = bbytes + (double)(N * nb) * sizeof(float) * (zp ? 2 : 1);
     printf("{\"N\": %lld, \"K\": %lld, \"bits\": %d, \"block\": %lld, \"threads\": %d, \"M\": %lld, "
            "\"acc4\": %d, \"us\": %.3f, \"gbps_b\": %.2f, \"gbps_all\": %.2f, \"isa\": \"%s\", "
-           "\"check\": %g}\n",
+           "\"check\": %g, \"packed\": %d, \"gbps_read\": %.2f}\n",
            (long long)N, (long long)K, bits, (long long)bs, threads, (long long)M, acc4, t * 1e6,
-           bbytes / t * 1e-9, all / t * 1e-9, tdm_cpu_isa_name(level), (double)Y[0]);
+           bbytes / t * 1e-9, all / t * 1e-9, tdm_cpu_isa_name(level), (double)Y[0], packed,
+           (double)read_bytes / t * 1e-9);
+    free(pb);
     tdm_threadpool_free(pool);
     free(scr), free(b), free(s), free(z), free(A), free(Y);
     return 0;

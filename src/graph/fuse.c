@@ -599,3 +599,15 @@ tdm_status *tdm_graph_fuse_blocked(tdm_graph *g, int64_t block, int *count) {
     *count = fz.count;
     return st;
 }
+
+tdm_status *tdm_graph_pack_nbits(tdm_graph *g, int *count) {
+    *count = 0;
+    if (g->parent) return NULL;
+    fz_ctx fz = {.g = g, .dirty = true};
+    tdm_status *st = fz_pass_nbits(&fz);
+    index_free(&fz);
+    tdm_free(g->alloc, fz.origin);
+    tdm_free(g->alloc, fz.derived);
+    *count = fz.count;
+    return st;
+}

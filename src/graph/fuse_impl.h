@@ -130,5 +130,7 @@ tdm_status *fz_pass_matmul(fz_ctx *fz);    /* fuse_matmul.c: MatMul (+bias) (+Re
 tdm_status *fz_pass_qdq(fz_ctx *fz);
 /* fuse_blocked.c: channel-blocked layout (block B) between oneDNN-friendly ops */
 tdm_status *fz_pass_blocked(fz_ctx *fz, int64_t block);
+/* fuse_nbits.c: MatMulNBits -> MatMulNBitsPacked (packed constant weights) */
+tdm_status *fz_pass_nbits(fz_ctx *fz);
 
 #endif

@@ -15,6 +15,8 @@
  * 2^(bits - 1)). Out-of-range indices give zeros. */
 #include <string.h>
 
+#include "ops/fused.h"
+#include "ops/nbits_pack.h"
 #include "ops/op.h"
 
 #define MS_DOMAIN "com.microsoft"
@@ -191,8 +193,45 @@ static tdm_status *infer_gather_bq(tdm_infer_ctx *c) {
     return NULL;
 }
 
+/* ---- MatMulNBitsPacked (tandem's internal form, ops/nbits_pack.h) ---- */
+
+static tdm_status *infer_matmul_nbits_packed(tdm_infer_ctx *c) {
+    const tdm_node *n = c->node;
+    int64_t K = tdm_attr_int(n, "K", -1), N = tdm_attr_int(n, "N", -1);
+    int64_t bits = tdm_attr_int(n, "bits", 4), bs = tdm_attr_int(n, "block_size", -1);
+    unsigned form = (unsigned)tdm_attr_int(n, "packed_form", 0);
+    tdm_nbits_pk pk;
+    if (!tdm_nbits_pk_layout(N, K, (int)bits, bs, form, &pk))
+        return BAD("bad K, N, bits or block_size for the packed form");
+    const tdm_value_info *a = &c->in[0], *p = &c->in[1];
+    if (a->dtype != TDM_UNDEFINED && a->dtype != TDM_FLOAT)
+        return tdm_node_error(n, TDM_ERR_INVALID_MODEL, "input A has type %s, not float",
+                              tdm_dtype_name(a->dtype));
+    if (a->rank == 0) return BAD("input A must not be a scalar");
+    if (a->rank > 0 && a->dims[a->rank - 1] >= 0 && a->dims[a->rank - 1] != K)
+        return BAD("A's last dim is %lld, attribute K is %lld", LL(a->dims[a->rank - 1]), LL(K));
+    int64_t pc = info_count(p);
+    if ((p->dtype != TDM_UNDEFINED && p->dtype != TDM_UINT8) ||
+        (pc >= 0 && pc != (int64_t)tdm_nbits_pk_bytes(&pk)))
+        return BAD("P is not uint8 [%lld]", LL(tdm_nbits_pk_bytes(&pk)));
+    if (c->n_in > 2 && c->in[2].present) {
+        int64_t bc = info_count(&c->in[2]);
+        if (bc >= 0 && bc != N)
+            return BAD("bias has %lld values, expected N = %lld", LL(bc), LL(N));
+    }
+    tdm_value_info *y = &c->out[0];
+    y->dtype = TDM_FLOAT;
+    y->rank = a->rank;
+    if (a->rank > 0) {
+        memcpy(y->dims, a->dims, sizeof y->dims);
+        y->dims[a->rank - 1] = N;
+    }
+    return NULL;
+}
+
 const tdm_op_schema tdm_ops_quant_nbits[] = {
     {MS_DOMAIN, "MatMulNBits", 1, 3, 6, 1, 1, infer_matmul_nbits, 0, 0},
+    {TDM_FUSED_DOMAIN, "MatMulNBitsPacked", 1, 2, 3, 1, 1, infer_matmul_nbits_packed, 0, 0},
     {MS_DOMAIN, "GatherBlockQuantized", 1, 3, 4, 1, 1, infer_gather_bq, 0, 0},
 };
 const int tdm_ops_quant_nbits_count =

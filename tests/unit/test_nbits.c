@@ -11,7 +11,10 @@
  *     half away from zero; the zero-point term with the quantized A).
  * Tolerance: |got - want| <= 1e-5 S + 1e-6, S = sum of |terms| (float accumulation order);
  * the accuracy_level 4 prefill at avx512_core_bf16 (bf16 A and weights): S / 128 + 1e-6.
- * A run with the zero points dropped must fail the comparison (the check can fail). */
+ * A run with the zero points dropped must fail the comparison (the check can fail).
+ * Bits 4 and 8 also run on the packed form (MatMulNBitsPacked, ops/nbits_pack.h) of the same
+ * weights: with float32 scales and s * zp, and with weights whose scales and s * zp are
+ * float16 values (as GGUF's Q4_1 gives them: the float16 form). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -26,6 +29,7 @@
 #include "backends/cpu/cpu_isa.h"
 #include "backends/cpu/cpu_simd.h"
 #include "backends/cpu/k_nbits.h"
+#include "core/half.h"
 #include "core/threadpool.h"
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
@@ -62,9 +66,14 @@ typedef struct nb_data {
     uint8_t *b;
     float *s, *zp, *bias, *A;
     int *codes; /* [N][K] */
+    tdm_nbits_pk pk;
+    uint8_t *P; /* the packed form, or NULL */
 } nb_data;
 
-static void make(const nb_case *c, nb_data *d) {
+static float f16r(float x) { return tdm_f16_to_f32(tdm_f32_to_f16(x)); }
+
+/* f16: scales and -m (m = -s * zp) float16 values, zp = -m / s in float32 (GGUF Q4_1). */
+static void make(const nb_case *c, nb_data *d, bool f16) {
     int64_t nb = (c->K + c->bs - 1) / c->bs, rowb = nb * c->bs * c->bits / 8;
     d->b = calloc((size_t)(c->N * rowb), 1);
     d->codes = calloc((size_t)(c->N * c->K), sizeof(int));
@@ -83,16 +92,33 @@ static void make(const nb_case *c, nb_data *d) {
         for (int64_t b = 0; b < nb; b++) {
             d->s[n * nb + b] = frand(0.01f, 0.08f);
             d->zp[n * nb + b] = frand(0.3f, 0.7f) * (float)maxq;
+            if (f16) {
+                float sc = f16r(d->s[n * nb + b]), mm = f16r(-sc * d->zp[n * nb + b]);
+                d->s[n * nb + b] = sc;
+                d->zp[n * nb + b] = -mm / sc;
+            }
         }
         d->bias[n] = frand(-1, 1);
     }
     for (int64_t i = 0; i < c->M * c->K; i++) d->A[i] = frand(-2, 2);
     tdm_nbits_w w = {c->N, c->K, nb, c->bs, c->bits, d->b, d->s, c->zp ? d->zp : NULL};
     d->w = w;
+    d->P = NULL;
+}
+
+/* The packed form of d's weights in d->w (false: the form does not apply). */
+static bool pack(nb_data *d, unsigned *form) {
+    *form = tdm_nbits_pk_form(d->w.N, d->w.nb, d->w.bits, d->s, d->w.zp);
+    if (!tdm_nbits_pk_layout(d->w.N, d->w.K, d->w.bits, d->w.bs, *form, &d->pk)) return false;
+    d->P = malloc(tdm_nbits_pk_bytes(&d->pk));
+    tdm_nbits_pk_pack(&d->pk, d->b, d->s, d->w.zp, d->P);
+    d->w.pk = &d->pk;
+    d->w.P = d->P;
+    return true;
 }
 
 static void unmake(nb_data *d) {
-    free(d->b), free(d->codes), free(d->s), free(d->zp), free(d->bias), free(d->A);
+    free(d->b), free(d->codes), free(d->s), free(d->zp), free(d->bias), free(d->A), free(d->P);
 }
 
 /* want[m][n] and S[m][n] (sum of |terms|) */
@@ -175,16 +201,25 @@ static void test_levels(void **state) {
             print_message("level %s: not on this machine, skipped\n", tdm_cpu_isa_name(levels[l]));
             continue;
         }
-        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-            nb_data d;
-            make(&cases[i], &d);
-            for (int int8 = 0; int8 < 2; int8++) {
-                bad += run_case(&cases[i], &d, levels[l], int8, NULL);
-                bad += run_case(&cases[i], &d, levels[l], int8, pool);
-                runs += 2;
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+            for (int packed = 0; packed < 3; packed++) { /* no, float32 form, float16 form */
+                nb_data d;
+                make(&cases[i], &d, packed == 2);
+                unsigned form = 0;
+                if (packed && !pack(&d, &form)) {
+                    unmake(&d);
+                    continue;
+                }
+                if (packed == 2 && !(form & TDM_NBP_S16)) bad++; /* the float16 form applies */
+                if (packed == 2 && cases[i].zp && !(form & TDM_NBP_MZ16)) bad++;
+                if (packed == 1 && (form & (TDM_NBP_S16 | TDM_NBP_MZ16))) bad++;
+                for (int int8 = 0; int8 < 2; int8++) {
+                    bad += run_case(&cases[i], &d, levels[l], int8, NULL);
+                    bad += run_case(&cases[i], &d, levels[l], int8, pool);
+                    runs += 2;
+                }
+                unmake(&d);
             }
-            unmake(&d);
-        }
     }
     print_message("%d runs\n", runs);
     assert_int_equal(bad, 0);
@@ -196,7 +231,7 @@ static void test_can_fail(void **state) {
     (void)state;
     nb_case c = cases[0];
     nb_data d;
-    make(&c, &d);
+    make(&c, &d, false);
     tdm_cpu_simd simd;
     tdm_cpu_simd_init(&simd, tdm_cpu_isa_detect());
     size_t need = tdm_nbits_scratch_bytes(&simd, &d.w, true, c.M);
@@ -208,6 +243,16 @@ static void test_can_fail(void **state) {
     d.w.zp = NULL;
     tdm_nbits_matmul(&simd, NULL, &d.w, true, c.M, d.A, NULL, y, scr);
     int bad = 0;
+    for (int64_t i = 0; i < c.M * c.N; i++) bad += !(fabs(y[i] - want[i]) <= 1e-5 * S[i] + 1e-6);
+    assert_true(bad > c.N / 2);
+    /* the packed form without its zero points: as far off */
+    unsigned form;
+    assert_true(pack(&d, &form));
+    free(scr);
+    need = tdm_nbits_scratch_bytes(&simd, &d.w, true, c.M);
+    scr = aligned_alloc(64, (need + 63) / 64 * 64);
+    tdm_nbits_matmul(&simd, NULL, &d.w, true, c.M, d.A, NULL, y, scr);
+    bad = 0;
     for (int64_t i = 0; i < c.M * c.N; i++) bad += !(fabs(y[i] - want[i]) <= 1e-5 * S[i] + 1e-6);
     assert_true(bad > c.N / 2);
     free(scr), free(y), free(want), free(S);

@@ -44,7 +44,9 @@ static void widen_portable(const uint16_t *restrict h, int64_t n, float *restric
  * ahead (64 rows of 64 halves, 8 KiB) lets the next block's loads run during that compute
  * (measured by test_llm_attn_f16: 2048 and 8192 were slower). Prefetches past the end of the
  * buffer are harmless (no faults). */
-enum { WIDEN_AHEAD = 4096 };
+#ifndef WIDEN_AHEAD
+#define WIDEN_AHEAD 4096
+#endif
 
 __attribute__((target("avx2,fma,f16c"))) static void widen_f16c(const uint16_t *restrict h,
                                                                  int64_t n, float *restrict out) {
@@ -77,6 +79,44 @@ widen_avx512(const uint16_t *restrict h, int64_t n, float *restrict out) {
 }
 #endif
 
+/* h[i] = float16(x[i]) for i < n, round to nearest even (as core/half.h): the variants. */
+typedef void (*narrow_fn)(const float *restrict x, int64_t n, uint16_t *restrict h);
+
+static void narrow_portable(const float *restrict x, int64_t n, uint16_t *restrict h) {
+    for (int64_t i = 0; i < n; i++) h[i] = tdm_f32_to_f16(x[i]);
+}
+
+#ifdef TDM_SIMD_X86
+__attribute__((target("avx2,fma,f16c"))) static void narrow_f16c(const float *restrict x,
+                                                                  int64_t n,
+                                                                  uint16_t *restrict h) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(h + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) h[i] = tdm_f32_to_f16(x[i]);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c"))) static void
+narrow_avx512(const float *restrict x, int64_t n, uint16_t *restrict h) {
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
+        _mm256_mask_storeu_epi16(h + i, m,
+                                 _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, x + i),
+                                                 _MM_FROUND_TO_NEAREST_INT));
+    }
+}
+#endif
+
+static narrow_fn pick_narrow(tdm_cpu_isa level) {
+#ifdef TDM_SIMD_X86
+    if (level >= TDM_ISA_AVX2)
+        return level >= TDM_ISA_AVX512_CORE ? narrow_avx512 : narrow_f16c;
+#endif
+    (void)level;
+    return narrow_portable;
+}
+
 /* The widening variant for this level (the SIMD ones need F16C, which the AVX2 level
  * includes: cpu_isa.h). */
 static widen_fn pick_widen(tdm_cpu_isa level) {
@@ -102,6 +142,7 @@ typedef struct gqa16_job {
     bool rotary, interleaved, k_inplace, v_inplace, smooth, causal;
     float scale, softcap;
     widen_fn widen;
+    narrow_fn narrow;
     const tdm_llm_fns *f;
     const tdm_cpu_simd *simd;
     float *scratch;
@@ -112,10 +153,8 @@ typedef struct gqa16_job {
 static void rotate16(const gqa16_job *j, float *x, int64_t pos) {
     float c[MAX_HEAD / 2], s[MAX_HEAD / 2];
     int64_t half = j->rot / 2;
-    for (int64_t i = 0; i < half; i++) {
-        c[i] = tdm_f16_to_f32(j->cos[pos * half + i]);
-        s[i] = tdm_f16_to_f32(j->sin[pos * half + i]);
-    }
+    j->widen(j->cos + pos * half, half, c);
+    j->widen(j->sin + pos * half, half, s);
     tdm_llm_rotate(x, c, s, j->rot, j->interleaved);
 }
 
@@ -142,9 +181,9 @@ static void gqa16_cache(void *arg, int64_t p0, int64_t p1) {
                     memcpy(r, src, row);
                     continue;
                 }
-                for (int64_t i = 0; i < j->D; i++) buf[i] = tdm_f16_to_f32(src[i]);
+                j->widen(src, j->D, buf);
                 rotate16(j, buf, past + s);
-                for (int64_t i = 0; i < j->D; i++) r[i] = tdm_f32_to_f16(buf[i]);
+                j->narrow(buf, j->D, r);
             }
         }
     }
@@ -189,7 +228,7 @@ static void gqa16_item(const gqa16_job *j, int64_t p, float *scratch) {
             if (live[i]) j->f->pv(scores + i * ld + (t - lo), blk, j->D, cnt, j->D, ybuf + i * j->D);
     }
     uint16_t *y = j->y + (b * j->S + s) * j->H * j->D + g * group * j->D;
-    for (int64_t i = 0; i < group * j->D; i++) y[i] = tdm_f32_to_f16(ybuf[i]);
+    j->narrow(ybuf, group * j->D, y);
 }
 
 /* C = alpha * A . op(B) (row-major, beta 0): oneDNN's sgemm (serial), else tdm_sgemm. */
@@ -246,7 +285,7 @@ static void gqa16_block(const gqa16_job *j, int64_t p, float *scratch) {
         else memset(yb, 0, (size_t)(rows * j->D) * sizeof(float));
         for (int64_t r = 0; r < rows; r++) {
             uint16_t *y = j->y + (b * j->S + s0 + r) * j->H * j->D + h * j->D;
-            for (int64_t d = 0; d < j->D; d++) y[d] = tdm_f32_to_f16(yb[r * j->D + d]);
+            j->narrow(yb + r * j->D, j->D, y);
         }
     }
 }
@@ -429,6 +468,7 @@ tdm_status *tdm_llm_run_gqa_f16(tdm_kernel_ctx *ctx) {
     if (!st) {
         j.simd = tdm_cpu_simd_of(ctx);
         j.widen = pick_widen(j.simd->level);
+        j.narrow = pick_narrow(j.simd->level);
         j.f = tdm_llm_fns_for(j.simd->level);
         tdm_parallel_for(ctx->pool, j.B * j.KVH, 1, gqa16_cache, &j);
         int omp = j.S > 1 ? dn_omp_begin() : 1;

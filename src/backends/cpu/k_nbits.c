@@ -18,7 +18,12 @@
  * finds it taken (the same plan run from two threads at once) allocates its own for that call.
  * A prefill call allocates its panel per call: kept per node it would pin up to 4 MB for each
  * of a model's hundreds of MatMulNBits (SmolLM2: ~280 MB of peak RSS). Packed
- * uint8 zero points of a constant input are unpacked to floats once, at plan time. */
+ * uint8 zero points of a constant input are unpacked to floats once, at plan time.
+ *
+ * MatMulNBitsPacked (domain "tandem", ops/nbits_pack.h), which graph/fuse_nbits.c makes from a
+ * MatMulNBits with constant weights in CPU-only sessions, runs through the same product with
+ * tdm_nbits_w.pk set: decode by the panel loops of k_nbits_pack.c (A prepared as for 8 bits, in
+ * natural order), prefill by dequantising rows of the packed form into the same panels. */
 #include "backends/cpu/k_nbits.h"
 
 #include <dnnl.h>
@@ -30,6 +35,7 @@
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/cpu_simd.h"
 #include "core/alloc.h"
+#include "ops/fused.h"
 
 #define PANEL_BYTES ((size_t)4 << 20)
 
@@ -77,9 +83,19 @@ static int64_t bf16_rows(const tdm_nbits_w *w) {
     return r < w->N ? r : w->N;
 }
 
+/* The packed form's A: natural order, as the 8-bit variants prepare it. */
+static tdm_nbits_w a_view(const tdm_nbits_w *w) {
+    tdm_nbits_w w8 = *w;
+    if (w->pk) w8.bits = 8;
+    return w8;
+}
+
 size_t tdm_nbits_scratch_bytes(const tdm_cpu_simd *simd, const tdm_nbits_w *w, bool int8,
                                int64_t M) {
-    if (M <= TDM_NBITS_DECODE_ROWS) return layout_of(simd, w, int8, M).total;
+    if (M <= TDM_NBITS_DECODE_ROWS) {
+        tdm_nbits_w w8 = a_view(w);
+        return layout_of(simd, &w8, int8, M).total;
+    }
     /* the float panel, or (bf16 path) the bf16 panel of up to twice its rows and A in bf16
      * after it: no more bytes than the float panel for SmolLM2's shapes at M = 512 */
     size_t f = align64((size_t)(panel_rows(w) * w->K) * sizeof(float));
@@ -174,9 +190,34 @@ static void decode_rows(void *arg, int64_t n0, int64_t n1) {
     t->v->rows(&t->j, n0, n1);
 }
 
+static void decode_panels(void *arg, int64_t p0, int64_t p1) {
+    const tdm_nbits_pjob *j = arg;
+    j->rows_fn(j, p0, p1);
+}
+
+/* The packed form: A prepared in natural order (the 8-bit variants' preparation), then the
+ * panels of 16 rows shared out. */
+static void decode_packed(const tdm_cpu_simd *simd, tdm_threadpool *pool, const tdm_nbits_w *w,
+                          bool int8, int64_t M, const float *A, const float *bias, float *Y,
+                          char *scr) {
+    tdm_nbits_w w8 = a_view(w);
+    decode_layout L = layout_of(simd, &w8, int8, M);
+    prep_a(&L, &w8, M, A, scr);
+    tdm_nbits_pjob j = {w->pk, w->P, M, int8, scr, L.kq, (const float *)(scr + L.sa_off),
+                        (const float *)(scr + L.sum_off), bias, Y,
+                        tdm_nbits_pk_pick(simd_level(simd), w->pk, int8)};
+    /* about 32 KiB of the stream per task */
+    int64_t grain = 32768 / (w->pk->pstride * M) + 1;
+    tdm_parallel_for(pool, w->pk->panels, grain, decode_panels, &j);
+}
+
 static void decode(const tdm_cpu_simd *simd, tdm_threadpool *pool, const tdm_nbits_w *w,
                    bool int8, int64_t M, const float *A, const float *bias, float *Y,
                    char *scr) {
+    if (w->pk) {
+        decode_packed(simd, pool, w, int8, M, A, bias, Y, scr);
+        return;
+    }
     decode_layout L = layout_of(simd, w, int8, M);
     prep_a(&L, w, M, A, scr);
     decode_task t = {L.v,
@@ -205,6 +246,11 @@ static void deq_rows(void *arg, int64_t r0, int64_t r1) {
     const tdm_nbits_w *w = t->w;
     int64_t rowb = w->nb * w->bs * w->bits / 8, K = w->K, bs = w->bs;
     float zdef = (float)(1 << (w->bits - 1));
+    if (w->pk) {
+        for (int64_t r = r0; r < r1; r++)
+            tdm_nbits_pk_row(w->pk, w->P, t->n0 + r, 0, K, t->panel + r * K);
+        return;
+    }
     for (int64_t r = r0; r < r1; r++) {
         int64_t n = t->n0 + r;
         const uint8_t *row = w->b + n * rowb;
@@ -343,6 +389,8 @@ void tdm_nbits_matmul(const tdm_cpu_simd *simd, tdm_threadpool *pool, const tdm_
 
 typedef struct nb_state {
     const tdm_allocator *alloc;
+    tdm_nbits_pk pk; /* MatMulNBitsPacked: the layout, from the attributes at plan time */
+    bool pk_ok, int8;
     const void *zp_src; /* the constant zero points zpf was unpacked from */
     float *zpf;
     bool zp_default; /* the constant zero points are all 2^(bits - 1): run as without them */
@@ -469,6 +517,33 @@ static tdm_status *check_inputs(tdm_kernel_ctx *ctx, const nb_attrs *at) {
     return NULL;
 }
 
+/* The state's scratch, unless another run holds it; only for decode (M <= the decode rows:
+ * a few KB): a prefill's panel (up to 4 MB) kept by each of a model's hundreds of nodes
+ * would pin hundreds of MB, so it is allocated per call (its run takes ms). *own: give it
+ * back with tdm_free. NULL: out of memory. */
+static char *scratch_take(tdm_kernel_ctx *ctx, nb_state *st, int64_t M, size_t bytes,
+                          bool *own) {
+    *own = true;
+    if (st && M <= TDM_NBITS_DECODE_ROWS && !atomic_exchange(&st->busy, 1)) {
+        if (st->scr_cap < bytes) {
+            tdm_free(st->alloc, st->scr);
+            st->scr = tdm_alloc(st->alloc, bytes);
+            st->scr_cap = st->scr ? bytes : 0;
+        }
+        if (st->scr) {
+            *own = false;
+            return st->scr;
+        }
+        atomic_store(&st->busy, 0);
+    }
+    return tdm_alloc(ctx->alloc, bytes);
+}
+
+static void scratch_give(tdm_kernel_ctx *ctx, nb_state *st, char *scr, bool own) {
+    if (own) tdm_free(ctx->alloc, scr);
+    else atomic_store(&st->busy, 0);
+}
+
 static tdm_status *run_matmul_nbits(tdm_kernel_ctx *ctx) {
     nb_attrs at = attrs_of(ctx->node);
     const tdm_tensor *A = ctx->in[0], *B = ctx->in[1];
@@ -495,38 +570,77 @@ static tdm_status *run_matmul_nbits(tdm_kernel_ctx *ctx) {
     else if (Z && Z->dtype == TDM_FLOAT) w.zp = Z->data;
     else if (Z && st && st->zpf && st->zp_src == Z->data) w.zp = st->zpf;
     else if (Z) zbytes = align64((size_t)(at.N * at.nb) * sizeof(float));
-    /* the state's scratch, unless another run holds it; only for decode (M <= the decode
-     * rows: a few KB): a prefill's panel (up to 4 MB) kept by each of a model's hundreds of
-     * nodes would pin hundreds of MB, so it is allocated per call (its run takes ms) */
-    char *scr = NULL;
-    bool own = true;
-    if (st && M <= TDM_NBITS_DECODE_ROWS && !atomic_exchange(&st->busy, 1)) {
-        if (st->scr_cap < need + zbytes) {
-            tdm_free(st->alloc, st->scr);
-            st->scr = tdm_alloc(st->alloc, need + zbytes);
-            st->scr_cap = st->scr ? need + zbytes : 0;
-        }
-        if (st->scr) {
-            scr = st->scr;
-            own = false;
-        } else {
-            atomic_store(&st->busy, 0);
-        }
-    }
-    if (!scr) scr = tdm_alloc(ctx->alloc, need + zbytes);
-    if (!scr) {
-        if (st && !own) atomic_store(&st->busy, 0);
+    bool own;
+    char *scr = scratch_take(ctx, st, M, need + zbytes, &own);
+    if (!scr)
         return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "MatMulNBits node '%s': out of memory (%zu bytes)",
                        ctx->node->name, need + zbytes);
-    }
     if (zbytes) {
         float *zf = (float *)(scr + need);
         unpack_zp(&at, Z->data, zf);
         w.zp = zf;
     }
     tdm_nbits_matmul(simd, ctx->pool, &w, at.int8, M, A->data, bias, Y, scr);
-    if (own) tdm_free(ctx->alloc, scr);
-    else atomic_store(&st->busy, 0);
+    scratch_give(ctx, st, scr, own);
+    return NULL;
+}
+
+/* MatMulNBitsPacked(A, P, bias?): the packed form (ops/nbits_pack.h) that graph/fuse_nbits.c
+ * made from a MatMulNBits' constant weights. */
+static tdm_status *packed_prepare(const tdm_node *node, int opset, int n_in,
+                                  const tdm_tensor *const *in, const tdm_allocator *a,
+                                  void **state) {
+    (void)opset, (void)n_in, (void)in;
+    nb_state *s = tdm_calloc(a, 1, sizeof *s);
+    if (!s) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory preparing MatMulNBitsPacked");
+    s->alloc = a;
+    atomic_init(&s->busy, 0);
+    nb_attrs at = attrs_of(node);
+    s->int8 = at.int8;
+    s->pk_ok = tdm_nbits_pk_layout(at.N, at.K, (int)at.bits, at.bs,
+                                   (unsigned)tdm_attr_int(node, "packed_form", 0), &s->pk);
+    *state = s;
+    return NULL;
+}
+
+static tdm_status *run_matmul_nbits_packed(tdm_kernel_ctx *ctx) {
+    nb_state *st = ctx->state;
+    const tdm_tensor *A = ctx->in[0], *P = ctx->in[1];
+    const tdm_tensor *bias_t = ctx->n_in > 2 ? ctx->in[2] : NULL;
+    /* the layout from the attributes: read once at plan time (the state), else now */
+    tdm_nbits_pk pk;
+    bool int8, ok;
+    if (st) {
+        pk = st->pk;
+        int8 = st->int8;
+        ok = st->pk_ok;
+    } else {
+        nb_attrs at = attrs_of(ctx->node);
+        int8 = at.int8;
+        ok = tdm_nbits_pk_layout(at.N, at.K, (int)at.bits, at.bs,
+                                 (unsigned)tdm_attr_int(ctx->node, "packed_form", 0), &pk);
+    }
+    if (!ok || P->dtype != TDM_UINT8 || P->nbytes != tdm_nbits_pk_bytes(&pk))
+        return tdm_node_error(ctx->node, TDM_ERR_INVALID_MODEL, "packed weights do not match");
+    if (A->rank < 1 || A->dims[A->rank - 1] != pk.K)
+        return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT, "A's last dim is not K = %lld",
+                              (long long)pk.K);
+    if (bias_t && (bias_t->dtype != TDM_FLOAT || bias_t->count != pk.N))
+        return tdm_node_error(ctx->node, TDM_ERR_INVALID_MODEL, "bias must be float32 [N]");
+    int64_t M = A->count / pk.K;
+    if (M == 0) return NULL;
+    const tdm_cpu_simd *simd = tdm_cpu_simd_of(ctx);
+    tdm_nbits_w w = {pk.N, pk.K, pk.nb, pk.bs, pk.bits, NULL, NULL, NULL, &pk, P->data};
+    size_t need = tdm_nbits_scratch_bytes(simd, &w, int8, M);
+    bool own;
+    char *scr = scratch_take(ctx, st, M, need, &own);
+    if (!scr)
+        return TDM_ERR(TDM_ERR_OUT_OF_MEMORY,
+                       "MatMulNBitsPacked node '%s': out of memory (%zu bytes)", ctx->node->name,
+                       need);
+    tdm_nbits_matmul(simd, ctx->pool, &w, int8, M, A->data, bias_t ? bias_t->data : NULL,
+                     ctx->out[0]->data, scr);
+    scratch_give(ctx, st, scr, own);
     return NULL;
 }
 
@@ -538,6 +652,8 @@ const tdm_kernel_def tdm_cpu_kernels_nbits[] = {
      TDM_KF_WRITES_ALL},
     {MS, "GatherBlockQuantized", 1, 0, 2, TDM_T(TDM_FLOAT), tdm_cpu_run_gather_bq, NULL, NULL,
      TDM_KF_WRITES_ALL},
+    {TDM_FUSED_DOMAIN, "MatMulNBitsPacked", 1, 0, 0, TDM_T(TDM_FLOAT), run_matmul_nbits_packed,
+     packed_prepare, nbits_release, TDM_KF_WRITES_ALL},
 };
 const int tdm_cpu_kernels_nbits_count =
     (int)(sizeof tdm_cpu_kernels_nbits / sizeof tdm_cpu_kernels_nbits[0]);

@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "core/threadpool.h"
+#include "ops/nbits_pack.h"
 
 struct tdm_cpu_simd;
 
@@ -30,6 +31,10 @@ typedef struct tdm_nbits_w {
     const uint8_t *b;    /* [N][nb][bs * bits / 8], codes packed low bits first */
     const float *scales; /* [N * nb] */
     const float *zp;     /* [N * nb] zero points as floats; NULL = 2^(bits - 1) */
+    /* the packed form (MatMulNBitsPacked, ops/nbits_pack.h) instead of b, scales and zp
+     * when pk is not NULL */
+    const tdm_nbits_pk *pk;
+    const uint8_t *P;
 } tdm_nbits_w;
 
 /* Most rows that take the decode (matrix-vector) path: up to 16, the rows of the LLM engine's
@@ -92,6 +97,25 @@ typedef struct tdm_nbits_variant {
     int lanes;      /* int8 SIMD: int32 lanes per span (sal entries per span) */
     tdm_nbits_quant_fn quant; /* int8: A's preparation; NULL = the generic one (k_nbits.c) */
 } tdm_nbits_variant;
+
+/* A decode call on the packed form (k_nbits_pack.c): A in natural order, padded with zeros
+ * to kq; panels p0..p1 of 16 rows of W for all M rows. */
+typedef struct tdm_nbits_pjob {
+    const tdm_nbits_pk *pk;
+    const uint8_t *P;
+    int64_t M;
+    bool int8;
+    const void *a;    /* [M][kq]: int8 codes or floats */
+    int64_t kq;
+    const float *sa;   /* int8: [M][nb] A's scale per block */
+    const float *asum; /* [M][nb] A's sum per block (int8: of its int8 model) */
+    const float *bias;
+    float *Y;
+    void (*rows_fn)(const struct tdm_nbits_pjob *j, int64_t p0, int64_t p1);
+} tdm_nbits_pjob;
+typedef void (*tdm_nbits_prows_fn)(const tdm_nbits_pjob *j, int64_t p0, int64_t p1);
+/* The packed decode loop for a level and path (always one: portable last). */
+tdm_nbits_prows_fn tdm_nbits_pk_pick(int level, const tdm_nbits_pk *pk, bool int8);
 
 /* The variant for a level, bits, path and block size (always one: portable last). */
 const tdm_nbits_variant *tdm_nbits_pick(int level, int bits, bool int8, int64_t bs);

@@ -56,6 +56,16 @@ void tdm_nbits_deq_bf16(const tdm_nbits_w *w, int64_t n0, int64_t r0, int64_t r1
                         uint16_t *panel) {
     int64_t rowb = w->nb * w->bs * w->bits / 8, K = w->K, bs = w->bs;
     float zdef = (float)(1 << (w->bits - 1));
+    if (w->pk) { /* the packed form: q * s - s * zp in float, in chunks */
+        float tmp[256];
+        for (int64_t r = r0; r < r1; r++)
+            for (int64_t k0 = 0; k0 < K; k0 += 256) {
+                int64_t k1 = k0 + 256 < K ? k0 + 256 : K;
+                tdm_nbits_pk_row(w->pk, w->P, n0 + r, k0, k1, tmp);
+                for (int64_t k = k0; k < k1; k++) panel[r * K + k] = to_bf16(tmp[k - k0]);
+            }
+        return;
+    }
     for (int64_t r = r0; r < r1; r++) {
         int64_t n = n0 + r;
         const uint8_t *row = w->b + n * rowb;

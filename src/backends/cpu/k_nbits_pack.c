@@ -1,0 +1,431 @@
+/* Decode loops of MatMulNBitsPacked (the packed layout of ops/nbits_pack.h; contract of the
+ * job in k_nbits.h). One pass over a panel of 16 rows of W reads one linear run of bytes
+ * (per block: the codes of the 16 rows, then their scales and s * zp), so a whole matrix is
+ * one stream for the hardware prefetcher, helped by a software prefetch a fixed distance
+ * ahead. Each int32 / float lane of a vector is one row of W: no horizontal sums, 16 outputs
+ * per panel stored at once.
+ *
+ *   Y[m, n] = sum_b s[n, b] * dot_b(m, n) - sum_b mz[n, b] * asum[m, b]
+ *
+ * int8 paths (accuracy_level 4): A quantized per block (codes qa, scale sa, natural order),
+ * dot_b = sa_b * sum qa q: vpdpbusd (AVX-512 VNNI) or vpmaddubsw + vpmaddwd (AVX2) of the
+ * codes of 16 (8) rows against a broadcast dword of qa; asum = sa * sum qa (A's int8 model).
+ * float paths (other levels): the codes widened in registers and multiplied with broadcast
+ * elements of A; asum = A's float sums. The zero-point term is one multiply-add per block
+ * (hoisted out of the codes' loop). */
+#include <string.h>
+
+#include "backends/cpu/cpu_simd.h"
+#include "backends/cpu/k_nbits.h"
+#include "core/half.h"
+
+#ifndef NBP_PERM
+#define NBP_PERM 1 /* float path, 4 bits: vpermps of a 0..15 table instead of and + cvtdq2ps (measured in the caches: 35-36 us against 40-45 for 1536 x 576) */
+#endif
+#ifndef NBP_PFD
+#define NBP_PFD 0 /* bytes of software prefetch distance; 0: none (measured: the hardware prefetchers alone stream the packed layout as fast or faster than with 1 or 4 KiB) */
+#endif
+
+static inline const uint8_t *panel_of(const tdm_nbits_pjob *j, int64_t p) {
+    return j->P + p * j->pk->pstride;
+}
+
+/* Y for the 16 rows of panel p and A's row m from y[16] (the padding rows dropped). */
+static inline void store_rows(const tdm_nbits_pjob *j, int64_t p, int64_t m, const float *y) {
+    int64_t n0 = p * TDM_NBP_ROWS, cnt = j->pk->N - n0 < TDM_NBP_ROWS ? j->pk->N - n0 : TDM_NBP_ROWS;
+    float *o = j->Y + m * j->pk->N + n0;
+    for (int64_t r = 0; r < cnt; r++) o[r] = j->bias ? y[r] + j->bias[n0 + r] : y[r];
+}
+
+/* ---- portable ---- */
+
+static void pk_rows_portable(const tdm_nbits_pjob *j, int64_t p0, int64_t p1) {
+    const tdm_nbits_pk *pk = j->pk;
+    const int64_t bs = pk->bs, half = bs / 2;
+    for (int64_t p = p0; p < p1; p++) {
+        for (int64_t m = 0; m < j->M; m++) {
+            float y[TDM_NBP_ROWS];
+            for (int r = 0; r < TDM_NBP_ROWS; r++) {
+                int64_t n = p * TDM_NBP_ROWS + r;
+                float acc = 0.0f, accz = 0.0f;
+                for (int64_t b = 0; b < pk->nb; b++) {
+                    const uint8_t *rec = panel_of(j, p) + b * pk->bstride;
+                    float s, mz, d = 0.0f;
+                    if (n < pk->N) tdm_nbits_pk_sz(pk, j->P, n, b, &s, &mz);
+                    else s = mz = 0.0f;
+                    if (j->int8) {
+                        const int8_t *q = (const int8_t *)j->a + m * j->kq + b * bs;
+                        int32_t di = 0;
+                        for (int64_t g = 0; g < pk->groups; g++)
+                            for (int e = 0; e < 4; e++) {
+                                uint8_t v = rec[g * 64 + 4 * r + e];
+                                if (pk->bits == 8) di += q[4 * g + e] * v;
+                                else di += q[4 * g + e] * (v & 15) + q[half + 4 * g + e] * (v >> 4);
+                            }
+                        d = j->sa[m * pk->nb + b] * (float)di;
+                    } else {
+                        const float *x = (const float *)j->a + m * j->kq + b * bs;
+                        for (int64_t g = 0; g < pk->groups; g++)
+                            for (int e = 0; e < 4; e++) {
+                                uint8_t v = rec[g * 64 + 4 * r + e];
+                                if (pk->bits == 8) d += x[4 * g + e] * (float)v;
+                                else
+                                    d += x[4 * g + e] * (float)(v & 15) +
+                                         x[half + 4 * g + e] * (float)(v >> 4);
+                            }
+                    }
+                    acc += s * d;
+                    accz += mz * j->asum[m * pk->nb + b];
+                }
+                y[r] = acc - accz;
+            }
+            store_rows(j, p, m, y);
+        }
+    }
+}
+
+#ifdef TDM_SIMD_X86
+#include <immintrin.h>
+
+#define TDM_TARGET_VNNI_F16                                                                     \
+    __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")))
+#define TDM_TARGET_512_F16                                                                      \
+    __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")))
+#define TDM_TARGET_AVX2_F16 __attribute__((target("avx2,fma,f16c")))
+
+static inline int32_t ld32(const void *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+static inline void pf_record(const uint8_t *rec, int64_t bytes) {
+#if NBP_PFD > 0
+    for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(rec + NBP_PFD + o, 0, 3);
+#else
+    (void)rec, (void)bytes;
+#endif
+}
+
+/* ---- AVX-512 ---- */
+
+/* 16 values (float16 or float32) at p */
+__attribute__((always_inline)) TDM_TARGET_512_F16 static inline __m512 ld16x(const uint8_t *p,
+                                                                           bool f16) {
+    return f16 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p))
+               : _mm512_loadu_ps((const float *)p);
+}
+
+__attribute__((always_inline)) TDM_TARGET_512_F16 static inline void
+finish512(const tdm_nbits_pjob *j, int64_t p, int64_t m, __m512 acc, __m512 accz, bool mzs) {
+    if (!mzs) accz = _mm512_mul_ps(accz, _mm512_set1_ps((float)(1 << (j->pk->bits - 1))));
+    __m512 y = _mm512_sub_ps(acc, accz);
+    int64_t n0 = p * TDM_NBP_ROWS, cnt = j->pk->N - n0;
+    if (cnt >= TDM_NBP_ROWS) {
+        if (j->bias) y = _mm512_add_ps(y, _mm512_loadu_ps(j->bias + n0));
+        _mm512_storeu_ps(j->Y + m * j->pk->N + n0, y);
+        return;
+    }
+    float t[TDM_NBP_ROWS];
+    _mm512_storeu_ps(t, y);
+    store_rows(j, p, m, t);
+}
+
+__attribute__((always_inline)) TDM_TARGET_VNNI_F16 static inline void
+vnni_panel(const tdm_nbits_pjob *j, int64_t p, bool q4, bool s16, bool mzs, bool z16) {
+    const tdm_nbits_pk *pk = j->pk;
+    const int64_t bs = pk->bs, half = bs / 2, G = pk->groups, cb = 64 * G;
+    const uint8_t *base = panel_of(j, p);
+    const __m512i nib = _mm512_set1_epi8(15);
+    for (int64_t m = 0; m < j->M; m++) {
+        const int8_t *qa = (const int8_t *)j->a + m * j->kq;
+        const float *sa = j->sa + m * pk->nb, *as = j->asum + m * pk->nb;
+        __m512 acc = _mm512_setzero_ps(), accz = _mm512_setzero_ps();
+        for (int64_t b = 0; b < pk->nb; b++) {
+            const uint8_t *rec = base + b * pk->bstride;
+            const int8_t *q = qa + b * bs;
+            if (m == 0) pf_record(rec, pk->bstride);
+            __m512i d0 = _mm512_setzero_si512(), d1 = _mm512_setzero_si512();
+            for (int64_t g = 0; g < G; g++) {
+                __m512i v = _mm512_loadu_si512(rec + 64 * g);
+                if (q4) {
+                    __m512i lo = _mm512_and_si512(v, nib);
+                    __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+                    d0 = _mm512_dpbusd_epi32(d0, lo, _mm512_set1_epi32(ld32(q + 4 * g)));
+                    d1 = _mm512_dpbusd_epi32(d1, hi, _mm512_set1_epi32(ld32(q + half + 4 * g)));
+                } else if (g & 1) {
+                    d1 = _mm512_dpbusd_epi32(d1, v, _mm512_set1_epi32(ld32(q + 4 * g)));
+                } else {
+                    d0 = _mm512_dpbusd_epi32(d0, v, _mm512_set1_epi32(ld32(q + 4 * g)));
+                }
+            }
+            __m512 s = ld16x(rec + cb, s16);
+            __m512 df = _mm512_cvtepi32_ps(_mm512_add_epi32(d0, d1));
+            acc = _mm512_fmadd_ps(df, _mm512_mul_ps(s, _mm512_set1_ps(sa[b])), acc);
+            __m512 z = mzs ? ld16x(rec + cb + pk->sbytes, z16) : s;
+            accz = _mm512_fmadd_ps(z, _mm512_set1_ps(as[b]), accz);
+        }
+        finish512(j, p, m, acc, accz, mzs);
+    }
+}
+
+__attribute__((always_inline)) TDM_TARGET_512_F16 static inline void
+f512_panel(const tdm_nbits_pjob *j, int64_t p, bool q4, bool s16, bool mzs, bool z16) {
+    const tdm_nbits_pk *pk = j->pk;
+    const int64_t bs = pk->bs, half = bs / 2, G = pk->groups, cb = 64 * G;
+    const uint8_t *base = panel_of(j, p);
+    const __m512i nib = _mm512_set1_epi32(15), byte = _mm512_set1_epi32(255);
+    const __m512 tab = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    __m512i sel[4]; /* vpshufb controls: byte e of each dword to its low byte, zeros above */
+    for (int e = 0; e < 4; e++) {
+        const int z = (int)0xffffff00;
+        sel[e] = _mm512_or_si512(_mm512_set1_epi32(z),
+                                 _mm512_add_epi32(_mm512_set1_epi32(e),
+                                                  _mm512_setr_epi32(0, 4, 8, 12, 0, 4, 8, 12, 0, 4,
+                                                                    8, 12, 0, 4, 8, 12)));
+    }
+    (void)nib, (void)tab, (void)byte;
+    for (int64_t m = 0; m < j->M; m++) {
+        const float *xa = (const float *)j->a + m * j->kq;
+        const float *as = j->asum + m * pk->nb;
+        __m512 acc = _mm512_setzero_ps(), accz = _mm512_setzero_ps();
+        for (int64_t b = 0; b < pk->nb; b++) {
+            const uint8_t *rec = base + b * pk->bstride;
+            const float *x = xa + b * bs;
+            if (m == 0) pf_record(rec, pk->bstride);
+            __m512 t[8];
+            for (int i = 0; i < 8; i++) t[i] = _mm512_setzero_ps();
+            for (int64_t g = 0; g < G; g++) {
+                __m512i v = _mm512_loadu_si512(rec + 64 * g);
+                const float *xl = x + 4 * g;
+                if (q4) {
+                    const float *xh = x + half + 4 * g;
+#if NBP_PERM
+/* a nibble to float by vpermps of the table 0..15 (it reads the low 4 bits of each index) */
+#define NBP_NIB(e)                                                                              \
+    t[e] = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 8 * (e)), tab),         \
+                           _mm512_set1_ps(xl[e]), t[e]);                                        \
+    t[4 + (e)] = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 8 * (e) + 4), tab), \
+                                 _mm512_set1_ps(xh[e]), t[4 + (e)]);
+#else
+#define NBP_NIB(e)                                                                              \
+    t[e] = _mm512_fmadd_ps(                                                                     \
+        _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(v, 8 * (e)), nib)),               \
+        _mm512_set1_ps(xl[e]), t[e]);                                                           \
+    t[4 + (e)] = _mm512_fmadd_ps(                                                               \
+        _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(v, 8 * (e) + 4), nib)),           \
+        _mm512_set1_ps(xh[e]), t[4 + (e)]);
+#endif
+                    NBP_NIB(0) NBP_NIB(1) NBP_NIB(2) NBP_NIB(3)
+#undef NBP_NIB
+                } else {
+                    /* two groups a step (G is even for 8 bits): 8 chains, fixed registers */
+                    __m512i v1 = _mm512_loadu_si512(rec + 64 * (g + 1));
+/* byte e of each row's dword, zero-extended by vpshufb (one op, not a shift and a mask) */
+#define NBP_BYTE(e)                                                                             \
+    t[e] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_shuffle_epi8(v, sel[e])),                \
+                           _mm512_set1_ps(xl[e]), t[e]);                                        \
+    t[4 + (e)] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_shuffle_epi8(v1, sel[e])),         \
+                                 _mm512_set1_ps(xl[4 + (e)]), t[4 + (e)]);
+                    NBP_BYTE(0) NBP_BYTE(1) NBP_BYTE(2) NBP_BYTE(3)
+#undef NBP_BYTE
+                    g++;
+                }
+            }
+            __m512 d = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(t[0], t[1]), _mm512_add_ps(t[2], t[3])),
+                                     _mm512_add_ps(_mm512_add_ps(t[4], t[5]), _mm512_add_ps(t[6], t[7])));
+            __m512 s = ld16x(rec + cb, s16);
+            acc = _mm512_fmadd_ps(d, s, acc);
+            __m512 z = mzs ? ld16x(rec + cb + pk->sbytes, z16) : s;
+            accz = _mm512_fmadd_ps(z, _mm512_set1_ps(as[b]), accz);
+        }
+        finish512(j, p, m, acc, accz, mzs);
+    }
+}
+
+/* One function per (bits, scale / mz form): the flags become constants in the loops. */
+#define NBP_FORMS(X, prefix, panel, target)                                                     \
+    X(prefix##_4, panel, target, true, false, false, false)                                     \
+    X(prefix##_4s, panel, target, true, true, false, false)                                     \
+    X(prefix##_4z, panel, target, true, false, true, false)                                     \
+    X(prefix##_4sz, panel, target, true, true, true, false)                                     \
+    X(prefix##_4szh, panel, target, true, true, true, true)                                     \
+    X(prefix##_4zh, panel, target, true, false, true, true)                                     \
+    X(prefix##_8, panel, target, false, false, false, false)                                    \
+    X(prefix##_8s, panel, target, false, true, false, false)                                    \
+    X(prefix##_8z, panel, target, false, false, true, false)                                    \
+    X(prefix##_8sz, panel, target, false, true, true, false)                                    \
+    X(prefix##_8szh, panel, target, false, true, true, true)                                    \
+    X(prefix##_8zh, panel, target, false, false, true, true)
+#define NBP_DEF(name, panel, target, q4, s16, mzs, z16)                                        \
+    target static void name(const tdm_nbits_pjob *j, int64_t p0, int64_t p1) {                \
+        for (int64_t p = p0; p < p1; p++) panel(j, p, q4, s16, mzs, z16);                      \
+    }
+#define NBP_PICK(name, panel, target, q4, s16, mzs, z16)                                       \
+    if (q4 == (pk->bits == 4) && s16 == !!(pk->form & TDM_NBP_S16) &&                          \
+        mzs == !!(pk->form & TDM_NBP_MZ) && (!mzs || z16 == !!(pk->form & TDM_NBP_MZ16)))      \
+        return name;
+
+NBP_FORMS(NBP_DEF, vnni, vnni_panel, TDM_TARGET_VNNI_F16)
+NBP_FORMS(NBP_DEF, f512, f512_panel, TDM_TARGET_512_F16)
+
+/* ---- AVX2: the panel as two halves of 8 rows ---- */
+
+__attribute__((always_inline)) TDM_TARGET_AVX2_F16 static inline __m256 ld8x(const uint8_t *p,
+                                                                           bool f16) {
+    return f16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p))
+               : _mm256_loadu_ps((const float *)p);
+}
+
+__attribute__((always_inline)) TDM_TARGET_AVX2_F16 static inline void
+finish256(const tdm_nbits_pjob *j, int64_t p, int64_t m, const __m256 *acc, const __m256 *accz,
+          bool mzs) {
+    float t[TDM_NBP_ROWS];
+    for (int h = 0; h < 2; h++) {
+        __m256 z = accz[h];
+        if (!mzs) z = _mm256_mul_ps(z, _mm256_set1_ps((float)(1 << (j->pk->bits - 1))));
+        _mm256_storeu_ps(t + 8 * h, _mm256_sub_ps(acc[h], z));
+    }
+    store_rows(j, p, m, t);
+}
+
+__attribute__((always_inline)) TDM_TARGET_AVX2_F16 static inline void
+i8avx2_panel(const tdm_nbits_pjob *j, int64_t p, bool q4, bool s16, bool mzs, bool z16) {
+    const tdm_nbits_pk *pk = j->pk;
+    const int64_t bs = pk->bs, half = bs / 2, G = pk->groups, cb = 64 * G;
+    const uint8_t *base = panel_of(j, p);
+    const __m256i nib = _mm256_set1_epi8(15), one = _mm256_set1_epi16(1);
+    const int sw = s16 ? 2 : 4, zw = z16 ? 2 : 4;
+    for (int64_t m = 0; m < j->M; m++) {
+        const int8_t *qa = (const int8_t *)j->a + m * j->kq;
+        const float *sa = j->sa + m * pk->nb, *as = j->asum + m * pk->nb;
+        __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+        __m256 accz[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+        for (int64_t b = 0; b < pk->nb; b++) {
+            const uint8_t *rec = base + b * pk->bstride;
+            const int8_t *q = qa + b * bs;
+            if (m == 0) pf_record(rec, pk->bstride);
+            __m256i d[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+            /* int16 sums of at most 8 vpmaddubsw (each <= 2 * 15 * 127): no overflow */
+            for (int64_t g0 = 0; g0 < G; g0 += 4) {
+                __m256i lo16[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+                __m256i hi16[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+                for (int64_t g = g0; g < g0 + 4 && g < G; g++) {
+                    __m256i al = _mm256_set1_epi32(ld32(q + 4 * g));
+                    __m256i ah = q4 ? _mm256_set1_epi32(ld32(q + half + 4 * g)) : al;
+                    for (int h = 0; h < 2; h++) {
+                        __m256i v = _mm256_loadu_si256((const __m256i *)(rec + 64 * g + 32 * h));
+                        __m256i lo = _mm256_and_si256(v, nib);
+                        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
+                        lo16[h] = _mm256_add_epi16(lo16[h], _mm256_maddubs_epi16(lo, al));
+                        hi16[h] = _mm256_add_epi16(hi16[h], _mm256_maddubs_epi16(hi, ah));
+                    }
+                }
+                for (int h = 0; h < 2; h++) {
+                    __m256i l = _mm256_madd_epi16(lo16[h], one), u = _mm256_madd_epi16(hi16[h], one);
+                    /* 8 bits: the high nibbles weigh 16 */
+                    d[h] = _mm256_add_epi32(d[h], _mm256_add_epi32(l, q4 ? u : _mm256_slli_epi32(u, 4)));
+                }
+            }
+            __m256 sab = _mm256_set1_ps(sa[b]), asb = _mm256_set1_ps(as[b]);
+            for (int h = 0; h < 2; h++) {
+                __m256 s = ld8x(rec + cb + 8 * sw * h, s16);
+                acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d[h]), _mm256_mul_ps(s, sab), acc[h]);
+                __m256 z = mzs ? ld8x(rec + cb + pk->sbytes + 8 * zw * h, z16) : s;
+                accz[h] = _mm256_fmadd_ps(z, asb, accz[h]);
+            }
+        }
+        finish256(j, p, m, acc, accz, mzs);
+    }
+}
+
+__attribute__((always_inline)) TDM_TARGET_AVX2_F16 static inline void
+f256_panel(const tdm_nbits_pjob *j, int64_t p, bool q4, bool s16, bool mzs, bool z16) {
+    const tdm_nbits_pk *pk = j->pk;
+    const int64_t bs = pk->bs, half = bs / 2, G = pk->groups, cb = 64 * G;
+    const uint8_t *base = panel_of(j, p);
+    const __m256i nib = _mm256_set1_epi32(15), byte = _mm256_set1_epi32(255);
+    const int sw = s16 ? 2 : 4, zw = z16 ? 2 : 4;
+    for (int64_t m = 0; m < j->M; m++) {
+        const float *xa = (const float *)j->a + m * j->kq;
+        const float *as = j->asum + m * pk->nb;
+        __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+        __m256 accz[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+        for (int64_t b = 0; b < pk->nb; b++) {
+            const uint8_t *rec = base + b * pk->bstride;
+            const float *x = xa + b * bs;
+            if (m == 0) pf_record(rec, pk->bstride);
+            for (int h = 0; h < 2; h++) {
+                __m256 t[8]; /* 8 independent FMA chains */
+                for (int i = 0; i < 8; i++) t[i] = _mm256_setzero_ps();
+                for (int64_t g = 0; g < G; g++) {
+                    __m256i v = _mm256_loadu_si256((const __m256i *)(rec + 64 * g + 32 * h));
+                    const float *xl = x + 4 * g;
+                    if (q4) {
+                        const float *xh = x + half + 4 * g;
+                        for (int e = 0; e < 4; e++) {
+                            __m256i c0 = _mm256_and_si256(_mm256_srli_epi32(v, 8 * e), nib);
+                            __m256i c1 = _mm256_and_si256(_mm256_srli_epi32(v, 8 * e + 4), nib);
+                            t[e] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c0), _mm256_set1_ps(xl[e]), t[e]);
+                            t[4 + e] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c1), _mm256_set1_ps(xh[e]),
+                                                       t[4 + e]);
+                        }
+                    } else {
+                        /* two groups a step (G is even for 8 bits): 8 chains, fixed registers */
+                        __m256i v1 = _mm256_loadu_si256((const __m256i *)(rec + 64 * (g + 1) + 32 * h));
+                        for (int e = 0; e < 4; e++) {
+                            __m256i c = _mm256_and_si256(_mm256_srli_epi32(v, 8 * e), byte);
+                            __m256i c1 = _mm256_and_si256(_mm256_srli_epi32(v1, 8 * e), byte);
+                            t[e] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c), _mm256_set1_ps(xl[e]), t[e]);
+                            t[4 + e] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c1),
+                                                       _mm256_set1_ps(xl[4 + e]), t[4 + e]);
+                        }
+                        g++;
+                    }
+                }
+                __m256 dsum = _mm256_add_ps(
+                    _mm256_add_ps(_mm256_add_ps(t[0], t[1]), _mm256_add_ps(t[2], t[3])),
+                    _mm256_add_ps(_mm256_add_ps(t[4], t[5]), _mm256_add_ps(t[6], t[7])));
+                __m256 s = ld8x(rec + cb + 8 * sw * h, s16);
+                acc[h] = _mm256_fmadd_ps(dsum, s, acc[h]);
+                __m256 z = mzs ? ld8x(rec + cb + pk->sbytes + 8 * zw * h, z16) : s;
+                accz[h] = _mm256_fmadd_ps(z, _mm256_set1_ps(as[b]), accz[h]);
+            }
+        }
+        finish256(j, p, m, acc, accz, mzs);
+    }
+}
+
+NBP_FORMS(NBP_DEF, i8avx2, i8avx2_panel, TDM_TARGET_AVX2_F16)
+NBP_FORMS(NBP_DEF, f256, f256_panel, TDM_TARGET_AVX2_F16)
+
+static tdm_nbits_prows_fn pick_vnni(const tdm_nbits_pk *pk) {
+    NBP_FORMS(NBP_PICK, vnni, vnni_panel, )
+    return NULL;
+}
+static tdm_nbits_prows_fn pick_f512(const tdm_nbits_pk *pk) {
+    NBP_FORMS(NBP_PICK, f512, f512_panel, )
+    return NULL;
+}
+static tdm_nbits_prows_fn pick_i8avx2(const tdm_nbits_pk *pk) {
+    NBP_FORMS(NBP_PICK, i8avx2, i8avx2_panel, )
+    return NULL;
+}
+static tdm_nbits_prows_fn pick_f256(const tdm_nbits_pk *pk) {
+    NBP_FORMS(NBP_PICK, f256, f256_panel, )
+    return NULL;
+}
+#endif
+
+tdm_nbits_prows_fn tdm_nbits_pk_pick(int level, const tdm_nbits_pk *pk, bool int8) {
+    tdm_nbits_prows_fn f = NULL;
+#ifdef TDM_SIMD_X86
+    if (int8 && level >= (int)TDM_ISA_AVX512_CORE_VNNI) f = pick_vnni(pk);
+    else if (!int8 && level >= (int)TDM_ISA_AVX512_CORE) f = pick_f512(pk);
+    else if (int8 && level >= (int)TDM_ISA_AVX2) f = pick_i8avx2(pk);
+    else if (!int8 && level >= (int)TDM_ISA_AVX2) f = pick_f256(pk);
+#else
+    (void)level;
+#endif
+    return f ? f : pk_rows_portable;
+}

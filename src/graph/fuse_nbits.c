@@ -1,0 +1,124 @@
+/* Packed weights for MatMulNBits (tdm_graph_pack_nbits, fuse.h): each com.microsoft
+ * MatMulNBits whose B, scales and zero points are constants becomes tandem's
+ * MatMulNBitsPacked(A, P, bias) with one constant P in the layout of ops/nbits_pack.h (the
+ * CPU's decode kernels stream it linearly). Applies to float A and float32 scales, 4 or 8
+ * bits, no g_idx. The constants the node read alone are freed as soon as P is made, so the
+ * session never holds both copies of more than one matrix. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "graph/fuse_impl.h"
+#include "ops/fused.h"
+#include "ops/nbits_pack.h"
+
+static tdm_status *oom(void) {
+    return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory packing MatMulNBits weights");
+}
+
+static bool is_nbits(const fz_ctx *fz, int i) {
+    const tdm_node *n = fz_node(fz, i);
+    return !n->dead && strcmp(n->domain, "com.microsoft") == 0 &&
+           strcmp(n->op_type, "MatMulNBits") == 0;
+}
+
+/* Frees constant v when node i was its only reader (its slot is gone with the node). */
+static void drop_const(fz_ctx *fz, int v, int uses_before) {
+    if (v < 0 || uses_before != 1) return;
+    tdm_value *val = &fz->g->values[v];
+    if (!val->data || val->is_input || val->is_output) return;
+    tdm_tensor_destroy(val->data);
+    val->data = NULL;
+}
+
+static tdm_status *pack_node(fz_ctx *fz, int i) {
+    const tdm_allocator *a = fz->g->alloc;
+    const tdm_node *n = fz_node(fz, i);
+    if (n->n_outputs != 1 || n->outputs[0] < 0 || n->n_inputs < 3) return NULL;
+    int64_t K = tdm_attr_int(n, "K", 0), N = tdm_attr_int(n, "N", 0);
+    int bits = (int)tdm_attr_int(n, "bits", 4);
+    int64_t bs = tdm_attr_int(n, "block_size", 0), acc = tdm_attr_int(n, "accuracy_level", 0);
+    if (tdm_attr_int(n, "weight_prepacked", 0) != 0) return NULL;
+    tdm_nbits_pk pk;
+    if (!tdm_nbits_pk_layout(N, K, bits, bs, 0, &pk)) return NULL;
+    int ia = n->inputs[0], ib = n->inputs[1], is = n->inputs[2];
+    int iz = n->n_inputs > 3 ? n->inputs[3] : -1, ig = n->n_inputs > 4 ? n->inputs[4] : -1;
+    int ibias = n->n_inputs > 5 ? n->inputs[5] : -1;
+    if (ig >= 0 || ia < 0 || !fz_is_f32(fz, ia)) return NULL;
+    const tdm_tensor *B = fz_const(fz, ib), *S = fz_const(fz, is);
+    const tdm_tensor *Z = iz >= 0 ? fz_const(fz, iz) : NULL;
+    int64_t nb = pk.nb, blob = bs * bits / 8;
+    if (!B || !S || (iz >= 0 && !Z) || B->device || S->device || (Z && Z->device)) return NULL;
+    if (B->dtype != TDM_UINT8 || (int64_t)B->nbytes != N * nb * blob) return NULL;
+    if (S->dtype != TDM_FLOAT || S->count != N * nb) return NULL;
+    if (ibias >= 0 && (fz->g->values[ibias].dtype != TDM_FLOAT)) return NULL;
+    float *zpf = NULL;
+    if (Z) {
+        int64_t zrow = (nb * bits + 7) / 8;
+        if (Z->dtype == TDM_FLOAT && Z->count == N * nb) {
+            zpf = Z->data;
+        } else if (Z->dtype == TDM_UINT8 && Z->count == N * zrow) {
+            zpf = tdm_alloc(a, (size_t)(N * nb) * sizeof(float));
+            if (!zpf) return oom();
+            const uint8_t *z = Z->data;
+            for (int64_t r = 0; r < N; r++)
+                for (int64_t b = 0; b < nb; b++) {
+                    int64_t bit = b * bits;
+                    zpf[r * nb + b] =
+                        (float)((z[r * zrow + (bit >> 3)] >> (bit & 7)) & ((1 << bits) - 1));
+                }
+        } else {
+            return NULL;
+        }
+    }
+    unsigned form = tdm_nbits_pk_form(N, nb, bits, S->data, zpf);
+    tdm_nbits_pk_layout(N, K, bits, bs, form, &pk);
+    int64_t bytes = (int64_t)tdm_nbits_pk_bytes(&pk);
+    tdm_tensor *P = NULL;
+    tdm_status *st = tdm_tensor_new(a, TDM_UINT8, 1, &bytes, &P);
+    if (st) {
+        if (zpf && (!Z || zpf != Z->data)) tdm_free(a, zpf);
+        return st;
+    }
+    tdm_nbits_pk_pack(&pk, B->data, S->data, zpf, P->data);
+    if (zpf != (Z ? Z->data : NULL)) tdm_free(a, zpf);
+    int uses_b = fz_uses(fz, ib), uses_s = fz_uses(fz, is), uses_z = iz >= 0 ? fz_uses(fz, iz) : 0;
+    char *name = tdm_strdup(a, n->name);
+    if (!name) {
+        tdm_tensor_destroy(P);
+        return oom();
+    }
+    int pv, fi;
+    st = fz_new_const(fz, name, P, &pv);
+    if (!st) st = fz_new_node(fz, "MatMulNBitsPacked", TDM_FUSED_DOMAIN, name, ibias >= 0 ? 3 : 2,
+                              1, &fi);
+    tdm_free(a, name);
+    TDM_TRY(st);
+    n = fz_node(fz, i);
+    tdm_node *f = fz_node(fz, fi);
+    f->inputs[0] = ia;
+    f->inputs[1] = pv;
+    if (ibias >= 0) f->inputs[2] = ibias;
+    f->outputs[0] = n->outputs[0];
+    TDM_TRY(fz_attr_int(fz, fi, "K", K));
+    TDM_TRY(fz_attr_int(fz, fi, "N", N));
+    TDM_TRY(fz_attr_int(fz, fi, "bits", bits));
+    TDM_TRY(fz_attr_int(fz, fi, "block_size", bs));
+    TDM_TRY(fz_attr_int(fz, fi, "accuracy_level", acc));
+    TDM_TRY(fz_attr_int(fz, fi, "packed_form", (int64_t)form));
+    fz_kill(fz, i);
+    drop_const(fz, ib, uses_b);
+    drop_const(fz, is, uses_s);
+    drop_const(fz, iz, uses_z);
+    fz->count++;
+    return NULL;
+}
+
+tdm_status *fz_pass_nbits(fz_ctx *fz) {
+    size_t n0 = fz->g->n_nodes; /* the new nodes (appended) are not revisited */
+    for (size_t i = 0; i < n0; i++) {
+        TDM_TRY(fz_refresh(fz));
+        if (is_nbits(fz, (int)i)) TDM_TRY(pack_node(fz, (int)i));
+    }
+    return NULL;
+}
