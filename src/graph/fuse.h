@@ -22,8 +22,8 @@ tdm_status *tdm_graph_fuse_blocked(tdm_graph *g, int64_t block, int *count);
  * 8-bit tensors. Run it before constant folding (which would turn DQ(constant weights)
  * into float weights). Same contract as tdm_graph_fuse. */
 tdm_status *tdm_graph_fuse_qdq(tdm_graph *g, int *count);
-/* MatMulNBits with constant weights -> tandem's MatMulNBitsPacked (graph/fuse_nbits.c,
 
+/* MatMulNBits with constant weights -> tandem's MatMulNBitsPacked (graph/fuse_nbits.c,
  * layout in ops/nbits_pack.h): the weights repacked once, the originals freed where nothing
  * else reads them. Only for graphs whose nodes run on the CPU backend (its kernel is the only
  * one for the packed op). Same contract as tdm_graph_fuse. */
