@@ -611,6 +611,28 @@ static tdm_status *tensor_from_wire(wire w, const tdm_allocator *a, tdm_tensor *
     return st;
 }
 
+/* A map's values from their SequenceProto: its single 1-D tensor, or its scalars as one 1-D
+ * tensor; anything else stays a sequence (taken from `vals`). */
+static tdm_status *map_values(tdm_tensor *vals, const tdm_allocator *a, tdm_tensor **out) {
+    tdm_tensor **it = vals->data;
+    int64_t n = vals->count;
+    if (n == 1 && it[0] && it[0]->rank == 1) {
+        *out = it[0];
+        it[0] = NULL;
+        return NULL;
+    }
+    bool scalars = true;
+    for (int64_t i = 0; i < n; i++)
+        if (!it[i] || it[i]->count != 1 || it[i]->dtype != it[0]->dtype ||
+            tdm_dtype_has_ptrs(it[i]->dtype))
+            scalars = false;
+    if (!scalars || n == 0) return tdm_tensor_clone(a, vals, out);
+    TDM_TRY(tdm_tensor_new(a, it[0]->dtype, 1, &n, out));
+    size_t es = tdm_dtype_elem_size(it[0]->dtype);
+    for (int64_t i = 0; i < n; i++) memcpy((char *)(*out)->data + (size_t)i * es, it[i]->data, es);
+    return NULL;
+}
+
 static const tdm_dtype elem_kinds[6] = {TDM_UNDEFINED, TDM_UNDEFINED, TDM_UNDEFINED,
                                         TDM_SEQUENCE, TDM_MAP, TDM_OPTIONAL};
 
@@ -643,14 +665,9 @@ static tdm_status *value_from_wire(wire w, tdm_dtype kind, const tdm_allocator *
             else if (field == 5 && type == 2 && !slots[1]) {
                 tdm_tensor *vals = NULL;
                 st = value_from_wire(sub, TDM_SEQUENCE, a, depth + 1, &vals);
-                /* the values: a sequence of one tensor (or of scalars: kept as the sequence) */
-                if (!st && vals->count == 1) {
-                    slots[1] = ((tdm_tensor **)vals->data)[0];
-                    ((tdm_tensor **)vals->data)[0] = NULL;
-                    tdm_tensor_destroy(vals);
-                } else if (!st) {
-                    slots[1] = vals;
-                }
+                /* the values: one 1-D tensor, or scalars (onnx's from_dict) made one */
+                if (!st) st = map_values(vals, a, &slots[1]);
+                tdm_tensor_destroy(vals);
             }
             continue;
         }

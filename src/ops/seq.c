@@ -80,6 +80,7 @@ const tdm_op_schema tdm_ops_seq[] = {
     {"", "ConcatFromSequence", 11, 1, 1, 1, 1, infer_seq_to_tensor, DD, 0},
     {"", "SequenceMap", 17, 1, 4096, 1, 4096, infer_sequence_map, DD, 0},
     {"", "Optional", 15, 0, 1, 1, 1, infer_optional, DD, 0},
+    {"ai.onnx.ml", "ZipMap", 1, 1, 1, 1, 1, infer_to_seq, DD, 0},
     {"", "OptionalHasElement", 15, 0, 1, 1, 1, infer_has_element, DD, 0},
     {"", "OptionalGetElement", 15, 1, 1, 1, 1, infer_get_element, DD, 0},
 };

@@ -297,6 +297,45 @@ static tdm_status *k_sequence_map(tdm_kernel_ctx *ctx) {
     return NULL;
 }
 
+/* ai.onnx.ml ZipMap: rows of a [N, C] float tensor as N maps from the class labels (int64 or
+ * string attribute) to the row's values. */
+static tdm_status *k_zipmap(tdm_kernel_ctx *ctx) {
+    const tdm_tensor *x = ctx->in[0];
+    size_t ni = 0, ns = 0;
+    const int64_t *li = tdm_attr_ints(ctx->node, "classlabels_int64s", &ni);
+    const tdm_attr *ls = tdm_node_attr(ctx->node, "classlabels_strings");
+    if (ls && ls->type == TDM_ATTR_STRINGS) ns = ls->n;
+    if ((ni == 0) == (ns == 0))
+        return seq_err(ctx, "needs exactly one of classlabels_int64s and classlabels_strings");
+    int64_t c = (int64_t)(ni ? ni : ns);
+    if (x->dtype != TDM_FLOAT || x->rank < 1 || x->rank > 2 || x->dims[x->rank - 1] != c)
+        return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
+                              "input must be float [N, %lld]", (long long)c);
+    int64_t rows = x->rank == 2 ? x->dims[0] : 1;
+    tdm_tensor *keys = NULL;
+    TDM_TRY(tdm_tensor_new(ctx->alloc, ni ? TDM_INT64 : TDM_STRING, 1, &c, &keys));
+    tdm_status *st = NULL;
+    if (ni) memcpy(keys->data, li, (size_t)c * sizeof *li);
+    else
+        for (int64_t k = 0; k < c && !st; k++) {
+            char *v = tdm_strdup(ctx->alloc, ls->strings[k]);
+            if (!v) st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
+            else ((char **)keys->data)[k] = v;
+        }
+    tdm_tensor **slots = NULL;
+    if (!st) st = new_container(ctx, 0, TDM_SEQUENCE, rows, &slots);
+    for (int64_t r = 0; r < rows && !st; r++) {
+        tdm_tensor **kv;
+        if ((st = tdm_container_new(ctx->alloc, TDM_MAP, 2, &slots[r]))) break;
+        kv = slots[r]->data;
+        if ((st = tdm_tensor_clone(ctx->alloc, keys, &kv[0]))) break;
+        if ((st = tdm_tensor_new(ctx->alloc, TDM_FLOAT, 1, &c, &kv[1]))) break;
+        memcpy(kv[1]->data, (const float *)x->data + r * c, (size_t)c * sizeof(float));
+    }
+    tdm_tensor_destroy(keys);
+    return st;
+}
+
 #define CONT TDM_T_CONTAINERS
 const tdm_kernel_def tdm_cpu_kernels_seq[] = {
     {"", "Identity", 1, 0, 0, CONT, k_identity},
@@ -310,6 +349,7 @@ const tdm_kernel_def tdm_cpu_kernels_seq[] = {
     {"", "ConcatFromSequence", 11, 0, -1, 0, k_concat_from_sequence},
     {"", "SequenceMap", 17, 0, -1, 0, k_sequence_map},
     {"", "Optional", 15, 0, -1, 0, k_optional},
+    {"ai.onnx.ml", "ZipMap", 1, 0, 0, TDM_T(TDM_FLOAT), k_zipmap},
     {"", "OptionalHasElement", 15, 0, -1, 0, k_optional_has_element},
     {"", "OptionalGetElement", 15, 0, -1, 0, k_optional_get_element},
 };
