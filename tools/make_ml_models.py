@@ -74,11 +74,33 @@ def save_feeds(out_dir, name, model, feeds):
         with open(os.path.join(d, "test_data_set_0", f"input_{i}.pb"), "wb") as f:
             f.write(t.SerializeToString())
     for i, (o, arr) in enumerate(zip(sess.get_outputs(), outs)):
-        t = numpy_helper.from_array(np.asarray(arr), o.name)
+        if isinstance(arr, list):  # ZipMap: a sequence of maps (class label -> probability)
+            t = zipmap_proto(arr, o.name)
+        else:
+            t = numpy_helper.from_array(np.asarray(arr), o.name)
         with open(os.path.join(d, "test_data_set_0", f"output_{i}.pb"), "wb") as f:
             f.write(t.SerializeToString())
     print(f"{name}: {os.path.getsize(os.path.join(d, 'model.onnx'))} bytes, outputs "
-          + ", ".join(f"{o.name}{list(np.asarray(a).shape)}" for o, a in zip(sess.get_outputs(), outs)))
+          + ", ".join(f"{o.name}[{len(a)} maps]" if isinstance(a, list) else
+                      f"{o.name}{list(np.asarray(a).shape)}" for o, a in zip(sess.get_outputs(), outs)))
+
+
+def zipmap_proto(maps, name):
+    """A list of dicts (label -> probability) as a SequenceProto of MapProtos (numpy_helper's
+    from_dict does not take string keys)."""
+    seq = onnx.SequenceProto(name=name, elem_type=onnx.SequenceProto.MAP)
+    for d in maps:
+        mp = onnx.MapProto()
+        keys = list(d.keys())
+        if isinstance(keys[0], str):
+            mp.key_type = TensorProto.STRING
+            mp.string_keys.extend(k.encode() for k in keys)
+        else:
+            mp.key_type = TensorProto.INT64
+            mp.keys.extend(int(k) for k in keys)
+        mp.values.CopyFrom(numpy_helper.from_list([np.array(d[k], np.float32) for k in keys]))
+        seq.map_values.append(mp)
+    return seq
 
 
 def ml_model(nodes, inputs, outputs, ml_opset=2):
@@ -320,6 +342,17 @@ def main():
         m = Normalizer(norm=norm).fit(xr[:-64])
         save(out_dir, f"ml_normalizer_{norm}", convert(m, xr), test(xr))
     svms(out_dir, xc, yc, xb, yb, xr, yr, test)
+    zipmaps(out_dir, xc, yc, xb, yb, test)
+
+
+def zipmaps(out_dir, xc, yc, xb, yb, test):
+    """Classifiers converted with ZipMap on (skl2onnx's default): probabilities as a sequence
+    of maps, int64 and string class labels."""
+    m = RandomForestClassifier(n_estimators=10, max_depth=5, random_state=0).fit(xc[:-64], yc[:-64])
+    save(out_dir, "ml_zipmap_random_forest_int", convert(m, xc), test(xc))
+    ys = np.array(["no", "yes"])[yb]
+    m = make_pipeline(StandardScaler(), LogisticRegression(max_iter=500)).fit(xb[:-64], ys[:-64])
+    save(out_dir, "ml_zipmap_logistic_strings", convert(m, xb), test(xb))
 
 
 if __name__ == "__main__":
