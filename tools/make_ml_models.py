@@ -70,7 +70,10 @@ def save_feeds(out_dir, name, model, feeds):
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     outs = sess.run(None, feeds)
     for i, inp in enumerate(sess.get_inputs()):
-        t = numpy_helper.from_array(feeds[inp.name], inp.name)
+        if isinstance(feeds[inp.name], dict):  # a map input
+            t = map_proto(feeds[inp.name], inp.name)
+        else:
+            t = numpy_helper.from_array(feeds[inp.name], inp.name)
         with open(os.path.join(d, "test_data_set_0", f"input_{i}.pb"), "wb") as f:
             f.write(t.SerializeToString())
     for i, (o, arr) in enumerate(zip(sess.get_outputs(), outs)):
@@ -90,17 +93,22 @@ def zipmap_proto(maps, name):
     from_dict does not take string keys)."""
     seq = onnx.SequenceProto(name=name, elem_type=onnx.SequenceProto.MAP)
     for d in maps:
-        mp = onnx.MapProto()
-        keys = list(d.keys())
-        if isinstance(keys[0], str):
-            mp.key_type = TensorProto.STRING
-            mp.string_keys.extend(k.encode() for k in keys)
-        else:
-            mp.key_type = TensorProto.INT64
-            mp.keys.extend(int(k) for k in keys)
-        mp.values.CopyFrom(numpy_helper.from_list([np.array(d[k], np.float32) for k in keys]))
-        seq.map_values.append(mp)
+        seq.map_values.append(map_proto(d))
     return seq
+
+
+def map_proto(d, name=""):
+    """A dict (int64 or string keys, float values) as a MapProto."""
+    mp = onnx.MapProto(name=name)
+    keys = list(d.keys())
+    if isinstance(keys[0], str):
+        mp.key_type = TensorProto.STRING
+        mp.string_keys.extend(k.encode() for k in keys)
+    else:
+        mp.key_type = TensorProto.INT64
+        mp.keys.extend(int(k) for k in keys)
+    mp.values.CopyFrom(numpy_helper.from_list([np.array(d[k], np.float32) for k in keys]))
+    return mp
 
 
 def ml_model(nodes, inputs, outputs, ml_opset=2):
@@ -343,6 +351,24 @@ def main():
         save(out_dir, f"ml_normalizer_{norm}", convert(m, xr), test(xr))
     svms(out_dir, xc, yc, xb, yb, xr, yr, test)
     zipmaps(out_dir, xc, yc, xb, yb, test)
+    dict_vectorizers(out_dir)
+
+
+def dict_vectorizers(out_dir):
+    """DictVectorizer on a map input (string and int64 keys; one key outside the vocabulary)."""
+    for kind, vocab, feed_keys in (
+            ("strings", ["a", "b", "c", "d"], ["c", "a", "zz"]),
+            ("int64", [5, 1, 9], [9, 5, 7])):
+        if kind == "strings":
+            key_t, attr = TensorProto.STRING, {"string_vocabulary": vocab}
+        else:
+            key_t, attr = TensorProto.INT64, {"int64_vocabulary": vocab}
+        mtype = helper.make_map_type_proto(key_t, helper.make_tensor_type_proto(TensorProto.FLOAT, []))
+        node = helper.make_node("DictVectorizer", ["X"], ["Y"], domain="ai.onnx.ml", **attr)
+        m = ml_model([node], [helper.make_value_info("X", mtype)],
+                     [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, len(vocab)])], ml_opset=1)
+        feeds = {"X": {k: float(i + 1) * 0.5 for i, k in enumerate(feed_keys)}}
+        save_feeds(out_dir, f"ml_dict_vectorizer_{kind}", m, feeds)
 
 
 def zipmaps(out_dir, xc, yc, xb, yb, test):

@@ -68,6 +68,8 @@ static tdm_status *infer_sequence_map(tdm_infer_ctx *ctx) {
     return NULL;
 }
 
+static tdm_status *infer_dict_vectorizer(tdm_infer_ctx *ctx) { return need_kind(ctx, 0, TDM_MAP); }
+
 #define DD TDM_OP_DATA_DEPENDENT
 const tdm_op_schema tdm_ops_seq[] = {
     {"", "SequenceEmpty", 11, 0, 0, 1, 1, infer_to_seq, DD, 0},
@@ -81,6 +83,7 @@ const tdm_op_schema tdm_ops_seq[] = {
     {"", "SequenceMap", 17, 1, 4096, 1, 4096, infer_sequence_map, DD, 0},
     {"", "Optional", 15, 0, 1, 1, 1, infer_optional, DD, 0},
     {"ai.onnx.ml", "ZipMap", 1, 1, 1, 1, 1, infer_to_seq, DD, 0},
+    {"ai.onnx.ml", "DictVectorizer", 1, 1, 1, 1, 1, infer_dict_vectorizer, DD, 0},
     {"", "OptionalHasElement", 15, 0, 1, 1, 1, infer_has_element, DD, 0},
     {"", "OptionalGetElement", 15, 1, 1, 1, 1, infer_get_element, DD, 0},
 };

@@ -336,6 +336,38 @@ static tdm_status *k_zipmap(tdm_kernel_ctx *ctx) {
     return st;
 }
 
+/* ai.onnx.ml DictVectorizer: a map's values at the positions of their keys in the vocabulary
+ * (int64_vocabulary or string_vocabulary), zero elsewhere; shape [1, vocabulary size] as ONNX
+ * Runtime gives it. Keys not in the vocabulary are ignored. */
+static tdm_status *k_dict_vectorizer(tdm_kernel_ctx *ctx) {
+    const tdm_tensor *m = ctx->in[0];
+    if (m->dtype != TDM_MAP || m->count != 2) return seq_err(ctx, "input must be a map");
+    const tdm_tensor *keys = items(m)[0], *vals = items(m)[1];
+    size_t ni = 0;
+    const int64_t *vi = tdm_attr_ints(ctx->node, "int64_vocabulary", &ni);
+    const tdm_attr *vs = tdm_node_attr(ctx->node, "string_vocabulary");
+    size_t ns = vs && vs->type == TDM_ATTR_STRINGS ? vs->n : 0;
+    if ((ni == 0) == (ns == 0))
+        return seq_err(ctx, "needs exactly one of int64_vocabulary and string_vocabulary");
+    if ((ni && keys->dtype != TDM_INT64) || (ns && keys->dtype != TDM_STRING))
+        return seq_err(ctx, "the map's key type differs from the vocabulary's");
+    if (tdm_dtype_has_ptrs(vals->dtype) || vals->count != keys->count)
+        return seq_err(ctx, "the map's values must be numbers, one per key");
+    int64_t dims[2] = {1, (int64_t)(ni ? ni : ns)};
+    TDM_TRY(ctx->alloc_output(ctx, 0, vals->dtype, 2, dims));
+    size_t es = tdm_dtype_elem_size(vals->dtype);
+    char *y = ctx->out[0]->data;
+    for (int64_t k = 0; k < keys->count; k++) {
+        int64_t at = -1;
+        for (int64_t j = 0; j < dims[1] && at < 0; j++)
+            if (ni ? vi[j] == ((const int64_t *)keys->data)[k]
+                   : !strcmp(vs->strings[j], ((char *const *)keys->data)[k]))
+                at = j;
+        if (at >= 0) memcpy(y + (size_t)at * es, (const char *)vals->data + (size_t)k * es, es);
+    }
+    return NULL;
+}
+
 #define CONT TDM_T_CONTAINERS
 const tdm_kernel_def tdm_cpu_kernels_seq[] = {
     {"", "Identity", 1, 0, 0, CONT, k_identity},
@@ -350,6 +382,7 @@ const tdm_kernel_def tdm_cpu_kernels_seq[] = {
     {"", "SequenceMap", 17, 0, -1, 0, k_sequence_map},
     {"", "Optional", 15, 0, -1, 0, k_optional},
     {"ai.onnx.ml", "ZipMap", 1, 0, 0, TDM_T(TDM_FLOAT), k_zipmap},
+    {"ai.onnx.ml", "DictVectorizer", 1, 0, 0, TDM_T_MAP, k_dict_vectorizer},
     {"", "OptionalHasElement", 15, 0, -1, 0, k_optional_has_element},
     {"", "OptionalGetElement", 15, 0, -1, 0, k_optional_get_element},
 };
