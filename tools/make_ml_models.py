@@ -99,7 +99,7 @@ def zipmap_proto(maps, name):
 
 def map_proto(d, name=""):
     """A dict (int64 or string keys, float values) as a MapProto."""
-    mp = onnx.MapProto(name=name)
+    mp = onnx.MapProto(name=name) if name else onnx.MapProto()
     keys = list(d.keys())
     if isinstance(keys[0], str):
         mp.key_type = TensorProto.STRING
