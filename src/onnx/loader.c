@@ -677,18 +677,18 @@ static tdm_status *value_from_wire(wire w, tdm_dtype kind, const tdm_allocator *
     }
     if (!st && kind == TDM_MAP) {
         /* keys: packed int64 (3) or strings (4) */
+        tdm_dtype kt = key_type == TDM_STRING ? TDM_STRING : TDM_INT64;
         int64_t nk = 0;
         r = w;
         while (r.p < r.end) {
             wire_field(&r, &field, &type, &num, &sub);
-            if (field == 4 && type == 2) nk++;
-            if (field == 3 && type == 2) {
+            if (kt == TDM_STRING && field == 4 && type == 2) nk++;
+            if (kt == TDM_INT64 && field == 3 && type == 2) {
                 wire q = sub;
                 while (q.p < q.end && wire_varint(&q, &num)) nk++;
             }
-            if (field == 3 && type == 0) nk++;
+            if (kt == TDM_INT64 && field == 3 && type == 0) nk++;
         }
-        tdm_dtype kt = key_type == TDM_STRING ? TDM_STRING : TDM_INT64;
         st = tdm_tensor_new(a, kt, 1, &nk, &slots[0]);
         int64_t k = 0;
         r = w;
@@ -706,6 +706,9 @@ static tdm_status *value_from_wire(wire w, tdm_dtype kind, const tdm_allocator *
             }
         }
     }
+    if (!st && kind == TDM_MAP &&
+        (!slots[1] || slots[1]->count != slots[0]->count))
+        st = TDM_ERR(TDM_ERR_INVALID_MODEL, "a map's values are missing or not one per key");
     if (st) {
         tdm_tensor_destroy(c);
         return st;
