@@ -2,11 +2,15 @@
  * documented in tandem.h), session inputs and outputs of these types, and the error paths
  * (the caller keeps what a failed constructor was given). A counting allocator checks that
  * every block comes back. Model: tests/models/seq_ops (tools/make_seq_models.py). */
+#define _GNU_SOURCE
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -173,12 +177,59 @@ static void test_session_sequences(void **state) {
     assert_int_equal(atomic_load(&c.live), 0);
 }
 
+/* Malformed SequenceProto / MapProto bytes are refused without leaks; a ZipMap reference
+ * (a sequence of maps) reads back with its keys and values. */
+static void test_load_values(void **state) {
+    (void)state;
+    counter c = {0};
+    tdm_env *env = env_with(&c);
+    static const unsigned char bad[][6] = {
+        {0x1a, 0x05, 0x08}, /* tensor_values: length past the end */
+        {0xff, 0xff, 0xff}, /* a varint that never ends */
+        {0x10, 0x08, 0x22, 0x01, 0x61}, /* map: key_type string, key "a", no values */
+    };
+    static const size_t bad_len[] = {3, 3, 5};
+    char path[] = "/tmp/tdm_seqXXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    for (size_t i = 0; i < sizeof bad_len / sizeof bad_len[0]; i++) {
+        FILE *f = fopen(path, "wb");
+        assert_non_null(f);
+        fwrite(bad[i], 1, bad_len[i], f);
+        fclose(f);
+        tdm_tensor *v = NULL;
+        tdm_status *st = tdm_value_load_onnx(env, path, i == 2 ? TDM_MAP : TDM_SEQUENCE, &v);
+        if (!st) fail_msg("malformed value %zu was accepted", i);
+        tdm_status_free(st);
+        assert_null(v);
+    }
+    unlink(path);
+    tdm_tensor *seq = NULL;
+    OK(tdm_value_load_onnx(env, TANDEM_SOURCE_DIR
+                           "/tests/models_ml/ml_zipmap_logistic_strings/test_data_set_0/output_1.pb",
+                           TDM_SEQUENCE, &seq));
+    assert_int_equal(tdm_value_item_count(seq), 64);
+    const tdm_tensor *m = tdm_value_item(seq, 0);
+    assert_int_equal(tdm_tensor_dtype(m), TDM_MAP);
+    const tdm_tensor *keys = tdm_value_item(m, 0), *vals = tdm_value_item(m, 1);
+    assert_int_equal(tdm_tensor_dtype(keys), TDM_STRING);
+    assert_string_equal(((char *const *)tdm_tensor_data_const(keys))[1], "yes");
+    assert_int_equal(tdm_tensor_dtype(vals), TDM_FLOAT);
+    const float *p = tdm_tensor_data_const(vals);
+    assert_true(p[0] + p[1] > 0.999f && p[0] + p[1] < 1.001f);
+    tdm_tensor_free(seq);
+    tdm_env_free(env);
+    assert_int_equal(atomic_load(&c.live), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sequence_create_read_free),
         cmocka_unit_test(test_map_create),
         cmocka_unit_test(test_failed_create_keeps_ownership),
         cmocka_unit_test(test_session_sequences),
+        cmocka_unit_test(test_load_values),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
