@@ -69,7 +69,8 @@ static tdm_status *container_of(tdm_env *env, tdm_dtype kind, size_t n, tdm_tens
     return NULL;
 }
 
-tdm_status *tdm_sequence_create(tdm_env *env, size_t n, tdm_tensor *const *items, tdm_tensor **out) {
+tdm_status *tdm_sequence_create(tdm_env *env, size_t n, tdm_tensor *const *items,
+                                tdm_tensor **out) {
     if (!env || !out || (n && !items))
         return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_sequence_create: NULL argument");
     for (size_t i = 0; i < n; i++) {
@@ -82,13 +83,15 @@ tdm_status *tdm_sequence_create(tdm_env *env, size_t n, tdm_tensor *const *items
                            tdm_dtype_name(items[i]->dtype), tdm_dtype_name(items[0]->dtype));
         for (size_t j = 0; j < i; j++)
             if (items[j] == items[i])
-                return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_sequence_create: item %zu repeats", i);
+                return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_sequence_create: item %zu repeats",
+                               i);
     }
     return container_of(env, TDM_SEQUENCE, n, items, out);
 }
 
 tdm_status *tdm_optional_create(tdm_env *env, tdm_tensor *item, tdm_tensor **out) {
-    if (!env || !out) return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_optional_create: NULL argument");
+    if (!env || !out)
+        return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_optional_create: NULL argument");
     if (item && (item->device || item->pooled || item->dtype == TDM_MAP))
         return TDM_ERR(TDM_ERR_INVALID_ARGUMENT,
                        "tdm_optional_create: the item must be a host tensor or sequence");
@@ -119,6 +122,7 @@ const tdm_tensor *tdm_value_item(const tdm_tensor *v, size_t i) {
 }
 
 tdm_status *tdm_value_load_onnx(tdm_env *env, const char *path, tdm_dtype kind, tdm_tensor **out) {
-    if (!env || !path || !out) return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_value_load_onnx: NULL argument");
+    if (!env || !path || !out)
+        return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_value_load_onnx: NULL argument");
     return tdm_onnx_load_value_file(path, env->alloc, kind, out);
 }

@@ -604,8 +604,9 @@ static tdm_status *tensor_from_wire(wire w, const tdm_allocator *a, tdm_tensor *
     pc_ctx pcc = {a, false};
     ProtobufCAllocator pa = {pc_alloc, pc_free, &pcc};
     Onnx__TensorProto *tp = onnx__tensor_proto__unpack(&pa, (size_t)(w.end - w.p), w.p);
-    if (!tp) return TDM_ERR(pcc.failed ? TDM_ERR_OUT_OF_MEMORY : TDM_ERR_INVALID_MODEL,
-                            "a tensor inside a sequence/optional is not a valid TensorProto");
+    if (!tp)
+        return TDM_ERR(pcc.failed ? TDM_ERR_OUT_OF_MEMORY : TDM_ERR_INVALID_MODEL,
+                       "a tensor inside a sequence/optional is not a valid TensorProto");
     tdm_status *st = tdm_onnx_convert_tensor(tp, a, NULL, "tensor", out);
     onnx__tensor_proto__free_unpacked(tp, &pa);
     return st;
@@ -650,7 +651,8 @@ static tdm_status *value_from_wire(wire w, tdm_dtype kind, const tdm_allocator *
             return TDM_ERR(TDM_ERR_INVALID_MODEL, "malformed sequence/optional/map data");
         if (kind != TDM_MAP && type == 2 && field >= 3 && field <= 7 && field != 4) n++;
     }
-    if (kind == TDM_OPTIONAL && n > 1) return TDM_ERR(TDM_ERR_INVALID_MODEL, "optional with %lld values", (long long)n);
+    if (kind == TDM_OPTIONAL && n > 1)
+        return TDM_ERR(TDM_ERR_INVALID_MODEL, "optional with %lld values", (long long)n);
     tdm_tensor *c = NULL;
     TDM_TRY(tdm_container_new(a, kind, kind == TDM_MAP ? 2 : n, &c));
     tdm_tensor **slots = c->data;
@@ -700,7 +702,8 @@ static tdm_status *value_from_wire(wire w, tdm_dtype kind, const tdm_allocator *
                 else ((char **)slots[0]->data)[k++] = s;
             } else if (kt == TDM_INT64 && field == 3 && type == 2) {
                 wire q = sub;
-                while (q.p < q.end && wire_varint(&q, &num)) ((int64_t *)slots[0]->data)[k++] = (int64_t)num;
+                while (q.p < q.end && wire_varint(&q, &num))
+                    ((int64_t *)slots[0]->data)[k++] = (int64_t)num;
             } else if (kt == TDM_INT64 && field == 3 && type == 0) {
                 ((int64_t *)slots[0]->data)[k++] = (int64_t)num;
             }

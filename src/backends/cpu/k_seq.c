@@ -386,4 +386,5 @@ const tdm_kernel_def tdm_cpu_kernels_seq[] = {
     {"", "OptionalHasElement", 15, 0, -1, 0, k_optional_has_element},
     {"", "OptionalGetElement", 15, 0, -1, 0, k_optional_get_element},
 };
-const int tdm_cpu_kernels_seq_count = (int)(sizeof tdm_cpu_kernels_seq / sizeof tdm_cpu_kernels_seq[0]);
+const int tdm_cpu_kernels_seq_count =
+    (int)(sizeof tdm_cpu_kernels_seq / sizeof tdm_cpu_kernels_seq[0]);
