@@ -70,15 +70,45 @@ def save_feeds(out_dir, name, model, feeds):
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     outs = sess.run(None, feeds)
     for i, inp in enumerate(sess.get_inputs()):
-        t = numpy_helper.from_array(feeds[inp.name], inp.name)
+        if isinstance(feeds[inp.name], dict):  # a map input
+            t = map_proto(feeds[inp.name], inp.name)
+        else:
+            t = numpy_helper.from_array(feeds[inp.name], inp.name)
         with open(os.path.join(d, "test_data_set_0", f"input_{i}.pb"), "wb") as f:
             f.write(t.SerializeToString())
     for i, (o, arr) in enumerate(zip(sess.get_outputs(), outs)):
-        t = numpy_helper.from_array(np.asarray(arr), o.name)
+        if isinstance(arr, list):  # ZipMap: a sequence of maps (class label -> probability)
+            t = zipmap_proto(arr, o.name)
+        else:
+            t = numpy_helper.from_array(np.asarray(arr), o.name)
         with open(os.path.join(d, "test_data_set_0", f"output_{i}.pb"), "wb") as f:
             f.write(t.SerializeToString())
     print(f"{name}: {os.path.getsize(os.path.join(d, 'model.onnx'))} bytes, outputs "
-          + ", ".join(f"{o.name}{list(np.asarray(a).shape)}" for o, a in zip(sess.get_outputs(), outs)))
+          + ", ".join(f"{o.name}[{len(a)} maps]" if isinstance(a, list) else
+                      f"{o.name}{list(np.asarray(a).shape)}" for o, a in zip(sess.get_outputs(), outs)))
+
+
+def zipmap_proto(maps, name):
+    """A list of dicts (label -> probability) as a SequenceProto of MapProtos (numpy_helper's
+    from_dict does not take string keys)."""
+    seq = onnx.SequenceProto(name=name, elem_type=onnx.SequenceProto.MAP)
+    for d in maps:
+        seq.map_values.append(map_proto(d))
+    return seq
+
+
+def map_proto(d, name=""):
+    """A dict (int64 or string keys, float values) as a MapProto."""
+    mp = onnx.MapProto(name=name) if name else onnx.MapProto()
+    keys = list(d.keys())
+    if isinstance(keys[0], str):
+        mp.key_type = TensorProto.STRING
+        mp.string_keys.extend(k.encode() for k in keys)
+    else:
+        mp.key_type = TensorProto.INT64
+        mp.keys.extend(int(k) for k in keys)
+    mp.values.CopyFrom(numpy_helper.from_list([np.array(d[k], np.float32) for k in keys]))
+    return mp
 
 
 def ml_model(nodes, inputs, outputs, ml_opset=2):
@@ -320,6 +350,35 @@ def main():
         m = Normalizer(norm=norm).fit(xr[:-64])
         save(out_dir, f"ml_normalizer_{norm}", convert(m, xr), test(xr))
     svms(out_dir, xc, yc, xb, yb, xr, yr, test)
+    zipmaps(out_dir, xc, yc, xb, yb, test)
+    dict_vectorizers(out_dir)
+
+
+def dict_vectorizers(out_dir):
+    """DictVectorizer on a map input (string and int64 keys; one key outside the vocabulary)."""
+    for kind, vocab, feed_keys in (
+            ("strings", ["a", "b", "c", "d"], ["c", "a", "zz"]),
+            ("int64", [5, 1, 9], [9, 5, 7])):
+        if kind == "strings":
+            key_t, attr = TensorProto.STRING, {"string_vocabulary": vocab}
+        else:
+            key_t, attr = TensorProto.INT64, {"int64_vocabulary": vocab}
+        mtype = helper.make_map_type_proto(key_t, helper.make_tensor_type_proto(TensorProto.FLOAT, []))
+        node = helper.make_node("DictVectorizer", ["X"], ["Y"], domain="ai.onnx.ml", **attr)
+        m = ml_model([node], [helper.make_value_info("X", mtype)],
+                     [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, len(vocab)])], ml_opset=1)
+        feeds = {"X": {k: float(i + 1) * 0.5 for i, k in enumerate(feed_keys)}}
+        save_feeds(out_dir, f"ml_dict_vectorizer_{kind}", m, feeds)
+
+
+def zipmaps(out_dir, xc, yc, xb, yb, test):
+    """Classifiers converted with ZipMap on (skl2onnx's default): probabilities as a sequence
+    of maps, int64 and string class labels."""
+    m = RandomForestClassifier(n_estimators=10, max_depth=5, random_state=0).fit(xc[:-64], yc[:-64])
+    save(out_dir, "ml_zipmap_random_forest_int", convert(m, xc), test(xc))
+    ys = np.array(["no", "yes"])[yb]
+    m = make_pipeline(StandardScaler(), LogisticRegression(max_iter=500)).fit(xb[:-64], ys[:-64])
+    save(out_dir, "ml_zipmap_logistic_strings", convert(m, xb), test(xb))
 
 
 if __name__ == "__main__":

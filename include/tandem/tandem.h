@@ -107,7 +107,12 @@ typedef enum tdm_dtype {
     TDM_COMPLEX64 = 14,
     TDM_COMPLEX128 = 15,
     TDM_BFLOAT16 = 16,
-    TDM_DTYPE_COUNT = 17
+    TDM_DTYPE_COUNT = 17, /* tensor element types are 1..TDM_DTYPE_COUNT-1 */
+    /* Non-tensor values (ONNX sequence, map and optional types) travel in the same handle,
+     * tdm_tensor, with one of these as dtype: see "sequences, maps, optionals" below. */
+    TDM_SEQUENCE = 100,
+    TDM_MAP = 101,
+    TDM_OPTIONAL = 102
 } tdm_dtype;
 
 TDM_API const char *tdm_dtype_name(tdm_dtype dtype); /* "float32", "int64", ... */
@@ -289,6 +294,35 @@ TDM_API const void *tdm_tensor_data_const(const tdm_tensor *tensor);
 /* Sets element `index` of a STRING tensor (copies the bytes). */
 TDM_API tdm_status *tdm_tensor_set_string(tdm_tensor *tensor, int64_t index, const char *bytes,
                                           size_t length);
+
+/* ---- sequences, maps, optionals -------------------------------------------------------
+ * ONNX's non-tensor values use the tdm_tensor handle with dtype TDM_SEQUENCE, TDM_MAP or
+ * TDM_OPTIONAL. Such a value owns its items: tdm_tensor_free frees the value and every item
+ * (recursively). Items are read through tdm_value_item (borrowed: valid while the value is,
+ * never freed by the caller); tdm_tensor_data and friends do not apply to them.
+ *   sequence: tdm_value_item_count items, all tensors of one type (or all containers);
+ *   map:      2 items: the keys (1-D int64 or string tensor) and the values (a 1-D tensor with
+ *             as many elements, or a sequence);
+ *   optional: 0 items (none) or 1 (the element: a tensor or a sequence).
+ * The constructors take ownership of the items they are given when they succeed (the caller
+ * must no longer free them); on failure the caller still owns them. Session inputs and
+ * outputs of these types are passed and returned like tensors. */
+/* New sequence of n items (items may be NULL when n is 0). */
+TDM_API tdm_status *tdm_sequence_create(tdm_env *env, size_t n, tdm_tensor *const *items,
+                                        tdm_tensor **out);
+/* New optional holding `item`, or none when item is NULL. */
+TDM_API tdm_status *tdm_optional_create(tdm_env *env, tdm_tensor *item, tdm_tensor **out);
+/* New map from 1-D keys (int64 or string) to values (1-D, as many elements as keys). */
+TDM_API tdm_status *tdm_map_create(tdm_env *env, tdm_tensor *keys, tdm_tensor *values,
+                                   tdm_tensor **out);
+/* Items of a sequence, map or optional (0 for a tensor or NULL). */
+TDM_API size_t tdm_value_item_count(const tdm_tensor *value);
+/* Item i (borrowed), or NULL when out of range or not a container. */
+TDM_API const tdm_tensor *tdm_value_item(const tdm_tensor *value, size_t i);
+/* Loads a serialized ONNX value of `kind`: TDM_SEQUENCE (SequenceProto), TDM_OPTIONAL
+ * (OptionalProto), TDM_MAP (MapProto), anything else a TensorProto. */
+TDM_API tdm_status *tdm_value_load_onnx(tdm_env *env, const char *path, tdm_dtype kind,
+                                        tdm_tensor **out);
 
 /* ---- models (inspection without creating a session) --------------------------------- */
 

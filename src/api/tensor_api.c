@@ -57,3 +57,72 @@ tdm_status *tdm_tensor_set_string(tdm_tensor *t, int64_t index, const char *byte
     arr[index] = s;
     return NULL;
 }
+
+/* ---- sequences, maps, optionals ---- */
+
+static tdm_status *container_of(tdm_env *env, tdm_dtype kind, size_t n, tdm_tensor *const *items,
+                                tdm_tensor **out) {
+    tdm_tensor *c = NULL;
+    TDM_TRY(tdm_container_new(env->alloc, kind, (int64_t)n, &c));
+    if (n) memcpy(c->data, items, n * sizeof *items);
+    *out = c;
+    return NULL;
+}
+
+tdm_status *tdm_sequence_create(tdm_env *env, size_t n, tdm_tensor *const *items,
+                                tdm_tensor **out) {
+    if (!env || !out || (n && !items))
+        return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_sequence_create: NULL argument");
+    for (size_t i = 0; i < n; i++) {
+        if (!items[i] || items[i]->device || items[i]->pooled)
+            return TDM_ERR(TDM_ERR_INVALID_ARGUMENT,
+                           "tdm_sequence_create: item %zu is NULL or not a host value", i);
+        if (items[i]->dtype != items[0]->dtype)
+            return TDM_ERR(TDM_ERR_INVALID_ARGUMENT,
+                           "tdm_sequence_create: item %zu is %s, item 0 %s", i,
+                           tdm_dtype_name(items[i]->dtype), tdm_dtype_name(items[0]->dtype));
+        for (size_t j = 0; j < i; j++)
+            if (items[j] == items[i])
+                return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_sequence_create: item %zu repeats",
+                               i);
+    }
+    return container_of(env, TDM_SEQUENCE, n, items, out);
+}
+
+tdm_status *tdm_optional_create(tdm_env *env, tdm_tensor *item, tdm_tensor **out) {
+    if (!env || !out)
+        return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_optional_create: NULL argument");
+    if (item && (item->device || item->pooled || item->dtype == TDM_MAP))
+        return TDM_ERR(TDM_ERR_INVALID_ARGUMENT,
+                       "tdm_optional_create: the item must be a host tensor or sequence");
+    return container_of(env, TDM_OPTIONAL, item ? 1 : 0, &item, out);
+}
+
+tdm_status *tdm_map_create(tdm_env *env, tdm_tensor *keys, tdm_tensor *values, tdm_tensor **out) {
+    if (!env || !out || !keys || !values || keys == values)
+        return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_map_create: NULL or repeated argument");
+    if (keys->rank != 1 || (keys->dtype != TDM_INT64 && keys->dtype != TDM_STRING) || keys->device)
+        return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_map_create: keys must be a 1-D int64 or "
+                       "string host tensor");
+    if (values->device || tdm_dtype_is_container(values->dtype) || values->rank != 1 ||
+        values->count != keys->count)
+        return TDM_ERR(TDM_ERR_INVALID_ARGUMENT,
+                       "tdm_map_create: values must be a 1-D host tensor as long as the keys");
+    tdm_tensor *kv[2] = {keys, values};
+    return container_of(env, TDM_MAP, 2, kv, out);
+}
+
+size_t tdm_value_item_count(const tdm_tensor *v) {
+    return v && tdm_dtype_is_container(v->dtype) ? (size_t)v->count : 0;
+}
+
+const tdm_tensor *tdm_value_item(const tdm_tensor *v, size_t i) {
+    if (i >= tdm_value_item_count(v)) return NULL;
+    return ((tdm_tensor *const *)v->data)[i];
+}
+
+tdm_status *tdm_value_load_onnx(tdm_env *env, const char *path, tdm_dtype kind, tdm_tensor **out) {
+    if (!env || !path || !out)
+        return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_value_load_onnx: NULL argument");
+    return tdm_onnx_load_value_file(path, env->alloc, kind, out);
+}

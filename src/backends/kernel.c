@@ -10,7 +10,7 @@ bool tdm_kernel_matches(const tdm_kernel_def *k, const tdm_node *node, const tdm
     if (k->type_input < 0) return true;
     if (k->type_input >= n_in) return false;
     tdm_dtype dt = in_types[k->type_input];
-    return (unsigned)dt < 32 && (k->types & TDM_T(dt));
+    return (k->types & tdm_kernel_type_bit(dt)) != 0;
 }
 
 const tdm_kernel_def *tdm_kernel_find(const tdm_kernel_def *const *tables, const int *counts,

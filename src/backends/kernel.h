@@ -79,6 +79,18 @@ typedef tdm_status *(*tdm_kernel_fn)(tdm_kernel_ctx *ctx);
 
 /* Bit for a dtype in a kernel's type mask. */
 #define TDM_T(dt) (1u << (dt))
+/* Bits of the containers (core/tensor.h; their dtypes are >= 32): tdm_kernel_type_bit. */
+#define TDM_T_SEQUENCE (1u << 29)
+#define TDM_T_MAP (1u << 30)
+#define TDM_T_OPTIONAL (1u << 31)
+#define TDM_T_CONTAINERS (TDM_T_SEQUENCE | TDM_T_MAP | TDM_T_OPTIONAL)
+static inline uint32_t tdm_kernel_type_bit(tdm_dtype dt) {
+    return dt == TDM_SEQUENCE ? TDM_T_SEQUENCE
+           : dt == TDM_MAP    ? TDM_T_MAP
+           : dt == TDM_OPTIONAL ? TDM_T_OPTIONAL
+           : (unsigned)dt < 29 ? TDM_T(dt)
+                               : 0;
+}
 #define TDM_T_FLOATS (TDM_T(TDM_FLOAT) | TDM_T(TDM_DOUBLE) | TDM_T(TDM_FLOAT16) | TDM_T(TDM_BFLOAT16))
 #define TDM_T_SINTS (TDM_T(TDM_INT8) | TDM_T(TDM_INT16) | TDM_T(TDM_INT32) | TDM_T(TDM_INT64))
 #define TDM_T_UINTS (TDM_T(TDM_UINT8) | TDM_T(TDM_UINT16) | TDM_T(TDM_UINT32) | TDM_T(TDM_UINT64))

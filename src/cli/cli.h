@@ -18,7 +18,10 @@ int cmd_profile(int argc, char **argv);
 /* Prints "tandem: <message>" to stderr, frees the status and returns 1. */
 int cli_fail(tdm_status *st, const char *context);
 
-/* .npy files (C order, little-endian numeric and bool dtypes). */
+/* .npy files (C order, little-endian numeric and bool dtypes). Sequences, maps and optionals
+ * are folders (npy.c: a sequence's items are DIR/0.npy, DIR/1.npy, ...; a map DIR/keys.npy or
+ * keys.txt and DIR/values.npy): npy_read takes a folder for PATH, npy_write writes PATH.npy's
+ * container as the folder PATH. */
 /* Return 0, or -1 with a message in why. */
 int npy_read(tdm_env *env, const char *path, tdm_tensor **out, char *why, size_t why_size);
 int npy_write(const char *path, const tdm_tensor *t, char *why, size_t why_size);

@@ -84,7 +84,7 @@ static result run_one(const char *dir, const conf_opts *o, char *why, size_t why
             if (!file_exists(path)) continue; /* optional input left out */
             tdm_value_desc d;
             tdm_model_input(m, i, &d);
-            if ((st = tdm_tensor_load_onnx(env, path, &ins[given]))) {
+            if ((st = tdm_value_load_onnx(env, path, d.dtype, &ins[given]))) {
                 snprintf(why, why_size, "input %zu: %s", i, tdm_status_message(st));
                 tdm_status_free(st);
                 r = R_SKIP; /* not a TensorProto (sequence/optional data) */
@@ -100,7 +100,7 @@ static result run_one(const char *dir, const conf_opts *o, char *why, size_t why
             tdm_model_output(m, j, &d);
             onames[j] = d.name;
             snprintf(path, sizeof path, "%.4000s/output_%zu.pb", sd, j);
-            if ((st = tdm_tensor_load_onnx(env, path, &want[j]))) {
+            if ((st = tdm_value_load_onnx(env, path, d.dtype, &want[j]))) {
                 snprintf(why, why_size, "output %zu: %s", j, tdm_status_message(st));
                 tdm_status_free(st);
                 r = R_SKIP;

@@ -101,9 +101,24 @@ int cli_input_make(tdm_env *env, const cli_inputs *in, const char *cmd, const td
                 fprintf(stderr, "tandem: %s: input '%s': %s\n", cmd, d->name, why);
                 return 1;
             }
+            if (d->dtype == TDM_OPTIONAL && tdm_tensor_dtype(*out) != TDM_OPTIONAL) {
+                tdm_tensor *opt = NULL;
+                tdm_status *st = tdm_optional_create(env, *out, &opt);
+                if (st) {
+                    tdm_tensor_free(*out);
+                    *out = NULL;
+                    return cli_fail(st, d->name);
+                }
+                *out = opt;
+            }
             *random = false;
             return 0;
         }
+    if (d->dtype == TDM_SEQUENCE || d->dtype == TDM_MAP || d->dtype == TDM_OPTIONAL) {
+        fprintf(stderr, "tandem: %s: input '%s' is a %s: give it with --input %s=DIR (a "
+                "folder of 0.npy, 1.npy, ...)\n", cmd, d->name, tdm_dtype_name(d->dtype), d->name);
+        return 1;
+    }
     int64_t dims[TDM_MAX_RANK];
     int rank = d->rank < 0 ? 0 : d->rank;
     for (int j = 0; j < rank; j++) {

@@ -1,5 +1,7 @@
 /* NumPy .npy files: version 1.0/2.0/3.0 headers, C order, little-endian. */
+#include <dirent.h>
 #include <errno.h>
+#include <sys/stat.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +25,8 @@ static const struct {
         goto done;                                                                       \
     } while (0)
 
-int npy_read(tdm_env *env, const char *path, tdm_tensor **out, char *why, size_t why_size) {
+static int npy_read_tensor(tdm_env *env, const char *path, tdm_tensor **out, char *why,
+                           size_t why_size) {
     FILE *f = fopen(path, "rb");
     if (!f) {
         snprintf(why, why_size, "%s: %s", path, strerror(errno));
@@ -96,7 +99,7 @@ done:
     return rc;
 }
 
-int npy_write(const char *path, const tdm_tensor *t, char *why, size_t why_size) {
+static int npy_write_tensor(const char *path, const tdm_tensor *t, char *why, size_t why_size) {
     const char *descr = NULL;
     for (size_t i = 0; i < sizeof npy_types / sizeof npy_types[0]; i++)
         if (npy_types[i].dt == tdm_tensor_dtype(t)) descr = npy_types[i].descr;
@@ -137,4 +140,162 @@ int npy_write(const char *path, const tdm_tensor *t, char *why, size_t why_size)
         return -1;
     }
     return 0;
+}
+
+/* ---- sequences, maps, optionals as folders ----
+ * A sequence is a folder of its items named by index: 0.npy, 1.npy, ... (items that are
+ * containers: folders 0/, 1/, ...). A map is a folder with keys.npy (int64 keys) or keys.txt
+ * (string keys, one a line) and values.npy. An optional is its element, or nothing when
+ * empty. */
+
+static bool is_dir(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static bool file_there(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+static int status_why(tdm_status *st, char *why, size_t why_size) {
+    snprintf(why, why_size, "%s", tdm_status_message(st));
+    tdm_status_free(st);
+    return -1;
+}
+
+static int read_string_keys(tdm_env *env, const char *path, tdm_tensor **out, char *why,
+                            size_t why_size) {
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(why, why_size, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    char line[4096];
+    int64_t n = 0;
+    while (fgets(line, sizeof line, f)) n++;
+    rewind(f);
+    tdm_status *st = tdm_tensor_create(env, TDM_STRING, 1, &n, out);
+    for (int64_t i = 0; !st && i < n && fgets(line, sizeof line, f); i++) {
+        size_t len = strcspn(line, "\n");
+        st = tdm_tensor_set_string(*out, i, line, len);
+    }
+    fclose(f);
+    if (st) {
+        tdm_tensor_free(*out);
+        *out = NULL;
+        return status_why(st, why, why_size);
+    }
+    return 0;
+}
+
+static int read_container(tdm_env *env, const char *dir, tdm_tensor **out, char *why,
+                          size_t why_size, int depth) {
+    char p[4096];
+    if (depth > 8) {
+        snprintf(why, why_size, "%s: folders nested too deeply", dir);
+        return -1;
+    }
+    snprintf(p, sizeof p, "%.4000s/values.npy", dir);
+    if (file_there(p)) { /* a map */
+        tdm_tensor *keys = NULL, *vals = NULL;
+        if (npy_read_tensor(env, p, &vals, why, why_size)) return -1;
+        snprintf(p, sizeof p, "%.4000s/keys.npy", dir);
+        int rc = file_there(p) ? npy_read_tensor(env, p, &keys, why, why_size)
+                               : (snprintf(p, sizeof p, "%.4000s/keys.txt", dir),
+                                  read_string_keys(env, p, &keys, why, why_size));
+        tdm_status *st = rc ? NULL : tdm_map_create(env, keys, vals, out);
+        if (rc || st) {
+            tdm_tensor_free(keys);
+            tdm_tensor_free(vals);
+            return rc ? rc : status_why(st, why, why_size);
+        }
+        return 0;
+    }
+    size_t n = 0;
+    for (;; n++) { /* items 0.npy / 0/, 1.npy / 1/, ... up to the first missing index */
+        snprintf(p, sizeof p, "%.4000s/%zu.npy", dir, n);
+        if (file_there(p)) continue;
+        snprintf(p, sizeof p, "%.4000s/%zu", dir, n);
+        if (!is_dir(p)) break;
+    }
+    tdm_tensor **items = calloc(n ? n : 1, sizeof *items);
+    if (!items) {
+        snprintf(why, why_size, "out of memory");
+        return -1;
+    }
+    int rc = 0;
+    for (size_t i = 0; i < n && !rc; i++) {
+        snprintf(p, sizeof p, "%.4000s/%zu.npy", dir, i);
+        if (file_there(p)) {
+            rc = npy_read_tensor(env, p, &items[i], why, why_size);
+        } else {
+            snprintf(p, sizeof p, "%.4000s/%zu", dir, i);
+            rc = read_container(env, p, &items[i], why, why_size, depth + 1);
+        }
+    }
+    tdm_status *st = rc ? NULL : tdm_sequence_create(env, n, items, out);
+    if (st) rc = status_why(st, why, why_size);
+    if (rc)
+        for (size_t i = 0; i < n; i++) tdm_tensor_free(items[i]);
+    free(items);
+    return rc;
+}
+
+int npy_read(tdm_env *env, const char *path, tdm_tensor **out, char *why, size_t why_size) {
+    if (is_dir(path)) return read_container(env, path, out, why, why_size, 0);
+    return npy_read_tensor(env, path, out, why, why_size);
+}
+
+static int write_value(const char *base, const tdm_tensor *t, char *why, size_t why_size) {
+    char p[4096];
+    tdm_dtype dt = tdm_tensor_dtype(t);
+    if (dt == TDM_OPTIONAL) {
+        const tdm_tensor *e = tdm_value_item(t, 0);
+        return e ? write_value(base, e, why, why_size) : 0;
+    }
+    if (dt != TDM_SEQUENCE && dt != TDM_MAP) {
+        snprintf(p, sizeof p, "%.4000s.npy", base);
+        return npy_write_tensor(p, t, why, why_size);
+    }
+    if (mkdir(base, 0777) != 0 && errno != EEXIST) {
+        snprintf(why, why_size, "cannot create '%s': %s", base, strerror(errno));
+        return -1;
+    }
+    if (dt == TDM_MAP) {
+        const tdm_tensor *keys = tdm_value_item(t, 0), *vals = tdm_value_item(t, 1);
+        snprintf(p, sizeof p, "%.4000s/values", base);
+        if (write_value(p, vals, why, why_size)) return -1;
+        if (tdm_tensor_dtype(keys) != TDM_STRING) {
+            snprintf(p, sizeof p, "%.4000s/keys", base);
+            return write_value(p, keys, why, why_size);
+        }
+        snprintf(p, sizeof p, "%.4000s/keys.txt", base);
+        FILE *f = fopen(p, "w");
+        if (!f) {
+            snprintf(why, why_size, "cannot write '%s': %s", p, strerror(errno));
+            return -1;
+        }
+        char *const *s = tdm_tensor_data_const(keys);
+        for (int64_t i = 0; i < tdm_tensor_element_count(keys); i++)
+            fprintf(f, "%s\n", s[i] ? s[i] : "");
+        return fclose(f) == 0 ? 0 : -1;
+    }
+    for (size_t i = 0; i < tdm_value_item_count(t); i++) {
+        snprintf(p, sizeof p, "%.4000s/%zu", base, i);
+        if (write_value(p, tdm_value_item(t, i), why, why_size)) return -1;
+    }
+    return 0;
+}
+
+int npy_write(const char *path, const tdm_tensor *t, char *why, size_t why_size) {
+    tdm_dtype dt = tdm_tensor_dtype(t);
+    if (dt != TDM_SEQUENCE && dt != TDM_MAP && dt != TDM_OPTIONAL)
+        return npy_write_tensor(path, t, why, why_size);
+    /* PATH.npy names the folder PATH */
+    char base[4096];
+    snprintf(base, sizeof base, "%s", path);
+    size_t len = strlen(base);
+    if (len > 4 && !strcmp(base + len - 4, ".npy")) base[len - 4] = 0;
+    return write_value(base, t, why, why_size);
 }

@@ -195,6 +195,21 @@ bool cli_compare(const tdm_tensor *got, const tdm_tensor *want, double rtol, dou
     }
     int64_t n = tdm_tensor_element_count(got);
     tdm_dtype dt = tdm_tensor_dtype(got);
+    if (dt == TDM_SEQUENCE || dt == TDM_MAP || dt == TDM_OPTIONAL) {
+        for (size_t i = 0; i < tdm_value_item_count(got); i++) {
+            const tdm_tensor *gi = tdm_value_item(got, i), *wi = tdm_value_item(want, i);
+            if (!gi || !wi) {
+                snprintf(why, why_size, "%s item %zu missing", tdm_dtype_name(dt), i);
+                return false;
+            }
+            char w[300];
+            if (!cli_compare(gi, wi, rtol, atol, w, sizeof w)) {
+                snprintf(why, why_size, "%s item %zu: %s", tdm_dtype_name(dt), i, w);
+                return false;
+            }
+        }
+        return true;
+    }
     if (dt == TDM_STRING) {
         char *const *g = tdm_tensor_data_const(got), *const *w = tdm_tensor_data_const(want);
         for (int64_t i = 0; i < n; i++)

@@ -28,10 +28,24 @@ static const char *const dtype_names[TDM_DTYPE_COUNT] = {
 };
 
 size_t tdm_dtype_elem_size(tdm_dtype t) {
+    if (tdm_dtype_is_container(t)) return sizeof(tdm_tensor *);
     return (unsigned)t < TDM_DTYPE_COUNT ? elem_sizes[t] : 0;
+}
+bool tdm_dtype_is_container(tdm_dtype t) {
+    return t == TDM_SEQUENCE || t == TDM_MAP || t == TDM_OPTIONAL;
+}
+bool tdm_dtype_has_ptrs(tdm_dtype t) { return t == TDM_STRING || tdm_dtype_is_container(t); }
+
+tdm_status *tdm_container_new(const tdm_allocator *a, tdm_dtype kind, int64_t n, tdm_tensor **out) {
+    if (!tdm_dtype_is_container(kind))
+        return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "not a sequence, map or optional kind");
+    return tdm_tensor_new(a, kind, 1, &n, out);
 }
 size_t tdm_dtype_size(tdm_dtype t) { return tdm_dtype_elem_size(t); }
 const char *tdm_dtype_name(tdm_dtype t) {
+    if (t == TDM_SEQUENCE) return "sequence";
+    if (t == TDM_MAP) return "map";
+    if (t == TDM_OPTIONAL) return "optional";
     return (unsigned)t < TDM_DTYPE_COUNT && dtype_names[t] ? dtype_names[t] : "unknown";
 }
 bool tdm_dtype_is_float(tdm_dtype t) {
@@ -134,6 +148,17 @@ tdm_status *tdm_tensor_clone(const tdm_allocator *a, const tdm_tensor *src, tdm_
                 return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory copying strings");
             }
         }
+    } else if (tdm_dtype_is_container(src->dtype)) {
+        tdm_tensor **d = t->data;
+        tdm_tensor *const *s = src->data;
+        for (int64_t i = 0; i < src->count; i++) {
+            if (!s[i]) continue;
+            tdm_status *st = tdm_tensor_clone(a, s[i], &d[i]);
+            if (st) {
+                tdm_tensor_destroy(t);
+                return st;
+            }
+        }
     } else if (src->nbytes) {
         memcpy(t->data, src->data, src->nbytes);
     }
@@ -162,6 +187,9 @@ void tdm_tensor_destroy(tdm_tensor *t) {
         if (t->dtype == TDM_STRING && t->data) {
             char **s = t->data;
             for (int64_t i = 0; i < t->count; i++) tdm_free(t->alloc, s[i]);
+        } else if (tdm_dtype_is_container(t->dtype) && t->data) {
+            tdm_tensor **s = t->data;
+            for (int64_t i = 0; i < t->count; i++) tdm_tensor_destroy(s[i]);
         }
         tdm_free(t->alloc, t->data);
     }

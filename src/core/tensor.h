@@ -27,6 +27,17 @@ struct tdm_tensor {
 
 /* Bytes per element (0 for UNDEFINED). */
 size_t tdm_dtype_elem_size(tdm_dtype t);
+/* Sequences, maps and optionals (TDM_SEQUENCE, TDM_MAP, TDM_OPTIONAL) are tensors of rank 1
+ * whose elements are owned tdm_tensor pointers (destroyed and cloned with the container):
+ *   sequence: dims[0] items, each a tensor or a container (all of one type);
+ *   map:      dims[0] == 2: [0] the keys (1-D int64 or string), [1] the values (1-D, as many);
+ *   optional: dims[0] == 0 (none) or 1 (the element).
+ * Like strings they live in host memory only and are never pooled by a memory plan. */
+bool tdm_dtype_is_container(tdm_dtype t);
+/* Elements are pointers the tensor owns (strings, containers): never copied bytewise. */
+bool tdm_dtype_has_ptrs(tdm_dtype t);
+/* New container of `kind` with n empty (NULL) slots. */
+tdm_status *tdm_container_new(const tdm_allocator *a, tdm_dtype kind, int64_t n, tdm_tensor **out);
 bool tdm_dtype_is_float(tdm_dtype t);   /* float, double, float16, bfloat16 */
 bool tdm_dtype_is_signed_int(tdm_dtype t);
 bool tdm_dtype_is_unsigned_int(tdm_dtype t);

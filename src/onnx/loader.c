@@ -47,18 +47,26 @@ static tdm_status *fill_type(conv *c, tdm_graph *g, tdm_value *v, const Onnx__Ty
                            v->name);
         return NULL;
     }
+    if (tp->value_case == ONNX__TYPE_PROTO__VALUE_SEQUENCE_TYPE ||
+        tp->value_case == ONNX__TYPE_PROTO__VALUE_MAP_TYPE ||
+        tp->value_case == ONNX__TYPE_PROTO__VALUE_OPTIONAL_TYPE) {
+        /* a container (core/tensor.h): rank 1, its item count unknown until run time */
+        v->dtype = tp->value_case == ONNX__TYPE_PROTO__VALUE_SEQUENCE_TYPE ? TDM_SEQUENCE
+                   : tp->value_case == ONNX__TYPE_PROTO__VALUE_MAP_TYPE    ? TDM_MAP
+                                                                           : TDM_OPTIONAL;
+        v->rank = 1;
+        v->dims[0] = TDM_DIM_UNKNOWN;
+        return NULL;
+    }
     if (tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE) {
         if (!required) return NULL;
-        const char *what = tp->value_case == ONNX__TYPE_PROTO__VALUE_SEQUENCE_TYPE ? "a sequence"
-                           : tp->value_case == ONNX__TYPE_PROTO__VALUE_MAP_TYPE    ? "a map"
-                           : tp->value_case == ONNX__TYPE_PROTO__VALUE_OPTIONAL_TYPE ? "an optional"
-                           : tp->value_case == ONNX__TYPE_PROTO__VALUE_SPARSE_TENSOR_TYPE
+        const char *what = tp->value_case == ONNX__TYPE_PROTO__VALUE_SPARSE_TENSOR_TYPE
                                ? "a sparse tensor"
                                : "no";
         return TDM_ERR(tp->value_case == ONNX__TYPE_PROTO__VALUE__NOT_SET ? TDM_ERR_INVALID_MODEL
                                                                           : TDM_ERR_UNSUPPORTED,
-                       "graph input/output '%s' has %s type; only tensors are supported", v->name,
-                       what);
+                       "graph input/output '%s' has %s type; only tensors, sequences, maps "
+                       "and optionals are supported", v->name, what);
     }
     const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
     if (!tt) return NULL;
@@ -536,4 +544,191 @@ tdm_status *tdm_onnx_load_tensor_file(const char *path, const tdm_allocator *a, 
     }
     tdm_free(a, data);
     return st;
+}
+
+/* ---- SequenceProto / OptionalProto / MapProto (onnx-data.proto; test data .pb files) ----
+ * Not in the compiled onnx.proto: read from the wire here. Fields used:
+ *   SequenceProto: elem_type 2, tensor_values 3, sequence_values 5, map_values 6,
+ *                  optional_values 7;
+ *   OptionalProto: elem_type 2, tensor_value 3, sequence_value 5, map_value 6, optional_value 7;
+ *   MapProto:      key_type 2, keys 3 (packed int64), string_keys 4, values 5 (a SequenceProto).
+ * elem_type: 1 tensor, 3 sequence, 4 map, 5 optional. */
+
+typedef struct wire {
+    const uint8_t *p, *end;
+} wire;
+
+static bool wire_varint(wire *w, uint64_t *v) {
+    *v = 0;
+    for (int s = 0; s < 64 && w->p < w->end; s += 7) {
+        uint8_t b = *w->p++;
+        *v |= (uint64_t)(b & 0x7f) << s;
+        if (!(b & 0x80)) return true;
+    }
+    return false;
+}
+
+/* Next field: number, wire type, and for length-delimited fields the bytes. */
+static bool wire_field(wire *w, int *field, int *type, uint64_t *num, wire *sub) {
+    uint64_t key;
+    if (!wire_varint(w, &key)) return false;
+    *field = (int)(key >> 3);
+    *type = (int)(key & 7);
+    switch (*type) {
+    case 0: return wire_varint(w, num);
+    case 1:
+        if (w->end - w->p < 8) return false;
+        w->p += 8;
+        return true;
+    case 5:
+        if (w->end - w->p < 4) return false;
+        w->p += 4;
+        return true;
+    case 2: {
+        uint64_t len;
+        if (!wire_varint(w, &len) || len > (uint64_t)(w->end - w->p)) return false;
+        sub->p = w->p;
+        sub->end = w->p + len;
+        w->p += len;
+        return true;
+    }
+    default: return false;
+    }
+}
+
+static tdm_status *value_from_wire(wire w, tdm_dtype kind, const tdm_allocator *a, int depth,
+                                   tdm_tensor **out);
+
+static tdm_status *tensor_from_wire(wire w, const tdm_allocator *a, tdm_tensor **out) {
+    TDM_TRY(tdm_onnx_check_wire(w.p, (size_t)(w.end - w.p), 1, TDM_MAX_PROTO_DEPTH));
+    pc_ctx pcc = {a, false};
+    ProtobufCAllocator pa = {pc_alloc, pc_free, &pcc};
+    Onnx__TensorProto *tp = onnx__tensor_proto__unpack(&pa, (size_t)(w.end - w.p), w.p);
+    if (!tp)
+        return TDM_ERR(pcc.failed ? TDM_ERR_OUT_OF_MEMORY : TDM_ERR_INVALID_MODEL,
+                       "a tensor inside a sequence/optional is not a valid TensorProto");
+    tdm_status *st = tdm_onnx_convert_tensor(tp, a, NULL, "tensor", out);
+    onnx__tensor_proto__free_unpacked(tp, &pa);
+    return st;
+}
+
+/* A map's values from their SequenceProto: its single 1-D tensor, or its scalars as one 1-D
+ * tensor; anything else stays a sequence (taken from `vals`). */
+static tdm_status *map_values(tdm_tensor *vals, const tdm_allocator *a, tdm_tensor **out) {
+    tdm_tensor **it = vals->data;
+    int64_t n = vals->count;
+    if (n == 1 && it[0] && it[0]->rank == 1) {
+        *out = it[0];
+        it[0] = NULL;
+        return NULL;
+    }
+    bool scalars = true;
+    for (int64_t i = 0; i < n; i++)
+        if (!it[i] || it[i]->count != 1 || it[i]->dtype != it[0]->dtype ||
+            tdm_dtype_has_ptrs(it[i]->dtype))
+            scalars = false;
+    if (!scalars || n == 0) return tdm_tensor_clone(a, vals, out);
+    TDM_TRY(tdm_tensor_new(a, it[0]->dtype, 1, &n, out));
+    size_t es = tdm_dtype_elem_size(it[0]->dtype);
+    for (int64_t i = 0; i < n; i++) memcpy((char *)(*out)->data + (size_t)i * es, it[i]->data, es);
+    return NULL;
+}
+
+static const tdm_dtype elem_kinds[6] = {TDM_UNDEFINED, TDM_UNDEFINED, TDM_UNDEFINED,
+                                        TDM_SEQUENCE, TDM_MAP, TDM_OPTIONAL};
+
+static tdm_status *value_from_wire(wire w, tdm_dtype kind, const tdm_allocator *a, int depth,
+                                   tdm_tensor **out) {
+    if (depth > 16) return TDM_ERR(TDM_ERR_LIMIT, "sequences/optionals nested too deeply");
+    if (kind == TDM_UNDEFINED) return tensor_from_wire(w, a, out);
+    /* first pass: count the items */
+    int64_t n = 0;
+    wire r = w, sub = {0};
+    int field, type;
+    uint64_t num;
+    while (r.p < r.end) {
+        if (!wire_field(&r, &field, &type, &num, &sub))
+            return TDM_ERR(TDM_ERR_INVALID_MODEL, "malformed sequence/optional/map data");
+        if (kind != TDM_MAP && type == 2 && field >= 3 && field <= 7 && field != 4) n++;
+    }
+    if (kind == TDM_OPTIONAL && n > 1)
+        return TDM_ERR(TDM_ERR_INVALID_MODEL, "optional with %lld values", (long long)n);
+    tdm_tensor *c = NULL;
+    TDM_TRY(tdm_container_new(a, kind, kind == TDM_MAP ? 2 : n, &c));
+    tdm_tensor **slots = c->data;
+    tdm_status *st = NULL;
+    int64_t i = 0;
+    tdm_dtype key_type = TDM_INT64;
+    r = w;
+    while (!st && r.p < r.end) {
+        wire_field(&r, &field, &type, &num, &sub);
+        if (kind == TDM_MAP) {
+            if (field == 2 && type == 0) key_type = (tdm_dtype)num;
+            else if (field == 5 && type == 2 && !slots[1]) {
+                tdm_tensor *vals = NULL;
+                st = value_from_wire(sub, TDM_SEQUENCE, a, depth + 1, &vals);
+                /* the values: one 1-D tensor, or scalars (onnx's from_dict) made one */
+                if (!st) st = map_values(vals, a, &slots[1]);
+                tdm_tensor_destroy(vals);
+            }
+            continue;
+        }
+        if (type != 2 || field < 3 || field > 7 || field == 4) continue;
+        st = value_from_wire(sub, field == 3 ? TDM_UNDEFINED : elem_kinds[field - 2], a, depth + 1,
+                             &slots[i++]);
+    }
+    if (!st && kind == TDM_MAP) {
+        /* keys: packed int64 (3) or strings (4) */
+        tdm_dtype kt = key_type == TDM_STRING ? TDM_STRING : TDM_INT64;
+        int64_t nk = 0;
+        r = w;
+        while (r.p < r.end) {
+            wire_field(&r, &field, &type, &num, &sub);
+            if (kt == TDM_STRING && field == 4 && type == 2) nk++;
+            if (kt == TDM_INT64 && field == 3 && type == 2) {
+                wire q = sub;
+                while (q.p < q.end && wire_varint(&q, &num)) nk++;
+            }
+            if (kt == TDM_INT64 && field == 3 && type == 0) nk++;
+        }
+        st = tdm_tensor_new(a, kt, 1, &nk, &slots[0]);
+        int64_t k = 0;
+        r = w;
+        while (!st && r.p < r.end) {
+            wire_field(&r, &field, &type, &num, &sub);
+            if (kt == TDM_STRING && field == 4 && type == 2) {
+                char *s = tdm_strndup(a, (const char *)sub.p, (size_t)(sub.end - sub.p));
+                if (!s) st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
+                else ((char **)slots[0]->data)[k++] = s;
+            } else if (kt == TDM_INT64 && field == 3 && type == 2) {
+                wire q = sub;
+                while (q.p < q.end && wire_varint(&q, &num))
+                    ((int64_t *)slots[0]->data)[k++] = (int64_t)num;
+            } else if (kt == TDM_INT64 && field == 3 && type == 0) {
+                ((int64_t *)slots[0]->data)[k++] = (int64_t)num;
+            }
+        }
+    }
+    if (!st && kind == TDM_MAP &&
+        (!slots[1] || slots[1]->count != slots[0]->count))
+        st = TDM_ERR(TDM_ERR_INVALID_MODEL, "a map's values are missing or not one per key");
+    if (st) {
+        tdm_tensor_destroy(c);
+        return st;
+    }
+    *out = c;
+    return NULL;
+}
+
+tdm_status *tdm_onnx_load_value_file(const char *path, const tdm_allocator *a, tdm_dtype kind,
+                                     tdm_tensor **out) {
+    if (kind == TDM_UNDEFINED || !tdm_dtype_is_container(kind))
+        return tdm_onnx_load_tensor_file(path, a, out);
+    void *data;
+    size_t size;
+    TDM_TRY(tdm_read_file(path, a, TDM_MAX_MODEL_BYTES, &data, &size));
+    wire w = {data, (const uint8_t *)data + size};
+    tdm_status *st = value_from_wire(w, kind, a, 0, out);
+    tdm_free(a, data);
+    return st ? tdm_status_wrap(st, "'%s': ", path) : NULL;
 }

@@ -48,6 +48,10 @@ void tdm_onnx_model_free(tdm_onnx_model *m);
 
 /* Loads one serialized TensorProto (ONNX test data .pb files). */
 tdm_status *tdm_onnx_load_tensor_file(const char *path, const tdm_allocator *a, tdm_tensor **out);
+/* Loads one serialized value of `kind`: a TensorProto (a tensor dtype or TDM_UNDEFINED), a
+ * SequenceProto (TDM_SEQUENCE), an OptionalProto (TDM_OPTIONAL) or a MapProto (TDM_MAP). */
+tdm_status *tdm_onnx_load_value_file(const char *path, const tdm_allocator *a, tdm_dtype kind,
+                                     tdm_tensor **out);
 
 /* Internal pieces (exposed for tests). */
 tdm_status *tdm_onnx_check_wire(const void *data, size_t size, int is_tensor, int max_depth);

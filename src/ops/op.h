@@ -93,6 +93,7 @@ tdm_status *tdm_node_error(const tdm_node *node, tdm_code code, const char *fmt,
     X(text)                                                                              \
     X(ml)                                                                                \
     X(control)                                                                           \
+    X(seq)                                                                               \
     X(fused)                                                                             \
     X(quant_nbits)                                                                   \
     X(contrib)                                                                           \

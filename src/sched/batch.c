@@ -23,7 +23,7 @@ int64_t tdm_batch_rows(const tdm_graph *g, const tdm_tensor *const *by_input) {
     for (size_t i = 0; i < g->n_inputs; i++) {
         const tdm_tensor *t = by_input[i];
         if (!t && g->values[g->inputs[i]].data) continue;
-        if (!t || t->rank < 1 || t->dtype == TDM_STRING || t->device) return -1;
+        if (!t || t->rank < 1 || tdm_dtype_has_ptrs(t->dtype) || t->device) return -1;
         if (n >= 0 && t->dims[0] != n) return -1;
         n = t->dims[0];
     }
@@ -50,7 +50,7 @@ tdm_status *tdm_batch_join(const tdm_allocator *a, const tdm_tensor *const *part
     for (int q = 0; q < np; q++) {
         const tdm_tensor *t = parts[q];
         bool same = t && t->dtype == f0->dtype && t->rank == f0->rank && t->rank >= 1 && !t->device &&
-                    t->dtype != TDM_STRING;
+                    !tdm_dtype_has_ptrs(t->dtype);
         for (int d = 1; same && d < t->rank; d++) same = t->dims[d] == f0->dims[d];
         if (!same || (rows && t->dims[0] != rows[q]))
             return TDM_ERR(TDM_ERR_RUNTIME, "output '%s' cannot be joined along the batch dim", name);

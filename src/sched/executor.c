@@ -91,7 +91,7 @@ static tdm_status *frame_new_output(frame *f, tdm_device *dev, int v, tdm_dtype 
         /* another kernel than planned: its own memory, and the plan stays as it is */
         return tdm_tensor_new(f->a, dtype, rank, dims, out);
     }
-    if (f && f->mp && v >= 0 && f->mp->offset[v] >= 0 && dtype != TDM_STRING) {
+    if (f && f->mp && v >= 0 && f->mp->offset[v] >= 0 && !tdm_dtype_has_ptrs(dtype)) {
         int64_t count;
         size_t nbytes;
         tdm_status *st = tdm_shape_count(rank, dims, dtype, "output", &count, &nbytes);
@@ -113,7 +113,7 @@ static tdm_status *frame_new_output(frame *f, tdm_device *dev, int v, tdm_dtype 
         }
     }
     TDM_TRY(tdm_tensor_new(f ? f->a : NULL, dtype, rank, dims, out));
-    if (f && f->record && v >= 0 && dtype != TDM_STRING) f->record[v] = (*out)->nbytes;
+    if (f && f->record && v >= 0 && !tdm_dtype_has_ptrs(dtype)) f->record[v] = (*out)->nbytes;
     return NULL;
 }
 
@@ -198,7 +198,7 @@ tdm_status *tdm_exec_run_node(tdm_device *dev, const tdm_kernel_def *k, void *st
         if (sc) tdm_exec_shape_cache_put(sc, node_i, n, ins, out);
     }
     if (!k || (k->type_input >= 0 && (k->type_input >= n->n_inputs ||
-                                       !(k->types & TDM_T(types[k->type_input]))))) {
+                                       !(k->types & tdm_kernel_type_bit(types[k->type_input]))))) {
         k = tdm_device_find_kernel(dev, n, types, n->n_inputs);
         state = NULL;
         if (!k) {
@@ -257,7 +257,7 @@ tdm_status *tdm_exec_run_node(tdm_device *dev, const tdm_kernel_def *k, void *st
     if (ik >= 0 && n->n_inputs <= 16 && outs[0]) {
         const tdm_tensor *t = ins[ik];
         if (t && t->data != outs[0]->data && !t->device && !outs[0]->device &&
-            t->dtype != TDM_STRING &&
+            !tdm_dtype_has_ptrs(t->dtype) &&
             t->dtype == outs[0]->dtype && t->nbytes == outs[0]->nbytes) {
             memcpy(outs[0]->data, t->data, t->nbytes);
             memcpy(ins_own, ins, (size_t)n->n_inputs * sizeof *ins);
@@ -510,7 +510,7 @@ static tdm_status *take_outputs(frame *f, const int *which, size_t n, tdm_tensor
                 st = bound_mismatch(f, (int)j, b, t->dtype, t->rank, t->dims);
                 break;
             }
-            if (t->device || t->dtype == TDM_STRING) {
+            if (t->device || tdm_dtype_has_ptrs(t->dtype)) {
                 st = TDM_ERR(TDM_ERR_UNSUPPORTED, "output '%s': a bound output must be a "
                              "numeric tensor in host memory", f->g->values[v].name);
                 break;

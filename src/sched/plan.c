@@ -166,10 +166,10 @@ static tdm_status *place(tdm_plan *p, const tdm_plan_options *opts, const int *k
         for (int k = 0; k < nt; k++) {
             types[k] = n->inputs[k] >= 0 ? g->values[n->inputs[k]].dtype : TDM_UNDEFINED;
             if (n->inputs[k] >= 0 && types[k] == TDM_UNDEFINED) unknown = true;
-            if (types[k] == TDM_STRING) host_only = true;
+            if (tdm_dtype_has_ptrs(types[k])) host_only = true;
         }
         for (int k = 0; k < n->n_outputs; k++)
-            if (n->outputs[k] >= 0 && g->values[n->outputs[k]].dtype == TDM_STRING) host_only = true;
+            if (n->outputs[k] >= 0 && tdm_dtype_has_ptrs(g->values[n->outputs[k]].dtype)) host_only = true;
         for (int k = 0; k < n->n_attrs; k++)
             if (n->attrs[k].type == TDM_ATTR_GRAPH || n->attrs[k].type == TDM_ATTR_GRAPHS) host_only = true;
         bool any = false;

@@ -23,6 +23,7 @@
     X(ml_svm)                                                                            \
     X(ml_encode)                                                                         \
     X(control)                                                                           \
+    X(seq)                                                                               \
     X(fused)                                                                             \
     X(nbits)                                                                             \
     X(contrib)                                                                           \
