@@ -376,6 +376,11 @@ bool dn_f32_scalar(const tdm_tensor *t, float *v) {
     return true;
 }
 
+bool dn_bf16(const tdm_kernel_ctx *ctx) {
+    tdm_cpu_dev *c = tdm_cpu_dev_of(ctx->device);
+    return c && atomic_load(&c->bf16);
+}
+
 bool dn_has_vnni(void) {
     unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
     return (isa & (unsigned)dnnl_cpu_isa_avx512_core_vnni) == (unsigned)dnnl_cpu_isa_avx512_core_vnni ||
