@@ -116,7 +116,6 @@ static tdm_status *cpu_configure(tdm_device *dev, const char *key, const char *v
  * once (after the ISA is settled: the probe is oneDNN's first use). 8 or 16, else 0. */
 static int64_t cpu_channel_block(tdm_device *dev) {
     tdm_cpu_dev *c = dev->ctx;
-    if (atomic_load(&c->bf16)) return 0; /* (cpu_device.h) */
     pthread_mutex_lock(&c->mu);
     if (!c->block_known) {
         int64_t b = tdm_cpu_dnnl_probe_block();

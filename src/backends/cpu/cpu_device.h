@@ -15,8 +15,8 @@
  * and is refused with an error on a CPU (or under a cap) without AVX512_BF16 / AMX, never
  * emulated; fp32 turns it off; tf32 and fp16 are accelerators' and leave the CPU in fp32.
  * Like the accelerators' setting it belongs to the device, which the environment's sessions
- * share. Under bf16 the device reports no channel block (the blocked-layout pass keeps
- * float32 blocked tensors between convolutions, which the bf16 primitives would reorder).
+ * share. The blocked-layout pass works as in fp32: f32 channel-blocked tensors between
+ * convolutions, each converted to bf16 in the same layout at the primitive's input.
  *
  * The channel block (tdm_device_iface.channel_block): the block of the activation layout
  * oneDNN's convolution takes on this CPU when left free (format_tag any), found once with a

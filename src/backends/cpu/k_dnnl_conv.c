@@ -77,6 +77,8 @@ typedef struct conv_entry {
     dnnl_memory_desc_t src_img; /* one image of X in the primitives' layout */
     int64_t src_img_elems;
     bool src_reorder;
+    bool src_cvt; /* bf16 with X channel-blocked: the input "reorder" only converts each image
+                     (same layout, r_src[0] over its src_img_elems elements as 1-D) */
     int64_t src_chunk, src_n_chunks; /* input channels per reorder item */
     bool bf16;      /* precision bf16 (dn_bf16): the primitives read X and W in bf16 (X
                        converted by the input reorder, W once when constant); Y stays f32 */
@@ -391,7 +393,16 @@ static tdm_status *conv_build_parts(conv_state *s, conv_entry *e, const conv_geo
             e->src_img_elems = (int64_t)(dn_md_bytes(&e->src_img) / e->src_esz);
             e->src_chunk = L > 1 && e->mb == 1 ? dn_chunk(C, L, e->N, T) : C;
             e->src_n_chunks = (C + e->src_chunk - 1) / e->src_chunk;
-            if (e->src_reorder) {
+            if (e->bf16 && e->xblk) {
+                int64_t ne = e->src_img_elems;
+                e->src_reorder = e->src_cvt = true;
+                e->src_chunk = C;
+                e->src_n_chunks = 1;
+                dn_md_plain(&e->r_src_from[0], 1, &ne);
+                e->r_src_to[0] = e->r_src_from[0];
+                e->r_src_to[0].data_type = dnnl_bf16;
+                TDM_TRY(dn_reorder_new(bs->eng, &e->r_src_from[0], &e->r_src_to[0], &e->r_src[0]));
+            } else if (e->src_reorder) {
                 int64_t stail = C - (e->src_n_chunks - 1) * e->src_chunk;
                 for (int i = 0; i < 2 && *ok; i++) {
                     int64_t cd[5] = {e->mb, i == 0 ? e->src_chunk : stail};
@@ -419,7 +430,8 @@ static tdm_status *conv_build(dn_state *bs, tdm_kernel_ctx *ctx, dn_entry *he) {
     const tdm_tensor *z = s->fused && ctx->n_in > 3 ? ctx->in[3] : NULL;
     int64_t xdims[5], ydims[5];
     if (!conv_dims(s, ctx, xdims, ydims, &e->blk, &e->xblk)) return NULL;
-    e->bf16 = dn_bf16(ctx) && !e->blk; /* (no blocked convolutions under bf16: cpu_device.h) */
+    e->bf16 = dn_bf16(ctx);
+    e->src_cvt = false;
     int nd = w->rank, nsp = nd - 2;
     tdm_nn_geom gm;
     tdm_status *gst = tdm_nn_geom_init(ctx->node, ctx->opset, TDM_NN_CONV, nd, xdims, w->dims, &gm);
@@ -554,6 +566,10 @@ static tdm_status *src_item(void *arg, tdm_kernel_ctx *ctx, int64_t item) {
     int64_t n = item / e->src_n_chunks, j = item % e->src_n_chunks;
     int i = j == e->src_n_chunks - 1 && e->r_src[1].p ? 1 : 0;
     int64_t c0 = j * e->src_chunk;
+    if (e->src_cvt) /* blocked f32 image -> the same layout in bf16 */
+        return dn_exec_reorder(ctx, r->s->base.eng, &e->r_src[0], &e->r_src_from[0],
+                               r->x + n * e->src_img_elems, &e->r_src_to[0],
+                               r->src + (size_t)(n * e->src_img_elems) * e->src_esz);
     return dn_exec_reorder(ctx, r->s->base.eng, &e->r_src[i], &e->r_src_from[i],
                            r->x + (n * e->mb * e->C + c0) * e->isz, &e->r_src_to[i],
                            r->src + (size_t)(n * e->src_img_elems + c0 * e->isz) * e->src_esz);
