@@ -404,7 +404,10 @@ typedef struct tdm_session_options {
                               micro-batch size */
     const char *precision; /* accelerators' arithmetic: NULL or "fp32" (default) computes in
                               float32; "tf32", "fp16" and "bf16" let a device that supports
-                              them (cuda) compute float32 models in that precision */
+                              them (cuda) compute float32 models in that precision; the cpu
+                              takes "bf16" (convolutions and matmuls with bf16 inputs, f32
+                              accumulation) where it has AVX512_BF16 or AMX, and fails the
+                              session with TDM_ERR_UNSUPPORTED elsewhere (no emulation) */
     const char *pipeline_cuts; /* TDM_MODE_PIPELINE: where stages 2, 3, ... start, as node
                               names or #positions in the model's node order, comma-separated
                               ("#12,#30" or "conv5,fc"); stage k runs on the k-th device.

@@ -61,7 +61,7 @@ static tdm_status *parse_devices(tdm_session *s, const char *list, bool no_fallb
 }
 
 /* tdm_session_options.precision: checked here, then handed to the session's devices that
- * take settings (tdm_device_iface.configure; the CPU has none). The setting belongs to the
+ * take settings (tdm_device_iface.configure; the CPU takes bf16 and fp32). The setting belongs to the
  * device, which the environment's sessions share: the last session created with a
  * precision sets it for all. */
 static tdm_status *configure_precision(tdm_session *s, const char *precision) {
@@ -73,8 +73,20 @@ static tdm_status *configure_precision(tdm_session *s, const char *precision) {
     if (!ok)
         return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "precision '%s' is not one of fp32, tf32, fp16, "
                        "bf16", precision);
-    for (int i = 0; i < s->n_devices; i++)
-        TDM_TRY(tdm_device_configure(s->devices[i], "precision", precision));
+    /* A device that cannot take it (the cpu without AVX512_BF16 for bf16) fails the session
+     * when it is the only device; next to another one (cuda:0,cpu) it stays in fp32 with a
+     * warning, as the CPU takes only what the accelerator lacks. */
+    for (int i = 0; i < s->n_devices; i++) {
+        tdm_status *st = tdm_device_configure(s->devices[i], "precision", precision);
+        if (st && s->n_devices > 1 && tdm_status_code(st) == TDM_ERR_UNSUPPORTED) {
+            tdm_log(&s->env->log, TDM_LOG_WARN, "%s: %s (that device stays in fp32)",
+                    s->devices[i]->name, tdm_status_message(st));
+            tdm_status_free(st);
+            tdm_status_free(tdm_device_configure(s->devices[i], "precision", "fp32"));
+            continue;
+        }
+        if (st) return st;
+    }
     return NULL;
 }
 

@@ -215,7 +215,8 @@ static void conf_usage(FILE *f) {
             "  --opt-level N        0 = no graph passes, 1 = default\n"
             "  --placement P        auto (cost model), first (the first device that can), or a\n"
             "                       device name\n"
-            "  --precision P        accelerators' arithmetic: fp32 (default), tf32, fp16, bf16\n",
+            "  --precision P        arithmetic: fp32 (default), tf32, fp16, bf16 (cpu: fp32,\n"
+            "                       or bf16 with AVX512_BF16 / AMX)\n",
             DEFAULT_DIR);
 }
 

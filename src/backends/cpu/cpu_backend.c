@@ -71,8 +71,23 @@ static void cpu_describe(tdm_device *dev) {
 /* "cpu_isa": the ISA cap (cpu_device.h), given once when the environment is created; an
  * empty value means the machine's best. Other keys are not the CPU's. */
 static tdm_status *cpu_configure(tdm_device *dev, const char *key, const char *value) {
-    if (strcmp(key, "cpu_isa") != 0) return NULL;
     tdm_cpu_dev *c = dev->ctx;
+    if (strcmp(key, "precision") == 0) { /* (the session checked the name) */
+        bool bf16 = value && strcmp(value, "bf16") == 0;
+        if (bf16 && c->dnnl_isa < TDM_ISA_AVX512_CORE_BF16)
+            return TDM_ERR(TDM_ERR_UNSUPPORTED,
+                           "precision bf16 on the cpu needs AVX512_BF16 or AMX, and oneDNN runs "
+                           "%s here (machine %s%s): tandem does not emulate bf16; use fp32",
+                           tdm_cpu_isa_name(c->dnnl_isa), tdm_cpu_isa_name(tdm_cpu_isa_detect()),
+                           c->dnnl_isa < tdm_cpu_isa_detect() ? ", capped by cpu_isa / "
+                                                                "TANDEM_CPU_ISA" : "");
+        atomic_store(&c->bf16, bf16);
+        if (bf16)
+            tdm_log(&c->log, TDM_LOG_INFO, "cpu: precision bf16 (oneDNN %s): convolutions and "
+                    "matmuls take bf16 inputs, accumulate in f32", tdm_cpu_isa_name(c->dnnl_isa));
+        return NULL;
+    }
+    if (strcmp(key, "cpu_isa") != 0) return NULL;
     tdm_cpu_isa best = tdm_cpu_isa_detect(), want = best;
     bool cap = value && value[0];
     if (cap && !tdm_cpu_isa_parse(value, &want))

@@ -10,6 +10,14 @@
  * the description shows ("..., avx2 (oneDNN avx512_core)"). Device profiles are keyed by the
  * description, so by both levels.
  *
+ * The precision (configure("precision", ...), from tdm_session_options.precision): "bf16"
+ * switches the dnnl family's convolutions and matmuls to bf16 inputs with f32 accumulation
+ * and is refused with an error on a CPU (or under a cap) without AVX512_BF16 / AMX, never
+ * emulated; fp32 turns it off; tf32 and fp16 are accelerators' and leave the CPU in fp32.
+ * Like the accelerators' setting it belongs to the device, which the environment's sessions
+ * share. The blocked-layout pass works as in fp32: f32 channel-blocked tensors between
+ * convolutions, each converted to bf16 in the same layout at the primitive's input.
+ *
  * The channel block (tdm_device_iface.channel_block): the block of the activation layout
  * oneDNN's convolution takes on this CPU when left free (format_tag any), found once with a
  * probe primitive after the ISA is settled. */
@@ -17,6 +25,8 @@
 #define TDM_CPU_DEVICE_H
 
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "backends/backend.h"
@@ -32,6 +42,10 @@ typedef struct tdm_cpu_dev {
     pthread_mutex_t mu;       /* guards the probe below */
     int64_t block;            /* channel block of oneDNN's convolutions (0: plain layouts) */
     bool block_known;
+    _Atomic bool bf16;        /* precision bf16 (configure "precision"): the dnnl family's
+                                 convolutions and matmuls take bf16 sources and weights with
+                                 f32 accumulation and f32 results; set only where oneDNN
+                                 dispatches to avx512_core_bf16 or AMX */
 } tdm_cpu_dev;
 
 /* The CPU context of dev, or NULL when dev is not a CPU device (e.g. the test device, which

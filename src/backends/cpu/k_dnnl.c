@@ -376,6 +376,11 @@ bool dn_f32_scalar(const tdm_tensor *t, float *v) {
     return true;
 }
 
+bool dn_bf16(const tdm_kernel_ctx *ctx) {
+    tdm_cpu_dev *c = tdm_cpu_dev_of(ctx->device);
+    return c && atomic_load(&c->bf16);
+}
+
 bool dn_has_vnni(void) {
     unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
     return (isa & (unsigned)dnnl_cpu_isa_avx512_core_vnni) == (unsigned)dnnl_cpu_isa_avx512_core_vnni ||
@@ -421,10 +426,13 @@ int64_t dn_channel_layout(const dnnl_memory_desc_t *md) {
     for (int i = 0; i < nd; i++) dims[i] = md->dims[i];
     dnnl_memory_desc_t c;
     dn_md_plain(&c, nd, dims);
+    c.data_type = md->data_type; /* (f32 or bf16: the layout is what counts) */
     if (dnnl_memory_desc_equal(md, &c)) return 1;
     for (int64_t b = 8; b <= 16; b += 8) {
         dnnl_format_tag_t t = dn_tag_blocked(nd, b);
-        if (t && dn_md_tag(&c, nd, dims, t) && dnnl_memory_desc_equal(md, &c)) return b;
+        if (!t || !dn_md_tag(&c, nd, dims, t)) continue;
+        c.data_type = md->data_type;
+        if (dnnl_memory_desc_equal(md, &c)) return b;
     }
     return 0;
 }

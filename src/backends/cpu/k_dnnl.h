@@ -136,6 +136,9 @@ bool dn_q8_zeros(const tdm_tensor *t);
 bool dn_f32_scalar(const tdm_tensor *t, float *v);
 /* oneDNN's ISA has 8-bit dot products without saturation (AVX512-VNNI or AVX-VNNI). */
 bool dn_has_vnni(void);
+/* The run's CPU device has precision bf16 (cpu_device.h): convolutions and matmuls build
+ * bf16 primitives (bf16 source and weights, f32 accumulation and results). */
+bool dn_bf16(const tdm_kernel_ctx *ctx);
 int64_t dn_block(void);
 
 /* Plain row-major descriptor with the given dims (float32). */

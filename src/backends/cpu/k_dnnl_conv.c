@@ -77,7 +77,12 @@ typedef struct conv_entry {
     dnnl_memory_desc_t src_img; /* one image of X in the primitives' layout */
     int64_t src_img_elems;
     bool src_reorder;
+    bool src_cvt; /* bf16 with X channel-blocked: the input "reorder" only converts each image
+                     (same layout, r_src[0] over its src_img_elems elements as 1-D) */
     int64_t src_chunk, src_n_chunks; /* input channels per reorder item */
+    bool bf16;      /* precision bf16 (dn_bf16): the primitives read X and W in bf16 (X
+                       converted by the input reorder, W once when constant); Y stays f32 */
+    size_t src_esz; /* bytes of one element of X as the primitives read it (4, or 2 in bf16) */
     dn_prim r_src[2];
     dnnl_memory_desc_t r_src_from[2], r_src_to[2];
     void *wbuf; /* constant weights, chunk after chunk, each in its primitive's layout */
@@ -245,6 +250,7 @@ static tdm_status *conv_part_build(conv_state *s, conv_entry *e, const conv_geom
     else if (!dn_md_tag(&src_any, nd, sd, stag)) return NULL;
     if (!dn_md_tag(&dst_any, nd, dd, dtag) || !dn_md_tag(&wei_any, wnd, wd, dnnl_format_tag_any))
         return NULL;
+    if (e->bf16) src_any.data_type = wei_any.data_type = dnnl_bf16;
     /* Y and Z stored blocked: no reorders when the primitive writes that layout */
     if (ytag && !dn_md_tag(&p->usr_dst, nd, dd, ytag)) return NULL;
     dnnl_convolution_desc_t cd;
@@ -367,6 +373,7 @@ static tdm_status *conv_build_parts(conv_state *s, conv_entry *e, const conv_geo
         if (!e->by_group || e->n_chunks == 1) e->src_img = e->part[0].src;
         else if (L == 1) dn_md_plain(&e->src_img, nd, idims);
         else if (!dn_md_tag(&e->src_img, nd, idims, dn_tag_blocked(nd, L))) *ok = false;
+        e->src_img.data_type = e->part[0].src.data_type;
         int64_t tail = units - (e->n_chunks - 1) * e->chunk;
         if (*ok && tail != e->chunk) {
             dnnl_memory_desc_t tsrc = e->part[0].src;
@@ -374,6 +381,7 @@ static tdm_status *conv_build_parts(conv_state *s, conv_entry *e, const conv_geo
             for (int i = 0; i < nsp; i++) td[2 + i] = g.xsp[i];
             if (e->by_group && L == 1) dn_md_plain(&tsrc, nd, td);
             else if (e->by_group && !dn_md_tag(&tsrc, nd, td, dn_tag_blocked(nd, L))) *ok = false;
+            tsrc.data_type = e->part[0].src.data_type;
             if (*ok) TDM_TRY(conv_part_build(s, e, &g, &e->part[1], tail, &tsrc, ok));
         }
         if (*ok) {
@@ -381,10 +389,20 @@ static tdm_status *conv_build_parts(conv_state *s, conv_entry *e, const conv_geo
             dnnl_memory_desc_t plain_img;
             dn_md_plain(&plain_img, nd, idims);
             e->src_reorder = !e->xblk && !dnnl_memory_desc_equal(&plain_img, &e->src_img);
-            e->src_img_elems = (int64_t)(dn_md_bytes(&e->src_img) / sizeof(float));
+            e->src_esz = e->bf16 ? sizeof(uint16_t) : sizeof(float);
+            e->src_img_elems = (int64_t)(dn_md_bytes(&e->src_img) / e->src_esz);
             e->src_chunk = L > 1 && e->mb == 1 ? dn_chunk(C, L, e->N, T) : C;
             e->src_n_chunks = (C + e->src_chunk - 1) / e->src_chunk;
-            if (e->src_reorder) {
+            if (e->bf16 && e->xblk) {
+                int64_t ne = e->src_img_elems;
+                e->src_reorder = e->src_cvt = true;
+                e->src_chunk = C;
+                e->src_n_chunks = 1;
+                dn_md_plain(&e->r_src_from[0], 1, &ne);
+                e->r_src_to[0] = e->r_src_from[0];
+                e->r_src_to[0].data_type = dnnl_bf16;
+                TDM_TRY(dn_reorder_new(bs->eng, &e->r_src_from[0], &e->r_src_to[0], &e->r_src[0]));
+            } else if (e->src_reorder) {
                 int64_t stail = C - (e->src_n_chunks - 1) * e->src_chunk;
                 for (int i = 0; i < 2 && *ok; i++) {
                     int64_t cd[5] = {e->mb, i == 0 ? e->src_chunk : stail};
@@ -393,6 +411,7 @@ static tdm_status *conv_build_parts(conv_state *s, conv_entry *e, const conv_geo
                     dn_md_plain(&e->r_src_from[i], nd, cd);
                     if (L > 1) *ok = dn_md_tag(&e->r_src_to[i], nd, cd, dn_tag_blocked(nd, L));
                     else e->r_src_to[i] = e->src_img; /* one reorder of the whole image */
+                    e->r_src_to[i].data_type = e->src_img.data_type; /* (bf16: converts) */
                     if (*ok)
                         TDM_TRY(dn_reorder_new(bs->eng, &e->r_src_from[i], &e->r_src_to[i],
                                                &e->r_src[i]));
@@ -411,6 +430,8 @@ static tdm_status *conv_build(dn_state *bs, tdm_kernel_ctx *ctx, dn_entry *he) {
     const tdm_tensor *z = s->fused && ctx->n_in > 3 ? ctx->in[3] : NULL;
     int64_t xdims[5], ydims[5];
     if (!conv_dims(s, ctx, xdims, ydims, &e->blk, &e->xblk)) return NULL;
+    e->bf16 = dn_bf16(ctx);
+    e->src_cvt = false;
     int nd = w->rank, nsp = nd - 2;
     tdm_nn_geom gm;
     tdm_status *gst = tdm_nn_geom_init(ctx->node, ctx->opset, TDM_NN_CONV, nd, xdims, w->dims, &gm);
@@ -445,8 +466,10 @@ static tdm_status *conv_build(dn_state *bs, tdm_kernel_ctx *ctx, dn_entry *he) {
     /* A pointwise convolution on plain NCHW is one GEMM per image, about as fast as the
      * blocked 1x1 kernel without the two reorders (measured on MobileNetV2 / ResNet-50 1x1
      * layers from 14x14 up); smaller images do better blocked, and so do post-ops (the
-     * GEMM-based convolution applies them in a slow separate pass: 4x slower with Clip). */
-    g.plain = !e->blk && group == 1 && e->osz >= 196 && !z && !(s->fused && s->act && s->act[0]);
+     * GEMM-based convolution applies them in a slow separate pass: 4x slower with Clip).
+     * Not in bf16: X is converted anyway, and oneDNN's bf16 GEMM convolution is slower than
+     * its brgemm 1x1 kernel. */
+    g.plain = !e->blk && !e->bf16 && group == 1 && e->osz >= 196 && !z && !(s->fused && s->act && s->act[0]);
     for (int i = 0; i < nsp; i++)
         if (g.k[i] != 1 || g.strides[i] != 1 || g.pl[i] || g.pr[i]) g.plain = false;
     /* chunks */
@@ -529,7 +552,7 @@ typedef struct conv_run {
     conv_entry *e;
     const float *x, *w, *b, *z;
     float *y;
-    float *src;        /* X in the primitives' layout (may be x) */
+    char *src;         /* X in the primitives' layout (may be x), e->src_esz bytes an element */
     char *slots;       /* per item: scratch for the item's Y (and weights), then the
                           convolution's scratchpad: `slot` bytes each */
     size_t dst_bytes;  /* of a slot: Y part (0: written in place), then the weights part */
@@ -543,9 +566,13 @@ static tdm_status *src_item(void *arg, tdm_kernel_ctx *ctx, int64_t item) {
     int64_t n = item / e->src_n_chunks, j = item % e->src_n_chunks;
     int i = j == e->src_n_chunks - 1 && e->r_src[1].p ? 1 : 0;
     int64_t c0 = j * e->src_chunk;
+    if (e->src_cvt) /* blocked f32 image -> the same layout in bf16 */
+        return dn_exec_reorder(ctx, r->s->base.eng, &e->r_src[0], &e->r_src_from[0],
+                               r->x + n * e->src_img_elems, &e->r_src_to[0],
+                               r->src + (size_t)(n * e->src_img_elems) * e->src_esz);
     return dn_exec_reorder(ctx, r->s->base.eng, &e->r_src[i], &e->r_src_from[i],
                            r->x + (n * e->mb * e->C + c0) * e->isz, &e->r_src_to[i],
-                           r->src + n * e->src_img_elems + c0 * e->isz);
+                           r->src + (size_t)(n * e->src_img_elems + c0 * e->isz) * e->src_esz);
 }
 
 static tdm_status *conv_item(void *arg, tdm_kernel_ctx *ctx, int64_t item) {
@@ -556,7 +583,7 @@ static tdm_status *conv_item(void *arg, tdm_kernel_ctx *ctx, int64_t item) {
     conv_part *p = j == e->n_chunks - 1 && e->part[1].units ? &e->part[1] : &e->part[0];
     int64_t ch0 = j * e->chunk * (e->by_group ? e->Mg : 1);
     int64_t cin0 = e->by_group ? j * e->chunk * e->Cg : 0;
-    const float *src = r->src + n * e->src_img_elems + cin0 * e->isz;
+    const char *src = r->src + (size_t)(n * e->src_img_elems + cin0 * e->isz) * e->src_esz;
     float *yslice = r->y + (n * e->mb * e->Mp + ch0) * e->osz;
     char *slot = r->slots ? r->slots + (size_t)item * r->slot : NULL;
     const void *wei;
@@ -600,7 +627,7 @@ static tdm_status *conv_exec(conv_state *s, tdm_kernel_ctx *ctx, conv_entry *e) 
     const tdm_tensor *b = ctx->n_in > 2 ? ctx->in[2] : NULL;
     const tdm_tensor *z = s->fused && ctx->n_in > 3 ? ctx->in[3] : NULL;
     conv_run r = {s, e, ctx->in[0]->data, ctx->in[1]->data, b ? b->data : NULL,
-                  z ? z->data : NULL, ctx->out[0]->data, ctx->in[0]->data, NULL, 0, 0, 0};
+                  z ? z->data : NULL, ctx->out[0]->data, (char *)ctx->in[0]->data, NULL, 0, 0, 0};
     size_t dst_b = 0, wei_b = 0, pad_b = 0;
     for (int i = 0; i < 2; i++) {
         const conv_part *p = &e->part[i];
@@ -614,7 +641,7 @@ static tdm_status *conv_exec(conv_state *s, tdm_kernel_ctx *ctx, conv_entry *e) 
     r.pad_at = dst_b + wei_b;
     r.slot = dst_b + wei_b + pad_b;
     int64_t groups = e->N / e->mb, items = groups * e->n_chunks;
-    size_t src_b = e->src_reorder ? round64((size_t)groups * (size_t)e->src_img_elems * sizeof(float)) : 0;
+    size_t src_b = e->src_reorder ? round64((size_t)groups * (size_t)e->src_img_elems * e->src_esz) : 0;
     size_t unblk_b = e->xunblk ? round64(dn_md_bytes(&e->unblk_to)) : 0;
     size_t total = unblk_b + src_b + r.slot * (size_t)items;
     char *buf = NULL;
@@ -628,10 +655,10 @@ static tdm_status *conv_exec(conv_state *s, tdm_kernel_ctx *ctx, conv_entry *e) 
         st = dn_exec_reorder(ctx, s->base.eng, &e->r_unblk, &e->unblk_from, ctx->in[0]->data,
                              &e->unblk_to, buf);
         r.x = (const float *)buf;
-        r.src = (float *)buf;
+        r.src = buf;
     }
     if (!st && e->src_reorder) {
-        r.src = (float *)(buf + unblk_b);
+        r.src = buf + unblk_b;
         st = dn_parallel(ctx, groups * e->src_n_chunks, src_item, &r);
     }
     if (!st) st = dn_parallel(ctx, items, conv_item, &r);
@@ -682,7 +709,7 @@ tdm_status *dn_conv_run(tdm_kernel_ctx *ctx) {
     int64_t key[DN_KEY];
     int nk = 0;
     key[nk++] = dn_threads(ctx);
-    key[nk++] = (b ? 1 : 0) | (z ? 2 : 0) | (w == s->base.wconst ? 4 : 0);
+    key[nk++] = (b ? 1 : 0) | (z ? 2 : 0) | (w == s->base.wconst ? 4 : 0) | (dn_bf16(ctx) ? 8 : 0);
     key[nk++] = x->rank;
     key[nk++] = y->dims[y->rank - 1];
     for (int i = 0; i < x->rank; i++) key[nk++] = x->dims[i];

@@ -56,6 +56,11 @@ typedef struct mm_entry {
     dn_prim r_wei;       /* constant B: user layout -> part[0].wei */
     void *wbuf;          /* constant B in part[0].wei */
     bool wbuf_shared;    /* wbuf belongs to another entry of the cache */
+    bool bf16;           /* precision bf16 (dn_bf16): A and B read in bf16, Y in f32. A is
+                            converted per run into a copy with its own strides (r_a); B as
+                            the weights are (not when B is cut into chunks: then f32) */
+    dnnl_memory_desc_t a_f32, a_bf16; /* A's whole extent, 1-D, for that conversion */
+    dn_prim r_a;
 } mm_entry;
 
 static void mm_clear(dn_state *s, dn_entry *he) {
@@ -65,6 +70,7 @@ static void mm_clear(dn_state *s, dn_entry *he) {
     dn_prim_clear(&e->part[0].mm);
     dn_prim_clear(&e->part[1].mm);
     dn_prim_clear(&e->r_wei);
+    dn_prim_clear(&e->r_a);
     if (!e->wbuf_shared) tdm_free(s->alloc, e->wbuf);
     e->wbuf = NULL;
 }
@@ -198,6 +204,7 @@ static tdm_status *mm_part_build(mm_state *s, mm_entry *e, const mm_shape *m, in
     p->units = units;
     dn_md_strided(&p->src, nd, a, m->as);
     dn_md_strided(&p->dst, nd, y, m->ys);
+    if (e->bf16) p->src.data_type = dnnl_bf16;
     dnnl_memory_desc_t usr_b, trans_b;
     dn_md_strided(&usr_b, nd, b, m->bs);
     int64_t ts[DNNL_MAX_NDIMS];
@@ -232,6 +239,7 @@ static tdm_status *mm_part_build(mm_state *s, mm_entry *e, const mm_shape *m, in
             if (!wei_fixed) break;
             wei = *wei_fixed;
         }
+        if (e->bf16) wei.data_type = dnnl_bf16;
         dnnl_matmul_desc_t md;
         if (dnnl_matmul_desc_init(&md, &p->src, &wei, e->cmode == C_BIAS ? &e->bias : NULL,
                                   &p->dst) != dnnl_success)
@@ -311,6 +319,14 @@ static tdm_status *mm_build(dn_state *bs, tdm_kernel_ctx *ctx, dn_entry *he) {
     }
     /* constant weights are reordered only when every chunk uses all of B */
     bool constant = B == bs->wconst && e->b_step == 0;
+    e->bf16 = dn_bf16(ctx) && e->b_step == 0;
+    if (e->bf16) { /* A's elements, wherever its strides put them: A is a whole tensor */
+        int64_t n = A->count;
+        dn_md_plain(&e->a_f32, 1, &n);
+        e->a_bf16 = e->a_f32;
+        e->a_bf16.data_type = dnnl_bf16;
+        TDM_TRY(dn_reorder_new(bs->eng, &e->a_f32, &e->a_bf16, &e->r_a));
+    }
     bool ok;
     TDM_TRY(mm_part_build(s, e, &m, sd, e->chunk, constant, NULL, &e->part[0], &ok));
     if (!ok) return NULL;
@@ -369,6 +385,7 @@ typedef struct mm_run {
     mm_state *s;
     mm_entry *e;
     const float *a, *b, *c;
+    const uint16_t *a16; /* bf16: A converted */
     const void *wei; /* B (or its reordered copy) for every chunk when not cut */
     float *y;
 } mm_run;
@@ -382,7 +399,8 @@ static tdm_status *mm_item(void *arg, tdm_kernel_ctx *ctx, int64_t j) {
     if (e->cmode == C_SUM) /* Gemm: 2-D, the split is over rows */
         fill_c(ctx->in[2], r->y, e->n_chunks > 1 ? u0 : 0,
                e->n_chunks > 1 ? u0 + p->units : e->M, e->N);
-    dn_arg args[4] = {{DNNL_ARG_SRC, &p->src, r->a + u0 * e->a_step},
+    const void *a = r->a16 ? (const void *)(r->a16 + u0 * e->a_step) : (const void *)(r->a + u0 * e->a_step);
+    dn_arg args[4] = {{DNNL_ARG_SRC, &p->src, a},
                       {DNNL_ARG_WEIGHTS, &p->wei,
                        e->b_step ? (const void *)(r->b + u0 * e->b_step) : r->wei},
                       {DNNL_ARG_DST, &p->dst, y},
@@ -393,9 +411,19 @@ static tdm_status *mm_item(void *arg, tdm_kernel_ctx *ctx, int64_t j) {
 
 static tdm_status *mm_exec(mm_state *s, tdm_kernel_ctx *ctx, mm_entry *e) {
     const tdm_tensor *bias = input(ctx, 2);
-    mm_run r = {s, e, ctx->in[0]->data, ctx->in[1]->data, bias ? bias->data : NULL,
+    mm_run r = {s, e, ctx->in[0]->data, ctx->in[1]->data, bias ? bias->data : NULL, NULL,
                 ctx->in[1]->data, ctx->out[0]->data};
-    void *ws = NULL;
+    void *ws = NULL, *a16 = NULL;
+    if (e->bf16) {
+        size_t n = dn_md_bytes(&e->a_bf16);
+        if (!(a16 = tdm_kscratch(ctx, n ? n : 1))) return dn_oom(ctx);
+        tdm_status *st = dn_exec_reorder(ctx, s->base.eng, &e->r_a, &e->a_f32, r.a, &e->a_bf16, a16);
+        if (st) {
+            tdm_free(ctx->alloc, a16);
+            return st;
+        }
+        r.a16 = a16;
+    }
     if (e->wbuf) {
         r.wei = e->wbuf;
     } else if (e->r_wei.p) { /* not constant: B into the chosen layout for this run */
@@ -405,12 +433,14 @@ static tdm_status *mm_exec(mm_state *s, tdm_kernel_ctx *ctx, mm_entry *e) {
                                          &e->part[0].wei, ws);
         if (st) {
             tdm_free(ctx->alloc, ws);
+            tdm_free(ctx->alloc, a16);
             return st;
         }
         r.wei = ws;
     }
     tdm_status *st = dn_parallel(ctx, e->n_chunks, mm_item, &r);
     tdm_free(ctx->alloc, ws);
+    tdm_free(ctx->alloc, a16);
     return st;
 }
 
@@ -469,11 +499,12 @@ tdm_status *dn_matmul_run(tdm_kernel_ctx *ctx) {
     if (s->kind == MM_GEMM && C && (Y->rank != 2 || !c_broadcasts(C, Y->dims[0], Y->dims[1])))
         return dn_fallback(ctx);
     tdm_status *gst = NULL;
-    if (gemv_try(s, ctx, &gst)) return gst;
+    bool bf16 = dn_bf16(ctx); /* (the few-row path is f32 code: bf16 runs oneDNN's) */
+    if (!bf16 && gemv_try(s, ctx, &gst)) return gst;
     int64_t key[DN_KEY];
     int nk = 0;
     key[nk++] = dn_threads(ctx);
-    key[nk++] = (C ? 1 : 0) | (B == s->base.wconst ? 2 : 0);
+    key[nk++] = (C ? 1 : 0) | (B == s->base.wconst ? 2 : 0) | (bf16 ? 4 : 0);
     const tdm_tensor *parts[3] = {A, B, C};
     for (int t = 0; t < 3; t++) {
         if (!parts[t]) continue;
