@@ -62,6 +62,7 @@ def check_model(a, name, folder, tokens):
     print("| model | budget | residency | plan | budget B | peak B | streamed B/run | uploaded B/token | "
           "extra B/token vs resident | ids = cpu |")
     print("|---|---|---|---|---:|---:|---:|---:|---:|---|")
+    streamed25 = None
     for pct in (100, 50, 25, 10):
         for res in ("streamed", "auto"):
             extra = ["--device", "test:0", "--device-memory", f"test:0={pct}%"]
@@ -96,9 +97,29 @@ def check_model(a, name, folder, tokens):
                       f"{dev0['decode_bytes_uploaded']} B = {diff} B != {dev['decode_tokens']} tokens x "
                       f"{int(streamed)} B streamed per run")
                 bad += 1
+            if pct == 25 and res == "streamed":
+                streamed25 = int(streamed)
             print(f"| {name} | {pct}% | {res} | {pb.get('choice', '?')} | {budget} | {dev['memory_peak']} | "
                   f"{int(streamed)} | {dev['bytes_uploaded_per_token']:.0f} | "
                   f"{diff / max(dev['decode_tokens'], 1):.0f} | {'yes' if ok_ids else 'NO'} |")
+    # tandem bench --llm reports the same: uploads per decoded token >= the streamed weights
+    # (plus inputs and the KV cache, at most a few resident-run tokens' worth at this depth)
+    if streamed25:
+        env = dict(os.environ, TANDEM_TEST_DEVICES="1")
+        r = subprocess.run([a.tandem, "bench", folder, "--llm", "--prompt-tokens", "4", "--gen-tokens", "6",
+                            "--repetitions", "1", "--warmup", "0", "--threads", "1", "--json", "--device", "test:0",
+                            "--device-memory", "test:0=25%", "--residency", "streamed"],
+                           capture_output=True, text=True, env=env)
+        if r.returncode:
+            print(f"FAIL {name}: bench --llm: {r.stderr[-400:]}")
+            return bad + 1
+        up = json.loads(r.stdout)["bytes_uploaded_per_token"]
+        hi = streamed25 + 4 * dev0["bytes_uploaded_per_token"]
+        print(f"{name}: bench --llm at 25% streamed: {up:.0f} B uploaded per decoded token "
+              f"(streamed weights {streamed25} B)")
+        if not streamed25 <= up <= hi:
+            print(f"FAIL {name}: bench --llm uploads {up} B per token outside [{streamed25}, {hi}]")
+            bad += 1
     return bad
 
 
