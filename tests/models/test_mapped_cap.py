@@ -12,7 +12,8 @@ it (TDM_ERR_LIMIT), which shows the cap is binding.
 No cgroup or ulimit cap is used: cgroup v1/v2 memory controllers are not writable in CI
 containers, and `ulimit -v` counts the address space of the mapping itself (and the libraries'
 reservations), so it would refuse any mmap of a file larger than the cap whatever is touched;
-the peak RSS is the measurement. Exit 77 without numpy/onnx.
+the peak RSS is the measurement (reported, not asserted, with --no-rss-check: ASan's shadow
+memory adds tens of MiB). Exit 77 without numpy/onnx.
 """
 import argparse
 import os
@@ -48,6 +49,8 @@ def main():
     ap.add_argument("--tandem", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--cap-mib", type=int, default=64)
+    ap.add_argument("--no-rss-check", action="store_true",
+                    help="report the peak RSS without asserting it (sanitizer builds: shadow memory)")
     a = ap.parse_args()
     try:
         import numpy as np
@@ -121,7 +124,7 @@ def main():
         if not np.allclose(y, ref, rtol=1e-5, atol=1e-6):
             print(f"FAIL {mode}: output off by {np.max(np.abs(y - ref))}")
             bad += 1
-        if mode == "mapped" and rss_kib * 1024 >= cap:
+        if mode == "mapped" and rss_kib * 1024 >= cap and not a.no_rss_check:
             print(f"FAIL mapped: peak RSS {rss_kib / 1024:.1f} MiB not below the cap {a.cap_mib} MiB")
             bad += 1
     rc, err, _ = run_measured([a.tandem, "run", path, "--input", f"ids={idp}", "--threads", "1",
