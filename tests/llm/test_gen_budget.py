@@ -10,7 +10,8 @@ For each model, `tandem generate --ignore-eos --temperature 0 --json` on the CPU
 reference ids; then on the test device (TANDEM_TEST_DEVICES=1: memory of its own, CPU kernels)
 `--device test:0` with no budget (all weights resident) and with `--device-memory test:0=P%` for
 P = 100, 50, 25, 10 (a share of the weights on top of the activations), weights streamed
-(`--residency streamed`) and as the cost model picks (auto). Every run must give the CPU's ids;
+(`--residency streamed`) and as the cost model picks (auto); the optimum form also on opencl:0
+at 25% streamed (skipped when the environment has no OpenCL device). Every run must give the CPU's ids;
 the monitor's peak on test:0 (prefill and decode) must not exceed the budget the plan resolved;
 with streamed weights the bytes uploaded by the decode steps must exceed those of the all-resident
 run by exactly decode tokens x the plan's bytes_streamed_per_run (the inputs and the KV cache,
@@ -102,6 +103,28 @@ def check_model(a, name, folder, tokens):
             print(f"| {name} | {pct}% | {res} | {pb.get('choice', '?')} | {budget} | {dev['memory_peak']} | "
                   f"{int(streamed)} | {dev['bytes_uploaded_per_token']:.0f} | "
                   f"{diff / max(dev['decode_tokens'], 1):.0f} | {'yes' if ok_ids else 'NO'} |")
+    # opencl:0 (PoCL here; a device with memory of its own): the optimum form (standard ops,
+    # the GenAI form's GroupQueryAttention / MatMulNBits have no OpenCL kernels) at 25%, streamed
+    if name == "tiny_optimum" and a.opencl:
+        got, err = generate(a, folder, ["--device", "opencl:0", "--device-memory", "opencl:0=25%",
+                                        "--residency", "streamed"], tokens)
+        if err and "'opencl:0' is not available" in err:
+            print(f"SKIP opencl:0: {err[-200:]}")
+        elif err:
+            print(f"FAIL {name} opencl:0 25%: {err[-400:]}")
+            bad += 1
+        else:
+            dev = [d for d in got["devices"] if d["device"] == "opencl:0"][0]
+            pb = got.get("plan_budget") or {}
+            budget = ((pb.get("devices") or {}).get("opencl:0") or {}).get("budget_bytes", 0)
+            ok_ids = got["tokens"] == ref["tokens"]
+            print(f"| {name} | opencl:0 25% | streamed | {pb.get('choice', '?')} | {budget} | {dev['memory_peak']} | "
+                  f"{int(pb.get('bytes_streamed_per_run', 0))} | {dev['bytes_uploaded_per_token']:.0f} | | "
+                  f"{'yes' if ok_ids else 'NO'} |")
+            if not ok_ids or not budget or dev["memory_peak"] > budget:
+                print(f"FAIL {name} opencl:0 25%: ids {got['tokens']} (cpu {ref['tokens']}), peak "
+                      f"{dev['memory_peak']} B, budget {budget} B")
+                bad += 1
     # tandem bench --llm reports the same: uploads per decoded token >= the streamed weights
     # (plus inputs and the KV cache, at most a few resident-run tokens' worth at this depth)
     if streamed25:
@@ -130,6 +153,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--model", action="append", default=[], help="another model folder (e.g. SmolLM2)")
     ap.add_argument("--tokens", type=int, default=12)
+    ap.add_argument("--no-opencl", dest="opencl", action="store_false", help="skip the opencl:0 run")
     a = ap.parse_args()
     try:
         import onnx  # noqa: F401
