@@ -76,7 +76,13 @@ typedef struct tdm_generator_options {
                               than the folder's is capped at it. The shared KV cache is
                               allocated for it at creation */
     int threads;           /* intra-op threads; 0 = the environment's default */
-    const char *device;    /* NULL or "cpu" (the only one for now) */
+    const char *device;    /* NULL or "cpu", or another device of the environment (e.g.
+                              "test:0", "opencl:0", "cuda:0"): the decoder's nodes are placed on
+                              it (any it lacks on the CPU), the KV cache stays in host memory
+                              (bound by the generator; uploaded to the attention nodes each run)
+                              and device_memory budgets the device (weights and activations:
+                              "DEV=SIZE" or "DEV=P%" of the weights; what does not fit resident
+                              is streamed or left on the CPU, as the session decides) */
     tdm_sampling sampling;
     const int32_t *stop_ids; /* tokens that end generation besides the folder's eos ids */
     size_t n_stop_ids;
@@ -157,6 +163,9 @@ typedef struct tdm_generator_stats {
     double ttft_ms;         /* from the first append to the first generated token */
 } tdm_generator_stats;
 TDM_API void tdm_generator_get_stats(const tdm_generator *gen, tdm_generator_stats *out);
+/* The generator's session (owned by it): for tdm_session_monitor (a device's peak, bytes
+ * uploaded per token). */
+TDM_API tdm_session *tdm_generator_session(tdm_generator *gen);
 
 #ifdef __cplusplus
 }

@@ -35,6 +35,12 @@ static void llm_usage(FILE *f) {
             "  --threads N        intra-op threads (default: all cores)\n"
             "  --seed S           seed of the random prompts (default 1)\n"
             "  --json             print one JSON object instead of the table\n"
+            "  --device DEV       run the decoder on DEV (tandem generate --device); the KV cache\n"
+            "                     stays in host memory\n"
+            "  --device-memory B  memory budget (tandem generate --device-memory, e.g. test:0=25%%)\n"
+            "  --residency R      weights' residency (streamed, layers, mapped, window=K)\n"
+            "                     With --device, the device's peak and the bytes uploaded per\n"
+            "                     decoded token (tg tests) are printed\n"
             "  --streams N        instead: N concurrent requests through the LLM engine (continuous\n"
             "                     batching over a paged KV cache; GenAI folders): aggregate tokens/s,\n"
             "                     time to first token and inter-token latency of 1 stream, N streams\n"
@@ -49,6 +55,7 @@ typedef struct llm_args {
     bool pp_set, reps_set;
     unsigned long long seed;
     bool json;
+    const char *device, *device_memory, *residency;
 } llm_args;
 
 static int parse(int argc, char **argv, llm_args *a) {
@@ -80,6 +87,16 @@ static int parse(int argc, char **argv, llm_args *a) {
             dst = &a->warmup;
         } else if (!strcmp(o, "--threads")) {
             dst = &a->threads;
+        } else if (!strcmp(o, "--device") || !strcmp(o, "--device-memory") ||
+                   !strcmp(o, "--residency")) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "tandem: bench --llm: %s expects a value\n", o);
+                return 2;
+            }
+            const char **sv = !strcmp(o, "--device") ? &a->device
+                              : !strcmp(o, "--residency") ? &a->residency : &a->device_memory;
+            *sv = argv[++i];
+            continue;
         } else if (!strcmp(o, "--seed")) {
             if (i + 1 >= argc) break;
             char *end;
@@ -179,6 +196,24 @@ static tdm_status *decode_run(tdm_generator *gen, const int32_t *ids, size_t ctx
     return NULL;
 }
 
+/* Bytes uploaded so far into the devices with memory of their own, and their highest peak. */
+static int64_t uploaded(tdm_generator *gen, int64_t *peak) {
+    tdm_session *s = tdm_generator_session(gen);
+    int64_t up = 0;
+    for (size_t i = 0; s && i < tdm_session_monitor_count(s); i++) {
+        tdm_device_monitor m;
+        tdm_status *st = tdm_session_monitor(s, i, &m, sizeof m);
+        if (st) {
+            tdm_status_free(st);
+            continue;
+        }
+        if (!strcmp(m.device, "cpu")) continue;
+        up += m.bytes_uploaded;
+        if (peak && m.memory_peak > *peak) *peak = m.memory_peak;
+    }
+    return up;
+}
+
 static void print_row(const char *dir, const char *test, const figure *f) {
     printf("| %-30s | %-16s | %10.2f ± %-8.2f |\n", dir, test, f->mean, f->sd);
 }
@@ -222,6 +257,9 @@ int cmd_bench_llm(int argc, char **argv) {
         go.threads = (int)a.threads;
         go.max_length = (int)longest;
         go.ignore_eos = true;
+        go.device = a.device;
+        go.device_memory = a.device_memory;
+        go.residency = a.residency;
         st = tdm_generator_create(env, a.dir, &go, &gen);
     }
     if (!st && (size_t)tdm_generator_max_length(gen) < longest - 1) {
@@ -251,6 +289,7 @@ int cmd_bench_llm(int argc, char **argv) {
             st = decode_run(gen, ids, (size_t)a.depth + 1, (size_t)(a.tg < 8 ? a.tg : 8), &ignore);
         }
     }
+    int64_t tg_up = 0, tg_tokens = 0; /* uploads of the timed tg tests */
     for (size_t r = 0; !st && r < reps; r++) {
         if (a.pp) {
             random_ids(ids, (size_t)a.pp, vocab, a.seed + 1 + r);
@@ -262,7 +301,10 @@ int cmd_bench_llm(int argc, char **argv) {
         }
         if (!st && a.tg) {
             random_ids(ids, 1, vocab, a.seed + 100 + r);
+            int64_t up0 = uploaded(gen, NULL);
             st = decode_run(gen, ids, 1, (size_t)a.tg, &tg.v[r]);
+            tg_up += uploaded(gen, NULL) - up0;
+            tg_tokens += a.tg;
         }
         if (!st && a.tg && a.depth) {
             random_ids(ids, (size_t)a.depth + 1, vocab, a.seed + 200 + r);
@@ -273,6 +315,9 @@ int cmd_bench_llm(int argc, char **argv) {
         rc = cli_fail(st, "bench --llm");
         goto done;
     }
+    int64_t dev_peak = 0;
+    uploaded(gen, &dev_peak);
+    double up_tok = tg_tokens ? (double)tg_up / (double)tg_tokens : 0;
     summarize(&pp, reps);
     summarize(&tg, reps);
     summarize(&td, reps);
@@ -289,6 +334,9 @@ int cmd_bench_llm(int argc, char **argv) {
         if (a.pp) json_figure("pp", a.pp, 0, &pp, reps, false);
         if (a.tg) json_figure("tg", a.tg, 0, &tg, reps, false);
         if (a.tg && a.depth) json_figure("tg_depth", a.tg, a.depth, &td, reps, false);
+        if (a.device)
+            printf("  \"device\": \"%s\", \"device_peak_bytes\": %lld, \"bytes_uploaded_per_token\": "
+                   "%.1f,\n", a.device, (long long)dev_peak, up_tok);
         printf("  \"peak_rss_mib\": %.1f\n}\n", rss_mib);
     } else {
         char test[64];
@@ -310,6 +358,9 @@ int cmd_bench_llm(int argc, char **argv) {
         printf("threads %ld, %zu repetitions, KV cache: %s; peak RSS %.1f MiB; CPU ISA %s\n", a.threads,
                reps, tdm_generator_form(gen), rss_mib,
                tdm_env_device_isa(env, 0) ? tdm_env_device_isa(env, 0) : "?");
+        if (a.device)
+            printf("%s: peak %.2f MiB; uploaded %.3f MiB per decoded token (tg tests)\n", a.device,
+                   (double)dev_peak / 1048576, up_tok / 1048576);
     }
     rc = 0;
 done:

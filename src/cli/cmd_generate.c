@@ -18,7 +18,7 @@ static void generate_usage(FILE *f) {
             "                       [--temperature T] [--top-k K] [--top-p P]\n"
             "                       [--repetition-penalty R] [--seed S] [--stop-id ID]...\n"
             "                       [--ignore-eos] [--threads N] [--json]\n"
-            "                       [--device-memory cpu=SIZE] [--residency mapped]\n\n"
+            "                       [--device DEV] [--device-memory DEV=SIZE] [--residency R]\n\n"
             "Generates text with the language model in MODEL_DIR (an ONNX Runtime GenAI folder:\n"
             "genai_config.json, model.onnx, tokenizer.json; or a Hugging Face optimum export with\n"
             "model.onnx and config.json). Prints the text as it is produced, then a summary on\n"
@@ -46,8 +46,13 @@ static void generate_usage(FILE *f) {
             "  --ignore-eos       never sample an eos token (its logit is set to -inf), so runs\n"
             "                     have a fixed length\n"
             "  --threads N        intra-op threads (default: all cores)\n"
+            "  --device DEV       run the decoder on DEV (e.g. test:0, opencl:0, cuda:0; nodes it\n"
+            "                     lacks on the CPU); the KV cache stays in host memory\n"
             "  --device-memory cpu=SIZE  memory budget (e.g. cpu=512MiB): weights, activations and\n"
-            "                     the KV cache (max-length long) must fit in it\n"
+            "                     the KV cache (max-length long) must fit in it; with --device,\n"
+            "                     DEV=SIZE or DEV=P%% (of the weights): weights and activations on\n"
+            "                     DEV (the rest streamed or on the CPU). The summary then gives\n"
+            "                     each device's peak and the bytes uploaded per decoded token\n"
             "  --residency mapped external data read from disk in place (not counted in the budget)\n"
             "  --json             print one JSON object at the end instead of streaming: text,\n"
             "                     tokens (the generated ids), prompt_tokens, prefill_tokens_per_s,\n"
@@ -57,7 +62,7 @@ static void generate_usage(FILE *f) {
 #define MAX_STOP 64
 
 typedef struct gen_args {
-    const char *dir, *prompt, *prompt_ids, *system, *device_memory, *residency;
+    const char *dir, *prompt, *prompt_ids, *system, *device_memory, *residency, *device;
     int chat; /* -1 auto, 0 no, 1 yes */
     long max_tokens, max_length, threads, top_k;
     double temperature, top_p, rep;
@@ -128,6 +133,8 @@ static int parse_args(int argc, char **argv, gen_args *a) {
                 return bad_value(o, argv[i], "an integer >= 1");
         } else if (!strcmp(o, "--device-memory")) {
             a->device_memory = argv[++i];
+        } else if (!strcmp(o, "--device")) {
+            a->device = argv[++i];
         } else if (!strcmp(o, "--residency")) {
             a->residency = argv[++i];
         } else if (!strcmp(o, "--threads")) {
@@ -360,6 +367,7 @@ int cmd_generate(int argc, char **argv) {
         go.ignore_eos = a.ignore_eos;
         go.device_memory = a.device_memory;
         go.residency = a.residency;
+        go.device = a.device;
         st = tdm_generator_create(env, a.dir, &go, &g);
     }
     if (!st && tok) st = tdm_token_stream_create(tok, true, &ts);
@@ -367,6 +375,15 @@ int cmd_generate(int argc, char **argv) {
     g_sigint_gen = g;
     void (*old_sigint)(int) = g ? signal(SIGINT, on_sigint) : SIG_DFL;
     if (!st) st = tdm_generator_append(g, ids, n_ids);
+    /* per device: the peak over the whole generation, uploads of the decode steps only */
+    int64_t peaks[8] = {0};
+    size_t n_dev = g ? tdm_session_monitor_count(tdm_generator_session(g)) : 0;
+    if (n_dev > 8) n_dev = 8;
+    for (size_t i = 0; !st && i < n_dev; i++) {
+        tdm_device_monitor m;
+        if (!tdm_session_monitor(tdm_generator_session(g), i, &m, sizeof m)) peaks[i] = m.memory_peak;
+    }
+    if (!st && g) tdm_session_monitor_reset(tdm_generator_session(g));
     if (!st) st = tdm_generator_generate(g, (size_t)a.max_tokens, on_token, &sc);
     if (g) signal(SIGINT, old_sigint);
     g_sigint_gen = NULL;
@@ -397,6 +414,17 @@ int cmd_generate(int argc, char **argv) {
                                                                : "callback";
     double pp = per_s((double)gs.prompt_tokens, gs.prefill_ms);
     double tg = per_s((double)gs.decode_tokens, gs.decode_ms);
+    tdm_device_monitor dm[8];
+    for (size_t i = 0; i < n_dev; i++) {
+        tdm_status *ms = tdm_session_monitor(tdm_generator_session(g), i, &dm[i], sizeof dm[i]);
+        if (ms) {
+            tdm_status_free(ms);
+            memset(&dm[i], 0, sizeof dm[i]);
+            dm[i].device = "?";
+        }
+        if (dm[i].memory_peak < peaks[i]) dm[i].memory_peak = peaks[i];
+    }
+    bool show_dev = a.device || a.device_memory;
     if (a.json) {
         printf("{\"text\": ");
         if (text) json_string(stdout, text, text_len);
@@ -405,15 +433,39 @@ int cmd_generate(int argc, char **argv) {
         for (size_t i = 0; i < n_gen; i++) printf("%s%d", i ? ", " : "", gen[i]);
         printf("], \"prompt_tokens\": %zu, \"generated_tokens\": %zu, \"prefill_tokens_per_s\": %.3f, "
                "\"decode_tokens_per_s\": %.3f, \"ttft_ms\": %.3f, \"prefill_ms\": %.3f, "
-               "\"decode_ms\": %.3f, \"stop_reason\": \"%s\", \"chat\": %s, \"kv_cache\": \"%s\"}\n",
+               "\"decode_ms\": %.3f, \"stop_reason\": \"%s\", \"chat\": %s, \"kv_cache\": \"%s\"",
                n_ids, n_gen, pp, tg, gs.ttft_ms, gs.prefill_ms, gs.decode_ms, reason,
                chat_used ? "true" : "false", tdm_generator_form(g));
+        if (show_dev) {
+            printf(", \"devices\": [");
+            for (size_t i = 0; i < n_dev; i++)
+                printf("%s{\"device\": \"%s\", \"memory_peak\": %lld, \"decode_bytes_uploaded\": %lld, "
+                       "\"decode_tokens\": %lld, \"bytes_uploaded_per_token\": %.1f}", i ? ", " : "",
+                       dm[i].device, (long long)dm[i].memory_peak, (long long)dm[i].bytes_uploaded,
+                       (long long)gs.decode_tokens,
+                       gs.decode_tokens ? (double)dm[i].bytes_uploaded / (double)gs.decode_tokens : 0.0);
+            printf("]");
+            /* the plan's budget object (tdm_session_explain JSON): budgets, streamed bytes */
+            char *ex = NULL;
+            tdm_status *es = tdm_session_explain(tdm_generator_session(g), TDM_EXPLAIN_JSON, &ex);
+            const char *b0 = ex ? strstr(ex, "\"budget\":{") : NULL;
+            const char *b1 = b0 ? strstr(b0, ",\"weights\":[") : NULL;
+            if (b0 && b1) printf(", \"plan_budget\": %.*s", (int)(b1 - b0 - 9), b0 + 9);
+            tdm_status_free(es);
+            tdm_string_free(ex);
+        }
+        printf("}\n");
     } else {
         printf("\n");
         fflush(stdout);
         fprintf(stderr, "[%zu prompt tokens: prefill %.1f tokens/s; %zu generated: decode %.1f "
                 "tokens/s; time to first token %.1f ms; %s]\n", n_ids, pp, n_gen, tg, gs.ttft_ms,
                 reason);
+        for (size_t i = 0; show_dev && i < n_dev; i++)
+            fprintf(stderr, "memory: %s peak %.2f MiB; uploaded %.3f MiB per decoded token\n",
+                    dm[i].device, (double)dm[i].memory_peak / 1048576,
+                    gs.decode_tokens ? (double)dm[i].bytes_uploaded / 1048576 / (double)gs.decode_tokens
+                                     : 0.0);
     }
     rc = 0;
 done:

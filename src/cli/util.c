@@ -314,8 +314,10 @@ void cli_print_memory_peaks(FILE *f, tdm_session *s) {
             tdm_status_free(st);
             continue;
         }
-        fprintf(f, "memory: %s peak %.2f MiB, in use %.2f MiB, uploaded %.2f MiB in %lld copies\n",
+        fprintf(f, "memory: %s peak %.2f MiB, in use %.2f MiB, uploaded %.2f MiB in %lld copies "
+                "(peak %lld B, uploaded %lld B)\n",
                 m.device, (double)m.memory_peak / 1048576, (double)m.memory_in_use / 1048576,
-                (double)m.bytes_uploaded / 1048576, (long long)m.uploads);
+                (double)m.bytes_uploaded / 1048576, (long long)m.uploads, (long long)m.memory_peak,
+                (long long)m.bytes_uploaded);
     }
 }

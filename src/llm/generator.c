@@ -50,6 +50,10 @@ struct tdm_generator {
     tdm_io_binding *bind[2];
     unsigned step;          /* runs so far (the fed-back form takes bindings in turn) */
     bool shared;            /* the shared-buffer KV cache */
+    bool on_device;         /* options.device other than the CPU: plans on a device with memory
+                               of its own take no bound outputs, so the caches are fed back
+                               (the shared form's present, max_length long, becomes the next
+                               run's past) and the logits come back as the run's output */
     bool dynamic_mask;      /* shared: attention_mask [1, total] rather than [1, max_length] */
     bool last_only;         /* the graph computes the last position's logits only */
     tdm_llm_folder f;
@@ -280,7 +284,7 @@ static tdm_status *alloc_state(tdm_generator *g) {
         if (g->has_pos) TDM_TRY(tdm_io_binding_bind_input(g->bind[b], g->f.position_ids, &g->pos_t));
         for (int l = 0; l < g->n_layers; l++)
             for (int k = 0; k < 2; k++) {
-                tdm_tensor *c = g->shared ? g->cache[l * 2 + k] : NULL;
+                tdm_tensor *c = g->shared && !g->on_device ? g->cache[l * 2 + k] : NULL;
                 if (c) TDM_TRY(tdm_io_binding_bind_input(g->bind[b], g->names[l][PK + k], c));
                 TDM_TRY(tdm_io_binding_bind_output(g->bind[b], g->names[l][OK + k], c));
             }
@@ -324,9 +328,12 @@ tdm_status *tdm_generator_create(tdm_env *env, const char *dir, const tdm_genera
     }
     if (opt.max_length < 0)
         return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "max_length is %d; it must be >= 0", opt.max_length);
-    if (opt.device && strcmp(opt.device, "cpu") != 0)
-        return TDM_ERR(TDM_ERR_UNSUPPORTED, "the generator runs on device 'cpu' only for now, not "
-                       "'%s'", opt.device);
+    /* another device: the decoder's nodes placed on it (those it lacks on the CPU), the KV
+     * cache in host memory (the generator's bindings): the device's budget holds weights and
+     * activations only */
+    const char *dev = opt.device && strcmp(opt.device, "cpu") != 0 ? opt.device : NULL;
+    if (dev && (strlen(dev) > 48 || strchr(dev, ',') || strchr(dev, '=')))
+        return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "generator device '%s': give one device name", dev);
     const tdm_allocator *a = tdm_env_allocator(env);
     tdm_generator *g = tdm_calloc(a, 1, sizeof *g);
     if (!g) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory creating a generator");
@@ -338,14 +345,29 @@ tdm_status *tdm_generator_create(tdm_env *env, const char *dir, const tdm_genera
     tdm_status *st = tdm_llm_folder_read(dir, &g->f);
     char budget_text[64] = "";
     last_edit e = {g->f.logits, false, !opt.all_logits, &g->f, 0, 0, 0, budget_text, sizeof budget_text};
-    if (!st && opt.device_memory && opt.device_memory[0]) {
+    char dev_budget[128] = "", devices[64] = "";
+    if (dev) snprintf(devices, sizeof devices, "%s,cpu", dev);
+    if (!st && dev && opt.device_memory && opt.device_memory[0]) {
+        /* "DEV=SIZE" or "DEV=P%" (or a bare SIZE / P%): the session reads it as it is */
+        const char *size = opt.device_memory;
+        size_t dl = strlen(dev);
+        if (!strncmp(size, dev, dl) && size[dl] == '=') size += dl + 1;
+        tdm_budget_spec spec;
+        st = strchr(size, '=') || strchr(size, ',')
+                 ? TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "device memory budget '%s': the generator runs "
+                           "on '%s' (its KV cache in host memory); give %s=SIZE", opt.device_memory,
+                           dev, dev)
+                 : tdm_size_parse(size, "device memory budget", &spec);
+        if (!st) snprintf(dev_budget, sizeof dev_budget, "%s=%s", dev, size);
+    } else if (!st && opt.device_memory && opt.device_memory[0]) {
         /* the generator runs on the CPU: "cpu=SIZE" (or a bare SIZE) */
         const char *size = opt.device_memory;
         if (!strncmp(size, "cpu=", 4)) size += 4;
         tdm_budget_spec spec;
         st = strchr(size, '=') || strchr(size, ',')
                  ? TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "device memory budget '%s': the generator runs "
-                           "on the CPU only; give cpu=SIZE", opt.device_memory)
+                           "on the CPU; give cpu=SIZE (or --device DEV with DEV=SIZE)",
+                           opt.device_memory)
                  : tdm_size_parse(size, "device memory budget for 'cpu'", &spec);
         if (!st && spec.percent > 0)
             st = TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "device memory budget '%s': the generator needs a "
@@ -357,10 +379,12 @@ tdm_status *tdm_generator_create(tdm_env *env, const char *dir, const tdm_genera
         g->max_length = opt.max_length > 0 ? opt.max_length : g->f.max_length > 0 ? g->f.max_length : 2048;
         if (g->f.max_length > 0 && g->max_length > g->f.max_length) g->max_length = g->f.max_length;
         e.max_length = g->max_length;
-        tdm_session_options so = {.api_version = TDM_API_VERSION, .devices = "cpu",
+        tdm_session_options so = {.api_version = TDM_API_VERSION, .devices = dev ? devices : "cpu",
                                   .threads = opt.threads, .opt_level = 1,
                                   .mode = TDM_MODE_LATENCY};
-        so.device_memory = e.budget > 0 ? budget_text : NULL; /* set by the edit (kv_budget) */
+        so.placement = dev;
+        so.device_memory = dev_budget[0] ? dev_budget
+                           : e.budget > 0 ? budget_text : NULL; /* set by the edit (kv_budget) */
         so.residency = opt.residency;
         st = tdm_session_create_edited(env, g->f.model_path, &so,
                                        opt.all_logits && e.budget <= 0 ? NULL : last_logits_only, &e,
@@ -371,6 +395,7 @@ tdm_status *tdm_generator_create(tdm_env *env, const char *dir, const tdm_genera
         g->last_only = e.applied;
         g->kv_budget_bytes = e.kv_bytes;
     }
+    g->on_device = dev != NULL;
     if (!st) st = describe(g);
     if (!st) st = alloc_state(g);
     if (!st) st = set_stops(g, &opt);
@@ -427,7 +452,8 @@ static tdm_status *vocab_ready(tdm_generator *g, size_t vocab) {
 static tdm_status *feed(tdm_generator *g) {
     size_t n = g->n_tokens - g->n_cached;
     if (n == 0) return NULL;
-    tdm_io_binding *b = g->shared ? g->bind[0] : g->bind[g->step & 1];
+    bool fed_back = !g->shared || g->on_device;
+    tdm_io_binding *b = !fed_back ? g->bind[0] : g->bind[g->step & 1];
     tdm_io_binding *prev = g->bind[(g->step & 1) ^ 1];
     tdm_llm_set_view(&g->ids_t, g->ids_dtype, g->ids_buf, g->n_cached, n);
     for (size_t i = g->n_cached; i < g->n_tokens; i++)
@@ -436,11 +462,12 @@ static tdm_status *feed(tdm_generator *g) {
              g->shared && !g->dynamic_mask ? (size_t)g->max_length : g->n_tokens);
     tdm_llm_set_view(&g->pos_t, g->pos_dtype, g->pos_buf, g->n_cached, n);
     size_t rows = g->last_only ? 1 : n; /* of the logits */
-    TDM_TRY(tdm_io_binding_bind_output(b, g->f.logits, rows == 1 ? g->logits1 : NULL));
-    if (!g->shared)
+    TDM_TRY(tdm_io_binding_bind_output(b, g->f.logits, rows == 1 && !g->on_device ? g->logits1 : NULL));
+    if (fed_back)
         for (int l = 0; l < g->n_layers; l++)
             for (int k = 0; k < 2; k++) {
-                const tdm_tensor *past = g->n_cached == 0 ? g->empty[l * 2 + k]
+                const tdm_tensor *past = g->n_cached == 0 ? (g->shared ? g->cache[l * 2 + k]
+                                                                       : g->empty[l * 2 + k])
                                                           : tdm_io_binding_output(prev, g->names[l][OK + k]);
                 if (!past)
                     return TDM_ERR(TDM_ERR_INTERNAL, "the cache of '%s' is missing", g->names[l][PK + k]);
@@ -635,6 +662,8 @@ const int32_t *tdm_generator_eos_ids(const tdm_generator *g, size_t *n) {
 const char *tdm_generator_form(const tdm_generator *g) {
     return !g ? NULL : g->shared ? "genai" : "optimum";
 }
+
+tdm_session *tdm_generator_session(tdm_generator *g) { return g ? g->s : NULL; }
 
 void tdm_generator_get_stats(const tdm_generator *g, tdm_generator_stats *out) {
     if (!out) return;

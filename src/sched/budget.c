@@ -203,8 +203,25 @@ static double graph_activation_peak(const tdm_allocator *a, const tdm_graph *g, 
             if (start < 0 && dev[i] == d) start = (int)i;
         }
         if (start < 0) continue;
+        /* graph inputs go to the device when the run starts (the executor uploads the
+         * caller's tensors ahead of their readers), not at their first reader */
+        if (val->is_input && val->producer < 0) start = 0;
         if (val->is_output || last < start) last = val->is_output ? (int)N - 1 : start;
         double bytes = tdm_value_bytes(val);
+        /* a dim left unknown (e.g. GroupQueryAttention's present, whose length comes from a
+         * computed total_sequence_length) counts as 1 above: take at least the largest input
+         * of the same rank and type of its producer (the past it extends) */
+        bool unknown = val->rank < 0;
+        for (int k = 0; k < val->rank && !unknown; k++) unknown = val->dims[k] < 0;
+        if (unknown && val->producer >= 0) {
+            const tdm_node *pn = &g->nodes[val->producer];
+            for (int j = 0; j < pn->n_inputs; j++) {
+                if (pn->inputs[j] < 0) continue;
+                const tdm_value *in = &g->values[pn->inputs[j]];
+                if (in->rank == val->rank && in->dtype == val->dtype && tdm_value_bytes(in) > bytes)
+                    bytes = tdm_value_bytes(in);
+            }
+        }
         delta[start] += bytes;
         delta[last + 1] -= bytes;
     }

@@ -4,6 +4,7 @@
 
 #include "core/alloc.h"
 #include "core/clock.h"
+#include "sched/budget.h"
 #include "sched/executor_internal.h"
 
 /* ---- several devices at once ------------------------------------------------------
@@ -103,6 +104,11 @@ static void *par_worker_main(void *arg) {
         if (!ps->err) ps->err = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory starting a run");
         pthread_cond_broadcast(&ps->cv);
     }
+    /* a device under a memory budget runs its nodes in the graph's order: the budget's
+     * activation estimate (sched/budget.c) assumes that order, and a later node run ahead
+     * (while an earlier one waits for another device) would hold its output longer */
+    bool in_order = p->budget && w->device < TDM_MAX_DEVICES && p->budget->budget[w->device] > 0 &&
+                    !p->devices[w->device]->host_memory;
     while (!ps->err && ps->n_done < g->n_nodes) {
         size_t pick = g->n_nodes;
         bool mine_left = false;
@@ -113,6 +119,7 @@ static void *par_worker_main(void *arg) {
                 pick = i;
                 break;
             }
+            if (in_order) break;
         }
         if (!mine_left) break;
         if (pick == g->n_nodes) {

@@ -21,6 +21,7 @@
 #include "graph/clone.h"
 #include "graph/infer.h"
 #include "sched/budget.h"
+#include "sched/plan.h"
 #include "sched/executor_internal.h"
 #include "sched/stream.h"
 
@@ -112,6 +113,18 @@ static bool device_budget(const tdm_plan *p) {
     return false;
 }
 
+/* Constant folding on the CPU (shape chains of the budget check below). */
+typedef struct fold_cpu {
+    tdm_device *cpu;
+    const tdm_allocator *a;
+} fold_cpu;
+
+static tdm_status *fold_eval(void *user, const tdm_node *n, const tdm_tensor *const *ins,
+                             tdm_tensor **outs) {
+    fold_cpu *fc = user;
+    return tdm_eval_node(fc->cpu, fc->a, n, ins, outs);
+}
+
 /* The activations of these input shapes (unknown dims are 1 in the plan's estimate): a copy
  * of the graph without its weights takes the run's input shapes, static shapes again give
  * the peaks; more than the fit counted makes it fit again (more weights streamed), and the
@@ -137,6 +150,18 @@ static tdm_status *check_shapes(frame *f, const tdm_tensor *const *inputs) {
     }
     int64_t act[TDM_MAX_DEVICES] = {0};
     tdm_status *inf = tdm_graph_infer_shapes(c);
+    /* shapes computed in the graph (Shape -> Gather -> Concat -> Expand / Reshape): fold
+     * those chains on the CPU with these input shapes, so such values get their sizes */
+    tdm_device *cpu = NULL;
+    for (int d = 0; d < p->n_devices && !cpu; d++)
+        if (p->devices[d]->host_memory) cpu = p->devices[d];
+    for (int round = 0; !inf && cpu && round < 8; round++) {
+        int folded = 0;
+        fold_cpu fc = {cpu, f->a};
+        inf = tdm_graph_fold_constants(c, fold_eval, &fc, &folded);
+        if (!inf && folded) inf = tdm_graph_infer_shapes(c);
+        if (!folded) break;
+    }
     if (!inf) st = tdm_budget_activations(f->a, c, g, p->n_devices, act);
     tdm_status_free(inf); /* shapes not inferred: the plan's estimate stands */
     tdm_graph_free(c);

@@ -725,9 +725,14 @@ static void test_folder(void **state) {
     st = tdm_generator_create(env, TANDEM_SOURCE_DIR "/tests/models/mlp_dynamic_batch", &o, &g);
     assert_int_equal(tdm_status_code(st), TDM_ERR_INVALID_MODEL);
     tdm_status_free(st);
-    o.device = "cuda:0";
+    o.device = "nosuch:0"; /* a device the environment lacks: an error naming it */
     st = tdm_generator_create(env, TINY, &o, &g);
-    assert_int_equal(tdm_status_code(st), TDM_ERR_UNSUPPORTED);
+    assert_non_null(st);
+    assert_non_null(strstr(tdm_status_message(st), "nosuch:0"));
+    tdm_status_free(st);
+    o.device = "test:0,cpu"; /* one device name */
+    st = tdm_generator_create(env, TINY, &o, &g);
+    assert_int_equal(tdm_status_code(st), TDM_ERR_INVALID_ARGUMENT);
     tdm_status_free(st);
     tdm_env_free(env);
 }

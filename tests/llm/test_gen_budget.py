@@ -1,0 +1,179 @@
+"""ctest llm_gen_budget (issue 21): the generator on a device with memory of its own under budgets.
+
+    test_gen_budget.py --tandem build/tandem --repo . --out build/llm_gen_budget [--model DIR]...
+
+Models: tiny random Llamas from tools/make_tiny_llama.py (the GenAI form: GroupQueryAttention with
+the shared KV cache, MatMulNBits; the optimum form: standard ops, fed-back caches), 4 layers each,
+and any --model folder given (ctest gives the real SmolLM2 when there is one).
+
+For each model, `tandem generate --ignore-eos --temperature 0 --json` on the CPU alone gives the
+reference ids; then on the test device (TANDEM_TEST_DEVICES=1: memory of its own, CPU kernels)
+`--device test:0` with no budget (all weights resident) and with `--device-memory test:0=P%` for
+P = 100, 50, 25, 10 (a share of the weights on top of the activations), weights streamed
+(`--residency streamed`) and as the cost model picks (auto); the optimum form also on opencl:0
+at 25% streamed (skipped when the environment has no OpenCL device). Every run must give the CPU's ids;
+the monitor's peak on test:0 (prefill and decode) must not exceed the budget the plan resolved;
+with streamed weights the bytes uploaded by the decode steps must exceed those of the all-resident
+run by exactly decode tokens x the plan's bytes_streamed_per_run (the inputs and the KV cache,
+which stays in host memory, are uploaded alike in both). A budget below the largest weight plus
+the activations must fail with a clear error (TDM_ERR_LIMIT's message) instead.
+Prints one table row per run. Exit 77 when the .venv lacks onnx.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+
+def weights_bytes(model):
+    import onnx
+    from onnx import numpy_helper
+    m = onnx.load(model)
+    return sum(numpy_helper.to_array(t).nbytes for t in m.graph.initializer)
+
+
+def generate(a, folder, extra, tokens):
+    env = dict(os.environ, TANDEM_TEST_DEVICES="1")
+    cmd = [a.tandem, "generate", folder, "--prompt-ids", "1,17,42,99,5,23", "--max-tokens", str(tokens),
+           "--ignore-eos", "--temperature", "0", "--json", "--threads", "1"] + extra
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if r.returncode:
+        return None, r.stderr.strip()
+    return json.loads(r.stdout), None
+
+
+def check_model(a, name, folder, tokens):
+    bad = 0
+    wb = weights_bytes(os.path.join(folder, "model.onnx"))
+    ref, err = generate(a, folder, [], tokens)
+    if err:
+        print(f"FAIL {name}: cpu run: {err[-400:]}")
+        return 1
+    base, err = generate(a, folder, ["--device", "test:0", "--device-memory", "test:0=64GiB"], tokens)
+    if err:
+        print(f"FAIL {name}: test:0 without a budget: {err[-400:]}")
+        return 1
+    if base["tokens"] != ref["tokens"]:
+        print(f"FAIL {name}: test:0 (resident) ids {base['tokens']} != cpu {ref['tokens']}")
+        bad += 1
+    dev0 = [d for d in base["devices"] if d["device"] == "test:0"][0]
+    print(f"{name}: weights {wb} B; cpu ids {ref['tokens'][:8]}...; test:0 resident: peak {dev0['memory_peak']} B, "
+          f"{dev0['bytes_uploaded_per_token']:.0f} B uploaded per token (inputs + KV cache)")
+    print("| model | budget | residency | plan | budget B | peak B | streamed B/run | uploaded B/token | "
+          "extra B/token vs resident | ids = cpu |")
+    print("|---|---|---|---|---:|---:|---:|---:|---:|---|")
+    streamed25 = None
+    for pct in (100, 50, 25, 10):
+        for res in ("streamed", "auto"):
+            extra = ["--device", "test:0", "--device-memory", f"test:0={pct}%"]
+            if res != "auto":
+                extra += ["--residency", res]
+            got, err = generate(a, folder, extra, tokens)
+            if err:
+                if "TDM_ERR_LIMIT" in err or "exceed" in err or "largest" in err:
+                    print(f"| {name} | {pct}% | {res} | error: {err.splitlines()[-1][:160]} | | | | | | |")
+                    if pct >= 25:
+                        print(f"FAIL {name} {pct}% {res}: a budget of {pct}% should fit")
+                        bad += 1
+                    continue
+                print(f"FAIL {name} {pct}% {res}: {err[-600:]}")
+                bad += 1
+                continue
+            dev = [d for d in got["devices"] if d["device"] == "test:0"][0]
+            pb = got.get("plan_budget") or {}
+            bdev = (pb.get("devices") or {}).get("test:0") or {}
+            budget = bdev.get("budget_bytes", 0)
+            streamed = pb.get("bytes_streamed_per_run", 0)
+            ok_ids = got["tokens"] == ref["tokens"]
+            if not ok_ids:
+                print(f"FAIL {name} {pct}% {res}: ids {got['tokens']} != cpu {ref['tokens']}")
+                bad += 1
+            if not budget or dev["memory_peak"] > budget:
+                print(f"FAIL {name} {pct}% {res}: test:0 peak {dev['memory_peak']} B above the budget {budget} B")
+                bad += 1
+            diff = dev["decode_bytes_uploaded"] - dev0["decode_bytes_uploaded"]
+            if res == "streamed" and diff != dev["decode_tokens"] * int(streamed):
+                print(f"FAIL {name} {pct}% {res}: decode uploads {dev['decode_bytes_uploaded']} B - resident "
+                      f"{dev0['decode_bytes_uploaded']} B = {diff} B != {dev['decode_tokens']} tokens x "
+                      f"{int(streamed)} B streamed per run")
+                bad += 1
+            if pct == 25 and res == "streamed":
+                streamed25 = int(streamed)
+            print(f"| {name} | {pct}% | {res} | {pb.get('choice', '?')} | {budget} | {dev['memory_peak']} | "
+                  f"{int(streamed)} | {dev['bytes_uploaded_per_token']:.0f} | "
+                  f"{diff / max(dev['decode_tokens'], 1):.0f} | {'yes' if ok_ids else 'NO'} |")
+    # opencl:0 (PoCL here; a device with memory of its own): the optimum form (standard ops,
+    # the GenAI form's GroupQueryAttention / MatMulNBits have no OpenCL kernels) at 25%, streamed
+    if name == "tiny_optimum" and a.opencl:
+        got, err = generate(a, folder, ["--device", "opencl:0", "--device-memory", "opencl:0=25%",
+                                        "--residency", "streamed"], tokens)
+        if err and "'opencl:0' is not available" in err:
+            print(f"SKIP opencl:0: {err[-200:]}")
+        elif err:
+            print(f"FAIL {name} opencl:0 25%: {err[-400:]}")
+            bad += 1
+        else:
+            dev = [d for d in got["devices"] if d["device"] == "opencl:0"][0]
+            pb = got.get("plan_budget") or {}
+            budget = ((pb.get("devices") or {}).get("opencl:0") or {}).get("budget_bytes", 0)
+            ok_ids = got["tokens"] == ref["tokens"]
+            print(f"| {name} | opencl:0 25% | streamed | {pb.get('choice', '?')} | {budget} | {dev['memory_peak']} | "
+                  f"{int(pb.get('bytes_streamed_per_run', 0))} | {dev['bytes_uploaded_per_token']:.0f} | | "
+                  f"{'yes' if ok_ids else 'NO'} |")
+            if not ok_ids or not budget or dev["memory_peak"] > budget:
+                print(f"FAIL {name} opencl:0 25%: ids {got['tokens']} (cpu {ref['tokens']}), peak "
+                      f"{dev['memory_peak']} B, budget {budget} B")
+                bad += 1
+    # tandem bench --llm reports the same: uploads per decoded token >= the streamed weights
+    # (plus inputs and the KV cache, at most a few resident-run tokens' worth at this depth)
+    if streamed25:
+        env = dict(os.environ, TANDEM_TEST_DEVICES="1")
+        r = subprocess.run([a.tandem, "bench", folder, "--llm", "--prompt-tokens", "4", "--gen-tokens", "6",
+                            "--repetitions", "1", "--warmup", "0", "--threads", "1", "--json", "--device", "test:0",
+                            "--device-memory", "test:0=25%", "--residency", "streamed"],
+                           capture_output=True, text=True, env=env)
+        if r.returncode:
+            print(f"FAIL {name}: bench --llm: {r.stderr[-400:]}")
+            return bad + 1
+        up = json.loads(r.stdout)["bytes_uploaded_per_token"]
+        hi = streamed25 + 4 * dev0["bytes_uploaded_per_token"]
+        print(f"{name}: bench --llm at 25% streamed: {up:.0f} B uploaded per decoded token "
+              f"(streamed weights {streamed25} B)")
+        if not streamed25 <= up <= hi:
+            print(f"FAIL {name}: bench --llm uploads {up} B per token outside [{streamed25}, {hi}]")
+            bad += 1
+    return bad
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tandem", required=True)
+    ap.add_argument("--repo", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--model", action="append", default=[], help="another model folder (e.g. SmolLM2)")
+    ap.add_argument("--tokens", type=int, default=12)
+    ap.add_argument("--no-opencl", dest="opencl", action="store_false", help="skip the opencl:0 run")
+    a = ap.parse_args()
+    try:
+        import onnx  # noqa: F401
+    except ImportError:
+        print("SKIPPED: no onnx in this Python")
+        sys.exit(77)
+    os.makedirs(a.out, exist_ok=True)
+    bad = 0
+    for form in ("genai", "optimum"):
+        folder = os.path.join(a.out, f"tiny_{form}")
+        if not os.path.exists(os.path.join(folder, "model.onnx")):
+            subprocess.run([sys.executable, os.path.join(a.repo, "tools", "make_tiny_llama.py"), folder, "--form",
+                            form, "--seed", "5", "--layers", "4"], check=True)
+        bad += check_model(a, f"tiny_{form}", folder, a.tokens)
+    for m in a.model:
+        bad += check_model(a, os.path.basename(m.rstrip("/")), m, a.tokens)
+    if bad:
+        sys.exit(f"FAIL: {bad} check(s)")
+    print("PASS")
+
+
+if __name__ == "__main__":
+    main()
