@@ -35,6 +35,10 @@ static void serve_usage(FILE *f) {
             "  --connection-timeout S  close idle connections after S seconds (default 60)\n"
             "  --header-timeout S      a request's headers must arrive within S seconds of its\n"
             "                          first byte (default 5)\n"
+            "  --keep-alive 0|1        1 (default): keep connections open between requests; 0:\n"
+            "                          close after each answer, so that every request head is\n"
+            "                          checked before libmicrohttpd reads it (all transport\n"
+            "                          errors then come back as JSON; costs a connect per request)\n"
             "  --request-timeout S     a request body must arrive within S seconds (default 120)\n"
             "  --min-upload-kbps N     after --header-timeout, a body must average N KiB/s or\n"
             "                          more (default 16; 0 = no minimum)\n"
@@ -98,6 +102,9 @@ int cmd_serve(int argc, char **argv) {
             ok = parse_int(v, 0, 1024, &o.threads);
         } else if (!strcmp(a, "--connection-timeout")) {
             ok = parse_int(v, 1, 86400, &o.connection_timeout_s);
+        } else if (!strcmp(a, "--keep-alive")) {
+            ok = parse_int(v, 0, 1, &n);
+            o.no_keep_alive = n == 0;
         } else if (!strcmp(a, "--header-timeout")) {
             ok = parse_int(v, 1, 86400, &o.header_timeout_s);
         } else if (!strcmp(a, "--min-upload-kbps")) {

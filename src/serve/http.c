@@ -88,7 +88,8 @@ static enum MHD_Result send_answer(sv_conn *c) {
     pthread_mutex_lock(&s->mu);
     bool draining = s->draining;
     pthread_mutex_unlock(&s->mu);
-    if (draining || c->close_after) MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+    if (draining || c->close_after || s->opt.no_keep_alive)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
     enum MHD_Result ret = MHD_queue_response(c->conn, (unsigned)c->http, r);
     MHD_destroy_response(r);
     return ret;

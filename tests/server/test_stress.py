@@ -11,6 +11,10 @@ Each test starts a server with small budgets and checks behaviour, not speed:
 - transport_errors: unsupported transfer codings (501 at once, then close), the HTTP/2
   preface, HTTP/0.9, an over-long request line, 300 KB of headers and a malformed header
   line are answered with JSON {"error": ...};
+- first_request_framing: a broken chunked body, a missing Host, a bad Content-Length on a first
+  request: JSON 400 (the accept thread checks them before libmicrohttpd reads the request);
+- later_requests_no_keep_alive: with --keep-alive 0 each answer closes its connection, and a
+  bad chunk or a malformed head sent as the next request (pipelined or not) gets JSON;
 - nonfinite_json: NaN and infinities in a JSON answer are NaN / Infinity / -Infinity, which
   tritonclient reads; binary outputs are bit-exact;
 - per_ip: the connection past --max-connections-per-ip gets 503 (JSON, Retry-After);
@@ -269,6 +273,70 @@ def test_transport_errors(s):
     assert code == 200, (code, body)
 
 
+def answer_of(s, data, closes=True):
+    c = connect(s)
+    try:
+        c.sendall(data)
+        return read_answer(c, 10, closes)
+    finally:
+        c.close()
+
+
+def test_first_request_framing(s):
+    """What libmicrohttpd would answer with an HTML page on a first request: a broken chunked
+    body, an HTTP/1.1 request without Host, a Content-Length that is not a number."""
+    head = f"POST {P} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    cases = [
+        ("bad chunk size", head + "Transfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n"),
+        ("chunk longer than its size", head + "Transfer-Encoding: chunked\r\n\r\n3\r\nabcdef\r\n0\r\n\r\n"),
+        ("no Host", f"GET /v2/health/live HTTP/1.1\r\nUser-Agent: t\r\n\r\n"),
+        ("Content-Length: abc", head + "Content-Length: abc\r\n\r\n{}"),
+    ]
+    for what, data in cases:
+        code, headers, body, closed = answer_of(s, data.encode())
+        assert code == 400, f"{what}: {code} {body[:200]!r}"
+        assert headers.get("content-type") == "application/json", f"{what}: {headers} {body[:200]!r}"
+        json_error(body)
+        assert closed, f"{what}: the connection stayed open"
+    # a well-formed chunked body still goes through
+    body = OK.encode() if isinstance(OK, str) else OK
+    chunked = b"".join(b"%x\r\n%s\r\n" % (len(body[i:i + 7]), body[i:i + 7])
+                       for i in range(0, len(body), 7)) + b"0\r\n\r\n"
+    code, _, ans, _ = answer_of(s, head.encode() + b"Transfer-Encoding: chunked\r\n\r\n" + chunked,
+                             closes=False)
+    assert code == 200, (code, ans[:200])
+    infer_ok(s)
+
+
+def test_later_requests_no_keep_alive(s):
+    """--keep-alive 0: each answer closes its connection, so that a later request's head is
+    checked like a first one: a bad chunk or a malformed head sent after a first request gets
+    JSON, also when pipelined behind it."""
+    good = f"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+    bad = [
+        ("bad chunk", f"POST {P} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n".encode()),
+        ("malformed head", b"GET /v2 HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n"),
+        ("HTTP/0.9", b"GET /v2\r\n"),
+    ]
+    for what, req in bad:
+        # pipelined behind a good request: one answer, then the connection closes
+        c = connect(s)
+        try:
+            c.sendall(good + req)
+            code, headers, body, closed = read_answer(c, 10)
+        finally:
+            c.close()
+        assert code == 200, f"{what}: {code} {body[:200]!r}"
+        assert headers.get("connection", "").lower() == "close", f"{what}: {headers}"
+        assert closed, f"{what}: the connection stayed open after its answer"
+        # the client's next request (on a new connection): JSON
+        code, headers, body, closed = answer_of(s, req)
+        assert code == 400 and headers.get("content-type") == "application/json", \
+            f"{what}: {code} {headers} {body[:200]!r}"
+        json_error(body)
+    infer_ok(s)
+
+
 def test_nonfinite_json(s):
     x = np.array([[1.0, 0.0, -1.0, np.inf]], dtype=np.float32)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -486,7 +554,8 @@ def main():
         (["--max-connections", "300", "--header-timeout", "2", "--min-upload-kbps", "64",
           "--connection-timeout", "30"],
          ["test_idle_flood", "test_slowloris", "test_slow_body", "test_transport_errors",
-          "test_nonfinite_json"]),
+          "test_first_request_framing", "test_nonfinite_json"]),
+        (["--keep-alive", "0"], ["test_later_requests_no_keep_alive"]),
         (["--max-connections-per-ip", "8"], ["test_per_ip"]),
         (["--max-body-mb", "64", "--request-memory", "128", "--min-upload-kbps", "0",
           "--header-timeout", "5"], ["test_request_memory"]),
