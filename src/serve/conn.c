@@ -97,8 +97,7 @@ static bool table_fit(sv_conns *cs, int fd) {
  * an event of the same epoll round may still point to it. */
 static void drop_own(sv_conns *cs, sv_slot *s) {
     idle_remove(s);
-    epoll_ctl(cs->ep, EPOLL_CTL_DEL, s->fd, NULL);
-    close(s->fd);
+    close(s->fd); /* also leaves the epoll set: the descriptor is not duplicated */
     if (s->state == ST_PENDING) cs->admitted--;
     else cs->refusing--;
     cs->by_fd[s->fd] = NULL;
