@@ -38,7 +38,7 @@ static void serve_usage(FILE *f) {
             "  --keep-alive 0|1        1 (default): keep connections open between requests; 0:\n"
             "                          close after each answer, so that every request head is\n"
             "                          checked before libmicrohttpd reads it (all transport\n"
-            "                          errors then come back as JSON; costs a connect per request)\n"
+            "                          errors then come back as JSON; a connect per request)\n"
             "  --request-timeout S     a request body must arrive within S seconds (default 120)\n"
             "  --min-upload-kbps N     after --header-timeout, a body must average N KiB/s or\n"
             "                          more (default 16; 0 = no minimum)\n"

@@ -308,7 +308,8 @@ static bool chunks_ok(const char *b, const char *end) {
         if (i == avail && !nl) return true; /* the size line is not complete yet */
         if (i == 0) return false;           /* no hexadecimal digit */
         char next = i < avail ? b[i] : '\n';
-        if (next != ';' && next != ' ' && next != '\t' && next != '\r' && next != '\n') return false;
+        if (next != ';' && next != ' ' && next != '\t' && next != '\r' && next != '\n')
+            return false;
         if (next == '\r' && i + 1 != avail) return false; /* a stray CR in the size line */
         if (!nl) return true;
         if (size == 0) return true; /* the last chunk: trailers follow, libmicrohttpd reads them */

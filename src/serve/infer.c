@@ -139,8 +139,10 @@ static void scan_data_spans(const char *b, size_t n, span_scan *sc) {
         char c = b[i];
         if (c == '"') {
             size_t e = skip_string(b, n, i);
-            if (expect_key && depth == 1) inputs_next = e - i == 8 && !memcmp(b + i, "\"inputs\"", 8);
-            if (expect_key && depth == 3 && in_inputs) data_next = e - i == 6 && !memcmp(b + i, "\"data\"", 6);
+            if (expect_key && depth == 1)
+                inputs_next = e - i == 8 && !memcmp(b + i, "\"inputs\"", 8);
+            if (expect_key && depth == 3 && in_inputs)
+                data_next = e - i == 6 && !memcmp(b + i, "\"data\"", 6);
             expect_key = false;
             i = e;
             continue;
@@ -149,7 +151,8 @@ static void scan_data_spans(const char *b, size_t n, span_scan *sc) {
             i++;
             while (i < n && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r')) i++;
             if (i >= n) return;
-            if (data_next && b[i] == '[' && input >= 0 && input < SV_SPANS_MAX && sc->n < SV_SPANS_MAX) {
+            if (data_next && b[i] == '[' && input >= 0 && input < SV_SPANS_MAX &&
+                sc->n < SV_SPANS_MAX) {
                 /* the data array: to its matching bracket; not taken when it holds a string */
                 int d = 0;
                 bool plain = true;
@@ -289,17 +292,20 @@ static sv_error *decode_span(decoder *d, const char *p, size_t len) {
         bool is_int = false;
         size_t k;
         if ((k = number_len(p, e, &is_int))) {
-            if (k >= sizeof num) return sv_err(400, "malformed JSON: a number of %zu characters", k);
+            if (k >= sizeof num)
+                return sv_err(400, "malformed JSON: a number of %zu characters", k);
             memcpy(num, p, k);
             num[k] = 0;
             errno = 0;
             if (is_int) {
                 long long x = strtoll(num, NULL, 10);
-                if (errno == ERANGE) return sv_err(400, "malformed JSON: too big integer near '%s'", num);
+                if (errno == ERANGE)
+                    return sv_err(400, "malformed JSON: too big integer near '%s'", num);
                 v = json_integer(x);
             } else {
                 double x = strtod(num, NULL);
-                if (errno == ERANGE && fabs(x) > 1.0) return sv_err(400, "malformed JSON: real number overflow near '%s'", num);
+                if (errno == ERANGE && fabs(x) > 1.0)
+                    return sv_err(400, "malformed JSON: real number overflow near '%s'", num);
                 v = json_real(x);
             }
             if (!v) return sv_err(500, "out of memory");
