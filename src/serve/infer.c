@@ -28,26 +28,47 @@ static sv_error *bad_elem(const decoder *d, const char *what) {
                   what, sv_dtype_v2_name(d->dtype));
 }
 
-static sv_error *put_elem(decoder *d, json_t *v) {
+/* One element as read: from a jansson value, or from the text of a "data" array. */
+typedef struct elem {
+    enum { E_INT, E_REAL, E_BOOL, E_STRING, E_OTHER } kind;
+    long long i;
+    double x;
+    const char *s;
+    size_t len;
+} elem;
+
+static sv_error *put_value(decoder *d, const elem *v);
+
+static sv_error *put_elem(decoder *d, json_t *j) {
+    elem v = {E_OTHER, 0, 0, NULL, 0};
+    if (json_is_integer(j)) v.kind = E_INT, v.i = json_integer_value(j), v.x = (double)v.i;
+    else if (json_is_real(j)) v.kind = E_REAL, v.x = json_real_value(j);
+    else if (json_is_boolean(j)) v.kind = E_BOOL, v.i = json_is_true(j);
+    else if (json_is_string(j))
+        v.kind = E_STRING, v.s = json_string_value(j), v.len = json_string_length(j);
+    return put_value(d, &v);
+}
+
+static sv_error *put_value(decoder *d, const elem *v) {
     if (d->got >= d->want)
         return sv_err(400, "input '%s': the data has more elements than the shape's %lld",
                       d->name, (long long)d->want);
     uint8_t *p = d->out ? d->out + (size_t)d->got * d->esz : NULL;
     tdm_dtype t = d->dtype;
     if (t == TDM_STRING) {
-        if (!json_is_string(v)) return bad_elem(d, "expected a string");
-        size_t n = json_string_length(v);
+        if (v->kind != E_STRING) return bad_elem(d, "expected a string");
+        size_t n = v->len;
         if (n > UINT32_MAX) return bad_elem(d, "string too long");
         uint32_t len = (uint32_t)n;
         sv_buf_add(&d->bytes, &len, 4);
-        sv_buf_add(&d->bytes, json_string_value(v), n);
+        sv_buf_add(&d->bytes, v->s, n);
         if (d->bytes.oom) return sv_err(500, "out of memory");
     } else if (t == TDM_BOOL) {
-        if (!json_is_boolean(v)) return bad_elem(d, "expected true or false");
-        *p = json_is_true(v) ? 1 : 0;
+        if (v->kind != E_BOOL) return bad_elem(d, "expected true or false");
+        *p = v->i ? 1 : 0;
     } else if (t == TDM_FLOAT || t == TDM_DOUBLE || t == TDM_FLOAT16 || t == TDM_BFLOAT16) {
-        if (!json_is_number(v)) return bad_elem(d, "expected a number");
-        double x = json_number_value(v);
+        if (v->kind != E_INT && v->kind != E_REAL) return bad_elem(d, "expected a number");
+        double x = v->x;
         if (t == TDM_DOUBLE) {
             memcpy(p, &x, 8);
         } else {
@@ -60,8 +81,8 @@ static sv_error *put_elem(decoder *d, json_t *v) {
             }
         }
     } else {
-        if (!json_is_integer(v)) return bad_elem(d, "expected an integer");
-        long long x = json_integer_value(v);
+        if (v->kind != E_INT) return bad_elem(d, "expected an integer");
+        long long x = v->i;
         long long lo, hi;
         switch (t) {
         case TDM_INT8: lo = INT8_MIN, hi = INT8_MAX; break;
@@ -254,7 +275,7 @@ static size_t number_len(const char *p, const char *e, bool *is_int) {
 }
 
 /* Decodes a data array's text [p, p + len) into d, element by element: the same checks as
- * the jansson path (put_elem), one element's value alive at a time. */
+ * the jansson path (put_value), nothing allocated per element. */
 static sv_error *decode_span(decoder *d, const char *p, size_t len) {
     const char *e = p + len;
     bool want_value = true, after_open = false;
@@ -288,7 +309,7 @@ static sv_error *decode_span(decoder *d, const char *p, size_t len) {
             continue;
         }
         if (!want_value) break;
-        json_t *v = NULL;
+        elem v = {E_OTHER, 0, 0, NULL, 0};
         bool is_int = false;
         size_t k;
         if ((k = number_len(p, e, &is_int))) {
@@ -298,28 +319,27 @@ static sv_error *decode_span(decoder *d, const char *p, size_t len) {
             num[k] = 0;
             errno = 0;
             if (is_int) {
-                long long x = strtoll(num, NULL, 10);
+                v.kind = E_INT;
+                v.i = strtoll(num, NULL, 10);
+                v.x = (double)v.i;
                 if (errno == ERANGE)
                     return sv_err(400, "malformed JSON: too big integer near '%s'", num);
-                v = json_integer(x);
             } else {
-                double x = strtod(num, NULL);
-                if (errno == ERANGE && fabs(x) > 1.0)
+                v.kind = E_REAL;
+                v.x = strtod(num, NULL);
+                if (errno == ERANGE && fabs(v.x) > 1.0)
                     return sv_err(400, "malformed JSON: real number overflow near '%s'", num);
-                v = json_real(x);
             }
-            if (!v) return sv_err(500, "out of memory");
         } else if (e - p >= 4 && !memcmp(p, "true", 4)) {
-            v = json_true(), k = 4;
+            v.kind = E_BOOL, v.i = 1, k = 4;
         } else if (e - p >= 5 && !memcmp(p, "false", 5)) {
-            v = json_false(), k = 5;
+            v.kind = E_BOOL, v.i = 0, k = 5;
         } else if (e - p >= 4 && !memcmp(p, "null", 4)) {
-            v = json_null(), k = 4;
+            k = 4;
         } else {
             break;
         }
-        sv_error *err = put_elem(d, v);
-        json_decref(v);
+        sv_error *err = put_value(d, &v);
         if (err) return err;
         p += k;
         want_value = after_open = false;
