@@ -277,6 +277,44 @@ def render(a, results, mem):
     return "\n".join(L)
 
 
+def keep_alive_cost(a):
+    """QPS and p99 of the well-behaved clients with the default keep-alive and with --keep-alive 0
+    (a connection per request, so that every request head is checked by the accept thread),
+    alternating, no hostile clients."""
+    tmp = tempfile.mkdtemp(prefix="tandem-keepalive-")
+    res = {}
+    try:
+        repo = os.path.join(tmp, "repo")
+        bench_serve.build_repo(repo, 8)
+        servers = {}
+        for label, extra in (("--keep-alive 1", None), ("--keep-alive 0", ["--keep-alive", "0"])):
+            servers[label] = start_with(a.tandem, repo, extra)
+        load = bench_serve.loadavg()
+        try:
+            for model, inputs in (RESNET, IDENTITY):
+                for _ in range(a.rounds):
+                    for label, (p, port) in servers.items():
+                        client = bench_serve.Client("wrk" if shutil.which("wrk") and a.client != "python"
+                                                    else "python", f"{HOST}:{port}", tmp)
+                        r = client.run(p.pid, model, inputs, a.concurrency, a.duration, 0.5)
+                        res.setdefault((model, label), []).append(r)
+        finally:
+            for p, _ in servers.values():
+                p.send_signal(signal.SIGTERM)
+                p.wait(60)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    L = [f"Machine: {os.cpu_count()} cores, load average before: {' '.join(load)}; {a.rounds} rounds "
+         f"of {a.duration:.0f} s, concurrency {a.concurrency}, medians.\n",
+         "| model | server | QPS | p99 ms | server CPU ms/req | errors |", "|---|---|---:|---:|---:|---|"]
+    for (model, label), rs in res.items():
+        L.append(f"| {model} | {label} | {bench_serve.median([r['qps'] for r in rs]):.0f} | "
+                 f"{bench_serve.median([r['p99_ms'] for r in rs]):.2f} | "
+                 f"{bench_serve.median([r['cpu_ms_per_req'] for r in rs]):.3f} | "
+                 f"{[r.get('errors') for r in rs]} |")
+    return "\n".join(L) + "\n"
+
+
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--swarm":
         port, secs, n_idle, n_slow = int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
@@ -293,7 +331,12 @@ def main():
     ap.add_argument("--slow", type=int, default=200)
     ap.add_argument("--client", choices=("auto", "python"), default="auto")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--keep-alive-cost", action="store_true",
+                    help="only compare the default keep-alive with --keep-alive 0 (no hostile clients)")
     a = ap.parse_args()
+    if a.keep_alive_cost:
+        print(keep_alive_cost(a))
+        return 0
     tmp = tempfile.mkdtemp(prefix="tandem-hostile-")
     try:
         repo = os.path.join(tmp, "repo")

@@ -35,6 +35,10 @@ static void serve_usage(FILE *f) {
             "  --connection-timeout S  close idle connections after S seconds (default 60)\n"
             "  --header-timeout S      a request's headers must arrive within S seconds of its\n"
             "                          first byte (default 5)\n"
+            "  --keep-alive 0|1        1 (default): keep connections open between requests; 0:\n"
+            "                          close after each answer, so that every request head is\n"
+            "                          checked before libmicrohttpd reads it (all transport\n"
+            "                          errors then come back as JSON; a connect per request)\n"
             "  --request-timeout S     a request body must arrive within S seconds (default 120)\n"
             "  --min-upload-kbps N     after --header-timeout, a body must average N KiB/s or\n"
             "                          more (default 16; 0 = no minimum)\n"
@@ -44,8 +48,9 @@ static void serve_usage(FILE *f) {
             "  --max-connections-per-ip N  open connections per client address (default 0 = any)\n"
             "  --request-memory MB     memory for request bodies being received and parsed, all\n"
             "                          together; past it, 503 with Retry-After (default RAM / 8)\n"
-            "  --max-json-mb N         largest JSON part of an inference request; larger\n"
-            "                          tensors go in the binary tensor data extension (default 8)\n"
+            "  --max-json-mb N         largest JSON of a request, not counting the tensors'\n"
+            "                          \"data\" arrays of numbers, which are read straight into\n"
+            "                          the tensors (default 8)\n"
             "  --shutdown-timeout S    on SIGTERM, wait S seconds for accepted requests before\n"
             "                          answering still-queued ones with 503 (default 30)\n"
             "  --model-control-mode M  none (load every model at start, default) or explicit\n"
@@ -98,6 +103,9 @@ int cmd_serve(int argc, char **argv) {
             ok = parse_int(v, 0, 1024, &o.threads);
         } else if (!strcmp(a, "--connection-timeout")) {
             ok = parse_int(v, 1, 86400, &o.connection_timeout_s);
+        } else if (!strcmp(a, "--keep-alive")) {
+            ok = parse_int(v, 0, 1, &n);
+            o.no_keep_alive = n == 0;
         } else if (!strcmp(a, "--header-timeout")) {
             ok = parse_int(v, 1, 86400, &o.header_timeout_s);
         } else if (!strcmp(a, "--min-upload-kbps")) {

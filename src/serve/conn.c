@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
@@ -96,8 +97,7 @@ static bool table_fit(sv_conns *cs, int fd) {
  * an event of the same epoll round may still point to it. */
 static void drop_own(sv_conns *cs, sv_slot *s) {
     idle_remove(s);
-    epoll_ctl(cs->ep, EPOLL_CTL_DEL, s->fd, NULL);
-    close(s->fd);
+    close(s->fd); /* also leaves the epoll set: the descriptor is not duplicated */
     if (s->state == ST_PENDING) cs->admitted--;
     else cs->refusing--;
     cs->by_fd[s->fd] = NULL;
@@ -261,6 +261,68 @@ static bool header_lines_ok(const char *b, const char *end) {
     return true;
 }
 
+/* The value of header `name` in the header block [b, end) (first occurrence), or NULL; its
+ * length (surrounding blanks trimmed) in *len. *count: how many lines carry the name. */
+static const char *head_value(const char *b, const char *end, const char *name, size_t *len,
+                              int *count) {
+    size_t nl_len = strlen(name);
+    const char *found = NULL;
+    *count = 0;
+    while (b < end) {
+        const char *nl = memchr(b, '\n', (size_t)(end - b));
+        if (!nl) nl = end;
+        size_t n = (size_t)(nl - b);
+        if (n && b[n - 1] == '\r') n--;
+        if (n > nl_len && b[nl_len] == ':' && !strncasecmp(b, name, nl_len)) {
+            ++*count;
+            if (!found) {
+                const char *v = b + nl_len + 1, *ve = b + n;
+                while (v < ve && (*v == ' ' || *v == '\t')) v++;
+                while (ve > v && (ve[-1] == ' ' || ve[-1] == '\t')) ve--;
+                found = v;
+                *len = (size_t)(ve - v);
+            }
+        }
+        b = nl + 1;
+    }
+    return found;
+}
+
+/* The chunked body that has arrived so far, [b, end): false at the first framing error
+ * (a size line that is not hexadecimal, a chunk not followed by CRLF). What is not complete
+ * yet is not judged. */
+static bool chunks_ok(const char *b, const char *end) {
+    while (b < end) {
+        const char *nl = memchr(b, '\n', (size_t)(end - b));
+        size_t avail = (size_t)((nl ? nl : end) - b);
+        uint64_t size = 0;
+        size_t i = 0;
+        for (; i < avail; i++) {
+            char ch = b[i];
+            int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
+                  : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
+            if (d < 0) break;
+            if (i >= 15) return false; /* a size of 2^60 bytes or more */
+            size = size * 16 + (uint64_t)d;
+        }
+        if (i == avail && !nl) return true; /* the size line is not complete yet */
+        if (i == 0) return false;           /* no hexadecimal digit */
+        char next = i < avail ? b[i] : '\n';
+        if (next != ';' && next != ' ' && next != '\t' && next != '\r' && next != '\n')
+            return false;
+        if (next == '\r' && i + 1 != avail) return false; /* a stray CR in the size line */
+        if (!nl) return true;
+        if (size == 0) return true; /* the last chunk: trailers follow, libmicrohttpd reads them */
+        b = nl + 1;
+        if ((uint64_t)(end - b) < size + 2) return true; /* the chunk's data is still coming */
+        b += size;
+        if (b[0] == '\r' && b[1] == '\n') b += 2;
+        else if (b[0] == '\n') b += 1;
+        else return false;
+    }
+    return true;
+}
+
 /* The first bytes of a connection held here: the status to answer with, 0 to hand it over
  * (its request head is complete and well-formed) or -1 to wait for more. */
 static int check_first_request(const char *b, size_t n, const char **msg) {
@@ -298,6 +360,32 @@ static int check_first_request(const char *b, size_t n, const char **msg) {
     if (!header_lines_ok(hdr, end + 1)) {
         *msg = "a request header line has no 'name:' (malformed header)";
         return 400;
+    }
+    /* what libmicrohttpd would refuse with an HTML page once the head is complete: an HTTP/1.1
+     * request without Host, a Content-Length that is not a number; and a chunked body whose
+     * framing is broken in the part that has arrived with the head */
+    size_t vlen = 0;
+    int count = 0;
+    if (!memcmp(b + len - 9, " HTTP/1.1", 9) && !head_value(hdr, end + 1, "Host", &vlen, &count)) {
+        *msg = "an HTTP/1.1 request needs a Host header";
+        return 400;
+    }
+    const char *cl = head_value(hdr, end + 1, "Content-Length", &vlen, &count);
+    if (cl) {
+        bool digits = vlen > 0 && vlen <= 18;
+        for (size_t i = 0; digits && i < vlen; i++) digits = cl[i] >= '0' && cl[i] <= '9';
+        if (!digits) {
+            *msg = "the Content-Length header is not a non-negative integer";
+            return 400;
+        }
+    }
+    const char *te = head_value(hdr, end + 1, "Transfer-Encoding", &vlen, &count);
+    if (te && count == 1 && vlen == 7 && !strncasecmp(te, "chunked", 7)) {
+        const char *body = end[1] == '\r' ? end + 3 : end + 2;
+        if (!chunks_ok(body, b + n)) {
+            *msg = "the chunked body is malformed (bad chunked encoding)";
+            return 400;
+        }
     }
     return 0;
 }

@@ -88,7 +88,8 @@ static enum MHD_Result send_answer(sv_conn *c) {
     pthread_mutex_lock(&s->mu);
     bool draining = s->draining;
     pthread_mutex_unlock(&s->mu);
-    if (draining || c->close_after) MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+    if (draining || c->close_after || s->opt.no_keep_alive)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
     enum MHD_Result ret = MHD_queue_response(c->conn, (unsigned)c->http, r);
     MHD_destroy_response(r);
     return ret;
@@ -213,7 +214,8 @@ static sv_error *mem_refused(sv_server *s) {
                   "taken by other requests; retry later", s->opt.request_memory >> 20);
 }
 
-/* 413 for JSON larger than the JSON limit: a parsed JSON tree takes about 15 times its text. */
+/* 413 for JSON larger than the JSON limit: a parsed JSON tree takes about 15 times its text
+ * (an inference request's tensor "data" arrays are not counted: they are not made a tree). */
 static sv_error *json_too_big(sv_server *s, uint64_t n) {
     return sv_err(413, "the JSON part of the request has %llu bytes, more than the %zu-byte limit "
                   "for JSON (--max-json-mb); send large tensors with the binary tensor data "
@@ -446,9 +448,10 @@ static bool infer(sv_conn *c) {
         return false;
     }
     size_t jlen = header_len >= 0 && (uint64_t)header_len < len ? (size_t)header_len : len;
-    if (jlen > s->opt.max_json_bytes) {
+    size_t tree_text = sv_infer_tree_len(body, jlen);
+    if (tree_text > s->opt.max_json_bytes) {
         free(body);
-        answer_error(c, json_too_big(s, jlen));
+        answer_error(c, json_too_big(s, tree_text));
         return false;
     }
     sv_version *v = NULL;
@@ -464,8 +467,10 @@ static bool infer(sv_conn *c) {
                                "/v1/completions or /v1/chat/completions)", c->model));
         return false;
     }
-    /* jansson's tree of the JSON part lives while it is read into the tensors */
-    size_t tree = jlen * SV_JSON_TREE_FACTOR;
+    /* jansson's tree of the JSON part lives while it is read into the tensors; the "data"
+     * arrays read straight into them take at most 4 bytes per byte of text (8-byte elements,
+     * each 2 characters or more with its comma) */
+    size_t tree = tree_text * SV_JSON_TREE_FACTOR + (jlen - tree_text) * 4;
     if (!sv_budget_take(&s->mem, tree)) {
         free(body);
         sv_version_unref(s->repo, v);
@@ -705,18 +710,15 @@ static sv_error *check_framing(struct MHD_Connection *conn) {
     return NULL;
 }
 
-/* Inference requests whose JSON part is known from the headers to be too large are refused
- * before their body is read (a compressed body is checked once inflated). */
+/* Inference requests: the JSON header's length is checked once the body is there (its tensors'
+ * "data" arrays are read straight into the tensors and do not count, see infer.c); here only
+ * the Inference-Header-Content-Length header's syntax. */
 static sv_error *check_json_size(sv_conn *c, struct MHD_Connection *conn, int64_t content_length) {
+    (void)content_length;
     if (c->route != R_INFER) return NULL;
     int64_t hl = -1;
-    sv_error *e = sv_infer_header_len(
+    return sv_infer_header_len(
         MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Inference-Header-Content-Length"), &hl);
-    if (e) return e;
-    int64_t jlen = hl >= 0 ? hl : c->encoding ? -1 : content_length;
-    if (jlen >= 0 && (uint64_t)jlen > c->srv->opt.max_json_bytes)
-        return json_too_big(c->srv, (uint64_t)jlen);
-    return NULL;
 }
 
 static sv_conn *begin(sv_server *s, struct MHD_Connection *conn, const char *method, const char *url,

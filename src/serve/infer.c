@@ -1,5 +1,6 @@
 /* tandem serve: KServe v2 inference requests (JSON and the binary tensor data extension) and
  * their answers. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,26 +28,47 @@ static sv_error *bad_elem(const decoder *d, const char *what) {
                   what, sv_dtype_v2_name(d->dtype));
 }
 
-static sv_error *put_elem(decoder *d, json_t *v) {
+/* One element as read: from a jansson value, or from the text of a "data" array. */
+typedef struct elem {
+    enum { E_INT, E_REAL, E_BOOL, E_STRING, E_OTHER } kind;
+    long long i;
+    double x;
+    const char *s;
+    size_t len;
+} elem;
+
+static sv_error *put_value(decoder *d, const elem *v);
+
+static sv_error *put_elem(decoder *d, json_t *j) {
+    elem v = {E_OTHER, 0, 0, NULL, 0};
+    if (json_is_integer(j)) v.kind = E_INT, v.i = json_integer_value(j), v.x = (double)v.i;
+    else if (json_is_real(j)) v.kind = E_REAL, v.x = json_real_value(j);
+    else if (json_is_boolean(j)) v.kind = E_BOOL, v.i = json_is_true(j);
+    else if (json_is_string(j))
+        v.kind = E_STRING, v.s = json_string_value(j), v.len = json_string_length(j);
+    return put_value(d, &v);
+}
+
+static sv_error *put_value(decoder *d, const elem *v) {
     if (d->got >= d->want)
         return sv_err(400, "input '%s': the data has more elements than the shape's %lld",
                       d->name, (long long)d->want);
     uint8_t *p = d->out ? d->out + (size_t)d->got * d->esz : NULL;
     tdm_dtype t = d->dtype;
     if (t == TDM_STRING) {
-        if (!json_is_string(v)) return bad_elem(d, "expected a string");
-        size_t n = json_string_length(v);
+        if (v->kind != E_STRING) return bad_elem(d, "expected a string");
+        size_t n = v->len;
         if (n > UINT32_MAX) return bad_elem(d, "string too long");
         uint32_t len = (uint32_t)n;
         sv_buf_add(&d->bytes, &len, 4);
-        sv_buf_add(&d->bytes, json_string_value(v), n);
+        sv_buf_add(&d->bytes, v->s, n);
         if (d->bytes.oom) return sv_err(500, "out of memory");
     } else if (t == TDM_BOOL) {
-        if (!json_is_boolean(v)) return bad_elem(d, "expected true or false");
-        *p = json_is_true(v) ? 1 : 0;
+        if (v->kind != E_BOOL) return bad_elem(d, "expected true or false");
+        *p = v->i ? 1 : 0;
     } else if (t == TDM_FLOAT || t == TDM_DOUBLE || t == TDM_FLOAT16 || t == TDM_BFLOAT16) {
-        if (!json_is_number(v)) return bad_elem(d, "expected a number");
-        double x = json_number_value(v);
+        if (v->kind != E_INT && v->kind != E_REAL) return bad_elem(d, "expected a number");
+        double x = v->x;
         if (t == TDM_DOUBLE) {
             memcpy(p, &x, 8);
         } else {
@@ -59,8 +81,8 @@ static sv_error *put_elem(decoder *d, json_t *v) {
             }
         }
     } else {
-        if (!json_is_integer(v)) return bad_elem(d, "expected an integer");
-        long long x = json_integer_value(v);
+        if (v->kind != E_INT) return bad_elem(d, "expected an integer");
+        long long x = v->i;
         long long lo, hi;
         switch (t) {
         case TDM_INT8: lo = INT8_MIN, hi = INT8_MAX; break;
@@ -93,6 +115,237 @@ static sv_error *flatten(decoder *d, json_t *v) {
         sv_error *e = flatten(d, x);
         if (e) return e;
     }
+    return NULL;
+}
+
+/* ---- "data" arrays read straight from the body ------------------------------------------------
+ * A JSON tensor's "data" array would take about 15 times its text as a jansson tree. The body is
+ * scanned first for the "data" arrays of root.inputs[i] (numbers and true/false only); jansson
+ * reads the body with each such array replaced by [], and parse_input() decodes the array's text
+ * element by element into the tensor buffer. The intermediate memory is the tensor itself. */
+
+typedef struct data_span {
+    const char *p; /* the array's text, from '[' to its ']'; NULL: left to jansson */
+    size_t len;
+} data_span;
+
+#define SV_SPANS_MAX 64
+
+typedef struct span_scan {
+    data_span span[SV_SPANS_MAX]; /* by index in 'inputs' */
+    size_t at[SV_SPANS_MAX];      /* the offset of each span, in body order for the filter */
+    int n;                        /* spans recorded (in body order) */
+    int order[SV_SPANS_MAX];      /* span index of the n-th recorded span */
+} span_scan;
+
+/* Skips a JSON string starting at b[i] == '"'; returns the index after it (n when unterminated). */
+static size_t skip_string(const char *b, size_t n, size_t i) {
+    for (i++; i < n; i++) {
+        if (b[i] == '\\') i++;
+        else if (b[i] == '"') return i + 1;
+    }
+    return n;
+}
+
+/* Finds root.inputs[i].data arrays of numbers and booleans. The body's nesting is at most
+ * SV_JSON_MAX_DEPTH (checked before). Anything unusual (escaped keys, strings in the array)
+ * leaves the array to jansson. */
+static void scan_data_spans(const char *b, size_t n, span_scan *sc) {
+    char stack[SV_JSON_MAX_DEPTH + 2];
+    int depth = 0;
+    bool expect_key = false, inputs_next = false, in_inputs = false, data_next = false;
+    int input = -1;
+    memset(sc, 0, sizeof *sc);
+    for (size_t i = 0; i < n;) {
+        char c = b[i];
+        if (c == '"') {
+            size_t e = skip_string(b, n, i);
+            if (expect_key && depth == 1)
+                inputs_next = e - i == 8 && !memcmp(b + i, "\"inputs\"", 8);
+            if (expect_key && depth == 3 && in_inputs)
+                data_next = e - i == 6 && !memcmp(b + i, "\"data\"", 6);
+            expect_key = false;
+            i = e;
+            continue;
+        }
+        if (c == ':') {
+            i++;
+            while (i < n && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r')) i++;
+            if (i >= n) return;
+            if (data_next && b[i] == '[' && input >= 0 && input < SV_SPANS_MAX &&
+                sc->n < SV_SPANS_MAX) {
+                /* the data array: to its matching bracket; not taken when it holds a string */
+                int d = 0;
+                bool plain = true;
+                size_t j = i;
+                for (; j < n; j++) {
+                    if (b[j] == '[') d++;
+                    else if (b[j] == ']' && --d == 0) break;
+                    else if (b[j] == '"' || b[j] == '{') plain = false;
+                    if (d > SV_JSON_MAX_DEPTH) plain = false;
+                }
+                if (j >= n) return; /* unterminated: jansson says where */
+                if (plain && !sc->span[input].p) {
+                    sc->span[input].p = b + i;
+                    sc->span[input].len = j + 1 - i;
+                    sc->at[sc->n] = i;
+                    sc->order[sc->n++] = input;
+                }
+                data_next = false;
+                i = j + 1;
+                continue;
+            }
+            if (depth == 1 && inputs_next && b[i] == '[') {
+                in_inputs = true;
+                input = -1;
+            }
+            inputs_next = data_next = false;
+            continue;
+        }
+        if (c == '{' || c == '[') {
+            if (depth > SV_JSON_MAX_DEPTH) return;
+            if (depth == 2 && in_inputs && c == '{') input++;
+            stack[depth++] = c;
+            expect_key = c == '{';
+        } else if (c == '}' || c == ']') {
+            if (depth == 0) return;
+            depth--;
+            if (depth == 1 && c == ']') in_inputs = false;
+            expect_key = false;
+        } else if (c == ',') {
+            expect_key = depth > 0 && stack[depth - 1] == '{';
+        }
+        i++;
+    }
+}
+
+typedef struct span_feed {
+    const char *b;
+    size_t n, pos;
+    const span_scan *sc;
+    int next; /* the next span (in body order) */
+} span_feed;
+
+/* json_load_callback's source: the body with each span replaced by "[]". */
+static size_t feed_without_spans(void *buffer, size_t buflen, void *data) {
+    span_feed *f = data;
+    char *out = buffer;
+    size_t w = 0;
+    while (w < buflen && f->pos < f->n) {
+        if (f->next < f->sc->n && f->pos == f->sc->at[f->next]) {
+            if (buflen - w < 2) break;
+            out[w++] = '[';
+            out[w++] = ']';
+            f->pos += f->sc->span[f->sc->order[f->next]].len;
+            f->next++;
+            continue;
+        }
+        size_t end = f->next < f->sc->n ? f->sc->at[f->next] : f->n;
+        size_t k = end - f->pos < buflen - w ? end - f->pos : buflen - w;
+        memcpy(out + w, f->b + f->pos, k);
+        w += k;
+        f->pos += k;
+    }
+    return w;
+}
+
+/* The length of a JSON number at p (RFC 8259 grammar), 0 when there is none; *is_int when it
+ * has no fraction and no exponent. */
+static size_t number_len(const char *p, const char *e, bool *is_int) {
+    const char *q = p;
+    if (q < e && *q == '-') q++;
+    if (q >= e || *q < '0' || *q > '9') return 0;
+    if (*q == '0') q++;
+    else while (q < e && *q >= '0' && *q <= '9') q++;
+    *is_int = true;
+    if (q < e && *q == '.') {
+        q++;
+        if (q >= e || *q < '0' || *q > '9') return 0;
+        while (q < e && *q >= '0' && *q <= '9') q++;
+        *is_int = false;
+    }
+    if (q < e && (*q == 'e' || *q == 'E')) {
+        q++;
+        if (q < e && (*q == '+' || *q == '-')) q++;
+        if (q >= e || *q < '0' || *q > '9') return 0;
+        while (q < e && *q >= '0' && *q <= '9') q++;
+        *is_int = false;
+    }
+    return (size_t)(q - p);
+}
+
+/* Decodes a data array's text [p, p + len) into d, element by element: the same checks as
+ * the jansson path (put_value), nothing allocated per element. */
+static sv_error *decode_span(decoder *d, const char *p, size_t len) {
+    const char *e = p + len;
+    bool want_value = true, after_open = false;
+    int depth = 0;
+    char num[400];
+    while (p < e) {
+        char c = *p;
+        if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
+            p++;
+            continue;
+        }
+        if (c == '[') {
+            if (!want_value) break;
+            depth++;
+            after_open = true;
+            p++;
+            continue;
+        }
+        if (c == ']') {
+            if (want_value && !after_open) break; /* "[1,]" */
+            depth--;
+            want_value = after_open = false;
+            p++;
+            continue;
+        }
+        if (c == ',') {
+            if (want_value || depth == 0) break;
+            want_value = true;
+            after_open = false;
+            p++;
+            continue;
+        }
+        if (!want_value) break;
+        elem v = {E_OTHER, 0, 0, NULL, 0};
+        bool is_int = false;
+        size_t k;
+        if ((k = number_len(p, e, &is_int))) {
+            if (k >= sizeof num)
+                return sv_err(400, "malformed JSON: a number of %zu characters", k);
+            memcpy(num, p, k);
+            num[k] = 0;
+            errno = 0;
+            if (is_int) {
+                v.kind = E_INT;
+                v.i = strtoll(num, NULL, 10);
+                v.x = (double)v.i;
+                if (errno == ERANGE)
+                    return sv_err(400, "malformed JSON: too big integer near '%s'", num);
+            } else {
+                v.kind = E_REAL;
+                v.x = strtod(num, NULL);
+                if (errno == ERANGE && fabs(v.x) > 1.0)
+                    return sv_err(400, "malformed JSON: real number overflow near '%s'", num);
+            }
+        } else if (e - p >= 4 && !memcmp(p, "true", 4)) {
+            v.kind = E_BOOL, v.i = 1, k = 4;
+        } else if (e - p >= 5 && !memcmp(p, "false", 5)) {
+            v.kind = E_BOOL, v.i = 0, k = 5;
+        } else if (e - p >= 4 && !memcmp(p, "null", 4)) {
+            k = 4;
+        } else {
+            break;
+        }
+        sv_error *err = put_value(d, &v);
+        if (err) return err;
+        p += k;
+        want_value = after_open = false;
+    }
+    if (p < e || depth != 0)
+        return sv_err(400, "malformed JSON in the 'data' array of input '%s'", d->name);
     return NULL;
 }
 
@@ -149,7 +402,7 @@ static sv_error *shape_matches(const sv_model_config *cfg, const sv_io_config *i
 }
 
 static sv_error *parse_input(const sv_model_config *cfg, json_t *j, sv_request *r, sv_in *x,
-                             int64_t *binary_size) {
+                             int64_t *binary_size, const data_span *span) {
     if (!json_is_object(j)) return sv_err(400, "each entry of 'inputs' must be an object");
     const char *name = json_string_value(json_object_get(j, "name"));
     if (!name) return sv_err(400, "an input has no 'name' string");
@@ -217,7 +470,7 @@ static sv_error *parse_input(const sv_model_config *cfg, json_t *j, sv_request *
         d.out = malloc((size_t)x->count * esz + 1);
         if (!d.out) return sv_err(500, "out of memory");
     }
-    e = flatten(&d, data);
+    e = span && span->p ? decode_span(&d, span->p, span->len) : flatten(&d, data);
     if (!e && d.got != d.want)
         e = sv_err(400, "input '%s': the data has %lld elements but the shape needs %lld", name,
                    (long long)d.got, (long long)d.want);
@@ -311,11 +564,17 @@ static sv_error *parse(sv_request *r, const sv_model_config *cfg, int64_t header
     size_t jlen = header_len >= 0 ? (size_t)header_len : len;
     if (sv_json_depth(r->body, jlen, SV_JSON_MAX_DEPTH) > SV_JSON_MAX_DEPTH)
         return sv_err(400, "the JSON nests deeper than %d levels", SV_JSON_MAX_DEPTH);
+    span_scan *sc = malloc(sizeof *sc);
+    if (!sc) return sv_err(500, "out of memory");
+    scan_data_spans(r->body, jlen, sc);
     json_error_t jerr;
-    json_t *root = json_loadb(r->body, jlen, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root)
+    span_feed feed = {r->body, jlen, 0, sc, 0};
+    json_t *root = json_load_callback(feed_without_spans, &feed, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) {
+        free(sc);
         return sv_err(400, "malformed JSON at line %d, column %d: %s", jerr.line, jerr.column,
                       jerr.text);
+    }
     sv_error *e = NULL;
     json_t *inputs = json_object_get(root, "inputs");
     json_t *id = json_object_get(root, "id");
@@ -335,11 +594,13 @@ static sv_error *parse(sv_request *r, const sv_model_config *cfg, int64_t header
         if (!r->in || !bsize) e = sv_err(500, "out of memory");
     }
     for (size_t i = 0; !e && i < json_array_size(inputs); i++) {
-        e = parse_input(cfg, json_array_get(inputs, i), r, &r->in[r->n_in], &bsize[i]);
+        e = parse_input(cfg, json_array_get(inputs, i), r, &r->in[r->n_in], &bsize[i],
+                        i < SV_SPANS_MAX ? &sc->span[i] : NULL);
         if (!e) r->n_in++;
     }
     if (!e) e = parse_outputs(cfg, root, r);
     json_decref(root);
+    free(sc);
     /* binary data: sections follow the JSON in input order */
     size_t pos = jlen;
     for (int i = 0; !e && i < r->n_in; i++) {
@@ -384,6 +645,16 @@ static sv_error *parse(sv_request *r, const sv_model_config *cfg, int64_t header
     }
     qsort(r->in, (size_t)r->n_in, sizeof *r->in, cmp_in);
     return NULL;
+}
+
+size_t sv_infer_tree_len(const char *body, size_t jlen) {
+    span_scan *sc = malloc(sizeof *sc);
+    if (!sc) return jlen;
+    scan_data_spans(body, jlen, sc);
+    size_t n = jlen;
+    for (int i = 0; i < sc->n; i++) n -= sc->span[sc->order[i]].len - 2;
+    free(sc);
+    return n;
 }
 
 sv_error *sv_infer_header_len(const char *value, int64_t *header_len) {

@@ -1044,6 +1044,8 @@ static enum MHD_Result completion(sv_conn *c, bool chat) {
     }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream; charset=utf-8");
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    if (c->srv->opt.no_keep_alive)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     ret = MHD_queue_response(c->conn, MHD_HTTP_OK, resp);
     MHD_destroy_response(resp);
 out:

@@ -82,6 +82,11 @@ typedef struct sv_request {
 /* Reads the Inference-Header-Content-Length header: `value` as sent (NULL when absent, then
  * *header_len = -1). 400 unless a non-negative decimal integer. */
 sv_error *sv_infer_header_len(const char *value, int64_t *header_len);
+
+/* The bytes of an inference request's JSON header [body, body + jlen) that jansson reads:
+ * all but the tensors' "data" arrays of numbers and booleans, which are decoded straight into
+ * the tensors (the intermediate memory is the tensor itself). */
+size_t sv_infer_tree_len(const char *body, size_t jlen);
 /* Parses an inference request body (a pure function of its arguments: no server needed;
  * tests/fuzz/fuzz_infer_*.c call it directly). `header_len` is the
  * Inference-Header-Content-Length value (-1 when absent). Takes ownership of body (malloc'd)

@@ -35,6 +35,8 @@ typedef struct sv_serve_options {
     int connection_timeout_s;  /* idle connections close after this; default 60 */
     int request_timeout_s;     /* a request body must arrive within this; default 120 */
     int header_timeout_s;      /* a request's headers must be complete within this; default 5 */
+    bool no_keep_alive;        /* close the connection after each answer, so that every request
+                                  head is checked by the accept thread (conn.c); default false */
     size_t min_upload_rate;    /* bytes/s a body must average after header_timeout_s;
                                   default 16 KiB/s; 0 = none */
     int max_connections;       /* open connections; 0 = from the descriptor limit (default) */

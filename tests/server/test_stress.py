@@ -11,13 +11,19 @@ Each test starts a server with small budgets and checks behaviour, not speed:
 - transport_errors: unsupported transfer codings (501 at once, then close), the HTTP/2
   preface, HTTP/0.9, an over-long request line, 300 KB of headers and a malformed header
   line are answered with JSON {"error": ...};
+- first_request_framing: a broken chunked body, a missing Host, a bad Content-Length on a first
+  request: JSON 400 (the accept thread checks them before libmicrohttpd reads the request);
+- later_requests_no_keep_alive: with --keep-alive 0 each answer closes its connection, and a
+  bad chunk or a malformed head sent as the next request (pipelined or not) gets JSON;
 - nonfinite_json: NaN and infinities in a JSON answer are NaN / Infinity / -Infinity, which
   tritonclient reads; binary outputs are bit-exact;
 - per_ip: the connection past --max-connections-per-ip gets 503 (JSON, Retry-After);
 - request_memory: 20 uploads declaring 60 MiB and 4 JSON bodies of 60 MiB against
-  --request-memory 128: the bodies past the budget get 503 at once, the JSON ones 413 (use the
-  binary extension), the server's peak RSS grows by about the budget, and once the uploads go
-  the budget is free again;
+  --request-memory 128: the bodies past the budget get 503 at once, the JSON ones too, the
+  server's peak RSS grows by about the budget, and once the uploads go the budget is free again;
+- json_stream: tensor "data" arrays are decoded straight from the body: values and errors as
+  with jansson, a 75 MiB JSON body is taken with RSS growing by a small multiple of it, and
+  --max-json-mb limits only the rest of the JSON;
 - drain: SIGTERM with idle, slowloris and half-sent connections open: the server stops
   quickly and refuses new connections.
 
@@ -57,6 +63,14 @@ def build_repository(repo):
 max_batch_size: 8
 input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ]
 output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ]
+""")
+    rsum = ts.make_model([helper.make_node("ReduceSum", ["X"], ["S"], keepdims=1)],
+                         [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["n"])],
+                         [helper.make_tensor_value_info("S", TensorProto.FLOAT, [1])])
+    ts.save(repo, "sum", rsum, """
+max_batch_size: 0
+input [ { name: "X" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "S" data_type: TYPE_FP32 dims: [ 1 ] } ]
 """)
     log = ts.make_model([helper.make_node("Log", ["X"], ["Y"])],
                         [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["b", 4])],
@@ -269,6 +283,126 @@ def test_transport_errors(s):
     assert code == 200, (code, body)
 
 
+def answer_of(s, data, closes=True):
+    c = connect(s)
+    try:
+        c.sendall(data)
+        return read_answer(c, 10, closes)
+    finally:
+        c.close()
+
+
+def test_first_request_framing(s):
+    """What libmicrohttpd would answer with an HTML page on a first request: a broken chunked
+    body, an HTTP/1.1 request without Host, a Content-Length that is not a number."""
+    head = f"POST {P} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    cases = [
+        ("bad chunk size", head + "Transfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n"),
+        ("chunk longer than its size", head + "Transfer-Encoding: chunked\r\n\r\n3\r\nabcdef\r\n0\r\n\r\n"),
+        ("no Host", f"GET /v2/health/live HTTP/1.1\r\nUser-Agent: t\r\n\r\n"),
+        ("Content-Length: abc", head + "Content-Length: abc\r\n\r\n{}"),
+    ]
+    for what, data in cases:
+        code, headers, body, closed = answer_of(s, data.encode())
+        assert code == 400, f"{what}: {code} {body[:200]!r}"
+        assert headers.get("content-type") == "application/json", f"{what}: {headers} {body[:200]!r}"
+        json_error(body)
+        assert closed, f"{what}: the connection stayed open"
+    # a well-formed chunked body still goes through
+    body = OK.encode() if isinstance(OK, str) else OK
+    chunked = b"".join(b"%x\r\n%s\r\n" % (len(body[i:i + 7]), body[i:i + 7])
+                       for i in range(0, len(body), 7)) + b"0\r\n\r\n"
+    code, _, ans, _ = answer_of(s, head.encode() + b"Transfer-Encoding: chunked\r\n\r\n" + chunked,
+                             closes=False)
+    assert code == 200, (code, ans[:200])
+    infer_ok(s)
+
+
+def test_later_requests_no_keep_alive(s):
+    """--keep-alive 0: each answer closes its connection, so that a later request's head is
+    checked like a first one: a bad chunk or a malformed head sent after a first request gets
+    JSON, also when pipelined behind it."""
+    good = f"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+    bad = [
+        ("bad chunk", f"POST {P} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n".encode()),
+        ("malformed head", b"GET /v2 HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n"),
+        ("HTTP/0.9", b"GET /v2\r\n"),
+    ]
+    for what, req in bad:
+        # pipelined behind a good request: one answer, then the connection closes
+        c = connect(s)
+        try:
+            c.sendall(good + req)
+            code, headers, body, closed = read_answer(c, 10)
+        finally:
+            c.close()
+        assert code == 200, f"{what}: {code} {body[:200]!r}"
+        assert headers.get("connection", "").lower() == "close", f"{what}: {headers}"
+        assert closed, f"{what}: the connection stayed open after its answer"
+        # the client's next request (on a new connection): JSON
+        code, headers, body, closed = answer_of(s, req)
+        assert code == 400 and headers.get("content-type") == "application/json", \
+            f"{what}: {code} {headers} {body[:200]!r}"
+        json_error(body)
+    infer_ok(s)
+
+
+def test_json_stream(s):
+    """Tensor "data" arrays are decoded straight from the body (no jansson tree for them): the
+    same values and the same errors as before, and a 60 MiB JSON body is taken (--max-json-mb 1
+    limits only the rest of the JSON) with RSS growing by a small multiple of the body."""
+    def infer(body, path=P):
+        return ts.raw(s, "POST", path, body if isinstance(body, bytes) else body.encode())
+
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2, 16)).astype(np.float32)
+    x[0, :4] = [0.0, -0.0, 1e-38, 3.4e38]
+    text = json.dumps({"id": "a", "inputs": [{"name": "INPUT0", "shape": [2, 16], "datatype": "FP32",
+                                              "data": x.tolist()}],
+                       "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": False}}]})
+    st, _, ans = infer(text)
+    assert st == 200, (st, ans[:300])
+    got = np.array(json.loads(ans)["outputs"][0]["data"], dtype=np.float32).reshape(2, 16)
+    assert np.array_equal(got, x), (got, x)
+    # the data array first, spacing, integers and exponents, "data" as a value elsewhere
+    body = ('{ "inputs" : [ { "data" : [ [ 1 , 2e0 , -3 , 4.5E+1 ] , [0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0] ] ,'
+            ' "shape" : [ 2 , 16 ] , "name" : "INPUT0" , "datatype" : "FP32", "parameters": {"x": "data"} } ] }')
+    st, _, ans = infer(body)
+    assert st == 200, (st, ans[:300])
+    got = json.loads(ans)["outputs"][0]["data"]
+    assert got[:4] == [1, 2, -3, 45] and not any(got[4:]), got
+    bad = [
+        ("[1,,2]", "malformed JSON"), ("[1 2]", "malformed JSON"), ("[1,]", "malformed JSON"),
+        ("[01]", "malformed JSON"), ("[.5]", "malformed JSON"), ("[1e]", "malformed JSON"),
+        ("[NaN]", "malformed JSON"), ("[null]", "expected a number"), ("[true]", "expected a number"),
+        ("[[1],2]]", "malformed JSON"), ("[1e999]", "malformed JSON"),
+        ("[" + ",".join(["1"] * 17) + "]", "more elements"), ("[1,2]", "elements but the shape"),
+    ]
+    for arr, want in bad:
+        body = '{"inputs":[{"name":"INPUT0","shape":[1,16],"datatype":"FP32","data":' + arr + '}]}'
+        st, _, ans = infer(body)
+        assert st == 400 and want in json_error(ans), (arr, st, ans[:300])
+    # 60 MiB of JSON tensor data: taken, summed right, RSS a small multiple of the body
+    n = 15 << 20  # 15 Mi elements of "0.25," (5 bytes): 75 MiB of text
+    data = b",".join([b"0.25"] * 1024)
+    body = (b'{"inputs":[{"name":"X","shape":[%d],"datatype":"FP32","data":[' % n
+            + b",".join([data] * (n // 1024)) + b"]}]}")
+    base = rss_kib(s.proc.pid, "VmRSS")
+    st, _, ans = infer(body, "/v2/models/sum/infer")
+    assert st == 200, (st, ans[:300])
+    assert json.loads(ans)["outputs"][0]["data"] == [n * 0.25], ans[:300]
+    grew = (rss_kib(s.proc.pid, "VmHWM") - base) / 1024
+    print(f"    a {len(body) / (1 << 20):.0f} MiB JSON body ({n} elements): RSS +{grew:.0f} MiB "
+          f"(the body and the 60 MiB tensor; a jansson tree would take ~15x the body)", flush=True)
+    factor = {"tsan": 6.0, "asan": 1.5}.get(sanitizer(s.proc.pid), 1.0)
+    assert grew < 4 * len(body) / (1 << 20) * factor, f"RSS grew by {grew:.0f} MiB"
+    # the rest of the JSON is still limited by --max-json-mb (1 here)
+    body = '{"id":"' + "a" * (2 << 20) + '","inputs":[{"name":"INPUT0","shape":[1,16],"datatype":"FP32","data":[' + ",".join(["1"] * 16) + ']}]}'
+    st, _, ans = infer(body)
+    assert st == 413 and "max-json-mb" in json_error(ans), (st, ans[:300])
+    infer_ok(s)
+
+
 def test_nonfinite_json(s):
     x = np.array([[1.0, 0.0, -1.0, np.inf]], dtype=np.float32)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -384,13 +518,13 @@ def test_request_memory(s, budget_mib=128):
                 k = min(left, len(chunk))
                 c.sendall(chunk[:k])
                 left -= k
-        # 4 JSON bodies of 60 MiB: refused from their headers (jansson would take ~15x)
+        # 4 JSON bodies of 60 MiB: refused from their headers (the budget is taken)
         for _ in range(4):
             c = connect(s)
             c.sendall(f"POST {P} HTTP/1.1\r\nHost: x\r\nContent-Length: {size}\r\n\r\n".encode())
             code, _, body, _ = read_answer(c, 10)
             c.close()
-            assert code == 413 and "binary" in json_error(body), (code, body)
+            assert code == 503 and "request-memory" in json_error(body), (code, body)
         time.sleep(0.5)
         # meanwhile a body that does not fit (10 MiB; 8 are left) is refused from its headers,
         # small requests are served
@@ -486,7 +620,9 @@ def main():
         (["--max-connections", "300", "--header-timeout", "2", "--min-upload-kbps", "64",
           "--connection-timeout", "30"],
          ["test_idle_flood", "test_slowloris", "test_slow_body", "test_transport_errors",
-          "test_nonfinite_json"]),
+          "test_first_request_framing", "test_nonfinite_json"]),
+        (["--keep-alive", "0"], ["test_later_requests_no_keep_alive"]),
+        (["--max-json-mb", "1", "--max-body-mb", "128", "--request-memory", "1024"], ["test_json_stream"]),
         (["--max-connections-per-ip", "8"], ["test_per_ip"]),
         (["--max-body-mb", "64", "--request-memory", "128", "--min-upload-kbps", "0",
           "--header-timeout", "5"], ["test_request_memory"]),
