@@ -131,12 +131,67 @@ finish512(const tdm_nbits_pjob *j, int64_t p, int64_t m, __m512 acc, __m512 accz
     store_rows(j, p, m, t);
 }
 
+/* Rows m0 .. m0 + R - 1 (R <= 4) of A against panel p, each block's codes loaded and unpacked
+ * once for the R rows (the batched decode of the LLM engine: one step's sequences share every
+ * panel pass). Per row the same sums in the same order as one row at a time. */
+__attribute__((always_inline)) TDM_TARGET_VNNI_F16 static inline void
+vnni_panel_rows(const tdm_nbits_pjob *j, int64_t p, int64_t m0, int R, bool q4, bool s16,
+                bool mzs, bool z16) {
+    const tdm_nbits_pk *pk = j->pk;
+    const int64_t bs = pk->bs, half = bs / 2, G = pk->groups, cb = 64 * G;
+    const uint8_t *base = panel_of(j, p);
+    const __m512i nib = _mm512_set1_epi8(15);
+    __m512 acc[4], accz[4];
+    for (int r = 0; r < 4; r++) acc[r] = accz[r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < pk->nb; b++) {
+        const uint8_t *rec = base + b * pk->bstride;
+        if (m0 == 0) pf_record(rec, pk->bstride);
+        __m512i u[16]; /* q4: low nibbles of group g in u[g], high in u[8 + g]; q8: u[g] */
+        for (int64_t g = 0; g < G; g++) {
+            __m512i v = _mm512_loadu_si512(rec + 64 * g);
+            if (q4) {
+                u[g] = _mm512_and_si512(v, nib);
+                u[8 + g] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+            } else {
+                u[g] = v;
+            }
+        }
+        __m512 s = ld16x(rec + cb, s16);
+        __m512 z = mzs ? ld16x(rec + cb + pk->sbytes, z16) : s;
+        for (int r = 0; r < R; r++) {
+            const int64_t m = m0 + r;
+            const int8_t *q = (const int8_t *)j->a + m * j->kq + b * bs;
+            __m512i d0 = _mm512_setzero_si512(), d1 = _mm512_setzero_si512();
+            for (int64_t g = 0; g < G; g++) {
+                if (q4) {
+                    d0 = _mm512_dpbusd_epi32(d0, u[g], _mm512_set1_epi32(ld32(q + 4 * g)));
+                    d1 = _mm512_dpbusd_epi32(d1, u[8 + g], _mm512_set1_epi32(ld32(q + half + 4 * g)));
+                } else if (g & 1) {
+                    d1 = _mm512_dpbusd_epi32(d1, u[g], _mm512_set1_epi32(ld32(q + 4 * g)));
+                } else {
+                    d0 = _mm512_dpbusd_epi32(d0, u[g], _mm512_set1_epi32(ld32(q + 4 * g)));
+                }
+            }
+            __m512 df = _mm512_cvtepi32_ps(_mm512_add_epi32(d0, d1));
+            acc[r] = _mm512_fmadd_ps(df, _mm512_mul_ps(s, _mm512_set1_ps(j->sa[m * pk->nb + b])),
+                                     acc[r]);
+            accz[r] = _mm512_fmadd_ps(z, _mm512_set1_ps(j->asum[m * pk->nb + b]), accz[r]);
+        }
+    }
+    for (int r = 0; r < R; r++) finish512(j, p, m0 + r, acc[r], accz[r], mzs);
+}
+
 __attribute__((always_inline)) TDM_TARGET_VNNI_F16 static inline void
 vnni_panel(const tdm_nbits_pjob *j, int64_t p, bool q4, bool s16, bool mzs, bool z16) {
     const tdm_nbits_pk *pk = j->pk;
     const int64_t bs = pk->bs, half = bs / 2, G = pk->groups, cb = 64 * G;
     const uint8_t *base = panel_of(j, p);
     const __m512i nib = _mm512_set1_epi8(15);
+    if (j->M > 1 && G <= (q4 ? 8 : 16)) { /* several rows: each block unpacked once for 4 */
+        for (int64_t m0 = 0; m0 < j->M; m0 += 4)
+            vnni_panel_rows(j, p, m0, j->M - m0 < 4 ? (int)(j->M - m0) : 4, q4, s16, mzs, z16);
+        return;
+    }
     for (int64_t m = 0; m < j->M; m++) {
         const int8_t *qa = (const int8_t *)j->a + m * j->kq;
         const float *sa = j->sa + m * pk->nb, *as = j->asum + m * pk->nb;
