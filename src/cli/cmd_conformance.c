@@ -280,7 +280,7 @@ int cmd_conformance(int argc, char **argv) {
     }
     closedir(d);
     if (filter) regfree(&re);
-    qsort(names, n, sizeof *names, cmp_str);
+    if (n > 1) qsort(names, n, sizeof *names, cmp_str); /* (names is NULL when nothing matched) */
 
     char **expected = NULL;
     size_t n_exp = 0;
