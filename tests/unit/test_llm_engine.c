@@ -455,7 +455,12 @@ static void test_cancel(void **state) {
     wait_tokens(&g[3], 3);
     tdm_llm_engine_cancel(e, g[3].id);
     wait_ended(g, 4);
-    for (int i = 0; i < 4; i++) assert_int_equal(g[i].finish, TDM_LLM_FINISH_CANCELLED);
+    /* the tiny model's steps take ~0.1 ms: on a loaded machine, request 3 (cancelled from this
+     * thread after its 3rd token) may reach max_length first; then it ends by length, whole */
+    const int full = tdm_llm_engine_max_length(e) - 20;
+    for (int i = 0; i < 4; i++)
+        if (!(i == 3 && g[i].finish == TDM_LLM_FINISH_LENGTH && g[i].n == full))
+            assert_int_equal(g[i].finish, TDM_LLM_FINISH_CANCELLED);
     assert_int_equal(g[0].n, 5); /* cancelled from its callback: no token after */
     assert_int_equal(g[1].n, 6);
     wait_ended(&g[4], 1);
@@ -478,9 +483,10 @@ static void test_cancel(void **state) {
         OK(tdm_llm_engine_submit(e, prompt, 20, &p, on_event, &g[i], &g[i].id));
     wait_tokens(&g[0], 2);
     tdm_llm_engine_free(e);
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 3; i++) { /* (one may have ended by length first, whole: see above) */
         assert_true(g[i].ended);
-        assert_int_equal(g[i].finish, TDM_LLM_FINISH_CANCELLED);
+        if (!(g[i].finish == TDM_LLM_FINISH_LENGTH && g[i].n == full))
+            assert_int_equal(g[i].finish, TDM_LLM_FINISH_CANCELLED);
     }
     tdm_env_free(env);
 }
