@@ -220,7 +220,7 @@ static tdm_status *lrn_f32(tdm_kernel_ctx *ctx) {
                    tdm_attr_float(ctx->node, "alpha", 1e-4f),
                    tdm_attr_float(ctx->node, "beta", 0.75f),
                    tdm_attr_float(ctx->node, "bias", 1.0f)};
-    int64_t work = sp * size;
+    int64_t work = sp * (size < x->dims[1] ? size : x->dims[1]); /* the window within C */
     tdm_parallel_for(ctx->pool, x->dims[0] * x->dims[1], work > 16384 ? 1 : 16384 / (work + 1) + 1,
                      lrn_planes, &job);
     return NULL;

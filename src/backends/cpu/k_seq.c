@@ -26,6 +26,7 @@ static tdm_status *new_container(tdm_kernel_ctx *ctx, int i, tdm_dtype kind, int
 }
 
 static tdm_status *put(tdm_kernel_ctx *ctx, tdm_tensor **slot, const tdm_tensor *t) {
+    if (!t) return seq_err(ctx, "a sequence item or input is missing");
     if (t->device) return seq_err(ctx, "sequence items must be in host memory");
     return tdm_tensor_clone(ctx->alloc, t, slot);
 }
@@ -102,6 +103,7 @@ static tdm_status *k_sequence_erase(tdm_kernel_ctx *ctx) {
 
 /* Output 0 := a clone of t (a tensor or a container). */
 static tdm_status *out_clone(tdm_kernel_ctx *ctx, const tdm_tensor *t) {
+    if (!t) return seq_err(ctx, "a sequence item or input is missing");
     TDM_TRY(ctx->alloc_output(ctx, 0, t->dtype, t->rank, t->dims));
     tdm_tensor *y = ctx->out[0];
     if (tdm_dtype_has_ptrs(t->dtype)) {
