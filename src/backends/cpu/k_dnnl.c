@@ -381,6 +381,15 @@ bool dn_bf16(const tdm_kernel_ctx *ctx) {
     return c && atomic_load(&c->bf16);
 }
 
+bool dn_attr_clip(dnnl_primitive_attr_t attr, float lo, float hi) {
+    dnnl_post_ops_t po = NULL;
+    bool ok = dnnl_post_ops_create(&po) == dnnl_success &&
+              dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_clip, lo, hi) == dnnl_success &&
+              dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
+    if (po) dnnl_post_ops_destroy(po);
+    return ok;
+}
+
 bool dn_has_vnni(void) {
     unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
     return (isa & (unsigned)dnnl_cpu_isa_avx512_core_vnni) == (unsigned)dnnl_cpu_isa_avx512_core_vnni ||

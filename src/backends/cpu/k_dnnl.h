@@ -134,6 +134,8 @@ const char *dn_md_layout(const dnnl_memory_desc_t *md, char *buf, size_t size);
 bool dn_q8_scalar(const tdm_tensor *t, int32_t *v);
 bool dn_q8_zeros(const tdm_tensor *t);
 bool dn_f32_scalar(const tdm_tensor *t, float *v);
+/* A clip post-op [lo, hi] on attr (the int8 kernels' folded Relu / Clip); false if refused. */
+bool dn_attr_clip(dnnl_primitive_attr_t attr, float lo, float hi);
 /* oneDNN's ISA has 8-bit dot products without saturation (AVX512-VNNI or AVX-VNNI). */
 bool dn_has_vnni(void);
 /* The run's CPU device has precision bf16 (cpu_device.h): convolutions and matmuls build

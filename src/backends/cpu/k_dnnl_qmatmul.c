@@ -189,14 +189,7 @@ static tdm_status *qm_part_build(qm_state *s, qm_entry *e, int64_t rows, qm_part
                dnnl_success;
     if (good && s->yzp)
         good = dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_DST, 1, 0, &s->yzp) == dnnl_success;
-    dnnl_post_ops_t po = NULL;
-    if (good && s->clip) {
-        good = dnnl_post_ops_create(&po) == dnnl_success &&
-               dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_clip, s->clo, s->chi) ==
-                   dnnl_success &&
-               dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
-        if (po) dnnl_post_ops_destroy(po);
-    }
+    if (good && s->clip) good = dn_attr_clip(attr, s->clo, s->chi);
     dnnl_primitive_desc_t pd = NULL;
     if (good && dnnl_primitive_desc_create(&pd, &md, attr, s->base.eng, NULL) != dnnl_success)
         pd = NULL;
