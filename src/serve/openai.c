@@ -38,12 +38,10 @@
 #include <jansson.h>
 
 #include "serve/openai.h"
+#include "serve/openai_parse.h"
 #include "serve/repo.h"
 #include "serve/server_impl.h"
 
-#define OA_MAX_STOP 16
-#define OA_MAX_STOP_LEN 256
-#define OA_MAX_TOP 20
 #define OA_JSON_DEPTH 64
 #define OA_TREE_FACTOR 16 /* bytes of jansson's tree per byte of JSON text, at most */
 
@@ -73,7 +71,8 @@ typedef struct oa_req {
     tdm_token_stream *ts;
     sv_buf text;      /* the completion (cut before a stop string) */
     size_t emitted;   /* stream: bytes of text sent */
-    oa_tok *toks;     /* logprobs: the tokens */
+    size_t lp_emitted; /* stream: tokens whose logprobs were sent (those starting in the sent text) */
+    oa_tok *toks;     /* logprobs: the tokens (none starting past a stop string's cut) */
     size_t n_toks, cap_toks;
     int32_t *ids;     /* the generated tokens */
     size_t n_ids, cap_ids;
@@ -272,11 +271,13 @@ static void stream_chunk(oa_req *r, const char *text, size_t len, size_t lp_from
     sv_buf_str(b, "}\n\n");
 }
 
-/* The end of a stream: the rest of the text with the finish reason, the usage, [DONE]. */
-static void stream_end(oa_req *r, size_t lp_from) {
-    stream_chunk(r, r->text.p + r->emitted, r->text.len - r->emitted, lp_from, r->n_toks, r->finish,
+/* The end of a stream: the rest of the text (and logprobs) with the finish reason, the usage,
+ * [DONE]. */
+static void stream_end(oa_req *r) {
+    stream_chunk(r, r->text.p + r->emitted, r->text.len - r->emitted, r->lp_emitted, r->n_toks, r->finish,
                  false);
     r->emitted = r->text.len;
+    r->lp_emitted = r->n_toks;
     if (r->include_usage) {
         sv_buf_str(&r->out, "data: ");
         head_json(r, &r->out, true);
@@ -363,7 +364,7 @@ static void on_token(oa_req *r, const tdm_llm_event *ev) {
         if (t) r->ids = t, r->cap_ids = nc;
     }
     if (r->n_ids < r->cap_ids) r->ids[r->n_ids++] = ev->token;
-    size_t before = r->text.len, lp_from = r->n_toks;
+    size_t before = r->text.len;
     const char *piece = NULL;
     tdm_status *st = tdm_token_stream_push(r->ts, ev->token, &piece);
     if (st) {
@@ -397,6 +398,10 @@ static void on_token(oa_req *r, const tdm_llm_event *ev) {
         if (cut != SIZE_MAX) {
             r->text.len = cut;
             r->text.p[cut] = 0;
+            /* the tokens that start at or after the cut are not part of the completion (a token
+               that straddles it stays, as its text does in part) */
+            while (r->n_toks > 0 && r->toks[r->n_toks - 1].offset >= cut && r->n_toks > r->lp_emitted)
+                r->n_toks--;
             r->finished = true;
             r->finish = "stop";
             cancel = true;
@@ -404,14 +409,19 @@ static void on_token(oa_req *r, const tdm_llm_event *ev) {
     }
     if (r->stream) {
         if (r->finished) {
-            stream_end(r, lp_from);
+            stream_end(r);
         } else {
             size_t release = r->text.len - held_back(r);
             if (release < r->emitted) release = r->emitted;
-            if (release > r->emitted || r->n_toks > lp_from)
-                stream_chunk(r, r->text.p + r->emitted, release - r->emitted, lp_from, r->n_toks, NULL,
+            /* a token's logprobs go out with the chunk that holds its first byte: one held back
+               with its text may still be cut by a stop string */
+            size_t lp_to = r->lp_emitted;
+            while (lp_to < r->n_toks && r->toks[lp_to].offset < release) lp_to++;
+            if (release > r->emitted || lp_to > r->lp_emitted)
+                stream_chunk(r, r->text.p + r->emitted, release - r->emitted, r->lp_emitted, lp_to, NULL,
                              false);
             r->emitted = release;
+            r->lp_emitted = lp_to;
         }
         wake(r);
     }
@@ -469,7 +479,7 @@ static void on_end(oa_req *r, const tdm_llm_event *ev) {
     if (counted > 0 && !http) flush_text(r);
     if (r->stream) {
         if (!r->out_done && http) stream_error(r, http, msg);
-        else if (!r->out_done) stream_end(r, r->n_toks);
+        else if (!r->out_done) stream_end(r);
         wake(r);
     } else if (r->c) {
         if (http) set_error(r->c, http, msg, NULL, NULL);
@@ -536,271 +546,6 @@ void sv_openai_completed(sv_conn *c, enum MHD_RequestTerminationCode toe) {
     /* the client went away: the engine stops the request at its next step */
     if (running && live) tdm_llm_engine_cancel(r->llm->engine, id);
     req_unref(r);
-}
-
-/* ---- parsing ---------------------------------------------------------------------------------- */
-
-typedef struct oa_params {
-    tdm_llm_request_params p;
-    bool stream, include_usage, logprobs;
-    int top_logprobs;
-    int64_t max_tokens; /* -1: not given */
-    int n_stop;
-    const char *stop[OA_MAX_STOP];
-    size_t stop_len[OA_MAX_STOP];
-} oa_params;
-
-typedef struct oa_bad {
-    char msg[512];
-    const char *param;
-} oa_bad;
-
-static bool bad(oa_bad *b, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static bool bad(oa_bad *b, const char *param, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(b->msg, sizeof b->msg, fmt, ap);
-    va_end(ap);
-    b->param = param;
-    return false;
-}
-
-/* A member that is absent or null: NULL. */
-static json_t *get(json_t *root, const char *key) {
-    json_t *v = json_object_get(root, key);
-    return v && !json_is_null(v) ? v : NULL;
-}
-
-static bool get_num(json_t *root, const char *key, double lo, double hi, double *out, oa_bad *b) {
-    json_t *v = get(root, key);
-    if (!v) return true;
-    if (!json_is_number(v)) return bad(b, key, "'%s' must be a number", key);
-    double d = json_number_value(v);
-    if (!(d >= lo && d <= hi)) return bad(b, key, "'%s' must be in [%g, %g], got %g", key, lo, hi, d);
-    *out = d;
-    return true;
-}
-
-static bool get_int(json_t *root, const char *key, int64_t lo, int64_t hi, int64_t *out, oa_bad *b) {
-    json_t *v = get(root, key);
-    if (!v) return true;
-    if (!json_is_integer(v)) return bad(b, key, "'%s' must be an integer", key);
-    int64_t i = json_integer_value(v);
-    if (i < lo || i > hi)
-        return bad(b, key, "'%s' must be in [%lld, %lld], got %lld", key, (long long)lo, (long long)hi,
-                   (long long)i);
-    *out = i;
-    return true;
-}
-
-static bool get_bool(json_t *root, const char *key, bool *out, oa_bad *b) {
-    json_t *v = get(root, key);
-    if (!v) return true;
-    if (!json_is_boolean(v)) return bad(b, key, "'%s' must be true or false", key);
-    *out = json_is_true(v);
-    return true;
-}
-
-/* The fields both endpoints share. */
-static bool parse_common(json_t *root, bool chat, oa_params *o, oa_bad *b) {
-    memset(o, 0, sizeof *o);
-    o->p.struct_size = sizeof o->p;
-    o->max_tokens = -1;
-    double temp = 1, top_p = 1, rep = 1, zero = 0;
-    int64_t top_k = 0, seed = 0, n = 1;
-    if (!get_num(root, "temperature", 0, 2, &temp, b) || !get_num(root, "top_p", 0, 1, &top_p, b) ||
-        !get_int(root, "top_k", -1, 1 << 20, &top_k, b) ||
-        !get_int(root, "seed", INT64_MIN, INT64_MAX, &seed, b) ||
-        !get_num(root, "repetition_penalty", 0.01, 100, &rep, b) ||
-        !get_int(root, "n", 1, 1 << 20, &n, b) || !get_bool(root, "stream", &o->stream, b) ||
-        !get_bool(root, "ignore_eos", &o->p.ignore_eos, b) ||
-        !get_int(root, "max_tokens", 1, INT32_MAX, &o->max_tokens, b) ||
-        !get_int(root, "max_completion_tokens", 1, INT32_MAX, &o->max_tokens, b))
-        return false;
-    if (n != 1) return bad(b, "n", "only n = 1 is supported (one choice per request)");
-    int64_t best_of = 1;
-    if (!get_int(root, "best_of", 1, 1 << 20, &best_of, b)) return false;
-    if (best_of != 1) return bad(b, "best_of", "only best_of = 1 is supported");
-    const char *penalties[] = {"presence_penalty", "frequency_penalty"};
-    for (int i = 0; i < 2; i++) {
-        double pv = 0;
-        if (!get_num(root, penalties[i], -2, 2, &pv, b)) return false;
-        if (pv != zero) return bad(b, penalties[i], "'%s' is not supported (use repetition_penalty)",
-                                   penalties[i]);
-    }
-    json_t *bias = get(root, "logit_bias");
-    if (bias && (!json_is_object(bias) || json_object_size(bias)))
-        return bad(b, "logit_bias", "'logit_bias' is not supported");
-    json_t *so = get(root, "stream_options");
-    if (so) {
-        if (!json_is_object(so)) return bad(b, "stream_options", "'stream_options' must be an object");
-        if (!o->stream) return bad(b, "stream_options", "'stream_options' is only allowed with stream: true");
-        if (!get_bool(so, "include_usage", &o->include_usage, b)) return false;
-    }
-    json_t *stop = get(root, "stop");
-    if (stop) {
-        if (json_is_string(stop)) {
-            o->stop[0] = json_string_value(stop);
-            o->stop_len[0] = json_string_length(stop);
-            o->n_stop = 1;
-        } else if (json_is_array(stop)) {
-            if (json_array_size(stop) > OA_MAX_STOP)
-                return bad(b, "stop", "'stop' has more than %d strings", OA_MAX_STOP);
-            for (size_t i = 0; i < json_array_size(stop); i++) {
-                json_t *s = json_array_get(stop, i);
-                if (!json_is_string(s)) return bad(b, "stop", "'stop' must be a string or an array of strings");
-                o->stop[o->n_stop] = json_string_value(s);
-                o->stop_len[o->n_stop++] = json_string_length(s);
-            }
-        } else {
-            return bad(b, "stop", "'stop' must be a string or an array of strings");
-        }
-        for (int i = 0; i < o->n_stop; i++)
-            if (!o->stop_len[i] || o->stop_len[i] > OA_MAX_STOP_LEN)
-                return bad(b, "stop", "a stop string must have 1 to %d bytes", OA_MAX_STOP_LEN);
-    }
-    if (chat) {
-        int64_t tl = 0;
-        if (!get_bool(root, "logprobs", &o->logprobs, b) ||
-            !get_int(root, "top_logprobs", 0, OA_MAX_TOP, &tl, b))
-            return false;
-        if (get(root, "top_logprobs") && !o->logprobs)
-            return bad(b, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
-        o->top_logprobs = (int)tl;
-    } else {
-        int64_t lp = -1;
-        if (!get_int(root, "logprobs", 0, OA_MAX_TOP, &lp, b)) return false;
-        o->logprobs = lp >= 0;
-        o->top_logprobs = lp > 0 ? (int)lp : 0;
-        bool echo = false;
-        if (!get_bool(root, "echo", &echo, b)) return false;
-        if (echo) return bad(b, "echo", "'echo' is not supported");
-        json_t *suffix = get(root, "suffix");
-        if (suffix && (!json_is_string(suffix) || json_string_length(suffix)))
-            return bad(b, "suffix", "'suffix' is not supported");
-    }
-    o->p.sampling.temperature = (float)temp;
-    o->p.sampling.top_p = top_p >= 1 ? 0 : (float)top_p;
-    o->p.sampling.top_k = top_k > 0 ? (int)top_k : 0;
-    o->p.sampling.repetition_penalty = (float)rep;
-    o->p.sampling.seed = (uint64_t)seed;
-    o->p.top_logprobs = o->top_logprobs;
-    if (o->p.sampling.top_p == 0 && top_p < 1) o->p.sampling.top_p = 1e-6f; /* top_p 0: the top token */
-    return true;
-}
-
-/* The completions prompt: a string, one string in an array, token ids, or one array of them. */
-static bool prompt_ids(sv_llm *m, json_t *root, int32_t **ids, size_t *n, bool *owned_by_tok, oa_bad *b) {
-    json_t *p = get(root, "prompt");
-    if (!p) return bad(b, "prompt", "'prompt' is required");
-    if (json_is_array(p) && json_array_size(p) == 1 &&
-        (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0))))
-        p = json_array_get(p, 0);
-    if (json_is_string(p)) {
-        tdm_status *st = tdm_tokenizer_encode(m->tok, json_string_value(p), json_string_length(p), true,
-                                              ids, n);
-        if (st) {
-            bad(b, "prompt", "the prompt cannot be tokenized: %s", tdm_status_message(st));
-            tdm_status_free(st);
-            return false;
-        }
-        *owned_by_tok = true;
-        return true;
-    }
-    if (!json_is_array(p)) return bad(b, "prompt", "'prompt' must be a string or an array of token ids");
-    size_t k = json_array_size(p);
-    if (!k) return bad(b, "prompt", "the prompt is empty");
-    int32_t *v = malloc(k * sizeof *v);
-    if (!v) return bad(b, "prompt", "out of memory");
-    for (size_t i = 0; i < k; i++) {
-        json_t *t = json_array_get(p, i);
-        if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) > INT32_MAX) {
-            free(v);
-            return bad(b, "prompt", "'prompt' must be a string or an array of token ids (several "
-                       "prompts in one request are not supported)");
-        }
-        v[i] = (int32_t)json_integer_value(t);
-    }
-    *ids = v;
-    *n = k;
-    *owned_by_tok = false;
-    return true;
-}
-
-/* The chat messages through the template. */
-static bool chat_ids(sv_llm *m, json_t *root, int32_t **ids, size_t *n, oa_bad *b) {
-    json_t *msgs = get(root, "messages");
-    if (!msgs || !json_is_array(msgs) || !json_array_size(msgs))
-        return bad(b, "messages", "'messages' must be a non-empty array");
-    const char *tmpl = tdm_tokenizer_chat_template(m->tok);
-    if (!tmpl) return bad(b, "messages", "model '%s' has no chat template (use /v1/completions)", m->name);
-    size_t k = json_array_size(msgs);
-    tdm_chat_message *cm = calloc(k, sizeof *cm);
-    char **owned = calloc(k, sizeof *owned);
-    bool ok = cm && owned;
-    if (!ok) bad(b, "messages", "out of memory");
-    for (size_t i = 0; ok && i < k; i++) {
-        json_t *msg = json_array_get(msgs, i);
-        json_t *role = json_is_object(msg) ? get(msg, "role") : NULL;
-        if (!role || !json_is_string(role)) {
-            ok = bad(b, "messages", "messages[%zu] must be an object with a string 'role'", i);
-            break;
-        }
-        cm[i].role = json_string_value(role);
-        json_t *content = get(msg, "content");
-        if (!content) {
-            cm[i].content = "";
-        } else if (json_is_string(content)) {
-            if (strlen(json_string_value(content)) != json_string_length(content)) {
-                ok = bad(b, "messages", "messages[%zu].content holds a NUL character", i);
-                break;
-            }
-            cm[i].content = json_string_value(content);
-        } else if (json_is_array(content)) { /* text parts, joined */
-            sv_buf t = {0};
-            for (size_t j = 0; ok && j < json_array_size(content); j++) {
-                json_t *part = json_array_get(content, j);
-                json_t *type = json_is_object(part) ? get(part, "type") : NULL;
-                json_t *text = json_is_object(part) ? get(part, "text") : NULL;
-                if (!type || !json_is_string(type) || strcmp(json_string_value(type), "text") || !text ||
-                    !json_is_string(text))
-                    ok = bad(b, "messages", "messages[%zu].content: only text parts ({\"type\": \"text\", "
-                             "\"text\": ...}) are supported", i);
-                else
-                    sv_buf_str(&t, json_string_value(text));
-            }
-            if (!ok) {
-                sv_buf_free(&t);
-                break;
-            }
-            owned[i] = sv_buf_take(&t, NULL);
-            if (!owned[i]) owned[i] = sv_strdup("");
-            cm[i].content = owned[i] ? owned[i] : "";
-        } else {
-            ok = bad(b, "messages", "messages[%zu].content must be a string or an array of text parts", i);
-        }
-    }
-    char *text = NULL;
-    if (ok) {
-        tdm_status *st = tdm_chat_render(tmpl, cm, k, true, tdm_tokenizer_special_text(m->tok, "bos"),
-                                         tdm_tokenizer_special_text(m->tok, "eos"), &text);
-        if (st) {
-            ok = bad(b, "messages", "the chat template failed: %s", tdm_status_message(st));
-            tdm_status_free(st);
-        }
-    }
-    if (ok) { /* the template writes the special tokens itself */
-        tdm_status *st = tdm_tokenizer_encode(m->tok, text, strlen(text), false, ids, n);
-        if (st) {
-            ok = bad(b, "messages", "the messages cannot be tokenized: %s", tdm_status_message(st));
-            tdm_status_free(st);
-        }
-    }
-    tdm_string_free(text);
-    for (size_t i = 0; owned && i < k; i++) free(owned[i]);
-    free(owned);
-    free(cm);
-    return ok;
 }
 
 /* ---- endpoints -------------------------------------------------------------------------------- */
@@ -892,7 +637,7 @@ static enum MHD_Result completion(sv_conn *c, bool chat) {
         ret = fail(c, 400, NULL, NULL, "the request body must be a JSON object");
         goto out;
     }
-    json_t *model = get(root, "model");
+    json_t *model = json_object_get(root, "model");
     if (!model || !json_is_string(model)) {
         ret = fail(c, 400, "model", NULL, "'model' must be a string naming the model");
         goto out;
@@ -908,8 +653,7 @@ static enum MHD_Result completion(sv_conn *c, bool chat) {
         goto out;
     }
     sv_llm *m = v->llm;
-    if (!parse_common(root, chat, &o, &b) ||
-        !(chat ? chat_ids(m, root, &ids, &n_ids, &b) : prompt_ids(m, root, &ids, &n_ids, &ids_tok, &b))) {
+    if (!oa_parse_request(root, chat, m->tok, m->name, &o, &ids, &n_ids, &ids_tok, &b)) {
         ret = fail(c, 400, b.param, NULL, "%s", b.msg);
         goto out;
     }

@@ -7,6 +7,8 @@
                      (an empty line: no header), then the body (JSON header + binary data)
   fuzz_config        config.pbtxt texts of a model folder named "model": the configurations
                      of tests/server/test_server.py, Triton-style examples, their JSON forms
+  fuzz_openai        one byte (bit 0: chat endpoint; bit 1: the tokenizer without a chat
+                     template), then an OpenAI completions / chat completions body
 
 Valid inputs mostly, plus a few of each kind of bad input the server tests send.
 Usage: make_serve_corpus.py [OUT_DIR]   (default: tests/fuzz/corpus next to this script)
@@ -300,6 +302,46 @@ def write(out, target, seeds):
     print(f"{target}: {len(seeds)} seeds")
 
 
+def openai_seeds():
+    """OpenAI request bodies for fuzz_openai: the first byte picks the endpoint (bit 0: chat) and
+    the tokenizer (bit 1: the one without a chat template)."""
+    comp = [
+        {"model": "m", "prompt": "Once upon a time", "max_tokens": 16},
+        {"model": "m", "prompt": ["Hello"], "max_tokens": 4, "temperature": 0, "stop": ["\n", "."]},
+        {"model": "m", "prompt": [1, 2, 3, 4], "logprobs": 3, "seed": 7, "top_p": 0.9, "top_k": 40},
+        {"model": "m", "prompt": [[5, 6, 7]], "stream": True, "stream_options": {"include_usage": True}},
+        {"model": "m", "prompt": "x", "stop": "end", "repetition_penalty": 1.1, "ignore_eos": True,
+         "max_completion_tokens": 8, "n": 1, "best_of": 1, "presence_penalty": 0, "logit_bias": {}},
+        {"model": "m", "prompt": "caf\u00e9 \ud83d\ude00 <|im_start|>", "echo": False, "suffix": ""},
+        {"model": "m", "prompt": [99999999], "max_tokens": 2},
+        {"model": "m", "prompt": "", "temperature": 3},
+        {"model": "m", "prompt": "a", "stop": ["a" * 300]},
+    ]
+    chat = [
+        {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5},
+        {"model": "m", "messages": [{"role": "system", "content": "Be brief."},
+                                    {"role": "user", "content": "What is 2+2?"},
+                                    {"role": "assistant", "content": "4"},
+                                    {"role": "user", "content": [{"type": "text", "text": "and 3+3?"}]}],
+         "logprobs": True, "top_logprobs": 2, "stream": True},
+        {"model": "m", "messages": [{"role": "user", "content": None}], "seed": -1, "stop": None},
+        {"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
+        {"model": "m", "messages": [], "top_logprobs": 1},
+        {"model": "m", "messages": [{"role": 5}]},
+    ]
+    seeds = {}
+    for i, b in enumerate(comp):
+        body = json.dumps(b).encode()
+        seeds[f"completion_{i}"] = b"\x00" + body
+        seeds[f"completion_notmpl_{i}"] = b"\x02" + body
+    for i, b in enumerate(chat):
+        body = json.dumps(b).encode()
+        seeds[f"chat_{i}"] = b"\x01" + body
+        seeds[f"chat_notmpl_{i}"] = b"\x03" + body
+    seeds["chat_nul"] = b'\x01{"model":"m","messages":[{"role":"user","content":"a\\u0000b"}]}'
+    return seeds
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "corpus")
     write(out, "fuzz_infer_json", json_seeds())
@@ -308,6 +350,7 @@ def main():
     cfg.update({f"{k}.pbtxt": v.encode() for k, v in TRITON_CONFIGS.items()})
     cfg.update({f"{k}.json": json.dumps(v, indent=1).encode() for k, v in JSON_CONFIGS.items()})
     write(out, "fuzz_config", cfg)
+    write(out, "fuzz_openai", openai_seeds())
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@
 # SECONDS per target (default 60, or $FUZZ_SECONDS); BUILD_DIR (default build-fuzz) is
 # configured and built here if needed: cmake -DCMAKE_C_COMPILER=clang -DTANDEM_FUZZ=ON.
 # TARGETs default to all (fuzz_model fuzz_tensor fuzz_wire fuzz_infer_json fuzz_infer_binary
-# fuzz_config fuzz_chat_template).
+# fuzz_config fuzz_tokenizer fuzz_chat_template fuzz_openai).
 #
 # New interesting inputs go to a scratch corpus (BUILD_DIR/fuzz-work/TARGET), which starts
 # from the seeds in tests/fuzz/corpus/TARGET; the seeds are never modified. Crashes, leaks
@@ -28,7 +28,7 @@ while getopts "t:b:h" opt; do
     esac
 done
 shift $((OPTIND - 1))
-targets="${*:-fuzz_model fuzz_tensor fuzz_wire fuzz_infer_json fuzz_infer_binary fuzz_config fuzz_tokenizer fuzz_chat_template}"
+targets="${*:-fuzz_model fuzz_tensor fuzz_wire fuzz_infer_json fuzz_infer_binary fuzz_config fuzz_tokenizer fuzz_chat_template fuzz_openai}"
 timeout_s="${FUZZ_TIMEOUT:-10}"
 
 if [ ! -x "$build/tests/fuzz/fuzz_model" ]; then
@@ -51,6 +51,7 @@ dict_of() {
     fuzz_infer_json | fuzz_infer_binary) echo "-dict=$here/kserve.dict" ;;
     fuzz_config) echo "-dict=$here/pbtxt.dict" ;;
     fuzz_chat_template) echo "-dict=$here/jinja.dict" ;;
+    fuzz_openai) echo "-dict=$here/openai.dict" ;;
     esac
 }
 

@@ -263,6 +263,18 @@ class Tests:
             streamed = "".join(c.choices[0].text for c in chunks)
             assert streamed == want, (stop, streamed, want)
             assert chunks[-1].choices[0].finish_reason == "stop"
+            # logprobs: no token that starts at or past the cut, streamed or not
+            r = self.client.completions.create(model=MODEL, prompt=prompt, max_tokens=24, temperature=0,
+                                               stop=stop, logprobs=1)
+            lp = r.choices[0].logprobs
+            assert all(o < len(want) for o in lp.text_offset), (stop, want, lp.text_offset)
+            joined = "".join(lp.tokens)
+            assert joined.startswith(want), (stop, want, lp.tokens)
+            chunks = list(self.client.completions.create(model=MODEL, prompt=prompt, max_tokens=24,
+                                                         temperature=0, stop=stop, stream=True, logprobs=1))
+            streamed = [t for c in chunks if c.choices and c.choices[0].logprobs
+                        for t in c.choices[0].logprobs.tokens]
+            assert streamed == lp.tokens, (stop, streamed, lp.tokens)
         # a stop string that never occurs
         r = self.client.completions.create(model=MODEL, prompt=prompt, max_tokens=24, temperature=0,
                                            stop="never seen")
