@@ -12,7 +12,14 @@
  * more than the ring's bytes (handed out + kept), so the device's memory stays under its
  * budget. A buffer is reused only by an upload ordered after the kernels that read its
  * previous weight. One streamed run of a plan at a time (the ring is sized for
- * one run): concurrent runs wait on the pool's lock. */
+ * one run): concurrent runs wait on the pool's lock.
+ *
+ * Pinned host memory: on a device that registers host memory (backend.h version 8) each
+ * streamed weight is registered for its device when a run first streams it (and released
+ * with the pool), so its uploads are DMA from page-locked memory instead of a host copy
+ * through staging buffers; such uploads count as bytes_uploaded_pinned in the monitor. A
+ * registration the device refuses (e.g. pages already registered by another session) leaves
+ * the weight pageable and is not retried. */
 #include <stdio.h>
 #include <string.h>
 
@@ -34,6 +41,8 @@ typedef struct pool_buf {
 
 struct tdm_stream_pool {
     pthread_mutex_t run_mu;
+    unsigned char *pinned; /* [v * D + d]: 0 not tried, 1 registered, 2 refused */
+    size_t n_pinned;       /* entries of pinned */
     pool_buf free_[TDM_MAX_DEVICES][POOL_MAX_FREE];
     int n_free[TDM_MAX_DEVICES];
     int64_t pooled[TDM_MAX_DEVICES], held[TDM_MAX_DEVICES];
@@ -53,6 +62,11 @@ void tdm_stream_pool_free(tdm_plan *p) {
     if (!sp) return;
     for (int d = 0; d < p->n_devices && d < TDM_MAX_DEVICES; d++)
         for (int k = 0; k < sp->n_free[d]; k++) tdm_device_buffer_free(p->devices[d], sp->free_[d][k].buf);
+    for (size_t k = 0; sp->pinned && k < sp->n_pinned; k++)
+        if (sp->pinned[k] == 1)
+            tdm_device_host_unregister(p->devices[k % (size_t)p->n_devices],
+                                       p->graph->values[k / (size_t)p->n_devices].data->data);
+    tdm_free(p->alloc, sp->pinned);
     pthread_mutex_destroy(&sp->run_mu);
     tdm_free(p->alloc, sp);
     p->stream_pool = NULL;
@@ -193,6 +207,38 @@ static tdm_status *check_shapes(frame *f, const tdm_tensor *const *inputs) {
     return NULL;
 }
 
+/* Registers the streamed weights not tried yet with the devices they stream to (run lock
+ * held). */
+static tdm_status *pin_streamed(frame *f) {
+    const tdm_plan *p = f->plan;
+    const tdm_budget_plan *b = p->budget;
+    tdm_stream_pool *sp = f->stream->pool;
+    if (!b->any_streamed) return NULL;
+    size_t D = (size_t)p->n_devices, n = p->graph->n_values * D;
+    if (!sp->pinned) {
+        if (!(sp->pinned = tdm_calloc(p->alloc, n + 1, 1)))
+            return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory starting a run");
+        sp->n_pinned = n;
+    }
+    for (size_t v = 0; v < p->graph->n_values; v++) {
+        if (b->residency[v] != TDM_RES_STREAMED) continue;
+        tdm_tensor *w = p->graph->values[v].data;
+        for (size_t d = 0; d < D; d++) {
+            tdm_device *dev = p->devices[d];
+            if (sp->pinned[v * D + d] || dev->host_memory || !b->n_units[d] || !w || !w->nbytes) continue;
+            if (b->last_reader[v * D + d] < 0) continue; /* not read there */
+            if (!tdm_device_has_host_register(dev)) {
+                sp->pinned[v * D + d] = 2;
+                continue;
+            }
+            tdm_status *st = tdm_device_host_register(dev, w->data, w->nbytes);
+            sp->pinned[v * D + d] = st ? 2 : 1;
+            tdm_status_free(st); /* stays pageable: uploads go through staging */
+        }
+    }
+    return NULL;
+}
+
 tdm_status *tdm_stream_begin(frame *f, const tdm_tensor *const *inputs) {
     tdm_plan *p = (tdm_plan *)f->plan;
     if (!p || !p->budget || !device_budget(p)) return NULL;
@@ -226,7 +272,7 @@ tdm_status *tdm_stream_begin(frame *f, const tdm_tensor *const *inputs) {
         TDM_TRY(check_shapes(f, inputs));
         p->budget->shapes_key = key;
     }
-    return NULL;
+    return pin_streamed(f);
 }
 
 /* Gives value v's buffer on plan device d back to the ring. */
@@ -295,6 +341,8 @@ static tdm_status *stream_upload(frame *f, int v, int d, size_t for_node) {
     t->device = dev;
     f->stream->slot[k] = t;
     tdm_exec_mon_copy(f, dev, true, w->nbytes);
+    if (tdm_exec_mon(f) && f->stream->pool->pinned && f->stream->pool->pinned[k] == 1)
+        tdm_monitor_copy_pinned(tdm_exec_mon(f), dev->index, (int64_t)w->nbytes);
     if (tr && queued) { /* traced when its reader waits for it */
         f->stream->issued[k] = t0;
         f->stream->flow[k] = tdm_trace_flow_id(tr);
