@@ -742,7 +742,10 @@ static tdm_status *fit_device(fit *f, tdm_budget_plan *b, const tdm_budget_optio
     double layers = INFINITY;
     int kept = 0;
     int *moved_dev = NULL;
-    if (!moved && o->force != TDM_FIT_STREAMED) {
+    /* streaming forced but its ring does not fit: the layers plan instead, when the CPU can
+     * take what does not fit (said in the reason) */
+    bool fallback = o->force == TDM_FIT_STREAMED && !sp.ok;
+    if (!moved && (o->force != TDM_FIT_STREAMED || fallback)) {
         moved_dev = tdm_calloc(p->alloc, f->N + 1, sizeof *moved_dev);
         if (!moved_dev) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory fitting the plan");
         layers = layers_candidate(f, d, avail, moved_dev, &kept);
@@ -757,8 +760,12 @@ static tdm_status *fit_device(fit *f, tdm_budget_plan *b, const tdm_budget_optio
              b->reserve[d] ? " + reserved" : "", mib((double)b->budget[d]));
     if (!sp.ok && isinf(layers)) {
         tdm_free(p->alloc, moved_dev);
-        return budget_limit_error(f, b, o, d, "a plan: streaming needs more room for its ring and "
-                                  "no CPU can take the nodes that do not fit");
+        char what[300];
+        snprintf(what, sizeof what, "a plan: streaming needs a larger ring than the %lld B left for "
+                 "weights%s", (long long)avail,
+                 f->host < 0 ? ", and the session has no CPU to take the nodes that do not fit"
+                 : moved     ? "" : ", and the CPU cannot run the nodes that do not fit");
+        return budget_limit_error(f, b, o, d, what);
     }
     char sdesc[300] = "streaming not considered", ldesc[300] = "layers on the CPU not considered";
     if (sp.ok)
@@ -776,7 +783,8 @@ static tdm_status *fit_device(fit *f, tdm_budget_plan *b, const tdm_budget_optio
     bool take_layers = !isinf(layers) && (!sp.ok || layers < sp.ms);
     snprintf(b->why, sizeof b->why, "%s; %s vs %s: %s %s", head, sdesc, ldesc,
              take_layers ? "layers" : "streamed",
-             o->force ? "(forced)" : take_layers ? (sp.ok ? "is faster" : "is the only plan")
+             fallback && take_layers ? "(streaming was asked for but does not fit)"
+             : o->force ? "(forced)" : take_layers ? (sp.ok ? "is faster" : "is the only plan")
                                                  : (isinf(layers) ? "is the only plan" : "is faster"));
     if (take_layers) {
         b->choice = TDM_FIT_LAYERS;
