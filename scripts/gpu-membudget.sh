@@ -5,8 +5,9 @@
 #   scripts/gpu-membudget.sh TANDEM OUTDIR [SECONDS]      (SECONDS: the step's budget, default 180)
 #
 #   a. tools/make_big_llama.py writes a random-weight Llama-style model (optimum form, float32,
-#      external data) of MEMBUDGET_GB GB (default 8: 11 Llama-2-7B-sized layers) under /tmp
-#      (kept for a rerun); needs python3 with numpy and onnx, no network
+#      external data) of MEMBUDGET_GB GB (default 8: 11 Llama-2-7B-sized layers) in /dev/shm
+#      when it has room for twice that, else /tmp (MEMBUDGET_DIR overrides; kept for a rerun);
+#      needs python3 with numpy and onnx, no network
 #   b. the pinned H2D peak: cudaMemcpyAsync of 256 MiB from cudaHostAlloc memory on a stream,
 #      through libcudart with ctypes (and pageable memory for comparison); skipped when the
 #      device is not cuda:N or libcudart cannot be loaded
@@ -54,7 +55,12 @@ bad=0
 # ---- a. the model ----
 small=""
 [ "${MEMBUDGET_SMALL:-0}" = 1 ] && small="--hidden 256 --heads 8 --kv-heads 2 --ffn 512"
-model="/tmp/tandem-bigllama-$gb${small:+-small}"
+# in memory (/dev/shm) when it has room for twice the model: no disk writes, fast loads
+base=/tmp
+shm_kb=$(df -Pk /dev/shm 2> /dev/null | awk 'NR == 2 { print $4 }')
+need_kb=$(awk -v g="$gb" 'BEGIN { printf "%d", g * 2 * 1e6 }')
+[ -n "$shm_kb" ] && [ "$shm_kb" -gt "$need_kb" ] && base=/dev/shm
+model="${MEMBUDGET_DIR:-$base/tandem-bigllama-$gb${small:+-small}}"
 if [ ! -f "$model/model.onnx" ]; then
   say "membudget: writing a ${gb} GB model to $model (at $(($(date +%s) - t0))s)"
   rm -rf "$model.part"

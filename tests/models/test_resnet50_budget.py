@@ -60,8 +60,9 @@ def main():
     env = dict(os.environ, TANDEM_TEST_DEVICES="1")
     env.setdefault("POCL_CACHE_DIR", os.path.join(a.out, "pocl"))
     bad = 0
-    print("| device | budget | residency | plan | budget B | peak B | streamed B/run | uploaded B | max abs diff | ok | s |")
-    print("|---|---|---|---|---:|---:|---:|---:|---:|---|---:|")
+    print("| device | budget | residency | plan | budget B | peak B | streamed B/run | uploaded B | pinned B | max abs diff "
+          "| ok | s |")
+    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---|---:|")
     for dev in a.devices.split(","):
         runs = [(int(p), "streamed") for p in a.budgets.split(",")] + [(25, "auto")]
         for pct, res in runs:
@@ -108,7 +109,7 @@ def main():
                 print(f"FAIL {dev} {pct}% {res}: peak {peak} B vs budget {budget} B")
                 bad += 1
             print(f"| {dev} | {pct}% | {res} | {pb.get('choice', '?')} | {budget} | {peak} | "
-                  f"{int(pb.get('bytes_streamed_per_run', 0))} | {up} | {diff:.2e} | {'yes' if ok else 'NO'} | "
+                  f"{int(pb.get('bytes_streamed_per_run', 0))} | {up} | {pinned} | {diff:.2e} | {'yes' if ok else 'NO'} | "
                   f"{secs:.1f} |")
     if bad:
         sys.exit(f"FAIL: {bad} check(s)")
