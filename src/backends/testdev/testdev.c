@@ -17,12 +17,14 @@
  * really go up while the device's kernels run.
  *
  * Registered host memory (version 8) is modelled as CUDA has it: host_register records the
- * range (an overlap with a registered range is an error, as cudaHostRegister's), an upload
+ * range (one that shares a 4 KiB page with a registered range is an error, as
+ * cudaHostRegister's), an upload
  * from inside a registered range is one copy, and one from elsewhere goes through a 1 MiB
  * staging buffer piece by piece (the host copy CUDA makes into its pinned staging); the
  * bytes each way are counted (up_direct, up_staged). Ranges left registered at close are
  * released. */
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -151,11 +153,17 @@ static tdm_status *td_host_register(tdm_device *dev, void *host, size_t size) {
         return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "%s: registering an empty range of host memory", dev->name);
     tdm_status *st = NULL;
     const char *lo = host;
+    /* pages are what gets locked: ranges that share a page overlap (as for cudaHostRegister) */
+    const uintptr_t pg = 4096;
+    uintptr_t a0 = (uintptr_t)lo & ~(pg - 1), a1 = ((uintptr_t)lo + size + pg - 1) & ~(pg - 1);
     pthread_mutex_lock(&td->copy_mu);
-    for (int i = 0; i < td->n_ranges && !st; i++)
-        if (lo < td->ranges[i].lo + td->ranges[i].size && td->ranges[i].lo < lo + size)
-            st = TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "%s: host memory %p (%zu bytes) overlaps a "
-                         "registered range", dev->name, host, size);
+    for (int i = 0; i < td->n_ranges && !st; i++) {
+        uintptr_t b0 = (uintptr_t)td->ranges[i].lo & ~(pg - 1);
+        uintptr_t b1 = ((uintptr_t)td->ranges[i].lo + td->ranges[i].size + pg - 1) & ~(pg - 1);
+        if (a0 < b1 && b0 < a1)
+            st = TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "%s: host memory %p (%zu bytes) shares pages "
+                         "with a registered range", dev->name, host, size);
+    }
     if (!st && td->n_ranges == td->cap_ranges) {
         int cap = td->cap_ranges ? 2 * td->cap_ranges : 16;
         struct td_range *r = tdm_calloc(td->a, (size_t)cap, sizeof *r);
