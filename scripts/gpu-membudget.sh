@@ -127,14 +127,14 @@ esac
 
 # ---- c. decode under the budget ----
 rows=""
-streamed_up="-"; streamed_tps="-"; resident_tps="-"; layers_tps="-"
-# run WHAT ARGS...: one bench --llm; sets r_tps r_up r_peak
+streamed_up="-"; streamed_pin="-"; streamed_tps="-"; resident_tps="-"; layers_tps="-"
+# run WHAT ARGS...: one bench --llm; sets r_tps r_up r_pin r_peak
 run() {
   what="$1"; shift
-  r_tps="-"; r_up="-"; r_peak="-"
+  r_tps="-"; r_up="-"; r_pin="-"; r_peak="-"
   if [ "$(left)" -lt 15 ]; then
     note "$what: not run (the step's ${secs}s are spent)"
-    rows="$rows| $what | - | - | - | not run |
+    rows="$rows| $what | - | - | - | - | not run |
 "
     return 1
   fi
@@ -145,22 +145,23 @@ run() {
   if [ $rc -ne 0 ]; then
     bad=1
     note "$what failed (exit $rc): $(grep -v '^ *$' "$work/b.err" | tail -n 1)"
-    rows="$rows| $what | - | - | - | failed |
+    rows="$rows| $what | - | - | - | - | failed |
 "
     return 1
   fi
   set -- $("$py" -c 'import json, sys
 d = json.load(open(sys.argv[1]))
-print("%.3f %.0f %d" % (d["tg"]["tokens_per_s"]["mean"],
-                         d.get("bytes_uploaded_per_token", 0), d.get("device_peak_bytes", 0)))' "$work/b.json" 2>> "$log")
-  r_tps="${1:--}"; r_up="${2:--}"; r_peak="${3:--}"
-  rows="$rows| $what | $r_tps | $r_up | $r_peak | ok |
+print("%.3f %.0f %.0f %d" % (d["tg"]["tokens_per_s"]["mean"], d.get("bytes_uploaded_per_token", 0),
+                             d.get("bytes_uploaded_pinned_per_token", 0), d.get("device_peak_bytes", 0)))' \
+        "$work/b.json" 2>> "$log")
+  r_tps="${1:--}"; r_up="${2:--}"; r_pin="${3:--}"; r_peak="${4:--}"
+  rows="$rows| $what | $r_tps | $r_up | $r_pin | $r_peak | ok |
 "
-  say "membudget: $what: $r_tps tokens/s, $r_up B uploaded per token, peak $r_peak B"
+  say "membudget: $what: $r_tps tokens/s, $r_up B uploaded per token ($r_pin B pinned), peak $r_peak B"
 }
 run "all resident (no budget)" && resident_tps="$r_tps"
 run "$dev=$mbudget streamed" --device-memory "$dev=$mbudget" --residency streamed && {
-  streamed_tps="$r_tps"; streamed_up="$r_up"; }
+  streamed_tps="$r_tps"; streamed_up="$r_up"; streamed_pin="$r_pin"; }
 run "$dev=$mbudget layers (rest on the CPU)" --device-memory "$dev=$mbudget" --residency layers &&
   layers_tps="$r_tps"
 run "$dev=$mbudget auto (cost model)" --device-memory "$dev=$mbudget"
@@ -201,13 +202,14 @@ fi
   echo "--warmup 1 --device $dev [--device-memory $dev=$mbudget --residency R]\`. Decode tokens/s"
   echo "(tg), bytes uploaded per decoded token, the device's monitor peak."
   echo
-  echo "| run | tokens/s | uploaded B/token | device peak B | |"
-  echo "|---|---:|---:|---:|---|"
+  echo "| run | tokens/s | uploaded B/token | of which pinned | device peak B | |"
+  echo "|---|---:|---:|---:|---:|---|"
   printf "%s" "$rows"
   echo
   echo "- streamed / all resident: $(awk -v a="$streamed_tps" -v b="$resident_tps" 'BEGIN { if (a + 0 == a && b + 0 == b && b > 0) printf "%.3f", a / b; else printf "-" }');"
   echo "  streamed / layers on the CPU: $(awk -v a="$streamed_tps" -v b="$layers_tps" 'BEGIN { if (a + 0 == a && b + 0 == b && b > 0) printf "%.2f", a / b; else printf "-" }')"
-  echo "- H2D achieved (streamed bytes per token x tokens/s): $achieved GB/s; pinned cudaMemcpyAsync peak"
+  echo "- H2D achieved (streamed bytes per token x tokens/s; $streamed_pin B/token of it from registered"
+  echo "  (pinned) memory): $achieved GB/s; pinned cudaMemcpyAsync peak"
   echo "  $peak GB/s (pageable $pageable GB/s): $share of the peak (target >= 80%)"
   echo "- copy/compute overlap in the streamed plan's trace (one decode step, tools/trace_overlap.py,"
   echo "  target >= 90%): $ov"
