@@ -32,6 +32,13 @@
 #      pipeline with a cuda:0,cpu throughput-mode model stage (images/s)
 #   9. (issue 9) tools/trace_overlap.py on the traces of step 6: per device, copy time, the
 #      part of it that overlaps kernel execution, and the overlap fraction
+#  10. (issue 21) scripts/gpu-membudget.sh: an ~8 GB random-weight Llama-style model written on
+#      this machine, decoded with `--device-memory cuda:0=2GiB` (streamed, layers on the CPU,
+#      the cost model's choice) against all-resident; H2D achieved against a pinned
+#      cudaMemcpyAsync peak; copy/compute overlap of the streamed plan's trace. Its own budget
+#      (MEMBUDGET_SECONDS, default 180 s): it runs when that much is left after step 9, or
+#      alone right after step 1 with GPU_CHECK_ONLY=membudget (then GPU_CHECK_BUDGET is
+#      MEMBUDGET_SECONDS + 20 by default). Dry runs use test:0 and a 0.05 GB model
 #
 # Without the bench models (python3 lacking onnx or numpy) step 5 is skipped and steps 6-8
 # use the small models of tests/models instead (mobilenet_block, bert_layer, dlrm_like); the
@@ -68,7 +75,9 @@ trap 'rm -rf "$work"' EXIT
 say() { echo "$*" | tee -a "$log"; }
 t_start=$(date +%s)
 elapsed() { echo $(($(date +%s) - t_start)); }
-budget="${GPU_CHECK_BUDGET:-285}"
+only="${GPU_CHECK_ONLY:-}"
+mb_secs="${MEMBUDGET_SECONDS:-180}"
+if [ "$only" = membudget ]; then budget="${GPU_CHECK_BUDGET:-$((mb_secs + 20))}"; else budget="${GPU_CHECK_BUDGET:-285}"; fi
 left() { echo $((budget - $(elapsed))); }
 # cap N: N seconds, or what the budget has left (less a margin for the results), at least 0
 cap() { c=$(($(left) - 5)); [ $c -lt 0 ] && c=0; [ "$1" -lt $c ] && c=$1; echo $c; }
@@ -164,6 +173,30 @@ if [ "$dry" = 1 ]; then
 fi
 if [ "$accel" = cpu ]; then mixed="cpu"; else mixed="$accel,cpu"; fi
 say "gpu-check: accelerator of steps 6-8: $accel"
+
+# ---- 10. (issue 21) a model bigger than the accelerator (scripts/gpu-membudget.sh) ----
+membudget() { # SECONDS
+  if [ "$dry" = 1 ]; then
+    TANDEM_TEST_DEVICES=1 MEMBUDGET_DEV=test:0 MEMBUDGET_GB=0.05 MEMBUDGET_SMALL=1 \
+      MEMBUDGET_BUDGET="${MEMBUDGET_BUDGET:-25%}" PYTHON="$py" scripts/gpu-membudget.sh "$tandem" "$outdir" "$1"
+  else
+    PYTHON="$py" scripts/gpu-membudget.sh "$tandem" "$outdir" "$1"
+  fi
+}
+if [ "$only" = membudget ]; then
+  say "== 10. models bigger than the accelerator (GPU_CHECK_ONLY=membudget, ${mb_secs}s)"
+  membudget "$(cap "$mb_secs")"
+  rc=$?
+  { echo "# tandem: models bigger than the accelerator on $(nvidia-smi --query-gpu=name --format=csv,noheader 2> /dev/null | head -1) ($stamp)"
+    echo
+    echo "From GPU_CHECK_ONLY=membudget scripts/gpu-check.sh in $(elapsed) s$([ "$dry" = 1 ] && echo " (GPU_CHECK_DRY=1: test:0 and a small model on this machine)"). $(head -1 "$bundle/README" 2> /dev/null)"
+    echo
+    cat "$outdir/membudget.md" 2> /dev/null || echo "(no results: exit $rc)"
+  } > "$results"
+  say "gpu-check: results in $results (at $(elapsed)s)"
+  cat "$results"
+  exit $([ $rc -eq 0 ] && echo 0 || echo 1)
+fi
 
 # ---- the bench models, built in the background (CPU only) while steps 2-4 run ----
 models="/tmp/tandem-gpu-models"
@@ -621,6 +654,16 @@ for r in d["devices"] + ([d["all"]] if len(d["devices"]) > 1 else []):
   done < "$work/traces"
 fi
 
+# ---- 10. (issue 21), when its budget is left ----
+mb_md=""
+if afford $((mb_secs + 10)); then
+  say "== 10. models bigger than the accelerator (at $(elapsed)s)"
+  if membudget "$(cap "$mb_secs")"; then say "-- 10.membudget passed"; else failed="$failed 10.membudget"; fi
+  mb_md="$outdir/membudget.md"
+else
+  skip "10.membudget" "needs ${mb_secs}s, $(left)s left (run it alone: GPU_CHECK_ONLY=membudget)"
+fi
+
 # ---- results ----
 {
   echo "# tandem CUDA backend on $(nvidia-smi --query-gpu=name --format=csv,noheader 2> /dev/null | head -1) ($stamp)"
@@ -695,6 +738,7 @@ fi
   echo "|---|---|---:|---:|---:|---:|---:|---:|---:|"
   printf "%s" "$overlap_rows"
   echo
+  [ -n "$mb_md" ] && [ -f "$mb_md" ] && cat "$mb_md" && echo
   echo "Skipped: ${skipped:-nothing}"
   echo
   echo "Failed steps: ${failed:-none}"

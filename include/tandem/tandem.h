@@ -746,6 +746,8 @@ typedef struct tdm_device_monitor {
     int64_t bytes_downloaded;
     double copies_per_s;      /* (uploads + downloads) / window */
     double copy_bytes_per_s;  /* (bytes_uploaded + bytes_downloaded) / window */
+    int64_t bytes_uploaded_pinned; /* of bytes_uploaded: streamed weights copied from host
+                                      memory registered (page-locked) with the device */
 } tdm_device_monitor;
 
 /* Number of entries: the session's devices, in the order of tdm_session_options.devices. */

@@ -18,7 +18,7 @@
 #include "core/settings.h"
 #include "core/status.h"
 
-#define TDM_DEVICE_IFACE_VERSION 7
+#define TDM_DEVICE_IFACE_VERSION 8
 
 typedef struct tdm_device tdm_device;
 
@@ -120,6 +120,15 @@ typedef struct tdm_device_iface {
      * (sched/budget.h) go up this way while earlier layers compute. */
     tdm_status *(*upload_queued)(tdm_device *dev, void *buf, const void *host, size_t size,
                                  void *after, void **done);
+    /* ---- version 8: registered host memory (optional; NULL = none) ----------------------
+     * Page-locks existing host memory [host, host + size) for this device (CUDA:
+     * cudaHostRegister), so that upload / upload_queued from it copy directly by DMA rather
+     * than through the device's staging buffers (a host memcpy per piece). The memory must
+     * stay valid until host_unregister(dev, host) with the same pointer; registering memory
+     * that overlaps a registered range is an error. Streamed weights (sched/budget.h) are
+     * registered for their device when a plan first streams them. */
+    tdm_status *(*host_register)(tdm_device *dev, void *host, size_t size);
+    void (*host_unregister)(tdm_device *dev, void *host);
 } tdm_device_iface;
 
 /* The TDM_KF_* flags are in backends/kernel.h (tdm_kernel_def.flags). */
@@ -224,6 +233,11 @@ size_t tdm_device_kernel_impl(tdm_device *dev, const tdm_kernel_def *k, void *st
 tdm_status *tdm_device_upload_queued(tdm_device *dev, void *buf, const void *host, size_t size,
                                      void *after, void **done);
 
+/* version 8: the device's host_register (TDM_ERR_UNSUPPORTED when it has none) and
+ * host_unregister (nothing for a device without it, or NULL) */
+tdm_status *tdm_device_host_register(tdm_device *dev, void *host, size_t size);
+void tdm_device_host_unregister(tdm_device *dev, void *host);
+
 /* What a device has, for callers that choose a path before calling (all false for NULL). */
 /* synchronize */
 bool tdm_device_has_synchronize(const tdm_device *dev);
@@ -239,6 +253,8 @@ bool tdm_device_has_async_copies(const tdm_device *dev);
 bool tdm_device_has_segments(const tdm_device *dev);
 /* upload_queued and the events */
 bool tdm_device_has_copy_queue(const tdm_device *dev);
+/* host_register and host_unregister */
+bool tdm_device_has_host_register(const tdm_device *dev);
 
 /* Tensors in a device's memory. tdm_device_tensor_new allocates a device buffer for the shape
  * (the tensor frees it through its release hook); to_device/to_host copy a tensor across

@@ -148,6 +148,19 @@ tdm_status *tdm_device_upload_queued(tdm_device *dev, void *buf, const void *hos
                                  : lacks(dev, "copy queue");
 }
 
+/* ---- version 8 ---- */
+
+tdm_status *tdm_device_host_register(tdm_device *dev, void *host, size_t size) {
+    const tdm_device_iface *i = at(dev, 8);
+    return i && i->host_register ? i->host_register(dev, host, size)
+                                 : lacks(dev, "registration of host memory");
+}
+
+void tdm_device_host_unregister(tdm_device *dev, void *host) {
+    const tdm_device_iface *i = at(dev, 8);
+    if (i && i->host_unregister && host) i->host_unregister(dev, host);
+}
+
 /* ---- what a device has ---- */
 
 bool tdm_device_has_synchronize(const tdm_device *dev) {
@@ -184,4 +197,9 @@ bool tdm_device_has_segments(const tdm_device *dev) {
 bool tdm_device_has_copy_queue(const tdm_device *dev) {
     const tdm_device_iface *i = at(dev, 7);
     return i && i->upload_queued && tdm_device_has_events(dev);
+}
+
+bool tdm_device_has_host_register(const tdm_device *dev) {
+    const tdm_device_iface *i = at(dev, 8);
+    return i && i->host_register && i->host_unregister;
 }

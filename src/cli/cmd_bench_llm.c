@@ -197,7 +197,9 @@ static tdm_status *decode_run(tdm_generator *gen, const int32_t *ids, size_t ctx
 }
 
 /* Bytes uploaded so far into the devices with memory of their own, and their highest peak. */
-static int64_t uploaded(tdm_generator *gen, int64_t *peak) {
+/* Bytes uploaded to the devices other than the CPU so far (*pinned: of them, from registered
+ * host memory: the streamed weights), and their highest peak. */
+static int64_t uploaded(tdm_generator *gen, int64_t *peak, int64_t *pinned) {
     tdm_session *s = tdm_generator_session(gen);
     int64_t up = 0;
     for (size_t i = 0; s && i < tdm_session_monitor_count(s); i++) {
@@ -209,6 +211,7 @@ static int64_t uploaded(tdm_generator *gen, int64_t *peak) {
         }
         if (!strcmp(m.device, "cpu")) continue;
         up += m.bytes_uploaded;
+        if (pinned) *pinned += m.bytes_uploaded_pinned;
         if (peak && m.memory_peak > *peak) *peak = m.memory_peak;
     }
     return up;
@@ -289,7 +292,7 @@ int cmd_bench_llm(int argc, char **argv) {
             st = decode_run(gen, ids, (size_t)a.depth + 1, (size_t)(a.tg < 8 ? a.tg : 8), &ignore);
         }
     }
-    int64_t tg_up = 0, tg_tokens = 0; /* uploads of the timed tg tests */
+    int64_t tg_up = 0, tg_tokens = 0, tg_pinned = 0; /* uploads of the timed tg tests */
     for (size_t r = 0; !st && r < reps; r++) {
         if (a.pp) {
             random_ids(ids, (size_t)a.pp, vocab, a.seed + 1 + r);
@@ -301,9 +304,10 @@ int cmd_bench_llm(int argc, char **argv) {
         }
         if (!st && a.tg) {
             random_ids(ids, 1, vocab, a.seed + 100 + r);
-            int64_t up0 = uploaded(gen, NULL);
+            int64_t pin0 = 0, pin1 = 0, up0 = uploaded(gen, NULL, &pin0);
             st = decode_run(gen, ids, 1, (size_t)a.tg, &tg.v[r]);
-            tg_up += uploaded(gen, NULL) - up0;
+            tg_up += uploaded(gen, NULL, &pin1) - up0;
+            tg_pinned += pin1 - pin0;
             tg_tokens += a.tg;
         }
         if (!st && a.tg && a.depth) {
@@ -316,7 +320,7 @@ int cmd_bench_llm(int argc, char **argv) {
         goto done;
     }
     int64_t dev_peak = 0;
-    uploaded(gen, &dev_peak);
+    uploaded(gen, &dev_peak, NULL);
     double up_tok = tg_tokens ? (double)tg_up / (double)tg_tokens : 0;
     summarize(&pp, reps);
     summarize(&tg, reps);
@@ -336,7 +340,8 @@ int cmd_bench_llm(int argc, char **argv) {
         if (a.tg && a.depth) json_figure("tg_depth", a.tg, a.depth, &td, reps, false);
         if (a.device)
             printf("  \"device\": \"%s\", \"device_peak_bytes\": %lld, \"bytes_uploaded_per_token\": "
-                   "%.1f,\n", a.device, (long long)dev_peak, up_tok);
+                   "%.1f, \"bytes_uploaded_pinned_per_token\": %.1f,\n", a.device, (long long)dev_peak,
+                   up_tok, tg_tokens ? (double)tg_pinned / (double)tg_tokens : 0.0);
         printf("  \"peak_rss_mib\": %.1f\n}\n", rss_mib);
     } else {
         char test[64];

@@ -440,9 +440,10 @@ int cmd_generate(int argc, char **argv) {
             printf(", \"devices\": [");
             for (size_t i = 0; i < n_dev; i++)
                 printf("%s{\"device\": \"%s\", \"memory_peak\": %lld, \"decode_bytes_uploaded\": %lld, "
-                       "\"decode_tokens\": %lld, \"bytes_uploaded_per_token\": %.1f}", i ? ", " : "",
+                       "\"decode_bytes_uploaded_pinned\": %lld, \"decode_tokens\": %lld, "
+                       "\"bytes_uploaded_per_token\": %.1f}", i ? ", " : "",
                        dm[i].device, (long long)dm[i].memory_peak, (long long)dm[i].bytes_uploaded,
-                       (long long)gs.decode_tokens,
+                       (long long)dm[i].bytes_uploaded_pinned, (long long)gs.decode_tokens,
                        gs.decode_tokens ? (double)dm[i].bytes_uploaded / (double)gs.decode_tokens : 0.0);
             printf("]");
             /* the plan's budget object (tdm_session_explain JSON): budgets, streamed bytes */

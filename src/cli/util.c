@@ -315,9 +315,9 @@ void cli_print_memory_peaks(FILE *f, tdm_session *s) {
             continue;
         }
         fprintf(f, "memory: %s peak %.2f MiB, in use %.2f MiB, uploaded %.2f MiB in %lld copies "
-                "(peak %lld B, uploaded %lld B)\n",
+                "(peak %lld B, uploaded %lld B, of which from pinned memory %lld B)\n",
                 m.device, (double)m.memory_peak / 1048576, (double)m.memory_in_use / 1048576,
                 (double)m.bytes_uploaded / 1048576, (long long)m.uploads, (long long)m.memory_peak,
-                (long long)m.bytes_uploaded);
+                (long long)m.bytes_uploaded, (long long)m.bytes_uploaded_pinned);
     }
 }

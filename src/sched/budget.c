@@ -579,6 +579,117 @@ static tdm_status *executor_tables(fit *f, tdm_budget_plan *b) {
     return NULL;
 }
 
+/* How device d's budget resolved, for messages: "25% of the 1234 B of weights placed on it +
+ * activations 56 B" or "given as 1234 B". */
+static void budget_origin(const fit *f, const tdm_budget_plan *b, const tdm_budget_options *o, int d,
+                          char *out, size_t cap) {
+    (void)f;
+    if (o->spec[d].percent > 0)
+        snprintf(out, cap, "%.4g%% of the %lld B of weights placed on it = %lld B, + activations "
+                 "%lld B%s", o->spec[d].percent, (long long)b->weights[d], (long long)b->share[d],
+                 (long long)b->activations[d], b->reserve[d] ? " + reserved (KV cache)" : "");
+    else
+        snprintf(out, cap, "given as %lld B", (long long)b->budget[d]);
+}
+
+/* The error of a budget that cannot run the plan on device d: the device, the budget in
+ * bytes and how it resolved, the largest weight (and its reader), and the least budget that
+ * runs (the largest node's weights streamed through the ring, next to the activations and
+ * the reserve); `what`: what does not fit. */
+static tdm_status *budget_limit_error(const fit *f, const tdm_budget_plan *b, const tdm_budget_options *o,
+                                      int d, const char *what) {
+    const char *name = f->p->devices[d]->name;
+    char origin[200];
+    budget_origin(f, b, o, d, origin, sizeof origin);
+    int largest_v = -1, reader = -1;
+    double unit = 0, one = 0;
+    for (size_t i = 0; i < f->N; i++) {
+        if (f->dev[i] != d) continue;
+        const tdm_node *n = &f->g->nodes[i];
+        double sum = 0;
+        for (int j = 0; j < n->n_inputs; j++) {
+            int v = n->inputs[j];
+            if (v < 0 || !is_weight(&f->g->values[v])) continue;
+            bool dup = false;
+            for (int j2 = 0; j2 < j; j2++) dup |= n->inputs[j2] == v;
+            if (dup) continue;
+            sum += (double)weight_bytes(f, v);
+            if ((double)weight_bytes(f, v) > one) {
+                one = (double)weight_bytes(f, v);
+                largest_v = v;
+                reader = (int)i;
+            }
+        }
+        if (sum > unit) unit = sum;
+    }
+    int64_t least = (int64_t)unit + b->activations[d] + b->reserve[d];
+    char fits[200] = "";
+    if (o->spec[d].percent > 0 && b->weights[d] > 0)
+        snprintf(fits, sizeof fits, ", i.e. a share of at least %.1f%%",
+                 ceil(1000.0 * unit / (double)b->weights[d]) / 10);
+    char big[400] = "it reads no weights";
+    if (largest_v >= 0)
+        snprintf(big, sizeof big, "the largest single weight there is '%s' (%lld B, read by node "
+                 "'%s')", f->g->values[largest_v].name, (long long)weight_bytes(f, largest_v),
+                 f->g->nodes[reader].name ? f->g->nodes[reader].name : "?");
+    return TDM_ERR(TDM_ERR_LIMIT, "%s: the memory budget of %lld B (%.2f MiB; %s) cannot hold %s; "
+                   "%s; a budget of at least %lld B (%.2f MiB%s: the largest node's weights %lld B + "
+                   "activations %lld B%s) would run it streamed, or run on the CPU",
+                   name, (long long)b->budget[d], mib((double)b->budget[d]), origin, what, big,
+                   (long long)least, mib((double)least), fits, (long long)unit,
+                   (long long)b->activations[d], b->reserve[d] ? " + reserved" : "");
+}
+
+/* Nodes on d whose own weights exceed `avail` (the budget less the activations and reserve:
+ * not even the ring can hold them) go to the host device where it runs them; f->dev and the
+ * readers follow. Returns how many moved (the note says which and why). */
+static int move_oversize(fit *f, int d, double avail, char *note, size_t cap) {
+    if (f->host < 0) return 0;
+    const tdm_plan *p = f->p;
+    int moved = 0, first = -1, big_v = -1;
+    double moved_bytes = 0;
+    bool *counted = tdm_calloc(p->alloc, f->V + 1, sizeof *counted);
+    if (!counted) return 0;
+    for (size_t i = 0; i < f->N; i++) {
+        if (f->dev[i] != d || !p->supported[i * (size_t)f->D + (size_t)f->host]) continue;
+        const tdm_node *n = &f->g->nodes[i];
+        double sum = 0;
+        int top = -1;
+        for (int j = 0; j < n->n_inputs; j++) {
+            int v = n->inputs[j];
+            if (v < 0 || !is_weight(&f->g->values[v])) continue;
+            bool dup = false;
+            for (int j2 = 0; j2 < j; j2++) dup |= n->inputs[j2] == v;
+            if (dup) continue;
+            sum += (double)weight_bytes(f, v);
+            if (top < 0 || weight_bytes(f, v) > weight_bytes(f, top)) top = v;
+        }
+        if (top < 0 || sum <= avail) continue; /* (activations alone over: not for this) */
+        f->dev[i] = f->host;
+        if (first < 0) first = (int)i;
+        if (top >= 0 && (big_v < 0 || weight_bytes(f, top) > weight_bytes(f, big_v))) big_v = top;
+        for (int j = 0; j < n->n_inputs; j++) {
+            int v = n->inputs[j];
+            if (v >= 0 && is_weight(&f->g->values[v]) && !counted[v]) {
+                counted[v] = true;
+                moved_bytes += (double)weight_bytes(f, v);
+            }
+        }
+        moved++;
+    }
+    tdm_free(p->alloc, counted);
+    if (!moved) return 0;
+    readers(f);
+    snprintf(note, cap, "%d node%s ('%s'%s) read%s more weights than %s can hold next to the "
+             "activations (%lld B available; '%s' alone is %lld B), so not even streaming fits "
+             "them: on %s with their %lld B of weights", moved, moved > 1 ? "s" : "",
+             f->g->nodes[first].name ? f->g->nodes[first].name : "?", moved > 1 ? ", ..." : "",
+             moved > 1 ? "" : "s", p->devices[d]->name, (long long)avail,
+             big_v >= 0 ? f->g->values[big_v].name : "?", big_v >= 0 ? (long long)weight_bytes(f, big_v) : 0LL,
+             p->devices[f->host]->name, (long long)moved_bytes);
+    return moved;
+}
+
 /* Fits one budgeted device with memory of its own that is over its budget. */
 static tdm_status *fit_device(fit *f, tdm_budget_plan *b, const tdm_budget_options *o, int d,
                               bool moved, int **keep) {
@@ -588,18 +699,42 @@ static tdm_status *fit_device(fit *f, tdm_budget_plan *b, const tdm_budget_optio
     double avail = (double)b->budget[d] - need_other;
     int largest_v = -1;
     double unit_min = largest_node_weights(f, d, &largest_v);
+    bool oversize = false;
+    if (avail < unit_min && avail > 0 && !moved &&
+        move_oversize(f, d, avail, b->moved_note, sizeof b->moved_note) > 0) {
+        /* the rest of the plan as it now is: its weights, activations, and a share's budget */
+        oversize = true;
+        b->weights[d] = weights_on(f, d, true);
+        b->resident[d] = b->weights[d];
+        b->activations[d] = (int64_t)activation_peak(f, d);
+        if (o->min_activations[d] > b->activations[d]) b->activations[d] = o->min_activations[d];
+        if (o->spec[d].percent > 0) b->budget[d] = b->share[d] + b->activations[d] + b->reserve[d];
+        need_other = (double)b->activations[d] + (double)b->reserve[d];
+        avail = (double)b->budget[d] - need_other;
+        unit_min = largest_node_weights(f, d, &largest_v);
+        if (avail >= unit_min && (double)b->weights[d] <= avail) { /* the rest fits */
+            b->choice = TDM_FIT_LAYERS;
+            snprintf(b->why, sizeof b->why, "the rest fits in %s's budget", name);
+            *keep = tdm_calloc(p->alloc, f->N + 1, sizeof **keep);
+            if (!*keep) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory fitting the plan");
+            memcpy(*keep, f->dev, f->N * sizeof **keep);
+            return NULL;
+        }
+    }
     if (avail < unit_min) {
-        if (largest_v >= 0 && (double)weight_bytes(f, largest_v) + need_other > (double)b->budget[d])
-            return TDM_ERR(TDM_ERR_LIMIT, "%s: the memory budget of %.2f MiB cannot hold the largest "
-                           "weight '%s' (%.2f MiB) plus the activations (%.2f MiB)%s; give the device "
-                           "more memory or run on the CPU", name, mib((double)b->budget[d]),
-                           f->g->values[largest_v].name, mib((double)weight_bytes(f, largest_v)),
-                           mib((double)b->activations[d]),
-                           b->reserve[d] ? " and the reserved memory (KV cache)" : "");
-        return TDM_ERR(TDM_ERR_LIMIT, "%s: the memory budget of %.2f MiB cannot hold the weights of "
-                       "one node (%.2f MiB) plus the activations (%.2f MiB)%s", name,
-                       mib((double)b->budget[d]), mib(unit_min), mib((double)b->activations[d]),
-                       b->reserve[d] ? " and the reserved memory" : "");
+        char what[300];
+        const char *why_here = moved ? ""
+                               : f->host < 0 ? " (the session has no CPU to take the nodes that do not fit)"
+                                             : " (nodes that the CPU cannot run)";
+        if (need_other >= (double)b->budget[d])
+            snprintf(what, sizeof what, "the activations (%lld B)%s alone", (long long)b->activations[d],
+                     b->reserve[d] ? " and the reserved memory (KV cache)" : "");
+        else if (largest_v >= 0 && (double)weight_bytes(f, largest_v) + need_other > (double)b->budget[d])
+            snprintf(what, sizeof what, "its largest weight plus the activations%s", why_here);
+        else
+            snprintf(what, sizeof what, "the weights of its largest node (%.0f B) plus the "
+                     "activations%s", unit_min, why_here);
+        return budget_limit_error(f, b, o, d, what);
     }
     stream_pick sp;
     memset(&sp, 0, sizeof sp);
@@ -607,7 +742,10 @@ static tdm_status *fit_device(fit *f, tdm_budget_plan *b, const tdm_budget_optio
     double layers = INFINITY;
     int kept = 0;
     int *moved_dev = NULL;
-    if (!moved && o->force != TDM_FIT_STREAMED) {
+    /* streaming forced but its ring does not fit: the layers plan instead, when the CPU can
+     * take what does not fit (said in the reason) */
+    bool fallback = o->force == TDM_FIT_STREAMED && !sp.ok;
+    if (!moved && (o->force != TDM_FIT_STREAMED || fallback)) {
         moved_dev = tdm_calloc(p->alloc, f->N + 1, sizeof *moved_dev);
         if (!moved_dev) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory fitting the plan");
         layers = layers_candidate(f, d, avail, moved_dev, &kept);
@@ -622,8 +760,12 @@ static tdm_status *fit_device(fit *f, tdm_budget_plan *b, const tdm_budget_optio
              b->reserve[d] ? " + reserved" : "", mib((double)b->budget[d]));
     if (!sp.ok && isinf(layers)) {
         tdm_free(p->alloc, moved_dev);
-        return TDM_ERR(TDM_ERR_LIMIT, "%s, and no plan fits: streaming needs more room for its ring "
-                       "and no CPU can take the nodes that do not fit", head);
+        char what[300];
+        snprintf(what, sizeof what, "a plan: streaming needs a larger ring than the %lld B left for "
+                 "weights%s", (long long)avail,
+                 f->host < 0 ? ", and the session has no CPU to take the nodes that do not fit"
+                 : moved     ? "" : ", and the CPU cannot run the nodes that do not fit");
+        return budget_limit_error(f, b, o, d, what);
     }
     char sdesc[300] = "streaming not considered", ldesc[300] = "layers on the CPU not considered";
     if (sp.ok)
@@ -641,7 +783,8 @@ static tdm_status *fit_device(fit *f, tdm_budget_plan *b, const tdm_budget_optio
     bool take_layers = !isinf(layers) && (!sp.ok || layers < sp.ms);
     snprintf(b->why, sizeof b->why, "%s; %s vs %s: %s %s", head, sdesc, ldesc,
              take_layers ? "layers" : "streamed",
-             o->force ? "(forced)" : take_layers ? (sp.ok ? "is faster" : "is the only plan")
+             fallback && take_layers ? "(streaming was asked for but does not fit)"
+             : o->force ? "(forced)" : take_layers ? (sp.ok ? "is faster" : "is the only plan")
                                                  : (isinf(layers) ? "is the only plan" : "is faster"));
     if (take_layers) {
         b->choice = TDM_FIT_LAYERS;
@@ -652,6 +795,12 @@ static tdm_status *fit_device(fit *f, tdm_budget_plan *b, const tdm_budget_optio
     }
     tdm_free(p->alloc, moved_dev);
     b->choice = TDM_FIT_STREAMED;
+    if (oversize) { /* placed again with the oversized nodes on the CPU, then streamed */
+        *keep = tdm_calloc(p->alloc, f->N + 1, sizeof **keep);
+        if (!*keep) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory fitting the plan");
+        memcpy(*keep, f->dev, f->N * sizeof **keep);
+        return NULL;
+    }
     b->predicted_ms = sp.ms;
     b->window[d] = sp.k;
     b->ring[d] = (int64_t)sp.ring;
@@ -711,10 +860,11 @@ tdm_status *tdm_budget_fit(tdm_plan *p, const tdm_budget_options *o, bool moved,
         if (need <= b->budget[d]) continue;
         if (p->devices[d]->host_memory) {
             st = TDM_ERR(TDM_ERR_LIMIT, "%s: weights %.1f MiB + activations %.1f MiB%s exceed the "
-                         "memory budget of %.1f MiB (weights mapped from external data do not "
-                         "count: load with mapped residency)", p->devices[d]->name,
-                         mib((double)b->weights[d]), mib((double)b->activations[d]),
-                         b->reserve[d] ? " + reserved (KV cache)" : "", mib((double)b->budget[d]));
+                         "memory budget of %.1f MiB (%lld B needed, %lld B given; weights mapped "
+                         "from external data do not count: load with mapped residency)",
+                         p->devices[d]->name, mib((double)b->weights[d]),
+                         mib((double)b->activations[d]), b->reserve[d] ? " + reserved (KV cache)" : "",
+                         mib((double)b->budget[d]), (long long)need, (long long)b->budget[d]);
             break;
         }
         st = fit_device(&f, b, o, d, moved, keep);
@@ -724,12 +874,21 @@ tdm_status *tdm_budget_fit(tdm_plan *p, const tdm_budget_options *o, bool moved,
         for (size_t v = 0; v < f.V; v++) b->any_streamed |= b->residency[v] == TDM_RES_STREAMED;
         if (b->any_streamed) st = executor_tables(&f, b);
     }
+    if (!st && moved && prev.moved_note[0] && !b->moved_note[0])
+        memcpy(b->moved_note, prev.moved_note, sizeof b->moved_note);
     if (!st && moved && prev.choice && b->choice == TDM_FIT_NONE) {
         b->choice = prev.choice;
         b->predicted_ms = prev.predicted_ms;
         b->predicted_streamed_ms = prev.predicted_streamed_ms;
         b->predicted_layers_ms = prev.predicted_layers_ms;
         memcpy(b->why, prev.why, sizeof b->why);
+    }
+    if (!st && b->moved_note[0] && strncmp(b->why, b->moved_note, strlen(b->moved_note)) != 0) {
+        char why[sizeof b->why + sizeof b->moved_note + 4];
+        snprintf(why, sizeof why, "%s; %s", b->moved_note, b->why);
+        size_t n = strlen(why) < sizeof b->why ? strlen(why) : sizeof b->why - 1;
+        memcpy(b->why, why, n);
+        b->why[n] = 0;
     }
 out:
     fit_free(&f);

@@ -25,8 +25,12 @@
  * prefetch window k (k from the budget and the predicted time: uploads on the copy queue
  * overlap compute where the device copies asynchronously), and (b) layers: the nodes that
  * fit in order stay on the device, the rest go to the CPU (what llama.cpp's -ngl does). The
- * faster predicted plan wins; the reason is kept for tdm_plan_explain. A budget that cannot
- * hold the largest single weight-reading node's weights plus the activations is an error. */
+ * faster predicted plan wins; the reason is kept for tdm_plan_explain. A node whose weights
+ * alone do not fit next to the activations (not even streamed: the ring must hold one node's
+ * weights), such as a tied embedding's Gather and lm head under a 10% budget, goes to the CPU
+ * first (the reason kept in moved_note); when the CPU cannot run it, the budget is an error
+ * that names the device, the budget in bytes (and how a share resolved), the largest weight
+ * and the least budget that would run the plan. */
 #ifndef TDM_SCHED_BUDGET_H
 #define TDM_SCHED_BUDGET_H
 
@@ -95,6 +99,8 @@ typedef struct tdm_budget_plan {
     double predicted_streamed_ms, predicted_layers_ms; /* the candidates (0: not considered,
                                                          INFINITY: not possible) */
     char why[1024];                    /* the reason, for explanations */
+    char moved_note[400];              /* nodes whose weights alone exceed a budget, moved to
+                                          the CPU before the candidates (kept across refits) */
     unsigned char *residency;          /* per value: tdm_residency */
     /* for the executor: per plan device the nodes that read streamed weights (units), in
      * order; per node its position in its device's list (the first unit at or after it) */

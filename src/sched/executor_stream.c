@@ -12,8 +12,19 @@
  * more than the ring's bytes (handed out + kept), so the device's memory stays under its
  * budget. A buffer is reused only by an upload ordered after the kernels that read its
  * previous weight. One streamed run of a plan at a time (the ring is sized for
- * one run): concurrent runs wait on the pool's lock. */
+ * one run): concurrent runs wait on the pool's lock.
+ *
+ * Pinned host memory: on a device that registers host memory (backend.h version 8) the
+ * streamed weights are registered for their device when a run first streams them (and
+ * released with the pool), so their uploads are DMA from page-locked memory instead of a host
+ * copy through staging buffers; such uploads count as bytes_uploaded_pinned in the monitor.
+ * Registration is by page: weights whose pages touch (neighbours in one loaded buffer) are
+ * registered as one region, since a device refuses overlapping registrations. A registration
+ * the device refuses (e.g. pages already registered by another session) leaves its weights
+ * pageable and is not retried. */
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/alloc.h"
@@ -34,6 +45,13 @@ typedef struct pool_buf {
 
 struct tdm_stream_pool {
     pthread_mutex_t run_mu;
+    unsigned char *pinned; /* [v * D + d]: 0 not tried, 1 registered, 2 refused */
+    size_t n_pinned;       /* entries of pinned */
+    struct pin_region {    /* registered regions, to release */
+        void *lo;
+        int d;
+    } *regions;
+    size_t n_regions, cap_regions;
     pool_buf free_[TDM_MAX_DEVICES][POOL_MAX_FREE];
     int n_free[TDM_MAX_DEVICES];
     int64_t pooled[TDM_MAX_DEVICES], held[TDM_MAX_DEVICES];
@@ -53,6 +71,10 @@ void tdm_stream_pool_free(tdm_plan *p) {
     if (!sp) return;
     for (int d = 0; d < p->n_devices && d < TDM_MAX_DEVICES; d++)
         for (int k = 0; k < sp->n_free[d]; k++) tdm_device_buffer_free(p->devices[d], sp->free_[d][k].buf);
+    for (size_t k = 0; k < sp->n_regions; k++)
+        tdm_device_host_unregister(p->devices[sp->regions[k].d], sp->regions[k].lo);
+    tdm_free(p->alloc, sp->regions);
+    tdm_free(p->alloc, sp->pinned);
     pthread_mutex_destroy(&sp->run_mu);
     tdm_free(p->alloc, sp);
     p->stream_pool = NULL;
@@ -193,6 +215,98 @@ static tdm_status *check_shapes(frame *f, const tdm_tensor *const *inputs) {
     return NULL;
 }
 
+#define PIN_PAGE ((uintptr_t)4096)
+
+typedef struct pin_item {
+    uintptr_t lo, hi; /* page-rounded */
+    size_t v;
+} pin_item;
+
+static int pin_cmp(const void *a, const void *b) {
+    const pin_item *x = a, *y = b;
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* Registers the streamed weights of plan device d not tried yet: their page ranges sorted,
+ * touching ones merged into one region each (run lock held). */
+static tdm_status *pin_device(const tdm_plan *p, tdm_stream_pool *sp, size_t d) {
+    const tdm_budget_plan *b = p->budget;
+    size_t D = (size_t)p->n_devices, n = 0;
+    tdm_device *dev = p->devices[d];
+    for (size_t v = 0; v < p->graph->n_values; v++) {
+        tdm_tensor *w = p->graph->values[v].data;
+        n += b->residency[v] == TDM_RES_STREAMED && !sp->pinned[v * D + d] && w && w->nbytes &&
+             b->last_reader[v * D + d] >= 0;
+    }
+    if (!n) return NULL;
+    pin_item *it = tdm_calloc(p->alloc, n, sizeof *it);
+    if (!it) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory starting a run");
+    n = 0;
+    for (size_t v = 0; v < p->graph->n_values; v++) {
+        tdm_tensor *w = p->graph->values[v].data;
+        if (b->residency[v] != TDM_RES_STREAMED || sp->pinned[v * D + d] || !w || !w->nbytes ||
+            b->last_reader[v * D + d] < 0)
+            continue;
+        uintptr_t a0 = (uintptr_t)w->data;
+        it[n++] = (pin_item){a0 & ~(PIN_PAGE - 1), (a0 + w->nbytes + PIN_PAGE - 1) & ~(PIN_PAGE - 1), v};
+    }
+    qsort(it, n, sizeof *it, pin_cmp);
+    tdm_status *st = NULL;
+    for (size_t i = 0; i < n && !st;) {
+        size_t j = i + 1;
+        uintptr_t hi = it[i].hi;
+        while (j < n && it[j].lo <= hi) {
+            if (it[j].hi > hi) hi = it[j].hi;
+            j++;
+        }
+        if (sp->n_regions == sp->cap_regions) {
+            size_t cap = sp->cap_regions ? 2 * sp->cap_regions : 16;
+            struct pin_region *r = tdm_calloc(p->alloc, cap, sizeof *r);
+            if (!r) {
+                st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory starting a run");
+                break;
+            }
+            if (sp->n_regions) memcpy(r, sp->regions, sp->n_regions * sizeof *r);
+            tdm_free(p->alloc, sp->regions);
+            sp->regions = r;
+            sp->cap_regions = cap;
+        }
+        void *lo = (void *)it[i].lo;
+        tdm_status *rs = tdm_device_host_register(dev, lo, (size_t)(hi - it[i].lo));
+        if (!rs) sp->regions[sp->n_regions++] = (struct pin_region){lo, (int)d};
+        for (size_t k = i; k < j; k++) sp->pinned[it[k].v * D + d] = rs ? 2 : 1;
+        tdm_status_free(rs); /* stays pageable: uploads go through staging */
+        i = j;
+    }
+    tdm_free(p->alloc, it);
+    return st;
+}
+
+/* Registers the streamed weights not tried yet with the devices they stream to. */
+static tdm_status *pin_streamed(frame *f) {
+    const tdm_plan *p = f->plan;
+    const tdm_budget_plan *b = p->budget;
+    tdm_stream_pool *sp = f->stream->pool;
+    if (!b->any_streamed) return NULL;
+    size_t D = (size_t)p->n_devices, n = p->graph->n_values * D;
+    if (!sp->pinned) {
+        if (!(sp->pinned = tdm_calloc(p->alloc, n + 1, 1)))
+            return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory starting a run");
+        sp->n_pinned = n;
+    }
+    for (size_t d = 0; d < D; d++) {
+        tdm_device *dev = p->devices[d];
+        if (dev->host_memory || !b->n_units[d]) continue;
+        if (!tdm_device_has_host_register(dev)) {
+            for (size_t v = 0; v < p->graph->n_values; v++)
+                if (!sp->pinned[v * D + d]) sp->pinned[v * D + d] = 2;
+            continue;
+        }
+        TDM_TRY(pin_device(p, sp, d));
+    }
+    return NULL;
+}
+
 tdm_status *tdm_stream_begin(frame *f, const tdm_tensor *const *inputs) {
     tdm_plan *p = (tdm_plan *)f->plan;
     if (!p || !p->budget || !device_budget(p)) return NULL;
@@ -226,7 +340,7 @@ tdm_status *tdm_stream_begin(frame *f, const tdm_tensor *const *inputs) {
         TDM_TRY(check_shapes(f, inputs));
         p->budget->shapes_key = key;
     }
-    return NULL;
+    return pin_streamed(f);
 }
 
 /* Gives value v's buffer on plan device d back to the ring. */
@@ -295,6 +409,8 @@ static tdm_status *stream_upload(frame *f, int v, int d, size_t for_node) {
     t->device = dev;
     f->stream->slot[k] = t;
     tdm_exec_mon_copy(f, dev, true, w->nbytes);
+    if (tdm_exec_mon(f) && f->stream->pool->pinned && f->stream->pool->pinned[k] == 1)
+        tdm_monitor_copy_pinned(tdm_exec_mon(f), dev->index, (int64_t)w->nbytes);
     if (tr && queued) { /* traced when its reader waits for it */
         f->stream->issued[k] = t0;
         f->stream->flow[k] = tdm_trace_flow_id(tr);

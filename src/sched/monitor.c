@@ -84,6 +84,13 @@ void tdm_monitor_copy(tdm_monitor *m, int dev, bool upload, int64_t bytes) {
     pthread_mutex_unlock(&m->mu);
 }
 
+void tdm_monitor_copy_pinned(tdm_monitor *m, int dev, int64_t bytes) {
+    if (!slot_ok(m, dev)) return;
+    pthread_mutex_lock(&m->mu);
+    m->slot[dev].bytes_up_pinned += bytes;
+    pthread_mutex_unlock(&m->mu);
+}
+
 void tdm_monitor_read(tdm_monitor *m, int dev, tdm_monitor_slot *out, int64_t *now_ns,
                       int64_t *window_start_ns) {
     memset(out, 0, sizeof *out);
@@ -113,6 +120,7 @@ void tdm_monitor_reset(tdm_monitor *m) {
         s->kernels = 0;
         s->uploads = s->downloads = 0;
         s->bytes_up = s->bytes_down = 0;
+        s->bytes_up_pinned = 0;
         s->mem_peak = s->mem_in_use;
     }
     pthread_mutex_unlock(&m->mu);

@@ -30,6 +30,7 @@ typedef struct tdm_monitor_slot {
     int64_t mem_in_use, mem_peak; /* bytes; peak since the window start */
     int64_t uploads, downloads;   /* copies since the window start */
     int64_t bytes_up, bytes_down;
+    int64_t bytes_up_pinned;      /* of bytes_up: copied from registered (page-locked) host memory */
 } tdm_monitor_slot;
 
 typedef struct tdm_monitor {
@@ -52,6 +53,8 @@ void tdm_monitor_runs(tdm_monitor *m, const int *devs, int n, int delta);
 void tdm_monitor_memory(tdm_monitor *m, int dev, int64_t bytes);
 /* A copy of `bytes` into (upload) or out of (download) device slot `dev`'s memory. */
 void tdm_monitor_copy(tdm_monitor *m, int dev, bool upload, int64_t bytes);
+/* Of an upload counted by tdm_monitor_copy: `bytes` came from registered host memory. */
+void tdm_monitor_copy_pinned(tdm_monitor *m, int dev, int64_t bytes);
 /* Snapshot of one slot plus the current time and window start, taken under the lock;
  * busy_ns includes the open interval. */
 void tdm_monitor_read(tdm_monitor *m, int dev, tdm_monitor_slot *out, int64_t *now_ns,

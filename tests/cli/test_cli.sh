@@ -106,7 +106,7 @@ expect plan-budget-json 0 "" sh -c "TANDEM_TEST_DEVICES=1 \"$T\" plan $M --devic
 expect plan-budget-text 0 "memory budgets: test:0" sh -c "TANDEM_TEST_DEVICES=1 \"$T\" plan $M --devices test:0,cpu --placement test:0 --device-memory test:0=50%"
 expect run-budget-peak 0 "memory: test:0 peak" sh -c "TANDEM_TEST_DEVICES=1 \"$T\" run $M --random --devices test:0,cpu --placement test:0 --device-memory test:0=50% 2>&1"
 expect run-budget-bad-unit nonzero "unknown unit 'XB'" "$T" run "$M" --random --device-memory cpu=12XB
-expect run-budget-too-small nonzero "largest weight" sh -c "TANDEM_TEST_DEVICES=1 \"$T\" run $M --random --devices test:0,cpu --placement test:0 --device-memory test:0=1KiB"
+expect run-budget-too-small nonzero "test:0: the memory budget of 1024 B" sh -c "TANDEM_TEST_DEVICES=1 \"$T\" run $M --random --devices test:0,cpu --placement test:0 --device-memory test:0=1KiB"
 expect bench-budget 0 "test:0: [0-9.]* MiB uploaded per run" sh -c "TANDEM_TEST_DEVICES=1 \"$T\" bench $M --devices test:0,cpu --placement test:0 --device-memory test:0=50% --residency streamed --iterations 2 --warmup 1 --threads 1"
 echo "$passes passed, $fails failed"
 [ $fails = 0 ]

@@ -10,7 +10,8 @@ where the build and machine have one), `tandem run --devices DEV,cpu --placement
 top of the activations), and the cost model's pick (no --residency) at 25%: the output must equal
 ONNX Runtime's within the model tests' tolerances (rtol 1e-3, atol 1e-4), and the device's
 monitor peak (bytes) must not exceed the budget that `tandem plan --json` resolves for the same
-options. Prints one table row per run. Exit 77 without onnx/onnxruntime in this Python.
+options; on test:0 the bytes uploaded from pinned (registered) host memory in the run must equal the
+plan's streamed bytes per run. Prints one table row per run. Exit 77 without onnx/onnxruntime in this Python.
 """
 import argparse
 import json
@@ -59,8 +60,9 @@ def main():
     env = dict(os.environ, TANDEM_TEST_DEVICES="1")
     env.setdefault("POCL_CACHE_DIR", os.path.join(a.out, "pocl"))
     bad = 0
-    print("| device | budget | residency | plan | budget B | peak B | streamed B/run | uploaded B | max abs diff | ok | s |")
-    print("|---|---|---|---|---:|---:|---:|---:|---:|---|---:|")
+    print("| device | budget | residency | plan | budget B | peak B | streamed B/run | uploaded B | pinned B | max abs diff "
+          "| ok | s |")
+    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---|---:|")
     for dev in a.devices.split(","):
         runs = [(int(p), "streamed") for p in a.budgets.split(",")] + [(25, "auto")]
         for pct, res in runs:
@@ -88,8 +90,15 @@ def main():
                 print(f"FAIL {dev} {pct}% {res}: run: {r.stderr.strip()[-400:]}")
                 bad += 1
                 continue
-            mm = re.search(re.escape(dev) + r" peak [0-9.]+ MiB.*\(peak (\d+) B, uploaded (\d+) B\)", r.stderr)
-            peak, up = (int(mm.group(1)), int(mm.group(2))) if mm else (-1, -1)
+            mm = re.search(re.escape(dev) + r" peak [0-9.]+ MiB.*\(peak (\d+) B, uploaded (\d+) B, "
+                           r"of which from pinned memory (\d+) B\)", r.stderr)
+            peak, up, pinned = (int(mm.group(1)), int(mm.group(2)), int(mm.group(3))) if mm else (-1, -1, -1)
+            streamed = int(pb.get("bytes_streamed_per_run", 0))
+            # test:0 registers the streamed weights (pinned); opencl:0 has no registration
+            want_pinned = streamed if dev.startswith("test:") else 0
+            if res == "streamed" and pinned != want_pinned:  # (auto: plan and run may choose apart)
+                print(f"FAIL {dev} {pct}% {res}: {pinned} B uploaded from pinned memory, want {want_pinned} B")
+                bad += 1
             y = np.load(os.path.join(od, "output.npy"))
             diff = float(np.max(np.abs(y - ref)))
             ok = y.shape == ref.shape and np.allclose(y, ref, rtol=1e-3, atol=1e-4)
@@ -100,7 +109,7 @@ def main():
                 print(f"FAIL {dev} {pct}% {res}: peak {peak} B vs budget {budget} B")
                 bad += 1
             print(f"| {dev} | {pct}% | {res} | {pb.get('choice', '?')} | {budget} | {peak} | "
-                  f"{int(pb.get('bytes_streamed_per_run', 0))} | {up} | {diff:.2e} | {'yes' if ok else 'NO'} | "
+                  f"{int(pb.get('bytes_streamed_per_run', 0))} | {up} | {pinned} | {diff:.2e} | {'yes' if ok else 'NO'} | "
                   f"{secs:.1f} |")
     if bad:
         sys.exit(f"FAIL: {bad} check(s)")

@@ -2,9 +2,12 @@
  * kernels): a 16-layer MLP whose weights (1 MiB) exceed the budget runs streamed or with its
  * last layers on the CPU, with the CPU-only outputs; the monitor's device peak never exceeds
  * the budget; bytes uploaded per run equal the streamed weights plus the input (counted by the
- * monitor against the plan's figure); the trace shows each streamed upload with an arrow to
- * the kernel that reads it; budgets at 100%, 50%, 25% and 10% of the weights; a budget below
- * the largest weight and malformed budget texts are clear errors. */
+ * monitor against the plan's figure), and the streamed ones come from host memory registered
+ * with the device (bytes_uploaded_pinned); the trace shows each streamed upload with an arrow
+ * to the kernel that reads it; budgets at 100%, 50%, 25% and 10% of the weights; a budget
+ * below the largest weight puts the nodes that read it on the CPU (with the reason), or, with
+ * no CPU in the session, is a clear error naming the device, the budget in bytes, the largest
+ * weight and the least budget that runs; malformed budget texts are clear errors. */
 #include <jansson.h>
 #include <math.h>
 #include <setjmp.h>
@@ -192,9 +195,12 @@ static figures check_budget(tdm_env *env, const void *bytes, size_t size, const 
     if (!strcmp(f.choice, "streamed")) {
         assert_true(f.n_streamed > 0);
         assert_int_equal(m.bytes_uploaded, f.streamed_per_run + input_up);
+        /* the streamed weights went up from registered (pinned) host memory, the input not */
+        assert_int_equal(m.bytes_uploaded_pinned, f.streamed_per_run);
     } else {
         assert_int_equal(f.streamed_per_run, 0);
         assert_int_equal(m.bytes_uploaded, input_up);
+        assert_int_equal(m.bytes_uploaded_pinned, 0);
     }
     tdm_tensor_free(o1);
     tdm_tensor_free(o2);
@@ -370,16 +376,68 @@ static void test_models(void **state) {
     tdm_env_free(env);
 }
 
-static void expect_error(tdm_env *env, const void *bytes, size_t size, const char *budget,
-                         const char *residency, tdm_code code, const char *words) {
+static void expect_error_on(tdm_env *env, const void *bytes, size_t size, const char *devices,
+                            const char *budget, const char *residency, tdm_code code, const char *words) {
     tdm_session *s = NULL;
-    tdm_status *st = open_session(env, bytes, size, "test:0,cpu", budget, residency, &s);
+    tdm_status *st = open_session(env, bytes, size, devices, budget, residency, &s);
     if (!st) fail_msg("'%s' / '%s' was accepted", budget, residency ? residency : "");
     print_message("  %-22s -> %s\n", budget ? budget : residency, tdm_status_message(st));
     assert_int_equal(tdm_status_code(st), code);
-    if (!strstr(tdm_status_message(st), words))
-        fail_msg("'%s': message lacks '%s': %s", budget, words, tdm_status_message(st));
+    /* words: '|'-separated, each must be in the message */
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", words);
+    for (char *save = NULL, *w = strtok_r(buf, "|", &save); w; w = strtok_r(NULL, "|", &save))
+        if (!strstr(tdm_status_message(st), w))
+            fail_msg("'%s': message lacks '%s': %s", budget, w, tdm_status_message(st));
     tdm_status_free(st);
+}
+
+static void expect_error(tdm_env *env, const void *bytes, size_t size, const char *budget,
+                         const char *residency, tdm_code code, const char *words) {
+    expect_error_on(env, bytes, size, "test:0,cpu", budget, residency, code, words);
+}
+
+/* A budget below the largest weight with the CPU in the session: the nodes that read weights
+ * too big for it go to the CPU (the reason in the explanation), the rest stays within the
+ * budget on the device; outputs equal the CPU's. */
+static void test_oversize(void **state) {
+    (void)state;
+    tdm_env *env = make_env();
+    size_t size;
+    void *bytes = model_bytes(&size);
+    tdm_tensor *x = input(env);
+    tdm_session *cpu = NULL;
+    assert_null(open_session(env, bytes, size, "cpu", NULL, NULL, &cpu));
+    tdm_tensor *want = run(cpu, x);
+    const char *budgets[] = {"test:0=32KiB", "test:0=3%"};
+    const char *residency[] = {NULL, "streamed"};
+    for (int k = 0; k < 2; k++)
+        for (int r = 0; r < 2; r++) {
+            tdm_session *s = NULL;
+            tdm_status *st = open_session(env, bytes, size, "test:0,cpu", budgets[k], residency[r], &s);
+            if (st) fail_msg("%s: %s", budgets[k], tdm_status_message(st));
+            figures f = plan_figures(s);
+            json_t *j = explain(s);
+            const char *why = json_string_value(json_object_get(json_object_get(j, "budget"), "reason"));
+            assert_non_null(why);
+            print_message("  %-14s %-9s %-8s budget %lld, %d nodes on cpu: %s\n", budgets[k],
+                          residency[r] ? residency[r] : "auto", f.choice, (long long)f.budget, f.on_cpu, why);
+            assert_non_null(strstr(why, "not even streaming fits them"));
+            assert_non_null(strstr(why, "layers.0.w"));
+            assert_true(f.on_cpu >= LAYERS); /* every MatMul (64 KiB of weights each) */
+            json_decref(j);
+            tdm_tensor *o = run(s, x);
+            assert_close(o, want);
+            tdm_device_monitor m = monitor_of(s, "test:0");
+            assert_true(m.memory_peak <= f.budget);
+            tdm_tensor_free(o);
+            tdm_session_free(s);
+        }
+    tdm_tensor_free(want);
+    tdm_tensor_free(x);
+    tdm_session_free(cpu);
+    free(bytes);
+    tdm_env_free(env);
 }
 
 static void test_errors(void **state) {
@@ -387,8 +445,14 @@ static void test_errors(void **state) {
     tdm_env *env = make_env();
     size_t size;
     void *bytes = model_bytes(&size);
-    expect_error(env, bytes, size, "test:0=32KiB", NULL, TDM_ERR_LIMIT, "largest weight");
-    expect_error(env, bytes, size, "test:0=3%", NULL, TDM_ERR_LIMIT, "largest weight");
+    /* smaller than the largest weight and no CPU to take its nodes: the device, the budget in
+     * bytes (and a share's resolution), the largest weight and its reader, what would run */
+    expect_error_on(env, bytes, size, "test:0", "test:0=32KiB", NULL, TDM_ERR_LIMIT,
+                    "test:0: the memory budget of 32768 B|given as 32768 B|largest single weight|"
+                    "(65536 B, read by node|a budget of at least|would run it streamed");
+    expect_error_on(env, bytes, size, "test:0", "test:0=3%", "streamed", TDM_ERR_LIMIT,
+                    "test:0: the memory budget of|3% of the 1056768 B of weights placed on it|"
+                    "largest single weight|a share of at least 6.3%");
     expect_error(env, bytes, size, "test:0=12XB", NULL, TDM_ERR_INVALID_ARGUMENT, "unknown unit 'XB'");
     expect_error(env, bytes, size, "test:0=MiB", NULL, TDM_ERR_INVALID_ARGUMENT, "is not a size");
     expect_error(env, bytes, size, "test:0=-5MiB", NULL, TDM_ERR_INVALID_ARGUMENT, "is not a size");
@@ -416,6 +480,7 @@ int main(void) {
         cmocka_unit_test(test_trace),
         cmocka_unit_test(test_models),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_oversize),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -71,6 +71,22 @@ static unsigned f_flags(tdm_device *d, const tdm_kernel_def *k, const tdm_node *
     return TDM_KF_WRITES_ALL;
 }
 static int n_queued;
+static int n_register, n_unregister;
+
+static tdm_status *f_host_register(tdm_device *d, void *host, size_t size) {
+    (void)d;
+    (void)host;
+    (void)size;
+    n_register++;
+    return NULL;
+}
+
+static void f_host_unregister(tdm_device *d, void *host) {
+    (void)d;
+    (void)host;
+    n_unregister++;
+}
+
 static tdm_status *f_upload_queued(tdm_device *d, void *buf, const void *host, size_t size,
                                    void *after, void **done) {
     (void)d;
@@ -101,12 +117,15 @@ static tdm_device_iface full_iface(int version) {
         .segment_begin = f_begin,
         .kernel_flags = f_flags,
         .upload_queued = f_upload_queued,
+        .host_register = f_host_register,
+        .host_unregister = f_host_unregister,
     };
     return f;
 }
 
 static void reset(void) {
     n_sync = n_event_sync = n_event_free = n_configure = n_flags = n_begin = n_close = n_queued = 0;
+    n_register = n_unregister = 0;
 }
 
 static void expect_unsupported(tdm_status *st, const char *device) {
@@ -144,6 +163,13 @@ static void test_version_gates_members(void **state) {
     assert_false(tdm_device_has_copy_queue(&d6));
     expect_unsupported(tdm_device_upload_queued(&d6, &ev, &ev, 4, NULL, &out), "six:0");
     assert_int_equal(n_queued, 0);
+    /* version 7 does not have registered host memory */
+    tdm_device_iface f7 = full_iface(7);
+    tdm_device d7 = {.iface = &f7, .name = "seven:0"};
+    assert_false(tdm_device_has_host_register(&d7));
+    expect_unsupported(tdm_device_host_register(&d7, &ev, 4), "seven:0");
+    tdm_device_host_unregister(&d7, &ev);
+    assert_int_equal(n_register + n_unregister, 0);
     /* version 1 members are read */
     OK(tdm_device_synchronize(&d));
     assert_int_equal(n_sync, 1);
@@ -175,6 +201,12 @@ static void test_current_version_calls_members(void **state) {
     void *done = &ev;
     OK(tdm_device_upload_queued(&d, &ev, &ev, 4, NULL, &done));
     assert_int_equal(n_queued, 1);
+    assert_true(tdm_device_has_host_register(&d));
+    OK(tdm_device_host_register(&d, &ev, 4));
+    tdm_device_host_unregister(&d, &ev);
+    tdm_device_host_unregister(&d, NULL); /* NULL: not handed on */
+    assert_int_equal(n_register, 1);
+    assert_int_equal(n_unregister, 1);
     /* segment_end missing: no launch windows, and segment_end is a no-op */
     assert_false(tdm_device_has_segments(&d));
     OK(tdm_device_segment_end(&d, true));

@@ -206,6 +206,8 @@ static const tdm_device_iface cuda_iface = {
     .segment_begin = cuda_segment_begin,
     .segment_end = cuda_segment_end,
     .upload_queued = cuda_upload_queued,
+    .host_register = cuda_host_register,
+    .host_unregister = cuda_host_unregister,
 };
 
 bool cuda_is_own_device(const tdm_device *dev) { return dev && dev->iface == &cuda_iface; }

@@ -196,6 +196,8 @@ tdm_status *cuda_download(tdm_device *dev, void *host, const void *buf, size_t s
 tdm_status *cuda_download_async(tdm_device *dev, void *host, const void *buf, size_t size,
                                 void **event);
 tdm_status *cuda_host_alloc(tdm_device *dev, size_t size, void **host);
+tdm_status *cuda_host_register(tdm_device *dev, void *host, size_t size);
+void cuda_host_unregister(tdm_device *dev, void *host);
 void cuda_host_free(tdm_device *dev, void *host);
 tdm_status *cuda_event_record(tdm_device *dev, void **event);
 tdm_status *cuda_event_wait(tdm_device *dev, tdm_device *owner, void *event);

@@ -336,6 +336,30 @@ void cuda_host_free(tdm_device *dev, void *host) {
     if (host) cudaFreeHost(host);
 }
 
+/* Registered host memory (backend.h version 8): cudaHostRegister page-locks the range, so
+ * is_pinned() sees it and upload / upload_queued copy it directly on the h2d stream. Memory
+ * mapped read-only (weights mapped from external data) needs the read-only flag. */
+tdm_status *cuda_host_register(tdm_device *dev, void *host, size_t size) {
+    cuda_device *d = dev->ctx;
+    TDM_TRY(select_device(d));
+    cudaError_t e = cudaHostRegister(host, size, cudaHostRegisterPortable);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        e = cudaHostRegister(host, size, cudaHostRegisterPortable | cudaHostRegisterReadOnly);
+    }
+    return cuda_check(e, "registering host memory of streamed weights");
+}
+
+void cuda_host_unregister(tdm_device *dev, void *host) {
+    cuda_device *d = dev->ctx;
+    tdm_status *st = host ? select_device(d) : NULL;
+    if (!host || st) {
+        tdm_status_free(st);
+        return;
+    }
+    if (cudaHostUnregister(host) != cudaSuccess) cudaGetLastError();
+}
+
 /* ---- events ---- */
 
 tdm_status *cuda_event_record(tdm_device *dev, void **event) {

@@ -14,8 +14,17 @@
  * It has a copy queue (backend.h version 7): upload_queued copies on a thread of its own,
  * started on first use, whose events complete when the bytes are in place; event_wait and
  * event_sync block the calling thread until then. Streamed weights (sched/budget.h) thus
- * really go up while the device's kernels run. */
+ * really go up while the device's kernels run.
+ *
+ * Registered host memory (version 8) is modelled as CUDA has it: host_register records the
+ * range (one that shares a 4 KiB page with a registered range is an error, as
+ * cudaHostRegister's), an upload
+ * from inside a registered range is one copy, and one from elsewhere goes through a 1 MiB
+ * staging buffer piece by piece (the host copy CUDA makes into its pinned staging); the
+ * bytes each way are counted (up_direct, up_staged). Ranges left registered at close are
+ * released. */
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +60,14 @@ typedef struct testdev {
     long fail_every;
     long calls; /* atomically counted kernels (for fail_every) */
     char ops[512]; /* ",Op1,Op2," or "" = all */
+    /* registered host memory (guarded by copy_mu) and the bytes uploaded from it / staged */
+    struct td_range {
+        const char *lo;
+        size_t size;
+    } *ranges;
+    int n_ranges, cap_ranges;
+    unsigned char *staging; /* TD_STAGING bytes, made on first use */
+    int64_t up_direct, up_staged;
     tdm_cpu_simd simd; /* the CPU kernels' variants, as the CPU device has them */
 } testdev;
 
@@ -93,10 +110,85 @@ static void td_free(tdm_device *dev, void *buf) {
     tdm_free(td->a, buf);
 }
 
+#define TD_STAGING ((size_t)1 << 20)
+
+/* Whether [host, host + size) lies in a registered range; copy_mu held. */
+static bool td_registered(const testdev *td, const void *host, size_t size) {
+    const char *p = host;
+    for (int i = 0; i < td->n_ranges; i++)
+        if (p >= td->ranges[i].lo && p + size <= td->ranges[i].lo + td->ranges[i].size) return true;
+    return false;
+}
+
+/* One host -> device copy: direct from registered memory, else through the staging buffer
+ * (copy_mu held for the staging buffer; the copier thread and the host share it). */
+static void td_copy_in(testdev *td, void *buf, const void *host, size_t size) {
+    pthread_mutex_lock(&td->copy_mu);
+    bool direct = td_registered(td, host, size) || size == 0;
+    if (!direct && !td->staging) td->staging = tdm_calloc(td->a, 1, TD_STAGING);
+    if (direct || !td->staging) {
+        pthread_mutex_unlock(&td->copy_mu);
+        memcpy(buf, host, size);
+        pthread_mutex_lock(&td->copy_mu);
+        td->up_direct += (int64_t)size;
+    } else {
+        for (size_t off = 0; off < size; off += TD_STAGING) {
+            size_t n = size - off < TD_STAGING ? size - off : TD_STAGING;
+            memcpy(td->staging, (const char *)host + off, n);
+            memcpy((char *)buf + off, td->staging, n);
+        }
+        td->up_staged += (int64_t)size;
+    }
+    pthread_mutex_unlock(&td->copy_mu);
+}
+
 static tdm_status *td_upload(tdm_device *dev, void *buf, const void *host, size_t size) {
-    (void)dev;
-    memcpy(buf, host, size);
+    td_copy_in(dev->ctx, buf, host, size);
     return NULL;
+}
+
+static tdm_status *td_host_register(tdm_device *dev, void *host, size_t size) {
+    testdev *td = dev->ctx;
+    if (!host || !size)
+        return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "%s: registering an empty range of host memory", dev->name);
+    tdm_status *st = NULL;
+    const char *lo = host;
+    /* pages are what gets locked: ranges that share a page overlap (as for cudaHostRegister) */
+    const uintptr_t pg = 4096;
+    uintptr_t a0 = (uintptr_t)lo & ~(pg - 1), a1 = ((uintptr_t)lo + size + pg - 1) & ~(pg - 1);
+    pthread_mutex_lock(&td->copy_mu);
+    for (int i = 0; i < td->n_ranges && !st; i++) {
+        uintptr_t b0 = (uintptr_t)td->ranges[i].lo & ~(pg - 1);
+        uintptr_t b1 = ((uintptr_t)td->ranges[i].lo + td->ranges[i].size + pg - 1) & ~(pg - 1);
+        if (a0 < b1 && b0 < a1)
+            st = TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "%s: host memory %p (%zu bytes) shares pages "
+                         "with a registered range", dev->name, host, size);
+    }
+    if (!st && td->n_ranges == td->cap_ranges) {
+        int cap = td->cap_ranges ? 2 * td->cap_ranges : 16;
+        struct td_range *r = tdm_calloc(td->a, (size_t)cap, sizeof *r);
+        if (!r) st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "%s: out of memory registering host memory", dev->name);
+        else {
+            if (td->n_ranges) memcpy(r, td->ranges, (size_t)td->n_ranges * sizeof *r);
+            tdm_free(td->a, td->ranges);
+            td->ranges = r;
+            td->cap_ranges = cap;
+        }
+    }
+    if (!st) td->ranges[td->n_ranges++] = (struct td_range){lo, size};
+    pthread_mutex_unlock(&td->copy_mu);
+    return st;
+}
+
+static void td_host_unregister(tdm_device *dev, void *host) {
+    testdev *td = dev->ctx;
+    pthread_mutex_lock(&td->copy_mu);
+    for (int i = 0; i < td->n_ranges; i++)
+        if (td->ranges[i].lo == host) {
+            td->ranges[i] = td->ranges[--td->n_ranges];
+            break;
+        }
+    pthread_mutex_unlock(&td->copy_mu);
 }
 
 static tdm_status *td_download(tdm_device *dev, void *host, const void *buf, size_t size) {
@@ -144,7 +236,7 @@ static void *td_copier(void *arg) {
         if (!td->head) break;
         td_copy *c = td->head;
         pthread_mutex_unlock(&td->copy_mu);
-        memcpy(c->buf, c->host, c->size);
+        td_copy_in(td, c->buf, c->host, c->size);
         pthread_mutex_lock(&td->copy_mu);
         td->head = c->next;
         if (!td->head) td->tail = NULL;
@@ -198,6 +290,8 @@ static void td_close(tdm_device *dev) {
     pthread_cond_broadcast(&td->copy_cv);
     pthread_mutex_unlock(&td->copy_mu);
     if (td->copier_started) pthread_join(td->copier, NULL);
+    tdm_free(a, td->ranges);
+    tdm_free(a, td->staging);
     pthread_mutex_destroy(&td->copy_mu);
     pthread_cond_destroy(&td->copy_cv);
     tdm_free(a, td);
@@ -218,6 +312,8 @@ static const tdm_device_iface td_iface = {
     .event_sync = td_event_sync,
     .event_free = td_event_free,
     .upload_queued = td_upload_queued,
+    .host_register = td_host_register,
+    .host_unregister = td_host_unregister,
 };
 
 static tdm_status *td_discover(const tdm_allocator *a, const tdm_logger *log,
