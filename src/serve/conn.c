@@ -484,7 +484,7 @@ static int check_request(const char *b, size_t n, const char **msg, head_info *h
 /* Bytes libmicrohttpd has read from a TCP socket: the kernel's count of bytes received less
  * those still unread (asked twice around, so that an arrival in between is not miscounted);
  * false when the kernel does not tell. Only while libmicrohttpd does not read the socket. */
-static bool app_read(int fd, uint64_t *out) {
+static bool app_read(int fd, uint64_t *out, int *unread) {
     for (int i = 0; i < 4; i++) {
         int q1 = 0, q2 = 0;
         struct tcp_info ti;
@@ -496,6 +496,7 @@ static bool app_read(int fd, uint64_t *out) {
             return false;
         if (q1 == q2 && q1 >= 0 && (uint64_t)q1 <= ti.tcpi_bytes_received) {
             *out = ti.tcpi_bytes_received - (uint64_t)q1;
+            *unread = q1;
             return true;
         }
     }
@@ -564,8 +565,8 @@ static bool look(sv_conns *cs, sv_slot *s, uint64_t now, bool tick, handover *h)
         return false;
     }
     set_request(s, cs->peek, (size_t)k, &hi);
-    if (s->state == ST_WAIT) { /* back to libmicrohttpd, idle until its handler sees the request */
-        if (!app_read(s->fd, &s->rd_base)) s->wire = UINT64_MAX;
+    if (s->state == ST_WAIT) { /* back to libmicrohttpd, idle until its handler sees the request;
+                                  rd_base is where it stopped reading (sv_conns_request_end) */
         release_waiting(cs, s);
         return false;
     }
@@ -827,12 +828,13 @@ void sv_conns_request_end(sv_conns *cs, sv_slot *s, struct MHD_Connection *c, bo
     head_info hi = {0};
     char b[4096];
     ssize_t k = 0;
+    int unread = 0;
     if (check) {
-        if (!app_read(s->fd, &rd) || rd - base < wire) {
+        if (!app_read(s->fd, &rd, &unread) || rd - base < wire) {
             v = UNSYNCED;
         } else if (rd - base > wire) { /* it read on: the next head was pipelined */
             v = s->pipe_pos < s->n_pipe ? PIPELINED : s->next_http > 0 ? BAD_NEXT : UNSYNCED;
-        } else {
+        } else if (unread > 0) { /* else nothing is there: wait */
             const char *msg = NULL;
             k = recv(s->fd, b, sizeof b, MSG_PEEK | MSG_DONTWAIT);
             if (k == 0) v = NONE; /* the peer is done: libmicrohttpd reads the end and closes */
@@ -884,6 +886,7 @@ void sv_conns_request_end(sv_conns *cs, sv_slot *s, struct MHD_Connection *c, bo
         } else {
             cs->st.later_waited++;
             s->conn = c;
+            s->rd_base = rd; /* it reads no more until resumed */
             s->state = ST_WAIT;
             s->t_first = 0;
             s->peeked = 0;
