@@ -29,7 +29,8 @@ Each test starts a server with small budgets and checks behaviour, not speed:
   with jansson, a 75 MiB JSON body is taken with RSS growing by a small multiple of it, and
   --max-json-mb limits only the rest of the JSON;
 - drain: SIGTERM with idle, slowloris and half-sent connections open: the server stops
-  quickly and refuses new connections.
+  quickly and refuses new connections; drain_waiting: SIGTERM with kept-alive connections
+  waiting for, answered on, or trickling their next head: a clean exit.
 
 Usage: test_stress.py --tandem BUILD/tandem [--filter SUBSTRING]
 """
@@ -703,6 +704,43 @@ def test_request_memory(s, budget_mib=128):
         time.sleep(0.1)
 
 
+def test_drain_waiting(tandem, repo):
+    """SIGTERM while kept-alive connections wait for their next head in tandem (suspended in
+    libmicrohttpd), have a bad later head answered and lingering, a later head trickling, or a
+    bad head pipelined behind a good one: the server resumes them all and exits cleanly, 3
+    times over."""
+    for _ in range(3):
+        s = ts.Server(tandem, repo, ["--header-timeout", "3"])
+        socks = []
+        try:
+            inf = infer_request()
+            for i in range(30):
+                c = connect(s)
+                c.sendall(inf)
+                assert read_answer(c, 10, closes=False)[0] == 200
+                if i % 3 == 1:
+                    c.sendall(b"GET /v2 HTTP/1.1\r\nHost: x\r\nno colon\r\n\r\n")  # answered, lingers
+                elif i % 3 == 2:
+                    c.sendall(b"GET /v2 HTTP/1.1\r\nHost: x\r\n")  # trickles
+                socks.append(c)
+            for i in range(10):
+                c = connect(s)
+                c.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n"
+                          + b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+                socks.append(c)
+            time.sleep(0.3)
+            t0 = time.time()
+            s.proc.send_signal(signal.SIGTERM)
+            rc = s.proc.wait(30)
+            dt = time.time() - t0
+        finally:
+            for c in socks:
+                c.close()
+            s.stop()
+        assert rc == 0, f"exit code {rc}\n{''.join(s.lines[-20:])}"
+        assert dt < 10, f"the drain took {dt:.1f} s"
+
+
 def test_drain(tandem, repo):
     s = ts.Server(tandem, repo, ["--model-control-mode", "explicit", "--load-model", "identity_fp32",
                                  "--header-timeout", "30", "--connection-timeout", "60"])
@@ -789,15 +827,17 @@ def main():
                     print(f"FAIL clean shutdown: exit code {rc}\n" + "".join(s.lines[-40:]), flush=True)
             finally:
                 s.stop()
-        if args.filter in "test_drain":
+        for name in ("test_drain", "test_drain_waiting"):
+            if args.filter not in name:
+                continue
             t0 = time.time()
             try:
-                test_drain(args.tandem, repo)
+                globals()[name](args.tandem, repo)
                 passed += 1
-                print(f"PASS test_drain ({time.time() - t0:.2f} s)", flush=True)
+                print(f"PASS {name} ({time.time() - t0:.2f} s)", flush=True)
             except Exception:  # noqa: BLE001
                 failed += 1
-                print(f"FAIL test_drain\n{traceback.format_exc()}", flush=True)
+                print(f"FAIL {name}\n{traceback.format_exc()}", flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"{passed} passed, {failed} failed ({time.time() - t_all:.1f} s)")
