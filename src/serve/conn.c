@@ -137,12 +137,17 @@ static void free_dead(sv_conns *cs) {
 }
 
 /* Queues a suspended connection for MHD_resume_connection, which runs once cs->mu is released
- * (libmicrohttpd's locks are never taken under it). */
+ * (libmicrohttpd's locks are kept out from under it). Out of memory, it is resumed at once:
+ * libmicrohttpd (0.9.75) calls no callback of ours with its lock held, and a connection it
+ * closes meanwhile waits for cs->mu before its slot goes. */
 static void queue_resume(sv_conns *cs, struct MHD_Connection *c) {
     if (cs->n_resume == cs->cap_resume) {
         int cap = cs->cap_resume ? 2 * cs->cap_resume : 64;
         struct MHD_Connection **p = realloc(cs->resume, (size_t)cap * sizeof *p);
-        if (!p) abort(); /* a suspended connection that is never resumed would hang the stop */
+        if (!p) {
+            MHD_resume_connection(c);
+            return;
+        }
         cs->resume = p;
         cs->cap_resume = cap;
     }
@@ -246,7 +251,9 @@ static int count_ip(sv_conns *cs, const struct sockaddr_storage *a) {
     int n = 0;
     for (int fd = 0; fd < cs->cap_fd; fd++) {
         sv_slot *s = cs->by_fd[fd];
-        if (s && !s->shut && s->state != ST_REFUSE && s->state != ST_LINGER && same_ip(&s->addr, a)) n++;
+        if (s && !s->shut && s->state != ST_REFUSE && s->state != ST_LINGER &&
+            same_ip(&s->addr, a))
+            n++;
     }
     return n;
 }
@@ -475,7 +482,8 @@ static int check_request(const char *b, size_t n, const char **msg, head_info *h
     }
     const char *conn = head_value(hdr, end + 1, "Connection", &vlen, &count);
     bool http10 = !memcmp(b + len - 9, " HTTP/1.0", 9);
-    hi->close = conn ? has_token(conn, vlen, "close") || (http10 && !has_token(conn, vlen, "keep-alive"))
+    hi->close = conn ? has_token(conn, vlen, "close") ||
+                           (http10 && !has_token(conn, vlen, "keep-alive"))
                      : http10;
     if (count > 1) hi->close = true; /* several lines: not worth judging, do not wait */
     return 0;

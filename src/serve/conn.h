@@ -104,7 +104,8 @@ void sv_conns_body_bytes(sv_conns *cs, sv_slot *slot, size_t n);
 void sv_conns_body_done(sv_conns *cs, sv_slot *slot);
 /* `keep`: the answer leaves the connection open (the request-completed callback, from
  * libmicrohttpd's thread, with toe = MHD_REQUEST_TERMINATED_COMPLETED_OK); may suspend it. */
-void sv_conns_request_end(sv_conns *cs, sv_slot *slot, struct MHD_Connection *connection, bool keep);
+void sv_conns_request_end(sv_conns *cs, sv_slot *slot, struct MHD_Connection *connection,
+                          bool keep);
 
 /* Counters since start (for the log and tests). */
 typedef struct sv_conns_stats {
