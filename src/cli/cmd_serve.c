@@ -36,9 +36,11 @@ static void serve_usage(FILE *f) {
             "  --header-timeout S      a request's headers must arrive within S seconds of its\n"
             "                          first byte (default 5)\n"
             "  --keep-alive 0|1        1 (default): keep connections open between requests; 0:\n"
-            "                          close after each answer, so that every request head is\n"
-            "                          checked before libmicrohttpd reads it (all transport\n"
-            "                          errors then come back as JSON; a connect per request)\n"
+            "                          close after each answer\n"
+            "  --check-heads 0|1       1 (default): every request head of a kept-alive connection\n"
+            "                          is checked before libmicrohttpd reads it, so that transport\n"
+            "                          errors come back as JSON; 0: only a connection's first\n"
+            "                          (later bad heads get libmicrohttpd's HTML pages)\n"
             "  --request-timeout S     a request body must arrive within S seconds (default 120)\n"
             "  --min-upload-kbps N     after --header-timeout, a body must average N KiB/s or\n"
             "                          more (default 16; 0 = no minimum)\n"
@@ -106,6 +108,9 @@ int cmd_serve(int argc, char **argv) {
         } else if (!strcmp(a, "--keep-alive")) {
             ok = parse_int(v, 0, 1, &n);
             o.no_keep_alive = n == 0;
+        } else if (!strcmp(a, "--check-heads")) {
+            ok = parse_int(v, 0, 1, &n);
+            o.no_head_checks = n == 0;
         } else if (!strcmp(a, "--header-timeout")) {
             ok = parse_int(v, 1, 86400, &o.header_timeout_s);
         } else if (!strcmp(a, "--min-upload-kbps")) {

@@ -1,8 +1,11 @@
 /* tandem serve: the connection budget, the accept thread and the first-line check (see conn.h). */
 #define _GNU_SOURCE /* accept4, EPOLLRDHUP */
 #include <errno.h>
+#include <linux/sockios.h> /* SIOCINQ */
+#include <linux/tcp.h>     /* TCP_INFO with tcpi_bytes_received (not in glibc's netinet/tcp.h) */
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,12 +20,16 @@
 
 #define REFUSING_MAX 256      /* sockets held here only to answer an error, at most */
 #define LINGER_NS 2000000000ull /* how long an answered socket is drained before its close */
+#define SV_CONN_PIPELINE 8      /* pipelined heads followed */
 
 typedef enum slot_state {
     ST_PENDING, /* held here: its first request's headers are not complete yet */
     ST_REFUSE,  /* held here: will be answered `http`/`msg` once its request begins */
     ST_LINGER,  /* answered and half-closed here; drained until the peer closes */
     ST_MHD,     /* in libmicrohttpd */
+    ST_WAIT,    /* in libmicrohttpd, suspended between requests: its next head is watched here */
+    ST_WLINGER, /* in libmicrohttpd, suspended: a bad later head was answered here; drained
+                   until the peer closes, then resumed (libmicrohttpd sees the end and closes) */
 } slot_state;
 
 struct sv_slot {
@@ -38,6 +45,19 @@ struct sv_slot {
     uint64_t t_idle;  /* when it became idle */
     uint64_t t_body;  /* the end of the current request's headers */
     uint64_t body_bytes;
+    struct MHD_Connection *conn; /* ST_MHD, ST_WAIT, ST_WLINGER: once libmicrohttpd told */
+    uint64_t rd_base; /* bytes read from the socket by libmicrohttpd when the current request's
+                         head was checked here */
+    uint64_t wire;    /* bytes of that request on the wire (head and Content-Length body);
+                         UINT64_MAX: not known (chunked), later heads are not checked */
+    bool req_close;   /* that request asked for the connection to be closed */
+    /* heads pipelined behind the current request, seen with it: the good ones (their sizes,
+     * n_pipe of them, pipe_pos used), then the first bad one (next_http > 0) */
+    uint64_t pipe_wire[SV_CONN_PIPELINE];
+    bool pipe_close[SV_CONN_PIPELINE];
+    int n_pipe, pipe_pos;
+    int next_http;
+    const char *next_msg;
     int http;         /* ST_REFUSE */
     char msg[160];
     struct sockaddr_storage addr;
@@ -60,6 +80,8 @@ struct sv_conns {
     sv_slot *dead; /* closed slots that an event of this round may still name */
     uint64_t paused_until; /* out of descriptors: the listening socket rests until then */
     sv_conns_stats st;
+    struct MHD_Connection **resume; /* ST_WAIT connections to resume once cs->mu is released */
+    int n_resume, cap_resume;
     char peek[SV_CONN_PEEK]; /* the accept thread's */
 };
 
@@ -114,8 +136,48 @@ static void free_dead(sv_conns *cs) {
     }
 }
 
+/* Queues a suspended connection for MHD_resume_connection, which runs once cs->mu is released
+ * (libmicrohttpd's locks are kept out from under it). Out of memory, it is resumed at once:
+ * libmicrohttpd (0.9.75) calls no callback of ours with its lock held, and a connection it
+ * closes meanwhile waits for cs->mu before its slot goes. */
+static void queue_resume(sv_conns *cs, struct MHD_Connection *c) {
+    if (cs->n_resume == cs->cap_resume) {
+        int cap = cs->cap_resume ? 2 * cs->cap_resume : 64;
+        struct MHD_Connection **p = realloc(cs->resume, (size_t)cap * sizeof *p);
+        if (!p) {
+            MHD_resume_connection(c);
+            return;
+        }
+        cs->resume = p;
+        cs->cap_resume = cap;
+    }
+    cs->resume[cs->n_resume++] = c;
+}
+
+static void run_resumes(sv_conns *cs) {
+    pthread_mutex_lock(&cs->mu);
+    while (cs->n_resume) {
+        struct MHD_Connection *c = cs->resume[--cs->n_resume];
+        pthread_mutex_unlock(&cs->mu);
+        MHD_resume_connection(c);
+        pthread_mutex_lock(&cs->mu);
+    }
+    pthread_mutex_unlock(&cs->mu);
+}
+
+/* A suspended connection (ST_WAIT, ST_WLINGER) goes back to libmicrohttpd. */
+static void release_waiting(sv_conns *cs, sv_slot *s) {
+    epoll_ctl(cs->ep, EPOLL_CTL_DEL, s->fd, NULL);
+    s->state = ST_MHD;
+    queue_resume(cs, s->conn);
+}
+
 /* Makes libmicrohttpd close a connection: it reads the end of the stream and closes. */
 static void shut_mhd(sv_conns *cs, sv_slot *s) {
+    if (s->state == ST_WAIT || s->state == ST_WLINGER) {
+        if (!s->shut) shutdown(s->fd, SHUT_RDWR);
+        release_waiting(cs, s);
+    }
     if (s->shut) return;
     s->shut = true;
     idle_remove(s);
@@ -159,6 +221,13 @@ static void answer_and_linger(sv_conns *cs, sv_slot *s, int http, const char *ms
     (void)!send(s->fd, buf, n, MSG_NOSIGNAL | MSG_DONTWAIT);
     shutdown(s->fd, SHUT_WR);
     idle_remove(s);
+    if (s->state == ST_WAIT) { /* libmicrohttpd's: it closes the socket once resumed */
+        if (!s->shut) cs->admitted--;
+        s->shut = true;
+        s->state = ST_WLINGER;
+        s->t_open = now;
+        return;
+    }
     if (s->state == ST_PENDING) {
         cs->admitted--;
         cs->refusing++;
@@ -182,7 +251,9 @@ static int count_ip(sv_conns *cs, const struct sockaddr_storage *a) {
     int n = 0;
     for (int fd = 0; fd < cs->cap_fd; fd++) {
         sv_slot *s = cs->by_fd[fd];
-        if (s && !s->shut && (s->state == ST_PENDING || s->state == ST_MHD) && same_ip(&s->addr, a)) n++;
+        if (s && !s->shut && s->state != ST_REFUSE && s->state != ST_LINGER &&
+            same_ip(&s->addr, a))
+            n++;
     }
     return n;
 }
@@ -192,7 +263,7 @@ static bool evict_one(sv_conns *cs) {
     sv_slot *s = cs->idle.next;
     if (s == &cs->idle) return false;
     cs->st.evicted_idle++;
-    if (s->state == ST_MHD) shut_mhd(cs, s);
+    if (s->state == ST_MHD || s->state == ST_WAIT) shut_mhd(cs, s);
     else drop_own(cs, s);
     return true;
 }
@@ -325,7 +396,27 @@ static bool chunks_ok(const char *b, const char *end) {
 
 /* The first bytes of a connection held here: the status to answer with, 0 to hand it over
  * (its request head is complete and well-formed) or -1 to wait for more. */
-static int check_first_request(const char *b, size_t n, const char **msg) {
+/* What a good head tells about its request: its bytes on the wire, and whether it asks for the
+ * connection to be closed after the answer. */
+typedef struct head_info {
+    uint64_t wire; /* head and Content-Length body; UINT64_MAX with a chunked body */
+    bool close;
+} head_info;
+
+/* Whether the comma-separated list [v, v+len) has the token `tok` (any case). */
+static bool has_token(const char *v, size_t len, const char *tok) {
+    size_t tl = strlen(tok);
+    for (size_t i = 0; i + tl <= len; i++)
+        if (!strncasecmp(v + i, tok, tl) && (i == 0 || v[i - 1] == ',' || v[i - 1] == ' ') &&
+            (i + tl == len || v[i + tl] == ',' || v[i + tl] == ' '))
+            return true;
+    return false;
+}
+
+/* Checks a request head [b, b+n) (a connection's first, or a later one of a kept-alive
+ * connection): 0 when it is complete and good (*hi filled), -1 when more must come, else the
+ * HTTP status of the error (*msg). */
+static int check_request(const char *b, size_t n, const char **msg, head_info *hi) {
     static const char h2[] = "PRI * HTTP/2";
     if (!memcmp(b, h2, n < sizeof h2 - 1 ? n : sizeof h2 - 1)) {
         if (n < sizeof h2 - 1) return -1;
@@ -379,15 +470,68 @@ static int check_first_request(const char *b, size_t n, const char **msg) {
             return 400;
         }
     }
+    const char *body = end[1] == '\r' ? end + 3 : end + 2;
+    hi->wire = (uint64_t)(body - b) + (cl ? strtoull(cl, NULL, 10) : 0);
     const char *te = head_value(hdr, end + 1, "Transfer-Encoding", &vlen, &count);
+    if (te) hi->wire = UINT64_MAX;
     if (te && count == 1 && vlen == 7 && !strncasecmp(te, "chunked", 7)) {
-        const char *body = end[1] == '\r' ? end + 3 : end + 2;
         if (!chunks_ok(body, b + n)) {
             *msg = "the chunked body is malformed (bad chunked encoding)";
             return 400;
         }
     }
+    const char *conn = head_value(hdr, end + 1, "Connection", &vlen, &count);
+    bool http10 = !memcmp(b + len - 9, " HTTP/1.0", 9);
+    hi->close = conn ? has_token(conn, vlen, "close") ||
+                           (http10 && !has_token(conn, vlen, "keep-alive"))
+                     : http10;
+    if (count > 1) hi->close = true; /* several lines: not worth judging, do not wait */
     return 0;
+}
+
+/* Bytes libmicrohttpd has read from a TCP socket: the kernel's count of bytes received less
+ * those still unread (asked twice around, so that an arrival in between is not miscounted);
+ * false when the kernel does not tell. Only while libmicrohttpd does not read the socket. */
+static bool app_read(int fd, uint64_t *out, int *unread) {
+    for (int i = 0; i < 4; i++) {
+        int q1 = 0, q2 = 0;
+        struct tcp_info ti;
+        memset(&ti, 0, sizeof ti);
+        socklen_t len = sizeof ti;
+        if (ioctl(fd, SIOCINQ, &q1) < 0 || getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) < 0 ||
+            len < offsetof(struct tcp_info, tcpi_bytes_received) + sizeof ti.tcpi_bytes_received ||
+            ioctl(fd, SIOCINQ, &q2) < 0)
+            return false;
+        if (q1 == q2 && q1 >= 0 && (uint64_t)q1 <= ti.tcpi_bytes_received) {
+            *out = ti.tcpi_bytes_received - (uint64_t)q1;
+            *unread = q1;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* A good head [b, b+k) becomes the slot's current request; a head pipelined behind it in the
+ * same bytes is judged too. */
+static void set_request(sv_slot *s, const char *b, size_t k, const head_info *hi) {
+    s->wire = hi->wire;
+    s->req_close = hi->close;
+    s->next_http = 0;
+    s->n_pipe = s->pipe_pos = 0;
+    uint64_t at = hi->wire;
+    while (at != UINT64_MAX && k > at) {
+        head_info nx = {0};
+        const char *msg = NULL;
+        int r = check_request(b + at, k - (size_t)at, &msg, &nx);
+        if (r > 0) {
+            s->next_http = r;
+            s->next_msg = msg; /* a string constant */
+        }
+        if (r != 0 || s->n_pipe == SV_CONN_PIPELINE) break;
+        s->pipe_wire[s->n_pipe] = nx.wire;
+        s->pipe_close[s->n_pipe++] = nx.close;
+        at = nx.wire == UINT64_MAX || at + nx.wire > k ? UINT64_MAX : at + nx.wire;
+    }
 }
 
 typedef struct handover {
@@ -409,7 +553,8 @@ static bool look(sv_conns *cs, sv_slot *s, uint64_t now, bool tick, handover *h)
     }
     ssize_t k = recv(s->fd, cs->peek, sizeof cs->peek, MSG_PEEK | MSG_DONTWAIT);
     if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-        drop_own(cs, s);
+        if (s->state == ST_WAIT) shut_mhd(cs, s); /* libmicrohttpd sees the end and closes */
+        else drop_own(cs, s);
         return false;
     }
     if (k < 0) return false;
@@ -417,14 +562,23 @@ static bool look(sv_conns *cs, sv_slot *s, uint64_t now, bool tick, handover *h)
     s->peeked = (int)k;
     s->recheck = false;
     const char *msg = NULL;
-    int http = s->state == ST_REFUSE ? s->http : check_first_request(cs->peek, (size_t)k, &msg);
+    head_info hi = {0};
+    int http = s->state == ST_REFUSE ? s->http : check_request(cs->peek, (size_t)k, &msg, &hi);
     if (s->state == ST_REFUSE) msg = s->msg;
+    else if (http > 0 && s->state == ST_WAIT) cs->st.later_bad++;
     else if (http > 0) cs->st.bad_first_line++;
     if (http < 0) return false; /* more to come */
     if (http > 0) {
         answer_and_linger(cs, s, http, msg, now);
         return false;
     }
+    set_request(s, cs->peek, (size_t)k, &hi);
+    if (s->state == ST_WAIT) { /* back to libmicrohttpd, idle until its handler sees the request;
+                                  rd_base is where it stopped reading (sv_conns_request_end) */
+        release_waiting(cs, s);
+        return false;
+    }
+    s->rd_base = 0;
     /* to libmicrohttpd: still idle until its handler sees the request */
     epoll_ctl(cs->ep, EPOLL_CTL_DEL, s->fd, NULL);
     s->state = ST_MHD;
@@ -442,6 +596,13 @@ static bool on_readable(sv_conns *cs, sv_slot *s, uint64_t now, handover *h) {
         if (!drain(s->fd)) drop_own(cs, s);
         return false;
     }
+    if (s->state == ST_WLINGER) {
+        if (!drain(s->fd)) {
+            shutdown(s->fd, SHUT_RDWR);
+            release_waiting(cs, s);
+        }
+        return false;
+    }
     return look(cs, s, now, false, h);
 }
 
@@ -456,6 +617,13 @@ static int sweep(sv_conns *cs, uint64_t now, handover *hs, int room) {
     char msg[120];
     for (int fd = 0; fd < cs->cap_fd; fd++) {
         sv_slot *s = cs->by_fd[fd];
+        if (s && s->state == ST_WLINGER) {
+            if (now - s->t_open > LINGER_NS) {
+                shutdown(s->fd, SHUT_RDWR);
+                release_waiting(cs, s);
+            }
+            continue;
+        }
         if (!s || s->shut) continue;
         switch (s->state) {
         case ST_PENDING:
@@ -481,6 +649,24 @@ static int sweep(sv_conns *cs, uint64_t now, handover *hs, int room) {
             break;
         case ST_LINGER:
             if (now - s->t_open > LINGER_NS) drop_own(cs, s);
+            break;
+        case ST_WLINGER:
+            break;
+        case ST_WAIT:
+            if (s->recheck) {
+                handover unused;
+                look(cs, s, now, true, &unused);
+                if (s->state != ST_WAIT) break; /* resumed or answered */
+            }
+            if (!s->t_first && now - s->t_idle > idle_ns) {
+                cs->st.idle_timeouts++;
+                shut_mhd(cs, s);
+            } else if (s->t_first && now - s->t_first > head_ns) {
+                cs->st.header_timeouts++;
+                snprintf(msg, sizeof msg, "the request headers did not arrive within %d s "
+                         "(--header-timeout)", cs->opt.header_timeout_s);
+                answer_and_linger(cs, s, 408, msg, now);
+            }
             break;
         case ST_MHD:
             if (!s->in_request) {
@@ -572,6 +758,7 @@ static void *accept_main(void *arg) {
             }
             pthread_mutex_unlock(&cs->mu);
         }
+        run_resumes(cs);
     }
     return NULL;
 }
@@ -589,6 +776,7 @@ void sv_conns_notify(void *cls, struct MHD_Connection *connection, void **socket
         int fd = ci ? (int)ci->connect_fd : -1;
         sv_slot *s = fd >= 0 && fd < cs->cap_fd ? cs->by_fd[fd] : NULL;
         *socket_context = s && s->state == ST_MHD ? s : NULL;
+        if (s && s->state == ST_MHD) s->conn = connection;
     } else {
         sv_slot *s = *socket_context;
         *socket_context = NULL;
@@ -633,12 +821,89 @@ void sv_conns_body_done(sv_conns *cs, sv_slot *s) {
     pthread_mutex_unlock(&cs->mu);
 }
 
-void sv_conns_request_end(sv_conns *cs, sv_slot *s) {
+void sv_conns_request_end(sv_conns *cs, sv_slot *s, struct MHD_Connection *c, bool keep) {
     if (!cs || !s) return;
     pthread_mutex_lock(&cs->mu);
     s->in_request = s->in_body = false;
+    bool check = keep && cs->opt.check_heads && !s->shut && !cs->stop && !s->req_close &&
+                 s->wire != UINT64_MAX && s->state == ST_MHD;
+    uint64_t base = s->rd_base, wire = s->wire;
+    pthread_mutex_unlock(&cs->mu);
+    /* libmicrohttpd does not read this socket while its callback runs: whether it has read
+     * exactly this request, and whether the next head is here already */
+    enum { WAIT, HERE, PIPELINED, BAD_NEXT, UNSYNCED, NONE } v = check ? WAIT : NONE;
+    uint64_t rd = 0;
+    head_info hi = {0};
+    char b[4096];
+    ssize_t k = 0;
+    int unread = 0;
+    if (check) {
+        if (!app_read(s->fd, &rd, &unread) || rd - base < wire) {
+            v = UNSYNCED;
+        } else if (rd - base > wire) { /* it read on: the next head was pipelined */
+            v = s->pipe_pos < s->n_pipe ? PIPELINED : s->next_http > 0 ? BAD_NEXT : UNSYNCED;
+        } else if (unread > 0) { /* else nothing is there: wait */
+            const char *msg = NULL;
+            k = recv(s->fd, b, sizeof b, MSG_PEEK | MSG_DONTWAIT);
+            if (k == 0) v = NONE; /* the peer is done: libmicrohttpd reads the end and closes */
+            else if (k > 0 && check_request(b, (size_t)k, &msg, &hi) == 0) v = HERE;
+        }
+    }
+    /* it stops before reading the next head (or, for BAD_NEXT, parsing it) */
+    if (v == WAIT || v == BAD_NEXT) MHD_suspend_connection(c);
+    bool resume_now = false;
+    pthread_mutex_lock(&cs->mu);
+    if (v == UNSYNCED) {
+        cs->st.later_unsynced++;
+        s->wire = UINT64_MAX;
+    } else if (v == HERE) {
+        cs->st.later_checked++;
+        s->rd_base = rd;
+        set_request(s, b, (size_t)k, &hi);
+    } else if (v == PIPELINED) {
+        cs->st.later_checked++;
+        s->rd_base = base + wire;
+        s->wire = s->pipe_wire[s->pipe_pos];
+        s->req_close = s->pipe_close[s->pipe_pos++];
+    } else if (v == BAD_NEXT) {
+        /* answered here; libmicrohttpd, resumed once the peer is gone, cannot send its page
+         * on the shut-down socket */
+        cs->st.later_bad++;
+        s->conn = c;
+        s->state = ST_WAIT;
+        if (s->shut || cs->stop) {
+            s->state = ST_MHD;
+            resume_now = true;
+        } else {
+            struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | EPOLLET, .data.ptr = s};
+            if (epoll_ctl(cs->ep, EPOLL_CTL_ADD, s->fd, &ev)) {
+                s->state = ST_MHD;
+                shut_mhd(cs, s);
+                resume_now = true;
+            } else {
+                answer_and_linger(cs, s, s->next_http, s->next_msg, sv_now_ns());
+            }
+        }
+    } else if (v == WAIT) {
+        struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | EPOLLET, .data.ptr = s};
+        if (s->shut || cs->stop) {
+            resume_now = true; /* shut down meanwhile (it reads the end), or the server stops */
+        } else if (epoll_ctl(cs->ep, EPOLL_CTL_ADD, s->fd, &ev)) {
+            s->wire = UINT64_MAX;
+            resume_now = true;
+        } else {
+            cs->st.later_waited++;
+            s->conn = c;
+            s->rd_base = rd; /* it reads no more until resumed */
+            s->state = ST_WAIT;
+            s->t_first = 0;
+            s->peeked = 0;
+            s->recheck = false;
+        }
+    }
     if (!s->shut) idle_append(cs, s, sv_now_ns());
     pthread_mutex_unlock(&cs->mu);
+    if (resume_now) MHD_resume_connection(c);
 }
 
 void sv_conns_get_stats(sv_conns *cs, sv_conns_stats *st) {
@@ -646,7 +911,10 @@ void sv_conns_get_stats(sv_conns *cs, sv_conns_stats *st) {
     *st = cs->st;
     st->admitted = cs->admitted;
     st->pending = 0;
-    for (sv_slot *s = cs->idle.next; s != &cs->idle; s = s->next) st->pending += s->state == ST_PENDING;
+    for (sv_slot *s = cs->idle.next; s != &cs->idle; s = s->next) {
+        st->pending += s->state == ST_PENDING;
+        st->waiting += s->state == ST_WAIT;
+    }
     pthread_mutex_unlock(&cs->mu);
 }
 
@@ -699,10 +967,15 @@ void sv_conns_stop(sv_conns *cs) {
     if (cs->listen_fd >= 0) close(cs->listen_fd);
     cs->listen_fd = -1;
     pthread_mutex_lock(&cs->mu);
-    for (int fd = 0; fd < cs->cap_fd; fd++)
-        if (cs->by_fd[fd] && cs->by_fd[fd]->state != ST_MHD) drop_own(cs, cs->by_fd[fd]);
+    for (int fd = 0; fd < cs->cap_fd; fd++) {
+        sv_slot *s = cs->by_fd[fd];
+        if (!s || s->state == ST_MHD) continue;
+        if (s->state == ST_WAIT || s->state == ST_WLINGER) shut_mhd(cs, s); /* back to it, shut */
+        else drop_own(cs, s);
+    }
     free_dead(cs);
     pthread_mutex_unlock(&cs->mu);
+    run_resumes(cs); /* libmicrohttpd must not be stopped with suspended connections */
 }
 
 void sv_conns_free(sv_conns *cs) {
@@ -710,6 +983,7 @@ void sv_conns_free(sv_conns *cs) {
     sv_conns_stop(cs);
     for (int fd = 0; fd < cs->cap_fd; fd++) free(cs->by_fd[fd]); /* none after MHD_stop_daemon */
     free(cs->by_fd);
+    free(cs->resume);
     if (cs->ep >= 0) close(cs->ep);
     if (cs->wake >= 0) close(cs->wake);
     pthread_mutex_destroy(&cs->mu);

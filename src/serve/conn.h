@@ -22,6 +22,17 @@
  * reads it again from the start. A connection is *idle* while it has no complete request in
  * progress (pending, or kept alive between requests).
  *
+ * Later requests of a kept-alive connection (check_heads): when a request ends and its
+ * connection stays open, libmicrohttpd has read exactly that request's bytes (head and
+ * Content-Length body; the kernel's count of bytes read from the socket, TCP_INFO less
+ * SIOCINQ, tells) and the next head is not in the socket yet, the connection is suspended in
+ * libmicrohttpd (from its request-completed callback, before it reads again) and watched here
+ * (ST_WAIT) until the next head is complete; a good head resumes it, a bad one is answered in
+ * JSON and the connection closed. A complete good head already in the socket passes at once.
+ * Where the boundary is not known (a chunked body; a request pipelined behind one that
+ * libmicrohttpd read together with it), the connection's later heads go to libmicrohttpd
+ * unchecked, as without check_heads.
+ *
  * Budget: at most max_connections admitted connections. A new one over the budget closes
  * the connection that has been idle longest (pending ones are closed here, libmicrohttpd's
  * are shut down, which it sees as the peer leaving); when none is idle, the new client gets
@@ -61,6 +72,7 @@ typedef struct sv_conns_options {
     int header_timeout_s;   /* > 0 */
     size_t min_upload_rate; /* bytes per second; 0 = no minimum */
     int rate_grace_s;
+    bool check_heads;       /* check every head of a kept-alive connection (above) */
     void (*log)(void *user, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
     void *log_user;
 } sv_conns_options;
@@ -90,13 +102,17 @@ sv_slot *sv_conns_slot(struct MHD_Connection *connection);
 void sv_conns_request_begin(sv_conns *cs, sv_slot *slot);
 void sv_conns_body_bytes(sv_conns *cs, sv_slot *slot, size_t n);
 void sv_conns_body_done(sv_conns *cs, sv_slot *slot);
-void sv_conns_request_end(sv_conns *cs, sv_slot *slot);
+/* `keep`: the answer leaves the connection open (the request-completed callback, from
+ * libmicrohttpd's thread, with toe = MHD_REQUEST_TERMINATED_COMPLETED_OK); may suspend it. */
+void sv_conns_request_end(sv_conns *cs, sv_slot *slot, struct MHD_Connection *connection,
+                          bool keep);
 
 /* Counters since start (for the log and tests). */
 typedef struct sv_conns_stats {
     uint64_t accepted, evicted_idle, refused_full, refused_per_ip, bad_first_line;
     uint64_t header_timeouts, idle_timeouts, slow_bodies;
-    int admitted, pending;
+    uint64_t later_checked, later_waited, later_bad, later_unsynced; /* check_heads */
+    int admitted, pending, waiting;
 } sv_conns_stats;
 void sv_conns_get_stats(sv_conns *cs, sv_conns_stats *st);
 

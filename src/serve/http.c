@@ -572,9 +572,21 @@ static void budget_metrics(sv_server *s, sv_buf *b) {
                   "error and closed, by reason\n# TYPE tandem_http_connections_refused_total counter\n"
                   "tandem_http_connections_refused_total{reason=\"full\"} %llu\n"
                   "tandem_http_connections_refused_total{reason=\"per_ip\"} %llu\n"
-                  "tandem_http_connections_refused_total{reason=\"bad_first_request\"} %llu\n",
+                  "tandem_http_connections_refused_total{reason=\"bad_first_request\"} %llu\n"
+                  "tandem_http_connections_refused_total{reason=\"bad_later_request\"} %llu\n",
                   (unsigned long long)st.refused_full, (unsigned long long)st.refused_per_ip,
-                  (unsigned long long)st.bad_first_line);
+                  (unsigned long long)st.bad_first_line, (unsigned long long)st.later_bad);
+    sv_buf_printf(b, "# HELP tandem_http_later_heads_total Heads of later requests on kept-alive "
+                  "connections, by how tandem checked them (--check-heads)\n"
+                  "# TYPE tandem_http_later_heads_total counter\n"
+                  "tandem_http_later_heads_total{how=\"already_there\"} %llu\n"
+                  "tandem_http_later_heads_total{how=\"waited\"} %llu\n"
+                  "tandem_http_later_heads_total{how=\"unchecked\"} %llu\n"
+                  "# HELP tandem_http_waiting_connections Kept-alive connections waiting for their "
+                  "next request head\n# TYPE tandem_http_waiting_connections gauge\n"
+                  "tandem_http_waiting_connections %d\n",
+                  (unsigned long long)st.later_checked, (unsigned long long)st.later_waited,
+                  (unsigned long long)st.later_unsynced, st.waiting);
     sv_buf_printf(b, "# HELP tandem_request_memory_bytes Request bodies being received and parsed "
                   "(--request-memory)\n# TYPE tandem_request_memory_bytes gauge\n"
                   "tandem_request_memory_bytes{value=\"used\"} %zu\n"
@@ -872,7 +884,12 @@ void sv_http_completed(void *cls, struct MHD_Connection *connection, void **con_
     sv_buf_free(&c->body);
     free(c->resp);
     sv_budget_give(&s->mem, c->mem);
-    sv_conns_request_end(s->conns, c->slot);
+    pthread_mutex_lock(&s->mu);
+    bool draining = s->draining;
+    pthread_mutex_unlock(&s->mu);
+    sv_conns_request_end(s->conns, c->slot, connection,
+                         toe == MHD_REQUEST_TERMINATED_COMPLETED_OK && !c->close_after &&
+                             !s->opt.no_keep_alive && !draining);
     free(c);
     pthread_mutex_lock(&s->mu);
     s->inflight--;

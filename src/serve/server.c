@@ -182,6 +182,7 @@ static bool start_http(sv_server *s, int *bound) {
         .header_timeout_s = s->opt.header_timeout_s,
         .min_upload_rate = s->opt.min_upload_rate,
         .rate_grace_s = s->opt.header_timeout_s,
+        .check_heads = !s->opt.no_head_checks,
         .log = conns_log,
         .log_user = s,
     };

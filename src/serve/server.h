@@ -37,6 +37,8 @@ typedef struct sv_serve_options {
     int header_timeout_s;      /* a request's headers must be complete within this; default 5 */
     bool no_keep_alive;        /* close the connection after each answer, so that every request
                                   head is checked by the accept thread (conn.c); default false */
+    bool no_head_checks;       /* let libmicrohttpd read later heads of a kept-alive connection
+                                  unchecked (its HTML errors); default false: conn.c checks them */
     size_t min_upload_rate;    /* bytes/s a body must average after header_timeout_s;
                                   default 16 KiB/s; 0 = none */
     int max_connections;       /* open connections; 0 = from the descriptor limit (default) */
