@@ -18,6 +18,7 @@ static void llm_usage(FILE *f) {
     fprintf(f,
             "usage: tandem bench MODEL_DIR --llm [--prompt-tokens P] [--gen-tokens G] [--depth D]\n"
             "                    [--repetitions R] [--warmup W] [--threads N] [--seed S] [--json]\n"
+            "                    [--kv-type auto|f32|f16|int8]\n"
             "       tandem bench MODEL_DIR --llm --streams N [--prompt-tokens P] [--gen-tokens G]\n"
             "                    [--repetitions R] [--threads N] [--seed S] [--json]\n\n"
             "Measures a language model folder (see tandem generate) as llama-bench does: pp P is\n"
@@ -35,6 +36,8 @@ static void llm_usage(FILE *f) {
             "  --threads N        intra-op threads (default: all cores)\n"
             "  --seed S           seed of the random prompts (default 1)\n"
             "  --json             print one JSON object instead of the table\n"
+            "  --kv-type T        KV cache type (tandem generate --kv-type): auto (the model's),\n"
+            "                     f32, f16 (must be the model's), int8 (8-bit, per-token scales)\n"
             "  --device DEV       run the decoder on DEV (tandem generate --device); the KV cache\n"
             "                     stays in host memory\n"
             "  --device-memory B  memory budget (tandem generate --device-memory, e.g. test:0=25%%)\n"
@@ -55,7 +58,7 @@ typedef struct llm_args {
     bool pp_set, reps_set;
     unsigned long long seed;
     bool json;
-    const char *device, *device_memory, *residency;
+    const char *device, *device_memory, *residency, *kv_type;
 } llm_args;
 
 static int parse(int argc, char **argv, llm_args *a) {
@@ -88,13 +91,15 @@ static int parse(int argc, char **argv, llm_args *a) {
         } else if (!strcmp(o, "--threads")) {
             dst = &a->threads;
         } else if (!strcmp(o, "--device") || !strcmp(o, "--device-memory") ||
-                   !strcmp(o, "--residency")) {
+                   !strcmp(o, "--residency") || !strcmp(o, "--kv-type")) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "tandem: bench --llm: %s expects a value\n", o);
                 return 2;
             }
-            const char **sv = !strcmp(o, "--device") ? &a->device
-                              : !strcmp(o, "--residency") ? &a->residency : &a->device_memory;
+            const char **sv = !strcmp(o, "--device")      ? &a->device
+                              : !strcmp(o, "--residency") ? &a->residency
+                              : !strcmp(o, "--kv-type")   ? &a->kv_type
+                                                          : &a->device_memory;
             *sv = argv[++i];
             continue;
         } else if (!strcmp(o, "--seed")) {
@@ -260,6 +265,7 @@ int cmd_bench_llm(int argc, char **argv) {
         go.device = a.device;
         go.device_memory = a.device_memory;
         go.residency = a.residency;
+        go.kv_type = a.kv_type;
         st = tdm_generator_create(env, a.dir, &go, &gen);
     }
     if (!st && (size_t)tdm_generator_max_length(gen) < longest - 1) {
