@@ -10,7 +10,8 @@
  *   cc -O2 -std=c11 -D_GNU_SOURCE -Iinclude bench/llm/kv_accuracy.c build/libtandem.a \
  *      -ldnnl -lprotobuf-c -fopenmp -lpthread -ldl -lm -o build/kv_accuracy
  *   build/kv_accuracy MODEL_DIR TEXT_FILE [TOKENS=1024] [KV_TYPE=int8] [THREADS=1]
- */
+ * KV_TYPE may also be another folder of the same model (e.g. converted with --kv-dtype float16),
+ * run with its own cache. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,8 +75,9 @@ int main(int argc, char **argv) {
         tdm_generator_options o = {sizeof o};
         o.threads = threads;
         o.max_length = (int)n + 1;
-        o.kv_type = i ? kv : NULL;
-        if ((st = tdm_generator_create(env, dir, &o, &g[i]))) return fail(st);
+        bool other_dir = i && strchr(kv, '/'); /* KV_TYPE a folder: that one, its own cache */
+        o.kv_type = i && !other_dir ? kv : NULL;
+        if ((st = tdm_generator_create(env, other_dir ? kv : dir, &o, &g[i]))) return fail(st);
     }
     double nll[2] = {0, 0}, cos_sum = 0, cos_min = 1, maxdiff = 0;
     size_t agree = 0, steps = 0;

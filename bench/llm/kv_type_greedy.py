@@ -5,8 +5,11 @@ GenAI comparison test (tests/llm/test_generate_vs_genai.py's PROMPTS), `tandem g
 model's cache) and T = --kv-type (default int8). Prints per prompt whether the ids are identical,
 else the first position where they differ; then the totals.
 
-Usage: kv_type_greedy.py --tandem build/tandem --model /work/smol_off [--kv-type int8] [--tokens 64]
-                         [--threads 1]
+With --other DIR the second run is DIR (another folder of the same model, e.g. converted with
+--kv-dtype float16) with its own cache instead.
+
+Usage: kv_type_greedy.py --tandem build/tandem --model /work/smol_off [--kv-type int8 | --other DIR]
+                         [--tokens 64] [--threads 1]
 Exit 0 always (a measurement, not a test)."""
 import argparse
 import json
@@ -34,13 +37,15 @@ def main():
     ap.add_argument("--kv-type", default="int8")
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--other", help="a second folder of the same model, run with its own cache")
     a = ap.parse_args()
     same = 0
     total_match = 0
     total = 0
     for p in PROMPTS:
         ref = generate(a.tandem, a.model, p, "auto", a.tokens, a.threads)
-        got = generate(a.tandem, a.model, p, a.kv_type, a.tokens, a.threads)
+        got = generate(a.tandem, a.other or a.model, p, "auto" if a.other else a.kv_type, a.tokens,
+                       a.threads)
         n = 0
         while n < min(len(ref), len(got)) and ref[n] == got[n]:
             n += 1
@@ -50,7 +55,8 @@ def main():
         total += len(ref)
         print(f"{'same' if ok else f'differs at {n}':>14}  ({len(ref)} / {len(got)} tokens)  {p[:50]!r}")
     print(f"{same}/{len(PROMPTS)} prompts identical; {total_match}/{total} tokens before the first "
-          f"difference ({a.kv_type} against the model's cache, {os.path.basename(a.model.rstrip('/'))})")
+          f"difference ({a.other or a.kv_type} against the model's cache, "
+          f"{os.path.basename(a.model.rstrip('/'))})")
 
 
 if __name__ == "__main__":

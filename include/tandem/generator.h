@@ -161,6 +161,8 @@ TDM_API bool tdm_generator_is_stop_token(const tdm_generator *gen, int32_t token
 TDM_API const int32_t *tdm_generator_eos_ids(const tdm_generator *gen, size_t *n);
 /* "genai" (shared KV buffers, I/O binding) or "optimum" (present fed back as past). */
 TDM_API const char *tdm_generator_form(const tdm_generator *gen);
+/* The KV cache's element type: "f32", "f16" or "int8" (options.kv_type). */
+TDM_API const char *tdm_generator_kv_type(const tdm_generator *gen);
 
 /* Times since create or reset. */
 typedef struct tdm_generator_stats {

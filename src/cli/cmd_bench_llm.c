@@ -156,6 +156,13 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* the process's CPU time (all its threads): steadier than wall time on a loaded machine */
+static double cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 static uint64_t mix(uint64_t *x) {
     uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -181,23 +188,26 @@ static void summarize(figure *f, size_t n) {
 }
 
 /* g decode runs of one token after `ctx` context tokens (ids[0..ctx), at least 1): the last
- * context token's run, then g - 1 generated ones; tokens/s. */
+ * context token's run, then g - 1 generated ones; tokens/s, and tokens per second of the
+ * process's CPU time (*cps). */
 static tdm_status *decode_run(tdm_generator *gen, const int32_t *ids, size_t ctx, size_t g,
-                              double *tps) {
+                              double *tps, double *cps) {
     tdm_generator_reset(gen);
-    double t0 = now_s();
+    double t0 = now_s(), c0 = cpu_s();
     size_t warm = ctx > 1 ? ctx - 1 : 0; /* a context's prefill is not timed */
     if (warm) {
         TDM_TRY_CLI(tdm_generator_append(gen, ids, warm));
         t0 = now_s();
+        c0 = cpu_s();
     }
     TDM_TRY_CLI(tdm_generator_append(gen, ids + warm, 1)); /* the first decode step */
     for (size_t i = 0; i < g; i++) { /* the first samples; each later one feeds a token */
         int32_t t;
         TDM_TRY_CLI(tdm_generator_next(gen, &t));
     }
-    double dt = now_s() - t0;
+    double dt = now_s() - t0, dc = cpu_s() - c0;
     *tps = dt > 0 ? (double)g / dt : 0;
+    *cps = dc > 0 ? (double)g / dc : 0;
     return NULL;
 }
 
@@ -248,8 +258,9 @@ int cmd_bench_llm(int argc, char **argv) {
     size_t longest = (size_t)(a.pp > a.depth ? a.pp : a.depth) + (size_t)a.tg + 2;
     int32_t *ids = calloc(longest + 1, sizeof *ids);
     figure pp = {0, 0, calloc(reps, sizeof(double))}, tg = {0, 0, calloc(reps, sizeof(double))},
-           td = {0, 0, calloc(reps, sizeof(double))};
-    tdm_status *st = !ids || !pp.v || !tg.v || !td.v ? NULL : tdm_env_create(&eo, &env);
+           td = {0, 0, calloc(reps, sizeof(double))}, tgc = {0, 0, calloc(reps, sizeof(double))},
+           tdc = {0, 0, calloc(reps, sizeof(double))};
+    tdm_status *st = !ids || !pp.v || !tg.v || !td.v || !tgc.v || !tdc.v ? NULL : tdm_env_create(&eo, &env);
     if (!ids || !pp.v || !tg.v || !td.v) {
         fprintf(stderr, "tandem: bench --llm: out of memory\n");
         rc = 1;
@@ -288,11 +299,12 @@ int cmd_bench_llm(int argc, char **argv) {
         }
         if (!st && a.tg) {
             random_ids(ids, 2, vocab, a.seed);
-            st = decode_run(gen, ids, 1, (size_t)(a.tg < 8 ? a.tg : 8), &ignore);
+            st = decode_run(gen, ids, 1, (size_t)(a.tg < 8 ? a.tg : 8), &ignore, &ignore);
         }
         if (!st && a.tg && a.depth) {
             random_ids(ids, (size_t)a.depth + 1, vocab, a.seed);
-            st = decode_run(gen, ids, (size_t)a.depth + 1, (size_t)(a.tg < 8 ? a.tg : 8), &ignore);
+            st = decode_run(gen, ids, (size_t)a.depth + 1, (size_t)(a.tg < 8 ? a.tg : 8), &ignore,
+                            &ignore);
         }
     }
     int64_t tg_up = 0, tg_tokens = 0; /* uploads of the timed tg tests */
@@ -308,13 +320,13 @@ int cmd_bench_llm(int argc, char **argv) {
         if (!st && a.tg) {
             random_ids(ids, 1, vocab, a.seed + 100 + r);
             int64_t up0 = uploaded(gen, NULL);
-            st = decode_run(gen, ids, 1, (size_t)a.tg, &tg.v[r]);
+            st = decode_run(gen, ids, 1, (size_t)a.tg, &tg.v[r], &tgc.v[r]);
             tg_up += uploaded(gen, NULL) - up0;
             tg_tokens += a.tg;
         }
         if (!st && a.tg && a.depth) {
             random_ids(ids, (size_t)a.depth + 1, vocab, a.seed + 200 + r);
-            st = decode_run(gen, ids, (size_t)a.depth + 1, (size_t)a.tg, &td.v[r]);
+            st = decode_run(gen, ids, (size_t)a.depth + 1, (size_t)a.tg, &td.v[r], &tdc.v[r]);
         }
     }
     if (st) {
@@ -327,6 +339,8 @@ int cmd_bench_llm(int argc, char **argv) {
     summarize(&pp, reps);
     summarize(&tg, reps);
     summarize(&td, reps);
+    summarize(&tgc, reps);
+    summarize(&tdc, reps);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     double rss_mib = (double)ru.ru_maxrss / 1024.0; /* Linux: KiB */
@@ -335,11 +349,14 @@ int cmd_bench_llm(int argc, char **argv) {
         bench_json_string(stdout, a.dir);
         printf(", \"isa\": ");
         bench_json_string(stdout, tdm_env_device_isa(env, 0) ? tdm_env_device_isa(env, 0) : "");
-        printf(", \"threads\": %ld, \"repetitions\": %zu, \"kv_cache\": \"%s\",\n", a.threads,
-               reps, tdm_generator_form(gen));
+        printf(", \"threads\": %ld, \"repetitions\": %zu, \"kv_cache\": \"%s\", \"kv_type\": \"%s\",\n",
+               a.threads, reps, tdm_generator_form(gen), tdm_generator_kv_type(gen));
         if (a.pp) json_figure("pp", a.pp, 0, &pp, reps, false);
         if (a.tg) json_figure("tg", a.tg, 0, &tg, reps, false);
         if (a.tg && a.depth) json_figure("tg_depth", a.tg, a.depth, &td, reps, false);
+        /* tokens per second of the process's CPU time */
+        if (a.tg) json_figure("tg_cpu", a.tg, 0, &tgc, reps, false);
+        if (a.tg && a.depth) json_figure("tg_depth_cpu", a.tg, a.depth, &tdc, reps, false);
         if (a.device)
             printf("  \"device\": \"%s\", \"device_peak_bytes\": %lld, \"bytes_uploaded_per_token\": "
                    "%.1f,\n", a.device, (long long)dev_peak, up_tok);
@@ -361,8 +378,17 @@ int cmd_bench_llm(int argc, char **argv) {
             snprintf(test, sizeof test, "tg%ld @ d%ld", a.tg, a.depth);
             print_row(a.dir, test, &td);
         }
-        printf("threads %ld, %zu repetitions, KV cache: %s; peak RSS %.1f MiB; CPU ISA %s\n", a.threads,
-               reps, tdm_generator_form(gen), rss_mib,
+        if (a.tg) {
+            snprintf(test, sizeof test, "tg%ld (cpu)", a.tg);
+            print_row(a.dir, test, &tgc);
+        }
+        if (a.tg && a.depth) {
+            snprintf(test, sizeof test, "tg%ld @ d%ld (cpu)", a.tg, a.depth);
+            print_row(a.dir, test, &tdc);
+        }
+        printf("threads %ld, %zu repetitions, KV cache: %s %s; peak RSS %.1f MiB; CPU ISA %s\n"
+               "(cpu: tokens per second of the process's CPU time)\n", a.threads,
+               reps, tdm_generator_form(gen), tdm_generator_kv_type(gen), rss_mib,
                tdm_env_device_isa(env, 0) ? tdm_env_device_isa(env, 0) : "?");
         if (a.device)
             printf("%s: peak %.2f MiB; uploaded %.3f MiB per decoded token (tg tests)\n", a.device,
@@ -376,5 +402,7 @@ done:
     free(pp.v);
     free(tg.v);
     free(td.v);
+    free(tgc.v);
+    free(tdc.v);
     return rc;
 }

@@ -39,6 +39,7 @@
 #include "llm/llm_graph.h"
 #include "llm/llm_internal.h"
 #include "llm/sampler.h"
+#include "ops/kv_int8.h"
 #include "tandem/generator.h"
 
 enum { PK, PV, OK, OV }; /* the four names of a layer: past key/value, present key/value */
@@ -112,7 +113,7 @@ typedef struct last_edit {
 } last_edit;
 
 /* kv_type "int8": every layer's past and present key / value become int8 [batch, kv_heads,
- * length, head_dim + 4] (the rows of k_llm_gqa_i8.c: codes, then a float32 scale), which
+ * length, TDM_KV_I8_ROW(head_dim)] (ops/kv_int8.h: codes, then one scale per 32), which
  * GroupQueryAttention takes as its 8-bit cache. Only when each past is float32 and read by
  * GroupQueryAttention nodes alone (as past_key / past_value). */
 static tdm_status *kv_int8_edit(tdm_graph *g, const tdm_llm_folder *f) {
@@ -154,7 +155,7 @@ static tdm_status *kv_int8_edit(tdm_graph *g, const tdm_llm_folder *f) {
         for (int k = 0; k < 4; k++) {
             tdm_value *val = &g->values[v[k]];
             val->dtype = TDM_INT8;
-            val->dims[3] += 4;
+            val->dims[3] = TDM_KV_I8_ROW(val->dims[3]);
             tdm_free(g->alloc, val->dim_params[3]);
             val->dim_params[3] = NULL;
         }
@@ -295,16 +296,16 @@ static tdm_status *describe(tdm_generator *g) {
                 return TDM_ERR(TDM_ERR_INVALID_MODEL, "the model has no input '%s'", g->names[l][k]);
             if (d.rank != 4 || d.dims[1] <= 0 || d.dims[3] <= 0 ||
                 (d.dtype != TDM_FLOAT && d.dtype != TDM_FLOAT16 && d.dtype != TDM_INT8) ||
-                (d.dtype == TDM_INT8 && d.dims[3] <= 4))
+                (d.dtype == TDM_INT8 && tdm_kv_i8_head_dim(d.dims[3]) < 1))
                 return TDM_ERR(TDM_ERR_UNSUPPORTED, "input '%s' must be float32 or float16 [batch, "
                                "kv_heads, past, head_dim] with kv_heads and head_dim fixed",
                                g->names[l][k]);
             if (l == 0 && k == PK) {
                 g->kv_heads = (int)d.dims[1];
-                g->head_dim = (int)d.dims[3] - (d.dtype == TDM_INT8 ? 4 : 0);
+                g->head_dim = (int)(d.dtype == TDM_INT8 ? tdm_kv_i8_head_dim(d.dims[3]) : d.dims[3]);
                 g->kv_dtype = d.dtype;
             } else if (d.dims[1] != g->kv_heads || d.dtype != g->kv_dtype ||
-                       d.dims[3] != g->head_dim + (d.dtype == TDM_INT8 ? 4 : 0)) {
+                       d.dims[3] != (d.dtype == TDM_INT8 ? TDM_KV_I8_ROW(g->head_dim) : g->head_dim)) {
                 return TDM_ERR(TDM_ERR_UNSUPPORTED, "input '%s' differs in shape or type from '%s'",
                                g->names[l][k], g->names[0][PK]);
             }
@@ -330,7 +331,7 @@ static tdm_status *alloc_state(tdm_generator *g) {
         return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory creating a generator");
     for (size_t i = 0; i < ml; i++) tdm_llm_put_index(g->pos_buf, g->pos_dtype, i, (int64_t)i);
     int64_t dims[4] = {1, g->kv_heads, g->shared ? g->max_length : 0,
-                       g->head_dim + (g->kv_dtype == TDM_INT8 ? 4 : 0)}; /* int8: + each row's scale */
+                       g->kv_dtype == TDM_INT8 ? TDM_KV_I8_ROW(g->head_dim) : g->head_dim};
     for (size_t i = 0; i < nc; i++)
         TDM_TRY(tdm_tensor_create(g->env, g->kv_dtype, 4, dims, g->shared ? &g->cache[i] : &g->empty[i]));
     for (int b = 0; b < 2; b++) TDM_TRY(tdm_io_binding_create(g->s, &g->bind[b]));
@@ -741,6 +742,10 @@ const int32_t *tdm_generator_eos_ids(const tdm_generator *g, size_t *n) {
 
 const char *tdm_generator_form(const tdm_generator *g) {
     return !g ? NULL : g->shared ? "genai" : "optimum";
+}
+
+const char *tdm_generator_kv_type(const tdm_generator *g) {
+    return !g ? NULL : g->kv_dtype == TDM_INT8 ? "int8" : g->kv_dtype == TDM_FLOAT16 ? "f16" : "f32";
 }
 
 tdm_session *tdm_generator_session(tdm_generator *g) { return g ? g->s : NULL; }

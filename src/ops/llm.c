@@ -8,6 +8,7 @@
  * kernels do not implement are refused here, at load time, naming what is missing. */
 #include <string.h>
 
+#include "ops/kv_int8.h"
 #include "ops/op.h"
 
 static void set_dims(tdm_value_info *v, tdm_dtype dt, int rank) {
@@ -114,8 +115,8 @@ static tdm_status *infer_gqa(tdm_infer_ctx *c) {
      * and head_sink there) */
     tdm_dtype T = c->in[0].dtype == TDM_FLOAT16 ? TDM_FLOAT16 : TDM_FLOAT;
     /* tandem's 8-bit KV cache (the generator's kv_type "int8", k_llm_gqa_i8.c): T float32,
-     * past / present int8 [B, kv_num_heads, length, head_size + 4] (each row's codes, then
-     * its float32 scale) */
+     * past / present int8 [B, kv_num_heads, length, TDM_KV_I8_ROW(head_size)] (each row's
+     * codes, then their scales: ops/kv_int8.h) */
     bool i8 = T == TDM_FLOAT && has_in(c, 3) && c->in[3].dtype == TDM_INT8;
     for (int i = 0; i < 12; i++) {
         if (i8 && (i == 3 || i == 4)) {
@@ -162,7 +163,7 @@ static tdm_status *infer_gqa(tdm_infer_ctx *c) {
     if (has_in(c, 3) && c->in[3].rank == 4 && c->in[3].dims[1] >= 0 && c->in[3].dims[1] != kvh)
         return tdm_node_error(n, TDM_ERR_INVALID_ARGUMENT, "past_key has %lld heads, kv_num_heads is %lld",
                               (long long)c->in[3].dims[1], (long long)kvh);
-    int64_t row = d >= 0 && i8 ? d + 4 : d; /* the cache's last dim */
+    int64_t row = d >= 0 && i8 ? TDM_KV_I8_ROW(d) : d; /* the cache's last dim */
     if (has_in(c, 3) && c->in[3].rank == 4 && c->in[3].dims[3] >= 0 && d >= 0 &&
         c->in[3].dims[3] != row)
         return tdm_node_error(n, TDM_ERR_INVALID_ARGUMENT, "past_key's last dim %lld is not %lld",

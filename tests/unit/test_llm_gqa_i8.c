@@ -1,7 +1,8 @@
 /* GroupQueryAttention's 8-bit KV cache (backends/cpu/k_llm_gqa.c with int8 past / present,
- * k_llm_gqa_i8.c's rows: head_dim codes, then a float32 scale).
- *   - quantisation: the codes and scale of a row equal a double-precision reference
- *     (s = max|x| / 127, c = round-half-even(x / s)); dequantised values are within s / 2;
+ * ops/kv_int8.h's rows: head_dim codes, then one bfloat16 scale per 32 codes).
+ *   - quantisation: the codes and scales of a row equal a reference computed here (per group
+ *     s = max|x| / 127 rounded up to a bfloat16, c = round(x / s) in double); dequantised
+ *     values are within s / 2;
  *   - the row routines (scores, p.V over int8 rows, several heads at once) of every SIMD level
  *     of this CPU equal a double-precision reference for odd head sizes, head counts and rows;
  *   - the kernel, cache shared in place (past of max length, as the generator binds it), for
@@ -29,7 +30,7 @@
 #include "core/threadpool.h"
 #include "counting_alloc.h"
 
-enum { B = 2, H = 6, KVH = 2, D = 40, RS = D + 4, L = 150, MAXPOS = 256 };
+enum { B = 2, H = 6, KVH = 2, D = 40, RS = TDM_KV_I8_ROW(D), L = 150, MAXPOS = 256 };
 
 static counter g_count;
 static const tdm_allocator g_alloc = {c_alloc, c_free, &g_count};
@@ -54,38 +55,60 @@ static tdm_tensor *view(tdm_tensor *of) {
     return t;
 }
 
-/* reference quantisation of one row (double precision, ties to even) */
-static void ref_quantize(const float *x, int64_t d, int8_t *row) {
-    double mx = 0;
-    for (int64_t i = 0; i < d; i++) mx = fabs(x[i]) > mx ? fabs(x[i]) : mx;
-    float s = (float)(mx / 127.0);
-    for (int64_t i = 0; i < d; i++) {
-        double c = mx > 0 ? nearbyint((double)x[i] * (127.0 / mx)) : 0;
-        row[i] = (int8_t)(c > 127 ? 127 : c < -127 ? -127 : c);
-    }
-    memcpy(row + d, &s, 4);
+/* the scale of group g (bfloat16 after the d codes) */
+static float scale_of(const int8_t *row, int64_t d, int64_t g) {
+    uint16_t h;
+    memcpy(&h, row + d + 2 * g, 2);
+    uint32_t u = (uint32_t)h << 16;
+    float s;
+    memcpy(&s, &u, 4);
+    return s;
 }
 
-static float scale_of(const int8_t *row, int64_t d) {
-    float s;
-    memcpy(&s, row + d, 4);
-    return s;
+static void set_scale(int8_t *row, int64_t d, int64_t g, float s) { /* s a bfloat16 value */
+    uint32_t u;
+    memcpy(&u, &s, 4);
+    uint16_t h = (uint16_t)(u >> 16);
+    memcpy(row + d + 2 * g, &h, 2);
+}
+
+/* reference quantisation of one row: per group of 32, the scale max|x| / 127 rounded up to
+ * the next bfloat16 (nextafter steps), codes rounded in double precision (ties to even) */
+static void ref_quantize(const float *x, int64_t d, int8_t *row) {
+    for (int64_t g0 = 0; g0 < d; g0 += 32) {
+        int64_t g1 = g0 + 32 < d ? g0 + 32 : d;
+        float mx = 0;
+        for (int64_t i = g0; i < g1; i++) mx = fabsf(x[i]) > mx ? fabsf(x[i]) : mx;
+        float want = mx / 127.0f, s = want;
+        for (;;) { /* the smallest bfloat16 >= want */
+            uint32_t u;
+            memcpy(&u, &s, 4);
+            if (!(u & 0xffffu)) break;
+            s = nextafterf(s, INFINITY);
+        }
+        for (int64_t i = g0; i < g1; i++) {
+            double c = s > 0 ? nearbyint((double)x[i] / s) : 0;
+            row[i] = (int8_t)(c > 127 ? 127 : c < -127 ? -127 : c);
+        }
+        set_scale(row, d, g0 / 32, s);
+    }
 }
 
 static void test_quantize(void **state) {
     (void)state;
     float x[67];
-    int8_t got[71], want[71];
+    int8_t got[TDM_KV_I8_ROW(67)], want[TDM_KV_I8_ROW(67)];
     for (int r = 0; r < 200; r++) {
         int64_t d = 1 + r % 67;
         float amp = r % 7 == 0 ? 0.0f : powf(10.0f, (float)(r % 9) - 4.0f);
         for (int64_t i = 0; i < d; i++) x[i] = amp * frand();
         tdm_llm_kv_quantize_row(x, d, got);
         ref_quantize(x, d, want);
-        float s = scale_of(got, d);
-        if (fabsf(s - scale_of(want, d)) > 1e-6f * scale_of(want, d))
-            fail_msg("row %d: scale %g, want %g", r, s, scale_of(want, d));
         for (int64_t i = 0; i < d; i++) {
+            float s = scale_of(got, d, i / 32);
+            if (s != scale_of(want, d, i / 32))
+                fail_msg("row %d group %lld: scale %g, want %g", r, (long long)(i / 32), s,
+                         scale_of(want, d, i / 32));
             if (abs(got[i] - want[i]) > 1) /* float vs double x / s at a tie */
                 fail_msg("row %d code %lld: %d, want %d", r, (long long)i, got[i], want[i]);
             if (fabsf(s * got[i] - x[i]) > 0.5f * s * 1.0001f + 1e-30f)
@@ -93,18 +116,21 @@ static void test_quantize(void **state) {
                          s * got[i], s);
         }
         float deq[67];
-        tdm_llm_kv_dequantize_rows(got, d + 4, 1, d, deq);
-        for (int64_t i = 0; i < d; i++) assert_true(deq[i] == s * (float)got[i]);
+        tdm_llm_kv_dequantize_rows(got, TDM_KV_I8_ROW(d), 1, d, deq);
+        for (int64_t i = 0; i < d; i++) assert_true(deq[i] == scale_of(got, d, i / 32) * (float)got[i]);
     }
 }
 
-/* random int8 rows (codes and a positive scale) */
-static void fill_rows(int8_t *rows, int64_t n, int64_t d) {
-    for (int64_t t = 0; t < n; t++) {
-        int8_t *r = rows + t * (d + 4);
-        for (int64_t i = 0; i < d; i++) r[i] = (int8_t)(127.0f * frand());
+/* a random int8 row (codes and positive bfloat16 scales) */
+static void fill_row(int8_t *r, int64_t d) {
+    for (int64_t i = 0; i < d; i++) r[i] = (int8_t)(127.0f * frand());
+    for (int64_t g = 0; g * 32 < d; g++) {
         float s = 0.01f + 0.02f * (frand() + 1.0f);
-        memcpy(r + d, &s, 4);
+        uint32_t u;
+        memcpy(&u, &s, 4);
+        u &= 0xffff0000u;
+        memcpy(&s, &u, 4);
+        set_scale(r, d, g, s);
     }
 }
 
@@ -119,12 +145,12 @@ static void test_row_variants(void **state) {
         for (size_t di = 0; di < sizeof ds / sizeof ds[0]; di++)
             for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
                 for (size_t gi = 0; gi < sizeof gs / sizeof gs[0]; gi++) {
-                    int d = ds[di], n = ns[ni], G = gs[gi], rs = d + 4 + (int)(ni & 1) * 3;
+                    int d = ds[di], n = ns[ni], G = gs[gi], rs = TDM_KV_I8_ROW(d) + (int)(ni & 1) * 3;
                     int ld = n + 5, ys = d + 2;
                     int8_t *rows = calloc((size_t)(n * rs), 1);
                     float *q = malloc(sizeof(float) * (size_t)(G * d)), *sc = calloc((size_t)(G * ld), 4);
                     float *p = malloc(sizeof(float) * (size_t)(G * ld)), *y = malloc(sizeof(float) * (size_t)(G * ys));
-                    for (int t = 0; t < n; t++) fill_rows(rows + t * rs, 1, d);
+                    for (int t = 0; t < n; t++) fill_row(rows + t * rs, d);
                     for (int i = 0; i < G * d; i++) q[i] = frand();
                     for (int i = 0; i < G * ld; i++) p[i] = frand();
                     for (int i = 0; i < G * ys; i++) y[i] = frand();
@@ -135,8 +161,9 @@ static void test_row_variants(void **state) {
                         for (int t = 0; t < n; t++) {
                             double want = 0;
                             const int8_t *r = rows + t * rs;
-                            for (int i = 0; i < d; i++) want += (double)q[h * d + i] * r[i];
-                            want *= 0.125 * scale_of(r, d);
+                            for (int i = 0; i < d; i++)
+                                want += (double)q[h * d + i] * r[i] * scale_of(r, d, i / 32);
+                            want *= 0.125;
                             if (fabs(sc[h * ld + t] - want) > 1e-5 + 1e-5 * fabs(want))
                                 fail_msg("%s scores d=%d n=%d G=%d head %d row %d: %g, want %g",
                                          tdm_cpu_isa_name((tdm_cpu_isa)l), d, n, G, h, t,
@@ -150,7 +177,7 @@ static void test_row_variants(void **state) {
                             double want = y0[h * ys + i];
                             if (i < d)
                                 for (int t = 0; t < n; t++)
-                                    want += (double)p[h * ld + t] * scale_of(rows + t * rs, d) *
+                                    want += (double)p[h * ld + t] * scale_of(rows + t * rs, d, i / 32) *
                                             rows[t * rs + i];
                             if (fabs(y[h * ys + i] - want) > 1e-5 + 1e-5 * fabs(want))
                                 fail_msg("%s pv d=%d n=%d G=%d head %d column %d: %g, want %g",
@@ -277,8 +304,9 @@ static void step(tdm_cpu_isa isa, int threads, bool rotary, int S, const int *pa
                         if (abs(row[i] - want[i]) > 1)
                             fail_msg("item %d head %d row %d %s code %d: %d, want %d", b, g, r,
                                      kv ? "value" : "key", i, row[i], want[i]);
-                    if (fabsf(scale_of(row, D) - scale_of(want, D)) > 1e-6f * scale_of(want, D))
-                        fail_msg("item %d row %d: scale differs", b, r);
+                    for (int gi = 0; gi * 32 < D; gi++)
+                        if (scale_of(row, D, gi) != scale_of(want, D, gi))
+                            fail_msg("item %d row %d group %d: scale differs", b, r, gi);
                 }
             }
         /* attention over the dequantised int8 cache, double precision */
@@ -365,7 +393,7 @@ static void test_bad_cache(void **state) {
     ((int32_t *)tl->data)[0] = 6;
     const tdm_tensor *in[9] = {q, k, v, qk, qv, sl, tl, NULL, NULL};
     tdm_tensor *y = tensor(TDM_FLOAT, 3, qd, false), *pk = view(qk), *pv = view(qv);
-    tdm_status *st = run(&c, in, y, pk, pv); /* int8 rows lack the scale: D, not D + 4 */
+    tdm_status *st = run(&c, in, y, pk, pv); /* int8 rows lack their scales: D, not TDM_KV_I8_ROW(D) */
     assert_non_null(st);
     assert_non_null(strstr(tdm_status_message(st), "int8"));
     tdm_status_free(st);

@@ -109,7 +109,7 @@ typedef struct gqa_job {
     int64_t per_task, row_blocks, rows_per_block, items, slots;
     int64_t parts;  /* decode: each group's cache rows split in parts (threads > groups) */
     float *partial; /* per (batch, head, part): D partial outputs, max logit, 1 + sum */
-    /* the 8-bit cache (past / present int8 [B, KVH, L, D + 4]: k_llm_gqa_i8.c's rows) */
+    /* the 8-bit cache (past / present int8 [B, KVH, L, TDM_KV_I8_ROW(D)]: ops/kv_int8.h) */
     bool i8;
     int64_t rs;            /* bytes per cache row */
     int8_t *kq, *vq;       /* present caches */

@@ -1,75 +1,106 @@
 /* The 8-bit KV cache of GroupQueryAttention (k_llm_gqa.c with an int8 past/present; the
- * generator's kv_type "int8"): rows of int8 codes with one float32 scale per (kv head, token),
- *     row = d codes c[i], then the scale s (4 bytes, native order): x[i] ~ s * c[i],
- *     s = max|x| / 127, c[i] = round-to-nearest-even(x[i] / s) in [-127, 127] (s = 0: all 0).
- * The attention reads the codes straight from the cache (a quarter of float32's bytes): the
- * dot products widen them to float32 in registers, all heads of a kv group per cache row
- * (each row is read once per group), and apply the row's scale once per dot product (scores)
- * or fold it into p (p.V). Variants: portable C, AVX2 + FMA (8 codes a step), AVX-512 (16 codes
- * a step), the best at or below the device's level (TANDEM_CPU_ISA caps). No VNNI form: it
- * would need the query quantized too (an error of its own), and these loops are bound by the
+ * generator's kv_type "int8"): rows of int8 codes with one bfloat16 scale per 32 codes (the
+ * row format: ops/kv_int8.h), quantised as each new row enters the cache:
+ *     s = max|x| / 127 over the group, rounded up to a bfloat16 (so no code passes 127),
+ *     c[i] = round-to-nearest-even(x[i] / s) in [-127, 127] (s = 0: all 0).
+ * The attention reads the codes straight from the cache (about a quarter of float32's bytes):
+ * the dot products widen them to float32 in registers and multiply each by its group's scale
+ * (bfloat16 widens with a shift), all heads of a kv group per cache row (each row is read
+ * once per group). Variants: portable C, AVX2 + FMA (8 codes a step), AVX-512 (16 codes a
+ * step), the best at or below the device's level (TANDEM_CPU_ISA caps). No VNNI form: it would
+ * need the query quantised too (an error of its own), and these loops are bound by the
  * cache's memory reads, not by their arithmetic. */
 #include <math.h>
 #include <string.h>
 
 #include "backends/cpu/k_llm.h"
 
-static inline float row_scale(const int8_t *row, int64_t d) {
-    float s;
-    memcpy(&s, row + d, sizeof s);
-    return s;
+#define GROUP TDM_KV_I8_GROUP
+
+static inline float bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* the smallest bfloat16 >= x (x >= 0, finite) */
+static inline uint16_t bf16_up(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if (u & 0xffffu) u += 0x10000u;
+    return (uint16_t)(u >> 16);
+}
+
+/* the scale of group g of a row of d codes */
+static inline float group_scale(const int8_t *row, int64_t d, int64_t g) {
+    uint16_t h;
+    memcpy(&h, row + d + 2 * g, sizeof h);
+    return bf16_to_f32(h);
 }
 
 void tdm_llm_kv_quantize_row(const float *x, int64_t d, int8_t *row) {
-    float mx = 0.0f;
-    for (int64_t i = 0; i < d; i++) {
-        float a = fabsf(x[i]);
-        mx = a > mx ? a : mx;
+    for (int64_t g0 = 0; g0 < d; g0 += GROUP) {
+        int64_t g1 = g0 + GROUP < d ? g0 + GROUP : d;
+        float mx = 0.0f;
+        for (int64_t i = g0; i < g1; i++) {
+            float a = fabsf(x[i]);
+            mx = a > mx ? a : mx;
+        }
+        uint16_t sb = bf16_up(mx / 127.0f);
+        float s = bf16_to_f32(sb), inv = s > 0.0f ? 1.0f / s : 0.0f;
+        for (int64_t i = g0; i < g1; i++) {
+            float c = nearbyintf(x[i] * inv);
+            row[i] = (int8_t)(c > 127.0f ? 127.0f : c < -127.0f ? -127.0f : c);
+        }
+        memcpy(row + d + 2 * (g0 / GROUP), &sb, sizeof sb);
     }
-    float s = mx / 127.0f, inv = mx > 0.0f ? 127.0f / mx : 0.0f;
-    for (int64_t i = 0; i < d; i++) {
-        float c = nearbyintf(x[i] * inv);
-        row[i] = (int8_t)(c > 127.0f ? 127.0f : c < -127.0f ? -127.0f : c);
-    }
-    memcpy(row + d, &s, sizeof s);
 }
 
 void tdm_llm_kv_dequantize_rows(const int8_t *rows, int64_t rs, int64_t n, int64_t d, float *out) {
     for (int64_t t = 0; t < n; t++) {
         const int8_t *r = rows + t * rs;
-        float s = row_scale(r, d);
-        for (int64_t i = 0; i < d; i++) out[t * d + i] = s * (float)r[i];
+        for (int64_t i = 0; i < d; i++) out[t * d + i] = group_scale(r, d, i / GROUP) * (float)r[i];
     }
 }
 
 /* ---- portable ---- */
 
+/* x[i] = the row's value i, i < d */
+static void widen_row(const int8_t *r, int64_t d, float *x) {
+    for (int64_t g0 = 0; g0 < d; g0 += GROUP) {
+        float s = group_scale(r, d, g0 / GROUP);
+        int64_t g1 = g0 + GROUP < d ? g0 + GROUP : d;
+        for (int64_t i = g0; i < g1; i++) x[i] = s * (float)r[i];
+    }
+}
+
 static void scores_portable(const float *const *q, int64_t G, const int8_t *k, int64_t rs,
                             int64_t n, int64_t d, float scale, float *out, int64_t ld) {
+    float x[TDM_LLM_KV_I8_MAX_D];
     for (int64_t t = 0; t < n; t++) {
-        const int8_t *r = k + t * rs;
-        float s = scale * row_scale(r, d);
+        widen_row(k + t * rs, d, x);
         for (int64_t h = 0; h < G; h++) {
             float acc[4] = {0};
             int64_t i = 0;
             for (; i + 4 <= d; i += 4)
-                for (int u = 0; u < 4; u++) acc[u] += q[h][i + u] * (float)r[i + u];
+                for (int u = 0; u < 4; u++) acc[u] += q[h][i + u] * x[i + u];
             float a = (acc[0] + acc[1]) + (acc[2] + acc[3]);
-            for (; i < d; i++) a += q[h][i] * (float)r[i];
-            out[h * ld + t] = s * a;
+            for (; i < d; i++) a += q[h][i] * x[i];
+            out[h * ld + t] = scale * a;
         }
     }
 }
 
 static void pv_portable(const float *p, int64_t ld, int64_t G, const int8_t *v, int64_t rs,
                         int64_t n, int64_t d, float *y, int64_t ys) {
+    float x[TDM_LLM_KV_I8_MAX_D];
     for (int64_t t = 0; t < n; t++) {
-        const int8_t *r = v + t * rs;
-        float s = row_scale(r, d);
+        widen_row(v + t * rs, d, x);
         for (int64_t h = 0; h < G; h++) {
-            float w = p[h * ld + t] * s;
+            float w = p[h * ld + t];
             float *o = y + h * ys;
-            for (int64_t i = 0; i < d; i++) o[i] += w * (float)r[i];
+            for (int64_t i = 0; i < d; i++) o[i] += w * x[i];
         }
     }
 }
@@ -81,8 +112,9 @@ static const tdm_llm_i8_fns fns_portable = {scores_portable, pv_portable, TDM_IS
 
 /* ---- AVX2 + FMA ---- */
 
-TDM_TARGET_AVX2 static inline __m256 widen8(const int8_t *c) {
-    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)c)));
+/* codes c[0..8) widened and times s */
+TDM_TARGET_AVX2 static inline __m256 widen8(const int8_t *c, __m256 s) {
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)c))), s);
 }
 
 TDM_TARGET_AVX2 static inline float hsum8(__m256 v) {
@@ -92,7 +124,7 @@ TDM_TARGET_AVX2 static inline float hsum8(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-/* Heads four at a time: each row's codes widened once per four heads. */
+/* Heads four at a time: each row's codes widened once per four heads; the d % 8 tail in C. */
 TDM_TARGET_AVX2 static void scores_avx2(const float *const *q, int64_t G, const int8_t *k,
                                         int64_t rs, int64_t n, int64_t d, float scale, float *out,
                                         int64_t ld) {
@@ -103,22 +135,24 @@ TDM_TARGET_AVX2 static void scores_avx2(const float *const *q, int64_t G, const 
             const int8_t *r = k + t * rs;
             __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
                              _mm256_setzero_ps()};
+            __m256 sv = _mm256_setzero_ps();
             for (int64_t i = 0; i < d8; i += 8) {
-                __m256 kv = widen8(r + i);
+                if (i % GROUP == 0) sv = _mm256_set1_ps(group_scale(r, d, i / GROUP));
+                __m256 kv = widen8(r + i, sv);
                 for (int h = 0; h < hn; h++)
                     acc[h] = _mm256_fmadd_ps(_mm256_loadu_ps(q[h0 + h] + i), kv, acc[h]);
             }
-            float s = scale * row_scale(r, d);
+            float st = d8 < d ? group_scale(r, d, d8 / GROUP) : 0.0f;
             for (int h = 0; h < hn; h++) {
                 float a = hsum8(acc[h]);
-                for (int64_t i = d8; i < d; i++) a += q[h0 + h][i] * (float)r[i];
-                out[(h0 + h) * ld + t] = s * a;
+                for (int64_t i = d8; i < d; i++) a += q[h0 + h][i] * (st * (float)r[i]);
+                out[(h0 + h) * ld + t] = scale * a;
             }
         }
     }
 }
 
-/* 32 columns x 2 heads of accumulators in registers, over all rows. */
+/* 32 columns (one scale group) x 2 heads of accumulators in registers, over all rows. */
 TDM_TARGET_AVX2 static void pv_avx2(const float *p, int64_t ld, int64_t G, const int8_t *v,
                                     int64_t rs, int64_t n, int64_t d, float *y, int64_t ys) {
     int64_t d8 = d & ~(int64_t)7;
@@ -131,11 +165,11 @@ TDM_TARGET_AVX2 static void pv_avx2(const float *p, int64_t ld, int64_t G, const
                 for (int c = 0; c < nv; c++) acc[h][c] = _mm256_loadu_ps(y + (h0 + h) * ys + i0 + 8 * c);
             for (int64_t t = 0; t < n; t++) {
                 const int8_t *r = v + t * rs;
-                float s = row_scale(r, d);
+                __m256 sv = _mm256_set1_ps(group_scale(r, d, i0 / GROUP));
                 __m256 w[2];
-                for (int h = 0; h < hn; h++) w[h] = _mm256_set1_ps(p[(h0 + h) * ld + t] * s);
+                for (int h = 0; h < hn; h++) w[h] = _mm256_set1_ps(p[(h0 + h) * ld + t]);
                 for (int c = 0; c < nv; c++) {
-                    __m256 x = widen8(r + i0 + 8 * c);
+                    __m256 x = widen8(r + i0 + 8 * c, sv);
                     for (int h = 0; h < hn; h++) acc[h][c] = _mm256_fmadd_ps(w[h], x, acc[h][c]);
                 }
             }
@@ -146,7 +180,7 @@ TDM_TARGET_AVX2 static void pv_avx2(const float *p, int64_t ld, int64_t G, const
     if (d8 < d)
         for (int64_t t = 0; t < n; t++) {
             const int8_t *r = v + t * rs;
-            float s = row_scale(r, d);
+            float s = group_scale(r, d, d8 / GROUP);
             for (int64_t h = 0; h < G; h++) {
                 float w = p[h * ld + t] * s;
                 for (int64_t i = d8; i < d; i++) y[h * ys + i] += w * (float)r[i];
@@ -158,12 +192,16 @@ static const tdm_llm_i8_fns fns_avx2 = {scores_avx2, pv_avx2, TDM_ISA_AVX2};
 
 /* ---- AVX-512 ---- */
 
-TDM_TARGET_AVX512 static inline __m512 widen16(const int8_t *c) {
-    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)c)));
+TDM_TARGET_AVX512 static inline __m512 widen16(const int8_t *c, __m512 s) {
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)c))), s);
 }
 
-TDM_TARGET_AVX512 static inline __m512 widen16_mask(const int8_t *c, __mmask16 m) {
-    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, c)));
+TDM_TARGET_AVX512 static inline __m512 widen16_mask(const int8_t *c, __mmask16 m, __m512 s) {
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, c))), s);
+}
+
+TDM_TARGET_AVX512 static inline __mmask16 mask_of(int64_t left) {
+    return left >= 16 ? (__mmask16)0xffff : left <= 0 ? (__mmask16)0 : (__mmask16)((1u << left) - 1u);
 }
 
 /* Cache rows are read in order: one 4 KiB step ahead (the next block's rows) keeps loads in
@@ -175,8 +213,6 @@ TDM_TARGET_AVX512 static inline __m512 widen16_mask(const int8_t *c, __mmask16 m
 TDM_TARGET_AVX512 static void scores_avx512(const float *const *q, int64_t G, const int8_t *k,
                                             int64_t rs, int64_t n, int64_t d, float scale,
                                             float *out, int64_t ld) {
-    int64_t d16 = d & ~(int64_t)15;
-    __mmask16 tm = (__mmask16)((1u << (d - d16)) - 1u);
     for (int64_t h0 = 0; h0 < G; h0 += 4) {
         int hn = G - h0 < 4 ? (int)(G - h0) : 4;
         for (int64_t t = 0; t < n; t++) {
@@ -184,33 +220,33 @@ TDM_TARGET_AVX512 static void scores_avx512(const float *const *q, int64_t G, co
             if (h0 == 0) _mm_prefetch((const char *)(r + I8_AHEAD), _MM_HINT_T0);
             __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
                              _mm512_setzero_ps()};
-            for (int64_t i = 0; i < d16; i += 16) {
-                __m512 kv = widen16(r + i);
-                for (int h = 0; h < hn; h++)
-                    acc[h] = _mm512_fmadd_ps(_mm512_loadu_ps(q[h0 + h] + i), kv, acc[h]);
+            __m512 sv = _mm512_setzero_ps();
+            for (int64_t i = 0; i < d; i += 16) {
+                if (i % GROUP == 0) sv = _mm512_set1_ps(group_scale(r, d, i / GROUP));
+                if (i + 16 <= d) {
+                    __m512 kv = widen16(r + i, sv);
+                    for (int h = 0; h < hn; h++)
+                        acc[h] = _mm512_fmadd_ps(_mm512_loadu_ps(q[h0 + h] + i), kv, acc[h]);
+                } else {
+                    __mmask16 m = mask_of(d - i);
+                    __m512 kv = widen16_mask(r + i, m, sv);
+                    for (int h = 0; h < hn; h++)
+                        acc[h] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q[h0 + h] + i), kv, acc[h]);
+                }
             }
-            if (d16 < d) {
-                __m512 kv = widen16_mask(r + d16, tm);
-                for (int h = 0; h < hn; h++)
-                    acc[h] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tm, q[h0 + h] + d16), kv, acc[h]);
-            }
-            float s = scale * row_scale(r, d);
-            for (int h = 0; h < hn; h++) out[(h0 + h) * ld + t] = s * _mm512_reduce_add_ps(acc[h]);
+            for (int h = 0; h < hn; h++) out[(h0 + h) * ld + t] = scale * _mm512_reduce_add_ps(acc[h]);
         }
     }
 }
 
-/* 64 columns x 4 heads of accumulators in registers (16), over all rows. */
+/* 64 columns (two scale groups) x 4 heads of accumulators in registers (16), over all rows. */
 TDM_TARGET_AVX512 static void pv_avx512(const float *p, int64_t ld, int64_t G, const int8_t *v,
                                         int64_t rs, int64_t n, int64_t d, float *y, int64_t ys) {
     for (int64_t i0 = 0; i0 < d; i0 += 64) {
         int64_t w = d - i0 < 64 ? d - i0 : 64;
         int nv = (int)((w + 15) / 16);
         __mmask16 m[4];
-        for (int c = 0; c < 4; c++) {
-            int64_t left = w - 16 * c;
-            m[c] = left >= 16 ? (__mmask16)0xffff : left <= 0 ? 0 : (__mmask16)((1u << left) - 1u);
-        }
+        for (int c = 0; c < 4; c++) m[c] = mask_of(w - 16 * c);
         for (int64_t h0 = 0; h0 < G; h0 += 4) {
             int hn = G - h0 < 4 ? (int)(G - h0) : 4;
             __m512 acc[4][4];
@@ -220,12 +256,13 @@ TDM_TARGET_AVX512 static void pv_avx512(const float *p, int64_t ld, int64_t G, c
             for (int64_t t = 0; t < n; t++) {
                 const int8_t *r = v + t * rs;
                 if (h0 == 0 && i0 == 0) _mm_prefetch((const char *)(r + I8_AHEAD), _MM_HINT_T0);
-                float s = row_scale(r, d);
                 __m512 wv[4];
-                for (int h = 0; h < hn; h++) wv[h] = _mm512_set1_ps(p[(h0 + h) * ld + t] * s);
+                for (int h = 0; h < hn; h++) wv[h] = _mm512_set1_ps(p[(h0 + h) * ld + t]);
+                __m512 sv = _mm512_setzero_ps();
                 for (int c = 0; c < nv; c++) {
-                    __m512 x = m[c] == 0xffff ? widen16(r + i0 + 16 * c)
-                                              : widen16_mask(r + i0 + 16 * c, m[c]);
+                    if ((16 * c) % GROUP == 0) sv = _mm512_set1_ps(group_scale(r, d, (i0 + 16 * c) / GROUP));
+                    __m512 x = m[c] == 0xffff ? widen16(r + i0 + 16 * c, sv)
+                                              : widen16_mask(r + i0 + 16 * c, m[c], sv);
                     for (int h = 0; h < hn; h++) acc[h][c] = _mm512_fmadd_ps(wv[h], x, acc[h][c]);
                 }
             }
