@@ -17,6 +17,11 @@
  *  - fed back (optimum, and GenAI folders that say past_present_share_buffer false): two
  *    bindings take turns; the presents the one kept from its run are the pasts of the other's
  *    next run, and stay valid until that binding runs again. The first run gets empty pasts.
+ *  - its element type is the model's (float32, or float16 for a folder converted with
+ *    --kv-dtype float16), or int8 with options.kv_type "int8" (shared form only): the graph
+ *    edit kv_int8_edit makes every past / present int8 [1, kv_heads, length,
+ *    TDM_KV_I8_ROW(head_dim)] (ops/kv_int8.h), which GroupQueryAttention takes as its 8-bit
+ *    cache; the budget (kv_budget) counts those bytes.
  * Logits: only the last position's are used, so by default (tdm_generator_options.all_logits
  * false) the graph is edited at creation to compute only those (last_logits_only: the lm
  * head gets the last row of its input): every run writes them into a [1, 1, vocab] tensor

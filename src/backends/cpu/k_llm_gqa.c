@@ -21,6 +21,14 @@
  * q/k norm weights, query_seqlens, output_qk, the sliding-window cache. causal=0 lets every
  * query row see all of its item's rows.
  *
+ * 8-bit cache (tandem's, the generator's kv_type "int8"; ops/kv_int8.h): past / present int8
+ * [B, KVH, L, TDM_KV_I8_ROW(D)], each row D codes and one bfloat16 scale per 32. New rows are
+ * rotated in float32 and quantised as they enter the cache (pass 1); decode reads the codes in
+ * the dot products (k_llm_gqa_i8.c: all heads of a group per cache row, the split over threads
+ * as for float32); a block of rows (prefill, chunks) widens its key / value range once into
+ * scratch for the two sgemm calls. ONNX Runtime's own quantised caches (k_quant_type, k_scale)
+ * stay refused.
+ *
  * Speed: two parallel passes on the session's pool: (batch, kv head) pairs write the cache,
  * then (batch, kv head, block of up to 16 query rows) items, one slot per thread. A single row
  * (decode) runs all heads of its group together, 64 cache rows at a time, so the cache is read
