@@ -124,29 +124,42 @@ TDM_TARGET_AVX2 static inline float hsum8(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-/* Heads four at a time: each row's codes widened once per four heads; the d % 8 tail in C. */
+/* One row's scores for HN (compile-time: the accumulators stay in registers) heads; the d % 8
+ * tail in C. */
+TDM_TARGET_AVX2 static __attribute__((always_inline)) inline void
+score_row_avx2(const float *const *q, int HN, const int8_t *r, int64_t d, int64_t d8, float scale,
+               float *out, int64_t ld, int64_t t) {
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    __m256 sv = _mm256_setzero_ps();
+    for (int64_t i = 0; i < d8; i += 8) {
+        if (i % GROUP == 0) sv = _mm256_set1_ps(group_scale(r, d, i / GROUP));
+        __m256 kv = widen8(r + i, sv);
+        for (int h = 0; h < HN; h++) acc[h] = _mm256_fmadd_ps(_mm256_loadu_ps(q[h] + i), kv, acc[h]);
+    }
+    float st = d8 < d ? group_scale(r, d, d8 / GROUP) : 0.0f;
+    for (int h = 0; h < HN; h++) {
+        float a = hsum8(acc[h]);
+        for (int64_t i = d8; i < d; i++) a += q[h][i] * (st * (float)r[i]);
+        out[h * ld + t] = scale * a;
+    }
+}
+
 TDM_TARGET_AVX2 static void scores_avx2(const float *const *q, int64_t G, const int8_t *k,
                                         int64_t rs, int64_t n, int64_t d, float scale, float *out,
                                         int64_t ld) {
     int64_t d8 = d & ~(int64_t)7;
     for (int64_t h0 = 0; h0 < G; h0 += 4) {
         int hn = G - h0 < 4 ? (int)(G - h0) : 4;
+        const float *const *qh = q + h0;
+        float *o = out + h0 * ld;
         for (int64_t t = 0; t < n; t++) {
             const int8_t *r = k + t * rs;
-            __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                             _mm256_setzero_ps()};
-            __m256 sv = _mm256_setzero_ps();
-            for (int64_t i = 0; i < d8; i += 8) {
-                if (i % GROUP == 0) sv = _mm256_set1_ps(group_scale(r, d, i / GROUP));
-                __m256 kv = widen8(r + i, sv);
-                for (int h = 0; h < hn; h++)
-                    acc[h] = _mm256_fmadd_ps(_mm256_loadu_ps(q[h0 + h] + i), kv, acc[h]);
-            }
-            float st = d8 < d ? group_scale(r, d, d8 / GROUP) : 0.0f;
-            for (int h = 0; h < hn; h++) {
-                float a = hsum8(acc[h]);
-                for (int64_t i = d8; i < d; i++) a += q[h0 + h][i] * (st * (float)r[i]);
-                out[(h0 + h) * ld + t] = scale * a;
+            switch (hn) {
+            case 1: score_row_avx2(qh, 1, r, d, d8, scale, o, ld, t); break;
+            case 2: score_row_avx2(qh, 2, r, d, d8, scale, o, ld, t); break;
+            case 3: score_row_avx2(qh, 3, r, d, d8, scale, o, ld, t); break;
+            default: score_row_avx2(qh, 4, r, d, d8, scale, o, ld, t); break;
             }
         }
     }
@@ -210,36 +223,75 @@ TDM_TARGET_AVX512 static inline __mmask16 mask_of(int64_t left) {
 #define I8_AHEAD 4096
 #endif
 
+/* One row's scores for HN (compile-time: the accumulators stay in registers) heads. */
+#define AI __attribute__((always_inline)) inline
+TDM_TARGET_AVX512 static AI void score_row_avx512(const float *const *q, int HN, const int8_t *r,
+                                                  int64_t d, float scale, float *out, int64_t ld,
+                                                  int64_t t) {
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                     _mm512_setzero_ps()};
+    __m512 sv = _mm512_setzero_ps();
+    for (int64_t i = 0; i < d; i += 16) {
+        if (i % GROUP == 0) sv = _mm512_set1_ps(group_scale(r, d, i / GROUP));
+        if (i + 16 <= d) {
+            __m512 kv = widen16(r + i, sv);
+            for (int h = 0; h < HN; h++) acc[h] = _mm512_fmadd_ps(_mm512_loadu_ps(q[h] + i), kv, acc[h]);
+        } else {
+            __mmask16 m = mask_of(d - i);
+            __m512 kv = widen16_mask(r + i, m, sv);
+            for (int h = 0; h < HN; h++)
+                acc[h] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q[h] + i), kv, acc[h]);
+        }
+    }
+    for (int h = 0; h < HN; h++) out[h * ld + t] = scale * _mm512_reduce_add_ps(acc[h]);
+}
+
 TDM_TARGET_AVX512 static void scores_avx512(const float *const *q, int64_t G, const int8_t *k,
                                             int64_t rs, int64_t n, int64_t d, float scale,
                                             float *out, int64_t ld) {
     for (int64_t h0 = 0; h0 < G; h0 += 4) {
         int hn = G - h0 < 4 ? (int)(G - h0) : 4;
+        const float *const *qh = q + h0;
+        float *o = out + h0 * ld;
         for (int64_t t = 0; t < n; t++) {
             const int8_t *r = k + t * rs;
             if (h0 == 0) _mm_prefetch((const char *)(r + I8_AHEAD), _MM_HINT_T0);
-            __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
-                             _mm512_setzero_ps()};
-            __m512 sv = _mm512_setzero_ps();
-            for (int64_t i = 0; i < d; i += 16) {
-                if (i % GROUP == 0) sv = _mm512_set1_ps(group_scale(r, d, i / GROUP));
-                if (i + 16 <= d) {
-                    __m512 kv = widen16(r + i, sv);
-                    for (int h = 0; h < hn; h++)
-                        acc[h] = _mm512_fmadd_ps(_mm512_loadu_ps(q[h0 + h] + i), kv, acc[h]);
-                } else {
-                    __mmask16 m = mask_of(d - i);
-                    __m512 kv = widen16_mask(r + i, m, sv);
-                    for (int h = 0; h < hn; h++)
-                        acc[h] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q[h0 + h] + i), kv, acc[h]);
-                }
+            switch (hn) {
+            case 1: score_row_avx512(qh, 1, r, d, scale, o, ld, t); break;
+            case 2: score_row_avx512(qh, 2, r, d, scale, o, ld, t); break;
+            case 3: score_row_avx512(qh, 3, r, d, scale, o, ld, t); break;
+            default: score_row_avx512(qh, 4, r, d, scale, o, ld, t); break;
             }
-            for (int h = 0; h < hn; h++) out[(h0 + h) * ld + t] = scale * _mm512_reduce_add_ps(acc[h]);
         }
     }
 }
 
-/* 64 columns (two scale groups) x 4 heads of accumulators in registers (16), over all rows. */
+/* 64 columns (two scale groups) x HN heads of accumulators in registers, over all rows; NV
+ * vectors of 16 columns (the last one masked by m[NV - 1]). */
+TDM_TARGET_AVX512 static AI void pv_block_avx512(const float *p, int64_t ld, int HN, int NV,
+                                                 const __mmask16 *m, const int8_t *v, int64_t rs,
+                                                 int64_t n, int64_t d, int64_t i0, float *y,
+                                                 int64_t ys, bool prefetch) {
+    __m512 acc[4][4];
+    for (int h = 0; h < HN; h++)
+        for (int c = 0; c < NV; c++) acc[h][c] = _mm512_maskz_loadu_ps(m[c], y + h * ys + i0 + 16 * c);
+    for (int64_t t = 0; t < n; t++) {
+        const int8_t *r = v + t * rs;
+        if (prefetch) _mm_prefetch((const char *)(r + I8_AHEAD), _MM_HINT_T0);
+        __m512 wv[4];
+        for (int h = 0; h < HN; h++) wv[h] = _mm512_set1_ps(p[h * ld + t]);
+        __m512 sv = _mm512_setzero_ps();
+        for (int c = 0; c < NV; c++) {
+            if ((16 * c) % GROUP == 0) sv = _mm512_set1_ps(group_scale(r, d, (i0 + 16 * c) / GROUP));
+            __m512 x = m[c] == 0xffff ? widen16(r + i0 + 16 * c, sv)
+                                      : widen16_mask(r + i0 + 16 * c, m[c], sv);
+            for (int h = 0; h < HN; h++) acc[h][c] = _mm512_fmadd_ps(wv[h], x, acc[h][c]);
+        }
+    }
+    for (int h = 0; h < HN; h++)
+        for (int c = 0; c < NV; c++) _mm512_mask_storeu_ps(y + h * ys + i0 + 16 * c, m[c], acc[h][c]);
+}
+
 TDM_TARGET_AVX512 static void pv_avx512(const float *p, int64_t ld, int64_t G, const int8_t *v,
                                         int64_t rs, int64_t n, int64_t d, float *y, int64_t ys) {
     for (int64_t i0 = 0; i0 < d; i0 += 64) {
@@ -249,26 +301,24 @@ TDM_TARGET_AVX512 static void pv_avx512(const float *p, int64_t ld, int64_t G, c
         for (int c = 0; c < 4; c++) m[c] = mask_of(w - 16 * c);
         for (int64_t h0 = 0; h0 < G; h0 += 4) {
             int hn = G - h0 < 4 ? (int)(G - h0) : 4;
-            __m512 acc[4][4];
-            for (int h = 0; h < hn; h++)
-                for (int c = 0; c < nv; c++)
-                    acc[h][c] = _mm512_maskz_loadu_ps(m[c], y + (h0 + h) * ys + i0 + 16 * c);
-            for (int64_t t = 0; t < n; t++) {
-                const int8_t *r = v + t * rs;
-                if (h0 == 0 && i0 == 0) _mm_prefetch((const char *)(r + I8_AHEAD), _MM_HINT_T0);
-                __m512 wv[4];
-                for (int h = 0; h < hn; h++) wv[h] = _mm512_set1_ps(p[(h0 + h) * ld + t]);
-                __m512 sv = _mm512_setzero_ps();
-                for (int c = 0; c < nv; c++) {
-                    if ((16 * c) % GROUP == 0) sv = _mm512_set1_ps(group_scale(r, d, (i0 + 16 * c) / GROUP));
-                    __m512 x = m[c] == 0xffff ? widen16(r + i0 + 16 * c, sv)
-                                              : widen16_mask(r + i0 + 16 * c, m[c], sv);
-                    for (int h = 0; h < hn; h++) acc[h][c] = _mm512_fmadd_ps(wv[h], x, acc[h][c]);
+            const float *ph = p + h0 * ld;
+            float *yh = y + h0 * ys;
+            bool pf = h0 == 0 && i0 == 0;
+            if (nv == 4) {
+                switch (hn) {
+                case 1: pv_block_avx512(ph, ld, 1, 4, m, v, rs, n, d, i0, yh, ys, pf); break;
+                case 2: pv_block_avx512(ph, ld, 2, 4, m, v, rs, n, d, i0, yh, ys, pf); break;
+                case 3: pv_block_avx512(ph, ld, 3, 4, m, v, rs, n, d, i0, yh, ys, pf); break;
+                default: pv_block_avx512(ph, ld, 4, 4, m, v, rs, n, d, i0, yh, ys, pf); break;
                 }
+            } else { /* a narrower last chunk: one head at a time */
+                for (int h = 0; h < hn; h++)
+                    switch (nv) {
+                    case 1: pv_block_avx512(ph + h * ld, ld, 1, 1, m, v, rs, n, d, i0, yh + h * ys, ys, pf); break;
+                    case 2: pv_block_avx512(ph + h * ld, ld, 1, 2, m, v, rs, n, d, i0, yh + h * ys, ys, pf); break;
+                    default: pv_block_avx512(ph + h * ld, ld, 1, 3, m, v, rs, n, d, i0, yh + h * ys, ys, pf); break;
+                    }
             }
-            for (int h = 0; h < hn; h++)
-                for (int c = 0; c < nv; c++)
-                    _mm512_mask_storeu_ps(y + (h0 + h) * ys + i0 + 16 * c, m[c], acc[h][c]);
         }
     }
 }
