@@ -165,29 +165,47 @@ TDM_TARGET_AVX2 static void scores_avx2(const float *const *q, int64_t G, const 
     }
 }
 
-/* 32 columns (one scale group) x 2 heads of accumulators in registers, over all rows. */
+/* 32 columns (one scale group) x HN heads of accumulators in registers, over all rows; NV
+ * vectors of 8 columns (compile-time: no accumulator spills to the stack). */
+TDM_TARGET_AVX2 static __attribute__((always_inline)) inline void
+pv_block_avx2(const float *p, int64_t ld, int HN, int NV, const int8_t *v, int64_t rs, int64_t n,
+              int64_t d, int64_t i0, float *y, int64_t ys) {
+    __m256 acc[2][4];
+    for (int h = 0; h < HN; h++)
+        for (int c = 0; c < NV; c++) acc[h][c] = _mm256_loadu_ps(y + h * ys + i0 + 8 * c);
+    for (int64_t t = 0; t < n; t++) {
+        const int8_t *r = v + t * rs;
+        __m256 sv = _mm256_set1_ps(group_scale(r, d, i0 / GROUP));
+        __m256 w[2];
+        for (int h = 0; h < HN; h++) w[h] = _mm256_set1_ps(p[h * ld + t]);
+        for (int c = 0; c < NV; c++) {
+            __m256 x = widen8(r + i0 + 8 * c, sv);
+            for (int h = 0; h < HN; h++) acc[h][c] = _mm256_fmadd_ps(w[h], x, acc[h][c]);
+        }
+    }
+    for (int h = 0; h < HN; h++)
+        for (int c = 0; c < NV; c++) _mm256_storeu_ps(y + h * ys + i0 + 8 * c, acc[h][c]);
+}
+
 TDM_TARGET_AVX2 static void pv_avx2(const float *p, int64_t ld, int64_t G, const int8_t *v,
                                     int64_t rs, int64_t n, int64_t d, float *y, int64_t ys) {
     int64_t d8 = d & ~(int64_t)7;
     for (int64_t i0 = 0; i0 < d8; i0 += 32) {
         int nv = d8 - i0 >= 32 ? 4 : (int)((d8 - i0) / 8);
         for (int64_t h0 = 0; h0 < G; h0 += 2) {
-            int hn = G - h0 < 2 ? 1 : 2;
-            __m256 acc[2][4];
-            for (int h = 0; h < hn; h++)
-                for (int c = 0; c < nv; c++) acc[h][c] = _mm256_loadu_ps(y + (h0 + h) * ys + i0 + 8 * c);
-            for (int64_t t = 0; t < n; t++) {
-                const int8_t *r = v + t * rs;
-                __m256 sv = _mm256_set1_ps(group_scale(r, d, i0 / GROUP));
-                __m256 w[2];
-                for (int h = 0; h < hn; h++) w[h] = _mm256_set1_ps(p[(h0 + h) * ld + t]);
-                for (int c = 0; c < nv; c++) {
-                    __m256 x = widen8(r + i0 + 8 * c, sv);
-                    for (int h = 0; h < hn; h++) acc[h][c] = _mm256_fmadd_ps(w[h], x, acc[h][c]);
-                }
+            const float *ph = p + h0 * ld;
+            float *yh = y + h0 * ys;
+            if (G - h0 >= 2 && nv == 4) {
+                pv_block_avx2(ph, ld, 2, 4, v, rs, n, d, i0, yh, ys);
+                continue;
             }
-            for (int h = 0; h < hn; h++)
-                for (int c = 0; c < nv; c++) _mm256_storeu_ps(y + (h0 + h) * ys + i0 + 8 * c, acc[h][c]);
+            for (int64_t h = h0; h < G && h < h0 + 2; h++) /* one head at a time */
+                switch (nv) {
+                case 1: pv_block_avx2(p + h * ld, ld, 1, 1, v, rs, n, d, i0, y + h * ys, ys); break;
+                case 2: pv_block_avx2(p + h * ld, ld, 1, 2, v, rs, n, d, i0, y + h * ys, ys); break;
+                case 3: pv_block_avx2(p + h * ld, ld, 1, 3, v, rs, n, d, i0, y + h * ys, ys); break;
+                default: pv_block_avx2(p + h * ld, ld, 1, 4, v, rs, n, d, i0, y + h * ys, ys); break;
+                }
         }
     }
     if (d8 < d)
