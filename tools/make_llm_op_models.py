@@ -60,8 +60,11 @@ def save(out_dir, name, model, feeds):
 
 
 def matmul_nbits(out_dir, name, seed, *, bits, bs, K, N, a_shape, zp=None, bias=False,
-                 acc=0, weights_as_inputs=False):
-    """zp: None (default), 'u8' (packed uint8) or 'f32'."""
+                 acc=0, weights_as_inputs=False, offsets=None):
+    """zp: None (default), 'u8' (packed uint8) or 'f32'. offsets: None, or ONNX Runtime's fast form
+    of an asymmetric layer (tools/llm_onnx_builder.py q4_form 'offset'): Y = MatMulNBits(A) (no zero
+    points) + MatMul(ReduceSum(Reshape(A, [0.., nb, bs]), -1), C) with C [nb, N] 'f16' (float16
+    values, as GGUF's 8 d + m) or 'f32' (any float32); tandem folds it into the packed weights."""
     assert name.endswith(f"_acc{acc}")
     rng = np.random.default_rng(seed)
     nb = (K + bs - 1) // bs
@@ -86,6 +89,13 @@ def matmul_nbits(out_dir, name, seed, *, bits, bs, K, N, a_shape, zp=None, bias=
     A = rng.standard_normal(a_shape).astype(np.float32)
     deq = (codes.astype(np.float32) - np.repeat(zf, bs, axis=1)) * np.repeat(scales, bs, axis=1)
     exact = A @ deq[:, :K].T + (bvec if bias else 0)
+    C = None
+    if offsets:
+        assert zpt is None and not bias and K == nb * bs
+        C = rng.uniform(-0.5, 0.5, size=(nb, N)).astype(np.float32)
+        if offsets == "f16":
+            C = C.astype(np.float16).astype(np.float32)
+        exact = exact + A.reshape(a_shape[:-1] + (nb, bs)).sum(axis=-1) @ C
 
     names = ["A", "B", "scales", "zero_points" if zpt is not None else "", "",
              "bias" if bias else ""]
@@ -106,9 +116,18 @@ def matmul_nbits(out_dir, name, seed, *, bits, bs, K, N, a_shape, zp=None, bias=
                                                         list(v.shape)))
         else:
             inits.append(numpy_helper.from_array(v, k))
-    node = helper.make_node("MatMulNBits", names, ["Y"], domain="com.microsoft", K=K, N=N,
-                            bits=bits, block_size=bs, accuracy_level=acc)
-    graph = helper.make_graph([node], name, inputs,
+    node = helper.make_node("MatMulNBits", names, ["Y0" if offsets else "Y"], domain="com.microsoft",
+                            K=K, N=N, bits=bits, block_size=bs, accuracy_level=acc)
+    nodes = [node]
+    if offsets:
+        inits += [numpy_helper.from_array(np.array([0] * (len(a_shape) - 1) + [nb, bs], np.int64), "shape"),
+                  numpy_helper.from_array(np.array([-1], np.int64), "axis"),
+                  numpy_helper.from_array(C, "C")]
+        nodes += [helper.make_node("Reshape", ["A", "shape"], ["Ab"]),
+                  helper.make_node("ReduceSum", ["Ab", "axis"], ["As"], keepdims=0),
+                  helper.make_node("MatMul", ["As", "C"], ["Y1"]),
+                  helper.make_node("Add", ["Y0", "Y1"], ["Y"])]
+    graph = helper.make_graph(nodes, name, inputs,
                               [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)], inits)
     model = helper.make_model(graph, opset_imports=OPSETS, ir_version=10)
     (y,) = save(out_dir, name, model, feeds)
@@ -120,6 +139,8 @@ def matmul_nbits(out_dir, name, seed, *, bits, bs, K, N, a_shape, zp=None, bias=
         sa = np.abs(blk).max(axis=-1, keepdims=True) / 127
         qa = np.round(blk / np.where(sa > 0, sa, 1)) * sa
         y8 = qa.reshape(Ap.shape)[..., :K] @ deq[:, :K].T + (bvec if bias else 0)
+        if offsets:
+            y8 = y8 + A.reshape(a_shape[:-1] + (nb, bs)).sum(axis=-1) @ C
         e8 = np.abs(y8 - exact) / (1 + np.abs(exact))
         assert e8.max() <= ACC4_TOL * 0.75, f"{name}: int8 rounding error {e8.max()} too large"
         print(f"{name}: int8 activations - float: max |d| / (1 + |y|) {e8.max():.2e}")
@@ -213,6 +234,11 @@ def main():
     mm(out, "nbits_q4_inputs_m2_acc0", 8, bits=4, bs=32, K=96, N=24, a_shape=(2, 96), zp="u8",
        bias=True, weights_as_inputs=True)
     # int8 activations (accuracy_level 4)
+    # ONNX Runtime's fast form (block-sum offsets): folded into the packed weights by tandem
+    mm(out, "nbits_q4_off_m1_acc0", 31, bits=4, bs=32, K=128, N=40, a_shape=(1, 1, 128), offsets="f16")
+    mm(out, "nbits_q4_off_b23_acc0", 32, bits=4, bs=16, K=96, N=37, a_shape=(2, 3, 96), offsets="f32")
+    mm(out, "nbits_q8_off_m3_acc0", 33, bits=8, bs=32, K=64, N=21, a_shape=(1, 3, 64), offsets="f32")
+    mm(out, "nbits_q4_off_m1_acc4", 34, bits=4, bs=32, K=128, N=67, a_shape=(1, 1, 128), offsets="f16")
     mm(out, "nbits_q4_zpf_m1_acc4", 11, bits=4, bs=32, K=576, N=67, a_shape=(1, 1, 576), zp="f32")
     mm(out, "nbits_q4_zpu8_kpad_m3_acc4", 12, bits=4, bs=32, K=100, N=37, a_shape=(3, 100),
        zp="u8", bias=True)

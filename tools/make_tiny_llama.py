@@ -313,6 +313,9 @@ def main():
                     default="GatherBlockQuantized")
     ap.add_argument("--kv-dtype", choices=["float32", "float16"], default="float32",
                     help="type of the KV cache (genai form only)")
+    ap.add_argument("--q4-1-form", choices=["zp", "offset"], default="zp",
+                    help="4-bit layers (genai form): float zero points, or ONNX Runtime's fast form "
+                         "(no zero points plus a float MatMul of block sums, as gguf_to_onnx.py)")
     a = ap.parse_args()
     if a.hidden % a.heads or a.heads % a.kv_heads or a.hidden % 32 or a.ffn % 32:
         sys.exit("hidden must be a multiple of heads and of 32, heads of kv-heads, ffn of 32")
@@ -328,7 +331,7 @@ def main():
     bos, eos, pad, unk = 1, 2, 2, 0
     special = [0, 1, 2]
     if a.form == "genai":
-        model = lb.build_genai(cfg, w, embed_op=a.embed_op, kv_dtype=a.kv_dtype)
+        model = lb.build_genai(cfg, w, embed_op=a.embed_op, kv_dtype=a.kv_dtype, q4_form=a.q4_1_form)
         with open(os.path.join(a.out_dir, "genai_config.json"), "w") as f:
             json.dump(lb.genai_config(cfg, bos, eos, pad), f, indent=4)
     else:

@@ -18,6 +18,7 @@ static void llm_usage(FILE *f) {
     fprintf(f,
             "usage: tandem bench MODEL_DIR --llm [--prompt-tokens P] [--gen-tokens G] [--depth D]\n"
             "                    [--repetitions R] [--warmup W] [--threads N] [--seed S] [--json]\n"
+            "                    [--kv-type auto|f32|f16|int8]\n"
             "       tandem bench MODEL_DIR --llm --streams N [--prompt-tokens P] [--gen-tokens G]\n"
             "                    [--repetitions R] [--threads N] [--seed S] [--json]\n\n"
             "Measures a language model folder (see tandem generate) as llama-bench does: pp P is\n"
@@ -35,6 +36,8 @@ static void llm_usage(FILE *f) {
             "  --threads N        intra-op threads (default: all cores)\n"
             "  --seed S           seed of the random prompts (default 1)\n"
             "  --json             print one JSON object instead of the table\n"
+            "  --kv-type T        KV cache type (tandem generate --kv-type): auto (the model's),\n"
+            "                     f32, f16 (must be the model's), int8 (8-bit, per-token scales)\n"
             "  --device DEV       run the decoder on DEV (tandem generate --device); the KV cache\n"
             "                     stays in host memory\n"
             "  --device-memory B  memory budget (tandem generate --device-memory, e.g. test:0=25%%)\n"
@@ -55,7 +58,7 @@ typedef struct llm_args {
     bool pp_set, reps_set;
     unsigned long long seed;
     bool json;
-    const char *device, *device_memory, *residency;
+    const char *device, *device_memory, *residency, *kv_type;
 } llm_args;
 
 static int parse(int argc, char **argv, llm_args *a) {
@@ -88,13 +91,15 @@ static int parse(int argc, char **argv, llm_args *a) {
         } else if (!strcmp(o, "--threads")) {
             dst = &a->threads;
         } else if (!strcmp(o, "--device") || !strcmp(o, "--device-memory") ||
-                   !strcmp(o, "--residency")) {
+                   !strcmp(o, "--residency") || !strcmp(o, "--kv-type")) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "tandem: bench --llm: %s expects a value\n", o);
                 return 2;
             }
-            const char **sv = !strcmp(o, "--device") ? &a->device
-                              : !strcmp(o, "--residency") ? &a->residency : &a->device_memory;
+            const char **sv = !strcmp(o, "--device")      ? &a->device
+                              : !strcmp(o, "--residency") ? &a->residency
+                              : !strcmp(o, "--kv-type")   ? &a->kv_type
+                                                          : &a->device_memory;
             *sv = argv[++i];
             continue;
         } else if (!strcmp(o, "--seed")) {
@@ -151,6 +156,13 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* the process's CPU time (all its threads): steadier than wall time on a loaded machine */
+static double cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 static uint64_t mix(uint64_t *x) {
     uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -176,23 +188,26 @@ static void summarize(figure *f, size_t n) {
 }
 
 /* g decode runs of one token after `ctx` context tokens (ids[0..ctx), at least 1): the last
- * context token's run, then g - 1 generated ones; tokens/s. */
+ * context token's run, then g - 1 generated ones; tokens/s, and tokens per second of the
+ * process's CPU time (*cps). */
 static tdm_status *decode_run(tdm_generator *gen, const int32_t *ids, size_t ctx, size_t g,
-                              double *tps) {
+                              double *tps, double *cps) {
     tdm_generator_reset(gen);
-    double t0 = now_s();
+    double t0 = now_s(), c0 = cpu_s();
     size_t warm = ctx > 1 ? ctx - 1 : 0; /* a context's prefill is not timed */
     if (warm) {
         TDM_TRY_CLI(tdm_generator_append(gen, ids, warm));
         t0 = now_s();
+        c0 = cpu_s();
     }
     TDM_TRY_CLI(tdm_generator_append(gen, ids + warm, 1)); /* the first decode step */
     for (size_t i = 0; i < g; i++) { /* the first samples; each later one feeds a token */
         int32_t t;
         TDM_TRY_CLI(tdm_generator_next(gen, &t));
     }
-    double dt = now_s() - t0;
+    double dt = now_s() - t0, dc = cpu_s() - c0;
     *tps = dt > 0 ? (double)g / dt : 0;
+    *cps = dc > 0 ? (double)g / dc : 0;
     return NULL;
 }
 
@@ -246,8 +261,9 @@ int cmd_bench_llm(int argc, char **argv) {
     size_t longest = (size_t)(a.pp > a.depth ? a.pp : a.depth) + (size_t)a.tg + 2;
     int32_t *ids = calloc(longest + 1, sizeof *ids);
     figure pp = {0, 0, calloc(reps, sizeof(double))}, tg = {0, 0, calloc(reps, sizeof(double))},
-           td = {0, 0, calloc(reps, sizeof(double))};
-    tdm_status *st = !ids || !pp.v || !tg.v || !td.v ? NULL : tdm_env_create(&eo, &env);
+           td = {0, 0, calloc(reps, sizeof(double))}, tgc = {0, 0, calloc(reps, sizeof(double))},
+           tdc = {0, 0, calloc(reps, sizeof(double))};
+    tdm_status *st = !ids || !pp.v || !tg.v || !td.v || !tgc.v || !tdc.v ? NULL : tdm_env_create(&eo, &env);
     if (!ids || !pp.v || !tg.v || !td.v) {
         fprintf(stderr, "tandem: bench --llm: out of memory\n");
         rc = 1;
@@ -263,6 +279,7 @@ int cmd_bench_llm(int argc, char **argv) {
         go.device = a.device;
         go.device_memory = a.device_memory;
         go.residency = a.residency;
+        go.kv_type = a.kv_type;
         st = tdm_generator_create(env, a.dir, &go, &gen);
     }
     if (!st && (size_t)tdm_generator_max_length(gen) < longest - 1) {
@@ -285,11 +302,12 @@ int cmd_bench_llm(int argc, char **argv) {
         }
         if (!st && a.tg) {
             random_ids(ids, 2, vocab, a.seed);
-            st = decode_run(gen, ids, 1, (size_t)(a.tg < 8 ? a.tg : 8), &ignore);
+            st = decode_run(gen, ids, 1, (size_t)(a.tg < 8 ? a.tg : 8), &ignore, &ignore);
         }
         if (!st && a.tg && a.depth) {
             random_ids(ids, (size_t)a.depth + 1, vocab, a.seed);
-            st = decode_run(gen, ids, (size_t)a.depth + 1, (size_t)(a.tg < 8 ? a.tg : 8), &ignore);
+            st = decode_run(gen, ids, (size_t)a.depth + 1, (size_t)(a.tg < 8 ? a.tg : 8), &ignore,
+                            &ignore);
         }
     }
     int64_t tg_up = 0, tg_tokens = 0, tg_pinned = 0; /* uploads of the timed tg tests */
@@ -305,14 +323,14 @@ int cmd_bench_llm(int argc, char **argv) {
         if (!st && a.tg) {
             random_ids(ids, 1, vocab, a.seed + 100 + r);
             int64_t pin0 = 0, pin1 = 0, up0 = uploaded(gen, NULL, &pin0);
-            st = decode_run(gen, ids, 1, (size_t)a.tg, &tg.v[r]);
+            st = decode_run(gen, ids, 1, (size_t)a.tg, &tg.v[r], &tgc.v[r]);
             tg_up += uploaded(gen, NULL, &pin1) - up0;
             tg_pinned += pin1 - pin0;
             tg_tokens += a.tg;
         }
         if (!st && a.tg && a.depth) {
             random_ids(ids, (size_t)a.depth + 1, vocab, a.seed + 200 + r);
-            st = decode_run(gen, ids, (size_t)a.depth + 1, (size_t)a.tg, &td.v[r]);
+            st = decode_run(gen, ids, (size_t)a.depth + 1, (size_t)a.tg, &td.v[r], &tdc.v[r]);
         }
     }
     if (st) {
@@ -325,6 +343,8 @@ int cmd_bench_llm(int argc, char **argv) {
     summarize(&pp, reps);
     summarize(&tg, reps);
     summarize(&td, reps);
+    summarize(&tgc, reps);
+    summarize(&tdc, reps);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     double rss_mib = (double)ru.ru_maxrss / 1024.0; /* Linux: KiB */
@@ -333,11 +353,14 @@ int cmd_bench_llm(int argc, char **argv) {
         bench_json_string(stdout, a.dir);
         printf(", \"isa\": ");
         bench_json_string(stdout, tdm_env_device_isa(env, 0) ? tdm_env_device_isa(env, 0) : "");
-        printf(", \"threads\": %ld, \"repetitions\": %zu, \"kv_cache\": \"%s\",\n", a.threads,
-               reps, tdm_generator_form(gen));
+        printf(", \"threads\": %ld, \"repetitions\": %zu, \"kv_cache\": \"%s\", \"kv_type\": \"%s\",\n",
+               a.threads, reps, tdm_generator_form(gen), tdm_generator_kv_type(gen));
         if (a.pp) json_figure("pp", a.pp, 0, &pp, reps, false);
         if (a.tg) json_figure("tg", a.tg, 0, &tg, reps, false);
         if (a.tg && a.depth) json_figure("tg_depth", a.tg, a.depth, &td, reps, false);
+        /* tokens per second of the process's CPU time */
+        if (a.tg) json_figure("tg_cpu", a.tg, 0, &tgc, reps, false);
+        if (a.tg && a.depth) json_figure("tg_depth_cpu", a.tg, a.depth, &tdc, reps, false);
         if (a.device)
             printf("  \"device\": \"%s\", \"device_peak_bytes\": %lld, \"bytes_uploaded_per_token\": "
                    "%.1f, \"bytes_uploaded_pinned_per_token\": %.1f,\n", a.device, (long long)dev_peak,
@@ -360,8 +383,17 @@ int cmd_bench_llm(int argc, char **argv) {
             snprintf(test, sizeof test, "tg%ld @ d%ld", a.tg, a.depth);
             print_row(a.dir, test, &td);
         }
-        printf("threads %ld, %zu repetitions, KV cache: %s; peak RSS %.1f MiB; CPU ISA %s\n", a.threads,
-               reps, tdm_generator_form(gen), rss_mib,
+        if (a.tg) {
+            snprintf(test, sizeof test, "tg%ld (cpu)", a.tg);
+            print_row(a.dir, test, &tgc);
+        }
+        if (a.tg && a.depth) {
+            snprintf(test, sizeof test, "tg%ld @ d%ld (cpu)", a.tg, a.depth);
+            print_row(a.dir, test, &tdc);
+        }
+        printf("threads %ld, %zu repetitions, KV cache: %s %s; peak RSS %.1f MiB; CPU ISA %s\n"
+               "(cpu: tokens per second of the process's CPU time)\n", a.threads,
+               reps, tdm_generator_form(gen), tdm_generator_kv_type(gen), rss_mib,
                tdm_env_device_isa(env, 0) ? tdm_env_device_isa(env, 0) : "?");
         if (a.device)
             printf("%s: peak %.2f MiB; uploaded %.3f MiB per decoded token (tg tests)\n", a.device,
@@ -375,5 +407,7 @@ done:
     free(pp.v);
     free(tg.v);
     free(td.v);
+    free(tgc.v);
+    free(tdc.v);
     return rc;
 }

@@ -18,7 +18,8 @@ static void generate_usage(FILE *f) {
             "                       [--temperature T] [--top-k K] [--top-p P]\n"
             "                       [--repetition-penalty R] [--seed S] [--stop-id ID]...\n"
             "                       [--ignore-eos] [--threads N] [--json]\n"
-            "                       [--device DEV] [--device-memory DEV=SIZE] [--residency R]\n\n"
+            "                       [--device DEV] [--device-memory DEV=SIZE] [--residency R]\n"
+            "                       [--kv-type auto|f32|f16|int8]\n\n"
             "Generates text with the language model in MODEL_DIR (an ONNX Runtime GenAI folder:\n"
             "genai_config.json, model.onnx, tokenizer.json; or a Hugging Face optimum export with\n"
             "model.onnx and config.json). Prints the text as it is produced, then a summary on\n"
@@ -54,6 +55,10 @@ static void generate_usage(FILE *f) {
             "                     DEV (the rest streamed or on the CPU). The summary then gives\n"
             "                     each device's peak and the bytes uploaded per decoded token\n"
             "  --residency mapped external data read from disk in place (not counted in the budget)\n"
+            "  --kv-type T        the KV cache's type: auto (the model's: float32, or float16 for a\n"
+            "                     folder converted with --kv-dtype float16), f32 / f16 (must be the\n"
+            "                     model's), int8 (8-bit codes, one float32 scale per kv head and\n"
+            "                     token: a quarter of float32's bytes; GenAI folders, CPU)\n"
             "  --json             print one JSON object at the end instead of streaming: text,\n"
             "                     tokens (the generated ids), prompt_tokens, prefill_tokens_per_s,\n"
             "                     decode_tokens_per_s, ttft_ms, stop_reason\n");
@@ -62,7 +67,7 @@ static void generate_usage(FILE *f) {
 #define MAX_STOP 64
 
 typedef struct gen_args {
-    const char *dir, *prompt, *prompt_ids, *system, *device_memory, *residency, *device;
+    const char *dir, *prompt, *prompt_ids, *system, *device_memory, *residency, *device, *kv_type;
     int chat; /* -1 auto, 0 no, 1 yes */
     long max_tokens, max_length, threads, top_k;
     double temperature, top_p, rep;
@@ -137,6 +142,8 @@ static int parse_args(int argc, char **argv, gen_args *a) {
             a->device = argv[++i];
         } else if (!strcmp(o, "--residency")) {
             a->residency = argv[++i];
+        } else if (!strcmp(o, "--kv-type")) {
+            a->kv_type = argv[++i];
         } else if (!strcmp(o, "--threads")) {
             if (!parse_long(argv[++i], 0, 4096, &a->threads))
                 return bad_value(o, argv[i], "an integer >= 0");
@@ -367,6 +374,7 @@ int cmd_generate(int argc, char **argv) {
         go.ignore_eos = a.ignore_eos;
         go.device_memory = a.device_memory;
         go.residency = a.residency;
+        go.kv_type = a.kv_type;
         go.device = a.device;
         st = tdm_generator_create(env, a.dir, &go, &g);
     }

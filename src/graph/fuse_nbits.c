@@ -3,7 +3,15 @@
  * MatMulNBitsPacked(A, P, bias) with one constant P in the layout of ops/nbits_pack.h (the
  * CPU's decode kernels stream it linearly). Applies to float A and float32 scales, 4 or 8
  * bits, no g_idx. The constants the node read alone are freed as soon as P is made, so the
- * session never holds both copies of more than one matrix. */
+ * session never holds both copies of more than one matrix.
+ *
+ * ONNX Runtime's fast form of an asymmetric layer (a MatMulNBits without zero points, then
+ * the zero-point term as a float MatMul of A's block sums) is folded in:
+ *     Y = Add(MatMulNBits(A, ...), MatMul(ReduceSum(Reshape(A, [0.., nb, bs]), axes -1,
+ *             keepdims 0), C))        C: constant float32 [nb, N]
+ * becomes one MatMulNBitsPacked whose per-block mz takes C (ops/nbits_pack.h, off): the
+ * same sum, without the four nodes and with C read as part of P (float16 when it keeps the
+ * values). The inner values must be read by the pattern alone. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,6 +37,51 @@ static void drop_const(fz_ctx *fz, int v, int uses_before) {
     if (!val->data || val->is_input || val->is_output) return;
     tdm_tensor_destroy(val->data);
     val->data = NULL;
+}
+
+/* The offset pattern after node i (see the header): the MatMul's constant C (*ic) and the
+ * nodes the packed node replaces (kill: Add, MatMul, ReduceSum, Reshape). */
+static bool match_offsets(const fz_ctx *fz, int i, int64_t N, int64_t nb, int64_t bs, int *ic,
+                          int kill[4]) {
+    const tdm_node *n = fz_node(fz, i);
+    int y = n->outputs[0], ia = n->inputs[0];
+    int add = fz_sole_consumer(fz, y);
+    if (add < 0 || !fz_is_op(fz, add, "Add") || fz_node(fz, add)->n_inputs != 2) return false;
+    int mo = fz_other_input(fz_node(fz, add), y);
+    int mm = mo >= 0 ? fz_producer(fz, mo) : -1;
+    if (mm < 0 || !fz_is_op(fz, mm, "MatMul") || fz_sole_consumer(fz, mo) != add) return false;
+    const tdm_node *m = fz_node(fz, mm);
+    if (m->n_inputs != 2 || m->inputs[0] < 0 || m->inputs[1] < 0) return false;
+    const tdm_tensor *C = fz_const(fz, m->inputs[1]);
+    if (!C || C->device || C->dtype != TDM_FLOAT || C->rank != 2 || C->dims[0] != nb ||
+        C->dims[1] != N)
+        return false;
+    int sv = m->inputs[0], rsum = fz_producer(fz, sv);
+    if (rsum < 0 || !fz_is_op(fz, rsum, "ReduceSum") || fz_sole_consumer(fz, sv) != mm) return false;
+    const tdm_node *r = fz_node(fz, rsum);
+    if (tdm_attr_int(r, "keepdims", 1) != 0 || r->n_inputs < 2 || r->inputs[0] < 0 || r->inputs[1] < 0)
+        return false;
+    const tdm_tensor *ax = fz_const(fz, r->inputs[1]);
+    int rv = r->inputs[0], resh = fz_producer(fz, rv);
+    if (resh < 0 || !fz_is_op(fz, resh, "Reshape") || fz_sole_consumer(fz, rv) != rsum) return false;
+    const tdm_node *rs = fz_node(fz, resh);
+    if (rs->n_inputs != 2 || rs->inputs[0] != ia || tdm_attr_int(rs, "allowzero", 0) != 0) return false;
+    const tdm_tensor *shape = fz_const(fz, rs->inputs[1]);
+    if (!shape || shape->dtype != TDM_INT64 || shape->rank != 1 || shape->count < 2 ||
+        shape->count > 8)
+        return false;
+    const int64_t *sh = shape->data;
+    int64_t rank = shape->count;
+    for (int64_t k = 0; k + 2 < rank; k++)
+        if (sh[k] != 0) return false; /* A's leading dims, copied */
+    if (sh[rank - 2] != nb || sh[rank - 1] != bs) return false;
+    /* the sum over the last axis (of the reshaped rank) */
+    if (!ax || ax->dtype != TDM_INT64 || ax->count != 1) return false;
+    int64_t a0 = ((const int64_t *)ax->data)[0];
+    if (a0 != -1 && a0 != rank - 1) return false;
+    *ic = m->inputs[1];
+    kill[0] = add, kill[1] = mm, kill[2] = rsum, kill[3] = resh;
+    return true;
 }
 
 static tdm_status *pack_node(fz_ctx *fz, int i) {
@@ -71,7 +124,12 @@ static tdm_status *pack_node(fz_ctx *fz, int i) {
             return NULL;
         }
     }
-    unsigned form = tdm_nbits_pk_form(N, nb, bits, S->data, zpf);
+    /* the offsets of ONNX Runtime's fast form (needs whole blocks: K = nb * bs) */
+    int ic = -1, kill[4] = {-1, -1, -1, -1};
+    const float *off = NULL;
+    if (!Z && ibias < 0 && K == nb * bs && match_offsets(fz, i, N, nb, bs, &ic, kill))
+        off = fz_const(fz, ic)->data;
+    unsigned form = tdm_nbits_pk_form_off(N, nb, bits, S->data, zpf, off);
     tdm_nbits_pk_layout(N, K, bits, bs, form, &pk);
     int64_t bytes = (int64_t)tdm_nbits_pk_bytes(&pk);
     tdm_tensor *P = NULL;
@@ -80,9 +138,10 @@ static tdm_status *pack_node(fz_ctx *fz, int i) {
         if (zpf && (!Z || zpf != Z->data)) tdm_free(a, zpf);
         return st;
     }
-    tdm_nbits_pk_pack(&pk, B->data, S->data, zpf, P->data);
+    tdm_nbits_pk_pack_off(&pk, B->data, S->data, zpf, off, P->data);
     if (zpf != (Z ? Z->data : NULL)) tdm_free(a, zpf);
     int uses_b = fz_uses(fz, ib), uses_s = fz_uses(fz, is), uses_z = iz >= 0 ? fz_uses(fz, iz) : 0;
+    int uses_c = ic >= 0 ? fz_uses(fz, ic) : 0;
     char *name = tdm_strdup(a, n->name);
     if (!name) {
         tdm_tensor_destroy(P);
@@ -99,7 +158,7 @@ static tdm_status *pack_node(fz_ctx *fz, int i) {
     f->inputs[0] = ia;
     f->inputs[1] = pv;
     if (ibias >= 0) f->inputs[2] = ibias;
-    f->outputs[0] = n->outputs[0];
+    f->outputs[0] = off ? fz_node(fz, kill[0])->outputs[0] : n->outputs[0];
     TDM_TRY(fz_attr_int(fz, fi, "K", K));
     TDM_TRY(fz_attr_int(fz, fi, "N", N));
     TDM_TRY(fz_attr_int(fz, fi, "bits", bits));
@@ -107,6 +166,8 @@ static tdm_status *pack_node(fz_ctx *fz, int i) {
     TDM_TRY(fz_attr_int(fz, fi, "accuracy_level", acc));
     TDM_TRY(fz_attr_int(fz, fi, "packed_form", (int64_t)form));
     fz_kill(fz, i);
+    for (int k = 0; off && k < 4; k++) fz_kill(fz, kill[k]);
+    drop_const(fz, ic, uses_c);
     drop_const(fz, ib, uses_b);
     drop_const(fz, is, uses_s);
     drop_const(fz, iz, uses_z);

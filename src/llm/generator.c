@@ -17,6 +17,11 @@
  *  - fed back (optimum, and GenAI folders that say past_present_share_buffer false): two
  *    bindings take turns; the presents the one kept from its run are the pasts of the other's
  *    next run, and stay valid until that binding runs again. The first run gets empty pasts.
+ *  - its element type is the model's (float32, or float16 for a folder converted with
+ *    --kv-dtype float16), or int8 with options.kv_type "int8" (shared form only): the graph
+ *    edit kv_int8_edit makes every past / present int8 [1, kv_heads, length,
+ *    TDM_KV_I8_ROW(head_dim)] (ops/kv_int8.h), which GroupQueryAttention takes as its 8-bit
+ *    cache; the budget (kv_budget) counts those bytes.
  * Logits: only the last position's are used, so by default (tdm_generator_options.all_logits
  * false) the graph is edited at creation to compute only those (last_logits_only: the lm
  * head gets the last row of its input): every run writes them into a [1, 1, vocab] tensor
@@ -39,6 +44,7 @@
 #include "llm/llm_graph.h"
 #include "llm/llm_internal.h"
 #include "llm/sampler.h"
+#include "ops/kv_int8.h"
 #include "tandem/generator.h"
 
 enum { PK, PV, OK, OV }; /* the four names of a layer: past key/value, present key/value */
@@ -108,7 +114,61 @@ typedef struct last_edit {
     int64_t budget, kv_bytes;
     char *budget_text;
     size_t budget_size;
+    bool kv_int8;       /* options.kv_type "int8": the caches become 8-bit (kv_int8_edit) */
 } last_edit;
+
+/* kv_type "int8": every layer's past and present key / value become int8 [batch, kv_heads,
+ * length, TDM_KV_I8_ROW(head_dim)] (ops/kv_int8.h: codes, then one scale per 32), which
+ * GroupQueryAttention takes as its 8-bit cache. Only when each past is float32 and read by
+ * GroupQueryAttention nodes alone (as past_key / past_value). */
+static tdm_status *kv_int8_edit(tdm_graph *g, const tdm_llm_folder *f) {
+    int layers = 0;
+    for (int l = 0; l < 4096; l++) {
+        char name[4][TDM_LLM_NAME];
+        tdm_llm_layer_name(name[0], f->past_key, l);
+        tdm_llm_layer_name(name[1], f->past_value, l);
+        tdm_llm_layer_name(name[2], f->present_key, l);
+        tdm_llm_layer_name(name[3], f->present_value, l);
+        int v[4];
+        for (int k = 0; k < 4; k++) v[k] = tdm_graph_find_value(g, name[k]);
+        if (v[0] < 0 && v[1] < 0) break;
+        for (int k = 0; k < 4; k++) {
+            if (v[k] < 0)
+                return TDM_ERR(TDM_ERR_UNSUPPORTED, "kv_type int8: the model has no '%s'", name[k]);
+            tdm_value *val = &g->values[v[k]];
+            if (val->dtype != TDM_FLOAT || val->rank != 4 || val->dims[3] <= 0)
+                return TDM_ERR(TDM_ERR_UNSUPPORTED, "kv_type int8 needs a float32 [batch, kv_heads, "
+                               "length, head_dim] cache; '%s' is %s", name[k],
+                               tdm_dtype_name(val->dtype));
+        }
+        for (size_t n = 0; n < g->n_nodes; n++) {
+            const tdm_node *nd = &g->nodes[n];
+            bool gqa = !strcmp(nd->op_type, "GroupQueryAttention") && !strcmp(nd->domain, "com.microsoft");
+            for (int i = 0; i < nd->n_inputs; i++)
+                if ((nd->inputs[i] == v[0] || nd->inputs[i] == v[1]) &&
+                    !(gqa && (i == 3 || i == 4)))
+                    return TDM_ERR(TDM_ERR_UNSUPPORTED, "kv_type int8: '%s' is read by %s node '%s', "
+                                   "not as GroupQueryAttention's past", g->values[nd->inputs[i]].name,
+                                   nd->op_type, nd->name ? nd->name : "");
+            if (gqa)
+                for (int o = 1; o < nd->n_outputs && o <= 2; o++)
+                    if (nd->outputs[o] == v[2] || nd->outputs[o] == v[3])
+                        if (nd->n_inputs <= o + 2 || nd->inputs[o + 2] != v[o - 1])
+                            return TDM_ERR(TDM_ERR_UNSUPPORTED, "kv_type int8: '%s' is not the "
+                                           "present of '%s'", name[o + 1], name[o - 1]);
+        }
+        for (int k = 0; k < 4; k++) {
+            tdm_value *val = &g->values[v[k]];
+            val->dtype = TDM_INT8;
+            val->dims[3] = TDM_KV_I8_ROW(val->dims[3]);
+            tdm_free(g->alloc, val->dim_params[3]);
+            val->dim_params[3] = NULL;
+        }
+        layers++;
+    }
+    if (!layers) return TDM_ERR(TDM_ERR_UNSUPPORTED, "kv_type int8: no KV cache inputs found");
+    return tdm_graph_finalize(g);
+}
 
 /* The KV cache's bytes from the graph's past inputs ([batch, kv_heads, past, head_dim] per
  * layer for K and V, max_length long), taken from the budget the session plans with: the
@@ -142,6 +202,7 @@ static tdm_status *kv_budget(tdm_graph *g, last_edit *e) {
 
 static tdm_status *last_logits_only(tdm_graph *g, void *user) {
     last_edit *e = user;
+    if (e->kv_int8) TDM_TRY(kv_int8_edit(g, e->f));
     if (e->budget > 0) TDM_TRY(kv_budget(g, e));
     if (!e->last_only) return NULL;
     const char *logits = e->logits;
@@ -239,15 +300,17 @@ static tdm_status *describe(tdm_generator *g) {
             if (tdm_llm_find_input(m, g->names[l][k], &d) < 0)
                 return TDM_ERR(TDM_ERR_INVALID_MODEL, "the model has no input '%s'", g->names[l][k]);
             if (d.rank != 4 || d.dims[1] <= 0 || d.dims[3] <= 0 ||
-                (d.dtype != TDM_FLOAT && d.dtype != TDM_FLOAT16))
+                (d.dtype != TDM_FLOAT && d.dtype != TDM_FLOAT16 && d.dtype != TDM_INT8) ||
+                (d.dtype == TDM_INT8 && tdm_kv_i8_head_dim(d.dims[3]) < 1))
                 return TDM_ERR(TDM_ERR_UNSUPPORTED, "input '%s' must be float32 or float16 [batch, "
                                "kv_heads, past, head_dim] with kv_heads and head_dim fixed",
                                g->names[l][k]);
             if (l == 0 && k == PK) {
                 g->kv_heads = (int)d.dims[1];
-                g->head_dim = (int)d.dims[3];
+                g->head_dim = (int)(d.dtype == TDM_INT8 ? tdm_kv_i8_head_dim(d.dims[3]) : d.dims[3]);
                 g->kv_dtype = d.dtype;
-            } else if (d.dims[1] != g->kv_heads || d.dims[3] != g->head_dim || d.dtype != g->kv_dtype) {
+            } else if (d.dims[1] != g->kv_heads || d.dtype != g->kv_dtype ||
+                       d.dims[3] != (d.dtype == TDM_INT8 ? TDM_KV_I8_ROW(g->head_dim) : g->head_dim)) {
                 return TDM_ERR(TDM_ERR_UNSUPPORTED, "input '%s' differs in shape or type from '%s'",
                                g->names[l][k], g->names[0][PK]);
             }
@@ -272,7 +335,8 @@ static tdm_status *alloc_state(tdm_generator *g) {
     if (!g->ids_buf || !g->mask_buf || !g->pos_buf || !g->tokens || !g->cache || !g->empty)
         return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory creating a generator");
     for (size_t i = 0; i < ml; i++) tdm_llm_put_index(g->pos_buf, g->pos_dtype, i, (int64_t)i);
-    int64_t dims[4] = {1, g->kv_heads, g->shared ? g->max_length : 0, g->head_dim};
+    int64_t dims[4] = {1, g->kv_heads, g->shared ? g->max_length : 0,
+                       g->kv_dtype == TDM_INT8 ? TDM_KV_I8_ROW(g->head_dim) : g->head_dim};
     for (size_t i = 0; i < nc; i++)
         TDM_TRY(tdm_tensor_create(g->env, g->kv_dtype, 4, dims, g->shared ? &g->cache[i] : &g->empty[i]));
     for (int b = 0; b < 2; b++) TDM_TRY(tdm_io_binding_create(g->s, &g->bind[b]));
@@ -328,10 +392,22 @@ tdm_status *tdm_generator_create(tdm_env *env, const char *dir, const tdm_genera
     }
     if (opt.max_length < 0)
         return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "max_length is %d; it must be >= 0", opt.max_length);
+    /* kv_type: TDM_UNDEFINED = the model's */
+    tdm_dtype kv_want = TDM_UNDEFINED;
+    if (opt.kv_type && opt.kv_type[0] && strcmp(opt.kv_type, "auto") != 0) {
+        if (!strcmp(opt.kv_type, "f32") || !strcmp(opt.kv_type, "float32")) kv_want = TDM_FLOAT;
+        else if (!strcmp(opt.kv_type, "f16") || !strcmp(opt.kv_type, "float16")) kv_want = TDM_FLOAT16;
+        else if (!strcmp(opt.kv_type, "int8") || !strcmp(opt.kv_type, "q8")) kv_want = TDM_INT8;
+        else
+            return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "kv_type '%s': give auto, f32, f16 or int8",
+                           opt.kv_type);
+    }
     /* another device: the decoder's nodes placed on it (those it lacks on the CPU), the KV
      * cache in host memory (the generator's bindings): the device's budget holds weights and
      * activations only */
     const char *dev = opt.device && strcmp(opt.device, "cpu") != 0 ? opt.device : NULL;
+    if (dev && kv_want == TDM_INT8)
+        return TDM_ERR(TDM_ERR_UNSUPPORTED, "kv_type int8 runs on the CPU only (device '%s')", dev);
     if (dev && (strlen(dev) > 48 || strchr(dev, ',') || strchr(dev, '=')))
         return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "generator device '%s': give one device name", dev);
     const tdm_allocator *a = tdm_env_allocator(env);
@@ -344,7 +420,8 @@ tdm_status *tdm_generator_create(tdm_env *env, const char *dir, const tdm_genera
     atomic_init(&g->cancelled, 0);
     tdm_status *st = tdm_llm_folder_read(dir, &g->f);
     char budget_text[64] = "";
-    last_edit e = {g->f.logits, false, !opt.all_logits, &g->f, 0, 0, 0, budget_text, sizeof budget_text};
+    last_edit e = {g->f.logits, false, !opt.all_logits, &g->f, 0, 0, 0, budget_text, sizeof budget_text,
+                   kv_want == TDM_INT8};
     char dev_budget[128] = "", devices[64] = "";
     if (dev) snprintf(devices, sizeof devices, "%s,cpu", dev);
     if (!st && dev && opt.device_memory && opt.device_memory[0]) {
@@ -387,7 +464,9 @@ tdm_status *tdm_generator_create(tdm_env *env, const char *dir, const tdm_genera
                            : e.budget > 0 ? budget_text : NULL; /* set by the edit (kv_budget) */
         so.residency = opt.residency;
         st = tdm_session_create_edited(env, g->f.model_path, &so,
-                                       opt.all_logits && e.budget <= 0 ? NULL : last_logits_only, &e,
+                                       opt.all_logits && e.budget <= 0 && !e.kv_int8 ? NULL
+                                                                                      : last_logits_only,
+                                       &e,
                                        &g->s);
         if (st && e.kv_bytes > 0 && e.kv_bytes < e.budget && tdm_status_code(st) == TDM_ERR_LIMIT)
             st = tdm_status_wrap(st, "the budget less the KV cache (%.1f MiB for max_length %d): ",
@@ -397,6 +476,13 @@ tdm_status *tdm_generator_create(tdm_env *env, const char *dir, const tdm_genera
     }
     g->on_device = dev != NULL;
     if (!st) st = describe(g);
+    if (!st && kv_want != TDM_UNDEFINED && kv_want != g->kv_dtype)
+        st = TDM_ERR(TDM_ERR_UNSUPPORTED, "kv_type %s: the model's KV cache is %s (a float16 cache "
+                     "comes from the converter: tools/gguf_to_onnx.py --kv-dtype float16; int8 "
+                     "from a float32 one)", opt.kv_type, tdm_dtype_name(g->kv_dtype));
+    if (!st && kv_want == TDM_INT8 && !g->shared)
+        st = TDM_ERR(TDM_ERR_UNSUPPORTED, "kv_type int8 needs GroupQueryAttention with the shared "
+                     "past/present buffer (a GenAI folder, past_present_share_buffer)");
     if (!st) st = alloc_state(g);
     if (!st) st = set_stops(g, &opt);
     if (st) {
@@ -661,6 +747,10 @@ const int32_t *tdm_generator_eos_ids(const tdm_generator *g, size_t *n) {
 
 const char *tdm_generator_form(const tdm_generator *g) {
     return !g ? NULL : g->shared ? "genai" : "optimum";
+}
+
+const char *tdm_generator_kv_type(const tdm_generator *g) {
+    return !g ? NULL : g->kv_dtype == TDM_INT8 ? "int8" : g->kv_dtype == TDM_FLOAT16 ? "f16" : "f32";
 }
 
 tdm_session *tdm_generator_session(tdm_generator *g) { return g ? g->s : NULL; }

@@ -8,6 +8,7 @@
  * kernels do not implement are refused here, at load time, naming what is missing. */
 #include <string.h>
 
+#include "ops/kv_int8.h"
 #include "ops/op.h"
 
 static void set_dims(tdm_value_info *v, tdm_dtype dt, int rank) {
@@ -113,8 +114,14 @@ static tdm_status *infer_gqa(tdm_infer_ctx *c) {
     /* T: float32, or float16 (a half-precision KV cache; the kernel refuses attention_bias
      * and head_sink there) */
     tdm_dtype T = c->in[0].dtype == TDM_FLOAT16 ? TDM_FLOAT16 : TDM_FLOAT;
+    /* tandem's 8-bit KV cache (the generator's kv_type "int8", k_llm_gqa_i8.c): T float32,
+     * past / present int8 [B, kv_num_heads, length, TDM_KV_I8_ROW(head_size)] (each row's
+     * codes, then their scales: ops/kv_int8.h) */
+    bool i8 = T == TDM_FLOAT && has_in(c, 3) && c->in[3].dtype == TDM_INT8;
     for (int i = 0; i < 12; i++) {
-        if (i == 5 || i == 6) {
+        if (i8 && (i == 3 || i == 4)) {
+            TDM_TRY(need_type(c, i, names[i], TDM_INT8));
+        } else if (i == 5 || i == 6) {
             if (has_in(c, i) && c->in[i].dtype != TDM_UNDEFINED && c->in[i].dtype != TDM_INT32)
                 return tdm_node_error(n, TDM_ERR_INVALID_ARGUMENT, "%s must be int32", names[i]);
         } else if (T == TDM_FLOAT16) {
@@ -156,10 +163,11 @@ static tdm_status *infer_gqa(tdm_infer_ctx *c) {
     if (has_in(c, 3) && c->in[3].rank == 4 && c->in[3].dims[1] >= 0 && c->in[3].dims[1] != kvh)
         return tdm_node_error(n, TDM_ERR_INVALID_ARGUMENT, "past_key has %lld heads, kv_num_heads is %lld",
                               (long long)c->in[3].dims[1], (long long)kvh);
+    int64_t row = d >= 0 && i8 ? TDM_KV_I8_ROW(d) : d; /* the cache's last dim */
     if (has_in(c, 3) && c->in[3].rank == 4 && c->in[3].dims[3] >= 0 && d >= 0 &&
-        c->in[3].dims[3] != d)
-        return tdm_node_error(n, TDM_ERR_INVALID_ARGUMENT, "past_key's head size %lld is not %lld",
-                              (long long)c->in[3].dims[3], (long long)d);
+        c->in[3].dims[3] != row)
+        return tdm_node_error(n, TDM_ERR_INVALID_ARGUMENT, "past_key's last dim %lld is not %lld",
+                              (long long)c->in[3].dims[3], (long long)row);
     if (rotary && has_in(c, 7) && c->in[7].rank == 2 && c->in[7].dims[1] >= 0 && d >= 0 &&
         (2 * c->in[7].dims[1] > d))
         return tdm_node_error(n, TDM_ERR_INVALID_ARGUMENT,
@@ -180,10 +188,10 @@ static tdm_status *infer_gqa(tdm_infer_ctx *c) {
     int64_t past = has_in(c, 3) && c->in[3].rank == 4 ? c->in[3].dims[2] : (has_in(c, 3) ? -1 : 0);
     for (int o = 1; o <= 2 && o < c->n_out; o++) {
         if (!c->out[o].present) continue;
-        set_dims(&c->out[o], T, 4);
+        set_dims(&c->out[o], i8 ? TDM_INT8 : T, 4);
         c->out[o].dims[0] = q->rank == 3 ? q->dims[0] : TDM_DIM_UNKNOWN;
         c->out[o].dims[1] = kvh;
-        c->out[o].dims[3] = d;
+        c->out[o].dims[3] = row;
         if (total >= 0 && past >= 0) c->out[o].dims[2] = past > total ? past : total;
     }
     return NULL;

@@ -35,24 +35,40 @@ static bool f16_close(float x) {
     return fabsf(h - x) <= fabsf(x) * 0x1p-22f;
 }
 
-unsigned tdm_nbits_pk_form(int64_t N, int64_t nb, int bits, const float *scales,
-                           const float *zp) {
+/* mz of row n, block b: s * zp (zp NULL: the default 2^(bits - 1)) - off[b * N + n] */
+static float mz_of(int64_t N, int64_t nb, int bits, const float *scales, const float *zp,
+                   const float *off, int64_t n, int64_t b) {
+    float s = scales[n * nb + b];
+    float m = s * (zp ? zp[n * nb + b] : (float)(1 << (bits - 1)));
+    return off ? m - off[b * N + n] : m;
+}
+
+unsigned tdm_nbits_pk_form_off(int64_t N, int64_t nb, int bits, const float *scales,
+                               const float *zp, const float *off) {
     unsigned form = TDM_NBP_S16;
     int64_t n = N * nb;
     for (int64_t i = 0; i < n && (form & TDM_NBP_S16); i++)
         if (!f16_exact(scales[i])) form &= ~TDM_NBP_S16;
-    if (!zp) return form;
-    float d = (float)(1 << (bits - 1));
-    bool dflt = true;
-    for (int64_t i = 0; i < n && dflt; i++) dflt = zp[i] == d;
-    if (dflt) return form;
+    if (!zp && !off) return form;
+    if (!off) {
+        float d = (float)(1 << (bits - 1));
+        bool dflt = true;
+        for (int64_t i = 0; i < n && dflt; i++) dflt = zp[i] == d;
+        if (dflt) return form;
+    }
     form |= TDM_NBP_MZ | TDM_NBP_MZ16;
-    for (int64_t i = 0; i < n; i++)
-        if (!f16_close(scales[i] * zp[i])) {
-            form &= ~TDM_NBP_MZ16;
-            break;
-        }
+    for (int64_t r = 0; r < N && (form & TDM_NBP_MZ16); r++)
+        for (int64_t b = 0; b < nb; b++)
+            if (!f16_close(mz_of(N, nb, bits, scales, zp, off, r, b))) {
+                form &= ~TDM_NBP_MZ16;
+                break;
+            }
     return form;
+}
+
+unsigned tdm_nbits_pk_form(int64_t N, int64_t nb, int bits, const float *scales,
+                           const float *zp) {
+    return tdm_nbits_pk_form_off(N, nb, bits, scales, zp, NULL);
 }
 
 static void put_val(uint8_t *p, int r, bool f16, float v) {
@@ -77,6 +93,11 @@ static float get_val(const uint8_t *p, int r, bool f16) {
 
 void tdm_nbits_pk_pack(const tdm_nbits_pk *pk, const uint8_t *B, const float *scales,
                        const float *zp, uint8_t *out) {
+    tdm_nbits_pk_pack_off(pk, B, scales, zp, NULL, out);
+}
+
+void tdm_nbits_pk_pack_off(const tdm_nbits_pk *pk, const uint8_t *B, const float *scales,
+                           const float *zp, const float *off, uint8_t *out) {
     const int64_t blob = pk->bs * pk->bits / 8, half = pk->bs / 2;
     const bool s16 = pk->form & TDM_NBP_S16, mz = pk->form & TDM_NBP_MZ;
     const bool z16 = pk->form & TDM_NBP_MZ16;
@@ -116,7 +137,9 @@ void tdm_nbits_pk_pack(const tdm_nbits_pk *pk, const uint8_t *B, const float *sc
             }
             float s = scales[n * pk->nb + b];
             put_val(rec + 64 * pk->groups, r, s16, s);
-            if (mz) put_val(rec + 64 * pk->groups + pk->sbytes, r, z16, s * zp[n * pk->nb + b]);
+            if (mz)
+                put_val(rec + 64 * pk->groups + pk->sbytes, r, z16,
+                        mz_of(pk->N, pk->nb, pk->bits, scales, zp, off, n, b));
         }
     }
 }

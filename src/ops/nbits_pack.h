@@ -66,6 +66,15 @@ unsigned tdm_nbits_pk_form(int64_t N, int64_t nb, int bits, const float *scales,
 void tdm_nbits_pk_pack(const tdm_nbits_pk *pk, const uint8_t *B, const float *scales,
                        const float *zp, uint8_t *out);
 
+/* The same with per-block offsets off[b * N + n] (float32 [nb][N]) taken from mz: Y gains
+ * sum_b off[b, n] * asum[m, b] (ONNX Runtime's fast form adds that product, a float MatMul of
+ * A's block sums, after a MatMulNBits without zero points; graph/fuse_nbits.c folds it in).
+ * off NULL: tdm_nbits_pk_form / tdm_nbits_pk_pack. */
+unsigned tdm_nbits_pk_form_off(int64_t N, int64_t nb, int bits, const float *scales,
+                               const float *zp, const float *off);
+void tdm_nbits_pk_pack_off(const tdm_nbits_pk *pk, const uint8_t *B, const float *scales,
+                           const float *zp, const float *off, uint8_t *out);
+
 /* Row n of W dequantized, elements k0..k1 of it (k1 <= nb * bs): out[k - k0] = (q - zp) s
  * (computed as q * s - mz). */
 void tdm_nbits_pk_row(const tdm_nbits_pk *pk, const uint8_t *P, int64_t n, int64_t k0,

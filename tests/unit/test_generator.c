@@ -17,7 +17,9 @@
  *    tests/llm/make_genai_expected.py), and decode steps allocate the same (reported; 0
  *    expected) every step; with float activations (tiny_genai_acc0) the logits after a
  *    prefill of the whole sequence and after one-token runs agree within 1e-4 (the shared
- *    cache is exact); the same on tiny_genai_f16 (a float16 KV cache, --kv-dtype float16).
+ *    cache is exact); the same on tiny_genai_f16 (a float16 KV cache, --kv-dtype float16);
+ *    kv_type "int8" (the 8-bit cache) close to the float32 cache, consistent between prefill
+ *    and one-token runs, and refused where it does not apply.
  *    Skipped while the build lacks the folder's operators. */
 #include <math.h>
 #include <pthread.h>
@@ -649,6 +651,100 @@ static void test_genai_cache_consistency(void **state) {
     tdm_env_free(env);
 }
 
+/* kv_type "int8" (the 8-bit cache of GroupQueryAttention) on the GenAI folder with float
+ * activations: its logits follow the float32 cache's (cosine >= 0.999 at every step of a
+ * prefill and 30 one-token runs, the same arg max at >= 90% of the steps); a prefill of the
+ * whole sequence and one-token runs over the same int8 cache agree within 1e-4 (the rows are
+ * quantised the same way on both paths); types the folder cannot take are refused. */
+static void test_kv_int8(void **state) {
+    (void)state;
+    tdm_env *env = new_env(NULL);
+    int32_t seq[40];
+    uint64_t x = 4242;
+    for (int i = 0; i < 40; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        seq[i] = (int32_t)(3 + (x >> 33) % 380);
+    }
+    tdm_generator *g[2] = {NULL, NULL};
+    for (int k = 0; k < 2; k++) {
+        tdm_generator_options o;
+        memset(&o, 0, sizeof o);
+        o.struct_size = sizeof o;
+        o.max_length = 48;
+        o.threads = 1;
+        o.kv_type = k ? "int8" : "auto";
+        tdm_status *st = tdm_generator_create(env, TINY_GENAI "_acc0", &o, &g[k]);
+        if (tdm_status_code(st) == TDM_ERR_UNSUPPORTED && k == 0) {
+            tdm_status_free(st);
+            tdm_env_free(env);
+            skip();
+        }
+        OK(st);
+        OK(tdm_generator_append(g[k], seq, 10));
+    }
+    int agree = 0, steps = 0;
+    double worst_cos = 1;
+    for (int i = 10; i <= 40; i++) {
+        const float *l[2];
+        size_t v[2];
+        for (int k = 0; k < 2; k++) OK(tdm_generator_logits(g[k], &l[k], &v[k]));
+        assert_int_equal(v[0], v[1]);
+        double dot = 0, a2 = 0, b2 = 0;
+        size_t am[2] = {0, 0};
+        for (size_t j = 0; j < v[0]; j++) {
+            dot += (double)l[0][j] * l[1][j], a2 += (double)l[0][j] * l[0][j], b2 += (double)l[1][j] * l[1][j];
+            for (int k = 0; k < 2; k++) am[k] = l[k][j] > l[k][am[k]] ? j : am[k];
+        }
+        worst_cos = fmin(worst_cos, dot / sqrt(a2 * b2));
+        agree += am[0] == am[1];
+        steps++;
+        if (i < 40)
+            for (int k = 0; k < 2; k++) OK(tdm_generator_append(g[k], seq + i, 1));
+    }
+    fprintf(stderr, "kv int8 against float32: worst logits cosine %.6f, arg max agrees %d/%d\n",
+            worst_cos, agree, steps);
+    assert_true(worst_cos >= 0.999);
+    assert_true(agree * 10 >= steps * 9);
+    /* the int8 cache: one prefill of 40 against 40 one-token runs */
+    const float *l;
+    size_t v;
+    float *ref = malloc(sizeof(float) * 512);
+    OK(tdm_generator_logits(g[1], &l, &v));
+    assert_true(v <= 512);
+    memcpy(ref, l, v * sizeof *ref);
+    tdm_generator_reset(g[1]);
+    OK(tdm_generator_append(g[1], seq, 40));
+    OK(tdm_generator_logits(g[1], &l, &v));
+    double worst = 0;
+    for (size_t j = 0; j < v; j++) worst = fmax(worst, fabs((double)l[j] - ref[j]));
+    if (worst > 1e-4) fprintf(stderr, "int8 cache: prefill against one-token runs: max |diff| %g\n", worst);
+    assert_true(worst <= 1e-4);
+    free(ref);
+    for (int k = 0; k < 2; k++) tdm_generator_free(g[k]);
+    /* refused types */
+    const struct {
+        const char *dir, *kv;
+        tdm_code code;
+    } bad[] = {{TINY_GENAI "_acc0", "f16", TDM_ERR_UNSUPPORTED},
+               {TINY_GENAI "_acc0", "q4", TDM_ERR_INVALID_ARGUMENT},
+               {TINY_GENAI "_f16", "int8", TDM_ERR_UNSUPPORTED},
+               {TINY, "int8", TDM_ERR_UNSUPPORTED}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        tdm_generator_options o;
+        memset(&o, 0, sizeof o);
+        o.struct_size = sizeof o;
+        o.max_length = 32;
+        o.kv_type = bad[i].kv;
+        tdm_generator *gb = NULL;
+        tdm_status *st = tdm_generator_create(env, bad[i].dir, &o, &gb);
+        if (tdm_status_code(st) != bad[i].code)
+            fail_msg("kv_type %s on %s: %s", bad[i].kv, bad[i].dir, tdm_status_message(st));
+        tdm_status_free(st);
+        tdm_generator_free(gb);
+    }
+    tdm_env_free(env);
+}
+
 /* all_logits (the model as it is) and the default (the lm head on the last position only)
  * give the same logits and tokens, in both forms. */
 static void test_all_logits_same(void **state) {
@@ -750,6 +846,7 @@ int main(void) {
         cmocka_unit_test(test_genai_cache_consistency),
         cmocka_unit_test(test_folder),
         cmocka_unit_test(test_all_logits_same),
+        cmocka_unit_test(test_kv_int8),
         cmocka_unit_test(test_binding_device_refused),
         cmocka_unit_test(test_cancel_thread),
     };

@@ -14,6 +14,7 @@
 #include "backends/cpu/cpu_isa.h"
 #include "backends/cpu/cpu_simd.h"
 #include "backends/kernel.h"
+#include "ops/kv_int8.h"
 
 typedef struct tdm_llm_fns {
     /* out[t] = scale * sum_i q[i] * k[t * ks + i] for t < n (n >= 0, d >= 1) */
@@ -27,6 +28,28 @@ typedef struct tdm_llm_fns {
 
 /* The best variant at or below level. Never NULL. */
 const tdm_llm_fns *tdm_llm_fns_for(tdm_cpu_isa level);
+
+/* The 8-bit KV cache (k_llm_gqa_i8.c; the row format in ops/kv_int8.h: codes, then one
+ * bfloat16 scale per 32 codes). */
+#define TDM_LLM_KV_I8_ROW(d) TDM_KV_I8_ROW(d)
+#define TDM_LLM_KV_I8_MAX_D 1024 /* head sizes the int8 cache takes */
+typedef struct tdm_llm_i8_fns {
+    /* out[h * ld + t] = scale * sum_i q[h][i] * x_t[i] for h < G, t < n (rows k + t * rs,
+     * x = the row's codes times their group's scale) */
+    void (*scores)(const float *const *q, int64_t G, const int8_t *k, int64_t rs, int64_t n,
+                   int64_t d, float scale, float *out, int64_t ld);
+    /* y[h * ys + i] += sum_t p[h * ld + t] * x_t[i] for h < G, i < d (rows v + t * rs) */
+    void (*pv)(const float *p, int64_t ld, int64_t G, const int8_t *v, int64_t rs, int64_t n,
+               int64_t d, float *y, int64_t ys);
+    tdm_cpu_isa isa;
+} tdm_llm_i8_fns;
+/* The best variant at or below level. Never NULL. */
+const tdm_llm_i8_fns *tdm_llm_i8_fns_for(tdm_cpu_isa level);
+/* row = the codes and scales of x[0..d): per group of 32, s = max|x| / 127 rounded up to a
+ * bfloat16, c = round(x / s) (nearest even) */
+void tdm_llm_kv_quantize_row(const float *x, int64_t d, int8_t *row);
+/* out[t * d + i] = x_t[i] for t < n (rows stride rs bytes) */
+void tdm_llm_kv_dequantize_rows(const int8_t *rows, int64_t rs, int64_t n, int64_t d, float *out);
 
 /* One query row of attention over keys/values rows [0, n) (row strides ks, vs): softmax of
  * scale * q.K^T (tanh soft-capped when softcap > 0; plus bias[t] when bias is not NULL;

@@ -21,6 +21,14 @@
  * q/k norm weights, query_seqlens, output_qk, the sliding-window cache. causal=0 lets every
  * query row see all of its item's rows.
  *
+ * 8-bit cache (tandem's, the generator's kv_type "int8"; ops/kv_int8.h): past / present int8
+ * [B, KVH, L, TDM_KV_I8_ROW(D)], each row D codes and one bfloat16 scale per 32. New rows are
+ * rotated in float32 and quantised as they enter the cache (pass 1); decode reads the codes in
+ * the dot products (k_llm_gqa_i8.c: all heads of a group per cache row, the split over threads
+ * as for float32); a block of rows (prefill, chunks) widens its key / value range once into
+ * scratch for the two sgemm calls. ONNX Runtime's own quantised caches (k_quant_type, k_scale)
+ * stay refused.
+ *
  * Speed: two parallel passes on the session's pool: (batch, kv head) pairs write the cache,
  * then (batch, kv head, block of up to 16 query rows) items, one slot per thread. A single row
  * (decode) runs all heads of its group together, 64 cache rows at a time, so the cache is read
@@ -109,12 +117,49 @@ typedef struct gqa_job {
     int64_t per_task, row_blocks, rows_per_block, items, slots;
     int64_t parts;  /* decode: each group's cache rows split in parts (threads > groups) */
     float *partial; /* per (batch, head, part): D partial outputs, max logit, 1 + sum */
+    /* the 8-bit cache (past / present int8 [B, KVH, L, TDM_KV_I8_ROW(D)]: ops/kv_int8.h) */
+    bool i8;
+    int64_t rs;            /* bytes per cache row */
+    int8_t *kq, *vq;       /* present caches */
+    const int8_t *pkq, *pvq;
+    const tdm_llm_i8_fns *fi;
 } gqa_job;
 
 /* Pass 1: one (batch, kv head) pair per item: the present cache rows. */
+static void gqa_cache_i8(const gqa_job *j, int64_t p0, int64_t p1) {
+    float tmp[TDM_LLM_KV_I8_MAX_D];
+    for (int64_t p = p0; p < p1; p++) {
+        int64_t b = p / j->KVH, g = p % j->KVH, past = j->past[b];
+        for (int c = 0; c < 2; c++) {
+            int8_t *dst = (c ? j->vq : j->kq) + p * j->L * j->rs;
+            const int8_t *pst = c ? j->pvq : j->pkq;
+            if (!(c ? j->v_inplace : j->k_inplace)) {
+                if (past > 0) memcpy(dst, pst + p * j->P * j->rs, (size_t)(past * j->rs));
+                int64_t end = past + j->S;
+                if (end < j->L) memset(dst + end * j->rs, 0, (size_t)((j->L - end) * j->rs));
+            }
+            for (int64_t s = 0; s < j->S; s++) {
+                const float *src = (c ? j->v : j->k) + (b * j->S + s) * j->kstride +
+                                   (c ? j->voff : j->koff) + g * j->D;
+                memcpy(tmp, src, (size_t)j->D * sizeof(float));
+                if (c == 0 && j->rotary) {
+                    int64_t pos = past + s;
+                    tdm_llm_rotate(tmp, j->cos + pos * (j->rot / 2), j->sin + pos * (j->rot / 2),
+                                   j->rot, j->interleaved);
+                }
+                tdm_llm_kv_quantize_row(tmp, j->D, dst + (past + s) * j->rs);
+            }
+        }
+    }
+}
+
 static void gqa_cache(void *arg, int64_t p0, int64_t p1) {
     const gqa_job *j = arg;
     size_t row = (size_t)j->D * sizeof(float);
+    if (j->i8) {
+        gqa_cache_i8(j, p0, p1);
+        return;
+    }
     for (int64_t p = p0; p < p1; p++) {
         int64_t b = p / j->KVH, g = p % j->KVH, past = j->past[b];
         for (int c = 0; c < 2; c++) {
@@ -178,13 +223,23 @@ static void block_gemm(const tdm_cpu_simd *simd, bool tb, int64_t M, int64_t N, 
 static void gqa_block_gemm(const gqa_job *j, int64_t b, int64_t g, int64_t s0, int64_t s1,
                            float *scratch) {
     int64_t group = j->H / j->KVH, rows = s1 - s0;
-    const float *kc = j->kc + (b * j->KVH + g) * j->L * j->D;
-    const float *vc = j->vc + (b * j->KVH + g) * j->L * j->D;
     int64_t lo0, n0, lo1, n1;
     row_range(j, b, s0, &lo0, &n0);
     row_range(j, b, s1 - 1, &lo1, &n1);
     int64_t cols = n1 - lo0, ld = cols + 1; /* +1: room for a sink logit after a full row */
     float *sc = scratch, *qb = scratch + rows * (j->L + 1);
+    const float *kc, *vc;
+    if (j->i8) { /* the block's key / value range widened once (after qb) for the GEMMs */
+        float *kw = qb + rows * j->D, *vw = kw + j->L * j->D;
+        size_t off = (size_t)((b * j->KVH + g) * j->L + lo0) * (size_t)j->rs;
+        tdm_llm_kv_dequantize_rows(j->kq + off, j->rs, cols, j->D, kw + lo0 * j->D);
+        tdm_llm_kv_dequantize_rows(j->vq + off, j->rs, cols, j->D, vw + lo0 * j->D);
+        kc = kw;
+        vc = vw;
+    } else {
+        kc = j->kc + (b * j->KVH + g) * j->L * j->D;
+        vc = j->vc + (b * j->KVH + g) * j->L * j->D;
+    }
     for (int64_t i = 0; i < group; i++) {
         int64_t h = g * group + i;
         for (int64_t r = 0; r < rows; r++) {
@@ -217,8 +272,8 @@ static void gqa_block_gemm(const gqa_job *j, int64_t b, int64_t g, int64_t s0, i
  * 1 / (1 + sum) gives the sum back), the max logit, and 1 + sum; gqa_merge combines them. */
 static void gqa_item_part(const gqa_job *j, int64_t b, int64_t g, int64_t k, float *scratch) {
     int64_t group = j->H / j->KVH, ld = j->L + 16, slot = j->D + 2;
-    const float *kc = j->kc + (b * j->KVH + g) * j->L * j->D;
-    const float *vc = j->vc + (b * j->KVH + g) * j->L * j->D;
+    const float *kc = j->i8 ? NULL : j->kc + (b * j->KVH + g) * j->L * j->D;
+    const float *vc = j->i8 ? NULL : j->vc + (b * j->KVH + g) * j->L * j->D;
     float *scores = scratch, *qbuf = scores + group * ld;
     int64_t lo, n;
     row_range(j, b, 0, &lo, &n);
@@ -233,10 +288,15 @@ static void gqa_item_part(const gqa_job *j, int64_t b, int64_t g, int64_t k, flo
         if (a < e) q[i] = query_row(j, b, g * group + i, 0, qbuf + i * j->D);
     }
     if (a >= e) return;
+    const int8_t *kq = j->i8 ? j->kq + (b * j->KVH + g) * j->L * j->rs : NULL;
+    const int8_t *vq = j->i8 ? j->vq + (b * j->KVH + g) * j->L * j->rs : NULL;
     for (int64_t t = a; t < e; t += GQA_KV_BLOCK) {
         int64_t cnt = e - t < GQA_KV_BLOCK ? e - t : GQA_KV_BLOCK;
-        for (int64_t i = 0; i < group; i++)
-            j->f->scores(q[i], kc + t * j->D, j->D, cnt, j->D, j->scale, scores + i * ld + (t - a));
+        if (j->i8)
+            j->fi->scores(q, group, kq + t * j->rs, j->rs, cnt, j->D, j->scale, scores + (t - a), ld);
+        else
+            for (int64_t i = 0; i < group; i++)
+                j->f->scores(q[i], kc + t * j->D, j->D, cnt, j->D, j->scale, scores + i * ld + (t - a));
     }
     int64_t cnt = e - a;
     for (int64_t i = 0; i < group; i++) {
@@ -251,12 +311,20 @@ static void gqa_item_part(const gqa_job *j, int64_t b, int64_t g, int64_t k, flo
         float mx = -INFINITY;
         for (int64_t t = 0; t < cnt; t++) mx = sc[t] > mx ? sc[t] : mx;
         memset(o, 0, (size_t)j->D * sizeof(float));
-        if (mx == -INFINITY) continue;
+        if (mx == -INFINITY) {
+            memset(sc, 0, (size_t)cnt * sizeof(float)); /* the int8 p.V takes every head */
+            continue;
+        }
         sc[cnt] = mx;
         j->simd->softmax_row(sc, NULL, false, cnt + 1);
         o[j->D] = mx;
         o[j->D + 1] = 1.0f / sc[cnt];
         live[i] = true;
+    }
+    if (j->i8) {
+        j->fi->pv(scores, ld, group, vq + a * j->rs, j->rs, e - a, j->D,
+                  j->partial + ((b * j->H + g * group) * j->parts + k) * slot, j->parts * slot);
+        return;
     }
     for (int64_t t = a; t < e; t += GQA_KV_BLOCK) {
         int64_t c = e - t < GQA_KV_BLOCK ? e - t : GQA_KV_BLOCK;
@@ -299,6 +367,35 @@ static void gqa_merge(const gqa_job *j) {
                                 j->y + b * j->H * j->D + h * j->D);
 }
 
+/* One query row s of item b, kv group g, on the 8-bit cache: every head of the group per
+ * cache row (scores, then p.V over the whole range, the codes widened in registers). */
+static void gqa_row_i8(const gqa_job *j, int64_t b, int64_t g, int64_t s, float *scores,
+                       float *qbuf) {
+    int64_t group = j->H / j->KVH, ld = j->L + 16;
+    const int8_t *kq = j->kq + (b * j->KVH + g) * j->L * j->rs;
+    const int8_t *vq = j->vq + (b * j->KVH + g) * j->L * j->rs;
+    const float *q[64];
+    float *y = j->y + (b * j->S + s) * j->H * j->D + g * group * j->D;
+    for (int64_t i = 0; i < group; i++) q[i] = query_row(j, b, g * group + i, s, qbuf + i * j->D);
+    int64_t lo, n;
+    row_range(j, b, s, &lo, &n);
+    for (int64_t t = lo; t < n; t += GQA_KV_BLOCK) {
+        int64_t cnt = n - t < GQA_KV_BLOCK ? n - t : GQA_KV_BLOCK;
+        j->fi->scores(q, group, kq + t * j->rs, j->rs, cnt, j->D, j->scale, scores + (t - lo), ld);
+    }
+    memset(y, 0, (size_t)(group * j->D) * sizeof(float));
+    for (int64_t i = 0; i < group; i++) {
+        int64_t h = g * group + i;
+        const float *bias = j->bias ? j->bias + b * j->bias_s[0] + h * j->bias_s[1] +
+                                          s * j->bias_s[2] + lo
+                                    : NULL;
+        if (!tdm_llm_softmax(j->simd, scores + i * ld, n - lo, j->softcap, bias,
+                             j->sink || j->smooth, j->sink ? j->sink[h] : 0.0f))
+            memset(scores + i * ld, 0, (size_t)(n - lo) * sizeof(float)); /* a zero row */
+    }
+    j->fi->pv(scores, ld, group, vq + lo * j->rs, j->rs, n - lo, j->D, y, j->D);
+}
+
 /* Item p of pass 2: (batch, kv head, block of query rows). One row (decode): all heads of
  * the group together, GQA_KV_BLOCK cache rows at a time. */
 static void gqa_item(const gqa_job *j, int64_t p, float *scratch) {
@@ -316,6 +413,10 @@ static void gqa_item(const gqa_job *j, int64_t p, float *scratch) {
         return;
     }
     float *scores = scratch, *qbuf = scores + group * ld;
+    if (j->i8) {
+        gqa_row_i8(j, b, g, s0, scores, qbuf);
+        return;
+    }
     const float *kc = j->kc + bg * j->L * j->D, *vc = j->vc + bg * j->L * j->D;
     for (int64_t s = s0; s < s1; s++) {
         const float *q[64]; /* the group's query rows (group <= 64: checked by the run) */
@@ -356,14 +457,15 @@ static void gqa_slots(void *arg, int64_t k0, int64_t k1) {
 }
 
 static tdm_status *check_cache(const tdm_node *node, const tdm_tensor *t, const char *what,
-                               int64_t B, int64_t KVH, int64_t D) {
-    if (t->dtype != TDM_FLOAT || t->rank != 4 || t->dims[0] != B || t->dims[1] != KVH ||
-        t->dims[3] != D) {
+                               int64_t B, int64_t KVH, int64_t D, bool i8) {
+    int64_t last = i8 ? TDM_LLM_KV_I8_ROW(D) : D;
+    if (t->dtype != (i8 ? TDM_INT8 : TDM_FLOAT) || t->rank != 4 || t->dims[0] != B ||
+        t->dims[1] != KVH || t->dims[3] != last) {
         char buf[96];
         return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
-                              "%s has shape %s, expected float32 [%lld, %lld, length, %lld]", what,
-                              tdm_shape_str(t->rank, t->dims, buf, sizeof buf), (long long)B,
-                              (long long)KVH, (long long)D);
+                              "%s has %s shape %s, expected %s [%lld, %lld, length, %lld]", what,
+                              tdm_dtype_name(t->dtype), tdm_shape_str(t->rank, t->dims, buf, sizeof buf),
+                              i8 ? "int8" : "float32", (long long)B, (long long)KVH, (long long)last);
     }
     return NULL;
 }
@@ -411,9 +513,20 @@ tdm_status *tdm_llm_run_gqa(tdm_kernel_ctx *ctx) {
     }
     if (!pk != !pv)
         return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "past_key and past_value go together");
+    /* the 8-bit cache: past (or, without one, present) is int8 */
+    const tdm_tensor *c0 = pk ? pk : ctx->n_out > 1 ? ctx->out[1] : NULL;
+    j.i8 = c0 && c0->dtype == TDM_INT8;
+    j.rs = j.i8 ? TDM_LLM_KV_I8_ROW(j.D) : j.D * (int64_t)sizeof(float);
+    if (j.i8 && j.D > TDM_LLM_KV_I8_MAX_D)
+        return tdm_node_error(node, TDM_ERR_UNSUPPORTED, "the int8 KV cache takes head sizes up to %d",
+                              TDM_LLM_KV_I8_MAX_D);
+    for (int o = 1; o <= 2; o++) {
+        const tdm_tensor *t = ctx->n_out > o ? ctx->out[o] : NULL;
+        if (t) TDM_TRY(check_cache(node, t, o == 1 ? "present_key" : "present_value", j.B, j.KVH, j.D, j.i8));
+    }
     if (pk) {
-        TDM_TRY(check_cache(node, pk, "past_key", j.B, j.KVH, j.D));
-        TDM_TRY(check_cache(node, pv, "past_value", j.B, j.KVH, j.D));
+        TDM_TRY(check_cache(node, pk, "past_key", j.B, j.KVH, j.D, j.i8));
+        TDM_TRY(check_cache(node, pv, "past_value", j.B, j.KVH, j.D, j.i8));
         if (pv->dims[2] != pk->dims[2])
             return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "past_key and past_value lengths differ");
         j.P = pk->dims[2];
@@ -520,7 +633,8 @@ tdm_status *tdm_llm_run_gqa(tdm_kernel_ctx *ctx) {
 
     /* the caches: the present outputs, or scratch when they are not asked for */
     tdm_tensor *pres_k = ctx->n_out > 1 ? ctx->out[1] : NULL, *pres_v = ctx->n_out > 2 ? ctx->out[2] : NULL;
-    size_t cache = (size_t)(j.B * j.KVH * j.L * j.D);
+    /* floats of an own (scratch) cache: int8 rows rounded up to floats */
+    size_t cache = j.i8 ? ((size_t)(j.B * j.KVH * j.L * j.rs) + 3) / 4 : (size_t)(j.B * j.KVH * j.L * j.D);
     size_t own_cache = (pres_k ? 0 : cache) + (pres_v ? 0 : cache);
     int64_t group = j.H / j.KVH;
     /* pass 2 items: (batch, kv head, block of query rows); blocks of 16 rows in a prefill */
@@ -543,7 +657,8 @@ tdm_status *tdm_llm_run_gqa(tdm_kernel_ctx *ctx) {
     j.slots = j.items < threads ? j.items : threads;
     if (j.slots < 1) j.slots = 1;
     int64_t row_need = group * (j.L + 16) + group * j.D;
-    int64_t block_need = j.rows_per_block * (j.L + 1) + j.rows_per_block * j.D;
+    int64_t block_need = j.rows_per_block * (j.L + 1) + j.rows_per_block * j.D +
+                         (j.i8 && j.S > 1 ? 2 * j.L * j.D : 0); /* the widened K / V range */
     j.per_task = (row_need > block_need ? row_need : block_need) + 16;
     size_t part_need = j.parts > 1 ? (size_t)(j.B * j.H * j.parts * (j.D + 2)) : 0;
     size_t need = (size_t)(j.slots * j.per_task) + own_cache + part_need;
@@ -561,6 +676,10 @@ tdm_status *tdm_llm_run_gqa(tdm_kernel_ctx *ctx) {
     j.kc = pres_k ? pres_k->data : extra;
     if (!pres_k) extra += cache;
     j.vc = pres_v ? pres_v->data : extra;
+    j.kq = (int8_t *)j.kc;
+    j.vq = (int8_t *)j.vc;
+    j.pkq = (const int8_t *)j.pk;
+    j.pvq = (const int8_t *)j.pv;
     j.k_inplace = pres_k && pk && pres_k->data == pk->data;
     j.v_inplace = pres_v && pv && pres_v->data == pv->data;
     if ((j.k_inplace || j.v_inplace) && j.L != j.P)
@@ -569,6 +688,7 @@ tdm_status *tdm_llm_run_gqa(tdm_kernel_ctx *ctx) {
                             (long long)j.L, (long long)j.P);
     if (!st) {
         j.f = tdm_llm_fns_for(tdm_cpu_simd_of(ctx)->level);
+        j.fi = tdm_llm_i8_fns_for(tdm_cpu_simd_of(ctx)->level);
         j.simd = tdm_cpu_simd_of(ctx);
         tdm_parallel_for(ctx->pool, j.B * j.KVH, 1, gqa_cache, &j);
         int omp = j.S > 1 ? dn_omp_begin() : 1;
