@@ -181,12 +181,94 @@ vnni_panel_rows(const tdm_nbits_pjob *j, int64_t p, int64_t m0, int R, bool q4, 
     for (int r = 0; r < R; r++) finish512(j, p, m0 + r, acc[r], accz[r], mzs);
 }
 
+typedef int32_t __attribute__((may_alias, aligned(1))) i32u; /* an unaligned dword of A */
+
+/* d += u . (the dword of A at q broadcast) */
+__attribute__((always_inline)) TDM_TARGET_VNNI_F16 static inline __m512i dp_bcast(__m512i d,
+                                                                                __m512i u,
+                                                                                const int8_t *q) {
+    return _mm512_dpbusd_epi32(d, u, _mm512_set1_epi32(*(const i32u *)q));
+}
+
+/* vnni_panel_rows with the block's groups G and the rows R known at compile time (G = 4: 4
+ * bits in blocks of 32; G = 8: 8 bits in blocks of 32 or 4 bits in blocks of 64): the unpacked
+ * codes and the R rows' accumulators stay in registers (the general loop above keeps them in
+ * memory: its trip counts are not constants). Same sums in the same order, so each row's Y is
+ * the one of a call of that row alone. */
+__attribute__((always_inline)) TDM_TARGET_VNNI_F16 static inline void
+vnni_rows_fixed(const tdm_nbits_pjob *j, int64_t p, int64_t m0, const int R, const int G,
+                bool q4, bool s16, bool mzs, bool z16) {
+    const tdm_nbits_pk *pk = j->pk;
+    const int64_t bs = pk->bs, half = bs / 2, cb = 64 * G, kq = j->kq, nb = pk->nb;
+    const uint8_t *base = panel_of(j, p);
+    const __m512i nib = _mm512_set1_epi8(15);
+    const int8_t *qa = (const int8_t *)j->a + m0 * kq;
+    const float *sa = j->sa + m0 * nb, *as = j->asum + m0 * nb;
+    __m512 acc[8], accz[8];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) acc[r] = accz[r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *rec = base + b * pk->bstride;
+        __m512i u[16];
+#pragma GCC unroll 16
+        for (int g = 0; g < G; g++) {
+            __m512i v = _mm512_loadu_si512(rec + 64 * g);
+            if (q4) {
+                u[g] = _mm512_and_si512(v, nib);
+                u[8 + g] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+            } else {
+                u[g] = v;
+            }
+        }
+        __m512 s = ld16x(rec + cb, s16);
+        __m512 z = mzs ? ld16x(rec + cb + pk->sbytes, z16) : s;
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            const int8_t *q = qa + r * kq + b * bs;
+            /* one chain (integer sums: any order gives the same) */
+            __m512i d = _mm512_setzero_si512();
+#pragma GCC unroll 16
+            for (int g = 0; g < G; g++) {
+                d = dp_bcast(d, u[g], q + 4 * g);
+                if (q4) d = dp_bcast(d, u[8 + g], q + half + 4 * g);
+            }
+            __m512 df = _mm512_cvtepi32_ps(d);
+            acc[r] = _mm512_fmadd_ps(df, _mm512_mul_ps(s, _mm512_set1_ps(sa[r * nb + b])), acc[r]);
+            accz[r] = _mm512_fmadd_ps(z, _mm512_set1_ps(as[r * nb + b]), accz[r]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) finish512(j, p, m0 + r, acc[r], accz[r], mzs);
+}
+
+/* The M rows against panel p in fixed runs of NBP_MR rows (then 1-3), when G is 4 or 8. */
+#ifndef NBP_MR
+#define NBP_MR 4
+#endif
+__attribute__((always_inline)) TDM_TARGET_VNNI_F16 static inline bool
+vnni_rows_multi(const tdm_nbits_pjob *j, int64_t p, const int G, bool q4, bool s16, bool mzs,
+                bool z16) {
+    int64_t m = 0;
+    for (; m + NBP_MR <= j->M; m += NBP_MR) vnni_rows_fixed(j, p, m, NBP_MR, G, q4, s16, mzs, z16);
+    for (; m + 2 <= j->M; m += 2) vnni_rows_fixed(j, p, m, 2, G, q4, s16, mzs, z16);
+    if (m < j->M) vnni_rows_fixed(j, p, m, 1, G, q4, s16, mzs, z16);
+    return true;
+}
+
 __attribute__((always_inline)) TDM_TARGET_VNNI_F16 static inline void
 vnni_panel(const tdm_nbits_pjob *j, int64_t p, bool q4, bool s16, bool mzs, bool z16) {
     const tdm_nbits_pk *pk = j->pk;
     const int64_t bs = pk->bs, half = bs / 2, G = pk->groups, cb = 64 * G;
     const uint8_t *base = panel_of(j, p);
     const __m512i nib = _mm512_set1_epi8(15);
+    if (j->M > 1 && G == 4) {
+        vnni_rows_multi(j, p, 4, q4, s16, mzs, z16);
+        return;
+    }
+    if (j->M > 1 && G == 8) {
+        vnni_rows_multi(j, p, 8, q4, s16, mzs, z16);
+        return;
+    }
     if (j->M > 1 && G <= (q4 ? 8 : 16)) { /* several rows: each block unpacked once for 4 */
         for (int64_t m0 = 0; m0 < j->M; m0 += 4)
             vnni_panel_rows(j, p, m0, j->M - m0 < 4 ? (int)(j->M - m0) : 4, q4, s16, mzs, z16);
