@@ -306,6 +306,57 @@ vnni_panel(const tdm_nbits_pjob *j, int64_t p, bool q4, bool s16, bool mzs, bool
     }
 }
 
+#if NBP_PERM
+/* Float path, 4 bits: rows m0 and m0 + 1 of A against panel p, each group's nibbles widened
+ * to floats once for both rows. Per row the same operations in the same order as f512_panel's
+ * loop of one row (eight chains t[e], the same sum tree), so the rows' outputs equal the
+ * rows computed alone. */
+__attribute__((always_inline)) TDM_TARGET_512_F16 static inline void
+f512_rows2_q4(const tdm_nbits_pjob *j, int64_t p, int64_t m0, bool s16, bool mzs, bool z16) {
+    const tdm_nbits_pk *pk = j->pk;
+    const int64_t bs = pk->bs, half = bs / 2, G = pk->groups, cb = 64 * G;
+    const uint8_t *base = panel_of(j, p);
+    const __m512 tab = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const float *xa0 = (const float *)j->a + m0 * j->kq, *xa1 = xa0 + j->kq;
+    const float *as0 = j->asum + m0 * pk->nb, *as1 = as0 + pk->nb;
+    __m512 acc0 = _mm512_setzero_ps(), accz0 = _mm512_setzero_ps();
+    __m512 acc1 = _mm512_setzero_ps(), accz1 = _mm512_setzero_ps();
+    for (int64_t b = 0; b < pk->nb; b++) {
+        const uint8_t *rec = base + b * pk->bstride;
+        const float *x0 = xa0 + b * bs, *x1 = xa1 + b * bs;
+        __m512 t0[8], t1[8];
+        for (int i = 0; i < 8; i++) t0[i] = t1[i] = _mm512_setzero_ps();
+        for (int64_t g = 0; g < G; g++) {
+            __m512i v = _mm512_loadu_si512(rec + 64 * g);
+            const int64_t lo = 4 * g, hi = half + 4 * g;
+#define NBP_NIB2(e)                                                                             \
+    {                                                                                           \
+        __m512 wl = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 8 * (e)), tab);                  \
+        __m512 wh = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 8 * (e) + 4), tab);              \
+        t0[e] = _mm512_fmadd_ps(wl, _mm512_set1_ps(x0[lo + (e)]), t0[e]);                       \
+        t0[4 + (e)] = _mm512_fmadd_ps(wh, _mm512_set1_ps(x0[hi + (e)]), t0[4 + (e)]);           \
+        t1[e] = _mm512_fmadd_ps(wl, _mm512_set1_ps(x1[lo + (e)]), t1[e]);                       \
+        t1[4 + (e)] = _mm512_fmadd_ps(wh, _mm512_set1_ps(x1[hi + (e)]), t1[4 + (e)]);           \
+    }
+            NBP_NIB2(0) NBP_NIB2(1) NBP_NIB2(2) NBP_NIB2(3)
+#undef NBP_NIB2
+        }
+        __m512 d0 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(t0[0], t0[1]), _mm512_add_ps(t0[2], t0[3])),
+                                  _mm512_add_ps(_mm512_add_ps(t0[4], t0[5]), _mm512_add_ps(t0[6], t0[7])));
+        __m512 d1 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(t1[0], t1[1]), _mm512_add_ps(t1[2], t1[3])),
+                                  _mm512_add_ps(_mm512_add_ps(t1[4], t1[5]), _mm512_add_ps(t1[6], t1[7])));
+        __m512 s = ld16x(rec + cb, s16);
+        acc0 = _mm512_fmadd_ps(d0, s, acc0);
+        acc1 = _mm512_fmadd_ps(d1, s, acc1);
+        __m512 z = mzs ? ld16x(rec + cb + pk->sbytes, z16) : s;
+        accz0 = _mm512_fmadd_ps(z, _mm512_set1_ps(as0[b]), accz0);
+        accz1 = _mm512_fmadd_ps(z, _mm512_set1_ps(as1[b]), accz1);
+    }
+    finish512(j, p, m0, acc0, accz0, mzs);
+    finish512(j, p, m0 + 1, acc1, accz1, mzs);
+}
+#endif
+
 __attribute__((always_inline)) TDM_TARGET_512_F16 static inline void
 f512_panel(const tdm_nbits_pjob *j, int64_t p, bool q4, bool s16, bool mzs, bool z16) {
     const tdm_nbits_pk *pk = j->pk;
@@ -322,7 +373,12 @@ f512_panel(const tdm_nbits_pjob *j, int64_t p, bool q4, bool s16, bool mzs, bool
                                                                     8, 12, 0, 4, 8, 12)));
     }
     (void)nib, (void)tab, (void)byte;
-    for (int64_t m = 0; m < j->M; m++) {
+    int64_t m = 0;
+#if NBP_PERM
+    if (q4) /* pairs of rows share each group's widened nibbles */
+        for (; m + 2 <= j->M; m += 2) f512_rows2_q4(j, p, m, s16, mzs, z16);
+#endif
+    for (; m < j->M; m++) {
         const float *xa = (const float *)j->a + m * j->kq;
         const float *as = j->asum + m * pk->nb;
         __m512 acc = _mm512_setzero_ps(), accz = _mm512_setzero_ps();
