@@ -307,6 +307,12 @@ vnni_panel(const tdm_nbits_pjob *j, int64_t p, bool q4, bool s16, bool mzs, bool
 }
 
 #if NBP_PERM
+/* t[0] + ... + t[7] in f512_panel's tree */
+__attribute__((always_inline)) TDM_TARGET_512_F16 static inline __m512 sum8(const __m512 *t) {
+    return _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(t[0], t[1]), _mm512_add_ps(t[2], t[3])),
+                         _mm512_add_ps(_mm512_add_ps(t[4], t[5]), _mm512_add_ps(t[6], t[7])));
+}
+
 /* Float path, 4 bits: rows m0 and m0 + 1 of A against panel p, each group's nibbles widened
  * to floats once for both rows. Per row the same operations in the same order as f512_panel's
  * loop of one row (eight chains t[e], the same sum tree), so the rows' outputs equal the
@@ -341,10 +347,7 @@ f512_rows2_q4(const tdm_nbits_pjob *j, int64_t p, int64_t m0, bool s16, bool mzs
             NBP_NIB2(0) NBP_NIB2(1) NBP_NIB2(2) NBP_NIB2(3)
 #undef NBP_NIB2
         }
-        __m512 d0 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(t0[0], t0[1]), _mm512_add_ps(t0[2], t0[3])),
-                                  _mm512_add_ps(_mm512_add_ps(t0[4], t0[5]), _mm512_add_ps(t0[6], t0[7])));
-        __m512 d1 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(t1[0], t1[1]), _mm512_add_ps(t1[2], t1[3])),
-                                  _mm512_add_ps(_mm512_add_ps(t1[4], t1[5]), _mm512_add_ps(t1[6], t1[7])));
+        __m512 d0 = sum8(t0), d1 = sum8(t1);
         __m512 s = ld16x(rec + cb, s16);
         acc0 = _mm512_fmadd_ps(d0, s, acc0);
         acc1 = _mm512_fmadd_ps(d1, s, acc1);
