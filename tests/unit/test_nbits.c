@@ -259,10 +259,71 @@ static void test_can_fail(void **state) {
     unmake(&d);
 }
 
+/* Batch invariance (the LLM engine's batched decode equals one sequence alone): each row of
+ * an M-row decode call equals, bit for bit, the same row computed alone (M = 1), on the
+ * packed form at every level this machine has, serial and on 2 threads. */
+static void test_rows_invariant(void **state) {
+    (void)state;
+    static const tdm_cpu_isa levels[] = {TDM_ISA_PORTABLE, TDM_ISA_AVX2, TDM_ISA_AVX512_CORE,
+                                         TDM_ISA_AVX512_CORE_VNNI, TDM_ISA_AVX512_CORE_BF16};
+    static const nb_case rc[] = {
+        {4, 32, 576, 67, 16, 0, false}, {4, 32, 200, 37, 11, 1, true},
+        {4, 64, 256, 33, 7, 0, false},  {8, 32, 576, 53, 9, 1, true},
+        {8, 32, 96, 40, 6, 0, false},   {4, 16, 88, 19, 5, 1, false},
+    };
+    tdm_cpu_isa have = tdm_cpu_isa_detect();
+    tdm_threadpool *pool = NULL;
+    assert_null(tdm_threadpool_create(2, 0, &pool));
+    int bad = 0;
+    for (size_t l = 0; l < sizeof levels / sizeof levels[0]; l++) {
+        if (levels[l] > have) continue;
+        tdm_cpu_simd simd;
+        tdm_cpu_simd_init(&simd, levels[l]);
+        for (size_t i = 0; i < sizeof rc / sizeof rc[0]; i++)
+            for (int packed = 1; packed < 3; packed++) {
+                nb_data d;
+                unsigned form = 0;
+                make(&rc[i], &d, packed == 2);
+                if (!pack(&d, &form)) {
+                    unmake(&d);
+                    continue;
+                }
+                const nb_case *c = &rc[i];
+                float *y = malloc((size_t)(c->M * c->N) * sizeof(float));
+                float *y1 = malloc((size_t)c->N * sizeof(float));
+                for (int int8 = 0; int8 < 2; int8++)
+                    for (int t = 0; t < 2; t++) {
+                        tdm_threadpool *p = t ? pool : NULL;
+                        size_t need = tdm_nbits_scratch_bytes(&simd, &d.w, int8, c->M);
+                        void *scr = aligned_alloc(64, (need + 63) / 64 * 64);
+                        const float *bias = c->bias ? d.bias : NULL;
+                        tdm_nbits_matmul(&simd, p, &d.w, int8, c->M, d.A, bias, y, scr);
+                        for (int64_t m = 0; m < c->M; m++) {
+                            tdm_nbits_matmul(&simd, p, &d.w, int8, 1, d.A + m * c->K, bias, y1,
+                                             scr);
+                            if (memcmp(y1, y + m * c->N, (size_t)c->N * sizeof(float))) {
+                                print_message("  rows differ: bits %d bs %lld M %lld row %lld "
+                                              "int8 %d level %s\n",
+                                              c->bits, (long long)c->bs, (long long)c->M,
+                                              (long long)m, int8, tdm_cpu_isa_name(levels[l]));
+                                bad++;
+                            }
+                        }
+                        free(scr);
+                    }
+                free(y), free(y1);
+                unmake(&d);
+            }
+    }
+    assert_int_equal(bad, 0);
+    tdm_threadpool_free(pool);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_levels),
         cmocka_unit_test(test_can_fail),
+        cmocka_unit_test(test_rows_invariant),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -181,12 +181,94 @@ vnni_panel_rows(const tdm_nbits_pjob *j, int64_t p, int64_t m0, int R, bool q4, 
     for (int r = 0; r < R; r++) finish512(j, p, m0 + r, acc[r], accz[r], mzs);
 }
 
+typedef int32_t __attribute__((may_alias, aligned(1))) i32u; /* an unaligned dword of A */
+
+/* d += u . (the dword of A at q broadcast) */
+__attribute__((always_inline)) TDM_TARGET_VNNI_F16 static inline __m512i dp_bcast(__m512i d,
+                                                                                __m512i u,
+                                                                                const int8_t *q) {
+    return _mm512_dpbusd_epi32(d, u, _mm512_set1_epi32(*(const i32u *)q));
+}
+
+/* vnni_panel_rows with the block's groups G and the rows R known at compile time (G = 4: 4
+ * bits in blocks of 32; G = 8: 8 bits in blocks of 32 or 4 bits in blocks of 64): the unpacked
+ * codes and the R rows' accumulators stay in registers (the general loop above keeps them in
+ * memory: its trip counts are not constants). Same sums in the same order, so each row's Y is
+ * the one of a call of that row alone. */
+__attribute__((always_inline)) TDM_TARGET_VNNI_F16 static inline void
+vnni_rows_fixed(const tdm_nbits_pjob *j, int64_t p, int64_t m0, const int R, const int G,
+                bool q4, bool s16, bool mzs, bool z16) {
+    const tdm_nbits_pk *pk = j->pk;
+    const int64_t bs = pk->bs, half = bs / 2, cb = 64 * G, kq = j->kq, nb = pk->nb;
+    const uint8_t *base = panel_of(j, p);
+    const __m512i nib = _mm512_set1_epi8(15);
+    const int8_t *qa = (const int8_t *)j->a + m0 * kq;
+    const float *sa = j->sa + m0 * nb, *as = j->asum + m0 * nb;
+    __m512 acc[8], accz[8];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) acc[r] = accz[r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *rec = base + b * pk->bstride;
+        __m512i u[16];
+#pragma GCC unroll 16
+        for (int g = 0; g < G; g++) {
+            __m512i v = _mm512_loadu_si512(rec + 64 * g);
+            if (q4) {
+                u[g] = _mm512_and_si512(v, nib);
+                u[8 + g] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+            } else {
+                u[g] = v;
+            }
+        }
+        __m512 s = ld16x(rec + cb, s16);
+        __m512 z = mzs ? ld16x(rec + cb + pk->sbytes, z16) : s;
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            const int8_t *q = qa + r * kq + b * bs;
+            /* one chain (integer sums: any order gives the same) */
+            __m512i d = _mm512_setzero_si512();
+#pragma GCC unroll 16
+            for (int g = 0; g < G; g++) {
+                d = dp_bcast(d, u[g], q + 4 * g);
+                if (q4) d = dp_bcast(d, u[8 + g], q + half + 4 * g);
+            }
+            __m512 df = _mm512_cvtepi32_ps(d);
+            acc[r] = _mm512_fmadd_ps(df, _mm512_mul_ps(s, _mm512_set1_ps(sa[r * nb + b])), acc[r]);
+            accz[r] = _mm512_fmadd_ps(z, _mm512_set1_ps(as[r * nb + b]), accz[r]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) finish512(j, p, m0 + r, acc[r], accz[r], mzs);
+}
+
+/* The M rows against panel p in fixed runs of NBP_MR rows (then 1-3), when G is 4 or 8. */
+#ifndef NBP_MR
+#define NBP_MR 4
+#endif
+__attribute__((always_inline)) TDM_TARGET_VNNI_F16 static inline bool
+vnni_rows_multi(const tdm_nbits_pjob *j, int64_t p, const int G, bool q4, bool s16, bool mzs,
+                bool z16) {
+    int64_t m = 0;
+    for (; m + NBP_MR <= j->M; m += NBP_MR) vnni_rows_fixed(j, p, m, NBP_MR, G, q4, s16, mzs, z16);
+    for (; m + 2 <= j->M; m += 2) vnni_rows_fixed(j, p, m, 2, G, q4, s16, mzs, z16);
+    if (m < j->M) vnni_rows_fixed(j, p, m, 1, G, q4, s16, mzs, z16);
+    return true;
+}
+
 __attribute__((always_inline)) TDM_TARGET_VNNI_F16 static inline void
 vnni_panel(const tdm_nbits_pjob *j, int64_t p, bool q4, bool s16, bool mzs, bool z16) {
     const tdm_nbits_pk *pk = j->pk;
     const int64_t bs = pk->bs, half = bs / 2, G = pk->groups, cb = 64 * G;
     const uint8_t *base = panel_of(j, p);
     const __m512i nib = _mm512_set1_epi8(15);
+    if (j->M > 1 && G == 4) {
+        vnni_rows_multi(j, p, 4, q4, s16, mzs, z16);
+        return;
+    }
+    if (j->M > 1 && G == 8) {
+        vnni_rows_multi(j, p, 8, q4, s16, mzs, z16);
+        return;
+    }
     if (j->M > 1 && G <= (q4 ? 8 : 16)) { /* several rows: each block unpacked once for 4 */
         for (int64_t m0 = 0; m0 < j->M; m0 += 4)
             vnni_panel_rows(j, p, m0, j->M - m0 < 4 ? (int)(j->M - m0) : 4, q4, s16, mzs, z16);
@@ -224,6 +306,60 @@ vnni_panel(const tdm_nbits_pjob *j, int64_t p, bool q4, bool s16, bool mzs, bool
     }
 }
 
+#if NBP_PERM
+/* t[0] + ... + t[7] in f512_panel's tree */
+__attribute__((always_inline)) TDM_TARGET_512_F16 static inline __m512 sum8(const __m512 *t) {
+    return _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(t[0], t[1]), _mm512_add_ps(t[2], t[3])),
+                         _mm512_add_ps(_mm512_add_ps(t[4], t[5]), _mm512_add_ps(t[6], t[7])));
+}
+
+/* Float path, 4 bits: rows m0 and m0 + 1 of A against panel p, each group's nibbles widened
+ * to floats once for both rows. Per row the same operations in the same order as f512_panel's
+ * loop of one row (eight chains t[e], the same sum tree), so the rows' outputs equal the
+ * rows computed alone. */
+__attribute__((always_inline)) TDM_TARGET_512_F16 static inline void
+f512_rows2_q4(const tdm_nbits_pjob *j, int64_t p, int64_t m0, bool s16, bool mzs, bool z16) {
+    const tdm_nbits_pk *pk = j->pk;
+    const int64_t bs = pk->bs, half = bs / 2, G = pk->groups, cb = 64 * G;
+    const uint8_t *base = panel_of(j, p);
+    const __m512 tab = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const float *xa0 = (const float *)j->a + m0 * j->kq, *xa1 = xa0 + j->kq;
+    const float *as0 = j->asum + m0 * pk->nb, *as1 = as0 + pk->nb;
+    __m512 acc0 = _mm512_setzero_ps(), accz0 = _mm512_setzero_ps();
+    __m512 acc1 = _mm512_setzero_ps(), accz1 = _mm512_setzero_ps();
+    for (int64_t b = 0; b < pk->nb; b++) {
+        const uint8_t *rec = base + b * pk->bstride;
+        const float *x0 = xa0 + b * bs, *x1 = xa1 + b * bs;
+        __m512 t0[8], t1[8];
+        for (int i = 0; i < 8; i++) t0[i] = t1[i] = _mm512_setzero_ps();
+        for (int64_t g = 0; g < G; g++) {
+            __m512i v = _mm512_loadu_si512(rec + 64 * g);
+            const int64_t lo = 4 * g, hi = half + 4 * g;
+#define NBP_NIB2(e)                                                                             \
+    {                                                                                           \
+        __m512 wl = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 8 * (e)), tab);                  \
+        __m512 wh = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 8 * (e) + 4), tab);              \
+        t0[e] = _mm512_fmadd_ps(wl, _mm512_set1_ps(x0[lo + (e)]), t0[e]);                       \
+        t0[4 + (e)] = _mm512_fmadd_ps(wh, _mm512_set1_ps(x0[hi + (e)]), t0[4 + (e)]);           \
+        t1[e] = _mm512_fmadd_ps(wl, _mm512_set1_ps(x1[lo + (e)]), t1[e]);                       \
+        t1[4 + (e)] = _mm512_fmadd_ps(wh, _mm512_set1_ps(x1[hi + (e)]), t1[4 + (e)]);           \
+    }
+            NBP_NIB2(0) NBP_NIB2(1) NBP_NIB2(2) NBP_NIB2(3)
+#undef NBP_NIB2
+        }
+        __m512 d0 = sum8(t0), d1 = sum8(t1);
+        __m512 s = ld16x(rec + cb, s16);
+        acc0 = _mm512_fmadd_ps(d0, s, acc0);
+        acc1 = _mm512_fmadd_ps(d1, s, acc1);
+        __m512 z = mzs ? ld16x(rec + cb + pk->sbytes, z16) : s;
+        accz0 = _mm512_fmadd_ps(z, _mm512_set1_ps(as0[b]), accz0);
+        accz1 = _mm512_fmadd_ps(z, _mm512_set1_ps(as1[b]), accz1);
+    }
+    finish512(j, p, m0, acc0, accz0, mzs);
+    finish512(j, p, m0 + 1, acc1, accz1, mzs);
+}
+#endif
+
 __attribute__((always_inline)) TDM_TARGET_512_F16 static inline void
 f512_panel(const tdm_nbits_pjob *j, int64_t p, bool q4, bool s16, bool mzs, bool z16) {
     const tdm_nbits_pk *pk = j->pk;
@@ -240,7 +376,12 @@ f512_panel(const tdm_nbits_pjob *j, int64_t p, bool q4, bool s16, bool mzs, bool
                                                                     8, 12, 0, 4, 8, 12)));
     }
     (void)nib, (void)tab, (void)byte;
-    for (int64_t m = 0; m < j->M; m++) {
+    int64_t m = 0;
+#if NBP_PERM
+    if (q4) /* pairs of rows share each group's widened nibbles */
+        for (; m + 2 <= j->M; m += 2) f512_rows2_q4(j, p, m, s16, mzs, z16);
+#endif
+    for (; m < j->M; m++) {
         const float *xa = (const float *)j->a + m * j->kq;
         const float *as = j->asum + m * pk->nb;
         __m512 acc = _mm512_setzero_ps(), accz = _mm512_setzero_ps();
