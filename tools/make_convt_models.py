@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""ConvTranspose tests for the row-tiled CPU kernel (src/backends/cpu/k_nn_conv.c): one-node
+models on random data with ONNX Runtime's outputs as the reference, in the node-test layout
+(tests/models_convt/NAME/model.onnx + test_data_set_0/{input,output}_N.pb).
+
+Cases: the PP-OCR DB head's 2x2 stride-2 upsampling (every output written once: the "exact"
+path, tiles in parallel), strides equal to kernels of other sizes and groups, overlapping
+kernels with pads and output padding (tiles one after the other), dilations, 1-D, output
+padding that leaves the last row to the bias alone, rows too wide for one tile.
+
+Deterministic (fixed seed). Usage: tools/make_convt_models.py [OUT_DIR] (default tests/models_convt)"""
+import os
+import sys
+
+import numpy as np
+from onnx import helper
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_contrib_models import ROOT, save  # noqa: E402
+
+F32 = np.float32
+
+
+def case(out, name, x_shape, m, k, rs, bias=True, group=1, **attrs):
+    c = x_shape[1]
+    w = (rs.randn(c, m // group, *k) * 0.2).astype(F32)
+    x = rs.randn(*x_shape).astype(F32)
+    consts = {"w": w}
+    ins = ["x", "w"]
+    if bias:
+        consts["b"] = rs.randn(m).astype(F32)
+        ins.append("b")
+    node = helper.make_node("ConvTranspose", ins, ["y"], kernel_shape=list(k), group=group, **attrs)
+    save(out, name, node, {"x": x}, consts, opset=17)
+
+
+def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "tests", "models_convt")
+    os.makedirs(out, exist_ok=True)
+    rs = np.random.RandomState(16)
+    case(out, "convt_k2s2_db_head", (1, 24, 20, 48), 24, (2, 2), rs, strides=[2, 2])
+    case(out, "convt_k2s2_one_channel", (1, 24, 30, 40), 1, (2, 2), rs, strides=[2, 2])
+    case(out, "convt_k2s2_batch2_odd", (2, 5, 7, 9), 3, (2, 2), rs, strides=[2, 2])
+    case(out, "convt_k3s3_group2_nobias", (1, 6, 9, 11), 4, (3, 3), rs, bias=False, group=2,
+         strides=[3, 3])
+    case(out, "convt_k2x3_s2x3", (1, 4, 10, 7), 5, (2, 3), rs, strides=[2, 3])
+    case(out, "convt_k1s1", (1, 7, 6, 5), 3, (1, 1), rs)
+    case(out, "convt_k3s2_pads_outpad", (1, 8, 33, 20), 6, (3, 3), rs, strides=[2, 2],
+         pads=[1, 1, 1, 1], output_padding=[1, 1])
+    case(out, "convt_k4s2_pads", (2, 3, 12, 13), 5, (4, 4), rs, strides=[2, 2], pads=[1, 2, 1, 0])
+    case(out, "convt_k3s1_dil2", (1, 4, 11, 9), 3, (3, 3), rs, dilations=[2, 2], pads=[2, 2, 2, 2])
+    case(out, "convt_k2s2_outpad", (1, 4, 8, 6), 3, (2, 2), rs, strides=[2, 2], output_padding=[1, 1])
+    case(out, "convt_1d_k4s2", (2, 5, 37), 4, (4,), rs, strides=[2], pads=[1, 1])
+    case(out, "convt_1d_k2s2", (1, 6, 50), 3, (2,), rs, strides=[2])
+    case(out, "convt_k4s4_wide_rows", (1, 4, 2, 520), 8, (4, 4), rs, strides=[4, 4])
+    case(out, "convt_k3s2_wide_rows", (1, 4, 3, 1000), 8, (3, 3), rs, strides=[2, 2], pads=[1, 1, 1, 1])
+
+
+if __name__ == "__main__":
+    main()
