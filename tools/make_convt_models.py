@@ -6,7 +6,8 @@ models on random data with ONNX Runtime's outputs as the reference, in the node-
 Cases: the PP-OCR DB head's 2x2 stride-2 upsampling (every output written once: the "exact"
 path, tiles in parallel), strides equal to kernels of other sizes and groups, overlapping
 kernels with pads and output padding (tiles one after the other), dilations, 1-D, output
-padding that leaves the last row to the bias alone, rows too wide for one tile.
+padding that leaves the last row to the bias alone, rows too wide for one tile; and an FPN
+step (Conv -> nearest Resize -> Add -> Conv) whose Resize runs on the channel-blocked tensor.
 
 Deterministic (fixed seed). Usage: tools/make_convt_models.py [OUT_DIR] (default tests/models_convt)"""
 import os
@@ -34,6 +35,25 @@ def case(out, name, x_shape, m, k, rs, bias=True, group=1, **attrs):
     save(out, name, node, {"x": x}, consts, opset=17)
 
 
+def fpn(out, name, rs, c, ctm, nearest_mode, scale):
+    """Conv -> Resize (nearest) -> Add(Conv of the larger map) -> Conv: the blocked-layout pass
+    takes the Resize on the channel-blocked tensor (src/graph/fuse_blocked.c)."""
+    h, w = 5, 7
+    x1 = rs.randn(1, 8, h, w).astype(F32)
+    x2 = rs.randn(1, 8, h * scale, w * scale).astype(F32)
+    consts = {"w1": (rs.randn(c, 8, 1, 1) * 0.3).astype(F32), "w2": (rs.randn(c, 8, 3, 3) * 0.2).astype(F32),
+              "w3": (rs.randn(c, c, 3, 3) * 0.2).astype(F32), "roi": np.zeros(0, F32),
+              "sc": np.array([1, 1, scale, scale], F32)}
+    nodes = [helper.make_node("Conv", ["x1", "w1"], ["a"], kernel_shape=[1, 1]),
+             helper.make_node("Relu", ["a"], ["ar"]),
+             helper.make_node("Resize", ["ar", "roi", "sc"], ["up"], mode="nearest",
+                              coordinate_transformation_mode=ctm, nearest_mode=nearest_mode),
+             helper.make_node("Conv", ["x2", "w2"], ["b"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["up", "b"], ["s"]),
+             helper.make_node("Conv", ["s", "w3"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])]
+    save(out, name, nodes, {"x1": x1, "x2": x2}, consts, opset=13)
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "tests", "models_convt")
     os.makedirs(out, exist_ok=True)
@@ -53,6 +73,8 @@ def main():
     case(out, "convt_1d_k4s2", (2, 5, 37), 4, (4,), rs, strides=[2], pads=[1, 1])
     case(out, "convt_1d_k2s2", (1, 6, 50), 3, (2,), rs, strides=[2])
     case(out, "convt_k4s4_wide_rows", (1, 4, 2, 520), 8, (4, 4), rs, strides=[4, 4])
+    fpn(out, "blocked_resize_fpn_asym", rs, 24, "asymmetric", "floor", 2)
+    fpn(out, "blocked_resize_fpn_half_pixel", rs, 20, "half_pixel", "round_prefer_floor", 4)
     case(out, "convt_k3s2_wide_rows", (1, 4, 3, 1000), 8, (3, 3), rs, strides=[2, 2], pads=[1, 1, 1, 1])
 
 

@@ -17,7 +17,10 @@
  *  - Add, Sub, Mul, Max, Min of two blocked tensors of the same plain shape, or of a
  *    tensor and a per-channel [N, C, 1, 1] one (a squeeze-excitation scale): the same op;
  *  - Concat on the channel axis when every input's channel count is a multiple of B: Concat
- *    on the block axis.
+ *    on the block axis;
+ *  - Resize (opset 11+, mode nearest, constant scales that keep N and C, no sizes, a
+ *    coordinate mapping that is the identity at scale 1): the same op with the scales
+ *    [1, 1, sh, sw, 1] (the FPN upsampling of detectors; per spatial axis the same mapping).
  * Padding channels may hold any finite value after an element-wise op (Sigmoid(0) = 0.5):
  * the ops above never mix channels except the convolution, whose reordered weights are
  * zero there, and FromBlocked drops them. Every other reader of a value that became
@@ -68,6 +71,25 @@ static bool in_list(const tdm_node *n, const char *const *ops, size_t count) {
 #define IN_LIST(n, ops) in_list(n, ops, sizeof ops / sizeof ops[0])
 
 static bool is_conv(const tdm_node *n) { return is_op(n, "Conv") || is_fused(n, "FusedConv"); }
+
+/* A Resize the blocked layout can take (see the header): its constant scales, or NULL. */
+static const tdm_tensor *resize_scales(const fz_ctx *fz, const tdm_node *n) {
+    if (!is_op(n, "Resize") || n->opset < 11 || n->n_inputs < 3 || n->n_inputs > 4 ||
+        n->n_outputs != 1 || n->inputs[2] < 0 || (n->n_inputs == 4 && n->inputs[3] >= 0))
+        return NULL;
+    if (strcmp(tdm_attr_string(n, "mode", "nearest"), "nearest") != 0) return NULL;
+    static const char *const ctms[] = {"half_pixel", "pytorch_half_pixel", "align_corners",
+                                       "asymmetric"};
+    const char *ct = tdm_attr_string(n, "coordinate_transformation_mode", "half_pixel");
+    bool ok = false;
+    for (size_t k = 0; k < sizeof ctms / sizeof ctms[0]; k++) ok |= strcmp(ct, ctms[k]) == 0;
+    size_t na = 0;
+    if (!ok || (tdm_attr_ints(n, "axes", &na) && na)) return NULL;
+    const tdm_tensor *t = fz_const(fz, n->inputs[2]);
+    if (!t || t->dtype != TDM_FLOAT || t->count != 4) return NULL;
+    const float *sc = t->data;
+    return sc[0] == 1.0f && sc[1] == 1.0f && sc[2] > 0.0f && sc[3] > 0.0f ? t : NULL;
+}
 
 /* Plain rank-4 float value with a known channel count. */
 static bool plain4(const bl_ctx *b, int v) {
@@ -218,6 +240,22 @@ static tdm_status *convert_other(bl_ctx *b, int i) {
         if (!same && !channel_scale(b, a0, a1, y) && !channel_scale(b, a1, a0, y)) return NULL;
         return retarget(b, i, 2);
     }
+    const tdm_tensor *sc = resize_scales(b->fz, n);
+    if (sc) {
+        if (!blocked(b, n->inputs[0]) || !plain4(b, n->inputs[0])) return NULL;
+        int64_t five = 5;
+        tdm_tensor *t;
+        TDM_TRY(tdm_tensor_new(b->fz->g->alloc, TDM_FLOAT, 1, &five, &t));
+        const float *src = sc->data;
+        float *d = t->data;
+        d[0] = d[1] = d[4] = 1.0f;
+        d[2] = src[2];
+        d[3] = src[3];
+        int v;
+        TDM_TRY(fz_new_const(b->fz, b->fz->g->values[fz_node(b->fz, i)->inputs[2]].name, t, &v));
+        fz_node(b->fz, i)->inputs[2] = v;
+        return retarget(b, i, 1);
+    }
     if (is_op(n, "Concat")) {
         int64_t axis = tdm_attr_int(n, "axis", 0);
         if (axis != 1 && axis != -3) return NULL;
@@ -234,8 +272,9 @@ static tdm_status *convert_other(bl_ctx *b, int i) {
 }
 
 /* Could node n take input v in the blocked layout (judged before any rewrite)? */
-static bool takes_blocked(const tdm_node *n, int v) {
+static bool takes_blocked(const fz_ctx *fz, const tdm_node *n, int v) {
     if (!on_cpu(n)) return false;
+    if (resize_scales(fz, n)) return n->inputs[0] == v;
     if (is_conv(n)) return n->inputs[0] == v; /* (a Z alone does not make it blocked) */
     if (IN_LIST(n, pool_ops) || IN_LIST(n, unary_ops)) return n->inputs[0] == v;
     return IN_LIST(n, binary_ops) || is_op(n, "Concat");
@@ -291,7 +330,7 @@ tdm_status *fz_pass_blocked(fz_ctx *fz, int64_t block) {
         const int *cons;
         int nc = fz_consumers(fz, (int)v, &cons);
         for (int c = 0; c < nc; c++)
-            if (takes_blocked(fz_node(fz, cons[c]), (int)v)) b.wants[v] = true;
+            if (takes_blocked(fz, fz_node(fz, cons[c]), (int)v)) b.wants[v] = true;
     }
     size_t n_nodes = g->n_nodes; /* the original nodes, in topological order */
     for (size_t i = 0; i < n_nodes && !st; i++) {
