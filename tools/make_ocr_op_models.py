@@ -1,15 +1,18 @@
 #!/usr/bin/env python3
-"""ConvTranspose tests for the row-tiled CPU kernel (src/backends/cpu/k_nn_conv.c): one-node
-models on random data with ONNX Runtime's outputs as the reference, in the node-test layout
-(tests/models_convt/NAME/model.onnx + test_data_set_0/{input,output}_N.pb).
+"""Tests of the CPU paths the PP-OCR models take (issue 16): small models on random data with
+ONNX Runtime's outputs as the reference, in the node-test layout
+(tests/models_ocr/NAME/model.onnx + test_data_set_0/{input,output}_N.pb).
+
+ConvTranspose's row-tiled kernel (src/backends/cpu/k_nn_conv.c).
 
 Cases: the PP-OCR DB head's 2x2 stride-2 upsampling (every output written once: the "exact"
 path, tiles in parallel), strides equal to kernels of other sizes and groups, overlapping
 kernels with pads and output padding (tiles one after the other), dilations, 1-D, output
 padding that leaves the last row to the bias alone, rows too wide for one tile; and an FPN
-step (Conv -> nearest Resize -> Add -> Conv) whose Resize runs on the channel-blocked tensor.
+step (Conv -> nearest Resize -> Add -> Conv) whose Resize runs on the channel-blocked tensor;
+Softmax over long last-axis rows (a recognizer's classes; the SIMD row kernel) with tails.
 
-Deterministic (fixed seed). Usage: tools/make_convt_models.py [OUT_DIR] (default tests/models_convt)"""
+Deterministic (fixed seed). Usage: tools/make_ocr_op_models.py [OUT_DIR] (default tests/models_ocr)"""
 import os
 import sys
 
@@ -54,8 +57,13 @@ def fpn(out, name, rs, c, ctm, nearest_mode, scale):
     save(out, name, nodes, {"x1": x1, "x2": x2}, consts, opset=13)
 
 
+def softmax(out, name, rs, shape, axis, opset):
+    x = (rs.randn(*shape) * 4).astype(F32)
+    save(out, name, helper.make_node("Softmax", ["x"], ["y"], axis=axis), {"x": x}, opset=opset)
+
+
 def main():
-    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "tests", "models_convt")
+    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "tests", "models_ocr")
     os.makedirs(out, exist_ok=True)
     rs = np.random.RandomState(16)
     case(out, "convt_k2s2_db_head", (1, 24, 20, 48), 24, (2, 2), rs, strides=[2, 2])
@@ -75,6 +83,9 @@ def main():
     case(out, "convt_k4s4_wide_rows", (1, 4, 2, 520), 8, (4, 4), rs, strides=[4, 4])
     fpn(out, "blocked_resize_fpn_asym", rs, 24, "asymmetric", "floor", 2)
     fpn(out, "blocked_resize_fpn_half_pixel", rs, 20, "half_pixel", "round_prefer_floor", 4)
+    softmax(out, "softmax_long_rows", rs, (1, 5, 4099), 2, 13)
+    softmax(out, "softmax_short_rows", rs, (2, 3, 7, 33), -1, 13)
+    softmax(out, "softmax_opset11_coerced", rs, (3, 4, 5), 1, 11)
     case(out, "convt_k3s2_wide_rows", (1, 4, 3, 1000), 8, (3, 3), rs, strides=[2, 2], pads=[1, 1, 1, 1])
 
 
