@@ -10,7 +10,8 @@ path, tiles in parallel), strides equal to kernels of other sizes and groups, ov
 kernels with pads and output padding (tiles one after the other), dilations, 1-D, output
 padding that leaves the last row to the bias alone, rows too wide for one tile; and an FPN
 step (Conv -> nearest Resize -> Add -> Conv) whose Resize runs on the channel-blocked tensor;
-Softmax over long last-axis rows (a recognizer's classes; the SIMD row kernel) with tails.
+Concats of blocked tensors whose channel counts are not multiples of the block (BlockedConcat;
+the padding lanes of a Sigmoid's output are not zero); Softmax over long last-axis rows (a recognizer's classes; the SIMD row kernel) with tails.
 
 Deterministic (fixed seed). Usage: tools/make_ocr_op_models.py [OUT_DIR] (default tests/models_ocr)"""
 import os
@@ -57,6 +58,23 @@ def fpn(out, name, rs, c, ctm, nearest_mode, scale):
     save(out, name, nodes, {"x1": x1, "x2": x2}, consts, opset=13)
 
 
+def concat(out, name, rs, chans, n=1, after_relu=False):
+    """Convs -> Concat on the channels -> Conv: with channel counts that are not multiples of
+    the block, the blocked-layout pass makes a BlockedConcat (src/graph/fuse_blocked.c)."""
+    x = rs.randn(n, 6, 9, 11).astype(F32)
+    consts, nodes, cat = {}, [], []
+    for k, c in enumerate(chans):
+        consts[f"w{k}"] = (rs.randn(c, 6, 3, 3) * 0.3).astype(F32)
+        nodes.append(helper.make_node("Conv", ["x", f"w{k}"], [f"c{k}"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]))
+        if after_relu:
+            nodes.append(helper.make_node("Sigmoid", [f"c{k}"], [f"s{k}"]))
+        cat.append(f"s{k}" if after_relu else f"c{k}")
+    nodes.append(helper.make_node("Concat", cat, ["cat"], axis=1))
+    consts["wy"] = (rs.randn(7, sum(chans), 3, 3) * 0.2).astype(F32)
+    nodes.append(helper.make_node("Conv", ["cat", "wy"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]))
+    save(out, name, nodes, {"x": x}, consts, opset=13)
+
+
 def softmax(out, name, rs, shape, axis, opset):
     x = (rs.randn(*shape) * 4).astype(F32)
     save(out, name, helper.make_node("Softmax", ["x"], ["y"], axis=axis), {"x": x}, opset=opset)
@@ -83,6 +101,9 @@ def main():
     case(out, "convt_k4s4_wide_rows", (1, 4, 2, 520), 8, (4, 4), rs, strides=[4, 4])
     fpn(out, "blocked_resize_fpn_asym", rs, 24, "asymmetric", "floor", 2)
     fpn(out, "blocked_resize_fpn_half_pixel", rs, 20, "half_pixel", "round_prefer_floor", 4)
+    concat(out, "blocked_concat_4x24", rs, [24, 24, 24, 24])
+    concat(out, "blocked_concat_mixed_batch2", rs, [5, 16, 12, 3], n=2, after_relu=True)
+    concat(out, "blocked_concat_two", rs, [20, 9])
     softmax(out, "softmax_long_rows", rs, (1, 5, 4099), 2, 13)
     softmax(out, "softmax_short_rows", rs, (2, 3, 7, 33), -1, 13)
     softmax(out, "softmax_opset11_coerced", rs, (3, 4, 5), 1, 11)

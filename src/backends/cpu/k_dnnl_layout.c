@@ -72,6 +72,53 @@ tdm_status *dn_from_blocked_run(tdm_kernel_ctx *ctx) {
     return NULL;
 }
 
+/* BlockedConcat (ops/fused.h): each input block's lanes go to one or two output blocks (the
+ * input's channel offset need not be a multiple of the block); Y's padding lanes are zeroed. */
+tdm_status *dn_blocked_concat_run(tdm_kernel_ctx *ctx) {
+    tdm_tensor *y = ctx->out[0];
+    size_t nc = 0;
+    const int64_t *ch = tdm_attr_ints(ctx->node, "channels", &nc);
+    int64_t n, cbo, sp, b;
+    if (!y || y->rank < 4 || !ch || nc != (size_t)ctx->n_in) return shape_error(ctx);
+    blocked_sizes(y, &n, &cbo, &sp, &b);
+    int64_t total = 0;
+    for (int k = 0; k < ctx->n_in; k++) {
+        const tdm_tensor *x = ctx->in[k];
+        int64_t xn, xcb, xsp, xb;
+        if (!x || x->rank != y->rank || ch[k] < 1) return shape_error(ctx);
+        blocked_sizes(x, &xn, &xcb, &xsp, &xb);
+        if (xn != n || xsp != sp || xb != b || xcb != (ch[k] + b - 1) / b) return shape_error(ctx);
+        total += ch[k];
+    }
+    if (cbo != (total + b - 1) / b) return shape_error(ctx);
+    float *yd = y->data;
+    for (int64_t i = 0; i < n; i++) {
+        float *yi = yd + i * cbo * sp * b;
+        int64_t off = 0;
+        for (int k = 0; k < ctx->n_in; k++) {
+            const float *xi = (const float *)ctx->in[k]->data + i * ((ch[k] + b - 1) / b) * sp * b;
+            for (int64_t c0 = 0; c0 < ch[k]; c0 += b) {
+                int64_t nb = ch[k] - c0 < b ? ch[k] - c0 : b, oc = off + c0;
+                int64_t lane = oc % b, r1 = nb < b - lane ? nb : b - lane, r2 = nb - r1;
+                const float *s = xi + (c0 / b) * sp * b;
+                float *d1 = yi + (oc / b) * sp * b + lane, *d2 = yi + (oc / b + 1) * sp * b;
+                for (int64_t p = 0; p < sp; p++) {
+                    const float *sp_ = s + p * b;
+                    for (int64_t l = 0; l < r1; l++) d1[p * b + l] = sp_[l];
+                    for (int64_t l = 0; l < r2; l++) d2[p * b + l] = sp_[r1 + l];
+                }
+            }
+            off += ch[k];
+        }
+        if (total % b) { /* the last block's padding lanes */
+            float *d = yi + (cbo - 1) * sp * b;
+            for (int64_t p = 0; p < sp; p++)
+                for (int64_t l = total % b; l < b; l++) d[p * b + l] = 0.0f;
+        }
+    }
+    return NULL;
+}
+
 /* A plain tensor for blocked `t` holding `c` channels (unblocked when `copy`). */
 static tdm_status *plain_of(tdm_kernel_ctx *ctx, const tdm_tensor *t, int64_t c, bool copy,
                             tdm_tensor **out) {
