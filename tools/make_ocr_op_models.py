@@ -75,6 +75,20 @@ def concat(out, name, rs, chans, n=1, after_relu=False):
     save(out, name, nodes, {"x": x}, consts, opset=13)
 
 
+def add_broadcast(out, name, rs, c):
+    """Conv [1, c, 1, 7] + Conv [1, c, 5, 7] -> Conv: an Add of blocked tensors with the same
+    channels whose H broadcasts (the blocked pass converts it; N, H, W broadcast alike)."""
+    x1 = rs.randn(1, 8, 1, 7).astype(F32)
+    x2 = rs.randn(1, 8, 5, 7).astype(F32)
+    consts = {"w1": (rs.randn(c, 8, 1, 1) * 0.3).astype(F32), "w2": (rs.randn(c, 8, 3, 3) * 0.2).astype(F32),
+              "w3": (rs.randn(5, c, 3, 3) * 0.2).astype(F32)}
+    nodes = [helper.make_node("Conv", ["x1", "w1"], ["a"], kernel_shape=[1, 1]),
+             helper.make_node("Conv", ["x2", "w2"], ["b"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Mul", ["a", "b"], ["s"]),
+             helper.make_node("Conv", ["s", "w3"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])]
+    save(out, name, nodes, {"x1": x1, "x2": x2}, consts, opset=13)
+
+
 def softmax(out, name, rs, shape, axis, opset):
     x = (rs.randn(*shape) * 4).astype(F32)
     save(out, name, helper.make_node("Softmax", ["x"], ["y"], axis=axis), {"x": x}, opset=opset)
@@ -104,6 +118,7 @@ def main():
     concat(out, "blocked_concat_4x24", rs, [24, 24, 24, 24])
     concat(out, "blocked_concat_mixed_batch2", rs, [5, 16, 12, 3], n=2, after_relu=True)
     concat(out, "blocked_concat_two", rs, [20, 9])
+    add_broadcast(out, "blocked_mul_broadcast_h", rs, 20)
     softmax(out, "softmax_long_rows", rs, (1, 5, 4099), 2, 13)
     softmax(out, "softmax_short_rows", rs, (2, 3, 7, 33), -1, 13)
     softmax(out, "softmax_opset11_coerced", rs, (3, 4, 5), 1, 11)

@@ -14,8 +14,9 @@
  *    GlobalAveragePool, GlobalMaxPool    -> BlockedPool (blocked input);
  *  - Relu, LeakyRelu, Sigmoid, Tanh, HardSigmoid, HardSwish, Clip (constant bounds): the
  *    same op on the blocked tensor (element-wise, so the layout does not matter);
- *  - Add, Sub, Mul, Max, Min of two blocked tensors of the same plain shape, or of a
- *    tensor and a per-channel [N, C, 1, 1] one (a squeeze-excitation scale): the same op;
+ *  - Add, Sub, Mul, Max, Min of two blocked tensors of the same plain shape, of the same
+ *    known channel count (N, H, W may broadcast), or of a tensor and a per-channel
+ *    [N, C, 1, 1] one (a squeeze-excitation scale): the same op;
  *  - Concat on the channel axis when every input's channel count is a multiple of B: Concat
  *    on the block axis; otherwise (a detector's 4 x 24 channels on AVX-512) BlockedConcat;
  *  - Resize (opset 11+, mode nearest, constant scales that keep N and C, no sizes, a
@@ -258,7 +259,13 @@ static tdm_status *convert_other(bl_ctx *b, int i) {
             return NULL;
         int a0 = n->inputs[0], a1 = n->inputs[1], y = n->outputs[0];
         bool same = fz_same_shape(b->fz, a0, a1) && fz_same_shape(b->fz, a0, y);
-        if (!same && !channel_scale(b, a0, a1, y) && !channel_scale(b, a1, a0, y)) return NULL;
+        /* the same known channel count everywhere: N, H and W broadcast in the blocked twins
+         * [N, C/B, H, W, B] as in the plain tensors (e.g. an FPN's Add of a Resize output and
+         * a backbone map, whose dims are not provably equal before the input shape is known) */
+        bool same_c = plain4(b, a0) && plain4(b, a1) && channels(b, a0) == channels(b, y) &&
+                      channels(b, a1) == channels(b, y);
+        if (!same && !same_c && !channel_scale(b, a0, a1, y) && !channel_scale(b, a1, a0, y))
+            return NULL;
         return retarget(b, i, 2);
     }
     const tdm_tensor *sc = resize_scales(b->fz, n);
