@@ -14,10 +14,14 @@
  *    GlobalAveragePool, GlobalMaxPool    -> BlockedPool (blocked input);
  *  - Relu, LeakyRelu, Sigmoid, Tanh, HardSigmoid, HardSwish, Clip (constant bounds): the
  *    same op on the blocked tensor (element-wise, so the layout does not matter);
- *  - Add, Sub, Mul, Max, Min of two blocked tensors of the same plain shape, or of a
- *    tensor and a per-channel [N, C, 1, 1] one (a squeeze-excitation scale): the same op;
+ *  - Add, Sub, Mul, Max, Min of two blocked tensors of the same plain shape, of the same
+ *    known channel count (N, H, W may broadcast), or of a tensor and a per-channel
+ *    [N, C, 1, 1] one (a squeeze-excitation scale): the same op;
  *  - Concat on the channel axis when every input's channel count is a multiple of B: Concat
- *    on the block axis.
+ *    on the block axis; otherwise (a detector's 4 x 24 channels on AVX-512) BlockedConcat;
+ *  - Resize (opset 11+, mode nearest, constant scales that keep N and C, no sizes, a
+ *    coordinate mapping that is the identity at scale 1): the same op with the scales
+ *    [1, 1, sh, sw, 1] (the FPN upsampling of detectors; per spatial axis the same mapping).
  * Padding channels may hold any finite value after an element-wise op (Sigmoid(0) = 0.5):
  * the ops above never mix channels except the convolution, whose reordered weights are
  * zero there, and FromBlocked drops them. Every other reader of a value that became
@@ -68,6 +72,25 @@ static bool in_list(const tdm_node *n, const char *const *ops, size_t count) {
 #define IN_LIST(n, ops) in_list(n, ops, sizeof ops / sizeof ops[0])
 
 static bool is_conv(const tdm_node *n) { return is_op(n, "Conv") || is_fused(n, "FusedConv"); }
+
+/* A Resize the blocked layout can take (see the header): its constant scales, or NULL. */
+static const tdm_tensor *resize_scales(const fz_ctx *fz, const tdm_node *n) {
+    if (!is_op(n, "Resize") || n->opset < 11 || n->n_inputs < 3 || n->n_inputs > 4 ||
+        n->n_outputs != 1 || n->inputs[2] < 0 || (n->n_inputs == 4 && n->inputs[3] >= 0))
+        return NULL;
+    if (strcmp(tdm_attr_string(n, "mode", "nearest"), "nearest") != 0) return NULL;
+    static const char *const ctms[] = {"half_pixel", "pytorch_half_pixel", "align_corners",
+                                       "asymmetric"};
+    const char *ct = tdm_attr_string(n, "coordinate_transformation_mode", "half_pixel");
+    bool ok = false;
+    for (size_t k = 0; k < sizeof ctms / sizeof ctms[0]; k++) ok |= strcmp(ct, ctms[k]) == 0;
+    size_t na = 0;
+    if (!ok || (tdm_attr_ints(n, "axes", &na) && na)) return NULL;
+    const tdm_tensor *t = fz_const(fz, n->inputs[2]);
+    if (!t || t->dtype != TDM_FLOAT || t->count != 4) return NULL;
+    const float *sc = t->data;
+    return sc[0] == 1.0f && sc[1] == 1.0f && sc[2] > 0.0f && sc[3] > 0.0f ? t : NULL;
+}
 
 /* Plain rank-4 float value with a known channel count. */
 static bool plain4(const bl_ctx *b, int v) {
@@ -176,6 +199,27 @@ static tdm_status *convert_pool(bl_ctx *b, int i) {
     return NULL;
 }
 
+/* Concat of blocked inputs whose channel counts are not all multiples of the block (checked
+ * by the caller): a BlockedConcat that packs the channels. */
+static tdm_status *concat_unaligned(bl_ctx *b, int i) {
+    int nin = fz_node(b->fz, i)->n_inputs, y = fz_node(b->fz, i)->outputs[0], yb, nn;
+    int64_t ch[64];
+    if (nin > 64) return NULL;
+    for (int k = 0; k < nin; k++) ch[k] = channels(b, fz_node(b->fz, i)->inputs[k]);
+    TDM_TRY(new_twin(b, y, &yb));
+    TDM_TRY(new_node(b, "BlockedConcat", i, nin, &nn));
+    const tdm_node *n = fz_node(b->fz, i);
+    tdm_node *c = fz_node(b->fz, nn);
+    for (int k = 0; k < nin; k++) c->inputs[k] = b->blk[n->inputs[k]];
+    c->outputs[0] = yb;
+    TDM_TRY(fz_attr_int(b->fz, nn, "block", b->block));
+    TDM_TRY(fz_attr_ints(b->fz, nn, "channels", ch, nin));
+    fz_kill(b->fz, i);
+    b->blk[y] = yb;
+    b->fz->count++;
+    return NULL;
+}
+
 /* Element-wise ops and Concat stay what they are, reading and writing blocked twins. */
 static tdm_status *retarget(bl_ctx *b, int i, int n_blocked) {
     tdm_node *n = fz_node(b->fz, i);
@@ -215,16 +259,40 @@ static tdm_status *convert_other(bl_ctx *b, int i) {
             return NULL;
         int a0 = n->inputs[0], a1 = n->inputs[1], y = n->outputs[0];
         bool same = fz_same_shape(b->fz, a0, a1) && fz_same_shape(b->fz, a0, y);
-        if (!same && !channel_scale(b, a0, a1, y) && !channel_scale(b, a1, a0, y)) return NULL;
+        /* the same known channel count everywhere: N, H and W broadcast in the blocked twins
+         * [N, C/B, H, W, B] as in the plain tensors (e.g. an FPN's Add of a Resize output and
+         * a backbone map, whose dims are not provably equal before the input shape is known) */
+        bool same_c = plain4(b, a0) && plain4(b, a1) && channels(b, a0) == channels(b, y) &&
+                      channels(b, a1) == channels(b, y);
+        if (!same && !same_c && !channel_scale(b, a0, a1, y) && !channel_scale(b, a1, a0, y))
+            return NULL;
         return retarget(b, i, 2);
+    }
+    const tdm_tensor *sc = resize_scales(b->fz, n);
+    if (sc) {
+        if (!blocked(b, n->inputs[0]) || !plain4(b, n->inputs[0])) return NULL;
+        int64_t five = 5;
+        tdm_tensor *t;
+        TDM_TRY(tdm_tensor_new(b->fz->g->alloc, TDM_FLOAT, 1, &five, &t));
+        const float *src = sc->data;
+        float *d = t->data;
+        d[0] = d[1] = d[4] = 1.0f;
+        d[2] = src[2];
+        d[3] = src[3];
+        int v;
+        TDM_TRY(fz_new_const(b->fz, b->fz->g->values[fz_node(b->fz, i)->inputs[2]].name, t, &v));
+        fz_node(b->fz, i)->inputs[2] = v;
+        return retarget(b, i, 1);
     }
     if (is_op(n, "Concat")) {
         int64_t axis = tdm_attr_int(n, "axis", 0);
         if (axis != 1 && axis != -3) return NULL;
-        for (int k = 0; k < n->n_inputs; k++)
-            if (!blocked(b, n->inputs[k]) || !plain4(b, n->inputs[k]) ||
-                channels(b, n->inputs[k]) % b->block)
-                return NULL;
+        bool whole = true;
+        for (int k = 0; k < n->n_inputs; k++) {
+            if (!blocked(b, n->inputs[k]) || !plain4(b, n->inputs[k])) return NULL;
+            whole &= channels(b, n->inputs[k]) % b->block == 0;
+        }
+        if (!whole) return concat_unaligned(b, i);
         if (axis != 1) /* the block axis of the rank-5 twins is 1 */
             for (int k = 0; k < n->n_attrs; k++)
                 if (strcmp(n->attrs[k].name, "axis") == 0) n->attrs[k].i = 1;
@@ -234,8 +302,9 @@ static tdm_status *convert_other(bl_ctx *b, int i) {
 }
 
 /* Could node n take input v in the blocked layout (judged before any rewrite)? */
-static bool takes_blocked(const tdm_node *n, int v) {
+static bool takes_blocked(const fz_ctx *fz, const tdm_node *n, int v) {
     if (!on_cpu(n)) return false;
+    if (resize_scales(fz, n)) return n->inputs[0] == v;
     if (is_conv(n)) return n->inputs[0] == v; /* (a Z alone does not make it blocked) */
     if (IN_LIST(n, pool_ops) || IN_LIST(n, unary_ops)) return n->inputs[0] == v;
     return IN_LIST(n, binary_ops) || is_op(n, "Concat");
@@ -291,7 +360,7 @@ tdm_status *fz_pass_blocked(fz_ctx *fz, int64_t block) {
         const int *cons;
         int nc = fz_consumers(fz, (int)v, &cons);
         for (int c = 0; c < nc; c++)
-            if (takes_blocked(fz_node(fz, cons[c]), (int)v)) b.wants[v] = true;
+            if (takes_blocked(fz, fz_node(fz, cons[c]), (int)v)) b.wants[v] = true;
     }
     size_t n_nodes = g->n_nodes; /* the original nodes, in topological order */
     for (size_t i = 0; i < n_nodes && !st; i++) {

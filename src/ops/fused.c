@@ -173,6 +173,7 @@ const tdm_op_schema tdm_ops_fused[] = {
     {TDM_FUSED_DOMAIN, "FromBlocked", 1, 1, 1, 1, 1, tdm_fused_infer_from_blocked, 0, 0},
     {TDM_FUSED_DOMAIN, "BlockedConv", 1, 2, 4, 1, 1, tdm_fused_infer_blocked_conv, 0, 0},
     {TDM_FUSED_DOMAIN, "BlockedPool", 1, 1, 1, 1, 1, tdm_fused_infer_blocked_pool, 0, 0},
+    {TDM_FUSED_DOMAIN, "BlockedConcat", 1, 1, 1024, 1, 1, tdm_fused_infer_blocked_concat, 0, 0},
     {TDM_FUSED_DOMAIN, "QConv", 1, 8, 9, 1, 1, tdm_misc_infer_qlinear_conv, 0, 0},
     {TDM_FUSED_DOMAIN, "QMatMul", 1, 8, 9, 1, 1, tdm_misc_infer_qlinear_matmul, 0, 0},
     {TDM_FUSED_DOMAIN, "QAdd", 1, 8, 8, 1, 1, infer_qadd, 0, 0},

@@ -56,13 +56,18 @@
  *             like Y); FusedConv's attributes plus block; Y blocked.
  * BlockedPool X blocked -> Y blocked; attributes op ("MaxPool", "AveragePool",
  *             "GlobalAveragePool", "GlobalMaxPool"), that op's attributes read as of opset
- *             src_opset, channels, block. */
+ *             src_opset, channels, block.
+ * BlockedConcat X1..Xk blocked -> Y blocked, concatenated on the channels; attributes block,
+ *             channels (ints: each input's channel count). For counts that are not multiples
+ *             of the block (a Concat of whole blocks stays a Concat on the block axis); Y's
+ *             padding channels are zero. */
 #include "ops/op.h"
 
 tdm_status *tdm_fused_infer_to_blocked(tdm_infer_ctx *ctx);
 tdm_status *tdm_fused_infer_from_blocked(tdm_infer_ctx *ctx);
 tdm_status *tdm_fused_infer_blocked_conv(tdm_infer_ctx *ctx);
 tdm_status *tdm_fused_infer_blocked_pool(tdm_infer_ctx *ctx);
+tdm_status *tdm_fused_infer_blocked_concat(tdm_infer_ctx *ctx);
 /* ops/misc_quant.c, shared with QConv / QMatMul */
 tdm_status *tdm_misc_infer_qlinear_conv(tdm_infer_ctx *c);
 tdm_status *tdm_misc_infer_qlinear_matmul(tdm_infer_ctx *c);

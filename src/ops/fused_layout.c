@@ -146,3 +146,50 @@ tdm_status *tdm_fused_infer_blocked_pool(tdm_infer_ctx *ctx) {
     to_blocked(&y, block, &ctx->out[0]);
     return NULL;
 }
+
+/* BlockedConcat: inputs blocked with channels[k] channels, the same N and spatial dims; Y holds
+ * their sum. */
+tdm_status *tdm_fused_infer_blocked_concat(tdm_infer_ctx *ctx) {
+    int64_t block;
+    TDM_TRY(get_block(ctx->node, &block));
+    size_t nc = 0;
+    const int64_t *ch = tdm_attr_ints(ctx->node, "channels", &nc);
+    if (!ch || nc != (size_t)ctx->n_in)
+        return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
+                              "channels must give one count per input");
+    int64_t total = 0;
+    int rank = -1;
+    for (int k = 0; k < ctx->n_in; k++) {
+        if (ch[k] < 1)
+            return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT, "channels must be positive");
+        TDM_TRY(check_blocked(ctx->node, &ctx->in[k], ch[k], block, 4));
+        const tdm_value_info *x = &ctx->in[k];
+        if (x->dtype != TDM_FLOAT && x->dtype != TDM_UNDEFINED)
+            return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT, "inputs must be float");
+        if (x->rank >= 0) {
+            if (rank >= 0 && x->rank != rank)
+                return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT, "inputs differ in rank");
+            rank = x->rank;
+        }
+        total += ch[k];
+    }
+    tdm_value_info *y = &ctx->out[0];
+    y->dtype = TDM_FLOAT;
+    y->rank = rank;
+    if (rank < 0) return NULL;
+    for (int d = 0; d < rank; d++) {
+        y->dims[d] = TDM_DIM_UNKNOWN;
+        if (d == 1) continue;
+        for (int k = 0; k < ctx->n_in; k++) {
+            int64_t v = ctx->in[k].rank == rank ? ctx->in[k].dims[d] : TDM_DIM_UNKNOWN;
+            if (v < 0) continue;
+            if (y->dims[d] >= 0 && y->dims[d] != v)
+                return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
+                                      "inputs differ in dim %d", d);
+            y->dims[d] = v;
+        }
+    }
+    y->dims[1] = ceil_div(total, block);
+    y->dims[rank - 1] = block;
+    return NULL;
+}

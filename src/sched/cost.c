@@ -72,6 +72,7 @@ static const op_cost op_costs[] = {
     {"BlockedPool", CK_POOL, 1, 0, 0, RD_ALL},
     {"ToBlocked", CK_MOVE, 0, 0, 0, RD_ALL},
     {"FromBlocked", CK_MOVE, 0, 0, 0, RD_ALL},
+    {"BlockedConcat", CK_MOVE, 0, 0, 0, RD_ALL},
     {"AveragePool", CK_POOL, 1, 0, 0, RD_ALL},
     {"LpPool", CK_POOL, 3, 0, 0, RD_ALL},
     {"MaxUnpool", CK_ELEM, 1, 0, 0, RD_ALL},

@@ -40,6 +40,7 @@ const tdm_kernel_def tdm_cpu_kernels_dnnl[] = {
     {TDM_FUSED_DOMAIN, "BlockedPool", 1, 0, 0, F32, dn_pool_run, dn_pool_prepare, dn_release},
     {TDM_FUSED_DOMAIN, "ToBlocked", 1, 0, 0, F32, dn_to_blocked_run, NULL, NULL, WA},
     {TDM_FUSED_DOMAIN, "FromBlocked", 1, 0, 0, F32, dn_from_blocked_run, NULL, NULL, WA},
+    {TDM_FUSED_DOMAIN, "BlockedConcat", 1, 0, 0, F32, dn_blocked_concat_run, NULL, NULL, WA},
     {"", "QLinearConv", 10, 0, 0, Q8, dn_qconv_run, dn_qconv_prepare, dn_qconv_release, WA},
     {TDM_FUSED_DOMAIN, "QConv", 1, 0, 0, Q8, dn_qconv_run, dn_qconv_prepare, dn_qconv_release, WA},
     {"", "QLinearMatMul", 10, 0, 0, Q8, dn_qmatmul_run, dn_qmatmul_prepare, dn_qmatmul_release, WA},

@@ -259,6 +259,7 @@ tdm_status *dn_qmatmul_run(tdm_kernel_ctx *ctx);
 /* ---- k_dnnl_layout.c: channel-blocked tensors [N, ceil(C/B), S..., B] (ops/fused.h) ---- */
 tdm_status *dn_to_blocked_run(tdm_kernel_ctx *ctx);
 tdm_status *dn_from_blocked_run(tdm_kernel_ctx *ctx);
+tdm_status *dn_blocked_concat_run(tdm_kernel_ctx *ctx);
 /* Plain [n, c, sp] <-> blocked [n, ceil(c/b), sp, b] (padding channels written as 0). */
 void dn_block_copy(const float *src, int64_t n, int64_t c, int64_t sp, int64_t b, float *dst);
 void dn_unblock_copy(const float *src, int64_t n, int64_t c, int64_t sp, int64_t b, float *dst);

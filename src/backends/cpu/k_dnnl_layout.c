@@ -72,6 +72,74 @@ tdm_status *dn_from_blocked_run(tdm_kernel_ctx *ctx) {
     return NULL;
 }
 
+/* BlockedConcat (ops/fused.h): each input block's lanes go to one or two output blocks (the
+ * input's channel offset need not be a multiple of the block); a whole block at lane 0 is one
+ * copy of its plane. Y's padding lanes are zeroed. Items: (image, input block), in parallel. */
+typedef struct bcat_job {
+    tdm_kernel_ctx *ctx;
+    const int64_t *ch;
+    int64_t n, cbo, sp, b, total, items_per_image;
+} bcat_job;
+
+static void bcat_items(void *arg, int64_t i0, int64_t i1) {
+    const bcat_job *j = arg;
+    int64_t b = j->b, sp = j->sp;
+    for (int64_t it = i0; it < i1; it++) {
+        int64_t i = it / j->items_per_image, r = it % j->items_per_image, off = 0;
+        int k = 0;
+        for (;; k++) { /* input k's block r */
+            int64_t cb = (j->ch[k] + b - 1) / b;
+            if (r < cb) break;
+            r -= cb;
+            off += j->ch[k];
+        }
+        float *yi = (float *)j->ctx->out[0]->data + i * j->cbo * sp * b;
+        int64_t cbk = (j->ch[k] + b - 1) / b, c0 = r * b;
+        const float *s = (const float *)j->ctx->in[k]->data + (i * cbk + r) * sp * b;
+        int64_t nb = j->ch[k] - c0 < b ? j->ch[k] - c0 : b, oc = off + c0;
+        int64_t lane = oc % b, r1 = nb < b - lane ? nb : b - lane, r2 = nb - r1;
+        float *d1 = yi + (oc / b) * sp * b + lane, *d2 = yi + (oc / b + 1) * sp * b;
+        if (lane == 0 && nb == b) {
+            memcpy(d1, s, (size_t)(sp * b) * sizeof(float));
+            continue;
+        }
+        for (int64_t p = 0; p < sp; p++) {
+            const float *sp_ = s + p * b;
+            for (int64_t l = 0; l < r1; l++) d1[p * b + l] = sp_[l];
+            for (int64_t l = 0; l < r2; l++) d2[p * b + l] = sp_[r1 + l];
+        }
+    }
+}
+
+tdm_status *dn_blocked_concat_run(tdm_kernel_ctx *ctx) {
+    tdm_tensor *y = ctx->out[0];
+    size_t nc = 0;
+    const int64_t *ch = tdm_attr_ints(ctx->node, "channels", &nc);
+    int64_t n, cbo, sp, b;
+    if (!y || y->rank < 4 || !ch || nc != (size_t)ctx->n_in) return shape_error(ctx);
+    blocked_sizes(y, &n, &cbo, &sp, &b);
+    int64_t total = 0, items = 0;
+    for (int k = 0; k < ctx->n_in; k++) {
+        const tdm_tensor *x = ctx->in[k];
+        int64_t xn, xcb, xsp, xb;
+        if (!x || x->rank != y->rank || ch[k] < 1) return shape_error(ctx);
+        blocked_sizes(x, &xn, &xcb, &xsp, &xb);
+        if (xn != n || xsp != sp || xb != b || xcb != (ch[k] + b - 1) / b) return shape_error(ctx);
+        total += ch[k];
+        items += xcb;
+    }
+    if (cbo != (total + b - 1) / b) return shape_error(ctx);
+    if (total % b) /* the last block's padding lanes (before the items write the others) */
+        for (int64_t i = 0; i < n; i++) {
+            float *d = (float *)y->data + ((i + 1) * cbo - 1) * sp * b;
+            for (int64_t p = 0; p < sp; p++)
+                for (int64_t l = total % b; l < b; l++) d[p * b + l] = 0.0f;
+        }
+    bcat_job j = {ctx, ch, n, cbo, sp, b, total, items};
+    tdm_parallel_for(ctx->pool, n * items, 1, bcat_items, &j);
+    return NULL;
+}
+
 /* A plain tensor for blocked `t` holding `c` channels (unblocked when `copy`). */
 static tdm_status *plain_of(tdm_kernel_ctx *ctx, const tdm_tensor *t, int64_t c, bool copy,
                             tdm_tensor **out) {

@@ -240,6 +240,37 @@ static void nn_rows(void *arg, int64_t b, int64_t e) {
     }
 }
 
+/* Nearest with the last axis unchanged (a channel-blocked tensor [N, C/B, H, W, B] upsampled
+ * in H and W): whole last-axis rows are copied, and the source offset is worked out once per
+ * output row of the second-to-last axis. */
+static void nn_planes(void *arg, int64_t b, int64_t e) {
+    const nn_job *j = arg;
+    int r = j->rank;
+    const rs_axis *ax2 = &j->ax[r - 2];
+    int64_t ol = j->odims[r - 1], o2 = j->odims[r - 2];
+    size_t rowb = (size_t)ol * j->es, str2 = (size_t)j->istr[r - 2] * j->es;
+    for (int64_t row = b; row < e; row++) {
+        int64_t rem = row, off = 0;
+        for (int a = r - 3; a >= 0; a--) {
+            int64_t c = rem % j->odims[a];
+            rem /= j->odims[a];
+            off += j->ax[a].idx[c] * j->istr[a];
+        }
+        const char *s = j->src + (size_t)off * j->es;
+        char *d = j->dst + (size_t)row * (size_t)o2 * rowb;
+        for (int64_t i = 0; i < o2; i++) memcpy(d + (size_t)i * rowb, s + (size_t)ax2->idx[i] * str2, rowb);
+    }
+}
+
+/* The last axis is copied as it is (nearest, no extrapolation): nn_planes applies. */
+static bool last_axis_ident(const rs_axis *ax, int rank) {
+    const rs_axis *l = &ax[rank - 1];
+    if (rank < 3 || l->in_len != l->out_len || l->ext || ax[rank - 2].ext) return false;
+    for (int64_t i = 0; i < l->out_len; i++)
+        if (l->idx[i] != i) return false;
+    return true;
+}
+
 /* ---- linear / cubic: separable passes, templated on the work type ---- */
 
 #define RS_PASS(W, NAME)                                                                     \
@@ -479,7 +510,12 @@ static tdm_status *resize_common(tdm_kernel_ctx *ctx, bool legacy, const tdm_ten
                         p.ctm == CT_TF_CROP ? fill : NULL};
             int64_t rows = y->count / y->dims[rank - 1];
             int64_t grain = 4096 / (y->dims[rank - 1] + 1) + 1;
-            tdm_parallel_for(ctx->pool, rows, grain, nn_rows, &j);
+            if (!j.fill && last_axis_ident(ax, rank)) {
+                int64_t plane = y->dims[rank - 1] * y->dims[rank - 2];
+                tdm_parallel_for(ctx->pool, y->count / plane, 4096 / (plane + 1) + 1, nn_planes, &j);
+            } else {
+                tdm_parallel_for(ctx->pool, rows, grain, nn_rows, &j);
+            }
         } else {
             st = run_separable(ctx, &p, ax, rank, x, y);
         }

@@ -356,6 +356,166 @@ static void col2im_channels(void *arg, int64_t m0, int64_t m1) {
     }
 }
 
+/* 2-D ConvTranspose by tiles of whole input rows: col = W_g^T x X_g[:, rows of the tile]
+ * (about CONVT_TILE floats, so it stays in cache and needs no large per-run buffer) is
+ * scattered into Y at once. When the kernel's extent in H is at most the stride, two input
+ * rows never write the same output row, so the tiles run in parallel; otherwise they run
+ * one after the other (GEMM and scatter using the threads inside). `exact`: every output
+ * element gets exactly one tap (stride == kernel, no dilation, pads or output padding), so the
+ * scatter writes col + bias and Y needs no initialisation; else Y starts as the bias (or 0)
+ * and the scatter adds. */
+#define CONVT_TILE ((int64_t)64 << 10)
+
+typedef struct convt_job {
+    const conv_shape *cs;
+    const tdm_cpu_simd *simd;
+    tdm_threadpool *pool; /* NULL inside parallel tiles */
+    const tdm_allocator *alloc;
+    const float *x, *w, *bias; /* the group's first input channel, weights, bias (or NULL) */
+    float *y;                  /* the group's first output channel */
+    float *col;                /* sequential tiles: the shared tile buffer */
+    int64_t Cg, Mg, rows, th, IH;
+    bool exact;
+    _Atomic bool oom;
+    /* the tile being scattered (sequential tiles) */
+    int64_t h0, h1;
+} convt_job;
+
+/* Scatters the tile col (input rows h0..h1) into output channels m0..m1. */
+static void convt_scatter(const convt_job *j, const float *col, int64_t h0, int64_t h1, int64_t m0,
+                          int64_t m1) {
+    const conv_shape *cs = j->cs;
+    int64_t IW = cs->in[1], OW = cs->out[1], OH = cs->out[0], KH = cs->k[0], KW = cs->k[1];
+    int64_t sh = cs->s[0], sw = cs->s[1], ncol = (h1 - h0) * IW, ksz = cs->ksz;
+    for (int64_t m = m0; m < m1; m++) {
+        float *y = j->y + m * cs->osz;
+        float b = j->bias ? j->bias[m] : 0.0f;
+        const float *cm = col + m * ksz * ncol;
+        if (j->exact) { /* oh = ih * KH + kh, ow = iw * KW + kw */
+            for (int64_t ih = h0; ih < h1; ih++)
+                for (int64_t kh = 0; kh < KH; kh++) {
+                    float *yr = y + (ih * sh + kh) * OW;
+                    const float *src = cm + kh * KW * ncol + (ih - h0) * IW;
+                    if (KW == 2) {
+                        const float *s0 = src, *s1 = src + ncol;
+                        for (int64_t iw = 0; iw < IW; iw++) {
+                            yr[2 * iw] = s0[iw] + b;
+                            yr[2 * iw + 1] = s1[iw] + b;
+                        }
+                    } else {
+                        for (int64_t iw = 0; iw < IW; iw++)
+                            for (int64_t kw = 0; kw < KW; kw++)
+                                yr[iw * sw + kw] = src[kw * ncol + iw] + b;
+                    }
+                }
+            continue;
+        }
+        for (int64_t kr = 0; kr < ksz; kr++) {
+            const float *src = cm + kr * ncol;
+            int64_t kh = kr / KW, kw = kr % KW;
+            int64_t offw = kw * cs->d[1] - cs->p[1], lo, hi;
+            valid_range(OW, sw, offw, IW, &lo, &hi);
+            for (int64_t ih = h0; ih < h1; ih++) {
+                int64_t oh = ih * sh + kh * cs->d[0] - cs->p[0];
+                if (oh < 0 || oh >= OH) continue;
+                float *yr = y + oh * OW;
+                const float *sr = src + (ih - h0) * IW;
+                for (int64_t iw = lo; iw < hi; iw++) yr[iw * sw + offw] += sr[iw];
+            }
+        }
+    }
+}
+
+static void convt_gemm(const convt_job *j, tdm_threadpool *pool, float *col, int64_t h0,
+                       int64_t h1) {
+    int64_t IW = j->cs->in[1], ncol = (h1 - h0) * IW;
+    tdm_sgemm(j->simd, pool, true, false, j->rows, ncol, j->Cg, 1.0f, j->w, j->rows,
+              j->x + h0 * IW, j->cs->isz, 0.0f, col, ncol);
+}
+
+static void convt_scatter_task(void *arg, int64_t m0, int64_t m1) {
+    const convt_job *j = arg;
+    convt_scatter(j, j->col, j->h0, j->h1, m0, m1);
+}
+
+/* Parallel tiles t0..t1 (independent output rows), each task with its own buffer. */
+static void convt_tiles_task(void *arg, int64_t t0, int64_t t1) {
+    convt_job *j = arg;
+    float *col = tdm_alloc(j->alloc, (size_t)(j->rows * j->th * j->cs->in[1]) * sizeof(float));
+    if (!col) {
+        atomic_store(&j->oom, true);
+        return;
+    }
+    for (int64_t t = t0; t < t1; t++) {
+        int64_t h0 = t * j->th, h1 = h0 + j->th < j->IH ? h0 + j->th : j->IH;
+        convt_gemm(j, NULL, col, h0, h1);
+        convt_scatter(j, col, h0, h1, 0, j->Mg);
+    }
+    tdm_free(j->alloc, col);
+}
+
+static void fill_channels(float *y, int64_t M, int64_t osz, const float *bias) {
+    for (int64_t m = 0; m < M; m++) {
+        float b = bias ? bias[m] : 0.0f;
+        float *yp = y + m * osz;
+        if (b == 0.0f) memset(yp, 0, (size_t)osz * sizeof(float));
+        else
+            for (int64_t i = 0; i < osz; i++) yp[i] = b;
+    }
+}
+
+static tdm_status *conv_transpose_2d(tdm_kernel_ctx *ctx, const conv_shape *cs, int64_t group) {
+    const tdm_tensor *x = ctx->in[0], *w = ctx->in[1];
+    const tdm_tensor *b = ctx->n_in > 2 ? ctx->in[2] : NULL;
+    tdm_tensor *y = ctx->out[0];
+    int64_t N = x->dims[0], C = x->dims[1], M = y->dims[1];
+    int64_t Cg = C / group, Mg = M / group, rows = Mg * cs->ksz, IH = cs->in[0], IW = cs->in[1];
+    bool exact = true;
+    for (int i = 0; i < 2; i++)
+        if (cs->s[i] != cs->k[i] || (cs->k[i] > 1 && cs->d[i] != 1) || cs->p[i] != 0 ||
+            cs->out[i] != cs->in[i] * cs->s[i])
+            exact = false;
+    int64_t per_row = rows * IW, th = per_row > 0 ? CONVT_TILE / per_row : 1;
+    if (th < 1) th = 1;
+    if (th > IH) th = IH;
+    int64_t tiles = (IH + th - 1) / th;
+    bool independent = (cs->k[0] - 1) * cs->d[0] + 1 <= cs->s[0];
+    int T = tdm_threadpool_size(ctx->pool);
+    bool par = independent && T > 1 && tiles >= T;
+    float *col = NULL;
+    if (!par) {
+        col = tdm_kscratch(ctx, (size_t)(rows * th * IW) * sizeof(float));
+        if (!col) return tdm_node_error(ctx->node, TDM_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    const float *xd = x->data, *wd = w->data, *bd = b ? b->data : NULL;
+    float *yd = y->data;
+    tdm_status *st = NULL;
+    for (int64_t n = 0; n < N && !st; n++)
+        for (int64_t gi = 0; gi < group && !st; gi++) {
+            convt_job j = {.cs = cs, .simd = tdm_cpu_simd_of(ctx), .pool = ctx->pool,
+                           .alloc = ctx->alloc, .x = xd + (n * C + gi * Cg) * cs->isz,
+                           .w = wd + gi * Cg * rows, .bias = bd ? bd + gi * Mg : NULL,
+                           .y = yd + (n * M + gi * Mg) * cs->osz, .col = col, .Cg = Cg,
+                           .Mg = Mg, .rows = rows, .th = th, .IH = IH, .exact = exact};
+            atomic_init(&j.oom, false);
+            if (!exact) fill_channels(j.y, Mg, cs->osz, j.bias);
+            if (par) {
+                tdm_parallel_for(ctx->pool, tiles, 1, convt_tiles_task, &j);
+                if (atomic_load(&j.oom))
+                    st = tdm_node_error(ctx->node, TDM_ERR_OUT_OF_MEMORY, "out of memory");
+                continue;
+            }
+            for (int64_t t = 0; t < tiles; t++) {
+                j.h0 = t * th;
+                j.h1 = j.h0 + th < IH ? j.h0 + th : IH;
+                convt_gemm(&j, ctx->pool, col, j.h0, j.h1);
+                tdm_parallel_for(ctx->pool, Mg, 1, convt_scatter_task, &j);
+            }
+        }
+    tdm_free(ctx->alloc, col);
+    return st;
+}
+
 static tdm_status *conv_transpose_f32(tdm_kernel_ctx *ctx) {
     const tdm_tensor *x = ctx->in[0], *w = ctx->in[1];
     const tdm_tensor *b = ctx->n_in > 2 ? ctx->in[2] : NULL;
@@ -376,6 +536,7 @@ static tdm_status *conv_transpose_f32(tdm_kernel_ctx *ctx) {
     if (y->count == 0) return NULL;
     conv_shape cs;
     conv_shape_from(&g, &cs);
+    if (cs.nsp == 2) return conv_transpose_2d(ctx, &cs, group);
     /* for col2im, cs.in is the op's input and cs.out its output */
     int64_t Cg = C / group, Mg = M / group, rows = Mg * cs.ksz, col_n;
     if (!tdm_mul_i64(rows, cs.isz, &col_n) || col_n > TDM_MAX_TENSOR_BYTES / 4)
@@ -384,6 +545,7 @@ static tdm_status *conv_transpose_f32(tdm_kernel_ctx *ctx) {
     if (!col) return tdm_node_error(ctx->node, TDM_ERR_OUT_OF_MEMORY, "out of memory");
     const float *xd = x->data, *wd = w->data;
     float *yd = y->data;
+    memset(yd, 0, (size_t)y->count * sizeof(float)); /* col2im adds */
     for (int64_t n = 0; n < N; n++) {
         for (int64_t gi = 0; gi < group; gi++) {
             const float *xg = xd + (n * C + gi * Cg) * cs.isz;

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "backends/cpu/cpu_simd.h"
 #include "backends/cpu/k_reduce.h"
 #include "core/alloc.h"
 
@@ -44,6 +45,24 @@ static tdm_rd_ctype float_ctype(tdm_dtype dt) {
     return dt == TDM_DOUBLE ? TDM_RD_F64 : TDM_RD_F32;
 }
 
+/* float32 Softmax over contiguous rows (the last axis): the device's SIMD row kernel
+ * (cpu_simd.h) on a copy of each row, e.g. a recognizer's softmax over 18k classes. */
+typedef struct smx_simd_job {
+    const tdm_cpu_simd *sd;
+    const float *x;
+    float *y;
+    int64_t n;
+} smx_simd_job;
+
+static void smx_simd_rows(void *arg, int64_t b, int64_t e) {
+    const smx_simd_job *j = arg;
+    for (int64_t o = b; o < e; o++) {
+        float *y = j->y + o * j->n;
+        if (y != j->x + o * j->n) memcpy(y, j->x + o * j->n, (size_t)j->n * sizeof(float));
+        j->sd->softmax_row(y, NULL, false, j->n);
+    }
+}
+
 static tdm_status *run_softmax(tdm_kernel_ctx *ctx, int mode) {
     const tdm_tensor *x = ctx->in[0];
     tdm_tensor *y = ctx->out[0];
@@ -62,6 +81,12 @@ static tdm_status *run_softmax(tdm_kernel_ctx *ctx, int mode) {
         }
     }
     if (y->count == 0) return NULL;
+    if (mode == 0 && I == 1 && N > 0 && x->dtype == TDM_FLOAT && y->dtype == TDM_FLOAT) {
+        smx_simd_job j = {tdm_cpu_simd_of(ctx), x->data, y->data, N};
+        int64_t grain = RD_GRAIN / N + 1;
+        tdm_parallel_for(ctx->pool, O, grain, smx_simd_rows, &j);
+        return NULL;
+    }
     tdm_rd_ctype ct = float_ctype(x->dtype);
     const void *xd;
     void *owned;

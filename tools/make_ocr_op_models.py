@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""Tests of the CPU paths the PP-OCR models take (issue 16): small models on random data with
+ONNX Runtime's outputs as the reference, in the node-test layout
+(tests/models_ocr/NAME/model.onnx + test_data_set_0/{input,output}_N.pb).
+
+ConvTranspose's row-tiled kernel (src/backends/cpu/k_nn_conv.c).
+
+Cases: the PP-OCR DB head's 2x2 stride-2 upsampling (every output written once: the "exact"
+path, tiles in parallel), strides equal to kernels of other sizes and groups, overlapping
+kernels with pads and output padding (tiles one after the other), dilations, 1-D, output
+padding that leaves the last row to the bias alone, rows too wide for one tile; and an FPN
+step (Conv -> nearest Resize -> Add -> Conv) whose Resize runs on the channel-blocked tensor;
+Concats of blocked tensors whose channel counts are not multiples of the block (BlockedConcat;
+the padding lanes of a Sigmoid's output are not zero); Softmax over long last-axis rows (a recognizer's classes; the SIMD row kernel) with tails.
+
+Deterministic (fixed seed). Usage: tools/make_ocr_op_models.py [OUT_DIR] (default tests/models_ocr)"""
+import os
+import sys
+
+import numpy as np
+from onnx import helper
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_contrib_models import ROOT, save  # noqa: E402
+
+F32 = np.float32
+
+
+def case(out, name, x_shape, m, k, rs, bias=True, group=1, **attrs):
+    c = x_shape[1]
+    w = (rs.randn(c, m // group, *k) * 0.2).astype(F32)
+    x = rs.randn(*x_shape).astype(F32)
+    consts = {"w": w}
+    ins = ["x", "w"]
+    if bias:
+        consts["b"] = rs.randn(m).astype(F32)
+        ins.append("b")
+    node = helper.make_node("ConvTranspose", ins, ["y"], kernel_shape=list(k), group=group, **attrs)
+    save(out, name, node, {"x": x}, consts, opset=17)
+
+
+def fpn(out, name, rs, c, ctm, nearest_mode, scale):
+    """Conv -> Resize (nearest) -> Add(Conv of the larger map) -> Conv: the blocked-layout pass
+    takes the Resize on the channel-blocked tensor (src/graph/fuse_blocked.c)."""
+    h, w = 5, 7
+    x1 = rs.randn(1, 8, h, w).astype(F32)
+    x2 = rs.randn(1, 8, h * scale, w * scale).astype(F32)
+    consts = {"w1": (rs.randn(c, 8, 1, 1) * 0.3).astype(F32), "w2": (rs.randn(c, 8, 3, 3) * 0.2).astype(F32),
+              "w3": (rs.randn(c, c, 3, 3) * 0.2).astype(F32), "roi": np.zeros(0, F32),
+              "sc": np.array([1, 1, scale, scale], F32)}
+    nodes = [helper.make_node("Conv", ["x1", "w1"], ["a"], kernel_shape=[1, 1]),
+             helper.make_node("Relu", ["a"], ["ar"]),
+             helper.make_node("Resize", ["ar", "roi", "sc"], ["up"], mode="nearest",
+                              coordinate_transformation_mode=ctm, nearest_mode=nearest_mode),
+             helper.make_node("Conv", ["x2", "w2"], ["b"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["up", "b"], ["s"]),
+             helper.make_node("Conv", ["s", "w3"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])]
+    save(out, name, nodes, {"x1": x1, "x2": x2}, consts, opset=13)
+
+
+def concat(out, name, rs, chans, n=1, after_relu=False):
+    """Convs -> Concat on the channels -> Conv: with channel counts that are not multiples of
+    the block, the blocked-layout pass makes a BlockedConcat (src/graph/fuse_blocked.c)."""
+    x = rs.randn(n, 6, 9, 11).astype(F32)
+    consts, nodes, cat = {}, [], []
+    for k, c in enumerate(chans):
+        consts[f"w{k}"] = (rs.randn(c, 6, 3, 3) * 0.3).astype(F32)
+        nodes.append(helper.make_node("Conv", ["x", f"w{k}"], [f"c{k}"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]))
+        if after_relu:
+            nodes.append(helper.make_node("Sigmoid", [f"c{k}"], [f"s{k}"]))
+        cat.append(f"s{k}" if after_relu else f"c{k}")
+    nodes.append(helper.make_node("Concat", cat, ["cat"], axis=1))
+    consts["wy"] = (rs.randn(7, sum(chans), 3, 3) * 0.2).astype(F32)
+    nodes.append(helper.make_node("Conv", ["cat", "wy"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]))
+    save(out, name, nodes, {"x": x}, consts, opset=13)
+
+
+def add_broadcast(out, name, rs, c):
+    """Conv [1, c, 1, 7] + Conv [1, c, 5, 7] -> Conv: an Add of blocked tensors with the same
+    channels whose H broadcasts (the blocked pass converts it; N, H, W broadcast alike)."""
+    x1 = rs.randn(1, 8, 1, 7).astype(F32)
+    x2 = rs.randn(1, 8, 5, 7).astype(F32)
+    consts = {"w1": (rs.randn(c, 8, 1, 1) * 0.3).astype(F32), "w2": (rs.randn(c, 8, 3, 3) * 0.2).astype(F32),
+              "w3": (rs.randn(5, c, 3, 3) * 0.2).astype(F32)}
+    nodes = [helper.make_node("Conv", ["x1", "w1"], ["a"], kernel_shape=[1, 1]),
+             helper.make_node("Conv", ["x2", "w2"], ["b"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Mul", ["a", "b"], ["s"]),
+             helper.make_node("Conv", ["s", "w3"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])]
+    save(out, name, nodes, {"x1": x1, "x2": x2}, consts, opset=13)
+
+
+def softmax(out, name, rs, shape, axis, opset):
+    x = (rs.randn(*shape) * 4).astype(F32)
+    save(out, name, helper.make_node("Softmax", ["x"], ["y"], axis=axis), {"x": x}, opset=opset)
+
+
+def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "tests", "models_ocr")
+    os.makedirs(out, exist_ok=True)
+    rs = np.random.RandomState(16)
+    case(out, "convt_k2s2_db_head", (1, 24, 20, 48), 24, (2, 2), rs, strides=[2, 2])
+    case(out, "convt_k2s2_one_channel", (1, 24, 30, 40), 1, (2, 2), rs, strides=[2, 2])
+    case(out, "convt_k2s2_batch2_odd", (2, 5, 7, 9), 3, (2, 2), rs, strides=[2, 2])
+    case(out, "convt_k3s3_group2_nobias", (1, 6, 9, 11), 4, (3, 3), rs, bias=False, group=2,
+         strides=[3, 3])
+    case(out, "convt_k2x3_s2x3", (1, 4, 10, 7), 5, (2, 3), rs, strides=[2, 3])
+    case(out, "convt_k1s1", (1, 7, 6, 5), 3, (1, 1), rs)
+    case(out, "convt_k3s2_pads_outpad", (1, 8, 33, 20), 6, (3, 3), rs, strides=[2, 2],
+         pads=[1, 1, 1, 1], output_padding=[1, 1])
+    case(out, "convt_k4s2_pads", (2, 3, 12, 13), 5, (4, 4), rs, strides=[2, 2], pads=[1, 2, 1, 0])
+    case(out, "convt_k3s1_dil2", (1, 4, 11, 9), 3, (3, 3), rs, dilations=[2, 2], pads=[2, 2, 2, 2])
+    case(out, "convt_k2s2_outpad", (1, 4, 8, 6), 3, (2, 2), rs, strides=[2, 2], output_padding=[1, 1])
+    case(out, "convt_1d_k4s2", (2, 5, 37), 4, (4,), rs, strides=[2], pads=[1, 1])
+    case(out, "convt_1d_k2s2", (1, 6, 50), 3, (2,), rs, strides=[2])
+    case(out, "convt_k4s4_wide_rows", (1, 4, 2, 520), 8, (4, 4), rs, strides=[4, 4])
+    fpn(out, "blocked_resize_fpn_asym", rs, 24, "asymmetric", "floor", 2)
+    fpn(out, "blocked_resize_fpn_half_pixel", rs, 20, "half_pixel", "round_prefer_floor", 4)
+    concat(out, "blocked_concat_4x24", rs, [24, 24, 24, 24])
+    concat(out, "blocked_concat_mixed_batch2", rs, [5, 16, 12, 3], n=2, after_relu=True)
+    concat(out, "blocked_concat_two", rs, [20, 9])
+    add_broadcast(out, "blocked_mul_broadcast_h", rs, 20)
+    softmax(out, "softmax_long_rows", rs, (1, 5, 4099), 2, 13)
+    softmax(out, "softmax_short_rows", rs, (2, 3, 7, 33), -1, 13)
+    softmax(out, "softmax_opset11_coerced", rs, (3, 4, 5), 1, 11)
+    case(out, "convt_k3s2_wide_rows", (1, 4, 3, 1000), 8, (3, 3), rs, strides=[2, 2], pads=[1, 1, 1, 1])
+
+
+if __name__ == "__main__":
+    main()
