@@ -15,6 +15,7 @@
  *    eltwise_hardswish, which its JIT kernels (depthwise ones included) take as a post-op;
  *  - fz_match_swish recognises x * Sigmoid(x) (SiLU, YOLO's activation): eltwise_swish. */
 #include <float.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "core/alloc.h"
@@ -33,6 +34,66 @@ tdm_status *fz_pass_identity(fz_ctx *fz) {
         if (n->n_inputs != 1 || n->n_outputs != 1 || n->inputs[0] < 0 || n->outputs[0] < 0)
             continue;
         int x = n->inputs[0], y = n->outputs[0];
+        const int *cons;
+        int nc = fz_consumers(fz, y, &cons);
+        if (fz_uses(fz, y) != nc) continue; /* a graph output or a subgraph's read */
+        for (int c = 0; c < nc; c++) {
+            tdm_node *r = fz_node(fz, cons[c]);
+            for (int k = 0; k < r->n_inputs; k++)
+                if (r->inputs[k] == y) r->inputs[k] = x;
+        }
+        fz_kill(fz, (int)i);
+        fz->count++;
+    }
+    return NULL;
+}
+
+/* ---- Slice over whole axes ---- */
+
+/* Element i of an int32/int64 constant; false when t is not one or i is out of range. */
+static bool const_int(const tdm_tensor *t, int64_t i, int64_t *v) {
+    if (!t || i < 0 || i >= t->count) return false;
+    if (t->dtype == TDM_INT64) *v = ((const int64_t *)t->data)[i];
+    else if (t->dtype == TDM_INT32) *v = ((const int32_t *)t->data)[i];
+    else return false;
+    return true;
+}
+
+/* Slice (opset >= 10) whose every sliced axis is taken whole with step 1 (start 0, end at
+ * least the dim: INT32_MAX or more, exporters' "to the end", or the dim when it is known)
+ * copies its input: y's readers read x instead (y neither a graph output nor read by a
+ * subgraph). jax2tf writes such Slices around magika's Conv (8 MB copied per run). */
+tdm_status *fz_pass_noop_slice(fz_ctx *fz) {
+    for (size_t i = 0; i < fz->g->n_nodes; i++) {
+        TDM_TRY(fz_refresh(fz));
+        if (!fz_is_op(fz, (int)i, "Slice")) continue;
+        tdm_node *n = fz_node(fz, (int)i);
+        if (n->opset < 10 || n->n_inputs < 3 || n->n_outputs != 1 || n->outputs[0] < 0 ||
+            n->inputs[0] < 0)
+            continue;
+        int x = n->inputs[0], y = n->outputs[0], xr = fz->g->values[x].rank;
+        const tdm_tensor *st = fz_const(fz, n->inputs[1]), *en = fz_const(fz, n->inputs[2]);
+        const tdm_tensor *ax = n->n_inputs > 3 && n->inputs[3] >= 0 ? fz_const(fz, n->inputs[3]) : NULL;
+        const tdm_tensor *sp = n->n_inputs > 4 && n->inputs[4] >= 0 ? fz_const(fz, n->inputs[4]) : NULL;
+        if (xr < 1 || !st || !en || st->rank != 1 || en->count != st->count ||
+            (n->n_inputs > 3 && n->inputs[3] >= 0 && (!ax || ax->count != st->count)) ||
+            (n->n_inputs > 4 && n->inputs[4] >= 0 && (!sp || sp->count != st->count)) ||
+            fz->g->values[y].dtype != fz->g->values[x].dtype)
+            continue;
+        bool whole = true;
+        for (int64_t k = 0; k < st->count && whole; k++) {
+            int64_t a = k, b, e, step = 1;
+            if ((ax && !const_int(ax, k, &a)) || !const_int(st, k, &b) || !const_int(en, k, &e) ||
+                (sp && !const_int(sp, k, &step))) {
+                whole = false;
+                break;
+            }
+            if (a < 0) a += xr;
+            int64_t dim = a >= 0 && a < xr ? fz->g->values[x].dims[a] : -1;
+            whole = a >= 0 && a < xr && step == 1 && b == 0 &&
+                    (e >= INT32_MAX || (dim >= 0 && e >= dim));
+        }
+        if (!whole) continue;
         const int *cons;
         int nc = fz_consumers(fz, y, &cons);
         if (fz_uses(fz, y) != nc) continue; /* a graph output or a subgraph's read */
