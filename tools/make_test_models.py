@@ -395,6 +395,47 @@ def hardswish_dw():
     return make_model(g), {x: inp}
 
 
+def magika_like():
+    """magika's shape of network as jax2tf writes it (issue 16): MatMul + bias -> GELU (tanh
+    form, 0.044715 x^3 as x * (x * (0.044715 * x))) -> Unsqueeze -> whole-axis Slice ->
+    Transpose -> 5x1 Conv over a column (W = 1) -> whole-axis Slice -> Squeeze -> Add(bias)
+    -> GELU -> GlobalMaxPool; and a strided, padded 3x1 Conv over the same column. tandem fuses
+    the first GELU into the MatMul, makes the second one FastGelu, drops the Slices and runs the
+    column convolutions as rows."""
+    b = Builder(9)
+    x = "input"
+    i64 = lambda v: b.const("idx", np.array(v, np.int64))
+
+    def gelu(h):
+        c = b.const("gelu_c", np.array(0.044715, np.float32))
+        t = b.op("Mul", [h, b.op("Mul", [h, b.op("Mul", [c, h])])])
+        t = b.op("Mul", [b.const("gelu_k", np.array(0.7978845834732056, np.float32)),
+                         b.op("Add", [h, t])])
+        t = b.op("Add", [b.const("one", np.ones((1, 1, 1), np.float32)), b.op("Tanh", [t])])
+        t = b.op("Mul", [b.const("half", np.array(0.5, np.float32)), t])
+        return b.op("Mul", [h, t])
+
+    h = b.op("Add", [b.op("MatMul", [x, b.weight("w", (16, 32))]), b.weight("b", (1, 1, 32))])
+    h = gelu(h)                                                    # [N, 40, 32]
+    h = b.op("Unsqueeze", [h, i64([3])])                           # [N, 40, 32, 1]
+    h = b.op("Slice", [h, i64([0, 0, 0, 0]), i64([10**9] * 4), i64([0, 2, 1, 3]), i64([1] * 4)])
+    h = b.op("Transpose", [h], perm=[0, 2, 1, 3])                  # [N, 32, 40, 1]
+    w = b.weight("conv_w", (24, 32, 5, 1))
+    c = b.op("Conv", [h, w], kernel_shape=[5, 1], strides=[1, 1], dilations=[1, 1], group=1)
+    c = b.op("Slice", [c, i64([0, 0, 0, 0]), i64([2**31 - 1] * 3 + [1]), i64([0, 1, 2, 3])])
+    c = b.op("Squeeze", [c, i64([3])])                             # [N, 24, 36]
+    c = gelu(b.op("Add", [c, b.weight("conv_b", (1, 24, 1))]))
+    b.op_to("GlobalMaxPool", [c], "pooled")                        # [N, 24, 1]
+    w2 = b.weight("conv_w", (8, 32, 3, 1))
+    b.op_to("Conv", [h, w2, b.weight("conv_b", (8,))], "strided", kernel_shape=[3, 1],
+            strides=[2, 1], pads=[1, 0, 1, 0], dilations=[1, 1], group=1)  # [N, 8, 20, 1]
+    g = b.graph("magika_like", [tensor_vi(x, TensorProto.FLOAT, ["batch", 40, 16])],
+                [tensor_vi("pooled", TensorProto.FLOAT, ["batch", 24, 1]),
+                 tensor_vi("strided", TensorProto.FLOAT, ["batch", 8, 20, 1])])
+    inp = np.random.default_rng(9000).standard_normal((3, 40, 16)).astype(np.float32)
+    return make_model(g), {x: inp}
+
+
 MODELS = {
     "resnet_blocks": resnet_blocks,
     "mobilenet_block": mobilenet_block,
@@ -403,6 +444,7 @@ MODELS = {
     "yolo_like_head": yolo_like_head,
     "mlp_dynamic_batch": mlp_dynamic_batch,
     "hardswish_dw": hardswish_dw,
+    "magika_like": magika_like,
 }
 
 # ---------------------------------------------------------------------------------------------
