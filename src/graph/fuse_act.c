@@ -108,6 +108,85 @@ tdm_status *fz_pass_noop_slice(fz_ctx *fz) {
     return NULL;
 }
 
+/* ---- a stack reduced over its new axis ---- */
+
+/* The single axis Unsqueeze node u inserts into a value of rank r (normalized), or -1. */
+static int64_t unsqueeze_axis(const fz_ctx *fz, const tdm_node *u, int r) {
+    int64_t a;
+    if (u->opset < 13) {
+        size_t na;
+        const int64_t *ax = tdm_attr_ints(u, "axes", &na);
+        if (!ax || na != 1) return -1;
+        a = ax[0];
+    } else {
+        const tdm_tensor *t = u->n_inputs > 1 && u->inputs[1] >= 0 ? fz_const(fz, u->inputs[1]) : NULL;
+        if (!const_int(t, 0, &a) || t->count != 1) return -1;
+    }
+    if (a < 0) a += r + 1;
+    return a >= 0 && a <= r ? a : -1;
+}
+
+/* ReduceMax / ReduceMin / ReduceMean (keepdims 0) over axis a of Concat(axis a) of values
+ * that Unsqueeze(axis a) made, each read by that Concat alone -> Max / Min / Mean of the
+ * values, element-wise (they all have one shape: the Concat's other dims agree). PyTorch's
+ * torch.stack(...).max(dim) (attacut's three convolution branches): the stack copies element
+ * by element and the reduction runs over an innermost axis of 3. */
+tdm_status *fz_pass_stack_reduce(fz_ctx *fz) {
+    static const char *const red[][2] = {{"ReduceMax", "Max"}, {"ReduceMin", "Min"},
+                                         {"ReduceMean", "Mean"}};
+    for (size_t i = 0; i < fz->g->n_nodes; i++) {
+        TDM_TRY(fz_refresh(fz));
+        int k = -1;
+        for (int j = 0; j < 3; j++)
+            if (fz_is_op(fz, (int)i, red[j][0])) k = j;
+        if (k < 0) continue;
+        const tdm_node *rn = fz_node(fz, (int)i);
+        if (rn->n_outputs != 1 || rn->outputs[0] < 0 || rn->inputs[0] < 0 ||
+            tdm_attr_int(rn, "keepdims", 1) != 0)
+            continue;
+        int cv = rn->inputs[0], ci = fz_producer(fz, cv), cr = fz->g->values[cv].rank;
+        int64_t axes[TDM_MAX_RANK];
+        int na;
+        if (cr < 1 || !fz_is_op(fz, ci, "Concat") || fz_sole_consumer(fz, cv) != (int)i ||
+            fz_uses(fz, cv) != 1 || !fz_reduce_axes(fz, rn, cr, axes, &na) || na != 1)
+            continue;
+        const tdm_node *cn = fz_node(fz, ci);
+        int64_t ca = tdm_attr_int(cn, "axis", 0);
+        if (ca < 0) ca += cr;
+        if (ca != axes[0] || cn->n_inputs < 1 || cn->n_inputs > 64) continue;
+        int srcs[64];
+        bool fits = true;
+        for (int j = 0; j < cn->n_inputs && fits; j++) {
+            int uv = cn->inputs[j], ui = uv >= 0 ? fz_producer(fz, uv) : -1;
+            fits = fz_is_op(fz, ui, "Unsqueeze") && fz_uses(fz, uv) == 1 &&
+                   fz_sole_consumer(fz, uv) == ci;
+            if (!fits) break;
+            const tdm_node *un = fz_node(fz, ui);
+            int sv = un->inputs[0];
+            fits = sv >= 0 && fz->g->values[sv].rank == cr - 1 &&
+                   fz->g->values[sv].dtype == fz->g->values[cv].dtype &&
+                   unsqueeze_axis(fz, un, cr - 1) == ca;
+            srcs[j] = sv;
+        }
+        if (!fits) continue;
+        char *name = tdm_strdup(fz->g->alloc, rn->name);
+        if (!name) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory in graph fusion");
+        int n_src = cn->n_inputs, out = rn->outputs[0], mi;
+        tdm_status *st = fz_new_node(fz, red[k][1], "", name, n_src, 1, &mi);
+        tdm_free(fz->g->alloc, name);
+        TDM_TRY(st);
+        tdm_node *m = fz_node(fz, mi);
+        for (int j = 0; j < n_src; j++) m->inputs[j] = srcs[j];
+        m->outputs[0] = out;
+        cn = fz_node(fz, ci);
+        for (int j = 0; j < n_src; j++) fz_kill(fz, fz_producer(fz, cn->inputs[j]));
+        fz_kill(fz, ci);
+        fz_kill(fz, (int)i);
+        fz->count++;
+    }
+    return NULL;
+}
+
 /* ---- Conv + Add(per-channel constant) ---- */
 
 /* c is a float32 constant that adds one value per channel to a rank-yr convolution output

@@ -127,6 +127,7 @@ tdm_status *fz_pass_attention(fz_ctx *fz); /* fuse_attn.c: scaled dot-product at
 tdm_status *fz_pass_matmul(fz_ctx *fz);    /* fuse_matmul.c: MatMul (+bias) (+Relu/GELU) */
 tdm_status *fz_pass_gelu(fz_ctx *fz);      /* fuse_matmul.c: decomposed tanh GELU -> FastGelu */
 tdm_status *fz_pass_noop_slice(fz_ctx *fz); /* fuse_act.c: Slice over whole axes dropped */
+tdm_status *fz_pass_stack_reduce(fz_ctx *fz); /* fuse_act.c: Reduce(Concat(Unsqueeze..)) -> Max.. */
 /* fuse_qdq.c: DequantizeLinear -> Conv / MatMul / Gemm / Add / data movement -> QuantizeLinear
  * into integer operators (run before constant folding, which would fold DQ(weights)) */
 tdm_status *fz_pass_qdq(fz_ctx *fz);
