@@ -436,6 +436,38 @@ def magika_like():
     return make_model(g), {x: inp}
 
 
+def attacut_like():
+    """attacut's shape of network (issue 16): embedding -> three dilated Conv1d branches ->
+    Transpose -> Unsqueeze -> Concat -> ReduceMax (torch.stack(...).max(dim)), which tandem runs
+    as one element-wise Max; also a stack reduced by ReduceMean over a negative axis (-> Mean)
+    and one kept with keepdims=1 (not rewritten)."""
+    b = Builder(10)
+    x = "input"
+    i64 = lambda v: b.const("idx", np.array(v, np.int64))
+    h = b.op("Gather", [b.weight("emb", (30, 12), scale=1.0), x], axis=0)     # [1, L, 12]
+    h = b.op("Transpose", [h], perm=[0, 2, 1])                               # [1, 12, L]
+    branches = []
+    for k, d in ((3, 1), (5, 3), (9, 2)):
+        w = b.weight("conv_w", (20, 12, k))
+        c = b.op("Conv", [h, w, b.weight("conv_b", (20,))], kernel_shape=[k], dilations=[d],
+                 pads=[d * (k - 1) // 2] * 2, strides=[1], group=1)
+        branches.append(b.op("Transpose", [c], perm=[0, 2, 1]))              # [1, L, 20]
+    st = b.op("Concat", [b.op("Unsqueeze", [t, i64([3])]) for t in branches], axis=3)
+    m = b.op("ReduceMax", [st], axes=[3], keepdims=0)                        # [1, L, 20]
+    b.op_to("Relu", [b.op("Add", [b.op("MatMul", [m, b.weight("fc_w", (20, 4))]),
+                                  b.weight("fc_b", (4,))])], "scores")
+    st2 = b.op("Concat", [b.op("Unsqueeze", [t, i64([0])]) for t in branches], axis=0)
+    b.op_to("ReduceMean", [st2], "mean", axes=[-4], keepdims=0)              # [1, L, 20]
+    st3 = b.op("Concat", [b.op("Unsqueeze", [t, i64([1])]) for t in branches[:2]], axis=1)
+    b.op_to("ReduceMin", [st3], "min_kept", axes=[1], keepdims=1)            # [1, 1, L, 20]
+    g = b.graph("attacut_like", [tensor_vi(x, TensorProto.INT64, [1, "seq_len"])],
+                [tensor_vi("scores", TensorProto.FLOAT, [1, "seq_len", 4]),
+                 tensor_vi("mean", TensorProto.FLOAT, [1, "seq_len", 20]),
+                 tensor_vi("min_kept", TensorProto.FLOAT, [1, 1, "seq_len", 20])])
+    inp = np.random.default_rng(10000).integers(0, 30, (1, 37)).astype(np.int64)
+    return make_model(g), {x: inp}
+
+
 MODELS = {
     "resnet_blocks": resnet_blocks,
     "mobilenet_block": mobilenet_block,
@@ -445,6 +477,7 @@ MODELS = {
     "mlp_dynamic_batch": mlp_dynamic_batch,
     "hardswish_dw": hardswish_dw,
     "magika_like": magika_like,
+    "attacut_like": attacut_like,
 }
 
 # ---------------------------------------------------------------------------------------------
