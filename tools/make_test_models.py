@@ -439,8 +439,8 @@ def magika_like():
 def attacut_like():
     """attacut's shape of network (issue 16): embedding -> three dilated Conv1d branches ->
     Transpose -> Unsqueeze -> Concat -> ReduceMax (torch.stack(...).max(dim)), which tandem runs
-    as one element-wise Max; also a stack reduced by ReduceMean over a negative axis (-> Mean)
-    and one kept with keepdims=1 (not rewritten)."""
+    as one element-wise Max; also stacks that stay as they are: ReduceMean over a negative
+    axis and ReduceMin with keepdims=1."""
     b = Builder(10)
     x = "input"
     i64 = lambda v: b.const("idx", np.array(v, np.int64))

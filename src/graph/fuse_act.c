@@ -126,18 +126,18 @@ static int64_t unsqueeze_axis(const fz_ctx *fz, const tdm_node *u, int r) {
     return a >= 0 && a <= r ? a : -1;
 }
 
-/* ReduceMax / ReduceMin / ReduceMean (keepdims 0) over axis a of Concat(axis a) of values
- * that Unsqueeze(axis a) made, each read by that Concat alone -> Max / Min / Mean of the
- * values, element-wise (they all have one shape: the Concat's other dims agree). PyTorch's
+/* ReduceMax / ReduceMin (keepdims 0) over axis a of Concat(axis a) of values that
+ * Unsqueeze(axis a) made, each read by that Concat alone -> Max / Min of the values,
+ * element-wise (they all have one shape: the Concat's other dims agree). PyTorch's
  * torch.stack(...).max(dim) (attacut's three convolution branches): the stack copies element
- * by element and the reduction runs over an innermost axis of 3. */
+ * by element and the reduction runs over an innermost axis of 3. (Not ReduceMean -> Mean:
+ * the CUDA backend has no variadic Mean, and the pass runs before placement.) */
 tdm_status *fz_pass_stack_reduce(fz_ctx *fz) {
-    static const char *const red[][2] = {{"ReduceMax", "Max"}, {"ReduceMin", "Min"},
-                                         {"ReduceMean", "Mean"}};
+    static const char *const red[][2] = {{"ReduceMax", "Max"}, {"ReduceMin", "Min"}};
     for (size_t i = 0; i < fz->g->n_nodes; i++) {
         TDM_TRY(fz_refresh(fz));
         int k = -1;
-        for (int j = 0; j < 3; j++)
+        for (int j = 0; j < 2; j++)
             if (fz_is_op(fz, (int)i, red[j][0])) k = j;
         if (k < 0) continue;
         const tdm_node *rn = fz_node(fz, (int)i);
