@@ -395,6 +395,79 @@ def hardswish_dw():
     return make_model(g), {x: inp}
 
 
+def magika_like():
+    """magika's shape of network as jax2tf writes it (issue 16): MatMul + bias -> GELU (tanh
+    form, 0.044715 x^3 as x * (x * (0.044715 * x))) -> Unsqueeze -> whole-axis Slice ->
+    Transpose -> 5x1 Conv over a column (W = 1) -> whole-axis Slice -> Squeeze -> Add(bias)
+    -> GELU -> GlobalMaxPool; and a strided, padded 3x1 Conv over the same column. tandem fuses
+    the first GELU into the MatMul, makes the second one FastGelu, drops the Slices and runs the
+    column convolutions as rows."""
+    b = Builder(9)
+    x = "input"
+    i64 = lambda v: b.const("idx", np.array(v, np.int64))
+
+    def gelu(h):
+        c = b.const("gelu_c", np.array(0.044715, np.float32))
+        t = b.op("Mul", [h, b.op("Mul", [h, b.op("Mul", [c, h])])])
+        t = b.op("Mul", [b.const("gelu_k", np.array(0.7978845834732056, np.float32)),
+                         b.op("Add", [h, t])])
+        t = b.op("Add", [b.const("one", np.ones((1, 1, 1), np.float32)), b.op("Tanh", [t])])
+        t = b.op("Mul", [b.const("half", np.array(0.5, np.float32)), t])
+        return b.op("Mul", [h, t])
+
+    h = b.op("Add", [b.op("MatMul", [x, b.weight("w", (16, 32))]), b.weight("b", (1, 1, 32))])
+    h = gelu(h)                                                    # [N, 40, 32]
+    h = b.op("Unsqueeze", [h, i64([3])])                           # [N, 40, 32, 1]
+    h = b.op("Slice", [h, i64([0, 0, 0, 0]), i64([10**9] * 4), i64([0, 2, 1, 3]), i64([1] * 4)])
+    h = b.op("Transpose", [h], perm=[0, 2, 1, 3])                  # [N, 32, 40, 1]
+    w = b.weight("conv_w", (24, 32, 5, 1))
+    c = b.op("Conv", [h, w], kernel_shape=[5, 1], strides=[1, 1], dilations=[1, 1], group=1)
+    c = b.op("Slice", [c, i64([0, 0, 0, 0]), i64([2**31 - 1] * 3 + [1]), i64([0, 1, 2, 3])])
+    c = b.op("Squeeze", [c, i64([3])])                             # [N, 24, 36]
+    c = gelu(b.op("Add", [c, b.weight("conv_b", (1, 24, 1))]))
+    b.op_to("GlobalMaxPool", [c], "pooled")                        # [N, 24, 1]
+    w2 = b.weight("conv_w", (8, 32, 3, 1))
+    b.op_to("Conv", [h, w2, b.weight("conv_b", (8,))], "strided", kernel_shape=[3, 1],
+            strides=[2, 1], pads=[1, 0, 1, 0], dilations=[1, 1], group=1)  # [N, 8, 20, 1]
+    g = b.graph("magika_like", [tensor_vi(x, TensorProto.FLOAT, ["batch", 40, 16])],
+                [tensor_vi("pooled", TensorProto.FLOAT, ["batch", 24, 1]),
+                 tensor_vi("strided", TensorProto.FLOAT, ["batch", 8, 20, 1])])
+    inp = np.random.default_rng(9000).standard_normal((3, 40, 16)).astype(np.float32)
+    return make_model(g), {x: inp}
+
+
+def attacut_like():
+    """attacut's shape of network (issue 16): embedding -> three dilated Conv1d branches ->
+    Transpose -> Unsqueeze -> Concat -> ReduceMax (torch.stack(...).max(dim)), which tandem runs
+    as one element-wise Max; also stacks that stay as they are: ReduceMean over a negative
+    axis and ReduceMin with keepdims=1."""
+    b = Builder(10)
+    x = "input"
+    i64 = lambda v: b.const("idx", np.array(v, np.int64))
+    h = b.op("Gather", [b.weight("emb", (30, 12), scale=1.0), x], axis=0)     # [1, L, 12]
+    h = b.op("Transpose", [h], perm=[0, 2, 1])                               # [1, 12, L]
+    branches = []
+    for k, d in ((3, 1), (5, 3), (9, 2)):
+        w = b.weight("conv_w", (20, 12, k))
+        c = b.op("Conv", [h, w, b.weight("conv_b", (20,))], kernel_shape=[k], dilations=[d],
+                 pads=[d * (k - 1) // 2] * 2, strides=[1], group=1)
+        branches.append(b.op("Transpose", [c], perm=[0, 2, 1]))              # [1, L, 20]
+    st = b.op("Concat", [b.op("Unsqueeze", [t, i64([3])]) for t in branches], axis=3)
+    m = b.op("ReduceMax", [st], axes=[3], keepdims=0)                        # [1, L, 20]
+    b.op_to("Relu", [b.op("Add", [b.op("MatMul", [m, b.weight("fc_w", (20, 4))]),
+                                  b.weight("fc_b", (4,))])], "scores")
+    st2 = b.op("Concat", [b.op("Unsqueeze", [t, i64([0])]) for t in branches], axis=0)
+    b.op_to("ReduceMean", [st2], "mean", axes=[-4], keepdims=0)              # [1, L, 20]
+    st3 = b.op("Concat", [b.op("Unsqueeze", [t, i64([1])]) for t in branches[:2]], axis=1)
+    b.op_to("ReduceMin", [st3], "min_kept", axes=[1], keepdims=1)            # [1, 1, L, 20]
+    g = b.graph("attacut_like", [tensor_vi(x, TensorProto.INT64, [1, "seq_len"])],
+                [tensor_vi("scores", TensorProto.FLOAT, [1, "seq_len", 4]),
+                 tensor_vi("mean", TensorProto.FLOAT, [1, "seq_len", 20]),
+                 tensor_vi("min_kept", TensorProto.FLOAT, [1, 1, "seq_len", 20])])
+    inp = np.random.default_rng(10000).integers(0, 30, (1, 37)).astype(np.int64)
+    return make_model(g), {x: inp}
+
+
 MODELS = {
     "resnet_blocks": resnet_blocks,
     "mobilenet_block": mobilenet_block,
@@ -403,6 +476,8 @@ MODELS = {
     "yolo_like_head": yolo_like_head,
     "mlp_dynamic_batch": mlp_dynamic_batch,
     "hardswish_dw": hardswish_dw,
+    "magika_like": magika_like,
+    "attacut_like": attacut_like,
 }
 
 # ---------------------------------------------------------------------------------------------

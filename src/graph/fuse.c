@@ -563,10 +563,23 @@ tdm_status *tdm_graph_fuse(tdm_graph *g, int *count) {
      * folding before the Conv fusion that absorbs the activation behind them, LayerNorm and
      * Attention before the MatMul fusion (their MatMuls must not be taken by it first). */
     tdm_status *(*const passes[])(fz_ctx *) = {
-        fz_pass_layout,      fz_pass_identity,  fz_pass_bn_fold,   fz_pass_conv_bias,
-        fz_pass_reduce_pool, fz_pass_layernorm, fz_pass_attention, fz_pass_matmul,
-        fz_pass_conv};
+        fz_pass_layout,      fz_pass_identity,  fz_pass_noop_slice, fz_pass_bn_fold,
+        fz_pass_conv_bias,   fz_pass_reduce_pool, fz_pass_layernorm, fz_pass_attention,
+        fz_pass_matmul,      fz_pass_conv,      fz_pass_stack_reduce};
     for (size_t p = 0; !st && p < sizeof passes / sizeof passes[0]; p++) st = passes[p](&fz);
+    index_free(&fz);
+    tdm_free(g->alloc, fz.origin);
+    tdm_free(g->alloc, fz.derived);
+    *count = fz.count;
+    return st;
+}
+
+tdm_status *tdm_graph_fuse_cpu(tdm_graph *g, int *count) {
+    *count = 0;
+    if (g->parent) return NULL;
+    fz_ctx fz = {.g = g, .dirty = true};
+    tdm_status *st = compute_origins(&fz);
+    if (!st) st = fz_pass_gelu(&fz);
     index_free(&fz);
     tdm_free(g->alloc, fz.origin);
     tdm_free(g->alloc, fz.derived);

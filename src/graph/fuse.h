@@ -17,6 +17,12 @@ tdm_status *tdm_graph_fuse(tdm_graph *g, int *count);
  * tdm_graph_fuse. */
 tdm_status *tdm_graph_fuse_blocked(tdm_graph *g, int64_t block, int *count);
 
+/* Rewrites into ops only the CPU backend has (run only when the session's nodes will run on
+ * the CPU alone, after tdm_graph_fuse): a decomposed tanh GELU left over by the MatMul and
+ * Conv fusions becomes com.microsoft FastGelu (graph/fuse_matmul.c). Same contract as
+ * tdm_graph_fuse. */
+tdm_status *tdm_graph_fuse_cpu(tdm_graph *g, int *count);
+
 /* The QDQ pass (fuse_qdq.c): DequantizeLinear -> op -> QuantizeLinear patterns of quantized
  * models become the integer operators QConv, QMatMul, QAdd (ops/fused.h), or the op on the
  * 8-bit tensors. Run it before constant folding (which would turn DQ(constant weights)

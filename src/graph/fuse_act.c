@@ -15,6 +15,7 @@
  *    eltwise_hardswish, which its JIT kernels (depthwise ones included) take as a post-op;
  *  - fz_match_swish recognises x * Sigmoid(x) (SiLU, YOLO's activation): eltwise_swish. */
 #include <float.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "core/alloc.h"
@@ -41,6 +42,145 @@ tdm_status *fz_pass_identity(fz_ctx *fz) {
             for (int k = 0; k < r->n_inputs; k++)
                 if (r->inputs[k] == y) r->inputs[k] = x;
         }
+        fz_kill(fz, (int)i);
+        fz->count++;
+    }
+    return NULL;
+}
+
+/* ---- Slice over whole axes ---- */
+
+/* Element i of an int32/int64 constant; false when t is not one or i is out of range. */
+static bool const_int(const tdm_tensor *t, int64_t i, int64_t *v) {
+    if (!t || i < 0 || i >= t->count) return false;
+    if (t->dtype == TDM_INT64) *v = ((const int64_t *)t->data)[i];
+    else if (t->dtype == TDM_INT32) *v = ((const int32_t *)t->data)[i];
+    else return false;
+    return true;
+}
+
+/* Slice (opset >= 10) whose every sliced axis is taken whole with step 1 (start 0, end at
+ * least the dim: INT32_MAX or more, exporters' "to the end", or the dim when it is known)
+ * copies its input: y's readers read x instead (y neither a graph output nor read by a
+ * subgraph). jax2tf writes such Slices around magika's Conv (8 MB copied per run). */
+tdm_status *fz_pass_noop_slice(fz_ctx *fz) {
+    for (size_t i = 0; i < fz->g->n_nodes; i++) {
+        TDM_TRY(fz_refresh(fz));
+        if (!fz_is_op(fz, (int)i, "Slice")) continue;
+        tdm_node *n = fz_node(fz, (int)i);
+        if (n->opset < 10 || n->n_inputs < 3 || n->n_outputs != 1 || n->outputs[0] < 0 ||
+            n->inputs[0] < 0)
+            continue;
+        int x = n->inputs[0], y = n->outputs[0], xr = fz->g->values[x].rank;
+        const tdm_tensor *st = fz_const(fz, n->inputs[1]), *en = fz_const(fz, n->inputs[2]);
+        const tdm_tensor *ax = n->n_inputs > 3 && n->inputs[3] >= 0 ? fz_const(fz, n->inputs[3]) : NULL;
+        const tdm_tensor *sp = n->n_inputs > 4 && n->inputs[4] >= 0 ? fz_const(fz, n->inputs[4]) : NULL;
+        if (xr < 1 || !st || !en || st->rank != 1 || en->count != st->count ||
+            (n->n_inputs > 3 && n->inputs[3] >= 0 && (!ax || ax->count != st->count)) ||
+            (n->n_inputs > 4 && n->inputs[4] >= 0 && (!sp || sp->count != st->count)) ||
+            fz->g->values[y].dtype != fz->g->values[x].dtype)
+            continue;
+        bool whole = true;
+        for (int64_t k = 0; k < st->count && whole; k++) {
+            int64_t a = k, b, e, step = 1;
+            if ((ax && !const_int(ax, k, &a)) || !const_int(st, k, &b) || !const_int(en, k, &e) ||
+                (sp && !const_int(sp, k, &step))) {
+                whole = false;
+                break;
+            }
+            if (a < 0) a += xr;
+            int64_t dim = a >= 0 && a < xr ? fz->g->values[x].dims[a] : -1;
+            whole = a >= 0 && a < xr && step == 1 && b == 0 &&
+                    (e >= INT32_MAX || (dim >= 0 && e >= dim));
+        }
+        if (!whole) continue;
+        const int *cons;
+        int nc = fz_consumers(fz, y, &cons);
+        if (fz_uses(fz, y) != nc) continue; /* a graph output or a subgraph's read */
+        for (int c = 0; c < nc; c++) {
+            tdm_node *r = fz_node(fz, cons[c]);
+            for (int k = 0; k < r->n_inputs; k++)
+                if (r->inputs[k] == y) r->inputs[k] = x;
+        }
+        fz_kill(fz, (int)i);
+        fz->count++;
+    }
+    return NULL;
+}
+
+/* ---- a stack reduced over its new axis ---- */
+
+/* The single axis Unsqueeze node u inserts into a value of rank r (normalized), or -1. */
+static int64_t unsqueeze_axis(const fz_ctx *fz, const tdm_node *u, int r) {
+    int64_t a;
+    if (u->opset < 13) {
+        size_t na;
+        const int64_t *ax = tdm_attr_ints(u, "axes", &na);
+        if (!ax || na != 1) return -1;
+        a = ax[0];
+    } else {
+        const tdm_tensor *t = u->n_inputs > 1 && u->inputs[1] >= 0 ? fz_const(fz, u->inputs[1]) : NULL;
+        if (!const_int(t, 0, &a) || t->count != 1) return -1;
+    }
+    if (a < 0) a += r + 1;
+    return a >= 0 && a <= r ? a : -1;
+}
+
+/* ReduceMax / ReduceMin (keepdims 0) over axis a of Concat(axis a) of values that
+ * Unsqueeze(axis a) made, each read by that Concat alone -> Max / Min of the values,
+ * element-wise (they all have one shape: the Concat's other dims agree). PyTorch's
+ * torch.stack(...).max(dim) (attacut's three convolution branches): the stack copies element
+ * by element and the reduction runs over an innermost axis of 3. (Not ReduceMean -> Mean:
+ * the CUDA backend has no variadic Mean, and the pass runs before placement.) */
+tdm_status *fz_pass_stack_reduce(fz_ctx *fz) {
+    static const char *const red[][2] = {{"ReduceMax", "Max"}, {"ReduceMin", "Min"}};
+    for (size_t i = 0; i < fz->g->n_nodes; i++) {
+        TDM_TRY(fz_refresh(fz));
+        int k = -1;
+        for (int j = 0; j < 2; j++)
+            if (fz_is_op(fz, (int)i, red[j][0])) k = j;
+        if (k < 0) continue;
+        const tdm_node *rn = fz_node(fz, (int)i);
+        if (rn->n_outputs != 1 || rn->outputs[0] < 0 || rn->inputs[0] < 0 ||
+            tdm_attr_int(rn, "keepdims", 1) != 0)
+            continue;
+        int cv = rn->inputs[0], ci = fz_producer(fz, cv), cr = fz->g->values[cv].rank;
+        int64_t axes[TDM_MAX_RANK];
+        int na;
+        if (cr < 1 || !fz_is_op(fz, ci, "Concat") || fz_sole_consumer(fz, cv) != (int)i ||
+            fz_uses(fz, cv) != 1 || !fz_reduce_axes(fz, rn, cr, axes, &na) || na != 1)
+            continue;
+        const tdm_node *cn = fz_node(fz, ci);
+        int64_t ca = tdm_attr_int(cn, "axis", 0);
+        if (ca < 0) ca += cr;
+        if (ca != axes[0] || cn->n_inputs < 1 || cn->n_inputs > 64) continue;
+        int srcs[64];
+        bool fits = true;
+        for (int j = 0; j < cn->n_inputs && fits; j++) {
+            int uv = cn->inputs[j], ui = uv >= 0 ? fz_producer(fz, uv) : -1;
+            fits = fz_is_op(fz, ui, "Unsqueeze") && fz_uses(fz, uv) == 1 &&
+                   fz_sole_consumer(fz, uv) == ci;
+            if (!fits) break;
+            const tdm_node *un = fz_node(fz, ui);
+            int sv = un->inputs[0];
+            fits = sv >= 0 && fz->g->values[sv].rank == cr - 1 &&
+                   fz->g->values[sv].dtype == fz->g->values[cv].dtype &&
+                   unsqueeze_axis(fz, un, cr - 1) == ca;
+            srcs[j] = sv;
+        }
+        if (!fits) continue;
+        char *name = tdm_strdup(fz->g->alloc, rn->name);
+        if (!name) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory in graph fusion");
+        int n_src = cn->n_inputs, out = rn->outputs[0], mi;
+        tdm_status *st = fz_new_node(fz, red[k][1], "", name, n_src, 1, &mi);
+        tdm_free(fz->g->alloc, name);
+        TDM_TRY(st);
+        tdm_node *m = fz_node(fz, mi);
+        for (int j = 0; j < n_src; j++) m->inputs[j] = srcs[j];
+        m->outputs[0] = out;
+        cn = fz_node(fz, ci);
+        for (int j = 0; j < n_src; j++) fz_kill(fz, fz_producer(fz, cn->inputs[j]));
+        fz_kill(fz, ci);
         fz_kill(fz, (int)i);
         fz->count++;
     }

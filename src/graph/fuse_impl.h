@@ -125,6 +125,10 @@ tdm_status *fz_pass_conv(fz_ctx *fz);      /* fuse_conv.c: Conv (+Add) (+activat
 tdm_status *fz_pass_layernorm(fz_ctx *fz); /* fuse_norm.c: decomposed LayerNorm */
 tdm_status *fz_pass_attention(fz_ctx *fz); /* fuse_attn.c: scaled dot-product attention */
 tdm_status *fz_pass_matmul(fz_ctx *fz);    /* fuse_matmul.c: MatMul (+bias) (+Relu/GELU) */
+tdm_status *fz_pass_gelu(fz_ctx *fz);      /* fuse_matmul.c: decomposed tanh GELU -> FastGelu
+                                              (CPU alone: tdm_graph_fuse_cpu) */
+tdm_status *fz_pass_noop_slice(fz_ctx *fz); /* fuse_act.c: Slice over whole axes dropped */
+tdm_status *fz_pass_stack_reduce(fz_ctx *fz); /* fuse_act.c: ReduceMax(Concat(Unsqueeze..)) -> Max */
 /* fuse_qdq.c: DequantizeLinear -> Conv / MatMul / Gemm / Add / data movement -> QuantizeLinear
  * into integer operators (run before constant folding, which would fold DQ(weights)) */
 tdm_status *fz_pass_qdq(fz_ctx *fz);

@@ -2,9 +2,13 @@
  * one FusedMatMul (ops/fused.h). GELU is recognised as the Gelu op and as the decomposed
  * forms exporters write:
  *   erf:  x * 0.5 * (1 + Erf(x / sqrt(2)))          (or x * (1/sqrt(2)))
- *   tanh: x * 0.5 * (1 + Tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))   (x^3 = Pow(x, 3) or x*x*x)
+ *   tanh: x * 0.5 * (1 + Tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))   (x^3 = Pow(x, 3) or x*x*x;
+ *         0.044715 * x^3 also as x * (x * (0.044715 * x)))
  * with the final product of x, (1 + ...) and 0.5 in any association and operand order.
- * Gemm (A.B + C with a bias-like C) followed by an activation becomes FusedMatMul too. */
+ * Gemm (A.B + C with a bias-like C) followed by an activation becomes FusedMatMul too.
+ * A decomposed tanh GELU that neither takes (after a Conv's Slice/Squeeze/Add, as in magika)
+ * becomes one FastGelu node (fz_pass_gelu): one vectorised pass over the tensor instead of
+ * nine element-wise nodes. */
 #include <string.h>
 
 #include "core/alloc.h"
@@ -113,7 +117,7 @@ static bool match_gelu_tanh(const fz_ctx *fz, int x, int xr, gelu_match *m) {
     int nc = fz_consumers(fz, x, &cons);
     for (int c = 0; c < nc; c++) {
         m->n = 0;
-        int p = cons[c], cube = -1;
+        int p = cons[c], cube = -1, scaled = -1; /* x^3, 0.044715 x^3 */
         const tdm_node *pn = fz_node(fz, p);
         if (op_with_const(fz, p, "Pow", x, 3.0f, xr) && pn->inputs[0] == x) {
             cube = pn->outputs[0];
@@ -125,13 +129,27 @@ static bool match_gelu_tanh(const fz_ctx *fz, int x, int xr, gelu_match *m) {
             cube = out0(fz, s2);
             take(m, p);
             take(m, s2);
+        } else if (op_with_const(fz, p, "Mul", x, 0.044715f, xr)) {
+            /* x * (x * (0.044715 * x)): the constant first (jax2tf, magika) */
+            int s1 = next_op(fz, pn->outputs[0], "Mul");
+            if (s1 < 0 || fz_other_input(fz_node(fz, s1), pn->outputs[0]) != x) continue;
+            int s2 = next_op(fz, out0(fz, s1), "Mul");
+            if (s2 < 0 || fz_other_input(fz_node(fz, s2), out0(fz, s1)) != x) continue;
+            scaled = out0(fz, s2);
+            take(m, p);
+            take(m, s1);
+            take(m, s2);
         } else {
             continue;
         }
-        int q = next_op(fz, cube, "Mul");
-        if (q < 0 || !op_with_const(fz, q, "Mul", cube, 0.044715f, xr) || !take(m, q)) continue;
-        int r = next_op(fz, out0(fz, q), "Add");
-        if (r < 0 || fz_other_input(fz_node(fz, r), out0(fz, q)) != x || !take(m, r)) continue;
+        if (scaled < 0) {
+            int q = next_op(fz, cube, "Mul");
+            if (q < 0 || !op_with_const(fz, q, "Mul", cube, 0.044715f, xr) || !take(m, q))
+                continue;
+            scaled = out0(fz, q);
+        }
+        int r = next_op(fz, scaled, "Add");
+        if (r < 0 || fz_other_input(fz_node(fz, r), scaled) != x || !take(m, r)) continue;
         int s = next_op(fz, out0(fz, r), "Mul");
         if (s < 0 || !op_with_const(fz, s, "Mul", out0(fz, r), 0.7978845608f, xr) || !take(m, s))
             continue;
@@ -289,6 +307,30 @@ tdm_status *fz_pass_matmul(fz_ctx *fz) {
         TDM_TRY(fz_refresh(fz));
         if (fz_is_op(fz, (int)i, "MatMul")) TDM_TRY(fuse_matmul(fz, (int)i));
         else if (fz_is_op(fz, (int)i, "Gemm")) TDM_TRY(fuse_gemm(fz, (int)i));
+    }
+    return NULL;
+}
+
+/* A decomposed tanh GELU left over by the MatMul and Conv fusions -> com.microsoft FastGelu
+ * (without its bias), float32 tensors of known rank. */
+tdm_status *fz_pass_gelu(fz_ctx *fz) {
+    size_t nv = fz->g->n_values;
+    for (size_t v = 0; v < nv; v++) {
+        TDM_TRY(fz_refresh(fz));
+        int x = (int)v, xr = fz->g->values[x].rank;
+        gelu_match gm;
+        if (xr < 1 || !fz_is_f32(fz, x) || !match_gelu_tanh(fz, x, xr, &gm)) continue;
+        char *name = tdm_strdup(fz->g->alloc, fz_node(fz, gm.nodes[gm.n - 1])->name);
+        if (!name) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory in graph fusion");
+        int fi;
+        tdm_status *st = fz_new_node(fz, "FastGelu", "com.microsoft", name, 1, 1, &fi);
+        tdm_free(fz->g->alloc, name);
+        TDM_TRY(st);
+        tdm_node *f = fz_node(fz, fi);
+        f->inputs[0] = x;
+        f->outputs[0] = gm.out;
+        for (int k = 0; k < gm.n; k++) fz_kill(fz, gm.nodes[k]);
+        fz->count++;
     }
     return NULL;
 }

@@ -37,8 +37,9 @@ static tdm_device *find_cpu(tdm_device **devs, int n) {
 /* Graph passes (opt_level >= 1): the QDQ pass (int8 operators from DequantizeLinear ->
  * op -> QuantizeLinear; before folding, which would dequantize the weights), constant folding (to a fixed point, since folding a Shape
  * makes its consumers constant), dead-node removal, then fusion, then static shapes again;
- * then, when `blocked`, the blocked-layout pass (graph/fuse_blocked.c) and MatMulNBits' packed
- * weights (graph/fuse_nbits.c), with shapes again after each. */
+ * then, when `blocked`, the rewrites into CPU-only ops (FastGelu), the blocked-layout pass
+ * (graph/fuse_blocked.c) and MatMulNBits' packed weights (graph/fuse_nbits.c), with shapes
+ * again after each. */
 static tdm_status *optimise(tdm_graph *g, tdm_device *cpu, bool blocked,
                             const tdm_allocator *a) {
     fold_ctx fc = {cpu, a};
@@ -67,6 +68,11 @@ static tdm_status *optimise(tdm_graph *g, tdm_device *cpu, bool blocked,
      * the one the CPU's convolutions take on this machine (16 on AVX-512, 8 on AVX2; 0:
      * plain layouts, no pass). */
     if (blocked) {
+        TDM_TRY(tdm_graph_fuse_cpu(g, &fused)); /* ops the CPU alone has (FastGelu) */
+        if (fused) {
+            TDM_TRY(tdm_graph_compact(g));
+            TDM_TRY(tdm_graph_infer_shapes(g));
+        }
         TDM_TRY(tdm_graph_fuse_blocked(g, tdm_device_channel_block(cpu), &fused));
         if (fused) {
             TDM_TRY(tdm_graph_compact(g));

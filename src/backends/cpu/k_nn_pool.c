@@ -278,8 +278,16 @@ static void gpool_planes(void *arg, int64_t p0, int64_t p1) {
         int64_t n = j->isz;
         float r;
         if (j->mode == POOL_MAX) {
+            /* 8 independent maxima (the compiler vectorises them; one chain runs at the
+             * compare's latency: 2 ms on magika's 8x512x508), NaN skipped as before */
+            float m8[8];
+            for (int u = 0; u < 8; u++) m8[u] = -FLT_MAX;
+            int64_t i = 0;
+            for (; i + 8 <= n; i += 8)
+                for (int u = 0; u < 8; u++) m8[u] = x[i + u] > m8[u] ? x[i + u] : m8[u];
             float m = -FLT_MAX;
-            for (int64_t i = 0; i < n; i++) m = x[i] > m ? x[i] : m;
+            for (int u = 0; u < 8; u++) m = m8[u] > m ? m8[u] : m;
+            for (; i < n; i++) m = x[i] > m ? x[i] : m;
             r = m;
         } else if (j->mode == POOL_AVG || j->p == 2.0f) {
             float s[8] = {0};
