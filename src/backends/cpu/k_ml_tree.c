@@ -17,8 +17,9 @@
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/ml_util.h"
 #include "core/alloc.h"
+#include "core/half.h"
 
-enum { M_LEQ, M_LT, M_GTE, M_GT, M_EQ, M_NEQ, M_LEAF };
+enum { M_LEQ, M_LT, M_GTE, M_GT, M_EQ, M_NEQ, M_LEAF, M_MEMBER };
 enum { AG_SUM, AG_AVERAGE, AG_MIN, AG_MAX };
 
 typedef struct te_node {
@@ -27,7 +28,7 @@ typedef struct te_node {
     int32_t yes, no;   /* node indices (branches) */
     uint8_t mode;
     uint8_t miss_true; /* NaN takes the true branch */
-    int32_t vote0, n_votes;
+    int32_t vote0, n_votes; /* BRANCH_MEMBER: the set's first index and size in members */
 } te_node;
 
 typedef struct te_vote {
@@ -50,10 +51,12 @@ typedef struct te_model {
     int32_t *roots;
     te_vote *votes;
     double *base;
+    double *members; /* TreeEnsemble's membership sets, one after the other */
     int64_t n_nodes, n_trees, n_base, n_out;
     int32_t max_feature;
     int post, agg;
     bool classifier, binary_case, all_positive;
+    bool v5; /* TreeEnsemble (opset 5): output in the input's type, leaves may be shared */
     const int64_t *labels_int; /* borrowed from the node (lives as long as the plan) */
     char **labels_str;
 } te_model;
@@ -117,6 +120,7 @@ static void te_release(void *state, const tdm_allocator *a) {
     tdm_free(a, m->roots);
     tdm_free(a, m->votes);
     tdm_free(a, m->base);
+    tdm_free(a, m->members);
     tdm_free(a, m);
 }
 
@@ -127,7 +131,10 @@ static bool walk_ok(const te_model *m, int32_t root, int32_t tree, int32_t *seen
     stack[top++] = root;
     while (top) {
         int32_t i = stack[--top];
-        if (seen[i] == tree + 1) return false; /* reached twice: a cycle or a shared child */
+        if (seen[i] == tree + 1) { /* reached twice: a cycle or a shared child */
+            if (m->v5 && m->nodes[i].mode == M_LEAF) continue; /* a shared leaf is no cycle */
+            return false;
+        }
         seen[i] = tree + 1;
         if (m->nodes[i].mode == M_LEAF) continue;
         stack[top++] = m->nodes[i].yes;
@@ -281,7 +288,12 @@ static tdm_status *build_votes(const tdm_node *node, const tdm_allocator *a, te_
 
 static tdm_status *build_compact(const tdm_node *node, const tdm_allocator *a, te_model *m) {
     size_t nf = 0;
-    if (!tdm_attr_floats(node, "nodes_values", &nf)) return NULL; /* double thresholds */
+    if (m->v5) {
+        const tdm_tensor *t = tdm_attr_tensor(node, "nodes_splits");
+        if (!t || t->dtype != TDM_FLOAT) return NULL;
+    } else if (!tdm_attr_floats(node, "nodes_values", &nf)) {
+        return NULL; /* double thresholds */
+    }
     for (int64_t i = 0; i < m->n_nodes; i++)
         if ((m->nodes[i].mode != M_LEQ && m->nodes[i].mode != M_LEAF) || m->nodes[i].miss_true)
             return NULL;
@@ -295,11 +307,116 @@ static tdm_status *build_compact(const tdm_node *node, const tdm_allocator *a, t
     return NULL;
 }
 
+/* One number of a float / double / float16 tensor. */
+static double tensor_num(const tdm_tensor *t, int64_t i) {
+    return t->dtype == TDM_FLOAT    ? ((const float *)t->data)[i]
+           : t->dtype == TDM_DOUBLE ? ((const double *)t->data)[i]
+                                    : tdm_f16_to_f32(((const uint16_t *)t->data)[i]);
+}
+
+/* TreeEnsemble (opset 5): interior nodes first, then one node per leaf_* entry (one vote
+ * each); children and roots are indices already (checked by the schema). BRANCH_MEMBER nodes
+ * keep their set as a range of `members`. */
+static tdm_status *prepare_v5(const tdm_node *node, const tdm_allocator *a, te_model *m) {
+    size_t n = 0, n_leaf = 0, n_roots = 0, n_miss = 0, n2 = 0;
+    const int64_t *feat = tdm_attr_ints(node, "nodes_featureids", &n);
+    const int64_t *yes = tdm_attr_ints(node, "nodes_truenodeids", &n2);
+    const int64_t *no = tdm_attr_ints(node, "nodes_falsenodeids", &n2);
+    const int64_t *yl = tdm_attr_ints(node, "nodes_trueleafs", &n2);
+    const int64_t *nl = tdm_attr_ints(node, "nodes_falseleafs", &n2);
+    const int64_t *miss = tdm_attr_ints(node, "nodes_missing_value_tracks_true", &n_miss);
+    const int64_t *roots = tdm_attr_ints(node, "tree_roots", &n_roots);
+    const int64_t *tid = tdm_attr_ints(node, "leaf_targetids", &n_leaf);
+    const tdm_tensor *splits = tdm_attr_tensor(node, "nodes_splits");
+    const tdm_tensor *modes = tdm_attr_tensor(node, "nodes_modes");
+    const tdm_tensor *w = tdm_attr_tensor(node, "leaf_weights");
+    const tdm_tensor *mv = tdm_attr_tensor(node, "membership_values");
+    if (!feat || !yes || !no || !yl || !nl || !roots || !tid || !splits || !modes || !w)
+        return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "TreeEnsemble: an attribute is missing");
+    int64_t t_max = 0;
+    for (size_t i = 0; i < n_leaf; i++) t_max = tid[i] + 1 > t_max ? tid[i] + 1 : t_max;
+    m->n_out = tdm_node_attr(node, "n_targets") ? tdm_attr_int(node, "n_targets", 1) : t_max;
+    int64_t agg = tdm_attr_int(node, "aggregate_function", 1);
+    m->agg = agg == 0 ? AG_AVERAGE : agg == 2 ? AG_MIN : agg == 3 ? AG_MAX : AG_SUM;
+    static const int posts[] = {PT_NONE, PT_SOFTMAX, PT_LOGISTIC, PT_SOFTMAX_ZERO, PT_PROBIT};
+    int64_t post = tdm_attr_int(node, "post_transform", 0);
+    m->post = post >= 0 && post <= 4 ? posts[post] : PT_NONE;
+    m->n_nodes = (int64_t)(n + n_leaf);
+    m->n_trees = (int64_t)n_roots;
+    m->nodes = tdm_calloc(a, (size_t)m->n_nodes, sizeof *m->nodes);
+    m->votes = tdm_calloc(a, n_leaf, sizeof *m->votes);
+    m->roots = tdm_calloc(a, n_roots, sizeof *m->roots);
+    m->base = tdm_calloc(a, 1, sizeof *m->base);
+    m->members = tdm_calloc(a, mv && mv->count ? (size_t)mv->count : 1, sizeof *m->members);
+    if (!m->nodes || !m->votes || !m->roots || !m->base || !m->members)
+        return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
+    const uint8_t *mode = modes->data;
+    int64_t mpos = 0;
+    for (size_t i = 0; i < n; i++) {
+        te_node *t = &m->nodes[i];
+        if (mode[i] > 6 || yes[i] < 0 || no[i] < 0 ||
+            yes[i] >= (int64_t)(yl[i] ? n_leaf : n) || no[i] >= (int64_t)(nl[i] ? n_leaf : n))
+            return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "TreeEnsemble: node %zu is malformed", i);
+        t->mode = mode[i] == 6 ? M_MEMBER : mode[i];
+        t->value = tensor_num(splits, (int64_t)i);
+        t->feature = (int32_t)feat[i];
+        if (t->feature > m->max_feature) m->max_feature = t->feature;
+        t->miss_true = miss && n_miss == n && miss[i] != 0;
+        t->yes = (int32_t)(yl[i] ? (int64_t)n + yes[i] : yes[i]);
+        t->no = (int32_t)(nl[i] ? (int64_t)n + no[i] : no[i]);
+        if (t->mode == M_MEMBER) { /* the next NaN-delimited set */
+            if (!mv) return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "TreeEnsemble: no membership_values");
+            t->vote0 = (int32_t)mpos;
+            while (mpos < mv->count && !isnan(tensor_num(mv, mpos)))
+                m->members[mpos] = tensor_num(mv, mpos), mpos++;
+            t->n_votes = (int32_t)(mpos - t->vote0);
+            mpos++; /* the NaN */
+        }
+    }
+    for (size_t l = 0; l < n_leaf; l++) {
+        te_node *t = &m->nodes[n + l];
+        t->mode = M_LEAF;
+        t->vote0 = (int32_t)l;
+        t->n_votes = 1;
+        m->votes[l] = (te_vote){(int32_t)tid[l], tensor_num(w, (int64_t)l)};
+        if (tid[l] < 0 || tid[l] >= m->n_out)
+            return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "TreeEnsemble: leaf %zu's target", l);
+    }
+    int32_t *seen = tdm_calloc(a, (size_t)m->n_nodes, sizeof *seen);
+    int32_t *stack = tdm_calloc(a, (size_t)m->n_nodes * 2 + 1, sizeof *stack);
+    tdm_status *st = NULL;
+    if (!seen || !stack) st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
+    for (size_t t = 0; t < n_roots && !st; t++) {
+        if (roots[t] < 0 || roots[t] >= (int64_t)n) {
+            st = TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "TreeEnsemble: tree_roots[%zu]", t);
+            break;
+        }
+        m->roots[t] = (int32_t)roots[t];
+        if (!walk_ok(m, m->roots[t], (int32_t)t, seen, stack))
+            st = TDM_ERR(TDM_ERR_INVALID_ARGUMENT,
+                         "TreeEnsemble: tree %zu is not a tree (an interior node is reached twice)", t);
+    }
+    tdm_free(a, seen);
+    tdm_free(a, stack);
+    return st;
+}
+
 static tdm_status *te_prepare(const tdm_node *node, int opset, int n_in,
                               const tdm_tensor *const *in, const tdm_allocator *a, void **state) {
     (void)opset, (void)n_in, (void)in;
     te_model *m = tdm_calloc(a, 1, sizeof *m);
     if (!m) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
+    if (!strcmp(node->op_type, "TreeEnsemble")) {
+        m->v5 = true;
+        tdm_status *st = prepare_v5(node, a, m);
+        if (!st) st = build_compact(node, a, m);
+        if (st) {
+            te_release(m, a);
+            return st;
+        }
+        *state = m;
+        return NULL;
+    }
     m->classifier = !strcmp(node->op_type, "TreeEnsembleClassifier");
     m->post = ml_parse_post(tdm_attr_string(node, "post_transform", "NONE"));
     const char *agg = tdm_attr_string(node, "aggregate_function", "SUM");
@@ -379,10 +496,11 @@ static void vote_row(const te_model *m, const void *x, tdm_dtype dt, int64_t row
         const te_node *nd = &m->nodes[m->roots[t]];
         while (nd->mode != M_LEAF) {
             int64_t k = row * F + nd->feature;
-            double v = dt == TDM_FLOAT    ? ((const float *)x)[k]
-                       : dt == TDM_DOUBLE ? ((const double *)x)[k]
-                       : dt == TDM_INT64  ? (double)((const int64_t *)x)[k]
-                                          : (double)((const int32_t *)x)[k];
+            double v = dt == TDM_FLOAT     ? ((const float *)x)[k]
+                       : dt == TDM_DOUBLE  ? ((const double *)x)[k]
+                       : dt == TDM_FLOAT16 ? tdm_f16_to_f32(((const uint16_t *)x)[k])
+                       : dt == TDM_INT64   ? (double)((const int64_t *)x)[k]
+                                           : (double)((const int32_t *)x)[k];
             bool go;
             switch (nd->mode) {
             case M_LEQ: go = v <= nd->value; break;
@@ -390,6 +508,10 @@ static void vote_row(const te_model *m, const void *x, tdm_dtype dt, int64_t row
             case M_GTE: go = v >= nd->value; break;
             case M_GT: go = v > nd->value; break;
             case M_EQ: go = v == nd->value; break;
+            case M_MEMBER:
+                go = false;
+                for (int32_t q = 0; q < nd->n_votes && !go; q++) go = v == m->members[nd->vote0 + q];
+                break;
             default: go = v != nd->value; break;
             }
             if (nd->miss_true && isnan(v)) go = true;
@@ -399,15 +521,17 @@ static void vote_row(const te_model *m, const void *x, tdm_dtype dt, int64_t row
     }
 }
 
-/* Regression: base values, averaging, transforms. Writes n_out floats. */
-static void finish_regression(const te_model *m, double *s, const uint8_t *has, float *z) {
+/* Regression: base values, averaging, transforms; the n_out results replace s. */
+static void finish_regression(const te_model *m, double *s, const uint8_t *has) {
     int64_t n = m->n_out;
     double origin = m->n_base == 1 ? m->base[0] : 0;
     if (n == 1) { /* one target: only PROBIT transforms it */
         double v = m->agg == AG_AVERAGE ? s[0] / (double)m->n_trees : s[0];
         if ((m->agg == AG_MIN || m->agg == AG_MAX) && !has[0]) v = 0;
         v += origin;
-        z[0] = (float)(m->post == PT_PROBIT ? ml_probit(v) : v);
+        s[0] = v;
+        if (m->v5) ml_post_transform(m->post, s, 1); /* the spec (ONNX Runtime 1.32 ignores all */
+        else if (m->post == PT_PROBIT) s[0] = ml_probit(v); /* but PROBIT for one target) */
         return;
     }
     bool use_base = m->n_base == n;
@@ -417,7 +541,6 @@ static void finish_regression(const te_model *m, double *s, const uint8_t *has, 
         s[k] = v + (use_base ? m->base[k] : 0);
     }
     ml_post_transform(m->post, s, n);
-    for (int64_t k = 0; k < n; k++) z[k] = (float)s[k];
 }
 
 /* The binary decision: which label wins, and how a single score becomes two. */
@@ -497,7 +620,8 @@ typedef struct te_job {
     const void *x;
     tdm_dtype dt;
     int64_t F;
-    float *z;         /* [N, n_out] */
+    void *z;          /* [N, n_out] of out_dt */
+    tdm_dtype out_dt; /* float, or TreeEnsemble's double / float16 */
     int64_t *labels;  /* classifier: class index, -1 (literal 1) or -2 (literal 0) */
     double *scratch;  /* n_out doubles per thread slot: allocated per range below */
     const tdm_allocator *alloc;
@@ -529,9 +653,19 @@ static void te_rows(void *arg, int64_t begin, int64_t end) {
         for (int64_t r = b; r < e; r++) {
             double *sr = s + (r - b) * m->n_out;
             uint8_t *hr = has + (r - b) * m->n_out;
-            float *z = j->z + r * m->n_out;
-            if (m->classifier) j->labels[r] = finish_classes(m, sr, hr, z);
-            else finish_regression(m, sr, hr, z);
+            if (m->classifier) {
+                j->labels[r] = finish_classes(m, sr, hr, (float *)j->z + r * m->n_out);
+                continue;
+            }
+            finish_regression(m, sr, hr);
+            if (j->out_dt == TDM_DOUBLE)
+                memcpy((double *)j->z + r * m->n_out, sr, (size_t)m->n_out * sizeof *sr);
+            else if (j->out_dt == TDM_FLOAT16)
+                for (int64_t k = 0; k < m->n_out; k++)
+                    ((uint16_t *)j->z)[r * m->n_out + k] = tdm_f32_to_f16((float)sr[k]);
+            else
+                for (int64_t k = 0; k < m->n_out; k++)
+                    ((float *)j->z)[r * m->n_out + k] = (float)sr[k];
         }
     }
     tdm_free(j->alloc, s);
@@ -549,13 +683,14 @@ static tdm_status *run_tree_ensemble(tdm_kernel_ctx *ctx) {
     bool cls = m->classifier;
     tdm_tensor *zt = cls ? (ctx->n_out > 1 ? ctx->out[1] : NULL) : ctx->out[0];
     float *z = zt ? zt->data : tdm_alloc(ctx->alloc, (size_t)(N * m->n_out) * sizeof *z + 1);
+    tdm_dtype out_dt = m->v5 ? x->dtype : TDM_FLOAT;
     int64_t *lab = cls ? tdm_alloc(ctx->alloc, (size_t)N * sizeof *lab + 1) : NULL;
     tdm_status *st = NULL;
     if (!z || (cls && !lab)) {
         st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
         goto done;
     }
-    te_job j = {m, x->data, x->dtype, F, z, lab, NULL, ctx->alloc, 0};
+    te_job j = {m, x->data, x->dtype, F, z, out_dt, lab, NULL, ctx->alloc, 0};
     /* rows in chunks that cover about 64k node visits each */
     int64_t grain = TE_BLOCK * 4; /* blocks of rows; the pool balances them */
     tdm_parallel_for(ctx->pool, N, grain, te_rows, &j);
@@ -594,6 +729,10 @@ const tdm_kernel_def tdm_cpu_kernels_ml_tree[] = {
     {"ai.onnx.ml", "TreeEnsembleRegressor", 1, 0, 0,
      TDM_T(TDM_FLOAT) | TDM_T(TDM_DOUBLE) | TDM_T(TDM_INT32) | TDM_T(TDM_INT64),
      run_tree_ensemble, te_prepare, te_release},
+    /* TreeEnsemble (opset 5): the same evaluator, output in the input's type */
+    {"ai.onnx.ml", "TreeEnsemble", 5, 0, 0,
+     TDM_T(TDM_FLOAT) | TDM_T(TDM_DOUBLE) | TDM_T(TDM_FLOAT16), run_tree_ensemble, te_prepare,
+     te_release},
 };
 const int tdm_cpu_kernels_ml_tree_count =
     (int)(sizeof tdm_cpu_kernels_ml_tree / sizeof tdm_cpu_kernels_ml_tree[0]);
