@@ -152,6 +152,11 @@ def main():
     x = rand_rows(rng, 200, F, np.float16)
     y = ort_run(make_model(trees, 2, 1, 0, np.float32, F), x.astype(np.float32)).astype(np.float16)
     save(out, "ml_tree_ensemble5_float16_sum", make_model(trees, 2, 1, 0, np.float16, F), x, y)
+    trees = rand_trees(rng, 30, 7, F, 2, [0, 1, 2, 3])  # ordered tests only: the compact walk
+    m = make_model(trees, 2, 1, 0, np.float32, F)
+    x = np.concatenate([rand_rows(rng, 300, F, np.float32),
+                        (rng.standard_normal((100, F)) * 6).astype(np.float32)])
+    save(out, "ml_tree_ensemble5_ordered_sum", m, x, reference(trees, 2, 1, 0, np.float32, F, x))
     trees = rand_trees(rng, 40, 8, 10, 4, [0])  # a converter's form: BRANCH_LEQ only, deep
     m = make_model(trees, 4, 1, 1, np.float32, 10)
     x = (rng.standard_normal((300, 10)) * 6).astype(np.float32)

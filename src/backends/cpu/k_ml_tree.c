@@ -9,12 +9,14 @@
  * Scores are finished as ONNX Runtime finishes them (its behaviour defines what converted
  * scikit-learn / XGBoost / LightGBM models mean): base values, the binary cases (one class's
  * votes only, weights all positive or not), and the post transforms. */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/cpu_simd.h"
 #include "backends/cpu/ml_util.h"
 #include "core/alloc.h"
 #include "core/half.h"
@@ -36,18 +38,26 @@ typedef struct te_vote {
     double weight;
 } te_vote;
 
-/* The compact form for float rows when every branch is BRANCH_LEQ without missing-value
- * tracks (what scikit-learn, XGBoost and LightGBM converters write): 16 bytes a node, leaves
- * marked by feature -1; thresholds as floats, compared as ONNX Runtime compares them. */
-typedef struct te_fnode {
+/* The compact form for float rows when every branch compares with <, <=, >= or > against a
+ * float threshold (what scikit-learn, XGBoost and LightGBM converters write, missing-value
+ * tracks included): 16 bytes a node, each tree laid out breadth first with a node's two
+ * children side by side, so that a step is `i = left + go_right` without a branch:
+ *   go_right = x > value, or x is NaN and the NaN bit is clear (x <= value goes left).
+ * < and >= become <= against the next float down (exact for every float x); >= and > swap the
+ * children; the NaN bit says which side NaN takes. A leaf points at itself (value +inf, NaN
+ * bit set), so that every row can take the tree's full depth of steps. */
+typedef struct te_cnode {
     float value;
-    int32_t feature;
-    int32_t yes, no;
-} te_fnode;
+    uint32_t feat;  /* feature, | TE_NAN_LEFT */
+    int32_t left;   /* the left child's slot; the right child is left + 1 */
+    int32_t orig;   /* the node (m->nodes) this slot copies: a leaf's votes */
+} te_cnode;
+#define TE_NAN_LEFT 0x80000000u
 
 typedef struct te_model {
     te_node *nodes;
-    te_fnode *fnodes; /* NULL when the compact form does not apply */
+    te_cnode *cnodes; /* NULL when the compact form does not apply */
+    int32_t *croot, *cdepth; /* per tree: its root slot, the steps its deepest leaf takes */
     int32_t *roots;
     te_vote *votes;
     double *base;
@@ -116,7 +126,9 @@ static void te_release(void *state, const tdm_allocator *a) {
     te_model *m = state;
     if (!m) return;
     tdm_free(a, m->nodes);
-    tdm_free(a, m->fnodes);
+    tdm_free(a, m->cnodes);
+    tdm_free(a, m->croot);
+    tdm_free(a, m->cdepth);
     tdm_free(a, m->roots);
     tdm_free(a, m->votes);
     tdm_free(a, m->base);
@@ -286,6 +298,23 @@ static tdm_status *build_votes(const tdm_node *node, const tdm_allocator *a, te_
     return st;
 }
 
+/* A node as a compact <= test: threshold, NaN side, children swapped; false when it cannot
+ * be one (==, !=, membership, a threshold whose next float down is not exact). */
+static bool compact_test(const te_node *t, float *thr, bool *nan_left, bool *swap) {
+    float v = (float)t->value;
+    bool down = t->mode == M_LT || t->mode == M_GTE;
+    if (t->mode != M_LEQ && t->mode != M_LT && t->mode != M_GTE && t->mode != M_GT) return false;
+    if (down) {
+        if (v == -INFINITY) return false;
+        v = nextafterf(v, -INFINITY);
+        if (v != 0 && fabsf(v) < FLT_MIN) return false; /* subnormal: DAZ would change it */
+    }
+    *thr = v;
+    *swap = t->mode == M_GTE || t->mode == M_GT; /* the <= test is true on the "no" side */
+    *nan_left = *swap ? !t->miss_true : t->miss_true;
+    return true;
+}
+
 static tdm_status *build_compact(const tdm_node *node, const tdm_allocator *a, te_model *m) {
     size_t nf = 0;
     if (m->v5) {
@@ -294,15 +323,65 @@ static tdm_status *build_compact(const tdm_node *node, const tdm_allocator *a, t
     } else if (!tdm_attr_floats(node, "nodes_values", &nf)) {
         return NULL; /* double thresholds */
     }
-    for (int64_t i = 0; i < m->n_nodes; i++)
-        if ((m->nodes[i].mode != M_LEQ && m->nodes[i].mode != M_LEAF) || m->nodes[i].miss_true)
-            return NULL;
-    m->fnodes = tdm_calloc(a, (size_t)m->n_nodes, sizeof *m->fnodes);
-    if (!m->fnodes) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
+    int64_t interior = 0;
     for (int64_t i = 0; i < m->n_nodes; i++) {
-        const te_node *t = &m->nodes[i];
-        bool leaf = t->mode == M_LEAF;
-        m->fnodes[i] = (te_fnode){(float)t->value, leaf ? -1 : t->feature, t->yes, t->no};
+        float thr;
+        bool nl, sw;
+        if (m->nodes[i].mode == M_LEAF) continue;
+        if (!compact_test(&m->nodes[i], &thr, &nl, &sw)) return NULL;
+        interior++;
+    }
+    /* each tree copies what it reaches (a leaf shared by two branches twice): at most two
+     * slots per interior node it reaches plus its root; trees sharing nodes (opset 5 allows
+     * it) may copy more, so the walk below checks the room. */
+    int64_t cap = 2 * interior + m->n_trees + 1;
+    if (cap > ((int64_t)1 << 28)) return NULL;
+    m->cnodes = tdm_alloc(a, (size_t)cap * sizeof *m->cnodes);
+    m->croot = tdm_calloc(a, (size_t)m->n_trees + 1, sizeof *m->croot);
+    m->cdepth = tdm_calloc(a, (size_t)m->n_trees + 1, sizeof *m->cdepth);
+    int32_t *queue = tdm_alloc(a, (size_t)cap * 2 * sizeof *queue); /* (slot, depth) pairs */
+    if (!m->cnodes || !m->croot || !m->cdepth || !queue) {
+        tdm_free(a, queue);
+        return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    int64_t next = 0;
+    bool fits = true;
+    for (int64_t t = 0; t < m->n_trees && fits; t++) {
+        int64_t head = 0, tail = 0;
+        int32_t root = (int32_t)next++;
+        m->croot[t] = root;
+        m->cnodes[root].orig = m->roots[t];
+        queue[tail++] = root, queue[tail++] = 0;
+        while (head < tail) {
+            int32_t slot = queue[head++], depth = queue[head++];
+            const te_node *nd = &m->nodes[m->cnodes[slot].orig];
+            te_cnode *c = &m->cnodes[slot];
+            if (nd->mode == M_LEAF) {
+                c->value = INFINITY, c->feat = TE_NAN_LEFT, c->left = slot;
+                if (depth > m->cdepth[t]) m->cdepth[t] = depth;
+                continue;
+            }
+            if (next + 2 > cap) {
+                fits = false;
+                break;
+            }
+            float thr = 0;
+            bool nan_left = false, swap = false;
+            compact_test(nd, &thr, &nan_left, &swap);
+            c->value = thr;
+            c->feat = (uint32_t)nd->feature | (nan_left ? TE_NAN_LEFT : 0);
+            c->left = (int32_t)next;
+            m->cnodes[next].orig = swap ? nd->no : nd->yes;
+            m->cnodes[next + 1].orig = swap ? nd->yes : nd->no;
+            queue[tail++] = (int32_t)next, queue[tail++] = depth + 1;
+            queue[tail++] = (int32_t)next + 1, queue[tail++] = depth + 1;
+            next += 2;
+        }
+    }
+    tdm_free(a, queue);
+    if (!fits) {
+        tdm_free(a, m->cnodes), tdm_free(a, m->croot), tdm_free(a, m->cdepth);
+        m->cnodes = NULL, m->croot = m->cdepth = NULL;
     }
     return NULL;
 }
@@ -473,18 +552,150 @@ static inline void add_votes(const te_model *m, const te_node *leaf, double *s, 
     }
 }
 
+/* ---- the compact walk: leaf slots of `n` rows (row k at x + k * F) through one tree ---- */
+
+static inline int32_t cstep(const te_cnode *c, const float *row) {
+    float x = row[c->feat & ~TE_NAN_LEFT];
+    bool right = x > c->value || (!(c->feat & TE_NAN_LEFT) && x != x);
+    return c->left + right;
+}
+
+/* Portable: eight rows at once (independent walks the CPU overlaps), no branch per step. */
+static void walk_portable(const te_cnode *cn, int32_t root, int32_t depth, const float *x,
+                          int64_t F, int64_t n, int32_t *leaf) {
+    int64_t r = 0;
+    for (; r + 8 <= n; r += 8) {
+        int32_t i[8];
+        const float *row = x + r * F;
+        for (int k = 0; k < 8; k++) i[k] = root;
+        for (int32_t d = 0; d < depth; d++) {
+            int moved = 0;
+            for (int k = 0; k < 8; k++) {
+                int32_t nk = cstep(&cn[i[k]], row + k * F);
+                moved |= nk != i[k];
+                i[k] = nk;
+            }
+            if (!moved) break;
+        }
+        memcpy(leaf + r, i, sizeof i);
+    }
+    for (; r < n; r++) {
+        int32_t i = root;
+        for (int32_t d = 0; d < depth; d++) i = cstep(&cn[i], x + r * F);
+        leaf[r] = i;
+    }
+}
+
+#ifdef TDM_SIMD_X86
+#include <immintrin.h>
+/* AVX2: eight rows a vector; the node's fields and the row values by gathers. */
+TDM_TARGET_AVX2 static void walk_avx2(const te_cnode *cn, int32_t root, int32_t depth,
+                                      const float *x, int64_t F, int64_t n, int32_t *leaf) {
+    const int *ci = (const int *)cn;
+    const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i nanbit = _mm256_set1_epi32((int)TE_NAN_LEFT), one = _mm256_set1_epi32(1);
+    int64_t r = 0;
+    for (; r + 8 <= n; r += 8) {
+        const float *xb = x + r * F;
+        __m256i off = _mm256_mullo_epi32(lanes, _mm256_set1_epi32((int)F));
+        __m256i idx = _mm256_set1_epi32(root);
+        for (int32_t d = 0; d < depth; d++) {
+            __m256i i4 = _mm256_slli_epi32(idx, 2);
+            __m256 thr = _mm256_i32gather_ps((const float *)ci, i4, 4);
+            __m256i ft = _mm256_i32gather_epi32(ci + 1, i4, 4);
+            __m256i lf = _mm256_i32gather_epi32(ci + 2, i4, 4);
+            __m256 xv = _mm256_i32gather_ps(xb, _mm256_add_epi32(off, _mm256_andnot_si256(nanbit, ft)), 4);
+            __m256 gt = _mm256_cmp_ps(xv, thr, _CMP_GT_OQ);
+            __m256 nan = _mm256_cmp_ps(xv, xv, _CMP_UNORD_Q);
+            __m256 nan_right = _mm256_andnot_ps(_mm256_castsi256_ps(_mm256_srai_epi32(ft, 31)), nan);
+            __m256i right = _mm256_and_si256(_mm256_castps_si256(_mm256_or_ps(gt, nan_right)), one);
+            __m256i nidx = _mm256_add_epi32(lf, right);
+            int moved = _mm256_movemask_epi8(_mm256_cmpeq_epi32(nidx, idx)) != -1;
+            idx = nidx;
+            if (!moved) break;
+        }
+        _mm256_storeu_si256((__m256i *)(leaf + r), idx);
+    }
+    if (r < n) walk_portable(cn, root, depth, x + r * F, F, n - r, leaf + r);
+}
+
+/* AVX-512: sixteen rows a vector, two vectors in flight (their gathers overlap); stops when
+ * every row of both sits on a leaf (leaves point at themselves). */
+TDM_TARGET_AVX512 static inline __m512i step512(const int *ci, const float *xb, __m512i off,
+                                                __m512i idx) {
+    const __m512i nanbit = _mm512_set1_epi32((int)TE_NAN_LEFT), one = _mm512_set1_epi32(1);
+    __m512i i4 = _mm512_slli_epi32(idx, 2);
+    __m512 thr = _mm512_i32gather_ps(i4, ci, 4);
+    __m512i ft = _mm512_i32gather_epi32(i4, ci + 1, 4);
+    __m512i lf = _mm512_i32gather_epi32(i4, ci + 2, 4);
+    __m512 xv = _mm512_i32gather_ps(_mm512_add_epi32(off, _mm512_andnot_si512(nanbit, ft)), xb, 4);
+    __mmask16 gt = _mm512_cmp_ps_mask(xv, thr, _CMP_GT_OQ);
+    __mmask16 nan = _mm512_cmp_ps_mask(xv, xv, _CMP_UNORD_Q);
+    __mmask16 nan_left = _mm512_test_epi32_mask(ft, nanbit);
+    return _mm512_mask_add_epi32(lf, (__mmask16)(gt | (nan & ~nan_left)), lf, one);
+}
+
+TDM_TARGET_AVX512 static void walk_avx512(const te_cnode *cn, int32_t root, int32_t depth,
+                                          const float *x, int64_t F, int64_t n, int32_t *leaf) {
+    const int *ci = (const int *)cn;
+    const __m512i lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i off = _mm512_mullo_epi32(lanes, _mm512_set1_epi32((int)F));
+    int64_t r = 0;
+    for (; r + 32 <= n; r += 32) {
+        const float *xa = x + r * F, *xb = x + (r + 16) * F;
+        __m512i a = _mm512_set1_epi32(root), b = a;
+        for (int32_t d = 0; d < depth; d++) {
+            __m512i na = step512(ci, xa, off, a), nb = step512(ci, xb, off, b);
+            __mmask16 moved = _mm512_cmpneq_epi32_mask(na, a) | _mm512_cmpneq_epi32_mask(nb, b);
+            a = na, b = nb;
+            if (!moved) break;
+        }
+        _mm512_storeu_si512(leaf + r, a);
+        _mm512_storeu_si512(leaf + r + 16, b);
+    }
+    for (; r + 16 <= n; r += 16) {
+        const float *xa = x + r * F;
+        __m512i a = _mm512_set1_epi32(root);
+        for (int32_t d = 0; d < depth; d++) {
+            __m512i na = step512(ci, xa, off, a);
+            __mmask16 moved = _mm512_cmpneq_epi32_mask(na, a);
+            a = na;
+            if (!moved) break;
+        }
+        _mm512_storeu_si512(leaf + r, a);
+    }
+    if (r < n) walk_avx2(cn, root, depth, x + r * F, F, n - r, leaf + r);
+}
+#endif
+
 /* Scores of rows [r0, r1) (float rows, compact trees): tree by tree, so that a tree's nodes
- * stay in cache while every row of the block walks it. */
+ * stay in cache while every row of the block walks it; then each row's leaf votes. */
 static void vote_block_f32(const te_model *m, const float *x, int64_t r0, int64_t r1, int64_t F,
-                           double *s, uint8_t *has) {
-    const te_fnode *fn = m->fnodes;
+                           double *s, uint8_t *has, int isa, int32_t *leaf) {
+    const te_cnode *cn = m->cnodes;
+    int64_t n = r1 - r0;
+    const float *xb = x + r0 * F;
+    bool one_sum = m->agg == AG_SUM || m->agg == AG_AVERAGE;
     for (int64_t t = 0; t < m->n_trees; t++) {
-        const int32_t root = m->roots[t];
-        for (int64_t r = r0; r < r1; r++) {
-            const float *row = x + r * F;
-            int32_t i = root;
-            while (fn[i].feature >= 0) i = row[fn[i].feature] <= fn[i].value ? fn[i].yes : fn[i].no;
-            add_votes(m, &m->nodes[i], s + (r - r0) * m->n_out, has + (r - r0) * m->n_out);
+        int32_t root = m->croot[t], depth = m->cdepth[t];
+#ifdef TDM_SIMD_X86
+        if (isa >= TDM_ISA_AVX512_CORE) walk_avx512(cn, root, depth, xb, F, n, leaf);
+        else if (isa >= TDM_ISA_AVX2) walk_avx2(cn, root, depth, xb, F, n, leaf);
+        else walk_portable(cn, root, depth, xb, F, n, leaf);
+#else
+        (void)isa;
+        walk_portable(cn, root, depth, xb, F, n, leaf);
+#endif
+        for (int64_t r = 0; r < n; r++) {
+            const te_node *lf = &m->nodes[cn[leaf[r]].orig];
+            double *sr = s + r * m->n_out;
+            if (one_sum) { /* the common case: sums, no MIN / MAX bookkeeping */
+                const te_vote *v = &m->votes[lf->vote0];
+                uint8_t *hr = has + r * m->n_out;
+                for (int32_t q = 0; q < lf->n_votes; q++) sr[v[q].target] += v[q].weight, hr[v[q].target] = 1;
+            } else {
+                add_votes(m, lf, sr, has + r * m->n_out);
+            }
         }
     }
 }
@@ -626,6 +837,7 @@ typedef struct te_job {
     double *scratch;  /* n_out doubles per thread slot: allocated per range below */
     const tdm_allocator *alloc;
     int failed;
+    int isa; /* the device's level: which walk */
 } te_job;
 
 #define TE_BLOCK 64 /* rows that walk one tree before the next tree */
@@ -634,18 +846,19 @@ static void te_rows(void *arg, int64_t begin, int64_t end) {
     te_job *j = arg;
     const te_model *m = j->m;
     size_t per = (size_t)m->n_out * TE_BLOCK;
-    double *s = tdm_alloc(j->alloc, per * (sizeof(double) + 1));
+    double *s = tdm_alloc(j->alloc, per * (sizeof(double) + 1) + TE_BLOCK * sizeof(int32_t));
     if (!s) {
         __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
         return;
     }
-    uint8_t *has = (uint8_t *)(s + per);
+    int32_t *leaf = (int32_t *)(s + per); /* a block's leaf slots, one tree at a time */
+    uint8_t *has = (uint8_t *)(leaf + TE_BLOCK);
     for (int64_t b = begin; b < end; b += TE_BLOCK) {
         int64_t e = b + TE_BLOCK < end ? b + TE_BLOCK : end, rows = e - b;
         memset(s, 0, (size_t)(rows * m->n_out) * sizeof *s);
         memset(has, 0, (size_t)(rows * m->n_out));
-        if (m->fnodes && j->dt == TDM_FLOAT) {
-            vote_block_f32(m, j->x, b, e, j->F, s, has);
+        if (m->cnodes && j->dt == TDM_FLOAT) {
+            vote_block_f32(m, j->x, b, e, j->F, s, has, j->isa, leaf);
         } else {
             for (int64_t r = b; r < e; r++)
                 vote_row(m, j->x, j->dt, r, j->F, s + (r - b) * m->n_out, has + (r - b) * m->n_out);
@@ -690,7 +903,8 @@ static tdm_status *run_tree_ensemble(tdm_kernel_ctx *ctx) {
         st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
         goto done;
     }
-    te_job j = {m, x->data, x->dtype, F, z, out_dt, lab, NULL, ctx->alloc, 0};
+    te_job j = {m, x->data, x->dtype, F, z, out_dt, lab, NULL, ctx->alloc, 0,
+                (int)tdm_cpu_simd_of(ctx)->level};
     /* rows in chunks that cover about 64k node visits each */
     int64_t grain = TE_BLOCK * 4; /* blocks of rows; the pool balances them */
     tdm_parallel_for(ctx->pool, N, grain, te_rows, &j);
