@@ -58,6 +58,8 @@ typedef struct te_model {
     te_node *nodes;
     te_cnode *cnodes; /* NULL when the compact form does not apply */
     int32_t *croot, *cdepth; /* per tree: its root slot, the steps its deepest leaf takes */
+    int32_t cvotes; /* > 0: every leaf has this many votes, summed, and a leaf slot's orig is its
+                     * first vote (one memory access a leaf instead of two) */
     int32_t *roots;
     te_vote *votes;
     double *base;
@@ -379,6 +381,19 @@ static tdm_status *build_compact(const tdm_node *node, const tdm_allocator *a, t
         }
     }
     tdm_free(a, queue);
+    if (fits && (m->agg == AG_SUM || m->agg == AG_AVERAGE)) {
+        int32_t k = -1;
+        for (int64_t i = 0; i < next && k != 0; i++)
+            if (m->cnodes[i].left == (int32_t)i) {
+                int32_t nv = m->nodes[m->cnodes[i].orig].n_votes;
+                k = k < 0 || k == nv ? nv : 0;
+            }
+        if (k > 0) {
+            m->cvotes = k;
+            for (int64_t i = 0; i < next; i++)
+                if (m->cnodes[i].left == (int32_t)i) m->cnodes[i].orig = m->nodes[m->cnodes[i].orig].vote0;
+        }
+    }
     if (!fits) {
         tdm_free(a, m->cnodes), tdm_free(a, m->croot), tdm_free(a, m->cdepth);
         m->cnodes = NULL, m->croot = m->cdepth = NULL;
@@ -686,6 +701,23 @@ static void vote_block_f32(const te_model *m, const float *x, int64_t r0, int64_
         (void)isa;
         walk_portable(cn, root, depth, xb, F, n, leaf);
 #endif
+        if (m->cvotes == 1) {
+            for (int64_t r = 0; r < n; r++) {
+                const te_vote *v = &m->votes[cn[leaf[r]].orig];
+                s[r * m->n_out + v->target] += v->weight;
+                has[r * m->n_out + v->target] = 1;
+            }
+            continue;
+        }
+        if (m->cvotes > 1) {
+            for (int64_t r = 0; r < n; r++) {
+                const te_vote *v = &m->votes[cn[leaf[r]].orig];
+                double *sr = s + r * m->n_out;
+                uint8_t *hr = has + r * m->n_out;
+                for (int32_t q = 0; q < m->cvotes; q++) sr[v[q].target] += v[q].weight, hr[v[q].target] = 1;
+            }
+            continue;
+        }
         for (int64_t r = 0; r < n; r++) {
             const te_node *lf = &m->nodes[cn[leaf[r]].orig];
             double *sr = s + r * m->n_out;
