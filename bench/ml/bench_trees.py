@@ -114,7 +114,10 @@ def check(tandem, path, npy, name, sess, feeds, tmp):
         if want.dtype.kind in "iu":
             assert np.array_equal(g, want), f"{o.name}: labels differ in {np.sum(g != want)} rows"
         else:
-            assert np.allclose(g, want, rtol=1e-4, atol=1e-5), f"{o.name}: max err {np.abs(g - want).max()}"
+            # scores within 1e-5 of the output's scale (ONNX Runtime sums float scores in float,
+            # tandem in double: regression outputs in the hundreds differ in float's last bits)
+            tol = 1e-5 * max(1.0, float(np.abs(want).max()))
+            assert np.abs(g - want).max() <= tol, f"{o.name}: max err {np.abs(g - want).max()} > {tol}"
 
 
 def main():
@@ -124,7 +127,7 @@ def main():
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--iterations", type=int, default=5)
-    ap.add_argument("--only", default="", help="run the models whose title contains this")
+    ap.add_argument("--only", default="", help="run the models whose title contains this (A|B: either)")
     ap.add_argument("--out")
     a = ap.parse_args()
     x, ms = models(a.rows)
@@ -137,7 +140,7 @@ def main():
         npy = os.path.join(tmp, "x.npy")
         np.save(npy, x)
         for title, m in ms:
-            if a.only.lower() not in title.lower():
+            if not any(o.lower() in title.lower() for o in a.only.split("|")):
                 continue
             path = os.path.join(tmp, "m.onnx")
             with open(path, "wb") as f:
