@@ -212,13 +212,6 @@ def cases(deep_levels):
                      [fvi("x", [4])], [fvi("y", [4])])
     yield ("undefined_input", ["invalid model", "'ghost', which no node, input or initializer defines"],
            {"model.onnx": undef.SerializeToString()})
-    seq_in = helper.make_value_info("s", helper.make_sequence_type_proto(
-        helper.make_tensor_type_proto(TensorProto.FLOAT, [4])))
-    seq = model_of([helper.make_node("SequenceAt", ["s", "i"], ["y"], name="at")],
-                   [seq_in, helper.make_tensor_value_info("i", TensorProto.INT64, [])],
-                   [fvi("y", [4])])
-    yield ("sequence_input", ["unsupported", "has a sequence type"],
-           {"model.onnx": seq.SerializeToString()})
     # ai.onnx.ml tree ensembles whose nodes do not form trees, or read missing features
     def tree(true_ids, false_ids, features=(0, 0, 0), modes=("BRANCH_LEQ", "LEAF", "LEAF")):
         n = len(true_ids)
@@ -237,6 +230,46 @@ def cases(deep_levels):
            {"model.onnx": tree([1, 0, 0], [7, 0, 0])})
     yield ("tree_feature_out_of_range", ["invalid argument", "reads feature 9 but the input has 3"],
            {"model.onnx": tree([1, 0, 0], [2, 0, 0], features=(9, 0, 0))})
+    # TreeEnsemble (ai.onnx.ml opset 5) with one attribute broken at a time
+    def tree5(**change):
+        attrs = dict(
+            n_targets=2, tree_roots=[0, 2], nodes_featureids=[0, 1, 2],
+            nodes_splits=numpy_helper.from_array(np.array([0.5, 0, 0], np.float32)),
+            nodes_modes=numpy_helper.from_array(np.array([0, 6, 0], np.uint8)),
+            nodes_truenodeids=[1, 1, 3], nodes_falsenodeids=[0, 2, 3],
+            nodes_trueleafs=[0, 1, 1], nodes_falseleafs=[1, 1, 1], leaf_targetids=[0, 1, 0, 1],
+            leaf_weights=numpy_helper.from_array(np.array([1, 2, 3, 4], np.float32)),
+            membership_values=numpy_helper.from_array(np.array([1, 2, np.nan], np.float32)))
+        attrs.update(change)
+        attrs = {k: v for k, v in attrs.items() if v is not None}
+        node = helper.make_node("TreeEnsemble", ["x"], ["y"], domain="ai.onnx.ml", name="te", **attrs)
+        return {"model.onnx": model_of([node], [fvi("x", [2, 3])], [fvi("y", [2, 2])],
+                                       opsets=[helper.make_opsetid("", OPSET),
+                                               helper.make_opsetid("ai.onnx.ml", 5)]).SerializeToString()}
+    f32 = lambda *v: numpy_helper.from_array(np.array(v, np.float32))  # noqa: E731
+    bad5 = [
+        ("splits_type", "nodes_splits and leaf_weights must have the input's type",
+         dict(nodes_splits=numpy_helper.from_array(np.array([0.5, 0, 0], np.float64)))),
+        ("lengths", "the nodes_* attributes must all have 3 entries", dict(nodes_truenodeids=[1, 1])),
+        ("mode", "nodes_modes[2] = 9 is not a mode",
+         dict(nodes_modes=numpy_helper.from_array(np.array([0, 6, 9], np.uint8)))),
+        ("modes_type", "nodes_modes must be a uint8 tensor",
+         dict(nodes_modes=numpy_helper.from_array(np.array([0, 6, 0], np.int64)))),
+        ("member_missing", "BRANCH_MEMBER nodes need membership_values", dict(membership_values=None)),
+        ("member_sets", "membership_values has 2 sets for 1 BRANCH_MEMBER nodes",
+         dict(membership_values=f32(1, np.nan, 2, np.nan))),
+        ("child", "node 1: a child (1 or 5) does not exist", dict(nodes_falsenodeids=[0, 5, 3])),
+        ("root", "tree_roots[1] = 3 is not a node", dict(tree_roots=[0, 3])),
+        ("leaf_flag", "must be 0 or 1 (node 0)", dict(nodes_trueleafs=[2, 1, 1])),
+        ("target", "leaf_targetids has target 2 but n_targets is 2", dict(leaf_targetids=[0, 1, 0, 2])),
+        ("leaf_lengths", "leaf_targetids and leaf_weights must have the same", dict(leaf_weights=f32(1, 2))),
+        ("aggregate", "aggregate_function 7 is not one of 0..3", dict(aggregate_function=7)),
+        ("post", "post_transform 9 is not one of 0..4", dict(post_transform=9)),
+        ("feature", "node 2 reads feature 3 but the input has 3", dict(nodes_featureids=[0, 1, 3])),
+        ("cycle", "is not a tree", dict(nodes_falsenodeids=[0, 0, 3], nodes_falseleafs=[1, 0, 1])),
+    ]
+    for name, msg, change in bad5:
+        yield (f"tree5_{name}", ["invalid argument", msg, "session"], tree5(**change))
     # an ai.onnx.ml SVM whose support vectors do not split into vectors_per_class vectors
     svm = helper.make_node(
         "SVMClassifier", ["x"], ["y", "z"], domain="ai.onnx.ml", name="svm",

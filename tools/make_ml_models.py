@@ -285,6 +285,27 @@ def svms(out_dir, xc, yc, xb, yb, xr, yr, test):
                                      ml_opset=1), xt)
 
 
+def pipelines(out_dir):
+    """A scikit-learn pipeline with one-hot encoding: categorical columns (small integers)
+    one-hot encoded next to scaled numeric ones (a ColumnTransformer), then a classifier."""
+    from sklearn.compose import ColumnTransformer
+    rng = np.random.default_rng(11)
+    n = 400
+    cat = rng.integers(0, 4, size=(n, 2)).astype(np.float32)
+    num = rng.standard_normal((n, 3)).astype(np.float32)
+    x = np.concatenate([cat, num], axis=1)
+    y = ((cat[:, 0] == 1) ^ (num[:, 0] > 0.3)).astype(np.int64) + (cat[:, 1] == 3)
+    pre = ColumnTransformer([("cat", OneHotEncoder(handle_unknown="ignore"), [0, 1]),
+                             ("num", StandardScaler(), [2, 3, 4])])
+    x[-8:, 1] = 7  # a category the encoder never saw: zeros
+    m = make_pipeline(pre, LogisticRegression(max_iter=500)).fit(x[:-64], y[:-64])
+    save(out_dir, "ml_pipeline_onehot_logistic", convert(m, x, options={"zipmap": False}), x[-64:])
+    m = make_pipeline(pre, RandomForestClassifier(n_estimators=10, max_depth=5, random_state=0)).fit(
+        x[:-64], y[:-64])
+    onx = convert(m, x, options={"zipmap": False})  # the trees read encoded columns: no threshold rows
+    save_feeds(out_dir, "ml_pipeline_onehot_random_forest", onx, {onx.graph.input[0].name: x[-64:]})
+
+
 def convert(est, x, **kw):
     return to_onnx(est, x[:1], target_opset=OPSETS, **kw)
 
@@ -346,6 +367,7 @@ def main():
     m = OneHotEncoder(handle_unknown="ignore").fit(words[:60][words[:60] != "teal"].reshape(-1, 1))
     save(out_dir, "ml_one_hot_strings", convert(m, words), words[60:])
     hand_made(out_dir, rng)
+    pipelines(out_dir)
     for norm in ("l1", "max"):
         m = Normalizer(norm=norm).fit(xr[:-64])
         save(out_dir, f"ml_normalizer_{norm}", convert(m, xr), test(xr))

@@ -18,6 +18,95 @@ static const struct {
     {"<c8", TDM_COMPLEX64}, {"<c16", TDM_COMPLEX128},
 };
 
+/* ---- string arrays: numpy's 'U' (UTF-32LE, N code points an element, NUL-padded) and 'S'
+ * (N bytes an element) ---- */
+
+/* Decodes one UTF-8 sequence at s (n bytes left): its code point and length, or -1. */
+static int32_t utf8_next(const unsigned char *s, size_t n, int *len) {
+    if (s[0] < 0x80) return *len = 1, s[0];
+    int k = s[0] >= 0xf0 && s[0] < 0xf5 ? 4 : s[0] >= 0xe0 ? 3 : s[0] >= 0xc2 && s[0] < 0xe0 ? 2 : 0;
+    if (!k || (size_t)k > n || s[0] >= 0xf8) return -1;
+    int32_t c = s[0] & (0x7f >> k);
+    for (int i = 1; i < k; i++) {
+        if ((s[i] & 0xc0) != 0x80) return -1;
+        c = c << 6 | (s[i] & 0x3f);
+    }
+    static const int32_t min[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (c < min[k] || c > 0x10ffff || (c >= 0xd800 && c < 0xe000)) return -1;
+    *len = k;
+    return c;
+}
+
+/* Code points of a UTF-8 string, or -1 when it is not UTF-8. */
+static int64_t utf8_count(const char *s) {
+    int64_t n = 0;
+    size_t left = strlen(s);
+    const unsigned char *p = (const unsigned char *)s;
+    while (left) {
+        int len = 0;
+        if (utf8_next(p, left, &len) < 0) return -1;
+        p += len, left -= (size_t)len, n++;
+    }
+    return n;
+}
+
+static size_t utf8_put(int32_t c, char *out) {
+    if (c < 0x80) return out[0] = (char)c, 1;
+    if (c < 0x800) return out[0] = (char)(0xc0 | c >> 6), out[1] = (char)(0x80 | (c & 63)), 2;
+    if (c < 0x10000)
+        return out[0] = (char)(0xe0 | c >> 12), out[1] = (char)(0x80 | (c >> 6 & 63)),
+               out[2] = (char)(0x80 | (c & 63)), 3;
+    out[0] = (char)(0xf0 | c >> 18), out[1] = (char)(0x80 | (c >> 12 & 63));
+    out[2] = (char)(0x80 | (c >> 6 & 63)), out[3] = (char)(0x80 | (c & 63));
+    return 4;
+}
+
+/* Reads count elements of width w ('U': code points, 'S': bytes) into the string tensor t. */
+static int read_strings(FILE *f, tdm_tensor *t, char kind, int64_t w, char *why, size_t why_size,
+                        const char *path) {
+    size_t esize = (size_t)w * (kind == 'U' ? 4 : 1);
+    unsigned char *buf = malloc(esize + 1);
+    char *text = malloc((size_t)w * 4 + 1);
+    int rc = 0;
+    for (int64_t i = 0; buf && text && i < tdm_tensor_element_count(t) && !rc; i++) {
+        if (esize && fread(buf, 1, esize, f) != esize) {
+            snprintf(why, why_size, "%s: data shorter than the shape says", path);
+            rc = -1;
+            break;
+        }
+        size_t len = 0;
+        for (int64_t k = 0; k < w; k++) {
+            if (kind == 'S') {
+                text[len++] = (char)buf[k];
+                continue;
+            }
+            uint32_t c = buf[4 * k] | (uint32_t)buf[4 * k + 1] << 8 | (uint32_t)buf[4 * k + 2] << 16 |
+                         (uint32_t)buf[4 * k + 3] << 24;
+            if (c > 0x10ffff || (c >= 0xd800 && c < 0xe000)) {
+                snprintf(why, why_size, "%s: element %lld holds U+%X, not a character", path,
+                         (long long)i, (unsigned)c);
+                rc = -1;
+                break;
+            }
+            len += utf8_put((int32_t)c, text + len);
+        }
+        while (len && !text[len - 1]) len--; /* numpy pads with NULs */
+        tdm_status *st = rc ? NULL : tdm_tensor_set_string(t, i, text, len);
+        if (st) {
+            snprintf(why, why_size, "%s: %s", path, tdm_status_message(st));
+            tdm_status_free(st);
+            rc = -1;
+        }
+    }
+    if (!buf || !text) {
+        snprintf(why, why_size, "%s: out of memory", path);
+        rc = -1;
+    }
+    free(buf);
+    free(text);
+    return rc;
+}
+
 #define FAIL(msg)                                                                        \
     do {                                                                                 \
         snprintf(why, why_size, "%s: %s", path, (msg));                                 \
@@ -65,7 +154,18 @@ static int npy_read_tensor(tdm_env *env, const char *path, tdm_tensor **out, cha
     tdm_dtype dt = TDM_UNDEFINED;
     for (size_t i = 0; i < sizeof npy_types / sizeof npy_types[0]; i++)
         if (!strcmp(npy_types[i].descr, ds)) dt = npy_types[i].dt;
-    if (dt == TDM_UNDEFINED) FAIL("unsupported dtype (big-endian, object or string arrays are not read)");
+    char str_kind = 0; /* 'U' / 'S': a string array of str_width characters / bytes */
+    int64_t str_width = 0;
+    if ((ds[0] == '<' || ds[0] == '|') && (ds[1] == 'U' || ds[1] == 'S')) {
+        char *end;
+        str_width = strtoll(ds + 2, &end, 10);
+        if (end == ds + 2 || *end || str_width < 0 || str_width > (1 << 24))
+            FAIL("malformed string dtype");
+        if (ds[1] == 'U' && ds[0] != '<') FAIL("unsupported dtype (big-endian)");
+        str_kind = ds[1];
+        dt = TDM_STRING;
+    }
+    if (dt == TDM_UNDEFINED) FAIL("unsupported dtype (big-endian or object arrays are not read)");
     if (strstr(fo, "True") && strstr(fo, "True") < shape + 1000 && strstr(fo, "True") - fo < 24) FAIL("Fortran-order arrays are not supported");
     char *p = strchr(shape, '(');
     if (!p) FAIL("malformed shape");
@@ -86,6 +186,16 @@ static int npy_read_tensor(tdm_env *env, const char *path, tdm_tensor **out, cha
         tdm_status_free(st);
         FAIL("cannot create the tensor");
     }
+    if (str_kind) {
+        if (read_strings(f, t, str_kind, str_width, why, why_size, path)) {
+            tdm_tensor_free(t);
+            t = NULL;
+            rc = -1;
+            goto done;
+        }
+        *out = t;
+        goto done;
+    }
     size_t n = tdm_tensor_byte_size(t);
     if (n && fread(tdm_tensor_data(t), 1, n, f) != n) {
         tdm_tensor_free(t);
@@ -99,10 +209,56 @@ done:
     return rc;
 }
 
+/* Writes a string tensor's elements: 'U' (UTF-32LE, w code points each) or 'S' (w bytes). */
+static void write_strings(FILE *f, const tdm_tensor *t, char kind, int64_t w) {
+    char *const *s = tdm_tensor_data_const(t);
+    for (int64_t i = 0; i < tdm_tensor_element_count(t); i++) {
+        const char *e = s[i] ? s[i] : "";
+        size_t left = strlen(e);
+        const unsigned char *p = (const unsigned char *)e;
+        int64_t k = 0;
+        for (; left && k < w; k++) {
+            int len = 1;
+            uint32_t c = kind == 'U' ? (uint32_t)utf8_next(p, left, &len) : p[0];
+            if (kind == 'U') {
+                unsigned char b[4] = {(unsigned char)c, (unsigned char)(c >> 8),
+                                      (unsigned char)(c >> 16), (unsigned char)(c >> 24)};
+                fwrite(b, 1, 4, f);
+            } else {
+                fputc((int)c, f);
+            }
+            p += len, left -= (size_t)len;
+        }
+        for (; k < w; k++)
+            for (int z = 0; z < (kind == 'U' ? 4 : 1); z++) fputc(0, f);
+    }
+}
+
 static int npy_write_tensor(const char *path, const tdm_tensor *t, char *why, size_t why_size) {
     const char *descr = NULL;
     for (size_t i = 0; i < sizeof npy_types / sizeof npy_types[0]; i++)
         if (npy_types[i].dt == tdm_tensor_dtype(t)) descr = npy_types[i].descr;
+    char str_descr[32], str_kind = 0;
+    int64_t str_width = 1; /* numpy's narrowest string dtype is one wide */
+    if (tdm_tensor_dtype(t) == TDM_STRING) { /* 'U' when every element is UTF-8, else 'S' bytes */
+        char *const *s = tdm_tensor_data_const(t);
+        str_kind = 'U';
+        for (int64_t i = 0; i < tdm_tensor_element_count(t); i++) {
+            int64_t n = utf8_count(s[i] ? s[i] : "");
+            if (n < 0) str_kind = 'S';
+            if (n > str_width) str_width = n;
+        }
+        if (str_kind == 'S') {
+            str_width = 1;
+            for (int64_t i = 0; i < tdm_tensor_element_count(t); i++) {
+                int64_t n = s[i] ? (int64_t)strlen(s[i]) : 0;
+                if (n > str_width) str_width = n;
+            }
+        }
+        snprintf(str_descr, sizeof str_descr, "%c%c%lld", str_kind == 'U' ? '<' : '|', str_kind,
+                 (long long)str_width);
+        descr = str_descr;
+    }
     if (!descr) {
         snprintf(why, why_size, "%s: %s tensors cannot be written as .npy", path,
                  tdm_dtype_name(tdm_tensor_dtype(t)));
@@ -134,7 +290,8 @@ static int npy_write_tensor(const char *path, const tdm_tensor *t, char *why, si
     fwrite(header, 1, (size_t)hl, f);
     for (int i = 0; i < pad; i++) fputc(' ', f);
     fputc('\n', f);
-    fwrite(tdm_tensor_data_const(t), 1, tdm_tensor_byte_size(t), f);
+    if (str_kind) write_strings(f, t, str_kind, str_width);
+    else fwrite(tdm_tensor_data_const(t), 1, tdm_tensor_byte_size(t), f);
     if (fclose(f) != 0) {
         snprintf(why, why_size, "cannot write '%s': %s", path, strerror(errno));
         return -1;

@@ -53,6 +53,8 @@ typedef struct tdm_attr {
 typedef struct tdm_value {
     char *name;
     tdm_dtype dtype;             /* TDM_UNDEFINED if not known */
+    tdm_dtype item_dtype;        /* a sequence (or optional) of tensors: their element type as
+                                    declared (checked on graph inputs); else TDM_UNDEFINED */
     int rank;                    /* -1 if not known */
     int64_t dims[TDM_MAX_RANK];  /* TDM_DIM_UNKNOWN for a dynamic dim */
     char *dim_params[TDM_MAX_RANK]; /* symbolic dim names (owned), or NULL */

@@ -56,6 +56,15 @@ static tdm_status *fill_type(conv *c, tdm_graph *g, tdm_value *v, const Onnx__Ty
                                                                            : TDM_OPTIONAL;
         v->rank = 1;
         v->dims[0] = TDM_DIM_UNKNOWN;
+        const Onnx__TypeProto *item = tp->value_case == ONNX__TYPE_PROTO__VALUE_SEQUENCE_TYPE
+                                          ? (tp->sequence_type ? tp->sequence_type->elem_type : NULL)
+                                      : tp->value_case == ONNX__TYPE_PROTO__VALUE_OPTIONAL_TYPE
+                                          ? (tp->optional_type ? tp->optional_type->elem_type : NULL)
+                                          : NULL;
+        if (item && item->value_case == ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE && item->tensor_type &&
+            item->tensor_type->has_elem_type && item->tensor_type->elem_type > 0 &&
+            item->tensor_type->elem_type < TDM_DTYPE_COUNT)
+            v->item_dtype = (tdm_dtype)item->tensor_type->elem_type;
         return NULL;
     }
     if (tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE) {

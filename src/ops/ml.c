@@ -2,9 +2,11 @@
  * models, support vector machines, and the feature transforms scikit-learn pipelines export
  * (Scaler, Normalizer, Binarizer, Imputer, ArrayFeatureExtractor). Attributes are checked
  * here once, so that the kernels can trust them. */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "core/half.h"
 #include "ops/op.h"
 
 #define ML "ai.onnx.ml"
@@ -173,6 +175,153 @@ static tdm_status *infer_tree_regressor(tdm_infer_ctx *ctx) {
                                   "target_ids[%zu] = %lld is not a target (0..%lld)", i,
                                   (long long)ids[i], (long long)targets - 1);
     ctx->out[0].dtype = TDM_FLOAT;
+    ctx->out[0].rank = 2;
+    ctx->out[0].dims[0] = rows_of(&ctx->in[0]);
+    ctx->out[0].dims[1] = targets;
+    return NULL;
+}
+
+/* ---- TreeEnsemble (opset 5): interior nodes in nodes_*, leaves in leaf_* ---- */
+
+static int64_t attr_tensor_len(const tdm_node *node, const char *name, tdm_dtype *dt) {
+    const tdm_tensor *t = tdm_attr_tensor(node, name);
+    if (!t) return -1;
+    *dt = t->dtype;
+    return t->count;
+}
+
+/* Every check the kernel relies on: equal lengths, types matching the input, modes, child and
+ * root indices in range, one membership set per BRANCH_MEMBER node. */
+static tdm_status *check_tree_ensemble5(const tdm_node *node, const tdm_value_info *x,
+                                        int64_t *targets) {
+    if (x->dtype != TDM_UNDEFINED && x->dtype != TDM_FLOAT && x->dtype != TDM_DOUBLE &&
+        x->dtype != TDM_FLOAT16)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                              "input must be float, double or float16");
+    if (x->rank > 2 || x->rank == 0)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "input must be [N, F] or [F]");
+    size_t n = 0, n_true = 0, n_false = 0, n_tl = 0, n_fl = 0, n_roots = 0, n_leaf = 0;
+    const int64_t *feat = tdm_attr_ints(node, "nodes_featureids", &n);
+    const int64_t *yes = tdm_attr_ints(node, "nodes_truenodeids", &n_true);
+    const int64_t *no = tdm_attr_ints(node, "nodes_falsenodeids", &n_false);
+    const int64_t *yl = tdm_attr_ints(node, "nodes_trueleafs", &n_tl);
+    const int64_t *nl = tdm_attr_ints(node, "nodes_falseleafs", &n_fl);
+    const int64_t *roots = tdm_attr_ints(node, "tree_roots", &n_roots);
+    const int64_t *tid = tdm_attr_ints(node, "leaf_targetids", &n_leaf);
+    tdm_dtype dt_split = TDM_UNDEFINED, dt_w = TDM_UNDEFINED, dt_mem = TDM_UNDEFINED;
+    int64_t n_split = attr_tensor_len(node, "nodes_splits", &dt_split);
+    int64_t n_w = attr_tensor_len(node, "leaf_weights", &dt_w);
+    const tdm_tensor *modes = tdm_attr_tensor(node, "nodes_modes");
+    if (!feat || !n)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "nodes_featureids is missing or empty");
+    if (!roots || !n_roots)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "tree_roots is missing or empty");
+    if (!modes || modes->dtype != TDM_UINT8)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                              "nodes_modes must be a uint8 tensor");
+    if (n_split < 0 || n_w < 0)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                              "nodes_splits and leaf_weights must be tensors");
+    if (n_true != n || n_false != n || n_tl != n || n_fl != n || n_split != (int64_t)n ||
+        modes->count != (int64_t)n)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                              "the nodes_* attributes must all have %zu entries", n);
+    size_t n_miss = 0;
+    if (tdm_attr_ints(node, "nodes_missing_value_tracks_true", &n_miss) && n_miss != n)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                              "nodes_missing_value_tracks_true must have %zu entries", n);
+    if (!tid || !n_leaf || n_w != (int64_t)n_leaf)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                              "leaf_targetids and leaf_weights must have the same (non-zero) length");
+    if (x->dtype != TDM_UNDEFINED && (dt_split != x->dtype || dt_w != x->dtype))
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                              "nodes_splits and leaf_weights must have the input's type (%s)",
+                              tdm_dtype_name(x->dtype));
+    if (dt_split != TDM_FLOAT && dt_split != TDM_DOUBLE && dt_split != TDM_FLOAT16)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                              "nodes_splits must be float, double or float16");
+    if (dt_w != dt_split)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                              "leaf_weights must have the type of nodes_splits");
+    int64_t agg = tdm_attr_int(node, "aggregate_function", 1);
+    if (agg < 0 || agg > 3)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                              "aggregate_function %lld is not one of 0..3", (long long)agg);
+    int64_t post = tdm_attr_int(node, "post_transform", 0);
+    if (post < 0 || post > 4)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                              "post_transform %lld is not one of 0..4", (long long)post);
+    int64_t t_max = 0;
+    for (size_t i = 0; i < n_leaf; i++) {
+        if (tid[i] < 0 || tid[i] > (1 << 20))
+            return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                                  "leaf_targetids[%zu] = %lld", i, (long long)tid[i]);
+        if (tid[i] + 1 > t_max) t_max = tid[i] + 1;
+    }
+    const tdm_attr *nt = tdm_node_attr(node, "n_targets");
+    *targets = nt ? tdm_attr_int(node, "n_targets", 1) : t_max;
+    if (*targets < 1 || *targets > (1 << 20))
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "n_targets must be >= 1");
+    if (t_max > *targets)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                              "leaf_targetids has target %lld but n_targets is %lld",
+                              (long long)t_max - 1, (long long)*targets);
+    int64_t f = x->rank > 0 ? x->dims[x->rank - 1] : TDM_DIM_UNKNOWN;
+    const uint8_t *mode = modes->data;
+    int64_t members = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (mode[i] > 6)
+            return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                                  "nodes_modes[%zu] = %d is not a mode (0..6)", i, mode[i]);
+        members += mode[i] == 6;
+        if (feat[i] < 0 || feat[i] > INT32_MAX || (f >= 0 && feat[i] >= f))
+            return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                                  "node %zu reads feature %lld but the input has %lld", i,
+                                  (long long)feat[i], (long long)f);
+        if ((yl[i] != 0 && yl[i] != 1) || (nl[i] != 0 && nl[i] != 1))
+            return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                                  "nodes_trueleafs / nodes_falseleafs must be 0 or 1 (node %zu)", i);
+        if (yes[i] < 0 || yes[i] >= (int64_t)(yl[i] ? n_leaf : n) || no[i] < 0 ||
+            no[i] >= (int64_t)(nl[i] ? n_leaf : n))
+            return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                                  "node %zu: a child (%lld or %lld) does not exist", i,
+                                  (long long)yes[i], (long long)no[i]);
+    }
+    for (size_t i = 0; i < n_roots; i++)
+        if (roots[i] < 0 || roots[i] >= (int64_t)n)
+            return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                                  "tree_roots[%zu] = %lld is not a node", i, (long long)roots[i]);
+    int64_t n_mem = attr_tensor_len(node, "membership_values", &dt_mem);
+    if (members && n_mem < 0)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                              "BRANCH_MEMBER nodes need membership_values");
+    if (n_mem >= 0) {
+        if (dt_mem != dt_split)
+            return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                                  "membership_values must have the type of nodes_splits");
+        const tdm_tensor *mv = tdm_attr_tensor(node, "membership_values");
+        int64_t sets = 0;
+        bool open = false;
+        for (int64_t i = 0; i < mv->count; i++) {
+            double v = dt_mem == TDM_FLOAT    ? ((const float *)mv->data)[i]
+                       : dt_mem == TDM_DOUBLE ? ((const double *)mv->data)[i]
+                                              : tdm_f16_to_f32(((const uint16_t *)mv->data)[i]);
+            if (isnan(v)) sets++, open = false;
+            else open = true;
+        }
+        sets += open; /* the last set may go without its NaN */
+        if (sets != members)
+            return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                                  "membership_values has %lld sets for %lld BRANCH_MEMBER nodes",
+                                  (long long)sets, (long long)members);
+    }
+    return NULL;
+}
+
+static tdm_status *infer_tree_ensemble5(tdm_infer_ctx *ctx) {
+    int64_t targets = 1;
+    TDM_TRY(check_tree_ensemble5(ctx->node, &ctx->in[0], &targets));
+    ctx->out[0].dtype = ctx->in[0].dtype;
     ctx->out[0].rank = 2;
     ctx->out[0].dims[0] = rows_of(&ctx->in[0]);
     ctx->out[0].dims[1] = targets;
@@ -588,6 +737,7 @@ static tdm_status *infer_svm_regressor(tdm_infer_ctx *ctx) {
 const tdm_op_schema tdm_ops_ml[] = {
     {ML, "TreeEnsembleClassifier", 1, 1, 1, 1, 2, infer_tree_classifier, 0, 0},
     {ML, "TreeEnsembleRegressor", 1, 1, 1, 1, 1, infer_tree_regressor, 0, 0},
+    {ML, "TreeEnsemble", 5, 1, 1, 1, 1, infer_tree_ensemble5, 0, 0},
     {ML, "LinearRegressor", 1, 1, 1, 1, 1, infer_linear_regressor, 0, 0},
     {ML, "LinearClassifier", 1, 1, 1, 1, 2, infer_linear_classifier, 0, 0},
     {ML, "Scaler", 1, 1, 1, 1, 1, infer_feature_map, 0, 0},

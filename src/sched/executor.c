@@ -666,6 +666,15 @@ static tdm_status *check_input(const tdm_value *v, const tdm_tensor *t) {
     if (v->dtype != TDM_UNDEFINED && t->dtype != v->dtype)
         return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "input '%s' must be %s, got %s", v->name,
                        tdm_dtype_name(v->dtype), tdm_dtype_name(t->dtype));
+    if (v->item_dtype != TDM_UNDEFINED && (t->dtype == TDM_SEQUENCE || t->dtype == TDM_OPTIONAL))
+        for (size_t i = 0; i < tdm_value_item_count(t); i++) { /* the declared tensor type */
+            const tdm_tensor *e = tdm_value_item(t, i);
+            if (e && e->dtype != v->item_dtype)
+                return TDM_ERR(TDM_ERR_INVALID_ARGUMENT,
+                               "input '%s' is a %s of %s tensors, but its item %zu is %s",
+                               v->name, t->dtype == TDM_SEQUENCE ? "sequence" : "optional",
+                               tdm_dtype_name(v->item_dtype), i, tdm_dtype_name(e->dtype));
+        }
     if (v->rank >= 0 && t->rank != v->rank)
         return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "input '%s' must have rank %d, got rank %d",
                        v->name, v->rank, t->rank);

@@ -85,6 +85,10 @@ expect inspect-plan-devices 0 "weights on test:0      105640 bytes" sh -c "TANDE
 D="$SRC/tests/models/dlrm_like/model.onnx"
 IFM="$SRC/tests/models/if_matmul_body/model.onnx"
 expect help-flags 0 "0 problems" python3 "$SRC/tests/cli/check_help.py" "$T"
+# bench --input takes a .npy file (a float32 [1,3,64,64] of 0.5, written by the stdlib), and says so
+python3 -c "import struct,sys; h=\"{'descr': '<f4', 'fortran_order': False, 'shape': (1, 3, 64, 64), }\"; h+=' '*(63-(10+len(h))%64)+'\\n'; sys.stdout.buffer.write(b'\\x93NUMPY\\x01\\x00'+struct.pack('<H',len(h))+h.encode()+struct.pack('<f',0.5)*(3*64*64))" > "$tmp/half.npy"
+expect bench-input-file 0 "input float32 \[1,3,64,64\] (from file)" "$T" bench "$M" --input "input=$tmp/half.npy" --iterations 1 --warmup 0 --threads 1
+expect inspect-opsets 0 "opset:      17, ai.onnx.ml 1" "$T" inspect "$SRC/tests/models_ml/ml_random_forest_binary/model.onnx"
 expect run-output-dir-nested 0 "" sh -c "\"$T\" run $M --random --output-dir $tmp/a/b/c > /dev/null && test -s $tmp/a/b/c/probabilities.npy && $J 'import json; assert json.load(open(\"$tmp/a/b/c/names.json\"))=={\"probabilities.npy\":\"probabilities\"}'"
 expect run-output-dir-bad nonzero "output-dir" sh -c "touch $tmp/file; \"$T\" run $M --random --output-dir $tmp/file/sub"
 expect run-output-dir-before-run nonzero "output-dir" sh -c "\"$T\" run $tmp/nope.onnx --random --output-dir $tmp/file/sub"

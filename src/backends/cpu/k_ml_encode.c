@@ -241,9 +241,20 @@ static tdm_status *run_label_enc(tdm_kernel_ctx *ctx) {
         case TDM_FLOAT:
             ((float *)y->data)[e] = k < 0 ? dflt_f : l->vt ? ((const float *)l->vt->data)[k] : l->vals->floats[k];
             break;
-        default:
-            return tdm_node_error(ctx->node, TDM_ERR_UNSUPPORTED, "values of type %s",
-                                  tdm_dtype_name(y->dtype));
+        default: { /* opset 4's values_tensor of another type: element copies */
+            size_t es = tdm_dtype_size(y->dtype);
+            if (!l->vt || l->vt->dtype != y->dtype || !es)
+                return tdm_node_error(ctx->node, TDM_ERR_UNSUPPORTED, "values of type %s",
+                                      tdm_dtype_name(y->dtype));
+            char *dst = (char *)y->data + (size_t)e * es;
+            if (k >= 0) memcpy(dst, (const char *)l->vt->data + (size_t)k * es, es);
+            else if (l->dflt && l->dflt->dtype == y->dtype && l->dflt->count == 1)
+                memcpy(dst, l->dflt->data, es);
+            else if (y->dtype == TDM_DOUBLE || y->dtype == TDM_FLOAT16 || y->dtype == TDM_BFLOAT16)
+                memset(dst, 0, es), dst[es - 1] = (char)0x80; /* the spec's -0.0 */
+            else memset(dst, 0xff, es);                        /* the spec's -1 */
+            break;
+        }
         }
     }
     return NULL;
