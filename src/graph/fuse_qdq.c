@@ -23,7 +23,17 @@
  * with zero points 0 (symmetric, what quantizers write; oneDNN takes no other).
  * The inner values (DQ outputs read by the pattern, the op's result) may have other readers:
  * DQ nodes stay for them (dead-node removal drops the others); the op's float result must
- * be read by the pattern only. */
+ * be read by the pattern only.
+ *
+ * Channels-last pass (fz_pass_q8_nhwc, run with the blocked-layout pass on a CPU): chains
+ * of 2-D QConv, QAdd of rank-4 tensors and channel Concat keep their 8-bit tensors channels-last
+ * ([N, H, W, C], oneDNN's int8 layout on x86) instead of converting NCHW <-> NHWC around
+ * every convolution: QConv takes attributes x_nhwc / y_nhwc (ops/fused.h), QAdd runs as
+ * it is on the twins (broadcasting commutes with permuting the axes of all three alike),
+ * Concat on axis 3. The layout changes at the region's edges
+ * only: a QConv reading plain X converts it itself, readers of the plain value (and graph
+ * outputs) get a Transpose(0, 3, 1, 2) from the twin, and a plain input of a converted QAdd
+ * or Concat a Transpose(0, 2, 3, 1). Pure data movement: exact. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -412,4 +422,210 @@ tdm_status *fz_pass_qdq(fz_ctx *fz) {
                 if (fz_is_op(fz, ni, moves[k])) TDM_TRY(fuse_move(fz, ni));
     }
     return NULL;
+}
+
+/* ---- channels-last 8-bit regions ---- */
+
+typedef struct nh_ctx {
+    fz_ctx *fz;
+    size_t nv;  /* values before the pass (twin[] covers them) */
+    int *twin;  /* per original value: its channels-last twin, or -1 */
+    bool *wants; /* per original value: a reader could take it channels-last */
+    bool *moved; /* per original value: its producer writes the twin instead */
+} nh_ctx;
+
+static bool is_fused_op(const tdm_node *n, const char *op) {
+    return !n->dead && !strcmp(n->domain, TDM_FUSED_DOMAIN) && !strcmp(n->op_type, op);
+}
+
+/* A rank-4 8-bit value of known channel count. */
+static bool q8_4d(const nh_ctx *h, int v) {
+    if (v < 0 || (size_t)v >= h->nv) return false;
+    const tdm_value *val = &h->fz->g->values[v];
+    return is_q8(val->dtype) && val->rank == 4 && val->dims[1] > 0;
+}
+
+static bool has_twin(const nh_ctx *h, int v) {
+    return v >= 0 && (size_t)v < h->nv && h->twin[v] >= 0;
+}
+
+/* QConv of 2-D images (the fast kernel's channels-last case), on the CPU. */
+static bool nh_conv(const nh_ctx *h, const tdm_node *n) {
+    if (!is_fused_op(n, "QConv") || n->device >= 0 || n->n_inputs < 8 || n->n_outputs != 1)
+        return false;
+    const tdm_value *w = n->inputs[3] >= 0 ? &h->fz->g->values[n->inputs[3]] : NULL;
+    return w && w->rank == 4 && q8_4d(h, n->inputs[0]) && q8_4d(h, n->outputs[0]) &&
+           tdm_attr_int(n, "x_nhwc", 0) == 0 && tdm_attr_int(n, "y_nhwc", 0) == 0;
+}
+
+/* QAdd of two rank-4 tensors, or Concat on the channel axis. */
+static bool nh_other(const nh_ctx *h, const tdm_node *n) {
+    if (n->device >= 0 || n->n_outputs != 1 || n->n_implicit || !q8_4d(h, n->outputs[0]))
+        return false;
+    if (is_fused_op(n, "QAdd")) /* (broadcasting commutes with the same axis permutation) */
+        return q8_4d(h, n->inputs[0]) && q8_4d(h, n->inputs[3]);
+    if (!n->dead && !n->domain[0] && !strcmp(n->op_type, "Concat")) {
+        int64_t axis = tdm_attr_int(n, "axis", 0);
+        if (axis != 1 && axis != -3) return false;
+        for (int k = 0; k < n->n_inputs; k++)
+            if (!q8_4d(h, n->inputs[k])) return false;
+        return true;
+    }
+    return false;
+}
+
+static tdm_status *nh_new_twin(nh_ctx *h, int v, int *out) {
+    char base[96];
+    const char *name = h->fz->g->values[v].name;
+    snprintf(base, sizeof base, "%.80s/nhwc", name ? name : "");
+    return fz_new_value(h->fz, base, h->fz->g->values[v].dtype, -1, NULL, out);
+}
+
+/* A Transpose node from -> to with permutation p (device mark of `like`). */
+static tdm_status *nh_transpose(nh_ctx *h, int like, int from, int to, const int64_t *p) {
+    char name[128];
+    snprintf(name, sizeof name, "%.100s/%s", h->fz->g->values[to].name ? h->fz->g->values[to].name : "",
+             p[1] == 2 ? "to_nhwc" : "to_nchw");
+    int nn;
+    TDM_TRY(fz_new_node(h->fz, "Transpose", "", name, 1, 1, &nn));
+    tdm_node *t = fz_node(h->fz, nn);
+    t->inputs[0] = from;
+    t->outputs[0] = to;
+    t->device = like >= 0 ? fz_node(h->fz, like)->device : -1;
+    return fz_attr_ints(h->fz, nn, "perm", p, 4);
+}
+
+/* Channels-last twin of plain value v for a converted reader: a Transpose(0, 2, 3, 1). */
+static tdm_status *nh_to_twin(nh_ctx *h, int v, int like, int *out) {
+    if (has_twin(h, v)) {
+        *out = h->twin[v];
+        return NULL;
+    }
+    static const int64_t p[4] = {0, 2, 3, 1};
+    TDM_TRY(nh_new_twin(h, v, out));
+    TDM_TRY(nh_transpose(h, like, v, *out, p));
+    h->twin[v] = *out; /* v stays plain for its other readers */
+    return NULL;
+}
+
+static tdm_status *nh_convert_conv(nh_ctx *h, int i) {
+    const tdm_node *n = fz_node(h->fz, i);
+    int x = n->inputs[0], y = n->outputs[0];
+    bool xin = has_twin(h, x), yout = h->wants[y];
+    if (!xin && !yout) return NULL;
+    int yt = -1;
+    if (yout) TDM_TRY(nh_new_twin(h, y, &yt));
+    tdm_node *c = fz_node(h->fz, i);
+    if (xin) {
+        c->inputs[0] = h->twin[x];
+        TDM_TRY(fz_attr_int(h->fz, i, "x_nhwc", 1));
+    }
+    if (yout) {
+        c = fz_node(h->fz, i);
+        c->outputs[0] = yt;
+        h->fz->g->values[y].producer = -1;
+        h->twin[y] = yt;
+        h->moved[y] = true;
+        TDM_TRY(fz_attr_int(h->fz, i, "y_nhwc", 1));
+    }
+    h->fz->dirty = true;
+    h->fz->count++;
+    return NULL;
+}
+
+/* QAdd / Concat with at least one channels-last input: every input channels-last. */
+static tdm_status *nh_convert_other(nh_ctx *h, int i) {
+    const tdm_node *n = fz_node(h->fz, i);
+    bool qadd = is_fused_op(n, "QAdd");
+    int nin = n->n_inputs, any = 0;
+    for (int k = 0; k < nin; k++)
+        if ((!qadd || k == 0 || k == 3) && has_twin(h, n->inputs[k])) any++;
+    if (!any) return NULL;
+    int y = n->outputs[0], yt;
+    TDM_TRY(nh_new_twin(h, y, &yt));
+    for (int k = 0; k < nin; k++) {
+        if (qadd && k != 0 && k != 3) continue;
+        int v = fz_node(h->fz, i)->inputs[k], t;
+        TDM_TRY(nh_to_twin(h, v, i, &t));
+        fz_node(h->fz, i)->inputs[k] = t;
+    }
+    tdm_node *c = fz_node(h->fz, i);
+    if (!qadd)
+        for (int k = 0; k < c->n_attrs; k++)
+            if (!strcmp(c->attrs[k].name, "axis")) c->attrs[k].i = 3;
+    c->outputs[0] = yt;
+    h->fz->g->values[y].producer = -1;
+    h->twin[y] = yt;
+    h->moved[y] = true;
+    h->fz->dirty = true;
+    h->fz->count++;
+    return NULL;
+}
+
+/* Readers still reading a value that moved to its twin (and graph outputs, subgraph
+ * reads) get it back through a Transpose(0, 3, 1, 2). */
+static tdm_status *nh_materialise(nh_ctx *h) {
+    tdm_graph *g = h->fz->g;
+    bool *need = tdm_calloc(g->alloc, h->nv + 1, sizeof *need);
+    if (!need) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory in the int8 layout pass");
+    for (size_t i = 0; i < g->n_nodes; i++) {
+        const tdm_node *n = &g->nodes[i];
+        if (n->dead) continue;
+        for (int k = 0; k < n->n_inputs; k++)
+            if (has_twin(h, n->inputs[k])) need[n->inputs[k]] = true;
+        for (int k = 0; k < n->n_implicit; k++)
+            if (has_twin(h, n->implicit[k])) need[n->implicit[k]] = true;
+    }
+    for (size_t o = 0; o < g->n_outputs; o++)
+        if (has_twin(h, g->outputs[o])) need[g->outputs[o]] = true;
+    static const int64_t p[4] = {0, 3, 1, 2};
+    tdm_status *st = NULL;
+    for (size_t v = 0; v < h->nv && !st; v++) {
+        if (!need[v] || !h->moved[v]) continue; /* a to_nhwc source: still plain */
+        st = nh_transpose(h, -1, h->twin[v], (int)v, p);
+    }
+    tdm_free(g->alloc, need);
+    return st;
+}
+
+tdm_status *fz_pass_q8_nhwc(fz_ctx *fz) {
+    TDM_TRY(fz_refresh(fz));
+    tdm_graph *g = fz->g;
+    nh_ctx h = {fz, g->n_values, NULL, NULL, NULL};
+    bool any = false;
+    for (size_t i = 0; i < g->n_nodes && !any; i++) any = nh_conv(&h, &g->nodes[i]);
+    if (!any) return NULL;
+    h.twin = tdm_alloc(g->alloc, (h.nv + 1) * sizeof *h.twin);
+    h.wants = tdm_calloc(g->alloc, h.nv + 1, sizeof *h.wants);
+    h.moved = tdm_calloc(g->alloc, h.nv + 1, sizeof *h.moved);
+    tdm_status *st = NULL;
+    if (!h.twin || !h.wants || !h.moved) {
+        st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory in the int8 layout pass");
+        goto done;
+    }
+    for (size_t v = 0; v < h.nv; v++) {
+        h.twin[v] = -1;
+        const int *cons;
+        int nc = fz_consumers(fz, (int)v, &cons);
+        for (int c = 0; c < nc; c++) {
+            const tdm_node *r = fz_node(fz, cons[c]);
+            if ((nh_conv(&h, r) && r->inputs[0] == (int)v) || nh_other(&h, r)) h.wants[v] = true;
+        }
+    }
+    int before = fz->count;
+    size_t n_nodes = g->n_nodes; /* the original nodes, in topological order */
+    for (size_t i = 0; i < n_nodes && !st; i++) {
+        const tdm_node *n = &g->nodes[i];
+        if (nh_conv(&h, n)) st = nh_convert_conv(&h, (int)i);
+        else if (nh_other(&h, n)) st = nh_convert_other(&h, (int)i);
+    }
+    if (!st && fz->count > before) {
+        fz->dirty = true;
+        if (!(st = fz_refresh(fz))) st = nh_materialise(&h);
+    }
+done:
+    tdm_free(g->alloc, h.twin);
+    tdm_free(g->alloc, h.wants);
+    tdm_free(g->alloc, h.moved);
+    return st;
 }

@@ -23,6 +23,9 @@
  *               qmin, qmax: ints (optional) — Y is clamped to [qmin, qmax] after the
  *                           requantisation (a Relu / Clip before the QuantizeLinear, exact:
  *                           quantizing is monotonic)
+ *               x_nhwc, y_nhwc: ints (optional, 2-D only) — X / Y channels-last
+ *                           [N, H, W, C] instead of NCHW (graph/fuse_qdq.c's int8 layout
+ *                           pass writes them)
  *             Y = clamp(QLinearConv(...))
  * QMatMul     inputs: QLinearMatMul's 8 (a, a_scale, a_zp, b, b_scale per-tensor or per
  *             column, b_zp, y_scale, y_zp) plus bias (int32 [N], optional, in units of

@@ -616,7 +616,7 @@ tdm_status *tdm_misc_conv_integer_run(tdm_kernel_ctx *ctx) {
     return NULL;
 }
 
-tdm_status *tdm_misc_qlinear_conv_run(tdm_kernel_ctx *ctx) {
+static tdm_status *qlinear_conv_plain(tdm_kernel_ctx *ctx) {
     const tdm_tensor *const *in = ctx->in;
     tdm_tensor *y = ctx->out[0];
     const tdm_tensor *xs = in[1], *ws = in[4], *ys = in[6], *yz = in[7];
@@ -746,4 +746,54 @@ tdm_status *tdm_misc_qadd_run(tdm_kernel_ctx *ctx) {
     int64_t rows = y->count / j.inner;
     tdm_parallel_for(ctx->pool, rows, j.inner >= 4096 ? 1 : 4096 / j.inner + 1, qadd_rows, &j);
     return NULL;
+}
+
+/* [N, A, B, C] -> [N, C, A, B] (to_first) or [N, A, B, C] <- ... the reverse, bytes. */
+static void q8_relayout(const tdm_tensor *src, tdm_tensor *dst, bool to_nchw) {
+    const uint8_t *x = src->data;
+    uint8_t *y = dst->data;
+    int64_t N = dst->dims[0], C = to_nchw ? dst->dims[1] : dst->dims[3];
+    int64_t HW = dst->count / (N * C > 0 ? N * C : 1);
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t p = 0; p < HW; p++)
+            for (int64_t c = 0; c < C; c++) {
+                int64_t nhwc = (n * HW + p) * C + c, nchw = (n * C + c) * HW + p;
+                if (to_nchw) y[nchw] = x[nhwc];
+                else y[nhwc] = x[nchw];
+            }
+}
+
+/* QLinearConv, and QConv with its channels-last attributes (x_nhwc / y_nhwc, ops/fused.h):
+ * the reference runs on NCHW copies. */
+tdm_status *tdm_misc_qlinear_conv_run(tdm_kernel_ctx *ctx) {
+    bool xl = tdm_attr_int(ctx->node, "x_nhwc", 0) != 0, yl = tdm_attr_int(ctx->node, "y_nhwc", 0) != 0;
+    if (!xl && !yl) return qlinear_conv_plain(ctx);
+    const tdm_tensor *x = ctx->in[0];
+    tdm_tensor *y = ctx->out[0];
+    if ((xl && x->rank != 4) || (yl && y->rank != 4))
+        return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT, "x_nhwc / y_nhwc need rank 4");
+    tdm_tensor *xp = NULL, *yp = NULL;
+    tdm_status *st = NULL;
+    if (xl) {
+        int64_t d[4] = {x->dims[0], x->dims[3], x->dims[1], x->dims[2]};
+        if (!(st = tdm_tensor_new(ctx->alloc, x->dtype, 4, d, &xp))) q8_relayout(x, xp, true);
+    }
+    if (!st && yl) {
+        int64_t d[4] = {y->dims[0], y->dims[3], y->dims[1], y->dims[2]};
+        st = tdm_tensor_new(ctx->alloc, y->dtype, 4, d, &yp);
+    }
+    if (!st) {
+        const tdm_tensor *in[9];
+        for (int k = 0; k < ctx->n_in && k < 9; k++) in[k] = ctx->in[k];
+        if (xp) in[0] = xp;
+        tdm_tensor *out[1] = {yp ? yp : y};
+        tdm_kernel_ctx c = *ctx;
+        c.in = in;
+        c.out = out;
+        st = qlinear_conv_plain(&c);
+        if (!st && yp) q8_relayout(yp, y, false);
+    }
+    if (xp) tdm_tensor_destroy(xp);
+    if (yp) tdm_tensor_destroy(yp);
+    return st;
 }
