@@ -3,6 +3,9 @@
  * ConvInteger, QLinearConv). Integer products accumulate exactly in 64 bits. */
 #include <math.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "backends/cpu/cpu_kernels.h"
 #include "core/alloc.h"
@@ -95,37 +98,56 @@ typedef struct q8_job {
     bool s8;
 } q8_job;
 
+/* One row. SSE2 (the x86-64 baseline) 16 elements at a time: the compiler leaves the
+ * scalar form's NaN-aware selects as branches (~60 ns per element on outputs of Sigmoid,
+ * nudenet: 266 of 335 ms in QuantizeLinear). Same operations in the same order in both
+ * forms: maxps / minps return their second operand for NaN as the selects do, so the
+ * results are equal. */
+static void q8_row(const float *xp, void *yv, int64_t n, float s, float z, bool s8) {
+    const float big = 12582912.0f; /* 1.5 * 2^23: adding and subtracting rounds half to even */
+    const float lo = s8 ? -128.0f : 0.0f, hi = s8 ? 127.0f : 255.0f;
+    uint8_t *y = yv;
+    int64_t q = 0;
+#if defined(__SSE2__)
+    const __m128 vs = _mm_set1_ps(s), vz = _mm_set1_ps(z), vb = _mm_set1_ps(big);
+    const __m128 vmin = _mm_set1_ps(-4194304.0f), vmax = _mm_set1_ps(4194304.0f);
+    const __m128 vlo = _mm_set1_ps(lo), vhi = _mm_set1_ps(hi);
+    for (; q + 16 <= n; q += 16) {
+        __m128i w[4];
+        for (int k = 0; k < 4; k++) {
+            __m128 v = _mm_div_ps(_mm_loadu_ps(xp + q + 4 * k), vs);
+            v = _mm_min_ps(_mm_max_ps(v, vmin), vmax);
+            v = _mm_add_ps(_mm_sub_ps(_mm_add_ps(v, vb), vb), vz);
+            v = _mm_min_ps(_mm_max_ps(v, vlo), vhi);
+            w[k] = _mm_cvttps_epi32(v);
+        }
+        __m128i a = _mm_packs_epi32(w[0], w[1]), b = _mm_packs_epi32(w[2], w[3]);
+        _mm_storeu_si128((__m128i *)(y + q), s8 ? _mm_packs_epi16(a, b) : _mm_packus_epi16(a, b));
+    }
+#endif
+    for (; q < n; q++) {
+        float v = xp[q] / s;
+        v = v > -4194304.0f ? v : -4194304.0f; /* also maps NaN to the low end */
+        v = v < 4194304.0f ? v : 4194304.0f;
+        v = (v + big) - big + z;
+        v = v > lo ? v : lo;
+        v = v < hi ? v : hi;
+        if (s8) ((int8_t *)y)[q] = (int8_t)(int32_t)v;
+        else y[q] = (uint8_t)(int32_t)v;
+    }
+}
+
 static void q8_rows(void *arg, int64_t b, int64_t e) {
     const q8_job *j = arg;
-    const float big = 12582912.0f; /* 1.5 * 2^23: adding and subtracting rounds half to even */
+    const int64_t n = j->l.post, L = j->l.L;
+    const bool s8 = j->s8, per_tensor = j->l.kind == 0;
     for (int64_t row = b; row < e; row++) {
-        int64_t a = row % j->l.L, si = j->l.kind == 0 ? 0 : a;
+        int64_t si = per_tensor ? 0 : row % L;
         float s = j->scale[si];
-        float z = !j->zp ? 0.0f : j->s8 ? (float)((const int8_t *)j->zp)[si]
-                                        : (float)((const uint8_t *)j->zp)[si];
-        float lo = j->s8 ? -128.0f : 0.0f, hi = j->s8 ? 127.0f : 255.0f;
-        const float *xp = j->x + row * j->l.post;
-        if (j->s8) {
-            int8_t *yp = (int8_t *)j->y + row * j->l.post;
-            for (int64_t q = 0; q < j->l.post; q++) {
-                float v = xp[q] / s;
-                v = v > -4194304.0f ? v : -4194304.0f; /* also maps NaN to the low end */
-                v = v < 4194304.0f ? v : 4194304.0f;
-                v = (v + big) - big + z;
-                v = v > lo ? v : lo;
-                yp[q] = (int8_t)(v < hi ? v : hi);
-            }
-        } else {
-            uint8_t *yp = (uint8_t *)j->y + row * j->l.post;
-            for (int64_t q = 0; q < j->l.post; q++) {
-                float v = xp[q] / s;
-                v = v > -4194304.0f ? v : -4194304.0f; /* also maps NaN to the low end */
-                v = v < 4194304.0f ? v : 4194304.0f;
-                v = (v + big) - big + z;
-                v = v > lo ? v : lo;
-                yp[q] = (uint8_t)(v < hi ? v : hi);
-            }
-        }
+        float z = !j->zp ? 0.0f : s8 ? (float)((const int8_t *)j->zp)[si]
+                                     : (float)((const uint8_t *)j->zp)[si];
+        const float *xp = j->x + row * n;
+        q8_row(xp, (uint8_t *)j->y + row * n, n, s, z, s8);
     }
 }
 
