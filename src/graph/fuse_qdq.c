@@ -7,11 +7,17 @@
  *   DQ(a_q) , DQ(b_q const)  [, C]   -> Gemm (alpha = beta = 1, A as is) [-> act] -> Q
  *                                                                          => QMatMul
  *   DQ(a_q) , DQ(b_q)                -> Add [-> Relu | Clip] -> Q           => QAdd
+ *   DQ(x_q) -> Sigmoid | HardSigmoid | Tanh | Relu | LeakyRelu | HardSwish -> Q
+ *                                                                          => QLut
+ *   DQ(a_q) , DQ(QLut(a_q))         -> Mul -> Q   (SiLU, hard-swish)       => QLut
  *   DQ(x_q) [, DQ(...)]             -> MaxPool | Reshape | Flatten | Transpose | Squeeze |
  *                                      Unsqueeze | Concat -> Q    (same scale and zero
  *                                      point on every side)                => the op on x_q
  *
- * (QConv / QMatMul / QAdd: ops/fused.h.) Exactness:
+ * (QConv / QMatMul / QAdd / QLut: ops/fused.h.) QLut: an 8-bit result that depends on one
+ * 8-bit input alone is a table of 256 values, computed here with the float formulas of the
+ * pattern (the intermediate Q / DQ included), so it rounds as the pattern does up to the
+ * float function's last bit. Exactness:
  *  - the bias becomes int32 in units of x_scale * w_scale[m] (round to nearest), as ONNX
  *    Runtime's quantizer writes it: exact when the bias was DQ(int32) with that scale;
  *  - Relu / Clip before Q is a clamp of the quantized result (Q is monotonic): exact;
@@ -374,6 +380,122 @@ static tdm_status *fuse_add(fz_ctx *fz, int ai) {
     return emit(fz, "QAdd", ai, &a, b.q, b.scale, bzp, &t, -1, false);
 }
 
+/* ---- 256-entry tables ---- */
+
+/* The float unary op of node n at v (false: not one of the table ops). */
+static bool lut_op(const tdm_node *n, float v, float *out) {
+    const char *op = n->op_type;
+    if (!strcmp(op, "Sigmoid")) *out = 1.0f / (1.0f + expf(-v));
+    else if (!strcmp(op, "Tanh")) *out = tanhf(v);
+    else if (!strcmp(op, "Relu")) *out = v > 0 ? v : 0;
+    else if (!strcmp(op, "LeakyRelu")) *out = v >= 0 ? v : v * tdm_attr_float(n, "alpha", 0.01f);
+    else if (!strcmp(op, "HardSigmoid")) {
+        float h = tdm_attr_float(n, "alpha", 0.2f) * v + tdm_attr_float(n, "beta", 0.5f);
+        *out = h < 0 ? 0 : h > 1 ? 1 : h;
+    } else if (!strcmp(op, "HardSwish")) {
+        float h = v / 6.0f + 0.5f;
+        *out = v * (h < 0 ? 0 : h > 1 ? 1 : h);
+    } else return false;
+    return true;
+}
+
+/* The 8-bit value of byte b of type t, dequantized as DequantizeLinear does. */
+static float lut_dq(const dq_in *d, tdm_dtype t, int b) {
+    int v = t == TDM_INT8 ? (int)(int8_t)(uint8_t)b : b;
+    return (float)(v - zp_at(d, 0)) * scale_at(d, 0);
+}
+
+/* QuantizeLinear of f (round half to even, saturate; NaN to the low end) as a byte. */
+static uint8_t lut_q(const q_out *q, float f) {
+    float lo = q->t == TDM_INT8 ? -128.0f : 0.0f, hi = q->t == TDM_INT8 ? 127.0f : 255.0f;
+    float v = f / q->s;
+    v = v > -4194304.0f ? v : -4194304.0f;
+    v = v < 4194304.0f ? v : 4194304.0f;
+    v = nearbyintf(v) + (float)q->z;
+    v = v > lo ? v : lo;
+    v = v < hi ? v : hi;
+    return (uint8_t)(int8_t)(int32_t)v;
+}
+
+/* A QLut node x_q -> q.out with table t[256] (of q's type); kills `a` and `b` (-1: none) and Q. */
+static tdm_status *emit_lut(fz_ctx *fz, int anchor, int xq, const q_out *q, const uint8_t *tab,
+                            int kill2) {
+    tdm_tensor *t;
+    int64_t n = 256;
+    TDM_TRY(tdm_tensor_new(fz->g->alloc, q->t, 1, &n, &t));
+    memcpy(t->data, tab, 256);
+    int tv, fi;
+    TDM_TRY(fz_new_const(fz, fz->g->values[q->out].name, t, &tv));
+    const tdm_node *an = fz_node(fz, anchor);
+    size_t len = strlen(an->name ? an->name : "") + 8;
+    char *name = tdm_alloc(fz->g->alloc, len);
+    if (!name) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory in graph fusion");
+    snprintf(name, len, "%s_lut", an->name ? an->name : "");
+    tdm_status *st = fz_new_node(fz, "QLut", TDM_FUSED_DOMAIN, name, 2, 1, &fi);
+    tdm_free(fz->g->alloc, name);
+    TDM_TRY(st);
+    tdm_node *f = fz_node(fz, fi);
+    f->inputs[0] = xq;
+    f->inputs[1] = tv;
+    f->outputs[0] = q->out;
+    f->device = fz_node(fz, anchor)->device;
+    fz_kill(fz, anchor);
+    if (kill2 >= 0) fz_kill(fz, kill2);
+    fz_kill(fz, q->node);
+    fz->count++;
+    return NULL;
+}
+
+/* DQ(x_q) -> unary op -> Q */
+static tdm_status *fuse_lut_unary(fz_ctx *fz, int ui) {
+    const tdm_node *u = fz_node(fz, ui);
+    float probe;
+    if (u->n_inputs != 1 || u->n_outputs != 1 || u->outputs[0] < 0 || !lut_op(u, 0.0f, &probe))
+        return NULL;
+    dq_in x;
+    q_out q;
+    if (!match_act_dq(fz, u->inputs[0], &x) || !match_q(fz, fz_sole_consumer(fz, u->outputs[0]), &q))
+        return NULL;
+    tdm_dtype xt = fz->g->values[x.q].dtype;
+    uint8_t tab[256];
+    for (int b = 0; b < 256; b++) {
+        float f;
+        lut_op(u, lut_dq(&x, xt, b), &f);
+        tab[b] = lut_q(&q, f);
+    }
+    return emit_lut(fz, ui, x.q, &q, tab, -1);
+}
+
+/* Mul(DQ(a_q), DQ(QLut(a_q))) -> Q: x * f(x) of one input (SiLU, hard-swish). */
+static tdm_status *fuse_lut_mul(fz_ctx *fz, int mi) {
+    const tdm_node *m = fz_node(fz, mi);
+    if (m->n_inputs != 2 || m->n_outputs != 1 || m->outputs[0] < 0) return NULL;
+    dq_in a, b;
+    q_out q;
+    if (!match_act_dq(fz, m->inputs[0], &a) || !match_act_dq(fz, m->inputs[1], &b) ||
+        !match_q(fz, fz_sole_consumer(fz, m->outputs[0]), &q))
+        return NULL;
+    for (int side = 0; side < 2; side++) {
+        const dq_in *x = side ? &b : &a, *l = side ? &a : &b;
+        int p = fz_producer(fz, l->q);
+        if (p < 0) continue;
+        const tdm_node *lut = fz_node(fz, p);
+        if (lut->dead || strcmp(lut->domain, TDM_FUSED_DOMAIN) || strcmp(lut->op_type, "QLut") ||
+            lut->inputs[0] != x->q)
+            continue;
+        const tdm_tensor *lt = fz_const(fz, lut->inputs[1]);
+        if (!lt || lt->count != 256) continue;
+        tdm_dtype xt = fz->g->values[x->q].dtype, ltt = fz->g->values[l->q].dtype;
+        uint8_t tab[256];
+        for (int k = 0; k < 256; k++) {
+            float xv = lut_dq(x, xt, k), fv = lut_dq(l, ltt, ((const uint8_t *)lt->data)[k]);
+            tab[k] = lut_q(&q, side ? fv * xv : xv * fv);
+        }
+        return emit_lut(fz, mi, x->q, &q, tab, -1);
+    }
+    return NULL;
+}
+
 /* Same quantization: equal scale, zero point and type. */
 static bool same_q(const fz_ctx *fz, const dq_in *d, const q_out *q) {
     return scale_at(d, 0) == q->s && zp_at(d, 0) == q->z && fz->g->values[d->q].dtype == q->t;
@@ -417,6 +539,11 @@ tdm_status *fz_pass_qdq(fz_ctx *fz) {
         else if (fz_is_op(fz, ni, "MatMul")) TDM_TRY(fuse_matmul(fz, ni, false));
         else if (fz_is_op(fz, ni, "Gemm")) TDM_TRY(fuse_matmul(fz, ni, true));
         else if (fz_is_op(fz, ni, "Add")) TDM_TRY(fuse_add(fz, ni));
+        else if (fz_is_op(fz, ni, "Mul")) TDM_TRY(fuse_lut_mul(fz, ni));
+        else if (fz_is_op(fz, ni, "Sigmoid") || fz_is_op(fz, ni, "Tanh") ||
+                 fz_is_op(fz, ni, "Relu") || fz_is_op(fz, ni, "LeakyRelu") ||
+                 fz_is_op(fz, ni, "HardSigmoid") || fz_is_op(fz, ni, "HardSwish"))
+            TDM_TRY(fuse_lut_unary(fz, ni));
         else
             for (size_t k = 0; k < sizeof moves / sizeof moves[0]; k++)
                 if (fz_is_op(fz, ni, moves[k])) TDM_TRY(fuse_move(fz, ni));
@@ -464,6 +591,7 @@ static bool nh_other(const nh_ctx *h, const tdm_node *n) {
         return false;
     if (is_fused_op(n, "QAdd")) /* (broadcasting commutes with the same axis permutation) */
         return q8_4d(h, n->inputs[0]) && q8_4d(h, n->inputs[3]);
+    if (is_fused_op(n, "QLut")) return q8_4d(h, n->inputs[0]);
     if (!n->dead && !n->domain[0] && !strcmp(n->op_type, "Concat")) {
         int64_t axis = tdm_attr_int(n, "axis", 0);
         if (axis != 1 && axis != -3) return false;
@@ -533,24 +661,31 @@ static tdm_status *nh_convert_conv(nh_ctx *h, int i) {
     return NULL;
 }
 
-/* QAdd / Concat with at least one channels-last input: every input channels-last. */
+/* Input k of a converted node is a tensor (not a scale, zero point or table). */
+static bool nh_data(const tdm_node *n, int k) {
+    if (is_fused_op(n, "QAdd")) return k == 0 || k == 3;
+    if (is_fused_op(n, "QLut")) return k == 0;
+    return true;
+}
+
+/* QAdd / QLut / Concat with a channels-last input: every input channels-last. */
 static tdm_status *nh_convert_other(nh_ctx *h, int i) {
     const tdm_node *n = fz_node(h->fz, i);
-    bool qadd = is_fused_op(n, "QAdd");
+    bool concat = !n->domain[0];
     int nin = n->n_inputs, any = 0;
     for (int k = 0; k < nin; k++)
-        if ((!qadd || k == 0 || k == 3) && has_twin(h, n->inputs[k])) any++;
+        if (nh_data(n, k) && has_twin(h, n->inputs[k])) any++;
     if (!any) return NULL;
     int y = n->outputs[0], yt;
     TDM_TRY(nh_new_twin(h, y, &yt));
     for (int k = 0; k < nin; k++) {
-        if (qadd && k != 0 && k != 3) continue;
+        if (!nh_data(fz_node(h->fz, i), k)) continue;
         int v = fz_node(h->fz, i)->inputs[k], t;
         TDM_TRY(nh_to_twin(h, v, i, &t));
         fz_node(h->fz, i)->inputs[k] = t;
     }
     tdm_node *c = fz_node(h->fz, i);
-    if (!qadd)
+    if (concat)
         for (int k = 0; k < c->n_attrs; k++)
             if (!strcmp(c->attrs[k].name, "axis")) c->attrs[k].i = 3;
     c->outputs[0] = yt;

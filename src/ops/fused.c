@@ -165,6 +165,13 @@ static tdm_status *infer_qadd(tdm_infer_ctx *ctx) {
     return NULL;
 }
 
+/* ---- QLut: X's shape; Y has the table's type ---- */
+static tdm_status *infer_qlut(tdm_infer_ctx *ctx) {
+    tdm_infer_copy(&ctx->out[0], &ctx->in[0]);
+    ctx->out[0].dtype = ctx->in[1].dtype;
+    return NULL;
+}
+
 const tdm_op_schema tdm_ops_fused[] = {
     {TDM_FUSED_DOMAIN, "FusedConv", 1, 2, 4, 1, 1, infer_fused_conv, 0, 0},
     {TDM_FUSED_DOMAIN, "FusedMatMul", 1, 2, 3, 1, 1, infer_fused_matmul, 0, 0},
@@ -176,5 +183,6 @@ const tdm_op_schema tdm_ops_fused[] = {
     {TDM_FUSED_DOMAIN, "QConv", 1, 8, 9, 1, 1, tdm_misc_infer_qlinear_conv, 0, 0},
     {TDM_FUSED_DOMAIN, "QMatMul", 1, 8, 9, 1, 1, tdm_misc_infer_qlinear_matmul, 0, 0},
     {TDM_FUSED_DOMAIN, "QAdd", 1, 8, 8, 1, 1, infer_qadd, 0, 0},
+    {TDM_FUSED_DOMAIN, "QLut", 1, 2, 2, 1, 1, infer_qlut, 0, 0},
 };
 const int tdm_ops_fused_count = (int)(sizeof tdm_ops_fused / sizeof tdm_ops_fused[0]);

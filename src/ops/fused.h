@@ -34,7 +34,9 @@
  *             attributes qmin, qmax as QConv
  *             Y = clamp(round(((a - a_zp) a_scale + (b - b_zp) b_scale) / y_scale) + y_zp)
  *             (numpy broadcasting of a and b)
- * These three never appear in a model file either: graph/fuse_qdq.c makes them from
+ * QLut        inputs: x (8-bit), table (8-bit constant [256]); Y[i] = table[byte of x[i]]
+ *             (x's shape, the table's type): an 8-bit function of one 8-bit input
+ * These four never appear in a model file either: graph/fuse_qdq.c makes them from
  * DequantizeLinear -> op -> QuantizeLinear patterns.
  *
  * Attention   inputs: Q [B,H,S,D], K [B,H,T,D], V [B,H,T,Dv], mask (optional, additive,

@@ -819,3 +819,26 @@ tdm_status *tdm_misc_qlinear_conv_run(tdm_kernel_ctx *ctx) {
     if (yp) tdm_tensor_destroy(yp);
     return st;
 }
+
+/* ---- QLut (ops/fused.h): a byte table ---- */
+typedef struct lut_job {
+    const uint8_t *x, *t;
+    uint8_t *y;
+} lut_job;
+
+static void lut_range(void *arg, int64_t b, int64_t e) {
+    const lut_job *j = arg;
+    for (int64_t i = b; i < e; i++) j->y[i] = j->t[j->x[i]];
+}
+
+tdm_status *tdm_misc_qlut_run(tdm_kernel_ctx *ctx) {
+    const tdm_tensor *x = ctx->in[0], *t = ctx->in[1];
+    tdm_tensor *y = ctx->out[0];
+    if (!t || t->count != 256 || tdm_dtype_elem_size(t->dtype) != 1 ||
+        tdm_dtype_elem_size(x->dtype) != 1 || y->count != x->count)
+        return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
+                              "QLut takes an 8-bit input and a table of 256 8-bit values");
+    lut_job j = {x->data, t->data, y->data};
+    tdm_parallel_for(ctx->pool, x->count, 65536, lut_range, &j);
+    return NULL;
+}
