@@ -34,9 +34,9 @@
  * Channels-last pass (fz_pass_q8_nhwc, run with the blocked-layout pass on a CPU): chains
  * of 2-D QConv, QAdd of rank-4 tensors and channel Concat keep their 8-bit tensors channels-last
  * ([N, H, W, C], oneDNN's int8 layout on x86) instead of converting NCHW <-> NHWC around
- * every convolution: QConv takes attributes x_nhwc / y_nhwc (ops/fused.h), QAdd runs as
- * it is on the twins (broadcasting commutes with permuting the axes of all three alike),
- * Concat on axis 3. The layout changes at the region's edges
+ * every convolution: QConv takes attributes x_nhwc / y_nhwc (ops/fused.h), QAdd and QLut
+ * run as they are on the twins (broadcasting commutes with permuting the axes of all three
+ * alike), Concat on axis 3, a 2-D MaxPool becomes MaxPoolNhwc. The layout changes at the region's edges
  * only: a QConv reading plain X converts it itself, readers of the plain value (and graph
  * outputs) get a Transpose(0, 3, 1, 2) from the twin, and a plain input of a converted QAdd
  * or Concat a Transpose(0, 2, 3, 1). Pure data movement: exact. */
@@ -592,6 +592,12 @@ static bool nh_other(const nh_ctx *h, const tdm_node *n) {
     if (is_fused_op(n, "QAdd")) /* (broadcasting commutes with the same axis permutation) */
         return q8_4d(h, n->inputs[0]) && q8_4d(h, n->inputs[3]);
     if (is_fused_op(n, "QLut")) return q8_4d(h, n->inputs[0]);
+    if (!n->dead && !n->domain[0] && !strcmp(n->op_type, "MaxPool")) {
+        size_t nk = 0;
+        tdm_attr_ints(n, "kernel_shape", &nk);
+        return n->n_inputs == 1 && (n->n_outputs == 1 || n->outputs[1] < 0) && nk == 2 &&
+               fz_attrs_copyable(n) && q8_4d(h, n->inputs[0]);
+    }
     if (!n->dead && !n->domain[0] && !strcmp(n->op_type, "Concat")) {
         int64_t axis = tdm_attr_int(n, "axis", 0);
         if (axis != 1 && axis != -3) return false;
@@ -668,9 +674,35 @@ static bool nh_data(const tdm_node *n, int k) {
     return true;
 }
 
+/* MaxPool of a channels-last input: MaxPoolNhwc (ops/fused.h) with its attributes. */
+static tdm_status *nh_convert_pool(nh_ctx *h, int i) {
+    const tdm_node *n = fz_node(h->fz, i);
+    int x = n->inputs[0], y = n->outputs[0], yt, nn;
+    if (!has_twin(h, x)) return NULL;
+    TDM_TRY(nh_new_twin(h, y, &yt));
+    char name[128];
+    snprintf(name, sizeof name, "%.100s/nhwc", fz_node(h->fz, i)->name ? fz_node(h->fz, i)->name : "");
+    TDM_TRY(fz_new_node(h->fz, "MaxPoolNhwc", TDM_FUSED_DOMAIN, name, 1, 1, &nn));
+    tdm_node *p = fz_node(h->fz, nn);
+    p->inputs[0] = h->twin[x];
+    p->outputs[0] = yt;
+    p->device = fz_node(h->fz, i)->device;
+    int na = fz_node(h->fz, i)->n_attrs;
+    for (int k = 0; k < na; k++) TDM_TRY(fz_attr_copy(h->fz, nn, &fz_node(h->fz, i)->attrs[k]));
+    TDM_TRY(fz_attr_int(h->fz, nn, "src_opset", fz_node(h->fz, i)->opset));
+    fz_kill(h->fz, i);
+    h->fz->g->values[y].producer = -1;
+    h->twin[y] = yt;
+    h->moved[y] = true;
+    h->fz->dirty = true;
+    h->fz->count++;
+    return NULL;
+}
+
 /* QAdd / QLut / Concat with a channels-last input: every input channels-last. */
 static tdm_status *nh_convert_other(nh_ctx *h, int i) {
     const tdm_node *n = fz_node(h->fz, i);
+    if (!n->domain[0] && !strcmp(n->op_type, "MaxPool")) return nh_convert_pool(h, i);
     bool concat = !n->domain[0];
     int nin = n->n_inputs, any = 0;
     for (int k = 0; k < nin; k++)

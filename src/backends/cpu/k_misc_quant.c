@@ -10,6 +10,7 @@
 #include "backends/cpu/cpu_kernels.h"
 #include "core/alloc.h"
 #include "core/checked.h"
+#include "ops/nn_geom.h"
 
 /* k_misc.c */
 void tdm_misc_store_f64(tdm_dtype dt, double v, void *dst);
@@ -840,5 +841,66 @@ tdm_status *tdm_misc_qlut_run(tdm_kernel_ctx *ctx) {
                               "QLut takes an 8-bit input and a table of 256 8-bit values");
     lut_job j = {x->data, t->data, y->data};
     tdm_parallel_for(ctx->pool, x->count, 65536, lut_range, &j);
+    return NULL;
+}
+
+/* ---- MaxPoolNhwc (ops/fused.h): rows of C bytes, max over the window's pixels ---- */
+typedef struct mp_job {
+    const tdm_kernel_ctx *ctx;
+    const tdm_nn_geom *g;
+    int64_t H, W, C, OH, OW;
+    bool s8;
+} mp_job;
+
+static void mp_rows(void *arg, int64_t b, int64_t e) {
+    const mp_job *j = arg;
+    const tdm_nn_geom *g = j->g;
+    const uint8_t *x = j->ctx->in[0]->data;
+    uint8_t *y = j->ctx->out[0]->data;
+    int64_t C = j->C;
+    for (int64_t r = b; r < e; r++) { /* r = n * OH + oh */
+        int64_t n = r / j->OH, oh = r % j->OH;
+        for (int64_t ow = 0; ow < j->OW; ow++) {
+            uint8_t *out = y + ((r * j->OW) + ow) * C;
+            bool first = true;
+            for (int64_t kh = 0; kh < g->kernel[0]; kh++) {
+                int64_t ih = oh * g->stride[0] - g->pad_b[0] + kh * g->dil[0];
+                if (ih < 0 || ih >= j->H) continue;
+                for (int64_t kw = 0; kw < g->kernel[1]; kw++) {
+                    int64_t iw = ow * g->stride[1] - g->pad_b[1] + kw * g->dil[1];
+                    if (iw < 0 || iw >= j->W) continue;
+                    const uint8_t *in = x + ((n * j->H + ih) * j->W + iw) * C;
+                    if (first) {
+                        memcpy(out, in, (size_t)C);
+                        first = false;
+                    } else if (j->s8) {
+                        int8_t *o = (int8_t *)out;
+                        const int8_t *v = (const int8_t *)in;
+                        for (int64_t c = 0; c < C; c++) o[c] = v[c] > o[c] ? v[c] : o[c];
+                    } else {
+                        for (int64_t c = 0; c < C; c++) out[c] = in[c] > out[c] ? in[c] : out[c];
+                    }
+                }
+            }
+            if (first) memset(out, j->s8 ? 0x80 : 0, (size_t)C); /* (no pixel: the lowest) */
+        }
+    }
+}
+
+tdm_status *tdm_misc_maxpool_nhwc_run(tdm_kernel_ctx *ctx) {
+    const tdm_tensor *x = ctx->in[0];
+    tdm_tensor *y = ctx->out[0];
+    if (x->rank != 4 || y->rank != 4 || tdm_dtype_elem_size(x->dtype) != 1)
+        return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT, "MaxPoolNhwc takes 8-bit rank 4");
+    int64_t d[4] = {x->dims[0], x->dims[3], x->dims[1], x->dims[2]};
+    tdm_nn_geom g;
+    TDM_TRY(tdm_nn_geom_init(ctx->node, (int)tdm_attr_int(ctx->node, "src_opset", 12), TDM_NN_POOL,
+                             4, d, NULL, &g));
+    if (g.out[0] != y->dims[1] || g.out[1] != y->dims[2] || y->dims[3] != x->dims[3])
+        return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT, "MaxPoolNhwc: output shape");
+    mp_job j = {ctx, &g, x->dims[1], x->dims[2], x->dims[3], y->dims[1], y->dims[2],
+                x->dtype == TDM_INT8};
+    int64_t px = y->dims[2] * y->dims[3] * g.kernel[0] * g.kernel[1];
+    tdm_parallel_for(ctx->pool, y->dims[0] * y->dims[1], 65536 / (px + 1) + 1, mp_rows, &j);
     return NULL;
 }
