@@ -7,8 +7,9 @@
  *   DQ(a_q) , DQ(b_q const)  [, C]   -> Gemm (alpha = beta = 1, A as is) [-> act] -> Q
  *                                                                          => QMatMul
  *   DQ(a_q) , DQ(b_q)                -> Add [-> Relu | Clip] -> Q           => QAdd
- *   DQ(x_q) -> Sigmoid | HardSigmoid | Tanh | Relu | LeakyRelu | HardSwish -> Q
- *                                                                          => QLut
+ *   DQ(x_q) -> Sigmoid | HardSigmoid | Tanh | Relu | LeakyRelu | HardSwish | Clip -> Q,
+ *   DQ(x_q) , scalar constant        -> Add | Sub | Mul | Div -> Q             => QLut
+ *   (a QLut reading the only result of another QLut: one table, the two composed)
  *   DQ(a_q) , DQ(QLut(a_q))         -> Mul -> Q   (SiLU, hard-swish)       => QLut
  *   DQ(x_q) [, DQ(...)]             -> MaxPool | Reshape | Flatten | Transpose | Squeeze |
  *                                      Unsqueeze | Concat -> Q    (same scale and zero
@@ -59,6 +60,17 @@ typedef struct dq_in {
 } dq_in;
 
 static bool is_q8(tdm_dtype t) { return t == TDM_UINT8 || t == TDM_INT8; }
+
+/* Constant data of v: an initializer / folded value, or a live Constant node's tensor
+ * (exporters such as paddle2onnx write the weights as Constant nodes). */
+static const tdm_tensor *const_any(const fz_ctx *fz, int v) {
+    const tdm_tensor *t = fz_const(fz, v);
+    if (t || v < 0) return t;
+    int p = fz_producer(fz, v);
+    if (!fz_is_op(fz, p, "Constant")) return NULL;
+    const tdm_attr *a = tdm_node_attr(fz_node(fz, p), "value");
+    return a && a->type == TDM_ATTR_TENSOR ? a->t : NULL;
+}
 
 /* v is made by a live DequantizeLinear (no blocked scales) of an 8-bit (or with `int32`,
  * int32) input with constant float32 scale and constant zero point. */
@@ -202,7 +214,7 @@ static tdm_status *make_bias(fz_ctx *fz, int b, int64_t n, const dq_in *x, const
     *v = -1;
     const float *bf = NULL;
     dq_in bd;
-    const tdm_tensor *bt = fz_const(fz, b), *bq = NULL;
+    const tdm_tensor *bt = const_any(fz, b), *bq = NULL;
     if (bt) {
         if (bt->dtype != TDM_FLOAT || (bt->count != n && bt->count != 1)) return NULL;
         for (int d = 0; d + 1 < bt->rank; d++)
@@ -418,8 +430,28 @@ static uint8_t lut_q(const q_out *q, float f) {
 }
 
 /* A QLut node x_q -> q.out with table t[256] (of q's type); kills `a` and `b` (-1: none) and Q. */
-static tdm_status *emit_lut(fz_ctx *fz, int anchor, int xq, const q_out *q, const uint8_t *tab,
+static tdm_status *emit_lut(fz_ctx *fz, int anchor, int xq, const q_out *q, const uint8_t *tab_in,
                             int kill2) {
+    uint8_t tab[256];
+    memcpy(tab, tab_in, sizeof tab);
+    /* QLut(QLut(x, t1), t2) = QLut(x, t2[t1]) when the inner result has no other reader */
+    int p = fz_producer(fz, xq);
+    int inner = -1, inner_dq = -1;
+    int dq = fz_sole_consumer(fz, xq);
+    if (p >= 0 && fz_is_op(fz, dq, "DequantizeLinear") &&
+        fz_sole_consumer(fz, fz_node(fz, dq)->outputs[0]) == anchor) {
+        const tdm_node *pn = fz_node(fz, p);
+        const tdm_tensor *t1 = !pn->dead && !strcmp(pn->domain, TDM_FUSED_DOMAIN) &&
+                                       !strcmp(pn->op_type, "QLut")
+                                   ? fz_const(fz, pn->inputs[1])
+                                   : NULL;
+        if (t1 && t1->count == 256) {
+            for (int b = 0; b < 256; b++) tab[b] = tab_in[((const uint8_t *)t1->data)[b]];
+            xq = pn->inputs[0];
+            inner = p;
+            inner_dq = dq;
+        }
+    }
     tdm_tensor *t;
     int64_t n = 256;
     TDM_TRY(tdm_tensor_new(fz->g->alloc, q->t, 1, &n, &t));
@@ -441,16 +473,31 @@ static tdm_status *emit_lut(fz_ctx *fz, int anchor, int xq, const q_out *q, cons
     f->device = fz_node(fz, anchor)->device;
     fz_kill(fz, anchor);
     if (kill2 >= 0) fz_kill(fz, kill2);
+    if (inner >= 0) { /* (and the DequantizeLinear between the two) */
+        fz_kill(fz, inner);
+        fz_kill(fz, inner_dq);
+    }
     fz_kill(fz, q->node);
     fz->count++;
     return NULL;
 }
 
-/* DQ(x_q) -> unary op -> Q */
+/* DQ(x_q) -> unary op (or Clip with constant bounds) -> Q */
 static tdm_status *fuse_lut_unary(fz_ctx *fz, int ui) {
     const tdm_node *u = fz_node(fz, ui);
-    float probe;
-    if (u->n_inputs != 1 || u->n_outputs != 1 || u->outputs[0] < 0 || !lut_op(u, 0.0f, &probe))
+    float probe, lo = -INFINITY, hi = INFINITY;
+    bool clip = !strcmp(u->op_type, "Clip");
+    if (clip) {
+        if (u->opset < 11) {
+            lo = tdm_attr_float(u, "min", -INFINITY);
+            hi = tdm_attr_float(u, "max", INFINITY);
+        } else if ((u->n_inputs > 1 && u->inputs[1] >= 0 && !fz_scalar(fz, u->inputs[1], 1, &lo)) ||
+                   (u->n_inputs > 2 && u->inputs[2] >= 0 && !fz_scalar(fz, u->inputs[2], 1, &hi))) {
+            return NULL;
+        }
+    }
+    if ((!clip && u->n_inputs != 1) || u->n_outputs != 1 || u->outputs[0] < 0 ||
+        (!clip && !lut_op(u, 0.0f, &probe)))
         return NULL;
     dq_in x;
     q_out q;
@@ -459,11 +506,58 @@ static tdm_status *fuse_lut_unary(fz_ctx *fz, int ui) {
     tdm_dtype xt = fz->g->values[x.q].dtype;
     uint8_t tab[256];
     for (int b = 0; b < 256; b++) {
-        float f;
-        lut_op(u, lut_dq(&x, xt, b), &f);
+        float f = lut_dq(&x, xt, b);
+        if (clip) f = f < lo ? lo : f > hi ? hi : f;
+        else lut_op(u, f, &f);
         tab[b] = lut_q(&q, f);
     }
     return emit_lut(fz, ui, x.q, &q, tab, -1);
+}
+
+/* The one float value of a scalar operand: a float constant, or DQ of a constant. */
+static bool scalar_operand(const fz_ctx *fz, int v, float *out) {
+    const tdm_tensor *t = const_any(fz, v);
+    if (t) {
+        if (t->dtype != TDM_FLOAT || t->count != 1) return false;
+        *out = ((const float *)t->data)[0];
+        return true;
+    }
+    dq_in d;
+    if (!match_dq(fz, v, false, &d) || d.s->count != 1) return false;
+    const tdm_tensor *q = const_any(fz, d.q);
+    if (!q || q->count != 1) return false;
+    *out = lut_dq(&d, q->dtype, q->dtype == TDM_INT8 ? (uint8_t)((const int8_t *)q->data)[0]
+                                                    : ((const uint8_t *)q->data)[0]);
+    return true;
+}
+
+/* Add / Sub / Mul / Div of DQ(x_q) and a scalar constant -> Q: a table of x_q. */
+static tdm_status *fuse_lut_scalar(fz_ctx *fz, int bi, bool *done) {
+    *done = false;
+    const tdm_node *n = fz_node(fz, bi);
+    if (n->n_inputs != 2 || n->n_outputs != 1 || n->outputs[0] < 0) return NULL;
+    char op = n->op_type[0]; /* A, S, M, D */
+    for (int side = 0; side < 2; side++) {
+        dq_in x;
+        q_out q;
+        float c;
+        if (!match_act_dq(fz, n->inputs[side], &x) || !scalar_operand(fz, n->inputs[1 - side], &c) ||
+            !match_q(fz, fz_sole_consumer(fz, n->outputs[0]), &q))
+            continue;
+        if (fz->g->values[n->inputs[side]].rank < 0 || fz->g->values[n->outputs[0]].rank !=
+                                                           fz->g->values[n->inputs[side]].rank)
+            continue; /* (the scalar must not broadcast x to a larger shape) */
+        tdm_dtype xt = fz->g->values[x.q].dtype;
+        uint8_t tab[256];
+        for (int b = 0; b < 256; b++) {
+            float xv = lut_dq(&x, xt, b), a = side ? c : xv, bb = side ? xv : c, r;
+            r = op == 'A' ? a + bb : op == 'S' ? a - bb : op == 'M' ? a * bb : a / bb;
+            tab[b] = lut_q(&q, r);
+        }
+        *done = true;
+        return emit_lut(fz, bi, x.q, &q, tab, -1);
+    }
+    return NULL;
 }
 
 /* Mul(DQ(a_q), DQ(QLut(a_q))) -> Q: x * f(x) of one input (SiLU, hard-swish). */
@@ -538,11 +632,17 @@ tdm_status *fz_pass_qdq(fz_ctx *fz) {
         if (fz_is_op(fz, ni, "Conv")) TDM_TRY(fuse_conv(fz, ni));
         else if (fz_is_op(fz, ni, "MatMul")) TDM_TRY(fuse_matmul(fz, ni, false));
         else if (fz_is_op(fz, ni, "Gemm")) TDM_TRY(fuse_matmul(fz, ni, true));
-        else if (fz_is_op(fz, ni, "Add")) TDM_TRY(fuse_add(fz, ni));
-        else if (fz_is_op(fz, ni, "Mul")) TDM_TRY(fuse_lut_mul(fz, ni));
+        else if (fz_is_op(fz, ni, "Add") || fz_is_op(fz, ni, "Sub") || fz_is_op(fz, ni, "Mul") ||
+                 fz_is_op(fz, ni, "Div")) {
+            bool done;
+            TDM_TRY(fuse_lut_scalar(fz, ni, &done));
+            if (!done && fz_is_op(fz, ni, "Add")) TDM_TRY(fuse_add(fz, ni));
+            else if (!done && fz_is_op(fz, ni, "Mul")) TDM_TRY(fuse_lut_mul(fz, ni));
+        }
         else if (fz_is_op(fz, ni, "Sigmoid") || fz_is_op(fz, ni, "Tanh") ||
                  fz_is_op(fz, ni, "Relu") || fz_is_op(fz, ni, "LeakyRelu") ||
-                 fz_is_op(fz, ni, "HardSigmoid") || fz_is_op(fz, ni, "HardSwish"))
+                 fz_is_op(fz, ni, "HardSigmoid") || fz_is_op(fz, ni, "HardSwish") ||
+                 fz_is_op(fz, ni, "Clip"))
             TDM_TRY(fuse_lut_unary(fz, ni));
         else
             for (size_t k = 0; k < sizeof moves / sizeof moves[0]; k++)
