@@ -12,7 +12,7 @@ Cases (each quantized with 16 calibration samples of the same distribution as th
   cnn_qdq_b3      the same network at batch 3 (the kernels' per-image split)
   cnn_qdq_tensor  per-tensor weights
   cnn_act         Conv with SiLU (Sigmoid, Mul), depthwise Conv with hard-swish (HardSigmoid,
-                  Mul), 1x1 Conv with Tanh, 1x1 Conv with LeakyRelu, Concat, residual Add,
+                  Mul), 1x1 Conv with hard-swish as Add, Clip, Mul, Div, 1x1 Conv with Tanh, 1x1 Conv with LeakyRelu, Concat, residual Add,
                   GlobalAveragePool, Gemm; the residual sum is a second output (QDQ, uint8:
                   tandem's QLut tables and channels-last int8 regions with an edge)
   mlp_qdq         MatMul+Add+Relu, MatMul+Add, Gemm(transB) on [6, 64] rows (QDQ)
@@ -124,7 +124,16 @@ def cnn_act(seed=4):
     h = mul(h, act(h, "Sigmoid"), "a1_silu")
     d = conv(nodes, inits, rng, h, 16, 16, 3, "a2", group=16)
     d = mul(d, act(d, "HardSigmoid", alpha=1.0 / 6, beta=0.5), "a2_hswish")
-    t = act(conv(nodes, inits, rng, d, 16, 16, 1, "a3"), "Tanh")
+    # hard-swish as exporters decompose it: x * Clip(x + 3, 0, 6) / 6
+    e = conv(nodes, inits, rng, d, 16, 16, 1, "a2b")
+    inits += [numpy_helper.from_array(np.array(v, np.float32), f"a2b_{k}")
+              for k, v in (("three", 3), ("zero", 0), ("six", 6))]
+    nodes.append(helper.make_node("Add", [e, "a2b_three"], ["a2b_p3"], name="a2b_add3"))
+    nodes.append(helper.make_node("Clip", ["a2b_p3", "a2b_zero", "a2b_six"], ["a2b_c"],
+                                  name="a2b_clip"))
+    nodes.append(helper.make_node("Mul", [e, "a2b_c"], ["a2b_m"], name="a2b_mul"))
+    nodes.append(helper.make_node("Div", ["a2b_m", "a2b_six"], ["a2b_hs"], name="a2b_div"))
+    t = act(conv(nodes, inits, rng, "a2b_hs", 16, 16, 1, "a3"), "Tanh")
     lr = act(conv(nodes, inits, rng, t, 16, 16, 1, "a4"), "LeakyRelu", alpha=0.1)
     nodes.append(helper.make_node("Add", [lr, h], ["a_res"], name="a_res_add"))
     b = conv(nodes, inits, rng, "a_res", 16, 8, 3, "a5", act="relu")
