@@ -771,7 +771,8 @@ tdm_status *tdm_misc_qadd_run(tdm_kernel_ctx *ctx) {
     return NULL;
 }
 
-/* [N, A, B, C] -> [N, C, A, B] (to_first) or [N, A, B, C] <- ... the reverse, bytes. */
+/* Bytes between layouts: src channels-last [N, H, W, C] -> dst NCHW (to_nchw), or src NCHW ->
+ * dst channels-last; dst's dims say which (N, C from dst). */
 static void q8_relayout(const tdm_tensor *src, tdm_tensor *dst, bool to_nchw) {
     const uint8_t *x = src->data;
     uint8_t *y = dst->data;
