@@ -830,7 +830,20 @@ typedef struct lut_job {
 
 static void lut_range(void *arg, int64_t b, int64_t e) {
     const lut_job *j = arg;
-    for (int64_t i = b; i < e; i++) j->y[i] = j->t[j->x[i]];
+    /* locals: the byte stores may alias the job's fields, which would be reloaded per byte */
+    const uint8_t *restrict x = j->x, *restrict t = j->t;
+    uint8_t *restrict y = j->y;
+    uint8_t tab[256];
+    memcpy(tab, t, sizeof tab);
+    int64_t i = b;
+    for (; i + 8 <= e; i += 8) {
+        uint64_t v;
+        memcpy(&v, x + i, 8);
+        uint64_t o = 0;
+        for (int k = 0; k < 8; k++) o |= (uint64_t)tab[(v >> (8 * k)) & 0xff] << (8 * k);
+        memcpy(y + i, &o, 8);
+    }
+    for (; i < e; i++) y[i] = tab[x[i]];
 }
 
 tdm_status *tdm_misc_qlut_run(tdm_kernel_ctx *ctx) {
