@@ -367,7 +367,12 @@ def render(rows, accs, mach, started, load0, load1, a):
              "Models: bench/models.py ResNet-50 and MobileNetV2 (random weights), quantized by "
              "ONNX Runtime's quantize_static (QDQ, per-channel int8 weights, uint8 activations, "
              "MinMax on 16 calibration inputs). Both engines run the same QDQ file; fp32 is the "
-             "float model. Latency: median over rounds of p50, ms.", "",
+             "float model. Latency: median over rounds of p50, ms."
+             + (" Real-weight models (nudenet's 320n.onnx, rapidocr-onnxruntime's PP-OCRv4 "
+                "detector; pinned in bench/real/packages.txt): the same quantization on 16 "
+                "real inputs (drawn scenes, rendered text pages), Constant nodes made "
+                "initializers and opset 13 first; timed and checked on 8 other inputs."
+                if any(r["model"] in REAL for r in rows) else ""), "",
              f"Command: `.venv/bin/python bench/quant/run_int8_bench.py --models {a.models} "
              f"--batches {a.batches} --threads {a.threads} --rounds {a.rounds} "
              f"--duration {a.duration}`", "",
