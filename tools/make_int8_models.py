@@ -11,6 +11,10 @@ Cases (each quantized with 16 calibration samples of the same distribution as th
   cnn_qdq_s8      the same with int8 activations
   cnn_qdq_b3      the same network at batch 3 (the kernels' per-image split)
   cnn_qdq_tensor  per-tensor weights
+  cnn_act         Conv with SiLU (Sigmoid, Mul), depthwise Conv with hard-swish (HardSigmoid,
+                  Mul), 1x1 Conv with hard-swish as Add, Clip, Mul, Div, 1x1 Conv with Tanh, 1x1 Conv with LeakyRelu, Concat, residual Add,
+                  GlobalAveragePool, Gemm; the residual sum is a second output (QDQ, uint8:
+                  tandem's QLut tables and channels-last int8 regions with an edge)
   mlp_qdq         MatMul+Add+Relu, MatMul+Add, Gemm(transB) on [6, 64] rows (QDQ)
   cnn_qop         QOperator form (QLinearConv, QLinearMatMul; quantized ops Conv / MatMul
                   only)
@@ -105,6 +109,49 @@ def mlp(seed=2):
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), [6, 64]
 
 
+def cnn_act(seed=4):
+    rng = np.random.default_rng(seed)
+    nodes, inits = [], []
+
+    def act(x, op, **kw):
+        nodes.append(helper.make_node(op, [x], [x + "_" + op.lower()], name=x + "_" + op, **kw))
+        return x + "_" + op.lower()
+
+    def mul(a, b, name):
+        nodes.append(helper.make_node("Mul", [a, b], [name], name=name))
+        return name
+    h = conv(nodes, inits, rng, "x", 3, 16, 3, "a1")
+    h = mul(h, act(h, "Sigmoid"), "a1_silu")
+    d = conv(nodes, inits, rng, h, 16, 16, 3, "a2", group=16)
+    d = mul(d, act(d, "HardSigmoid", alpha=1.0 / 6, beta=0.5), "a2_hswish")
+    # hard-swish as exporters decompose it: x * Clip(x + 3, 0, 6) / 6
+    e = conv(nodes, inits, rng, d, 16, 16, 1, "a2b")
+    inits += [numpy_helper.from_array(np.array(v, np.float32), f"a2b_{k}")
+              for k, v in (("three", 3), ("zero", 0), ("six", 6))]
+    nodes.append(helper.make_node("Add", [e, "a2b_three"], ["a2b_p3"], name="a2b_add3"))
+    nodes.append(helper.make_node("Clip", ["a2b_p3", "a2b_zero", "a2b_six"], ["a2b_c"],
+                                  name="a2b_clip"))
+    nodes.append(helper.make_node("Mul", [e, "a2b_c"], ["a2b_m"], name="a2b_mul"))
+    nodes.append(helper.make_node("Div", ["a2b_m", "a2b_six"], ["a2b_hs"], name="a2b_div"))
+    t = act(conv(nodes, inits, rng, "a2b_hs", 16, 16, 1, "a3"), "Tanh")
+    lr = act(conv(nodes, inits, rng, t, 16, 16, 1, "a4"), "LeakyRelu", alpha=0.1)
+    nodes.append(helper.make_node("Add", [lr, h], ["a_res"], name="a_res_add"))
+    b = conv(nodes, inits, rng, "a_res", 16, 8, 3, "a5", act="relu")
+    c = conv(nodes, inits, rng, "a_res", 16, 8, 1, "a6", act="relu")
+    nodes.append(helper.make_node("Concat", [b, c], ["a_cat"], axis=1, name="a_cat"))
+    nodes.append(helper.make_node("GlobalAveragePool", ["a_cat"], ["a_gap"], name="a_gap"))
+    nodes.append(helper.make_node("Flatten", ["a_gap"], ["a_flat"], name="a_flat"))
+    inits.append(numpy_helper.from_array((rng.standard_normal((10, 16)) * 0.3).astype(np.float32), "a_fw"))
+    inits.append(numpy_helper.from_array((rng.standard_normal(10) * 0.1).astype(np.float32), "a_fb"))
+    nodes.append(helper.make_node("Gemm", ["a_flat", "a_fw", "a_fb"], ["y"], transB=1, name="a_fc"))
+    g = helper.make_graph(nodes, "cnn_act",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10]),
+                           helper.make_tensor_value_info("a_res", TensorProto.FLOAT,
+                                                         [1, 16, 16, 16])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), [1, 3, 16, 16]
+
+
 class Reader(CalibrationDataReader):
     def __init__(self, shape, seed, n=16):
         rng = np.random.default_rng(seed)
@@ -174,6 +221,10 @@ def main():
         onnx.save(model, src)
         quantize_dynamic(src, path, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"])
         write_case(out, "mlp_dyn", path, shape, 1000 + len(cases))
+        model, shape = cnn_act()  # (added later: after the others, whose seeds stay)
+        path = os.path.join(tmp, "cnn_act.onnx")
+        quantize(model, shape, path, QDQ, U8, True)
+        write_case(out, "cnn_act", path, shape, 1001 + len(cases))
 
 
 if __name__ == "__main__":

@@ -9,7 +9,14 @@ against the float models, side by side in one run.
 Models: the CPU bench's ResNet-50 and MobileNetV2 (bench/models.py: random weights, fixed
 seeds, cached in bench/.models/), quantized here with ONNX Runtime's quantize_static (QDQ,
 per-channel int8 weights, uint8 activations, MinMax calibration on 16 inputs of the bench's
-distribution: uniform [-1, 1)), cached next to them. For every (model, batch, threads)
+distribution: uniform [-1, 1)), cached next to them. Real-weight models (--models
+ppocr4_det,nudenet; the pinned PyPI packages of bench/real/packages.txt, installed into
+bench/real/.site by bench/real/packages.py): the PP-OCRv4 text detector of
+rapidocr-onnxruntime on rendered text pages (1x3x480x640) and nudenet's YOLOv8n-style
+detector (320n.onnx) on drawn scenes (1x3x320x320), calibrated with the same settings on 16
+inputs (seeds 100-115) and timed and checked on 8 others (seeds 200-207; batch 8 = those 8);
+their Constant nodes become initializers and opset < 13 is converted to 13 (per-channel
+DequantizeLinear) before quantize_static (see get_real_int8). For every (model, batch, threads)
 the four engines (tandem int8, ORT int8, tandem fp32, ORT fp32) are measured in alternation
 for --rounds rounds: tandem with `tandem bench --json` in a fresh process, ORT in this
 process (intra_op_num_threads = N, sequential, ORT_ENABLE_ALL); the table shows the median
@@ -18,10 +25,14 @@ of the rounds' p50 latencies.
 Accuracy, on 8 held-out inputs (not the calibration ones) at batch 1: cosine similarity of
 tandem int8 with tandem fp32, top-1 agreement (random-weight models: the classes mean
 nothing, the agreement still measures the int8 error), and tandem int8 against ORT int8 in
-quantization steps of the output (elements that differ, largest difference).
+quantization steps of the output (elements that differ, largest difference). Detectors: box
+agreement instead of top-1, the share of boxes (text regions of the probability map > 0.3
+pooled 4x4, as bench/real; YOLO detections >= 0.25 after NMS, same label) that have a
+partner with IoU >= 0.5 in the other engine's, over the larger of the two counts.
 """
 import argparse
 import datetime
+import json
 import os
 import subprocess
 import sys
@@ -69,6 +80,168 @@ def get_int8(name):
     return fpath, qpath, flops
 
 
+# ---- real-weight models (bench/real) ----
+
+REAL_DIR = os.path.join(BENCH, "real")
+REAL = {  # name: (package, path inside it, input name)
+    "ppocr4_det": ("rapidocr-onnxruntime",
+                   ("rapidocr_onnxruntime", "models", "ch_PP-OCRv4_det_infer.onnx"), "x"),
+    "nudenet": ("nudenet", ("nudenet", "320n.onnx"), "images"),
+}
+WORDS = ("Tandem runs ONNX models on CPUs and GPUs together Invoice 2026-12-01 417.50 EUR "
+         "quarterly report total amount due shipping address order number 8841 delivery "
+         "Berlin Paris receipt VAT 19% page 3 of 7 signature date customer").split()
+_real_mods = None
+
+
+def real_modules():
+    global _real_mods
+    if _real_mods is None:
+        sys.path.insert(0, REAL_DIR)
+        import packages
+        dirs = packages.ensure(packages.DEFAULT_SITE, sorted({v[0] for v in REAL.values()} |
+                                                             {"pillow"}), log=cb.log)
+        sys.path.insert(0, dirs["pillow"])
+        import inputs
+        import realmodels
+        _real_mods = (packages, inputs, realmodels)
+    return _real_mods
+
+
+def real_input(name, seed):
+    """One input [1, ...] of real model `name`, made from `seed` (varied: text, flips, shifts)."""
+    _, inputs, _ = real_modules()
+    rng = np.random.default_rng(seed)
+    if name == "ppocr4_det":
+        lines = [" ".join(rng.choice(WORDS, int(rng.integers(3, 7)))) for _ in range(3)]
+        img = inputs.text_page(lines=lines, seed=seed)
+        if seed % 2:
+            img = np.roll(img, int(rng.integers(-60, 60)), axis=0)
+        return inputs.ppocr_det_input(img).astype(np.float32)
+    x = inputs.scene(320, seed=seed)
+    if seed % 2:
+        x = x[..., ::-1]
+    return np.roll(x, int(rng.integers(-40, 40)), axis=3).astype(np.float32).copy()
+
+
+class RealReader(CalibrationDataReader):
+    def __init__(self, name):
+        self.data = [{REAL[name][2]: real_input(name, 100 + i)} for i in range(16)]
+        self.i = 0
+
+    def get_next(self):
+        if self.i >= len(self.data):
+            return None
+        self.i += 1
+        return self.data[self.i - 1]
+
+
+def get_real_int8(name):
+    packages, _, _ = real_modules()
+    pkg, rel, _ = REAL[name]
+    fpath = os.path.join(packages.package_dir(packages.DEFAULT_SITE, pkg), *rel)
+    qpath = os.path.join(cb.CACHE, f"{name}-{packages.pinned()[pkg]}-int8-q{QUANT_VERSION}r3.onnx")
+    if not os.path.exists(qpath):
+        cb.log(f"quantizing {name} ...")
+        os.makedirs(cb.CACHE, exist_ok=True)
+        # Constant nodes -> initializers first (the same float model): ORT's quantizer treats
+        # a weight given by a Constant node (paddle2onnx writes them so) as an activation,
+        # uint8 with a zero point, quantized at run time; as initializers they become int8
+        # per-channel weights, as ORT's own pre-processing (quant_pre_process) arranges.
+        m = onnx.load(fpath)
+        keep = []
+        for n in m.graph.node:
+            if n.op_type == "Constant" and len(n.attribute) == 1 and n.attribute[0].name == "value":
+                t = onnx.TensorProto()
+                t.CopyFrom(n.attribute[0].t)
+                t.name = n.output[0]
+                m.graph.initializer.append(t)
+            else:
+                keep.append(n)
+        del m.graph.node[:]
+        m.graph.node.extend(keep)
+        # per-channel weights need DequantizeLinear's axis (opset 13): older models converted
+        if next(o.version for o in m.opset_import if o.domain in ("", "ai.onnx")) < 13:
+            from onnx import version_converter
+            m = version_converter.convert_version(m, 13)
+        pre = qpath + ".pre.onnx"
+        onnx.save(m, pre)
+        tmp = qpath + ".tmp.onnx"
+        quantize_static(pre, tmp, RealReader(name), quant_format=QuantFormat.QDQ,
+                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                        per_channel=True)
+        os.replace(tmp, qpath)
+        os.remove(pre)
+    return fpath, qpath
+
+
+def held_out(name, batch):
+    return {REAL[name][2]: np.concatenate([real_input(name, 200 + i) for i in range(batch)])}
+
+
+def det_boxes(out):
+    p = out[0, 0]
+    h, w = p.shape[0] // 4 * 4, p.shape[1] // 4 * 4
+    m = p[:h, :w].reshape(h // 4, 4, w // 4, 4).max(axis=(1, 3)) > 0.3
+    _, _, realmodels = real_modules()
+    return [("text", 1.0, b) for b in realmodels._components(m)]
+
+
+def yolo_boxes(out):
+    _, _, realmodels = real_modules()
+    n = out.shape[1] - 4
+    return realmodels.yolo_detections(out, [str(i) for i in range(n)], conf=0.25, top=100)
+
+
+def box_agreement(a, b):
+    """Pairs (same label, IoU >= 0.5, each box used once) over the larger count (1 if both
+    are empty)."""
+    _, _, realmodels = real_modules()
+    if not a and not b:
+        return 1.0, 0
+    used, pairs = set(), 0
+    for x in a:
+        for j, y in enumerate(b):
+            if j not in used and x[0] == y[0] and realmodels.iou(x[2], y[2]) >= 0.5:
+                used.add(j)
+                pairs += 1
+                break
+    return pairs / max(len(a), len(b)), len(b)
+
+
+def real_accuracy(tandem, name, fpath, qpath, ort_q):
+    cos, agree, nbox = [], [], 0
+    for i in range(8):
+        feeds = {REAL[name][2]: real_input(name, 200 + i)}
+        yq = tandem_outputs(tandem, qpath, feeds)
+        yf = tandem_outputs(tandem, fpath, feeds)
+        a, b = yq.astype(np.float64).ravel(), yf.astype(np.float64).ravel()
+        cos.append(float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-30)))
+        boxes = det_boxes if name == "ppocr4_det" else yolo_boxes
+        ag, n = box_agreement(boxes(yq), boxes(yf))
+        agree.append(ag)
+        nbox += n
+    yo = ort_q.run(None, feeds)[0].astype(np.float64).ravel()
+    return {"cos_min": min(cos), "cos_mean": float(np.mean(cos)), "top1": float(np.mean(agree)),
+            "boxes": nbox, "ort_cos": float(yo @ b / (np.linalg.norm(yo) * np.linalg.norm(b)
+                                                      + 1e-30))}
+
+
+def measure_tandem_feeds(tandem, path, feeds, threads, warmup, duration):
+    with tempfile.TemporaryDirectory() as d:
+        cmd = [tandem, "bench", path, "--threads", str(threads), "--warmup", str(warmup),
+               "--duration", str(duration), "--json"]
+        for k, v in feeds.items():
+            np.save(os.path.join(d, f"{k}.npy"), v)
+            cmd += ["--input", f"{k}={os.path.join(d, f'{k}.npy')}"]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(r.stderr.strip() or f"exit {r.returncode}")
+        j = json.loads(r.stdout)
+        return {"p50": j["latency_ms"]["p50"], "mean": j["latency_ms"]["mean"],
+                "min": j["latency_ms"]["min"], "runs": j["iterations"]}
+
+
 def tandem_outputs(tandem, path, feeds, threads=1):
     with tempfile.TemporaryDirectory() as d:
         cmd = [tandem, "run", path, "--threads", str(threads), "--output-dir", d]
@@ -78,7 +251,8 @@ def tandem_outputs(tandem, path, feeds, threads=1):
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
             raise RuntimeError(r.stderr.strip())
-        return np.load(os.path.join(d, "output.npy"))
+        outs = sorted(f for f in os.listdir(d) if f.endswith(".npy") and not f.startswith("in_"))
+        return np.load(os.path.join(d, "output.npy" if "output.npy" in outs else outs[0]))
 
 
 def output_step(qpath):
@@ -110,8 +284,9 @@ def accuracy(tandem, fpath, qpath, ort_q):
             "ort_diff": nd, "ort_total": tot, "ort_max_steps": mx}
 
 
-def measure(tandem, path, sess, batch, threads, rounds, duration):
-    feeds = cb.make_feeds(sess, batch)
+def measure(tandem, path, sess, batch, threads, rounds, duration, feeds=None):
+    real = feeds is not None
+    feeds = feeds if real else cb.make_feeds(sess, batch)
     sess.run(None, feeds)
     out = {"tandem": [], "ort": [], "error": None}
     for r in range(rounds):
@@ -120,8 +295,9 @@ def measure(tandem, path, sess, batch, threads, rounds, duration):
                 out["ort"].append(cb.measure_ort(sess, feeds, 2, duration))
             elif out["error"] is None:
                 try:
-                    out["tandem"].append(cb.measure_tandem(tandem, path, batch, threads, 2,
-                                                           duration))
+                    out["tandem"].append(
+                        measure_tandem_feeds(tandem, path, feeds, threads, 2, duration) if real
+                        else cb.measure_tandem(tandem, path, batch, threads, 2, duration))
                 except (RuntimeError, ValueError, KeyError) as e:
                     out["error"] = str(e)
     return cb.median_p50(out["tandem"]), cb.median_p50(out["ort"]), out["error"]
@@ -140,19 +316,24 @@ def main():
     tandem = os.path.abspath(a.tandem)
     started = datetime.datetime.now(datetime.timezone.utc)
     mach = cb.machine_info(tandem)
-    rows, accs = [], {}
+    rows, accs, isa = [], {}, "?"
     load0 = os.getloadavg()[0]
     for name in a.models.split(","):
-        fpath, qpath, flops = get_int8(name)
-        isa = cb.tandem_isa(tandem, qpath)
+        real = name in REAL
+        fpath, qpath = get_real_int8(name) if real else get_int8(name)[:2]
+        isa = cb.tandem_isa(tandem, qpath) if not real else isa
         for threads in [int(t) for t in a.threads.split(",")]:
             sq, sf = cb.ort_session(qpath, threads), cb.ort_session(fpath, threads)
             if name not in accs:
-                accs[name] = accuracy(tandem, fpath, qpath, sq)
+                accs[name] = (real_accuracy(tandem, name, fpath, qpath, sq) if real
+                              else accuracy(tandem, fpath, qpath, sq))
                 cb.log(f"{name}: {accs[name]}")
             for batch in [int(b) for b in a.batches.split(",")]:
-                tq, oq, eq = measure(tandem, qpath, sq, batch, threads, a.rounds, a.duration)
-                tf, of, ef = measure(tandem, fpath, sf, batch, threads, a.rounds, a.duration)
+                feeds = held_out(name, batch) if real else None
+                tq, oq, eq = measure(tandem, qpath, sq, batch, threads, a.rounds, a.duration,
+                                     feeds)
+                tf, of, ef = measure(tandem, fpath, sf, batch, threads, a.rounds, a.duration,
+                                     feeds)
                 row = dict(model=name, batch=batch, threads=threads, tq=tq, oq=oq, tf=tf, of=of,
                            err=eq or ef, isa=isa)
                 cb.log(str(row))
@@ -186,8 +367,14 @@ def render(rows, accs, mach, started, load0, load1, a):
              "Models: bench/models.py ResNet-50 and MobileNetV2 (random weights), quantized by "
              "ONNX Runtime's quantize_static (QDQ, per-channel int8 weights, uint8 activations, "
              "MinMax on 16 calibration inputs). Both engines run the same QDQ file; fp32 is the "
-             "float model. Latency: median over rounds of p50, ms.", "",
-             f"Command: `.venv/bin/python bench/quant/run_int8_bench.py --rounds {a.rounds} "
+             "float model. Latency: median over rounds of p50, ms."
+             + (" Real-weight models (nudenet's 320n.onnx, rapidocr-onnxruntime's PP-OCRv4 "
+                "detector; pinned in bench/real/packages.txt): the same quantization on 16 "
+                "real inputs (drawn scenes, rendered text pages), Constant nodes made "
+                "initializers and opset 13 first; timed and checked on 8 other inputs."
+                if any(r["model"] in REAL for r in rows) else ""), "",
+             f"Command: `.venv/bin/python bench/quant/run_int8_bench.py --models {a.models} "
+             f"--batches {a.batches} --threads {a.threads} --rounds {a.rounds} "
              f"--duration {a.duration}`", "",
              "| model | batch | threads | tandem int8 | ORT int8 | tandem fp32 | ORT fp32 | "
              "int8/fp32 (tandem) | tandem/ORT (int8) |",
@@ -201,8 +388,19 @@ def render(rows, accs, mach, started, load0, load1, a):
               "| model | cosine min | cosine mean | top-1 agreement | int8 elements differing "
               "from ORT | max steps |", "|---|---|---|---|---|---|"]
     for k, v in accs.items():
+        if "boxes" in v:
+            continue
         lines.append(f"| {k} | {v['cos_min']:.4f} | {v['cos_mean']:.4f} | {v['top1']:.0%} | "
                      f"{v['ort_diff']} of {v['ort_total']} | {v['ort_max_steps']:.0f} |")
+    real = {k: v for k, v in accs.items() if "boxes" in v}
+    if real:
+        lines += ["", "Real-weight detectors, 8 held-out inputs (batch 1; tandem int8 against "
+                  "tandem fp32; ORT int8 against tandem fp32 on the last input for scale):", "",
+                  "| model | cosine min | cosine mean | box agreement | fp32 boxes | ORT int8 "
+                  "cosine |", "|---|---|---|---|---|---|"]
+        for k, v in real.items():
+            lines.append(f"| {k} | {v['cos_min']:.4f} | {v['cos_mean']:.4f} | {v['top1']:.1%} | "
+                         f"{v['boxes']} | {v['ort_cos']:.4f} |")
     return "\n".join(lines) + "\n"
 
 

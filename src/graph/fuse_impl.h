@@ -132,6 +132,8 @@ tdm_status *fz_pass_stack_reduce(fz_ctx *fz); /* fuse_act.c: ReduceMax(Concat(Un
 /* fuse_qdq.c: DequantizeLinear -> Conv / MatMul / Gemm / Add / data movement -> QuantizeLinear
  * into integer operators (run before constant folding, which would fold DQ(weights)) */
 tdm_status *fz_pass_qdq(fz_ctx *fz);
+/* fuse_qdq.c: 8-bit tensors channels-last between QConv / QAdd / Concat (a CPU alone) */
+tdm_status *fz_pass_q8_nhwc(fz_ctx *fz);
 /* fuse_blocked.c: channel-blocked layout (block B) between oneDNN-friendly ops */
 tdm_status *fz_pass_blocked(fz_ctx *fz, int64_t block);
 /* fuse_nbits.c: MatMulNBits -> MatMulNBitsPacked (packed constant weights) */

@@ -7,11 +7,18 @@
  *   DQ(a_q) , DQ(b_q const)  [, C]   -> Gemm (alpha = beta = 1, A as is) [-> act] -> Q
  *                                                                          => QMatMul
  *   DQ(a_q) , DQ(b_q)                -> Add [-> Relu | Clip] -> Q           => QAdd
+ *   DQ(x_q) -> Sigmoid | HardSigmoid | Tanh | Relu | LeakyRelu | HardSwish | Clip -> Q,
+ *   DQ(x_q) , scalar constant        -> Add | Sub | Mul | Div -> Q             => QLut
+ *   (a QLut reading the only result of another QLut: one table, the two composed)
+ *   DQ(a_q) , DQ(QLut(a_q))         -> Mul -> Q   (SiLU, hard-swish)       => QLut
  *   DQ(x_q) [, DQ(...)]             -> MaxPool | Reshape | Flatten | Transpose | Squeeze |
  *                                      Unsqueeze | Concat -> Q    (same scale and zero
  *                                      point on every side)                => the op on x_q
  *
- * (QConv / QMatMul / QAdd: ops/fused.h.) Exactness:
+ * (QConv / QMatMul / QAdd / QLut: ops/fused.h.) QLut: an 8-bit result that depends on one
+ * 8-bit input alone is a table of 256 values, computed here with the float formulas of the
+ * pattern (the intermediate Q / DQ included), so it rounds as the pattern does up to the
+ * float function's last bit. Exactness:
  *  - the bias becomes int32 in units of x_scale * w_scale[m] (round to nearest), as ONNX
  *    Runtime's quantizer writes it: exact when the bias was DQ(int32) with that scale;
  *  - Relu / Clip before Q is a clamp of the quantized result (Q is monotonic): exact;
@@ -23,7 +30,17 @@
  * with zero points 0 (symmetric, what quantizers write; oneDNN takes no other).
  * The inner values (DQ outputs read by the pattern, the op's result) may have other readers:
  * DQ nodes stay for them (dead-node removal drops the others); the op's float result must
- * be read by the pattern only. */
+ * be read by the pattern only.
+ *
+ * Channels-last pass (fz_pass_q8_nhwc, run with the blocked-layout pass on a CPU): chains
+ * of 2-D QConv, QAdd of rank-4 tensors and channel Concat keep their 8-bit tensors channels-last
+ * ([N, H, W, C], oneDNN's int8 layout on x86) instead of converting NCHW <-> NHWC around
+ * every convolution: QConv takes attributes x_nhwc / y_nhwc (ops/fused.h), QAdd and QLut
+ * run as they are on the twins (broadcasting commutes with permuting the axes of all three
+ * alike), Concat on axis 3, a 2-D MaxPool becomes MaxPoolNhwc. The layout changes at the region's edges
+ * only: a QConv reading plain X converts it itself, readers of the plain value (and graph
+ * outputs) get a Transpose(0, 3, 1, 2) from the twin, and a plain input of a converted QAdd
+ * or Concat a Transpose(0, 2, 3, 1). Pure data movement: exact. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -43,6 +60,17 @@ typedef struct dq_in {
 } dq_in;
 
 static bool is_q8(tdm_dtype t) { return t == TDM_UINT8 || t == TDM_INT8; }
+
+/* Constant data of v: an initializer / folded value, or a live Constant node's tensor
+ * (exporters such as paddle2onnx write the weights as Constant nodes). */
+static const tdm_tensor *const_any(const fz_ctx *fz, int v) {
+    const tdm_tensor *t = fz_const(fz, v);
+    if (t || v < 0) return t;
+    int p = fz_producer(fz, v);
+    if (!fz_is_op(fz, p, "Constant")) return NULL;
+    const tdm_attr *a = tdm_node_attr(fz_node(fz, p), "value");
+    return a && a->type == TDM_ATTR_TENSOR ? a->t : NULL;
+}
 
 /* v is made by a live DequantizeLinear (no blocked scales) of an 8-bit (or with `int32`,
  * int32) input with constant float32 scale and constant zero point. */
@@ -186,7 +214,7 @@ static tdm_status *make_bias(fz_ctx *fz, int b, int64_t n, const dq_in *x, const
     *v = -1;
     const float *bf = NULL;
     dq_in bd;
-    const tdm_tensor *bt = fz_const(fz, b), *bq = NULL;
+    const tdm_tensor *bt = const_any(fz, b), *bq = NULL;
     if (bt) {
         if (bt->dtype != TDM_FLOAT || (bt->count != n && bt->count != 1)) return NULL;
         for (int d = 0; d + 1 < bt->rank; d++)
@@ -364,6 +392,204 @@ static tdm_status *fuse_add(fz_ctx *fz, int ai) {
     return emit(fz, "QAdd", ai, &a, b.q, b.scale, bzp, &t, -1, false);
 }
 
+/* ---- 256-entry tables ---- */
+
+/* The float unary op of node n at v (false: not one of the table ops). */
+static bool lut_op(const tdm_node *n, float v, float *out) {
+    const char *op = n->op_type;
+    if (!strcmp(op, "Sigmoid")) *out = 1.0f / (1.0f + expf(-v));
+    else if (!strcmp(op, "Tanh")) *out = tanhf(v);
+    else if (!strcmp(op, "Relu")) *out = v > 0 ? v : 0;
+    else if (!strcmp(op, "LeakyRelu")) *out = v >= 0 ? v : v * tdm_attr_float(n, "alpha", 0.01f);
+    else if (!strcmp(op, "HardSigmoid")) {
+        float h = tdm_attr_float(n, "alpha", 0.2f) * v + tdm_attr_float(n, "beta", 0.5f);
+        *out = h < 0 ? 0 : h > 1 ? 1 : h;
+    } else if (!strcmp(op, "HardSwish")) {
+        float h = v / 6.0f + 0.5f;
+        *out = v * (h < 0 ? 0 : h > 1 ? 1 : h);
+    } else return false;
+    return true;
+}
+
+/* The 8-bit value of byte b of type t, dequantized as DequantizeLinear does. */
+static float lut_dq(const dq_in *d, tdm_dtype t, int b) {
+    int v = t == TDM_INT8 ? (int)(int8_t)(uint8_t)b : b;
+    return (float)(v - zp_at(d, 0)) * scale_at(d, 0);
+}
+
+/* QuantizeLinear of f (round half to even, saturate; NaN to the low end) as a byte. */
+static uint8_t lut_q(const q_out *q, float f) {
+    float lo = q->t == TDM_INT8 ? -128.0f : 0.0f, hi = q->t == TDM_INT8 ? 127.0f : 255.0f;
+    float v = f / q->s;
+    v = v > -4194304.0f ? v : -4194304.0f;
+    v = v < 4194304.0f ? v : 4194304.0f;
+    v = nearbyintf(v) + (float)q->z;
+    v = v > lo ? v : lo;
+    v = v < hi ? v : hi;
+    return (uint8_t)(int8_t)(int32_t)v;
+}
+
+/* A QLut node x_q -> q.out with table t[256] (of q's type); kills `a` and `b` (-1: none) and Q. */
+static tdm_status *emit_lut(fz_ctx *fz, int anchor, int xq, const q_out *q, const uint8_t *tab_in,
+                            int kill2) {
+    uint8_t tab[256];
+    memcpy(tab, tab_in, sizeof tab);
+    /* QLut(QLut(x, t1), t2) = QLut(x, t2[t1]) when the inner result has no other reader */
+    int p = fz_producer(fz, xq);
+    int inner = -1, inner_dq = -1;
+    int dq = fz_sole_consumer(fz, xq);
+    if (p >= 0 && fz_is_op(fz, dq, "DequantizeLinear") &&
+        fz_sole_consumer(fz, fz_node(fz, dq)->outputs[0]) == anchor) {
+        const tdm_node *pn = fz_node(fz, p);
+        const tdm_tensor *t1 = !pn->dead && !strcmp(pn->domain, TDM_FUSED_DOMAIN) &&
+                                       !strcmp(pn->op_type, "QLut")
+                                   ? fz_const(fz, pn->inputs[1])
+                                   : NULL;
+        if (t1 && t1->count == 256) {
+            for (int b = 0; b < 256; b++) tab[b] = tab_in[((const uint8_t *)t1->data)[b]];
+            xq = pn->inputs[0];
+            inner = p;
+            inner_dq = dq;
+        }
+    }
+    tdm_tensor *t;
+    int64_t n = 256;
+    TDM_TRY(tdm_tensor_new(fz->g->alloc, q->t, 1, &n, &t));
+    memcpy(t->data, tab, 256);
+    int tv, fi;
+    TDM_TRY(fz_new_const(fz, fz->g->values[q->out].name, t, &tv));
+    const tdm_node *an = fz_node(fz, anchor);
+    size_t len = strlen(an->name ? an->name : "") + 8;
+    char *name = tdm_alloc(fz->g->alloc, len);
+    if (!name) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory in graph fusion");
+    snprintf(name, len, "%s_lut", an->name ? an->name : "");
+    tdm_status *st = fz_new_node(fz, "QLut", TDM_FUSED_DOMAIN, name, 2, 1, &fi);
+    tdm_free(fz->g->alloc, name);
+    TDM_TRY(st);
+    tdm_node *f = fz_node(fz, fi);
+    f->inputs[0] = xq;
+    f->inputs[1] = tv;
+    f->outputs[0] = q->out;
+    f->device = fz_node(fz, anchor)->device;
+    fz_kill(fz, anchor);
+    if (kill2 >= 0) fz_kill(fz, kill2);
+    if (inner >= 0) { /* (and the DequantizeLinear between the two) */
+        fz_kill(fz, inner);
+        fz_kill(fz, inner_dq);
+    }
+    fz_kill(fz, q->node);
+    fz->count++;
+    return NULL;
+}
+
+/* DQ(x_q) -> unary op (or Clip with constant bounds) -> Q */
+static tdm_status *fuse_lut_unary(fz_ctx *fz, int ui) {
+    const tdm_node *u = fz_node(fz, ui);
+    float probe, lo = -INFINITY, hi = INFINITY;
+    bool clip = !strcmp(u->op_type, "Clip");
+    if (clip) {
+        if (u->opset < 11) {
+            lo = tdm_attr_float(u, "min", -INFINITY);
+            hi = tdm_attr_float(u, "max", INFINITY);
+        } else if ((u->n_inputs > 1 && u->inputs[1] >= 0 && !fz_scalar(fz, u->inputs[1], 1, &lo)) ||
+                   (u->n_inputs > 2 && u->inputs[2] >= 0 && !fz_scalar(fz, u->inputs[2], 1, &hi))) {
+            return NULL;
+        }
+    }
+    if ((!clip && u->n_inputs != 1) || u->n_outputs != 1 || u->outputs[0] < 0 ||
+        (!clip && !lut_op(u, 0.0f, &probe)))
+        return NULL;
+    dq_in x;
+    q_out q;
+    if (!match_act_dq(fz, u->inputs[0], &x) || !match_q(fz, fz_sole_consumer(fz, u->outputs[0]), &q))
+        return NULL;
+    tdm_dtype xt = fz->g->values[x.q].dtype;
+    uint8_t tab[256];
+    for (int b = 0; b < 256; b++) {
+        float f = lut_dq(&x, xt, b);
+        if (clip) f = f < lo ? lo : f > hi ? hi : f;
+        else lut_op(u, f, &f);
+        tab[b] = lut_q(&q, f);
+    }
+    return emit_lut(fz, ui, x.q, &q, tab, -1);
+}
+
+/* The one float value of a scalar operand: a float constant, or DQ of a constant. */
+static bool scalar_operand(const fz_ctx *fz, int v, float *out) {
+    const tdm_tensor *t = const_any(fz, v);
+    if (t) {
+        if (t->dtype != TDM_FLOAT || t->count != 1) return false;
+        *out = ((const float *)t->data)[0];
+        return true;
+    }
+    dq_in d;
+    if (!match_dq(fz, v, false, &d) || d.s->count != 1) return false;
+    const tdm_tensor *q = const_any(fz, d.q);
+    if (!q || q->count != 1) return false;
+    *out = lut_dq(&d, q->dtype, q->dtype == TDM_INT8 ? (uint8_t)((const int8_t *)q->data)[0]
+                                                    : ((const uint8_t *)q->data)[0]);
+    return true;
+}
+
+/* Add / Sub / Mul / Div of DQ(x_q) and a scalar constant -> Q: a table of x_q. */
+static tdm_status *fuse_lut_scalar(fz_ctx *fz, int bi, bool *done) {
+    *done = false;
+    const tdm_node *n = fz_node(fz, bi);
+    if (n->n_inputs != 2 || n->n_outputs != 1 || n->outputs[0] < 0) return NULL;
+    char op = n->op_type[0]; /* A, S, M, D */
+    for (int side = 0; side < 2; side++) {
+        dq_in x;
+        q_out q;
+        float c;
+        if (!match_act_dq(fz, n->inputs[side], &x) || !scalar_operand(fz, n->inputs[1 - side], &c) ||
+            !match_q(fz, fz_sole_consumer(fz, n->outputs[0]), &q))
+            continue;
+        if (fz->g->values[n->inputs[side]].rank < 0 || fz->g->values[n->outputs[0]].rank !=
+                                                           fz->g->values[n->inputs[side]].rank)
+            continue; /* (the scalar must not broadcast x to a larger shape) */
+        tdm_dtype xt = fz->g->values[x.q].dtype;
+        uint8_t tab[256];
+        for (int b = 0; b < 256; b++) {
+            float xv = lut_dq(&x, xt, b), a = side ? c : xv, bb = side ? xv : c, r;
+            r = op == 'A' ? a + bb : op == 'S' ? a - bb : op == 'M' ? a * bb : a / bb;
+            tab[b] = lut_q(&q, r);
+        }
+        *done = true;
+        return emit_lut(fz, bi, x.q, &q, tab, -1);
+    }
+    return NULL;
+}
+
+/* Mul(DQ(a_q), DQ(QLut(a_q))) -> Q: x * f(x) of one input (SiLU, hard-swish). */
+static tdm_status *fuse_lut_mul(fz_ctx *fz, int mi) {
+    const tdm_node *m = fz_node(fz, mi);
+    if (m->n_inputs != 2 || m->n_outputs != 1 || m->outputs[0] < 0) return NULL;
+    dq_in a, b;
+    q_out q;
+    if (!match_act_dq(fz, m->inputs[0], &a) || !match_act_dq(fz, m->inputs[1], &b) ||
+        !match_q(fz, fz_sole_consumer(fz, m->outputs[0]), &q))
+        return NULL;
+    for (int side = 0; side < 2; side++) {
+        const dq_in *x = side ? &b : &a, *l = side ? &a : &b;
+        int p = fz_producer(fz, l->q);
+        if (p < 0) continue;
+        const tdm_node *lut = fz_node(fz, p);
+        if (lut->dead || strcmp(lut->domain, TDM_FUSED_DOMAIN) || strcmp(lut->op_type, "QLut") ||
+            lut->inputs[0] != x->q)
+            continue;
+        const tdm_tensor *lt = fz_const(fz, lut->inputs[1]);
+        if (!lt || lt->count != 256) continue;
+        tdm_dtype xt = fz->g->values[x->q].dtype, ltt = fz->g->values[l->q].dtype;
+        uint8_t tab[256];
+        for (int k = 0; k < 256; k++) {
+            float xv = lut_dq(x, xt, k), fv = lut_dq(l, ltt, ((const uint8_t *)lt->data)[k]);
+            tab[k] = lut_q(&q, side ? fv * xv : xv * fv);
+        }
+        return emit_lut(fz, mi, x->q, &q, tab, -1);
+    }
+    return NULL;
+}
+
 /* Same quantization: equal scale, zero point and type. */
 static bool same_q(const fz_ctx *fz, const dq_in *d, const q_out *q) {
     return scale_at(d, 0) == q->s && zp_at(d, 0) == q->z && fz->g->values[d->q].dtype == q->t;
@@ -406,10 +632,267 @@ tdm_status *fz_pass_qdq(fz_ctx *fz) {
         if (fz_is_op(fz, ni, "Conv")) TDM_TRY(fuse_conv(fz, ni));
         else if (fz_is_op(fz, ni, "MatMul")) TDM_TRY(fuse_matmul(fz, ni, false));
         else if (fz_is_op(fz, ni, "Gemm")) TDM_TRY(fuse_matmul(fz, ni, true));
-        else if (fz_is_op(fz, ni, "Add")) TDM_TRY(fuse_add(fz, ni));
+        else if (fz_is_op(fz, ni, "Add") || fz_is_op(fz, ni, "Sub") || fz_is_op(fz, ni, "Mul") ||
+                 fz_is_op(fz, ni, "Div")) {
+            bool done;
+            TDM_TRY(fuse_lut_scalar(fz, ni, &done));
+            if (!done && fz_is_op(fz, ni, "Add")) TDM_TRY(fuse_add(fz, ni));
+            else if (!done && fz_is_op(fz, ni, "Mul")) TDM_TRY(fuse_lut_mul(fz, ni));
+        }
+        else if (fz_is_op(fz, ni, "Sigmoid") || fz_is_op(fz, ni, "Tanh") ||
+                 fz_is_op(fz, ni, "Relu") || fz_is_op(fz, ni, "LeakyRelu") ||
+                 fz_is_op(fz, ni, "HardSigmoid") || fz_is_op(fz, ni, "HardSwish") ||
+                 fz_is_op(fz, ni, "Clip"))
+            TDM_TRY(fuse_lut_unary(fz, ni));
         else
             for (size_t k = 0; k < sizeof moves / sizeof moves[0]; k++)
                 if (fz_is_op(fz, ni, moves[k])) TDM_TRY(fuse_move(fz, ni));
     }
     return NULL;
+}
+
+/* ---- channels-last 8-bit regions ---- */
+
+typedef struct nh_ctx {
+    fz_ctx *fz;
+    size_t nv;  /* values before the pass (twin[] covers them) */
+    int *twin;  /* per original value: its channels-last twin, or -1 */
+    bool *wants; /* per original value: a reader could take it channels-last */
+    bool *moved; /* per original value: its producer writes the twin instead */
+} nh_ctx;
+
+static bool is_fused_op(const tdm_node *n, const char *op) {
+    return !n->dead && !strcmp(n->domain, TDM_FUSED_DOMAIN) && !strcmp(n->op_type, op);
+}
+
+/* A rank-4 8-bit value of known channel count. */
+static bool q8_4d(const nh_ctx *h, int v) {
+    if (v < 0 || (size_t)v >= h->nv) return false;
+    const tdm_value *val = &h->fz->g->values[v];
+    return is_q8(val->dtype) && val->rank == 4 && val->dims[1] > 0;
+}
+
+static bool has_twin(const nh_ctx *h, int v) {
+    return v >= 0 && (size_t)v < h->nv && h->twin[v] >= 0;
+}
+
+/* QConv of 2-D images (the fast kernel's channels-last case), on the CPU. */
+static bool nh_conv(const nh_ctx *h, const tdm_node *n) {
+    if (!is_fused_op(n, "QConv") || n->device >= 0 || n->n_inputs < 8 || n->n_outputs != 1)
+        return false;
+    const tdm_value *w = n->inputs[3] >= 0 ? &h->fz->g->values[n->inputs[3]] : NULL;
+    return w && w->rank == 4 && q8_4d(h, n->inputs[0]) && q8_4d(h, n->outputs[0]) &&
+           tdm_attr_int(n, "x_nhwc", 0) == 0 && tdm_attr_int(n, "y_nhwc", 0) == 0;
+}
+
+/* QAdd of two rank-4 tensors, or Concat on the channel axis. */
+static bool nh_other(const nh_ctx *h, const tdm_node *n) {
+    if (n->device >= 0 || n->n_outputs != 1 || n->n_implicit || !q8_4d(h, n->outputs[0]))
+        return false;
+    if (is_fused_op(n, "QAdd")) /* (broadcasting commutes with the same axis permutation) */
+        return q8_4d(h, n->inputs[0]) && q8_4d(h, n->inputs[3]);
+    if (is_fused_op(n, "QLut")) return q8_4d(h, n->inputs[0]);
+    if (!n->dead && !n->domain[0] && !strcmp(n->op_type, "MaxPool")) {
+        size_t nk = 0;
+        tdm_attr_ints(n, "kernel_shape", &nk);
+        return n->n_inputs == 1 && (n->n_outputs == 1 || n->outputs[1] < 0) && nk == 2 &&
+               fz_attrs_copyable(n) && q8_4d(h, n->inputs[0]);
+    }
+    if (!n->dead && !n->domain[0] && !strcmp(n->op_type, "Concat")) {
+        int64_t axis = tdm_attr_int(n, "axis", 0);
+        if (axis != 1 && axis != -3) return false;
+        for (int k = 0; k < n->n_inputs; k++)
+            if (!q8_4d(h, n->inputs[k])) return false;
+        return true;
+    }
+    return false;
+}
+
+static tdm_status *nh_new_twin(nh_ctx *h, int v, int *out) {
+    char base[96];
+    const char *name = h->fz->g->values[v].name;
+    snprintf(base, sizeof base, "%.80s/nhwc", name ? name : "");
+    return fz_new_value(h->fz, base, h->fz->g->values[v].dtype, -1, NULL, out);
+}
+
+/* A Transpose node from -> to with permutation p (device mark of `like`). */
+static tdm_status *nh_transpose(nh_ctx *h, int like, int from, int to, const int64_t *p) {
+    char name[128];
+    snprintf(name, sizeof name, "%.100s/%s", h->fz->g->values[to].name ? h->fz->g->values[to].name : "",
+             p[1] == 2 ? "to_nhwc" : "to_nchw");
+    int nn;
+    TDM_TRY(fz_new_node(h->fz, "Transpose", "", name, 1, 1, &nn));
+    tdm_node *t = fz_node(h->fz, nn);
+    t->inputs[0] = from;
+    t->outputs[0] = to;
+    t->device = like >= 0 ? fz_node(h->fz, like)->device : -1;
+    return fz_attr_ints(h->fz, nn, "perm", p, 4);
+}
+
+/* Channels-last twin of plain value v for a converted reader: a Transpose(0, 2, 3, 1). */
+static tdm_status *nh_to_twin(nh_ctx *h, int v, int like, int *out) {
+    if (has_twin(h, v)) {
+        *out = h->twin[v];
+        return NULL;
+    }
+    static const int64_t p[4] = {0, 2, 3, 1};
+    TDM_TRY(nh_new_twin(h, v, out));
+    TDM_TRY(nh_transpose(h, like, v, *out, p));
+    h->twin[v] = *out; /* v stays plain for its other readers */
+    return NULL;
+}
+
+static tdm_status *nh_convert_conv(nh_ctx *h, int i) {
+    const tdm_node *n = fz_node(h->fz, i);
+    int x = n->inputs[0], y = n->outputs[0];
+    bool xin = has_twin(h, x), yout = h->wants[y];
+    if (!xin && !yout) return NULL;
+    int yt = -1;
+    if (yout) TDM_TRY(nh_new_twin(h, y, &yt));
+    tdm_node *c = fz_node(h->fz, i);
+    if (xin) {
+        c->inputs[0] = h->twin[x];
+        TDM_TRY(fz_attr_int(h->fz, i, "x_nhwc", 1));
+    }
+    if (yout) {
+        c = fz_node(h->fz, i);
+        c->outputs[0] = yt;
+        h->fz->g->values[y].producer = -1;
+        h->twin[y] = yt;
+        h->moved[y] = true;
+        TDM_TRY(fz_attr_int(h->fz, i, "y_nhwc", 1));
+    }
+    h->fz->dirty = true;
+    h->fz->count++;
+    return NULL;
+}
+
+/* Input k of a converted node is a tensor (not a scale, zero point or table). */
+static bool nh_data(const tdm_node *n, int k) {
+    if (is_fused_op(n, "QAdd")) return k == 0 || k == 3;
+    if (is_fused_op(n, "QLut")) return k == 0;
+    return true;
+}
+
+/* MaxPool of a channels-last input: MaxPoolNhwc (ops/fused.h) with its attributes. */
+static tdm_status *nh_convert_pool(nh_ctx *h, int i) {
+    const tdm_node *n = fz_node(h->fz, i);
+    int x = n->inputs[0], y = n->outputs[0], yt, nn;
+    if (!has_twin(h, x)) return NULL;
+    TDM_TRY(nh_new_twin(h, y, &yt));
+    char name[128];
+    snprintf(name, sizeof name, "%.100s/nhwc", fz_node(h->fz, i)->name ? fz_node(h->fz, i)->name : "");
+    TDM_TRY(fz_new_node(h->fz, "MaxPoolNhwc", TDM_FUSED_DOMAIN, name, 1, 1, &nn));
+    tdm_node *p = fz_node(h->fz, nn);
+    p->inputs[0] = h->twin[x];
+    p->outputs[0] = yt;
+    p->device = fz_node(h->fz, i)->device;
+    int na = fz_node(h->fz, i)->n_attrs;
+    for (int k = 0; k < na; k++) TDM_TRY(fz_attr_copy(h->fz, nn, &fz_node(h->fz, i)->attrs[k]));
+    TDM_TRY(fz_attr_int(h->fz, nn, "src_opset", fz_node(h->fz, i)->opset));
+    fz_kill(h->fz, i);
+    h->fz->g->values[y].producer = -1;
+    h->twin[y] = yt;
+    h->moved[y] = true;
+    h->fz->dirty = true;
+    h->fz->count++;
+    return NULL;
+}
+
+/* QAdd / QLut / Concat with a channels-last input: every input channels-last. */
+static tdm_status *nh_convert_other(nh_ctx *h, int i) {
+    const tdm_node *n = fz_node(h->fz, i);
+    if (!n->domain[0] && !strcmp(n->op_type, "MaxPool")) return nh_convert_pool(h, i);
+    bool concat = !n->domain[0];
+    int nin = n->n_inputs, any = 0;
+    for (int k = 0; k < nin; k++)
+        if (nh_data(n, k) && has_twin(h, n->inputs[k])) any++;
+    if (!any) return NULL;
+    int y = n->outputs[0], yt;
+    TDM_TRY(nh_new_twin(h, y, &yt));
+    for (int k = 0; k < nin; k++) {
+        if (!nh_data(fz_node(h->fz, i), k)) continue;
+        int v = fz_node(h->fz, i)->inputs[k], t;
+        TDM_TRY(nh_to_twin(h, v, i, &t));
+        fz_node(h->fz, i)->inputs[k] = t;
+    }
+    tdm_node *c = fz_node(h->fz, i);
+    if (concat)
+        for (int k = 0; k < c->n_attrs; k++)
+            if (!strcmp(c->attrs[k].name, "axis")) c->attrs[k].i = 3;
+    c->outputs[0] = yt;
+    h->fz->g->values[y].producer = -1;
+    h->twin[y] = yt;
+    h->moved[y] = true;
+    h->fz->dirty = true;
+    h->fz->count++;
+    return NULL;
+}
+
+/* Readers still reading a value that moved to its twin (and graph outputs, subgraph
+ * reads) get it back through a Transpose(0, 3, 1, 2). */
+static tdm_status *nh_materialise(nh_ctx *h) {
+    tdm_graph *g = h->fz->g;
+    bool *need = tdm_calloc(g->alloc, h->nv + 1, sizeof *need);
+    if (!need) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory in the int8 layout pass");
+    for (size_t i = 0; i < g->n_nodes; i++) {
+        const tdm_node *n = &g->nodes[i];
+        if (n->dead) continue;
+        for (int k = 0; k < n->n_inputs; k++)
+            if (has_twin(h, n->inputs[k])) need[n->inputs[k]] = true;
+        for (int k = 0; k < n->n_implicit; k++)
+            if (has_twin(h, n->implicit[k])) need[n->implicit[k]] = true;
+    }
+    for (size_t o = 0; o < g->n_outputs; o++)
+        if (has_twin(h, g->outputs[o])) need[g->outputs[o]] = true;
+    static const int64_t p[4] = {0, 3, 1, 2};
+    tdm_status *st = NULL;
+    for (size_t v = 0; v < h->nv && !st; v++) {
+        if (!need[v] || !h->moved[v]) continue; /* a to_nhwc source: still plain */
+        st = nh_transpose(h, -1, h->twin[v], (int)v, p);
+    }
+    tdm_free(g->alloc, need);
+    return st;
+}
+
+tdm_status *fz_pass_q8_nhwc(fz_ctx *fz) {
+    TDM_TRY(fz_refresh(fz));
+    tdm_graph *g = fz->g;
+    nh_ctx h = {fz, g->n_values, NULL, NULL, NULL};
+    bool any = false;
+    for (size_t i = 0; i < g->n_nodes && !any; i++) any = nh_conv(&h, &g->nodes[i]);
+    if (!any) return NULL;
+    h.twin = tdm_alloc(g->alloc, (h.nv + 1) * sizeof *h.twin);
+    h.wants = tdm_calloc(g->alloc, h.nv + 1, sizeof *h.wants);
+    h.moved = tdm_calloc(g->alloc, h.nv + 1, sizeof *h.moved);
+    tdm_status *st = NULL;
+    if (!h.twin || !h.wants || !h.moved) {
+        st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory in the int8 layout pass");
+        goto done;
+    }
+    for (size_t v = 0; v < h.nv; v++) {
+        h.twin[v] = -1;
+        const int *cons;
+        int nc = fz_consumers(fz, (int)v, &cons);
+        for (int c = 0; c < nc; c++) {
+            const tdm_node *r = fz_node(fz, cons[c]);
+            if ((nh_conv(&h, r) && r->inputs[0] == (int)v) || nh_other(&h, r)) h.wants[v] = true;
+        }
+    }
+    int before = fz->count;
+    size_t n_nodes = g->n_nodes; /* the original nodes, in topological order */
+    for (size_t i = 0; i < n_nodes && !st; i++) {
+        const tdm_node *n = &g->nodes[i];
+        if (nh_conv(&h, n)) st = nh_convert_conv(&h, (int)i);
+        else if (nh_other(&h, n)) st = nh_convert_other(&h, (int)i);
+    }
+    if (!st && fz->count > before) {
+        fz->dirty = true;
+        if (!(st = fz_refresh(fz))) st = nh_materialise(&h);
+    }
+done:
+    tdm_free(g->alloc, h.twin);
+    tdm_free(g->alloc, h.wants);
+    tdm_free(g->alloc, h.moved);
+    return st;
 }

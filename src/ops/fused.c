@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "ops/fused.h"
+#include "ops/nn_geom.h"
 #include "ops/op.h"
 
 /* activation name -> number of activation_params it needs (-1: unknown name) */
@@ -165,6 +166,33 @@ static tdm_status *infer_qadd(tdm_infer_ctx *ctx) {
     return NULL;
 }
 
+/* ---- QLut: X's shape; Y has the table's type ---- */
+static tdm_status *infer_qlut(tdm_infer_ctx *ctx) {
+    tdm_infer_copy(&ctx->out[0], &ctx->in[0]);
+    ctx->out[0].dtype = ctx->in[1].dtype;
+    return NULL;
+}
+
+/* ---- MaxPoolNhwc: MaxPool's window on [N, H, W, C] (attributes of opset src_opset) ---- */
+static tdm_status *infer_maxpool_nhwc(tdm_infer_ctx *ctx) {
+    const tdm_value_info *x = &ctx->in[0];
+    tdm_value_info *y = &ctx->out[0];
+    y->dtype = x->dtype;
+    if (x->rank < 0) return NULL;
+    if (x->rank != 4)
+        return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT, "MaxPoolNhwc takes rank 4");
+    int64_t d[4] = {x->dims[0], x->dims[3], x->dims[1], x->dims[2]};
+    tdm_nn_geom g;
+    TDM_TRY(tdm_nn_geom_init(ctx->node, (int)tdm_attr_int(ctx->node, "src_opset", 12),
+                             TDM_NN_POOL, 4, d, NULL, &g));
+    y->rank = 4;
+    y->dims[0] = x->dims[0];
+    y->dims[1] = g.out[0];
+    y->dims[2] = g.out[1];
+    y->dims[3] = x->dims[3];
+    return NULL;
+}
+
 const tdm_op_schema tdm_ops_fused[] = {
     {TDM_FUSED_DOMAIN, "FusedConv", 1, 2, 4, 1, 1, infer_fused_conv, 0, 0},
     {TDM_FUSED_DOMAIN, "FusedMatMul", 1, 2, 3, 1, 1, infer_fused_matmul, 0, 0},
@@ -177,5 +205,7 @@ const tdm_op_schema tdm_ops_fused[] = {
     {TDM_FUSED_DOMAIN, "QConv", 1, 8, 9, 1, 1, tdm_misc_infer_qlinear_conv, 0, 0},
     {TDM_FUSED_DOMAIN, "QMatMul", 1, 8, 9, 1, 1, tdm_misc_infer_qlinear_matmul, 0, 0},
     {TDM_FUSED_DOMAIN, "QAdd", 1, 8, 8, 1, 1, infer_qadd, 0, 0},
+    {TDM_FUSED_DOMAIN, "QLut", 1, 2, 2, 1, 1, infer_qlut, 0, 0},
+    {TDM_FUSED_DOMAIN, "MaxPoolNhwc", 1, 1, 1, 1, 1, infer_maxpool_nhwc, 0, 0},
 };
 const int tdm_ops_fused_count = (int)(sizeof tdm_ops_fused / sizeof tdm_ops_fused[0]);

@@ -23,6 +23,9 @@
  *               qmin, qmax: ints (optional) — Y is clamped to [qmin, qmax] after the
  *                           requantisation (a Relu / Clip before the QuantizeLinear, exact:
  *                           quantizing is monotonic)
+ *               x_nhwc, y_nhwc: ints (optional, 2-D only) — X / Y channels-last
+ *                           [N, H, W, C] instead of NCHW (graph/fuse_qdq.c's int8 layout
+ *                           pass writes them)
  *             Y = clamp(QLinearConv(...))
  * QMatMul     inputs: QLinearMatMul's 8 (a, a_scale, a_zp, b, b_scale per-tensor or per
  *             column, b_zp, y_scale, y_zp) plus bias (int32 [N], optional, in units of
@@ -31,7 +34,11 @@
  *             attributes qmin, qmax as QConv
  *             Y = clamp(round(((a - a_zp) a_scale + (b - b_zp) b_scale) / y_scale) + y_zp)
  *             (numpy broadcasting of a and b)
- * These three never appear in a model file either: graph/fuse_qdq.c makes them from
+ * QLut        inputs: x (8-bit), table (8-bit constant [256]); Y[i] = table[byte of x[i]]
+ *             (x's shape, the table's type): an 8-bit function of one 8-bit input
+ * MaxPoolNhwc X [N, H, W, C] (8-bit) -> Y [N, OH, OW, C]: MaxPool's window with its
+ *             attributes (read as of opset src_opset), no Indices
+ * These five never appear in a model file either: graph/fuse_qdq.c makes them from
  * DequantizeLinear -> op -> QuantizeLinear patterns.
  *
  * Attention   inputs: Q [B,H,S,D], K [B,H,T,D], V [B,H,T,Dv], mask (optional, additive,

@@ -159,7 +159,29 @@ tdm_status *tdm_misc_infer_conv_integer(tdm_infer_ctx *c) {
     return conv_shape(c, &c->in[0], &c->in[1], &c->out[0]);
 }
 
+/* QConv's x_nhwc / y_nhwc (ops/fused.h): X / Y channels-last [N, H, W, C] (rank 4). */
 tdm_status *tdm_misc_infer_qlinear_conv(tdm_infer_ctx *c) {
     c->out[0].dtype = c->in[7].dtype;
-    return conv_shape(c, &c->in[0], &c->in[3], &c->out[0]);
+    bool xl = tdm_attr_int(c->node, "x_nhwc", 0) != 0, yl = tdm_attr_int(c->node, "y_nhwc", 0) != 0;
+    if (!xl && !yl) return conv_shape(c, &c->in[0], &c->in[3], &c->out[0]);
+    tdm_value_info x = c->in[0];
+    if (xl && x.rank >= 0) {
+        if (x.rank != 4)
+            return tdm_node_error(c->node, TDM_ERR_INVALID_ARGUMENT, "x_nhwc needs a rank-4 input");
+        int64_t ch = x.dims[3];
+        x.dims[3] = x.dims[2];
+        x.dims[2] = x.dims[1];
+        x.dims[1] = ch;
+    }
+    TDM_TRY(conv_shape(c, &x, &c->in[3], &c->out[0]));
+    tdm_value_info *y = &c->out[0];
+    if (yl && y->rank >= 0) {
+        if (y->rank != 4)
+            return tdm_node_error(c->node, TDM_ERR_INVALID_ARGUMENT, "y_nhwc needs a rank-4 output");
+        int64_t ch = y->dims[1];
+        y->dims[1] = y->dims[2];
+        y->dims[2] = y->dims[3];
+        y->dims[3] = ch;
+    }
+    return NULL;
 }

@@ -46,6 +46,7 @@ typedef struct qc_state {
     int64_t M, group;
     bool clip;
     float clo, chi;   /* clip bounds relative to the output zero point */
+    bool xl, yl;      /* QConv's x_nhwc / y_nhwc: X / Y channels-last (rank 4) */
 } qc_state;
 
 typedef struct qc_part {
@@ -169,8 +170,27 @@ static tdm_status *qc_prepare(const tdm_node *node, int opset, int n_in,
     qc_state *s;
     TDM_TRY(dn_state_new(a, sizeof *s, sizeof(qc_entry), qc_clear, (dn_state **)&s));
     *state = s;
+    s->xl = tdm_attr_int(node, "x_nhwc", 0) != 0;
+    s->yl = tdm_attr_int(node, "y_nhwc", 0) != 0;
     if (!s->base.generic && !qc_setup(s, node, n_in, in)) s->base.generic = true;
     return NULL;
+}
+
+/* X and Y as NCHW headers (same data): channels-last ones (x_nhwc / y_nhwc) with their dims
+ * permuted, so that shapes and geometry read the same in both layouts. */
+static void to_nchw_dims(tdm_tensor *t) {
+    if (t->rank != 4) return;
+    int64_t c = t->dims[3];
+    t->dims[3] = t->dims[2];
+    t->dims[2] = t->dims[1];
+    t->dims[1] = c;
+}
+
+static void qc_views(const qc_state *s, const tdm_kernel_ctx *ctx, tdm_tensor *xv, tdm_tensor *yv) {
+    *xv = *ctx->in[0];
+    *yv = *ctx->out[0];
+    if (s->xl) to_nchw_dims(xv);
+    if (s->yl) to_nchw_dims(yv);
 }
 
 /* Geometry of the node for input x and output y (ONNX pads, auto_pad resolved). */
@@ -352,11 +372,22 @@ static tdm_status *qc_part_build(qc_state *s, qc_entry *e, const qc_geom *g, con
         return NULL;
     }
     p->bias = bias;
-    /* Y's chunk: [mb, units, spatial] inside the plain [mb, M, spatial] images */
+    /* Y's chunk: [mb, units, spatial] inside the plain [mb, M, spatial] images (y_nhwc:
+     * inside the channels-last [mb, spatial, M] ones) */
     dnnl_dims_t dd, ds;
     int64_t st = 1;
+    if (s->yl) {
+        ds[1] = 1;
+        st = s->M;
+        for (int i = nd - 1; i >= 2; i--) {
+            ds[i] = st;
+            st *= ddims[i];
+        }
+        ds[0] = st;
+    }
     for (int i = nd - 1; i >= 0; i--) {
         dd[i] = ddims[i];
+        if (s->yl) continue;
         ds[i] = st;
         st *= i == 1 ? s->M : ddims[i];
     }
@@ -367,8 +398,8 @@ static tdm_status *qc_part_build(qc_state *s, qc_entry *e, const qc_geom *g, con
     p->units = units;
     p->wbytes = dn_md_bytes(&p->wei);
     TDM_TRY(dn_prim_from_pd(pd, &p->conv));
-    p->dst_nhwc = is_nhwc(&p->dst);
-    if (!p->dst_nhwc) {
+    p->dst_nhwc = !s->yl && is_nhwc(&p->dst);
+    if (!p->dst_nhwc) { /* (none when equal: straight into Y) */
         TDM_TRY(dn_reorder_new(s->base.eng, &p->dst, &p->usr_dst, &p->r_dst));
         if (!p->r_dst.p && !dnnl_memory_desc_equal(&p->dst, &p->usr_dst)) return NULL;
     }
@@ -380,8 +411,9 @@ static tdm_status *qc_part_build(qc_state *s, qc_entry *e, const qc_geom *g, con
 static tdm_status *qc_build(dn_state *ds, tdm_kernel_ctx *ctx, dn_entry *he) {
     qc_state *s = (qc_state *)ds;
     qc_entry *e = (qc_entry *)he;
-    const tdm_tensor *x = ctx->in[0];
-    tdm_tensor *y = ctx->out[0];
+    tdm_tensor xv, yv;
+    qc_views(s, ctx, &xv, &yv);
+    const tdm_tensor *x = &xv, *y = &yv;
     qc_geom g;
     if (!qc_geometry(ctx->node, x, s->w, y, &g)) return NULL;
     int threads = dn_threads(ctx);
@@ -429,11 +461,13 @@ static tdm_status *qc_build(dn_state *ds, tdm_kernel_ctx *ctx, dn_entry *he) {
     int64_t sdims[5];
     memcpy(sdims, x->dims, sizeof(int64_t) * (size_t)x->rank);
     sdims[0] = e->mb;
-    md_tag(&e->usr_src, x->rank, sdims, e->xt, tag_plain(x->rank));
+    md_tag(&e->usr_src, x->rank, sdims, e->xt, s->xl ? tag_nhwc(x->rank) : tag_plain(x->rank));
     e->C = x->dims[1];
     e->isz = 1;
     for (int d = 2; d < x->rank; d++) e->isz *= x->dims[d];
-    e->src_nhwc = is_nhwc(&e->src) && (e->C > 1 || e->pad);
+    /* own moves: the padded copy, or plain X to a channels-last src (x_nhwc: X is read as it
+     * is when the primitive takes channels-last, else reordered) */
+    e->src_nhwc = e->pad || (!s->xl && is_nhwc(&e->src) && e->C > 1);
     if (!e->src_nhwc) TDM_TRY(dn_reorder_new(s->base.eng, &e->usr_src, &e->src, &e->r_src));
     e->src_conv = e->src_nhwc || e->r_src.p;
     e->src_bytes = e->src_conv ? (dn_md_bytes(&e->src) + 63) / 64 * 64 : 0;
@@ -500,9 +534,13 @@ static tdm_status *qc_src_item(void *arg, tdm_kernel_ctx *ctx, int64_t i) {
             const uint8_t *img = (const uint8_t *)r->x->data + (size_t)i * es +
                                  (size_t)(k * e->C * e->isz);
             uint8_t *pimg = dst + (size_t)(k * e->Hp * e->Wp * e->C);
-            for (int64_t h = 0; h < e->H; h++)
-                tr_u8(img + h * e->W, e->C, e->W, e->isz,
-                      pimg + ((h + e->ph) * e->Wp + e->pw) * e->C, e->C);
+            for (int64_t h = 0; h < e->H; h++) {
+                uint8_t *row = pimg + ((h + e->ph) * e->Wp + e->pw) * e->C;
+                if (r->s->xl) /* a row of channels-last pixels */
+                    memcpy(row, img + h * e->W * e->C, (size_t)(e->W * e->C));
+                else
+                    tr_u8(img + h * e->W, e->C, e->W, e->isz, row, e->C);
+            }
         }
         return NULL;
     }
@@ -534,6 +572,7 @@ static tdm_status *qc_conv_item(void *arg, tdm_kernel_ctx *ctx, int64_t i) {
     char *ydst = (char *)r->y->data + (size_t)(img * e->mb * s->M + m0) * (size_t)e->osz;
     char *tmp = r->tmp + (size_t)i * e->tmp_bytes;
     bool via_tmp = p->r_dst.p || p->dst_nhwc;
+    if (s->yl) ydst = (char *)r->y->data + (size_t)(img * e->mb * s->M * e->osz + m0);
     char *dst = via_tmp ? tmp : ydst;
     char *scratch = via_tmp ? tmp + (dn_md_bytes(&p->dst) + 63) / 64 * 64 : tmp;
     dn_arg args[4];
@@ -558,9 +597,13 @@ static tdm_status *qc_conv_item(void *arg, tdm_kernel_ctx *ctx, int64_t i) {
 
 static tdm_status *qc_run_node(tdm_kernel_ctx *ctx) {
     qc_state *s = ctx->state;
-    const tdm_tensor *x = ctx->in[0];
-    tdm_tensor *y = ctx->out[0];
-    if (!s || s->base.generic || (x->dtype != TDM_UINT8 && x->dtype != TDM_INT8) ||
+    if (!s || (s->xl && ctx->in[0]->rank != 4) || (s->yl && ctx->out[0]->rank != 4))
+        return tdm_misc_qlinear_conv_run(ctx);
+    tdm_tensor xv, yv;
+    qc_views(s, ctx, &xv, &yv);
+    const tdm_tensor *x = &xv;
+    tdm_tensor *y = &yv;
+    if (s->base.generic || (x->dtype != TDM_UINT8 && x->dtype != TDM_INT8) ||
         x->rank != s->w->rank || x->rank < 3 || y->count == 0 ||
         (ctx->in[2] && ctx->in[2]->dtype != x->dtype) || x->dims[1] != s->w->dims[1] * s->group)
         return tdm_misc_qlinear_conv_run(ctx);
