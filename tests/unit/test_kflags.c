@@ -53,6 +53,7 @@ static const promise promised[] = {
     {"dnnl", TDM_FUSED_DOMAIN, "BlockedConv", WA | TDM_KF_INPLACE(3)},
     {"dnnl", TDM_FUSED_DOMAIN, "ToBlocked", WA},
     {"dnnl", TDM_FUSED_DOMAIN, "FromBlocked", WA},
+    {"dnnl", TDM_FUSED_DOMAIN, "BlockedConcat", WA},
     {"binary", "", "Add", WA},
     {"binary", "", "Sub", WA},
     {"binary", "", "Mul", WA},
@@ -453,6 +454,11 @@ static void test_promises_kept(void **state) {
                                               "../models_int8/mlp_dyn"};
     for (size_t i = 0; i < sizeof int8_models / sizeof int8_models[0]; i++)
         run_model_dir(cpu, int8_models[i]);
+    /* channel Concats of blocked maps whose counts are not multiples of the block (tests/models_ocr) */
+    static const char *const ocr_models[] = {"../models_ocr/blocked_concat_4x24", "../models_ocr/blocked_concat_two",
+                                             "../models_ocr/blocked_concat_mixed_batch2"};
+    for (size_t i = 0; i < sizeof ocr_models / sizeof ocr_models[0]; i++)
+        run_model_dir(cpu, ocr_models[i]);
     built_plain_ops(cpu);
     built_fused_ops(cpu);
     built_blocked_ops(cpu);

@@ -508,7 +508,7 @@ static tdm_status *conv_build(dn_state *bs, tdm_kernel_ctx *ctx, dn_entry *he) {
     const int64_t chunk0 = flops < 2.0e6 ? units : dn_chunk(units, align, e->N, T);
     const bool has_act = s->fused && s->act && s->act[0];
     bool ok = false;
-    for (e->variant = getenv("XV") ? atoi(getenv("XV")) : 0; e->variant < CONV_VARIANTS; e->variant++) {
+    for (e->variant = 0; e->variant < CONV_VARIANTS; e->variant++) {
         if (e->variant >= CL_COUNT && !has_act) break; /* nothing to unfuse */
         if (e->variant) {
             conv_clear(bs, he);
