@@ -24,6 +24,21 @@
 
 /* ---- Identity ---- */
 
+/* Node i copies x to y: every reader of y reads x instead and the node goes, unless y is a
+ * graph output or read by a subgraph (those name y). */
+static void bypass(fz_ctx *fz, int i, int x, int y) {
+    const int *cons;
+    int nc = fz_consumers(fz, y, &cons);
+    if (fz_uses(fz, y) != nc) return;
+    for (int c = 0; c < nc; c++) {
+        tdm_node *r = fz_node(fz, cons[c]);
+        for (int k = 0; k < r->n_inputs; k++)
+            if (r->inputs[k] == y) r->inputs[k] = x;
+    }
+    fz_kill(fz, i);
+    fz->count++;
+}
+
 /* Identity(x) -> y with y neither a graph output nor read by a subgraph (those name y):
  * every reader of y reads x instead. */
 tdm_status *fz_pass_identity(fz_ctx *fz) {
@@ -34,16 +49,7 @@ tdm_status *fz_pass_identity(fz_ctx *fz) {
         if (n->n_inputs != 1 || n->n_outputs != 1 || n->inputs[0] < 0 || n->outputs[0] < 0)
             continue;
         int x = n->inputs[0], y = n->outputs[0];
-        const int *cons;
-        int nc = fz_consumers(fz, y, &cons);
-        if (fz_uses(fz, y) != nc) continue; /* a graph output or a subgraph's read */
-        for (int c = 0; c < nc; c++) {
-            tdm_node *r = fz_node(fz, cons[c]);
-            for (int k = 0; k < r->n_inputs; k++)
-                if (r->inputs[k] == y) r->inputs[k] = x;
-        }
-        fz_kill(fz, (int)i);
-        fz->count++;
+        bypass(fz, (int)i, x, y);
     }
     return NULL;
 }
@@ -94,16 +100,7 @@ tdm_status *fz_pass_noop_slice(fz_ctx *fz) {
                     (e >= INT32_MAX || (dim >= 0 && e >= dim));
         }
         if (!whole) continue;
-        const int *cons;
-        int nc = fz_consumers(fz, y, &cons);
-        if (fz_uses(fz, y) != nc) continue; /* a graph output or a subgraph's read */
-        for (int c = 0; c < nc; c++) {
-            tdm_node *r = fz_node(fz, cons[c]);
-            for (int k = 0; k < r->n_inputs; k++)
-                if (r->inputs[k] == y) r->inputs[k] = x;
-        }
-        fz_kill(fz, (int)i);
-        fz->count++;
+        bypass(fz, (int)i, x, y);
     }
     return NULL;
 }

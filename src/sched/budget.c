@@ -514,11 +514,11 @@ static void fit_free(fit *f) {
     tdm_free(a, f->unit_start);
 }
 
-/* The largest bytes of weights one node on d reads (what the ring must hold at least) and
- * the largest single weight there. */
-static double largest_node_weights(const fit *f, int d, int *largest_v) {
+/* The largest bytes of weights one node on d reads (what the ring must hold at least), the
+ * largest single weight there and a node that reads it (-1 when none). */
+static double largest_node_weights(const fit *f, int d, int *largest_v, int *reader) {
     double most = 0, one = 0;
-    *largest_v = -1;
+    *largest_v = *reader = -1;
     for (size_t i = 0; i < f->N; i++) {
         if (f->dev[i] != d) continue;
         const tdm_node *n = &f->g->nodes[i];
@@ -533,6 +533,7 @@ static double largest_node_weights(const fit *f, int d, int *largest_v) {
             if ((double)weight_bytes(f, v) > one) {
                 one = (double)weight_bytes(f, v);
                 *largest_v = v;
+                *reader = (int)i;
             }
         }
         if (sum > most) most = sum;
@@ -601,27 +602,8 @@ static tdm_status *budget_limit_error(const fit *f, const tdm_budget_plan *b, co
     const char *name = f->p->devices[d]->name;
     char origin[200];
     budget_origin(f, b, o, d, origin, sizeof origin);
-    int largest_v = -1, reader = -1;
-    double unit = 0, one = 0;
-    for (size_t i = 0; i < f->N; i++) {
-        if (f->dev[i] != d) continue;
-        const tdm_node *n = &f->g->nodes[i];
-        double sum = 0;
-        for (int j = 0; j < n->n_inputs; j++) {
-            int v = n->inputs[j];
-            if (v < 0 || !is_weight(&f->g->values[v])) continue;
-            bool dup = false;
-            for (int j2 = 0; j2 < j; j2++) dup |= n->inputs[j2] == v;
-            if (dup) continue;
-            sum += (double)weight_bytes(f, v);
-            if ((double)weight_bytes(f, v) > one) {
-                one = (double)weight_bytes(f, v);
-                largest_v = v;
-                reader = (int)i;
-            }
-        }
-        if (sum > unit) unit = sum;
-    }
+    int largest_v, reader;
+    double unit = largest_node_weights(f, d, &largest_v, &reader);
     int64_t least = (int64_t)unit + b->activations[d] + b->reserve[d];
     char fits[200] = "";
     if (o->spec[d].percent > 0 && b->weights[d] > 0)
@@ -697,8 +679,8 @@ static tdm_status *fit_device(fit *f, tdm_budget_plan *b, const tdm_budget_optio
     const char *name = p->devices[d]->name;
     double need_other = (double)b->activations[d] + (double)b->reserve[d];
     double avail = (double)b->budget[d] - need_other;
-    int largest_v = -1;
-    double unit_min = largest_node_weights(f, d, &largest_v);
+    int largest_v = -1, reader_v = -1;
+    double unit_min = largest_node_weights(f, d, &largest_v, &reader_v);
     bool oversize = false;
     if (avail < unit_min && avail > 0 && !moved &&
         move_oversize(f, d, avail, b->moved_note, sizeof b->moved_note) > 0) {
@@ -711,7 +693,7 @@ static tdm_status *fit_device(fit *f, tdm_budget_plan *b, const tdm_budget_optio
         if (o->spec[d].percent > 0) b->budget[d] = b->share[d] + b->activations[d] + b->reserve[d];
         need_other = (double)b->activations[d] + (double)b->reserve[d];
         avail = (double)b->budget[d] - need_other;
-        unit_min = largest_node_weights(f, d, &largest_v);
+        unit_min = largest_node_weights(f, d, &largest_v, &reader_v);
         if (avail >= unit_min && (double)b->weights[d] <= avail) { /* the rest fits */
             b->choice = TDM_FIT_LAYERS;
             snprintf(b->why, sizeof b->why, "the rest fits in %s's budget", name);
