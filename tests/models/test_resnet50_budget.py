@@ -69,7 +69,9 @@ def main():
             opts = ["--devices", f"{dev},cpu", "--placement", dev, "--device-memory", f"{dev}={pct}%"]
             if res != "auto":
                 opts += ["--residency", res]
-            p = subprocess.run([a.tandem, "plan", path, "--json"] + opts, capture_output=True, text=True, env=env)
+            # the run's thread count: the cost model's streamed set depends on it
+            p = subprocess.run([a.tandem, "plan", path, "--json", "--threads", "1"] + opts, capture_output=True,
+                               text=True, env=env)
             if p.returncode:
                 if dev != "test:0" and ("unknown device" in p.stderr or "not available" in p.stderr
                                         or "no device" in p.stderr.lower()):
