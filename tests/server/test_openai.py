@@ -175,16 +175,29 @@ class Tests:
 
         def run(k, prompt):
             got[k] = self.client.completions.create(model=MODEL, prompt=prompt, max_tokens=20,
-                                                    temperature=0).choices[0].text
+                                                    temperature=0, logprobs=2).choices[0]
 
         threads = [threading.Thread(target=run, args=((i, p), p)) for i in range(3) for p in refs]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-        for (i, p), text in got.items():
-            assert text == refs[p]["text"], (p, text, refs[p]["text"])
         assert len(got) == len(threads)
+        for (i, p), c in got.items():
+            if c.text == refs[p]["text"]:
+                continue
+            # a batch may run other kernels: a step holding the prefills of several prompts (more
+            # than 16 rows) multiplies through dequantised panels with float activations, one
+            # prompt alone through the int8-activation kernels (accuracy_level 4), so logits differ
+            # by that quantisation (~1e-2); the tiny random model has near ties: the texts may part
+            # only where the batched run's two best tokens are within 0.05 of each other
+            want = refs[p]["text"]
+            pos = next(k for k in range(min(len(c.text), len(want)) + 1)
+                       if k == min(len(c.text), len(want)) or c.text[k] != want[k])
+            lp = c.logprobs
+            tok = max(k for k in range(len(lp.text_offset)) if lp.text_offset[k] <= pos)
+            top = sorted(lp.top_logprobs[tok].values(), reverse=True)
+            assert len(top) >= 2 and top[0] - top[1] < 0.05, (p, c.text, want, tok, lp.top_logprobs[tok])
 
     def test_chat_greedy_matches_generate(self):
         ref = generate(self.tandem, self.folder, "What is the capital of France?", 16, chat=True)
