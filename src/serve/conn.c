@@ -236,6 +236,15 @@ static void answer_and_linger(sv_conns *cs, sv_slot *s, int http, const char *ms
     s->t_open = now;
 }
 
+/* A request head that has not arrived within --header-timeout: 408, then linger. */
+static void late_head(sv_conns *cs, sv_slot *s, uint64_t now) {
+    char msg[120];
+    cs->st.header_timeouts++;
+    snprintf(msg, sizeof msg, "the request headers did not arrive within %d s (--header-timeout)",
+             cs->opt.header_timeout_s);
+    answer_and_linger(cs, s, 408, msg, now);
+}
+
 static bool same_ip(const struct sockaddr_storage *a, const struct sockaddr_storage *b) {
     if (a->ss_family != b->ss_family) return false;
     if (a->ss_family == AF_INET)
@@ -614,7 +623,6 @@ static int sweep(sv_conns *cs, uint64_t now, handover *hs, int room) {
     uint64_t head_ns = (uint64_t)cs->opt.header_timeout_s * sec;
     uint64_t grace_ns = (uint64_t)cs->opt.rate_grace_s * sec;
     int nh = 0;
-    char msg[120];
     for (int fd = 0; fd < cs->cap_fd; fd++) {
         sv_slot *s = cs->by_fd[fd];
         if (s && s->state == ST_WLINGER) {
@@ -638,10 +646,7 @@ static int sweep(sv_conns *cs, uint64_t now, handover *hs, int room) {
                 cs->st.idle_timeouts++;
                 drop_own(cs, s);
             } else if (s->t_first && now - s->t_first > head_ns) {
-                cs->st.header_timeouts++;
-                snprintf(msg, sizeof msg, "the request headers did not arrive within %d s "
-                         "(--header-timeout)", cs->opt.header_timeout_s);
-                answer_and_linger(cs, s, 408, msg, now);
+                late_head(cs, s, now);
             }
             break;
         case ST_REFUSE:
@@ -662,10 +667,7 @@ static int sweep(sv_conns *cs, uint64_t now, handover *hs, int room) {
                 cs->st.idle_timeouts++;
                 shut_mhd(cs, s);
             } else if (s->t_first && now - s->t_first > head_ns) {
-                cs->st.header_timeouts++;
-                snprintf(msg, sizeof msg, "the request headers did not arrive within %d s "
-                         "(--header-timeout)", cs->opt.header_timeout_s);
-                answer_and_linger(cs, s, 408, msg, now);
+                late_head(cs, s, now);
             }
             break;
         case ST_MHD:

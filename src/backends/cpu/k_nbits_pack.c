@@ -242,17 +242,14 @@ vnni_rows_fixed(const tdm_nbits_pjob *j, int64_t p, int64_t m0, const int R, con
 }
 
 /* The M rows against panel p in fixed runs of NBP_MR rows (then 1-3), when G is 4 or 8. */
-#ifndef NBP_MR
 #define NBP_MR 4
-#endif
-__attribute__((always_inline)) TDM_TARGET_VNNI_F16 static inline bool
+__attribute__((always_inline)) TDM_TARGET_VNNI_F16 static inline void
 vnni_rows_multi(const tdm_nbits_pjob *j, int64_t p, const int G, bool q4, bool s16, bool mzs,
                 bool z16) {
     int64_t m = 0;
     for (; m + NBP_MR <= j->M; m += NBP_MR) vnni_rows_fixed(j, p, m, NBP_MR, G, q4, s16, mzs, z16);
     for (; m + 2 <= j->M; m += 2) vnni_rows_fixed(j, p, m, 2, G, q4, s16, mzs, z16);
     if (m < j->M) vnni_rows_fixed(j, p, m, 1, G, q4, s16, mzs, z16);
-    return true;
 }
 
 __attribute__((always_inline)) TDM_TARGET_VNNI_F16 static inline void
