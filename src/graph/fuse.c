@@ -8,6 +8,7 @@
 
 #include "core/alloc.h"
 #include "graph/fuse_impl.h"
+#include "graph/infer.h"
 #include "ops/fused.h"
 #include "ops/op.h"
 
@@ -107,9 +108,24 @@ bool fz_is_op(const fz_ctx *fz, int i, const char *op) {
     return !n->dead && !n->domain[0] && strcmp(n->op_type, op) == 0;
 }
 
+/* The value of g named like v that an enclosing graph defines (the innermost one), or NULL. */
+static const tdm_value *outer_value(const tdm_graph *g, const tdm_value *v) {
+    for (const tdm_graph *p = g->parent; p; p = p->parent) {
+        int u = tdm_graph_find_value(p, v->name);
+        if (u < 0) continue;
+        if (!p->values[u].is_outer) return &p->values[u];
+        v = &p->values[u]; /* read from further out: keep looking */
+    }
+    return NULL;
+}
+
 const tdm_tensor *fz_const(const fz_ctx *fz, int v) {
     if (v < 0) return NULL;
     const tdm_value *val = &fz->g->values[v];
+    if (!val->data && val->is_outer) { /* a body reading an enclosing graph's constant */
+        const tdm_value *o = outer_value(fz->g, val);
+        if (o) val = o;
+    }
     return val->data && !val->is_input ? val->data : NULL;
 }
 
@@ -361,6 +377,7 @@ static tdm_status *oom(void) { return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of mem
 /* Fused nodes live in domain "tandem"; finalize gives nodes the opset the graph imports for
  * their domain, so the graph imports "tandem" version 1 once a fused node exists. */
 static tdm_status *ensure_domain(tdm_graph *g, const char *domain) {
+    while (g->parent) g = g->parent; /* only the main graph's imports count */
     if (!domain[0] || tdm_graph_opset(g, domain) > 0) return NULL;
     size_t cap = g->n_opsets;
     tdm_opset_import *ops = tdm_calloc(g->alloc, cap + 1, sizeof *ops);
@@ -404,7 +421,11 @@ static char *unique_name(tdm_graph *g, const char *base) {
     if (!buf) return NULL;
     for (int k = 0;; k++) {
         snprintf(buf, len, "%s_fz%d", base, k);
-        if (tdm_graph_find_value(g, buf) < 0) return buf;
+        /* unique in the enclosing graphs too: a body nested in g that reads a name from
+         * further out would otherwise find the new value first */
+        const tdm_graph *p = g;
+        while (p && tdm_graph_find_value(p, buf) < 0) p = p->parent;
+        if (!p) return buf;
     }
 }
 
@@ -554,9 +575,66 @@ tdm_status *fz_vector_const(fz_ctx *fz, int c, int64_t n, int max_rank, int *v) 
 
 /* ---- driver ---- */
 
+static tdm_status *fuse_graph(tdm_graph *g, bool cpu, int *count);
+
+/* A body g: what its values read from enclosing graphs (dtype, shape) where the body does
+ * not declare it, then its static shapes. False when inference finds the body invalid for
+ * these shapes (a branch that never runs with them, say): then it is left as it is. */
+static bool body_shapes(tdm_graph *g) {
+    for (size_t v = 0; v < g->n_values; v++) {
+        tdm_value *val = &g->values[v];
+        const tdm_value *o = val->is_outer && val->rank < 0 ? outer_value(g, val) : NULL;
+        if (!o) continue;
+        if (val->dtype == TDM_UNDEFINED) val->dtype = o->dtype;
+        if (val->dtype != o->dtype) continue;
+        val->rank = o->rank;
+        for (int d = 0; d < o->rank && d < TDM_MAX_RANK; d++) val->dims[d] = o->dims[d];
+    }
+    tdm_status *st = tdm_graph_infer_shapes(g);
+    if (!st) return true;
+    tdm_status_free(st);
+    return false;
+}
+
+/* The bodies of g's control-flow nodes (If / Loop / Scan, at any depth): shapes, the fusion
+ * passes, compaction. Bodies run on the CPU (the only backend with control-flow kernels),
+ * so they get the CPU-only rewrites (`cpu`) too when the caller asks for them. What a body
+ * reads from enclosing graphs keeps its name (the executor looks it up there) and counts as
+ * a constant where the enclosing graph has it as one; the body's outputs are never
+ * rewritten away (fz_refresh counts them as uses). */
+static tdm_status *fuse_bodies(tdm_graph *g, bool cpu, int *count) {
+    for (size_t i = 0; i < g->n_nodes; i++) {
+        tdm_node *n = &g->nodes[i];
+        if (n->dead) continue;
+        for (int k = 0; k < n->n_attrs; k++) {
+            tdm_attr *at = &n->attrs[k];
+            size_t nb = at->type == TDM_ATTR_GRAPH ? 1 : at->type == TDM_ATTR_GRAPHS ? at->n : 0;
+            for (size_t j = 0; j < nb; j++) {
+                tdm_graph *b = at->type == TDM_ATTR_GRAPH ? at->g : at->graphs[j];
+                if (!b || !body_shapes(b)) continue;
+                int c = 0;
+                TDM_TRY(fuse_graph(b, cpu, &c));
+                if (c) {
+                    TDM_TRY(tdm_graph_compact(b));
+                    tdm_status_free(tdm_graph_infer_shapes(b)); /* (was consistent before) */
+                }
+                *count += c;
+                TDM_TRY(fuse_bodies(b, cpu, count));
+            }
+        }
+    }
+    return NULL;
+}
+
 tdm_status *tdm_graph_fuse(tdm_graph *g, int *count) {
     *count = 0;
-    if (g->parent) return NULL; /* subgraph bodies are left as they are */
+    if (g->parent) return NULL; /* bodies: through their main graph's call */
+    TDM_TRY(fuse_graph(g, false, count));
+    return fuse_bodies(g, true, count);
+}
+
+static tdm_status *fuse_graph(tdm_graph *g, bool cpu, int *count) {
+    *count = 0;
     fz_ctx fz = {.g = g, .dirty = true};
     tdm_status *st = compute_origins(&fz);
     /* Order: layout and Identity clean-up first (they expose patterns), BatchNorm and bias
@@ -567,6 +645,7 @@ tdm_status *tdm_graph_fuse(tdm_graph *g, int *count) {
         fz_pass_conv_bias,   fz_pass_reduce_pool, fz_pass_layernorm, fz_pass_attention,
         fz_pass_matmul,      fz_pass_conv,      fz_pass_stack_reduce};
     for (size_t p = 0; !st && p < sizeof passes / sizeof passes[0]; p++) st = passes[p](&fz);
+    if (!st && cpu) st = fz_pass_gelu(&fz);
     index_free(&fz);
     tdm_free(g->alloc, fz.origin);
     tdm_free(g->alloc, fz.derived);

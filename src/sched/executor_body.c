@@ -121,8 +121,24 @@ const int *tdm_exec_body_release_after(const tdm_body *b) { return b->rel; }
 
 const tdm_tensor **tdm_exec_body_probe(tdm_body *b) { return b->probe; }
 
+/* The constant behind value v of body g, or NULL: its own data, or for a value the body
+ * reads from an enclosing graph, that graph's constant (the innermost graph that defines the
+ * name decides; an overridable graph input or a computed value is no constant). */
+static const tdm_tensor *body_const(const tdm_graph *g, int v) {
+    const tdm_value *val = &g->values[v];
+    while (!val->data && val->is_outer && g->parent) {
+        const char *name = val->name;
+        int u = -1;
+        while ((g = g->parent) && (u = tdm_graph_find_value(g, name)) < 0) {}
+        if (!g) return NULL;
+        val = &g->values[u];
+    }
+    return val->data && !val->is_input ? val->data : NULL;
+}
+
 /* Looks up node i's kernel for the input types of this run and prepares its state with the
- * body's constants, once. A failure leaves the node to the per-run path of
+ * body's constants (and the enclosing graphs' constants it reads, such as a main graph's
+ * weights read by an If branch's convolutions), once. A failure leaves the node to the per-run path of
  * tdm_exec_run_node. */
 void tdm_exec_body_kernel(tdm_body *b, size_t i, const tdm_tensor *const *ins,
                           const tdm_allocator *a, const tdm_kernel_def **k, void **state) {
@@ -134,8 +150,7 @@ void tdm_exec_body_kernel(tdm_body *b, size_t i, const tdm_tensor *const *ins,
         for (int j = 0; j < n->n_inputs; j++) {
             int v = n->inputs[j];
             types[j] = ins[j] ? ins[j]->dtype : TDM_UNDEFINED;
-            bool c = v >= 0 && b->g->values[v].data && !b->g->values[v].is_input;
-            consts[j] = c ? b->g->values[v].data : NULL;
+            consts[j] = v >= 0 ? body_const(b->g, v) : NULL;
         }
         const tdm_kernel_def *kd = tdm_device_find_kernel(b->dev, n, types, n->n_inputs);
         void *st = NULL;
