@@ -1141,6 +1141,77 @@ static void test_layout(void **state) {
     }
 }
 
+/* ---- inside control-flow bodies ----
+ * tests/models/if_fused_body (tools/make_control_models.py; against ONNX Runtime in
+ * model_tests): the If's branches and the Loop inside the else branch are fused, with the
+ * main graph's weights read from two scopes out; the else branch's Conv, whose output is
+ * also a branch output, stays. Both branches, run four times (the body's memory plan is
+ * built from the second run on), agree with opt-level 0. */
+static void body_session(tdm_env *env, int opt, tdm_session **s) {
+    tdm_session_options so = {.api_version = TDM_API_VERSION, .devices = "cpu", .threads = 1,
+                              .opt_level = opt};
+    tdm_status *st = tdm_session_create(
+        env, TANDEM_SOURCE_DIR "/tests/models/if_fused_body/model.onnx", &so, s);
+    if (st) fail_msg("opt %d: %s", opt, tdm_status_message(st));
+}
+
+static void test_body_fusion(void **state) {
+    (void)state;
+    tdm_env *env = NULL;
+    assert_null(tdm_env_create(NULL, &env));
+    tdm_session *s0 = NULL, *s1 = NULL;
+    body_session(env, 0, &s0);
+    body_session(env, 1, &s1);
+    fuse_result r = {0};
+    const tdm_model *m = tdm_session_model(s1);
+    size_t len = 0;
+    for (size_t i = 0; i < tdm_model_op_type_count(m); i++) {
+        size_t c;
+        const char *op = tdm_model_op_type(m, i, &c);
+        len += (size_t)snprintf(r.ops + len, sizeof r.ops - len, "%s:%zu ", op, c);
+    }
+    /* then: Conv+Relu, Conv+Sigmoid, MatMul+Add+Relu; else: MatMul+Add; loop: Conv+Relu */
+    if (op_count(&r, "FusedConv") != 3 || op_count(&r, "FusedMatMul") != 2 ||
+        op_count(&r, "Conv") != 2 || op_count(&r, "Relu") != 1 || op_count(&r, "Sigmoid") != 0)
+        fail_msg("%s", r.ops);
+    int64_t xd[3] = {1, 4, 10}, vd[2] = {3, 16};
+    tdm_tensor *ins[3] = {0};
+    assert_null(tdm_tensor_create(env, TDM_BOOL, 0, NULL, &ins[0]));
+    assert_null(tdm_tensor_create(env, TDM_FLOAT, 3, xd, &ins[1]));
+    assert_null(tdm_tensor_create(env, TDM_FLOAT, 2, vd, &ins[2]));
+    mb_rng_state = 777;
+    for (int i = 1; i < 3; i++) {
+        float *d = tdm_tensor_data(ins[i]);
+        for (int64_t k = 0; k < tdm_tensor_element_count(ins[i]); k++) d[k] = 2.0f * mb_rnd();
+    }
+    const char *names[3] = {"c", "X", "V"};
+    for (int branch = 0; branch < 2; branch++) {
+        *(bool *)tdm_tensor_data(ins[0]) = branch == 0;
+        tdm_tensor *want[3] = {0};
+        tdm_status *st = tdm_session_run(s0, 3, names, (const tdm_tensor *const *)ins, 3, NULL, want);
+        if (st) fail_msg("opt 0 run: %s", tdm_status_message(st));
+        for (int run = 0; run < 4; run++) {
+            tdm_tensor *got[3] = {0};
+            st = tdm_session_run(s1, 3, names, (const tdm_tensor *const *)ins, 3, NULL, got);
+            if (st) fail_msg("opt 1 run %d: %s", run, tdm_status_message(st));
+            for (int o = 0; o < 3; o++) {
+                assert_int_equal(tdm_tensor_element_count(got[o]), tdm_tensor_element_count(want[o]));
+                const float *x = tdm_tensor_data(want[o]), *y = tdm_tensor_data(got[o]);
+                for (int64_t k = 0; k < tdm_tensor_element_count(want[o]); k++)
+                    if (!(fabsf(x[k] - y[k]) <= 1e-5f + 1e-4f * fabsf(x[k])))
+                        fail_msg("branch %d run %d output %d element %lld: %.8g vs %.8g", branch,
+                                 run, o, (long long)k, x[k], y[k]);
+                tdm_tensor_free(got[o]);
+            }
+        }
+        for (int o = 0; o < 3; o++) tdm_tensor_free(want[o]);
+    }
+    for (int i = 0; i < 3; i++) tdm_tensor_free(ins[i]);
+    tdm_session_free(s0);
+    tdm_session_free(s1);
+    tdm_env_free(env);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bn_fold),         cmocka_unit_test(test_conv_activations),
@@ -1152,7 +1223,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_relu),
         cmocka_unit_test(test_matmul_gelu),     cmocka_unit_test(test_layernorm),
         cmocka_unit_test(test_attention),       cmocka_unit_test(test_attention_wide),
-        cmocka_unit_test(test_layout),
+        cmocka_unit_test(test_layout),          cmocka_unit_test(test_body_fusion),
         cmocka_unit_test(test_reference_conv), cmocka_unit_test(test_reference_matmul),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
