@@ -117,6 +117,8 @@ tdm_status *fz_vector_const(fz_ctx *fz, int c, int64_t n, int max_rank, int *v);
 
 /* ---- the passes (one file each) ---- */
 tdm_status *fz_pass_layout(fz_ctx *fz);    /* fuse_layout.c: Transpose/Reshape chains */
+/* fuse_layout.c: Max(Transpose(a, p), Transpose(b, p)) -> Transpose(Max(a, b), p) */
+tdm_status *fz_pass_sink_transpose(fz_ctx *fz);
 tdm_status *fz_pass_identity(fz_ctx *fz);  /* fuse_act.c: Identity nodes dropped */
 tdm_status *fz_pass_conv_bias(fz_ctx *fz); /* fuse_act.c: Conv + Add / Mul(per-channel constant) */
 tdm_status *fz_pass_reduce_pool(fz_ctx *fz); /* fuse_act.c: ReduceMean(H, W) -> GlobalAveragePool */

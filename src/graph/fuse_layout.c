@@ -1,4 +1,5 @@
-/* Layout clean-up: chains of Transposes and of Reshapes collapse to one node. */
+/* Layout clean-up: chains of Transposes and of Reshapes collapse to one node; an element-wise
+ * op over equally transposed inputs runs before the transpose, which is done once. */
 #include <string.h>
 
 #include "core/alloc.h"
@@ -107,6 +108,71 @@ tdm_status *fz_pass_layout(fz_ctx *fz) {
         TDM_TRY(fz_refresh(fz));
         if (fz_is_op(fz, (int)i, "Transpose")) TDM_TRY(fuse_transposes(fz, (int)i));
         else if (fz_is_op(fz, (int)i, "Reshape")) TDM_TRY(fuse_reshapes(fz, (int)i));
+    }
+    return NULL;
+}
+
+/* Op(Transpose(a1, p), ..., Transpose(ak, p)) -> Transpose(Op(a1, ..., ak), p) for an
+ * element-wise op whose inputs all have a1's shape (no broadcasting): one transpose instead
+ * of k (attacut's three convolution branches, each transposed back to [N, L, C] before an
+ * element-wise Max). Each transposed value must be read by the op alone. */
+static tdm_status *sink_transposes(fz_ctx *fz, int i) {
+    const tdm_node *n = fz_node(fz, i);
+    int k = n->n_inputs, y = n->n_outputs == 1 ? n->outputs[0] : -1;
+    if (k < 2 || k > 64 || y < 0) return NULL;
+    int srcs[64], tr[64];
+    int64_t perm[TDM_MAX_RANK], pj[TDM_MAX_RANK];
+    int rank = -1, rj;
+    for (int j = 0; j < k; j++) {
+        int v = n->inputs[j], t = v >= 0 ? fz_producer(fz, v) : -1;
+        if (!fz_is_op(fz, t, "Transpose") || fz_uses(fz, v) != 1 || fz_sole_consumer(fz, v) != i)
+            return NULL;
+        const tdm_node *tn = fz_node(fz, t);
+        if (tn->n_inputs != 1 || tn->inputs[0] < 0 || !transpose_perm(fz, tn, pj, &rj)) return NULL;
+        if (j == 0) {
+            rank = rj;
+            memcpy(perm, pj, sizeof perm);
+        } else if (rj != rank || memcmp(perm, pj, (size_t)rank * sizeof *perm) != 0 ||
+                   !fz_same_shape(fz, tn->inputs[0], srcs[0]) ||
+                   fz->g->values[tn->inputs[0]].dtype != fz->g->values[srcs[0]].dtype) {
+            return NULL;
+        }
+        srcs[j] = tn->inputs[0];
+        tr[j] = t;
+    }
+    const tdm_value *a = &fz->g->values[srcs[0]];
+    if (a->rank != rank || fz->g->values[y].dtype != a->dtype) return NULL;
+    int mid;
+    TDM_TRY(fz_new_value(fz, fz->g->values[y].name, a->dtype, a->rank, a->dims, &mid));
+    char *name = tdm_strdup(fz->g->alloc, fz_node(fz, i)->name);
+    if (!name) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory in graph fusion");
+    const char *op = fz_node(fz, i)->op_type;
+    int on, tn;
+    tdm_status *st = fz_new_node(fz, op, "", name, k, 1, &on);
+    if (!st) st = fz_new_node(fz, "Transpose", "", name, 1, 1, &tn);
+    tdm_free(fz->g->alloc, name);
+    TDM_TRY(st);
+    for (int j = 0; j < k; j++) fz_node(fz, on)->inputs[j] = srcs[j];
+    fz_node(fz, on)->outputs[0] = mid;
+    fz_node(fz, tn)->inputs[0] = mid;
+    fz_node(fz, tn)->outputs[0] = y;
+    for (int j = 0; j < k; j++) fz_kill(fz, tr[j]);
+    fz_kill(fz, i);
+    fz->count++;
+    return fz_attr_ints(fz, tn, "perm", perm, rank);
+}
+
+tdm_status *fz_pass_sink_transpose(fz_ctx *fz) {
+    static const char *const ops[] = {"Max", "Min", "Sum", "Mean", "Add", "Sub", "Mul", "Div"};
+    for (size_t i = 0; i < fz->g->n_nodes; i++) {
+        TDM_TRY(fz_refresh(fz));
+        const tdm_node *n = fz_node(fz, (int)i);
+        if (n->dead || n->domain[0] || n->n_attrs) continue;
+        for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++)
+            if (!strcmp(n->op_type, ops[o])) {
+                TDM_TRY(sink_transposes(fz, (int)i));
+                break;
+            }
     }
     return NULL;
 }

@@ -1212,6 +1212,32 @@ static void test_body_fusion(void **state) {
     tdm_env_free(env);
 }
 
+/* Max / Add over equally transposed inputs: the op first, one Transpose after it (fuse_layout.c);
+ * negatives: a transposed value with a second reader, two different permutations */
+static void test_sink_transpose(void **state) {
+    (void)state;
+    int64_t xd[3] = {2, 5, 3}, x2d[3] = {5, 2, 3}, p[3] = {0, 2, 1}, q[3] = {1, 2, 0};
+    for (int c = 0; c < 4; c++) {
+        mb_model b;
+        mb_init(&b, 17);
+        mb_input_run(&b, "x1", 3, xd, NULL);
+        mb_input_run(&b, "x2", 3, c == 3 ? x2d : xd, NULL); /* case 3: [2,3,5] by another perm */
+        mb_input_run(&b, "x3", 3, xd, NULL);
+        mb_attr_ints(&b, mb_node(&b, "Transpose:x1->t1"), "perm", 3, p);
+        mb_attr_ints(&b, mb_node(&b, "Transpose:x2->t2"), "perm", 3, c == 3 ? q : p);
+        mb_attr_ints(&b, mb_node(&b, "Transpose:x3->t3"), "perm", 3, p);
+        mb_node(&b, c == 1 ? "Add:t1,t2->m" : "Max:t1,t2,t3->m");
+        mb_node(&b, "Relu:m->z");
+        mb_output(&b, "z");
+        if (c == 2) mb_output(&b, "t2");
+        fuse_result r;
+        run_both(&b, &r);
+        size_t want = c <= 1 ? 1 : 3; /* (case 1: t3 is unread and goes) */
+        if (op_count(&r, "Transpose") != want) fail_msg("case %d: %s", c, r.ops);
+        mb_free(&b);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bn_fold),         cmocka_unit_test(test_conv_activations),
@@ -1224,6 +1250,7 @@ int main(void) {
         cmocka_unit_test(test_matmul_gelu),     cmocka_unit_test(test_layernorm),
         cmocka_unit_test(test_attention),       cmocka_unit_test(test_attention_wide),
         cmocka_unit_test(test_layout),          cmocka_unit_test(test_body_fusion),
+        cmocka_unit_test(test_sink_transpose),
         cmocka_unit_test(test_reference_conv), cmocka_unit_test(test_reference_matmul),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
