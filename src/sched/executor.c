@@ -541,7 +541,7 @@ static tdm_status *take_outputs(frame *f, const int *which, size_t n, tdm_tensor
     return st;
 }
 
-static const tdm_tensor *lookup_outer(const frame *f, const char *name) {
+const tdm_tensor *tdm_exec_lookup_outer(const frame *f, const char *name) {
     for (; f; f = f->parent) {
         int v = tdm_graph_find_value(f->g, name);
         if (v >= 0 && f->vals[v]) return f->vals[v];
@@ -583,8 +583,7 @@ static tdm_status *run_subgraph(tdm_kernel_ctx *ctx, const tdm_graph *body, int 
          * up first (into the plan's scratch when it turns out to fit) */
         const tdm_tensor **probe = tdm_exec_body_probe(bc);
         memset(probe, 0, nv * sizeof *probe);
-        for (size_t v = 0; v < body->n_values; v++)
-            if (body->values[v].is_outer) probe[v] = lookup_outer(parent, body->values[v].name);
+        tdm_exec_body_outer(bc, parent, probe);
         for (int i = 0; i < n_in; i++) probe[body->inputs[i]] = in[i];
         f.vals = probe;
         key = tdm_exec_body_key(&f);
@@ -629,7 +628,7 @@ static tdm_status *run_subgraph(tdm_kernel_ctx *ctx, const tdm_graph *body, int 
             rel[v] = -1;
             const tdm_value *val = &body->values[v];
             if (val->data) f.vals[v] = val->data;
-            if (val->is_outer && !(f.vals[v] = lookup_outer(parent, val->name))) {
+            if (val->is_outer && !(f.vals[v] = tdm_exec_lookup_outer(parent, val->name))) {
                 st = TDM_ERR(TDM_ERR_INTERNAL, "%s node '%s': outer value '%s' is not available",
                              ctx->node->op_type, ctx->node->name, val->name);
                 goto done;

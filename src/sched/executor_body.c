@@ -35,6 +35,10 @@ struct tdm_body {
     unsigned *kflags;           /* per node: TDM_KF_WRITES_ALL of k */
     bool *tried;
     const tdm_tensor **probe;   /* per value: scratch for the run's inputs and outer values */
+    /* the values the body reads from enclosing graphs: value, how many graphs out the name
+     * is defined (the frame to read it from), its index there */
+    int n_outer;
+    int *outer_v, *outer_up, *outer_idx;
     tdm_memplan *mp;            /* for the input / outer shapes of mp->key, or NULL */
     uint64_t seen_key;          /* the last run's key without a memory plan */
     bool seen;
@@ -51,6 +55,9 @@ static void body_free(const tdm_allocator *a, tdm_body *b) {
     tdm_free(a, b->kflags);
     tdm_free(a, b->tried);
     tdm_free(a, b->probe);
+    tdm_free(a, b->outer_v);
+    tdm_free(a, b->outer_up);
+    tdm_free(a, b->outer_idx);
     tdm_memplan_free(a, b->mp);
     tdm_free(a, b);
 }
@@ -69,7 +76,11 @@ static tdm_body *body_new(const tdm_allocator *a, const tdm_graph *g, tdm_device
     b->kflags = tdm_calloc(a, nn, sizeof *b->kflags);
     b->tried = tdm_calloc(a, nn, sizeof *b->tried);
     b->probe = tdm_calloc(a, nv, sizeof *b->probe);
-    if (!b->rel || !b->first || !b->k || !b->state || !b->kflags || !b->tried || !b->probe) {
+    b->outer_v = tdm_calloc(a, nv, sizeof *b->outer_v);
+    b->outer_up = tdm_calloc(a, nv, sizeof *b->outer_up);
+    b->outer_idx = tdm_calloc(a, nv, sizeof *b->outer_idx);
+    if (!b->rel || !b->first || !b->k || !b->state || !b->kflags || !b->tried || !b->probe ||
+        !b->outer_v || !b->outer_up || !b->outer_idx) {
         body_free(a, b);
         return NULL;
     }
@@ -86,6 +97,15 @@ static tdm_body *body_new(const tdm_allocator *a, const tdm_graph *g, tdm_device
             }
     }
     for (size_t o = 0; o < g->n_outputs; o++) b->rel[g->outputs[o]] = -1;
+    for (size_t v = 0; v < g->n_values; v++) {
+        if (!g->values[v].is_outer) continue;
+        int up = 1, u = -1;
+        const tdm_graph *p = g->parent;
+        for (; p && (u = tdm_graph_find_value(p, g->values[v].name)) < 0; p = p->parent) up++;
+        b->outer_v[b->n_outer] = (int)v;
+        b->outer_up[b->n_outer] = p ? up : 0; /* 0: not found, looked up by name per run */
+        b->outer_idx[b->n_outer++] = u;
+    }
     return b;
 }
 
@@ -120,6 +140,21 @@ void tdm_exec_bodies_free(tdm_plan *p) {
 const int *tdm_exec_body_release_after(const tdm_body *b) { return b->rel; }
 
 const tdm_tensor **tdm_exec_body_probe(tdm_body *b) { return b->probe; }
+
+void tdm_exec_body_outer(const tdm_body *b, const frame *parent, const tdm_tensor **probe) {
+    for (int j = 0; j < b->n_outer; j++) {
+        int v = b->outer_v[j];
+        const frame *f = parent;
+        for (int up = b->outer_up[j]; f && up > 1; up--) f = f->parent;
+        const tdm_tensor *t = NULL;
+        if (f && b->outer_up[j] > 0) { /* the frame of the graph that defines the name */
+            const tdm_graph *want = b->g;
+            for (int up = b->outer_up[j]; want && up > 0; up--) want = want->parent;
+            if (f->g == want) t = f->vals[b->outer_idx[j]];
+        }
+        probe[v] = t ? t : tdm_exec_lookup_outer(parent, b->g->values[v].name);
+    }
+}
 
 /* The constant behind value v of body g, or NULL: its own data, or for a value the body
  * reads from an enclosing graph, that graph's constant (the innermost graph that defines the

@@ -109,6 +109,12 @@ const int *tdm_exec_body_release_after(const tdm_body *b);
 /* Scratch of n_values pointers for the run holding the body (its inputs and outer values,
  * looked up before the memory plan is chosen). */
 const tdm_tensor **tdm_exec_body_probe(tdm_body *b);
+/* Fills probe[v] for each value v the body reads from enclosing frames (parent: the frame
+ * of the control-flow node): from the frame of the graph that defines the name, found once
+ * when the cache was made, else by name (tdm_exec_lookup_outer). */
+void tdm_exec_body_outer(const tdm_body *b, const frame *parent, const tdm_tensor **probe);
+/* The tensor named `name` in f or the nearest enclosing frame that holds one, or NULL. */
+const tdm_tensor *tdm_exec_lookup_outer(const frame *f, const char *name);
 /* Node i's kernel and prepared state, looked up and prepared on the node's first run (NULL:
  * tdm_exec_run_node finds one per run). */
 void tdm_exec_body_kernel(tdm_body *b, size_t i, const tdm_tensor *const *ins,
