@@ -578,9 +578,16 @@ tdm_status *fz_vector_const(fz_ctx *fz, int c, int64_t n, int max_rank, int *v) 
 static tdm_status *fuse_graph(tdm_graph *g, bool cpu, int *count);
 
 /* A body g: what its values read from enclosing graphs (dtype, shape) where the body does
- * not declare it, then its static shapes. False when inference finds the body invalid for
- * these shapes (a branch that never runs with them, say): then it is left as it is. */
-static bool body_shapes(tdm_graph *g) {
+ * not declare it, then its static shapes. The sizes a Loop or Scan body declares for its
+ * inputs are not trusted (a carried value may grow from one iteration to the next; nothing
+ * checks the declaration), only their type and rank (`loose`). False when inference finds
+ * the body invalid for these shapes (a branch that never runs with them, say): then it is
+ * left as it is. */
+static bool body_shapes(tdm_graph *g, bool loose) {
+    for (size_t i = 0; loose && i < g->n_inputs; i++) {
+        tdm_value *val = &g->values[g->inputs[i]];
+        for (int d = 0; d < val->rank && d < TDM_MAX_RANK; d++) val->dims[d] = TDM_DIM_UNKNOWN;
+    }
     for (size_t v = 0; v < g->n_values; v++) {
         tdm_value *val = &g->values[v];
         const tdm_value *o = val->is_outer && val->rank < 0 ? outer_value(g, val) : NULL;
@@ -611,7 +618,7 @@ static tdm_status *fuse_bodies(tdm_graph *g, bool cpu, int *count) {
             size_t nb = at->type == TDM_ATTR_GRAPH ? 1 : at->type == TDM_ATTR_GRAPHS ? at->n : 0;
             for (size_t j = 0; j < nb; j++) {
                 tdm_graph *b = at->type == TDM_ATTR_GRAPH ? at->g : at->graphs[j];
-                if (!b || !body_shapes(b)) continue;
+                if (!b || !body_shapes(b, strcmp(n->op_type, "If") != 0)) continue;
                 int c = 0;
                 TDM_TRY(fuse_graph(b, cpu, &c));
                 if (c) {
