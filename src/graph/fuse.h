@@ -7,7 +7,9 @@
 #include "graph/graph.h"
 
 /* Runs every fusion pass once over g (nodes replaced are marked dead; the caller compacts
- * and re-infers shapes). *count receives the number of rewrites. */
+ * and re-infers shapes), then over the bodies of its If / Loop / Scan nodes at any depth
+ * (each body compacted and its shapes inferred here; the CPU-only rewrites included, since
+ * only the CPU runs control flow). *count receives the number of rewrites. */
 tdm_status *tdm_graph_fuse(tdm_graph *g, int *count);
 
 /* The blocked-layout pass (fuse_blocked.c): rewrites chains of convolutions, poolings and
