@@ -1,5 +1,6 @@
 /* Layout clean-up: chains of Transposes and of Reshapes collapse to one node; an element-wise
  * op over equally transposed inputs runs before the transpose, which is done once. */
+#include <stdio.h>
 #include <string.h>
 
 #include "core/alloc.h"
@@ -144,13 +145,18 @@ static tdm_status *sink_transposes(fz_ctx *fz, int i) {
     if (a->rank != rank || fz->g->values[y].dtype != a->dtype) return NULL;
     int mid;
     TDM_TRY(fz_new_value(fz, fz->g->values[y].name, a->dtype, a->rank, a->dims, &mid));
-    char *name = tdm_strdup(fz->g->alloc, fz_node(fz, i)->name);
-    if (!name) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory in graph fusion");
+    const char *base = fz_node(fz, i)->name;
+    size_t len = strlen(base) + 16;
+    char *name = tdm_alloc(fz->g->alloc, len), *tname = tdm_alloc(fz->g->alloc, len);
+    if (name) snprintf(name, len, "%s", base);
+    if (tname) snprintf(tname, len, "%s_transpose", base); /* names stay distinct (profiles) */
     const char *op = fz_node(fz, i)->op_type;
     int on, tn;
-    tdm_status *st = fz_new_node(fz, op, "", name, k, 1, &on);
-    if (!st) st = fz_new_node(fz, "Transpose", "", name, 1, 1, &tn);
+    tdm_status *st = name && tname ? fz_new_node(fz, op, "", name, k, 1, &on)
+                                   : TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory in graph fusion");
+    if (!st) st = fz_new_node(fz, "Transpose", "", tname, 1, 1, &tn);
     tdm_free(fz->g->alloc, name);
+    tdm_free(fz->g->alloc, tname);
     TDM_TRY(st);
     for (int j = 0; j < k; j++) fz_node(fz, on)->inputs[j] = srcs[j];
     fz_node(fz, on)->outputs[0] = mid;
