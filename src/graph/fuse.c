@@ -108,22 +108,11 @@ bool fz_is_op(const fz_ctx *fz, int i, const char *op) {
     return !n->dead && !n->domain[0] && strcmp(n->op_type, op) == 0;
 }
 
-/* The value of g named like v that an enclosing graph defines (the innermost one), or NULL. */
-static const tdm_value *outer_value(const tdm_graph *g, const tdm_value *v) {
-    for (const tdm_graph *p = g->parent; p; p = p->parent) {
-        int u = tdm_graph_find_value(p, v->name);
-        if (u < 0) continue;
-        if (!p->values[u].is_outer) return &p->values[u];
-        v = &p->values[u]; /* read from further out: keep looking */
-    }
-    return NULL;
-}
-
 const tdm_tensor *fz_const(const fz_ctx *fz, int v) {
     if (v < 0) return NULL;
     const tdm_value *val = &fz->g->values[v];
     if (!val->data && val->is_outer) { /* a body reading an enclosing graph's constant */
-        const tdm_value *o = outer_value(fz->g, val);
+        const tdm_value *o = tdm_graph_outer_def(fz->g, val->name);
         if (o) val = o;
     }
     return val->data && !val->is_input ? val->data : NULL;
@@ -590,7 +579,8 @@ static bool body_shapes(tdm_graph *g, bool loose) {
     }
     for (size_t v = 0; v < g->n_values; v++) {
         tdm_value *val = &g->values[v];
-        const tdm_value *o = val->is_outer && val->rank < 0 ? outer_value(g, val) : NULL;
+        if (!val->is_outer || val->rank >= 0) continue;
+        const tdm_value *o = tdm_graph_outer_def(g, val->name);
         if (!o) continue;
         if (val->dtype == TDM_UNDEFINED) val->dtype = o->dtype;
         if (val->dtype != o->dtype) continue;

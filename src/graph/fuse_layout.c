@@ -145,17 +145,15 @@ static tdm_status *sink_transposes(fz_ctx *fz, int i) {
     if (a->rank != rank || fz->g->values[y].dtype != a->dtype) return NULL;
     int mid;
     TDM_TRY(fz_new_value(fz, fz->g->values[y].name, a->dtype, a->rank, a->dims, &mid));
-    const char *base = fz_node(fz, i)->name;
-    size_t len = strlen(base) + 16;
-    char *name = tdm_alloc(fz->g->alloc, len), *tname = tdm_alloc(fz->g->alloc, len);
-    if (name) snprintf(name, len, "%s", base);
-    if (tname) snprintf(tname, len, "%s_transpose", base); /* names stay distinct (profiles) */
-    const char *op = fz_node(fz, i)->op_type;
+    /* (the strings stay where they are when fz_new_node moves the node array) */
+    const char *name = fz_node(fz, i)->name, *op = fz_node(fz, i)->op_type;
+    size_t len = strlen(name) + 16;
+    char *tname = tdm_alloc(fz->g->alloc, len); /* its own name (profiles, affinity rules) */
+    if (!tname) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory in graph fusion");
+    snprintf(tname, len, "%s_transpose", name);
     int on, tn;
-    tdm_status *st = name && tname ? fz_new_node(fz, op, "", name, k, 1, &on)
-                                   : TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory in graph fusion");
+    tdm_status *st = fz_new_node(fz, op, "", name, k, 1, &on);
     if (!st) st = fz_new_node(fz, "Transpose", "", tname, 1, 1, &tn);
-    tdm_free(fz->g->alloc, name);
     tdm_free(fz->g->alloc, tname);
     TDM_TRY(st);
     for (int j = 0; j < k; j++) fz_node(fz, on)->inputs[j] = srcs[j];

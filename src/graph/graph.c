@@ -53,6 +53,14 @@ int tdm_graph_find_value(const tdm_graph *g, const char *name) {
     return -1;
 }
 
+const tdm_value *tdm_graph_outer_def(const tdm_graph *g, const char *name) {
+    for (const tdm_graph *p = g->parent; p; p = p->parent) {
+        int u = tdm_graph_find_value(p, name);
+        if (u >= 0 && !p->values[u].is_outer) return &p->values[u];
+    }
+    return NULL;
+}
+
 tdm_status *tdm_graph_new(const tdm_allocator *a, tdm_graph **out) {
     graph_impl *gi = tdm_calloc(a, 1, sizeof *gi);
     if (!gi) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory creating a graph");

@@ -114,6 +114,9 @@ void tdm_graph_free(tdm_graph *g);
 
 /* Finds a value by name; -1 if none. O(1) average after tdm_graph_index(). */
 int tdm_graph_find_value(const tdm_graph *g, const char *name);
+/* For a name a subgraph g reads from enclosing graphs: the value of the innermost enclosing
+ * graph that defines it (not one that reads it from further out too), or NULL. */
+const tdm_value *tdm_graph_outer_def(const tdm_graph *g, const char *name);
 /* Adds a value with a copy of `name` (no dtype, unknown rank). Rejects duplicates only
  * when `unique` is set. */
 tdm_status *tdm_graph_add_value(tdm_graph *g, const char *name, int *out_index);

@@ -157,24 +157,18 @@ void tdm_exec_body_outer(const tdm_body *b, const frame *parent, const tdm_tenso
 }
 
 /* The constant behind value v of body g, or NULL: its own data, or for a value the body
- * reads from an enclosing graph, that graph's constant (the innermost graph that defines the
- * name decides; an overridable graph input or a computed value is no constant). */
+ * reads from an enclosing graph, the constant of the graph that defines the name (an
+ * overridable graph input or a computed value is no constant). */
 static const tdm_tensor *body_const(const tdm_graph *g, int v) {
     const tdm_value *val = &g->values[v];
-    while (!val->data && val->is_outer && g->parent) {
-        const char *name = val->name;
-        int u = -1;
-        while ((g = g->parent) && (u = tdm_graph_find_value(g, name)) < 0) {}
-        if (!g) return NULL;
-        val = &g->values[u];
-    }
-    return val->data && !val->is_input ? val->data : NULL;
+    if (!val->data && val->is_outer) val = tdm_graph_outer_def(g, val->name);
+    return val && val->data && !val->is_input ? val->data : NULL;
 }
 
 /* Looks up node i's kernel for the input types of this run and prepares its state with the
  * body's constants (and the enclosing graphs' constants it reads, such as a main graph's
- * weights read by an If branch's convolutions), once. A failure leaves the node to the per-run path of
- * tdm_exec_run_node. */
+ * weights read by an If branch's convolutions), once. A failure leaves the node to the
+ * per-run path of tdm_exec_run_node. */
 void tdm_exec_body_kernel(tdm_body *b, size_t i, const tdm_tensor *const *ins,
                           const tdm_allocator *a, const tdm_kernel_def **k, void **state) {
     const tdm_node *n = &b->g->nodes[i];

@@ -1188,16 +1188,18 @@ static void test_body_fusion(void **state) {
     for (int branch = 0; branch < 2; branch++) {
         *(bool *)tdm_tensor_data(ins[0]) = branch == 0;
         tdm_tensor *want[3] = {0};
-        tdm_status *st = tdm_session_run(s0, 3, names, (const tdm_tensor *const *)ins, 3, NULL, want);
+        const tdm_tensor *const *cins = (const tdm_tensor *const *)ins;
+        tdm_status *st = tdm_session_run(s0, 3, names, cins, 3, NULL, want);
         if (st) fail_msg("opt 0 run: %s", tdm_status_message(st));
         for (int run = 0; run < 4; run++) {
             tdm_tensor *got[3] = {0};
-            st = tdm_session_run(s1, 3, names, (const tdm_tensor *const *)ins, 3, NULL, got);
+            st = tdm_session_run(s1, 3, names, cins, 3, NULL, got);
             if (st) fail_msg("opt 1 run %d: %s", run, tdm_status_message(st));
             for (int o = 0; o < 3; o++) {
-                assert_int_equal(tdm_tensor_element_count(got[o]), tdm_tensor_element_count(want[o]));
+                int64_t count = tdm_tensor_element_count(want[o]);
+                assert_int_equal(tdm_tensor_element_count(got[o]), count);
                 const float *x = tdm_tensor_data(want[o]), *y = tdm_tensor_data(got[o]);
-                for (int64_t k = 0; k < tdm_tensor_element_count(want[o]); k++)
+                for (int64_t k = 0; k < count; k++)
                     if (!(fabsf(x[k] - y[k]) <= 1e-5f + 1e-4f * fabsf(x[k])))
                         fail_msg("branch %d run %d output %d element %lld: %.8g vs %.8g", branch,
                                  run, o, (long long)k, x[k], y[k]);
