@@ -143,8 +143,10 @@ static tdm_status *sink_transposes(fz_ctx *fz, int i) {
     }
     const tdm_value *a = &fz->g->values[srcs[0]];
     if (a->rank != rank || fz->g->values[y].dtype != a->dtype) return NULL;
+    int64_t dims[TDM_MAX_RANK]; /* (copied: adding a value may move the value array) */
+    memcpy(dims, a->dims, sizeof dims);
     int mid;
-    TDM_TRY(fz_new_value(fz, fz->g->values[y].name, a->dtype, a->rank, a->dims, &mid));
+    TDM_TRY(fz_new_value(fz, fz->g->values[y].name, a->dtype, rank, dims, &mid));
     /* (the strings stay where they are when fz_new_node moves the node array) */
     const char *name = fz_node(fz, i)->name, *op = fz_node(fz, i)->op_type;
     size_t len = strlen(name) + 16;
