@@ -380,7 +380,7 @@ def main():
         # tandem runs tpath, ORT runs qpath: the same file for the bench models, each
         # engine's own quantization for the real ones
         tpath = get_tandem_int8(tandem, name, fpath) if real else qpath
-        isa = cb.tandem_isa(tandem, qpath) if not real else isa
+        isa = cb.tandem_isa(tandem, tpath) if isa == "?" else isa
         for threads in [int(t) for t in a.threads.split(",")]:
             sq, sf = cb.ort_session(qpath, threads), cb.ort_session(fpath, threads)
             if name not in accs:
