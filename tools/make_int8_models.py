@@ -15,6 +15,11 @@ Cases (each quantized with 16 calibration samples of the same distribution as th
                   Mul), 1x1 Conv with hard-swish as Add, Clip, Mul, Div, 1x1 Conv with Tanh, 1x1 Conv with LeakyRelu, Concat, residual Add,
                   GlobalAveragePool, Gemm; the residual sum is a second output (QDQ, uint8:
                   tandem's QLut tables and channels-last int8 regions with an edge)
+  cnn_chain       PP-LCNetV3's blocks as paddle2onnx writes them: Conv, a scalar affine
+                  (Mul, Add), hard-swish as x * Clip(x + 3, 0, 6) / 6 with Constant-node
+                  bounds, another affine; SiLU as x * Sigmoid(x); an inner result that is also
+                  a graph output; quantized with only Conv's inputs and outputs quantized, so
+                  the element-wise chains are float between DQ and Q (tandem: one QLut each)
   mlp_qdq         MatMul+Add+Relu, MatMul+Add, Gemm(transB) on [6, 64] rows (QDQ)
   cnn_qop         QOperator form (QLinearConv, QLinearMatMul; quantized ops Conv / MatMul
                   only)
@@ -152,6 +157,49 @@ def cnn_act(seed=4):
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), [1, 3, 16, 16]
 
 
+def cnn_chain(seed=5):
+    rng = np.random.default_rng(seed)
+    nodes, inits = [], []
+
+    def scalar(name, v, constant_node=False):
+        t = numpy_helper.from_array(np.array(v, np.float32), name)
+        if constant_node:
+            nodes.append(helper.make_node("Constant", [], [name], value=t, name=name + "_const"))
+        else:
+            inits.append(t)
+        return name
+
+    def op(kind, ins, name):
+        nodes.append(helper.make_node(kind, ins, [name], name=name))
+        return name
+
+    def affine(x, name):
+        m = op("Mul", [scalar(name + "_s", float(rng.uniform(0.5, 2))), x], name + "_mul")
+        return op("Add", [m, scalar(name + "_b", float(rng.uniform(-1, 1)))], name + "_add")
+
+    def hswish(x, name):
+        p3 = op("Add", [x, scalar(name + "_three", 3.0, True)], name + "_p3")
+        c = op("Clip", [p3, scalar(name + "_lo", 0.0, True), scalar(name + "_hi", 6.0, True)],
+               name + "_clip")
+        return op("Div", [op("Mul", [x, c], name + "_m"), scalar(name + "_six", 6.0, True)],
+                  name + "_div")
+
+    h = conv(nodes, inits, rng, "x", 3, 16, 3, "c1")
+    h = affine(hswish(affine(h, "c1a"), "c1h"), "c1b")
+    h = conv(nodes, inits, rng, h, 16, 16, 3, "c2", group=16)
+    s = op("Mul", [h, op("Sigmoid", [h], "c2_sig")], "c2_silu")
+    h = conv(nodes, inits, rng, s, 16, 16, 1, "c3")
+    inner = affine(h, "c3a")  # also a graph output: the chain after it stays apart
+    h = hswish(inner, "c3h")
+    y = conv(nodes, inits, rng, h, 16, 8, 1, "c4")
+    g = helper.make_graph(nodes, "cnn_chain",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+                          [helper.make_tensor_value_info("c4", TensorProto.FLOAT, [1, 8, 16, 16]),
+                           helper.make_tensor_value_info(inner, TensorProto.FLOAT,
+                                                         [1, 16, 16, 16])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), [1, 3, 16, 16]
+
+
 class Reader(CalibrationDataReader):
     def __init__(self, shape, seed, n=16):
         rng = np.random.default_rng(seed)
@@ -225,6 +273,10 @@ def main():
         path = os.path.join(tmp, "cnn_act.onnx")
         quantize(model, shape, path, QDQ, U8, True)
         write_case(out, "cnn_act", path, shape, 1001 + len(cases))
+        model, shape = cnn_chain()
+        path = os.path.join(tmp, "cnn_chain.onnx")
+        quantize(model, shape, path, QDQ, U8, True, ["Conv"])
+        write_case(out, "cnn_chain", path, shape, 1002 + len(cases))
 
 
 if __name__ == "__main__":

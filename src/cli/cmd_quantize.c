@@ -515,6 +515,11 @@ static tdm_status *sensitivity(run_ctx *c, const qargs *a) {
     return st;
 }
 
+/* The k most sensitive nodes (of those measured) in float, the others quantized. */
+static void keep_first_in_float(run_ctx *c, size_t k) {
+    for (size_t j = 0; j < c->n_sens; j++) tdm_quantizer_set_enabled(c->q, c->sv[j].node, j >= k);
+}
+
 static void print_node(FILE *f, const tdm_quantizer *q, size_t i) {
     const char *name = tdm_quantizer_node_name(q, i);
     fprintf(f, "#%lld %s %s", (long long)tdm_quantizer_node_position(q, i), tdm_quantizer_node_op(q, i),
@@ -569,17 +574,29 @@ static int run(run_ctx *c, const qargs *a) {
     }
     size_t auto_excluded = 0;
     if (a->target > 0) {
+        /* the k most sensitive nodes in float: k = 1, 2, 4, ... until the target is met, then
+         * the smallest k between the last two (a few measurements, not one per node) */
         double cos = 0, err = 0;
         st = measure(c, a, c->eval, &cos, &err);
-        for (size_t k = 0; !st && cos < a->target && k < c->n_sens; k++) {
-            size_t i = c->sv[k].node;
-            if (!tdm_quantizer_node_enabled(c->q, i)) continue;
-            tdm_quantizer_set_enabled(c->q, i, false);
-            auto_excluded++;
+        size_t lo = 0, hi = 0; /* lo: too few; hi: enough (0: not found yet) */
+        bool met = cos >= a->target;
+        for (size_t k = 1; !st && !met && lo < c->n_sens; k = k * 2 < c->n_sens ? k * 2 : c->n_sens) {
+            keep_first_in_float(c, k);
             st = measure(c, a, c->eval, &cos, &err);
+            if (!st && cos >= a->target) hi = k, met = true;
+            else lo = k;
+        }
+        while (!st && met && hi - lo > 1) {
+            size_t mid = lo + (hi - lo) / 2;
+            keep_first_in_float(c, mid);
+            st = measure(c, a, c->eval, &cos, &err);
+            if (!st && cos >= a->target) hi = mid;
+            else lo = mid;
         }
         if (st) return cli_fail(st, "--target-cosine");
-        if (cos < a->target && !a->json)
+        auto_excluded = met ? hi : c->n_sens;
+        keep_first_in_float(c, auto_excluded);
+        if (!met && !a->json)
             fprintf(stderr, "tandem quantize: warning: cosine %.6f stays below the target %.6f with "
                             "every quantizable node in float\n", cos, a->target);
     }

@@ -11,6 +11,7 @@
  *   DQ(x_q) , scalar constant        -> Add | Sub | Mul | Div -> Q             => QLut
  *   (a QLut reading the only result of another QLut: one table, the two composed)
  *   DQ(a_q) , DQ(QLut(a_q))         -> Mul -> Q   (SiLU, hard-swish)       => QLut
+ *   DQ(x_q) -> several of the above on x alone (scalars, x * f(x)) -> Q    => QLut
  *   DQ(x_q) [, DQ(...)]             -> MaxPool | Reshape | Flatten | Transpose | Squeeze |
  *                                      Unsqueeze | Concat -> Q    (same scale and zero
  *                                      point on every side)                => the op on x_q
@@ -482,20 +483,30 @@ static tdm_status *emit_lut(fz_ctx *fz, int anchor, int xq, const q_out *q, cons
     return NULL;
 }
 
+/* Clip's constant bounds (false when one is not a float32 constant scalar; paddle2onnx writes
+ * them as Constant nodes). */
+static bool clip_bounds(const fz_ctx *fz, const tdm_node *u, float *lo, float *hi) {
+    *lo = -INFINITY, *hi = INFINITY;
+    if (u->opset < 11) {
+        *lo = tdm_attr_float(u, "min", -INFINITY);
+        *hi = tdm_attr_float(u, "max", INFINITY);
+        return true;
+    }
+    for (int k = 1; k < 3 && k < (int)u->n_inputs; k++) {
+        const tdm_tensor *t = u->inputs[k] >= 0 ? const_any(fz, u->inputs[k]) : NULL;
+        if (u->inputs[k] < 0) continue;
+        if (!t || t->dtype != TDM_FLOAT || t->count != 1) return false;
+        *(k == 1 ? lo : hi) = ((const float *)t->data)[0];
+    }
+    return true;
+}
+
 /* DQ(x_q) -> unary op (or Clip with constant bounds) -> Q */
 static tdm_status *fuse_lut_unary(fz_ctx *fz, int ui) {
     const tdm_node *u = fz_node(fz, ui);
-    float probe, lo = -INFINITY, hi = INFINITY;
+    float probe, lo, hi;
     bool clip = !strcmp(u->op_type, "Clip");
-    if (clip) {
-        if (u->opset < 11) {
-            lo = tdm_attr_float(u, "min", -INFINITY);
-            hi = tdm_attr_float(u, "max", INFINITY);
-        } else if ((u->n_inputs > 1 && u->inputs[1] >= 0 && !fz_scalar(fz, u->inputs[1], 1, &lo)) ||
-                   (u->n_inputs > 2 && u->inputs[2] >= 0 && !fz_scalar(fz, u->inputs[2], 1, &hi))) {
-            return NULL;
-        }
-    }
+    if (clip && !clip_bounds(fz, u, &lo, &hi)) return NULL;
     if ((!clip && u->n_inputs != 1) || u->n_outputs != 1 || u->outputs[0] < 0 ||
         (!clip && !lut_op(u, 0.0f, &probe)))
         return NULL;
@@ -590,6 +601,122 @@ static tdm_status *fuse_lut_mul(fz_ctx *fz, int mi) {
     return NULL;
 }
 
+/* ---- DQ(x_q) -> a float subgraph of x alone -> Q: one table ---- */
+
+/* A region: element-wise nodes computing one value from DQ(x_q) and scalar constants. */
+#define LR_MAX 16
+typedef struct lut_region {
+    int nodes[LR_MAX]; /* in an order that computes each before its readers */
+    int n;
+    int xv;  /* the DequantizeLinear output value the region reads */
+    dq_in x;
+} lut_region;
+
+static bool lr_unary(const tdm_node *n) {
+    float probe;
+    return n->n_inputs == 1 && lut_op(n, 0.0f, &probe);
+}
+
+static bool lr_in(const lut_region *r, int node) {
+    for (int i = 0; i < r->n; i++)
+        if (r->nodes[i] == node) return true;
+    return false;
+}
+
+/* Adds what computes value v (depth-first, producers first); false when v is not a function of
+ * one DQ(x_q) through the table ops. */
+static bool lr_collect(const fz_ctx *fz, int v, lut_region *r) {
+    if (v < 0) return false;
+    if (v == r->xv) return true;
+    dq_in d;
+    if (match_act_dq(fz, v, &d)) {
+        if (r->xv >= 0) return false; /* a second 8-bit input */
+        r->xv = v;
+        r->x = d;
+        return true;
+    }
+    int p = fz_producer(fz, v);
+    if (p < 0 || lr_in(r, p)) return p >= 0;
+    const tdm_node *n = fz_node(fz, p);
+    if (n->dead || n->n_outputs != 1 || (n->domain && n->domain[0] && strcmp(n->domain, "ai.onnx")))
+        return false;
+    const char *op = n->op_type;
+    bool bin = !strcmp(op, "Add") || !strcmp(op, "Sub") || !strcmp(op, "Mul") || !strcmp(op, "Div");
+    float c;
+    if (bin) {
+        if (n->n_inputs != 2) return false;
+        for (int k = 0; k < 2; k++)
+            if (!scalar_operand(fz, n->inputs[k], &c) && !lr_collect(fz, n->inputs[k], r)) return false;
+    } else if (!strcmp(op, "Clip")) {
+        float lo, hi;
+        if (!clip_bounds(fz, n, &lo, &hi) || !lr_collect(fz, n->inputs[0], r)) return false;
+    } else if (!lr_unary(n) || !lr_collect(fz, n->inputs[0], r)) {
+        return false;
+    }
+    if (r->n == LR_MAX) return false;
+    r->nodes[r->n++] = p;
+    return true;
+}
+
+/* The region's value of v (x: the input's value; vals: the region nodes' results so far). */
+static float lr_value(const fz_ctx *fz, const lut_region *r, const float *vals, float x, int v) {
+    if (v == r->xv) return x;
+    for (int i = 0; i < r->n; i++)
+        if (fz_node(fz, r->nodes[i])->outputs[0] == v) return vals[i];
+    float c = 0;
+    scalar_operand(fz, v, &c);
+    return c;
+}
+
+static float lr_eval(const fz_ctx *fz, const lut_region *r, float x) {
+    float vals[LR_MAX] = {0};
+    for (int i = 0; i < r->n; i++) {
+        const tdm_node *n = fz_node(fz, r->nodes[i]);
+        float a = lr_value(fz, r, vals, x, n->inputs[0]), o;
+        if (!strcmp(n->op_type, "Clip")) {
+            float lo, hi;
+            clip_bounds(fz, n, &lo, &hi);
+            o = a < lo ? lo : a > hi ? hi : a;
+        } else if (n->n_inputs == 2) {
+            float b = lr_value(fz, r, vals, x, n->inputs[1]);
+            char op = n->op_type[0];
+            o = op == 'A' ? a + b : op == 'S' ? a - b : op == 'M' ? a * b : a / b;
+        } else {
+            lut_op(n, a, &o);
+        }
+        vals[i] = o;
+    }
+    return vals[r->n - 1];
+}
+
+/* Q(f(DQ(x_q))) with f several element-wise nodes of x alone (x + 3 -> Clip, the
+ * x * Clip(x + 3, 0, 6) / 6 of a decomposed hard-swish, a * x + b ...) whose inner results
+ * nothing else reads: one QLut. (Single nodes: the patterns above, tried first.) */
+static tdm_status *fuse_lut_region(fz_ctx *fz, int qi) {
+    const tdm_node *qn = fz_node(fz, qi);
+    q_out q;
+    if (qn->n_inputs < 1 || qn->inputs[0] < 0 || !match_q(fz, qi, &q)) return NULL;
+    int v = qn->inputs[0];
+    if (fz_sole_consumer(fz, v) != qi) return NULL;
+    lut_region r = {.n = 0, .xv = -1};
+    if (!lr_collect(fz, v, &r) || r.n < 2 || r.xv < 0) return NULL;
+    if (!fz_same_shape(fz, v, r.xv)) return NULL; /* (no broadcast to a larger shape) */
+    for (int i = 0; i < r.n; i++) { /* inner results: read by the region only */
+        int o = fz_node(fz, r.nodes[i])->outputs[0];
+        if (o == v) continue;
+        const int *rd;
+        int k = fz_consumers(fz, o, &rd), in = 0;
+        for (int j = 0; j < k; j++) in += lr_in(&r, rd[j]);
+        if (in != k || fz_uses(fz, o) != k || !fz_same_shape(fz, o, r.xv)) return NULL;
+    }
+    tdm_dtype xt = fz->g->values[r.x.q].dtype;
+    uint8_t tab[256];
+    for (int b = 0; b < 256; b++) tab[b] = lut_q(&q, lr_eval(fz, &r, lut_dq(&r.x, xt, b)));
+    int last = r.nodes[r.n - 1];
+    for (int i = 0; i < r.n - 1; i++) fz_kill(fz, r.nodes[i]);
+    return emit_lut(fz, last, r.x.q, &q, tab, -1);
+}
+
 /* Same quantization: equal scale, zero point and type. */
 static bool same_q(const fz_ctx *fz, const dq_in *d, const q_out *q) {
     return scale_at(d, 0) == q->s && zp_at(d, 0) == q->z && fz->g->values[d->q].dtype == q->t;
@@ -644,6 +771,8 @@ tdm_status *fz_pass_qdq(fz_ctx *fz) {
                  fz_is_op(fz, ni, "HardSigmoid") || fz_is_op(fz, ni, "HardSwish") ||
                  fz_is_op(fz, ni, "Clip"))
             TDM_TRY(fuse_lut_unary(fz, ni));
+        else if (fz_is_op(fz, ni, "QuantizeLinear"))
+            TDM_TRY(fuse_lut_region(fz, ni));
         else
             for (size_t k = 0; k < sizeof moves / sizeof moves[0]; k++)
                 if (fz_is_op(fz, ni, moves[k])) TDM_TRY(fuse_move(fz, ni));
