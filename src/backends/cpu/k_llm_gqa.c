@@ -290,14 +290,14 @@ static void gqa_item_part(const gqa_job *j, int64_t b, int64_t g, int64_t k, flo
     if (a >= e) return;
     const int8_t *kq = j->i8 ? j->kq + (b * j->KVH + g) * j->L * j->rs : NULL;
     const int8_t *vq = j->i8 ? j->vq + (b * j->KVH + g) * j->L * j->rs : NULL;
-    for (int64_t t = a; t < e; t += GQA_KV_BLOCK) {
-        int64_t cnt = e - t < GQA_KV_BLOCK ? e - t : GQA_KV_BLOCK;
-        if (j->i8)
-            j->fi->scores(q, group, kq + t * j->rs, j->rs, cnt, j->D, j->scale, scores + (t - a), ld);
-        else
+    if (j->i8) /* the whole part in one call: the query is quantised once */
+        j->fi->scores(q, group, kq + a * j->rs, j->rs, e - a, j->D, j->scale, scores, ld);
+    else
+        for (int64_t t = a; t < e; t += GQA_KV_BLOCK) {
+            int64_t cnt = e - t < GQA_KV_BLOCK ? e - t : GQA_KV_BLOCK;
             for (int64_t i = 0; i < group; i++)
                 j->f->scores(q[i], kc + t * j->D, j->D, cnt, j->D, j->scale, scores + i * ld + (t - a));
-    }
+        }
     int64_t cnt = e - a;
     for (int64_t i = 0; i < group; i++) {
         int64_t h = g * group + i;
@@ -379,10 +379,7 @@ static void gqa_row_i8(const gqa_job *j, int64_t b, int64_t g, int64_t s, float 
     for (int64_t i = 0; i < group; i++) q[i] = query_row(j, b, g * group + i, s, qbuf + i * j->D);
     int64_t lo, n;
     row_range(j, b, s, &lo, &n);
-    for (int64_t t = lo; t < n; t += GQA_KV_BLOCK) {
-        int64_t cnt = n - t < GQA_KV_BLOCK ? n - t : GQA_KV_BLOCK;
-        j->fi->scores(q, group, kq + t * j->rs, j->rs, cnt, j->D, j->scale, scores + (t - lo), ld);
-    }
+    j->fi->scores(q, group, kq + lo * j->rs, j->rs, n - lo, j->D, j->scale, scores, ld);
     memset(y, 0, (size_t)(group * j->D) * sizeof(float));
     for (int64_t i = 0; i < group; i++) {
         int64_t h = g * group + i;
