@@ -39,6 +39,14 @@ static inline float group_scale(const int8_t *row, int64_t d, int64_t g) {
     return bf16_to_f32(h);
 }
 
+/* v (|v| <= 127 give or take a rounding) rounded to the nearest integer, ties to even, in
+ * [-127, 127]: adding 1.5 * 2^23 rounds as nearbyintf does in the default mode, without its
+ * library call */
+static inline float round_code(float v) {
+    v = (v + 12582912.0f) - 12582912.0f;
+    return v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
+}
+
 void tdm_llm_kv_quantize_row(const float *x, int64_t d, int8_t *row) {
     for (int64_t g0 = 0; g0 < d; g0 += GROUP) {
         int64_t g1 = g0 + GROUP < d ? g0 + GROUP : d;
@@ -49,10 +57,8 @@ void tdm_llm_kv_quantize_row(const float *x, int64_t d, int8_t *row) {
         }
         uint16_t sb = bf16_up(mx / 127.0f);
         float s = bf16_to_f32(sb), inv = s > 0.0f ? 1.0f / s : 0.0f;
-        for (int64_t i = g0; i < g1; i++) {
-            float c = nearbyintf(x[i] * inv);
-            row[i] = (int8_t)(c > 127.0f ? 127.0f : c < -127.0f ? -127.0f : c);
-        }
+        for (int64_t i = g0; i < g1; i++)
+            row[i] = (int8_t)round_code(x[i] * inv);
         memcpy(row + d + 2 * (g0 / GROUP), &sb, sizeof sb);
     }
 }
@@ -86,11 +92,7 @@ void tdm_llm_q8_query(const float *q, int64_t d, int8_t *c, float *s) {
         float inv = mx > 0.0f ? 127.0f / mx : 0.0f;
         s[g0 / GROUP] = mx / 127.0f;
         for (int64_t i = g0; i < g1; i++) {
-            /* |v| <= 127 (+ rounding): adding 1.5 * 2^23 rounds to an integer, nearest even,
-             * as nearbyintf does in the default mode, without its library call */
-            float v = q[i] * inv;
-            v = (v + 12582912.0f) - 12582912.0f;
-            c[i] = (int8_t)(v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v);
+            c[i] = (int8_t)round_code(q[i] * inv);
         }
     }
 }
@@ -277,14 +279,6 @@ static const tdm_llm_i8_fns fns_avx2 = {scores_avx2, pv_avx2, TDM_ISA_AVX2};
 
 /* ---- AVX-512 ---- */
 
-TDM_TARGET_AVX512 static inline __m512 widen16(const int8_t *c, __m512 s) {
-    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)c))), s);
-}
-
-TDM_TARGET_AVX512 static inline __m512 widen16_mask(const int8_t *c, __mmask16 m, __m512 s) {
-    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, c))), s);
-}
-
 TDM_TARGET_AVX512 static inline __mmask16 mask_of(int64_t left) {
     return left >= 16 ? (__mmask16)0xffff : left <= 0 ? (__mmask16)0 : (__mmask16)((1u << left) - 1u);
 }
@@ -456,26 +450,60 @@ TDM_TARGET_VNNI static void scores_vnni(const float *const *q, int64_t G, const 
     }
 }
 
-/* 64 columns (two scale groups) x HN heads of accumulators in registers, over all rows; NV
- * vectors of 16 columns (the last one masked by m[NV - 1]). */
+/* p.V: 64 columns (two scale groups) x HN heads of accumulators in registers. The rows go in
+ * blocks of PV_ROWS: first each head's weights times the rows' scales, w[h][gg][t] =
+ * p[h][t] * s_t(group gg) (16 rows a step: one gather of the scales per group), then per row
+ * the codes widened (unscaled) and one FMA per 16 columns and head with the broadcast weight
+ * of the column's group. NV vectors of 16 columns (masks m). */
+#define PV_ROWS 64
+
+TDM_TARGET_AVX512 static AI void pv_weights_avx512(const float *p, int64_t ld, int HN,
+                                                   const int8_t *v, int64_t rs, int64_t cnt,
+                                                   int64_t d, int64_t g0, int ngg,
+                                                   float (*w)[2][PV_ROWS]) {
+    const __m512i step = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                            _mm512_set1_epi32((int)rs));
+    const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
+    for (int64_t t = 0; t < cnt; t += 16) {
+        __mmask16 m = mask_of(cnt - t);
+        const int8_t *r = v + t * rs;
+        for (int gg = 0; gg < 2; gg++) {
+            __m512 sk = _mm512_setzero_ps();
+            if (gg < ngg) /* the scale as the high half of the dword that ends with it */
+                sk = _mm512_castsi512_ps(_mm512_and_si512(
+                    _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, step,
+                                                (const void *)(r + d + 2 * (g0 + gg) - 2), 1),
+                    hi));
+            for (int h = 0; h < HN; h++)
+                _mm512_storeu_ps(w[h][gg] + t, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, p + h * ld + t), sk));
+        }
+    }
+}
+
 TDM_TARGET_AVX512 static AI void pv_block_avx512(const float *p, int64_t ld, int HN, int NV,
                                                  const __mmask16 *m, const int8_t *v, int64_t rs,
                                                  int64_t n, int64_t d, int64_t i0, float *y,
                                                  int64_t ys, bool prefetch) {
-    __m512 acc[4][4];
+    float w[QHEADS][2][PV_ROWS];
+    int64_t g0 = i0 / GROUP, ng = (d + GROUP - 1) / GROUP;
+    int ngg = ng - g0 >= 2 ? 2 : 1;
+    __m512 acc[QHEADS][4];
     for (int h = 0; h < HN; h++)
         for (int c = 0; c < NV; c++) acc[h][c] = _mm512_maskz_loadu_ps(m[c], y + h * ys + i0 + 16 * c);
-    for (int64_t t = 0; t < n; t++) {
-        const int8_t *r = v + t * rs;
-        if (prefetch) _mm_prefetch((const char *)(r + I8_AHEAD), _MM_HINT_T0);
-        __m512 wv[4];
-        for (int h = 0; h < HN; h++) wv[h] = _mm512_set1_ps(p[h * ld + t]);
-        __m512 sv = _mm512_setzero_ps();
-        for (int c = 0; c < NV; c++) {
-            if ((16 * c) % GROUP == 0) sv = _mm512_set1_ps(group_scale(r, d, (i0 + 16 * c) / GROUP));
-            __m512 x = m[c] == 0xffff ? widen16(r + i0 + 16 * c, sv)
-                                      : widen16_mask(r + i0 + 16 * c, m[c], sv);
-            for (int h = 0; h < HN; h++) acc[h][c] = _mm512_fmadd_ps(wv[h], x, acc[h][c]);
+    for (int64_t t0 = 0; t0 < n; t0 += PV_ROWS) {
+        int64_t cnt = n - t0 < PV_ROWS ? n - t0 : PV_ROWS;
+        const int8_t *vb = v + t0 * rs;
+        pv_weights_avx512(p + t0, ld, HN, vb, rs, cnt, d, g0, ngg, w);
+        for (int64_t t = 0; t < cnt; t++) {
+            const int8_t *r = vb + t * rs + i0;
+            if (prefetch) _mm_prefetch((const char *)(r + I8_AHEAD), _MM_HINT_T0);
+            for (int c = 0; c < NV; c++) {
+                __m128i cb = m[c] == 0xffff ? _mm_loadu_si128((const __m128i *)(r + 16 * c))
+                                            : _mm_maskz_loadu_epi8(m[c], r + 16 * c);
+                __m512 x = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(cb));
+                for (int h = 0; h < HN; h++)
+                    acc[h][c] = _mm512_fmadd_ps(_mm512_set1_ps(w[h][c / 2][t]), x, acc[h][c]);
+            }
         }
     }
     for (int h = 0; h < HN; h++)
@@ -484,6 +512,10 @@ TDM_TARGET_AVX512 static AI void pv_block_avx512(const float *p, int64_t ld, int
 
 TDM_TARGET_AVX512 static void pv_avx512(const float *p, int64_t ld, int64_t G, const int8_t *v,
                                         int64_t rs, int64_t n, int64_t d, float *y, int64_t ys) {
+    if (d < 2) { /* the scale gathers read the dword ending with a scale */
+        pv_avx2(p, ld, G, v, rs, n, d, y, ys);
+        return;
+    }
     for (int64_t i0 = 0; i0 < d; i0 += 64) {
         int64_t w = d - i0 < 64 ? d - i0 : 64;
         int nv = (int)((w + 15) / 16);
@@ -494,21 +526,22 @@ TDM_TARGET_AVX512 static void pv_avx512(const float *p, int64_t ld, int64_t G, c
             const float *ph = p + h0 * ld;
             float *yh = y + h0 * ys;
             bool pf = h0 == 0 && i0 == 0;
-            if (nv == 4) {
-                switch (hn) {
-                case 1: pv_block_avx512(ph, ld, 1, 4, m, v, rs, n, d, i0, yh, ys, pf); break;
-                case 2: pv_block_avx512(ph, ld, 2, 4, m, v, rs, n, d, i0, yh, ys, pf); break;
-                case 3: pv_block_avx512(ph, ld, 3, 4, m, v, rs, n, d, i0, yh, ys, pf); break;
-                default: pv_block_avx512(ph, ld, 4, 4, m, v, rs, n, d, i0, yh, ys, pf); break;
-                }
-            } else { /* a narrower last chunk: one head at a time */
-                for (int h = 0; h < hn; h++)
-                    switch (nv) {
-                    case 1: pv_block_avx512(ph + h * ld, ld, 1, 1, m, v, rs, n, d, i0, yh + h * ys, ys, pf); break;
-                    case 2: pv_block_avx512(ph + h * ld, ld, 1, 2, m, v, rs, n, d, i0, yh + h * ys, ys, pf); break;
-                    default: pv_block_avx512(ph + h * ld, ld, 1, 3, m, v, rs, n, d, i0, yh + h * ys, ys, pf); break;
-                    }
+#define PV_CASE(NV_)                                                                            \
+    case NV_:                                                                                   \
+        switch (hn) {                                                                           \
+        case 1: pv_block_avx512(ph, ld, 1, NV_, m, v, rs, n, d, i0, yh, ys, pf); break;         \
+        case 2: pv_block_avx512(ph, ld, 2, NV_, m, v, rs, n, d, i0, yh, ys, pf); break;         \
+        case 3: pv_block_avx512(ph, ld, 3, NV_, m, v, rs, n, d, i0, yh, ys, pf); break;         \
+        default: pv_block_avx512(ph, ld, 4, NV_, m, v, rs, n, d, i0, yh, ys, pf); break;        \
+        }                                                                                       \
+        break;
+            switch (nv) {
+                PV_CASE(1)
+                PV_CASE(2)
+                PV_CASE(3)
+                PV_CASE(4)
             }
+#undef PV_CASE
         }
     }
 }
