@@ -546,8 +546,110 @@ TDM_TARGET_AVX512 static void pv_avx512(const float *p, int64_t ld, int64_t G, c
     }
 }
 
+/* ---- AVX-512 VNNI p.V ----
+ * The weights p[h][t] * s_t (the row's group scale) of a block of PV_ROWS rows rounded to
+ * int16 against the block's largest (per head and group: 2^-15 of it, far below the 8-bit
+ * codes' own error), two rows interleaved as int16 pairs (vpmovsxbw, vpunpck[lh]wd) and
+ * vpdpwssd adds both rows' products per column: half the multiplies of the float form.
+ * |w| <= 32767, |c| <= 127: a block's int32 sums stay below 2^28. After each block the sums
+ * go to float accumulators times the block's scale. The unpacks leave the columns of each
+ * 128-bit lane in the order (0-3 | 4-7) of each 8, put back once at the end. */
+TDM_TARGET_VNNI static AI void pvq_block(const float *p, int64_t ld, int HN, const int8_t *v,
+                                         int64_t rs, int64_t n, int64_t d, int64_t i0,
+                                         __mmask64 cm, float *y, int64_t ys) {
+    float w[QHEADS][2][PV_ROWS];
+    _Alignas(64) int32_t wq[QHEADS][2][PV_ROWS / 2]; /* int16 pairs: rows 2u, 2u + 1 */
+    float wsc[QHEADS][2];
+    int64_t g0 = i0 / GROUP, ng = (d + GROUP - 1) / GROUP;
+    int ngg = ng - g0 >= 2 ? 2 : 1;
+    __m512 acc[QHEADS][4];
+    for (int h = 0; h < HN; h++)
+        for (int c = 0; c < 4; c++) acc[h][c] = _mm512_setzero_ps();
+    for (int64_t t0 = 0; t0 < n; t0 += PV_ROWS) {
+        int64_t cnt = n - t0 < PV_ROWS ? n - t0 : PV_ROWS;
+        const int8_t *vb = v + t0 * rs;
+        pv_weights_avx512(p + t0, ld, HN, vb, rs, cnt, d, g0, ngg, w);
+        for (int h = 0; h < HN; h++)
+            for (int gg = 0; gg < 2; gg++) {
+                __m512 mx = _mm512_setzero_ps();
+                for (int64_t t = 0; t < cnt; t += 16)
+                    mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_maskz_loadu_ps(mask_of(cnt - t), w[h][gg] + t)));
+                float m = _mm512_reduce_max_ps(mx);
+                __m512 inv = _mm512_set1_ps(m > 0.0f ? 32767.0f / m : 0.0f);
+                wsc[h][gg] = m / 32767.0f;
+                int16_t *o = (int16_t *)wq[h][gg];
+                for (int64_t t = 0; t < PV_ROWS; t += 16) {
+                    __m512i q = _mm512_cvtps_epi32(
+                        _mm512_mul_ps(_mm512_maskz_loadu_ps(mask_of(cnt - t), w[h][gg] + t), inv));
+                    _mm256_storeu_si256((__m256i *)(o + t), _mm512_cvtsepi32_epi16(q));
+                }
+            }
+        __m512i ia[QHEADS][4];
+        for (int h = 0; h < HN; h++)
+            for (int c = 0; c < 4; c++) ia[h][c] = _mm512_setzero_si512();
+        for (int64_t t = 0; t < cnt; t += 2) {
+            const int8_t *ra = vb + t * rs + i0, *rb = t + 1 < cnt ? ra + rs : ra; /* weight 0 */
+            _mm_prefetch((const char *)(ra + I8_AHEAD), _MM_HINT_T0);
+            __m512i a = _mm512_maskz_loadu_epi8(cm, ra), b = _mm512_maskz_loadu_epi8(cm, rb);
+            __m512i alo = _mm512_cvtepi8_epi16(_mm512_castsi512_si256(a));
+            __m512i blo = _mm512_cvtepi8_epi16(_mm512_castsi512_si256(b));
+            __m512i ahi = _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(a, 1));
+            __m512i bhi = _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(b, 1));
+            __m512i x[4] = {_mm512_unpacklo_epi16(alo, blo), _mm512_unpackhi_epi16(alo, blo),
+                            _mm512_unpacklo_epi16(ahi, bhi), _mm512_unpackhi_epi16(ahi, bhi)};
+            for (int h = 0; h < HN; h++) {
+                __m512i w0 = _mm512_set1_epi32(wq[h][0][t / 2]), w1 = _mm512_set1_epi32(wq[h][1][t / 2]);
+                ia[h][0] = _mm512_dpwssd_epi32(ia[h][0], x[0], w0);
+                ia[h][1] = _mm512_dpwssd_epi32(ia[h][1], x[1], w0);
+                ia[h][2] = _mm512_dpwssd_epi32(ia[h][2], x[2], w1);
+                ia[h][3] = _mm512_dpwssd_epi32(ia[h][3], x[3], w1);
+            }
+        }
+        for (int h = 0; h < HN; h++)
+            for (int c = 0; c < 4; c++)
+                acc[h][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[h][c]), _mm512_set1_ps(wsc[h][c / 2]), acc[h][c]);
+    }
+    /* lane 4k + j of acc[h][2u] is column 32u + 8k + j, of acc[h][2u + 1] column 32u + 8k + 4 + j */
+    const __m512i lo = _mm512_set_epi32(23, 22, 21, 20, 7, 6, 5, 4, 19, 18, 17, 16, 3, 2, 1, 0);
+    const __m512i hi = _mm512_set_epi32(31, 30, 29, 28, 15, 14, 13, 12, 27, 26, 25, 24, 11, 10, 9, 8);
+    int64_t wcols = d - i0 < 64 ? d - i0 : 64;
+    for (int h = 0; h < HN; h++)
+        for (int u = 0; u < 2; u++) {
+            __m512 r[2] = {_mm512_permutex2var_ps(acc[h][2 * u], lo, acc[h][2 * u + 1]),
+                           _mm512_permutex2var_ps(acc[h][2 * u], hi, acc[h][2 * u + 1])};
+            for (int e = 0; e < 2; e++) {
+                __mmask16 m = mask_of(wcols - 32 * u - 16 * e);
+                float *o = y + h * ys + i0 + 32 * u + 16 * e;
+                _mm512_mask_storeu_ps(o, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, o), r[e]));
+            }
+        }
+}
+
+TDM_TARGET_VNNI static void pv_vnni(const float *p, int64_t ld, int64_t G, const int8_t *v,
+                                    int64_t rs, int64_t n, int64_t d, float *y, int64_t ys) {
+    if (d < 2) {
+        pv_avx2(p, ld, G, v, rs, n, d, y, ys);
+        return;
+    }
+    for (int64_t i0 = 0; i0 < d; i0 += 64) {
+        int64_t w = d - i0 < 64 ? d - i0 : 64;
+        __mmask64 cm = w >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << w) - 1);
+        for (int64_t h0 = 0; h0 < G; h0 += QHEADS) {
+            int hn = G - h0 < QHEADS ? (int)(G - h0) : QHEADS;
+            const float *ph = p + h0 * ld;
+            float *yh = y + h0 * ys;
+            switch (hn) {
+            case 1: pvq_block(ph, ld, 1, v, rs, n, d, i0, cm, yh, ys); break;
+            case 2: pvq_block(ph, ld, 2, v, rs, n, d, i0, cm, yh, ys); break;
+            case 3: pvq_block(ph, ld, 3, v, rs, n, d, i0, cm, yh, ys); break;
+            default: pvq_block(ph, ld, 4, v, rs, n, d, i0, cm, yh, ys); break;
+            }
+        }
+    }
+}
+
 static const tdm_llm_i8_fns fns_avx512 = {scores_avx2, pv_avx512, TDM_ISA_AVX512_CORE};
-static const tdm_llm_i8_fns fns_vnni = {scores_vnni, pv_avx512, TDM_ISA_AVX512_CORE_VNNI};
+static const tdm_llm_i8_fns fns_vnni = {scores_vnni, pv_vnni, TDM_ISA_AVX512_CORE_VNNI};
 #endif
 
 const tdm_llm_i8_fns *tdm_llm_i8_fns_for(tdm_cpu_isa level) {
