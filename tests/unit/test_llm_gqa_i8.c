@@ -373,7 +373,7 @@ static void step(tdm_cpu_isa isa, int threads, bool rotary, int S, const int *pa
                     tdm_llm_rotate(qr, (float *)cosc->data + pos * (D / 2),
                                    (float *)sinc->data + pos * (D / 2), D, false);
                 }
-                if (S == 1) dequant_query(qr, D, qr); /* decode: the quantised query */
+                dequant_query(qr, D, qr); /* the int8 cache's attention: the quantised query */
                 double lg[L], mx = -1e300, sum = 0;
                 float kr[D], vr[D];
                 for (int t = 0; t < n; t++) {

@@ -53,6 +53,10 @@ void tdm_llm_kv_quantize_row(const float *x, int64_t d, int8_t *row);
  * the cache's codes): per group of 32, s[g] = max|q| / 127 and c = round(q / s[g]) (nearest
  * even; s = 0: all 0). */
 void tdm_llm_q8_query(const float *q, int64_t d, int8_t *c, float *s);
+/* q[0..d) = its quantisation by tdm_llm_q8_query, as float (d <= TDM_LLM_KV_I8_MAX_D): the
+ * query the block GEMMs of the int8 cache use, so that a prefill computes what as many decode
+ * steps do */
+void tdm_llm_q8_round(float *q, int64_t d);
 /* out[t * d + i] = x_t[i] for t < n (rows stride rs bytes) */
 void tdm_llm_kv_dequantize_rows(const int8_t *rows, int64_t rs, int64_t n, int64_t d, float *out);
 

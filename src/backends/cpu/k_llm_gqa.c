@@ -23,11 +23,13 @@
  *
  * 8-bit cache (tandem's, the generator's kv_type "int8"; ops/kv_int8.h): past / present int8
  * [B, KVH, L, TDM_KV_I8_ROW(D)], each row D codes and one bfloat16 scale per 32. New rows are
- * rotated in float32 and quantised as they enter the cache (pass 1); decode reads the codes in
- * the dot products (k_llm_gqa_i8.c: all heads of a group per cache row, the split over threads
- * as for float32); a block of rows (prefill, chunks) widens its key / value range once into
- * scratch for the two sgemm calls. ONNX Runtime's own quantised caches (k_quant_type, k_scale)
- * stay refused.
+ * rotated in float32 and quantised as they enter the cache (pass 1). The query is quantised
+ * too, per 32 values (tdm_llm_q8_query, as llama.cpp's q8_0 dot products do): decode runs
+ * integer dot products against the codes (k_llm_gqa_i8.c: all heads of a group per cache
+ * row, one call per row range so each query is quantised once, the split over threads as for
+ * float32); a block of rows (prefill, chunks) takes the same rounded query and widens its key
+ * / value range once into scratch for the two sgemm calls, so a prefill computes what as many
+ * decode steps do. ONNX Runtime's own quantised caches (k_quant_type, k_scale) stay refused.
  *
  * Speed: two parallel passes on the session's pool: (batch, kv head) pairs write the cache,
  * then (batch, kv head, block of up to 16 query rows) items, one slot per thread. A single row
@@ -245,6 +247,7 @@ static void gqa_block_gemm(const gqa_job *j, int64_t b, int64_t g, int64_t s0, i
         for (int64_t r = 0; r < rows; r++) {
             const float *q = query_row(j, b, h, s0 + r, qb + r * j->D);
             if (q != qb + r * j->D) memcpy(qb + r * j->D, q, (size_t)j->D * sizeof(float));
+            if (j->i8) tdm_llm_q8_round(qb + r * j->D, j->D); /* as decode's dot products */
         }
         block_gemm(j->simd, true, rows, cols, j->D, j->scale, qb, j->D, kc + lo0 * j->D, j->D, sc, ld);
         for (int64_t r = 0; r < rows; r++) {

@@ -97,6 +97,13 @@ void tdm_llm_q8_query(const float *q, int64_t d, int8_t *c, float *s) {
     }
 }
 
+void tdm_llm_q8_round(float *q, int64_t d) {
+    int8_t c[TDM_LLM_KV_I8_MAX_D];
+    float s[TDM_LLM_KV_I8_MAX_D / GROUP];
+    tdm_llm_q8_query(q, d, c, s);
+    for (int64_t i = 0; i < d; i++) q[i] = s[i / GROUP] * (float)c[i];
+}
+
 /* Heads per pass over the rows (the quantised queries on the stack). */
 #define QHEADS 4
 
