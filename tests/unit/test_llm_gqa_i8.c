@@ -3,15 +3,17 @@
  *   - quantisation: the codes and scales of a row equal a reference computed here (per group
  *     s = max|x| / 127 rounded up to a bfloat16, c = round(x / s) in double); dequantised
  *     values are within s / 2;
+ *   - the query's quantisation (per 32: max|q| / 127, codes rounded) against one in double;
  *   - the row routines (scores, p.V over int8 rows, several heads at once) of every SIMD level
- *     of this CPU equal a double-precision reference for odd head sizes, head counts and rows;
+ *     of this CPU equal a double-precision reference for odd head sizes, head counts and rows
+ *     (scores: over the quantised query; the VNNI p.V within its int16 weights' rounding);
  *   - the kernel, cache shared in place (past of max length, as the generator binds it), for
  *     decode (1 and 3 threads: whole groups and groups split in parts), a chunk of 5 rows after
  *     a past (the widened block GEMM) and a first prompt: the new cache rows are the
  *     quantised new key (rotated) / value rows, rows past each item's length are untouched,
  *     the output equals attention computed here in double precision over the dequantised cache
- *     (tight), and is close to the float32 kernel's over the unquantised values (loose: the
- *     quantisation error);
+ *     and quantised query (tight), and is close to the float32 kernel's over the unquantised
+ *     values (loose: the quantisation error);
  *   - a repeated decode step allocates nothing. */
 #include <math.h>
 #include <setjmp.h>

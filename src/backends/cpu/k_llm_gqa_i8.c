@@ -3,13 +3,18 @@
  * row format: ops/kv_int8.h), quantised as each new row enters the cache:
  *     s = max|x| / 127 over the group, rounded up to a bfloat16 (so no code passes 127),
  *     c[i] = round-to-nearest-even(x[i] / s) in [-127, 127] (s = 0: all 0).
- * The attention reads the codes straight from the cache (about a quarter of float32's bytes):
- * the dot products widen them to float32 in registers and multiply each by its group's scale
- * (bfloat16 widens with a shift), all heads of a kv group per cache row (each row is read
- * once per group). Variants: portable C, AVX2 + FMA (8 codes a step), AVX-512 (16 codes a
- * step), the best at or below the device's level (TANDEM_CPU_ISA caps). No VNNI form: it would
- * need the query quantised too (an error of its own), and these loops are bound by the
- * cache's memory reads, not by their arithmetic. */
+ * The attention reads the codes straight from the cache (about a quarter of float32's bytes),
+ * all heads of a kv group per cache row (each row is read once per group), in one call per
+ * row range:
+ *   - scores: the query is quantised the same way (tdm_llm_q8_query: per 32, max|q| / 127,
+ *     as llama.cpp's q8_0 dot products do), once per call, and the dot products are integer
+ *     sums per group of 32 times s_k * s_q: AVX-512 VNNI (vpdpbusd, 8 row-chunks reduced
+ *     together), AVX2 (vpmaddubsw + vpmaddwd; also the AVX-512 level without VNNI), portable C;
+ *   - p.V: AVX-512 VNNI rounds each block of 64 weights p * s_v to int16 against the block's
+ *     largest and adds two rows per vpdpwssd; AVX-512 (rows' scales folded into the weights)
+ *     and AVX2 in float32 FMAs; portable C.
+ * The best at or below the device's level (TANDEM_CPU_ISA caps). AVX-VNNI (VEX, on AVX2-only
+ * CPUs) has no level of its own in cpu_isa.h; those CPUs take the AVX2 form. */
 #include <math.h>
 #include <string.h>
 
