@@ -3,15 +3,17 @@
  *   - quantisation: the codes and scales of a row equal a reference computed here (per group
  *     s = max|x| / 127 rounded up to a bfloat16, c = round(x / s) in double); dequantised
  *     values are within s / 2;
+ *   - the query's quantisation (per 32: max|q| / 127, codes rounded) against one in double;
  *   - the row routines (scores, p.V over int8 rows, several heads at once) of every SIMD level
- *     of this CPU equal a double-precision reference for odd head sizes, head counts and rows;
+ *     of this CPU equal a double-precision reference for odd head sizes, head counts and rows
+ *     (scores: over the quantised query; the VNNI p.V within its int16 weights' rounding);
  *   - the kernel, cache shared in place (past of max length, as the generator binds it), for
  *     decode (1 and 3 threads: whole groups and groups split in parts), a chunk of 5 rows after
  *     a past (the widened block GEMM) and a first prompt: the new cache rows are the
  *     quantised new key (rotated) / value rows, rows past each item's length are untouched,
  *     the output equals attention computed here in double precision over the dequantised cache
- *     (tight), and is close to the float32 kernel's over the unquantised values (loose: the
- *     quantisation error);
+ *     and quantised query (tight), and is close to the float32 kernel's over the unquantised
+ *     values (loose: the quantisation error);
  *   - a repeated decode step allocates nothing. */
 #include <math.h>
 #include <setjmp.h>
@@ -135,12 +137,48 @@ static void fill_row(int8_t *r, int64_t d) {
     }
 }
 
+/* x -> the query the int8 scores use: tdm_llm_q8_query's codes times their group's scale */
+static void dequant_query(const float *x, int64_t d, float *out) {
+    int8_t c[1024];
+    float s[32];
+    tdm_llm_q8_query(x, d, c, s);
+    for (int64_t i = 0; i < d; i++) out[i] = s[i / 32] * (float)c[i];
+}
+
+/* the query's quantisation against one in double precision: per group of 32, s = max|x| /
+ * 127, codes within one of round(x / s) (float vs double at a tie), values within s / 2 */
+static void test_query_quantize(void **state) {
+    (void)state;
+    float x[200], s[7];
+    int8_t c[200];
+    for (int r = 0; r < 300; r++) {
+        int64_t d = 1 + r % 200;
+        float amp = r % 11 == 0 ? 0.0f : powf(10.0f, (float)(r % 9) - 4.0f);
+        for (int64_t i = 0; i < d; i++) x[i] = amp * frand();
+        tdm_llm_q8_query(x, d, c, s);
+        for (int64_t g0 = 0; g0 < d; g0 += 32) {
+            double mx = 0;
+            for (int64_t i = g0; i < d && i < g0 + 32; i++) mx = fabs(x[i]) > mx ? fabs(x[i]) : mx;
+            float sg = s[g0 / 32];
+            if (fabs(sg - mx / 127.0) > 1e-6 * mx / 127.0)
+                fail_msg("row %d group %lld: scale %g, want %g", r, (long long)(g0 / 32), sg, mx / 127.0);
+            for (int64_t i = g0; i < d && i < g0 + 32; i++) {
+                double want = mx > 0 ? nearbyint(x[i] / (mx / 127.0)) : 0;
+                if (fabs(c[i] - want) > 1)
+                    fail_msg("row %d code %lld: %d, want %g", r, (long long)i, c[i], want);
+                if (fabsf(sg * c[i] - x[i]) > 0.5f * sg * 1.0001f + 1e-30f)
+                    fail_msg("row %d value %lld: %g decodes to %g", r, (long long)i, x[i], sg * c[i]);
+            }
+        }
+    }
+}
+
 static void test_row_variants(void **state) {
     (void)state;
     tdm_cpu_isa top = tdm_cpu_isa_detect();
-    static const int ds[] = {1, 7, 16, 33, 40, 64, 71, 128, 130};
-    static const int ns[] = {1, 15, 17, 64};
-    static const int gs[] = {1, 3, 5};
+    static const int ds[] = {1, 7, 16, 33, 40, 64, 71, 96, 128, 130, 200, 320, 512, 600};
+    static const int ns[] = {1, 8, 15, 17, 64, 100};
+    static const int gs[] = {1, 3, 4, 5, 9};
     for (int l = TDM_ISA_PORTABLE; l <= (int)top; l++) {
         const tdm_llm_i8_fns *f = tdm_llm_i8_fns_for((tdm_cpu_isa)l);
         for (size_t di = 0; di < sizeof ds / sizeof ds[0]; di++)
@@ -155,15 +193,19 @@ static void test_row_variants(void **state) {
                     for (int i = 0; i < G * d; i++) q[i] = frand();
                     for (int i = 0; i < G * ld; i++) p[i] = frand();
                     for (int i = 0; i < G * ys; i++) y[i] = frand();
-                    const float *qp[5];
+                    const float *qp[9];
                     for (int h = 0; h < G; h++) qp[h] = q + h * d;
                     f->scores(qp, G, rows, rs, n, d, 0.125f, sc, ld);
+                    /* the scores take the query quantised (as tdm_llm_q8_query does, checked
+                     * by test_query_quantize) */
+                    float *qd = malloc(sizeof(float) * (size_t)(G * d));
+                    for (int h = 0; h < G; h++) dequant_query(q + h * d, d, qd + h * d);
                     for (int h = 0; h < G; h++)
                         for (int t = 0; t < n; t++) {
                             double want = 0;
                             const int8_t *r = rows + t * rs;
                             for (int i = 0; i < d; i++)
-                                want += (double)q[h * d + i] * r[i] * scale_of(r, d, i / 32);
+                                want += (double)qd[h * d + i] * r[i] * scale_of(r, d, i / 32);
                             want *= 0.125;
                             if (fabs(sc[h * ld + t] - want) > 1e-5 + 1e-5 * fabs(want))
                                 fail_msg("%s scores d=%d n=%d G=%d head %d row %d: %g, want %g",
@@ -175,17 +217,27 @@ static void test_row_variants(void **state) {
                     f->pv(p, ld, G, rows, rs, n, d, y, ys);
                     for (int h = 0; h < G; h++)
                         for (int i = 0; i < ys; i++) {
-                            double want = y0[h * ys + i];
+                            double want = y0[h * ys + i], mag = fabs(want), wmax = 0, csum = 0;
                             if (i < d)
-                                for (int t = 0; t < n; t++)
-                                    want += (double)p[h * ld + t] * scale_of(rows + t * rs, d, i / 32) *
-                                            rows[t * rs + i];
-                            if (fabs(y[h * ys + i] - want) > 1e-5 + 1e-5 * fabs(want))
-                                fail_msg("%s pv d=%d n=%d G=%d head %d column %d: %g, want %g",
+                                for (int t = 0; t < n; t++) {
+                                    double wt = (double)p[h * ld + t] * scale_of(rows + t * rs, d, i / 32);
+                                    double term = wt * rows[t * rs + i];
+                                    want += term;
+                                    mag += fabs(term);
+                                    wmax = fabs(wt) > wmax ? fabs(wt) : wmax;
+                                    csum += abs(rows[t * rs + i]);
+                                }
+                            /* float sums of n terms: relative to the terms' magnitude; the
+                             * VNNI form rounds the weights to 16 bits per 64 rows (each within
+                             * 2^-16 of the largest) */
+                            double tol = 1e-5 + 1e-6 * mag;
+                            if (l >= TDM_ISA_AVX512_CORE_VNNI) tol += 1.01 * wmax / 65534.0 * csum;
+                            if (fabs(y[h * ys + i] - want) > tol)
+                                fail_msg("%s pv d=%d n=%d G=%d head %d column %d: %g, want %g (terms %g)",
                                          tdm_cpu_isa_name((tdm_cpu_isa)l), d, n, G, h, i,
-                                         y[h * ys + i], want);
+                                         y[h * ys + i], want, mag);
                         }
-                    free(rows), free(q), free(sc), free(p), free(y), free(y0);
+                    free(rows), free(q), free(qd), free(sc), free(p), free(y), free(y0);
                 }
     }
 }
@@ -323,6 +375,7 @@ static void step(tdm_cpu_isa isa, int threads, bool rotary, int S, const int *pa
                     tdm_llm_rotate(qr, (float *)cosc->data + pos * (D / 2),
                                    (float *)sinc->data + pos * (D / 2), D, false);
                 }
+                dequant_query(qr, D, qr); /* the int8 cache's attention: the quantised query */
                 double lg[L], mx = -1e300, sum = 0;
                 float kr[D], vr[D];
                 for (int t = 0; t < n; t++) {
@@ -479,6 +532,7 @@ int main(void) {
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_quantize),
+        cmocka_unit_test(test_query_quantize),
         cmocka_unit_test(test_row_variants),
         cmocka_unit_test(test_kernel),
         cmocka_unit_test(test_bad_cache),

@@ -34,8 +34,9 @@ const tdm_llm_fns *tdm_llm_fns_for(tdm_cpu_isa level);
 #define TDM_LLM_KV_I8_ROW(d) TDM_KV_I8_ROW(d)
 #define TDM_LLM_KV_I8_MAX_D 1024 /* head sizes the int8 cache takes */
 typedef struct tdm_llm_i8_fns {
-    /* out[h * ld + t] = scale * sum_i q[h][i] * x_t[i] for h < G, t < n (rows k + t * rs,
-     * x = the row's codes times their group's scale) */
+    /* out[h * ld + t] = scale * sum_i q'[h][i] * x_t[i] for h < G, t < n (rows k + t * rs,
+     * x = the row's codes times their group's scale; q' = q[h] quantised by
+     * tdm_llm_q8_query: the sums are exact integer sums per group) */
     void (*scores)(const float *const *q, int64_t G, const int8_t *k, int64_t rs, int64_t n,
                    int64_t d, float scale, float *out, int64_t ld);
     /* y[h * ys + i] += sum_t p[h * ld + t] * x_t[i] for h < G, i < d (rows v + t * rs) */
@@ -48,6 +49,14 @@ const tdm_llm_i8_fns *tdm_llm_i8_fns_for(tdm_cpu_isa level);
 /* row = the codes and scales of x[0..d): per group of 32, s = max|x| / 127 rounded up to a
  * bfloat16, c = round(x / s) (nearest even) */
 void tdm_llm_kv_quantize_row(const float *x, int64_t d, int8_t *row);
+/* The query of one head as the int8 scores use it (k_llm_gqa_i8.c: integer dot products with
+ * the cache's codes): per group of 32, s[g] = max|q| / 127 and c = round(q / s[g]) (nearest
+ * even; s = 0: all 0). */
+void tdm_llm_q8_query(const float *q, int64_t d, int8_t *c, float *s);
+/* q[0..d) = its quantisation by tdm_llm_q8_query, as float (d <= TDM_LLM_KV_I8_MAX_D): the
+ * query the block GEMMs of the int8 cache use, so that a prefill computes what as many decode
+ * steps do */
+void tdm_llm_q8_round(float *q, int64_t d);
 /* out[t * d + i] = x_t[i] for t < n (rows stride rs bytes) */
 void tdm_llm_kv_dequantize_rows(const int8_t *rows, int64_t rs, int64_t n, int64_t d, float *out);
 

@@ -23,11 +23,13 @@
  *
  * 8-bit cache (tandem's, the generator's kv_type "int8"; ops/kv_int8.h): past / present int8
  * [B, KVH, L, TDM_KV_I8_ROW(D)], each row D codes and one bfloat16 scale per 32. New rows are
- * rotated in float32 and quantised as they enter the cache (pass 1); decode reads the codes in
- * the dot products (k_llm_gqa_i8.c: all heads of a group per cache row, the split over threads
- * as for float32); a block of rows (prefill, chunks) widens its key / value range once into
- * scratch for the two sgemm calls. ONNX Runtime's own quantised caches (k_quant_type, k_scale)
- * stay refused.
+ * rotated in float32 and quantised as they enter the cache (pass 1). The query is quantised
+ * too, per 32 values (tdm_llm_q8_query, as llama.cpp's q8_0 dot products do): decode runs
+ * integer dot products against the codes (k_llm_gqa_i8.c: all heads of a group per cache
+ * row, one call per row range so each query is quantised once, the split over threads as for
+ * float32); a block of rows (prefill, chunks) takes the same rounded query and widens its key
+ * / value range once into scratch for the two sgemm calls, so a prefill computes what as many
+ * decode steps do. ONNX Runtime's own quantised caches (k_quant_type, k_scale) stay refused.
  *
  * Speed: two parallel passes on the session's pool: (batch, kv head) pairs write the cache,
  * then (batch, kv head, block of up to 16 query rows) items, one slot per thread. A single row
@@ -245,6 +247,7 @@ static void gqa_block_gemm(const gqa_job *j, int64_t b, int64_t g, int64_t s0, i
         for (int64_t r = 0; r < rows; r++) {
             const float *q = query_row(j, b, h, s0 + r, qb + r * j->D);
             if (q != qb + r * j->D) memcpy(qb + r * j->D, q, (size_t)j->D * sizeof(float));
+            if (j->i8) tdm_llm_q8_round(qb + r * j->D, j->D); /* as decode's dot products */
         }
         block_gemm(j->simd, true, rows, cols, j->D, j->scale, qb, j->D, kc + lo0 * j->D, j->D, sc, ld);
         for (int64_t r = 0; r < rows; r++) {
@@ -290,14 +293,14 @@ static void gqa_item_part(const gqa_job *j, int64_t b, int64_t g, int64_t k, flo
     if (a >= e) return;
     const int8_t *kq = j->i8 ? j->kq + (b * j->KVH + g) * j->L * j->rs : NULL;
     const int8_t *vq = j->i8 ? j->vq + (b * j->KVH + g) * j->L * j->rs : NULL;
-    for (int64_t t = a; t < e; t += GQA_KV_BLOCK) {
-        int64_t cnt = e - t < GQA_KV_BLOCK ? e - t : GQA_KV_BLOCK;
-        if (j->i8)
-            j->fi->scores(q, group, kq + t * j->rs, j->rs, cnt, j->D, j->scale, scores + (t - a), ld);
-        else
+    if (j->i8) /* the whole part in one call: the query is quantised once */
+        j->fi->scores(q, group, kq + a * j->rs, j->rs, e - a, j->D, j->scale, scores, ld);
+    else
+        for (int64_t t = a; t < e; t += GQA_KV_BLOCK) {
+            int64_t cnt = e - t < GQA_KV_BLOCK ? e - t : GQA_KV_BLOCK;
             for (int64_t i = 0; i < group; i++)
                 j->f->scores(q[i], kc + t * j->D, j->D, cnt, j->D, j->scale, scores + i * ld + (t - a));
-    }
+        }
     int64_t cnt = e - a;
     for (int64_t i = 0; i < group; i++) {
         int64_t h = g * group + i;
@@ -379,10 +382,7 @@ static void gqa_row_i8(const gqa_job *j, int64_t b, int64_t g, int64_t s, float 
     for (int64_t i = 0; i < group; i++) q[i] = query_row(j, b, g * group + i, s, qbuf + i * j->D);
     int64_t lo, n;
     row_range(j, b, s, &lo, &n);
-    for (int64_t t = lo; t < n; t += GQA_KV_BLOCK) {
-        int64_t cnt = n - t < GQA_KV_BLOCK ? n - t : GQA_KV_BLOCK;
-        j->fi->scores(q, group, kq + t * j->rs, j->rs, cnt, j->D, j->scale, scores + (t - lo), ld);
-    }
+    j->fi->scores(q, group, kq + lo * j->rs, j->rs, n - lo, j->D, j->scale, scores, ld);
     memset(y, 0, (size_t)(group * j->D) * sizeof(float));
     for (int64_t i = 0; i < group; i++) {
         int64_t h = g * group + i;

@@ -3,13 +3,18 @@
  * row format: ops/kv_int8.h), quantised as each new row enters the cache:
  *     s = max|x| / 127 over the group, rounded up to a bfloat16 (so no code passes 127),
  *     c[i] = round-to-nearest-even(x[i] / s) in [-127, 127] (s = 0: all 0).
- * The attention reads the codes straight from the cache (about a quarter of float32's bytes):
- * the dot products widen them to float32 in registers and multiply each by its group's scale
- * (bfloat16 widens with a shift), all heads of a kv group per cache row (each row is read
- * once per group). Variants: portable C, AVX2 + FMA (8 codes a step), AVX-512 (16 codes a
- * step), the best at or below the device's level (TANDEM_CPU_ISA caps). No VNNI form: it would
- * need the query quantised too (an error of its own), and these loops are bound by the
- * cache's memory reads, not by their arithmetic. */
+ * The attention reads the codes straight from the cache (about a quarter of float32's bytes),
+ * all heads of a kv group per cache row (each row is read once per group), in one call per
+ * row range:
+ *   - scores: the query is quantised the same way (tdm_llm_q8_query: per 32, max|q| / 127,
+ *     as llama.cpp's q8_0 dot products do), once per call, and the dot products are integer
+ *     sums per group of 32 times s_k * s_q: AVX-512 VNNI (vpdpbusd, 8 row-chunks reduced
+ *     together), AVX2 (vpmaddubsw + vpmaddwd; also the AVX-512 level without VNNI), portable C;
+ *   - p.V: AVX-512 VNNI rounds each block of 64 weights p * s_v to int16 against the block's
+ *     largest and adds two rows per vpdpwssd; AVX-512 (rows' scales folded into the weights)
+ *     and AVX2 in float32 FMAs; portable C.
+ * The best at or below the device's level (TANDEM_CPU_ISA caps). AVX-VNNI (VEX, on AVX2-only
+ * CPUs) has no level of its own in cpu_isa.h; those CPUs take the AVX2 form. */
 #include <math.h>
 #include <string.h>
 
@@ -39,6 +44,14 @@ static inline float group_scale(const int8_t *row, int64_t d, int64_t g) {
     return bf16_to_f32(h);
 }
 
+/* v (|v| <= 127 give or take a rounding) rounded to the nearest integer, ties to even, in
+ * [-127, 127]: adding 1.5 * 2^23 rounds as nearbyintf does in the default mode, without its
+ * library call */
+static inline float round_code(float v) {
+    v = (v + 12582912.0f) - 12582912.0f;
+    return v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
+}
+
 void tdm_llm_kv_quantize_row(const float *x, int64_t d, int8_t *row) {
     for (int64_t g0 = 0; g0 < d; g0 += GROUP) {
         int64_t g1 = g0 + GROUP < d ? g0 + GROUP : d;
@@ -49,10 +62,8 @@ void tdm_llm_kv_quantize_row(const float *x, int64_t d, int8_t *row) {
         }
         uint16_t sb = bf16_up(mx / 127.0f);
         float s = bf16_to_f32(sb), inv = s > 0.0f ? 1.0f / s : 0.0f;
-        for (int64_t i = g0; i < g1; i++) {
-            float c = nearbyintf(x[i] * inv);
-            row[i] = (int8_t)(c > 127.0f ? 127.0f : c < -127.0f ? -127.0f : c);
-        }
+        for (int64_t i = g0; i < g1; i++)
+            row[i] = (int8_t)round_code(x[i] * inv);
         memcpy(row + d + 2 * (g0 / GROUP), &sb, sizeof sb);
     }
 }
@@ -75,19 +86,64 @@ static void widen_row(const int8_t *r, int64_t d, float *x) {
     }
 }
 
+void tdm_llm_q8_query(const float *q, int64_t d, int8_t *c, float *s) {
+    for (int64_t g0 = 0; g0 < d; g0 += GROUP) {
+        int64_t g1 = g0 + GROUP < d ? g0 + GROUP : d;
+        float mx = 0.0f;
+        for (int64_t i = g0; i < g1; i++) {
+            float a = fabsf(q[i]);
+            mx = a > mx ? a : mx;
+        }
+        float inv = mx > 0.0f ? 127.0f / mx : 0.0f;
+        s[g0 / GROUP] = mx / 127.0f;
+        for (int64_t i = g0; i < g1; i++) {
+            c[i] = (int8_t)round_code(q[i] * inv);
+        }
+    }
+}
+
+void tdm_llm_q8_round(float *q, int64_t d) {
+    int8_t c[TDM_LLM_KV_I8_MAX_D];
+    float s[TDM_LLM_KV_I8_MAX_D / GROUP];
+    tdm_llm_q8_query(q, d, c, s);
+    for (int64_t i = 0; i < d; i++) q[i] = s[i / GROUP] * (float)c[i];
+}
+
+/* Heads per pass over the rows (the quantised queries on the stack). */
+#define QHEADS 4
+
+/* the group's queries quantised for the integer variants: codes zero-padded to whole
+ * groups, scales times the softmax scale */
+static void quantize_heads(const float *const *q, int64_t hn, int64_t d, float scale,
+                           int8_t (*qc)[TDM_LLM_KV_I8_MAX_D], float (*qs)[TDM_LLM_KV_I8_MAX_D / GROUP]) {
+    int64_t ng = (d + GROUP - 1) / GROUP;
+    for (int64_t h = 0; h < hn; h++) {
+        memset(qc[h] + d, 0, (size_t)(ng * GROUP - d));
+        tdm_llm_q8_query(q[h], d, qc[h], qs[h]);
+        for (int64_t g = 0; g < ng; g++) qs[h][g] *= scale;
+    }
+}
+
+
 static void scores_portable(const float *const *q, int64_t G, const int8_t *k, int64_t rs,
                             int64_t n, int64_t d, float scale, float *out, int64_t ld) {
-    float x[TDM_LLM_KV_I8_MAX_D];
-    for (int64_t t = 0; t < n; t++) {
-        widen_row(k + t * rs, d, x);
-        for (int64_t h = 0; h < G; h++) {
-            float acc[4] = {0};
-            int64_t i = 0;
-            for (; i + 4 <= d; i += 4)
-                for (int u = 0; u < 4; u++) acc[u] += q[h][i + u] * x[i + u];
-            float a = (acc[0] + acc[1]) + (acc[2] + acc[3]);
-            for (; i < d; i++) a += q[h][i] * x[i];
-            out[h * ld + t] = scale * a;
+    int8_t qc[QHEADS][TDM_LLM_KV_I8_MAX_D];
+    float qs[QHEADS][TDM_LLM_KV_I8_MAX_D / GROUP];
+    for (int64_t h0 = 0; h0 < G; h0 += QHEADS) {
+        int64_t hn = G - h0 < QHEADS ? G - h0 : QHEADS;
+        quantize_heads(q + h0, hn, d, scale, qc, qs);
+        for (int64_t t = 0; t < n; t++) {
+            const int8_t *r = k + t * rs;
+            for (int64_t h = 0; h < hn; h++) {
+                float a = 0.0f;
+                for (int64_t g0 = 0; g0 < d; g0 += GROUP) {
+                    int64_t g1 = g0 + GROUP < d ? g0 + GROUP : d;
+                    int32_t acc = 0;
+                    for (int64_t i = g0; i < g1; i++) acc += (int32_t)r[i] * qc[h][i];
+                    a += group_scale(r, d, g0 / GROUP) * qs[h][g0 / GROUP] * (float)acc;
+                }
+                out[(h0 + h) * ld + t] = a;
+            }
         }
     }
 }
@@ -124,42 +180,54 @@ TDM_TARGET_AVX2 static inline float hsum8(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-/* One row's scores for HN (compile-time: the accumulators stay in registers) heads; the d % 8
- * tail in C. */
+/* The scores against the quantised query (the codes of each head padded with zeros to a
+ * whole group): per group of 32, vpsignb moves the query's signs onto the key codes,
+ * vpmaddubsw (|q| <= 127 times codes in [-127, 127]: pairs below 2^15, no saturation) and
+ * vpmaddwd give 8 int32 sums of 4 products, scaled by sk * sq * scale into float
+ * accumulators; one horizontal sum per row and head. A last group shorter than 32 codes is
+ * read through a zero-padded copy. */
 TDM_TARGET_AVX2 static __attribute__((always_inline)) inline void
-score_row_avx2(const float *const *q, int HN, const int8_t *r, int64_t d, int64_t d8, float scale,
-               float *out, int64_t ld, int64_t t) {
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                     _mm256_setzero_ps()};
-    __m256 sv = _mm256_setzero_ps();
-    for (int64_t i = 0; i < d8; i += 8) {
-        if (i % GROUP == 0) sv = _mm256_set1_ps(group_scale(r, d, i / GROUP));
-        __m256 kv = widen8(r + i, sv);
-        for (int h = 0; h < HN; h++) acc[h] = _mm256_fmadd_ps(_mm256_loadu_ps(q[h] + i), kv, acc[h]);
+score_row_avx2(const int8_t (*qc)[TDM_LLM_KV_I8_MAX_D], const float (*qs)[TDM_LLM_KV_I8_MAX_D / GROUP],
+               int HN, const int8_t *r, int64_t d, float *out, int64_t ld, int64_t t) {
+    __m256 acc[QHEADS] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                          _mm256_setzero_ps()};
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int64_t g0 = 0; g0 < d; g0 += GROUP) {
+        __m256i kv;
+        if (g0 + GROUP <= d)
+            kv = _mm256_loadu_si256((const __m256i *)(r + g0));
+        else {
+            int8_t tail[GROUP] = {0};
+            memcpy(tail, r + g0, (size_t)(d - g0));
+            kv = _mm256_loadu_si256((const __m256i *)tail);
+        }
+        float sk = group_scale(r, d, g0 / GROUP);
+        for (int h = 0; h < HN; h++) {
+            __m256i qv = _mm256_loadu_si256((const __m256i *)(qc[h] + g0));
+            __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(qv), _mm256_sign_epi8(kv, qv));
+            __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
+            acc[h] = _mm256_fmadd_ps(f, _mm256_set1_ps(sk * qs[h][g0 / GROUP]), acc[h]);
+        }
     }
-    float st = d8 < d ? group_scale(r, d, d8 / GROUP) : 0.0f;
-    for (int h = 0; h < HN; h++) {
-        float a = hsum8(acc[h]);
-        for (int64_t i = d8; i < d; i++) a += q[h][i] * (st * (float)r[i]);
-        out[h * ld + t] = scale * a;
-    }
+    for (int h = 0; h < HN; h++) out[h * ld + t] = hsum8(acc[h]);
 }
 
 TDM_TARGET_AVX2 static void scores_avx2(const float *const *q, int64_t G, const int8_t *k,
                                         int64_t rs, int64_t n, int64_t d, float scale, float *out,
                                         int64_t ld) {
-    int64_t d8 = d & ~(int64_t)7;
-    for (int64_t h0 = 0; h0 < G; h0 += 4) {
-        int hn = G - h0 < 4 ? (int)(G - h0) : 4;
-        const float *const *qh = q + h0;
+    _Alignas(32) int8_t qc[QHEADS][TDM_LLM_KV_I8_MAX_D];
+    float qs[QHEADS][TDM_LLM_KV_I8_MAX_D / GROUP];
+    for (int64_t h0 = 0; h0 < G; h0 += QHEADS) {
+        int hn = G - h0 < QHEADS ? (int)(G - h0) : QHEADS;
+        quantize_heads(q + h0, hn, d, scale, qc, qs);
         float *o = out + h0 * ld;
         for (int64_t t = 0; t < n; t++) {
             const int8_t *r = k + t * rs;
             switch (hn) {
-            case 1: score_row_avx2(qh, 1, r, d, d8, scale, o, ld, t); break;
-            case 2: score_row_avx2(qh, 2, r, d, d8, scale, o, ld, t); break;
-            case 3: score_row_avx2(qh, 3, r, d, d8, scale, o, ld, t); break;
-            default: score_row_avx2(qh, 4, r, d, d8, scale, o, ld, t); break;
+            case 1: score_row_avx2(qc, qs, 1, r, d, o, ld, t); break;
+            case 2: score_row_avx2(qc, qs, 2, r, d, o, ld, t); break;
+            case 3: score_row_avx2(qc, qs, 3, r, d, o, ld, t); break;
+            default: score_row_avx2(qc, qs, 4, r, d, o, ld, t); break;
             }
         }
     }
@@ -223,14 +291,6 @@ static const tdm_llm_i8_fns fns_avx2 = {scores_avx2, pv_avx2, TDM_ISA_AVX2};
 
 /* ---- AVX-512 ---- */
 
-TDM_TARGET_AVX512 static inline __m512 widen16(const int8_t *c, __m512 s) {
-    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)c))), s);
-}
-
-TDM_TARGET_AVX512 static inline __m512 widen16_mask(const int8_t *c, __mmask16 m, __m512 s) {
-    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, c))), s);
-}
-
 TDM_TARGET_AVX512 static inline __mmask16 mask_of(int64_t left) {
     return left >= 16 ? (__mmask16)0xffff : left <= 0 ? (__mmask16)0 : (__mmask16)((1u << left) - 1u);
 }
@@ -241,69 +301,221 @@ TDM_TARGET_AVX512 static inline __mmask16 mask_of(int64_t left) {
 #define I8_AHEAD 4096
 #endif
 
-/* One row's scores for HN (compile-time: the accumulators stay in registers) heads. */
 #define AI __attribute__((always_inline)) inline
-TDM_TARGET_AVX512 static AI void score_row_avx512(const float *const *q, int HN, const int8_t *r,
-                                                  int64_t d, float scale, float *out, int64_t ld,
-                                                  int64_t t) {
-    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
-                     _mm512_setzero_ps()};
-    __m512 sv = _mm512_setzero_ps();
-    for (int64_t i = 0; i < d; i += 16) {
-        if (i % GROUP == 0) sv = _mm512_set1_ps(group_scale(r, d, i / GROUP));
-        if (i + 16 <= d) {
-            __m512 kv = widen16(r + i, sv);
-            for (int h = 0; h < HN; h++) acc[h] = _mm512_fmadd_ps(_mm512_loadu_ps(q[h] + i), kv, acc[h]);
-        } else {
-            __mmask16 m = mask_of(d - i);
-            __m512 kv = widen16_mask(r + i, m, sv);
-            for (int h = 0; h < HN; h++)
-                acc[h] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q[h] + i), kv, acc[h]);
-        }
-    }
-    for (int h = 0; h < HN; h++) out[h * ld + t] = scale * _mm512_reduce_add_ps(acc[h]);
+
+/* ---- AVX-512 VNNI scores ----
+ * A row's codes go through vpdpbusd 64 at a time ("chunks"), the key codes as the unsigned
+ * operand (xor 0x80: c + 128) and the quantised query as the signed one; the 128 * sum(q)
+ * this adds is taken off per group after the sums. One chunk of one row gives a vector of
+ * 16 int32 sums of 4 products, lanes 0-7 its first group, 8-15 its second. Eight such vectors
+ * ("items": NC chunks of 8 / NC rows) reduce together in three shuffle-and-add steps to one
+ * vector whose lane 4k + j holds the sum of group (k & 1) of item 2j + (k >> 1): one
+ * reduction per 8 items and head instead of one per row and head. The lane's key scale comes
+ * from one gather of the 16 scale words (each read as the high half of a dword, so a scale is
+ * a float32 once masked), the query scale and the correction from per-head vectors in the
+ * same lane order. Head sizes 16..512 (NC = 1, 2, 4, 8 chunks a row; the codes and query
+ * padded with zeros to whole chunks); 8 / NC rows a step, a last partial step through a
+ * zero-padded copy of its rows. */
+#define VN_MAXC 8
+#define TDM_TARGET_VNNI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma")))
+
+typedef struct vn_query {
+    _Alignas(64) int8_t c[QHEADS][VN_MAXC * 64]; /* codes, zero-padded to NC chunks */
+    _Alignas(64) int32_t corr[QHEADS][16];       /* lane order: 128 * sum of the group's codes */
+    _Alignas(64) float qs[QHEADS][16];           /* lane order: query scale * softmax scale */
+    _Alignas(64) int32_t gidx[16];               /* lane order: offset of the scale's dword */
+} vn_query;
+
+/* items a and b: [a's group 0, a's group 1, b's group 0, b's group 1], 4 partial sums each */
+TDM_TARGET_VNNI static AI __m512i vn_stage1(__m512i a, __m512i b) {
+    return _mm512_add_epi32(_mm512_shuffle_i32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0)),
+                            _mm512_shuffle_i32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+TDM_TARGET_VNNI static AI __m512i vn_stage2(__m512i a, __m512i b) {
+    return _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
+}
+TDM_TARGET_VNNI static AI __m512i vn_stage3(__m512i a, __m512i b) {
+    __m512 x = _mm512_castsi512_ps(a), y = _mm512_castsi512_ps(b);
+    return _mm512_add_epi32(_mm512_castps_si512(_mm512_shuffle_ps(x, y, _MM_SHUFFLE(2, 0, 2, 0))),
+                            _mm512_castps_si512(_mm512_shuffle_ps(x, y, _MM_SHUFFLE(3, 1, 3, 1))));
 }
 
-TDM_TARGET_AVX512 static void scores_avx512(const float *const *q, int64_t G, const int8_t *k,
-                                            int64_t rs, int64_t n, int64_t d, float scale,
-                                            float *out, int64_t ld) {
-    for (int64_t h0 = 0; h0 < G; h0 += 4) {
-        int hn = G - h0 < 4 ? (int)(G - h0) : 4;
-        const float *const *qh = q + h0;
-        float *o = out + h0 * ld;
-        for (int64_t t = 0; t < n; t++) {
-            const int8_t *r = k + t * rs;
-            if (h0 == 0) _mm_prefetch((const char *)(r + I8_AHEAD), _MM_HINT_T0);
-            switch (hn) {
-            case 1: score_row_avx512(qh, 1, r, d, scale, o, ld, t); break;
-            case 2: score_row_avx512(qh, 2, r, d, scale, o, ld, t); break;
-            case 3: score_row_avx512(qh, 3, r, d, scale, o, ld, t); break;
-            default: score_row_avx512(qh, 4, r, d, scale, o, ld, t); break;
+/* One step: 8 items (rows r .. r + 8 / NC - 1 at stride rs) for HN heads; scores of row i
+ * of the step to out[h * ld + i]. */
+TDM_TARGET_VNNI static AI void vn_step(const vn_query *vq, int HN, int NC, const int8_t *r,
+                                       int64_t rs, const __mmask64 *cm, float *out, int64_t ld) {
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
+    __m512i st1[QHEADS][4];
+    for (int p = 0; p < 4; p++) {
+        __m512i a[2][QHEADS];
+        for (int u = 0; u < 2; u++) {
+            int it = 2 * p + u, row = it / NC, c = it % NC;
+            __m512i kv = _mm512_xor_si512(_mm512_maskz_loadu_epi8(cm[c], r + row * rs + 64 * c), bias);
+            for (int h = 0; h < HN; h++)
+                a[u][h] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), kv,
+                                              _mm512_load_si512((const void *)(vq->c[h] + 64 * c)));
+        }
+        for (int h = 0; h < HN; h++) st1[h][p] = vn_stage1(a[0][h], a[1][h]);
+    }
+    __m512 sk = _mm512_castsi512_ps(_mm512_and_si512(
+        _mm512_i32gather_epi32(_mm512_load_si512((const void *)vq->gidx), (const void *)r, 1),
+        _mm512_set1_epi32((int)0xffff0000u)));
+    for (int h = 0; h < HN; h++) {
+        __m512i t = vn_stage3(vn_stage2(st1[h][0], st1[h][1]), vn_stage2(st1[h][2], st1[h][3]));
+        t = _mm512_sub_epi32(t, _mm512_load_si512((const void *)vq->corr[h]));
+        __m512 f = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(t), _mm512_load_ps(vq->qs[h])), sk);
+        /* lane j of e: item 2j; of o: item 2j + 1 */
+        __m128 e = _mm_add_ps(_mm512_castps512_ps128(f), _mm512_extractf32x4_ps(f, 1));
+        __m128 o = _mm_add_ps(_mm512_extractf32x4_ps(f, 2), _mm512_extractf32x4_ps(f, 3));
+        float *y = out + h * ld;
+        if (NC == 1) {
+            _mm_storeu_ps(y, _mm_unpacklo_ps(e, o));
+            _mm_storeu_ps(y + 4, _mm_unpackhi_ps(e, o));
+        } else {
+            __m128 x = _mm_add_ps(e, o); /* lane j: items 2j, 2j + 1 */
+            if (NC == 2) _mm_storeu_ps(y, x);
+            else {
+                x = _mm_hadd_ps(x, x);
+                if (NC == 4) _mm_storel_pi((__m64 *)y, x);
+                else y[0] = _mm_cvtss_f32(_mm_hadd_ps(x, x));
             }
         }
     }
 }
 
-/* 64 columns (two scale groups) x HN heads of accumulators in registers, over all rows; NV
- * vectors of 16 columns (the last one masked by m[NV - 1]). */
+TDM_TARGET_VNNI static AI void vn_rows(const vn_query *vq, int HN, int NC, const int8_t *k,
+                                       int64_t rs, int64_t n, const __mmask64 *cm, bool prefetch,
+                                       float *out, int64_t ld) {
+    const int per = 8 / NC;
+    int64_t t = 0;
+    for (; t + per <= n; t += per) {
+        const int8_t *r = k + t * rs;
+        if (prefetch)
+            for (int i = 0; i < per; i++) _mm_prefetch((const char *)(r + i * rs + I8_AHEAD), _MM_HINT_T0);
+        vn_step(vq, HN, NC, r, rs, cm, out + t, ld);
+    }
+    if (t < n) { /* the last rows through a zero-padded copy */
+        _Alignas(64) int8_t tmp[8 * TDM_KV_I8_ROW(VN_MAXC * 64)];
+        float o[QHEADS][8];
+        memset(tmp, 0, (size_t)(per * rs));
+        memcpy(tmp, k + t * rs, (size_t)((n - t) * rs));
+        vn_step(vq, HN, NC, tmp, rs, cm, o[0], 8);
+        for (int h = 0; h < HN; h++)
+            for (int64_t i = t; i < n; i++) out[h * ld + i] = o[h][i - t];
+    }
+}
+
+TDM_TARGET_VNNI static void scores_vnni(const float *const *q, int64_t G, const int8_t *k,
+                                        int64_t rs, int64_t n, int64_t d, float scale, float *out,
+                                        int64_t ld) {
+    int64_t chunks = (d + 63) / 64;
+    if (d < 16 || chunks > VN_MAXC || rs > TDM_KV_I8_ROW(VN_MAXC * 64)) {
+        scores_avx2(q, G, k, rs, n, d, scale, out, ld);
+        return;
+    }
+    int NC = chunks == 1 ? 1 : chunks == 2 ? 2 : chunks <= 4 ? 4 : 8;
+    int64_t ng = (d + GROUP - 1) / GROUP;
+    __mmask64 cm[VN_MAXC]; /* the codes of each chunk (none in chunks past the row) */
+    for (int c = 0; c < NC; c++) {
+        int64_t w = d - 64 * c;
+        cm[c] = w >= 64 ? ~(__mmask64)0 : w <= 0 ? 0 : (((__mmask64)1 << w) - 1);
+    }
+    vn_query vq;
+    float qs[QHEADS][TDM_LLM_KV_I8_MAX_D / GROUP];
+    int8_t qc[QHEADS][TDM_LLM_KV_I8_MAX_D];
+    for (int L = 0; L < 16; L++) {
+        int it = 2 * (L & 3) + (L >> 3), c = it % NC, g = 2 * c + ((L >> 2) & 1);
+        vq.gidx[L] = (int32_t)((it / NC) * rs + d + 2 * (g < ng ? g : ng - 1) - 2);
+    }
+    for (int64_t h0 = 0; h0 < G; h0 += QHEADS) {
+        int hn = G - h0 < QHEADS ? (int)(G - h0) : QHEADS;
+        quantize_heads(q + h0, hn, d, scale, qc, qs);
+        for (int h = 0; h < hn; h++) {
+            memset(vq.c[h], 0, sizeof vq.c[h]);
+            memcpy(vq.c[h], qc[h], (size_t)d);
+            for (int L = 0; L < 16; L++) {
+                int it = 2 * (L & 3) + (L >> 3), c = it % NC, g = 2 * c + ((L >> 2) & 1);
+                int32_t sum = 0;
+                for (int64_t i = 32 * g; i < 32 * g + 32 && i < d; i++) sum += qc[h][i];
+                vq.corr[h][L] = 128 * sum;
+                vq.qs[h][L] = g < ng ? qs[h][g] : 0.0f;
+            }
+        }
+        float *o = out + h0 * ld;
+        bool pf = h0 == 0;
+#define VN_CASE(HN_)                                                                            \
+    case HN_:                                                                                   \
+        switch (NC) {                                                                           \
+        case 1: vn_rows(&vq, HN_, 1, k, rs, n, cm, pf, o, ld); break;                         \
+        case 2: vn_rows(&vq, HN_, 2, k, rs, n, cm, pf, o, ld); break;                         \
+        case 4: vn_rows(&vq, HN_, 4, k, rs, n, cm, pf, o, ld); break;                         \
+        default: vn_rows(&vq, HN_, 8, k, rs, n, cm, pf, o, ld); break;                        \
+        }                                                                                       \
+        break;
+        switch (hn) {
+            VN_CASE(1)
+            VN_CASE(2)
+            VN_CASE(3)
+            VN_CASE(4)
+        }
+#undef VN_CASE
+    }
+}
+
+/* p.V: 64 columns (two scale groups) x HN heads of accumulators in registers. The rows go in
+ * blocks of PV_ROWS: first each head's weights times the rows' scales, w[h][gg][t] =
+ * p[h][t] * s_t(group gg) (16 rows a step: one gather of the scales per group), then per row
+ * the codes widened (unscaled) and one FMA per 16 columns and head with the broadcast weight
+ * of the column's group. NV vectors of 16 columns (masks m). */
+#define PV_ROWS 64
+
+TDM_TARGET_AVX512 static AI void pv_weights_avx512(const float *p, int64_t ld, int HN,
+                                                   const int8_t *v, int64_t rs, int64_t cnt,
+                                                   int64_t d, int64_t g0, int ngg,
+                                                   float (*w)[2][PV_ROWS]) {
+    const __m512i step = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                            _mm512_set1_epi32((int)rs));
+    const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
+    for (int64_t t = 0; t < cnt; t += 16) {
+        __mmask16 m = mask_of(cnt - t);
+        const int8_t *r = v + t * rs;
+        for (int gg = 0; gg < 2; gg++) {
+            __m512 sk = _mm512_setzero_ps();
+            if (gg < ngg) /* the scale as the high half of the dword that ends with it */
+                sk = _mm512_castsi512_ps(_mm512_and_si512(
+                    _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, step,
+                                                (const void *)(r + d + 2 * (g0 + gg) - 2), 1),
+                    hi));
+            for (int h = 0; h < HN; h++)
+                _mm512_storeu_ps(w[h][gg] + t, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, p + h * ld + t), sk));
+        }
+    }
+}
+
 TDM_TARGET_AVX512 static AI void pv_block_avx512(const float *p, int64_t ld, int HN, int NV,
                                                  const __mmask16 *m, const int8_t *v, int64_t rs,
                                                  int64_t n, int64_t d, int64_t i0, float *y,
                                                  int64_t ys, bool prefetch) {
-    __m512 acc[4][4];
+    float w[QHEADS][2][PV_ROWS];
+    int64_t g0 = i0 / GROUP, ng = (d + GROUP - 1) / GROUP;
+    int ngg = ng - g0 >= 2 ? 2 : 1;
+    __m512 acc[QHEADS][4];
     for (int h = 0; h < HN; h++)
         for (int c = 0; c < NV; c++) acc[h][c] = _mm512_maskz_loadu_ps(m[c], y + h * ys + i0 + 16 * c);
-    for (int64_t t = 0; t < n; t++) {
-        const int8_t *r = v + t * rs;
-        if (prefetch) _mm_prefetch((const char *)(r + I8_AHEAD), _MM_HINT_T0);
-        __m512 wv[4];
-        for (int h = 0; h < HN; h++) wv[h] = _mm512_set1_ps(p[h * ld + t]);
-        __m512 sv = _mm512_setzero_ps();
-        for (int c = 0; c < NV; c++) {
-            if ((16 * c) % GROUP == 0) sv = _mm512_set1_ps(group_scale(r, d, (i0 + 16 * c) / GROUP));
-            __m512 x = m[c] == 0xffff ? widen16(r + i0 + 16 * c, sv)
-                                      : widen16_mask(r + i0 + 16 * c, m[c], sv);
-            for (int h = 0; h < HN; h++) acc[h][c] = _mm512_fmadd_ps(wv[h], x, acc[h][c]);
+    for (int64_t t0 = 0; t0 < n; t0 += PV_ROWS) {
+        int64_t cnt = n - t0 < PV_ROWS ? n - t0 : PV_ROWS;
+        const int8_t *vb = v + t0 * rs;
+        pv_weights_avx512(p + t0, ld, HN, vb, rs, cnt, d, g0, ngg, w);
+        for (int64_t t = 0; t < cnt; t++) {
+            const int8_t *r = vb + t * rs + i0;
+            if (prefetch) _mm_prefetch((const char *)(r + I8_AHEAD), _MM_HINT_T0);
+            for (int c = 0; c < NV; c++) {
+                __m128i cb = m[c] == 0xffff ? _mm_loadu_si128((const __m128i *)(r + 16 * c))
+                                            : _mm_maskz_loadu_epi8(m[c], r + 16 * c);
+                __m512 x = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(cb));
+                for (int h = 0; h < HN; h++)
+                    acc[h][c] = _mm512_fmadd_ps(_mm512_set1_ps(w[h][c / 2][t]), x, acc[h][c]);
+            }
         }
     }
     for (int h = 0; h < HN; h++)
@@ -312,6 +524,10 @@ TDM_TARGET_AVX512 static AI void pv_block_avx512(const float *p, int64_t ld, int
 
 TDM_TARGET_AVX512 static void pv_avx512(const float *p, int64_t ld, int64_t G, const int8_t *v,
                                         int64_t rs, int64_t n, int64_t d, float *y, int64_t ys) {
+    if (d < 2) { /* the scale gathers read the dword ending with a scale */
+        pv_avx2(p, ld, G, v, rs, n, d, y, ys);
+        return;
+    }
     for (int64_t i0 = 0; i0 < d; i0 += 64) {
         int64_t w = d - i0 < 64 ? d - i0 : 64;
         int nv = (int)((w + 15) / 16);
@@ -322,30 +538,135 @@ TDM_TARGET_AVX512 static void pv_avx512(const float *p, int64_t ld, int64_t G, c
             const float *ph = p + h0 * ld;
             float *yh = y + h0 * ys;
             bool pf = h0 == 0 && i0 == 0;
-            if (nv == 4) {
-                switch (hn) {
-                case 1: pv_block_avx512(ph, ld, 1, 4, m, v, rs, n, d, i0, yh, ys, pf); break;
-                case 2: pv_block_avx512(ph, ld, 2, 4, m, v, rs, n, d, i0, yh, ys, pf); break;
-                case 3: pv_block_avx512(ph, ld, 3, 4, m, v, rs, n, d, i0, yh, ys, pf); break;
-                default: pv_block_avx512(ph, ld, 4, 4, m, v, rs, n, d, i0, yh, ys, pf); break;
+#define PV_CASE(NV_)                                                                            \
+    case NV_:                                                                                   \
+        switch (hn) {                                                                           \
+        case 1: pv_block_avx512(ph, ld, 1, NV_, m, v, rs, n, d, i0, yh, ys, pf); break;         \
+        case 2: pv_block_avx512(ph, ld, 2, NV_, m, v, rs, n, d, i0, yh, ys, pf); break;         \
+        case 3: pv_block_avx512(ph, ld, 3, NV_, m, v, rs, n, d, i0, yh, ys, pf); break;         \
+        default: pv_block_avx512(ph, ld, 4, NV_, m, v, rs, n, d, i0, yh, ys, pf); break;        \
+        }                                                                                       \
+        break;
+            switch (nv) {
+                PV_CASE(1)
+                PV_CASE(2)
+                PV_CASE(3)
+                PV_CASE(4)
+            }
+#undef PV_CASE
+        }
+    }
+}
+
+/* ---- AVX-512 VNNI p.V ----
+ * The weights p[h][t] * s_t (the row's group scale) of a block of PV_ROWS rows rounded to
+ * int16 against the block's largest (per head and group: 2^-15 of it, far below the 8-bit
+ * codes' own error), two rows interleaved as int16 pairs (vpmovsxbw, vpunpck[lh]wd) and
+ * vpdpwssd adds both rows' products per column: half the multiplies of the float form.
+ * |w| <= 32767, |c| <= 127: a block's int32 sums stay below 2^28. After each block the sums
+ * go to float accumulators times the block's scale. The unpacks leave the columns of each
+ * 128-bit lane in the order (0-3 | 4-7) of each 8, put back once at the end. */
+TDM_TARGET_VNNI static AI void pvq_block(const float *p, int64_t ld, int HN, const int8_t *v,
+                                         int64_t rs, int64_t n, int64_t d, int64_t i0,
+                                         __mmask64 cm, float *y, int64_t ys) {
+    float w[QHEADS][2][PV_ROWS];
+    _Alignas(64) int32_t wq[QHEADS][2][PV_ROWS / 2]; /* int16 pairs: rows 2u, 2u + 1 */
+    float wsc[QHEADS][2];
+    int64_t g0 = i0 / GROUP, ng = (d + GROUP - 1) / GROUP;
+    int ngg = ng - g0 >= 2 ? 2 : 1;
+    __m512 acc[QHEADS][4];
+    for (int h = 0; h < HN; h++)
+        for (int c = 0; c < 4; c++) acc[h][c] = _mm512_setzero_ps();
+    for (int64_t t0 = 0; t0 < n; t0 += PV_ROWS) {
+        int64_t cnt = n - t0 < PV_ROWS ? n - t0 : PV_ROWS;
+        const int8_t *vb = v + t0 * rs;
+        pv_weights_avx512(p + t0, ld, HN, vb, rs, cnt, d, g0, ngg, w);
+        for (int h = 0; h < HN; h++)
+            for (int gg = 0; gg < 2; gg++) {
+                __m512 mx = _mm512_setzero_ps();
+                for (int64_t t = 0; t < cnt; t += 16)
+                    mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_maskz_loadu_ps(mask_of(cnt - t), w[h][gg] + t)));
+                float m = _mm512_reduce_max_ps(mx);
+                __m512 inv = _mm512_set1_ps(m > 0.0f ? 32767.0f / m : 0.0f);
+                wsc[h][gg] = m / 32767.0f;
+                int16_t *o = (int16_t *)wq[h][gg];
+                for (int64_t t = 0; t < PV_ROWS; t += 16) {
+                    __m512i q = _mm512_cvtps_epi32(
+                        _mm512_mul_ps(_mm512_maskz_loadu_ps(mask_of(cnt - t), w[h][gg] + t), inv));
+                    _mm256_storeu_si256((__m256i *)(o + t), _mm512_cvtsepi32_epi16(q));
                 }
-            } else { /* a narrower last chunk: one head at a time */
-                for (int h = 0; h < hn; h++)
-                    switch (nv) {
-                    case 1: pv_block_avx512(ph + h * ld, ld, 1, 1, m, v, rs, n, d, i0, yh + h * ys, ys, pf); break;
-                    case 2: pv_block_avx512(ph + h * ld, ld, 1, 2, m, v, rs, n, d, i0, yh + h * ys, ys, pf); break;
-                    default: pv_block_avx512(ph + h * ld, ld, 1, 3, m, v, rs, n, d, i0, yh + h * ys, ys, pf); break;
-                    }
+            }
+        __m512i ia[QHEADS][4];
+        for (int h = 0; h < HN; h++)
+            for (int c = 0; c < 4; c++) ia[h][c] = _mm512_setzero_si512();
+        for (int64_t t = 0; t < cnt; t += 2) {
+            const int8_t *ra = vb + t * rs + i0, *rb = t + 1 < cnt ? ra + rs : ra; /* weight 0 */
+            _mm_prefetch((const char *)(ra + I8_AHEAD), _MM_HINT_T0);
+            __m512i a = _mm512_maskz_loadu_epi8(cm, ra), b = _mm512_maskz_loadu_epi8(cm, rb);
+            __m512i alo = _mm512_cvtepi8_epi16(_mm512_castsi512_si256(a));
+            __m512i blo = _mm512_cvtepi8_epi16(_mm512_castsi512_si256(b));
+            __m512i ahi = _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(a, 1));
+            __m512i bhi = _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(b, 1));
+            __m512i x[4] = {_mm512_unpacklo_epi16(alo, blo), _mm512_unpackhi_epi16(alo, blo),
+                            _mm512_unpacklo_epi16(ahi, bhi), _mm512_unpackhi_epi16(ahi, bhi)};
+            for (int h = 0; h < HN; h++) {
+                __m512i w0 = _mm512_set1_epi32(wq[h][0][t / 2]), w1 = _mm512_set1_epi32(wq[h][1][t / 2]);
+                ia[h][0] = _mm512_dpwssd_epi32(ia[h][0], x[0], w0);
+                ia[h][1] = _mm512_dpwssd_epi32(ia[h][1], x[1], w0);
+                ia[h][2] = _mm512_dpwssd_epi32(ia[h][2], x[2], w1);
+                ia[h][3] = _mm512_dpwssd_epi32(ia[h][3], x[3], w1);
+            }
+        }
+        for (int h = 0; h < HN; h++)
+            for (int c = 0; c < 4; c++)
+                acc[h][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[h][c]), _mm512_set1_ps(wsc[h][c / 2]), acc[h][c]);
+    }
+    /* lane 4k + j of acc[h][2u] is column 32u + 8k + j, of acc[h][2u + 1] column 32u + 8k + 4 + j */
+    const __m512i lo = _mm512_set_epi32(23, 22, 21, 20, 7, 6, 5, 4, 19, 18, 17, 16, 3, 2, 1, 0);
+    const __m512i hi = _mm512_set_epi32(31, 30, 29, 28, 15, 14, 13, 12, 27, 26, 25, 24, 11, 10, 9, 8);
+    int64_t wcols = d - i0 < 64 ? d - i0 : 64;
+    for (int h = 0; h < HN; h++)
+        for (int u = 0; u < 2; u++) {
+            __m512 r[2] = {_mm512_permutex2var_ps(acc[h][2 * u], lo, acc[h][2 * u + 1]),
+                           _mm512_permutex2var_ps(acc[h][2 * u], hi, acc[h][2 * u + 1])};
+            for (int e = 0; e < 2; e++) {
+                __mmask16 m = mask_of(wcols - 32 * u - 16 * e);
+                float *o = y + h * ys + i0 + 32 * u + 16 * e;
+                _mm512_mask_storeu_ps(o, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, o), r[e]));
+            }
+        }
+}
+
+TDM_TARGET_VNNI static void pv_vnni(const float *p, int64_t ld, int64_t G, const int8_t *v,
+                                    int64_t rs, int64_t n, int64_t d, float *y, int64_t ys) {
+    if (d < 2) {
+        pv_avx2(p, ld, G, v, rs, n, d, y, ys);
+        return;
+    }
+    for (int64_t i0 = 0; i0 < d; i0 += 64) {
+        int64_t w = d - i0 < 64 ? d - i0 : 64;
+        __mmask64 cm = w >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << w) - 1);
+        for (int64_t h0 = 0; h0 < G; h0 += QHEADS) {
+            int hn = G - h0 < QHEADS ? (int)(G - h0) : QHEADS;
+            const float *ph = p + h0 * ld;
+            float *yh = y + h0 * ys;
+            switch (hn) {
+            case 1: pvq_block(ph, ld, 1, v, rs, n, d, i0, cm, yh, ys); break;
+            case 2: pvq_block(ph, ld, 2, v, rs, n, d, i0, cm, yh, ys); break;
+            case 3: pvq_block(ph, ld, 3, v, rs, n, d, i0, cm, yh, ys); break;
+            default: pvq_block(ph, ld, 4, v, rs, n, d, i0, cm, yh, ys); break;
             }
         }
     }
 }
 
-static const tdm_llm_i8_fns fns_avx512 = {scores_avx512, pv_avx512, TDM_ISA_AVX512_CORE};
+static const tdm_llm_i8_fns fns_avx512 = {scores_avx2, pv_avx512, TDM_ISA_AVX512_CORE};
+static const tdm_llm_i8_fns fns_vnni = {scores_vnni, pv_vnni, TDM_ISA_AVX512_CORE_VNNI};
 #endif
 
 const tdm_llm_i8_fns *tdm_llm_i8_fns_for(tdm_cpu_isa level) {
 #ifdef TDM_SIMD_X86
+    if (level >= TDM_ISA_AVX512_CORE_VNNI) return &fns_vnni;
     if (level >= TDM_ISA_AVX512_CORE) return &fns_avx512;
     if (level >= TDM_ISA_AVX2) return &fns_avx2;
 #endif
