@@ -88,6 +88,7 @@ static enum MHD_Result send_answer(sv_conn *c) {
     pthread_mutex_lock(&s->mu);
     bool draining = s->draining;
     pthread_mutex_unlock(&s->mu);
+    if (!c->close_after && sv_conns_close_after(s->conns, c->slot)) c->close_after = true;
     if (draining || c->close_after || s->opt.no_keep_alive)
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
     enum MHD_Result ret = MHD_queue_response(c->conn, (unsigned)c->http, r);
@@ -101,7 +102,7 @@ static void resume(sv_conn *c) {
     struct MHD_Connection *conn = c->conn;
     c->suspended = false;
     c->answered = true;
-    MHD_resume_connection(conn); /* c may be gone after this */
+    sv_conns_resume(c->slot, conn); /* c may be gone after this */
     pthread_mutex_lock(&s->mu);
     s->suspended--;
     pthread_cond_broadcast(&s->cv);
