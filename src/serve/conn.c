@@ -49,7 +49,7 @@ struct sv_slot {
     uint64_t rd_base; /* bytes read from the socket by libmicrohttpd when the current request's
                          head was checked here */
     uint64_t wire;    /* bytes of that request on the wire (head and Content-Length body);
-                         UINT64_MAX: not known (chunked), later heads are not checked */
+                         UINT64_MAX: not known (chunked): its answer closes the connection */
     bool req_close;   /* that request asked for the connection to be closed */
     /* heads pipelined behind the current request, seen with it: the good ones (their sizes,
      * n_pipe of them, pipe_pos used), then the first bad one (next_http > 0) */
@@ -930,18 +930,20 @@ void sv_conns_request_end(sv_conns *cs, sv_slot *s, struct MHD_Connection *c, bo
     pthread_mutex_lock(&cs->mu);
     s->in_request = s->in_body = false;
     bool check = keep && cs->opt.check_heads && !s->shut && !cs->stop && !s->req_close &&
-                 s->wire != UINT64_MAX && s->state == ST_MHD;
+                 s->state == ST_MHD;
     uint64_t base = s->rd_base, wire = s->wire;
     pthread_mutex_unlock(&cs->mu);
     /* libmicrohttpd does not read this socket while its callback runs: whether it has read
      * exactly this request, and whether the next head is here already */
     enum { WAIT, HERE, PIPELINED, BAD_NEXT, UNSYNCED, NONE } v = check ? WAIT : NONE;
+    if (check && wire == UINT64_MAX) v = UNSYNCED; /* a chunked body, answered without
+                                                      sv_conns_close_after (a stream) */
     uint64_t rd = 0;
     head_info hi = {0};
     char b[4096];
     ssize_t k = 0;
     int unread = 0;
-    if (check) {
+    if (v == WAIT) {
         if (!app_read(s->fd, &rd, &unread) || rd - base < wire) {
             v = UNSYNCED;
         } else if (rd - base > wire) { /* it read on: the next head was pipelined */
@@ -958,8 +960,10 @@ void sv_conns_request_end(sv_conns *cs, sv_slot *s, struct MHD_Connection *c, bo
     bool resume_now = false;
     pthread_mutex_lock(&cs->mu);
     if (v == UNSYNCED) {
+        /* the next head cannot be checked before libmicrohttpd parses it: the answer has
+         * been sent; the connection closes (the client sends its next request again) */
         cs->st.later_unsynced++;
-        s->wire = UINT64_MAX;
+        shut_mhd(cs, s);
     } else if (v == HERE) {
         cs->st.later_checked++;
         s->rd_base = rd;
@@ -1013,16 +1017,24 @@ void sv_conns_request_end(sv_conns *cs, sv_slot *s, struct MHD_Connection *c, bo
 bool sv_conns_close_after(sv_conns *cs, sv_slot *s) {
     if (!cs || !s || !cs->opt.check_heads) return false;
     pthread_mutex_lock(&cs->mu);
-    bool known = s->state == ST_MHD && !s->shut && s->wire != UINT64_MAX;
+    bool shut = s->shut; /* closing anyway (answered here, evicted, timed out) */
+    bool known = s->state == ST_MHD && s->wire != UINT64_MAX;
     uint64_t base = s->rd_base, wire = s->wire;
     bool judged = s->pipe_pos < s->n_pipe || s->next_http > 0;
     pthread_mutex_unlock(&cs->mu);
-    if (!known) return true; /* a chunked body: where the next head begins is not known */
     uint64_t rd = 0;
     int unread = 0;
-    /* libmicrohttpd does not read the socket while its handler runs */
-    if (!app_read(s->fd, &rd, &unread)) return true;
-    return rd - base > wire && !judged; /* it has read into a head not judged here */
+    /* unknown: a chunked body, where the next head begins is not known; else libmicrohttpd
+     * (which does not read the socket while its handler runs) may have read into a head not
+     * judged here */
+    if (shut) return true;
+    bool close = !known || !app_read(s->fd, &rd, &unread) || (rd - base > wire && !judged);
+    if (close) {
+        pthread_mutex_lock(&cs->mu);
+        cs->st.later_unsynced++;
+        pthread_mutex_unlock(&cs->mu);
+    }
+    return close;
 }
 
 void sv_conns_get_stats(sv_conns *cs, sv_conns_stats *st) {

@@ -31,9 +31,12 @@
  * libmicrohttpd (from its request-completed callback, before it reads again) and watched here
  * (ST_WAIT) until the next head is complete; a good head resumes it, a bad one is answered in
  * JSON and the connection closed. A complete good head already in the socket passes at once.
- * Where the boundary is not known (a chunked body; a request pipelined behind one that
- * libmicrohttpd read together with it), the connection's later heads go to libmicrohttpd
- * unchecked, as without check_heads.
+ * Where the next head cannot be judged before libmicrohttpd parses it (after a chunked body,
+ * whose end on the wire is not known here; a head that libmicrohttpd read together with the
+ * request before it but that was not complete in the bytes seen here, or past
+ * SV_CONN_PIPELINE pipelined ones), the answer before it closes the connection: the handler
+ * adds "Connection: close" (sv_conns_close_after), and any answer that did not is followed by
+ * a shutdown in sv_conns_request_end. libmicrohttpd parses no head unchecked then.
  *
  * Budget: at most max_connections admitted connections. A new one over the budget closes
  * the connection that has been idle longest (pending ones are closed here, libmicrohttpd's

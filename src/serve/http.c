@@ -578,7 +578,8 @@ static void budget_metrics(sv_server *s, sv_buf *b) {
                   (unsigned long long)st.refused_full, (unsigned long long)st.refused_per_ip,
                   (unsigned long long)st.bad_first_line, (unsigned long long)st.later_bad);
     sv_buf_printf(b, "# HELP tandem_http_later_heads_total Heads of later requests on kept-alive "
-                  "connections, by how tandem checked them (--check-heads)\n"
+                  "connections, by how tandem checked them (--check-heads; unchecked: the answer before "
+                  "it closed the connection)\n"
                   "# TYPE tandem_http_later_heads_total counter\n"
                   "tandem_http_later_heads_total{how=\"already_there\"} %llu\n"
                   "tandem_http_later_heads_total{how=\"waited\"} %llu\n"
