@@ -310,21 +310,26 @@ def probe(port, seconds):
 
 
 def ctx_switches(pid):
-    v = n = 0
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("voluntary_ctxt_switches:"):
-                v = int(line.split()[1])
-            elif line.startswith("nonvoluntary_ctxt_switches:"):
-                n = int(line.split()[1])
-    return v + n
+    """Voluntary context switches (a thread blocked: a hand-off to another thread or a wait for
+    the network) of all the process's threads so far; the involuntary ones follow the load."""
+    n = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/status") as f:
+                for line in f:
+                    if line.startswith("voluntary_ctxt_switches:"):
+                        n += int(line.split()[1])
+        except OSError:
+            pass  # the thread ended
+    return n
 
 
 def background_cost(a):
     """What each kind of hostile client costs the server by itself: with none, only the idle
-    ones, only the slow ones, and both connected, the server's CPU time per second, its context
-    switches per second and the latency (p50, p99) of one sequential well-behaved client
-    (Identity, JSON, keep-alive); the settings alternate, `--rounds` times."""
+    ones, only the slow ones, and both connected, the server's CPU time per second, its voluntary
+    context switches per second (and per request of the client) and the latency (p50, p99) of
+    one sequential well-behaved client (Identity, JSON, keep-alive); the settings alternate,
+    `--rounds` times."""
     tmp = tempfile.mkdtemp(prefix="tandem-background-")
     settings = [("none", 0, 0), (f"{a.idle} idle", a.idle, 0), (f"{a.slow} slow", 0, a.slow),
                 (f"{a.idle} idle + {a.slow} slow", a.idle, a.slow)]
@@ -357,11 +362,12 @@ def background_cost(a):
          f"{a.rounds} rounds of {a.duration:.0f} s per setting, alternating; medians (per round in "
          f"brackets). One sequential client (Identity, JSON, keep-alive).\n",
          "| hostile clients | requests/s | p50 ms | p99 ms | p99 per round | server CPU ms/s | "
-         "context switches/s |", "|---|---:|---:|---:|---|---:|---:|"]
+         "voluntary context switches/s | per request |", "|---|---:|---:|---:|---|---:|---:|---:|"]
     for name, rs in res.items():
         med = lambda k: bench_serve.median([r[k] for r in rs])  # noqa: E731
         L.append(f"| {name} | {med('n') / a.duration:.0f} | {med('p50'):.2f} | {med('p99'):.2f} | "
-                 f"{[round(r['p99'], 2) for r in rs]} | {med('cpu_ms_s'):.0f} | {med('cs_s'):.0f} |")
+                 f"{[round(r['p99'], 2) for r in rs]} | {med('cpu_ms_s'):.0f} | {med('cs_s'):.0f} | "
+                 f"{bench_serve.median([r['cs_s'] * a.duration / r['n'] for r in rs]):.1f} |")
     return "\n".join(L) + "\n"
 
 
