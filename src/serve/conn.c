@@ -824,10 +824,12 @@ static void *worker_main(void *arg) {
         MHD_UNSIGNED_LONG_LONG to = 0;
         int ms = MHD_get_timeout(w->d, &to) == MHD_YES ? (to < 1000 ? (int)to : 1000) : 1000;
         int n = epoll_wait(w->ep, evs, 64, ms);
+        bool woken = false;
         pthread_mutex_lock(&cs->mu);
         uint64_t now = sv_now_ns();
         for (int i = 0; i < n; i++) {
             void *p = evs[i].data.ptr;
+            woken |= p == &w->wake;
             if (p == &w->wake || p == &w->mhd_fd) continue;
             /* a waiting connection of this daemon: its slot is freed only by MHD_run below */
             sv_slot *s = p;
@@ -843,7 +845,7 @@ static void *worker_main(void *arg) {
         bool stop = w->stop;
         pthread_mutex_unlock(&cs->mu);
         uint64_t v;
-        (void)!read(w->wake, &v, sizeof v);
+        if (woken) (void)!read(w->wake, &v, sizeof v);
         for (int i = 0; i < nq; i++) {
             if (MHD_add_connection(w->d, q[i].fd, (const struct sockaddr *)&q[i].addr, q[i].alen) ==
                 MHD_YES)
