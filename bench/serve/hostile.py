@@ -268,6 +268,15 @@ def render(a, results, mem):
                  f"hostile clients' process per round {[s['cpu_s'] for s in sw]}; errors seen by "
                  f"the well-behaved clients {errs}")
     L.append("")
+    L.append("Per round (hostile / quiet of the same round), QPS ratio; p99 ratio:")
+    for label, rows in results:
+        for model, res in rows.items():
+            qr = [h["qps"] / q["qps"] for q, h in zip(res["quiet"], res["hostile"]) if q["qps"]]
+            pr = [h["p99_ms"] / q["p99_ms"] for q, h in zip(res["quiet"], res["hostile"]) if q["p99_ms"]]
+            L.append(f"- {label}, {model}: {[round(x, 2) for x in qr]}; {[round(x, 2) for x in pr]}")
+    L.append("")
+    if mem is None:
+        return "\n".join(L)
     L.append(f"60 MiB-body attack (20 uploads declaring 60 MiB, stalled at the last byte, then 4 JSON "
              f"bodies of 60 MiB) against --request-memory {mem['budget_mib']}: {mem['admitted']} "
              f"uploads admitted, {mem['refused']} refused with 503, JSON bodies answered "
@@ -275,6 +284,91 @@ def render(a, results, mem):
              f"{mem['peak_mib']:.0f} MiB: +{mem['growth_mib']:.0f} MiB against a budget of "
              f"{mem['budget_mib']} MiB.\n")
     return "\n".join(L)
+
+
+def probe(port, seconds):
+    """One well-behaved client, sequential keep-alive JSON requests to the Identity model for
+    `seconds`: latencies in ms, sorted."""
+    import http.client
+    body = json.dumps({"inputs": [{"name": "INPUT0", "shape": [1, 16], "datatype": "FP32",
+                                   "data": [float(i) for i in range(16)]}]})
+    c = http.client.HTTPConnection(HOST, port, timeout=10)
+    lat = []
+    stop_at = time.time() + seconds
+    try:
+        while time.time() < stop_at:
+            t0 = time.perf_counter()
+            c.request("POST", "/v2/models/identity/infer", body, {"Content-Type": "application/json"})
+            r = c.getresponse()
+            r.read()
+            lat.append((time.perf_counter() - t0) * 1000)
+            if r.status != 200:
+                raise SystemExit(f"probe: HTTP {r.status}")
+    finally:
+        c.close()
+    return sorted(lat)
+
+
+def ctx_switches(pid):
+    """Voluntary context switches (a thread blocked: a hand-off to another thread or a wait for
+    the network) of all the process's threads so far; the involuntary ones follow the load."""
+    n = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/status") as f:
+                for line in f:
+                    if line.startswith("voluntary_ctxt_switches:"):
+                        n += int(line.split()[1])
+        except OSError:
+            pass  # the thread ended
+    return n
+
+
+def background_cost(a):
+    """What each kind of hostile client costs the server by itself: with none, only the idle
+    ones, only the slow ones, and both connected, the server's CPU time per second, its voluntary
+    context switches per second (and per request of the client) and the latency (p50, p99) of
+    one sequential well-behaved client (Identity, JSON, keep-alive); the settings alternate,
+    `--rounds` times."""
+    tmp = tempfile.mkdtemp(prefix="tandem-background-")
+    settings = [("none", 0, 0), (f"{a.idle} idle", a.idle, 0), (f"{a.slow} slow", 0, a.slow),
+                (f"{a.idle} idle + {a.slow} slow", a.idle, a.slow)]
+    res = {name: [] for name, _, _ in settings}
+    try:
+        repo = os.path.join(tmp, "repo")
+        bench_serve.build_repo(repo, 8)
+        p, port = start_with(a.tandem, repo)
+        try:
+            probe(port, 1.0)  # warm-up
+            for _ in range(a.rounds):
+                for name, n_idle, n_slow in settings:
+                    sw = start_swarm(port, a.duration + 6, n_idle, n_slow) if n_idle + n_slow else None
+                    time.sleep(4 if sw else 0.5)
+                    c0, x0, t0 = bench_serve.cpu_seconds(p.pid), ctx_switches(p.pid), time.time()
+                    lat = probe(port, a.duration)
+                    c1, x1, t1 = bench_serve.cpu_seconds(p.pid), ctx_switches(p.pid), time.time()
+                    if sw:
+                        sw.communicate(timeout=a.duration + 60)
+                    res[name].append({"cpu_ms_s": (c1 - c0) * 1000 / (t1 - t0),
+                                      "cs_s": (x1 - x0) / (t1 - t0), "n": len(lat),
+                                      "p50": lat[len(lat) // 2], "p99": lat[int(len(lat) * 0.99)]})
+        finally:
+            p.send_signal(signal.SIGTERM)
+            p.wait(60)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    L = ["# tandem serve: what the hostile clients cost by themselves\n",
+         f"Machine: {os.cpu_count()} cores, load average before: {' '.join(bench_serve.loadavg())}; "
+         f"{a.rounds} rounds of {a.duration:.0f} s per setting, alternating; medians (per round in "
+         f"brackets). One sequential client (Identity, JSON, keep-alive).\n",
+         "| hostile clients | requests/s | p50 ms | p99 ms | p99 per round | server CPU ms/s | "
+         "voluntary context switches/s | per request |", "|---|---:|---:|---:|---|---:|---:|---:|"]
+    for name, rs in res.items():
+        med = lambda k: bench_serve.median([r[k] for r in rs])  # noqa: E731
+        L.append(f"| {name} | {med('n') / a.duration:.0f} | {med('p50'):.2f} | {med('p99'):.2f} | "
+                 f"{[round(r['p99'], 2) for r in rs]} | {med('cpu_ms_s'):.0f} | {med('cs_s'):.0f} | "
+                 f"{bench_serve.median([r['cs_s'] * a.duration / r['n'] for r in rs]):.1f} |")
+    return "\n".join(L) + "\n"
 
 
 def keep_alive_cost(a):
@@ -337,7 +431,15 @@ def main():
     ap.add_argument("--keep-alive-cost", action="store_true",
                     help="only compare --check-heads 1 (default), --check-heads 0 and --keep-alive 0 "
                          "(no hostile clients)")
+    ap.add_argument("--background-cost", action="store_true",
+                    help="only what the idle and the slow clients cost by themselves: server CPU and "
+                         "the latency of one sequential client, with none, each kind and both")
+    ap.add_argument("--defaults-only", action="store_true",
+                    help="only the default budget: no --max-connections 1000 pass, no 60 MiB-body attack")
     a = ap.parse_args()
+    if a.background_cost:
+        print(background_cost(a))
+        return 0
     if a.keep_alive_cost:
         print(keep_alive_cost(a))
         return 0
@@ -345,9 +447,12 @@ def main():
     try:
         repo = os.path.join(tmp, "repo")
         bench_serve.build_repo(repo, 8)
-        results = [hostile_rounds(a, tmp, repo, None, "defaults"),
-                   hostile_rounds(a, tmp, repo, ["--max-connections", "1000"], "--max-connections 1000")]
-        mem = memory_attack(a, repo)
+        results = [hostile_rounds(a, tmp, repo, None, "defaults")]
+        mem = None
+        if not a.defaults_only:
+            results.append(hostile_rounds(a, tmp, repo, ["--max-connections", "1000"],
+                                          "--max-connections 1000"))
+            mem = memory_attack(a, repo)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     text = render(a, results, mem)

@@ -49,7 +49,7 @@ struct sv_slot {
     uint64_t rd_base; /* bytes read from the socket by libmicrohttpd when the current request's
                          head was checked here */
     uint64_t wire;    /* bytes of that request on the wire (head and Content-Length body);
-                         UINT64_MAX: not known (chunked), later heads are not checked */
+                         UINT64_MAX: not known (chunked): its answer closes the connection */
     bool req_close;   /* that request asked for the connection to be closed */
     /* heads pipelined behind the current request, seen with it: the good ones (their sizes,
      * n_pipe of them, pipe_pos used), then the first bad one (next_http > 0) */
@@ -62,13 +62,41 @@ struct sv_slot {
     char msg[160];
     struct sockaddr_storage addr;
     socklen_t addrlen;
+    struct sv_worker *w;  /* ST_MHD, ST_WAIT, ST_WLINGER: the HTTP thread whose daemon has it */
     sv_slot *prev, *next; /* the idle list, longest idle first */
 };
+
+/* A connection on its way to an HTTP thread. */
+typedef struct handover {
+    int fd;
+    struct sockaddr_storage addr;
+    socklen_t alen;
+} handover;
+
+struct pending_resume {
+    struct MHD_Connection *c;
+    struct sv_worker *w;
+};
+
+/* An HTTP thread: one libmicrohttpd daemon without a thread of its own, run from here, and the
+ * waiting sockets (ST_WAIT, ST_WLINGER) of its connections in the same epoll set, so that a
+ * later head that arrives is judged and its connection resumed by the thread that serves it
+ * (no hand-off to another thread and back). */
+typedef struct sv_worker {
+    sv_conns *cs;
+    struct MHD_Daemon *d;
+    int ep, wake, mhd_fd;
+    pthread_t thread;
+    bool started, stop; /* stop: cs->mu */
+    handover *q;        /* connections handed to it, for MHD_add_connection (cs->mu) */
+    int nq, cap_q;
+} sv_worker;
 
 struct sv_conns {
     sv_conns_options opt;
     int listen_fd, ep, wake;
-    struct MHD_Daemon *d;
+    sv_worker *workers;
+    int n_workers, next_worker;
     pthread_t thread;
     bool started, stop;
     pthread_mutex_t mu;
@@ -80,7 +108,7 @@ struct sv_conns {
     sv_slot *dead; /* closed slots that an event of this round may still name */
     uint64_t paused_until; /* out of descriptors: the listening socket rests until then */
     sv_conns_stats st;
-    struct MHD_Connection **resume; /* ST_WAIT connections to resume once cs->mu is released */
+    struct pending_resume *resume; /* ST_WAIT connections to resume once cs->mu is released */
     int n_resume, cap_resume;
     char peek[SV_CONN_PEEK]; /* the accept thread's */
 };
@@ -136,40 +164,53 @@ static void free_dead(sv_conns *cs) {
     }
 }
 
+/* Resumes a connection suspended in libmicrohttpd and wakes its HTTP thread: a daemon without
+ * a thread of its own is not woken by MHD_resume_connection (0.9.75 has no inter-thread
+ * channel in its epoll set then). */
+static void resume_and_wake(struct MHD_Connection *c, sv_worker *w) {
+    MHD_resume_connection(c);
+    uint64_t one = 1;
+    if (w) (void)!write(w->wake, &one, sizeof one);
+}
+
 /* Queues a suspended connection for MHD_resume_connection, which runs once cs->mu is released
  * (libmicrohttpd's locks are kept out from under it). Out of memory, it is resumed at once:
  * libmicrohttpd (0.9.75) calls no callback of ours with its lock held, and a connection it
  * closes meanwhile waits for cs->mu before its slot goes. */
-static void queue_resume(sv_conns *cs, struct MHD_Connection *c) {
+static void queue_resume(sv_conns *cs, struct MHD_Connection *c, sv_worker *w) {
     if (cs->n_resume == cs->cap_resume) {
         int cap = cs->cap_resume ? 2 * cs->cap_resume : 64;
-        struct MHD_Connection **p = realloc(cs->resume, (size_t)cap * sizeof *p);
+        struct pending_resume *p = realloc(cs->resume, (size_t)cap * sizeof *p);
         if (!p) {
-            MHD_resume_connection(c);
+            resume_and_wake(c, w);
             return;
         }
         cs->resume = p;
         cs->cap_resume = cap;
     }
-    cs->resume[cs->n_resume++] = c;
+    cs->resume[cs->n_resume++] = (struct pending_resume){c, w};
 }
 
 static void run_resumes(sv_conns *cs) {
     pthread_mutex_lock(&cs->mu);
     while (cs->n_resume) {
-        struct MHD_Connection *c = cs->resume[--cs->n_resume];
+        struct pending_resume r = cs->resume[--cs->n_resume];
         pthread_mutex_unlock(&cs->mu);
-        MHD_resume_connection(c);
+        resume_and_wake(r.c, r.w);
         pthread_mutex_lock(&cs->mu);
     }
     pthread_mutex_unlock(&cs->mu);
 }
 
+void sv_conns_resume(sv_slot *s, struct MHD_Connection *c) {
+    resume_and_wake(c, s ? s->w : NULL);
+}
+
 /* A suspended connection (ST_WAIT, ST_WLINGER) goes back to libmicrohttpd. */
 static void release_waiting(sv_conns *cs, sv_slot *s) {
-    epoll_ctl(cs->ep, EPOLL_CTL_DEL, s->fd, NULL);
+    epoll_ctl(s->w->ep, EPOLL_CTL_DEL, s->fd, NULL);
     s->state = ST_MHD;
-    queue_resume(cs, s->conn);
+    queue_resume(cs, s->conn, s->w);
 }
 
 /* Makes libmicrohttpd close a connection: it reads the end of the stream and closes. */
@@ -543,30 +584,45 @@ static void set_request(sv_slot *s, const char *b, size_t k, const head_info *hi
     }
 }
 
-typedef struct handover {
-    int fd;
-    struct sockaddr_storage addr;
-    socklen_t alen;
-} handover;
+/* Hands a connection whose request head is complete to an HTTP thread (round robin), which adds
+ * it to its daemon. False out of memory (nothing queued). */
+static bool to_worker(sv_conns *cs, sv_slot *s) {
+    sv_worker *w = &cs->workers[cs->next_worker];
+    if (w->nq == w->cap_q) {
+        int cap = w->cap_q ? 2 * w->cap_q : 64;
+        handover *q = realloc(w->q, (size_t)cap * sizeof *q);
+        if (!q) return false;
+        w->q = q;
+        w->cap_q = cap;
+    }
+    w->q[w->nq++] = (handover){.fd = s->fd, .addr = s->addr, .alen = s->addrlen};
+    cs->next_worker = (cs->next_worker + 1) % cs->n_workers;
+    s->w = w;
+    if (w->nq == 1) {
+        uint64_t one = 1;
+        (void)!write(w->wake, &one, sizeof one);
+    }
+    return true;
+}
 
-/* Looks at the request head of a pending connection. Returns true (and fills *h) when it goes
- * to libmicrohttpd. A head that grows in small pieces is looked at again only when it has grown
+/* Looks at the request head of a pending or waiting connection; a complete good one sends it to
+ * libmicrohttpd (an HTTP thread, or resumed there). A head that grows in small pieces is looked at again only when it has grown
  * by half or 4 KiB (or at the next tick): each look copies all of it. */
-static bool look(sv_conns *cs, sv_slot *s, uint64_t now, bool tick, handover *h) {
+static void look(sv_conns *cs, sv_slot *s, uint64_t now, bool tick) {
     int avail = 0;
     if (ioctl(s->fd, FIONREAD, &avail) < 0) avail = 0;
     if (s->peeked && avail < SV_CONN_PEEK && !tick && avail < s->peeked + s->peeked / 2 &&
         avail < s->peeked + 4096) {
         s->recheck = avail > s->peeked;
-        return false;
+        return;
     }
     ssize_t k = recv(s->fd, cs->peek, sizeof cs->peek, MSG_PEEK | MSG_DONTWAIT);
     if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
         if (s->state == ST_WAIT) shut_mhd(cs, s); /* libmicrohttpd sees the end and closes */
         else drop_own(cs, s);
-        return false;
+        return;
     }
-    if (k < 0) return false;
+    if (k < 0) return;
     if (!s->t_first) s->t_first = now;
     s->peeked = (int)k;
     s->recheck = false;
@@ -576,120 +632,129 @@ static bool look(sv_conns *cs, sv_slot *s, uint64_t now, bool tick, handover *h)
     if (s->state == ST_REFUSE) msg = s->msg;
     else if (http > 0 && s->state == ST_WAIT) cs->st.later_bad++;
     else if (http > 0) cs->st.bad_first_line++;
-    if (http < 0) return false; /* more to come */
+    if (http < 0) return; /* more to come */
     if (http > 0) {
         answer_and_linger(cs, s, http, msg, now);
-        return false;
+        return;
     }
     set_request(s, cs->peek, (size_t)k, &hi);
     if (s->state == ST_WAIT) { /* back to libmicrohttpd, idle until its handler sees the request;
                                   rd_base is where it stopped reading (sv_conns_request_end) */
         release_waiting(cs, s);
-        return false;
+        return;
     }
     s->rd_base = 0;
     /* to libmicrohttpd: still idle until its handler sees the request */
     epoll_ctl(cs->ep, EPOLL_CTL_DEL, s->fd, NULL);
+    if (!to_worker(cs, s)) {
+        drop_own(cs, s);
+        return;
+    }
     s->state = ST_MHD;
     s->t_open = now;
     idle_append(cs, s, now);
-    h->fd = s->fd;
-    h->addr = s->addr;
-    h->alen = s->addrlen;
-    return true;
 }
 
-/* Readable socket held here. Returns true (and fills *h) when it goes to libmicrohttpd. */
-static bool on_readable(sv_conns *cs, sv_slot *s, uint64_t now, handover *h) {
+/* A readable socket held here (the accept thread) or waiting (its HTTP thread). */
+static void on_readable(sv_conns *cs, sv_slot *s, uint64_t now) {
     if (s->state == ST_LINGER) {
         if (!drain(s->fd)) drop_own(cs, s);
-        return false;
+        return;
     }
     if (s->state == ST_WLINGER) {
         if (!drain(s->fd)) {
             shutdown(s->fd, SHUT_RDWR);
             release_waiting(cs, s);
         }
-        return false;
+        return;
     }
-    return look(cs, s, now, false, h);
+    look(cs, s, now, false);
 }
 
-/* Timeouts, and request heads that grew without being looked at. Fills hs (at most `room`)
- * with the connections that go to libmicrohttpd; returns their count. */
-static int sweep(sv_conns *cs, uint64_t now, handover *hs, int room) {
+/* One slot's timeouts, and a request head that grew without being looked at (cs->mu held). */
+static void sweep_slot(sv_conns *cs, sv_slot *s, uint64_t now) {
     const uint64_t sec = 1000000000ull;
     uint64_t idle_ns = (uint64_t)cs->opt.idle_timeout_s * sec;
     uint64_t head_ns = (uint64_t)cs->opt.header_timeout_s * sec;
     uint64_t grace_ns = (uint64_t)cs->opt.rate_grace_s * sec;
-    int nh = 0;
-    for (int fd = 0; fd < cs->cap_fd; fd++) {
-        sv_slot *s = cs->by_fd[fd];
-        if (s && s->state == ST_WLINGER) {
-            if (now - s->t_open > LINGER_NS) {
-                shutdown(s->fd, SHUT_RDWR);
-                release_waiting(cs, s);
-            }
-            continue;
+    if (s->state == ST_WLINGER) {
+        if (now - s->t_open > LINGER_NS) {
+            shutdown(s->fd, SHUT_RDWR);
+            release_waiting(cs, s);
         }
-        if (!s || s->shut) continue;
-        switch (s->state) {
-        case ST_PENDING:
-            if (s->recheck && nh < room) {
-                if (look(cs, s, now, true, &hs[nh])) {
-                    nh++;
-                    break;
-                }
-                if (s->dead || s->state != ST_PENDING) break; /* closed or answered */
-            }
-            if (!s->t_first && now - s->t_open > idle_ns) {
-                cs->st.idle_timeouts++;
-                drop_own(cs, s);
-            } else if (s->t_first && now - s->t_first > head_ns) {
-                late_head(cs, s, now);
-            }
-            break;
-        case ST_REFUSE:
-            if (now - s->t_open > head_ns) drop_own(cs, s);
-            break;
-        case ST_LINGER:
-            if (now - s->t_open > LINGER_NS) drop_own(cs, s);
-            break;
-        case ST_WLINGER:
-            break;
-        case ST_WAIT:
-            if (s->recheck) {
-                handover unused;
-                look(cs, s, now, true, &unused);
-                if (s->state != ST_WAIT) break; /* resumed or answered */
-            }
-            if (!s->t_first && now - s->t_idle > idle_ns) {
+        return;
+    }
+    if (s->shut) return;
+    switch (s->state) {
+    case ST_PENDING:
+        if (s->recheck) {
+            look(cs, s, now, true);
+            if (s->dead || s->state != ST_PENDING) break; /* closed, answered or handed over */
+        }
+        if (!s->t_first && now - s->t_open > idle_ns) {
+            cs->st.idle_timeouts++;
+            drop_own(cs, s);
+        } else if (s->t_first && now - s->t_first > head_ns) {
+            late_head(cs, s, now);
+        }
+        break;
+    case ST_REFUSE:
+        if (now - s->t_open > head_ns) drop_own(cs, s);
+        break;
+    case ST_LINGER:
+        if (now - s->t_open > LINGER_NS) drop_own(cs, s);
+        break;
+    case ST_WLINGER:
+        break;
+    case ST_WAIT:
+        if (s->recheck) {
+            look(cs, s, now, true);
+            if (s->state != ST_WAIT) break; /* resumed or answered */
+        }
+        if (!s->t_first && now - s->t_idle > idle_ns) {
+            cs->st.idle_timeouts++;
+            shut_mhd(cs, s);
+        } else if (s->t_first && now - s->t_first > head_ns) {
+            late_head(cs, s, now);
+        }
+        break;
+    case ST_MHD:
+        if (!s->in_request) {
+            if (!s->requests && now - s->t_open > head_ns) {
+                cs->st.header_timeouts++;
+                shut_mhd(cs, s);
+            } else if (s->requests && now - s->t_idle > idle_ns) {
                 cs->st.idle_timeouts++;
                 shut_mhd(cs, s);
-            } else if (s->t_first && now - s->t_first > head_ns) {
-                late_head(cs, s, now);
             }
-            break;
-        case ST_MHD:
-            if (!s->in_request) {
-                if (!s->requests && now - s->t_open > head_ns) {
-                    cs->st.header_timeouts++;
-                    shut_mhd(cs, s);
-                } else if (s->requests && now - s->t_idle > idle_ns) {
-                    cs->st.idle_timeouts++;
-                    shut_mhd(cs, s);
-                }
-            } else if (s->in_body && cs->opt.min_upload_rate && now - s->t_body > grace_ns) {
-                double secs = (double)(now - s->t_body) / 1e9;
-                if ((double)s->body_bytes < (double)cs->opt.min_upload_rate * secs) {
-                    cs->st.slow_bodies++;
-                    shut_mhd(cs, s);
-                }
+        } else if (s->in_body && cs->opt.min_upload_rate && now - s->t_body > grace_ns) {
+            double secs = (double)(now - s->t_body) / 1e9;
+            if ((double)s->body_bytes < (double)cs->opt.min_upload_rate * secs) {
+                cs->st.slow_bodies++;
+                shut_mhd(cs, s);
             }
+        }
+        break;
+    }
+}
+
+/* All slots' timeouts, a slice of the table at a time: the HTTP threads take cs->mu at every
+ * request, and a scan of thousands of connections in one hold was a tail in their latency. */
+#define SWEEP_SLICE 128
+static void sweep(sv_conns *cs) {
+    for (int base = 0;; base += SWEEP_SLICE) {
+        pthread_mutex_lock(&cs->mu);
+        if (base >= cs->cap_fd) {
+            pthread_mutex_unlock(&cs->mu);
             break;
         }
+        uint64_t now = sv_now_ns();
+        int end = base + SWEEP_SLICE < cs->cap_fd ? base + SWEEP_SLICE : cs->cap_fd;
+        for (int fd = base; fd < end; fd++)
+            if (cs->by_fd[fd]) sweep_slot(cs, cs->by_fd[fd], now);
+        free_dead(cs); /* this round's events are done: nothing names these slots */
+        pthread_mutex_unlock(&cs->mu);
     }
-    return nh;
 }
 
 /* ---- the accept thread -------------------------------------------------------------------- */
@@ -697,11 +762,9 @@ static int sweep(sv_conns *cs, uint64_t now, handover *hs, int room) {
 static void *accept_main(void *arg) {
     sv_conns *cs = arg;
     struct epoll_event evs[64];
-    handover hs[128];
     uint64_t last_sweep = sv_now_ns();
     for (;;) {
         int n = epoll_wait(cs->ep, evs, 64, SV_CONN_TICK_MS);
-        int nh = 0;
         pthread_mutex_lock(&cs->mu);
         if (cs->stop) {
             pthread_mutex_unlock(&cs->mu);
@@ -730,12 +793,8 @@ static void *accept_main(void *arg) {
                 }
             } else if (p != &cs->wake) {
                 sv_slot *s = p; /* held here, unless closed earlier in this round */
-                if (!s->dead && s->state != ST_MHD && on_readable(cs, s, now, &hs[nh])) nh++;
+                if (!s->dead && s->state != ST_MHD) on_readable(cs, s, now);
             }
-        }
-        if (now - last_sweep >= (uint64_t)SV_CONN_TICK_MS * 1000000ull) {
-            nh += sweep(cs, now, hs + nh, (int)(sizeof hs / sizeof hs[0]) - nh);
-            last_sweep = now;
         }
         if (cs->paused_until && now >= cs->paused_until) {
             struct epoll_event on = {.events = EPOLLIN, .data.ptr = &cs->listen_fd};
@@ -744,15 +803,57 @@ static void *accept_main(void *arg) {
         }
         free_dead(cs);
         pthread_mutex_unlock(&cs->mu);
-        /* outside the lock: libmicrohttpd's threads take it in the notify callback */
-        for (int i = 0; i < nh; i++) {
-            if (MHD_add_connection(cs->d, hs[i].fd, (const struct sockaddr *)&hs[i].addr,
-                                   hs[i].alen) == MHD_YES)
+        if (now - last_sweep >= (uint64_t)SV_CONN_TICK_MS * 1000000ull) {
+            sweep(cs);
+            last_sweep = now;
+        }
+        run_resumes(cs); /* outside the lock: libmicrohttpd's threads take it in callbacks */
+    }
+    return NULL;
+}
+
+/* ---- the HTTP threads ----------------------------------------------------------------------- */
+
+static void *worker_main(void *arg) {
+    sv_worker *w = arg;
+    sv_conns *cs = w->cs;
+    struct epoll_event evs[64];
+    handover *spare = NULL; /* swapped with w->q each round */
+    int spare_cap = 0;
+    for (;;) {
+        MHD_UNSIGNED_LONG_LONG to = 0;
+        int ms = MHD_get_timeout(w->d, &to) == MHD_YES ? (to < 1000 ? (int)to : 1000) : 1000;
+        int n = epoll_wait(w->ep, evs, 64, ms);
+        bool woken = false;
+        pthread_mutex_lock(&cs->mu);
+        uint64_t now = sv_now_ns();
+        for (int i = 0; i < n; i++) {
+            void *p = evs[i].data.ptr;
+            woken |= p == &w->wake;
+            if (p == &w->wake || p == &w->mhd_fd) continue;
+            /* a waiting connection of this daemon: its slot is freed only by MHD_run below */
+            sv_slot *s = p;
+            if (s->w == w && (s->state == ST_WAIT || s->state == ST_WLINGER)) on_readable(cs, s, now);
+        }
+        handover *q = w->q;
+        int nq = w->nq, cap = w->cap_q;
+        w->q = spare;
+        w->cap_q = spare_cap;
+        w->nq = 0;
+        spare = q;
+        spare_cap = cap;
+        bool stop = w->stop;
+        pthread_mutex_unlock(&cs->mu);
+        uint64_t v;
+        if (woken) (void)!read(w->wake, &v, sizeof v);
+        for (int i = 0; i < nq; i++) {
+            if (MHD_add_connection(w->d, q[i].fd, (const struct sockaddr *)&q[i].addr, q[i].alen) ==
+                MHD_YES)
                 continue;
             /* refused (it closed the socket, and no notify came): forget the slot */
             pthread_mutex_lock(&cs->mu);
-            sv_slot *s = hs[i].fd < cs->cap_fd ? cs->by_fd[hs[i].fd] : NULL;
-            if (s && s->state == ST_MHD) {
+            sv_slot *s = q[i].fd < cs->cap_fd ? cs->by_fd[q[i].fd] : NULL;
+            if (s && s->state == ST_MHD && !s->conn) {
                 idle_remove(s);
                 if (!s->shut) cs->admitted--;
                 cs->by_fd[s->fd] = NULL;
@@ -761,7 +862,10 @@ static void *accept_main(void *arg) {
             pthread_mutex_unlock(&cs->mu);
         }
         run_resumes(cs);
+        MHD_run(w->d);
+        if (stop) break;
     }
+    free(spare);
     return NULL;
 }
 
@@ -828,18 +932,20 @@ void sv_conns_request_end(sv_conns *cs, sv_slot *s, struct MHD_Connection *c, bo
     pthread_mutex_lock(&cs->mu);
     s->in_request = s->in_body = false;
     bool check = keep && cs->opt.check_heads && !s->shut && !cs->stop && !s->req_close &&
-                 s->wire != UINT64_MAX && s->state == ST_MHD;
+                 s->state == ST_MHD;
     uint64_t base = s->rd_base, wire = s->wire;
     pthread_mutex_unlock(&cs->mu);
     /* libmicrohttpd does not read this socket while its callback runs: whether it has read
      * exactly this request, and whether the next head is here already */
     enum { WAIT, HERE, PIPELINED, BAD_NEXT, UNSYNCED, NONE } v = check ? WAIT : NONE;
+    if (check && wire == UINT64_MAX) v = UNSYNCED; /* a chunked body, answered without
+                                                      sv_conns_close_after (a stream) */
     uint64_t rd = 0;
     head_info hi = {0};
     char b[4096];
     ssize_t k = 0;
     int unread = 0;
-    if (check) {
+    if (v == WAIT) {
         if (!app_read(s->fd, &rd, &unread) || rd - base < wire) {
             v = UNSYNCED;
         } else if (rd - base > wire) { /* it read on: the next head was pipelined */
@@ -856,8 +962,10 @@ void sv_conns_request_end(sv_conns *cs, sv_slot *s, struct MHD_Connection *c, bo
     bool resume_now = false;
     pthread_mutex_lock(&cs->mu);
     if (v == UNSYNCED) {
+        /* the next head cannot be checked before libmicrohttpd parses it: the answer has
+         * been sent; the connection closes (the client sends its next request again) */
         cs->st.later_unsynced++;
-        s->wire = UINT64_MAX;
+        shut_mhd(cs, s);
     } else if (v == HERE) {
         cs->st.later_checked++;
         s->rd_base = rd;
@@ -878,7 +986,7 @@ void sv_conns_request_end(sv_conns *cs, sv_slot *s, struct MHD_Connection *c, bo
             resume_now = true;
         } else {
             struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | EPOLLET, .data.ptr = s};
-            if (epoll_ctl(cs->ep, EPOLL_CTL_ADD, s->fd, &ev)) {
+            if (epoll_ctl(s->w->ep, EPOLL_CTL_ADD, s->fd, &ev)) {
                 s->state = ST_MHD;
                 shut_mhd(cs, s);
                 resume_now = true;
@@ -890,7 +998,7 @@ void sv_conns_request_end(sv_conns *cs, sv_slot *s, struct MHD_Connection *c, bo
         struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | EPOLLET, .data.ptr = s};
         if (s->shut || cs->stop) {
             resume_now = true; /* shut down meanwhile (it reads the end), or the server stops */
-        } else if (epoll_ctl(cs->ep, EPOLL_CTL_ADD, s->fd, &ev)) {
+        } else if (epoll_ctl(s->w->ep, EPOLL_CTL_ADD, s->fd, &ev)) {
             s->wire = UINT64_MAX;
             resume_now = true;
         } else {
@@ -905,7 +1013,30 @@ void sv_conns_request_end(sv_conns *cs, sv_slot *s, struct MHD_Connection *c, bo
     }
     if (!s->shut) idle_append(cs, s, sv_now_ns());
     pthread_mutex_unlock(&cs->mu);
-    if (resume_now) MHD_resume_connection(c);
+    if (resume_now) resume_and_wake(c, s->w);
+}
+
+bool sv_conns_close_after(sv_conns *cs, sv_slot *s) {
+    if (!cs || !s || !cs->opt.check_heads) return false;
+    pthread_mutex_lock(&cs->mu);
+    bool shut = s->shut; /* closing anyway (answered here, evicted, timed out) */
+    bool known = s->state == ST_MHD && s->wire != UINT64_MAX;
+    uint64_t base = s->rd_base, wire = s->wire;
+    bool judged = s->pipe_pos < s->n_pipe || s->next_http > 0;
+    pthread_mutex_unlock(&cs->mu);
+    uint64_t rd = 0;
+    int unread = 0;
+    /* unknown: a chunked body, where the next head begins is not known; else libmicrohttpd
+     * (which does not read the socket while its handler runs) may have read into a head not
+     * judged here */
+    if (shut) return true;
+    bool close = !known || !app_read(s->fd, &rd, &unread) || (rd - base > wire && !judged);
+    if (close) {
+        pthread_mutex_lock(&cs->mu);
+        cs->st.later_unsynced++;
+        pthread_mutex_unlock(&cs->mu);
+    }
+    return close;
 }
 
 void sv_conns_get_stats(sv_conns *cs, sv_conns_stats *st) {
@@ -947,12 +1078,49 @@ sv_error *sv_conns_create(const sv_conns_options *o, int listen_fd, sv_conns **o
     return NULL;
 }
 
-sv_error *sv_conns_run(sv_conns *cs, struct MHD_Daemon *d) {
-    cs->d = d;
+sv_error *sv_conns_run(sv_conns *cs, struct MHD_Daemon *const *ds, int n) {
+    cs->workers = calloc((size_t)n, sizeof *cs->workers);
+    if (!cs->workers) return sv_err(500, "out of memory");
+    cs->n_workers = n;
+    for (int i = 0; i < n; i++) cs->workers[i].ep = cs->workers[i].wake = -1;
+    for (int i = 0; i < n; i++) {
+        sv_worker *w = &cs->workers[i];
+        w->cs = cs;
+        w->d = ds[i];
+        w->ep = epoll_create1(EPOLL_CLOEXEC);
+        w->wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        const union MHD_DaemonInfo *di = MHD_get_daemon_info(ds[i], MHD_DAEMON_INFO_EPOLL_FD);
+        w->mhd_fd = di ? di->epoll_fd : -1;
+        struct epoll_event em = {.events = EPOLLIN, .data.ptr = &w->mhd_fd};
+        struct epoll_event ew = {.events = EPOLLIN, .data.ptr = &w->wake};
+        if (w->ep < 0 || w->wake < 0 || w->mhd_fd < 0 ||
+            epoll_ctl(w->ep, EPOLL_CTL_ADD, w->mhd_fd, &em) ||
+            epoll_ctl(w->ep, EPOLL_CTL_ADD, w->wake, &ew))
+            return sv_err(500, "cannot set up an HTTP thread: %s", strerror(errno));
+        if (pthread_create(&w->thread, NULL, worker_main, w))
+            return sv_err(500, "cannot start an HTTP thread");
+        w->started = true;
+    }
     if (pthread_create(&cs->thread, NULL, accept_main, cs))
         return sv_err(500, "cannot start the accept thread");
     cs->started = true;
     return NULL;
+}
+
+void sv_conns_halt(sv_conns *cs) {
+    if (!cs) return;
+    sv_conns_stop(cs);
+    for (int i = 0; i < cs->n_workers; i++) {
+        sv_worker *w = &cs->workers[i];
+        if (!w->started) continue;
+        pthread_mutex_lock(&cs->mu);
+        w->stop = true;
+        pthread_mutex_unlock(&cs->mu);
+        uint64_t one = 1;
+        (void)!write(w->wake, &one, sizeof one);
+        pthread_join(w->thread, NULL);
+        w->started = false;
+    }
 }
 
 void sv_conns_stop(sv_conns *cs) {
@@ -982,8 +1150,16 @@ void sv_conns_stop(sv_conns *cs) {
 
 void sv_conns_free(sv_conns *cs) {
     if (!cs) return;
-    sv_conns_stop(cs);
+    sv_conns_halt(cs);
     for (int fd = 0; fd < cs->cap_fd; fd++) free(cs->by_fd[fd]); /* none after MHD_stop_daemon */
+    for (int i = 0; i < cs->n_workers; i++) {
+        sv_worker *w = &cs->workers[i];
+        for (int k = 0; k < w->nq; k++) close(w->q[k].fd); /* never added */
+        free(w->q);
+        if (w->ep >= 0) close(w->ep);
+        if (w->wake >= 0) close(w->wake);
+    }
+    free(cs->workers);
     free(cs->by_fd);
     free(cs->resume);
     if (cs->ep >= 0) close(cs->ep);

@@ -5,12 +5,14 @@
  *
  *     sv_conns *cs;
  *     sv_conns_create(&opt, listen_fd, &cs);          // takes the listening socket
- *     d = MHD_start_daemon(MHD_USE_NO_LISTEN_SOCKET | ..., MHD_OPTION_NOTIFY_CONNECTION,
- *                          sv_conns_notify, cs, ...);
- *     sv_conns_run(cs, d);                            // starts accepting
+ *     for each HTTP thread i:
+ *         d[i] = MHD_start_daemon(MHD_USE_EPOLL | MHD_USE_NO_LISTEN_SOCKET | ...,
+ *                                 MHD_OPTION_NOTIFY_CONNECTION, sv_conns_notify, cs, ...);
+ *     sv_conns_run(cs, d, n);                         // starts the HTTP threads and accepting
  *     ...
  *     sv_conns_stop(cs);                              // closes the listening socket
- *     MHD_stop_daemon(d);
+ *     sv_conns_halt(cs);                              // joins the HTTP threads
+ *     MHD_stop_daemon(d[i]) for each i;
  *     sv_conns_free(cs);
  *
  * Life of a connection: accepted and held here (pending) until the head of its first request
@@ -29,9 +31,12 @@
  * libmicrohttpd (from its request-completed callback, before it reads again) and watched here
  * (ST_WAIT) until the next head is complete; a good head resumes it, a bad one is answered in
  * JSON and the connection closed. A complete good head already in the socket passes at once.
- * Where the boundary is not known (a chunked body; a request pipelined behind one that
- * libmicrohttpd read together with it), the connection's later heads go to libmicrohttpd
- * unchecked, as without check_heads.
+ * Where the next head cannot be judged before libmicrohttpd parses it (after a chunked body,
+ * whose end on the wire is not known here; a head that libmicrohttpd read together with the
+ * request before it but that was not complete in the bytes seen here, or past
+ * SV_CONN_PIPELINE pipelined ones), the answer before it closes the connection: the handler
+ * adds "Connection: close" (sv_conns_close_after), and any answer that did not is followed by
+ * a shutdown in sv_conns_request_end. libmicrohttpd parses no head unchecked then.
  *
  * Budget: at most max_connections admitted connections. A new one over the budget closes
  * the connection that has been idle longest (pending ones are closed here, libmicrohttpd's
@@ -45,9 +50,13 @@
  * idle_timeout_s of the previous answer; a body must arrive at min_upload_rate bytes/s on
  * average, counted from the end of its headers, once rate_grace_s have passed.
  *
- * Threads: the accept thread owns the listening and the pending sockets; the notify callback
- * and the sv_conns_request_* calls come from libmicrohttpd's threads. One mutex guards the
- * table. A slot is removed before libmicrohttpd closes its socket (NOTIFY_CLOSED comes
+ * Threads: the accept thread owns the listening and the pending sockets and hands complete
+ * heads to the HTTP threads round robin. Each HTTP thread runs one libmicrohttpd daemon (no
+ * thread of libmicrohttpd's own) from an epoll set that holds the daemon's epoll descriptor and
+ * the waiting sockets (ST_WAIT) of its connections: a later head is judged and its connection
+ * resumed by the thread that serves it, without a hop through another thread. The notify
+ * callback and the sv_conns_request_* calls come from the HTTP threads. One mutex guards the
+ * table; the timeouts are swept a slice of the table at a time. A slot is removed before libmicrohttpd closes its socket (NOTIFY_CLOSED comes
  * first), so a shut-down never reaches a socket that was reused.
  */
 #ifndef TDM_SERVE_CONN_H
@@ -82,12 +91,18 @@ typedef struct sv_slot sv_slot;
 
 /* Takes listen_fd (a listening, non-blocking socket), also on failure. */
 sv_error *sv_conns_create(const sv_conns_options *o, int listen_fd, sv_conns **out);
-/* Starts the accept thread; `d` must have been started with MHD_USE_NO_LISTEN_SOCKET and
- * sv_conns_notify. */
-sv_error *sv_conns_run(sv_conns *cs, struct MHD_Daemon *d);
+/* Starts an HTTP thread for each of the n daemons and the accept thread. Each daemon must have
+ * been started with MHD_USE_EPOLL, MHD_USE_NO_LISTEN_SOCKET, MHD_USE_ITC,
+ * MHD_ALLOW_SUSPEND_RESUME, no thread of its own, and sv_conns_notify; its thread runs it
+ * (MHD_run) and adds the connections handed to it. On failure, sv_conns_free stops what began. */
+sv_error *sv_conns_run(sv_conns *cs, struct MHD_Daemon *const *ds, int n);
 /* Stops accepting: joins the accept thread, closes the listening socket and the connections
- * still held here. Connections in libmicrohttpd stay. NULL-safe, idempotent. */
+ * still held here. Connections in libmicrohttpd stay, served by the HTTP threads. NULL-safe,
+ * idempotent. */
 void sv_conns_stop(sv_conns *cs);
+/* Stops accepting (sv_conns_stop) and joins the HTTP threads: before MHD_stop_daemon, which
+ * then closes the daemons' connections from the caller's thread. NULL-safe, idempotent. */
+void sv_conns_halt(sv_conns *cs);
 /* After MHD_stop_daemon. NULL-safe. */
 void sv_conns_free(sv_conns *cs);
 
@@ -106,6 +121,19 @@ void sv_conns_body_done(sv_conns *cs, sv_slot *slot);
  * libmicrohttpd's thread, with toe = MHD_REQUEST_TERMINATED_COMPLETED_OK); may suspend it. */
 void sv_conns_request_end(sv_conns *cs, sv_slot *slot, struct MHD_Connection *connection,
                           bool keep);
+
+/* From the request handler, as it answers (libmicrohttpd does not read the socket meanwhile):
+ * whether the answer must close the connection because the next head on it cannot be checked
+ * before libmicrohttpd parses it (check_heads): after a chunked body, or when libmicrohttpd
+ * has read past the request into a head not judged here (one not complete in the bytes seen
+ * with the request, more than SV_CONN_PIPELINE pipelined heads). The client sends that request
+ * again on a new connection, whose first head is checked. */
+bool sv_conns_close_after(sv_conns *cs, sv_slot *slot);
+
+/* MHD_resume_connection for a connection suspended by the request handler (any thread), and a
+ * wake-up for the HTTP thread that runs its daemon. `slot`: sv_conns_slot() of it (NULL: a
+ * daemon with its own thread). */
+void sv_conns_resume(sv_slot *slot, struct MHD_Connection *connection);
 
 /* Counters since start (for the log and tests). */
 typedef struct sv_conns_stats {

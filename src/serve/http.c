@@ -88,6 +88,7 @@ static enum MHD_Result send_answer(sv_conn *c) {
     pthread_mutex_lock(&s->mu);
     bool draining = s->draining;
     pthread_mutex_unlock(&s->mu);
+    if (!c->close_after && sv_conns_close_after(s->conns, c->slot)) c->close_after = true;
     if (draining || c->close_after || s->opt.no_keep_alive)
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
     enum MHD_Result ret = MHD_queue_response(c->conn, (unsigned)c->http, r);
@@ -101,7 +102,7 @@ static void resume(sv_conn *c) {
     struct MHD_Connection *conn = c->conn;
     c->suspended = false;
     c->answered = true;
-    MHD_resume_connection(conn); /* c may be gone after this */
+    sv_conns_resume(c->slot, conn); /* c may be gone after this */
     pthread_mutex_lock(&s->mu);
     s->suspended--;
     pthread_cond_broadcast(&s->cv);
@@ -577,7 +578,8 @@ static void budget_metrics(sv_server *s, sv_buf *b) {
                   (unsigned long long)st.refused_full, (unsigned long long)st.refused_per_ip,
                   (unsigned long long)st.bad_first_line, (unsigned long long)st.later_bad);
     sv_buf_printf(b, "# HELP tandem_http_later_heads_total Heads of later requests on kept-alive "
-                  "connections, by how tandem checked them (--check-heads)\n"
+                  "connections, by how tandem checked them (--check-heads; unchecked: the answer before "
+                  "it closed the connection)\n"
                   "# TYPE tandem_http_later_heads_total counter\n"
                   "tandem_http_later_heads_total{how=\"already_there\"} %llu\n"
                   "tandem_http_later_heads_total{how=\"waited\"} %llu\n"

@@ -192,31 +192,38 @@ static bool start_http(sv_server *s, int *bound) {
         sv_error_free(e);
         return false;
     }
-    unsigned threads = (unsigned)s->opt.http_threads;
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME |
-                     MHD_USE_ERROR_LOG | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC;
-    /* the budget is kept by conn.c; libmicrohttpd's own limit only leaves room for
-     * connections that were shut down and are not closed yet */
+    /* one daemon per HTTP thread, each run by conn.c's thread (which also watches its
+     * waiting connections); the budget is kept by conn.c, libmicrohttpd's own limit only
+     * leaves room for connections that were shut down and are not closed yet */
+    int threads = s->opt.http_threads;
+    unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
+                     MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC;
     unsigned limit = (unsigned)s->opt.max_connections * 2u + 64u;
-    s->http = MHD_start_daemon(
-        flags, 0, NULL, NULL, sv_http_handler, s,
-        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, /* first, so that every message comes here */
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->opt.connection_timeout_s,
-        MHD_OPTION_CONNECTION_LIMIT, limit,
-        /* libmicrohttpd 0.9.75 zeroes a connection's whole pool before each request: 256 KiB
-         * cost ~10% of an HTTP thread at 6,000 requests/s; 64 KiB is the first request's head
-         * limit (SV_CONN_PEEK) anyway */
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)SV_CONN_PEEK,
-        MHD_OPTION_NOTIFY_COMPLETED, sv_http_completed, s,
-        MHD_OPTION_NOTIFY_CONNECTION, sv_conns_notify, s->conns,
-        /* last: with one thread there is no pool and the option list ends here */
-        threads > 1 ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END, threads,
-        MHD_OPTION_END);
+    s->http = calloc((size_t)threads, sizeof *s->http);
     if (!s->http) {
-        sv_log(s, "cannot start the HTTP daemon");
+        sv_log(s, "out of memory");
         return false;
     }
-    e = sv_conns_run(s->conns, s->http);
+    for (; s->n_http < threads; s->n_http++) {
+        struct MHD_Daemon *d = MHD_start_daemon(
+            flags, 0, NULL, NULL, sv_http_handler, s,
+            MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, /* first, so that every message comes here */
+            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->opt.connection_timeout_s,
+            MHD_OPTION_CONNECTION_LIMIT, limit,
+            /* libmicrohttpd 0.9.75 zeroes a connection's whole pool before each request: 256
+             * KiB cost ~10% of an HTTP thread at 6,000 requests/s; 64 KiB is the first
+             * request's head limit (SV_CONN_PEEK) anyway */
+            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)SV_CONN_PEEK,
+            MHD_OPTION_NOTIFY_COMPLETED, sv_http_completed, s,
+            MHD_OPTION_NOTIFY_CONNECTION, sv_conns_notify, s->conns,
+            MHD_OPTION_END);
+        if (!d) {
+            sv_log(s, "cannot start the HTTP daemon");
+            return false;
+        }
+        s->http[s->n_http] = d;
+    }
+    e = sv_conns_run(s->conns, s->http, s->n_http);
     if (e) {
         sv_log(s, "%s", e->msg);
         sv_error_free(e);
@@ -300,9 +307,13 @@ static void shutdown_server(sv_server *s) {
         sv_repo_cancel_queued(s->repo, "the server is shutting down");
     }
     wait_until(s, &s->suspended, 0); /* running batches and loads finish */
-    if (s->http) MHD_stop_daemon(s->http);
+    sv_conns_halt(s->conns); /* the HTTP threads end before their daemons stop */
+    for (int i = 0; i < s->n_http; i++) MHD_stop_daemon(s->http[i]);
+    free(s->http);
+    s->http = NULL;
+    s->n_http = 0;
     if (s->metrics) MHD_stop_daemon(s->metrics);
-    s->http = s->metrics = NULL;
+    s->metrics = NULL;
     sv_conns_free(s->conns);
     s->conns = NULL;
     pthread_mutex_lock(&s->mu);

@@ -69,7 +69,9 @@ struct sv_server {
     sv_serve_options opt;
     tdm_env *env;
     sv_repo *repo;
-    struct MHD_Daemon *http, *metrics;
+    struct MHD_Daemon **http; /* one per HTTP thread (n_http), run by conn.c's threads */
+    int n_http;
+    struct MHD_Daemon *metrics;
     sv_conns *conns;   /* the HTTP port's connection budget */
     sv_budget mem;     /* request bodies being received and parsed */
     pthread_mutex_t mu;

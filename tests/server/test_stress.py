@@ -16,9 +16,12 @@ Each test starts a server with small budgets and checks behaviour, not speed:
 - later_requests_no_keep_alive: with --keep-alive 0 each answer closes its connection, and a
   bad chunk or a malformed head sent as the next request (pipelined or not) gets JSON;
 - later_requests_keep_alive: with the default keep-alive, a bad head of a later request (after
-  the answer, pipelined, after 300 requests, trickling) gets JSON; good requests, pipelined and
-  chunked ones included, are served on the same connection; later_requests_unchecked: with
-  --check-heads 0 such a head reaches libmicrohttpd (its HTML page);
+  the answer, pipelined, after 300 requests, trickling) gets JSON; good requests, pipelined
+  ones included, are served on the same connection; later_heads_unjudged: where tandem cannot
+  judge the next head before libmicrohttpd parses it (after a chunked body, a pipelined head
+  not complete in the bytes seen, more than 8 pipelined heads) the answer before it closes the
+  connection: no HTML page; later_requests_unchecked: with --check-heads 0 such a head reaches
+  libmicrohttpd (its HTML page);
 - nonfinite_json: NaN and infinities in a JSON answer are NaN / Infinity / -Infinity, which
   tritonclient reads; binary outputs are bit-exact;
 - per_ip: the connection past --max-connections-per-ip gets 503 (JSON, Retry-After);
@@ -390,7 +393,7 @@ def test_later_requests_keep_alive(s):
     """Default keep-alive (--check-heads 1): a bad head of a later request on a kept-alive
     connection gets JSON too, whether it comes after the answer (at once or later), is
     pipelined behind a good request, follows many good ones, or trickles in; good requests,
-    also pipelined ones and chunked ones, keep working on the same connection."""
+    also pipelined ones, keep working on the same connection (a chunked one closes it)."""
     good = b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n"
     infer = infer_request()
     def later(how):
@@ -437,14 +440,11 @@ def test_later_requests_keep_alive(s):
         c.close()
     c = connect(s)
     try:
-        body = OK.encode() if isinstance(OK, str) else OK
-        c.sendall(f"POST {P} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n".encode()
-                  + b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
-        code, _, ans, _ = read_answer(c, 10, closes=False)
-        assert code == 200, (code, ans[:200])
-        c.sendall(infer)  # after a chunked body the boundary is not known: unchecked, served
-        code, _, ans, _ = read_answer(c, 10, closes=False)
-        assert code == 200, (code, ans[:200])
+        c.sendall(chunked_request())
+        code, headers, ans, closed = read_answer(c, 10)
+        # after a chunked body the boundary is not known: the answer closes the connection
+        assert code == 200 and headers.get("connection", "").lower() == "close" and closed, \
+            (code, headers, ans[:200], closed)
     finally:
         c.close()
     # a later head that trickles in: 408 in JSON once --header-timeout (2 s) has passed
@@ -462,7 +462,67 @@ def test_later_requests_keep_alive(s):
     waited, there = later("waited") - waited0, later("already_there") - there0
     unchecked = later("unchecked") - unchecked0
     assert waited > 0 and waited + there >= 300, f"later heads checked: {waited} waited, {there} there"
-    assert unchecked <= 1, f"{unchecked} later heads unchecked (only the one after a chunked body is)"
+    assert unchecked == 1, f"{unchecked} later heads unchecked (only the chunked request closes)"
+    infer_ok(s)
+
+
+def chunked_request():
+    body = OK.encode() if isinstance(OK, str) else OK
+    return (f"POST {P} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n".encode()
+            + b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
+
+
+def answers_until_close(c, what):
+    """Reads answers until the server closes `c`; each must be a 200 or an error in JSON (never
+    libmicrohttpd's HTML page). Returns their status codes."""
+    codes = []
+    while True:
+        try:
+            code, headers, body, _ = read_answer(c, 10, closes=False)
+        except ConnectionResetError:
+            break
+        if code == 0:
+            break
+        assert code == 200 or headers.get("content-type") == "application/json", \
+            f"{what}: answer {len(codes)}: {code} {headers} {body[:200]!r}"
+        if code != 200:
+            json_error(body)
+        codes.append(code)
+        assert len(codes) < 64, f"{what}: the connection stays open"
+    return codes
+
+
+def test_later_heads_unjudged(s):
+    """Later heads tandem cannot judge before libmicrohttpd parses them (a head after a chunked
+    body, a pipelined head not complete in the bytes seen with the request before it, more than
+    8 pipelined heads): the answer before them closes the connection, so that no HTML page is
+    ever sent; the client sends such a request again on a new connection."""
+    bad = b"GET /v2 HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n"
+    good = b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n"
+    infer = infer_request()
+    split = infer.index(b"\r\n\r\n") + 4 + 5  # the head and 5 bytes of the body
+    cases = [
+        ("after a chunked body", [chunked_request() + bad], [200]),
+        ("pipelined behind a body still arriving", [infer[:split], infer[split:] + bad], [200]),
+        ("a pipelined head over 64 KiB", [good + b"GET /v2 HTTP/1.1\r\nHost: x\r\nX-Big: "
+                                          + b"b" * 70000 + b"\r\n\r\n"], None),
+        ("10 pipelined heads, then a bad one", [good * 10 + bad], None),
+        ("a bad chunk after 9 pipelined heads", [good * 9 + later_cases()[0][1]], None),
+    ]
+    for what, parts, want in cases:
+        c = connect(s)
+        try:
+            for i, part in enumerate(parts):
+                if i:
+                    time.sleep(0.2)  # the head has been judged, its body is still coming
+                c.sendall(part)
+            codes = answers_until_close(c, what)
+        finally:
+            c.close()
+        assert codes and codes[0] == 200, f"{what}: {codes}"
+        if want is not None:
+            assert codes == want, f"{what}: {codes}"
+    assert metric(s, "tandem_http_later_heads_total{how=\"unchecked\"}") >= 3
     infer_ok(s)
 
 
@@ -795,7 +855,8 @@ def main():
         (["--max-connections", "300", "--header-timeout", "2", "--min-upload-kbps", "64",
           "--connection-timeout", "30"],
          ["test_idle_flood", "test_slowloris", "test_slow_body", "test_transport_errors",
-          "test_first_request_framing", "test_nonfinite_json", "test_later_requests_keep_alive"]),
+          "test_first_request_framing", "test_nonfinite_json", "test_later_requests_keep_alive",
+          "test_later_heads_unjudged"]),
         (["--check-heads", "0"], ["test_later_requests_unchecked"]),
         (["--keep-alive", "0"], ["test_later_requests_no_keep_alive"]),
         (["--max-json-mb", "1", "--max-body-mb", "128", "--request-memory", "1024"], ["test_json_stream"]),
