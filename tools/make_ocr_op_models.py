@@ -11,7 +11,10 @@ kernels with pads and output padding (tiles one after the other), dilations, 1-D
 padding that leaves the last row to the bias alone, rows too wide for one tile; and an FPN
 step (Conv -> nearest Resize -> Add -> Conv) whose Resize runs on the channel-blocked tensor;
 Concats of blocked tensors whose channel counts are not multiples of the block (BlockedConcat;
-the padding lanes of a Sigmoid's output are not zero); Softmax over long last-axis rows (a recognizer's classes; the SIMD row kernel) with tails.
+the padding lanes of a Sigmoid's output are not zero); Softmax over long last-axis rows (a recognizer's classes; the SIMD row kernel) with tails; YOLOv8's C2f block (Conv -> Split
+on the channels -> bottleneck Convs + residual Add -> Concat -> Conv), whose Split runs on the
+channel-blocked tensor when the halves are whole blocks (sizes as an input, an attribute, an
+even split, opset 18's num_outputs; and halves that are not whole blocks, left plain).
 
 Deterministic (fixed seed). Usage: tools/make_ocr_op_models.py [OUT_DIR] (default tests/models_ocr)"""
 import os
@@ -94,6 +97,35 @@ def softmax(out, name, rs, shape, axis, opset):
     save(out, name, helper.make_node("Softmax", ["x"], ["y"], axis=axis), {"x": x}, opset=opset)
 
 
+def c2f(out, name, rs, c, opset, form, n=1, hw=(9, 13)):
+    """Conv -> Sigmoid -> Split(c, c) -> Conv -> Conv -> Add(half 1) -> Concat(half 0, half 1,
+    bottleneck) -> Conv: the blocked pass splits the blocked tensor when c is a whole number of
+    blocks (src/graph/fuse_blocked.c). form: how Split gets its sizes."""
+    x = rs.randn(n, 5, *hw).astype(F32)
+    consts = {"w1": (rs.randn(2 * c, 5, 1, 1) * 0.4).astype(F32),
+              "wa": (rs.randn(c, c, 3, 3) * 0.15).astype(F32),
+              "wb": (rs.randn(c, c, 3, 3) * 0.15).astype(F32),
+              "wy": (rs.randn(6, 3 * c, 1, 1) * 0.2).astype(F32), "by": rs.randn(6).astype(F32)}
+    split_in, attrs = ["a"], {"axis": 1 if form != "neg_axis" else -3}
+    if form in ("input", "neg_axis"):
+        consts["sp"] = np.array([c, c], np.int64)
+        split_in.append("sp")
+    elif form == "attr":
+        attrs["split"] = [c, c]
+    elif form == "num_outputs":
+        attrs["num_outputs"] = 2
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a0"], kernel_shape=[1, 1]),
+             helper.make_node("Sigmoid", ["a0"], ["a"]),
+             helper.make_node("Split", split_in, ["h0", "h1"], **attrs),
+             helper.make_node("Conv", ["h1", "wa"], ["m0"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["m0"], ["m1"]),
+             helper.make_node("Conv", ["m1", "wb"], ["m2"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["h1", "m2"], ["m"]),
+             helper.make_node("Concat", ["h0", "h1", "m"], ["cat"], axis=1),
+             helper.make_node("Conv", ["cat", "wy", "by"], ["y"], kernel_shape=[1, 1])]
+    save(out, name, nodes, {"x": x}, consts, opset=opset)
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "tests", "models_ocr")
     os.makedirs(out, exist_ok=True)
@@ -123,6 +155,13 @@ def main():
     softmax(out, "softmax_short_rows", rs, (2, 3, 7, 33), -1, 13)
     softmax(out, "softmax_opset11_coerced", rs, (3, 4, 5), 1, 11)
     case(out, "convt_k3s2_wide_rows", (1, 4, 3, 1000), 8, (3, 3), rs, strides=[2, 2], pads=[1, 1, 1, 1])
+    c2f(out, "blocked_split_c2f_input", rs, 16, 13, "input")
+    c2f(out, "blocked_split_c2f_neg_axis_batch2", rs, 32, 13, "neg_axis", n=2, hw=(5, 6))
+    c2f(out, "blocked_split_c2f_attr", rs, 48, 11, "attr", hw=(4, 7))
+    c2f(out, "blocked_split_c2f_even", rs, 16, 13, "even", hw=(11, 3))
+    c2f(out, "blocked_split_c2f_num_outputs", rs, 16, 18, "num_outputs")
+    c2f(out, "blocked_split_c2f_unaligned", rs, 12, 13, "input")
+    c2f(out, "blocked_split_c2f_half_block", rs, 8, 13, "input")
 
 
 if __name__ == "__main__":
