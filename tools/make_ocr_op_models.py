@@ -14,7 +14,9 @@ Concats of blocked tensors whose channel counts are not multiples of the block (
 the padding lanes of a Sigmoid's output are not zero); Softmax over long last-axis rows (a recognizer's classes; the SIMD row kernel) with tails; YOLOv8's C2f block (Conv -> Split
 on the channels -> bottleneck Convs + residual Add -> Concat -> Conv), whose Split runs on the
 channel-blocked tensor when the halves are whole blocks (sizes as an input, an attribute, an
-even split, opset 18's num_outputs; and halves that are not whole blocks, left plain).
+even split, opset 18's num_outputs; and halves that are not whole blocks, left plain); large
+Concats and Splits of one image (outer 1), whose copies run in 32 KiB pieces on every thread
+(pieces that start and end inside a part), and blocking / unblocking copies of odd sizes.
 
 Deterministic (fixed seed). Usage: tools/make_ocr_op_models.py [OUT_DIR] (default tests/models_ocr)"""
 import os
@@ -126,6 +128,30 @@ def c2f(out, name, rs, c, opset, form, n=1, hw=(9, 13)):
     save(out, name, nodes, {"x": x}, consts, opset=opset)
 
 
+def big_concat_split(out, name, rs, shape, chans, axis=1):
+    """Split(x) into `chans` along `axis` -> Relu on one part -> Concat in another order: copies
+    larger than a 32 KiB piece, with parts that are not whole pieces."""
+    x = rs.randn(*shape).astype(F32)
+    outs = [f"p{k}" for k in range(len(chans))]
+    nodes = [helper.make_node("Split", ["x", "sp"], outs, axis=axis),
+             helper.make_node("Relu", ["p0"], ["r0"]),
+             helper.make_node("Concat", outs[:0:-1] + ["r0", "x"], ["y"], axis=axis)]
+    save(out, name, nodes, {"x": x}, {"sp": np.array(chans, np.int64)}, opset=13)
+
+
+def block_roundtrip(out, name, rs, shape, c):
+    """Conv -> Sigmoid -> graph output (an unblocking copy of c channels on shape's H x W) and
+    -> Conv: blocking and unblocking copies with tails of channels and pixels."""
+    x = rs.randn(*shape).astype(F32)
+    consts = {"w1": (rs.randn(c, shape[1], 3, 3) * 0.3).astype(F32),
+              "w2": (rs.randn(3, c, 1, 1) * 0.3).astype(F32)}
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Sigmoid", ["a"], ["s"]),
+             helper.make_node("Conv", ["s", "w2"], ["y"], kernel_shape=[1, 1]),
+             helper.make_node("Mul", ["s", "s"], ["z"])]
+    save(out, name, nodes, {"x": x}, consts, opset=13)
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "tests", "models_ocr")
     os.makedirs(out, exist_ok=True)
@@ -162,6 +188,10 @@ def main():
     c2f(out, "blocked_split_c2f_num_outputs", rs, 16, 18, "num_outputs")
     c2f(out, "blocked_split_c2f_unaligned", rs, 12, 13, "input")
     c2f(out, "blocked_split_c2f_half_block", rs, 8, 13, "input")
+    big_concat_split(out, "concat_split_large_channels", rs, (1, 37, 41, 53), [5, 19, 13])
+    big_concat_split(out, "concat_split_large_batch2_w", rs, (2, 3, 29, 311), [1, 200, 110], axis=3)
+    block_roundtrip(out, "block_copy_odd_channels_pixels", rs, (1, 4, 23, 61), 21)
+    block_roundtrip(out, "block_copy_batch3_tail", rs, (3, 2, 33, 17), 35)
 
 
 if __name__ == "__main__":
