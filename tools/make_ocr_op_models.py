@@ -16,7 +16,8 @@ on the channels -> bottleneck Convs + residual Add -> Concat -> Conv), whose Spl
 channel-blocked tensor when the halves are whole blocks (sizes as an input, an attribute, an
 even split, opset 18's num_outputs; and halves that are not whole blocks, left plain); large
 Concats and Splits of one image (outer 1), whose copies run in 32 KiB pieces on every thread
-(pieces that start and end inside a part), and blocking / unblocking copies of odd sizes.
+(pieces that start and end inside a part), and blocking / unblocking copies of odd sizes;
+Softmax over an axis that is not the last (YOLOv8's distribution over 16 bins), with tails.
 
 Deterministic (fixed seed). Usage: tools/make_ocr_op_models.py [OUT_DIR] (default tests/models_ocr)"""
 import os
@@ -192,6 +193,9 @@ def main():
     big_concat_split(out, "concat_split_large_batch2_w", rs, (2, 3, 29, 311), [1, 200, 110], axis=3)
     block_roundtrip(out, "block_copy_odd_channels_pixels", rs, (1, 4, 23, 61), 21)
     block_roundtrip(out, "block_copy_batch3_tail", rs, (3, 2, 33, 17), 35)
+    softmax(out, "softmax_axis1_bins", rs, (1, 16, 4, 531), 1, 13)
+    softmax(out, "softmax_axis_mid_batch2_tail", rs, (2, 3, 7, 259), -3, 13)
+    softmax(out, "softmax_axis2_one_row", rs, (3, 5, 1, 2), 2, 17)
 
 
 if __name__ == "__main__":
