@@ -17,7 +17,8 @@ channel-blocked tensor when the halves are whole blocks (sizes as an input, an a
 even split, opset 18's num_outputs; and halves that are not whole blocks, left plain); large
 Concats and Splits of one image (outer 1), whose copies run in 32 KiB pieces on every thread
 (pieces that start and end inside a part), and blocking / unblocking copies of odd sizes;
-Softmax over an axis that is not the last (YOLOv8's distribution over 16 bins), with tails.
+Softmax over an axis that is not the last (YOLOv8's distribution over 16 bins), with tails;
+a convolution whose blocked input holds fewer channels than an AVX-512 block (unblocked first).
 
 Deterministic (fixed seed). Usage: tools/make_ocr_op_models.py [OUT_DIR] (default tests/models_ocr)"""
 import os
@@ -153,6 +154,22 @@ def block_roundtrip(out, name, rs, shape, c):
     save(out, name, nodes, {"x": x}, consts, opset=13)
 
 
+def stem_12(out, name, rs, n, hw):
+    """Conv(5 -> 12) -> Relu -> Conv(12 -> 24, 2x2) -> Relu -> Conv: PP-HGNetV2's stem, whose
+    second convolution reads 12 channels, fewer than an AVX-512 block: oneDNN offers only its
+    reference kernel for that blocked input, so the kernel unblocks X first."""
+    x = rs.randn(n, 5, *hw).astype(F32)
+    consts = {"w1": (rs.randn(12, 5, 3, 3) * 0.3).astype(F32), "b1": rs.randn(12).astype(F32),
+              "w2": (rs.randn(24, 12, 2, 2) * 0.3).astype(F32),
+              "w3": (rs.randn(7, 24, 3, 3) * 0.2).astype(F32)}
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["a"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["a"], ["ar"]),
+             helper.make_node("Conv", ["ar", "w2"], ["b"], kernel_shape=[2, 2]),
+             helper.make_node("Relu", ["b"], ["br"]),
+             helper.make_node("Conv", ["br", "w3"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])]
+    save(out, name, nodes, {"x": x}, consts, opset=13)
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "tests", "models_ocr")
     os.makedirs(out, exist_ok=True)
@@ -196,6 +213,8 @@ def main():
     softmax(out, "softmax_axis1_bins", rs, (1, 16, 4, 531), 1, 13)
     softmax(out, "softmax_axis_mid_batch2_tail", rs, (2, 3, 7, 259), -3, 13)
     softmax(out, "softmax_axis2_one_row", rs, (3, 5, 1, 2), 2, 17)
+    stem_12(out, "blocked_conv_in12_stem", rs, 1, (37, 45))
+    stem_12(out, "blocked_conv_in12_stem_batch2", rs, 2, (9, 600))
 
 
 if __name__ == "__main__":

@@ -63,12 +63,14 @@ static void blk_run(tdm_threadpool *pool, const float *src, int64_t n, int64_t c
     if (items > 0) tdm_parallel_for(pool, items, 1, blk_items, &t);
 }
 
-void dn_block_copy(const float *src, int64_t n, int64_t c, int64_t sp, int64_t b, float *dst) {
-    blk_run(NULL, src, n, c, sp, b, dst, true);
+void dn_block_copy(tdm_threadpool *pool, const float *src, int64_t n, int64_t c, int64_t sp,
+                   int64_t b, float *dst) {
+    blk_run(pool, src, n, c, sp, b, dst, true);
 }
 
-void dn_unblock_copy(const float *src, int64_t n, int64_t c, int64_t sp, int64_t b, float *dst) {
-    blk_run(NULL, src, n, c, sp, b, dst, false);
+void dn_unblock_copy(tdm_threadpool *pool, const float *src, int64_t n, int64_t c, int64_t sp,
+                     int64_t b, float *dst) {
+    blk_run(pool, src, n, c, sp, b, dst, false);
 }
 
 static tdm_status *shape_error(tdm_kernel_ctx *ctx) {
@@ -84,7 +86,7 @@ tdm_status *dn_to_blocked_run(tdm_kernel_ctx *ctx) {
     blocked_sizes(y, &n, &cb, &sp, &b);
     if (x->dims[0] != n || b < 1 || (x->dims[1] + b - 1) / b != cb || x->count != n * x->dims[1] * sp)
         return shape_error(ctx);
-    blk_run(ctx->pool, x->data, n, x->dims[1], sp, b, y->data, true);
+    dn_block_copy(ctx->pool, x->data, n, x->dims[1], sp, b, y->data);
     return NULL;
 }
 
@@ -96,7 +98,7 @@ tdm_status *dn_from_blocked_run(tdm_kernel_ctx *ctx) {
     blocked_sizes(x, &n, &cb, &sp, &b);
     if (y->dims[0] != n || b < 1 || (y->dims[1] + b - 1) / b != cb || y->count != n * y->dims[1] * sp)
         return shape_error(ctx);
-    blk_run(ctx->pool, x->data, n, y->dims[1], sp, b, y->data, false);
+    dn_unblock_copy(ctx->pool, x->data, n, y->dims[1], sp, b, y->data);
     return NULL;
 }
 
@@ -177,7 +179,7 @@ static tdm_status *plain_of(tdm_kernel_ctx *ctx, const tdm_tensor *t, int64_t c,
     for (int d = 0; d < t->rank - 1; d++) dims[d] = t->dims[d];
     dims[1] = c;
     TDM_TRY(tdm_tensor_new(ctx->alloc, TDM_FLOAT, t->rank - 1, dims, out));
-    if (copy) dn_unblock_copy(t->data, n, c, sp, b, (*out)->data);
+    if (copy) dn_unblock_copy(ctx->pool, t->data, n, c, sp, b, (*out)->data);
     return NULL;
 }
 
@@ -213,7 +215,7 @@ tdm_status *dn_blocked_fallback(tdm_kernel_ctx *ctx, const char *domain, const c
     if (!st) {
         int64_t n, cb, sp, b;
         blocked_sizes(ctx->out[0], &n, &cb, &sp, &b);
-        dn_block_copy(y->data, n, c_out, sp, b, ctx->out[0]->data);
+        dn_block_copy(ctx->pool, y->data, n, c_out, sp, b, ctx->out[0]->data);
     }
     for (int i = 0; i < 4; i++) tdm_tensor_destroy(tmp[i]);
     tdm_tensor_destroy(y);
