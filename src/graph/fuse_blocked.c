@@ -307,15 +307,29 @@ static tdm_status *convert_other(bl_ctx *b, int i) {
 /* Split on the channel axis into whole blocks: the same Split on the block axis of the
  * twins, its sizes (input or attribute, when given) divided by B; an even split (none given,
  * or opset 18's num_outputs) cuts whole blocks as it cuts whole channels. */
+/* Split n cuts input 0 on the channel axis into whole blocks of `block` channels (every output
+ * a known rank-4 float value whose channel count is a multiple of the block). */
+static bool split_whole_blocks(const fz_ctx *fz, const tdm_node *n, int64_t block) {
+    int64_t axis = tdm_attr_int(n, "axis", 0);
+    if ((axis != 1 && axis != -3) || n->n_outputs < 1 || n->n_outputs > 64 || n->n_implicit)
+        return false;
+    for (int k = 0; k < n->n_outputs; k++) {
+        int v = n->outputs[k];
+        if (v < 0) return false;
+        const tdm_value *val = &fz->g->values[v];
+        if (val->dtype != TDM_FLOAT || val->rank != 4 || val->dims[1] <= 0 || val->dims[1] % block)
+            return false;
+    }
+    return true;
+}
+
 static tdm_status *convert_split(bl_ctx *b, int i) {
     tdm_node *n = fz_node(b->fz, i);
-    int64_t axis = tdm_attr_int(n, "axis", 0);
     int x = n->inputs[0];
-    if ((axis != 1 && axis != -3) || !blocked(b, x) || !plain4(b, x) || n->n_outputs > 64 ||
-        n->n_implicit || !on_cpu(n))
+    if (!blocked(b, x) || !plain4(b, x) || !on_cpu(n) || !split_whole_blocks(b->fz, n, b->block))
         return NULL;
     for (int k = 0; k < n->n_outputs; k++)
-        if (!plain4(b, n->outputs[k]) || channels(b, n->outputs[k]) % b->block) return NULL;
+        if (!plain4(b, n->outputs[k])) return NULL;
     int sv = n->n_inputs > 1 ? n->inputs[1] : -1, nsv = -1;
     if (sv >= 0) {
         const tdm_tensor *t = fz_const(b->fz, sv);
@@ -350,12 +364,12 @@ static tdm_status *convert_split(bl_ctx *b, int i) {
 }
 
 /* Could node n take input v in the blocked layout (judged before any rewrite)? */
-static bool takes_blocked(const fz_ctx *fz, const tdm_node *n, int v) {
+static bool takes_blocked(const fz_ctx *fz, const tdm_node *n, int v, int64_t block) {
     if (!on_cpu(n)) return false;
     if (resize_scales(fz, n)) return n->inputs[0] == v;
     if (is_conv(n)) return n->inputs[0] == v; /* (a Z alone does not make it blocked) */
     if (IN_LIST(n, pool_ops) || IN_LIST(n, unary_ops)) return n->inputs[0] == v;
-    if (is_op(n, "Split")) return n->inputs[0] == v;
+    if (is_op(n, "Split")) return n->inputs[0] == v && split_whole_blocks(fz, n, block);
     return IN_LIST(n, binary_ops) || is_op(n, "Concat");
 }
 
@@ -412,7 +426,7 @@ tdm_status *fz_pass_blocked(fz_ctx *fz, int64_t block) {
         const int *cons;
         int nc = fz_consumers(fz, (int)v, &cons);
         for (int c = 0; c < nc; c++)
-            if (takes_blocked(fz, fz_node(fz, cons[c]), (int)v)) b.wants[v] = true;
+            if (takes_blocked(fz, fz_node(fz, cons[c]), (int)v, block)) b.wants[v] = true;
     }
     size_t n_nodes = g->n_nodes; /* the original nodes, in topological order */
     for (size_t i = 0; i < n_nodes && !st; i++) {
