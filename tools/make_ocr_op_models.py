@@ -11,7 +11,14 @@ kernels with pads and output padding (tiles one after the other), dilations, 1-D
 padding that leaves the last row to the bias alone, rows too wide for one tile; and an FPN
 step (Conv -> nearest Resize -> Add -> Conv) whose Resize runs on the channel-blocked tensor;
 Concats of blocked tensors whose channel counts are not multiples of the block (BlockedConcat;
-the padding lanes of a Sigmoid's output are not zero); Softmax over long last-axis rows (a recognizer's classes; the SIMD row kernel) with tails.
+the padding lanes of a Sigmoid's output are not zero); Softmax over long last-axis rows (a recognizer's classes; the SIMD row kernel) with tails; YOLOv8's C2f block (Conv -> Split
+on the channels -> bottleneck Convs + residual Add -> Concat -> Conv), whose Split runs on the
+channel-blocked tensor when the halves are whole blocks (sizes as an input, an attribute, an
+even split, opset 18's num_outputs; and halves that are not whole blocks, left plain); large
+Concats and Splits of one image (outer 1), whose copies run in 32 KiB pieces on every thread
+(pieces that start and end inside a part), and blocking / unblocking copies of odd sizes;
+Softmax over an axis that is not the last (YOLOv8's distribution over 16 bins), with tails;
+a convolution whose blocked input holds fewer channels than an AVX-512 block (unblocked first).
 
 Deterministic (fixed seed). Usage: tools/make_ocr_op_models.py [OUT_DIR] (default tests/models_ocr)"""
 import os
@@ -94,6 +101,75 @@ def softmax(out, name, rs, shape, axis, opset):
     save(out, name, helper.make_node("Softmax", ["x"], ["y"], axis=axis), {"x": x}, opset=opset)
 
 
+def c2f(out, name, rs, c, opset, form, n=1, hw=(9, 13)):
+    """Conv -> Sigmoid -> Split(c, c) -> Conv -> Conv -> Add(half 1) -> Concat(half 0, half 1,
+    bottleneck) -> Conv: the blocked pass splits the blocked tensor when c is a whole number of
+    blocks (src/graph/fuse_blocked.c). form: how Split gets its sizes."""
+    x = rs.randn(n, 5, *hw).astype(F32)
+    consts = {"w1": (rs.randn(2 * c, 5, 1, 1) * 0.4).astype(F32),
+              "wa": (rs.randn(c, c, 3, 3) * 0.15).astype(F32),
+              "wb": (rs.randn(c, c, 3, 3) * 0.15).astype(F32),
+              "wy": (rs.randn(6, 3 * c, 1, 1) * 0.2).astype(F32), "by": rs.randn(6).astype(F32)}
+    split_in, attrs = ["a"], {"axis": 1 if form != "neg_axis" else -3}
+    if form in ("input", "neg_axis"):
+        consts["sp"] = np.array([c, c], np.int64)
+        split_in.append("sp")
+    elif form == "attr":
+        attrs["split"] = [c, c]
+    elif form == "num_outputs":
+        attrs["num_outputs"] = 2
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a0"], kernel_shape=[1, 1]),
+             helper.make_node("Sigmoid", ["a0"], ["a"]),
+             helper.make_node("Split", split_in, ["h0", "h1"], **attrs),
+             helper.make_node("Conv", ["h1", "wa"], ["m0"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["m0"], ["m1"]),
+             helper.make_node("Conv", ["m1", "wb"], ["m2"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["h1", "m2"], ["m"]),
+             helper.make_node("Concat", ["h0", "h1", "m"], ["cat"], axis=1),
+             helper.make_node("Conv", ["cat", "wy", "by"], ["y"], kernel_shape=[1, 1])]
+    save(out, name, nodes, {"x": x}, consts, opset=opset)
+
+
+def big_concat_split(out, name, rs, shape, chans, axis=1):
+    """Split(x) into `chans` along `axis` -> Relu on one part -> Concat in another order: copies
+    larger than a 32 KiB piece, with parts that are not whole pieces."""
+    x = rs.randn(*shape).astype(F32)
+    outs = [f"p{k}" for k in range(len(chans))]
+    nodes = [helper.make_node("Split", ["x", "sp"], outs, axis=axis),
+             helper.make_node("Relu", ["p0"], ["r0"]),
+             helper.make_node("Concat", outs[:0:-1] + ["r0", "x"], ["y"], axis=axis)]
+    save(out, name, nodes, {"x": x}, {"sp": np.array(chans, np.int64)}, opset=13)
+
+
+def block_roundtrip(out, name, rs, shape, c):
+    """Conv -> Sigmoid -> graph output (an unblocking copy of c channels on shape's H x W) and
+    -> Conv: blocking and unblocking copies with tails of channels and pixels."""
+    x = rs.randn(*shape).astype(F32)
+    consts = {"w1": (rs.randn(c, shape[1], 3, 3) * 0.3).astype(F32),
+              "w2": (rs.randn(3, c, 1, 1) * 0.3).astype(F32)}
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Sigmoid", ["a"], ["s"]),
+             helper.make_node("Conv", ["s", "w2"], ["y"], kernel_shape=[1, 1]),
+             helper.make_node("Mul", ["s", "s"], ["z"])]
+    save(out, name, nodes, {"x": x}, consts, opset=13)
+
+
+def stem_12(out, name, rs, n, hw):
+    """Conv(5 -> 12) -> Relu -> Conv(12 -> 24, 2x2) -> Relu -> Conv: PP-HGNetV2's stem, whose
+    second convolution reads 12 channels, fewer than an AVX-512 block: oneDNN offers only its
+    reference kernel for that blocked input, so the kernel unblocks X first."""
+    x = rs.randn(n, 5, *hw).astype(F32)
+    consts = {"w1": (rs.randn(12, 5, 3, 3) * 0.3).astype(F32), "b1": rs.randn(12).astype(F32),
+              "w2": (rs.randn(24, 12, 2, 2) * 0.3).astype(F32),
+              "w3": (rs.randn(7, 24, 3, 3) * 0.2).astype(F32)}
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["a"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["a"], ["ar"]),
+             helper.make_node("Conv", ["ar", "w2"], ["b"], kernel_shape=[2, 2]),
+             helper.make_node("Relu", ["b"], ["br"]),
+             helper.make_node("Conv", ["br", "w3"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])]
+    save(out, name, nodes, {"x": x}, consts, opset=13)
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "tests", "models_ocr")
     os.makedirs(out, exist_ok=True)
@@ -123,6 +199,22 @@ def main():
     softmax(out, "softmax_short_rows", rs, (2, 3, 7, 33), -1, 13)
     softmax(out, "softmax_opset11_coerced", rs, (3, 4, 5), 1, 11)
     case(out, "convt_k3s2_wide_rows", (1, 4, 3, 1000), 8, (3, 3), rs, strides=[2, 2], pads=[1, 1, 1, 1])
+    c2f(out, "blocked_split_c2f_input", rs, 16, 13, "input")
+    c2f(out, "blocked_split_c2f_neg_axis_batch2", rs, 32, 13, "neg_axis", n=2, hw=(5, 6))
+    c2f(out, "blocked_split_c2f_attr", rs, 48, 11, "attr", hw=(4, 7))
+    c2f(out, "blocked_split_c2f_even", rs, 16, 13, "even", hw=(11, 3))
+    c2f(out, "blocked_split_c2f_num_outputs", rs, 16, 18, "num_outputs")
+    c2f(out, "blocked_split_c2f_unaligned", rs, 12, 13, "input")
+    c2f(out, "blocked_split_c2f_half_block", rs, 8, 13, "input")
+    big_concat_split(out, "concat_split_large_channels", rs, (1, 37, 41, 53), [5, 19, 13])
+    big_concat_split(out, "concat_split_large_batch2_w", rs, (2, 3, 29, 311), [1, 200, 110], axis=3)
+    block_roundtrip(out, "block_copy_odd_channels_pixels", rs, (1, 4, 23, 61), 21)
+    block_roundtrip(out, "block_copy_batch3_tail", rs, (3, 2, 33, 17), 35)
+    softmax(out, "softmax_axis1_bins", rs, (1, 16, 4, 531), 1, 13)
+    softmax(out, "softmax_axis_mid_batch2_tail", rs, (2, 3, 7, 259), -3, 13)
+    softmax(out, "softmax_axis2_one_row", rs, (3, 5, 1, 2), 2, 17)
+    stem_12(out, "blocked_conv_in12_stem", rs, 1, (37, 45))
+    stem_12(out, "blocked_conv_in12_stem_batch2", rs, 2, (9, 600))
 
 
 if __name__ == "__main__":

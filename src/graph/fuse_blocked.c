@@ -19,6 +19,9 @@
  *    [N, C, 1, 1] one (a squeeze-excitation scale): the same op;
  *  - Concat on the channel axis when every input's channel count is a multiple of B: Concat
  *    on the block axis; otherwise (a detector's 4 x 24 channels on AVX-512) BlockedConcat;
+ *  - Split on the channel axis when every output's channel count is a multiple of B (YOLOv8's
+ *    C2f blocks: a convolution's output cut in halves): Split on the block axis, the sizes
+ *    divided by B;
  *  - Resize (opset 11+, mode nearest, constant scales that keep N and C, no sizes, a
  *    coordinate mapping that is the identity at scale 1): the same op with the scales
  *    [1, 1, sh, sw, 1] (the FPN upsampling of detectors; per spatial axis the same mapping).
@@ -301,12 +304,72 @@ static tdm_status *convert_other(bl_ctx *b, int i) {
     return NULL;
 }
 
+/* Split on the channel axis into whole blocks: the same Split on the block axis of the
+ * twins, its sizes (input or attribute, when given) divided by B; an even split (none given,
+ * or opset 18's num_outputs) cuts whole blocks as it cuts whole channels. */
+/* Split n cuts input 0 on the channel axis into whole blocks of `block` channels (every output
+ * a known rank-4 float value whose channel count is a multiple of the block). */
+static bool split_whole_blocks(const fz_ctx *fz, const tdm_node *n, int64_t block) {
+    int64_t axis = tdm_attr_int(n, "axis", 0);
+    if ((axis != 1 && axis != -3) || n->n_outputs < 1 || n->n_outputs > 64 || n->n_implicit)
+        return false;
+    for (int k = 0; k < n->n_outputs; k++) {
+        int v = n->outputs[k];
+        if (v < 0) return false;
+        const tdm_value *val = &fz->g->values[v];
+        if (val->dtype != TDM_FLOAT || val->rank != 4 || val->dims[1] <= 0 || val->dims[1] % block)
+            return false;
+    }
+    return true;
+}
+
+static tdm_status *convert_split(bl_ctx *b, int i) {
+    tdm_node *n = fz_node(b->fz, i);
+    int x = n->inputs[0];
+    if (!blocked(b, x) || !plain4(b, x) || !on_cpu(n) || !split_whole_blocks(b->fz, n, b->block))
+        return NULL;
+    for (int k = 0; k < n->n_outputs; k++)
+        if (!plain4(b, n->outputs[k])) return NULL;
+    int sv = n->n_inputs > 1 ? n->inputs[1] : -1, nsv = -1;
+    if (sv >= 0) {
+        const tdm_tensor *t = fz_const(b->fz, sv);
+        if (!t || t->dtype != TDM_INT64 || t->count != n->n_outputs) return NULL;
+        int64_t cnt = t->count;
+        tdm_tensor *u;
+        TDM_TRY(tdm_tensor_new(b->fz->g->alloc, TDM_INT64, 1, &cnt, &u));
+        const int64_t *src = t->data;
+        int64_t *d = u->data;
+        for (int64_t k = 0; k < cnt; k++) d[k] = src[k] / b->block;
+        TDM_TRY(fz_new_const(b->fz, b->fz->g->values[sv].name, u, &nsv));
+    }
+    int tw[64];
+    for (int k = 0; k < fz_node(b->fz, i)->n_outputs; k++)
+        TDM_TRY(new_twin(b, fz_node(b->fz, i)->outputs[k], &tw[k]));
+    n = fz_node(b->fz, i);
+    for (int k = 0; k < n->n_attrs; k++) {
+        tdm_attr *a = &n->attrs[k];
+        if (strcmp(a->name, "axis") == 0) a->i = 1; /* the block axis of the rank-5 twins */
+        if (strcmp(a->name, "split") == 0)          /* (before opset 13) */
+            for (size_t j = 0; j < a->n; j++) a->ints[j] /= b->block;
+    }
+    n->inputs[0] = b->blk[x];
+    if (nsv >= 0) n->inputs[1] = nsv;
+    for (int k = 0; k < n->n_outputs; k++) {
+        b->blk[n->outputs[k]] = tw[k];
+        n->outputs[k] = tw[k];
+    }
+    b->fz->dirty = true;
+    b->fz->count++;
+    return NULL;
+}
+
 /* Could node n take input v in the blocked layout (judged before any rewrite)? */
-static bool takes_blocked(const fz_ctx *fz, const tdm_node *n, int v) {
+static bool takes_blocked(const fz_ctx *fz, const tdm_node *n, int v, int64_t block) {
     if (!on_cpu(n)) return false;
     if (resize_scales(fz, n)) return n->inputs[0] == v;
     if (is_conv(n)) return n->inputs[0] == v; /* (a Z alone does not make it blocked) */
     if (IN_LIST(n, pool_ops) || IN_LIST(n, unary_ops)) return n->inputs[0] == v;
+    if (is_op(n, "Split")) return n->inputs[0] == v && split_whole_blocks(fz, n, block);
     return IN_LIST(n, binary_ops) || is_op(n, "Concat");
 }
 
@@ -329,7 +392,10 @@ static tdm_status *materialise(bl_ctx *b) {
     for (size_t v = 0; v < b->nv && !st; v++) {
         if (!need[v] || g->values[v].producer < 0) continue; /* a ToBlocked source: still plain */
         int p = b->fz->producer[v];
-        if (p >= 0 && !g->nodes[p].dead && g->nodes[p].outputs[0] == (int)v) continue;
+        bool plain = false; /* still written plain (a ToBlocked source), by any output slot */
+        for (int k = 0; p >= 0 && !g->nodes[p].dead && k < g->nodes[p].n_outputs; k++)
+            plain |= g->nodes[p].outputs[k] == (int)v;
+        if (plain) continue;
         int nn;
         char name[128];
         snprintf(name, sizeof name, "%.100s/FromBlocked", g->values[v].name);
@@ -360,7 +426,7 @@ tdm_status *fz_pass_blocked(fz_ctx *fz, int64_t block) {
         const int *cons;
         int nc = fz_consumers(fz, (int)v, &cons);
         for (int c = 0; c < nc; c++)
-            if (takes_blocked(fz, fz_node(fz, cons[c]), (int)v)) b.wants[v] = true;
+            if (takes_blocked(fz, fz_node(fz, cons[c]), (int)v, block)) b.wants[v] = true;
     }
     size_t n_nodes = g->n_nodes; /* the original nodes, in topological order */
     for (size_t i = 0; i < n_nodes && !st; i++) {
@@ -368,6 +434,7 @@ tdm_status *fz_pass_blocked(fz_ctx *fz, int64_t block) {
         if (n->dead) continue;
         if (is_conv(n)) st = convert_conv(&b, (int)i);
         else if (IN_LIST(n, pool_ops)) st = convert_pool(&b, (int)i);
+        else if (is_op(n, "Split")) st = convert_split(&b, (int)i);
         else st = convert_other(&b, (int)i);
     }
     if (!st && fz->count) {

@@ -260,9 +260,12 @@ tdm_status *dn_qmatmul_run(tdm_kernel_ctx *ctx);
 tdm_status *dn_to_blocked_run(tdm_kernel_ctx *ctx);
 tdm_status *dn_from_blocked_run(tdm_kernel_ctx *ctx);
 tdm_status *dn_blocked_concat_run(tdm_kernel_ctx *ctx);
-/* Plain [n, c, sp] <-> blocked [n, ceil(c/b), sp, b] (padding channels written as 0). */
-void dn_block_copy(const float *src, int64_t n, int64_t c, int64_t sp, int64_t b, float *dst);
-void dn_unblock_copy(const float *src, int64_t n, int64_t c, int64_t sp, int64_t b, float *dst);
+/* Plain [n, c, sp] <-> blocked [n, ceil(c/b), sp, b] (padding channels written as 0), in
+ * tiles on `pool`'s threads (NULL: the caller's). */
+void dn_block_copy(tdm_threadpool *pool, const float *src, int64_t n, int64_t c, int64_t sp,
+                   int64_t b, float *dst);
+void dn_unblock_copy(tdm_threadpool *pool, const float *src, int64_t n, int64_t c, int64_t sp,
+                     int64_t b, float *dst);
 /* Generic path of BlockedConv / BlockedPool: unblocks X (when blocked, with c_in channels)
  * and Z, runs the generic kernel of plain op `domain`.`op` at `opset`, and blocks its
  * c_out-channel result into Y. */

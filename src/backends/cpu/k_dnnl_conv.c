@@ -66,8 +66,7 @@ typedef struct conv_entry {
     bool xunblk;  /* X is stored channel-blocked but reordered to plain NCHW first: no
                      primitive but a reference one takes it blocked (e.g. fewer input
                      channels than the block) */
-    dn_prim r_unblk;                        /* that reorder, over the whole batch */
-    dnnl_memory_desc_t unblk_from, unblk_to;
+    dnnl_memory_desc_t unblk_from, unblk_to; /* that copy (dn_unblock_copy), the whole batch */
     int64_t Mp;   /* output channels as stored (M rounded up to blk) */
     int64_t mb;   /* images per primitive execution: N when one thread does whole images
                      (one primitive over the batch), else 1 */
@@ -100,7 +99,6 @@ static void conv_clear(dn_state *s, dn_entry *he) {
         dn_prim_clear(&e->part[i].r_z);
         dn_prim_clear(&e->r_src[i]);
     }
-    dn_prim_clear(&e->r_unblk);
     if (!e->wbuf_shared) tdm_free(s->alloc, e->wbuf);
     e->wbuf = NULL;
 }
@@ -533,7 +531,6 @@ static tdm_status *conv_build(dn_state *bs, tdm_kernel_ctx *ctx, dn_entry *he) {
                 TDM_TRY(conv_build_parts(s, e, &g, chunk0, units, T, &ok));
                 if (ok) break;
             }
-            if (ok) TDM_TRY(dn_reorder_new(bs->eng, &e->unblk_from, &e->unblk_to, &e->r_unblk));
         }
     }
     if (!ok) { /* (dn_cache_get logs a refused reference implementation) */
@@ -674,9 +671,8 @@ static tdm_status *conv_exec(conv_state *s, tdm_kernel_ctx *ctx, conv_entry *e) 
         r.slots = buf + unblk_b + src_b;
     }
     tdm_status *st = NULL;
-    if (e->xunblk) { /* X blocked -> plain, then as a plain X */
-        st = dn_exec_reorder(ctx, s->base.eng, &e->r_unblk, &e->unblk_from, ctx->in[0]->data,
-                             &e->unblk_to, buf);
+    if (e->xunblk) { /* X blocked -> plain (on the pool's threads), then as a plain X */
+        dn_unblock_copy(ctx->pool, ctx->in[0]->data, e->N, e->C, e->isz, e->blk, (float *)buf);
         r.x = (const float *)buf;
         r.src = buf;
     }

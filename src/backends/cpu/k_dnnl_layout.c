@@ -17,30 +17,60 @@ static void blocked_sizes(const tdm_tensor *t, int64_t *n, int64_t *cb, int64_t 
     for (int d = 2; d < t->rank - 1; d++) *sp *= t->dims[d];
 }
 
-void dn_block_copy(const float *src, int64_t n, int64_t c, int64_t sp, int64_t b, float *dst) {
-    int64_t cb = (c + b - 1) / b;
-    for (int64_t i = 0; i < n; i++)
-        for (int64_t j = 0; j < cb; j++) {
-            float *o = dst + (i * cb + j) * sp * b;
-            int64_t c0 = j * b, nb = c - c0 < b ? c - c0 : b;
-            const float *s = src + (i * c + c0) * sp;
-            for (int64_t p = 0; p < sp; p++) {
-                for (int64_t k = 0; k < nb; k++) o[p * b + k] = s[k * sp + p];
-                for (int64_t k = nb; k < b; k++) o[p * b + k] = 0.0f;
+/* One parallel item of a (un)blocking copy: image i, block j, pixels [p0, p1). */
+typedef struct blk_job {
+    const float *src;
+    float *dst;
+    int64_t n, c, sp, b, cb, pt; /* pt: pixels per item */
+    bool to_blocked;
+} blk_job;
+
+#define BLK_PIXELS 512 /* pixels per parallel item (a 16-channel block: 32 KiB) */
+#define BLK_TILE 16    /* pixels per tile of the transpose (a tile of 16 x B stays in L1) */
+
+static void blk_items(void *arg, int64_t lo, int64_t hi) {
+    const blk_job *t = arg;
+    int64_t per = (t->sp + t->pt - 1) / t->pt, b = t->b;
+    for (int64_t it = lo; it < hi; it++) {
+        int64_t ij = it / per, i = ij / t->cb, j = ij % t->cb;
+        int64_t p0 = it % per * t->pt, p1 = p0 + t->pt < t->sp ? p0 + t->pt : t->sp;
+        int64_t c0 = j * b, nb = t->c - c0 < b ? t->c - c0 : b;
+        size_t bo = (size_t)((i * t->cb + j) * t->sp) * (size_t)b; /* the block's offset */
+        size_t po = (size_t)(i * t->c + c0) * (size_t)t->sp;       /* its first plane's */
+        for (int64_t q = p0; q < p1; q += BLK_TILE) {
+            int64_t qe = q + BLK_TILE < p1 ? q + BLK_TILE : p1;
+            if (t->to_blocked) {
+                float *o = t->dst + bo;
+                const float *s = t->src + po;
+                for (int64_t k = 0; k < nb; k++)
+                    for (int64_t p = q; p < qe; p++) o[p * b + k] = s[k * t->sp + p];
+                for (int64_t p = q; p < qe; p++)
+                    for (int64_t k = nb; k < b; k++) o[p * b + k] = 0.0f;
+            } else {
+                const float *s = t->src + bo;
+                float *o = t->dst + po;
+                for (int64_t k = 0; k < nb; k++)
+                    for (int64_t p = q; p < qe; p++) o[k * t->sp + p] = s[p * b + k];
             }
         }
+    }
 }
 
-void dn_unblock_copy(const float *src, int64_t n, int64_t c, int64_t sp, int64_t b, float *dst) {
-    int64_t cb = (c + b - 1) / b;
-    for (int64_t i = 0; i < n; i++)
-        for (int64_t j = 0; j < cb; j++) {
-            const float *s = src + (i * cb + j) * sp * b;
-            int64_t c0 = j * b, nb = c - c0 < b ? c - c0 : b;
-            float *o = dst + (i * c + c0) * sp;
-            for (int64_t k = 0; k < nb; k++)
-                for (int64_t p = 0; p < sp; p++) o[k * sp + p] = s[p * b + k];
-        }
+static void blk_run(tdm_threadpool *pool, const float *src, int64_t n, int64_t c, int64_t sp,
+                    int64_t b, float *dst, bool to_blocked) {
+    blk_job t = {src, dst, n, c, sp, b, (c + b - 1) / b, BLK_PIXELS, to_blocked};
+    int64_t items = n * t.cb * ((sp + t.pt - 1) / t.pt);
+    if (items > 0) tdm_parallel_for(pool, items, 1, blk_items, &t);
+}
+
+void dn_block_copy(tdm_threadpool *pool, const float *src, int64_t n, int64_t c, int64_t sp,
+                   int64_t b, float *dst) {
+    blk_run(pool, src, n, c, sp, b, dst, true);
+}
+
+void dn_unblock_copy(tdm_threadpool *pool, const float *src, int64_t n, int64_t c, int64_t sp,
+                     int64_t b, float *dst) {
+    blk_run(pool, src, n, c, sp, b, dst, false);
 }
 
 static tdm_status *shape_error(tdm_kernel_ctx *ctx) {
@@ -56,7 +86,7 @@ tdm_status *dn_to_blocked_run(tdm_kernel_ctx *ctx) {
     blocked_sizes(y, &n, &cb, &sp, &b);
     if (x->dims[0] != n || b < 1 || (x->dims[1] + b - 1) / b != cb || x->count != n * x->dims[1] * sp)
         return shape_error(ctx);
-    dn_block_copy(x->data, n, x->dims[1], sp, b, y->data);
+    dn_block_copy(ctx->pool, x->data, n, x->dims[1], sp, b, y->data);
     return NULL;
 }
 
@@ -68,7 +98,7 @@ tdm_status *dn_from_blocked_run(tdm_kernel_ctx *ctx) {
     blocked_sizes(x, &n, &cb, &sp, &b);
     if (y->dims[0] != n || b < 1 || (y->dims[1] + b - 1) / b != cb || y->count != n * y->dims[1] * sp)
         return shape_error(ctx);
-    dn_unblock_copy(x->data, n, y->dims[1], sp, b, y->data);
+    dn_unblock_copy(ctx->pool, x->data, n, y->dims[1], sp, b, y->data);
     return NULL;
 }
 
@@ -149,7 +179,7 @@ static tdm_status *plain_of(tdm_kernel_ctx *ctx, const tdm_tensor *t, int64_t c,
     for (int d = 0; d < t->rank - 1; d++) dims[d] = t->dims[d];
     dims[1] = c;
     TDM_TRY(tdm_tensor_new(ctx->alloc, TDM_FLOAT, t->rank - 1, dims, out));
-    if (copy) dn_unblock_copy(t->data, n, c, sp, b, (*out)->data);
+    if (copy) dn_unblock_copy(ctx->pool, t->data, n, c, sp, b, (*out)->data);
     return NULL;
 }
 
@@ -185,7 +215,7 @@ tdm_status *dn_blocked_fallback(tdm_kernel_ctx *ctx, const char *domain, const c
     if (!st) {
         int64_t n, cb, sp, b;
         blocked_sizes(ctx->out[0], &n, &cb, &sp, &b);
-        dn_block_copy(y->data, n, c_out, sp, b, ctx->out[0]->data);
+        dn_block_copy(ctx->pool, y->data, n, c_out, sp, b, ctx->out[0]->data);
     }
     for (int i = 0; i < 4; i++) tdm_tensor_destroy(tmp[i]);
     tdm_tensor_destroy(y);

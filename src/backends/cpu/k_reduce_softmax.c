@@ -5,6 +5,7 @@
 
 #include "backends/cpu/cpu_simd.h"
 #include "backends/cpu/k_reduce.h"
+#include "backends/cpu/k_unary.h"
 #include "core/alloc.h"
 
 #define RD_CH 256
@@ -63,6 +64,43 @@ static void smx_simd_rows(void *arg, int64_t b, int64_t e) {
     }
 }
 
+/* float32 Softmax over an axis that is not the last (a detector's distribution over 16 bins:
+ * [1, 16, 4, 8400] on axis 1): RD_CH columns at a time, the exponentials by the device's
+ * SIMD unary kernel. Items: (outer index, chunk of columns). */
+typedef struct smx_cols_job {
+    const tdm_cpu_simd *sd;
+    const float *x;
+    float *y;
+    int64_t N, I, chunks;
+} smx_cols_job;
+
+static void smx_simd_cols(void *arg, int64_t b, int64_t e) {
+    const smx_cols_job *j = arg;
+    const tdm_uparams p = {.op = TDM_U_EXP};
+    float m[RD_CH], s[RD_CH], t[RD_CH];
+    int64_t N = j->N, I = j->I;
+    for (int64_t it = b; it < e; it++) {
+        int64_t o = it / j->chunks, i0 = (it % j->chunks) * RD_CH;
+        int64_t n = I - i0 < RD_CH ? I - i0 : RD_CH;
+        const float *x = j->x + o * N * I + i0;
+        float *y = j->y + o * N * I + i0;
+        for (int64_t i = 0; i < n; i++) {
+            m[i] = x[i];
+            s[i] = 0.0f;
+        }
+        for (int64_t r = 1; r < N; r++)
+            for (int64_t i = 0; i < n; i++) m[i] = x[r * I + i] > m[i] ? x[r * I + i] : m[i];
+        for (int64_t r = 0; r < N; r++) {
+            for (int64_t i = 0; i < n; i++) t[i] = x[r * I + i] - m[i];
+            j->sd->unary_f32(&p, t, y + r * I, n);
+            for (int64_t i = 0; i < n; i++) s[i] += y[r * I + i];
+        }
+        for (int64_t i = 0; i < n; i++) s[i] = 1.0f / s[i];
+        for (int64_t r = 0; r < N; r++)
+            for (int64_t i = 0; i < n; i++) y[r * I + i] *= s[i];
+    }
+}
+
 static tdm_status *run_softmax(tdm_kernel_ctx *ctx, int mode) {
     const tdm_tensor *x = ctx->in[0];
     tdm_tensor *y = ctx->out[0];
@@ -85,6 +123,12 @@ static tdm_status *run_softmax(tdm_kernel_ctx *ctx, int mode) {
         smx_simd_job j = {tdm_cpu_simd_of(ctx), x->data, y->data, N};
         int64_t grain = RD_GRAIN / N + 1;
         tdm_parallel_for(ctx->pool, O, grain, smx_simd_rows, &j);
+        return NULL;
+    }
+    if (mode == 0 && I > 1 && N > 0 && x->dtype == TDM_FLOAT && y->dtype == TDM_FLOAT) {
+        smx_cols_job j = {tdm_cpu_simd_of(ctx), x->data, y->data, N, I, (I + RD_CH - 1) / RD_CH};
+        int64_t grain = RD_GRAIN / (N * (I < RD_CH ? I : RD_CH)) + 1;
+        tdm_parallel_for(ctx->pool, O * j.chunks, grain, smx_simd_cols, &j);
         return NULL;
     }
     tdm_rd_ctype ct = float_ctype(x->dtype);

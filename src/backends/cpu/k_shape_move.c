@@ -47,23 +47,32 @@ typedef struct cat_job {
     int64_t inner; /* bytes per unit of the axis */
     size_t row;    /* bytes of one outer row of the joined tensor */
     bool split;
+    size_t total, chunk; /* bytes of the whole; of one parallel item (a multiple of the element) */
 } cat_job;
 
+/* Bytes [b * chunk, e * chunk) of the whole tensor, wherever they fall: a range of chunks
+ * may start inside one part's block of a row and end inside another's, so a Concat on the
+ * channels of a single image (outer 1) still runs on every thread. */
 static void cat_rows(void *arg_, int64_t b, int64_t e) {
     const cat_job *j = arg_;
     const tdm_kernel_ctx *ctx = j->ctx;
     int n = j->split ? ctx->n_out : ctx->n_in;
     const tdm_tensor *whole = j->split ? ctx->in[0] : ctx->out[0];
-    for (int64_t o = b; o < e; o++) {
-        size_t off = 0;
-        for (int k = 0; k < n; k++) {
+    size_t pos = (size_t)b * j->chunk, end = (size_t)e * j->chunk;
+    if (end > j->total) end = j->total;
+    while (pos < end) {
+        size_t o = pos / j->row, r = pos % j->row, off = 0;
+        for (int k = 0; k < n && pos < end; k++) {
             const tdm_tensor *part = j->split ? ctx->out[k] : ctx->in[k];
             size_t blk = (size_t)(part->dims[j->axis] * j->inner);
-            char *w = (char *)whole->data + (size_t)o * j->row + off;
-            char *p = (char *)part->data + (size_t)o * blk;
-            if (blk) {
-                if (j->split) memcpy(p, w, blk);
-                else memcpy(w, p, blk);
+            if (r < off + blk) {
+                size_t len = off + blk - r < end - pos ? off + blk - r : end - pos;
+                char *w = (char *)whole->data + pos;
+                char *p = (char *)part->data + o * blk + (r - off);
+                if (j->split) memcpy(p, w, len);
+                else memcpy(w, p, len);
+                pos += len;
+                r += len;
             }
             off += blk;
         }
@@ -88,12 +97,11 @@ static tdm_status *cat_run(tdm_kernel_ctx *ctx, bool split, int64_t axis64) {
     }
     if (sum != whole->dims[axis]) return shape_mismatch(ctx);
     size_t es = tdm_dtype_elem_size(whole->dtype);
-    cat_job j = {ctx, axis, prod(whole->dims, axis + 1, whole->rank) * (int64_t)es, 0, split};
+    cat_job j = {ctx, axis, prod(whole->dims, axis + 1, whole->rank) * (int64_t)es, 0, split, 0,
+                 es ? (32768 / es) * es : 32768};
     j.row = (size_t)(whole->dims[axis] * j.inner);
-    int64_t outer = prod(whole->dims, 0, axis);
-    if (j.row && outer)
-        tdm_parallel_for(ctx->pool, outer, j.row >= 65536 ? 1 : (int64_t)(65536 / j.row), cat_rows,
-                         &j);
+    j.total = j.row * (size_t)prod(whole->dims, 0, axis);
+    if (j.total) tdm_parallel_for(ctx->pool, (int64_t)((j.total + j.chunk - 1) / j.chunk), 1, cat_rows, &j);
     if (whole->dtype == TDM_STRING) {
         if (!split) return tdm_kshape_own_strings(ctx->out[0]);
         for (int k = 0; k < n; k++) {
