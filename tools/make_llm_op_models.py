@@ -149,6 +149,74 @@ def matmul_nbits(out_dir, name, seed, *, bits, bs, K, N, a_shape, zp=None, bias=
     print(f"{name}: |y| max {np.abs(exact).max():.3f}, ORT - float {err:.2e}")
 
 
+def nbits_weights(rng, *, bits, bs, K, N, zp=None, f16_scales=False):
+    """Random MatMulNBits constants: (B, scales, zero points or None, dequantized W [N, K])."""
+    nb = (K + bs - 1) // bs
+    codes = rng.integers(0, 1 << bits, size=(N, nb * bs), dtype=np.uint8)
+    B = pack(codes, bits).reshape(N, nb, bs * bits // 8)
+    scales = rng.uniform(0.02, 0.08, size=(N, nb)).astype(np.float32) / (1 << (bits - 4))
+    if f16_scales:
+        scales = scales.astype(np.float16).astype(np.float32)
+    zf = np.full((N, nb), float(1 << (bits - 1)), np.float32)
+    zpt = None
+    if zp == "f32":
+        zf = rng.uniform((1 << bits) * 3 // 8, (1 << bits) * 5 // 8, size=(N, nb)).astype(np.float32)
+        zpt = zf.reshape(-1)
+    deq = (codes.astype(np.float32) - np.repeat(zf, bs, axis=1)) * np.repeat(scales, bs, axis=1)
+    return B, scales.reshape(-1), zpt, deq[:, :K]
+
+
+def fused_block(out_dir, name, seed, *, bits, bs, K, B, S, P, H, KVH, D, I):
+    """The shapes of a decoder layer whose MatMulNBits nodes tandem joins (graph/fuse_nbits.c):
+    q, k and v of A read by a GroupQueryAttention alone (one node, packed QKV), and a SwiGLU
+    MLP Mul(Mul(G, Sigmoid(G)), U) (one node, glu). The parts differ in their constants' forms
+    (zero points or not, float16-exact scales or not), so the joined weights take the union form.
+    Outputs: the attention's output and present key / value, the MLP's output."""
+    acc = int(name[-1])
+    assert name.endswith(f"_acc{acc}")
+    rng = np.random.default_rng(seed)
+    zf = "f32" if bits == 4 else None  # (ONNX Runtime: no float zero points for 8 bits)
+    specs = {"q": (H * D, None, True), "k": (KVH * D, zf, False), "v": (KVH * D, None, False),
+             "gate": (I, zf, True), "up": (I, None, bits == 8)}
+    inits, nodes = [], []
+    for nm, (N, zp, f16s) in specs.items():
+        Bq, sc, zpt, _ = nbits_weights(rng, bits=bits, bs=bs, K=K, N=N, zp=zp, f16_scales=f16s)
+        inits += [numpy_helper.from_array(Bq, nm + "_B"), numpy_helper.from_array(sc, nm + "_s")]
+        ins = ["A", nm + "_B", nm + "_s"]
+        if zpt is not None:
+            inits.append(numpy_helper.from_array(zpt, nm + "_zp"))
+            ins.append(nm + "_zp")
+        nodes.append(helper.make_node("MatMulNBits", ins, [nm + "_y"], domain="com.microsoft", K=K,
+                                      N=N, bits=bits, block_size=bs, accuracy_level=acc))
+    half = D // 2
+    inv = 1.0 / 10000.0 ** (np.arange(half, dtype=np.float64) / half)
+    ang = np.outer(np.arange(P + S + 4, dtype=np.float64), inv)
+    feeds = {"A": rng.standard_normal((B, S, K)).astype(np.float32),
+             "past_key": rng.standard_normal((B, KVH, P, D)).astype(np.float32),
+             "past_value": rng.standard_normal((B, KVH, P, D)).astype(np.float32)}
+    inits += [numpy_helper.from_array(np.full(B, P + S - 1, np.int32), "seqlens_k"),
+              numpy_helper.from_array(np.array(P + S, np.int32), "total_sequence_length"),
+              numpy_helper.from_array(np.cos(ang).astype(np.float32), "cos_cache"),
+              numpy_helper.from_array(np.sin(ang).astype(np.float32), "sin_cache")]
+    nodes += [helper.make_node("GroupQueryAttention",
+                               ["q_y", "k_y", "v_y", "past_key", "past_value", "seqlens_k",
+                                "total_sequence_length", "cos_cache", "sin_cache"],
+                               ["attn", "present_key", "present_value"], domain="com.microsoft",
+                               num_heads=H, kv_num_heads=KVH, do_rotary=1, rotary_interleaved=0),
+              helper.make_node("Sigmoid", ["gate_y"], ["sig"]),
+              helper.make_node("Mul", ["gate_y", "sig"], ["silu"]),
+              helper.make_node("Mul", ["silu", "up_y"], ["mlp"])]
+    inputs = [helper.make_tensor_value_info("A", TensorProto.FLOAT, [B, S, K]),
+              helper.make_tensor_value_info("past_key", TensorProto.FLOAT, [B, KVH, P, D]),
+              helper.make_tensor_value_info("past_value", TensorProto.FLOAT, [B, KVH, P, D])]
+    outputs = [helper.make_tensor_value_info(o, TensorProto.FLOAT, None)
+               for o in ("attn", "present_key", "present_value", "mlp")]
+    graph = helper.make_graph(nodes, name, inputs, outputs, inits)
+    model = helper.make_model(graph, opset_imports=OPSETS, ir_version=10)
+    outs = save(out_dir, name, model, feeds)
+    print(f"{name}: |attn| max {np.abs(outs[0]).max():.3f}, |mlp| max {np.abs(outs[3]).max():.3f}")
+
+
 def gather_bq(out_dir, name, seed, *, bits, bs, rows, cols, idx, zp, idx_type=np.int64, qaxis=1):
     rng = np.random.default_rng(seed)
     codes = rng.integers(0, 1 << bits, size=(rows, cols), dtype=np.uint8)
@@ -252,6 +320,14 @@ def main():
        bias=True)
     mm(out, "nbits_q8_bs64_m8_acc4", 18, bits=8, bs=64, K=200, N=27, a_shape=(8, 200))
     mm(out, "nbits_q8_m70_acc4", 19, bits=8, bs=32, K=128, N=24, a_shape=(70, 128), zp="u8")
+    # q / k / v and gate / up joined (decode rows, several decode rows, a prefill's many rows)
+    fb = dict(K=64, H=4, KVH=2, D=16, I=48)
+    fused_block(out, "nbits_join_q4_m1_acc0", 41, bits=4, bs=32, B=1, S=1, P=6, **fb)
+    fused_block(out, "nbits_join_q4_m1_acc4", 42, bits=4, bs=32, B=1, S=1, P=6, **fb)
+    fused_block(out, "nbits_join_q8_b2_acc4", 43, bits=8, bs=32, B=2, S=1, P=3, **fb)
+    fused_block(out, "nbits_join_q4_bs16_m3_acc0", 44, bits=4, bs=16, B=1, S=3, P=2, **fb)
+    fused_block(out, "nbits_join_q4_m20_acc0", 45, bits=4, bs=32, B=1, S=20, P=0, **fb)
+    fused_block(out, "nbits_join_q8_m20_acc4", 46, bits=8, bs=32, B=1, S=20, P=0, **fb)
     # GatherBlockQuantized
     gather_bq(out, "nbits_gbq_q4_zp", 21, bits=4, bs=32, rows=50, cols=96, idx=[[3, 0, 49], [-1, 7, 3]],
               zp=True)

@@ -11,7 +11,17 @@
  *             keepdims 0), C))        C: constant float32 [nb, N]
  * becomes one MatMulNBitsPacked whose per-block mz takes C (ops/nbits_pack.h, off): the
  * same sum, without the four nodes and with C read as part of P (float16 when it keeps the
- * values). The inner values must be read by the pattern alone. */
+ * values). The inner values must be read by the pattern alone.
+ *
+ * Then packed nodes that read the same A are joined (tdm_graph_pack_nbits' second step), so
+ * a decode step streams their weights as one matrix, quantizes A once and runs one node:
+ *  - an attention's q, k and v projections (GroupQueryAttention or PagedAttention reading
+ *    them alone) become one node whose output is the attention's packed QKV input (key and
+ *    value omitted: [.., (H + 2 KVH) D], the layout both kernels take);
+ *  - a SwiGLU MLP's gate and up projections, Mul(Mul(G, Sigmoid(G)), U) (either order of
+ *    each Mul), become one node with glu = 1 whose output is that product.
+ * Each part keeps its rows' sums exactly (a panel holds rows of one matrix: every part but
+ * the last has a multiple of 16 rows), so the outputs are those of the separate nodes. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -175,11 +185,165 @@ static tdm_status *pack_node(fz_ctx *fz, int i) {
     return NULL;
 }
 
+/* ---- joining packed nodes that share A ---- */
+
+/* Node i is a MatMulNBitsPacked that can be a part: one matrix, no bias, constant P. */
+static bool is_part(const fz_ctx *fz, int i) {
+    if (i < 0) return false;
+    const tdm_node *n = fz_node(fz, i);
+    return !n->dead && strcmp(n->domain, TDM_FUSED_DOMAIN) == 0 &&
+           strcmp(n->op_type, "MatMulNBitsPacked") == 0 && n->n_inputs == 2 &&
+           n->n_outputs == 1 && n->inputs[0] >= 0 && n->outputs[0] >= 0 &&
+           tdm_attr_int(n, "glu", 0) == 0 && fz_const(fz, n->inputs[1]) != NULL;
+}
+
+/* Parts i and j read the same A with the same K, bits, block size and accuracy level. */
+static bool same_kind(const fz_ctx *fz, int i, int j) {
+    const tdm_node *a = fz_node(fz, i), *b = fz_node(fz, j);
+    static const char *const keys[] = {"K", "bits", "block_size", "accuracy_level"};
+    if (a->inputs[0] != b->inputs[0]) return false;
+    for (int k = 0; k < 4; k++)
+        if (tdm_attr_int(a, keys[k], -1) != tdm_attr_int(b, keys[k], -1)) return false;
+    return true;
+}
+
+static bool part_layout(const fz_ctx *fz, int i, unsigned form, tdm_nbits_pk *pk) {
+    const tdm_node *n = fz_node(fz, i);
+    return tdm_nbits_pk_layout(tdm_attr_int(n, "N", 0), tdm_attr_int(n, "K", 0),
+                               (int)tdm_attr_int(n, "bits", 4), tdm_attr_int(n, "block_size", 0),
+                               form, pk);
+}
+
+/* One MatMulNBitsPacked for parts[0..np) (same_kind; every part but the last a multiple of
+ * 16 rows) writing value *out (< 0: a new value, made here); glu as in ops/nbits_pack.h. The
+ * parts and kill[0..nk) die. Nothing changes (and *out stays) when the parts do not fit. */
+static tdm_status *join(fz_ctx *fz, const int *parts, int np, int glu, int *out, const int *kill,
+                        int nk) {
+    const tdm_allocator *a = fz->g->alloc;
+    tdm_nbits_pk pk[3], all;
+    unsigned form = (unsigned)tdm_attr_int(fz_node(fz, parts[0]), "packed_form", 0);
+    for (int k = 1; k < np; k++)
+        form = tdm_nbits_pk_form_union(
+            form, (unsigned)tdm_attr_int(fz_node(fz, parts[k]), "packed_form", 0));
+    int64_t N = 0;
+    for (int k = 0; k < np; k++) {
+        const tdm_node *n = fz_node(fz, parts[k]);
+        if (!part_layout(fz, parts[k], (unsigned)tdm_attr_int(n, "packed_form", 0), &pk[k]) ||
+            fz_const(fz, n->inputs[1])->nbytes != tdm_nbits_pk_bytes(&pk[k]) ||
+            (k + 1 < np && pk[k].N % TDM_NBP_ROWS != 0))
+            return NULL;
+        N += pk[k].N;
+    }
+    const tdm_node *n0 = fz_node(fz, parts[0]);
+    int64_t K = pk[0].K, bs = pk[0].bs, acc = tdm_attr_int(n0, "accuracy_level", 0);
+    int bits = pk[0].bits, ia = n0->inputs[0];
+    if (!tdm_nbits_pk_layout(N, K, bits, bs, form, &all)) return NULL;
+    int64_t bytes = (int64_t)tdm_nbits_pk_bytes(&all);
+    tdm_tensor *P = NULL;
+    TDM_TRY(tdm_tensor_new(a, TDM_UINT8, 1, &bytes, &P));
+    uint8_t *dst = P->data;
+    for (int k = 0; k < np; k++) {
+        tdm_nbits_pk d;
+        tdm_nbits_pk_layout(pk[k].N, K, bits, bs, form, &d);
+        tdm_nbits_pk_reform(&pk[k], fz_const(fz, fz_node(fz, parts[k])->inputs[1])->data, &d, dst);
+        dst += tdm_nbits_pk_bytes(&d);
+    }
+    char *name = tdm_strdup(a, n0->name);
+    if (!name) {
+        tdm_tensor_destroy(P);
+        return oom();
+    }
+    int pv, fi;
+    tdm_status *st = fz_new_const(fz, name, P, &pv);
+    if (!st && *out < 0) st = fz_new_value(fz, name, TDM_FLOAT, -1, NULL, out);
+    if (!st) st = fz_new_node(fz, "MatMulNBitsPacked", TDM_FUSED_DOMAIN, name, 2, 1, &fi);
+    tdm_free(a, name);
+    TDM_TRY(st);
+    tdm_node *f = fz_node(fz, fi);
+    f->inputs[0] = ia;
+    f->inputs[1] = pv;
+    f->outputs[0] = *out;
+    TDM_TRY(fz_attr_int(fz, fi, "K", K));
+    TDM_TRY(fz_attr_int(fz, fi, "N", N));
+    TDM_TRY(fz_attr_int(fz, fi, "bits", bits));
+    TDM_TRY(fz_attr_int(fz, fi, "block_size", bs));
+    TDM_TRY(fz_attr_int(fz, fi, "accuracy_level", acc));
+    TDM_TRY(fz_attr_int(fz, fi, "packed_form", (int64_t)form));
+    if (glu) TDM_TRY(fz_attr_int(fz, fi, "glu", glu));
+    int pvs[3], uses[3];
+    for (int k = 0; k < np; k++) {
+        pvs[k] = fz_node(fz, parts[k])->inputs[1];
+        uses[k] = fz_uses(fz, pvs[k]);
+        fz_kill(fz, parts[k]);
+    }
+    for (int k = 0; k < nk; k++) fz_kill(fz, kill[k]);
+    for (int k = 0; k < np; k++) drop_const(fz, pvs[k], uses[k]);
+    fz->count++;
+    return NULL;
+}
+
+/* Attention node i reading three parts as q, k and v (alone): one part, packed QKV. */
+static tdm_status *join_qkv(fz_ctx *fz, int i) {
+    const tdm_node *n = fz_node(fz, i);
+    if (n->dead || strcmp(n->domain, "com.microsoft") != 0 ||
+        (strcmp(n->op_type, "GroupQueryAttention") != 0 &&
+         strcmp(n->op_type, "PagedAttention") != 0) ||
+        n->n_inputs < 3)
+        return NULL;
+    int parts[3];
+    for (int k = 0; k < 3; k++) {
+        int v = n->inputs[k];
+        parts[k] = v >= 0 ? fz_producer(fz, v) : -1;
+        if (!is_part(fz, parts[k]) || fz_sole_consumer(fz, v) != i) return NULL;
+        if (k && !same_kind(fz, parts[0], parts[k])) return NULL;
+    }
+    int64_t H = tdm_attr_int(n, "num_heads", 0), KVH = tdm_attr_int(n, "kv_num_heads", 0);
+    int64_t nq = tdm_attr_int(fz_node(fz, parts[0]), "N", 0);
+    int64_t nk = tdm_attr_int(fz_node(fz, parts[1]), "N", 0);
+    int64_t nv = tdm_attr_int(fz_node(fz, parts[2]), "N", 0);
+    /* the packed layout: q of H heads, then k and v of KVH heads each, one head size */
+    if (H < 1 || KVH < 1 || nk != nv || nq * KVH != nk * H || nq % H != 0) return NULL;
+    int y = -1;
+    TDM_TRY(join(fz, parts, 3, 0, &y, NULL, 0));
+    if (y < 0) return NULL;
+    tdm_node *att = fz_node(fz, i);
+    att->inputs[0] = y;
+    att->inputs[1] = att->inputs[2] = -1;
+    return NULL;
+}
+
+/* Part i as the gate of a SwiGLU MLP: Mul(Swish(G), U), U a part read by that Mul alone. */
+static tdm_status *join_glu(fz_ctx *fz, int i) {
+    if (!is_part(fz, i)) return NULL;
+    fz_act_match m;
+    if (!fz_match_swish(fz, fz_node(fz, i)->outputs[0], &m) || m.n + 1 > FZ_ACT_MAX_NODES)
+        return NULL;
+    int mul = fz_sole_consumer(fz, m.out);
+    if (mul < 0 || !fz_is_op(fz, mul, "Mul") || fz_node(fz, mul)->n_inputs != 2 ||
+        fz_node(fz, mul)->outputs[0] < 0)
+        return NULL;
+    int uv = fz_other_input(fz_node(fz, mul), m.out);
+    int up = uv >= 0 ? fz_producer(fz, uv) : -1;
+    if (!is_part(fz, up) || fz_sole_consumer(fz, uv) != mul || !same_kind(fz, i, up)) return NULL;
+    int64_t ng = tdm_attr_int(fz_node(fz, i), "N", 0);
+    if (ng != tdm_attr_int(fz_node(fz, up), "N", 0) || ng % TDM_NBP_ROWS != 0) return NULL;
+    int parts[2] = {i, up}, y = fz_node(fz, mul)->outputs[0];
+    m.nodes[m.n++] = mul;
+    return join(fz, parts, 2, 1, &y, m.nodes, m.n);
+}
+
 tdm_status *fz_pass_nbits(fz_ctx *fz) {
     size_t n0 = fz->g->n_nodes; /* the new nodes (appended) are not revisited */
     for (size_t i = 0; i < n0; i++) {
         TDM_TRY(fz_refresh(fz));
         if (is_nbits(fz, (int)i)) TDM_TRY(pack_node(fz, (int)i));
+    }
+    n0 = fz->g->n_nodes;
+    for (size_t i = 0; i < n0; i++) {
+        TDM_TRY(fz_refresh(fz));
+        TDM_TRY(join_qkv(fz, (int)i));
+        TDM_TRY(fz_refresh(fz));
+        TDM_TRY(join_glu(fz, (int)i));
     }
     return NULL;
 }

@@ -144,6 +144,34 @@ void tdm_nbits_pk_pack_off(const tdm_nbits_pk *pk, const uint8_t *B, const float
     }
 }
 
+unsigned tdm_nbits_pk_form_union(unsigned a, unsigned b) {
+    unsigned f = a & b & TDM_NBP_S16;
+    if ((a | b) & TDM_NBP_MZ) f |= TDM_NBP_MZ | (a & b & TDM_NBP_MZ16);
+    return f;
+}
+
+void tdm_nbits_pk_reform(const tdm_nbits_pk *src, const uint8_t *P, const tdm_nbits_pk *dst,
+                         uint8_t *out) {
+    if (src->form == dst->form) {
+        memcpy(out, P, tdm_nbits_pk_bytes(src));
+        return;
+    }
+    const bool s16 = dst->form & TDM_NBP_S16, mz = dst->form & TDM_NBP_MZ;
+    const bool z16 = dst->form & TDM_NBP_MZ16;
+    const size_t cb = (size_t)(64 * src->groups);
+    for (int64_t p = 0; p < src->panels; p++)
+        for (int64_t b = 0; b < src->nb; b++) {
+            uint8_t *rec = out + p * dst->pstride + b * dst->bstride;
+            memcpy(rec, P + p * src->pstride + b * src->bstride, cb);
+            for (int r = 0; r < TDM_NBP_ROWS; r++) {
+                float s, m; /* (the padding rows: zeros) */
+                tdm_nbits_pk_sz(src, P, p * TDM_NBP_ROWS + r, b, &s, &m);
+                put_val(rec + cb, r, s16, s);
+                if (mz) put_val(rec + cb + dst->sbytes, r, z16, m);
+            }
+        }
+}
+
 void tdm_nbits_pk_sz(const tdm_nbits_pk *pk, const uint8_t *P, int64_t n, int64_t b, float *s,
                      float *mz) {
     int r = (int)(n % TDM_NBP_ROWS);

@@ -5,7 +5,11 @@
  *
  * MatMulNBitsPacked(A, P, bias?) -> Y
  *   attributes: K, N, bits (4 or 8), block_size (a multiple of 16), accuracy_level (as
- *   MatMulNBits), packed_form (TDM_NBP_* flags below).
+ *   MatMulNBits), packed_form (TDM_NBP_* flags below), glu (optional, default 0; 1: P holds
+ *   two matrices of N / 2 rows each, a gate G then an up projection U, and
+ *   Y = (G(A) * Sigmoid(G(A))) * U(A), N / 2 wide: a SwiGLU MLP's two projections and its
+ *   activation in one node). Several matrices that read the same A are one P (their panels
+ *   one after the other, graph/fuse_nbits.c), so a step streams them as one matrix.
  *   P: uint8 [tdm_nbits_pk_bytes], laid out as:
  *
  *   panels of 16 rows of the logical weight W [N, K] (the last one padded with zero rows);
@@ -74,6 +78,14 @@ unsigned tdm_nbits_pk_form_off(int64_t N, int64_t nb, int bits, const float *sca
                                const float *zp, const float *off);
 void tdm_nbits_pk_pack_off(const tdm_nbits_pk *pk, const uint8_t *B, const float *scales,
                            const float *zp, const float *off, uint8_t *out);
+
+/* The form that holds the values of both forms (float16 only where both have it, mz stored
+ * where either stores it): matrices of forms a and b packed together take it. */
+unsigned tdm_nbits_pk_form_union(unsigned a, unsigned b);
+/* Writes P (layout src) into out in layout dst: same N, K, bits and block size, dst's form
+ * tdm_nbits_pk_form_union(src's, another), so every value is kept exactly. */
+void tdm_nbits_pk_reform(const tdm_nbits_pk *src, const uint8_t *P, const tdm_nbits_pk *dst,
+                         uint8_t *out);
 
 /* Row n of W dequantized, elements k0..k1 of it (k1 <= nb * bs): out[k - k0] = (q - zp) s
  * (computed as q * s - mz). */

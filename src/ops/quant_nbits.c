@@ -219,12 +219,15 @@ static tdm_status *infer_matmul_nbits_packed(tdm_infer_ctx *c) {
         if (bc >= 0 && bc != N)
             return BAD("bias has %lld values, expected N = %lld", LL(bc), LL(N));
     }
+    int64_t glu = tdm_attr_int(n, "glu", 0);
+    if (glu != 0 && (glu != 1 || N % 2 != 0 || (c->n_in > 2 && c->in[2].present)))
+        return BAD("glu must be 0, or 1 with an even N and no bias");
     tdm_value_info *y = &c->out[0];
     y->dtype = TDM_FLOAT;
     y->rank = a->rank;
     if (a->rank > 0) {
         memcpy(y->dims, a->dims, sizeof y->dims);
-        y->dims[a->rank - 1] = N;
+        y->dims[a->rank - 1] = glu ? N / 2 : N;
     }
     return NULL;
 }

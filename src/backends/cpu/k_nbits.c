@@ -34,6 +34,7 @@
 
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/cpu_simd.h"
+#include "backends/cpu/k_unary.h"
 #include "core/alloc.h"
 #include "ops/fused.h"
 
@@ -390,7 +391,7 @@ void tdm_nbits_matmul(const tdm_cpu_simd *simd, tdm_threadpool *pool, const tdm_
 typedef struct nb_state {
     const tdm_allocator *alloc;
     tdm_nbits_pk pk; /* MatMulNBitsPacked: the layout, from the attributes at plan time */
-    bool pk_ok, int8;
+    bool pk_ok, int8, glu;
     const void *zp_src; /* the constant zero points zpf was unpacked from */
     float *zpf;
     bool zp_default; /* the constant zero points are all 2^(bits - 1): run as without them */
@@ -599,8 +600,21 @@ static tdm_status *packed_prepare(const tdm_node *node, int opset, int n_in,
     s->int8 = at.int8;
     s->pk_ok = tdm_nbits_pk_layout(at.N, at.K, (int)at.bits, at.bs,
                                    (unsigned)tdm_attr_int(node, "packed_form", 0), &s->pk);
+    s->glu = tdm_attr_int(node, "glu", 0) != 0;
     *state = s;
     return NULL;
+}
+
+/* out[m, n] = (g * Sigmoid(g)) * u, g = Y[m, n], u = Y[m, H + n]: the values of the graph's
+ * Sigmoid and two Muls (the Sigmoid node's loop, the same rounding). */
+static void glu_rows(const tdm_cpu_simd *simd, int64_t M, int64_t H, const float *Y, float *out) {
+    tdm_uparams p = {.op = TDM_U_SIGMOID};
+    for (int64_t m = 0; m < M; m++) {
+        const float *g = Y + m * 2 * H, *u = g + H;
+        float *o = out + m * H;
+        simd->unary_f32(&p, g, o, H);
+        for (int64_t n = 0; n < H; n++) o[n] = (g[n] * o[n]) * u[n];
+    }
 }
 
 static tdm_status *run_matmul_nbits_packed(tdm_kernel_ctx *ctx) {
@@ -609,19 +623,23 @@ static tdm_status *run_matmul_nbits_packed(tdm_kernel_ctx *ctx) {
     const tdm_tensor *bias_t = ctx->n_in > 2 ? ctx->in[2] : NULL;
     /* the layout from the attributes: read once at plan time (the state), else now */
     tdm_nbits_pk pk;
-    bool int8, ok;
+    bool int8, ok, glu;
     if (st) {
         pk = st->pk;
         int8 = st->int8;
         ok = st->pk_ok;
+        glu = st->glu;
     } else {
         nb_attrs at = attrs_of(ctx->node);
         int8 = at.int8;
         ok = tdm_nbits_pk_layout(at.N, at.K, (int)at.bits, at.bs,
                                  (unsigned)tdm_attr_int(ctx->node, "packed_form", 0), &pk);
+        glu = tdm_attr_int(ctx->node, "glu", 0) != 0;
     }
     if (!ok || P->dtype != TDM_UINT8 || P->nbytes != tdm_nbits_pk_bytes(&pk))
         return tdm_node_error(ctx->node, TDM_ERR_INVALID_MODEL, "packed weights do not match");
+    if (glu && (pk.N % 2 != 0 || bias_t))
+        return tdm_node_error(ctx->node, TDM_ERR_INVALID_MODEL, "glu needs an even N, no bias");
     if (A->rank < 1 || A->dims[A->rank - 1] != pk.K)
         return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT, "A's last dim is not K = %lld",
                               (long long)pk.K);
@@ -631,15 +649,17 @@ static tdm_status *run_matmul_nbits_packed(tdm_kernel_ctx *ctx) {
     if (M == 0) return NULL;
     const tdm_cpu_simd *simd = tdm_cpu_simd_of(ctx);
     tdm_nbits_w w = {pk.N, pk.K, pk.nb, pk.bs, pk.bits, NULL, NULL, NULL, &pk, P->data};
-    size_t need = tdm_nbits_scratch_bytes(simd, &w, int8, M);
+    size_t need = align64(tdm_nbits_scratch_bytes(simd, &w, int8, M));
+    size_t ybytes = glu ? (size_t)(M * pk.N) * sizeof(float) : 0; /* G and U before the product */
     bool own;
-    char *scr = scratch_take(ctx, st, M, need, &own);
+    char *scr = scratch_take(ctx, st, M, need + ybytes, &own);
     if (!scr)
         return TDM_ERR(TDM_ERR_OUT_OF_MEMORY,
                        "MatMulNBitsPacked node '%s': out of memory (%zu bytes)", ctx->node->name,
-                       need);
-    tdm_nbits_matmul(simd, ctx->pool, &w, int8, M, A->data, bias_t ? bias_t->data : NULL,
-                     ctx->out[0]->data, scr);
+                       need + ybytes);
+    float *Y = glu ? (float *)(scr + need) : ctx->out[0]->data;
+    tdm_nbits_matmul(simd, ctx->pool, &w, int8, M, A->data, bias_t ? bias_t->data : NULL, Y, scr);
+    if (glu) glu_rows(simd, M, pk.N / 2, Y, ctx->out[0]->data);
     scratch_give(ctx, st, scr, own);
     return NULL;
 }
