@@ -67,7 +67,7 @@ static decode_layout layout_of(const tdm_cpu_simd *simd, const tdm_nbits_w *w, b
     L.sa_off = L.sql_off + align64((size_t)(M * L.sal_stride) * sizeof(float));
     L.sum_off = L.sa_off + align64((size_t)(M * w->nb) * sizeof(float));
     L.tmp_off = L.sum_off + align64((size_t)(M * w->nb) * sizeof(float));
-    L.total = L.tmp_off + align64((size_t)L.kq);
+    L.total = L.tmp_off + align64((size_t)(M * L.kq)); /* a row's tmp each: rows in parallel */
     return L;
 }
 
@@ -90,9 +90,17 @@ static tdm_nbits_w a_view(const tdm_nbits_w *w) {
     return w8;
 }
 
+/* The decode loops for these M rows: up to TDM_NBITS_DECODE_ROWS, and any M on the packed
+ * form with int8 activations (accuracy_level 4): its panel loops run every row as a single row
+ * would (test_rows_invariant), so a step of several prompts' prefills gives each prompt the
+ * numbers it gets alone, and the int8 dot products need no dequantised panel. */
+static bool rows_path(const tdm_nbits_w *w, bool int8, int64_t M) {
+    return M <= TDM_NBITS_DECODE_ROWS || (int8 && w->pk);
+}
+
 size_t tdm_nbits_scratch_bytes(const tdm_cpu_simd *simd, const tdm_nbits_w *w, bool int8,
                                int64_t M) {
-    if (M <= TDM_NBITS_DECODE_ROWS) {
+    if (rows_path(w, int8, M)) {
         tdm_nbits_w w8 = a_view(w);
         return layout_of(simd, &w8, int8, M).total;
     }
@@ -111,8 +119,9 @@ static inline int64_t a_pos(int hshift, int64_t k) {
     return (k - r) + (r & 1) * h + (r >> 1);
 }
 
-static void prep_a(const decode_layout *L, const tdm_nbits_w *w, int64_t M, const float *A,
-                   char *scr) {
+/* A's rows m0..m1 prepared (rows are independent: prep_a shares them out over the pool). */
+static void prep_rows(const decode_layout *L, const tdm_nbits_w *w, int64_t m0, int64_t m1,
+                      const float *A, char *scr) {
     const tdm_nbits_variant *v = L->v;
     int64_t K = w->K, bs = w->bs, nb = w->nb;
     int hs = v->half ? __builtin_ctz((unsigned)v->half) : -1;
@@ -120,7 +129,7 @@ static void prep_a(const decode_layout *L, const tdm_nbits_w *w, int64_t M, cons
     float *sal = (float *)(scr + L->sal_off), *sa_all = (float *)(scr + L->sa_off);
     float *sql = (float *)(scr + L->sql_off);
     float *sum_all = (float *)(scr + L->sum_off);
-    for (int64_t m = 0; m < M; m++) {
+    for (int64_t m = m0; m < m1; m++) {
         const float *a = A + m * K;
         float *sum = sum_all + m * nb, *sa = sa_all + m * nb;
         if (!v->int8) {
@@ -138,7 +147,7 @@ static void prep_a(const decode_layout *L, const tdm_nbits_w *w, int64_t M, cons
         int8_t *q = (int8_t *)scr + m * L->kq;
         float *sl = sal + m * L->sal_stride, *ql = sql + m * L->sal_stride;
         if (v->quant) {
-            v->quant(w, a, L->kq, q, sl, ql, L->sal_stride, sa, sum, (int8_t *)(scr + L->tmp_off));
+            v->quant(w, a, L->kq, q, sl, ql, L->sal_stride, sa, sum, (int8_t *)(scr + L->tmp_off) + m * L->kq);
             continue;
         }
         memset(q, 0, (size_t)L->kq);
@@ -180,6 +189,26 @@ static void prep_a(const decode_layout *L, const tdm_nbits_w *w, int64_t M, cons
     }
 }
 
+typedef struct prep_job {
+    const decode_layout *L;
+    const tdm_nbits_w *w;
+    const float *A;
+    char *scr;
+} prep_job;
+
+static void prep_task(void *arg, int64_t m0, int64_t m1) {
+    const prep_job *p = arg;
+    prep_rows(p->L, p->w, m0, m1, p->A, p->scr);
+}
+
+/* All M rows of A, shared out over the pool in runs of about 1024 elements (an 8-row decode
+ * step's quantisation was ~5% of its work, on one thread). */
+static void prep_a(tdm_threadpool *pool, const decode_layout *L, const tdm_nbits_w *w, int64_t M,
+                   const float *A, char *scr) {
+    prep_job p = {L, w, A, scr};
+    tdm_parallel_for(pool, M, 1024 / w->K + 1, prep_task, &p);
+}
+
 typedef struct decode_task {
     const tdm_nbits_variant *v;
     tdm_nbits_job j;
@@ -202,7 +231,7 @@ static void decode_packed(const tdm_cpu_simd *simd, tdm_threadpool *pool, const 
                           char *scr) {
     tdm_nbits_w w8 = a_view(w);
     decode_layout L = layout_of(simd, &w8, int8, M);
-    prep_a(&L, &w8, M, A, scr);
+    prep_a(pool, &L, &w8, M, A, scr);
     tdm_nbits_pjob j = {w->pk, w->P, M, int8, scr, L.kq, (const float *)(scr + L.sa_off),
                         (const float *)(scr + L.sum_off), bias, Y,
                         tdm_nbits_pk_pick(simd_level(simd), w->pk, int8)};
@@ -219,7 +248,7 @@ static void decode(const tdm_cpu_simd *simd, tdm_threadpool *pool, const tdm_nbi
         return;
     }
     decode_layout L = layout_of(simd, w, int8, M);
-    prep_a(&L, w, M, A, scr);
+    prep_a(pool, &L, w, M, A, scr);
     decode_task t = {L.v,
                      {w, M, scr, L.kq, (const float *)(scr + L.sal_off), L.sal_stride,
                       (const float *)(scr + L.sum_off), (const float *)(scr + L.sql_off), bias,
@@ -379,7 +408,7 @@ void tdm_nbits_matmul(const tdm_cpu_simd *simd, tdm_threadpool *pool, const tdm_
                       bool int8, int64_t M, const float *A, const float *bias, float *Y,
                       void *scratch) {
     if (M < 1) return;
-    if (M <= TDM_NBITS_DECODE_ROWS)
+    if (rows_path(w, int8, M))
         decode(simd, pool, w, int8, M, A, bias, Y, scratch);
     else
         prefill(simd, pool, w, int8, M, A, bias, Y, scratch);
