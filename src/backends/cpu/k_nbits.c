@@ -48,6 +48,7 @@ typedef struct decode_layout {
     const tdm_nbits_variant *v;
     int64_t kq, sal_stride;
     size_t a_bytes, sal_off, sql_off, sa_off, sum_off, tmp_off, total;
+    bool lean; /* the packed form: A's codes, sa and sum only (no per-lane sal / sql) */
 } decode_layout;
 
 static int simd_level(const tdm_cpu_simd *simd) { return simd ? (int)simd->level : 0; }
@@ -68,6 +69,7 @@ static decode_layout layout_of(const tdm_cpu_simd *simd, const tdm_nbits_w *w, b
     L.sum_off = L.sa_off + align64((size_t)(M * w->nb) * sizeof(float));
     L.tmp_off = L.sum_off + align64((size_t)(M * w->nb) * sizeof(float));
     L.total = L.tmp_off + align64((size_t)(M * L.kq)); /* a row's tmp each: rows in parallel */
+    L.lean = false;
     return L;
 }
 
@@ -145,13 +147,14 @@ static void prep_rows(const decode_layout *L, const tdm_nbits_w *w, int64_t m0, 
             continue;
         }
         int8_t *q = (int8_t *)scr + m * L->kq;
-        float *sl = sal + m * L->sal_stride, *ql = sql + m * L->sal_stride;
+        float *sl = L->lean ? NULL : sal + m * L->sal_stride;
+        float *ql = L->lean ? NULL : sql + m * L->sal_stride;
         if (v->quant) {
             v->quant(w, a, L->kq, q, sl, ql, L->sal_stride, sa, sum, (int8_t *)(scr + L->tmp_off) + m * L->kq);
             continue;
         }
         memset(q, 0, (size_t)L->kq);
-        if (v->span) {
+        if (v->span && sl) {
             memset(sl, 0, (size_t)L->sal_stride * sizeof(float));
             memset(ql, 0, (size_t)L->sal_stride * sizeof(float));
         }
@@ -175,9 +178,9 @@ static void prep_rows(const decode_layout *L, const tdm_nbits_w *w, int64_t m0, 
                     cs += c;
                 }
                 qsum += cs;
-                if (v->span) ql[k0 >> es] = (float)cs; /* a lane: consecutive elements */
+                if (v->span && ql) ql[k0 >> es] = (float)cs; /* a lane: consecutive elements */
             }
-            if (v->span) /* A's scale for each int32 lane of the block */
+            if (v->span && sl) /* A's scale for each int32 lane of the block */
                 for (int64_t l = (b * bs) >> es; l < ((b * bs + bs) >> es) && l < L->sal_stride; l++)
                     sl[l] = sa[b];
             /* the zero-point term from the quantized A as well: A's rounding then meets the
@@ -185,7 +188,7 @@ static void prep_rows(const decode_layout *L, const tdm_nbits_w *w, int64_t m0, 
              * several times less error than with A's float sums) */
             sum[b] = sa[b] * (float)qsum;
         }
-        if (!v->span) memcpy(sl, sa, (size_t)nb * sizeof(float));
+        if (!v->span && sl) memcpy(sl, sa, (size_t)nb * sizeof(float));
     }
 }
 
@@ -231,6 +234,7 @@ static void decode_packed(const tdm_cpu_simd *simd, tdm_threadpool *pool, const 
                           char *scr) {
     tdm_nbits_w w8 = a_view(w);
     decode_layout L = layout_of(simd, &w8, int8, M);
+    L.lean = true;
     prep_a(pool, &L, &w8, M, A, scr);
     tdm_nbits_pjob j = {w->pk, w->P, M, int8, scr, L.kq, (const float *)(scr + L.sa_off),
                         (const float *)(scr + L.sum_off), bias, Y,

@@ -83,7 +83,9 @@ typedef struct tdm_nbits_job {
 
 typedef void (*tdm_nbits_rows_fn)(const tdm_nbits_job *j, int64_t n0, int64_t n1);
 /* int8 paths: one row a[K] of A into the variant's codes q[kq] (zeros past K), sal and sql
- * (per lane, sal_stride entries), sa and sum (per block); tmp: kq bytes of scratch. */
+ * (per lane, sal_stride entries), sa and sum (per block); tmp: kq bytes of scratch. sal and
+ * sql NULL (8-bit codes in natural order: the packed form, whose loops read q, sa and sum
+ * only): the per-lane values are skipped. */
 typedef void (*tdm_nbits_quant_fn)(const tdm_nbits_w *w, const float *a, int64_t kq, int8_t *q,
                                    float *sal, float *sql, int64_t sal_stride, float *sa,
                                    float *sum, int8_t *tmp);
