@@ -150,7 +150,8 @@ static void prep_rows(const decode_layout *L, const tdm_nbits_w *w, int64_t m0, 
         float *sl = L->lean ? NULL : sal + m * L->sal_stride;
         float *ql = L->lean ? NULL : sql + m * L->sal_stride;
         if (v->quant) {
-            v->quant(w, a, L->kq, q, sl, ql, L->sal_stride, sa, sum, (int8_t *)(scr + L->tmp_off) + m * L->kq);
+            int8_t *tmp = (int8_t *)(scr + L->tmp_off) + m * L->kq;
+            v->quant(w, a, L->kq, q, sl, ql, L->sal_stride, sa, sum, tmp);
             continue;
         }
         memset(q, 0, (size_t)L->kq);
