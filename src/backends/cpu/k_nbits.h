@@ -10,7 +10,8 @@
  * Rows M <= TDM_NBITS_DECODE_ROWS take the decode path: the packed weights are read once per
  * call for all rows, with A quantized per block to int8 (int8 = true, accuracy_level 4:
  * VNNI / AVX2 byte products) or kept in float (the codes dequantized in registers); larger M
- * dequantizes B in row chunks into a float panel for oneDNN's sgemm. */
+ * dequantizes B in row chunks into a float panel for oneDNN's sgemm (the packed form with
+ * int8 activations keeps the decode path for any M: each row as it is alone). */
 #ifndef TDM_CPU_K_NBITS_H
 #define TDM_CPU_K_NBITS_H
 
