@@ -66,6 +66,12 @@ typedef struct eng_event {
     tdm_status *status;         /* FINISH_ERROR: freed after delivery */
 } eng_event;
 
+typedef struct eng_pick { /* a sequence's sampled token (sample_range) */
+    int32_t token;
+    float logprob;
+    tdm_llm_logprob top[MAX_TOP];
+} eng_pick;
+
 typedef struct eng_list {
     eng_req *head, *tail;
     int n;
@@ -95,6 +101,7 @@ struct tdm_llm_engine {
     eng_req **sched;            /* max_batch */
     int *sched_n;               /* tokens fed */
     int *sched_row;             /* logits row, -1 = none */
+    eng_pick *picks;            /* max_batch: what sampling chose */
     int n_sched;
     /* engine-thread state */
     eng_req **running;          /* max_batch, oldest first */
@@ -377,16 +384,78 @@ static void plan(tdm_llm_engine *e) {
 
 /* ---- a step ---- */
 
+/* Four floats / int32 as GCC vector values (plain C on any target: SSE2 at x86-64's
+ * baseline); the loops below keep four of them in flight. */
+typedef float v4f __attribute__((vector_size(16)));
+typedef int32_t v4i __attribute__((vector_size(16)));
+
+static inline v4f ld4(const float *p) {
+    v4f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* a > b ? a : b per lane (b kept where a is NaN). */
+static inline v4f max4(v4f a, v4f b) {
+    v4i c = a > b;
+    return (v4f)((c & (v4i)a) | (~c & (v4i)b));
+}
+
+/* The largest of x[0..n) (n >= 1; NaNs skipped unless x[0] is one). */
+static float max_of(const float *x, size_t n) {
+    float r = x[0];
+    size_t i = 0;
+    if (n >= 16) {
+        v4f m[4] = {ld4(x), ld4(x + 4), ld4(x + 8), ld4(x + 12)};
+        for (i = 16; i + 16 <= n; i += 16)
+            for (int q = 0; q < 4; q++) m[q] = max4(ld4(x + i + 4 * q), m[q]);
+        for (int q = 0; q < 4; q++)
+            for (int l = 0; l < 4; l++) r = m[q][l] > r ? m[q][l] : r;
+    }
+    for (; i < n; i++) r = x[i] > r ? x[i] : r;
+    return r;
+}
+
+/* e^x per lane for x <= 0 (Cephes' expf: x = n ln2 + r, |r| <= ln2 / 2, a degree-6 polynomial
+ * for e^r, 2^n from the exponent bits; within 2 ulp), clamped at e^-87. */
+static inline v4f exp_nonpos(v4f x) {
+    const v4f lo = {-87.0f, -87.0f, -87.0f, -87.0f};
+    v4i c = x < lo;
+    x = (v4f)((c & (v4i)lo) | (~c & (v4i)x));
+    v4f n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
+    v4f r = x - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    v4f p = r * 1.9875691500e-4f + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    v4i e = (__builtin_convertvector(n, v4i) + 127) << 23;
+    return p * (v4f)e;
+}
+
+/* sum of e^((x[i] - mx) * inv) (x[i] <= mx): float lanes per stretch of 4096, summed in double. */
+static double sum_exp(const float *x, size_t n, float mx, float inv) {
+    double sum = 0;
+    size_t i = 0;
+    while (i + 16 <= n) {
+        v4f acc[4] = {{0}};
+        for (size_t e = i + 4096 < n ? i + 4096 : n; i + 16 <= e; i += 16)
+            for (int q = 0; q < 4; q++) acc[q] += exp_nonpos((ld4(x + i + 4 * q) - mx) * inv);
+        for (int q = 0; q < 4; q++)
+            for (int l = 0; l < 4; l++) sum += acc[q][l];
+    }
+    for (; i < n; i++) sum += exp((double)((x[i] - mx) * inv));
+    return sum;
+}
+
 /* Log-softmax of logits / temperature at `token`, and the k most likely entries. */
 static float log_probs(const float *lg, size_t vocab, float temp, int32_t token, int k,
                        tdm_llm_logprob *top) {
     float inv = temp > 0 ? 1.0f / temp : 1.0f;
-    float mx = -INFINITY;
-    for (size_t i = 0; i < vocab; i++)
-        if (lg[i] > mx) mx = lg[i];
-    double sum = 0;
-    for (size_t i = 0; i < vocab; i++) sum += exp((double)((lg[i] - mx) * inv));
-    float lse = mx * inv + (float)log(sum);
+    float mx = max_of(lg, vocab);
+    float lse = mx * inv + (float)log(sum_exp(lg, vocab, mx, inv));
     int n = 0;
     for (size_t i = 0; i < vocab && k > 0; i++) {
         float v = lg[i];
@@ -409,18 +478,36 @@ static bool is_stop(const eng_req *r, int32_t t) {
     return false;
 }
 
-/* The scheduled sequence j had its tokens fed; row >= 0: its logits row. */
+/* Sequences j0..j1 of the step that got a logits row: their next token and its
+ * log-probabilities into e->picks[j] (each request's own sampler: run on the session's pool,
+ * one sequence per task). */
+static void sample_range(void *arg, int64_t j0, int64_t j1) {
+    tdm_llm_engine *e = arg;
+    for (int64_t j = j0; j < j1; j++) {
+        eng_req *r = e->sched[j];
+        eng_pick *pk = &e->picks[j];
+        int row = e->sched_row[j];
+        if (row < 0) continue;
+        float *lg = e->logits_buf + (size_t)row * e->vocab;
+        if (r->ignore_eos)
+            for (size_t i = 0; i < e->n_eos; i++)
+                if (e->eos[i] >= 0 && (size_t)e->eos[i] < e->vocab) lg[e->eos[i]] = -INFINITY;
+        pk->token = tdm_sampler_pick(&r->smp, lg, r->tokens, r->n_tokens);
+        if (!is_stop(r, pk->token))
+            pk->logprob = log_probs(lg, e->vocab, r->sampling.temperature, pk->token,
+                                    r->top_logprobs, pk->top);
+    }
+}
+
+/* The scheduled sequence j had its tokens fed; row >= 0: its logits row, sampled into
+ * e->picks[j]. */
 static void advance(tdm_llm_engine *e, int j) {
     eng_req *r = e->sched[j];
     r->n_computed += (size_t)e->sched_n[j];
     register_prefix(e, r);
-    int row = e->sched_row[j];
-    if (row < 0) return;
-    float *lg = e->logits_buf + (size_t)row * e->vocab;
-    if (r->ignore_eos)
-        for (size_t i = 0; i < e->n_eos; i++)
-            if (e->eos[i] >= 0 && (size_t)e->eos[i] < e->vocab) lg[e->eos[i]] = -INFINITY;
-    int32_t t = tdm_sampler_pick(&r->smp, lg, r->tokens, r->n_tokens);
+    if (e->sched_row[j] < 0) return;
+    const eng_pick *pk = &e->picks[j];
+    int32_t t = pk->token;
     if (is_stop(r, t)) {
         finish(e, r, IN_RUNNING, TDM_LLM_FINISH_STOP, NULL);
         return;
@@ -433,7 +520,8 @@ static void advance(tdm_llm_engine *e, int j) {
     }
     v->ev.token = t;
     v->ev.n_top = r->top_logprobs;
-    v->ev.logprob = log_probs(lg, e->vocab, r->sampling.temperature, t, r->top_logprobs, v->top);
+    v->ev.logprob = pk->logprob;
+    memcpy(v->top, pk->top, (size_t)r->top_logprobs * sizeof *v->top);
     r->tokens[r->n_tokens++] = t;
     e->gen_total++;
     size_t gen = r->n_tokens - r->n_prompt;
@@ -513,6 +601,7 @@ static void step(tdm_llm_engine *e) {
                        TDM_ERR(tdm_status_code(st), "%s", tdm_status_message(st)));
             tdm_status_free(st);
         } else {
+            tdm_parallel_for(e->s->pool, e->n_sched, 1, sample_range, e);
             for (int j = 0; j < e->n_sched; j++) advance(e, j);
         }
         e->n_sched = 0;
@@ -576,12 +665,13 @@ static tdm_status *alloc_state(tdm_llm_engine *e) {
     e->sched = tdm_calloc(a, B, sizeof *e->sched);
     e->sched_n = tdm_calloc(a, B, sizeof *e->sched_n);
     e->sched_row = tdm_calloc(a, B, sizeof *e->sched_row);
+    e->picks = tdm_calloc(a, B, sizeof *e->picks);
     e->running = tdm_calloc(a, B, sizeof *e->running);
     e->cap_evs = 2 * B + 16;
     e->evs = tdm_calloc(a, e->cap_evs, sizeof *e->evs);
     e->cache = tdm_calloc(a, (size_t)e->ed.n_layers * 2, sizeof *e->cache);
     if (!e->ids_buf || !e->pos_buf || !e->cu_buf || !e->past_buf || !e->table_buf ||
-        !e->rows_buf || !e->logits_buf || !e->sched || !e->sched_n || !e->sched_row ||
+        !e->rows_buf || !e->logits_buf || !e->sched || !e->sched_n || !e->sched_row || !e->picks ||
         !e->running || !e->evs || !e->cache)
         return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory creating the engine");
     TDM_TRY(tdm_kv_pool_init(&e->pool, a, (int32_t)e->ed.n_blocks, e->block_size));
@@ -676,6 +766,7 @@ static void engine_free_state(tdm_llm_engine *e) {
     tdm_free(a, e->sched);
     tdm_free(a, e->sched_n);
     tdm_free(a, e->sched_row);
+    tdm_free(a, e->picks);
     tdm_free(a, e->running);
     tdm_free(a, e->evs);
     tdm_free(a, e->cancel_ids);

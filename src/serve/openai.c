@@ -405,6 +405,10 @@ static void on_token(oa_req *r, const tdm_llm_event *ev) {
             r->finished = true;
             r->finish = "stop";
             cancel = true;
+            /* counted before the answer ends (a client that has it sees it counted) */
+            pthread_mutex_lock(&m->mu);
+            m->finished[TDM_LLM_FINISH_STOP]++;
+            pthread_mutex_unlock(&m->mu);
         }
     }
     if (r->stream) {
@@ -427,12 +431,7 @@ static void on_token(oa_req *r, const tdm_llm_event *ev) {
     }
     uint64_t id = ev->request;
     pthread_mutex_unlock(&r->mu);
-    if (cancel) {
-        pthread_mutex_lock(&m->mu);
-        m->finished[TDM_LLM_FINISH_STOP]++;
-        pthread_mutex_unlock(&m->mu);
-        tdm_llm_engine_cancel(m->engine, id);
-    }
+    if (cancel) tdm_llm_engine_cancel(m->engine, id);
 }
 
 /* At the natural end: the incremental decoder holds back the bytes of an unfinished UTF-8
@@ -476,6 +475,11 @@ static void on_end(oa_req *r, const tdm_llm_event *ev) {
             break;
         }
     }
+    if (counted > 0) { /* before the answer goes out: a client that has it sees it counted */
+        pthread_mutex_lock(&m->mu);
+        m->finished[counted]++;
+        pthread_mutex_unlock(&m->mu);
+    }
     if (counted > 0 && !http) flush_text(r);
     if (r->stream) {
         if (!r->out_done && http) stream_error(r, http, msg);
@@ -488,7 +492,6 @@ static void on_end(oa_req *r, const tdm_llm_event *ev) {
     }
     pthread_mutex_unlock(&r->mu);
     pthread_mutex_lock(&m->mu);
-    if (counted > 0) m->finished[counted]++;
     r->link.prev->next = r->link.next;
     r->link.next->prev = r->link.prev;
     r->link.prev = r->link.next = &r->link;

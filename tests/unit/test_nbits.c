@@ -3,8 +3,8 @@
  * double-precision reference computed here, on awkward sizes: K not a multiple of the block
  * (padding) nor of the SIMD spans, odd N, bits 2 / 4 / 8, block sizes 16 .. 256, zero points
  * absent / given, bias,
- * M = 1, 3, 8, 13, 16 (decode) and 19, 23 (the dequantised-panel prefill), serial and on 2
- * threads.
+ * M = 1, 3, 8, 13, 16 (decode) and 19, 23 (the dequantised-panel prefill; on the packed form
+ * with int8 activations, the decode loops), serial and on 2 threads.
  *   - float path (accuracy_level 0, and prefill): sum_k a_k (q - zp) s;
  *   - int8 path (accuracy_level 4, decode): the same with A replaced by its int8 model, which
  *     the reference makes the way the kernel does (per block: scale amax / 127, codes rounded
@@ -159,7 +159,9 @@ static int run_case(const nb_case *c, nb_data *d, tdm_cpu_isa level, bool int8,
                     tdm_threadpool *pool) {
     tdm_cpu_simd simd;
     tdm_cpu_simd_init(&simd, level);
-    bool i8 = int8 && c->M <= TDM_NBITS_DECODE_ROWS; /* prefill computes in float */
+    /* the prefill of the unpacked form computes in float; the packed form's int8 path runs its
+     * decode loops for any M */
+    bool i8 = int8 && (c->M <= TDM_NBITS_DECODE_ROWS || d->w.pk);
     size_t need = tdm_nbits_scratch_bytes(&simd, &d->w, int8, c->M);
     void *scr = aligned_alloc(64, (need + 63) / 64 * 64);
     float *y = malloc((size_t)(c->M * c->N) * sizeof(float));
@@ -169,7 +171,7 @@ static int run_case(const nb_case *c, nb_data *d, tdm_cpu_isa level, bool int8,
     tdm_nbits_matmul(&simd, pool, &d->w, int8, c->M, d->A, c->bias ? d->bias : NULL, y, scr);
     /* accuracy_level 4 prefill on AVX512_BF16: A and the weights rounded to bf16 (relative
      * error 2^-9 each, k_nbits_bf16.c) */
-    double rel = int8 && c->M > TDM_NBITS_DECODE_ROWS && level >= TDM_ISA_AVX512_CORE_BF16 &&
+    double rel = !i8 && int8 && level >= TDM_ISA_AVX512_CORE_BF16 &&
                          tdm_nbits_bf16_usable()
                      ? 1.0 / 128
                      : 1e-5;
@@ -261,7 +263,8 @@ static void test_can_fail(void **state) {
 
 /* Batch invariance (the LLM engine's batched decode equals one sequence alone): each row of
  * an M-row decode call equals, bit for bit, the same row computed alone (M = 1), on the
- * packed form at every level this machine has, serial and on 2 threads. */
+ * packed form at every level this machine has, serial and on 2 threads; with int8
+ * activations also past TDM_NBITS_DECODE_ROWS (a step holding several prompts' prefills). */
 static void test_rows_invariant(void **state) {
     (void)state;
     static const tdm_cpu_isa levels[] = {TDM_ISA_PORTABLE, TDM_ISA_AVX2, TDM_ISA_AVX512_CORE,
@@ -270,6 +273,7 @@ static void test_rows_invariant(void **state) {
         {4, 32, 576, 67, 16, 0, false}, {4, 32, 200, 37, 11, 1, true},
         {4, 64, 256, 33, 7, 0, false},  {8, 32, 576, 53, 9, 1, true},
         {8, 32, 96, 40, 6, 0, false},   {4, 16, 88, 19, 5, 1, false},
+        {4, 32, 576, 67, 37, 1, false}, {8, 32, 200, 21, 23, 0, true},
     };
     tdm_cpu_isa have = tdm_cpu_isa_detect();
     tdm_threadpool *pool = NULL;
@@ -291,7 +295,7 @@ static void test_rows_invariant(void **state) {
                 const nb_case *c = &rc[i];
                 float *y = malloc((size_t)(c->M * c->N) * sizeof(float));
                 float *y1 = malloc((size_t)c->N * sizeof(float));
-                for (int int8 = 0; int8 < 2; int8++)
+                for (int int8 = c->M > TDM_NBITS_DECODE_ROWS; int8 < 2; int8++)
                     for (int t = 0; t < 2; t++) {
                         tdm_threadpool *p = t ? pool : NULL;
                         size_t need = tdm_nbits_scratch_bytes(&simd, &d.w, int8, c->M);

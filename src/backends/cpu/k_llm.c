@@ -123,10 +123,15 @@ tdm_status *tdm_llm_run_rotary(tdm_kernel_ctx *ctx) {
 
 /* ---- RMS normalisations ---- */
 
-/* 1 / sqrt(mean(x^2) + eps) over n values (double sums). */
+/* 1 / sqrt(mean(x^2) + eps) over n values (double sums: eight running ones, so the adds
+ * overlap instead of waiting on each other; a row's value never depends on other rows). */
 static float inv_rms(const float *x, int64_t n, float eps) {
-    double s = 0.0;
-    for (int64_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+    double p[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) p[l] += (double)x[i + l] * x[i + l];
+    for (; i < n; i++) p[0] += (double)x[i] * x[i];
+    double s = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
     return (float)(1.0 / sqrt(s / (double)(n > 0 ? n : 1) + (double)eps));
 }
 
@@ -170,7 +175,8 @@ static tdm_status *run_rms(tdm_kernel_ctx *ctx, rms_job *j, const tdm_tensor *x,
     j->cols = cols;
     j->x = x->data;
     j->y = ctx->out[0]->data;
-    if (rows && cols) tdm_parallel_for(ctx->pool, rows, 8, rms_rows, j);
+    /* runs of about 2048 values: an LLM engine's decode step of a few rows shares them out */
+    if (rows && cols) tdm_parallel_for(ctx->pool, rows, 2048 / cols + 1, rms_rows, j);
     return NULL;
 }
 

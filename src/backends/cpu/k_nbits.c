@@ -23,7 +23,9 @@
  * MatMulNBitsPacked (domain "tandem", ops/nbits_pack.h), which graph/fuse_nbits.c makes from a
  * MatMulNBits with constant weights in CPU-only sessions, runs through the same product with
  * tdm_nbits_w.pk set: decode by the panel loops of k_nbits_pack.c (A prepared as for 8 bits, in
- * natural order), prefill by dequantising rows of the packed form into the same panels. */
+ * natural order), prefill by dequantising rows of the packed form into the same panels — except
+ * with int8 activations, whose panel loops take any number of rows (rows_path): each row then
+ * equals the row alone, and no panel is dequantised (pp128 ~2x faster). */
 #include "backends/cpu/k_nbits.h"
 
 #include <dnnl.h>
@@ -49,6 +51,7 @@ typedef struct decode_layout {
     const tdm_nbits_variant *v;
     int64_t kq, sal_stride;
     size_t a_bytes, sal_off, sql_off, sa_off, sum_off, tmp_off, total;
+    bool lean; /* the packed form: A's codes, sa and sum only (no per-lane sal / sql) */
 } decode_layout;
 
 static int simd_level(const tdm_cpu_simd *simd) { return simd ? (int)simd->level : 0; }
@@ -68,7 +71,8 @@ static decode_layout layout_of(const tdm_cpu_simd *simd, const tdm_nbits_w *w, b
     L.sa_off = L.sql_off + align64((size_t)(M * L.sal_stride) * sizeof(float));
     L.sum_off = L.sa_off + align64((size_t)(M * w->nb) * sizeof(float));
     L.tmp_off = L.sum_off + align64((size_t)(M * w->nb) * sizeof(float));
-    L.total = L.tmp_off + align64((size_t)L.kq);
+    L.total = L.tmp_off + align64((size_t)(M * L.kq)); /* a row's tmp each: rows in parallel */
+    L.lean = false;
     return L;
 }
 
@@ -91,9 +95,17 @@ static tdm_nbits_w a_view(const tdm_nbits_w *w) {
     return w8;
 }
 
+/* The decode loops for these M rows: up to TDM_NBITS_DECODE_ROWS, and any M on the packed
+ * form with int8 activations (accuracy_level 4): its panel loops run every row as a single row
+ * would (test_rows_invariant), so a step of several prompts' prefills gives each prompt the
+ * numbers it gets alone, and the int8 dot products need no dequantised panel. */
+static bool rows_path(const tdm_nbits_w *w, bool int8, int64_t M) {
+    return M <= TDM_NBITS_DECODE_ROWS || (int8 && w->pk);
+}
+
 size_t tdm_nbits_scratch_bytes(const tdm_cpu_simd *simd, const tdm_nbits_w *w, bool int8,
                                int64_t M) {
-    if (M <= TDM_NBITS_DECODE_ROWS) {
+    if (rows_path(w, int8, M)) {
         tdm_nbits_w w8 = a_view(w);
         return layout_of(simd, &w8, int8, M).total;
     }
@@ -112,8 +124,9 @@ static inline int64_t a_pos(int hshift, int64_t k) {
     return (k - r) + (r & 1) * h + (r >> 1);
 }
 
-static void prep_a(const decode_layout *L, const tdm_nbits_w *w, int64_t M, const float *A,
-                   char *scr) {
+/* A's rows m0..m1 prepared (rows are independent: prep_a shares them out over the pool). */
+static void prep_rows(const decode_layout *L, const tdm_nbits_w *w, int64_t m0, int64_t m1,
+                      const float *A, char *scr) {
     const tdm_nbits_variant *v = L->v;
     int64_t K = w->K, bs = w->bs, nb = w->nb;
     int hs = v->half ? __builtin_ctz((unsigned)v->half) : -1;
@@ -121,7 +134,7 @@ static void prep_a(const decode_layout *L, const tdm_nbits_w *w, int64_t M, cons
     float *sal = (float *)(scr + L->sal_off), *sa_all = (float *)(scr + L->sa_off);
     float *sql = (float *)(scr + L->sql_off);
     float *sum_all = (float *)(scr + L->sum_off);
-    for (int64_t m = 0; m < M; m++) {
+    for (int64_t m = m0; m < m1; m++) {
         const float *a = A + m * K;
         float *sum = sum_all + m * nb, *sa = sa_all + m * nb;
         if (!v->int8) {
@@ -137,13 +150,15 @@ static void prep_a(const decode_layout *L, const tdm_nbits_w *w, int64_t M, cons
             continue;
         }
         int8_t *q = (int8_t *)scr + m * L->kq;
-        float *sl = sal + m * L->sal_stride, *ql = sql + m * L->sal_stride;
+        float *sl = L->lean ? NULL : sal + m * L->sal_stride;
+        float *ql = L->lean ? NULL : sql + m * L->sal_stride;
         if (v->quant) {
-            v->quant(w, a, L->kq, q, sl, ql, L->sal_stride, sa, sum, (int8_t *)(scr + L->tmp_off));
+            int8_t *tmp = (int8_t *)(scr + L->tmp_off) + m * L->kq;
+            v->quant(w, a, L->kq, q, sl, ql, L->sal_stride, sa, sum, tmp);
             continue;
         }
         memset(q, 0, (size_t)L->kq);
-        if (v->span) {
+        if (v->span && sl) {
             memset(sl, 0, (size_t)L->sal_stride * sizeof(float));
             memset(ql, 0, (size_t)L->sal_stride * sizeof(float));
         }
@@ -167,9 +182,9 @@ static void prep_a(const decode_layout *L, const tdm_nbits_w *w, int64_t M, cons
                     cs += c;
                 }
                 qsum += cs;
-                if (v->span) ql[k0 >> es] = (float)cs; /* a lane: consecutive elements */
+                if (v->span && ql) ql[k0 >> es] = (float)cs; /* a lane: consecutive elements */
             }
-            if (v->span) /* A's scale for each int32 lane of the block */
+            if (v->span && sl) /* A's scale for each int32 lane of the block */
                 for (int64_t l = (b * bs) >> es; l < ((b * bs + bs) >> es) && l < L->sal_stride; l++)
                     sl[l] = sa[b];
             /* the zero-point term from the quantized A as well: A's rounding then meets the
@@ -177,8 +192,28 @@ static void prep_a(const decode_layout *L, const tdm_nbits_w *w, int64_t M, cons
              * several times less error than with A's float sums) */
             sum[b] = sa[b] * (float)qsum;
         }
-        if (!v->span) memcpy(sl, sa, (size_t)nb * sizeof(float));
+        if (!v->span && sl) memcpy(sl, sa, (size_t)nb * sizeof(float));
     }
+}
+
+typedef struct prep_job {
+    const decode_layout *L;
+    const tdm_nbits_w *w;
+    const float *A;
+    char *scr;
+} prep_job;
+
+static void prep_task(void *arg, int64_t m0, int64_t m1) {
+    const prep_job *p = arg;
+    prep_rows(p->L, p->w, m0, m1, p->A, p->scr);
+}
+
+/* All M rows of A, shared out over the pool in runs of about 1024 elements (an 8-row decode
+ * step's quantisation was ~5% of its work, on one thread). */
+static void prep_a(tdm_threadpool *pool, const decode_layout *L, const tdm_nbits_w *w, int64_t M,
+                   const float *A, char *scr) {
+    prep_job p = {L, w, A, scr};
+    tdm_parallel_for(pool, M, 1024 / w->K + 1, prep_task, &p);
 }
 
 typedef struct decode_task {
@@ -203,7 +238,8 @@ static void decode_packed(const tdm_cpu_simd *simd, tdm_threadpool *pool, const 
                           char *scr) {
     tdm_nbits_w w8 = a_view(w);
     decode_layout L = layout_of(simd, &w8, int8, M);
-    prep_a(&L, &w8, M, A, scr);
+    L.lean = true;
+    prep_a(pool, &L, &w8, M, A, scr);
     tdm_nbits_pjob j = {w->pk, w->P, M, int8, scr, L.kq, (const float *)(scr + L.sa_off),
                         (const float *)(scr + L.sum_off), bias, Y,
                         tdm_nbits_pk_pick(simd_level(simd), w->pk, int8)};
@@ -220,7 +256,7 @@ static void decode(const tdm_cpu_simd *simd, tdm_threadpool *pool, const tdm_nbi
         return;
     }
     decode_layout L = layout_of(simd, w, int8, M);
-    prep_a(&L, w, M, A, scr);
+    prep_a(pool, &L, w, M, A, scr);
     decode_task t = {L.v,
                      {w, M, scr, L.kq, (const float *)(scr + L.sal_off), L.sal_stride,
                       (const float *)(scr + L.sum_off), (const float *)(scr + L.sql_off), bias,
@@ -380,7 +416,7 @@ void tdm_nbits_matmul(const tdm_cpu_simd *simd, tdm_threadpool *pool, const tdm_
                       bool int8, int64_t M, const float *A, const float *bias, float *Y,
                       void *scratch) {
     if (M < 1) return;
-    if (M <= TDM_NBITS_DECODE_ROWS)
+    if (rows_path(w, int8, M))
         decode(simd, pool, w, int8, M, A, bias, Y, scratch);
     else
         prefill(simd, pool, w, int8, M, A, bias, Y, scratch);

@@ -10,7 +10,8 @@
  * Rows M <= TDM_NBITS_DECODE_ROWS take the decode path: the packed weights are read once per
  * call for all rows, with A quantized per block to int8 (int8 = true, accuracy_level 4:
  * VNNI / AVX2 byte products) or kept in float (the codes dequantized in registers); larger M
- * dequantizes B in row chunks into a float panel for oneDNN's sgemm. */
+ * dequantizes B in row chunks into a float panel for oneDNN's sgemm (the packed form with
+ * int8 activations keeps the decode path for any M: each row as it is alone). */
 #ifndef TDM_CPU_K_NBITS_H
 #define TDM_CPU_K_NBITS_H
 
@@ -83,7 +84,9 @@ typedef struct tdm_nbits_job {
 
 typedef void (*tdm_nbits_rows_fn)(const tdm_nbits_job *j, int64_t n0, int64_t n1);
 /* int8 paths: one row a[K] of A into the variant's codes q[kq] (zeros past K), sal and sql
- * (per lane, sal_stride entries), sa and sum (per block); tmp: kq bytes of scratch. */
+ * (per lane, sal_stride entries), sa and sum (per block); tmp: kq bytes of scratch. sal and
+ * sql NULL (8-bit codes in natural order: the packed form, whose loops read q, sa and sum
+ * only): the per-lane values are skipped. */
 typedef void (*tdm_nbits_quant_fn)(const tdm_nbits_w *w, const float *a, int64_t kq, int8_t *q,
                                    float *sal, float *sql, int64_t sal_stride, float *sa,
                                    float *sum, int8_t *tmp);

@@ -217,6 +217,7 @@ TDM_TARGET_AVX2 static void quant_avx2(const tdm_nbits_w *w, const float *a, int
         sa[b] = amax / 127.0f;
         sum[b] = sa[b] * (float)_mm_cvtsi128_si32(s4);
     }
+    if (!sql && !q4) return; /* the packed form's A: codes, sa and sum only (tdm_nbits_quant_fn) */
     const int64_t span = q4 ? 64 : 32, epl = q4 ? 8 : 4, nsp = kq / span;
     const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
     for (int64_t sp = 0; sp < nsp; sp++) {
@@ -570,6 +571,7 @@ TDM_TARGET_VNNI static void quant_vnni(const tdm_nbits_w *w, const float *a, int
         sa[b] = amax / 127.0f;
         sum[b] = sa[b] * (float)_mm512_reduce_add_epi32(qs);
     }
+    if (!sql && !q4) return; /* the packed form's A: codes, sa and sum only (tdm_nbits_quant_fn) */
     const int64_t span = q4 ? 128 : 64, epl = q4 ? 8 : 4, nsp = kq / span;
     const __m512i ones = _mm512_set1_epi8(1);
     const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
