@@ -449,7 +449,11 @@ typedef struct tdm_session_options {
                               into memory; for CPU kernels that read weights in place);
                               "streamed" / "layers" force that plan for devices over their
                               budgets; "window=K" fixes the prefetch window of streamed
-                              weights (else chosen by the cost model). NULL = defaults */
+                              weights (else chosen by the cost model); "kv=device|host|cpu"
+                              places a generator's KV caches: on the device of their attention,
+                              in host memory copied each token, or in host memory with their
+                              attention on the CPU (default "kv=auto": the budget decides).
+                              NULL = defaults */
 } tdm_session_options;
 
 #define TDM_MODE_LATENCY 0
