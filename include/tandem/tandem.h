@@ -752,6 +752,9 @@ typedef struct tdm_device_monitor {
     double copy_bytes_per_s;  /* (bytes_uploaded + bytes_downloaded) / window */
     int64_t bytes_uploaded_pinned; /* of bytes_uploaded: streamed weights copied from host
                                       memory registered (page-locked) with the device */
+    int64_t kv_bytes_uploaded;   /* of bytes_uploaded: a generator's KV cache (pasts kept in
+                                    host memory uploaded to the attention on the device) */
+    int64_t kv_bytes_downloaded; /* of bytes_downloaded: its presents brought back */
 } tdm_device_monitor;
 
 /* Number of entries: the session's devices, in the order of tdm_session_options.devices. */

@@ -452,10 +452,12 @@ int cmd_generate(int argc, char **argv) {
             for (size_t i = 0; i < n_dev; i++)
                 printf("%s{\"device\": \"%s\", \"memory_peak\": %lld, \"decode_bytes_uploaded\": %lld, "
                        "\"decode_bytes_uploaded_pinned\": %lld, \"decode_bytes_downloaded\": %lld, "
+                       "\"decode_kv_bytes_uploaded\": %lld, \"decode_kv_bytes_downloaded\": %lld, "
                        "\"decode_tokens\": %lld, \"bytes_uploaded_per_token\": %.1f, "
                        "\"bytes_downloaded_per_token\": %.1f}", i ? ", " : "",
                        dm[i].device, (long long)dm[i].memory_peak, (long long)dm[i].bytes_uploaded,
                        (long long)dm[i].bytes_uploaded_pinned, (long long)dm[i].bytes_downloaded,
+                       (long long)dm[i].kv_bytes_uploaded, (long long)dm[i].kv_bytes_downloaded,
                        (long long)gs.decode_tokens,
                        gs.decode_tokens ? (double)dm[i].bytes_uploaded / (double)gs.decode_tokens : 0.0,
                        gs.decode_tokens ? (double)dm[i].bytes_downloaded / (double)gs.decode_tokens : 0.0);
@@ -482,9 +484,13 @@ int cmd_generate(int argc, char **argv) {
                 "tokens/s; time to first token %.1f ms; %s]\n", n_ids, pp, n_gen, tg, gs.ttft_ms,
                 reason);
         for (size_t i = 0; show_dev && i < n_dev; i++)
-            fprintf(stderr, "memory: %s peak %.2f MiB; uploaded %.3f MiB per decoded token\n",
-                    dm[i].device, (double)dm[i].memory_peak / 1048576,
+            fprintf(stderr, "memory: %s peak %.2f MiB; uploaded %.3f MiB per decoded token (KV cache "
+                    "%.3f up, %.3f down)\n", dm[i].device, (double)dm[i].memory_peak / 1048576,
                     gs.decode_tokens ? (double)dm[i].bytes_uploaded / 1048576 / (double)gs.decode_tokens
+                                     : 0.0,
+                    gs.decode_tokens ? (double)dm[i].kv_bytes_uploaded / 1048576 / (double)gs.decode_tokens
+                                     : 0.0,
+                    gs.decode_tokens ? (double)dm[i].kv_bytes_downloaded / 1048576 / (double)gs.decode_tokens
                                      : 0.0);
     }
     rc = 0;

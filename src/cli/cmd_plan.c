@@ -35,10 +35,11 @@ static void plan_usage(FILE *f) {
             "                    streamed or mapped per layer; --json: per weight, with the bytes\n"
             "                    streamed and the predicted time per run)\n"
             "  --residency LIST  mapped, streamed, layers, window=K (see tandem run --help)\n"
-            "A model folder (tandem generate's) is planned as the generator runs it: --device DEV\n"
-            "places the decoder there, --max-length N sizes the KV cache; the plan then says where\n"
-            "each layer's KV cache lives (on the device, in host memory, or on the CPU) and the\n"
-            "cache's bytes copied per token (\"kv_cache\" in --json).\n");
+            "  --device DEV      (model folders) the generator's device: the decoder placed there\n"
+            "  --max-length N    (model folders) the context the KV cache is sized for\n"
+            "A model folder (tandem generate's) is planned as the generator runs it; the plan then\n"
+            "says where each layer's KV cache lives (on the device, in host memory, or with its\n"
+            "attention on the CPU) and the cache's bytes copied per token (\"kv_cache\" in --json).\n");
 }
 
 int cmd_plan(int argc, char **argv) {

@@ -538,7 +538,7 @@ static tdm_status *take_outputs(frame *f, const int *which, size_t n, tdm_tensor
             if ((st = tdm_tensor_clone(f->a, staged, &out[j]))) break;
         } else if (f->vals[v]->device) { /* results go to the caller in host memory */
             if ((st = tdm_device_to_host(f->a, f->vals[v], &out[j]))) break;
-            tdm_exec_mon_copy(f, f->vals[v]->device, false, f->vals[v]->nbytes);
+            tdm_exec_mon_copy(f, f->vals[v]->device, false, f->vals[v]->nbytes, v);
         } else if (f->owned[v]) {
             tdm_exec_mon_hold(f, f->vals[v], -1); /* handed to the caller */
             out[j] = (tdm_tensor *)f->vals[v];
