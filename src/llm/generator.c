@@ -14,6 +14,10 @@
  *  - shared (GenAI folders whose model has GroupQueryAttention, past_present_share_buffer):
  *    one tensor per layer and K/V, [1, kv_heads, max_length, head_dim], bound as the past
  *    input and the present output of binding 0 once, at creation; the kernel appends in place.
+ *    On a device (options.device) each layer's cache lives where the plan's budget pass put
+ *    it (sched/budget.h tdm_kv_plan): a plan state on the device of its attention bound the
+ *    same way (no copies per token), in host memory bound the same way when its attention
+ *    runs on the CPU, or in host memory fed back as below (uploaded and downloaded each run).
  *  - fed back (optimum, and GenAI folders that say past_present_share_buffer false): two
  *    bindings take turns; the presents the one kept from its run are the pasts of the other's
  *    next run, and stay valid until that binding runs again. The first run gets empty pasts.
@@ -390,8 +394,9 @@ static tdm_status *alloc_state(tdm_generator *g) {
     tdm_plan *plan = g->s->strategy ? g->s->strategy->plan : NULL;
     for (size_t i = 0; i < nc; i++) {
         if (g->kv_place[i / 2] == TDM_KV_DEVICE) { /* on the device of its attention */
-            int v = plan ? tdm_graph_find_value(plan->graph, g->names[i / 2][PK + (int)(i & 1)]) : -1;
-            if (v < 0) return TDM_ERR(TDM_ERR_INTERNAL, "the plan has no '%s'", g->names[i / 2][PK + (int)(i & 1)]);
+            const char *past = g->names[i / 2][PK + (int)(i & 1)];
+            int v = plan ? tdm_graph_find_value(plan->graph, past) : -1;
+            if (v < 0) return TDM_ERR(TDM_ERR_INTERNAL, "the plan has no '%s'", past);
             TDM_TRY(tdm_plan_state_new(plan, v, g->kv_dtype, 4, dims, &g->cache[i]));
         } else {
             TDM_TRY(tdm_tensor_create(g->env, g->kv_dtype, 4, dims, g->shared ? &g->cache[i] : &g->empty[i]));
