@@ -620,9 +620,12 @@ TDM_API size_t tdm_session_cancel_all(tdm_session *session);
  *  - Threading: a binding is used by one thread at a time (runs, binds); different bindings of
  *    one session may run at the same time, like tdm_session_run. Two runs writing the same
  *    bound tensor at once race.
- *  - Devices: bound outputs work on sessions whose plan runs on the CPU (host memory); a plan
- *    with nodes on a device with memory of its own (cuda, opencl, test) and the throughput and
- *    pipeline modes refuse them with TDM_ERR_UNSUPPORTED for now. Bound inputs work everywhere.
+ *  - Devices: a host tensor can be bound to an output made by a node on the CPU (host
+ *    memory), also in a plan with other nodes on a device with memory of its own; an output
+ *    made on such a device (cuda, opencl, test) bound to a host tensor is refused with
+ *    TDM_ERR_UNSUPPORTED naming both (tensors in a device's memory come only from inside
+ *    tandem: the generator's KV caches kept on the device). The throughput and pipeline modes
+ *    refuse bound outputs. Bound inputs work everywhere.
  *
  *     tdm_io_binding *b = NULL;
  *     st = tdm_io_binding_create(s, &b);
