@@ -1028,7 +1028,9 @@ tdm_status *tdm_budget_fit(tdm_plan *p, const tdm_budget_options *o, bool moved,
         for (size_t v = 0; v < f.V; v++) b->any_streamed |= b->residency[v] == TDM_RES_STREAMED;
         if (b->any_streamed) st = executor_tables(&f, b);
     }
-    if (!st && moved && prev.kv_why[0] && strcmp(prev.kv_why, b->kv_why) != 0) {
+    if (!st && o->kv_decided && prev.kv_why[0]) { /* a run-time refit: placed as before */
+        memcpy(b->kv_why, prev.kv_why, sizeof b->kv_why);
+    } else if (!st && moved && prev.kv_why[0] && strcmp(prev.kv_why, b->kv_why) != 0) {
         /* the caches as placed before the move, then as the final placement keeps them */
         char why[2 * sizeof b->kv_why + 20];
         snprintf(why, sizeof why, "%s%s%s", prev.kv_why, b->kv_why[0] ? "; placed again: " : "",
