@@ -35,7 +35,8 @@
 #  10. (issue 21) scripts/gpu-membudget.sh: an ~8 GB random-weight Llama-style model written on
 #      this machine, decoded with `--device-memory cuda:0=2GiB` (streamed, layers on the CPU,
 #      the cost model's choice) against all-resident; H2D achieved against a pinned
-#      cudaMemcpyAsync peak; copy/compute overlap of the streamed plan's trace. Its own budget
+#      cudaMemcpyAsync peak; copy/compute overlap of the streamed plan's trace; where each
+#      layer's KV cache lives under the budget and its bytes copied per token. Its own budget
 #      (MEMBUDGET_SECONDS, default 180 s): it runs when that much is left after step 9, or
 #      alone right after step 1 with GPU_CHECK_ONLY=membudget (then GPU_CHECK_BUDGET is
 #      MEMBUDGET_SECONDS + 20 by default). Dry runs use test:0 and a 0.05 GB model

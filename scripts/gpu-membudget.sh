@@ -18,6 +18,10 @@
 #   d. a trace of the streamed plan (`tandem bench DIR/model.onnx` with one decode step's
 #      shapes, --trace) read by tools/trace_overlap.py: copy time and the part overlapping
 #      kernels on DEV
+#   e. the KV cache placement under the budget: `tandem generate DIR --device DEV
+#      --device-memory DEV=BUDGET --max-length 256 --json` (where each layer's cache lives:
+#      on DEV, in host memory copied each token, or with its attention on the CPU; the KV
+#      bytes copied per decoded token, measured by the monitor, against the plan's prediction)
 #
 # H2D achieved = the streamed run's bytes uploaded per token x its tokens/s (decode is bound
 # by the uploads: 6+ GB per token against milliseconds of kernels), against the pinned peak
@@ -194,6 +198,34 @@ else
   note "trace: not run (the step's ${secs}s are spent)"
 fi
 
+# ---- e. the KV cache placement ----
+kvrow="not run"
+if [ "$(left)" -ge 25 ]; then
+  if timeout "$(lim 60)" "$tandem" generate "$model" --prompt-ids 1,2,3,4 --max-tokens "$tokens" \
+       --max-length 256 --ignore-eos --temperature 0 --json --device "$dev" \
+       --device-memory "$dev=$mbudget" > "$work/kv.json" 2>> "$log"; then
+    kvrow="$("$py" -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+k = d.get("kv_placement") or {}
+dv = [x for x in d["devices"] if x["device"] == sys.argv[2]][0]
+n = max(dv["decode_tokens"], 1)
+places = {}
+for l in k.get("layers", []):
+    places[l["place"]] = places.get(l["place"], 0) + 1
+print("%s; KV bytes copied per decoded token: %.0f up / %.0f down measured, %d / %d predicted%s; %s" % (
+      ", ".join("%d layers %s" % (v, p) for p, v in places.items()) or "none reported",
+      dv["decode_kv_bytes_uploaded"] / n, dv["decode_kv_bytes_downloaded"] / n,
+      k.get("bytes_uploaded_per_token", 0), k.get("bytes_downloaded_per_token", 0),
+      " (fed back: at the full context)" if k.get("fed_back") else "", k.get("reason", "")))' \
+      "$work/kv.json" "$dev" 2>> "$log")"
+    say "membudget: KV cache: $kvrow"
+  else
+    bad=1; kvrow="failed: $(tail -n 1 "$log")"; note "KV placement run $kvrow"
+  fi
+else
+  note "KV placement: not run (the step's ${secs}s are spent)"
+fi
+
 {
   echo "## 10. Models bigger than the accelerator (issue 21)"
   echo
@@ -214,6 +246,7 @@ fi
   echo "- copy/compute overlap in the streamed plan's trace (one decode step, tools/trace_overlap.py,"
   echo "  target >= 90%): $ov"
   echo "- the cost model's choice (tandem plan): ${reason:--}"
+  echo "- KV cache placement at $dev=$mbudget (generate --max-length 256): $kvrow"
   echo "- notes: ${notes:-none}"
 } > "$md"
 say "membudget: results in $md (at $(($(date +%s) - t0))s)"

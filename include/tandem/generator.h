@@ -78,11 +78,16 @@ typedef struct tdm_generator_options {
     int threads;           /* intra-op threads; 0 = the environment's default */
     const char *device;    /* NULL or "cpu", or another device of the environment (e.g.
                               "test:0", "opencl:0", "cuda:0"): the decoder's nodes are placed on
-                              it (any it lacks on the CPU), the KV cache stays in host memory
-                              (bound by the generator; uploaded to the attention nodes each run)
-                              and device_memory budgets the device (weights and activations:
-                              "DEV=SIZE" or "DEV=P%" of the weights; what does not fit resident
-                              is streamed or left on the CPU, as the session decides) */
+                              it (any it lacks on the CPU), and device_memory budgets the
+                              device (weights, activations and the KV caches kept there:
+                              "DEV=SIZE" or "DEV=P%" of the weights, the caches on top; what
+                              does not fit resident is streamed or left on the CPU, as the
+                              session decides). Each layer's KV cache (shared-buffer form) stays
+                              on the device of its attention, bound in place (no copies per
+                              token), when the budget holds it: all layers, the first ones
+                              (split by layer), or none; the others live in host memory and
+                              are uploaded / downloaded each step (tandem plan --json and the
+                              session's explanation: "kv_cache") */
     tdm_sampling sampling;
     const int32_t *stop_ids; /* tokens that end generation besides the folder's eos ids */
     size_t n_stop_ids;

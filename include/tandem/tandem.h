@@ -449,7 +449,11 @@ typedef struct tdm_session_options {
                               into memory; for CPU kernels that read weights in place);
                               "streamed" / "layers" force that plan for devices over their
                               budgets; "window=K" fixes the prefetch window of streamed
-                              weights (else chosen by the cost model). NULL = defaults */
+                              weights (else chosen by the cost model); "kv=device|host|cpu"
+                              places a generator's KV caches: on the device of their attention,
+                              in host memory copied each token, or in host memory with their
+                              attention on the CPU (default "kv=auto": the budget decides).
+                              NULL = defaults */
 } tdm_session_options;
 
 #define TDM_MODE_LATENCY 0
@@ -616,9 +620,12 @@ TDM_API size_t tdm_session_cancel_all(tdm_session *session);
  *  - Threading: a binding is used by one thread at a time (runs, binds); different bindings of
  *    one session may run at the same time, like tdm_session_run. Two runs writing the same
  *    bound tensor at once race.
- *  - Devices: bound outputs work on sessions whose plan runs on the CPU (host memory); a plan
- *    with nodes on a device with memory of its own (cuda, opencl, test) and the throughput and
- *    pipeline modes refuse them with TDM_ERR_UNSUPPORTED for now. Bound inputs work everywhere.
+ *  - Devices: a host tensor can be bound to an output made by a node on the CPU (host
+ *    memory), also in a plan with other nodes on a device with memory of its own; an output
+ *    made on such a device (cuda, opencl, test) bound to a host tensor is refused with
+ *    TDM_ERR_UNSUPPORTED naming both (tensors in a device's memory come only from inside
+ *    tandem: the generator's KV caches kept on the device). The throughput and pipeline modes
+ *    refuse bound outputs. Bound inputs work everywhere.
  *
  *     tdm_io_binding *b = NULL;
  *     st = tdm_io_binding_create(s, &b);
@@ -748,6 +755,9 @@ typedef struct tdm_device_monitor {
     double copy_bytes_per_s;  /* (bytes_uploaded + bytes_downloaded) / window */
     int64_t bytes_uploaded_pinned; /* of bytes_uploaded: streamed weights copied from host
                                       memory registered (page-locked) with the device */
+    int64_t kv_bytes_uploaded;   /* of bytes_uploaded: a generator's KV cache (pasts kept in
+                                    host memory uploaded to the attention on the device) */
+    int64_t kv_bytes_downloaded; /* of bytes_downloaded: its presents brought back */
 } tdm_device_monitor;
 
 /* Number of entries: the session's devices, in the order of tdm_session_options.devices. */

@@ -82,8 +82,9 @@ tdm_status *tdm_io_binding_bind_output(tdm_io_binding *b, const char *name, tdm_
     if (!b || !name) return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_io_binding_bind_output: NULL argument");
     int j = find_name(b->g, b->g->outputs, b->g->n_outputs, name);
     if (j < 0) return TDM_ERR(TDM_ERR_NOT_FOUND, "the model has no output named '%s'", name);
-    if (t && (t->device || tdm_dtype_has_ptrs(t->dtype)))
-        return TDM_ERR(TDM_ERR_UNSUPPORTED, "output '%s': only numeric host tensors can be bound", name);
+    /* (a tensor in a device's memory comes from the plan: a state, sched/plan.h) */
+    if (t && tdm_dtype_has_ptrs(t->dtype))
+        return TDM_ERR(TDM_ERR_UNSUPPORTED, "output '%s': only numeric tensors can be bound", name);
     b->bound[j] = t;
     b->keep[j] = t == NULL;
     return NULL;

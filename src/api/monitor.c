@@ -42,6 +42,8 @@ tdm_status *tdm_session_monitor(tdm_session *s, size_t index, tdm_device_monitor
     m.bytes_uploaded = c.bytes_up;
     m.bytes_downloaded = c.bytes_down;
     m.bytes_uploaded_pinned = c.bytes_up_pinned;
+    m.kv_bytes_uploaded = c.kv_up;
+    m.kv_bytes_downloaded = c.kv_down;
     double secs = m.window_ms / 1e3;
     m.copies_per_s = secs > 0 ? (double)(c.uploads + c.downloads) / secs : 0;
     m.copy_bytes_per_s = secs > 0 ? (double)(c.bytes_up + c.bytes_down) / secs : 0;

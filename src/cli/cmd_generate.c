@@ -54,7 +54,10 @@ static void generate_usage(FILE *f) {
             "                     DEV=SIZE or DEV=P%% (of the weights): weights and activations on\n"
             "                     DEV (the rest streamed or on the CPU). The summary then gives\n"
             "                     each device's peak and the bytes uploaded per decoded token\n"
-            "  --residency mapped external data read from disk in place (not counted in the budget)\n"
+            "  --residency R      mapped (external data read from disk in place, not counted in the\n"
+            "                     budget), streamed / layers, kv=auto|device|host|cpu (where the KV\n"
+            "                     cache lives; auto: on the device when the budget holds it, split\n"
+            "                     by layer, or with its attention on the CPU); comma-separated\n"
             "  --kv-type T        the KV cache's type: auto (the model's: float32, or float16 for a\n"
             "                     folder converted with --kv-dtype float16), f32 / f16 (must be the\n"
             "                     model's), int8 (8-bit codes, one float32 scale per kv head and\n"
@@ -448,11 +451,16 @@ int cmd_generate(int argc, char **argv) {
             printf(", \"devices\": [");
             for (size_t i = 0; i < n_dev; i++)
                 printf("%s{\"device\": \"%s\", \"memory_peak\": %lld, \"decode_bytes_uploaded\": %lld, "
-                       "\"decode_bytes_uploaded_pinned\": %lld, \"decode_tokens\": %lld, "
-                       "\"bytes_uploaded_per_token\": %.1f}", i ? ", " : "",
+                       "\"decode_bytes_uploaded_pinned\": %lld, \"decode_bytes_downloaded\": %lld, "
+                       "\"decode_kv_bytes_uploaded\": %lld, \"decode_kv_bytes_downloaded\": %lld, "
+                       "\"decode_tokens\": %lld, \"bytes_uploaded_per_token\": %.1f, "
+                       "\"bytes_downloaded_per_token\": %.1f}", i ? ", " : "",
                        dm[i].device, (long long)dm[i].memory_peak, (long long)dm[i].bytes_uploaded,
-                       (long long)dm[i].bytes_uploaded_pinned, (long long)gs.decode_tokens,
-                       gs.decode_tokens ? (double)dm[i].bytes_uploaded / (double)gs.decode_tokens : 0.0);
+                       (long long)dm[i].bytes_uploaded_pinned, (long long)dm[i].bytes_downloaded,
+                       (long long)dm[i].kv_bytes_uploaded, (long long)dm[i].kv_bytes_downloaded,
+                       (long long)gs.decode_tokens,
+                       gs.decode_tokens ? (double)dm[i].bytes_uploaded / (double)gs.decode_tokens : 0.0,
+                       gs.decode_tokens ? (double)dm[i].bytes_downloaded / (double)gs.decode_tokens : 0.0);
             printf("]");
             /* the plan's budget object (tdm_session_explain JSON): budgets, streamed bytes */
             char *ex = NULL;
@@ -460,6 +468,11 @@ int cmd_generate(int argc, char **argv) {
             const char *b0 = ex ? strstr(ex, "\"budget\":{") : NULL;
             const char *b1 = b0 ? strstr(b0, ",\"weights\":[") : NULL;
             if (b0 && b1) printf(", \"plan_budget\": %.*s", (int)(b1 - b0 - 9), b0 + 9);
+            /* where each layer's KV cache lives, and its copies per token (the last object) */
+            const char *k0 = ex ? strstr(ex, ",\"kv_cache\":{") : NULL;
+            const char *k1 = k0 ? strstr(k0, ",\"reason\":") : NULL;
+            if (k1) k1 = strchr(k1 + 11, '}'); /* (the reason has no braces) */
+            if (k0 && k1) printf(", \"kv_placement\": %.*s", (int)(k1 + 1 - (k0 + 12)), k0 + 12);
             tdm_status_free(es);
             tdm_string_free(ex);
         }
@@ -471,9 +484,13 @@ int cmd_generate(int argc, char **argv) {
                 "tokens/s; time to first token %.1f ms; %s]\n", n_ids, pp, n_gen, tg, gs.ttft_ms,
                 reason);
         for (size_t i = 0; show_dev && i < n_dev; i++)
-            fprintf(stderr, "memory: %s peak %.2f MiB; uploaded %.3f MiB per decoded token\n",
-                    dm[i].device, (double)dm[i].memory_peak / 1048576,
+            fprintf(stderr, "memory: %s peak %.2f MiB; uploaded %.3f MiB per decoded token (KV cache "
+                    "%.3f up, %.3f down)\n", dm[i].device, (double)dm[i].memory_peak / 1048576,
                     gs.decode_tokens ? (double)dm[i].bytes_uploaded / 1048576 / (double)gs.decode_tokens
+                                     : 0.0,
+                    gs.decode_tokens ? (double)dm[i].kv_bytes_uploaded / 1048576 / (double)gs.decode_tokens
+                                     : 0.0,
+                    gs.decode_tokens ? (double)dm[i].kv_bytes_downloaded / 1048576 / (double)gs.decode_tokens
                                      : 0.0);
     }
     rc = 0;

@@ -1,15 +1,18 @@
 /* tandem plan: where each node runs and why, predicted against measured. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
+#include "tandem/generator.h"
 
 static void plan_usage(FILE *f) {
     fprintf(f,
             "usage: tandem plan MODEL [--devices LIST] [--placement auto|first|DEVICE]\n"
             "                   [--affinity RULES] [--no-fallback] [--json] [--segments]\n"
             "                   [--device-memory DEV=SIZE[,DEV=SIZE]] [--residency LIST]\n"
-            "                   [--dot FILE] [--measure N] [--shape NAME:d0,d1,...] [--threads N]\n\n"
+            "                   [--dot FILE] [--measure N] [--shape NAME:d0,d1,...] [--threads N]\n"
+            "       tandem plan LLM_FOLDER [--device DEV] [--max-length N] [--device-memory ...]\n\n"
             "Prints, per node (or per segment with --segments), the device chosen, the predicted\n"
             "time on every candidate device, why it was placed there, the copies between devices\n"
             "with their bytes, and the predicted total against each single device.\n"
@@ -31,14 +34,19 @@ static void plan_usage(FILE *f) {
             "                    keeps each device under its budget and says how (weights resident,\n"
             "                    streamed or mapped per layer; --json: per weight, with the bytes\n"
             "                    streamed and the predicted time per run)\n"
-            "  --residency LIST  mapped, streamed, layers, window=K (see tandem run --help)\n");
+            "  --residency LIST  mapped, streamed, layers, window=K (see tandem run --help)\n"
+            "  --device DEV      (model folders) the generator's device: the decoder placed there\n"
+            "  --max-length N    (model folders) the context the KV cache is sized for\n"
+            "A model folder (tandem generate's) is planned as the generator runs it; the plan then\n"
+            "says where each layer's KV cache lives (on the device, in host memory, or with its\n"
+            "attention on the CPU) and the cache's bytes copied per token (\"kv_cache\" in --json).\n");
 }
 
 int cmd_plan(int argc, char **argv) {
     const char *model = NULL, *devices = NULL, *placement = NULL, *affinity = NULL, *dot = NULL;
-    const char *device_memory = NULL, *residency = NULL;
+    const char *device_memory = NULL, *residency = NULL, *device = NULL;
     const char *shape_names[64], *shape_dims[64];
-    int n_shapes = 0, threads = 0, measure = 0;
+    int n_shapes = 0, threads = 0, measure = 0, max_length = 0;
     bool json = false, segments = false, no_fallback = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -52,6 +60,8 @@ int cmd_plan(int argc, char **argv) {
         else if (!strcmp(a, "--dot") && v) dot = argv[++i];
         else if (!strcmp(a, "--device-memory") && v) device_memory = argv[++i];
         else if (!strcmp(a, "--residency") && v) residency = argv[++i];
+        else if (!strcmp(a, "--device") && v) device = argv[++i];
+        else if (!strcmp(a, "--max-length") && v) max_length = atoi(argv[++i]);
         else if (!strcmp(a, "--measure") && v) measure = atoi(argv[++i]);
         else if (!strcmp(a, "--threads") && v) threads = atoi(argv[++i]);
         else if (!strcmp(a, "--json")) json = true;
@@ -90,6 +100,34 @@ int cmd_plan(int argc, char **argv) {
     so.residency = residency;
     int rc = 0;
     char *text = NULL;
+    tdm_generator *gen = NULL;
+    struct stat sb;
+    if (!stat(model, &sb) && S_ISDIR(sb.st_mode)) { /* a model folder: the generator's plan */
+        tdm_generator_options go;
+        memset(&go, 0, sizeof go);
+        go.struct_size = sizeof go;
+        go.max_length = max_length;
+        go.threads = threads;
+        go.device = device;
+        go.device_memory = device_memory;
+        go.residency = residency;
+        if ((st = tdm_generator_create(env, model, &go, &gen))) {
+            rc = cli_fail(st, NULL);
+            goto done;
+        }
+        if ((st = tdm_session_explain(tdm_generator_session(gen), json ? TDM_EXPLAIN_JSON
+                                      : segments ? TDM_EXPLAIN_SEGMENTS : TDM_EXPLAIN_TEXT, &text))) {
+            rc = cli_fail(st, NULL);
+            goto done;
+        }
+        fputs(text, stdout);
+        goto done;
+    }
+    if (device || max_length) {
+        fprintf(stderr, "tandem plan: --device and --max-length are for model folders\n");
+        rc = 2;
+        goto done;
+    }
     if ((st = tdm_session_create(env, model, &so, &s))) {
         rc = cli_fail(st, NULL);
         goto done;
@@ -158,6 +196,7 @@ int cmd_plan(int argc, char **argv) {
     fputs(text, stdout);
 done:
     tdm_string_free(text);
+    tdm_generator_free(gen);
     tdm_session_free(s);
     tdm_env_free(env);
     return rc;

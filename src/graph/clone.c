@@ -64,6 +64,9 @@ static tdm_status *copy_value(tdm_graph *g, const tdm_value *s, bool data) {
     d->is_output = s->is_output;
     d->is_initializer = s->is_initializer;
     d->is_outer = s->is_outer;
+    d->kv_layer = s->kv_layer;
+    d->kv_bytes = s->kv_bytes;
+    d->kv_state = s->kv_state;
     return NULL;
 }
 

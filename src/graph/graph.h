@@ -65,6 +65,14 @@ typedef struct tdm_value {
     bool is_output;
     bool is_initializer;         /* came from graph.initializer */
     bool is_outer;               /* (subgraphs) value captured from an enclosing graph */
+    /* a generator's KV cache (marked by src/llm/generator.c, read by the budget pass,
+     * sched/budget.h): the layer + 1 of a past input or present output (0 = not a cache),
+     * negative when the cache is fed back (a new present each step, never kept in place); the
+     * bytes of a past at the context length; kv_state: the plan keeps it on its device as a
+     * state bound in place (not an activation of the run) */
+    int kv_layer;
+    int64_t kv_bytes;
+    bool kv_state;
 } tdm_value;
 
 typedef struct tdm_node {

@@ -14,6 +14,10 @@
  *  - shared (GenAI folders whose model has GroupQueryAttention, past_present_share_buffer):
  *    one tensor per layer and K/V, [1, kv_heads, max_length, head_dim], bound as the past
  *    input and the present output of binding 0 once, at creation; the kernel appends in place.
+ *    On a device (options.device) each layer's cache lives where the plan's budget pass put
+ *    it (sched/budget.h tdm_kv_plan): a plan state on the device of its attention bound the
+ *    same way (no copies per token), in host memory bound the same way when its attention
+ *    runs on the CPU, or in host memory fed back as below (uploaded and downloaded each run).
  *  - fed back (optimum, and GenAI folders that say past_present_share_buffer false): two
  *    bindings take turns; the presents the one kept from its run are the pasts of the other's
  *    next run, and stay valid until that binding runs again. The first run gets empty pasts.
@@ -56,10 +60,14 @@ struct tdm_generator {
     tdm_io_binding *bind[2];
     unsigned step;          /* runs so far (the fed-back form takes bindings in turn) */
     bool shared;            /* the shared-buffer KV cache */
-    bool on_device;         /* options.device other than the CPU: plans on a device with memory
-                               of its own take no bound outputs, so the caches are fed back
-                               (the shared form's present, max_length long, becomes the next
-                               run's past) and the logits come back as the run's output */
+    bool on_device;         /* options.device other than the CPU: the logits come back as the
+                               run's output, and each layer's cache is where the plan put it
+                               (kv_place) */
+    unsigned char *kv_place; /* per layer (sched/budget.h tdm_kv_place): DEVICE, a state of the
+                               plan on the device bound in place; CPU, a host cache bound in
+                               place (shared form); HOST, fed back (the shared form's present,
+                               max_length long, downloaded and uploaded as the next past) */
+    bool any_fed_back;      /* some layer's cache is fed back: the bindings take turns */
     bool dynamic_mask;      /* shared: attention_mask [1, total] rather than [1, max_length] */
     bool last_only;         /* the graph computes the last position's logits only */
     tdm_llm_folder f;
@@ -116,6 +124,34 @@ typedef struct last_edit {
     size_t budget_size;
     bool kv_int8;       /* options.kv_type "int8": the caches become 8-bit (kv_int8_edit) */
 } last_edit;
+
+/* Marks the KV cache for the budget pass (graph/graph.h kv_layer): every layer's pasts and
+ * presents, with a past's bytes at max_length; fed back (negative) unless the cache is the
+ * shared buffer of GroupQueryAttention. */
+static void kv_mark(tdm_graph *g, const last_edit *e) {
+    bool gqa = false;
+    for (size_t n = 0; n < g->n_nodes && !gqa; n++)
+        gqa = !strcmp(g->nodes[n].op_type, "GroupQueryAttention");
+    bool shared = e->f->genai && e->f->share_buffer != 0 && gqa;
+    for (int l = 0; l < 4096; l++) {
+        const char *names[4] = {e->f->past_key, e->f->past_value, e->f->present_key, e->f->present_value};
+        int found = 0;
+        for (int k = 0; k < 4; k++) {
+            char name[TDM_LLM_NAME];
+            tdm_llm_layer_name(name, names[k], l);
+            int v = tdm_graph_find_value(g, name);
+            if (v < 0) continue;
+            tdm_value *val = &g->values[v];
+            val->kv_layer = shared ? l + 1 : -(l + 1);
+            if (k < 2 && val->rank == 4 && val->dims[1] > 0 && val->dims[3] > 0) {
+                val->kv_bytes = val->dims[1] * val->dims[3] * (int64_t)e->max_length *
+                                (int64_t)tdm_dtype_size(val->dtype);
+                found++;
+            }
+        }
+        if (!found) break;
+    }
+}
 
 /* kv_type "int8": every layer's past and present key / value become int8 [batch, kv_heads,
  * length, TDM_KV_I8_ROW(head_dim)] (ops/kv_int8.h: codes, then one scale per 32), which
@@ -204,6 +240,7 @@ static tdm_status *last_logits_only(tdm_graph *g, void *user) {
     last_edit *e = user;
     if (e->kv_int8) TDM_TRY(kv_int8_edit(g, e->f));
     if (e->budget > 0) TDM_TRY(kv_budget(g, e));
+    kv_mark(g, e);
     if (!e->last_only) return NULL;
     const char *logits = e->logits;
     int lv = tdm_graph_find_value(g, logits);
@@ -323,6 +360,22 @@ static tdm_status *describe(tdm_generator *g) {
     return NULL;
 }
 
+/* Where each layer's cache lives: the plan's KV placement (sched/budget.h); a plan without
+ * one (a graph the marks missed) feeds every cache back on a device, keeps it in place on
+ * the CPU. */
+static tdm_status *kv_places(tdm_generator *g) {
+    g->kv_place = tdm_calloc(g->a, (size_t)g->n_layers, 1);
+    if (!g->kv_place) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory creating a generator");
+    const tdm_kv_plan *k = g->s->strategy && g->s->strategy->plan ? g->s->strategy->plan->kv : NULL;
+    for (int l = 0; l < g->n_layers; l++) {
+        int pl = k && l < k->n_layers ? k->place[l] : g->on_device ? TDM_KV_HOST : TDM_KV_CPU;
+        if (!g->shared && pl != TDM_KV_CPU) pl = TDM_KV_HOST; /* fed back */
+        g->kv_place[l] = (unsigned char)pl;
+        g->any_fed_back |= !g->shared || pl == TDM_KV_HOST;
+    }
+    return NULL;
+}
+
 static tdm_status *alloc_state(tdm_generator *g) {
     size_t ml = (size_t)g->max_length;
     g->ids_buf = tdm_calloc(g->a, ml, tdm_dtype_size(g->ids_dtype));
@@ -334,21 +387,31 @@ static tdm_status *alloc_state(tdm_generator *g) {
     g->empty = tdm_calloc(g->a, nc, sizeof *g->empty);
     if (!g->ids_buf || !g->mask_buf || !g->pos_buf || !g->tokens || !g->cache || !g->empty)
         return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory creating a generator");
+    TDM_TRY(kv_places(g));
     for (size_t i = 0; i < ml; i++) tdm_llm_put_index(g->pos_buf, g->pos_dtype, i, (int64_t)i);
     int64_t dims[4] = {1, g->kv_heads, g->shared ? g->max_length : 0,
                        g->kv_dtype == TDM_INT8 ? TDM_KV_I8_ROW(g->head_dim) : g->head_dim};
-    for (size_t i = 0; i < nc; i++)
-        TDM_TRY(tdm_tensor_create(g->env, g->kv_dtype, 4, dims, g->shared ? &g->cache[i] : &g->empty[i]));
+    tdm_plan *plan = g->s->strategy ? g->s->strategy->plan : NULL;
+    for (size_t i = 0; i < nc; i++) {
+        if (g->kv_place[i / 2] == TDM_KV_DEVICE) { /* on the device of its attention */
+            const char *past = g->names[i / 2][PK + (int)(i & 1)];
+            int v = plan ? tdm_graph_find_value(plan->graph, past) : -1;
+            if (v < 0) return TDM_ERR(TDM_ERR_INTERNAL, "the plan has no '%s'", past);
+            TDM_TRY(tdm_plan_state_new(plan, v, g->kv_dtype, 4, dims, &g->cache[i]));
+        } else {
+            TDM_TRY(tdm_tensor_create(g->env, g->kv_dtype, 4, dims, g->shared ? &g->cache[i] : &g->empty[i]));
+        }
+    }
     for (int b = 0; b < 2; b++) TDM_TRY(tdm_io_binding_create(g->s, &g->bind[b]));
     /* what every run of a binding reads and writes: the headers (their dims change), and the
-     * shared caches */
+     * caches bound in place (shared form, on the CPU or a state on the device) */
     for (int b = 0; b < 2; b++) {
         TDM_TRY(tdm_io_binding_bind_input(g->bind[b], g->f.input_ids, &g->ids_t));
         if (g->has_mask) TDM_TRY(tdm_io_binding_bind_input(g->bind[b], g->f.attention_mask, &g->mask_t));
         if (g->has_pos) TDM_TRY(tdm_io_binding_bind_input(g->bind[b], g->f.position_ids, &g->pos_t));
         for (int l = 0; l < g->n_layers; l++)
             for (int k = 0; k < 2; k++) {
-                tdm_tensor *c = g->shared && !g->on_device ? g->cache[l * 2 + k] : NULL;
+                tdm_tensor *c = g->shared && g->kv_place[l] != TDM_KV_HOST ? g->cache[l * 2 + k] : NULL;
                 if (c) TDM_TRY(tdm_io_binding_bind_input(g->bind[b], g->names[l][PK + k], c));
                 TDM_TRY(tdm_io_binding_bind_output(g->bind[b], g->names[l][OK + k], c));
             }
@@ -402,9 +465,9 @@ tdm_status *tdm_generator_create(tdm_env *env, const char *dir, const tdm_genera
             return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "kv_type '%s': give auto, f32, f16 or int8",
                            opt.kv_type);
     }
-    /* another device: the decoder's nodes placed on it (those it lacks on the CPU), the KV
-     * cache in host memory (the generator's bindings): the device's budget holds weights and
-     * activations only */
+    /* another device: the decoder's nodes placed on it (those it lacks on the CPU); each
+     * layer's KV cache on the device or in host memory as the plan's budget places it (the
+     * budget holds weights, activations and the caches kept there) */
     const char *dev = opt.device && strcmp(opt.device, "cpu") != 0 ? opt.device : NULL;
     if (dev && kv_want == TDM_INT8)
         return TDM_ERR(TDM_ERR_UNSUPPORTED, "kv_type int8 runs on the CPU only (device '%s')", dev);
@@ -432,7 +495,7 @@ tdm_status *tdm_generator_create(tdm_env *env, const char *dir, const tdm_genera
         tdm_budget_spec spec;
         st = strchr(size, '=') || strchr(size, ',')
                  ? TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "device memory budget '%s': the generator runs "
-                           "on '%s' (its KV cache in host memory); give %s=SIZE", opt.device_memory,
+                           "on '%s'; give %s=SIZE", opt.device_memory,
                            dev, dev)
                  : tdm_size_parse(size, "device memory budget", &spec);
         if (!st) snprintf(dev_budget, sizeof dev_budget, "%s=%s", dev, size);
@@ -464,9 +527,7 @@ tdm_status *tdm_generator_create(tdm_env *env, const char *dir, const tdm_genera
                            : e.budget > 0 ? budget_text : NULL; /* set by the edit (kv_budget) */
         so.residency = opt.residency;
         st = tdm_session_create_edited(env, g->f.model_path, &so,
-                                       opt.all_logits && e.budget <= 0 && !e.kv_int8 ? NULL
-                                                                                      : last_logits_only,
-                                       &e,
+                                       last_logits_only, &e,
                                        &g->s);
         if (st && e.kv_bytes > 0 && e.kv_bytes < e.budget && tdm_status_code(st) == TDM_ERR_LIMIT)
             st = tdm_status_wrap(st, "the budget less the KV cache (%.1f MiB for max_length %d): ",
@@ -496,7 +557,11 @@ tdm_status *tdm_generator_create(tdm_env *env, const char *dir, const tdm_genera
 void tdm_generator_free(tdm_generator *g) {
     if (!g) return;
     for (int b = 0; b < 2; b++) tdm_io_binding_free(g->bind[b]);
-    for (int i = 0; g->cache && i < g->n_layers * 2; i++) tdm_tensor_free(g->cache[i]);
+    tdm_plan *plan = g->s && g->s->strategy ? g->s->strategy->plan : NULL;
+    for (int i = 0; g->cache && i < g->n_layers * 2; i++) {
+        if (g->kv_place && g->kv_place[i / 2] == TDM_KV_DEVICE) tdm_plan_state_free(plan, g->cache[i]);
+        else tdm_tensor_free(g->cache[i]);
+    }
     for (int i = 0; g->empty && i < g->n_layers * 2; i++) tdm_tensor_free(g->empty[i]);
     tdm_tensor_free(g->logits1);
     tdm_session_free(g->s);
@@ -504,6 +569,7 @@ void tdm_generator_free(tdm_generator *g) {
     tdm_free(g->a, g->cache);
     tdm_free(g->a, g->empty);
     tdm_free(g->a, g->names);
+    tdm_free(g->a, g->kv_place);
     tdm_free(g->a, g->ids_buf);
     tdm_free(g->a, g->mask_buf);
     tdm_free(g->a, g->pos_buf);
@@ -538,7 +604,7 @@ static tdm_status *vocab_ready(tdm_generator *g, size_t vocab) {
 static tdm_status *feed(tdm_generator *g) {
     size_t n = g->n_tokens - g->n_cached;
     if (n == 0) return NULL;
-    bool fed_back = !g->shared || g->on_device;
+    bool fed_back = g->any_fed_back;
     tdm_io_binding *b = !fed_back ? g->bind[0] : g->bind[g->step & 1];
     tdm_io_binding *prev = g->bind[(g->step & 1) ^ 1];
     tdm_llm_set_view(&g->ids_t, g->ids_dtype, g->ids_buf, g->n_cached, n);
@@ -551,7 +617,7 @@ static tdm_status *feed(tdm_generator *g) {
     TDM_TRY(tdm_io_binding_bind_output(b, g->f.logits, rows == 1 && !g->on_device ? g->logits1 : NULL));
     if (fed_back)
         for (int l = 0; l < g->n_layers; l++)
-            for (int k = 0; k < 2; k++) {
+            for (int k = 0; k < 2 && (!g->shared || g->kv_place[l] == TDM_KV_HOST); k++) {
                 const tdm_tensor *past = g->n_cached == 0 ? (g->shared ? g->cache[l * 2 + k]
                                                                        : g->empty[l * 2 + k])
                                                           : tdm_io_binding_output(prev, g->names[l][OK + k]);

@@ -190,7 +190,7 @@ static double graph_activation_peak(const tdm_allocator *a, const tdm_graph *g, 
     if (!delta) return 0;
     for (size_t v = 0; v < g->n_values; v++) {
         const tdm_value *val = &g->values[v];
-        if (is_weight(&wg->values[v])) continue;
+        if (is_weight(&wg->values[v]) || wg->values[v].kv_state) continue; /* (caches: reserve) */
         int start = -1, last = -1;
         if (val->producer >= 0 && dev[val->producer] == d) start = val->producer;
         for (size_t i = 0; i < N; i++) {
@@ -541,6 +541,167 @@ static double largest_node_weights(const fit *f, int d, int *largest_v, int *rea
     return most;
 }
 
+/* ---- KV cache placement (before the weights' fit; sched/budget.h) ---- */
+
+/* The plan device of the first node reading value v under the assignment dev, or -1. */
+int tdm_budget_first_reader_dev(const tdm_graph *g, const int *dev, int v) {
+    for (size_t i = 0; i < g->n_nodes; i++) {
+        const tdm_node *n = &g->nodes[i];
+        for (int j = 0; j < n->n_inputs; j++)
+            if (n->inputs[j] == v) return dev ? dev[i] : (n->device >= 0 ? n->device : 0);
+    }
+    return -1;
+}
+
+/* Marks layer l's past and present values as kept in place on the device (or not). */
+static void kv_mark(tdm_graph *g, int l, bool state) {
+    for (size_t v = 0; v < g->n_values; v++)
+        if (g->values[v].kv_layer == l + 1) g->values[v].kv_state = state;
+}
+
+/* Moves the attention of layer l (the nodes on d reading its past) to the host device when
+ * it runs them there; false when it cannot (the cache is then copied each token). */
+static bool kv_move_attention(fit *f, int d, int l) {
+    if (f->host < 0) return false;
+    const tdm_graph *g = f->g;
+    size_t D = (size_t)f->D;
+    for (size_t i = 0; i < f->N; i++) {
+        if (f->dev[i] != d) continue;
+        const tdm_node *n = &g->nodes[i];
+        for (int j = 0; j < n->n_inputs; j++)
+            if (n->inputs[j] >= 0 && g->values[n->inputs[j]].kv_layer == l + 1 &&
+                g->values[n->inputs[j]].is_input && !f->p->supported[i * D + (size_t)f->host])
+                return false;
+    }
+    for (size_t i = 0; i < f->N; i++) {
+        if (f->dev[i] != d) continue;
+        const tdm_node *n = &g->nodes[i];
+        for (int j = 0; j < n->n_inputs; j++)
+            if (n->inputs[j] >= 0 && g->values[n->inputs[j]].kv_layer == l + 1 &&
+                g->values[n->inputs[j]].is_input)
+                f->dev[i] = f->host;
+    }
+    return true;
+}
+
+/* Decides which layers' caches stay on each budgeted device (the first ones in layer order)
+ * and adds their bytes to the device's reserve; the attention of the other layers goes to
+ * the CPU with their caches (before the first placement is redone: *moved_any), or, where
+ * the CPU cannot run it or the placement is final, stays with its cache in host memory. The
+ * activations are then counted without the kept caches. Layers read on devices with memory
+ * of their own only (host-memory devices read the caches where they are). */
+static tdm_status *kv_fit(fit *f, tdm_budget_plan *b, const tdm_budget_options *o, bool moved,
+                          bool *moved_any) {
+    tdm_graph *g = f->p->graph;
+    *moved_any = false;
+    int L = 0;
+    for (size_t v = 0; v < f->V; v++) {
+        int l = abs(g->values[v].kv_layer);
+        if (l > L) L = l;
+    }
+    if (!L) return NULL;
+    int *ldev = tdm_calloc(f->p->alloc, (size_t)L, sizeof *ldev);
+    int64_t *lbytes = tdm_calloc(f->p->alloc, (size_t)L, sizeof *lbytes);
+    if (!ldev || !lbytes) {
+        tdm_free(f->p->alloc, ldev);
+        tdm_free(f->p->alloc, lbytes);
+        return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory placing the KV cache");
+    }
+    for (int l = 0; l < L; l++) ldev[l] = -1;
+    for (size_t v = 0; v < f->V; v++) {
+        const tdm_value *val = &g->values[v];
+        if (val->kv_layer <= 0 || !val->is_input) continue; /* fed back: host memory */
+        int l = val->kv_layer - 1, d = tdm_budget_first_reader_dev(g, f->dev, (int)v);
+        if (ldev[l] < 0) ldev[l] = d;
+        lbytes[l] += val->kv_bytes;
+    }
+    for (int l = 0; l < L; l++) kv_mark(g, l, false);
+    char *w = b->kv_why;
+    size_t cap = sizeof b->kv_why, pos = 0;
+    for (int d = 0; d < f->D; d++) {
+        if (f->p->devices[d]->host_memory) continue;
+        int n = 0;
+        int64_t all = 0;
+        for (int l = 0; l < L; l++)
+            if (ldev[l] == d) {
+                n++;
+                all += lbytes[l];
+            }
+        b->kv_layers[d] = n;
+        if (!n) continue;
+        int keep = n;
+        const char *how = "no budget";
+        if (o->kv_decided) {
+            keep = o->kv_keep[d] < n ? o->kv_keep[d] : n;
+            how = "as decided";
+        } else if (o->kv_force == TDM_KV_DEVICE) {
+            how = "kv=device";
+        } else if (o->kv_force == TDM_KV_HOST || o->kv_force == TDM_KV_CPU) {
+            keep = 0;
+            how = o->kv_force == TDM_KV_HOST ? "kv=host" : "kv=cpu";
+        } else if (o->spec[d].percent > 0) {
+            how = "a share of the weights holds the caches on top";
+        } else if (b->budget[d] > 0) {
+            for (int l = 0; l < L; l++) kv_mark(g, l, ldev[l] == d);
+            int64_t act = (int64_t)activation_peak(f, d);
+            if (o->min_activations[d] > act) act = o->min_activations[d];
+            how = "the weights, activations and every cache fit";
+            if (b->weights[d] + act + b->reserve[d] + all > b->budget[d]) {
+                for (int l = 0; l < L; l++) kv_mark(g, l, false);
+                act = (int64_t)activation_peak(f, d);
+                if (o->min_activations[d] > act) act = o->min_activations[d];
+                int lv, rd;
+                double room = (double)b->budget[d] - (double)act - (double)b->reserve[d] -
+                              2 * largest_node_weights(f, d, &lv, &rd);
+                double sum = 0;
+                keep = 0;
+                for (int l = 0; l < L; l++) {
+                    if (ldev[l] != d) continue;
+                    if (sum + (double)lbytes[l] > room) break;
+                    sum += (double)lbytes[l];
+                    keep++;
+                }
+                how = keep ? "split: the first layers' caches fit next to the activations and a "
+                             "ring of two nodes' weights"
+                           : "not one cache fits next to the activations and a ring of two nodes' "
+                             "weights";
+            }
+        }
+        int64_t kept = 0;
+        int to_cpu = 0;
+        for (int l = 0, k = 0; l < L; l++) {
+            if (ldev[l] != d) continue;
+            bool on = k++ < keep;
+            kv_mark(g, l, on);
+            if (on) kept += lbytes[l];
+            /* the others: their attention on the CPU next to the cache (kv=host keeps it) */
+            else if (!moved && o->kv_force != TDM_KV_HOST && kv_move_attention(f, d, l)) to_cpu++;
+        }
+        if (to_cpu) {
+            *moved_any = true;
+            readers(f);
+        }
+        b->kv_keep[d] = keep;
+        b->reserve[d] += kept;
+        /* the weights and activations without the moved attention and the kept caches */
+        b->weights[d] = weights_on(f, d, true);
+        b->resident[d] = b->weights[d];
+        b->activations[d] = (int64_t)activation_peak(f, d);
+        if (o->min_activations[d] > b->activations[d]) b->activations[d] = o->min_activations[d];
+        if (o->spec[d].percent > 0) b->budget[d] = b->share[d] + b->activations[d] + b->reserve[d];
+        if (pos < cap)
+            pos += (size_t)snprintf(w + pos, cap - pos, "%s%s: KV cache of %d of %d layers on the "
+                                    "device (%.2f of %.2f MiB; %s)%s", pos ? "; " : "",
+                                    f->p->devices[d]->name, keep, n, mib((double)kept),
+                                    mib((double)all), how,
+                                    to_cpu ? ", the other layers' attention on the CPU with their "
+                                             "caches" : "");
+    }
+    tdm_free(f->p->alloc, ldev);
+    tdm_free(f->p->alloc, lbytes);
+    return NULL;
+}
+
 /* Per-executor tables of the chosen streamed set (units per device, positions, readers). */
 static tdm_status *executor_tables(fit *f, tdm_budget_plan *b) {
     const tdm_allocator *a = f->p->alloc;
@@ -552,6 +713,9 @@ static tdm_status *executor_tables(fit *f, tdm_budget_plan *b) {
     memcpy(b->last_reader, f->last_reader, V * D * sizeof *b->last_reader);
     for (int d = 0; d < f->D; d++) {
         int cnt = 0;
+        /* a host-memory device reads a streamed weight where it is (one that devices share,
+         * such as a rotary table read by layers on both) */
+        if (f->p->devices[d]->host_memory) continue;
         for (size_t i = 0; i < N; i++) {
             if (f->dev[i] != d) continue;
             const tdm_node *n = &f->g->nodes[i];
@@ -674,7 +838,7 @@ static int move_oversize(fit *f, int d, double avail, char *note, size_t cap) {
 
 /* Fits one budgeted device with memory of its own that is over its budget. */
 static tdm_status *fit_device(fit *f, tdm_budget_plan *b, const tdm_budget_options *o, int d,
-                              bool moved, int **keep) {
+                              bool moved, bool kv_moved, int **keep) {
     tdm_plan *p = f->p;
     const char *name = p->devices[d]->name;
     double need_other = (double)b->activations[d] + (double)b->reserve[d];
@@ -777,7 +941,7 @@ static tdm_status *fit_device(fit *f, tdm_budget_plan *b, const tdm_budget_optio
     }
     tdm_free(p->alloc, moved_dev);
     b->choice = TDM_FIT_STREAMED;
-    if (oversize) { /* placed again with the oversized nodes on the CPU, then streamed */
+    if (oversize || kv_moved) { /* placed again with nodes moved to the CPU, then streamed */
         *keep = tdm_calloc(p->alloc, f->N + 1, sizeof **keep);
         if (!*keep) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory fitting the plan");
         memcpy(*keep, f->dev, f->N * sizeof **keep);
@@ -804,7 +968,7 @@ tdm_status *tdm_budget_fit(tdm_plan *p, const tdm_budget_options *o, bool moved,
     bool any = false;
     for (int d = 0; d < p->n_devices && d < TDM_MAX_DEVICES; d++)
         any |= o->spec[d].bytes > 0 || o->spec[d].percent > 0 || o->reserve[d] > 0;
-    if (!any) return NULL;
+    if (!any && !o->kv_force) return NULL;
     tdm_budget_plan *b = tdm_calloc(p->alloc, 1, sizeof *b);
     if (!b) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory fitting the plan");
     fit f;
@@ -836,6 +1000,8 @@ tdm_status *tdm_budget_fit(tdm_plan *p, const tdm_budget_options *o, bool moved,
         b->budget[d] = o->spec[d].percent > 0 ? b->share[d] + b->activations[d] + b->reserve[d]
                                               : o->spec[d].bytes;
     }
+    bool kv_moved = false; /* attention moved to the CPU with its cache: placed again */
+    if ((st = kv_fit(&f, b, o, moved, &kv_moved))) goto out; /* the caches take the room first */
     for (int d = 0; d < f.D && !st; d++) {
         if (b->budget[d] <= 0) continue;
         int64_t need = b->weights[d] + b->activations[d] + b->reserve[d];
@@ -849,12 +1015,29 @@ tdm_status *tdm_budget_fit(tdm_plan *p, const tdm_budget_options *o, bool moved,
                          mib((double)b->budget[d]), (long long)need, (long long)b->budget[d]);
             break;
         }
-        st = fit_device(&f, b, o, d, moved, keep);
+        st = fit_device(&f, b, o, d, moved, kv_moved, keep);
         if (*keep) break;
+    }
+    if (!st && kv_moved && !*keep) { /* placed again with the moved attention on the CPU */
+        if (!(*keep = tdm_calloc(p->alloc, f.N + 1, sizeof **keep)))
+            st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory fitting the plan");
+        else
+            memcpy(*keep, f.dev, f.N * sizeof **keep);
     }
     if (!st && !*keep) {
         for (size_t v = 0; v < f.V; v++) b->any_streamed |= b->residency[v] == TDM_RES_STREAMED;
         if (b->any_streamed) st = executor_tables(&f, b);
+    }
+    if (!st && o->kv_decided && prev.kv_why[0]) { /* a run-time refit: placed as before */
+        memcpy(b->kv_why, prev.kv_why, sizeof b->kv_why);
+    } else if (!st && moved && prev.kv_why[0] && strcmp(prev.kv_why, b->kv_why) != 0) {
+        /* the caches as placed before the move, then as the final placement keeps them */
+        char why[2 * sizeof b->kv_why + 20];
+        snprintf(why, sizeof why, "%s%s%s", prev.kv_why, b->kv_why[0] ? "; placed again: " : "",
+                 b->kv_why);
+        size_t n = strlen(why) < sizeof b->kv_why ? strlen(why) : sizeof b->kv_why - 1;
+        memcpy(b->kv_why, why, n);
+        b->kv_why[n] = 0;
     }
     if (!st && moved && prev.moved_note[0] && !b->moved_note[0])
         memcpy(b->moved_note, prev.moved_note, sizeof b->moved_note);
@@ -879,6 +1062,8 @@ out:
         return st;
     }
     b->options = *o;
+    b->options.kv_decided = true; /* run-time refits keep the caches where they are */
+    memcpy(b->options.kv_keep, b->kv_keep, sizeof b->kv_keep);
     p->budget = b; /* after a move: the decision only (the tables come with the next fit) */
     return NULL;
 }

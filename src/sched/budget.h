@@ -30,7 +30,21 @@
  * weights), such as a tied embedding's Gather and lm head under a 10% budget, goes to the CPU
  * first (the reason kept in moved_note); when the CPU cannot run it, the budget is an error
  * that names the device, the budget in bytes (and how a share resolved), the largest weight
- * and the least budget that would run the plan. */
+ * and the least budget that would run the plan.
+ *
+ * KV cache placement (a generator's plan: graph values marked kv_layer, graph/graph.h): each
+ * layer's cache lives on the device that runs its attention (the first reader of its past),
+ * kept there between runs as a state bound in place (TDM_KV_DEVICE: no copies per token), or
+ * in host memory (TDM_KV_HOST: the past uploaded and the present downloaded every token; a
+ * host-memory device's layers are TDM_KV_CPU, no copies). The fit decides before the weights:
+ * a byte of cache on the device saves two bytes of copies per token (past up, present down),
+ * a resident weight one (its upload when streamed), so the caches take the room first: all
+ * layers when the weights, the activations and every cache fit; else the first layers in
+ * order whose caches fit next to the activations and a ring of two nodes' weights (split by
+ * layer); none when not even one does (host). A share budget ("P%") holds every cache on top
+ * of its share. Without a budget every cache stays on its device. Fed-back caches (a new
+ * present each step: kv_layer < 0) stay in host memory. The kept caches are the device's
+ * reserve; the decision is kept across run-time refits. */
 #ifndef TDM_SCHED_BUDGET_H
 #define TDM_SCHED_BUDGET_H
 
@@ -81,7 +95,43 @@ typedef struct tdm_budget_options {
     int64_t min_activations[TDM_MAX_DEVICES]; /* activation peaks measured for a run's shapes
                                                  (the static estimate counts unknown dims
                                                  as 1): the fit takes the larger */
+    int kv_force;                          /* 0 = the fit places the KV caches; else a
+                                              tdm_kv_place for every layer ("kv=..." in the
+                                              residency option) */
+    bool kv_decided;                       /* run-time refits: the KV placement stays */
+    int kv_keep[TDM_MAX_DEVICES];          /* then: the first layers kept on each device */
 } tdm_budget_options;
+
+/* Where a layer of a generator's KV cache lives (tdm_kv_plan.place). */
+typedef enum tdm_kv_place {
+    TDM_KV_NONE = 0,
+    TDM_KV_DEVICE, /* on the device of its attention, bound in place: no copies per token */
+    TDM_KV_HOST,   /* in host memory, its attention on a device: past up, present down */
+    TDM_KV_CPU,    /* in host memory, its attention on a host-memory device: no copies */
+} tdm_kv_place;
+
+const char *tdm_kv_place_name(int place);
+
+/* The KV cache placement of a plan (tdm_plan.kv; NULL when the graph marks no cache). */
+typedef struct tdm_kv_plan {
+    int n_layers;
+    unsigned char *place;       /* per layer: tdm_kv_place */
+    signed char *device;        /* per layer: plan device of its attention */
+    int64_t *bytes;             /* per layer: key + value at the context length */
+    int64_t on_device[TDM_MAX_DEVICES]; /* bytes of caches kept on each plan device */
+    int64_t uploaded_per_token, downloaded_per_token; /* copies of the host layers per decode
+                                   step (a fed-back cache: at the full context length) */
+    bool fed_back;              /* the caches are fed back (their copies grow per token) */
+    char why[600];
+} tdm_kv_plan;
+
+/* Builds p->kv from the graph's marks and the placement (after the fit; without a budget
+ * the caches of devices with memory of their own stay there). */
+tdm_status *tdm_kv_plan_build(struct tdm_plan *p);
+/* The plan device of the first node of g reading value v (dev: per node, NULL: the nodes'
+ * placement), or -1. */
+int tdm_budget_first_reader_dev(const struct tdm_graph *g, const int *dev, int v);
+void tdm_kv_plan_free(const tdm_allocator *a, tdm_kv_plan *k);
 
 /* The fit of a plan (tdm_plan.budget), figures per plan device. */
 typedef struct tdm_budget_plan {
@@ -111,6 +161,9 @@ typedef struct tdm_budget_plan {
     bool any_streamed;
     tdm_budget_options options;        /* what the fit was given (run-time refits start there) */
     uint64_t shapes_key;               /* input shapes the activations were last checked for */
+    int kv_keep[TDM_MAX_DEVICES];      /* KV layers (in order) whose cache stays on the device */
+    int kv_layers[TDM_MAX_DEVICES];    /* of the shared-form layers whose attention runs there */
+    char kv_why[600];                  /* how the caches were placed */
 } tdm_budget_plan;
 
 /* The fit pass over p's placement (p->graph's devices set). When the layers plan wins,

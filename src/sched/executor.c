@@ -51,12 +51,26 @@ static tdm_status *bound_mismatch(const frame *f, int o, const tdm_tensor *b, td
 /* Output o bound to the caller's tensor: a header over its memory (no allocation when the
  * run has header storage). Its memory is zeroed as a new output would be, unless the kernel
  * writes all of it or it is also one of the node's inputs (an in-place update, such as a
- * KV cache whose present output shares the past input's buffer). */
-static tdm_status *frame_bound_output(frame *f, int o, tdm_dtype dtype, int rank,
+ * KV cache whose present output shares the past input's buffer). A tensor in a device's
+ * memory (a plan state, tdm_plan_state_new) is bound for nodes on that device, updated in
+ * place or written whole, through the run's header storage. */
+static tdm_status *frame_bound_output(frame *f, tdm_device *dev, int o, tdm_dtype dtype, int rank,
                                       const int64_t *dims, unsigned kflags, int n_in,
                                       const tdm_tensor *const *ins, tdm_tensor **out) {
     tdm_tensor *b = f->bound[o];
     if (!same_shape(b, dtype, rank, dims)) return bound_mismatch(f, o, b, dtype, rank, dims);
+    bool on_dev = dev && !dev->host_memory;
+    bool shares_input = false;
+    for (int k = 0; k < n_in && !shares_input; k++) shares_input = ins[k] && ins[k]->data == b->data;
+    if (on_dev ? b->device != dev : b->device != NULL)
+        return TDM_ERR(TDM_ERR_UNSUPPORTED, "output '%s' is bound to a tensor in %s memory, but "
+                       "the node making it runs on %s", f->g->values[f->g->outputs[o]].name,
+                       b->device ? ((const tdm_device *)b->device)->name : "host",
+                       dev ? dev->name : "the host");
+    if (b->device && (!f->bound_hdr || (!shares_input && !(kflags & TDM_KF_WRITES_ALL))))
+        return TDM_ERR(TDM_ERR_UNSUPPORTED, "output '%s': a tensor in %s memory can be bound only "
+                       "for an update in place or a kernel that writes all of it",
+                       f->g->values[f->g->outputs[o]].name, dev->name);
     tdm_tensor *t = NULL;
     if (f->bound_hdr) {
         t = &f->bound_hdr[o];
@@ -68,13 +82,13 @@ static tdm_status *frame_bound_output(frame *f, int o, tdm_dtype dtype, int rank
         t->nbytes = b->nbytes;
         t->data = b->data;
         t->alloc = f->a;
+        t->device = b->device;
         t->pooled = true; /* the binding's: destroy leaves it alone */
     } else {
         TDM_TRY(tdm_tensor_new_view(f->a, dtype, rank, dims, b->data, &t));
     }
-    bool shares_input = false;
-    for (int k = 0; k < n_in && !shares_input; k++) shares_input = ins[k] && ins[k]->data == b->data;
-    if (!shares_input && !(kflags & TDM_KF_WRITES_ALL) && b->nbytes) memset(b->data, 0, b->nbytes);
+    if (!b->device && !shares_input && !(kflags & TDM_KF_WRITES_ALL) && b->nbytes)
+        memset(b->data, 0, b->nbytes);
     *out = t;
     return NULL;
 }
@@ -84,7 +98,7 @@ static tdm_status *frame_new_output(frame *f, tdm_device *dev, int v, tdm_dtype 
                                     const tdm_tensor *const *ins, tdm_tensor **out) {
     int bo = f ? frame_output_index(f, v) : -1;
     if (bo >= 0 && f->bound[bo])
-        return frame_bound_output(f, bo, dtype, rank, dims, kflags, n_in, ins, out);
+        return frame_bound_output(f, dev, bo, dtype, rank, dims, kflags, n_in, ins, out);
     if (dev && !dev->host_memory) return tdm_device_tensor_new(dev, f ? f->a : NULL, dtype, rank, dims, out);
     bool shared = f && f->mp && v >= 0 && f->mp->alias_of[v] >= 0;
     if (shared && TDM_KF_INPLACE_INPUT(kflags) < 0) {
@@ -524,7 +538,7 @@ static tdm_status *take_outputs(frame *f, const int *which, size_t n, tdm_tensor
             if ((st = tdm_tensor_clone(f->a, staged, &out[j]))) break;
         } else if (f->vals[v]->device) { /* results go to the caller in host memory */
             if ((st = tdm_device_to_host(f->a, f->vals[v], &out[j]))) break;
-            tdm_exec_mon_copy(f, f->vals[v]->device, false, f->vals[v]->nbytes);
+            tdm_exec_mon_copy(f, f->vals[v]->device, false, f->vals[v]->nbytes, v);
         } else if (f->owned[v]) {
             tdm_exec_mon_hold(f, f->vals[v], -1); /* handed to the caller */
             out[j] = (tdm_tensor *)f->vals[v];
@@ -711,15 +725,8 @@ tdm_status *tdm_plan_run_bound(tdm_plan *p, const tdm_tensor *const *inputs,
     if (bound) {
         bool any = false;
         for (size_t o = 0; o < g->n_outputs; o++) any = any || bound[o];
-        /* nodes on a device with memory of its own write there, not into the caller's */
-        bool host = !p->multi_device;
-        for (size_t i = 0; i < g->n_nodes && host; i++) {
-            int d = g->nodes[i].device >= 0 ? g->nodes[i].device : 0;
-            host = d < p->n_devices && p->devices[d]->host_memory;
-        }
-        if (any && !host)
-            return TDM_ERR(TDM_ERR_UNSUPPORTED, "bound outputs need a plan on host-memory devices "
-                           "(cpu) only; this plan uses a device with memory of its own");
+        /* each bound output is checked against the memory of the node making it
+         * (frame_bound_output) */
         if (!any) f.bound = NULL;
     }
     uint64_t key = tdm_exec_shapes_key(g, inputs);

@@ -35,9 +35,13 @@ void tdm_exec_mon_hold(const frame *f, const tdm_tensor *t, int sign) {
     tdm_monitor_memory(m, slot, sign * (int64_t)t->nbytes);
 }
 
-/* A copy into (upload) or out of the memory of `dev`. */
-void tdm_exec_mon_copy(const frame *f, const tdm_device *dev, bool upload, size_t bytes) {
-    if (tdm_exec_mon(f) && dev) tdm_monitor_copy(tdm_exec_mon(f), dev->index, upload, (int64_t)bytes);
+/* A copy of value v into (upload) or out of the memory of `dev` (the KV cache's counted
+ * apart too). */
+void tdm_exec_mon_copy(const frame *f, const tdm_device *dev, bool upload, size_t bytes, int v) {
+    if (!tdm_exec_mon(f) || !dev) return;
+    tdm_monitor_copy(tdm_exec_mon(f), dev->index, upload, (int64_t)bytes);
+    if (v >= 0 && f->g->values[v].kv_layer)
+        tdm_monitor_copy_kv(tdm_exec_mon(f), dev->index, upload, (int64_t)bytes);
 }
 
 /* A copy on the timeline: on the device side's copy track, with an arrow to its reader. */
@@ -99,7 +103,7 @@ tdm_status *tdm_exec_host_copy(frame *f, int v, tdm_tensor **host) {
     if (*host) return NULL;
     if (tdm_xfer_device_async(t->device)) TDM_TRY(tdm_xfer_download(f->xfer, v, t, host));
     else TDM_TRY(tdm_device_to_host(f->a, t, host));
-    tdm_exec_mon_copy(f, t->device, false, t->nbytes);
+    tdm_exec_mon_copy(f, t->device, false, t->nbytes, v);
     tdm_exec_mon_hold(f, *host, 1);
     return NULL;
 }
@@ -155,7 +159,7 @@ static tdm_status *xfer_input_for(frame *f, int v, tdm_device *dev, tdm_tensor *
         /* graph inputs and constants outlive the run: uploaded from where they are */
         bool lives = constant || (!t->device && !f->owned[v]);
         if (!st && !(st = tdm_xfer_upload(f->xfer, dev, v, src, lives, slot))) {
-            tdm_exec_mon_copy(f, dev, true, src->nbytes);
+            tdm_exec_mon_copy(f, dev, true, src->nbytes, v);
             tdm_exec_mon_hold(f, *slot, 1);
         }
         if (!st && tr) {
@@ -225,7 +229,7 @@ tdm_status *tdm_exec_input_for(frame *f, int v, tdm_device *dev, const tdm_tenso
         if (!*host) {
             int64_t t0 = tr ? tdm_now_ns() : 0;
             TDM_TRY(tdm_device_to_host(f->a, t, host));
-            tdm_exec_mon_copy(f, t->device, false, t->nbytes);
+            tdm_exec_mon_copy(f, t->device, false, t->nbytes, v);
             tdm_exec_mon_hold(f, *host, 1);
             if (tr) trace_copy(tr, f, v, (tdm_device *)t->device, NULL, t0, flow);
         }
@@ -245,7 +249,7 @@ tdm_status *tdm_exec_input_for(frame *f, int v, tdm_device *dev, const tdm_tenso
         if (t->device) { /* device to device goes through the host */
             int64_t t0 = tr ? tdm_now_ns() : 0;
             if (!*host && !(st = tdm_device_to_host(f->a, t, host))) {
-                tdm_exec_mon_copy(f, t->device, false, t->nbytes);
+                tdm_exec_mon_copy(f, t->device, false, t->nbytes, v);
                 tdm_exec_mon_hold(f, *host, 1);
             }
             if (!st && tr) trace_copy(tr, f, v, (tdm_device *)t->device, NULL, t0, NULL);
@@ -253,7 +257,7 @@ tdm_status *tdm_exec_input_for(frame *f, int v, tdm_device *dev, const tdm_tenso
         }
         int64_t t0 = tr ? tdm_now_ns() : 0;
         if (!st && !(st = tdm_device_to_device(dev, f->a, src, slot))) {
-            tdm_exec_mon_copy(f, dev, true, src->nbytes);
+            tdm_exec_mon_copy(f, dev, true, src->nbytes, v);
             tdm_exec_mon_hold(f, *slot, 1); /* constants stay for the plan's life */
         }
         if (!st) st = xfer_sync_upload(f, dev);

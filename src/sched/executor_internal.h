@@ -134,7 +134,7 @@ int tdm_exec_device_index(const frame *f, const tdm_device *dev);
 tdm_monitor *tdm_exec_mon(const frame *f);
 int tdm_exec_mon_host_slot(const tdm_plan *p);
 void tdm_exec_mon_hold(const frame *f, const tdm_tensor *t, int sign);
-void tdm_exec_mon_copy(const frame *f, const tdm_device *dev, bool upload, size_t bytes);
+void tdm_exec_mon_copy(const frame *f, const tdm_device *dev, bool upload, size_t bytes, int v);
 /* The frame's table of copies, made on first need. */
 tdm_status *tdm_exec_replicas(frame *f);
 /* Starts (asynchronous source) or makes (blocking source) the host copy of device value v. */

@@ -408,7 +408,7 @@ static tdm_status *stream_upload(frame *f, int v, int d, size_t for_node) {
     }
     t->device = dev;
     f->stream->slot[k] = t;
-    tdm_exec_mon_copy(f, dev, true, w->nbytes);
+    tdm_exec_mon_copy(f, dev, true, w->nbytes, v);
     if (tdm_exec_mon(f) && f->stream->pool->pinned && f->stream->pool->pinned[k] == 1)
         tdm_monitor_copy_pinned(tdm_exec_mon(f), dev->index, (int64_t)w->nbytes);
     if (tr && queued) { /* traced when its reader waits for it */

@@ -337,6 +337,52 @@ static void explain_budget_json(const tdm_plan *p, sbuf *b) {
     sb_printf(b, "]");
 }
 
+/* The KV cache placement (sched/budget.h tdm_kv_plan) in the JSON explanation: per layer
+ * where its cache lives, and the copies per decode step that the host layers cost. */
+static void explain_kv_json(const tdm_plan *p, sbuf *b) {
+    const tdm_kv_plan *k = p->kv;
+    if (!k) return;
+    sb_printf(b, ",\"kv_cache\":{\"layers\":[");
+    for (int l = 0; l < k->n_layers; l++) {
+        int d = k->device[l];
+        sb_printf(b, "%s{\"layer\":%d,\"place\":\"%s\",\"device\":", l ? "," : "", l,
+                  tdm_kv_place_name(k->place[l]));
+        sb_json_str(b, d >= 0 && d < p->n_devices ? p->devices[d]->name : "?");
+        sb_printf(b, ",\"bytes\":%lld}", (long long)k->bytes[l]);
+    }
+    sb_printf(b, "],\"bytes_on_device\":{");
+    for (int d = 0; d < p->n_devices; d++) {
+        sb_printf(b, "%s", d ? "," : "");
+        sb_json_str(b, p->devices[d]->name);
+        sb_printf(b, ":%lld", (long long)k->on_device[d]);
+    }
+    sb_printf(b, "},\"bytes_uploaded_per_token\":%lld,\"bytes_downloaded_per_token\":%lld,"
+              "\"fed_back\":%s,\"reason\":", (long long)k->uploaded_per_token,
+              (long long)k->downloaded_per_token, k->fed_back ? "true" : "false");
+    sb_json_str(b, k->why);
+    sb_printf(b, "}");
+}
+
+/* The KV cache placement in the text explanation: runs of layers with the same place. */
+static void explain_kv_text(const tdm_plan *p, sbuf *b) {
+    const tdm_kv_plan *k = p->kv;
+    if (!k) return;
+    sb_printf(b, "\nKV cache: %s; copies per token: %.2f MiB up, %.2f MiB down%s\n", k->why,
+              (double)k->uploaded_per_token / 1048576, (double)k->downloaded_per_token / 1048576,
+              k->fed_back ? " (at the full context)" : "");
+    for (int l = 0; l < k->n_layers;) {
+        int e = l;
+        double bytes = 0;
+        while (e < k->n_layers && k->place[e] == k->place[l] && k->device[e] == k->device[l])
+            bytes += (double)k->bytes[e++];
+        int d = k->device[l];
+        sb_printf(b, "  layers %d-%d: %s (attention on %s), %.2f MiB\n", l, e - 1,
+                  tdm_kv_place_name(k->place[l]), d >= 0 && d < p->n_devices ? p->devices[d]->name : "?",
+                  bytes / 1048576);
+        l = e;
+    }
+}
+
 /* Budgets in the text explanation: the decision, then the weights grouped by layer. */
 static void explain_budget_text(const tdm_plan *p, sbuf *b) {
     const tdm_budget_plan *bp = p->budget;
@@ -461,6 +507,7 @@ static void explain_json(tdm_plan *p, sbuf *b, const explain_sums *x) {
     }
     sb_printf(b, "}}");
     explain_budget_json(p, b);
+    explain_kv_json(p, b);
     sb_printf(b, "}\n");
 }
 
@@ -556,6 +603,7 @@ static void explain_table(tdm_plan *p, sbuf *b, int format, const explain_sums *
     }
     sb_printf(b, "\n");
     explain_budget_text(p, b);
+    explain_kv_text(p, b);
 }
 
 /* The copies of the plan and the totals over its nodes (x->copies allocated with a). */

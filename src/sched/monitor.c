@@ -91,6 +91,14 @@ void tdm_monitor_copy_pinned(tdm_monitor *m, int dev, int64_t bytes) {
     pthread_mutex_unlock(&m->mu);
 }
 
+void tdm_monitor_copy_kv(tdm_monitor *m, int dev, bool upload, int64_t bytes) {
+    if (!slot_ok(m, dev)) return;
+    pthread_mutex_lock(&m->mu);
+    if (upload) m->slot[dev].kv_up += bytes;
+    else m->slot[dev].kv_down += bytes;
+    pthread_mutex_unlock(&m->mu);
+}
+
 void tdm_monitor_read(tdm_monitor *m, int dev, tdm_monitor_slot *out, int64_t *now_ns,
                       int64_t *window_start_ns) {
     memset(out, 0, sizeof *out);
@@ -121,6 +129,7 @@ void tdm_monitor_reset(tdm_monitor *m) {
         s->uploads = s->downloads = 0;
         s->bytes_up = s->bytes_down = 0;
         s->bytes_up_pinned = 0;
+        s->kv_up = s->kv_down = 0;
         s->mem_peak = s->mem_in_use;
     }
     pthread_mutex_unlock(&m->mu);

@@ -31,6 +31,7 @@ typedef struct tdm_monitor_slot {
     int64_t uploads, downloads;   /* copies since the window start */
     int64_t bytes_up, bytes_down;
     int64_t bytes_up_pinned;      /* of bytes_up: copied from registered (page-locked) host memory */
+    int64_t kv_up, kv_down;       /* of bytes_up / bytes_down: a generator's KV cache */
 } tdm_monitor_slot;
 
 typedef struct tdm_monitor {
@@ -55,6 +56,8 @@ void tdm_monitor_memory(tdm_monitor *m, int dev, int64_t bytes);
 void tdm_monitor_copy(tdm_monitor *m, int dev, bool upload, int64_t bytes);
 /* Of an upload counted by tdm_monitor_copy: `bytes` came from registered host memory. */
 void tdm_monitor_copy_pinned(tdm_monitor *m, int dev, int64_t bytes);
+/* Of the bytes counted by tdm_monitor_copy: a generator's KV cache (graph/graph.h kv_layer). */
+void tdm_monitor_copy_kv(tdm_monitor *m, int dev, bool upload, int64_t bytes);
 /* Snapshot of one slot plus the current time and window start, taken under the lock;
  * busy_ns includes the open interval. */
 void tdm_monitor_read(tdm_monitor *m, int dev, tdm_monitor_slot *out, int64_t *now_ns,

@@ -479,6 +479,7 @@ tdm_status *tdm_plan_create(const tdm_allocator *a, tdm_graph *graph, tdm_device
         st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory creating a plan");
         goto fail;
     }
+    if ((st = tdm_kv_plan_build(p))) goto fail; /* where each KV cache layer lives */
     if ((st = prepare_kernels(p))) goto fail;
     lifetimes(p);
     inplace_inputs(p);
@@ -513,6 +514,7 @@ void tdm_plan_free(tdm_plan *p) {
     for (int i = 0; i < TDM_PLAN_MEM_SLOTS; i++) tdm_memplan_free(p->alloc, p->mem[i]);
     tdm_xfer_pool_free(p->staging, p->alloc);
     tdm_budget_plan_free(p->alloc, p->budget);
+    tdm_kv_plan_free(p->alloc, p->kv);
     pthread_mutex_destroy(&p->mem_mu);
     tdm_free(p->alloc, p);
 }

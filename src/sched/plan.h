@@ -69,6 +69,8 @@ typedef struct tdm_plan {
     struct tdm_budget_plan *budget;
     /* device buffers of streamed weights, kept across runs (sched/stream.c), or NULL */
     struct tdm_stream_pool *stream_pool;
+    /* a generator's KV cache placement (sched/budget.h), or NULL when the graph has none */
+    struct tdm_kv_plan *kv;
 } tdm_plan;
 
 /* Stored measurements (sched/measured.c): apply replaces predicted node times with what
@@ -116,11 +118,23 @@ tdm_status *tdm_plan_run_ctl(tdm_plan *p, const tdm_tensor *const *inputs, tdm_t
  * updates it in place), and outputs[j] stays NULL. Its dtype and shape must be what the run
  * produces, else TDM_ERR_INVALID_ARGUMENT naming both. bound_hdr (may be NULL): storage for
  * g->n_outputs tensor headers the run uses for the views of bound tensors (none from the
- * heap then); it must not be shared by concurrent runs. A plan with nodes on a device with
- * memory of its own refuses bound outputs with TDM_ERR_UNSUPPORTED. */
+ * heap then); it must not be shared by concurrent runs. A bound tensor must be in the memory
+ * of the node making the output (host memory for host-memory devices; a plan state,
+ * tdm_plan_state_new, for a device with memory of its own: updated in place or written whole,
+ * with bound_hdr), else TDM_ERR_UNSUPPORTED. */
 tdm_status *tdm_plan_run_bound(tdm_plan *p, const tdm_tensor *const *inputs,
                                tdm_tensor *const *bound, tdm_tensor *bound_hdr,
                                tdm_tensor **outputs, const tdm_run_ctl *ctl);
+
+/* A state of the plan kept on a device between runs (a generator's KV cache, sched/budget.h
+ * TDM_KV_DEVICE): a zeroed tensor of the given dtype and shape in the memory of the device
+ * that first reads graph value v (host memory when that device has none), counted by the
+ * plan's monitor as held until tdm_plan_state_free (its zeros as uploaded once). Bound as a
+ * run's input and as the output that updates it in place, it is read and written where it
+ * is: no copies per run. */
+tdm_status *tdm_plan_state_new(tdm_plan *p, int v, tdm_dtype dtype, int rank, const int64_t *dims,
+                               tdm_tensor **out);
+void tdm_plan_state_free(tdm_plan *p, tdm_tensor *t);
 
 /* Bytes of the arena planned for the most recently used input shapes (0 before a run with
  * static shapes has been planned). */

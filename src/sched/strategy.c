@@ -43,6 +43,14 @@ static tdm_status *parse_residency(const char *text, bool *mapped, tdm_budget_op
             if (out) out->force = !strcmp(tok, "streamed") ? TDM_FIT_STREAMED
                                   : !strcmp(tok, "layers") ? TDM_FIT_LAYERS
                                                            : 0;
+        } else if (!strncmp(tok, "kv=", 3)) {
+            const char *k = tok + 3;
+            int place = !strcmp(k, "auto") ? 0 : !strcmp(k, "device") ? TDM_KV_DEVICE
+                        : !strcmp(k, "host") ? TDM_KV_HOST : !strcmp(k, "cpu") ? TDM_KV_CPU : -1;
+            if (place < 0)
+                return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "residency: '%s': give kv=auto, kv=device, "
+                               "kv=host or kv=cpu", tok);
+            if (out) out->kv_force = place;
         } else if (!strncmp(tok, "window=", 7)) {
             char *end;
             long k = strtol(tok + 7, &end, 10);
@@ -52,7 +60,7 @@ static tdm_status *parse_residency(const char *text, bool *mapped, tdm_budget_op
             if (out) out->window = (int)k;
         } else {
             return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "residency: '%s' is not one of mapped, streamed, "
-                           "layers, auto, window=K", tok);
+                           "layers, auto, window=K, kv=auto|device|host|cpu", tok);
         }
     }
     return NULL;
@@ -69,6 +77,7 @@ tdm_status *tdm_strategy_budget(const tdm_strategy_setup *su, tdm_device *const 
     *any = false;
     bool mapped;
     TDM_TRY(parse_residency(o->residency, &mapped, out));
+    *any = out->kv_force != 0; /* a KV cache placement asked for: the fit places it */
     if (!o->device_memory || !o->device_memory[0]) return NULL;
     tdm_budget_spec all[TDM_MAX_DEVICES];
     memset(all, 0, sizeof all);

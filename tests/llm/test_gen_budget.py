@@ -20,6 +20,19 @@ of the all-resident run by exactly that (the inputs and the KV cache, which stay
 are uploaded alike in both). At 10% the tied embedding is more than the budget can hold next to
 the activations: the nodes reading it (the embedding's Gather, the lm head) must run on the CPU,
 with that reason in the plan's explanation, and everything else as above.
+
+KV cache placement (check_kv): each layer's cache on the device of its attention (a state bound in
+place), in host memory copied every token (kv=host), or in host memory with its attention on the
+CPU (kv=cpu, and the layers a byte budget cannot hold). With --max-length 256 on test:0: no budget
+keeps every cache on the device and the monitor counts no KV copies per decoded token; kv=host
+copies exactly the caches' bytes up and down per token (the shared form's max_length-long past
+and present); kv=cpu and byte budgets from "every cache fits" down to "none fits" (all three kinds
+must show) give the placement the plan reports (device layers first), KV copies per token equal
+to its prediction, the CPU's ids, and a device peak within the budget. The fed-back form (optimum)
+keeps its caches in host memory: it copies exactly sum over decode steps of c rows up and c + 1
+rows down (c = tokens cached before the step). opencl:0 runs no GroupQueryAttention: the GenAI
+form's caches stay with their attention on the CPU, no KV copies. A --model folder (SmolLM2)
+gets the no-budget, kv=host and three byte-budget (100%, 50%, 25%) KV runs.
 Prints one table row per run. Exit 77 when the .venv lacks onnx.
 """
 import argparse
@@ -44,6 +57,115 @@ def generate(a, folder, extra, tokens):
     if r.returncode:
         return None, r.stderr.strip()
     return json.loads(r.stdout), None
+
+
+def kv_run(a, name, folder, extra, ref, label, rows):
+    """One generate run for the KV checks: ids, peak, KV copies against the reported placement."""
+    got, err = generate(a, folder, ["--max-length", "256"] + extra, a.tokens)
+    if err:
+        print(f"FAIL {name} kv {label}: {err[-500:]}")
+        return None, 1
+    bad = 0
+    dev_name = extra[extra.index("--device") + 1]
+    dev = [d for d in got["devices"] if d["device"] == dev_name][0]
+    kv = got.get("kv_placement") or {}
+    places = [l["place"] for l in kv.get("layers", [])]
+    n = dev["decode_tokens"]
+    up, down = dev["decode_kv_bytes_uploaded"], dev["decode_kv_bytes_downloaded"]
+    if got["tokens"] != ref:
+        print(f"FAIL {name} kv {label}: ids {got['tokens']} != cpu {ref}")
+        bad += 1
+    pb = got.get("plan_budget") or {}
+    budget = ((pb.get("devices") or {}).get(dev_name) or {}).get("budget_bytes", 0)
+    if budget and dev["memory_peak"] > budget:
+        print(f"FAIL {name} kv {label}: peak {dev['memory_peak']} B above the budget {budget} B")
+        bad += 1
+    if not places:
+        print(f"FAIL {name} kv {label}: no kv_placement in the output")
+        return got, bad + 1
+    if places != sorted(places, key=lambda p: p != "device"):
+        print(f"FAIL {name} kv {label}: device layers are not the first ones: {places}")
+        bad += 1
+    if kv.get("fed_back"):  # the exact copies of a fed-back cache: c rows up, c + 1 down per step
+        row = sum(l["bytes"] for l in kv["layers"] if l["place"] == "host") // 256
+        c0 = got["prompt_tokens"]
+        want_up = row * sum(range(c0, c0 + n))
+        want_down = row * sum(range(c0 + 1, c0 + n + 1))
+    else:
+        want_up = n * kv["bytes_uploaded_per_token"]
+        want_down = n * kv["bytes_downloaded_per_token"]
+        host = sum(l["bytes"] for l in kv["layers"] if l["place"] == "host")
+        if kv["bytes_uploaded_per_token"] != host or kv["bytes_downloaded_per_token"] != host:
+            print(f"FAIL {name} kv {label}: predicted copies {kv['bytes_uploaded_per_token']} / "
+                  f"{kv['bytes_downloaded_per_token']} B per token != the host layers' {host} B")
+            bad += 1
+    if up != want_up or down != want_down:
+        print(f"FAIL {name} kv {label}: KV copies {up} B up / {down} B down over {n} tokens != "
+              f"expected {want_up} / {want_down}")
+        bad += 1
+    rows.append(f"| {name} | {dev_name} | {label} | {budget or ''} | {dev['memory_peak']} | "
+                f"{''.join(p[0] for p in places)} | {kv.get('bytes_uploaded_per_token', 0)} | "
+                f"{up / max(n, 1):.0f} / {down / max(n, 1):.0f} | {'yes' if got['tokens'] == ref else 'NO'} |")
+    return got, bad
+
+
+def check_kv(a, name, folder, genai, full=True):
+    bad = 0
+    rows = []
+    ref, err = generate(a, folder, ["--max-length", "256"], a.tokens)
+    if err:
+        print(f"FAIL {name} kv: cpu run: {err[-400:]}")
+        return 1
+    ref = ref["tokens"]
+    dev = ["--device", "test:0"]
+    got, b = kv_run(a, name, folder, dev, ref, "no budget", rows)
+    bad += b
+    if got and genai and any(l["place"] != "device" for l in got["kv_placement"]["layers"]):
+        print(f"FAIL {name} kv: without a budget every cache should stay on test:0: {got['kv_placement']}")
+        bad += 1
+    if genai:
+        for force in ("host", "cpu") if full else ("host",):
+            got, b = kv_run(a, name, folder, dev + ["--residency", f"kv={force}"], ref, f"kv={force}", rows)
+            bad += b
+            if got and any(l["place"] != force for l in got["kv_placement"]["layers"]):
+                print(f"FAIL {name} kv={force}: placement {got['kv_placement']['layers']}")
+                bad += 1
+        # byte budgets from every cache fitting to none: all three kinds must show
+        big, err = generate(a, folder, ["--max-length", "256"] + dev + ["--device-memory", "test:0=64GiB"], a.tokens)
+        if err:
+            print(f"FAIL {name} kv: 64GiB run: {err[-400:]}")
+            return bad + 1
+        d = big["plan_budget"]["devices"]["test:0"]
+        need = d["weights_bytes"] + d["activation_bytes"] + d["reserved_bytes"]
+        kinds = set()
+        for frac in (1.0, 0.75, 0.5, 0.35, 0.25, 0.2) if full else (1.0, 0.5, 0.25):
+            budget = int(need * frac) + (1024 if frac == 1.0 else 0)
+            got, b = kv_run(a, name, folder, dev + ["--device-memory", f"test:0={budget}B"], ref,
+                            f"{budget} B ({frac:.0%})", rows)
+            bad += b
+            if got:
+                pl = [l["place"] for l in got["kv_placement"]["layers"]]
+                kinds.add("all" if all(p == "device" for p in pl) else "none" if "device" not in pl else "split")
+                if frac == 1.0 and kinds != {"all"}:
+                    print(f"FAIL {name} kv: at {budget} B every cache should fit: {pl}")
+                    bad += 1
+        if kinds != {"all", "split", "none"}:
+            print(f"FAIL {name} kv: the budgets gave only {sorted(kinds)} placements")
+            bad += 1
+    if a.opencl and full:
+        ocl = ["--device", "opencl:0", "--device-memory", "opencl:0=25%"] + (["--residency", "streamed"] if genai else [])
+        got, err = generate(a, folder, ["--max-length", "256"] + ocl, a.tokens)
+        if err and "'opencl:0' is not available" in err:
+            print(f"SKIP opencl:0: {err[-200:]}")
+        else:
+            got, b = kv_run(a, name, folder, ocl, ref, "opencl:0 25%", rows)
+            bad += b
+    print("| model | device | KV case | budget B | peak B | layers (d=device, c=cpu, h=host) | "
+          "predicted KV B/token up | measured KV B/token up / down | ids = cpu |")
+    print("|---|---|---|---:|---:|---|---:|---:|---|")
+    for r in rows:
+        print(r)
+    return bad
 
 
 def check_model(a, name, folder, tokens):
@@ -179,8 +301,12 @@ def main():
             subprocess.run([sys.executable, os.path.join(a.repo, "tools", "make_tiny_llama.py"), folder, "--form",
                             form, "--seed", "5", "--layers", "4"], check=True)
         bad += check_model(a, f"tiny_{form}", folder, a.tokens)
+        bad += check_kv(a, f"tiny_{form}", folder, form == "genai")
     for m in a.model:
         bad += check_model(a, os.path.basename(m.rstrip("/")), m, a.tokens)
+        # (the real model: no budget, kv=host and three byte budgets; the tiny ones cover the rest)
+        bad += check_kv(a, os.path.basename(m.rstrip("/")), m,
+                        os.path.exists(os.path.join(m, "genai_config.json")), full=False)
     if bad:
         sys.exit(f"FAIL: {bad} check(s)")
     print("PASS")

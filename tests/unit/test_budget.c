@@ -7,7 +7,10 @@
  * to the kernel that reads it; budgets at 100%, 50%, 25% and 10% of the weights; a budget
  * below the largest weight puts the nodes that read it on the CPU (with the reason), or, with
  * no CPU in the session, is a clear error naming the device, the budget in bytes, the largest
- * weight and the least budget that runs; malformed budget texts are clear errors. */
+ * weight and the least budget that runs; malformed budget texts are clear errors. A plan state
+ * (sched/plan.h tdm_plan_state_new: a generator's KV cache kept on the device) is bound as a
+ * run's input and as the output updated in place: runs read and write it on the device with
+ * no copies, and a host tensor bound to an output made on the device is refused. */
 #include <jansson.h>
 #include <math.h>
 #include <setjmp.h>
@@ -21,7 +24,10 @@
 
 #include <cmocka.h>
 
+#include "api/api_impl.h"
+#include "backends/backend.h"
 #include "model_builder.h"
+#include "sched/plan.h"
 #include "tandem/tandem.h"
 
 #define LAYERS 16
@@ -474,6 +480,79 @@ static void test_errors(void **state) {
     tdm_env_free(env);
 }
 
+/* t = Add(s, c) on test:0 with s and t bound to one plan state: three runs leave 3c in it,
+ * on the device, with the constant c uploaded once and nothing downloaded. */
+static void test_state(void **state) {
+    (void)state;
+    tdm_env *env = make_env();
+    mb_model m;
+    mb_init(&m, 17);
+    int64_t d[1] = {H};
+    float cv[H];
+    for (int i = 0; i < H; i++) cv[i] = (float)(i % 7) - 3.0f;
+    mb_input(&m, "s", 1, d);
+    mb_init_f32(&m, "c", 1, d, H, cv);
+    mb_node(&m, "Add:s,c->t");
+    mb_output(&m, "t");
+    size_t size = 0;
+    void *bytes = mb_pack(&m, &size);
+    mb_free(&m);
+    tdm_session *s = NULL;
+    tdm_status *st = open_session(env, bytes, size, "test:0,cpu", NULL, NULL, &s);
+    if (st) fail_msg("%s", tdm_status_message(st));
+    tdm_plan *p = s->strategy->plan;
+    int v = tdm_graph_find_value(p->graph, "s");
+    assert_true(v >= 0);
+    tdm_tensor *kept = NULL;
+    assert_null(tdm_plan_state_new(p, v, TDM_FLOAT, 1, d, &kept));
+    assert_non_null(kept->device); /* in test:0's memory */
+    tdm_device_monitor m0 = monitor_of(s, "test:0");
+    assert_true(m0.memory_in_use >= (int64_t)(H * 4));
+    tdm_io_binding *b = NULL;
+    assert_null(tdm_io_binding_create(s, &b));
+    assert_null(tdm_io_binding_bind_input(b, "s", kept));
+    assert_null(tdm_io_binding_bind_output(b, "t", kept));
+    tdm_session_monitor_reset(s);
+    for (int r = 0; r < 3; r++) {
+        st = tdm_session_run_bound(s, b, NULL);
+        if (st) fail_msg("run %d: %s", r, tdm_status_message(st));
+    }
+    tdm_device_monitor m1 = monitor_of(s, "test:0");
+    print_message("  state: 3 runs, %lld B uploaded (the constant), %lld B downloaded\n",
+                  (long long)m1.bytes_uploaded, (long long)m1.bytes_downloaded);
+    assert_int_equal(m1.bytes_uploaded, H * 4); /* c, once per plan; s never */
+    assert_int_equal(m1.bytes_downloaded, 0);
+    assert_null(tdm_io_binding_output(b, "t") == kept ? NULL : TDM_ERR(TDM_ERR_INTERNAL, "not kept"));
+    tdm_tensor *host = NULL;
+    assert_null(tdm_device_to_host(NULL, kept, &host));
+    const float *h = host->data;
+    for (int i = 0; i < H; i++)
+        if (h[i] != 3 * cv[i]) fail_msg("state[%d] = %g, want %g", i, (double)h[i], (double)(3 * cv[i]));
+    tdm_tensor_destroy(host);
+    /* a host tensor for an output made on test:0: refused, naming both */
+    tdm_tensor *t_host = NULL;
+    assert_null(tdm_tensor_create(env, TDM_FLOAT, 1, d, &t_host));
+    tdm_io_binding *b2 = NULL;
+    assert_null(tdm_io_binding_create(s, &b2));
+    assert_null(tdm_io_binding_bind_input(b2, "s", kept));
+    assert_null(tdm_io_binding_bind_output(b2, "t", t_host));
+    st = tdm_session_run_bound(s, b2, NULL);
+    assert_non_null(st);
+    print_message("  host tensor bound on test:0 -> %s\n", tdm_status_message(st));
+    assert_int_equal(tdm_status_code(st), TDM_ERR_UNSUPPORTED);
+    assert_non_null(strstr(tdm_status_message(st), "test:0"));
+    tdm_status_free(st);
+    tdm_io_binding_free(b2);
+    tdm_tensor_free(t_host);
+    tdm_io_binding_free(b);
+    int64_t before = monitor_of(s, "test:0").memory_in_use;
+    tdm_plan_state_free(p, kept);
+    assert_int_equal(monitor_of(s, "test:0").memory_in_use, before - H * 4);
+    tdm_session_free(s);
+    free(bytes);
+    tdm_env_free(env);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_budgets),
@@ -481,6 +560,7 @@ int main(void) {
         cmocka_unit_test(test_models),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_oversize),
+        cmocka_unit_test(test_state),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
