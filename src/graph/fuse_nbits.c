@@ -94,6 +94,17 @@ static bool match_offsets(const fz_ctx *fz, int i, int64_t N, int64_t nb, int64_
     return true;
 }
 
+/* The attributes every MatMulNBitsPacked carries (the kernel's layout contract, nbits_pack.h). */
+static tdm_status *set_packed_attrs(fz_ctx *fz, int fi, int64_t K, int64_t N, int64_t bits,
+                                    int64_t bs, int64_t acc, unsigned form) {
+    TDM_TRY(fz_attr_int(fz, fi, "K", K));
+    TDM_TRY(fz_attr_int(fz, fi, "N", N));
+    TDM_TRY(fz_attr_int(fz, fi, "bits", bits));
+    TDM_TRY(fz_attr_int(fz, fi, "block_size", bs));
+    TDM_TRY(fz_attr_int(fz, fi, "accuracy_level", acc));
+    return fz_attr_int(fz, fi, "packed_form", (int64_t)form);
+}
+
 static tdm_status *pack_node(fz_ctx *fz, int i) {
     const tdm_allocator *a = fz->g->alloc;
     const tdm_node *n = fz_node(fz, i);
@@ -169,12 +180,7 @@ static tdm_status *pack_node(fz_ctx *fz, int i) {
     f->inputs[1] = pv;
     if (ibias >= 0) f->inputs[2] = ibias;
     f->outputs[0] = off ? fz_node(fz, kill[0])->outputs[0] : n->outputs[0];
-    TDM_TRY(fz_attr_int(fz, fi, "K", K));
-    TDM_TRY(fz_attr_int(fz, fi, "N", N));
-    TDM_TRY(fz_attr_int(fz, fi, "bits", bits));
-    TDM_TRY(fz_attr_int(fz, fi, "block_size", bs));
-    TDM_TRY(fz_attr_int(fz, fi, "accuracy_level", acc));
-    TDM_TRY(fz_attr_int(fz, fi, "packed_form", (int64_t)form));
+    TDM_TRY(set_packed_attrs(fz, fi, K, N, bits, bs, acc, form));
     fz_kill(fz, i);
     for (int k = 0; off && k < 4; k++) fz_kill(fz, kill[k]);
     drop_const(fz, ic, uses_c);
@@ -263,12 +269,7 @@ static tdm_status *join(fz_ctx *fz, const int *parts, int np, int glu, int *out,
     f->inputs[0] = ia;
     f->inputs[1] = pv;
     f->outputs[0] = *out;
-    TDM_TRY(fz_attr_int(fz, fi, "K", K));
-    TDM_TRY(fz_attr_int(fz, fi, "N", N));
-    TDM_TRY(fz_attr_int(fz, fi, "bits", bits));
-    TDM_TRY(fz_attr_int(fz, fi, "block_size", bs));
-    TDM_TRY(fz_attr_int(fz, fi, "accuracy_level", acc));
-    TDM_TRY(fz_attr_int(fz, fi, "packed_form", (int64_t)form));
+    TDM_TRY(set_packed_attrs(fz, fi, K, N, bits, bs, acc, form));
     if (glu) TDM_TRY(fz_attr_int(fz, fi, "glu", glu));
     int pvs[3], uses[3];
     for (int k = 0; k < np; k++) {
