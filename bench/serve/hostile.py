@@ -67,6 +67,7 @@ async def idle_client(port, stop_at, stats):
 
 async def slowloris_client(port, stop_at, stats):
     while time.time() < stop_at:
+        eof = None
         try:
             r, w = await asyncio.open_connection(HOST, port)
             w.write(b"POST /v2/models/identity/infer HTTP/1.1\r\nHost: x\r\n")
@@ -76,9 +77,10 @@ async def slowloris_client(port, stop_at, stats):
                 await asyncio.sleep(1)
                 w.write(b"X-Slow: 1\r\n")
                 await w.drain()
-            stop_reading(eof)
         except OSError:
             pass
+        if eof is not None:
+            stop_reading(eof)  # also after a reset in drain(): its read would end unretrieved
         stats["closed_by_server"] += time.time() < stop_at
         try:
             w.close()
@@ -89,6 +91,7 @@ async def slowloris_client(port, stop_at, stats):
 
 async def slow_body_client(port, stop_at, stats):
     while time.time() < stop_at:
+        eof = None
         try:
             r, w = await asyncio.open_connection(HOST, port)
             w.write(b"POST /v2/models/identity/infer HTTP/1.1\r\nHost: x\r\n"
@@ -99,9 +102,10 @@ async def slow_body_client(port, stop_at, stats):
                 await asyncio.sleep(1)
                 w.write(b"\0" * 1024)
                 await w.drain()
-            stop_reading(eof)
         except OSError:
             pass
+        if eof is not None:
+            stop_reading(eof)  # also after a reset in drain(): its read would end unretrieved
         stats["closed_by_server"] += time.time() < stop_at
         try:
             w.close()
