@@ -52,14 +52,20 @@ static inline float round_code(float v) {
     return v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
 }
 
+/* the largest |x[i]|, i < n: one group's range, for the cache rows and the query alike */
+static float abs_max(const float *x, int64_t n) {
+    float mx = 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        float a = fabsf(x[i]);
+        mx = a > mx ? a : mx;
+    }
+    return mx;
+}
+
 void tdm_llm_kv_quantize_row(const float *x, int64_t d, int8_t *row) {
     for (int64_t g0 = 0; g0 < d; g0 += GROUP) {
         int64_t g1 = g0 + GROUP < d ? g0 + GROUP : d;
-        float mx = 0.0f;
-        for (int64_t i = g0; i < g1; i++) {
-            float a = fabsf(x[i]);
-            mx = a > mx ? a : mx;
-        }
+        float mx = abs_max(x + g0, g1 - g0);
         uint16_t sb = bf16_up(mx / 127.0f);
         float s = bf16_to_f32(sb), inv = s > 0.0f ? 1.0f / s : 0.0f;
         for (int64_t i = g0; i < g1; i++)
@@ -89,11 +95,7 @@ static void widen_row(const int8_t *r, int64_t d, float *x) {
 void tdm_llm_q8_query(const float *q, int64_t d, int8_t *c, float *s) {
     for (int64_t g0 = 0; g0 < d; g0 += GROUP) {
         int64_t g1 = g0 + GROUP < d ? g0 + GROUP : d;
-        float mx = 0.0f;
-        for (int64_t i = g0; i < g1; i++) {
-            float a = fabsf(q[i]);
-            mx = a > mx ? a : mx;
-        }
+        float mx = abs_max(q + g0, g1 - g0);
         float inv = mx > 0.0f ? 127.0f / mx : 0.0f;
         s[g0 / GROUP] = mx / 127.0f;
         for (int64_t i = g0; i < g1; i++) {
