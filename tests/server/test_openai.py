@@ -84,6 +84,8 @@ class Server:
             if self.port and any(l.rstrip().endswith("tandem serve: ready") for l in self.lines):
                 return
             time.sleep(0.05)
+        self.proc.kill()  # a server that never became ready must not outlive the test run
+        self.proc.wait()
         raise RuntimeError("server did not become ready:\n" + "".join(self.lines))
 
     def _read(self):

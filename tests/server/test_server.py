@@ -208,6 +208,8 @@ class Server:
         while time.time() < deadline and not self.ready() and self.proc.poll() is None:
             time.sleep(0.05)
         if self.port is None or not self.ready():
+            self.proc.kill()  # a server that never became ready must not outlive the test run
+            self.proc.wait()
             raise RuntimeError("server did not become ready:\n" + "".join(self.lines))
         self.url = f"127.0.0.1:{self.port}"
 
