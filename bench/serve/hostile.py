@@ -10,7 +10,9 @@ Scenario (loopback only; every loop is bounded in count and time):
   and to an Identity model (the server's own overhead);
 - hostile (a separate process, `--swarm`): 2,000 connections that never send a byte, 100
   slowloris clients that send a header line every second and 100 clients that upload a
-  1 MiB body at 1 KiB/s; a client the server closes comes back after a second;
+  1 MiB body at 1 KiB/s; a client the server closes comes back after a second; each client
+  keeps its own phase in the second (--together: all in lockstep, a burst of the swarm's own
+  CPU each second on the cores it shares with the server and the load generator);
 - the two alternate, `--rounds` times; medians are reported, with the target (QPS with the
   hostile clients >= 80% of without, p99 <= 2x);
 - budgets: the same with --max-connections 1000 (the 2,000 idle clients do not fit: the
@@ -22,6 +24,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import resource
 import signal
 import socket
@@ -48,7 +51,9 @@ def stop_reading(fut):
         fut.exception()
 
 
-async def idle_client(port, stop_at, stats):
+async def idle_client(port, stop_at, stats, together):
+    if not together:
+        await asyncio.sleep(random.random())  # independent clients: connects spread over a second
     while time.time() < stop_at:
         try:
             r, w = await asyncio.open_connection(HOST, port)
@@ -62,10 +67,12 @@ async def idle_client(port, stop_at, stats):
         except (asyncio.TimeoutError, OSError):
             pass
         w.close()
-        await asyncio.sleep(1)
+        await asyncio.sleep(1 if together else 0.5 + random.random())
 
 
-async def slowloris_client(port, stop_at, stats):
+async def slowloris_client(port, stop_at, stats, together):
+    if not together:
+        await asyncio.sleep(random.random())  # its own phase in the second
     while time.time() < stop_at:
         eof = None
         try:
@@ -86,10 +93,12 @@ async def slowloris_client(port, stop_at, stats):
             w.close()
         except Exception:  # noqa: BLE001
             pass
-        await asyncio.sleep(1)
+        await asyncio.sleep(1 if together else 0.5 + random.random())
 
 
-async def slow_body_client(port, stop_at, stats):
+async def slow_body_client(port, stop_at, stats, together):
+    if not together:
+        await asyncio.sleep(random.random())  # its own phase in the second
     while time.time() < stop_at:
         eof = None
         try:
@@ -111,23 +120,23 @@ async def slow_body_client(port, stop_at, stats):
             w.close()
         except Exception:  # noqa: BLE001
             pass
-        await asyncio.sleep(1)
+        await asyncio.sleep(1 if together else 0.5 + random.random())
 
 
-async def swarm(port, seconds, n_idle, n_slow):
+async def swarm(port, seconds, n_idle, n_slow, together):
     stop_at = time.time() + seconds
     st = {"connected": 0, "closed_by_server": 0}
-    tasks = [idle_client(port, stop_at, st) for _ in range(n_idle)]
-    tasks += [slowloris_client(port, stop_at, st) for _ in range(n_slow // 2)]
-    tasks += [slow_body_client(port, stop_at, st) for _ in range(n_slow - n_slow // 2)]
+    tasks = [idle_client(port, stop_at, st, together) for _ in range(n_idle)]
+    tasks += [slowloris_client(port, stop_at, st, together) for _ in range(n_slow // 2)]
+    tasks += [slow_body_client(port, stop_at, st, together) for _ in range(n_slow - n_slow // 2)]
     await asyncio.gather(*tasks)
     st["cpu_s"] = round(time.process_time(), 2)
     print(json.dumps(st), flush=True)
 
 
-def start_swarm(port, seconds, n_idle, n_slow):
+def start_swarm(port, seconds, n_idle, n_slow, together=False):
     p = subprocess.Popen([sys.executable, __file__, "--swarm", str(port), str(seconds), str(n_idle),
-                          str(n_slow)], stdout=subprocess.PIPE, text=True)
+                          str(n_slow), "1" if together else "0"], stdout=subprocess.PIPE, text=True)
     return p
 
 
@@ -155,7 +164,7 @@ def hostile_rounds(a, tmp, repo, extra, label):
             res = {"quiet": [], "hostile": []}
             for _ in range(a.rounds):
                 res["quiet"].append(client.run(p.pid, model, inputs, a.concurrency, a.duration, 0.5))
-                sw = start_swarm(port, a.duration + 6, a.idle, a.slow)
+                sw = start_swarm(port, a.duration + 6, a.idle, a.slow, a.together)
                 time.sleep(4)  # the swarm connects and the slow clients settle
                 res["hostile"].append(client.run(p.pid, model, inputs, a.concurrency, a.duration, 0.5))
                 out, _ = sw.communicate(timeout=a.duration + 60)
@@ -248,7 +257,8 @@ def render(a, results, mem):
     L.append(f"Machine: {os.cpu_count()} cores, load average before: {' '.join(bench_serve.loadavg())}; "
              f"{a.rounds} rounds of {a.duration:.0f} s, concurrency {a.concurrency}, medians. "
              f"Hostile: {a.idle} idle + {a.slow} slow clients (half slowloris headers, half 1 KiB/s "
-             f"bodies), reconnecting after each close.\n")
+             f"bodies), reconnecting after each close; "
+             f"{'in lockstep (--together)' if a.together else 'each at its own phase in the second'}.\n")
     L.append("| server | model | QPS quiet | QPS hostile | ratio | p99 quiet ms | p99 hostile ms | ratio | "
              "server CPU ms/req quiet | hostile | target met |")
     L.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
@@ -346,7 +356,7 @@ def background_cost(a):
             probe(port, 1.0)  # warm-up
             for _ in range(a.rounds):
                 for name, n_idle, n_slow in settings:
-                    sw = start_swarm(port, a.duration + 6, n_idle, n_slow) if n_idle + n_slow else None
+                    sw = start_swarm(port, a.duration + 6, n_idle, n_slow, a.together) if n_idle + n_slow else None
                     time.sleep(4 if sw else 0.5)
                     c0, x0, t0 = bench_serve.cpu_seconds(p.pid), ctx_switches(p.pid), time.time()
                     lat = probe(port, a.duration)
@@ -419,9 +429,10 @@ def keep_alive_cost(a):
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--swarm":
         port, secs, n_idle, n_slow = int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+        together = len(sys.argv) > 6 and sys.argv[6] == "1"
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 8192), hard))
-        asyncio.run(swarm(port, secs, n_idle, n_slow))
+        asyncio.run(swarm(port, secs, n_idle, n_slow, together))
         return 0
     ap = argparse.ArgumentParser()
     ap.add_argument("--tandem", default=os.path.join(bench_serve.ROOT, "build/tandem"))
@@ -438,6 +449,10 @@ def main():
     ap.add_argument("--background-cost", action="store_true",
                     help="only what the idle and the slow clients cost by themselves: server CPU and "
                          "the latency of one sequential client, with none, each kind and both")
+    ap.add_argument("--together", action="store_true",
+                    help="the hostile clients in lockstep (as before 2026-12-04): all slow clients "
+                         "write in the same instant each second and the closed ones come back "
+                         "together, a burst of the swarm's own CPU on the machine it shares")
     ap.add_argument("--defaults-only", action="store_true",
                     help="only the default budget: no --max-connections 1000 pass, no 60 MiB-body attack")
     a = ap.parse_args()
