@@ -323,6 +323,22 @@ def probe(port, seconds):
     return sorted(lat)
 
 
+def thread_cpu(pid):
+    """CPU seconds so far of the server's threads by kind (their names without the number:
+    tdm-accept, tdm-http, tdm-instance, tdm-batcher, tandem for the rest)."""
+    by = {}
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/comm") as f:
+                kind = f.read().strip().rstrip("0123456789")
+            with open(f"/proc/{pid}/task/{task}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # the thread ended
+        by[kind] = by.get(kind, 0.0) + (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return by
+
+
 def ctx_switches(pid):
     """Voluntary context switches (a thread blocked: a hand-off to another thread or a wait for
     the network) of all the process's threads so far; the involuntary ones follow the load."""
@@ -351,7 +367,7 @@ def background_cost(a):
     try:
         repo = os.path.join(tmp, "repo")
         bench_serve.build_repo(repo, 8)
-        p, port = start_with(a.tandem, repo)
+        p, port = start_with(a.tandem, repo, a.serve_arg)
         try:
             probe(port, 1.0)  # warm-up
             for _ in range(a.rounds):
@@ -359,11 +375,20 @@ def background_cost(a):
                     sw = start_swarm(port, a.duration + 6, n_idle, n_slow, a.together) if n_idle + n_slow else None
                     time.sleep(4 if sw else 0.5)
                     c0, x0, t0 = bench_serve.cpu_seconds(p.pid), ctx_switches(p.pid), time.time()
+                    k0 = thread_cpu(p.pid)
+                    s0 = bench_serve.cpu_seconds(sw.pid) if sw else 0.0
                     lat = probe(port, a.duration)
                     c1, x1, t1 = bench_serve.cpu_seconds(p.pid), ctx_switches(p.pid), time.time()
+                    k1 = thread_cpu(p.pid)
+                    s1 = bench_serve.cpu_seconds(sw.pid) if sw else 0.0
                     if sw:
                         sw.communicate(timeout=a.duration + 60)
                     res[name].append({"cpu_ms_s": (c1 - c0) * 1000 / (t1 - t0),
+                                      "accept_ms_s": (k1.get("tdm-accept", 0) - k0.get("tdm-accept", 0))
+                                      * 1000 / (t1 - t0),
+                                      "http_ms_s": (k1.get("tdm-http", 0) - k0.get("tdm-http", 0))
+                                      * 1000 / (t1 - t0),
+                                      "swarm_ms_s": (s1 - s0) * 1000 / (t1 - t0),
                                       "cs_s": (x1 - x0) / (t1 - t0), "n": len(lat),
                                       "p50": lat[len(lat) // 2], "p99": lat[int(len(lat) * 0.99)]})
         finally:
@@ -374,13 +399,19 @@ def background_cost(a):
     L = ["# tandem serve: what the hostile clients cost by themselves\n",
          f"Machine: {os.cpu_count()} cores, load average before: {' '.join(bench_serve.loadavg())}; "
          f"{a.rounds} rounds of {a.duration:.0f} s per setting, alternating; medians (per round in "
-         f"brackets). One sequential client (Identity, JSON, keep-alive).\n",
+         f"brackets). One sequential client (Identity, JSON, keep-alive). Server options: "
+         f"{' '.join(a.serve_arg) or 'defaults'}. Server CPU ms/s in all, then of the accept thread "
+         f"and of the HTTP threads (which also serve the client); the hostile clients' own process "
+         f"shares the machine's cores.\n",
          "| hostile clients | requests/s | p50 ms | p99 ms | p99 per round | server CPU ms/s | "
-         "voluntary context switches/s | per request |", "|---|---:|---:|---:|---|---:|---:|---:|"]
+         "accept thread | HTTP threads | hostile clients' own CPU ms/s | "
+         "voluntary context switches/s | per request |",
+         "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
     for name, rs in res.items():
         med = lambda k: bench_serve.median([r[k] for r in rs])  # noqa: E731
         L.append(f"| {name} | {med('n') / a.duration:.0f} | {med('p50'):.2f} | {med('p99'):.2f} | "
-                 f"{[round(r['p99'], 2) for r in rs]} | {med('cpu_ms_s'):.0f} | {med('cs_s'):.0f} | "
+                 f"{[round(r['p99'], 2) for r in rs]} | {med('cpu_ms_s'):.0f} | {med('accept_ms_s'):.0f} | "
+                 f"{med('http_ms_s'):.0f} | {med('swarm_ms_s'):.0f} | {med('cs_s'):.0f} | "
                  f"{bench_serve.median([r['cs_s'] * a.duration / r['n'] for r in rs]):.1f} |")
     return "\n".join(L) + "\n"
 
@@ -453,6 +484,9 @@ def main():
                     help="the hostile clients in lockstep (as before 2026-12-04): all slow clients "
                          "write in the same instant each second and the closed ones come back "
                          "together, a burst of the swarm's own CPU on the machine it shares")
+    ap.add_argument("--serve-arg", action="append", default=[],
+                    help="with --background-cost: an option for the server (repeat; e.g. "
+                         "--serve-arg=--max-connections --serve-arg=1000)")
     ap.add_argument("--defaults-only", action="store_true",
                     help="only the default budget: no --max-connections 1000 pass, no 60 MiB-body attack")
     a = ap.parse_args()

@@ -1131,10 +1131,14 @@ sv_error *sv_conns_run(sv_conns *cs, struct MHD_Daemon *const *ds, int n) {
             return sv_err(500, "cannot set up an HTTP thread: %s", strerror(errno));
         if (pthread_create(&w->thread, NULL, worker_main, w))
             return sv_err(500, "cannot start an HTTP thread");
+        char name[16]; /* for top -H and /proc/PID/task/TID/comm: who spends what */
+        snprintf(name, sizeof name, "tdm-http%d", i % 100);
+        pthread_setname_np(w->thread, name);
         w->started = true;
     }
     if (pthread_create(&cs->thread, NULL, accept_main, cs))
         return sv_err(500, "cannot start the accept thread");
+    pthread_setname_np(cs->thread, "tdm-accept");
     cs->started = true;
     return NULL;
 }
