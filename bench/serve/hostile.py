@@ -10,7 +10,9 @@ Scenario (loopback only; every loop is bounded in count and time):
   and to an Identity model (the server's own overhead);
 - hostile (a separate process, `--swarm`): 2,000 connections that never send a byte, 100
   slowloris clients that send a header line every second and 100 clients that upload a
-  1 MiB body at 1 KiB/s; a client the server closes comes back after a second;
+  1 MiB body at 1 KiB/s; a client the server closes comes back after a second; each client
+  keeps its own phase in the second (--together: all in lockstep, a burst of the swarm's own
+  CPU each second on the cores it shares with the server and the load generator);
 - the two alternate, `--rounds` times; medians are reported, with the target (QPS with the
   hostile clients >= 80% of without, p99 <= 2x);
 - budgets: the same with --max-connections 1000 (the 2,000 idle clients do not fit: the
@@ -22,6 +24,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import resource
 import signal
 import socket
@@ -48,24 +51,48 @@ def stop_reading(fut):
         fut.exception()
 
 
-async def idle_client(port, stop_at, stats):
+async def idle_client(port, stop_at, stats, together):
+    """Connects, sends nothing, waits for the server to close (or the end), comes back after a
+    second. A bare socket and a reader callback, not asyncio's streams, a task and a wait_for per
+    connection: evicted clients come back ~1,000 times a second under --max-connections 1000,
+    and what this process spends there is taken from the cores the server shares with it."""
+    loop = asyncio.get_running_loop()
+    if not together:
+        await asyncio.sleep(random.random())  # independent clients: connects spread over a second
     while time.time() < stop_at:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setblocking(False)
         try:
-            r, w = await asyncio.open_connection(HOST, port)
+            await loop.sock_connect(s, (HOST, port))
         except OSError:
+            s.close()
             await asyncio.sleep(1)
             continue
         stats["connected"] += 1
+        woken = loop.create_future()
+
+        def wake(f=woken):
+            if not f.done():
+                f.set_result(None)
+        loop.add_reader(s.fileno(), wake)
+        timer = loop.call_later(max(0.1, stop_at - time.time()), wake)
+        await woken
+        loop.remove_reader(s.fileno())
+        timer.cancel()
         try:
-            await asyncio.wait_for(r.read(1), timeout=max(0.1, stop_at - time.time()))
+            s.recv(1)  # b"" (closed), an answer, or a reset: the server closed it
             stats["closed_by_server"] += 1
-        except (asyncio.TimeoutError, OSError):
-            pass
-        w.close()
-        await asyncio.sleep(1)
+        except BlockingIOError:
+            pass  # the end of the run
+        except OSError:
+            stats["closed_by_server"] += 1
+        s.close()
+        await asyncio.sleep(1 if together else 0.5 + random.random())
 
 
-async def slowloris_client(port, stop_at, stats):
+async def slowloris_client(port, stop_at, stats, together):
+    if not together:
+        await asyncio.sleep(random.random())  # its own phase in the second
     while time.time() < stop_at:
         eof = None
         try:
@@ -86,10 +113,12 @@ async def slowloris_client(port, stop_at, stats):
             w.close()
         except Exception:  # noqa: BLE001
             pass
-        await asyncio.sleep(1)
+        await asyncio.sleep(1 if together else 0.5 + random.random())
 
 
-async def slow_body_client(port, stop_at, stats):
+async def slow_body_client(port, stop_at, stats, together):
+    if not together:
+        await asyncio.sleep(random.random())  # its own phase in the second
     while time.time() < stop_at:
         eof = None
         try:
@@ -111,23 +140,23 @@ async def slow_body_client(port, stop_at, stats):
             w.close()
         except Exception:  # noqa: BLE001
             pass
-        await asyncio.sleep(1)
+        await asyncio.sleep(1 if together else 0.5 + random.random())
 
 
-async def swarm(port, seconds, n_idle, n_slow):
+async def swarm(port, seconds, n_idle, n_slow, together):
     stop_at = time.time() + seconds
     st = {"connected": 0, "closed_by_server": 0}
-    tasks = [idle_client(port, stop_at, st) for _ in range(n_idle)]
-    tasks += [slowloris_client(port, stop_at, st) for _ in range(n_slow // 2)]
-    tasks += [slow_body_client(port, stop_at, st) for _ in range(n_slow - n_slow // 2)]
+    tasks = [idle_client(port, stop_at, st, together) for _ in range(n_idle)]
+    tasks += [slowloris_client(port, stop_at, st, together) for _ in range(n_slow // 2)]
+    tasks += [slow_body_client(port, stop_at, st, together) for _ in range(n_slow - n_slow // 2)]
     await asyncio.gather(*tasks)
     st["cpu_s"] = round(time.process_time(), 2)
     print(json.dumps(st), flush=True)
 
 
-def start_swarm(port, seconds, n_idle, n_slow):
+def start_swarm(port, seconds, n_idle, n_slow, together=False):
     p = subprocess.Popen([sys.executable, __file__, "--swarm", str(port), str(seconds), str(n_idle),
-                          str(n_slow)], stdout=subprocess.PIPE, text=True)
+                          str(n_slow), "1" if together else "0"], stdout=subprocess.PIPE, text=True)
     return p
 
 
@@ -155,7 +184,7 @@ def hostile_rounds(a, tmp, repo, extra, label):
             res = {"quiet": [], "hostile": []}
             for _ in range(a.rounds):
                 res["quiet"].append(client.run(p.pid, model, inputs, a.concurrency, a.duration, 0.5))
-                sw = start_swarm(port, a.duration + 6, a.idle, a.slow)
+                sw = start_swarm(port, a.duration + 6, a.idle, a.slow, a.together)
                 time.sleep(4)  # the swarm connects and the slow clients settle
                 res["hostile"].append(client.run(p.pid, model, inputs, a.concurrency, a.duration, 0.5))
                 out, _ = sw.communicate(timeout=a.duration + 60)
@@ -248,7 +277,8 @@ def render(a, results, mem):
     L.append(f"Machine: {os.cpu_count()} cores, load average before: {' '.join(bench_serve.loadavg())}; "
              f"{a.rounds} rounds of {a.duration:.0f} s, concurrency {a.concurrency}, medians. "
              f"Hostile: {a.idle} idle + {a.slow} slow clients (half slowloris headers, half 1 KiB/s "
-             f"bodies), reconnecting after each close.\n")
+             f"bodies), reconnecting after each close; "
+             f"{'in lockstep (--together)' if a.together else 'each at its own phase in the second'}.\n")
     L.append("| server | model | QPS quiet | QPS hostile | ratio | p99 quiet ms | p99 hostile ms | ratio | "
              "server CPU ms/req quiet | hostile | target met |")
     L.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
@@ -313,6 +343,22 @@ def probe(port, seconds):
     return sorted(lat)
 
 
+def thread_cpu(pid):
+    """CPU seconds so far of the server's threads by kind (their names without the number:
+    tdm-accept, tdm-http, tdm-instance, tdm-batcher, tandem for the rest)."""
+    by = {}
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/comm") as f:
+                kind = f.read().strip().rstrip("0123456789")
+            with open(f"/proc/{pid}/task/{task}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # the thread ended
+        by[kind] = by.get(kind, 0.0) + (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return by
+
+
 def ctx_switches(pid):
     """Voluntary context switches (a thread blocked: a hand-off to another thread or a wait for
     the network) of all the process's threads so far; the involuntary ones follow the load."""
@@ -341,19 +387,28 @@ def background_cost(a):
     try:
         repo = os.path.join(tmp, "repo")
         bench_serve.build_repo(repo, 8)
-        p, port = start_with(a.tandem, repo)
+        p, port = start_with(a.tandem, repo, a.serve_arg)
         try:
             probe(port, 1.0)  # warm-up
             for _ in range(a.rounds):
                 for name, n_idle, n_slow in settings:
-                    sw = start_swarm(port, a.duration + 6, n_idle, n_slow) if n_idle + n_slow else None
+                    sw = start_swarm(port, a.duration + 6, n_idle, n_slow, a.together) if n_idle + n_slow else None
                     time.sleep(4 if sw else 0.5)
                     c0, x0, t0 = bench_serve.cpu_seconds(p.pid), ctx_switches(p.pid), time.time()
+                    k0 = thread_cpu(p.pid)
+                    s0 = bench_serve.cpu_seconds(sw.pid) if sw else 0.0
                     lat = probe(port, a.duration)
                     c1, x1, t1 = bench_serve.cpu_seconds(p.pid), ctx_switches(p.pid), time.time()
+                    k1 = thread_cpu(p.pid)
+                    s1 = bench_serve.cpu_seconds(sw.pid) if sw else 0.0
                     if sw:
                         sw.communicate(timeout=a.duration + 60)
                     res[name].append({"cpu_ms_s": (c1 - c0) * 1000 / (t1 - t0),
+                                      "accept_ms_s": (k1.get("tdm-accept", 0) - k0.get("tdm-accept", 0))
+                                      * 1000 / (t1 - t0),
+                                      "http_ms_s": (k1.get("tdm-http", 0) - k0.get("tdm-http", 0))
+                                      * 1000 / (t1 - t0),
+                                      "swarm_ms_s": (s1 - s0) * 1000 / (t1 - t0),
                                       "cs_s": (x1 - x0) / (t1 - t0), "n": len(lat),
                                       "p50": lat[len(lat) // 2], "p99": lat[int(len(lat) * 0.99)]})
         finally:
@@ -364,13 +419,19 @@ def background_cost(a):
     L = ["# tandem serve: what the hostile clients cost by themselves\n",
          f"Machine: {os.cpu_count()} cores, load average before: {' '.join(bench_serve.loadavg())}; "
          f"{a.rounds} rounds of {a.duration:.0f} s per setting, alternating; medians (per round in "
-         f"brackets). One sequential client (Identity, JSON, keep-alive).\n",
+         f"brackets). One sequential client (Identity, JSON, keep-alive). Server options: "
+         f"{' '.join(a.serve_arg) or 'defaults'}. Server CPU ms/s in all, then of the accept thread "
+         f"and of the HTTP threads (which also serve the client); the hostile clients' own process "
+         f"shares the machine's cores.\n",
          "| hostile clients | requests/s | p50 ms | p99 ms | p99 per round | server CPU ms/s | "
-         "voluntary context switches/s | per request |", "|---|---:|---:|---:|---|---:|---:|---:|"]
+         "accept thread | HTTP threads | hostile clients' own CPU ms/s | "
+         "voluntary context switches/s | per request |",
+         "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
     for name, rs in res.items():
         med = lambda k: bench_serve.median([r[k] for r in rs])  # noqa: E731
         L.append(f"| {name} | {med('n') / a.duration:.0f} | {med('p50'):.2f} | {med('p99'):.2f} | "
-                 f"{[round(r['p99'], 2) for r in rs]} | {med('cpu_ms_s'):.0f} | {med('cs_s'):.0f} | "
+                 f"{[round(r['p99'], 2) for r in rs]} | {med('cpu_ms_s'):.0f} | {med('accept_ms_s'):.0f} | "
+                 f"{med('http_ms_s'):.0f} | {med('swarm_ms_s'):.0f} | {med('cs_s'):.0f} | "
                  f"{bench_serve.median([r['cs_s'] * a.duration / r['n'] for r in rs]):.1f} |")
     return "\n".join(L) + "\n"
 
@@ -419,9 +480,10 @@ def keep_alive_cost(a):
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--swarm":
         port, secs, n_idle, n_slow = int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+        together = len(sys.argv) > 6 and sys.argv[6] == "1"
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 8192), hard))
-        asyncio.run(swarm(port, secs, n_idle, n_slow))
+        asyncio.run(swarm(port, secs, n_idle, n_slow, together))
         return 0
     ap = argparse.ArgumentParser()
     ap.add_argument("--tandem", default=os.path.join(bench_serve.ROOT, "build/tandem"))
@@ -438,6 +500,13 @@ def main():
     ap.add_argument("--background-cost", action="store_true",
                     help="only what the idle and the slow clients cost by themselves: server CPU and "
                          "the latency of one sequential client, with none, each kind and both")
+    ap.add_argument("--together", action="store_true",
+                    help="the hostile clients in lockstep (as before 2026-12-04): all slow clients "
+                         "write in the same instant each second and the closed ones come back "
+                         "together, a burst of the swarm's own CPU on the machine it shares")
+    ap.add_argument("--serve-arg", action="append", default=[],
+                    help="with --background-cost: an option for the server (repeat; e.g. "
+                         "--serve-arg=--max-connections --serve-arg=1000)")
     ap.add_argument("--defaults-only", action="store_true",
                     help="only the default budget: no --max-connections 1000 pass, no 60 MiB-body attack")
     a = ap.parse_args()

@@ -143,11 +143,13 @@ static bool table_fit(sv_conns *cs, int fd) {
     return true;
 }
 
-/* Forgets a slot held here and closes its socket. The slot itself is freed by free_dead():
- * an event of the same epoll round may still point to it. */
+/* Forgets a slot held here. Its socket is closed, and the slot freed, by bury() after the
+ * accept thread's round, outside cs->mu: an event of the same epoll round may still point to
+ * the slot, and a close (a FIN or a reset sent) is not done under the lock that the HTTP
+ * threads take at every request (evictions close thousands of sockets a second). Until then
+ * the descriptor stays open, so its number is not reused. */
 static void drop_own(sv_conns *cs, sv_slot *s) {
     idle_remove(s);
-    close(s->fd); /* also leaves the epoll set: the descriptor is not duplicated */
     if (s->state == ST_PENDING) cs->admitted--;
     else cs->refusing--;
     cs->by_fd[s->fd] = NULL;
@@ -156,10 +158,20 @@ static void drop_own(sv_conns *cs, sv_slot *s) {
     cs->dead = s;
 }
 
-static void free_dead(sv_conns *cs) {
-    while (cs->dead) {
-        sv_slot *s = cs->dead;
-        cs->dead = s->next;
+/* The slots dropped so far, for bury() (cs->mu held). */
+static sv_slot *take_dead(sv_conns *cs) {
+    sv_slot *d = cs->dead;
+    cs->dead = NULL;
+    return d;
+}
+
+/* Closes the sockets of dropped slots (also leaving the epoll set: the descriptors are not
+ * duplicated) and frees the slots; cs->mu not held. */
+static void bury(sv_slot *d) {
+    while (d) {
+        sv_slot *s = d;
+        d = s->next;
+        close(s->fd);
         free(s);
     }
 }
@@ -752,12 +764,40 @@ static void sweep(sv_conns *cs) {
         int end = base + SWEEP_SLICE < cs->cap_fd ? base + SWEEP_SLICE : cs->cap_fd;
         for (int fd = base; fd < end; fd++)
             if (cs->by_fd[fd]) sweep_slot(cs, cs->by_fd[fd], now);
-        free_dead(cs); /* this round's events are done: nothing names these slots */
+        sv_slot *dead = take_dead(cs); /* this round's events are done: nothing names these */
         pthread_mutex_unlock(&cs->mu);
+        bury(dead);
     }
 }
 
 /* ---- the accept thread -------------------------------------------------------------------- */
+
+/* Accepts what the listening socket has (64 at most). cs->mu is taken for each connection
+ * only, not for the accept4 calls nor the whole batch: a burst of new connections (clients
+ * evicted and coming back) does not hold the HTTP threads at their next request. */
+static void accept_batch(sv_conns *cs) {
+    for (int k = 0; k < 64; k++) {
+        struct sockaddr_storage a;
+        socklen_t alen = sizeof a;
+        int fd = accept4(cs->listen_fd, (struct sockaddr *)&a, &alen, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        pthread_mutex_lock(&cs->mu);
+        uint64_t now = sv_now_ns();
+        if (fd >= 0) {
+            admit(cs, fd, &a, alen, now);
+            pthread_mutex_unlock(&cs->mu);
+            continue;
+        }
+        /* out of descriptors: make room for the next round (the evicted socket is closed at
+         * its end), or, with nothing to close, rest the listening socket for a tick */
+        if ((errno == EMFILE || errno == ENFILE) && !evict_one(cs)) {
+            struct epoll_event off = {.events = 0, .data.ptr = &cs->listen_fd};
+            epoll_ctl(cs->ep, EPOLL_CTL_MOD, cs->listen_fd, &off);
+            cs->paused_until = now + (uint64_t)SV_CONN_TICK_MS * 1000000ull;
+        }
+        pthread_mutex_unlock(&cs->mu);
+        break;
+    }
+}
 
 static void *accept_main(void *arg) {
     sv_conns *cs = arg;
@@ -766,43 +806,35 @@ static void *accept_main(void *arg) {
     for (;;) {
         int n = epoll_wait(cs->ep, evs, 64, SV_CONN_TICK_MS);
         pthread_mutex_lock(&cs->mu);
-        if (cs->stop) {
-            pthread_mutex_unlock(&cs->mu);
-            break;
-        }
-        uint64_t now = sv_now_ns();
+        bool stop = cs->stop;
+        pthread_mutex_unlock(&cs->mu);
+        if (stop) break;
+        /* cs->mu is taken per event, not for the round: the HTTP threads take it at every
+         * request. A slot closed by an earlier event of the round stays allocated (dead) until
+         * the round ends; the HTTP threads free only slots in libmicrohttpd, and a slot handed
+         * to them in this round was handed by its own event (an epoll round names a
+         * descriptor once) */
         for (int i = 0; i < n; i++) {
             void *p = evs[i].data.ptr;
             if (p == &cs->listen_fd) {
-                for (int k = 0; k < 64; k++) {
-                    struct sockaddr_storage a;
-                    socklen_t alen = sizeof a;
-                    int fd = accept4(cs->listen_fd, (struct sockaddr *)&a, &alen,
-                                     SOCK_NONBLOCK | SOCK_CLOEXEC);
-                    if (fd < 0) {
-                        /* out of descriptors: make room for the next round, or, with nothing
-                         * to close, rest the listening socket for a tick (no busy loop) */
-                        if ((errno == EMFILE || errno == ENFILE) && !evict_one(cs)) {
-                            struct epoll_event off = {.events = 0, .data.ptr = &cs->listen_fd};
-                            epoll_ctl(cs->ep, EPOLL_CTL_MOD, cs->listen_fd, &off);
-                            cs->paused_until = now + (uint64_t)SV_CONN_TICK_MS * 1000000ull;
-                        }
-                        break;
-                    }
-                    admit(cs, fd, &a, alen, now);
-                }
+                accept_batch(cs);
             } else if (p != &cs->wake) {
                 sv_slot *s = p; /* held here, unless closed earlier in this round */
-                if (!s->dead && s->state != ST_MHD) on_readable(cs, s, now);
+                pthread_mutex_lock(&cs->mu);
+                if (!s->dead && s->state != ST_MHD) on_readable(cs, s, sv_now_ns());
+                pthread_mutex_unlock(&cs->mu);
             }
         }
+        pthread_mutex_lock(&cs->mu);
+        uint64_t now = sv_now_ns();
         if (cs->paused_until && now >= cs->paused_until) {
             struct epoll_event on = {.events = EPOLLIN, .data.ptr = &cs->listen_fd};
             epoll_ctl(cs->ep, EPOLL_CTL_MOD, cs->listen_fd, &on);
             cs->paused_until = 0;
         }
-        free_dead(cs);
+        sv_slot *dead = take_dead(cs);
         pthread_mutex_unlock(&cs->mu);
+        bury(dead);
         if (now - last_sweep >= (uint64_t)SV_CONN_TICK_MS * 1000000ull) {
             sweep(cs);
             last_sweep = now;
@@ -1099,10 +1131,14 @@ sv_error *sv_conns_run(sv_conns *cs, struct MHD_Daemon *const *ds, int n) {
             return sv_err(500, "cannot set up an HTTP thread: %s", strerror(errno));
         if (pthread_create(&w->thread, NULL, worker_main, w))
             return sv_err(500, "cannot start an HTTP thread");
+        char name[16]; /* for top -H and /proc/PID/task/TID/comm: who spends what */
+        snprintf(name, sizeof name, "tdm-http%d", i % 100);
+        pthread_setname_np(w->thread, name);
         w->started = true;
     }
     if (pthread_create(&cs->thread, NULL, accept_main, cs))
         return sv_err(500, "cannot start the accept thread");
+    pthread_setname_np(cs->thread, "tdm-accept");
     cs->started = true;
     return NULL;
 }
@@ -1143,8 +1179,9 @@ void sv_conns_stop(sv_conns *cs) {
         if (s->state == ST_WAIT || s->state == ST_WLINGER) shut_mhd(cs, s); /* back to it, shut */
         else drop_own(cs, s);
     }
-    free_dead(cs);
+    sv_slot *dead = take_dead(cs);
     pthread_mutex_unlock(&cs->mu);
+    bury(dead);
     run_resumes(cs); /* libmicrohttpd must not be stopped with suspended connections */
 }
 

@@ -56,8 +56,11 @@
  * the waiting sockets (ST_WAIT) of its connections: a later head is judged and its connection
  * resumed by the thread that serves it, without a hop through another thread. The notify
  * callback and the sv_conns_request_* calls come from the HTTP threads. One mutex guards the
- * table; the timeouts are swept a slice of the table at a time. A slot is removed before libmicrohttpd closes its socket (NOTIFY_CLOSED comes
- * first), so a shut-down never reaches a socket that was reused.
+ * table; the HTTP threads take it at every request, so the accept thread holds it briefly: per
+ * event and per accepted connection (not for a round of events), the timeouts a slice of the
+ * table at a time, and the sockets it drops are closed after the round, outside the lock. A
+ * slot is removed before libmicrohttpd closes its socket (NOTIFY_CLOSED comes first), so a
+ * shut-down never reaches a socket that was reused. Thread names: tdm-accept, tdm-http<i>.
  */
 #ifndef TDM_SERVE_CONN_H
 #define TDM_SERVE_CONN_H

@@ -1,4 +1,5 @@
 /* tandem serve: queue, dynamic batcher and instances of one model version (see sched.h). */
+#define _GNU_SOURCE /* pthread_setname_np */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -488,14 +489,20 @@ sv_error *sv_sched_create(tdm_env *env, const sv_model_config *cfg, const char *
         s->n_inst++;
     }
     for (int i = 0; !e && i < s->n_inst; i++) {
-        if (pthread_create(&s->inst[i].th, NULL, instance_main, &s->inst[i]))
+        if (pthread_create(&s->inst[i].th, NULL, instance_main, &s->inst[i])) {
             e = sv_err(500, "cannot start an instance thread");
-        else
+        } else {
             s->inst[i].started = true;
+            pthread_setname_np(s->inst[i].th, "tdm-instance");
+        }
     }
     if (!e) {
-        if (pthread_create(&s->th, NULL, batcher_main, s)) e = sv_err(500, "cannot start the batcher");
-        else s->started = true;
+        if (pthread_create(&s->th, NULL, batcher_main, s)) {
+            e = sv_err(500, "cannot start the batcher");
+        } else {
+            s->started = true;
+            pthread_setname_np(s->th, "tdm-batcher");
+        }
     }
     if (e) {
         sv_sched_free(s);
