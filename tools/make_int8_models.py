@@ -24,8 +24,10 @@ Cases (each quantized with 16 calibration samples of the same distribution as th
                   LeakyRelu, Split with an output of the input's quantization and an int8 one of a
                   smaller scale (saturating), Concat of three differently quantized inputs,
                   nearest Resize x2 and MaxPool each into a new quantization, convolutions
-                  between; the Resize result is a second output (tandem: the data-movement
-                  ops on 8-bit tensors with requantising tables, channels-last)
+                  between; the Resize result is a second output, and a third adds
+                  per-channel (int8) and per-pixel (uint8) constants to the last convolution's
+                  (tandem: the data-movement ops on 8-bit tensors with requantising tables,
+                  channels-last; QAdd's broadcasting rows)
   mlp_qdq         MatMul+Add+Relu, MatMul+Add, Gemm(transB) on [6, 64] rows (QDQ)
   cnn_qop         QOperator form (QLinearConv, QLinearMatMul; quantized ops Conv / MatMul
                   only)
@@ -257,12 +259,24 @@ def qdq_move(seed=6):
                                   strides=[2, 2]))
     q6 = q("mp", "q6", 0.055, 95)
     q7 = q(conv(dq(q6), 32, 8, 1, "c3"), "q7", 0.1, 128)
+    # broadcasting sums with 8-bit constants: per channel (int8), per pixel (uint8)
+    nodes.append(helper.make_node("DequantizeLinear", [
+        const("bc_q", rng.integers(-100, 100, (1, 8, 1, 1)).astype(np.int8)),
+        const("bc_s", np.float32(0.02)), const("bc_z", np.int8(3))], ["bc"]))
     dq(q7, "y")
+    nodes.append(helper.make_node("Add", [dq(q7), "bc"], ["sum1"]))
+    q8 = q("sum1", "q8", 0.11, 120)
+    nodes.append(helper.make_node("DequantizeLinear", [
+        const("bp_q", rng.integers(0, 255, (1, 1, 12, 12)).astype(np.uint8)),
+        const("bp_s", np.float32(0.01)), const("bp_z", np.uint8(128))], ["bp"]))
+    nodes.append(helper.make_node("Add", ["bp", dq(q8)], ["sum2"]))
+    dq(q("sum2", "q9", 0.1, 125), "s")
     dq(q5, "r")
     g = helper.make_graph(nodes, "qdq_move",
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 12, 12])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 12, 12]),
-                           helper.make_tensor_value_info("r", TensorProto.FLOAT, [1, 32, 24, 24])],
+                           helper.make_tensor_value_info("r", TensorProto.FLOAT, [1, 32, 24, 24]),
+                           helper.make_tensor_value_info("s", TensorProto.FLOAT, [1, 8, 12, 12])],
                           inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     onnx.checker.check_model(m)

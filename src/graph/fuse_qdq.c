@@ -43,8 +43,8 @@
  * ([N, H, W, C], oneDNN's int8 layout on x86) instead of converting NCHW <-> NHWC around
  * every convolution: QConv takes attributes x_nhwc / y_nhwc (ops/fused.h), QAdd and QLut
  * run as they are on the twins (broadcasting commutes with permuting the axes of all three
- * alike), Concat / Split on axis 3, a 2-D MaxPool becomes MaxPoolNhwc. The layout changes at the region's edges
- * only: a QConv reading plain X converts it itself, readers of the plain value (and graph
+ * alike), Concat / Split on axis 3, a 2-D MaxPool becomes MaxPoolNhwc, a Resize takes
+ * its scales / sizes permuted. The layout changes at the region's edges only: a QConv reading plain X converts it itself, readers of the plain value (and graph
  * outputs) get a Transpose(0, 3, 1, 2) from the twin, and a plain input of a converted QAdd
  * or Concat a Transpose(0, 2, 3, 1). Pure data movement: exact. */
 #include <math.h>
@@ -737,7 +737,8 @@ static tdm_status *requant_lut(fz_ctx *fz, const dq_in *d, const q_out *q, int l
     TDM_TRY(tdm_tensor_new(fz->g->alloc, q->t, 1, &n, &t));
     for (int b = 0; b < 256; b++) ((uint8_t *)t->data)[b] = lut_q(q, lut_dq(d, xt, b));
     char base[112];
-    snprintf(base, sizeof base, "%.96s/requant", fz->g->values[d->q].name ? fz->g->values[d->q].name : "");
+    const char *xn = fz->g->values[d->q].name;
+    snprintf(base, sizeof base, "%.96s/requant", xn ? xn : "");
     int tv, fi;
     TDM_TRY(fz_new_const(fz, base, t, &tv));
     if (out < 0) TDM_TRY(fz_new_value(fz, base, q->t, -1, NULL, &out));
@@ -795,7 +796,8 @@ static tdm_status *fuse_move(fz_ctx *fz, int oi) {
         outs[k] = q[k].out;
         if (split && !same_q(fz, &d[0], &q[k])) { /* Split -> an 8-bit value -> QLut -> Q's */
             char base[112];
-            snprintf(base, sizeof base, "%.96s/q8", fz->g->values[q[k].out].name ? fz->g->values[q[k].out].name : "");
+            const char *on = fz->g->values[q[k].out].name;
+            snprintf(base, sizeof base, "%.96s/q8", on ? on : "");
             TDM_TRY(fz_new_value(fz, base, fz->g->values[d[0].q].dtype, -1, NULL, &outs[k]));
             dq_in in8 = d[0];
             in8.q = outs[k];
@@ -820,12 +822,14 @@ static tdm_status *fuse_move(fz_ctx *fz, int oi) {
  * behind an activation's). */
 static tdm_status *compose_luts(fz_ctx *fz) {
     TDM_TRY(fz_refresh(fz));
-    for (size_t i = 0; i < fz->g->n_nodes; i++)
-        if (fz_is_op(fz, (int)i, "DequantizeLinear") && fz_node(fz, (int)i)->n_outputs == 1 &&
-            fz_node(fz, (int)i)->outputs[0] >= 0 && fz_uses(fz, fz_node(fz, (int)i)->outputs[0]) == 0) {
+    for (size_t i = 0; i < fz->g->n_nodes; i++) {
+        const tdm_node *n = fz_node(fz, (int)i);
+        if (fz_is_op(fz, (int)i, "DequantizeLinear") && n->n_outputs == 1 && n->outputs[0] >= 0 &&
+            fz_uses(fz, n->outputs[0]) == 0) {
             fz_kill(fz, (int)i);
             fz->dirty = true;
         }
+    }
     for (size_t i = 0; i < fz->g->n_nodes; i++) {
         TDM_TRY(fz_refresh(fz));
         const tdm_node *b = fz_node(fz, (int)i);

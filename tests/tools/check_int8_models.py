@@ -18,10 +18,16 @@ values ORT's MLAS approximations and tandem's (expf / tanhf in the QLut tables, 
 kernels at --opt-level 0) may give a last bit apart; an 8-bit value that lands on a rounding
 tie then moves by one step (1 of 4096 elements measured, at every opt level).
 
-At --opt-level 0 (OPT0_TIES below) tandem runs qdq_move as written, its convolutions in float
-on dequantized values, where ORT fuses them into integer ones: a float sum a last bit apart
-that lands on a rounding tie moves one step, and the requantisations after it (0.05 -> 0.045)
-can make that two (4 of 1152 and 16 of 18432 elements measured).
+At --opt-level 0 (OPT0_TIES below) tandem runs qdq_move as written, its convolutions in
+float on dequantized values, where ORT fuses them into integer ones: a float sum a last bit
+apart that lands on a rounding tie moves one step, and the requantisations after it (0.05 ->
+0.045) can make that two (4 of 1152 and 16 of 18432 elements measured; ORT's own run with its
+optimizations off differs from its optimized run in the same elements).
+
+qdq_move's output s (OUTPUT_TIES below) comes from two broadcasting Adds: ONNX Runtime fuses
+them into QLinearAdd, whose arithmetic rounds unlike DequantizeLinear -> Add -> QuantizeLinear
+in float (ORT's own run of the model with its optimizations off differs from its optimized
+run by one step in 98 of 1152 elements there; tandem's QAdd in 41): one step allowed.
 
 cnn_act runs with VNNI only: its weights use the whole int8 range with uint8 activations,
 and oneDNN's AVX2 kernels (vpmaddubsw pair sums saturating at 32767) are off by up to 23
@@ -122,6 +128,7 @@ def main():
           f"{max_frac:.0%} of the elements may differ")
     TIES = {"cnn_act": (1, 0.002)}  # (units, fraction) on VNNI: see the docstring
     OPT0_TIES = {"qdq_move": (2, 0.005)}  # (units, fraction) at --opt-level 0: the docstring
+    OUTPUT_TIES = {("qdq_move", "s"): (1, 0.1)}  # (units, fraction) everywhere: the docstring
     VNNI_ONLY = {"cnn_act"}
     failed = checked = 0
     can_fail = False
@@ -167,7 +174,9 @@ def main():
                 mu, mf = max_units, max_frac
                 if vnni and name in TIES:
                     mu, mf = max(mu, TIES[name][0]), max(mf, TIES[name][1])
-                if a.opt_level == 0 and name in OPT0_TIES:
+                if (name, oname) in OUTPUT_TIES:
+                    mu, mf = max(mu, OUTPUT_TIES[name, oname][0]), max(mf, OUTPUT_TIES[name, oname][1])
+                elif a.opt_level == 0 and name in OPT0_TIES:
                     mu, mf = max(mu, OPT0_TIES[name][0]), max(mf, OPT0_TIES[name][1])
                 ok = mx <= mu + 1e-3 and frac <= mf
                 checked += 1

@@ -703,13 +703,35 @@ static inline float ld_q(const void *p, bool s8, int64_t i) {
 QADD_FLAT(qadd_flat_u8, uint8_t)
 QADD_FLAT(qadd_flat_s8, int8_t)
 
-/* Rows of the last dim of y. */
+/* t[q] = x[off + q * st] * k for q < n (st 0: one value for the whole row; 1: contiguous,
+ * a loop the compiler vectorizes). */
+static void qadd_scaled(const void *x, bool s8, int64_t off, int64_t st, int64_t n, float k,
+                        float *restrict t) {
+    if (st == 0) {
+        float v = ld_q(x, s8, off) * k;
+        for (int64_t q = 0; q < n; q++) t[q] = v;
+    } else if (st == 1 && s8) {
+        const int8_t *p = (const int8_t *)x + off;
+        for (int64_t q = 0; q < n; q++) t[q] = (float)p[q] * k;
+    } else if (st == 1) {
+        const uint8_t *p = (const uint8_t *)x + off;
+        for (int64_t q = 0; q < n; q++) t[q] = (float)p[q] * k;
+    } else {
+        for (int64_t q = 0; q < n; q++) t[q] = ld_q(x, s8, off + q * st) * k;
+    }
+}
+
+/* Rows of the last dim of y, 256 elements at a time: a * ka and b * kb into float rows (a
+ * broadcast operand read once per row), then their sum + c rounded, clamped and stored: the
+ * same operations in the same order as the flat loops (a per-element index walk with
+ * strided loads measured ~10 ns an element: PP-OCRv4's ConvTranspose bias, 19 ms). */
 static void qadd_rows(void *arg, int64_t rb, int64_t re) {
     const qadd_job *j = arg;
     const float big = 12582912.0f; /* 1.5 * 2^23: adding and subtracting rounds half to even */
     bool as8 = j->a->dtype == TDM_INT8, bs8 = j->b->dtype == TDM_INT8, ys8 = j->yt == TDM_INT8;
     int L = j->rank - 1;
     int64_t sa = L >= 0 ? j->as[L] : 0, sb = L >= 0 ? j->bs[L] : 0;
+    float ta[256], tb[256];
     for (int64_t r = rb; r < re; r++) {
         int64_t rem = r, ao = 0, bo = 0;
         for (int d = L - 1; d >= 0; d--) {
@@ -718,16 +740,20 @@ static void qadd_rows(void *arg, int64_t rb, int64_t re) {
             ao += c * j->as[d];
             bo += c * j->bs[d];
         }
-        for (int64_t q = 0; q < j->inner; q++) {
-            float v = ld_q(j->a->data, as8, ao + q * sa) * j->ka +
-                      ld_q(j->b->data, bs8, bo + q * sb) * j->kb + j->c;
-            v = v > -4194304.0f ? v : -4194304.0f;
-            v = v < 4194304.0f ? v : 4194304.0f;
-            v = (v + big) - big;
-            v = v > j->lo ? v : j->lo;
-            v = v < j->hi ? v : j->hi;
-            if (ys8) ((int8_t *)j->y)[r * j->inner + q] = (int8_t)v;
-            else ((uint8_t *)j->y)[r * j->inner + q] = (uint8_t)v;
+        for (int64_t q0 = 0; q0 < j->inner; q0 += 256) {
+            int64_t n = j->inner - q0 < 256 ? j->inner - q0 : 256;
+            qadd_scaled(j->a->data, as8, ao + q0 * sa, sa, n, j->ka, ta);
+            qadd_scaled(j->b->data, bs8, bo + q0 * sb, sb, n, j->kb, tb);
+            uint8_t *y = (uint8_t *)j->y + r * j->inner + q0;
+            for (int64_t q = 0; q < n; q++) {
+                float v = ta[q] + tb[q] + j->c;
+                v = v > -4194304.0f ? v : -4194304.0f;
+                v = v < 4194304.0f ? v : 4194304.0f;
+                v = (v + big) - big;
+                v = v > j->lo ? v : j->lo;
+                v = v < j->hi ? v : j->hi;
+                y[q] = ys8 ? (uint8_t)(int8_t)v : (uint8_t)v;
+            }
         }
     }
 }
