@@ -24,10 +24,11 @@ Cases (each quantized with 16 calibration samples of the same distribution as th
                   LeakyRelu, Split with an output of the input's quantization and an int8 one of a
                   smaller scale (saturating), Concat of three differently quantized inputs,
                   nearest Resize x2 and MaxPool each into a new quantization, convolutions
-                  between; the Resize result is a second output, and a third adds
-                  per-channel (int8) and per-pixel (uint8) constants to the last convolution's
+                  between; the Resize result is a second output, a third adds per-channel
+                  (int8) and per-pixel (uint8) constants to the last convolution's, a fourth
+                  is its squeeze-excitation (x * HardSigmoid(Conv(GlobalAveragePool(x))))
                   (tandem: the data-movement ops on 8-bit tensors with requantising tables,
-                  channels-last; QAdd's broadcasting rows)
+                  channels-last; QAdd's broadcasting rows; QMul)
   mlp_qdq         MatMul+Add+Relu, MatMul+Add, Gemm(transB) on [6, 64] rows (QDQ)
   cnn_qop         QOperator form (QLinearConv, QLinearMatMul; quantized ops Conv / MatMul
                   only)
@@ -271,12 +272,20 @@ def qdq_move(seed=6):
         const("bp_s", np.float32(0.01)), const("bp_z", np.uint8(128))], ["bp"]))
     nodes.append(helper.make_node("Add", ["bp", dq(q8)], ["sum2"]))
     dq(q("sum2", "q9", 0.1, 125), "s")
+    # squeeze-excitation: x * HardSigmoid(Conv(GlobalAveragePool(x))), per channel
+    nodes.append(helper.make_node("GlobalAveragePool", [dq(q7, "q7_dq2")], ["gap"]))
+    qc4 = q(conv(dq(q("gap", "qg", 0.02, 128)), 8, 8, 1, "c4"), "qc4", 0.05, 128)
+    nodes.append(helper.make_node("HardSigmoid", [dq(qc4)], ["hs"], alpha=0.2, beta=0.5))
+    nodes.append(helper.make_node("Mul", [dq(q7, "q7_dq3"), dq(q("hs", "qhs", 1 / 255, 0))],
+                                  ["se"]))
+    dq(q("se", "qse", 0.07, 100), "e")
     dq(q5, "r")
     g = helper.make_graph(nodes, "qdq_move",
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 12, 12])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 12, 12]),
                            helper.make_tensor_value_info("r", TensorProto.FLOAT, [1, 32, 24, 24]),
-                           helper.make_tensor_value_info("s", TensorProto.FLOAT, [1, 8, 12, 12])],
+                           helper.make_tensor_value_info("s", TensorProto.FLOAT, [1, 8, 12, 12]),
+                           helper.make_tensor_value_info("e", TensorProto.FLOAT, [1, 8, 12, 12])],
                           inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     onnx.checker.check_model(m)

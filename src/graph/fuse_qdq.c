@@ -7,6 +7,8 @@
  *   DQ(a_q) , DQ(b_q const)  [, C]   -> Gemm (alpha = beta = 1, A as is) [-> act] -> Q
  *                                                                          => QMatMul
  *   DQ(a_q) , DQ(b_q)                -> Add [-> Relu | Clip] -> Q           => QAdd
+ *   DQ(a_q) , DQ(b_q)                -> Mul [-> Relu | Clip] -> Q           => QMul
+ *                                      (not a table below: squeeze-excitation's x * s)
  *   DQ(x_q) -> Sigmoid | HardSigmoid | Tanh | Relu | LeakyRelu | HardSwish | Clip -> Q,
  *   DQ(x_q) , scalar constant        -> Add | Sub | Mul | Div -> Q             => QLut
  *   (a QLut reading the only result of another QLut: one table, the two composed)
@@ -385,6 +387,7 @@ static tdm_status *fuse_matmul(fz_ctx *fz, int mi, bool gemm) {
     return emit(fz, "QMatMul", mi, &a, bq, w.scale, w_zp_value(&w), &t, bias, false);
 }
 
+/* Add / Mul of two per-tensor quantized operands -> QAdd / QMul. */
 static tdm_status *fuse_add(fz_ctx *fz, int ai) {
     const tdm_node *ad = fz_node(fz, ai);
     if (ad->n_inputs != 2 || ad->n_outputs != 1 || ad->outputs[0] < 0) return NULL;
@@ -395,7 +398,8 @@ static tdm_status *fuse_add(fz_ctx *fz, int ai) {
         return NULL;
     int bzp;
     TDM_TRY(zp_value(fz, &b, &bzp));
-    return emit(fz, "QAdd", ai, &a, b.q, b.scale, bzp, &t, -1, false);
+    return emit(fz, strcmp(ad->op_type, "Mul") ? "QAdd" : "QMul", ai, &a, b.q, b.scale, bzp, &t,
+                -1, false);
 }
 
 /* ---- 256-entry tables ---- */
@@ -874,7 +878,10 @@ tdm_status *fz_pass_qdq(fz_ctx *fz) {
             bool done;
             TDM_TRY(fuse_lut_scalar(fz, ni, &done));
             if (!done && fz_is_op(fz, ni, "Add")) TDM_TRY(fuse_add(fz, ni));
-            else if (!done && fz_is_op(fz, ni, "Mul")) TDM_TRY(fuse_lut_mul(fz, ni));
+            else if (!done && fz_is_op(fz, ni, "Mul")) {
+                TDM_TRY(fuse_lut_mul(fz, ni));
+                if (fz_is_op(fz, ni, "Mul")) TDM_TRY(fuse_add(fz, ni)); /* (not a table) */
+            }
         }
         else if (fz_is_op(fz, ni, "Sigmoid") || fz_is_op(fz, ni, "Tanh") ||
                  fz_is_op(fz, ni, "Relu") || fz_is_op(fz, ni, "LeakyRelu") ||
@@ -966,7 +973,8 @@ static bool nh_other(const nh_ctx *h, const tdm_node *n) {
         return false;
     int rk;
     if (nh_resize_arg(h, n, &rk)) return q8_4d(h, n->inputs[0]);
-    if (is_fused_op(n, "QAdd")) /* (broadcasting commutes with the same axis permutation) */
+    if (is_fused_op(n, "QAdd") || is_fused_op(n, "QMul")) /* (broadcasting commutes with the
+                                                              same axis permutation) */
         return q8_4d(h, n->inputs[0]) && q8_4d(h, n->inputs[3]);
     if (is_fused_op(n, "QLut")) return q8_4d(h, n->inputs[0]);
     if (!n->dead && !n->domain[0] && !strcmp(n->op_type, "MaxPool")) {
@@ -1046,7 +1054,7 @@ static tdm_status *nh_convert_conv(nh_ctx *h, int i) {
 /* Input k of a converted node is a tensor (not a scale, zero point, table, split sizes,
  * roi, scales or sizes). */
 static bool nh_data(const tdm_node *n, int k) {
-    if (is_fused_op(n, "QAdd")) return k == 0 || k == 3;
+    if (is_fused_op(n, "QAdd") || is_fused_op(n, "QMul")) return k == 0 || k == 3;
     if (is_fused_op(n, "QLut")) return k == 0;
     if (!n->domain[0] && (!strcmp(n->op_type, "Split") || !strcmp(n->op_type, "Resize")))
         return k == 0;

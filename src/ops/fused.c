@@ -158,7 +158,7 @@ static tdm_status *infer_attention(tdm_infer_ctx *ctx) {
     return NULL;
 }
 
-/* ---- QAdd: Add's broadcast; Y has y_zero_point's type ---- */
+/* ---- QAdd, QMul: the broadcast of a and b; Y has y_zero_point's type ---- */
 static tdm_status *infer_qadd(tdm_infer_ctx *ctx) {
     const tdm_value_info *ins[2] = {&ctx->in[0], &ctx->in[3]};
     TDM_TRY(tdm_infer_broadcast(ctx, 2, ins, &ctx->out[0]));
@@ -205,6 +205,7 @@ const tdm_op_schema tdm_ops_fused[] = {
     {TDM_FUSED_DOMAIN, "QConv", 1, 8, 9, 1, 1, tdm_misc_infer_qlinear_conv, 0, 0},
     {TDM_FUSED_DOMAIN, "QMatMul", 1, 8, 9, 1, 1, tdm_misc_infer_qlinear_matmul, 0, 0},
     {TDM_FUSED_DOMAIN, "QAdd", 1, 8, 8, 1, 1, infer_qadd, 0, 0},
+    {TDM_FUSED_DOMAIN, "QMul", 1, 8, 8, 1, 1, infer_qadd, 0, 0},
     {TDM_FUSED_DOMAIN, "QLut", 1, 2, 2, 1, 1, infer_qlut, 0, 0},
     {TDM_FUSED_DOMAIN, "MaxPoolNhwc", 1, 1, 1, 1, 1, infer_maxpool_nhwc, 0, 0},
 };

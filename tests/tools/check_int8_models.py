@@ -18,16 +18,16 @@ values ORT's MLAS approximations and tandem's (expf / tanhf in the QLut tables, 
 kernels at --opt-level 0) may give a last bit apart; an 8-bit value that lands on a rounding
 tie then moves by one step (1 of 4096 elements measured, at every opt level).
 
-At --opt-level 0 (OPT0_TIES below) tandem runs qdq_move as written, its convolutions in
-float on dequantized values, where ORT fuses them into integer ones: a float sum a last bit
-apart that lands on a rounding tie moves one step, and the requantisations after it (0.05 ->
-0.045) can make that two (4 of 1152 and 16 of 18432 elements measured; ORT's own run with its
-optimizations off differs from its optimized run in the same elements).
-
 qdq_move's output s (OUTPUT_TIES below) comes from two broadcasting Adds: ONNX Runtime fuses
 them into QLinearAdd, whose arithmetic rounds unlike DequantizeLinear -> Add -> QuantizeLinear
-in float (ORT's own run of the model with its optimizations off differs from its optimized
-run by one step in 98 of 1152 elements there; tandem's QAdd in 41): one step allowed.
+in float (tandem's QAdd differs from it by one step in 41 of 1152 elements): one step allowed.
+
+At --opt-level 0 (OPT0_TIES below) tandem runs qdq_move as written, in float on dequantized
+values, where ORT fuses the patterns into integer operators (QLinearConv, QLinearAdd, its
+global average pooling): results a last bit apart that land on a rounding tie move one step,
+and a requantisation after one (0.05 -> 0.045) can make that two. ORT's own run of the model
+with its optimizations off differs from its optimized run in as many elements as tandem's:
+y 4 of 1152, r 16 of 18432, s 98 of 1152, e 142 of 1152.
 
 cnn_act runs with VNNI only: its weights use the whole int8 range with uint8 activations,
 and oneDNN's AVX2 kernels (vpmaddubsw pair sums saturating at 32767) are off by up to 23
@@ -127,8 +127,10 @@ def main():
     print(f"cpu ISA {isa} ({'VNNI' if vnni else 'no VNNI'}): at most {max_units:g} steps, "
           f"{max_frac:.0%} of the elements may differ")
     TIES = {"cnn_act": (1, 0.002)}  # (units, fraction) on VNNI: see the docstring
-    OPT0_TIES = {"qdq_move": (2, 0.005)}  # (units, fraction) at --opt-level 0: the docstring
-    OUTPUT_TIES = {("qdq_move", "s"): (1, 0.1)}  # (units, fraction) everywhere: the docstring
+    # (units, fraction) per (case, output), everywhere / at --opt-level 0: see the docstring
+    OUTPUT_TIES = {("qdq_move", "s"): (1, 0.05)}
+    OPT0_TIES = {("qdq_move", "y"): (1, 0.005), ("qdq_move", "r"): (2, 0.002),
+                 ("qdq_move", "s"): (1, 0.1), ("qdq_move", "e"): (1, 0.15)}
     VNNI_ONLY = {"cnn_act"}
     failed = checked = 0
     can_fail = False
@@ -174,10 +176,9 @@ def main():
                 mu, mf = max_units, max_frac
                 if vnni and name in TIES:
                     mu, mf = max(mu, TIES[name][0]), max(mf, TIES[name][1])
-                if (name, oname) in OUTPUT_TIES:
-                    mu, mf = max(mu, OUTPUT_TIES[name, oname][0]), max(mf, OUTPUT_TIES[name, oname][1])
-                elif a.opt_level == 0 and name in OPT0_TIES:
-                    mu, mf = max(mu, OPT0_TIES[name][0]), max(mf, OPT0_TIES[name][1])
+                ties = (OPT0_TIES if a.opt_level == 0 else OUTPUT_TIES).get((name, oname))
+                if ties:
+                    mu, mf = max(mu, ties[0]), max(mf, ties[1])
                 ok = mx <= mu + 1e-3 and frac <= mf
                 checked += 1
                 print(f"{'ok  ' if ok else 'FAIL'} {label} {oname}: {n} of {want.size} elements "

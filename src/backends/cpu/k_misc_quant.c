@@ -23,6 +23,7 @@ tdm_status *tdm_misc_qlinear_matmul_run(tdm_kernel_ctx *ctx);
 tdm_status *tdm_misc_conv_integer_run(tdm_kernel_ctx *ctx);
 tdm_status *tdm_misc_qlinear_conv_run(tdm_kernel_ctx *ctx);
 tdm_status *tdm_misc_qadd_run(tdm_kernel_ctx *ctx);
+tdm_status *tdm_misc_qmul_run(tdm_kernel_ctx *ctx);
 
 static bool q_range(tdm_dtype t, double *lo, double *hi) {
     switch (t) {
@@ -678,6 +679,8 @@ typedef struct qadd_job {
     int64_t dims[TDM_MAX_RANK], as[TDM_MAX_RANK], bs[TDM_MAX_RANK];
     int64_t inner;    /* elements of the last dim */
     float ka, kb, c;  /* y = a * ka + b * kb + c before rounding */
+    bool mul;         /* QMul: y = ((a - za) * sa) * ((b - zb) * sb) / sy, rounded, + zy */
+    float za, zb, zy, sy;
     float lo, hi;
 } qadd_job;
 
@@ -703,21 +706,21 @@ static inline float ld_q(const void *p, bool s8, int64_t i) {
 QADD_FLAT(qadd_flat_u8, uint8_t)
 QADD_FLAT(qadd_flat_s8, int8_t)
 
-/* t[q] = x[off + q * st] * k for q < n (st 0: one value for the whole row; 1: contiguous,
- * a loop the compiler vectorizes). */
-static void qadd_scaled(const void *x, bool s8, int64_t off, int64_t st, int64_t n, float k,
-                        float *restrict t) {
+/* t[q] = (x[off + q * st] - z) * k for q < n (st 0: one value for the whole row; 1:
+ * contiguous, a loop the compiler vectorizes; z = 0 for QAdd, exact). */
+static void qadd_scaled(const void *x, bool s8, int64_t off, int64_t st, int64_t n, float z,
+                        float k, float *restrict t) {
     if (st == 0) {
-        float v = ld_q(x, s8, off) * k;
+        float v = (ld_q(x, s8, off) - z) * k;
         for (int64_t q = 0; q < n; q++) t[q] = v;
     } else if (st == 1 && s8) {
         const int8_t *p = (const int8_t *)x + off;
-        for (int64_t q = 0; q < n; q++) t[q] = (float)p[q] * k;
+        for (int64_t q = 0; q < n; q++) t[q] = ((float)p[q] - z) * k;
     } else if (st == 1) {
         const uint8_t *p = (const uint8_t *)x + off;
-        for (int64_t q = 0; q < n; q++) t[q] = (float)p[q] * k;
+        for (int64_t q = 0; q < n; q++) t[q] = ((float)p[q] - z) * k;
     } else {
-        for (int64_t q = 0; q < n; q++) t[q] = ld_q(x, s8, off + q * st) * k;
+        for (int64_t q = 0; q < n; q++) t[q] = (ld_q(x, s8, off + q * st) - z) * k;
     }
 }
 
@@ -742,9 +745,20 @@ static void qadd_rows(void *arg, int64_t rb, int64_t re) {
         }
         for (int64_t q0 = 0; q0 < j->inner; q0 += 256) {
             int64_t n = j->inner - q0 < 256 ? j->inner - q0 : 256;
-            qadd_scaled(j->a->data, as8, ao + q0 * sa, sa, n, j->ka, ta);
-            qadd_scaled(j->b->data, bs8, bo + q0 * sb, sb, n, j->kb, tb);
+            qadd_scaled(j->a->data, as8, ao + q0 * sa, sa, n, j->za, j->ka, ta);
+            qadd_scaled(j->b->data, bs8, bo + q0 * sb, sb, n, j->zb, j->kb, tb);
             uint8_t *y = (uint8_t *)j->y + r * j->inner + q0;
+            if (j->mul) /* DequantizeLinear, Mul, QuantizeLinear as the float kernels do */
+                for (int64_t q = 0; q < n; q++) {
+                    float v = ta[q] * tb[q] / j->sy;
+                    v = v > -4194304.0f ? v : -4194304.0f;
+                    v = v < 4194304.0f ? v : 4194304.0f;
+                    v = (v + big) - big + j->zy;
+                    v = v > j->lo ? v : j->lo;
+                    v = v < j->hi ? v : j->hi;
+                    y[q] = ys8 ? (uint8_t)(int8_t)v : (uint8_t)v;
+                }
+            else
             for (int64_t q = 0; q < n; q++) {
                 float v = ta[q] + tb[q] + j->c;
                 v = v > -4194304.0f ? v : -4194304.0f;
@@ -758,27 +772,35 @@ static void qadd_rows(void *arg, int64_t rb, int64_t re) {
     }
 }
 
-tdm_status *tdm_misc_qadd_run(tdm_kernel_ctx *ctx) {
+/* QAdd and QMul (ops/fused.h). */
+static tdm_status *qbinary_run(tdm_kernel_ctx *ctx, bool mul) {
     const tdm_tensor *const *in = ctx->in;
     tdm_tensor *y = ctx->out[0];
+    const char *op = mul ? "QMul" : "QAdd";
     for (int i = 0; i < 8; i++)
         if (!in[i] || ((i % 3 != 0) && in[i]->count != 1))
             return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
-                                  "QAdd takes per-tensor scales and zero points");
+                                  "%s takes per-tensor scales and zero points", op);
     double lo, hi;
     if ((y->dtype != TDM_UINT8 && y->dtype != TDM_INT8) ||
         (in[0]->dtype != TDM_UINT8 && in[0]->dtype != TDM_INT8) ||
         (in[3]->dtype != TDM_UINT8 && in[3]->dtype != TDM_INT8))
-        return tdm_node_error(ctx->node, TDM_ERR_UNSUPPORTED, "QAdd takes 8-bit tensors");
+        return tdm_node_error(ctx->node, TDM_ERR_UNSUPPORTED, "%s takes 8-bit tensors", op);
     out_range(ctx->node, y->dtype, &lo, &hi);
     qadd_job j = {.a = in[0], .b = in[3], .y = y->data, .yt = y->dtype, .rank = y->rank};
     double sa = tdm_tensor_get_f64(in[1], 0), za = tdm_tensor_get_f64(in[2], 0);
     double sb = tdm_tensor_get_f64(in[4], 0), zb = tdm_tensor_get_f64(in[5], 0);
     double sy = tdm_tensor_get_f64(in[6], 0), zy = tdm_tensor_get_f64(in[7], 0);
     if (!(sy > 0)) return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT, "y_scale must be > 0");
-    j.ka = (float)(sa / sy);
-    j.kb = (float)(sb / sy);
-    j.c = (float)(zy - za * sa / sy - zb * sb / sy);
+    j.mul = mul;
+    if (mul) { /* the float values as DequantizeLinear makes them */
+        j.ka = (float)sa, j.kb = (float)sb, j.za = (float)za, j.zb = (float)zb;
+        j.sy = (float)sy, j.zy = (float)zy;
+    } else {
+        j.ka = (float)(sa / sy);
+        j.kb = (float)(sb / sy);
+        j.c = (float)(zy - za * sa / sy - zb * sb / sy);
+    }
     j.lo = (float)lo;
     j.hi = (float)hi;
     memcpy(j.dims, y->dims, sizeof(int64_t) * (size_t)y->rank);
@@ -786,8 +808,8 @@ tdm_status *tdm_misc_qadd_run(tdm_kernel_ctx *ctx) {
     tdm_broadcast_strides(in[3]->rank, in[3]->dims, y->rank, y->dims, j.bs);
     j.inner = y->rank ? y->dims[y->rank - 1] : 1;
     if (y->count == 0) return NULL;
-    if (in[0]->count == y->count && in[3]->count == y->count && in[0]->dtype == y->dtype &&
-        in[3]->dtype == y->dtype) { /* same shapes (numpy broadcasting then moves nothing) */
+    if (!mul && in[0]->count == y->count && in[3]->count == y->count &&
+        in[0]->dtype == y->dtype && in[3]->dtype == y->dtype) { /* same shapes (no broadcast) */
         tdm_parallel_for(ctx->pool, y->count, 16384,
                          y->dtype == TDM_UINT8 ? qadd_flat_u8 : qadd_flat_s8, &j);
         return NULL;
@@ -796,6 +818,9 @@ tdm_status *tdm_misc_qadd_run(tdm_kernel_ctx *ctx) {
     tdm_parallel_for(ctx->pool, rows, j.inner >= 4096 ? 1 : 4096 / j.inner + 1, qadd_rows, &j);
     return NULL;
 }
+
+tdm_status *tdm_misc_qadd_run(tdm_kernel_ctx *ctx) { return qbinary_run(ctx, false); }
+tdm_status *tdm_misc_qmul_run(tdm_kernel_ctx *ctx) { return qbinary_run(ctx, true); }
 
 /* Bytes between layouts: src channels-last [N, H, W, C] -> dst NCHW (to_nchw), or src NCHW ->
  * dst channels-last; dst's dims say which (N, C from dst). */
