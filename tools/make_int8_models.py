@@ -28,7 +28,7 @@ Cases (each quantized with 16 calibration samples of the same distribution as th
                   (int8) and per-pixel (uint8) constants to the last convolution's, a fourth
                   is its squeeze-excitation (x * HardSigmoid(Conv(GlobalAveragePool(x))))
                   (tandem: the data-movement ops on 8-bit tensors with requantising tables,
-                  channels-last; QAdd's broadcasting rows; QMul)
+                  channels-last; QAdd's broadcasting rows; QMul; QGlobalAveragePool)
   mlp_qdq         MatMul+Add+Relu, MatMul+Add, Gemm(transB) on [6, 64] rows (QDQ)
   cnn_qop         QOperator form (QLinearConv, QLinearMatMul; quantized ops Conv / MatMul
                   only)

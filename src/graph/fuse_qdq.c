@@ -9,6 +9,7 @@
  *   DQ(a_q) , DQ(b_q)                -> Add [-> Relu | Clip] -> Q           => QAdd
  *   DQ(a_q) , DQ(b_q)                -> Mul [-> Relu | Clip] -> Q           => QMul
  *                                      (not a table below: squeeze-excitation's x * s)
+ *   DQ(x_q) -> GlobalAveragePool -> Q                                   => QGlobalAveragePool
  *   DQ(x_q) -> Sigmoid | HardSigmoid | Tanh | Relu | LeakyRelu | HardSwish | Clip -> Q,
  *   DQ(x_q) , scalar constant        -> Add | Sub | Mul | Div -> Q             => QLut
  *   (a QLut reading the only result of another QLut: one table, the two composed)
@@ -400,6 +401,30 @@ static tdm_status *fuse_add(fz_ctx *fz, int ai) {
     TDM_TRY(zp_value(fz, &b, &bzp));
     return emit(fz, strcmp(ad->op_type, "Mul") ? "QAdd" : "QMul", ai, &a, b.q, b.scale, bzp, &t,
                 -1, false);
+}
+
+/* DQ(x_q) -> GlobalAveragePool -> Q (per-tensor) => QGlobalAveragePool. */
+static tdm_status *fuse_gap(fz_ctx *fz, int gi) {
+    const tdm_node *n = fz_node(fz, gi);
+    if (n->n_inputs != 1 || n->n_outputs != 1 || n->outputs[0] < 0) return NULL;
+    dq_in x;
+    q_out q;
+    if (!match_act_dq(fz, n->inputs[0], &x) || !match_q(fz, fz_sole_consumer(fz, n->outputs[0]), &q))
+        return NULL;
+    int xzp, fi;
+    TDM_TRY(zp_value(fz, &x, &xzp));
+    char name[128];
+    snprintf(name, sizeof name, "%.100s_int8", fz_node(fz, gi)->name ? fz_node(fz, gi)->name : "");
+    TDM_TRY(fz_new_node(fz, "QGlobalAveragePool", TDM_FUSED_DOMAIN, name, 5, 1, &fi));
+    tdm_node *f = fz_node(fz, fi);
+    int ins[5] = {x.q, x.scale, xzp, q.scale, q.zp};
+    for (int k = 0; k < 5; k++) f->inputs[k] = ins[k];
+    f->outputs[0] = q.out;
+    f->device = fz_node(fz, gi)->device;
+    fz_kill(fz, gi);
+    fz_kill(fz, q.node);
+    fz->count++;
+    return NULL;
 }
 
 /* ---- 256-entry tables ---- */
@@ -890,6 +915,8 @@ tdm_status *fz_pass_qdq(fz_ctx *fz) {
             TDM_TRY(fuse_lut_unary(fz, ni));
         else if (fz_is_op(fz, ni, "QuantizeLinear"))
             TDM_TRY(fuse_lut_region(fz, ni));
+        else if (fz_is_op(fz, ni, "GlobalAveragePool"))
+            TDM_TRY(fuse_gap(fz, ni));
         else
             for (size_t k = 0; k < sizeof moves / sizeof moves[0]; k++)
                 if (fz_is_op(fz, ni, moves[k])) TDM_TRY(fuse_move(fz, ni));
@@ -977,6 +1004,8 @@ static bool nh_other(const nh_ctx *h, const tdm_node *n) {
                                                               same axis permutation) */
         return q8_4d(h, n->inputs[0]) && q8_4d(h, n->inputs[3]);
     if (is_fused_op(n, "QLut")) return q8_4d(h, n->inputs[0]);
+    if (is_fused_op(n, "QGlobalAveragePool"))
+        return q8_4d(h, n->inputs[0]) && tdm_attr_int(n, "nhwc", 0) == 0;
     if (!n->dead && !n->domain[0] && !strcmp(n->op_type, "MaxPool")) {
         size_t nk = 0;
         tdm_attr_ints(n, "kernel_shape", &nk);
@@ -1055,7 +1084,7 @@ static tdm_status *nh_convert_conv(nh_ctx *h, int i) {
  * roi, scales or sizes). */
 static bool nh_data(const tdm_node *n, int k) {
     if (is_fused_op(n, "QAdd") || is_fused_op(n, "QMul")) return k == 0 || k == 3;
-    if (is_fused_op(n, "QLut")) return k == 0;
+    if (is_fused_op(n, "QLut") || is_fused_op(n, "QGlobalAveragePool")) return k == 0;
     if (!n->domain[0] && (!strcmp(n->op_type, "Split") || !strcmp(n->op_type, "Resize")))
         return k == 0;
     return true;
@@ -1105,8 +1134,8 @@ static tdm_status *nh_convert_pool(nh_ctx *h, int i) {
     return NULL;
 }
 
-/* QAdd / QLut / Concat / Split / Resize with a channels-last input: every input
- * channels-last, and every output. */
+/* QAdd / QMul / QLut / QGlobalAveragePool / Concat / Split / Resize with a channels-last
+ * input: every input channels-last, and every output. */
 static tdm_status *nh_convert_other(nh_ctx *h, int i) {
     const tdm_node *n = fz_node(h->fz, i);
     if (!n->domain[0] && !strcmp(n->op_type, "MaxPool")) return nh_convert_pool(h, i);
@@ -1133,6 +1162,8 @@ static tdm_status *nh_convert_other(nh_ctx *h, int i) {
             }
         if (!has_axis) return TDM_ERR(TDM_ERR_INTERNAL, "int8 layout pass: no channel axis");
     }
+    if (is_fused_op(fz_node(h->fz, i), "QGlobalAveragePool"))
+        TDM_TRY(fz_attr_int(h->fz, i, "nhwc", 1));
     int nout = fz_node(h->fz, i)->n_outputs;
     for (int k = 0; k < nout; k++) {
         int y = fz_node(h->fz, i)->outputs[k], yt;

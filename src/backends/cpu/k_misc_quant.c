@@ -24,6 +24,7 @@ tdm_status *tdm_misc_conv_integer_run(tdm_kernel_ctx *ctx);
 tdm_status *tdm_misc_qlinear_conv_run(tdm_kernel_ctx *ctx);
 tdm_status *tdm_misc_qadd_run(tdm_kernel_ctx *ctx);
 tdm_status *tdm_misc_qmul_run(tdm_kernel_ctx *ctx);
+tdm_status *tdm_misc_qgap_run(tdm_kernel_ctx *ctx);
 
 static bool q_range(tdm_dtype t, double *lo, double *hi) {
     switch (t) {
@@ -967,5 +968,93 @@ tdm_status *tdm_misc_maxpool_nhwc_run(tdm_kernel_ctx *ctx) {
                 x->dtype == TDM_INT8};
     int64_t px = y->dims[2] * y->dims[3] * g.kernel[0] * g.kernel[1];
     tdm_parallel_for(ctx->pool, y->dims[0] * y->dims[1], 65536 / (px + 1) + 1, mp_rows, &j);
+    return NULL;
+}
+
+/* ---- QGlobalAveragePool (ops/fused.h): exact integer sums per channel, then the mean of the
+ * dequantized values requantised (round half to even, as QuantizeLinear) ---- */
+typedef struct qgap_job {
+    const uint8_t *x;
+    uint8_t *y;
+    int64_t C, P; /* channels, pixels */
+    bool nhwc, xs8, ys8;
+    int32_t xz;
+    float xs, ys, yz, lo, hi;
+} qgap_job;
+
+static void qgap_store(const qgap_job *j, int64_t sum, uint8_t *dst) {
+    const float big = 12582912.0f;
+    float m = (float)((double)sum * (double)j->xs / (double)j->P); /* the float mean */
+    float v = m / j->ys;
+    v = v > -4194304.0f ? v : -4194304.0f;
+    v = v < 4194304.0f ? v : 4194304.0f;
+    v = (v + big) - big + j->yz;
+    v = v > j->lo ? v : j->lo;
+    v = v < j->hi ? v : j->hi;
+    *dst = j->ys8 ? (uint8_t)(int8_t)v : (uint8_t)v;
+}
+
+static void qgap_images(void *arg, int64_t b, int64_t e) { /* channels-last: rows of C */
+    const qgap_job *j = arg;
+    int32_t acc[256];
+    for (int64_t n = b; n < e; n++)
+        for (int64_t c0 = 0; c0 < j->C; c0 += 256) {
+            int64_t nc = j->C - c0 < 256 ? j->C - c0 : 256;
+            memset(acc, 0, sizeof acc);
+            for (int64_t p = 0; p < j->P; p++) {
+                const uint8_t *row = j->x + (n * j->P + p) * j->C + c0;
+                if (j->xs8)
+                    for (int64_t c = 0; c < nc; c++) acc[c] += (int8_t)row[c];
+                else
+                    for (int64_t c = 0; c < nc; c++) acc[c] += row[c];
+            }
+            for (int64_t c = 0; c < nc; c++)
+                qgap_store(j, (int64_t)acc[c] - (int64_t)j->xz * j->P, j->y + n * j->C + c0 + c);
+        }
+}
+
+static void qgap_planes(void *arg, int64_t b, int64_t e) { /* plain: one plane per (n, c) */
+    const qgap_job *j = arg;
+    for (int64_t i = b; i < e; i++) {
+        const uint8_t *x = j->x + i * j->P;
+        int64_t sum = 0;
+        if (j->xs8)
+            for (int64_t p = 0; p < j->P; p++) sum += (int8_t)x[p];
+        else
+            for (int64_t p = 0; p < j->P; p++) sum += x[p];
+        qgap_store(j, sum - (int64_t)j->xz * j->P, j->y + i);
+    }
+}
+
+tdm_status *tdm_misc_qgap_run(tdm_kernel_ctx *ctx) {
+    const tdm_tensor *x = ctx->in[0];
+    tdm_tensor *y = ctx->out[0];
+    for (int i = 1; i < 5; i++)
+        if (!ctx->in[i] || ctx->in[i]->count != 1)
+            return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
+                                  "QGlobalAveragePool takes per-tensor scales and zero points");
+    if ((x->dtype != TDM_UINT8 && x->dtype != TDM_INT8) ||
+        (y->dtype != TDM_UINT8 && y->dtype != TDM_INT8) || x->rank < 3)
+        return tdm_node_error(ctx->node, TDM_ERR_UNSUPPORTED,
+                              "QGlobalAveragePool takes 8-bit tensors of rank >= 3");
+    bool nhwc = tdm_attr_int(ctx->node, "nhwc", 0) != 0;
+    int64_t N = x->dims[0], C = nhwc ? x->dims[x->rank - 1] : x->dims[1];
+    int64_t P = N * C > 0 ? x->count / (N * C) : 0;
+    if (y->count != N * C)
+        return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT, "QGlobalAveragePool: output shape");
+    if (y->count == 0) return NULL;
+    double lo = 0, hi = 255;
+    q_range(y->dtype, &lo, &hi);
+    qgap_job j = {x->data, y->data, C, P, nhwc, x->dtype == TDM_INT8, y->dtype == TDM_INT8,
+                  (int32_t)tdm_tensor_get_f64(ctx->in[2], 0),
+                  (float)tdm_tensor_get_f64(ctx->in[1], 0), (float)tdm_tensor_get_f64(ctx->in[3], 0),
+                  (float)tdm_tensor_get_f64(ctx->in[4], 0), (float)lo, (float)hi};
+    if (!(j.ys > 0)) return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT, "y_scale must be > 0");
+    if (P == 0) { /* (an empty mean: NaN in float, which QuantizeLinear sends to the low end) */
+        for (int64_t i = 0; i < y->count; i++) ((uint8_t *)y->data)[i] = j.ys8 ? 0x80 : 0;
+        return NULL;
+    }
+    if (nhwc) tdm_parallel_for(ctx->pool, N, 1, qgap_images, &j);
+    else tdm_parallel_for(ctx->pool, N * C, 65536 / P + 1, qgap_planes, &j);
     return NULL;
 }
