@@ -26,7 +26,8 @@ Cases (each quantized with 16 calibration samples of the same distribution as th
                   nearest Resize x2 and MaxPool each into a new quantization, convolutions
                   between; the Resize result is a second output, a third adds per-channel
                   (int8) and per-pixel (uint8) constants to the last convolution's, a fourth
-                  is its squeeze-excitation (x * HardSigmoid(Conv(GlobalAveragePool(x))))
+                  is its squeeze-excitation (x * HardSigmoid(Conv(GlobalAveragePool(x)))), a
+                  fifth the input's GlobalAveragePool
                   (tandem: the data-movement ops on 8-bit tensors with requantising tables,
                   channels-last; QAdd's broadcasting rows; QMul; QGlobalAveragePool)
   mlp_qdq         MatMul+Add+Relu, MatMul+Add, Gemm(transB) on [6, 64] rows (QDQ)
@@ -279,13 +280,16 @@ def qdq_move(seed=6):
     nodes.append(helper.make_node("Mul", [dq(q7, "q7_dq3"), dq(q("hs", "qhs", 1 / 255, 0))],
                                   ["se"]))
     dq(q("se", "qse", 0.07, 100), "e")
+    nodes.append(helper.make_node("GlobalAveragePool", [dq(q0, "q0_dq2")], ["gap0"]))
+    dq(q("gap0", "qgap0", 0.003, 128), "g")  # (on the input: plain layout)
     dq(q5, "r")
     g = helper.make_graph(nodes, "qdq_move",
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 12, 12])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 12, 12]),
                            helper.make_tensor_value_info("r", TensorProto.FLOAT, [1, 32, 24, 24]),
                            helper.make_tensor_value_info("s", TensorProto.FLOAT, [1, 8, 12, 12]),
-                           helper.make_tensor_value_info("e", TensorProto.FLOAT, [1, 8, 12, 12])],
+                           helper.make_tensor_value_info("e", TensorProto.FLOAT, [1, 8, 12, 12]),
+                           helper.make_tensor_value_info("g", TensorProto.FLOAT, [1, 8, 1, 1])],
                           inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     onnx.checker.check_model(m)
