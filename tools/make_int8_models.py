@@ -260,10 +260,10 @@ def qdq_move(seed=6):
     nodes.append(helper.make_node("MaxPool", [dq(q5)], ["mp"], kernel_shape=[2, 2],
                                   strides=[2, 2]))
     q6 = q("mp", "q6", 0.055, 95)
-    q7 = q(conv(dq(q6), 32, 8, 1, "c3"), "q7", 0.1, 128)
+    q7 = q(conv(dq(q6), 32, 24, 1, "c3"), "q7", 0.1, 128)  # (24: vector and scalar tails)
     # broadcasting sums with 8-bit constants: per channel (int8), per pixel (uint8)
     nodes.append(helper.make_node("DequantizeLinear", [
-        const("bc_q", rng.integers(-100, 100, (1, 8, 1, 1)).astype(np.int8)),
+        const("bc_q", rng.integers(-100, 100, (1, 24, 1, 1)).astype(np.int8)),
         const("bc_s", np.float32(0.02)), const("bc_z", np.int8(3))], ["bc"]))
     dq(q7, "y")
     nodes.append(helper.make_node("Add", [dq(q7), "bc"], ["sum1"]))
@@ -275,7 +275,7 @@ def qdq_move(seed=6):
     dq(q("sum2", "q9", 0.1, 125), "s")
     # squeeze-excitation: x * HardSigmoid(Conv(GlobalAveragePool(x))), per channel
     nodes.append(helper.make_node("GlobalAveragePool", [dq(q7, "q7_dq2")], ["gap"]))
-    qc4 = q(conv(dq(q("gap", "qg", 0.02, 128)), 8, 8, 1, "c4"), "qc4", 0.05, 128)
+    qc4 = q(conv(dq(q("gap", "qg", 0.02, 128)), 24, 24, 1, "c4"), "qc4", 0.05, 128)
     nodes.append(helper.make_node("HardSigmoid", [dq(qc4)], ["hs"], alpha=0.2, beta=0.5))
     nodes.append(helper.make_node("Mul", [dq(q7, "q7_dq3"), dq(q("hs", "qhs", 1 / 255, 0))],
                                   ["se"]))
@@ -285,10 +285,10 @@ def qdq_move(seed=6):
     dq(q5, "r")
     g = helper.make_graph(nodes, "qdq_move",
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 12, 12])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 12, 12]),
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 24, 12, 12]),
                            helper.make_tensor_value_info("r", TensorProto.FLOAT, [1, 32, 24, 24]),
-                           helper.make_tensor_value_info("s", TensorProto.FLOAT, [1, 8, 12, 12]),
-                           helper.make_tensor_value_info("e", TensorProto.FLOAT, [1, 8, 12, 12]),
+                           helper.make_tensor_value_info("s", TensorProto.FLOAT, [1, 24, 12, 12]),
+                           helper.make_tensor_value_info("e", TensorProto.FLOAT, [1, 24, 12, 12]),
                            helper.make_tensor_value_info("g", TensorProto.FLOAT, [1, 8, 1, 1])],
                           inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
