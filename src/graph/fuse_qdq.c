@@ -22,10 +22,10 @@
  *   per byte; a Split output unlike the input after the op; then DequantizeLinear nodes
  *   left unread go, and a QLut of a QLut's only result takes the composed table)
  *
- * (QConv / QMatMul / QAdd / QLut: ops/fused.h.) QLut: an 8-bit result that depends on one
- * 8-bit input alone is a table of 256 values, computed here with the float formulas of the
- * pattern (the intermediate Q / DQ included), so it rounds as the pattern does up to the
- * float function's last bit. Exactness:
+ * (QConv / QMatMul / QAdd / QMul / QLut / QGlobalAveragePool: ops/fused.h.) QLut: an 8-bit
+ * result that depends on one 8-bit input alone is a table of 256 values, computed here with
+ * the float formulas of the pattern (the intermediate Q / DQ included), so it rounds as the
+ * pattern does up to the float function's last bit. Exactness:
  *  - the bias becomes int32 in units of x_scale * w_scale[m] (round to nearest), as ONNX
  *    Runtime's quantizer writes it: exact when the bias was DQ(int32) with that scale;
  *  - Relu / Clip before Q is a clamp of the quantized result (Q is monotonic): exact;
@@ -41,15 +41,17 @@
  * be read by the pattern only.
  *
  * Channels-last pass (fz_pass_q8_nhwc, run with the blocked-layout pass on a CPU): chains
- * of 2-D QConv, QAdd of rank-4 tensors, channel Concat / Split and nearest Resize (constant
- * scales or sizes, permuted) keep their 8-bit tensors channels-last
- * ([N, H, W, C], oneDNN's int8 layout on x86) instead of converting NCHW <-> NHWC around
- * every convolution: QConv takes attributes x_nhwc / y_nhwc (ops/fused.h), QAdd and QLut
+ * of 2-D QConv, QAdd / QMul of rank-4 tensors, QLut, QGlobalAveragePool, channel Concat /
+ * Split, MaxPool and nearest Resize keep their 8-bit tensors channels-last ([N, H, W, C],
+ * oneDNN's int8 layout on x86) instead of converting NCHW <-> NHWC around every
+ * convolution: QConv takes attributes x_nhwc / y_nhwc (ops/fused.h), QAdd, QMul and QLut
  * run as they are on the twins (broadcasting commutes with permuting the axes of all three
- * alike), Concat / Split on axis 3, a 2-D MaxPool becomes MaxPoolNhwc, a Resize takes
- * its scales / sizes permuted. The layout changes at the region's edges only: a QConv reading plain X converts it itself, readers of the plain value (and graph
- * outputs) get a Transpose(0, 3, 1, 2) from the twin, and a plain input of a converted QAdd
- * or Concat a Transpose(0, 2, 3, 1). Pure data movement: exact. */
+ * alike), QGlobalAveragePool takes nhwc, Concat / Split run on axis 3, a 2-D MaxPool
+ * becomes MaxPoolNhwc, a Resize takes its constant scales / sizes permuted. The layout
+ * changes at the region's edges only: a QConv reading plain X converts it itself, readers
+ * of the plain value (and graph outputs) get a Transpose(0, 3, 1, 2) from the twin, and a
+ * plain input of a converted QAdd or Concat a Transpose(0, 2, 3, 1). Pure data movement:
+ * exact. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -409,7 +411,8 @@ static tdm_status *fuse_gap(fz_ctx *fz, int gi) {
     if (n->n_inputs != 1 || n->n_outputs != 1 || n->outputs[0] < 0) return NULL;
     dq_in x;
     q_out q;
-    if (!match_act_dq(fz, n->inputs[0], &x) || !match_q(fz, fz_sole_consumer(fz, n->outputs[0]), &q))
+    if (!match_act_dq(fz, n->inputs[0], &x) ||
+        !match_q(fz, fz_sole_consumer(fz, n->outputs[0]), &q))
         return NULL;
     int xzp, fi;
     TDM_TRY(zp_value(fz, &x, &xzp));
@@ -986,8 +989,8 @@ static bool nh_resize_arg(const nh_ctx *h, const tdm_node *n, int *k) {
     return found >= 0;
 }
 
-/* QAdd of two rank-4 tensors, Concat / Split on the channel axis, QLut, a 2-D MaxPool, a
- * nearest Resize with constant scales or sizes. */
+/* QAdd / QMul of two rank-4 tensors, Concat / Split on the channel axis, QLut,
+ * QGlobalAveragePool, a 2-D MaxPool, a nearest Resize with constant scales or sizes. */
 static bool nh_other(const nh_ctx *h, const tdm_node *n) {
     if (!n->dead && !n->domain[0] && !strcmp(n->op_type, "Split")) {
         if (n->device >= 0 || n->n_implicit || !nh_channel_axis(n, 0) || !q8_4d(h, n->inputs[0]))
