@@ -8,6 +8,7 @@
 #endif
 
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/cpu_simd.h"
 #include "core/alloc.h"
 #include "core/checked.h"
 #include "ops/nn_geom.h"
@@ -896,28 +897,16 @@ tdm_status *tdm_misc_qlinear_conv_run(tdm_kernel_ctx *ctx) {
     return st;
 }
 
-/* ---- QLut (ops/fused.h): a byte table ---- */
+/* ---- QLut (ops/fused.h): a byte table (cpu_lut.c's variants) ---- */
 typedef struct lut_job {
     const uint8_t *x, *t;
     uint8_t *y;
+    tdm_simd_lut_u8 fn;
 } lut_job;
 
 static void lut_range(void *arg, int64_t b, int64_t e) {
     const lut_job *j = arg;
-    /* locals: the byte stores may alias the job's fields, which would be reloaded per byte */
-    const uint8_t *restrict x = j->x, *restrict t = j->t;
-    uint8_t *restrict y = j->y;
-    uint8_t tab[256];
-    memcpy(tab, t, sizeof tab);
-    int64_t i = b;
-    for (; i + 8 <= e; i += 8) {
-        uint64_t v;
-        memcpy(&v, x + i, 8);
-        uint64_t o = 0;
-        for (int k = 0; k < 8; k++) o |= (uint64_t)tab[(v >> (8 * k)) & 0xff] << (8 * k);
-        memcpy(y + i, &o, 8);
-    }
-    for (; i < e; i++) y[i] = tab[x[i]];
+    j->fn(j->t, j->x + b, j->y + b, e - b);
 }
 
 tdm_status *tdm_misc_qlut_run(tdm_kernel_ctx *ctx) {
@@ -927,7 +916,7 @@ tdm_status *tdm_misc_qlut_run(tdm_kernel_ctx *ctx) {
         tdm_dtype_elem_size(x->dtype) != 1 || y->count != x->count)
         return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
                               "QLut takes an 8-bit input and a table of 256 8-bit values");
-    lut_job j = {x->data, t->data, y->data};
+    lut_job j = {x->data, t->data, y->data, tdm_cpu_simd_of(ctx)->lut_u8};
     tdm_parallel_for(ctx->pool, x->count, 65536, lut_range, &j);
     return NULL;
 }
