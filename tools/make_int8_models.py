@@ -20,6 +20,16 @@ Cases (each quantized with 16 calibration samples of the same distribution as th
                   bounds, another affine; SiLU as x * Sigmoid(x); an inner result that is also
                   a graph output; quantized with only Conv's inputs and outputs quantized, so
                   the element-wise chains are float between DQ and Q (tandem: one QLut each)
+  qdq_move        written in QDQ form by hand (no quantizer), scales chosen to differ:
+                  LeakyRelu, Split with an output of the input's quantization and an int8 one of a
+                  smaller scale (saturating), Concat of three differently quantized inputs,
+                  nearest Resize x2 and MaxPool each into a new quantization, convolutions
+                  between; the Resize result is a second output, a third adds per-channel
+                  (int8) and per-pixel (uint8) constants to the last convolution's, a fourth
+                  is its squeeze-excitation (x * HardSigmoid(Conv(GlobalAveragePool(x)))), a
+                  fifth the input's GlobalAveragePool
+                  (tandem: the data-movement ops on 8-bit tensors with requantising tables,
+                  channels-last; QAdd's broadcasting rows; QMul; QGlobalAveragePool)
   mlp_qdq         MatMul+Add+Relu, MatMul+Add, Gemm(transB) on [6, 64] rows (QDQ)
   cnn_qop         QOperator form (QLinearConv, QLinearMatMul; quantized ops Conv / MatMul
                   only)
@@ -200,6 +210,92 @@ def cnn_chain(seed=5):
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), [1, 3, 16, 16]
 
 
+def qdq_move(seed=6):
+    rng = np.random.default_rng(seed)
+    nodes, inits = [], []
+
+    def const(name, v):
+        inits.append(numpy_helper.from_array(np.asarray(v), name))
+        return name
+
+    def q(x, name, s, zp, t=np.uint8):
+        nodes.append(helper.make_node("QuantizeLinear", [x, const(name + "_s", np.float32(s)),
+                                                         const(name + "_z", t(zp))], [name]))
+        return name
+
+    def dq(xq, name=None):
+        name = name or xq + "_dq"
+        n = next(n for n in nodes if n.output[0] == xq)
+        nodes.append(helper.make_node("DequantizeLinear", [xq, n.input[1], n.input[2]], [name]))
+        return name
+
+    def conv(x, cin, cout, k, name):
+        w = rng.standard_normal((cout, cin, k, k)) * (1.5 / np.sqrt(cin * k * k))
+        # (|w| <= 63: pair sums of uint8 x int8 products stay below 2^15, so CPUs without
+        # VNNI, whose kernels saturate them, are exact too)
+        ws = (np.abs(w).reshape(cout, -1).max(1) / 63).astype(np.float32)
+        wq = np.clip(np.round(w / ws[:, None, None, None]), -63, 63).astype(np.int8)
+        b = (rng.standard_normal(cout) * 0.1).astype(np.float32)
+        nodes.append(helper.make_node(
+            "DequantizeLinear", [const(name + "_wq", wq), const(name + "_ws", ws),
+                                 const(name + "_wz", np.zeros(cout, np.int8))], [name + "_w"], axis=0))
+        nodes.append(helper.make_node("Conv", [x, name + "_w", const(name + "_b", b)], [name],
+                                      kernel_shape=[k, k], pads=[k // 2] * 4))
+        return name
+
+    q0 = q("x", "q0", 0.03, 128)
+    q1 = q(conv(dq(q0), 8, 16, 3, "c1"), "q1", 0.08, 120)
+    nodes.append(helper.make_node("LeakyRelu", [dq(q1)], ["act"], alpha=0.25))
+    q2 = q("act", "q2", 0.04, 10)
+    nodes.append(helper.make_node("Split", [dq(q2), const("sizes", np.array([6, 10], np.int64))],
+                                  ["sa", "sb"], axis=1))
+    a = q("sa", "qa", 0.04, 10)  # the input's quantization: no table
+    b = q("sb", "qb", 0.01, -5, np.int8)  # int8, a quarter of the scale: saturates
+    q3 = q(conv(dq(b), 10, 10, 3, "c2"), "q3", 0.06, 128)
+    nodes.append(helper.make_node("Concat", [dq(a), dq(q3), dq(q1, "q1_dq3")], ["cat"], axis=1))
+    q4 = q("cat", "q4", 0.05, 100)
+    nodes.append(helper.make_node("Resize", [dq(q4), "", const("scales", np.array(
+        [1, 1, 2, 2], np.float32))], ["up"], mode="nearest"))
+    q5 = q("up", "q5", 0.045, 90)
+    nodes.append(helper.make_node("MaxPool", [dq(q5)], ["mp"], kernel_shape=[2, 2],
+                                  strides=[2, 2]))
+    q6 = q("mp", "q6", 0.055, 95)
+    q7 = q(conv(dq(q6), 32, 24, 1, "c3"), "q7", 0.1, 128)  # (24: vector and scalar tails)
+    # broadcasting sums with 8-bit constants: per channel (int8), per pixel (uint8)
+    nodes.append(helper.make_node("DequantizeLinear", [
+        const("bc_q", rng.integers(-100, 100, (1, 24, 1, 1)).astype(np.int8)),
+        const("bc_s", np.float32(0.02)), const("bc_z", np.int8(3))], ["bc"]))
+    dq(q7, "y")
+    nodes.append(helper.make_node("Add", [dq(q7), "bc"], ["sum1"]))
+    q8 = q("sum1", "q8", 0.11, 120)
+    nodes.append(helper.make_node("DequantizeLinear", [
+        const("bp_q", rng.integers(0, 255, (1, 1, 12, 12)).astype(np.uint8)),
+        const("bp_s", np.float32(0.01)), const("bp_z", np.uint8(128))], ["bp"]))
+    nodes.append(helper.make_node("Add", ["bp", dq(q8)], ["sum2"]))
+    dq(q("sum2", "q9", 0.1, 125), "s")
+    # squeeze-excitation: x * HardSigmoid(Conv(GlobalAveragePool(x))), per channel
+    nodes.append(helper.make_node("GlobalAveragePool", [dq(q7, "q7_dq2")], ["gap"]))
+    qc4 = q(conv(dq(q("gap", "qg", 0.02, 128)), 24, 24, 1, "c4"), "qc4", 0.05, 128)
+    nodes.append(helper.make_node("HardSigmoid", [dq(qc4)], ["hs"], alpha=0.2, beta=0.5))
+    nodes.append(helper.make_node("Mul", [dq(q7, "q7_dq3"), dq(q("hs", "qhs", 1 / 255, 0))],
+                                  ["se"]))
+    dq(q("se", "qse", 0.07, 100), "e")
+    nodes.append(helper.make_node("GlobalAveragePool", [dq(q0, "q0_dq2")], ["gap0"]))
+    dq(q("gap0", "qgap0", 0.003, 128), "g")  # (on the input: plain layout)
+    dq(q5, "r")
+    g = helper.make_graph(nodes, "qdq_move",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 12, 12])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 24, 12, 12]),
+                           helper.make_tensor_value_info("r", TensorProto.FLOAT, [1, 32, 24, 24]),
+                           helper.make_tensor_value_info("s", TensorProto.FLOAT, [1, 24, 12, 12]),
+                           helper.make_tensor_value_info("e", TensorProto.FLOAT, [1, 24, 12, 12]),
+                           helper.make_tensor_value_info("g", TensorProto.FLOAT, [1, 8, 1, 1])],
+                          inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(m)
+    return m, [1, 8, 12, 12]
+
+
 class Reader(CalibrationDataReader):
     def __init__(self, shape, seed, n=16):
         rng = np.random.default_rng(seed)
@@ -277,6 +373,10 @@ def main():
         path = os.path.join(tmp, "cnn_chain.onnx")
         quantize(model, shape, path, QDQ, U8, True, ["Conv"])
         write_case(out, "cnn_chain", path, shape, 1002 + len(cases))
+        model, shape = qdq_move()  # (already QDQ: no quantizer)
+        path = os.path.join(tmp, "qdq_move.onnx")
+        onnx.save(model, path)
+        write_case(out, "qdq_move", path, shape, 1003 + len(cases))
 
 
 if __name__ == "__main__":

@@ -26,9 +26,9 @@ tdm_status *tdm_graph_fuse_blocked(tdm_graph *g, int64_t block, int *count);
 tdm_status *tdm_graph_fuse_cpu(tdm_graph *g, int *count);
 
 /* The QDQ pass (fuse_qdq.c): DequantizeLinear -> op -> QuantizeLinear patterns of quantized
- * models become the integer operators QConv, QMatMul, QAdd (ops/fused.h), or the op on the
- * 8-bit tensors. Run it before constant folding (which would turn DQ(constant weights)
- * into float weights). Same contract as tdm_graph_fuse. */
+ * models become the integer operators QConv, QMatMul, QAdd, QMul, QLut, QGlobalAveragePool
+ * (ops/fused.h), or the op on the 8-bit tensors. Run it before constant folding (which
+ * would turn DQ(constant weights) into float weights). Same contract as tdm_graph_fuse. */
 tdm_status *tdm_graph_fuse_qdq(tdm_graph *g, int *count);
 
 /* MatMulNBits with constant weights -> tandem's MatMulNBitsPacked (graph/fuse_nbits.c,

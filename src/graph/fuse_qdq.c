@@ -7,24 +7,31 @@
  *   DQ(a_q) , DQ(b_q const)  [, C]   -> Gemm (alpha = beta = 1, A as is) [-> act] -> Q
  *                                                                          => QMatMul
  *   DQ(a_q) , DQ(b_q)                -> Add [-> Relu | Clip] -> Q           => QAdd
+ *   DQ(a_q) , DQ(b_q)                -> Mul [-> Relu | Clip] -> Q           => QMul
+ *                                      (not a table below: squeeze-excitation's x * s)
+ *   DQ(x_q) -> GlobalAveragePool -> Q                                   => QGlobalAveragePool
  *   DQ(x_q) -> Sigmoid | HardSigmoid | Tanh | Relu | LeakyRelu | HardSwish | Clip -> Q,
  *   DQ(x_q) , scalar constant        -> Add | Sub | Mul | Div -> Q             => QLut
  *   (a QLut reading the only result of another QLut: one table, the two composed)
  *   DQ(a_q) , DQ(QLut(a_q))         -> Mul -> Q   (SiLU, hard-swish)       => QLut
  *   DQ(x_q) -> several of the above on x alone (scalars, x * f(x)) -> Q    => QLut
  *   DQ(x_q) [, DQ(...)]             -> MaxPool | Reshape | Flatten | Transpose | Squeeze |
- *                                      Unsqueeze | Concat -> Q    (same scale and zero
- *                                      point on every side)                => the op on x_q
+ *                                      Unsqueeze | Concat | Split | Resize (nearest) -> Q
+ *                                      (each output)                       => the op on x_q
+ *   (an input quantized unlike the output first goes through a requantising QLut, Q(DQ(b))
+ *   per byte; a Split output unlike the input after the op; then DequantizeLinear nodes
+ *   left unread go, and a QLut of a QLut's only result takes the composed table)
  *
- * (QConv / QMatMul / QAdd / QLut: ops/fused.h.) QLut: an 8-bit result that depends on one
- * 8-bit input alone is a table of 256 values, computed here with the float formulas of the
- * pattern (the intermediate Q / DQ included), so it rounds as the pattern does up to the
- * float function's last bit. Exactness:
+ * (QConv / QMatMul / QAdd / QMul / QLut / QGlobalAveragePool: ops/fused.h.) QLut: an 8-bit
+ * result that depends on one 8-bit input alone is a table of 256 values, computed here with
+ * the float formulas of the pattern (the intermediate Q / DQ included), so it rounds as the
+ * pattern does up to the float function's last bit. Exactness:
  *  - the bias becomes int32 in units of x_scale * w_scale[m] (round to nearest), as ONNX
  *    Runtime's quantizer writes it: exact when the bias was DQ(int32) with that scale;
  *  - Relu / Clip before Q is a clamp of the quantized result (Q is monotonic): exact;
- *  - the data-movement ops commute with Q(DQ(.)) when the scales and zero points agree:
- *    exact.
+ *  - the data-movement ops commute with Q(DQ(.)) when the scales and zero points agree,
+ *    and with the requantising table (an element-wise map; MaxPool: a nondecreasing one)
+ *    when they do not: exact.
  * What the integer operators round differently from float (one unit of y_scale at most
  * where the float result lies on a rounding tie) is the same as in ONNX Runtime's own QDQ
  * fusion. Activations: per-tensor scales; weights: per-tensor or per output channel, int8
@@ -34,14 +41,17 @@
  * be read by the pattern only.
  *
  * Channels-last pass (fz_pass_q8_nhwc, run with the blocked-layout pass on a CPU): chains
- * of 2-D QConv, QAdd of rank-4 tensors and channel Concat keep their 8-bit tensors channels-last
- * ([N, H, W, C], oneDNN's int8 layout on x86) instead of converting NCHW <-> NHWC around
- * every convolution: QConv takes attributes x_nhwc / y_nhwc (ops/fused.h), QAdd and QLut
+ * of 2-D QConv, QAdd / QMul of rank-4 tensors, QLut, QGlobalAveragePool, channel Concat /
+ * Split, MaxPool and nearest Resize keep their 8-bit tensors channels-last ([N, H, W, C],
+ * oneDNN's int8 layout on x86) instead of converting NCHW <-> NHWC around every
+ * convolution: QConv takes attributes x_nhwc / y_nhwc (ops/fused.h), QAdd, QMul and QLut
  * run as they are on the twins (broadcasting commutes with permuting the axes of all three
- * alike), Concat on axis 3, a 2-D MaxPool becomes MaxPoolNhwc. The layout changes at the region's edges
- * only: a QConv reading plain X converts it itself, readers of the plain value (and graph
- * outputs) get a Transpose(0, 3, 1, 2) from the twin, and a plain input of a converted QAdd
- * or Concat a Transpose(0, 2, 3, 1). Pure data movement: exact. */
+ * alike), QGlobalAveragePool takes nhwc, Concat / Split run on axis 3, a 2-D MaxPool
+ * becomes MaxPoolNhwc, a Resize takes its constant scales / sizes permuted. The layout
+ * changes at the region's edges only: a QConv reading plain X converts it itself, readers
+ * of the plain value (and graph outputs) get a Transpose(0, 3, 1, 2) from the twin, and a
+ * plain input of a converted QAdd or Concat a Transpose(0, 2, 3, 1). Pure data movement:
+ * exact. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -380,6 +390,7 @@ static tdm_status *fuse_matmul(fz_ctx *fz, int mi, bool gemm) {
     return emit(fz, "QMatMul", mi, &a, bq, w.scale, w_zp_value(&w), &t, bias, false);
 }
 
+/* Add / Mul of two per-tensor quantized operands -> QAdd / QMul. */
 static tdm_status *fuse_add(fz_ctx *fz, int ai) {
     const tdm_node *ad = fz_node(fz, ai);
     if (ad->n_inputs != 2 || ad->n_outputs != 1 || ad->outputs[0] < 0) return NULL;
@@ -390,7 +401,33 @@ static tdm_status *fuse_add(fz_ctx *fz, int ai) {
         return NULL;
     int bzp;
     TDM_TRY(zp_value(fz, &b, &bzp));
-    return emit(fz, "QAdd", ai, &a, b.q, b.scale, bzp, &t, -1, false);
+    return emit(fz, strcmp(ad->op_type, "Mul") ? "QAdd" : "QMul", ai, &a, b.q, b.scale, bzp, &t,
+                -1, false);
+}
+
+/* DQ(x_q) -> GlobalAveragePool -> Q (per-tensor) => QGlobalAveragePool. */
+static tdm_status *fuse_gap(fz_ctx *fz, int gi) {
+    const tdm_node *n = fz_node(fz, gi);
+    if (n->n_inputs != 1 || n->n_outputs != 1 || n->outputs[0] < 0) return NULL;
+    dq_in x;
+    q_out q;
+    if (!match_act_dq(fz, n->inputs[0], &x) ||
+        !match_q(fz, fz_sole_consumer(fz, n->outputs[0]), &q))
+        return NULL;
+    int xzp, fi;
+    TDM_TRY(zp_value(fz, &x, &xzp));
+    char name[128];
+    snprintf(name, sizeof name, "%.100s_int8", fz_node(fz, gi)->name ? fz_node(fz, gi)->name : "");
+    TDM_TRY(fz_new_node(fz, "QGlobalAveragePool", TDM_FUSED_DOMAIN, name, 5, 1, &fi));
+    tdm_node *f = fz_node(fz, fi);
+    int ins[5] = {x.q, x.scale, xzp, q.scale, q.zp};
+    for (int k = 0; k < 5; k++) f->inputs[k] = ins[k];
+    f->outputs[0] = q.out;
+    f->device = fz_node(fz, gi)->device;
+    fz_kill(fz, gi);
+    fz_kill(fz, q.node);
+    fz->count++;
+    return NULL;
 }
 
 /* ---- 256-entry tables ---- */
@@ -722,37 +759,142 @@ static bool same_q(const fz_ctx *fz, const dq_in *d, const q_out *q) {
     return scale_at(d, 0) == q->s && zp_at(d, 0) == q->z && fz->g->values[d->q].dtype == q->t;
 }
 
-/* Data-movement ops: input 0 (every input of Concat) from DQ, output to Q, all with the same
- * quantization: the op runs on the 8-bit tensors. */
+/* A QLut from x_q (quantized as d) to q's quantization: Q(DQ(x)) per byte, the pattern's own
+ * float formulas (exact). Writes value `out` (-1: a new 8-bit value of q's type, in *res). */
+static tdm_status *requant_lut(fz_ctx *fz, const dq_in *d, const q_out *q, int like, int out,
+                               int *res) {
+    tdm_dtype xt = fz->g->values[d->q].dtype;
+    tdm_tensor *t;
+    int64_t n = 256;
+    TDM_TRY(tdm_tensor_new(fz->g->alloc, q->t, 1, &n, &t));
+    for (int b = 0; b < 256; b++) ((uint8_t *)t->data)[b] = lut_q(q, lut_dq(d, xt, b));
+    char base[112];
+    const char *xn = fz->g->values[d->q].name;
+    snprintf(base, sizeof base, "%.96s/requant", xn ? xn : "");
+    int tv, fi;
+    TDM_TRY(fz_new_const(fz, base, t, &tv));
+    if (out < 0) TDM_TRY(fz_new_value(fz, base, q->t, -1, NULL, &out));
+    TDM_TRY(fz_new_node(fz, "QLut", TDM_FUSED_DOMAIN, base, 2, 1, &fi));
+    tdm_node *f = fz_node(fz, fi);
+    f->inputs[0] = d->q;
+    f->inputs[1] = tv;
+    f->outputs[0] = out;
+    f->device = fz_node(fz, like)->device;
+    *res = out;
+    return NULL;
+}
+
+/* Resize that only moves elements: nearest, no extrapolation (tf_crop_and_resize fills),
+ * no axes subset; its other inputs (roi, scales, sizes) are not 8-bit. */
+static bool resize_moves(const fz_ctx *fz, const tdm_node *n) {
+    if (strcmp(tdm_attr_string(n, "mode", "nearest"), "nearest") ||
+        !strcmp(tdm_attr_string(n, "coordinate_transformation_mode", "half_pixel"),
+                "tf_crop_and_resize") ||
+        tdm_node_attr(n, "axes"))
+        return false;
+    for (int k = 1; k < n->n_inputs; k++)
+        if (n->inputs[k] >= 0 && is_q8(fz->g->values[n->inputs[k]].dtype)) return false;
+    return true;
+}
+
+/* Data-movement ops: input 0 (every input of Concat) from DQ, each output to a Q: the op runs
+ * on the 8-bit tensors. Where an input's quantization differs from the output's, a QLut
+ * requantises that input first (Q(DQ(x)) per byte; MaxPool commutes with it too, the map
+ * being nondecreasing); Split's outputs, each with its own Q, get the table after the op. */
 static tdm_status *fuse_move(fz_ctx *fz, int oi) {
     tdm_node *n = fz_node(fz, oi);
-    bool concat = !strcmp(n->op_type, "Concat");
-    if (n->n_outputs != 1 || n->outputs[0] < 0 || n->n_inputs < 1) return NULL;
+    bool concat = !strcmp(n->op_type, "Concat"), split = !strcmp(n->op_type, "Split");
+    if (n->n_outputs < 1 || n->n_inputs < 1 || (!split && n->n_outputs != 1)) return NULL;
     if (!strcmp(n->op_type, "MaxPool") && n->n_outputs > 1) return NULL;
-    q_out q;
-    if (!match_q(fz, fz_sole_consumer(fz, n->outputs[0]), &q)) return NULL;
-    int nin = concat ? n->n_inputs : 1;
-    int qs[64];
-    if (nin > 64) return NULL;
-    for (int k = 0; k < nin; k++) {
-        dq_in d;
-        if (n->inputs[k] < 0 || !match_act_dq(fz, n->inputs[k], &d) || !same_q(fz, &d, &q))
+    if (!strcmp(n->op_type, "Resize") && !resize_moves(fz, n)) return NULL;
+    enum { MAXIO = 64 };
+    q_out q[MAXIO];
+    dq_in d[MAXIO];
+    int nin = concat ? n->n_inputs : 1, nout = n->n_outputs;
+    if (nin > MAXIO || nout > MAXIO) return NULL;
+    for (int k = 0; k < nout; k++)
+        if (n->outputs[k] < 0 || !match_q(fz, fz_sole_consumer(fz, n->outputs[k]), &q[k]))
             return NULL;
-        qs[k] = d.q;
+    for (int k = 0; k < nin; k++)
+        if (n->inputs[k] < 0 || !match_act_dq(fz, n->inputs[k], &d[k])) return NULL;
+    int qs[MAXIO];
+    for (int k = 0; k < nin; k++) { /* (Split: the table goes after it, per output) */
+        qs[k] = d[k].q;
+        if (!split && !same_q(fz, &d[k], &q[0]))
+            TDM_TRY(requant_lut(fz, &d[k], &q[0], oi, -1, &qs[k]));
     }
-    int old = n->outputs[0];
+    int outs[MAXIO];
+    for (int k = 0; k < nout; k++) {
+        outs[k] = q[k].out;
+        if (split && !same_q(fz, &d[0], &q[k])) { /* Split -> an 8-bit value -> QLut -> Q's */
+            char base[112];
+            const char *on = fz->g->values[q[k].out].name;
+            snprintf(base, sizeof base, "%.96s/q8", on ? on : "");
+            TDM_TRY(fz_new_value(fz, base, fz->g->values[d[0].q].dtype, -1, NULL, &outs[k]));
+            dq_in in8 = d[0];
+            in8.q = outs[k];
+            int r;
+            TDM_TRY(requant_lut(fz, &in8, &q[k], oi, q[k].out, &r));
+        }
+    }
+    n = fz_node(fz, oi);
     for (int k = 0; k < nin; k++) n->inputs[k] = qs[k];
-    n->outputs[0] = q.out;
-    fz->g->values[old].producer = -1;
-    fz_kill(fz, q.node);
+    for (int k = 0; k < nout; k++) {
+        fz->g->values[n->outputs[k]].producer = -1;
+        n->outputs[k] = outs[k];
+        fz_kill(fz, q[k].node);
+    }
     fz->count++;
     fz->dirty = true;
     return NULL;
 }
 
+/* After the patterns: DequantizeLinear nodes nothing reads any more go, then a QLut reading
+ * the only result of another QLut takes the composed table (fuse_move's requantising tables
+ * behind an activation's). */
+static tdm_status *compose_luts(fz_ctx *fz) {
+    TDM_TRY(fz_refresh(fz));
+    for (size_t i = 0; i < fz->g->n_nodes; i++) {
+        const tdm_node *n = fz_node(fz, (int)i);
+        if (fz_is_op(fz, (int)i, "DequantizeLinear") && n->n_outputs == 1 && n->outputs[0] >= 0 &&
+            fz_uses(fz, n->outputs[0]) == 0) {
+            fz_kill(fz, (int)i);
+            fz->dirty = true;
+        }
+    }
+    for (size_t i = 0; i < fz->g->n_nodes; i++) {
+        TDM_TRY(fz_refresh(fz));
+        const tdm_node *b = fz_node(fz, (int)i);
+        if (b->dead || strcmp(b->domain, TDM_FUSED_DOMAIN) || strcmp(b->op_type, "QLut") ||
+            b->n_inputs != 2 || b->inputs[0] < 0)
+            continue;
+        int p = fz_producer(fz, b->inputs[0]);
+        if (p < 0 || fz_sole_consumer(fz, b->inputs[0]) != (int)i) continue;
+        const tdm_node *a = fz_node(fz, p);
+        if (strcmp(a->domain, TDM_FUSED_DOMAIN) || strcmp(a->op_type, "QLut") || a->n_inputs != 2)
+            continue;
+        const tdm_tensor *t1 = fz_const(fz, a->inputs[1]), *t2 = fz_const(fz, b->inputs[1]);
+        if (!t1 || !t2 || t1->count != 256 || t2->count != 256) continue;
+        tdm_tensor *t;
+        int64_t n = 256;
+        TDM_TRY(tdm_tensor_new(fz->g->alloc, t2->dtype, 1, &n, &t));
+        for (int k = 0; k < 256; k++)
+            ((uint8_t *)t->data)[k] = ((const uint8_t *)t2->data)[((const uint8_t *)t1->data)[k]];
+        int tv;
+        TDM_TRY(fz_new_const(fz, fz->g->values[b->inputs[1]].name, t, &tv));
+        tdm_node *bn = fz_node(fz, (int)i);
+        bn->inputs[0] = fz_node(fz, p)->inputs[0];
+        bn->inputs[1] = tv;
+        fz_kill(fz, p);
+        fz->count++;
+        fz->dirty = true;
+    }
+    return NULL;
+}
+
 tdm_status *fz_pass_qdq(fz_ctx *fz) {
-    static const char *const moves[] = {"MaxPool", "Reshape", "Flatten", "Transpose",
-                                        "Squeeze", "Unsqueeze", "Concat"};
+    static const char *const moves[] = {"MaxPool", "Reshape", "Flatten", "Transpose", "Squeeze",
+                                        "Unsqueeze", "Concat", "Split", "Resize"};
     for (size_t i = 0; i < fz->g->n_nodes; i++) {
         TDM_TRY(fz_refresh(fz));
         int ni = (int)i;
@@ -764,7 +906,10 @@ tdm_status *fz_pass_qdq(fz_ctx *fz) {
             bool done;
             TDM_TRY(fuse_lut_scalar(fz, ni, &done));
             if (!done && fz_is_op(fz, ni, "Add")) TDM_TRY(fuse_add(fz, ni));
-            else if (!done && fz_is_op(fz, ni, "Mul")) TDM_TRY(fuse_lut_mul(fz, ni));
+            else if (!done && fz_is_op(fz, ni, "Mul")) {
+                TDM_TRY(fuse_lut_mul(fz, ni));
+                if (fz_is_op(fz, ni, "Mul")) TDM_TRY(fuse_add(fz, ni)); /* (not a table) */
+            }
         }
         else if (fz_is_op(fz, ni, "Sigmoid") || fz_is_op(fz, ni, "Tanh") ||
                  fz_is_op(fz, ni, "Relu") || fz_is_op(fz, ni, "LeakyRelu") ||
@@ -773,11 +918,13 @@ tdm_status *fz_pass_qdq(fz_ctx *fz) {
             TDM_TRY(fuse_lut_unary(fz, ni));
         else if (fz_is_op(fz, ni, "QuantizeLinear"))
             TDM_TRY(fuse_lut_region(fz, ni));
+        else if (fz_is_op(fz, ni, "GlobalAveragePool"))
+            TDM_TRY(fuse_gap(fz, ni));
         else
             for (size_t k = 0; k < sizeof moves / sizeof moves[0]; k++)
                 if (fz_is_op(fz, ni, moves[k])) TDM_TRY(fuse_move(fz, ni));
     }
-    return NULL;
+    return compose_luts(fz);
 }
 
 /* ---- channels-last 8-bit regions ---- */
@@ -814,13 +961,54 @@ static bool nh_conv(const nh_ctx *h, const tdm_node *n) {
            tdm_attr_int(n, "x_nhwc", 0) == 0 && tdm_attr_int(n, "y_nhwc", 0) == 0;
 }
 
-/* QAdd of two rank-4 tensors, or Concat on the channel axis. */
+/* The channel axis attribute of a Concat / Split (1 or -3; the default `def` when absent). */
+static bool nh_channel_axis(const tdm_node *n, int64_t def) {
+    int64_t axis = tdm_attr_int(n, "axis", def);
+    return axis == 1 || axis == -3;
+}
+
+/* Resize's scales / sizes input of a rank-4 nearest move (fuse_move's resize_moves): a
+ * constant of 4 values, the other one absent or empty; roi unused. Its index in *k. */
+static bool nh_resize_arg(const nh_ctx *h, const tdm_node *n, int *k) {
+    if (n->dead || n->domain[0] || strcmp(n->op_type, "Resize") || n->n_inputs < 2 ||
+        !resize_moves(h->fz, n))
+        return false;
+    int found = -1;
+    for (int i = n->opset < 11 ? 1 : 2; i < n->n_inputs && i < 4; i++) {
+        int v = n->inputs[i];
+        if (v < 0) continue;
+        const tdm_tensor *t = const_any(h->fz, v);
+        if (!t) return false;
+        if (t->count == 0) continue;
+        if (t->count != 4 || t->rank != 1 || found >= 0 ||
+            (t->dtype != TDM_FLOAT && t->dtype != TDM_INT64))
+            return false;
+        found = i;
+    }
+    *k = found;
+    return found >= 0;
+}
+
+/* QAdd / QMul of two rank-4 tensors, Concat / Split on the channel axis, QLut,
+ * QGlobalAveragePool, a 2-D MaxPool, a nearest Resize with constant scales or sizes. */
 static bool nh_other(const nh_ctx *h, const tdm_node *n) {
+    if (!n->dead && !n->domain[0] && !strcmp(n->op_type, "Split")) {
+        if (n->device >= 0 || n->n_implicit || !nh_channel_axis(n, 0) || !q8_4d(h, n->inputs[0]))
+            return false;
+        for (int k = 0; k < n->n_outputs; k++)
+            if (!q8_4d(h, n->outputs[k])) return false;
+        return n->n_outputs >= 1;
+    }
     if (n->device >= 0 || n->n_outputs != 1 || n->n_implicit || !q8_4d(h, n->outputs[0]))
         return false;
-    if (is_fused_op(n, "QAdd")) /* (broadcasting commutes with the same axis permutation) */
+    int rk;
+    if (nh_resize_arg(h, n, &rk)) return q8_4d(h, n->inputs[0]);
+    if (is_fused_op(n, "QAdd") || is_fused_op(n, "QMul")) /* (broadcasting commutes with the
+                                                              same axis permutation) */
         return q8_4d(h, n->inputs[0]) && q8_4d(h, n->inputs[3]);
     if (is_fused_op(n, "QLut")) return q8_4d(h, n->inputs[0]);
+    if (is_fused_op(n, "QGlobalAveragePool"))
+        return q8_4d(h, n->inputs[0]) && tdm_attr_int(n, "nhwc", 0) == 0;
     if (!n->dead && !n->domain[0] && !strcmp(n->op_type, "MaxPool")) {
         size_t nk = 0;
         tdm_attr_ints(n, "kernel_shape", &nk);
@@ -828,8 +1016,7 @@ static bool nh_other(const nh_ctx *h, const tdm_node *n) {
                fz_attrs_copyable(n) && q8_4d(h, n->inputs[0]);
     }
     if (!n->dead && !n->domain[0] && !strcmp(n->op_type, "Concat")) {
-        int64_t axis = tdm_attr_int(n, "axis", 0);
-        if (axis != 1 && axis != -3) return false;
+        if (!nh_channel_axis(n, 0)) return false;
         for (int k = 0; k < n->n_inputs; k++)
             if (!q8_4d(h, n->inputs[k])) return false;
         return true;
@@ -896,11 +1083,33 @@ static tdm_status *nh_convert_conv(nh_ctx *h, int i) {
     return NULL;
 }
 
-/* Input k of a converted node is a tensor (not a scale, zero point or table). */
+/* Input k of a converted node is a tensor (not a scale, zero point, table, split sizes,
+ * roi, scales or sizes). */
 static bool nh_data(const tdm_node *n, int k) {
-    if (is_fused_op(n, "QAdd")) return k == 0 || k == 3;
-    if (is_fused_op(n, "QLut")) return k == 0;
+    if (is_fused_op(n, "QAdd") || is_fused_op(n, "QMul")) return k == 0 || k == 3;
+    if (is_fused_op(n, "QLut") || is_fused_op(n, "QGlobalAveragePool")) return k == 0;
+    if (!n->domain[0] && (!strcmp(n->op_type, "Split") || !strcmp(n->op_type, "Resize")))
+        return k == 0;
     return true;
+}
+
+/* Resize's scales / sizes for channels-last data: [a, b, c, d] -> [a, c, d, b]. */
+static tdm_status *nh_resize_permute(nh_ctx *h, int i) {
+    int k;
+    if (!nh_resize_arg(h, fz_node(h->fz, i), &k)) return NULL; /* (checked by nh_other) */
+    int v = fz_node(h->fz, i)->inputs[k];
+    const tdm_tensor *t = const_any(h->fz, v);
+    tdm_tensor *nt;
+    int64_t four = 4;
+    TDM_TRY(tdm_tensor_new(h->fz->g->alloc, t->dtype, 1, &four, &nt));
+    size_t es = tdm_dtype_elem_size(t->dtype);
+    static const int src[4] = {0, 2, 3, 1};
+    for (int d = 0; d < 4; d++)
+        memcpy((char *)nt->data + d * es, (const char *)t->data + src[d] * es, es);
+    int nv;
+    TDM_TRY(fz_new_const(h->fz, h->fz->g->values[v].name, nt, &nv));
+    fz_node(h->fz, i)->inputs[k] = nv;
+    return NULL;
 }
 
 /* MaxPool of a channels-last input: MaxPoolNhwc (ops/fused.h) with its attributes. */
@@ -928,31 +1137,45 @@ static tdm_status *nh_convert_pool(nh_ctx *h, int i) {
     return NULL;
 }
 
-/* QAdd / QLut / Concat with a channels-last input: every input channels-last. */
+/* QAdd / QMul / QLut / QGlobalAveragePool / Concat / Split / Resize with a channels-last
+ * input: every input channels-last, and every output. */
 static tdm_status *nh_convert_other(nh_ctx *h, int i) {
     const tdm_node *n = fz_node(h->fz, i);
     if (!n->domain[0] && !strcmp(n->op_type, "MaxPool")) return nh_convert_pool(h, i);
-    bool concat = !n->domain[0];
+    bool axis3 = !n->domain[0] && strcmp(n->op_type, "Resize"); /* Concat, Split */
+    bool resize = !n->domain[0] && !axis3;
     int nin = n->n_inputs, any = 0;
     for (int k = 0; k < nin; k++)
         if (nh_data(n, k) && has_twin(h, n->inputs[k])) any++;
     if (!any) return NULL;
-    int y = n->outputs[0], yt;
-    TDM_TRY(nh_new_twin(h, y, &yt));
+    if (resize) TDM_TRY(nh_resize_permute(h, i));
     for (int k = 0; k < nin; k++) {
         if (!nh_data(fz_node(h->fz, i), k)) continue;
         int v = fz_node(h->fz, i)->inputs[k], t;
         TDM_TRY(nh_to_twin(h, v, i, &t));
         fz_node(h->fz, i)->inputs[k] = t;
     }
-    tdm_node *c = fz_node(h->fz, i);
-    if (concat)
+    if (axis3) {
+        bool has_axis = false;
+        tdm_node *c = fz_node(h->fz, i);
         for (int k = 0; k < c->n_attrs; k++)
-            if (!strcmp(c->attrs[k].name, "axis")) c->attrs[k].i = 3;
-    c->outputs[0] = yt;
-    h->fz->g->values[y].producer = -1;
-    h->twin[y] = yt;
-    h->moved[y] = true;
+            if (!strcmp(c->attrs[k].name, "axis")) {
+                c->attrs[k].i = 3;
+                has_axis = true;
+            }
+        if (!has_axis) return TDM_ERR(TDM_ERR_INTERNAL, "int8 layout pass: no channel axis");
+    }
+    if (is_fused_op(fz_node(h->fz, i), "QGlobalAveragePool"))
+        TDM_TRY(fz_attr_int(h->fz, i, "nhwc", 1));
+    int nout = fz_node(h->fz, i)->n_outputs;
+    for (int k = 0; k < nout; k++) {
+        int y = fz_node(h->fz, i)->outputs[k], yt;
+        TDM_TRY(nh_new_twin(h, y, &yt));
+        fz_node(h->fz, i)->outputs[k] = yt;
+        h->fz->g->values[y].producer = -1;
+        h->twin[y] = yt;
+        h->moved[y] = true;
+    }
     h->fz->dirty = true;
     h->fz->count++;
     return NULL;

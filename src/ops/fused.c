@@ -158,7 +158,7 @@ static tdm_status *infer_attention(tdm_infer_ctx *ctx) {
     return NULL;
 }
 
-/* ---- QAdd: Add's broadcast; Y has y_zero_point's type ---- */
+/* ---- QAdd, QMul: the broadcast of a and b; Y has y_zero_point's type ---- */
 static tdm_status *infer_qadd(tdm_infer_ctx *ctx) {
     const tdm_value_info *ins[2] = {&ctx->in[0], &ctx->in[3]};
     TDM_TRY(tdm_infer_broadcast(ctx, 2, ins, &ctx->out[0]));
@@ -193,6 +193,24 @@ static tdm_status *infer_maxpool_nhwc(tdm_infer_ctx *ctx) {
     return NULL;
 }
 
+/* ---- QGlobalAveragePool: [N, C, 1, ...] (nhwc: [N, 1, ..., C]); Y has y_zero_point's type ---- */
+static tdm_status *infer_qgap(tdm_infer_ctx *ctx) {
+    const tdm_value_info *x = &ctx->in[0];
+    tdm_value_info *y = &ctx->out[0];
+    y->dtype = ctx->in[4].dtype;
+    if (x->rank < 0) return NULL;
+    if (x->rank < 3)
+        return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
+                              "QGlobalAveragePool takes rank >= 3");
+    bool nhwc = tdm_attr_int(ctx->node, "nhwc", 0) != 0;
+    y->rank = x->rank;
+    for (int d = 0; d < x->rank; d++) y->dims[d] = 1;
+    y->dims[0] = x->dims[0];
+    if (nhwc) y->dims[x->rank - 1] = x->dims[x->rank - 1];
+    else y->dims[1] = x->dims[1];
+    return NULL;
+}
+
 const tdm_op_schema tdm_ops_fused[] = {
     {TDM_FUSED_DOMAIN, "FusedConv", 1, 2, 4, 1, 1, infer_fused_conv, 0, 0},
     {TDM_FUSED_DOMAIN, "FusedMatMul", 1, 2, 3, 1, 1, infer_fused_matmul, 0, 0},
@@ -205,7 +223,9 @@ const tdm_op_schema tdm_ops_fused[] = {
     {TDM_FUSED_DOMAIN, "QConv", 1, 8, 9, 1, 1, tdm_misc_infer_qlinear_conv, 0, 0},
     {TDM_FUSED_DOMAIN, "QMatMul", 1, 8, 9, 1, 1, tdm_misc_infer_qlinear_matmul, 0, 0},
     {TDM_FUSED_DOMAIN, "QAdd", 1, 8, 8, 1, 1, infer_qadd, 0, 0},
+    {TDM_FUSED_DOMAIN, "QMul", 1, 8, 8, 1, 1, infer_qadd, 0, 0},
     {TDM_FUSED_DOMAIN, "QLut", 1, 2, 2, 1, 1, infer_qlut, 0, 0},
     {TDM_FUSED_DOMAIN, "MaxPoolNhwc", 1, 1, 1, 1, 1, infer_maxpool_nhwc, 0, 0},
+    {TDM_FUSED_DOMAIN, "QGlobalAveragePool", 1, 5, 5, 1, 1, infer_qgap, 0, 0},
 };
 const int tdm_ops_fused_count = (int)(sizeof tdm_ops_fused / sizeof tdm_ops_fused[0]);

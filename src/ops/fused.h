@@ -34,11 +34,17 @@
  *             attributes qmin, qmax as QConv
  *             Y = clamp(round(((a - a_zp) a_scale + (b - b_zp) b_scale) / y_scale) + y_zp)
  *             (numpy broadcasting of a and b)
+ * QMul        inputs and attributes as QAdd;
+ *             Y = clamp(round(((a - a_zp) a_scale) ((b - b_zp) b_scale) / y_scale) + y_zp)
+ *             (the float operations of DequantizeLinear -> Mul -> QuantizeLinear)
  * QLut        inputs: x (8-bit), table (8-bit constant [256]); Y[i] = table[byte of x[i]]
  *             (x's shape, the table's type): an 8-bit function of one 8-bit input
+ * QGlobalAveragePool inputs: x, x_scale, x_zp, y_scale, y_zp (per-tensor, 8-bit x and y);
+ *             attribute nhwc (int, optional): X channels-last [N, d1.., C] and Y [N, 1.., C]
+ *             Y = clamp(round(mean over the spatial dims of (x - x_zp) x_scale / y_scale) + y_zp)
  * MaxPoolNhwc X [N, H, W, C] (8-bit) -> Y [N, OH, OW, C]: MaxPool's window with its
  *             attributes (read as of opset src_opset), no Indices
- * These five never appear in a model file either: graph/fuse_qdq.c makes them from
+ * These seven never appear in a model file either: graph/fuse_qdq.c makes them from
  * DequantizeLinear -> op -> QuantizeLinear patterns.
  *
  * Attention   inputs: Q [B,H,S,D], K [B,H,T,D], V [B,H,T,Dv], mask (optional, additive,

@@ -18,6 +18,17 @@ values ORT's MLAS approximations and tandem's (expf / tanhf in the QLut tables, 
 kernels at --opt-level 0) may give a last bit apart; an 8-bit value that lands on a rounding
 tie then moves by one step (1 of 4096 elements measured, at every opt level).
 
+qdq_move's output s (OUTPUT_TIES below) comes from two broadcasting Adds: ONNX Runtime fuses
+them into QLinearAdd, whose arithmetic rounds unlike DequantizeLinear -> Add -> QuantizeLinear
+in float (tandem's QAdd differs from it by one step in 108 of 3456 elements): one step allowed.
+
+At --opt-level 0 (OPT0_TIES below) tandem runs qdq_move as written, in float on dequantized
+values, where ORT fuses the patterns into integer operators (QLinearConv, QLinearAdd, its
+global average pooling): results a last bit apart that land on a rounding tie move one step,
+and a requantisation or a product after one can make that two. ORT's own run of the model
+with its optimizations off differs from its optimized run in the same number of elements as
+tandem's, by as many steps: y 15 of 3456, r 16 of 18432, s 266 of 3456, e 34 of 3456.
+
 cnn_act runs with VNNI only: its weights use the whole int8 range with uint8 activations,
 and oneDNN's AVX2 kernels (vpmaddubsw pair sums saturating at 32767) are off by up to 23
 steps there, with or without tandem's graph passes (ORT's own AVX2 kernels saturate alike;
@@ -116,6 +127,10 @@ def main():
     print(f"cpu ISA {isa} ({'VNNI' if vnni else 'no VNNI'}): at most {max_units:g} steps, "
           f"{max_frac:.0%} of the elements may differ")
     TIES = {"cnn_act": (1, 0.002)}  # (units, fraction) on VNNI: see the docstring
+    # (units, fraction) per (case, output), everywhere / at --opt-level 0: see the docstring
+    OUTPUT_TIES = {("qdq_move", "s"): (1, 0.05)}
+    OPT0_TIES = {("qdq_move", "y"): (1, 0.006), ("qdq_move", "r"): (2, 0.002),
+                 ("qdq_move", "s"): (2, 0.1), ("qdq_move", "e"): (2, 0.015)}
     VNNI_ONLY = {"cnn_act"}
     failed = checked = 0
     can_fail = False
@@ -161,6 +176,9 @@ def main():
                 mu, mf = max_units, max_frac
                 if vnni and name in TIES:
                     mu, mf = max(mu, TIES[name][0]), max(mf, TIES[name][1])
+                ties = (OPT0_TIES if a.opt_level == 0 else OUTPUT_TIES).get((name, oname))
+                if ties:
+                    mu, mf = max(mu, ties[0]), max(mf, ties[1])
                 ok = mx <= mu + 1e-3 and frac <= mf
                 checked += 1
                 print(f"{'ok  ' if ok else 'FAIL'} {label} {oname}: {n} of {want.size} elements "

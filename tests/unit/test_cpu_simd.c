@@ -8,7 +8,8 @@
  *     the products' magnitudes (each order's rounding error is at most K eps S);
  *   - softmax and the unary ops built on exp and friends: |got - want| <= 4e-6 |want| + 1e-6
  *     (polynomial exp ~2e-7 against libm's expf, FMA contractions a few ulp);
- *   - non-finite inputs give non-finite results of the same kind.
+ *   - non-finite inputs give non-finite results of the same kind;
+ *   - byte tables: equal bytes (every byte value, random tables).
  * A deliberately broken variant (a tail left uncomputed) must fail every comparison, so the
  * comparisons can fail. */
 #include <float.h>
@@ -69,6 +70,34 @@ static int check_gemv(tdm_simd_gemv_panel fn, const char *what) {
         }
         free(p);
         free(x);
+    }
+    return bad;
+}
+
+/* ---- byte tables ---- */
+
+static int check_lut(tdm_simd_lut_u8 fn, const char *what) {
+    int bad = 0;
+    uint8_t t[256];
+    for (int k = 0; k < 256; k++) t[k] = (uint8_t)(rand() & 0xff);
+    for (size_t si = 0; si < N_SIZES + 1; si++) {
+        int64_t n = si < N_SIZES ? sizes[si] : 0;
+        uint8_t *x = xmalloc((size_t)n + 1), *got = xmalloc((size_t)n + 1);
+        uint8_t *want = xmalloc((size_t)n + 1);
+        for (int64_t i = 0; i < n; i++) x[i] = (uint8_t)(i < 256 ? i : rand() & 0xff);
+        tdm_lut_u8_portable(t, x, want, n);
+        fn(t, x, got, n);
+        for (int64_t i = 0; i < n; i++)
+            if (got[i] != want[i] || want[i] != t[x[i]]) {
+                if (!bad)
+                    fprintf(stderr, "%s: n %lld at %lld: %d, want %d\n", what, (long long)n,
+                            (long long)i, got[i], t[x[i]]);
+                bad++;
+                break;
+            }
+        free(x);
+        free(got);
+        free(want);
     }
     return bad;
 }
@@ -260,6 +289,7 @@ static void test_levels_pick_variants_at_or_below(void **state) {
         assert_int_equal(s.unary_f32_isa, want);
         assert_int_equal(s.gemm_isa, want);
         assert_int_equal(s.dot_f32_isa, want);
+        assert_int_equal(s.lut_u8_isa, want);
 #endif
     }
     tdm_cpu_simd host;
@@ -285,6 +315,8 @@ static void test_each_level_agrees_with_portable(void **state) {
         assert_int_equal(check_unary(s.unary_f32, what), 0);
         snprintf(what, sizeof what, "%s dot_f32", tdm_cpu_isa_name((tdm_cpu_isa)l));
         assert_int_equal(check_dot(s.dot_f32, what), 0);
+        snprintf(what, sizeof what, "%s lut_u8", tdm_cpu_isa_name((tdm_cpu_isa)l));
+        assert_int_equal(check_lut(s.lut_u8, what), 0);
         snprintf(what, sizeof what, "%s gemm", tdm_cpu_isa_name((tdm_cpu_isa)l));
         assert_int_equal(check_gemm(&s, what), 0);
     }
@@ -322,6 +354,12 @@ static float broken_dot(const float *a, const float *b, int64_t n) {
     return best.dot_f32(a, b, n > 1 && n % 16 ? n - 1 : n); /* the last tail element dropped */
 }
 
+static void broken_lut(const uint8_t *restrict t, const uint8_t *restrict x, uint8_t *restrict y,
+                       int64_t n) {
+    best.lut_u8(t, x, y, n);
+    if (n % 16) y[n - 1] = (uint8_t)(t[x[n - 1]] + 1); /* a tail byte wrong */
+}
+
 static void test_broken_variants_fail(void **state) {
     (void)state;
     tdm_cpu_simd_init(&best, tdm_cpu_isa_detect());
@@ -330,6 +368,7 @@ static void test_broken_variants_fail(void **state) {
     assert_true(check_softmax(broken_softmax, "broken softmax_row") > 0);
     assert_true(check_unary(broken_unary, "broken unary_f32") > 0);
     assert_true(check_dot(broken_dot, "broken dot_f32") > 0);
+    assert_true(check_lut(broken_lut, "broken lut_u8") > 0);
     tdm_cpu_simd bad = best;
     bad.gemm = broken_gemm_uk;
     assert_true(check_gemm(&bad, "broken gemm") > 0);

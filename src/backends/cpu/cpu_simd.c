@@ -1,7 +1,7 @@
 /* The CPU kernels' SIMD variants, chosen once per device (cpu_simd.h). Each kernel has a
  * table of (level, variant) in increasing level; init takes the last entry at or below the
  * device's level. The variants live with their kernels (k_gemv.c, cpu_gemm_uk.c, cpu_dot.c,
- * k_softmax_row.c, k_unary_f32.c). */
+ * k_softmax_row.c, k_unary_f32.c, cpu_lut.c). */
 #include "backends/cpu/cpu_simd.h"
 
 #include <stddef.h>
@@ -52,6 +52,13 @@ static const simd_variant dot_f32_variants[] = {
     VARIANT(TDM_ISA_AVX512_CORE, tdm_dot_f32_avx512),
 #endif
 };
+static const simd_variant lut_u8_variants[] = {
+    VARIANT(TDM_ISA_PORTABLE, tdm_lut_u8_portable),
+#ifdef TDM_SIMD_X86
+    VARIANT(TDM_ISA_AVX2, tdm_lut_u8_avx2),
+    VARIANT(TDM_ISA_AVX512_CORE, tdm_lut_u8_avx512),
+#endif
+};
 /* the GEMM micro-kernels' tiles, by the same index */
 static const int gemm_tiles[][2] = {
     {4, 8},
@@ -94,6 +101,9 @@ void tdm_cpu_simd_init(tdm_cpu_simd *s, tdm_cpu_isa level) {
     i = pick(dot_f32_variants, N_OF(dot_f32_variants), level);
     s->dot_f32 = (tdm_simd_dot_f32)dot_f32_variants[i].fn;
     s->dot_f32_isa = dot_f32_variants[i].level;
+    i = pick(lut_u8_variants, N_OF(lut_u8_variants), level);
+    s->lut_u8 = (tdm_simd_lut_u8)lut_u8_variants[i].fn;
+    s->lut_u8_isa = lut_u8_variants[i].level;
 }
 
 tdm_cpu_isa tdm_cpu_host_isa(void) {
@@ -111,6 +121,7 @@ static const tdm_cpu_simd portable = {
     .gemm_mr = 4,
     .gemm_nr = 8,
     .dot_f32 = tdm_dot_f32_portable,
+    .lut_u8 = tdm_lut_u8_portable,
 };
 
 const tdm_cpu_simd *tdm_cpu_simd_portable(void) { return &portable; }

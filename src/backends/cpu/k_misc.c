@@ -31,6 +31,8 @@ tdm_status *tdm_misc_qlinear_matmul_run(tdm_kernel_ctx *ctx);
 tdm_status *tdm_misc_conv_integer_run(tdm_kernel_ctx *ctx);
 tdm_status *tdm_misc_qlinear_conv_run(tdm_kernel_ctx *ctx);
 tdm_status *tdm_misc_qadd_run(tdm_kernel_ctx *ctx);
+tdm_status *tdm_misc_qmul_run(tdm_kernel_ctx *ctx);
+tdm_status *tdm_misc_qgap_run(tdm_kernel_ctx *ctx);
 tdm_status *tdm_misc_qlut_run(tdm_kernel_ctx *ctx);
 tdm_status *tdm_misc_maxpool_nhwc_run(tdm_kernel_ctx *ctx);
 
@@ -91,8 +93,10 @@ const tdm_kernel_def tdm_cpu_kernels_misc[] = {
     {TDM_FUSED_DOMAIN, "QConv", 1, 0, 0, T_Q8, tdm_misc_qlinear_conv_run},
     {TDM_FUSED_DOMAIN, "QMatMul", 1, 0, 0, T_Q8, tdm_misc_qlinear_matmul_run},
     {TDM_FUSED_DOMAIN, "QAdd", 1, 0, 0, T_Q8, tdm_misc_qadd_run},
+    {TDM_FUSED_DOMAIN, "QMul", 1, 0, 0, T_Q8, tdm_misc_qmul_run},
     {TDM_FUSED_DOMAIN, "QLut", 1, 0, 0, T_Q8, tdm_misc_qlut_run},
     {TDM_FUSED_DOMAIN, "MaxPoolNhwc", 1, 0, 0, T_Q8, tdm_misc_maxpool_nhwc_run},
+    {TDM_FUSED_DOMAIN, "QGlobalAveragePool", 1, 0, 0, T_Q8, tdm_misc_qgap_run},
 };
 const int tdm_cpu_kernels_misc_count =
     (int)(sizeof tdm_cpu_kernels_misc / sizeof tdm_cpu_kernels_misc[0]);

@@ -8,6 +8,7 @@
 #endif
 
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/cpu_simd.h"
 #include "core/alloc.h"
 #include "core/checked.h"
 #include "ops/nn_geom.h"
@@ -23,6 +24,8 @@ tdm_status *tdm_misc_qlinear_matmul_run(tdm_kernel_ctx *ctx);
 tdm_status *tdm_misc_conv_integer_run(tdm_kernel_ctx *ctx);
 tdm_status *tdm_misc_qlinear_conv_run(tdm_kernel_ctx *ctx);
 tdm_status *tdm_misc_qadd_run(tdm_kernel_ctx *ctx);
+tdm_status *tdm_misc_qmul_run(tdm_kernel_ctx *ctx);
+tdm_status *tdm_misc_qgap_run(tdm_kernel_ctx *ctx);
 
 static bool q_range(tdm_dtype t, double *lo, double *hi) {
     switch (t) {
@@ -678,6 +681,8 @@ typedef struct qadd_job {
     int64_t dims[TDM_MAX_RANK], as[TDM_MAX_RANK], bs[TDM_MAX_RANK];
     int64_t inner;    /* elements of the last dim */
     float ka, kb, c;  /* y = a * ka + b * kb + c before rounding */
+    bool mul;         /* QMul: y = ((a - za) * sa) * ((b - zb) * sb) / sy, rounded, + zy */
+    float za, zb, zy, sy;
     float lo, hi;
 } qadd_job;
 
@@ -685,31 +690,77 @@ static inline float ld_q(const void *p, bool s8, int64_t i) {
     return s8 ? (float)((const int8_t *)p)[i] : (float)((const uint8_t *)p)[i];
 }
 
-/* a, b and y of one 8-bit type, same shape: a flat loop the compiler vectorizes. */
-#define QADD_FLAT(name, T)                                                                     \
-    static void name(void *arg, int64_t b, int64_t e) {                                        \
-        const qadd_job *j = arg;                                                               \
-        const float big = 12582912.0f;                                                         \
-        const T *pa = j->a->data, *pb = j->b->data;                                            \
-        T *py = j->y;                                                                          \
-        for (int64_t i = b; i < e; i++) {                                                      \
-            float v = (float)pa[i] * j->ka + (float)pb[i] * j->kb + j->c;                      \
-            v = (v + big) - big; /* round half to even (|v| < 2^22 after the clamp below) */   \
-            v = v > j->lo ? v : j->lo;                                                         \
-            v = v < j->hi ? v : j->hi;                                                         \
-            py[i] = (T)v;                                                                      \
-        }                                                                                      \
-    }
-QADD_FLAT(qadd_flat_u8, uint8_t)
-QADD_FLAT(qadd_flat_s8, int8_t)
 
-/* Rows of the last dim of y. */
+/* t[q] = (x[off + q * st] - z) * k for q < n (st 0: one value for the whole row; 1:
+ * contiguous, a loop the compiler vectorizes; z = 0 for QAdd, exact). */
+static void qadd_scaled(const void *x, bool s8, int64_t off, int64_t st, int64_t n, float z,
+                        float k, float *restrict t) {
+    if (st == 0) {
+        float v = (ld_q(x, s8, off) - z) * k;
+        for (int64_t q = 0; q < n; q++) t[q] = v;
+    } else if (st == 1 && s8) {
+        const int8_t *p = (const int8_t *)x + off;
+        for (int64_t q = 0; q < n; q++) t[q] = ((float)p[q] - z) * k;
+    } else if (st == 1) {
+        const uint8_t *p = (const uint8_t *)x + off;
+        for (int64_t q = 0; q < n; q++) t[q] = ((float)p[q] - z) * k;
+    } else {
+        for (int64_t q = 0; q < n; q++) t[q] = (ld_q(x, s8, off + q * st) - z) * k;
+    }
+}
+
+/* y[q] = clamp(round(ta[q] + tb[q] + c)) (QAdd: c holds the zero points) or, with mul,
+ * clamp(round(ta[q] * tb[q] / sy) + zy) (QMul: DequantizeLinear, Mul, QuantizeLinear as the
+ * float kernels compute them). SSE2 16 at a time as q8_row (the scalar form's NaN-aware
+ * selects stay branches: ~6 ns an element), the same operations in the same order. */
+static void qadd_store(const float *ta, const float *tb, int64_t n, bool mul, float c, float sy,
+                       float zy, float lo, float hi, bool s8, uint8_t *y) {
+    const float big = 12582912.0f; /* 1.5 * 2^23: adding and subtracting rounds half to even */
+    int64_t q = 0;
+#if defined(__SSE2__)
+    const __m128 vc = _mm_set1_ps(c), vsy = _mm_set1_ps(sy), vzy = _mm_set1_ps(zy);
+    const __m128 vb = _mm_set1_ps(big), vmin = _mm_set1_ps(-4194304.0f);
+    const __m128 vmax = _mm_set1_ps(4194304.0f), vlo = _mm_set1_ps(lo), vhi = _mm_set1_ps(hi);
+    for (; q + 16 <= n; q += 16) {
+        __m128i w[4];
+        for (int k = 0; k < 4; k++) {
+            __m128 a = _mm_loadu_ps(ta + q + 4 * k), b = _mm_loadu_ps(tb + q + 4 * k), v;
+            v = mul ? _mm_div_ps(_mm_mul_ps(a, b), vsy) : _mm_add_ps(_mm_add_ps(a, b), vc);
+            v = _mm_min_ps(_mm_max_ps(v, vmin), vmax);
+            v = _mm_sub_ps(_mm_add_ps(v, vb), vb);
+            if (mul) v = _mm_add_ps(v, vzy);
+            v = _mm_min_ps(_mm_max_ps(v, vlo), vhi);
+            w[k] = _mm_cvttps_epi32(v);
+        }
+        __m128i p0 = _mm_packs_epi32(w[0], w[1]), p1 = _mm_packs_epi32(w[2], w[3]);
+        _mm_storeu_si128((__m128i *)(y + q), s8 ? _mm_packs_epi16(p0, p1) : _mm_packus_epi16(p0, p1));
+    }
+#endif
+    for (; q < n; q++) {
+        float v = mul ? ta[q] * tb[q] / sy : ta[q] + tb[q] + c;
+        v = v > -4194304.0f ? v : -4194304.0f;
+        v = v < 4194304.0f ? v : 4194304.0f;
+        v = (v + big) - big;
+        if (mul) v += zy;
+        v = v > lo ? v : lo;
+        v = v < hi ? v : hi;
+        y[q] = (uint8_t)(int32_t)v;
+    }
+}
+
+/* Rows of the last dim of y, 256 elements at a time: (a - za) * ka and (b - zb) * kb into
+ * float rows (a broadcast operand read once per row; a row of an operand equal to the
+ * previous row's is kept), then qadd_store: the same operations in the same order as the
+ * flat loops (a per-element index walk with strided loads measured ~10 ns an element:
+ * PP-OCRv4's ConvTranspose bias, 19 ms). */
 static void qadd_rows(void *arg, int64_t rb, int64_t re) {
     const qadd_job *j = arg;
-    const float big = 12582912.0f; /* 1.5 * 2^23: adding and subtracting rounds half to even */
-    bool as8 = j->a->dtype == TDM_INT8, bs8 = j->b->dtype == TDM_INT8, ys8 = j->yt == TDM_INT8;
+    bool as8 = j->a->dtype == TDM_INT8, bs8 = j->b->dtype == TDM_INT8;
     int L = j->rank - 1;
     int64_t sa = L >= 0 ? j->as[L] : 0, sb = L >= 0 ? j->bs[L] : 0;
+    float ta[256], tb[256];
+    int64_t last_a = -1, last_b = -1; /* offsets in ta / tb (whole rows of <= 256 only) */
+    bool whole = j->inner <= 256;
     for (int64_t r = rb; r < re; r++) {
         int64_t rem = r, ao = 0, bo = 0;
         for (int d = L - 1; d >= 0; d--) {
@@ -718,41 +769,64 @@ static void qadd_rows(void *arg, int64_t rb, int64_t re) {
             ao += c * j->as[d];
             bo += c * j->bs[d];
         }
-        for (int64_t q = 0; q < j->inner; q++) {
-            float v = ld_q(j->a->data, as8, ao + q * sa) * j->ka +
-                      ld_q(j->b->data, bs8, bo + q * sb) * j->kb + j->c;
-            v = v > -4194304.0f ? v : -4194304.0f;
-            v = v < 4194304.0f ? v : 4194304.0f;
-            v = (v + big) - big;
-            v = v > j->lo ? v : j->lo;
-            v = v < j->hi ? v : j->hi;
-            if (ys8) ((int8_t *)j->y)[r * j->inner + q] = (int8_t)v;
-            else ((uint8_t *)j->y)[r * j->inner + q] = (uint8_t)v;
+        for (int64_t q0 = 0; q0 < j->inner; q0 += 256) {
+            int64_t n = j->inner - q0 < 256 ? j->inner - q0 : 256;
+            if (!whole || ao != last_a)
+                qadd_scaled(j->a->data, as8, ao + q0 * sa, sa, n, j->za, j->ka, ta);
+            if (!whole || bo != last_b)
+                qadd_scaled(j->b->data, bs8, bo + q0 * sb, sb, n, j->zb, j->kb, tb);
+            last_a = ao;
+            last_b = bo;
+            qadd_store(ta, tb, n, j->mul, j->c, j->sy, j->zy, j->lo, j->hi, j->yt == TDM_INT8,
+                       (uint8_t *)j->y + r * j->inner + q0);
         }
     }
 }
 
-tdm_status *tdm_misc_qadd_run(tdm_kernel_ctx *ctx) {
+/* a, b and y of one shape: 256 elements at a time through the same float rows and stores
+ * (a loop of per-element selects stayed scalar: ~5 ns an element). */
+static void qadd_flat(void *arg, int64_t b, int64_t e) {
+    const qadd_job *j = arg;
+    bool as8 = j->a->dtype == TDM_INT8, bs8 = j->b->dtype == TDM_INT8;
+    float ta[256], tb[256];
+    for (int64_t i = b; i < e; i += 256) {
+        int64_t n = e - i < 256 ? e - i : 256;
+        qadd_scaled(j->a->data, as8, i, 1, n, j->za, j->ka, ta);
+        qadd_scaled(j->b->data, bs8, i, 1, n, j->zb, j->kb, tb);
+        qadd_store(ta, tb, n, j->mul, j->c, j->sy, j->zy, j->lo, j->hi, j->yt == TDM_INT8,
+                   (uint8_t *)j->y + i);
+    }
+}
+
+/* QAdd and QMul (ops/fused.h). */
+static tdm_status *qbinary_run(tdm_kernel_ctx *ctx, bool mul) {
     const tdm_tensor *const *in = ctx->in;
     tdm_tensor *y = ctx->out[0];
+    const char *op = mul ? "QMul" : "QAdd";
     for (int i = 0; i < 8; i++)
         if (!in[i] || ((i % 3 != 0) && in[i]->count != 1))
             return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
-                                  "QAdd takes per-tensor scales and zero points");
+                                  "%s takes per-tensor scales and zero points", op);
     double lo, hi;
     if ((y->dtype != TDM_UINT8 && y->dtype != TDM_INT8) ||
         (in[0]->dtype != TDM_UINT8 && in[0]->dtype != TDM_INT8) ||
         (in[3]->dtype != TDM_UINT8 && in[3]->dtype != TDM_INT8))
-        return tdm_node_error(ctx->node, TDM_ERR_UNSUPPORTED, "QAdd takes 8-bit tensors");
+        return tdm_node_error(ctx->node, TDM_ERR_UNSUPPORTED, "%s takes 8-bit tensors", op);
     out_range(ctx->node, y->dtype, &lo, &hi);
     qadd_job j = {.a = in[0], .b = in[3], .y = y->data, .yt = y->dtype, .rank = y->rank};
     double sa = tdm_tensor_get_f64(in[1], 0), za = tdm_tensor_get_f64(in[2], 0);
     double sb = tdm_tensor_get_f64(in[4], 0), zb = tdm_tensor_get_f64(in[5], 0);
     double sy = tdm_tensor_get_f64(in[6], 0), zy = tdm_tensor_get_f64(in[7], 0);
     if (!(sy > 0)) return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT, "y_scale must be > 0");
-    j.ka = (float)(sa / sy);
-    j.kb = (float)(sb / sy);
-    j.c = (float)(zy - za * sa / sy - zb * sb / sy);
+    j.mul = mul;
+    if (mul) { /* the float values as DequantizeLinear makes them */
+        j.ka = (float)sa, j.kb = (float)sb, j.za = (float)za, j.zb = (float)zb;
+        j.sy = (float)sy, j.zy = (float)zy;
+    } else {
+        j.ka = (float)(sa / sy);
+        j.kb = (float)(sb / sy);
+        j.c = (float)(zy - za * sa / sy - zb * sb / sy);
+    }
     j.lo = (float)lo;
     j.hi = (float)hi;
     memcpy(j.dims, y->dims, sizeof(int64_t) * (size_t)y->rank);
@@ -760,16 +834,17 @@ tdm_status *tdm_misc_qadd_run(tdm_kernel_ctx *ctx) {
     tdm_broadcast_strides(in[3]->rank, in[3]->dims, y->rank, y->dims, j.bs);
     j.inner = y->rank ? y->dims[y->rank - 1] : 1;
     if (y->count == 0) return NULL;
-    if (in[0]->count == y->count && in[3]->count == y->count && in[0]->dtype == y->dtype &&
-        in[3]->dtype == y->dtype) { /* same shapes (numpy broadcasting then moves nothing) */
-        tdm_parallel_for(ctx->pool, y->count, 16384,
-                         y->dtype == TDM_UINT8 ? qadd_flat_u8 : qadd_flat_s8, &j);
+    if (in[0]->count == y->count && in[3]->count == y->count) { /* same shapes (no broadcast) */
+        tdm_parallel_for(ctx->pool, y->count, 16384, qadd_flat, &j);
         return NULL;
     }
     int64_t rows = y->count / j.inner;
     tdm_parallel_for(ctx->pool, rows, j.inner >= 4096 ? 1 : 4096 / j.inner + 1, qadd_rows, &j);
     return NULL;
 }
+
+tdm_status *tdm_misc_qadd_run(tdm_kernel_ctx *ctx) { return qbinary_run(ctx, false); }
+tdm_status *tdm_misc_qmul_run(tdm_kernel_ctx *ctx) { return qbinary_run(ctx, true); }
 
 /* Bytes between layouts: src channels-last [N, H, W, C] -> dst NCHW (to_nchw), or src NCHW ->
  * dst channels-last; dst's dims say which (N, C from dst). */
@@ -822,28 +897,16 @@ tdm_status *tdm_misc_qlinear_conv_run(tdm_kernel_ctx *ctx) {
     return st;
 }
 
-/* ---- QLut (ops/fused.h): a byte table ---- */
+/* ---- QLut (ops/fused.h): a byte table (cpu_lut.c's variants) ---- */
 typedef struct lut_job {
     const uint8_t *x, *t;
     uint8_t *y;
+    tdm_simd_lut_u8 fn;
 } lut_job;
 
 static void lut_range(void *arg, int64_t b, int64_t e) {
     const lut_job *j = arg;
-    /* locals: the byte stores may alias the job's fields, which would be reloaded per byte */
-    const uint8_t *restrict x = j->x, *restrict t = j->t;
-    uint8_t *restrict y = j->y;
-    uint8_t tab[256];
-    memcpy(tab, t, sizeof tab);
-    int64_t i = b;
-    for (; i + 8 <= e; i += 8) {
-        uint64_t v;
-        memcpy(&v, x + i, 8);
-        uint64_t o = 0;
-        for (int k = 0; k < 8; k++) o |= (uint64_t)tab[(v >> (8 * k)) & 0xff] << (8 * k);
-        memcpy(y + i, &o, 8);
-    }
-    for (; i < e; i++) y[i] = tab[x[i]];
+    j->fn(j->t, j->x + b, j->y + b, e - b);
 }
 
 tdm_status *tdm_misc_qlut_run(tdm_kernel_ctx *ctx) {
@@ -853,7 +916,7 @@ tdm_status *tdm_misc_qlut_run(tdm_kernel_ctx *ctx) {
         tdm_dtype_elem_size(x->dtype) != 1 || y->count != x->count)
         return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
                               "QLut takes an 8-bit input and a table of 256 8-bit values");
-    lut_job j = {x->data, t->data, y->data};
+    lut_job j = {x->data, t->data, y->data, tdm_cpu_simd_of(ctx)->lut_u8};
     tdm_parallel_for(ctx->pool, x->count, 65536, lut_range, &j);
     return NULL;
 }
@@ -916,5 +979,93 @@ tdm_status *tdm_misc_maxpool_nhwc_run(tdm_kernel_ctx *ctx) {
                 x->dtype == TDM_INT8};
     int64_t px = y->dims[2] * y->dims[3] * g.kernel[0] * g.kernel[1];
     tdm_parallel_for(ctx->pool, y->dims[0] * y->dims[1], 65536 / (px + 1) + 1, mp_rows, &j);
+    return NULL;
+}
+
+/* ---- QGlobalAveragePool (ops/fused.h): exact integer sums per channel, then the mean of the
+ * dequantized values requantised (round half to even, as QuantizeLinear) ---- */
+typedef struct qgap_job {
+    const uint8_t *x;
+    uint8_t *y;
+    int64_t C, P; /* channels, pixels */
+    bool nhwc, xs8, ys8;
+    int32_t xz;
+    float xs, ys, yz, lo, hi;
+} qgap_job;
+
+static void qgap_store(const qgap_job *j, int64_t sum, uint8_t *dst) {
+    const float big = 12582912.0f;
+    float m = (float)((double)sum * (double)j->xs / (double)j->P); /* the float mean */
+    float v = m / j->ys;
+    v = v > -4194304.0f ? v : -4194304.0f;
+    v = v < 4194304.0f ? v : 4194304.0f;
+    v = (v + big) - big + j->yz;
+    v = v > j->lo ? v : j->lo;
+    v = v < j->hi ? v : j->hi;
+    *dst = j->ys8 ? (uint8_t)(int8_t)v : (uint8_t)v;
+}
+
+static void qgap_images(void *arg, int64_t b, int64_t e) { /* channels-last: rows of C */
+    const qgap_job *j = arg;
+    int32_t acc[256];
+    for (int64_t n = b; n < e; n++)
+        for (int64_t c0 = 0; c0 < j->C; c0 += 256) {
+            int64_t nc = j->C - c0 < 256 ? j->C - c0 : 256;
+            memset(acc, 0, sizeof acc);
+            for (int64_t p = 0; p < j->P; p++) {
+                const uint8_t *row = j->x + (n * j->P + p) * j->C + c0;
+                if (j->xs8)
+                    for (int64_t c = 0; c < nc; c++) acc[c] += (int8_t)row[c];
+                else
+                    for (int64_t c = 0; c < nc; c++) acc[c] += row[c];
+            }
+            for (int64_t c = 0; c < nc; c++)
+                qgap_store(j, (int64_t)acc[c] - (int64_t)j->xz * j->P, j->y + n * j->C + c0 + c);
+        }
+}
+
+static void qgap_planes(void *arg, int64_t b, int64_t e) { /* plain: one plane per (n, c) */
+    const qgap_job *j = arg;
+    for (int64_t i = b; i < e; i++) {
+        const uint8_t *x = j->x + i * j->P;
+        int64_t sum = 0;
+        if (j->xs8)
+            for (int64_t p = 0; p < j->P; p++) sum += (int8_t)x[p];
+        else
+            for (int64_t p = 0; p < j->P; p++) sum += x[p];
+        qgap_store(j, sum - (int64_t)j->xz * j->P, j->y + i);
+    }
+}
+
+tdm_status *tdm_misc_qgap_run(tdm_kernel_ctx *ctx) {
+    const tdm_tensor *x = ctx->in[0];
+    tdm_tensor *y = ctx->out[0];
+    for (int i = 1; i < 5; i++)
+        if (!ctx->in[i] || ctx->in[i]->count != 1)
+            return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
+                                  "QGlobalAveragePool takes per-tensor scales and zero points");
+    if ((x->dtype != TDM_UINT8 && x->dtype != TDM_INT8) ||
+        (y->dtype != TDM_UINT8 && y->dtype != TDM_INT8) || x->rank < 3)
+        return tdm_node_error(ctx->node, TDM_ERR_UNSUPPORTED,
+                              "QGlobalAveragePool takes 8-bit tensors of rank >= 3");
+    bool nhwc = tdm_attr_int(ctx->node, "nhwc", 0) != 0;
+    int64_t N = x->dims[0], C = nhwc ? x->dims[x->rank - 1] : x->dims[1];
+    int64_t P = N * C > 0 ? x->count / (N * C) : 0;
+    if (y->count != N * C)
+        return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT, "QGlobalAveragePool: output shape");
+    if (y->count == 0) return NULL;
+    double lo = 0, hi = 255;
+    q_range(y->dtype, &lo, &hi);
+    qgap_job j = {x->data, y->data, C, P, nhwc, x->dtype == TDM_INT8, y->dtype == TDM_INT8,
+                  (int32_t)tdm_tensor_get_f64(ctx->in[2], 0),
+                  (float)tdm_tensor_get_f64(ctx->in[1], 0), (float)tdm_tensor_get_f64(ctx->in[3], 0),
+                  (float)tdm_tensor_get_f64(ctx->in[4], 0), (float)lo, (float)hi};
+    if (!(j.ys > 0)) return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT, "y_scale must be > 0");
+    if (P == 0) { /* (an empty mean: NaN in float, which QuantizeLinear sends to the low end) */
+        for (int64_t i = 0; i < y->count; i++) ((uint8_t *)y->data)[i] = j.ys8 ? 0x80 : 0;
+        return NULL;
+    }
+    if (nhwc) tdm_parallel_for(ctx->pool, N, 1, qgap_images, &j);
+    else tdm_parallel_for(ctx->pool, N * C, 65536 / P + 1, qgap_planes, &j);
     return NULL;
 }
