@@ -128,7 +128,9 @@ static void quantize_heads(const float *const *q, int64_t hn, int64_t d, float s
 
 
 static void scores_portable(const float *const *q, int64_t G, const int8_t *k, int64_t rs,
-                            int64_t n, int64_t d, float scale, float *out, int64_t ld) {
+                            int64_t n, int64_t d, float scale, float *out, int64_t ld,
+                            const int8_t *vnext) {
+    (void)vnext; /* no prefetch in portable C */
     int8_t qc[QHEADS][TDM_LLM_KV_I8_MAX_D];
     float qs[QHEADS][TDM_LLM_KV_I8_MAX_D / GROUP];
     for (int64_t h0 = 0; h0 < G; h0 += QHEADS) {
@@ -216,7 +218,7 @@ score_row_avx2(const int8_t (*qc)[TDM_LLM_KV_I8_MAX_D], const float (*qs)[TDM_LL
 
 TDM_TARGET_AVX2 static void scores_avx2(const float *const *q, int64_t G, const int8_t *k,
                                         int64_t rs, int64_t n, int64_t d, float scale, float *out,
-                                        int64_t ld) {
+                                        int64_t ld, const int8_t *vnext) {
     _Alignas(32) int8_t qc[QHEADS][TDM_LLM_KV_I8_MAX_D];
     float qs[QHEADS][TDM_LLM_KV_I8_MAX_D / GROUP];
     for (int64_t h0 = 0; h0 < G; h0 += QHEADS) {
@@ -225,6 +227,9 @@ TDM_TARGET_AVX2 static void scores_avx2(const float *const *q, int64_t G, const 
         float *o = out + h0 * ld;
         for (int64_t t = 0; t < n; t++) {
             const int8_t *r = k + t * rs;
+            if (vnext && h0 == 0) /* the value row's lines, into L2 for the p.V */
+                for (int64_t o = (t * rs) & ~(int64_t)63; o < (t + 1) * rs; o += 64)
+                    _mm_prefetch((const char *)(vnext + o), _MM_HINT_T1);
             switch (hn) {
             case 1: score_row_avx2(qc, qs, 1, r, d, o, ld, t); break;
             case 2: score_row_avx2(qc, qs, 2, r, d, o, ld, t); break;
@@ -387,13 +392,16 @@ TDM_TARGET_VNNI static AI void vn_step(const vn_query *vq, int HN, int NC, const
 
 TDM_TARGET_VNNI static AI void vn_rows(const vn_query *vq, int HN, int NC, const int8_t *k,
                                        int64_t rs, int64_t n, const __mmask64 *cm, bool prefetch,
-                                       float *out, int64_t ld) {
+                                       const int8_t *vnext, float *out, int64_t ld) {
     const int per = 8 / NC;
     int64_t t = 0;
     for (; t + per <= n; t += per) {
         const int8_t *r = k + t * rs;
         if (prefetch)
             for (int i = 0; i < per; i++) _mm_prefetch((const char *)(r + i * rs + I8_AHEAD), _MM_HINT_T0);
+        if (vnext) /* the value rows of the step, every line, into L2 for the p.V */
+            for (int64_t o = (t * rs) & ~(int64_t)63; o < (t + per) * rs; o += 64)
+                _mm_prefetch((const char *)(vnext + o), _MM_HINT_T1);
         vn_step(vq, HN, NC, r, rs, cm, out + t, ld);
     }
     if (t < n) { /* the last rows through a zero-padded copy */
@@ -409,10 +417,10 @@ TDM_TARGET_VNNI static AI void vn_rows(const vn_query *vq, int HN, int NC, const
 
 TDM_TARGET_VNNI static void scores_vnni(const float *const *q, int64_t G, const int8_t *k,
                                         int64_t rs, int64_t n, int64_t d, float scale, float *out,
-                                        int64_t ld) {
+                                        int64_t ld, const int8_t *vnext) {
     int64_t chunks = (d + 63) / 64;
     if (d < 16 || chunks > VN_MAXC || rs > TDM_KV_I8_ROW(VN_MAXC * 64)) {
-        scores_avx2(q, G, k, rs, n, d, scale, out, ld);
+        scores_avx2(q, G, k, rs, n, d, scale, out, ld, vnext);
         return;
     }
     int NC = chunks == 1 ? 1 : chunks == 2 ? 2 : chunks <= 4 ? 4 : 8;
@@ -445,13 +453,14 @@ TDM_TARGET_VNNI static void scores_vnni(const float *const *q, int64_t G, const 
         }
         float *o = out + h0 * ld;
         bool pf = h0 == 0;
+        const int8_t *vn = h0 == 0 ? vnext : NULL;
 #define VN_CASE(HN_)                                                                            \
     case HN_:                                                                                   \
         switch (NC) {                                                                           \
-        case 1: vn_rows(&vq, HN_, 1, k, rs, n, cm, pf, o, ld); break;                         \
-        case 2: vn_rows(&vq, HN_, 2, k, rs, n, cm, pf, o, ld); break;                         \
-        case 4: vn_rows(&vq, HN_, 4, k, rs, n, cm, pf, o, ld); break;                         \
-        default: vn_rows(&vq, HN_, 8, k, rs, n, cm, pf, o, ld); break;                        \
+        case 1: vn_rows(&vq, HN_, 1, k, rs, n, cm, pf, vn, o, ld); break;                         \
+        case 2: vn_rows(&vq, HN_, 2, k, rs, n, cm, pf, vn, o, ld); break;                         \
+        case 4: vn_rows(&vq, HN_, 4, k, rs, n, cm, pf, vn, o, ld); break;                         \
+        default: vn_rows(&vq, HN_, 8, k, rs, n, cm, pf, vn, o, ld); break;                        \
         }                                                                                       \
         break;
         switch (hn) {
