@@ -395,22 +395,27 @@ static tdm_status *alloc_state(tdm_generator *g) {
     int64_t dims[4] = {1, g->kv_heads, g->shared ? g->max_length : 0,
                        g->kv_dtype == TDM_INT8 ? TDM_KV_I8_ROW(g->head_dim) : g->head_dim};
     tdm_plan *plan = g->s->strategy ? g->s->strategy->plan : NULL;
-    /* The host caches of the shared form in one block, on transparent huge pages where the
-     * system gives them (madvise mode): a decode step at depth reads every layer's cache
-     * once, and on 4 KiB pages each page of it is a TLB miss after the step's weights went
-     * through (SmolLM2 at position 1000: 3,000 pages). */
+    /* The host caches of the shared form in one block, from 2 MiB on on transparent huge
+     * pages where the system gives them (madvise mode): a decode step at depth reads every
+     * layer's cache once, and on 4 KiB pages each page of it is a TLB miss after the step's
+     * weights went through (SmolLM2 at position 1000: 3,000 pages). */
     const size_t huge = (size_t)2 << 20;
     size_t per = (size_t)(dims[1] * dims[2] * dims[3]) * tdm_dtype_size(g->kv_dtype), arena = 0;
     per = (per + 63) & ~(size_t)63;
     for (size_t i = 0; g->shared && i < nc; i++) arena += g->kv_place[i / 2] == TDM_KV_DEVICE ? 0 : per;
     char *base = NULL;
-    if (arena >= huge) {
-        g->kv_arena = tdm_alloc(g->a, arena + huge);
+    if (arena > 0) {
+        bool big = arena >= huge;
+        size_t span = big ? (arena + huge - 1) & ~(huge - 1) : arena; /* whole huge pages */
+        g->kv_arena = tdm_alloc(g->a, span + (big ? huge : 0));
         if (!g->kv_arena) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory for the KV cache");
-        base = (char *)(((uintptr_t)g->kv_arena + huge - 1) & ~(uintptr_t)(huge - 1));
+        base = g->kv_arena;
+        if (big) {
+            base = (char *)(((uintptr_t)base + huge - 1) & ~(uintptr_t)(huge - 1));
 #ifdef MADV_HUGEPAGE
-        (void)madvise(base, (arena + huge - 1) & ~(huge - 1), MADV_HUGEPAGE);
+            (void)madvise(base, span, MADV_HUGEPAGE); /* a hint: 4 KiB pages otherwise */
 #endif
+        }
         memset(base, 0, arena);
     }
     for (size_t i = 0; i < nc; i++) {
