@@ -341,11 +341,6 @@ TDM_TARGET_VNNI static AI void vt_block(const vt_query *vq, int HN, int NC, cons
                                         int64_t rs, int64_t rows, const __mmask64 *cm,
                                         bool prefetch, const int8_t *vnext, float *out, int64_t ld) {
     const __m512i bias = _mm512_set1_epi8((char)0x80), hi = _mm512_set1_epi32((int)0xffff0000u);
-    if (prefetch) /* the key rows 4 KiB ahead and the value rows of this block, every line */
-        for (int64_t o = 0; o < 16 * rs; o += 64) {
-            _mm_prefetch((const char *)(r + o + I8_AHEAD), _MM_HINT_T0);
-            if (vnext) _mm_prefetch((const char *)(vnext + o), _MM_HINT_T1);
-        }
     __m512 f[QHEADS][2];
     for (int h = 0; h < HN; h++) f[h][0] = f[h][1] = _mm512_setzero_ps();
     __mmask16 lm[2] = {0xffff, 0xffff};
@@ -362,6 +357,12 @@ TDM_TARGET_VNNI static AI void vt_block(const vt_query *vq, int HN, int NC, cons
     for (int c = 0; c < NC; c++) {
         __m512i a[4][QHEADS]; /* per set of 4 rows: lane (L, i) = row 4s + i, bytes 16L.. */
         for (int st = 0; st < 4; st++) {
+            if (prefetch && c == 0) /* the set's key rows 4 KiB ahead and its value rows, every
+                                       line, spread over the block (not in one burst) */
+                for (int64_t o = (4 * st * rs) & ~(int64_t)63; o < (4 * st + 4) * rs; o += 64) {
+                    _mm_prefetch((const char *)(r + o + I8_AHEAD), _MM_HINT_T0);
+                    if (vnext) _mm_prefetch((const char *)(vnext + o), _MM_HINT_T1);
+                }
             __m512i x[4];
             for (int i = 0; i < 4; i++) {
                 int64_t row = 4 * st + i;
