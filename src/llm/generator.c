@@ -395,8 +395,8 @@ static tdm_status *alloc_state(tdm_generator *g) {
     int64_t dims[4] = {1, g->kv_heads, g->shared ? g->max_length : 0,
                        g->kv_dtype == TDM_INT8 ? TDM_KV_I8_ROW(g->head_dim) : g->head_dim};
     tdm_plan *plan = g->s->strategy ? g->s->strategy->plan : NULL;
-    /* The host caches of the shared form in one block, from 2 MiB on on transparent huge
-     * pages where the system gives them (madvise mode): a decode step at depth reads every
+    /* The host caches of the shared form in one block; one of 2 MiB or more on transparent
+     * huge pages where the system gives them (madvise mode): a decode step at depth reads every
      * layer's cache once, and on 4 KiB pages each page of it is a TLB miss after the step's
      * weights went through (SmolLM2 at position 1000: 3,000 pages). */
     const size_t huge = (size_t)2 << 20;
