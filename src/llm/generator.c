@@ -398,7 +398,7 @@ static tdm_status *alloc_state(tdm_generator *g) {
     /* The host caches of the shared form in one block; one of 2 MiB or more on transparent
      * huge pages where the system gives them (madvise mode): a decode step at depth reads every
      * layer's cache once, and on 4 KiB pages each page of it is a TLB miss after the step's
-     * weights went through (SmolLM2 at position 1000: 3,000 pages). */
+     * weights went through (SmolLM2 at position 1000: 3,000 pages of cache). */
     const size_t huge = (size_t)2 << 20;
     size_t per = (size_t)(dims[1] * dims[2] * dims[3]) * tdm_dtype_size(g->kv_dtype), arena = 0;
     per = (per + 63) & ~(size_t)63;
