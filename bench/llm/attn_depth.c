@@ -7,13 +7,16 @@
  *   cc -O2 -std=c11 -D_GNU_SOURCE -Iinclude -Isrc -Ibuild/gen bench/llm/attn_depth.c \
  *      build/libtandem.a -ldnnl -lprotobuf-c -lOpenCL -ljansson -fopenmp -lpthread -ldl -lm \
  *      -o build/attn_depth
- *   build/attn_depth [CACHE=int8|f32] [THREADS=1] [FLUSH=1] [ISA=all] [SHARED=0]
+ *   build/attn_depth [CACHE=int8|f32] [THREADS=1] [FLUSH=1] [ISA=all] [SHARED=0] [HUGE=1]
  * FLUSH=1 reads 96 MiB (SmolLM2's packed weights) before each step, so the cache comes from
  * memory as in a real step; SHARED=1 gives all layers one cache (it stays in L2: the kernels'
- * arithmetic alone). ISA caps the SIMD level (avx2, avx512_core, portable, ...). */
+ * arithmetic alone). ISA caps the SIMD level (avx2, avx512_core, portable, ...). HUGE=1 puts
+ * all layers' caches in one block on transparent huge pages (madvise), as the generator does;
+ * HUGE=0 gives each its own allocation (4 KiB pages). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "backends/cpu/cpu_simd.h"
@@ -33,6 +36,19 @@ static void b_free(void *u, void *p) {
 }
 static const tdm_allocator A = {b_alloc, b_free, NULL};
 
+/* HUGE=1: the caches carved from one block on huge pages (never freed: the bench exits) */
+static char *arena;
+static size_t arena_used, arena_size;
+static void *h_alloc(void *u, size_t n, size_t al) {
+    (void)u, (void)al;
+    n = (n + 63) & ~(size_t)63;
+    if (arena_used + n > arena_size) return NULL;
+    void *p = arena + arena_used;
+    arena_used += n;
+    return p;
+}
+static void h_free(void *u, void *p) { (void)u, (void)p; }
+static const tdm_allocator AH = {h_alloc, h_free, NULL};
 static double clock_s(clockid_t id) {
     struct timespec t;
     clock_gettime(id, &t);
@@ -41,18 +57,20 @@ static double clock_s(clockid_t id) {
 
 static float frand(void) { return (float)rand() / (float)RAND_MAX - 0.5f; }
 
-static tdm_tensor *tensor(tdm_dtype dt, int rank, const int64_t *dims) {
+static tdm_tensor *tensor_in(const tdm_allocator *a, tdm_dtype dt, int rank, const int64_t *dims) {
     tdm_tensor *t = NULL;
-    if (tdm_tensor_new(&A, dt, rank, dims, &t)) abort();
+    if (tdm_tensor_new(a, dt, rank, dims, &t)) abort();
     if (dt == TDM_FLOAT)
         for (int64_t i = 0; i < t->count; i++) ((float *)t->data)[i] = frand();
     return t;
 }
+static tdm_tensor *tensor(tdm_dtype dt, int rank, const int64_t *dims) { return tensor_in(&A, dt, rank, dims); }
 
 int main(int argc, char **argv) {
     bool i8 = argc <= 1 || strcmp(argv[1], "f32") != 0;
     int threads = argc > 2 ? atoi(argv[2]) : 1;
     bool flush = argc <= 3 || atoi(argv[3]) != 0, shared = argc > 5 && atoi(argv[5]) != 0;
+    bool huge = argc <= 6 || atoi(argv[6]) != 0;
     tdm_cpu_isa isa = tdm_cpu_isa_detect(), cap;
     if (argc > 4 && tdm_cpu_isa_parse(argv[4], &cap)) isa = tdm_cpu_isa_min(isa, cap);
     tdm_attr at[2] = {{.name = "num_heads", .type = TDM_ATTR_INT, .i = H},
@@ -66,10 +84,19 @@ int main(int argc, char **argv) {
     void *state[LAYERS];
     tdm_tensor *kc[LAYERS], *vc[LAYERS];
     int64_t rs = TDM_KV_I8_ROW(D), cd[4] = {1, KVH, L, i8 ? rs : D};
+    const tdm_allocator *ca = &A;
+    if (huge) {
+        size_t hp = (size_t)2 << 20;
+        arena_size = ((size_t)(2 * LAYERS) * ((size_t)(KVH * L * cd[3]) * (i8 ? 1 : 4) + 4096) + hp - 1) & ~(hp - 1);
+        arena = aligned_alloc(hp, arena_size);
+        if (!arena) return 1;
+        (void)madvise(arena, arena_size, MADV_HUGEPAGE);
+        ca = &AH;
+    }
     for (int l = 0; l < LAYERS; l++) {
         if (tdm_llm_gqa_prepare(&node, 1, 7, NULL, &A, &state[l])) return 1;
-        kc[l] = tensor(i8 ? TDM_INT8 : TDM_FLOAT, 4, cd);
-        vc[l] = tensor(i8 ? TDM_INT8 : TDM_FLOAT, 4, cd);
+        kc[l] = tensor_in(ca, i8 ? TDM_INT8 : TDM_FLOAT, 4, cd);
+        vc[l] = tensor_in(ca, i8 ? TDM_INT8 : TDM_FLOAT, 4, cd);
         for (int64_t r = 0; i8 && r < KVH * L; r++) {
             float x[D];
             for (int i = 0; i < D; i++) x[i] = frand();
@@ -114,8 +141,9 @@ int main(int argc, char **argv) {
                 wall += clock_s(CLOCK_MONOTONIC) - w0;
                 cpu += clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
             }
-            printf("%s cache, %d thread(s), %s, depth %4d: %.3f ms wall, %.3f ms CPU a step\n",
-                   i8 ? "int8" : "f32", threads, tdm_cpu_isa_name(isa), depth, 1e3 * wall / STEPS,
+            printf("%s cache%s, %d thread(s), %s, depth %4d: %.3f ms wall, %.3f ms CPU a step\n",
+                   i8 ? "int8" : "f32", huge ? " (huge pages)" : "", threads, tdm_cpu_isa_name(isa),
+                   depth, 1e3 * wall / STEPS,
                    1e3 * cpu / STEPS);
         }
     return 0;

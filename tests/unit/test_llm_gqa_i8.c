@@ -195,7 +195,7 @@ static void test_row_variants(void **state) {
                     for (int i = 0; i < G * ys; i++) y[i] = frand();
                     const float *qp[9];
                     for (int h = 0; h < G; h++) qp[h] = q + h * d;
-                    f->scores(qp, G, rows, rs, n, d, 0.125f, sc, ld);
+                    f->scores(qp, G, rows, rs, n, d, 0.125f, sc, ld, (ni & 2) ? rows : NULL);
                     /* the scores take the query quantised (as tdm_llm_q8_query does, checked
                      * by test_query_quantize) */
                     float *qd = malloc(sizeof(float) * (size_t)(G * d));

@@ -36,9 +36,11 @@ const tdm_llm_fns *tdm_llm_fns_for(tdm_cpu_isa level);
 typedef struct tdm_llm_i8_fns {
     /* out[h * ld + t] = scale * sum_i q'[h][i] * x_t[i] for h < G, t < n (rows k + t * rs,
      * x = the row's codes times their group's scale; q' = q[h] quantised by
-     * tdm_llm_q8_query: the sums are exact integer sums per group) */
+     * tdm_llm_q8_query: the sums are exact integer sums per group). vnext: NULL, or rows at
+     * the same stride the caller reads next (the p.V's value rows): their lines are fetched
+     * into L2 along the way, so that their memory time overlaps the scores' arithmetic */
     void (*scores)(const float *const *q, int64_t G, const int8_t *k, int64_t rs, int64_t n,
-                   int64_t d, float scale, float *out, int64_t ld);
+                   int64_t d, float scale, float *out, int64_t ld, const int8_t *vnext);
     /* y[h * ys + i] += sum_t p[h * ld + t] * x_t[i] for h < G, i < d (rows v + t * rs) */
     void (*pv)(const float *p, int64_t ld, int64_t G, const int8_t *v, int64_t rs, int64_t n,
                int64_t d, float *y, int64_t ys);

@@ -294,7 +294,8 @@ static void gqa_item_part(const gqa_job *j, int64_t b, int64_t g, int64_t k, flo
     const int8_t *kq = j->i8 ? j->kq + (b * j->KVH + g) * j->L * j->rs : NULL;
     const int8_t *vq = j->i8 ? j->vq + (b * j->KVH + g) * j->L * j->rs : NULL;
     if (j->i8) /* the whole part in one call: the query is quantised once */
-        j->fi->scores(q, group, kq + a * j->rs, j->rs, e - a, j->D, j->scale, scores, ld);
+        j->fi->scores(q, group, kq + a * j->rs, j->rs, e - a, j->D, j->scale, scores, ld,
+                      vq + a * j->rs);
     else
         for (int64_t t = a; t < e; t += GQA_KV_BLOCK) {
             int64_t cnt = e - t < GQA_KV_BLOCK ? e - t : GQA_KV_BLOCK;
@@ -382,7 +383,8 @@ static void gqa_row_i8(const gqa_job *j, int64_t b, int64_t g, int64_t s, float 
     for (int64_t i = 0; i < group; i++) q[i] = query_row(j, b, g * group + i, s, qbuf + i * j->D);
     int64_t lo, n;
     row_range(j, b, s, &lo, &n);
-    j->fi->scores(q, group, kq + lo * j->rs, j->rs, n - lo, j->D, j->scale, scores, ld);
+    j->fi->scores(q, group, kq + lo * j->rs, j->rs, n - lo, j->D, j->scale, scores, ld,
+                  vq + lo * j->rs);
     memset(y, 0, (size_t)(group * j->D) * sizeof(float));
     for (int64_t i = 0; i < group; i++) {
         int64_t h = g * group + i;

@@ -8,8 +8,8 @@
  * row range:
  *   - scores: the query is quantised the same way (tdm_llm_q8_query: per 32, max|q| / 127,
  *     as llama.cpp's q8_0 dot products do), once per call, and the dot products are integer
- *     sums per group of 32 times s_k * s_q: AVX-512 VNNI (vpdpbusd, 8 row-chunks reduced
- *     together), AVX2 (vpmaddubsw + vpmaddwd; also the AVX-512 level without VNNI), portable C;
+ *     sums per group of 32 times s_k * s_q: AVX-512 VNNI (vpdpbusd on the key rows
+ *     transposed 16 at a time within 128-bit lanes, shared by the group's heads), AVX2 (vpmaddubsw + vpmaddwd; also the AVX-512 level without VNNI), portable C;
  *   - p.V: AVX-512 VNNI rounds each block of 64 weights p * s_v to int16 against the block's
  *     largest and adds two rows per vpdpwssd; AVX-512 (rows' scales folded into the weights)
  *     and AVX2 in float32 FMAs; portable C.
@@ -128,7 +128,9 @@ static void quantize_heads(const float *const *q, int64_t hn, int64_t d, float s
 
 
 static void scores_portable(const float *const *q, int64_t G, const int8_t *k, int64_t rs,
-                            int64_t n, int64_t d, float scale, float *out, int64_t ld) {
+                            int64_t n, int64_t d, float scale, float *out, int64_t ld,
+                            const int8_t *vnext) {
+    (void)vnext; /* no prefetch in portable C */
     int8_t qc[QHEADS][TDM_LLM_KV_I8_MAX_D];
     float qs[QHEADS][TDM_LLM_KV_I8_MAX_D / GROUP];
     for (int64_t h0 = 0; h0 < G; h0 += QHEADS) {
@@ -216,7 +218,7 @@ score_row_avx2(const int8_t (*qc)[TDM_LLM_KV_I8_MAX_D], const float (*qs)[TDM_LL
 
 TDM_TARGET_AVX2 static void scores_avx2(const float *const *q, int64_t G, const int8_t *k,
                                         int64_t rs, int64_t n, int64_t d, float scale, float *out,
-                                        int64_t ld) {
+                                        int64_t ld, const int8_t *vnext) {
     _Alignas(32) int8_t qc[QHEADS][TDM_LLM_KV_I8_MAX_D];
     float qs[QHEADS][TDM_LLM_KV_I8_MAX_D / GROUP];
     for (int64_t h0 = 0; h0 < G; h0 += QHEADS) {
@@ -225,6 +227,9 @@ TDM_TARGET_AVX2 static void scores_avx2(const float *const *q, int64_t G, const 
         float *o = out + h0 * ld;
         for (int64_t t = 0; t < n; t++) {
             const int8_t *r = k + t * rs;
+            if (vnext && h0 == 0) /* the value row's lines, into L2 for the p.V */
+                for (int64_t o = (t * rs) & ~(int64_t)63; o < (t + 1) * rs; o += 64)
+                    _mm_prefetch((const char *)(vnext + o), _MM_HINT_T1);
             switch (hn) {
             case 1: score_row_avx2(qc, qs, 1, r, d, o, ld, t); break;
             case 2: score_row_avx2(qc, qs, 2, r, d, o, ld, t); break;
@@ -305,162 +310,170 @@ TDM_TARGET_AVX512 static inline __mmask16 mask_of(int64_t left) {
 
 #define AI __attribute__((always_inline)) inline
 
-/* ---- AVX-512 VNNI scores ----
- * A row's codes go through vpdpbusd 64 at a time ("chunks"), the key codes as the unsigned
- * operand (xor 0x80: c + 128) and the quantised query as the signed one; the 128 * sum(q)
- * this adds is taken off per group after the sums. One chunk of one row gives a vector of
- * 16 int32 sums of 4 products, lanes 0-7 its first group, 8-15 its second. Eight such vectors
- * ("items": NC chunks of 8 / NC rows) reduce together in three shuffle-and-add steps to one
- * vector whose lane 4k + j holds the sum of group (k & 1) of item 2j + (k >> 1): one
- * reduction per 8 items and head instead of one per row and head. The lane's key scale comes
- * from one gather of the 16 scale words (each read as the high half of a dword, so a scale is
- * a float32 once masked), the query scale and the correction from per-head vectors in the
- * same lane order. Head sizes 16..512 (NC = 1, 2, 4, 8 chunks a row; the codes and query
- * padded with zeros to whole chunks); 8 / NC rows a step, a last partial step through a
- * zero-padded copy of its rows. */
-#define VN_MAXC 8
+#define VN_MAXC 8 /* chunks of 64 codes a row: head sizes up to 512 */
 #define TDM_TARGET_VNNI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma")))
 
-typedef struct vn_query {
-    _Alignas(64) int8_t c[QHEADS][VN_MAXC * 64]; /* codes, zero-padded to NC chunks */
-    _Alignas(64) int32_t corr[QHEADS][16];       /* lane order: 128 * sum of the group's codes */
-    _Alignas(64) float qs[QHEADS][16];           /* lane order: query scale * softmax scale */
-    _Alignas(64) int32_t gidx[16];               /* lane order: offset of the scale's dword */
-} vn_query;
+/* ---- AVX-512 VNNI scores, 16 rows a block, the keys transposed ----
+ * A row's codes go through vpdpbusd 64 at a time ("chunks", zero-padded; head sizes 16..512),
+ * the key codes as the unsigned operand (xor 0x80: c + 128) and the quantised query as the
+ * signed one; the 128 * sum(q) this adds is taken off per group after the sums. A scale is
+ * read as the high half of the dword that ends with it (a float32 once masked).
+ * Four rows a, b, c, d of a chunk (64 codes, xor 0x80) go through two unpack steps within
+ * each 128-bit lane (no lane crossing): vector u_j then holds in lane L the dwords 4L + j
+ * of the four rows, and vpdpbusd against the query's dwords 4L + j (u_j's lane order, one
+ * vector per head, chunk and j) adds row i's products of bytes 16L .. 16L + 15 into lane
+ * (L, i): the transposition is shared by the group's heads (an earlier form reduced each
+ * head's per-row sums with shuffles: 1.2-1.3x the time at head size 64). Per 16 rows (sets s = 0..3 of 4) and chunk, lanes L = 0, 1 (group 2c) and
+ * 2, 3 (group 2c + 1) of the four sets' sums fold with two lane shuffles a pair of sets into
+ * [set s: group 2c, group 2c + 1, set s + 1: group 2c, 2c + 1], 4 rows each; those go to
+ * float with the correction, the query scale and the rows' key scales (one gather per pair
+ * of sets and chunk), summed over the chunks; the last fold adds the two groups of each set:
+ * 16 scores in row order. A last block shorter than 16 rows loads its missing rows as zeros
+ * (masked), with zero scales. */
+typedef struct vt_query {
+    _Alignas(64) int32_t q[QHEADS][VN_MAXC][4][16]; /* per head, chunk, j: lane (L, i) = dword 4L + j */
+    _Alignas(64) int32_t corr[QHEADS][VN_MAXC][16]; /* lane (b, i): 128 * sum of the codes of group 2c + (b & 1) */
+    _Alignas(64) float qs[QHEADS][VN_MAXC][16];     /* lane (b, i): query scale * softmax scale of that group */
+    _Alignas(64) int32_t gidx[VN_MAXC][16];         /* lane (b, i): the scale dword of row 4 (b >> 1) + i, group 2c + (b & 1) */
+} vt_query;
 
-/* items a and b: [a's group 0, a's group 1, b's group 0, b's group 1], 4 partial sums each */
-TDM_TARGET_VNNI static AI __m512i vn_stage1(__m512i a, __m512i b) {
-    return _mm512_add_epi32(_mm512_shuffle_i32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0)),
-                            _mm512_shuffle_i32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
-}
-TDM_TARGET_VNNI static AI __m512i vn_stage2(__m512i a, __m512i b) {
-    return _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
-}
-TDM_TARGET_VNNI static AI __m512i vn_stage3(__m512i a, __m512i b) {
-    __m512 x = _mm512_castsi512_ps(a), y = _mm512_castsi512_ps(b);
-    return _mm512_add_epi32(_mm512_castps_si512(_mm512_shuffle_ps(x, y, _MM_SHUFFLE(2, 0, 2, 0))),
-                            _mm512_castps_si512(_mm512_shuffle_ps(x, y, _MM_SHUFFLE(3, 1, 3, 1))));
-}
-
-/* One step: 8 items (rows r .. r + 8 / NC - 1 at stride rs) for HN heads; scores of row i
- * of the step to out[h * ld + i]. */
-TDM_TARGET_VNNI static AI void vn_step(const vn_query *vq, int HN, int NC, const int8_t *r,
-                                       int64_t rs, const __mmask64 *cm, float *out, int64_t ld) {
-    const __m512i bias = _mm512_set1_epi8((char)0x80);
-    __m512i st1[QHEADS][4];
-    for (int p = 0; p < 4; p++) {
-        __m512i a[2][QHEADS];
-        for (int u = 0; u < 2; u++) {
-            int it = 2 * p + u, row = it / NC, c = it % NC;
-            __m512i kv = _mm512_xor_si512(_mm512_maskz_loadu_epi8(cm[c], r + row * rs + 64 * c), bias);
-            for (int h = 0; h < HN; h++)
-                a[u][h] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), kv,
-                                              _mm512_load_si512((const void *)(vq->c[h] + 64 * c)));
+TDM_TARGET_VNNI static AI void vt_block(const vt_query *vq, int HN, int NC, const int8_t *r,
+                                        int64_t rs, int64_t rows, const __mmask64 *cm,
+                                        bool prefetch, const int8_t *vnext, float *out, int64_t ld) {
+    const __m512i bias = _mm512_set1_epi8((char)0x80), hi = _mm512_set1_epi32((int)0xffff0000u);
+    __m512 f[QHEADS][2];
+    for (int h = 0; h < HN; h++) f[h][0] = f[h][1] = _mm512_setzero_ps();
+    __mmask16 lm[2] = {0xffff, 0xffff};
+    if (rows < 16)
+        for (int pr = 0; pr < 2; pr++) { /* lanes of real rows: rows 8 pr + 4 (b >> 1) + i */
+            uint32_t k = 0;
+            for (int b = 0; b < 4; b++)
+                if (8 * pr + 4 * (b >> 1) < rows) {
+                    int64_t left = rows - (8 * pr + 4 * (b >> 1));
+                    k |= (left >= 4 ? 0xfu : (1u << left) - 1u) << (4 * b);
+                }
+            lm[pr] = (__mmask16)k;
         }
-        for (int h = 0; h < HN; h++) st1[h][p] = vn_stage1(a[0][h], a[1][h]);
-    }
-    __m512 sk = _mm512_castsi512_ps(_mm512_and_si512(
-        _mm512_i32gather_epi32(_mm512_load_si512((const void *)vq->gidx), (const void *)r, 1),
-        _mm512_set1_epi32((int)0xffff0000u)));
-    for (int h = 0; h < HN; h++) {
-        __m512i t = vn_stage3(vn_stage2(st1[h][0], st1[h][1]), vn_stage2(st1[h][2], st1[h][3]));
-        t = _mm512_sub_epi32(t, _mm512_load_si512((const void *)vq->corr[h]));
-        __m512 f = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(t), _mm512_load_ps(vq->qs[h])), sk);
-        /* lane j of e: item 2j; of o: item 2j + 1 */
-        __m128 e = _mm_add_ps(_mm512_castps512_ps128(f), _mm512_extractf32x4_ps(f, 1));
-        __m128 o = _mm_add_ps(_mm512_extractf32x4_ps(f, 2), _mm512_extractf32x4_ps(f, 3));
-        float *y = out + h * ld;
-        if (NC == 1) {
-            _mm_storeu_ps(y, _mm_unpacklo_ps(e, o));
-            _mm_storeu_ps(y + 4, _mm_unpackhi_ps(e, o));
-        } else {
-            __m128 x = _mm_add_ps(e, o); /* lane j: items 2j, 2j + 1 */
-            if (NC == 2) _mm_storeu_ps(y, x);
-            else {
-                x = _mm_hadd_ps(x, x);
-                if (NC == 4) _mm_storel_pi((__m64 *)y, x);
-                else y[0] = _mm_cvtss_f32(_mm_hadd_ps(x, x));
+    for (int c = 0; c < NC; c++) {
+        __m512i a[4][QHEADS]; /* per set of 4 rows: lane (L, i) = row 4s + i, bytes 16L.. */
+        for (int st = 0; st < 4; st++) {
+            if (prefetch && c == 0) /* the set's key rows 4 KiB ahead and its value rows, every
+                                       line, spread over the block (not in one burst) */
+                for (int64_t o = (4 * st * rs) & ~(int64_t)63; o < (4 * st + 4) * rs; o += 64) {
+                    _mm_prefetch((const char *)(r + o + I8_AHEAD), _MM_HINT_T0);
+                    if (vnext) _mm_prefetch((const char *)(vnext + o), _MM_HINT_T1);
+                }
+            __m512i x[4];
+            for (int i = 0; i < 4; i++) {
+                int64_t row = 4 * st + i;
+                __mmask64 m = row < rows ? cm[c] : 0;
+                x[i] = _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, r + row * rs + 64 * c), bias);
+            }
+            __m512i t0 = _mm512_unpacklo_epi32(x[0], x[1]), t1 = _mm512_unpackhi_epi32(x[0], x[1]);
+            __m512i t2 = _mm512_unpacklo_epi32(x[2], x[3]), t3 = _mm512_unpackhi_epi32(x[2], x[3]);
+            __m512i u[4] = {_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2),
+                            _mm512_unpacklo_epi64(t1, t3), _mm512_unpackhi_epi64(t1, t3)};
+            for (int h = 0; h < HN; h++) {
+                __m512i acc = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[0],
+                                                  _mm512_load_si512((const void *)vq->q[h][c][0]));
+                for (int jj = 1; jj < 4; jj++)
+                    acc = _mm512_dpbusd_epi32(acc, u[jj], _mm512_load_si512((const void *)vq->q[h][c][jj]));
+                a[st][h] = acc;
+            }
+        }
+        const __m512i gi = _mm512_load_si512((const void *)vq->gidx[c]);
+        __m512 sk[2];
+        for (int pr = 0; pr < 2; pr++)
+            sk[pr] = _mm512_castsi512_ps(_mm512_and_si512(
+                _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), lm[pr], gi, (const void *)(r + 8 * pr * rs), 1),
+                hi));
+        for (int h = 0; h < HN; h++) {
+            const __m512i corr = _mm512_load_si512((const void *)vq->corr[h][c]);
+            const __m512 qs = _mm512_load_ps(vq->qs[h][c]);
+            for (int pr = 0; pr < 2; pr++) {
+                __m512i x = a[2 * pr][h], y = a[2 * pr + 1][h];
+                __m512i sum = _mm512_add_epi32(_mm512_shuffle_i32x4(x, y, _MM_SHUFFLE(2, 0, 2, 0)),
+                                               _mm512_shuffle_i32x4(x, y, _MM_SHUFFLE(3, 1, 3, 1)));
+                __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(sum, corr)), qs);
+                f[h][pr] = _mm512_fmadd_ps(v, sk[pr], f[h][pr]);
             }
         }
     }
+    __mmask16 om = rows >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << rows) - 1u);
+    for (int h = 0; h < HN; h++) {
+        __m512 x = f[h][0], y = f[h][1];
+        __m512 o = _mm512_add_ps(_mm512_shuffle_f32x4(x, y, _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm512_shuffle_f32x4(x, y, _MM_SHUFFLE(3, 1, 3, 1)));
+        _mm512_mask_storeu_ps(out + h * ld, om, o);
+    }
 }
 
-TDM_TARGET_VNNI static AI void vn_rows(const vn_query *vq, int HN, int NC, const int8_t *k,
+TDM_TARGET_VNNI static AI void vt_rows(const vt_query *vq, int HN, int NC, const int8_t *k,
                                        int64_t rs, int64_t n, const __mmask64 *cm, bool prefetch,
-                                       float *out, int64_t ld) {
-    const int per = 8 / NC;
-    int64_t t = 0;
-    for (; t + per <= n; t += per) {
-        const int8_t *r = k + t * rs;
-        if (prefetch)
-            for (int i = 0; i < per; i++) _mm_prefetch((const char *)(r + i * rs + I8_AHEAD), _MM_HINT_T0);
-        vn_step(vq, HN, NC, r, rs, cm, out + t, ld);
-    }
-    if (t < n) { /* the last rows through a zero-padded copy */
-        _Alignas(64) int8_t tmp[8 * TDM_KV_I8_ROW(VN_MAXC * 64)];
-        float o[QHEADS][8];
-        memset(tmp, 0, (size_t)(per * rs));
-        memcpy(tmp, k + t * rs, (size_t)((n - t) * rs));
-        vn_step(vq, HN, NC, tmp, rs, cm, o[0], 8);
-        for (int h = 0; h < HN; h++)
-            for (int64_t i = t; i < n; i++) out[h * ld + i] = o[h][i - t];
-    }
+                                       const int8_t *vnext, float *out, int64_t ld) {
+    for (int64_t t = 0; t < n; t += 16)
+        vt_block(vq, HN, NC, k + t * rs, rs, n - t < 16 ? n - t : 16, cm, prefetch,
+                 vnext ? vnext + t * rs : NULL, out + t, ld);
 }
 
 TDM_TARGET_VNNI static void scores_vnni(const float *const *q, int64_t G, const int8_t *k,
                                         int64_t rs, int64_t n, int64_t d, float scale, float *out,
-                                        int64_t ld) {
+                                        int64_t ld, const int8_t *vnext) {
     int64_t chunks = (d + 63) / 64;
     if (d < 16 || chunks > VN_MAXC || rs > TDM_KV_I8_ROW(VN_MAXC * 64)) {
-        scores_avx2(q, G, k, rs, n, d, scale, out, ld);
+        scores_avx2(q, G, k, rs, n, d, scale, out, ld, vnext);
         return;
     }
-    int NC = chunks == 1 ? 1 : chunks == 2 ? 2 : chunks <= 4 ? 4 : 8;
+    int NC = (int)chunks;
     int64_t ng = (d + GROUP - 1) / GROUP;
-    __mmask64 cm[VN_MAXC]; /* the codes of each chunk (none in chunks past the row) */
+    __mmask64 cm[VN_MAXC]; /* the codes of each chunk */
     for (int c = 0; c < NC; c++) {
         int64_t w = d - 64 * c;
-        cm[c] = w >= 64 ? ~(__mmask64)0 : w <= 0 ? 0 : (((__mmask64)1 << w) - 1);
+        cm[c] = w >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << w) - 1);
     }
-    vn_query vq;
+    vt_query vq;
     float qs[QHEADS][TDM_LLM_KV_I8_MAX_D / GROUP];
-    int8_t qc[QHEADS][TDM_LLM_KV_I8_MAX_D];
-    for (int L = 0; L < 16; L++) {
-        int it = 2 * (L & 3) + (L >> 3), c = it % NC, g = 2 * c + ((L >> 2) & 1);
-        vq.gidx[L] = (int32_t)((it / NC) * rs + d + 2 * (g < ng ? g : ng - 1) - 2);
-    }
+    _Alignas(64) int8_t qc[QHEADS][VN_MAXC * 64];
+    for (int c = 0; c < NC; c++)
+        for (int L = 0; L < 16; L++) {
+            int b = L >> 2, g = 2 * c + (b & 1);
+            vq.gidx[c][L] = (int32_t)((4 * (b >> 1) + (L & 3)) * rs + d + 2 * (g < ng ? g : ng - 1) - 2);
+        }
     for (int64_t h0 = 0; h0 < G; h0 += QHEADS) {
         int hn = G - h0 < QHEADS ? (int)(G - h0) : QHEADS;
-        quantize_heads(q + h0, hn, d, scale, qc, qs);
         for (int h = 0; h < hn; h++) {
-            memset(vq.c[h], 0, sizeof vq.c[h]);
-            memcpy(vq.c[h], qc[h], (size_t)d);
-            for (int L = 0; L < 16; L++) {
-                int it = 2 * (L & 3) + (L >> 3), c = it % NC, g = 2 * c + ((L >> 2) & 1);
-                int32_t sum = 0;
-                for (int64_t i = 32 * g; i < 32 * g + 32 && i < d; i++) sum += qc[h][i];
-                vq.corr[h][L] = 128 * sum;
-                vq.qs[h][L] = g < ng ? qs[h][g] : 0.0f;
+            memset(qc[h], 0, sizeof qc[h]);
+            tdm_llm_q8_query(q[h0 + h], d, qc[h], qs[h]);
+            for (int c = 0; c < NC; c++) {
+                const int32_t *dw = (const int32_t *)(const void *)(qc[h] + 64 * c);
+                for (int L = 0; L < 16; L++) {
+                    int b = L >> 2, g = 2 * c + (b & 1);
+                    for (int jj = 0; jj < 4; jj++) vq.q[h][c][jj][L] = dw[4 * (L >> 2) + jj];
+                    int32_t sum = 0;
+                    for (int64_t i = 32 * g; i < 32 * g + 32 && i < d; i++) sum += qc[h][i];
+                    vq.corr[h][c][L] = 128 * sum;
+                    vq.qs[h][c][L] = g < ng ? qs[h][g] * scale : 0.0f;
+                }
             }
         }
         float *o = out + h0 * ld;
         bool pf = h0 == 0;
-#define VN_CASE(HN_)                                                                            \
+        const int8_t *vn = h0 == 0 ? vnext : NULL;
+#define VT_CASE(HN_)                                                                            \
     case HN_:                                                                                   \
         switch (NC) {                                                                           \
-        case 1: vn_rows(&vq, HN_, 1, k, rs, n, cm, pf, o, ld); break;                         \
-        case 2: vn_rows(&vq, HN_, 2, k, rs, n, cm, pf, o, ld); break;                         \
-        case 4: vn_rows(&vq, HN_, 4, k, rs, n, cm, pf, o, ld); break;                         \
-        default: vn_rows(&vq, HN_, 8, k, rs, n, cm, pf, o, ld); break;                        \
+        case 1: vt_rows(&vq, HN_, 1, k, rs, n, cm, pf, vn, o, ld); break;                         \
+        case 2: vt_rows(&vq, HN_, 2, k, rs, n, cm, pf, vn, o, ld); break;                         \
+        default: vt_rows(&vq, HN_, NC, k, rs, n, cm, pf, vn, o, ld); break;                       \
         }                                                                                       \
         break;
         switch (hn) {
-            VN_CASE(1)
-            VN_CASE(2)
-            VN_CASE(3)
-            VN_CASE(4)
+            VT_CASE(1)
+            VT_CASE(2)
+            VT_CASE(3)
+            VT_CASE(4)
         }
-#undef VN_CASE
+#undef VT_CASE
     }
 }
 
