@@ -22,9 +22,6 @@
 #ifndef NBP_PERM
 #define NBP_PERM 1 /* float path, 4 bits: vpermps of a 0..15 table instead of and + cvtdq2ps (measured in the caches: 35-36 us against 40-45 for 1536 x 576) */
 #endif
-#ifndef NBP_PFP
-#define NBP_PFP 2 /* several rows: panels of software prefetch ahead (SmolLM2's shapes streamed from memory, 8 rows, 1 thread, loaded machine: 8-bit 49152 x 576 x 3 copies 7.1-7.7 ms against 10.4-12.1 without, 4-bit 196608 x 576 7.1-8.0 against 9.4-10.2; the hardware prefetchers alone keep up with one row, not with the slower stream of several) */
-#endif
 #ifndef NBP_PFD
 #define NBP_PFD 0 /* bytes of software prefetch distance; 0: none (measured: the hardware prefetchers alone stream the packed layout as fast or faster than with 1 or 4 KiB) */
 #endif
@@ -110,15 +107,6 @@ static inline void pf_record(const uint8_t *rec, int64_t bytes) {
 #endif
 }
 
-/* Several rows of A: the record of block b of panel p + NBP_PFP prefetched, when the panel's
- * first run of rows reads block b of panel p (rec). */
-static inline void pf_ahead(const tdm_nbits_pjob *j, int64_t p, const uint8_t *rec) {
-    const tdm_nbits_pk *pk = j->pk;
-    if (p + NBP_PFP >= pk->panels) return;
-    for (int64_t o = 0; o < pk->bstride; o += 64)
-        __builtin_prefetch(rec + NBP_PFP * pk->pstride + o, 0, 3);
-}
-
 /* ---- AVX-512 ---- */
 
 /* 16 values (float16 or float32) at p */
@@ -157,7 +145,7 @@ vnni_panel_rows(const tdm_nbits_pjob *j, int64_t p, int64_t m0, int R, bool q4, 
     for (int r = 0; r < 4; r++) acc[r] = accz[r] = _mm512_setzero_ps();
     for (int64_t b = 0; b < pk->nb; b++) {
         const uint8_t *rec = base + b * pk->bstride;
-        if (m0 == 0) pf_ahead(j, p, rec);
+        if (m0 == 0) pf_record(rec, pk->bstride);
         __m512i u[16]; /* q4: low nibbles of group g in u[g], high in u[8 + g]; q8: u[g] */
         for (int64_t g = 0; g < G; g++) {
             __m512i v = _mm512_loadu_si512(rec + 64 * g);
@@ -221,7 +209,6 @@ vnni_rows_fixed(const tdm_nbits_pjob *j, int64_t p, int64_t m0, const int R, con
     for (int r = 0; r < R; r++) acc[r] = accz[r] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *rec = base + b * pk->bstride;
-        if (m0 == 0) pf_ahead(j, p, rec);
         __m512i u[16];
 #pragma GCC unroll 16
         for (int g = 0; g < G; g++) {
@@ -254,16 +241,12 @@ vnni_rows_fixed(const tdm_nbits_pjob *j, int64_t p, int64_t m0, const int R, con
     for (int r = 0; r < R; r++) finish512(j, p, m0 + r, acc[r], accz[r], mzs);
 }
 
-/* The M rows against panel p in fixed runs of 8 rows where the codes take 8 registers (4 bits
- * in blocks of 32, 8 bits: one pass over the panel for an 8-row step), then NBP_MR, 2 and 1,
- * when G is 4 or 8. */
+/* The M rows against panel p in fixed runs of NBP_MR rows (then 1-3), when G is 4 or 8. */
 #define NBP_MR 4
 __attribute__((always_inline)) TDM_TARGET_VNNI_F16 static inline void
 vnni_rows_multi(const tdm_nbits_pjob *j, int64_t p, const int G, bool q4, bool s16, bool mzs,
                 bool z16) {
     int64_t m = 0;
-    if (G == 4 || !q4)
-        for (; m + 8 <= j->M; m += 8) vnni_rows_fixed(j, p, m, 8, G, q4, s16, mzs, z16);
     for (; m + NBP_MR <= j->M; m += NBP_MR) vnni_rows_fixed(j, p, m, NBP_MR, G, q4, s16, mzs, z16);
     for (; m + 2 <= j->M; m += 2) vnni_rows_fixed(j, p, m, 2, G, q4, s16, mzs, z16);
     if (m < j->M) vnni_rows_fixed(j, p, m, 1, G, q4, s16, mzs, z16);
@@ -514,8 +497,7 @@ i8avx2_panel(const tdm_nbits_pjob *j, int64_t p, bool q4, bool s16, bool mzs, bo
         for (int64_t b = 0; b < pk->nb; b++) {
             const uint8_t *rec = base + b * pk->bstride;
             const int8_t *q = qa + b * bs;
-            if (m == 0 && j->M > 1) pf_ahead(j, p, rec);
-            else if (m == 0) pf_record(rec, pk->bstride);
+            if (m == 0) pf_record(rec, pk->bstride);
             __m256i d[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
             /* int16 sums of at most 8 vpmaddubsw (each <= 2 * 15 * 127): no overflow */
             for (int64_t g0 = 0; g0 < G; g0 += 4) {
