@@ -274,6 +274,9 @@ static void test_rows_invariant(void **state) {
         {4, 64, 256, 33, 7, 0, false},  {8, 32, 576, 53, 9, 1, true},
         {8, 32, 96, 40, 6, 0, false},   {4, 16, 88, 19, 5, 1, false},
         {4, 32, 576, 67, 37, 1, false}, {8, 32, 200, 21, 23, 0, true},
+        /* 8 rows (one run of 8 in the VNNI loops) over several panels (prefetch ahead) */
+        {4, 32, 576, 100, 8, 1, true},  {8, 32, 200, 70, 8, 0, false},
+        {4, 64, 256, 90, 8, 1, false},
     };
     tdm_cpu_isa have = tdm_cpu_isa_detect();
     tdm_threadpool *pool = NULL;
