@@ -18,7 +18,9 @@ even split, opset 18's num_outputs; and halves that are not whole blocks, left p
 Concats and Splits of one image (outer 1), whose copies run in 32 KiB pieces on every thread
 (pieces that start and end inside a part), and blocking / unblocking copies of odd sizes;
 Softmax over an axis that is not the last (YOLOv8's distribution over 16 bins), with tails;
-a convolution whose blocked input holds fewer channels than an AVX-512 block (unblocked first).
+a convolution whose blocked input holds fewer channels than an AVX-512 block (unblocked first);
+squeeze-excitation products on blocked tensors and other broadcasts of one input along the dim
+above short rows (the broadcast engine's tiles).
 
 Deterministic (fixed seed). Usage: tools/make_ocr_op_models.py [OUT_DIR] (default tests/models_ocr)"""
 import os
@@ -170,6 +172,36 @@ def stem_12(out, name, rs, n, hw):
     save(out, name, nodes, {"x": x}, consts, opset=13)
 
 
+def se_block(out, name, rs, c, hw, op="Mul", rep_first=False):
+    """A squeeze-excitation product on channel-blocked tensors: Conv -> a; GlobalAveragePool ->
+    1x1 Convs -> HardSigmoid -> s [1, c, 1, 1]; op(a, s) (or op(s, a)) -> Conv. The blocked
+    product repeats s's 16 lanes along the pixels (the broadcast engine's tiled rows)."""
+    x = rs.randn(1, 8, *hw).astype(F32)
+    consts = {"w1": (rs.randn(c, 8, 3, 3) * 0.2).astype(F32), "w2": (rs.randn(8, c, 1, 1) * 0.3).astype(F32),
+              "w3": (rs.randn(c, 8, 1, 1) * 0.3).astype(F32), "w4": (rs.randn(6, c, 1, 1) * 0.2).astype(F32)}
+    ab = ["s", "a"] if rep_first else ["a", "s"]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("GlobalAveragePool", ["a"], ["g"]),
+             helper.make_node("Conv", ["g", "w2"], ["g1"], kernel_shape=[1, 1]),
+             helper.make_node("Relu", ["g1"], ["g2"]),
+             helper.make_node("Conv", ["g2", "w3"], ["g3"], kernel_shape=[1, 1]),
+             helper.make_node("HardSigmoid", ["g3"], ["s"], alpha=1.0 / 6, beta=0.5),
+             helper.make_node(op, ab, ["p"]),
+             helper.make_node("Conv", ["p", "w4"], ["y"], kernel_shape=[1, 1])]
+    save(out, name, nodes, {"x": x}, consts, opset=13)
+
+
+def bcast_rows(out, name, rs, op, a_shape, b_shape, dtype=F32):
+    """op(a, b) where one input repeats along the dim above short inner rows (the broadcast
+    engine's tiled path: several tiles, a last partial tile, both operand orders)."""
+    if np.issubdtype(dtype, np.integer):
+        a = rs.randint(-50, 50, size=a_shape).astype(dtype)
+        b = rs.randint(1, 50, size=b_shape).astype(dtype)
+    else:
+        a, b = rs.randn(*a_shape).astype(dtype), rs.randn(*b_shape).astype(dtype)
+    save(out, name, helper.make_node(op, ["a", "b"], ["y"]), {"a": a, "b": b}, opset=13)
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "tests", "models_ocr")
     os.makedirs(out, exist_ok=True)
@@ -215,6 +247,11 @@ def main():
     softmax(out, "softmax_axis2_one_row", rs, (3, 5, 1, 2), 2, 17)
     stem_12(out, "blocked_conv_in12_stem", rs, 1, (37, 45))
     stem_12(out, "blocked_conv_in12_stem_batch2", rs, 2, (9, 600))
+    se_block(out, "blocked_se_mul", rs, 40, (6, 37))
+    se_block(out, "blocked_se_sub_repeated_first", rs, 24, (13, 50), op="Sub", rep_first=True)
+    bcast_rows(out, "bcast_rows_add_tiles", rs, "Add", (2, 3, 1000, 8), (2, 3, 1, 8))
+    bcast_rows(out, "bcast_rows_sub_first_i64", rs, "Sub", (3, 1, 5), (3, 700, 5), np.int64)
+    bcast_rows(out, "bcast_rows_div_inner12", rs, "Div", (2, 50, 12), (2, 1, 12))
 
 
 if __name__ == "__main__":

@@ -124,6 +124,22 @@ tdm_status *tdm_tensor_new(const tdm_allocator *a, tdm_dtype dtype, int rank,
     return NULL;
 }
 
+tdm_status *tdm_tensor_new_uninit(const tdm_allocator *a, tdm_dtype dtype, int rank,
+                                  const int64_t *dims, tdm_tensor **out) {
+    if (tdm_dtype_has_ptrs(dtype)) return tdm_tensor_new(a, dtype, rank, dims, out);
+    tdm_tensor *t = NULL;
+    TDM_TRY(tensor_header(a, dtype, rank, dims, &t));
+    t->data = tdm_alloc(a, t->nbytes ? t->nbytes : 1);
+    if (!t->data) {
+        size_t n = t->nbytes;
+        tdm_free(a, t);
+        return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory allocating %zu bytes for a tensor", n);
+    }
+    t->owns_data = true;
+    *out = t;
+    return NULL;
+}
+
 tdm_status *tdm_tensor_new_view(const tdm_allocator *a, tdm_dtype dtype, int rank,
                                 const int64_t *dims, void *data, tdm_tensor **out) {
     tdm_tensor *t = NULL;

@@ -50,6 +50,10 @@ tdm_status *tdm_shape_count(int rank, const int64_t *dims, tdm_dtype dtype, cons
 /* New tensor with zeroed data owned by the tensor. */
 tdm_status *tdm_tensor_new(const tdm_allocator *a, tdm_dtype dtype, int rank,
                            const int64_t *dims, tdm_tensor **out);
+/* tdm_tensor_new without zeroing the data, for a kernel that writes all of it (a dtype that
+ * holds pointers, strings or containers, is zeroed all the same). */
+tdm_status *tdm_tensor_new_uninit(const tdm_allocator *a, tdm_dtype dtype, int rank,
+                                  const int64_t *dims, tdm_tensor **out);
 /* Tensor header that points at `data` without owning it. */
 tdm_status *tdm_tensor_new_view(const tdm_allocator *a, tdm_dtype dtype, int rank,
                                 const int64_t *dims, void *data, tdm_tensor **out);

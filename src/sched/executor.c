@@ -126,7 +126,10 @@ static tdm_status *frame_new_output(frame *f, tdm_device *dev, int v, tdm_dtype 
             return NULL;
         }
     }
-    TDM_TRY(tdm_tensor_new(f ? f->a : NULL, dtype, rank, dims, out));
+    /* (a kernel that writes all of its output gets it unzeroed: a graph output of megabytes,
+     * e.g. a recognizer's class scores, was zeroed on every run) */
+    TDM_TRY(kflags & TDM_KF_WRITES_ALL ? tdm_tensor_new_uninit(f ? f->a : NULL, dtype, rank, dims, out)
+                                       : tdm_tensor_new(f ? f->a : NULL, dtype, rank, dims, out));
     if (f && f->record && v >= 0 && !tdm_dtype_has_ptrs(dtype)) f->record[v] = (*out)->nbytes;
     return NULL;
 }

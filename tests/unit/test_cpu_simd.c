@@ -140,19 +140,32 @@ static int check_softmax(tdm_simd_softmax_row fn, const char *what) {
     for (size_t si = 0; si < N_SIZES; si++) {
         int64_t n = sizes[si];
         float *row = xmalloc((size_t)n * sizeof *row), *ref = xmalloc((size_t)n * sizeof *ref);
-        float *m = xmalloc((size_t)n * sizeof *m);
-        for (int mode = 0; mode < 5; mode++) { /* no mask, vector, scalar; -inf rows; +inf */
+        float *m = xmalloc((size_t)n * sizeof *m), *src = xmalloc((size_t)n * sizeof *src);
+        float *keep = xmalloc((size_t)n * sizeof *keep);
+        /* no mask, vector, scalar; -inf rows; +inf; each in place and from a separate src */
+        for (int mode = 0; mode < 10; mode++) {
+            int mm = mode % 5;
+            bool apart = mode >= 5;
             for (int64_t t = 0; t < n; t++) {
                 row[t] = frand(-10, 10);
                 m[t] = frand(-5, 5);
             }
-            if (mode == 3)
+            if (mm == 3)
                 for (int64_t t = 0; t < n; t++) row[t] = -INFINITY;
-            if (mode == 4) row[n / 2] = INFINITY;
-            const float *mk = mode == 1 || mode == 2 ? m : NULL;
+            if (mm == 4) row[n / 2] = INFINITY;
+            const float *mk = mm == 1 || mm == 2 ? m : NULL;
             memcpy(ref, row, (size_t)n * sizeof *row);
-            tdm_softmax_row_portable(ref, mk, mode == 1, n);
-            fn(row, mk, mode == 1, n);
+            memcpy(keep, row, (size_t)n * sizeof *row);
+            tdm_softmax_row_portable(ref, NULL, mk, mm == 1, n);
+            if (apart) { /* the input apart, left as it was; row's old contents must not count */
+                memcpy(src, row, (size_t)n * sizeof *row);
+                for (int64_t t = 0; t < n; t++) row[t] = 1e30f;
+                fn(row, src, mk, mm == 1, n);
+                for (int64_t t = 0; t < n; t++) /* the input left as it was */
+                    if (memcmp(&src[t], &keep[t], sizeof *src)) bad++;
+            } else {
+                fn(row, NULL, mk, mm == 1, n);
+            }
             for (int64_t t = 0; t < n; t++)
                 if (!close_rel(row[t], ref[t], 4e-6, 1e-6)) {
                     if (!bad)
@@ -161,6 +174,8 @@ static int check_softmax(tdm_simd_softmax_row fn, const char *what) {
                     bad++;
                 }
         }
+        free(keep);
+        free(src);
         free(row);
         free(ref);
         free(m);
@@ -333,9 +348,9 @@ static void broken_gemv(const float *restrict p, const float *restrict x, int64_
         for (int j = 0; j < 32; j++) acc[j] = 0.0f;
 }
 
-static void broken_softmax(float *row, const float *m, bool mvec, int64_t n) {
-    float last = row[n - 1] + (m ? m[mvec ? n - 1 : 0] : 0.0f);
-    best.softmax_row(row, m, mvec, n);
+static void broken_softmax(float *row, const float *src, const float *m, bool mvec, int64_t n) {
+    float last = (src ? src : row)[n - 1] + (m ? m[mvec ? n - 1 : 0] : 0.0f);
+    best.softmax_row(row, src, m, mvec, n);
     if (n % 16) row[n - 1] = last; /* a tail element not normalised */
 }
 

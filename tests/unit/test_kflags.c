@@ -65,6 +65,7 @@ static const promise promised[] = {
     {"shape", "", "Identity", WA | TDM_KF_INPLACE(0)},
     {"shape", "", "Transpose", WA},
     {"shape", "", "Concat", WA},
+    {"shape", "", "Split", WA},
     {"shape", "", "Gather", WA},
     {"reduce", "", "Softmax", WA},
     {"reduce", "", "LayerNormalization", WA},
@@ -454,9 +455,12 @@ static void test_promises_kept(void **state) {
                                               "../models_int8/mlp_dyn"};
     for (size_t i = 0; i < sizeof int8_models / sizeof int8_models[0]; i++)
         run_model_dir(cpu, int8_models[i]);
-    /* channel Concats of blocked maps whose counts are not multiples of the block (tests/models_ocr) */
+    /* channel Concats of blocked maps whose counts are not multiples of the block, Splits of
+     * blocked and plain tensors (tests/models_ocr) */
     static const char *const ocr_models[] = {"../models_ocr/blocked_concat_4x24", "../models_ocr/blocked_concat_two",
-                                             "../models_ocr/blocked_concat_mixed_batch2"};
+                                             "../models_ocr/blocked_concat_mixed_batch2",
+                                             "../models_ocr/blocked_split_c2f_input",
+                                             "../models_ocr/concat_split_large_batch2_w"};
     for (size_t i = 0; i < sizeof ocr_models / sizeof ocr_models[0]; i++)
         run_model_dir(cpu, ocr_models[i]);
     built_plain_ops(cpu);

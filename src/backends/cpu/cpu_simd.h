@@ -10,7 +10,7 @@
  *   tdm_cpu_simd s;
  *   tdm_cpu_simd_init(&s, tdm_cpu_host_isa());   (the device, at creation)
  *   const tdm_cpu_simd *sd = tdm_cpu_simd_of(ctx);   (a kernel)
- *   sd->softmax_row(row, NULL, false, n);
+ *   sd->softmax_row(row, NULL, NULL, false, n);
  *
  * Every member is set (never NULL) and safe to call from any thread; the struct is read-only
  * after init and lives as long as the device. */
@@ -28,8 +28,10 @@ struct tdm_uparams; /* k_unary.h */
 /* acc[0..32) = x[0..K) . panel (K rows of 32 floats, k_gemv.c's packed B). */
 typedef void (*tdm_simd_gemv_panel)(const float *restrict p, const float *restrict x, int64_t K,
                                     float *restrict acc);
-/* row[0..n) = softmax(row + mask): mask NULL, n values (mvec) or one value (m[0]). n >= 1. */
-typedef void (*tdm_simd_softmax_row)(float *row, const float *m, bool mvec, int64_t n);
+/* row[0..n) = softmax(src + mask): src NULL = row itself (in place), else n values apart
+ * from row; mask NULL, n values (mvec) or one value (m[0]). n >= 1. */
+typedef void (*tdm_simd_softmax_row)(float *row, const float *src, const float *m, bool mvec,
+                                     int64_t n);
 /* y[i] = op(x[i]) for i < n (k_unary.h); x and y do not overlap. */
 typedef void (*tdm_simd_unary_f32)(const struct tdm_uparams *p, const float *restrict x,
                                    float *restrict y, int64_t n);
@@ -81,7 +83,8 @@ const tdm_cpu_simd *tdm_cpu_simd_portable(void);
 /* ---- the variants (for cpu_simd.c's tables and the test; kernels call through the struct) */
 void tdm_gemv_panel_portable(const float *restrict p, const float *restrict x, int64_t K,
                              float *restrict acc);
-void tdm_softmax_row_portable(float *row, const float *m, bool mvec, int64_t n);
+void tdm_softmax_row_portable(float *row, const float *src, const float *m, bool mvec,
+                            int64_t n);
 void tdm_unary_f32_portable(const struct tdm_uparams *p, const float *restrict x,
                             float *restrict y, int64_t n);
 float tdm_dot_f32_portable(const float *a, const float *b, int64_t n);
@@ -95,8 +98,10 @@ void tdm_gemv_panel_avx2(const float *restrict p, const float *restrict x, int64
                          float *restrict acc);
 void tdm_gemv_panel_avx512(const float *restrict p, const float *restrict x, int64_t K,
                            float *restrict acc);
-void tdm_softmax_row_avx2(float *row, const float *m, bool mvec, int64_t n);
-void tdm_softmax_row_avx512(float *row, const float *m, bool mvec, int64_t n);
+void tdm_softmax_row_avx2(float *row, const float *src, const float *m, bool mvec,
+                            int64_t n);
+void tdm_softmax_row_avx512(float *row, const float *src, const float *m, bool mvec,
+                            int64_t n);
 void tdm_unary_f32_avx2(const struct tdm_uparams *p, const float *restrict x, float *restrict y,
                         int64_t n);
 void tdm_unary_f32_avx512(const struct tdm_uparams *p, const float *restrict x,

@@ -610,9 +610,21 @@ void dn_held_clear(dn_held *h) {
     h->built = false;
 }
 
+dn_held *dn_held_array(const tdm_allocator *a, size_t n) {
+    dn_held *h = n ? tdm_calloc(a, n, sizeof *h) : NULL;
+    for (size_t i = 0; h && i < n; i++) atomic_flag_clear(&h[i].busy);
+    return h;
+}
+
+void dn_held_array_free(const tdm_allocator *a, dn_held *h, size_t n) {
+    if (!h) return;
+    for (size_t i = 0; i < n; i++) dn_held_clear(&h[i]);
+    tdm_free(a, h);
+}
+
 /* Creates h's objects for these arguments (pointing at no data yet); false on failure. */
 static bool held_build(tdm_kernel_ctx *ctx, dnnl_engine_t eng, const dn_prim *p, int n,
-                       const dn_arg *args, dn_held *h) {
+                       const dn_arg *args, const void *given, dn_held *h) {
     for (int i = 0; i < n; i++) {
         if (dnnl_memory_create(&h->mem[i], args[i].md, eng, DNNL_MEMORY_NONE) != dnnl_success) {
             h->mem[i] = NULL;
@@ -623,13 +635,14 @@ static bool held_build(tdm_kernel_ctx *ctx, dnnl_engine_t eng, const dn_prim *p,
     }
     if (p->scratch) {
         /* the scratchpad lives as long as the objects: a run allocates nothing (AVX-512
-         * matmuls need one where AVX2's gemm did not) */
+         * matmuls need one where AVX2's gemm did not); a caller that gives its own (a part
+         * of its run's buffer) gets only the memory object */
         const_dnnl_primitive_desc_t pd;
         if (dnnl_primitive_get_primitive_desc(p->p, &pd) != dnnl_success) return false;
-        if (!(h->scratch = tdm_alloc(ctx->alloc, p->scratch))) return false;
+        if (!given && !(h->scratch = tdm_alloc(ctx->alloc, p->scratch))) return false;
         h->alloc = ctx->alloc;
         if (dnnl_memory_create(&h->mem[n], dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0),
-                               eng, h->scratch) != dnnl_success) {
+                               eng, h->scratch ? h->scratch : DNNL_MEMORY_NONE) != dnnl_success) {
             h->mem[n] = NULL;
             return false;
         }
@@ -654,8 +667,8 @@ tdm_status *dn_exec_held(tdm_kernel_ctx *ctx, dnnl_engine_t eng, const dn_prim *
                          const dn_arg *args, void *given, dn_held *h) {
     if (!h || n > DN_MAX_ARGS || atomic_flag_test_and_set(&h->busy))
         return dn_exec_in(ctx, eng, p, n, args, given);
-    if (!h->built && !held_build(ctx, eng, p, n, args, h)) dn_held_clear(h);
-    if (!h->built || !held_fits(h, n, args)) {
+    if (!h->built && !held_build(ctx, eng, p, n, args, given, h)) dn_held_clear(h);
+    if (!h->built || !held_fits(h, n, args) || (p->scratch && !given && !h->scratch)) {
         atomic_flag_clear(&h->busy);
         return dn_exec_in(ctx, eng, p, n, args, given);
     }
@@ -700,6 +713,17 @@ tdm_status *dn_exec_reorder(tdm_kernel_ctx *ctx, dnnl_engine_t eng, const dn_pri
     }
     dn_arg args[2] = {{DNNL_ARG_FROM, from, src}, {DNNL_ARG_TO, to, dst}};
     return dn_exec(ctx, eng, p, 2, args);
+}
+
+tdm_status *dn_exec_reorder_held(tdm_kernel_ctx *ctx, dnnl_engine_t eng, const dn_prim *p,
+                                 const dnnl_memory_desc_t *from, const void *src,
+                                 const dnnl_memory_desc_t *to, void *dst, dn_held *h) {
+    if (!p->p) {
+        if (dst != src) memcpy(dst, src, dn_md_bytes(to));
+        return NULL;
+    }
+    dn_arg args[2] = {{DNNL_ARG_FROM, from, src}, {DNNL_ARG_TO, to, dst}};
+    return dn_exec_held(ctx, eng, p, 2, args, NULL, h);
 }
 
 /* ---- activations as post-ops ---- */

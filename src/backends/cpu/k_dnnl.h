@@ -204,6 +204,10 @@ tdm_status *dn_exec_held(tdm_kernel_ctx *ctx, dnnl_engine_t eng, const dn_prim *
                          const dn_arg *args, void *scratch, dn_held *h);
 /* Destroys what `h` keeps (no call may be using it). */
 void dn_held_clear(dn_held *h);
+/* `n` zeroed dn_held (an array a kernel entry keeps, one per work item; NULL when out of
+ * memory: the calls then make their own objects), and their release. */
+dn_held *dn_held_array(const tdm_allocator *a, size_t n);
+void dn_held_array_free(const tdm_allocator *a, dn_held *h, size_t n);
 /* Scratch memory for one run of a node: the state's buffer, kept from run to run (grown when
  * a run needs more), when no other run of the node holds it; else a fresh allocation
  * (*own set). 64-byte aligned. Return it with dn_scratch_put. NULL when out of memory. */
@@ -213,6 +217,10 @@ void dn_scratch_put(dn_state *s, tdm_kernel_ctx *ctx, void *p, bool own);
 tdm_status *dn_exec_reorder(tdm_kernel_ctx *ctx, dnnl_engine_t eng, const dn_prim *p,
                             const dnnl_memory_desc_t *from, const void *src,
                             const dnnl_memory_desc_t *to, void *dst);
+/* dn_exec_reorder through `h`'s kept objects (h may be NULL). */
+tdm_status *dn_exec_reorder_held(tdm_kernel_ctx *ctx, dnnl_engine_t eng, const dn_prim *p,
+                                 const dnnl_memory_desc_t *from, const void *src,
+                                 const dnnl_memory_desc_t *to, void *dst, dn_held *h);
 
 /* Runs fn(arg, ctx, i) for i in [0, n) on the session's thread pool (dynamically balanced);
  * returns the first error. */

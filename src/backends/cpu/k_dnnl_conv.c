@@ -87,7 +87,16 @@ typedef struct conv_entry {
     dnnl_memory_desc_t r_src_from[2], r_src_to[2];
     void *wbuf; /* constant weights, chunk after chunk, each in its primitive's layout */
     bool wbuf_shared; /* wbuf belongs to another entry of the cache (same chunks, layouts) */
+    /* oneDNN memory objects and streams kept from run to run (dn_exec_held), per work item
+     * so that threads never share one: HELD_PER_ITEM for each convolution item (conv,
+     * conv_sum, r_dst, r_z), then one per input reorder item (their creation per call was
+     * ~10% of a small model's time) */
+    dn_held *held;
+    size_t n_held;
+    int64_t held_items; /* convolution items covered (items past them make their own) */
 } conv_entry;
+
+enum { HELD_CONV, HELD_CONV_SUM, HELD_R_DST, HELD_R_Z, HELD_PER_ITEM };
 
 static void conv_clear(dn_state *s, dn_entry *he) {
     conv_entry *e = (conv_entry *)he;
@@ -101,6 +110,10 @@ static void conv_clear(dn_state *s, dn_entry *he) {
     }
     if (!e->wbuf_shared) tdm_free(s->alloc, e->wbuf);
     e->wbuf = NULL;
+    dn_held_array_free(s->alloc, e->held, e->n_held);
+    e->held = NULL;
+    e->n_held = 0;
+    e->held_items = 0;
 }
 
 /* Another cached entry whose constant weights are laid out exactly as e's would be. */
@@ -563,8 +576,20 @@ static tdm_status *conv_build(dn_state *bs, tdm_kernel_ctx *ctx, dn_entry *he) {
                                     (char *)e->wbuf + (size_t)j * e->part[0].wbytes));
         }
     }
+    {
+        int64_t items = e->N / e->mb * e->n_chunks;
+        int64_t src_items = e->src_reorder ? e->N / e->mb * e->src_n_chunks : 0;
+        e->n_held = (size_t)(items * HELD_PER_ITEM + src_items);
+        if ((e->held = dn_held_array(bs->alloc, e->n_held))) e->held_items = items;
+        else e->n_held = 0; /* (the calls make their own objects) */
+    }
     he->generic = false;
     return NULL;
+}
+
+/* The kept objects of conv item `item` for `what` (NULL: none kept). */
+static dn_held *conv_held(const conv_entry *e, int64_t item, int what) {
+    return item < e->held_items ? &e->held[item * HELD_PER_ITEM + what] : NULL;
 }
 
 typedef struct conv_run {
@@ -586,13 +611,16 @@ static tdm_status *src_item(void *arg, tdm_kernel_ctx *ctx, int64_t item) {
     int64_t n = item / e->src_n_chunks, j = item % e->src_n_chunks;
     int i = j == e->src_n_chunks - 1 && e->r_src[1].p ? 1 : 0;
     int64_t c0 = j * e->src_chunk;
+    size_t at = (size_t)(e->held_items * HELD_PER_ITEM + item);
+    dn_held *h = e->held && at < e->n_held ? &e->held[at] : NULL;
     if (e->src_cvt) /* blocked f32 image -> the same layout in bf16 */
-        return dn_exec_reorder(ctx, r->s->base.eng, &e->r_src[0], &e->r_src_from[0],
-                               r->x + n * e->src_img_elems, &e->r_src_to[0],
-                               r->src + (size_t)(n * e->src_img_elems) * e->src_esz);
-    return dn_exec_reorder(ctx, r->s->base.eng, &e->r_src[i], &e->r_src_from[i],
-                           r->x + (n * e->mb * e->C + c0) * e->isz, &e->r_src_to[i],
-                           r->src + (size_t)(n * e->src_img_elems + c0 * e->isz) * e->src_esz);
+        return dn_exec_reorder_held(ctx, r->s->base.eng, &e->r_src[0], &e->r_src_from[0],
+                                    r->x + n * e->src_img_elems, &e->r_src_to[0],
+                                    r->src + (size_t)(n * e->src_img_elems) * e->src_esz, h);
+    return dn_exec_reorder_held(ctx, r->s->base.eng, &e->r_src[i], &e->r_src_from[i],
+                                r->x + (n * e->mb * e->C + c0) * e->isz, &e->r_src_to[i],
+                                r->src + (size_t)(n * e->src_img_elems + c0 * e->isz) * e->src_esz,
+                                h);
 }
 
 static tdm_status *conv_item(void *arg, tdm_kernel_ctx *ctx, int64_t item) {
@@ -622,7 +650,8 @@ static tdm_status *conv_item(void *arg, tdm_kernel_ctx *ctx, int64_t item) {
     const dn_prim *conv = zslice == dst && p->conv_sum.p ? &p->conv_sum : &p->conv;
     bool zarg = zslice && p->zbin && conv == &p->conv;
     if (zslice && !p->zbin) /* (a no-op when Y is in Z's memory: same layout, same place) */
-        TDM_TRY(dn_exec_reorder(ctx, eng, &p->r_z, &p->usr_dst, zslice, &p->dst, dst));
+        TDM_TRY(dn_exec_reorder_held(ctx, eng, &p->r_z, &p->usr_dst, zslice, &p->dst, dst,
+                                     conv_held(e, item, HELD_R_Z)));
     dn_arg args[5] = {{DNNL_ARG_SRC, &p->src, src},
                       {DNNL_ARG_WEIGHTS, &p->wei, wei},
                       {DNNL_ARG_DST, &p->dst, dst}};
@@ -630,10 +659,13 @@ static tdm_status *conv_item(void *arg, tdm_kernel_ctx *ctx, int64_t item) {
     if (r->b) args[na++] = (dn_arg){DNNL_ARG_BIAS, &p->bias, r->b + ch0};
     if (zarg)
         args[na++] = (dn_arg){DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, &p->dst, zslice};
-    TDM_TRY(dn_exec_in(ctx, eng, conv, na, args, conv->scratch ? slot + r->pad_at : NULL));
+    TDM_TRY(dn_exec_held(ctx, eng, conv, na, args, conv->scratch ? slot + r->pad_at : NULL,
+                         conv_held(e, item, conv == &p->conv ? HELD_CONV : HELD_CONV_SUM)));
     if (p->act_after) /* element-wise: the layout does not matter */
         tdm_fused_apply_act(&r->s->act_own, dst, (int64_t)(dn_md_bytes(&p->dst) / sizeof(float)));
-    if (p->r_dst.p) return dn_exec_reorder(ctx, eng, &p->r_dst, &p->dst, dst, &p->usr_dst, yslice);
+    if (p->r_dst.p)
+        return dn_exec_reorder_held(ctx, eng, &p->r_dst, &p->dst, dst, &p->usr_dst, yslice,
+                                    conv_held(e, item, HELD_R_DST));
     return NULL;
 }
 

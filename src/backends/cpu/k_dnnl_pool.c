@@ -35,16 +35,29 @@ typedef struct pool_entry {
     int64_t N, C, isz, osz, chunk, n_chunks;
     int64_t blk, Cp; /* blocked: the block and C rounded up to it (plain: 0 and C) */
     pool_part part[2];
+    /* oneDNN memory objects and streams kept from run to run, HELD_PER_ITEM per work item
+     * (pool, r_src, r_dst; NULL: each call makes its own) */
+    dn_held *held;
+    size_t n_held;
 } pool_entry;
 
+enum { HELD_POOL, HELD_R_SRC, HELD_R_DST, HELD_PER_ITEM };
+
 static void pool_clear(dn_state *s, dn_entry *he) {
-    (void)s;
     pool_entry *e = (pool_entry *)he;
     for (int i = 0; i < 2; i++) {
         dn_prim_clear(&e->part[i].pool);
         dn_prim_clear(&e->part[i].r_src);
         dn_prim_clear(&e->part[i].r_dst);
     }
+    dn_held_array_free(s->alloc, e->held, e->n_held);
+    e->held = NULL;
+    e->n_held = 0;
+}
+
+static dn_held *pool_held(const pool_entry *e, int64_t item, int what) {
+    size_t at = (size_t)item * HELD_PER_ITEM + (size_t)what;
+    return e->held && at < e->n_held ? &e->held[at] : NULL;
 }
 
 tdm_status *dn_pool_prepare(const tdm_node *node, int opset, int n_in,
@@ -190,6 +203,8 @@ static tdm_status *pool_build(dn_state *bs, tdm_kernel_ctx *ctx, dn_entry *he) {
         if (!ok) return NULL;
     }
     dn_note_impl(bs, "%s", dn_prim_impl(&e->part[0].pool));
+    e->n_held = (size_t)(e->N * e->n_chunks) * HELD_PER_ITEM;
+    if (!(e->held = dn_held_array(bs->alloc, e->n_held))) e->n_held = 0;
     he->generic = false;
     return NULL;
 }
@@ -216,12 +231,16 @@ static tdm_status *pool_item(void *arg, tdm_kernel_ctx *ctx, int64_t item) {
     const void *src = xs;
     void *dst = p->r_dst.p ? (void *)(slot + r->src_bytes) : (void *)ys;
     if (p->r_src.p) {
-        TDM_TRY(dn_exec_reorder(ctx, eng, &p->r_src, &p->usr_src, xs, &p->src, slot));
+        TDM_TRY(dn_exec_reorder_held(ctx, eng, &p->r_src, &p->usr_src, xs, &p->src, slot,
+                                     pool_held(e, item, HELD_R_SRC)));
         src = slot;
     }
     dn_arg args[2] = {{DNNL_ARG_SRC, &p->src, src}, {DNNL_ARG_DST, &p->dst, dst}};
-    TDM_TRY(dn_exec_in(ctx, eng, &p->pool, 2, args, p->pool.scratch ? slot + r->pad_at : NULL));
-    if (p->r_dst.p) return dn_exec_reorder(ctx, eng, &p->r_dst, &p->dst, dst, &p->usr_dst, ys);
+    TDM_TRY(dn_exec_held(ctx, eng, &p->pool, 2, args, p->pool.scratch ? slot + r->pad_at : NULL,
+                         pool_held(e, item, HELD_POOL)));
+    if (p->r_dst.p)
+        return dn_exec_reorder_held(ctx, eng, &p->r_dst, &p->dst, dst, &p->usr_dst, ys,
+                                    pool_held(e, item, HELD_R_DST));
     return NULL;
 }
 

@@ -65,7 +65,7 @@ static void attn_pairs(void *arg, int64_t p0, int64_t p1) {
         for (int64_t s = 0; s < j->So; s++) {
             float *row = scores + s * j->To;
             const float *m = j->mask ? j->mask + b * j->ms[0] + h * j->ms[1] + s * j->ms[2] : NULL;
-            j->simd->softmax_row(row, m, j->ms[3] != 0, j->To);
+            j->simd->softmax_row(row, NULL, m, j->ms[3] != 0, j->To);
         }
         attn_gemm(j->simd, j->pool, false, j->So, j->Dv, j->To, 1.0f, scores, j->To, v, j->Dv,
                   j->y + p * j->So * j->Dv, j->Dv);

@@ -320,7 +320,7 @@ static void gqa_item_part(const gqa_job *j, int64_t b, int64_t g, int64_t k, flo
             continue;
         }
         sc[cnt] = mx;
-        j->simd->softmax_row(sc, NULL, false, cnt + 1);
+        j->simd->softmax_row(sc, NULL, NULL, false, cnt + 1);
         o[j->D] = mx;
         o[j->D + 1] = 1.0f / sc[cnt];
         live[i] = true;

@@ -255,7 +255,7 @@ bool tdm_llm_softmax(const tdm_cpu_simd *simd, float *s, int64_t n, float softca
     }
     int64_t m = n;
     if (has_sink) s[m++] = sink;
-    simd->softmax_row(s, NULL, false, m);
+    simd->softmax_row(s, NULL, NULL, false, m);
     return true;
 }
 

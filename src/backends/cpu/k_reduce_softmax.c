@@ -47,7 +47,7 @@ static tdm_rd_ctype float_ctype(tdm_dtype dt) {
 }
 
 /* float32 Softmax over contiguous rows (the last axis): the device's SIMD row kernel
- * (cpu_simd.h) on a copy of each row, e.g. a recognizer's softmax over 18k classes. */
+ * (cpu_simd.h) reading each input row, e.g. a recognizer's softmax over 18k classes. */
 typedef struct smx_simd_job {
     const tdm_cpu_simd *sd;
     const float *x;
@@ -59,8 +59,8 @@ static void smx_simd_rows(void *arg, int64_t b, int64_t e) {
     const smx_simd_job *j = arg;
     for (int64_t o = b; o < e; o++) {
         float *y = j->y + o * j->n;
-        if (y != j->x + o * j->n) memcpy(y, j->x + o * j->n, (size_t)j->n * sizeof(float));
-        j->sd->softmax_row(y, NULL, false, j->n);
+        const float *x = j->x + o * j->n;
+        j->sd->softmax_row(y, x == y ? NULL : x, NULL, false, j->n);
     }
 }
 

@@ -242,7 +242,7 @@ const tdm_kernel_def tdm_cpu_kernels_shape[] = {
      k_range},
     {"", "Transpose", 1, 0, 0, ANY, tdm_kshape_transpose, NULL, NULL, TDM_KF_WRITES_ALL},
     {"", "Concat", 1, 0, 0, ANY, tdm_kshape_concat, NULL, NULL, TDM_KF_WRITES_ALL},
-    {"", "Split", 1, 0, 0, ANY, tdm_kshape_split},
+    {"", "Split", 1, 0, 0, ANY, tdm_kshape_split, NULL, NULL, TDM_KF_WRITES_ALL},
     {"", "Slice", 1, 0, 0, ANY, tdm_kshape_slice},
     {"", "Pad", 1, 0, 0, ANY, tdm_kshape_pad},
     {"", "DepthToSpace", 1, 0, 0, ANY, tdm_kshape_depthtospace},

@@ -1,5 +1,7 @@
-/* One softmax row with an optional additive mask, for the Attention kernel (k_fused_attn.c):
- * row = softmax(row + mask). The variants (cpu_simd.h):
+/* One softmax row with an optional additive mask, for the Attention kernel (k_fused_attn.c)
+ * and Softmax over the last axis: row = softmax(src + mask), src NULL = row itself (the
+ * Softmax node reads its input row directly instead of copying it first). The variants
+ * (cpu_simd.h):
  *   portable  plain loops and libm's expf;
  *   avx2      8 lanes, a polynomial exp, a scalar tail with expf;
  *   avx512    16 lanes, the same polynomial, the tail in masked vectors.
@@ -10,14 +12,17 @@
 
 #include "backends/cpu/cpu_simd.h"
 
-void tdm_softmax_row_portable(float *row, const float *m, bool mvec, int64_t n) {
-    if (m)
-        for (int64_t t = 0; t < n; t++) row[t] += mvec ? m[t] : m[0];
-    float mx = row[0];
-    for (int64_t t = 1; t < n; t++) mx = row[t] > mx ? row[t] : mx;
+void tdm_softmax_row_portable(float *row, const float *src, const float *m, bool mvec, int64_t n) {
+    const float *x = src ? src : row;
+    if (m) {
+        for (int64_t t = 0; t < n; t++) row[t] = x[t] + (mvec ? m[t] : m[0]);
+        x = row;
+    }
+    float mx = x[0];
+    for (int64_t t = 1; t < n; t++) mx = x[t] > mx ? x[t] : mx;
     float sum = 0.0f;
     for (int64_t t = 0; t < n; t++) {
-        row[t] = expf(row[t] - mx);
+        row[t] = expf(x[t] - mx);
         sum += row[t];
     }
     float inv = 1.0f / sum;
@@ -27,10 +32,11 @@ void tdm_softmax_row_portable(float *row, const float *m, bool mvec, int64_t n) 
 #ifdef TDM_SIMD_X86
 #include <immintrin.h>
 
-/* The scalar formula, for a row (mask already added) whose maximum mx is not finite. */
-static void softmax_nonfinite(float *row, int64_t n, float mx) {
+/* The scalar formula, for a row x (mask already added; may be row) whose maximum mx is not
+ * finite. */
+static void softmax_nonfinite(float *row, const float *x, int64_t n, float mx) {
     float sum = 0.0f;
-    for (int64_t t = 0; t < n; t++) sum += row[t] = expf(row[t] - mx);
+    for (int64_t t = 0; t < n; t++) sum += row[t] = expf(x[t] - mx);
     for (int64_t t = 0; t < n; t++) row[t] *= 1.0f / sum;
 }
 
@@ -69,36 +75,39 @@ TDM_TARGET_AVX2 static float hsum8(__m256 v) {
     return _mm_cvtss_f32(m);
 }
 
-TDM_TARGET_AVX2 void tdm_softmax_row_avx2(float *row, const float *m, bool mvec, int64_t n) {
+TDM_TARGET_AVX2 void tdm_softmax_row_avx2(float *row, const float *src, const float *m, bool mvec,
+                                          int64_t n) {
     int64_t n8 = n & ~(int64_t)7, t = 0;
+    const float *x = src ? src : row;
     if (m) {
         if (mvec) {
             for (t = 0; t < n8; t += 8)
-                _mm256_storeu_ps(row + t, _mm256_add_ps(_mm256_loadu_ps(row + t), _mm256_loadu_ps(m + t)));
-            for (; t < n; t++) row[t] += m[t];
+                _mm256_storeu_ps(row + t, _mm256_add_ps(_mm256_loadu_ps(x + t), _mm256_loadu_ps(m + t)));
+            for (; t < n; t++) row[t] = x[t] + m[t];
         } else {
             __m256 mv = _mm256_set1_ps(m[0]);
             for (t = 0; t < n8; t += 8)
-                _mm256_storeu_ps(row + t, _mm256_add_ps(_mm256_loadu_ps(row + t), mv));
-            for (; t < n; t++) row[t] += m[0];
+                _mm256_storeu_ps(row + t, _mm256_add_ps(_mm256_loadu_ps(x + t), mv));
+            for (; t < n; t++) row[t] = x[t] + m[0];
         }
+        x = row;
     }
     __m256 vmx = _mm256_set1_ps(-INFINITY);
-    for (t = 0; t < n8; t += 8) vmx = _mm256_max_ps(vmx, _mm256_loadu_ps(row + t));
+    for (t = 0; t < n8; t += 8) vmx = _mm256_max_ps(vmx, _mm256_loadu_ps(x + t));
     float mx = hmax8(vmx);
-    for (; t < n; t++) mx = row[t] > mx ? row[t] : mx;
+    for (; t < n; t++) mx = x[t] > mx ? x[t] : mx;
     if (!(mx > -INFINITY) || mx == INFINITY) {
-        softmax_nonfinite(row, n, mx);
+        softmax_nonfinite(row, x, n, mx);
         return;
     }
     __m256 vm = _mm256_set1_ps(mx), vs = _mm256_setzero_ps();
     for (t = 0; t < n8; t += 8) {
-        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(row + t), vm));
+        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + t), vm));
         _mm256_storeu_ps(row + t, e);
         vs = _mm256_add_ps(vs, e);
     }
     float sum = hsum8(vs);
-    for (; t < n; t++) sum += row[t] = expf(row[t] - mx);
+    for (; t < n; t++) sum += row[t] = expf(x[t] - mx);
     __m256 inv = _mm256_set1_ps(1.0f / sum);
     for (t = 0; t < n8; t += 8) _mm256_storeu_ps(row + t, _mm256_mul_ps(_mm256_loadu_ps(row + t), inv));
     for (; t < n; t++) row[t] *= 1.0f / sum;
@@ -129,28 +138,35 @@ TDM_TARGET_AVX512 static inline __mmask16 lanes(int64_t k) {
     return (__mmask16)(k >= 16 ? 0xffffu : (1u << k) - 1u);
 }
 
-TDM_TARGET_AVX512 void tdm_softmax_row_avx512(float *row, const float *m, bool mvec, int64_t n) {
+TDM_TARGET_AVX512 void tdm_softmax_row_avx512(float *row, const float *src, const float *m,
+                                              bool mvec, int64_t n) {
+    const float *x = src ? src : row;
     if (m) {
         __m512 mv = _mm512_set1_ps(m[0]);
         for (int64_t t = 0; t < n; t += 16) {
             __mmask16 k = lanes(n - t);
             __m512 add = mvec ? _mm512_maskz_loadu_ps(k, m + t) : mv;
-            _mm512_mask_storeu_ps(row + t, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, row + t), add));
+            _mm512_mask_storeu_ps(row + t, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, x + t), add));
         }
+        x = row;
     }
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
-    __m512 vmx = ninf;
-    for (int64_t t = 0; t < n; t += 16)
-        vmx = _mm512_max_ps(vmx, _mm512_mask_loadu_ps(ninf, lanes(n - t), row + t));
-    float mx = _mm512_reduce_max_ps(vmx);
+    __m512 vmx = ninf, vmx2 = ninf;
+    int64_t n32 = n & ~(int64_t)31, i = 0;
+    for (; i < n32; i += 32) { /* two chains: the max's latency, not the loads, bounded this */
+        vmx = _mm512_max_ps(vmx, _mm512_loadu_ps(x + i));
+        vmx2 = _mm512_max_ps(vmx2, _mm512_loadu_ps(x + i + 16));
+    }
+    for (; i < n; i += 16) vmx = _mm512_max_ps(vmx, _mm512_mask_loadu_ps(ninf, lanes(n - i), x + i));
+    float mx = _mm512_reduce_max_ps(_mm512_max_ps(vmx, vmx2));
     if (!(mx > -INFINITY) || mx == INFINITY) {
-        softmax_nonfinite(row, n, mx);
+        softmax_nonfinite(row, x, n, mx);
         return;
     }
     __m512 vm = _mm512_set1_ps(mx), vs = _mm512_setzero_ps();
     for (int64_t t = 0; t < n; t += 16) {
         __mmask16 k = lanes(n - t);
-        __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, row + t), vm));
+        __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + t), vm));
         _mm512_mask_storeu_ps(row + t, k, e);
         vs = _mm512_mask_add_ps(vs, k, vs, e);
     }
