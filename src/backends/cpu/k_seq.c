@@ -172,7 +172,7 @@ static tdm_status *k_split_to_sequence(tdm_kernel_ctx *ctx) {
     } else if (sp->rank == 0) {
         chunk = tdm_tensor_get_i64(sp, 0);
         if (chunk <= 0) return seq_err(ctx, "split must be positive");
-        n = (d + chunk - 1) / chunk;
+        n = d / chunk + (d % chunk != 0); /* no d + chunk - 1: chunk may be near INT64_MAX */
         keep = true;
     } else {
         n = sp->count;
@@ -180,6 +180,7 @@ static tdm_status *k_split_to_sequence(tdm_kernel_ctx *ctx) {
         for (int64_t i = 0; i < n; i++) {
             int64_t v = tdm_tensor_get_i64(sp, i);
             if (v < 0) return seq_err(ctx, "split sizes must not be negative");
+            if (v > d - sum) return seq_err(ctx, "split sizes do not add up to the axis's length");
             sum += v;
         }
         if (sum != d) return seq_err(ctx, "split sizes do not add up to the axis's length");
@@ -188,7 +189,7 @@ static tdm_status *k_split_to_sequence(tdm_kernel_ctx *ctx) {
     tdm_tensor **slots;
     TDM_TRY(new_container(ctx, 0, TDM_SEQUENCE, n, &slots));
     for (int64_t k = 0, start = 0; k < n; k++) {
-        int64_t len = !sp ? 1 : sp->rank == 0 ? (start + chunk > d ? d - start : chunk)
+        int64_t len = !sp ? 1 : sp->rank == 0 ? (chunk > d - start ? d - start : chunk)
                                               : tdm_tensor_get_i64(sp, k);
         int64_t dims[TDM_MAX_RANK];
         int r = 0;
