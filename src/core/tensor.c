@@ -109,13 +109,15 @@ static tdm_status *tensor_header(const tdm_allocator *a, tdm_dtype dtype, int ra
     return NULL;
 }
 
-tdm_status *tdm_tensor_new(const tdm_allocator *a, tdm_dtype dtype, int rank,
-                           const int64_t *dims, tdm_tensor **out) {
+/* A tensor that owns its buffer: zeroed (calloc) or left as allocated. */
+static tdm_status *tensor_owned(const tdm_allocator *a, tdm_dtype dtype, int rank,
+                                const int64_t *dims, bool zero, tdm_tensor **out) {
     tdm_tensor *t = NULL;
     TDM_TRY(tensor_header(a, dtype, rank, dims, &t));
-    t->data = tdm_calloc(a, 1, t->nbytes ? t->nbytes : 1);
+    size_t n = t->nbytes ? t->nbytes : 1;
+    t->data = zero ? tdm_calloc(a, 1, n) : tdm_alloc(a, n);
     if (!t->data) {
-        size_t n = t->nbytes;
+        n = t->nbytes;
         tdm_free(a, t);
         return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory allocating %zu bytes for a tensor", n);
     }
@@ -124,20 +126,15 @@ tdm_status *tdm_tensor_new(const tdm_allocator *a, tdm_dtype dtype, int rank,
     return NULL;
 }
 
+tdm_status *tdm_tensor_new(const tdm_allocator *a, tdm_dtype dtype, int rank,
+                           const int64_t *dims, tdm_tensor **out) {
+    return tensor_owned(a, dtype, rank, dims, true, out);
+}
+
 tdm_status *tdm_tensor_new_uninit(const tdm_allocator *a, tdm_dtype dtype, int rank,
                                   const int64_t *dims, tdm_tensor **out) {
-    if (tdm_dtype_has_ptrs(dtype)) return tdm_tensor_new(a, dtype, rank, dims, out);
-    tdm_tensor *t = NULL;
-    TDM_TRY(tensor_header(a, dtype, rank, dims, &t));
-    t->data = tdm_alloc(a, t->nbytes ? t->nbytes : 1);
-    if (!t->data) {
-        size_t n = t->nbytes;
-        tdm_free(a, t);
-        return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory allocating %zu bytes for a tensor", n);
-    }
-    t->owns_data = true;
-    *out = t;
-    return NULL;
+    /* pointer elements (strings) must start NULL */
+    return tensor_owned(a, dtype, rank, dims, tdm_dtype_has_ptrs(dtype), out);
 }
 
 tdm_status *tdm_tensor_new_view(const tdm_allocator *a, tdm_dtype dtype, int rank,
