@@ -168,4 +168,22 @@ void cli_note_random(FILE *f, const cli_inputs *in, const tdm_model *m, const ch
     if (shown)
         fprintf(f, "; give real ones with --input NAME=FILE.npy%s (%s)\n",
                 in->has_int_range ? "" : ", integer ranges with --int-range LO,HI", cmd);
+    /* Dynamic dimensions past the batch were 1: a detector or OCR model rarely runs at 1x1,
+     * and the error that follows (a Concat or a Reshape that does not fit) does not say why. */
+    for (size_t i = 0; i < n; i++) {
+        tdm_value_desc d;
+        if (tdm_model_input(m, i, &d)) continue;
+        bool given = false;
+        for (int k = 0; k < in->n_files; k++) given |= !strcmp(in->file_names[k], d.name);
+        for (int k = 0; k < in->n_shapes; k++) given |= !strcmp(in->shape_names[k], d.name);
+        if (given) continue;
+        int ones = 0;
+        for (int j = 1; j < d.rank; j++)
+            if (d.dims[j] < 0)
+                fprintf(f, "%s%s", ones++ ? ", " : "dynamic dimensions set to 1: ",
+                        d.dim_params[j] ? d.dim_params[j] : "?");
+        if (ones)
+            fprintf(f, " of %s; give its full shape with --shape %s:d0,d1,... (%s)\n", d.name,
+                    d.name, cmd);
+    }
 }

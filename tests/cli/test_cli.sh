@@ -59,6 +59,11 @@ expect bench-text 0 "items/s" "$T" bench "$M" --duration 0.05 --warmup 0
 expect bench-no-model nonzero "usage" "$T" bench
 expect bench-bad-iterations nonzero "tandem: bench: --iterations" "$T" bench "$M" --iterations 0
 expect bench-fixed-batch nonzero "no input has a dynamic" "$T" bench "$M" --batch 8
+# tests/cli/dynamic_hw.onnx: x [1,1,height,width] reshaped to [1,-1,4] (fails at 1x1; written by
+# onnx.helper, 170 bytes)
+expect run-dynamic-dims-named nonzero "dynamic dimensions set to 1: height, width of x; give its full shape with --shape x:" \
+  "$T" run "$SRC/tests/cli/dynamic_hw.onnx" --random
+expect run-dynamic-dims-given 0 "y: float32 \[1,1,4\]" "$T" run "$SRC/tests/cli/dynamic_hw.onnx" --random --shape x:1,1,2,2
 expect conformance-line 0 "passed, 0 failed" "$T" conformance --filter '^test_relu$'
 expect conformance-bad-dir nonzero "cannot open" "$T" conformance "$tmp/none"
 # bench scenarios (issue 9): JSON parses, fields present, counts consistent; no timing asserted
