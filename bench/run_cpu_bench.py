@@ -11,8 +11,9 @@ in alternation for a few rounds: tandem with `tandem bench --json` in a fresh pr
 Runtime in this process (intra_op_num_threads=N, inter_op_num_threads=1, sequential
 execution, ORT_ENABLE_ALL). Each round gives a p50 latency; the table shows the median of the
 rounds. GFLOP/s counts 2 * multiply-accumulates of Conv/MatMul/Gemm from the graph; the
-fraction of peak is against N * the per-core FMA peak (--peak, default 117 GFLOP/s/core as
-issue 3 gives it; the script also measures a single-core FMA loop and reports it).
+fraction of peak is against N * the per-core FMA peak of the machine it runs on: a single-core
+FMA loop at the widest vector the CPU has (bench/fma_peak.c, 256- or 512-bit), or --peak X
+(117 GFLOP/s/core, issue 3's figure, when no C compiler is found).
 Before timing, each model's outputs from tandem and ONNX Runtime are compared at batch 1
 (--no-check skips this). Results go to bench/results/cpu-<date>.md (--no-write: print only).
 Needs numpy, onnx and onnxruntime (tools/requirements.txt).
@@ -201,6 +202,7 @@ def measure_peak():
         return None
     exe = os.path.join(CACHE, "fma_peak")
     src = os.path.join(HERE, "fma_peak.c")
+    os.makedirs(CACHE, exist_ok=True)
     if not os.path.exists(exe) or os.path.getmtime(exe) < os.path.getmtime(src):
         r = subprocess.run([cc, "-O2", "-mavx2", "-mfma", src, "-o", exe], capture_output=True)
         if r.returncode != 0:
@@ -285,11 +287,11 @@ def main():
                     help="seconds of timed runs per engine per round (default 2.5, --quick 0.5; "
                     "at least one run)")
     ap.add_argument("--quick", action="store_true", help="one short round per configuration")
-    ap.add_argument("--peak", type=float, default=PEAK_GIVEN,
-                    help="FMA peak GFLOP/s per core for the %%-of-peak column (default 117, from "
-                    "issue 3)")
+    ap.add_argument("--peak", type=float, default=None,
+                    help="FMA peak GFLOP/s per core for the %%-of-peak column (default: measured "
+                    "here by bench/fma_peak.c; 117, issue 3's figure, without a C compiler)")
     ap.add_argument("--use-measured-peak", action="store_true",
-                    help="use the measured single-core FMA peak instead of --peak")
+                    help="(the default now) use the measured single-core FMA peak")
     ap.add_argument("--build-note", default=None,
                     help="how the tandem binary was built (written to the results instead of "
                     "the repository's state)")
@@ -315,10 +317,12 @@ def main():
     if a.build_note:
         mach["commit"] = a.build_note
     measured_peak = measure_peak()
-    if a.use_measured_peak and measured_peak:
-        peak, peak_src = measured_peak, "measured by bench/fma_peak.c"
+    if a.peak is None and measured_peak:
+        peak, peak_src = measured_peak, "measured here by bench/fma_peak.c"
+    elif a.peak is None:
+        peak, peak_src = PEAK_GIVEN, "given in issue 3: no C compiler to measure it"
     else:
-        peak, peak_src = a.peak, "given in issue 3" if a.peak == PEAK_GIVEN else "from --peak"
+        peak, peak_src = a.peak, "from --peak"
     log(f"tandem: {mach['tandem']}; ORT {ort.__version__}; peak {peak:.0f} GFLOP/s/core "
         f"({peak_src}); measured FMA peak: {measured_peak}")
 
@@ -413,7 +417,7 @@ def report(rows, flops, peak, peak_src, measured_peak, mach, checks, started, lo
              f"own kernels)")
     L.append(f"- ONNX Runtime {mach['ort']} (CPUExecutionProvider), onnx {mach['onnx']}, numpy "
              f"{mach['numpy']}, Python {mach['python']}")
-    mp = f"{measured_peak:.1f} GFLOP/s" if measured_peak else "not measured (no C compiler)"
+    mp = f"{measured_peak:.1f} GFLOP/s" if measured_peak else "not measured (no C compiler, or it failed)"
     L.append(f"- FMA peak used for the % columns: {peak:.0f} GFLOP/s per core ({peak_src}), times "
              f"the thread count. Measured single-core FMA loop (bench/fma_peak.c): {mp}.")
     L.append(f"- Load average at start {load_start[0]:.2f}, at end {load_end[0]:.2f}.")
