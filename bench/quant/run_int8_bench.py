@@ -421,11 +421,24 @@ def ratio(a, b):
     return f"{a / b:.2f}x" if a and b else "-"
 
 
+def int8_kind():
+    """How this CPU sums u8 x s8 products (from /proc/cpuinfo): VNNI, or vpmaddubsw, whose
+    16-bit pair sums saturate (oneDNN's and ORT's kernels alike)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return "?"
+    if "avx512_vnni" in flags or "avx_vnni" in flags:
+        return "VNNI"
+    return "vpmaddubsw, no VNNI: pairs of products saturate at 16 bits" if "avx2" in flags else "?"
+
+
 def render(rows, accs, mach, started, load0, load1, a):
     isa = rows[0]["isa"] if rows else "?"
     lines = [f"# int8 CPU benchmark ({started:%Y-%m-%d %H:%M} UTC)", "",
              f"Machine: {mach['cpu']}, {mach['cores']}, hypervisor {mach['hypervisor']}; "
-             f"tandem's CPU ISA: **{isa}** (oneDNN int8 kernels: VNNI). {mach['commit']}; "
+             f"tandem's CPU ISA: **{isa}** (int8 sums: {int8_kind()}). {mach['commit']}; "
              f"ONNX Runtime {mach['ort']}.",
              f"Load average {load0:.1f} at the start, {load1:.1f} at the end: the machine is "
              "shared (2 cores, other people building), so the figures are noisy; engines "
