@@ -433,9 +433,11 @@ static const char *head_value(const char *b, const char *end, const char *name, 
  * by CRLF or LF; a trailer line is "name:value" (no blank or control byte before the colon, no
  * line folding, no NUL, no CR but before its LF), all of them in at most CHUNK_TRAILERS_MAX
  * bytes. The limits are small next to libmicrohttpd's read buffer, which must hold a whole
- * framing step while the chunk's last byte is held back (sv_conns_chunk_data). */
+ * framing step while the chunk's last byte is held back (sv_conns_chunk_data), and next to
+ * the room the head check leaves in its pool (check_request). */
 #define CHUNK_LINE_MAX 1024
-#define CHUNK_TRAILERS_MAX 2048
+#define CHUNK_TRAILERS_MAX 1024
+#define CHUNK_TRAILER_LINES 16
 
 static bool trailer_line_ok(const char *b, size_t len) {
     const char *colon = memchr(b, ':', len);
@@ -506,10 +508,11 @@ static int chunk_step(const char *b, size_t n, bool after_data, uint64_t *size, 
         *used = i;
         return 1;
     }
-    for (size_t t0 = i;;) { /* the last chunk: trailer lines up to an empty one */
+    for (size_t t0 = i, lines = 0;; lines++) { /* the last chunk: trailers, then an empty line */
         nl = memchr(b + i, '\n', n - i);
-        if ((size_t)((nl ? nl : b + n) - (b + t0)) >= CHUNK_TRAILERS_MAX) {
-            *msg = "the trailer section of the chunked body is larger than 2048 bytes";
+        if ((size_t)((nl ? nl : b + n) - (b + t0)) >= CHUNK_TRAILERS_MAX ||
+            lines > CHUNK_TRAILER_LINES) {
+            *msg = "the trailer section of the chunked body is larger than 1024 bytes or 16 lines";
             return -1;
         }
         if (!nl) return 0;
@@ -589,6 +592,19 @@ static int check_request(const char *b, size_t n, const char **msg, head_info *h
     if (!header_lines_ok(hdr, end + 1)) {
         *msg = "a request header line has no 'name:' (malformed header)";
         return 400;
+    }
+    /* libmicrohttpd 0.9.75 keeps a request's head in its connection's pool (SV_CONN_PEEK
+     * bytes): the read buffer (half the pool, or up to 4 KiB more than a longer head; with the
+     * body bytes that came along) and beside it about 64 bytes for each line, and answers a
+     * head whose lines do not fit (many short ones) with an HTML page. What passes here also
+     * leaves 4 KiB for the answer's head and a chunked body's trailers. */
+    size_t lines = 0;
+    for (const char *p = b; (p = memchr(p, '\n', (size_t)(end + 1 - p))); p++) lines++;
+    size_t hb = (size_t)(end + 3 - b), rb = hb + 4096 > SV_CONN_PEEK / 2 ? hb + 4096 : SV_CONN_PEEK / 2;
+    if (rb + 64 * lines + 4096 > SV_CONN_PEEK) {
+        *msg = "the request head is too large: at most 448 lines in 28 KiB, fewer in a longer "
+               "head, and about 56 KB with a few lines";
+        return 431;
     }
     /* what libmicrohttpd would refuse with an HTML page once the head is complete: an HTTP/1.1
      * request without Host, a Content-Length that is not a number; and a chunked body whose
@@ -1198,6 +1214,24 @@ bool sv_conns_close_after(sv_conns *cs, sv_slot *s) {
 #define FOLLOW_CHUNKS 0
 #endif
 
+/* The chunked body of `t` cannot be followed (any more). */
+static void chunk_lost(sv_conns *cs, sv_chunks *t) {
+    t->off = true; /* libmicrohttpd follows the framing alone */
+    pthread_mutex_lock(&cs->mu);
+    cs->st.chunks_unfollowed++;
+    pthread_mutex_unlock(&cs->mu);
+}
+
+/* t->rd: the bytes libmicrohttpd has read from the socket (*fresh: just asked). */
+static bool chunk_read(sv_slot *s, sv_chunks *t, bool *fresh) {
+    int unread = 0;
+    uint64_t rd = 0;
+    if (!app_read(s->fd, &rd, &unread) || rd < t->rd) return false;
+    t->rd = rd;
+    *fresh = true;
+    return true;
+}
+
 size_t sv_conns_chunk_data(sv_conns *cs, sv_slot *s, sv_chunks *t, const char *data, size_t n,
                            const char **bad) {
     *bad = NULL;
@@ -1214,14 +1248,13 @@ size_t sv_conns_chunk_data(sv_conns *cs, sv_slot *s, sv_chunks *t, const char *d
         if (t->off) return n;
     }
     /* [data, data + n) is the raw stream from t->at; libmicrohttpd has read up to rd (it does
-     * not read while its callback runs), all of it in its buffer from `data` on */
-    uint64_t rd = 0;
-    int unread = 0;
-    if (!app_read(s->fd, &rd, &unread) || rd < t->at + n || t->end < t->at + n) {
-        t->off = true; /* not where expected: libmicrohttpd follows the framing alone */
-        pthread_mutex_lock(&cs->mu);
-        cs->st.chunks_unfollowed++;
-        pthread_mutex_unlock(&cs->mu);
+     * not read while its callback runs), all of it in its buffer from `data` on. t->rd is what
+     * it had read at an earlier call: a bound that only grows, asked again (three system
+     * calls) only when the bytes it covers do not settle the call */
+    bool fresh = false;
+    if ((t->rd < t->at + n && !chunk_read(s, t, &fresh)) || t->at + n > t->rd ||
+        t->end < t->at + n) {
+        chunk_lost(cs, t);
         return n;
     }
     if (t->at + n < t->end) { /* within the chunk */
@@ -1230,7 +1263,14 @@ size_t sv_conns_chunk_data(sv_conns *cs, sv_slot *s, sv_chunks *t, const char *d
     }
     uint64_t size = 0;
     size_t used = 0;
-    int r = chunk_step(data + n, (size_t)(rd - t->end), true, &size, &used, bad);
+    int r = chunk_step(data + n, (size_t)(t->rd - t->end), true, &size, &used, bad);
+    if (r == 0 && !fresh) {
+        if (!chunk_read(s, t, &fresh)) {
+            chunk_lost(cs, t);
+            return n;
+        }
+        r = chunk_step(data + n, (size_t)(t->rd - t->end), true, &size, &used, bad);
+    }
     if (r > 0) { /* the next chunk's data (or the end of the body) follows a good step */
         t->at = t->end + used;
         t->end = t->at + size;

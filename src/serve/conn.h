@@ -151,6 +151,7 @@ bool sv_conns_close_after(sv_conns *cs, sv_slot *slot);
 typedef struct sv_chunks {
     bool on, off;     /* started; not followed (any more) */
     uint64_t at, end; /* the raw stream: the next data byte, the end of its chunk's data */
+    uint64_t rd;      /* bytes libmicrohttpd had read at the last look */
 } sv_chunks;
 /* `data`, `n`: the upload callback's. Returns how many bytes to take (n, or n - 1: the last is
  * held back). *bad: the framing after the chunk is malformed (the message). */

@@ -18,6 +18,10 @@ Each test starts a server with small budgets and checks behaviour, not speed:
   stray CR), sent at once or in pieces, on a first or a later request or after 100 Continue:
   JSON 400 (libmicrohttpd would send an HTML page); good chunked bodies split anywhere keep
   their bytes;
+- head_limits: the largest request head the server takes (short, middling, long lines; a body
+  sent along with Content-Length or chunked with long extensions and trailers; first or later
+  request) is served, and one line more gets JSON 431 (libmicrohttpd's pool would overflow
+  into its HTML page);
 - later_requests_no_keep_alive: with --keep-alive 0 each answer closes its connection, and a
   bad chunk or a malformed head sent as the next request (pipelined or not) gets JSON;
 - later_requests_keep_alive: with the default keep-alive, a bad head of a later request (after
@@ -486,6 +490,65 @@ def test_chunked_framing(s):
           "upload callback)", flush=True)
     assert malformed == judged, f"{malformed} of {judged} malformed framings judged after the head"
     assert unfollowed == 0, f"{unfollowed} chunked bodies were not followed"
+    infer_ok(s)
+
+
+def test_head_limits(s):
+    """libmicrohttpd keeps a request head in its connection's memory pool (64 KiB) with some
+    bookkeeping per header line, and answers a head that does not fit (many short lines, with
+    a body read along) with an HTML 431 page. For heads of short, middling and long lines
+    sent with a body at once (Content-Length, chunked with long extensions and 16 trailers),
+    on a first and on a later request: the largest head the server takes is served (the right
+    sum), and one more line gets JSON 431."""
+    body, want = sum_request(8000, 1)  # about 48 KB: more than libmicrohttpd's read buffer
+    parts = [body[i:i + 700] for i in range(0, len(body), 700)]
+    chunked_ext = (b"".join(b"%x;%s\r\n%s\r\n" % (len(p), b"e" * 1000, p) for p in parts) + b"0\r\n"
+                   + b"".join(b"T%02d: %s\r\n" % (i, b"v" * 55) for i in range(16)) + b"\r\n")
+    starts = {
+        "Content-Length": ((f"POST /v2/models/sum/infer HTTP/1.1\r\nHost: x\r\n"
+                            f"Content-Length: {len(body)}\r\n").encode(), body),
+        "chunked": (b"POST /v2/models/sum/infer HTTP/1.1\r\nHost: x\r\n"
+                    b"Transfer-Encoding: chunked\r\n", chunked_ext),
+    }
+
+    def ask(data, later):
+        c = connect(s)
+        try:
+            if later:
+                c.sendall(infer_request())
+                assert read_answer(c, 10, closes=False)[0] == 200
+            c.sendall(data)
+            return read_final(c, 15)
+        finally:
+            c.close()
+
+    for line_len in (14, 120, 1000, 20000):
+        for kind, (start, tail) in starts.items():
+            for later in (False, True):
+                def head(n):
+                    return start + b"".join((b"X%06d: " % i) + b"a" * (line_len - 12) + b"\r\n"
+                                            for i in range(n)) + b"\r\n"
+                lo, hi = 0, 65536 // line_len + 1  # the most lines taken: 200 at lo, 431 past hi
+                while lo < hi:
+                    mid = (lo + hi + 1) // 2
+                    code, headers, ans = ask(head(mid) + tail, later)
+                    what = f"{mid} lines of {line_len} bytes, {kind}, later={later}"
+                    assert headers.get("content-type") == "application/json", \
+                        f"{what}: {code} {headers} {ans[:200]!r}"
+                    if code == 200:
+                        lo = mid
+                    else:
+                        assert code == 431, f"{what}: {code} {ans[:200]!r}"
+                        json_error(ans)
+                        hi = mid - 1
+                code, _, ans = ask(head(lo) + tail, later)
+                check_sum_answer(code, ans, want, f"the largest head ({lo} lines of {line_len} "
+                                 f"bytes, {len(head(lo))} bytes), {kind}, later={later}")
+                code, headers, ans = ask(head(lo + 1) + tail, later)
+                assert code == 431 and headers.get("content-type") == "application/json", \
+                    (line_len, kind, later, code, ans[:200])
+                if line_len == 14 and kind == "chunked" and not later:
+                    print(f"    the largest heads taken: {lo} lines of {line_len} bytes", flush=True)
     infer_ok(s)
 
 
@@ -1012,7 +1075,8 @@ def main():
         (["--max-connections", "300", "--header-timeout", "2", "--min-upload-kbps", "64",
           "--connection-timeout", "30"],
          ["test_idle_flood", "test_slowloris", "test_slow_body", "test_transport_errors",
-          "test_first_request_framing", "test_chunked_framing", "test_nonfinite_json",
+          "test_first_request_framing", "test_chunked_framing", "test_head_limits",
+          "test_nonfinite_json",
           "test_later_requests_keep_alive", "test_later_heads_unjudged"]),
         (["--check-heads", "0"], ["test_later_requests_unchecked"]),
         (["--keep-alive", "0"], ["test_later_requests_no_keep_alive"]),
