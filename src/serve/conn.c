@@ -382,21 +382,34 @@ static void admit(sv_conns *cs, int fd, const struct sockaddr_storage *addr, soc
     }
 }
 
-/* Header lines of a complete header block [b, end): each needs a colon after a name (a line
- * that starts with a space or tab continues the previous one). */
-static bool header_lines_ok(const char *b, const char *end) {
+/* Header lines of a complete header block [b, end): what libmicrohttpd would answer with an
+ * HTML page (a line without a colon after a name, a NUL before the colon) or take apart in its
+ * pool beyond what check_request counts (a line folded onto the one before: RFC 9112 5.2 lets
+ * a server refuse it). The error message, or NULL. */
+static const char *header_lines_bad(const char *b, const char *end) {
+    if (memchr(b, 0, (size_t)(end - b))) return "a request header contains a NUL byte";
     while (b < end) {
         const char *nl = memchr(b, '\n', (size_t)(end - b));
         if (!nl) nl = end;
         size_t len = (size_t)(nl - b);
         if (len && b[len - 1] == '\r') len--;
-        if (len && b[0] != ' ' && b[0] != '\t') {
+        if (len && (b[0] == ' ' || b[0] == '\t'))
+            return "a request header line begins with a blank (obsolete line folding is not "
+                   "accepted)";
+        if (len) {
             const char *colon = memchr(b, ':', len);
-            if (!colon || colon == b || memchr(b, ' ', (size_t)(colon - b))) return false;
+            if (!colon || colon == b || memchr(b, ' ', (size_t)(colon - b)))
+                return "a request header line has no 'name:' (malformed header)";
         }
         b = nl + 1;
     }
-    return true;
+    return NULL;
+}
+
+/* Whether a header value found by head_value, `len` bytes after blanks, has blanks after it
+ * (libmicrohttpd keeps them: "chunked " is not chunked there, "5 " not a number). */
+static bool trailing_blank(const char *v, size_t len) {
+    return v[len] == ' ' || v[len] == '\t';
 }
 
 /* The value of header `name` in the header block [b, end) (first occurrence), or NULL; its
@@ -580,6 +593,16 @@ static int check_request(const char *b, size_t n, const char **msg, head_info *h
         *msg = "the first line is not an HTTP/1.x request line (HTTP/0.9 is not supported)";
         return 400;
     }
+    /* METHOD SP URI SP HTTP/1.x (more blanks between them are taken): libmicrohttpd answers a
+     * line without a URI, or a method with a blank or control byte, with an HTML page (or
+     * closes the connection) */
+    size_t m = 0, u;
+    while (m < len - 9 && (unsigned char)b[m] > ' ' && b[m] != 0x7f) m++;
+    for (u = m; u < len - 9 && b[u] == ' '; u++) {}
+    if (m == 0 || b[m] != ' ' || u == len - 9) {
+        *msg = "the request line is not 'METHOD URI HTTP/1.x'";
+        return 400;
+    }
     const char *hdr = nl + 1;
     const char *end = memmem(hdr - 1, n - (size_t)(hdr - 1 - b), "\n\r\n", 3);
     const char *end2 = memmem(hdr - 1, n - (size_t)(hdr - 1 - b), "\n\n", 2);
@@ -589,35 +612,39 @@ static int check_request(const char *b, size_t n, const char **msg, head_info *h
         *msg = "the request headers are larger than 65536 bytes";
         return 431;
     }
-    if (!header_lines_ok(hdr, end + 1)) {
-        *msg = "a request header line has no 'name:' (malformed header)";
-        return 400;
-    }
+    if ((*msg = header_lines_bad(hdr, end + 1))) return 400;
     /* libmicrohttpd 0.9.75 keeps a request's head in its connection's pool (SV_CONN_PEEK
      * bytes): the read buffer (half the pool, or up to 4 KiB more than a longer head; with the
-     * body bytes that came along) and beside it about 64 bytes for each line, and answers a
-     * head whose lines do not fit (many short ones) with an HTML page. What passes here also
+     * body bytes that came along) and beside it about 64 bytes for each line, and for the
+     * first Cookie header a copy of it and 64 bytes for each ';' or ',' in it; it answers a
+     * head that does not fit (many short lines) with an HTML page. What passes here also
      * leaves 4 KiB for the answer's head and a chunked body's trailers. */
-    size_t lines = 0;
+    size_t vlen = 0;
+    int count = 0;
+    size_t lines = 0, cookie = 0;
     for (const char *p = b; (p = memchr(p, '\n', (size_t)(end + 1 - p))); p++) lines++;
+    const char *ck = head_value(hdr, end + 1, "Cookie", &vlen, &count);
+    if (ck) {
+        const char *ce = memchr(ck, '\n', (size_t)(end + 1 - ck));
+        cookie = (size_t)((ce ? ce : end + 1) - ck) + 8 + 64;
+        for (const char *p = ck; p < ce; p++) cookie += *p == ';' || *p == ',' ? 64 : 0;
+    }
     size_t hb = (size_t)(end + 3 - b), rb = hb + 4096 > SV_CONN_PEEK / 2 ? hb + 4096 : SV_CONN_PEEK / 2;
-    if (rb + 64 * lines + 4096 > SV_CONN_PEEK) {
+    if (rb + 64 * lines + cookie + 4096 > SV_CONN_PEEK) {
         *msg = "the request head is too large: at most 448 lines in 28 KiB, fewer in a longer "
-               "head, and about 56 KB with a few lines";
+               "head or with cookies, and about 56 KB with a few lines";
         return 431;
     }
     /* what libmicrohttpd would refuse with an HTML page once the head is complete: an HTTP/1.1
      * request without Host, a Content-Length that is not a number; and a chunked body whose
      * framing is broken in the part that has arrived with the head */
-    size_t vlen = 0;
-    int count = 0;
     if (!memcmp(b + len - 9, " HTTP/1.1", 9) && !head_value(hdr, end + 1, "Host", &vlen, &count)) {
         *msg = "an HTTP/1.1 request needs a Host header";
         return 400;
     }
     const char *cl = head_value(hdr, end + 1, "Content-Length", &vlen, &count);
     if (cl) {
-        bool digits = vlen > 0 && vlen <= 18;
+        bool digits = vlen > 0 && vlen <= 18 && !trailing_blank(cl, vlen);
         for (size_t i = 0; digits && i < vlen; i++) digits = cl[i] >= '0' && cl[i] <= '9';
         if (!digits) {
             *msg = "the Content-Length header is not a non-negative integer";
@@ -628,7 +655,8 @@ static int check_request(const char *b, size_t n, const char **msg, head_info *h
     hi->wire = (uint64_t)(body - b) + (cl ? strtoull(cl, NULL, 10) : 0);
     const char *te = head_value(hdr, end + 1, "Transfer-Encoding", &vlen, &count);
     if (te) hi->wire = UINT64_MAX;
-    if (te && count == 1 && vlen == 7 && !strncasecmp(te, "chunked", 7) && !cl) {
+    if (te && count == 1 && vlen == 7 && !strncasecmp(te, "chunked", 7) && !cl &&
+        !trailing_blank(te, vlen)) {
         const char *p = body, *e = b + n;
         uint64_t size = 0;
         size_t used = 0;

@@ -699,8 +699,7 @@ static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const c
         f->n_encoding++;
         const char *v = value ? value : "";
         v += strspn(v, " \t");
-        size_t n = strlen(v);
-        while (n && (v[n - 1] == ' ' || v[n - 1] == '\t')) n--;
+        size_t n = strlen(v); /* blanks after it are kept: "chunked " is not chunked there */
         if (n != 7 || strncasecmp(v, "chunked", 7)) f->bad_coding = true;
         if (f->bad_coding)
             snprintf(f->coding, sizeof f->coding, "%.*s", (int)(n < 60 ? n : 60), v);

@@ -9,8 +9,9 @@ Each test starts a server with small budgets and checks behaviour, not speed:
   while a well-behaved client is served throughout;
 - slow_body: a body that stalls is dropped by the minimum upload rate;
 - transport_errors: unsupported transfer codings (501 at once, then close), the HTTP/2
-  preface, HTTP/0.9, an over-long request line, 300 KB of headers and a malformed header
-  line are answered with JSON {"error": ...};
+  preface, HTTP/0.9, an over-long request line, 300 KB of headers, malformed header lines and
+  request lines, blanks after Content-Length or chunked, and heads that would overflow
+  libmicrohttpd's pool (many lines, a big cookie) are answered with JSON {"error": ...};
 - first_request_framing: a broken chunked body, a missing Host, a bad Content-Length on a first
   request: JSON 400 (the accept thread checks them before libmicrohttpd reads the request);
 - chunked_framing: a chunked body whose framing breaks past the first 64 KiB (a bad size line,
@@ -268,6 +269,15 @@ def test_transport_errors(s):
         ("request line of 9000 bytes", "GET /" + "a" * 9000 + " HTTP/1.1\r\nHost: x\r\n\r\n", 414),
         ("300 KB of headers", "GET /v2 HTTP/1.1\r\nHost: x\r\nX-Big: " + "a" * 300000 + "\r\n\r\n", 431),
         ("a header line without a colon", "GET /v2 HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n", 400),
+        ("no URI", "GET HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+        ("a tab after the method", "GET\t/v2 HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+        ("a blank before the method", " GET /v2 HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+        ("a NUL in a header name", "GET /v2 HTTP/1.1\r\nHost: x\r\nX\0Y: z\r\n\r\n", 400),
+        ("a folded header line", "GET /v2 HTTP/1.1\r\nHost: x\r\nX-A: a\r\n b\r\n\r\n", 400),
+        ("a blank after Content-Length", f"POST {P} HTTP/1.1\r\nHost: x\r\nContent-Length: 2 \r\n\r\n{{}}", 400),
+        ("a blank after chunked", f"POST {P} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked \r\n\r\n2\r\n{{}}\r\n0\r\n\r\n", 501),
+        ("2,500 short header lines", "GET /v2 HTTP/1.1\r\nHost: x\r\n" + "".join(f"X{i:05d}: a\r\n" for i in range(2500)) + "\r\n", 431),
+        ("a cookie of 40 KB", "GET /v2 HTTP/1.1\r\nHost: x\r\nCookie: a=" + "b" * 40000 + "\r\n\r\n", 431),
     ]
     for what, data, want in cases:
         c = connect(s)
@@ -522,17 +532,23 @@ def test_head_limits(s):
         finally:
             c.close()
 
-    for line_len in (14, 120, 1000, 20000):
+    shapes = {  # n -> the head's lines after the start; the most n taken is searched for
+        f"lines of {k} bytes": (lambda n, k=k: b"".join((b"X%06d: " % i) + b"a" * (k - 12) + b"\r\n"
+                                                       for i in range(n)), 65536 // k + 1)
+        for k in (14, 120, 1000, 20000)}
+    shapes["a cookie of n * 100 bytes"] = (lambda n: b"Cookie: a=" + b"b" * (100 * n) + b"\r\n", 700)
+    shapes["n cookies"] = (lambda n: b"Cookie: " + b"; ".join(b"c%d=1" % i for i in range(n))
+                           + b"\r\n", 8000)
+    for shape, (lines, most) in shapes.items():
         for kind, (start, tail) in starts.items():
             for later in (False, True):
                 def head(n):
-                    return start + b"".join((b"X%06d: " % i) + b"a" * (line_len - 12) + b"\r\n"
-                                            for i in range(n)) + b"\r\n"
-                lo, hi = 0, 65536 // line_len + 1  # the most lines taken: 200 at lo, 431 past hi
+                    return start + lines(n) + b"\r\n"
+                lo, hi = 0, most  # the most taken: 200 at lo, 431 past hi
                 while lo < hi:
                     mid = (lo + hi + 1) // 2
                     code, headers, ans = ask(head(mid) + tail, later)
-                    what = f"{mid} lines of {line_len} bytes, {kind}, later={later}"
+                    what = f"n = {mid}, {shape}, {kind}, later={later}"
                     assert headers.get("content-type") == "application/json", \
                         f"{what}: {code} {headers} {ans[:200]!r}"
                     if code == 200:
@@ -542,13 +558,14 @@ def test_head_limits(s):
                         json_error(ans)
                         hi = mid - 1
                 code, _, ans = ask(head(lo) + tail, later)
-                check_sum_answer(code, ans, want, f"the largest head ({lo} lines of {line_len} "
-                                 f"bytes, {len(head(lo))} bytes), {kind}, later={later}")
+                check_sum_answer(code, ans, want, f"the largest head (n = {lo}, {shape}, "
+                                 f"{len(head(lo))} bytes), {kind}, later={later}")
                 code, headers, ans = ask(head(lo + 1) + tail, later)
                 assert code == 431 and headers.get("content-type") == "application/json", \
-                    (line_len, kind, later, code, ans[:200])
-                if line_len == 14 and kind == "chunked" and not later:
-                    print(f"    the largest heads taken: {lo} lines of {line_len} bytes", flush=True)
+                    (shape, kind, later, code, ans[:200])
+                if kind == "chunked" and not later:
+                    print(f"    the largest head taken: n = {lo}, {shape} ({len(head(lo))} bytes)",
+                          flush=True)
     infer_ok(s)
 
 
