@@ -20,8 +20,10 @@
  * meanwhile it is looked at as it arrives (a chunked request that expects 100 Continue gets it
  * from here). A head that
  * libmicrohttpd would refuse with one of its HTML pages is answered here with a JSON error and
- * closed: a first line that is not HTTP/1.x (HTTP/0.9, the HTTP/2 preface) or longer than
- * SV_CONN_LINE bytes, a header line without a colon, a head larger than SV_CONN_PEEK bytes.
+ * closed: a first line that is not HTTP/1.x (HTTP/0.9, the HTTP/2 preface), not "METHOD URI
+ * HTTP/1.x" or longer than SV_CONN_LINE bytes, a header line without a colon, a folded one, a
+ * NUL, a head that would not fit in libmicrohttpd's pool (its bytes, ~64 bytes per line, the
+ * cookies: check_request), a bad Host, Content-Length or first chunk-size line.
  * A complete, well-formed head sends the socket to libmicrohttpd (MHD_add_connection), which
  * reads it again from the start. A connection is *idle* while it has no complete request in
  * progress (pending, or kept alive between requests).
