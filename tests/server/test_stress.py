@@ -41,6 +41,8 @@ Each test starts a server with small budgets and checks behaviour, not speed:
 - json_stream: tensor "data" arrays are decoded straight from the body: values and errors as
   with jansson, a 75 MiB JSON body is taken with RSS growing by a small multiple of it, and
   --max-json-mb limits only the rest of the JSON;
+- fd_limit: started with a soft descriptor limit of 256, the server raises it to the hard limit
+  and keeps 600 idle connections while it answers a new client;
 - drain: SIGTERM with idle, slowloris and half-sent connections open: the server stops
   quickly and refuses new connections; drain_waiting: SIGTERM with kept-alive connections
   waiting for, answered on, or trickling their next head: a clean exit.
@@ -48,6 +50,7 @@ Each test starts a server with small budgets and checks behaviour, not speed:
 Usage: test_stress.py --tandem BUILD/tandem [--filter SUBSTRING]
 """
 import argparse
+import functools
 import json
 import os
 import resource
@@ -1001,6 +1004,37 @@ def test_request_memory(s, budget_mib=128):
         time.sleep(0.1)
 
 
+def test_fd_limit(tandem, repo):
+    """The server raises its descriptor limit to the hard limit at start: started with a soft
+    limit of 256, it keeps 600 idle connections open (the default budget comes from the raised
+    limit) and still answers a new client."""
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 2048:
+        print(f"    skipped: the hard descriptor limit is {hard}", flush=True)
+        return
+    popen = ts.subprocess.Popen
+    ts.subprocess.Popen = functools.partial(
+        popen, preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard)))
+    try:
+        s = ts.Server(tandem, repo)
+    finally:
+        ts.subprocess.Popen = popen
+    conns = []
+    try:
+        assert any("descriptor limit raised from 256 to" in line for line in s.lines), \
+            "".join(s.lines[-10:])
+        for _ in range(600):
+            conns.append(connect(s))
+        infer_ok(s, timeout=10)
+        time.sleep(0.5)
+        assert all(still_open(c) for c in conns), "an idle connection was closed"
+    finally:
+        for c in conns:
+            c.close()
+        rc = s.stop()
+    assert rc == 0, f"exit code {rc}\n" + "".join(s.lines[-20:])
+
+
 def test_drain_waiting(tandem, repo):
     """SIGTERM while kept-alive connections wait for their next head in tandem (suspended in
     libmicrohttpd), have a bad later head answered and lingering, a later head trickling, or a
@@ -1126,7 +1160,7 @@ def main():
                     print(f"FAIL clean shutdown: exit code {rc}\n" + "".join(s.lines[-40:]), flush=True)
             finally:
                 s.stop()
-        for name in ("test_drain", "test_drain_waiting"):
+        for name in ("test_fd_limit", "test_drain", "test_drain_waiting"):
             if args.filter not in name:
                 continue
             t0 = time.time()
