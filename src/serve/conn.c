@@ -51,11 +51,16 @@ struct sv_slot {
     uint64_t wire;    /* bytes of that request on the wire (head and Content-Length body);
                          UINT64_MAX: not known (chunked): its answer closes the connection */
     bool req_close;   /* that request asked for the connection to be closed */
+    bool ck_known;    /* that request's body is chunked, its first chunk at rd_base + ck_rel */
+    uint64_t ck_rel, ck_size;
+    bool sent_100;    /* ST_PENDING, ST_WAIT: 100 Continue sent for the head being waited for */
     /* heads pipelined behind the current request, seen with it: the good ones (their sizes,
      * n_pipe of them, pipe_pos used), then the first bad one (next_http > 0) */
     uint64_t pipe_wire[SV_CONN_PIPELINE];
     bool pipe_close[SV_CONN_PIPELINE];
     int n_pipe, pipe_pos;
+    int pipe_ck;      /* the pipelined head with a chunked body (the last one), or -1 */
+    uint64_t pipe_ck_rel, pipe_ck_size;
     int next_http;
     const char *next_msg;
     int http;         /* ST_REFUSE */
@@ -377,21 +382,34 @@ static void admit(sv_conns *cs, int fd, const struct sockaddr_storage *addr, soc
     }
 }
 
-/* Header lines of a complete header block [b, end): each needs a colon after a name (a line
- * that starts with a space or tab continues the previous one). */
-static bool header_lines_ok(const char *b, const char *end) {
+/* Header lines of a complete header block [b, end): what libmicrohttpd would answer with an
+ * HTML page (a line without a colon after a name, a NUL before the colon) or take apart in its
+ * pool beyond what check_request counts (a line folded onto the one before: RFC 9112 5.2 lets
+ * a server refuse it). The error message, or NULL. */
+static const char *header_lines_bad(const char *b, const char *end) {
+    if (memchr(b, 0, (size_t)(end - b))) return "a request header contains a NUL byte";
     while (b < end) {
         const char *nl = memchr(b, '\n', (size_t)(end - b));
         if (!nl) nl = end;
         size_t len = (size_t)(nl - b);
         if (len && b[len - 1] == '\r') len--;
-        if (len && b[0] != ' ' && b[0] != '\t') {
+        if (len && (b[0] == ' ' || b[0] == '\t'))
+            return "a request header line begins with a blank (obsolete line folding is not "
+                   "accepted)";
+        if (len) {
             const char *colon = memchr(b, ':', len);
-            if (!colon || colon == b || memchr(b, ' ', (size_t)(colon - b))) return false;
+            if (!colon || colon == b || memchr(b, ' ', (size_t)(colon - b)))
+                return "a request header line has no 'name:' (malformed header)";
         }
         b = nl + 1;
     }
-    return true;
+    return NULL;
+}
+
+/* Whether a header value found by head_value, `len` bytes after blanks, has blanks after it
+ * (libmicrohttpd keeps them: "chunked " is not chunked there, "5 " not a number). */
+static bool trailing_blank(const char *v, size_t len) {
+    return v[len] == ' ' || v[len] == '\t';
 }
 
 /* The value of header `name` in the header block [b, end) (first occurrence), or NULL; its
@@ -421,48 +439,119 @@ static const char *head_value(const char *b, const char *end, const char *name, 
     return found;
 }
 
-/* The chunked body that has arrived so far, [b, end): false at the first framing error
- * (a size line that is not hexadecimal, a chunk not followed by CRLF). What is not complete
- * yet is not judged. */
-static bool chunks_ok(const char *b, const char *end) {
-    while (b < end) {
-        const char *nl = memchr(b, '\n', (size_t)(end - b));
-        size_t avail = (size_t)((nl ? nl : end) - b);
-        uint64_t size = 0;
-        size_t i = 0;
-        for (; i < avail; i++) {
-            char ch = b[i];
-            int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
-                  : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
-            if (d < 0) break;
-            if (i >= 15) return false; /* a size of 2^60 bytes or more */
-            size = size * 16 + (uint64_t)d;
-        }
-        if (i == avail && !nl) return true; /* the size line is not complete yet */
-        if (i == 0) return false;           /* no hexadecimal digit */
-        char next = i < avail ? b[i] : '\n';
-        if (next != ';' && next != ' ' && next != '\t' && next != '\r' && next != '\n')
-            return false;
-        if (next == '\r' && i + 1 != avail) return false; /* a stray CR in the size line */
-        if (!nl) return true;
-        if (size == 0) return true; /* the last chunk: trailers follow, libmicrohttpd reads them */
-        b = nl + 1;
-        if ((uint64_t)(end - b) < size + 2) return true; /* the chunk's data is still coming */
-        b += size;
-        if (b[0] == '\r' && b[1] == '\n') b += 2;
-        else if (b[0] == '\n') b += 1;
-        else return false;
-    }
+/* Chunked framing (RFC 9112 7.1), judged before libmicrohttpd parses it. What passes here must
+ * pass libmicrohttpd 0.9.75's parser (else it answers with an HTML page), so this is stricter:
+ * a chunk-size line is 1 to 15 hexadecimal digits followed at once by ';' (an extension, up to
+ * the end of the line), CRLF or LF, in at most CHUNK_LINE_MAX bytes; a chunk's data is followed
+ * by CRLF or LF; a trailer line is "name:value" (no blank or control byte before the colon, no
+ * line folding, no NUL, no CR but before its LF), all of them in at most CHUNK_TRAILERS_MAX
+ * bytes. The limits are small next to libmicrohttpd's read buffer, which must hold a whole
+ * framing step while the chunk's last byte is held back (sv_conns_chunk_data), and next to
+ * the room the head check leaves in its pool (check_request). */
+#define CHUNK_LINE_MAX 1024
+#define CHUNK_TRAILERS_MAX 1024
+#define CHUNK_TRAILER_LINES 16
+
+static bool trailer_line_ok(const char *b, size_t len) {
+    const char *colon = memchr(b, ':', len);
+    if (!colon || colon == b || memchr(b, 0, len)) return false;
+    for (const char *p = b; p < colon; p++)
+        if ((unsigned char)*p <= ' ' || *p == 0x7f) return false;
+    for (const char *p = colon; p < b + len; p++)
+        if (*p == '\r') return false;
     return true;
 }
 
-/* The first bytes of a connection held here: the status to answer with, 0 to hand it over
- * (its request head is complete and well-formed) or -1 to wait for more. */
-/* What a good head tells about its request: its bytes on the wire, and whether it asks for the
- * connection to be closed after the answer. */
+/* One step of a chunked body's framing at [b, b+n): the line end after a chunk's data (when
+ * after_data), then a chunk-size line, and after the last one (size 0) the trailer section up to
+ * its empty line. 1: complete and good, *size the next chunk's size and *used the step's bytes;
+ * 0: not complete yet; -1: malformed (*msg). */
+static int chunk_step(const char *b, size_t n, bool after_data, uint64_t *size, size_t *used,
+                      const char **msg) {
+    size_t i = 0;
+    if (after_data) {
+        if (n == 0) return 0;
+        if (b[0] == '\r' && n == 1) return 0;
+        if (b[0] != '\n' && (b[0] != '\r' || b[1] != '\n')) {
+            *msg = "a chunk is longer than its size: no CRLF after its data (bad chunked encoding)";
+            return -1;
+        }
+        i = b[0] == '\n' ? 1 : 2;
+    }
+    size_t line = i;
+    uint64_t v = 0;
+    for (; i < n; i++) {
+        char ch = b[i];
+        int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
+              : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
+        if (d < 0) break;
+        if (i - line >= 15) {
+            *msg = "a chunk size has more than 15 hexadecimal digits (bad chunked encoding)";
+            return -1;
+        }
+        v = v * 16 + (uint64_t)d;
+    }
+    if (i == n) return 0;
+    if (i == line) {
+        *msg = "a chunk-size line does not begin with a hexadecimal size (bad chunked encoding)";
+        return -1;
+    }
+    const char *nl = NULL;
+    if (b[i] == ';') { /* an extension, ignored */
+        nl = memchr(b + i, '\n', n - i);
+        if ((size_t)((nl ? nl : b + n) - (b + line)) >= CHUNK_LINE_MAX) {
+            *msg = "a chunk-size line is longer than 1024 bytes";
+            return -1;
+        }
+        if (!nl) return 0;
+    } else if (b[i] == '\r') {
+        if (i + 1 == n) return 0;
+        if (b[i + 1] == '\n') nl = b + i + 1;
+    } else if (b[i] == '\n') {
+        nl = b + i;
+    }
+    if (!nl) {
+        *msg = "a chunk size is followed by something other than ';' or the end of its line (bad "
+               "chunked encoding)";
+        return -1;
+    }
+    i = (size_t)(nl - b) + 1;
+    if (v) {
+        *size = v;
+        *used = i;
+        return 1;
+    }
+    for (size_t t0 = i, lines = 0;; lines++) { /* the last chunk: trailers, then an empty line */
+        nl = memchr(b + i, '\n', n - i);
+        if ((size_t)((nl ? nl : b + n) - (b + t0)) >= CHUNK_TRAILERS_MAX ||
+            lines > CHUNK_TRAILER_LINES) {
+            *msg = "the trailer section of the chunked body is larger than 1024 bytes or 16 lines";
+            return -1;
+        }
+        if (!nl) return 0;
+        size_t len = (size_t)(nl - (b + i));
+        if (len && b[i + len - 1] == '\r') len--;
+        if (!len) {
+            *size = 0;
+            *used = (size_t)(nl - b) + 1;
+            return 1;
+        }
+        if (!trailer_line_ok(b + i, len)) {
+            *msg = "a trailer line of the chunked body is not 'name: value'";
+            return -1;
+        }
+        i = (size_t)(nl - b) + 1;
+    }
+}
+
+/* What a good head tells about its request: its bytes on the wire, whether it asks for the
+ * connection to be closed after the answer, and with a chunked body where the data of its
+ * first chunk begins (from the start of the head) and its size. */
 typedef struct head_info {
     uint64_t wire; /* head and Content-Length body; UINT64_MAX with a chunked body */
     bool close;
+    bool chunked;
+    uint64_t ck_rel, ck_size;
 } head_info;
 
 /* Whether the comma-separated list [v, v+len) has the token `tok` (any case). */
@@ -476,8 +565,11 @@ static bool has_token(const char *v, size_t len, const char *tok) {
 }
 
 /* Checks a request head [b, b+n) (a connection's first, or a later one of a kept-alive
- * connection): 0 when it is complete and good (*hi filled), -1 when more must come, else the
- * HTTP status of the error (*msg). */
+ * connection): 0 when it is complete and good (*hi filled), -1 when more must come (-2: a
+ * chunked request that asks for 100 Continue and whose body has not begun), else the HTTP
+ * status of the error (*msg). A chunked request is complete with its first chunk-size line
+ * (with the trailers, for an empty body): libmicrohttpd parses that line before it hands any
+ * data to the handler, which follows the framing from there (sv_conns_chunk_data). */
 static int check_request(const char *b, size_t n, const char **msg, head_info *hi) {
     static const char h2[] = "PRI * HTTP/2";
     if (!memcmp(b, h2, n < sizeof h2 - 1 ? n : sizeof h2 - 1)) {
@@ -501,6 +593,16 @@ static int check_request(const char *b, size_t n, const char **msg, head_info *h
         *msg = "the first line is not an HTTP/1.x request line (HTTP/0.9 is not supported)";
         return 400;
     }
+    /* METHOD SP URI SP HTTP/1.x (more blanks between them are taken): libmicrohttpd answers a
+     * line without a URI, or a method with a blank or control byte, with an HTML page (or
+     * closes the connection) */
+    size_t m = 0, u;
+    while (m < len - 9 && (unsigned char)b[m] > ' ' && b[m] != 0x7f) m++;
+    for (u = m; u < len - 9 && b[u] == ' '; u++) {}
+    if (m == 0 || b[m] != ' ' || u == len - 9) {
+        *msg = "the request line is not 'METHOD URI HTTP/1.x'";
+        return 400;
+    }
     const char *hdr = nl + 1;
     const char *end = memmem(hdr - 1, n - (size_t)(hdr - 1 - b), "\n\r\n", 3);
     const char *end2 = memmem(hdr - 1, n - (size_t)(hdr - 1 - b), "\n\n", 2);
@@ -510,22 +612,39 @@ static int check_request(const char *b, size_t n, const char **msg, head_info *h
         *msg = "the request headers are larger than 65536 bytes";
         return 431;
     }
-    if (!header_lines_ok(hdr, end + 1)) {
-        *msg = "a request header line has no 'name:' (malformed header)";
-        return 400;
+    if ((*msg = header_lines_bad(hdr, end + 1))) return 400;
+    /* libmicrohttpd 0.9.75 keeps a request's head in its connection's pool (SV_CONN_PEEK
+     * bytes): the read buffer (half the pool, or up to 4 KiB more than a longer head; with the
+     * body bytes that came along) and beside it about 64 bytes for each line, and for the
+     * first Cookie header a copy of it and 64 bytes for each ';' or ',' in it; it answers a
+     * head that does not fit (many short lines) with an HTML page. What passes here also
+     * leaves 4 KiB for the answer's head and a chunked body's trailers. */
+    size_t vlen = 0;
+    int count = 0;
+    size_t lines = 0, cookie = 0;
+    for (const char *p = b; (p = memchr(p, '\n', (size_t)(end + 1 - p))); p++) lines++;
+    const char *ck = head_value(hdr, end + 1, "Cookie", &vlen, &count);
+    if (ck) {
+        const char *ce = memchr(ck, '\n', (size_t)(end + 1 - ck));
+        cookie = (size_t)((ce ? ce : end + 1) - ck) + 8 + 64;
+        for (const char *p = ck; p < ce; p++) cookie += *p == ';' || *p == ',' ? 64 : 0;
+    }
+    size_t hb = (size_t)(end + 3 - b), rb = hb + 4096 > SV_CONN_PEEK / 2 ? hb + 4096 : SV_CONN_PEEK / 2;
+    if (rb + 64 * lines + cookie + 4096 > SV_CONN_PEEK) {
+        *msg = "the request head is too large: at most 448 lines in 28 KiB, fewer in a longer "
+               "head or with cookies, and about 56 KB with a few lines";
+        return 431;
     }
     /* what libmicrohttpd would refuse with an HTML page once the head is complete: an HTTP/1.1
      * request without Host, a Content-Length that is not a number; and a chunked body whose
      * framing is broken in the part that has arrived with the head */
-    size_t vlen = 0;
-    int count = 0;
     if (!memcmp(b + len - 9, " HTTP/1.1", 9) && !head_value(hdr, end + 1, "Host", &vlen, &count)) {
         *msg = "an HTTP/1.1 request needs a Host header";
         return 400;
     }
     const char *cl = head_value(hdr, end + 1, "Content-Length", &vlen, &count);
     if (cl) {
-        bool digits = vlen > 0 && vlen <= 18;
+        bool digits = vlen > 0 && vlen <= 18 && !trailing_blank(cl, vlen);
         for (size_t i = 0; digits && i < vlen; i++) digits = cl[i] >= '0' && cl[i] <= '9';
         if (!digits) {
             *msg = "the Content-Length header is not a non-negative integer";
@@ -536,10 +655,31 @@ static int check_request(const char *b, size_t n, const char **msg, head_info *h
     hi->wire = (uint64_t)(body - b) + (cl ? strtoull(cl, NULL, 10) : 0);
     const char *te = head_value(hdr, end + 1, "Transfer-Encoding", &vlen, &count);
     if (te) hi->wire = UINT64_MAX;
-    if (te && count == 1 && vlen == 7 && !strncasecmp(te, "chunked", 7)) {
-        if (!chunks_ok(body, b + n)) {
-            *msg = "the chunked body is malformed (bad chunked encoding)";
-            return 400;
+    if (te && count == 1 && vlen == 7 && !strncasecmp(te, "chunked", 7) && !cl &&
+        !trailing_blank(te, vlen)) {
+        const char *p = body, *e = b + n;
+        uint64_t size = 0;
+        size_t used = 0;
+        int r = chunk_step(p, (size_t)(e - p), false, &size, &used, msg);
+        if (r < 0) return 400;
+        if (r == 0) {
+            if (n >= SV_CONN_PEEK) {
+                *msg = "the request head and its first chunk-size line are larger than 65536 bytes";
+                return 431;
+            }
+            const char *ex = head_value(hdr, end + 1, "Expect", &vlen, &count);
+            return p == e && ex && vlen == 12 && !strncasecmp(ex, "100-continue", 12) &&
+                           !memcmp(b + len - 9, " HTTP/1.1", 9) ? -2 : -1;
+        }
+        hi->chunked = true;
+        hi->ck_rel = (uint64_t)(p + used - b);
+        hi->ck_size = size;
+        for (p += used; size && (uint64_t)(e - p) > size;) { /* the rest that has arrived */
+            p += size;
+            r = chunk_step(p, (size_t)(e - p), true, &size, &used, msg);
+            if (r < 0) return 400;
+            if (r == 0) break;
+            p += used;
         }
     }
     const char *conn = head_value(hdr, end + 1, "Connection", &vlen, &count);
@@ -578,8 +718,12 @@ static bool app_read(int fd, uint64_t *out, int *unread) {
 static void set_request(sv_slot *s, const char *b, size_t k, const head_info *hi) {
     s->wire = hi->wire;
     s->req_close = hi->close;
+    s->ck_known = hi->chunked;
+    s->ck_rel = hi->ck_rel;
+    s->ck_size = hi->ck_size;
     s->next_http = 0;
     s->n_pipe = s->pipe_pos = 0;
+    s->pipe_ck = -1;
     uint64_t at = hi->wire;
     while (at != UINT64_MAX && k > at) {
         head_info nx = {0};
@@ -590,6 +734,11 @@ static void set_request(sv_slot *s, const char *b, size_t k, const head_info *hi
             s->next_msg = msg; /* a string constant */
         }
         if (r != 0 || s->n_pipe == SV_CONN_PIPELINE) break;
+        if (nx.chunked) { /* its wire size is not known: the last one followed */
+            s->pipe_ck = s->n_pipe;
+            s->pipe_ck_rel = nx.ck_rel;
+            s->pipe_ck_size = nx.ck_size;
+        }
         s->pipe_wire[s->n_pipe] = nx.wire;
         s->pipe_close[s->n_pipe++] = nx.close;
         at = nx.wire == UINT64_MAX || at + nx.wire > k ? UINT64_MAX : at + nx.wire;
@@ -644,6 +793,14 @@ static void look(sv_conns *cs, sv_slot *s, uint64_t now, bool tick) {
     if (s->state == ST_REFUSE) msg = s->msg;
     else if (http > 0 && s->state == ST_WAIT) cs->st.later_bad++;
     else if (http > 0) cs->st.bad_first_line++;
+    if (http == -2 && !s->sent_100) {
+        /* its body is held back until it is told to go on, and the first chunk-size line must
+         * be seen here: 100 Continue now (libmicrohttpd sends one more later, which clients
+         * take as an informational answer like any other) */
+        static const char go[] = "HTTP/1.1 100 Continue\r\n\r\n";
+        (void)!send(s->fd, go, sizeof go - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+        s->sent_100 = true;
+    }
     if (http < 0) return; /* more to come */
     if (http > 0) {
         answer_and_linger(cs, s, http, msg, now);
@@ -963,6 +1120,7 @@ void sv_conns_request_end(sv_conns *cs, sv_slot *s, struct MHD_Connection *c, bo
     if (!cs || !s) return;
     pthread_mutex_lock(&cs->mu);
     s->in_request = s->in_body = false;
+    s->ck_known = false; /* set again with the next head checked */
     bool check = keep && cs->opt.check_heads && !s->shut && !cs->stop && !s->req_close &&
                  s->state == ST_MHD;
     uint64_t base = s->rd_base, wire = s->wire;
@@ -1006,6 +1164,9 @@ void sv_conns_request_end(sv_conns *cs, sv_slot *s, struct MHD_Connection *c, bo
         cs->st.later_checked++;
         s->rd_base = base + wire;
         s->wire = s->pipe_wire[s->pipe_pos];
+        s->ck_known = s->pipe_pos == s->pipe_ck;
+        s->ck_rel = s->pipe_ck_rel;
+        s->ck_size = s->pipe_ck_size;
         s->req_close = s->pipe_close[s->pipe_pos++];
     } else if (v == BAD_NEXT) {
         /* answered here; libmicrohttpd, resumed once the peer is gone, cannot send its page
@@ -1041,6 +1202,7 @@ void sv_conns_request_end(sv_conns *cs, sv_slot *s, struct MHD_Connection *c, bo
             s->t_first = 0;
             s->peeked = 0;
             s->recheck = false;
+            s->sent_100 = false;
         }
     }
     if (!s->shut) idle_append(cs, s, sv_now_ns());
@@ -1069,6 +1231,111 @@ bool sv_conns_close_after(sv_conns *cs, sv_slot *s) {
         pthread_mutex_unlock(&cs->mu);
     }
     return close;
+}
+
+/* libmicrohttpd versions whose upload callback gets a pointer into its read buffer, followed
+ * there by the raw bytes it has read past the data (read in 0.9.75 to 0.9.77's
+ * process_request_body), and whose chunked parser accepts what chunk_step accepts. */
+#if MHD_VERSION >= 0x00097500 && MHD_VERSION < 0x00097800
+#define FOLLOW_CHUNKS 1
+#else
+#define FOLLOW_CHUNKS 0
+#endif
+
+/* The chunked body of `t` cannot be followed (any more). */
+static void chunk_lost(sv_conns *cs, sv_chunks *t) {
+    t->off = true; /* libmicrohttpd follows the framing alone */
+    pthread_mutex_lock(&cs->mu);
+    cs->st.chunks_unfollowed++;
+    pthread_mutex_unlock(&cs->mu);
+}
+
+/* t->rd: the bytes libmicrohttpd has read from the socket (*fresh: just asked). */
+static bool chunk_read(sv_slot *s, sv_chunks *t, bool *fresh) {
+    int unread = 0;
+    uint64_t rd = 0;
+    if (!app_read(s->fd, &rd, &unread) || rd < t->rd) return false;
+    t->rd = rd;
+    *fresh = true;
+    return true;
+}
+
+size_t sv_conns_chunk_data(sv_conns *cs, sv_slot *s, sv_chunks *t, const char *data, size_t n,
+                           const char **bad) {
+    *bad = NULL;
+    if (!cs || !s || t->off || !n) return n;
+    if (!t->on) { /* the first data of the body: where the head check left it */
+        pthread_mutex_lock(&cs->mu);
+        bool known = FOLLOW_CHUNKS && s->ck_known && s->state == ST_MHD;
+        t->at = s->rd_base + s->ck_rel;
+        t->end = t->at + s->ck_size;
+        if (!known) cs->st.chunks_unfollowed++;
+        pthread_mutex_unlock(&cs->mu);
+        t->on = true;
+        t->off = !known;
+        if (t->off) return n;
+    }
+    /* [data, data + n) is the raw stream from t->at; libmicrohttpd has read up to rd (it does
+     * not read while its callback runs), all of it in its buffer from `data` on. t->rd is what
+     * it had read at an earlier call: a bound that only grows, asked again (three system
+     * calls) only when the bytes it covers do not settle the call */
+    bool fresh = false;
+    if ((t->rd < t->at + n && !chunk_read(s, t, &fresh)) || t->at + n > t->rd ||
+        t->end < t->at + n) {
+        chunk_lost(cs, t);
+        return n;
+    }
+    if (t->at + n < t->end) { /* within the chunk */
+        t->at += n;
+        return n;
+    }
+    uint64_t size = 0;
+    size_t used = 0;
+    int r = chunk_step(data + n, (size_t)(t->rd - t->end), true, &size, &used, bad);
+    if (r == 0 && !fresh) {
+        if (!chunk_read(s, t, &fresh)) {
+            chunk_lost(cs, t);
+            return n;
+        }
+        r = chunk_step(data + n, (size_t)(t->rd - t->end), true, &size, &used, bad);
+    }
+    if (r > 0) { /* the next chunk's data (or the end of the body) follows a good step */
+        t->at = t->end + used;
+        t->end = t->at + size;
+        t->off = size == 0;
+        return n;
+    }
+    /* the step after the chunk is not complete, or malformed: libmicrohttpd would parse it as
+     * soon as the chunk's data is taken; it keeps the last byte, and calls again with it once
+     * more has arrived */
+    if (r < 0) {
+        pthread_mutex_lock(&cs->mu);
+        cs->st.chunks_bad++;
+        pthread_mutex_unlock(&cs->mu);
+    }
+    t->at += n - 1;
+    return n - 1;
+}
+
+void sv_conns_chunk_bad(sv_conns *cs, sv_slot *s, struct MHD_Connection *c, const char *msg) {
+    if (!cs || !s) return;
+    bool resume_now = false;
+    pthread_mutex_lock(&cs->mu);
+    s->conn = c;
+    s->in_body = false;
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | EPOLLET, .data.ptr = s};
+    if (s->shut || cs->stop || s->state != ST_MHD) {
+        if (!s->shut) shut_mhd(cs, s); /* it reads the end and closes */
+        resume_now = true;
+    } else if (epoll_ctl(s->w->ep, EPOLL_CTL_ADD, s->fd, &ev)) {
+        shut_mhd(cs, s);
+        resume_now = true;
+    } else { /* answered here and drained; resumed once the peer has gone (ST_WLINGER) */
+        s->state = ST_WAIT;
+        answer_and_linger(cs, s, 400, msg, sv_now_ns());
+    }
+    pthread_mutex_unlock(&cs->mu);
+    if (resume_now) resume_and_wake(c, s->w);
 }
 
 void sv_conns_get_stats(sv_conns *cs, sv_conns_stats *st) {

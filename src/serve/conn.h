@@ -16,10 +16,14 @@
  *     sv_conns_free(cs);
  *
  * Life of a connection: accepted and held here (pending) until the head of its first request
- * (request line and headers) is complete; meanwhile it is looked at as it arrives. A head that
+ * (request line and headers, and with a chunked body its first chunk-size line) is complete;
+ * meanwhile it is looked at as it arrives (a chunked request that expects 100 Continue gets it
+ * from here). A head that
  * libmicrohttpd would refuse with one of its HTML pages is answered here with a JSON error and
- * closed: a first line that is not HTTP/1.x (HTTP/0.9, the HTTP/2 preface) or longer than
- * SV_CONN_LINE bytes, a header line without a colon, a head larger than SV_CONN_PEEK bytes.
+ * closed: a first line that is not HTTP/1.x (HTTP/0.9, the HTTP/2 preface), not "METHOD URI
+ * HTTP/1.x" or longer than SV_CONN_LINE bytes, a header line without a colon, a folded one, a
+ * NUL, a head that would not fit in libmicrohttpd's pool (its bytes, ~64 bytes per line, the
+ * cookies: check_request), a bad Host, Content-Length or first chunk-size line.
  * A complete, well-formed head sends the socket to libmicrohttpd (MHD_add_connection), which
  * reads it again from the start. A connection is *idle* while it has no complete request in
  * progress (pending, or kept alive between requests).
@@ -133,6 +137,32 @@ void sv_conns_request_end(sv_conns *cs, sv_slot *slot, struct MHD_Connection *co
  * again on a new connection, whose first head is checked. */
 bool sv_conns_close_after(sv_conns *cs, sv_slot *slot);
 
+/* A chunked body's framing, followed from the upload callback (the request's own, zeroed at
+ * its start). libmicrohttpd parses the framing itself and answers a malformed one with an HTML
+ * page; the head check (above) has judged the first chunk-size line, and libmicrohttpd parses
+ * the framing after a chunk only right after handing over the chunk's last data byte, when the
+ * raw bytes it has read past the data are in its read buffer just after them. So each upload
+ * callback judges those bytes up to the next chunk's data (or the end of the body) first: when
+ * the step is not complete in them, or malformed, the handler keeps the chunk's last byte
+ * (libmicrohttpd calls again with it once more has arrived), and on a malformed one suspends the
+ * connection and calls sv_conns_chunk_bad, which answers 400 in JSON, drains the socket until
+ * the peer goes and hands the connection back to libmicrohttpd to close. Not followed (counted
+ * as unfollowed; libmicrohttpd's page then) where the head was not checked here (--check-heads
+ * 0), the kernel does not tell the bytes read, or libmicrohttpd's version is not one whose
+ * buffer layout and parser were read (0.9.75 to 0.9.77). */
+typedef struct sv_chunks {
+    bool on, off;     /* started; not followed (any more) */
+    uint64_t at, end; /* the raw stream: the next data byte, the end of its chunk's data */
+    uint64_t rd;      /* bytes libmicrohttpd had read at the last look */
+} sv_chunks;
+/* `data`, `n`: the upload callback's. Returns how many bytes to take (n, or n - 1: the last is
+ * held back). *bad: the framing after the chunk is malformed (the message). */
+size_t sv_conns_chunk_data(sv_conns *cs, sv_slot *slot, sv_chunks *t, const char *data, size_t n,
+                           const char **bad);
+/* After MHD_suspend_connection from the upload callback. */
+void sv_conns_chunk_bad(sv_conns *cs, sv_slot *slot, struct MHD_Connection *connection,
+                        const char *msg);
+
 /* MHD_resume_connection for a connection suspended by the request handler (any thread), and a
  * wake-up for the HTTP thread that runs its daemon. `slot`: sv_conns_slot() of it (NULL: a
  * daemon with its own thread). */
@@ -143,6 +173,7 @@ typedef struct sv_conns_stats {
     uint64_t accepted, evicted_idle, refused_full, refused_per_ip, bad_first_line;
     uint64_t header_timeouts, idle_timeouts, slow_bodies;
     uint64_t later_checked, later_waited, later_bad, later_unsynced; /* check_heads */
+    uint64_t chunks_bad, chunks_unfollowed; /* chunked bodies (sv_conns_chunk_data) */
     int admitted, pending, waiting;
 } sv_conns_stats;
 void sv_conns_get_stats(sv_conns *cs, sv_conns_stats *st);

@@ -589,6 +589,12 @@ static void budget_metrics(sv_server *s, sv_buf *b) {
                   "tandem_http_waiting_connections %d\n",
                   (unsigned long long)st.later_checked, (unsigned long long)st.later_waited,
                   (unsigned long long)st.later_unsynced, st.waiting);
+    sv_buf_printf(b, "# HELP tandem_http_chunked_framing_total Chunked request bodies whose "
+                  "framing was malformed (answered 400 in JSON) or could not be followed before "
+                  "libmicrohttpd parsed it\n# TYPE tandem_http_chunked_framing_total counter\n"
+                  "tandem_http_chunked_framing_total{result=\"malformed\"} %llu\n"
+                  "tandem_http_chunked_framing_total{result=\"unfollowed\"} %llu\n",
+                  (unsigned long long)st.chunks_bad, (unsigned long long)st.chunks_unfollowed);
     sv_buf_printf(b, "# HELP tandem_request_memory_bytes Request bodies being received and parsed "
                   "(--request-memory)\n# TYPE tandem_request_memory_bytes gauge\n"
                   "tandem_request_memory_bytes{value=\"used\"} %zu\n"
@@ -693,8 +699,7 @@ static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const c
         f->n_encoding++;
         const char *v = value ? value : "";
         v += strspn(v, " \t");
-        size_t n = strlen(v);
-        while (n && (v[n - 1] == ' ' || v[n - 1] == '\t')) n--;
+        size_t n = strlen(v); /* blanks after it are kept: "chunked " is not chunked there */
         if (n != 7 || strncasecmp(v, "chunked", 7)) f->bad_coding = true;
         if (f->bad_coding)
             snprintf(f->coding, sizeof f->coding, "%.*s", (int)(n < 60 ? n : 60), v);
@@ -767,6 +772,8 @@ static sv_conn *begin(sv_server *s, struct MHD_Connection *conn, const char *met
         c->close_after = true;
         return c;
     }
+    c->chunked = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                             MHD_HTTP_HEADER_TRANSFER_ENCODING) != NULL;
     const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     int64_t n = -1;
     if (cl && !sv_parse_i64(cl, &n)) n = -1;
@@ -838,10 +845,28 @@ static enum MHD_Result handle(sv_server *s, bool metrics_port, struct MHD_Connec
     }
     if (*upload_data_size) {
         size_t n = *upload_data_size;
-        *upload_data_size = 0;
+        if (c->chunk_bad) return MHD_YES; /* answered: nothing more is taken (see below) */
         if (s->opt.request_timeout_s > 0 &&
             sv_now_ns() - c->t_recv > (uint64_t)s->opt.request_timeout_s * 1000000000ull)
             return MHD_NO; /* a body that trickles in for too long: drop the connection */
+        if (c->chunked && !metrics_port) {
+            /* the framing after this chunk is judged before libmicrohttpd parses it: the last
+             * byte may be held back until it has arrived; a malformed one is answered in JSON
+             * (libmicrohttpd would send its HTML page), the connection suspended meanwhile */
+            const char *bad = NULL;
+            size_t take = sv_conns_chunk_data(s->conns, c->slot, &c->ck, upload_data, n, &bad);
+            if (bad) {
+                c->chunk_bad = true;
+                sv_conns_body_done(s->conns, c->slot);
+                MHD_suspend_connection(conn);
+                sv_conns_chunk_bad(s->conns, c->slot, conn, bad);
+                return MHD_YES;
+            }
+            *upload_data_size = n - take;
+            n = take;
+        } else {
+            *upload_data_size = 0;
+        }
         body_bytes(c, upload_data, n);
         return MHD_YES;
     }

@@ -47,6 +47,9 @@ typedef struct sv_conn {
     sv_buf body;
     bool too_big;     /* the body passed the limit: the rest is discarded, then 413 */
     bool close_after; /* close the connection after the answer (ambiguous framing) */
+    bool chunked;     /* Transfer-Encoding: chunked */
+    bool chunk_bad;   /* its framing is malformed: answered by conn.c, the rest not taken */
+    sv_chunks ck;     /* its framing, followed (conn.c) */
     char encoding;    /* 0, 'g' gzip, 'd' deflate, '?' unsupported */
     bool accept_gzip, accept_deflate;
     bool suspended;

@@ -9,10 +9,20 @@ Each test starts a server with small budgets and checks behaviour, not speed:
   while a well-behaved client is served throughout;
 - slow_body: a body that stalls is dropped by the minimum upload rate;
 - transport_errors: unsupported transfer codings (501 at once, then close), the HTTP/2
-  preface, HTTP/0.9, an over-long request line, 300 KB of headers and a malformed header
-  line are answered with JSON {"error": ...};
+  preface, HTTP/0.9, an over-long request line, 300 KB of headers, malformed header lines and
+  request lines, blanks after Content-Length or chunked, and heads that would overflow
+  libmicrohttpd's pool (many lines, a big cookie) are answered with JSON {"error": ...};
 - first_request_framing: a broken chunked body, a missing Host, a bad Content-Length on a first
   request: JSON 400 (the accept thread checks them before libmicrohttpd reads the request);
+- chunked_framing: a chunked body whose framing breaks past the first 64 KiB (a bad size line,
+  a blank after the size, a chunk longer than its size, an over-long size line or trailer, a
+  stray CR), sent at once or in pieces, on a first or a later request or after 100 Continue:
+  JSON 400 (libmicrohttpd would send an HTML page); good chunked bodies split anywhere keep
+  their bytes;
+- head_limits: the largest request head the server takes (short, middling, long lines; a body
+  sent along with Content-Length or chunked with long extensions and trailers; first or later
+  request) is served, and one line more gets JSON 431 (libmicrohttpd's pool would overflow
+  into its HTML page);
 - later_requests_no_keep_alive: with --keep-alive 0 each answer closes its connection, and a
   bad chunk or a malformed head sent as the next request (pipelined or not) gets JSON;
 - later_requests_keep_alive: with the default keep-alive, a bad head of a later request (after
@@ -31,6 +41,8 @@ Each test starts a server with small budgets and checks behaviour, not speed:
 - json_stream: tensor "data" arrays are decoded straight from the body: values and errors as
   with jansson, a 75 MiB JSON body is taken with RSS growing by a small multiple of it, and
   --max-json-mb limits only the rest of the JSON;
+- fd_limit: started with a soft descriptor limit of 256, the server raises it to the hard limit
+  and keeps 600 idle connections while it answers a new client;
 - drain: SIGTERM with idle, slowloris and half-sent connections open: the server stops
   quickly and refuses new connections; drain_waiting: SIGTERM with kept-alive connections
   waiting for, answered on, or trickling their next head: a clean exit.
@@ -38,6 +50,7 @@ Each test starts a server with small budgets and checks behaviour, not speed:
 Usage: test_stress.py --tandem BUILD/tandem [--filter SUBSTRING]
 """
 import argparse
+import functools
 import json
 import os
 import resource
@@ -259,6 +272,15 @@ def test_transport_errors(s):
         ("request line of 9000 bytes", "GET /" + "a" * 9000 + " HTTP/1.1\r\nHost: x\r\n\r\n", 414),
         ("300 KB of headers", "GET /v2 HTTP/1.1\r\nHost: x\r\nX-Big: " + "a" * 300000 + "\r\n\r\n", 431),
         ("a header line without a colon", "GET /v2 HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n", 400),
+        ("no URI", "GET HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+        ("a tab after the method", "GET\t/v2 HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+        ("a blank before the method", " GET /v2 HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+        ("a NUL in a header name", "GET /v2 HTTP/1.1\r\nHost: x\r\nX\0Y: z\r\n\r\n", 400),
+        ("a folded header line", "GET /v2 HTTP/1.1\r\nHost: x\r\nX-A: a\r\n b\r\n\r\n", 400),
+        ("a blank after Content-Length", f"POST {P} HTTP/1.1\r\nHost: x\r\nContent-Length: 2 \r\n\r\n{{}}", 400),
+        ("a blank after chunked", f"POST {P} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked \r\n\r\n2\r\n{{}}\r\n0\r\n\r\n", 501),
+        ("2,500 short header lines", "GET /v2 HTTP/1.1\r\nHost: x\r\n" + "".join(f"X{i:05d}: a\r\n" for i in range(2500)) + "\r\n", 431),
+        ("a cookie of 40 KB", "GET /v2 HTTP/1.1\r\nHost: x\r\nCookie: a=" + "b" * 40000 + "\r\n\r\n", 431),
     ]
     for what, data, want in cases:
         c = connect(s)
@@ -329,6 +351,224 @@ def test_first_request_framing(s):
     code, _, ans, _ = answer_of(s, head.encode() + b"Transfer-Encoding: chunked\r\n\r\n" + chunked,
                              closes=False)
     assert code == 200, (code, ans[:200])
+    infer_ok(s)
+
+
+def chunked(parts):
+    """A chunked body of the given chunk payloads, with the terminating chunk."""
+    return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in parts) + b"0\r\n\r\n"
+
+
+def sum_request(n, seed):
+    """A JSON request for the "sum" model over n small integers (every partial sum is exact in
+    FP32, in any order), and their sum: a byte lost, doubled or moved changes the answer."""
+    x = np.random.default_rng(seed).integers(-100, 101, n)
+    body = json.dumps({"inputs": [{"name": "X", "shape": [n], "datatype": "FP32",
+                                   "data": [float(v) for v in x]}]}).encode()
+    return body, float(np.sum(x))
+
+
+def check_sum_answer(code, body, want, what):
+    assert code == 200, f"{what}: {code} {body[:300]!r}"
+    got = json.loads(body)["outputs"][0]["data"][0]
+    assert got == want, f"{what}: sum {got}, expected {want}"
+
+
+def read_final(c, timeout=10):
+    """Reads answers until one that is not 100 Continue: (status, headers, body)."""
+    while True:
+        code, headers, body, _ = read_answer(c, timeout, closes=False)
+        if code != 100:
+            return code, headers, body
+
+
+def send_in_pieces(c, data, cuts):
+    """Sends data split at the given offsets, with a short pause after each piece, so that
+    libmicrohttpd reads chunk data and the framing after it in separate reads."""
+    last = 0
+    for cut in list(cuts) + [len(data)]:
+        c.sendall(data[last:cut])
+        last = cut
+        time.sleep(0.02)
+
+
+def test_chunked_framing(s):
+    """A chunked body whose framing breaks past the first 64 KiB (the part that the accept
+    thread sees with the head) is parsed by libmicrohttpd, which answers a malformed one with an
+    HTML page: the framing is followed from the upload callback instead, and every such body
+    gets JSON 400 (never HTML), sent at once or in pieces, on a first request or a later one;
+    good chunked bodies, split anywhere, keep their bytes."""
+    sp = "/v2/models/sum/infer"
+    head = (f"POST {sp} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            "Transfer-Encoding: chunked\r\n\r\n").encode()
+    filler = [b" " * 1000] * 80  # 80 KB of JSON whitespace in good chunks: past the first 64 KiB
+    big = b" " * 0x30000
+    cases = [
+        ("bad size line after 80 KB", chunked(filler)[:-5] + b"zz\r\n{}\r\n0\r\n\r\n"),
+        ("a blank after the size", chunked(filler)[:-5] + b"2 \r\n{}\r\n0\r\n\r\n"),
+        ("a chunk longer than its size", b"30000\r\n" + big + b"xyz\r\n0\r\n\r\n"),
+        ("a chunk-size line of 2000 bytes", chunked(filler)[:-5] + b"2;" + b"e" * 2000 + b"\r\n{}\r\n0\r\n\r\n"),
+        ("a trailer line without a colon", chunked(filler)[:-2] + b"no colon\r\n\r\n"),
+        ("a chunk size past 2^64", chunked(filler)[:-5] + b"10000000000000002\r\n{}\r\n0\r\n\r\n"),
+        ("a CR alone after a chunk", chunked(filler)[:-5] + b"2\r\n{}\rX0\r\n\r\n"),
+    ]
+    malformed0 = metric(s, 'tandem_http_chunked_framing_total{result="malformed"}')
+    unfollowed0 = metric(s, 'tandem_http_chunked_framing_total{result="unfollowed"}')
+    judged = 0
+    for what, body in cases:
+        bad_at = len(body) - 40
+        for how in ("at once", "in pieces"):
+            c = connect(s)
+            try:
+                if how == "at once":
+                    c.sendall(head + body)
+                else:  # the bad part arrives on its own, after the data before it
+                    send_in_pieces(c, head + body, [len(head) + 70000, len(head) + bad_at])
+                code, headers, ans, closed = read_answer(c, 10)
+            finally:
+                c.close()
+            assert code in (400, 413) and headers.get("content-type") == "application/json", \
+                f"{what} ({how}): {code} {headers} {ans[:200]!r}"
+            json_error(ans)
+            assert closed, f"{what} ({how}): the connection stayed open"
+            judged += 1
+    # on a later request of a kept-alive connection, and with 100 Continue asked for
+    c = connect(s)
+    try:
+        c.sendall(infer_request())
+        assert read_answer(c, 10, closes=False)[0] == 200
+        c.sendall(head + cases[0][1])
+        expect_json_error(c, 400, "bad framing after 80 KB on a later request")
+        judged += 1
+    finally:
+        c.close()
+    ehead = head.replace(b"\r\n\r\n", b"\r\nExpect: 100-continue\r\n\r\n")
+    for what, body in (cases[0], ("good", None)):
+        c = connect(s)
+        try:
+            c.sendall(ehead)
+            code, _, _, _ = read_answer(c, 5, closes=False)
+            assert code == 100, f"Expect: 100-continue ({what}): {code} instead of 100 Continue"
+            if body is None:
+                body, want = sum_request(20000, 7)
+                c.sendall(chunked([body[i:i + 5000] for i in range(0, len(body), 5000)]))
+                code, _, ans = read_final(c)  # libmicrohttpd sends one more 100 Continue
+                check_sum_answer(code, ans, want, "Expect: 100-continue, good body")
+            else:
+                c.sendall(body)
+                code, headers, ans = read_final(c)
+                assert code == 400 and headers.get("content-type") == "application/json", \
+                    f"Expect: 100-continue ({what}): {code} {headers} {ans[:200]!r}"
+                json_error(ans)
+                assert closed_by_server(c, 5), f"Expect: 100-continue ({what}): still open"
+                judged += 1
+        finally:
+            c.close()
+    # good chunked bodies keep their bytes, however they are split and sent
+    body, want = sum_request(100000, 3)  # about 600 KB of JSON
+    rng = np.random.default_rng(5)
+    for split in ("one chunk", "chunks of 1 to 9000 bytes", "chunks of 1 byte at the end"):
+        if split == "one chunk":
+            parts = [body]
+        elif split.startswith("chunks of 1 to"):
+            parts, i = [], 0
+            while i < len(body):
+                k = int(rng.integers(1, 9000))
+                parts.append(body[i:i + k])
+                i += k
+        else:
+            parts = [body[:-50]] + [body[i:i + 1] for i in range(len(body) - 50, len(body))]
+        data = chunked(parts)
+        for how in ("at once", "in pieces"):
+            c = connect(s)
+            try:
+                if how == "at once":
+                    c.sendall(head + data)
+                else:  # cut right after chunk data, inside CRLFs and size lines, at random
+                    ends, at = [], 0
+                    for p in parts[:12]:
+                        line = len(b"%x\r\n" % len(p))
+                        ends += [at + line + len(p), at + line + len(p) + 1, at + 1]
+                        at += line + len(p) + 2
+                    cuts = sorted({len(head) + v for v in ends} |
+                                  {len(head) + int(v) for v in rng.integers(1, len(data), 20)})
+                    send_in_pieces(c, head + data, cuts)
+                code, _, ans = read_final(c, 30)
+            finally:
+                c.close()
+            check_sum_answer(code, ans, want, f"{split} ({how})")
+    malformed = metric(s, 'tandem_http_chunked_framing_total{result="malformed"}') - malformed0
+    unfollowed = metric(s, 'tandem_http_chunked_framing_total{result="unfollowed"}') - unfollowed0
+    print(f"    {judged} malformed chunked bodies answered in JSON ({malformed:.0f} judged in the "
+          "upload callback)", flush=True)
+    assert malformed == judged, f"{malformed} of {judged} malformed framings judged after the head"
+    assert unfollowed == 0, f"{unfollowed} chunked bodies were not followed"
+    infer_ok(s)
+
+
+def test_head_limits(s):
+    """libmicrohttpd keeps a request head in its connection's memory pool (64 KiB) with some
+    bookkeeping per header line, and answers a head that does not fit (many short lines, with
+    a body read along) with an HTML 431 page. For heads of short, middling and long lines
+    sent with a body at once (Content-Length, chunked with long extensions and 16 trailers),
+    on a first and on a later request: the largest head the server takes is served (the right
+    sum), and one more line gets JSON 431."""
+    body, want = sum_request(8000, 1)  # about 48 KB: more than libmicrohttpd's read buffer
+    parts = [body[i:i + 700] for i in range(0, len(body), 700)]
+    chunked_ext = (b"".join(b"%x;%s\r\n%s\r\n" % (len(p), b"e" * 1000, p) for p in parts) + b"0\r\n"
+                   + b"".join(b"T%02d: %s\r\n" % (i, b"v" * 55) for i in range(16)) + b"\r\n")
+    starts = {
+        "Content-Length": ((f"POST /v2/models/sum/infer HTTP/1.1\r\nHost: x\r\n"
+                            f"Content-Length: {len(body)}\r\n").encode(), body),
+        "chunked": (b"POST /v2/models/sum/infer HTTP/1.1\r\nHost: x\r\n"
+                    b"Transfer-Encoding: chunked\r\n", chunked_ext),
+    }
+
+    def ask(data, later):
+        c = connect(s)
+        try:
+            if later:
+                c.sendall(infer_request())
+                assert read_answer(c, 10, closes=False)[0] == 200
+            c.sendall(data)
+            return read_final(c, 15)
+        finally:
+            c.close()
+
+    shapes = {  # n -> the head's lines after the start; the most n taken is searched for
+        f"lines of {k} bytes": (lambda n, k=k: b"".join((b"X%06d: " % i) + b"a" * (k - 12) + b"\r\n"
+                                                       for i in range(n)), 65536 // k + 1)
+        for k in (14, 120, 1000, 20000)}
+    shapes["a cookie of n * 100 bytes"] = (lambda n: b"Cookie: a=" + b"b" * (100 * n) + b"\r\n", 700)
+    shapes["n cookies"] = (lambda n: b"Cookie: " + b"; ".join(b"c%d=1" % i for i in range(n))
+                           + b"\r\n", 8000)
+    for shape, (lines, most) in shapes.items():
+        for kind, (start, tail) in starts.items():
+            for later in (False, True):
+                def head(n):
+                    return start + lines(n) + b"\r\n"
+                lo, hi = 0, most  # the most taken: 200 at lo, 431 past hi
+                while lo < hi:
+                    mid = (lo + hi + 1) // 2
+                    code, headers, ans = ask(head(mid) + tail, later)
+                    what = f"n = {mid}, {shape}, {kind}, later={later}"
+                    assert headers.get("content-type") == "application/json", \
+                        f"{what}: {code} {headers} {ans[:200]!r}"
+                    if code == 200:
+                        lo = mid
+                    else:
+                        assert code == 431, f"{what}: {code} {ans[:200]!r}"
+                        json_error(ans)
+                        hi = mid - 1
+                code, _, ans = ask(head(lo) + tail, later)
+                check_sum_answer(code, ans, want, f"the largest head (n = {lo}, {shape}, "
+                                 f"{len(head(lo))} bytes), {kind}, later={later}")
+                code, headers, ans = ask(head(lo + 1) + tail, later)
+                assert code == 431 and headers.get("content-type") == "application/json", \
+                    (shape, kind, later, code, ans[:200])
+                if kind == "chunked" and not later:
+                    print(f"    the largest head taken: n = {lo}, {shape} ({len(head(lo))} bytes)",
+                          flush=True)
     infer_ok(s)
 
 
@@ -764,6 +1004,37 @@ def test_request_memory(s, budget_mib=128):
         time.sleep(0.1)
 
 
+def test_fd_limit(tandem, repo):
+    """The server raises its descriptor limit to the hard limit at start: started with a soft
+    limit of 256, it keeps 600 idle connections open (the default budget comes from the raised
+    limit) and still answers a new client."""
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 2048:
+        print(f"    skipped: the hard descriptor limit is {hard}", flush=True)
+        return
+    popen = ts.subprocess.Popen
+    ts.subprocess.Popen = functools.partial(
+        popen, preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard)))
+    try:
+        s = ts.Server(tandem, repo)
+    finally:
+        ts.subprocess.Popen = popen
+    conns = []
+    try:
+        assert any("descriptor limit raised from 256 to" in line for line in s.lines), \
+            "".join(s.lines[-10:])
+        for _ in range(600):
+            conns.append(connect(s))
+        infer_ok(s, timeout=10)
+        time.sleep(0.5)
+        assert all(still_open(c) for c in conns), "an idle connection was closed"
+    finally:
+        for c in conns:
+            c.close()
+        rc = s.stop()
+    assert rc == 0, f"exit code {rc}\n" + "".join(s.lines[-20:])
+
+
 def test_drain_waiting(tandem, repo):
     """SIGTERM while kept-alive connections wait for their next head in tandem (suspended in
     libmicrohttpd), have a bad later head answered and lingering, a later head trickling, or a
@@ -855,8 +1126,9 @@ def main():
         (["--max-connections", "300", "--header-timeout", "2", "--min-upload-kbps", "64",
           "--connection-timeout", "30"],
          ["test_idle_flood", "test_slowloris", "test_slow_body", "test_transport_errors",
-          "test_first_request_framing", "test_nonfinite_json", "test_later_requests_keep_alive",
-          "test_later_heads_unjudged"]),
+          "test_first_request_framing", "test_chunked_framing", "test_head_limits",
+          "test_nonfinite_json",
+          "test_later_requests_keep_alive", "test_later_heads_unjudged"]),
         (["--check-heads", "0"], ["test_later_requests_unchecked"]),
         (["--keep-alive", "0"], ["test_later_requests_no_keep_alive"]),
         (["--max-json-mb", "1", "--max-body-mb", "128", "--request-memory", "1024"], ["test_json_stream"]),
@@ -888,7 +1160,7 @@ def main():
                     print(f"FAIL clean shutdown: exit code {rc}\n" + "".join(s.lines[-40:]), flush=True)
             finally:
                 s.stop()
-        for name in ("test_drain", "test_drain_waiting"):
+        for name in ("test_fd_limit", "test_drain", "test_drain_waiting"):
             if args.filter not in name:
                 continue
             t0 = time.time()
