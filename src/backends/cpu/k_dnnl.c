@@ -7,7 +7,6 @@
  * kernel (dn_fallback).
  * This file holds the table and what the op files share (k_dnnl.h): states, the per-shape
  * cache, single-threaded execution, reorders and the split of work over the thread pool. */
-#include <math.h>
 #include <omp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -394,41 +393,6 @@ bool dn_attr_clip(dnnl_primitive_attr_t attr, float lo, float hi) {
               dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
     if (po) dnnl_post_ops_destroy(po);
     return ok;
-}
-
-int8_t *dn_pairsafe_weights(const tdm_allocator *a, const int8_t *w, int64_t count, int64_t M,
-                            int64_t mg, int64_t gstride, int64_t mstride, int64_t A,
-                            int64_t astride, int64_t I, float *f, bool *oom) {
-    int8_t *out = NULL;
-    *oom = false;
-    for (int64_t m = 0; m < M; m++) {
-        int64_t base = (m / mg) * gstride + (m % mg) * mstride;
-        int worst = 0; /* the largest same-sign pair sum of input channels 2j, 2j + 1 */
-        for (int64_t i0 = 0; i0 + 1 < A; i0 += 2)
-            for (int64_t i = 0; i < I; i++) {
-                int u = w[base + i0 * astride + i], v = w[base + (i0 + 1) * astride + i];
-                int pos = (u > 0 ? u : 0) + (v > 0 ? v : 0), neg = (u < 0 ? -u : 0) + (v < 0 ? -v : 0);
-                if (pos > worst) worst = pos;
-                if (neg > worst) worst = neg;
-            }
-        f[m] = 1.0f;
-        if (worst <= 128) continue;
-        if (!out) {
-            out = tdm_alloc(a, (size_t)count + 1);
-            if (!out) {
-                *oom = true;
-                return NULL;
-            }
-            memcpy(out, w, (size_t)count);
-        }
-        f[m] = 127.0f / (float)worst;
-        for (int64_t i0 = 0; i0 < A; i0++)
-            for (int64_t i = 0; i < I; i++) {
-                int64_t at = base + i0 * astride + i;
-                out[at] = (int8_t)nearbyintf((float)w[at] * f[m]);
-            }
-    }
-    return out;
 }
 
 bool dn_has_vnni(void) {

@@ -138,19 +138,6 @@ bool dn_f32_scalar(const tdm_tensor *t, float *v);
 bool dn_attr_clip(dnnl_primitive_attr_t attr, float lo, float hi);
 /* oneDNN's ISA has 8-bit dot products without saturation (AVX512-VNNI or AVX-VNNI). */
 bool dn_has_vnni(void);
-/* Without VNNI, oneDNN's u8 x s8 products go through vpmaddubsw, which sums the products of
- * two adjacent input channels (same output channel) in a saturating int16: 255 * (w0 + w1)
- * must fit. Weights that full-range quantizers write overflow it (YOLO stems: 58 steps off).
- * Per output channel m, whose weights sit at (m / mg) * gstride + (m % mg) * mstride +
- * a * astride + i for a < A, i < I: when its two largest positive or two largest negative
- * weights sum to more than 128 in magnitude, the channel is requantized as w' = round(w *
- * f[m]) with f[m] = 127 / that sum (f = 1 elsewhere); the caller divides the channel's output
- * scale by f[m] and multiplies its int32 bias by it (a 7-bit channel, what ONNX Runtime's
- * reduce_range does for every channel). Returns the new weights (count bytes, from `a`) or
- * NULL when no channel needs it (*oom when out of memory). */
-int8_t *dn_pairsafe_weights(const tdm_allocator *a, const int8_t *w, int64_t count, int64_t M,
-                            int64_t mg, int64_t gstride, int64_t mstride, int64_t A,
-                            int64_t astride, int64_t I, float *f, bool *oom);
 /* The run's CPU device has precision bf16 (cpu_device.h): convolutions and matmuls build
  * bf16 primitives (bf16 source and weights, f32 accumulation and results). */
 bool dn_bf16(const tdm_kernel_ctx *ctx);

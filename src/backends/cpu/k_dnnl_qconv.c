@@ -23,7 +23,6 @@
  * chunks of output channels (a contiguous slice of the weights, scales and bias), each with
  * a primitive of its own: oneDNN 2.6's int8 convolutions take the output scales only as
  * constants of the primitive (runtime scales: unimplemented). */
-#include <math.h>
 #include <stdint.h>
 #include <string.h>
 #if defined(__SSE2__)
@@ -48,8 +47,6 @@ typedef struct qc_state {
     bool clip;
     float clo, chi;   /* clip bounds relative to the output zero point */
     bool xl, yl;      /* QConv's x_nhwc / y_nhwc: X / Y channels-last (rank 4) */
-    int8_t *wsafe;    /* without VNNI: the weights made pair-safe (dn_pairsafe_weights), */
-    tdm_tensor wview; /* w pointing at them; NULL when none needed it */
 } qc_state;
 
 typedef struct qc_part {
@@ -104,35 +101,12 @@ static void qc_release(void *state, const tdm_allocator *a) {
         tdm_free(s->base.alloc, s->oscale);
         tdm_free(s->base.alloc, s->bias);
         tdm_free(s->base.alloc, s->bias_zp);
-        tdm_free(s->base.alloc, s->wsafe);
     }
     dn_release(state, a);
 }
 
 
 
-
-/* Makes s->w pair-safe for vpmaddubsw (dn_pairsafe_weights: [M, C/g, k...], channel m's
- * weights contiguous), its output scales and bias following; false when out of memory. */
-static bool qc_pairsafe(qc_state *s) {
-    int64_t per = s->w->count / s->M, Cg = s->w->dims[1], ksz = per / Cg;
-    float *f = tdm_alloc(s->base.alloc, (size_t)s->M * sizeof(float) + 1);
-    if (!f) return false;
-    bool oom;
-    s->wsafe = dn_pairsafe_weights(s->base.alloc, s->w->data, s->w->count, s->M, s->M, 0, per, Cg,
-                                   ksz, ksz, f, &oom);
-    if (s->wsafe) {
-        s->wview = *s->w;
-        s->wview.data = s->wsafe;
-        s->w = &s->wview;
-        for (int64_t m = 0; m < s->M; m++) {
-            s->oscale[m] /= f[m];
-            if (s->bias) s->bias[m] = (int32_t)nearbyint((double)s->bias[m] * f[m]);
-        }
-    }
-    tdm_free(s->base.alloc, f);
-    return !oom;
-}
 
 /* The constants the fast path needs; false leaves the node to the reference kernel. */
 static bool qc_setup(qc_state *s, const tdm_node *node, int n_in, const tdm_tensor *const *in) {
@@ -164,17 +138,13 @@ static bool qc_setup(qc_state *s, const tdm_node *node, int n_in, const tdm_tens
         if (!s->bias) return false;
         memcpy(s->bias, b->data, (size_t)s->M * sizeof(int32_t));
     }
-    /* without VNNI, uint8 X (no int8 zero point): weights whose pair sums would saturate */
-    if (!dn_has_vnni() && !(in[2] && in[2]->dtype == TDM_INT8) &&
-        !qc_pairsafe(s))
-        return false;
     if (s->xzp) {
         s->bias_zp = tdm_alloc(s->base.alloc, (size_t)s->M * sizeof(int32_t) + 1);
         if (!s->bias_zp) return false;
-        int64_t per_m = s->w->count / s->M;
+        int64_t per_m = w->count / s->M;
         for (int64_t m = 0; m < s->M; m++) {
             int64_t sum = 0;
-            for (int64_t k = 0; k < per_m; k++) sum += ((const int8_t *)s->w->data)[m * per_m + k];
+            for (int64_t k = 0; k < per_m; k++) sum += ((const int8_t *)w->data)[m * per_m + k];
             int64_t v = (s->bias ? s->bias[m] : 0) - (int64_t)s->xzp * sum;
             if (v < INT32_MIN || v > INT32_MAX) {
                 tdm_free(s->base.alloc, s->bias_zp);

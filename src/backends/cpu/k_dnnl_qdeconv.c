@@ -20,13 +20,9 @@
  * bytes in both layouts). Threads: whole batches in one primitive on one thread, else one
  * image per work item.
  *
- * Without VNNI, weights whose int16 pair sums could saturate are requantized per channel
- * first (dn_pairsafe_weights; their scales and bias follow).
- *
  * What it needs, else the reference kernel (k_misc_qdeconv.c) runs: constant per-tensor x / y
  * scales and zero points, w_scale per-tensor or [M], constant int8 weights with zero points
  * 0, a constant int32 bias, 8-bit X and Y, 1-D to 3-D, and a JIT implementation. */
-#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -48,8 +44,6 @@ typedef struct qd_state {
     bool clip;
     float clo, chi;
     bool xl, yl;
-    int8_t *wsafe;    /* without VNNI: the weights made pair-safe (dn_pairsafe_weights), */
-    tdm_tensor wview; /* w pointing at them; NULL when none needed it */
 } qd_state;
 
 typedef struct qd_entry {
@@ -80,33 +74,8 @@ static void qd_release(void *state, const tdm_allocator *a) {
     if (s) {
         tdm_free(s->base.alloc, s->oscale);
         tdm_free(s->base.alloc, s->bias);
-        tdm_free(s->base.alloc, s->wsafe);
     }
     dn_release(state, a);
-}
-
-/* Makes s->w pair-safe for vpmaddubsw (dn_pairsafe_weights: [C, M/g, k...], channel m =
- * group g, column mi at rows g * C/g.. of column mi), its output scales and bias following;
- * false when out of memory. */
-static bool qd_pairsafe(qd_state *s) {
-    const tdm_tensor *w = s->w;
-    int64_t Mg = w->dims[1], Cg = w->dims[0] / s->group, ksz = w->count / (w->dims[0] * Mg);
-    float *f = tdm_alloc(s->base.alloc, (size_t)s->M * sizeof(float) + 1);
-    if (!f) return false;
-    bool oom;
-    s->wsafe = dn_pairsafe_weights(s->base.alloc, w->data, w->count, s->M, Mg, Cg * Mg * ksz, ksz,
-                                   Cg, Mg * ksz, ksz, f, &oom);
-    if (s->wsafe) {
-        s->wview = *w;
-        s->wview.data = s->wsafe;
-        s->w = &s->wview;
-        for (int64_t m = 0; m < s->M; m++) {
-            s->oscale[m] /= f[m];
-            if (s->bias) s->bias[m] = (int32_t)nearbyint((double)s->bias[m] * f[m]);
-        }
-    }
-    tdm_free(s->base.alloc, f);
-    return !oom;
 }
 
 /* The constants the fast path needs; false leaves the node to the reference kernel. */
@@ -146,8 +115,7 @@ static bool qd_setup(qd_state *s, const tdm_node *node, int n_in, const tdm_tens
         s->clo = (float)((qlo > lo ? qlo : lo) - s->yzp);
         s->chi = (float)((qhi < hi ? qhi : hi) - s->yzp);
     }
-    /* without VNNI, uint8 X (no int8 zero point): weights whose pair sums would saturate */
-    return dn_has_vnni() || (in[2] && in[2]->dtype == TDM_INT8) || qd_pairsafe(s);
+    return true;
 }
 
 static tdm_status *qd_prepare(const tdm_node *node, int opset, int n_in,
