@@ -425,7 +425,7 @@ def ratio(a, b):
 def render(rows, accs, mach, started, load0, load1, a):
     isa = rows[0]["isa"] if rows else "?"
     kern = ("VNNI" if any(v in isa for v in ("vnni", "bf16", "amx")) else
-            "vpmaddubsw, weight channels made pair-safe")
+            "vpmaddubsw: int16 pair sums saturate")
     lines = [f"# int8 CPU benchmark ({started:%Y-%m-%d %H:%M} UTC)", "",
              f"Machine: {mach['cpu']}, {mach['cores']}, hypervisor {mach['hypervisor']}; "
              f"tandem's CPU ISA: **{isa}** (oneDNN int8 kernels: {kern}). {mach['commit']}; "

@@ -216,9 +216,8 @@ def has_vnni(args):
 
 
 def compare_ort(args, work, qmodel, samples, what, tol=None):
-    """Without VNNI the bound is AVX2_QDQ_TOL: tandem requantizes the weight channels whose
-    int16 pair sums could saturate in oneDNN's AVX2 kernels (k_dnnl.c's dn_pairsafe_weights),
-    a step here and there. tandem on the QDQ model against ORT running it as written (graph optimizations off:
+    """Without VNNI the bound is AVX2_QDQ_TOL: oneDNN's AVX2 u8 x s8 kernels (and ORT's) sum
+    pairs of products in a saturating int16 (vpmaddubsw), which full-range weights overflow. tandem on the QDQ model against ORT running it as written (graph optimizations off:
     the Q/DQ arithmetic in float, as the ONNX spec defines it), and against ORT's default
     session, whose fused int8 kernels round inside (a looser bound, ORT_INT8_TOL)."""
     if tol is None:
