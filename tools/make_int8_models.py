@@ -30,14 +30,21 @@ Cases (each quantized with 16 calibration samples of the same distribution as th
                   fifth the input's GlobalAveragePool
                   (tandem: the data-movement ops on 8-bit tensors with requantising tables,
                   channels-last; QAdd's broadcasting rows; QMul; QGlobalAveragePool)
+  qdq_deconv      written in QDQ form by hand: Conv, then ConvTranspose 2x2 stride 2 with a
+                  per-channel (axis 1) weight, an int32 bias and Relu, a second one to a
+                  single channel (PP-OCR's DB head), an overlapping 3x3 stride 2 one with pads
+                  and output_padding, a grouped per-tensor one with an input zero point, a
+                  dilated one (oneDNN's int8 deconvolution has no dilations: tandem's
+                  reference kernel); the first is also an output (tandem: QConvTranspose,
+                  channels-last in the int8 layout pass)
   mlp_qdq         MatMul+Add+Relu, MatMul+Add, Gemm(transB) on [6, 64] rows (QDQ)
   cnn_qop         QOperator form (QLinearConv, QLinearMatMul; quantized ops Conv / MatMul
                   only)
   mlp_qop         QOperator form of the MLP (QLinearMatMul)
   mlp_dyn         quantize_dynamic of the MLP (DynamicQuantizeLinear -> MatMulInteger, int8
                   weights): no output quantization step, compared with a float tolerance
-Deterministic: fixed seeds. Usage: tools/make_int8_models.py [OUT_DIR] (default
-tests/models_int8; its folders are replaced)."""
+Deterministic: fixed seeds. Usage: tools/make_int8_models.py [OUT_DIR] [--only=qdq_deconv]
+(default tests/models_int8; its folders are replaced, or with --only that case's alone)."""
 import os
 import shutil
 import sys
@@ -296,6 +303,88 @@ def qdq_move(seed=6):
     return m, [1, 8, 12, 12]
 
 
+def qdq_deconv(seed=7):
+    rng = np.random.default_rng(seed)
+    nodes, inits = [], []
+
+    def const(name, v):
+        inits.append(numpy_helper.from_array(np.asarray(v), name))
+        return name
+
+    def q(x, name, s, zp, t=np.uint8):
+        nodes.append(helper.make_node("QuantizeLinear", [x, const(name + "_s", np.float32(s)),
+                                                         const(name + "_z", t(zp))], [name]))
+        return name
+
+    def dq(xq, name=None):
+        name = name or xq + "_dq"
+        n = next(n for n in nodes if n.output[0] == xq)
+        nodes.append(helper.make_node("DequantizeLinear", [xq, n.input[1], n.input[2]], [name]))
+        return name
+
+    def weight(name, shape, axis, per_channel=True):
+        w = rng.standard_normal(shape) * (1.5 / np.sqrt(np.prod(shape) / shape[axis]))
+        # (|w| <= 63: CPUs without VNNI, whose pair sums saturate, are exact too)
+        red = tuple(d for d in range(len(shape)) if d != axis)
+        ws = (np.abs(w).max(red) / 63).astype(np.float32) if per_channel else \
+            np.float32(np.abs(w).max() / 63)
+        bs = ws.reshape([-1 if d == axis else 1 for d in range(len(shape))]) if per_channel else ws
+        wq = np.clip(np.round(w / bs), -63, 63).astype(np.int8)
+        zp = np.zeros(shape[axis], np.int8) if per_channel else np.int8(0)
+        kw = {"axis": axis} if per_channel else {}
+        nodes.append(helper.make_node("DequantizeLinear", [
+            const(name + "_wq", wq), const(name + "_ws", ws), const(name + "_wz", zp)],
+            [name + "_w"], **kw))
+        return name + "_w", ws
+
+    def bias(name, n, xs, ws):
+        b = rng.standard_normal(n) * 0.1
+        bs = (np.float32(xs) * ws).astype(np.float32) * np.ones(n, np.float32)
+        nodes.append(helper.make_node("DequantizeLinear", [
+            const(name + "_bq", np.round(b / bs).astype(np.int32)), const(name + "_bs", bs),
+            const(name + "_bz", np.zeros(n, np.int32))], [name + "_b"], axis=0))
+        return name + "_b"
+
+    def deconv(x, xs, cin, cout, k, name, group=1, per_channel=True, **attrs):
+        w, ws = weight(name, (cin, cout // group, k, k), 1, per_channel)
+        nodes.append(helper.make_node("ConvTranspose", [x, w, bias(name, cout, xs, ws)], [name],
+                                      kernel_shape=[k, k], group=group, **attrs))
+        return name
+
+    q0 = q("x", "q0", 0.03, 128)
+    w1, _ = weight("c1", (16, 8, 3, 3), 0)
+    nodes.append(helper.make_node("Conv", [dq(q0), w1], ["c1"], kernel_shape=[3, 3],
+                                  pads=[1, 1, 1, 1]))
+    nodes.append(helper.make_node("Relu", ["c1"], ["c1r"]))
+    q1 = q("c1r", "q1", 0.04, 0)
+    nodes.append(helper.make_node("Relu", [deconv(dq(q1), 0.04, 16, 12, 2, "d1", strides=[2, 2])],
+                                  ["d1r"]))
+    q2 = q("d1r", "q2", 0.05, 0)
+    dq(q2, "y1")
+    q3 = q(deconv(dq(q2, "q2_dq2"), 0.05, 12, 1, 2, "d2", strides=[2, 2]), "q3", 0.06, 120)
+    dq(q3, "y2")
+    q4 = q(deconv(dq(q1, "q1_dq2"), 0.04, 16, 10, 3, "d3", strides=[2, 2], pads=[1, 1, 1, 1],
+                  output_padding=[1, 1]), "q4", 0.07, 110)
+    dq(q4, "y3")
+    q5 = q(deconv(dq(q0, "q0_dq2"), 0.03, 8, 6, 2, "d4", group=2, per_channel=False,
+                  strides=[2, 2]), "q5", 0.05, 125)
+    dq(q5, "y4")
+    q6 = q(deconv(dq(q1, "q1_dq3"), 0.04, 16, 4, 3, "d5", strides=[2, 2], dilations=[2, 2],
+                  pads=[2, 2, 2, 2]), "q6", 0.05, 100)
+    dq(q6, "y5")
+    g = helper.make_graph(nodes, "qdq_deconv",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 10, 12])],
+                          [helper.make_tensor_value_info("y1", TensorProto.FLOAT, [1, 12, 20, 24]),
+                           helper.make_tensor_value_info("y2", TensorProto.FLOAT, [1, 1, 40, 48]),
+                           helper.make_tensor_value_info("y3", TensorProto.FLOAT, [1, 10, 20, 24]),
+                           helper.make_tensor_value_info("y4", TensorProto.FLOAT, [1, 6, 20, 24]),
+                           helper.make_tensor_value_info("y5", TensorProto.FLOAT, [1, 4, 19, 23])],
+                          inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(m)
+    return m, [1, 8, 10, 12]
+
+
 class Reader(CalibrationDataReader):
     def __init__(self, shape, seed, n=16):
         rng = np.random.default_rng(seed)
@@ -338,8 +427,22 @@ def write_case(out, name, model_path, shape, seed):
 
 
 def main():
-    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
+    args = [a for a in sys.argv[1:] if not a.startswith("--only=")]
+    only = [a[7:] for a in sys.argv[1:] if a.startswith("--only=")]
+    out = args[0] if args else os.path.join(
         os.path.dirname(os.path.abspath(__file__)), "..", "tests", "models_int8")
+    if only:  # one case (re)written, the others left as they are
+        with tempfile.TemporaryDirectory() as tmp:
+            for name in only:
+                if name != "qdq_deconv":
+                    sys.exit(f"--only: {name} cannot be written alone")
+                if os.path.isdir(os.path.join(out, name)):
+                    shutil.rmtree(os.path.join(out, name))
+                model, shape = qdq_deconv()
+                path = os.path.join(tmp, name + ".onnx")
+                onnx.save(model, path)
+                write_case(out, name, path, shape, 1104)
+        return
     if os.path.isdir(out):
         shutil.rmtree(out)
     os.makedirs(out)
@@ -377,6 +480,10 @@ def main():
         path = os.path.join(tmp, "qdq_move.onnx")
         onnx.save(model, path)
         write_case(out, "qdq_move", path, shape, 1003 + len(cases))
+        model, shape = qdq_deconv()  # (already QDQ)
+        path = os.path.join(tmp, "qdq_deconv.onnx")
+        onnx.save(model, path)
+        write_case(out, "qdq_deconv", path, shape, 1104)
 
 
 if __name__ == "__main__":

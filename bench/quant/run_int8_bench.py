@@ -53,6 +53,7 @@ sys.path.insert(0, BENCH)
 import run_cpu_bench as cb  # noqa: E402
 
 QUANT_VERSION = 1  # bump when the quantization settings change (cache key)
+TDM_QUANT_VERSION = 2  # ... when what `tandem quantize` writes changes (2: ConvTranspose folds)
 
 
 class Reader(CalibrationDataReader):
@@ -192,7 +193,7 @@ def get_tandem_int8(tandem, name, fpath):
     packages, _, _ = real_modules()
     key = "-".join(a.strip("#-/").replace("/", "_") for a in args)
     tpath = os.path.join(cb.CACHE, f"{name}-{packages.pinned()[REAL[name][0]]}-tdm-int8-"
-                         f"q{QUANT_VERSION}-{key}.onnx")
+                         f"q{QUANT_VERSION}t{TDM_QUANT_VERSION}-{key}.onnx")
     if not os.path.exists(tpath):
         cb.log(f"tandem quantize {name} {' '.join(args)} ...")
         with tempfile.TemporaryDirectory() as d:

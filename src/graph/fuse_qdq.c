@@ -3,6 +3,8 @@
  * stay 8-bit from one operator to the next and the products run on int8 kernels:
  *
  *   DQ(x_q) , DQ(w_q const) [, bias] -> Conv [-> Relu | Clip] -> Q       => QConv
+ *   the same with ConvTranspose                                         => QConvTranspose
+ *                                      (fuse_qdeconv.c)
  *   DQ(a_q) , DQ(b_q const 2-D)      -> MatMul [-> Add(bias)] [-> act] -> Q => QMatMul
  *   DQ(a_q) , DQ(b_q const)  [, C]   -> Gemm (alpha = beta = 1, A as is) [-> act] -> Q
  *                                                                          => QMatMul
@@ -41,10 +43,11 @@
  * be read by the pattern only.
  *
  * Channels-last pass (fz_pass_q8_nhwc, run with the blocked-layout pass on a CPU): chains
- * of 2-D QConv, QAdd / QMul of rank-4 tensors, QLut, QGlobalAveragePool, channel Concat /
- * Split, MaxPool and nearest Resize keep their 8-bit tensors channels-last ([N, H, W, C],
- * oneDNN's int8 layout on x86) instead of converting NCHW <-> NHWC around every
- * convolution: QConv takes attributes x_nhwc / y_nhwc (ops/fused.h), QAdd, QMul and QLut
+ * of 2-D QConv / QConvTranspose, QAdd / QMul of rank-4 tensors, QLut, QGlobalAveragePool,
+ * channel Concat / Split, MaxPool and nearest Resize keep their 8-bit tensors channels-last
+ * ([N, H, W, C], oneDNN's int8 layout on x86) instead of converting NCHW <-> NHWC around
+ * every convolution: QConv / QConvTranspose take attributes x_nhwc / y_nhwc (ops/fused.h),
+ * QAdd, QMul and QLut
  * run as they are on the twins (broadcasting commutes with permuting the axes of all three
  * alike), QGlobalAveragePool takes nhwc, Concat / Split run on axis 3, a 2-D MaxPool
  * becomes MaxPoolNhwc, a Resize takes its constant scales / sizes permuted. The layout
@@ -58,17 +61,8 @@
 
 #include "core/alloc.h"
 #include "graph/fuse_impl.h"
+#include "graph/fuse_qdq.h"
 #include "ops/fused.h"
-
-/* A DequantizeLinear feeding a pattern. */
-typedef struct dq_in {
-    int node;
-    int q;     /* quantized input value */
-    int scale; /* scale value (float32 constant) */
-    int zp;    /* zero point value (-1: absent) */
-    const tdm_tensor *s, *z; /* their constants (z NULL when absent) */
-    int axis;  /* normalized axis of a per-axis scale (-1 for per-tensor) */
-} dq_in;
 
 static bool is_q8(tdm_dtype t) { return t == TDM_UINT8 || t == TDM_INT8; }
 
@@ -130,12 +124,12 @@ static float scale_at(const dq_in *d, int64_t i) {
 }
 
 /* An activation: per-tensor. */
-static bool match_act_dq(const fz_ctx *fz, int v, dq_in *d) {
+bool fq_match_act_dq(const fz_ctx *fz, int v, dq_in *d) {
     return match_dq(fz, v, false, d) && d->s->count == 1;
 }
 
 /* Weights: constant int8, zero points 0, per-tensor or per-axis along `axis`. */
-static bool match_w_dq(const fz_ctx *fz, int v, int axis, dq_in *d) {
+bool fq_match_w_dq(const fz_ctx *fz, int v, int axis, dq_in *d) {
     if (!match_dq(fz, v, false, d) || fz->g->values[d->q].dtype != TDM_INT8) return false;
     const tdm_tensor *w = fz_const(fz, d->q);
     if (!w) return false;
@@ -146,13 +140,6 @@ static bool match_w_dq(const fz_ctx *fz, int v, int axis, dq_in *d) {
 }
 
 /* A QuantizeLinear with constant per-tensor scale and zero point (8-bit). */
-typedef struct q_out {
-    int node, out, scale, zp;
-    float s;
-    int32_t z;
-    tdm_dtype t;
-} q_out;
-
 static bool match_q(const fz_ctx *fz, int node, q_out *q) {
     if (!fz_is_op(fz, node, "QuantizeLinear")) return false;
     const tdm_node *n = fz_node(fz, node);
@@ -175,13 +162,7 @@ static bool match_q(const fz_ctx *fz, int node, q_out *q) {
 
 /* From value v (the op's float result): [Relu | Clip(constant bounds)] then Q, each the
  * sole reader. Fills the clamp [qmin, qmax] (the type's range when there is none). */
-typedef struct tail {
-    int act; /* the Relu / Clip node or -1 */
-    q_out q;
-    int64_t qmin, qmax;
-} tail;
-
-static bool match_tail(const fz_ctx *fz, int v, tail *t) {
+bool fq_match_tail(const fz_ctx *fz, int v, tail *t) {
     t->act = -1;
     int next = fz_sole_consumer(fz, v);
     float lo = -INFINITY, hi = INFINITY;
@@ -220,7 +201,7 @@ static bool match_tail(const fz_ctx *fz, int v, tail *t) {
 
 /* The int32 bias [n] in units of xs * ws[m] from value b: a float32 constant (n values or
  * one) or DQ(int32 constant). -1 in *v when b does not fit. */
-static tdm_status *make_bias(fz_ctx *fz, int b, int64_t n, const dq_in *x, const dq_in *w,
+tdm_status *fq_make_bias(fz_ctx *fz, int b, int64_t n, const dq_in *x, const dq_in *w,
                              int *v) {
     *v = -1;
     const float *bf = NULL;
@@ -277,7 +258,7 @@ static tdm_status *zp_value(fz_ctx *fz, const dq_in *d, int *v) {
 
 /* Appends the integer node: the 8 QLinear-style inputs (+ bias), output = Q's output; kills
  * the anchor, the activation and Q. */
-static tdm_status *emit(fz_ctx *fz, const char *op, int anchor, const dq_in *a, int b_q,
+tdm_status *fq_emit(fz_ctx *fz, const char *op, int anchor, const dq_in *a, int b_q,
                         int b_scale, int b_zp, const tail *t, int bias, bool copy_attrs) {
     int azp;
     TDM_TRY(zp_value(fz, a, &azp));
@@ -320,8 +301,8 @@ static tdm_status *fuse_conv(fz_ctx *fz, int ci) {
         return NULL;
     dq_in x, w;
     tail t;
-    if (!match_act_dq(fz, c->inputs[0], &x) || !match_w_dq(fz, c->inputs[1], 0, &w) ||
-        !match_tail(fz, c->outputs[0], &t))
+    if (!fq_match_act_dq(fz, c->inputs[0], &x) || !fq_match_w_dq(fz, c->inputs[1], 0, &w) ||
+        !fq_match_tail(fz, c->outputs[0], &t))
         return NULL;
     const tdm_tensor *wt = fz_const(fz, w.q);
     if (wt->rank < 3) return NULL;
@@ -329,10 +310,10 @@ static tdm_status *fuse_conv(fz_ctx *fz, int ci) {
     if (w.s->count != 1 && w.s->count != m) return NULL;
     int bias = -1;
     if (c->n_inputs > 2 && c->inputs[2] >= 0) {
-        TDM_TRY(make_bias(fz, c->inputs[2], m, &x, &w, &bias));
+        TDM_TRY(fq_make_bias(fz, c->inputs[2], m, &x, &w, &bias));
         if (bias < 0) return NULL;
     }
-    return emit(fz, "QConv", ci, &x, w.q, w.scale, w_zp_value(&w), &t, bias, true);
+    return fq_emit(fz, "QConv", ci, &x, w.q, w.scale, w_zp_value(&w), &t, bias, true);
 }
 
 /* MatMul / Gemm with a constant 2-D weight: B [K, N] (Gemm transB: [N, K], transposed here
@@ -350,7 +331,7 @@ static tdm_status *fuse_matmul(fz_ctx *fz, int mi, bool gemm) {
             return NULL;
     }
     dq_in a, w;
-    if (!match_act_dq(fz, mm->inputs[0], &a) || !match_w_dq(fz, mm->inputs[1], tb ? 0 : 1, &w))
+    if (!fq_match_act_dq(fz, mm->inputs[0], &a) || !fq_match_w_dq(fz, mm->inputs[1], tb ? 0 : 1, &w))
         return NULL;
     const tdm_tensor *wt = fz_const(fz, w.q);
     if (wt->rank != 2) return NULL;
@@ -369,10 +350,10 @@ static tdm_status *fuse_matmul(fz_ctx *fz, int mi, bool gemm) {
         }
     }
     tail t;
-    if (!match_tail(fz, out, &t)) return NULL;
+    if (!fq_match_tail(fz, out, &t)) return NULL;
     int bias = -1;
     if (c >= 0) {
-        TDM_TRY(make_bias(fz, c, n, &a, &w, &bias));
+        TDM_TRY(fq_make_bias(fz, c, n, &a, &w, &bias));
         if (bias < 0) return NULL;
     }
     int bq = w.q;
@@ -387,7 +368,7 @@ static tdm_status *fuse_matmul(fz_ctx *fz, int mi, bool gemm) {
         TDM_TRY(fz_new_const(fz, fz->g->values[w.q].name, tt, &bq));
     }
     if (add >= 0) fz_kill(fz, add);
-    return emit(fz, "QMatMul", mi, &a, bq, w.scale, w_zp_value(&w), &t, bias, false);
+    return fq_emit(fz, "QMatMul", mi, &a, bq, w.scale, w_zp_value(&w), &t, bias, false);
 }
 
 /* Add / Mul of two per-tensor quantized operands -> QAdd / QMul. */
@@ -396,12 +377,12 @@ static tdm_status *fuse_add(fz_ctx *fz, int ai) {
     if (ad->n_inputs != 2 || ad->n_outputs != 1 || ad->outputs[0] < 0) return NULL;
     dq_in a, b;
     tail t;
-    if (!match_act_dq(fz, ad->inputs[0], &a) || !match_act_dq(fz, ad->inputs[1], &b) ||
-        !match_tail(fz, ad->outputs[0], &t))
+    if (!fq_match_act_dq(fz, ad->inputs[0], &a) || !fq_match_act_dq(fz, ad->inputs[1], &b) ||
+        !fq_match_tail(fz, ad->outputs[0], &t))
         return NULL;
     int bzp;
     TDM_TRY(zp_value(fz, &b, &bzp));
-    return emit(fz, strcmp(ad->op_type, "Mul") ? "QAdd" : "QMul", ai, &a, b.q, b.scale, bzp, &t,
+    return fq_emit(fz, strcmp(ad->op_type, "Mul") ? "QAdd" : "QMul", ai, &a, b.q, b.scale, bzp, &t,
                 -1, false);
 }
 
@@ -411,7 +392,7 @@ static tdm_status *fuse_gap(fz_ctx *fz, int gi) {
     if (n->n_inputs != 1 || n->n_outputs != 1 || n->outputs[0] < 0) return NULL;
     dq_in x;
     q_out q;
-    if (!match_act_dq(fz, n->inputs[0], &x) ||
+    if (!fq_match_act_dq(fz, n->inputs[0], &x) ||
         !match_q(fz, fz_sole_consumer(fz, n->outputs[0]), &q))
         return NULL;
     int xzp, fi;
@@ -549,7 +530,7 @@ static tdm_status *fuse_lut_unary(fz_ctx *fz, int ui) {
         return NULL;
     dq_in x;
     q_out q;
-    if (!match_act_dq(fz, u->inputs[0], &x) || !match_q(fz, fz_sole_consumer(fz, u->outputs[0]), &q))
+    if (!fq_match_act_dq(fz, u->inputs[0], &x) || !match_q(fz, fz_sole_consumer(fz, u->outputs[0]), &q))
         return NULL;
     tdm_dtype xt = fz->g->values[x.q].dtype;
     uint8_t tab[256];
@@ -589,7 +570,7 @@ static tdm_status *fuse_lut_scalar(fz_ctx *fz, int bi, bool *done) {
         dq_in x;
         q_out q;
         float c;
-        if (!match_act_dq(fz, n->inputs[side], &x) || !scalar_operand(fz, n->inputs[1 - side], &c) ||
+        if (!fq_match_act_dq(fz, n->inputs[side], &x) || !scalar_operand(fz, n->inputs[1 - side], &c) ||
             !match_q(fz, fz_sole_consumer(fz, n->outputs[0]), &q))
             continue;
         if (fz->g->values[n->inputs[side]].rank < 0 || fz->g->values[n->outputs[0]].rank !=
@@ -614,7 +595,7 @@ static tdm_status *fuse_lut_mul(fz_ctx *fz, int mi) {
     if (m->n_inputs != 2 || m->n_outputs != 1 || m->outputs[0] < 0) return NULL;
     dq_in a, b;
     q_out q;
-    if (!match_act_dq(fz, m->inputs[0], &a) || !match_act_dq(fz, m->inputs[1], &b) ||
+    if (!fq_match_act_dq(fz, m->inputs[0], &a) || !fq_match_act_dq(fz, m->inputs[1], &b) ||
         !match_q(fz, fz_sole_consumer(fz, m->outputs[0]), &q))
         return NULL;
     for (int side = 0; side < 2; side++) {
@@ -666,7 +647,7 @@ static bool lr_collect(const fz_ctx *fz, int v, lut_region *r) {
     if (v < 0) return false;
     if (v == r->xv) return true;
     dq_in d;
-    if (match_act_dq(fz, v, &d)) {
+    if (fq_match_act_dq(fz, v, &d)) {
         if (r->xv >= 0) return false; /* a second 8-bit input */
         r->xv = v;
         r->x = d;
@@ -816,7 +797,7 @@ static tdm_status *fuse_move(fz_ctx *fz, int oi) {
         if (n->outputs[k] < 0 || !match_q(fz, fz_sole_consumer(fz, n->outputs[k]), &q[k]))
             return NULL;
     for (int k = 0; k < nin; k++)
-        if (n->inputs[k] < 0 || !match_act_dq(fz, n->inputs[k], &d[k])) return NULL;
+        if (n->inputs[k] < 0 || !fq_match_act_dq(fz, n->inputs[k], &d[k])) return NULL;
     int qs[MAXIO];
     for (int k = 0; k < nin; k++) { /* (Split: the table goes after it, per output) */
         qs[k] = d[k].q;
@@ -899,6 +880,7 @@ tdm_status *fz_pass_qdq(fz_ctx *fz) {
         TDM_TRY(fz_refresh(fz));
         int ni = (int)i;
         if (fz_is_op(fz, ni, "Conv")) TDM_TRY(fuse_conv(fz, ni));
+        else if (fz_is_op(fz, ni, "ConvTranspose")) TDM_TRY(fq_fuse_deconv(fz, ni));
         else if (fz_is_op(fz, ni, "MatMul")) TDM_TRY(fuse_matmul(fz, ni, false));
         else if (fz_is_op(fz, ni, "Gemm")) TDM_TRY(fuse_matmul(fz, ni, true));
         else if (fz_is_op(fz, ni, "Add") || fz_is_op(fz, ni, "Sub") || fz_is_op(fz, ni, "Mul") ||
@@ -952,9 +934,9 @@ static bool has_twin(const nh_ctx *h, int v) {
     return v >= 0 && (size_t)v < h->nv && h->twin[v] >= 0;
 }
 
-/* QConv of 2-D images (the fast kernel's channels-last case), on the CPU. */
+/* QConv / QConvTranspose of 2-D images (the fast kernels' channels-last case), on the CPU. */
 static bool nh_conv(const nh_ctx *h, const tdm_node *n) {
-    if (!is_fused_op(n, "QConv") || n->device >= 0 || n->n_inputs < 8 || n->n_outputs != 1)
+    if (!(is_fused_op(n, "QConv") || is_fused_op(n, "QConvTranspose")) || n->device >= 0 || n->n_inputs < 8 || n->n_outputs != 1)
         return false;
     const tdm_value *w = n->inputs[3] >= 0 ? &h->fz->g->values[n->inputs[3]] : NULL;
     return w && w->rank == 4 && q8_4d(h, n->inputs[0]) && q8_4d(h, n->outputs[0]) &&

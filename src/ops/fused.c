@@ -166,6 +166,40 @@ static tdm_status *infer_qadd(tdm_infer_ctx *ctx) {
     return NULL;
 }
 
+/* ---- QConvTranspose: ConvTranspose's shape of X and W (inputs 0 and 3; x_nhwc / y_nhwc:
+ * channels-last [N, H, W, C] of rank 4); Y has y_zero_point's type ---- */
+static void nhwc_to_nchw(tdm_value_info *v) {
+    int64_t c = v->dims[3];
+    v->dims[3] = v->dims[2];
+    v->dims[2] = v->dims[1];
+    v->dims[1] = c;
+}
+
+static tdm_status *infer_qconv_transpose(tdm_infer_ctx *ctx) {
+    bool xl = tdm_attr_int(ctx->node, "x_nhwc", 0) != 0, yl = tdm_attr_int(ctx->node, "y_nhwc", 0) != 0;
+    tdm_value_info in[2] = {ctx->in[0], ctx->in[3]};
+    if (xl && in[0].rank >= 0) {
+        if (in[0].rank != 4)
+            return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT, "x_nhwc needs a rank-4 input");
+        nhwc_to_nchw(&in[0]);
+    }
+    tdm_infer_ctx sub = *ctx;
+    sub.n_in = 2;
+    sub.in = in;
+    TDM_TRY(tdm_nn_infer_conv_transpose(&sub));
+    tdm_value_info *y = &ctx->out[0];
+    y->dtype = ctx->in[7].dtype;
+    if (yl && y->rank >= 0) {
+        if (y->rank != 4)
+            return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT, "y_nhwc needs a rank-4 output");
+        int64_t c = y->dims[1];
+        y->dims[1] = y->dims[2];
+        y->dims[2] = y->dims[3];
+        y->dims[3] = c;
+    }
+    return NULL;
+}
+
 /* ---- QLut: X's shape; Y has the table's type ---- */
 static tdm_status *infer_qlut(tdm_infer_ctx *ctx) {
     tdm_infer_copy(&ctx->out[0], &ctx->in[0]);
@@ -221,6 +255,7 @@ const tdm_op_schema tdm_ops_fused[] = {
     {TDM_FUSED_DOMAIN, "BlockedPool", 1, 1, 1, 1, 1, tdm_fused_infer_blocked_pool, 0, 0},
     {TDM_FUSED_DOMAIN, "BlockedConcat", 1, 1, 1024, 1, 1, tdm_fused_infer_blocked_concat, 0, 0},
     {TDM_FUSED_DOMAIN, "QConv", 1, 8, 9, 1, 1, tdm_misc_infer_qlinear_conv, 0, 0},
+    {TDM_FUSED_DOMAIN, "QConvTranspose", 1, 8, 9, 1, 1, infer_qconv_transpose, 0, 0},
     {TDM_FUSED_DOMAIN, "QMatMul", 1, 8, 9, 1, 1, tdm_misc_infer_qlinear_matmul, 0, 0},
     {TDM_FUSED_DOMAIN, "QAdd", 1, 8, 8, 1, 1, infer_qadd, 0, 0},
     {TDM_FUSED_DOMAIN, "QMul", 1, 8, 8, 1, 1, infer_qadd, 0, 0},

@@ -27,6 +27,11 @@
  *                           [N, H, W, C] instead of NCHW (graph/fuse_qdq.c's int8 layout
  *                           pass writes them)
  *             Y = clamp(QLinearConv(...))
+ * QConvTranspose inputs: QConv's, with W [C, M / group, k...] int8 (ConvTranspose's layout;
+ *             w_scale per-tensor, or [M] when group is 1) and B int32 [M] optional;
+ *             ConvTranspose's attributes plus qmin, qmax, x_nhwc, y_nhwc as QConv
+ *             Y = clamp(round((ConvTranspose(x - x_zp, w) + B[m]) * x_scale * w_scale[m]
+ *                 / y_scale) + y_zp)                  (the sum exact in int32)
  * QMatMul     inputs: QLinearMatMul's 8 (a, a_scale, a_zp, b, b_scale per-tensor or per
  *             column, b_zp, y_scale, y_zp) plus bias (int32 [N], optional, in units of
  *             a_scale * b_scale[n], added to the accumulator); attributes qmin, qmax as QConv
@@ -44,7 +49,7 @@
  *             Y = clamp(round(mean over the spatial dims of (x - x_zp) x_scale / y_scale) + y_zp)
  * MaxPoolNhwc X [N, H, W, C] (8-bit) -> Y [N, OH, OW, C]: MaxPool's window with its
  *             attributes (read as of opset src_opset), no Indices
- * These seven never appear in a model file either: graph/fuse_qdq.c makes them from
+ * These eight never appear in a model file either: graph/fuse_qdq.c makes them from
  * DequantizeLinear -> op -> QuantizeLinear patterns.
  *
  * Attention   inputs: Q [B,H,S,D], K [B,H,T,D], V [B,H,T,Dv], mask (optional, additive,
@@ -84,5 +89,7 @@ tdm_status *tdm_fused_infer_blocked_concat(tdm_infer_ctx *ctx);
 /* ops/misc_quant.c, shared with QConv / QMatMul */
 tdm_status *tdm_misc_infer_qlinear_conv(tdm_infer_ctx *c);
 tdm_status *tdm_misc_infer_qlinear_matmul(tdm_infer_ctx *c);
+/* ops/nn_conv.c, shared with QConvTranspose */
+tdm_status *tdm_nn_infer_conv_transpose(tdm_infer_ctx *ctx);
 
 #endif

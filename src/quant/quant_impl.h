@@ -50,9 +50,11 @@ typedef struct q_node {
     int n_in;
     q_input *in;
     int out_act; /* the float output's activation index, -1 when it is not quantized */
-    /* Conv -> BatchNormalization folded (static mode): the BatchNormalization node's position
-     * and output (the Conv writes it), the folded float weight and bias (owned); -1 / NULL */
-    int bn_pos;
+    /* Conv / ConvTranspose -> [Add(per-channel constant)] -> [BatchNormalization] folded
+     * into one node (static mode): the Add's and BatchNormalization's positions (-1 when
+     * absent), the last one's output (the Conv writes it), the folded float weight and bias
+     * (owned); NULL when nothing was folded */
+    int bn_pos, add_pos;
     const char *bn_out;
     tdm_tensor *fold_w, *fold_b;
 } q_node;

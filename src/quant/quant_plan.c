@@ -150,7 +150,10 @@ static bool node_roles(tdm_quantizer *q, const Onnx__NodeProto *n, q_kind kind, 
         in[0].role = QR_ACT;
         if (tdm_quant_constant(q, n->input[1])) {
             in[1].role = QR_WEIGHT;
-            in[1].axis = per_tensor ? -1 : !strcmp(n->op_type, "ConvTranspose") ? 1 : 0;
+            /* (ConvTranspose: output channels along axis 1, [C, M/group, k...]; with groups
+             * that axis holds M/group channels: per tensor) */
+            bool ct = !strcmp(n->op_type, "ConvTranspose");
+            in[1].axis = per_tensor || (ct && attr_int(n, "group", 1) != 1) ? -1 : ct ? 1 : 0;
         } else if (is_float_act(q, n->input[1], true)) {
             in[1].role = QR_ACT;
         } else {
@@ -261,44 +264,96 @@ static int sole_consumer(const tdm_quantizer *q, const char *name) {
     return at;
 }
 
-/* Conv (constant weight, [M, C/g, ...]) whose output only a BatchNormalization (constant
- * parameters, inference form) reads: W' = W * s, B' = (B - mean) * s + beta with
- * s = scale / sqrt(var + epsilon) per output channel; the pair becomes one Conv (as
- * ONNX Runtime's pre-processing does), so that an int8 kernel runs it whole. */
+/* The per-output-channel constant `name` adds to a rank-r convolution result of M channels:
+ * one value, or M values along axis 1 once broadcast ([M, 1, 1], [1, M, 1, 1], ...). */
+static const tdm_tensor *channel_const(const tdm_quantizer *q, const char *name, int r, int64_t M) {
+    const tdm_tensor *c = tdm_quant_constant(q, name);
+    if (!c || c->dtype != TDM_FLOAT || c->rank > r) return NULL;
+    if (c->count == 1) return c;
+    if (c->count != M || c->rank < r - 1) return NULL;
+    for (int d = 0; d < c->rank; d++)
+        if (c->dims[d] != (d == c->rank - (r - 1) ? M : 1)) return NULL;
+    return c;
+}
+
+/* Conv ([M, C/g, k...]) or ConvTranspose ([C, M/g, k...]) with a constant weight whose output
+ * only an Add of a per-output-channel constant (paddle2onnx writes ConvTranspose's bias so)
+ * and / or a BatchNormalization (constant parameters, inference form) read, in that order:
+ * B' = B + add, then W' = W * s, B' = (B' - mean) * s + beta with s = scale / sqrt(var +
+ * epsilon) per output channel; the chain becomes one node (as ONNX Runtime's pre-processing
+ * does for Conv + BatchNormalization), so that an int8 kernel runs it whole with its bias
+ * in int32 (PP-OCR's DB head: ConvTranspose -> Add -> BatchNormalization -> Relu twice). */
 static tdm_status *fold_bn(tdm_quantizer *q, q_node *qn, const Onnx__NodeProto *n) {
     const Onnx__GraphProto *g = q->mp->graph;
-    if (strcmp(n->op_type, "Conv") || n->n_output != 1 || qn->in[1].role != QR_WEIGHT) return NULL;
-    int bp = sole_consumer(q, n->output[0]);
-    if (bp < 0) return NULL;
-    const Onnx__NodeProto *bn = g->node[bp];
-    if (strcmp(bn->op_type, "BatchNormalization") || (bn->domain && bn->domain[0]) || bn->n_input != 5 ||
-        strcmp(bn->input[0], n->output[0]))
+    bool ct = !strcmp(n->op_type, "ConvTranspose");
+    if ((strcmp(n->op_type, "Conv") && !ct) || n->n_output != 1 || qn->in[1].role != QR_WEIGHT)
         return NULL;
-    for (size_t o = 1; o < bn->n_output; o++)
-        if (bn->output[o][0]) return NULL; /* training outputs */
-    if (attr_int(bn, "training_mode", 0)) return NULL;
     const tdm_tensor *w = tdm_quant_constant(q, n->input[1]);
-    const tdm_tensor *b = n->n_input > 2 && n->input[2][0] ? tdm_quant_constant(q, n->input[2]) : NULL;
-    if (n->n_input > 2 && n->input[2][0] && !b) return NULL;
-    const tdm_tensor *p[4];
-    for (int i = 0; i < 4; i++) {
-        p[i] = tdm_quant_constant(q, bn->input[1 + i]);
-        if (!p[i] || p[i]->count != w->dims[0]) return NULL;
+    int64_t group = attr_int(n, "group", 1);
+    if (!w || w->rank < 3 || w->dims[0] < 1 || w->dims[1] < 1 || group < 1 ||
+        (ct && w->dims[0] % group))
+        return NULL;
+    int64_t M = ct ? w->dims[1] * group : w->dims[0];
+    const char *out = n->output[0];
+    /* [Add(per-channel constant)] */
+    const tdm_tensor *addc = NULL;
+    int ap = sole_consumer(q, out);
+    const Onnx__NodeProto *an = ap >= 0 ? g->node[ap] : NULL;
+    if (an && !strcmp(an->op_type, "Add") && !(an->domain && an->domain[0]) && an->n_input == 2 &&
+        an->n_output == 1) {
+        int k = !strcmp(an->input[0], out) ? 1 : !strcmp(an->input[1], out) ? 0 : -1;
+        if (k >= 0 && strcmp(an->input[k], out) &&
+            (addc = channel_const(q, an->input[k], w->rank, M))) {
+            out = an->output[0];
+        } else {
+            ap = -1;
+        }
+    } else {
+        ap = -1;
     }
-    if (b && b->count != w->dims[0]) return NULL;
-    int64_t M = w->dims[0], per = w->count / M;
+    /* [BatchNormalization] */
+    const tdm_tensor *p[4] = {NULL, NULL, NULL, NULL};
+    int bp = sole_consumer(q, out);
+    const Onnx__NodeProto *bn = bp >= 0 ? g->node[bp] : NULL;
+    bool has_bn = bn && !strcmp(bn->op_type, "BatchNormalization") && !(bn->domain && bn->domain[0]) &&
+                  bn->n_input == 5 && !strcmp(bn->input[0], out) && !attr_int(bn, "training_mode", 0);
+    for (size_t o = 1; has_bn && o < bn->n_output; o++)
+        if (bn->output[o][0]) has_bn = false; /* training outputs */
+    for (int i = 0; has_bn && i < 4; i++) {
+        p[i] = tdm_quant_constant(q, bn->input[1 + i]);
+        if (!p[i] || p[i]->dtype != TDM_FLOAT || p[i]->count != M) has_bn = false;
+    }
+    if (!has_bn) bp = -1;
+    if (ap < 0 && bp < 0) return NULL;
+    const tdm_tensor *b = n->n_input > 2 && n->input[2][0] ? tdm_quant_constant(q, n->input[2]) : NULL;
+    if (n->n_input > 2 && n->input[2][0] && (!b || b->dtype != TDM_FLOAT || b->count != M))
+        return NULL;
     TDM_TRY(tdm_tensor_new(q->a, TDM_FLOAT, w->rank, w->dims, &qn->fold_w));
     TDM_TRY(tdm_tensor_new(q->a, TDM_FLOAT, 1, &M, &qn->fold_b));
-    float eps = attr_float(bn, "epsilon", 1e-5f);
-    const float *wd = w->data, *sc = p[0]->data, *be = p[1]->data, *mu = p[2]->data, *va = p[3]->data;
+    float eps = has_bn ? attr_float(bn, "epsilon", 1e-5f) : 0.f;
+    const float *wd = w->data;
     float *fw = qn->fold_w->data, *fb = qn->fold_b->data;
+    int64_t ksz = 1, Mg = ct ? w->dims[1] : M / group, Cg = ct ? w->dims[0] / group : w->dims[1];
+    for (int d = 2; d < w->rank; d++) ksz *= w->dims[d];
     for (int64_t m = 0; m < M; m++) {
-        float s = sc[m] / sqrtf(va[m] + eps);
-        for (int64_t i = 0; i < per; i++) fw[m * per + i] = wd[m * per + i] * s;
-        fb[m] = ((b ? ((const float *)b->data)[m] : 0.f) - mu[m]) * s + be[m];
+        float s = has_bn ? ((const float *)p[0]->data)[m] / sqrtf(((const float *)p[3]->data)[m] + eps) : 1.f;
+        float bias = (b ? ((const float *)b->data)[m] : 0.f) +
+                     (addc ? ((const float *)addc->data)[addc->count == 1 ? 0 : m] : 0.f);
+        fb[m] = has_bn ? (bias - ((const float *)p[2]->data)[m]) * s + ((const float *)p[1]->data)[m]
+                       : bias;
+        if (ct) { /* output channel m = group g, column mi: rows c of that group */
+            int64_t gi = m / Mg, mi = m % Mg;
+            for (int64_t c = gi * Cg; c < (gi + 1) * Cg; c++)
+                for (int64_t i = 0; i < ksz; i++)
+                    fw[(c * Mg + mi) * ksz + i] = wd[(c * Mg + mi) * ksz + i] * s;
+        } else {
+            int64_t per = w->count / M;
+            for (int64_t i = 0; i < per; i++) fw[m * per + i] = wd[m * per + i] * s;
+        }
     }
+    qn->add_pos = ap;
     qn->bn_pos = bp;
-    qn->bn_out = bn->output[0];
+    qn->bn_out = has_bn ? bn->output[0] : an->output[0];
     return NULL;
 }
 
@@ -349,6 +404,9 @@ static tdm_status *analyse(tdm_quantizer *q) {
         q_kind kind;
         if ((n->domain && n->domain[0] && strcmp(n->domain, "ai.onnx")) || !kind_of(n->op_type, &kind))
             continue;
+        bool folded = false; /* an Add folded into the convolution before it */
+        for (size_t i = 0; i < q->n_nodes && !folded; i++) folded = q->nodes[i].add_pos == (int)p;
+        if (folded) continue;
         q_input *in = tdm_calloc(q->a, n->n_input + 1, sizeof *in);
         if (!in) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory");
         if (!node_roles(q, n, kind, in)) {
@@ -364,7 +422,7 @@ static tdm_status *analyse(tdm_quantizer *q) {
         qn->n_in = (int)n->n_input;
         qn->in = in;
         qn->out_act = -1;
-        qn->bn_pos = -1;
+        qn->bn_pos = qn->add_pos = -1;
         if (q->opt.mode == TDM_QUANT_DYNAMIC) continue; /* activations quantized per run */
         if (kind == QK_CONV) TDM_TRY(fold_bn(q, qn, n));
         for (int i = 0; i < qn->n_in; i++)

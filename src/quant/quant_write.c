@@ -348,7 +348,8 @@ static void write_static(wctx *w) {
         if (qn->out_act >= 0 && q->acts[qn->out_act].seen && q->acts[qn->out_act].consumers > 0)
             qa[qn->out_act] = true;
     }
-    /* Conv + BatchNormalization pairs folded into one Conv: its weight and bias names */
+    /* Conv / ConvTranspose + [Add] + [BatchNormalization] folded into one node: its weight
+     * and bias names */
     const char **fw = wal(w, (q->n_nodes + 1) * sizeof *fw), **fb = wal(w, (q->n_nodes + 1) * sizeof *fb);
     bool *skip = wal(w, g->n_node + 1);
     int *folded_at = wal(w, (g->n_node + 1) * sizeof *folded_at);
@@ -357,16 +358,23 @@ static void write_static(wctx *w) {
     for (size_t i = 0; i < q->n_nodes; i++) {
         const q_node *qn = &q->nodes[i];
         if (!qn->enabled || !qn->fold_w) continue;
-        const Onnx__NodeProto *n = g->node[qn->pos], *bn = g->node[qn->bn_pos];
+        const Onnx__NodeProto *n = g->node[qn->pos];
         fw[i] = wstr(w, "%s_folded_W", qn->bn_out);
         fb[i] = wstr(w, "%s_folded_B", qn->bn_out);
-        skip[qn->bn_pos] = true;
         folded_at[qn->pos] = (int)i;
         /* the float parameters go when nothing else reads them */
         for (size_t k = 1; k < n->n_input; k++)
             if (n->input[k][0] && tdm_quant_consumers(q, n->input[k]) == 1) push_gone(w, n->input[k]);
-        for (size_t k = 1; k < bn->n_input; k++)
-            if (tdm_quant_consumers(q, bn->input[k]) == 1) push_gone(w, bn->input[k]);
+        for (int f = 0; f < 2; f++) { /* the Add's constant, the BatchNormalization's */
+            int at = f ? qn->bn_pos : qn->add_pos;
+            if (at < 0) continue;
+            const Onnx__NodeProto *fn = g->node[at];
+            skip[at] = true;
+            for (size_t k = 0; k < fn->n_input; k++)
+                if (fn->input[k][0] && tdm_quant_constant(q, fn->input[k]) &&
+                    tdm_quant_consumers(q, fn->input[k]) == 1)
+                    push_gone(w, fn->input[k]);
+        }
     }
     /* constants: weights first (biases need their scales) */
     for (size_t i = 0; i < q->n_nodes; i++) {

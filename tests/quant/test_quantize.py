@@ -1,7 +1,9 @@
 """tandem quantize (INT8 post-training quantization, issue 20) against ONNX Runtime.
 
 On small generated models (a CNN with Conv/Relu/MaxPool/residual Add/Concat/
-GlobalAveragePool/Gemm, an MLP with MatMul/Add, a model whose input feeds a Conv directly):
+GlobalAveragePool/Gemm, an MLP with MatMul/Add, a model whose input feeds a Conv directly,
+PP-OCR's DB head: ConvTranspose -> Add -> BatchNormalization -> Relu, folded into one
+ConvTranspose with per-channel axis-1 weights, run by tandem as QConvTranspose):
   - the QDQ model tandem writes loads in ONNX Runtime, and ORT's outputs on it equal
     tandem's outputs on it within QDQ_TOL (both compute the same QDQ arithmetic in float;
     they may part only where a value lies on a rounding tie);
@@ -119,6 +121,42 @@ def make_cnn(path):
     onnx.checker.check_model(m)
     onnx.save(m, path)
     return {"x": (1, 3, 16, 16)}
+
+
+def make_deconv(path):
+    """PP-OCR's DB head as paddle2onnx writes it: Conv + BatchNormalization + Relu, then twice
+    ConvTranspose (no bias input) -> Add(per-channel constant) [-> BatchNormalization -> Relu],
+    the second to one channel, then Sigmoid."""
+    rng = np.random.default_rng(3)
+    bn = [numpy_helper.from_array((1 + rnd(rng, 6, scale=0.2)).astype(np.float32), "bn_s"),
+          numpy_helper.from_array(rnd(rng, 6, scale=0.1), "bn_b"),
+          numpy_helper.from_array(rnd(rng, 6, scale=0.1), "bn_m"),
+          numpy_helper.from_array((0.5 + np.abs(rnd(rng, 6))).astype(np.float32), "bn_v")]
+    inits = [numpy_helper.from_array(rnd(rng, 8, 4, 3, 3), "w1"), numpy_helper.from_array(rnd(rng, 8), "b1"),
+             numpy_helper.from_array(rnd(rng, 8, 6, 2, 2), "wt1"),
+             numpy_helper.from_array(rnd(rng, 1, 6, 1, 1), "bt1"),
+             numpy_helper.from_array(rnd(rng, 6, 1, 2, 2), "wt2"),
+             numpy_helper.from_array(rnd(rng, 1, 1, 1, 1), "bt2")] + bn
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("ConvTranspose", ["r1", "wt1"], ["t1"], name="deconv1", kernel_shape=[2, 2],
+                         strides=[2, 2]),
+        helper.make_node("Add", ["t1", "bt1"], ["a1"], name="bias1"),
+        helper.make_node("BatchNormalization", ["a1", "bn_s", "bn_b", "bn_m", "bn_v"], ["n1"], name="bn1"),
+        helper.make_node("Relu", ["n1"], ["r2"], name="relu2"),
+        helper.make_node("ConvTranspose", ["r2", "wt2"], ["t2"], name="deconv2", kernel_shape=[2, 2],
+                         strides=[2, 2]),
+        helper.make_node("Add", ["t2", "bt2"], ["a2"], name="bias2"),
+        helper.make_node("Sigmoid", ["a2"], ["prob"], name="sigmoid"),
+    ]
+    g = helper.make_graph(nodes, "deconv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+                          [helper.make_tensor_value_info("prob", TensorProto.FLOAT, [1, 1, 32, 32])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    onnx.save(m, path)
+    return {"x": (1, 4, 8, 8)}
 
 
 def make_mlp(path):
@@ -324,6 +362,45 @@ def test_minmax_vs_ort(args, work, name, make):
     check(commonw == want and not badw,
           f"{name}: per-channel weight scales = ORT on {commonw} (ORT: {sorted(rw)}) {badw[:3]}")
     return d, model, shapes, cal, val, rep
+
+
+def test_deconv_fold(args, work):
+    """ConvTranspose -> Add(per-channel constant) [-> BatchNormalization] folded into one
+    ConvTranspose with a per-channel (axis 1) int8 weight and an int32 bias; the QDQ model runs
+    in ORT as in tandem, where the QDQ pass makes both ConvTransposes QConvTranspose."""
+    d = os.path.join(work, "deconv")
+    os.makedirs(d, exist_ok=True)
+    model = os.path.join(d, "model.onnx")
+    shapes = make_deconv(model)
+    write_samples(os.path.join(d, "cal"), shapes, 16, 30)
+    val = write_samples(os.path.join(d, "val"), shapes, 8, 40)
+    out = os.path.join(d, "q.onnx")
+    rep = tandem_quantize(args, model, out, "--calibration", os.path.join(d, "cal"),
+                          "--validate", os.path.join(d, "val"))
+    m = onnx.load(out)
+    onnx.checker.check_model(m, full_check=True)
+    ops = [n.op_type for n in m.graph.node]
+    check("BatchNormalization" not in ops and "Add" not in ops and ops.count("ConvTranspose") == 2,
+          f"deconv: ConvTranspose + Add (+ BatchNormalization) folded into the ConvTransposes {ops}")
+    init = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
+    prod = {o: n for n in m.graph.node for o in n.output}
+    good = []
+    for n in m.graph.node:
+        if n.op_type != "ConvTranspose":
+            continue
+        w, b = prod.get(n.input[1]), prod.get(n.input[2]) if len(n.input) > 2 else None
+        axis = next((a.i for a in w.attribute if a.name == "axis"), None) if w else None
+        good.append(w is not None and w.op_type == "DequantizeLinear" and axis == 1 and
+                    init[w.input[0]].dtype == np.int8 and init[w.input[1]].size == init[w.input[0]].shape[1] and
+                    b is not None and b.op_type == "DequantizeLinear" and init[b.input[0]].dtype == np.int32)
+    check(len(good) == 2 and all(good), f"deconv: per-channel (axis 1) int8 weights and int32 biases {good}")
+    compare_ort(args, work, out, val[:4], "deconv minmax")
+    cos = min_report_cosine(rep, "validation")
+    check(cos is not None and cos >= COS_MIN, f"deconv: cosine vs float on held-out samples {cos} >= {COS_MIN}")
+    prof = subprocess.run([args.tandem, "profile", out, "--runs", "1", "--warmup", "0", "--threads", "1",
+                           "--no-save", "--json"], capture_output=True, text=True)
+    n_q = prof.stdout.count('"op": "QConvTranspose"') + prof.stdout.count('"op":"QConvTranspose"')
+    check(prof.returncode == 0 and n_q == 2, f"deconv: tandem runs both as QConvTranspose ({n_q})")
 
 
 def test_exclude(args, d, model, nodes_total):
@@ -624,6 +701,7 @@ def main():
     test_int8_activations(args, work, d, model, val)
     md, mmodel, _, _, mval, _ = test_minmax_vs_ort(args, work, "mlp", make_mlp)
     test_dynamic(args, work, md, mmodel, mval)
+    test_deconv_fold(args, work)
     test_methods(args, work)
     if not args.work:
         shutil.rmtree(work)

@@ -75,6 +75,7 @@ static const promise promised[] = {
     {"nbits", TDM_FUSED_DOMAIN, "MatMulNBitsPacked", WA},
     {"dnnl", "", "QLinearConv", WA},
     {"dnnl", TDM_FUSED_DOMAIN, "QConv", WA},
+    {"dnnl", TDM_FUSED_DOMAIN, "QConvTranspose", WA},
     {"dnnl", "", "QLinearMatMul", WA},
     {"dnnl", TDM_FUSED_DOMAIN, "QMatMul", WA},
     {"dnnl", "", "MatMulInteger", WA},
@@ -448,11 +449,11 @@ static void test_promises_kept(void **state) {
         "../models_llm/nbits_q4_zpu8_kpad_m3_acc4", "../models_llm/nbits_gbq_q4_zp"};
     for (size_t i = 0; i < sizeof llm_models / sizeof llm_models[0]; i++)
         run_model_dir(cpu, llm_models[i]);
-    /* the int8 models (tests/models_int8): QDQ (QConv, QMatMul after the QDQ pass), QOperator
-     * (QLinearConv, QLinearMatMul) and dynamic (MatMulInteger) */
+    /* the int8 models (tests/models_int8): QDQ (QConv, QMatMul, QConvTranspose after the QDQ
+     * pass), QOperator (QLinearConv, QLinearMatMul) and dynamic (MatMulInteger) */
     static const char *const int8_models[] = {"../models_int8/cnn_qdq_u8", "../models_int8/cnn_qop",
                                               "../models_int8/mlp_qdq", "../models_int8/mlp_qop",
-                                              "../models_int8/mlp_dyn"};
+                                              "../models_int8/mlp_dyn", "../models_int8/qdq_deconv"};
     for (size_t i = 0; i < sizeof int8_models / sizeof int8_models[0]; i++)
         run_model_dir(cpu, int8_models[i]);
     /* channel Concats of blocked maps whose counts are not multiples of the block, Splits of

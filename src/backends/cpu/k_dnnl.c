@@ -1,7 +1,8 @@
 /* CPU kernels: dnnl family — oneDNN fast paths for float32 Conv, FusedConv, MatMul, Gemm,
- * FusedMatMul, MaxPool and AveragePool, int8 QLinearConv / QConv and QLinearMatMul / QMatMul
- * (k_dnnl_qconv.c, k_dnnl_qmatmul.c), and the channel-blocked layout ops (BlockedConv,
- * BlockedPool, ToBlocked, FromBlocked; k_dnnl_layout.c). This table is searched before the
+ * FusedMatMul, MaxPool and AveragePool, int8 QLinearConv / QConv, QConvTranspose and
+ * QLinearMatMul / QMatMul (k_dnnl_qconv.c, k_dnnl_qdeconv.c, k_dnnl_qmatmul.c), and the
+ * channel-blocked layout ops (BlockedConv, BlockedPool, ToBlocked, FromBlocked;
+ * k_dnnl_layout.c). This table is searched before the
  * generic families, so its entries win; whatever a kernel cannot do goes to the generic
  * kernel (dn_fallback).
  * This file holds the table and what the op files share (k_dnnl.h): states, the per-shape
@@ -43,6 +44,8 @@ const tdm_kernel_def tdm_cpu_kernels_dnnl[] = {
     {TDM_FUSED_DOMAIN, "BlockedConcat", 1, 0, 0, F32, dn_blocked_concat_run, NULL, NULL, WA},
     {"", "QLinearConv", 10, 0, 0, Q8, dn_qconv_run, dn_qconv_prepare, dn_qconv_release, WA},
     {TDM_FUSED_DOMAIN, "QConv", 1, 0, 0, Q8, dn_qconv_run, dn_qconv_prepare, dn_qconv_release, WA},
+    {TDM_FUSED_DOMAIN, "QConvTranspose", 1, 0, 0, Q8, dn_qdeconv_run, dn_qdeconv_prepare,
+     dn_qdeconv_release, WA},
     {"", "QLinearMatMul", 10, 0, 0, Q8, dn_qmatmul_run, dn_qmatmul_prepare, dn_qmatmul_release, WA},
     {TDM_FUSED_DOMAIN, "QMatMul", 1, 0, 0, Q8, dn_qmatmul_run, dn_qmatmul_prepare,
      dn_qmatmul_release, WA},
@@ -181,7 +184,8 @@ tdm_status *dn_fallback(tdm_kernel_ctx *ctx) {
 
 bool tdm_cpu_dnnl_impl(const tdm_kernel_def *k, void *state, char *buf, size_t size) {
     if (k->release != dn_release && k->release != dn_matmul_release &&
-        k->release != dn_qconv_release && k->release != dn_qmatmul_release) {
+        k->release != dn_qconv_release && k->release != dn_qmatmul_release &&
+        k->release != dn_qdeconv_release) {
         if (k->run != dn_to_blocked_run && k->run != dn_from_blocked_run) return false;
         snprintf(buf, size, "tandem"); /* own layout copies */
         return true;

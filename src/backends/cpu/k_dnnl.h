@@ -263,6 +263,15 @@ tdm_status *dn_qmatmul_prepare(const tdm_node *node, int opset, int n_in,
                                const tdm_tensor *const *in, const tdm_allocator *a, void **state);
 void dn_qmatmul_release(void *state, const tdm_allocator *a);
 tdm_status *dn_qmatmul_run(tdm_kernel_ctx *ctx);
+/* k_dnnl_qdeconv.c: QConvTranspose (k_misc_qdeconv.c's reference is its fallback) */
+tdm_status *dn_qdeconv_prepare(const tdm_node *node, int opset, int n_in,
+                               const tdm_tensor *const *in, const tdm_allocator *a, void **state);
+void dn_qdeconv_release(void *state, const tdm_allocator *a);
+tdm_status *dn_qdeconv_run(tdm_kernel_ctx *ctx);
+/* k_dnnl_qconv.c: dst[j * ldd + i] = src[i * lds + j] for i < rows, j < cols (bytes; SSE2
+ * 16 x 16 tiles): 8-bit images between NCHW and NHWC */
+void dn_tr_u8(const uint8_t *src, int64_t rows, int64_t cols, int64_t lds, uint8_t *dst,
+              int64_t ldd);
 
 /* ---- k_dnnl_layout.c: channel-blocked tensors [N, ceil(C/B), S..., B] (ops/fused.h) ---- */
 tdm_status *dn_to_blocked_run(tdm_kernel_ctx *ctx);

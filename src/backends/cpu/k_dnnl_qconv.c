@@ -288,7 +288,7 @@ static void tr16(const uint8_t *src, int64_t lds, uint8_t *dst, int64_t ldd) {
 /* dst[j * ldd + i] = src[i * lds + j] for i < rows, j < cols (bytes): the NCHW <-> NHWC moves
  * of 8-bit images (oneDNN's reorders of them measured 30-40 ms for 1x32x112x112). 16 x 16
  * tiles with SSE2 where they fit, element by element at the edges (and without SSE2). */
-static void tr_u8(const uint8_t *src, int64_t rows, int64_t cols, int64_t lds, uint8_t *dst,
+void dn_tr_u8(const uint8_t *src, int64_t rows, int64_t cols, int64_t lds, uint8_t *dst,
                   int64_t ldd) {
     int64_t r16 = 0, c16 = 0;
 #if defined(__SSE2__)
@@ -539,7 +539,7 @@ static tdm_status *qc_src_item(void *arg, tdm_kernel_ctx *ctx, int64_t i) {
                 if (r->s->xl) /* a row of channels-last pixels */
                     memcpy(row, img + h * e->W * e->C, (size_t)(e->W * e->C));
                 else
-                    tr_u8(img + h * e->W, e->C, e->W, e->isz, row, e->C);
+                    dn_tr_u8(img + h * e->W, e->C, e->W, e->isz, row, e->C);
             }
         }
         return NULL;
@@ -547,7 +547,7 @@ static tdm_status *qc_src_item(void *arg, tdm_kernel_ctx *ctx, int64_t i) {
     if (r->e->src_nhwc) {
         const qc_entry *e = r->e;
         for (int64_t k = 0; k < e->mb; k++) /* [C, HW] -> [HW, C] per image */
-            tr_u8((const uint8_t *)r->x->data + (size_t)i * es + (size_t)(k * e->C * e->isz), e->C,
+            dn_tr_u8((const uint8_t *)r->x->data + (size_t)i * es + (size_t)(k * e->C * e->isz), e->C,
                   e->isz, e->isz,
                   (uint8_t *)r->srcbuf + (size_t)i * e->src_bytes + (size_t)(k * e->C * e->isz),
                   e->C);
@@ -586,7 +586,7 @@ static tdm_status *qc_conv_item(void *arg, tdm_kernel_ctx *ctx, int64_t i) {
                          &p->held));
     if (p->dst_nhwc) { /* [HW, units] -> Y's channels m0.. of each image ([units, HW]) */
         for (int64_t k = 0; k < e->mb; k++)
-            tr_u8((const uint8_t *)tmp + (size_t)(k * p->units * e->osz), e->osz, p->units,
+            dn_tr_u8((const uint8_t *)tmp + (size_t)(k * p->units * e->osz), e->osz, p->units,
                   p->units, (uint8_t *)ydst + (size_t)(k * s->M * e->osz), e->osz);
         return NULL;
     }

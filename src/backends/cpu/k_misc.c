@@ -30,6 +30,7 @@ tdm_status *tdm_misc_matmul_integer_run(tdm_kernel_ctx *ctx);
 tdm_status *tdm_misc_qlinear_matmul_run(tdm_kernel_ctx *ctx);
 tdm_status *tdm_misc_conv_integer_run(tdm_kernel_ctx *ctx);
 tdm_status *tdm_misc_qlinear_conv_run(tdm_kernel_ctx *ctx);
+tdm_status *tdm_misc_qconv_transpose_run(tdm_kernel_ctx *ctx); /* k_misc_qdeconv.c */
 tdm_status *tdm_misc_qadd_run(tdm_kernel_ctx *ctx);
 tdm_status *tdm_misc_qmul_run(tdm_kernel_ctx *ctx);
 tdm_status *tdm_misc_qgap_run(tdm_kernel_ctx *ctx);
@@ -91,6 +92,7 @@ const tdm_kernel_def tdm_cpu_kernels_misc[] = {
     {"", "ConvInteger", 10, 0, 0, T_Q8, tdm_misc_conv_integer_run},
     {"", "QLinearConv", 10, 0, 0, T_Q8, tdm_misc_qlinear_conv_run},
     {TDM_FUSED_DOMAIN, "QConv", 1, 0, 0, T_Q8, tdm_misc_qlinear_conv_run},
+    {TDM_FUSED_DOMAIN, "QConvTranspose", 1, 0, 0, T_Q8, tdm_misc_qconv_transpose_run},
     {TDM_FUSED_DOMAIN, "QMatMul", 1, 0, 0, T_Q8, tdm_misc_qlinear_matmul_run},
     {TDM_FUSED_DOMAIN, "QAdd", 1, 0, 0, T_Q8, tdm_misc_qadd_run},
     {TDM_FUSED_DOMAIN, "QMul", 1, 0, 0, T_Q8, tdm_misc_qmul_run},
