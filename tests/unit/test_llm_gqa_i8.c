@@ -258,7 +258,8 @@ static void test_scores_rows_invariant(void **state) {
                 int8_t *rows = calloc((size_t)(NMAX * rs), 1);
                 float *q = malloc(sizeof(float) * (size_t)(G * d));
                 float *all = calloc((size_t)(G * ld), 4), *part = calloc((size_t)(G * ld), 4);
-                assert_non_null(rows), assert_non_null(q), assert_non_null(all), assert_non_null(part);
+                assert_non_null(rows), assert_non_null(q);
+                assert_non_null(all), assert_non_null(part);
                 for (int t = 0; t < NMAX; t++) fill_row(rows + t * rs, d);
                 for (int i = 0; i < G * d; i++) q[i] = frand();
                 const float *qp[GMAX];

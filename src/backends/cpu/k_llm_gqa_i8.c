@@ -301,8 +301,9 @@ TDM_TARGET_AVX2 static void scores_avx2(const float *const *q, int64_t G, const 
         if (d % GROUP == 0) { /* eight rows at a time, transposed */
             for (int h = 0; h < hn; h++)
                 for (int64_t i = 0; i < d; i += 32)
-                    _mm256_store_si256((__m256i *)(qa[h] + i),
-                                       _mm256_abs_epi8(_mm256_load_si256((const __m256i *)(qc[h] + i))));
+                    _mm256_store_si256(
+                        (__m256i *)(qa[h] + i),
+                        _mm256_abs_epi8(_mm256_load_si256((const __m256i *)(qc[h] + i))));
             int64_t t = 0;
             for (; t < n; t += TR8_ROWS) {
                 int64_t cnt = n - t < TR8_ROWS ? n - t : TR8_ROWS;
