@@ -9,10 +9,13 @@
  *   - scores: the query is quantised the same way (tdm_llm_q8_query: per 32, max|q| / 127,
  *     as llama.cpp's q8_0 dot products do), once per call, and the dot products are integer
  *     sums per group of 32 times s_k * s_q: AVX-512 VNNI (vpdpbusd on the key rows
- *     transposed 16 at a time within 128-bit lanes, shared by the group's heads), AVX2 (vpmaddubsw + vpmaddwd; also the AVX-512 level without VNNI), portable C;
+ *     transposed 16 at a time within 128-bit lanes, shared by the group's heads), AVX2 (key
+ *     rows transposed 8 at a time, vpsignb + vpmaddubsw + vpmaddwd; also the AVX-512 level
+ *     without VNNI), portable C;
  *   - p.V: AVX-512 VNNI rounds each block of 64 weights p * s_v to int16 against the block's
  *     largest and adds two rows per vpdpwssd; AVX-512 (rows' scales folded into the weights)
- *     and AVX2 in float32 FMAs; portable C.
+ *     and AVX2 (up to 3 heads per pass over the rows, the value scale folded into the weights)
+ *     in float32 FMAs; portable C.
  * The best at or below the device's level (TANDEM_CPU_ISA caps). AVX-VNNI (VEX, on AVX2-only
  * CPUs) has no level of its own in cpu_isa.h; those CPUs take the AVX2 form. */
 #include <math.h>
