@@ -6,10 +6,12 @@
  * zero points, the ISA variant level used. Weights are 64 MiB or less, so small shapes run
  * from the caches; each round is at least 0.2 s. Scales and zero points as GGUF's Q4_1 gives
  * them (d and m float16, zp = -m / d). BENCH_PACKED=1: the packed form (MatMulNBitsPacked,
- * ops/nbits_pack.h) of the same weights; gbps_read is then the packed bytes per second. */
+ * ops/nbits_pack.h) of the same weights; gbps_read is then the packed bytes per second.
+ * BENCH_HUGE=1 (with BENCH_PACKED): the packed weights on transparent huge pages. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "backends/cpu/cpu_isa.h"
@@ -64,7 +66,19 @@ int main(int argc, char **argv) {
         unsigned form = tdm_nbits_pk_form(N, nb, bits, s, zp ? z : NULL);
         if (!tdm_nbits_pk_layout(N, K, bits, bs, form, &pk)) return 2;
         read_bytes = tdm_nbits_pk_bytes(&pk);
-        pb = malloc(read_bytes * (size_t)copies);
+        /* BENCH_HUGE=1: the packed copies in one 2 MiB-aligned block on transparent huge
+         * pages (madvise), as the generator's KV cache; otherwise malloc (4 KiB pages) */
+        size_t pbytes = read_bytes * (size_t)copies, huge = (size_t)2 << 20;
+        if (getenv("BENCH_HUGE") && atoi(getenv("BENCH_HUGE"))) {
+            pbytes = (pbytes + huge - 1) & ~(huge - 1);
+            pb = aligned_alloc(huge, pbytes);
+#ifdef MADV_HUGEPAGE
+            if (pb) (void)madvise(pb, pbytes, MADV_HUGEPAGE);
+#endif
+        } else {
+            pb = malloc(pbytes);
+        }
+        if (!pb) return 1;
         for (int64_t c = 0; c < copies; c++) {
             tdm_nbits_pk_pack(&pk, wc[c].b, wc[c].scales, wc[c].zp, pb + c * read_bytes);
             wc[c].pk = &pk;

@@ -1,7 +1,11 @@
 #include "core/alloc.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #include "core/checked.h"
 
@@ -20,6 +24,17 @@ void *tdm_calloc(const tdm_allocator *a, size_t n, size_t size) {
     void *p = tdm_alloc(a, total);
     if (p) memset(p, 0, total ? total : 1);
     return p;
+}
+
+void tdm_advise_huge(void *p, size_t n) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    const uintptr_t huge = (uintptr_t)2 << 20;
+    uintptr_t a = ((uintptr_t)p + huge - 1) & ~(huge - 1), e = ((uintptr_t)p + n) & ~(huge - 1);
+    if (p && (uintptr_t)p + n > (uintptr_t)p && e > a)
+        (void)madvise((void *)a, e - a, MADV_HUGEPAGE); /* a hint: 4 KiB pages otherwise */
+#else
+    (void)p, (void)n;
+#endif
 }
 
 void tdm_free(const tdm_allocator *a, void *p) {

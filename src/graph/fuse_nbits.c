@@ -34,6 +34,16 @@ static tdm_status *oom(void) {
     return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory packing MatMulNBits weights");
 }
 
+/* A packed weight's tensor (zeroed), the whole 2 MiB pages inside it advised onto transparent
+ * huge pages before its first write (the 8-bit LM head of a small model, most matrices of a
+ * large one: a decode step streams each once). */
+static tdm_status *packed_new(const tdm_allocator *a, int64_t bytes, tdm_tensor **out) {
+    TDM_TRY(tdm_tensor_new_uninit(a, TDM_UINT8, 1, &bytes, out));
+    tdm_advise_huge((*out)->data, (size_t)bytes);
+    memset((*out)->data, 0, (size_t)bytes);
+    return NULL;
+}
+
 static bool is_nbits(const fz_ctx *fz, int i) {
     const tdm_node *n = fz_node(fz, i);
     return !n->dead && strcmp(n->domain, "com.microsoft") == 0 &&
@@ -154,7 +164,7 @@ static tdm_status *pack_node(fz_ctx *fz, int i) {
     tdm_nbits_pk_layout(N, K, bits, bs, form, &pk);
     int64_t bytes = (int64_t)tdm_nbits_pk_bytes(&pk);
     tdm_tensor *P = NULL;
-    tdm_status *st = tdm_tensor_new(a, TDM_UINT8, 1, &bytes, &P);
+    tdm_status *st = packed_new(a, bytes, &P);
     if (st) {
         if (zpf && (!Z || zpf != Z->data)) tdm_free(a, zpf);
         return st;
@@ -246,7 +256,7 @@ static tdm_status *join(fz_ctx *fz, const int *parts, int np, int glu, int *out,
     if (!tdm_nbits_pk_layout(N, K, bits, bs, form, &all)) return NULL;
     int64_t bytes = (int64_t)tdm_nbits_pk_bytes(&all);
     tdm_tensor *P = NULL;
-    TDM_TRY(tdm_tensor_new(a, TDM_UINT8, 1, &bytes, &P));
+    TDM_TRY(packed_new(a, bytes, &P));
     uint8_t *dst = P->data;
     for (int k = 0; k < np; k++) {
         tdm_nbits_pk d;

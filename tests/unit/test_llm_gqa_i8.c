@@ -242,6 +242,41 @@ static void test_row_variants(void **state) {
     }
 }
 
+/* A row's score does not depend on how many rows one call takes (the AVX2 / VNNI forms take
+ * rows in blocks, a short last block through zero padding or masks): the scores of the first
+ * n rows, n = 1 .. 24, are bitwise those of a call over all 25, at every SIMD level here. */
+static void test_scores_rows_invariant(void **state) {
+    (void)state;
+    tdm_cpu_isa top = tdm_cpu_isa_detect();
+    static const int ds[] = {32, 40, 64, 96, 128};
+    enum { NMAX = 25, GMAX = 5 };
+    for (int l = TDM_ISA_PORTABLE; l <= (int)top; l++) {
+        const tdm_llm_i8_fns *f = tdm_llm_i8_fns_for((tdm_cpu_isa)l);
+        for (size_t di = 0; di < sizeof ds / sizeof ds[0]; di++)
+            for (int G = 3; G <= GMAX; G += 2) {
+                int d = ds[di], rs = TDM_KV_I8_ROW(d) + (int)(di & 1) * 3, ld = NMAX + 3;
+                int8_t *rows = calloc((size_t)(NMAX * rs), 1);
+                float *q = malloc(sizeof(float) * (size_t)(G * d));
+                float *all = calloc((size_t)(G * ld), 4), *part = calloc((size_t)(G * ld), 4);
+                assert_non_null(rows), assert_non_null(q);
+                assert_non_null(all), assert_non_null(part);
+                for (int t = 0; t < NMAX; t++) fill_row(rows + t * rs, d);
+                for (int i = 0; i < G * d; i++) q[i] = frand();
+                const float *qp[GMAX];
+                for (int h = 0; h < G; h++) qp[h] = q + h * d;
+                f->scores(qp, G, rows, rs, NMAX, d, 0.125f, all, ld, NULL);
+                for (int n = 1; n < NMAX; n++) {
+                    f->scores(qp, G, rows, rs, n, d, 0.125f, part, ld, rows);
+                    for (int h = 0; h < G; h++)
+                        if (memcmp(part + h * ld, all + h * ld, sizeof(float) * (size_t)n) != 0)
+                            fail_msg("%s scores d=%d G=%d: head %d differs over %d rows from %d",
+                                     tdm_cpu_isa_name((tdm_cpu_isa)l), d, G, h, n, NMAX);
+                }
+                free(rows), free(q), free(all), free(part);
+            }
+    }
+}
+
 typedef struct gqa_case {
     tdm_node node;
     tdm_attr attrs[4];
@@ -534,6 +569,7 @@ int main(void) {
         cmocka_unit_test(test_quantize),
         cmocka_unit_test(test_query_quantize),
         cmocka_unit_test(test_row_variants),
+        cmocka_unit_test(test_scores_rows_invariant),
         cmocka_unit_test(test_kernel),
         cmocka_unit_test(test_bad_cache),
     };

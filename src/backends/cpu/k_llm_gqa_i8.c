@@ -9,10 +9,13 @@
  *   - scores: the query is quantised the same way (tdm_llm_q8_query: per 32, max|q| / 127,
  *     as llama.cpp's q8_0 dot products do), once per call, and the dot products are integer
  *     sums per group of 32 times s_k * s_q: AVX-512 VNNI (vpdpbusd on the key rows
- *     transposed 16 at a time within 128-bit lanes, shared by the group's heads), AVX2 (vpmaddubsw + vpmaddwd; also the AVX-512 level without VNNI), portable C;
+ *     transposed 16 at a time within 128-bit lanes, shared by the group's heads), AVX2 (key
+ *     rows transposed 8 at a time, vpsignb + vpmaddubsw + vpmaddwd; also the AVX-512 level
+ *     without VNNI), portable C;
  *   - p.V: AVX-512 VNNI rounds each block of 64 weights p * s_v to int16 against the block's
  *     largest and adds two rows per vpdpwssd; AVX-512 (rows' scales folded into the weights)
- *     and AVX2 in float32 FMAs; portable C.
+ *     and AVX2 (up to 3 heads per pass over the rows, the value scale folded into the weights)
+ *     in float32 FMAs; portable C.
  * The best at or below the device's level (TANDEM_CPU_ISA caps). AVX-VNNI (VEX, on AVX2-only
  * CPUs) has no level of its own in cpu_isa.h; those CPUs take the AVX2 form. */
 #include <math.h>
@@ -172,11 +175,6 @@ static const tdm_llm_i8_fns fns_portable = {scores_portable, pv_portable, TDM_IS
 
 /* ---- AVX2 + FMA ---- */
 
-/* codes c[0..8) widened and times s */
-TDM_TARGET_AVX2 static inline __m256 widen8(const int8_t *c, __m256 s) {
-    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)c))), s);
-}
-
 TDM_TARGET_AVX2 static inline float hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -216,15 +214,117 @@ score_row_avx2(const int8_t (*qc)[TDM_LLM_KV_I8_MAX_D], const float (*qs)[TDM_LL
     for (int h = 0; h < HN; h++) out[h * ld + t] = hsum8(acc[h]);
 }
 
+/* Eight key rows at a time, transposed (d a multiple of 32): per group of 32 codes the eight
+ * rows' 32 bytes are an 8 x 8 matrix of dwords, transposed by three unpack / lane-permute
+ * steps so that vector c holds dword c of every row (row i in lane i); against the query's
+ * dword c broadcast (vpsignb moves its signs onto the codes, vpmaddubsw with |q|, vpmaddwd
+ * with ones) each lane gathers its row's integer sum of the group, shared by the heads of the
+ * pass: no horizontal sums, one transposition per 8 rows for all heads. The group's sum is
+ * scaled by the eight rows' key scales (one gather) times the head's query scale. A last
+ * block of fewer than 8 rows goes through a zero-padded copy, so every row's score is made by
+ * the same operations whatever n (the same integer sums per group and float steps as
+ * score_row_avx2 up to the order of the float additions). */
+#define TR8_ROWS 8
+
+TDM_TARGET_AVX2 static __attribute__((always_inline)) inline void
+tr8_block(const int8_t (*qc)[TDM_LLM_KV_I8_MAX_D], const int8_t (*qa)[TDM_LLM_KV_I8_MAX_D],
+          const float (*qs)[TDM_LLM_KV_I8_MAX_D / GROUP], int HN, const int8_t *r, int64_t rs,
+          int64_t d, float (*res)[TR8_ROWS]) {
+    const __m256i ones = _mm256_set1_epi16(1), hi16 = _mm256_set1_epi32((int)0xffff0000u);
+    const __m256i ridx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                            _mm256_set1_epi32((int)rs));
+    __m256 acc[QHEADS];
+    for (int h = 0; h < HN; h++) acc[h] = _mm256_setzero_ps();
+    for (int64_t g0 = 0; g0 < d; g0 += GROUP) {
+        __m256i a[8], b[8], t[8];
+        for (int i = 0; i < 8; i++) a[i] = _mm256_loadu_si256((const __m256i *)(r + i * rs + g0));
+        for (int i = 0; i < 8; i += 2) {
+            b[i] = _mm256_unpacklo_epi32(a[i], a[i + 1]);
+            b[i + 1] = _mm256_unpackhi_epi32(a[i], a[i + 1]);
+        }
+        /* b[0]: rows 0, 1 dwords 0, 1 | 4, 5; b[1]: dwords 2, 3 | 6, 7; b[2], b[3]: rows 2, 3 */
+        for (int i = 0; i < 8; i += 4) {
+            a[i] = _mm256_unpacklo_epi64(b[i], b[i + 2]);     /* rows i..i+3, dword 0 | 4 */
+            a[i + 1] = _mm256_unpackhi_epi64(b[i], b[i + 2]); /* dword 1 | 5 */
+            a[i + 2] = _mm256_unpacklo_epi64(b[i + 1], b[i + 3]); /* 2 | 6 */
+            a[i + 3] = _mm256_unpackhi_epi64(b[i + 1], b[i + 3]); /* 3 | 7 */
+        }
+        for (int c = 0; c < 4; c++) {
+            t[c] = _mm256_permute2x128_si256(a[c], a[4 + c], 0x20);
+            t[4 + c] = _mm256_permute2x128_si256(a[c], a[4 + c], 0x31);
+        }
+        /* the rows' bfloat16 scales of this group: the high half of the dword ending there */
+        __m256 sk = _mm256_castsi256_ps(_mm256_and_si256(
+            _mm256_i32gather_epi32((const int *)(r + d + 2 * (g0 / GROUP) - 2), ridx, 1), hi16));
+        for (int h = 0; h < HN; h++) {
+            __m256i s32 = _mm256_setzero_si256();
+            for (int c = 0; c < 8; c++) {
+                int32_t qd, ad;
+                memcpy(&qd, qc[h] + g0 + 4 * c, 4);
+                memcpy(&ad, qa[h] + g0 + 4 * c, 4);
+                __m256i p = _mm256_maddubs_epi16(_mm256_set1_epi32(ad),
+                                                 _mm256_sign_epi8(t[c], _mm256_set1_epi32(qd)));
+                s32 = _mm256_add_epi32(s32, _mm256_madd_epi16(p, ones));
+            }
+            acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32),
+                                     _mm256_mul_ps(sk, _mm256_set1_ps(qs[h][g0 / GROUP])), acc[h]);
+        }
+    }
+    for (int h = 0; h < HN; h++) _mm256_storeu_ps(res[h], acc[h]);
+}
+
+TDM_TARGET_AVX2 static void tr8_rows(const int8_t (*qc)[TDM_LLM_KV_I8_MAX_D],
+                                     const int8_t (*qa)[TDM_LLM_KV_I8_MAX_D],
+                                     const float (*qs)[TDM_LLM_KV_I8_MAX_D / GROUP], int HN,
+                                     const int8_t *r, int64_t rs, int64_t d, float *o, int64_t ld,
+                                     int64_t t, int64_t cnt) {
+    float res[QHEADS][TR8_ROWS];
+    switch (HN) {
+    case 1: tr8_block(qc, qa, qs, 1, r, rs, d, res); break;
+    case 2: tr8_block(qc, qa, qs, 2, r, rs, d, res); break;
+    case 3: tr8_block(qc, qa, qs, 3, r, rs, d, res); break;
+    default: tr8_block(qc, qa, qs, 4, r, rs, d, res); break;
+    }
+    for (int h = 0; h < HN; h++) {
+        if (cnt == TR8_ROWS) _mm256_storeu_ps(o + h * ld + t, _mm256_loadu_ps(res[h]));
+        else memcpy(o + h * ld + t, res[h], sizeof(float) * (size_t)cnt);
+    }
+}
+
 TDM_TARGET_AVX2 static void scores_avx2(const float *const *q, int64_t G, const int8_t *k,
                                         int64_t rs, int64_t n, int64_t d, float scale, float *out,
                                         int64_t ld, const int8_t *vnext) {
-    _Alignas(32) int8_t qc[QHEADS][TDM_LLM_KV_I8_MAX_D];
+    _Alignas(32) int8_t qc[QHEADS][TDM_LLM_KV_I8_MAX_D], qa[QHEADS][TDM_LLM_KV_I8_MAX_D];
     float qs[QHEADS][TDM_LLM_KV_I8_MAX_D / GROUP];
+    _Alignas(32) int8_t pad[TR8_ROWS * TDM_KV_I8_ROW(TDM_LLM_KV_I8_MAX_D)];
     for (int64_t h0 = 0; h0 < G; h0 += QHEADS) {
         int hn = G - h0 < QHEADS ? (int)(G - h0) : QHEADS;
         quantize_heads(q + h0, hn, d, scale, qc, qs);
         float *o = out + h0 * ld;
+        if (d % GROUP == 0) { /* eight rows at a time, transposed */
+            for (int h = 0; h < hn; h++)
+                for (int64_t i = 0; i < d; i += 32)
+                    _mm256_store_si256(
+                        (__m256i *)(qa[h] + i),
+                        _mm256_abs_epi8(_mm256_load_si256((const __m256i *)(qc[h] + i))));
+            int64_t t = 0;
+            for (; t < n; t += TR8_ROWS) {
+                int64_t cnt = n - t < TR8_ROWS ? n - t : TR8_ROWS;
+                if (vnext && h0 == 0) /* the value rows' lines, into L2 for the p.V */
+                    for (int64_t o2 = (t * rs) & ~(int64_t)63; o2 < (t + cnt) * rs; o2 += 64)
+                        _mm_prefetch((const char *)(vnext + o2), _MM_HINT_T1);
+                if (cnt == TR8_ROWS) {
+                    tr8_rows(qc, qa, qs, hn, k + t * rs, rs, d, o, ld, t, cnt);
+                } else { /* the last rows through a zero-padded copy */
+                    const int64_t prs = TDM_KV_I8_ROW(d);
+                    memset(pad, 0, (size_t)(TR8_ROWS * prs));
+                    for (int64_t i = 0; i < cnt; i++)
+                        memcpy(pad + i * prs, k + (t + i) * rs, (size_t)prs);
+                    tr8_rows(qc, qa, qs, hn, pad, prs, d, o, ld, t, cnt);
+                }
+            }
+            continue;
+        }
         for (int64_t t = 0; t < n; t++) {
             const int8_t *r = k + t * rs;
             if (vnext && h0 == 0) /* the value row's lines, into L2 for the p.V */
@@ -240,21 +340,25 @@ TDM_TARGET_AVX2 static void scores_avx2(const float *const *q, int64_t G, const 
     }
 }
 
-/* 32 columns (one scale group) x HN heads of accumulators in registers, over all rows; NV
- * vectors of 8 columns (compile-time: no accumulator spills to the stack). */
+/* Up to PV_HEADS heads x NV vectors of 8 columns inside one scale group, the accumulators in
+ * registers over all rows (NV, HN compile-time: no spills): each row's codes are widened once
+ * for all the heads, and the row's scale is folded into each head's weight (p * s_v, one
+ * product per row and head) instead of into the codes. */
+#define PV_HEADS 3
 TDM_TARGET_AVX2 static __attribute__((always_inline)) inline void
 pv_block_avx2(const float *p, int64_t ld, int HN, int NV, const int8_t *v, int64_t rs, int64_t n,
               int64_t d, int64_t i0, float *y, int64_t ys) {
-    __m256 acc[2][4];
+    __m256 acc[PV_HEADS][4];
     for (int h = 0; h < HN; h++)
         for (int c = 0; c < NV; c++) acc[h][c] = _mm256_loadu_ps(y + h * ys + i0 + 8 * c);
     for (int64_t t = 0; t < n; t++) {
         const int8_t *r = v + t * rs;
-        __m256 sv = _mm256_set1_ps(group_scale(r, d, i0 / GROUP));
-        __m256 w[2];
-        for (int h = 0; h < HN; h++) w[h] = _mm256_set1_ps(p[h * ld + t]);
+        float sv = group_scale(r, d, i0 / GROUP);
+        __m256 w[PV_HEADS];
+        for (int h = 0; h < HN; h++) w[h] = _mm256_set1_ps(p[h * ld + t] * sv);
         for (int c = 0; c < NV; c++) {
-            __m256 x = widen8(r + i0 + 8 * c, sv);
+            __m256 x = _mm256_cvtepi32_ps(
+                _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(r + i0 + 8 * c))));
             for (int h = 0; h < HN; h++) acc[h][c] = _mm256_fmadd_ps(w[h], x, acc[h][c]);
         }
     }
@@ -262,27 +366,26 @@ pv_block_avx2(const float *p, int64_t ld, int HN, int NV, const int8_t *v, int64
         for (int c = 0; c < NV; c++) _mm256_storeu_ps(y + h * ys + i0 + 8 * c, acc[h][c]);
 }
 
+#define PV_CASE(hn, nv)                                                                         \
+    case (hn) * 8 + (nv): pv_block_avx2(ph, ld, hn, nv, v, rs, n, d, i0, yh, ys); break;
 TDM_TARGET_AVX2 static void pv_avx2(const float *p, int64_t ld, int64_t G, const int8_t *v,
                                     int64_t rs, int64_t n, int64_t d, float *y, int64_t ys) {
     int64_t d8 = d & ~(int64_t)7;
     for (int64_t i0 = 0; i0 < d8; i0 += 32) {
         int nv = d8 - i0 >= 32 ? 4 : (int)((d8 - i0) / 8);
-        for (int64_t h0 = 0; h0 < G; h0 += 2) {
+        for (int64_t h0 = 0; h0 < G; h0 += PV_HEADS) {
+            int hn = G - h0 < PV_HEADS ? (int)(G - h0) : PV_HEADS;
             const float *ph = p + h0 * ld;
             float *yh = y + h0 * ys;
-            if (G - h0 >= 2 && nv == 4) {
-                pv_block_avx2(ph, ld, 2, 4, v, rs, n, d, i0, yh, ys);
-                continue;
+            switch (hn * 8 + nv) {
+                PV_CASE(1, 1) PV_CASE(1, 2) PV_CASE(1, 3) PV_CASE(1, 4)
+                PV_CASE(2, 1) PV_CASE(2, 2) PV_CASE(2, 3) PV_CASE(2, 4)
+                PV_CASE(3, 1) PV_CASE(3, 2) PV_CASE(3, 3)
+            default: pv_block_avx2(ph, ld, 3, 4, v, rs, n, d, i0, yh, ys); break;
             }
-            for (int64_t h = h0; h < G && h < h0 + 2; h++) /* one head at a time */
-                switch (nv) {
-                case 1: pv_block_avx2(p + h * ld, ld, 1, 1, v, rs, n, d, i0, y + h * ys, ys); break;
-                case 2: pv_block_avx2(p + h * ld, ld, 1, 2, v, rs, n, d, i0, y + h * ys, ys); break;
-                case 3: pv_block_avx2(p + h * ld, ld, 1, 3, v, rs, n, d, i0, y + h * ys, ys); break;
-                default: pv_block_avx2(p + h * ld, ld, 1, 4, v, rs, n, d, i0, y + h * ys, ys); break;
-                }
         }
     }
+#undef PV_CASE
     if (d8 < d)
         for (int64_t t = 0; t < n; t++) {
             const int8_t *r = v + t * rs;
