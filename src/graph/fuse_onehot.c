@@ -208,7 +208,7 @@ tdm_status *fz_pass_onehot_matmul(fz_ctx *fz) {
         char *name = tdm_strdup(al, fz_node(fz, (int)i)->name);
         char *base = tdm_strdup(al, fz->g->values[fz_node(fz, (int)i)->inputs[1]].name);
         tdm_status *st = name && base ? onehot_rewrite(fz, &m, name, base)
-                                      : TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory in graph fusion");
+                                      : TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory in fusion");
         tdm_free(al, name);
         tdm_free(al, base);
         TDM_TRY(st);
