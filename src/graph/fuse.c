@@ -636,12 +636,14 @@ static tdm_status *fuse_graph(tdm_graph *g, bool cpu, int *count) {
     tdm_status *st = compute_origins(&fz);
     /* Order: layout and Identity clean-up first (they expose patterns), BatchNorm and bias
      * folding before the Conv fusion that absorbs the activation behind them, LayerNorm and
-     * Attention before the MatMul fusion (their MatMuls must not be taken by it first),
+     * Attention before the MatMul fusion (their MatMuls must not be taken by it first), and
+     * so is the one-hot product (a lookup, not a MatMul);
      * Transposes sunk past element-wise ops after the stack rewrite that makes such a Max. */
     tdm_status *(*const passes[])(fz_ctx *) = {
         fz_pass_layout,      fz_pass_identity,  fz_pass_noop_slice, fz_pass_bn_fold,
-        fz_pass_conv_bias,   fz_pass_reduce_pool, fz_pass_layernorm, fz_pass_attention,
-        fz_pass_matmul,      fz_pass_conv,      fz_pass_stack_reduce, fz_pass_sink_transpose};
+        fz_pass_conv_bias,   fz_pass_reduce_pool, fz_pass_onehot_matmul, fz_pass_layernorm,
+        fz_pass_attention,   fz_pass_matmul,    fz_pass_conv,      fz_pass_stack_reduce,
+        fz_pass_sink_transpose};
     for (size_t p = 0; !st && p < sizeof passes / sizeof passes[0]; p++) st = passes[p](&fz);
     if (!st && cpu) st = fz_pass_gelu(&fz);
     index_free(&fz);

@@ -129,6 +129,8 @@ tdm_status *fz_pass_attention(fz_ctx *fz); /* fuse_attn.c: scaled dot-product at
 tdm_status *fz_pass_matmul(fz_ctx *fz);    /* fuse_matmul.c: MatMul (+bias) (+Relu/GELU) */
 tdm_status *fz_pass_gelu(fz_ctx *fz);      /* fuse_matmul.c: decomposed tanh GELU -> FastGelu
                                               (CPU alone: tdm_graph_fuse_cpu) */
+/* fuse_onehot.c: Cast(Equal(X, 0..K-1)) @ W (+ b) -> Gather of W's rows */
+tdm_status *fz_pass_onehot_matmul(fz_ctx *fz);
 tdm_status *fz_pass_noop_slice(fz_ctx *fz); /* fuse_act.c: Slice over whole axes dropped */
 tdm_status *fz_pass_stack_reduce(fz_ctx *fz); /* fuse_act.c: ReduceMax(Concat(Unsqueeze..)) -> Max */
 /* fuse_qdq.c: DequantizeLinear -> Conv / MatMul / Gemm / Add / data movement -> QuantizeLinear

@@ -1240,6 +1240,59 @@ static void test_sink_transpose(void **state) {
     }
 }
 
+/* ---- one-hot encoding times a constant matrix -> Gather ----
+ * x * 4 cast to an integer (-8 .. 8: classes 0 .. 4 and values outside them on both sides),
+ * one-hot against 0 .. K-1 (through an Expand or by the Equal's broadcast), Cast, MatMul
+ * (+ bias). Cases: 0 int64 through an Expand of a dynamic batch, with the bias; 1 int32,
+ * no Expand, the classes first, rank 2, no bias; negatives: 2 the classes not 0 .. K-1, 3 the
+ * Equal's result also a graph output. */
+static void test_onehot_matmul(void **state) {
+    (void)state;
+    for (int c = 0; c < 4; c++) {
+        mb_model b;
+        mb_init(&b, 17);
+        bool r2 = c == 1;
+        int64_t decl[3] = {-1, 6, 1}, run[3] = {3, 6, 1}, d2[2] = {6, 1};
+        if (r2) mb_input_run(&b, "x", 2, d2, NULL);
+        else mb_input_run(&b, "x", 3, decl, run);
+        mb_scalar(&b, "four", 4.0f);
+        mb_node(&b, "Mul:x,four->xs");
+        Onnx__NodeProto *cast = mb_node(&b, "Cast:xs->xi");
+        mb_attr_i(&b, cast, "to", c == 1 ? 6 : 7);
+        int64_t cls64[5] = {0, 1, 2, 3, 4}, cd[3] = {1, 1, 5};
+        int32_t cls32[5] = {0, 1, 2, 3, 4};
+        if (c == 2) cls64[3] = 4, cls64[4] = 3;
+        if (c == 1) mb_init_raw(&b, "C", 6, 2, cd + 1, cls32, sizeof cls32);
+        else mb_init_raw(&b, "C", 7, 3, cd, cls64, sizeof cls64);
+        if (c == 1) {
+            mb_node(&b, "Equal:C,xi->e");
+        } else {
+            int64_t shp[3] = {3, 6, 5};
+            mb_init_i64(&b, "S", 3, shp);
+            mb_node(&b, "Expand:xi,S->xe");
+            mb_node(&b, "Equal:xe,C->e");
+        }
+        mb_attr_i(&b, mb_node(&b, "Cast:e->oh"), "to", 1);
+        int64_t wd[2] = {5, 4}, n = 4;
+        mb_weight(&b, "W", 2, wd, NULL, 0, 1.0f);
+        mb_node(&b, c == 1 ? "MatMul:oh,W->z" : "MatMul:oh,W->y");
+        if (c != 1) {
+            mb_weight(&b, "bias", 1, &n, NULL, 0, 1.0f);
+            mb_node(&b, "Add:y,bias->z");
+        }
+        mb_output(&b, "z");
+        if (c == 3) mb_output(&b, "oh");
+        fuse_result r;
+        run_both(&b, &r);
+        bool want = c <= 1;
+        if ((op_count(&r, "Gather") == 1) != want || (op_count(&r, "MatMul") +
+                                                      op_count(&r, "FusedMatMul") == 0) != want ||
+            (want && op_count(&r, "Equal") != 0))
+            fail_msg("case %d: %s", c, r.ops);
+        mb_free(&b);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bn_fold),         cmocka_unit_test(test_conv_activations),
@@ -1252,7 +1305,7 @@ int main(void) {
         cmocka_unit_test(test_matmul_gelu),     cmocka_unit_test(test_layernorm),
         cmocka_unit_test(test_attention),       cmocka_unit_test(test_attention_wide),
         cmocka_unit_test(test_layout),          cmocka_unit_test(test_body_fusion),
-        cmocka_unit_test(test_sink_transpose),
+        cmocka_unit_test(test_sink_transpose), cmocka_unit_test(test_onehot_matmul),
         cmocka_unit_test(test_reference_conv), cmocka_unit_test(test_reference_matmul),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
