@@ -22,6 +22,12 @@
 #ifndef NBP_PERM
 #define NBP_PERM 1 /* float path, 4 bits: vpermps of a 0..15 table instead of and + cvtdq2ps (measured in the caches: 35-36 us against 40-45 for 1536 x 576) */
 #endif
+#ifndef NBP_MR2
+#define NBP_MR2 4 /* AVX2 int8: rows of A per pass over a panel (measured, Zen 3, 8 rows of 1536 x 576: 4 rows 117 us, 2 rows 137, 8 rows (C 2) 125) */
+#endif
+#ifndef NBP_C2
+#define NBP_C2 4 /* AVX2 int8: groups of a block unpacked at a time for the rows (2 or 4; 2: 132 us) */
+#endif
 #ifndef NBP_PFD
 #define NBP_PFD 0 /* bytes of software prefetch distance; 0: none (measured: the hardware prefetchers alone stream the packed layout as fast or faster than with 1 or 4 KiB) */
 #endif
@@ -482,6 +488,99 @@ finish256(const tdm_nbits_pjob *j, int64_t p, int64_t m, const __m256 *acc, cons
     store_rows(j, p, m, t);
 }
 
+/* Rows m0 .. m0 + R - 1 of A against panel p with the block's groups G (4 or 8) and R known
+ * at compile time (the batched decode of the LLM engine on AVX2; was one row at a time, each
+ * row unpacking every block again: an 8-row pass cost ~7x a 1-row one): each half of 8 rows of W is a pass over the blocks whose unpacked
+ * nibbles (4 groups at a time: 8 registers) serve all R rows of A, the R rows' float sums
+ * staying in registers; the zero-point sums are a second, cheap pass over the records. Per
+ * row of A the same float operations in the same order whatever R is (the integer sums are
+ * exact in any order), so each row's Y is the one of a call of that row alone. int16 sums:
+ * at most 8 vpmaddubsw of 2 * 15 * 128 (q4: lo and hi nibbles together) or 4 (q8: lo and hi
+ * apart, hi weighted 16 by vpmaddwd): no overflow. */
+__attribute__((always_inline)) TDM_TARGET_AVX2_F16 static inline void
+i8avx2_rows_fixed(const tdm_nbits_pjob *j, int64_t p, int64_t m0, const int R, const int G,
+                  bool q4, bool s16, bool mzs, bool z16) {
+    const tdm_nbits_pk *pk = j->pk;
+    const int64_t bs = pk->bs, half = bs / 2, cb = 64 * G, kq = j->kq, nb = pk->nb;
+    const int64_t bstride = pk->bstride, zoff = cb + pk->sbytes;
+    const int sw = s16 ? 2 : 4, zw = z16 ? 2 : 4, C = G < NBP_C2 ? G : NBP_C2;
+    const uint8_t *base = panel_of(j, p);
+    const __m256i nib = _mm256_set1_epi8(15), one = _mm256_set1_epi16(1);
+    const __m256i sixteen = _mm256_set1_epi16(16);
+    const int8_t *qa = (const int8_t *)j->a + m0 * kq;
+    const float *sa = j->sa + m0 * nb, *as = j->asum + m0 * nb;
+    float y[NBP_MR2][TDM_NBP_ROWS];
+    for (int h = 0; h < 2; h++) {
+        __m256 acc[NBP_MR2];
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *rec = base + b * bstride + 32 * h;
+            const int8_t *q = qa + b * bs;
+            /* int16 sums per row: q4 one (lo and hi nibbles), q8 two (lo; hi weighing 16),
+             * over chunks of C groups (unpacked once for the R rows) of 4 groups at most */
+            __m256i di[NBP_MR2], tl[NBP_MR2], th[NBP_MR2];
+#pragma GCC unroll 8
+            for (int g0 = 0; g0 < G; g0 += C) {
+                __m256i lo[NBP_C2], hi[NBP_C2];
+#pragma GCC unroll 8
+                for (int g = 0; g < C; g++) {
+                    __m256i v = _mm256_loadu_si256((const __m256i *)(rec + 64 * (g0 + g)));
+                    lo[g] = _mm256_and_si256(v, nib);
+                    hi[g] = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
+                }
+                const bool first = (g0 & 3) == 0, last = ((g0 + C) & 3) == 0 || g0 + C == G;
+#pragma GCC unroll 8
+                for (int r = 0; r < R; r++) {
+                    const int8_t *qr = q + r * kq + 4 * g0;
+#pragma GCC unroll 8
+                    for (int g = 0; g < C; g++) {
+                        __m256i a = _mm256_set1_epi32(*(const i32u *)(qr + 4 * g));
+                        __m256i pl = _mm256_maddubs_epi16(lo[g], a);
+                        __m256i ph = _mm256_maddubs_epi16(
+                            hi[g], q4 ? _mm256_set1_epi32(*(const i32u *)(qr + half + 4 * g)) : a);
+                        if (q4) {
+                            pl = _mm256_add_epi16(pl, ph);
+                            tl[r] = first && g == 0 ? pl : _mm256_add_epi16(tl[r], pl);
+                        } else {
+                            tl[r] = first && g == 0 ? pl : _mm256_add_epi16(tl[r], pl);
+                            th[r] = first && g == 0 ? ph : _mm256_add_epi16(th[r], ph);
+                        }
+                    }
+                    if (last) {
+                        __m256i d = _mm256_madd_epi16(tl[r], one);
+                        if (!q4) d = _mm256_add_epi32(d, _mm256_madd_epi16(th[r], sixteen));
+                        di[r] = g0 + C <= 4 ? d : _mm256_add_epi32(di[r], d);
+                    }
+                }
+            }
+            __m256 s = ld8x(rec - 32 * h + cb + 8 * sw * h, s16);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++)
+                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(di[r]),
+                                         _mm256_mul_ps(s, _mm256_set1_ps(sa[r * nb + b])), acc[r]);
+        }
+        __m256 accz[NBP_MR2];
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) accz[r] = _mm256_setzero_ps();
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *rec = base + b * bstride;
+            __m256 z = mzs ? ld8x(rec + zoff + 8 * zw * h, z16) : ld8x(rec + cb + 8 * sw * h, s16);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++)
+                accz[r] = _mm256_fmadd_ps(z, _mm256_set1_ps(as[r * nb + b]), accz[r]);
+        }
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            __m256 z = accz[r];
+            if (!mzs) z = _mm256_mul_ps(z, _mm256_set1_ps((float)(1 << (pk->bits - 1))));
+            _mm256_storeu_ps(y[r] + 8 * h, _mm256_sub_ps(acc[r], z));
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) store_rows(j, p, m0 + r, y[r]);
+}
+
 __attribute__((always_inline)) TDM_TARGET_AVX2_F16 static inline void
 i8avx2_panel(const tdm_nbits_pjob *j, int64_t p, bool q4, bool s16, bool mzs, bool z16) {
     const tdm_nbits_pk *pk = j->pk;
@@ -489,7 +588,16 @@ i8avx2_panel(const tdm_nbits_pjob *j, int64_t p, bool q4, bool s16, bool mzs, bo
     const uint8_t *base = panel_of(j, p);
     const __m256i nib = _mm256_set1_epi8(15), one = _mm256_set1_epi16(1);
     const int sw = s16 ? 2 : 4, zw = z16 ? 2 : 4;
-    for (int64_t m = 0; m < j->M; m++) {
+    int64_t m0 = 0;
+    /* runs of NBP_MR2 rows (G of 4 or 8: SmolLM2's 4-bit blocks of 32 and 8-bit head); the
+     * rows left, one at a time below (the same float operations per row) */
+    if (G == 4)
+        for (; m0 + NBP_MR2 <= j->M; m0 += NBP_MR2)
+            i8avx2_rows_fixed(j, p, m0, NBP_MR2, 4, q4, s16, mzs, z16);
+    else if (G == 8)
+        for (; m0 + NBP_MR2 <= j->M; m0 += NBP_MR2)
+            i8avx2_rows_fixed(j, p, m0, NBP_MR2, 8, q4, s16, mzs, z16);
+    for (int64_t m = m0; m < j->M; m++) {
         const int8_t *qa = (const int8_t *)j->a + m * j->kq;
         const float *sa = j->sa + m * pk->nb, *as = j->asum + m * pk->nb;
         __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
