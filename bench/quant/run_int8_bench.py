@@ -54,6 +54,13 @@ import run_cpu_bench as cb  # noqa: E402
 
 QUANT_VERSION = 1  # bump when the quantization settings change (cache key)
 TDM_QUANT_VERSION = 2  # ... when what `tandem quantize` writes changes (2: ConvTranspose folds)
+# --reduce-range: 7-bit weights in both engines' models (ORT's reduce_range, tandem quantize
+# --reduce-range), for CPUs without VNNI; the cache names say so
+REDUCE_RANGE = False
+
+
+def rr_tag():
+    return "-rr" if REDUCE_RANGE else ""
 
 
 class Reader(CalibrationDataReader):
@@ -71,14 +78,14 @@ class Reader(CalibrationDataReader):
 
 def get_int8(name):
     fpath, flops = cb.get_model(name)
-    qpath = fpath[:-5] + f"-int8-q{QUANT_VERSION}.onnx"
+    qpath = fpath[:-5] + f"-int8-q{QUANT_VERSION}{rr_tag()}.onnx"
     if not os.path.exists(qpath):
         cb.log(f"quantizing {name} ...")
         inp = onnx.load(fpath, load_external_data=False).graph.input[0].name
         tmp = qpath + ".tmp.onnx"
         quantize_static(fpath, tmp, Reader(inp, [1, 3, 224, 224], 1234),
                         quant_format=QuantFormat.QDQ, activation_type=QuantType.QUInt8,
-                        weight_type=QuantType.QInt8, per_channel=True)
+                        weight_type=QuantType.QInt8, per_channel=True, reduce_range=REDUCE_RANGE)
         os.replace(tmp, qpath)
     return fpath, qpath, flops
 
@@ -152,7 +159,7 @@ def get_real_int8(name):
     packages, _, _ = real_modules()
     pkg, rel, _ = REAL[name]
     fpath = os.path.join(packages.package_dir(packages.DEFAULT_SITE, pkg), *rel)
-    qpath = os.path.join(cb.CACHE, f"{name}-{packages.pinned()[pkg]}-int8-q{QUANT_VERSION}r3.onnx")
+    qpath = os.path.join(cb.CACHE, f"{name}-{packages.pinned()[pkg]}-int8-q{QUANT_VERSION}r3{rr_tag()}.onnx")
     if not os.path.exists(qpath):
         cb.log(f"quantizing {name} ...")
         os.makedirs(cb.CACHE, exist_ok=True)
@@ -181,7 +188,7 @@ def get_real_int8(name):
         tmp = qpath + ".tmp.onnx"
         quantize_static(pre, tmp, RealReader(name), quant_format=QuantFormat.QDQ,
                         activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
-                        per_channel=True)
+                        per_channel=True, reduce_range=REDUCE_RANGE)
         os.replace(tmp, qpath)
         os.remove(pre)
     return fpath, qpath
@@ -189,7 +196,7 @@ def get_real_int8(name):
 
 def get_tandem_int8(tandem, name, fpath):
     """The model `tandem quantize` writes from the same calibration inputs (cached)."""
-    args = TANDEM_QUANT[name]
+    args = TANDEM_QUANT[name] + (["--reduce-range"] if REDUCE_RANGE else [])
     packages, _, _ = real_modules()
     key = "-".join(a.strip("#-/").replace("/", "_") for a in args)
     tpath = os.path.join(cb.CACHE, f"{name}-{packages.pinned()[REAL[name][0]]}-tdm-int8-"
@@ -375,7 +382,11 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--duration", type=float, default=2.0)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--reduce-range", action="store_true",
+                    help="7-bit weights in both engines' int8 models (for CPUs without VNNI)")
     a = ap.parse_args()
+    global REDUCE_RANGE
+    REDUCE_RANGE = a.reduce_range
     tandem = os.path.abspath(a.tandem)
     started = datetime.datetime.now(datetime.timezone.utc)
     mach = cb.machine_info(tandem)
@@ -457,7 +468,7 @@ def render(rows, accs, mach, started, load0, load1, a):
                 if any(r["model"] in REAL for r in rows) else ""), "",
              f"Command: `.venv/bin/python bench/quant/run_int8_bench.py --models {a.models} "
              f"--batches {a.batches} --threads {a.threads} --rounds {a.rounds} "
-             f"--duration {a.duration}`", "",
+             f"--duration {a.duration}{' --reduce-range' if REDUCE_RANGE else ''}`", "",
              "| model | batch | threads | tandem int8 | ORT int8 | tandem fp32 | ORT fp32 | "
              "int8/fp32 (tandem) | tandem/ORT (int8) |",
              "|---|---|---|---|---|---|---|---|---|"]

@@ -74,6 +74,11 @@ typedef struct tdm_quantize_options {
                                     positions in the model's node order; may be NULL */
     int bins;                    /* histogram bins (percentile, entropy); 0 = 2048 */
     int threads;                 /* calibration session's threads; 0 = the environment's */
+    bool reduce_range;           /* 7-bit weights ([-64, 64], as ONNX Runtime's reduce_range):
+                                    on CPUs without VNNI, u8 x s8 kernels add pairs of products
+                                    in saturating 16-bit lanes (vpmaddubsw), which full-range
+                                    weights with large activations overflow; 7-bit weights
+                                    cannot (255 * 128 <= 32767), for one bit of precision */
 } tdm_quantize_options;
 
 typedef struct tdm_quantizer tdm_quantizer;

@@ -26,6 +26,9 @@ static void usage(FILE *f) {
             "  --per-channel             one weight scale per output channel (default)\n"
             "  --per-tensor              one weight scale per weight tensor\n"
             "  --activation-type T       uint8 (default, asymmetric) or int8\n"
+            "  --reduce-range            7-bit weights ([-64, 64]): for CPUs without VNNI (AVX2,\n"
+            "                            AVX-512 before Cascade Lake), whose int8 kernels add\n"
+            "                            pairs of products in saturating 16-bit lanes\n"
             "  --exclude PATTERN         keep nodes in float: an op type, /REGEX/ on node names or\n"
             "                            #FIRST-LAST node positions; repeatable, or comma-separated\n"
             "  --mode static|dynamic     dynamic: int8 weights, activations quantized per run\n"
@@ -404,6 +407,8 @@ static int parse(int argc, char **argv, qargs *a) {
             a->o.per_tensor = false;
         } else if (!strcmp(s, "--per-tensor")) {
             a->o.per_tensor = true;
+        } else if (!strcmp(s, "--reduce-range")) {
+            a->o.reduce_range = true;
         } else if (!strcmp(s, "--activation-type")) {
             NEED();
             if (!strcmp(v, "uint8")) a->o.activation_type = TDM_UINT8;
@@ -619,6 +624,7 @@ static int run(run_ctx *c, const qargs *a) {
         fprintf(f, ", \"mode\": \"%s\", \"method\": \"%s\", \"weights\": \"%s\", \"activations\": \"%s\"",
                 a->o.mode == TDM_QUANT_DYNAMIC ? "dynamic" : "static", method,
                 a->o.per_tensor ? "per-tensor" : "per-channel", act);
+        fprintf(f, ", \"weight_bits\": %d", a->o.reduce_range ? 7 : 8);
         fprintf(f, ", \"quantizable_nodes\": %zu, \"quantized_nodes\": %zu, \"auto_excluded\": %zu", N, on,
                 auto_excluded);
         fprintf(f, ", \"calibration_samples\": %zu, \"calibration_seconds\": %.3f, \"report_seconds\": %.3f",
@@ -652,9 +658,10 @@ static int run(run_ctx *c, const qargs *a) {
         }
         fprintf(f, "]");
     } else {
-        fprintf(f, "tandem quantize: %s -> %s\n  %s%s, %s int8 weights, %s activations\n", a->model,
+        fprintf(f, "tandem quantize: %s -> %s\n  %s%s, %s int8 weights%s, %s activations\n", a->model,
                 a->output, a->o.mode == TDM_QUANT_DYNAMIC ? "dynamic" : "static, calibration ",
                 a->o.mode == TDM_QUANT_DYNAMIC ? "" : method, a->o.per_tensor ? "per-tensor" : "per-channel",
+                a->o.reduce_range ? " (7-bit: --reduce-range)" : "",
                 a->o.mode == TDM_QUANT_DYNAMIC ? "uint8 (per run)" : act);
         fprintf(f, "  nodes: %zu quantizable, %zu quantized, %zu kept in float", N, on, N - on);
         if (auto_excluded) fprintf(f, " (%zu by --target-cosine)", auto_excluded);

@@ -150,8 +150,10 @@ static int64_t proto_attr_int(const Onnx__NodeProto *n, const char *name, int64_
 
 /* ---- constants ---- */
 
-/* Symmetric int8 weights along `axis` (-1: per tensor) into dst; scales into sc (count). */
-static void quantize_weight(const tdm_tensor *t, int axis, int8_t *dst, float *sc, int64_t *count) {
+/* Symmetric int8 weights in [-qmax, qmax] along `axis` (-1: per tensor) into dst; scales into sc
+ * (count). qmax 127, or 64 with reduce_range. */
+static void quantize_weight(const tdm_tensor *t, int axis, int qmax, int8_t *dst, float *sc,
+                            int64_t *count) {
     const float *d = t->data;
     int64_t C = axis >= 0 ? t->dims[axis] : 1, inner = 1;
     for (int k = axis + 1; axis >= 0 && k < t->rank; k++) inner *= t->dims[k];
@@ -166,12 +168,12 @@ static void quantize_weight(const tdm_tensor *t, int axis, int8_t *dst, float *s
                 if (v > hi) hi = v;
             }
         int32_t zp;
-        tdm_quant_scale_zp(lo, hi, -127, 127, true, &sc[c], &zp);
+        tdm_quant_scale_zp(lo, hi, -qmax, qmax, true, &sc[c], &zp);
         for (int64_t o = 0; o < outer; o++)
             for (int64_t i = 0; i < inner; i++) {
                 int64_t at = (o * C + c) * inner + i;
                 float r = nearbyintf(d[at] / sc[c]);
-                dst[at] = (int8_t)(r < -127 ? -127 : r > 127 ? 127 : r);
+                dst[at] = (int8_t)(r < -qmax ? -qmax : r > qmax ? qmax : r);
             }
     }
     *count = C;
@@ -206,7 +208,7 @@ static void emit_weight_t(wctx *w, const char *name, const tdm_tensor *t, int ax
     int8_t *zp = wal(w, (size_t)C);
     if (!qd || !sc || !zp) return;
     int64_t count;
-    quantize_weight(t, axis, qd, sc, &count);
+    quantize_weight(t, axis, w->q->opt.reduce_range ? 64 : 127, qd, sc, &count);
     push_init(w, new_tensor(w, wstr(w, "%s_quantized", name), TDM_INT8, t->rank, t->dims, qd, (size_t)t->count));
     int r = axis >= 0 ? 1 : 0;
     push_init(w, new_tensor(w, wstr(w, "%s_scale", name), TDM_FLOAT, r, &C, sc, (size_t)C * sizeof *sc));
@@ -469,7 +471,8 @@ static void write_dynamic(wctx *w) {
             float *sc = wal(w, (size_t)C * sizeof *sc);
             int8_t *zp = wal(w, (size_t)C);
             if (!qd || !kn || !sc || !zp) return;
-            quantize_weight(t, axis >= 0 ? (trans_b ? 0 : 1) : -1, qd, sc, &count);
+            quantize_weight(t, axis >= 0 ? (trans_b ? 0 : 1) : -1, w->q->opt.reduce_range ? 64 : 127,
+                            qd, sc, &count);
             for (int64_t k = 0; k < K; k++)
                 for (int64_t j = 0; j < N; j++) kn[k * N + j] = trans_b ? qd[j * K + k] : qd[k * N + j];
             int64_t dims[2] = {K, N};

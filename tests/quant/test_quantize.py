@@ -47,6 +47,7 @@ ORT_INT8_TOL = 0.1  # ... against ORT's fused int8 kernels (their own rounding, 
 SCALE_RTOL = 1e-5  # scales: float rounding of the same min / max
 COS_MIN = 0.99     # quantized vs float on held-out samples (minmax / percentile / entropy)
 REPORT_COS_TOL = 1e-4  # the report's cosine against ORT's on the same model
+STRICT_QDQ_TOL = QDQ_TOL  # 7-bit weights (--reduce-range): exact on every CPU
 
 
 def cpu_has_vnni():
@@ -247,9 +248,10 @@ def ort_run(model, feed, optimize=True):
     return {o.name: v for o, v in zip(s.get_outputs(), outs)}
 
 
-def compare_ort(args, work, qmodel, samples, what):
+def compare_ort(args, work, qmodel, samples, what, tol=None):
     """tandem on the QDQ model against its exact arithmetic (exact_run), and against ORT's
     default session, whose fused int8 kernels round inside (a looser bound, ORT_INT8_TOL)."""
+    tol = QDQ_TOL if tol is None else tol
     worst, worst_opt = 0.0, 0.0
     for feed in samples:
         want = exact_run(qmodel, feed)
@@ -259,8 +261,8 @@ def compare_ort(args, work, qmodel, samples, what):
             scale = max(float(np.max(np.abs(w))), 1e-6)
             worst = max(worst, float(np.max(np.abs(got[k] - w))) / scale)
             worst_opt = max(worst_opt, float(np.max(np.abs(got[k] - want_opt[k]))) / scale)
-    check(worst <= QDQ_TOL, f"{what}: tandem gives the QDQ model's exact result (worst |diff| / max|out| "
-          f"{worst:.2e} <= {QDQ_TOL}; ORT with its int8 kernels {worst_opt:.2e} <= {ORT_INT8_TOL})")
+    check(worst <= tol, f"{what}: tandem gives the QDQ model's exact result (worst |diff| / max|out| "
+          f"{worst:.2e} <= {tol}; ORT with its int8 kernels {worst_opt:.2e} <= {ORT_INT8_TOL})")
     check(worst_opt <= ORT_INT8_TOL, f"{what}: ORT's int8 kernels within {ORT_INT8_TOL} of the output range")
 
 
@@ -290,9 +292,10 @@ class Reader(CalibrationDataReader):
         return next(self.it, None)
 
 
-def ort_quantize(model, out, samples, method=CalibrationMethod.MinMax):
+def ort_quantize(model, out, samples, method=CalibrationMethod.MinMax, reduce_range=False):
     quantize_static(model, out, Reader(samples), quant_format=QuantFormat.QDQ, per_channel=True,
-                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, calibrate_method=method)
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, calibrate_method=method,
+                    reduce_range=reduce_range)
 
 
 def float_cosine(args, work, fmodel, qmodel, samples):
@@ -553,6 +556,29 @@ def test_dynamic(args, work, d, model, val):
     check(cos >= COS_MIN, f"dynamic: cosine vs float {cos:.6f} >= {COS_MIN}")
 
 
+def test_reduce_range(args, work, d, model, cal, val):
+    """--reduce-range: 7-bit weights in [-64, 64] with the scales of ORT's quantize_static
+    (reduce_range=True); no u8 x s8 pair of products can then pass 32767 (255 * 128), so tandem
+    gives the exact QDQ result on every CPU, VNNI or not (the strict bound)."""
+    out = os.path.join(d, "rr.onnx")
+    rep = tandem_quantize(args, model, out, "--calibration", os.path.join(d, "cal"), "--validate",
+                          os.path.join(d, "val"), "--reduce-range")
+    check(rep.get("weight_bits") == 7, f"--reduce-range: the report says 7-bit weights ({rep.get('weight_bits')})")
+    init = {t.name: numpy_helper.to_array(t) for t in onnx.load(out).graph.initializer}
+    q = [v for k, v in init.items() if k.endswith("_quantized") and v.dtype == np.int8]
+    peak = max(int(np.abs(v).max()) for v in q) if q else 0
+    check(q and peak == 64, f"--reduce-range: {len(q)} int8 weights, largest |w| {peak} (64)")
+    ref = os.path.join(d, "ort-rr.onnx")
+    ort_quantize(model, ref, cal, reduce_range=True)
+    _, tw = qparams(out)
+    _, rw = qparams(ref)
+    bad = [w for w in rw if w not in tw or tw[w].shape != rw[w].shape or
+           not np.allclose(tw[w], rw[w], rtol=SCALE_RTOL)]
+    check(rw and not bad, f"--reduce-range: weight scales = ORT quantize_static(reduce_range=True) on "
+          f"{sorted(rw)} {bad[:3]}")
+    compare_ort(args, work, out, val[:4], "reduce range", tol=STRICT_QDQ_TOL)
+
+
 def test_int8_activations(args, work, d, model, val):
     out = os.path.join(d, "s8.onnx")
     rep = tandem_quantize(args, model, out, "--calibration", os.path.join(d, "cal"), "--validate",
@@ -699,7 +725,8 @@ def main():
     test_target_and_report(args, d, model)
     test_bad_calibration(args, work, model, shapes)
     test_int8_activations(args, work, d, model, val)
-    md, mmodel, _, _, mval, _ = test_minmax_vs_ort(args, work, "mlp", make_mlp)
+    md, mmodel, _, mcal, mval, _ = test_minmax_vs_ort(args, work, "mlp", make_mlp)
+    test_reduce_range(args, work, md, mmodel, mcal, mval)
     test_dynamic(args, work, md, mmodel, mval)
     test_deconv_fold(args, work)
     test_methods(args, work)
