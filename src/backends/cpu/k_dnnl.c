@@ -395,6 +395,15 @@ bool dn_attr_clip(dnnl_primitive_attr_t attr, float lo, float hi) {
     return ok;
 }
 
+bool dn_q8_clip(const tdm_node *node, tdm_dtype yt, int32_t yzp, float *lo, float *hi) {
+    int64_t tlo = yt == TDM_INT8 ? -128 : 0, thi = yt == TDM_INT8 ? 127 : 255;
+    int64_t qlo = tdm_attr_int(node, "qmin", tlo), qhi = tdm_attr_int(node, "qmax", thi);
+    if (qlo <= tlo && qhi >= thi) return false;
+    *lo = (float)((qlo > tlo ? qlo : tlo) - yzp);
+    *hi = (float)((qhi < thi ? qhi : thi) - yzp);
+    return true;
+}
+
 bool dn_has_vnni(void) {
     unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
     return (isa & (unsigned)dnnl_cpu_isa_avx512_core_vnni) == (unsigned)dnnl_cpu_isa_avx512_core_vnni ||

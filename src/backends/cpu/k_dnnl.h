@@ -136,6 +136,9 @@ bool dn_q8_zeros(const tdm_tensor *t);
 bool dn_f32_scalar(const tdm_tensor *t, float *v);
 /* A clip post-op [lo, hi] on attr (the int8 kernels' folded Relu / Clip); false if refused. */
 bool dn_attr_clip(dnnl_primitive_attr_t attr, float lo, float hi);
+/* A QConv / QConvTranspose / QMatMul node's qmin / qmax attributes narrower than Y's 8-bit type
+ * yt: true with the clip bounds relative to Y's zero point yzp in *lo, *hi (for dn_attr_clip). */
+bool dn_q8_clip(const tdm_node *node, tdm_dtype yt, int32_t yzp, float *lo, float *hi);
 /* oneDNN's ISA has 8-bit dot products without saturation (AVX512-VNNI or AVX-VNNI). */
 bool dn_has_vnni(void);
 /* The run's CPU device has precision bf16 (cpu_device.h): convolutions and matmuls build

@@ -154,13 +154,7 @@ static bool qc_setup(qc_state *s, const tdm_node *node, int n_in, const tdm_tens
             s->bias_zp[m] = (int32_t)v;
         }
     }
-    int64_t lo = yt == TDM_INT8 ? -128 : 0, hi = yt == TDM_INT8 ? 127 : 255;
-    int64_t qlo = tdm_attr_int(node, "qmin", lo), qhi = tdm_attr_int(node, "qmax", hi);
-    if (qlo > lo || qhi < hi) {
-        s->clip = true;
-        s->clo = (float)((qlo > lo ? qlo : lo) - s->yzp);
-        s->chi = (float)((qhi < hi ? qhi : hi) - s->yzp);
-    }
+    s->clip = dn_q8_clip(node, yt, s->yzp, &s->clo, &s->chi);
     return true;
 }
 

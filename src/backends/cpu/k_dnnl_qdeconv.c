@@ -108,13 +108,7 @@ static bool qd_setup(qd_state *s, const tdm_node *node, int n_in, const tdm_tens
         if (!s->bias) return false;
         memcpy(s->bias, b->data, (size_t)s->M * sizeof(int32_t));
     }
-    int64_t lo = yt == TDM_INT8 ? -128 : 0, hi = yt == TDM_INT8 ? 127 : 255;
-    int64_t qlo = tdm_attr_int(node, "qmin", lo), qhi = tdm_attr_int(node, "qmax", hi);
-    if (qlo > lo || qhi < hi) {
-        s->clip = true;
-        s->clo = (float)((qlo > lo ? qlo : lo) - s->yzp);
-        s->chi = (float)((qhi < hi ? qhi : hi) - s->yzp);
-    }
+    s->clip = dn_q8_clip(node, yt, s->yzp, &s->clo, &s->chi);
     return true;
 }
 
