@@ -870,8 +870,10 @@ static tdm_attr str_attr(const char *name, const char *v) {
     return a;
 }
 
-static void ref_check(mb_model *b, const char *op, int n_attrs, tdm_attr *attrs, int n_in,
-                      const char *const *in_names) {
+/* The session's output (opt level `opt`, `threads` threads; at opt 1 the model must hold
+ * `op`) against the reference kernel, within atol + 1e-4 * |x|. */
+static void ref_check_at(mb_model *b, const char *op, int n_attrs, tdm_attr *attrs, int n_in,
+                         const char *const *in_names, int opt, int threads, float atol) {
     size_t size = onnx__model_proto__get_packed_size(&b->model);
     void *buf = malloc(size);
     onnx__model_proto__pack(&b->model, buf);
@@ -887,10 +889,20 @@ static void ref_check(mb_model *b, const char *op, int n_attrs, tdm_attr *attrs,
         float *d = tdm_tensor_data(ins[i]);
         for (int64_t k = 0; k < tdm_tensor_element_count(ins[i]); k++) d[k] = 2.0f * mb_rnd();
     }
-    tdm_session_options so = {.api_version = TDM_API_VERSION, .devices = "cpu", .threads = 1};
+    tdm_session_options so = {.api_version = TDM_API_VERSION, .devices = "cpu",
+                              .threads = threads, .opt_level = opt};
     tdm_session *s = NULL;
     tdm_status *st = tdm_session_create_from_buffer(env, buf, size, NULL, &so, &s);
     if (st) fail_msg("%s", tdm_status_message(st));
+    if (opt == 1) {
+        const tdm_model *m = tdm_session_model(s);
+        bool has = false;
+        for (size_t i = 0; i < tdm_model_op_type_count(m); i++) {
+            size_t c;
+            has = has || strcmp(tdm_model_op_type(m, i, &c), op) == 0;
+        }
+        if (!has) fail_msg("opt 1: no %s in the session's model", op);
+    }
     const char *out_name = b->outs[0]->name;
     st = tdm_session_run(s, n_graph_in, names, (const tdm_tensor *const *)ins, 1, &out_name, &want);
     if (st) fail_msg("%s", tdm_status_message(st));
@@ -945,15 +957,21 @@ static void ref_check(mb_model *b, const char *op, int n_attrs, tdm_attr *attrs,
     assert_int_equal(tdm_tensor_element_count(y), tdm_tensor_element_count(want));
     const float *x = tdm_tensor_data(want), *g = tdm_tensor_data(y);
     for (int64_t k = 0; k < tdm_tensor_element_count(y); k++)
-        if (!(fabsf(x[k] - g[k]) <= 1e-5f + 1e-4f * fabsf(x[k])))
-            fail_msg("%s: element %lld: %.8g (unfused) vs %.8g (reference kernel)", op,
-                     (long long)k, x[k], g[k]);
+        if (!(fabsf(x[k] - g[k]) <= atol + 1e-4f * fabsf(x[k])))
+            fail_msg("%s: element %lld: %.8g (session, opt %d, %d threads) vs %.8g (reference "
+                     "kernel)", op, (long long)k, x[k], opt, threads, g[k]);
     tdm_tensor_free(y);
     tdm_tensor_free(want);
     for (int i = 0; i < 4; i++) tdm_tensor_free(wrapped[i]);
     for (size_t i = 0; i < n_graph_in; i++) tdm_tensor_free(ins[i]);
     tdm_env_free(env);
     free(buf);
+}
+
+/* The unfused model at opt-level 0 against the reference kernel. */
+static void ref_check(mb_model *b, const char *op, int n_attrs, tdm_attr *attrs, int n_in,
+                      const char *const *in_names) {
+    ref_check_at(b, op, n_attrs, attrs, n_in, in_names, 0, 1, 1e-5f);
 }
 
 static void test_reference_conv(void **state) {
@@ -1052,6 +1070,46 @@ static void test_reference_matmul(void **state) {
                 tdm_attr attrs[1] = {str_attr("activation", acts[a])};
                 const char *kin[3] = {"A", "W", "bias"};
                 ref_check(&b, "FusedMatMul", 1, attrs, 3, kin);
+                mb_free(&b);
+            }
+}
+
+/* A constant B's layout for oneDNN's product (k_dnnl_matmul.c: [N, K] or padded rows where
+ * row-major rows would be a multiple of 2 KiB apart): MiniLM's shapes, 60 rows of K = 384
+ * against N = 384 (plain), 512, 1024, 1536 (the aliasing widths), with and without the erf
+ * GELU; the fused product (opt 1) and the unfused MatMul (opt 0) against the reference
+ * kernel, on one thread and on two (the rows cut in chunks, the last one built on the
+ * first one's weights layout). */
+static void test_matmul_wide_n(void **state) {
+    (void)state;
+    const int64_t Ns[] = {384, 512, 1024, 1536};
+    for (size_t ni = 0; ni < sizeof Ns / sizeof Ns[0]; ni++)
+        for (int gelu = 0; gelu <= 1; gelu++)
+            for (int opt = 0; opt <= 1; opt++) {
+                int64_t ad[2] = {60, 384}, wd[2] = {384, Ns[ni]};
+                mb_model b;
+                mb_init(&b, 17);
+                mb_rng_state = 31 + (uint32_t)ni;
+                mb_input_run(&b, "A", 2, ad, NULL);
+                mb_weight(&b, "W", 2, wd, NULL, 0, 0.1f);
+                mb_weight(&b, "bias", 1, &wd[1], NULL, 0, 0.5f);
+                mb_node(&b, "MatMul:A,W->y");
+                mb_node(&b, gelu ? "Add:y,bias->x" : "Add:y,bias->z");
+                if (gelu) {
+                    mb_scalar(&b, "one", 1.0f);
+                    mb_scalar(&b, "half", 0.5f);
+                    mb_scalar(&b, "sqrt2", 1.4142135f);
+                    mb_node(&b, "Div:x,sqrt2->d");
+                    mb_node(&b, "Erf:d->e");
+                    mb_node(&b, "Add:e,one->a");
+                    mb_node(&b, "Mul:x,a->m");
+                    mb_node(&b, "Mul:m,half->z");
+                }
+                mb_output(&b, "z");
+                tdm_attr attrs[1] = {str_attr("activation", gelu ? "Gelu" : "")};
+                const char *kin[3] = {"A", "W", "bias"};
+                for (int threads = 1; threads <= 2; threads++)
+                    ref_check_at(&b, "FusedMatMul", 1, attrs, 3, kin, opt, threads, 1e-4f);
                 mb_free(&b);
             }
 }
@@ -1307,6 +1365,7 @@ int main(void) {
         cmocka_unit_test(test_layout),          cmocka_unit_test(test_body_fusion),
         cmocka_unit_test(test_sink_transpose), cmocka_unit_test(test_onehot_matmul),
         cmocka_unit_test(test_reference_conv), cmocka_unit_test(test_reference_matmul),
+        cmocka_unit_test(test_matmul_wide_n),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
