@@ -861,6 +861,45 @@ static void test_attention_wide(void **state) {
     }
 }
 
+/* ---- dilated 1-D Conv: its pads as a Pad in front (fuse_conv.c, CPU) ----
+ * attacut's form: kernel 5, dilation 3, pads 6 (and uneven pads, a Relu behind it: a
+ * FusedConv); negative cases: no dilation, no pads, a 2-D dilated Conv. */
+static void test_conv_prepad(void **state) {
+    (void)state;
+    struct {
+        int rank;
+        int64_t k, dil, pl, pr;
+        bool relu;
+        bool want;
+    } cases[] = {
+        {3, 5, 3, 6, 6, false, true}, {3, 9, 2, 8, 3, true, true}, {3, 5, 1, 2, 2, false, false},
+        {3, 5, 3, 0, 0, false, false}, {4, 3, 2, 2, 2, false, false},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        mb_model b;
+        mb_init(&b, 17);
+        int r = cases[c].rank;
+        int64_t xd[4] = {2, 12, 37, 11}, wd[4] = {20, 12, cases[c].k, cases[c].k}, m = 20;
+        if (r == 3) xd[2] = 37;
+        mb_input_run(&b, "x", r, xd, NULL);
+        mb_weight(&b, "W", r, wd, NULL, 0, 0.5f);
+        mb_weight(&b, "B", 1, &m, NULL, 0, 0.5f);
+        Onnx__NodeProto *n = mb_node(&b, cases[c].relu ? "Conv:x,W,B->y" : "Conv:x,W,B->z");
+        int64_t pads[4] = {cases[c].pl, cases[c].pl, cases[c].pr, cases[c].pr};
+        if (r == 3) pads[1] = cases[c].pr;
+        int64_t dil[2] = {cases[c].dil, cases[c].dil};
+        mb_attr_ints(&b, n, "pads", 2 * (r - 2), pads);
+        mb_attr_ints(&b, n, "dilations", r - 2, dil);
+        if (cases[c].relu) mb_node(&b, "Relu:y->z");
+        mb_output(&b, "z");
+        fuse_result res;
+        run_both(&b, &res);
+        if ((op_count(&res, "Pad") == 1) != cases[c].want || res.ref)
+            fail_msg("case %zu: %s%s", c, res.ops, res.ref ? " (a reference kernel)" : "");
+        mb_free(&b);
+    }
+}
+
 /* ---- the reference kernels (k_fused.c), which oneDNN kernels may shadow in sessions ----
  * The unfused model at opt-level 0 gives the expected output; the fused node is built by
  * hand and run through tdm_cpu_kernels_fused directly. */
@@ -1366,6 +1405,7 @@ int main(void) {
         cmocka_unit_test(test_sink_transpose), cmocka_unit_test(test_onehot_matmul),
         cmocka_unit_test(test_reference_conv), cmocka_unit_test(test_reference_matmul),
         cmocka_unit_test(test_matmul_wide_n),
+        cmocka_unit_test(test_conv_prepad),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
