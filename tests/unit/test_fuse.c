@@ -101,6 +101,16 @@ static void run_both(mb_model *b, fuse_result *r) {
     free(buf);
 }
 
+/* x -> z, BERT's erf GELU: (x * (erf(x / sqrt2) + 1)) * 0.5, reading the scalars one and half. */
+static void erf_gelu(mb_model *b) {
+    mb_scalar(b, "sqrt2", 1.4142135f);
+    mb_node(b, "Div:x,sqrt2->d");
+    mb_node(b, "Erf:d->e");
+    mb_node(b, "Add:e,one->a");
+    mb_node(b, "Mul:x,a->m");
+    mb_node(b, "Mul:m,half->z");
+}
+
 /* ---- Conv + BatchNormalization ---- */
 
 static void conv_model(mb_model *b, bool bias, const int64_t *x_decl, const int64_t *x_run) {
@@ -633,12 +643,7 @@ static void test_matmul_gelu(void **state) {
         mb_scalar(&b, "half", 0.5f);
         switch (form) {
         case 0: /* bert: (x * (erf(x / sqrt2) + 1)) * 0.5 */
-            mb_scalar(&b, "sqrt2", 1.4142135f);
-            mb_node(&b, "Div:x,sqrt2->d");
-            mb_node(&b, "Erf:d->e");
-            mb_node(&b, "Add:e,one->a");
-            mb_node(&b, "Mul:x,a->m");
-            mb_node(&b, "Mul:m,half->z");
+            erf_gelu(&b);
             break;
         case 1: /* (x * 0.5) * (1 + erf(x * 1/sqrt2)) */
             mb_scalar(&b, "isqrt2", 0.70710678f);
@@ -689,12 +694,7 @@ static void test_matmul_gelu(void **state) {
     mb_node(&b, "Add:y,bias->x");
     mb_scalar(&b, "one", 1.0f);
     mb_scalar(&b, "half", 0.5f);
-    mb_scalar(&b, "sqrt2", 1.4142135f);
-    mb_node(&b, "Div:x,sqrt2->d");
-    mb_node(&b, "Erf:d->e");
-    mb_node(&b, "Add:e,one->a");
-    mb_node(&b, "Mul:x,a->m");
-    mb_node(&b, "Mul:m,half->z");
+    erf_gelu(&b);
     mb_node(&b, "Neg:x->w");
     mb_output(&b, "z");
     mb_output(&b, "w");
@@ -1085,12 +1085,7 @@ static void test_reference_matmul(void **state) {
                 mb_scalar(&b, "half", 0.5f);
                 if (strcmp(acts[a], "Relu") == 0) mb_node(&b, "Relu:x->z");
                 if (strcmp(acts[a], "Gelu") == 0) {
-                    mb_scalar(&b, "sqrt2", 1.4142135f);
-                    mb_node(&b, "Div:x,sqrt2->d");
-                    mb_node(&b, "Erf:d->e");
-                    mb_node(&b, "Add:e,one->a");
-                    mb_node(&b, "Mul:x,a->m");
-                    mb_node(&b, "Mul:m,half->z");
+                    erf_gelu(&b);
                 }
                 if (strcmp(acts[a], "GeluTanh") == 0) {
                     mb_scalar(&b, "three", 3.0f);
@@ -1137,12 +1132,7 @@ static void test_matmul_wide_n(void **state) {
                 if (gelu) {
                     mb_scalar(&b, "one", 1.0f);
                     mb_scalar(&b, "half", 0.5f);
-                    mb_scalar(&b, "sqrt2", 1.4142135f);
-                    mb_node(&b, "Div:x,sqrt2->d");
-                    mb_node(&b, "Erf:d->e");
-                    mb_node(&b, "Add:e,one->a");
-                    mb_node(&b, "Mul:x,a->m");
-                    mb_node(&b, "Mul:m,half->z");
+                    erf_gelu(&b);
                 }
                 mb_output(&b, "z");
                 tdm_attr attrs[1] = {str_attr("activation", gelu ? "Gelu" : "")};
