@@ -6,9 +6,9 @@
  *    multiple of 512 bytes apart fall on at most 8 of the L1 cache's 64 sets per 4 KiB, and
  *    the gemm's reads of a panel of B evict each other (AVX2 EPYC, 1 thread, CPU time per
  *    product with its bias: 60x384 * 384x1536 1.56 -> 1.09 ms, 60x384 * 384x512 0.49 ->
- *    0.37, 128x3072 * 3072x768 11.3 -> 9.5; MiniLM-L6 -13%). The transposed layout [N, K],
+ *    0.37, 128x3072 * 3072x768 11.3 -> 9.5; MiniLM-L6 -15%). The transposed layout [N, K],
  *    the earlier cure for N % 1024 == 0, measured slower than the padded rows (MiniLM:
- *    +2% against row-major, padded -13%); it stays the next choice when oneDNN refuses
+ *    +2% against row-major, padded -15%); it stays the next choice when oneDNN refuses
  *    padded rows. Other N keep dense row-major B.
  *  - Gemm: transposes as strides, alpha as the output scale, beta * C either as the bias
  *    (C of shape [N] or [1, N], alpha = beta = 1) or as C broadcast into Y plus a sum
