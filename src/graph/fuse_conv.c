@@ -1,5 +1,6 @@
 /* Convolution passes: BatchNormalization folded into the Conv before it, then Conv with a
- * residual Add and / or an activation behind it becomes one FusedConv (ops/fused.h). */
+ * residual Add and / or an activation behind it becomes one FusedConv (ops/fused.h); on the
+ * CPU, a dilated 1-D convolution's pads become a Pad in front of it. */
 #include <float.h>
 #include <math.h>
 #include <string.h>
@@ -225,6 +226,71 @@ tdm_status *fz_pass_conv(fz_ctx *fz) {
     for (size_t i = 0; i < fz->g->n_nodes; i++) {
         TDM_TRY(fz_refresh(fz));
         if (fz_is_op(fz, (int)i, "Conv")) TDM_TRY(fuse_conv(fz, (int)i));
+    }
+    return NULL;
+}
+
+/* ---- dilated 1-D convolution: pads as a Pad node (CPU) ----
+ * oneDNN's direct (JIT) convolution takes a dilated kernel only while the left and right pads
+ * stay within its few-column unroll; wider pads leave it the im2col + gemm convolution on the
+ * plain layout. With the pads as a zero Pad in front (a copy of the small input), the
+ * convolution has no pads and runs the direct kernel on the blocked layout (attacut's three
+ * 48 -> 196 channel convolutions over 79 columns, kernels 5 and 9 with dilations 3 and 2,
+ * pads 6 and 8: AVX2, 1 thread, CPU time p50 per run 0.62-0.74 -> 0.50-0.57 ms). 2-D
+ * convolutions are left to the blocked pass. Needs opset 11 (Pad's pads as an input). */
+static tdm_status *prepad_conv(fz_ctx *fz, int ci) {
+    const tdm_node *n = fz_node(fz, ci);
+    if (n->n_inputs < 2 || n->inputs[0] < 0 || n->n_outputs != 1) return NULL;
+    int x = n->inputs[0];
+    const tdm_value *xv = &fz->g->values[x];
+    const tdm_attr *ap = tdm_node_attr(n, "auto_pad");
+    if (xv->rank != 3 || !fz_is_f32(fz, x) || (ap && ap->s && strcmp(ap->s, "NOTSET") != 0))
+        return NULL;
+    size_t nd = 0, np = 0;
+    const int64_t *dil = tdm_attr_ints(n, "dilations", &nd);
+    const tdm_attr *pa = tdm_node_attr(n, "pads");
+    if (!dil || nd != 1 || dil[0] <= 1 || !pa || pa->type != TDM_ATTR_INTS || pa->n != 2)
+        return NULL;
+    np = pa->n;
+    int64_t pl = pa->ints[0], pr = pa->ints[1];
+    if (pl < 0 || pr < 0 || pl + pr == 0) return NULL;
+    int64_t pads[6] = {0, 0, pl, 0, 0, pr}, six = 6;
+    tdm_tensor *t;
+    TDM_TRY(tdm_tensor_new(fz->g->alloc, TDM_INT64, 1, &six, &t));
+    memcpy(t->data, pads, sizeof pads);
+    int pv, yv, pi;
+    TDM_TRY(fz_new_const(fz, fz_node(fz, ci)->name, t, &pv));
+    int64_t dims[3];
+    memcpy(dims, fz->g->values[x].dims, sizeof dims);
+    if (dims[2] >= 0) dims[2] += pl + pr;
+    TDM_TRY(fz_new_value(fz, fz->g->values[x].name, TDM_FLOAT, 3, dims, &yv));
+    char *name = tdm_strdup(fz->g->alloc, fz_node(fz, ci)->name);
+    if (!name) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory in graph fusion");
+    tdm_status *st = fz_new_node(fz, "Pad", "", name, 2, 1, &pi);
+    tdm_free(fz->g->alloc, name);
+    TDM_TRY(st);
+    tdm_node *pn = fz_node(fz, pi);
+    pn->inputs[0] = x;
+    pn->inputs[1] = pv;
+    pn->outputs[0] = yv;
+    tdm_node *cn = fz_node(fz, ci);
+    cn->inputs[0] = yv;
+    tdm_attr *cp = (tdm_attr *)tdm_node_attr(cn, "pads");
+    for (size_t k = 0; k < np; k++) cp->ints[k] = 0;
+    fz->dirty = true;
+    fz->count++;
+    return NULL;
+}
+
+tdm_status *fz_pass_conv_prepad(fz_ctx *fz) {
+    if (tdm_graph_opset(fz->g, "") < 11) return NULL;
+    for (size_t i = 0; i < fz->g->n_nodes; i++) {
+        TDM_TRY(fz_refresh(fz));
+        const tdm_node *n = fz_node(fz, (int)i);
+        if (fz_is_op(fz, (int)i, "Conv") ||
+            (!n->dead && strcmp(n->domain, TDM_FUSED_DOMAIN) == 0 &&
+             strcmp(n->op_type, "FusedConv") == 0))
+            TDM_TRY(prepad_conv(fz, (int)i));
     }
     return NULL;
 }

@@ -101,6 +101,16 @@ static void run_both(mb_model *b, fuse_result *r) {
     free(buf);
 }
 
+/* x -> z, BERT's erf GELU: (x * (erf(x / sqrt2) + 1)) * 0.5, reading the scalars one and half. */
+static void erf_gelu(mb_model *b) {
+    mb_scalar(b, "sqrt2", 1.4142135f);
+    mb_node(b, "Div:x,sqrt2->d");
+    mb_node(b, "Erf:d->e");
+    mb_node(b, "Add:e,one->a");
+    mb_node(b, "Mul:x,a->m");
+    mb_node(b, "Mul:m,half->z");
+}
+
 /* ---- Conv + BatchNormalization ---- */
 
 static void conv_model(mb_model *b, bool bias, const int64_t *x_decl, const int64_t *x_run) {
@@ -633,12 +643,7 @@ static void test_matmul_gelu(void **state) {
         mb_scalar(&b, "half", 0.5f);
         switch (form) {
         case 0: /* bert: (x * (erf(x / sqrt2) + 1)) * 0.5 */
-            mb_scalar(&b, "sqrt2", 1.4142135f);
-            mb_node(&b, "Div:x,sqrt2->d");
-            mb_node(&b, "Erf:d->e");
-            mb_node(&b, "Add:e,one->a");
-            mb_node(&b, "Mul:x,a->m");
-            mb_node(&b, "Mul:m,half->z");
+            erf_gelu(&b);
             break;
         case 1: /* (x * 0.5) * (1 + erf(x * 1/sqrt2)) */
             mb_scalar(&b, "isqrt2", 0.70710678f);
@@ -689,12 +694,7 @@ static void test_matmul_gelu(void **state) {
     mb_node(&b, "Add:y,bias->x");
     mb_scalar(&b, "one", 1.0f);
     mb_scalar(&b, "half", 0.5f);
-    mb_scalar(&b, "sqrt2", 1.4142135f);
-    mb_node(&b, "Div:x,sqrt2->d");
-    mb_node(&b, "Erf:d->e");
-    mb_node(&b, "Add:e,one->a");
-    mb_node(&b, "Mul:x,a->m");
-    mb_node(&b, "Mul:m,half->z");
+    erf_gelu(&b);
     mb_node(&b, "Neg:x->w");
     mb_output(&b, "z");
     mb_output(&b, "w");
@@ -861,6 +861,45 @@ static void test_attention_wide(void **state) {
     }
 }
 
+/* ---- dilated 1-D Conv: its pads as a Pad in front (fuse_conv.c, CPU) ----
+ * attacut's form: kernel 5, dilation 3, pads 6 (and uneven pads, a Relu behind it: a
+ * FusedConv); negative cases: no dilation, no pads, a 2-D dilated Conv. */
+static void test_conv_prepad(void **state) {
+    (void)state;
+    struct {
+        int rank;
+        int64_t k, dil, pl, pr;
+        bool relu;
+        bool want;
+    } cases[] = {
+        {3, 5, 3, 6, 6, false, true}, {3, 9, 2, 8, 3, true, true}, {3, 5, 1, 2, 2, false, false},
+        {3, 5, 3, 0, 0, false, false}, {4, 3, 2, 2, 2, false, false},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        mb_model b;
+        mb_init(&b, 17);
+        int r = cases[c].rank;
+        int64_t xd[4] = {2, 12, 37, 11}, wd[4] = {20, 12, cases[c].k, cases[c].k}, m = 20;
+        if (r == 3) xd[2] = 37;
+        mb_input_run(&b, "x", r, xd, NULL);
+        mb_weight(&b, "W", r, wd, NULL, 0, 0.5f);
+        mb_weight(&b, "B", 1, &m, NULL, 0, 0.5f);
+        Onnx__NodeProto *n = mb_node(&b, cases[c].relu ? "Conv:x,W,B->y" : "Conv:x,W,B->z");
+        int64_t pads[4] = {cases[c].pl, cases[c].pl, cases[c].pr, cases[c].pr};
+        if (r == 3) pads[1] = cases[c].pr;
+        int64_t dil[2] = {cases[c].dil, cases[c].dil};
+        mb_attr_ints(&b, n, "pads", 2 * (r - 2), pads);
+        mb_attr_ints(&b, n, "dilations", r - 2, dil);
+        if (cases[c].relu) mb_node(&b, "Relu:y->z");
+        mb_output(&b, "z");
+        fuse_result res;
+        run_both(&b, &res);
+        if ((op_count(&res, "Pad") == 1) != cases[c].want || res.ref)
+            fail_msg("case %zu: %s%s", c, res.ops, res.ref ? " (a reference kernel)" : "");
+        mb_free(&b);
+    }
+}
+
 /* ---- the reference kernels (k_fused.c), which oneDNN kernels may shadow in sessions ----
  * The unfused model at opt-level 0 gives the expected output; the fused node is built by
  * hand and run through tdm_cpu_kernels_fused directly. */
@@ -870,8 +909,10 @@ static tdm_attr str_attr(const char *name, const char *v) {
     return a;
 }
 
-static void ref_check(mb_model *b, const char *op, int n_attrs, tdm_attr *attrs, int n_in,
-                      const char *const *in_names) {
+/* The session's output (opt level `opt`, `threads` threads; at opt 1 the model must hold
+ * `op`) against the reference kernel, within atol + 1e-4 * |x|. */
+static void ref_check_at(mb_model *b, const char *op, int n_attrs, tdm_attr *attrs, int n_in,
+                         const char *const *in_names, int opt, int threads, float atol) {
     size_t size = onnx__model_proto__get_packed_size(&b->model);
     void *buf = malloc(size);
     onnx__model_proto__pack(&b->model, buf);
@@ -887,10 +928,20 @@ static void ref_check(mb_model *b, const char *op, int n_attrs, tdm_attr *attrs,
         float *d = tdm_tensor_data(ins[i]);
         for (int64_t k = 0; k < tdm_tensor_element_count(ins[i]); k++) d[k] = 2.0f * mb_rnd();
     }
-    tdm_session_options so = {.api_version = TDM_API_VERSION, .devices = "cpu", .threads = 1};
+    tdm_session_options so = {.api_version = TDM_API_VERSION, .devices = "cpu",
+                              .threads = threads, .opt_level = opt};
     tdm_session *s = NULL;
     tdm_status *st = tdm_session_create_from_buffer(env, buf, size, NULL, &so, &s);
     if (st) fail_msg("%s", tdm_status_message(st));
+    if (opt == 1) {
+        const tdm_model *m = tdm_session_model(s);
+        bool has = false;
+        for (size_t i = 0; i < tdm_model_op_type_count(m); i++) {
+            size_t c;
+            has = has || strcmp(tdm_model_op_type(m, i, &c), op) == 0;
+        }
+        if (!has) fail_msg("opt 1: no %s in the session's model", op);
+    }
     const char *out_name = b->outs[0]->name;
     st = tdm_session_run(s, n_graph_in, names, (const tdm_tensor *const *)ins, 1, &out_name, &want);
     if (st) fail_msg("%s", tdm_status_message(st));
@@ -945,15 +996,21 @@ static void ref_check(mb_model *b, const char *op, int n_attrs, tdm_attr *attrs,
     assert_int_equal(tdm_tensor_element_count(y), tdm_tensor_element_count(want));
     const float *x = tdm_tensor_data(want), *g = tdm_tensor_data(y);
     for (int64_t k = 0; k < tdm_tensor_element_count(y); k++)
-        if (!(fabsf(x[k] - g[k]) <= 1e-5f + 1e-4f * fabsf(x[k])))
-            fail_msg("%s: element %lld: %.8g (unfused) vs %.8g (reference kernel)", op,
-                     (long long)k, x[k], g[k]);
+        if (!(fabsf(x[k] - g[k]) <= atol + 1e-4f * fabsf(x[k])))
+            fail_msg("%s: element %lld: %.8g (session, opt %d, %d threads) vs %.8g (reference "
+                     "kernel)", op, (long long)k, x[k], opt, threads, g[k]);
     tdm_tensor_free(y);
     tdm_tensor_free(want);
     for (int i = 0; i < 4; i++) tdm_tensor_free(wrapped[i]);
     for (size_t i = 0; i < n_graph_in; i++) tdm_tensor_free(ins[i]);
     tdm_env_free(env);
     free(buf);
+}
+
+/* The unfused model at opt-level 0 against the reference kernel. */
+static void ref_check(mb_model *b, const char *op, int n_attrs, tdm_attr *attrs, int n_in,
+                      const char *const *in_names) {
+    ref_check_at(b, op, n_attrs, attrs, n_in, in_names, 0, 1, 1e-5f);
 }
 
 static void test_reference_conv(void **state) {
@@ -1028,12 +1085,7 @@ static void test_reference_matmul(void **state) {
                 mb_scalar(&b, "half", 0.5f);
                 if (strcmp(acts[a], "Relu") == 0) mb_node(&b, "Relu:x->z");
                 if (strcmp(acts[a], "Gelu") == 0) {
-                    mb_scalar(&b, "sqrt2", 1.4142135f);
-                    mb_node(&b, "Div:x,sqrt2->d");
-                    mb_node(&b, "Erf:d->e");
-                    mb_node(&b, "Add:e,one->a");
-                    mb_node(&b, "Mul:x,a->m");
-                    mb_node(&b, "Mul:m,half->z");
+                    erf_gelu(&b);
                 }
                 if (strcmp(acts[a], "GeluTanh") == 0) {
                     mb_scalar(&b, "three", 3.0f);
@@ -1052,6 +1104,41 @@ static void test_reference_matmul(void **state) {
                 tdm_attr attrs[1] = {str_attr("activation", acts[a])};
                 const char *kin[3] = {"A", "W", "bias"};
                 ref_check(&b, "FusedMatMul", 1, attrs, 3, kin);
+                mb_free(&b);
+            }
+}
+
+/* A constant B's layout for oneDNN's product (k_dnnl_matmul.c: [N, K] or padded rows where
+ * row-major rows would be a multiple of 2 KiB apart): MiniLM's shapes, 60 rows of K = 384
+ * against N = 384 (plain), 512, 1024, 1536 (the aliasing widths), with and without the erf
+ * GELU; the fused product (opt 1) and the unfused MatMul (opt 0) against the reference
+ * kernel, on one thread and on two (the rows cut in chunks, the last one built on the
+ * first one's weights layout). */
+static void test_matmul_wide_n(void **state) {
+    (void)state;
+    const int64_t Ns[] = {384, 512, 1024, 1536};
+    for (size_t ni = 0; ni < sizeof Ns / sizeof Ns[0]; ni++)
+        for (int gelu = 0; gelu <= 1; gelu++)
+            for (int opt = 0; opt <= 1; opt++) {
+                int64_t ad[2] = {60, 384}, wd[2] = {384, Ns[ni]};
+                mb_model b;
+                mb_init(&b, 17);
+                mb_rng_state = 31 + (uint32_t)ni;
+                mb_input_run(&b, "A", 2, ad, NULL);
+                mb_weight(&b, "W", 2, wd, NULL, 0, 0.1f);
+                mb_weight(&b, "bias", 1, &wd[1], NULL, 0, 0.5f);
+                mb_node(&b, "MatMul:A,W->y");
+                mb_node(&b, gelu ? "Add:y,bias->x" : "Add:y,bias->z");
+                if (gelu) {
+                    mb_scalar(&b, "one", 1.0f);
+                    mb_scalar(&b, "half", 0.5f);
+                    erf_gelu(&b);
+                }
+                mb_output(&b, "z");
+                tdm_attr attrs[1] = {str_attr("activation", gelu ? "Gelu" : "")};
+                const char *kin[3] = {"A", "W", "bias"};
+                for (int threads = 1; threads <= 2; threads++)
+                    ref_check_at(&b, "FusedMatMul", 1, attrs, 3, kin, opt, threads, 1e-4f);
                 mb_free(&b);
             }
 }
@@ -1307,6 +1394,8 @@ int main(void) {
         cmocka_unit_test(test_layout),          cmocka_unit_test(test_body_fusion),
         cmocka_unit_test(test_sink_transpose), cmocka_unit_test(test_onehot_matmul),
         cmocka_unit_test(test_reference_conv), cmocka_unit_test(test_reference_matmul),
+        cmocka_unit_test(test_matmul_wide_n),
+        cmocka_unit_test(test_conv_prepad),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
