@@ -7,7 +7,6 @@
  * kernel (dn_fallback).
  * This file holds the table and what the op files share (k_dnnl.h): states, the per-shape
  * cache, single-threaded execution, reorders and the split of work over the thread pool. */
-#include <math.h>
 #include <omp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -16,7 +15,6 @@
 
 #include "backends/backend.h"
 #include "backends/cpu/cpu_device.h"
-#include "backends/cpu/cpu_simd.h"
 #include "backends/cpu/k_dnnl.h"
 #include "core/alloc.h"
 #include "ops/fused.h"
@@ -410,94 +408,6 @@ bool dn_has_vnni(void) {
     unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
     return (isa & (unsigned)dnnl_cpu_isa_avx512_core_vnni) == (unsigned)dnnl_cpu_isa_avx512_core_vnni ||
            (isa & (unsigned)dnnl_cpu_isa_avx2_vnni) == (unsigned)dnnl_cpu_isa_avx2_vnni;
-}
-
-/* The two largest of a channel's positive (or negative) weight magnitudes, kept in t[0] >= t[1]. */
-static void top2(int t[2], int v) {
-    if (v > t[0]) {
-        t[1] = t[0];
-        t[0] = v;
-    } else if (v > t[1]) {
-        t[1] = v;
-    }
-}
-
-bool dn_q8_pair_init(dn_q8_pair *q, const tdm_allocator *a, const int8_t *w, int64_t count,
-                     const dn_q8_wmap *map, const float *oscale, int64_t oscale_n,
-                     const int32_t *bias) {
-    memset(q, 0, sizeof *q);
-    q->lim = 255;
-    int64_t M = map->M, changed = 0;
-    float *f = tdm_alloc(a, (size_t)M * sizeof(float) + 1);
-    if (!f) return false;
-    for (int64_t m = 0; m < M; m++) {
-        int64_t base = (m / map->mg) * map->gstride + (m % map->mg) * map->mstride;
-        int pair = 0;                       /* the largest same-sign sum of a pair 2j, 2j + 1 */
-        int pos[2] = {0, 0}, neg[2] = {0, 0}; /* the two largest of any two (q->lim) */
-        for (int64_t c = 0; c < map->A; c++)
-            for (int64_t i = 0; i < map->I; i++) {
-                int u = w[base + c * map->astride + i];
-                top2(u > 0 ? pos : neg, u > 0 ? u : -u);
-                if (!(c & 1)) continue;
-                int v = w[base + (c - 1) * map->astride + i];
-                int ps = (u > 0 ? u : 0) + (v > 0 ? v : 0), ns = (u < 0 ? -u : 0) + (v < 0 ? -v : 0);
-                pair = ps > pair ? ps : pair;
-                pair = ns > pair ? ns : pair;
-            }
-        /* u8 x, two weights of a sign: x (w0 + w1) within [-32768, 32767] */
-        if (pos[0] + pos[1] > 0 && 32767 / (pos[0] + pos[1]) < q->lim) q->lim = 32767 / (pos[0] + pos[1]);
-        if (neg[0] + neg[1] > 0 && 32768 / (neg[0] + neg[1]) < q->lim) q->lim = 32768 / (neg[0] + neg[1]);
-        f[m] = pair > 128 ? 127.0f / (float)pair : 1.0f;
-        changed += pair > 128;
-    }
-    if (!changed) {
-        tdm_free(a, f);
-        q->lim = 255;
-        return true;
-    }
-    q->f = f;
-    q->w = tdm_alloc(a, (size_t)count + 1);
-    q->oscale = tdm_alloc(a, (size_t)M * sizeof(float) + 1);
-    q->bias = bias ? tdm_alloc(a, (size_t)M * sizeof(int32_t) + 1) : NULL;
-    if (!q->w || !q->oscale || (bias && !q->bias)) {
-        dn_q8_pair_free(q, a);
-        return false;
-    }
-    memcpy(q->w, w, (size_t)count);
-    for (int64_t m = 0; m < M; m++) {
-        q->oscale[m] = oscale[oscale_n == 1 ? 0 : m] / f[m];
-        if (bias) q->bias[m] = (int32_t)nearbyint((double)bias[m] * f[m]);
-        if (f[m] == 1.0f) continue;
-        int64_t base = (m / map->mg) * map->gstride + (m % map->mg) * map->mstride;
-        for (int64_t c = 0; c < map->A; c++)
-            for (int64_t i = 0; i < map->I; i++) {
-                int64_t at = base + c * map->astride + i;
-                q->w[at] = (int8_t)nearbyintf((float)w[at] * f[m]);
-            }
-    }
-    return true;
-}
-
-void dn_q8_pair_free(dn_q8_pair *q, const tdm_allocator *a) {
-    tdm_free(a, q->w);
-    tdm_free(a, q->f);
-    tdm_free(a, q->oscale);
-    tdm_free(a, q->bias);
-    memset(q, 0, sizeof *q);
-    q->lim = 255;
-}
-
-bool dn_q8_pair_in(const dn_q8_pair *q, int64_t m0, int64_t n) {
-    for (int64_t m = m0; q->w && m < m0 + n; m++)
-        if (q->f[m] != 1.0f) return true;
-    return false;
-}
-
-bool dn_q8_pair_use(const dn_q8_pair *q, const tdm_kernel_ctx *ctx, const tdm_tensor *x,
-                    int32_t xzp) {
-    if (!q->w || x->dtype != TDM_UINT8) return false;
-    int top = tdm_cpu_simd_of(ctx)->max_u8(x->data, x->count);
-    return (xzp > top ? xzp : top) > q->lim;
 }
 
 void dn_md_strided(dnnl_memory_desc_t *md, int nd, const int64_t *dims, const int64_t *strides) {

@@ -141,50 +141,6 @@ bool dn_attr_clip(dnnl_primitive_attr_t attr, float lo, float hi);
 bool dn_q8_clip(const tdm_node *node, tdm_dtype yt, int32_t yzp, float *lo, float *hi);
 /* oneDNN's ISA has 8-bit dot products without saturation (AVX512-VNNI or AVX-VNNI). */
 bool dn_has_vnni(void);
-/* ---- int8 without VNNI: a second, pair-safe weight set ----
- * Without VNNI, oneDNN's u8 x s8 kernels (convolution, deconvolution, matmul) sum the
- * products of two adjacent input channels (same tap, same output channel) in a saturating
- * int16 (vpmaddubsw): x0 w0 + x1 w1 must fit, which full-range weights (quantizers map each
- * channel's largest |w| to 127) and bytes of X above 128 break (nudenet's YOLO stem: 58
- * steps off, its class scores garbage). The node then keeps two weight sets and picks one
- * per run from X's largest byte:
- *  - exact: the weights as they are, exact while every byte of X (and X's zero point, which
- *    padding reads) is <= lim = the largest x with x (w0 + w1) in [-32768, 32767] for any two
- *    same-sign weights of any channel (>= 128 for every int8 weight set);
- *  - pair-safe: the channels whose same-sign adjacent pair sums exceed 128 requantized as
- *    w' = round(w * f[m]), f[m] = 127 / that sum (a 7-bit channel, what ONNX Runtime's
- *    reduce_range does for all), their output scale / f[m] and int32 bias * f[m].
- * No second set (w NULL) where no pair exceeds 128: those weights never saturate.
- *
- *   dn_q8_wmap map = {M, M, 0, per_m, C, ksz, ksz};      (Conv weights [M, C, k...])
- *   if (!dn_has_vnni() && x is uint8 && !dn_q8_pair_init(&s->pair, a, w, count, &map, ...))
- *       ... out of memory ...
- *   per run: bool safe = dn_q8_pair_use(&s->pair, ctx, X, xzp);  (a vectorised max of X)
- */
-/* Where output channel m's weights lie: (m / mg) * gstride + (m % mg) * mstride + c * astride
- * + i for input channel c < A of its group and tap i < I. */
-typedef struct dn_q8_wmap {
-    int64_t M, mg, gstride, mstride, A, astride, I;
-} dn_q8_wmap;
-typedef struct dn_q8_pair {
-    int8_t *w;      /* pair-safe weights (the node's layout, all of them); NULL: not needed */
-    float *f;       /* [M] each channel's factor (1: unchanged) */
-    float *oscale;  /* [M] output scales of the pair-safe set */
-    int32_t *bias;  /* [M] its int32 bias (NULL without one) */
-    int lim;        /* the exact set is exact while X's bytes are <= lim */
-} dn_q8_pair;
-/* Fills q for weights w (count bytes, laid out as map says), the exact set's output scales
- * (oscale_n: 1 or M) and int32 bias (or NULL). False when out of memory (q then empty). */
-bool dn_q8_pair_init(dn_q8_pair *q, const tdm_allocator *a, const int8_t *w, int64_t count,
-                     const dn_q8_wmap *map, const float *oscale, int64_t oscale_n,
-                     const int32_t *bias);
-void dn_q8_pair_free(dn_q8_pair *q, const tdm_allocator *a);
-/* Channels [m0, m0 + n) hold a requantized one (their chunk needs a second primitive). */
-bool dn_q8_pair_in(const dn_q8_pair *q, int64_t m0, int64_t n);
-/* This run takes the pair-safe set: q has one, X is uint8 and its largest byte (or its zero
- * point xzp) is above q->lim. Reads all of X (the device's max_u8, cpu_simd.h). */
-bool dn_q8_pair_use(const dn_q8_pair *q, const tdm_kernel_ctx *ctx, const tdm_tensor *x,
-                    int32_t xzp);
 /* The run's CPU device has precision bf16 (cpu_device.h): convolutions and matmuls build
  * bf16 primitives (bf16 source and weights, f32 accumulation and results). */
 bool dn_bf16(const tdm_kernel_ctx *ctx);

@@ -22,12 +22,7 @@
  * layouts by oneDNN reorders; the weights are reordered once when the entry is built. Threads: images, and for ungrouped convolutions of small batches
  * chunks of output channels (a contiguous slice of the weights, scales and bias), each with
  * a primitive of its own: oneDNN 2.6's int8 convolutions take the output scales only as
- * constants of the primitive (runtime scales: unimplemented).
- *
- * Without VNNI and with uint8 X, weights whose adjacent pairs can saturate oneDNN's int16
- * pair sums get a second, pair-safe set (k_dnnl.h, dn_q8_pair): each chunk that holds such
- * a channel gets a second primitive, and a run whose X has a byte above the exact set's
- * limit takes it. */
+ * constants of the primitive (runtime scales: unimplemented). */
 #include <stdint.h>
 #include <string.h>
 #if defined(__SSE2__)
@@ -52,18 +47,15 @@ typedef struct qc_state {
     bool clip;
     float clo, chi;   /* clip bounds relative to the output zero point */
     bool xl, yl;      /* QConv's x_nhwc / y_nhwc: X / Y channels-last (rank 4) */
-    dn_q8_pair pair;  /* without VNNI: the pair-safe weights (pair.w NULL: none) */
-    int32_t *pair_bias_zp; /* [M] bias_zp of the pair-safe set (with bias_zp) */
 } qc_state;
 
 typedef struct qc_part {
     int64_t units; /* output channels per chunk; 0 = unused */
     dn_prim conv, r_dst;
-    dn_prim conv2;  /* the pair-safe weights' primitive (p NULL: no channel of the chunk) */
     bool dst_nhwc;  /* dst is channels-last: own transpose into Y instead of r_dst */
     dnnl_memory_desc_t wei, dst, usr_dst, bias;
-    size_t wbytes, woff, woff2; /* its weights' bytes, offsets in wbuf (woff2: pair-safe) */
-    dn_held held, held2;
+    size_t wbytes, woff; /* its weights' bytes and offset in the entry's wbuf */
+    dn_held held;
 } qc_part;
 
 typedef struct qc_entry {
@@ -93,9 +85,7 @@ static void qc_clear(dn_state *s, dn_entry *he) {
     qc_entry *e = (qc_entry *)he;
     for (int64_t i = 0; e->part && i < e->n_chunks; i++) {
         dn_held_clear(&e->part[i].held);
-        dn_held_clear(&e->part[i].held2);
         dn_prim_clear(&e->part[i].conv);
-        dn_prim_clear(&e->part[i].conv2);
         dn_prim_clear(&e->part[i].r_dst);
     }
     tdm_free(s->alloc, e->part);
@@ -111,29 +101,12 @@ static void qc_release(void *state, const tdm_allocator *a) {
         tdm_free(s->base.alloc, s->oscale);
         tdm_free(s->base.alloc, s->bias);
         tdm_free(s->base.alloc, s->bias_zp);
-        tdm_free(s->base.alloc, s->pair_bias_zp);
-        dn_q8_pair_free(&s->pair, s->base.alloc);
     }
     dn_release(state, a);
 }
 
-/* bias - x_zero_point * sum(w[m]) per output channel m ([M], from the state's allocator), or
- * NULL when a value leaves int32 (or out of memory). */
-static int32_t *qc_bias_zp(const qc_state *s, const int8_t *w, const int32_t *bias) {
-    int32_t *out = tdm_alloc(s->base.alloc, (size_t)s->M * sizeof(int32_t) + 1);
-    int64_t per_m = s->w->count / s->M;
-    for (int64_t m = 0; out && m < s->M; m++) {
-        int64_t sum = 0;
-        for (int64_t k = 0; k < per_m; k++) sum += w[m * per_m + k];
-        int64_t v = (bias ? bias[m] : 0) - (int64_t)s->xzp * sum;
-        if (v < INT32_MIN || v > INT32_MAX) {
-            tdm_free(s->base.alloc, out);
-            return NULL;
-        }
-        out[m] = (int32_t)v;
-    }
-    return out;
-}
+
+
 
 /* The constants the fast path needs; false leaves the node to the reference kernel. */
 static bool qc_setup(qc_state *s, const tdm_node *node, int n_in, const tdm_tensor *const *in) {
@@ -165,22 +138,20 @@ static bool qc_setup(qc_state *s, const tdm_node *node, int n_in, const tdm_tens
         if (!s->bias) return false;
         memcpy(s->bias, b->data, (size_t)s->M * sizeof(int32_t));
     }
-    /* without VNNI, uint8 X (no int8 zero point): the pair-safe set */
-    if (!dn_has_vnni() && !(in[2] && in[2]->dtype == TDM_INT8)) {
-        int64_t per = w->count / s->M, Cg = w->dims[1], ksz = per / Cg;
-        dn_q8_wmap map = {s->M, s->M, 0, per, Cg, ksz, ksz};
-        if (!dn_q8_pair_init(&s->pair, s->base.alloc, w->data, w->count, &map, s->oscale, s->M,
-                             s->bias))
-            return false;
-    }
-    if (s->xzp) { /* (the padded mode's bias: both sets, or neither) */
-        s->bias_zp = qc_bias_zp(s, w->data, s->bias);
-        if (s->bias_zp && s->pair.w) {
-            s->pair_bias_zp = qc_bias_zp(s, s->pair.w, s->pair.bias);
-            if (!s->pair_bias_zp) {
+    if (s->xzp) {
+        s->bias_zp = tdm_alloc(s->base.alloc, (size_t)s->M * sizeof(int32_t) + 1);
+        if (!s->bias_zp) return false;
+        int64_t per_m = w->count / s->M;
+        for (int64_t m = 0; m < s->M; m++) {
+            int64_t sum = 0;
+            for (int64_t k = 0; k < per_m; k++) sum += ((const int8_t *)w->data)[m * per_m + k];
+            int64_t v = (s->bias ? s->bias[m] : 0) - (int64_t)s->xzp * sum;
+            if (v < INT32_MIN || v > INT32_MAX) {
                 tdm_free(s->base.alloc, s->bias_zp);
                 s->bias_zp = NULL;
+                break;
             }
+            s->bias_zp[m] = (int32_t)v;
         }
     }
     s->clip = dn_q8_clip(node, yt, s->yzp, &s->clo, &s->chi);
@@ -326,11 +297,10 @@ void dn_tr_u8(const uint8_t *src, int64_t rows, int64_t cols, int64_t lds, uint8
         for (int64_t j = 0; j < c16; j++) dst[j * ldd + i] = src[i * lds + j];
 }
 
-/* The primitive for the chunk of `units` output channels from m0, over mb images; with `safe`
- * the pair-safe set's (p->conv2: the chunk's exact primitive built first, the same layouts). */
+/* The primitive for the chunk of `units` output channels from m0, over mb images. */
 static tdm_status *qc_part_build(qc_state *s, qc_entry *e, const qc_geom *g, const tdm_tensor *x,
-                                 const tdm_tensor *y, int64_t m0, int64_t units, bool safe,
-                                 qc_part *p, bool *ok) {
+                                 const tdm_tensor *y, int64_t m0, int64_t units, qc_part *p,
+                                 bool *ok) {
     *ok = false;
     int nd = x->rank;
     int64_t C = x->dims[1], Cg = C / s->group, Mg = s->M / s->group;
@@ -347,7 +317,6 @@ static tdm_status *qc_part_build(qc_state *s, qc_entry *e, const qc_geom *g, con
         g = &gp;
     }
     const int32_t *bias_v = e->pad ? s->bias_zp : s->bias;
-    const float *oscale = safe ? s->pair.oscale : s->oscale;
     int wnd = nd;
     if (s->group > 1) {
         wnd = nd + 1;
@@ -374,7 +343,7 @@ static tdm_status *qc_part_build(qc_state *s, qc_entry *e, const qc_geom *g, con
         return NULL;
     dnnl_primitive_attr_t attr;
     TDM_TRY(dn_attr_new(&attr));
-    bool good = dnnl_primitive_attr_set_output_scales(attr, units, 1 << 1, oscale + m0) ==
+    bool good = dnnl_primitive_attr_set_output_scales(attr, units, 1 << 1, s->oscale + m0) ==
                 dnnl_success;
     if (good && s->xzp && !e->pad)
         good = dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_SRC, 1, 0, &s->xzp) == dnnl_success;
@@ -388,19 +357,6 @@ static tdm_status *qc_part_build(qc_state *s, qc_entry *e, const qc_geom *g, con
     if (!pd || dn_refuse_ref(&s->base, pd)) return NULL;
     dnnl_memory_desc_t psrc;
     dn_query_md(pd, dnnl_query_src_md, &psrc);
-    if (safe) { /* the same layouts as the exact primitive, whose memory it shares */
-        dnnl_memory_desc_t pw, pdst;
-        dn_query_md(pd, dnnl_query_weights_md, &pw);
-        dn_query_md(pd, dnnl_query_dst_md, &pdst);
-        if (!dnnl_memory_desc_equal(&psrc, &e->src) || !dnnl_memory_desc_equal(&pw, &p->wei) ||
-            !dnnl_memory_desc_equal(&pdst, &p->dst)) {
-            dnnl_primitive_desc_destroy(pd);
-            return NULL;
-        }
-        TDM_TRY(dn_prim_from_pd(pd, &p->conv2));
-        *ok = true;
-        return NULL;
-    }
     dn_query_md(pd, dnnl_query_weights_md, &p->wei);
     dn_query_md(pd, dnnl_query_dst_md, &p->dst);
     if (m0 == 0) {
@@ -474,7 +430,6 @@ static tdm_status *qc_build(dn_state *ds, tdm_kernel_ctx *ctx, dn_entry *he) {
             if (!e->pad) break;
             for (int64_t c = 0; c < e->n_chunks; c++) {
                 dn_prim_clear(&e->part[c].conv);
-                dn_prim_clear(&e->part[c].conv2);
                 dn_prim_clear(&e->part[c].r_dst);
                 memset(&e->part[c], 0, sizeof e->part[c]);
             }
@@ -491,9 +446,7 @@ static tdm_status *qc_build(dn_state *ds, tdm_kernel_ctx *ctx, dn_entry *he) {
         ok = true;
         for (int64_t c = 0; ok && c < e->n_chunks; c++) {
             int64_t m0 = c * e->chunk, units = s->M - m0 < e->chunk ? s->M - m0 : e->chunk;
-            TDM_TRY(qc_part_build(s, e, &g, x, y, m0, units, false, &e->part[c], &ok));
-            if (ok && e->xt == dnnl_u8 && dn_q8_pair_in(&s->pair, m0, units))
-                TDM_TRY(qc_part_build(s, e, &g, x, y, m0, units, true, &e->part[c], &ok));
+            TDM_TRY(qc_part_build(s, e, &g, x, y, m0, units, &e->part[c], &ok));
         }
         if (ok && e->pad && !is_nhwc(&e->src)) ok = false;
     }
@@ -515,30 +468,22 @@ static tdm_status *qc_build(dn_state *ds, tdm_kernel_ctx *ctx, dn_entry *he) {
     size_t tmp = 0;
     for (int64_t i = 0; i < e->n_chunks; i++) {
         const qc_part *p = &e->part[i];
-        size_t sc = p->conv.scratch > p->conv2.scratch ? p->conv.scratch : p->conv2.scratch;
         size_t t = (p->r_dst.p || p->dst_nhwc ? (dn_md_bytes(&p->dst) + 63) / 64 * 64 : 0) +
-                   (sc + 63) / 64 * 64;
+                   (p->conv.scratch + 63) / 64 * 64;
         if (t > tmp) tmp = t;
     }
     e->tmp_bytes = tmp;
-    /* the constant weights, chunk after chunk, each in its primitive's layout (then the
-     * pair-safe ones of the chunks that have them) */
+    /* the constant weights, chunk after chunk, each in its primitive's layout */
     size_t total = 0;
     for (int64_t c = 0; c < e->n_chunks; c++) {
         e->part[c].woff = total;
         total += (e->part[c].wbytes + 63) / 64 * 64;
     }
-    for (int64_t c = 0; c < e->n_chunks; c++) {
-        e->part[c].woff2 = total;
-        if (e->part[c].conv2.p) total += (e->part[c].wbytes + 63) / 64 * 64;
-    }
     e->wbuf = tdm_alloc(s->base.alloc, total + 64);
     if (!e->wbuf) return dn_oom(ctx);
     int64_t per_m = s->w->count / s->M;
-    for (int64_t c = 0; c < e->n_chunks * 2; c++) {
-        qc_part *p = &e->part[c % e->n_chunks];
-        bool safe = c >= e->n_chunks;
-        if (safe && !p->conv2.p) continue;
+    for (int64_t c = 0; c < e->n_chunks; c++) {
+        qc_part *p = &e->part[c];
         dnnl_memory_desc_t usr;
         int64_t wd[6];
         int wnd = x->rank;
@@ -554,10 +499,9 @@ static tdm_status *qc_build(dn_state *ds, tdm_kernel_ctx *ctx, dn_entry *he) {
         md_tag(&usr, wnd, wd, dnnl_s8, tag_plain(wnd));
         dn_prim r;
         TDM_TRY(dn_reorder_new(s->base.eng, &usr, &p->wei, &r));
-        const int8_t *wsrc = safe ? s->pair.w : (const int8_t *)s->w->data;
         tdm_status *st = dn_exec_reorder(ctx, s->base.eng, &r, &usr,
-                                         wsrc + (c % e->n_chunks) * e->chunk * per_m, &p->wei,
-                                         (char *)e->wbuf + (safe ? p->woff2 : p->woff));
+                                         (const int8_t *)s->w->data + c * e->chunk * per_m,
+                                         &p->wei, (char *)e->wbuf + p->woff);
         dn_prim_clear(&r);
         TDM_TRY(st);
     }
@@ -571,7 +515,6 @@ typedef struct qc_run {
     const tdm_tensor *x;
     tdm_tensor *y;
     char *srcbuf, *tmp;
-    bool safe; /* X has a byte above the exact weights' limit: the pair-safe primitives */
 } qc_run;
 
 static tdm_status *qc_src_item(void *arg, tdm_kernel_ctx *ctx, int64_t i) {
@@ -619,8 +562,7 @@ static tdm_status *qc_conv_item(void *arg, tdm_kernel_ctx *ctx, int64_t i) {
     const void *src = e->src_conv ? (const void *)(r->srcbuf + (size_t)img * e->src_bytes)
                                  : (const void *)((const char *)r->x->data +
                                                   (size_t)img * dn_md_bytes(&e->usr_src));
-    bool two = r->safe && p->conv2.p;
-    const char *wei = (const char *)e->wbuf + (two ? p->woff2 : p->woff);
+    const char *wei = (const char *)e->wbuf + p->woff;
     char *ydst = (char *)r->y->data + (size_t)(img * e->mb * s->M + m0) * (size_t)e->osz;
     char *tmp = r->tmp + (size_t)i * e->tmp_bytes;
     bool via_tmp = p->r_dst.p || p->dst_nhwc;
@@ -632,12 +574,10 @@ static tdm_status *qc_conv_item(void *arg, tdm_kernel_ctx *ctx, int64_t i) {
     args[n++] = (dn_arg){DNNL_ARG_SRC, &e->src, src};
     args[n++] = (dn_arg){DNNL_ARG_WEIGHTS, &p->wei, wei};
     args[n++] = (dn_arg){DNNL_ARG_DST, &p->dst, dst};
-    const int32_t *bias_v = two ? (e->pad ? s->pair_bias_zp : s->pair.bias)
-                                : (e->pad ? s->bias_zp : s->bias);
+    const int32_t *bias_v = e->pad ? s->bias_zp : s->bias;
     if (bias_v) args[n++] = (dn_arg){DNNL_ARG_BIAS, &p->bias, bias_v + m0};
-    const dn_prim *conv = two ? &p->conv2 : &p->conv;
-    TDM_TRY(dn_exec_held(ctx, s->base.eng, conv, n, args, conv->scratch ? scratch : NULL,
-                         two ? &p->held2 : &p->held));
+    TDM_TRY(dn_exec_held(ctx, s->base.eng, &p->conv, n, args, p->conv.scratch ? scratch : NULL,
+                         &p->held));
     if (p->dst_nhwc) { /* [HW, units] -> Y's channels m0.. of each image ([units, HW]) */
         for (int64_t k = 0; k < e->mb; k++)
             dn_tr_u8((const uint8_t *)tmp + (size_t)(k * p->units * e->osz), e->osz, p->units,
@@ -687,8 +627,7 @@ static tdm_status *qc_run_node(tdm_kernel_ctx *ctx) {
     if (need && !buf) {
         st = dn_oom(ctx);
     } else {
-        qc_run r = {s, e, x, y, buf, buf + (size_t)groups * e->src_bytes,
-                    dn_q8_pair_use(&s->pair, ctx, x, s->xzp)};
+        qc_run r = {s, e, x, y, buf, buf + (size_t)groups * e->src_bytes};
         if (e->src_conv) st = dn_parallel(ctx, groups, qc_src_item, &r);
         if (!st) st = dn_parallel(ctx, items, qc_conv_item, &r);
     }

@@ -20,10 +20,6 @@
  * bytes in both layouts). Threads: whole batches in one primitive on one thread, else one
  * image per work item.
  *
- * Without VNNI and with uint8 X, weights whose adjacent pairs can saturate get a second,
- * pair-safe set and primitive (k_dnnl.h, dn_q8_pair), taken by the runs whose X has a byte
- * above the exact set's limit.
- *
  * What it needs, else the reference kernel (k_misc_qdeconv.c) runs: constant per-tensor x / y
  * scales and zero points, w_scale per-tensor or [M], constant int8 weights with zero points
  * 0, a constant int32 bias, 8-bit X and Y, 1-D to 3-D, and a JIT implementation. */
@@ -48,7 +44,6 @@ typedef struct qd_state {
     bool clip;
     float clo, chi;
     bool xl, yl;
-    dn_q8_pair pair; /* without VNNI: the pair-safe weights (pair.w NULL: none) */
 } qd_state;
 
 typedef struct qd_entry {
@@ -56,25 +51,22 @@ typedef struct qd_entry {
     int nd;
     int64_t N, mb, C, isz, osz;
     dnnl_data_type_t xt;
-    dn_prim prim, prim2; /* exact; pair-safe (p NULL: none) */
+    dn_prim prim;
     dnnl_memory_desc_t src, wei, dst, bias;
     bool tr_src, tr_dst; /* own transposes of plain X / Y */
     size_t src_bytes, dst_bytes, item_bytes; /* per item (mb images) */
-    void *wbuf, *wbuf2;
-    dn_held *held, *held2; /* [N / mb] */
+    void *wbuf;
+    dn_held *held; /* [N / mb] */
     int64_t n_held;
 } qd_entry;
 
 static void qd_clear(dn_state *s, dn_entry *he) {
     qd_entry *e = (qd_entry *)he;
     if (e->held) dn_held_array_free(s->alloc, e->held, (size_t)e->n_held);
-    if (e->held2) dn_held_array_free(s->alloc, e->held2, (size_t)e->n_held);
-    e->held = e->held2 = NULL;
+    e->held = NULL;
     dn_prim_clear(&e->prim);
-    dn_prim_clear(&e->prim2);
     tdm_free(s->alloc, e->wbuf);
-    tdm_free(s->alloc, e->wbuf2);
-    e->wbuf = e->wbuf2 = NULL;
+    e->wbuf = NULL;
 }
 
 static void qd_release(void *state, const tdm_allocator *a) {
@@ -82,7 +74,6 @@ static void qd_release(void *state, const tdm_allocator *a) {
     if (s) {
         tdm_free(s->base.alloc, s->oscale);
         tdm_free(s->base.alloc, s->bias);
-        dn_q8_pair_free(&s->pair, s->base.alloc);
     }
     dn_release(state, a);
 }
@@ -118,13 +109,7 @@ static bool qd_setup(qd_state *s, const tdm_node *node, int n_in, const tdm_tens
         memcpy(s->bias, b->data, (size_t)s->M * sizeof(int32_t));
     }
     s->clip = dn_q8_clip(node, yt, s->yzp, &s->clo, &s->chi);
-    if (dn_has_vnni() || (in[2] && in[2]->dtype == TDM_INT8)) return true;
-    /* without VNNI, uint8 X: the pair-safe set (channel m = group g, column mi: rows
-     * g * C/g.. of column mi of [C, M/g, k...]) */
-    int64_t Mg = w->dims[1], Cg = w->dims[0] / s->group, ksz = w->count / (w->dims[0] * Mg);
-    dn_q8_wmap map = {s->M, Mg, Cg * Mg * ksz, ksz, Cg, Mg * ksz, ksz};
-    return dn_q8_pair_init(&s->pair, s->base.alloc, w->data, w->count, &map, s->oscale, s->M,
-                           s->bias);
+    return true;
 }
 
 static tdm_status *qd_prepare(const tdm_node *node, int opset, int n_in,
@@ -161,26 +146,6 @@ static dnnl_format_tag_t tag_onnx_w(int wnd, bool grouped) {
 static void nchw_dims(const tdm_tensor *t, bool nhwc, int64_t *d) {
     memcpy(d, t->dims, sizeof(int64_t) * (size_t)t->rank);
     if (nhwc && t->rank == 4) d[1] = t->dims[3], d[2] = t->dims[1], d[3] = t->dims[2];
-}
-
-/* The deconvolution's primitive descriptor with output scales `oscale` ([M]); *pd NULL when
- * oneDNN refuses it (or offers its reference code). */
-static tdm_status *qd_pd(qd_state *s, const dnnl_deconvolution_desc_t *dd, const float *oscale,
-                         dnnl_primitive_desc_t *pd) {
-    *pd = NULL;
-    dnnl_primitive_attr_t attr;
-    TDM_TRY(dn_attr_new(&attr));
-    bool good = dnnl_primitive_attr_set_output_scales(attr, s->M, 1 << 1, oscale) == dnnl_success;
-    if (good && s->xzp)
-        good = dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_SRC, 1, 0, &s->xzp) == dnnl_success;
-    if (good && s->yzp)
-        good = dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_DST, 1, 0, &s->yzp) == dnnl_success;
-    if (good && s->clip) good = dn_attr_clip(attr, s->clo, s->chi);
-    if (good && dnnl_primitive_desc_create(pd, dd, attr, s->base.eng, NULL) != dnnl_success)
-        *pd = NULL;
-    dnnl_primitive_attr_destroy(attr);
-    if (*pd && dn_refuse_ref(&s->base, *pd)) *pd = NULL;
-    return NULL;
 }
 
 static tdm_status *qd_build(dn_state *ds, tdm_kernel_ctx *ctx, dn_entry *he) {
@@ -242,47 +207,40 @@ static tdm_status *qd_build(dn_state *ds, tdm_kernel_ctx *ctx, dn_entry *he) {
                                                      s->bias ? &e->bias : NULL, &e->dst, strides,
                                                      dil, pl, pr) != dnnl_success)
         return NULL;
-    dnnl_primitive_desc_t pd;
-    TDM_TRY(qd_pd(s, &dd, s->oscale, &pd));
-    if (!pd) return NULL;
+    dnnl_primitive_attr_t attr;
+    TDM_TRY(dn_attr_new(&attr));
+    bool good = dnnl_primitive_attr_set_output_scales(attr, s->M, 1 << 1, s->oscale) == dnnl_success;
+    if (good && s->xzp)
+        good = dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_SRC, 1, 0, &s->xzp) == dnnl_success;
+    if (good && s->yzp)
+        good = dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_DST, 1, 0, &s->yzp) == dnnl_success;
+    if (good && s->clip) good = dn_attr_clip(attr, s->clo, s->chi);
+    dnnl_primitive_desc_t pd = NULL;
+    if (good && dnnl_primitive_desc_create(&pd, &dd, attr, s->base.eng, NULL) != dnnl_success)
+        pd = NULL;
+    dnnl_primitive_attr_destroy(attr);
+    if (!pd || dn_refuse_ref(&s->base, pd)) return NULL;
     dn_query_md(pd, dnnl_query_weights_md, &e->wei);
     TDM_TRY(dn_prim_from_pd(pd, &e->prim));
     dn_note_impl(&s->base, "%s", dn_prim_impl(&e->prim));
-    if (s->pair.w && e->xt == dnnl_u8) { /* the pair-safe one: the same weights layout */
-        TDM_TRY(qd_pd(s, &dd, s->pair.oscale, &pd));
-        if (!pd) return NULL;
-        dnnl_memory_desc_t w2;
-        dn_query_md(pd, dnnl_query_weights_md, &w2);
-        if (!dnnl_memory_desc_equal(&w2, &e->wei)) {
-            dnnl_primitive_desc_destroy(pd);
-            return NULL;
-        }
-        TDM_TRY(dn_prim_from_pd(pd, &e->prim2));
-    }
     /* the constant weights in the primitive's layout */
     dnnl_memory_desc_t usr;
     md_tag(&usr, wnd, wdims, dnnl_s8, tag_onnx_w(wnd, grouped));
     size_t wbytes = dn_md_bytes(&e->wei);
-    for (int set = 0; set < (e->prim2.p ? 2 : 1); set++) {
-        void **wb = set ? &e->wbuf2 : &e->wbuf;
-        *wb = tdm_alloc(s->base.alloc, wbytes + 64);
-        if (!*wb) return dn_oom(ctx);
-        dn_prim r;
-        TDM_TRY(dn_reorder_new(s->base.eng, &usr, &e->wei, &r));
-        tdm_status *st = dn_exec_reorder(ctx, s->base.eng, &r, &usr,
-                                         set ? (const void *)s->pair.w : s->w->data, &e->wei, *wb);
-        dn_prim_clear(&r);
-        TDM_TRY(st);
-    }
+    e->wbuf = tdm_alloc(s->base.alloc, wbytes + 64);
+    if (!e->wbuf) return dn_oom(ctx);
+    dn_prim r;
+    TDM_TRY(dn_reorder_new(s->base.eng, &usr, &e->wei, &r));
+    tdm_status *st = dn_exec_reorder(ctx, s->base.eng, &r, &usr, s->w->data, &e->wei, e->wbuf);
+    dn_prim_clear(&r);
+    TDM_TRY(st);
     e->tr_src = !s->xl && e->C > 1;
     e->tr_dst = !s->yl && s->M > 1;
     e->src_bytes = e->tr_src ? (dn_md_bytes(&e->src) + 63) / 64 * 64 : 0;
     e->dst_bytes = e->tr_dst ? (dn_md_bytes(&e->dst) + 63) / 64 * 64 : 0;
-    size_t sc = e->prim.scratch > e->prim2.scratch ? e->prim.scratch : e->prim2.scratch;
-    e->item_bytes = e->src_bytes + e->dst_bytes + (sc + 63) / 64 * 64;
+    e->item_bytes = e->src_bytes + e->dst_bytes + (e->prim.scratch + 63) / 64 * 64;
     e->n_held = e->N / e->mb;
     e->held = dn_held_array(s->base.alloc, (size_t)e->n_held);
-    if (e->prim2.p) e->held2 = dn_held_array(s->base.alloc, (size_t)e->n_held);
     e->h.generic = false;
     return NULL;
 }
@@ -293,7 +251,6 @@ typedef struct qd_run {
     const tdm_tensor *x;
     tdm_tensor *y;
     char *buf;
-    bool safe; /* X has a byte above the exact weights' limit: the pair-safe primitive */
 } qd_run;
 
 static tdm_status *qd_item(void *arg, tdm_kernel_ctx *ctx, int64_t i) {
@@ -308,17 +265,16 @@ static tdm_status *qd_item(void *arg, tdm_kernel_ctx *ctx, int64_t i) {
         for (int64_t k = 0; k < e->mb; k++)
             dn_tr_u8(x + k * e->C * e->isz, e->C, e->isz, e->isz,
                      (uint8_t *)sbuf + k * e->C * e->isz, e->C);
-    bool two = r->safe && e->prim2.p;
-    const dn_prim *prim = two ? &e->prim2 : &e->prim;
     dn_arg args[4];
     int n = 0;
     args[n++] = (dn_arg){DNNL_ARG_SRC, &e->src, e->tr_src ? (const void *)sbuf : (const void *)x};
-    args[n++] = (dn_arg){DNNL_ARG_WEIGHTS, &e->wei, two ? e->wbuf2 : e->wbuf};
+    args[n++] = (dn_arg){DNNL_ARG_WEIGHTS, &e->wei, e->wbuf};
     args[n++] = (dn_arg){DNNL_ARG_DST, &e->dst, e->tr_dst ? (void *)dbuf : (void *)y};
-    if (s->bias) args[n++] = (dn_arg){DNNL_ARG_BIAS, &e->bias, two ? s->pair.bias : s->bias};
-    dn_held *hs = two ? e->held2 : e->held, *h = hs ? &hs[i] : NULL;
-    TDM_TRY(h ? dn_exec_held(ctx, s->base.eng, prim, n, args, prim->scratch ? scratch : NULL, h)
-              : dn_exec_in(ctx, s->base.eng, prim, n, args, prim->scratch ? scratch : NULL));
+    if (s->bias) args[n++] = (dn_arg){DNNL_ARG_BIAS, &e->bias, s->bias};
+    dn_held *h = e->held ? &e->held[i] : NULL;
+    TDM_TRY(h ? dn_exec_held(ctx, s->base.eng, &e->prim, n, args,
+                             e->prim.scratch ? scratch : NULL, h)
+              : dn_exec_in(ctx, s->base.eng, &e->prim, n, args, e->prim.scratch ? scratch : NULL));
     if (e->tr_dst) /* [HW, M] -> [M, HW] per image */
         for (int64_t k = 0; k < e->mb; k++)
             dn_tr_u8((const uint8_t *)dbuf + k * s->M * e->osz, e->osz, s->M, s->M,
@@ -361,7 +317,7 @@ static tdm_status *qd_run_node(tdm_kernel_ctx *ctx) {
     if (need && !buf) {
         st = dn_oom(ctx);
     } else {
-        qd_run r = {s, e, x, y, buf, dn_q8_pair_use(&s->pair, ctx, x, s->xzp)};
+        qd_run r = {s, e, x, y, buf};
         st = dn_parallel(ctx, items, qd_item, &r);
     }
     dn_scratch_put(&s->base, ctx, buf, own);

@@ -15,12 +15,7 @@
  * The fast path needs constant per-tensor scales and zero points of A and Y, b_scale per
  * tensor or per column, a per-tensor b zero point, an 8-bit A and Y; anything else runs
  * the reference kernel (k_misc_quant.c). Threads: chunks of rows (one primitive for the
- * full chunks, one for a smaller last chunk).
- *
- * Without VNNI and with uint8 A (B's zero point 0), columns of B whose adjacent row pairs can
- * saturate oneDNN's int16 pair sums get a second, pair-safe set and primitives (k_dnnl.h,
- * dn_q8_pair; their output scales per column), taken by the runs whose A has a byte above
- * the exact set's limit. */
+ * full chunks, one for a smaller last chunk). */
 #include <string.h>
 
 #include "backends/cpu/k_dnnl.h"
@@ -43,14 +38,13 @@ typedef struct qm_state {
     int64_t K, N;
     bool clip;
     float clo, chi;
-    dn_q8_pair pair; /* without VNNI: the pair-safe B (pair.w NULL: none) */
 } qm_state;
 
 typedef struct qm_part {
     int64_t rows;
-    dn_prim mm, mm2; /* exact; pair-safe (p NULL: none) */
+    dn_prim mm;
     dnnl_memory_desc_t src, wei, dst, bias, zp;
-    dn_held held, held2;
+    dn_held held;
 } qm_part;
 
 typedef struct qm_entry {
@@ -58,7 +52,7 @@ typedef struct qm_entry {
     int64_t rows, chunk, n_chunks;
     dnnl_data_type_t at;
     qm_part part[2];
-    void *wbuf, *wbuf2;
+    void *wbuf;
     size_t scratch; /* per item */
 } qm_entry;
 
@@ -66,13 +60,10 @@ static void qm_clear(dn_state *s, dn_entry *he) {
     qm_entry *e = (qm_entry *)he;
     for (int i = 0; i < 2; i++) {
         dn_held_clear(&e->part[i].held);
-        dn_held_clear(&e->part[i].held2);
         dn_prim_clear(&e->part[i].mm);
-        dn_prim_clear(&e->part[i].mm2);
     }
     tdm_free(s->alloc, e->wbuf);
-    tdm_free(s->alloc, e->wbuf2);
-    e->wbuf = e->wbuf2 = NULL;
+    e->wbuf = NULL;
 }
 
 void dn_qmatmul_release(void *state, const tdm_allocator *a) {
@@ -80,7 +71,6 @@ void dn_qmatmul_release(void *state, const tdm_allocator *a) {
     if (s) {
         tdm_free(s->base.alloc, s->oscale);
         tdm_free(s->base.alloc, s->bias);
-        dn_q8_pair_free(&s->pair, s->base.alloc);
     }
     dn_release(state, a);
 }
@@ -123,11 +113,7 @@ static bool qm_setup(qm_state *s, const tdm_node *node, int n_in, const tdm_tens
         memcpy(s->bias, bias->data, (size_t)s->N * sizeof(int32_t));
     }
     s->clip = dn_q8_clip(node, yt, s->yzp, &s->clo, &s->chi);
-    if (dn_has_vnni() || (in[2] && in[2]->dtype == TDM_INT8) || s->bzp) return true;
-    /* without VNNI, uint8 A: the pair-safe set (column n, rows k of B [K, N]) */
-    dn_q8_wmap map = {s->N, s->N, 0, 1, s->K, s->N, 1};
-    return dn_q8_pair_init(&s->pair, s->base.alloc, b->data, b->count, &map, s->oscale,
-                           s->oscale_n, s->bias);
+    return true;
 }
 
 /* MatMulInteger(A, B, a_zero_point?, b_zero_point?): B a constant int8 matrix, b's zero
@@ -169,10 +155,7 @@ static void md2(dnnl_memory_desc_t *md, int64_t r, int64_t c, dnnl_data_type_t d
     if (dnnl_memory_desc_init_by_tag(md, 2, d, dt, tag) != dnnl_success) memset(md, 0, sizeof *md);
 }
 
-/* The primitive for chunks of `rows` rows (p->mm; with `safe` the pair-safe set's p->mm2, p's
- * exact one built first: the same weights layout). */
-static tdm_status *qm_part_build(qm_state *s, qm_entry *e, int64_t rows, bool safe, qm_part *p,
-                                 bool *ok) {
+static tdm_status *qm_part_build(qm_state *s, qm_entry *e, int64_t rows, qm_part *p, bool *ok) {
     *ok = false;
     dnnl_memory_desc_t wei;
     md2(&p->src, rows, s->K, e->at, dnnl_ab);
@@ -185,12 +168,10 @@ static tdm_status *qm_part_build(qm_state *s, qm_entry *e, int64_t rows, bool sa
         return NULL;
     dnnl_primitive_attr_t attr;
     TDM_TRY(dn_attr_new(&attr));
-    bool per_col = safe || s->oscale_n > 1, good = true;
+    bool per_col = s->oscale_n > 1, good = true;
     if (!s->integer)
         good = dnnl_primitive_attr_set_output_scales(attr, per_col ? s->N : 1,
-                                                     per_col ? 1 << 1 : 0,
-                                                     safe ? s->pair.oscale : s->oscale) ==
-               dnnl_success;
+                                                     per_col ? 1 << 1 : 0, s->oscale) == dnnl_success;
     int32_t rt = DNNL_RUNTIME_S32_VAL;
     if (good && (s->azp || s->azp_rt))
         good = dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_SRC, 1, 0,
@@ -208,18 +189,11 @@ static tdm_status *qm_part_build(qm_state *s, qm_entry *e, int64_t rows, bool sa
         pd = NULL;
     dnnl_primitive_attr_destroy(attr);
     if (!pd || dn_refuse_ref(&s->base, pd)) return NULL;
-    dnnl_memory_desc_t pw;
-    dn_query_md(pd, dnnl_query_weights_md, &pw);
-    if ((safe || p != &e->part[0]) && !dnnl_memory_desc_equal(&pw, &e->part[0].wei)) {
+    dn_query_md(pd, dnnl_query_weights_md, &p->wei);
+    if (p != &e->part[0] && !dnnl_memory_desc_equal(&p->wei, &e->part[0].wei)) {
         dnnl_primitive_desc_destroy(pd);
         return NULL;
     }
-    if (safe) {
-        TDM_TRY(dn_prim_from_pd(pd, &p->mm2));
-        *ok = true;
-        return NULL;
-    }
-    p->wei = pw;
     p->rows = rows;
     TDM_TRY(dn_prim_from_pd(pd, &p->mm));
     dn_note_impl(&s->base, "%s", dn_prim_impl(&p->mm));
@@ -235,34 +209,24 @@ static tdm_status *qm_build(dn_state *ds, tdm_kernel_ctx *ctx, dn_entry *he) {
     e->rows = a->count / s->K;
     e->chunk = dn_chunk(e->rows, 8, 1, dn_threads(ctx));
     e->n_chunks = (e->rows + e->chunk - 1) / e->chunk;
-    bool ok, two = s->pair.w && e->at == dnnl_u8;
+    bool ok;
+    TDM_TRY(qm_part_build(s, e, e->chunk, &e->part[0], &ok));
     int64_t last = e->rows - (e->n_chunks - 1) * e->chunk;
-    for (int safe = 0; safe < (two ? 2 : 1); safe++) {
-        TDM_TRY(qm_part_build(s, e, e->chunk, safe, &e->part[0], &ok));
-        if (ok && last != e->chunk) TDM_TRY(qm_part_build(s, e, last, safe, &e->part[1], &ok));
-        if (!ok) return NULL;
-    }
-    e->scratch = 0;
-    for (int i = 0; i < 2; i++) {
-        const qm_part *p = &e->part[i];
-        if (p->mm.scratch > e->scratch) e->scratch = p->mm.scratch;
-        if (p->mm2.scratch > e->scratch) e->scratch = p->mm2.scratch;
-    }
+    if (ok && last != e->chunk) TDM_TRY(qm_part_build(s, e, last, &e->part[1], &ok));
+    if (!ok) return NULL;
+    e->scratch = e->part[0].mm.scratch > e->part[1].mm.scratch ? e->part[0].mm.scratch
+                                                                : e->part[1].mm.scratch;
     e->scratch = (e->scratch + 63) / 64 * 64;
     dnnl_memory_desc_t usr;
     md2(&usr, s->K, s->N, dnnl_s8, dnnl_ab);
-    for (int set = 0; set < (two ? 2 : 1); set++) {
-        void **wb = set ? &e->wbuf2 : &e->wbuf;
-        *wb = tdm_alloc(s->base.alloc, dn_md_bytes(&e->part[0].wei) + 64);
-        if (!*wb) return dn_oom(ctx);
-        dn_prim r;
-        TDM_TRY(dn_reorder_new(s->base.eng, &usr, &e->part[0].wei, &r));
-        tdm_status *st = dn_exec_reorder(ctx, s->base.eng, &r, &usr,
-                                         set ? (const void *)s->pair.w : s->b->data,
-                                         &e->part[0].wei, *wb);
-        dn_prim_clear(&r);
-        TDM_TRY(st);
-    }
+    e->wbuf = tdm_alloc(s->base.alloc, dn_md_bytes(&e->part[0].wei) + 64);
+    if (!e->wbuf) return dn_oom(ctx);
+    dn_prim r;
+    TDM_TRY(dn_reorder_new(s->base.eng, &usr, &e->part[0].wei, &r));
+    tdm_status *st = dn_exec_reorder(ctx, s->base.eng, &r, &usr, s->b->data, &e->part[0].wei,
+                                     e->wbuf);
+    dn_prim_clear(&r);
+    TDM_TRY(st);
     e->h.generic = false;
     return NULL;
 }
@@ -274,7 +238,6 @@ typedef struct qm_run {
     tdm_tensor *y;
     char *scratch;
     int32_t azp; /* MatMulInteger's computed a_zero_point of this run */
-    bool safe;   /* A has a byte above the exact weights' limit: the pair-safe primitives */
 } qm_run;
 
 static tdm_status *qm_item(void *arg, tdm_kernel_ctx *ctx, int64_t i) {
@@ -282,20 +245,17 @@ static tdm_status *qm_item(void *arg, tdm_kernel_ctx *ctx, int64_t i) {
     qm_state *s = r->s;
     qm_entry *e = r->e;
     qm_part *p = &e->part[i == e->n_chunks - 1 && e->part[1].rows ? 1 : 0];
-    bool two = r->safe && p->mm2.p;
-    const dn_prim *mm = two ? &p->mm2 : &p->mm;
     int64_t r0 = i * e->chunk;
     dn_arg args[5];
     int n = 0;
     size_t ys = s->integer ? sizeof(int32_t) : 1;
     args[n++] = (dn_arg){DNNL_ARG_SRC, &p->src, (const char *)r->a->data + r0 * s->K};
-    args[n++] = (dn_arg){DNNL_ARG_WEIGHTS, &p->wei, two ? e->wbuf2 : e->wbuf};
+    args[n++] = (dn_arg){DNNL_ARG_WEIGHTS, &p->wei, e->wbuf};
     args[n++] = (dn_arg){DNNL_ARG_DST, &p->dst, (char *)r->y->data + (size_t)(r0 * s->N) * ys};
     if (s->azp_rt) args[n++] = (dn_arg){DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, &p->zp, &r->azp};
-    if (s->bias) args[n++] = (dn_arg){DNNL_ARG_BIAS, &p->bias, two ? s->pair.bias : s->bias};
-    return dn_exec_held(ctx, s->base.eng, mm, n, args,
-                        mm->scratch ? r->scratch + (size_t)i * e->scratch : NULL,
-                        two ? &p->held2 : &p->held);
+    if (s->bias) args[n++] = (dn_arg){DNNL_ARG_BIAS, &p->bias, s->bias};
+    return dn_exec_held(ctx, s->base.eng, &p->mm, n, args,
+                        p->mm.scratch ? r->scratch + (size_t)i * e->scratch : NULL, &p->held);
 }
 
 static tdm_status *qm_generic(tdm_kernel_ctx *ctx, const qm_state *s) {
@@ -335,7 +295,7 @@ tdm_status *dn_qmatmul_run(tdm_kernel_ctx *ctx) {
     if (need && !buf) {
         st = dn_oom(ctx);
     } else {
-        qm_run r = {s, e, a, y, buf, azp_v, dn_q8_pair_use(&s->pair, ctx, a, s->azp)};
+        qm_run r = {s, e, a, y, buf, azp_v};
         st = dn_parallel(ctx, e->n_chunks, qm_item, &r);
     }
     dn_scratch_put(&s->base, ctx, buf, own);
