@@ -404,6 +404,19 @@ bool dn_q8_clip(const tdm_node *node, tdm_dtype yt, int32_t yzp, float *lo, floa
     return true;
 }
 
+bool dn_q8_requant(const tdm_allocator *a, float xs, const tdm_tensor *ws, float ys, int64_t n,
+                   const tdm_tensor *b, int64_t nb, float **oscale, int32_t **bias) {
+    *oscale = tdm_alloc(a, (size_t)n * sizeof(float) + 1);
+    if (!*oscale) return false;
+    for (int64_t i = 0; i < n; i++)
+        (*oscale)[i] = xs * ((const float *)ws->data)[ws->count == 1 ? 0 : i] / ys;
+    if (!b) return true;
+    *bias = tdm_alloc(a, (size_t)nb * sizeof(int32_t) + 1);
+    if (!*bias) return false;
+    memcpy(*bias, b->data, (size_t)nb * sizeof(int32_t));
+    return true;
+}
+
 bool dn_has_vnni(void) {
     unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
     return (isa & (unsigned)dnnl_cpu_isa_avx512_core_vnni) == (unsigned)dnnl_cpu_isa_avx512_core_vnni ||

@@ -139,6 +139,12 @@ bool dn_attr_clip(dnnl_primitive_attr_t attr, float lo, float hi);
 /* A QConv / QConvTranspose / QMatMul node's qmin / qmax attributes narrower than Y's 8-bit type
  * yt: true with the clip bounds relative to Y's zero point yzp in *lo, *hi (for dn_attr_clip). */
 bool dn_q8_clip(const tdm_node *node, tdm_dtype yt, int32_t yzp, float *lo, float *hi);
+/* The requantisation constants of an int8 convolution or matmul: *oscale = n output scales
+ * x_scale * w_scale[i] / y_scale (w_scale per tensor, or n values), as the reference kernels
+ * compute them, and *bias = a copy of the int32 bias b (nb values; NULL when b is NULL). Both
+ * from `a` (the caller frees them); false when out of memory. */
+bool dn_q8_requant(const tdm_allocator *a, float xs, const tdm_tensor *ws, float ys, int64_t n,
+                   const tdm_tensor *b, int64_t nb, float **oscale, int32_t **bias);
 /* oneDNN's ISA has 8-bit dot products without saturation (AVX512-VNNI or AVX-VNNI). */
 bool dn_has_vnni(void);
 /* The run's CPU device has precision bf16 (cpu_device.h): convolutions and matmuls build

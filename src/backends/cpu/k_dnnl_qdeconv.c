@@ -99,15 +99,8 @@ static bool qd_setup(qd_state *s, const tdm_node *node, int n_in, const tdm_tens
     tdm_dtype yt = in[7] ? in[7]->dtype : TDM_UINT8;
     s->yt = yt == TDM_INT8 ? dnnl_s8 : dnnl_u8;
     s->w = w;
-    s->oscale = tdm_alloc(s->base.alloc, (size_t)s->M * sizeof(float) + 1);
-    if (!s->oscale) return false;
-    for (int64_t m = 0; m < s->M; m++) /* as the reference kernel computes it */
-        s->oscale[m] = xs * ((const float *)ws->data)[ws->count == 1 ? 0 : m] / ys;
-    if (b) {
-        s->bias = tdm_alloc(s->base.alloc, (size_t)s->M * sizeof(int32_t) + 1);
-        if (!s->bias) return false;
-        memcpy(s->bias, b->data, (size_t)s->M * sizeof(int32_t));
-    }
+    if (!dn_q8_requant(s->base.alloc, xs, ws, ys, s->M, b, s->M, &s->oscale, &s->bias))
+        return false;
     s->clip = dn_q8_clip(node, yt, s->yzp, &s->clo, &s->chi);
     return true;
 }

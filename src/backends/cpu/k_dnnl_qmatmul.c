@@ -102,16 +102,9 @@ static bool qm_setup(qm_state *s, const tdm_node *node, int n_in, const tdm_tens
     tdm_dtype yt = in[7] ? in[7]->dtype : TDM_UINT8;
     s->yt = yt == TDM_INT8 ? dnnl_s8 : dnnl_u8;
     s->b = b;
-    s->oscale = tdm_alloc(s->base.alloc, (size_t)s->N * sizeof(float) + 1);
-    if (!s->oscale) return false;
     s->oscale_n = bs->count;
-    for (int64_t n = 0; n < bs->count; n++) /* as the reference kernel computes it */
-        s->oscale[n] = as * ((const float *)bs->data)[n] / ys;
-    if (bias) {
-        s->bias = tdm_alloc(s->base.alloc, (size_t)s->N * sizeof(int32_t) + 1);
-        if (!s->bias) return false;
-        memcpy(s->bias, bias->data, (size_t)s->N * sizeof(int32_t));
-    }
+    if (!dn_q8_requant(s->base.alloc, as, bs, ys, bs->count, bias, s->N, &s->oscale, &s->bias))
+        return false;
     s->clip = dn_q8_clip(node, yt, s->yzp, &s->clo, &s->chi);
     return true;
 }
