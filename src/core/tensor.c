@@ -304,10 +304,12 @@ static void share_release(void *device, void *data) {
 
 bool tdm_tensor_is_huge_shared(const tdm_tensor *t) { return t && t->release == share_release; }
 
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
 static bool share_movable(const tdm_tensor *t) {
     return t && t->owns_data && !t->release && !t->device && !t->pooled && t->data &&
            t->nbytes > 0 && !tdm_dtype_has_ptrs(t->dtype);
 }
+#endif
 
 void tdm_tensors_share_huge(tdm_tensor *const *ts, size_t n) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
