@@ -3,7 +3,7 @@
 
     .venv/bin/python bench/llm/run_llm_bench.py MODEL_DIR [--tandem build/tandem] [--threads 1,2]
         [--prompt-tokens 512] [--positions 10,1000] [--gen-tokens 64] [--reps 3] [--no-tandem]
-        [--engines ort-genai,tandem] [--out results.json] [--md results.md]
+        [--engines ort-genai,tandem] [--kv-type auto|f32|f16|int8] [--out results.json] [--md results.md]
 
 For each thread count and each engine (each in its own process, so that its peak RSS is its own):
   * prefill: a prompt of --prompt-tokens ids, timed from the call to the first token: prefill tokens/s
@@ -25,6 +25,11 @@ issue 19; this script reads it defensively, and records a failure instead of sto
    "ttft_ms": X | {...},
    "peak_rss_bytes": N (optional; the script measures the process's peak RSS itself)}
 Also accepted: "pp_tokens_per_s"/"tg_tokens_per_s" or {"pp": {...}, "tg": {...}} (llama-bench's names).
+
+--kv-type T is passed to tandem (`tandem bench --kv-type T`: its KV cache type; ORT GenAI always runs
+the folder's own, float32 or float16); the table names the cache type each engine ran with, and the KV
+bytes per position in "decode GB/s" are those of that type (int8: the codes plus one bfloat16 scale per
+32, src/ops/kv_int8.h).
 
 The ORT GenAI side is this script itself (--worker ort-genai): the same model folder, with
 intra_op_num_threads = T overlaid on genai_config.json (onnxruntime_genai.Config.overlay).
@@ -193,6 +198,8 @@ def run_engine(engine, a, threads, p, g):
         cmd = [a.tandem, "bench", a.model_dir, "--llm", "--prompt-tokens", str(p), "--gen-tokens", str(g),
                "--depth", str(p), "--threads", str(threads), "--warmup", "1", "--repetitions", str(a.reps),
                "--json"]
+        if a.kv_type:
+            cmd[-1:-1] = ["--kv-type", a.kv_type]
     rc, out, err, rss = run_measured(cmd, a.timeout)
     doc = last_json(out) if rc == 0 else None
     res = {"engine": engine, "threads": threads, "prompt_tokens": p, "gen_tokens": g, "peak_rss_bytes": rss,
@@ -250,10 +257,21 @@ def model_bytes(model_dir):
         dec = json.load(f)["model"]["decoder"]
     # the cache's element size from the past inputs' type (gguf_to_onnx.py --kv-dtype float16: 2 bytes)
     past = [i for i in m.graph.input if i.name.startswith("past_key_values")]
-    esize = 2 if past and past[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT16 else 4
-    kv_per_pos = dec["num_hidden_layers"] * 2 * dec["num_key_value_heads"] * dec["head_size"] * esize
+    f16 = bool(past) and past[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT16
+    rows = dec["num_hidden_layers"] * 2 * dec["num_key_value_heads"]
+    d = dec["head_size"]
+    # bytes per position of each cache type: tandem's int8 row = d codes + a bfloat16 scale per 32
+    kv_per_pos = {"model": rows * d * (2 if f16 else 4), "model_type": "f16" if f16 else "f32",
+                  "f32": rows * d * 4, "f16": rows * d * 2, "int8": rows * (d + 2 * ((d + 31) // 32))}
     del np
     return total, detail, kv_per_pos
+
+
+def kv_type_of(e, a, kv):
+    """The KV cache type engine e ran with (tandem reports its own in the JSON)."""
+    if e == "tandem" and a.kv_type and a.kv_type != "auto":
+        return a.kv_type
+    return kv["model_type"]
 
 
 def membw(a):
@@ -287,6 +305,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--membw-mib", type=int, default=1024)
+    ap.add_argument("--kv-type", choices=["auto", "f32", "f16", "int8"],
+                    help="tandem's KV cache type (tandem bench --kv-type); default: the model's")
     ap.add_argument("--out", help="JSON results")
     ap.add_argument("--md", help="markdown table")
     a = ap.parse_args()
@@ -329,10 +349,10 @@ def main():
                 return r.get(key)
         return None
 
-    lines = ["| threads | engine | prefill tok/s (P=%d) | TTFT ms | decode tok/s @%s | decode@%d / decode@%d | "
+    lines = ["| threads | engine | KV cache | prefill tok/s (P=%d) | TTFT ms | decode tok/s @%s | decode@%d / decode@%d | "
              "decode GB/s (weights + KV) | %% of measured bandwidth | peak RSS MiB |"
              % (a.prompt_tokens, " / @".join(str(p) for p in positions), positions[-1], positions[0]),
-             "|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|"]
     summary = []
     for t in a.thread_list:
         bwt = (bw.get("read_gbps") or {}).get(str(t))
@@ -343,21 +363,26 @@ def main():
             rss = max((r["peak_rss_bytes"] for r in results if r["engine"] == e and r["threads"] == t), default=0)
             d0 = figure(decs[0])
             dl = figure(decs[-1])
+            kvt = kv_type_of(e, a, kv_per_pos)
+            for r in results:  # tandem says which cache it ran with
+                if r["engine"] == e and r["threads"] == t and isinstance(r.get("raw"), dict):
+                    kvt = {"float32": "f32", "float16": "f16"}.get(r["raw"].get("kv_type"), r["raw"].get("kv_type", kvt))
+            kvb = kv_per_pos.get(kvt, kv_per_pos["model"])
             gbps = ""
             frac = ""
             if d0:
-                by = wbytes + kv_per_pos * positions[0]
+                by = wbytes + kvb * positions[0]
                 gbps = f"{by * d0 / 1e9:.2f}"
                 if bwt:
                     frac = f"{100.0 * by * d0 / 1e9 / bwt:.0f}%"
             dec_txt = " / ".join(f"{figure(d):.1f} ({spread(d)})" if figure(d) else "-" for d in decs)
             ratio = f"{dl / d0:.2f}" if d0 and dl else "-"
-            lines.append(f"| {t} | {e} | {figure(pf) or 0:.1f} ({spread(pf)}) | {figure(tt) or 0:.0f} | {dec_txt} | "
+            lines.append(f"| {t} | {e} | {kvt} | {figure(pf) or 0:.1f} ({spread(pf)}) | {figure(tt) or 0:.0f} | {dec_txt} | "
                          f"{ratio} | {gbps} | {frac} | {rss / 2**20:.0f} |")
-            summary.append({"engine": e, "threads": t, "prefill_tokens_per_s": figure(pf), "ttft_ms": figure(tt),
+            summary.append({"engine": e, "threads": t, "kv_type": kvt, "prefill_tokens_per_s": figure(pf), "ttft_ms": figure(tt),
                             "decode_tokens_per_s": {str(p): figure(d) for p, d in zip(positions, decs)},
                             "peak_rss_bytes": rss, "bandwidth_fraction_at_first_position":
-                            (wbytes + kv_per_pos * positions[0]) * d0 / 1e9 / bwt if d0 and bwt else None})
+                            (wbytes + kvb * positions[0]) * d0 / 1e9 / bwt if d0 and bwt else None})
     if "tandem" in engines and "ort-genai" in engines:
         lines.append("")
         lines.append("| threads | tandem/ORT-GenAI prefill | tandem/ORT-GenAI decode @" + " / @".join(map(str, positions))
@@ -373,12 +398,13 @@ def main():
     header = (f"model {os.path.abspath(a.model_dir)}; ISA {bw.get('isa')}; measured read bandwidth "
               f"{bw.get('read_gbps')} GB/s (bench/llm/membw.c); weights read per decoded token "
               f"{wbytes / 1e6:.2f} MB (MatMulNBits {wdetail['matmulnbits'] / 1e6:.2f} MB, embedding row "
-              f"{wdetail['embedding_row']} B, norms {wdetail['norms']} B, float MatMul {wdetail['float_matmul'] / 1e6:.2f} MB); KV cache {kv_per_pos} B per position; "
+              f"{wdetail['embedding_row']} B, norms {wdetail['norms']} B, float MatMul {wdetail['float_matmul'] / 1e6:.2f} MB); KV cache B per position {kv_per_pos['model']} ({kv_per_pos['model_type']}, the folder's), "
+              f"{kv_per_pos['int8']} (tandem int8); tandem --kv-type {a.kv_type or 'auto'}; "
               f"reps {a.reps} after 1 warm-up, median (min-max)")
     md = header + "\n\n" + "\n".join(lines) + "\n"
     print(md)
     doc = {"model_dir": os.path.abspath(a.model_dir), "membw": bw, "weight_bytes_per_token": wbytes,
-           "weight_bytes_detail": wdetail, "kv_bytes_per_position": kv_per_pos, "prompt_tokens": a.prompt_tokens,
+           "weight_bytes_detail": wdetail, "kv_bytes_per_position": kv_per_pos, "kv_type": a.kv_type, "prompt_tokens": a.prompt_tokens,
            "positions": positions, "gen_tokens": a.gen_tokens, "reps": a.reps,
            "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
            "load_average": os.getloadavg(), "summary": summary, "results": results}

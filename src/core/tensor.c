@@ -1,6 +1,8 @@
 #include "core/tensor.h"
 
 #include <errno.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -276,6 +278,83 @@ static void map_release(void *device, void *data) {
 }
 
 bool tdm_tensor_is_mapped(const tdm_tensor *t) { return t && t->release == map_release; }
+
+/* tdm_tensors_share_huge's mapping: a header at its start (the bytes mapped and the tensors
+ * still in it), and before each tensor's data a tag pointing back at the header. */
+#define SHARE_MAGIC 0x74687567u /* "thug" */
+#define SHARE_HUGE ((size_t)2 << 20)
+typedef struct share_header {
+    uint32_t magic;
+    size_t total;
+    atomic_size_t refs;
+} share_header;
+typedef struct share_tag {
+    uint32_t magic;
+    share_header *h;
+} share_tag;
+_Static_assert(sizeof(share_header) <= TDM_ALIGN && sizeof(share_tag) <= TDM_ALIGN,
+               "share_huge headers fit one alignment unit");
+
+static void share_release(void *device, void *data) {
+    (void)device;
+    const share_tag *tag = (const share_tag *)((char *)data - TDM_ALIGN);
+    share_header *h = tag->magic == SHARE_MAGIC ? tag->h : NULL;
+    if (h && atomic_fetch_sub(&h->refs, 1) == 1) munmap(h, h->total);
+}
+
+bool tdm_tensor_is_huge_shared(const tdm_tensor *t) { return t && t->release == share_release; }
+
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+static bool share_movable(const tdm_tensor *t) {
+    return t && t->owns_data && !t->release && !t->device && !t->pooled && t->data &&
+           t->nbytes > 0 && !tdm_dtype_has_ptrs(t->dtype);
+}
+#endif
+
+void tdm_tensors_share_huge(tdm_tensor *const *ts, size_t n) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    size_t total = TDM_ALIGN; /* the header */
+    for (size_t i = 0; i < n; i++)
+        if (share_movable(ts[i])) {
+            size_t sz = (ts[i]->nbytes + TDM_ALIGN - 1) / TDM_ALIGN * TDM_ALIGN;
+            if (sz > SIZE_MAX / 2 - total) return;
+            total += TDM_ALIGN + sz; /* the tag, the data */
+        }
+    if (total < SHARE_HUGE) return;
+    size_t page = page_size();
+    total = (total + page - 1) / page * page;
+    /* reserve a huge page more, so that the mapping can start on a 2 MiB boundary */
+    char *raw = mmap(NULL, total + SHARE_HUGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                     -1, 0);
+    if (raw == MAP_FAILED) return;
+    char *base = (char *)(((uintptr_t)raw + SHARE_HUGE - 1) & ~(uintptr_t)(SHARE_HUGE - 1));
+    if (base > raw) munmap(raw, (size_t)(base - raw));
+    if (raw + SHARE_HUGE > base) munmap(base + total, (size_t)(raw + SHARE_HUGE - base));
+    (void)madvise(base, total, MADV_HUGEPAGE); /* before the first write: huge faults */
+    share_header *h = (share_header *)base;
+    h->magic = SHARE_MAGIC;
+    h->total = total;
+    atomic_init(&h->refs, 1); /* held while filling, so the last move cannot free it */
+    size_t off = TDM_ALIGN;
+    for (size_t i = 0; i < n; i++) {
+        tdm_tensor *t = ts[i];
+        if (!share_movable(t)) continue;
+        share_tag *tag = (share_tag *)(base + off);
+        tag->magic = SHARE_MAGIC;
+        tag->h = h;
+        char *d = base + off + TDM_ALIGN;
+        memcpy(d, t->data, t->nbytes);
+        tdm_free(t->alloc, t->data);
+        t->data = d;
+        t->release = share_release;
+        atomic_fetch_add(&h->refs, 1);
+        off += TDM_ALIGN + (t->nbytes + TDM_ALIGN - 1) / TDM_ALIGN * TDM_ALIGN;
+    }
+    if (atomic_fetch_sub(&h->refs, 1) == 1) munmap(base, total); /* the filling's reference */
+#else
+    (void)ts, (void)n;
+#endif
+}
 
 tdm_status *tdm_tensor_new_mapped(const tdm_allocator *a, tdm_dtype dtype, int rank,
                                   const int64_t *dims, int fd, int64_t offset, tdm_tensor **out) {

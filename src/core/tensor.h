@@ -70,6 +70,16 @@ tdm_status *tdm_tensor_new_mapped(const tdm_allocator *a, tdm_dtype dtype, int r
                                   const int64_t *dims, int fd, int64_t offset, tdm_tensor **out);
 /* Whether t was made by tdm_tensor_new_mapped (NULL-safe). */
 bool tdm_tensor_is_mapped(const tdm_tensor *t);
+/* Moves the data of the host tensors ts[0..n) (owning plain bytes: no strings, containers,
+ * device or mapped data; others are left as they are) into one anonymous mapping advised onto
+ * transparent huge pages, one after another at 64-byte aligned offsets: weights a step streams
+ * one after another then share 2 MiB pages, however small each is. The old buffers are freed
+ * as each is copied (the peak holds one tensor twice); the mapping goes when the last of its
+ * tensors is destroyed. Nothing moves when the bytes are less than one huge page or the
+ * mapping fails (a hint, as tdm_advise_huge). Not thread-safe for the tensors themselves. */
+void tdm_tensors_share_huge(tdm_tensor *const *ts, size_t n);
+/* Whether t's data lives in such a mapping (NULL-safe). */
+bool tdm_tensor_is_huge_shared(const tdm_tensor *t);
 
 /* Reads element i of any numeric/bool tensor as double / int64 (for shape-like inputs). */
 double tdm_tensor_get_f64(const tdm_tensor *t, int64_t i);

@@ -587,6 +587,7 @@ i8avx2_panel(const tdm_nbits_pjob *j, int64_t p, bool q4, bool s16, bool mzs, bo
     const int64_t bs = pk->bs, half = bs / 2, G = pk->groups, cb = 64 * G;
     const uint8_t *base = panel_of(j, p);
     const __m256i nib = _mm256_set1_epi8(15), one = _mm256_set1_epi16(1);
+    const __m256i sixteen = _mm256_set1_epi16(16);
     const int sw = s16 ? 2 : 4, zw = z16 ? 2 : 4;
     int64_t m0 = 0;
     /* runs of NBP_MR2 rows (G of 4 or 8: SmolLM2's 4-bit blocks of 32 and 8-bit head); the
@@ -607,7 +608,8 @@ i8avx2_panel(const tdm_nbits_pjob *j, int64_t p, bool q4, bool s16, bool mzs, bo
             const int8_t *q = qa + b * bs;
             if (m == 0) pf_record(rec, pk->bstride);
             __m256i d[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-            /* int16 sums of at most 8 vpmaddubsw (each <= 2 * 15 * 127): no overflow */
+            /* int16 sums of at most 8 vpmaddubsw (each <= 2 * 15 * 128): no overflow; 4 bits:
+             * the low and high nibbles' products in one sum (one vpmaddwd per 4 groups) */
             for (int64_t g0 = 0; g0 < G; g0 += 4) {
                 __m256i lo16[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
                 __m256i hi16[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
@@ -618,14 +620,19 @@ i8avx2_panel(const tdm_nbits_pjob *j, int64_t p, bool q4, bool s16, bool mzs, bo
                         __m256i v = _mm256_loadu_si256((const __m256i *)(rec + 64 * g + 32 * h));
                         __m256i lo = _mm256_and_si256(v, nib);
                         __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
-                        lo16[h] = _mm256_add_epi16(lo16[h], _mm256_maddubs_epi16(lo, al));
-                        hi16[h] = _mm256_add_epi16(hi16[h], _mm256_maddubs_epi16(hi, ah));
+                        __m256i pl = _mm256_maddubs_epi16(lo, al), ph = _mm256_maddubs_epi16(hi, ah);
+                        if (q4) {
+                            lo16[h] = _mm256_add_epi16(lo16[h], _mm256_add_epi16(pl, ph));
+                        } else {
+                            lo16[h] = _mm256_add_epi16(lo16[h], pl);
+                            hi16[h] = _mm256_add_epi16(hi16[h], ph);
+                        }
                     }
                 }
                 for (int h = 0; h < 2; h++) {
-                    __m256i l = _mm256_madd_epi16(lo16[h], one), u = _mm256_madd_epi16(hi16[h], one);
+                    __m256i l = _mm256_madd_epi16(lo16[h], one);
                     /* 8 bits: the high nibbles weigh 16 */
-                    d[h] = _mm256_add_epi32(d[h], _mm256_add_epi32(l, q4 ? u : _mm256_slli_epi32(u, 4)));
+                    d[h] = _mm256_add_epi32(d[h], q4 ? l : _mm256_add_epi32(l, _mm256_madd_epi16(hi16[h], sixteen)));
                 }
             }
             __m256 sab = _mm256_set1_ps(sa[b]), asb = _mm256_set1_ps(as[b]);
