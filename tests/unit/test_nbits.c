@@ -326,11 +326,90 @@ static void test_rows_invariant(void **state) {
     tdm_threadpool_free(pool);
 }
 
+/* The packed decode loops that serve several rows of A per pass over a panel (AVX2: the int8
+ * runs of 4 rows, the float runs of 4 and 2 rows; AVX-512: pairs and runs of 8) on every row
+ * count 1 .. 9 (runs plus rows left over) with K tails (K not a multiple of the block): each
+ * level's Y against the portable loop's (1e-5 S + 1e-6, S the sum of |terms|), and each row
+ * bit for bit the row computed alone. */
+static void test_rows_1_to_9(void **state) {
+    (void)state;
+    static const tdm_cpu_isa levels[] = {TDM_ISA_AVX2, TDM_ISA_AVX512_CORE,
+                                         TDM_ISA_AVX512_CORE_VNNI};
+    static const nb_case shapes[] = {
+        {4, 32, 200, 37, 1, 1, true}, {8, 32, 72, 21, 1, 0, false},
+        {4, 16, 88, 19, 1, 0, false}, {8, 64, 130, 35, 1, 1, true},
+    };
+    tdm_cpu_isa have = tdm_cpu_isa_detect();
+    tdm_cpu_simd ps;
+    tdm_cpu_simd_init(&ps, TDM_ISA_PORTABLE);
+    int bad = 0, runs = 0;
+    for (size_t l = 0; l < sizeof levels / sizeof levels[0]; l++) {
+        if (levels[l] > have) continue;
+        tdm_cpu_simd simd;
+        tdm_cpu_simd_init(&simd, levels[l]);
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+            for (int64_t M = 1; M <= 9; M++)
+                for (int packed = 1; packed < 3; packed++) {
+                    nb_case c = shapes[i];
+                    c.M = M;
+                    nb_data d;
+                    unsigned form = 0;
+                    make(&c, &d, packed == 2);
+                    if (!pack(&d, &form)) {
+                        unmake(&d);
+                        continue;
+                    }
+                    size_t n = (size_t)(M * c.N);
+                    float *y = malloc(n * sizeof(float)), *yp = malloc(n * sizeof(float));
+                    float *y1 = malloc((size_t)c.N * sizeof(float));
+                    double *want = malloc(n * sizeof(double)), *S = malloc(n * sizeof(double));
+                    const float *bias = c.bias ? d.bias : NULL;
+                    for (int int8 = 0; int8 < 2; int8++) {
+                        reference(&c, &d, int8, want, S);
+                        size_t need = tdm_nbits_scratch_bytes(&simd, &d.w, int8, M);
+                        size_t needp = tdm_nbits_scratch_bytes(&ps, &d.w, int8, M);
+                        need = need > needp ? need : needp;
+                        void *scr = aligned_alloc(64, (need + 63) / 64 * 64);
+                        tdm_nbits_matmul(&ps, NULL, &d.w, int8, M, d.A, bias, yp, scr);
+                        tdm_nbits_matmul(&simd, NULL, &d.w, int8, M, d.A, bias, y, scr);
+                        runs++;
+                        for (size_t k = 0; k < n; k++)
+                            if (!(fabs((double)y[k] - yp[k]) <= 1e-5 * S[k] + 1e-6)) {
+                                print_message("  vs portable: bits %d bs %lld K %lld M %lld int8 %d "
+                                              "level %s [%zu] got %.7g portable %.7g\n",
+                                              c.bits, (long long)c.bs, (long long)c.K,
+                                              (long long)M, int8, tdm_cpu_isa_name(levels[l]), k,
+                                              y[k], yp[k]);
+                                bad++;
+                                break;
+                            }
+                        for (int64_t m = 0; m < M; m++) {
+                            tdm_nbits_matmul(&simd, NULL, &d.w, int8, 1, d.A + m * c.K, bias, y1,
+                                             scr);
+                            if (memcmp(y1, y + m * c.N, (size_t)c.N * sizeof(float))) {
+                                print_message("  row %lld of %lld differs from alone: bits %d "
+                                              "int8 %d level %s\n",
+                                              (long long)m, (long long)M, c.bits, int8,
+                                              tdm_cpu_isa_name(levels[l]));
+                                bad++;
+                            }
+                        }
+                        free(scr);
+                    }
+                    free(y), free(yp), free(y1), free(want), free(S);
+                    unmake(&d);
+                }
+    }
+    print_message("%d runs\n", runs);
+    assert_int_equal(bad, 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_levels),
         cmocka_unit_test(test_can_fail),
         cmocka_unit_test(test_rows_invariant),
+        cmocka_unit_test(test_rows_1_to_9),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -647,6 +647,80 @@ i8avx2_panel(const tdm_nbits_pjob *j, int64_t p, bool q4, bool s16, bool mzs, bo
     }
 }
 
+/* Float path: rows m0 .. m0 + R - 1 (R = 2 or 4) of A against panel p, each group's codes
+ * widened to floats once for the R rows (the loop below widened them again for every row:
+ * 24 integer ops and 8 FMAs per group and row). Per chain pair (t[e], t[4 + e]) a pass over
+ * the block's groups: 2R chains in registers, each pair of widened vectors serving R rows.
+ * Per row the same operations in the same order as the loop of one row (chain t[i] over the
+ * groups in order, the same sum tree, acc and accz fused the same way), so each row's Y is the
+ * one of that row alone (test_rows_invariant). */
+__attribute__((always_inline)) TDM_TARGET_AVX2_F16 static inline void
+f256_rows(const tdm_nbits_pjob *j, int64_t p, int64_t m0, const int R, bool q4, bool s16,
+          bool mzs, bool z16) {
+    const tdm_nbits_pk *pk = j->pk;
+    const int64_t bs = pk->bs, half = bs / 2, G = pk->groups, cb = 64 * G, kq = j->kq;
+    const int64_t nb = pk->nb, gstep = q4 ? 1 : 2;
+    const uint8_t *base = panel_of(j, p);
+    const __m256i mask = _mm256_set1_epi32(q4 ? 15 : 255);
+    const int sw = s16 ? 2 : 4, zw = z16 ? 2 : 4;
+    const float *xa = (const float *)j->a + m0 * kq;
+    const float *as = j->asum + m0 * nb;
+    float y[4][TDM_NBP_ROWS];
+    for (int h = 0; h < 2; h++) {
+        __m256 acc[4], accz[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) acc[r] = accz[r] = _mm256_setzero_ps();
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *rec = base + b * pk->bstride;
+            const float *x = xa + b * bs;
+            __m256 t[4][8];
+#pragma GCC unroll 4
+            for (int e = 0; e < 4; e++) {
+                __m256 tl[4], th[4];
+#pragma GCC unroll 4
+                for (int r = 0; r < R; r++) tl[r] = th[r] = _mm256_setzero_ps();
+                for (int64_t g = 0; g < G; g += gstep) {
+                    __m256i v = _mm256_loadu_si256((const __m256i *)(rec + 64 * g + 32 * h));
+                    /* q4: nibbles of byte e, x at 4g + e and half + 4g + e; q8: byte e of
+                     * groups g and g + 1, x at 4g + e and 4g + 4 + e */
+                    __m256i vh = q4 ? _mm256_srli_epi32(v, 8 * e + 4)
+                                    : _mm256_srli_epi32(_mm256_loadu_si256((const __m256i *)(
+                                                            rec + 64 * (g + 1) + 32 * h)),
+                                                        8 * e);
+                    __m256 wl = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, 8 * e), mask));
+                    __m256 wh = _mm256_cvtepi32_ps(_mm256_and_si256(vh, mask));
+                    const int64_t il = 4 * g + e, ih = q4 ? half + 4 * g + e : 4 * g + 4 + e;
+#pragma GCC unroll 4
+                    for (int r = 0; r < R; r++) {
+                        tl[r] = _mm256_fmadd_ps(wl, _mm256_set1_ps(x[r * kq + il]), tl[r]);
+                        th[r] = _mm256_fmadd_ps(wh, _mm256_set1_ps(x[r * kq + ih]), th[r]);
+                    }
+                }
+#pragma GCC unroll 4
+                for (int r = 0; r < R; r++) t[r][e] = tl[r], t[r][4 + e] = th[r];
+            }
+            __m256 s = ld8x(rec + cb + 8 * sw * h, s16);
+            __m256 z = mzs ? ld8x(rec + cb + pk->sbytes + 8 * zw * h, z16) : s;
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                __m256 dsum = _mm256_add_ps(
+                    _mm256_add_ps(_mm256_add_ps(t[r][0], t[r][1]), _mm256_add_ps(t[r][2], t[r][3])),
+                    _mm256_add_ps(_mm256_add_ps(t[r][4], t[r][5]), _mm256_add_ps(t[r][6], t[r][7])));
+                acc[r] = _mm256_fmadd_ps(dsum, s, acc[r]);
+                accz[r] = _mm256_fmadd_ps(z, _mm256_set1_ps(as[r * nb + b]), accz[r]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            __m256 z = accz[r];
+            if (!mzs) z = _mm256_mul_ps(z, _mm256_set1_ps((float)(1 << (pk->bits - 1))));
+            _mm256_storeu_ps(y[r] + 8 * h, _mm256_sub_ps(acc[r], z));
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) store_rows(j, p, m0 + r, y[r]);
+}
+
 __attribute__((always_inline)) TDM_TARGET_AVX2_F16 static inline void
 f256_panel(const tdm_nbits_pjob *j, int64_t p, bool q4, bool s16, bool mzs, bool z16) {
     const tdm_nbits_pk *pk = j->pk;
@@ -654,7 +728,10 @@ f256_panel(const tdm_nbits_pjob *j, int64_t p, bool q4, bool s16, bool mzs, bool
     const uint8_t *base = panel_of(j, p);
     const __m256i nib = _mm256_set1_epi32(15), byte = _mm256_set1_epi32(255);
     const int sw = s16 ? 2 : 4, zw = z16 ? 2 : 4;
-    for (int64_t m = 0; m < j->M; m++) {
+    int64_t m0 = 0;
+    for (; m0 + 4 <= j->M; m0 += 4) f256_rows(j, p, m0, 4, q4, s16, mzs, z16);
+    if (m0 + 2 <= j->M) f256_rows(j, p, m0, 2, q4, s16, mzs, z16), m0 += 2;
+    for (int64_t m = m0; m < j->M; m++) {
         const float *xa = (const float *)j->a + m * j->kq;
         const float *as = j->asum + m * pk->nb;
         __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
