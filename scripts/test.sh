@@ -37,9 +37,10 @@ cmake --build build-tsan -j"$jobs" --target test_core test_api test_memplan test
 (cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ONEDNN_PRIMITIVE_CACHE_CAPACITY=0 ctest --output-on-failure \
    -R '^(test_core|test_api|test_memplan|test_throughput|test_trace|test_monitor|test_pipeline|test_pipeline_rebalance|test_cancel|server_stress)$')
 # Fuzzing (clang, libFuzzer, ASan+UBSan): every saved crash and the seed corpus are replayed
-# (must pass); then each target is fuzzed for a bounded time (20 s each here; longer runs: FUZZ_SECONDS, tests/fuzz/run.sh). A new finding there is printed
-# loudly but does not fail the run: exploratory fuzzing is not deterministic, and what it
-# finds is turned into a regression input (tests/fuzz/regressions) that the replay keeps.
+# (must pass); then each target is fuzzed for a bounded time (20 s each here; FUZZ_SECONDS or
+# tests/fuzz/run.sh for longer runs). A new finding there is printed loudly but does not fail
+# the run: exploratory fuzzing is not deterministic, and what it finds is turned into a
+# regression input (tests/fuzz/regressions) that the replay keeps.
 cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTANDEM_FUZZ=ON \
   -DTANDEM_CUDA=OFF > /dev/null
 cmake --build build-fuzz -j"$jobs" --target fuzz_model fuzz_tensor fuzz_wire \
