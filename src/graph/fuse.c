@@ -108,6 +108,14 @@ bool fz_is_op(const fz_ctx *fz, int i, const char *op) {
     return !n->dead && !n->domain[0] && strcmp(n->op_type, op) == 0;
 }
 
+bool fz_is_fused(const fz_ctx *fz, int i, const char *op) {
+    return i >= 0 && fz_node_is_fused(&fz->g->nodes[i], op);
+}
+
+bool fz_node_is_fused(const tdm_node *n, const char *op) {
+    return !n->dead && strcmp(n->domain, TDM_FUSED_DOMAIN) == 0 && strcmp(n->op_type, op) == 0;
+}
+
 const tdm_tensor *fz_const(const fz_ctx *fz, int v) {
     if (v < 0) return NULL;
     const tdm_value *val = &fz->g->values[v];

@@ -57,9 +57,6 @@ static bool is_op(const tdm_node *n, const char *op) {
     return !n->dead && !n->domain[0] && strcmp(n->op_type, op) == 0;
 }
 
-static bool is_fused(const tdm_node *n, const char *op) {
-    return !n->dead && strcmp(n->domain, TDM_FUSED_DOMAIN) == 0 && strcmp(n->op_type, op) == 0;
-}
 
 static const char *const unary_ops[] = {"Relu",    "LeakyRelu",   "Sigmoid", "Tanh",
                                         "HardSigmoid", "HardSwish", "Clip"};
@@ -74,7 +71,9 @@ static bool in_list(const tdm_node *n, const char *const *ops, size_t count) {
 }
 #define IN_LIST(n, ops) in_list(n, ops, sizeof ops / sizeof ops[0])
 
-static bool is_conv(const tdm_node *n) { return is_op(n, "Conv") || is_fused(n, "FusedConv"); }
+static bool is_conv(const tdm_node *n) {
+    return is_op(n, "Conv") || fz_node_is_fused(n, "FusedConv");
+}
 
 /* A Resize the blocked layout can take (see the header): its constant scales, or NULL. */
 static const tdm_tensor *resize_scales(const fz_ctx *fz, const tdm_node *n) {
@@ -154,7 +153,7 @@ static tdm_status *convert_conv(bl_ctx *b, int i) {
     tdm_node *n = fz_node(b->fz, i);
     if (n->n_inputs < 2 || n->n_outputs != 1 || !fz_attrs_copyable(n) || !on_cpu(n)) return NULL;
     int x = n->inputs[0], w = n->inputs[1], y = n->outputs[0];
-    int z = is_fused(n, "FusedConv") && n->n_inputs > 3 ? n->inputs[3] : -1;
+    int z = fz_node_is_fused(n, "FusedConv") && n->n_inputs > 3 ? n->inputs[3] : -1;
     const tdm_value *wv = w >= 0 ? &b->fz->g->values[w] : NULL;
     if (!plain4(b, x) || !plain4(b, y) || !wv || wv->rank != 4 || blocked(b, w) ||
         (n->n_inputs > 2 && blocked(b, n->inputs[2])) || (z >= 0 && !plain4(b, z)))

@@ -286,10 +286,7 @@ tdm_status *fz_pass_conv_prepad(fz_ctx *fz) {
     if (tdm_graph_opset(fz->g, "") < 11) return NULL;
     for (size_t i = 0; i < fz->g->n_nodes; i++) {
         TDM_TRY(fz_refresh(fz));
-        const tdm_node *n = fz_node(fz, (int)i);
-        if (fz_is_op(fz, (int)i, "Conv") ||
-            (!n->dead && strcmp(n->domain, TDM_FUSED_DOMAIN) == 0 &&
-             strcmp(n->op_type, "FusedConv") == 0))
+        if (fz_is_op(fz, (int)i, "Conv") || fz_is_fused(fz, (int)i, "FusedConv"))
             TDM_TRY(prepad_conv(fz, (int)i));
     }
     return NULL;

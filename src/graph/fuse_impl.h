@@ -52,6 +52,9 @@ int fz_consumers(const fz_ctx *fz, int v, const int **nodes);
 tdm_node *fz_node(const fz_ctx *fz, int i);
 /* Live node i of the default domain with this op type. */
 bool fz_is_op(const fz_ctx *fz, int i, const char *op);
+/* Live node i (or node n) of tandem's fused domain with this op type. */
+bool fz_is_fused(const fz_ctx *fz, int i, const char *op);
+bool fz_node_is_fused(const tdm_node *n, const char *op);
 /* Constant data of v (initializer or folded; not an overridable graph input), or NULL. */
 const tdm_tensor *fz_const(const fz_ctx *fz, int v);
 /* v is a float32 constant with one element and rank <= max_rank; its value in *val. */

@@ -206,10 +206,9 @@ static tdm_status *pack_node(fz_ctx *fz, int i) {
 
 /* Node i is a MatMulNBitsPacked that can be a part: one matrix, no bias, constant P. */
 static bool is_part(const fz_ctx *fz, int i) {
-    if (i < 0) return false;
+    if (!fz_is_fused(fz, i, "MatMulNBitsPacked")) return false;
     const tdm_node *n = fz_node(fz, i);
-    return !n->dead && strcmp(n->domain, TDM_FUSED_DOMAIN) == 0 &&
-           strcmp(n->op_type, "MatMulNBitsPacked") == 0 && n->n_inputs == 2 &&
+    return n->n_inputs == 2 &&
            n->n_outputs == 1 && n->inputs[0] >= 0 && n->outputs[0] >= 0 &&
            tdm_attr_int(n, "glu", 0) == 0 && fz_const(fz, n->inputs[1]) != NULL;
 }
@@ -355,8 +354,7 @@ static tdm_status *share_packed(fz_ctx *fz) {
     if (!ts) return oom();
     for (size_t i = 0; i < g->n_nodes; i++) {
         const tdm_node *nd = &g->nodes[i];
-        if (nd->dead || nd->n_inputs < 2 || nd->inputs[1] < 0 ||
-            strcmp(nd->op_type, "MatMulNBitsPacked") != 0 || strcmp(nd->domain, TDM_FUSED_DOMAIN) != 0)
+        if (!fz_node_is_fused(nd, "MatMulNBitsPacked") || nd->n_inputs < 2 || nd->inputs[1] < 0)
             continue;
         tdm_tensor *P = g->values[nd->inputs[1]].data;
         bool seen = false; /* a weight read by two nodes moves once */
