@@ -11,9 +11,15 @@
 #include "core/status.h"
 
 /* How a region runs. The caller publishes the job and a new generation in one 64-bit ticket
- * (generation << 32 | next chunk); every thread, the caller included, claims chunks by
- * compare-and-swap on the ticket, which fails once the generation moved on, so a worker that
- * wakes up late never touches a later job with an earlier one's state. The caller waits for
+ * (generation << 32 | chunk count << 16 | next chunk); every thread, the caller included,
+ * claims chunks by compare-and-swap on the ticket, which fails once the generation moved on,
+ * so a worker that wakes up late never touches a later job with an earlier one's state. The
+ * chunk count travels in the ticket, not beside it: a worker that read the next job's count
+ * (stored while its ticket was not yet published) with the finished job's ticket once claimed
+ * a chunk that did not exist, ran the next job's chunk twice and counted it done for it, so
+ * that job's caller could return while its last chunk still ran (a use of the caller's stack
+ * after return: one SIGSEGV in CI's `tandem generate`; ~1% of regions doubled a chunk in
+ * test_core's test_threadpool_generations before this fix). The caller waits for
  * the chunks to be done, not for the workers to check in: a worker that the OS has not
  * scheduled yet does not hold the region up (on a busy machine, waiting for every worker cost
  * up to milliseconds per region: a DLRM-like model's 30 us batch-1 run took 0.9 ms on 2
@@ -38,10 +44,10 @@ struct tdm_threadpool {
     atomic_bool stop;
     int sleepers; /* workers blocked on start_cv (under mu) */
     /* the current job; written before its ticket is published, read after a claim */
-    atomic_uint_fast64_t ticket; /* generation << 32 | next chunk */
+    atomic_uint_fast64_t ticket; /* generation << 32 | chunk count << 16 | next chunk */
     _Atomic(tdm_range_fn) fn;
     _Atomic(void *) arg;
-    atomic_int_fast64_t n, chunk, n_chunks;
+    atomic_int_fast64_t n, chunk;
     atomic_int_fast64_t done; /* chunks finished in this generation */
 };
 
@@ -62,14 +68,16 @@ static int64_t now_ns(void) {
 }
 
 static inline uint32_t gen_of(uint64_t ticket) { return (uint32_t)(ticket >> 32); }
+static inline int64_t chunks_of(uint64_t ticket) { return (int64_t)((ticket >> 16) & 0xffff); }
+#define MAX_CHUNKS 0xffff
 
 /* Claims and runs chunks of generation `gen` until none are left. */
 static void work(tdm_threadpool *p, uint32_t gen) {
     for (;;) {
         uint64_t v = atomic_load_explicit(&p->ticket, memory_order_acquire);
         if (gen_of(v) != gen) return;
-        int64_t idx = (int64_t)(uint32_t)v;
-        if (idx >= atomic_load_explicit(&p->n_chunks, memory_order_relaxed)) return;
+        int64_t idx = (int64_t)(v & 0xffff), total = chunks_of(v);
+        if (idx >= total) return;
         if (!atomic_compare_exchange_weak_explicit(&p->ticket, &v, v + 1, memory_order_acq_rel,
                                                    memory_order_relaxed))
             continue;
@@ -78,7 +86,6 @@ static void work(tdm_threadpool *p, uint32_t gen) {
         int64_t chunk = atomic_load_explicit(&p->chunk, memory_order_relaxed);
         int64_t b = idx * chunk, e = b + chunk < n ? b + chunk : n;
         atomic_load_explicit(&p->fn, memory_order_relaxed)(atomic_load_explicit(&p->arg, memory_order_relaxed), b, e);
-        int64_t total = atomic_load_explicit(&p->n_chunks, memory_order_relaxed);
         if (atomic_fetch_add_explicit(&p->done, 1, memory_order_acq_rel) + 1 == total) {
             pthread_mutex_lock(&p->mu); /* the caller may be asleep on done_cv */
             pthread_cond_signal(&p->done_cv);
@@ -139,7 +146,6 @@ tdm_status *tdm_threadpool_create(int threads, int64_t spin_us, tdm_threadpool *
     atomic_init(&p->arg, NULL);
     atomic_init(&p->n, 0);
     atomic_init(&p->chunk, 1);
-    atomic_init(&p->n_chunks, 0);
     atomic_init(&p->done, 0);
     pthread_mutex_init(&p->region_lock, NULL);
     pthread_mutex_init(&p->mu, NULL);
@@ -190,6 +196,7 @@ void tdm_parallel_for(tdm_threadpool *p, int64_t n, int64_t grain, tdm_range_fn 
     int64_t parts = n / grain;
     int64_t maxparts = (int64_t)p->n_threads * 4;
     if (parts > maxparts) parts = maxparts;
+    if (parts > MAX_CHUNKS) parts = MAX_CHUNKS;
     if (parts < 1) parts = 1;
     int64_t chunk = (n + parts - 1) / parts;
     int64_t n_chunks = (n + chunk - 1) / chunk;
@@ -200,10 +207,10 @@ void tdm_parallel_for(tdm_threadpool *p, int64_t n, int64_t grain, tdm_range_fn 
     atomic_store_explicit(&p->arg, arg, memory_order_relaxed);
     atomic_store_explicit(&p->n, n, memory_order_relaxed);
     atomic_store_explicit(&p->chunk, chunk, memory_order_relaxed);
-    atomic_store_explicit(&p->n_chunks, n_chunks, memory_order_relaxed);
     atomic_store_explicit(&p->done, 0, memory_order_relaxed);
     uint32_t gen = gen_of(atomic_load_explicit(&p->ticket, memory_order_relaxed)) + 1;
-    atomic_store_explicit(&p->ticket, (uint64_t)gen << 32, memory_order_release);
+    atomic_store_explicit(&p->ticket, (uint64_t)gen << 32 | (uint64_t)n_chunks << 16,
+                          memory_order_release);
     if (p->sleepers) pthread_cond_broadcast(&p->start_cv);
     pthread_mutex_unlock(&p->mu);
 
