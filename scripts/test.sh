@@ -34,7 +34,7 @@ cmake --build build-tsan -j"$jobs" --target test_core test_api test_memplan test
 # through C++ atomics inside libdnnl, which ThreadSanitizer cannot see, so a matching primitive
 # created by two sessions at once was reported as a race in tandem's query of it (CI, test_api's
 # concurrent If runs). tandem's own caches stay on and are what this stage checks.
-(cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ONEDNN_PRIMITIVE_CACHE_CAPACITY=0 ctest --output-on-failure \
+(cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ONEDNN_PRIMITIVE_CACHE_CAPACITY=0 ctest --output-on-failure -j"$jobs" \
    -R '^(test_core|test_api|test_memplan|test_throughput|test_trace|test_monitor|test_pipeline|test_pipeline_rebalance|test_cancel|server_stress)$')
 # Fuzzing (clang, libFuzzer, ASan+UBSan): every saved crash and the seed corpus are replayed
 # (must pass); then each target is fuzzed for a bounded time (20 s each here; FUZZ_SECONDS or

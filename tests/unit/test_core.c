@@ -235,11 +235,11 @@ static void test_threadpool_waiting(void **state) {
 /* Consecutive regions of different chunk counts: each item of each region runs exactly once,
  * and none after its region returned. A worker that finished the last chunk of one region used
  * to read the next region's chunk count beside the old ticket, claim a chunk past the old
- * region's end and run the next region's chunk twice (~1% of the regions below, more on a
+ * region's end and run the next region's chunk twice (~2% of the items below, more on a
  * loaded machine); the count now travels in the ticket. */
 static void test_threadpool_generations(void **state) {
     (void)state;
-    enum { N = 64, REGIONS = 200000 };
+    enum { N = 64, REGIONS = 50000 };
     static atomic_int hits[2][N];
     for (int threads = 2; threads <= 6; threads += 2) {
         tdm_threadpool *p = NULL;
