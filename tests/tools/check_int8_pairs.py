@@ -7,14 +7,15 @@ pair of one sign passes 128 (full-range weights: 255 * 254 > 32767). tandem then
 nodes on exact halves of the weights (w = a + b, |a|, |b| <= 64, over X twice; k_dnnl.h,
 dn_q8_halves) for the runs whose X has a byte above the weights' limit. This test builds
 small QDQ models (uint8 X and Y, per-channel int8 weights, int32 bias) that tandem's QDQ pass
-turns into QConv and QMatMul, runs them with `tandem run` at 1 and 2 threads, and compares Y
-with the exact integer result (int64 numpy): acc = sum (x - x_zp) w + bias, y = clip(rint(
-float32(acc) * float32(x_scale * w_scale[m] / y_scale)) + y_zp), the requantisation tandem
-defines (k_dnnl_qconv.c). Every element must be bit-exact.
+turns into QConv, QConvTranspose and QMatMul, runs them with `tandem run` at 1 and 2
+threads, and compares Y with the exact integer result (int64 numpy): acc = sum (x - x_zp) w
++ bias, y = clip(rint(float32(acc) * float32(x_scale * w_scale[m] / y_scale)) + y_zp), the
+requantisation tandem defines (k_dnnl_qconv.c). Every element must be bit-exact.
 
 Cases, each for a Conv ([1, 8, 9, 9] x [32, 8, 3, 3], pads 1; channels 0-15 with weights near
 +-127 in same-sign pairs, 16-31 with |w| <= 64; X zero point 0, and 250 (tandem's padded
-mode, padding reads 250)) and a MatMul ([6, 16] x [16, 32], columns alike):
+mode, padding reads 250)), a ConvTranspose ([1, 8, 5, 5] x [8, 32, 3, 3], strides 2, pads 1;
+X zero point 0 and 200) and a MatMul ([6, 16] x [16, 32], columns alike):
   low    X in [0, 128]: no pair can saturate (128 * 254 <= 32767), the weights run as they are.
   full   X in [200, 255]: saturated pair sums (what oneDNN's AVX2 kernels give with the
          full-range weights) are tens of steps off: the check fails on a build without the
@@ -83,6 +84,18 @@ def conv_acc(x, w, bias, xz):
     return acc + bias.astype(np.int64)[None, :, None, None]
 
 
+def deconv_acc(x, w, bias, xz):
+    """int64 [1, M, 9, 9]: ConvTranspose of x [1, 8, 5, 5] with w [8, M, 3, 3], strides 2,
+    pads 1 (y[ih * 2 + kh - 1] += x[ih] w[kh])."""
+    xs = x.astype(np.int64)[0] - xz
+    w64 = w.astype(np.int64)
+    full = np.zeros((32, 11, 11), np.int64)
+    for ih in range(5):
+        for iw in range(5):
+            full[:, ih * 2:ih * 2 + 3, iw * 2:iw * 2 + 3] += np.einsum("c,cmhw->mhw", xs[:, ih, iw], w64)
+    return full[None, :, 1:10, 1:10] + bias.astype(np.int64)[None, :, None, None]
+
+
 def requant(acc, ws, axis):
     shape = [1] * acc.ndim
     shape[axis] = -1
@@ -127,10 +140,16 @@ def main():
     wconv = wc.reshape(32, 9, 8).transpose(0, 2, 1).reshape(32, 8, 3, 3).copy()
     bias = rng.integers(-20000, 20000, 32).astype(np.int32)
     wmm = weights(rng, 32, 16)
+    wd = weights(rng, 32, 72).reshape(32, 9, 8).transpose(2, 0, 1).reshape(8, 32, 3, 3).copy()
     models = {"conv": (qdq_model("Conv", (1, 8, 9, 9), (1, 32, 9, 9), wconv, ws, 0, bias,
                                  pads=[1, 1, 1, 1]), 1, 0),
               "conv_zp250": (qdq_model("Conv", (1, 8, 9, 9), (1, 32, 9, 9), wconv, ws, 0, bias,
                                        xz=250, pads=[1, 1, 1, 1]), 1, 250),
+              "deconv": (qdq_model("ConvTranspose", (1, 8, 5, 5), (1, 32, 9, 9), wd, ws, 1,
+                                   bias, strides=[2, 2], pads=[1, 1, 1, 1]), 1, 0),
+              "deconv_zp200": (qdq_model("ConvTranspose", (1, 8, 5, 5), (1, 32, 9, 9), wd, ws,
+                                         1, bias, xz=200, strides=[2, 2], pads=[1, 1, 1, 1]),
+                               1, 200),
               "matmul": (qdq_model("MatMul", (6, 16), (6, 32), np.ascontiguousarray(wmm.T), ws,
                                    1), 1, 0)}
     inputs = {"low": (0, 128), "full": (200, 255)}
@@ -141,11 +160,14 @@ def main():
             for iname, (lo, hi) in inputs.items():
                 if xz and iname == "low":
                     continue  # (a zero point of 250 is itself a large byte)
-                shape = (6, 16) if mname == "matmul" else (1, 8, 9, 9)
+                shape = {"matmul": (6, 16), "deconv": (1, 8, 5, 5),
+                         "deconv_zp200": (1, 8, 5, 5)}.get(mname, (1, 8, 9, 9))
                 x = rng.integers(lo, hi + 1, shape).astype(np.uint8)
                 x.flat[0], x.flat[-1] = lo, hi
                 if mname == "matmul":
                     acc = x.astype(np.int64) @ wmm.astype(np.int64).T
+                elif mname.startswith("deconv"):
+                    acc = deconv_acc(x, wd, bias, xz)
                 else:
                     acc = conv_acc(x, wconv, bias, xz)
                 want = requant(acc, ws, axis)
