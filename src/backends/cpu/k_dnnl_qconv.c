@@ -320,6 +320,18 @@ void dn_tr_u8(const uint8_t *src, int64_t rows, int64_t cols, int64_t lds, uint8
         for (int64_t j = 0; j < c16; j++) dst[j * ldd + i] = src[i * lds + j];
 }
 
+void dn_x2_u8(const uint8_t *src, bool nhwc, int64_t C, int64_t n, int64_t plane, uint8_t *dst) {
+    if (!nhwc) {
+        dn_tr_u8(src, C, n, plane, dst, 2 * C);
+        dn_tr_u8(src, C, n, plane, dst + C, 2 * C);
+        return;
+    }
+    for (int64_t j = 0; j < n; j++) {
+        memcpy(dst + j * 2 * C, src + j * C, (size_t)C);
+        memcpy(dst + j * 2 * C + C, src + j * C, (size_t)C);
+    }
+}
+
 /* The primitive for the chunk of `units` output channels from m0, over mb images; with `two`
  * the halves' one (p->conv2, over X' of 2C channels; the exact one built first, the same dst
  * layout). */
@@ -592,16 +604,7 @@ static void qc_src2_item(const qc_run *r, int64_t i) {
         uint8_t *pimg = dst + (size_t)(k * C2 * (e->pad ? e->Hp * e->Wp : e->isz));
         for (int64_t h = 0; h < rows; h++) {
             uint8_t *row = pimg + (e->pad ? ((h + e->ph) * e->Wp + e->pw) * C2 : 0);
-            if (r->s->xl) { /* channels-last pixels, each twice */
-                const uint8_t *src = img + h * cols * C;
-                for (int64_t j = 0; j < cols; j++) {
-                    memcpy(row + j * C2, src + j * C, (size_t)C);
-                    memcpy(row + j * C2 + C, src + j * C, (size_t)C);
-                }
-            } else { /* [C, pixels] -> [pixels, 2C] twice */
-                dn_tr_u8(img + h * cols, C, cols, e->isz, row, C2);
-                dn_tr_u8(img + h * cols, C, cols, e->isz, row + C, C2);
-            }
+            dn_x2_u8(img + h * cols * (r->s->xl ? C : 1), r->s->xl, C, cols, e->isz, row);
         }
     }
 }

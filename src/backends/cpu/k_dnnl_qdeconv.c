@@ -306,21 +306,10 @@ static tdm_status *qd_item(void *arg, tdm_kernel_ctx *ctx, int64_t i) {
     const uint8_t *x = (const uint8_t *)r->x->data + (size_t)(i * e->mb * e->C * e->isz);
     uint8_t *y = (uint8_t *)r->y->data + (size_t)(i * e->mb * s->M * e->osz);
     uint8_t *x2 = (uint8_t *)mine + e->item_bytes - e->src2_bytes;
-    int64_t C = e->C, C2 = 2 * C;
     if (r->two) /* X' = [X, X] channels-last per image */
-        for (int64_t k = 0; k < e->mb; k++) {
-            const uint8_t *img = x + k * C * e->isz;
-            uint8_t *dst = x2 + k * C2 * e->isz;
-            if (s->xl) {
-                for (int64_t j = 0; j < e->isz; j++) {
-                    memcpy(dst + j * C2, img + j * C, (size_t)C);
-                    memcpy(dst + j * C2 + C, img + j * C, (size_t)C);
-                }
-            } else {
-                dn_tr_u8(img, C, e->isz, e->isz, dst, C2);
-                dn_tr_u8(img, C, e->isz, e->isz, dst + C, C2);
-            }
-        }
+        for (int64_t k = 0; k < e->mb; k++)
+            dn_x2_u8(x + k * e->C * e->isz, s->xl, e->C, e->isz, e->isz,
+                     x2 + k * 2 * e->C * e->isz);
     else if (e->tr_src) /* [C, HW] -> [HW, C] per image */
         for (int64_t k = 0; k < e->mb; k++)
             dn_tr_u8(x + k * e->C * e->isz, e->C, e->isz, e->isz,
