@@ -280,6 +280,35 @@ static int check_gemm(const tdm_cpu_simd *s, const char *what) {
     return bad;
 }
 
+/* the largest byte: one maximum at each position of arrays of every size */
+static int check_max(tdm_simd_max_u8 fn, const char *what) {
+    int bad = 0;
+    for (size_t si = 0; si < N_SIZES + 1; si++) {
+        int64_t n = si < N_SIZES ? sizes[si] : 0;
+        uint8_t *x = xmalloc((size_t)n + 1);
+        for (int64_t i = 0; i < n; i++) x[i] = (uint8_t)(rand() % 200);
+        if (fn(x, n) != tdm_max_u8_portable(x, n)) {
+            if (!bad) fprintf(stderr, "%s: n %lld random\n", what, (long long)n);
+            bad++;
+        }
+        for (int64_t at = 0; at < n; at++) {
+            uint8_t keep = x[at];
+            x[at] = (uint8_t)(200 + at % 56);
+            uint8_t got = fn(x, n);
+            x[at] = keep;
+            if (got != (uint8_t)(200 + at % 56)) {
+                if (!bad)
+                    fprintf(stderr, "%s: n %lld at %lld: %d, want %d\n", what, (long long)n,
+                            (long long)at, got, 200 + (int)(at % 56));
+                bad++;
+                break;
+            }
+        }
+        free(x);
+    }
+    return bad;
+}
+
 /* ---- every level the machine supports ---- */
 
 static void test_levels_pick_variants_at_or_below(void **state) {
@@ -305,6 +334,7 @@ static void test_levels_pick_variants_at_or_below(void **state) {
         assert_int_equal(s.gemm_isa, want);
         assert_int_equal(s.dot_f32_isa, want);
         assert_int_equal(s.lut_u8_isa, want);
+        assert_int_equal(s.max_u8_isa, want);
 #endif
     }
     tdm_cpu_simd host;
@@ -332,6 +362,8 @@ static void test_each_level_agrees_with_portable(void **state) {
         assert_int_equal(check_dot(s.dot_f32, what), 0);
         snprintf(what, sizeof what, "%s lut_u8", tdm_cpu_isa_name((tdm_cpu_isa)l));
         assert_int_equal(check_lut(s.lut_u8, what), 0);
+        snprintf(what, sizeof what, "%s max_u8", tdm_cpu_isa_name((tdm_cpu_isa)l));
+        assert_int_equal(check_max(s.max_u8, what), 0);
         snprintf(what, sizeof what, "%s gemm", tdm_cpu_isa_name((tdm_cpu_isa)l));
         assert_int_equal(check_gemm(&s, what), 0);
     }
@@ -375,6 +407,10 @@ static void broken_lut(const uint8_t *restrict t, const uint8_t *restrict x, uin
     if (n % 16) y[n - 1] = (uint8_t)(t[x[n - 1]] + 1); /* a tail byte wrong */
 }
 
+static uint8_t broken_max(const uint8_t *x, int64_t n) {
+    return best.max_u8(x, n > 1 && n % 16 ? n - 1 : n); /* the last tail byte left out */
+}
+
 static void test_broken_variants_fail(void **state) {
     (void)state;
     tdm_cpu_simd_init(&best, tdm_cpu_isa_detect());
@@ -384,6 +420,7 @@ static void test_broken_variants_fail(void **state) {
     assert_true(check_unary(broken_unary, "broken unary_f32") > 0);
     assert_true(check_dot(broken_dot, "broken dot_f32") > 0);
     assert_true(check_lut(broken_lut, "broken lut_u8") > 0);
+    assert_true(check_max(broken_max, "broken max_u8") > 0);
     tdm_cpu_simd bad = best;
     bad.gemm = broken_gemm_uk;
     assert_true(check_gemm(&bad, "broken gemm") > 0);

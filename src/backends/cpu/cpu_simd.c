@@ -59,6 +59,13 @@ static const simd_variant lut_u8_variants[] = {
     VARIANT(TDM_ISA_AVX512_CORE, tdm_lut_u8_avx512),
 #endif
 };
+static const simd_variant max_u8_variants[] = {
+    VARIANT(TDM_ISA_PORTABLE, tdm_max_u8_portable),
+#ifdef TDM_SIMD_X86
+    VARIANT(TDM_ISA_AVX2, tdm_max_u8_avx2),
+    VARIANT(TDM_ISA_AVX512_CORE, tdm_max_u8_avx512),
+#endif
+};
 /* the GEMM micro-kernels' tiles, by the same index */
 static const int gemm_tiles[][2] = {
     {4, 8},
@@ -104,6 +111,9 @@ void tdm_cpu_simd_init(tdm_cpu_simd *s, tdm_cpu_isa level) {
     i = pick(lut_u8_variants, N_OF(lut_u8_variants), level);
     s->lut_u8 = (tdm_simd_lut_u8)lut_u8_variants[i].fn;
     s->lut_u8_isa = lut_u8_variants[i].level;
+    i = pick(max_u8_variants, N_OF(max_u8_variants), level);
+    s->max_u8 = (tdm_simd_max_u8)max_u8_variants[i].fn;
+    s->max_u8_isa = max_u8_variants[i].level;
 }
 
 tdm_cpu_isa tdm_cpu_host_isa(void) {
@@ -122,6 +132,7 @@ static const tdm_cpu_simd portable = {
     .gemm_nr = 8,
     .dot_f32 = tdm_dot_f32_portable,
     .lut_u8 = tdm_lut_u8_portable,
+    .max_u8 = tdm_max_u8_portable,
 };
 
 const tdm_cpu_simd *tdm_cpu_simd_portable(void) { return &portable; }

@@ -15,6 +15,7 @@
 
 #include "backends/backend.h"
 #include "backends/cpu/cpu_device.h"
+#include "backends/cpu/cpu_simd.h"
 #include "backends/cpu/k_dnnl.h"
 #include "core/alloc.h"
 #include "ops/fused.h"
@@ -421,6 +422,39 @@ bool dn_has_vnni(void) {
     unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
     return (isa & (unsigned)dnnl_cpu_isa_avx512_core_vnni) == (unsigned)dnnl_cpu_isa_avx512_core_vnni ||
            (isa & (unsigned)dnnl_cpu_isa_avx2_vnni) == (unsigned)dnnl_cpu_isa_avx2_vnni;
+}
+
+int dn_q8_lim(const int8_t *w, int64_t M, int64_t per, int64_t mstride, int64_t kstride) {
+    int lim = 255;
+    for (int64_t m = 0; m < M; m++) {
+        int pos[2] = {0, 0}, neg[2] = {0, 0}; /* the two largest magnitudes of each sign */
+        for (int64_t k = 0; k < per; k++) {
+            int v = w[m * mstride + k * kstride];
+            int *t = v > 0 ? pos : neg, u = v > 0 ? v : -v;
+            if (u > t[0]) {
+                t[1] = t[0];
+                t[0] = u;
+            } else if (u > t[1]) {
+                t[1] = u;
+            }
+        }
+        if (pos[0] + pos[1] > 0 && 32767 / (pos[0] + pos[1]) < lim) lim = 32767 / (pos[0] + pos[1]);
+        if (neg[0] + neg[1] > 0 && 32768 / (neg[0] + neg[1]) < lim) lim = 32768 / (neg[0] + neg[1]);
+    }
+    return lim;
+}
+
+void dn_q8_halves(const int8_t *w, int8_t *a, int8_t *b, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        a[i] = (int8_t)(w[i] / 2); /* C division truncates */
+        b[i] = (int8_t)(w[i] - a[i]);
+    }
+}
+
+bool dn_q8_halves_use(int lim, const tdm_kernel_ctx *ctx, const tdm_tensor *x, int32_t xzp) {
+    if (lim >= 255 || x->dtype != TDM_UINT8) return false;
+    if (xzp > lim) return true;
+    return tdm_cpu_simd_of(ctx)->max_u8(x->data, x->count) > lim;
 }
 
 void dn_md_strided(dnnl_memory_desc_t *md, int nd, const int64_t *dims, const int64_t *strides) {

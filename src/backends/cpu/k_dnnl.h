@@ -147,6 +147,27 @@ bool dn_q8_requant(const tdm_allocator *a, float xs, const tdm_tensor *ws, float
                    const tdm_tensor *b, int64_t nb, float **oscale, int32_t **bias);
 /* oneDNN's ISA has 8-bit dot products without saturation (AVX512-VNNI or AVX-VNNI). */
 bool dn_has_vnni(void);
+/* ---- int8 without VNNI: exact halves ----
+ * Without VNNI, oneDNN's u8 x s8 kernels sum the products of two adjacent input channels (or
+ * K rows) in a saturating int16 (vpmaddubsw): x0 w0 + x1 w1 must fit, which full-range
+ * weights (quantizers map a channel's largest |w| to 127) and bytes of X above 128 break
+ * (nudenet's YOLO stem: 58 steps off, its class scores garbage). Exact remedy: each weight
+ * w = a + b, a = trunc(w / 2), b = w - a (|a|, |b| <= 64, so 255 (|a0| + |a1|) <= 32640), and
+ * the product runs over X twice against [a | b] (X' = [X, X] along channels or K): the same
+ * int32 sum, one requantisation, exact on any CPU, twice the work. A node keeps the halves
+ * only when some two same-sign weights of a channel can pass int16 with a byte of 255
+ * (dn_q8_lim < 255), and a run takes them only when X's largest byte (or its zero point) is
+ * above that limit (a vectorised max of X). VNNI CPUs: never (their dot products are 32-bit).
+ *
+ * The largest byte x for which x (w0 + w1) fits int16 for ANY two same-sign weights of any
+ * channel (whatever pairing the kernel uses; always >= 128); 255 when none can saturate.
+ * Channel m's weights: w[m * mstride + k * kstride], k < per. */
+int dn_q8_lim(const int8_t *w, int64_t M, int64_t per, int64_t mstride, int64_t kstride);
+/* a[i] = trunc(w[i] / 2), b[i] = w[i] - a[i] for i < n. */
+void dn_q8_halves(const int8_t *w, int8_t *a, int8_t *b, int64_t n);
+/* This run needs the halves: lim < 255, X is uint8 and its largest byte (or the zero point
+ * xzp, which padding reads) is above lim. Reads all of X (the device's max_u8, cpu_simd.h). */
+bool dn_q8_halves_use(int lim, const tdm_kernel_ctx *ctx, const tdm_tensor *x, int32_t xzp);
 /* The run's CPU device has precision bf16 (cpu_device.h): convolutions and matmuls build
  * bf16 primitives (bf16 source and weights, f32 accumulation and results). */
 bool dn_bf16(const tdm_kernel_ctx *ctx);
@@ -281,6 +302,10 @@ tdm_status *dn_qdeconv_run(tdm_kernel_ctx *ctx);
  * 16 x 16 tiles): 8-bit images between NCHW and NHWC */
 void dn_tr_u8(const uint8_t *src, int64_t rows, int64_t cols, int64_t lds, uint8_t *dst,
               int64_t ldd);
+/* n channels-last pixels of X' = [X, X] (2C bytes each) at dst, from n pixels of X: plain
+ * (src: channel 0 of the first pixel, channels `plane` bytes apart) or channels-last (nhwc:
+ * C bytes a pixel). The int8 products' exact halves without VNNI (k_dnnl.h, dn_q8_halves). */
+void dn_x2_u8(const uint8_t *src, bool nhwc, int64_t C, int64_t n, int64_t plane, uint8_t *dst);
 
 /* ---- k_dnnl_layout.c: channel-blocked tensors [N, ceil(C/B), S..., B] (ops/fused.h) ---- */
 tdm_status *dn_to_blocked_run(tdm_kernel_ctx *ctx);

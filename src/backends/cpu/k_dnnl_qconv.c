@@ -22,7 +22,13 @@
  * layouts by oneDNN reorders; the weights are reordered once when the entry is built. Threads: images, and for ungrouped convolutions of small batches
  * chunks of output channels (a contiguous slice of the weights, scales and bias), each with
  * a primitive of its own: oneDNN 2.6's int8 convolutions take the output scales only as
- * constants of the primitive (runtime scales: unimplemented). */
+ * constants of the primitive (runtime scales: unimplemented).
+ *
+ * Without VNNI, with uint8 X and weights whose same-sign pairs can pass int16 with large
+ * bytes (k_dnnl.h, dn_q8_lim), an ungrouped convolution also keeps exact halves: each chunk
+ * gets a second primitive over X' = [X, X] (2C channels, channels-last, padded as X is) with
+ * weights [a | b], w = a + b, |a|, |b| <= 64 (dn_q8_halves); a run whose X has a byte above
+ * the limit builds X' and takes them (twice the work, the same requantisation, exact). */
 #include <stdint.h>
 #include <string.h>
 #if defined(__SSE2__)
@@ -47,15 +53,20 @@ typedef struct qc_state {
     bool clip;
     float clo, chi;   /* clip bounds relative to the output zero point */
     bool xl, yl;      /* QConv's x_nhwc / y_nhwc: X / Y channels-last (rank 4) */
+    int lim;          /* without VNNI: X's bytes up to lim are exact with w (255: always) */
+    int8_t *wh;       /* [M, 2 C, k...]: the halves [a | b] of each channel (NULL: none) */
 } qc_state;
 
 typedef struct qc_part {
     int64_t units; /* output channels per chunk; 0 = unused */
     dn_prim conv, r_dst;
+    dn_prim conv2;  /* the halves' primitive over X' (p NULL: none) */
     bool dst_nhwc;  /* dst is channels-last: own transpose into Y instead of r_dst */
     dnnl_memory_desc_t wei, dst, usr_dst, bias;
     size_t wbytes, woff; /* its weights' bytes and offset in the entry's wbuf */
-    dn_held held;
+    dnnl_memory_desc_t wei2;
+    size_t wbytes2, woff2; /* the same for the halves */
+    dn_held held, held2;
 } qc_part;
 
 typedef struct qc_entry {
@@ -74,7 +85,9 @@ typedef struct qc_entry {
                          and x_zero_point * sum(w) comes off the bias: exact */
     int64_t ph, pw, Hp, Wp, H, W; /* leading pads, padded and plain sizes (2-D only) */
     int64_t C, isz;   /* X's channels and spatial size */
-    size_t src_bytes; /* mb images in the primitive's layout */
+    size_t src_bytes; /* mb images in the primitive's layout (at least src2's with halves) */
+    dnnl_memory_desc_t src2; /* X' = [X, X] channels-last (the halves' primitives) */
+    bool halves;      /* every part has conv2 */
     size_t tmp_bytes; /* per item: dst in the primitive's layout + scratchpad */
     qc_part *part;    /* [n_chunks]: the scales are constants of each primitive (oneDNN's
                          int8 convolutions take no runtime scales) */
@@ -85,7 +98,9 @@ static void qc_clear(dn_state *s, dn_entry *he) {
     qc_entry *e = (qc_entry *)he;
     for (int64_t i = 0; e->part && i < e->n_chunks; i++) {
         dn_held_clear(&e->part[i].held);
+        dn_held_clear(&e->part[i].held2);
         dn_prim_clear(&e->part[i].conv);
+        dn_prim_clear(&e->part[i].conv2);
         dn_prim_clear(&e->part[i].r_dst);
     }
     tdm_free(s->alloc, e->part);
@@ -101,6 +116,7 @@ static void qc_release(void *state, const tdm_allocator *a) {
         tdm_free(s->base.alloc, s->oscale);
         tdm_free(s->base.alloc, s->bias);
         tdm_free(s->base.alloc, s->bias_zp);
+        tdm_free(s->base.alloc, s->wh);
     }
     dn_release(state, a);
 }
@@ -148,6 +164,20 @@ static bool qc_setup(qc_state *s, const tdm_node *node, int n_in, const tdm_tens
         }
     }
     s->clip = dn_q8_clip(node, yt, s->yzp, &s->clo, &s->chi);
+    /* without VNNI, uint8 X, ungrouped: the exact halves where large bytes can saturate */
+    s->lim = 255;
+    if (!dn_has_vnni() && s->group == 1 && !(in[2] && in[2]->dtype == TDM_INT8)) {
+        int64_t per_m = w->count / s->M;
+        int lim = dn_q8_lim(w->data, s->M, per_m, per_m, 1);
+        if (lim < 255) {
+            s->wh = tdm_alloc(s->base.alloc, 2 * (size_t)w->count + 1);
+            if (!s->wh) return false;
+            for (int64_t m = 0; m < s->M; m++)
+                dn_q8_halves((const int8_t *)w->data + m * per_m, s->wh + 2 * m * per_m,
+                             s->wh + (2 * m + 1) * per_m, per_m);
+            s->lim = lim;
+        }
+    }
     return true;
 }
 
@@ -290,13 +320,27 @@ void dn_tr_u8(const uint8_t *src, int64_t rows, int64_t cols, int64_t lds, uint8
         for (int64_t j = 0; j < c16; j++) dst[j * ldd + i] = src[i * lds + j];
 }
 
-/* The primitive for the chunk of `units` output channels from m0, over mb images. */
+void dn_x2_u8(const uint8_t *src, bool nhwc, int64_t C, int64_t n, int64_t plane, uint8_t *dst) {
+    if (!nhwc) {
+        dn_tr_u8(src, C, n, plane, dst, 2 * C);
+        dn_tr_u8(src, C, n, plane, dst + C, 2 * C);
+        return;
+    }
+    for (int64_t j = 0; j < n; j++) {
+        memcpy(dst + j * 2 * C, src + j * C, (size_t)C);
+        memcpy(dst + j * 2 * C + C, src + j * C, (size_t)C);
+    }
+}
+
+/* The primitive for the chunk of `units` output channels from m0, over mb images; with `two`
+ * the halves' one (p->conv2, over X' of 2C channels; the exact one built first, the same dst
+ * layout). */
 static tdm_status *qc_part_build(qc_state *s, qc_entry *e, const qc_geom *g, const tdm_tensor *x,
-                                 const tdm_tensor *y, int64_t m0, int64_t units, qc_part *p,
-                                 bool *ok) {
+                                 const tdm_tensor *y, int64_t m0, int64_t units, bool two,
+                                 qc_part *p, bool *ok) {
     *ok = false;
     int nd = x->rank;
-    int64_t C = x->dims[1], Cg = C / s->group, Mg = s->M / s->group;
+    int64_t C = x->dims[1] * (two ? 2 : 1), Cg = C / s->group, Mg = s->M / s->group;
     int64_t sdims[5], ddims[5], wdims[6];
     memcpy(sdims, x->dims, sizeof(int64_t) * (size_t)nd);
     memcpy(ddims, y->dims, sizeof(int64_t) * (size_t)nd);
@@ -323,7 +367,8 @@ static tdm_status *qc_part_build(qc_state *s, qc_entry *e, const qc_geom *g, con
         for (int d = 0; d < g->sp; d++) wdims[2 + d] = s->w->dims[2 + d];
     }
     dnnl_memory_desc_t src, wei, dst, bias;
-    md_tag(&src, nd, sdims, e->xt, dnnl_format_tag_any);
+    sdims[1] = C;
+    md_tag(&src, nd, sdims, e->xt, two ? tag_nhwc(nd) : dnnl_format_tag_any);
     md_tag(&wei, wnd, wdims, dnnl_s8, dnnl_format_tag_any);
     md_tag(&dst, nd, ddims, s->yt, dnnl_format_tag_any);
     int64_t bd = units;
@@ -350,6 +395,21 @@ static tdm_status *qc_part_build(qc_state *s, qc_entry *e, const qc_geom *g, con
     if (!pd || dn_refuse_ref(&s->base, pd)) return NULL;
     dnnl_memory_desc_t psrc;
     dn_query_md(pd, dnnl_query_src_md, &psrc);
+    if (two) {
+        dnnl_memory_desc_t pdst;
+        dn_query_md(pd, dnnl_query_dst_md, &pdst);
+        if (!dnnl_memory_desc_equal(&pdst, &p->dst)) {
+            dnnl_primitive_desc_destroy(pd);
+            return NULL;
+        }
+        e->src2 = psrc;
+        dn_query_md(pd, dnnl_query_weights_md, &p->wei2);
+        p->wbytes2 = dn_md_bytes(&p->wei2);
+        TDM_TRY(dn_prim_from_pd(pd, &p->conv2));
+        dn_note_impl(&s->base, "%s (halves)", dn_prim_impl(&p->conv2));
+        *ok = true;
+        return NULL;
+    }
     dn_query_md(pd, dnnl_query_weights_md, &p->wei);
     dn_query_md(pd, dnnl_query_dst_md, &p->dst);
     if (m0 == 0) {
@@ -439,11 +499,20 @@ static tdm_status *qc_build(dn_state *ds, tdm_kernel_ctx *ctx, dn_entry *he) {
         ok = true;
         for (int64_t c = 0; ok && c < e->n_chunks; c++) {
             int64_t m0 = c * e->chunk, units = s->M - m0 < e->chunk ? s->M - m0 : e->chunk;
-            TDM_TRY(qc_part_build(s, e, &g, x, y, m0, units, &e->part[c], &ok));
+            TDM_TRY(qc_part_build(s, e, &g, x, y, m0, units, false, &e->part[c], &ok));
         }
         if (ok && e->pad && !is_nhwc(&e->src)) ok = false;
     }
     if (!ok) return NULL;
+    /* the exact halves (all chunks or none; without them large bytes saturate as before) */
+    e->halves = s->wh && e->xt == dnnl_u8;
+    for (int64_t c = 0; e->halves && c < e->n_chunks; c++) {
+        int64_t m0 = c * e->chunk, units = s->M - m0 < e->chunk ? s->M - m0 : e->chunk;
+        bool two_ok = false;
+        TDM_TRY(qc_part_build(s, e, &g, x, y, m0, units, true, &e->part[c], &two_ok));
+        e->halves = two_ok;
+    }
+    for (int64_t c = 0; !e->halves && c < e->n_chunks; c++) dn_prim_clear(&e->part[c].conv2);
     /* X: plain images -> the primitive's layout */
     int64_t sdims[5];
     memcpy(sdims, x->dims, sizeof(int64_t) * (size_t)x->rank);
@@ -458,11 +527,14 @@ static tdm_status *qc_build(dn_state *ds, tdm_kernel_ctx *ctx, dn_entry *he) {
     if (!e->src_nhwc) TDM_TRY(dn_reorder_new(s->base.eng, &e->usr_src, &e->src, &e->r_src));
     e->src_conv = e->src_nhwc || e->r_src.p;
     e->src_bytes = e->src_conv ? (dn_md_bytes(&e->src) + 63) / 64 * 64 : 0;
+    if (e->halves && (dn_md_bytes(&e->src2) + 63) / 64 * 64 > e->src_bytes)
+        e->src_bytes = (dn_md_bytes(&e->src2) + 63) / 64 * 64;
     size_t tmp = 0;
     for (int64_t i = 0; i < e->n_chunks; i++) {
         const qc_part *p = &e->part[i];
         size_t t = (p->r_dst.p || p->dst_nhwc ? (dn_md_bytes(&p->dst) + 63) / 64 * 64 : 0) +
-                   (p->conv.scratch + 63) / 64 * 64;
+                   ((p->conv.scratch > p->conv2.scratch ? p->conv.scratch : p->conv2.scratch) +
+                    63) / 64 * 64;
         if (t > tmp) tmp = t;
     }
     e->tmp_bytes = tmp;
@@ -471,11 +543,16 @@ static tdm_status *qc_build(dn_state *ds, tdm_kernel_ctx *ctx, dn_entry *he) {
     for (int64_t c = 0; c < e->n_chunks; c++) {
         e->part[c].woff = total;
         total += (e->part[c].wbytes + 63) / 64 * 64;
+        e->part[c].woff2 = total;
+        if (e->halves) total += (e->part[c].wbytes2 + 63) / 64 * 64;
     }
     e->wbuf = tdm_alloc(s->base.alloc, total + 64);
     if (!e->wbuf) return dn_oom(ctx);
     int64_t per_m = s->w->count / s->M;
-    for (int64_t c = 0; c < e->n_chunks; c++) {
+    for (int64_t c2 = 0; c2 < e->n_chunks * 2; c2++) {
+        int64_t c = c2 % e->n_chunks;
+        bool two = c2 >= e->n_chunks;
+        if (two && !e->halves) break;
         qc_part *p = &e->part[c];
         dnnl_memory_desc_t usr;
         int64_t wd[6];
@@ -489,12 +566,15 @@ static tdm_status *qc_build(dn_state *ds, tdm_kernel_ctx *ctx, dn_entry *he) {
             wd[0] = p->units;
             for (int d = 1; d < s->w->rank; d++) wd[d] = s->w->dims[d];
         }
+        if (two) wd[1] *= 2; /* (ungrouped) [units, 2C, k...] */
         md_tag(&usr, wnd, wd, dnnl_s8, tag_plain(wnd));
+        const dnnl_memory_desc_t *pw = two ? &p->wei2 : &p->wei;
         dn_prim r;
-        TDM_TRY(dn_reorder_new(s->base.eng, &usr, &p->wei, &r));
-        tdm_status *st = dn_exec_reorder(ctx, s->base.eng, &r, &usr,
-                                         (const int8_t *)s->w->data + c * e->chunk * per_m,
-                                         &p->wei, (char *)e->wbuf + p->woff);
+        TDM_TRY(dn_reorder_new(s->base.eng, &usr, pw, &r));
+        const int8_t *wsrc = two ? s->wh + 2 * c * e->chunk * per_m
+                                 : (const int8_t *)s->w->data + c * e->chunk * per_m;
+        tdm_status *st = dn_exec_reorder(ctx, s->base.eng, &r, &usr, wsrc, pw,
+                                         (char *)e->wbuf + (two ? p->woff2 : p->woff));
         dn_prim_clear(&r);
         TDM_TRY(st);
     }
@@ -508,10 +588,33 @@ typedef struct qc_run {
     const tdm_tensor *x;
     tdm_tensor *y;
     char *srcbuf, *tmp;
+    bool two; /* X has a byte above s->lim: X' and the halves' primitives */
 } qc_run;
+
+/* X' = [X, X] channels-last (padded with the zero point in padded mode) for group i. */
+static void qc_src2_item(const qc_run *r, int64_t i) {
+    const qc_entry *e = r->e;
+    size_t es = (size_t)dn_md_bytes(&e->usr_src);
+    int64_t C = e->C, C2 = 2 * C;
+    int64_t rows = e->pad ? e->H : 1, cols = e->pad ? e->W : e->isz; /* pixels: rows x cols */
+    uint8_t *dst = (uint8_t *)r->srcbuf + (size_t)i * e->src_bytes;
+    if (e->pad) memset(dst, (int)(uint8_t)r->s->xzp, dn_md_bytes(&e->src2));
+    for (int64_t k = 0; k < e->mb; k++) {
+        const uint8_t *img = (const uint8_t *)r->x->data + (size_t)i * es + (size_t)(k * C * e->isz);
+        uint8_t *pimg = dst + (size_t)(k * C2 * (e->pad ? e->Hp * e->Wp : e->isz));
+        for (int64_t h = 0; h < rows; h++) {
+            uint8_t *row = pimg + (e->pad ? ((h + e->ph) * e->Wp + e->pw) * C2 : 0);
+            dn_x2_u8(img + h * cols * (r->s->xl ? C : 1), r->s->xl, C, cols, e->isz, row);
+        }
+    }
+}
 
 static tdm_status *qc_src_item(void *arg, tdm_kernel_ctx *ctx, int64_t i) {
     qc_run *r = arg;
+    if (r->two) {
+        qc_src2_item(r, i);
+        return NULL;
+    }
     size_t es = (size_t)dn_md_bytes(&r->e->usr_src);
     if (r->e->pad) { /* zero point everywhere, then each row of pixels in the interior */
         const qc_entry *e = r->e;
@@ -552,10 +655,10 @@ static tdm_status *qc_conv_item(void *arg, tdm_kernel_ctx *ctx, int64_t i) {
     int64_t img = i / e->n_chunks, c = i % e->n_chunks;
     qc_part *p = &e->part[c];
     int64_t m0 = c * e->chunk;
-    const void *src = e->src_conv ? (const void *)(r->srcbuf + (size_t)img * e->src_bytes)
+    const void *src = e->src_conv || r->two ? (const void *)(r->srcbuf + (size_t)img * e->src_bytes)
                                  : (const void *)((const char *)r->x->data +
                                                   (size_t)img * dn_md_bytes(&e->usr_src));
-    const char *wei = (const char *)e->wbuf + p->woff;
+    const char *wei = (const char *)e->wbuf + (r->two ? p->woff2 : p->woff);
     char *ydst = (char *)r->y->data + (size_t)(img * e->mb * s->M + m0) * (size_t)e->osz;
     char *tmp = r->tmp + (size_t)i * e->tmp_bytes;
     bool via_tmp = p->r_dst.p || p->dst_nhwc;
@@ -564,13 +667,14 @@ static tdm_status *qc_conv_item(void *arg, tdm_kernel_ctx *ctx, int64_t i) {
     char *scratch = via_tmp ? tmp + (dn_md_bytes(&p->dst) + 63) / 64 * 64 : tmp;
     dn_arg args[4];
     int n = 0;
-    args[n++] = (dn_arg){DNNL_ARG_SRC, &e->src, src};
-    args[n++] = (dn_arg){DNNL_ARG_WEIGHTS, &p->wei, wei};
+    args[n++] = (dn_arg){DNNL_ARG_SRC, r->two ? &e->src2 : &e->src, src};
+    args[n++] = (dn_arg){DNNL_ARG_WEIGHTS, r->two ? &p->wei2 : &p->wei, wei};
     args[n++] = (dn_arg){DNNL_ARG_DST, &p->dst, dst};
     const int32_t *bias_v = e->pad ? s->bias_zp : s->bias;
     if (bias_v) args[n++] = (dn_arg){DNNL_ARG_BIAS, &p->bias, bias_v + m0};
-    TDM_TRY(dn_exec_held(ctx, s->base.eng, &p->conv, n, args, p->conv.scratch ? scratch : NULL,
-                         &p->held));
+    const dn_prim *conv = r->two ? &p->conv2 : &p->conv;
+    TDM_TRY(dn_exec_held(ctx, s->base.eng, conv, n, args, conv->scratch ? scratch : NULL,
+                         r->two ? &p->held2 : &p->held));
     if (p->dst_nhwc) { /* [HW, units] -> Y's channels m0.. of each image ([units, HW]) */
         for (int64_t k = 0; k < e->mb; k++)
             dn_tr_u8((const uint8_t *)tmp + (size_t)(k * p->units * e->osz), e->osz, p->units,
@@ -620,8 +724,9 @@ static tdm_status *qc_run_node(tdm_kernel_ctx *ctx) {
     if (need && !buf) {
         st = dn_oom(ctx);
     } else {
-        qc_run r = {s, e, x, y, buf, buf + (size_t)groups * e->src_bytes};
-        if (e->src_conv) st = dn_parallel(ctx, groups, qc_src_item, &r);
+        qc_run r = {s, e, x, y, buf, buf + (size_t)groups * e->src_bytes,
+                    e->halves && dn_q8_halves_use(s->lim, ctx, x, s->xzp)};
+        if (e->src_conv || r.two) st = dn_parallel(ctx, groups, qc_src_item, &r);
         if (!st) st = dn_parallel(ctx, items, qc_conv_item, &r);
     }
     dn_scratch_put(&s->base, ctx, buf, own);

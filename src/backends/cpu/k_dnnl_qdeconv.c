@@ -22,7 +22,13 @@
  *
  * What it needs, else the reference kernel (k_misc_qdeconv.c) runs: constant per-tensor x / y
  * scales and zero points, w_scale per-tensor or [M], constant int8 weights with zero points
- * 0, a constant int32 bias, 8-bit X and Y, 1-D to 3-D, and a JIT implementation. */
+ * 0, a constant int32 bias, 8-bit X and Y, 1-D to 3-D, and a JIT implementation.
+ *
+ * Without VNNI, uint8 X and weights that can saturate a pair with large bytes (k_dnnl.h,
+ * dn_q8_lim; here over all the weights at once, a lower and so safe limit), an ungrouped
+ * node also keeps exact halves: weights [a; b] (2C input channels, w = a + b, |a|, |b| <= 64)
+ * and a second primitive over X' = [X, X]; a run whose X has a byte above the limit builds X'
+ * and takes it (twice the work, the same requantisation, exact). */
 #include <stdint.h>
 #include <string.h>
 
@@ -44,6 +50,8 @@ typedef struct qd_state {
     bool clip;
     float clo, chi;
     bool xl, yl;
+    int lim;        /* without VNNI: X's bytes up to lim are exact with w (255: always) */
+    int8_t *wh;     /* [2C, M, k...]: the halves [a; b] of the weights (NULL: none) */
 } qd_state;
 
 typedef struct qd_entry {
@@ -58,15 +66,23 @@ typedef struct qd_entry {
     void *wbuf;
     dn_held *held; /* [N / mb] */
     int64_t n_held;
+    dn_prim prim2; /* the halves' primitive over X' (p NULL: none) */
+    dnnl_memory_desc_t src2, wei2;
+    size_t src2_bytes; /* per item, after the item's other bytes (with prim2) */
+    void *wbuf2;
+    dn_held *held2; /* [N / mb] */
 } qd_entry;
 
 static void qd_clear(dn_state *s, dn_entry *he) {
     qd_entry *e = (qd_entry *)he;
     if (e->held) dn_held_array_free(s->alloc, e->held, (size_t)e->n_held);
-    e->held = NULL;
+    if (e->held2) dn_held_array_free(s->alloc, e->held2, (size_t)e->n_held);
+    e->held = e->held2 = NULL;
     dn_prim_clear(&e->prim);
+    dn_prim_clear(&e->prim2);
     tdm_free(s->alloc, e->wbuf);
-    e->wbuf = NULL;
+    tdm_free(s->alloc, e->wbuf2);
+    e->wbuf = e->wbuf2 = NULL;
 }
 
 static void qd_release(void *state, const tdm_allocator *a) {
@@ -74,6 +90,7 @@ static void qd_release(void *state, const tdm_allocator *a) {
     if (s) {
         tdm_free(s->base.alloc, s->oscale);
         tdm_free(s->base.alloc, s->bias);
+        tdm_free(s->base.alloc, s->wh);
     }
     dn_release(state, a);
 }
@@ -102,6 +119,17 @@ static bool qd_setup(qd_state *s, const tdm_node *node, int n_in, const tdm_tens
     if (!dn_q8_requant(s->base.alloc, xs, ws, ys, s->M, b, s->M, &s->oscale, &s->bias))
         return false;
     s->clip = dn_q8_clip(node, yt, s->yzp, &s->clo, &s->chi);
+    /* without VNNI, uint8 X, ungrouped: the exact halves where large bytes can saturate */
+    s->lim = 255;
+    if (!dn_has_vnni() && s->group == 1 && !(in[2] && in[2]->dtype == TDM_INT8)) {
+        int lim = dn_q8_lim(w->data, 1, w->count, 0, 1);
+        if (lim < 255) {
+            s->wh = tdm_alloc(s->base.alloc, 2 * (size_t)w->count + 1);
+            if (!s->wh) return false;
+            dn_q8_halves(w->data, s->wh, s->wh + w->count, w->count);
+            s->lim = lim;
+        }
+    }
     return true;
 }
 
@@ -189,51 +217,73 @@ static tdm_status *qd_build(dn_state *ds, tdm_kernel_ctx *ctx, dn_entry *he) {
         wdims[1] = e->C;
         for (int d = 0; d < sp; d++) wdims[2 + d] = s->w->dims[2 + d];
     }
-    dnnl_memory_desc_t wany;
-    md_tag(&e->src, nd, sdims, e->xt, tag_nhwc(nd));
     md_tag(&e->dst, nd, ddims, s->yt, tag_nhwc(nd));
-    md_tag(&wany, wnd, wdims, dnnl_s8, dnnl_format_tag_any);
     md_tag(&e->bias, 1, &s->M, dnnl_s32, dnnl_a);
-    dnnl_deconvolution_desc_t dd;
-    if (dnnl_dilated_deconvolution_forward_desc_init(&dd, dnnl_forward_inference,
-                                                     dnnl_deconvolution_direct, &e->src, &wany,
-                                                     s->bias ? &e->bias : NULL, &e->dst, strides,
-                                                     dil, pl, pr) != dnnl_success)
-        return NULL;
-    dnnl_primitive_attr_t attr;
-    TDM_TRY(dn_attr_new(&attr));
-    bool good = dnnl_primitive_attr_set_output_scales(attr, s->M, 1 << 1, s->oscale) == dnnl_success;
-    if (good && s->xzp)
-        good = dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_SRC, 1, 0, &s->xzp) == dnnl_success;
-    if (good && s->yzp)
-        good = dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_DST, 1, 0, &s->yzp) == dnnl_success;
-    if (good && s->clip) good = dn_attr_clip(attr, s->clo, s->chi);
-    dnnl_primitive_desc_t pd = NULL;
-    if (good && dnnl_primitive_desc_create(&pd, &dd, attr, s->base.eng, NULL) != dnnl_success)
-        pd = NULL;
-    dnnl_primitive_attr_destroy(attr);
-    if (!pd || dn_refuse_ref(&s->base, pd)) return NULL;
-    dn_query_md(pd, dnnl_query_weights_md, &e->wei);
-    TDM_TRY(dn_prim_from_pd(pd, &e->prim));
-    dn_note_impl(&s->base, "%s", dn_prim_impl(&e->prim));
-    /* the constant weights in the primitive's layout */
-    dnnl_memory_desc_t usr;
-    md_tag(&usr, wnd, wdims, dnnl_s8, tag_onnx_w(wnd, grouped));
-    size_t wbytes = dn_md_bytes(&e->wei);
-    e->wbuf = tdm_alloc(s->base.alloc, wbytes + 64);
-    if (!e->wbuf) return dn_oom(ctx);
-    dn_prim r;
-    TDM_TRY(dn_reorder_new(s->base.eng, &usr, &e->wei, &r));
-    tdm_status *st = dn_exec_reorder(ctx, s->base.eng, &r, &usr, s->w->data, &e->wei, e->wbuf);
-    dn_prim_clear(&r);
-    TDM_TRY(st);
+    for (int two = 0; two < 2; two++) {
+        if (two && !(s->wh && e->xt == dnnl_u8)) break;
+        /* (the halves: 2C input channels, weights [a; b]) */
+        if (two) { /* (ungrouped) */
+            sdims[1] = 2 * e->C;
+            wdims[1] = 2 * e->C;
+        }
+        dnnl_memory_desc_t wany, *src = two ? &e->src2 : &e->src, *wei = two ? &e->wei2 : &e->wei;
+        md_tag(src, nd, sdims, e->xt, tag_nhwc(nd));
+        md_tag(&wany, wnd, wdims, dnnl_s8, dnnl_format_tag_any);
+        dnnl_deconvolution_desc_t dd;
+        if (dnnl_dilated_deconvolution_forward_desc_init(&dd, dnnl_forward_inference,
+                                                         dnnl_deconvolution_direct, src, &wany,
+                                                         s->bias ? &e->bias : NULL, &e->dst,
+                                                         strides, dil, pl, pr) != dnnl_success) {
+            if (two) break;
+            return NULL;
+        }
+        dnnl_primitive_attr_t attr;
+        TDM_TRY(dn_attr_new(&attr));
+        bool good =
+            dnnl_primitive_attr_set_output_scales(attr, s->M, 1 << 1, s->oscale) == dnnl_success;
+        if (good && s->xzp)
+            good = dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_SRC, 1, 0, &s->xzp) ==
+                   dnnl_success;
+        if (good && s->yzp)
+            good = dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_DST, 1, 0, &s->yzp) ==
+                   dnnl_success;
+        if (good && s->clip) good = dn_attr_clip(attr, s->clo, s->chi);
+        dnnl_primitive_desc_t pd = NULL;
+        if (good && dnnl_primitive_desc_create(&pd, &dd, attr, s->base.eng, NULL) != dnnl_success)
+            pd = NULL;
+        dnnl_primitive_attr_destroy(attr);
+        if (!pd || dn_refuse_ref(&s->base, pd)) {
+            if (two) break; /* no halves: large bytes saturate as before */
+            return NULL;
+        }
+        dn_query_md(pd, dnnl_query_weights_md, wei);
+        dn_prim *prim = two ? &e->prim2 : &e->prim;
+        TDM_TRY(dn_prim_from_pd(pd, prim));
+        dn_note_impl(&s->base, two ? "%s (halves)" : "%s", dn_prim_impl(prim));
+        /* the constant weights in the primitive's layout */
+        dnnl_memory_desc_t usr;
+        md_tag(&usr, wnd, wdims, dnnl_s8, tag_onnx_w(wnd, grouped));
+        void **wbuf = two ? &e->wbuf2 : &e->wbuf;
+        *wbuf = tdm_alloc(s->base.alloc, dn_md_bytes(wei) + 64);
+        if (!*wbuf) return dn_oom(ctx);
+        dn_prim r;
+        TDM_TRY(dn_reorder_new(s->base.eng, &usr, wei, &r));
+        tdm_status *st = dn_exec_reorder(ctx, s->base.eng, &r, &usr,
+                                         two ? (const void *)s->wh : s->w->data, wei, *wbuf);
+        dn_prim_clear(&r);
+        TDM_TRY(st);
+    }
     e->tr_src = !s->xl && e->C > 1;
     e->tr_dst = !s->yl && s->M > 1;
     e->src_bytes = e->tr_src ? (dn_md_bytes(&e->src) + 63) / 64 * 64 : 0;
     e->dst_bytes = e->tr_dst ? (dn_md_bytes(&e->dst) + 63) / 64 * 64 : 0;
-    e->item_bytes = e->src_bytes + e->dst_bytes + (e->prim.scratch + 63) / 64 * 64;
+    size_t sc = e->prim.scratch > e->prim2.scratch ? e->prim.scratch : e->prim2.scratch;
+    e->item_bytes = e->src_bytes + e->dst_bytes + (sc + 63) / 64 * 64;
+    e->src2_bytes = e->prim2.p ? (dn_md_bytes(&e->src2) + 63) / 64 * 64 : 0;
+    e->item_bytes += e->src2_bytes;
     e->n_held = e->N / e->mb;
     e->held = dn_held_array(s->base.alloc, (size_t)e->n_held);
+    if (e->prim2.p) e->held2 = dn_held_array(s->base.alloc, (size_t)e->n_held);
     e->h.generic = false;
     return NULL;
 }
@@ -244,6 +294,7 @@ typedef struct qd_run {
     const tdm_tensor *x;
     tdm_tensor *y;
     char *buf;
+    bool two; /* X has a byte above s->lim: X' and the halves' primitive */
 } qd_run;
 
 static tdm_status *qd_item(void *arg, tdm_kernel_ctx *ctx, int64_t i) {
@@ -254,20 +305,31 @@ static tdm_status *qd_item(void *arg, tdm_kernel_ctx *ctx, int64_t i) {
     char *sbuf = mine, *dbuf = mine + e->src_bytes, *scratch = dbuf + e->dst_bytes;
     const uint8_t *x = (const uint8_t *)r->x->data + (size_t)(i * e->mb * e->C * e->isz);
     uint8_t *y = (uint8_t *)r->y->data + (size_t)(i * e->mb * s->M * e->osz);
-    if (e->tr_src) /* [C, HW] -> [HW, C] per image */
+    uint8_t *x2 = (uint8_t *)mine + e->item_bytes - e->src2_bytes;
+    if (r->two) /* X' = [X, X] channels-last per image */
+        for (int64_t k = 0; k < e->mb; k++)
+            dn_x2_u8(x + k * e->C * e->isz, s->xl, e->C, e->isz, e->isz,
+                     x2 + k * 2 * e->C * e->isz);
+    else if (e->tr_src) /* [C, HW] -> [HW, C] per image */
         for (int64_t k = 0; k < e->mb; k++)
             dn_tr_u8(x + k * e->C * e->isz, e->C, e->isz, e->isz,
                      (uint8_t *)sbuf + k * e->C * e->isz, e->C);
     dn_arg args[4];
     int n = 0;
-    args[n++] = (dn_arg){DNNL_ARG_SRC, &e->src, e->tr_src ? (const void *)sbuf : (const void *)x};
-    args[n++] = (dn_arg){DNNL_ARG_WEIGHTS, &e->wei, e->wbuf};
+    if (r->two) {
+        args[n++] = (dn_arg){DNNL_ARG_SRC, &e->src2, x2};
+        args[n++] = (dn_arg){DNNL_ARG_WEIGHTS, &e->wei2, e->wbuf2};
+    } else {
+        args[n++] = (dn_arg){DNNL_ARG_SRC, &e->src,
+                             e->tr_src ? (const void *)sbuf : (const void *)x};
+        args[n++] = (dn_arg){DNNL_ARG_WEIGHTS, &e->wei, e->wbuf};
+    }
     args[n++] = (dn_arg){DNNL_ARG_DST, &e->dst, e->tr_dst ? (void *)dbuf : (void *)y};
     if (s->bias) args[n++] = (dn_arg){DNNL_ARG_BIAS, &e->bias, s->bias};
-    dn_held *h = e->held ? &e->held[i] : NULL;
-    TDM_TRY(h ? dn_exec_held(ctx, s->base.eng, &e->prim, n, args,
-                             e->prim.scratch ? scratch : NULL, h)
-              : dn_exec_in(ctx, s->base.eng, &e->prim, n, args, e->prim.scratch ? scratch : NULL));
+    dn_held *hs = r->two ? e->held2 : e->held, *h = hs ? &hs[i] : NULL;
+    const dn_prim *prim = r->two ? &e->prim2 : &e->prim;
+    TDM_TRY(h ? dn_exec_held(ctx, s->base.eng, prim, n, args, prim->scratch ? scratch : NULL, h)
+              : dn_exec_in(ctx, s->base.eng, prim, n, args, prim->scratch ? scratch : NULL));
     if (e->tr_dst) /* [HW, M] -> [M, HW] per image */
         for (int64_t k = 0; k < e->mb; k++)
             dn_tr_u8((const uint8_t *)dbuf + k * s->M * e->osz, e->osz, s->M, s->M,
@@ -310,7 +372,7 @@ static tdm_status *qd_run_node(tdm_kernel_ctx *ctx) {
     if (need && !buf) {
         st = dn_oom(ctx);
     } else {
-        qd_run r = {s, e, x, y, buf};
+        qd_run r = {s, e, x, y, buf, e->prim2.p && dn_q8_halves_use(s->lim, ctx, x, s->xzp)};
         st = dn_parallel(ctx, items, qd_item, &r);
     }
     dn_scratch_put(&s->base, ctx, buf, own);

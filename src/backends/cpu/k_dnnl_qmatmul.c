@@ -15,7 +15,12 @@
  * The fast path needs constant per-tensor scales and zero points of A and Y, b_scale per
  * tensor or per column, a per-tensor b zero point, an 8-bit A and Y; anything else runs
  * the reference kernel (k_misc_quant.c). Threads: chunks of rows (one primitive for the
- * full chunks, one for a smaller last chunk). */
+ * full chunks, one for a smaller last chunk).
+ *
+ * Without VNNI, with uint8 A, b zero point 0 and columns whose same-sign weights can pass
+ * int16 with large bytes (k_dnnl.h, dn_q8_lim), the node also keeps exact halves: B' =
+ * [a; b] (2K rows, w = a + b, |a|, |b| <= 64) and a primitive over A' = [A, A] (2K columns,
+ * built per chunk in the scratch); a run whose A has a byte above the limit takes them. */
 #include <string.h>
 
 #include "backends/cpu/k_dnnl.h"
@@ -38,13 +43,15 @@ typedef struct qm_state {
     int64_t K, N;
     bool clip;
     float clo, chi;
+    int lim;       /* without VNNI: A's bytes up to lim are exact with B (255: always) */
+    int8_t *bh;    /* [2K, N]: the halves [a; b] of B (NULL: none) */
 } qm_state;
 
 typedef struct qm_part {
     int64_t rows;
-    dn_prim mm;
-    dnnl_memory_desc_t src, wei, dst, bias, zp;
-    dn_held held;
+    dn_prim mm, mm2; /* mm2: the halves' primitive over A' (p NULL: none) */
+    dnnl_memory_desc_t src, wei, dst, bias, zp, src2, wei2;
+    dn_held held, held2;
 } qm_part;
 
 typedef struct qm_entry {
@@ -52,18 +59,22 @@ typedef struct qm_entry {
     int64_t rows, chunk, n_chunks;
     dnnl_data_type_t at;
     qm_part part[2];
-    void *wbuf;
-    size_t scratch; /* per item */
+    void *wbuf, *wbuf2;
+    size_t scratch; /* per item (with halves: then A' of a chunk) */
+    bool halves;    /* every part has mm2 */
 } qm_entry;
 
 static void qm_clear(dn_state *s, dn_entry *he) {
     qm_entry *e = (qm_entry *)he;
     for (int i = 0; i < 2; i++) {
         dn_held_clear(&e->part[i].held);
+        dn_held_clear(&e->part[i].held2);
         dn_prim_clear(&e->part[i].mm);
+        dn_prim_clear(&e->part[i].mm2);
     }
     tdm_free(s->alloc, e->wbuf);
-    e->wbuf = NULL;
+    tdm_free(s->alloc, e->wbuf2);
+    e->wbuf = e->wbuf2 = NULL;
 }
 
 void dn_qmatmul_release(void *state, const tdm_allocator *a) {
@@ -71,6 +82,7 @@ void dn_qmatmul_release(void *state, const tdm_allocator *a) {
     if (s) {
         tdm_free(s->base.alloc, s->oscale);
         tdm_free(s->base.alloc, s->bias);
+        tdm_free(s->base.alloc, s->bh);
     }
     dn_release(state, a);
 }
@@ -106,6 +118,17 @@ static bool qm_setup(qm_state *s, const tdm_node *node, int n_in, const tdm_tens
     if (!dn_q8_requant(s->base.alloc, as, bs, ys, bs->count, bias, s->N, &s->oscale, &s->bias))
         return false;
     s->clip = dn_q8_clip(node, yt, s->yzp, &s->clo, &s->chi);
+    /* without VNNI, uint8 A, symmetric B: the exact halves where large bytes can saturate */
+    s->lim = 255;
+    if (!dn_has_vnni() && !s->bzp && !(in[2] && in[2]->dtype == TDM_INT8)) {
+        int lim = dn_q8_lim(b->data, s->N, s->K, 1, s->N);
+        if (lim < 255) {
+            s->bh = tdm_alloc(s->base.alloc, 2 * (size_t)b->count + 1);
+            if (!s->bh) return false;
+            dn_q8_halves(b->data, s->bh, s->bh + b->count, b->count);
+            s->lim = lim;
+        }
+    }
     return true;
 }
 
@@ -148,15 +171,18 @@ static void md2(dnnl_memory_desc_t *md, int64_t r, int64_t c, dnnl_data_type_t d
     if (dnnl_memory_desc_init_by_tag(md, 2, d, dt, tag) != dnnl_success) memset(md, 0, sizeof *md);
 }
 
-static tdm_status *qm_part_build(qm_state *s, qm_entry *e, int64_t rows, qm_part *p, bool *ok) {
+/* The primitive for chunks of `rows` rows; with `two` the halves' one (p->mm2, K doubled). */
+static tdm_status *qm_part_build(qm_state *s, qm_entry *e, int64_t rows, bool two, qm_part *p,
+                                 bool *ok) {
     *ok = false;
     dnnl_memory_desc_t wei;
-    md2(&p->src, rows, s->K, e->at, dnnl_ab);
-    md2(&wei, s->K, s->N, dnnl_s8, dnnl_format_tag_any);
+    int64_t K = two ? 2 * s->K : s->K;
+    md2(two ? &p->src2 : &p->src, rows, K, e->at, dnnl_ab);
+    md2(&wei, K, s->N, dnnl_s8, dnnl_format_tag_any);
     md2(&p->dst, rows, s->N, s->yt, dnnl_ab);
     md2(&p->bias, 1, s->N, dnnl_s32, dnnl_ab);
     dnnl_matmul_desc_t md;
-    if (dnnl_matmul_desc_init(&md, &p->src, &wei, s->bias ? &p->bias : NULL, &p->dst) !=
+    if (dnnl_matmul_desc_init(&md, two ? &p->src2 : &p->src, &wei, s->bias ? &p->bias : NULL, &p->dst) !=
         dnnl_success)
         return NULL;
     dnnl_primitive_attr_t attr;
@@ -182,6 +208,17 @@ static tdm_status *qm_part_build(qm_state *s, qm_entry *e, int64_t rows, qm_part
         pd = NULL;
     dnnl_primitive_attr_destroy(attr);
     if (!pd || dn_refuse_ref(&s->base, pd)) return NULL;
+    if (two) {
+        dn_query_md(pd, dnnl_query_weights_md, &p->wei2);
+        if (p != &e->part[0] && !dnnl_memory_desc_equal(&p->wei2, &e->part[0].wei2)) {
+            dnnl_primitive_desc_destroy(pd);
+            return NULL;
+        }
+        TDM_TRY(dn_prim_from_pd(pd, &p->mm2));
+        dn_note_impl(&s->base, "%s (halves)", dn_prim_impl(&p->mm2));
+        *ok = true;
+        return NULL;
+    }
     dn_query_md(pd, dnnl_query_weights_md, &p->wei);
     if (p != &e->part[0] && !dnnl_memory_desc_equal(&p->wei, &e->part[0].wei)) {
         dnnl_primitive_desc_destroy(pd);
@@ -203,13 +240,24 @@ static tdm_status *qm_build(dn_state *ds, tdm_kernel_ctx *ctx, dn_entry *he) {
     e->chunk = dn_chunk(e->rows, 8, 1, dn_threads(ctx));
     e->n_chunks = (e->rows + e->chunk - 1) / e->chunk;
     bool ok;
-    TDM_TRY(qm_part_build(s, e, e->chunk, &e->part[0], &ok));
+    TDM_TRY(qm_part_build(s, e, e->chunk, false, &e->part[0], &ok));
     int64_t last = e->rows - (e->n_chunks - 1) * e->chunk;
-    if (ok && last != e->chunk) TDM_TRY(qm_part_build(s, e, last, &e->part[1], &ok));
+    if (ok && last != e->chunk) TDM_TRY(qm_part_build(s, e, last, false, &e->part[1], &ok));
     if (!ok) return NULL;
-    e->scratch = e->part[0].mm.scratch > e->part[1].mm.scratch ? e->part[0].mm.scratch
-                                                                : e->part[1].mm.scratch;
-    e->scratch = (e->scratch + 63) / 64 * 64;
+    /* the exact halves (both parts or none; without them large bytes saturate as before) */
+    e->halves = s->bh && e->at == dnnl_u8;
+    if (e->halves) TDM_TRY(qm_part_build(s, e, e->chunk, true, &e->part[0], &e->halves));
+    if (e->halves && last != e->chunk)
+        TDM_TRY(qm_part_build(s, e, last, true, &e->part[1], &e->halves));
+    if (!e->halves)
+        for (int i = 0; i < 2; i++) dn_prim_clear(&e->part[i].mm2);
+    size_t sc = 0;
+    for (int i = 0; i < 2; i++) {
+        if (e->part[i].mm.scratch > sc) sc = e->part[i].mm.scratch;
+        if (e->part[i].mm2.scratch > sc) sc = e->part[i].mm2.scratch;
+    }
+    e->scratch = (sc + 63) / 64 * 64;
+    if (e->halves) e->scratch += ((size_t)(e->chunk * 2 * s->K) + 63) / 64 * 64;
     dnnl_memory_desc_t usr;
     md2(&usr, s->K, s->N, dnnl_s8, dnnl_ab);
     e->wbuf = tdm_alloc(s->base.alloc, dn_md_bytes(&e->part[0].wei) + 64);
@@ -220,6 +268,15 @@ static tdm_status *qm_build(dn_state *ds, tdm_kernel_ctx *ctx, dn_entry *he) {
                                      e->wbuf);
     dn_prim_clear(&r);
     TDM_TRY(st);
+    if (e->halves) {
+        md2(&usr, 2 * s->K, s->N, dnnl_s8, dnnl_ab);
+        e->wbuf2 = tdm_alloc(s->base.alloc, dn_md_bytes(&e->part[0].wei2) + 64);
+        if (!e->wbuf2) return dn_oom(ctx);
+        TDM_TRY(dn_reorder_new(s->base.eng, &usr, &e->part[0].wei2, &r));
+        st = dn_exec_reorder(ctx, s->base.eng, &r, &usr, s->bh, &e->part[0].wei2, e->wbuf2);
+        dn_prim_clear(&r);
+        TDM_TRY(st);
+    }
     e->h.generic = false;
     return NULL;
 }
@@ -231,6 +288,7 @@ typedef struct qm_run {
     tdm_tensor *y;
     char *scratch;
     int32_t azp; /* MatMulInteger's computed a_zero_point of this run */
+    bool two;    /* A has a byte above s->lim: A' and the halves' primitives */
 } qm_run;
 
 static tdm_status *qm_item(void *arg, tdm_kernel_ctx *ctx, int64_t i) {
@@ -242,13 +300,26 @@ static tdm_status *qm_item(void *arg, tdm_kernel_ctx *ctx, int64_t i) {
     dn_arg args[5];
     int n = 0;
     size_t ys = s->integer ? sizeof(int32_t) : 1;
-    args[n++] = (dn_arg){DNNL_ARG_SRC, &p->src, (const char *)r->a->data + r0 * s->K};
-    args[n++] = (dn_arg){DNNL_ARG_WEIGHTS, &p->wei, e->wbuf};
+    char *scratch = r->scratch + (size_t)i * e->scratch;
+    if (r->two) { /* A' = [A, A]: each row twice, after the primitive's scratchpad */
+        uint8_t *a2 = (uint8_t *)scratch + (p->mm2.scratch + 63) / 64 * 64;
+        const uint8_t *a = (const uint8_t *)r->a->data + r0 * s->K;
+        for (int64_t k = 0; k < p->rows; k++) {
+            memcpy(a2 + 2 * k * s->K, a + k * s->K, (size_t)s->K);
+            memcpy(a2 + (2 * k + 1) * s->K, a + k * s->K, (size_t)s->K);
+        }
+        args[n++] = (dn_arg){DNNL_ARG_SRC, &p->src2, a2};
+        args[n++] = (dn_arg){DNNL_ARG_WEIGHTS, &p->wei2, e->wbuf2};
+    } else {
+        args[n++] = (dn_arg){DNNL_ARG_SRC, &p->src, (const char *)r->a->data + r0 * s->K};
+        args[n++] = (dn_arg){DNNL_ARG_WEIGHTS, &p->wei, e->wbuf};
+    }
     args[n++] = (dn_arg){DNNL_ARG_DST, &p->dst, (char *)r->y->data + (size_t)(r0 * s->N) * ys};
     if (s->azp_rt) args[n++] = (dn_arg){DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, &p->zp, &r->azp};
     if (s->bias) args[n++] = (dn_arg){DNNL_ARG_BIAS, &p->bias, s->bias};
-    return dn_exec_held(ctx, s->base.eng, &p->mm, n, args,
-                        p->mm.scratch ? r->scratch + (size_t)i * e->scratch : NULL, &p->held);
+    const dn_prim *mm = r->two ? &p->mm2 : &p->mm;
+    return dn_exec_held(ctx, s->base.eng, mm, n, args, mm->scratch ? scratch : NULL,
+                        r->two ? &p->held2 : &p->held);
 }
 
 static tdm_status *qm_generic(tdm_kernel_ctx *ctx, const qm_state *s) {
@@ -288,7 +359,7 @@ tdm_status *dn_qmatmul_run(tdm_kernel_ctx *ctx) {
     if (need && !buf) {
         st = dn_oom(ctx);
     } else {
-        qm_run r = {s, e, a, y, buf, azp_v};
+        qm_run r = {s, e, a, y, buf, azp_v, e->halves && dn_q8_halves_use(s->lim, ctx, a, s->azp)};
         st = dn_parallel(ctx, e->n_chunks, qm_item, &r);
     }
     dn_scratch_put(&s->base, ctx, buf, own);

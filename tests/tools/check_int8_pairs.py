@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""int8 products whose 16-bit pair sums would saturate (ctest int8_pair_tests*; issue 20).
+
+Without VNNI, oneDNN's u8 x s8 kernels sum the products of two adjacent input channels in a
+saturating int16 (vpmaddubsw): x0 w0 + x1 w1 overflows when X's bytes pass 128 and a weight
+pair of one sign passes 128 (full-range weights: 255 * 254 > 32767). tandem then runs such
+nodes on exact halves of the weights (w = a + b, |a|, |b| <= 64, over X twice; k_dnnl.h,
+dn_q8_halves) for the runs whose X has a byte above the weights' limit. This test builds
+small QDQ models (uint8 X and Y, per-channel int8 weights, int32 bias) that tandem's QDQ pass
+turns into QConv, QConvTranspose and QMatMul, runs them with `tandem run` at 1 and 2
+threads, and compares Y with the exact integer result (int64 numpy): acc = sum (x - x_zp) w
++ bias, y = clip(rint(float32(acc) * float32(x_scale * w_scale[m] / y_scale)) + y_zp), the
+requantisation tandem defines (k_dnnl_qconv.c). Every element must be bit-exact.
+
+Cases, each for a Conv ([1, 8, 9, 9] x [32, 8, 3, 3], pads 1; channels 0-15 with weights near
++-127 in same-sign pairs, 16-31 with |w| <= 64; X zero point 0, and 250 (tandem's padded
+mode, padding reads 250)), a ConvTranspose ([1, 8, 5, 5] x [8, 32, 3, 3], strides 2, pads 1;
+X zero point 0 and 200) and a MatMul ([6, 16] x [16, 32], columns alike):
+  low    X in [0, 128]: no pair can saturate (128 * 254 <= 32767), the weights run as they are.
+  full   X in [200, 255]: saturated pair sums (what oneDNN's AVX2 kernels give with the
+         full-range weights) are tens of steps off: the check fails on a build without the
+         halves on a CPU without VNNI (or under TANDEM_CPU_ISA=avx2 on one with it).
+
+    .venv/bin/python tests/tools/check_int8_pairs.py --tandem build/tandem
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+XS, YS, YZP = 0.02, 90.0, 128  # x_scale, y_scale (Y spans tens of steps), y zero point
+
+
+def weights(rng, rows, cols):
+    """[rows, cols] int8: rows 0-15 near +-127 with same-sign neighbours (pairs of cols 2j,
+    2j + 1 summing to 230-254), rows 16-31 within [-64, 64]."""
+    w = np.empty((rows, cols), np.int64)
+    for m in range(rows):
+        if m < 16:
+            sign = np.repeat(rng.choice([-1, 1], cols // 2), 2)
+            w[m] = sign * rng.integers(115, 128, cols)
+        else:
+            w[m] = rng.integers(-64, 65, cols)
+    return w.astype(np.int8)
+
+
+def qdq_model(op, x_shape, y_shape, w, ws, waxis, bias=None, xz=0, **attrs):
+    """uint8 x -> DQ -> op(DQ(w int8, per channel on waxis) [, DQ(bias int32)]) -> Q -> uint8 y."""
+    scal = {"xs": np.float32(XS), "xz": np.uint8(xz), "ys": np.float32(YS), "yz": np.uint8(YZP)}
+    inits = [numpy_helper.from_array(np.array(v), k) for k, v in scal.items()]
+    inits += [numpy_helper.from_array(w, "w"), numpy_helper.from_array(ws, "ws"),
+              numpy_helper.from_array(np.zeros(32, np.int8), "wz")]
+    nodes = [helper.make_node("DequantizeLinear", ["x", "xs", "xz"], ["xf"]),
+             helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wf"], axis=waxis)]
+    args = ["xf", "wf"]
+    if bias is not None:
+        inits += [numpy_helper.from_array(bias, "b"), numpy_helper.from_array(ws * XS, "bs"),
+                  numpy_helper.from_array(np.zeros(32, np.int32), "bz")]
+        nodes.append(helper.make_node("DequantizeLinear", ["b", "bs", "bz"], ["bf"], axis=0))
+        args.append("bf")
+    nodes += [helper.make_node(op, args, ["yf"], **attrs),
+              helper.make_node("QuantizeLinear", ["yf", "ys", "yz"], ["y"])]
+    x = helper.make_tensor_value_info("x", TensorProto.UINT8, list(x_shape))
+    y = helper.make_tensor_value_info("y", TensorProto.UINT8, list(y_shape))
+    return helper.make_model(helper.make_graph(nodes, op, [x], [y], inits),
+                             opset_imports=[helper.make_opsetid("", 13)])
+
+
+def conv_acc(x, w, bias, xz):
+    """int64 [1, M, 9, 9]: 3x3 convolution, pads 1 (reading the zero point xz)."""
+    xp = np.pad(x.astype(np.int64) - xz, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    w4 = w.astype(np.int64).reshape(32, 8, 3, 3)
+    acc = np.zeros((1, 32, 9, 9), np.int64)
+    for kh in range(3):
+        for kw in range(3):
+            acc += np.einsum("chw,mc->mhw", xp[0, :, kh:kh + 9, kw:kw + 9], w4[:, :, kh, kw])[None]
+    return acc + bias.astype(np.int64)[None, :, None, None]
+
+
+def deconv_acc(x, w, bias, xz):
+    """int64 [1, M, 9, 9]: ConvTranspose of x [1, 8, 5, 5] with w [8, M, 3, 3], strides 2,
+    pads 1 (y[ih * 2 + kh - 1] += x[ih] w[kh])."""
+    xs = x.astype(np.int64)[0] - xz
+    w64 = w.astype(np.int64)
+    full = np.zeros((32, 11, 11), np.int64)
+    for ih in range(5):
+        for iw in range(5):
+            full[:, ih * 2:ih * 2 + 3, iw * 2:iw * 2 + 3] += np.einsum("c,cmhw->mhw", xs[:, ih, iw], w64)
+    return full[None, :, 1:10, 1:10] + bias.astype(np.int64)[None, :, None, None]
+
+
+def requant(acc, ws, axis):
+    shape = [1] * acc.ndim
+    shape[axis] = -1
+    oscale = (np.float32(XS) * ws / np.float32(YS)).astype(np.float32).reshape(shape)
+    v = np.rint(acc.astype(np.float32) * oscale) + YZP
+    return np.clip(v, 0, 255).astype(np.int64)
+
+
+def tandem_run(tandem, model, x, threads, work):
+    d = tempfile.mkdtemp(dir=work)
+    mp, xp = os.path.join(d, "m.onnx"), os.path.join(d, "x.npy")
+    onnx.save(model, mp)
+    np.save(xp, x)
+    cmd = [tandem, "run", mp, "--input", f"x={xp}", "--output-dir", os.path.join(d, "out"),
+           "--threads", str(threads)]
+    subprocess.run(cmd, check=True, capture_output=True)
+    with open(os.path.join(d, "out", "names.json")) as f:
+        names = json.load(f)
+    y = {names[k]: np.load(os.path.join(d, "out", k)) for k in names}["y"]
+    shutil.rmtree(d)
+    return y.astype(np.int64)
+
+
+def check(what, got, want, axis):
+    """got equal to want; prints the largest differences per channel group (along `axis`)."""
+    diff = np.abs(got - want)
+    per = np.moveaxis(diff, axis, 0).reshape(diff.shape[axis], -1).max(axis=1)
+    ok = bool((per == 0).all())
+    print(f"{'ok  ' if ok else 'FAIL'} {what}: largest difference {per[:16].max()} steps in "
+          f"channels 0-15 (full-range weights), {per[16:].max()} in 16-31 (|w| <= 64), "
+          f"{int((diff > 0).sum())} of {diff.size} elements differ")
+    return ok
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--tandem", required=True)
+    a = ap.parse_args()
+    rng = np.random.default_rng(20)
+    ws = rng.uniform(0.5, 1.0, 32).astype(np.float32)
+    wc = weights(rng, 32, 72)  # [m, tap * 8 + c]: the pairs are input channels 2j, 2j + 1 of a tap
+    wconv = wc.reshape(32, 9, 8).transpose(0, 2, 1).reshape(32, 8, 3, 3).copy()
+    bias = rng.integers(-20000, 20000, 32).astype(np.int32)
+    wmm = weights(rng, 32, 16)
+    wd = weights(rng, 32, 72).reshape(32, 9, 8).transpose(2, 0, 1).reshape(8, 32, 3, 3).copy()
+    models = {"conv": (qdq_model("Conv", (1, 8, 9, 9), (1, 32, 9, 9), wconv, ws, 0, bias,
+                                 pads=[1, 1, 1, 1]), 1, 0),
+              "conv_zp250": (qdq_model("Conv", (1, 8, 9, 9), (1, 32, 9, 9), wconv, ws, 0, bias,
+                                       xz=250, pads=[1, 1, 1, 1]), 1, 250),
+              "deconv": (qdq_model("ConvTranspose", (1, 8, 5, 5), (1, 32, 9, 9), wd, ws, 1,
+                                   bias, strides=[2, 2], pads=[1, 1, 1, 1]), 1, 0),
+              "deconv_zp200": (qdq_model("ConvTranspose", (1, 8, 5, 5), (1, 32, 9, 9), wd, ws,
+                                         1, bias, xz=200, strides=[2, 2], pads=[1, 1, 1, 1]),
+                               1, 200),
+              "matmul": (qdq_model("MatMul", (6, 16), (6, 32), np.ascontiguousarray(wmm.T), ws,
+                                   1), 1, 0)}
+    inputs = {"low": (0, 128), "full": (200, 255)}
+    failed = 0
+    work = tempfile.mkdtemp(prefix="tdm_pairs_")
+    try:
+        for mname, (model, axis, xz) in models.items():
+            for iname, (lo, hi) in inputs.items():
+                if xz and iname == "low":
+                    continue  # (a zero point of 250 is itself a large byte)
+                shape = {"matmul": (6, 16), "deconv": (1, 8, 5, 5),
+                         "deconv_zp200": (1, 8, 5, 5)}.get(mname, (1, 8, 9, 9))
+                x = rng.integers(lo, hi + 1, shape).astype(np.uint8)
+                x.flat[0], x.flat[-1] = lo, hi
+                if mname == "matmul":
+                    acc = x.astype(np.int64) @ wmm.astype(np.int64).T
+                elif mname.startswith("deconv"):
+                    acc = deconv_acc(x, wd, bias, xz)
+                else:
+                    acc = conv_acc(x, wconv, bias, xz)
+                want = requant(acc, ws, axis)
+                for threads in (1, 2):
+                    got = tandem_run(a.tandem, model, x, threads, work)
+                    if got.shape != want.shape:
+                        print(f"FAIL {mname} {iname}: shape {got.shape}, want {want.shape}")
+                        failed += 1
+                        continue
+                    if not check(f"{mname} {iname} threads {threads}", got, want, axis):
+                        failed += 1
+        # the check can fail: a result one step off is rejected
+        moved = want.copy()
+        moved.flat[0] += 1
+        if check("(one step moved, must FAIL)", moved, want, axis):
+            print("the check cannot fail")
+            failed += 1
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"{failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
