@@ -76,7 +76,9 @@ static void work(tdm_threadpool *p, uint32_t gen) {
         uint64_t v = atomic_load_explicit(&p->ticket, memory_order_acquire);
         if (gen_of(v) != gen) return;
         int64_t idx = (int64_t)(uint32_t)v;
-        if (idx >= atomic_load_explicit(&p->n_chunks, memory_order_relaxed)) return;
+        /* acquire: a count of the next job seen here means the closing mark of this one (see
+         * tdm_parallel_for) is seen by the claim below, which then fails */
+        if (idx >= atomic_load_explicit(&p->n_chunks, memory_order_acquire)) return;
         if (!atomic_compare_exchange_weak_explicit(&p->ticket, &v, v + 1, memory_order_acq_rel,
                                                    memory_order_relaxed))
             continue;
@@ -203,7 +205,7 @@ void tdm_parallel_for(tdm_threadpool *p, int64_t n, int64_t grain, tdm_range_fn 
     atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
     atomic_store_explicit(&p->arg, arg, memory_order_relaxed);
     atomic_store_explicit(&p->n, n, memory_order_relaxed);
-    atomic_store_explicit(&p->n_chunks, n_chunks, memory_order_relaxed);
+    atomic_store_explicit(&p->n_chunks, n_chunks, memory_order_release);
     atomic_store_explicit(&p->done, 0, memory_order_relaxed);
     uint32_t gen = gen_of(atomic_load_explicit(&p->ticket, memory_order_relaxed)) + 1;
     atomic_store_explicit(&p->ticket, (uint64_t)gen << 32, memory_order_release);
@@ -226,5 +228,12 @@ void tdm_parallel_for(tdm_threadpool *p, int64_t n, int64_t grain, tdm_range_fn 
         while (atomic_load(&p->done) < n_chunks) pthread_cond_wait(&p->done_cv, &p->mu);
         pthread_mutex_unlock(&p->mu);
     }
+    /* Close the generation before the next job's fields are written: a worker that read this
+     * generation's ticket (g, k), all chunks taken, and then the next job's larger chunk count
+     * would otherwise pass `idx < n_chunks` and claim a chunk that does not exist by CAS
+     * (g, k) -> (g, k + 1) while the ticket still reads (g, k), and run the next job's fn or
+     * this one's dead arg (a SIGSEGV seen in i8avx2_4szh at 8 streams: a decode job's fields
+     * from a stack frame that had returned), or count a done too many for the next region. */
+    atomic_store_explicit(&p->ticket, ((uint64_t)gen << 32) | 0xffffffffu, memory_order_release);
     pthread_mutex_unlock(&p->region_lock);
 }
