@@ -214,6 +214,49 @@ static void test_threadpool_chunks(void **state) {
     }
 }
 
+/* Regions of few chunks then many, back to back, each job's state dead after its region: a
+ * worker must never run a chunk of a finished region (it once could: all chunks of (g, k) taken,
+ * the next job's larger count read, a claim on the old generation) nor see a dead job. A race:
+ * the test finds it with some probability. */
+typedef struct live_job {
+    atomic_int live;
+    atomic_int bad;
+    int64_t n;
+    atomic_int hits[1000];
+} live_job;
+
+static void check_live(void *arg, int64_t b, int64_t e) {
+    live_job *j = arg;
+    if (atomic_load(&j->live) != 1 || b < 0 || e > j->n || b >= e) {
+        atomic_fetch_add(&j->bad, 1);
+        return;
+    }
+    for (int64_t i = b; i < e; i++) atomic_fetch_add(&j->hits[i], 1);
+}
+
+static void test_threadpool_stale_chunks(void **state) {
+    (void)state;
+    tdm_threadpool *p = NULL;
+    assert_null(tdm_threadpool_create(3, TDM_SPIN_US_DEFAULT, &p));
+    static live_job jobs[2];
+    atomic_int bad;
+    atomic_init(&bad, 0);
+    for (int r = 0; r < 60000; r++) {
+        live_job *j = &jobs[r & 1];
+        j->n = (r & 1) ? 1000 : 2; /* 2 chunks, then 12 */
+        atomic_init(&j->bad, 0);
+        for (int64_t i = 0; i < j->n; i++) atomic_init(&j->hits[i], 0);
+        atomic_store(&j->live, 1);
+        tdm_parallel_for(p, j->n, 1, check_live, j);
+        atomic_store(&j->live, 0);
+        for (int64_t i = 0; i < j->n; i++) /* each item once: no chunk run twice or missed */
+            if (atomic_load(&j->hits[i]) != 1) atomic_fetch_add(&j->bad, 1);
+        atomic_fetch_add(&bad, atomic_load(&j->bad));
+    }
+    tdm_threadpool_free(p);
+    assert_int_equal(atomic_load(&bad), 0);
+}
+
 /* The waiting paths of the pool: never spinning (spin_us 0: every wake-up goes through
  * the condition variables), spinning, and regions far enough apart that spinning workers fall
  * asleep in between; and two callers sharing one pool. Each region must see every item once. */
@@ -276,6 +319,7 @@ int main(void) {
         cmocka_unit_test(test_tensor_clone_strings), cmocka_unit_test(test_tensors_share_huge),
         cmocka_unit_test(test_half),
         cmocka_unit_test(test_threadpool_waiting), cmocka_unit_test(test_threadpool_chunks),
+        cmocka_unit_test(test_threadpool_stale_chunks),
         cmocka_unit_test(test_threadpool),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
