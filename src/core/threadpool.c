@@ -18,8 +18,9 @@
  * (stored while its ticket was not yet published) with the finished job's ticket once claimed
  * a chunk that did not exist, ran the next job's chunk twice and counted it done for it, so
  * that job's caller could return while its last chunk still ran (a use of the caller's stack
- * after return: one SIGSEGV in CI's `tandem generate`; ~1% of regions doubled a chunk in
- * test_core's test_threadpool_generations before this fix). The caller waits for
+ * after return: one SIGSEGV in CI's `tandem generate`, and 1 run in 3-5 of `tandem bench
+ * --llm --streams 8 --threads 2` on AVX2, a worker reading a returned decode frame's job; ~1% of
+ * regions doubled a chunk in test_core's test_threadpool_generations before this fix). The caller waits for
  * the chunks to be done, not for the workers to check in: a worker that the OS has not
  * scheduled yet does not hold the region up (on a busy machine, waiting for every worker cost
  * up to milliseconds per region: a DLRM-like model's 30 us batch-1 run took 0.9 ms on 2
@@ -47,7 +48,7 @@ struct tdm_threadpool {
     atomic_uint_fast64_t ticket; /* generation << 32 | chunk count << 16 | next chunk */
     _Atomic(tdm_range_fn) fn;
     _Atomic(void *) arg;
-    atomic_int_fast64_t n, chunk;
+    atomic_int_fast64_t n;
     atomic_int_fast64_t done; /* chunks finished in this generation */
 };
 
@@ -71,6 +72,13 @@ static inline uint32_t gen_of(uint64_t ticket) { return (uint32_t)(ticket >> 32)
 static inline int64_t chunks_of(uint64_t ticket) { return (int64_t)((ticket >> 16) & 0xffff); }
 #define MAX_CHUNKS 0xffff
 
+/* Chunk idx of [0, n) in `parts` chunks whose sizes differ by one at most (36 panels in 8:
+ * 4 and 5, not seven of 5 and one of 1, which left one of two threads waiting ~10% of the
+ * region; the split as a whole unchanged). */
+static inline int64_t chunk_start(int64_t n, int64_t parts, int64_t idx) {
+    return n / parts * idx + (idx < n % parts ? idx : n % parts);
+}
+
 /* Claims and runs chunks of generation `gen` until none are left. */
 static void work(tdm_threadpool *p, uint32_t gen) {
     for (;;) {
@@ -83,8 +91,7 @@ static void work(tdm_threadpool *p, uint32_t gen) {
             continue;
         /* chunk idx of this generation is ours: the job stays valid until it is done */
         int64_t n = atomic_load_explicit(&p->n, memory_order_relaxed);
-        int64_t chunk = atomic_load_explicit(&p->chunk, memory_order_relaxed);
-        int64_t b = idx * chunk, e = b + chunk < n ? b + chunk : n;
+        int64_t b = chunk_start(n, total, idx), e = chunk_start(n, total, idx + 1);
         atomic_load_explicit(&p->fn, memory_order_relaxed)(atomic_load_explicit(&p->arg, memory_order_relaxed), b, e);
         if (atomic_fetch_add_explicit(&p->done, 1, memory_order_acq_rel) + 1 == total) {
             pthread_mutex_lock(&p->mu); /* the caller may be asleep on done_cv */
@@ -145,7 +152,6 @@ tdm_status *tdm_threadpool_create(int threads, int64_t spin_us, tdm_threadpool *
     atomic_init(&p->fn, NULL);
     atomic_init(&p->arg, NULL);
     atomic_init(&p->n, 0);
-    atomic_init(&p->chunk, 1);
     atomic_init(&p->done, 0);
     pthread_mutex_init(&p->region_lock, NULL);
     pthread_mutex_init(&p->mu, NULL);
@@ -198,15 +204,13 @@ void tdm_parallel_for(tdm_threadpool *p, int64_t n, int64_t grain, tdm_range_fn 
     if (parts > maxparts) parts = maxparts;
     if (parts > MAX_CHUNKS) parts = MAX_CHUNKS;
     if (parts < 1) parts = 1;
-    int64_t chunk = (n + parts - 1) / parts;
-    int64_t n_chunks = (n + chunk - 1) / chunk;
+    int64_t n_chunks = parts; /* each at least grain items: n / parts >= grain */
 
     pthread_mutex_lock(&p->region_lock);
     pthread_mutex_lock(&p->mu);
     atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
     atomic_store_explicit(&p->arg, arg, memory_order_relaxed);
     atomic_store_explicit(&p->n, n, memory_order_relaxed);
-    atomic_store_explicit(&p->chunk, chunk, memory_order_relaxed);
     atomic_store_explicit(&p->done, 0, memory_order_relaxed);
     uint32_t gen = gen_of(atomic_load_explicit(&p->ticket, memory_order_relaxed)) + 1;
     atomic_store_explicit(&p->ticket, (uint64_t)gen << 32 | (uint64_t)n_chunks << 16,

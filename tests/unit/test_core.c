@@ -176,6 +176,87 @@ static void test_threadpool(void **state) {
     tdm_threadpool_free(NULL);
 }
 
+/* The chunks of a region: sizes differ by one at most (36 panels in 8 chunks: 4 and 5, not
+ * seven of 5 and a last of 1) and none below the grain. */
+typedef struct chunk_log {
+    atomic_int n;
+    int64_t size[64];
+} chunk_log;
+
+static void log_range(void *arg, int64_t b, int64_t e) {
+    chunk_log *l = arg;
+    int i = atomic_fetch_add(&l->n, 1);
+    if (i < 64) l->size[i] = e - b;
+}
+
+static void test_threadpool_chunks(void **state) {
+    (void)state;
+    const int64_t cases[][3] = {{2, 36, 1}, {2, 60, 1}, {3, 10007, 7}, {4, 100, 30}, {2, 9, 4}};
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        tdm_threadpool *p = NULL;
+        assert_null(tdm_threadpool_create((int)cases[c][0], TDM_SPIN_US_DEFAULT, &p));
+        int64_t n = cases[c][1], grain = cases[c][2];
+        chunk_log l;
+        atomic_init(&l.n, 0);
+        tdm_parallel_for(p, n, grain, log_range, &l);
+        int k = atomic_load(&l.n);
+        assert_true(k >= 1 && k <= 4 * cases[c][0]);
+        int64_t total = 0, lo = n, hi = 0;
+        for (int i = 0; i < k; i++) {
+            total += l.size[i];
+            lo = l.size[i] < lo ? l.size[i] : lo;
+            hi = l.size[i] > hi ? l.size[i] : hi;
+        }
+        assert_int_equal(total, n);
+        assert_true(hi - lo <= 1);
+        assert_true(lo >= grain || k == 1);
+        tdm_threadpool_free(p);
+    }
+}
+
+/* Regions of few chunks then many, back to back, each job's state dead after its region: a
+ * worker must never run a chunk of a finished region (it once could: all chunks of (g, k) taken,
+ * the next job's larger count read, a claim on the old generation) nor see a dead job. A race:
+ * the test finds it with some probability. */
+typedef struct live_job {
+    atomic_int live;
+    atomic_int bad;
+    int64_t n;
+    atomic_int hits[1000];
+} live_job;
+
+static void check_live(void *arg, int64_t b, int64_t e) {
+    live_job *j = arg;
+    if (atomic_load(&j->live) != 1 || b < 0 || e > j->n || b >= e) {
+        atomic_fetch_add(&j->bad, 1);
+        return;
+    }
+    for (int64_t i = b; i < e; i++) atomic_fetch_add(&j->hits[i], 1);
+}
+
+static void test_threadpool_stale_chunks(void **state) {
+    (void)state;
+    tdm_threadpool *p = NULL;
+    assert_null(tdm_threadpool_create(3, TDM_SPIN_US_DEFAULT, &p));
+    static live_job jobs[2];
+    atomic_int bad;
+    atomic_init(&bad, 0);
+    for (int r = 0; r < 60000; r++) {
+        live_job *j = &jobs[r & 1];
+        j->n = (r & 1) ? 1000 : 2; /* 2 chunks, then 12 */
+        atomic_init(&j->bad, 0);
+        for (int64_t i = 0; i < j->n; i++) atomic_init(&j->hits[i], 0);
+        atomic_store(&j->live, 1);
+        tdm_parallel_for(p, j->n, 1, check_live, j);
+        atomic_store(&j->live, 0);
+        for (int64_t i = 0; i < j->n; i++) /* each item once: no chunk run twice or missed */
+            if (atomic_load(&j->hits[i]) != 1) atomic_fetch_add(&j->bad, 1);
+        atomic_fetch_add(&bad, atomic_load(&j->bad));
+    }
+    tdm_threadpool_free(p);
+    assert_int_equal(atomic_load(&bad), 0);
+}
+
 /* The waiting paths of the pool: never spinning (spin_us 0: every wake-up goes through
  * the condition variables), spinning, and regions far enough apart that spinning workers fall
  * asleep in between; and two callers sharing one pool. Each region must see every item once. */
@@ -270,6 +351,7 @@ int main(void) {
         cmocka_unit_test(test_tensor_clone_strings), cmocka_unit_test(test_tensors_share_huge),
         cmocka_unit_test(test_half),
         cmocka_unit_test(test_threadpool_waiting), cmocka_unit_test(test_threadpool_generations),
+        cmocka_unit_test(test_threadpool_chunks), cmocka_unit_test(test_threadpool_stale_chunks),
         cmocka_unit_test(test_threadpool),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
