@@ -19,12 +19,13 @@
  * a chunk that did not exist, ran the next job's chunk twice and counted it done for it, so
  * that job's caller could return while its last chunk still ran (a use of the caller's stack
  * after return: one SIGSEGV in CI's `tandem generate`, and 1 run in 3-5 of `tandem bench
- * --llm --streams 8 --threads 2` on AVX2, a worker reading a returned decode frame's job; ~1% of
- * regions doubled a chunk in test_core's test_threadpool_generations before this fix). The caller waits for
- * the chunks to be done, not for the workers to check in: a worker that the OS has not
- * scheduled yet does not hold the region up (on a busy machine, waiting for every worker cost
- * up to milliseconds per region: a DLRM-like model's 30 us batch-1 run took 0.9 ms on 2
- * threads while other processes were running).
+ * --llm --streams 8 --threads 2` on AVX2, a worker reading a returned decode frame's job; ~1%
+ * of regions doubled a chunk in test_core's test_threadpool_generations before this fix).
+ *
+ * The caller waits for the chunks to be done, not for the workers to check in: a worker that
+ * the OS has not scheduled yet does not hold the region up (on a busy machine, waiting for
+ * every worker cost up to milliseconds per region: a DLRM-like model's 30 us batch-1 run took
+ * 0.9 ms on 2 threads while other processes were running).
  *
  * How threads wait. Between the regions of one run there are only microseconds, while a
  * futex wake-up costs tens of microseconds in a virtual machine (measured on MobileNetV2 at
@@ -69,8 +70,9 @@ static int64_t now_ns(void) {
 }
 
 static inline uint32_t gen_of(uint64_t ticket) { return (uint32_t)(ticket >> 32); }
-static inline int64_t chunks_of(uint64_t ticket) { return (int64_t)((ticket >> 16) & 0xffff); }
-#define MAX_CHUNKS 0xffff
+#define MAX_CHUNKS 0xffff /* the ticket's two 16-bit fields */
+static inline int64_t chunks_of(uint64_t ticket) { return (int64_t)(ticket >> 16 & MAX_CHUNKS); }
+static inline int64_t next_of(uint64_t ticket) { return (int64_t)(ticket & MAX_CHUNKS); }
 
 /* Chunk idx of [0, n) in `parts` chunks whose sizes differ by one at most (36 panels in 8:
  * 4 and 5, not seven of 5 and one of 1, which left one of two threads waiting ~10% of the
@@ -84,7 +86,7 @@ static void work(tdm_threadpool *p, uint32_t gen) {
     for (;;) {
         uint64_t v = atomic_load_explicit(&p->ticket, memory_order_acquire);
         if (gen_of(v) != gen) return;
-        int64_t idx = (int64_t)(v & 0xffff), total = chunks_of(v);
+        int64_t idx = next_of(v), total = chunks_of(v);
         if (idx >= total) return;
         if (!atomic_compare_exchange_weak_explicit(&p->ticket, &v, v + 1, memory_order_acq_rel,
                                                    memory_order_relaxed))
@@ -204,7 +206,7 @@ void tdm_parallel_for(tdm_threadpool *p, int64_t n, int64_t grain, tdm_range_fn 
     if (parts > maxparts) parts = maxparts;
     if (parts > MAX_CHUNKS) parts = MAX_CHUNKS;
     if (parts < 1) parts = 1;
-    int64_t n_chunks = parts; /* each at least grain items: n / parts >= grain */
+    int64_t n_chunks = parts; /* each at least grain items (n / parts >= grain), chunk_start */
 
     pthread_mutex_lock(&p->region_lock);
     pthread_mutex_lock(&p->mu);

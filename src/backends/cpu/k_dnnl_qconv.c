@@ -549,10 +549,9 @@ static tdm_status *qc_build(dn_state *ds, tdm_kernel_ctx *ctx, dn_entry *he) {
     e->wbuf = tdm_alloc(s->base.alloc, total + 64);
     if (!e->wbuf) return dn_oom(ctx);
     int64_t per_m = s->w->count / s->M;
-    for (int64_t c2 = 0; c2 < e->n_chunks * 2; c2++) {
+    for (int64_t c2 = 0; c2 < e->n_chunks * (e->halves ? 2 : 1); c2++) { /* then the halves' */
         int64_t c = c2 % e->n_chunks;
         bool two = c2 >= e->n_chunks;
-        if (two && !e->halves) break;
         qc_part *p = &e->part[c];
         dnnl_memory_desc_t usr;
         int64_t wd[6];

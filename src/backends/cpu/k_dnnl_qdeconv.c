@@ -219,9 +219,8 @@ static tdm_status *qd_build(dn_state *ds, tdm_kernel_ctx *ctx, dn_entry *he) {
     }
     md_tag(&e->dst, nd, ddims, s->yt, tag_nhwc(nd));
     md_tag(&e->bias, 1, &s->M, dnnl_s32, dnnl_a);
-    for (int two = 0; two < 2; two++) {
-        if (two && !(s->wh && e->xt == dnnl_u8)) break;
-        /* (the halves: 2C input channels, weights [a; b]) */
+    for (int two = 0; two <= (s->wh && e->xt == dnnl_u8); two++) {
+        /* (then the halves: 2C input channels, weights [a; b]) */
         if (two) { /* (ungrouped) */
             sdims[1] = 2 * e->C;
             wdims[1] = 2 * e->C;
