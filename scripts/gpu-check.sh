@@ -13,7 +13,8 @@
 #   3. the ONNX node tests on cuda:0 (the CPU takes what CUDA lacks): the pinned pass list,
 #      restricted to the tests this machine's test data has, in 8 shards at once (each test
 #      makes a CUDA context of its own in a fresh process)
-#   4. the model tests (tests/models) on cuda:0
+#   4. the model tests (tests/models) on cuda:0, and (4c) the int8 models (tests/models_int8)
+#      with cuda:0 first, compared with ONNX Runtime's outputs in quantization steps
 #   5. ResNet-50 and BERT-base on cuda:0 at batch 1 and 32 in FP32 and FP16, against PyTorch
 #      eager on the same GPU when `import torch` works (torchvision ResNet-50, transformers
 #      BERT-base, random weights; FP32 with TF32 off on both sides; one python process)
@@ -345,6 +346,19 @@ g_n="$(awk '{ for (i = 1; i <= NF; i++) if (split($i, kv, "=") == 2 && kv[2] ~ /
 say "-- 4b. CUDA graphs: bert_layer batch 1 on $g_on ms, off $g_off ms, on / off $(ratio "$g_on" "$g_off"); $g_n"
 model_summary="$model_summary; with CUDA graphs (TANDEM_CUDA_GRAPHS=1): bert_layer b1 on/off $(ratio "$g_on" "$g_off") ($g_on / $g_off ms), $g_n"
 
+# 4c. (issue 20) the int8 models of tests/models_int8 (ONNX Runtime quantize_static QDQ and
+# QOperator models with ORT's outputs) with cuda:0 first: QuantizeLinear, DequantizeLinear and
+# the integer products (QLinearConv / QConv, QLinearMatMul / QMatMul: k_ops_quant.c) on the
+# GPU, compared with ORT in steps of the output's quantization (tests/tools/check_int8_models.py)
+int8_summary="not run"
+if "$py" -c "import numpy, onnx" 2> /dev/null; then
+  step "4c.int8_models_cuda" 40 "$py" tests/tools/check_int8_models.py --tandem "$tandem" \
+    --devices "$devs" --threads 1
+  int8_summary="$(tail -n 1 "$work/step.out")"
+else
+  skip "4c.int8_models_cuda" "$py lacks numpy or onnx"
+fi
+
 # ---- the models of steps 5-8 ----
 say "== waiting for the bench models (at $(elapsed)s)"
 wait "$builder" 2> /dev/null
@@ -674,6 +688,7 @@ fi
   echo "- unit test (test_cuda): $unit_summary"
   echo "- ONNX node tests on cuda:0 (CPU fallback): $conf_summary"
   echo "- model tests on cuda:0: $model_summary"
+  echo "- int8 models (tests/models_int8) with cuda:0 first: $int8_summary"
   [ -n "$precision_lines" ] && echo "- accuracy against CPU FP32 (test_cuda):" && echo "$precision_lines" | sed 's/^/  - /'
   echo
   echo "## 5. Against PyTorch"

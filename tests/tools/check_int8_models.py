@@ -91,10 +91,12 @@ def float_step(want):
     return 1e-4 * max(float(np.max(np.abs(want))), 1e-30)
 
 
-def run_tandem(tandem, model, feeds, threads, opt):
+def run_tandem(tandem, model, feeds, threads, opt, devices=None):
     with tempfile.TemporaryDirectory() as d:
         cmd = [tandem, "run", model, "--threads", str(threads), "--opt-level", str(opt),
                "--output-dir", os.path.join(d, "out")]
+        if devices:  # e.g. cuda:0,cpu (scripts/gpu-check.sh): each node on the first that runs it
+            cmd += ["--devices", devices, "--placement", "first"]
         for k, v in feeds.items():
             f = os.path.join(d, k + ".npy")
             np.save(f, v)
@@ -118,6 +120,8 @@ def main():
     ap.add_argument("--dir", default=os.path.join(HERE, "..", "models_int8"))
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--opt-level", type=int, default=1)
+    ap.add_argument("--devices", default=None,
+                    help="tandem's device list (default: the CPU alone), placement 'first'")
     ap.add_argument("--max-units", type=float, default=0)
     ap.add_argument("--max-frac", type=float, default=0)
     ap.add_argument("--avx2-units", type=float, default=4)
@@ -158,7 +162,7 @@ def main():
         for threads in [int(x) for x in a.threads.split(",")]:
             label = f"{name} ({threads} thread{'s' if threads > 1 else ''}, opt level {a.opt_level})"
             try:
-                gots = run_tandem(a.tandem, mpath, feeds, threads, a.opt_level)
+                gots = run_tandem(a.tandem, mpath, feeds, threads, a.opt_level, a.devices)
             except RuntimeError as e:
                 print(f"FAIL {label}: {e}")
                 failed += 1

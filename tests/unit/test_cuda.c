@@ -368,6 +368,111 @@ static void test_copies_events(void **state) {
     free(back);
 }
 
+/* ---- 8-bit quantization (k_ops_quant.c) ---- */
+
+enum { Q_U8 = 2, Q_I8 = 3, Q_I32 = 6 };
+
+/* A quantized product: x float -> QuantizeLinear -> QLinearConv / QLinearMatMul ->
+ * DequantizeLinear -> y; or (fused) the QDQ form that opt level 1 folds into tandem's QConv /
+ * QMatMul: DequantizeLinear of x and of symmetric s8 weights -> Conv / MatMul ->
+ * QuantizeLinear -> DequantizeLinear. */
+typedef struct q_case {
+    bool conv, fused, per_channel, bias;
+    int rank;           /* x's */
+    int64_t x[4], w[4]; /* conv: w [M, C / group, k (, k)]; matmul: w [K, N] */
+    int xt, wt, yt;     /* 8-bit types */
+    int64_t group, stride, pad;
+} q_case;
+
+static void q_init8(mb_model *m, const char *name, int type, int rank, const int64_t *dims,
+                    bool zero) {
+    size_t n = 1;
+    for (int i = 0; i < rank; i++) n *= (size_t)dims[i];
+    uint8_t *b = mb_alloc(m, n + 1);
+    for (size_t i = 0; i < n; i++) b[i] = zero ? 0 : (uint8_t)(frand() * 256.0f);
+    mb_init_raw(m, name, type, rank, dims, b, n);
+}
+
+static void q_model(mb_model *m, const q_case *c) {
+    mb_init(m, 13);
+    mb_input(m, "x", c->rank, c->x);
+    int64_t K = 1, ch = c->conv ? c->w[0] : c->w[1];
+    for (int i = c->conv ? 1 : 0; i < (c->conv ? c->rank : 1); i++) K *= c->w[i];
+    float xs = 4.0f / 255.0f, ws = 0.01f, ys = 0.85f * sqrtf((float)K) * 3.0f / 127.0f;
+    mb_scalar(m, "xs", xs);
+    mb_scalar(m, "ys", ys);
+    uint8_t xz = c->xt == Q_U8 ? 128 : 0, yz = c->yt == Q_U8 ? 120 : 3;
+    mb_init_raw(m, "xz", c->xt, 0, NULL, &xz, 1);
+    mb_init_raw(m, "yz", c->yt, 0, NULL, &yz, 1);
+    int64_t nc = c->per_channel ? ch : 1;
+    float wsv[64];
+    for (int64_t i = 0; i < nc; i++) wsv[i] = ws * (0.5f + frand());
+    mb_init_f32(m, "ws", c->per_channel ? 1 : 0, &nc, (int)nc, wsv);
+    q_init8(m, "w", c->fused ? Q_I8 : c->wt, c->conv ? c->rank : 2, c->w, false);
+    q_init8(m, "wz", c->fused ? Q_I8 : c->wt, c->per_channel ? 1 : 0, &nc, c->fused);
+    if (c->bias) {
+        int32_t *b = mb_alloc(m, (size_t)ch * sizeof(int32_t));
+        for (int64_t i = 0; i < ch; i++) b[i] = (int32_t)(frand() * 20000.0f) - 10000;
+        mb_init_raw(m, "b", Q_I32, 1, &ch, b, (size_t)ch * sizeof(int32_t));
+    }
+    mb_node(m, "QuantizeLinear:x,xs,xz->xq");
+    Onnx__NodeProto *n;
+    if (c->fused) {
+        mb_node(m, "DequantizeLinear:xq,xs,xz->xd");
+        n = mb_node(m, "DequantizeLinear:w,ws,wz->wd");
+        if (c->per_channel) mb_attr_i(m, n, "axis", c->conv ? 0 : 1);
+        n = mb_node(m, c->conv ? "Conv:xd,wd->c" : "MatMul:xd,wd->c");
+        mb_node(m, "QuantizeLinear:c,ys,yz->yq");
+    } else if (c->conv) {
+        n = mb_node(m, c->bias ? "QLinearConv:xq,xs,xz,w,ws,wz,ys,yz,b->yq"
+                               : "QLinearConv:xq,xs,xz,w,ws,wz,ys,yz->yq");
+    } else {
+        n = mb_node(m, "QLinearMatMul:xq,xs,xz,w,ws,wz,ys,yz->yq");
+    }
+    if (c->conv) {
+        int nsp = c->rank - 2;
+        int64_t s[2] = {c->stride, c->stride}, p[4] = {c->pad, c->pad, c->pad, c->pad};
+        mb_attr_ints(m, n, "strides", nsp, s);
+        mb_attr_ints(m, n, "pads", 2 * nsp, p);
+        mb_attr_i(m, n, "group", c->group);
+    }
+    mb_node(m, "DequantizeLinear:yq,ys,yz->y");
+    mb_output(m, "y");
+}
+
+static void test_quant(void **state) {
+    (void)state;
+    NEED_DEVICE();
+    /* shapes on both product paths: cuBLASLt's s8 product (m and k multiples of 4) and the
+     * own kernel (the rest) */
+    static const q_case cases[] = {
+        /* conv, fused, per_channel, bias, rank, x, w, xt, wt, yt, group, stride, pad */
+        {true, false, true, true, 4, {2, 8, 8, 8}, {16, 8, 3, 3}, Q_U8, Q_I8, Q_U8, 1, 1, 1},
+        {true, false, false, true, 4, {1, 6, 9, 7}, {9, 2, 3, 3}, Q_I8, Q_U8, Q_I8, 3, 2, 1},
+        {true, false, true, false, 3, {2, 5, 31}, {7, 5, 3}, Q_U8, Q_U8, Q_U8, 1, 2, 1},
+        {true, false, true, true, 4, {1, 8, 10, 10}, {8, 1, 3, 3}, Q_U8, Q_I8, Q_U8, 8, 1, 1},
+        {true, true, true, false, 4, {1, 16, 8, 8}, {32, 16, 1, 1}, Q_U8, Q_I8, Q_U8, 1, 1, 0},
+        {false, false, true, false, 3, {2, 5, 12}, {12, 8}, Q_U8, Q_I8, Q_U8, 1, 1, 0},
+        {false, false, false, false, 2, {3, 7}, {7, 5}, Q_I8, Q_U8, Q_I8, 1, 1, 0},
+        {false, true, true, false, 3, {2, 16, 64}, {64, 32}, Q_U8, Q_I8, Q_U8, 1, 1, 0},
+    };
+    mb_model m;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const q_case *c = &cases[i];
+        q_model(&m, c);
+        int64_t K = 1;
+        for (int k = c->conv ? 1 : 0; k < (c->conv ? c->rank : 1); k++) K *= c->w[k];
+        double step = 0.85 * sqrt((double)K) * 3.0 / 127.0, max_abs;
+        /* the same bytes are the aim; one step of y either way is allowed (the CPU's oneDNN
+         * kernels requantise in float32) */
+        double worst = run_pair(&m, DH_DEVICE, NULL, c->fused ? 1 : 0, 0, step * 1.0001, &max_abs);
+        printf("quant case %zu: max |cuda - cpu| = %.3g (%.2f steps)\n", i, max_abs,
+               max_abs / step);
+        mb_free(&m);
+        assert_true(worst <= 1.0);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_discovery),
@@ -378,6 +483,7 @@ int main(void) {
         cmocka_unit_test(test_fused),
         cmocka_unit_test(test_pool_bn),
         cmocka_unit_test(test_conv_transpose),
+        cmocka_unit_test(test_quant),
         cmocka_unit_test(test_precision),
         cmocka_unit_test(test_memory_limit),
         cmocka_unit_test(test_copies_events),

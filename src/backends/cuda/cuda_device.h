@@ -39,7 +39,8 @@
  * (k_ops*.c) are referenced weakly: a family that no file defines yet is skipped, so the
  * plugin builds while they are being written. Names reserved for them:
  *   k_ops.c -> ops, k_ops_eltwise.c -> ops_eltwise, k_ops_reduce.c -> ops_reduce,
- *   k_ops_shape.c -> ops_shape, k_ops_misc.c -> ops_misc, k_ops_attn.c -> ops_attn
+ *   k_ops_shape.c -> ops_shape, k_ops_misc.c -> ops_misc, k_ops_attn.c -> ops_attn,
+ *   k_ops_quant.c -> ops_quant
  * (any file may define any of these names; ask to have a name added to the list).
  * Entry matching: domain, op, opset range, and ctx input `def.type_input`'s dtype in
  * `def.types`; every other present input must have the type input's dtype unless its bit
@@ -75,7 +76,7 @@ typedef struct cuda_kernel_entry {
  * the ops_* families are tandem's kernels (weak, see above). */
 #define CUDA_OWN_FAMILIES(X) X(blas) X(dnn)
 #define CUDA_OPS_FAMILIES(X)                                                             \
-    X(ops) X(ops_eltwise) X(ops_reduce) X(ops_shape) X(ops_misc) X(ops_attn)
+    X(ops) X(ops_eltwise) X(ops_reduce) X(ops_shape) X(ops_misc) X(ops_attn) X(ops_quant)
 
 #define CUDA_X_(f)                                                                       \
     extern const cuda_kernel_entry cuda_kernels_##f[];                                   \

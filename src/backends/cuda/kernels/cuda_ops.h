@@ -184,6 +184,60 @@ typedef struct tcu_attn_desc {
 int tcu_attention(int dtype, const void *q, const void *k, const void *v, const void *mask,
                   void *y, const tcu_attn_desc *d, void *stream);
 
+/* ---- 8-bit quantization (cuda_quant.cu) ---- */
+
+/* QuantizeLinear: y = saturate(round_half_even(x / scale) + zp), x float32 / float16,
+ * y TCU_U8 / TCU_I8 (zp of y's type, or NULL). Scale and zp hold L values (1: per tensor)
+ * applied along an axis: element i takes index (i / post) % L. */
+int tcu_quantize(int xtype, const void *x, const float *scale, int ytype, const void *zp,
+                 void *y, int64_t n, int64_t L, int64_t post, void *stream);
+/* DequantizeLinear: y = (x - zp) * scale, x TCU_U8 / TCU_I8 / TCU_I32 (zp of x's type, or
+ * NULL), y float32 / float16; scale / zp indexing as tcu_quantize's. */
+int tcu_dequantize(int xtype, const void *x, const float *scale, const void *zp, int ytype,
+                   void *y, int64_t n, int64_t L, int64_t post, void *stream);
+
+/* The integer products (QMatMul, QConv) run on s8 operands: u8 data is shifted by -128
+ * (and its zero point with it), so that sum (x - zx)(w - zw) is the s8 product G of the
+ * shifted operands less the zero points' terms, which tcu_q8_requant adds back. */
+/* y[i] = x[i] - 128 (u8 -> s8) */
+int tcu_q8_shift(const void *x, void *y, int64_t n, void *stream);
+/* wt [cols, rows] = w [rows, cols] transposed, shifted when wtype is TCU_U8 */
+int tcu_q8_transpose(const void *w, int wtype, void *wt, int64_t rows, int64_t cols,
+                     void *stream);
+/* One image's 2-D window geometry (1-D as H = 1). */
+typedef struct tcu_q8_conv_desc {
+    int64_t C, H, W, groups, kh, kw, sh, sw, dh, dw, pt, pl, OH, OW;
+} tcu_q8_conv_desc;
+/* col [groups][OH * OW][C / groups * kh * kw] (s8) of one image x [C, H, W]; positions
+ * outside the input hold x's zero point (xzp: one value of xtype on the device, or NULL) */
+int tcu_q8_im2col(const tcu_q8_conv_desc *c, int xtype, const void *x, const void *xzp, void *col,
+                  void *stream);
+/* out[r] = sum of s8 row r (k values, row stride ld), wrapping int32 */
+int tcu_q8_rowsum(const void *a, int64_t rows, int64_t k, int64_t ld, int32_t *out,
+                  void *stream);
+/* C[j * ldc + i] = sum_q A[i * lda + q] B[j * ldb + q] for i < m, j < n (s8 rows, wrapping
+ * int32): the fallback of cuBLASLt's s8 product (k_ops_quant.c) */
+int tcu_q8_gemm(int64_t m, int64_t n, int64_t k, const void *a, int64_t lda, const void *b,
+                int64_t ldb, int32_t *c, int64_t ldc, void *stream);
+/* y[e] (e = j * m + i, the output's own order) from G[e] = sum_q A'[i, q] B'[j, q]: the
+ * channel is j when chan_is_b (QConv: A' = im2col rows, B' = weight rows), else i (QMatMul:
+ * A' = transposed weights, B' = activation rows); pos is the other index.
+ *   acc = G - zx * wsum[ch] - zw[ch] * asum[(ch / chan_per_group) * asum_group_stride + pos]
+ *         + k * zx * zw[ch] + bias[ch]      (zx, zw shifted as the operands are)
+ *   y = saturate_[lo, hi](rint((double)acc * (float)(xs * ws[ch] / ys) + yzp))
+ * xs / ys / yzp: 1 value or per row (index pos % row_mod); ws / wzp: 1 value or per
+ * channel. Every pointer is device memory; xzp / wzp / yzp / bias may be NULL. */
+typedef struct tcu_q8_requant_desc {
+    const int32_t *G, *wsum, *asum, *bias;
+    int64_t m, n, k, chan_per_group, asum_group_stride, row_mod;
+    int chan_is_b, x_u8, w_u8, y_type;
+    const void *xzp, *wzp, *yzp;
+    int64_t wzp_count, xs_count, ws_count, ys_count;
+    const float *xs, *ws, *ys;
+    double lo, hi;
+} tcu_q8_requant_desc;
+int tcu_q8_requant(const tcu_q8_requant_desc *r, void *y, void *stream);
+
 #ifdef __cplusplus
 }
 #endif
