@@ -44,16 +44,17 @@ def weights(rng, rows, cols):
     w = np.empty((rows, cols), np.int64)
     for m in range(rows):
         if m < 16:
-            sign = np.repeat(rng.choice([-1, 1], cols // 2), 2)
+            sign = np.repeat(rng.choice([-1, 1], (cols + 1) // 2), 2)[:cols]
             w[m] = sign * rng.integers(115, 128, cols)
         else:
             w[m] = rng.integers(-64, 65, cols)
     return w.astype(np.int8)
 
 
-def qdq_model(op, x_shape, y_shape, w, ws, waxis, bias=None, xz=0, **attrs):
-    """uint8 x -> DQ -> op(DQ(w int8, per channel on waxis) [, DQ(bias int32)]) -> Q -> uint8 y."""
-    scal = {"xs": np.float32(XS), "xz": np.uint8(xz), "ys": np.float32(YS), "yz": np.uint8(YZP)}
+def qdq_model(op, x_shape, y_shape, w, ws, waxis, bias=None, xz=0, xt=np.uint8, **attrs):
+    """8-bit x (xt) -> DQ -> op(DQ(w int8, per channel on waxis) [, DQ(bias int32)]) -> Q ->
+    uint8 y."""
+    scal = {"xs": np.float32(XS), "xz": xt(xz), "ys": np.float32(YS), "yz": np.uint8(YZP)}
     inits = [numpy_helper.from_array(np.array(v), k) for k, v in scal.items()]
     inits += [numpy_helper.from_array(w, "w"), numpy_helper.from_array(ws, "ws"),
               numpy_helper.from_array(np.zeros(32, np.int8), "wz")]
@@ -67,20 +68,26 @@ def qdq_model(op, x_shape, y_shape, w, ws, waxis, bias=None, xz=0, **attrs):
         args.append("bf")
     nodes += [helper.make_node(op, args, ["yf"], **attrs),
               helper.make_node("QuantizeLinear", ["yf", "ys", "yz"], ["y"])]
-    x = helper.make_tensor_value_info("x", TensorProto.UINT8, list(x_shape))
+    x = helper.make_tensor_value_info("x", TensorProto.INT8 if xt == np.int8 else TensorProto.UINT8,
+                                      list(x_shape))
     y = helper.make_tensor_value_info("y", TensorProto.UINT8, list(y_shape))
     return helper.make_model(helper.make_graph(nodes, op, [x], [y], inits),
                              opset_imports=[helper.make_opsetid("", 13)])
 
 
-def conv_acc(x, w, bias, xz):
-    """int64 [1, M, 9, 9]: 3x3 convolution, pads 1 (reading the zero point xz)."""
+def conv_acc(x, w, bias, xz, group=1):
+    """int64 [1, M, 9, 9]: 3x3 convolution of x [1, 8, 9, 9], pads 1 (reading the zero point
+    xz), w [32, 8 / group, 3, 3]."""
     xp = np.pad(x.astype(np.int64) - xz, ((0, 0), (0, 0), (1, 1), (1, 1)))
-    w4 = w.astype(np.int64).reshape(32, 8, 3, 3)
+    cg, mg = 8 // group, 32 // group
+    w4 = w.astype(np.int64).reshape(32, cg, 3, 3)
     acc = np.zeros((1, 32, 9, 9), np.int64)
-    for kh in range(3):
-        for kw in range(3):
-            acc += np.einsum("chw,mc->mhw", xp[0, :, kh:kh + 9, kw:kw + 9], w4[:, :, kh, kw])[None]
+    for g in range(group):
+        for kh in range(3):
+            for kw in range(3):
+                acc[:, g * mg:(g + 1) * mg] += np.einsum(
+                    "chw,mc->mhw", xp[0, g * cg:(g + 1) * cg, kh:kh + 9, kw:kw + 9],
+                    w4[g * mg:(g + 1) * mg, :, kh, kw])[None]
     return acc + bias.astype(np.int64)[None, :, None, None]
 
 
@@ -130,9 +137,22 @@ def check(what, got, want, axis):
     return ok
 
 
+def qlinear_matmul_model(b, bs, bz):
+    """QLinearMatMul(uint8 a [6, 16], int8 b [16, 32] with zero point bz, b_scale per column)."""
+    scal = {"as": np.float32(XS), "az": np.uint8(0), "bs": bs, "bz": np.int8(bz),
+            "ys": np.float32(YS), "yz": np.uint8(YZP), "b": b}
+    inits = [numpy_helper.from_array(np.array(v), k) for k, v in scal.items()]
+    node = helper.make_node("QLinearMatMul", ["x", "as", "az", "b", "bs", "bz", "ys", "yz"], ["y"])
+    x = helper.make_tensor_value_info("x", TensorProto.UINT8, [6, 16])
+    y = helper.make_tensor_value_info("y", TensorProto.UINT8, [6, 32])
+    return helper.make_model(helper.make_graph([node], "qlmm", [x], [y], inits),
+                             opset_imports=[helper.make_opsetid("", 13)])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tandem", required=True)
+    ap.add_argument("--only", help="run the cases whose name contains this")
     a = ap.parse_args()
     rng = np.random.default_rng(20)
     ws = rng.uniform(0.5, 1.0, 32).astype(np.float32)
@@ -141,36 +161,59 @@ def main():
     bias = rng.integers(-20000, 20000, 32).astype(np.int32)
     wmm = weights(rng, 32, 16)
     wd = weights(rng, 32, 72).reshape(32, 9, 8).transpose(2, 0, 1).reshape(8, 32, 3, 3).copy()
-    models = {"conv": (qdq_model("Conv", (1, 8, 9, 9), (1, 32, 9, 9), wconv, ws, 0, bias,
-                                 pads=[1, 1, 1, 1]), 1, 0),
-              "conv_zp250": (qdq_model("Conv", (1, 8, 9, 9), (1, 32, 9, 9), wconv, ws, 0, bias,
-                                       xz=250, pads=[1, 1, 1, 1]), 1, 250),
-              "deconv": (qdq_model("ConvTranspose", (1, 8, 5, 5), (1, 32, 9, 9), wd, ws, 1,
-                                   bias, strides=[2, 2], pads=[1, 1, 1, 1]), 1, 0),
-              "deconv_zp200": (qdq_model("ConvTranspose", (1, 8, 5, 5), (1, 32, 9, 9), wd, ws,
-                                         1, bias, xz=200, strides=[2, 2], pads=[1, 1, 1, 1]),
-                               1, 200),
-              "matmul": (qdq_model("MatMul", (6, 16), (6, 32), np.ascontiguousarray(wmm.T), ws,
-                                   1), 1, 0)}
-    inputs = {"low": (0, 128), "full": (200, 255)}
+    u8 = {"low": (0, 128), "full": (200, 255)}
+    s8 = {"low": (-128, 0), "full": (72, 127)}  # (as uint8 after the shift by 128: as u8's)
+    conv_shape, deconv_shape = (1, 8, 9, 9), (1, 8, 5, 5)
+    pads = [1, 1, 1, 1]
+    cases = []  # (name, model, axis, x zero point, x type, x shape, accumulator, inputs)
+    for xt, rngs, zps in ((np.uint8, u8, (0, 250)), (np.int8, s8, (0, -128, 122))):
+        sfx = "" if xt == np.uint8 else "_s8"
+        for xz in zps:
+            zs = f"_zp{xz}" if xz else ""
+            cases.append((f"conv{sfx}{zs}", qdq_model("Conv", conv_shape, (1, 32, 9, 9), wconv, ws,
+                                                     0, bias, xz=xz, xt=xt, pads=pads),
+                          1, xz, xt, conv_shape, lambda x, z: conv_acc(x, wconv, bias, z), rngs))
+        for xz in zps[:2]:
+            zs = f"_zp{xz}" if xz else ""
+            cases.append((f"deconv{sfx}{zs}", qdq_model("ConvTranspose", deconv_shape,
+                                                       (1, 32, 9, 9), wd, ws, 1, bias, xz=xz,
+                                                       xt=xt, strides=[2, 2], pads=pads),
+                          1, xz, xt, deconv_shape, lambda x, z: deconv_acc(x, wd, bias, z), rngs))
+        for xz in (0, 100 if xt == np.uint8 else -100):
+            zs = f"_zp{xz}" if xz else ""
+            cases.append((f"matmul{sfx}{zs}", qdq_model("MatMul", (6, 16), (6, 32),
+                                                       np.ascontiguousarray(wmm.T), ws, 1,
+                                                       xz=xz, xt=xt),
+                          1, xz, xt, (6, 16),
+                          lambda x, z: (x.astype(np.int64) - z) @ wmm.astype(np.int64).T, rngs))
+    # grouped convolutions (Cg input channels a group; 1: each output channel reads one)
+    for group in (2, 4, 8):
+        cg = 8 // group
+        wg = weights(rng, 32, 9 * cg).reshape(32, 9, cg).transpose(0, 2, 1).reshape(32, cg, 3, 3)
+        wg = wg.copy()
+        for xt, rngs, xz in ((np.uint8, u8, 0), (np.uint8, u8, 250), (np.int8, s8, 0)):
+            sfx = ("" if xt == np.uint8 else "_s8") + (f"_zp{xz}" if xz else "")
+            cases.append((f"conv_g{group}{sfx}", qdq_model("Conv", conv_shape, (1, 32, 9, 9), wg,
+                                                          ws, 0, bias, xz=xz, xt=xt, pads=pads,
+                                                          group=group),
+                          1, xz, xt, conv_shape,
+                          (lambda w, g: lambda x, z: conv_acc(x, w, bias, z, g))(wg, group), rngs))
+    # QLinearMatMul with a nonzero b zero point (B - 3 spans [-131, 124]; per-column b_scale)
+    bq = np.ascontiguousarray(wmm.T)
+    cases.append(("qlinearmatmul_bzp3", qlinear_matmul_model(bq, ws, 3), 1, 0, np.uint8, (6, 16),
+                  lambda x, z: x.astype(np.int64) @ (bq.astype(np.int64) - 3), u8))
     failed = 0
     work = tempfile.mkdtemp(prefix="tdm_pairs_")
     try:
-        for mname, (model, axis, xz) in models.items():
-            for iname, (lo, hi) in inputs.items():
-                if xz and iname == "low":
-                    continue  # (a zero point of 250 is itself a large byte)
-                shape = {"matmul": (6, 16), "deconv": (1, 8, 5, 5),
-                         "deconv_zp200": (1, 8, 5, 5)}.get(mname, (1, 8, 9, 9))
-                x = rng.integers(lo, hi + 1, shape).astype(np.uint8)
+        for mname, model, axis, xz, xt, shape, accf, rngs in cases:
+            if a.only and a.only not in mname:
+                continue
+            for iname, (lo, hi) in rngs.items():
+                if iname == "low" and (int(xz) + (128 if xt == np.int8 else 0)) > 128:
+                    continue  # (a zero point above 128 is itself a large byte)
+                x = rng.integers(lo, hi + 1, shape).astype(xt)
                 x.flat[0], x.flat[-1] = lo, hi
-                if mname == "matmul":
-                    acc = x.astype(np.int64) @ wmm.astype(np.int64).T
-                elif mname.startswith("deconv"):
-                    acc = deconv_acc(x, wd, bias, xz)
-                else:
-                    acc = conv_acc(x, wconv, bias, xz)
-                want = requant(acc, ws, axis)
+                want = requant(accf(x, xz), ws, axis)
                 for threads in (1, 2):
                     got = tandem_run(a.tandem, model, x, threads, work)
                     if got.shape != want.shape:

@@ -55,6 +55,8 @@ typedef struct qc_state {
     bool xl, yl;      /* QConv's x_nhwc / y_nhwc: X / Y channels-last (rank 4) */
     int lim;          /* without VNNI: X's bytes up to lim are exact with w (255: always) */
     int8_t *wh;       /* [M, 2 C, k...]: the halves [a | b] of each channel (NULL: none) */
+    bool novnni;      /* the CPU has no VNNI (dn_has_vnni) */
+    bool flip;        /* int8 X runs as uint8 (dn_q8_flip; xzp is then X's + 128) */
 } qc_state;
 
 typedef struct qc_part {
@@ -135,6 +137,8 @@ static bool qc_setup(qc_state *s, const tdm_node *node, int n_in, const tdm_tens
     if (!dn_f32_scalar(in[1], &xs) || !dn_f32_scalar(in[6], &ys) || !dn_q8_scalar(in[2], &s->xzp) ||
         !dn_q8_scalar(in[7], &s->yzp))
         return false;
+    s->flip = dn_q8_flip(in[2]);
+    if (s->flip) s->xzp += 128;
     s->M = w->dims[0];
     s->group = tdm_attr_int(node, "group", 1);
     if (s->group < 1 || s->M % s->group || !ws || ws->dtype != TDM_FLOAT ||
@@ -164,9 +168,10 @@ static bool qc_setup(qc_state *s, const tdm_node *node, int n_in, const tdm_tens
         }
     }
     s->clip = dn_q8_clip(node, yt, s->yzp, &s->clo, &s->chi);
-    /* without VNNI, uint8 X, ungrouped: the exact halves where large bytes can saturate */
+    /* without VNNI (uint8 X, or int8 X flipped to uint8), ungrouped: the exact halves where
+     * large bytes can saturate */
     s->lim = 255;
-    if (!dn_has_vnni() && s->group == 1 && !(in[2] && in[2]->dtype == TDM_INT8)) {
+    if (s->novnni && s->group == 1) {
         int64_t per_m = w->count / s->M;
         int lim = dn_q8_lim(w->data, s->M, per_m, per_m, 1);
         if (lim < 255) {
@@ -189,6 +194,7 @@ static tdm_status *qc_prepare(const tdm_node *node, int opset, int n_in,
     *state = s;
     s->xl = tdm_attr_int(node, "x_nhwc", 0) != 0;
     s->yl = tdm_attr_int(node, "y_nhwc", 0) != 0;
+    s->novnni = !dn_has_vnni();
     if (!s->base.generic && !qc_setup(s, node, n_in, in)) s->base.generic = true;
     return NULL;
 }
@@ -466,7 +472,7 @@ static tdm_status *qc_build(dn_state *ds, tdm_kernel_ctx *ctx, dn_entry *he) {
     int threads = dn_threads(ctx);
     e->nd = x->rank;
     e->N = x->dims[0];
-    e->xt = x->dtype == TDM_INT8 ? dnnl_s8 : dnnl_u8;
+    e->xt = x->dtype == TDM_INT8 && !s->flip ? dnnl_s8 : dnnl_u8; /* (flip: X ^ 0x80) */
     e->osz = 1;
     for (int d = 2; d < y->rank; d++) e->osz *= y->dims[d];
     e->mb = threads == 1 ? e->N : 1;
@@ -695,8 +701,10 @@ static tdm_status *qc_run_node(tdm_kernel_ctx *ctx) {
     tdm_tensor *y = &yv;
     if (s->base.generic || (x->dtype != TDM_UINT8 && x->dtype != TDM_INT8) ||
         x->rank != s->w->rank || x->rank < 3 || y->count == 0 ||
-        (ctx->in[2] && ctx->in[2]->dtype != x->dtype) || x->dims[1] != s->w->dims[1] * s->group)
+        (ctx->in[2] && ctx->in[2]->dtype != x->dtype) || x->dims[1] != s->w->dims[1] * s->group ||
+        (x->dtype == TDM_INT8 && s->novnni && !s->flip)) /* (int8 X without a zero point) */
         return tdm_misc_qlinear_conv_run(ctx);
+    bool flip = s->flip && x->dtype == TDM_INT8;
     int64_t key[DN_KEY];
     int nk = 0;
     key[nk++] = dn_threads(ctx);
@@ -717,15 +725,17 @@ static tdm_status *qc_run_node(tdm_kernel_ctx *ctx) {
         return tdm_misc_qlinear_conv_run(ctx);
     }
     int64_t groups = e->N / e->mb, items = groups * e->n_chunks;
-    size_t need = (size_t)groups * e->src_bytes + (size_t)items * e->tmp_bytes;
+    size_t fb = flip ? ((size_t)x->count + 63) / 64 * 64 : 0; /* X ^ 0x80 first */
+    size_t need = fb + (size_t)groups * e->src_bytes + (size_t)items * e->tmp_bytes;
     bool own = false;
     char *buf = dn_scratch_get(&s->base, ctx, need, &own);
     if (need && !buf) {
         st = dn_oom(ctx);
     } else {
-        qc_run r = {s, e, x, y, buf, buf + (size_t)groups * e->src_bytes,
-                    e->halves && dn_q8_halves_use(s->lim, ctx, x, s->xzp)};
-        if (e->src_conv || r.two) st = dn_parallel(ctx, groups, qc_src_item, &r);
+        if (flip) st = dn_q8_flip_x(ctx, x, (uint8_t *)buf, &xv); /* (x is &xv) */
+        qc_run r = {s, e, x, y, buf + fb, buf + fb + (size_t)groups * e->src_bytes,
+                    !st && e->halves && dn_q8_halves_use(s->lim, ctx, x, s->xzp)};
+        if (!st && (e->src_conv || r.two)) st = dn_parallel(ctx, groups, qc_src_item, &r);
         if (!st) st = dn_parallel(ctx, items, qc_conv_item, &r);
     }
     dn_scratch_put(&s->base, ctx, buf, own);

@@ -45,6 +45,8 @@ typedef struct qm_state {
     float clo, chi;
     int lim;       /* without VNNI: A's bytes up to lim are exact with B (255: always) */
     int8_t *bh;    /* [2K, N]: the halves [a; b] of B (NULL: none) */
+    bool novnni;   /* the CPU has no VNNI (dn_has_vnni) */
+    bool flip;     /* int8 A runs as uint8 (dn_q8_flip; azp is then A's + 128) */
 } qm_state;
 
 typedef struct qm_part {
@@ -109,6 +111,8 @@ static bool qm_setup(qm_state *s, const tdm_node *node, int n_in, const tdm_tens
     if (!dn_f32_scalar(in[1], &as) || !dn_f32_scalar(in[6], &ys) || !dn_q8_scalar(in[2], &s->azp) ||
         !q_zero_or_scalar(in[5], &s->bzp) || !dn_q8_scalar(in[7], &s->yzp))
         return false;
+    s->flip = dn_q8_flip(in[2]);
+    if (s->flip) s->azp += 128;
     if (!bs || bs->dtype != TDM_FLOAT || (bs->count != 1 && bs->count != s->N)) return false;
     if (bias && (bias->dtype != TDM_INT32 || bias->count != s->N)) return false;
     tdm_dtype yt = in[7] ? in[7]->dtype : TDM_UINT8;
@@ -118,9 +122,10 @@ static bool qm_setup(qm_state *s, const tdm_node *node, int n_in, const tdm_tens
     if (!dn_q8_requant(s->base.alloc, as, bs, ys, bs->count, bias, s->N, &s->oscale, &s->bias))
         return false;
     s->clip = dn_q8_clip(node, yt, s->yzp, &s->clo, &s->chi);
-    /* without VNNI, uint8 A, symmetric B: the exact halves where large bytes can saturate */
+    /* without VNNI (uint8 A, or int8 A flipped to uint8), symmetric B: the exact halves where
+     * large bytes can saturate */
     s->lim = 255;
-    if (!dn_has_vnni() && !s->bzp && !(in[2] && in[2]->dtype == TDM_INT8)) {
+    if (s->novnni && !s->bzp) {
         int lim = dn_q8_lim(b->data, s->N, s->K, 1, s->N);
         if (lim < 255) {
             s->bh = tdm_alloc(s->base.alloc, 2 * (size_t)b->count + 1);
@@ -157,6 +162,7 @@ tdm_status *dn_qmatmul_prepare(const tdm_node *node, int opset, int n_in,
     TDM_TRY(dn_state_new(a, sizeof *s, sizeof(qm_entry), qm_clear, (dn_state **)&s));
     *state = s;
     s->integer = strcmp(node->op_type, "MatMulInteger") == 0; /* (also picks the fallback) */
+    s->novnni = !dn_has_vnni();
     bool ok = s->integer ? qm_setup_integer(s, node, n_in, in) : qm_setup(s, node, n_in, in);
     /* MatMulInteger's int32 result is exact by definition; without VNNI oneDNN sums u8 x s8
      * pairs in saturating 16-bit lanes (vpmaddubsw), so there the exact loops run it */
@@ -235,7 +241,7 @@ static tdm_status *qm_build(dn_state *ds, tdm_kernel_ctx *ctx, dn_entry *he) {
     qm_state *s = (qm_state *)ds;
     qm_entry *e = (qm_entry *)he;
     const tdm_tensor *a = ctx->in[0];
-    e->at = a->dtype == TDM_INT8 ? dnnl_s8 : dnnl_u8;
+    e->at = a->dtype == TDM_INT8 && !s->flip ? dnnl_s8 : dnnl_u8; /* (flip: A ^ 0x80) */
     e->rows = a->count / s->K;
     e->chunk = dn_chunk(e->rows, 8, 1, dn_threads(ctx));
     e->n_chunks = (e->rows + e->chunk - 1) / e->chunk;
@@ -331,8 +337,10 @@ tdm_status *dn_qmatmul_run(tdm_kernel_ctx *ctx) {
     const tdm_tensor *azp = ctx->n_in > 2 ? ctx->in[2] : NULL;
     if (!s || s->base.generic || (a->dtype != TDM_UINT8 && a->dtype != TDM_INT8) || a->rank < 1 ||
         a->dims[a->rank - 1] != s->K || y->count == 0 || (azp && azp->dtype != a->dtype) ||
-        (s->azp_rt && (!azp || azp->count != 1)))
+        (s->azp_rt && (!azp || azp->count != 1)) ||
+        (a->dtype == TDM_INT8 && s->novnni && !s->flip)) /* (int8 A without a zero point) */
         return qm_generic(ctx, s);
+    bool flip = s->flip && a->dtype == TDM_INT8;
     int32_t azp_v = 0;
     if (s->azp_rt) dn_q8_scalar(azp, &azp_v);
     int64_t key[3] = {dn_threads(ctx), a->dtype, a->count / s->K};
@@ -350,14 +358,19 @@ tdm_status *dn_qmatmul_run(tdm_kernel_ctx *ctx) {
         dn_omp_end(prev);
         return qm_generic(ctx, s);
     }
-    size_t need = (size_t)e->n_chunks * e->scratch;
+    size_t fb = flip ? ((size_t)a->count + 63) / 64 * 64 : 0; /* A ^ 0x80 first */
+    size_t need = fb + (size_t)e->n_chunks * e->scratch;
     bool own = false;
     char *buf = dn_scratch_get(&s->base, ctx, need, &own);
+    tdm_tensor av;
     if (need && !buf) {
         st = dn_oom(ctx);
     } else {
-        qm_run r = {s, e, a, y, buf, azp_v, e->halves && dn_q8_halves_use(s->lim, ctx, a, s->azp)};
-        st = dn_parallel(ctx, e->n_chunks, qm_item, &r);
+        if (flip) st = dn_q8_flip_x(ctx, a, (uint8_t *)buf, &av);
+        if (flip) a = &av;
+        qm_run r = {s, e, a, y, buf + fb, azp_v,
+                    !st && e->halves && dn_q8_halves_use(s->lim, ctx, a, s->azp)};
+        if (!st) st = dn_parallel(ctx, e->n_chunks, qm_item, &r);
     }
     dn_scratch_put(&s->base, ctx, buf, own);
     dn_entry_done(&s->base, he);
