@@ -9,8 +9,8 @@ dn_q8_halves) for the runs whose X has a byte above the weights' limit. This tes
 small QDQ models (uint8 X and Y, per-channel int8 weights, int32 bias) that tandem's QDQ pass
 turns into QConv, QConvTranspose and QMatMul, runs them with `tandem run` at 1 and 2
 threads, and compares Y with the exact integer result (int64 numpy): acc = sum (x - x_zp) w
-+ bias, y = clip(rint(float32(acc) * float32(x_scale * w_scale[m] / y_scale)) + y_zp), the
-requantisation tandem defines (k_dnnl_qconv.c). Every element must be bit-exact.
++ bias, y = clip(rint(float32(acc) * float32(x_scale * w_scale[m] / y_scale) + y_zp)) in
+float32, the requantisation oneDNN runs (k_dnnl_qconv.c). Every element must be bit-exact.
 
 Cases, each for a Conv ([1, 8, 9, 9] x [32, 8, 3, 3], pads 1; channels 0-15 with weights near
 +-127 in same-sign pairs, 16-31 with |w| <= 64; X zero point 0, and 250 (tandem's padded
@@ -76,10 +76,10 @@ def qdq_model(op, x_shape, y_shape, w, ws, waxis, bias=None, xz=0, xt=np.uint8, 
 
 
 def conv_acc(x, w, bias, xz, group=1):
-    """int64 [1, M, 9, 9]: 3x3 convolution of x [1, 8, 9, 9], pads 1 (reading the zero point
-    xz), w [32, 8 / group, 3, 3]."""
+    """int64 [1, 32, 9, 9]: 3x3 convolution of x [1, C, 9, 9], pads 1 (reading the zero point
+    xz), w [32, C / group, 3, 3]."""
     xp = np.pad(x.astype(np.int64) - xz, ((0, 0), (0, 0), (1, 1), (1, 1)))
-    cg, mg = 8 // group, 32 // group
+    cg, mg = x.shape[1] // group, 32 // group
     w4 = w.astype(np.int64).reshape(32, cg, 3, 3)
     acc = np.zeros((1, 32, 9, 9), np.int64)
     for g in range(group):
@@ -107,7 +107,10 @@ def requant(acc, ws, axis):
     shape = [1] * acc.ndim
     shape[axis] = -1
     oscale = (np.float32(XS) * ws / np.float32(YS)).astype(np.float32).reshape(shape)
-    v = np.rint(acc.astype(np.float32) * oscale) + YZP
+    # oneDNN's order: the zero point added in float32 before rounding (half to even): a sum
+    # such as 13.499996 + 128 rounds to 141.5 in float32, then to 142 (rint(13.499996) + 128
+    # would be 141); both are float roundings of the one exact integer sum
+    v = np.rint((acc.astype(np.float32) * oscale).astype(np.float32) + np.float32(YZP))
     return np.clip(v, 0, 255).astype(np.int64)
 
 
@@ -198,6 +201,13 @@ def main():
                                                           group=group),
                           1, xz, xt, conv_shape,
                           (lambda w, g: lambda x, z: conv_acc(x, w, bias, z, g))(wg, group), rngs))
+    # depthwise: x [1, 32, 9, 9], one input and one output channel a group
+    wdw = weights(rng, 32, 9).reshape(32, 1, 3, 3).copy()
+    for xt, rngs, xz in ((np.uint8, u8, 0), (np.uint8, u8, 250), (np.int8, s8, 0)):
+        sfx = ("" if xt == np.uint8 else "_s8") + (f"_zp{xz}" if xz else "")
+        cases.append((f"conv_dw{sfx}", qdq_model("Conv", (1, 32, 9, 9), (1, 32, 9, 9), wdw, ws, 0,
+                                                bias, xz=xz, xt=xt, pads=pads, group=32),
+                      1, xz, xt, (1, 32, 9, 9), lambda x, z: conv_acc(x, wdw, bias, z, 32), rngs))
     # QLinearMatMul with a nonzero b zero point (B - 3 spans [-131, 124]; per-column b_scale)
     bq = np.ascontiguousarray(wmm.T)
     cases.append(("qlinearmatmul_bzp3", qlinear_matmul_model(bq, ws, 3), 1, 0, np.uint8, (6, 16),

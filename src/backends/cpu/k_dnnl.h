@@ -312,10 +312,12 @@ tdm_status *dn_qdeconv_run(tdm_kernel_ctx *ctx);
  * 16 x 16 tiles): 8-bit images between NCHW and NHWC */
 void dn_tr_u8(const uint8_t *src, int64_t rows, int64_t cols, int64_t lds, uint8_t *dst,
               int64_t ldd);
-/* n channels-last pixels of X' = [X, X] (2C bytes each) at dst, from n pixels of X: plain
- * (src: channel 0 of the first pixel, channels `plane` bytes apart) or channels-last (nhwc:
- * C bytes a pixel). The int8 products' exact halves without VNNI (k_dnnl.h, dn_q8_halves). */
-void dn_x2_u8(const uint8_t *src, bool nhwc, int64_t C, int64_t n, int64_t plane, uint8_t *dst);
+/* n channels-last pixels of X' = [X, X] (2C bytes each; with G groups of C / G channels,
+ * [Xg, Xg] for each group g) at dst, from n pixels of X: plain (src: channel 0 of the first
+ * pixel, channels `plane` bytes apart) or channels-last (nhwc: C bytes a pixel). The int8
+ * products' exact halves without VNNI (k_dnnl.h, dn_q8_halves). */
+void dn_x2_u8(const uint8_t *src, bool nhwc, int64_t C, int64_t G, int64_t n, int64_t plane,
+              uint8_t *dst);
 
 /* ---- k_dnnl_layout.c: channel-blocked tensors [N, ceil(C/B), S..., B] (ops/fused.h) ---- */
 tdm_status *dn_to_blocked_run(tdm_kernel_ctx *ctx);

@@ -168,10 +168,11 @@ static bool qc_setup(qc_state *s, const tdm_node *node, int n_in, const tdm_tens
         }
     }
     s->clip = dn_q8_clip(node, yt, s->yzp, &s->clo, &s->chi);
-    /* without VNNI (uint8 X, or int8 X flipped to uint8), ungrouped: the exact halves where
-     * large bytes can saturate */
+    /* without VNNI (uint8 X, or int8 X flipped to uint8), ungrouped or 2+ input channels a
+     * group: the exact halves where large bytes can saturate (per group X' = [Xg, Xg]; one
+     * channel a group: oneDNN's AVX2 depthwise kernel widens to 32 bits, exact) */
     s->lim = 255;
-    if (s->novnni && s->group == 1) {
+    if (s->novnni && (s->group == 1 || w->dims[1] >= 2)) {
         int64_t per_m = w->count / s->M;
         int lim = dn_q8_lim(w->data, s->M, per_m, per_m, 1);
         if (lim < 255) {
@@ -326,16 +327,21 @@ void dn_tr_u8(const uint8_t *src, int64_t rows, int64_t cols, int64_t lds, uint8
         for (int64_t j = 0; j < c16; j++) dst[j * ldd + i] = src[i * lds + j];
 }
 
-void dn_x2_u8(const uint8_t *src, bool nhwc, int64_t C, int64_t n, int64_t plane, uint8_t *dst) {
+void dn_x2_u8(const uint8_t *src, bool nhwc, int64_t C, int64_t G, int64_t n, int64_t plane,
+              uint8_t *dst) {
+    int64_t Cg = C / G;
     if (!nhwc) {
-        dn_tr_u8(src, C, n, plane, dst, 2 * C);
-        dn_tr_u8(src, C, n, plane, dst + C, 2 * C);
+        for (int64_t g = 0; g < G; g++) {
+            dn_tr_u8(src + g * Cg * plane, Cg, n, plane, dst + 2 * g * Cg, 2 * C);
+            dn_tr_u8(src + g * Cg * plane, Cg, n, plane, dst + 2 * g * Cg + Cg, 2 * C);
+        }
         return;
     }
-    for (int64_t j = 0; j < n; j++) {
-        memcpy(dst + j * 2 * C, src + j * C, (size_t)C);
-        memcpy(dst + j * 2 * C + C, src + j * C, (size_t)C);
-    }
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t g = 0; g < G; g++) {
+            memcpy(dst + j * 2 * C + 2 * g * Cg, src + j * C + g * Cg, (size_t)Cg);
+            memcpy(dst + j * 2 * C + 2 * g * Cg + Cg, src + j * C + g * Cg, (size_t)Cg);
+        }
 }
 
 /* The primitive for the chunk of `units` output channels from m0, over mb images; with `two`
@@ -571,7 +577,7 @@ static tdm_status *qc_build(dn_state *ds, tdm_kernel_ctx *ctx, dn_entry *he) {
             wd[0] = p->units;
             for (int d = 1; d < s->w->rank; d++) wd[d] = s->w->dims[d];
         }
-        if (two) wd[1] *= 2; /* (ungrouped) [units, 2C, k...] */
+        if (two) wd[s->group > 1 ? 2 : 1] *= 2; /* [units, 2C, k...] or [G, Mg, 2Cg, k...] */
         md_tag(&usr, wnd, wd, dnnl_s8, tag_plain(wnd));
         const dnnl_memory_desc_t *pw = two ? &p->wei2 : &p->wei;
         dn_prim r;
@@ -609,7 +615,8 @@ static void qc_src2_item(const qc_run *r, int64_t i) {
         uint8_t *pimg = dst + (size_t)(k * C2 * (e->pad ? e->Hp * e->Wp : e->isz));
         for (int64_t h = 0; h < rows; h++) {
             uint8_t *row = pimg + (e->pad ? ((h + e->ph) * e->Wp + e->pw) * C2 : 0);
-            dn_x2_u8(img + h * cols * (r->s->xl ? C : 1), r->s->xl, C, cols, e->isz, row);
+            dn_x2_u8(img + h * cols * (r->s->xl ? C : 1), r->s->xl, C, r->s->group, cols, e->isz,
+                     row);
         }
     }
 }

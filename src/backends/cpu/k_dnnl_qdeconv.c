@@ -313,7 +313,7 @@ static tdm_status *qd_item(void *arg, tdm_kernel_ctx *ctx, int64_t i) {
     uint8_t *x2 = (uint8_t *)mine + e->item_bytes - e->src2_bytes;
     if (r->two) /* X' = [X, X] channels-last per image */
         for (int64_t k = 0; k < e->mb; k++)
-            dn_x2_u8(x + k * e->C * e->isz, s->xl, e->C, e->isz, e->isz,
+            dn_x2_u8(x + k * e->C * e->isz, s->xl, e->C, 1, e->isz, e->isz,
                      x2 + k * 2 * e->C * e->isz);
     else if (e->tr_src) /* [C, HW] -> [HW, C] per image */
         for (int64_t k = 0; k < e->mb; k++)

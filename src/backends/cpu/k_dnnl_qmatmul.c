@@ -310,7 +310,7 @@ static tdm_status *qm_item(void *arg, tdm_kernel_ctx *ctx, int64_t i) {
     if (r->two) { /* A' = [A, A]: each row twice, after the primitive's scratchpad */
         uint8_t *a2 = (uint8_t *)scratch + (p->mm2.scratch + 63) / 64 * 64;
         /* rows are A's channels-last pixels of K bytes */
-        dn_x2_u8((const uint8_t *)r->a->data + r0 * s->K, true, s->K, p->rows, 0, a2);
+        dn_x2_u8((const uint8_t *)r->a->data + r0 * s->K, true, s->K, 1, p->rows, 0, a2);
         args[n++] = (dn_arg){DNNL_ARG_SRC, &p->src2, a2};
         args[n++] = (dn_arg){DNNL_ARG_WEIGHTS, &p->wei2, e->wbuf2};
     } else {
