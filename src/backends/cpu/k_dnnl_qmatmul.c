@@ -43,7 +43,8 @@ typedef struct qm_state {
     int64_t K, N;
     bool clip;
     float clo, chi;
-    int lim;       /* without VNNI: A's bytes up to lim are exact with B (255: always) */
+    int lim;       /* without VNNI: A's bytes up to lim are exact with B (255: always); a
+                      run with larger ones takes the halves, or (b zero point) the loops */
     int8_t *bh;    /* [2K, N]: the halves [a; b] of B (NULL: none) */
     bool novnni;   /* the CPU has no VNNI (dn_has_vnni) */
     bool flip;     /* int8 A runs as uint8 (dn_q8_flip; azp is then A's + 128) */
@@ -124,14 +125,12 @@ static bool qm_setup(qm_state *s, const tdm_node *node, int n_in, const tdm_tens
     s->clip = dn_q8_clip(node, yt, s->yzp, &s->clo, &s->chi);
     /* without VNNI (uint8 A, or int8 A flipped to uint8), symmetric B: the exact halves where
      * large bytes can saturate */
-    s->lim = 255;
-    if (s->novnni && !s->bzp) {
-        int lim = dn_q8_lim(b->data, s->N, s->K, 1, s->N);
-        if (lim < 255) {
+    if (s->novnni) {
+        s->lim = dn_q8_lim(b->data, s->N, s->K, 1, s->N);
+        if (s->lim < 255 && !s->bzp) {
             s->bh = tdm_alloc(s->base.alloc, 2 * (size_t)b->count + 1);
             if (!s->bh) return false;
             dn_q8_halves(b->data, s->bh, s->bh + b->count, b->count);
-            s->lim = lim;
         }
     }
     return true;
@@ -163,6 +162,7 @@ tdm_status *dn_qmatmul_prepare(const tdm_node *node, int opset, int n_in,
     *state = s;
     s->integer = strcmp(node->op_type, "MatMulInteger") == 0; /* (also picks the fallback) */
     s->novnni = !dn_has_vnni();
+    s->lim = 255;
     bool ok = s->integer ? qm_setup_integer(s, node, n_in, in) : qm_setup(s, node, n_in, in);
     /* MatMulInteger's int32 result is exact by definition; without VNNI oneDNN sums u8 x s8
      * pairs in saturating 16-bit lanes (vpmaddubsw), so there the exact loops run it */
@@ -360,7 +360,7 @@ tdm_status *dn_qmatmul_run(tdm_kernel_ctx *ctx) {
     }
     size_t fb = flip ? ((size_t)a->count + 63) / 64 * 64 : 0; /* A ^ 0x80 first */
     size_t need = fb + (size_t)e->n_chunks * e->scratch;
-    bool own = false;
+    bool own = false, ref = false;
     char *buf = dn_scratch_get(&s->base, ctx, need, &own);
     tdm_tensor av;
     if (need && !buf) {
@@ -368,12 +368,14 @@ tdm_status *dn_qmatmul_run(tdm_kernel_ctx *ctx) {
     } else {
         if (flip) st = dn_q8_flip_x(ctx, a, (uint8_t *)buf, &av);
         if (flip) a = &av;
-        qm_run r = {s, e, a, y, buf + fb, azp_v,
-                    !st && e->halves && dn_q8_halves_use(s->lim, ctx, a, s->azp)};
-        if (!st) st = dn_parallel(ctx, e->n_chunks, qm_item, &r);
+        bool big = !st && dn_q8_halves_use(s->lim, ctx, a, s->azp);
+        /* large bytes without halves (a b zero point, or no halves' primitive): the loops */
+        ref = big && !e->halves;
+        qm_run r = {s, e, a, y, buf + fb, azp_v, big};
+        if (!st && !ref) st = dn_parallel(ctx, e->n_chunks, qm_item, &r);
     }
     dn_scratch_put(&s->base, ctx, buf, own);
     dn_entry_done(&s->base, he);
     dn_omp_end(prev);
-    return st;
+    return ref ? qm_generic(ctx, s) : st;
 }
