@@ -25,10 +25,14 @@
  * constants of the primitive (runtime scales: unimplemented).
  *
  * Without VNNI, with uint8 X and weights whose same-sign pairs can pass int16 with large
- * bytes (k_dnnl.h, dn_q8_lim), an ungrouped convolution also keeps exact halves: each chunk
- * gets a second primitive over X' = [X, X] (2C channels, channels-last, padded as X is) with
- * weights [a | b], w = a + b, |a|, |b| <= 64 (dn_q8_halves); a run whose X has a byte above
- * the limit builds X' and takes them (twice the work, the same requantisation, exact). */
+ * bytes (k_dnnl.h, dn_q8_lim), a convolution (ungrouped, or 2+ input channels a group) also
+ * keeps exact halves: each chunk gets a second primitive over X' = [X, X] (2C channels,
+ * per group [Xg, Xg], channels-last, padded as X is) with weights [a | b], w = a + b, |a|,
+ * |b| <= 64 (dn_q8_halves); a run whose X has a byte above the limit builds X' and takes
+ * them (twice the work, the same requantisation, exact). One channel a group (depthwise):
+ * oneDNN's AVX2 kernel widens the products to 32 bits, exact without halves. int8 X without
+ * VNNI runs as uint8 (dn_q8_flip: X ^ 0x80 into the run's scratch first, zero point + 128),
+ * so on the same exact path; int8 X without a zero point there: the reference loops. */
 #include <stdint.h>
 #include <string.h>
 #if defined(__SSE2__)

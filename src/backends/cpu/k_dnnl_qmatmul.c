@@ -20,7 +20,10 @@
  * Without VNNI, with uint8 A, b zero point 0 and columns whose same-sign weights can pass
  * int16 with large bytes (k_dnnl.h, dn_q8_lim), the node also keeps exact halves: B' =
  * [a; b] (2K rows, w = a + b, |a|, |b| <= 64) and a primitive over A' = [A, A] (2K columns,
- * built per chunk in the scratch); a run whose A has a byte above the limit takes them. */
+ * built per chunk in the scratch); a run whose A has a byte above the limit takes them
+ * (with a nonzero b zero point, which B' would count twice, such a run takes the reference
+ * loops). int8 A without VNNI runs as uint8 (dn_q8_flip: A ^ 0x80, zero point + 128).
+ * MatMulInteger without VNNI: the exact loops (nn family). */
 #include <string.h>
 
 #include "backends/cpu/k_dnnl.h"
