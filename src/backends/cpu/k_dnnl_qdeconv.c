@@ -29,7 +29,9 @@
  * node also keeps exact halves: weights [a; b] (2C input channels, w = a + b, |a|, |b| <= 64)
  * and a second primitive over X' = [X, X]; a run whose X has a byte above the limit builds X'
  * and takes it (twice the work, the same requantisation, exact). int8 X without VNNI runs
- * as uint8 (dn_q8_flip: X ^ 0x80, zero point + 128) on that path. Grouped: no halves yet. */
+ * as uint8 (dn_q8_flip: X ^ 0x80, zero point + 128) on that path. Grouped: no halves (on
+ * AVX2, oneDNN 2.6 gives int8 grouped deconvolutions no JIT kernel: the reference loops run,
+ * exact). */
 #include <stdint.h>
 #include <string.h>
 
