@@ -114,7 +114,7 @@ def requant(acc, ws, axis):
     return np.clip(v, 0, 255).astype(np.int64)
 
 
-def tandem_run(tandem, model, x, threads, work):
+def tandem_run(tandem, model, x, threads, work, every=False):
     d = tempfile.mkdtemp(dir=work)
     mp, xp = os.path.join(d, "m.onnx"), os.path.join(d, "x.npy")
     onnx.save(model, mp)
@@ -124,9 +124,9 @@ def tandem_run(tandem, model, x, threads, work):
     subprocess.run(cmd, check=True, capture_output=True)
     with open(os.path.join(d, "out", "names.json")) as f:
         names = json.load(f)
-    y = {names[k]: np.load(os.path.join(d, "out", k)) for k in names}["y"]
+    outs = {names[k]: np.load(os.path.join(d, "out", k)).astype(np.int64) for k in names}
     shutil.rmtree(d)
-    return y.astype(np.int64)
+    return outs if every else outs["y"]
 
 
 def check(what, got, want, axis):
@@ -150,6 +150,46 @@ def qlinear_matmul_model(b, bs, bz):
     y = helper.make_tensor_value_info("y", TensorProto.UINT8, [6, 32])
     return helper.make_model(helper.make_graph([node], "qlmm", [x], [y], inits),
                              opset_imports=[helper.make_opsetid("", 13)])
+
+
+def matmul_integer_model(b, az=None, dynamic=False):
+    """MatMulInteger(uint8 a [6, 16], int8 b [16, 32], a_zero_point az) -> int32 y; dynamic:
+    float x -> DynamicQuantizeLinear -> (a, its computed zero point az), a and az outputs too."""
+    inits = [numpy_helper.from_array(b, "b")]
+    nodes = []
+    if dynamic:
+        nodes.append(helper.make_node("DynamicQuantizeLinear", ["x"], ["a", "as", "az"]))
+        ins = ["a", "b", "az"]
+    else:
+        inits.append(numpy_helper.from_array(np.array(np.uint8(az)), "az"))
+        ins = ["x", "b", "az"]
+    nodes.append(helper.make_node("MatMulInteger", ins, ["y"]))
+    xt = TensorProto.FLOAT if dynamic else TensorProto.UINT8
+    x = helper.make_tensor_value_info("x", xt, [6, 16])
+    outs = [helper.make_tensor_value_info("y", TensorProto.INT32, [6, 32])]
+    if dynamic:
+        outs += [helper.make_tensor_value_info("a", TensorProto.UINT8, [6, 16]),
+                 helper.make_tensor_value_info("az", TensorProto.UINT8, [])]
+    return helper.make_model(helper.make_graph(nodes, "mmi", [x], outs, inits),
+                             opset_imports=[helper.make_opsetid("", 13)])
+
+
+def matmul_integer_cases(a, rng, bq, work):
+    """MatMulInteger, constant (zero point 100) and dynamic (DynamicQuantizeLinear: its bytes
+    span [0, 255]) against int64 numpy; returns the failures."""
+    failed = 0
+    for dyn in (False, True):
+        model = matmul_integer_model(bq, 100, dyn)
+        x = (rng.uniform(-1, 3, (6, 16)).astype(np.float32) if dyn else
+             rng.integers(200, 256, (6, 16)).astype(np.uint8))
+        for threads in (1, 2):
+            outs = tandem_run(a.tandem, model, x, threads, work, every=True)
+            av, az = (outs["a"], int(outs["az"])) if dyn else (x.astype(np.int64), 100)
+            want = (av.astype(np.int64) - az) @ bq.astype(np.int64)
+            name = f"matmulinteger{'_dynamic' if dyn else '_zp100'} full threads {threads}"
+            if not check(name, outs["y"], want, 1):
+                failed += 1
+    return failed
 
 
 def main():
@@ -232,10 +272,13 @@ def main():
                         continue
                     if not check(f"{mname} {iname} threads {threads}", got, want, axis):
                         failed += 1
+        if not a.only or "matmulinteger" in a.only:
+            failed += matmul_integer_cases(a, rng, bq, work)
         # the check can fail: a result one step off is rejected
+        want = rng.integers(0, 256, (6, 32))
         moved = want.copy()
         moved.flat[0] += 1
-        if check("(one step moved, must FAIL)", moved, want, axis):
+        if check("(one step moved, must FAIL)", moved, want, 1):
             print("the check cannot fail")
             failed += 1
     finally:

@@ -23,7 +23,7 @@
  * built per chunk in the scratch); a run whose A has a byte above the limit takes them
  * (with a nonzero b zero point, which B' would count twice, such a run takes the reference
  * loops). int8 A without VNNI runs as uint8 (dn_q8_flip: A ^ 0x80, zero point + 128).
- * MatMulInteger without VNNI: the exact loops (nn family). */
+ * MatMulInteger takes the same path (int32 Y: no scales; int8 A without VNNI: the loops). */
 #include <string.h>
 
 #include "backends/cpu/k_dnnl.h"
@@ -154,6 +154,15 @@ static bool qm_setup_integer(qm_state *s, const tdm_node *node, int n_in,
     else if (has_azp && !dn_q8_scalar(in[2], &s->azp)) return false;
     bool has_bzp = n_in > 3 && node->n_inputs > 3 && node->inputs[3] >= 0;
     if (has_bzp && (!in[3] || !q_zero_or_scalar(in[3], &s->bzp))) return false;
+    /* without VNNI: QLinearMatMul's exact halves (uint8 A; int8 A takes the loops) */
+    if (s->novnni) {
+        s->lim = dn_q8_lim(b->data, s->N, s->K, 1, s->N);
+        if (s->lim < 255 && !s->bzp) {
+            s->bh = tdm_alloc(s->base.alloc, 2 * (size_t)b->count + 1);
+            if (!s->bh) return false;
+            dn_q8_halves(b->data, s->bh, s->bh + b->count, b->count);
+        }
+    }
     return true;
 }
 
@@ -167,9 +176,6 @@ tdm_status *dn_qmatmul_prepare(const tdm_node *node, int opset, int n_in,
     s->novnni = !dn_has_vnni();
     s->lim = 255;
     bool ok = s->integer ? qm_setup_integer(s, node, n_in, in) : qm_setup(s, node, n_in, in);
-    /* MatMulInteger's int32 result is exact by definition; without VNNI oneDNN sums u8 x s8
-     * pairs in saturating 16-bit lanes (vpmaddubsw), so there the exact loops run it */
-    if (s->integer && !dn_has_vnni()) ok = false;
     if (!s->base.generic && !ok) s->base.generic = true;
     return NULL;
 }
@@ -371,10 +377,10 @@ tdm_status *dn_qmatmul_run(tdm_kernel_ctx *ctx) {
     } else {
         if (flip) st = dn_q8_flip_x(ctx, a, (uint8_t *)buf, &av);
         if (flip) a = &av;
-        bool big = !st && dn_q8_halves_use(s->lim, ctx, a, s->azp);
+        bool big = !st && dn_q8_halves_use(s->lim, ctx, a, s->azp_rt ? azp_v : s->azp);
         /* large bytes without halves (a b zero point, or no halves' primitive): the loops */
         ref = big && !e->halves;
-        qm_run r = {s, e, a, y, buf + fb, azp_v, big};
+        qm_run r = {s, e, a, y, buf + fb, azp_v, big && !ref};
         if (!st && !ref) st = dn_parallel(ctx, e->n_chunks, qm_item, &r);
     }
     dn_scratch_put(&s->base, ctx, buf, own);
