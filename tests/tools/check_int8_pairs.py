@@ -6,7 +6,7 @@ saturating int16 (vpmaddubsw): x0 w0 + x1 w1 overflows when X's bytes pass 128 a
 pair of one sign passes 128 (full-range weights: 255 * 254 > 32767). tandem then runs such
 nodes on exact halves of the weights (w = a + b, |a|, |b| <= 64, over X twice; k_dnnl.h,
 dn_q8_halves) for the runs whose X has a byte above the weights' limit. This test builds
-small QDQ models (uint8 X and Y, per-channel int8 weights, int32 bias) that tandem's QDQ pass
+small QDQ models (8-bit X, uint8 Y, per-channel int8 weights, int32 bias) that tandem's QDQ pass
 turns into QConv, QConvTranspose and QMatMul, runs them with `tandem run` at 1 and 2
 threads, and compares Y with the exact integer result (int64 numpy): acc = sum (x - x_zp) w
 + bias, y = clip(rint(float32(acc) * float32(x_scale * w_scale[m] / y_scale) + y_zp)) in
@@ -15,11 +15,18 @@ float32, the requantisation oneDNN runs (k_dnnl_qconv.c). Every element must be 
 Cases, each for a Conv ([1, 8, 9, 9] x [32, 8, 3, 3], pads 1; channels 0-15 with weights near
 +-127 in same-sign pairs, 16-31 with |w| <= 64; X zero point 0, and 250 (tandem's padded
 mode, padding reads 250)), a ConvTranspose ([1, 8, 5, 5] x [8, 32, 3, 3], strides 2, pads 1;
-X zero point 0 and 200) and a MatMul ([6, 16] x [16, 32], columns alike):
+X zero point 0 and 200) and a MatMul ([6, 16] x [16, 32], columns alike; zero point 0, 100):
   low    X in [0, 128]: no pair can saturate (128 * 254 <= 32767), the weights run as they are.
   full   X in [200, 255]: saturated pair sums (what oneDNN's AVX2 kernels give with the
          full-range weights) are tens of steps off: the check fails on a build without the
          halves on a CPU without VNNI (or under TANDEM_CPU_ISA=avx2 on one with it).
+The same with int8 X (_s8: low [-128, 0], full [72, 127]; zero points 0, -128, 122 / -100),
+which tandem runs as uint8 (x ^ 0x80, zero point + 128) without VNNI: oneDNN's own int8-X
+path there (X + 128 with the weights halved) is 1-21 steps off. Grouped convolutions (groups
+2, 4, 8: 4, 2, 1 input channels a group; group 2 saturates without per-group halves) and a
+depthwise one (x [1, 32, 9, 9], group 32). QLinearMatMul with b zero point 3 (large bytes:
+the exact loops), MatMulInteger with a constant (100) and a computed (DynamicQuantizeLinear)
+zero point (int32 Y compared as is), ConvInteger with zero point 250.
 
     .venv/bin/python tests/tools/check_int8_pairs.py --tandem build/tandem
 """
@@ -192,6 +199,25 @@ def matmul_integer_cases(a, rng, bq, work):
     return failed
 
 
+def conv_integer_cases(a, rng, wconv, work):
+    """ConvInteger (x zero point 250, pads 1; tandem's exact loops without oneDNN) against
+    int64 numpy; returns the failures."""
+    inits = [numpy_helper.from_array(wconv, "w"), numpy_helper.from_array(np.array(np.uint8(250)), "xz")]
+    node = helper.make_node("ConvInteger", ["x", "w", "xz"], ["y"], pads=[1, 1, 1, 1])
+    x_in = helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 8, 9, 9])
+    y_out = helper.make_tensor_value_info("y", TensorProto.INT32, [1, 32, 9, 9])
+    model = helper.make_model(helper.make_graph([node], "ci", [x_in], [y_out], inits),
+                              opset_imports=[helper.make_opsetid("", 13)])
+    x = rng.integers(200, 256, (1, 8, 9, 9)).astype(np.uint8)
+    want = conv_acc(x, wconv, np.zeros(32, np.int64), 250)
+    failed = 0
+    for threads in (1, 2):
+        if not check(f"convinteger_zp250 full threads {threads}",
+                     tandem_run(a.tandem, model, x, threads, work), want, 1):
+            failed += 1
+    return failed
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tandem", required=True)
@@ -274,6 +300,8 @@ def main():
                         failed += 1
         if not a.only or "matmulinteger" in a.only:
             failed += matmul_integer_cases(a, rng, bq, work)
+        if not a.only or "convinteger" in a.only:
+            failed += conv_integer_cases(a, rng, wconv, work)
         # the check can fail: a result one step off is rejected
         want = rng.integers(0, 256, (6, 32))
         moved = want.copy()
