@@ -83,18 +83,18 @@ def qdq_model(op, x_shape, y_shape, w, ws, waxis, bias=None, xz=0, xt=np.uint8, 
 
 
 def conv_acc(x, w, bias, xz, group=1):
-    """int64 [1, 32, 9, 9]: 3x3 convolution of x [1, C, 9, 9], pads 1 (reading the zero point
+    """int64 [N, 32, 9, 9]: 3x3 convolution of x [N, C, 9, 9], pads 1 (reading the zero point
     xz), w [32, C / group, 3, 3]."""
     xp = np.pad(x.astype(np.int64) - xz, ((0, 0), (0, 0), (1, 1), (1, 1)))
     cg, mg = x.shape[1] // group, 32 // group
     w4 = w.astype(np.int64).reshape(32, cg, 3, 3)
-    acc = np.zeros((1, 32, 9, 9), np.int64)
+    acc = np.zeros((x.shape[0], 32, 9, 9), np.int64)
     for g in range(group):
         for kh in range(3):
             for kw in range(3):
                 acc[:, g * mg:(g + 1) * mg] += np.einsum(
-                    "chw,mc->mhw", xp[0, g * cg:(g + 1) * cg, kh:kh + 9, kw:kw + 9],
-                    w4[g * mg:(g + 1) * mg, :, kh, kw])[None]
+                    "nchw,mc->nmhw", xp[:, g * cg:(g + 1) * cg, kh:kh + 9, kw:kw + 9],
+                    w4[g * mg:(g + 1) * mg, :, kh, kw])
     return acc + bias.astype(np.int64)[None, :, None, None]
 
 
@@ -267,6 +267,22 @@ def main():
                                                           group=group),
                           1, xz, xt, conv_shape,
                           (lambda w, g: lambda x, z: conv_acc(x, w, bias, z, g))(wg, group), rngs))
+        # batch 2 (one primitive for both images at 1 thread, one image an item at 2)
+        if group == 2:
+            for xt, rngs, xz in ((np.uint8, u8, 250), (np.int8, s8, 0)):
+                sfx = ("" if xt == np.uint8 else "_s8") + (f"_zp{xz}" if xz else "")
+                b2 = (2, 8, 9, 9)
+                cases.append((f"conv_g2_b2{sfx}", qdq_model("Conv", b2, (2, 32, 9, 9), wg, ws, 0,
+                                                           bias, xz=xz, xt=xt, pads=pads,
+                                                           group=group),
+                              1, xz, xt, b2, (lambda w: lambda x, z: conv_acc(x, w, bias, z, 2))(wg),
+                              rngs))
+    for xt, rngs, xz in ((np.uint8, u8, 0), (np.int8, s8, -128)):
+        sfx = ("" if xt == np.uint8 else "_s8") + (f"_zp{xz}" if xz else "")
+        b2 = (2, 8, 9, 9)
+        cases.append((f"conv_b2{sfx}", qdq_model("Conv", b2, (2, 32, 9, 9), wconv, ws, 0, bias,
+                                                xz=xz, xt=xt, pads=pads),
+                      1, xz, xt, b2, lambda x, z: conv_acc(x, wconv, bias, z), rngs))
     # depthwise: x [1, 32, 9, 9], one input and one output channel a group
     wdw = weights(rng, 32, 9).reshape(32, 1, 3, 3).copy()
     for xt, rngs, xz in ((np.uint8, u8, 0), (np.uint8, u8, 250), (np.int8, s8, 0)):
