@@ -159,9 +159,10 @@ def qlinear_matmul_model(b, bs, bz):
                              opset_imports=[helper.make_opsetid("", 13)])
 
 
-def matmul_integer_model(b, az=None, dynamic=False):
-    """MatMulInteger(uint8 a [6, 16], int8 b [16, 32], a_zero_point az) -> int32 y; dynamic:
-    float x -> DynamicQuantizeLinear -> (a, its computed zero point az), a and az outputs too."""
+def matmul_integer_model(b, az=None, dynamic=False, bz=None):
+    """MatMulInteger(uint8 a [6, 16], int8 b [16, 32], a_zero_point az[, b_zero_point bz]) ->
+    int32 y; dynamic: float x -> DynamicQuantizeLinear -> (a, its computed zero point az), a
+    and az outputs too."""
     inits = [numpy_helper.from_array(b, "b")]
     nodes = []
     if dynamic:
@@ -170,6 +171,9 @@ def matmul_integer_model(b, az=None, dynamic=False):
     else:
         inits.append(numpy_helper.from_array(np.array(np.uint8(az)), "az"))
         ins = ["x", "b", "az"]
+    if bz is not None:
+        inits.append(numpy_helper.from_array(np.array(np.int8(bz)), "bz"))
+        ins.append("bz")
     nodes.append(helper.make_node("MatMulInteger", ins, ["y"]))
     xt = TensorProto.FLOAT if dynamic else TensorProto.UINT8
     x = helper.make_tensor_value_info("x", xt, [6, 16])
@@ -185,15 +189,16 @@ def matmul_integer_cases(a, rng, bq, work):
     """MatMulInteger, constant (zero point 100) and dynamic (DynamicQuantizeLinear: its bytes
     span [0, 255]) against int64 numpy; returns the failures."""
     failed = 0
-    for dyn in (False, True):
-        model = matmul_integer_model(bq, 100, dyn)
+    for dyn, bz, lo in ((False, None, 200), (True, None, 0), (False, 3, 200), (False, 3, 0)):
+        model = matmul_integer_model(bq, 100, dyn, bz)
         x = (rng.uniform(-1, 3, (6, 16)).astype(np.float32) if dyn else
-             rng.integers(200, 256, (6, 16)).astype(np.uint8))
+             rng.integers(lo, lo + 56 if lo else 129, (6, 16)).astype(np.uint8))
         for threads in (1, 2):
             outs = tandem_run(a.tandem, model, x, threads, work, every=True)
             av, az = (outs["a"], int(outs["az"])) if dyn else (x.astype(np.int64), 100)
-            want = (av.astype(np.int64) - az) @ bq.astype(np.int64)
-            name = f"matmulinteger{'_dynamic' if dyn else '_zp100'} full threads {threads}"
+            want = (av.astype(np.int64) - az) @ (bq.astype(np.int64) - (bz or 0))
+            name = (f"matmulinteger{'_dynamic' if dyn else '_zp100'}{f'_bzp{bz}' if bz else ''} "
+                    f"{'full' if dyn or lo else 'low'} threads {threads}")
             if not check(name, outs["y"], want, 1):
                 failed += 1
     return failed
