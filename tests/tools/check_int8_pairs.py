@@ -24,8 +24,9 @@ The same with int8 X (_s8: low [-128, 0], full [72, 127]; zero points 0, -128, 1
 which tandem runs as uint8 (x ^ 0x80, zero point + 128) without VNNI: oneDNN's own int8-X
 path there (X + 128 with the weights halved) is 1-21 steps off. Grouped convolutions (groups
 2, 4, 8: 4, 2, 1 input channels a group; group 2 saturates without per-group halves) and a
-depthwise one (x [1, 32, 9, 9], group 32). QLinearMatMul with b zero point 3 (large bytes:
-the exact loops), MatMulInteger with a constant (100) and a computed (DynamicQuantizeLinear)
+depthwise one (x [1, 32, 9, 9], group 32), batch 2. QLinearConv and QLinearMatMul with int8
+X (the QOperator forms, same kernels), QLinearMatMul with b zero point 3 (large bytes: the
+exact loops), MatMulInteger with a constant (100) and a computed (DynamicQuantizeLinear)
 zero point (int32 Y compared as is), ConvInteger with zero point 250.
 
     .venv/bin/python tests/tools/check_int8_pairs.py --tandem build/tandem
@@ -147,15 +148,32 @@ def check(what, got, want, axis):
     return ok
 
 
-def qlinear_matmul_model(b, bs, bz):
-    """QLinearMatMul(uint8 a [6, 16], int8 b [16, 32] with zero point bz, b_scale per column)."""
-    scal = {"as": np.float32(XS), "az": np.uint8(0), "bs": bs, "bz": np.int8(bz),
+def qlinear_matmul_model(b, bs, bz, xt=np.uint8, az=0):
+    """QLinearMatMul(8-bit a [6, 16] (xt, zero point az), int8 b [16, 32] with zero point bz,
+    b_scale per column)."""
+    scal = {"as": np.float32(XS), "az": xt(az), "bs": bs, "bz": np.int8(bz),
             "ys": np.float32(YS), "yz": np.uint8(YZP), "b": b}
     inits = [numpy_helper.from_array(np.array(v), k) for k, v in scal.items()]
     node = helper.make_node("QLinearMatMul", ["x", "as", "az", "b", "bs", "bz", "ys", "yz"], ["y"])
-    x = helper.make_tensor_value_info("x", TensorProto.UINT8, [6, 16])
+    x = helper.make_tensor_value_info("x", TensorProto.INT8 if xt == np.int8 else TensorProto.UINT8,
+                                      [6, 16])
     y = helper.make_tensor_value_info("y", TensorProto.UINT8, [6, 32])
     return helper.make_model(helper.make_graph([node], "qlmm", [x], [y], inits),
+                             opset_imports=[helper.make_opsetid("", 13)])
+
+
+def qlinear_conv_model(w, ws, bias, xz, xt):
+    """QLinearConv(8-bit x [1, 8, 9, 9] (xt, zero point xz), int8 w [32, 8, 3, 3] per channel,
+    int32 bias; pads 1) -> uint8 y."""
+    scal = {"xs": np.float32(XS), "xz": xt(xz), "w": w, "ws": ws, "wz": np.zeros(32, np.int8),
+            "ys": np.float32(YS), "yz": np.uint8(YZP), "b": bias}
+    inits = [numpy_helper.from_array(np.array(v), k) for k, v in scal.items()]
+    node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"],
+                            ["y"], pads=[1, 1, 1, 1])
+    x = helper.make_tensor_value_info("x", TensorProto.INT8 if xt == np.int8 else TensorProto.UINT8,
+                                      [1, 8, 9, 9])
+    y = helper.make_tensor_value_info("y", TensorProto.UINT8, [1, 32, 9, 9])
+    return helper.make_model(helper.make_graph([node], "qlc", [x], [y], inits),
                              opset_imports=[helper.make_opsetid("", 13)])
 
 
@@ -299,6 +317,11 @@ def main():
     bq = np.ascontiguousarray(wmm.T)
     cases.append(("qlinearmatmul_bzp3", qlinear_matmul_model(bq, ws, 3), 1, 0, np.uint8, (6, 16),
                   lambda x, z: x.astype(np.int64) @ (bq.astype(np.int64) - 3), u8))
+    # the QOperator forms with int8 X (the same kernels as the QDQ pass's QConv / QMatMul)
+    cases.append(("qlinearconv_s8_zp-5", qlinear_conv_model(wconv, ws, bias, -5, np.int8), 1, -5,
+                  np.int8, conv_shape, lambda x, z: conv_acc(x, wconv, bias, z), s8))
+    cases.append(("qlinearmatmul_s8_zp7", qlinear_matmul_model(bq, ws, 0, np.int8, 7), 1, 7,
+                  np.int8, (6, 16), lambda x, z: (x.astype(np.int64) - z) @ bq.astype(np.int64), s8))
     failed = 0
     work = tempfile.mkdtemp(prefix="tdm_pairs_")
     try:
