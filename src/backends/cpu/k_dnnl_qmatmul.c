@@ -102,6 +102,19 @@ static bool q_zero_or_scalar(const tdm_tensor *t, int32_t *v) {
 }
 
 
+/* Without VNNI: B's limit, and with a symmetric B that can saturate, its exact halves
+ * [a; b] (dn_q8_halves); false when out of memory. */
+static bool qm_halves(qm_state *s, const tdm_tensor *b) {
+    if (!s->novnni) return true;
+    s->lim = dn_q8_lim(b->data, s->N, s->K, 1, s->N);
+    if (s->lim < 255 && !s->bzp) {
+        s->bh = tdm_alloc(s->base.alloc, 2 * (size_t)b->count + 1);
+        if (!s->bh) return false;
+        dn_q8_halves(b->data, s->bh, s->bh + b->count, b->count);
+    }
+    return true;
+}
+
 static bool qm_setup(qm_state *s, const tdm_node *node, int n_in, const tdm_tensor *const *in) {
     if (n_in < 8) return false;
     for (int i = 1; i < 8; i++)
@@ -126,17 +139,8 @@ static bool qm_setup(qm_state *s, const tdm_node *node, int n_in, const tdm_tens
     if (!dn_q8_requant(s->base.alloc, as, bs, ys, bs->count, bias, s->N, &s->oscale, &s->bias))
         return false;
     s->clip = dn_q8_clip(node, yt, s->yzp, &s->clo, &s->chi);
-    /* without VNNI (uint8 A, or int8 A flipped to uint8), symmetric B: the exact halves where
-     * large bytes can saturate */
-    if (s->novnni) {
-        s->lim = dn_q8_lim(b->data, s->N, s->K, 1, s->N);
-        if (s->lim < 255 && !s->bzp) {
-            s->bh = tdm_alloc(s->base.alloc, 2 * (size_t)b->count + 1);
-            if (!s->bh) return false;
-            dn_q8_halves(b->data, s->bh, s->bh + b->count, b->count);
-        }
-    }
-    return true;
+    /* without VNNI (uint8 A, or int8 A flipped to uint8) */
+    return qm_halves(s, b);
 }
 
 /* MatMulInteger(A, B, a_zero_point?, b_zero_point?): B a constant int8 matrix, b's zero
@@ -154,16 +158,8 @@ static bool qm_setup_integer(qm_state *s, const tdm_node *node, int n_in,
     else if (has_azp && !dn_q8_scalar(in[2], &s->azp)) return false;
     bool has_bzp = n_in > 3 && node->n_inputs > 3 && node->inputs[3] >= 0;
     if (has_bzp && (!in[3] || !q_zero_or_scalar(in[3], &s->bzp))) return false;
-    /* without VNNI: QLinearMatMul's exact halves (uint8 A; int8 A takes the loops) */
-    if (s->novnni) {
-        s->lim = dn_q8_lim(b->data, s->N, s->K, 1, s->N);
-        if (s->lim < 255 && !s->bzp) {
-            s->bh = tdm_alloc(s->base.alloc, 2 * (size_t)b->count + 1);
-            if (!s->bh) return false;
-            dn_q8_halves(b->data, s->bh, s->bh + b->count, b->count);
-        }
-    }
-    return true;
+    /* without VNNI: as QLinearMatMul (int8 A takes the loops) */
+    return qm_halves(s, b);
 }
 
 tdm_status *dn_qmatmul_prepare(const tdm_node *node, int opset, int n_in,
