@@ -9,11 +9,11 @@ Tolerance: tandem's int8 kernels accumulate exactly and requantize as ORT does, 
 element must match (0 units; ties rounded differently would show as 1 unit: --max-units 1
 --max-frac 0.02 allows them), on CPUs without VNNI too: there oneDNN's u8s8 products go
 through vpmaddubsw, whose int16 pair sums saturate, and tandem runs the nodes whose weights
-can saturate on exact halves (k_dnnl.h, dn_q8_halves) when X's bytes are large enough. The
-references are ONNX Runtime's on a CPU with VNNI (exact); ORT's own AVX2 kernels saturate.
-Exception without VNNI (AVX2_S8 below): int8 activations, which oneDNN's AVX2 kernels shift
-to uint8 with the weights halved (its scale adjustment; no exact remedy in tandem yet):
---avx2-units / --avx2-frac bound those (the ctest runs it also under TANDEM_CPU_ISA=avx2).
+can saturate on exact halves (k_dnnl.h, dn_q8_halves) when X's bytes are large enough, and
+int8 activations (cnn_qdq_s8, qdq_move), which oneDNN's AVX2 kernels would shift to uint8
+with the weights halved (2-4 steps off), run as uint8 (x ^ 0x80, zero point + 128; k_dnnl.h,
+dn_q8_flip) on that exact path. The references are ONNX Runtime's on a CPU with VNNI (exact);
+ORT's own AVX2 kernels saturate. The ctest runs it also under TANDEM_CPU_ISA=avx2.
 Each case prints how many elements differ and the largest difference.
 
 Exceptions (TIES below): cnn_act goes through Sigmoid, Tanh and HardSigmoid, whose float
@@ -124,20 +124,16 @@ def main():
                     help="tandem's device list (default: the CPU alone), placement 'first'")
     ap.add_argument("--max-units", type=float, default=0)
     ap.add_argument("--max-frac", type=float, default=0)
-    ap.add_argument("--avx2-units", type=float, default=4)
-    ap.add_argument("--avx2-frac", type=float, default=0.8)
     a = ap.parse_args()
     isa = cpu_isa(a.tandem)
     vnni = any(v in isa for v in VNNI)
     print(f"cpu ISA {isa} ({'VNNI' if vnni else 'no VNNI'}): at most {a.max_units:g} steps, "
-          f"{a.max_frac:.0%} of the elements may differ"
-          + ("" if vnni else f" ({a.avx2_units:g} and {a.avx2_frac:.0%} with int8 activations)"))
+          f"{a.max_frac:.0%} of the elements may differ")
     TIES = {"cnn_act": (1, 0.002)}  # (units, fraction): see the docstring
     # (units, fraction) per (case, output), everywhere / at --opt-level 0: see the docstring
     OUTPUT_TIES = {("qdq_move", "s"): (1, 0.05)}
     OPT0_TIES = {("qdq_move", "y"): (1, 0.006), ("qdq_move", "r"): (2, 0.002),
                  ("qdq_move", "s"): (2, 0.1), ("qdq_move", "e"): (2, 0.015)}
-    AVX2_S8 = {"cnn_qdq_s8", "qdq_move"}  # int8 activations: see the docstring
     failed = checked = 0
     can_fail = False
     for name in sorted(os.listdir(a.dir)):
@@ -177,8 +173,6 @@ def main():
                 n, mx = compare(got, want, step)
                 frac = n / max(want.size, 1)
                 mu, mf = a.max_units, a.max_frac
-                if not vnni and name in AVX2_S8:
-                    mu, mf = a.avx2_units, a.avx2_frac
                 if name in TIES:
                     mu, mf = max(mu, TIES[name][0]), max(mf, TIES[name][1])
                 ties = (OPT0_TIES if a.opt_level == 0 else OUTPUT_TIES).get((name, oname))

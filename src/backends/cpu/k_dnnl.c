@@ -12,6 +12,9 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "backends/backend.h"
 #include "backends/cpu/cpu_device.h"
@@ -455,6 +458,42 @@ bool dn_q8_halves_use(int lim, const tdm_kernel_ctx *ctx, const tdm_tensor *x, i
     if (lim >= 255 || x->dtype != TDM_UINT8) return false;
     if (xzp > lim) return true;
     return tdm_cpu_simd_of(ctx)->max_u8(x->data, x->count) > lim;
+}
+
+bool dn_q8_flip(const tdm_tensor *zp) {
+    return zp && zp->dtype == TDM_INT8 && !dn_has_vnni();
+}
+
+typedef struct flip_job {
+    const int8_t *src;
+    uint8_t *dst;
+    int64_t n;
+} flip_job;
+
+#define FLIP_BLOCK ((int64_t)1 << 16)
+
+static tdm_status *flip_item(void *arg, tdm_kernel_ctx *ctx, int64_t i) {
+    (void)ctx;
+    const flip_job *j = arg;
+    int64_t b = i * FLIP_BLOCK, e = b + FLIP_BLOCK < j->n ? b + FLIP_BLOCK : j->n, k = b;
+#if defined(__SSE2__)
+    const __m128i m = _mm_set1_epi8((char)0x80);
+    for (; k + 16 <= e; k += 16)
+        _mm_storeu_si128((__m128i *)(j->dst + k),
+                         _mm_xor_si128(_mm_loadu_si128((const __m128i *)(j->src + k)), m));
+#endif
+    for (; k < e; k++) j->dst[k] = (uint8_t)((uint8_t)j->src[k] ^ 0x80u);
+    return NULL;
+}
+
+tdm_status *dn_q8_flip_x(tdm_kernel_ctx *ctx, const tdm_tensor *x, uint8_t *dst, tdm_tensor *view) {
+    flip_job j = {x->data, dst, x->count}; /* (before the view: x may be view) */
+    *view = *x;
+    view->dtype = TDM_UINT8;
+    view->data = dst;
+    view->owns_data = false;
+    view->release = NULL;
+    return dn_parallel(ctx, (j.n + FLIP_BLOCK - 1) / FLIP_BLOCK, flip_item, &j);
 }
 
 void dn_md_strided(dnnl_memory_desc_t *md, int nd, const int64_t *dims, const int64_t *strides) {

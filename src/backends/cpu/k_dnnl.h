@@ -168,6 +168,16 @@ void dn_q8_halves(const int8_t *w, int8_t *a, int8_t *b, int64_t n);
 /* This run needs the halves: lim < 255, X is uint8 and its largest byte (or the zero point
  * xzp, which padding reads) is above lim. Reads all of X (the device's max_u8, cpu_simd.h). */
 bool dn_q8_halves_use(int lim, const tdm_kernel_ctx *ctx, const tdm_tensor *x, int32_t xzp);
+/* ---- int8 (signed) X without VNNI: run as uint8 ----
+ * oneDNN's s8 x s8 kernels without VNNI shift X by 128 and halve the weights (inexact: 3-4
+ * steps measured). Exact instead: x ^ 0x80 is the byte x + 128, and with the zero point + 128
+ * every difference x - zp, so every sum, is the same; the node then runs the uint8 path (with
+ * its halves where large bytes can saturate). dn_q8_flip: a node whose X zero point zp is
+ * int8 runs so on this CPU (no VNNI). */
+bool dn_q8_flip(const tdm_tensor *zp);
+/* view = *x as uint8 at dst (x->count bytes, 64-byte aligned), dst[i] = x[i] ^ 0x80 (SSE2
+ * where there is, the pool's threads over 64 KiB blocks). */
+tdm_status *dn_q8_flip_x(tdm_kernel_ctx *ctx, const tdm_tensor *x, uint8_t *dst, tdm_tensor *view);
 /* The run's CPU device has precision bf16 (cpu_device.h): convolutions and matmuls build
  * bf16 primitives (bf16 source and weights, f32 accumulation and results). */
 bool dn_bf16(const tdm_kernel_ctx *ctx);
@@ -302,10 +312,12 @@ tdm_status *dn_qdeconv_run(tdm_kernel_ctx *ctx);
  * 16 x 16 tiles): 8-bit images between NCHW and NHWC */
 void dn_tr_u8(const uint8_t *src, int64_t rows, int64_t cols, int64_t lds, uint8_t *dst,
               int64_t ldd);
-/* n channels-last pixels of X' = [X, X] (2C bytes each) at dst, from n pixels of X: plain
- * (src: channel 0 of the first pixel, channels `plane` bytes apart) or channels-last (nhwc:
- * C bytes a pixel). The int8 products' exact halves without VNNI (k_dnnl.h, dn_q8_halves). */
-void dn_x2_u8(const uint8_t *src, bool nhwc, int64_t C, int64_t n, int64_t plane, uint8_t *dst);
+/* n channels-last pixels of X' = [X, X] (2C bytes each; with G groups of C / G channels,
+ * [Xg, Xg] for each group g) at dst, from n pixels of X: plain (src: channel 0 of the first
+ * pixel, channels `plane` bytes apart) or channels-last (nhwc: C bytes a pixel). The int8
+ * products' exact halves without VNNI (k_dnnl.h, dn_q8_halves). */
+void dn_x2_u8(const uint8_t *src, bool nhwc, int64_t C, int64_t G, int64_t n, int64_t plane,
+              uint8_t *dst);
 
 /* ---- k_dnnl_layout.c: channel-blocked tensors [N, ceil(C/B), S..., B] (ops/fused.h) ---- */
 tdm_status *dn_to_blocked_run(tdm_kernel_ctx *ctx);

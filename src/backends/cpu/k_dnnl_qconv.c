@@ -25,10 +25,14 @@
  * constants of the primitive (runtime scales: unimplemented).
  *
  * Without VNNI, with uint8 X and weights whose same-sign pairs can pass int16 with large
- * bytes (k_dnnl.h, dn_q8_lim), an ungrouped convolution also keeps exact halves: each chunk
- * gets a second primitive over X' = [X, X] (2C channels, channels-last, padded as X is) with
- * weights [a | b], w = a + b, |a|, |b| <= 64 (dn_q8_halves); a run whose X has a byte above
- * the limit builds X' and takes them (twice the work, the same requantisation, exact). */
+ * bytes (k_dnnl.h, dn_q8_lim), a convolution (ungrouped, or 2+ input channels a group) also
+ * keeps exact halves: each chunk gets a second primitive over X' = [X, X] (2C channels,
+ * per group [Xg, Xg], channels-last, padded as X is) with weights [a | b], w = a + b, |a|,
+ * |b| <= 64 (dn_q8_halves); a run whose X has a byte above the limit builds X' and takes
+ * them (twice the work, the same requantisation, exact). One channel a group (depthwise):
+ * oneDNN's AVX2 kernel widens the products to 32 bits, exact without halves. int8 X without
+ * VNNI runs as uint8 (dn_q8_flip: X ^ 0x80 into the run's scratch first, zero point + 128),
+ * so on the same exact path; int8 X without a zero point there: the reference loops. */
 #include <stdint.h>
 #include <string.h>
 #if defined(__SSE2__)
@@ -55,6 +59,8 @@ typedef struct qc_state {
     bool xl, yl;      /* QConv's x_nhwc / y_nhwc: X / Y channels-last (rank 4) */
     int lim;          /* without VNNI: X's bytes up to lim are exact with w (255: always) */
     int8_t *wh;       /* [M, 2 C, k...]: the halves [a | b] of each channel (NULL: none) */
+    bool novnni;      /* the CPU has no VNNI (dn_has_vnni) */
+    bool flip;        /* int8 X runs as uint8 (dn_q8_flip; xzp is then X's + 128) */
 } qc_state;
 
 typedef struct qc_part {
@@ -135,6 +141,8 @@ static bool qc_setup(qc_state *s, const tdm_node *node, int n_in, const tdm_tens
     if (!dn_f32_scalar(in[1], &xs) || !dn_f32_scalar(in[6], &ys) || !dn_q8_scalar(in[2], &s->xzp) ||
         !dn_q8_scalar(in[7], &s->yzp))
         return false;
+    s->flip = dn_q8_flip(in[2]);
+    if (s->flip) s->xzp += 128;
     s->M = w->dims[0];
     s->group = tdm_attr_int(node, "group", 1);
     if (s->group < 1 || s->M % s->group || !ws || ws->dtype != TDM_FLOAT ||
@@ -164,9 +172,11 @@ static bool qc_setup(qc_state *s, const tdm_node *node, int n_in, const tdm_tens
         }
     }
     s->clip = dn_q8_clip(node, yt, s->yzp, &s->clo, &s->chi);
-    /* without VNNI, uint8 X, ungrouped: the exact halves where large bytes can saturate */
+    /* without VNNI (uint8 X, or int8 X flipped to uint8), ungrouped or 2+ input channels a
+     * group: the exact halves where large bytes can saturate (per group X' = [Xg, Xg]; one
+     * channel a group: oneDNN's AVX2 depthwise kernel widens to 32 bits, exact) */
     s->lim = 255;
-    if (!dn_has_vnni() && s->group == 1 && !(in[2] && in[2]->dtype == TDM_INT8)) {
+    if (s->novnni && (s->group == 1 || w->dims[1] >= 2)) {
         int64_t per_m = w->count / s->M;
         int lim = dn_q8_lim(w->data, s->M, per_m, per_m, 1);
         if (lim < 255) {
@@ -189,6 +199,7 @@ static tdm_status *qc_prepare(const tdm_node *node, int opset, int n_in,
     *state = s;
     s->xl = tdm_attr_int(node, "x_nhwc", 0) != 0;
     s->yl = tdm_attr_int(node, "y_nhwc", 0) != 0;
+    s->novnni = !dn_has_vnni();
     if (!s->base.generic && !qc_setup(s, node, n_in, in)) s->base.generic = true;
     return NULL;
 }
@@ -320,16 +331,21 @@ void dn_tr_u8(const uint8_t *src, int64_t rows, int64_t cols, int64_t lds, uint8
         for (int64_t j = 0; j < c16; j++) dst[j * ldd + i] = src[i * lds + j];
 }
 
-void dn_x2_u8(const uint8_t *src, bool nhwc, int64_t C, int64_t n, int64_t plane, uint8_t *dst) {
+void dn_x2_u8(const uint8_t *src, bool nhwc, int64_t C, int64_t G, int64_t n, int64_t plane,
+              uint8_t *dst) {
+    int64_t Cg = C / G;
     if (!nhwc) {
-        dn_tr_u8(src, C, n, plane, dst, 2 * C);
-        dn_tr_u8(src, C, n, plane, dst + C, 2 * C);
+        for (int64_t g = 0; g < G; g++) {
+            dn_tr_u8(src + g * Cg * plane, Cg, n, plane, dst + 2 * g * Cg, 2 * C);
+            dn_tr_u8(src + g * Cg * plane, Cg, n, plane, dst + 2 * g * Cg + Cg, 2 * C);
+        }
         return;
     }
-    for (int64_t j = 0; j < n; j++) {
-        memcpy(dst + j * 2 * C, src + j * C, (size_t)C);
-        memcpy(dst + j * 2 * C + C, src + j * C, (size_t)C);
-    }
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t g = 0; g < G; g++) {
+            memcpy(dst + j * 2 * C + 2 * g * Cg, src + j * C + g * Cg, (size_t)Cg);
+            memcpy(dst + j * 2 * C + 2 * g * Cg + Cg, src + j * C + g * Cg, (size_t)Cg);
+        }
 }
 
 /* The primitive for the chunk of `units` output channels from m0, over mb images; with `two`
@@ -466,7 +482,7 @@ static tdm_status *qc_build(dn_state *ds, tdm_kernel_ctx *ctx, dn_entry *he) {
     int threads = dn_threads(ctx);
     e->nd = x->rank;
     e->N = x->dims[0];
-    e->xt = x->dtype == TDM_INT8 ? dnnl_s8 : dnnl_u8;
+    e->xt = x->dtype == TDM_INT8 && !s->flip ? dnnl_s8 : dnnl_u8; /* (flip: X ^ 0x80) */
     e->osz = 1;
     for (int d = 2; d < y->rank; d++) e->osz *= y->dims[d];
     e->mb = threads == 1 ? e->N : 1;
@@ -565,7 +581,7 @@ static tdm_status *qc_build(dn_state *ds, tdm_kernel_ctx *ctx, dn_entry *he) {
             wd[0] = p->units;
             for (int d = 1; d < s->w->rank; d++) wd[d] = s->w->dims[d];
         }
-        if (two) wd[1] *= 2; /* (ungrouped) [units, 2C, k...] */
+        if (two) wd[s->group > 1 ? 2 : 1] *= 2; /* [units, 2C, k...] or [G, Mg, 2Cg, k...] */
         md_tag(&usr, wnd, wd, dnnl_s8, tag_plain(wnd));
         const dnnl_memory_desc_t *pw = two ? &p->wei2 : &p->wei;
         dn_prim r;
@@ -603,7 +619,8 @@ static void qc_src2_item(const qc_run *r, int64_t i) {
         uint8_t *pimg = dst + (size_t)(k * C2 * (e->pad ? e->Hp * e->Wp : e->isz));
         for (int64_t h = 0; h < rows; h++) {
             uint8_t *row = pimg + (e->pad ? ((h + e->ph) * e->Wp + e->pw) * C2 : 0);
-            dn_x2_u8(img + h * cols * (r->s->xl ? C : 1), r->s->xl, C, cols, e->isz, row);
+            dn_x2_u8(img + h * cols * (r->s->xl ? C : 1), r->s->xl, C, r->s->group, cols, e->isz,
+                     row);
         }
     }
 }
@@ -695,8 +712,10 @@ static tdm_status *qc_run_node(tdm_kernel_ctx *ctx) {
     tdm_tensor *y = &yv;
     if (s->base.generic || (x->dtype != TDM_UINT8 && x->dtype != TDM_INT8) ||
         x->rank != s->w->rank || x->rank < 3 || y->count == 0 ||
-        (ctx->in[2] && ctx->in[2]->dtype != x->dtype) || x->dims[1] != s->w->dims[1] * s->group)
+        (ctx->in[2] && ctx->in[2]->dtype != x->dtype) || x->dims[1] != s->w->dims[1] * s->group ||
+        (x->dtype == TDM_INT8 && s->novnni && !s->flip)) /* (int8 X without a zero point) */
         return tdm_misc_qlinear_conv_run(ctx);
+    bool flip = s->flip && x->dtype == TDM_INT8;
     int64_t key[DN_KEY];
     int nk = 0;
     key[nk++] = dn_threads(ctx);
@@ -717,15 +736,17 @@ static tdm_status *qc_run_node(tdm_kernel_ctx *ctx) {
         return tdm_misc_qlinear_conv_run(ctx);
     }
     int64_t groups = e->N / e->mb, items = groups * e->n_chunks;
-    size_t need = (size_t)groups * e->src_bytes + (size_t)items * e->tmp_bytes;
+    size_t fb = flip ? ((size_t)x->count + 63) / 64 * 64 : 0; /* X ^ 0x80 first */
+    size_t need = fb + (size_t)groups * e->src_bytes + (size_t)items * e->tmp_bytes;
     bool own = false;
     char *buf = dn_scratch_get(&s->base, ctx, need, &own);
     if (need && !buf) {
         st = dn_oom(ctx);
     } else {
-        qc_run r = {s, e, x, y, buf, buf + (size_t)groups * e->src_bytes,
-                    e->halves && dn_q8_halves_use(s->lim, ctx, x, s->xzp)};
-        if (e->src_conv || r.two) st = dn_parallel(ctx, groups, qc_src_item, &r);
+        if (flip) st = dn_q8_flip_x(ctx, x, (uint8_t *)buf, &xv); /* (x is &xv) */
+        qc_run r = {s, e, x, y, buf + fb, buf + fb + (size_t)groups * e->src_bytes,
+                    !st && e->halves && dn_q8_halves_use(s->lim, ctx, x, s->xzp)};
+        if (!st && (e->src_conv || r.two)) st = dn_parallel(ctx, groups, qc_src_item, &r);
         if (!st) st = dn_parallel(ctx, items, qc_conv_item, &r);
     }
     dn_scratch_put(&s->base, ctx, buf, own);

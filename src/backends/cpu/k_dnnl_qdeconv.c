@@ -28,7 +28,10 @@
  * dn_q8_lim; here over all the weights at once, a lower and so safe limit), an ungrouped
  * node also keeps exact halves: weights [a; b] (2C input channels, w = a + b, |a|, |b| <= 64)
  * and a second primitive over X' = [X, X]; a run whose X has a byte above the limit builds X'
- * and takes it (twice the work, the same requantisation, exact). */
+ * and takes it (twice the work, the same requantisation, exact). int8 X without VNNI runs
+ * as uint8 (dn_q8_flip: X ^ 0x80, zero point + 128) on that path. Grouped: no halves (on
+ * AVX2, oneDNN 2.6 gives int8 grouped deconvolutions no JIT kernel: the reference loops run,
+ * exact). */
 #include <stdint.h>
 #include <string.h>
 
@@ -52,6 +55,8 @@ typedef struct qd_state {
     bool xl, yl;
     int lim;        /* without VNNI: X's bytes up to lim are exact with w (255: always) */
     int8_t *wh;     /* [2C, M, k...]: the halves [a; b] of the weights (NULL: none) */
+    bool novnni;    /* the CPU has no VNNI (dn_has_vnni) */
+    bool flip;      /* int8 X runs as uint8 (dn_q8_flip; xzp is then X's + 128) */
 } qd_state;
 
 typedef struct qd_entry {
@@ -107,6 +112,8 @@ static bool qd_setup(qd_state *s, const tdm_node *node, int n_in, const tdm_tens
     if (!dn_f32_scalar(in[1], &xs) || !dn_f32_scalar(in[6], &ys) || !dn_q8_scalar(in[2], &s->xzp) ||
         !dn_q8_scalar(in[7], &s->yzp) || !(ys > 0))
         return false;
+    s->flip = dn_q8_flip(in[2]);
+    if (s->flip) s->xzp += 128;
     s->group = tdm_attr_int(node, "group", 1);
     if (s->group < 1 || w->dims[0] % s->group) return false;
     s->M = w->dims[1] * s->group;
@@ -119,9 +126,10 @@ static bool qd_setup(qd_state *s, const tdm_node *node, int n_in, const tdm_tens
     if (!dn_q8_requant(s->base.alloc, xs, ws, ys, s->M, b, s->M, &s->oscale, &s->bias))
         return false;
     s->clip = dn_q8_clip(node, yt, s->yzp, &s->clo, &s->chi);
-    /* without VNNI, uint8 X, ungrouped: the exact halves where large bytes can saturate */
+    /* without VNNI (uint8 X, or int8 X flipped to uint8), ungrouped: the exact halves where
+     * large bytes can saturate */
     s->lim = 255;
-    if (!dn_has_vnni() && s->group == 1 && !(in[2] && in[2]->dtype == TDM_INT8)) {
+    if (s->novnni && s->group == 1) {
         int lim = dn_q8_lim(w->data, 1, w->count, 0, 1);
         if (lim < 255) {
             s->wh = tdm_alloc(s->base.alloc, 2 * (size_t)w->count + 1);
@@ -141,6 +149,7 @@ static tdm_status *qd_prepare(const tdm_node *node, int opset, int n_in,
     *state = s;
     s->xl = tdm_attr_int(node, "x_nhwc", 0) != 0;
     s->yl = tdm_attr_int(node, "y_nhwc", 0) != 0;
+    s->novnni = !dn_has_vnni();
     if (!s->base.generic && !qd_setup(s, node, n_in, in)) s->base.generic = true;
     return NULL;
 }
@@ -198,7 +207,7 @@ static tdm_status *qd_build(dn_state *ds, tdm_kernel_ctx *ctx, dn_entry *he) {
     e->N = xd[0];
     e->C = xd[1];
     e->mb = threads == 1 ? e->N : 1;
-    e->xt = x->dtype == TDM_INT8 ? dnnl_s8 : dnnl_u8;
+    e->xt = x->dtype == TDM_INT8 && !s->flip ? dnnl_s8 : dnnl_u8; /* (flip: X ^ 0x80) */
     e->isz = e->osz = 1;
     for (int d = 0; d < sp; d++) e->isz *= xd[2 + d], e->osz *= yd[2 + d];
     int64_t sdims[5], ddims[5], wdims[6];
@@ -307,7 +316,7 @@ static tdm_status *qd_item(void *arg, tdm_kernel_ctx *ctx, int64_t i) {
     uint8_t *x2 = (uint8_t *)mine + e->item_bytes - e->src2_bytes;
     if (r->two) /* X' = [X, X] channels-last per image */
         for (int64_t k = 0; k < e->mb; k++)
-            dn_x2_u8(x + k * e->C * e->isz, s->xl, e->C, e->isz, e->isz,
+            dn_x2_u8(x + k * e->C * e->isz, s->xl, e->C, 1, e->isz, e->isz,
                      x2 + k * 2 * e->C * e->isz);
     else if (e->tr_src) /* [C, HW] -> [HW, C] per image */
         for (int64_t k = 0; k < e->mb; k++)
@@ -343,8 +352,10 @@ static tdm_status *qd_run_node(tdm_kernel_ctx *ctx) {
     if (!s || s->base.generic || (x->dtype != TDM_UINT8 && x->dtype != TDM_INT8) ||
         x->rank != s->w->rank || x->rank < 3 || ((s->xl || s->yl) && x->rank != 4) ||
         y->rank != x->rank || y->count == 0 || (ctx->in[2] && ctx->in[2]->dtype != x->dtype) ||
-        (s->xl ? x->dims[3] : x->dims[1]) != s->w->dims[0])
+        (s->xl ? x->dims[3] : x->dims[1]) != s->w->dims[0] ||
+        (x->dtype == TDM_INT8 && s->novnni && !s->flip)) /* (int8 X without a zero point) */
         return tdm_misc_qconv_transpose_run(ctx);
+    bool flip = s->flip && x->dtype == TDM_INT8;
     int64_t key[DN_KEY];
     int nk = 0;
     key[nk++] = dn_threads(ctx);
@@ -365,14 +376,19 @@ static tdm_status *qd_run_node(tdm_kernel_ctx *ctx) {
         return tdm_misc_qconv_transpose_run(ctx);
     }
     int64_t items = e->N / e->mb;
-    size_t need = (size_t)items * e->item_bytes;
+    size_t fb = flip ? ((size_t)x->count + 63) / 64 * 64 : 0; /* X ^ 0x80 first */
+    size_t need = fb + (size_t)items * e->item_bytes;
     bool own = false;
     char *buf = dn_scratch_get(&s->base, ctx, need, &own);
+    tdm_tensor xv;
     if (need && !buf) {
         st = dn_oom(ctx);
     } else {
-        qd_run r = {s, e, x, y, buf, e->prim2.p && dn_q8_halves_use(s->lim, ctx, x, s->xzp)};
-        st = dn_parallel(ctx, items, qd_item, &r);
+        if (flip) st = dn_q8_flip_x(ctx, x, (uint8_t *)buf, &xv);
+        if (flip) x = &xv;
+        qd_run r = {s, e, x, y, buf + fb,
+                    !st && e->prim2.p && dn_q8_halves_use(s->lim, ctx, x, s->xzp)};
+        if (!st) st = dn_parallel(ctx, items, qd_item, &r);
     }
     dn_scratch_put(&s->base, ctx, buf, own);
     dn_entry_done(&s->base, he);

@@ -20,7 +20,10 @@
  * Without VNNI, with uint8 A, b zero point 0 and columns whose same-sign weights can pass
  * int16 with large bytes (k_dnnl.h, dn_q8_lim), the node also keeps exact halves: B' =
  * [a; b] (2K rows, w = a + b, |a|, |b| <= 64) and a primitive over A' = [A, A] (2K columns,
- * built per chunk in the scratch); a run whose A has a byte above the limit takes them. */
+ * built per chunk in the scratch); a run whose A has a byte above the limit takes them
+ * (with a nonzero b zero point, which B' would count twice, such a run takes the reference
+ * loops). int8 A without VNNI runs as uint8 (dn_q8_flip: A ^ 0x80, zero point + 128).
+ * MatMulInteger takes the same path (int32 Y: no scales; int8 A without VNNI: the loops). */
 #include <string.h>
 
 #include "backends/cpu/k_dnnl.h"
@@ -43,8 +46,11 @@ typedef struct qm_state {
     int64_t K, N;
     bool clip;
     float clo, chi;
-    int lim;       /* without VNNI: A's bytes up to lim are exact with B (255: always) */
+    int lim;       /* without VNNI: A's bytes up to lim are exact with B (255: always); a
+                      run with larger ones takes the halves, or (b zero point) the loops */
     int8_t *bh;    /* [2K, N]: the halves [a; b] of B (NULL: none) */
+    bool novnni;   /* the CPU has no VNNI (dn_has_vnni) */
+    bool flip;     /* int8 A runs as uint8 (dn_q8_flip; azp is then A's + 128) */
 } qm_state;
 
 typedef struct qm_part {
@@ -96,6 +102,19 @@ static bool q_zero_or_scalar(const tdm_tensor *t, int32_t *v) {
 }
 
 
+/* Without VNNI: B's limit, and with a symmetric B that can saturate, its exact halves
+ * [a; b] (dn_q8_halves); false when out of memory. */
+static bool qm_halves(qm_state *s, const tdm_tensor *b) {
+    if (!s->novnni) return true;
+    s->lim = dn_q8_lim(b->data, s->N, s->K, 1, s->N);
+    if (s->lim < 255 && !s->bzp) {
+        s->bh = tdm_alloc(s->base.alloc, 2 * (size_t)b->count + 1);
+        if (!s->bh) return false;
+        dn_q8_halves(b->data, s->bh, s->bh + b->count, b->count);
+    }
+    return true;
+}
+
 static bool qm_setup(qm_state *s, const tdm_node *node, int n_in, const tdm_tensor *const *in) {
     if (n_in < 8) return false;
     for (int i = 1; i < 8; i++)
@@ -109,6 +128,8 @@ static bool qm_setup(qm_state *s, const tdm_node *node, int n_in, const tdm_tens
     if (!dn_f32_scalar(in[1], &as) || !dn_f32_scalar(in[6], &ys) || !dn_q8_scalar(in[2], &s->azp) ||
         !q_zero_or_scalar(in[5], &s->bzp) || !dn_q8_scalar(in[7], &s->yzp))
         return false;
+    s->flip = dn_q8_flip(in[2]);
+    if (s->flip) s->azp += 128;
     if (!bs || bs->dtype != TDM_FLOAT || (bs->count != 1 && bs->count != s->N)) return false;
     if (bias && (bias->dtype != TDM_INT32 || bias->count != s->N)) return false;
     tdm_dtype yt = in[7] ? in[7]->dtype : TDM_UINT8;
@@ -118,18 +139,8 @@ static bool qm_setup(qm_state *s, const tdm_node *node, int n_in, const tdm_tens
     if (!dn_q8_requant(s->base.alloc, as, bs, ys, bs->count, bias, s->N, &s->oscale, &s->bias))
         return false;
     s->clip = dn_q8_clip(node, yt, s->yzp, &s->clo, &s->chi);
-    /* without VNNI, uint8 A, symmetric B: the exact halves where large bytes can saturate */
-    s->lim = 255;
-    if (!dn_has_vnni() && !s->bzp && !(in[2] && in[2]->dtype == TDM_INT8)) {
-        int lim = dn_q8_lim(b->data, s->N, s->K, 1, s->N);
-        if (lim < 255) {
-            s->bh = tdm_alloc(s->base.alloc, 2 * (size_t)b->count + 1);
-            if (!s->bh) return false;
-            dn_q8_halves(b->data, s->bh, s->bh + b->count, b->count);
-            s->lim = lim;
-        }
-    }
-    return true;
+    /* without VNNI (uint8 A, or int8 A flipped to uint8) */
+    return qm_halves(s, b);
 }
 
 /* MatMulInteger(A, B, a_zero_point?, b_zero_point?): B a constant int8 matrix, b's zero
@@ -147,7 +158,8 @@ static bool qm_setup_integer(qm_state *s, const tdm_node *node, int n_in,
     else if (has_azp && !dn_q8_scalar(in[2], &s->azp)) return false;
     bool has_bzp = n_in > 3 && node->n_inputs > 3 && node->inputs[3] >= 0;
     if (has_bzp && (!in[3] || !q_zero_or_scalar(in[3], &s->bzp))) return false;
-    return true;
+    /* without VNNI: as QLinearMatMul (int8 A takes the loops) */
+    return qm_halves(s, b);
 }
 
 tdm_status *dn_qmatmul_prepare(const tdm_node *node, int opset, int n_in,
@@ -157,10 +169,9 @@ tdm_status *dn_qmatmul_prepare(const tdm_node *node, int opset, int n_in,
     TDM_TRY(dn_state_new(a, sizeof *s, sizeof(qm_entry), qm_clear, (dn_state **)&s));
     *state = s;
     s->integer = strcmp(node->op_type, "MatMulInteger") == 0; /* (also picks the fallback) */
+    s->novnni = !dn_has_vnni();
+    s->lim = 255;
     bool ok = s->integer ? qm_setup_integer(s, node, n_in, in) : qm_setup(s, node, n_in, in);
-    /* MatMulInteger's int32 result is exact by definition; without VNNI oneDNN sums u8 x s8
-     * pairs in saturating 16-bit lanes (vpmaddubsw), so there the exact loops run it */
-    if (s->integer && !dn_has_vnni()) ok = false;
     if (!s->base.generic && !ok) s->base.generic = true;
     return NULL;
 }
@@ -235,7 +246,7 @@ static tdm_status *qm_build(dn_state *ds, tdm_kernel_ctx *ctx, dn_entry *he) {
     qm_state *s = (qm_state *)ds;
     qm_entry *e = (qm_entry *)he;
     const tdm_tensor *a = ctx->in[0];
-    e->at = a->dtype == TDM_INT8 ? dnnl_s8 : dnnl_u8;
+    e->at = a->dtype == TDM_INT8 && !s->flip ? dnnl_s8 : dnnl_u8; /* (flip: A ^ 0x80) */
     e->rows = a->count / s->K;
     e->chunk = dn_chunk(e->rows, 8, 1, dn_threads(ctx));
     e->n_chunks = (e->rows + e->chunk - 1) / e->chunk;
@@ -304,7 +315,7 @@ static tdm_status *qm_item(void *arg, tdm_kernel_ctx *ctx, int64_t i) {
     if (r->two) { /* A' = [A, A]: each row twice, after the primitive's scratchpad */
         uint8_t *a2 = (uint8_t *)scratch + (p->mm2.scratch + 63) / 64 * 64;
         /* rows are A's channels-last pixels of K bytes */
-        dn_x2_u8((const uint8_t *)r->a->data + r0 * s->K, true, s->K, p->rows, 0, a2);
+        dn_x2_u8((const uint8_t *)r->a->data + r0 * s->K, true, s->K, 1, p->rows, 0, a2);
         args[n++] = (dn_arg){DNNL_ARG_SRC, &p->src2, a2};
         args[n++] = (dn_arg){DNNL_ARG_WEIGHTS, &p->wei2, e->wbuf2};
     } else {
@@ -331,8 +342,10 @@ tdm_status *dn_qmatmul_run(tdm_kernel_ctx *ctx) {
     const tdm_tensor *azp = ctx->n_in > 2 ? ctx->in[2] : NULL;
     if (!s || s->base.generic || (a->dtype != TDM_UINT8 && a->dtype != TDM_INT8) || a->rank < 1 ||
         a->dims[a->rank - 1] != s->K || y->count == 0 || (azp && azp->dtype != a->dtype) ||
-        (s->azp_rt && (!azp || azp->count != 1)))
+        (s->azp_rt && (!azp || azp->count != 1)) ||
+        (a->dtype == TDM_INT8 && s->novnni && !s->flip)) /* (int8 A without a zero point) */
         return qm_generic(ctx, s);
+    bool flip = s->flip && a->dtype == TDM_INT8;
     int32_t azp_v = 0;
     if (s->azp_rt) dn_q8_scalar(azp, &azp_v);
     int64_t key[3] = {dn_threads(ctx), a->dtype, a->count / s->K};
@@ -350,17 +363,24 @@ tdm_status *dn_qmatmul_run(tdm_kernel_ctx *ctx) {
         dn_omp_end(prev);
         return qm_generic(ctx, s);
     }
-    size_t need = (size_t)e->n_chunks * e->scratch;
-    bool own = false;
+    size_t fb = flip ? ((size_t)a->count + 63) / 64 * 64 : 0; /* A ^ 0x80 first */
+    size_t need = fb + (size_t)e->n_chunks * e->scratch;
+    bool own = false, ref = false;
     char *buf = dn_scratch_get(&s->base, ctx, need, &own);
+    tdm_tensor av;
     if (need && !buf) {
         st = dn_oom(ctx);
     } else {
-        qm_run r = {s, e, a, y, buf, azp_v, e->halves && dn_q8_halves_use(s->lim, ctx, a, s->azp)};
-        st = dn_parallel(ctx, e->n_chunks, qm_item, &r);
+        if (flip) st = dn_q8_flip_x(ctx, a, (uint8_t *)buf, &av);
+        if (flip) a = &av;
+        bool big = !st && dn_q8_halves_use(s->lim, ctx, a, s->azp_rt ? azp_v : s->azp);
+        /* large bytes without halves (a b zero point, or no halves' primitive): the loops */
+        ref = big && !e->halves;
+        qm_run r = {s, e, a, y, buf + fb, azp_v, big && !ref};
+        if (!st && !ref) st = dn_parallel(ctx, e->n_chunks, qm_item, &r);
     }
     dn_scratch_put(&s->base, ctx, buf, own);
     dn_entry_done(&s->base, he);
     dn_omp_end(prev);
-    return st;
+    return ref ? qm_generic(ctx, s) : st;
 }
