@@ -569,7 +569,7 @@ static void test_conv_swish(void **state) {
 /* ---- MatMul + bias + activation ---- */
 
 static void matmul_model(mb_model *b, int a_rank, bool batched_b) {
-    int64_t all[4] = {2, 3, 5, 8}, ad[4], wd[3] = {3, 8, 16}, n = 16;
+    int64_t all[4] = {2, 3, 5, 8}, ad[4] = {0}, wd[3] = {3, 8, 16}, n = 16;
     for (int i = 0; i < a_rank; i++) ad[i] = all[4 - a_rank + i];
     mb_input_run(b, "A", a_rank, ad, NULL);
     mb_weight(b, "W", batched_b ? 3 : 2, batched_b ? wd : wd + 1, NULL, 0, 0.5f);
@@ -896,6 +896,66 @@ static void test_conv_prepad(void **state) {
         run_both(&b, &res);
         if ((op_count(&res, "Pad") == 1) != cases[c].want || res.ref)
             fail_msg("case %zu: %s%s", c, res.ops, res.ref ? " (a reference kernel)" : "");
+        mb_free(&b);
+    }
+}
+
+/* ---- Transpose(0, 2, 1[, 3]) -> Conv along L as ConvNwc1d (fuse_conv.c, CPU) ----
+ * magika's form at a small size: X [N 3, L 37, C 24, 1] -> Transpose -> Conv W [40, 24, 5, 1],
+ * with and without B; the 1-D form with pads; dynamic N and L; a last dim known only at run
+ * time that is not 1 (the op's plain loop). Negative cases: another perm, stride 2,
+ * dilation 2, group 2, pads across the unit dim, a second reader of the Transpose, W not a
+ * constant. Each against opt-level 0 (run_both: atol 1e-5, rtol 1e-4). */
+static void test_conv_nwc(void **state) {
+    (void)state;
+    enum { PLAIN, BIAS, R3PADS, R4PADS, DYN, DLAST, PERM, STRIDE, DIL, GROUP, WPADS, SECOND, WIN };
+    struct {
+        int kind;
+        bool want;
+    } cases[] = {{PLAIN, true},  {BIAS, true},    {R3PADS, true}, {R4PADS, true}, {DYN, true},
+                 {DLAST, true},  {PERM, false},   {STRIDE, false}, {DIL, false},  {GROUP, false},
+                 {WPADS, false}, {SECOND, false}, {WIN, false}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int kind = cases[c].kind, r = kind == R3PADS ? 3 : 4;
+        mb_model b;
+        mb_init(&b, 17);
+        int64_t xd[4] = {3, 37, 24, 1}, xrun[4] = {3, 37, 24, 1};
+        int64_t wd[4] = {40, kind == GROUP ? 12 : 24, 5, 1}, m = 40;
+        int64_t perm[4] = {0, 2, 1, 3};
+        if (kind == DYN) xd[0] = xd[1] = -1;
+        if (kind == DLAST) xd[3] = -1, xrun[3] = 2;
+        if (kind == PERM) { /* X [N, C, 1, L] -> [N, C, L, 1] */
+            xd[1] = xrun[1] = 24, xd[2] = xrun[2] = 1, xd[3] = xrun[3] = 37;
+            perm[1] = 1, perm[2] = 3, perm[3] = 2;
+        }
+        mb_input_run(&b, "x", r, xd, xrun);
+        if (kind == WIN) mb_input(&b, "W", r, wd);
+        else mb_weight(&b, "W", r, wd, NULL, 0, 0.5f);
+        if (kind == BIAS || kind == R3PADS) mb_weight(&b, "B", 1, &m, NULL, 0, 0.5f);
+        mb_attr_ints(&b, mb_node(&b, "Transpose:x->xt"), "perm", r, perm);
+        Onnx__NodeProto *n = mb_node(&b, kind == BIAS || kind == R3PADS ? "Conv:xt,W,B->y" : "Conv:xt,W->y");
+        int64_t two[2] = {2, 2};
+        if (kind == STRIDE) mb_attr_ints(&b, n, "strides", 2, two);
+        if (kind == DIL) mb_attr_ints(&b, n, "dilations", 2, two);
+        if (kind == GROUP) mb_attr_i(&b, n, "group", 2);
+        if (kind == R3PADS) {
+            int64_t pads[2] = {2, 1};
+            mb_attr_ints(&b, n, "pads", 2, pads);
+        }
+        if (kind == R4PADS || kind == WPADS) {
+            int64_t pl[4] = {3, 0, 1, 0}, pw[4] = {0, 1, 0, 1};
+            mb_attr_ints(&b, n, "pads", 4, kind == R4PADS ? pl : pw);
+        }
+        mb_output(&b, "y");
+        if (kind == SECOND) {
+            mb_node(&b, "Relu:xt->t2");
+            mb_output(&b, "t2");
+        }
+        fuse_result res;
+        run_both(&b, &res);
+        bool fused = op_count(&res, "ConvNwc1d") == 1 && op_count(&res, "Transpose") == 0;
+        if (fused != cases[c].want || (!cases[c].want && op_count(&res, "ConvNwc1d")))
+            fail_msg("case %zu: %s", c, res.ops);
         mb_free(&b);
     }
 }
@@ -1396,6 +1456,7 @@ int main(void) {
         cmocka_unit_test(test_reference_conv), cmocka_unit_test(test_reference_matmul),
         cmocka_unit_test(test_matmul_wide_n),
         cmocka_unit_test(test_conv_prepad),
+        cmocka_unit_test(test_conv_nwc),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
