@@ -296,8 +296,9 @@ tdm_status *fz_pass_conv_prepad(fz_ctx *fz) {
  * A convolution along one axis whose input is a sequence [N, L, C(, 1)] turned channels-first
  * by a Transpose (magika: [8, 512, 256, 1] -> Conv W [512, 256, 5, 1]). ConvNwc1d
  * (ops/fused.h) reads the sequence as it is, one accumulating matrix product per kernel tap,
- * with no Transpose and no reorders around a direct convolution (AVX2, 1 thread: magika's
- * Conv plus Transpose about 105 -> 75 ms of CPU time; bench/results). Matched: X float32
+ * with no Transpose and no reorders around a direct convolution (magika on AVX2, CPU time per
+ * run of the whole model 74.2 -> 73.1 ms at 1 thread, 79.2 -> 75.1 ms at 2 threads:
+ * bench/results/real-2026-12-02-s14-avx2-i16.md). Matched: X float32
  * of rank 3 or 4 (then W's last dim 1), W a float32 constant, B absent or [O],
  * stride 1, dilation 1, group 1, pads along L alone (any), auto_pad NOTSET or VALID, the
  * Transpose's output read by the Conv alone. A FusedConv is taken only when it adds
