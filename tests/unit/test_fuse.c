@@ -417,6 +417,50 @@ static void test_conv_affine(void **state) {
     mb_free(&b);
 }
 
+/* Conv -> Squeeze(spatial axis) -> Add / Mul(per-channel constant): folded into the Conv's B
+ * (and W), the Squeeze stays (magika: Conv -> Squeeze(3) -> Add(C [1, 512, 1])), also behind
+ * the Transpose that makes it a ConvNwc1d. Negative cases: the constant varies along L, the
+ * Squeeze's output has a second reader, a Squeeze of the channel axis. */
+static void test_conv_squeeze_bias(void **state) {
+    (void)state;
+    enum { ADD, MUL, NWC, ALONG_L, SECOND, CHAN };
+    for (int kind = ADD; kind <= CHAN; kind++) {
+        mb_model b;
+        mb_init(&b, 17);
+        int64_t xd[4] = {2, 6, 9, 1}, wd[4] = {8, 6, 3, 1}, m = 8, ax[1] = {3};
+        int64_t cd[3] = {1, 8, 1}, ld[3] = {1, 1, 7}, md[2] = {8, 1};
+        if (kind == NWC) xd[1] = 9, xd[2] = 6;
+        if (kind == CHAN) wd[0] = m = 1, cd[1] = 1, ax[0] = 1;
+        mb_input(&b, "x", 4, xd);
+        mb_weight(&b, "W", 4, wd, NULL, 0, 0.5f);
+        mb_weight(&b, "B", 1, &m, NULL, 0, 0.5f);
+        if (kind == NWC) {
+            int64_t perm[4] = {0, 2, 1, 3};
+            mb_attr_ints(&b, mb_node(&b, "Transpose:x->xt"), "perm", 4, perm);
+            mb_node(&b, "Conv:xt,W,B->y");
+        } else {
+            mb_node(&b, "Conv:x,W,B->y");
+        }
+        mb_init_i64(&b, "ax", 1, ax);
+        mb_node(&b, "Squeeze:y,ax->q");
+        if (kind == MUL) mb_weight(&b, "c", 2, md, NULL, 1.0f, 0.5f);
+        else mb_weight(&b, "c", 3, kind == ALONG_L ? ld : cd, NULL, 0.0f, 0.5f);
+        mb_node(&b, kind == MUL ? "Mul:q,c->z" : "Add:c,q->z");
+        mb_output(&b, "z");
+        if (kind == SECOND) {
+            mb_node(&b, "Relu:q->r");
+            mb_output(&b, "r");
+        }
+        fuse_result r;
+        run_both(&b, &r);
+        bool folded = op_count(&r, kind == MUL ? "Mul" : "Add") == 0;
+        if (folded != (kind <= NWC) || op_count(&r, "Squeeze") != 1 ||
+            (kind == NWC && op_count(&r, "ConvNwc1d") != 1))
+            fail_msg("case %d: %s", kind, r.ops);
+        mb_free(&b);
+    }
+}
+
 static void test_conv_gelu(void **state) {
     (void)state;
     mb_model b;
@@ -1457,6 +1501,7 @@ int main(void) {
         cmocka_unit_test(test_matmul_wide_n),
         cmocka_unit_test(test_conv_prepad),
         cmocka_unit_test(test_conv_nwc),
+        cmocka_unit_test(test_conv_squeeze_bias),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
