@@ -301,8 +301,8 @@ tdm_status *fz_pass_conv_prepad(fz_ctx *fz) {
  * bench/results/real-2026-12-02-s14-avx2-i16.md). Matched: X float32
  * of rank 3 or 4 (then W's last dim 1), W a float32 constant, B absent or [O],
  * stride 1, dilation 1, group 1, pads along L alone (any), auto_pad NOTSET or VALID, the
- * Transpose's output read by the Conv alone. A FusedConv is taken only when it adds
- * nothing (no Z, no activation). */
+ * Transpose's output read by the Conv alone. A FusedConv is taken when it adds nothing but
+ * a tanh GELU (no Z, no affine). */
 static bool ints_all(const tdm_node *n, const char *name, int64_t want, int count) {
     size_t c = 0;
     const int64_t *v = tdm_attr_ints(n, name, &c);
@@ -318,9 +318,10 @@ static tdm_status *nwc_conv(fz_ctx *fz, int ci) {
     if (cv->n_inputs < 2 || cv->n_inputs > 3 || cv->n_outputs != 1 || cv->outputs[0] < 0 ||
         cv->inputs[0] < 0 || !fz_is_f32(fz, cv->inputs[0]))
         return NULL;
-    if (cv->domain[0]) { /* FusedConv: nothing beyond the convolution */
+    const char *act = cv->domain[0] ? tdm_attr_string(cv, "activation", "") : "";
+    if (cv->domain[0]) { /* FusedConv: nothing beyond the convolution and a tanh GELU */
         size_t na = 0;
-        if (tdm_attr_string(cv, "activation", "")[0] || tdm_attr_floats(cv, "activation_affine", &na))
+        if ((act[0] && strcmp(act, "GeluTanh") != 0) || tdm_attr_floats(cv, "activation_affine", &na))
             return NULL;
     }
     int x = cv->inputs[0], ti = fz_producer(fz, x);
@@ -385,8 +386,38 @@ static tdm_status *nwc_conv(fz_ctx *fz, int ci) {
     for (int k = 1; k < cv->n_inputs; k++) f->inputs[k] = cv->inputs[k];
     f->outputs[0] = cv->outputs[0];
     TDM_TRY(fz_attr_ints(fz, fi, "pads", pads, 2));
+    if (act[0]) TDM_TRY(fz_attr_string(fz, fi, "activation", "GeluTanh"));
     fz_kill(fz, ci);
     fz_kill(fz, ti);
+    fz->count++;
+    return NULL;
+}
+
+/* ConvNwc1d [-> Squeeze] -> com.microsoft FastGelu without bias (fz_pass_gelu's node, as in
+ * magika) -> the ConvNwc1d's activation "GeluTanh", applied to each block of output rows
+ * while it is in cache; the Squeeze (element-wise ops commute with it) stays. */
+static tdm_status *nwc_gelu(fz_ctx *fz, int ni) {
+    const tdm_node *n = fz_node(fz, ni);
+    if (tdm_attr_string(n, "activation", "")[0] || n->n_outputs != 1 || n->outputs[0] < 0)
+        return NULL;
+    int cur = n->outputs[0], next = fz_sole_consumer(fz, cur), qi = -1;
+    if (fz_is_op(fz, next, "Squeeze") && fz_node(fz, next)->n_outputs == 1 &&
+        fz_node(fz, next)->inputs[0] == cur && fz_node(fz, next)->outputs[0] >= 0) {
+        qi = next;
+        cur = fz_node(fz, qi)->outputs[0];
+        next = fz_sole_consumer(fz, cur);
+    }
+    if (next < 0) return NULL;
+    const tdm_node *g = fz_node(fz, next);
+    if (g->dead || strcmp(g->domain, "com.microsoft") != 0 || strcmp(g->op_type, "FastGelu") != 0 ||
+        g->inputs[0] != cur || (g->n_inputs > 1 && g->inputs[1] >= 0) || g->n_outputs != 1 ||
+        g->outputs[0] < 0)
+        return NULL;
+    TDM_TRY(fz_attr_string(fz, ni, "activation", "GeluTanh"));
+    int out = fz_node(fz, next)->outputs[0];
+    if (qi >= 0) fz_node(fz, qi)->outputs[0] = out;
+    else fz_node(fz, ni)->outputs[0] = out;
+    fz_kill(fz, next);
     fz->count++;
     return NULL;
 }
@@ -396,6 +427,8 @@ tdm_status *fz_pass_conv_nwc(fz_ctx *fz) {
         TDM_TRY(fz_refresh(fz));
         if (fz_is_op(fz, (int)i, "Conv") || fz_is_fused(fz, (int)i, "FusedConv"))
             TDM_TRY(nwc_conv(fz, (int)i));
+        else if (fz_is_fused(fz, (int)i, "ConvNwc1d")) /* (made above: appended, reached later) */
+            TDM_TRY(nwc_gelu(fz, (int)i));
     }
     return NULL;
 }

@@ -230,6 +230,10 @@ static tdm_status *infer_maxpool_nhwc(tdm_infer_ctx *ctx) {
 /* ---- ConvNwc1d: X [N, L, C(, D)], W [O, C, k(, 1)] -> Y [N, O, L + pads - k + 1(, D)] ---- */
 static tdm_status *infer_conv_nwc1d(tdm_infer_ctx *ctx) {
     TDM_TRY(check_float(ctx));
+    const char *act = tdm_attr_string(ctx->node, "activation", "");
+    if (act[0] && strcmp(act, "GeluTanh") != 0)
+        return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
+                              "activation '%s': ConvNwc1d takes \"\" or \"GeluTanh\"", act);
     const tdm_value_info *x = &ctx->in[0], *w = &ctx->in[1];
     tdm_value_info *y = &ctx->out[0];
     y->dtype = x->dtype;

@@ -54,7 +54,8 @@
  *
  * ConvNwc1d   inputs: X [N, L, C] or [N, L, C, D] (a sequence, channels last), W [O, C, k]
  *             or [O, C, k, 1] (Conv's weights, X's rank), B [O] (optional)
- *             attribute: pads (ints {begin, end} along L; default none)
+ *             attributes: pads (ints {begin, end} along L; default none),
+ *               activation (string: "" or "GeluTanh", applied last; default "")
  *             Y [N, O, L'] or [N, O, L', D], L' = L + begin + end - k + 1:
  *             Y[n, o, p(, d)] = B[o] + sum over t < k, c < C of
  *                               W[o, c, t] X[n, p + t - begin, c(, d)]

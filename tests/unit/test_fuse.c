@@ -417,24 +417,48 @@ static void test_conv_affine(void **state) {
     mb_free(&b);
 }
 
+/* x -> z: the tanh GELU as exporters write it (x * 0.5 * (1 + Tanh(k (x + c x^3)))). */
+static void gelu_tanh(mb_model *b, const char *x, const char *z) {
+    char spec[96];
+    mb_scalar(b, "g_three", 3.0f);
+    mb_scalar(b, "g_c", 0.044715f);
+    mb_scalar(b, "g_k", 0.7978845608f);
+    mb_scalar(b, "g_one", 1.0f);
+    mb_scalar(b, "g_half", 0.5f);
+    snprintf(spec, sizeof spec, "Pow:%s,g_three->g_p", x);
+    mb_node(b, spec);
+    mb_node(b, "Mul:g_p,g_c->g_q");
+    snprintf(spec, sizeof spec, "Add:%s,g_q->g_r", x);
+    mb_node(b, spec);
+    mb_node(b, "Mul:g_k,g_r->g_s");
+    mb_node(b, "Tanh:g_s->g_t");
+    mb_node(b, "Add:g_t,g_one->g_a");
+    snprintf(spec, sizeof spec, "Mul:%s,g_a->g_m", x);
+    mb_node(b, spec);
+    snprintf(spec, sizeof spec, "Mul:g_m,g_half->%s", z);
+    mb_node(b, spec);
+}
+
 /* Conv -> Squeeze(spatial axis) -> Add / Mul(per-channel constant): folded into the Conv's B
  * (and W), the Squeeze stays (magika: Conv -> Squeeze(3) -> Add(C [1, 512, 1])), also behind
- * the Transpose that makes it a ConvNwc1d. Negative cases: the constant varies along L, the
+ * the Transpose that makes it a ConvNwc1d, then with a tanh GELU behind (ConvNwc1d takes it;
+ * also without the Squeeze, through FusedConv). Negative cases: the constant varies along L, the
  * Squeeze's output has a second reader, a Squeeze of the channel axis. */
 static void test_conv_squeeze_bias(void **state) {
     (void)state;
-    enum { ADD, MUL, NWC, ALONG_L, SECOND, CHAN };
+    enum { ADD, MUL, NWC, NWC_GELU, NWC_GELU4, ALONG_L, SECOND, CHAN };
     for (int kind = ADD; kind <= CHAN; kind++) {
+        bool nwc = kind == NWC || kind == NWC_GELU || kind == NWC_GELU4;
         mb_model b;
         mb_init(&b, 17);
         int64_t xd[4] = {2, 6, 9, 1}, wd[4] = {8, 6, 3, 1}, m = 8, ax[1] = {3};
         int64_t cd[3] = {1, 8, 1}, ld[3] = {1, 1, 7}, md[2] = {8, 1};
-        if (kind == NWC) xd[1] = 9, xd[2] = 6;
+        if (nwc) xd[1] = 9, xd[2] = 6;
         if (kind == CHAN) wd[0] = m = 1, cd[1] = 1, ax[0] = 1;
         mb_input(&b, "x", 4, xd);
         mb_weight(&b, "W", 4, wd, NULL, 0, 0.5f);
         mb_weight(&b, "B", 1, &m, NULL, 0, 0.5f);
-        if (kind == NWC) {
+        if (nwc) {
             int64_t perm[4] = {0, 2, 1, 3};
             mb_attr_ints(&b, mb_node(&b, "Transpose:x->xt"), "perm", 4, perm);
             mb_node(&b, "Conv:xt,W,B->y");
@@ -442,10 +466,21 @@ static void test_conv_squeeze_bias(void **state) {
             mb_node(&b, "Conv:x,W,B->y");
         }
         mb_init_i64(&b, "ax", 1, ax);
+        if (kind == NWC_GELU4) { /* no Squeeze: the Conv fusion takes the GELU first */
+            gelu_tanh(&b, "y", "z");
+            mb_output(&b, "z");
+            fuse_result r;
+            run_both(&b, &r);
+            if (r.nodes != 1 || op_count(&r, "ConvNwc1d") != 1) fail_msg("case %d: %s", kind, r.ops);
+            mb_free(&b);
+            continue;
+        }
         mb_node(&b, "Squeeze:y,ax->q");
         if (kind == MUL) mb_weight(&b, "c", 2, md, NULL, 1.0f, 0.5f);
         else mb_weight(&b, "c", 3, kind == ALONG_L ? ld : cd, NULL, 0.0f, 0.5f);
-        mb_node(&b, kind == MUL ? "Mul:q,c->z" : "Add:c,q->z");
+        mb_node(&b, kind == MUL ? "Mul:q,c->z0" : "Add:c,q->z0");
+        if (kind == NWC_GELU) gelu_tanh(&b, "z0", "z");
+        else mb_node(&b, "Identity:z0->z");
         mb_output(&b, "z");
         if (kind == SECOND) {
             mb_node(&b, "Relu:q->r");
@@ -454,8 +489,8 @@ static void test_conv_squeeze_bias(void **state) {
         fuse_result r;
         run_both(&b, &r);
         bool folded = op_count(&r, kind == MUL ? "Mul" : "Add") == 0;
-        if (folded != (kind <= NWC) || op_count(&r, "Squeeze") != 1 ||
-            (kind == NWC && op_count(&r, "ConvNwc1d") != 1))
+        if (folded != (kind <= NWC_GELU) || op_count(&r, "Squeeze") != 1 ||
+            (nwc && op_count(&r, "ConvNwc1d") != 1) || (kind == NWC_GELU && r.nodes != 2))
             fail_msg("case %d: %s", kind, r.ops);
         mb_free(&b);
     }

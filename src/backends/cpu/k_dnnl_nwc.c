@@ -10,7 +10,8 @@
  * oneDNN's sgemm on one thread (tandem's own, tdm_sgemm, measured slower here: 97-117 ms
  * against 81-103 for the model, also with one product of K = k C over overlapping rows of
  * X, which oneDNN refuses); the items are blocks of output channels of an image
- * (dn_parallel). The sum over taps
+ * (dn_parallel). An activation "GeluTanh" runs on each item's rows after its last product,
+ * while they are in cache. The sum over taps
  * and channels runs in float32, tap after tap, so results differ from the direct
  * convolution's order by rounding only.
  * Measured against oneDNN's direct convolution on magika's shape (X [8, 512, 256], W [512,
@@ -19,12 +20,25 @@
 
 #include "backends/cpu/cpu_simd.h"
 #include "backends/cpu/k_dnnl.h"
+#include "backends/cpu/k_unary.h"
 #include "core/alloc.h"
 
 typedef struct nwc_state {
     const tdm_tensor *wsrc; /* the constant W seen at prepare (NULL: W packed per run) */
     float *wt;              /* W packed [k][O][C] */
+    bool gelu;              /* activation "GeluTanh" */
 } nwc_state;
+
+/* y[0..n) = tanh-GELU(y) in place, through a buffer (the SIMD loops take no overlap). */
+static void nwc_gelu(const tdm_cpu_simd *simd, float *y, int64_t n) {
+    float tmp[1024];
+    tdm_uparams p = {.op = TDM_U_GELU_TANH};
+    for (int64_t i = 0; i < n; i += 1024) {
+        int64_t c = n - i < 1024 ? n - i : 1024;
+        memcpy(tmp, y + i, (size_t)c * sizeof(float));
+        simd->unary_f32(&p, tmp, y + i, c);
+    }
+}
 
 /* W [O, C, k(, 1)] -> wt [k][O][C] */
 static void nwc_pack(const float *w, int64_t O, int64_t C, int64_t k, float *wt) {
@@ -42,11 +56,11 @@ static bool nwc_w_ok(const tdm_tensor *w) {
 
 tdm_status *dn_nwc_prepare(const tdm_node *node, int opset, int n_in,
                            const tdm_tensor *const *in, const tdm_allocator *a, void **state) {
-    (void)node;
     (void)opset;
     nwc_state *s = tdm_calloc(a, 1, sizeof *s);
     if (!s) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory preparing ConvNwc1d");
     *state = s;
+    s->gelu = strcmp(tdm_attr_string(node, "activation", ""), "GeluTanh") == 0;
     const tdm_tensor *w = n_in >= 2 ? in[1] : NULL;
     if (!nwc_w_ok(w) || w->count == 0) return NULL;
     s->wt = tdm_alloc(a, (size_t)w->count * sizeof(float));
@@ -88,6 +102,7 @@ typedef struct nwc_job {
     float *y;
     int64_t L, C, O, k, Lo, begin, rows, blocks;
     const tdm_cpu_simd *simd;
+    bool gelu;
 } nwc_job;
 
 /* Output positions [*p0, *p1) that tap t reaches (output p reads input p + t - begin). */
@@ -114,9 +129,8 @@ static tdm_status *nwc_item(void *arg, tdm_kernel_ctx *ctx, int64_t item) {
             float v = j->b ? j->b[o0 + o] : 0.0f, *row = y + o * j->Lo;
             for (int64_t p = 0; p < j->Lo; p++) row[p] = v;
         }
-    if (j->C == 0) return NULL;
     const float *x = j->x + n * j->L * j->C;
-    for (int64_t i = 0; i < j->k; i++) {
+    for (int64_t i = 0; j->C > 0 && i < j->k; i++) {
         int64_t t = first < 0 ? i : i == 0 ? first : i <= first ? i - 1 : i;
         nwc_range(j, t, &p0, &p1);
         if (p1 <= p0) continue;
@@ -127,6 +141,7 @@ static tdm_status *nwc_item(void *arg, tdm_kernel_ctx *ctx, int64_t item) {
             tdm_sgemm(j->simd, NULL, false, true, M, p1 - p0, j->C, 1.0f, a, j->C, bm, j->C, beta,
                       y + p0, j->Lo);
     }
+    if (j->gelu) nwc_gelu(j->simd, y, M * j->Lo); /* the block's rows, still in cache */
     return NULL;
 }
 
@@ -158,6 +173,7 @@ tdm_status *dn_nwc_run(tdm_kernel_ctx *ctx) {
     if (y->count == 0) return NULL;
     if (D != 1) { /* not the form the pass expects: the plain sum */
         nwc_plain(x->data, w->data, b ? b->data : NULL, N, L, C, D, O, k, Lo, begin, y->data);
+        if (s->gelu) nwc_gelu(tdm_cpu_simd_of(ctx), y->data, y->count);
         return NULL;
     }
     float *own = NULL;
@@ -170,7 +186,7 @@ tdm_status *dn_nwc_run(tdm_kernel_ctx *ctx) {
     }
     int threads = dn_threads(ctx);
     nwc_job j = {x->data, wt, b ? b->data : NULL, y->data, L, C, O, k, Lo, begin, O, 1,
-                 tdm_cpu_simd_of(ctx)};
+                 tdm_cpu_simd_of(ctx), s->gelu};
     /* Blocks of output channels whose Y rows (about 256 KB) stay in the core's cache from
      * one tap's product to the next: magika's 512 x 508 image in 4 blocks of 128 rows
      * (AVX2, 1 thread, ab_time.py CPU per run of the model, load 3-5: 79.2 -> 75.1 ms; 256
