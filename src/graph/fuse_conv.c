@@ -297,7 +297,8 @@ tdm_status *fz_pass_conv_prepad(fz_ctx *fz) {
  * by a Transpose (magika: [8, 512, 256, 1] -> Conv W [512, 256, 5, 1]). ConvNwc1d
  * (ops/fused.h) reads the sequence as it is, one accumulating matrix product per kernel tap,
  * with no Transpose and no reorders around a direct convolution (magika on AVX2, CPU time per
- * run of the whole model 74.2 -> 73.1 ms at 1 thread, 79.2 -> 75.1 ms at 2 threads:
+ * run of the whole model 74.2 -> 73.1 ms at 1 thread, 79.2 -> 75.1 ms at 2 threads; with its
+ * bias and GELU taken in too, 74.6 -> 71.1 and 75.0 -> 74.0 ms:
  * bench/results/real-2026-12-02-s14-avx2-i16.md). Matched: X float32
  * of rank 3 or 4 (then W's last dim 1), W a float32 constant, B absent or [O],
  * stride 1, dilation 1, group 1, pads along L alone (any), auto_pad NOTSET or VALID, the
