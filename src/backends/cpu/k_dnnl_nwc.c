@@ -64,7 +64,7 @@ tdm_status *dn_nwc_prepare(const tdm_node *node, int opset, int n_in,
     const tdm_tensor *w = n_in >= 2 ? in[1] : NULL;
     if (!nwc_w_ok(w) || w->count == 0) return NULL;
     s->wt = tdm_alloc(a, (size_t)w->count * sizeof(float));
-    if (!s->wt) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory preparing ConvNwc1d");
+    if (!s->wt) return NULL; /* packed per run instead (run() reports its own failure) */
     nwc_pack(w->data, w->dims[0], w->dims[1], w->dims[2], s->wt);
     s->wsrc = w;
     return NULL;
