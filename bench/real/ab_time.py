@@ -7,7 +7,8 @@ time per run (other processes inflate it far less than wall time).
     .venv/bin/python bench/real/ab_time.py --model magika --threads 1 --rounds 5 \\
         --lib /tmp/before/libtandem.so --lib build/libtandem.so
 
-A --lib may carry one environment setting for its runs: NAME=VALUE:PATH.
+A --lib may carry one environment setting for its runs: NAME=VALUE:PATH; the name `opt`
+sets the session's optimisation level instead (opt=0:build/libtandem.so for --opt-level 0).
 """
 import argparse
 import json
@@ -50,14 +51,18 @@ def main():
         ort = []
         for _ in range(a.rounds):
             for lib in a.lib:
-                env, path = dict(os.environ), lib
+                env, path, opt = dict(os.environ), lib, "1"
                 if ":" in lib and "=" in lib.split(":", 1)[0]:
                     kv, path = lib.split(":", 1)
                     k, v = kv.split("=", 1)
-                    env[k] = v
+                    if k == "opt":
+                        opt = v
+                    else:
+                        env[k] = v
                 r = subprocess.run([sys.executable, runner.TDM_WORKER, "time", "--lib", path,
                                     "--model", case.path, "--feeds", feeds, "--threads",
-                                    str(a.threads), "--duration", str(a.duration)],
+                                    str(a.threads), "--duration", str(a.duration),
+                                    "--opt-level", opt],
                                    capture_output=True, text=True, env=env)
                 if r.returncode:
                     sys.exit(f"{lib}: {r.stderr.strip()}")

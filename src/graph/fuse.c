@@ -655,6 +655,7 @@ static tdm_status *fuse_graph(tdm_graph *g, bool cpu, int *count) {
     for (size_t p = 0; !st && p < sizeof passes / sizeof passes[0]; p++) st = passes[p](&fz);
     if (!st && cpu) st = fz_pass_gelu(&fz);
     if (!st && cpu) st = fz_pass_conv_prepad(&fz);
+    if (!st && cpu) st = fz_pass_conv_nwc(&fz);
     index_free(&fz);
     tdm_free(g->alloc, fz.origin);
     tdm_free(g->alloc, fz.derived);
@@ -669,6 +670,7 @@ tdm_status *tdm_graph_fuse_cpu(tdm_graph *g, int *count) {
     tdm_status *st = compute_origins(&fz);
     if (!st) st = fz_pass_gelu(&fz);
     if (!st) st = fz_pass_conv_prepad(&fz);
+    if (!st) st = fz_pass_conv_nwc(&fz);
     index_free(&fz);
     tdm_free(g->alloc, fz.origin);
     tdm_free(g->alloc, fz.derived);

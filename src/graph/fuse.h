@@ -22,7 +22,8 @@ tdm_status *tdm_graph_fuse_blocked(tdm_graph *g, int64_t block, int *count);
 /* Rewrites into ops only the CPU backend has (run only when the session's nodes will run on
  * the CPU alone, after tdm_graph_fuse): a decomposed tanh GELU left over by the MatMul and
  * Conv fusions becomes com.microsoft FastGelu (graph/fuse_matmul.c); a dilated 1-D
- * convolution's pads become a Pad in front of it (graph/fuse_conv.c). Same contract as
+ * convolution's pads become a Pad in front of it, and a Transpose(0, 2, 1[, 3]) feeding a
+ * convolution along one axis becomes one ConvNwc1d (graph/fuse_conv.c). Same contract as
  * tdm_graph_fuse. */
 tdm_status *tdm_graph_fuse_cpu(tdm_graph *g, int *count);
 

@@ -199,23 +199,59 @@ static const float *channel_const(const fz_ctx *fz, int c, int yr, int64_t m) {
     return t->data;
 }
 
+/* Squeeze node q of a rank-r input: how many axes it removes when all of them are spatial
+ * (>= 2: batch and channel stay where they are) and given as constants; else 0. */
+static int squeeze_spatial(const fz_ctx *fz, const tdm_node *q, int r) {
+    const int64_t *ax = NULL;
+    int64_t n = 0;
+    if (q->opset < 13) {
+        size_t na = 0;
+        ax = tdm_attr_ints(q, "axes", &na);
+        n = (int64_t)na;
+    } else {
+        const tdm_tensor *t = q->n_inputs > 1 && q->inputs[1] >= 0 ? fz_const(fz, q->inputs[1]) : NULL;
+        if (!t || t->dtype != TDM_INT64) return 0;
+        ax = t->data;
+        n = t->count;
+    }
+    if (!ax || n < 1 || n > r - 2) return 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t a = ax[i] < 0 ? ax[i] + r : ax[i];
+        if (a < 2 || a >= r) return 0;
+    }
+    return (int)n;
+}
+
 /* Conv(X, W[, B]) -> Add(., C) == Conv(X, W, B + C) and
  * Conv(X, W[, B]) -> Mul(., S) == Conv(X, W * S, B * S) (per output channel) when C / S holds
  * one value per output channel (channel_const) and the Add / Mul is the Conv output's only
- * reader. New constants are made; the originals may be shared with other nodes. */
+ * reader. Also through a Squeeze of spatial axes between them (magika: Conv -> Squeeze(3) ->
+ * Add(C [1, 512, 1])), which stays, after the Conv. New constants are made; the originals
+ * may be shared with other nodes. */
 static tdm_status *fold_affine(fz_ctx *fz, int ai, bool mul) {
     tdm_node *op = fz_node(fz, ai);
     if (op->n_inputs != 2 || op->n_outputs != 1 || op->outputs[0] < 0) return NULL;
     for (int s = 0; s < 2; s++) {
-        int y = op->inputs[s], c = op->inputs[1 - s], ci = fz_producer(fz, y);
-        if (y == c || !fz_is_op(fz, ci, "Conv") || fz_sole_consumer(fz, y) != ai ||
-            !fz_is_f32(fz, y))
-            continue;
+        int y = op->inputs[s], c = op->inputs[1 - s], ci = fz_producer(fz, y), qi = -1;
+        if (y == c || fz_sole_consumer(fz, y) != ai || !fz_is_f32(fz, y)) continue;
+        int yr = fz->g->values[y].rank, squeezed = 0;
+        if (fz_is_op(fz, ci, "Squeeze")) { /* Conv -> Squeeze(spatial axes) -> Add / Mul */
+            const tdm_node *q = fz_node(fz, ci);
+            int y0 = q->n_inputs >= 1 ? q->inputs[0] : -1, c0 = fz_producer(fz, y0);
+            if (!fz_is_op(fz, c0, "Conv") || fz_sole_consumer(fz, y0) != ci || q->n_outputs != 1)
+                continue;
+            const tdm_node *cv = fz_node(fz, c0);
+            int r = cv->n_inputs >= 2 ? fz->g->values[cv->inputs[1]].rank : -1; /* W's = Y's */
+            if (r < 3 || !(squeezed = squeeze_spatial(fz, q, r))) continue;
+            qi = ci;
+            ci = c0;
+            yr = r - squeezed;
+        }
+        if (!fz_is_op(fz, ci, "Conv")) continue;
         tdm_node *conv = fz_node(fz, ci);
-        int yr = fz->g->values[y].rank;
-        if (conv->n_inputs < 2 || conv->n_outputs != 1 || yr < 3) continue;
+        if (conv->n_inputs < 2 || conv->n_outputs != 1 || yr < (qi >= 0 ? 2 : 3)) continue;
         int64_t m = fz->g->values[conv->inputs[1]].dims[0];
-        if (fz->g->values[conv->inputs[1]].rank != yr || m < 1) continue;
+        if (fz->g->values[conv->inputs[1]].rank != yr + squeezed || m < 1) continue;
         const float *cv = channel_const(fz, c, yr, m);
         const tdm_tensor *bt = conv->n_inputs > 2 && conv->inputs[2] >= 0
                                    ? fz_const(fz, conv->inputs[2]) : NULL;
@@ -259,7 +295,8 @@ static tdm_status *fold_affine(fz_ctx *fz, int ai, bool mul) {
         }
         if (wv >= 0) conv->inputs[1] = wv;
         conv->inputs[2] = bv;
-        conv->outputs[0] = op->outputs[0];
+        if (qi >= 0) fz_node(fz, qi)->outputs[0] = op->outputs[0];
+        else conv->outputs[0] = op->outputs[0];
         fz_kill(fz, ai);
         fz->count++;
         return NULL;

@@ -128,6 +128,8 @@ tdm_status *fz_pass_reduce_pool(fz_ctx *fz); /* fuse_act.c: ReduceMean(H, W) -> 
 tdm_status *fz_pass_bn_fold(fz_ctx *fz);   /* fuse_conv.c: Conv + BatchNormalization */
 tdm_status *fz_pass_conv(fz_ctx *fz);      /* fuse_conv.c: Conv (+Add) (+activation) */
 tdm_status *fz_pass_conv_prepad(fz_ctx *fz); /* fuse_conv.c: dilated 1-D Conv: pads as a Pad */
+/* fuse_conv.c: Transpose(0, 2, 1[, 3]) -> Conv along L -> ConvNwc1d (CPU alone) */
+tdm_status *fz_pass_conv_nwc(fz_ctx *fz);
 tdm_status *fz_pass_layernorm(fz_ctx *fz); /* fuse_norm.c: decomposed LayerNorm */
 tdm_status *fz_pass_attention(fz_ctx *fz); /* fuse_attn.c: scaled dot-product attention */
 tdm_status *fz_pass_matmul(fz_ctx *fz);    /* fuse_matmul.c: MatMul (+bias) (+Relu/GELU) */

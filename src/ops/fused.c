@@ -227,6 +227,57 @@ static tdm_status *infer_maxpool_nhwc(tdm_infer_ctx *ctx) {
     return NULL;
 }
 
+/* ---- ConvNwc1d: X [N, L, C(, D)], W [O, C, k(, 1)] -> Y [N, O, L + pads - k + 1(, D)] ---- */
+static tdm_status *infer_conv_nwc1d(tdm_infer_ctx *ctx) {
+    TDM_TRY(check_float(ctx));
+    const char *act = tdm_attr_string(ctx->node, "activation", "");
+    if (act[0] && strcmp(act, "GeluTanh") != 0)
+        return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
+                              "activation '%s': ConvNwc1d takes \"\" or \"GeluTanh\"", act);
+    const tdm_value_info *x = &ctx->in[0], *w = &ctx->in[1];
+    tdm_value_info *y = &ctx->out[0];
+    y->dtype = x->dtype;
+    size_t np = 0;
+    const int64_t *pads = tdm_attr_ints(ctx->node, "pads", &np);
+    if (pads && (np != 2 || pads[0] < 0 || pads[1] < 0))
+        return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
+                              "pads must be 2 values (begin and end of L), none negative");
+    int64_t pad = pads ? pads[0] + pads[1] : 0;
+    int r = x->rank >= 0 ? x->rank : w->rank;
+    if (r < 0) return NULL;
+    if ((r != 3 && r != 4) || (x->rank >= 0 && x->rank != r) || (w->rank >= 0 && w->rank != r))
+        return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
+                              "X and W must both have rank 3 or both rank 4 (X rank %d, W rank %d)",
+                              x->rank, w->rank);
+    int64_t N = x->rank >= 0 ? x->dims[0] : TDM_DIM_UNKNOWN;
+    int64_t L = x->rank >= 0 ? x->dims[1] : TDM_DIM_UNKNOWN;
+    int64_t O = w->rank >= 0 ? w->dims[0] : TDM_DIM_UNKNOWN;
+    int64_t k = w->rank >= 0 ? w->dims[2] : TDM_DIM_UNKNOWN;
+    if (x->rank >= 0 && w->rank >= 0 && x->dims[2] >= 0 && w->dims[1] >= 0 && x->dims[2] != w->dims[1])
+        return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT, "X has %lld channels, W %lld",
+                              (long long)x->dims[2], (long long)w->dims[1]);
+    if (r == 4 && w->rank >= 0 && w->dims[3] >= 0 && w->dims[3] != 1)
+        return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT, "the last dim of W must be 1");
+    if (k == 0) return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT, "the kernel is empty");
+    int64_t Lo = TDM_DIM_UNKNOWN;
+    if (L >= 0 && k >= 0) {
+        Lo = L + pad - k + 1;
+        if (Lo < 0)
+            return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
+                                  "the kernel (%lld) is longer than the padded input (%lld)",
+                                  (long long)k, (long long)(L + pad));
+    }
+    if (ctx->n_in > 2 && ctx->in[2].present && ctx->in[2].rank >= 0 &&
+        (ctx->in[2].rank != 1 || (O >= 0 && ctx->in[2].dims[0] >= 0 && ctx->in[2].dims[0] != O)))
+        return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT, "B must be 1-D with one value per output channel");
+    y->rank = r;
+    y->dims[0] = N;
+    y->dims[1] = O;
+    y->dims[2] = Lo;
+    if (r == 4) y->dims[3] = x->rank >= 0 ? x->dims[3] : TDM_DIM_UNKNOWN;
+    return NULL;
+}
+
 /* ---- QGlobalAveragePool: [N, C, 1, ...] (nhwc: [N, 1, ..., C]); Y has y_zero_point's type ---- */
 static tdm_status *infer_qgap(tdm_infer_ctx *ctx) {
     const tdm_value_info *x = &ctx->in[0];
@@ -262,5 +313,6 @@ const tdm_op_schema tdm_ops_fused[] = {
     {TDM_FUSED_DOMAIN, "QLut", 1, 2, 2, 1, 1, infer_qlut, 0, 0},
     {TDM_FUSED_DOMAIN, "MaxPoolNhwc", 1, 1, 1, 1, 1, infer_maxpool_nhwc, 0, 0},
     {TDM_FUSED_DOMAIN, "QGlobalAveragePool", 1, 5, 5, 1, 1, infer_qgap, 0, 0},
+    {TDM_FUSED_DOMAIN, "ConvNwc1d", 1, 2, 3, 1, 1, infer_conv_nwc1d, 0, 0},
 };
 const int tdm_ops_fused_count = (int)(sizeof tdm_ops_fused / sizeof tdm_ops_fused[0]);

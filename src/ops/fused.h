@@ -52,6 +52,17 @@
  * These eight never appear in a model file either: graph/fuse_qdq.c makes them from
  * DequantizeLinear -> op -> QuantizeLinear patterns.
  *
+ * ConvNwc1d   inputs: X [N, L, C] or [N, L, C, D] (a sequence, channels last), W [O, C, k]
+ *             or [O, C, k, 1] (Conv's weights, X's rank), B [O] (optional)
+ *             attributes: pads (ints {begin, end} along L; default none),
+ *               activation (string: "" or "GeluTanh", applied last; default "")
+ *             Y [N, O, L'] or [N, O, L', D], L' = L + begin + end - k + 1:
+ *             Y[n, o, p(, d)] = B[o] + sum over t < k, c < C of
+ *                               W[o, c, t] X[n, p + t - begin, c(, d)]
+ *             (X zero outside [0, L)): Conv(Transpose(X, perm 0, 2, 1[, 3]), W, B) with
+ *             stride, dilation and group 1 (graph/fuse_conv.c makes it; CPU alone; the fast
+ *             path is D = 1)
+ *
  * Attention   inputs: Q [B,H,S,D], K [B,H,T,D], V [B,H,T,Dv], mask (optional, additive,
  *             broadcastable to [B,H,S,T])
  *             attributes: scale (float, default 1/sqrt(D))

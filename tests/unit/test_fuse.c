@@ -417,6 +417,85 @@ static void test_conv_affine(void **state) {
     mb_free(&b);
 }
 
+/* x -> z: the tanh GELU as exporters write it (x * 0.5 * (1 + Tanh(k (x + c x^3)))). */
+static void gelu_tanh(mb_model *b, const char *x, const char *z) {
+    char spec[96];
+    mb_scalar(b, "g_three", 3.0f);
+    mb_scalar(b, "g_c", 0.044715f);
+    mb_scalar(b, "g_k", 0.7978845608f);
+    mb_scalar(b, "g_one", 1.0f);
+    mb_scalar(b, "g_half", 0.5f);
+    snprintf(spec, sizeof spec, "Pow:%s,g_three->g_p", x);
+    mb_node(b, spec);
+    mb_node(b, "Mul:g_p,g_c->g_q");
+    snprintf(spec, sizeof spec, "Add:%s,g_q->g_r", x);
+    mb_node(b, spec);
+    mb_node(b, "Mul:g_k,g_r->g_s");
+    mb_node(b, "Tanh:g_s->g_t");
+    mb_node(b, "Add:g_t,g_one->g_a");
+    snprintf(spec, sizeof spec, "Mul:%s,g_a->g_m", x);
+    mb_node(b, spec);
+    snprintf(spec, sizeof spec, "Mul:g_m,g_half->%s", z);
+    mb_node(b, spec);
+}
+
+/* Conv -> Squeeze(spatial axis) -> Add / Mul(per-channel constant): folded into the Conv's B
+ * (and W), the Squeeze stays (magika: Conv -> Squeeze(3) -> Add(C [1, 512, 1])), also behind
+ * the Transpose that makes it a ConvNwc1d, then with a tanh GELU behind (ConvNwc1d takes it;
+ * also without the Squeeze, through FusedConv). Negative cases: the constant varies along L, the
+ * Squeeze's output has a second reader, a Squeeze of the channel axis. */
+static void test_conv_squeeze_bias(void **state) {
+    (void)state;
+    enum { ADD, MUL, NWC, NWC_GELU, NWC_GELU4, ALONG_L, SECOND, CHAN };
+    for (int kind = ADD; kind <= CHAN; kind++) {
+        bool nwc = kind == NWC || kind == NWC_GELU || kind == NWC_GELU4;
+        mb_model b;
+        mb_init(&b, 17);
+        int64_t xd[4] = {2, 6, 9, 1}, wd[4] = {8, 6, 3, 1}, m = 8, ax[1] = {3};
+        int64_t cd[3] = {1, 8, 1}, ld[3] = {1, 1, 7}, md[2] = {8, 1};
+        if (nwc) xd[1] = 9, xd[2] = 6;
+        if (kind == CHAN) wd[0] = m = 1, cd[1] = 1, ax[0] = 1;
+        mb_input(&b, "x", 4, xd);
+        mb_weight(&b, "W", 4, wd, NULL, 0, 0.5f);
+        mb_weight(&b, "B", 1, &m, NULL, 0, 0.5f);
+        if (nwc) {
+            int64_t perm[4] = {0, 2, 1, 3};
+            mb_attr_ints(&b, mb_node(&b, "Transpose:x->xt"), "perm", 4, perm);
+            mb_node(&b, "Conv:xt,W,B->y");
+        } else {
+            mb_node(&b, "Conv:x,W,B->y");
+        }
+        mb_init_i64(&b, "ax", 1, ax);
+        if (kind == NWC_GELU4) { /* no Squeeze: the Conv fusion takes the GELU first */
+            gelu_tanh(&b, "y", "z");
+            mb_output(&b, "z");
+            fuse_result r;
+            run_both(&b, &r);
+            if (r.nodes != 1 || op_count(&r, "ConvNwc1d") != 1) fail_msg("case %d: %s", kind, r.ops);
+            mb_free(&b);
+            continue;
+        }
+        mb_node(&b, "Squeeze:y,ax->q");
+        if (kind == MUL) mb_weight(&b, "c", 2, md, NULL, 1.0f, 0.5f);
+        else mb_weight(&b, "c", 3, kind == ALONG_L ? ld : cd, NULL, 0.0f, 0.5f);
+        mb_node(&b, kind == MUL ? "Mul:q,c->z0" : "Add:c,q->z0");
+        if (kind == NWC_GELU) gelu_tanh(&b, "z0", "z");
+        else mb_node(&b, "Identity:z0->z");
+        mb_output(&b, "z");
+        if (kind == SECOND) {
+            mb_node(&b, "Relu:q->r");
+            mb_output(&b, "r");
+        }
+        fuse_result r;
+        run_both(&b, &r);
+        bool folded = op_count(&r, kind == MUL ? "Mul" : "Add") == 0;
+        if (folded != (kind <= NWC_GELU) || op_count(&r, "Squeeze") != 1 ||
+            (nwc && op_count(&r, "ConvNwc1d") != 1) || (kind == NWC_GELU && r.nodes != 2))
+            fail_msg("case %d: %s", kind, r.ops);
+        mb_free(&b);
+    }
+}
+
 static void test_conv_gelu(void **state) {
     (void)state;
     mb_model b;
@@ -569,7 +648,7 @@ static void test_conv_swish(void **state) {
 /* ---- MatMul + bias + activation ---- */
 
 static void matmul_model(mb_model *b, int a_rank, bool batched_b) {
-    int64_t all[4] = {2, 3, 5, 8}, ad[4], wd[3] = {3, 8, 16}, n = 16;
+    int64_t all[4] = {2, 3, 5, 8}, ad[4] = {0}, wd[3] = {3, 8, 16}, n = 16;
     for (int i = 0; i < a_rank; i++) ad[i] = all[4 - a_rank + i];
     mb_input_run(b, "A", a_rank, ad, NULL);
     mb_weight(b, "W", batched_b ? 3 : 2, batched_b ? wd : wd + 1, NULL, 0, 0.5f);
@@ -896,6 +975,66 @@ static void test_conv_prepad(void **state) {
         run_both(&b, &res);
         if ((op_count(&res, "Pad") == 1) != cases[c].want || res.ref)
             fail_msg("case %zu: %s%s", c, res.ops, res.ref ? " (a reference kernel)" : "");
+        mb_free(&b);
+    }
+}
+
+/* ---- Transpose(0, 2, 1[, 3]) -> Conv along L as ConvNwc1d (fuse_conv.c, CPU) ----
+ * magika's form at a small size: X [N 3, L 37, C 24, 1] -> Transpose -> Conv W [40, 24, 5, 1],
+ * with and without B; the 1-D form with pads; dynamic N and L; a last dim known only at run
+ * time that is not 1 (the op's plain loop). Negative cases: another perm, stride 2,
+ * dilation 2, group 2, pads across the unit dim, a second reader of the Transpose, W not a
+ * constant. Each against opt-level 0 (run_both: atol 1e-5, rtol 1e-4). */
+static void test_conv_nwc(void **state) {
+    (void)state;
+    enum { PLAIN, BIAS, R3PADS, R4PADS, DYN, DLAST, PERM, STRIDE, DIL, GROUP, WPADS, SECOND, WIN };
+    struct {
+        int kind;
+        bool want;
+    } cases[] = {{PLAIN, true},  {BIAS, true},    {R3PADS, true}, {R4PADS, true}, {DYN, true},
+                 {DLAST, true},  {PERM, false},   {STRIDE, false}, {DIL, false},  {GROUP, false},
+                 {WPADS, false}, {SECOND, false}, {WIN, false}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int kind = cases[c].kind, r = kind == R3PADS ? 3 : 4;
+        mb_model b;
+        mb_init(&b, 17);
+        int64_t xd[4] = {3, 37, 24, 1}, xrun[4] = {3, 37, 24, 1};
+        int64_t wd[4] = {40, kind == GROUP ? 12 : 24, 5, 1}, m = 40;
+        int64_t perm[4] = {0, 2, 1, 3};
+        if (kind == DYN) xd[0] = xd[1] = -1;
+        if (kind == DLAST) xd[3] = -1, xrun[3] = 2;
+        if (kind == PERM) { /* X [N, C, 1, L] -> [N, C, L, 1] */
+            xd[1] = xrun[1] = 24, xd[2] = xrun[2] = 1, xd[3] = xrun[3] = 37;
+            perm[1] = 1, perm[2] = 3, perm[3] = 2;
+        }
+        mb_input_run(&b, "x", r, xd, xrun);
+        if (kind == WIN) mb_input(&b, "W", r, wd);
+        else mb_weight(&b, "W", r, wd, NULL, 0, 0.5f);
+        if (kind == BIAS || kind == R3PADS) mb_weight(&b, "B", 1, &m, NULL, 0, 0.5f);
+        mb_attr_ints(&b, mb_node(&b, "Transpose:x->xt"), "perm", r, perm);
+        Onnx__NodeProto *n = mb_node(&b, kind == BIAS || kind == R3PADS ? "Conv:xt,W,B->y" : "Conv:xt,W->y");
+        int64_t two[2] = {2, 2};
+        if (kind == STRIDE) mb_attr_ints(&b, n, "strides", 2, two);
+        if (kind == DIL) mb_attr_ints(&b, n, "dilations", 2, two);
+        if (kind == GROUP) mb_attr_i(&b, n, "group", 2);
+        if (kind == R3PADS) {
+            int64_t pads[2] = {2, 1};
+            mb_attr_ints(&b, n, "pads", 2, pads);
+        }
+        if (kind == R4PADS || kind == WPADS) {
+            int64_t pl[4] = {3, 0, 1, 0}, pw[4] = {0, 1, 0, 1};
+            mb_attr_ints(&b, n, "pads", 4, kind == R4PADS ? pl : pw);
+        }
+        mb_output(&b, "y");
+        if (kind == SECOND) {
+            mb_node(&b, "Relu:xt->t2");
+            mb_output(&b, "t2");
+        }
+        fuse_result res;
+        run_both(&b, &res);
+        bool fused = op_count(&res, "ConvNwc1d") == 1 && op_count(&res, "Transpose") == 0;
+        if (fused != cases[c].want || (!cases[c].want && op_count(&res, "ConvNwc1d")))
+            fail_msg("case %zu: %s", c, res.ops);
         mb_free(&b);
     }
 }
@@ -1396,6 +1535,8 @@ int main(void) {
         cmocka_unit_test(test_reference_conv), cmocka_unit_test(test_reference_matmul),
         cmocka_unit_test(test_matmul_wide_n),
         cmocka_unit_test(test_conv_prepad),
+        cmocka_unit_test(test_conv_nwc),
+        cmocka_unit_test(test_conv_squeeze_bias),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

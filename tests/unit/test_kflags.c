@@ -54,6 +54,7 @@ static const promise promised[] = {
     {"dnnl", TDM_FUSED_DOMAIN, "ToBlocked", WA},
     {"dnnl", TDM_FUSED_DOMAIN, "FromBlocked", WA},
     {"dnnl", TDM_FUSED_DOMAIN, "BlockedConcat", WA},
+    {"dnnl", TDM_FUSED_DOMAIN, "ConvNwc1d", WA},
     {"binary", "", "Add", WA},
     {"binary", "", "Sub", WA},
     {"binary", "", "Mul", WA},
@@ -385,7 +386,8 @@ static void built_plain_ops(tdm_device *cpu) {
 }
 
 /* Conv + residual Add + Relu, alone: one FusedConv with Z (the blocked pass leaves a lone
- * convolution as it is); MatMul + bias + Relu: FusedMatMul. */
+ * convolution as it is); MatMul + bias + Relu: FusedMatMul; Transpose(0, 2, 1, 3) -> Conv
+ * along L, with B and pads and without either: ConvNwc1d. */
 static void built_fused_ops(tdm_device *cpu) {
     mb_model m;
     mb_init(&m, 13);
@@ -408,8 +410,21 @@ static void built_fused_ops(tdm_device *cpu) {
     mb_node(&m, "MatMul:a,mw->t");
     mb_node(&m, "Add:t,b->u");
     mb_node(&m, "Relu:u->v");
+    IN(&m, "sq", 2, 9, 4, 1);
+    float nv[8 * 4 * 3];
+    for (int i = 0; i < 8 * 4 * 3; i++) nv[i] = (float)((i * 5) % 7) / 7.0f - 0.5f;
+    int64_t nd[4] = {8, 4, 3, 1}, perm[4] = {0, 2, 1, 3}, npads[4] = {1, 0, 1, 0};
+    mb_init_f32(&m, "nw", 4, nd, 8 * 4 * 3, nv);
+    mb_attr_ints(&m, mb_node(&m, "Transpose:sq->sqt"), "perm", 4, perm);
+    n = mb_node(&m, "Conv:sqt,nw,b->nc");
+    mb_attr_ints(&m, n, "pads", 4, npads);
     mb_output(&m, "y");
     mb_output(&m, "v");
+    IN(&m, "sq2", 2, 9, 4, 1); /* without B: the first tap's product writes Y (beta 0) */
+    mb_attr_ints(&m, mb_node(&m, "Transpose:sq2->sqt2"), "perm", 4, perm);
+    mb_node(&m, "Conv:sqt2,nw->nc2");
+    mb_output(&m, "nc");
+    mb_output(&m, "nc2");
     run_built(cpu, &m, 1);
 }
 

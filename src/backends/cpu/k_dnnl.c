@@ -1,5 +1,5 @@
 /* CPU kernels: dnnl family — oneDNN fast paths for float32 Conv, FusedConv, MatMul, Gemm,
- * FusedMatMul, MaxPool and AveragePool, int8 QLinearConv / QConv, QConvTranspose and
+ * FusedMatMul, MaxPool and AveragePool, ConvNwc1d (k_dnnl_nwc.c), int8 QLinearConv / QConv, QConvTranspose and
  * QLinearMatMul / QMatMul (k_dnnl_qconv.c, k_dnnl_qdeconv.c, k_dnnl_qmatmul.c), and the
  * channel-blocked layout ops (BlockedConv, BlockedPool, ToBlocked, FromBlocked;
  * k_dnnl_layout.c). This table is searched before the
@@ -46,6 +46,7 @@ const tdm_kernel_def tdm_cpu_kernels_dnnl[] = {
     {TDM_FUSED_DOMAIN, "ToBlocked", 1, 0, 0, F32, dn_to_blocked_run, NULL, NULL, WA},
     {TDM_FUSED_DOMAIN, "FromBlocked", 1, 0, 0, F32, dn_from_blocked_run, NULL, NULL, WA},
     {TDM_FUSED_DOMAIN, "BlockedConcat", 1, 0, 0, F32, dn_blocked_concat_run, NULL, NULL, WA},
+    {TDM_FUSED_DOMAIN, "ConvNwc1d", 1, 0, 0, F32, dn_nwc_run, dn_nwc_prepare, dn_nwc_release, WA},
     {"", "QLinearConv", 10, 0, 0, Q8, dn_qconv_run, dn_qconv_prepare, dn_qconv_release, WA},
     {TDM_FUSED_DOMAIN, "QConv", 1, 0, 0, Q8, dn_qconv_run, dn_qconv_prepare, dn_qconv_release, WA},
     {TDM_FUSED_DOMAIN, "QConvTranspose", 1, 0, 0, Q8, dn_qdeconv_run, dn_qdeconv_prepare,

@@ -292,6 +292,11 @@ tdm_status *dn_matmul_run(tdm_kernel_ctx *ctx);
 tdm_status *dn_pool_prepare(const tdm_node *node, int opset, int n_in,
                             const tdm_tensor *const *in, const tdm_allocator *a, void **state);
 tdm_status *dn_pool_run(tdm_kernel_ctx *ctx);
+/* k_dnnl_nwc.c: ConvNwc1d (tap-wise sgemm; no generic kernel: it always runs) */
+tdm_status *dn_nwc_prepare(const tdm_node *node, int opset, int n_in,
+                           const tdm_tensor *const *in, const tdm_allocator *a, void **state);
+void dn_nwc_release(void *state, const tdm_allocator *a);
+tdm_status *dn_nwc_run(tdm_kernel_ctx *ctx);
 
 /* k_dnnl_qconv.c / k_dnnl_qmatmul.c: int8 (the reference kernels of k_misc_quant.c are
  * their fallback) */
