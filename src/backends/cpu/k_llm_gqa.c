@@ -32,8 +32,7 @@
  * decode steps do. ONNX Runtime's own quantised caches (k_quant_type, k_scale) stay refused.
  *
  * Speed: two parallel passes on the session's pool: (batch, kv head) pairs write the cache,
- * then (batch, kv head, block of up to 16 query rows) items, one slot per thread (a decode
- * step: a slot per item, up to 4 per thread, handed to whichever thread is free). A single row
+ * then (batch, kv head, block of up to 16 query rows) items, one slot per thread. A single row
  * (decode) runs all heads of its group together, 64 cache rows at a time, so the cache is read
  * once per group, not once per head (k_llm_simd.c: SIMD scores and p.V; the device's softmax
  * row); with fewer items than twice the threads, each group's rows split in parts whose
@@ -451,11 +450,7 @@ static void gqa_item(const gqa_job *j, int64_t p, float *scratch) {
     }
 }
 
-/* Pass 2's driver: slot k runs items k, k + slots, ... with its scratch. A prefill has one
- * slot per thread (a block's scratch is large); a decode step up to 4 per thread, each a
- * chunk of the region that the pool hands to whichever thread is free: a thread that starts
- * late (woken from its sleep, or descheduled on a busy machine) leaves the others its share
- * instead of running a fixed third or half of the items after they are done. */
+/* Pass 2's driver: slot k (one per thread) runs items k, k + slots, ... with its scratch. */
 static void gqa_slots(void *arg, int64_t k0, int64_t k1) {
     const gqa_job *j = arg;
     if (j->S > 1 && omp_get_max_threads() != 1) omp_set_num_threads(1); /* sgemm stays serial */
@@ -662,8 +657,6 @@ tdm_status *tdm_llm_run_gqa(tdm_kernel_ctx *ctx) {
         j.items *= j.parts;
     }
     j.slots = j.items < threads ? j.items : threads;
-    if (threads > 1 && j.S == 1) /* decode: a slot per item, up to 4 per thread (see gqa_slots) */
-        j.slots = j.items < 4 * threads ? j.items : 4 * threads;
     if (j.slots < 1) j.slots = 1;
     int64_t row_need = group * (j.L + 16) + group * j.D;
     int64_t block_need = j.rows_per_block * (j.L + 1) + j.rows_per_block * j.D +

@@ -28,7 +28,7 @@
  * TDM_ERR_INVALID_ARGUMENT before anything is written.
  *
  * Speed: two parallel passes on the session's pool: the new tokens' K/V rows into their
- * slots, then token items, a scratch slot per item up to 4 per thread. An item runs all query
+ * slots, then (token, kv head) items, one scratch slot per thread. An item runs all query
  * heads of its group together, block by block: the K (then V) rows of a block are read once
  * for the group, with the attention row routines of the GroupQueryAttention kernel
  * (k_llm_simd.c scores and p.V, the device's softmax row); runs of consecutive block ids are
@@ -276,10 +276,7 @@ static void paged_merge(const paged_job *j) {
                                 j->y + (t * j->H + h) * j->D);
 }
 
-/* Pass 2's driver: slot k runs items k, k + slots, ... with its scratch; up to 4 slots per
- * thread, each a chunk of the region that the pool hands to whichever thread is free (a
- * thread that starts late, or sequences of different lengths, do not leave one thread a fixed
- * share to finish alone). */
+/* Pass 2's driver: slot k (one per thread) runs items k, k + slots, ... with its scratch. */
 static void paged_slots(void *arg, int64_t k0, int64_t k1) {
     const paged_job *j = arg;
     for (int64_t k = k0; k < k1; k++)
@@ -460,8 +457,7 @@ tdm_status *tdm_llm_run_paged(tdm_kernel_ctx *ctx) {
         if (j.parts < 1) j.parts = 1;
         j.items *= j.parts;
     }
-    int64_t most = threads > 1 ? 4 * threads : 1; /* a slot per item, up to 4 per thread */
-    j.slots = j.items < most ? j.items : most;
+    j.slots = j.items < threads ? j.items : threads;
     if (j.slots < 1) j.slots = 1;
     tdm_tensor *ko = ctx->n_out > 1 ? ctx->out[1] : NULL, *vo = ctx->n_out > 2 ? ctx->out[2] : NULL;
     size_t cache = (size_t)kc->count;
