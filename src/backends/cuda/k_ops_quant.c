@@ -73,18 +73,24 @@ static tdm_status *q_axis(const tdm_kernel_ctx *ctx, const tdm_tensor *x, const 
     return NULL;
 }
 
+/* Device pointers of x, the scale, the zero point (NULL when omitted) and y, and the per-axis
+ * form (Quantize / DequantizeLinear). */
+static tdm_status *q_io(const tdm_kernel_ctx *ctx, const void **x, const void **s,
+                        const void **z, void **y, int64_t *L, int64_t *post) {
+    TDM_TRY(kops_in(ctx, 0, x));
+    TDM_TRY(kops_in(ctx, 1, s));
+    TDM_TRY(kops_in(ctx, 2, z));
+    TDM_TRY(kops_out(ctx, 0, y));
+    return q_axis(ctx, ctx->in[0], ctx->in[1], ctx->n_in > 2 ? ctx->in[2] : NULL, L, post);
+}
+
 static tdm_status *run_quantize(tdm_kernel_ctx *ctx) {
-    const tdm_tensor *X = ctx->in[0], *S = ctx->in[1];
-    const tdm_tensor *Z = ctx->n_in > 2 ? ctx->in[2] : NULL;
+    const tdm_tensor *X = ctx->in[0], *Z = ctx->n_in > 2 ? ctx->in[2] : NULL;
     tdm_tensor *Y = ctx->out[0];
     const void *x, *s, *z;
     void *y;
-    TDM_TRY(kops_in(ctx, 0, &x));
-    TDM_TRY(kops_in(ctx, 1, &s));
-    TDM_TRY(kops_in(ctx, 2, &z));
-    TDM_TRY(kops_out(ctx, 0, &y));
     int64_t L, post;
-    TDM_TRY(q_axis(ctx, X, S, Z, &L, &post));
+    TDM_TRY(q_io(ctx, &x, &s, &z, &y, &L, &post));
     if (Z && Z->dtype != Y->dtype)
         return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
                               "the zero point's type is not the output's");
@@ -94,17 +100,12 @@ static tdm_status *run_quantize(tdm_kernel_ctx *ctx) {
 }
 
 static tdm_status *run_dequantize(tdm_kernel_ctx *ctx) {
-    const tdm_tensor *X = ctx->in[0], *S = ctx->in[1];
-    const tdm_tensor *Z = ctx->n_in > 2 ? ctx->in[2] : NULL;
+    const tdm_tensor *X = ctx->in[0];
     tdm_tensor *Y = ctx->out[0];
     const void *x, *s, *z;
     void *y;
-    TDM_TRY(kops_in(ctx, 0, &x));
-    TDM_TRY(kops_in(ctx, 1, &s));
-    TDM_TRY(kops_in(ctx, 2, &z));
-    TDM_TRY(kops_out(ctx, 0, &y));
     int64_t L, post;
-    TDM_TRY(q_axis(ctx, X, S, Z, &L, &post));
+    TDM_TRY(q_io(ctx, &x, &s, &z, &y, &L, &post));
     return kops_status(ctx, tcu_dequantize((int)X->dtype, x, s, z, (int)Y->dtype, y, Y->count, L,
                                            post, kops_stream(ctx)),
                        "DequantizeLinear");
