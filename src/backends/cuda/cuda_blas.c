@@ -25,13 +25,17 @@ typedef struct mm_key {
     int64_t M, N, K, batch, sA, sB;
 } mm_key;
 
-/* Largest power of two (up to 256) dividing the address: cuBLASLt's heuristic assumes
- * 256-byte aligned operands unless told otherwise. */
-static uint32_t align_of(const void *p) {
-    uintptr_t a = (uintptr_t)p;
-    uint32_t al = 256;
-    while (al > 1 && (a & (al - 1))) al >>= 1;
-    return al;
+tdm_status *cuda_lt_preference(const uint32_t align[4], cublasLtMatmulPreference_t *pref) {
+    static const cublasLtMatmulPreferenceAttributes_t which[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    size_t ws_max = (size_t)32 << 20;
+    TDM_TRY(cuda_blas_check(cublasLtMatmulPreferenceCreate(pref), "matmul preference"));
+    cublasLtMatmulPreferenceSetAttribute(*pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_max,
+                                         sizeof ws_max);
+    for (int i = 0; i < 4; i++)
+        cublasLtMatmulPreferenceSetAttribute(*pref, which[i], &align[i], sizeof align[i]);
+    return NULL;
 }
 
 /* Per-node state: the algorithms found for the last shapes (used under the device lock). */
@@ -129,7 +133,8 @@ static tdm_status *lt_matmul(cuda_device *d, mm_state *cache, const mm_args *m) 
                     m->batch, m->sA);
     if (!st) st = layout(&lc, t, m->N, m->M, m->N, m->batch, m->sY);
     mm_key key = {(int)m->dtype, (int)prec, m->ta, m->tb, (int)epi, m->C != NULL,
-                  {align_of(m->B), align_of(m->A), align_of(m->C ? m->C : m->Y), align_of(m->Y)},
+                  {cuda_align_of(m->B), cuda_align_of(m->A), cuda_align_of(m->C ? m->C : m->Y),
+                   cuda_align_of(m->Y)},
                   m->M, m->N, m->K, m->batch, m->sA, m->sB};
     cublasLtMatmulHeuristicResult_t res;
     int found = -1;
@@ -144,17 +149,7 @@ static tdm_status *lt_matmul(cuda_device *d, mm_state *cache, const mm_args *m) 
             st = make_op(&op, cache->ct[found], m, epi);
         }
     } else if (!st) {
-        size_t ws_max = (size_t)32 << 20;
-        st = cuda_blas_check(cublasLtMatmulPreferenceCreate(&pref), "matmul preference");
-        if (!st) {
-            static const cublasLtMatmulPreferenceAttributes_t al[4] = {
-                CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
-            cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                 &ws_max, sizeof ws_max);
-            for (int i = 0; i < 4; i++)
-                cublasLtMatmulPreferenceSetAttribute(pref, al[i], &key.align[i], sizeof key.align[i]);
-        }
+        st = cuda_lt_preference(key.align, &pref);
         int n_res = 0;
         cublasStatus_t hs = CUBLAS_STATUS_SUCCESS;
         if (!st) hs = cublasLtMatmulAlgoGetHeuristic(d->lt, op, la, lb, lc, lc, pref, 1, &res, &n_res);

@@ -176,6 +176,19 @@ static inline void cuda_scratch_free(cuda_device *d, void *p) { cuda_mem_free(d,
 /* The shared workspace of at least `size` bytes (valid until the next call; compute stream,
  * device lock held). */
 tdm_status *cuda_workspace(cuda_device *d, size_t size, void **p);
+
+/* ---- cuBLASLt (cuda_blas.c) ---- */
+/* Largest power of two (up to 256) dividing the address: cuBLASLt's heuristic assumes
+ * 256-byte aligned operands unless told otherwise. */
+static inline uint32_t cuda_align_of(const void *p) {
+    uintptr_t a = (uintptr_t)p;
+    uint32_t al = 256;
+    while (al > 1 && (a & (al - 1))) al >>= 1;
+    return al;
+}
+/* A matmul preference for cuBLASLt's heuristic: at most 32 MiB of workspace and the operands'
+ * alignments (cuBLASLt's A, B, C, D in bytes, cuda_align_of). */
+tdm_status *cuda_lt_preference(const uint32_t align[4], cublasLtMatmulPreference_t *pref);
 /* Copies (blocking) `size` bytes of device memory to the host, after the compute stream's
  * queued work. */
 tdm_status *cuda_to_host(cuda_device *d, void *host, const void *dev_ptr, size_t size);

@@ -129,13 +129,6 @@ static bool dequantize_accept(const tdm_node *node, const tdm_dtype *in_types, i
 
 /* ---- the s8 product ---- */
 
-static uint32_t align_of(const void *p) {
-    uintptr_t a = (uintptr_t)p;
-    uint32_t al = 256;
-    while (al > 1 && (a & (al - 1))) al >>= 1;
-    return al;
-}
-
 /* C[j * ldc + i] = sum_q A[i * lda + q] B[j * ldb + q]: cuBLASLt when it takes the shape
  * (s8 "TN" rules: m, k and every leading dimension a multiple of 4, 4-byte aligned
  * operands) and has an algorithm for it, else tcu_q8_gemm. */
@@ -145,8 +138,8 @@ static tdm_status *q8_gemm(const tdm_kernel_ctx *ctx, int64_t m, int64_t n, int6
     cuda_device *d = cuda_ctx_device(ctx);
     if (m <= 0 || n <= 0) return NULL;
     bool lt = k > 0 && m % 4 == 0 && k % 4 == 0 && lda % 4 == 0 && ldb % 4 == 0 &&
-              ldc % 4 == 0 && align_of(A) >= 4 && align_of(B) >= 4 && align_of(C) >= 16 &&
-              m <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX;
+              ldc % 4 == 0 && cuda_align_of(A) >= 4 && cuda_align_of(B) >= 4 &&
+              cuda_align_of(C) >= 16 && m <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX;
     tdm_status *st = NULL;
     if (lt) {
         cublasLtMatmulDesc_t op = NULL;
@@ -166,23 +159,18 @@ static tdm_status *q8_gemm(const tdm_kernel_ctx *ctx, int64_t m, int64_t n, int6
                  cublasLtMatrixLayoutCreate(&lb, CUDA_R_8I, (uint64_t)k, (uint64_t)n, ldb) ==
                      CUBLAS_STATUS_SUCCESS &&
                  cublasLtMatrixLayoutCreate(&lc, CUDA_R_32I, (uint64_t)m, (uint64_t)n, ldc) ==
-                     CUBLAS_STATUS_SUCCESS &&
-                 cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS;
+                     CUBLAS_STATUS_SUCCESS;
         }
-        if (ok) {
-            size_t ws_max = (size_t)32 << 20;
-            uint32_t al[4] = {align_of(A), align_of(B), align_of(C), align_of(C)};
-            static const cublasLtMatmulPreferenceAttributes_t which[4] = {
-                CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
-            cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                 &ws_max, sizeof ws_max);
-            for (int i = 0; i < 4; i++)
-                cublasLtMatmulPreferenceSetAttribute(pref, which[i], &al[i], sizeof al[i]);
+        uint32_t al[4] = {cuda_align_of(A), cuda_align_of(B), cuda_align_of(C), cuda_align_of(C)};
+        tdm_status *ps = ok ? cuda_lt_preference(al, &pref) : NULL;
+        if (ps) { /* no preference: the own kernel */
+            tdm_status_free(ps);
+            ok = false;
+        }
+        if (ok)
             ok = cublasLtMatmulAlgoGetHeuristic(d->lt, op, la, lb, lc, lc, pref, 1, &res,
                                                 &n_res) == CUBLAS_STATUS_SUCCESS &&
                  n_res > 0;
-        }
         void *ws = NULL;
         if (ok && res.workspaceSize) st = cuda_workspace(d, res.workspaceSize, &ws);
         if (ok && !st) {
