@@ -289,6 +289,16 @@ static void mb_scalar(mb_model *m, const char *name, float v) {
     mb_weight(m, name, 0, NULL, &v, 0, 0);
 }
 
+/* x -> z, BERT's erf GELU: (x * (erf(x / sqrt2) + 1)) * 0.5, reading the scalars one and half. */
+static inline void mb_erf_gelu(mb_model *b) {
+    mb_scalar(b, "sqrt2", 1.4142135f);
+    mb_node(b, "Div:x,sqrt2->d");
+    mb_node(b, "Erf:d->e");
+    mb_node(b, "Add:e,one->a");
+    mb_node(b, "Mul:x,a->m");
+    mb_node(b, "Mul:m,half->z");
+}
+
 /* ---- graph inputs and outputs ---- */
 
 /* A tensor value info of element type elem; rank -1: no shape; a dim < 0 is dynamic ("N"). */
