@@ -173,27 +173,28 @@ bool fz_same_dim(const fz_ctx *fz, int a, int da, int b, int db) {
     return oa && oa == ob;
 }
 
-bool fz_reduce_axes(const fz_ctx *fz, const tdm_node *n, int rank, int64_t *axes, int *count) {
+bool fz_axes_of(const fz_ctx *fz, const tdm_node *n, int input_since, int64_t *axes, int *count) {
     int c = 0;
-    if (n->opset < 18) {
-        size_t na;
+    if (n->opset < input_since) {
+        size_t na = 0;
         const int64_t *a = tdm_attr_ints(n, "axes", &na);
-        if (!a || na == 0) {
-            for (int d = 0; d < rank; d++) axes[c++] = d;
-        } else {
-            if (na > TDM_MAX_RANK) return false;
-            for (size_t i = 0; i < na; i++) axes[c++] = a[i];
-        }
-    } else {
-        const tdm_tensor *t = n->n_inputs > 1 ? fz_const(fz, n->inputs[1]) : NULL;
-        if (n->n_inputs > 1 && n->inputs[1] >= 0 && !t) return false;
-        if (!t || t->count == 0) {
-            if (tdm_attr_int(n, "noop_with_empty_axes", 0)) return false;
-            for (int d = 0; d < rank; d++) axes[c++] = d;
-        } else {
-            if (t->dtype != TDM_INT64 || t->count > TDM_MAX_RANK) return false;
-            for (int64_t i = 0; i < t->count; i++) axes[c++] = ((const int64_t *)t->data)[i];
-        }
+        if (a && na > TDM_MAX_RANK) return false;
+        for (size_t i = 0; a && i < na; i++) axes[c++] = a[i];
+    } else if (n->n_inputs > 1 && n->inputs[1] >= 0) {
+        const tdm_tensor *t = fz_const(fz, n->inputs[1]);
+        if (!t || (t->count > 0 && t->dtype != TDM_INT64) || t->count > TDM_MAX_RANK) return false;
+        for (int64_t i = 0; i < t->count; i++) axes[c++] = ((const int64_t *)t->data)[i];
+    }
+    *count = c;
+    return true;
+}
+
+bool fz_reduce_axes(const fz_ctx *fz, const tdm_node *n, int rank, int64_t *axes, int *count) {
+    int c;
+    if (!fz_axes_of(fz, n, 18, axes, &c)) return false;
+    if (c == 0) { /* every axis, unless opset 18's noop_with_empty_axes */
+        if (n->opset >= 18 && tdm_attr_int(n, "noop_with_empty_axes", 0)) return false;
+        for (int d = 0; d < rank; d++) axes[c++] = d;
     }
     for (int i = 0; i < c; i++) {
         if (axes[i] < 0) axes[i] += rank;

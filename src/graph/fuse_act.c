@@ -202,24 +202,14 @@ static const float *channel_const(const fz_ctx *fz, int c, int yr, int64_t m) {
 /* Squeeze node q of a rank-r input: how many axes it removes when all of them are spatial
  * (>= 2: batch and channel stay where they are) and given as constants; else 0. */
 static int squeeze_spatial(const fz_ctx *fz, const tdm_node *q, int r) {
-    const int64_t *ax = NULL;
-    int64_t n = 0;
-    if (q->opset < 13) {
-        size_t na = 0;
-        ax = tdm_attr_ints(q, "axes", &na);
-        n = (int64_t)na;
-    } else {
-        const tdm_tensor *t = q->n_inputs > 1 && q->inputs[1] >= 0 ? fz_const(fz, q->inputs[1]) : NULL;
-        if (!t || t->dtype != TDM_INT64) return 0;
-        ax = t->data;
-        n = t->count;
-    }
-    if (!ax || n < 1 || n > r - 2) return 0;
-    for (int64_t i = 0; i < n; i++) {
+    int64_t ax[TDM_MAX_RANK];
+    int n;
+    if (!fz_axes_of(fz, q, 13, ax, &n) || n < 1 || n > r - 2) return 0;
+    for (int i = 0; i < n; i++) {
         int64_t a = ax[i] < 0 ? ax[i] + r : ax[i];
         if (a < 2 || a >= r) return 0;
     }
-    return (int)n;
+    return n;
 }
 
 /* Conv(X, W[, B]) -> Add(., C) == Conv(X, W, B + C) and

@@ -68,6 +68,10 @@ int fz_other_input(const tdm_node *n, int v);
  * origin (an unknown dim that provably has the same size, e.g. a batch dim carried through
  * convolutions and elementwise ops from the same graph input). */
 bool fz_same_shape(const fz_ctx *fz, int a, int b);
+/* The axes of node n (up to TDM_MAX_RANK, not normalized): its "axes" attribute before opset
+ * input_since, its constant int64 input 1 from then on; *count 0 when there are none. False
+ * when the input is not a constant (or holds another type, or too many). */
+bool fz_axes_of(const fz_ctx *fz, const tdm_node *n, int input_since, int64_t *axes, int *count);
 /* Reads the normalized axes of a Reduce* node (attribute before opset 18, constant input
  * after); false when unknown. */
 bool fz_reduce_axes(const fz_ctx *fz, const tdm_node *n, int rank, int64_t *axes, int *count);
