@@ -64,11 +64,12 @@ static void print_bytes(const char *what, unsigned long long b) {
 
 /* --plan: one run on random inputs (dynamic dimensions 1) makes the memory plan; its
  * figures come from tdm_session_explain's JSON "memory" object. Returns an exit code. */
-static int inspect_plan(tdm_env *env, const char *path, const char *devices, int n_shapes,
-                        const char *const *shape_names, const char *const *shape_dims) {
+static int inspect_plan(tdm_env *env, const char *path, const char *devices, const char *placement,
+                        int n_shapes, const char *const *shape_names, const char *const *shape_dims) {
     tdm_session_options so = {0};
     so.api_version = TDM_API_VERSION;
     so.devices = devices;
+    so.placement = placement;
     so.opt_level = 1;
     tdm_session *s = NULL;
     tdm_status *st = tdm_session_create(env, path, &so, &s);
@@ -108,7 +109,7 @@ static int inspect_plan(tdm_env *env, const char *path, const char *devices, int
 }
 
 int cmd_inspect(int argc, char **argv) {
-    const char *path = NULL, *device = "cpu", *devices = NULL;
+    const char *path = NULL, *device = "cpu", *devices = NULL, *placement = NULL;
     bool plan = false;
     const char *shape_names[64], *shape_dims[64];
     int n_shapes = 0;
@@ -116,7 +117,7 @@ int cmd_inspect(int argc, char **argv) {
         bool v = i + 1 < argc;
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             printf("usage: tandem inspect MODEL [--device NAME] [--plan [--devices LIST]\n"
-                   "                      [--shape NAME:d0,d1,...]...]\n\n"
+                   "                      [--placement P] [--shape NAME:d0,d1,...]...]\n\n"
                    "Prints the model's IR version, the opset of every domain it imports, inputs,\n"
                    "outputs, node counts (subgraphs included), the operator histogram, parameters\n"
                    "(initializers and Constant nodes) and which operators the device cannot run\n"
@@ -130,6 +131,8 @@ int cmd_inspect(int argc, char **argv) {
                    "                     (oneDNN's name such as jit:avx512_core, or tandem for an\n"
                    "                     own kernel) and the count of oneDNN reference (ref) ones\n"
                    "  --devices LIST     --plan: the devices to plan for (default cpu)\n"
+                   "  --placement P      --plan: auto (default: the cost model), first, or a device\n"
+                   "                     name, as tandem run takes it\n"
                    "  --shape NAME:DIMS  --plan: the shape of input NAME (dynamic dimensions are 1\n"
                    "                     otherwise; repeatable)\n");
             return 0;
@@ -137,6 +140,8 @@ int cmd_inspect(int argc, char **argv) {
             plan = true;
         } else if (!strcmp(argv[i], "--devices") && v) {
             devices = argv[++i];
+        } else if (!strcmp(argv[i], "--placement") && v) {
+            placement = argv[++i];
         } else if (!strcmp(argv[i], "--device") && v) {
             device = argv[++i];
         } else if (!strcmp(argv[i], "--shape") && v) {
@@ -159,8 +164,8 @@ int cmd_inspect(int argc, char **argv) {
         fprintf(stderr, "usage: tandem inspect MODEL\n");
         return 2;
     }
-    if (n_shapes && !plan) {
-        fprintf(stderr, "tandem inspect: --shape is for --plan\n");
+    if ((n_shapes || placement) && !plan) {
+        fprintf(stderr, "tandem inspect: %s is for --plan\n", n_shapes ? "--shape" : "--placement");
         return 2;
     }
     tdm_env *env = NULL;
@@ -210,7 +215,7 @@ int cmd_inspect(int argc, char **argv) {
     long long p = (long long)tdm_model_parameter_count(m), b = (long long)tdm_model_parameter_bytes(m);
     printf("parameters: %lld (%.2f MiB)\n", p, (double)b / (1024.0 * 1024.0));
     printf("unsupported operators on %s: %zu\n", device, unsupported);
-    int rc = plan ? inspect_plan(env, path, devices, n_shapes, shape_names, shape_dims) : 0;
+    int rc = plan ? inspect_plan(env, path, devices, placement, n_shapes, shape_names, shape_dims) : 0;
     tdm_model_free(m);
     tdm_env_free(env);
     return rc;

@@ -85,7 +85,8 @@ expect bench-bad-qps nonzero "qps expects" "$T" bench "$M" --scenario server --q
 # host arena holds nothing)
 expect inspect-plan 0 "" sh -c "\"$T\" inspect $M --plan | $J 'import sys,re; t=sys.stdin.read(); n=lambda k: int(re.search(k+r\" +(\\d+) bytes\",t).group(1)); a,i,l,w=n(\"arena .peak.\"),n(\"all intermediates\"),n(\"largest live set\"),n(\"weights on cpu\"); assert \"planned                yes\" in t and 0<l<=a<=i and w>0, t'"
 expect inspect-plan-json 0 "" sh -c "\"$T\" plan $M --json | $J 'import json,sys; m=json.load(sys.stdin)[\"memory\"]; assert set(m)>={\"planned\",\"arena_bytes\",\"intermediate_bytes\",\"peak_live_bytes\",\"weights_bytes\"} and m[\"weights_bytes\"][\"cpu\"]>0, m'"
-expect inspect-plan-devices 0 "weights on test:0      105640 bytes" sh -c "TANDEM_TEST_DEVICES=1 \"$T\" inspect $M --plan --devices test:0,cpu"
+expect inspect-plan-devices 0 "weights on test:0      105640 bytes" sh -c "TANDEM_TEST_DEVICES=1 \"$T\" inspect $M --plan --devices test:0,cpu --placement test:0"
+expect inspect-placement-needs-plan nonzero "--placement is for --plan" "$T" inspect $M --placement cpu
 # issue 17: inputs for bench, --int-range, output folders, help texts, nested subgraphs
 D="$SRC/tests/models/dlrm_like/model.onnx"
 IFM="$SRC/tests/models/if_matmul_body/model.onnx"
