@@ -1,4 +1,5 @@
 /* Graph passes that need no device: dead-node removal, constant folding, compaction. */
+#include <stdint.h>
 #include <string.h>
 
 #include "core/alloc.h"
@@ -213,5 +214,33 @@ tdm_status *tdm_graph_compact(tdm_graph *g) {
             val->data = NULL;
         }
     }
+    return NULL;
+}
+
+/* Subnormal float32 elements of x[0..n) (exponent bits 0, mantissa not). */
+static int64_t count_subnormal(const uint32_t *x, int64_t n) {
+    int64_t c = 0;
+    for (int64_t i = 0; i < n; i++) c += (x[i] & 0x7f800000u) == 0 && (x[i] & 0x007fffffu) != 0;
+    return c;
+}
+
+tdm_status *tdm_graph_flush_subnormal_constants(tdm_graph *g, int *changed) {
+    int count = 0;
+    for (size_t v = 0; v < g->n_values; v++) {
+        tdm_value *val = &g->values[v];
+        tdm_tensor *t = val->data;
+        if (!value_is_const(val) || val->is_output || t->dtype != TDM_FLOAT || t->device ||
+            count_subnormal(t->data, t->count) == 0)
+            continue;
+        tdm_tensor *c;
+        TDM_TRY(tdm_tensor_clone(g->alloc, t, &c)); /* the original may be mapped read-only */
+        uint32_t *x = c->data;
+        for (int64_t i = 0; i < c->count; i++)
+            if ((x[i] & 0x7f800000u) == 0) x[i] &= 0x80000000u; /* subnormal -> signed 0 */
+        tdm_tensor_destroy(t);
+        val->data = c;
+        count++;
+    }
+    *changed = count;
     return NULL;
 }

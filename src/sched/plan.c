@@ -85,6 +85,8 @@ static tdm_status *optimise(tdm_graph *g, tdm_device *cpu, bool blocked,
             TDM_TRY(tdm_graph_infer_shapes(g));
         }
     }
+    int flushed = 0; /* subnormal weights as 0 (graph/infer.h): the folded ones included */
+    TDM_TRY(tdm_graph_flush_subnormal_constants(g, &flushed));
     return NULL;
 }
 
