@@ -68,18 +68,19 @@ static void test_fold_reaches_bodies(void **state) {
     tdm_onnx_model_free(om);
 }
 
-/* Subnormal float32 weights become (signed) 0 in a copy; other elements and constants
- * without subnormals stay as they were (the latter not even copied). */
+/* Subnormal float32 weights of a dense op (MatMul's w) become (signed) 0 in a copy, the
+ * other elements stay; a constant no dense op multiplies (Add's b) is left as it is, its
+ * subnormal included, and not copied. */
 static void test_flush_subnormal_constants(void **state) {
     (void)state;
     mb_model m;
     mb_init(&m, 17);
-    int64_t d[1] = {4};
-    mb_input(&m, "x", 1, d);
-    const float w[4] = {1e-40f, -1e-41f, 1.0f, FLT_MIN}, b[4] = {1, -2, 3e-38f, 0};
+    int64_t d[1] = {4}, dx[2] = {1, 4};
+    mb_input(&m, "x", 2, dx);
+    const float w[4] = {1e-40f, -1e-41f, 1.0f, FLT_MIN}, b[4] = {1, -2, 1e-40f, 0};
     mb_init_f32(&m, "w", 1, d, 4, w);
     mb_init_f32(&m, "b", 1, d, 4, b);
-    mb_node(&m, "Mul:x,w->t");
+    mb_node(&m, "MatMul:x,w->t");
     mb_node(&m, "Add:t,b->y");
     mb_output(&m, "y");
     tdm_onnx_model *om = NULL;
@@ -96,6 +97,7 @@ static void test_flush_subnormal_constants(void **state) {
     assert_null(tdm_graph_flush_subnormal_constants(g, &changed));
     assert_int_equal(changed, 1);
     assert_ptr_equal(g->values[vb].data, tb);
+    assert_true(((const float *)tb->data)[2] == 1e-40f);
     const float *fw = g->values[vw].data->data;
     assert_true(fw[0] == 0.0f && !signbit(fw[0]));
     assert_true(fw[1] == 0.0f && signbit(fw[1]));
