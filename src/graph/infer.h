@@ -31,4 +31,12 @@ tdm_status *tdm_graph_remove_dead(tdm_graph *g, int *removed);
 /* Drops nodes marked dead and re-finalizes. */
 tdm_status *tdm_graph_compact(tdm_graph *g);
 
+/* Float32 weights of dense ops (Conv, ConvTranspose, MatMul, Gemm and their fused forms;
+ * not graph inputs or outputs) with subnormal elements get a copy of their own with those
+ * elements 0; *changed counts the constants copied. A subnormal weight
+ * changes no product-sum by more than FLT_MIN times the other operand, but each multiply by
+ * one costs an Intel core a microcode assist: two 1x1 convolutions of PP-OCRv6's detector,
+ * with 24% and 63% of their weights subnormal, took 172 of 238 ms per run on a Xeon. */
+tdm_status *tdm_graph_flush_subnormal_constants(tdm_graph *g, int *changed);
+
 #endif

@@ -1,4 +1,5 @@
 /* Graph passes that need no device: dead-node removal, constant folding, compaction. */
+#include <stdint.h>
 #include <string.h>
 
 #include "core/alloc.h"
@@ -214,4 +215,53 @@ tdm_status *tdm_graph_compact(tdm_graph *g) {
         }
     }
     return NULL;
+}
+
+/* Subnormal float32 elements of x[0..n) (exponent bits 0, mantissa not). */
+static int64_t count_subnormal(const uint32_t *x, int64_t n) {
+    int64_t c = 0;
+    for (int64_t i = 0; i < n; i++) c += (x[i] & 0x7f800000u) == 0 && (x[i] & 0x007fffffu) != 0;
+    return c;
+}
+
+/* Ops whose inputs after the first are weights every run multiplies in full. */
+static bool dense_op(const tdm_node *n) {
+    static const char *const ops[] = {"Conv", "FusedConv", "BlockedConv", "ConvTranspose",
+                                      "MatMul", "FusedMatMul", "Gemm"};
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+        if (!strcmp(n->op_type, ops[i])) return true;
+    return false;
+}
+
+tdm_status *tdm_graph_flush_subnormal_constants(tdm_graph *g, int *changed) {
+    /* only the weights of dense ops: a table read in part (Gather's) is not scanned, so its
+     * pages stay where they are (mapped residency) */
+    bool *weight = tdm_calloc(g->alloc, g->n_values ? g->n_values : 1, sizeof *weight);
+    if (!weight) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory flushing subnormal weights");
+    for (size_t i = 0; i < g->n_nodes; i++) {
+        const tdm_node *n = &g->nodes[i];
+        if (!n->dead && dense_op(n))
+            for (int k = 1; k < n->n_inputs; k++)
+                if (n->inputs[k] >= 0) weight[n->inputs[k]] = true;
+    }
+    int count = 0;
+    tdm_status *st = NULL;
+    for (size_t v = 0; v < g->n_values && !st; v++) {
+        tdm_value *val = &g->values[v];
+        tdm_tensor *t = val->data;
+        if (!weight[v] || !value_is_const(val) || val->is_output || t->dtype != TDM_FLOAT ||
+            t->device || count_subnormal(t->data, t->count) == 0)
+            continue;
+        tdm_tensor *c;
+        if ((st = tdm_tensor_clone(g->alloc, t, &c))) break; /* the original may be mapped read-only */
+        uint32_t *x = c->data;
+        for (int64_t i = 0; i < c->count; i++)
+            if ((x[i] & 0x7f800000u) == 0) x[i] &= 0x80000000u; /* subnormal -> signed 0 */
+        tdm_tensor_destroy(t);
+        val->data = c;
+        count++;
+    }
+    tdm_free(g->alloc, weight);
+    if (!st) *changed = count;
+    return st;
 }

@@ -12,6 +12,7 @@
 #include "graph/infer.h"
 #include "ops/op.h"
 #include "sched/budget.h"
+#include "sched/cost.h"
 #include "sched/executor_internal.h"
 
 tdm_status *tdm_exec_between_nodes(const frame *f, size_t next) {
@@ -32,6 +33,19 @@ static int frame_output_index(const frame *f, int v) {
     for (size_t o = 0; o < f->g->n_outputs; o++)
         if (f->g->outputs[o] == v) return (int)o;
     return -1;
+}
+
+/* v takes t's rank and dims (profiling's per-run shapes). */
+static void note_shape(tdm_value *v, const tdm_tensor *t) {
+    if (!t || t->rank < 0 || t->rank > TDM_MAX_RANK) return;
+    v->rank = t->rank;
+    if (t->rank) memcpy(v->dims, t->dims, (size_t)t->rank * sizeof *v->dims);
+}
+
+void tdm_exec_note_shapes(frame *f, const tdm_node *n, tdm_tensor *const *outs) {
+    if (!f->shapes) return;
+    for (int k = 0; k < n->n_outputs; k++)
+        if (n->outputs[k] >= 0) note_shape(&f->shapes[n->outputs[k]], outs[k]);
 }
 
 static bool same_shape(const tdm_tensor *t, tdm_dtype dtype, int rank, const int64_t *dims) {
@@ -450,6 +464,7 @@ static tdm_status *exec_frame(frame *f) {
             tdm_device_synchronize(dev); /* a queued device's time counts where it is spent */
             int64_t t1 = tdm_now_ns();
             if (f->times) f->times[i] += (double)(t1 - t0) / 1e6;
+            tdm_exec_note_shapes(f, n, outs);
             if (tr) tdm_exec_trace_kernel(tr, dev, n, i, t0, t1, flows, n_flows);
         }
         for (int k2 = 0; k2 < n->n_outputs; k2++) {
@@ -754,10 +769,12 @@ tdm_status *tdm_plan_run_bound(tdm_plan *p, const tdm_tensor *const *inputs,
         goto done;
     }
     if ((st = tdm_xfer_begin(p, f.a, nv, &f.xfer))) goto done; /* asynchronous copies */
-    if (p->measured_ms && !(f.times = tdm_calloc(f.a, g->n_nodes + 1, sizeof *f.times))) {
+    if (p->measured_ms && (!(f.times = tdm_calloc(f.a, g->n_nodes + 1, sizeof *f.times)) ||
+                           !(f.shapes = tdm_calloc(f.a, nv ? nv : 1, sizeof *f.shapes)))) {
         st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory starting a run");
         goto done;
     }
+    if (f.shapes) memcpy(f.shapes, g->values, g->n_values * sizeof *f.shapes);
     for (size_t v = 0; v < g->n_values; v++)
         if (g->values[v].data) f.vals[v] = g->values[v].data;
     for (size_t i = 0; i < g->n_inputs; i++) {
@@ -765,6 +782,7 @@ tdm_status *tdm_plan_run_bound(tdm_plan *p, const tdm_tensor *const *inputs,
         if (inputs[i]) {
             if ((st = check_input(&g->values[v], inputs[i]))) goto done;
             f.vals[v] = inputs[i];
+            if (f.shapes) note_shape(&f.shapes[v], inputs[i]);
         } else if (!g->values[v].data) {
             st = TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "input '%s' was not given", g->values[v].name);
             goto done;
@@ -777,11 +795,18 @@ done:
     if (f.times) {
         if (!st) {
             pthread_mutex_lock(&p->mem_mu);
-            for (size_t i = 0; i < g->n_nodes; i++) p->measured_ms[i] += f.times[i];
+            tdm_graph run_g = *g; /* the graph with this run's shapes */
+            run_g.values = f.shapes;
+            for (size_t i = 0; i < g->n_nodes; i++) {
+                p->measured_ms[i] += f.times[i];
+                p->measured_flops[i] += tdm_node_flops(&run_g, &g->nodes[i]);
+                p->measured_bytes[i] += tdm_node_bytes(&run_g, &g->nodes[i]);
+            }
             p->measured_runs++;
             pthread_mutex_unlock(&p->mem_mu);
         }
         tdm_free(f.a, f.times);
+        tdm_free(f.a, f.shapes);
     }
     frame_clear(&f);
     st = tdm_exec_finish(&f, st, outputs, g->n_outputs);

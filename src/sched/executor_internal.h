@@ -46,6 +46,9 @@ struct frame {
      * [... + 1 + i] copy on the plan's device i; owned, freed with the value */
     tdm_tensor **replicas;
     double *times;            /* per node ms of this run (profiling), or NULL */
+    tdm_value *shapes;        /* with times (main graph): the graph's values with this run's
+                                 shapes, for the FLOPs and bytes of each node (a shallow copy:
+                                 names and data borrowed), or NULL */
     tdm_xfer *xfer;           /* asynchronous copies of this run (sched/xfer.h), or NULL */
     const tdm_run_ctl *ctl;   /* the run's stop request (cancel, deadline; subgraphs take
                                  their parent's), or NULL */
@@ -59,6 +62,10 @@ struct frame {
     tdm_tensor *bound_hdr;
     struct tdm_stream_run *stream; /* streamed weights of this run (main graph), or NULL */
 };
+
+/* Profiling: the shapes of node n's outputs in this run (outs) into f->shapes; no-op without. */
+void tdm_exec_note_shapes(frame *f, const tdm_node *n, tdm_tensor *const *outs);
+
 
 /* ---- executor.c ---- */
 /* Runs node n on dev: infers output shapes, allocates outputs (from the frame's arena when

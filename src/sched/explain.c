@@ -137,7 +137,7 @@ static void explain_profile(tdm_plan *p, sbuf *b, int64_t runs, const copy_rec *
         }
         agg[k].nodes++;
         agg[k].ms += p->measured_ms[i] / (double)runs;
-        agg[k].flops += tdm_node_flops(g, &g->nodes[i]);
+        agg[k].flops += p->measured_flops[i] / (double)runs;
     }
     for (int x = 0; x < na; x++) /* by time, descending */
         for (int y = x + 1; y < na; y++)
@@ -161,8 +161,8 @@ static void explain_profile(tdm_plan *p, sbuf *b, int64_t runs, const copy_rec *
         shown[best] = true;
         const tdm_node *n = &g->nodes[best];
         double ms = p->measured_ms[best] / (double)runs;
-        double gf = ms > 0 ? tdm_node_flops(g, n) / ms / 1e6 : 0;
-        double gb = ms > 0 ? tdm_node_bytes(g, n) / ms / 1e6 : 0;
+        double gf = ms > 0 ? p->measured_flops[best] / (double)runs / ms / 1e6 : 0;
+        double gb = ms > 0 ? p->measured_bytes[best] / (double)runs / ms / 1e6 : 0;
         int d = n->device;
         double peak = have_prof[d] ? (strstr(n->op_type, "Conv") ? prof[d].conv_gflops : prof[d].gemm_gflops) : 0;
         double bw = have_prof[d] ? prof[d].mem_gbps : 0;
@@ -465,7 +465,9 @@ static void explain_json(tdm_plan *p, sbuf *b, const explain_sums *x) {
         sb_printf(b, "},\"reason\":");
         sb_json_str(b, tdm_place_reason_text((tdm_place_reason)p->reason[i]));
         if (runs) sb_printf(b, ",\"measured_ms\":%.6g", p->measured_ms[i] / (double)runs);
-        sb_printf(b, ",\"flops\":%.0f,\"bytes\":%.0f}", tdm_node_flops(g, n), tdm_node_bytes(g, n));
+        double fl = runs ? p->measured_flops[i] / (double)runs : tdm_node_flops(g, n);
+        double by = runs ? p->measured_bytes[i] / (double)runs : tdm_node_bytes(g, n);
+        sb_printf(b, ",\"flops\":%.0f,\"bytes\":%.0f}", fl, by); /* measured runs: their shapes */
     }
     sb_printf(b, "],\"copies\":[");
     for (size_t c = 0; c < nc; c++) {

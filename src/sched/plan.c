@@ -85,6 +85,8 @@ static tdm_status *optimise(tdm_graph *g, tdm_device *cpu, bool blocked,
             TDM_TRY(tdm_graph_infer_shapes(g));
         }
     }
+    int flushed = 0; /* subnormal weights as 0 (graph/infer.h): the folded ones included */
+    TDM_TRY(tdm_graph_flush_subnormal_constants(g, &flushed));
     return NULL;
 }
 
@@ -474,8 +476,10 @@ tdm_status *tdm_plan_create(const tdm_allocator *a, tdm_graph *graph, tdm_device
         if (opts->budget && p->graph->n_nodes != before && (st = fit_budgets(p, opts, &moved)))
             goto fail;
     }
-    if (opts->profile &&
-        !(p->measured_ms = tdm_calloc(a, graph->n_nodes ? graph->n_nodes : 1, sizeof(double)))) {
+    size_t nn = graph->n_nodes ? graph->n_nodes : 1;
+    if (opts->profile && (!(p->measured_ms = tdm_calloc(a, nn, sizeof(double))) ||
+                          !(p->measured_flops = tdm_calloc(a, nn, sizeof(double))) ||
+                          !(p->measured_bytes = tdm_calloc(a, nn, sizeof(double))))) {
         st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory creating a plan");
         goto fail;
     }
@@ -509,6 +513,8 @@ void tdm_plan_free(tdm_plan *p) {
     tdm_free(p->alloc, p->node_ms);
     tdm_free(p->alloc, p->reason);
     tdm_free(p->alloc, p->measured_ms);
+    tdm_free(p->alloc, p->measured_flops);
+    tdm_free(p->alloc, p->measured_bytes);
     tdm_free(p->alloc, p->devices);
     tdm_graph_free(p->graph);
     for (int i = 0; i < TDM_PLAN_MEM_SLOTS; i++) tdm_memplan_free(p->alloc, p->mem[i]);

@@ -48,8 +48,10 @@ typedef struct tdm_plan {
     double predicted_ms, predicted_copy_ms, predicted_copy_bytes;
     double single_ms[TDM_MAX_DEVICES];
     bool has_prediction;
-    /* measured per-node times (options.profile), summed over `measured_runs`; mem_mu */
-    double *measured_ms;
+    /* measured per-node times (options.profile), summed over `measured_runs`; mem_mu; and
+     * the FLOPs and bytes of those runs (cost.h, from each run's own shapes: the graph's may
+     * be symbolic), summed alike */
+    double *measured_ms, *measured_flops, *measured_bytes;
     int64_t measured_runs;
     bool multi_device; /* nodes on more than one device: devices run concurrently */
     struct tdm_trace *trace; /* recorder when tracing is on (owned by the session), or NULL */

@@ -31,6 +31,8 @@ void tdm_plan_reset_measurements(tdm_plan *p) {
     if (!p || !p->measured_ms) return;
     pthread_mutex_lock(&p->mem_mu);
     memset(p->measured_ms, 0, p->graph->n_nodes * sizeof *p->measured_ms);
+    memset(p->measured_flops, 0, p->graph->n_nodes * sizeof *p->measured_flops);
+    memset(p->measured_bytes, 0, p->graph->n_nodes * sizeof *p->measured_bytes);
     p->measured_runs = 0;
     pthread_mutex_unlock(&p->mem_mu);
 }

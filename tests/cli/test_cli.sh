@@ -48,6 +48,9 @@ expect plan-measure 0 "cost model mean absolute error" "$T" plan "$M" --measure 
 expect plan-dot 0 "" sh -c "\"$T\" plan $M --dot $tmp/p.dot > /dev/null && grep -q digraph $tmp/p.dot"
 expect plan-bad-affinity nonzero "not in the session" "$T" plan "$M" --affinity "Conv=cuda:3"
 expect profile 0 "critical path" "$T" profile "$M" --runs 2 --warmup 1
+# FLOPs of a profile come from the runs' shapes (the graph's batch is symbolic): 4x at batch 4
+MB="$SRC/tests/models/mobilenet_block/model.onnx"
+expect profile-run-shapes 0 "" sh -c "for b in 1 4; do \"$T\" profile $MB --shape input:\$b,3,64,64 --runs 1 --warmup 0 --threads 1 --no-save --json > $tmp/pf\$b.json || exit 1; done; python3 -c 'import json; f=[sum(n[\"flops\"] for n in json.load(open(\"$tmp/pf%d.json\" % b))[\"nodes\"] if \"Conv\" in n[\"op\"]) for b in (1, 4)]; assert f[0] > 1e6 and abs(f[1] - 4 * f[0]) < 1e-6 * f[1], f'"
 expect run-trace 0 "" sh -c "\"$T\" run $M --random --trace $tmp/t.json > /dev/null && python3 -c 'import json; d=json.load(open(\"$tmp/t.json\")); assert any(e.get(\"cat\")==\"run\" for e in d[\"traceEvents\"])'"
 expect devices-json 0 "" sh -c "TANDEM_CACHE_DIR=$tmp/cache \"$T\" devices --json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d[0][\"name\"] == \"cpu\" and d[0][\"gemm_gflops\"] > 0'"
 expect devices-cached 0 "profiles from the cache" env TANDEM_CACHE_DIR="$tmp/cache" "$T" devices

@@ -142,12 +142,14 @@ static int check_softmax(tdm_simd_softmax_row fn, const char *what) {
         float *row = xmalloc((size_t)n * sizeof *row), *ref = xmalloc((size_t)n * sizeof *ref);
         float *m = xmalloc((size_t)n * sizeof *m), *src = xmalloc((size_t)n * sizeof *src);
         float *keep = xmalloc((size_t)n * sizeof *keep);
-        /* no mask, vector, scalar; -inf rows; +inf; each in place and from a separate src */
-        for (int mode = 0; mode < 10; mode++) {
-            int mm = mode % 5;
-            bool apart = mode >= 5;
+        /* no mask, vector, scalar; -inf rows; +inf; a wide range (probabilities far below
+         * FLT_MIN: they must come out 0, never subnormal); each in place and from a
+         * separate src */
+        for (int mode = 0; mode < 12; mode++) {
+            int mm = mode % 6;
+            bool apart = mode >= 6;
             for (int64_t t = 0; t < n; t++) {
-                row[t] = frand(-10, 10);
+                row[t] = mm == 5 ? frand(-200, 0) : frand(-10, 10);
                 m[t] = frand(-5, 5);
             }
             if (mm == 3)
@@ -167,7 +169,8 @@ static int check_softmax(tdm_simd_softmax_row fn, const char *what) {
                 fn(row, NULL, mk, mm == 1, n);
             }
             for (int64_t t = 0; t < n; t++)
-                if (!close_rel(row[t], ref[t], 4e-6, 1e-6)) {
+                if (!close_rel(row[t], ref[t], 4e-6, 1e-6) || fpclassify(row[t]) == FP_SUBNORMAL ||
+                    fpclassify(ref[t]) == FP_SUBNORMAL) {
                     if (!bad)
                         fprintf(stderr, "%s: n %lld mode %d [%lld]: %.9g, portable %.9g\n", what,
                                 (long long)n, mode, (long long)t, row[t], ref[t]);
@@ -429,11 +432,31 @@ static void test_broken_variants_fail(void **state) {
     assert_true(check_gemm(&bad, "broken gemm dot") > 0);
 }
 
+/* tdm_cpu_flush_subnormals: a subnormal product comes out 0 on this thread until restored
+ * (off x86 the pair does nothing). */
+static void test_flush_subnormals(void **state) {
+    (void)state;
+    volatile float a = FLT_MIN, b = 0.25f;
+    volatile float before = a * b;
+    unsigned csr = tdm_cpu_flush_subnormals();
+    volatile float during = a * b;
+    tdm_cpu_subnormals_restore(csr);
+    volatile float after = a * b;
+    assert_int_equal(fpclassify(before), FP_SUBNORMAL);
+    assert_int_equal(fpclassify(after), FP_SUBNORMAL);
+#ifdef TDM_SIMD_X86
+    assert_true(during == 0.0f);
+#else
+    assert_int_equal(fpclassify(during), FP_SUBNORMAL);
+#endif
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_levels_pick_variants_at_or_below),
         cmocka_unit_test(test_each_level_agrees_with_portable),
         cmocka_unit_test(test_broken_variants_fail),
+        cmocka_unit_test(test_flush_subnormals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,5 +1,7 @@
 /* Loader + graph IR: topological order, cycles, undefined inputs, nesting bound, constant
  * folding of exporter shape chains, dead-node removal. Models are built in memory. */
+#include <float.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -64,6 +66,46 @@ static void test_fold_reaches_bodies(void **state) {
     assert_int_equal(count_op(then, "MatMul"), 2);
     tdm_device_close(cpu[0]);
     tdm_onnx_model_free(om);
+}
+
+/* Subnormal float32 weights of a dense op (MatMul's w) become (signed) 0 in a copy, the
+ * other elements stay; a constant no dense op multiplies (Add's b) is left as it is, its
+ * subnormal included, and not copied. */
+static void test_flush_subnormal_constants(void **state) {
+    (void)state;
+    mb_model m;
+    mb_init(&m, 17);
+    int64_t d[1] = {4}, dx[2] = {1, 4};
+    mb_input(&m, "x", 2, dx);
+    const float w[4] = {1e-40f, -1e-41f, 1.0f, FLT_MIN}, b[4] = {1, -2, 1e-40f, 0};
+    mb_init_f32(&m, "w", 1, d, 4, w);
+    mb_init_f32(&m, "b", 1, d, 4, b);
+    mb_node(&m, "MatMul:x,w->t");
+    mb_node(&m, "Add:t,b->y");
+    mb_output(&m, "y");
+    tdm_onnx_model *om = NULL;
+    assert_null(load(&m, &om));
+    tdm_graph *g = om->graph;
+    int vw = -1, vb = -1;
+    for (size_t v = 0; v < g->n_values; v++) {
+        if (!strcmp(g->values[v].name, "w")) vw = (int)v;
+        if (!strcmp(g->values[v].name, "b")) vb = (int)v;
+    }
+    assert_true(vw >= 0 && vb >= 0);
+    const tdm_tensor *tb = g->values[vb].data;
+    int changed = -1;
+    assert_null(tdm_graph_flush_subnormal_constants(g, &changed));
+    assert_int_equal(changed, 1);
+    assert_ptr_equal(g->values[vb].data, tb);
+    assert_true(((const float *)tb->data)[2] == 1e-40f);
+    const float *fw = g->values[vw].data->data;
+    assert_true(fw[0] == 0.0f && !signbit(fw[0]));
+    assert_true(fw[1] == 0.0f && signbit(fw[1]));
+    assert_true(fw[2] == 1.0f && fw[3] == FLT_MIN);
+    assert_null(tdm_graph_flush_subnormal_constants(g, &changed));
+    assert_int_equal(changed, 0);
+    tdm_onnx_model_free(om);
+    mb_free(&m);
 }
 
 static void test_topological_order(void **state) {
@@ -242,6 +284,7 @@ int main(void) {
         cmocka_unit_test(test_undefined_input),   cmocka_unit_test(test_two_producers),
         cmocka_unit_test(test_wire_depth),        cmocka_unit_test(test_fold_shape_chain),
         cmocka_unit_test(test_fold_reaches_bodies),
+        cmocka_unit_test(test_flush_subnormal_constants),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

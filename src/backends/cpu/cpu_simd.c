@@ -140,3 +140,19 @@ const tdm_cpu_simd *tdm_cpu_simd_portable(void) { return &portable; }
 const tdm_cpu_simd *tdm_cpu_simd_of(const tdm_kernel_ctx *ctx) {
     return ctx && ctx->cpu_simd ? ctx->cpu_simd : &portable;
 }
+
+#ifdef TDM_SIMD_X86
+#include <xmmintrin.h>
+
+unsigned tdm_cpu_flush_subnormals(void) {
+    unsigned state = _mm_getcsr();
+    _mm_setcsr(state | 0x8040u); /* FTZ (bit 15) and DAZ (bit 6) */
+    return state;
+}
+
+void tdm_cpu_subnormals_restore(unsigned state) { _mm_setcsr(state); }
+#else
+unsigned tdm_cpu_flush_subnormals(void) { return 0; }
+
+void tdm_cpu_subnormals_restore(unsigned state) { (void)state; }
+#endif

@@ -83,6 +83,15 @@ const tdm_cpu_simd *tdm_cpu_simd_of(const tdm_kernel_ctx *ctx);
 /* The portable variants (read-only, static). */
 const tdm_cpu_simd *tdm_cpu_simd_portable(void);
 
+/* Subnormal floats as zero (MXCSR's flush-to-zero and denormals-are-zero) on the calling
+ * thread, until tdm_cpu_subnormals_restore(the returned state); a no-op off x86. For kernels
+ * whose products of tiny values (attention weights far below the row's largest) would
+ * otherwise come out subnormal: each such result costs an Intel core a microcode assist
+ * (BERT's attention ran 3x slower on a Xeon for them), and none changes a sum by more than
+ * FLT_MIN. The calling thread's MXCSR only: call both on the same thread. */
+unsigned tdm_cpu_flush_subnormals(void);
+void tdm_cpu_subnormals_restore(unsigned state);
+
 /* ---- the variants (for cpu_simd.c's tables and the test; kernels call through the struct) */
 void tdm_gemv_panel_portable(const float *restrict p, const float *restrict x, int64_t K,
                              float *restrict acc);

@@ -14,7 +14,8 @@
  * device's SIMD variant, AVX2 or AVX-512, portable C under a TANDEM_CPU_ISA cap), rows in
  * parallel over (batch, head, query).
  * Input projections (Attention's packed QKV weights, QAttention's integer product) are one
- * tdm_sgemm each. */
+ * tdm_sgemm each. Subnormal results flush to zero while a thread runs its rows or pairs
+ * (tdm_cpu_flush_subnormals, cpu_simd.h). */
 #include <math.h>
 #include <string.h>
 
@@ -90,6 +91,7 @@ static void attn_rows(void *arg, int64_t r0, int64_t r1) {
         return;
     }
     float *bias = buf, *scores = buf + T + 1;
+    unsigned csr = tdm_cpu_flush_subnormals(); /* products of tiny weights: see cpu_simd.h */
     for (int64_t r = r0; r < r1; r++) { /* r = (b * N + n) * S + s */
         int64_t s = r % c->S, bn = r / c->S, n = bn % c->N, b = bn / c->N;
         bool any = row_bias(c, b, n, s, bias);
@@ -99,6 +101,7 @@ static void attn_rows(void *arg, int64_t r0, int64_t r1) {
         tdm_llm_attn_row(c->f, c->simd, q, k, c->D, v, c->Dv, T, c->D, c->Dv, c->scale, 0.0f,
                          any ? bias : NULL, false, 0.0f, scores, y);
     }
+    tdm_cpu_subnormals_restore(csr);
     tdm_free(c->ctx->alloc, buf);
 }
 
@@ -113,6 +116,7 @@ static void attn_pairs(void *arg, int64_t p0, int64_t p1) {
         return;
     }
     float *bias = buf, *sc = buf + T + 1;
+    unsigned csr = tdm_cpu_flush_subnormals();
     for (int64_t bn = p0; bn < p1; bn++) {
         int64_t n = bn % c->N, b = bn / c->N;
         const float *q = c->q + b * c->q_bs + n * c->q_ns;
@@ -129,6 +133,7 @@ static void attn_pairs(void *arg, int64_t p0, int64_t p1) {
         if (dnnl_sgemm('N', 'N', S, c->Dv, T, 1.0f, sc, T, v, c->Dv, 0.0f, y, ldy) != dnnl_success)
             tdm_sgemm(c->simd, NULL, false, false, S, c->Dv, T, 1.0f, sc, T, v, c->Dv, 0.0f, y, ldy);
     }
+    tdm_cpu_subnormals_restore(csr);
     tdm_free(c->ctx->alloc, buf);
 }
 

@@ -5,7 +5,8 @@
  * that subgraph accepts. Parallel over (batch, head) pairs.
  * Speed: the two products go to oneDNN's sgemm (serial JIT code; tdm_sgemm if it refuses);
  * the mask add, max, exp and sum of a row are the device's softmax_row variant (cpu_simd.h,
- * k_softmax_row.c: vectorised with a polynomial exp on AVX2 and AVX-512). */
+ * k_softmax_row.c: vectorised with a polynomial exp on AVX2 and AVX-512); subnormal results
+ * flush to zero while a thread runs its pairs (tdm_cpu_flush_subnormals). */
 #include <math.h>
 #include <omp.h>
 #include <stdatomic.h>
@@ -52,6 +53,7 @@ static void attn_pairs(void *arg, int64_t p0, int64_t p1) {
         return;
     }
     float *scores = buf, *base = widen ? buf + j->So * j->To : buf;
+    unsigned csr = tdm_cpu_flush_subnormals(); /* P.V of tiny weights: see cpu_simd.h */
     for (int64_t p = p0; p < p1; p++) {
         int64_t b = p / j->H, h = p % j->H;
         const float *q = j->q + b * j->qs[0] + h * j->qs[1];
@@ -70,6 +72,7 @@ static void attn_pairs(void *arg, int64_t p0, int64_t p1) {
         attn_gemm(j->simd, j->pool, false, j->So, j->Dv, j->To, 1.0f, scores, j->To, v, j->Dv,
                   j->y + p * j->So * j->Dv, j->Dv);
     }
+    tdm_cpu_subnormals_restore(csr);
     tdm_free(j->ctx->alloc, buf);
 }
 
