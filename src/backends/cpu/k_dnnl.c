@@ -400,6 +400,20 @@ bool dn_attr_clip(dnnl_primitive_attr_t attr, float lo, float hi) {
     return ok;
 }
 
+bool dn_attr_q8_out(dnnl_primitive_attr_t attr, bool clip, float lo, float hi, int32_t yzp) {
+    if (!clip && !yzp) return true;
+    dnnl_post_ops_t po = NULL;
+    bool ok = dnnl_post_ops_create(&po) == dnnl_success;
+    if (ok && clip)
+        ok = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_clip, lo, hi) == dnnl_success;
+    if (ok && yzp)
+        ok = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_linear, 1.0f, (float)yzp) ==
+             dnnl_success;
+    ok = ok && dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
+    if (po) dnnl_post_ops_destroy(po);
+    return ok;
+}
+
 bool dn_q8_clip(const tdm_node *node, tdm_dtype yt, int32_t yzp, float *lo, float *hi) {
     int64_t tlo = yt == TDM_INT8 ? -128 : 0, thi = yt == TDM_INT8 ? 127 : 255;
     int64_t qlo = tdm_attr_int(node, "qmin", tlo), qhi = tdm_attr_int(node, "qmax", thi);

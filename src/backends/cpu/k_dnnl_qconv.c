@@ -4,9 +4,12 @@
  *
  * The requantisation is oneDNN's: output scales x_scale * w_scale[m] / y_scale (per output
  * channel when w_scale is), the int32 bias added to the accumulator before them, the qmin /
- * qmax clamp of QConv as an eltwise clip post-op (shifted by the output zero point), and the
- * zero points of X and Y as oneDNN zero points (padding then reads as X's zero point, as
- * ONNX wants). Rounding is oneDNN's (to nearest even), so a result may differ by one unit
+ * qmax clamp of QConv as an eltwise clip post-op (shifted by the output zero point), X's zero
+ * point as oneDNN's source zero point (padding then reads as X's zero point, as ONNX wants)
+ * and Y's as a last eltwise linear post-op (+ y_zero_point, dn_attr_q8_out): the same f32
+ * sum before the rounding as a dst zero point, but oneDNN 2.6's brgemm 1x1 kernels (AMX)
+ * take no dst zero point and it fell back to jit_1x1 AMX kernels 2-2.5x slower on
+ * MobileNetV2's projection layers. Rounding is oneDNN's (to nearest even), so a result may differ by one unit
  * from the reference loops where x_scale * w_scale / y_scale * acc lies on a tie after float
  * rounding.
  *
@@ -401,9 +404,7 @@ static tdm_status *qc_part_build(qc_state *s, qc_entry *e, const qc_geom *g, con
                 dnnl_success;
     if (good && s->xzp && !e->pad)
         good = dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_SRC, 1, 0, &s->xzp) == dnnl_success;
-    if (good && s->yzp)
-        good = dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_DST, 1, 0, &s->yzp) == dnnl_success;
-    if (good && s->clip) good = dn_attr_clip(attr, s->clo, s->chi);
+    if (good) good = dn_attr_q8_out(attr, s->clip, s->clo, s->chi, s->yzp);
     dnnl_primitive_desc_t pd = NULL;
     if (good && dnnl_primitive_desc_create(&pd, &cd, attr, s->base.eng, NULL) != dnnl_success)
         pd = NULL;
