@@ -607,6 +607,21 @@ typedef struct qc_run {
     bool two; /* X has a byte above s->lim: X' and the halves' primitives */
 } qc_run;
 
+/* Padded mode: the border of one padded channels-last image (C bytes a pixel) set to the
+ * zero point; the interior rows are copied in after (a memset of the whole image first
+ * measured ~7% of PP-OCRv4 det's int8 time on the AMX machine). */
+static void qc_pad_border(const qc_entry *e, uint8_t *pimg, int64_t C, uint8_t zp) {
+    size_t rowb = (size_t)(e->Wp * C);
+    int64_t pe = e->Wp - e->W - e->pw;
+    memset(pimg, zp, (size_t)e->ph * rowb);
+    for (int64_t h = e->ph; h < e->ph + e->H; h++) {
+        uint8_t *row = pimg + (size_t)h * rowb;
+        memset(row, zp, (size_t)(e->pw * C));
+        memset(row + (e->pw + e->W) * C, zp, (size_t)(pe * C));
+    }
+    memset(pimg + (size_t)(e->ph + e->H) * rowb, zp, (size_t)(e->Hp - e->H - e->ph) * rowb);
+}
+
 /* X' = [X, X] channels-last (padded with the zero point in padded mode) for group i. */
 static void qc_src2_item(const qc_run *r, int64_t i) {
     const qc_entry *e = r->e;
@@ -614,10 +629,10 @@ static void qc_src2_item(const qc_run *r, int64_t i) {
     int64_t C = e->C, C2 = 2 * C;
     int64_t rows = e->pad ? e->H : 1, cols = e->pad ? e->W : e->isz; /* pixels: rows x cols */
     uint8_t *dst = (uint8_t *)r->srcbuf + (size_t)i * e->src_bytes;
-    if (e->pad) memset(dst, (int)(uint8_t)r->s->xzp, dn_md_bytes(&e->src2));
     for (int64_t k = 0; k < e->mb; k++) {
         const uint8_t *img = (const uint8_t *)r->x->data + (size_t)i * es + (size_t)(k * C * e->isz);
         uint8_t *pimg = dst + (size_t)(k * C2 * (e->pad ? e->Hp * e->Wp : e->isz));
+        if (e->pad) qc_pad_border(e, pimg, C2, (uint8_t)r->s->xzp);
         for (int64_t h = 0; h < rows; h++) {
             uint8_t *row = pimg + (e->pad ? ((h + e->ph) * e->Wp + e->pw) * C2 : 0);
             dn_x2_u8(img + h * cols * (r->s->xl ? C : 1), r->s->xl, C, r->s->group, cols, e->isz,
@@ -633,14 +648,14 @@ static tdm_status *qc_src_item(void *arg, tdm_kernel_ctx *ctx, int64_t i) {
         return NULL;
     }
     size_t es = (size_t)dn_md_bytes(&r->e->usr_src);
-    if (r->e->pad) { /* zero point everywhere, then each row of pixels in the interior */
+    if (r->e->pad) { /* zero point on the border, then each row of pixels in the interior */
         const qc_entry *e = r->e;
         uint8_t *dst = (uint8_t *)r->srcbuf + (size_t)i * e->src_bytes;
-        memset(dst, (int)(uint8_t)r->s->xzp, dn_md_bytes(&e->src));
         for (int64_t k = 0; k < e->mb; k++) {
             const uint8_t *img = (const uint8_t *)r->x->data + (size_t)i * es +
                                  (size_t)(k * e->C * e->isz);
             uint8_t *pimg = dst + (size_t)(k * e->Hp * e->Wp * e->C);
+            qc_pad_border(e, pimg, e->C, (uint8_t)r->s->xzp);
             for (int64_t h = 0; h < e->H; h++) {
                 uint8_t *row = pimg + ((h + e->ph) * e->Wp + e->pw) * e->C;
                 if (r->s->xl) /* a row of channels-last pixels */
