@@ -391,6 +391,12 @@ bool dn_bf16(const tdm_kernel_ctx *ctx) {
     return c && atomic_load(&c->bf16);
 }
 
+bool dn_amx(void) {
+    dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    return ((unsigned)isa & (unsigned)dnnl_cpu_isa_avx512_core_amx) ==
+           (unsigned)dnnl_cpu_isa_avx512_core_amx;
+}
+
 bool dn_attr_clip(dnnl_primitive_attr_t attr, float lo, float hi) {
     dnnl_post_ops_t po = NULL;
     bool ok = dnnl_post_ops_create(&po) == dnnl_success &&

@@ -185,6 +185,8 @@ tdm_status *dn_q8_flip_x(tdm_kernel_ctx *ctx, const tdm_tensor *x, uint8_t *dst,
 /* The run's CPU device has precision bf16 (cpu_device.h): convolutions and matmuls build
  * bf16 primitives (bf16 source and weights, f32 accumulation and results). */
 bool dn_bf16(const tdm_kernel_ctx *ctx);
+/* oneDNN dispatches to AMX (avx512_core_amx) in this process. */
+bool dn_amx(void);
 int64_t dn_block(void);
 
 /* Plain row-major descriptor with the given dims (float32). */
