@@ -51,6 +51,21 @@ def bench(tandem, path, batch, threads, precision, duration):
     return json.loads(r.stdout)["latency_ms"]["p50"]
 
 
+def kernels(tandem, path):
+    """oneDNN's convolution and matmul implementations in one bf16 run (ONEDNN_VERBOSE), with
+    how many primitives ran each: "brgconv_1x1:avx512_core_amx_bf16 x36, ..."."""
+    env = dict(os.environ, ONEDNN_VERBOSE="1")
+    r = subprocess.run([tandem, "bench", path, "--precision", "bf16", "--threads", "1",
+                        "--warmup", "0", "--iterations", "1"], capture_output=True, text=True, env=env)
+    seen = {}
+    for line in r.stdout.splitlines():
+        f = line.split(",")
+        if len(f) > 6 and f[:3] == ["onednn_verbose", "exec", "cpu"] and f[3] in ("convolution", "matmul"):
+            key = f"{f[4]} ({f[3]}, {f[6].split()[0].split(':')[0]})"
+            seen[key] = seen.get(key, 0) + 1
+    return ", ".join(f"{k} x{v}" for k, v in sorted(seen.items(), key=lambda kv: -kv[1])) or "?"
+
+
 def run_out(tandem, path, x, precision):
     inp = onnx.load(path, load_external_data=False).graph.input[0].name
     with tempfile.TemporaryDirectory() as d:
@@ -76,7 +91,7 @@ def main():
     ap.add_argument("--out")
     a = ap.parse_args()
     isa = cpu_isa(a.tandem)
-    rows, acc = [], []
+    rows, acc, impl = [], [], []
     for name in a.models.split(","):
         path, _ = cb.get_model(name)
         shape = [int(d.dim_value) or 1 for d in
@@ -90,6 +105,7 @@ def main():
             rel.append(float(np.max(np.abs(f - b)) / np.max(np.abs(f))))
             agree += int(np.argmax(f) == np.argmax(b))
         acc.append((name, min(cos), max(rel), agree, 4))
+        impl.append((name, kernels(a.tandem, path)))
         print(f"{name}: cosine min {min(cos):.6f}, max rel {max(rel):.2e}, top-1 {agree}/4", flush=True)
         for batch in [int(v) for v in a.batches.split(",")]:
             for threads in [int(v) for v in a.threads.split(",")]:
@@ -102,7 +118,7 @@ def main():
                 print(f"{name} b{batch} t{threads}: fp32 {f32:.2f} ms, bf16 {b16:.2f} ms "
                       f"({b16 / f32:.2f}x)", flush=True)
     lines = [f"# bf16 on the CPU ({datetime.date.today().isoformat()})", "",
-             f"Machine: cpu ISA {isa} (oneDNN's kernels: avx512_core_bf16), {os.cpu_count()} "
+             f"Machine: cpu ISA {isa}, {os.cpu_count()} "
              "logical cores shared with other users' builds: timings are noisy.", "",
              "Command: `.venv/bin/python bench/quant/run_bf16_bench.py " + " ".join(sys.argv[1:]) + "`", "",
              "Latency: median over rounds of `tandem bench` p50, ms. ONNX Runtime has no bf16 "
@@ -115,6 +131,9 @@ def main():
               "| model | cosine min | max rel error | top-1 agreement |", "|---|---|---|---|"]
     for n, c, r, ag, tot in acc:
         lines.append(f"| {n} | {c:.6f} | {r:.2e} | {ag}/{tot} |")
+    lines += ["", "oneDNN's implementations in a bf16 run (batch 1, ONEDNN_VERBOSE; the source data type "
+              "in parentheses: f32 = a convolution tandem keeps in float32):", ""]
+    lines += [f"- {n}: {k}" for n, k in impl]
     text = "\n".join(lines) + "\n"
     print(text)
     if a.out:

@@ -312,6 +312,74 @@ static int check_max(tdm_simd_max_u8 fn, const char *what) {
     return bad;
 }
 
+/* ---- QAdd / QMul rows ---- */
+
+/* The documented steps in scalar float (this file is built without FMA contraction on the
+ * baseline ISA): the bytes every variant must give. */
+static uint8_t q8_ref(const tdm_q8_bin *p, float a, float b) {
+    float v = p->mul ? (a * b) / p->sy : (a + b) + p->c;
+    if (v < -4194304.0f) v = -4194304.0f;
+    if (v > 4194304.0f) v = 4194304.0f;
+    float r = nearbyintf(v); /* half to even (the default rounding mode) */
+    if (p->mul) r += p->zy;
+    if (r < p->lo) r = p->lo;
+    if (r > p->hi) r = p->hi;
+    return (uint8_t)(int32_t)r;
+}
+
+/* Random operands (bytes or float rows), QAdd and QMul settings, 8-bit signs; scales of 0.5
+ * and 0.25 put many results on rounding ties. */
+static int check_q8_bin(tdm_simd_q8_bin fn, const char *what) {
+    int bad = 0;
+    for (int cfg = 0; cfg < 32; cfg++) {
+        tdm_q8_bin p = {.mul = cfg & 1, .a_s8 = (cfg >> 1) & 1, .b_s8 = (cfg >> 2) & 1,
+                        .y_s8 = (cfg >> 3) & 1};
+        bool ta_rows = (cfg >> 4) & 1; /* a from a float row, b from bytes */
+        float ks[] = {0.5f, 0.25f, 0.0371f, 1.75f};
+        p.ka = ks[rand() % 4];
+        p.kb = ks[rand() % 4];
+        p.za = p.mul ? (float)(rand() % 50) : 0.0f;
+        p.zb = p.mul ? (float)(rand() % 50) : 0.0f;
+        p.c = p.mul ? 0.0f : (float)(rand() % 64) - 32.5f;
+        p.sy = p.mul ? ks[rand() % 4] * 8.0f : 0.0f;
+        p.zy = p.mul ? (float)(rand() % 40) : 0.0f;
+        p.lo = p.y_s8 ? -128.0f : 0.0f;
+        p.hi = p.y_s8 ? 127.0f : 255.0f;
+        if (cfg & 8) p.lo += 3.0f; /* a narrower range (a folded Relu / Clip) */
+        for (size_t si = 0; si < N_SIZES + 1; si++) {
+            int64_t n = si < N_SIZES ? sizes[si] : 0;
+            uint8_t *a = xmalloc((size_t)n + 1), *b = xmalloc((size_t)n + 1);
+            uint8_t *got = xmalloc((size_t)n + 1);
+            float *fa = xmalloc(((size_t)n + 1) * sizeof(float));
+            for (int64_t i = 0; i < n; i++) {
+                a[i] = (uint8_t)(rand() & 0xff);
+                b[i] = (uint8_t)(rand() & 0xff);
+            }
+            for (int64_t i = 0; i < n; i++) {
+                float x = p.a_s8 ? (float)(int8_t)a[i] : (float)a[i];
+                fa[i] = (x - p.za) * p.ka;
+            }
+            fn(&p, ta_rows ? NULL : a, fa, b, NULL, n, got);
+            for (int64_t i = 0; i < n; i++) {
+                float xb = p.b_s8 ? (float)(int8_t)b[i] : (float)b[i];
+                uint8_t want = q8_ref(&p, fa[i], (xb - p.zb) * p.kb);
+                if (got[i] != want) {
+                    if (!bad)
+                        fprintf(stderr, "%s: cfg %d n %lld at %lld: %d, want %d\n", what, cfg,
+                                (long long)n, (long long)i, got[i], want);
+                    bad++;
+                    break;
+                }
+            }
+            free(a);
+            free(b);
+            free(got);
+            free(fa);
+        }
+    }
+    return bad;
+}
+
 /* ---- every level the machine supports ---- */
 
 static void test_levels_pick_variants_at_or_below(void **state) {
@@ -338,6 +406,7 @@ static void test_levels_pick_variants_at_or_below(void **state) {
         assert_int_equal(s.dot_f32_isa, want);
         assert_int_equal(s.lut_u8_isa, want);
         assert_int_equal(s.max_u8_isa, want);
+        assert_int_equal(s.q8_bin_isa, want);
 #endif
     }
     tdm_cpu_simd host;
@@ -367,6 +436,8 @@ static void test_each_level_agrees_with_portable(void **state) {
         assert_int_equal(check_lut(s.lut_u8, what), 0);
         snprintf(what, sizeof what, "%s max_u8", tdm_cpu_isa_name((tdm_cpu_isa)l));
         assert_int_equal(check_max(s.max_u8, what), 0);
+        snprintf(what, sizeof what, "%s q8_bin", tdm_cpu_isa_name((tdm_cpu_isa)l));
+        assert_int_equal(check_q8_bin(s.q8_bin, what), 0);
         snprintf(what, sizeof what, "%s gemm", tdm_cpu_isa_name((tdm_cpu_isa)l));
         assert_int_equal(check_gemm(&s, what), 0);
     }
@@ -414,6 +485,12 @@ static uint8_t broken_max(const uint8_t *x, int64_t n) {
     return best.max_u8(x, n > 1 && n % 16 ? n - 1 : n); /* the last tail byte left out */
 }
 
+static void broken_q8_bin(const tdm_q8_bin *p, const void *a8, const float *ta, const void *b8,
+                          const float *tb, int64_t n, uint8_t *y) {
+    best.q8_bin(p, a8, ta, b8, tb, n, y);
+    if (n % 16) y[n - 1] ^= 1; /* a tail byte wrong */
+}
+
 static void test_broken_variants_fail(void **state) {
     (void)state;
     tdm_cpu_simd_init(&best, tdm_cpu_isa_detect());
@@ -424,6 +501,7 @@ static void test_broken_variants_fail(void **state) {
     assert_true(check_dot(broken_dot, "broken dot_f32") > 0);
     assert_true(check_lut(broken_lut, "broken lut_u8") > 0);
     assert_true(check_max(broken_max, "broken max_u8") > 0);
+    assert_true(check_q8_bin(broken_q8_bin, "broken q8_bin") > 0);
     tdm_cpu_simd bad = best;
     bad.gemm = broken_gemm_uk;
     assert_true(check_gemm(&bad, "broken gemm") > 0);

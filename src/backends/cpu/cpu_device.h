@@ -16,7 +16,10 @@
  * emulated; fp32 turns it off; tf32 and fp16 are accelerators' and leave the CPU in fp32.
  * Like the accelerators' setting it belongs to the device, which the environment's sessions
  * share. The blocked-layout pass works as in fp32: f32 channel-blocked tensors between
- * convolutions, each converted to bf16 in the same layout at the primitive's input.
+ * convolutions, each converted to bf16 in the same layout at the primitive's input; with
+ * AMX, whose convolutions take channels-last only, a large enough convolution reorders its
+ * input into channels-last bf16 and its output back, and the small ones stay f32
+ * (k_dnnl_conv.c, CONV_AMX_MIN_K).
  *
  * The channel block (tdm_device_iface.channel_block): the block of the activation layout
  * oneDNN's convolution takes on this CPU when left free (format_tag any), found once with a

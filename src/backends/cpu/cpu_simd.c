@@ -1,7 +1,7 @@
 /* The CPU kernels' SIMD variants, chosen once per device (cpu_simd.h). Each kernel has a
  * table of (level, variant) in increasing level; init takes the last entry at or below the
  * device's level. The variants live with their kernels (k_gemv.c, cpu_gemm_uk.c, cpu_dot.c,
- * k_softmax_row.c, k_unary_f32.c, cpu_lut.c). */
+ * k_softmax_row.c, k_unary_f32.c, cpu_lut.c, cpu_q8bin.c). */
 #include "backends/cpu/cpu_simd.h"
 
 #include <stddef.h>
@@ -66,6 +66,13 @@ static const simd_variant max_u8_variants[] = {
     VARIANT(TDM_ISA_AVX512_CORE, tdm_max_u8_avx512),
 #endif
 };
+static const simd_variant q8_bin_variants[] = {
+    VARIANT(TDM_ISA_PORTABLE, tdm_q8_bin_portable),
+#ifdef TDM_SIMD_X86
+    VARIANT(TDM_ISA_AVX2, tdm_q8_bin_avx2),
+    VARIANT(TDM_ISA_AVX512_CORE, tdm_q8_bin_avx512),
+#endif
+};
 /* the GEMM micro-kernels' tiles, by the same index */
 static const int gemm_tiles[][2] = {
     {4, 8},
@@ -114,6 +121,9 @@ void tdm_cpu_simd_init(tdm_cpu_simd *s, tdm_cpu_isa level) {
     i = pick(max_u8_variants, N_OF(max_u8_variants), level);
     s->max_u8 = (tdm_simd_max_u8)max_u8_variants[i].fn;
     s->max_u8_isa = max_u8_variants[i].level;
+    i = pick(q8_bin_variants, N_OF(q8_bin_variants), level);
+    s->q8_bin = (tdm_simd_q8_bin)q8_bin_variants[i].fn;
+    s->q8_bin_isa = q8_bin_variants[i].level;
 }
 
 tdm_cpu_isa tdm_cpu_host_isa(void) {
@@ -133,6 +143,7 @@ static const tdm_cpu_simd portable = {
     .dot_f32 = tdm_dot_f32_portable,
     .lut_u8 = tdm_lut_u8_portable,
     .max_u8 = tdm_max_u8_portable,
+    .q8_bin = tdm_q8_bin_portable,
 };
 
 const tdm_cpu_simd *tdm_cpu_simd_portable(void) { return &portable; }

@@ -1,7 +1,7 @@
 /* The CPU kernels' own SIMD code, chosen once at start-up (cpu_simd.c).
  *
  * tandem's own hot loops (GEMV panels, the GEMM micro-kernel and row dot products, attention's
- * softmax rows, the float32 element-wise ops, byte tables and maxima) come in variants: portable C (any CPU, any compiler), AVX2 + FMA,
+ * softmax rows, the float32 element-wise ops, byte tables and maxima, QAdd / QMul rows) come in variants: portable C (any CPU, any compiler), AVX2 + FMA,
  * AVX-512 (F, BW, DQ, VL). A device that runs CPU kernels fills one tdm_cpu_simd with the
  * best variant of each at or below its level when it is created, and its execute hands it to
  * the kernels in tdm_kernel_ctx.cpu_simd. No kernel asks the CPU itself: a level below the
@@ -42,6 +42,17 @@ typedef void (*tdm_simd_lut_u8)(const uint8_t *restrict t, const uint8_t *restri
                                 uint8_t *restrict y, int64_t n);
 /* the largest of x[0..n) (0 for n = 0). */
 typedef uint8_t (*tdm_simd_max_u8)(const uint8_t *x, int64_t n);
+/* QAdd / QMul rows (cpu_q8bin.c): each operand from bytes (x8 non-NULL, contiguous:
+ * t = (x - z) * k) or from a row of floats already scaled (x8 NULL); y[q] the requantised sum
+ * (mul false: (ta + tb) + c) or product ((ta * tb) / sy, then + zy), rounded half to even and
+ * clamped to [lo, hi], as 8-bit bytes (y_s8: int8). */
+typedef struct tdm_q8_bin {
+    bool mul, a_s8, b_s8, y_s8;
+    float za, ka, zb, kb;
+    float c, sy, zy, lo, hi;
+} tdm_q8_bin;
+typedef void (*tdm_simd_q8_bin)(const tdm_q8_bin *p, const void *a8, const float *ta,
+                                const void *b8, const float *tb, int64_t n, uint8_t *y);
 /* GEMM micro-kernel (cpu_gemm.c): C[m x n] = alpha * Apanel . Bpanel + beta * C (beta 0: C is
  * not read), m <= mr, n <= nr; the panels hold kc steps of mr (A) and nr (B) floats. */
 typedef void (*tdm_simd_gemm_ukernel)(int64_t kc, const float *restrict pa,
@@ -51,7 +62,7 @@ typedef void (*tdm_simd_gemm_ukernel)(int64_t kc, const float *restrict pa,
 /* X-macro of the dispatched kernels: name, in tdm_cpu_simd. One source for init, the names
  * (`tandem devices`) and the test that forces each variant. */
 #define TDM_CPU_SIMD_KERNELS(X)                                                               \
-    X(gemv_panel) X(softmax_row) X(unary_f32) X(gemm) X(dot_f32) X(lut_u8) X(max_u8)
+    X(gemv_panel) X(softmax_row) X(unary_f32) X(gemm) X(dot_f32) X(lut_u8) X(max_u8) X(q8_bin)
 
 typedef struct tdm_cpu_simd {
     tdm_cpu_isa level; /* asked for; each kernel's variant is the best at or below it */
@@ -63,6 +74,7 @@ typedef struct tdm_cpu_simd {
     tdm_simd_dot_f32 dot_f32;
     tdm_simd_lut_u8 lut_u8;
     tdm_simd_max_u8 max_u8;
+    tdm_simd_q8_bin q8_bin;
     /* the level of the variant each kernel got (tests, `tandem devices`) */
 #define TDM_SIMD_LEVEL_FIELD(k) tdm_cpu_isa k##_isa;
     TDM_CPU_SIMD_KERNELS(TDM_SIMD_LEVEL_FIELD)
@@ -103,6 +115,8 @@ float tdm_dot_f32_portable(const float *a, const float *b, int64_t n);
 void tdm_lut_u8_portable(const uint8_t *restrict t, const uint8_t *restrict x,
                          uint8_t *restrict y, int64_t n);
 uint8_t tdm_max_u8_portable(const uint8_t *x, int64_t n);
+void tdm_q8_bin_portable(const tdm_q8_bin *p, const void *a8, const float *ta, const void *b8,
+                         const float *tb, int64_t n, uint8_t *y);
 void tdm_gemm_uk_portable(int64_t kc, const float *restrict pa, const float *restrict pb,
                           float *restrict c, int64_t ldc, int m, int n, float alpha, float beta);
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
@@ -127,6 +141,10 @@ void tdm_lut_u8_avx512(const uint8_t *restrict t, const uint8_t *restrict x,
                        uint8_t *restrict y, int64_t n);
 uint8_t tdm_max_u8_avx2(const uint8_t *x, int64_t n);
 uint8_t tdm_max_u8_avx512(const uint8_t *x, int64_t n);
+void tdm_q8_bin_avx2(const tdm_q8_bin *p, const void *a8, const float *ta, const void *b8,
+                     const float *tb, int64_t n, uint8_t *y);
+void tdm_q8_bin_avx512(const tdm_q8_bin *p, const void *a8, const float *ta, const void *b8,
+                       const float *tb, int64_t n, uint8_t *y);
 void tdm_gemm_uk_avx2(int64_t kc, const float *restrict pa, const float *restrict pb,
                       float *restrict c, int64_t ldc, int m, int n, float alpha, float beta);
 void tdm_gemm_uk_avx512(int64_t kc, const float *restrict pa, const float *restrict pb,

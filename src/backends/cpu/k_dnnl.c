@@ -391,11 +391,31 @@ bool dn_bf16(const tdm_kernel_ctx *ctx) {
     return c && atomic_load(&c->bf16);
 }
 
+bool dn_amx(void) {
+    dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    return ((unsigned)isa & (unsigned)dnnl_cpu_isa_avx512_core_amx) ==
+           (unsigned)dnnl_cpu_isa_avx512_core_amx;
+}
+
 bool dn_attr_clip(dnnl_primitive_attr_t attr, float lo, float hi) {
     dnnl_post_ops_t po = NULL;
     bool ok = dnnl_post_ops_create(&po) == dnnl_success &&
               dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_clip, lo, hi) == dnnl_success &&
               dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
+    if (po) dnnl_post_ops_destroy(po);
+    return ok;
+}
+
+bool dn_attr_q8_out(dnnl_primitive_attr_t attr, bool clip, float lo, float hi, int32_t yzp) {
+    if (!clip && !yzp) return true;
+    dnnl_post_ops_t po = NULL;
+    bool ok = dnnl_post_ops_create(&po) == dnnl_success;
+    if (ok && clip)
+        ok = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_clip, lo, hi) == dnnl_success;
+    if (ok && yzp)
+        ok = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_linear, 1.0f, (float)yzp) ==
+             dnnl_success;
+    ok = ok && dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
     if (po) dnnl_post_ops_destroy(po);
     return ok;
 }

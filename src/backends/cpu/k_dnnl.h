@@ -136,6 +136,10 @@ bool dn_q8_zeros(const tdm_tensor *t);
 bool dn_f32_scalar(const tdm_tensor *t, float *v);
 /* A clip post-op [lo, hi] on attr (the int8 kernels' folded Relu / Clip); false if refused. */
 bool dn_attr_clip(dnnl_primitive_attr_t attr, float lo, float hi);
+/* The same clip (when `clip`) followed by Y's zero point yzp as an eltwise linear post-op
+ * (x + yzp, the last step before oneDNN saturates and rounds): what a dst zero point does,
+ * in the same f32 arithmetic. */
+bool dn_attr_q8_out(dnnl_primitive_attr_t attr, bool clip, float lo, float hi, int32_t yzp);
 /* A QConv / QConvTranspose / QMatMul node's qmin / qmax attributes narrower than Y's 8-bit type
  * yt: true with the clip bounds relative to Y's zero point yzp in *lo, *hi (for dn_attr_clip). */
 bool dn_q8_clip(const tdm_node *node, tdm_dtype yt, int32_t yzp, float *lo, float *hi);
@@ -181,6 +185,8 @@ tdm_status *dn_q8_flip_x(tdm_kernel_ctx *ctx, const tdm_tensor *x, uint8_t *dst,
 /* The run's CPU device has precision bf16 (cpu_device.h): convolutions and matmuls build
  * bf16 primitives (bf16 source and weights, f32 accumulation and results). */
 bool dn_bf16(const tdm_kernel_ctx *ctx);
+/* oneDNN dispatches to AMX (avx512_core_amx) in this process. */
+bool dn_amx(void);
 int64_t dn_block(void);
 
 /* Plain row-major descriptor with the given dims (float32). */

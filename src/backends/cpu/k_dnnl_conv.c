@@ -78,10 +78,16 @@ typedef struct conv_entry {
     int64_t src_img_elems;
     bool src_reorder;
     bool src_cvt; /* bf16 with X channel-blocked: the input "reorder" only converts each image
-                     (same layout, r_src[0] over its src_img_elems elements as 1-D) */
+                     (same layout, r_src[0] over its src_img_elems elements as 1-D; with amx
+                     from the blocked image to the primitive's channels-last one) */
+    int64_t src_from_elems; /* src_cvt: elements of one image of X as stored */
     int64_t src_chunk, src_n_chunks; /* input channels per reorder item */
     bool bf16;      /* precision bf16 (dn_bf16): the primitives read X and W in bf16 (X
                        converted by the input reorder, W once when constant); Y stays f32 */
+    bool amx;       /* bf16 on a CPU with AMX, a convolution with enough products per output
+                       (CONV_AMX_MIN_K): oneDNN's layouts for X and Y (channels-last: its
+                       AMX kernels take no channel blocks), a blocked X reordered into it
+                       (and converted) by one reorder, Y reordered into its blocks after */
     size_t src_esz; /* bytes of one element of X as the primitives read it (4, or 2 in bf16) */
     dn_prim r_src[2];
     dnnl_memory_desc_t r_src_from[2], r_src_to[2];
@@ -254,10 +260,13 @@ static tdm_status *conv_part_build(conv_state *s, conv_entry *e, const conv_geom
     else if (lay == CL_PLAIN) dtag = tag_plain(nd);
     else if (lay == CL_NHWC) dtag = tag_nhwc(nd);
     else if (ytag) dtag = ytag;
+    if (e->amx) dtag = dnnl_format_tag_any; /* (channels-last; Y reordered into its blocks) */
     if (!dtag) return NULL;
     /* the source: X's own layout when blocked, else free in the first choice (oneDNN may
      * pick another layout than Y's: X is reordered into it), else the choice's */
-    dnnl_format_tag_t stag = e->xblk ? ytag : lay == CL_FREE ? act : dtag;
+    dnnl_format_tag_t stag = e->amx    ? dnnl_format_tag_any
+                             : e->xblk ? ytag
+                             : lay == CL_FREE ? act : dtag;
     if (src_fixed) src_any = *src_fixed;
     else if (!dn_md_tag(&src_any, nd, sd, stag)) return NULL;
     if (!dn_md_tag(&dst_any, nd, dd, dtag) || !dn_md_tag(&wei_any, wnd, wd, dnnl_format_tag_any))
@@ -375,7 +384,7 @@ static tdm_status *conv_build_parts(conv_state *s, conv_entry *e, const conv_geo
         TDM_TRY(conv_part_build(s, e, &g, &e->part[0], e->chunk, NULL, ok));
         if (!*ok) continue;
         int64_t L = dn_channel_layout(&e->part[0].src);
-        if (!src_cuts(e, L) || (e->xblk && L != e->blk)) {
+        if (!src_cuts(e, L) || (e->xblk && L != e->blk && !(e->amx && e->bf16))) {
             *ok = false;
             continue;
         }
@@ -413,6 +422,15 @@ static tdm_status *conv_build_parts(conv_state *s, conv_entry *e, const conv_geo
                 dn_md_plain(&e->r_src_from[0], 1, &ne);
                 e->r_src_to[0] = e->r_src_from[0];
                 e->r_src_to[0].data_type = dnnl_bf16;
+                e->src_from_elems = ne;
+                if (L != e->blk) { /* (amx) blocked f32 -> channels-last bf16 in one */
+                    if (!dn_md_tag(&e->r_src_from[0], nd, idims, dn_tag_blocked(nd, e->blk))) {
+                        *ok = false;
+                        continue;
+                    }
+                    e->src_from_elems = (int64_t)(dn_md_bytes(&e->r_src_from[0]) / sizeof(float));
+                    e->r_src_to[0] = e->src_img;
+                }
                 TDM_TRY(dn_reorder_new(bs->eng, &e->r_src_from[0], &e->r_src_to[0], &e->r_src[0]));
             } else if (e->src_reorder) {
                 int64_t stail = C - (e->src_n_chunks - 1) * e->src_chunk;
@@ -454,6 +472,56 @@ static void conv_column_as_row(conv_geom *g, int nsp) {
     CONV_SWAP(g->k);
 #undef CONV_SWAP
 }
+
+/* The layout choices of conv_build_parts in turn (first the fused activation, then without),
+ * first on X as stored, then on a blocked X reordered to plain NCHW. */
+static tdm_status *conv_build_any(conv_state *s, conv_entry *e, const conv_geom *g,
+                                  const int64_t *xdims, int64_t chunk0, int64_t units, int T,
+                                  bool *ok) {
+    dn_state *bs = &s->base;
+    const bool has_act = s->fused && s->act && s->act[0];
+    int nd = e->nd;
+    *ok = false;
+    for (e->variant = 0; e->variant < CONV_VARIANTS; e->variant++) {
+        if (e->variant >= CL_COUNT && !has_act) break; /* nothing to unfuse */
+        if (e->variant) {
+            conv_clear(bs, &e->h);
+            memset(e->part, 0, sizeof e->part);
+            memset(e->r_src, 0, sizeof e->r_src);
+        }
+        TDM_TRY(conv_build_parts(s, e, g, chunk0, units, T, ok));
+        if (*ok) return NULL;
+    }
+    if (!e->xblk) return NULL;
+    /* the same choices on X reordered to plain NCHW */
+    int64_t bd[5];
+    for (int i = 0; i < nd; i++) bd[i] = xdims[i];
+    dn_md_plain(&e->unblk_to, nd, bd);
+    if (!dn_md_tag(&e->unblk_from, nd, bd, dn_tag_blocked(nd, e->blk))) return NULL;
+    e->xblk = false;
+    e->xunblk = true;
+    for (e->variant = 0; e->variant < CONV_VARIANTS; e->variant++) {
+        if (e->variant >= CL_COUNT && !has_act) break;
+        conv_clear(bs, &e->h);
+        memset(e->part, 0, sizeof e->part);
+        memset(e->r_src, 0, sizeof e->r_src);
+        TDM_TRY(conv_build_parts(s, e, g, chunk0, units, T, ok));
+        if (*ok) return NULL;
+    }
+    return NULL;
+}
+
+/* bf16 on a CPU with AMX: oneDNN's AMX convolutions take channels-last activations only
+ * (no channel blocks), so a convolution goes there with X reordered (and converted) into
+ * channels-last by one reorder and Y reordered back into its blocks, which pays where each
+ * output sums enough products: input channels a group x kernel points >= CONV_AMX_MIN_K.
+ * The others stay float32 on the blocked kernels: oneDNN's avx512_core_bf16 convolutions
+ * measured slower than its float32 ones on that CPU (MobileNetV2 1x1 layers 4.95 ms against
+ * 2.93, depthwise 1.17 against 0.69, plus 1.19 converting their inputs). CPU ms per run, 1
+ * thread, on the AMX machine (session 15), threshold 64 / 256: ResNet-50 23.6 / 19.5 (fp32
+ * 49.0; all bf16 on the blocked kernels 74.6); MobileNetV2 3.47 / 3.31 (fp32 4.2, before
+ * 8.2), batch 8 37.2 / 34.9 (fp32 37.6). */
+#define CONV_AMX_MIN_K 256
 
 static tdm_status *conv_build(dn_state *bs, tdm_kernel_ctx *ctx, dn_entry *he) {
     conv_state *s = (conv_state *)bs;
@@ -517,34 +585,19 @@ static tdm_status *conv_build(dn_state *bs, tdm_kernel_ctx *ctx, dn_entry *he) {
     }
     double flops = 2.0 * (double)e->N * (double)M * (double)e->Cg * (double)e->ksz * (double)e->osz;
     const int64_t chunk0 = flops < 2.0e6 ? units : dn_chunk(units, align, e->N, T);
-    const bool has_act = s->fused && s->act && s->act[0];
-    bool ok = false;
-    for (e->variant = 0; e->variant < CONV_VARIANTS; e->variant++) {
-        if (e->variant >= CL_COUNT && !has_act) break; /* nothing to unfuse */
-        if (e->variant) {
-            conv_clear(bs, he);
-            memset(e->part, 0, sizeof e->part);
-            memset(e->r_src, 0, sizeof e->r_src);
-        }
-        TDM_TRY(conv_build_parts(s, e, &g, chunk0, units, T, &ok));
-        if (ok) break;
+    bool ok = false, xblk = e->xblk;
+    if (e->bf16 && dn_amx()) { /* AMX where it pays, else float32 (see CONV_AMX_MIN_K) */
+        e->amx = e->Cg * e->ksz >= CONV_AMX_MIN_K;
+        e->bf16 = e->amx;
     }
-    if (!ok && e->xblk) { /* the same choices on X reordered to plain NCHW */
-        int64_t bd[5];
-        for (int i = 0; i < nd; i++) bd[i] = xdims[i];
-        dn_md_plain(&e->unblk_to, nd, bd);
-        if (dn_md_tag(&e->unblk_from, nd, bd, dn_tag_blocked(nd, e->blk))) {
-            e->xblk = false;
-            e->xunblk = true;
-            for (e->variant = 0; e->variant < CONV_VARIANTS && !ok; e->variant++) {
-                if (e->variant >= CL_COUNT && !has_act) break;
-                conv_clear(bs, he);
-                memset(e->part, 0, sizeof e->part);
-                memset(e->r_src, 0, sizeof e->r_src);
-                TDM_TRY(conv_build_parts(s, e, &g, chunk0, units, T, &ok));
-                if (ok) break;
-            }
-        }
+    TDM_TRY(conv_build_any(s, e, &g, xdims, chunk0, units, T, &ok));
+    if (!ok && e->amx) { /* oneDNN declined: the blocked choices */
+        conv_clear(bs, he);
+        memset(e->part, 0, sizeof e->part);
+        memset(e->r_src, 0, sizeof e->r_src);
+        e->amx = e->xunblk = false;
+        e->xblk = xblk;
+        TDM_TRY(conv_build_any(s, e, &g, xdims, chunk0, units, T, &ok));
     }
     if (!ok) { /* (dn_cache_get logs a refused reference implementation) */
         conv_clear(bs, he);
@@ -615,7 +668,7 @@ static tdm_status *src_item(void *arg, tdm_kernel_ctx *ctx, int64_t item) {
     dn_held *h = e->held && at < e->n_held ? &e->held[at] : NULL;
     if (e->src_cvt) /* blocked f32 image -> the same layout in bf16 */
         return dn_exec_reorder_held(ctx, r->s->base.eng, &e->r_src[0], &e->r_src_from[0],
-                                    r->x + n * e->src_img_elems, &e->r_src_to[0],
+                                    r->x + n * e->src_from_elems, &e->r_src_to[0],
                                     r->src + (size_t)(n * e->src_img_elems) * e->src_esz, h);
     return dn_exec_reorder_held(ctx, r->s->base.eng, &e->r_src[i], &e->r_src_from[i],
                                 r->x + (n * e->mb * e->C + c0) * e->isz, &e->r_src_to[i],

@@ -676,86 +676,39 @@ static tdm_status *qlinear_conv_plain(tdm_kernel_ctx *ctx) {
 typedef struct qadd_job {
     const tdm_tensor *a, *b;
     void *y;
-    tdm_dtype yt;
     int rank;
     int64_t dims[TDM_MAX_RANK], as[TDM_MAX_RANK], bs[TDM_MAX_RANK];
     int64_t inner;    /* elements of the last dim */
-    float ka, kb, c;  /* y = a * ka + b * kb + c before rounding */
-    bool mul;         /* QMul: y = ((a - za) * sa) * ((b - zb) * sb) / sy, rounded, + zy */
-    float za, zb, zy, sy;
-    float lo, hi;
+    tdm_q8_bin p;     /* the element-wise step (cpu_simd.h): QAdd y = a * ka + b * kb + c
+                         before rounding; QMul y = ((a - za) * sa) * ((b - zb) * sb) / sy,
+                         rounded, + zy */
+    tdm_simd_q8_bin row;
 } qadd_job;
 
 static inline float ld_q(const void *p, bool s8, int64_t i) {
     return s8 ? (float)((const int8_t *)p)[i] : (float)((const uint8_t *)p)[i];
 }
 
-
-/* t[q] = (x[off + q * st] - z) * k for q < n (st 0: one value for the whole row; 1:
- * contiguous, a loop the compiler vectorizes; z = 0 for QAdd, exact). */
+/* t[q] = (x[off + q * st] - z) * k for q < n (st 0: one value for the whole row; other
+ * strides than 1: a transposed operand). */
 static void qadd_scaled(const void *x, bool s8, int64_t off, int64_t st, int64_t n, float z,
                         float k, float *restrict t) {
     if (st == 0) {
         float v = (ld_q(x, s8, off) - z) * k;
         for (int64_t q = 0; q < n; q++) t[q] = v;
-    } else if (st == 1 && s8) {
-        const int8_t *p = (const int8_t *)x + off;
-        for (int64_t q = 0; q < n; q++) t[q] = ((float)p[q] - z) * k;
-    } else if (st == 1) {
-        const uint8_t *p = (const uint8_t *)x + off;
-        for (int64_t q = 0; q < n; q++) t[q] = ((float)p[q] - z) * k;
     } else {
         for (int64_t q = 0; q < n; q++) t[q] = (ld_q(x, s8, off + q * st) - z) * k;
     }
 }
 
-/* y[q] = clamp(round(ta[q] + tb[q] + c)) (QAdd: c holds the zero points) or, with mul,
- * clamp(round(ta[q] * tb[q] / sy) + zy) (QMul: DequantizeLinear, Mul, QuantizeLinear as the
- * float kernels compute them). SSE2 16 at a time as q8_row (the scalar form's NaN-aware
- * selects stay branches: ~6 ns an element), the same operations in the same order. */
-static void qadd_store(const float *ta, const float *tb, int64_t n, bool mul, float c, float sy,
-                       float zy, float lo, float hi, bool s8, uint8_t *y) {
-    const float big = 12582912.0f; /* 1.5 * 2^23: adding and subtracting rounds half to even */
-    int64_t q = 0;
-#if defined(__SSE2__)
-    const __m128 vc = _mm_set1_ps(c), vsy = _mm_set1_ps(sy), vzy = _mm_set1_ps(zy);
-    const __m128 vb = _mm_set1_ps(big), vmin = _mm_set1_ps(-4194304.0f);
-    const __m128 vmax = _mm_set1_ps(4194304.0f), vlo = _mm_set1_ps(lo), vhi = _mm_set1_ps(hi);
-    for (; q + 16 <= n; q += 16) {
-        __m128i w[4];
-        for (int k = 0; k < 4; k++) {
-            __m128 a = _mm_loadu_ps(ta + q + 4 * k), b = _mm_loadu_ps(tb + q + 4 * k), v;
-            v = mul ? _mm_div_ps(_mm_mul_ps(a, b), vsy) : _mm_add_ps(_mm_add_ps(a, b), vc);
-            v = _mm_min_ps(_mm_max_ps(v, vmin), vmax);
-            v = _mm_sub_ps(_mm_add_ps(v, vb), vb);
-            if (mul) v = _mm_add_ps(v, vzy);
-            v = _mm_min_ps(_mm_max_ps(v, vlo), vhi);
-            w[k] = _mm_cvttps_epi32(v);
-        }
-        __m128i p0 = _mm_packs_epi32(w[0], w[1]), p1 = _mm_packs_epi32(w[2], w[3]);
-        _mm_storeu_si128((__m128i *)(y + q), s8 ? _mm_packs_epi16(p0, p1) : _mm_packus_epi16(p0, p1));
-    }
-#endif
-    for (; q < n; q++) {
-        float v = mul ? ta[q] * tb[q] / sy : ta[q] + tb[q] + c;
-        v = v > -4194304.0f ? v : -4194304.0f;
-        v = v < 4194304.0f ? v : 4194304.0f;
-        v = (v + big) - big;
-        if (mul) v += zy;
-        v = v > lo ? v : lo;
-        v = v < hi ? v : hi;
-        y[q] = (uint8_t)(int32_t)v;
-    }
-}
-
-/* Rows of the last dim of y, 256 elements at a time: (a - za) * ka and (b - zb) * kb into
- * float rows (a broadcast operand read once per row; a row of an operand equal to the
- * previous row's is kept), then qadd_store: the same operations in the same order as the
- * flat loops (a per-element index walk with strided loads measured ~10 ns an element:
- * PP-OCRv4's ConvTranspose bias, 19 ms). */
+/* Rows of the last dim of y, 256 elements at a time: an operand contiguous along the row
+ * goes to the row kernel as bytes, another (broadcast, strided) is scaled into a float row
+ * first (a broadcast row equal to the previous row's is kept); the same operations in the
+ * same order as the flat case (a per-element index walk with strided loads measured ~10 ns
+ * an element: PP-OCRv4's ConvTranspose bias, 19 ms). */
 static void qadd_rows(void *arg, int64_t rb, int64_t re) {
     const qadd_job *j = arg;
-    bool as8 = j->a->dtype == TDM_INT8, bs8 = j->b->dtype == TDM_INT8;
+    const tdm_q8_bin *p = &j->p;
     int L = j->rank - 1;
     int64_t sa = L >= 0 ? j->as[L] : 0, sb = L >= 0 ? j->bs[L] : 0;
     float ta[256], tb[256];
@@ -771,31 +724,25 @@ static void qadd_rows(void *arg, int64_t rb, int64_t re) {
         }
         for (int64_t q0 = 0; q0 < j->inner; q0 += 256) {
             int64_t n = j->inner - q0 < 256 ? j->inner - q0 : 256;
-            if (!whole || ao != last_a)
-                qadd_scaled(j->a->data, as8, ao + q0 * sa, sa, n, j->za, j->ka, ta);
-            if (!whole || bo != last_b)
-                qadd_scaled(j->b->data, bs8, bo + q0 * sb, sb, n, j->zb, j->kb, tb);
+            const void *a8 = NULL, *b8 = NULL;
+            if (sa == 1) a8 = (const uint8_t *)j->a->data + ao + q0;
+            else if (!whole || ao != last_a)
+                qadd_scaled(j->a->data, p->a_s8, ao + q0 * sa, sa, n, p->za, p->ka, ta);
+            if (sb == 1) b8 = (const uint8_t *)j->b->data + bo + q0;
+            else if (!whole || bo != last_b)
+                qadd_scaled(j->b->data, p->b_s8, bo + q0 * sb, sb, n, p->zb, p->kb, tb);
             last_a = ao;
             last_b = bo;
-            qadd_store(ta, tb, n, j->mul, j->c, j->sy, j->zy, j->lo, j->hi, j->yt == TDM_INT8,
-                       (uint8_t *)j->y + r * j->inner + q0);
+            j->row(p, a8, ta, b8, tb, n, (uint8_t *)j->y + r * j->inner + q0);
         }
     }
 }
 
-/* a, b and y of one shape: 256 elements at a time through the same float rows and stores
- * (a loop of per-element selects stayed scalar: ~5 ns an element). */
+/* a, b and y of one shape: the row kernel on the bytes. */
 static void qadd_flat(void *arg, int64_t b, int64_t e) {
     const qadd_job *j = arg;
-    bool as8 = j->a->dtype == TDM_INT8, bs8 = j->b->dtype == TDM_INT8;
-    float ta[256], tb[256];
-    for (int64_t i = b; i < e; i += 256) {
-        int64_t n = e - i < 256 ? e - i : 256;
-        qadd_scaled(j->a->data, as8, i, 1, n, j->za, j->ka, ta);
-        qadd_scaled(j->b->data, bs8, i, 1, n, j->zb, j->kb, tb);
-        qadd_store(ta, tb, n, j->mul, j->c, j->sy, j->zy, j->lo, j->hi, j->yt == TDM_INT8,
-                   (uint8_t *)j->y + i);
-    }
+    j->row(&j->p, (const uint8_t *)j->a->data + b, NULL, (const uint8_t *)j->b->data + b, NULL,
+           e - b, (uint8_t *)j->y + b);
 }
 
 /* QAdd and QMul (ops/fused.h). */
@@ -813,22 +760,27 @@ static tdm_status *qbinary_run(tdm_kernel_ctx *ctx, bool mul) {
         (in[3]->dtype != TDM_UINT8 && in[3]->dtype != TDM_INT8))
         return tdm_node_error(ctx->node, TDM_ERR_UNSUPPORTED, "%s takes 8-bit tensors", op);
     out_range(ctx->node, y->dtype, &lo, &hi);
-    qadd_job j = {.a = in[0], .b = in[3], .y = y->data, .yt = y->dtype, .rank = y->rank};
+    qadd_job j = {.a = in[0], .b = in[3], .y = y->data, .rank = y->rank,
+                  .row = tdm_cpu_simd_of(ctx)->q8_bin};
     double sa = tdm_tensor_get_f64(in[1], 0), za = tdm_tensor_get_f64(in[2], 0);
     double sb = tdm_tensor_get_f64(in[4], 0), zb = tdm_tensor_get_f64(in[5], 0);
     double sy = tdm_tensor_get_f64(in[6], 0), zy = tdm_tensor_get_f64(in[7], 0);
     if (!(sy > 0)) return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT, "y_scale must be > 0");
-    j.mul = mul;
+    tdm_q8_bin *p = &j.p;
+    p->mul = mul;
+    p->a_s8 = in[0]->dtype == TDM_INT8;
+    p->b_s8 = in[3]->dtype == TDM_INT8;
+    p->y_s8 = y->dtype == TDM_INT8;
     if (mul) { /* the float values as DequantizeLinear makes them */
-        j.ka = (float)sa, j.kb = (float)sb, j.za = (float)za, j.zb = (float)zb;
-        j.sy = (float)sy, j.zy = (float)zy;
-    } else {
-        j.ka = (float)(sa / sy);
-        j.kb = (float)(sb / sy);
-        j.c = (float)(zy - za * sa / sy - zb * sb / sy);
+        p->ka = (float)sa, p->kb = (float)sb, p->za = (float)za, p->zb = (float)zb;
+        p->sy = (float)sy, p->zy = (float)zy;
+    } else { /* (z = 0: exact) */
+        p->ka = (float)(sa / sy);
+        p->kb = (float)(sb / sy);
+        p->c = (float)(zy - za * sa / sy - zb * sb / sy);
     }
-    j.lo = (float)lo;
-    j.hi = (float)hi;
+    p->lo = (float)lo;
+    p->hi = (float)hi;
     memcpy(j.dims, y->dims, sizeof(int64_t) * (size_t)y->rank);
     tdm_broadcast_strides(in[0]->rank, in[0]->dims, y->rank, y->dims, j.as);
     tdm_broadcast_strides(in[3]->rank, in[3]->dims, y->rank, y->dims, j.bs);
