@@ -1005,7 +1005,7 @@ class Tests:
     def test_deadline_mixed_batch(self):
         """A batch with one request without a deadline runs to its end, also when the other
         request's deadline passes meanwhile; a batch whose requests all have deadlines stops at
-        the later one."""
+        the later one (deadlines at 0.3 and 0.55 of the first batch's time)."""
         m = "slow_pair"
         ex0, items0, _, stopped0 = self._counts(m, "run_timeout")
         a = Call(self.s, m, self.PAIR)  # no deadline; waits for a partner
@@ -1016,13 +1016,17 @@ class Tests:
         assert rb[2] > 0.3, f"the batch ended within the 300 ms deadline ({rb[2]:.3f} s): no test"
         ex, items, _, stopped = self._counts(m, "run_timeout")
         assert (ex - ex0, items - items0, stopped - stopped0) == (1, 2, 0), (ex - ex0, items - items0)
+        # the deadlines of the second batch are fractions of the first batch's time (a's, from
+        # its start to its end), so that they fall inside the run on a fast CPU as on a slow one
+        full = ra[2]
+        c_s, d_s = 0.55 * full, 0.3 * full
         t0 = time.time()
-        c = Call(self.s, m, self.PAIR, {"timeout": 600000})
+        c = Call(self.s, m, self.PAIR, {"timeout": int(c_s * 1e6)})
         assert self.wait_pending(m, 1)
-        d = Call(self.s, m, self.PAIR, {"timeout": 300000})
+        d = Call(self.s, m, self.PAIR, {"timeout": int(d_s * 1e6)})
         rc, rd = c.result(), d.result()
-        assert rc[0] == rd[0] == 503 and rc[1] == rd[1] == "Request timeout expired", (rc, rd)
-        assert rc[2] >= 0.6 and time.time() - t0 < 0.75 * ra[2], (rc, rd, ra)  # stopped at c's
+        assert rc[0] == rd[0] == 503 and rc[1] == rd[1] == "Request timeout expired", (rc, rd, full)
+        assert rc[2] >= c_s and time.time() - t0 < 0.8 * full, (rc, rd, ra)  # stopped at c's
         assert self._counts(m, "run_timeout")[3] == stopped0 + 2
 
 

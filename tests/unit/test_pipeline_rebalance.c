@@ -574,7 +574,7 @@ static void test_cut_moves_toward_balance(void **state) {
 }
 
 /* Sequential runs of 2..5 rows over the user cut of two slowed devices: each micro-batch pays
- * the per-kernel delay (2 ms per kernel, well above the kernels' own time per row, also
+ * the per-kernel delay (5 ms per kernel, well above the kernels' own time per row, also
  * under the sanitizers), so fewer micro-batches are faster: the micro-batch size must grow
  * (logged, queryable); no_rebalance and a user micro_batch keep their sizes; outputs equal
  * the CPU's on every run. */
@@ -582,7 +582,7 @@ static void check_micro_batch(bool no_rebalance, int user_mb) {
     char dir[] = "/tmp/tdm_pm_mb_XXXXXX";
     assert_non_null(mkdtemp(dir));
     log_box box = {PTHREAD_MUTEX_INITIALIZER, "", 0};
-    tdm_env *env = two_slow_env(dir, "2000", &box);
+    tdm_env *env = two_slow_env(dir, "5000", &box);
     tdm_session *s = NULL;
     tdm_session_options so = {TDM_API_VERSION, "test:0,test:1", 1, 1, false};
     so.mode = TDM_MODE_PIPELINE;
