@@ -30,6 +30,7 @@ typedef struct att_job {
 
 static void att_heads(void *arg, int64_t p0, int64_t p1) {
     const att_job *j = arg;
+    unsigned csr = tdm_cpu_flush_subnormals(); /* tiny attention weights: see cpu_simd.h */
     for (int64_t p = p0; p < p1; p++) {
         int64_t b = p / j->Hq, h = p % j->Hq, g = h / (j->Hq / j->Hk);
         float *scores = j->scratch + p * j->per_task, *bias = scores + j->T + 16;
@@ -53,6 +54,7 @@ static void att_heads(void *arg, int64_t p0, int64_t p1) {
                              j->softcap, bp, false, 0.0f, scores, y);
         }
     }
+    tdm_cpu_subnormals_restore(csr);
 }
 
 /* dst [B, H, P + n, w] = past rows then the new rows (src row (b, h, i) at src_off). */

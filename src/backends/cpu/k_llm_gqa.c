@@ -454,8 +454,10 @@ static void gqa_item(const gqa_job *j, int64_t p, float *scratch) {
 static void gqa_slots(void *arg, int64_t k0, int64_t k1) {
     const gqa_job *j = arg;
     if (j->S > 1 && omp_get_max_threads() != 1) omp_set_num_threads(1); /* sgemm stays serial */
+    unsigned csr = tdm_cpu_flush_subnormals(); /* tiny attention weights: see cpu_simd.h */
     for (int64_t k = k0; k < k1; k++)
         for (int64_t p = k; p < j->items; p += j->slots) gqa_item(j, p, j->scratch + k * j->per_task);
+    tdm_cpu_subnormals_restore(csr);
 }
 
 static tdm_status *check_cache(const tdm_node *node, const tdm_tensor *t, const char *what,

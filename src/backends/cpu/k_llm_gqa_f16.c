@@ -293,11 +293,13 @@ static void gqa16_block(const gqa16_job *j, int64_t p, float *scratch) {
 static void gqa16_slots(void *arg, int64_t k0, int64_t k1) {
     const gqa16_job *j = arg;
     if (j->S > 1 && omp_get_max_threads() != 1) omp_set_num_threads(1); /* sgemm stays serial */
+    unsigned csr = tdm_cpu_flush_subnormals(); /* tiny attention weights: see cpu_simd.h */
     for (int64_t k = k0; k < k1; k++)
         for (int64_t p = k; p < j->items; p += j->slots) {
             if (j->S > 1) gqa16_block(j, p, j->scratch + k * j->per_slot);
             else gqa16_item(j, p, j->scratch + k * j->per_slot);
         }
+    tdm_cpu_subnormals_restore(csr);
 }
 
 static bool is_cache(const tdm_tensor *t, int64_t B, int64_t KVH, int64_t D) {

@@ -279,8 +279,10 @@ static void paged_merge(const paged_job *j) {
 /* Pass 2's driver: slot k (one per thread) runs items k, k + slots, ... with its scratch. */
 static void paged_slots(void *arg, int64_t k0, int64_t k1) {
     const paged_job *j = arg;
+    unsigned csr = tdm_cpu_flush_subnormals(); /* tiny attention weights: see cpu_simd.h */
     for (int64_t k = k0; k < k1; k++)
         for (int64_t p = k; p < j->items; p += j->slots) paged_item(j, p, j->scratch + k * j->per_task);
+    tdm_cpu_subnormals_restore(csr);
 }
 
 #define BAD(...) tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, __VA_ARGS__)
