@@ -14,8 +14,9 @@ Models (onnx.helper, fixed seeds, written to a temporary folder):
                quantize_dynamic (op_types Conv: DynamicQuantizeLinear + ConvInteger + Cast /
                Mul for every convolution), batch 1.
 CPU time: tandem `bench --threads 1 --iterations N` in a child process, minus a 1-iteration
-run (load and planning), over N (getrusage of the children; the base build N / 10, at least
-2: its loops take up to seconds a run); ORT in this process
+run (load and planning), over N (getrusage of the children; N at least --iterations and
+enough runs for about 2 s of ORT's time; the base build N / 10, at least 2: its loops take
+up to seconds a run); ORT in this process
 (intra_op_num_threads 1, ORT_ENABLE_ALL), process CPU time over N runs after 2 warm-up runs.
 Each round measures the three engines one after the other; the table shows the median of
 the rounds. Outputs: tandem's Y against ORT's (int32 for the ConvInteger models: equal or not;
@@ -137,6 +138,7 @@ def main():
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="tdm_ci_bench_")
     lines = []
+    sys.stdout.reconfigure(line_buffering=True)
     try:
         paths = {}
         for name in a.models.split(","):
@@ -162,10 +164,13 @@ def main():
             sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
             res = {"tandem": [], "base": [], "ort": []}
             for _ in range(a.rounds):
-                res["tandem"].append(tandem_cpu_ms(a.tandem, path, inputs, a.iterations))
+                res["ort"].append(ort_cpu_ms(sess, f, a.iterations))
+                # tandem: enough runs for ~2 s of ORT's time (a process start and plan is tens
+                # of ms: with 20 runs of a fast model the difference is noise)
+                n = max(a.iterations, int(2000 / max(res["ort"][-1], 0.01)))
+                res["tandem"].append(tandem_cpu_ms(a.tandem, path, inputs, n))
                 res["base"].append(tandem_cpu_ms(a.tandem_base, path, inputs,
                                                  max(2, a.iterations // 10)))
-                res["ort"].append(ort_cpu_ms(sess, f, a.iterations))
             want = sess.run(None, f)[0]
             got = tandem_out(a.tandem, path, inputs, work)
             got = got.get(sess.get_outputs()[0].name)

@@ -170,6 +170,11 @@ def cases():
     add("2d_s8w_zp3", True, wz=np.int8(3), wrange=(-120, 127))
     add("2d_dynamic", True, dynamic=True)
     add("2d_dynamic_group2_b2", True, dynamic=True, group=2, x=(2, 16, 10, 10))
+    # a negative end pad (stride 2 past the last row / column: ResNet's 1x1 projections)
+    add("2d_dynamic_1x1_s2", True, dynamic=True, x=(1, 16, 12, 12), k=(1, 1), pads=None,
+        strides=[2, 2])
+    add("2d_zp9_3x3_s2_pad0", True, x=(1, 16, 12, 11), strides=[2, 2], pads=[0, 1, 0, 0],
+        xz=9)
     add("1d_u8_zp200_s2", True, x=(2, 16, 40), k=(5,), pads=[2, 1], strides=[2], xz=200)
     add("1d_s8x_zp5_dil3", True, x=(1, 16, 40), k=(3,), pads=[3, 3], dilations=[3], xt=np.int8,
         xz=5)

@@ -465,7 +465,12 @@ static tdm_status *qc_part_build(qc_state *s, qc_entry *e, const qc_geom *g, con
     if (e->pad) {
         sdims[2] = e->Hp;
         sdims[3] = e->Wp;
-        for (int d = 0; d < 2; d++) gp.pl[d] = gp.pr[d] = 0;
+        /* (a negative end pad -- strides past the last rows, ResNet's stride-2 1x1
+         * projections -- stays the primitive's: X is copied whole) */
+        for (int d = 0; d < 2; d++) {
+            gp.pl[d] = 0;
+            gp.pr[d] = g->pr[d] < 0 ? g->pr[d] : 0;
+        }
         g = &gp;
     }
     bool has_bias = qc_has_bias(s, e);
@@ -590,7 +595,7 @@ static tdm_status *qc_build(dn_state *ds, tdm_kernel_ctx *ctx, dn_entry *he) {
     if (!e->part) return dn_oom(ctx);
     /* (uint8 X only: oneDNN runs int8 X through a +128 shift, which without VNNI halves the
      * weights, and a zero point's compensation then grows the error: 10 steps measured) */
-    e->pad = (s->integer || s->bias_zp) && x->rank == 4 && g.pr[0] >= 0 && g.pr[1] >= 0 &&
+    e->pad = (s->integer || (s->bias_zp && g.pr[0] >= 0 && g.pr[1] >= 0)) && x->rank == 4 &&
              e->xt == dnnl_u8;
     if (s->xzp_rt && !e->pad) return NULL; /* (a computed zero point: padded mode only) */
     bool ok = false;
@@ -609,8 +614,8 @@ static tdm_status *qc_build(dn_state *ds, tdm_kernel_ctx *ctx, dn_entry *he) {
             e->W = x->dims[3];
             e->ph = g.pl[0];
             e->pw = g.pl[1];
-            e->Hp = e->H + g.pl[0] + g.pr[0];
-            e->Wp = e->W + g.pl[1] + g.pr[1];
+            e->Hp = e->H + g.pl[0] + (g.pr[0] > 0 ? g.pr[0] : 0);
+            e->Wp = e->W + g.pl[1] + (g.pr[1] > 0 ? g.pr[1] : 0);
         }
         ok = true;
         for (int64_t c = 0; ok && c < e->n_chunks; c++) {
