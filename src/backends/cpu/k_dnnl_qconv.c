@@ -74,6 +74,7 @@ typedef struct qc_state {
     int32_t *wsum;    /* [M] sum of W - w_zero_point per output channel (padded mode bias) */
     int8_t *wfold;    /* W - w_zero_point as int8 (s->w is wt, its header) */
     tdm_tensor wt;
+    atomic_flag told; /* the loops' reason was logged (first run) */
 } qc_state;
 
 typedef struct qc_part {
@@ -828,7 +829,10 @@ static tdm_status *qc_conv_item(void *arg, tdm_kernel_ctx *ctx, int64_t i) {
 /* The reference kernels (k_misc_quant.c's int_conv, exact int32 sums of widened products,
  * threaded over planes): QLinearConv's, and ConvInteger's (24x faster than the nn family's
  * k_nn_conv.c loops that ran it before: 38 / 910 ms, 1x64x56x56 3x3, 1 thread). */
-static tdm_status *qc_generic(tdm_kernel_ctx *ctx, const qc_state *s) {
+static tdm_status *qc_generic(tdm_kernel_ctx *ctx, qc_state *s) {
+    /* a ConvInteger left to the loops at prepare says why, once (INFO) */
+    if (s && s->integer && s->base.generic && s->base.impl[0] && !atomic_flag_test_and_set(&s->told))
+        dn_log(ctx, TDM_LOG_INFO, "runs on %s", s->base.impl);
     return s && s->integer ? tdm_misc_conv_integer_run(ctx) : tdm_misc_qlinear_conv_run(ctx);
 }
 
