@@ -223,8 +223,8 @@ def matmul_integer_cases(a, rng, bq, work):
 
 
 def conv_integer_cases(a, rng, wconv, work):
-    """ConvInteger (x zero point 250, pads 1; tandem's exact loops without oneDNN) against
-    int64 numpy; returns the failures."""
+    """ConvInteger (x zero point 250, pads 1; oneDNN's int8 convolution in padded mode, with
+    the halves without VNNI) against int64 numpy; returns the failures."""
     inits = [numpy_helper.from_array(wconv, "w"), numpy_helper.from_array(np.array(np.uint8(250)), "xz")]
     node = helper.make_node("ConvInteger", ["x", "w", "xz"], ["y"], pads=[1, 1, 1, 1])
     x_in = helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 8, 9, 9])

@@ -1,6 +1,7 @@
 /* CPU kernels: dnnl family — oneDNN fast paths for float32 Conv, FusedConv, MatMul, Gemm,
  * FusedMatMul, MaxPool and AveragePool, ConvNwc1d (k_dnnl_nwc.c), int8 QLinearConv / QConv, QConvTranspose and
- * QLinearMatMul / QMatMul (k_dnnl_qconv.c, k_dnnl_qdeconv.c, k_dnnl_qmatmul.c), and the
+ * QLinearMatMul / QMatMul, MatMulInteger and ConvInteger (k_dnnl_qconv.c, k_dnnl_qdeconv.c,
+ * k_dnnl_qmatmul.c), and the
  * channel-blocked layout ops (BlockedConv, BlockedPool, ToBlocked, FromBlocked;
  * k_dnnl_layout.c). This table is searched before the
  * generic families, so its entries win; whatever a kernel cannot do goes to the generic
@@ -56,6 +57,7 @@ const tdm_kernel_def tdm_cpu_kernels_dnnl[] = {
      dn_qmatmul_release, WA},
     {"", "MatMulInteger", 10, 0, 0, Q8, dn_qmatmul_run, dn_qmatmul_prepare, dn_qmatmul_release,
      WA},
+    {"", "ConvInteger", 10, 0, 0, Q8, dn_qconv_run, dn_qconv_prepare, dn_qconv_release, WA},
 };
 const int tdm_cpu_kernels_dnnl_count =
     (int)(sizeof tdm_cpu_kernels_dnnl / sizeof tdm_cpu_kernels_dnnl[0]);
@@ -196,8 +198,8 @@ bool tdm_cpu_dnnl_impl(const tdm_kernel_def *k, void *state, char *buf, size_t s
         return true;
     }
     dn_state *s = state;
-    if (!s || s->generic) {
-        snprintf(buf, size, "tandem");
+    if (!s || s->generic) { /* (with the reason a prepare noted, if any) */
+        snprintf(buf, size, "%s", s && s->generic && s->impl[0] ? s->impl : "tandem");
         return true;
     }
     pthread_mutex_lock(&s->mu);

@@ -1,5 +1,6 @@
-/* dnnl family: QLinearConv and tandem's QConv (ops/fused.h) on oneDNN's int8 convolution
- * (u8s8s32 or s8s8s32 accumulation; oneDNN picks the kernel for the CPU: VNNI on AVX-512 /
+/* dnnl family: QLinearConv, tandem's QConv (ops/fused.h) and ConvInteger (int32 Y, no
+ * scales: qc_setup_integer says which cases go where) on oneDNN's int8 convolution (u8s8s32
+ * or s8s8s32 accumulation; oneDNN picks the kernel for the CPU: AMX, VNNI on AVX-512 /
  * AVX-VNNI, vpmaddubsw on plain AVX2).
  *
  * The requantisation is oneDNN's: output scales x_scale * w_scale[m] / y_scale (per output
@@ -47,6 +48,7 @@
 
 /* k_misc_quant.c */
 tdm_status *tdm_misc_qlinear_conv_run(tdm_kernel_ctx *ctx);
+tdm_status *tdm_misc_conv_integer_run(tdm_kernel_ctx *ctx);
 
 typedef struct qc_state {
     dn_state base;    /* first */
@@ -64,6 +66,15 @@ typedef struct qc_state {
     int8_t *wh;       /* [M, 2 C, k...]: the halves [a | b] of each channel (NULL: none) */
     bool novnni;      /* the CPU has no VNNI (dn_has_vnni) */
     bool flip;        /* int8 X runs as uint8 (dn_q8_flip; xzp is then X's + 128) */
+    /* ConvInteger (int32 Y = conv(X - x_zero_point, W - w_zero_point), no scales) */
+    bool integer;
+    bool xzp_rt;      /* x_zero_point is computed (DynamicQuantizeLinear): per run, padded
+                         mode only; else xzp is the constant one as given (int8 X: + 128
+                         when flipped, per entry) */
+    int32_t *wsum;    /* [M] sum of W - w_zero_point per output channel (padded mode bias) */
+    int8_t *wfold;    /* W - w_zero_point as int8 (s->w is wt, its header) */
+    tdm_tensor wt;
+    atomic_flag told; /* the loops' reason was logged (first run) */
 } qc_state;
 
 typedef struct qc_part {
@@ -87,6 +98,7 @@ typedef struct qc_entry {
     dn_prim r_src;
     bool src_nhwc;    /* src is channels-last: own transpose instead of r_src */
     bool src_conv;    /* X is converted (src_nhwc or r_src) */
+    int32_t xzp;      /* X's zero point as the primitive sees it (int8 X flipped: + 128) */
     bool pad;         /* padded mode: X copied into a channels-last buffer padded with its
                          zero point, the primitive has no padding and no source zero point
                          (so oneDNN's brgemm kernels take it; with a zero point it falls to
@@ -126,12 +138,32 @@ static void qc_release(void *state, const tdm_allocator *a) {
         tdm_free(s->base.alloc, s->bias);
         tdm_free(s->base.alloc, s->bias_zp);
         tdm_free(s->base.alloc, s->wh);
+        tdm_free(s->base.alloc, s->wsum);
+        tdm_free(s->base.alloc, s->wfold);
     }
     dn_release(state, a);
 }
 
 
 
+
+/* Without VNNI (uint8 X, or int8 X flipped to uint8), ungrouped or 2+ input channels (cg) a
+ * group: the exact halves of the int8 weights w (n values) where large bytes can saturate
+ * (per group X' = [Xg, Xg]; one channel a group: oneDNN's AVX2 depthwise kernel widens to 32
+ * bits, exact). False when out of memory. */
+static bool qc_halves(qc_state *s, const int8_t *w, int64_t n, int64_t cg) {
+    s->lim = 255;
+    if (!s->novnni || (s->group > 1 && cg < 2)) return true;
+    int64_t per_m = n / s->M;
+    int lim = dn_q8_lim(w, s->M, per_m, per_m, 1);
+    if (lim == 255) return true;
+    s->wh = tdm_alloc(s->base.alloc, 2 * (size_t)n + 1);
+    if (!s->wh) return false;
+    for (int64_t m = 0; m < s->M; m++)
+        dn_q8_halves(w + m * per_m, s->wh + 2 * m * per_m, s->wh + (2 * m + 1) * per_m, per_m);
+    s->lim = lim;
+    return true;
+}
 
 /* The constants the fast path needs; false leaves the node to the reference kernel. */
 static bool qc_setup(qc_state *s, const tdm_node *node, int n_in, const tdm_tensor *const *in) {
@@ -175,23 +207,81 @@ static bool qc_setup(qc_state *s, const tdm_node *node, int n_in, const tdm_tens
         }
     }
     s->clip = dn_q8_clip(node, yt, s->yzp, &s->clo, &s->chi);
-    /* without VNNI (uint8 X, or int8 X flipped to uint8), ungrouped or 2+ input channels a
-     * group: the exact halves where large bytes can saturate (per group X' = [Xg, Xg]; one
-     * channel a group: oneDNN's AVX2 depthwise kernel widens to 32 bits, exact) */
-    s->lim = 255;
-    if (s->novnni && (s->group == 1 || w->dims[1] >= 2)) {
-        int64_t per_m = w->count / s->M;
-        int lim = dn_q8_lim(w->data, s->M, per_m, per_m, 1);
-        if (lim < 255) {
-            s->wh = tdm_alloc(s->base.alloc, 2 * (size_t)w->count + 1);
-            if (!s->wh) return false;
-            for (int64_t m = 0; m < s->M; m++)
-                dn_q8_halves((const int8_t *)w->data + m * per_m, s->wh + 2 * m * per_m,
-                             s->wh + (2 * m + 1) * per_m, per_m);
-            s->lim = lim;
+    return qc_halves(s, w->data, w->count, w->dims[1]);
+}
+
+/* ConvInteger(X, W, x_zero_point?, w_zero_point?) on the same primitives, Y int32 (no output
+ * scales, no post-ops). Where it goes (what `inspect --plan` names, else oneDNN's kernel):
+ * - W constant, 8-bit, with w_zero_point constant (one value or one per output channel):
+ *   W - w_zero_point is folded into int8 weights when every folded value fits int8 (int8 W
+ *   with zero point 0, uint8 W with zero point 128 +- its spread, ...); else the loops;
+ * - oneDNN's int8 kernels convert the int32 sum to f32 around the bias (and the scales):
+ *   exact for integers up to 2^24 only (an all-255 X against 576 weights of 127 measured
+ *   1-2 off in padded mode). With bytes in [0, 255] the sum, the bias -xzp * sum(w') and Y
+ *   all lie within 255 * max(P, N) (P, N: the sums of a channel's positive and negative
+ *   weights), so a channel with 255 * max(P, N) > 2^24 sends the node to the loops;
+ * - 2-D: padded mode (X in channels-last padded with the run's zero point, -xzp * sum(w') as
+ *   the run's bias), the zero point constant or computed (DynamicQuantizeLinear); int8 X
+ *   runs as uint8 (dn_q8_flip_x, zero point + 128);
+ * - 1-D / 3-D: a constant (or absent) zero point as oneDNN's source zero point; int8 X as
+ *   int8 with VNNI, flipped to uint8 without; a computed zero point there: the loops.
+ * Without VNNI, the exact halves of QLinearConv where large bytes can saturate. */
+static bool qc_setup_integer(qc_state *s, const tdm_node *node, int n_in,
+                             const tdm_tensor *const *in, const char **why) {
+    const tdm_tensor *w = n_in > 1 ? in[1] : NULL;
+    const tdm_tensor *wz = n_in > 3 && node->n_inputs > 3 && node->inputs[3] >= 0 ? in[3] : NULL;
+    *why = "W not a constant 8-bit tensor of rank 3 to 5";
+    if (!w || (w->dtype != TDM_INT8 && w->dtype != TDM_UINT8) || w->rank < 3 || w->rank > 5)
+        return false;
+    s->M = w->dims[0];
+    s->group = tdm_attr_int(node, "group", 1);
+    *why = "bad group or w_zero_point";
+    if (s->M < 1 || s->group < 1 || s->M % s->group) return false;
+    if (n_in > 3 && node->n_inputs > 3 && node->inputs[3] >= 0 &&
+        (!wz || wz->dtype != w->dtype || (wz->count != 1 && wz->count != s->M)))
+        return false;
+    bool has_xz = n_in > 2 && node->n_inputs > 2 && node->inputs[2] >= 0;
+    s->xzp_rt = has_xz && !in[2];
+    if (has_xz && in[2] && !dn_q8_scalar(in[2], &s->xzp)) return false;
+    *why = "a computed x_zero_point of a 1-D / 3-D convolution";
+    if (s->xzp_rt && w->rank != 4) return false;
+    int64_t per_m = w->count / s->M;
+    s->wfold = tdm_alloc(s->base.alloc, (size_t)w->count + 1);
+    s->wsum = tdm_alloc(s->base.alloc, (size_t)s->M * sizeof(int32_t) + 1);
+    if (!s->wfold || !s->wsum) return false;
+    for (int64_t m = 0; m < s->M; m++) {
+        int32_t z = wz ? (wz->dtype == TDM_INT8 ? ((const int8_t *)wz->data)[wz->count == 1 ? 0 : m]
+                                                : ((const uint8_t *)wz->data)[wz->count == 1 ? 0 : m])
+                       : 0;
+        int64_t pos = 0, neg = 0; /* sums of the positive and of the negative weights */
+        for (int64_t k = m * per_m; k < (m + 1) * per_m; k++) {
+            int32_t v = (w->dtype == TDM_INT8 ? ((const int8_t *)w->data)[k]
+                                              : ((const uint8_t *)w->data)[k]) - z;
+            *why = "W - w_zero_point outside int8";
+            if (v < -128 || v > 127) return false;
+            s->wfold[k] = (int8_t)v;
+            if (v > 0) pos += v;
+            else neg -= v;
         }
+        *why = "a channel's 255 * sum of its positive (or negative) weights above 2^24";
+        if (255 * (pos > neg ? pos : neg) > (1 << 24)) return false;
+        s->wsum[m] = (int32_t)(pos - neg);
     }
-    return true;
+    s->wt = *w;
+    s->wt.dtype = TDM_INT8;
+    s->wt.data = s->wfold;
+    s->w = &s->wt;
+    s->yt = dnnl_s32;
+    /* int8 X as uint8: always in padded mode (2-D), without VNNI elsewhere */
+    s->flip = w->rank == 4 || s->novnni;
+    *why = NULL;
+    return qc_halves(s, s->wfold, w->count, w->dims[1]);
+}
+
+/* The primitive takes an int32 bias: QLinearConv's, or in padded mode x_zero_point's
+ * compensation (ConvInteger: always, the run's). */
+static bool qc_has_bias(const qc_state *s, const qc_entry *e) {
+    return s->integer ? e->pad : (e->pad ? s->bias_zp : s->bias) != NULL;
 }
 
 static tdm_status *qc_prepare(const tdm_node *node, int opset, int n_in,
@@ -203,7 +293,14 @@ static tdm_status *qc_prepare(const tdm_node *node, int opset, int n_in,
     s->xl = tdm_attr_int(node, "x_nhwc", 0) != 0;
     s->yl = tdm_attr_int(node, "y_nhwc", 0) != 0;
     s->novnni = !dn_has_vnni();
-    if (!s->base.generic && !qc_setup(s, node, n_in, in)) s->base.generic = true;
+    s->integer = strcmp(node->op_type, "ConvInteger") == 0;
+    const char *why = NULL;
+    bool ok = s->integer ? qc_setup_integer(s, node, n_in, in, &why) : qc_setup(s, node, n_in, in);
+    if (!s->base.generic && !ok) {
+        s->base.generic = true;
+        /* (what `inspect --plan` shows for the node) */
+        if (why) dn_note_impl(&s->base, "tandem loops (%s)", why);
+    }
     return NULL;
 }
 
@@ -369,10 +466,15 @@ static tdm_status *qc_part_build(qc_state *s, qc_entry *e, const qc_geom *g, con
     if (e->pad) {
         sdims[2] = e->Hp;
         sdims[3] = e->Wp;
-        for (int d = 0; d < 2; d++) gp.pl[d] = gp.pr[d] = 0;
+        /* (a negative end pad -- strides past the last rows, ResNet's stride-2 1x1
+         * projections -- stays the primitive's: X is copied whole) */
+        for (int d = 0; d < 2; d++) {
+            gp.pl[d] = 0;
+            gp.pr[d] = g->pr[d] < 0 ? g->pr[d] : 0;
+        }
         g = &gp;
     }
-    const int32_t *bias_v = e->pad ? s->bias_zp : s->bias;
+    bool has_bias = qc_has_bias(s, e);
     int wnd = nd;
     if (s->group > 1) {
         wnd = nd + 1;
@@ -395,15 +497,15 @@ static tdm_status *qc_part_build(qc_state *s, qc_entry *e, const qc_geom *g, con
     dnnl_convolution_desc_t cd;
     if (dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference,
                                                    dnnl_convolution_direct, &src, &wei,
-                                                   bias_v ? &bias : NULL, &dst, g->strides,
+                                                   has_bias ? &bias : NULL, &dst, g->strides,
                                                    g->dil, g->pl, g->pr) != dnnl_success)
         return NULL;
     dnnl_primitive_attr_t attr;
     TDM_TRY(dn_attr_new(&attr));
-    bool good = dnnl_primitive_attr_set_output_scales(attr, units, 1 << 1, s->oscale + m0) ==
-                dnnl_success;
-    if (good && s->xzp && !e->pad)
-        good = dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_SRC, 1, 0, &s->xzp) == dnnl_success;
+    bool good = s->integer || dnnl_primitive_attr_set_output_scales(attr, units, 1 << 1,
+                                                                    s->oscale + m0) == dnnl_success;
+    if (good && e->xzp && !e->pad)
+        good = dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_SRC, 1, 0, &e->xzp) == dnnl_success;
     if (good) good = dn_attr_q8_out(attr, s->clip, s->clo, s->chi, s->yzp);
     dnnl_primitive_desc_t pd = NULL;
     if (good && dnnl_primitive_desc_create(&pd, &cd, attr, s->base.eng, NULL) != dnnl_success)
@@ -462,7 +564,7 @@ static tdm_status *qc_part_build(qc_state *s, qc_entry *e, const qc_geom *g, con
     p->units = units;
     p->wbytes = dn_md_bytes(&p->wei);
     TDM_TRY(dn_prim_from_pd(pd, &p->conv));
-    p->dst_nhwc = !s->yl && is_nhwc(&p->dst);
+    p->dst_nhwc = !s->yl && is_nhwc(&p->dst) && !s->integer; /* (own moves: bytes only) */
     if (!p->dst_nhwc) { /* (none when equal: straight into Y) */
         TDM_TRY(dn_reorder_new(s->base.eng, &p->dst, &p->usr_dst, &p->r_dst));
         if (!p->r_dst.p && !dnnl_memory_desc_equal(&p->dst, &p->usr_dst)) return NULL;
@@ -484,6 +586,7 @@ static tdm_status *qc_build(dn_state *ds, tdm_kernel_ctx *ctx, dn_entry *he) {
     e->nd = x->rank;
     e->N = x->dims[0];
     e->xt = x->dtype == TDM_INT8 && !s->flip ? dnnl_s8 : dnnl_u8; /* (flip: X ^ 0x80) */
+    e->xzp = s->xzp + (s->integer && s->flip && x->dtype == TDM_INT8 ? 128 : 0);
     e->osz = 1;
     for (int d = 2; d < y->rank; d++) e->osz *= y->dims[d];
     e->mb = threads == 1 ? e->N : 1;
@@ -493,11 +596,13 @@ static tdm_status *qc_build(dn_state *ds, tdm_kernel_ctx *ctx, dn_entry *he) {
     if (!e->part) return dn_oom(ctx);
     /* (uint8 X only: oneDNN runs int8 X through a +128 shift, which without VNNI halves the
      * weights, and a zero point's compensation then grows the error: 10 steps measured) */
-    e->pad = s->bias_zp && x->rank == 4 && g.pr[0] >= 0 && g.pr[1] >= 0 && e->xt == dnnl_u8;
+    e->pad = (s->integer || (s->bias_zp && g.pr[0] >= 0 && g.pr[1] >= 0)) && x->rank == 4 &&
+             e->xt == dnnl_u8;
+    if (s->xzp_rt && !e->pad) return NULL; /* (a computed zero point: padded mode only) */
     bool ok = false;
     for (int attempt = 0; !ok && attempt < 2; attempt++) {
         if (attempt == 1) { /* padded mode refused: the zero point as oneDNN's */
-            if (!e->pad) break;
+            if (!e->pad || s->xzp_rt) break;
             for (int64_t c = 0; c < e->n_chunks; c++) {
                 dn_prim_clear(&e->part[c].conv);
                 dn_prim_clear(&e->part[c].r_dst);
@@ -510,8 +615,8 @@ static tdm_status *qc_build(dn_state *ds, tdm_kernel_ctx *ctx, dn_entry *he) {
             e->W = x->dims[3];
             e->ph = g.pl[0];
             e->pw = g.pl[1];
-            e->Hp = e->H + g.pl[0] + g.pr[0];
-            e->Wp = e->W + g.pl[1] + g.pr[1];
+            e->Hp = e->H + g.pl[0] + (g.pr[0] > 0 ? g.pr[0] : 0);
+            e->Wp = e->W + g.pl[1] + (g.pr[1] > 0 ? g.pr[1] : 0);
         }
         ok = true;
         for (int64_t c = 0; ok && c < e->n_chunks; c++) {
@@ -604,7 +709,9 @@ typedef struct qc_run {
     const tdm_tensor *x;
     tdm_tensor *y;
     char *srcbuf, *tmp;
-    bool two; /* X has a byte above s->lim: X' and the halves' primitives */
+    bool two;            /* X has a byte above s->lim: X' and the halves' primitives */
+    int32_t xzp;         /* X's zero point of this run (padding's byte) */
+    const int32_t *bias; /* ConvInteger in padded mode: this run's -xzp * sum(w) */
 } qc_run;
 
 /* Padded mode: the border of one padded channels-last image (C bytes a pixel) set to the
@@ -632,7 +739,7 @@ static void qc_src2_item(const qc_run *r, int64_t i) {
     for (int64_t k = 0; k < e->mb; k++) {
         const uint8_t *img = (const uint8_t *)r->x->data + (size_t)i * es + (size_t)(k * C * e->isz);
         uint8_t *pimg = dst + (size_t)(k * C2 * (e->pad ? e->Hp * e->Wp : e->isz));
-        if (e->pad) qc_pad_border(e, pimg, C2, (uint8_t)r->s->xzp);
+        if (e->pad) qc_pad_border(e, pimg, C2, (uint8_t)r->xzp);
         for (int64_t h = 0; h < rows; h++) {
             uint8_t *row = pimg + (e->pad ? ((h + e->ph) * e->Wp + e->pw) * C2 : 0);
             dn_x2_u8(img + h * cols * (r->s->xl ? C : 1), r->s->xl, C, r->s->group, cols, e->isz,
@@ -655,7 +762,7 @@ static tdm_status *qc_src_item(void *arg, tdm_kernel_ctx *ctx, int64_t i) {
             const uint8_t *img = (const uint8_t *)r->x->data + (size_t)i * es +
                                  (size_t)(k * e->C * e->isz);
             uint8_t *pimg = dst + (size_t)(k * e->Hp * e->Wp * e->C);
-            qc_pad_border(e, pimg, e->C, (uint8_t)r->s->xzp);
+            qc_pad_border(e, pimg, e->C, (uint8_t)r->xzp);
             for (int64_t h = 0; h < e->H; h++) {
                 uint8_t *row = pimg + ((h + e->ph) * e->Wp + e->pw) * e->C;
                 if (r->s->xl) /* a row of channels-last pixels */
@@ -691,10 +798,11 @@ static tdm_status *qc_conv_item(void *arg, tdm_kernel_ctx *ctx, int64_t i) {
                                  : (const void *)((const char *)r->x->data +
                                                   (size_t)img * dn_md_bytes(&e->usr_src));
     const char *wei = (const char *)e->wbuf + (r->two ? p->woff2 : p->woff);
-    char *ydst = (char *)r->y->data + (size_t)(img * e->mb * s->M + m0) * (size_t)e->osz;
+    size_t ye = s->integer ? sizeof(int32_t) : 1;
+    char *ydst = (char *)r->y->data + (size_t)(img * e->mb * s->M + m0) * (size_t)e->osz * ye;
     char *tmp = r->tmp + (size_t)i * e->tmp_bytes;
     bool via_tmp = p->r_dst.p || p->dst_nhwc;
-    if (s->yl) ydst = (char *)r->y->data + (size_t)(img * e->mb * s->M * e->osz + m0);
+    if (s->yl) ydst = (char *)r->y->data + (size_t)(img * e->mb * s->M * e->osz + m0) * ye;
     char *dst = via_tmp ? tmp : ydst;
     char *scratch = via_tmp ? tmp + (dn_md_bytes(&p->dst) + 63) / 64 * 64 : tmp;
     dn_arg args[4];
@@ -702,8 +810,8 @@ static tdm_status *qc_conv_item(void *arg, tdm_kernel_ctx *ctx, int64_t i) {
     args[n++] = (dn_arg){DNNL_ARG_SRC, r->two ? &e->src2 : &e->src, src};
     args[n++] = (dn_arg){DNNL_ARG_WEIGHTS, r->two ? &p->wei2 : &p->wei, wei};
     args[n++] = (dn_arg){DNNL_ARG_DST, &p->dst, dst};
-    const int32_t *bias_v = e->pad ? s->bias_zp : s->bias;
-    if (bias_v) args[n++] = (dn_arg){DNNL_ARG_BIAS, &p->bias, bias_v + m0};
+    const int32_t *bias_v = r->bias ? r->bias : e->pad ? s->bias_zp : s->bias;
+    if (qc_has_bias(s, e)) args[n++] = (dn_arg){DNNL_ARG_BIAS, &p->bias, bias_v + m0};
     const dn_prim *conv = r->two ? &p->conv2 : &p->conv;
     TDM_TRY(dn_exec_held(ctx, s->base.eng, conv, n, args, conv->scratch ? scratch : NULL,
                          r->two ? &p->held2 : &p->held));
@@ -718,20 +826,33 @@ static tdm_status *qc_conv_item(void *arg, tdm_kernel_ctx *ctx, int64_t i) {
     return dn_exec(ctx, s->base.eng, &p->r_dst, 2, ra);
 }
 
+/* The reference kernels (k_misc_quant.c's int_conv, exact int32 sums of widened products,
+ * threaded over planes): QLinearConv's, and ConvInteger's (24x faster than the nn family's
+ * k_nn_conv.c loops that ran it before: 38 / 910 ms, 1x64x56x56 3x3, 1 thread). */
+static tdm_status *qc_generic(tdm_kernel_ctx *ctx, qc_state *s) {
+    /* a ConvInteger left to the loops at prepare says why, once (INFO) */
+    if (s && s->integer && s->base.generic && s->base.impl[0] && !atomic_flag_test_and_set(&s->told))
+        dn_log(ctx, TDM_LOG_INFO, "runs on %s", s->base.impl);
+    return s && s->integer ? tdm_misc_conv_integer_run(ctx) : tdm_misc_qlinear_conv_run(ctx);
+}
+
 static tdm_status *qc_run_node(tdm_kernel_ctx *ctx) {
     qc_state *s = ctx->state;
     if (!s || (s->xl && ctx->in[0]->rank != 4) || (s->yl && ctx->out[0]->rank != 4))
-        return tdm_misc_qlinear_conv_run(ctx);
+        return qc_generic(ctx, s);
     tdm_tensor xv, yv;
     qc_views(s, ctx, &xv, &yv);
     const tdm_tensor *x = &xv;
     tdm_tensor *y = &yv;
     if (s->base.generic || (x->dtype != TDM_UINT8 && x->dtype != TDM_INT8) ||
         x->rank != s->w->rank || x->rank < 3 || y->count == 0 ||
-        (ctx->in[2] && ctx->in[2]->dtype != x->dtype) || x->dims[1] != s->w->dims[1] * s->group ||
-        (x->dtype == TDM_INT8 && s->novnni && !s->flip)) /* (int8 X without a zero point) */
-        return tdm_misc_qlinear_conv_run(ctx);
+        (ctx->n_in > 2 && ctx->in[2] && ctx->in[2]->dtype != x->dtype) || x->dims[1] != s->w->dims[1] * s->group ||
+        (x->dtype == TDM_INT8 && s->novnni && !s->flip) || /* (int8 X without a zero point) */
+        (s->xzp_rt && (!ctx->in[2] || ctx->in[2]->count != 1)))
+        return qc_generic(ctx, s);
     bool flip = s->flip && x->dtype == TDM_INT8;
+    int32_t xzp_rt = 0;
+    if (s->xzp_rt) dn_q8_scalar(ctx->in[2], &xzp_rt);
     int64_t key[DN_KEY];
     int nk = 0;
     key[nk++] = dn_threads(ctx);
@@ -749,19 +870,27 @@ static tdm_status *qc_run_node(tdm_kernel_ctx *ctx) {
     if (e->h.generic) {
         dn_entry_done(&s->base, he);
         dn_omp_end(prev);
-        return tdm_misc_qlinear_conv_run(ctx);
+        return qc_generic(ctx, s);
     }
     int64_t groups = e->N / e->mb, items = groups * e->n_chunks;
     size_t fb = flip ? ((size_t)x->count + 63) / 64 * 64 : 0; /* X ^ 0x80 first */
-    size_t need = fb + (size_t)groups * e->src_bytes + (size_t)items * e->tmp_bytes;
+    /* ConvInteger in padded mode: the run's bias -xzp * sum(w) (exact in int32: qc_setup_integer
+     * bounds 255 * sum |w| below 2^24) */
+    bool run_bias = s->integer && e->pad;
+    int32_t xzp = s->xzp_rt ? xzp_rt + (flip ? 128 : 0) : e->xzp;
+    size_t bb = run_bias ? ((size_t)s->M * sizeof(int32_t) + 63) / 64 * 64 : 0;
+    size_t need = fb + bb + (size_t)groups * e->src_bytes + (size_t)items * e->tmp_bytes;
     bool own = false;
     char *buf = dn_scratch_get(&s->base, ctx, need, &own);
     if (need && !buf) {
         st = dn_oom(ctx);
     } else {
         if (flip) st = dn_q8_flip_x(ctx, x, (uint8_t *)buf, &xv); /* (x is &xv) */
-        qc_run r = {s, e, x, y, buf + fb, buf + fb + (size_t)groups * e->src_bytes,
-                    !st && e->halves && dn_q8_halves_use(s->lim, ctx, x, s->xzp)};
+        int32_t *rb = run_bias ? (int32_t *)(buf + fb) : NULL;
+        for (int64_t m = 0; rb && m < s->M; m++) rb[m] = -xzp * s->wsum[m];
+        char *sb = buf + fb + bb;
+        qc_run r = {s, e, x, y, sb, sb + (size_t)groups * e->src_bytes,
+                    !st && e->halves && dn_q8_halves_use(s->lim, ctx, x, xzp), xzp, rb};
         if (!st && (e->src_conv || r.two)) st = dn_parallel(ctx, groups, qc_src_item, &r);
         if (!st) st = dn_parallel(ctx, items, qc_conv_item, &r);
     }
