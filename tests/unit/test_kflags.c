@@ -80,6 +80,7 @@ static const promise promised[] = {
     {"dnnl", "", "QLinearMatMul", WA},
     {"dnnl", TDM_FUSED_DOMAIN, "QMatMul", WA},
     {"dnnl", "", "MatMulInteger", WA},
+    {"dnnl", "", "ConvInteger", WA},
 };
 #define N_PROMISED (sizeof promised / sizeof promised[0])
 
@@ -285,20 +286,20 @@ static tdm_device *open_cpu(void) {
 }
 
 /* tests/models/<name> with its test_data_set_0 inputs, at opt levels 0 and 1 */
-static void run_model_dir(tdm_device *cpu, const char *name) {
+/* A model folder (model.onnx, test_data_set_0/input_N.pb) at DIR, at opt levels 0 and 1. */
+static void run_model_at(tdm_device *cpu, const char *dir) {
     char path[512];
     tdm_tensor *in[16] = {0};
     size_t n_in = 0;
     for (;; n_in++) {
-        snprintf(path, sizeof path, "%s/tests/models/%s/test_data_set_0/input_%zu.pb",
-                 TANDEM_SOURCE_DIR, name, n_in);
+        snprintf(path, sizeof path, "%s/test_data_set_0/input_%zu.pb", dir, n_in);
         FILE *f = fopen(path, "rb");
         if (!f) break;
         fclose(f);
         assert_true(n_in < 16);
         OK(tdm_onnx_load_tensor_file(path, NULL, &in[n_in]));
     }
-    snprintf(path, sizeof path, "%s/tests/models/%s/model.onnx", TANDEM_SOURCE_DIR, name);
+    snprintf(path, sizeof path, "%s/model.onnx", dir);
     for (int opt = 0; opt <= 1; opt++) {
         tdm_onnx_model *m = NULL;
         OK(tdm_onnx_load_file(path, NULL, &m));
@@ -308,6 +309,13 @@ static void run_model_dir(tdm_device *cpu, const char *name) {
         run_graph(cpu, g, opt, in, n_in);
     }
     for (size_t i = 0; i < n_in; i++) tdm_tensor_free(in[i]);
+}
+
+/* A model folder under tests/models. */
+static void run_model_dir(tdm_device *cpu, const char *name) {
+    char dir[400];
+    snprintf(dir, sizeof dir, "%s/tests/models/%s", TANDEM_SOURCE_DIR, name);
+    run_model_at(cpu, dir);
 }
 
 /* A built model with random float inputs in [0.5, 1.5) (divisors stay away from 0). */
@@ -465,12 +473,20 @@ static void test_promises_kept(void **state) {
     for (size_t i = 0; i < sizeof llm_models / sizeof llm_models[0]; i++)
         run_model_dir(cpu, llm_models[i]);
     /* the int8 models (tests/models_int8): QDQ (QConv, QMatMul, QConvTranspose after the QDQ
-     * pass), QOperator (QLinearConv, QLinearMatMul) and dynamic (MatMulInteger) */
+     * pass), QOperator (QLinearConv, QLinearMatMul) and dynamic (MatMulInteger, and ConvInteger
+     * below) */
     static const char *const int8_models[] = {"../models_int8/cnn_qdq_u8", "../models_int8/cnn_qop",
                                               "../models_int8/mlp_qdq", "../models_int8/mlp_qop",
                                               "../models_int8/mlp_dyn", "../models_int8/qdq_deconv"};
     for (size_t i = 0; i < sizeof int8_models / sizeof int8_models[0]; i++)
         run_model_dir(cpu, int8_models[i]);
+    /* ConvInteger: the ONNX node tests' models (libonnx-testdata, as the conformance tests) */
+    static const char *const conv_integer[] = {"test_convinteger_with_padding", "test_convinteger_without_padding"};
+    for (size_t i = 0; i < sizeof conv_integer / sizeof conv_integer[0]; i++) {
+        char dir[400];
+        snprintf(dir, sizeof dir, "/usr/share/libonnx-testdata/data/node/%s", conv_integer[i]);
+        run_model_at(cpu, dir);
+    }
     /* channel Concats of blocked maps whose counts are not multiples of the block, Splits of
      * blocked and plain tensors (tests/models_ocr) */
     static const char *const ocr_models[] = {"../models_ocr/blocked_concat_4x24", "../models_ocr/blocked_concat_two",
