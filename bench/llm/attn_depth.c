@@ -80,7 +80,7 @@ int main(int argc, char **argv) {
     tdm_cpu_simd simd;
     tdm_cpu_simd_init(&simd, isa);
     tdm_threadpool *pool = NULL;
-    if (threads > 1 && tdm_threadpool_create(threads, 0, &pool)) return 1;
+    if (threads > 1 && tdm_threadpool_create(threads, 200, &pool)) return 1; /* a session's default spin */
     void *state[LAYERS];
     tdm_tensor *kc[LAYERS], *vc[LAYERS];
     int64_t rs = TDM_KV_I8_ROW(D), cd[4] = {1, KVH, L, i8 ? rs : D};

@@ -71,6 +71,8 @@ void tdm_llm_attn_row(const tdm_llm_fns *f, const tdm_cpu_simd *simd, const floa
                       int64_t dv, float scale, float softcap, const float *bias, bool has_sink,
                       float sink, float *scratch, float *y);
 
+/* max(x[0..n)), -inf for n = 0. */
+float tdm_llm_row_max(const float *x, int64_t n);
 /* The softmax step of a row of n logits s (n + 1 floats of room): soft-cap, + bias, the
  * extra `sink` logit in the denominator when has_sink, then s[0..n) = probabilities. False
  * (s undefined) when every logit is -inf: the row attends to nothing. */

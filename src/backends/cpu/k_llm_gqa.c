@@ -312,8 +312,7 @@ static void gqa_item_part(const gqa_job *j, int64_t b, int64_t g, int64_t k, flo
             const float *bias = j->bias + b * j->bias_s[0] + h * j->bias_s[1] + a;
             for (int64_t t = 0; t < cnt; t++) sc[t] += bias[t];
         }
-        float mx = -INFINITY;
-        for (int64_t t = 0; t < cnt; t++) mx = sc[t] > mx ? sc[t] : mx;
+        float mx = tdm_llm_row_max(sc, cnt);
         memset(o, 0, (size_t)j->D * sizeof(float));
         if (mx == -INFINITY) {
             memset(sc, 0, (size_t)cnt * sizeof(float)); /* the int8 p.V takes every head */

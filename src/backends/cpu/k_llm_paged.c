@@ -255,10 +255,10 @@ static void paged_item(const paged_job *j, int64_t p, float *scratch) {
     if (a >= e) return;
     all_scores(j, b, a, e, q, scores, buf);
     for (int64_t h = 0; h < j->H; h++) {
-        float *sc = scores + h * j->ld, mx = -INFINITY;
+        float *sc = scores + h * j->ld;
         if (j->softcap > 0.0f)
             for (int64_t x = 0; x < e - a; x++) sc[x] = j->softcap * tanhf(sc[x] / j->softcap);
-        for (int64_t x = 0; x < e - a; x++) mx = sc[x] > mx ? sc[x] : mx;
+        float mx = tdm_llm_row_max(sc, e - a);
         live[h] = tdm_llm_softmax(j->simd, sc, e - a, 0.0f, NULL, true, mx);
         o[h * ostride + j->D] = mx;
         o[h * ostride + j->D + 1] = 1.0f / sc[e - a];

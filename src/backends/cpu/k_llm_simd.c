@@ -241,6 +241,18 @@ const tdm_llm_fns *tdm_llm_fns_for(tdm_cpu_isa level) {
     return &fns_portable;
 }
 
+float tdm_llm_row_max(const float *x, int64_t n) {
+    /* eight running maxima: independent chains (and a shape the vectoriser takes) instead of
+     * one compare waiting on the last; the same maximum as the plain loop (NaN-free scores) */
+    float m[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    int64_t t = 0;
+    for (; t + 8 <= n; t += 8)
+        for (int i = 0; i < 8; i++) m[i] = x[t + i] > m[i] ? x[t + i] : m[i];
+    for (; t < n; t++) m[0] = x[t] > m[0] ? x[t] : m[0];
+    for (int i = 1; i < 8; i++) m[0] = m[i] > m[0] ? m[i] : m[0];
+    return m[0];
+}
+
 bool tdm_llm_softmax(const tdm_cpu_simd *simd, float *s, int64_t n, float softcap,
                      const float *bias, bool has_sink, float sink) {
     if (softcap > 0.0f)
