@@ -66,7 +66,6 @@ struct frame {
 /* Profiling: the shapes of node n's outputs in this run (outs) into f->shapes; no-op without. */
 void tdm_exec_note_shapes(frame *f, const tdm_node *n, tdm_tensor *const *outs);
 
-
 /* ---- executor.c ---- */
 /* Runs node n on dev: infers output shapes, allocates outputs (from the frame's arena when
  * planned), executes kernel k (or finds one when k is NULL or does not take the types). */

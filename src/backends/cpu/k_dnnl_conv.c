@@ -473,42 +473,42 @@ static void conv_column_as_row(conv_geom *g, int nsp) {
 #undef CONV_SWAP
 }
 
-/* The layout choices of conv_build_parts in turn (first the fused activation, then without),
- * first on X as stored, then on a blocked X reordered to plain NCHW. */
+/* An entry's primitives and parts dropped before another layout choice is built. */
+static void conv_reset(dn_state *bs, conv_entry *e) {
+    conv_clear(bs, &e->h);
+    memset(e->part, 0, sizeof e->part);
+    memset(e->r_src, 0, sizeof e->r_src);
+}
+
+/* The layout choices of conv_build_parts in turn (first the fused activation, then without);
+ * reset_first: the entry holds an earlier attempt's primitives. */
+static tdm_status *conv_try_variants(conv_state *s, conv_entry *e, const conv_geom *g, int64_t chunk0,
+                                     int64_t units, int T, bool reset_first, bool *ok) {
+    const bool has_act = s->fused && s->act && s->act[0];
+    for (e->variant = 0; e->variant < CONV_VARIANTS; e->variant++) {
+        if (e->variant >= CL_COUNT && !has_act) break; /* nothing to unfuse */
+        if (e->variant || reset_first) conv_reset(&s->base, e);
+        TDM_TRY(conv_build_parts(s, e, g, chunk0, units, T, ok));
+        if (*ok) break;
+    }
+    return NULL;
+}
+
+/* The layout choices first on X as stored, then on a blocked X reordered to plain NCHW. */
 static tdm_status *conv_build_any(conv_state *s, conv_entry *e, const conv_geom *g,
                                   const int64_t *xdims, int64_t chunk0, int64_t units, int T,
                                   bool *ok) {
-    dn_state *bs = &s->base;
-    const bool has_act = s->fused && s->act && s->act[0];
     int nd = e->nd;
     *ok = false;
-    for (e->variant = 0; e->variant < CONV_VARIANTS; e->variant++) {
-        if (e->variant >= CL_COUNT && !has_act) break; /* nothing to unfuse */
-        if (e->variant) {
-            conv_clear(bs, &e->h);
-            memset(e->part, 0, sizeof e->part);
-            memset(e->r_src, 0, sizeof e->r_src);
-        }
-        TDM_TRY(conv_build_parts(s, e, g, chunk0, units, T, ok));
-        if (*ok) return NULL;
-    }
-    if (!e->xblk) return NULL;
-    /* the same choices on X reordered to plain NCHW */
+    TDM_TRY(conv_try_variants(s, e, g, chunk0, units, T, false, ok));
+    if (*ok || !e->xblk) return NULL;
     int64_t bd[5];
     for (int i = 0; i < nd; i++) bd[i] = xdims[i];
     dn_md_plain(&e->unblk_to, nd, bd);
     if (!dn_md_tag(&e->unblk_from, nd, bd, dn_tag_blocked(nd, e->blk))) return NULL;
     e->xblk = false;
     e->xunblk = true;
-    for (e->variant = 0; e->variant < CONV_VARIANTS; e->variant++) {
-        if (e->variant >= CL_COUNT && !has_act) break;
-        conv_clear(bs, &e->h);
-        memset(e->part, 0, sizeof e->part);
-        memset(e->r_src, 0, sizeof e->r_src);
-        TDM_TRY(conv_build_parts(s, e, g, chunk0, units, T, ok));
-        if (*ok) return NULL;
-    }
-    return NULL;
+    return conv_try_variants(s, e, g, chunk0, units, T, true, ok);
 }
 
 /* bf16 on a CPU with AMX: oneDNN's AMX convolutions take channels-last activations only
@@ -592,9 +592,7 @@ static tdm_status *conv_build(dn_state *bs, tdm_kernel_ctx *ctx, dn_entry *he) {
     }
     TDM_TRY(conv_build_any(s, e, &g, xdims, chunk0, units, T, &ok));
     if (!ok && e->amx) { /* oneDNN declined: the blocked choices */
-        conv_clear(bs, he);
-        memset(e->part, 0, sizeof e->part);
-        memset(e->r_src, 0, sizeof e->r_src);
+        conv_reset(bs, e);
         e->amx = e->xunblk = false;
         e->xblk = xblk;
         TDM_TRY(conv_build_any(s, e, &g, xdims, chunk0, units, T, &ok));
