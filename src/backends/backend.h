@@ -100,8 +100,10 @@ typedef struct tdm_device_iface {
     /* ---- version 6: layouts and implementations (optional; NULL = none) ----------------
      * The channel block of the activation layout the device's convolutions prefer
      * ([N, C/B, H, W, B], ops/fused.h), decided by its kernel library for the machine that
-     * runs (the CPU: what oneDNN picks with format_tag any; 16 on AVX-512, 8 on AVX2); 0 =
-     * plain layouts. Asked at plan time; the blocked-layout pass uses it. */
+     * runs (the CPU: what oneDNN picks with format_tag any; 8 on AVX2, 16 on AVX-512
+     * without brgemm convolutions); TDM_BLOCK_CHANNELS_LAST (ops/fused.h: one block of all
+     * C channels, NHWC) where they prefer channels-last; 0 = plain layouts. Asked at plan
+     * time; the blocked-layout pass uses it. */
     int64_t (*channel_block)(tdm_device *dev);
     /* Writes into buf (NUL-terminated, at most size bytes) what implements kernel k with
      * prepared `state` for the shapes run so far, e.g. oneDNN's implementation name

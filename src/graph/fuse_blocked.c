@@ -1,9 +1,16 @@
 /* Blocked-layout pass: chains of convolutions, poolings, element-wise ops, residual Adds and
- * channel Concats keep their tensors in oneDNN's channel-blocked layout (nChw<B>c)
- * instead of plain NCHW, so no convolution reorders its input and output on every run. The
- * block B is the device's (tdm_device_iface.channel_block, asked by the planner: what
- * oneDNN's convolutions take on the running CPU, nChw16c on AVX-512, nChw8c on AVX2); this
- * pass never asks a backend itself.
+ * channel Concats keep their tensors in oneDNN's channel-blocked layout (nChw<B>c) or in
+ * channels-last (NHWC) instead of plain NCHW, so no convolution reorders its input and
+ * output on every run. The block B is the device's (tdm_device_iface.channel_block, asked by
+ * the planner: what oneDNN's convolutions take on the running CPU, nChw8c on AVX2, nChw16c on
+ * AVX-512 without brgemm convolutions, channels-last where oneDNN prefers it); this pass never
+ * asks a backend itself.
+ *
+ * Channels-last is the blocked form with one block of all C channels per tensor
+ * (TDM_BLOCK_CHANNELS_LAST, ops/fused.h): [N, 1, H, W, C] is NHWC memory. Everything below
+ * holds for it with B = C, so there are no padding channels, and a channel Concat or Split
+ * works on the last axis of the twins (each tensor's block) with the sizes unchanged: there
+ * is no BlockedConcat.
  *
  * The layout is explicit in the graph (ops/fused.h): a blocked tensor has the logical shape
  * [N, ceil(C/B), H, W, B]. The executor, the memory planner and copies between devices see
@@ -19,9 +26,10 @@
  *    [N, C, 1, 1] one (a squeeze-excitation scale): the same op;
  *  - Concat on the channel axis when every input's channel count is a multiple of B: Concat
  *    on the block axis; otherwise (a detector's 4 x 24 channels on AVX-512) BlockedConcat;
+ *    channels-last: Concat on the last axis;
  *  - Split on the channel axis when every output's channel count is a multiple of B (YOLOv8's
  *    C2f blocks: a convolution's output cut in halves): Split on the block axis, the sizes
- *    divided by B;
+ *    divided by B; channels-last: Split on the last axis, the sizes as they are;
  *  - Resize (opset 11+, mode nearest, constant scales that keep N and C, no sizes, a
  *    coordinate mapping that is the identity at scale 1): the same op with the scales
  *    [1, 1, sh, sw, 1] (the FPN upsampling of detectors; per spatial axis the same mapping).
@@ -47,7 +55,8 @@
 
 typedef struct bl_ctx {
     fz_ctx *fz;
-    int64_t block;
+    int64_t block; /* B, or TDM_BLOCK_CHANNELS_LAST */
+    bool cl;       /* channels-last */
     size_t nv;   /* values before the pass (blk[] covers them) */
     int *blk;    /* per original value: its blocked twin, or -1 */
     bool *wants; /* per original value: some reader could take it blocked */
@@ -236,6 +245,19 @@ static tdm_status *retarget(bl_ctx *b, int i, int n_blocked) {
     return NULL;
 }
 
+/* The channel axis of Concat / Split node i on the rank-5 twins: the block axis (1), or
+ * channels-last the last (4); an attribute set to its default (1) is added. */
+static tdm_status *set_channel_axis(bl_ctx *b, int i) {
+    int64_t axis = b->cl ? 4 : 1;
+    tdm_node *n = fz_node(b->fz, i);
+    for (int k = 0; k < n->n_attrs; k++)
+        if (strcmp(n->attrs[k].name, "axis") == 0) {
+            n->attrs[k].i = axis;
+            return NULL;
+        }
+    return fz_attr_int(b->fz, i, "axis", axis);
+}
+
 /* x has y's shape and s is [N, C, 1, 1] of the same N and C (a squeeze-excitation scale):
  * their blocked twins [N, C/B, H, W, B] and [N, C/B, 1, 1, B] broadcast channel by channel
  * just as the plain tensors do. */
@@ -292,12 +314,10 @@ static tdm_status *convert_other(bl_ctx *b, int i) {
         bool whole = true;
         for (int k = 0; k < n->n_inputs; k++) {
             if (!blocked(b, n->inputs[k]) || !plain4(b, n->inputs[k])) return NULL;
-            whole &= channels(b, n->inputs[k]) % b->block == 0;
+            whole &= b->cl || channels(b, n->inputs[k]) % b->block == 0;
         }
         if (!whole) return concat_unaligned(b, i);
-        if (axis != 1) /* the block axis of the rank-5 twins is 1 */
-            for (int k = 0; k < n->n_attrs; k++)
-                if (strcmp(n->attrs[k].name, "axis") == 0) n->attrs[k].i = 1;
+        TDM_TRY(set_channel_axis(b, i));
         return retarget(b, i, n->n_inputs);
     }
     return NULL;
@@ -309,6 +329,7 @@ static tdm_status *convert_other(bl_ctx *b, int i) {
 /* Split n cuts input 0 on the channel axis into whole blocks of `block` channels (every output
  * a known rank-4 float value whose channel count is a multiple of the block). */
 static bool split_whole_blocks(const fz_ctx *fz, const tdm_node *n, int64_t block) {
+    bool cl = block == TDM_BLOCK_CHANNELS_LAST; /* (any count is whole) */
     int64_t axis = tdm_attr_int(n, "axis", 0);
     if ((axis != 1 && axis != -3) || n->n_outputs < 1 || n->n_outputs > 64 || n->n_implicit)
         return false;
@@ -316,7 +337,8 @@ static bool split_whole_blocks(const fz_ctx *fz, const tdm_node *n, int64_t bloc
         int v = n->outputs[k];
         if (v < 0) return false;
         const tdm_value *val = &fz->g->values[v];
-        if (val->dtype != TDM_FLOAT || val->rank != 4 || val->dims[1] <= 0 || val->dims[1] % block)
+        if (val->dtype != TDM_FLOAT || val->rank != 4 || val->dims[1] <= 0 ||
+            (!cl && val->dims[1] % block))
             return false;
     }
     return true;
@@ -330,7 +352,7 @@ static tdm_status *convert_split(bl_ctx *b, int i) {
     for (int k = 0; k < n->n_outputs; k++)
         if (!plain4(b, n->outputs[k])) return NULL;
     int sv = n->n_inputs > 1 ? n->inputs[1] : -1, nsv = -1;
-    if (sv >= 0) {
+    if (sv >= 0 && !b->cl) { /* (channels-last: the sizes stay) */
         const tdm_tensor *t = fz_const(b->fz, sv);
         if (!t || t->dtype != TDM_INT64 || t->count != n->n_outputs) return NULL;
         int64_t cnt = t->count;
@@ -345,12 +367,13 @@ static tdm_status *convert_split(bl_ctx *b, int i) {
     for (int k = 0; k < fz_node(b->fz, i)->n_outputs; k++)
         TDM_TRY(new_twin(b, fz_node(b->fz, i)->outputs[k], &tw[k]));
     n = fz_node(b->fz, i);
-    for (int k = 0; k < n->n_attrs; k++) {
+    for (int k = 0; k < n->n_attrs && !b->cl; k++) {
         tdm_attr *a = &n->attrs[k];
-        if (strcmp(a->name, "axis") == 0) a->i = 1; /* the block axis of the rank-5 twins */
-        if (strcmp(a->name, "split") == 0)          /* (before opset 13) */
+        if (strcmp(a->name, "split") == 0) /* (before opset 13) */
             for (size_t j = 0; j < a->n; j++) a->ints[j] /= b->block;
     }
+    TDM_TRY(set_channel_axis(b, i));
+    n = fz_node(b->fz, i);
     n->inputs[0] = b->blk[x];
     if (nsv >= 0) n->inputs[1] = nsv;
     for (int k = 0; k < n->n_outputs; k++) {
@@ -409,10 +432,11 @@ static tdm_status *materialise(bl_ctx *b) {
 }
 
 tdm_status *fz_pass_blocked(fz_ctx *fz, int64_t block) {
-    if (block < 2 || block > 64) return NULL;
+    bool cl = block == TDM_BLOCK_CHANNELS_LAST;
+    if (!cl && (block < 2 || block > 64)) return NULL;
     TDM_TRY(fz_refresh(fz));
     tdm_graph *g = fz->g;
-    bl_ctx b = {fz, block, g->n_values, NULL, NULL};
+    bl_ctx b = {fz, block, cl, g->n_values, NULL, NULL};
     b.blk = tdm_alloc(g->alloc, (b.nv + 1) * sizeof *b.blk);
     b.wants = tdm_calloc(g->alloc, b.nv + 1, sizeof *b.wants);
     tdm_status *st = NULL;

@@ -78,6 +78,10 @@
  * out: plain [N, C, d1..dk] <-> blocked [N, ceil(C/B), d1..dk, B]; channel c sits at
  * [n, c/B, ..., c%B] and the padding channels (c >= C) hold zeros where ToBlocked or a
  * convolution wrote them (other producers may leave any finite value there).
+ * The attribute block is B (8 or 16 in practice), or TDM_BLOCK_CHANNELS_LAST: then each
+ * tensor's one block holds all its C channels, [N, 1, d1..dk, C], which is channels-last
+ * memory (NHWC) without padding; B is then per tensor, so an op whose input and output
+ * differ in channels (BlockedConv) has different blocks on each side.
  *
  * ToBlocked   X plain (rank >= 3) -> Y blocked; attribute block (int).
  * FromBlocked X blocked -> Y plain; attributes block, channels (C).
@@ -91,6 +95,9 @@
  *             of the block (a Concat of whole blocks stays a Concat on the block axis); Y's
  *             padding channels are zero. */
 #include "ops/op.h"
+
+/* The block attribute of the channels-last form (one block of all C channels). */
+#define TDM_BLOCK_CHANNELS_LAST (-1)
 
 tdm_status *tdm_fused_infer_to_blocked(tdm_infer_ctx *ctx);
 tdm_status *tdm_fused_infer_from_blocked(tdm_infer_ctx *ctx);

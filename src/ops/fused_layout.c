@@ -2,7 +2,8 @@
  * Only the blocked-layout pass (src/graph/fuse_blocked.c) creates them. A blocked tensor
  * is an ordinary float tensor whose logical shape spells the layout out:
  * plain [N, C, d1..dk] <-> blocked [N, ceil(C/B), d1..dk, B], channel c at [n, c/B, ..., c%B],
- * the padded channels (c >= C) zero when ToBlocked or a convolution writes them. */
+ * the padded channels (c >= C) zero when ToBlocked or a convolution writes them; with block
+ * TDM_BLOCK_CHANNELS_LAST, B = C per tensor: [N, 1, d1..dk, C] (channels-last). */
 #include <string.h>
 
 #include "ops/fused.h"
@@ -18,6 +19,16 @@ static void to_plain(const tdm_value_info *b, int64_t channels, tdm_value_info *
 
 static int64_t ceil_div(int64_t a, int64_t b) { return a < 0 ? TDM_DIM_UNKNOWN : (a + b - 1) / b; }
 
+/* Blocks of `channels` channels (UNKNOWN when channels-last and the count is unknown). */
+static int64_t n_blocks(int64_t channels, int64_t block) {
+    return block == TDM_BLOCK_CHANNELS_LAST ? 1 : ceil_div(channels, block);
+}
+
+/* The last dim of a blocked tensor of `channels` channels: the block, or (channels-last) C. */
+static int64_t block_dim(int64_t channels, int64_t block) {
+    return block == TDM_BLOCK_CHANNELS_LAST ? (channels >= 0 ? channels : TDM_DIM_UNKNOWN) : block;
+}
+
 /* out = blocked form of plain info p. */
 static void to_blocked(const tdm_value_info *p, int64_t block, tdm_value_info *out) {
     out->dtype = p->dtype;
@@ -27,15 +38,16 @@ static void to_blocked(const tdm_value_info *p, int64_t block, tdm_value_info *o
     }
     out->rank = p->rank + 1;
     for (int d = 0; d < p->rank; d++) out->dims[d] = p->dims[d];
-    out->dims[1] = ceil_div(p->dims[1], block);
-    out->dims[p->rank] = block;
+    out->dims[1] = n_blocks(p->dims[1], block);
+    out->dims[p->rank] = block_dim(p->dims[1], block);
 }
 
 static tdm_status *get_block(const tdm_node *node, int64_t *block) {
     *block = tdm_attr_int(node, "block", 0);
-    if (*block < 1 || *block > 64)
-        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "block must be in [1, 64], got %lld",
-                              (long long)*block);
+    if ((*block < 1 || *block > 64) && *block != TDM_BLOCK_CHANNELS_LAST)
+        return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                              "block must be in [1, 64] or %d (channels-last), got %lld",
+                              TDM_BLOCK_CHANNELS_LAST, (long long)*block);
     return NULL;
 }
 
@@ -46,8 +58,9 @@ static tdm_status *check_blocked(const tdm_node *node, const tdm_value_info *in,
     if (in->rank < min_rank || in->rank > TDM_MAX_RANK)
         return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "blocked input has rank %d",
                               in->rank);
-    if ((in->dims[in->rank - 1] >= 0 && in->dims[in->rank - 1] != block) ||
-        (in->dims[1] >= 0 && channels >= 0 && in->dims[1] != ceil_div(channels, block)))
+    int64_t last = block_dim(channels, block), nb = n_blocks(channels, block);
+    if ((in->dims[in->rank - 1] >= 0 && last >= 0 && in->dims[in->rank - 1] != last) ||
+        (in->dims[1] >= 0 && nb >= 0 && in->dims[1] != nb))
         return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
                               "blocked input does not hold %lld channels in blocks of %lld",
                               (long long)channels, (long long)block);
@@ -189,7 +202,7 @@ tdm_status *tdm_fused_infer_blocked_concat(tdm_infer_ctx *ctx) {
             y->dims[d] = v;
         }
     }
-    y->dims[1] = ceil_div(total, block);
-    y->dims[rank - 1] = block;
+    y->dims[1] = n_blocks(total, block);
+    y->dims[rank - 1] = block_dim(total, block);
     return NULL;
 }

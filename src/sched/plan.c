@@ -65,8 +65,8 @@ static tdm_status *optimise(tdm_graph *g, tdm_device *cpu, bool blocked,
     }
     /* blocked layouts here only for a CPU alone; with several devices the pass runs after
      * placement on the CPU's part of the graph (relayout_cpu_regions). The channel block is
-     * the one the CPU's convolutions take on this machine (16 on AVX-512, 8 on AVX2; 0:
-     * plain layouts, no pass). */
+     * the one the CPU's convolutions take on this machine (8 on AVX2, 16 or channels-last
+     * on AVX-512; 0: plain layouts, no pass). */
     if (blocked) {
         TDM_TRY(tdm_graph_fuse_cpu(g, &fused)); /* ops the CPU alone has (FastGelu) */
         if (fused) {

@@ -9,6 +9,7 @@
 #include "backends/cpu/cpu_simd.h"
 #include "core/alloc.h"
 #include "core/threadpool.h"
+#include "ops/fused.h"
 
 static const tdm_kernel_def *const cpu_tables[] = {
 #define TDM_X_(fam) tdm_cpu_kernels_##fam,
@@ -113,17 +114,22 @@ static tdm_status *cpu_configure(tdm_device *dev, const char *key, const char *v
 }
 
 /* The channel block the blocked-layout pass uses: oneDNN's own choice on this CPU, asked
- * once (after the ISA is settled: the probe is oneDNN's first use). 8 or 16, else 0. */
+ * once (after the ISA is settled: the probe is oneDNN's first use). 8, 16 or
+ * TDM_BLOCK_CHANNELS_LAST, else 0. */
 static int64_t cpu_channel_block(tdm_device *dev) {
     tdm_cpu_dev *c = dev->ctx;
     pthread_mutex_lock(&c->mu);
     if (!c->block_known) {
         int64_t b = tdm_cpu_dnnl_probe_block();
-        c->block = b == 8 || b == 16 ? b : 0;
+        c->block = b == 8 || b == 16 || b == TDM_BLOCK_CHANNELS_LAST ? b : 0;
         c->block_known = true;
-        tdm_log(&c->log, TDM_LOG_INFO, "cpu: oneDNN's convolutions take %s%lld on %s",
-                c->block ? "channel blocks of " : "plain layouts (block ", (long long)c->block,
-                tdm_cpu_isa_name(c->dnnl_isa));
+        if (c->block == TDM_BLOCK_CHANNELS_LAST)
+            tdm_log(&c->log, TDM_LOG_INFO, "cpu: oneDNN's convolutions take channels-last on %s",
+                    tdm_cpu_isa_name(c->dnnl_isa));
+        else
+            tdm_log(&c->log, TDM_LOG_INFO, "cpu: oneDNN's convolutions take %s%lld on %s",
+                    c->block ? "channel blocks of " : "plain layouts (block ", (long long)c->block,
+                    tdm_cpu_isa_name(c->dnnl_isa));
     }
     int64_t b = c->block;
     pthread_mutex_unlock(&c->mu);

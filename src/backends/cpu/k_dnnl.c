@@ -546,6 +546,7 @@ bool dn_md_tag(dnnl_memory_desc_t *md, int nd, const int64_t *dims, dnnl_format_
 }
 
 dnnl_format_tag_t dn_tag_blocked(int nd, int64_t block) {
+    if (block == TDM_BLOCK_CHANNELS_LAST) return nd == 3 ? dnnl_acb : nd == 4 ? dnnl_acdb : nd == 5 ? dnnl_acdeb : 0;
     if (block == 8) return nd == 3 ? dnnl_aBc8b : nd == 4 ? dnnl_aBcd8b : nd == 5 ? dnnl_aBcde8b : 0;
     if (block == 16)
         return nd == 3 ? dnnl_aBc16b : nd == 4 ? dnnl_aBcd16b : nd == 5 ? dnnl_aBcde16b : 0;
@@ -560,7 +561,9 @@ int64_t dn_channel_layout(const dnnl_memory_desc_t *md) {
     dn_md_plain(&c, nd, dims);
     c.data_type = md->data_type; /* (f32 or bf16: the layout is what counts) */
     if (dnnl_memory_desc_equal(md, &c)) return 1;
-    for (int64_t b = 8; b <= 16; b += 8) {
+    static const int64_t blocks[] = {8, 16, TDM_BLOCK_CHANNELS_LAST};
+    for (size_t k = 0; k < sizeof blocks / sizeof blocks[0]; k++) {
+        int64_t b = blocks[k];
         dnnl_format_tag_t t = dn_tag_blocked(nd, b);
         if (!t || !dn_md_tag(&c, nd, dims, t)) continue;
         c.data_type = md->data_type;

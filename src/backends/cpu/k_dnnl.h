@@ -195,10 +195,11 @@ void dn_md_plain(dnnl_memory_desc_t *md, int nd, const int64_t *dims);
 void dn_md_strided(dnnl_memory_desc_t *md, int nd, const int64_t *dims, const int64_t *strides);
 /* Descriptor by format tag (dnnl_format_tag_any allowed); false if oneDNN refuses. */
 bool dn_md_tag(dnnl_memory_desc_t *md, int nd, const int64_t *dims, dnnl_format_tag_t tag);
-/* Channel-blocked tag (aBc8b, aBcd16b, ...) for nd dims; 0 if none. */
+/* Channel-blocked tag (aBc8b, aBcd16b, ...) for nd dims, channels-last (acb, acdb, acdeb)
+ * for block TDM_BLOCK_CHANNELS_LAST (ops/fused.h); 0 if none. */
 dnnl_format_tag_t dn_tag_blocked(int nd, int64_t block);
 /* How md lays out dim 1 (channels): 1 = plain row-major, B = blocks of B channels
- * (aBcd<B>b), 0 = something else. */
+ * (aBcd<B>b), TDM_BLOCK_CHANNELS_LAST = channels-last, 0 = something else. */
 int64_t dn_channel_layout(const dnnl_memory_desc_t *md);
 size_t dn_md_bytes(const dnnl_memory_desc_t *md);
 

@@ -28,6 +28,7 @@ typedef struct conv_state {
     dn_state base; /* first */
     bool fused;
     bool blocked; /* BlockedConv: Y (and Z) channel-blocked, X blocked or plain */
+    bool cl;      /* BlockedConv in its channels-last form (block TDM_BLOCK_CHANNELS_LAST) */
     const char *act; /* FusedConv activation (points into the node's attributes) */
     const float *act_params;
     size_t n_act_params;
@@ -61,13 +62,14 @@ typedef struct conv_entry {
     dn_entry h; /* first */
     bool by_group;
     int nd;
-    int64_t blk;  /* BlockedConv: Y's channel block (0: plain Y) */
+    int64_t blk;  /* BlockedConv: Y's channel block (0: plain Y; TDM_BLOCK_CHANNELS_LAST:
+                     X, Y and Z channels-last) */
     bool xblk;    /* X is channel-blocked (as the primitives read it) */
     bool xunblk;  /* X is stored channel-blocked but reordered to plain NCHW first: no
                      primitive but a reference one takes it blocked (e.g. fewer input
                      channels than the block) */
     dnnl_memory_desc_t unblk_from, unblk_to; /* that copy (dn_unblock_copy), the whole batch */
-    int64_t Mp;   /* output channels as stored (M rounded up to blk) */
+    int64_t Mp;   /* output channels as stored (M rounded up to a blk > 0) */
     int64_t mb;   /* images per primitive execution: N when one thread does whole images
                      (one primitive over the batch), else 1 */
     int64_t N, C, M, Cg, Mg, group, ksz, isz, osz;
@@ -152,6 +154,7 @@ tdm_status *dn_conv_prepare(const tdm_node *node, int opset, int n_in,
     TDM_TRY(dn_state_new(a, sizeof *s, sizeof(conv_entry), conv_clear, (dn_state **)&s));
     *state = s;
     s->blocked = strcmp(node->op_type, "BlockedConv") == 0;
+    s->cl = s->blocked && tdm_attr_int(node, "block", 0) == TDM_BLOCK_CHANNELS_LAST;
     s->fused = s->blocked || strcmp(node->op_type, "FusedConv") == 0;
     if (n_in < 2 || tdm_attr_int(node, "group", 1) < 1) s->base.generic = true;
     if (n_in >= 2 && in[1] && in[1]->dtype == TDM_FLOAT) s->base.wconst = in[1];
@@ -334,7 +337,8 @@ static bool src_cuts(const conv_entry *e, int64_t L) {
 }
 
 /* Plain dims of X and Y (a blocked tensor's C from W and the group, its M from W); *blk:
- * Y's channel block (0: plain), *xblk: X is blocked. False when the shapes do not fit. */
+ * Y's channel block (0: plain; channels-last: TDM_BLOCK_CHANNELS_LAST, each tensor's one
+ * block all its channels), *xblk: X is blocked. False when the shapes do not fit. */
 static bool conv_dims(const conv_state *s, tdm_kernel_ctx *ctx, int64_t *xd, int64_t *yd,
                       int64_t *blk, bool *xblk) {
     const tdm_tensor *x = ctx->in[0], *w = ctx->in[1], *y = ctx->out[0];
@@ -346,12 +350,14 @@ static bool conv_dims(const conv_state *s, tdm_kernel_ctx *ctx, int64_t *xd, int
     for (int i = 0; i < nd && i < y->rank; i++) yd[i] = y->dims[i];
     if (!s->blocked) return x->rank == nd && y->rank == nd;
     int64_t group = tdm_attr_int(ctx->node, "group", 1), B = y->rank == nd + 1 ? y->dims[nd] : 0;
-    if (B < 1 || group < 1 || y->dims[1] != (w->dims[0] + B - 1) / B) return false;
+    int64_t C = w->dims[1] * group;
+    if (B < 1 || group < 1 || y->dims[1] != (w->dims[0] + B - 1) / B || (s->cl && B != w->dims[0]))
+        return false;
     yd[1] = w->dims[0];
-    *blk = B;
+    *blk = s->cl ? TDM_BLOCK_CHANNELS_LAST : B;
     if (x->rank == nd + 1) {
-        int64_t C = w->dims[1] * group;
-        if (x->dims[nd] != B || x->dims[1] != (C + B - 1) / B) return false;
+        int64_t xb = s->cl ? C : B; /* (channels-last: X's one block of C) */
+        if (x->dims[nd] != xb || x->dims[1] != (C + xb - 1) / xb) return false;
         xd[1] = C;
         *xblk = true;
     } else if (x->rank != nd) {
@@ -549,7 +555,7 @@ static tdm_status *conv_build(dn_state *bs, tdm_kernel_ctx *ctx, dn_entry *he) {
     e->nd = nd;
     e->N = xdims[0], e->C = C, e->M = M, e->group = group;
     e->Cg = C / group, e->Mg = M / group;
-    e->Mp = e->blk ? (M + e->blk - 1) / e->blk * e->blk : M;
+    e->Mp = e->blk > 0 ? (M + e->blk - 1) / e->blk * e->blk : M;
     e->ksz = e->isz = e->osz = 1;
     for (int i = 0; i < nsp; i++) {
         if (gm.out[i] != ydims[2 + i] || gm.kernel[i] != w->dims[2 + i]) return NULL;
@@ -576,7 +582,7 @@ static tdm_status *conv_build(dn_state *bs, tdm_kernel_ctx *ctx, dn_entry *he) {
         if (g.k[i] != 1 || g.strides[i] != 1 || g.pl[i] || g.pr[i]) g.plain = false;
     /* chunks */
     int T = dn_threads(ctx);
-    int64_t blk = e->blk ? e->blk : dn_block();
+    int64_t blk = e->blk > 0 ? e->blk : dn_block();
     e->by_group = group > 1;
     int64_t units = e->by_group ? group : M, align = blk;
     if (e->by_group) {
@@ -584,7 +590,9 @@ static tdm_status *conv_build(dn_state *bs, tdm_kernel_ctx *ctx, dn_entry *he) {
         align = a1 / gcd64(a1, a2) * a2;
     }
     double flops = 2.0 * (double)e->N * (double)M * (double)e->Cg * (double)e->ksz * (double)e->osz;
-    const int64_t chunk0 = flops < 2.0e6 ? units : dn_chunk(units, align, e->N, T);
+    /* channels-last: no chunks of channels (a channel range is strided there, and oneDNN
+     * offers only its reference code on strided channels-last memory) */
+    const int64_t chunk0 = flops < 2.0e6 || e->blk < 0 ? units : dn_chunk(units, align, e->N, T);
     bool ok = false, xblk = e->xblk;
     if (e->bf16 && dn_amx()) { /* AMX where it pays, else float32 (see CONV_AMX_MIN_K) */
         e->amx = e->Cg * e->ksz >= CONV_AMX_MIN_K;
@@ -755,7 +763,8 @@ static tdm_status *conv_exec(conv_state *s, tdm_kernel_ctx *ctx, conv_entry *e) 
     }
     tdm_status *st = NULL;
     if (e->xunblk) { /* X blocked -> plain (on the pool's threads), then as a plain X */
-        dn_unblock_copy(ctx->pool, ctx->in[0]->data, e->N, e->C, e->isz, e->blk, (float *)buf);
+        dn_unblock_copy(ctx->pool, ctx->in[0]->data, e->N, e->C, e->isz,
+                        e->blk > 0 ? e->blk : e->C, (float *)buf);
         r.x = (const float *)buf;
         r.src = buf;
     }
@@ -765,7 +774,7 @@ static tdm_status *conv_exec(conv_state *s, tdm_kernel_ctx *ctx, conv_entry *e) 
     }
     if (!st) st = dn_parallel(ctx, items, conv_item, &r);
     dn_scratch_put(&s->base, ctx, buf, own);
-    if (!st && e->blk && e->Mp > e->M) { /* the last block's padding channels are zeros */
+    if (!st && e->blk > 0 && e->Mp > e->M) { /* the last block's padding channels are zeros */
         int64_t cb = e->Mp / e->blk, used = e->M - (cb - 1) * e->blk;
         for (int64_t n = 0; n < e->N; n++) {
             float *o = r.y + ((n * cb + cb - 1) * e->osz) * e->blk;

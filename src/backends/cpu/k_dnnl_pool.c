@@ -5,20 +5,23 @@
  * channel range of a plain NCHW image is contiguous. ceil_mode becomes extra right padding;
  * AveragePool with count_include_pad runs here only when no such extra padding is needed
  * (ONNX then divides by the window size, as oneDNN does). MaxPool with the Indices output
- * stays generic. BlockedPool (ops/fused.h: any of the four poolings on channel-blocked X
- * and Y) needs no reorders; what oneDNN declines runs generic through plain copies. */
+ * stays generic. BlockedPool (ops/fused.h: any of the four poolings on channel-blocked or
+ * channels-last X and Y) needs no reorders; what oneDNN declines runs generic through plain
+ * copies. Channels-last X and Y are not cut into channel ranges (one would be strided). */
 #include <float.h>
 #include <string.h>
 
 #include "backends/cpu/k_dnnl.h"
 #include "backends/cpu/k_nn.h"
 #include "core/alloc.h"
+#include "ops/fused.h"
 
 typedef struct pool_state {
     dn_state base; /* first */
     bool max;
     bool include_pad;
     bool blocked;    /* BlockedPool: X and Y channel-blocked */
+    bool cl;         /* BlockedPool in its channels-last form (block TDM_BLOCK_CHANNELS_LAST) */
     bool global;     /* GlobalAveragePool / GlobalMaxPool (BlockedPool only) */
     int src_opset;   /* opset to read the pooling's attributes as */
     const char *op;  /* the pooling's ONNX name */
@@ -34,7 +37,8 @@ typedef struct pool_part {
 typedef struct pool_entry {
     dn_entry h; /* first */
     int64_t N, C, isz, osz, chunk, n_chunks;
-    int64_t blk, Cp; /* blocked: the block and C rounded up to it (plain: 0 and C) */
+    int64_t blk, Cp; /* blocked: the block and C rounded up to it (plain: 0 and C;
+                        channels-last: C and C) */
     pool_part part[2];
     /* oneDNN memory objects and streams kept from run to run, HELD_PER_ITEM per work item
      * (pool, r_src, r_dst; NULL: each call makes its own) */
@@ -78,6 +82,7 @@ tdm_status *dn_pool_prepare(const tdm_node *node, int opset, int n_in,
         s->src_opset = (int)tdm_attr_int(node, "src_opset", 1);
         s->channels = tdm_attr_int(node, "channels", 0);
         s->global = strncmp(s->op, "Global", 6) == 0;
+        s->cl = tdm_attr_int(node, "block", 0) == TDM_BLOCK_CHANNELS_LAST;
     }
     s->max = strcmp(s->op, "MaxPool") == 0 || strcmp(s->op, "GlobalMaxPool") == 0;
     s->include_pad = !s->max && tdm_attr_int(node, "count_include_pad", 0) != 0;
@@ -105,7 +110,7 @@ static tdm_status *pool_part_build(dn_state *bs, const pool_geom *g, int64_t blk
     p->units = units;
     dn_md_plain(&p->usr_src, nd, xd);
     dn_md_plain(&p->usr_dst, nd, yd);
-    dnnl_format_tag_t tag = dn_tag_blocked(nd, blk ? blk : dn_block());
+    dnnl_format_tag_t tag = dn_tag_blocked(nd, blk ? blk : dn_block()); /* (-1: channels-last) */
     if (!tag || !dn_md_tag(&p->src, nd, xd, tag) ||
         !dn_md_tag(&p->dst, nd, yd, blk ? tag : dnnl_format_tag_any))
         return NULL;
@@ -146,7 +151,8 @@ static tdm_status *pool_build(dn_state *bs, tdm_kernel_ctx *ctx, dn_entry *he) {
     if (s->blocked) {
         e->blk = x->dims[nd];
         if (e->blk < 1 || y->dims[nd] != e->blk || s->channels < 1 ||
-            x->dims[1] != (s->channels + e->blk - 1) / e->blk || y->dims[1] != x->dims[1])
+            x->dims[1] != (s->channels + e->blk - 1) / e->blk || y->dims[1] != x->dims[1] ||
+            (s->cl && e->blk != s->channels))
             return NULL;
         xdims[1] = ydims[1] = s->channels;
     }
@@ -215,15 +221,16 @@ static tdm_status *pool_build(dn_state *bs, tdm_kernel_ctx *ctx, dn_entry *he) {
         return NULL;
     }
     double work = (double)e->N * (double)e->C * (double)e->osz * (double)ksz;
-    e->chunk = work < 2.0e5 ? e->C : dn_chunk(e->C, e->blk ? e->blk : dn_block(), e->N,
-                                                     dn_threads(ctx));
+    e->chunk = work < 2.0e5 || s->cl ? e->C : dn_chunk(e->C, e->blk ? e->blk : dn_block(), e->N,
+                                                             dn_threads(ctx));
     e->n_chunks = (e->C + e->chunk - 1) / e->chunk;
+    int64_t tblk = s->cl ? TDM_BLOCK_CHANNELS_LAST : e->blk; /* the layout as stored */
     bool ok;
-    TDM_TRY(pool_part_build(bs, &g, e->blk, e->chunk, &e->part[0], &ok));
+    TDM_TRY(pool_part_build(bs, &g, tblk, e->chunk, &e->part[0], &ok));
     if (!ok) return NULL;
     int64_t tail = e->C - (e->n_chunks - 1) * e->chunk;
     if (tail != e->chunk) {
-        TDM_TRY(pool_part_build(bs, &g, e->blk, tail, &e->part[1], &ok));
+        TDM_TRY(pool_part_build(bs, &g, tblk, tail, &e->part[1], &ok));
         if (!ok) return NULL;
     }
     dn_note_impl(bs, "%s", dn_prim_impl(&e->part[0].pool));
