@@ -350,6 +350,37 @@ static void test_split_odd(void **state) {
     }
 }
 
+/* One image on 2, 3 and 4 threads: channels-last convolutions cut the image into chunks of
+ * output rows, each with its own pads and input rows (first, middle and last chunks differ;
+ * a 5x5 kernel with pads 2 at stride 1 reads past the bottom from the last two chunks);
+ * 3x3 at strides 1 and 2, 1x1, a depthwise 5x5, a residual Z and a plain graph input. The
+ * channel-blocked layouts cut channels as before. */
+static void test_row_chunks(void **state) {
+    (void)state;
+    for (int t = 2; t <= 4; t++) {
+        mb_model b;
+        mb_init(&b, 17);
+        int64_t xd[4] = {1, 6, 47, 29};
+        mb_input_run(&b, "x", 4, xd, NULL);
+        conv(&b, "Conv:x,W1,B1->c1", "W1", "B1", 24, 6, 3, 1);
+        mb_node(&b, "Relu:c1->r1");
+        conv(&b, "Conv:r1,W2,B2->c2", "W2", "B2", 24, 24, 5, 1);
+        mb_node(&b, "Add:c2,r1->s1"); /* (Z) */
+        Onnx__NodeProto *dw = conv(&b, "Conv:s1,W3,B3->c3", "W3", "B3", 24, 1, 5, 1);
+        mb_attr_i(&b, dw, "group", 24);
+        mb_node(&b, "Sigmoid:c3->a3");
+        conv(&b, "Conv:a3,W4,B4->c4", "W4", "B4", 40, 24, 3, 2);
+        conv(&b, "Conv:c4,W5,B5->y", "W5", "B5", 33, 40, 1, 1);
+        mb_output(&b, "y");
+        layout_result r;
+        run_cfg cfg = {"cpu", NULL, NULL, t};
+        run_cmp(&b, &cfg, &r);
+        if (op_count(&r, "BlockedConv") != 5 || op_count(&r, "FromBlocked") != 1)
+            fail_msg("%d threads: %s", t, r.ops);
+        mb_free(&b);
+    }
+}
+
 /* A plain reader in the middle of a chain (Reshape, and a graph output) reads through
  * FromBlocked while the chain goes on blocked. */
 static void test_plain_reader(void **state) {
@@ -545,6 +576,7 @@ int main(void) {
         cmocka_unit_test(test_residual_add),
         cmocka_unit_test(test_concat),
         cmocka_unit_test(test_split_odd),
+        cmocka_unit_test(test_row_chunks),
         cmocka_unit_test(test_plain_reader),
         cmocka_unit_test(test_split_devices),
         cmocka_unit_test(test_split_regions),

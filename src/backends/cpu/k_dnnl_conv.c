@@ -46,6 +46,9 @@ static const char *const conv_layout_names[] = {"oneDNN's layouts", "channel-blo
                                                 "plain layouts", "channels-last layouts"};
 #define CONV_VARIANTS (2 * CL_COUNT) /* variant v: layout v % CL_COUNT, unfused when v >= CL_COUNT */
 
+#define CONV_PARTS 4           /* parts of an entry (channel chunks use two) */
+#define CONV_MAX_ROW_CHUNKS 64 /* row chunks of an image */
+
 /* The primitives for one chunk size. */
 typedef struct conv_part {
     int64_t units; /* output channels (or groups) per chunk; 0 = unused */
@@ -74,7 +77,18 @@ typedef struct conv_entry {
                      (one primitive over the batch), else 1 */
     int64_t N, C, M, Cg, Mg, group, ksz, isz, osz;
     int64_t chunk, n_chunks; /* units per chunk, chunks per image */
-    conv_part part[2];       /* [0] full chunks, [1] the smaller last chunk (units 0: none) */
+    /* [0] full chunks, [1] the smaller last chunk (units 0: none); with row chunks, one part
+     * per distinct geometry of a chunk (row_part) */
+    conv_part part[CONV_PARTS];
+    /* channels-last with fewer images than threads (2-D): each image cut into n_rows chunks
+     * of `rows` output rows (a channel range is strided there, rows are contiguous); chunk j
+     * runs part[row_part[j]], whose pads and input rows are the chunk's (conv_rows_of).
+     * n_rows 1: no row chunks */
+    int64_t rows, n_rows;
+    int64_t rows_want; /* rows a chunk when cutting into rows pays (0: never) */
+    int64_t row_in, row_out; /* elements of one input / output row (W C, OW M) */
+    unsigned char row_part[CONV_MAX_ROW_CHUNKS];
+    int64_t row_i0[CONV_MAX_ROW_CHUNKS]; /* the first input row chunk j reads */
     int variant;             /* the choice the parts were built with (CONV_VARIANTS) */
     dnnl_memory_desc_t src_img; /* one image of X in the primitives' layout */
     int64_t src_img_elems;
@@ -108,14 +122,14 @@ enum { HELD_CONV, HELD_CONV_SUM, HELD_R_DST, HELD_R_Z, HELD_PER_ITEM };
 
 static void conv_clear(dn_state *s, dn_entry *he) {
     conv_entry *e = (conv_entry *)he;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < CONV_PARTS; i++) {
         dn_prim_clear(&e->part[i].conv);
         dn_prim_clear(&e->part[i].conv_sum);
         dn_prim_clear(&e->part[i].r_wei);
         dn_prim_clear(&e->part[i].r_dst);
         dn_prim_clear(&e->part[i].r_z);
-        dn_prim_clear(&e->r_src[i]);
     }
+    for (int i = 0; i < 2; i++) dn_prim_clear(&e->r_src[i]);
     if (!e->wbuf_shared) tdm_free(s->alloc, e->wbuf);
     e->wbuf = NULL;
     dn_held_array_free(s->alloc, e->held, e->n_held);
@@ -131,8 +145,9 @@ static void *conv_find_weights(dn_state *s, const conv_entry *e) {
         if (!o->wbuf || o->chunk != e->chunk || o->n_chunks != e->n_chunks ||
             o->by_group != e->by_group || o->part[1].units != e->part[1].units ||
             !dnnl_memory_desc_equal(&o->part[0].wei, &e->part[0].wei) ||
-            (e->part[1].units && !dnnl_memory_desc_equal(&o->part[1].wei, &e->part[1].wei)))
-            continue;
+            (e->n_rows == 1 && e->part[1].units &&
+             !dnnl_memory_desc_equal(&o->part[1].wei, &e->part[1].wei)))
+            continue; /* (row parts all share part[0]'s weights: conv_build_rows) */
         return o->wbuf;
     }
     return NULL;
@@ -366,8 +381,65 @@ static bool conv_dims(const conv_state *s, tdm_kernel_ctx *ctx, int64_t *xd, int
     return true;
 }
 
-/* Builds e's parts with choice e->variant: chunks of chunk0 units (or, when that fails, no
- * split). *ok false when oneDNN declines. */
+/* Row chunk j of a 2-D convolution: output rows [j rows, j rows + oh), input rows
+ * [i0, i0 + ih), and the pads that make it the same sum as the whole convolution (never
+ * larger than the whole one's). */
+typedef struct conv_rows {
+    int64_t i0, ih, pt, pb, oh;
+} conv_rows;
+
+static void conv_rows_of(const conv_entry *e, const conv_geom *g, int64_t j, conv_rows *r) {
+    int64_t st = g->strides[0], ext = (g->k[0] - 1) * (g->dil[0] + 1) + 1;
+    int64_t r0 = j * e->rows, r1 = r0 + e->rows < g->ysp[0] ? r0 + e->rows : g->ysp[0];
+    int64_t first = r0 * st - g->pl[0], end = (r1 - 1) * st - g->pl[0] + ext;
+    r->i0 = first > 0 ? first : 0;
+    int64_t i1 = end < g->xsp[0] ? end : g->xsp[0];
+    r->ih = i1 - r->i0;
+    r->pt = r->i0 - first;
+    r->pb = end - i1;
+    r->oh = r1 - r0;
+}
+
+/* The parts of row chunks (e->rows, e->n_rows set): one per distinct geometry, each reading
+ * and writing channels-last and all with part[0]'s weights layout (one copy serves them).
+ * *ok false when they do not fit that. */
+static tdm_status *conv_build_rows(conv_state *s, conv_entry *e, const conv_geom *g,
+                                   int64_t units, bool *ok) {
+    conv_rows kinds[CONV_PARTS];
+    int np = 0;
+    *ok = false;
+    for (int64_t j = 0; j < e->n_rows; j++) {
+        conv_rows r;
+        conv_rows_of(e, g, j, &r);
+        if (r.ih < 1) return NULL;
+        int k = 0;
+        while (k < np && memcmp(&kinds[k].ih, &r.ih, sizeof r - sizeof r.i0) != 0) k++;
+        if (k == np) {
+            if (np == CONV_PARTS) return NULL;
+            conv_geom gk = *g;
+            gk.xsp[0] = r.ih;
+            gk.ysp[0] = r.oh;
+            gk.pl[0] = r.pt;
+            gk.pr[0] = r.pb;
+            kinds[np++] = r;
+            TDM_TRY(conv_part_build(s, e, &gk, &e->part[k], units, NULL, ok));
+            if (!*ok) return NULL;
+            if (dn_channel_layout(&e->part[k].src) != TDM_BLOCK_CHANNELS_LAST ||
+                !dnnl_memory_desc_equal(&e->part[k].wei, &e->part[0].wei)) {
+                *ok = false;
+                return NULL;
+            }
+        }
+        e->row_part[j] = (unsigned char)k;
+        e->row_i0[j] = r.i0;
+    }
+    e->row_in = g->xsp[1] * e->C;
+    e->row_out = g->ysp[1] * e->M;
+    return NULL;
+}
+
+/* Builds e's parts with choice e->variant: chunks of chunk0 units, or of e->rows_want output
+ * rows (or, when that fails, no split). *ok false when oneDNN declines. */
 static tdm_status *conv_build_parts(conv_state *s, conv_entry *e, const conv_geom *gp,
                                     int64_t chunk0, int64_t units, int T, bool *ok) {
     dn_state *bs = &s->base;
@@ -378,16 +450,20 @@ static tdm_status *conv_build_parts(conv_state *s, conv_entry *e, const conv_geo
     *ok = false;
     e->chunk = chunk0;
     for (int attempt = 0; attempt < 2 && !*ok; attempt++) {
+        bool by_rows = attempt == 0 && e->rows_want > 0;
         if (attempt == 1) {
-            if (e->chunk == units) break;
+            if (e->chunk == units && !e->rows_want) break;
             conv_clear(bs, he); /* no split */
             memset(e->part, 0, sizeof e->part);
             memset(e->r_src, 0, sizeof e->r_src);
             e->chunk = units;
         }
         e->n_chunks = (units + e->chunk - 1) / e->chunk;
-        e->mb = e->n_chunks == 1 && T == 1 ? e->N : 1;
-        TDM_TRY(conv_part_build(s, e, &g, &e->part[0], e->chunk, NULL, ok));
+        e->rows = by_rows ? e->rows_want : g.ysp[0];
+        e->n_rows = by_rows ? (g.ysp[0] + e->rows - 1) / e->rows : 1;
+        e->mb = e->n_chunks == 1 && e->n_rows == 1 && T == 1 ? e->N : 1;
+        if (by_rows) TDM_TRY(conv_build_rows(s, e, &g, e->chunk, ok));
+        else TDM_TRY(conv_part_build(s, e, &g, &e->part[0], e->chunk, NULL, ok));
         if (!*ok) continue;
         int64_t L = dn_channel_layout(&e->part[0].src);
         if (!src_cuts(e, L) || (e->xblk && L != e->blk && !(e->amx && e->bf16))) {
@@ -397,7 +473,8 @@ static tdm_status *conv_build_parts(conv_state *s, conv_entry *e, const conv_geo
         /* one image of X as the primitives take it */
         int64_t idims[5] = {e->mb, C};
         for (int i = 0; i < nsp; i++) idims[2 + i] = g.xsp[i];
-        if (!e->by_group || e->n_chunks == 1) e->src_img = e->part[0].src;
+        if (by_rows) *ok = dn_md_tag(&e->src_img, nd, idims, dn_tag_blocked(nd, L));
+        else if (!e->by_group || e->n_chunks == 1) e->src_img = e->part[0].src;
         else if (L == 1) dn_md_plain(&e->src_img, nd, idims);
         else if (!dn_md_tag(&e->src_img, nd, idims, dn_tag_blocked(nd, L))) *ok = false;
         e->src_img.data_type = e->part[0].src.data_type;
@@ -593,6 +670,12 @@ static tdm_status *conv_build(dn_state *bs, tdm_kernel_ctx *ctx, dn_entry *he) {
     /* channels-last: no chunks of channels (a channel range is strided there, and oneDNN
      * offers only its reference code on strided channels-last memory) */
     const int64_t chunk0 = flops < 2.0e6 || e->blk < 0 ? units : dn_chunk(units, align, e->N, T);
+    /* ... but chunks of output rows (2-D), when there are fewer images than threads */
+    e->rows_want = 0;
+    if (e->blk < 0 && nsp == 2 && flops >= 2.0e6) {
+        int64_t r = dn_chunk(g.ysp[0], 1, e->N, T);
+        if (r < g.ysp[0] && (g.ysp[0] + r - 1) / r <= CONV_MAX_ROW_CHUNKS) e->rows_want = r;
+    }
     bool ok = false, xblk = e->xblk;
     if (e->bf16 && dn_amx()) { /* AMX where it pays, else float32 (see CONV_AMX_MIN_K) */
         e->amx = e->Cg * e->ksz >= CONV_AMX_MIN_K;
@@ -624,7 +707,7 @@ static tdm_status *conv_build(dn_state *bs, tdm_kernel_ctx *ctx, dn_entry *he) {
     if (w == bs->wconst && (e->wbuf = conv_find_weights(bs, e))) {
         e->wbuf_shared = true; /* another input shape already has them (dynamic batch) */
     } else if (w == bs->wconst) { /* weights reordered once, chunk after chunk */
-        conv_part *last = e->part[1].units ? &e->part[1] : &e->part[0];
+        conv_part *last = e->n_rows == 1 && e->part[1].units ? &e->part[1] : &e->part[0];
         size_t bytes = e->part[0].wbytes * (size_t)(e->n_chunks - 1) + last->wbytes;
         if (!(e->wbuf = tdm_alloc(bs->alloc, bytes ? bytes : 1))) return dn_oom(ctx);
         for (int64_t j = 0; j < e->n_chunks; j++) {
@@ -636,7 +719,7 @@ static tdm_status *conv_build(dn_state *bs, tdm_kernel_ctx *ctx, dn_entry *he) {
         }
     }
     {
-        int64_t items = e->N / e->mb * e->n_chunks;
+        int64_t items = e->N / e->mb * e->n_chunks * e->n_rows;
         int64_t src_items = e->src_reorder ? e->N / e->mb * e->src_n_chunks : 0;
         e->n_held = (size_t)(items * HELD_PER_ITEM + src_items);
         if ((e->held = dn_held_array(bs->alloc, e->n_held))) e->held_items = items;
@@ -686,12 +769,19 @@ static tdm_status *conv_item(void *arg, tdm_kernel_ctx *ctx, int64_t item) {
     conv_run *r = arg;
     conv_entry *e = r->e;
     dnnl_engine_t eng = r->s->base.eng;
-    int64_t n = item / e->n_chunks, j = item % e->n_chunks;
+    int64_t per = e->n_chunks * e->n_rows, n = item / per, j = item % per, rj = 0;
     conv_part *p = j == e->n_chunks - 1 && e->part[1].units ? &e->part[1] : &e->part[0];
+    if (e->n_rows > 1) { /* a chunk of rows (then one chunk of channels): channels-last */
+        rj = j;
+        j = 0;
+        p = &e->part[e->row_part[rj]];
+    }
     int64_t ch0 = j * e->chunk * (e->by_group ? e->Mg : 1);
     int64_t cin0 = e->by_group ? j * e->chunk * e->Cg : 0;
-    const char *src = r->src + (size_t)(n * e->src_img_elems + cin0 * e->isz) * e->src_esz;
-    float *yslice = r->y + (n * e->mb * e->Mp + ch0) * e->osz;
+    int64_t in_at = e->n_rows > 1 ? e->row_i0[rj] * e->row_in : cin0 * e->isz;
+    int64_t out_at = (n * e->mb * e->Mp + ch0) * e->osz + rj * e->rows * e->row_out;
+    const char *src = r->src + (size_t)(n * e->src_img_elems + in_at) * e->src_esz;
+    float *yslice = r->y + out_at;
     char *slot = r->slots ? r->slots + (size_t)item * r->slot : NULL;
     const void *wei;
     if (e->wbuf) {
@@ -704,7 +794,7 @@ static tdm_status *conv_item(void *arg, tdm_kernel_ctx *ctx, int64_t item) {
                                 &p->wei, (void *)wei));
     }
     void *dst = p->r_dst.p ? (void *)slot : (void *)yslice;
-    const float *zslice = r->z ? r->z + (n * e->mb * e->Mp + ch0) * e->osz : NULL;
+    const float *zslice = r->z ? r->z + out_at : NULL;
     /* Y in Z's memory (in place): Z is already where the sum post-op accumulates */
     const dn_prim *conv = zslice == dst && p->conv_sum.p ? &p->conv_sum : &p->conv;
     bool zarg = zslice && p->zbin && conv == &p->conv;
@@ -740,7 +830,7 @@ static tdm_status *conv_exec(conv_state *s, tdm_kernel_ctx *ctx, conv_entry *e) 
     conv_run r = {s, e, ctx->in[0]->data, ctx->in[1]->data, b ? b->data : NULL,
                   z ? z->data : NULL, ctx->out[0]->data, (char *)ctx->in[0]->data, NULL, 0, 0, 0};
     size_t dst_b = 0, wei_b = 0, pad_b = 0;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < CONV_PARTS; i++) {
         const conv_part *p = &e->part[i];
         if (!p->units) continue;
         if (round64(p->conv.scratch) > pad_b) pad_b = round64(p->conv.scratch);
@@ -751,7 +841,7 @@ static tdm_status *conv_exec(conv_state *s, tdm_kernel_ctx *ctx, conv_entry *e) 
     r.dst_bytes = dst_b;
     r.pad_at = dst_b + wei_b;
     r.slot = dst_b + wei_b + pad_b;
-    int64_t groups = e->N / e->mb, items = groups * e->n_chunks;
+    int64_t groups = e->N / e->mb, items = groups * e->n_chunks * e->n_rows;
     size_t src_b = e->src_reorder ? round64((size_t)groups * (size_t)e->src_img_elems * e->src_esz) : 0;
     size_t unblk_b = e->xunblk ? round64(dn_md_bytes(&e->unblk_to)) : 0;
     size_t total = unblk_b + src_b + r.slot * (size_t)items;
