@@ -198,6 +198,13 @@ typedef struct tdm_env_options {
                                     for another logs a warning, and tdm_env_device_isa and
                                     the device description say what runs. An unknown name
                                     fails tdm_env_create. */
+    const char *cpu_layout;      /* TANDEM_CPU_LAYOUT: the activation layout of the CPU's
+                                    convolution chains: "auto" (the default: channels-last
+                                    where oneDNN's convolutions prefer it and the model's
+                                    dense k x k convolutions whose channel counts are
+                                    multiples of 16 do enough of its work, else the channel
+                                    block: nChw16c / nChw8c), "blocked" (always the channel
+                                    block), "channels_last" (wherever oneDNN prefers it) */
 } tdm_env_options;
 
 /* Values of the switches in tdm_env_options (0 = unset: the environment variable decides). */

@@ -80,8 +80,11 @@ tdm_status *tdm_env_create(const tdm_env_options *o, tdm_env **out) {
     tdm_status *st = tdm_settings_read(o, &env->settings); /* the process environment, once */
     if (!st) st = discover_backends(env, NULL, false);
     for (int i = 0; !st && i < env->n_devices; i++) /* before anything runs on it */
-        if (!strcmp(env->devices[i]->name, "cpu"))
+        if (!strcmp(env->devices[i]->name, "cpu")) {
             st = tdm_device_configure(env->devices[i], "cpu_isa", env->settings.cpu_isa);
+            if (!st)
+                st = tdm_device_configure(env->devices[i], "cpu_layout", env->settings.cpu_layout);
+        }
     if (st) {
         tdm_env_free(env);
         return st;

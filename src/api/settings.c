@@ -50,6 +50,7 @@ static const s_row rows[] = {
     ROW_("TANDEM_OPENCL_DISABLE", opencl_disable, S_SWITCH, 0, NULL),
     ROW_("TANDEM_OPENCL_KERNELS", opencl_kernels, S_TEXT, 0, "gpu|cpu"),
     ROW_("TANDEM_CPU_ISA", cpu_isa, S_TEXT, 0, NULL), /* (names checked by the CPU device) */
+    ROW_("TANDEM_CPU_LAYOUT", cpu_layout, S_TEXT, 0, "auto|blocked|channels_last"),
     ROW_("TANDEM_TEST_DEVICES", test_devices, S_INT, 4, NULL),
     ROW_("TANDEM_TEST_DEVICE_DELAY_US", test_device_delay_us, S_INT, 60000000, NULL),
     ROW_("TANDEM_TEST_DEVICE_OPS", test_device_ops, S_TEXT, 0, NULL),

@@ -18,7 +18,7 @@
 #include "core/settings.h"
 #include "core/status.h"
 
-#define TDM_DEVICE_IFACE_VERSION 8
+#define TDM_DEVICE_IFACE_VERSION 9
 
 typedef struct tdm_device tdm_device;
 
@@ -131,6 +131,12 @@ typedef struct tdm_device_iface {
      * registered for their device when a plan first streams them. */
     tdm_status *(*host_register)(tdm_device *dev, void *host, size_t size);
     void (*host_unregister)(tdm_device *dev, void *host);
+    /* ---- version 9: channels-last (optional; NULL = never) ------------------------------
+     * Whether the device's convolutions prefer channels-last activations (ops/fused.h,
+     * TDM_BLOCK_CHANNELS_LAST) to channel_block's blocks: 0 never, 1 where the graph suits
+     * them (the blocked-layout pass judges), 2 wherever there are convolutions (a setting
+     * forces it). Asked at plan time. */
+    int (*channels_last)(tdm_device *dev);
 } tdm_device_iface;
 
 /* The TDM_KF_* flags are in backends/kernel.h (tdm_kernel_def.flags). */
@@ -239,6 +245,9 @@ tdm_status *tdm_device_upload_queued(tdm_device *dev, void *buf, const void *hos
  * host_unregister (nothing for a device without it, or NULL) */
 tdm_status *tdm_device_host_register(tdm_device *dev, void *host, size_t size);
 void tdm_device_host_unregister(tdm_device *dev, void *host);
+
+/* version 9: the device's channels_last (0 when it has none) */
+int tdm_device_channels_last(tdm_device *dev);
 
 /* What a device has, for callers that choose a path before calling (all false for NULL). */
 /* synchronize */

@@ -131,6 +131,13 @@ int64_t tdm_device_channel_block(tdm_device *dev) {
     return i && i->channel_block ? i->channel_block(dev) : 0;
 }
 
+/* ---- version 9 ---- */
+
+int tdm_device_channels_last(tdm_device *dev) {
+    const tdm_device_iface *i = at(dev, 9);
+    return i && i->channels_last ? i->channels_last(dev) : 0;
+}
+
 size_t tdm_device_kernel_impl(tdm_device *dev, const tdm_kernel_def *k, void *state, char *buf,
                               size_t size) {
     if (!buf || !size) return 0;

@@ -35,6 +35,7 @@ typedef struct tdm_settings {
     bool opencl_disable;                /* do not look for OpenCL */
     char opencl_kernels[4];             /* "gpu" | "cpu" kernel style; "" = by device type */
     char cpu_isa[24];                   /* the CPU's ISA cap ("avx2", ...); "" = the machine's best */
+    char cpu_layout[16];                /* "auto" | "blocked" | "channels_last"; "" = auto */
     /* the test device (backends/testdev): a stand-in accelerator for tests */
     int64_t test_devices;               /* how many test:N devices (0..4) */
     int64_t test_device_delay_us;       /* each kernel sleeps this long */

@@ -692,14 +692,14 @@ tdm_status *tdm_graph_fuse_qdq(tdm_graph *g, int *count) {
     return st;
 }
 
-tdm_status *tdm_graph_fuse_blocked(tdm_graph *g, int64_t block, int *count) {
+tdm_status *tdm_graph_fuse_blocked(tdm_graph *g, int64_t block, int channels_last, int *count) {
     *count = 0;
     if (g->parent) return NULL;
     fz_ctx fz = {.g = g, .dirty = true};
     tdm_status *st = compute_origins(&fz);
-    if (!st) st = fz_pass_blocked(&fz, block);
-    /* 8-bit tensors channels-last between int8 convolutions (oneDNN's layouts: any block) */
-    if (!st && (block >= 2 || block == TDM_BLOCK_CHANNELS_LAST)) st = fz_pass_q8_nhwc(&fz);
+    if (!st) st = fz_pass_blocked(&fz, block, channels_last);
+    /* 8-bit tensors channels-last between int8 convolutions (oneDNN's layouts: block > 0) */
+    if (!st && block >= 2) st = fz_pass_q8_nhwc(&fz);
     index_free(&fz);
     tdm_free(g->alloc, fz.origin);
     tdm_free(g->alloc, fz.derived);

@@ -14,11 +14,11 @@ tdm_status *tdm_graph_fuse(tdm_graph *g, int *count);
 
 /* The blocked-layout pass (fuse_blocked.c): rewrites chains of convolutions, poolings and
  * element-wise ops to keep tensors channel-blocked in blocks of `block` (ops/fused.h;
- * TDM_BLOCK_CHANNELS_LAST: channels-last). Run
+ * or channels-last: `channels_last` 1 where the graph suits it, 2 always, 0 never). Run
  * it after tdm_graph_fuse (and compaction) and only when the session's nodes will run on
  * the CPU backend (its kernels are the only ones for the blocked ops). Same contract as
  * tdm_graph_fuse. */
-tdm_status *tdm_graph_fuse_blocked(tdm_graph *g, int64_t block, int *count);
+tdm_status *tdm_graph_fuse_blocked(tdm_graph *g, int64_t block, int channels_last, int *count);
 
 /* Rewrites into ops only the CPU backend has (run only when the session's nodes will run on
  * the CPU alone, after tdm_graph_fuse): a decomposed tanh GELU left over by the MatMul and

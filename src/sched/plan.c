@@ -65,15 +65,17 @@ static tdm_status *optimise(tdm_graph *g, tdm_device *cpu, bool blocked,
     }
     /* blocked layouts here only for a CPU alone; with several devices the pass runs after
      * placement on the CPU's part of the graph (relayout_cpu_regions). The channel block is
-     * the one the CPU's convolutions take on this machine (8 on AVX2, 16 or channels-last
-     * on AVX-512; 0: plain layouts, no pass). */
+     * the one the CPU's convolutions take on this machine (8 on AVX2, 16 on AVX-512; 0:
+     * plain layouts, no pass); channels-last instead where they prefer it and the graph
+     * suits it (the pass judges). */
     if (blocked) {
         TDM_TRY(tdm_graph_fuse_cpu(g, &fused)); /* ops the CPU alone has (FastGelu) */
         if (fused) {
             TDM_TRY(tdm_graph_compact(g));
             TDM_TRY(tdm_graph_infer_shapes(g));
         }
-        TDM_TRY(tdm_graph_fuse_blocked(g, tdm_device_channel_block(cpu), &fused));
+        TDM_TRY(tdm_graph_fuse_blocked(g, tdm_device_channel_block(cpu),
+                                       tdm_device_channels_last(cpu), &fused));
         if (fused) {
             TDM_TRY(tdm_graph_compact(g));
             TDM_TRY(tdm_graph_infer_shapes(g));
@@ -389,7 +391,8 @@ static tdm_status *relayout_cpu_regions(tdm_plan *p, const tdm_plan_options *opt
         n->device = n->device == c ? -1 - r : n->device + D * r;
     }
     int fused = 0;
-    tdm_status *st = tdm_graph_fuse_blocked(g, tdm_device_channel_block(cpu), &fused);
+    tdm_status *st = tdm_graph_fuse_blocked(g, tdm_device_channel_block(cpu),
+                                            tdm_device_channels_last(cpu), &fused);
     if (!st && fused && !(st = tdm_graph_compact(g))) st = tdm_graph_infer_shapes(g);
     size_t N = g->n_nodes;
     int *keep = tdm_calloc(a, N + 1, sizeof *keep);

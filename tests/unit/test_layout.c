@@ -29,12 +29,13 @@ typedef struct run_cfg {
     const char *placement;
     const char *affinity;
     int threads;
+    const char *layout;    /* cpu_layout (NULL: "blocked"; the cases that check both say so) */
 } run_cfg;
 
 typedef struct layout_result {
     char ops[1024]; /* op histogram of the optimised session, "Op:n Op:n " */
     size_t off_cpu;  /* nodes of the optimised session placed on another device than "cpu" */
-    bool cl;         /* the CPU's layout is channels-last (TDM_BLOCK_CHANNELS_LAST) */
+    bool cl;         /* the layout is channels-last (asked for, and oneDNN prefers it here) */
 } layout_result;
 
 /* Reads the optimised session's plan (explain JSON): counts the nodes off the CPU and fails
@@ -73,9 +74,12 @@ static void run_cmp(mb_model *b, const run_cfg *cfg, layout_result *r) {
     assert_non_null(buf);
     onnx__model_proto__pack(&b->model, buf);
     tdm_env *env = NULL;
-    assert_null(tdm_env_create(NULL, &env));
-    /* (after the environment: oneDNN's ISA is capped then) */
-    r->cl = tdm_cpu_dnnl_probe_block() == TDM_BLOCK_CHANNELS_LAST;
+    const char *layout = cfg->layout ? cfg->layout : "blocked";
+    tdm_env_options eo = {.api_version = TDM_API_VERSION, .cpu_layout = layout};
+    assert_null(tdm_env_create(&eo, &env));
+    bool prefers = false; /* (after the environment: oneDNN's ISA is capped then) */
+    tdm_cpu_dnnl_probe_block(&prefers);
+    r->cl = prefers && strcmp(layout, "channels_last") == 0;
     size_t n_in = b->graph.n_input, n_out = b->graph.n_output;
     tdm_tensor *ins[MB_MAX] = {0}, *outs[2][MB_MAX] = {{0}};
     const char *names[MB_MAX];
@@ -281,7 +285,8 @@ static void test_residual_add(void **state) {
  * either way. The chain stays blocked. */
 static void test_concat(void **state) {
     (void)state;
-    for (int odd = 0; odd <= 1; odd++) {
+    for (int v = 0; v < 4; v++) {
+        int odd = v & 1;
         mb_model b;
         mb_init(&b, 17);
         int64_t xd[4] = {1, 3, 9, 9};
@@ -295,12 +300,13 @@ static void test_concat(void **state) {
         conv(&b, "Conv:cat,W4,B4->y", "W4", "B4", 5, odd ? 45 : 48, 3, 1);
         mb_output(&b, "y");
         layout_result r;
-        run_cmp(&b, &cpu1, &r);
+        run_cfg cfg = {"cpu", NULL, NULL, 1, v < 2 ? "blocked" : "channels_last"};
+        run_cmp(&b, &cfg, &r);
         bool packs = odd && !r.cl;
         if (op_count(&r, "Concat") != (packs ? 0u : 1u) ||
             op_count(&r, "BlockedConcat") != (packs ? 1u : 0u) || op_count(&r, "FromBlocked") != 1 ||
             op_count(&r, "BlockedConv") != 4 || op_count(&r, "Conv") != 0)
-            fail_msg("odd %d: %s", odd, r.ops);
+            fail_msg("odd %d, channels-last %d: %s", odd, r.cl, r.ops);
         mb_free(&b);
     }
 }
@@ -313,7 +319,7 @@ static void test_concat(void **state) {
  * 2 threads. */
 static void test_split_odd(void **state) {
     (void)state;
-    for (int v = 0; v < 4; v++) {
+    for (int v = 0; v < 8; v++) {
         int attr = v & 1;
         mb_model b;
         mb_init(&b, attr ? 11 : 13);
@@ -340,12 +346,44 @@ static void test_split_odd(void **state) {
         conv(&b, "Conv:cat,W4,B4->y", "W4", "B4", 7, 24, 3, 2);
         mb_output(&b, "y");
         layout_result r;
-        run_cmp(&b, v < 2 ? &cpu1 : &cpu2, &r);
+        run_cfg cfg = {"cpu", NULL, NULL, v & 2 ? 2 : 1, v < 4 ? "blocked" : "channels_last"};
+        run_cmp(&b, &cfg, &r);
         if (r.cl ? op_count(&r, "FromBlocked") != 1 || op_count(&r, "Split") != 1 ||
                        op_count(&r, "Concat") != 1 || op_count(&r, "Mul") != 1 ||
                        op_count(&r, "BlockedConv") != 4 || op_count(&r, "BlockedPool") != 1
                  : op_count(&r, "FromBlocked") < 2)
             fail_msg("variant %d (channels-last %d): %s", v, r.cl, r.ops);
+        mb_free(&b);
+    }
+}
+
+/* cpu_layout auto: channels-last (where oneDNN prefers it) when dense k x k convolutions with
+ * channel counts in multiples of 16 do at least a quarter of the work (here a 32 -> 32 3x3,
+ * ~90%), the channel block otherwise (the same graph with a 32 -> 24 3x3). Seen in how the
+ * 13 + 32 (or 24) channel Concat is made: a Concat on channels-last twins, a BlockedConcat
+ * on blocks. */
+static void test_auto_layout(void **state) {
+    (void)state;
+    for (int aligned = 0; aligned <= 1; aligned++) {
+        mb_model b;
+        mb_init(&b, 17);
+        int64_t xd[4] = {1, 32, 20, 20}, m1 = aligned ? 32 : 24;
+        mb_input_run(&b, "x", 4, xd, NULL);
+        conv(&b, "Conv:x,W1,B1->c1", "W1", "B1", m1, 32, 3, 1);
+        mb_node(&b, "Relu:c1->r1");
+        conv(&b, "Conv:r1,W2,B2->c2", "W2", "B2", 13, m1, 1, 1);
+        mb_attr_i(&b, mb_node(&b, "Concat:c2,r1->cat"), "axis", 1);
+        conv(&b, "Conv:cat,W3,B3->y", "W3", "B3", 8, 13 + m1, 1, 1);
+        mb_output(&b, "y");
+        layout_result r;
+        run_cfg cfg = {"cpu", NULL, NULL, 1, "auto"};
+        run_cmp(&b, &cfg, &r);
+        bool prefers = false;
+        tdm_cpu_dnnl_probe_block(&prefers);
+        bool cl = prefers && aligned;
+        if (op_count(&r, "BlockedConcat") != (cl ? 0u : 1u) ||
+            op_count(&r, "Concat") != (cl ? 1u : 0u) || op_count(&r, "BlockedConv") != 3)
+            fail_msg("aligned %d (oneDNN prefers channels-last: %d): %s", aligned, prefers, r.ops);
         mb_free(&b);
     }
 }
@@ -357,7 +395,8 @@ static void test_split_odd(void **state) {
  * channel-blocked layouts cut channels as before. */
 static void test_row_chunks(void **state) {
     (void)state;
-    for (int t = 2; t <= 4; t++) {
+    for (int v = 0; v < 6; v++) {
+        int t = 2 + v % 3;
         mb_model b;
         mb_init(&b, 17);
         int64_t xd[4] = {1, 6, 47, 29};
@@ -373,10 +412,10 @@ static void test_row_chunks(void **state) {
         conv(&b, "Conv:c4,W5,B5->y", "W5", "B5", 33, 40, 1, 1);
         mb_output(&b, "y");
         layout_result r;
-        run_cfg cfg = {"cpu", NULL, NULL, t};
+        run_cfg cfg = {"cpu", NULL, NULL, t, v < 3 ? "blocked" : "channels_last"};
         run_cmp(&b, &cfg, &r);
         if (op_count(&r, "BlockedConv") != 5 || op_count(&r, "FromBlocked") != 1)
-            fail_msg("%d threads: %s", t, r.ops);
+            fail_msg("%d threads, channels-last %d: %s", t, r.cl, r.ops);
         mb_free(&b);
     }
 }
@@ -577,6 +616,7 @@ int main(void) {
         cmocka_unit_test(test_concat),
         cmocka_unit_test(test_split_odd),
         cmocka_unit_test(test_row_chunks),
+        cmocka_unit_test(test_auto_layout),
         cmocka_unit_test(test_plain_reader),
         cmocka_unit_test(test_split_devices),
         cmocka_unit_test(test_split_regions),

@@ -88,6 +88,16 @@ static tdm_status *cpu_configure(tdm_device *dev, const char *key, const char *v
                     "matmuls take bf16 inputs, accumulate in f32", tdm_cpu_isa_name(c->dnnl_isa));
         return NULL;
     }
+    if (strcmp(key, "cpu_layout") == 0) { /* (before any plan: set with cpu_isa) */
+        static const char *const names[] = {"auto", "blocked", "channels_last"};
+        for (int i = 0; i < 3; i++)
+            if (!value || !value[0] || strcmp(value, names[i]) == 0) {
+                c->layout = value && value[0] ? i : 0;
+                return NULL;
+            }
+        return TDM_ERR(TDM_ERR_INVALID_ARGUMENT,
+                       "cpu_layout '%s' is not a layout (auto, blocked or channels_last)", value);
+    }
     if (strcmp(key, "cpu_isa") != 0) return NULL;
     tdm_cpu_isa best = tdm_cpu_isa_detect(), want = best;
     bool cap = value && value[0];
@@ -113,27 +123,37 @@ static tdm_status *cpu_configure(tdm_device *dev, const char *key, const char *v
     return NULL;
 }
 
-/* The channel block the blocked-layout pass uses: oneDNN's own choice on this CPU, asked
- * once (after the ISA is settled: the probe is oneDNN's first use). 8, 16 or
- * TDM_BLOCK_CHANNELS_LAST, else 0. */
-static int64_t cpu_channel_block(tdm_device *dev) {
-    tdm_cpu_dev *c = dev->ctx;
+/* oneDNN's own choice of layout on this CPU, asked once (after the ISA is settled: the probe
+ * is oneDNN's first use): the channel block (8 or 16, else 0) and whether channels-last is
+ * preferred. */
+static void cpu_probe_layout(tdm_cpu_dev *c) {
     pthread_mutex_lock(&c->mu);
     if (!c->block_known) {
-        int64_t b = tdm_cpu_dnnl_probe_block();
-        c->block = b == 8 || b == 16 || b == TDM_BLOCK_CHANNELS_LAST ? b : 0;
+        bool cl;
+        int64_t b = tdm_cpu_dnnl_probe_block(&cl);
+        c->block = b == 8 || b == 16 ? b : 0;
+        c->cl = cl && c->block;
         c->block_known = true;
-        if (c->block == TDM_BLOCK_CHANNELS_LAST)
-            tdm_log(&c->log, TDM_LOG_INFO, "cpu: oneDNN's convolutions take channels-last on %s",
-                    tdm_cpu_isa_name(c->dnnl_isa));
-        else
-            tdm_log(&c->log, TDM_LOG_INFO, "cpu: oneDNN's convolutions take %s%lld on %s",
-                    c->block ? "channel blocks of " : "plain layouts (block ", (long long)c->block,
-                    tdm_cpu_isa_name(c->dnnl_isa));
+        tdm_log(&c->log, TDM_LOG_INFO, "cpu: oneDNN's convolutions take %s%lld%s on %s",
+                c->block ? "channel blocks of " : "plain layouts (block ", (long long)c->block,
+                c->cl ? " and prefer channels-last" : "", tdm_cpu_isa_name(c->dnnl_isa));
     }
-    int64_t b = c->block;
     pthread_mutex_unlock(&c->mu);
-    return b;
+}
+
+/* The channel block the blocked-layout pass uses (where it does not go channels-last). */
+static int64_t cpu_channel_block(tdm_device *dev) {
+    tdm_cpu_dev *c = dev->ctx;
+    cpu_probe_layout(c);
+    return c->block;
+}
+
+/* Channels-last where oneDNN prefers it: per graph (auto), everywhere (cpu_layout
+ * channels_last) or never (cpu_layout blocked). */
+static int cpu_channels_last(tdm_device *dev) {
+    tdm_cpu_dev *c = dev->ctx;
+    cpu_probe_layout(c);
+    return !c->cl || c->layout == 1 ? 0 : c->layout == 2 ? 2 : 1;
 }
 
 static size_t cpu_kernel_impl(tdm_device *dev, const tdm_kernel_def *k, void *state, char *buf,
@@ -153,6 +173,7 @@ static const tdm_device_iface cpu_iface = {
     .kernel_flags = cpu_kernel_flags,
     .channel_block = cpu_channel_block,
     .kernel_impl = cpu_kernel_impl,
+    .channels_last = cpu_channels_last,
 };
 
 tdm_cpu_dev *tdm_cpu_dev_of(const tdm_device *dev) {

@@ -44,7 +44,9 @@ typedef struct tdm_cpu_dev {
     tdm_cpu_isa dnnl_isa;     /* what oneDNN dispatches to (process-wide) */
     pthread_mutex_t mu;       /* guards the probe below */
     int64_t block;            /* channel block of oneDNN's convolutions (0: plain layouts) */
+    bool cl;                  /* ... which prefer channels-last (brgemm kernels) */
     bool block_known;
+    int layout;               /* configure "cpu_layout": 0 auto, 1 blocked, 2 channels_last */
     _Atomic bool bf16;        /* precision bf16 (configure "precision"): the dnnl family's
                                  convolutions and matmuls take bf16 sources and weights with
                                  f32 accumulation and f32 results; set only where oneDNN
@@ -62,7 +64,8 @@ tdm_cpu_dev *tdm_cpu_dev_of(const tdm_device *dev);
  * in *applied when the cap could not be set (oneDNN was used before in this process). */
 tdm_cpu_isa tdm_cpu_dnnl_isa_apply(bool cap, tdm_cpu_isa want, bool *applied);
 /* Channel block of the source layout oneDNN's float32 convolution picks on this CPU with
- * format_tag any (16: nChw16c, 8: nChw8c; 0: a plain or channels-last layout, or no oneDNN). */
-int64_t tdm_cpu_dnnl_probe_block(void);
+ * format_tag any (16: nChw16c, 8: nChw8c), or where it picks channels-last, the widest block
+ * that has a JIT kernel, with *channels_last true; 0: plain layouts, or no oneDNN. */
+int64_t tdm_cpu_dnnl_probe_block(bool *channels_last);
 
 #endif

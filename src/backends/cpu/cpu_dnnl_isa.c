@@ -66,15 +66,18 @@ static bool probe(dnnl_engine_t eng, dnnl_format_tag_t tag, int64_t *block) {
     return ok;
 }
 
-int64_t tdm_cpu_dnnl_probe_block(void) {
+int64_t tdm_cpu_dnnl_probe_block(bool *channels_last) {
+    *channels_last = false;
     dnnl_engine_t eng;
     if (dnnl_engine_create(&eng, dnnl_cpu, 0) != dnnl_success) return 0;
     int64_t block = 0;
     /* oneDNN's own choice when it is channel-blocked (nChw8c with AVX2 and SSE4.1 kernels,
-     * nChw16c with jit:avx512_core) or channels-last (brgemm convolutions on AVX-512 and
-     * AMX: 3x3 layers of ResNet-50 10-12% faster there than jit:avx512_core on nChw16c, 1x1
-     * equal); anything else: the widest channel block that has a JIT kernel */
-    if (!probe(eng, dnnl_format_tag_any, &block) || block == 0) {
+     * nChw16c with jit:avx512_core); where it is channels-last (brgemm convolutions on
+     * AVX-512 and AMX), noted, and like anything else: the widest channel block that has a
+     * JIT kernel (the blocked-layout pass chooses between them per graph) */
+    bool ok = probe(eng, dnnl_format_tag_any, &block);
+    *channels_last = ok && block == TDM_BLOCK_CHANNELS_LAST;
+    if (!ok || block <= 0) {
         static const dnnl_format_tag_t tags[] = {dnnl_aBcd16b, dnnl_aBcd8b};
         block = 0;
         for (size_t i = 0; i < sizeof tags / sizeof tags[0] && !block; i++) {
