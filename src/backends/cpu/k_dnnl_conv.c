@@ -93,10 +93,6 @@ typedef struct conv_entry {
     dnnl_memory_desc_t src_img; /* one image of X in the primitives' layout */
     int64_t src_img_elems;
     bool src_reorder;
-    bool src_own; /* that reorder is plain f32 -> channels-last f32: tandem's blocking copy
-                     with one block of C (dn_block_copy) on the pool's threads, not oneDNN's
-                     reorder (PP-OCRv4 det's first convolution, 3 x 480 x 640: 1.29 -> see
-                     the notes) */
     bool src_cvt; /* bf16 with X channel-blocked: the input "reorder" only converts each image
                      (same layout, r_src[0] over its src_img_elems elements as 1-D; with amx
                      from the blocked image to the primitive's channels-last one) */
@@ -497,7 +493,6 @@ static tdm_status *conv_build_parts(conv_state *s, conv_entry *e, const conv_geo
             dnnl_memory_desc_t plain_img;
             dn_md_plain(&plain_img, nd, idims);
             e->src_reorder = !e->xblk && !dnnl_memory_desc_equal(&plain_img, &e->src_img);
-            e->src_own = e->src_reorder && !e->bf16 && L == TDM_BLOCK_CHANNELS_LAST;
             e->src_esz = e->bf16 ? sizeof(uint16_t) : sizeof(float);
             e->src_img_elems = (int64_t)(dn_md_bytes(&e->src_img) / e->src_esz);
             e->src_chunk = L > 1 && e->mb == 1 ? dn_chunk(C, L, e->N, T) : C;
@@ -865,8 +860,7 @@ static tdm_status *conv_exec(conv_state *s, tdm_kernel_ctx *ctx, conv_entry *e) 
     }
     if (!st && e->src_reorder) {
         r.src = buf + unblk_b;
-        if (e->src_own) dn_block_copy(ctx->pool, r.x, e->N, e->C, e->isz, e->C, (float *)r.src);
-        else st = dn_parallel(ctx, groups * e->src_n_chunks, src_item, &r);
+        st = dn_parallel(ctx, groups * e->src_n_chunks, src_item, &r);
     }
     if (!st) st = dn_parallel(ctx, items, conv_item, &r);
     dn_scratch_put(&s->base, ctx, buf, own);
