@@ -4,6 +4,10 @@
  * BlockedConv (ops/fused.h) writes Y (and reads Z, and X when blocked) in the channel-blocked
  * layout its primitives use, so those need no reorders; a plain X is reordered as below.
  * With one thread and no channel split, one primitive execution covers the whole batch.
+ * In the channels-last form (block TDM_BLOCK_CHANNELS_LAST) a range of channels is strided,
+ * which oneDNN takes only with its reference code, so the work is never cut by channels:
+ * with fewer images than threads, each 2-D image is cut into chunks of output rows instead
+ * (conv_build_rows), which are contiguous in NHWC.
  *
  * The activations are plain NCHW; oneDNN picks its layouts (blocked nChw8c/16c on AVX2 /
  * AVX-512) and the kernel reorders X in and Y out, which measures faster than oneDNN's

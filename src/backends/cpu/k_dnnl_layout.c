@@ -1,7 +1,8 @@
 /* dnnl family: the channel-blocked layout ops (ops/fused.h): ToBlocked and FromBlocked,
  * and the generic path of BlockedConv / BlockedPool (dn_blocked_fallback: unblock, run the
  * plain generic kernel, block the result) for what oneDNN declines. Blocked tensors are
- * [N, Cb, S..., B] with Cb = ceil(C/B). */
+ * [N, Cb, S..., B] with Cb = ceil(C/B); the channels-last form is the case B = C, Cb = 1
+ * (the same copies then transpose NCHW <-> NHWC). */
 #include <string.h>
 
 #include "backends/cpu/k_dnnl.h"
