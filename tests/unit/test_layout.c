@@ -4,8 +4,10 @@
  * another layout: only the summation order differs). Each case also checks which ops the
  * optimised graph holds, so a pass that silently stops rewriting fails too. Channel counts
  * are mostly not multiples of the block (8 or 16: oneDNN's for the CPU) to exercise the
- * padding. The layout is the CPU's (channels-last where oneDNN prefers it, as on AVX-512
- * with brgemm convolutions; the suite runs again one ISA level below, test_layout_avx2). */
+ * padding. The cases run with cpu_layout "blocked" (the CPU's channel block), and those that
+ * say so with "channels_last" (taken where oneDNN prefers it, as on AVX-512 with brgemm
+ * convolutions) or "auto" too; ctest runs the file again one ISA level below
+ * (test_layout_isa_below). */
 #define _XOPEN_SOURCE 700 /* (nftw) */
 #include <ftw.h>
 #include <math.h>
