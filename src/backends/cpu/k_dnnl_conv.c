@@ -50,7 +50,8 @@ static const char *const conv_layout_names[] = {"oneDNN's layouts", "channel-blo
                                                 "plain layouts", "channels-last layouts"};
 #define CONV_VARIANTS (2 * CL_COUNT) /* variant v: layout v % CL_COUNT, unfused when v >= CL_COUNT */
 
-#define CONV_PARTS 4           /* parts of an entry (channel chunks use two) */
+#define CONV_PARTS 6           /* parts of an entry (channel chunks use two; row chunks one per
+                                  distinct geometry: 5 for a 5x5 kernel with pads 2) */
 #define CONV_MAX_ROW_CHUNKS 64 /* row chunks of an image */
 
 /* The primitives for one chunk size. */
