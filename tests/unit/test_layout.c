@@ -393,7 +393,8 @@ static void test_auto_layout(void **state) {
 /* One image on 2, 3 and 4 threads: channels-last convolutions cut the image into chunks of
  * output rows, each with its own pads and input rows (first, middle and last chunks differ;
  * a 5x5 kernel with pads 2 at stride 1 reads past the bottom from the last two chunks);
- * 3x3 at strides 1 and 2, 1x1, a depthwise 5x5, a residual Z and a plain graph input. The
+ * 3x3 at strides 1 and 2, 1x1, a depthwise 5x5, a residual Z and a plain graph input; on a
+ * small image with many channels, chunks of channels (Y and Z through reorders). The
  * channel-blocked layouts cut channels as before. */
 static void test_row_chunks(void **state) {
     (void)state;
@@ -411,12 +412,18 @@ static void test_row_chunks(void **state) {
         mb_attr_i(&b, dw, "group", 24);
         mb_node(&b, "Sigmoid:c3->a3");
         conv(&b, "Conv:a3,W4,B4->c4", "W4", "B4", 40, 24, 3, 2);
-        conv(&b, "Conv:c4,W5,B5->y", "W5", "B5", 33, 40, 1, 1);
+        conv(&b, "Conv:c4,W5,B5->c5", "W5", "B5", 33, 40, 1, 1);
+        /* a small image with more weights than activations: chunks of channels, each written
+         * dense and reordered into the channels-last Y (and Z into the chunk) */
+        conv(&b, "Conv:c5,W6,B6->c6", "W6", "B6", 48, 33, 3, 2);
+        mb_node(&b, "Tanh:c6->t6");
+        conv(&b, "Conv:t6,W7,B7->c7", "W7", "B7", 48, 48, 3, 1); /* (32 + 16 channels) */
+        mb_node(&b, "Add:c7,t6->y");
         mb_output(&b, "y");
         layout_result r;
         run_cfg cfg = {"cpu", NULL, NULL, t, v < 3 ? "blocked" : "channels_last"};
         run_cmp(&b, &cfg, &r);
-        if (op_count(&r, "BlockedConv") != 5 || op_count(&r, "FromBlocked") != 1)
+        if (op_count(&r, "BlockedConv") != 7 || op_count(&r, "FromBlocked") != 1)
             fail_msg("%d threads, channels-last %d: %s", t, r.cl, r.ops);
         mb_free(&b);
     }
