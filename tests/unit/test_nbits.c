@@ -121,6 +121,18 @@ static void unmake(nb_data *d) {
     free(d->b), free(d->codes), free(d->s), free(d->zp), free(d->bias), free(d->A), free(d->P);
 }
 
+/* Case base with M rows made into d and packed (f16: the float16 form) as c; false when the
+ * packed form does not apply (d freed). */
+static bool make_packed(const nb_case *base, int64_t M, bool f16, nb_case *c, nb_data *d) {
+    unsigned form = 0;
+    *c = *base;
+    c->M = M;
+    make(c, d, f16);
+    if (pack(d, &form)) return true;
+    unmake(d);
+    return false;
+}
+
 /* want[m][n] and S[m][n] (sum of |terms|) */
 static void reference(const nb_case *c, const nb_data *d, bool int8, double *want, double *S) {
     int64_t nb = d->w.nb, bs = c->bs, K = c->K;
@@ -328,6 +340,21 @@ static void test_rows_invariant(void **state) {
     tdm_threadpool_free(pool);
 }
 
+/* 1 when y (M x N of case c) strays from the portable loop's yp by more than 1e-5 S + 1e-6
+ * (the first such element printed), else 0. */
+static int off_portable(const nb_case *c, bool int8, tdm_cpu_isa level, const float *y,
+                        const float *yp, const double *S) {
+    for (size_t k = 0; k < (size_t)(c->M * c->N); k++)
+        if (!(fabs((double)y[k] - yp[k]) <= 1e-5 * S[k] + 1e-6)) {
+            print_message("  vs portable: bits %d bs %lld K %lld N %lld M %lld int8 %d level %s "
+                          "[%zu] got %.7g portable %.7g\n",
+                          c->bits, (long long)c->bs, (long long)c->K, (long long)c->N,
+                          (long long)c->M, int8, tdm_cpu_isa_name(level), k, y[k], yp[k]);
+            return 1;
+        }
+    return 0;
+}
+
 /* The packed decode loops that serve several rows of A per pass over a panel (AVX2: the int8
  * runs of 4 rows, the float runs of 4 and 2 rows; AVX-512: pairs and runs of 8) on every row
  * count 1 .. 9 (runs plus rows left over) with K tails (K not a multiple of the block): each
@@ -352,15 +379,9 @@ static void test_rows_1_to_9(void **state) {
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
             for (int64_t M = 1; M <= 9; M++)
                 for (int packed = 1; packed < 3; packed++) {
-                    nb_case c = shapes[i];
-                    c.M = M;
+                    nb_case c;
                     nb_data d;
-                    unsigned form = 0;
-                    make(&c, &d, packed == 2);
-                    if (!pack(&d, &form)) {
-                        unmake(&d);
-                        continue;
-                    }
+                    if (!make_packed(&shapes[i], M, packed == 2, &c, &d)) continue;
                     size_t n = (size_t)(M * c.N);
                     float *y = malloc(n * sizeof(float)), *yp = malloc(n * sizeof(float));
                     float *y1 = malloc((size_t)c.N * sizeof(float));
@@ -375,16 +396,7 @@ static void test_rows_1_to_9(void **state) {
                         tdm_nbits_matmul(&ps, NULL, &d.w, int8, M, d.A, bias, yp, scr);
                         tdm_nbits_matmul(&simd, NULL, &d.w, int8, M, d.A, bias, y, scr);
                         runs++;
-                        for (size_t k = 0; k < n; k++)
-                            if (!(fabs((double)y[k] - yp[k]) <= 1e-5 * S[k] + 1e-6)) {
-                                print_message("  vs portable: bits %d bs %lld K %lld M %lld int8 %d "
-                                              "level %s [%zu] got %.7g portable %.7g\n",
-                                              c.bits, (long long)c.bs, (long long)c.K,
-                                              (long long)M, int8, tdm_cpu_isa_name(levels[l]), k,
-                                              y[k], yp[k]);
-                                bad++;
-                                break;
-                            }
+                        bad += off_portable(&c, int8, levels[l], y, yp, S);
                         for (int64_t m = 0; m < M; m++) {
                             tdm_nbits_matmul(&simd, NULL, &d.w, int8, 1, d.A + m * c.K, bias, y1,
                                              scr);
@@ -437,15 +449,9 @@ static void test_amx_rows(void **state) {
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++)
             for (int packed = 1; packed < 3; packed++) {
-                nb_case c = shapes[i];
-                c.M = rows[ri];
+                nb_case c;
                 nb_data d;
-                unsigned form = 0;
-                make(&c, &d, packed == 2);
-                if (!pack(&d, &form)) {
-                    unmake(&d);
-                    continue;
-                }
+                if (!make_packed(&shapes[i], rows[ri], packed == 2, &c, &d)) continue;
                 size_t n = (size_t)(c.M * c.N);
                 float *y = malloc(n * sizeof(float)), *yp = malloc(n * sizeof(float));
                 float *yv = malloc(n * sizeof(float));
@@ -470,16 +476,7 @@ static void test_amx_rows(void **state) {
                         tdm_nbits_matmul(&simd, t ? pool : NULL, &d.w, true, c.M, d.A, bias, y,
                                          scr);
                         runs++;
-                        for (size_t k = 0; k < n; k++)
-                            if (!(fabs((double)y[k] - yp[k]) <= 1e-5 * S[k] + 1e-6)) {
-                                print_message("  vs portable: bits %d bs %lld K %lld N %lld M %lld "
-                                              "level %s [%zu] got %.7g portable %.7g\n",
-                                              c.bits, (long long)c.bs, (long long)c.K,
-                                              (long long)c.N, (long long)c.M,
-                                              tdm_cpu_isa_name(levels[l]), k, y[k], yp[k]);
-                                bad++;
-                                break;
-                            }
+                        bad += off_portable(&c, true, levels[l], y, yp, S);
                         if (memcmp(y, yv, n * sizeof(float))) {
                             print_message("  not the vnni level's: bits %d bs %lld K %lld M %lld "
                                           "level %s threads %d\n",
