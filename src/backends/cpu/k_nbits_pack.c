@@ -29,7 +29,7 @@
 #define NBP_C2 4 /* AVX2 int8: groups of a block unpacked at a time for the rows (2 or 4; 2: 132 us) */
 #endif
 #ifndef NBP_AMX_MIN
-#define NBP_AMX_MIN 8 /* int8 rows of A from which the AMX loops run (fewer: the VNNI loops) */
+#define NBP_AMX_MIN 8 /* int8 rows of A from which the AMX loops run (fewer: the VNNI loops; AMX below 8 rows not measured) */
 #endif
 #if defined(TDM_SIMD_X86) && (defined(__clang__) ? __clang_major__ >= 12 : __GNUC__ >= 11)
 #define NBP_AMX 1 /* the compiler has AMX's intrinsics */
@@ -498,18 +498,20 @@ NBP_FORMS(NBP_DEF, f512, f512_panel, TDM_TARGET_512_F16)
  * codes (signed, natural order: A's scratch rows read as a tile) against the block's codes
  * (unsigned) as AMX's B tile: dword rows of 64 bytes, 4 bytes per row of W, which is the
  * packed record itself for 8 bits; 4 bits: the low nibbles' groups (elements 0 .. bs/2 - 1)
- * then the high nibbles' (bs/2 .. bs - 1), split into a buffer on the stack once per panel
- * (once per row tile when the panel's blocks outgrow the buffer). Each block's int32 sums
- * (the tile stored) then take the VNNI loop's float steps: cvt, times s * sa, added to the
- * row's acc, block by block; the zero-point sums a second pass over the records as in the
- * VNNI loop. The integer sums are exact, so every row's Y equals the VNNI loops' (and a row
+ * then the high nibbles' (bs/2 .. bs - 1), split into a ring of 4 blocks on the stack two
+ * blocks ahead. Each block's int32 sums (the tile stored) then take the VNNI loop's float
+ * steps per row: cvt, times s * sa, added to acc, block by block, and the zero-point sums
+ * likewise. The integer sums are exact, so every row's Y equals the VNNI loops' (and a row
  * computed alone): batch invariance holds across the switch at NBP_AMX_MIN rows.
  * Rows: tiles of R rows from m = 0; the last tile of an M >= R call ends at row M (it
  * overlaps the one before, whose rows it does not store again); M < R reads A's scratch rows
- * up to R, zeros (tdm_nbits_pk_arows). Tile stores overlap the next block's products: two
- * sets of tiles (C, A, B) for even and odd blocks. Tiles are configured per task (LDTILECFG)
- * and released at its end (TILERELEASE), so nothing of the tile state outlives a call.
- * Measured on the AMX Xeon (1 thread, 3072 x 576 4-bit, CPU time): see NBP_AMX_MIN. */
+ * up to R, zeros (tdm_nbits_pk_arows). Tiles are configured per task (LDTILECFG) and released
+ * at its end (TILERELEASE), so nothing of the tile state outlives a call.
+ * Measured on the AMX Xeon (1 thread, CPU time, weights in L2, load 3.6-4.4): 3072 x 576
+ * 4-bit, M = 8 75.0 us against 82.2 with the VNNI loops, M = 16 132.9 against 167.9, M = 64
+ * 561-581 against 689; the tile instructions (~13 ns a block) do not overlap with the
+ * scaling, so an 8-row call stays ~2.5x a 1-row one (bench/llm/results-2026-12-03-s16-amx-
+ * streams.md). Splitting a panel's blocks once for all row tiles (M > R): no gain. */
 #if NBP_AMX
 
 #define TDM_TARGET_AMX                                                                          \
