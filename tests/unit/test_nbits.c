@@ -121,6 +121,18 @@ static void unmake(nb_data *d) {
     free(d->b), free(d->codes), free(d->s), free(d->zp), free(d->bias), free(d->A), free(d->P);
 }
 
+/* Case base with M rows made into d and packed (f16: the float16 form) as c; false when the
+ * packed form does not apply (d freed). */
+static bool make_packed(const nb_case *base, int64_t M, bool f16, nb_case *c, nb_data *d) {
+    unsigned form = 0;
+    *c = *base;
+    c->M = M;
+    make(c, d, f16);
+    if (pack(d, &form)) return true;
+    unmake(d);
+    return false;
+}
+
 /* want[m][n] and S[m][n] (sum of |terms|) */
 static void reference(const nb_case *c, const nb_data *d, bool int8, double *want, double *S) {
     int64_t nb = d->w.nb, bs = c->bs, K = c->K;
@@ -193,7 +205,8 @@ static int run_case(const nb_case *c, nb_data *d, tdm_cpu_isa level, bool int8,
 static void test_levels(void **state) {
     (void)state;
     static const tdm_cpu_isa levels[] = {TDM_ISA_PORTABLE, TDM_ISA_AVX2, TDM_ISA_AVX512_CORE,
-                                         TDM_ISA_AVX512_CORE_VNNI, TDM_ISA_AVX512_CORE_BF16};
+                                         TDM_ISA_AVX512_CORE_VNNI, TDM_ISA_AVX512_CORE_BF16,
+                                         TDM_ISA_AVX512_CORE_AMX};
     tdm_cpu_isa have = tdm_cpu_isa_detect();
     tdm_threadpool *pool = NULL;
     assert_null(tdm_threadpool_create(2, 0, &pool));
@@ -268,7 +281,8 @@ static void test_can_fail(void **state) {
 static void test_rows_invariant(void **state) {
     (void)state;
     static const tdm_cpu_isa levels[] = {TDM_ISA_PORTABLE, TDM_ISA_AVX2, TDM_ISA_AVX512_CORE,
-                                         TDM_ISA_AVX512_CORE_VNNI, TDM_ISA_AVX512_CORE_BF16};
+                                         TDM_ISA_AVX512_CORE_VNNI, TDM_ISA_AVX512_CORE_BF16,
+                                         TDM_ISA_AVX512_CORE_AMX};
     static const nb_case rc[] = {
         {4, 32, 576, 67, 16, 0, false}, {4, 32, 200, 37, 11, 1, true},
         {4, 64, 256, 33, 7, 0, false},  {8, 32, 576, 53, 9, 1, true},
@@ -326,6 +340,21 @@ static void test_rows_invariant(void **state) {
     tdm_threadpool_free(pool);
 }
 
+/* 1 when y (M x N of case c) strays from the portable loop's yp by more than 1e-5 S + 1e-6
+ * (the first such element printed), else 0. */
+static int off_portable(const nb_case *c, bool int8, tdm_cpu_isa level, const float *y,
+                        const float *yp, const double *S) {
+    for (size_t k = 0; k < (size_t)(c->M * c->N); k++)
+        if (!(fabs((double)y[k] - yp[k]) <= 1e-5 * S[k] + 1e-6)) {
+            print_message("  vs portable: bits %d bs %lld K %lld N %lld M %lld int8 %d level %s "
+                          "[%zu] got %.7g portable %.7g\n",
+                          c->bits, (long long)c->bs, (long long)c->K, (long long)c->N,
+                          (long long)c->M, int8, tdm_cpu_isa_name(level), k, y[k], yp[k]);
+            return 1;
+        }
+    return 0;
+}
+
 /* The packed decode loops that serve several rows of A per pass over a panel (AVX2: the int8
  * runs of 4 rows, the float runs of 4 and 2 rows; AVX-512: pairs and runs of 8) on every row
  * count 1 .. 9 (runs plus rows left over) with K tails (K not a multiple of the block): each
@@ -334,7 +363,7 @@ static void test_rows_invariant(void **state) {
 static void test_rows_1_to_9(void **state) {
     (void)state;
     static const tdm_cpu_isa levels[] = {TDM_ISA_AVX2, TDM_ISA_AVX512_CORE,
-                                         TDM_ISA_AVX512_CORE_VNNI};
+                                         TDM_ISA_AVX512_CORE_VNNI, TDM_ISA_AVX512_CORE_AMX};
     static const nb_case shapes[] = {
         {4, 32, 200, 37, 1, 1, true}, {8, 32, 72, 21, 1, 0, false},
         {4, 16, 88, 19, 1, 0, false}, {8, 64, 130, 35, 1, 1, true},
@@ -350,15 +379,9 @@ static void test_rows_1_to_9(void **state) {
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
             for (int64_t M = 1; M <= 9; M++)
                 for (int packed = 1; packed < 3; packed++) {
-                    nb_case c = shapes[i];
-                    c.M = M;
+                    nb_case c;
                     nb_data d;
-                    unsigned form = 0;
-                    make(&c, &d, packed == 2);
-                    if (!pack(&d, &form)) {
-                        unmake(&d);
-                        continue;
-                    }
+                    if (!make_packed(&shapes[i], M, packed == 2, &c, &d)) continue;
                     size_t n = (size_t)(M * c.N);
                     float *y = malloc(n * sizeof(float)), *yp = malloc(n * sizeof(float));
                     float *y1 = malloc((size_t)c.N * sizeof(float));
@@ -373,16 +396,7 @@ static void test_rows_1_to_9(void **state) {
                         tdm_nbits_matmul(&ps, NULL, &d.w, int8, M, d.A, bias, yp, scr);
                         tdm_nbits_matmul(&simd, NULL, &d.w, int8, M, d.A, bias, y, scr);
                         runs++;
-                        for (size_t k = 0; k < n; k++)
-                            if (!(fabs((double)y[k] - yp[k]) <= 1e-5 * S[k] + 1e-6)) {
-                                print_message("  vs portable: bits %d bs %lld K %lld M %lld int8 %d "
-                                              "level %s [%zu] got %.7g portable %.7g\n",
-                                              c.bits, (long long)c.bs, (long long)c.K,
-                                              (long long)M, int8, tdm_cpu_isa_name(levels[l]), k,
-                                              y[k], yp[k]);
-                                bad++;
-                                break;
-                            }
+                        bad += off_portable(&c, int8, levels[l], y, yp, S);
                         for (int64_t m = 0; m < M; m++) {
                             tdm_nbits_matmul(&simd, NULL, &d.w, int8, 1, d.A + m * c.K, bias, y1,
                                              scr);
@@ -404,12 +418,90 @@ static void test_rows_1_to_9(void **state) {
     assert_int_equal(bad, 0);
 }
 
+/* The AMX loops (avx512_core_amx: int8 activations on the packed form from 8 rows of A, in
+ * tiles of 8 or 16 rows) on row counts around and past the tiles (8 .. 64: one tile, padded
+ * ones, several with the last overlapping), odd N (a padded panel), K tails, bits 4 and 8,
+ * blocks of 16 .. 512 (4 bits past 256: the VNNI loops), both forms, serial and on 2
+ * threads: every level's Y within 1e-5 S + 1e-6 of the portable loop's, and bit for bit the
+ * avx512_core_vnni level's (the integer sums are exact and the float steps the same), which
+ * also makes each row the row alone. Levels the machine lacks are skipped. */
+static void test_amx_rows(void **state) {
+    (void)state;
+    static const tdm_cpu_isa levels[] = {TDM_ISA_AVX512_CORE_BF16, TDM_ISA_AVX512_CORE_AMX};
+    static const nb_case shapes[] = {
+        {4, 32, 576, 67, 1, 1, true},  {8, 32, 200, 37, 1, 0, false},
+        {4, 16, 88, 19, 1, 0, false},  {4, 64, 300, 35, 1, 1, true},
+        {8, 128, 260, 21, 1, 1, false}, {4, 256, 520, 17, 1, 0, true},
+        {4, 512, 600, 9, 1, 1, false}, {8, 16, 40, 33, 1, 1, true},
+    };
+    static const int64_t rows[] = {8, 9, 12, 16, 17, 24, 33, 64};
+    tdm_cpu_isa have = tdm_cpu_isa_detect();
+    if (have < TDM_ISA_AVX512_CORE_VNNI) {
+        print_message("no avx512_core_vnni here: skipped\n");
+        return;
+    }
+    tdm_threadpool *pool = NULL;
+    assert_null(tdm_threadpool_create(2, 0, &pool));
+    tdm_cpu_simd ps, vs;
+    tdm_cpu_simd_init(&ps, TDM_ISA_PORTABLE);
+    tdm_cpu_simd_init(&vs, TDM_ISA_AVX512_CORE_VNNI);
+    int bad = 0, runs = 0;
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++)
+            for (int packed = 1; packed < 3; packed++) {
+                nb_case c;
+                nb_data d;
+                if (!make_packed(&shapes[i], rows[ri], packed == 2, &c, &d)) continue;
+                size_t n = (size_t)(c.M * c.N);
+                float *y = malloc(n * sizeof(float)), *yp = malloc(n * sizeof(float));
+                float *yv = malloc(n * sizeof(float));
+                double *want = malloc(n * sizeof(double)), *S = malloc(n * sizeof(double));
+                const float *bias = c.bias ? d.bias : NULL;
+                reference(&c, &d, true, want, S);
+                for (size_t l = 0; l < sizeof levels / sizeof levels[0]; l++) {
+                    if (levels[l] > have) continue;
+                    tdm_cpu_simd simd;
+                    tdm_cpu_simd_init(&simd, levels[l]);
+                    size_t need = 0;
+                    const tdm_cpu_simd *all[] = {&ps, &vs, &simd};
+                    for (int k = 0; k < 3; k++) {
+                        size_t nk = tdm_nbits_scratch_bytes(all[k], &d.w, true, c.M);
+                        need = nk > need ? nk : need;
+                    }
+                    void *scr = aligned_alloc(64, (need + 63) / 64 * 64);
+                    tdm_nbits_matmul(&ps, NULL, &d.w, true, c.M, d.A, bias, yp, scr);
+                    tdm_nbits_matmul(&vs, NULL, &d.w, true, c.M, d.A, bias, yv, scr);
+                    for (int t = 0; t < 2; t++) {
+                        memset(y, 0, n * sizeof(float));
+                        tdm_nbits_matmul(&simd, t ? pool : NULL, &d.w, true, c.M, d.A, bias, y,
+                                         scr);
+                        runs++;
+                        bad += off_portable(&c, true, levels[l], y, yp, S);
+                        if (memcmp(y, yv, n * sizeof(float))) {
+                            print_message("  not the vnni level's: bits %d bs %lld K %lld M %lld "
+                                          "level %s threads %d\n",
+                                          c.bits, (long long)c.bs, (long long)c.K,
+                                          (long long)c.M, tdm_cpu_isa_name(levels[l]), t + 1);
+                            bad++;
+                        }
+                    }
+                    free(scr);
+                }
+                free(y), free(yp), free(yv), free(want), free(S);
+                unmake(&d);
+            }
+    print_message("%d runs\n", runs);
+    assert_int_equal(bad, 0);
+    tdm_threadpool_free(pool);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_levels),
         cmocka_unit_test(test_can_fail),
         cmocka_unit_test(test_rows_invariant),
         cmocka_unit_test(test_rows_1_to_9),
+        cmocka_unit_test(test_amx_rows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -16,6 +16,20 @@ static uint64_t xcr0(void) {
 
 static bool bit(uint32_t r, int b) { return (r >> b) & 1u; }
 
+#ifdef __linux__
+#include <sys/syscall.h>
+#include <unistd.h>
+/* Linux (5.16 on) gives a process AMX's tile data only after it asks (arch_prctl
+ * ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA); a tile instruction before that faults. The
+ * permission is the process's and asking again is harmless: oneDNN asks too. */
+static bool tiles_permitted(void) {
+    return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */,
+                   18 /* XFEATURE_XTILEDATA */) == 0;
+}
+#else
+static bool tiles_permitted(void) { return true; } /* XCR0 is the OS's word */
+#endif
+
 tdm_cpu_isa tdm_cpu_isa_detect(void) {
     uint32_t a, b, c, d;
     if (!__get_cpuid(1, &a, &b, &c, &d)) return TDM_ISA_PORTABLE;
@@ -42,7 +56,8 @@ tdm_cpu_isa tdm_cpu_isa_detect(void) {
     }
     if (!bit(a71, 5)) return TDM_ISA_AVX512_CORE_VNNI; /* AVX512_BF16 */
     /* AMX: TILE, INT8, BF16 and the tile states (XTILECFG, XTILEDATA) */
-    if (!(bit(d7, 24) && bit(d7, 25) && bit(d7, 22)) || (x & 0x60000) != 0x60000)
+    if (!(bit(d7, 24) && bit(d7, 25) && bit(d7, 22)) || (x & 0x60000) != 0x60000 ||
+        !tiles_permitted())
         return TDM_ISA_AVX512_CORE_BF16;
     return TDM_ISA_AVX512_CORE_AMX;
 }

@@ -35,7 +35,9 @@ typedef enum tdm_cpu_isa {
 } tdm_cpu_isa;
 
 /* The best level this CPU and OS support (TDM_ISA_PORTABLE on other architectures).
- * Pure: reads cpuid/xgetbv each call (cheap; call it once at start-up). */
+ * Reads cpuid/xgetbv each call (cheap; call it once at start-up); on a CPU with AMX it also
+ * asks Linux for the process's tile permission (AMX only when granted; asking again is
+ * harmless). */
 tdm_cpu_isa tdm_cpu_isa_detect(void);
 /* "avx2" etc.; "?" for an out-of-range value. */
 const char *tdm_cpu_isa_name(tdm_cpu_isa isa);

@@ -50,6 +50,7 @@ static size_t align64(size_t x) { return (x + 63) & ~(size_t)63; }
 typedef struct decode_layout {
     const tdm_nbits_variant *v;
     int64_t kq, sal_stride;
+    int64_t arows; /* rows of A in the scratch (>= M) */
     size_t a_bytes, sal_off, sql_off, sa_off, sum_off, tmp_off, total;
     bool lean; /* the packed form: A's codes, sa and sum only (no per-lane sal / sql) */
 } decode_layout;
@@ -65,7 +66,9 @@ static decode_layout layout_of(const tdm_cpu_simd *simd, const tdm_nbits_w *w, b
     if (L.v->span > unit) unit = L.v->span;
     L.kq = round_up(w->nb * w->bs, unit);
     L.sal_stride = L.v->span ? L.kq / L.v->span * L.v->lanes : w->nb;
-    L.a_bytes = align64((size_t)(M * L.kq) * (L.v->int8 ? 1 : sizeof(float)));
+    /* the packed form's loops may read rows of A past M (zeroed by decode_packed) */
+    L.arows = w->pk ? tdm_nbits_pk_arows(simd_level(simd), w->pk, int8, M) : M;
+    L.a_bytes = align64((size_t)(L.arows * L.kq) * (L.v->int8 ? 1 : sizeof(float)));
     L.sal_off = L.a_bytes;
     L.sql_off = L.sal_off + align64((size_t)(M * L.sal_stride) * sizeof(float));
     L.sa_off = L.sql_off + align64((size_t)(M * L.sal_stride) * sizeof(float));
@@ -240,6 +243,7 @@ static void decode_packed(const tdm_cpu_simd *simd, tdm_threadpool *pool, const 
     decode_layout L = layout_of(simd, &w8, int8, M);
     L.lean = true;
     prep_a(pool, &L, &w8, M, A, scr);
+    if (L.arows > M) memset(scr + M * L.kq, 0, (size_t)((L.arows - M) * L.kq));
     tdm_nbits_pjob j = {w->pk, w->P, M, int8, scr, L.kq, (const float *)(scr + L.sa_off),
                         (const float *)(scr + L.sum_off), bias, Y,
                         tdm_nbits_pk_pick(simd_level(simd), w->pk, int8)};

@@ -28,6 +28,14 @@
 #ifndef NBP_C2
 #define NBP_C2 4 /* AVX2 int8: groups of a block unpacked at a time for the rows (2 or 4; 2: 132 us) */
 #endif
+#ifndef NBP_AMX_MIN
+#define NBP_AMX_MIN 8 /* int8 rows of A from which the AMX loops run (fewer: the VNNI loops; AMX below 8 rows not measured) */
+#endif
+#if defined(TDM_SIMD_X86) && (defined(__clang__) ? __clang_major__ >= 12 : __GNUC__ >= 11)
+#define NBP_AMX 1 /* the compiler has AMX's intrinsics */
+#else
+#define NBP_AMX 0
+#endif
 #ifndef NBP_PFD
 #define NBP_PFD 0 /* bytes of software prefetch distance; 0: none (measured: the hardware prefetchers alone stream the packed layout as fast or faster than with 1 or 4 KiB) */
 #endif
@@ -483,6 +491,199 @@ f512_panel(const tdm_nbits_pjob *j, int64_t p, bool q4, bool s16, bool mzs, bool
 NBP_FORMS(NBP_DEF, vnni, vnni_panel, TDM_TARGET_VNNI_F16)
 NBP_FORMS(NBP_DEF, f512, f512_panel, TDM_TARGET_512_F16)
 
+/* ---- AMX (int8 activations, NBP_AMX_MIN rows or more) ----
+ *
+ * The rows of A in tiles of R = 8 or 16 rows (8 when M <= 8, so an 8-row decode step does not
+ * pay for 16), each block of a panel one TDPBSUD (or one per 64 of its elements) of A's int8
+ * codes (signed, natural order: A's scratch rows read as a tile) against the block's codes
+ * (unsigned) as AMX's B tile: dword rows of 64 bytes, 4 bytes per row of W, which is the
+ * packed record itself for 8 bits; 4 bits: the low nibbles' groups (elements 0 .. bs/2 - 1)
+ * then the high nibbles' (bs/2 .. bs - 1), split into a ring of 4 blocks on the stack two
+ * blocks ahead. Each block's int32 sums (the tile stored) then take the VNNI loop's float
+ * steps per row: cvt, times s * sa, added to acc, block by block, and the zero-point sums
+ * likewise. The integer sums are exact, so every row's Y equals the VNNI loops' (and a row
+ * computed alone): batch invariance holds across the switch at NBP_AMX_MIN rows.
+ * Rows: tiles of R rows from m = 0; the last tile of an M >= R call ends at row M (it
+ * overlaps the one before, whose rows it does not store again); M < R reads A's scratch rows
+ * up to R, zeros (tdm_nbits_pk_arows). Tiles are configured per task (LDTILECFG) and released
+ * at its end (TILERELEASE), so nothing of the tile state outlives a call.
+ * Measured on the AMX Xeon (1 thread, CPU time, weights in L2, load 3.6-4.4): 3072 x 576
+ * 4-bit, M = 8 75.0 us against 82.2 with the VNNI loops, M = 16 132.9 against 167.9, M = 64
+ * 561-581 against 689; the tile instructions (~13 ns a block) do not overlap with the
+ * scaling, so an 8-row call stays ~2.5x a 1-row one (bench/llm/results-2026-12-03-s16-amx-
+ * streams.md). Splitting a panel's blocks once for all row tiles (M > R): no gain. */
+#if NBP_AMX
+
+#define TDM_TARGET_AMX                                                                          \
+    __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,"  \
+                          "avx2,fma,f16c")))
+
+typedef struct amx_cfg {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_cfg;
+
+/* Elements of a block per TDPBSUD: the block (up to 64), else 64, 32 or 16 dividing it. */
+static inline int64_t amx_kt(int64_t bs) {
+    if (bs <= 64) return bs;
+    return bs % 64 == 0 ? 64 : bs % 32 == 0 ? 32 : 16;
+}
+
+/* Rows of A per tile for an M-row call. */
+static inline int amx_rows(int64_t M) { return M <= 8 ? 8 : 16; }
+
+#define AMX_MAX_BS4 256 /* 4 bits: larger blocks (their split ring past 16 KiB) take VNNI */
+
+/* The AMX loops take this call. */
+static inline bool amx_takes(const tdm_nbits_pk *pk, int64_t M) {
+    return M >= NBP_AMX_MIN && (pk->bits == 8 || pk->bs <= AMX_MAX_BS4);
+}
+
+/* The codes of a 4-bit block record as B tiles into o (bs * 16 bytes): per group g, its low
+ * nibbles to dword row g, its high nibbles to row G + g. */
+__attribute__((always_inline)) TDM_TARGET_AMX static inline void amx_split(const uint8_t *rec,
+                                                                          int64_t G, uint8_t *o) {
+    const __m512i nib = _mm512_set1_epi8(15);
+    for (int64_t g = 0; g < G; g++) {
+        __m512i v = _mm512_loadu_si512(rec + 64 * g);
+        _mm512_store_si512(o + 64 * g, _mm512_and_si512(v, nib));
+        _mm512_store_si512(o + 64 * (G + g), _mm512_and_si512(_mm512_srli_epi16(v, 4), nib));
+    }
+}
+
+/* Tile tc = A (rows of q, stride kq) . B (bt: the block as B tiles) over the block's bs
+ * elements. Tile numbers are immediates: one function per C tile (4, used in turn), with A
+ * and B tiles of its parity; amx_store: tile t to c (R rows of 16 int32). */
+#define AMX_DP_FN(name, tc, ta, tb)                                                             \
+    __attribute__((always_inline)) TDM_TARGET_AMX static inline void name(                      \
+        const int8_t *q, int64_t kq, const uint8_t *bt, int64_t bs, int64_t kt) {               \
+        _tile_zero(tc);                                                                         \
+        for (int64_t k0 = 0; k0 < bs; k0 += kt) {                                               \
+            _tile_loadd(ta, q + k0, kq);                                                        \
+            _tile_loadd(tb, bt + 16 * k0, 64);                                                  \
+            _tile_dpbsud(tc, ta, tb);                                                           \
+        }                                                                                       \
+    }
+AMX_DP_FN(amx_dp0, 0, 4, 6)
+AMX_DP_FN(amx_dp1, 1, 5, 7)
+AMX_DP_FN(amx_dp2, 2, 4, 6)
+AMX_DP_FN(amx_dp3, 3, 5, 7)
+#undef AMX_DP_FN
+
+__attribute__((always_inline)) TDM_TARGET_AMX static inline void
+amx_dp(int t, const int8_t *q, int64_t kq, const uint8_t *bt, int64_t bs, int64_t kt) {
+    switch (t) {
+    case 0: amx_dp0(q, kq, bt, bs, kt); break;
+    case 1: amx_dp1(q, kq, bt, bs, kt); break;
+    case 2: amx_dp2(q, kq, bt, bs, kt); break;
+    default: amx_dp3(q, kq, bt, bs, kt); break;
+    }
+}
+
+__attribute__((always_inline)) TDM_TARGET_AMX static inline void amx_store(int t, int32_t *c) {
+    switch (t) {
+    case 0: _tile_stored(0, c, 64); break;
+    case 1: _tile_stored(1, c, 64); break;
+    case 2: _tile_stored(2, c, 64); break;
+    default: _tile_stored(3, c, 64); break;
+    }
+}
+
+/* Rows m0 + r0 .. m0 + r1 - 1 of Y for panel p from the tile of A's rows m0 .. m0 + R - 1.
+ * Block b: (4 bits) its codes split into ring slot b % 4 at step b - 2, its products into
+ * tile b % 4 at step b, stored at step b + 1, scaled at step b + 2 (AMX runs its instructions
+ * in order: a store right after its product waits for it, and the loads stay apart from the
+ * arithmetic). Per row: acc += cvt(sums) * (s * sa) and accz += z * asum block by block, the
+ * VNNI loop's steps; for R = 16 the accz chains in a second pass (registers). */
+__attribute__((always_inline)) TDM_TARGET_AMX static inline void
+amx_tile_rows(const tdm_nbits_pjob *j, int64_t p, int64_t m0, const int R, int r0, int r1,
+              bool q4, bool s16, bool mzs, bool z16, uint8_t *ring) {
+    const tdm_nbits_pk *pk = j->pk;
+    const int64_t bs = pk->bs, kq = j->kq, nb = pk->nb, kt = amx_kt(bs), G = pk->groups;
+    const int64_t cb = 64 * G, bst = pk->bstride, slot = 16 * bs;
+    const bool zin = R <= 8; /* the accz chains in the main loop */
+    const uint8_t *base = panel_of(j, p);
+    const int8_t *qa = (const int8_t *)j->a + m0 * kq;
+    const float *sa = j->sa + m0 * nb, *as = j->asum + m0 * nb;
+    int32_t c[4][16 * 16] __attribute__((aligned(64)));
+    __m512 acc[16], accz[16];
+#pragma GCC unroll 16
+    for (int r = 0; r < R; r++) acc[r] = accz[r] = _mm512_setzero_ps();
+    if (q4)
+        for (int64_t b = 0; b < 2 && b < nb; b++) amx_split(base + b * bst, G, ring + b * slot);
+    for (int64_t b = 0; b < nb + 2; b++) {
+        if (q4 && b + 2 < nb) amx_split(base + (b + 2) * bst, G, ring + ((b + 2) & 3) * slot);
+        if (b < nb)
+            amx_dp((int)(b & 3), qa + b * bs, kq, q4 ? ring + (b & 3) * slot : base + b * bst,
+                   bs, kt);
+        if (b >= 1 && b <= nb) amx_store((int)((b - 1) & 3), c[(b - 1) & 3]);
+        if (b < 2) continue;
+        const int64_t e = b - 2; /* the block scaled */
+        const uint8_t *rec = base + e * bst;
+        const int32_t *ce = c[e & 3];
+        __m512 sc = ld16x(rec + cb, s16);
+        __m512 z = zin ? (mzs ? ld16x(rec + cb + pk->sbytes, z16) : sc) : sc;
+#pragma GCC unroll 16
+        for (int r = 0; r < R; r++) {
+            if (r < r0 || r >= r1) continue;
+            __m512 df = _mm512_cvtepi32_ps(_mm512_load_si512(ce + 16 * r));
+            acc[r] = _mm512_fmadd_ps(df, _mm512_mul_ps(sc, _mm512_set1_ps(sa[r * nb + e])),
+                                     acc[r]);
+            if (zin) accz[r] = _mm512_fmadd_ps(z, _mm512_set1_ps(as[r * nb + e]), accz[r]);
+        }
+    }
+    if (!zin)
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *rec = base + b * bst;
+            __m512 z = mzs ? ld16x(rec + cb + pk->sbytes, z16) : ld16x(rec + cb, s16);
+#pragma GCC unroll 16
+            for (int r = 0; r < R; r++)
+                if (r >= r0 && r < r1)
+                    accz[r] = _mm512_fmadd_ps(z, _mm512_set1_ps(as[r * nb + b]), accz[r]);
+        }
+#pragma GCC unroll 16
+    for (int r = 0; r < R; r++)
+        if (r >= r0 && r < r1) finish512(j, p, m0 + r, acc[r], accz[r], mzs);
+}
+
+/* Panels p0 .. p1 - 1, all M rows, in tiles of R rows (see above). */
+__attribute__((always_inline)) TDM_TARGET_AMX static inline void
+amx_panels(const tdm_nbits_pjob *j, int64_t p0, int64_t p1, const int R, bool q4, bool s16,
+           bool mzs, bool z16) {
+    const int64_t M = j->M, bs = j->pk->bs, kt = amx_kt(bs), Ma = M > R ? M : R; /* rows readable */
+    amx_cfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 4; t++) cfg.rows[t] = (uint8_t)R, cfg.colsb[t] = 64; /* C */
+    for (int t = 4; t < 6; t++) {
+        cfg.rows[t] = (uint8_t)R, cfg.colsb[t] = (uint16_t)kt;          /* A */
+        cfg.rows[t + 2] = (uint8_t)(kt / 4), cfg.colsb[t + 2] = 64;     /* B */
+    }
+    _tile_loadconfig(&cfg);
+    uint8_t ring[4 * 16 * AMX_MAX_BS4] __attribute__((aligned(64))); /* 4 slots of bs * 16 */
+    for (int64_t p = p0; p < p1; p++)
+        for (int64_t done = 0; done < M;) {
+            int64_t m0 = done + R <= Ma ? done : Ma - R;
+            int r1 = (int)(M - m0 < R ? M - m0 : R);
+            amx_tile_rows(j, p, m0, R, (int)(done - m0), r1, q4, s16, mzs, z16, ring);
+            done = m0 + r1;
+        }
+    _tile_release();
+}
+
+#define NBP_DEF_AMX(name, panel, target, q4, s16, mzs, z16)                                    \
+    target static void name(const tdm_nbits_pjob *j, int64_t p0, int64_t p1) {                \
+        if (!amx_takes(j->pk, j->M)) {                                                          \
+            for (int64_t p = p0; p < p1; p++) vnni_panel(j, p, q4, s16, mzs, z16);              \
+            return;                                                                             \
+        }                                                                                       \
+        if (amx_rows(j->M) == 8) amx_panels(j, p0, p1, 8, q4, s16, mzs, z16);                   \
+        else amx_panels(j, p0, p1, 16, q4, s16, mzs, z16);                                      \
+    }
+NBP_FORMS(NBP_DEF_AMX, amx, vnni_panel, TDM_TARGET_AMX)
+#endif /* NBP_AMX */
+
 /* ---- AVX2: the panel as two halves of 8 rows ---- */
 
 __attribute__((always_inline)) TDM_TARGET_AVX2_F16 static inline __m256 ld8x(const uint8_t *p,
@@ -803,6 +1004,12 @@ static tdm_nbits_prows_fn pick_vnni(const tdm_nbits_pk *pk) {
     NBP_FORMS(NBP_PICK, vnni, vnni_panel, )
     return NULL;
 }
+#if NBP_AMX
+static tdm_nbits_prows_fn pick_amx(const tdm_nbits_pk *pk) {
+    NBP_FORMS(NBP_PICK, amx, , )
+    return NULL;
+}
+#endif
 static tdm_nbits_prows_fn pick_f512(const tdm_nbits_pk *pk) {
     NBP_FORMS(NBP_PICK, f512, f512_panel, )
     return NULL;
@@ -820,6 +1027,10 @@ static tdm_nbits_prows_fn pick_f256(const tdm_nbits_pk *pk) {
 tdm_nbits_prows_fn tdm_nbits_pk_pick(int level, const tdm_nbits_pk *pk, bool int8) {
     tdm_nbits_prows_fn f = NULL;
 #ifdef TDM_SIMD_X86
+#if NBP_AMX
+    if (int8 && level >= (int)TDM_ISA_AVX512_CORE_AMX) f = pick_amx(pk);
+    else
+#endif
     if (int8 && level >= (int)TDM_ISA_AVX512_CORE_VNNI) f = pick_vnni(pk);
     else if (!int8 && level >= (int)TDM_ISA_AVX512_CORE) f = pick_f512(pk);
     else if (int8 && level >= (int)TDM_ISA_AVX2) f = pick_i8avx2(pk);
@@ -828,4 +1039,14 @@ tdm_nbits_prows_fn tdm_nbits_pk_pick(int level, const tdm_nbits_pk *pk, bool int
     (void)level;
 #endif
     return f ? f : pk_rows_portable;
+}
+
+int64_t tdm_nbits_pk_arows(int level, const tdm_nbits_pk *pk, bool int8, int64_t M) {
+#if defined(TDM_SIMD_X86) && NBP_AMX
+    if (int8 && level >= (int)TDM_ISA_AVX512_CORE_AMX && amx_takes(pk, M) && M < amx_rows(M))
+        return amx_rows(M);
+#else
+    (void)level, (void)pk, (void)int8;
+#endif
+    return M;
 }
