@@ -133,9 +133,9 @@ typedef struct tdm_device_iface {
     void (*host_unregister)(tdm_device *dev, void *host);
     /* ---- version 9: channels-last (optional; NULL = never) ------------------------------
      * Whether the device's convolutions prefer channels-last activations (ops/fused.h,
-     * TDM_BLOCK_CHANNELS_LAST) to channel_block's blocks: 0 never, 1 where the graph suits
-     * them (the blocked-layout pass judges), 2 wherever there are convolutions (a setting
-     * forces it). Asked at plan time. */
+     * TDM_BLOCK_CHANNELS_LAST) to channel_block's blocks: a tdm_channels_last (ops/fused.h:
+     * never, where the graph suits them as the blocked-layout pass judges, or always when a
+     * setting forces it). Asked at plan time. */
     int (*channels_last)(tdm_device *dev);
 } tdm_device_iface;
 

@@ -14,7 +14,7 @@ tdm_status *tdm_graph_fuse(tdm_graph *g, int *count);
 
 /* The blocked-layout pass (fuse_blocked.c): rewrites chains of convolutions, poolings and
  * element-wise ops to keep tensors channel-blocked in blocks of `block` (ops/fused.h;
- * or channels-last: `channels_last` 1 where the graph suits it, 2 always, 0 never). Run
+ * or channels-last as `channels_last`, a tdm_channels_last, says). Run
  * it after tdm_graph_fuse (and compaction) and only when the session's nodes will run on
  * the CPU backend (its kernels are the only ones for the blocked ops). Same contract as
  * tdm_graph_fuse. */

@@ -465,7 +465,7 @@ static bool suits_channels_last(const fz_ctx *fz) {
 
 tdm_status *fz_pass_blocked(fz_ctx *fz, int64_t block, int channels_last) {
     if (block < 2 || block > 64) return NULL;
-    if (channels_last == 2 || (channels_last == 1 && suits_channels_last(fz)))
+    if (channels_last == TDM_CL_ALWAYS || (channels_last == TDM_CL_SUITED && suits_channels_last(fz)))
         block = TDM_BLOCK_CHANNELS_LAST;
     bool cl = block == TDM_BLOCK_CHANNELS_LAST;
     TDM_TRY(fz_refresh(fz));

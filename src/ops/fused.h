@@ -99,6 +99,14 @@
 /* The block attribute of the channels-last form (one block of all C channels). */
 #define TDM_BLOCK_CHANNELS_LAST (-1)
 
+/* Where the blocked-layout pass takes the channels-last form (a device's answer,
+ * tdm_device_iface.channels_last; tdm_graph_fuse_blocked). */
+typedef enum tdm_channels_last {
+    TDM_CL_NEVER = 0,  /* channel blocks only */
+    TDM_CL_SUITED = 1, /* where the graph suits it (the pass judges) */
+    TDM_CL_ALWAYS = 2, /* wherever there are convolutions */
+} tdm_channels_last;
+
 tdm_status *tdm_fused_infer_to_blocked(tdm_infer_ctx *ctx);
 tdm_status *tdm_fused_infer_from_blocked(tdm_infer_ctx *ctx);
 tdm_status *tdm_fused_infer_blocked_conv(tdm_infer_ctx *ctx);

@@ -89,10 +89,13 @@ static tdm_status *cpu_configure(tdm_device *dev, const char *key, const char *v
         return NULL;
     }
     if (strcmp(key, "cpu_layout") == 0) { /* (before any plan: set with cpu_isa) */
-        static const char *const names[] = {"auto", "blocked", "channels_last"};
-        for (int i = 0; i < 3; i++)
-            if (!value || !value[0] || strcmp(value, names[i]) == 0) {
-                c->layout = value && value[0] ? i : 0;
+        static const struct {
+            const char *name;
+            tdm_channels_last mode;
+        } layouts[] = {{"auto", TDM_CL_SUITED}, {"blocked", TDM_CL_NEVER}, {"channels_last", TDM_CL_ALWAYS}};
+        for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++)
+            if (!value || !value[0] || strcmp(value, layouts[i].name) == 0) {
+                c->layout = layouts[value && value[0] ? i : 0].mode;
                 return NULL;
             }
         return TDM_ERR(TDM_ERR_INVALID_ARGUMENT,
@@ -153,7 +156,7 @@ static int64_t cpu_channel_block(tdm_device *dev) {
 static int cpu_channels_last(tdm_device *dev) {
     tdm_cpu_dev *c = dev->ctx;
     cpu_probe_layout(c);
-    return !c->cl || c->layout == 1 ? 0 : c->layout == 2 ? 2 : 1;
+    return c->cl ? (int)c->layout : TDM_CL_NEVER;
 }
 
 static size_t cpu_kernel_impl(tdm_device *dev, const tdm_kernel_def *k, void *state, char *buf,
@@ -200,6 +203,7 @@ static tdm_status *cpu_discover(const tdm_allocator *a, const tdm_logger *log,
     /* the machine's best until configure("cpu_isa") caps it (oneDNN is not touched here:
      * its ISA can be set only before its first use) */
     c->isa = c->dnnl_isa = tdm_cpu_isa_detect();
+    c->layout = TDM_CL_SUITED; /* until configure("cpu_layout") says otherwise */
     tdm_cpu_simd_init(&c->simd, c->isa); /* own kernels' variants, chosen again under a cap */
     d->iface = &cpu_iface;
     d->ctx = c;

@@ -46,7 +46,7 @@ typedef struct tdm_cpu_dev {
     int64_t block;            /* channel block of oneDNN's convolutions (0: plain layouts) */
     bool cl;                  /* ... which prefer channels-last (brgemm kernels) */
     bool block_known;
-    int layout;               /* configure "cpu_layout": 0 auto, 1 blocked, 2 channels_last */
+    int layout;               /* configure "cpu_layout" as a tdm_channels_last (ops/fused.h) */
     _Atomic bool bf16;        /* precision bf16 (configure "precision"): the dnnl family's
                                  convolutions and matmuls take bf16 sources and weights with
                                  f32 accumulation and f32 results; set only where oneDNN

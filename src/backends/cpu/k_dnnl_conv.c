@@ -414,6 +414,11 @@ static void conv_rows_of(const conv_entry *e, const conv_geom *g, int64_t j, con
     r->oh = r1 - r0;
 }
 
+/* Chunks a and b take the same primitive (they differ at most in their first input row). */
+static bool same_rows_geometry(const conv_rows *a, const conv_rows *b) {
+    return a->ih == b->ih && a->pt == b->pt && a->pb == b->pb && a->oh == b->oh;
+}
+
 /* The parts of row chunks (e->rows, e->n_rows set): one per distinct geometry, each reading
  * and writing channels-last and all with part[0]'s weights layout (one copy serves them).
  * *ok false when they do not fit that. */
@@ -427,7 +432,7 @@ static tdm_status *conv_build_rows(conv_state *s, conv_entry *e, const conv_geom
         conv_rows_of(e, g, j, &r);
         if (r.ih < 1) return NULL;
         int k = 0;
-        while (k < np && memcmp(&kinds[k].ih, &r.ih, sizeof r - sizeof r.i0) != 0) k++;
+        while (k < np && !same_rows_geometry(&kinds[k], &r)) k++;
         if (k == np) {
             if (np == CONV_PARTS) return NULL;
             conv_geom gk = *g;
