@@ -37,6 +37,37 @@ void tdm_advise_huge(void *p, size_t n) {
 #endif
 }
 
+void *tdm_map_huge(size_t n) {
+#if defined(__linux__)
+    const size_t huge = (size_t)2 << 20;
+    size_t span;
+    if (n == 0 || !tdm_add_size(n, huge - 1, &span)) return NULL;
+    span &= ~(huge - 1);
+    if (span > SIZE_MAX - huge) return NULL;
+    /* a huge page more, so that the mapping can start on a 2 MiB boundary */
+    char *raw = mmap(NULL, span + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) return NULL;
+    char *base = (char *)(((uintptr_t)raw + huge - 1) & ~(uintptr_t)(huge - 1));
+    if (base > raw) munmap(raw, (size_t)(base - raw));
+    if (raw + huge > base) munmap(base + span, (size_t)(raw + huge - base));
+    tdm_advise_huge(base, span);
+    return base;
+#else
+    return tdm_calloc(NULL, 1, n);
+#endif
+}
+
+void tdm_unmap_huge(void *p, size_t n) {
+    if (!p) return;
+#if defined(__linux__)
+    const size_t huge = (size_t)2 << 20;
+    munmap(p, (n + huge - 1) & ~(huge - 1));
+#else
+    (void)n;
+    free(p);
+#endif
+}
+
 void tdm_free(const tdm_allocator *a, void *p) {
     if (!p) return;
     if (a && a->free) a->free(a->user, p);

@@ -20,6 +20,13 @@ char *tdm_strndup(const tdm_allocator *a, const char *s, size_t n);
  * in the kernel's "madvise" mode: a matrix-vector product streaming a large weight then takes
  * one TLB entry per 2 MiB instead of 512. */
 void tdm_advise_huge(void *p, size_t n);
+/* A block of n bytes (n > 0) on fresh pages of its own, 2 MiB aligned, advised as above before
+ * anything touches it, so that it faults in as huge pages where the system gives them (memory
+ * from the allocator may come back from pages already faulted in at 4 KiB: no hint turns them
+ * into huge ones). Zero-filled. NULL when the system refuses; systems without mmap get
+ * tdm_alloc's memory (zeroed). Given back by tdm_unmap_huge with the same n. */
+void *tdm_map_huge(size_t n);
+void tdm_unmap_huge(void *p, size_t n);
 /* Grows an array of `elem` sized items to hold at least `need`; doubles. Returns 0 or -1. */
 int tdm_grow(const tdm_allocator *a, void **arr, size_t *cap, size_t need, size_t elem);
 

@@ -37,7 +37,6 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "core/alloc.h"
 #include "core/clock.h"
@@ -81,6 +80,7 @@ struct tdm_generator {
     char (*names)[4][TDM_LLM_NAME]; /* per layer */
     tdm_tensor **cache;     /* shared: [layer * 2 + k/v] */
     void *kv_arena;         /* shared, on the host: one block under all of cache[] (huge pages) */
+    size_t kv_mapped;       /* kv_arena's size when tdm_map_huge gave it, else 0 */
     tdm_tensor **empty;     /* fed back: [layer * 2 + k/v] pasts of length 0 */
     bool has_mask, has_pos;
     tdm_dtype ids_dtype, mask_dtype, pos_dtype;
@@ -395,28 +395,22 @@ static tdm_status *alloc_state(tdm_generator *g) {
     int64_t dims[4] = {1, g->kv_heads, g->shared ? g->max_length : 0,
                        g->kv_dtype == TDM_INT8 ? TDM_KV_I8_ROW(g->head_dim) : g->head_dim};
     tdm_plan *plan = g->s->strategy ? g->s->strategy->plan : NULL;
-    /* The host caches of the shared form in one block; one of 2 MiB or more on transparent
-     * huge pages where the system gives them (madvise mode): a decode step at depth reads every
-     * layer's cache once, and on 4 KiB pages each page of it is a TLB miss after the step's
-     * weights went through (SmolLM2 at position 1000: 3,000 pages of cache). */
-    const size_t huge = (size_t)2 << 20;
+    /* The host caches of the shared form in one block; one of 2 MiB or more on pages of its
+     * own, on transparent huge pages where the system gives them (madvise mode): a decode step
+     * at depth reads every layer's cache once, and on 4 KiB pages each page of it is a TLB miss
+     * after the step's weights went through (SmolLM2 at position 1000: 3,000 pages of cache).
+     * Fresh pages: the allocator's memory may come back on pages already faulted in at 4 KiB
+     * (after a load), where the hint does nothing. */
     size_t per = (size_t)(dims[1] * dims[2] * dims[3]) * tdm_dtype_size(g->kv_dtype), arena = 0;
     per = (per + 63) & ~(size_t)63;
     for (size_t i = 0; g->shared && i < nc; i++) arena += g->kv_place[i / 2] == TDM_KV_DEVICE ? 0 : per;
     char *base = NULL;
     if (arena > 0) {
-        bool big = arena >= huge;
-        size_t span = big ? (arena + huge - 1) & ~(huge - 1) : arena; /* whole huge pages */
-        g->kv_arena = tdm_alloc(g->a, span + (big ? huge : 0));
+        if (arena >= ((size_t)2 << 20) && (g->kv_arena = tdm_map_huge(arena))) g->kv_mapped = arena;
+        else g->kv_arena = tdm_alloc(g->a, arena);
         if (!g->kv_arena) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory for the KV cache");
         base = g->kv_arena;
-        if (big) {
-            base = (char *)(((uintptr_t)base + huge - 1) & ~(uintptr_t)(huge - 1));
-#ifdef MADV_HUGEPAGE
-            (void)madvise(base, span, MADV_HUGEPAGE); /* a hint: 4 KiB pages otherwise */
-#endif
-        }
-        memset(base, 0, arena);
+        memset(base, 0, arena); /* every page faulted in now, not during the decode steps */
     }
     for (size_t i = 0; i < nc; i++) {
         if (g->kv_place[i / 2] == TDM_KV_DEVICE) { /* on the device of its attention */
@@ -592,7 +586,8 @@ void tdm_generator_free(tdm_generator *g) {
         else tdm_tensor_free(g->cache[i]);
     }
     for (int i = 0; g->empty && i < g->n_layers * 2; i++) tdm_tensor_free(g->empty[i]);
-    tdm_free(g->a, g->kv_arena);
+    if (g->kv_mapped) tdm_unmap_huge(g->kv_arena, g->kv_mapped);
+    else tdm_free(g->a, g->kv_arena);
     tdm_tensor_free(g->logits1);
     tdm_session_free(g->s);
     if (g->smp_ready) tdm_sampler_free(&g->smp);
