@@ -37,7 +37,10 @@
 #define NBP_AMX 0
 #endif
 #ifndef NBP_PFD
-#define NBP_PFD 0 /* bytes of software prefetch distance; 0: none (measured: the hardware prefetchers alone stream the packed layout as fast or faster than with 1 or 4 KiB) */
+#define NBP_PFD 0 /* bytes of software prefetch distance of the AVX2 and float loops; 0: none (measured on Zen 3: the hardware prefetchers alone stream the packed layout as fast or faster than with 1 or 4 KiB) */
+#endif
+#ifndef NBP_PFD_I8
+#define NBP_PFD_I8 4096 /* the same for the AVX-512 VNNI and AMX int8 loops (measured on the AMX Xeon, weights from L3 (bench_nbits BENCH_COPIES=64), 1 thread, 3072 x 576 4-bit: M = 1 41 us against 80-87 with none, M = 8 85-95 against 150-170 (1 KiB: 121-131, 2 KiB: 94-102, 8 KiB: 87-102); the 8-bit head M = 8 1560-1584 against 2494-2979) */
 #endif
 
 static inline const uint8_t *panel_of(const tdm_nbits_pjob *j, int64_t p) {
@@ -113,12 +116,10 @@ static inline int32_t ld32(const void *p) {
     return v;
 }
 
-static inline void pf_record(const uint8_t *rec, int64_t bytes) {
-#if NBP_PFD > 0
-    for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(rec + NBP_PFD + o, 0, 3);
-#else
-    (void)rec, (void)bytes;
-#endif
+/* Asks for the lines of a block record's bytes dist bytes ahead (dist 0: nothing). */
+static inline void pf_record(const uint8_t *rec, int64_t bytes, const int64_t dist) {
+    if (dist > 0)
+        for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(rec + dist + o, 0, 3);
 }
 
 /* ---- AVX-512 ---- */
@@ -159,7 +160,7 @@ vnni_panel_rows(const tdm_nbits_pjob *j, int64_t p, int64_t m0, int R, bool q4, 
     for (int r = 0; r < 4; r++) acc[r] = accz[r] = _mm512_setzero_ps();
     for (int64_t b = 0; b < pk->nb; b++) {
         const uint8_t *rec = base + b * pk->bstride;
-        if (m0 == 0) pf_record(rec, pk->bstride);
+        if (m0 == 0) pf_record(rec, pk->bstride, NBP_PFD_I8);
         __m512i u[16]; /* q4: low nibbles of group g in u[g], high in u[8 + g]; q8: u[g] */
         for (int64_t g = 0; g < G; g++) {
             __m512i v = _mm512_loadu_si512(rec + 64 * g);
@@ -223,6 +224,7 @@ vnni_rows_fixed(const tdm_nbits_pjob *j, int64_t p, int64_t m0, const int R, con
     for (int r = 0; r < R; r++) acc[r] = accz[r] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *rec = base + b * pk->bstride;
+        if (m0 == 0) pf_record(rec, pk->bstride, NBP_PFD_I8);
         __m512i u[16];
 #pragma GCC unroll 16
         for (int g = 0; g < G; g++) {
@@ -307,7 +309,7 @@ vnni_panel(const tdm_nbits_pjob *j, int64_t p, bool q4, bool s16, bool mzs, bool
         for (int64_t b = 0; b < pk->nb; b++) {
             const uint8_t *rec = base + b * pk->bstride;
             const int8_t *q = qa + b * bs;
-            if (m == 0) pf_record(rec, pk->bstride);
+            if (m == 0) pf_record(rec, pk->bstride, NBP_PFD_I8);
             __m512i d0 = _mm512_setzero_si512(), d1 = _mm512_setzero_si512();
             for (int64_t g = 0; g < G; g++) {
                 __m512i v = _mm512_loadu_si512(rec + 64 * g);
@@ -414,7 +416,7 @@ f512_panel(const tdm_nbits_pjob *j, int64_t p, bool q4, bool s16, bool mzs, bool
         for (int64_t b = 0; b < pk->nb; b++) {
             const uint8_t *rec = base + b * pk->bstride;
             const float *x = xa + b * bs;
-            if (m == 0) pf_record(rec, pk->bstride);
+            if (m == 0) pf_record(rec, pk->bstride, NBP_PFD);
             __m512 t[8];
             for (int i = 0; i < 8; i++) t[i] = _mm512_setzero_ps();
             for (int64_t g = 0; g < G; g++) {
@@ -511,7 +513,9 @@ NBP_FORMS(NBP_DEF, f512, f512_panel, TDM_TARGET_512_F16)
  * 4-bit, M = 8 75.0 us against 82.2 with the VNNI loops, M = 16 132.9 against 167.9, M = 64
  * 561-581 against 689; the tile instructions (~13 ns a block) do not overlap with the
  * scaling, so an 8-row call stays ~2.5x a 1-row one (bench/llm/results-2026-12-03-s16-amx-
- * streams.md). Splitting a panel's blocks once for all row tiles (M > R): no gain. */
+ * streams.md). Splitting a panel's blocks once for all row tiles (M > R): no gain. With the
+ * weights beyond L2 (the model's case) each block record is prefetched NBP_PFD_I8 ahead by the
+ * first row tile: without it memory and tile work add up (M = 8 150 us against 75 from L2). */
 #if NBP_AMX
 
 #define TDM_TARGET_AMX                                                                          \
@@ -613,6 +617,7 @@ amx_tile_rows(const tdm_nbits_pjob *j, int64_t p, int64_t m0, const int R, int r
     if (q4)
         for (int64_t b = 0; b < 2 && b < nb; b++) amx_split(base + b * bst, G, ring + b * slot);
     for (int64_t b = 0; b < nb + 2; b++) {
+        if (m0 == 0 && b < nb) pf_record(base + b * bst, bst, NBP_PFD_I8);
         if (q4 && b + 2 < nb) amx_split(base + (b + 2) * bst, G, ring + ((b + 2) & 3) * slot);
         if (b < nb)
             amx_dp((int)(b & 3), qa + b * bs, kq, q4 ? ring + (b & 3) * slot : base + b * bst,
@@ -822,7 +827,7 @@ i8avx2_panel(const tdm_nbits_pjob *j, int64_t p, bool q4, bool s16, bool mzs, bo
         for (int64_t b = 0; b < pk->nb; b++) {
             const uint8_t *rec = base + b * pk->bstride;
             const int8_t *q = qa + b * bs;
-            if (m == 0) pf_record(rec, pk->bstride);
+            if (m == 0) pf_record(rec, pk->bstride, NBP_PFD);
             __m256i d[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
             /* int16 sums of at most 8 vpmaddubsw (each <= 2 * 15 * 128): no overflow; 4 bits:
              * the low and high nibbles' products in one sum (one vpmaddwd per 4 groups) */
@@ -955,7 +960,7 @@ f256_panel(const tdm_nbits_pjob *j, int64_t p, bool q4, bool s16, bool mzs, bool
         for (int64_t b = 0; b < pk->nb; b++) {
             const uint8_t *rec = base + b * pk->bstride;
             const float *x = xa + b * bs;
-            if (m == 0) pf_record(rec, pk->bstride);
+            if (m == 0) pf_record(rec, pk->bstride, NBP_PFD);
             for (int h = 0; h < 2; h++) {
                 __m256 t[8]; /* 8 independent FMA chains */
                 for (int i = 0; i < 8; i++) t[i] = _mm256_setzero_ps();
