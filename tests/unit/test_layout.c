@@ -390,41 +390,64 @@ static void test_auto_layout(void **state) {
     }
 }
 
+/* The chain of test_row_chunks and test_cl_batch over n images of 6 x 47 x 29: 3x3 at
+ * strides 1 and 2, 1x1, a depthwise 5x5 with pads 2, residual Zs, a plain graph input; a
+ * small image with many channels at the end (more weights than activations). */
+static void cl_chain(mb_model *b, int64_t n) {
+    mb_init(b, 17);
+    int64_t xd[4] = {n, 6, 47, 29};
+    mb_input_run(b, "x", 4, xd, NULL);
+    conv(b, "Conv:x,W1,B1->c1", "W1", "B1", 24, 6, 3, 1);
+    mb_node(b, "Relu:c1->r1");
+    conv(b, "Conv:r1,W2,B2->c2", "W2", "B2", 24, 24, 5, 1);
+    mb_node(b, "Add:c2,r1->s1"); /* (Z) */
+    Onnx__NodeProto *dw = conv(b, "Conv:s1,W3,B3->c3", "W3", "B3", 24, 1, 5, 1);
+    mb_attr_i(b, dw, "group", 24);
+    mb_node(b, "Sigmoid:c3->a3");
+    conv(b, "Conv:a3,W4,B4->c4", "W4", "B4", 40, 24, 3, 2);
+    conv(b, "Conv:c4,W5,B5->c5", "W5", "B5", 33, 40, 1, 1);
+    conv(b, "Conv:c5,W6,B6->c6", "W6", "B6", 48, 33, 3, 2);
+    mb_node(b, "Tanh:c6->t6");
+    conv(b, "Conv:t6,W7,B7->c7", "W7", "B7", 48, 48, 3, 1); /* (32 + 16 channels) */
+    mb_node(b, "Add:c7,t6->y");
+    mb_output(b, "y");
+}
+
 /* One image on 2, 3 and 4 threads: channels-last convolutions cut the image into chunks of
  * output rows, each with its own pads and input rows (first, middle and last chunks differ;
- * a 5x5 kernel with pads 2 at stride 1 reads past the bottom from the last two chunks);
- * 3x3 at strides 1 and 2, 1x1, a depthwise 5x5, a residual Z and a plain graph input; on a
- * small image with many channels, chunks of channels (Y and Z through reorders). The
- * channel-blocked layouts cut channels as before. */
+ * the 5x5 kernel with pads 2 at stride 1 reads past the bottom from the last two chunks);
+ * on the small image with many channels, chunks of channels (each written dense and
+ * reordered into the channels-last Y, and Z into the chunk). The channel-blocked layouts
+ * cut channels as before. */
 static void test_row_chunks(void **state) {
     (void)state;
     for (int v = 0; v < 6; v++) {
         int t = 2 + v % 3;
         mb_model b;
-        mb_init(&b, 17);
-        int64_t xd[4] = {1, 6, 47, 29};
-        mb_input_run(&b, "x", 4, xd, NULL);
-        conv(&b, "Conv:x,W1,B1->c1", "W1", "B1", 24, 6, 3, 1);
-        mb_node(&b, "Relu:c1->r1");
-        conv(&b, "Conv:r1,W2,B2->c2", "W2", "B2", 24, 24, 5, 1);
-        mb_node(&b, "Add:c2,r1->s1"); /* (Z) */
-        Onnx__NodeProto *dw = conv(&b, "Conv:s1,W3,B3->c3", "W3", "B3", 24, 1, 5, 1);
-        mb_attr_i(&b, dw, "group", 24);
-        mb_node(&b, "Sigmoid:c3->a3");
-        conv(&b, "Conv:a3,W4,B4->c4", "W4", "B4", 40, 24, 3, 2);
-        conv(&b, "Conv:c4,W5,B5->c5", "W5", "B5", 33, 40, 1, 1);
-        /* a small image with more weights than activations: chunks of channels, each written
-         * dense and reordered into the channels-last Y (and Z into the chunk) */
-        conv(&b, "Conv:c5,W6,B6->c6", "W6", "B6", 48, 33, 3, 2);
-        mb_node(&b, "Tanh:c6->t6");
-        conv(&b, "Conv:t6,W7,B7->c7", "W7", "B7", 48, 48, 3, 1); /* (32 + 16 channels) */
-        mb_node(&b, "Add:c7,t6->y");
-        mb_output(&b, "y");
+        cl_chain(&b, 1);
         layout_result r;
         run_cfg cfg = {"cpu", NULL, NULL, t, v < 3 ? "blocked" : "channels_last"};
         run_cmp(&b, &cfg, &r);
         if (op_count(&r, "BlockedConv") != 7 || op_count(&r, "FromBlocked") != 1)
             fail_msg("%d threads, channels-last %d: %s", t, r.cl, r.ops);
+        mb_free(&b);
+    }
+}
+
+/* Three images in channels-last on 1 and 2 threads: the convolutions run image by image at
+ * 1 thread too (k_dnnl_conv.c: no primitive over the batch in channels-last), each image at
+ * its own offset in X, Y and Z; the channel block at 1 thread (one primitive over the batch)
+ * alongside. */
+static void test_cl_batch(void **state) {
+    (void)state;
+    for (int v = 0; v < 4; v++) {
+        mb_model b;
+        cl_chain(&b, 3);
+        layout_result r;
+        run_cfg cfg = {"cpu", NULL, NULL, 1 + v % 2, v < 2 ? "channels_last" : "blocked"};
+        run_cmp(&b, &cfg, &r);
+        if (op_count(&r, "BlockedConv") != 7 || op_count(&r, "FromBlocked") != 1)
+            fail_msg("%d threads, channels-last %d: %s", cfg.threads, r.cl, r.ops);
         mb_free(&b);
     }
 }
@@ -625,6 +648,7 @@ int main(void) {
         cmocka_unit_test(test_concat),
         cmocka_unit_test(test_split_odd),
         cmocka_unit_test(test_row_chunks),
+        cmocka_unit_test(test_cl_batch),
         cmocka_unit_test(test_auto_layout),
         cmocka_unit_test(test_plain_reader),
         cmocka_unit_test(test_split_devices),
