@@ -361,15 +361,20 @@ static void test_split_odd(void **state) {
 
 /* cpu_layout auto: channels-last (where oneDNN prefers it) when dense k x k convolutions with
  * channel counts in multiples of 16 do at least a quarter of the work (here a 32 -> 32 3x3,
- * ~90%), the channel block otherwise (the same graph with a 32 -> 24 3x3). Seen in how the
- * 13 + 32 (or 24) channel Concat is made: a Concat on channels-last twins, a BlockedConcat
- * on blocks. */
+ * ~90%), the channel block otherwise (the same graph with a 32 -> 24 3x3); and the channel
+ * block with a known batch of 8 or more images per thread (8 images on 1 thread; on 2
+ * threads, 4 each, channels-last). Seen in how the 13 + 32 (or 24) channel Concat is made: a
+ * Concat on channels-last twins, a BlockedConcat on blocks. */
 static void test_auto_layout(void **state) {
     (void)state;
-    for (int aligned = 0; aligned <= 1; aligned++) {
+    bool prefers = false;
+    tdm_cpu_dnnl_probe_block(&prefers);
+    for (int v = 0; v < 5; v++) {
+        int aligned = v != 0, threads = v == 4 ? 2 : 1;
+        int64_t n = v >= 2 ? 8 : v == 1 ? 7 : 1;
         mb_model b;
         mb_init(&b, 17);
-        int64_t xd[4] = {1, 32, 20, 20}, m1 = aligned ? 32 : 24;
+        int64_t xd[4] = {n, 32, 20, 20}, m1 = aligned ? 32 : 24;
         mb_input_run(&b, "x", 4, xd, NULL);
         conv(&b, "Conv:x,W1,B1->c1", "W1", "B1", m1, 32, 3, 1);
         mb_node(&b, "Relu:c1->r1");
@@ -378,14 +383,13 @@ static void test_auto_layout(void **state) {
         conv(&b, "Conv:cat,W3,B3->y", "W3", "B3", 8, 13 + m1, 1, 1);
         mb_output(&b, "y");
         layout_result r;
-        run_cfg cfg = {"cpu", NULL, NULL, 1, "auto"};
+        run_cfg cfg = {"cpu", NULL, NULL, threads, "auto"};
         run_cmp(&b, &cfg, &r);
-        bool prefers = false;
-        tdm_cpu_dnnl_probe_block(&prefers);
-        bool cl = prefers && aligned;
+        bool cl = prefers && aligned && n < 8 * threads;
         if (op_count(&r, "BlockedConcat") != (cl ? 0u : 1u) ||
             op_count(&r, "Concat") != (cl ? 1u : 0u) || op_count(&r, "BlockedConv") != 3)
-            fail_msg("aligned %d (oneDNN prefers channels-last: %d): %s", aligned, prefers, r.ops);
+            fail_msg("aligned %d, %lld images on %d threads (oneDNN prefers channels-last: %d): %s",
+                     aligned, (long long)n, threads, prefers, r.ops);
         mb_free(&b);
     }
 }
