@@ -692,12 +692,13 @@ tdm_status *tdm_graph_fuse_qdq(tdm_graph *g, int *count) {
     return st;
 }
 
-tdm_status *tdm_graph_fuse_blocked(tdm_graph *g, int64_t block, int channels_last, int *count) {
+tdm_status *tdm_graph_fuse_blocked(tdm_graph *g, int64_t block, int channels_last, int threads,
+                                   int *count) {
     *count = 0;
     if (g->parent) return NULL;
     fz_ctx fz = {.g = g, .dirty = true};
     tdm_status *st = compute_origins(&fz);
-    if (!st) st = fz_pass_blocked(&fz, block, channels_last);
+    if (!st) st = fz_pass_blocked(&fz, block, channels_last, threads);
     /* 8-bit tensors channels-last between int8 convolutions (oneDNN's layouts: block > 0) */
     if (!st && block >= 2) st = fz_pass_q8_nhwc(&fz);
     index_free(&fz);

@@ -14,11 +14,13 @@ tdm_status *tdm_graph_fuse(tdm_graph *g, int *count);
 
 /* The blocked-layout pass (fuse_blocked.c): rewrites chains of convolutions, poolings and
  * element-wise ops to keep tensors channel-blocked in blocks of `block` (ops/fused.h;
- * or channels-last as `channels_last`, a tdm_channels_last, says). Run
+ * or channels-last as `channels_last`, a tdm_channels_last, says; `threads`, the CPU
+ * threads the plan runs on, takes part in that choice when the batch is known). Run
  * it after tdm_graph_fuse (and compaction) and only when the session's nodes will run on
  * the CPU backend (its kernels are the only ones for the blocked ops). Same contract as
  * tdm_graph_fuse. */
-tdm_status *tdm_graph_fuse_blocked(tdm_graph *g, int64_t block, int channels_last, int *count);
+tdm_status *tdm_graph_fuse_blocked(tdm_graph *g, int64_t block, int channels_last, int threads,
+                                   int *count);
 
 /* Rewrites into ops only the CPU backend has (run only when the session's nodes will run on
  * the CPU alone, after tdm_graph_fuse): a decomposed tanh GELU left over by the MatMul and

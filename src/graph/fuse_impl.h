@@ -149,7 +149,7 @@ tdm_status *fz_pass_qdq(fz_ctx *fz);
 /* fuse_qdq.c: 8-bit tensors channels-last between QConv / QAdd / Concat (a CPU alone) */
 tdm_status *fz_pass_q8_nhwc(fz_ctx *fz);
 /* fuse_blocked.c: channel-blocked layout (block B) between oneDNN-friendly ops */
-tdm_status *fz_pass_blocked(fz_ctx *fz, int64_t block, int channels_last);
+tdm_status *fz_pass_blocked(fz_ctx *fz, int64_t block, int channels_last, int threads);
 /* fuse_nbits.c: MatMulNBits -> MatMulNBitsPacked (packed constant weights) */
 tdm_status *fz_pass_nbits(fz_ctx *fz);
 

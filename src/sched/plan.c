@@ -40,7 +40,7 @@ static tdm_device *find_cpu(tdm_device **devs, int n) {
  * then, when `blocked`, the rewrites into CPU-only ops (FastGelu), the blocked-layout pass
  * (graph/fuse_blocked.c) and MatMulNBits' packed weights (graph/fuse_nbits.c), with shapes
  * again after each. */
-static tdm_status *optimise(tdm_graph *g, tdm_device *cpu, bool blocked,
+static tdm_status *optimise(tdm_graph *g, tdm_device *cpu, bool blocked, int threads,
                             const tdm_allocator *a) {
     fold_ctx fc = {cpu, a};
     int qdq = 0;
@@ -75,7 +75,7 @@ static tdm_status *optimise(tdm_graph *g, tdm_device *cpu, bool blocked,
             TDM_TRY(tdm_graph_infer_shapes(g));
         }
         TDM_TRY(tdm_graph_fuse_blocked(g, tdm_device_channel_block(cpu),
-                                       tdm_device_channels_last(cpu), &fused));
+                                       tdm_device_channels_last(cpu), threads, &fused));
         if (fused) {
             TDM_TRY(tdm_graph_compact(g));
             TDM_TRY(tdm_graph_infer_shapes(g));
@@ -392,7 +392,7 @@ static tdm_status *relayout_cpu_regions(tdm_plan *p, const tdm_plan_options *opt
     }
     int fused = 0;
     tdm_status *st = tdm_graph_fuse_blocked(g, tdm_device_channel_block(cpu),
-                                            tdm_device_channels_last(cpu), &fused);
+                                            tdm_device_channels_last(cpu), opts->threads, &fused);
     if (!st && fused && !(st = tdm_graph_compact(g))) st = tdm_graph_infer_shapes(g);
     size_t N = g->n_nodes;
     int *keep = tdm_calloc(a, N + 1, sizeof *keep);
@@ -467,7 +467,8 @@ tdm_status *tdm_plan_create(const tdm_allocator *a, tdm_graph *graph, tdm_device
     if ((st = tdm_graph_infer_shapes(graph))) goto fail;
     tdm_device *cpu = find_cpu(devices, n_devices);
     bool blocked = cpu && n_devices == 1;
-    if (opts->opt_level >= 1 && cpu && (st = optimise(graph, cpu, blocked, a))) goto fail;
+    if (opts->opt_level >= 1 && cpu && (st = optimise(graph, cpu, blocked, opts->threads, a)))
+        goto fail;
     if ((st = plan_arrays(p))) goto fail;
     if ((st = place(p, opts, NULL))) goto fail;
     bool moved = false; /* the budgets moved nodes to the CPU */

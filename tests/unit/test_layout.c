@@ -361,15 +361,20 @@ static void test_split_odd(void **state) {
 
 /* cpu_layout auto: channels-last (where oneDNN prefers it) when dense k x k convolutions with
  * channel counts in multiples of 16 do at least a quarter of the work (here a 32 -> 32 3x3,
- * ~90%), the channel block otherwise (the same graph with a 32 -> 24 3x3). Seen in how the
- * 13 + 32 (or 24) channel Concat is made: a Concat on channels-last twins, a BlockedConcat
- * on blocks. */
+ * ~90%), the channel block otherwise (the same graph with a 32 -> 24 3x3); and the channel
+ * block with a known batch of 8 or more images per thread (8 images on 1 thread; on 2
+ * threads, 4 each, channels-last). Seen in how the 13 + 32 (or 24) channel Concat is made: a
+ * Concat on channels-last twins, a BlockedConcat on blocks. */
 static void test_auto_layout(void **state) {
     (void)state;
-    for (int aligned = 0; aligned <= 1; aligned++) {
+    bool prefers = false;
+    tdm_cpu_dnnl_probe_block(&prefers);
+    for (int v = 0; v < 5; v++) {
+        int aligned = v != 0, threads = v == 4 ? 2 : 1;
+        int64_t n = v >= 2 ? 8 : v == 1 ? 7 : 1;
         mb_model b;
         mb_init(&b, 17);
-        int64_t xd[4] = {1, 32, 20, 20}, m1 = aligned ? 32 : 24;
+        int64_t xd[4] = {n, 32, 20, 20}, m1 = aligned ? 32 : 24;
         mb_input_run(&b, "x", 4, xd, NULL);
         conv(&b, "Conv:x,W1,B1->c1", "W1", "B1", m1, 32, 3, 1);
         mb_node(&b, "Relu:c1->r1");
@@ -378,53 +383,75 @@ static void test_auto_layout(void **state) {
         conv(&b, "Conv:cat,W3,B3->y", "W3", "B3", 8, 13 + m1, 1, 1);
         mb_output(&b, "y");
         layout_result r;
-        run_cfg cfg = {"cpu", NULL, NULL, 1, "auto"};
+        run_cfg cfg = {"cpu", NULL, NULL, threads, "auto"};
         run_cmp(&b, &cfg, &r);
-        bool prefers = false;
-        tdm_cpu_dnnl_probe_block(&prefers);
-        bool cl = prefers && aligned;
+        bool cl = prefers && aligned && n < 8 * threads;
         if (op_count(&r, "BlockedConcat") != (cl ? 0u : 1u) ||
             op_count(&r, "Concat") != (cl ? 1u : 0u) || op_count(&r, "BlockedConv") != 3)
-            fail_msg("aligned %d (oneDNN prefers channels-last: %d): %s", aligned, prefers, r.ops);
+            fail_msg("aligned %d, %lld images on %d threads (oneDNN prefers channels-last: %d): %s",
+                     aligned, (long long)n, threads, prefers, r.ops);
         mb_free(&b);
     }
 }
 
+/* The chain of test_row_chunks and test_cl_batch over n images of 6 x 47 x 29: 3x3 at
+ * strides 1 and 2, 1x1, a depthwise 5x5 with pads 2, residual Zs, a plain graph input; a
+ * small image with many channels at the end (more weights than activations). */
+static void cl_chain(mb_model *b, int64_t n) {
+    mb_init(b, 17);
+    int64_t xd[4] = {n, 6, 47, 29};
+    mb_input_run(b, "x", 4, xd, NULL);
+    conv(b, "Conv:x,W1,B1->c1", "W1", "B1", 24, 6, 3, 1);
+    mb_node(b, "Relu:c1->r1");
+    conv(b, "Conv:r1,W2,B2->c2", "W2", "B2", 24, 24, 5, 1);
+    mb_node(b, "Add:c2,r1->s1"); /* (Z) */
+    Onnx__NodeProto *dw = conv(b, "Conv:s1,W3,B3->c3", "W3", "B3", 24, 1, 5, 1);
+    mb_attr_i(b, dw, "group", 24);
+    mb_node(b, "Sigmoid:c3->a3");
+    conv(b, "Conv:a3,W4,B4->c4", "W4", "B4", 40, 24, 3, 2);
+    conv(b, "Conv:c4,W5,B5->c5", "W5", "B5", 33, 40, 1, 1);
+    conv(b, "Conv:c5,W6,B6->c6", "W6", "B6", 48, 33, 3, 2);
+    mb_node(b, "Tanh:c6->t6");
+    conv(b, "Conv:t6,W7,B7->c7", "W7", "B7", 48, 48, 3, 1); /* (32 + 16 channels) */
+    mb_node(b, "Add:c7,t6->y");
+    mb_output(b, "y");
+}
+
 /* One image on 2, 3 and 4 threads: channels-last convolutions cut the image into chunks of
  * output rows, each with its own pads and input rows (first, middle and last chunks differ;
- * a 5x5 kernel with pads 2 at stride 1 reads past the bottom from the last two chunks);
- * 3x3 at strides 1 and 2, 1x1, a depthwise 5x5, a residual Z and a plain graph input; on a
- * small image with many channels, chunks of channels (Y and Z through reorders). The
- * channel-blocked layouts cut channels as before. */
+ * the 5x5 kernel with pads 2 at stride 1 reads past the bottom from the last two chunks);
+ * on the small image with many channels, chunks of channels (each written dense and
+ * reordered into the channels-last Y, and Z into the chunk). The channel-blocked layouts
+ * cut channels as before. */
 static void test_row_chunks(void **state) {
     (void)state;
     for (int v = 0; v < 6; v++) {
         int t = 2 + v % 3;
         mb_model b;
-        mb_init(&b, 17);
-        int64_t xd[4] = {1, 6, 47, 29};
-        mb_input_run(&b, "x", 4, xd, NULL);
-        conv(&b, "Conv:x,W1,B1->c1", "W1", "B1", 24, 6, 3, 1);
-        mb_node(&b, "Relu:c1->r1");
-        conv(&b, "Conv:r1,W2,B2->c2", "W2", "B2", 24, 24, 5, 1);
-        mb_node(&b, "Add:c2,r1->s1"); /* (Z) */
-        Onnx__NodeProto *dw = conv(&b, "Conv:s1,W3,B3->c3", "W3", "B3", 24, 1, 5, 1);
-        mb_attr_i(&b, dw, "group", 24);
-        mb_node(&b, "Sigmoid:c3->a3");
-        conv(&b, "Conv:a3,W4,B4->c4", "W4", "B4", 40, 24, 3, 2);
-        conv(&b, "Conv:c4,W5,B5->c5", "W5", "B5", 33, 40, 1, 1);
-        /* a small image with more weights than activations: chunks of channels, each written
-         * dense and reordered into the channels-last Y (and Z into the chunk) */
-        conv(&b, "Conv:c5,W6,B6->c6", "W6", "B6", 48, 33, 3, 2);
-        mb_node(&b, "Tanh:c6->t6");
-        conv(&b, "Conv:t6,W7,B7->c7", "W7", "B7", 48, 48, 3, 1); /* (32 + 16 channels) */
-        mb_node(&b, "Add:c7,t6->y");
-        mb_output(&b, "y");
+        cl_chain(&b, 1);
         layout_result r;
         run_cfg cfg = {"cpu", NULL, NULL, t, v < 3 ? "blocked" : "channels_last"};
         run_cmp(&b, &cfg, &r);
         if (op_count(&r, "BlockedConv") != 7 || op_count(&r, "FromBlocked") != 1)
             fail_msg("%d threads, channels-last %d: %s", t, r.cl, r.ops);
+        mb_free(&b);
+    }
+}
+
+/* Three images in channels-last on 1 and 2 threads: the convolutions run image by image at
+ * 1 thread too (k_dnnl_conv.c: no primitive over the batch in channels-last), each image at
+ * its own offset in X, Y and Z; the channel block at 1 thread (one primitive over the batch)
+ * alongside. */
+static void test_cl_batch(void **state) {
+    (void)state;
+    for (int v = 0; v < 4; v++) {
+        mb_model b;
+        cl_chain(&b, 3);
+        layout_result r;
+        run_cfg cfg = {"cpu", NULL, NULL, 1 + v % 2, v < 2 ? "channels_last" : "blocked"};
+        run_cmp(&b, &cfg, &r);
+        if (op_count(&r, "BlockedConv") != 7 || op_count(&r, "FromBlocked") != 1)
+            fail_msg("%d threads, channels-last %d: %s", cfg.threads, r.cl, r.ops);
         mb_free(&b);
     }
 }
@@ -625,6 +652,7 @@ int main(void) {
         cmocka_unit_test(test_concat),
         cmocka_unit_test(test_split_odd),
         cmocka_unit_test(test_row_chunks),
+        cmocka_unit_test(test_cl_batch),
         cmocka_unit_test(test_auto_layout),
         cmocka_unit_test(test_plain_reader),
         cmocka_unit_test(test_split_devices),
