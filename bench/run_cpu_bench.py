@@ -89,8 +89,16 @@ def make_feeds(sess, batch, seed=1):
     return feeds
 
 
-def ort_session(path, threads):
+def batch_dims(sess):
+    """The symbolic names of the inputs' leading dimensions (the batch)."""
+    return sorted({i.shape[0] for i in sess.get_inputs() if i.shape and isinstance(i.shape[0], str)})
+
+
+def ort_session(path, threads, fixed=None):
+    """fixed: {dim name: size} given to ONNX Runtime as free-dimension overrides."""
     so = ort.SessionOptions()
+    for name, size in (fixed or {}).items():
+        so.add_free_dimension_override_by_name(name, size)
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
@@ -113,9 +121,11 @@ def measure_ort(sess, feeds, warmup, duration):
             "runs": len(lat)}
 
 
-def measure_tandem(tandem, path, batch, threads, warmup, duration):
+def measure_tandem(tandem, path, batch, threads, warmup, duration, fixed=None):
     cmd = [tandem, "bench", path, "--batch", str(batch), "--threads", str(threads),
            "--warmup", str(warmup), "--duration", str(duration), "--json"]
+    if fixed:
+        cmd += ["--free-dims", ",".join(f"{k}={v}" for k, v in fixed.items())]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(r.stderr.strip() or f"exit {r.returncode}")
@@ -160,7 +170,7 @@ def own_cpu_seconds():
     return t.user + t.system + t.children_user + t.children_system
 
 
-def bench_config(tandem, path, sess, batch, threads, rounds, duration):
+def bench_config(tandem, path, sess, batch, threads, rounds, duration, fixed=None):
     feeds = make_feeds(sess, batch)
     t0 = time.perf_counter()
     sess.run(None, feeds)  # first run: also the time estimate for the warm-up counts
@@ -178,7 +188,7 @@ def bench_config(tandem, path, sess, batch, threads, rounds, duration):
             elif res["error"] is None:
                 try:
                     res["tandem"].append(measure_tandem(tandem, path, batch, threads, tdm_warm,
-                                                        duration))
+                                                        duration, fixed))
                 except (RuntimeError, ValueError, KeyError) as e:
                     res["error"] = str(e)
     wall = time.perf_counter() - wall0
@@ -296,6 +306,10 @@ def main():
                     help="how the tandem binary was built (written to the results instead of "
                     "the repository's state)")
     ap.add_argument("--no-check", action="store_true", help="skip the output comparison")
+    ap.add_argument("--fix-batch", action="store_true", help="tell both engines the batch before "
+                    "they plan: the inputs' symbolic leading dimension fixed to the batch (ONNX "
+                    "Runtime: add_free_dimension_override_by_name; tandem: --free-dims), a session "
+                    "per batch")
     ap.add_argument("--no-write", action="store_true", help="do not write bench/results/")
     ap.add_argument("--out", default=None, help="results file (default "
                     "bench/results/cpu-<date>.md)")
@@ -342,7 +356,10 @@ def main():
                 n_rounds = rounds
                 # BERT-base at batch 8 takes seconds per run: one timed run a round is plenty
                 dur = min(duration, 1.0) if name == "bert" and b >= 8 else duration
-                res = bench_config(tandem, path, sess, b, th, n_rounds, dur)
+                fixed = {d: b for d in batch_dims(sess)} if a.fix_batch else None
+                s_b = ort_session(path, th, fixed) if fixed else sess
+                res = bench_config(tandem, path, s_b, b, th, n_rounds, dur, fixed)
+                del s_b
                 row = {"model": name, "batch": b, "threads": th, "tandem": median_p50(res["tandem"]),
                        "ort": median_p50(res["ort"]), "res": res}
                 rows.append(row)
@@ -350,7 +367,7 @@ def main():
             del sess
     load_end = os.getloadavg()
     text = report(rows, flops, peak, peak_src, measured_peak, mach, checks, started, load_start,
-                  load_end, rounds, duration, " ".join(sys.argv[1:]))
+                  load_end, rounds, duration, " ".join(sys.argv[1:]), a.fix_batch)
     print(text)
     if not a.no_write:
         out = a.out
@@ -401,7 +418,7 @@ def format_row(row, flops, peak, plain=False):
 
 
 def report(rows, flops, peak, peak_src, measured_peak, mach, checks, started, load_start, load_end,
-           rounds, duration, argv):
+           rounds, duration, argv, fix_batch=False):
     L = []
     L.append(f"# CPU benchmark: tandem vs ONNX Runtime — {started:%Y-%m-%d %H:%M}")
     L.append("")
@@ -437,6 +454,10 @@ def report(rows, flops, peak, peak_src, measured_peak, mach, checks, started, lo
              f"`tandem bench MODEL --batch B --threads N --duration S --json`, a new process per "
              f"round. ONNX Runtime: `InferenceSession` with intra_op_num_threads=N, "
              f"inter_op_num_threads=1, ORT_SEQUENTIAL, ORT_ENABLE_ALL, in the benchmark process. "
+             + (f"**--fix-batch**: both engines were told the batch before planning (the "
+                f"inputs' symbolic leading dimension fixed to it: ORT "
+                f"add_free_dimension_override_by_name, tandem --free-dims), a session per batch. "
+                if fix_batch else "") +
              f"The table shows the median over rounds of each round's p50 latency. GFLOP/s = "
              f"2 x (Conv + MatMul + Gemm multiply-accumulates, from the graph) x batch / p50.")
     L.append("")

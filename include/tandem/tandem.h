@@ -461,6 +461,15 @@ typedef struct tdm_session_options {
                               in host memory copied each token, or in host memory with their
                               attention on the CPU (default "kv=auto": the budget decides).
                               NULL = defaults */
+    /* ---- symbolic dimensions (appended) ---- */
+    const char *free_dims;     /* "NAME=SIZE[,NAME=SIZE]": the model inputs' symbolic
+                              dimensions (ONNX dim_param) named NAME fixed to SIZE (>= 1) before
+                              the session plans, as ONNX Runtime's free-dimension overrides: the
+                              graph passes then see the real sizes (the CPU's layout choice
+                              depends on the images per thread, shapes fold). A run whose inputs
+                              differ fails with TDM_ERR_INVALID_ARGUMENT. A NAME no input has, a
+                              malformed list, or a mode other than TDM_MODE_LATENCY (the others
+                              cut the batch): TDM_ERR_INVALID_ARGUMENT. NULL = none */
 } tdm_session_options;
 
 #define TDM_MODE_LATENCY 0

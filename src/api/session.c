@@ -137,16 +137,59 @@ static tdm_status *session_new(tdm_env *env, const tdm_session_options *o, tdm_s
     return NULL;
 }
 
+/* tdm_session_options.free_dims: every input dimension whose symbolic name (dim_param) is
+ * listed takes the listed size, before any pass sees the graph. */
+static tdm_status *fix_free_dims(tdm_graph *g, const char *spec, int mode) {
+    char buf[1024];
+    if (strlen(spec) >= sizeof buf) return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "free_dims is too long");
+    if (mode != TDM_MODE_LATENCY)
+        return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "free_dims needs the latency mode (the other "
+                       "modes cut a run's batch into parts of other sizes)");
+    snprintf(buf, sizeof buf, "%s", spec);
+    char *save = NULL;
+    for (char *item = tdm_list_next(buf, &save); item; item = tdm_list_next(NULL, &save)) {
+        char *eq = strchr(item, '='), *end = NULL;
+        if (!eq || eq == item)
+            return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "free_dims item '%s' is not NAME=SIZE", item);
+        *eq = 0;
+        for (char *t = eq - 1; t > item && *t == ' '; t--) *t = 0; /* "NAME = SIZE" */
+        long long size = strtoll(eq + 1, &end, 10);
+        if (end == eq + 1 || *end || size < 1 || size > INT32_MAX)
+            return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "free_dims: the size of '%s' is not a whole "
+                           "number from 1 to %d", item, INT32_MAX);
+        int hits = 0;
+        for (size_t i = 0; i < g->n_inputs; i++) {
+            tdm_value *v = &g->values[g->inputs[i]];
+            for (int d = 0; d < v->rank; d++)
+                if (v->dim_params[d] && !strcmp(v->dim_params[d], item)) {
+                    v->dims[d] = (int64_t)size;
+                    hits++;
+                }
+        }
+        if (!hits)
+            return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "free_dims: no input of the model has a "
+                           "dimension named '%s'", item);
+    }
+    return NULL;
+}
+
 /* Gives the loaded model m to s's run strategy (sched/strategy.h; its graph to the
  * strategy's plans) and describes it. Frees s on failure; m is taken either way. */
 static tdm_status *session_finish(tdm_session *s, const tdm_session_options *o, tdm_onnx_model *m,
                                   uint64_t hash, tdm_session **out) {
     tdm_env *env = s->env;
+    tdm_status *st = NULL;
+    if (o->free_dims && o->free_dims[0]) { /* (measurements of the fixed graph apart) */
+        st = fix_free_dims(m->graph, o->free_dims, o->mode);
+        hash = tdm_hash_str(hash, o->free_dims);
+        if (!hash) hash = 1;
+    }
     tdm_strategy_setup su = {env->alloc, &env->log, env, s->pool, s->devices, s->n_devices, o, hash,
                              &env->settings, s->loop};
     tdm_graph *g = m->graph;
     m->graph = NULL;
-    tdm_status *st = tdm_strategy_create(&su, g, &s->strategy);
+    if (!st) st = tdm_strategy_create(&su, g, &s->strategy);
+    else tdm_graph_free(g);
     /* device counters (issue 9 monitoring): one set shared by every plan of the session */
     if (!st && !(st = tdm_monitor_create(env->alloc, &s->monitor))) tdm_strategy_set_monitor(s->strategy, s->monitor);
     if (!st) {

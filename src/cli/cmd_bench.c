@@ -51,6 +51,8 @@ static void bench_usage(FILE *f) {
             "  --device-memory B  memory budgets DEV=SIZE[,DEV=SIZE] (see tandem plan)\n"
             "  --residency LIST   mapped, streamed, layers, window=K (see tandem run --help);\n"
             "                     with budgets the MiB uploaded per run and the peak are printed\n"
+            "  --free-dims LIST   NAME=SIZE[,NAME=SIZE]: the inputs' symbolic dimensions fixed\n"
+            "                     before planning (as ONNX Runtime's free-dimension overrides)\n"
             "  --precision P      arithmetic: fp32 (default), tf32, fp16, bf16 (cpu: fp32,\n"
             "                     or bf16 with AVX512_BF16 / AMX)\n"
             "  --trace FILE       write a Chrome trace (Perfetto) of the timed runs\n"
@@ -228,6 +230,8 @@ static int bench_parse(int argc, char **argv, struct bench_args *a) {
             a->device_memory = argv[++i];
         } else if (!strcmp(o, "--residency") && has_val) {
             a->residency = argv[++i];
+        } else if (!strcmp(o, "--free-dims") && has_val) {
+            a->free_dims = argv[++i];
         } else if (!strcmp(o, "--precision") && has_val) {
             a->precision = argv[++i];
         } else if (!strcmp(o, "--cuts") && has_val) {
@@ -325,7 +329,7 @@ static int make_inputs(tdm_env *env, const tdm_model *m, const struct bench_args
                     shape, random ? "random, " : "", from);
         }
     }
-    if (a->batch > 1 && !batch_used) {
+    if (a->batch > 1 && !batch_used && !a->free_dims) { /* (free dims: the sizes given there) */
         fprintf(stderr,
                 "tandem: bench: --batch %ld, but no input has a dynamic leading dimension "
                 "(give the shapes with --shape NAME:%ld,...)\n",
@@ -368,6 +372,7 @@ int cmd_bench(int argc, char **argv) {
     so.affinity = a.affinity;
     so.device_memory = a.device_memory;
     so.residency = a.residency;
+    so.free_dims = a.free_dims;
     so.micro_batch = (int)a.micro_batch;
     double t0 = bench_now_s();
     if ((st = tdm_session_create(env, a.model, &so, &s))) {

@@ -17,6 +17,7 @@ struct bench_args {
     const char *cuts;    /* --mode pipeline: stage cut points */
     const char *placement, *affinity; /* tdm_session_options.placement / affinity */
     const char *device_memory, *residency; /* tdm_session_options: budgets, residency */
+    const char *free_dims; /* tdm_session_options.free_dims: NAME=SIZE[,NAME=SIZE] */
     const char *precision; /* accelerators' arithmetic (tdm_session_options.precision) */
     long micro_batch;    /* --mode pipeline: rows per micro-batch (0 = automatic) */
     cli_inputs in;       /* --input, --shape, --seed, --int-range */

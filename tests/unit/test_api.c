@@ -394,6 +394,52 @@ static void test_run_dynamic_batch(void **state) {
     tdm_tensor_free(in);
 }
 
+/* free_dims: the symbolic batch fixed before planning (the fixture's input is [3, 4, 8]). */
+static void test_free_dims(void **state) {
+    fixture *f = *state;
+    tdm_session_options o = {0};
+    o.api_version = TDM_API_VERSION;
+    o.free_dims = " batch = 3 ";
+    tdm_session *s = NULL;
+    OK(tdm_session_create(f->env, MLP_MODEL, &o, &s));
+    tdm_session_free(s);
+    o.free_dims = "batch=3,batch=3";
+    OK(tdm_session_create(f->env, MLP_MODEL, &o, &s));
+    tdm_value_desc d;
+    OK(tdm_model_input(tdm_session_model(s), 0, &d));
+    assert_int_equal(d.dims[0], 3);
+    const char *in_name = "input", *out_name = "logits";
+    tdm_tensor *out = NULL;
+    OK(tdm_session_run(s, 1, &in_name, (const tdm_tensor *const *)&f->input, 1, &out_name, &out));
+    assert_close(out, f->want_logits, 1e-3, 1e-4);
+    tdm_tensor_free(out);
+    float buf[2 * 32] = {0};
+    tdm_tensor *two = NULL, *sentinel = (tdm_tensor *)&f;
+    out = sentinel;
+    OK(tdm_tensor_wrap(f->env, TDM_FLOAT, 3, (int64_t[]){2, 4, 8}, buf, sizeof buf, &two));
+    FAILS_WITH(tdm_session_run(s, 1, &in_name, (const tdm_tensor *const *)&two, 1, &out_name, &out),
+               TDM_ERR_INVALID_ARGUMENT); /* not the size it was fixed to */
+    assert_ptr_equal(out, sentinel);
+    tdm_tensor_free(two);
+    tdm_session_free(s);
+    const char *bad[] = {"nosuch=2", "batch", "=3", " =3", "bat ch=3", "batch=0", "batch=x", "batch=3x", "batch=99999999999"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        s = NULL;
+        o.free_dims = bad[i];
+        FAILS_WITH(tdm_session_create(f->env, MLP_MODEL, &o, &s), TDM_ERR_INVALID_ARGUMENT);
+        assert_null(s);
+    }
+    o.free_dims = "batch=3";
+    o.mode = TDM_MODE_THROUGHPUT; /* cuts the batch: refused */
+    FAILS_WITH(tdm_session_create(f->env, MLP_MODEL, &o, &s), TDM_ERR_INVALID_ARGUMENT);
+    o.mode = TDM_MODE_LATENCY;
+    o.free_dims = ""; /* none */
+    OK(tdm_session_create(f->env, MLP_MODEL, &o, &s));
+    OK(tdm_model_input(tdm_session_model(s), 0, &d));
+    assert_int_equal(d.dims[0], -1);
+    tdm_session_free(s);
+}
+
 static void test_run_errors(void **state) {
     fixture *f = *state;
     const char *in_name = "input";
@@ -743,6 +789,7 @@ int main(void) {
         T(test_run_matches_reference),
         T(test_outputs_by_name),
         T(test_run_dynamic_batch),
+        T(test_free_dims),
         T(test_run_errors),
         T(test_session_create_errors),
         T(test_run_async),
