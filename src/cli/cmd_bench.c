@@ -308,7 +308,8 @@ static int make_inputs(tdm_env *env, const tdm_model *m, const struct bench_args
         int rc = cli_input_make(env, &a->in, "bench", &d, a->batch, i, &ins[i], &random,
                                 &batch_used);
         if (rc) return rc;
-        if (!random && a->batch > 1 && tdm_tensor_rank(ins[i]) > 0 &&
+        /* (a file's batch, or a symbolic one that --free-dims fixed to the batch) */
+        if ((!random || d.dim_params[0]) && a->batch > 1 && tdm_tensor_rank(ins[i]) > 0 &&
             tdm_tensor_dims(ins[i])[0] == a->batch)
             batch_used = true;
         char shape[256], vals[96];
@@ -329,7 +330,7 @@ static int make_inputs(tdm_env *env, const tdm_model *m, const struct bench_args
                     shape, random ? "random, " : "", from);
         }
     }
-    if (a->batch > 1 && !batch_used && !a->free_dims) { /* (free dims: the sizes given there) */
+    if (a->batch > 1 && !batch_used) {
         fprintf(stderr,
                 "tandem: bench: --batch %ld, but no input has a dynamic leading dimension "
                 "(give the shapes with --shape NAME:%ld,...)\n",

@@ -9,6 +9,8 @@
 
 #include "core/checked.h"
 
+#define TDM_HUGE_PAGE ((size_t)2 << 20) /* a transparent huge page (x86-64 Linux) */
+
 void *tdm_alloc(const tdm_allocator *a, size_t size) {
     if (size == 0) size = 1;
     if (a && a->alloc) return a->alloc(a->user, size, TDM_ALIGN);
@@ -28,7 +30,7 @@ void *tdm_calloc(const tdm_allocator *a, size_t n, size_t size) {
 
 void tdm_advise_huge(void *p, size_t n) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
-    const uintptr_t huge = (uintptr_t)2 << 20;
+    const uintptr_t huge = TDM_HUGE_PAGE;
     uintptr_t a = ((uintptr_t)p + huge - 1) & ~(huge - 1), e = ((uintptr_t)p + n) & ~(huge - 1);
     if (p && (uintptr_t)p + n > (uintptr_t)p && e > a)
         (void)madvise((void *)a, e - a, MADV_HUGEPAGE); /* a hint: 4 KiB pages otherwise */
@@ -39,7 +41,7 @@ void tdm_advise_huge(void *p, size_t n) {
 
 void *tdm_map_huge(size_t n) {
 #if defined(__linux__)
-    const size_t huge = (size_t)2 << 20;
+    const size_t huge = TDM_HUGE_PAGE;
     size_t span;
     if (n == 0 || !tdm_add_size(n, huge - 1, &span)) return NULL;
     span &= ~(huge - 1);
@@ -49,7 +51,7 @@ void *tdm_map_huge(size_t n) {
     if (raw == MAP_FAILED) return NULL;
     char *base = (char *)(((uintptr_t)raw + huge - 1) & ~(uintptr_t)(huge - 1));
     if (base > raw) munmap(raw, (size_t)(base - raw));
-    if (raw + huge > base) munmap(base + span, (size_t)(raw + huge - base));
+    munmap(base + span, (size_t)(raw + huge - base)); /* the tail: 1 .. huge bytes */
     tdm_advise_huge(base, span);
     return base;
 #else
@@ -60,11 +62,10 @@ void *tdm_map_huge(size_t n) {
 void tdm_unmap_huge(void *p, size_t n) {
     if (!p) return;
 #if defined(__linux__)
-    const size_t huge = (size_t)2 << 20;
-    munmap(p, (n + huge - 1) & ~(huge - 1));
+    munmap(p, (n + TDM_HUGE_PAGE - 1) & ~(TDM_HUGE_PAGE - 1));
 #else
     (void)n;
-    free(p);
+    tdm_free(NULL, p);
 #endif
 }
 

@@ -446,7 +446,8 @@ static tdm_status *materialise(bl_ctx *b) {
  * thread) and brgemm's do not (ResNet-50, 1 thread, CPU ms a run: batch 8 368 blocked
  * against 396 channels-last image by image; batch 8 on 2 threads, 4 images each, a tie;
  * batch 1 49-50 against 52-55 wall). A batch known only at run time (a dynamic leading
- * dimension) is taken as small: the plan is made before it is seen. */
+ * dimension) is taken as small: the plan is made before it is seen (a session's free_dims
+ * makes it known). */
 #define CL_MAX_IMAGES_PER_THREAD 8
 static bool suits_channels_last(const fz_ctx *fz, int threads) {
     double all = 0.0, fit = 0.0, w_all = 0.0, w_fit = 0.0;

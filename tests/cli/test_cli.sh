@@ -62,6 +62,11 @@ expect bench-text 0 "items/s" "$T" bench "$M" --duration 0.05 --warmup 0
 expect bench-no-model nonzero "usage" "$T" bench
 expect bench-bad-iterations nonzero "tandem: bench: --iterations" "$T" bench "$M" --iterations 0
 expect bench-fixed-batch nonzero "no input has a dynamic" "$T" bench "$M" --batch 8
+# --free-dims: the symbolic batch fixed before planning; --batch must then be that size
+MD="$SRC/tests/models/mlp_dynamic_batch/model.onnx"
+expect bench-free-dims 0 '"shape": \[8,4,8\]' "$T" bench "$MD" --batch 8 --free-dims batch=8 --iterations 2 --warmup 0 --threads 1 --json
+expect bench-free-dims-other nonzero "no input has a dynamic" "$T" bench "$MD" --batch 8 --free-dims batch=4 --iterations 2
+expect bench-free-dims-unknown nonzero "no input of the model has a dimension named 'nosuch'" "$T" bench "$MD" --free-dims nosuch=2
 # tests/cli/dynamic_hw.onnx: x [1,1,height,width] reshaped to [1,-1,4] (fails at 1x1; written by
 # onnx.helper, 170 bytes)
 expect run-dynamic-dims-named nonzero "dynamic dimensions set to 1: height, width of x; give its full shape with --shape x:" \

@@ -93,9 +93,10 @@ static tdm_status *cpu_configure(tdm_device *dev, const char *key, const char *v
             const char *name;
             tdm_channels_last mode;
         } layouts[] = {{"auto", TDM_CL_SUITED}, {"blocked", TDM_CL_NEVER}, {"channels_last", TDM_CL_ALWAYS}};
+        const char *want = value && value[0] ? value : "auto";
         for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++)
-            if (!value || !value[0] || strcmp(value, layouts[i].name) == 0) {
-                c->layout = layouts[value && value[0] ? i : 0].mode;
+            if (strcmp(want, layouts[i].name) == 0) {
+                c->layout = layouts[i].mode;
                 return NULL;
             }
         return TDM_ERR(TDM_ERR_INVALID_ARGUMENT,
