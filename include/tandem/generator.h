@@ -114,9 +114,11 @@ typedef struct tdm_generator_options {
     const char *kv_type;   /* the KV cache's element type (as llama.cpp's --cache-type-k/v):
                               NULL, "" or "auto" = the model's (float32, or float16 for a folder
                               converted with --kv-dtype float16); "f32" / "f16" = that one, which
-                              must be the model's; "int8" = 8-bit codes with one float32 scale per
-                              kv head and token (a quarter of float32's bytes; shared-buffer
-                              GroupQueryAttention models with a float32 cache, CPU only). Any
+                              must be the model's; "int8" = 8-bit codes with one bfloat16 scale
+                              per 32 (68 bytes a row of 64 values: about a quarter of float32's
+                              bytes), "int4" = 4-bit codes as GGUF's Q4_0 (36 bytes a row of 64;
+                              less exact, less to read per decode step); both for shared-buffer
+                              GroupQueryAttention models with a float32 cache, CPU only. Any
                               other: TDM_ERR_INVALID_ARGUMENT; a type the model cannot take:
                               TDM_ERR_UNSUPPORTED */
 } tdm_generator_options;
@@ -166,7 +168,7 @@ TDM_API bool tdm_generator_is_stop_token(const tdm_generator *gen, int32_t token
 TDM_API const int32_t *tdm_generator_eos_ids(const tdm_generator *gen, size_t *n);
 /* "genai" (shared KV buffers, I/O binding) or "optimum" (present fed back as past). */
 TDM_API const char *tdm_generator_form(const tdm_generator *gen);
-/* The KV cache's element type: "f32", "f16" or "int8" (options.kv_type). */
+/* The KV cache's element type: "f32", "f16", "int8" or "int4" (options.kv_type). */
 TDM_API const char *tdm_generator_kv_type(const tdm_generator *gen);
 
 /* Times since create or reset. */

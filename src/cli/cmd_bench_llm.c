@@ -18,7 +18,7 @@ static void llm_usage(FILE *f) {
     fprintf(f,
             "usage: tandem bench MODEL_DIR --llm [--prompt-tokens P] [--gen-tokens G] [--depth D]\n"
             "                    [--repetitions R] [--warmup W] [--threads N] [--seed S] [--json]\n"
-            "                    [--kv-type auto|f32|f16|int8]\n"
+            "                    [--kv-type auto|f32|f16|int8|int4]\n"
             "       tandem bench MODEL_DIR --llm --streams N [--prompt-tokens P] [--gen-tokens G]\n"
             "                    [--repetitions R] [--threads N] [--seed S] [--json]\n\n"
             "Measures a language model folder (see tandem generate) as llama-bench does: pp P is\n"
@@ -37,7 +37,7 @@ static void llm_usage(FILE *f) {
             "  --seed S           seed of the random prompts (default 1)\n"
             "  --json             print one JSON object instead of the table\n"
             "  --kv-type T        KV cache type (tandem generate --kv-type): auto (the model's),\n"
-            "                     f32, f16 (must be the model's), int8 (8-bit, per-token scales)\n"
+            "                     f32, f16 (must be the model's), int8 (8-bit), int4 (4-bit)\n"
             "  --device DEV       run the decoder on DEV (tandem generate --device); the KV cache\n"
             "                     stays in host memory\n"
             "  --device-memory B  memory budget (tandem generate --device-memory, e.g. test:0=25%%)\n"

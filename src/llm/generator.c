@@ -23,9 +23,11 @@
  *    next run, and stay valid until that binding runs again. The first run gets empty pasts.
  *  - its element type is the model's (float32, or float16 for a folder converted with
  *    --kv-dtype float16), or int8 with options.kv_type "int8" (shared form only): the graph
- *    edit kv_int8_edit makes every past / present int8 [1, kv_heads, length,
+ *    edit kv_quant_edit makes every past / present int8 [1, kv_heads, length,
  *    TDM_KV_I8_ROW(head_dim)] (ops/kv_int8.h), which GroupQueryAttention takes as its 8-bit
- *    cache; the budget (kv_budget) counts those bytes.
+ *    cache; with "int4", uint8 [1, kv_heads, length, TDM_KV_I4_ROW(head_dim)], its 4-bit
+ *    cache (head_dim then comes from the edit: the row length does not give it back); the
+ *    budget (kv_budget) counts those bytes.
  * Logits: only the last position's are used, so by default (tdm_generator_options.all_logits
  * false) the graph is edited at creation to compute only those (last_logits_only: the lm
  * head gets the last row of its input): every run writes them into a [1, 1, vocab] tensor
@@ -73,6 +75,7 @@ struct tdm_generator {
     bool last_only;         /* the graph computes the last position's logits only */
     tdm_llm_folder f;
     int n_layers, kv_heads, head_dim;
+    int kv4_head_dim;       /* the 4-bit cache's head_dim (from the graph edit), else 0 */
     int64_t kv_budget_bytes; /* KV cache taken from options.device_memory (0: no budget) */
     tdm_dtype kv_dtype;
     size_t vocab;           /* 0 until the first run (when the model leaves it dynamic) */
@@ -108,6 +111,11 @@ struct tdm_generator {
 
 /* ---- the last position's logits only ---- */
 
+/* the cache's last dim for head_dim d: a row of the 8-bit / 4-bit cache, or d elements */
+static int64_t kv_row(tdm_dtype dt, int64_t d) {
+    return dt == TDM_INT8 ? TDM_KV_I8_ROW(d) : dt == TDM_UINT8 ? TDM_KV_I4_ROW(d) : d;
+}
+
 /* The graph edit of tdm_generator_options.all_logits false: when the logits are a product
  * of rows (MatMulNBits, or MatMul by a constant 2-D matrix: the lm head) of a [batch,
  * sequence, hidden] value, that value is sliced to its last position first,
@@ -125,7 +133,9 @@ typedef struct last_edit {
     int64_t budget, kv_bytes;
     char *budget_text;
     size_t budget_size;
-    bool kv_int8;       /* options.kv_type "int8": the caches become 8-bit (kv_int8_edit) */
+    int kv_bits;        /* options.kv_type "int8" / "int4": the caches become 8-bit / 4-bit
+                           (kv_quant_edit); 0: as the model has them */
+    int kv_head_dim;    /* set by kv_quant_edit: the float cache's head_dim */
 } last_edit;
 
 /* Marks the KV cache for the budget pass (graph/graph.h kv_layer): every layer's pasts and
@@ -158,9 +168,12 @@ static void kv_mark(tdm_graph *g, const last_edit *e) {
 
 /* kv_type "int8": every layer's past and present key / value become int8 [batch, kv_heads,
  * length, TDM_KV_I8_ROW(head_dim)] (ops/kv_int8.h: codes, then one scale per 32), which
- * GroupQueryAttention takes as its 8-bit cache. Only when each past is float32 and read by
- * GroupQueryAttention nodes alone (as past_key / past_value). */
-static tdm_status *kv_int8_edit(tdm_graph *g, const tdm_llm_folder *f) {
+ * GroupQueryAttention takes as its 8-bit cache; "int4" (bits 4): uint8 [.., TDM_KV_I4_ROW(
+ * head_dim)], its 4-bit cache. Only when each past is float32 and read by GroupQueryAttention
+ * nodes alone (as past_key / past_value). */
+static tdm_status *kv_quant_edit(tdm_graph *g, last_edit *e) {
+    const tdm_llm_folder *f = e->f;
+    const char *kt = e->kv_bits == 4 ? "int4" : "int8";
     int layers = 0;
     for (int l = 0; l < 4096; l++) {
         char name[4][TDM_LLM_NAME];
@@ -173,12 +186,14 @@ static tdm_status *kv_int8_edit(tdm_graph *g, const tdm_llm_folder *f) {
         if (v[0] < 0 && v[1] < 0) break;
         for (int k = 0; k < 4; k++) {
             if (v[k] < 0)
-                return TDM_ERR(TDM_ERR_UNSUPPORTED, "kv_type int8: the model has no '%s'", name[k]);
+                return TDM_ERR(TDM_ERR_UNSUPPORTED, "kv_type %s: the model has no '%s'", kt, name[k]);
             tdm_value *val = &g->values[v[k]];
-            if (val->dtype != TDM_FLOAT || val->rank != 4 || val->dims[3] <= 0)
-                return TDM_ERR(TDM_ERR_UNSUPPORTED, "kv_type int8 needs a float32 [batch, kv_heads, "
-                               "length, head_dim] cache; '%s' is %s", name[k],
-                               tdm_dtype_name(val->dtype));
+            if (val->dtype != TDM_FLOAT || val->rank != 4 || val->dims[3] <= 0 ||
+                (e->kv_head_dim && val->dims[3] != e->kv_head_dim))
+                return TDM_ERR(TDM_ERR_UNSUPPORTED, "kv_type %s needs a float32 [batch, kv_heads, "
+                               "length, head_dim] cache, one head_dim for all; '%s' is %s", kt,
+                               name[k], tdm_dtype_name(val->dtype));
+            e->kv_head_dim = (int)val->dims[3];
         }
         for (size_t n = 0; n < g->n_nodes; n++) {
             const tdm_node *nd = &g->nodes[n];
@@ -186,26 +201,26 @@ static tdm_status *kv_int8_edit(tdm_graph *g, const tdm_llm_folder *f) {
             for (int i = 0; i < nd->n_inputs; i++)
                 if ((nd->inputs[i] == v[0] || nd->inputs[i] == v[1]) &&
                     !(gqa && (i == 3 || i == 4)))
-                    return TDM_ERR(TDM_ERR_UNSUPPORTED, "kv_type int8: '%s' is read by %s node '%s', "
-                                   "not as GroupQueryAttention's past", g->values[nd->inputs[i]].name,
+                    return TDM_ERR(TDM_ERR_UNSUPPORTED, "kv_type %s: '%s' is read by %s node '%s', "
+                                   "not as GroupQueryAttention's past", kt, g->values[nd->inputs[i]].name,
                                    nd->op_type, nd->name ? nd->name : "");
             if (gqa)
                 for (int o = 1; o < nd->n_outputs && o <= 2; o++)
                     if (nd->outputs[o] == v[2] || nd->outputs[o] == v[3])
                         if (nd->n_inputs <= o + 2 || nd->inputs[o + 2] != v[o - 1])
-                            return TDM_ERR(TDM_ERR_UNSUPPORTED, "kv_type int8: '%s' is not the "
-                                           "present of '%s'", name[o + 1], name[o - 1]);
+                            return TDM_ERR(TDM_ERR_UNSUPPORTED, "kv_type %s: '%s' is not the "
+                                           "present of '%s'", kt, name[o + 1], name[o - 1]);
         }
         for (int k = 0; k < 4; k++) {
             tdm_value *val = &g->values[v[k]];
-            val->dtype = TDM_INT8;
-            val->dims[3] = TDM_KV_I8_ROW(val->dims[3]);
+            val->dtype = e->kv_bits == 4 ? TDM_UINT8 : TDM_INT8;
+            val->dims[3] = e->kv_bits == 4 ? TDM_KV_I4_ROW(val->dims[3]) : TDM_KV_I8_ROW(val->dims[3]);
             tdm_free(g->alloc, val->dim_params[3]);
             val->dim_params[3] = NULL;
         }
         layers++;
     }
-    if (!layers) return TDM_ERR(TDM_ERR_UNSUPPORTED, "kv_type int8: no KV cache inputs found");
+    if (!layers) return TDM_ERR(TDM_ERR_UNSUPPORTED, "kv_type %s: no KV cache inputs found", kt);
     return tdm_graph_finalize(g);
 }
 
@@ -241,7 +256,7 @@ static tdm_status *kv_budget(tdm_graph *g, last_edit *e) {
 
 static tdm_status *last_logits_only(tdm_graph *g, void *user) {
     last_edit *e = user;
-    if (e->kv_int8) TDM_TRY(kv_int8_edit(g, e->f));
+    if (e->kv_bits) TDM_TRY(kv_quant_edit(g, e));
     if (e->budget > 0) TDM_TRY(kv_budget(g, e));
     kv_mark(g, e);
     if (!e->last_only) return NULL;
@@ -340,17 +355,21 @@ static tdm_status *describe(tdm_generator *g) {
             if (tdm_llm_find_input(m, g->names[l][k], &d) < 0)
                 return TDM_ERR(TDM_ERR_INVALID_MODEL, "the model has no input '%s'", g->names[l][k]);
             if (d.rank != 4 || d.dims[1] <= 0 || d.dims[3] <= 0 ||
-                (d.dtype != TDM_FLOAT && d.dtype != TDM_FLOAT16 && d.dtype != TDM_INT8) ||
-                (d.dtype == TDM_INT8 && tdm_kv_i8_head_dim(d.dims[3]) < 1))
+                (d.dtype != TDM_FLOAT && d.dtype != TDM_FLOAT16 && d.dtype != TDM_INT8 &&
+                 d.dtype != TDM_UINT8) ||
+                (d.dtype == TDM_INT8 && tdm_kv_i8_head_dim(d.dims[3]) < 1) ||
+                (d.dtype == TDM_UINT8 && (g->kv4_head_dim < 1 || d.dims[3] != TDM_KV_I4_ROW(g->kv4_head_dim))))
                 return TDM_ERR(TDM_ERR_UNSUPPORTED, "input '%s' must be float32 or float16 [batch, "
                                "kv_heads, past, head_dim] with kv_heads and head_dim fixed",
                                g->names[l][k]);
             if (l == 0 && k == PK) {
                 g->kv_heads = (int)d.dims[1];
-                g->head_dim = (int)(d.dtype == TDM_INT8 ? tdm_kv_i8_head_dim(d.dims[3]) : d.dims[3]);
+                g->head_dim = (int)(d.dtype == TDM_INT8    ? tdm_kv_i8_head_dim(d.dims[3])
+                                    : d.dtype == TDM_UINT8 ? g->kv4_head_dim
+                                                           : d.dims[3]);
                 g->kv_dtype = d.dtype;
             } else if (d.dims[1] != g->kv_heads || d.dtype != g->kv_dtype ||
-                       d.dims[3] != (d.dtype == TDM_INT8 ? TDM_KV_I8_ROW(g->head_dim) : g->head_dim)) {
+                       d.dims[3] != kv_row(d.dtype, g->head_dim)) {
                 return TDM_ERR(TDM_ERR_UNSUPPORTED, "input '%s' differs in shape or type from '%s'",
                                g->names[l][k], g->names[0][PK]);
             }
@@ -393,7 +412,7 @@ static tdm_status *alloc_state(tdm_generator *g) {
     TDM_TRY(kv_places(g));
     for (size_t i = 0; i < ml; i++) tdm_llm_put_index(g->pos_buf, g->pos_dtype, i, (int64_t)i);
     int64_t dims[4] = {1, g->kv_heads, g->shared ? g->max_length : 0,
-                       g->kv_dtype == TDM_INT8 ? TDM_KV_I8_ROW(g->head_dim) : g->head_dim};
+                       kv_row(g->kv_dtype, g->head_dim)};
     tdm_plan *plan = g->s->strategy ? g->s->strategy->plan : NULL;
     /* The host caches of the shared form in one block; one of 2 MiB or more on pages of its
      * own, on transparent huge pages where the system gives them (madvise mode): a decode step
@@ -484,16 +503,19 @@ tdm_status *tdm_generator_create(tdm_env *env, const char *dir, const tdm_genera
         if (!strcmp(opt.kv_type, "f32") || !strcmp(opt.kv_type, "float32")) kv_want = TDM_FLOAT;
         else if (!strcmp(opt.kv_type, "f16") || !strcmp(opt.kv_type, "float16")) kv_want = TDM_FLOAT16;
         else if (!strcmp(opt.kv_type, "int8") || !strcmp(opt.kv_type, "q8")) kv_want = TDM_INT8;
+        else if (!strcmp(opt.kv_type, "int4") || !strcmp(opt.kv_type, "q4")) kv_want = TDM_UINT8;
         else
-            return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "kv_type '%s': give auto, f32, f16 or int8",
+            return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "kv_type '%s': give auto, f32, f16, int8 or int4",
                            opt.kv_type);
     }
     /* another device: the decoder's nodes placed on it (those it lacks on the CPU); each
      * layer's KV cache on the device or in host memory as the plan's budget places it (the
      * budget holds weights, activations and the caches kept there) */
     const char *dev = opt.device && strcmp(opt.device, "cpu") != 0 ? opt.device : NULL;
-    if (dev && kv_want == TDM_INT8)
-        return TDM_ERR(TDM_ERR_UNSUPPORTED, "kv_type int8 runs on the CPU only (device '%s')", dev);
+    bool kv_quant = kv_want == TDM_INT8 || kv_want == TDM_UINT8; /* tandem's own caches */
+    if (dev && kv_quant)
+        return TDM_ERR(TDM_ERR_UNSUPPORTED, "kv_type %s runs on the CPU only (device '%s')",
+                       opt.kv_type, dev);
     if (dev && (strlen(dev) > 48 || strchr(dev, ',') || strchr(dev, '=')))
         return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "generator device '%s': give one device name", dev);
     const tdm_allocator *a = tdm_env_allocator(env);
@@ -507,7 +529,7 @@ tdm_status *tdm_generator_create(tdm_env *env, const char *dir, const tdm_genera
     tdm_status *st = tdm_llm_folder_read(dir, &g->f);
     char budget_text[64] = "";
     last_edit e = {g->f.logits, false, !opt.all_logits, &g->f, 0, 0, 0, budget_text, sizeof budget_text,
-                   kv_want == TDM_INT8};
+                   kv_want == TDM_INT8 ? 8 : kv_want == TDM_UINT8 ? 4 : 0, 0};
     char dev_budget[128] = "", devices[64] = "";
     if (dev) snprintf(devices, sizeof devices, "%s,cpu", dev);
     if (!st && dev && opt.device_memory && opt.device_memory[0]) {
@@ -559,14 +581,15 @@ tdm_status *tdm_generator_create(tdm_env *env, const char *dir, const tdm_genera
         g->kv_budget_bytes = e.kv_bytes;
     }
     g->on_device = dev != NULL;
+    g->kv4_head_dim = e.kv_bits == 4 ? e.kv_head_dim : 0;
     if (!st) st = describe(g);
     if (!st && kv_want != TDM_UNDEFINED && kv_want != g->kv_dtype)
         st = TDM_ERR(TDM_ERR_UNSUPPORTED, "kv_type %s: the model's KV cache is %s (a float16 cache "
                      "comes from the converter: tools/gguf_to_onnx.py --kv-dtype float16; int8 "
-                     "from a float32 one)", opt.kv_type, tdm_dtype_name(g->kv_dtype));
-    if (!st && kv_want == TDM_INT8 && !g->shared)
-        st = TDM_ERR(TDM_ERR_UNSUPPORTED, "kv_type int8 needs GroupQueryAttention with the shared "
-                     "past/present buffer (a GenAI folder, past_present_share_buffer)");
+                     "and int4 from a float32 one)", opt.kv_type, tdm_dtype_name(g->kv_dtype));
+    if (!st && kv_quant && !g->shared)
+        st = TDM_ERR(TDM_ERR_UNSUPPORTED, "kv_type %s needs GroupQueryAttention with the shared "
+                     "past/present buffer (a GenAI folder, past_present_share_buffer)", opt.kv_type);
     if (!st) st = alloc_state(g);
     if (!st) st = set_stops(g, &opt);
     if (st) {
@@ -841,7 +864,11 @@ const char *tdm_generator_form(const tdm_generator *g) {
 }
 
 const char *tdm_generator_kv_type(const tdm_generator *g) {
-    return !g ? NULL : g->kv_dtype == TDM_INT8 ? "int8" : g->kv_dtype == TDM_FLOAT16 ? "f16" : "f32";
+    return !g                          ? NULL
+           : g->kv_dtype == TDM_INT8    ? "int8"
+           : g->kv_dtype == TDM_UINT8   ? "int4"
+           : g->kv_dtype == TDM_FLOAT16 ? "f16"
+                                         : "f32";
 }
 
 tdm_session *tdm_generator_session(tdm_generator *g) { return g ? g->s : NULL; }

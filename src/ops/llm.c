@@ -118,9 +118,12 @@ static tdm_status *infer_gqa(tdm_infer_ctx *c) {
      * past / present int8 [B, kv_num_heads, length, TDM_KV_I8_ROW(head_size)] (each row's
      * codes, then their scales: ops/kv_int8.h) */
     bool i8 = T == TDM_FLOAT && has_in(c, 3) && c->in[3].dtype == TDM_INT8;
+    /* ... and the 4-bit one (kv_type "int4"): past / present uint8 [B, kv_num_heads, length,
+     * TDM_KV_I4_ROW(head_size)] */
+    bool q4 = T == TDM_FLOAT && has_in(c, 3) && c->in[3].dtype == TDM_UINT8;
     for (int i = 0; i < 12; i++) {
-        if (i8 && (i == 3 || i == 4)) {
-            TDM_TRY(need_type(c, i, names[i], TDM_INT8));
+        if ((i8 || q4) && (i == 3 || i == 4)) {
+            TDM_TRY(need_type(c, i, names[i], q4 ? TDM_UINT8 : TDM_INT8));
         } else if (i == 5 || i == 6) {
             if (has_in(c, i) && c->in[i].dtype != TDM_UNDEFINED && c->in[i].dtype != TDM_INT32)
                 return tdm_node_error(n, TDM_ERR_INVALID_ARGUMENT, "%s must be int32", names[i]);
@@ -163,7 +166,7 @@ static tdm_status *infer_gqa(tdm_infer_ctx *c) {
     if (has_in(c, 3) && c->in[3].rank == 4 && c->in[3].dims[1] >= 0 && c->in[3].dims[1] != kvh)
         return tdm_node_error(n, TDM_ERR_INVALID_ARGUMENT, "past_key has %lld heads, kv_num_heads is %lld",
                               (long long)c->in[3].dims[1], (long long)kvh);
-    int64_t row = d >= 0 && i8 ? TDM_KV_I8_ROW(d) : d; /* the cache's last dim */
+    int64_t row = d < 0 ? d : q4 ? TDM_KV_I4_ROW(d) : i8 ? TDM_KV_I8_ROW(d) : d; /* the cache's last dim */
     if (has_in(c, 3) && c->in[3].rank == 4 && c->in[3].dims[3] >= 0 && d >= 0 &&
         c->in[3].dims[3] != row)
         return tdm_node_error(n, TDM_ERR_INVALID_ARGUMENT, "past_key's last dim %lld is not %lld",
@@ -188,7 +191,7 @@ static tdm_status *infer_gqa(tdm_infer_ctx *c) {
     int64_t past = has_in(c, 3) && c->in[3].rank == 4 ? c->in[3].dims[2] : (has_in(c, 3) ? -1 : 0);
     for (int o = 1; o <= 2 && o < c->n_out; o++) {
         if (!c->out[o].present) continue;
-        set_dims(&c->out[o], i8 ? TDM_INT8 : T, 4);
+        set_dims(&c->out[o], q4 ? TDM_UINT8 : i8 ? TDM_INT8 : T, 4);
         c->out[o].dims[0] = q->rank == 3 ? q->dims[0] : TDM_DIM_UNKNOWN;
         c->out[o].dims[1] = kvh;
         c->out[o].dims[3] = row;

@@ -655,10 +655,12 @@ static void test_genai_cache_consistency(void **state) {
  * activations: its logits follow the float32 cache's (cosine >= 0.999 at every step of a
  * prefill and 30 one-token runs, the same arg max at >= 90% of the steps); a prefill of the
  * whole sequence and one-token runs over the same int8 cache agree within 1e-4 (the rows are
- * quantised the same way on both paths); types the folder cannot take are refused. */
-static void test_kv_int8(void **state) {
-    (void)state;
-    tdm_env *env = new_env(NULL);
+ * quantised the same way on both paths); the same for "int4" (the 4-bit cache) with cosine
+ * >= MIN_COS4 (0.99904 seen), arg max >= 80% and prefill / one-token runs within 3e-4; types
+ * the folder cannot take are refused. */
+#define MIN_COS4 0.99
+static void kv_quant_check(tdm_env *env, const char *kv_type, double min_cos, int agree_tenths,
+                           double prefill_tol) {
     int32_t seq[40];
     uint64_t x = 4242;
     for (int i = 0; i < 40; i++) {
@@ -672,14 +674,9 @@ static void test_kv_int8(void **state) {
         o.struct_size = sizeof o;
         o.max_length = 48;
         o.threads = 1;
-        o.kv_type = k ? "int8" : "auto";
-        tdm_status *st = tdm_generator_create(env, TINY_GENAI "_acc0", &o, &g[k]);
-        if (tdm_status_code(st) == TDM_ERR_UNSUPPORTED && k == 0) {
-            tdm_status_free(st);
-            tdm_env_free(env);
-            skip();
-        }
-        OK(st);
+        o.kv_type = k ? kv_type : "auto";
+        OK(tdm_generator_create(env, TINY_GENAI "_acc0", &o, &g[k]));
+        assert_string_equal(tdm_generator_kv_type(g[k]), k ? kv_type : "f32");
         OK(tdm_generator_append(g[k], seq, 10));
     }
     int agree = 0, steps = 0;
@@ -701,11 +698,11 @@ static void test_kv_int8(void **state) {
         if (i < 40)
             for (int k = 0; k < 2; k++) OK(tdm_generator_append(g[k], seq + i, 1));
     }
-    fprintf(stderr, "kv int8 against float32: worst logits cosine %.6f, arg max agrees %d/%d\n",
-            worst_cos, agree, steps);
-    assert_true(worst_cos >= 0.999);
-    assert_true(agree * 10 >= steps * 9);
-    /* the int8 cache: one prefill of 40 against 40 one-token runs */
+    fprintf(stderr, "kv %s against float32: worst logits cosine %.6f, arg max agrees %d/%d\n",
+            kv_type, worst_cos, agree, steps);
+    assert_true(worst_cos >= min_cos);
+    assert_true(agree * 10 >= steps * agree_tenths);
+    /* the quantised cache: one prefill of 40 against 40 one-token runs */
     const float *l;
     size_t v;
     float *ref = malloc(sizeof(float) * 512);
@@ -717,18 +714,37 @@ static void test_kv_int8(void **state) {
     OK(tdm_generator_logits(g[1], &l, &v));
     double worst = 0;
     for (size_t j = 0; j < v; j++) worst = fmax(worst, fabs((double)l[j] - ref[j]));
-    if (worst > 1e-4) fprintf(stderr, "int8 cache: prefill against one-token runs: max |diff| %g\n", worst);
-    assert_true(worst <= 1e-4);
+    if (worst > prefill_tol)
+        fprintf(stderr, "%s cache: prefill against one-token runs: max |diff| %g\n", kv_type, worst);
+    assert_true(worst <= prefill_tol);
     free(ref);
     for (int k = 0; k < 2; k++) tdm_generator_free(g[k]);
+}
+
+static void test_kv_int8(void **state) {
+    (void)state;
+    tdm_env *env = new_env(NULL);
+    tdm_generator *probe = NULL;
+    tdm_status *st = tdm_generator_create(env, TINY_GENAI "_acc0", NULL, &probe);
+    tdm_generator_free(probe);
+    if (tdm_status_code(st) == TDM_ERR_UNSUPPORTED) {
+        tdm_status_free(st);
+        tdm_env_free(env);
+        skip();
+    }
+    OK(st);
+    kv_quant_check(env, "int8", 0.999, 9, 1e-4);
+    kv_quant_check(env, "int4", MIN_COS4, 8, 3e-4); /* 1.06e-4 seen (the sums' order) */
     /* refused types */
     const struct {
         const char *dir, *kv;
         tdm_code code;
     } bad[] = {{TINY_GENAI "_acc0", "f16", TDM_ERR_UNSUPPORTED},
-               {TINY_GENAI "_acc0", "q4", TDM_ERR_INVALID_ARGUMENT},
+               {TINY_GENAI "_acc0", "q2", TDM_ERR_INVALID_ARGUMENT},
                {TINY_GENAI "_f16", "int8", TDM_ERR_UNSUPPORTED},
-               {TINY, "int8", TDM_ERR_UNSUPPORTED}};
+               {TINY_GENAI "_f16", "int4", TDM_ERR_UNSUPPORTED},
+               {TINY, "int8", TDM_ERR_UNSUPPORTED},
+               {TINY, "int4", TDM_ERR_UNSUPPORTED}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         tdm_generator_options o;
         memset(&o, 0, sizeof o);

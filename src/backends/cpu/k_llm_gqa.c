@@ -29,7 +29,10 @@
  * row, one call per row range so each query is quantised once, the split over threads as for
  * float32); a block of rows (prefill, chunks) takes the same rounded query and widens its key
  * / value range once into scratch for the two sgemm calls, so a prefill computes what as many
- * decode steps do. ONNX Runtime's own quantised caches (k_quant_type, k_scale) stay refused.
+ * decode steps do. 4-bit cache (kv_type "int4"): past / present uint8 [B, KVH, L,
+ * TDM_KV_I4_ROW(D)] (Q4_0's layout, ops/kv_int8.h), the same paths with the 4-bit row
+ * routines (tdm_llm_i4_fns_for) and quantiser. ONNX Runtime's own quantised caches
+ * (k_quant_type, k_scale) stay refused.
  *
  * Speed: two parallel passes on the session's pool: (batch, kv head) pairs write the cache,
  * then (batch, kv head, block of up to 16 query rows) items, one slot per thread. A single row
@@ -119,8 +122,9 @@ typedef struct gqa_job {
     int64_t per_task, row_blocks, rows_per_block, items, slots;
     int64_t parts;  /* decode: each group's cache rows split in parts (threads > groups) */
     float *partial; /* per (batch, head, part): D partial outputs, max logit, 1 + sum */
-    /* the 8-bit cache (past / present int8 [B, KVH, L, TDM_KV_I8_ROW(D)]: ops/kv_int8.h) */
-    bool i8;
+    /* the 8-bit cache (past / present int8 [B, KVH, L, TDM_KV_I8_ROW(D)]: ops/kv_int8.h),
+     * or (q4) the 4-bit one (uint8 [B, KVH, L, TDM_KV_I4_ROW(D)]), through the same paths */
+    bool i8, q4;
     int64_t rs;            /* bytes per cache row */
     int8_t *kq, *vq;       /* present caches */
     const int8_t *pkq, *pvq;
@@ -149,7 +153,7 @@ static void gqa_cache_i8(const gqa_job *j, int64_t p0, int64_t p1) {
                     tdm_llm_rotate(tmp, j->cos + pos * (j->rot / 2), j->sin + pos * (j->rot / 2),
                                    j->rot, j->interleaved);
                 }
-                tdm_llm_kv_quantize_row(tmp, j->D, dst + (past + s) * j->rs);
+                (j->q4 ? tdm_llm_kv4_quantize_row : tdm_llm_kv_quantize_row)(tmp, j->D, dst + (past + s) * j->rs);
             }
         }
     }
@@ -234,8 +238,10 @@ static void gqa_block_gemm(const gqa_job *j, int64_t b, int64_t g, int64_t s0, i
     if (j->i8) { /* the block's key / value range widened once (after qb) for the GEMMs */
         float *kw = qb + rows * j->D, *vw = kw + j->L * j->D;
         size_t off = (size_t)((b * j->KVH + g) * j->L + lo0) * (size_t)j->rs;
-        tdm_llm_kv_dequantize_rows(j->kq + off, j->rs, cols, j->D, kw + lo0 * j->D);
-        tdm_llm_kv_dequantize_rows(j->vq + off, j->rs, cols, j->D, vw + lo0 * j->D);
+        void (*widen)(const int8_t *, int64_t, int64_t, int64_t, float *) =
+            j->q4 ? tdm_llm_kv4_dequantize_rows : tdm_llm_kv_dequantize_rows;
+        widen(j->kq + off, j->rs, cols, j->D, kw + lo0 * j->D);
+        widen(j->vq + off, j->rs, cols, j->D, vw + lo0 * j->D);
         kc = kw;
         vc = vw;
     } else {
@@ -460,15 +466,16 @@ static void gqa_slots(void *arg, int64_t k0, int64_t k1) {
 }
 
 static tdm_status *check_cache(const tdm_node *node, const tdm_tensor *t, const char *what,
-                               int64_t B, int64_t KVH, int64_t D, bool i8) {
-    int64_t last = i8 ? TDM_LLM_KV_I8_ROW(D) : D;
-    if (t->dtype != (i8 ? TDM_INT8 : TDM_FLOAT) || t->rank != 4 || t->dims[0] != B ||
+                               int64_t B, int64_t KVH, int64_t D, bool i8, bool q4) {
+    int64_t last = q4 ? TDM_KV_I4_ROW(D) : i8 ? TDM_LLM_KV_I8_ROW(D) : D;
+    if (t->dtype != (q4 ? TDM_UINT8 : i8 ? TDM_INT8 : TDM_FLOAT) || t->rank != 4 || t->dims[0] != B ||
         t->dims[1] != KVH || t->dims[3] != last) {
         char buf[96];
         return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
                               "%s has %s shape %s, expected %s [%lld, %lld, length, %lld]", what,
                               tdm_dtype_name(t->dtype), tdm_shape_str(t->rank, t->dims, buf, sizeof buf),
-                              i8 ? "int8" : "float32", (long long)B, (long long)KVH, (long long)last);
+                              q4 ? "uint8" : i8 ? "int8" : "float32", (long long)B, (long long)KVH,
+                              (long long)last);
     }
     return NULL;
 }
@@ -516,20 +523,21 @@ tdm_status *tdm_llm_run_gqa(tdm_kernel_ctx *ctx) {
     }
     if (!pk != !pv)
         return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "past_key and past_value go together");
-    /* the 8-bit cache: past (or, without one, present) is int8 */
+    /* the 8-bit cache: past (or, without one, present) is int8; the 4-bit one: uint8 */
     const tdm_tensor *c0 = pk ? pk : ctx->n_out > 1 ? ctx->out[1] : NULL;
-    j.i8 = c0 && c0->dtype == TDM_INT8;
-    j.rs = j.i8 ? TDM_LLM_KV_I8_ROW(j.D) : j.D * (int64_t)sizeof(float);
+    j.q4 = c0 && c0->dtype == TDM_UINT8;
+    j.i8 = j.q4 || (c0 && c0->dtype == TDM_INT8);
+    j.rs = j.q4 ? TDM_KV_I4_ROW(j.D) : j.i8 ? TDM_LLM_KV_I8_ROW(j.D) : j.D * (int64_t)sizeof(float);
     if (j.i8 && j.D > TDM_LLM_KV_I8_MAX_D)
-        return tdm_node_error(node, TDM_ERR_UNSUPPORTED, "the int8 KV cache takes head sizes up to %d",
-                              TDM_LLM_KV_I8_MAX_D);
+        return tdm_node_error(node, TDM_ERR_UNSUPPORTED, "the %s KV cache takes head sizes up to %d",
+                              j.q4 ? "4-bit" : "int8", TDM_LLM_KV_I8_MAX_D);
     for (int o = 1; o <= 2; o++) {
         const tdm_tensor *t = ctx->n_out > o ? ctx->out[o] : NULL;
-        if (t) TDM_TRY(check_cache(node, t, o == 1 ? "present_key" : "present_value", j.B, j.KVH, j.D, j.i8));
+        if (t) TDM_TRY(check_cache(node, t, o == 1 ? "present_key" : "present_value", j.B, j.KVH, j.D, j.i8, j.q4));
     }
     if (pk) {
-        TDM_TRY(check_cache(node, pk, "past_key", j.B, j.KVH, j.D, j.i8));
-        TDM_TRY(check_cache(node, pv, "past_value", j.B, j.KVH, j.D, j.i8));
+        TDM_TRY(check_cache(node, pk, "past_key", j.B, j.KVH, j.D, j.i8, j.q4));
+        TDM_TRY(check_cache(node, pv, "past_value", j.B, j.KVH, j.D, j.i8, j.q4));
         if (pv->dims[2] != pk->dims[2])
             return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "past_key and past_value lengths differ");
         j.P = pk->dims[2];
@@ -691,7 +699,7 @@ tdm_status *tdm_llm_run_gqa(tdm_kernel_ctx *ctx) {
                             (long long)j.L, (long long)j.P);
     if (!st) {
         j.f = tdm_llm_fns_for(tdm_cpu_simd_of(ctx)->level);
-        j.fi = tdm_llm_i8_fns_for(tdm_cpu_simd_of(ctx)->level);
+        j.fi = (j.q4 ? tdm_llm_i4_fns_for : tdm_llm_i8_fns_for)(tdm_cpu_simd_of(ctx)->level);
         j.simd = tdm_cpu_simd_of(ctx);
         tdm_parallel_for(ctx->pool, j.B * j.KVH, 1, gqa_cache, &j);
         int omp = j.S > 1 ? dn_omp_begin() : 1;

@@ -24,6 +24,19 @@
 #include "backends/cpu/k_llm.h"
 
 #define GROUP TDM_KV_I8_GROUP
+#define AI __attribute__((always_inline)) inline
+
+/* The 4-bit cache (q4, kv_type "int4"; ops/kv_int8.h TDM_KV_I4_ROW) goes through the same
+ * routines with the row's codes read another way: every routine below takes a q4 flag that
+ * is a constant where it is instantiated (the entry points come in pairs), so each form
+ * compiles to its own code. A 4-bit group (16 bytes) widens to its 32 codes in order: the
+ * low nibbles are values 0..15, the high ones 16..31; the codes less 8 are the signed values
+ * (the integer variants take c - 8, or c with 8 * sum(q) taken off, as the 8-bit forms take
+ * c + 128 with 128 * sum(q)). The scales follow the codes: at byte d (8-bit) or 16 per group
+ * (4-bit). */
+static inline int64_t scales_at(int64_t d, bool q4) {
+    return q4 ? 16 * ((d + GROUP - 1) / GROUP) : d;
+}
 
 static inline float bf16_to_f32(uint16_t h) {
     uint32_t u = (uint32_t)h << 16;
@@ -40,11 +53,18 @@ static inline uint16_t bf16_up(float x) {
     return (uint16_t)(u >> 16);
 }
 
-/* the scale of group g of a row of d codes */
-static inline float group_scale(const int8_t *row, int64_t d, int64_t g) {
+/* the scale of group g of a row whose scales start at byte so */
+static inline float group_scale(const int8_t *row, int64_t so, int64_t g) {
     uint16_t h;
-    memcpy(&h, row + d + 2 * g, sizeof h);
+    memcpy(&h, row + so + 2 * g, sizeof h);
     return bf16_to_f32(h);
+}
+
+/* the signed value of code i of a row: the 8-bit code, or the 4-bit code less 8 */
+static inline int kv_code(const int8_t *r, int64_t i, bool q4) {
+    if (!q4) return r[i];
+    uint8_t b = (uint8_t)r[(i / GROUP) * 16 + i % 16];
+    return (int)((i % GROUP < 16 ? b : b >> 4) & 15u) - 8;
 }
 
 /* v (|v| <= 127 give or take a rounding) rounded to the nearest integer, ties to even, in
@@ -53,6 +73,12 @@ static inline float group_scale(const int8_t *row, int64_t d, int64_t g) {
 static inline float round_code(float v) {
     v = (v + 12582912.0f) - 12582912.0f;
     return v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
+}
+
+/* ... in [-8, 7] for the 4-bit codes (|v| <= 8 give or take a rounding) */
+static inline int round_code4(float v) {
+    v = (v + 12582912.0f) - 12582912.0f;
+    return v > 7.0f ? 7 : v < -8.0f ? -8 : (int)v;
 }
 
 /* the largest |x[i]|, i < n: one group's range, for the cache rows and the query alike */
@@ -77,21 +103,53 @@ void tdm_llm_kv_quantize_row(const float *x, int64_t d, int8_t *row) {
     }
 }
 
-void tdm_llm_kv_dequantize_rows(const int8_t *rows, int64_t rs, int64_t n, int64_t d, float *out) {
+static AI void dequantize(const int8_t *rows, int64_t rs, int64_t n, int64_t d, float *out,
+                          bool q4) {
+    int64_t so = scales_at(d, q4);
     for (int64_t t = 0; t < n; t++) {
         const int8_t *r = rows + t * rs;
-        for (int64_t i = 0; i < d; i++) out[t * d + i] = group_scale(r, d, i / GROUP) * (float)r[i];
+        for (int64_t i = 0; i < d; i++)
+            out[t * d + i] = group_scale(r, so, i / GROUP) * (float)kv_code(r, i, q4);
+    }
+}
+
+void tdm_llm_kv_dequantize_rows(const int8_t *rows, int64_t rs, int64_t n, int64_t d, float *out) {
+    dequantize(rows, rs, n, d, out, false);
+}
+
+void tdm_llm_kv4_dequantize_rows(const int8_t *rows, int64_t rs, int64_t n, int64_t d, float *out) {
+    dequantize(rows, rs, n, d, out, true);
+}
+
+void tdm_llm_kv4_quantize_row(const float *x, int64_t d, int8_t *row) {
+    int64_t ng = (d + GROUP - 1) / GROUP;
+    memset(row, 0x88, (size_t)(16 * ng)); /* code 8 (value 0) past d */
+    for (int64_t g = 0; g < ng; g++) {
+        int64_t g0 = g * GROUP, g1 = g0 + GROUP < d ? g0 + GROUP : d;
+        float m = 0.0f; /* the value of largest magnitude: it gets code 0 (-8 s) */
+        for (int64_t i = g0; i < g1; i++) m = fabsf(x[i]) > fabsf(m) ? x[i] : m;
+        uint16_t sb = bf16_up(fabsf(m) / 8.0f);
+        if (m > 0.0f) sb |= 0x8000u; /* s = m / -8 */
+        float s = bf16_to_f32(sb), inv = s != 0.0f ? 1.0f / s : 0.0f;
+        uint8_t *q = (uint8_t *)row + 16 * g;
+        for (int64_t i = g0; i < g1; i++) {
+            unsigned c = (unsigned)(round_code4(x[i] * inv) + 8);
+            int64_t j = (i - g0) % 16;
+            q[j] = (uint8_t)(i - g0 < 16 ? (q[j] & 0xf0u) | c : (q[j] & 0x0fu) | (c << 4));
+        }
+        memcpy(row + 16 * ng + 2 * g, &sb, sizeof sb);
     }
 }
 
 /* ---- portable ---- */
 
 /* x[i] = the row's value i, i < d */
-static void widen_row(const int8_t *r, int64_t d, float *x) {
+static AI void widen_row(const int8_t *r, int64_t d, float *x, bool q4) {
+    int64_t so = scales_at(d, q4);
     for (int64_t g0 = 0; g0 < d; g0 += GROUP) {
-        float s = group_scale(r, d, g0 / GROUP);
+        float s = group_scale(r, so, g0 / GROUP);
         int64_t g1 = g0 + GROUP < d ? g0 + GROUP : d;
-        for (int64_t i = g0; i < g1; i++) x[i] = s * (float)r[i];
+        for (int64_t i = g0; i < g1; i++) x[i] = s * (float)kv_code(r, i, q4);
     }
 }
 
@@ -130,10 +188,9 @@ static void quantize_heads(const float *const *q, int64_t hn, int64_t d, float s
 }
 
 
-static void scores_portable(const float *const *q, int64_t G, const int8_t *k, int64_t rs,
-                            int64_t n, int64_t d, float scale, float *out, int64_t ld,
-                            const int8_t *vnext) {
-    (void)vnext; /* no prefetch in portable C */
+static AI void scores_port(const float *const *q, int64_t G, const int8_t *k, int64_t rs,
+                           int64_t n, int64_t d, float scale, float *out, int64_t ld, bool q4) {
+    int64_t so = scales_at(d, q4);
     int8_t qc[QHEADS][TDM_LLM_KV_I8_MAX_D];
     float qs[QHEADS][TDM_LLM_KV_I8_MAX_D / GROUP];
     for (int64_t h0 = 0; h0 < G; h0 += QHEADS) {
@@ -146,8 +203,8 @@ static void scores_portable(const float *const *q, int64_t G, const int8_t *k, i
                 for (int64_t g0 = 0; g0 < d; g0 += GROUP) {
                     int64_t g1 = g0 + GROUP < d ? g0 + GROUP : d;
                     int32_t acc = 0;
-                    for (int64_t i = g0; i < g1; i++) acc += (int32_t)r[i] * qc[h][i];
-                    a += group_scale(r, d, g0 / GROUP) * qs[h][g0 / GROUP] * (float)acc;
+                    for (int64_t i = g0; i < g1; i++) acc += kv_code(r, i, q4) * qc[h][i];
+                    a += group_scale(r, so, g0 / GROUP) * qs[h][g0 / GROUP] * (float)acc;
                 }
                 out[(h0 + h) * ld + t] = a;
             }
@@ -155,11 +212,11 @@ static void scores_portable(const float *const *q, int64_t G, const int8_t *k, i
     }
 }
 
-static void pv_portable(const float *p, int64_t ld, int64_t G, const int8_t *v, int64_t rs,
-                        int64_t n, int64_t d, float *y, int64_t ys) {
+static AI void pv_port(const float *p, int64_t ld, int64_t G, const int8_t *v, int64_t rs,
+                       int64_t n, int64_t d, float *y, int64_t ys, bool q4) {
     float x[TDM_LLM_KV_I8_MAX_D];
     for (int64_t t = 0; t < n; t++) {
-        widen_row(v + t * rs, d, x);
+        widen_row(v + t * rs, d, x, q4);
         for (int64_t h = 0; h < G; h++) {
             float w = p[h * ld + t];
             float *o = y + h * ys;
@@ -168,7 +225,37 @@ static void pv_portable(const float *p, int64_t ld, int64_t G, const int8_t *v, 
     }
 }
 
+/* The entry points of a routine for both forms: NAME (8-bit) and NAME##4 (4-bit) calling
+ * BODY(..., q4) with q4 a constant. ATTR: the target attribute. */
+#define SCORES_PAIR(ATTR, NAME, BODY)                                                          \
+    ATTR static void NAME(const float *const *q, int64_t G, const int8_t *k, int64_t rs,         \
+                          int64_t n, int64_t d, float scale, float *out, int64_t ld,             \
+                          const int8_t *vnext) {                                                 \
+        BODY(q, G, k, rs, n, d, scale, out, ld, vnext, false);                                   \
+    }                                                                                            \
+    ATTR static void NAME##4(const float *const *q, int64_t G, const int8_t *k, int64_t rs,      \
+                             int64_t n, int64_t d, float scale, float *out, int64_t ld,          \
+                             const int8_t *vnext) {                                              \
+        BODY(q, G, k, rs, n, d, scale, out, ld, vnext, true);                                    \
+    }
+#define PV_PAIR(ATTR, NAME, BODY)                                                              \
+    ATTR static void NAME(const float *p, int64_t ld, int64_t G, const int8_t *v, int64_t rs,     \
+                          int64_t n, int64_t d, float *y, int64_t ys) {                          \
+        BODY(p, ld, G, v, rs, n, d, y, ys, false);                                               \
+    }                                                                                            \
+    ATTR static void NAME##4(const float *p, int64_t ld, int64_t G, const int8_t *v, int64_t rs,  \
+                             int64_t n, int64_t d, float *y, int64_t ys) {                       \
+        BODY(p, ld, G, v, rs, n, d, y, ys, true);                                                \
+    }
+
+/* no prefetch in portable C */
+#define SCORES_PORT(q, G, k, rs, n, d, scale, out, ld, vnext, q4)                              \
+    ((void)(vnext), scores_port(q, G, k, rs, n, d, scale, out, ld, q4))
+SCORES_PAIR(, scores_portable, SCORES_PORT)
+PV_PAIR(, pv_portable, pv_port)
+
 static const tdm_llm_i8_fns fns_portable = {scores_portable, pv_portable, TDM_ISA_PORTABLE};
+static const tdm_llm_i8_fns fns4_portable = {scores_portable4, pv_portable4, TDM_ISA_PORTABLE};
 
 #ifdef TDM_SIMD_X86
 #include <immintrin.h>
@@ -188,22 +275,32 @@ TDM_TARGET_AVX2 static inline float hsum8(__m256 v) {
  * vpmaddwd give 8 int32 sums of 4 products, scaled by sk * sq * scale into float
  * accumulators; one horizontal sum per row and head. A last group shorter than 32 codes is
  * read through a zero-padded copy. */
+/* The 32 signed codes of the group at value g0 of a row (a last 8-bit group shorter than 32
+ * codes through a zero-padded copy; a 4-bit group is always whole) */
+TDM_TARGET_AVX2 static AI __m256i group_codes_avx2(const int8_t *r, int64_t d, int64_t g0, bool q4) {
+    if (q4) {
+        const __m128i nib = _mm_set1_epi8(15), eight = _mm_set1_epi8(8);
+        __m128i x = _mm_loadu_si128((const __m128i *)(r + g0 / 2));
+        __m128i lo = _mm_sub_epi8(_mm_and_si128(x, nib), eight);
+        __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(x, 4), nib), eight);
+        return _mm256_set_m128i(hi, lo);
+    }
+    if (g0 + GROUP <= d) return _mm256_loadu_si256((const __m256i *)(r + g0));
+    int8_t tail[GROUP] = {0};
+    memcpy(tail, r + g0, (size_t)(d - g0));
+    return _mm256_loadu_si256((const __m256i *)tail);
+}
+
 TDM_TARGET_AVX2 static __attribute__((always_inline)) inline void
 score_row_avx2(const int8_t (*qc)[TDM_LLM_KV_I8_MAX_D], const float (*qs)[TDM_LLM_KV_I8_MAX_D / GROUP],
-               int HN, const int8_t *r, int64_t d, float *out, int64_t ld, int64_t t) {
+               int HN, const int8_t *r, int64_t d, float *out, int64_t ld, int64_t t, bool q4) {
     __m256 acc[QHEADS] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
                           _mm256_setzero_ps()};
     const __m256i ones = _mm256_set1_epi16(1);
+    int64_t so = scales_at(d, q4);
     for (int64_t g0 = 0; g0 < d; g0 += GROUP) {
-        __m256i kv;
-        if (g0 + GROUP <= d)
-            kv = _mm256_loadu_si256((const __m256i *)(r + g0));
-        else {
-            int8_t tail[GROUP] = {0};
-            memcpy(tail, r + g0, (size_t)(d - g0));
-            kv = _mm256_loadu_si256((const __m256i *)tail);
-        }
-        float sk = group_scale(r, d, g0 / GROUP);
+        __m256i kv = group_codes_avx2(r, d, g0, q4);
+        float sk = group_scale(r, so, g0 / GROUP);
         for (int h = 0; h < HN; h++) {
             __m256i qv = _mm256_loadu_si256((const __m256i *)(qc[h] + g0));
             __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(qv), _mm256_sign_epi8(kv, qv));
@@ -229,7 +326,7 @@ score_row_avx2(const int8_t (*qc)[TDM_LLM_KV_I8_MAX_D], const float (*qs)[TDM_LL
 TDM_TARGET_AVX2 static __attribute__((always_inline)) inline void
 tr8_block(const int8_t (*qc)[TDM_LLM_KV_I8_MAX_D], const int8_t (*qa)[TDM_LLM_KV_I8_MAX_D],
           const float (*qs)[TDM_LLM_KV_I8_MAX_D / GROUP], int HN, const int8_t *r, int64_t rs,
-          int64_t d, float (*res)[TR8_ROWS]) {
+          int64_t d, float (*res)[TR8_ROWS], bool q4) {
     const __m256i ones = _mm256_set1_epi16(1), hi16 = _mm256_set1_epi32((int)0xffff0000u);
     const __m256i ridx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
                                             _mm256_set1_epi32((int)rs));
@@ -237,7 +334,7 @@ tr8_block(const int8_t (*qc)[TDM_LLM_KV_I8_MAX_D], const int8_t (*qa)[TDM_LLM_KV
     for (int h = 0; h < HN; h++) acc[h] = _mm256_setzero_ps();
     for (int64_t g0 = 0; g0 < d; g0 += GROUP) {
         __m256i a[8], b[8], t[8];
-        for (int i = 0; i < 8; i++) a[i] = _mm256_loadu_si256((const __m256i *)(r + i * rs + g0));
+        for (int i = 0; i < 8; i++) a[i] = group_codes_avx2(r + i * rs, d, g0, q4);
         for (int i = 0; i < 8; i += 2) {
             b[i] = _mm256_unpacklo_epi32(a[i], a[i + 1]);
             b[i + 1] = _mm256_unpackhi_epi32(a[i], a[i + 1]);
@@ -255,7 +352,8 @@ tr8_block(const int8_t (*qc)[TDM_LLM_KV_I8_MAX_D], const int8_t (*qa)[TDM_LLM_KV
         }
         /* the rows' bfloat16 scales of this group: the high half of the dword ending there */
         __m256 sk = _mm256_castsi256_ps(_mm256_and_si256(
-            _mm256_i32gather_epi32((const int *)(r + d + 2 * (g0 / GROUP) - 2), ridx, 1), hi16));
+            _mm256_i32gather_epi32((const int *)(r + scales_at(d, q4) + 2 * (g0 / GROUP) - 2), ridx, 1),
+            hi16));
         for (int h = 0; h < HN; h++) {
             __m256i s32 = _mm256_setzero_si256();
             for (int c = 0; c < 8; c++) {
@@ -273,17 +371,17 @@ tr8_block(const int8_t (*qc)[TDM_LLM_KV_I8_MAX_D], const int8_t (*qa)[TDM_LLM_KV
     for (int h = 0; h < HN; h++) _mm256_storeu_ps(res[h], acc[h]);
 }
 
-TDM_TARGET_AVX2 static void tr8_rows(const int8_t (*qc)[TDM_LLM_KV_I8_MAX_D],
-                                     const int8_t (*qa)[TDM_LLM_KV_I8_MAX_D],
-                                     const float (*qs)[TDM_LLM_KV_I8_MAX_D / GROUP], int HN,
-                                     const int8_t *r, int64_t rs, int64_t d, float *o, int64_t ld,
-                                     int64_t t, int64_t cnt) {
+TDM_TARGET_AVX2 static AI void tr8_rows(const int8_t (*qc)[TDM_LLM_KV_I8_MAX_D],
+                                        const int8_t (*qa)[TDM_LLM_KV_I8_MAX_D],
+                                        const float (*qs)[TDM_LLM_KV_I8_MAX_D / GROUP], int HN,
+                                        const int8_t *r, int64_t rs, int64_t d, float *o,
+                                        int64_t ld, int64_t t, int64_t cnt, bool q4) {
     float res[QHEADS][TR8_ROWS];
     switch (HN) {
-    case 1: tr8_block(qc, qa, qs, 1, r, rs, d, res); break;
-    case 2: tr8_block(qc, qa, qs, 2, r, rs, d, res); break;
-    case 3: tr8_block(qc, qa, qs, 3, r, rs, d, res); break;
-    default: tr8_block(qc, qa, qs, 4, r, rs, d, res); break;
+    case 1: tr8_block(qc, qa, qs, 1, r, rs, d, res, q4); break;
+    case 2: tr8_block(qc, qa, qs, 2, r, rs, d, res, q4); break;
+    case 3: tr8_block(qc, qa, qs, 3, r, rs, d, res, q4); break;
+    default: tr8_block(qc, qa, qs, 4, r, rs, d, res, q4); break;
     }
     for (int h = 0; h < HN; h++) {
         if (cnt == TR8_ROWS) _mm256_storeu_ps(o + h * ld + t, _mm256_loadu_ps(res[h]));
@@ -291,9 +389,9 @@ TDM_TARGET_AVX2 static void tr8_rows(const int8_t (*qc)[TDM_LLM_KV_I8_MAX_D],
     }
 }
 
-TDM_TARGET_AVX2 static void scores_avx2(const float *const *q, int64_t G, const int8_t *k,
-                                        int64_t rs, int64_t n, int64_t d, float scale, float *out,
-                                        int64_t ld, const int8_t *vnext) {
+TDM_TARGET_AVX2 static AI void scores_avx2_f(const float *const *q, int64_t G, const int8_t *k,
+                                             int64_t rs, int64_t n, int64_t d, float scale,
+                                             float *out, int64_t ld, const int8_t *vnext, bool q4) {
     _Alignas(32) int8_t qc[QHEADS][TDM_LLM_KV_I8_MAX_D], qa[QHEADS][TDM_LLM_KV_I8_MAX_D];
     float qs[QHEADS][TDM_LLM_KV_I8_MAX_D / GROUP];
     _Alignas(32) int8_t pad[TR8_ROWS * TDM_KV_I8_ROW(TDM_LLM_KV_I8_MAX_D)];
@@ -301,7 +399,7 @@ TDM_TARGET_AVX2 static void scores_avx2(const float *const *q, int64_t G, const 
         int hn = G - h0 < QHEADS ? (int)(G - h0) : QHEADS;
         quantize_heads(q + h0, hn, d, scale, qc, qs);
         float *o = out + h0 * ld;
-        if (d % GROUP == 0) { /* eight rows at a time, transposed */
+        if (q4 || d % GROUP == 0) { /* eight rows at a time, transposed */
             for (int h = 0; h < hn; h++)
                 for (int64_t i = 0; i < d; i += 32)
                     _mm256_store_si256(
@@ -314,13 +412,13 @@ TDM_TARGET_AVX2 static void scores_avx2(const float *const *q, int64_t G, const 
                     for (int64_t o2 = (t * rs) & ~(int64_t)63; o2 < (t + cnt) * rs; o2 += 64)
                         _mm_prefetch((const char *)(vnext + o2), _MM_HINT_T1);
                 if (cnt == TR8_ROWS) {
-                    tr8_rows(qc, qa, qs, hn, k + t * rs, rs, d, o, ld, t, cnt);
+                    tr8_rows(qc, qa, qs, hn, k + t * rs, rs, d, o, ld, t, cnt, q4);
                 } else { /* the last rows through a zero-padded copy */
-                    const int64_t prs = TDM_KV_I8_ROW(d);
+                    const int64_t prs = q4 ? TDM_KV_I4_ROW(d) : TDM_KV_I8_ROW(d);
                     memset(pad, 0, (size_t)(TR8_ROWS * prs));
                     for (int64_t i = 0; i < cnt; i++)
                         memcpy(pad + i * prs, k + (t + i) * rs, (size_t)prs);
-                    tr8_rows(qc, qa, qs, hn, pad, prs, d, o, ld, t, cnt);
+                    tr8_rows(qc, qa, qs, hn, pad, prs, d, o, ld, t, cnt, q4);
                 }
             }
             continue;
@@ -331,14 +429,15 @@ TDM_TARGET_AVX2 static void scores_avx2(const float *const *q, int64_t G, const 
                 for (int64_t o = (t * rs) & ~(int64_t)63; o < (t + 1) * rs; o += 64)
                     _mm_prefetch((const char *)(vnext + o), _MM_HINT_T1);
             switch (hn) {
-            case 1: score_row_avx2(qc, qs, 1, r, d, o, ld, t); break;
-            case 2: score_row_avx2(qc, qs, 2, r, d, o, ld, t); break;
-            case 3: score_row_avx2(qc, qs, 3, r, d, o, ld, t); break;
-            default: score_row_avx2(qc, qs, 4, r, d, o, ld, t); break;
+            case 1: score_row_avx2(qc, qs, 1, r, d, o, ld, t, q4); break;
+            case 2: score_row_avx2(qc, qs, 2, r, d, o, ld, t, q4); break;
+            case 3: score_row_avx2(qc, qs, 3, r, d, o, ld, t, q4); break;
+            default: score_row_avx2(qc, qs, 4, r, d, o, ld, t, q4); break;
             }
         }
     }
 }
+SCORES_PAIR(TDM_TARGET_AVX2, scores_avx2, scores_avx2_f)
 
 /* Up to PV_HEADS heads x NV vectors of 8 columns inside one scale group, the accumulators in
  * registers over all rows (NV, HN compile-time: no spills): each row's codes are widened once
@@ -347,18 +446,26 @@ TDM_TARGET_AVX2 static void scores_avx2(const float *const *q, int64_t G, const 
 #define PV_HEADS 3
 TDM_TARGET_AVX2 static __attribute__((always_inline)) inline void
 pv_block_avx2(const float *p, int64_t ld, int HN, int NV, const int8_t *v, int64_t rs, int64_t n,
-              int64_t d, int64_t i0, float *y, int64_t ys) {
+              int64_t d, int64_t i0, float *y, int64_t ys, bool q4) {
     __m256 acc[PV_HEADS][4];
+    int64_t so = scales_at(d, q4);
     for (int h = 0; h < HN; h++)
         for (int c = 0; c < NV; c++) acc[h][c] = _mm256_loadu_ps(y + h * ys + i0 + 8 * c);
     for (int64_t t = 0; t < n; t++) {
         const int8_t *r = v + t * rs;
-        float sv = group_scale(r, d, i0 / GROUP);
+        float sv = group_scale(r, so, i0 / GROUP);
         __m256 w[PV_HEADS];
         for (int h = 0; h < HN; h++) w[h] = _mm256_set1_ps(p[h * ld + t] * sv);
+        __m256i g4 = q4 ? group_codes_avx2(r, d, i0, true) : _mm256_setzero_si256();
         for (int c = 0; c < NV; c++) {
-            __m256 x = _mm256_cvtepi32_ps(
-                _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(r + i0 + 8 * c))));
+            __m128i cb;
+            if (q4) { /* codes 8c .. 8c + 7 of the widened group */
+                cb = c < 2 ? _mm256_castsi256_si128(g4) : _mm256_extracti128_si256(g4, 1);
+                if (c & 1) cb = _mm_unpackhi_epi64(cb, cb);
+            } else {
+                cb = _mm_loadl_epi64((const __m128i *)(r + i0 + 8 * c));
+            }
+            __m256 x = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(cb));
             for (int h = 0; h < HN; h++) acc[h][c] = _mm256_fmadd_ps(w[h], x, acc[h][c]);
         }
     }
@@ -367,9 +474,10 @@ pv_block_avx2(const float *p, int64_t ld, int HN, int NV, const int8_t *v, int64
 }
 
 #define PV_CASE(hn, nv)                                                                         \
-    case (hn) * 8 + (nv): pv_block_avx2(ph, ld, hn, nv, v, rs, n, d, i0, yh, ys); break;
-TDM_TARGET_AVX2 static void pv_avx2(const float *p, int64_t ld, int64_t G, const int8_t *v,
-                                    int64_t rs, int64_t n, int64_t d, float *y, int64_t ys) {
+    case (hn) * 8 + (nv): pv_block_avx2(ph, ld, hn, nv, v, rs, n, d, i0, yh, ys, q4); break;
+TDM_TARGET_AVX2 static AI void pv_avx2_f(const float *p, int64_t ld, int64_t G, const int8_t *v,
+                                         int64_t rs, int64_t n, int64_t d, float *y, int64_t ys,
+                                         bool q4) {
     int64_t d8 = d & ~(int64_t)7;
     for (int64_t i0 = 0; i0 < d8; i0 += 32) {
         int nv = d8 - i0 >= 32 ? 4 : (int)((d8 - i0) / 8);
@@ -381,7 +489,7 @@ TDM_TARGET_AVX2 static void pv_avx2(const float *p, int64_t ld, int64_t G, const
                 PV_CASE(1, 1) PV_CASE(1, 2) PV_CASE(1, 3) PV_CASE(1, 4)
                 PV_CASE(2, 1) PV_CASE(2, 2) PV_CASE(2, 3) PV_CASE(2, 4)
                 PV_CASE(3, 1) PV_CASE(3, 2) PV_CASE(3, 3)
-            default: pv_block_avx2(ph, ld, 3, 4, v, rs, n, d, i0, yh, ys); break;
+            default: pv_block_avx2(ph, ld, 3, 4, v, rs, n, d, i0, yh, ys, q4); break;
             }
         }
     }
@@ -389,15 +497,17 @@ TDM_TARGET_AVX2 static void pv_avx2(const float *p, int64_t ld, int64_t G, const
     if (d8 < d)
         for (int64_t t = 0; t < n; t++) {
             const int8_t *r = v + t * rs;
-            float s = group_scale(r, d, d8 / GROUP);
+            float s = group_scale(r, scales_at(d, q4), d8 / GROUP);
             for (int64_t h = 0; h < G; h++) {
                 float w = p[h * ld + t] * s;
-                for (int64_t i = d8; i < d; i++) y[h * ys + i] += w * (float)r[i];
+                for (int64_t i = d8; i < d; i++) y[h * ys + i] += w * (float)kv_code(r, i, q4);
             }
         }
 }
+PV_PAIR(TDM_TARGET_AVX2, pv_avx2, pv_avx2_f)
 
 static const tdm_llm_i8_fns fns_avx2 = {scores_avx2, pv_avx2, TDM_ISA_AVX2};
+static const tdm_llm_i8_fns fns4_avx2 = {scores_avx24, pv_avx24, TDM_ISA_AVX2};
 
 /* ---- AVX-512 ---- */
 
@@ -410,8 +520,6 @@ TDM_TARGET_AVX512 static inline __mmask16 mask_of(int64_t left) {
 #ifndef I8_AHEAD
 #define I8_AHEAD 4096
 #endif
-
-#define AI __attribute__((always_inline)) inline
 
 #define VN_MAXC 8 /* chunks of 64 codes a row: head sizes up to 512 */
 #define TDM_TARGET_VNNI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma")))
@@ -440,10 +548,33 @@ typedef struct vt_query {
     _Alignas(64) int32_t gidx[VN_MAXC][16];         /* lane (b, i): the scale dword of row 4 (b >> 1) + i, group 2c + (b & 1) */
 } vt_query;
 
+/* Chunk c (values 64 c ..) of a row as 64 unsigned codes in order: the 8-bit codes + 128
+ * (bytes of m), or the 4-bit codes as they are (32 bytes of nibbles, the low 32 bits of m;
+ * bytes outside m read as code 0). */
+TDM_TARGET_VNNI static AI __m512i chunk_codes(const int8_t *r, int c, __mmask64 m, bool q4) {
+    if (!q4)
+        return _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, r + 64 * c), _mm512_set1_epi8((char)0x80));
+    const __m256i nib = _mm256_set1_epi8(15);
+    __m256i x = _mm256_maskz_loadu_epi8((__mmask32)m, r + 32 * c);
+    __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(x, nib)),
+                                   _mm256_and_si256(_mm256_srli_epi16(x, 4), nib), 1);
+    /* [low nibbles of groups 2c, 2c + 1 | high nibbles of both] -> values in order */
+    return _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));
+}
+
+/* the load masks of a row's chunks (chunk_codes' m) */
+static void chunk_masks(int64_t d, int NC, bool q4, __mmask64 *cm) {
+    for (int c = 0; c < NC; c++) {
+        int64_t w = q4 ? 16 * ((d + GROUP - 1) / GROUP) - 32 * c : d - 64 * c;
+        cm[c] = w >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << w) - 1);
+    }
+}
+
 TDM_TARGET_VNNI static AI void vt_block(const vt_query *vq, int HN, int NC, const int8_t *r,
                                         int64_t rs, int64_t rows, const __mmask64 *cm,
-                                        bool prefetch, const int8_t *vnext, float *out, int64_t ld) {
-    const __m512i bias = _mm512_set1_epi8((char)0x80), hi = _mm512_set1_epi32((int)0xffff0000u);
+                                        bool prefetch, const int8_t *vnext, float *out, int64_t ld,
+                                        bool q4) {
+    const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
     __m512 f[QHEADS][2];
     for (int h = 0; h < HN; h++) f[h][0] = f[h][1] = _mm512_setzero_ps();
     __mmask16 lm[2] = {0xffff, 0xffff};
@@ -470,7 +601,7 @@ TDM_TARGET_VNNI static AI void vt_block(const vt_query *vq, int HN, int NC, cons
             for (int i = 0; i < 4; i++) {
                 int64_t row = 4 * st + i;
                 __mmask64 m = row < rows ? cm[c] : 0;
-                x[i] = _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, r + row * rs + 64 * c), bias);
+                x[i] = chunk_codes(r + row * rs, c, m, q4);
             }
             __m512i t0 = _mm512_unpacklo_epi32(x[0], x[1]), t1 = _mm512_unpackhi_epi32(x[0], x[1]);
             __m512i t2 = _mm512_unpacklo_epi32(x[2], x[3]), t3 = _mm512_unpackhi_epi32(x[2], x[3]);
@@ -513,34 +644,33 @@ TDM_TARGET_VNNI static AI void vt_block(const vt_query *vq, int HN, int NC, cons
 
 TDM_TARGET_VNNI static AI void vt_rows(const vt_query *vq, int HN, int NC, const int8_t *k,
                                        int64_t rs, int64_t n, const __mmask64 *cm, bool prefetch,
-                                       const int8_t *vnext, float *out, int64_t ld) {
+                                       const int8_t *vnext, float *out, int64_t ld, bool q4) {
     for (int64_t t = 0; t < n; t += 16)
         vt_block(vq, HN, NC, k + t * rs, rs, n - t < 16 ? n - t : 16, cm, prefetch,
-                 vnext ? vnext + t * rs : NULL, out + t, ld);
+                 vnext ? vnext + t * rs : NULL, out + t, ld, q4);
 }
 
-TDM_TARGET_VNNI static void scores_vnni(const float *const *q, int64_t G, const int8_t *k,
-                                        int64_t rs, int64_t n, int64_t d, float scale, float *out,
-                                        int64_t ld, const int8_t *vnext) {
+TDM_TARGET_VNNI static AI void scores_vnni_f(const float *const *q, int64_t G, const int8_t *k,
+                                             int64_t rs, int64_t n, int64_t d, float scale,
+                                             float *out, int64_t ld, const int8_t *vnext, bool q4) {
     int64_t chunks = (d + 63) / 64;
-    if (d < 16 || chunks > VN_MAXC || rs > TDM_KV_I8_ROW(VN_MAXC * 64)) {
-        scores_avx2(q, G, k, rs, n, d, scale, out, ld, vnext);
+    if (d < 16 || chunks > VN_MAXC ||
+        rs > (q4 ? TDM_KV_I4_ROW(VN_MAXC * 64) : TDM_KV_I8_ROW(VN_MAXC * 64))) {
+        if (q4) scores_avx24(q, G, k, rs, n, d, scale, out, ld, vnext);
+        else scores_avx2(q, G, k, rs, n, d, scale, out, ld, vnext);
         return;
     }
     int NC = (int)chunks;
-    int64_t ng = (d + GROUP - 1) / GROUP;
-    __mmask64 cm[VN_MAXC]; /* the codes of each chunk */
-    for (int c = 0; c < NC; c++) {
-        int64_t w = d - 64 * c;
-        cm[c] = w >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << w) - 1);
-    }
+    int64_t ng = (d + GROUP - 1) / GROUP, so = scales_at(d, q4);
+    __mmask64 cm[VN_MAXC]; /* the code bytes of each chunk */
+    chunk_masks(d, NC, q4, cm);
     vt_query vq;
     float qs[QHEADS][TDM_LLM_KV_I8_MAX_D / GROUP];
     _Alignas(64) int8_t qc[QHEADS][VN_MAXC * 64];
     for (int c = 0; c < NC; c++)
         for (int L = 0; L < 16; L++) {
             int b = L >> 2, g = 2 * c + (b & 1);
-            vq.gidx[c][L] = (int32_t)((4 * (b >> 1) + (L & 3)) * rs + d + 2 * (g < ng ? g : ng - 1) - 2);
+            vq.gidx[c][L] = (int32_t)((4 * (b >> 1) + (L & 3)) * rs + so + 2 * (g < ng ? g : ng - 1) - 2);
         }
     for (int64_t h0 = 0; h0 < G; h0 += QHEADS) {
         int hn = G - h0 < QHEADS ? (int)(G - h0) : QHEADS;
@@ -554,7 +684,7 @@ TDM_TARGET_VNNI static void scores_vnni(const float *const *q, int64_t G, const 
                     for (int jj = 0; jj < 4; jj++) vq.q[h][c][jj][L] = dw[4 * (L >> 2) + jj];
                     int32_t sum = 0;
                     for (int64_t i = 32 * g; i < 32 * g + 32 && i < d; i++) sum += qc[h][i];
-                    vq.corr[h][c][L] = 128 * sum;
+                    vq.corr[h][c][L] = (q4 ? 8 : 128) * sum;
                     vq.qs[h][c][L] = g < ng ? qs[h][g] * scale : 0.0f;
                 }
             }
@@ -565,9 +695,9 @@ TDM_TARGET_VNNI static void scores_vnni(const float *const *q, int64_t G, const 
 #define VT_CASE(HN_)                                                                            \
     case HN_:                                                                                   \
         switch (NC) {                                                                           \
-        case 1: vt_rows(&vq, HN_, 1, k, rs, n, cm, pf, vn, o, ld); break;                         \
-        case 2: vt_rows(&vq, HN_, 2, k, rs, n, cm, pf, vn, o, ld); break;                         \
-        default: vt_rows(&vq, HN_, NC, k, rs, n, cm, pf, vn, o, ld); break;                       \
+        case 1: vt_rows(&vq, HN_, 1, k, rs, n, cm, pf, vn, o, ld, q4); break;                     \
+        case 2: vt_rows(&vq, HN_, 2, k, rs, n, cm, pf, vn, o, ld, q4); break;                     \
+        default: vt_rows(&vq, HN_, NC, k, rs, n, cm, pf, vn, o, ld, q4); break;                   \
         }                                                                                       \
         break;
         switch (hn) {
@@ -579,6 +709,7 @@ TDM_TARGET_VNNI static void scores_vnni(const float *const *q, int64_t G, const 
 #undef VT_CASE
     }
 }
+SCORES_PAIR(TDM_TARGET_VNNI, scores_vnni, scores_vnni_f)
 
 /* p.V: 64 columns (two scale groups) x HN heads of accumulators in registers. The rows go in
  * blocks of PV_ROWS: first each head's weights times the rows' scales, w[h][gg][t] =
@@ -589,7 +720,7 @@ TDM_TARGET_VNNI static void scores_vnni(const float *const *q, int64_t G, const 
 
 TDM_TARGET_AVX512 static AI void pv_weights_avx512(const float *p, int64_t ld, int HN,
                                                    const int8_t *v, int64_t rs, int64_t cnt,
-                                                   int64_t d, int64_t g0, int ngg,
+                                                   int64_t so, int64_t g0, int ngg,
                                                    float (*w)[2][PV_ROWS]) {
     const __m512i step = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                                             _mm512_set1_epi32((int)rs));
@@ -602,7 +733,7 @@ TDM_TARGET_AVX512 static AI void pv_weights_avx512(const float *p, int64_t ld, i
             if (gg < ngg) /* the scale as the high half of the dword that ends with it */
                 sk = _mm512_castsi512_ps(_mm512_and_si512(
                     _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, step,
-                                                (const void *)(r + d + 2 * (g0 + gg) - 2), 1),
+                                                (const void *)(r + so + 2 * (g0 + gg) - 2), 1),
                     hi));
             for (int h = 0; h < HN; h++)
                 _mm512_storeu_ps(w[h][gg] + t, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, p + h * ld + t), sk));
@@ -623,7 +754,7 @@ TDM_TARGET_AVX512 static AI void pv_block_avx512(const float *p, int64_t ld, int
     for (int64_t t0 = 0; t0 < n; t0 += PV_ROWS) {
         int64_t cnt = n - t0 < PV_ROWS ? n - t0 : PV_ROWS;
         const int8_t *vb = v + t0 * rs;
-        pv_weights_avx512(p + t0, ld, HN, vb, rs, cnt, d, g0, ngg, w);
+        pv_weights_avx512(p + t0, ld, HN, vb, rs, cnt, d, g0, ngg, w); /* scales at d */
         for (int64_t t = 0; t < cnt; t++) {
             const int8_t *r = vb + t * rs + i0;
             if (prefetch) _mm_prefetch((const char *)(r + I8_AHEAD), _MM_HINT_T0);
@@ -686,7 +817,7 @@ TDM_TARGET_AVX512 static void pv_avx512(const float *p, int64_t ld, int64_t G, c
  * 128-bit lane in the order (0-3 | 4-7) of each 8, put back once at the end. */
 TDM_TARGET_VNNI static AI void pvq_block(const float *p, int64_t ld, int HN, const int8_t *v,
                                          int64_t rs, int64_t n, int64_t d, int64_t i0,
-                                         __mmask64 cm, float *y, int64_t ys) {
+                                         __mmask64 cm, float *y, int64_t ys, bool q4) {
     float w[QHEADS][2][PV_ROWS];
     _Alignas(64) int32_t wq[QHEADS][2][PV_ROWS / 2]; /* int16 pairs: rows 2u, 2u + 1 */
     float wsc[QHEADS][2];
@@ -698,7 +829,7 @@ TDM_TARGET_VNNI static AI void pvq_block(const float *p, int64_t ld, int HN, con
     for (int64_t t0 = 0; t0 < n; t0 += PV_ROWS) {
         int64_t cnt = n - t0 < PV_ROWS ? n - t0 : PV_ROWS;
         const int8_t *vb = v + t0 * rs;
-        pv_weights_avx512(p + t0, ld, HN, vb, rs, cnt, d, g0, ngg, w);
+        pv_weights_avx512(p + t0, ld, HN, vb, rs, cnt, scales_at(d, q4), g0, ngg, w);
         for (int h = 0; h < HN; h++)
             for (int gg = 0; gg < 2; gg++) {
                 __m512 mx = _mm512_setzero_ps();
@@ -718,9 +849,17 @@ TDM_TARGET_VNNI static AI void pvq_block(const float *p, int64_t ld, int HN, con
         for (int h = 0; h < HN; h++)
             for (int c = 0; c < 4; c++) ia[h][c] = _mm512_setzero_si512();
         for (int64_t t = 0; t < cnt; t += 2) {
-            const int8_t *ra = vb + t * rs + i0, *rb = t + 1 < cnt ? ra + rs : ra; /* weight 0 */
-            _mm_prefetch((const char *)(ra + I8_AHEAD), _MM_HINT_T0);
-            __m512i a = _mm512_maskz_loadu_epi8(cm, ra), b = _mm512_maskz_loadu_epi8(cm, rb);
+            const int8_t *ra = vb + t * rs, *rb = t + 1 < cnt ? ra + rs : ra; /* weight 0 */
+            _mm_prefetch((const char *)(ra + (q4 ? i0 / 2 : i0) + I8_AHEAD), _MM_HINT_T0);
+            __m512i a, b; /* the chunk's signed codes */
+            if (q4) {
+                const __m512i eight = _mm512_set1_epi8(8);
+                a = _mm512_sub_epi8(chunk_codes(ra, (int)(i0 / 64), cm, true), eight);
+                b = _mm512_sub_epi8(chunk_codes(rb, (int)(i0 / 64), cm, true), eight);
+            } else {
+                a = _mm512_maskz_loadu_epi8(cm, ra + i0);
+                b = _mm512_maskz_loadu_epi8(cm, rb + i0);
+            }
             __m512i alo = _mm512_cvtepi8_epi16(_mm512_castsi512_si256(a));
             __m512i blo = _mm512_cvtepi8_epi16(_mm512_castsi512_si256(b));
             __m512i ahi = _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(a, 1));
@@ -755,31 +894,36 @@ TDM_TARGET_VNNI static AI void pvq_block(const float *p, int64_t ld, int HN, con
         }
 }
 
-TDM_TARGET_VNNI static void pv_vnni(const float *p, int64_t ld, int64_t G, const int8_t *v,
-                                    int64_t rs, int64_t n, int64_t d, float *y, int64_t ys) {
-    if (d < 2) {
-        pv_avx2(p, ld, G, v, rs, n, d, y, ys);
+TDM_TARGET_VNNI static AI void pv_vnni_f(const float *p, int64_t ld, int64_t G, const int8_t *v,
+                                         int64_t rs, int64_t n, int64_t d, float *y, int64_t ys,
+                                         bool q4) {
+    if (d < 2) { /* the scale gathers read the dword ending with a scale */
+        if (q4) pv_avx24(p, ld, G, v, rs, n, d, y, ys);
+        else pv_avx2(p, ld, G, v, rs, n, d, y, ys);
         return;
     }
+    __mmask64 cms[VN_MAXC * 2];
+    chunk_masks(d, (int)((d + 63) / 64), q4, cms);
     for (int64_t i0 = 0; i0 < d; i0 += 64) {
-        int64_t w = d - i0 < 64 ? d - i0 : 64;
-        __mmask64 cm = w >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << w) - 1);
+        __mmask64 cm = cms[i0 / 64];
         for (int64_t h0 = 0; h0 < G; h0 += QHEADS) {
             int hn = G - h0 < QHEADS ? (int)(G - h0) : QHEADS;
             const float *ph = p + h0 * ld;
             float *yh = y + h0 * ys;
             switch (hn) {
-            case 1: pvq_block(ph, ld, 1, v, rs, n, d, i0, cm, yh, ys); break;
-            case 2: pvq_block(ph, ld, 2, v, rs, n, d, i0, cm, yh, ys); break;
-            case 3: pvq_block(ph, ld, 3, v, rs, n, d, i0, cm, yh, ys); break;
-            default: pvq_block(ph, ld, 4, v, rs, n, d, i0, cm, yh, ys); break;
+            case 1: pvq_block(ph, ld, 1, v, rs, n, d, i0, cm, yh, ys, q4); break;
+            case 2: pvq_block(ph, ld, 2, v, rs, n, d, i0, cm, yh, ys, q4); break;
+            case 3: pvq_block(ph, ld, 3, v, rs, n, d, i0, cm, yh, ys, q4); break;
+            default: pvq_block(ph, ld, 4, v, rs, n, d, i0, cm, yh, ys, q4); break;
             }
         }
     }
 }
+PV_PAIR(TDM_TARGET_VNNI, pv_vnni, pv_vnni_f)
 
 static const tdm_llm_i8_fns fns_avx512 = {scores_avx2, pv_avx512, TDM_ISA_AVX512_CORE};
 static const tdm_llm_i8_fns fns_vnni = {scores_vnni, pv_vnni, TDM_ISA_AVX512_CORE_VNNI};
+static const tdm_llm_i8_fns fns4_vnni = {scores_vnni4, pv_vnni4, TDM_ISA_AVX512_CORE_VNNI};
 #endif
 
 const tdm_llm_i8_fns *tdm_llm_i8_fns_for(tdm_cpu_isa level) {
@@ -790,4 +934,13 @@ const tdm_llm_i8_fns *tdm_llm_i8_fns_for(tdm_cpu_isa level) {
 #endif
     (void)level;
     return &fns_portable;
+}
+
+const tdm_llm_i8_fns *tdm_llm_i4_fns_for(tdm_cpu_isa level) {
+#ifdef TDM_SIMD_X86
+    if (level >= TDM_ISA_AVX512_CORE_VNNI) return &fns4_vnni;
+    if (level >= TDM_ISA_AVX2) return &fns4_avx2;
+#endif
+    (void)level;
+    return &fns4_portable;
 }
