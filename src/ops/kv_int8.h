@@ -20,8 +20,12 @@
  * bfloat16 scale s_g per group (2 bytes each, native order):
  *     byte j of group g: low nibble = code of value 32 g + j, high nibble = code of value
  *     32 g + 16 + j (j < 16; the codes of values past head_dim are 8),
- *     x[i] ~ s_g * (c[i] - 8), c in [0, 15],
- * the layout of GGUF's Q4_0 blocks (scale = the group's value of largest magnitude / -8). The
+ *     y[i] ~ s_g * (c[i] - 8), c in [0, 15],
+ * the layout of GGUF's Q4_0 blocks (scale = the group's value of largest magnitude / -8),
+ * where y is the row x with each whole group of 32 values rotated by the orthonormal
+ * Walsh-Hadamard matrix H / sqrt(32) (its own inverse; a last group shorter than 32 is not
+ * rotated): a channel far larger than the others spreads over the group instead of taking
+ * its scale, and dot products are unchanged when the query is rotated the same way. The
  * cache tensor is uint8 [batch, kv_heads, length, TDM_KV_I4_ROW(head_dim)]; the row length
  * does not give head_dim back (the query's width does). */
 #define TDM_KV_I4_ROW(d) (18 * (((d) + TDM_KV_I8_GROUP - 1) / TDM_KV_I8_GROUP))

@@ -2,10 +2,12 @@
  * ops/kv_int8.h's rows: head_dim codes, then one bfloat16 scale per 32 codes), and its 4-bit
  * cache (uint8 past / present, TDM_KV_I4_ROW: Q4_0's groups of 16 bytes of nibbles, then the
  * scales): every test below runs for both forms (g_q4), the 4-bit one against a reference
- * of its own (per group, s = the value of largest magnitude / -8 with |s| rounded up to a
- * bfloat16, c = round(x / s) + 8 in [0, 15]; dequantised values within |s| / 2, or |s| where
- * a value of the other sign clips at code 15); test_nibbles checks the nibble order on a row
- * whose codes are known.
+ * of its own (each whole group of 32 values rotated by the Walsh-Hadamard matrix / sqrt(32),
+ * written out here as a matrix; per group, s = the value of largest magnitude / -8 with |s|
+ * rounded up to a bfloat16, c = round(y / s) + 8 in [0, 15]; dequantised values within |s| / 2
+ * of the rotated ones, or |s| where a value of the other sign clips at code 15), the kernel's
+ * attention against one over the dequantised rows rotated back; test_nibbles checks the
+ * nibble order on a row whose codes are known.
  *   - quantisation: the codes and scales of a row equal a reference computed here (per group
  *     s = max|x| / 127 rounded up to a bfloat16, c = round(x / s) in double); dequantised
  *     values are within s / 2;
@@ -66,6 +68,20 @@ static const tdm_llm_i8_fns *fns_for(tdm_cpu_isa l) {
 static void dequantize_rows(const int8_t *rows, int64_t rs, int64_t n, int64_t d, float *out) {
     (g_q4 ? tdm_llm_kv4_dequantize_rows : tdm_llm_kv_dequantize_rows)(rows, rs, n, d, out);
 }
+/* x = H x / sqrt(32) per whole group of 32 (4-bit cache only), H[i][k] = (-1)^popcount(i & k),
+ * in double precision */
+static void rotate_ref(float *x, int64_t d) {
+    if (!g_q4) return;
+    for (int64_t g0 = 0; g0 + 32 <= d; g0 += 32) {
+        double y[32];
+        for (int i = 0; i < 32; i++) {
+            y[i] = 0;
+            for (int k = 0; k < 32; k++)
+                y[i] += (__builtin_popcount((unsigned)(i & k)) & 1 ? -1.0 : 1.0) * x[g0 + k];
+        }
+        for (int i = 0; i < 32; i++) x[g0 + i] = (float)(y[i] / sqrt(32.0));
+    }
+}
 static void quantize_row(const float *x, int64_t d, int8_t *row) {
     (g_q4 ? tdm_llm_kv4_quantize_row : tdm_llm_kv_quantize_row)(x, d, row);
 }
@@ -112,7 +128,10 @@ static void set_scale(int8_t *row, int64_t d, int64_t g, float s) { /* s a bfloa
 
 /* reference quantisation of one row: per group of 32, the scale max|x| / 127 rounded up to
  * the next bfloat16 (nextafter steps), codes rounded in double precision (ties to even) */
-static void ref_quantize(const float *x, int64_t d, int8_t *row) {
+static void ref_quantize(const float *x0, int64_t d, int8_t *row) {
+    float x[1024];
+    memcpy(x, x0, sizeof(float) * (size_t)d);
+    rotate_ref(x, d);
     if (g_q4) memset(row, 0x88, (size_t)scales_at(d)); /* code 8 past d */
     for (int64_t g0 = 0; g0 < d; g0 += 32) {
         int64_t g1 = g0 + 32 < d ? g0 + 32 : d;
@@ -147,6 +166,7 @@ static void test_quantize(void **state) {
         for (int64_t i = 0; i < d; i++) x[i] = amp * frand();
         quantize_row(x, d, got);
         ref_quantize(x, d, want);
+        rotate_ref(x, d); /* the values the codes stand for */
         if (memcmp(got, want, (size_t)scales_at(d)) && g_q4) /* every nibble, the padding too */
             for (int64_t i = 0; i < 32 * ((d + 31) / 32); i++)
                 if (abs(code_of(got, i) - code_of(want, i)) > (i < d))
@@ -206,22 +226,17 @@ static void test_nibbles(void **state) {
     enum { ND = 40 };
     float x[ND];
     int8_t row[TDM_KV_I4_ROW(ND)];
-    /* x = c - 8 with codes c(i) = 7 i mod 16: -8 at 0, 16 and 32 (the first of each group's
-     * largest magnitudes: scale -8 / -8 = 1) */
-    for (int i = 0; i < ND; i++) x[i] = (float)((i * 7) % 16 - 8);
-    tdm_llm_kv4_quantize_row(x, ND, row);
-    const uint8_t *u = (const uint8_t *)row;
+    /* codes c(i) = 7 i mod 16 written byte by byte (byte j of a group: value j in the low
+     * nibble, j + 16 in the high one; 8 past d), scale 1.0: the row's values are c - 8 */
+    uint8_t *u = (uint8_t *)row;
     for (int j = 0; j < 16; j++) {
-        int g0 = (j * 7) % 16 | ((j + 16) * 7) % 16 << 4;          /* values j, j + 16 */
-        int g1 = (j + 32 < ND ? ((j + 32) * 7) % 16 : 8) | 8 << 4; /* j + 32; 48 + j is past d */
-        if (u[j] != g0) fail_msg("group 0 byte %d: 0x%02x, want 0x%02x", j, u[j], g0);
-        if (u[16 + j] != g1) fail_msg("group 1 byte %d: 0x%02x, want 0x%02x", j, u[16 + j], g1);
+        u[j] = (uint8_t)((j * 7) % 16 | ((j + 16) * 7) % 16 << 4);
+        u[16 + j] = (uint8_t)((j + 32 < ND ? ((j + 32) * 7) % 16 : 8) | 8 << 4);
     }
-    uint16_t s0, s1;
-    memcpy(&s0, row + 32, 2);
-    memcpy(&s1, row + 34, 2);
-    assert_int_equal(s0, 0x3f80); /* bfloat16 1.0 */
-    assert_int_equal(s1, 0x3f80);
+    const uint16_t one = 0x3f80; /* bfloat16 1.0 */
+    memcpy(row + 32, &one, 2);
+    memcpy(row + 34, &one, 2);
+    for (int i = 0; i < ND; i++) x[i] = (float)((i * 7) % 16 - 8);
     float y[ND];
     tdm_llm_kv4_dequantize_rows(row, TDM_KV_I4_ROW(ND), 1, ND, y);
     for (int i = 0; i < ND; i++)
@@ -436,10 +451,12 @@ static void step(tdm_cpu_isa isa, int threads, bool rotary, int S, const int *pa
         ref_quantize((float *)fk->data + r * D, D, (int8_t *)qk->data + r * RS);
         ref_quantize((float *)fv->data + r * D, D, (int8_t *)qv->data + r * RS);
     }
-    /* the float reference sees what the int8 cache holds for the past */
+    /* the float reference sees what the int8 cache holds for the past (4-bit: rotated back) */
     for (int64_t r = 0; r < B * KVH * L; r++) {
         dequantize_rows((int8_t *)qk->data + r * RS, RS, 1, D, (float *)fk->data + r * D);
         dequantize_rows((int8_t *)qv->data + r * RS, RS, 1, D, (float *)fv->data + r * D);
+        rotate_ref((float *)fk->data + r * D, D);
+        rotate_ref((float *)fv->data + r * D, D);
     }
     tdm_tensor *qk0 = NULL, *qv0 = NULL;
     assert_null(tdm_tensor_clone(&g_alloc, qk, &qk0));
@@ -510,6 +527,7 @@ static void step(tdm_cpu_isa isa, int threads, bool rotary, int S, const int *pa
                     tdm_llm_rotate(qr, (float *)cosc->data + pos * (D / 2),
                                    (float *)sinc->data + pos * (D / 2), D, false);
                 }
+                rotate_ref(qr, D);        /* 4-bit: as the cache's rows */
                 dequant_query(qr, D, qr); /* the int8 cache's attention: the quantised query */
                 double lg[L], mx = -1e300, sum = 0;
                 float kr[D], vr[D];
@@ -525,6 +543,12 @@ static void step(tdm_cpu_isa isa, int threads, bool rotary, int S, const int *pa
                 for (int t = 0; t < n; t++) {
                     dequantize_rows((int8_t *)qv->data + ((b * KVH + g) * L + t) * RS, RS, 1, D, vr);
                     for (int i = 0; i < D; i++) out[i] += lg[t] / sum * vr[i];
+                }
+                if (g_q4) { /* back from the rows' rotation */
+                    float o32[D];
+                    for (int i = 0; i < D; i++) o32[i] = (float)out[i];
+                    rotate_ref(o32, D);
+                    for (int i = 0; i < D; i++) out[i] = o32[i];
                 }
                 const float *got = (float *)y->data + ((b * S + s) * H + h) * D;
                 const float *fl = (float *)yf->data + ((b * S + s) * H + h) * D;

@@ -52,11 +52,16 @@ const tdm_llm_i8_fns *tdm_llm_i8_fns_for(tdm_cpu_isa level);
  * nibbles, then the scales; x = scale * (code - 8)), the same contract: AVX-512 VNNI, AVX2
  * (also the AVX-512 level without VNNI), portable. */
 const tdm_llm_i8_fns *tdm_llm_i4_fns_for(tdm_cpu_isa level);
-/* row = the 4-bit codes and scales of x[0..d): per group of 32, m = the value of largest
- * magnitude, s = m / -8 with |s| rounded up to a bfloat16, c = round(x / s) + 8 (nearest
- * even) in [0, 15]; s = 0 and codes 8 when the group is all 0 */
+/* row = the 4-bit codes and scales of y = x[0..d) rotated (tdm_llm_kv4_rotate): per group of
+ * 32, m = the value of largest magnitude, s = m / -8 with |s| rounded up to a bfloat16,
+ * c = round(y / s) + 8 (nearest even) in [0, 15]; s = 0 and codes 8 when the group is all 0
+ * (d <= TDM_LLM_KV_I8_MAX_D) */
 void tdm_llm_kv4_quantize_row(const float *x, int64_t d, int8_t *row);
-/* out[t * d + i] = x_t[i] for t < n (4-bit rows, stride rs bytes) */
+/* x[0..d): each whole group of 32 values times H / sqrt(32) (Walsh-Hadamard, natural order;
+ * its own inverse). The 4-bit cache holds rotated rows: its scores take the query rotated
+ * so, its p.V sums come out rotated and are rotated back. */
+void tdm_llm_kv4_rotate(float *x, int64_t d);
+/* out[t * d + i] = y_t[i] for t < n (4-bit rows, stride rs bytes: the rotated values) */
 void tdm_llm_kv4_dequantize_rows(const int8_t *rows, int64_t rs, int64_t n, int64_t d, float *out);
 /* row = the codes and scales of x[0..d): per group of 32, s = max|x| / 127 rounded up to a
  * bfloat16, c = round(x / s) (nearest even) */

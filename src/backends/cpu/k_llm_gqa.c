@@ -253,6 +253,7 @@ static void gqa_block_gemm(const gqa_job *j, int64_t b, int64_t g, int64_t s0, i
         for (int64_t r = 0; r < rows; r++) {
             const float *q = query_row(j, b, h, s0 + r, qb + r * j->D);
             if (q != qb + r * j->D) memcpy(qb + r * j->D, q, (size_t)j->D * sizeof(float));
+            if (j->q4) tdm_llm_kv4_rotate(qb + r * j->D, j->D); /* as the cache's rows */
             if (j->i8) tdm_llm_q8_round(qb + r * j->D, j->D); /* as decode's dot products */
         }
         block_gemm(j->simd, true, rows, cols, j->D, j->scale, qb, j->D, kc + lo0 * j->D, j->D, sc, ld);
@@ -270,8 +271,25 @@ static void gqa_block_gemm(const gqa_job *j, int64_t b, int64_t g, int64_t s0, i
             memset(row, 0, (size_t)a * sizeof(float));
             memset(row + e, 0, (size_t)(ld - e) * sizeof(float));
         }
-        block_gemm(j->simd, false, rows, j->D, cols, 1.0f, sc, ld, vc + lo0 * j->D, j->D,
-                   j->y + (b * j->S + s0) * j->H * j->D + h * j->D, j->H * j->D);
+        float *y = j->y + (b * j->S + s0) * j->H * j->D + h * j->D;
+        block_gemm(j->simd, false, rows, j->D, cols, 1.0f, sc, ld, vc + lo0 * j->D, j->D, y,
+                   j->H * j->D);
+        for (int64_t r = 0; j->q4 && r < rows; r++) tdm_llm_kv4_rotate(y + r * j->H * j->D, j->D);
+    }
+}
+
+/* The group's query rows for the cache's dot products: as they are, or (4-bit cache)
+ * rotated as its rows are, in buf (group * D floats). */
+static void group_queries(const gqa_job *j, int64_t b, int64_t g, int64_t s, float *buf,
+                          const float **q) {
+    int64_t group = j->H / j->KVH;
+    for (int64_t i = 0; i < group; i++) {
+        float *bi = buf + i * j->D;
+        q[i] = query_row(j, b, g * group + i, s, bi);
+        if (!j->q4) continue;
+        if (q[i] != bi) memcpy(bi, q[i], (size_t)j->D * sizeof(float));
+        tdm_llm_kv4_rotate(bi, j->D);
+        q[i] = bi;
     }
 }
 
@@ -294,9 +312,9 @@ static void gqa_item_part(const gqa_job *j, int64_t b, int64_t g, int64_t k, flo
         float *o = j->partial + ((b * j->H + g * group + i) * j->parts + k) * slot;
         o[j->D] = -INFINITY; /* empty until shown otherwise */
         live[i] = false;
-        if (a < e) q[i] = query_row(j, b, g * group + i, 0, qbuf + i * j->D);
     }
     if (a >= e) return;
+    group_queries(j, b, g, 0, qbuf, q);
     const int8_t *kq = j->i8 ? j->kq + (b * j->KVH + g) * j->L * j->rs : NULL;
     const int8_t *vq = j->i8 ? j->vq + (b * j->KVH + g) * j->L * j->rs : NULL;
     if (j->i8) /* the whole part in one call: the query is quantised once */
@@ -331,8 +349,10 @@ static void gqa_item_part(const gqa_job *j, int64_t b, int64_t g, int64_t k, flo
         live[i] = true;
     }
     if (j->i8) {
-        j->fi->pv(scores, ld, group, vq + a * j->rs, j->rs, e - a, j->D,
-                  j->partial + ((b * j->H + g * group) * j->parts + k) * slot, j->parts * slot);
+        float *part = j->partial + ((b * j->H + g * group) * j->parts + k) * slot;
+        j->fi->pv(scores, ld, group, vq + a * j->rs, j->rs, e - a, j->D, part, j->parts * slot);
+        for (int64_t i = 0; j->q4 && i < group; i++) /* back from the rows' rotation */
+            tdm_llm_kv4_rotate(part + i * j->parts * slot, j->D);
         return;
     }
     for (int64_t t = a; t < e; t += GQA_KV_BLOCK) {
@@ -385,7 +405,7 @@ static void gqa_row_i8(const gqa_job *j, int64_t b, int64_t g, int64_t s, float 
     const int8_t *vq = j->vq + (b * j->KVH + g) * j->L * j->rs;
     const float *q[64];
     float *y = j->y + (b * j->S + s) * j->H * j->D + g * group * j->D;
-    for (int64_t i = 0; i < group; i++) q[i] = query_row(j, b, g * group + i, s, qbuf + i * j->D);
+    group_queries(j, b, g, s, qbuf, q);
     int64_t lo, n;
     row_range(j, b, s, &lo, &n);
     j->fi->scores(q, group, kq + lo * j->rs, j->rs, n - lo, j->D, j->scale, scores, ld,
@@ -401,6 +421,7 @@ static void gqa_row_i8(const gqa_job *j, int64_t b, int64_t g, int64_t s, float 
             memset(scores + i * ld, 0, (size_t)(n - lo) * sizeof(float)); /* a zero row */
     }
     j->fi->pv(scores, ld, group, vq + lo * j->rs, j->rs, n - lo, j->D, y, j->D);
+    for (int64_t i = 0; j->q4 && i < group; i++) tdm_llm_kv4_rotate(y + i * j->D, j->D); /* back */
 }
 
 /* Item p of pass 2: (batch, kv head, block of query rows). One row (decode): all heads of

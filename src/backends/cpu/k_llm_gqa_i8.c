@@ -121,7 +121,24 @@ void tdm_llm_kv4_dequantize_rows(const int8_t *rows, int64_t rs, int64_t n, int6
     dequantize(rows, rs, n, d, out, true);
 }
 
-void tdm_llm_kv4_quantize_row(const float *x, int64_t d, int8_t *row) {
+void tdm_llm_kv4_rotate(float *x, int64_t d) {
+    for (int64_t g0 = 0; g0 + GROUP <= d; g0 += GROUP) {
+        float *v = x + g0;
+        for (int h = 1; h < GROUP; h <<= 1)
+            for (int i = 0; i < GROUP; i += 2 * h)
+                for (int k = i; k < i + h; k++) {
+                    float a = v[k], b = v[k + h];
+                    v[k] = a + b;
+                    v[k + h] = a - b;
+                }
+        for (int i = 0; i < GROUP; i++) v[i] *= 0.17677669529663688f; /* 1 / sqrt(32) */
+    }
+}
+
+void tdm_llm_kv4_quantize_row(const float *x0, int64_t d, int8_t *row) {
+    float x[TDM_LLM_KV_I8_MAX_D];
+    memcpy(x, x0, (size_t)d * sizeof(float));
+    tdm_llm_kv4_rotate(x, d);
     int64_t ng = (d + GROUP - 1) / GROUP;
     memset(row, 0x88, (size_t)(16 * ng)); /* code 8 (value 0) past d */
     for (int64_t g = 0; g < ng; g++) {
