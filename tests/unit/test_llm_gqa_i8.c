@@ -3,11 +3,11 @@
  * cache (uint8 past / present, TDM_KV_I4_ROW: Q4_0's groups of 16 bytes of nibbles, then the
  * scales): every test below runs for both forms (g_q4), the 4-bit one against a reference
  * of its own (each whole group of 32 values rotated by the Walsh-Hadamard matrix / sqrt(32),
- * written out here as a matrix; per group, s = the value of largest magnitude / -8 with |s|
+ * (checked against the matrix written out here in double); per group, s = the value of largest magnitude / -8 with |s|
  * rounded up to a bfloat16, c = round(y / s) + 8 in [0, 15]; dequantised values within |s| / 2
  * of the rotated ones, or |s| where a value of the other sign clips at code 15), the kernel's
  * attention against one over the dequantised rows rotated back; test_nibbles checks the
- * nibble order on a row whose codes are known.
+ * nibble order on a row whose codes are known and each level's rotation.
  *   - quantisation: the codes and scales of a row equal a reference computed here (per group
  *     s = max|x| / 127 rounded up to a bfloat16, c = round(x / s) in double); dequantised
  *     values are within s / 2;
@@ -82,6 +82,12 @@ static void rotate_ref(float *x, int64_t d) {
         for (int i = 0; i < 32; i++) x[g0 + i] = (float)(y[i] / sqrt(32.0));
     }
 }
+/* the cache's rotation as the kernel does it (float sums; its values are checked against
+ * rotate_ref by test_nibbles): the references below rotate with it, so that a query code at a
+ * rounding tie rounds as the kernel's */
+static void rotate_cache(float *x, int64_t d) {
+    if (g_q4) tdm_llm_kv4_rotate(x, d);
+}
 static void quantize_row(const float *x, int64_t d, int8_t *row) {
     (g_q4 ? tdm_llm_kv4_quantize_row : tdm_llm_kv_quantize_row)(x, d, row);
 }
@@ -131,7 +137,7 @@ static void set_scale(int8_t *row, int64_t d, int64_t g, float s) { /* s a bfloa
 static void ref_quantize(const float *x0, int64_t d, int8_t *row) {
     float x[1024];
     memcpy(x, x0, sizeof(float) * (size_t)d);
-    rotate_ref(x, d);
+    rotate_cache(x, d);
     if (g_q4) memset(row, 0x88, (size_t)scales_at(d)); /* code 8 past d */
     for (int64_t g0 = 0; g0 < d; g0 += 32) {
         int64_t g1 = g0 + 32 < d ? g0 + 32 : d;
@@ -166,7 +172,7 @@ static void test_quantize(void **state) {
         for (int64_t i = 0; i < d; i++) x[i] = amp * frand();
         quantize_row(x, d, got);
         ref_quantize(x, d, want);
-        rotate_ref(x, d); /* the values the codes stand for */
+        rotate_cache(x, d); /* the values the codes stand for */
         if (memcmp(got, want, (size_t)scales_at(d)) && g_q4) /* every nibble, the padding too */
             for (int64_t i = 0; i < 32 * ((d + 31) / 32); i++)
                 if (abs(code_of(got, i) - code_of(want, i)) > (i < d))
@@ -249,6 +255,20 @@ static void test_nibbles(void **state) {
         for (int i = 0; i < ND; i++)
             if (fabsf(out[i] - x[i]) > 1e-3f)
                 fail_msg("%s p.V value %d: %g, want %g", tdm_cpu_isa_name((tdm_cpu_isa)l), i, out[i], x[i]);
+        /* each level's rotation is tdm_llm_kv4_rotate's, bit for bit, and rotate_ref's */
+        for (int d = 40; d <= 96; d += 56) {
+            float a[96], b[96], c[96];
+            for (int i = 0; i < d; i++) a[i] = b[i] = c[i] = frand();
+            tdm_llm_kv4_rotate(a, d);
+            tdm_llm_i4_fns_for((tdm_cpu_isa)l)->rotate(b, d);
+            if (memcmp(a, b, sizeof(float) * (size_t)d))
+                fail_msg("%s rotation differs at d=%d", tdm_cpu_isa_name((tdm_cpu_isa)l), d);
+            g_q4 = true;
+            rotate_ref(c, d);
+            g_q4 = false;
+            for (int i = 0; i < d; i++)
+                if (fabsf(a[i] - c[i]) > 1e-5f) fail_msg("rotation value %d: %g, want %g", i, a[i], c[i]);
+        }
         /* scores against unit queries pick single values */
         for (int i = 0; i < ND; i += 5) {
             float q[ND] = {0}, sc[1];
@@ -527,7 +547,7 @@ static void step(tdm_cpu_isa isa, int threads, bool rotary, int S, const int *pa
                     tdm_llm_rotate(qr, (float *)cosc->data + pos * (D / 2),
                                    (float *)sinc->data + pos * (D / 2), D, false);
                 }
-                rotate_ref(qr, D);        /* 4-bit: as the cache's rows */
+                rotate_cache(qr, D);      /* 4-bit: as the cache's rows */
                 dequant_query(qr, D, qr); /* the int8 cache's attention: the quantised query */
                 double lg[L], mx = -1e300, sum = 0;
                 float kr[D], vr[D];

@@ -44,6 +44,8 @@ typedef struct tdm_llm_i8_fns {
     /* y[h * ys + i] += sum_t p[h * ld + t] * x_t[i] for h < G, i < d (rows v + t * rs) */
     void (*pv)(const float *p, int64_t ld, int64_t G, const int8_t *v, int64_t rs, int64_t n,
                int64_t d, float *y, int64_t ys);
+    /* the 4-bit cache's rotation (tdm_llm_kv4_rotate, the same result); NULL for int8 */
+    void (*rotate)(float *x, int64_t d);
     tdm_cpu_isa isa;
 } tdm_llm_i8_fns;
 /* The best variant at or below level. Never NULL. */

@@ -253,7 +253,7 @@ static void gqa_block_gemm(const gqa_job *j, int64_t b, int64_t g, int64_t s0, i
         for (int64_t r = 0; r < rows; r++) {
             const float *q = query_row(j, b, h, s0 + r, qb + r * j->D);
             if (q != qb + r * j->D) memcpy(qb + r * j->D, q, (size_t)j->D * sizeof(float));
-            if (j->q4) tdm_llm_kv4_rotate(qb + r * j->D, j->D); /* as the cache's rows */
+            if (j->q4) j->fi->rotate(qb + r * j->D, j->D); /* as the cache's rows */
             if (j->i8) tdm_llm_q8_round(qb + r * j->D, j->D); /* as decode's dot products */
         }
         block_gemm(j->simd, true, rows, cols, j->D, j->scale, qb, j->D, kc + lo0 * j->D, j->D, sc, ld);
@@ -274,7 +274,7 @@ static void gqa_block_gemm(const gqa_job *j, int64_t b, int64_t g, int64_t s0, i
         float *y = j->y + (b * j->S + s0) * j->H * j->D + h * j->D;
         block_gemm(j->simd, false, rows, j->D, cols, 1.0f, sc, ld, vc + lo0 * j->D, j->D, y,
                    j->H * j->D);
-        for (int64_t r = 0; j->q4 && r < rows; r++) tdm_llm_kv4_rotate(y + r * j->H * j->D, j->D);
+        for (int64_t r = 0; j->q4 && r < rows; r++) j->fi->rotate(y + r * j->H * j->D, j->D);
     }
 }
 
@@ -288,7 +288,7 @@ static void group_queries(const gqa_job *j, int64_t b, int64_t g, int64_t s, flo
         q[i] = query_row(j, b, g * group + i, s, bi);
         if (!j->q4) continue;
         if (q[i] != bi) memcpy(bi, q[i], (size_t)j->D * sizeof(float));
-        tdm_llm_kv4_rotate(bi, j->D);
+        j->fi->rotate(bi, j->D);
         q[i] = bi;
     }
 }
@@ -352,7 +352,7 @@ static void gqa_item_part(const gqa_job *j, int64_t b, int64_t g, int64_t k, flo
         float *part = j->partial + ((b * j->H + g * group) * j->parts + k) * slot;
         j->fi->pv(scores, ld, group, vq + a * j->rs, j->rs, e - a, j->D, part, j->parts * slot);
         for (int64_t i = 0; j->q4 && i < group; i++) /* back from the rows' rotation */
-            tdm_llm_kv4_rotate(part + i * j->parts * slot, j->D);
+            j->fi->rotate(part + i * j->parts * slot, j->D);
         return;
     }
     for (int64_t t = a; t < e; t += GQA_KV_BLOCK) {
@@ -421,7 +421,7 @@ static void gqa_row_i8(const gqa_job *j, int64_t b, int64_t g, int64_t s, float 
             memset(scores + i * ld, 0, (size_t)(n - lo) * sizeof(float)); /* a zero row */
     }
     j->fi->pv(scores, ld, group, vq + lo * j->rs, j->rs, n - lo, j->D, y, j->D);
-    for (int64_t i = 0; j->q4 && i < group; i++) tdm_llm_kv4_rotate(y + i * j->D, j->D); /* back */
+    for (int64_t i = 0; j->q4 && i < group; i++) j->fi->rotate(y + i * j->D, j->D); /* back */
 }
 
 /* Item p of pass 2: (batch, kv head, block of query rows). One row (decode): all heads of

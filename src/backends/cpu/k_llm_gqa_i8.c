@@ -271,8 +271,9 @@ static AI void pv_port(const float *p, int64_t ld, int64_t G, const int8_t *v, i
 SCORES_PAIR(, scores_portable, SCORES_PORT)
 PV_PAIR(, pv_portable, pv_port)
 
-static const tdm_llm_i8_fns fns_portable = {scores_portable, pv_portable, TDM_ISA_PORTABLE};
-static const tdm_llm_i8_fns fns4_portable = {scores_portable4, pv_portable4, TDM_ISA_PORTABLE};
+static const tdm_llm_i8_fns fns_portable = {scores_portable, pv_portable, NULL, TDM_ISA_PORTABLE};
+static const tdm_llm_i8_fns fns4_portable = {scores_portable4, pv_portable4, tdm_llm_kv4_rotate,
+                                             TDM_ISA_PORTABLE};
 
 #ifdef TDM_SIMD_X86
 #include <immintrin.h>
@@ -523,8 +524,8 @@ TDM_TARGET_AVX2 static AI void pv_avx2_f(const float *p, int64_t ld, int64_t G, 
 }
 PV_PAIR(TDM_TARGET_AVX2, pv_avx2, pv_avx2_f)
 
-static const tdm_llm_i8_fns fns_avx2 = {scores_avx2, pv_avx2, TDM_ISA_AVX2};
-static const tdm_llm_i8_fns fns4_avx2 = {scores_avx24, pv_avx24, TDM_ISA_AVX2};
+static const tdm_llm_i8_fns fns_avx2 = {scores_avx2, pv_avx2, NULL, TDM_ISA_AVX2};
+static const tdm_llm_i8_fns fns4_avx2 = {scores_avx24, pv_avx24, tdm_llm_kv4_rotate, TDM_ISA_AVX2};
 
 /* ---- AVX-512 ---- */
 
@@ -938,9 +939,31 @@ TDM_TARGET_VNNI static AI void pv_vnni_f(const float *p, int64_t ld, int64_t G, 
 }
 PV_PAIR(TDM_TARGET_VNNI, pv_vnni, pv_vnni_f)
 
-static const tdm_llm_i8_fns fns_avx512 = {scores_avx2, pv_avx512, TDM_ISA_AVX512_CORE};
-static const tdm_llm_i8_fns fns_vnni = {scores_vnni, pv_vnni, TDM_ISA_AVX512_CORE_VNNI};
-static const tdm_llm_i8_fns fns4_vnni = {scores_vnni4, pv_vnni4, TDM_ISA_AVX512_CORE_VNNI};
+/* tdm_llm_kv4_rotate in two vectors of 16: the same stages (h = 1, 2, 4, 8 within each
+ * vector by lane swaps, 16 across them) and the same sums and differences, so the same
+ * result bit for bit */
+TDM_TARGET_AVX512 static void rotate_avx512(float *x, int64_t d) {
+    const __m512 sc = _mm512_set1_ps(0.17677669529663688f);
+    for (int64_t g0 = 0; g0 + GROUP <= d; g0 += GROUP) {
+        __m512 v[2] = {_mm512_loadu_ps(x + g0), _mm512_loadu_ps(x + g0 + 16)};
+        for (int k = 0; k < 2; k++) { /* lane i pairs with i ^ h; the upper one takes y - x */
+            __m512 y = _mm512_permute_ps(v[k], 0xb1);
+            v[k] = _mm512_mask_sub_ps(_mm512_add_ps(v[k], y), 0xaaaa, y, v[k]);
+            y = _mm512_permute_ps(v[k], 0x4e);
+            v[k] = _mm512_mask_sub_ps(_mm512_add_ps(v[k], y), 0xcccc, y, v[k]);
+            y = _mm512_shuffle_f32x4(v[k], v[k], 0xb1);
+            v[k] = _mm512_mask_sub_ps(_mm512_add_ps(v[k], y), 0xf0f0, y, v[k]);
+            y = _mm512_shuffle_f32x4(v[k], v[k], 0x4e);
+            v[k] = _mm512_mask_sub_ps(_mm512_add_ps(v[k], y), 0xff00, y, v[k]);
+        }
+        _mm512_storeu_ps(x + g0, _mm512_mul_ps(_mm512_add_ps(v[0], v[1]), sc));
+        _mm512_storeu_ps(x + g0 + 16, _mm512_mul_ps(_mm512_sub_ps(v[0], v[1]), sc));
+    }
+}
+
+static const tdm_llm_i8_fns fns_avx512 = {scores_avx2, pv_avx512, NULL, TDM_ISA_AVX512_CORE};
+static const tdm_llm_i8_fns fns_vnni = {scores_vnni, pv_vnni, NULL, TDM_ISA_AVX512_CORE_VNNI};
+static const tdm_llm_i8_fns fns4_vnni = {scores_vnni4, pv_vnni4, rotate_avx512, TDM_ISA_AVX512_CORE_VNNI};
 #endif
 
 const tdm_llm_i8_fns *tdm_llm_i8_fns_for(tdm_cpu_isa level) {
