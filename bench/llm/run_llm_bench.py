@@ -3,7 +3,7 @@
 
     .venv/bin/python bench/llm/run_llm_bench.py MODEL_DIR [--tandem build/tandem] [--threads 1,2]
         [--prompt-tokens 512] [--positions 10,1000] [--gen-tokens 64] [--reps 3] [--no-tandem]
-        [--engines ort-genai,tandem] [--kv-type auto|f32|f16|int8] [--out results.json] [--md results.md]
+        [--engines ort-genai,tandem] [--kv-type auto|f32|f16|int8|int4] [--out results.json] [--md results.md]
 
 For each thread count and each engine (each in its own process, so that its peak RSS is its own):
   * prefill: a prompt of --prompt-tokens ids, timed from the call to the first token: prefill tokens/s
@@ -29,7 +29,7 @@ Also accepted: "pp_tokens_per_s"/"tg_tokens_per_s" or {"pp": {...}, "tg": {...}}
 --kv-type T is passed to tandem (`tandem bench --kv-type T`: its KV cache type; ORT GenAI always runs
 the folder's own, float32 or float16); the table names the cache type each engine ran with, and the KV
 bytes per position in "decode GB/s" are those of that type (int8: the codes plus one bfloat16 scale per
-32, src/ops/kv_int8.h).
+32; int4: 16 bytes of nibbles and a bfloat16 scale per 32; src/ops/kv_int8.h).
 
 The ORT GenAI side is this script itself (--worker ort-genai): the same model folder, with
 intra_op_num_threads = T overlaid on genai_config.json (onnxruntime_genai.Config.overlay).
@@ -262,7 +262,8 @@ def model_bytes(model_dir):
     d = dec["head_size"]
     # bytes per position of each cache type: tandem's int8 row = d codes + a bfloat16 scale per 32
     kv_per_pos = {"model": rows * d * (2 if f16 else 4), "model_type": "f16" if f16 else "f32",
-                  "f32": rows * d * 4, "f16": rows * d * 2, "int8": rows * (d + 2 * ((d + 31) // 32))}
+                  "f32": rows * d * 4, "f16": rows * d * 2, "int8": rows * (d + 2 * ((d + 31) // 32)),
+                  "int4": rows * 18 * ((d + 31) // 32)}
     del np
     return total, detail, kv_per_pos
 
@@ -305,7 +306,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--membw-mib", type=int, default=1024)
-    ap.add_argument("--kv-type", choices=["auto", "f32", "f16", "int8"],
+    ap.add_argument("--kv-type", choices=["auto", "f32", "f16", "int8", "int4"],
                     help="tandem's KV cache type (tandem bench --kv-type); default: the model's")
     ap.add_argument("--out", help="JSON results")
     ap.add_argument("--md", help="markdown table")
@@ -399,7 +400,7 @@ def main():
               f"{bw.get('read_gbps')} GB/s (bench/llm/membw.c); weights read per decoded token "
               f"{wbytes / 1e6:.2f} MB (MatMulNBits {wdetail['matmulnbits'] / 1e6:.2f} MB, embedding row "
               f"{wdetail['embedding_row']} B, norms {wdetail['norms']} B, float MatMul {wdetail['float_matmul'] / 1e6:.2f} MB); KV cache B per position {kv_per_pos['model']} ({kv_per_pos['model_type']}, the folder's), "
-              f"{kv_per_pos['int8']} (tandem int8); tandem --kv-type {a.kv_type or 'auto'}; "
+              f"{kv_per_pos['int8']} (tandem int8), {kv_per_pos['int4']} (tandem int4); tandem --kv-type {a.kv_type or 'auto'}; "
               f"reps {a.reps} after 1 warm-up, median (min-max)")
     md = header + "\n\n" + "\n".join(lines) + "\n"
     print(md)
