@@ -1,5 +1,8 @@
-/* The 8-bit KV cache of GroupQueryAttention (k_llm_gqa.c with an int8 past/present; the
- * generator's kv_type "int8"): rows of int8 codes with one bfloat16 scale per 32 codes (the
+/* The 8-bit and 4-bit KV caches of GroupQueryAttention (k_llm_gqa.c with an int8 / uint8
+ * past/present; the generator's kv_type "int8" / "int4"). The 4-bit rows (GGUF Q4_0's layout
+ * over values rotated per 32 by a Walsh-Hadamard matrix: ops/kv_int8.h) go through the same
+ * routines as the 8-bit ones (see "q4" below); what follows describes the 8-bit form.
+ * The 8-bit cache: rows of int8 codes with one bfloat16 scale per 32 codes (the
  * row format: ops/kv_int8.h), quantised as each new row enters the cache:
  *     s = max|x| / 127 over the group, rounded up to a bfloat16 (so no code passes 127),
  *     c[i] = round-to-nearest-even(x[i] / s) in [-127, 127] (s = 0: all 0).
