@@ -70,6 +70,9 @@ typedef struct tdm_llm_request_params {
     bool ignore_eos;
     int top_logprobs;        /* 0..20: with each token, the log-probabilities of the most
                                 likely tokens (after temperature, before top-k/top-p) */
+    bool logprobs;           /* each token event carries the token's log-probability (a
+                                log-softmax over the vocabulary per token: asked for, as
+                                OpenAI's logprobs; top_logprobs > 0 implies it) */
 } tdm_llm_request_params;
 
 typedef enum tdm_llm_finish {
@@ -90,7 +93,7 @@ typedef struct tdm_llm_logprob {
 typedef struct tdm_llm_event {
     uint64_t request;             /* the id submit gave */
     int32_t token;                /* -1 in the end event */
-    float logprob;                /* of token */
+    float logprob;                /* of token (NAN unless the request asked: logprobs) */
     const tdm_llm_logprob *top;   /* top_logprobs entries, most likely first (valid during
                                      the callback) */
     int n_top;

@@ -44,6 +44,7 @@ typedef struct eng_req {
     tdm_sampler smp;
     bool smp_ready;
     int max_tokens, top_logprobs;
+    bool logprobs; /* the token's log-probability asked (or top_logprobs > 0) */
     bool ignore_eos;
     int32_t *stop;
     size_t n_stop;
@@ -493,7 +494,8 @@ static void sample_range(void *arg, int64_t j0, int64_t j1) {
             for (size_t i = 0; i < e->n_eos; i++)
                 if (e->eos[i] >= 0 && (size_t)e->eos[i] < e->vocab) lg[e->eos[i]] = -INFINITY;
         pk->token = tdm_sampler_pick(&r->smp, lg, r->tokens, r->n_tokens);
-        if (!is_stop(r, pk->token))
+        pk->logprob = NAN; /* not asked: no log-softmax over the vocabulary */
+        if (r->logprobs && !is_stop(r, pk->token))
             pk->logprob = log_probs(lg, e->vocab, r->sampling.temperature, pk->token,
                                     r->top_logprobs, pk->top);
     }
@@ -889,6 +891,7 @@ tdm_status *tdm_llm_engine_submit(tdm_llm_engine *e, const int32_t *prompt, size
     r->sampling = p.sampling;
     r->max_tokens = p.max_tokens;
     r->top_logprobs = p.top_logprobs;
+    r->logprobs = p.logprobs || p.top_logprobs > 0;
     r->ignore_eos = p.ignore_eos;
     if (!p.ignore_eos)
         for (size_t i = 0; i < e->n_eos; i++) r->stop[r->n_stop++] = e->eos[i];

@@ -141,6 +141,7 @@ static bool parse_common(json_t *root, bool chat, oa_params *o, oa_bad *b) {
     o->p.sampling.repetition_penalty = (float)rep;
     o->p.sampling.seed = (uint64_t)seed;
     o->p.top_logprobs = o->top_logprobs;
+    o->p.logprobs = o->logprobs;
     if (o->p.sampling.top_p == 0 && top_p < 1) o->p.sampling.top_p = 1e-6f; /* top_p 0: the top token */
     return true;
 }

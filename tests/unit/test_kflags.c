@@ -74,6 +74,8 @@ static const promise promised[] = {
     {"nbits", "com.microsoft", "MatMulNBits", WA},
     {"nbits", "com.microsoft", "GatherBlockQuantized", WA},
     {"nbits", TDM_FUSED_DOMAIN, "MatMulNBitsPacked", WA},
+    {"llm", "", "SimplifiedLayerNormalization", WA},
+    {"llm", "com.microsoft", "SkipSimplifiedLayerNormalization", WA},
     {"dnnl", "", "QLinearConv", WA},
     {"dnnl", TDM_FUSED_DOMAIN, "QConv", WA},
     {"dnnl", TDM_FUSED_DOMAIN, "QConvTranspose", WA},
@@ -466,10 +468,15 @@ static void test_promises_kept(void **state) {
     static const char *const models[] = {"bert_layer", "dlrm_like", "mobilenet_block",
                                          "resnet_blocks", "yolo_like_head", "mlp_dynamic_batch"};
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) run_model_dir(cpu, models[i]);
-    /* the LLM op models (tests/models_llm): decode, prefill and the int8 path, a gather */
+    /* the LLM op models (tests/models_llm, models_llm_attn): decode, prefill and the int8 path,
+     * a gather, the RMS normalisations */
     static const char *const llm_models[] = {
         "../models_llm/nbits_q4_zpu8_m1_acc0", "../models_llm/nbits_q8_m70_acc0",
-        "../models_llm/nbits_q4_zpu8_kpad_m3_acc4", "../models_llm/nbits_gbq_q4_zp"};
+        "../models_llm/nbits_q4_zpu8_kpad_m3_acc4", "../models_llm/nbits_gbq_q4_zp",
+        /* the RMS normalisations: every output, the skip sum, an axis before the last */
+        "../models_llm_attn/simplified_ln", "../models_llm_attn/simplified_ln_axis1",
+        "../models_llm_attn/skip_simplified_ln", "../models_llm_attn/skip_simplified_ln_2d_all",
+        "../models_llm_attn/skip_simplified_ln_bias_sum"};
     for (size_t i = 0; i < sizeof llm_models / sizeof llm_models[0]; i++)
         run_model_dir(cpu, llm_models[i]);
     /* the int8 models (tests/models_int8): QDQ (QConv, QMatMul, QConvTranspose after the QDQ

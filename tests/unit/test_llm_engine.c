@@ -511,7 +511,7 @@ static void test_stops_and_sampling(void **state) {
     int32_t stop = ref[3];
     int first = 0;
     while (ref[first] != stop) first++;
-    got g[4];
+    got g[5];
     memset(g, 0, sizeof g);
     tdm_llm_request_params p;
     memset(&p, 0, sizeof p);
@@ -525,6 +525,16 @@ static void test_stops_and_sampling(void **state) {
     assert_int_equal(g[0].finish, TDM_LLM_FINISH_STOP);
     assert_int_equal(g[0].n, first);
     assert_memory_equal(g[0].tokens, ref, (size_t)first * sizeof *ref);
+    /* log-probabilities only when asked: NAN without, the same tokens with (a log-softmax
+     * value, <= 0) */
+    for (int j = 0; j < g[0].n; j++) assert_true(isnan(g[0].logprobs[j]));
+    p.logprobs = true;
+    OK(tdm_llm_engine_submit(e, prompt, 12, &p, on_event, &g[4], &g[4].id));
+    wait_ended(&g[4], 1);
+    assert_int_equal(g[4].n, first);
+    assert_memory_equal(g[4].tokens, ref, (size_t)first * sizeof *ref);
+    for (int j = 0; j < g[4].n; j++)
+        assert_true(isfinite(g[4].logprobs[j]) && g[4].logprobs[j] <= 1e-6f);
     /* seeded sampling: twice at once, the same tokens, and the generator's */
     tdm_llm_request_params q;
     memset(&q, 0, sizeof q);

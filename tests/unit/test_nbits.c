@@ -495,6 +495,80 @@ static void test_amx_rows(void **state) {
     tdm_threadpool_free(pool);
 }
 
+/* A's int8 preparation of each SIMD variant (tdm_nbits_variant.quant: blocks reduced 16 or 8
+ * at a time) against the generic rule, bit for bit: per block sa = amax / 127, codes
+ * round(a * 127 / amax) half away from zero (0 for an all-zero block), sum = sa * sum of the
+ * codes; in natural order (8 bits, the packed form's lean call without per-lane values; 4
+ * bits: the natural codes in tmp, before the split). Block counts below, at and past the
+ * 16-block group, K tails, an all-zero block and exact halves. */
+static void test_quant(void **state) {
+    (void)state;
+    static const tdm_cpu_isa levels[] = {TDM_ISA_AVX2, TDM_ISA_AVX512_CORE_VNNI};
+    static const struct { int64_t bs, K; } qc[] = {
+        {32, 576}, {32, 1536}, {16, 88}, {32, 33}, {64, 200}, {128, 300}, {256, 520},
+        {32, 512}, {16, 250}, {32, 17},
+    };
+    tdm_cpu_isa have = tdm_cpu_isa_detect();
+    int bad = 0, runs = 0;
+    for (size_t l = 0; l < sizeof levels / sizeof levels[0]; l++) {
+        if (levels[l] > have) continue;
+        for (size_t i = 0; i < sizeof qc / sizeof qc[0]; i++)
+            for (int bits = 4; bits <= 8; bits += 4) {
+                const tdm_nbits_variant *v = tdm_nbits_pick(levels[l], bits, true, qc[i].bs);
+                if (!v->quant) continue;
+                int64_t K = qc[i].K, bs = qc[i].bs, nb = (K + bs - 1) / bs;
+                int64_t kq = (K + 255) / 256 * 256, stride = kq;
+                tdm_nbits_w w = {1, K, nb, bs, bits, NULL, NULL, NULL};
+                float *a = malloc((size_t)K * sizeof *a), *sa = malloc((size_t)nb * sizeof *sa);
+                float *sum = malloc((size_t)nb * sizeof *sum), *sal = malloc((size_t)stride * 4);
+                float *sql = malloc((size_t)stride * 4);
+                int8_t *q = malloc((size_t)kq), *tmp = malloc((size_t)kq);
+                for (int64_t k = 0; k < K; k++) a[k] = frand(-3.0f, 3.0f);
+                for (int64_t k = bs; k < 2 * bs && k < K; k++) a[k] = 0.0f; /* block 1: zeros */
+                if (K >= 3 * bs) { /* block 2: amax 127, so halves stay halves */
+                    a[2 * bs] = 127.0f, a[2 * bs + 1] = 2.5f, a[2 * bs + 2] = -3.5f;
+                    a[2 * bs + 3] = -0.5f;
+                }
+                bool lean = bits == 8;
+                v->quant(&w, a, kq, q, lean ? NULL : sal, lean ? NULL : sql, stride, sa, sum, tmp);
+                const int8_t *nat = lean ? q : tmp;
+                for (int64_t b = 0; b < nb; b++) {
+                    int64_t k0 = b * bs, k1 = k0 + bs < K ? k0 + bs : K;
+                    float amax = 0.0f;
+                    for (int64_t k = k0; k < k1; k++) amax = fabsf(a[k]) > amax ? fabsf(a[k]) : amax;
+                    float inv = amax > 0.0f ? 127.0f / amax : 0.0f, s = amax / 127.0f;
+                    int32_t qs = 0;
+                    for (int64_t k = k0; k < k1; k++) {
+                        float x = a[k] * inv;
+                        int c = (int)(x + (x >= 0.0f ? 0.5f : -0.5f));
+                        qs += c;
+                        if (nat[k] != c) {
+                            print_message("  quant %s bits %d bs %lld K %lld: code %lld is %d, "
+                                          "want %d\n", tdm_cpu_isa_name(levels[l]), bits,
+                                          (long long)bs, (long long)K, (long long)k, nat[k], c);
+                            bad++;
+                            break;
+                        }
+                    }
+                    if (memcmp(&sa[b], &s, sizeof s) || sum[b] != s * (float)qs) {
+                        print_message("  quant %s bits %d bs %lld K %lld block %lld: sa %.9g sum "
+                                      "%.9g, want %.9g %.9g\n", tdm_cpu_isa_name(levels[l]),
+                                      bits, (long long)bs, (long long)K, (long long)b,
+                                      (double)sa[b], (double)sum[b], (double)s,
+                                      (double)(s * (float)qs));
+                        bad++;
+                    }
+                }
+                for (int64_t k = K; k < kq && lean; k++)
+                    if (q[k] != 0) bad++; /* zeros past K */
+                runs++;
+                free(a), free(sa), free(sum), free(sal), free(sql), free(q), free(tmp);
+            }
+    }
+    print_message("%d runs\n", runs);
+    assert_int_equal(bad, 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_levels),
@@ -502,6 +576,7 @@ int main(void) {
         cmocka_unit_test(test_rows_invariant),
         cmocka_unit_test(test_rows_1_to_9),
         cmocka_unit_test(test_amx_rows),
+        cmocka_unit_test(test_quant),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

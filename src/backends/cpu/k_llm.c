@@ -177,6 +177,10 @@ static tdm_status *run_rms(tdm_kernel_ctx *ctx, rms_job *j, const tdm_tensor *x,
     j->y = ctx->out[0]->data;
     /* runs of about 2048 values: an LLM engine's decode step of a few rows shares them out */
     if (rows && cols) tdm_parallel_for(ctx->pool, rows, 2048 / cols + 1, rms_rows, j);
+    for (int64_t r = 0; !cols && r < rows; r++) { /* nothing normalised: the per-row outputs 0 */
+        if (j->inv) j->inv[r] = 0.0f;
+        if (j->mean) j->mean[r] = 0.0f;
+    }
     return NULL;
 }
 
@@ -233,8 +237,10 @@ tdm_status *tdm_llm_run_skip_simplified_ln(tdm_kernel_ctx *ctx) {
     return run_rms(ctx, &j, x, x->rank - 1);
 }
 
-/* No entry promises WRITES_ALL yet (tests/unit/test_kflags.c lists and checks each promise):
- * the executor zeroes the outputs first. */
+/* WRITES_ALL (tests/unit/test_kflags.c lists and checks each promise): the RMS normalisations
+ * write every row of every output (an LLM decode step had its norms' outputs zeroed by the
+ * executor first, on the engine thread alone: 60 a step for SmolLM2); the other entries' outputs
+ * are zeroed first. */
 #define F32 TDM_T(TDM_FLOAT)
 const tdm_kernel_def tdm_cpu_kernels_llm[] = {
     {"com.microsoft", "GroupQueryAttention", 1, 0, 0, F32, tdm_llm_run_gqa, tdm_llm_gqa_prepare,
@@ -245,11 +251,12 @@ const tdm_kernel_def tdm_cpu_kernels_llm[] = {
      tdm_llm_gqa_release},
     {"com.microsoft", "RotaryEmbedding", 1, 0, 0, F32, tdm_llm_run_rotary, NULL, NULL},
     {"", "RotaryEmbedding", 23, 0, 0, F32, tdm_llm_run_rotary, NULL, NULL},
-    {"", "SimplifiedLayerNormalization", 1, 0, 0, F32, tdm_llm_run_simplified_ln, NULL, NULL},
+    {"", "SimplifiedLayerNormalization", 1, 0, 0, F32, tdm_llm_run_simplified_ln, NULL, NULL,
+     TDM_KF_WRITES_ALL},
     {"com.microsoft", "SimplifiedLayerNormalization", 1, 0, 0, F32, tdm_llm_run_simplified_ln, NULL,
      NULL},
     {"com.microsoft", "SkipSimplifiedLayerNormalization", 1, 0, 0, F32,
-     tdm_llm_run_skip_simplified_ln, NULL, NULL},
+     tdm_llm_run_skip_simplified_ln, NULL, NULL, TDM_KF_WRITES_ALL},
     {"", "RMSNormalization", 23, 0, 0, F32, tdm_llm_run_rms_norm, NULL, NULL},
     {"", "Attention", 23, 0, 0, F32, tdm_llm_run_attention23, NULL, NULL},
 };

@@ -175,9 +175,27 @@ TDM_TARGET_AVX2 static float zterm_avx2(const tdm_nbits_w *w, int64_t n, const f
     return zp ? hsum8(z) : hsum8(z) * (float)(1 << (w->bits - 1));
 }
 
-/* A's int8 preparation for the AVX2 variants (as quant_vnni below, 8 lanes): codes packed
- * with vpackssdw / vpacksswb, 4-bit spans of 64 split into 32 evens then 32 odds, lane sums
- * with vpmaddubsw + vpmaddwd. */
+/* Lane i of the result: the maximum (add false) or the sum (add true) of the 8 lanes of v[i]
+ * (a transposing reduction, as red16_ps below). */
+__attribute__((always_inline)) TDM_TARGET_AVX2 static inline __m256 red8_ps(const __m256 *v,
+                                                                           const bool add) {
+#define RED8_OP(a, b) (add ? _mm256_add_ps(a, b) : _mm256_max_ps(a, b))
+    __m256 t[4], u[2];
+    for (int k = 0; k < 4; k++) /* per 128-bit half: v[2k] at lanes 0, 2, v[2k + 1] at 1, 3 */
+        t[k] = RED8_OP(_mm256_unpacklo_ps(v[2 * k], v[2 * k + 1]),
+                       _mm256_unpackhi_ps(v[2 * k], v[2 * k + 1]));
+    for (int k = 0; k < 2; k++) { /* per half: v[4k + i] at lane i */
+        __m256d a = _mm256_castps_pd(t[2 * k]), b = _mm256_castps_pd(t[2 * k + 1]);
+        u[k] = RED8_OP(_mm256_castpd_ps(_mm256_unpacklo_pd(a, b)),
+                       _mm256_castpd_ps(_mm256_unpackhi_pd(a, b)));
+    }
+    return RED8_OP(_mm256_permute2f128_ps(u[0], u[1], 0x20), _mm256_permute2f128_ps(u[0], u[1], 0x31));
+#undef RED8_OP
+}
+
+/* A's int8 preparation for the AVX2 variants (as quant_vnni below, 8 lanes, blocks 8 at a
+ * time): codes packed with vpackssdw / vpacksswb, 4-bit spans of 64 split into 32 evens then
+ * 32 odds, lane sums with vpmaddubsw + vpmaddwd. */
 TDM_TARGET_AVX2 static void quant_avx2(const tdm_nbits_w *w, const float *a, int64_t kq, int8_t *q,
                                        float *sal, float *sql, int64_t sal_stride, float *sa,
                                        float *sum, int8_t *tmp) {
@@ -187,35 +205,44 @@ TDM_TARGET_AVX2 static void quant_avx2(const tdm_nbits_w *w, const float *a, int
     memset(nat, 0, (size_t)kq);
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     const __m256 signbit = _mm256_set1_ps(-0.0f), half = _mm256_set1_ps(0.5f);
-    for (int64_t b = 0; b < w->nb; b++) {
-        int64_t k0 = b * bs, k1 = k0 + bs < K ? k0 + bs : K;
-        __m256 mx = _mm256_setzero_ps();
-        for (int64_t k = k0; k < k1; k += 8) {
-            __m256i mk = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)min64(8, k1 - k)), lane);
-            mx = _mm256_max_ps(mx, _mm256_andnot_ps(signbit, _mm256_maskload_ps(a + k, mk)));
+    const __m256 c127 = _mm256_set1_ps(127.0f);
+    for (int64_t b0 = 0; b0 < w->nb; b0 += 8) {
+        const int ng = (int)min64(8, w->nb - b0);
+        __m256 m[8], qf[8];
+        float inv[8], sav[8], qsum[8];
+        for (int i = 0; i < 8; i++) {
+            m[i] = _mm256_setzero_ps();
+            int64_t k0 = (b0 + i) * bs, k1 = k0 + bs < K ? k0 + bs : K;
+            for (int64_t k = k0; i < ng && k < k1; k += 8) {
+                __m256i mk = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)min64(8, k1 - k)), lane);
+                m[i] = _mm256_max_ps(m[i], _mm256_andnot_ps(signbit, _mm256_maskload_ps(a + k, mk)));
+            }
         }
-        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
-        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-        float amax = _mm_cvtss_f32(m4);
-        float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-        const __m256 vinv = _mm256_set1_ps(inv);
-        __m256i qs = _mm256_setzero_si256();
-        for (int64_t k = k0; k < k1; k += 8) {
-            __m256i mk = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)min64(8, k1 - k)), lane);
-            __m256 x = _mm256_mul_ps(_mm256_maskload_ps(a + k, mk), vinv);
-            __m256 h = _mm256_or_ps(_mm256_and_ps(x, signbit), half);
-            __m256i c = _mm256_and_si256(_mm256_cvttps_epi32(_mm256_add_ps(x, h)), mk);
-            qs = _mm256_add_epi32(qs, c);
-            __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(c, c), _mm256_setzero_si256());
-            __m128i c8 = _mm_unpacklo_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
-            _mm_storel_epi64((__m128i *)(nat + k), c8); /* k + 8 <= the block's end or kq */
+        __m256 amax = red8_ps(m, false);
+        /* 127 / amax where amax > 0, else 0; sa = amax / 127 */
+        __m256 pos = _mm256_cmp_ps(amax, _mm256_setzero_ps(), _CMP_GT_OQ);
+        _mm256_storeu_ps(inv, _mm256_and_ps(pos, _mm256_div_ps(c127, amax)));
+        __m256 sv = _mm256_div_ps(amax, c127);
+        for (int i = 0; i < 8; i++) {
+            __m256i qs = _mm256_setzero_si256();
+            const __m256 vinv = _mm256_set1_ps(inv[i]);
+            int64_t k0 = (b0 + i) * bs, k1 = k0 + bs < K ? k0 + bs : K;
+            for (int64_t k = k0; i < ng && k < k1; k += 8) {
+                __m256i mk = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)min64(8, k1 - k)), lane);
+                __m256 x = _mm256_mul_ps(_mm256_maskload_ps(a + k, mk), vinv);
+                __m256 h = _mm256_or_ps(_mm256_and_ps(x, signbit), half);
+                __m256i c = _mm256_and_si256(_mm256_cvttps_epi32(_mm256_add_ps(x, h)), mk);
+                qs = _mm256_add_epi32(qs, c);
+                __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(c, c), _mm256_setzero_si256());
+                __m128i c8 = _mm_unpacklo_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
+                _mm_storel_epi64((__m128i *)(nat + k), c8); /* k + 8 <= the block's end or kq */
+            }
+            qf[i] = _mm256_cvtepi32_ps(qs); /* |sum| < 2^24: exact */
         }
-        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(qs), _mm256_extracti128_si256(qs, 1));
-        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
-        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
-        sa[b] = amax / 127.0f;
-        sum[b] = sa[b] * (float)_mm_cvtsi128_si32(s4);
+        _mm256_storeu_ps(sav, sv);
+        _mm256_storeu_ps(qsum, _mm256_mul_ps(sv, red8_ps(qf, true)));
+        memcpy(sa + b0, sav, (size_t)ng * sizeof(float));
+        memcpy(sum + b0, qsum, (size_t)ng * sizeof(float));
     }
     if (!sql && !q4) return; /* the packed form's A: codes, sa and sum only (tdm_nbits_quant_fn) */
     const int64_t span = q4 ? 64 : 32, epl = q4 ? 8 : 4, nsp = kq / span;
@@ -534,10 +561,35 @@ TDM_TARGET_VNNI static void rows_vnni_i8(const tdm_nbits_job *j, int64_t n0, int
     }
 }
 
+/* Lane i of the result: the maximum (add false) or the sum (add true) of the 16 lanes of v[i],
+ * by a transposing reduction (45 shuffles and operations for 16 vectors, a third of 16
+ * horizontal reductions'). Maxima of non-negative values and sums of integers below 2^24 come
+ * out exactly as one vector's reduction gives them. */
+__attribute__((always_inline)) TDM_TARGET_VNNI static inline __m512 red16_ps(const __m512 *v,
+                                                                            const bool add) {
+#define RED16_OP(a, b) (add ? _mm512_add_ps(a, b) : _mm512_max_ps(a, b))
+    __m512 t[8], u[4], w[2];
+    for (int k = 0; k < 8; k++) /* per 128-bit chunk: v[2k] at lanes 0, 2, v[2k + 1] at 1, 3 */
+        t[k] = RED16_OP(_mm512_unpacklo_ps(v[2 * k], v[2 * k + 1]),
+                        _mm512_unpackhi_ps(v[2 * k], v[2 * k + 1]));
+    for (int k = 0; k < 4; k++) { /* per chunk: v[4k + i] at lane i */
+        __m512d a = _mm512_castps_pd(t[2 * k]), b = _mm512_castps_pd(t[2 * k + 1]);
+        u[k] = RED16_OP(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
+                        _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+    }
+    for (int k = 0; k < 2; k++) /* chunks 0 + 1 and 2 + 3 of u[2k], then of u[2k + 1] */
+        w[k] = RED16_OP(_mm512_shuffle_f32x4(u[2 * k], u[2 * k + 1], 0x88),
+                        _mm512_shuffle_f32x4(u[2 * k], u[2 * k + 1], 0xdd));
+    return RED16_OP(_mm512_shuffle_f32x4(w[0], w[1], 0x88), _mm512_shuffle_f32x4(w[0], w[1], 0xdd));
+#undef RED16_OP
+}
+
 /* A's int8 preparation for the VNNI variants (tdm_nbits_quant_fn): per block, codes rounded
  * half away from zero as the generic one does (k_nbits.c), written in natural order (8-bit:
  * the final order) and, for 4 bits, split per span of 128 into 64 evens then 64 odds (the
- * int16 pairs' low and high bytes, vpmovwb); lane sums by vpdpbusd with ones. */
+ * int16 pairs' low and high bytes, vpmovwb); lane sums by vpdpbusd with ones. Blocks go 16 at
+ * a time: their maxima and code sums reduced together (red16_ps), their scales divided as one
+ * vector (an 8-row decode step's quantisation had been 10-15x a single row's). */
 TDM_TARGET_VNNI static void quant_vnni(const tdm_nbits_w *w, const float *a, int64_t kq, int8_t *q,
                                        float *sal, float *sql, int64_t sal_stride, float *sa,
                                        float *sum, int8_t *tmp) {
@@ -545,31 +597,43 @@ TDM_TARGET_VNNI static void quant_vnni(const tdm_nbits_w *w, const float *a, int
     const bool q4 = w->bits == 4;
     int8_t *nat = q4 ? tmp : q;
     memset(nat, 0, (size_t)kq);
-    const __m512 half = _mm512_set1_ps(0.5f);
+    const __m512 half = _mm512_set1_ps(0.5f), c127 = _mm512_set1_ps(127.0f);
     const __m512i signbit = _mm512_set1_epi32((int)0x80000000u);
-    for (int64_t b = 0; b < w->nb; b++) {
-        int64_t k0 = b * bs, k1 = k0 + bs < K ? k0 + bs : K;
-        __m512 mx = _mm512_setzero_ps();
-        for (int64_t k = k0; k < k1; k += 16) {
-            __mmask16 mk = k1 - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (k1 - k)) - 1);
-            mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_maskz_loadu_ps(mk, a + k)));
+    for (int64_t b0 = 0; b0 < w->nb; b0 += 16) {
+        const int ng = (int)min64(16, w->nb - b0);
+        __m512 m[16], qf[16];
+        float inv[16];
+        for (int i = 0; i < 16; i++) {
+            m[i] = _mm512_setzero_ps();
+            int64_t k0 = (b0 + i) * bs, k1 = k0 + bs < K ? k0 + bs : K;
+            for (int64_t k = k0; i < ng && k < k1; k += 16) {
+                __mmask16 mk = k1 - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (k1 - k)) - 1);
+                m[i] = _mm512_max_ps(m[i], _mm512_abs_ps(_mm512_maskz_loadu_ps(mk, a + k)));
+            }
         }
-        float amax = _mm512_reduce_max_ps(mx);
-        float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-        const __m512 vinv = _mm512_set1_ps(inv);
-        __m512i qs = _mm512_setzero_si512();
-        for (int64_t k = k0; k < k1; k += 16) {
-            __mmask16 mk = k1 - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (k1 - k)) - 1);
-            __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, a + k), vinv);
-            __m512 h = _mm512_castsi512_ps(_mm512_or_si512(
-                _mm512_and_si512(_mm512_castps_si512(x), signbit), _mm512_castps_si512(half)));
-            __m512i c = _mm512_cvttps_epi32(_mm512_add_ps(x, h));
-            c = _mm512_maskz_mov_epi32(mk, c);
-            qs = _mm512_add_epi32(qs, c);
-            _mm_storeu_si128((__m128i *)(nat + k), _mm512_cvtepi32_epi8(c));
+        __m512 amax = red16_ps(m, false);
+        /* 127 / amax where amax > 0, else 0; sa = amax / 127 */
+        _mm512_storeu_ps(inv, _mm512_maskz_div_ps(
+                                  _mm512_cmp_ps_mask(amax, _mm512_setzero_ps(), _CMP_GT_OQ), c127, amax));
+        __m512 sav = _mm512_div_ps(amax, c127);
+        for (int i = 0; i < 16; i++) {
+            __m512i qs = _mm512_setzero_si512();
+            const __m512 vinv = _mm512_set1_ps(inv[i]);
+            int64_t k0 = (b0 + i) * bs, k1 = k0 + bs < K ? k0 + bs : K;
+            for (int64_t k = k0; i < ng && k < k1; k += 16) {
+                __mmask16 mk = k1 - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (k1 - k)) - 1);
+                __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, a + k), vinv);
+                __m512 h = _mm512_castsi512_ps(_mm512_or_si512(
+                    _mm512_and_si512(_mm512_castps_si512(x), signbit), _mm512_castps_si512(half)));
+                __m512i c = _mm512_maskz_mov_epi32(mk, _mm512_cvttps_epi32(_mm512_add_ps(x, h)));
+                qs = _mm512_add_epi32(qs, c);
+                _mm_storeu_si128((__m128i *)(nat + k), _mm512_cvtepi32_epi8(c));
+            }
+            qf[i] = _mm512_cvtepi32_ps(qs); /* |sum| < 2^24: exact */
         }
-        sa[b] = amax / 127.0f;
-        sum[b] = sa[b] * (float)_mm512_reduce_add_epi32(qs);
+        __mmask16 mb = (__mmask16)(ng == 16 ? 0xffffu : (1u << ng) - 1);
+        _mm512_mask_storeu_ps(sa + b0, mb, sav);
+        _mm512_mask_storeu_ps(sum + b0, mb, _mm512_mul_ps(sav, red16_ps(qf, true)));
     }
     if (!sql && !q4) return; /* the packed form's A: codes, sa and sum only (tdm_nbits_quant_fn) */
     const int64_t span = q4 ? 128 : 64, epl = q4 ? 8 : 4, nsp = kq / span;
