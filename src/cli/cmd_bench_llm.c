@@ -46,7 +46,8 @@ static void llm_usage(FILE *f) {
             "                     decoded token (tg tests) are printed\n"
             "  --streams N        instead: N concurrent requests through the LLM engine (continuous\n"
             "                     batching over a paged KV cache; GenAI folders): aggregate tokens/s,\n"
-            "                     time to first token and inter-token latency of 1 stream, N streams\n"
+            "                     decode tokens/s (the tokens after each first one over the time\n"
+            "                     some stream was decoding), time to first token and inter-token latency of 1 stream, N streams\n"
             "                     batched, and N streams one request at a time (no batching), taking\n"
             "                     turns R times (default 3; the median is reported); the prompts\n"
             "                     default to 16 tokens here\n");

@@ -4,8 +4,11 @@
  * continuous batching, and N streams served one request at a time (no_batching, the
  * llama.cpp-style baseline). Reported per way: aggregate generated tokens/s (all the streams'
  * tokens over the wall time from the submits to the last end), time to first token p50 / max
- * and inter-token latency p50 / p99 over the streams' gaps between tokens, and tokens per CPU
- * second of the process (the work done, less sensitive to a loaded machine); the ways take turns
+ * and inter-token latency p50 / p99 over the streams' gaps between tokens, decode tokens/s (the
+ * tokens after each stream's first over the time some stream was decoding: the union of the
+ * streams' first-to-last-token spans, so prompt processing before any first token is out, as in
+ * llama-bench's tg), and tokens per CPU second of the process (the work done, less sensitive to
+ * a loaded machine); the ways take turns
  * R times and each way's median repetition (by tokens/s) is reported. Public API only. */
 #include <math.h>
 #include <pthread.h>
@@ -82,11 +85,32 @@ static uint64_t mix(uint64_t *x) {
     return z ^ (z >> 31);
 }
 
+static int cmp_span(const void *a, const void *b) {
+    double x = ((const double *)a)[0], y = ((const double *)b)[0];
+    return (x > y) - (x < y);
+}
+
+/* The length of the union of n [start, end] spans (pairs in `sp`, sorted here). */
+static double span_union(double *sp, long n) {
+    qsort(sp, (size_t)n, 2 * sizeof *sp, cmp_span);
+    double len = 0, lo = 0, hi = 0;
+    for (long i = 0; i < n; i++) {
+        if (i == 0 || sp[2 * i] > hi) {
+            len += hi - lo;
+            lo = sp[2 * i], hi = sp[2 * i + 1];
+        } else if (sp[2 * i + 1] > hi) {
+            hi = sp[2 * i + 1];
+        }
+    }
+    return n ? len + hi - lo : 0;
+}
+
 typedef struct way {
     const char *name;
     long streams;
     bool no_batching;
     double tps, ttft_p50, ttft_max, itl_p50, itl_p99, wall;
+    double decode_tps, decode_s; /* tokens after the first over the union of decode spans */
     double cpu;           /* CPU seconds of the process during the timed round */
     long steps;
 } way;
@@ -118,7 +142,8 @@ static int run_way(tdm_env *env, const char *dir, long threads, long pp, long tg
     int32_t *ids = calloc((size_t)pp, sizeof *ids);
     double *all_gaps = calloc((size_t)(n * tg + 1), sizeof *all_gaps);
     double *ttft = calloc((size_t)n, sizeof *ttft);
-    bool oom = !rs.st || !sinks || !ids || !all_gaps || !ttft;
+    double *spans = calloc((size_t)(2 * n), sizeof *spans);
+    bool oom = !rs.st || !sinks || !ids || !all_gaps || !ttft || !spans;
     for (long i = 0; !oom && i < n; i++) {
         rs.st[i].gaps = calloc((size_t)tg + 1, sizeof(double));
         oom = !rs.st[i].gaps;
@@ -189,7 +214,7 @@ static int run_way(tdm_env *env, const char *dir, long threads, long pp, long tg
     tdm_llm_engine_free(e);
     if (st) rc = cli_fail(st, "bench --llm --streams");
     if (!rc) {
-        long total = 0, ng = 0;
+        long total = 0, ng = 0, ns = 0, decoded = 0;
         for (long i = 0; i < n; i++) {
             stream *s = &rs.st[i];
             if (s->failed && !rc) {
@@ -199,12 +224,18 @@ static int run_way(tdm_env *env, const char *dir, long threads, long pp, long tg
             total += s->tokens;
             ttft[i] = s->t_first - s->t_submit;
             for (long j = 0; j < s->n_gaps; j++) all_gaps[ng++] = s->gaps[j];
+            if (s->tokens > 1) {
+                spans[2 * ns] = s->t_first, spans[2 * ns + 1] = s->t_last, ns++;
+                decoded += s->tokens - 1;
+            }
         }
         qsort(ttft, (size_t)n, sizeof *ttft, bench_cmp_double);
         qsort(all_gaps, (size_t)ng, sizeof *all_gaps, bench_cmp_double);
         w->wall = t1 - t0;
         w->cpu = c1 - c0;
         w->tps = w->wall > 0 ? (double)total / w->wall : 0;
+        w->decode_s = span_union(spans, ns);
+        w->decode_tps = w->decode_s > 0 ? (double)decoded / w->decode_s : 0;
         w->ttft_p50 = bench_percentile(ttft, n, 50) * 1e3;
         w->ttft_max = ttft[n - 1] * 1e3;
         w->itl_p50 = ng ? bench_percentile(all_gaps, ng, 50) * 1e3 : 0;
@@ -217,6 +248,7 @@ static int run_way(tdm_env *env, const char *dir, long threads, long pp, long tg
     free(ids);
     free(all_gaps);
     free(ttft);
+    free(spans);
     pthread_mutex_destroy(&rs.mu);
     pthread_cond_destroy(&rs.cv);
     return rc;
@@ -279,34 +311,43 @@ int cmd_bench_llm_streams(const char *dir, long streams, long threads, long pp, 
         for (int i = 0; i < n_ways; i++)
             printf(
                 "    {\"name\": \"%s\", \"streams\": %ld, \"batching\": %s, \"tokens_per_s\": %.3f, "
-                "\"wall_s\": %.3f, \"cpu_s\": %.3f, \"tokens_per_cpu_s\": %.3f, \"steps\": %ld, "
+                "\"decode_tokens_per_s\": %.3f, \"decode_s\": %.6f, "
+                "\"wall_s\": %.6f, \"cpu_s\": %.6f, \"tokens_per_cpu_s\": %.3f, \"steps\": %ld, "
                 "\"ttft_ms\": {\"p50\": %.3f, \"max\": %.3f}, "
                 "\"itl_ms\": {\"p50\": %.3f, \"p99\": %.3f}}%s\n",
                 ways[i].name, ways[i].streams, ways[i].no_batching ? "false" : "true", ways[i].tps,
-                ways[i].wall, ways[i].cpu,
+                ways[i].decode_tps, ways[i].decode_s, ways[i].wall, ways[i].cpu,
                 ways[i].cpu > 0 ? (double)(ways[i].streams * tg) / ways[i].cpu : 0, ways[i].steps,
                 ways[i].ttft_p50, ways[i].ttft_max, ways[i].itl_p50, ways[i].itl_p99,
                 i + 1 < n_ways ? "," : "");
-        printf("  ],\n  \"batched_over_one\": %.3f, \"batched_over_one_at_a_time\": %.3f\n}\n",
+        printf("  ],\n  \"batched_over_one\": %.3f, \"batched_over_one_at_a_time\": %.3f,\n"
+               "  \"decode_batched_over_one\": %.3f, \"decode_batched_over_one_at_a_time\": %.3f\n}\n",
                n_ways > 1 && ways[0].tps > 0 ? ways[1].tps / ways[0].tps : 1.0,
-               n_ways > 2 && ways[2].tps > 0 ? ways[1].tps / ways[2].tps : 1.0);
+               n_ways > 2 && ways[2].tps > 0 ? ways[1].tps / ways[2].tps : 1.0,
+               n_ways > 1 && ways[0].decode_tps > 0 ? ways[1].decode_tps / ways[0].decode_tps : 1.0,
+               n_ways > 2 && ways[2].decode_tps > 0 ? ways[1].decode_tps / ways[2].decode_tps
+                                                     : 1.0);
     } else {
-        printf("| %-14s | %7s | %10s | %10s | %6s | %9s | %9s | %9s | %9s |\n", "way", "streams",
-               "tokens/s", "tok/cpu-s", "steps", "ttft p50", "ttft max", "itl p50", "itl p99");
-        printf("|----------------|---------|------------|------------|--------|-----------|"
-               "-----------|-----------|-----------|\n");
+        printf("| %-14s | %7s | %10s | %10s | %10s | %6s | %9s | %9s | %9s | %9s |\n", "way",
+               "streams", "tokens/s", "decode t/s", "tok/cpu-s", "steps", "ttft p50", "ttft max",
+               "itl p50", "itl p99");
+        printf("|----------------|---------|------------|------------|------------|--------|"
+               "-----------|-----------|-----------|-----------|\n");
         for (int i = 0; i < n_ways; i++)
-            printf("| %-14s | %7ld | %10.2f | %10.2f | %6ld | %7.1fms | %7.1fms | %7.2fms | "
-                   "%7.2fms |\n",
-                   ways[i].name, ways[i].streams, ways[i].tps,
+            printf("| %-14s | %7ld | %10.2f | %10.2f | %10.2f | %6ld | %7.1fms | %7.1fms | "
+                   "%7.2fms | %7.2fms |\n",
+                   ways[i].name, ways[i].streams, ways[i].tps, ways[i].decode_tps,
                    ways[i].cpu > 0 ? (double)(ways[i].streams * tg) / ways[i].cpu : 0,
                    ways[i].steps, ways[i].ttft_p50, ways[i].ttft_max, ways[i].itl_p50,
                    ways[i].itl_p99);
         if (n_ways > 1)
             printf("prompt %ld, %ld generated tokens per stream, threads %ld, median of %ld: "
-                   "batched / 1 stream %.2fx, batched / one at a time %.2fx\n",
+                   "batched / 1 stream %.2fx (decode %.2fx), batched / one at a time %.2fx "
+                   "(decode %.2fx)\n",
                    pp, tg, threads, reps, ways[0].tps > 0 ? ways[1].tps / ways[0].tps : 0,
-                   ways[2].tps > 0 ? ways[1].tps / ways[2].tps : 0);
+                   ways[0].decode_tps > 0 ? ways[1].decode_tps / ways[0].decode_tps : 0,
+                   ways[2].tps > 0 ? ways[1].tps / ways[2].tps : 0,
+                   ways[2].decode_tps > 0 ? ways[1].decode_tps / ways[2].decode_tps : 0);
     }
     tdm_env_free(env);
     return 0;

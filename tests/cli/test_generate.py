@@ -191,6 +191,30 @@ def main():
         check(r.returncode == 0 and "pp16" in r.stdout and "tg4" in r.stdout and "±" in r.stdout,
               "bench --llm table")
 
+        # bench --llm --streams (GenAI folders, the LLM engine): per way, the decode rate is the
+        # tokens after each stream's first over the union of the streams' first-to-last spans:
+        # within the way's wall time, the counted tokens streams * (G - 1)
+        gfolder = os.path.join(tmp, "genai")
+        r = run([sys.executable, os.path.join(a.repo, "tools", "make_tiny_llama.py"), gfolder, "--seed", "7"])
+        check(r.returncode == 0, "make_tiny_llama.py --form genai")
+        n_st, G = 3, 16
+        r = run([T, "bench", gfolder, "--llm", "--streams", str(n_st), "--prompt-tokens", "4", "--gen-tokens",
+                 str(G), "--repetitions", "1", "--threads", "1", "--json"])
+        ok = r.returncode == 0
+        if ok:
+            d = json.loads(r.stdout)
+            ways = d["ways"]
+            ok = len(ways) == 3 and "decode_batched_over_one" in d
+            for w in ways:
+                counted = w["decode_tokens_per_s"] * w["decode_s"]
+                ok = ok and w["decode_s"] > 0 and w["decode_s"] <= w["wall_s"] + 1e-6 and \
+                    abs(counted - w["streams"] * (G - 1)) <= 0.01 * w["streams"] * (G - 1) + 0.01
+            if not ok:
+                print(json.dumps(ways, indent=1))
+        check(ok, "bench --llm --streams --json: decode tokens/s over the union of decode spans")
+        if r.returncode != 0:
+            print(r.stdout, r.stderr[-800:])
+
         # bad arguments
         r = run([T, "generate", folder])
         check(r.returncode == 2 and "usage" in r.stderr, "no prompt: usage")
