@@ -394,6 +394,32 @@ static void test_auto_layout(void **state) {
     }
 }
 
+/* A dynamic batch under cpu_layout auto: the plan is made channels-last (the batch is not
+ * known), and a run of 8 images on 1 thread takes the latency strategy's second plan, in
+ * channel blocks (sched/strategy_latency.c), 1 image the first; both against opt level 0. */
+static void test_dynamic_batch_plans(void **state) {
+    (void)state;
+    for (int v = 0; v < 2; v++) {
+        mb_model b;
+        mb_init(&b, 17);
+        int64_t decl[4] = {-1, 32, 20, 20}, run[4] = {v ? 8 : 1, 32, 20, 20};
+        mb_input_run(&b, "x", 4, decl, run);
+        conv(&b, "Conv:x,W1,B1->c1", "W1", "B1", 32, 32, 3, 1);
+        mb_node(&b, "Relu:c1->r1");
+        conv(&b, "Conv:r1,W2,B2->c2", "W2", "B2", 32, 32, 3, 1);
+        mb_node(&b, "Add:c2,r1->s2");
+        mb_attr_i(&b, mb_node(&b, "Concat:s2,r1->cat"), "axis", 1);
+        conv(&b, "Conv:cat,W3,B3->y", "W3", "B3", 8, 64, 1, 1);
+        mb_output(&b, "y");
+        layout_result r;
+        run_cfg cfg = {"cpu", NULL, NULL, 1, "auto"};
+        run_cmp(&b, &cfg, &r);
+        if (op_count(&r, "BlockedConv") != 3)
+            fail_msg("%lld images: %s", (long long)run[0], r.ops);
+        mb_free(&b);
+    }
+}
+
 /* The chain of test_row_chunks and test_cl_batch over n images of 6 x 47 x 29: 3x3 at
  * strides 1 and 2, 1x1, a depthwise 5x5 with pads 2, residual Zs, a plain graph input; a
  * small image with many channels at the end (more weights than activations). */
@@ -654,6 +680,7 @@ int main(void) {
         cmocka_unit_test(test_row_chunks),
         cmocka_unit_test(test_cl_batch),
         cmocka_unit_test(test_auto_layout),
+        cmocka_unit_test(test_dynamic_batch_plans),
         cmocka_unit_test(test_plain_reader),
         cmocka_unit_test(test_split_devices),
         cmocka_unit_test(test_split_regions),
