@@ -164,7 +164,8 @@ tdm_status *tdm_latency_create(const tdm_strategy_setup *su, tdm_graph *g, tdm_s
                                  .profile = o->profile, .mode = o->mode};
     l->su.o = &l->o; /* (the caller's strings do not: the plan takes none of them) */
     l->threads = tdm_threadpool_size(su->pool);
-    bool dynamic = false, plain = !o->placement && !o->affinity && !o->precision &&
+    /* (not for profiling sessions: their reports read the first plan) */
+    bool dynamic = false, plain = !o->placement && !o->affinity && !o->precision && !o->profile &&
                                   !o->residency && !(o->device_memory && o->device_memory[0]);
     for (size_t i = 0; i < g->n_inputs; i++)
         dynamic |= g->values[g->inputs[i]].rank > 0 && g->values[g->inputs[i]].dims[0] < 0;
