@@ -1,19 +1,19 @@
 /* The latency strategy: one plan over the session's devices, nodes placed by the cost model
  * (sched/place.c); a run is one run of the plan. On a CPU alone whose plan went channels-last
  * for a dynamic batch (made before the batch is seen, for few images per thread), a run of
- * LAT_BLOCK_IMAGES or more images per thread takes a second plan in channel blocks, made at
- * the first such run from a copy of the graph kept for it (oneDNN's channel-blocked kernels
- * gain from a batch at 1 thread, its channels-last ones do not: graph/fuse_blocked.c). */
+ * TDM_CL_MAX_IMAGES_PER_THREAD (ops/fused.h) or more images per thread takes a second plan in
+ * channel blocks, made at the first such run from a copy of the graph kept for it (oneDNN's
+ * channel-blocked kernels gain from a batch at 1 thread, its channels-last ones do not:
+ * graph/fuse_blocked.c). */
 #include <pthread.h>
 
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "graph/clone.h"
+#include "ops/fused.h"
 #include "sched/monitor.h"
 #include "sched/budget.h"
 #include "sched/strategy.h"
-
-#define LAT_BLOCK_IMAGES 8
 
 typedef struct latency {
     const tdm_allocator *a;
@@ -47,7 +47,7 @@ static tdm_status *plan_for(const tdm_strategy_setup *su, tdm_graph *g, bool cpu
 /* The plan for a run of `items` images: the channel-blocked one for many per thread (made
  * here the first time; when that fails, the first plan, and no more tries). */
 static tdm_plan *pick_plan(latency *l, int64_t items) {
-    if (items < (int64_t)LAT_BLOCK_IMAGES * l->threads) return l->plan;
+    if (items < (int64_t)TDM_CL_MAX_IMAGES_PER_THREAD * l->threads) return l->plan;
     pthread_mutex_lock(&l->mu);
     if (l->want_blocks && !l->blocks) {
         tdm_graph *g = l->blocks_src;
