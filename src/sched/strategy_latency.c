@@ -2,10 +2,12 @@
  * (sched/place.c); a run is one run of the plan. On a CPU alone whose plan went channels-last
  * for a dynamic batch (made before the batch is seen, for few images per thread), a run of
  * TDM_CL_MAX_IMAGES_PER_THREAD (ops/fused.h) or more images per thread takes a second plan in
- * channel blocks, made at the first such run from a copy of the graph kept for it (oneDNN's
+ * channel blocks, made at the first such run from a copy of the graph kept for it, its
+ * constants' bytes shared with the session's plan (tdm_graph_clone_sharing; oneDNN's
  * channel-blocked kernels gain from a batch at 1 thread, its channels-last ones do not:
  * graph/fuse_blocked.c). */
 #include <pthread.h>
+#include <string.h>
 
 #include "core/alloc.h"
 #include "core/clock.h"
@@ -165,14 +167,17 @@ tdm_status *tdm_latency_create(const tdm_strategy_setup *su, tdm_graph *g, tdm_s
     l->su.o = &l->o; /* (the caller's strings do not: the plan takes none of them) */
     l->threads = tdm_threadpool_size(su->pool);
     /* (not for profiling sessions: their reports read the first plan) */
-    bool dynamic = false, plain = !o->placement && !o->affinity && !o->precision && !o->profile &&
-                                  !o->residency && !(o->device_memory && o->device_memory[0]);
+    bool dynamic = false, conv = false,
+         plain = !o->placement && !o->affinity && !o->precision && !o->profile && !o->residency &&
+                 !(o->device_memory && o->device_memory[0]);
     for (size_t i = 0; i < g->n_inputs; i++)
         dynamic |= g->values[g->inputs[i]].rank > 0 && g->values[g->inputs[i]].dims[0] < 0;
+    for (size_t i = 0; i < g->n_nodes && !conv; i++) conv = !strcmp(g->nodes[i].op_type, "Conv");
     tdm_status *st = NULL;
-    l->want_blocks = dynamic && plain && o->opt_level >= 1 && su->n_devices == 1 &&
+    l->want_blocks = dynamic && conv && plain && o->opt_level >= 1 && su->n_devices == 1 &&
                      su->devices[0]->host_memory;
-    if (l->want_blocks && (st = tdm_graph_clone(g, NULL, &l->blocks_src))) {
+    /* the copy shares the weights' bytes with g (and so with the plan made from it) */
+    if (l->want_blocks && (st = tdm_graph_clone_sharing(g, &l->blocks_src))) {
         tdm_graph_free(g);
         lat_free(l);
         return st;
