@@ -224,31 +224,35 @@ static void test_pool_fallback(void **state) {
     mb_free(&b);
 }
 
-/* Max pooling at stride 1 on blocked X runs tandem's loop (k_dnnl_pool.c s1_max_rows), not
- * oneDNN's: 2x2 SAME_UPPER (PP-OCRv6 det's) and 3x3 pads 1, odd channels (a padded last
- * block), outputs of both signs (a padded position must never win), 1 and 2 threads. */
-static void test_maxpool_stride1(void **state) {
+/* Max pooling on blocked X at stride 1 and on channels-last X at any stride runs tandem's loop
+ * (k_dnnl_pool.c max_rows), not oneDNN's: blocked 2x2 SAME_UPPER (PP-OCRv6 det's) and 3x3 pads
+ * 1, odd channels (a padded last block); channels-last 3x3 stride 2 pads 1 (ResNet-50's) on 80
+ * channels (64 lanes and a tail) and 3x3 stride 2 with ceil_mode on 11; outputs of both signs
+ * (a padded position must never win), 1 and 2 threads. */
+static void test_maxpool_own(void **state) {
     (void)state;
-    const run_cfg *cfgs[] = {&cpu1, &cpu2};
-    for (int form = 0; form < 2; form++)
-        for (size_t c = 0; c < 2; c++) {
+    for (int form = 0; form < 4; form++)
+        for (int t = 1; t <= 2; t++) {
             mb_model b;
             mb_init(&b, 17);
-            int64_t xd[4] = {2, 3, 17, 23};
+            int64_t xd[4] = {2, 3, 17, 23}, m = form == 2 ? 80 : 11;
             mb_input_run(&b, "x", 4, xd, NULL);
-            conv(&b, "Conv:x,W1,B1->c1", "W1", "B1", 11, 3, 3, 1);
+            conv(&b, "Conv:x,W1,B1->c1", "W1", "B1", m, 3, 3, 1);
             Onnx__NodeProto *mp = mb_node(&b, "MaxPool:c1->p");
-            int64_t k2[2] = {2, 2}, k3[2] = {3, 3}, s1[2] = {1, 1}, p1[4] = {1, 1, 1, 1};
+            int64_t k2[2] = {2, 2}, k3[2] = {3, 3}, s1[2] = {1, 1}, s2[2] = {2, 2};
+            int64_t p1[4] = {1, 1, 1, 1};
             mb_attr_ints(&b, mp, "kernel_shape", 2, form ? k3 : k2);
-            mb_attr_ints(&b, mp, "strides", 2, s1);
-            if (form) mb_attr_ints(&b, mp, "pads", 4, p1);
-            else mb_attr_s(&b, mp, "auto_pad", "SAME_UPPER");
-            conv(&b, "Conv:p,W2,B2->y", "W2", "B2", 4, 11, 3, 1);
+            mb_attr_ints(&b, mp, "strides", 2, form >= 2 ? s2 : s1);
+            if (form == 0) mb_attr_s(&b, mp, "auto_pad", "SAME_UPPER");
+            else if (form < 3) mb_attr_ints(&b, mp, "pads", 4, p1);
+            else mb_attr_i(&b, mp, "ceil_mode", 1);
+            conv(&b, "Conv:p,W2,B2->y", "W2", "B2", 4, m, 3, 1);
             mb_output(&b, "y");
             layout_result r;
-            run_cmp(&b, cfgs[c], &r);
+            run_cfg cfg = {"cpu", NULL, NULL, t, form >= 2 ? "channels_last" : "blocked"};
+            run_cmp(&b, &cfg, &r);
             if (op_count(&r, "BlockedPool") != 1 || op_count(&r, "BlockedConv") != 2)
-                fail_msg("form %d threads %d: %s", form, cfgs[c]->threads, r.ops);
+                fail_msg("form %d threads %d: %s", form, t, r.ops);
             mb_free(&b);
         }
 }
@@ -734,7 +738,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chain_odd_channels),
         cmocka_unit_test(test_pool_fallback),
-        cmocka_unit_test(test_maxpool_stride1),
+        cmocka_unit_test(test_maxpool_own),
         cmocka_unit_test(test_residual_add),
         cmocka_unit_test(test_concat),
         cmocka_unit_test(test_split_odd),
