@@ -174,8 +174,10 @@ tdm_status *tdm_latency_create(const tdm_strategy_setup *su, tdm_graph *g, tdm_s
         dynamic |= g->values[g->inputs[i]].rank > 0 && g->values[g->inputs[i]].dims[0] < 0;
     for (size_t i = 0; i < g->n_nodes && !conv; i++) conv = !strcmp(g->nodes[i].op_type, "Conv");
     tdm_status *st = NULL;
+    /* (not where the CPU never goes channels-last: AVX2, cpu_layout blocked) */
     l->want_blocks = dynamic && conv && plain && o->opt_level >= 1 && su->n_devices == 1 &&
-                     su->devices[0]->host_memory;
+                     su->devices[0]->host_memory &&
+                     tdm_device_channels_last(su->devices[0]) != TDM_CL_NEVER;
     /* the copy shares the weights' bytes with g (and so with the plan made from it) */
     if (l->want_blocks && (st = tdm_graph_clone_sharing(g, &l->blocks_src))) {
         tdm_graph_free(g);
