@@ -194,9 +194,56 @@ tdm_status *tdm_tensor_reshape_view(const tdm_tensor *src, int rank, const int64
     return NULL;
 }
 
-void tdm_tensor_destroy(tdm_tensor *t) {
-    if (!t || t->pooled) return;
-    if (t->release) {
+/* ---- shared data -----------------------------------------------------------------------
+ * The first header as it was before its first share (its data, ownership and release) is kept
+ * in the block; the last header to go frees the data through it. */
+struct tdm_tensor_shared {
+    atomic_size_t refs;
+    tdm_tensor owner;
+};
+
+/* The marker of a shared tensor's `release` (never called: tdm_tensor_destroy unshares). */
+static void shared_marker(void *device, void *data) { (void)device, (void)data; }
+
+bool tdm_tensor_is_shared(const tdm_tensor *t) { return t && t->release == shared_marker; }
+
+/* What owns t's data: the block's first header for a shared tensor, else t. */
+static const tdm_tensor *data_owner(const tdm_tensor *t) {
+    return tdm_tensor_is_shared(t) ? &t->shared->owner : t;
+}
+
+tdm_status *tdm_tensor_share(tdm_tensor *t, tdm_tensor **out) {
+    if (!t || !out || t->pooled)
+        return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_tensor_share: %s",
+                       t && out ? "a pooled tensor cannot be shared" : "NULL argument");
+    tdm_tensor *h = tdm_alloc(t->alloc, sizeof *h);
+    if (!h) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory sharing a tensor");
+    if (!tdm_tensor_is_shared(t)) {
+        struct tdm_tensor_shared *s = tdm_alloc(t->alloc, sizeof *s);
+        if (!s) {
+            tdm_free(t->alloc, h);
+            return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory sharing a tensor");
+        }
+        s->owner = *t;
+        atomic_init(&s->refs, 1);
+        t->owns_data = false;
+        t->release = shared_marker;
+        t->shared = s;
+    }
+    atomic_fetch_add(&t->shared->refs, 1);
+    *h = *t;
+    *out = h;
+    return NULL;
+}
+
+/* Frees what t owns of its data (not the header). */
+static void release_data(const tdm_tensor *t) {
+    if (tdm_tensor_is_shared(t)) {
+        struct tdm_tensor_shared *s = t->shared;
+        if (atomic_fetch_sub(&s->refs, 1) != 1) return;
+        release_data(&s->owner);
+        tdm_free(s->owner.alloc, s);
+    } else if (t->release) {
         t->release(t->device, t->data);
     } else if (t->owns_data) {
         if (t->dtype == TDM_STRING && t->data) {
@@ -208,6 +255,11 @@ void tdm_tensor_destroy(tdm_tensor *t) {
         }
         tdm_free(t->alloc, t->data);
     }
+}
+
+void tdm_tensor_destroy(tdm_tensor *t) {
+    if (!t || t->pooled) return;
+    release_data(t);
     tdm_free(t->alloc, t);
 }
 
@@ -277,7 +329,9 @@ static void map_release(void *device, void *data) {
     if (h->magic == MAP_MAGIC) munmap(base, h->total);
 }
 
-bool tdm_tensor_is_mapped(const tdm_tensor *t) { return t && t->release == map_release; }
+bool tdm_tensor_is_mapped(const tdm_tensor *t) {
+    return t && data_owner(t)->release == map_release;
+}
 
 /* tdm_tensors_share_huge's mapping: a header at its start (the bytes mapped and the tensors
  * still in it), and before each tensor's data a tag pointing back at the header. */
@@ -302,7 +356,9 @@ static void share_release(void *device, void *data) {
     if (h && atomic_fetch_sub(&h->refs, 1) == 1) munmap(h, h->total);
 }
 
-bool tdm_tensor_is_huge_shared(const tdm_tensor *t) { return t && t->release == share_release; }
+bool tdm_tensor_is_huge_shared(const tdm_tensor *t) {
+    return t && data_owner(t)->release == share_release;
+}
 
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
 static bool share_movable(const tdm_tensor *t) {

@@ -23,6 +23,9 @@ struct tdm_tensor {
      * and `release` frees `data` (a device buffer handle) when the tensor is destroyed. */
     void *device;
     void (*release)(void *device, void *data);
+    /* Data shared by several headers (tdm_tensor_share): read only while `release` marks the
+     * tensor shared, so a struct copy that clears `release` (a view) leaves it alone. */
+    struct tdm_tensor_shared *shared;
 };
 
 /* Bytes per element (0 for UNDEFINED). */
@@ -59,6 +62,15 @@ tdm_status *tdm_tensor_new_view(const tdm_allocator *a, tdm_dtype dtype, int ran
                                 const int64_t *dims, void *data, tdm_tensor **out);
 /* Deep copy (strings too). */
 tdm_status *tdm_tensor_clone(const tdm_allocator *a, const tdm_tensor *src, tdm_tensor **out);
+/* A second header over t's data, sharing it: the data (with whatever t owned: a buffer, a
+ * mapping, a device buffer) is freed, as t would have freed it, when the last of the headers
+ * sharing it is destroyed, in any order and from any thread (the count is atomic). Neither
+ * header owns the data alone afterwards (owns_data false: no header may edit or move it).
+ * t itself is changed on its first share (not thread-safe for t). Pooled tensors cannot be
+ * shared (TDM_ERR_INVALID_ARGUMENT); *out untouched on failure. */
+tdm_status *tdm_tensor_share(tdm_tensor *t, tdm_tensor **out);
+/* Whether t's data is shared with another header (NULL-safe). */
+bool tdm_tensor_is_shared(const tdm_tensor *t);
 /* Same data, new shape (element count must match): a view that does not own the data. */
 tdm_status *tdm_tensor_reshape_view(const tdm_tensor *src, int rank, const int64_t *dims,
                                     tdm_tensor **out);

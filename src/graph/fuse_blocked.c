@@ -441,14 +441,13 @@ static tdm_status *materialise(bl_ctx *b) {
  * per image; weights alone when an output size is unknown). ResNet-50 0.45, YOLOv8n 0.79;
  * MobileNetV2, PP-OCRv4 / v6 det 0 (measured on the AMX Xeon, session 16: channels-last
  * made ResNet-50 5% and YOLOv8n 5% faster, MobileNetV2 4-14% and PP-OCRv4 det 8% slower).
- * Not with CL_MAX_IMAGES_PER_THREAD or more images per thread where the batch is known:
+ * Not with TDM_CL_MAX_IMAGES_PER_THREAD or more images per thread where the batch is known:
  * there oneDNN's channel-blocked kernels gain from the batch (one primitive over it at 1
  * thread) and brgemm's do not (ResNet-50, 1 thread, CPU ms a run: batch 8 368 blocked
  * against 396 channels-last image by image; batch 8 on 2 threads, 4 images each, a tie;
  * batch 1 49-50 against 52-55 wall). A batch known only at run time (a dynamic leading
  * dimension) is taken as small: the plan is made before it is seen (a session's free_dims
- * makes it known). */
-#define CL_MAX_IMAGES_PER_THREAD 8
+ * makes it known; else the latency strategy makes a second plan at such a run). */
 static bool suits_channels_last(const fz_ctx *fz, int threads) {
     double all = 0.0, fit = 0.0, w_all = 0.0, w_fit = 0.0;
     bool sized = true;
@@ -456,7 +455,8 @@ static bool suits_channels_last(const fz_ctx *fz, int threads) {
         const tdm_node *n = &fz->g->nodes[i];
         if (!is_conv(n) || !on_cpu(n) || n->n_inputs < 2 || n->inputs[1] < 0) continue;
         const tdm_value *w = &fz->g->values[n->inputs[1]], *y = &fz->g->values[n->outputs[0]];
-        if (y->rank >= 3 && y->dims[0] >= (int64_t)CL_MAX_IMAGES_PER_THREAD * (threads > 1 ? threads : 1))
+        if (y->rank >= 3 &&
+            y->dims[0] >= (int64_t)TDM_CL_MAX_IMAGES_PER_THREAD * (threads > 1 ? threads : 1))
             return false;
         if (w->rank != 4 || w->dims[0] <= 0 || w->dims[1] <= 0 || w->dims[2] <= 0 || w->dims[3] <= 0)
             continue;

@@ -107,6 +107,11 @@ typedef enum tdm_channels_last {
     TDM_CL_ALWAYS = 2, /* wherever there are convolutions */
 } tdm_channels_last;
 
+/* TDM_CL_SUITED keeps channel blocks from this many images per thread on (oneDNN's
+ * channel-blocked kernels gain from a batch, its channels-last ones do not): in the pass
+ * where the batch is known, else in the latency strategy's second plan (a dynamic batch). */
+#define TDM_CL_MAX_IMAGES_PER_THREAD 8
+
 tdm_status *tdm_fused_infer_to_blocked(tdm_infer_ctx *ctx);
 tdm_status *tdm_fused_infer_from_blocked(tdm_infer_ctx *ctx);
 tdm_status *tdm_fused_infer_blocked_conv(tdm_infer_ctx *ctx);

@@ -9,6 +9,7 @@
 
 #include "graph/fuse.h"
 #include "graph/infer.h"
+#include "ops/fused.h"
 #include "sched/budget.h"
 #include "sched/cost.h"
 #include "sched/stream.h"
@@ -41,7 +42,7 @@ static tdm_device *find_cpu(tdm_device **devs, int n) {
  * (graph/fuse_blocked.c) and MatMulNBits' packed weights (graph/fuse_nbits.c), with shapes
  * again after each. */
 static tdm_status *optimise(tdm_graph *g, tdm_device *cpu, bool blocked, int threads,
-                            const tdm_allocator *a) {
+                            bool cpu_blocks, const tdm_allocator *a) {
     fold_ctx fc = {cpu, a};
     int qdq = 0;
     TDM_TRY(tdm_graph_fuse_qdq(g, &qdq));
@@ -75,7 +76,8 @@ static tdm_status *optimise(tdm_graph *g, tdm_device *cpu, bool blocked, int thr
             TDM_TRY(tdm_graph_infer_shapes(g));
         }
         TDM_TRY(tdm_graph_fuse_blocked(g, tdm_device_channel_block(cpu),
-                                       tdm_device_channels_last(cpu), threads, &fused));
+                                       cpu_blocks ? TDM_CL_NEVER : tdm_device_channels_last(cpu),
+                                       threads, &fused));
         if (fused) {
             TDM_TRY(tdm_graph_compact(g));
             TDM_TRY(tdm_graph_infer_shapes(g));
@@ -467,7 +469,8 @@ tdm_status *tdm_plan_create(const tdm_allocator *a, tdm_graph *graph, tdm_device
     if ((st = tdm_graph_infer_shapes(graph))) goto fail;
     tdm_device *cpu = find_cpu(devices, n_devices);
     bool blocked = cpu && n_devices == 1;
-    if (opts->opt_level >= 1 && cpu && (st = optimise(graph, cpu, blocked, opts->threads, a)))
+    if (opts->opt_level >= 1 && cpu &&
+        (st = optimise(graph, cpu, blocked, opts->threads, opts->cpu_blocks, a)))
         goto fail;
     if ((st = plan_arrays(p))) goto fail;
     if ((st = place(p, opts, NULL))) goto fail;
@@ -496,6 +499,15 @@ tdm_status *tdm_plan_create(const tdm_allocator *a, tdm_graph *graph, tdm_device
 fail:
     tdm_plan_free(p);
     return st;
+}
+
+bool tdm_plan_channels_last(const tdm_plan *p) {
+    const tdm_graph *g = p->graph;
+    for (size_t i = 0; i < g->n_nodes; i++)
+        if (!strcmp(g->nodes[i].op_type, "BlockedConv") &&
+            tdm_attr_int(&g->nodes[i], "block", 0) == TDM_BLOCK_CHANNELS_LAST)
+            return true;
+    return false;
 }
 
 void tdm_plan_free(tdm_plan *p) {

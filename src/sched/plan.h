@@ -96,7 +96,12 @@ typedef struct tdm_plan_options {
     tdm_loop_bounds loop;  /* resolved bounds of Loop / Scan nodes (0 = none) */
     const struct tdm_budget_options *budget; /* memory budgets per plan device (sched/budget.h);
                                                 NULL = none */
+    bool cpu_blocks;       /* the CPU's layout pass keeps channel blocks (no channels-last):
+                              the latency strategy's plan for many images per thread */
 } tdm_plan_options;
+
+/* Did the CPU's layout pass put p's tensors channels-last? */
+bool tdm_plan_channels_last(const tdm_plan *p);
 
 /* Takes ownership of `graph` (on success and on failure). */
 tdm_status *tdm_plan_create(const tdm_allocator *a, tdm_graph *graph, tdm_device **devices,

@@ -1,9 +1,18 @@
 /* The latency strategy: one plan over the session's devices, nodes placed by the cost model
- * (sched/place.c); a run is one run of the plan. */
+ * (sched/place.c); a run is one run of the plan. On a CPU alone whose plan went channels-last
+ * for a dynamic batch (made before the batch is seen, for few images per thread), a run of
+ * TDM_CL_MAX_IMAGES_PER_THREAD (ops/fused.h) or more images per thread takes a second plan in
+ * channel blocks, made at the first such run from a copy of the graph kept for it, its
+ * constants' bytes shared with the session's plan (tdm_graph_clone_sharing; oneDNN's
+ * channel-blocked kernels gain from a batch at 1 thread, its channels-last ones do not:
+ * graph/fuse_blocked.c). */
 #include <pthread.h>
+#include <string.h>
 
 #include "core/alloc.h"
 #include "core/clock.h"
+#include "graph/clone.h"
+#include "ops/fused.h"
 #include "sched/monitor.h"
 #include "sched/budget.h"
 #include "sched/strategy.h"
@@ -11,6 +20,13 @@
 typedef struct latency {
     const tdm_allocator *a;
     tdm_plan *plan;
+    bool want_blocks;      /* a channel-blocked plan for many images per thread (mu) */
+    tdm_graph *blocks_src; /* its graph until it is made (mu) */
+    tdm_plan *blocks;      /* that plan, made at the first run that takes it (mu) */
+    tdm_strategy_setup su; /* (for making it) */
+    tdm_session_options o;
+    int threads;
+    struct tdm_monitor *mon;
     const char *device; /* the first device's name, for the statistics */
     pthread_mutex_t mu;
     int64_t runs, items; /* mu */
@@ -27,14 +43,40 @@ static int64_t run_items(const tdm_graph *g, const tdm_tensor *const *by_input) 
     return 1;
 }
 
+static tdm_status *plan_for(const tdm_strategy_setup *su, tdm_graph *g, bool cpu_blocks,
+                            tdm_plan **out);
+
+/* The plan for a run of `items` images: the channel-blocked one for many per thread (made
+ * here the first time; when that fails, the first plan, and no more tries). */
+static tdm_plan *pick_plan(latency *l, int64_t items) {
+    if (items < (int64_t)TDM_CL_MAX_IMAGES_PER_THREAD * l->threads) return l->plan;
+    pthread_mutex_lock(&l->mu);
+    if (l->want_blocks && !l->blocks) {
+        tdm_graph *g = l->blocks_src;
+        l->blocks_src = NULL; /* (the plan takes it, or frees it on failure) */
+        tdm_status *st = plan_for(&l->su, g, true, &l->blocks);
+        if (st) {
+            l->blocks = NULL;
+            l->want_blocks = false;
+            tdm_status_free(st);
+        } else {
+            l->blocks->monitor = l->mon;
+        }
+    }
+    tdm_plan *p = l->blocks ? l->blocks : l->plan;
+    pthread_mutex_unlock(&l->mu);
+    return p;
+}
+
 static tdm_status *lat_run_bound(void *ctx, const tdm_tensor *const *by_input,
                                  tdm_tensor *const *bound, tdm_tensor *bound_hdr,
                                  tdm_tensor **all, const tdm_run_ctl *ctl) {
     latency *l = ctx;
-    int64_t t0 = tdm_now_ns();
-    tdm_status *st = tdm_plan_run_bound(l->plan, by_input, bound, bound_hdr, all, ctl);
-    double ms = (double)(tdm_now_ns() - t0) / 1e6;
     int64_t items = run_items(l->plan->graph, by_input);
+    tdm_plan *plan = pick_plan(l, items);
+    int64_t t0 = tdm_now_ns();
+    tdm_status *st = tdm_plan_run_bound(plan, by_input, bound, bound_hdr, all, ctl);
+    double ms = (double)(tdm_now_ns() - t0) / 1e6;
     pthread_mutex_lock(&l->mu);
     l->runs++;
     l->items += st ? 0 : items;
@@ -64,13 +106,19 @@ static void lat_stats(void *ctx, size_t index, tdm_device_stats *out) {
 
 static void lat_set_monitor(void *ctx, struct tdm_monitor *mon) {
     latency *l = ctx;
+    pthread_mutex_lock(&l->mu);
+    l->mon = mon;
     l->plan->monitor = mon;
+    if (l->blocks) l->blocks->monitor = mon;
+    pthread_mutex_unlock(&l->mu);
 }
 
 static void lat_free(void *ctx) {
     latency *l = ctx;
     if (!l) return;
     tdm_plan_free(l->plan);
+    tdm_plan_free(l->blocks);
+    tdm_graph_free(l->blocks_src);
     pthread_mutex_destroy(&l->mu);
     tdm_free(l->a, l);
 }
@@ -83,6 +131,11 @@ static const tdm_strategy_iface latency_iface = {
 /* The plan of the latency strategy and of a pipeline's description: every device, the
  * session's placement and affinity. */
 tdm_status *tdm_strategy_plan_all(const tdm_strategy_setup *su, tdm_graph *g, tdm_plan **out) {
+    return plan_for(su, g, false, out);
+}
+
+static tdm_status *plan_for(const tdm_strategy_setup *su, tdm_graph *g, bool cpu_blocks,
+                            tdm_plan **out) {
     const tdm_session_options *o = su->o;
     tdm_budget_options bo;
     bool budgets = false;
@@ -93,7 +146,7 @@ tdm_status *tdm_strategy_plan_all(const tdm_strategy_setup *su, tdm_graph *g, td
     }
     tdm_plan_options po = {o->no_fallback, o->opt_level, o->placement, o->affinity,
                            tdm_threadpool_size(su->pool), o->profile, su->model_hash,
-                           su->settings, su->loop, budgets ? &bo : NULL};
+                           su->settings, su->loop, budgets ? &bo : NULL, cpu_blocks};
     return tdm_plan_create(su->alloc, g, su->devices, su->n_devices, su->pool, &po, out);
 }
 
@@ -106,10 +159,40 @@ tdm_status *tdm_latency_create(const tdm_strategy_setup *su, tdm_graph *g, tdm_s
     l->a = su->alloc;
     l->device = su->devices[0]->name;
     pthread_mutex_init(&l->mu, NULL);
-    tdm_status *st = tdm_strategy_plan_all(su, g, &l->plan);
+    const tdm_session_options *o = su->o;
+    l->su = *su; /* (the session's devices, pool, settings outlive the strategy) */
+    l->o = (tdm_session_options){.api_version = o->api_version, .threads = o->threads,
+                                 .opt_level = o->opt_level, .no_fallback = o->no_fallback,
+                                 .profile = o->profile, .mode = o->mode};
+    l->su.o = &l->o; /* (the caller's strings do not: the plan takes none of them) */
+    l->threads = tdm_threadpool_size(su->pool);
+    /* (not for profiling sessions: their reports read the first plan) */
+    bool dynamic = false, conv = false,
+         plain = !o->placement && !o->affinity && !o->precision && !o->profile && !o->residency &&
+                 !(o->device_memory && o->device_memory[0]);
+    for (size_t i = 0; i < g->n_inputs; i++)
+        dynamic |= g->values[g->inputs[i]].rank > 0 && g->values[g->inputs[i]].dims[0] < 0;
+    for (size_t i = 0; i < g->n_nodes && !conv; i++) conv = !strcmp(g->nodes[i].op_type, "Conv");
+    tdm_status *st = NULL;
+    /* (not where the CPU never goes channels-last: AVX2, cpu_layout blocked) */
+    l->want_blocks = dynamic && conv && plain && o->opt_level >= 1 && su->n_devices == 1 &&
+                     su->devices[0]->host_memory &&
+                     tdm_device_channels_last(su->devices[0]) != TDM_CL_NEVER;
+    /* the copy shares the weights' bytes with g (and so with the plan made from it) */
+    if (l->want_blocks && (st = tdm_graph_clone_sharing(g, &l->blocks_src))) {
+        tdm_graph_free(g);
+        lat_free(l);
+        return st;
+    }
+    st = tdm_strategy_plan_all(su, g, &l->plan);
     if (st) {
         lat_free(l);
         return st;
+    }
+    if (l->want_blocks && !tdm_plan_channels_last(l->plan)) { /* blocks already */
+        tdm_graph_free(l->blocks_src);
+        l->blocks_src = NULL;
+        l->want_blocks = false;
     }
     return tdm_strategy_wrap(su->alloc, &latency_iface, l, l->plan, out);
 }

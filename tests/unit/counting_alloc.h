@@ -1,5 +1,6 @@
 /* Test helper: an allocator hook (tdm_env_options.allocator) that counts the blocks it hands
- * out: `live` (not yet freed) and `total`. A test checks live == 0 after freeing everything.
+ * out: `live` (not yet freed) and `total`, and the bytes asked for in all (`bytes`). A test
+ * checks live == 0 after freeing everything.
  * Use: counter c = {0}; o.allocator = (tdm_allocator){c_alloc, c_free, &c}. */
 #ifndef TDM_TEST_COUNTING_ALLOC_H
 #define TDM_TEST_COUNTING_ALLOC_H
@@ -8,7 +9,7 @@
 #include <stdlib.h>
 
 typedef struct counter {
-    atomic_long live, total;
+    atomic_long live, total, bytes;
 } counter;
 
 static void *c_alloc(void *user, size_t size, size_t align) {
@@ -18,6 +19,7 @@ static void *c_alloc(void *user, size_t size, size_t align) {
     if (posix_memalign(&p, align, size ? size : 1) != 0) return NULL;
     atomic_fetch_add(&c->live, 1);
     atomic_fetch_add(&c->total, 1);
+    atomic_fetch_add(&c->bytes, (long)size);
     return p;
 }
 

@@ -86,6 +86,62 @@ static void test_tensor_clone_strings(void **state) {
     tdm_tensor_destroy(c);
 }
 
+/* tdm_tensor_share: headers over one buffer (strings too: their pointers are freed once),
+ * destroyed in any order, the data freed with the last (ASan reports a double free, a use
+ * after free or a leak otherwise); a shared tensor is not movable (tdm_tensors_share_huge
+ * leaves it), one already on huge pages stays reported as such; a pooled one is refused. */
+static void test_tensor_share(void **state) {
+    (void)state;
+    int64_t n = 300000;
+    tdm_tensor *t = NULL, *a = NULL, *b = NULL;
+    assert_null(tdm_tensor_new(NULL, TDM_FLOAT, 1, &n, &t));
+    ((float *)t->data)[n - 1] = 7.0f;
+    assert_false(tdm_tensor_is_shared(t));
+    assert_null(tdm_tensor_share(t, &a));
+    assert_null(tdm_tensor_share(a, &b)); /* a share of a share: one count */
+    assert_true(tdm_tensor_is_shared(t) && tdm_tensor_is_shared(a) && tdm_tensor_is_shared(b));
+    assert_ptr_equal(a->data, t->data);
+    assert_ptr_equal(b->data, t->data);
+    assert_false(t->owns_data || a->owns_data);
+    tdm_tensors_share_huge(&t, 1); /* not movable: the others hold the bytes too */
+    assert_ptr_equal(a->data, t->data);
+    tdm_tensor_destroy(t);
+    assert_true(((float *)b->data)[n - 1] == 7.0f);
+    tdm_tensor_destroy(b);
+    assert_true(((float *)a->data)[n - 1] == 7.0f);
+    tdm_tensor_destroy(a);
+
+    int64_t two = 2;
+    assert_null(tdm_tensor_new(NULL, TDM_STRING, 1, &two, &t));
+    assert_null(tdm_tensor_set_string(t, 0, "kept", 4));
+    assert_null(tdm_tensor_share(t, &a));
+    tdm_tensor_destroy(a); /* the copy first this time */
+    assert_false(t->owns_data); /* (shared once: still read-only) */
+    assert_string_equal(((char **)t->data)[0], "kept");
+    tdm_tensor_destroy(t);
+
+#ifdef __linux__
+    int64_t big = 3 << 20;
+    assert_null(tdm_tensor_new(NULL, TDM_UINT8, 1, &big, &t));
+    tdm_tensors_share_huge(&t, 1);
+    if (tdm_tensor_is_huge_shared(t)) { /* (the mapping may fail: a hint) */
+        assert_null(tdm_tensor_share(t, &a));
+        assert_true(tdm_tensor_is_huge_shared(t) && tdm_tensor_is_huge_shared(a));
+        tdm_tensor_destroy(t);
+        tdm_tensor_destroy(a);
+    } else {
+        tdm_tensor_destroy(t);
+    }
+#endif
+
+    tdm_tensor pooled = {.dtype = TDM_FLOAT, .pooled = true};
+    a = (tdm_tensor *)&pooled;
+    tdm_status *st = tdm_tensor_share(&pooled, &a);
+    assert_int_equal(tdm_status_code(st), TDM_ERR_INVALID_ARGUMENT);
+    assert_ptr_equal(a, &pooled); /* untouched */
+    tdm_status_free(st);
+}
+
 /* tdm_tensors_share_huge: the movable tensors' bytes unchanged in one mapping (64-byte
  * aligned, one after another), the others left alone, each freed on its own (the mapping with
  * the last: ASan reports a leak or a use after free otherwise); below a huge page nothing
@@ -348,7 +404,8 @@ static void test_threadpool_generations(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_status),     cmocka_unit_test(test_shape_count),
-        cmocka_unit_test(test_tensor_clone_strings), cmocka_unit_test(test_tensors_share_huge),
+        cmocka_unit_test(test_tensor_clone_strings), cmocka_unit_test(test_tensor_share),
+        cmocka_unit_test(test_tensors_share_huge),
         cmocka_unit_test(test_half),
         cmocka_unit_test(test_threadpool_waiting), cmocka_unit_test(test_threadpool_generations),
         cmocka_unit_test(test_threadpool_chunks), cmocka_unit_test(test_threadpool_stale_chunks),

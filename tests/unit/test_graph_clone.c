@@ -2,7 +2,8 @@
  * the original field by field, owns all of its memory (no pointer shared with the original),
  * finds values by name, leaves out the data a mask says, and fails cleanly (out of memory, no
  * leak) at every allocation it makes. A pipeline stage's graph (sched/pipeline_mode_cut.h)
- * copies only the weights its own nodes read. */
+ * copies only the weights its own nodes read. A sharing copy (tdm_graph_clone_sharing) holds
+ * the same constant bytes, allocates none of them again, and either graph may be freed first. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -66,12 +67,16 @@ static void same_str(const char *a, const char *b) {
     assert_true(a != b); /* a copy, not the original's memory */
 }
 
+/* The copy under test shares its constants' bytes with the original (tdm_graph_clone_sharing). */
+static bool sharing;
+
 static void same_tensor(const tdm_tensor *a, const tdm_tensor *b) {
     if (!a || !b) {
         assert_true(a == b);
         return;
     }
-    assert_true(a != b && a->data != b->data);
+    assert_true(a != b && (sharing ? a->data == b->data : a->data != b->data));
+    assert_true(!sharing || (tdm_tensor_is_shared(a) && tdm_tensor_is_shared(b)));
     assert_int_equal(a->dtype, b->dtype);
     assert_int_equal(a->rank, b->rank);
     assert_memory_equal(a->dims, b->dims, sizeof a->dims);
@@ -195,10 +200,14 @@ static void test_clone_keep_data(void **state) {
     assert_int_equal(b.live, 0);
 }
 
-/* Every allocation of a clone fails once: an out-of-memory status, *out untouched, nothing
- * left allocated. */
-static void test_clone_out_of_memory(void **state) {
-    (void)state;
+/* A copy of every value's data (tdm_graph_clone with no mask). */
+static tdm_status *clone_all(tdm_graph *g, tdm_graph **out) { return tdm_graph_clone(g, NULL, out); }
+
+/* Every allocation of a copy (`make`) fails once: an out-of-memory status, *out untouched,
+ * nothing left allocated (a sharing copy: a tensor's share block, once made, stays with the
+ * original and goes with it, so the count after the model's free finds a header a failure
+ * leaked), the original whole. */
+static void clone_oom_sweep(tdm_status *(*make)(tdm_graph *, tdm_graph **), bool shares) {
     budget b = {0, 0, -1};
     tdm_allocator a = {b_alloc, b_free, &b};
     tdm_onnx_model *m = load_loop(&a);
@@ -207,23 +216,30 @@ static void test_clone_out_of_memory(void **state) {
     for (long n = 0; n < 1000 && !done; n++) {
         tdm_graph *c = (tdm_graph *)&done; /* a marker: untouched on failure */
         b.budget = n;
-        tdm_status *st = tdm_graph_clone(m->graph, NULL, &c);
+        tdm_status *st = make(m->graph, &c);
         b.budget = -1;
         if (st) {
             assert_int_equal(tdm_status_code(st), TDM_ERR_OUT_OF_MEMORY);
             assert_true(c == (tdm_graph *)&done);
             tdm_status_free(st);
-            assert_int_equal(b.live, base);
+            assert_true(shares ? b.live >= base : b.live == base);
             continue;
         }
-        assert_true(n > 10); /* a clone of this graph makes many allocations */
+        assert_true(n > 10); /* a copy of this graph makes many allocations */
+        sharing = shares;
         same_graph(m->graph, c, NULL);
+        sharing = false;
         tdm_graph_free(c);
         done = true;
     }
     assert_true(done);
     tdm_onnx_model_free(m);
     assert_int_equal(b.live, 0);
+}
+
+static void test_clone_out_of_memory(void **state) {
+    (void)state;
+    clone_oom_sweep(clone_all, false);
 }
 
 /* x -> Add(x, w_small) -> h -> Mul(h, w_big) -> y, w_big 1 MiB: stage 0 (the Add) must not
@@ -274,12 +290,95 @@ static void test_stage_copies_own_weights(void **state) {
     assert_int_equal(b.live, 0);
 }
 
+/* A model of x -> Mul(x, w_big) -> y, w_big 1 MiB of a pattern. */
+enum { SHARE_BIG = 1 << 18 };
+static tdm_onnx_model *load_big(const tdm_allocator *a) {
+    static float big[SHARE_BIG];
+    for (int k = 0; k < SHARE_BIG; k++) big[k] = (float)(k % 977);
+    int64_t dims[] = {SHARE_BIG};
+    mb_model mm;
+    mb_init(&mm, 17);
+    mb_input(&mm, "x", 1, dims);
+    mb_init_raw(&mm, "w_big", MB_F32, 1, dims, big, sizeof big);
+    mb_node(&mm, "Mul:x,w_big->y");
+    mb_output(&mm, "y");
+    size_t size;
+    void *buf = mb_pack(&mm, &size);
+    mb_free(&mm);
+    tdm_onnx_model *m = NULL;
+    tdm_status *st = tdm_onnx_load_buffer(buf, size, NULL, a, &m);
+    free(buf);
+    if (st) fail_msg("load: %s", tdm_status_message(st));
+    return m;
+}
+
+static void check_big(const tdm_graph *g) {
+    const tdm_tensor *t = g->values[tdm_graph_find_value(g, "w_big")].data;
+    assert_non_null(t);
+    const float *d = t->data;
+    for (int k = 0; k < SHARE_BIG; k += 4099) assert_true(d[k] == (float)(k % 977));
+}
+
+/* The sharing copy equals the original (the Loop body's initializer shared too), allocates
+ * no weight bytes, and outlives the original or dies first: under ASan a read after the
+ * free or a second free fails the test, the allocator's count a leak. */
+static void test_clone_sharing(void **state) {
+    (void)state;
+    budget b = {0, 0, -1};
+    tdm_allocator a = {b_alloc, b_free, &b};
+    tdm_onnx_model *m = load_loop(&a);
+    tdm_graph *c = NULL;
+    assert_null(tdm_graph_clone_sharing(m->graph, &c));
+    sharing = true;
+    same_graph(m->graph, c, NULL);
+    sharing = false;
+    tdm_onnx_model_free(m);
+    const tdm_attr *body = tdm_node_attr(&c->nodes[0], "body");
+    int one = tdm_graph_find_value(body->g, "one");
+    assert_true(one >= 0 && body->g->values[one].data);
+    assert_true(tdm_tensor_get_f64(body->g->values[one].data, 0) == 1.0);
+    tdm_graph_free(c);
+    assert_int_equal(b.live, 0);
+    for (int copy_first = 0; copy_first < 2; copy_first++) {
+        m = load_big(&a);
+        size_t before = b.bytes;
+        assert_null(tdm_graph_clone_sharing(m->graph, &c));
+        assert_true(b.bytes - before < SHARE_BIG * sizeof(float) / 8);
+        int w = tdm_graph_find_value(m->graph, "w_big");
+        assert_true(c->values[w].data->data == m->graph->values[w].data->data);
+        tdm_graph *second = NULL; /* a copy of the copy shares the same bytes */
+        assert_null(tdm_graph_clone_sharing(c, &second));
+        assert_true(second->values[w].data->data == m->graph->values[w].data->data);
+        if (copy_first) {
+            tdm_graph_free(c);
+            check_big(second);
+            tdm_graph_free(second);
+            check_big(m->graph);
+            tdm_onnx_model_free(m);
+        } else {
+            tdm_onnx_model_free(m);
+            check_big(c);
+            tdm_graph_free(c);
+            check_big(second);
+            tdm_graph_free(second);
+        }
+        assert_int_equal(b.live, 0);
+    }
+}
+
+static void test_clone_sharing_out_of_memory(void **state) {
+    (void)state;
+    clone_oom_sweep(tdm_graph_clone_sharing, true);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_clone_equals),
         cmocka_unit_test(test_clone_keep_data),
         cmocka_unit_test(test_clone_out_of_memory),
         cmocka_unit_test(test_stage_copies_own_weights),
+        cmocka_unit_test(test_clone_sharing),
+        cmocka_unit_test(test_clone_sharing_out_of_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -22,6 +22,7 @@
 #include <cmocka.h>
 
 #include "backends/cpu/cpu_device.h"
+#include "counting_alloc.h"
 #include "model_builder.h"
 #include "ops/fused.h"
 #include "tandem/tandem.h"
@@ -223,31 +224,35 @@ static void test_pool_fallback(void **state) {
     mb_free(&b);
 }
 
-/* Max pooling at stride 1 on blocked X runs tandem's loop (k_dnnl_pool.c s1_max_rows), not
- * oneDNN's: 2x2 SAME_UPPER (PP-OCRv6 det's) and 3x3 pads 1, odd channels (a padded last
- * block), outputs of both signs (a padded position must never win), 1 and 2 threads. */
-static void test_maxpool_stride1(void **state) {
+/* Max pooling on blocked X at stride 1 and on channels-last X at any stride runs tandem's loop
+ * (k_dnnl_pool.c max_rows), not oneDNN's: blocked 2x2 SAME_UPPER (PP-OCRv6 det's) and 3x3 pads
+ * 1, odd channels (a padded last block); channels-last 3x3 stride 2 pads 1 (ResNet-50's) on 80
+ * channels (64 lanes and a tail) and 3x3 stride 2 with ceil_mode on 11; outputs of both signs
+ * (a padded position must never win), 1 and 2 threads. */
+static void test_maxpool_own(void **state) {
     (void)state;
-    const run_cfg *cfgs[] = {&cpu1, &cpu2};
-    for (int form = 0; form < 2; form++)
-        for (size_t c = 0; c < 2; c++) {
+    for (int form = 0; form < 4; form++)
+        for (int t = 1; t <= 2; t++) {
             mb_model b;
             mb_init(&b, 17);
-            int64_t xd[4] = {2, 3, 17, 23};
+            int64_t xd[4] = {2, 3, 17, 23}, m = form == 2 ? 80 : 11;
             mb_input_run(&b, "x", 4, xd, NULL);
-            conv(&b, "Conv:x,W1,B1->c1", "W1", "B1", 11, 3, 3, 1);
+            conv(&b, "Conv:x,W1,B1->c1", "W1", "B1", m, 3, 3, 1);
             Onnx__NodeProto *mp = mb_node(&b, "MaxPool:c1->p");
-            int64_t k2[2] = {2, 2}, k3[2] = {3, 3}, s1[2] = {1, 1}, p1[4] = {1, 1, 1, 1};
+            int64_t k2[2] = {2, 2}, k3[2] = {3, 3}, s1[2] = {1, 1}, s2[2] = {2, 2};
+            int64_t p1[4] = {1, 1, 1, 1};
             mb_attr_ints(&b, mp, "kernel_shape", 2, form ? k3 : k2);
-            mb_attr_ints(&b, mp, "strides", 2, s1);
-            if (form) mb_attr_ints(&b, mp, "pads", 4, p1);
-            else mb_attr_s(&b, mp, "auto_pad", "SAME_UPPER");
-            conv(&b, "Conv:p,W2,B2->y", "W2", "B2", 4, 11, 3, 1);
+            mb_attr_ints(&b, mp, "strides", 2, form >= 2 ? s2 : s1);
+            if (form == 0) mb_attr_s(&b, mp, "auto_pad", "SAME_UPPER");
+            else if (form < 3) mb_attr_ints(&b, mp, "pads", 4, p1);
+            else mb_attr_i(&b, mp, "ceil_mode", 1);
+            conv(&b, "Conv:p,W2,B2->y", "W2", "B2", 4, m, 3, 1);
             mb_output(&b, "y");
             layout_result r;
-            run_cmp(&b, cfgs[c], &r);
+            run_cfg cfg = {"cpu", NULL, NULL, t, form >= 2 ? "channels_last" : "blocked"};
+            run_cmp(&b, &cfg, &r);
             if (op_count(&r, "BlockedPool") != 1 || op_count(&r, "BlockedConv") != 2)
-                fail_msg("form %d threads %d: %s", form, cfgs[c]->threads, r.ops);
+                fail_msg("form %d threads %d: %s", form, t, r.ops);
             mb_free(&b);
         }
 }
@@ -392,6 +397,92 @@ static void test_auto_layout(void **state) {
                      aligned, (long long)n, threads, prefers, r.ops);
         mb_free(&b);
     }
+}
+
+/* A dynamic batch under cpu_layout auto: the plan is made channels-last (the batch is not
+ * known), and a run of 8 images on 1 thread takes the latency strategy's second plan, in
+ * channel blocks (sched/strategy_latency.c), 1 image the first; both against opt level 0. */
+static void test_dynamic_batch_plans(void **state) {
+    (void)state;
+    for (int v = 0; v < 2; v++) {
+        mb_model b;
+        mb_init(&b, 17);
+        int64_t decl[4] = {-1, 32, 20, 20}, run[4] = {v ? 8 : 1, 32, 20, 20};
+        mb_input_run(&b, "x", 4, decl, run);
+        conv(&b, "Conv:x,W1,B1->c1", "W1", "B1", 32, 32, 3, 1);
+        mb_node(&b, "Relu:c1->r1");
+        conv(&b, "Conv:r1,W2,B2->c2", "W2", "B2", 32, 32, 3, 1);
+        mb_node(&b, "Add:c2,r1->s2");
+        mb_attr_i(&b, mb_node(&b, "Concat:s2,r1->cat"), "axis", 1);
+        conv(&b, "Conv:cat,W3,B3->y", "W3", "B3", 8, 64, 1, 1);
+        mb_output(&b, "y");
+        layout_result r;
+        run_cfg cfg = {"cpu", NULL, NULL, 1, "auto"};
+        run_cmp(&b, &cfg, &r);
+        if (op_count(&r, "BlockedConv") != 3)
+            fail_msg("%lld images: %s", (long long)run[0], r.ops);
+        mb_free(&b);
+    }
+}
+
+/* The latency strategy's copy of the graph for its second plan (a dynamic batch, channels-last
+ * first plan) shares the weights' bytes: creating the session allocates less than a quarter
+ * of the weights more than with the batch fixed at 1 (where no copy is kept); a full copy
+ * would add all of them. Runs of 8 images (the second plan, made from the copy) and of 1, then
+ * the session and the environment freed: no block left (and under ASan no read after a free,
+ * no double free). */
+static void test_dynamic_batch_shares_weights(void **state) {
+    (void)state;
+    const int64_t C = 128, HW = 8;
+    const double w_bytes = 2.0 * (double)(C * C * 9 * 4);
+    long made[2] = {0, 0};
+    bool prefers = false;
+    for (int dyn = 0; dyn < 2; dyn++) {
+        mb_model b;
+        mb_init(&b, 17);
+        int64_t decl[4] = {dyn ? -1 : 1, C, HW, HW}, run[4] = {1, C, HW, HW};
+        mb_input_run(&b, "x", 4, decl, run);
+        conv(&b, "Conv:x,W1,B1->c1", "W1", "B1", C, C, 3, 1);
+        mb_node(&b, "Relu:c1->r1");
+        conv(&b, "Conv:r1,W2,B2->y", "W2", "B2", C, C, 3, 1);
+        mb_output(&b, "y");
+        size_t size = onnx__model_proto__get_packed_size(&b.model);
+        void *buf = malloc(size);
+        assert_non_null(buf);
+        onnx__model_proto__pack(&b.model, buf);
+        mb_free(&b);
+        counter c = {0};
+        tdm_env_options eo = {.api_version = TDM_API_VERSION, .cpu_layout = "auto",
+                              .allocator = {c_alloc, c_free, &c}};
+        tdm_env *env = NULL;
+        assert_null(tdm_env_create(&eo, &env));
+        tdm_cpu_dnnl_probe_block(&prefers);
+        tdm_session_options so = {.api_version = TDM_API_VERSION, .threads = 1, .opt_level = 1};
+        tdm_session *s = NULL;
+        long before = atomic_load(&c.bytes);
+        assert_null(tdm_session_create_from_buffer(env, buf, size, NULL, &so, &s));
+        made[dyn] = atomic_load(&c.bytes) - before;
+        for (int k = 0; k < (dyn ? 2 : 1); k++) {
+            int64_t dims[4] = {k ? 1 : (dyn ? 8 : 1), C, HW, HW};
+            tdm_tensor *x = NULL, *y = NULL;
+            assert_null(tdm_tensor_create(env, TDM_FLOAT, 4, dims, &x));
+            float *d = tdm_tensor_data(x);
+            for (int64_t i = 0; i < tdm_tensor_element_count(x); i++) d[i] = (float)(i % 13) * 0.1f;
+            const char *name = "x";
+            tdm_status *st = tdm_session_run(s, 1, &name, (const tdm_tensor *const *)&x, 1, NULL, &y);
+            if (st) fail_msg("run of %lld: %s", (long long)dims[0], tdm_status_message(st));
+            assert_int_equal(tdm_tensor_dims(y)[0], dims[0]);
+            tdm_tensor_free(x);
+            tdm_tensor_free(y);
+        }
+        tdm_session_free(s);
+        tdm_env_free(env);
+        free(buf);
+        assert_int_equal(atomic_load(&c.live), 0);
+    }
+    print_message("  session bytes: batch 1 %ld, dynamic %ld (weights %.0f; oneDNN prefers "
+                  "channels-last: %d)\n", made[0], made[1], w_bytes, prefers);
+    assert_true((double)(made[1] - made[0]) < w_bytes / 4);
 }
 
 /* The chain of test_row_chunks and test_cl_batch over n images of 6 x 47 x 29: 3x3 at
@@ -647,13 +738,15 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chain_odd_channels),
         cmocka_unit_test(test_pool_fallback),
-        cmocka_unit_test(test_maxpool_stride1),
+        cmocka_unit_test(test_maxpool_own),
         cmocka_unit_test(test_residual_add),
         cmocka_unit_test(test_concat),
         cmocka_unit_test(test_split_odd),
         cmocka_unit_test(test_row_chunks),
         cmocka_unit_test(test_cl_batch),
         cmocka_unit_test(test_auto_layout),
+        cmocka_unit_test(test_dynamic_batch_plans),
+        cmocka_unit_test(test_dynamic_batch_shares_weights),
         cmocka_unit_test(test_plain_reader),
         cmocka_unit_test(test_split_devices),
         cmocka_unit_test(test_split_regions),
