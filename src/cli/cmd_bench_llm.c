@@ -47,10 +47,10 @@ static void llm_usage(FILE *f) {
             "  --streams N        instead: N concurrent requests through the LLM engine (continuous\n"
             "                     batching over a paged KV cache; GenAI folders): aggregate tokens/s,\n"
             "                     decode tokens/s (the tokens after each first one over the time\n"
-            "                     some stream was decoding), time to first token and inter-token latency of 1 stream, N streams\n"
-            "                     batched, and N streams one request at a time (no batching), taking\n"
-            "                     turns R times (default 3; the median is reported); the prompts\n"
-            "                     default to 16 tokens here\n");
+            "                     some stream was decoding), time to first token and inter-token\n"
+            "                     latency of 1 stream, N streams batched, and N streams one request\n"
+            "                     at a time (no batching), taking turns R times (default 3; the\n"
+            "                     median is reported); the prompts default to 16 tokens here\n");
 }
 
 typedef struct llm_args {
