@@ -46,6 +46,10 @@ typedef struct tdm_llm_i8_fns {
                int64_t d, float *y, int64_t ys);
     /* the 4-bit cache's rotation (tdm_llm_kv4_rotate, the same result); NULL for int8 */
     void (*rotate)(float *x, int64_t d);
+    /* the form's row quantiser and widener (tdm_llm_kv_quantize_row / _dequantize_rows, or
+     * the kv4 ones) */
+    void (*quantize_row)(const float *x, int64_t d, int8_t *row);
+    void (*dequantize_rows)(const int8_t *rows, int64_t rs, int64_t n, int64_t d, float *out);
     tdm_cpu_isa isa;
 } tdm_llm_i8_fns;
 /* The best variant at or below level. Never NULL. */

@@ -153,7 +153,7 @@ static void gqa_cache_i8(const gqa_job *j, int64_t p0, int64_t p1) {
                     tdm_llm_rotate(tmp, j->cos + pos * (j->rot / 2), j->sin + pos * (j->rot / 2),
                                    j->rot, j->interleaved);
                 }
-                (j->q4 ? tdm_llm_kv4_quantize_row : tdm_llm_kv_quantize_row)(tmp, j->D, dst + (past + s) * j->rs);
+                j->fi->quantize_row(tmp, j->D, dst + (past + s) * j->rs);
             }
         }
     }
@@ -238,10 +238,8 @@ static void gqa_block_gemm(const gqa_job *j, int64_t b, int64_t g, int64_t s0, i
     if (j->i8) { /* the block's key / value range widened once (after qb) for the GEMMs */
         float *kw = qb + rows * j->D, *vw = kw + j->L * j->D;
         size_t off = (size_t)((b * j->KVH + g) * j->L + lo0) * (size_t)j->rs;
-        void (*widen)(const int8_t *, int64_t, int64_t, int64_t, float *) =
-            j->q4 ? tdm_llm_kv4_dequantize_rows : tdm_llm_kv_dequantize_rows;
-        widen(j->kq + off, j->rs, cols, j->D, kw + lo0 * j->D);
-        widen(j->vq + off, j->rs, cols, j->D, vw + lo0 * j->D);
+        j->fi->dequantize_rows(j->kq + off, j->rs, cols, j->D, kw + lo0 * j->D);
+        j->fi->dequantize_rows(j->vq + off, j->rs, cols, j->D, vw + lo0 * j->D);
         kc = kw;
         vc = vw;
     } else {

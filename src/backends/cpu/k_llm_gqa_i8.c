@@ -274,9 +274,10 @@ static AI void pv_port(const float *p, int64_t ld, int64_t G, const int8_t *v, i
 SCORES_PAIR(, scores_portable, SCORES_PORT)
 PV_PAIR(, pv_portable, pv_port)
 
-static const tdm_llm_i8_fns fns_portable = {scores_portable, pv_portable, NULL, TDM_ISA_PORTABLE};
+static const tdm_llm_i8_fns fns_portable = {scores_portable, pv_portable, NULL,
+    tdm_llm_kv_quantize_row, tdm_llm_kv_dequantize_rows, TDM_ISA_PORTABLE};
 static const tdm_llm_i8_fns fns4_portable = {scores_portable4, pv_portable4, tdm_llm_kv4_rotate,
-                                             TDM_ISA_PORTABLE};
+    tdm_llm_kv4_quantize_row, tdm_llm_kv4_dequantize_rows, TDM_ISA_PORTABLE};
 
 #ifdef TDM_SIMD_X86
 #include <immintrin.h>
@@ -527,8 +528,10 @@ TDM_TARGET_AVX2 static AI void pv_avx2_f(const float *p, int64_t ld, int64_t G, 
 }
 PV_PAIR(TDM_TARGET_AVX2, pv_avx2, pv_avx2_f)
 
-static const tdm_llm_i8_fns fns_avx2 = {scores_avx2, pv_avx2, NULL, TDM_ISA_AVX2};
-static const tdm_llm_i8_fns fns4_avx2 = {scores_avx24, pv_avx24, tdm_llm_kv4_rotate, TDM_ISA_AVX2};
+static const tdm_llm_i8_fns fns_avx2 = {scores_avx2, pv_avx2, NULL,
+    tdm_llm_kv_quantize_row, tdm_llm_kv_dequantize_rows, TDM_ISA_AVX2};
+static const tdm_llm_i8_fns fns4_avx2 = {scores_avx24, pv_avx24, tdm_llm_kv4_rotate,
+    tdm_llm_kv4_quantize_row, tdm_llm_kv4_dequantize_rows, TDM_ISA_AVX2};
 
 /* ---- AVX-512 ---- */
 
@@ -986,9 +989,12 @@ TDM_TARGET_AVX512 static void rotate_avx512(float *x, int64_t d) {
     }
 }
 
-static const tdm_llm_i8_fns fns_avx512 = {scores_avx2, pv_avx512, NULL, TDM_ISA_AVX512_CORE};
-static const tdm_llm_i8_fns fns_vnni = {scores_vnni, pv_vnni, NULL, TDM_ISA_AVX512_CORE_VNNI};
-static const tdm_llm_i8_fns fns4_vnni = {scores_vnni4, pv_vnni4, rotate_avx512, TDM_ISA_AVX512_CORE_VNNI};
+static const tdm_llm_i8_fns fns_avx512 = {scores_avx2, pv_avx512, NULL,
+    tdm_llm_kv_quantize_row, tdm_llm_kv_dequantize_rows, TDM_ISA_AVX512_CORE};
+static const tdm_llm_i8_fns fns_vnni = {scores_vnni, pv_vnni, NULL,
+    tdm_llm_kv_quantize_row, tdm_llm_kv_dequantize_rows, TDM_ISA_AVX512_CORE_VNNI};
+static const tdm_llm_i8_fns fns4_vnni = {scores_vnni4, pv_vnni4, rotate_avx512,
+    tdm_llm_kv4_quantize_row, tdm_llm_kv4_dequantize_rows, TDM_ISA_AVX512_CORE_VNNI};
 #endif
 
 const tdm_llm_i8_fns *tdm_llm_i8_fns_for(tdm_cpu_isa level) {
