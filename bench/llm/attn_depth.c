@@ -7,7 +7,7 @@
  *   cc -O2 -std=c11 -D_GNU_SOURCE -Iinclude -Isrc -Ibuild/gen bench/llm/attn_depth.c \
  *      build/libtandem.a -ldnnl -lprotobuf-c -lOpenCL -ljansson -fopenmp -lpthread -ldl -lm \
  *      -o build/attn_depth
- *   build/attn_depth [CACHE=int8|f32] [THREADS=1] [FLUSH=1] [ISA=all] [SHARED=0] [HUGE=1]
+ *   build/attn_depth [CACHE=int8|int4|f32] [THREADS=1] [FLUSH=1] [ISA=all] [SHARED=0] [HUGE=1]
  * FLUSH=1 reads 96 MiB (SmolLM2's packed weights) before each step, so the cache comes from
  * memory as in a real step; SHARED=1 gives all layers one cache (it stays in L2: the kernels'
  * arithmetic alone). ISA caps the SIMD level (avx2, avx512_core, portable, ...). HUGE=1 puts
@@ -67,7 +67,7 @@ static tdm_tensor *tensor_in(const tdm_allocator *a, tdm_dtype dt, int rank, con
 static tdm_tensor *tensor(tdm_dtype dt, int rank, const int64_t *dims) { return tensor_in(&A, dt, rank, dims); }
 
 int main(int argc, char **argv) {
-    bool i8 = argc <= 1 || strcmp(argv[1], "f32") != 0;
+    bool i8 = argc <= 1 || strcmp(argv[1], "f32") != 0, q4 = argc > 1 && strcmp(argv[1], "int4") == 0;
     int threads = argc > 2 ? atoi(argv[2]) : 1;
     bool flush = argc <= 3 || atoi(argv[3]) != 0, shared = argc > 5 && atoi(argv[5]) != 0;
     bool huge = argc <= 6 || atoi(argv[6]) != 0;
@@ -83,7 +83,9 @@ int main(int argc, char **argv) {
     if (threads > 1 && tdm_threadpool_create(threads, 200, &pool)) return 1; /* a session's default spin */
     void *state[LAYERS];
     tdm_tensor *kc[LAYERS], *vc[LAYERS];
-    int64_t rs = TDM_KV_I8_ROW(D), cd[4] = {1, KVH, L, i8 ? rs : D};
+    int64_t rs = q4 ? TDM_KV_I4_ROW(D) : TDM_KV_I8_ROW(D), cd[4] = {1, KVH, L, i8 ? rs : D};
+    tdm_dtype cdt = q4 ? TDM_UINT8 : i8 ? TDM_INT8 : TDM_FLOAT;
+    void (*quantize)(const float *, int64_t, int8_t *) = q4 ? tdm_llm_kv4_quantize_row : tdm_llm_kv_quantize_row;
     const tdm_allocator *ca = &A;
     if (huge) {
         size_t hp = (size_t)2 << 20;
@@ -95,14 +97,14 @@ int main(int argc, char **argv) {
     }
     for (int l = 0; l < LAYERS; l++) {
         if (tdm_llm_gqa_prepare(&node, 1, 7, NULL, &A, &state[l])) return 1;
-        kc[l] = tensor_in(ca, i8 ? TDM_INT8 : TDM_FLOAT, 4, cd);
-        vc[l] = tensor_in(ca, i8 ? TDM_INT8 : TDM_FLOAT, 4, cd);
+        kc[l] = tensor_in(ca, cdt, 4, cd);
+        vc[l] = tensor_in(ca, cdt, 4, cd);
         for (int64_t r = 0; i8 && r < KVH * L; r++) {
             float x[D];
             for (int i = 0; i < D; i++) x[i] = frand();
-            tdm_llm_kv_quantize_row(x, D, (int8_t *)kc[l]->data + r * rs);
+            quantize(x, D, (int8_t *)kc[l]->data + r * rs);
             for (int i = 0; i < D; i++) x[i] = frand();
-            tdm_llm_kv_quantize_row(x, D, (int8_t *)vc[l]->data + r * rs);
+            quantize(x, D, (int8_t *)vc[l]->data + r * rs);
         }
     }
     int64_t qd[3] = {1, 1, H * D}, kd[3] = {1, 1, KVH * D}, bd[1] = {1};
@@ -142,7 +144,7 @@ int main(int argc, char **argv) {
                 cpu += clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
             }
             printf("%s cache%s, %d thread(s), %s, depth %4d: %.3f ms wall, %.3f ms CPU a step\n",
-                   i8 ? "int8" : "f32", huge ? " (huge pages)" : "", threads, tdm_cpu_isa_name(isa),
+                   q4 ? "int4" : i8 ? "int8" : "f32", huge ? " (huge pages)" : "", threads, tdm_cpu_isa_name(isa),
                    depth, 1e3 * wall / STEPS,
                    1e3 * cpu / STEPS);
         }

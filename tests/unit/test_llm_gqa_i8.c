@@ -411,6 +411,37 @@ static void test_scores_rows_invariant(void **state) {
     }
 }
 
+/* Each level's widener (the block GEMMs' key / value ranges) is the scalar one bit for bit,
+ * on odd head sizes (a last group shorter than 32), padded row strides and random padding
+ * nibbles, and every value is its group's scale times its code. */
+static void test_dequantize_levels(void **state) {
+    (void)state;
+    tdm_cpu_isa top = tdm_cpu_isa_detect();
+    static const int ds[] = {1, 7, 31, 32, 33, 64, 71, 96, 130, 600};
+    enum { N = 5 };
+    for (size_t di = 0; di < sizeof ds / sizeof ds[0]; di++) {
+        int d = ds[di], rs = (int)row_bytes(d) + (int)(di & 1) * 5;
+        int8_t *rows = calloc((size_t)(N * rs), 1);
+        float *want = malloc(sizeof(float) * (size_t)(N * d) + 4), *got = malloc(sizeof(float) * (size_t)(N * d) + 4);
+        assert_non_null(rows), assert_non_null(want), assert_non_null(got);
+        for (int t = 0; t < N; t++) fill_row(rows + t * rs, d);
+        dequantize_rows(rows, rs, N, d, want);
+        for (int t = 0; t < N; t++)
+            for (int i = 0; i < d; i++)
+                assert_true(want[t * d + i] == scale_of(rows + t * rs, d, i / 32) * (float)code_of(rows + t * rs, i));
+        for (int l = TDM_ISA_PORTABLE; l <= (int)top; l++) {
+            memset(got, 0xff, sizeof(float) * (size_t)(N * d) + 4); /* NaNs, and a guard */
+            fns_for((tdm_cpu_isa)l)->dequantize_rows(rows, rs, N, d, got);
+            if (memcmp(got, want, sizeof(float) * (size_t)(N * d)) != 0)
+                fail_msg("%s dequantize d=%d differs from the scalar form", tdm_cpu_isa_name((tdm_cpu_isa)l), d);
+            uint32_t guard;
+            memcpy(&guard, got + N * d, 4);
+            assert_int_equal(guard, 0xffffffffu); /* nothing written past n rows */
+        }
+        free(rows), free(want), free(got);
+    }
+}
+
 typedef struct gqa_case {
     tdm_node node;
     tdm_attr attrs[4];
@@ -626,6 +657,7 @@ Q4_TEST(test_row_variants)
 Q4_TEST(test_scores_rows_invariant)
 Q4_TEST(test_kernel)
 Q4_TEST(test_bad_cache)
+Q4_TEST(test_dequantize_levels)
 
 static void test_bad_cache(void **state) {
     (void)state;
@@ -738,6 +770,8 @@ int main(void) {
         cmocka_unit_test(test_scores_rows_invariant4),
         cmocka_unit_test(test_kernel4),
         cmocka_unit_test(test_bad_cache4),
+        cmocka_unit_test(test_dequantize_levels),
+        cmocka_unit_test(test_dequantize_levels4),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -528,10 +528,40 @@ TDM_TARGET_AVX2 static AI void pv_avx2_f(const float *p, int64_t ld, int64_t G, 
 }
 PV_PAIR(TDM_TARGET_AVX2, pv_avx2, pv_avx2_f)
 
+/* The widening of dequantize (the block GEMMs' key / value ranges: prefill, chunks) 32 values
+ * at a time: each value is its group's scale times its code, one float product as in the
+ * scalar form, so the same result bit for bit. A last group shorter than 32 goes through
+ * the scalar form. The AVX-512 levels take this form too. */
+TDM_TARGET_AVX2 static AI void dequantize_avx2_f(const int8_t *rows, int64_t rs, int64_t n,
+                                                 int64_t d, float *out, bool q4) {
+    int64_t so = scales_at(d, q4), d32 = d & ~(int64_t)(GROUP - 1);
+    for (int64_t t = 0; t < n; t++) {
+        const int8_t *r = rows + t * rs;
+        float *o = out + t * d;
+        for (int64_t g0 = 0; g0 < d32; g0 += GROUP) {
+            __m256 s = _mm256_set1_ps(group_scale(r, so, g0 / GROUP));
+            __m256i c = group_codes_avx2(r, d, g0, q4);
+            __m128i h[2] = {_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1)};
+            for (int k = 0; k < 4; k++) {
+                __m128i b = k & 1 ? _mm_unpackhi_epi64(h[k / 2], h[k / 2]) : h[k / 2];
+                _mm256_storeu_ps(o + g0 + 8 * k,
+                                 _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), s));
+            }
+        }
+        for (int64_t i = d32; i < d; i++) o[i] = group_scale(r, so, i / GROUP) * (float)kv_code(r, i, q4);
+    }
+}
+TDM_TARGET_AVX2 static void dequantize_avx2(const int8_t *rows, int64_t rs, int64_t n, int64_t d, float *out) {
+    dequantize_avx2_f(rows, rs, n, d, out, false);
+}
+TDM_TARGET_AVX2 static void dequantize_avx24(const int8_t *rows, int64_t rs, int64_t n, int64_t d, float *out) {
+    dequantize_avx2_f(rows, rs, n, d, out, true);
+}
+
 static const tdm_llm_i8_fns fns_avx2 = {scores_avx2, pv_avx2, NULL,
-    tdm_llm_kv_quantize_row, tdm_llm_kv_dequantize_rows, TDM_ISA_AVX2};
+    tdm_llm_kv_quantize_row, dequantize_avx2, TDM_ISA_AVX2};
 static const tdm_llm_i8_fns fns4_avx2 = {scores_avx24, pv_avx24, tdm_llm_kv4_rotate,
-    tdm_llm_kv4_quantize_row, tdm_llm_kv4_dequantize_rows, TDM_ISA_AVX2};
+    tdm_llm_kv4_quantize_row, dequantize_avx24, TDM_ISA_AVX2};
 
 /* ---- AVX-512 ---- */
 
@@ -990,11 +1020,11 @@ TDM_TARGET_AVX512 static void rotate_avx512(float *x, int64_t d) {
 }
 
 static const tdm_llm_i8_fns fns_avx512 = {scores_avx2, pv_avx512, NULL,
-    tdm_llm_kv_quantize_row, tdm_llm_kv_dequantize_rows, TDM_ISA_AVX512_CORE};
+    tdm_llm_kv_quantize_row, dequantize_avx2, TDM_ISA_AVX512_CORE};
 static const tdm_llm_i8_fns fns_vnni = {scores_vnni, pv_vnni, NULL,
-    tdm_llm_kv_quantize_row, tdm_llm_kv_dequantize_rows, TDM_ISA_AVX512_CORE_VNNI};
+    tdm_llm_kv_quantize_row, dequantize_avx2, TDM_ISA_AVX512_CORE_VNNI};
 static const tdm_llm_i8_fns fns4_vnni = {scores_vnni4, pv_vnni4, rotate_avx512,
-    tdm_llm_kv4_quantize_row, tdm_llm_kv4_dequantize_rows, TDM_ISA_AVX512_CORE_VNNI};
+    tdm_llm_kv4_quantize_row, dequantize_avx24, TDM_ISA_AVX512_CORE_VNNI};
 #endif
 
 const tdm_llm_i8_fns *tdm_llm_i8_fns_for(tdm_cpu_isa level) {
