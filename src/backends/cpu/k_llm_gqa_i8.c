@@ -731,14 +731,17 @@ TDM_TARGET_VNNI static AI void scores_vnni_f(const float *const *q, int64_t G, c
         for (int h = 0; h < hn; h++) {
             memset(qc[h], 0, sizeof qc[h]);
             tdm_llm_q8_query(q[h0 + h], d, qc[h], qs[h]);
+            int32_t gsum[2 * VN_MAXC]; /* each group's codes summed (zero past d) */
+            for (int g = 0; g < 2 * NC; g++) {
+                gsum[g] = 0;
+                for (int i = 32 * g; i < 32 * g + 32; i++) gsum[g] += qc[h][i];
+            }
             for (int c = 0; c < NC; c++) {
                 const int32_t *dw = (const int32_t *)(const void *)(qc[h] + 64 * c);
                 for (int L = 0; L < 16; L++) {
                     int b = L >> 2, g = 2 * c + (b & 1);
                     for (int jj = 0; jj < 4; jj++) vq.q[h][c][jj][L] = dw[4 * (L >> 2) + jj];
-                    int32_t sum = 0;
-                    for (int64_t i = 32 * g; i < 32 * g + 32 && i < d; i++) sum += qc[h][i];
-                    vq.corr[h][c][L] = (q4 ? 8 : 128) * sum;
+                    vq.corr[h][c][L] = (q4 ? 8 : 128) * gsum[g];
                     vq.qs[h][c][L] = g < ng ? qs[h][g] * scale : 0.0f;
                 }
             }
