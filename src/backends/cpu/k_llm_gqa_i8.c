@@ -70,6 +70,12 @@ static inline int kv_code(const int8_t *r, int64_t i, bool q4) {
     return (int)((i % GROUP < 16 ? b : b >> 4) & 15u) - 8;
 }
 
+/* value i of a row whose scales start at byte so: its group's scale times its code (the one
+ * float product every widener of the cache computes, so they agree bit for bit) */
+static inline float kv_value(const int8_t *r, int64_t so, int64_t i, bool q4) {
+    return group_scale(r, so, i / GROUP) * (float)kv_code(r, i, q4);
+}
+
 /* v (|v| <= 127 give or take a rounding) rounded to the nearest integer, ties to even, in
  * [-127, 127]: adding 1.5 * 2^23 rounds as nearbyintf does in the default mode, without its
  * library call */
@@ -111,8 +117,7 @@ static AI void dequantize(const int8_t *rows, int64_t rs, int64_t n, int64_t d, 
     int64_t so = scales_at(d, q4);
     for (int64_t t = 0; t < n; t++) {
         const int8_t *r = rows + t * rs;
-        for (int64_t i = 0; i < d; i++)
-            out[t * d + i] = group_scale(r, so, i / GROUP) * (float)kv_code(r, i, q4);
+        for (int64_t i = 0; i < d; i++) out[t * d + i] = kv_value(r, so, i, q4);
     }
 }
 
@@ -548,7 +553,7 @@ TDM_TARGET_AVX2 static AI void dequantize_avx2_f(const int8_t *rows, int64_t rs,
                                  _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), s));
             }
         }
-        for (int64_t i = d32; i < d; i++) o[i] = group_scale(r, so, i / GROUP) * (float)kv_code(r, i, q4);
+        for (int64_t i = d32; i < d; i++) o[i] = kv_value(r, so, i, q4);
     }
 }
 TDM_TARGET_AVX2 static void dequantize_avx2(const int8_t *rows, int64_t rs, int64_t n, int64_t d, float *out) {
