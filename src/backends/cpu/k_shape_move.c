@@ -139,7 +139,10 @@ tdm_status *tdm_kshape_slice(tdm_kernel_ctx *ctx) {
     int64_t off = 0;
     for (int d = 0; d < x->rank; d++) {
         off += start[d] * st[d];
-        st[d] *= step[d];
+        /* an axis of one output element never steps (its step may be any int64: 50 x INT64_MAX
+         * overflowed); on longer axes start + (od - 1) x step lies inside the axis, so the
+         * product stays within the input's element count */
+        st[d] = od[d] > 1 ? st[d] * step[d] : 0;
     }
     size_t es = tdm_dtype_elem_size(x->dtype);
     tdm_kshape_strided_copy(ctx->pool, es, y->rank, y->dims, (const char *)x->data + off * (int64_t)es,
