@@ -57,6 +57,9 @@ tdm_status *tdm_nn_geom_init(const tdm_node *node, int opset, tdm_nn_kind kind, 
                                   "attribute 'kernel_shape' is required");
         for (int i = 0; i < n; i++) {
             g->kernel[i] = w_dims ? w_dims[2 + i] : TDM_DIM_UNKNOWN;
+            if (g->kernel[i] == 0) /* as the attribute's values, a kernel is at least 1 wide */
+                return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT,
+                                      "the weight's spatial dimension %d is 0", i);
             if (g->kernel[i] < 0) g->kernel_known = false;
         }
     } else if (w_dims) {

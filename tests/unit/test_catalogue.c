@@ -311,6 +311,66 @@ static void test_conv_attributes_vs_rank(void **state) {
     assert_int_equal(fails, 0);
 }
 
+/* Conv with a dimension of 0 known only at the run (fuzz_model found both): input channels 0
+ * make every output a sum of nothing, the bias (or 0); a weight with a spatial dimension of 0
+ * and no kernel_shape is refused with a code, as a kernel_shape of 0 is. */
+static tdm_status *conv_dims_run(bool bias, const int64_t *xd, const int64_t *wd, tdm_tensor **y) {
+    mb_model m;
+    mb_init(&m, 17);
+    int64_t dyn[4] = {-1, -1, -1, -1}, two[1] = {2};
+    mb_input(&m, "x", 4, dyn);
+    mb_input(&m, "W", 4, dyn);
+    if (bias) {
+        float b[2] = {1.5f, -2.0f};
+        mb_init_raw(&m, "B", 1, 1, two, b, sizeof b);
+    }
+    mb_node(&m, bias ? "Conv:x,W,B->y" : "Conv:x,W->y");
+    mb_output(&m, "y");
+    size_t size;
+    void *buf = finish(&m, &size);
+    tdm_session *s = NULL;
+    tdm_status *st = tdm_session_create_from_buffer(g_env, buf, size, NULL, NULL, &s);
+    free(buf);
+    if (st) return st;
+    tdm_tensor *ins[2] = {NULL, NULL};
+    const char *names[2] = {"x", "W"};
+    assert_null(tdm_tensor_create(g_env, TDM_FLOAT, 4, xd, &ins[0]));
+    assert_null(tdm_tensor_create(g_env, TDM_FLOAT, 4, wd, &ins[1]));
+    for (int k = 0; k < 2; k++) {
+        float *p = tdm_tensor_data(ins[k]);
+        for (int64_t i = 0; i < tdm_tensor_element_count(ins[k]); i++) p[i] = 1.0f;
+    }
+    const char *out = "y";
+    st = tdm_session_run(s, 2, names, (const tdm_tensor *const *)ins, 1, &out, y);
+    tdm_tensor_free(ins[0]);
+    tdm_tensor_free(ins[1]);
+    tdm_session_free(s);
+    return st;
+}
+
+static void test_conv_empty_dims(void **state) {
+    (void)state;
+    long live0 = live();
+    int64_t x0[4] = {1, 0, 4, 4}, w0[4] = {2, 0, 3, 3};
+    for (int bias = 0; bias < 2; bias++) {
+        tdm_tensor *y = NULL;
+        tdm_status *st = conv_dims_run(bias, x0, w0, &y);
+        if (st) fail_msg("Conv with 0 input channels: %s", tdm_status_message(st));
+        assert_int_equal(tdm_tensor_element_count(y), 2 * 2 * 2);
+        const float *v = tdm_tensor_data(y);
+        for (int i = 0; i < 8; i++) assert_true(v[i] == (bias ? (i < 4 ? 1.5f : -2.0f) : 0.0f));
+        tdm_tensor_free(y);
+    }
+    int64_t x1[4] = {1, 1, 5, 5}, w1[4] = {1, 1, 0, 3};
+    tdm_tensor *y = NULL;
+    assert_int_equal(check("Conv weight with a spatial dim of 0", conv_dims_run(false, x1, w1, &y),
+                           TDM_ERR_INVALID_ARGUMENT, -1, "spatial dimension 0 is 0", NULL),
+                     0);
+    assert_null(y);
+    assert_int_equal(live(), live0);
+    env_still_serves();
+}
+
 /* ---- indices at run time ---- */
 
 typedef struct idx_case {
@@ -955,6 +1015,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_unknown_domain, setup, teardown),
         cmocka_unit_test_setup_teardown(test_missing_type, setup, teardown),
         cmocka_unit_test_setup_teardown(test_conv_attributes_vs_rank, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_conv_empty_dims, setup, teardown),
         cmocka_unit_test_setup_teardown(test_indices_at_run_time, setup, teardown),
         cmocka_unit_test_setup_teardown(test_index_attributes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_integer_division, setup, teardown),

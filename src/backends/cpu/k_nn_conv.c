@@ -260,6 +260,10 @@ static tdm_status *conv_f32(tdm_kernel_ctx *ctx) {
     }
     float beta = bd ? 1.0f : 0.0f;
     int64_t rows = Cg * cs.ksz;
+    if (rows == 0) { /* no input channels: each output is the bias (or 0), a sum of nothing */
+        if (!bd) memset(yd, 0, (size_t)y->count * sizeof(float));
+        return NULL;
+    }
     if (pointwise) {
         for (int64_t n = 0; n < N; n++)
             for (int64_t gi = 0; gi < group; gi++)
