@@ -249,6 +249,10 @@ static tdm_status *scan_once(tdm_kernel_ctx *ctx, const tdm_tensor *const *in, i
     int64_t L = -1;
     int axes[64];
     if (n_scan > 64) return tdm_node_error(ctx->node, TDM_ERR_LIMIT, "too many scan inputs");
+    for (int i = 0; i < n_state; i++) /* the body takes every state variable: none is optional */
+        if (!in[i])
+            return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT,
+                                  "state variable %d (an empty input name) is missing", i);
     for (int j = 0; j < n_scan; j++) {
         const tdm_tensor *t = in[n_state + j];
         if (!t || t->rank < 1) return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT, "scan input %d has no axis", j);
