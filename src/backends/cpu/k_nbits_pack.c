@@ -520,8 +520,8 @@ NBP_FORMS(NBP_DEF, f512, f512_panel, TDM_TARGET_512_F16)
  * asum out by block, R floats side by side (rows past M zero): the scaling then broadcasts
  * from one pointer at fixed offsets for every row, with no row-range tests, where the general
  * form kept R row offsets (spilled) and tested each row against r0 / r1 (the same operations
- * per kept row, so the same values; 8-stream SmolLM2 decode at 2 threads +4.6% tok/cpu-s,
- * bench/llm/results-2026-12-03-pool22-s20-amx.md). */
+ * per kept row, so the same values; 8-stream SmolLM2 decode at 2 threads +2-5% tok/cpu-s, ahead
+ * in 16 of 18 alternating rounds: bench/llm/results-2026-12-03-pool22-s20-amx.md). */
 #if NBP_AMX
 
 #define TDM_TARGET_AMX                                                                          \
