@@ -515,7 +515,13 @@ NBP_FORMS(NBP_DEF, f512, f512_panel, TDM_TARGET_512_F16)
  * scaling, so an 8-row call stays ~2.5x a 1-row one (bench/llm/results-2026-12-03-s16-amx-
  * streams.md). Splitting a panel's blocks once for all row tiles (M > R): no gain. With the
  * weights beyond L2 (the model's case) each block record is prefetched NBP_PFD_I8 ahead by the
- * first row tile: without it memory and tile work add up (M = 8 150 us against 75 from L2). */
+ * first row tile: without it memory and tile work add up (M = 8 150 us against 75 from L2).
+ * A call of one tile (M <= R: the decode steps of up to 16 streams) first lays its rows' sa and
+ * asum out by block, R floats side by side (rows past M zero): the scaling then broadcasts
+ * from one pointer at fixed offsets for every row, with no row-range tests, where the general
+ * form kept R row offsets (spilled) and tested each row against r0 / r1 (the same operations
+ * per kept row, so the same values; 8-stream SmolLM2 decode at 2 threads +2-5% tok/cpu-s, ahead
+ * in 16 of 18 alternating rounds: bench/llm/results-2026-12-03-pool22-s20-amx.md). */
 #if NBP_AMX
 
 #define TDM_TARGET_AMX                                                                          \
@@ -538,6 +544,7 @@ static inline int64_t amx_kt(int64_t bs) {
 static inline int amx_rows(int64_t M) { return M <= 8 ? 8 : 16; }
 
 #define AMX_MAX_BS4 256 /* 4 bits: larger blocks (their split ring past 16 KiB) take VNNI */
+#define AMX_TR_NB 128  /* blocks of a row up to which a one-tile call sets its scales side by side */
 
 /* The AMX loops take this call. */
 static inline bool amx_takes(const tdm_nbits_pk *pk, int64_t M) {
@@ -602,7 +609,8 @@ __attribute__((always_inline)) TDM_TARGET_AMX static inline void amx_store(int t
  * VNNI loop's steps; for R = 16 the accz chains in a second pass (registers). */
 __attribute__((always_inline)) TDM_TARGET_AMX static inline void
 amx_tile_rows(const tdm_nbits_pjob *j, int64_t p, int64_t m0, const int R, int r0, int r1,
-              bool q4, bool s16, bool mzs, bool z16, uint8_t *ring) {
+              bool q4, bool s16, bool mzs, bool z16, uint8_t *ring, const float *tsa,
+              const float *tas) {
     const tdm_nbits_pk *pk = j->pk;
     const int64_t bs = pk->bs, kq = j->kq, nb = pk->nb, kt = amx_kt(bs), G = pk->groups;
     const int64_t cb = 64 * G, bst = pk->bstride, slot = 16 * bs;
@@ -629,6 +637,16 @@ amx_tile_rows(const tdm_nbits_pjob *j, int64_t p, int64_t m0, const int R, int r
         const int32_t *ce = c[e & 3];
         __m512 sc = ld16x(rec + cb, s16);
         __m512 z = zin ? (mzs ? ld16x(rec + cb + pk->sbytes, z16) : sc) : sc;
+        if (tsa) { /* every row of the tile, its scales side by side (amx_panels) */
+            const float *ts = tsa + e * R, *tz = tas + e * R;
+#pragma GCC unroll 16
+            for (int r = 0; r < R; r++) {
+                __m512 df = _mm512_cvtepi32_ps(_mm512_load_si512(ce + 16 * r));
+                acc[r] = _mm512_fmadd_ps(df, _mm512_mul_ps(sc, _mm512_set1_ps(ts[r])), acc[r]);
+                if (zin) accz[r] = _mm512_fmadd_ps(z, _mm512_set1_ps(tz[r]), accz[r]);
+            }
+            continue;
+        }
 #pragma GCC unroll 16
         for (int r = 0; r < R; r++) {
             if (r < r0 || r >= r1) continue;
@@ -642,6 +660,13 @@ amx_tile_rows(const tdm_nbits_pjob *j, int64_t p, int64_t m0, const int R, int r
         for (int64_t b = 0; b < nb; b++) {
             const uint8_t *rec = base + b * bst;
             __m512 z = mzs ? ld16x(rec + cb + pk->sbytes, z16) : ld16x(rec + cb, s16);
+            if (tsa) {
+                const float *tz = tas + b * R;
+#pragma GCC unroll 16
+                for (int r = 0; r < R; r++)
+                    accz[r] = _mm512_fmadd_ps(z, _mm512_set1_ps(tz[r]), accz[r]);
+                continue;
+            }
 #pragma GCC unroll 16
             for (int r = 0; r < R; r++)
                 if (r >= r0 && r < r1)
@@ -667,11 +692,27 @@ amx_panels(const tdm_nbits_pjob *j, int64_t p0, int64_t p1, const int R, bool q4
     }
     _tile_loadconfig(&cfg);
     uint8_t ring[4 * 16 * AMX_MAX_BS4] __attribute__((aligned(64))); /* 4 slots of bs * 16 */
+    const int64_t nb = j->pk->nb;
+    if (M <= R && nb <= AMX_TR_NB) {
+        /* one tile: its rows' scales and sums by block, R side by side (rows past M zero) */
+        float tsa[AMX_TR_NB * 16] __attribute__((aligned(64)));
+        float tas[AMX_TR_NB * 16] __attribute__((aligned(64)));
+        for (int64_t b = 0; b < nb; b++)
+            for (int r = 0; r < R; r++) {
+                tsa[b * R + r] = r < M ? j->sa[r * nb + b] : 0.0f;
+                tas[b * R + r] = r < M ? j->asum[r * nb + b] : 0.0f;
+            }
+        for (int64_t p = p0; p < p1; p++)
+            amx_tile_rows(j, p, 0, R, 0, (int)M, q4, s16, mzs, z16, ring, tsa, tas);
+        _tile_release();
+        return;
+    }
     for (int64_t p = p0; p < p1; p++)
         for (int64_t done = 0; done < M;) {
             int64_t m0 = done + R <= Ma ? done : Ma - R;
             int r1 = (int)(M - m0 < R ? M - m0 : R);
-            amx_tile_rows(j, p, m0, R, (int)(done - m0), r1, q4, s16, mzs, z16, ring);
+            amx_tile_rows(j, p, m0, R, (int)(done - m0), r1, q4, s16, mzs, z16, ring, NULL,
+                          NULL);
             done = m0 + r1;
         }
     _tile_release();
