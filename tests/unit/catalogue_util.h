@@ -97,6 +97,15 @@ static void *finish(mb_model *m, size_t *size) {
     return buf;
 }
 
+/* Serializes m (freed) and makes a session of it through g_env: the status of the creation. */
+static tdm_status *load_model(mb_model *m, tdm_session **s) {
+    size_t size;
+    void *buf = finish(m, &size);
+    tdm_status *st = tdm_session_create_from_buffer(g_env, buf, size, NULL, NULL, s);
+    free(buf);
+    return st;
+}
+
 /* ---- checks ---- */
 
 /* Checks status st (freed): code one of `code`/`code2` (code2 < 0: none), message holding
@@ -129,11 +138,8 @@ static void env_still_serves(void) {
     mb_input(&m, "x", 1, d);
     mb_node(&m, "Relu:x->y");
     mb_output(&m, "y");
-    size_t size;
-    void *buf = finish(&m, &size);
     tdm_session *s = NULL;
-    tdm_status *st = tdm_session_create_from_buffer(g_env, buf, size, NULL, NULL, &s);
-    free(buf);
+    tdm_status *st = load_model(&m, &s);
     if (st) fail_msg("the environment no longer serves: %s", tdm_status_message(st));
     tdm_tensor *x = NULL, *y = NULL;
     assert_null(tdm_tensor_create(g_env, TDM_FLOAT, 1, d, &x));
@@ -153,12 +159,9 @@ static void env_still_serves(void) {
  * first run when the session can only tell then: inputs of unknown shape). */
 static int expect_refused(const char *label, mb_model *m, int code, int code2, const char *s1,
                           const char *s2) {
-    size_t size;
-    void *buf = finish(m, &size);
     long live0 = live();
     tdm_session *s = NULL;
-    tdm_status *st = tdm_session_create_from_buffer(g_env, buf, size, NULL, NULL, &s);
-    free(buf);
+    tdm_status *st = load_model(m, &s);
     int r = check(label, st, code, code2, s1, s2);
     if (s) {
         fprintf(stderr, "[%s] the session was created\n", label);
@@ -174,11 +177,8 @@ static int expect_refused(const char *label, mb_model *m, int code, int code2, c
 }
 
 static tdm_session *session_of(mb_model *m) {
-    size_t size;
-    void *buf = finish(m, &size);
     tdm_session *s = NULL;
-    tdm_status *st = tdm_session_create_from_buffer(g_env, buf, size, NULL, NULL, &s);
-    free(buf);
+    tdm_status *st = load_model(m, &s);
     if (st) fail_msg("session: [%s] %s", tdm_code_name(tdm_status_code(st)), tdm_status_message(st));
     return s;
 }

@@ -282,12 +282,9 @@ static void test_conv_attributes_vs_rank(void **state) {
         /* rank unknown until the run: the session may load; the run must fail cleanly and
          * the session must fail the same way again (no state left behind) */
         build_conv(&m, c, true);
-        size_t size;
-        void *buf = finish(&m, &size);
         long live0 = live();
         tdm_session *s = NULL;
-        tdm_status *st = tdm_session_create_from_buffer(g_env, buf, size, NULL, NULL, &s);
-        free(buf);
+        tdm_status *st = load_model(&m, &s);
         char label[160];
         snprintf(label, sizeof label, "%s (dynamic)", c->label);
         if (st) {
@@ -326,11 +323,8 @@ static tdm_status *conv_dims_run(bool bias, const int64_t *xd, const int64_t *wd
     }
     mb_node(&m, bias ? "Conv:x,W,B->y" : "Conv:x,W->y");
     mb_output(&m, "y");
-    size_t size;
-    void *buf = finish(&m, &size);
     tdm_session *s = NULL;
-    tdm_status *st = tdm_session_create_from_buffer(g_env, buf, size, NULL, NULL, &s);
-    free(buf);
+    tdm_status *st = load_model(&m, &s);
     if (st) return st;
     tdm_tensor *ins[2] = {NULL, NULL};
     const char *names[2] = {"x", "W"};
@@ -488,11 +482,8 @@ static tdm_session *idx_session(const idx_case *c, tdm_status **st) {
     if (strchr(strchr(c->node, '>'), ','))
         mb_output_t(&m, strrchr(c->node, ',') + 1, strncmp(c->node, "TopK", 4) == 0 ? 7 : 1, -1,
                     NULL);
-    size_t size;
-    void *buf = finish(&m, &size);
     tdm_session *s = NULL;
-    *st = tdm_session_create_from_buffer(g_env, buf, size, NULL, NULL, &s);
-    free(buf);
+    *st = load_model(&m, &s);
     return s;
 }
 
@@ -701,12 +692,9 @@ static void test_index_attributes(void **state) {
                 fails += expect_refused(label, &m, INVALID, BADMODEL, "'n0'", NULL) != 0;
                 continue;
             }
-            size_t size;
-            void *buf = finish(&m, &size);
             long live0 = live();
             tdm_session *s = NULL;
-            tdm_status *st = tdm_session_create_from_buffer(g_env, buf, size, NULL, NULL, &s);
-            free(buf);
+            tdm_status *st = load_model(&m, &s);
             if (st) {
                 fails += check(label, st, INVALID, BADMODEL, "'n0'", NULL) != 0;
             } else {
@@ -835,12 +823,9 @@ static void test_shape_arithmetic_division(void **state) {
         mb_node(&m, spec);
         mb_node(&m, "Reshape:x,shape->y");
         mb_output(&m, "y");
-        size_t size;
-        void *buf = finish(&m, &size);
         long live0 = live();
         tdm_session *s = NULL;
-        tdm_status *st = tdm_session_create_from_buffer(g_env, buf, size, NULL, NULL, &s);
-        free(buf);
+        tdm_status *st = load_model(&m, &s);
         if (st) {
             const char *msg = tdm_status_message(st);
             fails += check(cases[i].label, st, INVALID, NONE, strstr(msg, "'n1'") ? "'n1'" : "'n0'",
@@ -964,12 +949,9 @@ static void test_declared_size_overflow(void **state) {
         mb_node(&m, "Relu:x->r");
         mb_node(&m, "ReduceSum:r->y");
         mb_output(&m, "y");
-        size_t size;
-        void *buf = finish(&m, &size);
         long live0 = live();
         tdm_session *s = NULL;
-        tdm_status *st = tdm_session_create_from_buffer(g_env, buf, size, NULL, NULL, &s);
-        free(buf);
+        tdm_status *st = load_model(&m, &s);
         char label[64];
         snprintf(label, sizeof label, "declared dims overflow %d", i);
         if (st) {
