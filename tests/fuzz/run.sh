@@ -11,7 +11,8 @@
 # New interesting inputs go to a scratch corpus (BUILD_DIR/fuzz-work/TARGET), which starts
 # from the seeds in tests/fuzz/corpus/TARGET; the seeds are never modified. Crashes, leaks
 # and out-of-memory reports are copied to tests/fuzz/regressions/TARGET/ (replayed by the
-# fuzz_replay ctest) and make the script fail; timeouts (an input running longer than
+# fuzz_replay ctest), replayed once to print the sanitizer's report (its first lines), and
+# make the script fail; timeouts (an input running longer than
 # $FUZZ_TIMEOUT seconds, default 10) go to tests/fuzz/regressions/TARGET/slow/ and only
 # fail the script with FUZZ_FAIL_ON_TIMEOUT=1. libFuzzer runs in fork mode (one worker) so
 # that fuzzing goes on after a crash or a timeout and one run can find several problems.
@@ -86,6 +87,11 @@ for t in $targets; do
             mkdir -p "$here/regressions/$t"
             cp "$f" "$here/regressions/$t/$base"
             echo "   CRASH: tests/fuzz/regressions/$t/$base"
+            # the report itself (fork mode keeps only the input): replayed once so that a CI
+            # log says what failed and where even when the checkout with the input is gone
+            "$bin" -rss_limit_mb=3072 -malloc_limit_mb=1024 -timeout="$timeout_s" \
+                "$here/regressions/$t/$base" 2>&1 |
+                grep -E -m 12 'runtime error|ERROR: |SUMMARY|^ +#[0-9] ' | sed 's/^/     /'
             failed=1
             ;;
         esac
