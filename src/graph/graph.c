@@ -350,6 +350,12 @@ static tdm_status *bind_schema(const tdm_graph *g, tdm_node *n) {
         if (n->inputs[k] < 0)
             return TDM_ERR(TDM_ERR_INVALID_MODEL, "%s node '%s': required input %d is missing",
                            n->op_type, n->name, k);
+    /* an output named "" (or a name that starts with a NUL byte) is an omitted one: only
+     * optional outputs may be left out, the kernels write every required one */
+    for (int k = 0; k < sc->min_outputs; k++)
+        if (n->outputs[k] < 0)
+            return TDM_ERR(TDM_ERR_INVALID_MODEL, "%s node '%s': required output %d is missing",
+                           n->op_type, n->name, k);
     return NULL;
 }
 

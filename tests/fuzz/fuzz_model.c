@@ -127,11 +127,11 @@ static int make_inputs(const tdm_model *m, fz_rng *r, size_t *n, const char **na
     return 0;
 }
 
-/* TDM_FUZZ_SKIP_ARITY=1 (run.sh sets it): skip models with a node whose input or output
- * count is outside its schema's range or whose required input is omitted. tandem does not
- * check this yet (reported: graph finalize should), and nearly every mutation that drops an
- * input crashes in some infer function; skipping lets fuzzing reach other bugs. The replay
- * leaves it off, so the saved reproducers keep failing until the check exists. */
+/* TDM_FUZZ_SKIP_ARITY=1: skip models with a node whose input or output count is outside its
+ * schema's range or whose required input is omitted. When fuzzing began tandem did not check
+ * this and nearly every dropped input crashed in some infer function; tdm_graph_finalize
+ * checks it now (bind_schema, src/graph/graph.c: counts, required inputs and outputs), so
+ * run.sh leaves the skip off and such models must fail to load with an error. */
 static bool arity_ok(const tdm_graph *g, int depth) {
     if (depth > 40) return true;
     for (size_t i = 0; i < g->n_nodes; i++) {

@@ -56,7 +56,7 @@ dict_of() {
     esac
 }
 
-export TDM_FUZZ_SKIP_ARITY="${TDM_FUZZ_SKIP_ARITY:-1}"
+export TDM_FUZZ_SKIP_ARITY="${TDM_FUZZ_SKIP_ARITY:-0}"
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1:detect_stack_use_after_return=0}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1:suppressions=$here/ubsan.supp}"
 failed=0

@@ -197,6 +197,38 @@ static void test_missing_type(void **state) {
     assert_int_equal(fails, 0);
 }
 
+/* ---- a required output left out ---- */
+
+/* An output named "" is an omitted one (so is a name starting with a NUL byte: protobuf-c's
+ * strings end there; fuzz regression arity_sign_output_nul_name.onnx). Only optional outputs
+ * may be left out: Sign's only output is required, so that model is refused instead of its
+ * kernel writing through a null tensor; Dropout's mask is optional, so that one loads. */
+static void test_omitted_required_output(void **state) {
+    (void)state;
+    int64_t d4[1] = {4};
+    mb_model m;
+    mb_init(&m, 13);
+    mb_input(&m, "x", 1, d4);
+    mb_node(&m, "Relu:x->y");
+    Onnx__NodeProto *n = mb_node(&m, "Sign:x->s");
+    mb_output(&m, "y");
+    n->output[0] = "";
+    assert_int_equal(expect_refused("Sign output named \"\"", &m, BADMODEL, NONE,
+                                    "required output 0 is missing", "Sign"),
+                     0);
+
+    mb_init(&m, 13);
+    mb_input(&m, "x", 1, d4);
+    n = mb_node(&m, "Dropout:x->y,mask");
+    mb_output(&m, "y");
+    n->output[1] = "";
+    tdm_session *s = NULL;
+    tdm_status *st = load_model(&m, &s);
+    if (st) fail_msg("Dropout without its mask: %s", tdm_status_message(st));
+    tdm_session_free(s);
+    env_still_serves();
+}
+
 /* ---- attribute lists against the input rank ---- */
 
 typedef struct conv_case {
@@ -996,6 +1028,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_unknown_dtype, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unknown_domain, setup, teardown),
         cmocka_unit_test_setup_teardown(test_missing_type, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_omitted_required_output, setup, teardown),
         cmocka_unit_test_setup_teardown(test_conv_attributes_vs_rank, setup, teardown),
         cmocka_unit_test_setup_teardown(test_conv_empty_dims, setup, teardown),
         cmocka_unit_test_setup_teardown(test_indices_at_run_time, setup, teardown),
