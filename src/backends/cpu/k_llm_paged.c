@@ -43,7 +43,6 @@
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/k_llm.h"
 #include "core/alloc.h"
-#include "core/half.h"
 
 typedef struct paged_job {
     const float *q, *k, *v, *cos, *sin, *sink;
@@ -56,6 +55,7 @@ typedef struct paged_job {
     int64_t hstride; /* floats between one head's rows of consecutive slots: row, or D */
     bool half;       /* float16 caches: stretches widened into scratch by kv head */
     tdm_llm_widen_fn widen;
+    tdm_llm_narrow_fn narrow; /* float16 caches: the new rows rounded in */
     bool rotary, interleaved, causal;
     float scale, softcap;
     const tdm_llm_fns *f;
@@ -103,7 +103,8 @@ static void paged_cache(void *arg, int64_t t0, int64_t t1) {
                 if (j->rotary)
                     tdm_llm_rotate(buf, j->cos + pos * (j->rot / 2), j->sin + pos * (j->rot / 2),
                                    j->rot, j->interleaved);
-                for (int64_t x = 0; x < j->D; x++) kd[x] = tdm_f32_to_f16(buf[x]), vd[x] = tdm_f32_to_f16(vs[x]);
+                j->narrow(buf, j->D, kd);
+                j->narrow(vs, j->D, vd);
                 continue;
             }
             float *kd = head_row(j, j->kc, slot, g), *vd = head_row(j, j->vc, slot, g);
@@ -496,6 +497,7 @@ tdm_status *tdm_llm_run_paged(tdm_kernel_ctx *ctx) {
         j.simd = tdm_cpu_simd_of(ctx);
         j.f = tdm_llm_fns_for(j.simd->level);
         j.widen = tdm_llm_widen_for(j.simd->level);
+        j.narrow = tdm_llm_narrow_for(j.simd->level);
         if (j.T > 0) {
             tdm_parallel_for(ctx->pool, j.T, 1, paged_cache, &j);
             tdm_parallel_for(ctx->pool, j.slots, 1, paged_slots, &j);
