@@ -525,8 +525,9 @@ tdm_status *tdm_llm_run_paged(tdm_kernel_ctx *ctx) {
         if (j.parts < 1) j.parts = 1;
         j.items *= j.parts;
     }
-    /* float16 caches, a chunk of prompt rows: items of up to PAGED_ROWS rows (paged_rows) */
-    j.rows = j.half && j.parts == 1 && j.causal && j.win <= 0 && j.bhsd && j.T > 1 ? PAGED_ROWS : 1;
+    /* float16 caches, a step with a chunk of prompt rows in it (more rows than sequences):
+     * items of up to PAGED_ROWS rows (paged_rows); a decode step keeps one row an item */
+    j.rows = j.half && j.parts == 1 && j.causal && j.win <= 0 && j.bhsd && j.T > j.B ? PAGED_ROWS : 1;
     j.per_task = j.rows * (j.H * j.ld + j.H * j.D + j.H) + (j.half ? j.KVH * j.run * j.D : 0) + 16;
     j.slots = j.items < threads ? j.items : threads; /* rows > 1: at most; set again below */
     if (j.slots < 1) j.slots = 1;
