@@ -58,6 +58,16 @@ typedef struct tdm_llm_engine_options {
     bool no_prefix_cache;    /* do not share prompt blocks between requests */
     bool no_batching;        /* one request at a time, the others wait (llama.cpp-style
                                 serving without batching: the baseline of the bench) */
+    const char *kv_type;     /* the paged cache's element type (as vLLM's kv_cache_dtype;
+                                the names of tdm_generator_options.kv_type): NULL, "" or "auto" =
+                                the model's (float32, or float16 for a folder converted with
+                                --kv-dtype float16); "f32" = float32, which must be the model's;
+                                "f16" = float16 (from a float32 model too: the new keys and
+                                values are rounded into the pool, attention computes in
+                                float32; half the bytes a block, so twice the blocks for a
+                                kv_bytes budget and half the cache bytes read per step).
+                                "int8" / "int4": TDM_ERR_UNSUPPORTED (the generator's only);
+                                any other: TDM_ERR_INVALID_ARGUMENT */
 } tdm_llm_engine_options;
 
 /* What one request asks for. Zeroed = greedy, until a stop token or max_length. */
@@ -142,6 +152,8 @@ typedef struct tdm_llm_engine_stats {
     int64_t preemptions_total;
     int64_t steps_total;          /* model runs */
     int64_t requests_total;       /* accepted */
+    tdm_dtype kv_dtype;           /* the pool's element type (options.kv_type) */
+    int64_t kv_block_bytes;       /* bytes of one block: every layer's key and value rows */
 } tdm_llm_engine_stats;
 TDM_API void tdm_llm_engine_get_stats(tdm_llm_engine *engine, tdm_llm_engine_stats *out);
 /* The folder's eos ids and vocabulary size (for the server's validation). */

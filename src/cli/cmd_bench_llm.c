@@ -20,7 +20,8 @@ static void llm_usage(FILE *f) {
             "                    [--repetitions R] [--warmup W] [--threads N] [--seed S] [--json]\n"
             "                    [--kv-type auto|f32|f16|int8|int4]\n"
             "       tandem bench MODEL_DIR --llm --streams N [--prompt-tokens P] [--gen-tokens G]\n"
-            "                    [--repetitions R] [--threads N] [--seed S] [--json]\n\n"
+            "                    [--repetitions R] [--threads N] [--seed S] [--json]\n"
+            "                    [--kv-type auto|f32|f16]\n\n"
             "Measures a language model folder (see tandem generate) as llama-bench does: pp P is\n"
             "the prefill of a P-token prompt in one run (tokens/s); tg G is G decode steps of one\n"
             "token each from an empty context; with --depth D, also G decode steps after a D-token\n"
@@ -50,7 +51,9 @@ static void llm_usage(FILE *f) {
             "                     some stream was decoding), time to first token and inter-token\n"
             "                     latency of 1 stream, N streams batched, and N streams one request\n"
             "                     at a time (no batching), taking turns R times (default 3; the\n"
-            "                     median is reported); the prompts default to 16 tokens here\n");
+            "                     median is reported); the prompts default to 16 tokens here.\n"
+            "                     --kv-type is the engine's paged cache there: auto (the model's),\n"
+            "                     f32, or f16 (also from a float32 model: half the cache bytes)\n");
 }
 
 typedef struct llm_args {
@@ -252,7 +255,7 @@ int cmd_bench_llm(int argc, char **argv) {
     if (rc >= 0) return rc;
     if (a.streams > 0) /* cmd_bench_llm_streams.c */
         return cmd_bench_llm_streams(a.dir, a.streams, a.threads, a.pp_set ? a.pp : 16, a.tg,
-                                     a.reps_set ? a.reps : 3, a.seed, a.json);
+                                     a.reps_set ? a.reps : 3, a.seed, a.json, a.kv_type);
     tdm_env_options eo = {0};
     eo.api_version = TDM_API_VERSION;
     eo.threads = (int)a.threads;

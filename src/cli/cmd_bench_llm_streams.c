@@ -113,11 +113,12 @@ typedef struct way {
     double decode_tps, decode_s; /* tokens after the first over the union of decode spans */
     double cpu;           /* CPU seconds of the process during the timed round */
     long steps;
+    const char *kv_dtype; /* the engine's paged cache */
 } way;
 
 /* One way: `n` streams on a fresh engine. Returns the exit code (0 = measured). */
 static int run_way(tdm_env *env, const char *dir, long threads, long pp, long tg,
-                           uint64_t seed, way *w) {
+                           uint64_t seed, const char *kv_type, way *w) {
     long n = w->streams;
     tdm_llm_engine_options o;
     memset(&o, 0, sizeof o);
@@ -129,6 +130,7 @@ static int run_way(tdm_env *env, const char *dir, long threads, long pp, long tg
     o.kv_blocks = n * ((pp + tg + 1 + 15) / 16 + 1);
     o.no_batching = w->no_batching;
     o.no_prefix_cache = true; /* random prompts share nothing anyway */
+    o.kv_type = kv_type;
     tdm_llm_engine *e = NULL;
     tdm_status *st = tdm_llm_engine_create(env, dir, &o, &e);
     if (st) return cli_fail(st, "bench --llm --streams");
@@ -211,6 +213,7 @@ static int run_way(tdm_env *env, const char *dir, long threads, long pp, long tg
     double t1 = now_s(), c1 = cpu_s();
     tdm_llm_engine_stats s1;
     tdm_llm_engine_get_stats(e, &s1);
+    w->kv_dtype = tdm_dtype_name(s1.kv_dtype);
     tdm_llm_engine_free(e);
     if (st) rc = cli_fail(st, "bench --llm --streams");
     if (!rc) {
@@ -255,7 +258,7 @@ static int run_way(tdm_env *env, const char *dir, long threads, long pp, long tg
 }
 
 int cmd_bench_llm_streams(const char *dir, long streams, long threads, long pp, long tg,
-                          long reps, unsigned long long seed, bool json) {
+                          long reps, unsigned long long seed, bool json, const char *kv_type) {
     if (pp < 1) pp = 1;
     if (tg < 2) tg = 2;
     tdm_env_options eo = {0};
@@ -283,7 +286,8 @@ int cmd_bench_llm_streams(const char *dir, long streams, long threads, long pp, 
         for (int i = 0; !rc && i < n_ways; i++) {
             all[r * n_ways + i] = ways[i];
             rc =
-                run_way(env, dir, threads, pp, tg, seed + (uint64_t)r * 1000, &all[r * n_ways + i]);
+                run_way(env, dir, threads, pp, tg, seed + (uint64_t)r * 1000, kv_type,
+                        &all[r * n_ways + i]);
         }
     for (int i = 0; !rc && i < n_ways; i++) {
         /* sort way i's repetitions by tokens/s (insertion: a few) and take the middle one */
@@ -306,8 +310,8 @@ int cmd_bench_llm_streams(const char *dir, long streams, long threads, long pp, 
         bench_json_string(stdout, dir);
         printf(
             ", \"threads\": %ld, \"prompt_tokens\": %ld, \"gen_tokens\": %ld, \"streams\": %ld,\n"
-            "  \"repetitions\": %ld, \"ways\": [\n",
-            threads, pp, tg, streams, reps);
+            "  \"repetitions\": %ld, \"kv_type\": \"%s\", \"ways\": [\n",
+            threads, pp, tg, streams, reps, ways[0].kv_dtype);
         for (int i = 0; i < n_ways; i++)
             printf(
                 "    {\"name\": \"%s\", \"streams\": %ld, \"batching\": %s, \"tokens_per_s\": %.3f, "
@@ -341,10 +345,10 @@ int cmd_bench_llm_streams(const char *dir, long streams, long threads, long pp, 
                    ways[i].steps, ways[i].ttft_p50, ways[i].ttft_max, ways[i].itl_p50,
                    ways[i].itl_p99);
         if (n_ways > 1)
-            printf("prompt %ld, %ld generated tokens per stream, threads %ld, median of %ld: "
+            printf("prompt %ld, %ld generated tokens per stream, threads %ld, KV %s, median of %ld: "
                    "batched / 1 stream %.2fx (decode %.2fx), batched / one at a time %.2fx "
                    "(decode %.2fx)\n",
-                   pp, tg, threads, reps, ways[0].tps > 0 ? ways[1].tps / ways[0].tps : 0,
+                   pp, tg, threads, ways[0].kv_dtype, reps, ways[0].tps > 0 ? ways[1].tps / ways[0].tps : 0,
                    ways[0].decode_tps > 0 ? ways[1].decode_tps / ways[0].decode_tps : 0,
                    ways[2].tps > 0 ? ways[1].tps / ways[2].tps : 0,
                    ways[2].decode_tps > 0 ? ways[1].decode_tps / ways[2].decode_tps : 0);

@@ -164,6 +164,12 @@ static void req_free(tdm_llm_engine *e, eng_req *r) {
 
 /* ---- blocks ---- */
 
+/* Bytes of one block of the pool: every layer's key and value rows of block_size tokens. */
+static size_t block_bytes(const tdm_engine_edit *ed) {
+    return (size_t)ed->n_layers * 2 * (size_t)ed->block_size * (size_t)ed->kv_heads *
+           (size_t)ed->head_dim * tdm_dtype_size(ed->cache_dtype);
+}
+
 static void release_blocks(tdm_llm_engine *e, eng_req *r) {
     for (int i = 0; i < r->n_blocks; i++) tdm_kv_release(&e->pool, r->blocks[i]);
     r->n_blocks = 0;
@@ -278,6 +284,8 @@ static void publish(tdm_llm_engine *e) {
     s.prefix_hit_tokens_total = e->hit_total;
     s.preemptions_total = e->preempt_total;
     s.steps_total = e->steps_total;
+    s.kv_dtype = e->ed.cache_dtype;
+    s.kv_block_bytes = (int64_t)block_bytes(&e->ed);
     pthread_mutex_lock(&e->mu);
     e->published = s;
     pthread_mutex_unlock(&e->mu);
@@ -683,7 +691,7 @@ static tdm_status *alloc_state(tdm_llm_engine *e) {
     for (int l = 0; l < e->ed.n_layers; l++)
         for (int k = 0; k < 2; k++) {
             tdm_tensor **c = &e->cache[l * 2 + k];
-            TDM_TRY(tdm_tensor_create(e->env, e->ed.kv_dtype, 4, cd, c));
+            TDM_TRY(tdm_tensor_create(e->env, e->ed.cache_dtype, 4, cd, c));
             tdm_engine_cache_name(name, l, k, false);
             TDM_TRY(tdm_io_binding_bind_input(e->bind, name, *c));
             tdm_engine_cache_name(name, l, k, true);
@@ -702,6 +710,7 @@ static tdm_status *alloc_state(tdm_llm_engine *e) {
 }
 
 static tdm_status *create(tdm_llm_engine *e, const char *dir, const tdm_llm_engine_options *o) {
+    TDM_TRY(tdm_llm_parse_kv_type(o->kv_type, &e->ed.want_dtype));
     TDM_TRY(tdm_llm_folder_read(dir, &e->f));
     if (!e->f.genai)
         return TDM_ERR(TDM_ERR_UNSUPPORTED, "not an ONNX Runtime GenAI folder (no "
@@ -734,9 +743,7 @@ static tdm_status *create(tdm_llm_engine *e, const char *dir, const tdm_llm_engi
                                                    tdm_engine_edit_graph, &probe, &s);
         tdm_session_free(s);
         if (st) return st;
-        size_t per = (size_t)probe.n_layers * 2 * (size_t)e->block_size *
-                     (size_t)probe.kv_heads * (size_t)probe.head_dim *
-                     tdm_dtype_size(probe.kv_dtype);
+        size_t per = block_bytes(&probe);
         e->ed.n_blocks = per ? (int64_t)(o->kv_bytes / per) : 0;
     }
     if (e->ed.n_blocks < 1 || e->ed.n_blocks > INT32_MAX / 2)

@@ -179,6 +179,24 @@ static tdm_status *head_rows(tdm_graph *g, tdm_engine_edit *e, int rows) {
     return NULL;
 }
 
+/* The caches' type: the model's, or float16 for a float32 model (PagedAttention rounds the
+ * new rows into the cache and widens what it reads: its math stays float32). */
+static tdm_status *cache_dtype(tdm_engine_edit *e) {
+    tdm_dtype want = e->want_dtype == TDM_UNDEFINED ? e->kv_dtype : e->want_dtype;
+    if (want == TDM_INT8 || want == TDM_UINT8)
+        return TDM_ERR(TDM_ERR_UNSUPPORTED,
+                       "kv_type %s: the engine's paged cache is float32 or float16 (8-bit and "
+                       "4-bit caches are the generator's: tandem generate --kv-type)",
+                       want == TDM_INT8 ? "int8" : "int4");
+    if (want != e->kv_dtype && !(want == TDM_FLOAT16 && e->kv_dtype == TDM_FLOAT))
+        return TDM_ERR(TDM_ERR_UNSUPPORTED,
+                       "kv_type %s: the model's KV cache is %s (a float16 pool is made from a "
+                       "float32 model; a float32 one only from a float32 model)",
+                       tdm_dtype_name(want), tdm_dtype_name(e->kv_dtype));
+    e->cache_dtype = want;
+    return NULL;
+}
+
 tdm_status *tdm_engine_edit_graph(tdm_graph *g, void *user) {
     tdm_engine_edit *e = user;
     const tdm_llm_folder *f = e->f;
@@ -268,6 +286,8 @@ tdm_status *tdm_engine_edit_graph(tdm_graph *g, void *user) {
             e->head_dim = (int)k->dims[3];
             e->kv_dtype = k->dtype;
             e->num_heads = (int)tdm_attr_int(&g->nodes[node], "num_heads", 0);
+            st = cache_dtype(e);
+            if (st) break;
         } else if (k->dims[1] != e->kv_heads || k->dims[3] != e->head_dim ||
                    k->dtype != e->kv_dtype) {
             st = TDM_ERR(TDM_ERR_UNSUPPORTED,
@@ -276,7 +296,7 @@ tdm_status *tdm_engine_edit_graph(tdm_graph *g, void *user) {
                          pk);
             break;
         }
-        tdm_dtype kvt = e->kv_dtype;
+        tdm_dtype kvt = e->cache_dtype;
         int64_t cd[4] = {e->n_blocks, e->kv_heads, e->block_size, e->head_dim};
         int caches[4];
         for (int j = 0; j < 4 && !st; j++) {

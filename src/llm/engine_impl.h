@@ -82,9 +82,11 @@ typedef struct tdm_engine_edit {
     const tdm_llm_folder *f; /* in */
     int64_t n_blocks;        /* in: the caches' first dim */
     int block_size;          /* in */
+    tdm_dtype want_dtype;    /* in: the caches' element type, TDM_UNDEFINED = the model's */
     /* out: what the model is */
     int n_layers, num_heads, kv_heads, head_dim;
-    tdm_dtype kv_dtype, ids_dtype, pos_dtype;
+    tdm_dtype kv_dtype, ids_dtype, pos_dtype; /* kv_dtype: the model's past_key_values' */
+    tdm_dtype cache_dtype;   /* the caches' (want_dtype, or kv_dtype) */
     bool has_pos;            /* a position_ids input (packed [1, tokens]) */
     int64_t vocab;           /* from the logits' last dim; <= 0 if not known */
 } tdm_engine_edit;

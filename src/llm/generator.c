@@ -499,15 +499,7 @@ tdm_status *tdm_generator_create(tdm_env *env, const char *dir, const tdm_genera
         return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "max_length is %d; it must be >= 0", opt.max_length);
     /* kv_type: TDM_UNDEFINED = the model's */
     tdm_dtype kv_want = TDM_UNDEFINED;
-    if (opt.kv_type && opt.kv_type[0] && strcmp(opt.kv_type, "auto") != 0) {
-        if (!strcmp(opt.kv_type, "f32") || !strcmp(opt.kv_type, "float32")) kv_want = TDM_FLOAT;
-        else if (!strcmp(opt.kv_type, "f16") || !strcmp(opt.kv_type, "float16")) kv_want = TDM_FLOAT16;
-        else if (!strcmp(opt.kv_type, "int8") || !strcmp(opt.kv_type, "q8")) kv_want = TDM_INT8;
-        else if (!strcmp(opt.kv_type, "int4") || !strcmp(opt.kv_type, "q4")) kv_want = TDM_UINT8;
-        else
-            return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "kv_type '%s': give auto, f32, f16, int8 or int4",
-                           opt.kv_type);
-    }
+    TDM_TRY(tdm_llm_parse_kv_type(opt.kv_type, &kv_want));
     /* another device: the decoder's nodes placed on it (those it lacks on the CPU); each
      * layer's KV cache on the device or in host memory as the plan's budget places it (the
      * budget holds weights, activations and the caches kept there) */

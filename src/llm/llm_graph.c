@@ -61,6 +61,23 @@ bool tdm_llm_has_op(const tdm_model *m, const char *op) {
     return false;
 }
 
+tdm_status *tdm_llm_parse_kv_type(const char *kv_type, tdm_dtype *out) {
+    static const struct {
+        const char *a, *b;
+        tdm_dtype t;
+    } names[] = {{"auto", "", TDM_UNDEFINED},  {"f32", "float32", TDM_FLOAT},
+                 {"f16", "float16", TDM_FLOAT16}, {"int8", "q8", TDM_INT8},
+                 {"int4", "q4", TDM_UINT8}};
+    if (!kv_type) kv_type = "";
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(kv_type, names[i].a) || !strcmp(kv_type, names[i].b)) {
+            *out = names[i].t;
+            return NULL;
+        }
+    return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "kv_type '%s': give auto, f32, f16, int8 or int4",
+                   kv_type);
+}
+
 void tdm_llm_layer_name(char *dst, const char *pattern, int layer) {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wformat-nonliteral"

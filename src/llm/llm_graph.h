@@ -25,6 +25,11 @@ void tdm_llm_set_view_dims(tdm_tensor *t, tdm_dtype dtype, void *buf, int rank,
 int tdm_llm_find_input(const tdm_model *m, const char *name, tdm_value_desc *d);
 int tdm_llm_find_output(const tdm_model *m, const char *name, tdm_value_desc *d);
 bool tdm_llm_has_op(const tdm_model *m, const char *op);
+/* A KV cache type option (tdm_generator_options.kv_type, tdm_llm_engine_options.kv_type) as
+ * a dtype: NULL, "" or "auto" = TDM_UNDEFINED (the model's), "f32" / "float32" = TDM_FLOAT,
+ * "f16" / "float16" = TDM_FLOAT16, "int8" / "q8" = TDM_INT8, "int4" / "q4" = TDM_UINT8 (4-bit
+ * codes in bytes). Anything else: TDM_ERR_INVALID_ARGUMENT naming the accepted values. */
+tdm_status *tdm_llm_parse_kv_type(const char *kv_type, tdm_dtype *out);
 /* `pattern` (a folder name with one %d, checked by llm_folder.c) for `layer`. */
 void tdm_llm_layer_name(char *dst, const char *pattern, int layer);
 

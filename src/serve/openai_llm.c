@@ -102,6 +102,8 @@ sv_error *sv_llm_create(tdm_env *env, const sv_model_config *cfg, const char *na
     if (!e) e = param_bool(cfg, "no_batching", &o.no_batching);
     if (!e) e = param_bool(cfg, "no_prefix_cache", &o.no_prefix_cache);
     if (e) return e;
+    /* checked by the engine (auto, f32, f16), its error a 400 naming the values */
+    o.kv_type = sv_config_param(cfg, "kv_cache_dtype");
     o.kv_bytes = (size_t)mb << 20;
     sv_llm *m = calloc(1, sizeof *m);
     if (!m || !(m->name = sv_strdup(name))) {
@@ -251,6 +253,9 @@ void sv_llm_metrics(sv_version **v, int n, sv_buf *b) {
         {"tandem_llm_kv_blocks", "gauge",
          "KV cache blocks of the pool: used (held by sequences or the prefix cache; cached: of "
          "those, held only by the prefix cache), free"},
+        {"tandem_llm_kv_cache_bytes", "gauge",
+         "Bytes of the KV cache pool (blocks times the bytes of a block, which follow the "
+         "pool's element type, kv_cache_dtype): used, total"},
         {"tandem_llm_client_gone_total", "counter",
          "Requests cancelled because their client went away while the connection waited (the "
          "others are noticed when a chunk cannot be sent)"},
@@ -280,7 +285,18 @@ void sv_llm_metrics(sv_version **v, int n, sv_buf *b) {
                 model_label(b, fam[f].name, v[i], "state=\"total\"");
                 sv_buf_printf(b, "%lld\n", (long long)st->kv_blocks_total);
                 break;
-            case 8: model_label(b, fam[f].name, v[i], NULL); sv_buf_printf(b, "%llu\n", (unsigned long long)s[i].gone); break;
+            case 8: {
+                char l[64];
+                const char *dt = tdm_dtype_name(st->kv_dtype);
+                snprintf(l, sizeof l, "dtype=\"%s\",state=\"used\"", dt);
+                model_label(b, fam[f].name, v[i], l);
+                sv_buf_printf(b, "%lld\n", (long long)(st->kv_blocks_used * st->kv_block_bytes));
+                snprintf(l, sizeof l, "dtype=\"%s\",state=\"total\"", dt);
+                model_label(b, fam[f].name, v[i], l);
+                sv_buf_printf(b, "%lld\n", (long long)(st->kv_blocks_total * st->kv_block_bytes));
+                break;
+            }
+            case 9: model_label(b, fam[f].name, v[i], NULL); sv_buf_printf(b, "%llu\n", (unsigned long long)s[i].gone); break;
             default: {
                 static const char *const why[5] = {NULL, "stop", "length", "cancelled", "error"};
                 for (int k = 1; k < 5; k++) {

@@ -10,7 +10,12 @@ logprobs; errors as OpenAI error objects (malformed bodies, wrong types, unknown
 a prompt longer than the context) after which the server still serves; 100 concurrent
 streaming clients with random lengths and random disconnects, after which every request has
 ended and the KV pool is back to full (read on /metrics); the LLM metrics; the KServe side
-(repository index, infer refused); an unload that cancels a running stream, and a reload.
+(repository index, infer refused); an unload that cancels a running stream, and a reload;
+kv_cache_dtype: the same folder loaded with a float16 pool answers the float32 one's greedy
+text (log-probabilities within 5e-2: keys and values rounded to float16; a token may differ
+at a near tie of the float32 one's top two, after which the texts part), its pool holds twice
+the blocks in kv_memory_mb and /metrics says float16 and the bytes; a bad value fails the load
+with a 400 naming it.
 
 Usage: test_openai.py --tandem BUILD/tandem [--keep] [--filter SUBSTRING] [--smol DIR]
 --smol DIR (e.g. /work/smol, not in CI: slow) adds that folder as the model "smol" and checks
@@ -599,6 +604,57 @@ class Tests:
         assert r.usage.completion_tokens == 2
         self.wait_idle()
 
+    def test_kv_cache_dtype(self):
+        repo = os.path.dirname(os.path.dirname(self.folder))
+
+        def add(name, dtype):
+            d = os.path.join(repo, name, "1")
+            os.makedirs(d)
+            for f in os.listdir(self.folder):
+                os.symlink(os.path.join(self.folder, f), os.path.join(d, f))
+            with open(os.path.join(repo, name, "config.pbtxt"), "w") as f:
+                f.write('backend: "tandem_llm"\n'
+                        'parameters { key: "threads" value { string_value: "1" } }\n'
+                        'parameters { key: "kv_memory_mb" value { string_value: "1" } }\n'
+                        f'parameters {{ key: "kv_cache_dtype" value {{ string_value: "{dtype}" }} }}\n')
+
+        add("tiny_f16", "f16")
+        add("tiny_fp8", "fp8")
+        st, _, out = raw(self.s.port, "POST", "/v2/repository/models/tiny_fp8/load", b"")
+        assert st == 400 and "kv_type 'fp8'" in out.decode(), (st, out)
+        st, _, out = raw(self.s.port, "POST", "/v2/repository/models/tiny_f16/load", b"")
+        assert st == 200, out
+        try:
+            same = 0
+            for prompt in ["Once upon a time", "The quick brown fox", "Hello there"]:
+                a, b = (self.client.completions.create(model=m, prompt=prompt, max_tokens=20, temperature=0,
+                                                       logprobs=2).choices[0] for m in (MODEL, "tiny_f16"))
+                la, lb = a.logprobs, b.logprobs
+                # the same tokens up to a near tie of the float32 pool's top two (the tiny
+                # random model has some), the log-probabilities within 5e-2 until there
+                n = 0
+                while n < len(la.tokens) and n < len(lb.tokens) and la.tokens[n] == lb.tokens[n]:
+                    assert abs(la.token_logprobs[n] - lb.token_logprobs[n]) <= 5e-2, (prompt, n, la, lb)
+                    n += 1
+                if n < len(la.tokens):
+                    top = sorted(la.top_logprobs[n].values(), reverse=True)
+                    assert len(top) == 2 and top[0] - top[1] <= 1e-1, (prompt, n, la.top_logprobs[n], b.text)
+                same += n == len(la.tokens) and a.text == b.text
+            assert same >= 2, same
+            m = metrics(self.s)
+
+            def kv(model, what, dtype, state):
+                return m[f'tandem_llm_{what}{{model="{model}",version="1",'
+                         + (f'dtype="{dtype}",' if dtype else "") + f'state="{state}"}}']
+            # 2 layers x key and value x 16 tokens x 2 heads x 16 values: 4096 bytes a block
+            # in float16 (8192 in float32), 1 MiB: 256 blocks
+            assert kv("tiny_f16", "kv_blocks", None, "total") == 256
+            assert kv("tiny_f16", "kv_cache_bytes", "float16", "total") == 1 << 20
+            assert kv("tiny_f16", "kv_cache_bytes", "float16", "used") == 4096 * kv("tiny_f16", "kv_blocks", None, "used")
+            assert kv(MODEL, "kv_cache_bytes", "float32", "total") == 8192 * kv(MODEL, "kv_blocks", None, "total")
+        finally:
+            raw(self.s.port, "POST", "/v2/repository/models/tiny_f16/unload", b"")
+
 
 def main():
     ap = argparse.ArgumentParser()
@@ -621,7 +677,7 @@ def main():
                  "test_stream_completion", "test_stream_chat", "test_stop_strings", "test_seed", "test_logprobs",
                  "test_errors", "test_concurrent_streams_with_disconnects",
                  "test_client_gone_while_waiting", "test_smol", "test_metrics", "test_kserve_side",
-                 "test_unload_cancels_and_reload"]
+                 "test_unload_cancels_and_reload", "test_kv_cache_dtype"]
         names = [n for n in order if args.filter in n and (smol or n != "test_smol")]
         for name in names:
             t0 = time.time()

@@ -13,6 +13,11 @@
  *    sorted and consistent with the token; bad submits are refused;
  * and after each, the stats show no running or waiting sequence and every used block held
  * only by the prefix cache (nothing leaked).
+ * The float16 pool of the float32 model (kv_type "f16"): concurrent requests, preemption and
+ * chunked prefill give the generator's (float32 cache) greedy tokens, the top log-probabilities
+ * within F16_TOP_TOL (the keys and values rounded to float16: the one difference); the stats
+ * show float16 and half the bytes a block (twice the blocks for a kv_bytes budget); bad
+ * kv_type values are refused with a code.
  * With TANDEM_ENGINE_MODEL=DIR (tests/CMakeLists.txt: llm_engine_smollm2 on the SmolLM2 folder
  * when there is one) only the concurrent greedy check runs, on that folder. A folder whose
  * MatMulNBits have accuracy_level 4 (int8 activations, e.g. ORT's own SmolLM2 conversion) can
@@ -51,6 +56,11 @@
  * $TANDEM_ENGINE_MODEL. */
 static const char *cur_model = TINY_GENAI_ACC0;
 static double top_abs_tol = 1e-3, top_rel_tol = 0;
+/* the engines' kv_type (NULL = the model's); with "f16" the log-probabilities of the float16
+ * pool agree with the float32 generator's within F16_TOP_TOL (measured worst: printed at the
+ * end) */
+static const char *cur_kv_type = NULL;
+#define F16_TOP_TOL 1e-2
 
 static const char *model_dir(void) {
     const char *m = getenv("TANDEM_ENGINE_MODEL");
@@ -213,8 +223,10 @@ static int reference(tdm_env *env, const int32_t *prompt, size_t n, int max_new,
 }
 
 /* over every check: the engine's top log-probabilities vs the generator's, [0] on the float
- * model, [1] on the int8 one */
-static double worst_top_diff[2];
+ * model, [1] on the int8 one, [2] the float16 pool on the float model */
+static double worst_top_diff[3];
+
+static int diff_slot(void) { return cur_kv_type ? 2 : top_rel_tol > 0; }
 
 /* A deterministic prompt of n ids in [3, vocab) (no special ids). */
 static void make_prompt(int32_t *p, size_t n, uint32_t seed, size_t vocab) {
@@ -235,8 +247,12 @@ static tdm_llm_engine *new_engine(tdm_env *env, int max_batch, int max_step, int
     o.block_size = block;
     o.kv_blocks = blocks;
     o.no_batching = no_batching;
+    o.kv_type = cur_kv_type;
     tdm_llm_engine *e = NULL;
     OK(tdm_llm_engine_create(env, model_dir(), &o, &e));
+    tdm_llm_engine_stats s;
+    tdm_llm_engine_get_stats(e, &s);
+    assert_int_equal(s.kv_dtype, cur_kv_type ? TDM_FLOAT16 : TDM_FLOAT);
     return e;
 }
 
@@ -302,7 +318,7 @@ static void run_scenario(tdm_env *env, tdm_llm_engine *e, const scenario *sc, go
             assert_true(g[i].logprobs[j] <= 1e-6f);
             for (int t = 0; t < NTOP; t++) {
                 double d = fabs((double)g[i].top[j][t] - (double)ref_top[j][t]);
-                if (d > worst_top_diff[top_rel_tol > 0]) worst_top_diff[top_rel_tol > 0] = d;
+                if (d > worst_top_diff[diff_slot()]) worst_top_diff[diff_slot()] = d;
                 if (d > top_abs_tol + top_rel_tol * fabs((double)ref_top[j][t])) {
                     fprintf(stderr, "request %d token %d top %d: engine %g generator %g\n", i, j,
                             t, (double)g[i].top[j][t], (double)ref_top[j][t]);
@@ -362,6 +378,19 @@ static int float_model(void **state) {
     top_abs_tol = 1e-3;
     top_rel_tol = 0;
     return 0;
+}
+
+/* The float16 pool of the float32 model. */
+static int f16_pool(void **state) {
+    (void)state;
+    cur_kv_type = "f16";
+    top_abs_tol = F16_TOP_TOL;
+    return 0;
+}
+
+static int model_pool(void **state) {
+    cur_kv_type = NULL;
+    return float_model(state);
 }
 
 static void test_preemption(void **state) {
@@ -644,6 +673,56 @@ static void test_bad_submits(void **state) {
     tdm_env_free(env);
 }
 
+/* kv_type: the pool's type and bytes follow it; bad values are refused. */
+static void test_kv_type(void **state) {
+    (void)state;
+    tdm_env *env = new_env();
+    tdm_llm_engine_options o;
+    memset(&o, 0, sizeof o);
+    o.struct_size = sizeof o;
+    o.kv_bytes = 100000;
+    /* 2 layers x key and value x 16 tokens x 2 heads x 16 values: 8192 bytes a block in
+     * float32, 4096 in float16 */
+    static const struct {
+        const char *kv_type;
+        tdm_dtype dtype;
+        int64_t block_bytes, blocks;
+    } ok[] = {{NULL, TDM_FLOAT, 8192, 12},    {"auto", TDM_FLOAT, 8192, 12},
+              {"f32", TDM_FLOAT, 8192, 12},   {"f16", TDM_FLOAT16, 4096, 24},
+              {"float16", TDM_FLOAT16, 4096, 24}};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        o.kv_type = ok[i].kv_type;
+        tdm_llm_engine *e = NULL;
+        OK(tdm_llm_engine_create(env, TINY_GENAI_ACC0, &o, &e));
+        tdm_llm_engine_stats s;
+        tdm_llm_engine_get_stats(e, &s);
+        assert_int_equal(s.kv_dtype, ok[i].dtype);
+        assert_int_equal(s.kv_block_bytes, ok[i].block_bytes);
+        assert_int_equal(s.kv_blocks_total, ok[i].blocks);
+        tdm_llm_engine_free(e);
+    }
+    static const struct {
+        const char *dir, *kv_type;
+        tdm_code code;
+    } bad[] = {{TINY_GENAI_ACC0, "fp8", TDM_ERR_INVALID_ARGUMENT},
+               {TINY_GENAI_ACC0, "F16", TDM_ERR_INVALID_ARGUMENT},
+               {TINY_GENAI_ACC0, "int8", TDM_ERR_UNSUPPORTED},
+               {TINY_GENAI_ACC0, "int4", TDM_ERR_UNSUPPORTED},
+               /* a float16 model's cache does not widen to float32 */
+               {TANDEM_SOURCE_DIR "/tests/llm/models/tiny_genai_f16", "f32", TDM_ERR_UNSUPPORTED}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        o.kv_type = bad[i].kv_type;
+        tdm_llm_engine *e = NULL;
+        tdm_status *st = tdm_llm_engine_create(env, bad[i].dir, &o, &e);
+        assert_non_null(st);
+        assert_int_equal(tdm_status_code(st), bad[i].code);
+        assert_non_null(strstr(tdm_status_message(st), "kv_type"));
+        assert_null(e);
+        tdm_status_free(st);
+    }
+    tdm_env_free(env);
+}
+
 int main(void) {
     if (getenv("TANDEM_ENGINE_MODEL") && *getenv("TANDEM_ENGINE_MODEL")) {
         int8_model(NULL);
@@ -666,9 +745,14 @@ int main(void) {
         cmocka_unit_test(test_cancel),
         cmocka_unit_test(test_stops_and_sampling),
         cmocka_unit_test(test_bad_submits),
+        cmocka_unit_test_setup_teardown(test_concurrent_greedy, f16_pool, model_pool),
+        cmocka_unit_test_setup_teardown(test_preemption, f16_pool, model_pool),
+        cmocka_unit_test_setup_teardown(test_chunked_prefill, f16_pool, model_pool),
+        cmocka_unit_test(test_kv_type),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     fprintf(stderr, "largest top log-probability difference from the generator: float "
-            "activations %g, int8 activations %g\n", worst_top_diff[0], worst_top_diff[1]);
+            "activations %g, int8 activations %g, float16 pool %g\n", worst_top_diff[0],
+            worst_top_diff[1], worst_top_diff[2]);
     return rc;
 }

@@ -416,11 +416,14 @@ static void test_half_caches(void **state) {
     (void)state;
     tdm_cpu_isa host = tdm_cpu_isa_detect();
     static const int past1[1] = {700}, new1[1] = {1};
+    /* prompt chunks longer than an item's PAGED_ROWS (16) rows: 40 = 16 + 16 + 8, 17 = 16 + 1 */
+    static const int past2[2] = {5, 30}, new2[2] = {40, 17};
     for (int l = 0; l <= (int)host; l++) {
         if (l != TDM_ISA_PORTABLE && l != TDM_ISA_AVX2 && l != TDM_ISA_AVX512_CORE) continue;
         for (int bhsd = 0; bhsd < 2; bhsd++) {
             check_half(bhsd, (tdm_cpu_isa)l, 1 + 2 * bhsd, NSEQ, k_past0, k_new0);
             check_half(bhsd, (tdm_cpu_isa)l, 4, 1, past1, new1); /* decode in parts */
+            check_half(bhsd, (tdm_cpu_isa)l, 3, 2, past2, new2);
         }
     }
     assert_int_equal(atomic_load(&g_count.live), 0);

@@ -127,6 +127,11 @@ tdm_status *tdm_llm_run_gqa_f16(tdm_kernel_ctx *ctx);
  * (k_llm_gqa_f16.c: portable, F16C, AVX-512 variants), the best at or below level. */
 typedef void (*tdm_llm_widen_fn)(const uint16_t *restrict h, int64_t n, float *restrict out);
 tdm_llm_widen_fn tdm_llm_widen_for(tdm_cpu_isa level);
+/* h[i] = float16(x[i]) for i < n, round to nearest even (as core/half.h): the float16 GQA
+ * kernel's rounding of new rows into the cache (portable, F16C, AVX-512), the best at or
+ * below level. */
+typedef void (*tdm_llm_narrow_fn)(const float *restrict x, int64_t n, uint16_t *restrict h);
+tdm_llm_narrow_fn tdm_llm_narrow_for(tdm_cpu_isa level);
 
 /* PagedAttention's kernel (k_llm_paged.c: float32, caches float32 or float16; the node state
  * and scratch of tdm_llm_gqa_prepare / tdm_llm_gqa_release); also called directly by its unit

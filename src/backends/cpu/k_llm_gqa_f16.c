@@ -129,6 +129,7 @@ static widen_fn pick_widen(tdm_cpu_isa level) {
 }
 
 tdm_llm_widen_fn tdm_llm_widen_for(tdm_cpu_isa level) { return pick_widen(level); }
+tdm_llm_narrow_fn tdm_llm_narrow_for(tdm_cpu_isa level) { return pick_narrow(level); }
 
 /* ---- the kernel ---- */
 

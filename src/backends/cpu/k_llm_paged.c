@@ -22,7 +22,8 @@
  * float16 caches (T stays float32; T_CACHE float16 as the spec allows): the new K (rotated in
  * float32) and V rows are rounded into the cache; reads widen each stretch into float32
  * scratch by kv head (the float16 GQA kernel's F16C / AVX-512 widening) and run the same row
- * routines: half the cache bytes of float32 to read per decode step.
+ * routines: half the cache bytes of float32 to read per decode step. A prompt chunk's rows go
+ * PAGED_ROWS to an item, each stretch widened once for all of them (paged_rows).
  * Malformed tables (cumulative lengths not monotone or not ending at T, a sequence beyond its
  * table's capacity, a block id out of range, positions past the rotary caches) fail with
  * TDM_ERR_INVALID_ARGUMENT before anything is written.
@@ -43,19 +44,21 @@
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/k_llm.h"
 #include "core/alloc.h"
-#include "core/half.h"
 
 typedef struct paged_job {
     const float *q, *k, *v, *cos, *sin, *sink;
     float *kc, *vc, *y; /* the caches: float, or float16 bits when half */
     const int32_t *cu, *past, *bt;
     const int32_t *seq_of; /* per token: its sequence */
+    const int32_t *item_t0; /* rows > 1: item p is tokens item_t0[p] .. item_t0[p + 1] - 1 */
+    int64_t rows;           /* query rows an item takes at most (1, or PAGED_ROWS) */
     int64_t T, B, H, KVH, D, BS, MB, rot, win, qstride, kstride, koff, voff, row, ld;
     int64_t run; /* most slots per scores / p.V call: about 16 KiB of slot rows, 16 to 64 */
     bool bhsd;   /* tandem_kv_layout "BHSD": blocks [KVH, BS, D] (else ORT's [BS, KVH, D]) */
     int64_t hstride; /* floats between one head's rows of consecutive slots: row, or D */
     bool half;       /* float16 caches: stretches widened into scratch by kv head */
     tdm_llm_widen_fn widen;
+    tdm_llm_narrow_fn narrow; /* float16 caches: the new rows rounded in */
     bool rotary, interleaved, causal;
     float scale, softcap;
     const tdm_llm_fns *f;
@@ -103,7 +106,8 @@ static void paged_cache(void *arg, int64_t t0, int64_t t1) {
                 if (j->rotary)
                     tdm_llm_rotate(buf, j->cos + pos * (j->rot / 2), j->sin + pos * (j->rot / 2),
                                    j->rot, j->interleaved);
-                for (int64_t x = 0; x < j->D; x++) kd[x] = tdm_f32_to_f16(buf[x]), vd[x] = tdm_f32_to_f16(vs[x]);
+                j->narrow(buf, j->D, kd);
+                j->narrow(vs, j->D, vd);
                 continue;
             }
             float *kd = head_row(j, j->kc, slot, g), *vd = head_row(j, j->vc, slot, g);
@@ -266,6 +270,66 @@ static void paged_item(const paged_job *j, int64_t p, float *scratch) {
     all_pv(j, b, a, e, live, scores, o, ostride, buf);
 }
 
+/* Float16 caches, an item of rows > 1 (a prefill chunk: causal, no window, one part, BHSD):
+ * tokens item_t0[p] .. item_t0[p + 1] - 1 of one sequence, at consecutive positions. Every
+ * stretch of the last row's positions is widened once for all the rows (row r uses the
+ * positions it sees, up to its own), where the one-row path widens them once a row: a chunk
+ * of n rows widened n / PAGED_ROWS times less. Each row gets the one-row path's calls on the
+ * same stretches (a stretch ends at its block's end, the run or the row's last position), so
+ * the same values. Scratch: per row H * ld logits, H * D query values, H live flags; then the
+ * widened stretch. */
+enum { PAGED_ROWS = 16 };
+
+static void paged_rows(const paged_job *j, int64_t p, float *scratch) {
+    int64_t t0 = j->item_t0[p], R = j->item_t0[p + 1] - t0;
+    int64_t b = j->seq_of[t0], pos0 = j->past[b] + t0 - j->cu[b], e = pos0 + R;
+    int64_t group = j->H / j->KVH, per_row = j->H * j->ld + j->H * j->D + j->H;
+    float *buf = scratch + j->rows * per_row;
+    for (int64_t r = 0; r < R; r++) {
+        float *q = scratch + r * per_row + j->H * j->ld;
+        memcpy(q, j->q + (t0 + r) * j->qstride, (size_t)(j->H * j->D) * sizeof(float));
+        if (j->rotary)
+            for (int64_t h = 0; h < j->H; h++)
+                tdm_llm_rotate(q + h * j->D, j->cos + (pos0 + r) * (j->rot / 2),
+                               j->sin + (pos0 + r) * (j->rot / 2), j->rot, j->interleaved);
+    }
+    prefetcher pk = {j->kc, b, 0, e};
+    for (int64_t s = 0, cnt, slot; s < e; s += cnt) {
+        prefetch_to(j, &pk, s + PAGED_AHEAD);
+        cnt = stretch(j, b, s, e, &slot);
+        const float *w = widen_stretch(j, j->kc, slot, cnt, buf);
+        for (int64_t r = s > pos0 ? s - pos0 : 0; r < R; r++) { /* rows that see position s */
+            float *sc = scratch + r * per_row, *q = sc + j->H * j->ld;
+            int64_t c = pos0 + r + 1 - s < cnt ? pos0 + r + 1 - s : cnt;
+            for (int64_t h = 0; h < j->H; h++)
+                j->f->scores(q + h * j->D, w + (h / group) * cnt * j->D, j->D, c, j->D, j->scale,
+                             sc + h * j->ld + s);
+        }
+    }
+    for (int64_t r = 0; r < R; r++) {
+        float *sc = scratch + r * per_row, *live = sc + j->H * j->ld + j->H * j->D;
+        for (int64_t h = 0; h < j->H; h++)
+            live[h] = tdm_llm_softmax(j->simd, sc + h * j->ld, pos0 + r + 1, j->softcap, NULL,
+                                      j->sink != NULL, j->sink ? j->sink[h] : 0.0f);
+        memset(j->y + (t0 + r) * j->H * j->D, 0, (size_t)(j->H * j->D) * sizeof(float));
+    }
+    prefetcher pv = {j->vc, b, 0, e};
+    for (int64_t s = 0, cnt, slot; s < e; s += cnt) {
+        prefetch_to(j, &pv, s + PAGED_AHEAD);
+        cnt = stretch(j, b, s, e, &slot);
+        const float *w = widen_stretch(j, j->vc, slot, cnt, buf);
+        for (int64_t r = s > pos0 ? s - pos0 : 0; r < R; r++) {
+            const float *sc = scratch + r * per_row, *live = sc + j->H * j->ld + j->H * j->D;
+            float *y = j->y + (t0 + r) * j->H * j->D;
+            int64_t c = pos0 + r + 1 - s < cnt ? pos0 + r + 1 - s : cnt;
+            for (int64_t h = 0; h < j->H; h++)
+                if (live[h] != 0.0f)
+                    j->f->pv(sc + h * j->ld + s, w + (h / group) * cnt * j->D, j->D, c, j->D,
+                             y + h * j->D);
+        }
+    }
+}
+
 /* After the parts: each (token, head)'s parts merged (tdm_llm_merge_parts). */
 static void paged_merge(const paged_job *j) {
     int64_t slot = j->D + 2;
@@ -281,7 +345,10 @@ static void paged_slots(void *arg, int64_t k0, int64_t k1) {
     const paged_job *j = arg;
     unsigned csr = tdm_cpu_flush_subnormals(); /* tiny attention weights: see cpu_simd.h */
     for (int64_t k = k0; k < k1; k++)
-        for (int64_t p = k; p < j->items; p += j->slots) paged_item(j, p, j->scratch + k * j->per_task);
+        for (int64_t p = k; p < j->items; p += j->slots) {
+            if (j->rows > 1) paged_rows(j, p, j->scratch + k * j->per_task);
+            else paged_item(j, p, j->scratch + k * j->per_task);
+        }
     tdm_cpu_subnormals_restore(csr);
 }
 
@@ -447,7 +514,6 @@ tdm_status *tdm_llm_run_paged(tdm_kernel_ctx *ctx) {
     j.ld = longest + 16;
     j.run = (4096 / j.row) & ~(int64_t)15; /* whole steps of the AVX-512 scores (16 rows) */
     j.run = j.run < 16 || j.bhsd ? (j.bhsd ? 64 : 16) : j.run > 64 ? 64 : j.run;
-    j.per_task = j.H * j.ld + j.H * j.D + j.H + (j.half ? j.KVH * j.run * j.D : 0) + 16;
     j.items = j.T;
     int threads = tdm_threadpool_size(ctx->pool);
     j.parts = 1;
@@ -459,19 +525,33 @@ tdm_status *tdm_llm_run_paged(tdm_kernel_ctx *ctx) {
         if (j.parts < 1) j.parts = 1;
         j.items *= j.parts;
     }
-    j.slots = j.items < threads ? j.items : threads;
+    /* float16 caches, a step with a chunk of prompt rows in it (more rows than sequences):
+     * items of up to PAGED_ROWS rows (paged_rows); a decode step keeps one row an item */
+    j.rows = j.half && j.parts == 1 && j.causal && j.win <= 0 && j.bhsd && j.T > j.B ? PAGED_ROWS : 1;
+    j.per_task = j.rows * (j.H * j.ld + j.H * j.D + j.H) + (j.half ? j.KVH * j.run * j.D : 0) + 16;
+    j.slots = j.items < threads ? j.items : threads; /* rows > 1: at most; set again below */
     if (j.slots < 1) j.slots = 1;
     tdm_tensor *ko = ctx->n_out > 1 ? ctx->out[1] : NULL, *vo = ctx->n_out > 2 ? ctx->out[2] : NULL;
     size_t cache = (size_t)kc->count;
     size_t own_cache = (ko ? 0 : cache) + (vo ? 0 : cache);
     size_t part_need = j.parts > 1 ? (size_t)(j.T * j.H * j.parts * (j.D + 2)) : 0;
-    size_t need = (size_t)j.T + 16 + (size_t)(j.slots * j.per_task) + part_need + own_cache;
+    size_t need = 2 * ((size_t)j.T + 16) + (size_t)(j.slots * j.per_task) + part_need + own_cache;
     float *own = NULL, *mem = tdm_llm_gqa_scratch(ctx, need, &own);
     if (!mem) return tdm_node_error(node, TDM_ERR_OUT_OF_MEMORY, "out of memory");
     int32_t *seq_of = (int32_t *)mem;
     j.seq_of = seq_of;
-    j.scratch = mem + j.T + 16;
+    int32_t *item_t0 = (int32_t *)(mem + j.T + 16);
+    j.item_t0 = item_t0;
+    j.scratch = mem + 2 * (j.T + 16);
     tdm_status *st = check_tables(node, &j, NB, maxpos, seq_of);
+    if (!st && j.rows > 1) { /* each sequence's rows in items of up to j.rows */
+        int64_t n = 0;
+        for (int64_t b = 0; b < j.B; b++)
+            for (int64_t t = j.cu[b]; t < j.cu[b + 1]; t += j.rows) item_t0[n++] = (int32_t)t;
+        item_t0[n] = (int32_t)j.T;
+        j.items = n;
+        if (j.slots > n) j.slots = n > 0 ? n : 1;
+    }
     if (!st) {
         float *extra = j.scratch + j.slots * j.per_task;
         j.partial = part_need ? extra : NULL;
@@ -496,6 +576,7 @@ tdm_status *tdm_llm_run_paged(tdm_kernel_ctx *ctx) {
         j.simd = tdm_cpu_simd_of(ctx);
         j.f = tdm_llm_fns_for(j.simd->level);
         j.widen = tdm_llm_widen_for(j.simd->level);
+        j.narrow = tdm_llm_narrow_for(j.simd->level);
         if (j.T > 0) {
             tdm_parallel_for(ctx->pool, j.T, 1, paged_cache, &j);
             tdm_parallel_for(ctx->pool, j.slots, 1, paged_slots, &j);
