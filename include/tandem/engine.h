@@ -152,10 +152,15 @@ typedef struct tdm_llm_engine_stats {
     int64_t preemptions_total;
     int64_t steps_total;          /* model runs */
     int64_t requests_total;       /* accepted */
-    tdm_dtype kv_dtype;           /* the pool's element type (options.kv_type) */
-    int64_t kv_block_bytes;       /* bytes of one block: every layer's key and value rows */
 } tdm_llm_engine_stats;
 TDM_API void tdm_llm_engine_get_stats(tdm_llm_engine *engine, tdm_llm_engine_stats *out);
+/* The paged KV cache's element type (options.kv_type resolved: TDM_FLOAT or TDM_FLOAT16) and
+ * the bytes of one block (every layer's key and value rows); either pointer may be NULL.
+ * Fixed when the engine is created. (Not members of tdm_llm_engine_stats: that struct has
+ * no struct_size, so it cannot grow without overrunning a caller built against an older
+ * header.) */
+TDM_API void tdm_llm_engine_kv_cache(const tdm_llm_engine *engine, tdm_dtype *dtype,
+                                     int64_t *block_bytes);
 /* The folder's eos ids and vocabulary size (for the server's validation). */
 TDM_API const int32_t *tdm_llm_engine_eos_ids(const tdm_llm_engine *engine, size_t *n);
 TDM_API size_t tdm_llm_engine_vocab_size(const tdm_llm_engine *engine);

@@ -213,7 +213,9 @@ static int run_way(tdm_env *env, const char *dir, long threads, long pp, long tg
     double t1 = now_s(), c1 = cpu_s();
     tdm_llm_engine_stats s1;
     tdm_llm_engine_get_stats(e, &s1);
-    w->kv_dtype = tdm_dtype_name(s1.kv_dtype);
+    tdm_dtype kvt = TDM_UNDEFINED;
+    tdm_llm_engine_kv_cache(e, &kvt, NULL);
+    w->kv_dtype = tdm_dtype_name(kvt);
     tdm_llm_engine_free(e);
     if (st) rc = cli_fail(st, "bench --llm --streams");
     if (!rc) {

@@ -284,8 +284,6 @@ static void publish(tdm_llm_engine *e) {
     s.prefix_hit_tokens_total = e->hit_total;
     s.preemptions_total = e->preempt_total;
     s.steps_total = e->steps_total;
-    s.kv_dtype = e->ed.cache_dtype;
-    s.kv_block_bytes = (int64_t)block_bytes(&e->ed);
     pthread_mutex_lock(&e->mu);
     e->published = s;
     pthread_mutex_unlock(&e->mu);
@@ -944,3 +942,8 @@ const int32_t *tdm_llm_engine_eos_ids(const tdm_llm_engine *e, size_t *n) {
 size_t tdm_llm_engine_vocab_size(const tdm_llm_engine *e) { return e ? e->vocab : 0; }
 
 int tdm_llm_engine_max_length(const tdm_llm_engine *e) { return e ? e->max_length : 0; }
+
+void tdm_llm_engine_kv_cache(const tdm_llm_engine *e, tdm_dtype *dtype, int64_t *bytes) {
+    if (dtype) *dtype = e ? e->ed.cache_dtype : TDM_UNDEFINED;
+    if (bytes) *bytes = e ? (int64_t)block_bytes(&e->ed) : 0;
+}

@@ -222,6 +222,8 @@ static void hist(sv_buf *b, const char *name, const sv_version *v, const sv_hist
 void sv_llm_metrics(sv_version **v, int n, sv_buf *b) {
     typedef struct snap {
         tdm_llm_engine_stats st;
+        tdm_dtype kv_dtype;
+        int64_t kv_block_bytes;
         sv_hist ttft, itl;
         uint64_t finished[5];
         uint64_t gone;
@@ -231,6 +233,7 @@ void sv_llm_metrics(sv_version **v, int n, sv_buf *b) {
     for (int i = 0; i < n; i++) {
         sv_llm *m = v[i]->llm;
         tdm_llm_engine_get_stats(m->engine, &s[i].st);
+        tdm_llm_engine_kv_cache(m->engine, &s[i].kv_dtype, &s[i].kv_block_bytes);
         pthread_mutex_lock(&m->mu);
         s[i].ttft = m->ttft;
         s[i].itl = m->itl;
@@ -287,13 +290,13 @@ void sv_llm_metrics(sv_version **v, int n, sv_buf *b) {
                 break;
             case 8: {
                 char l[64];
-                const char *dt = tdm_dtype_name(st->kv_dtype);
+                const char *dt = tdm_dtype_name(s[i].kv_dtype);
                 snprintf(l, sizeof l, "dtype=\"%s\",state=\"used\"", dt);
                 model_label(b, fam[f].name, v[i], l);
-                sv_buf_printf(b, "%lld\n", (long long)(st->kv_blocks_used * st->kv_block_bytes));
+                sv_buf_printf(b, "%lld\n", (long long)(st->kv_blocks_used * s[i].kv_block_bytes));
                 snprintf(l, sizeof l, "dtype=\"%s\",state=\"total\"", dt);
                 model_label(b, fam[f].name, v[i], l);
-                sv_buf_printf(b, "%lld\n", (long long)(st->kv_blocks_total * st->kv_block_bytes));
+                sv_buf_printf(b, "%lld\n", (long long)(st->kv_blocks_total * s[i].kv_block_bytes));
                 break;
             }
             case 9: model_label(b, fam[f].name, v[i], NULL); sv_buf_printf(b, "%llu\n", (unsigned long long)s[i].gone); break;

@@ -250,9 +250,9 @@ static tdm_llm_engine *new_engine(tdm_env *env, int max_batch, int max_step, int
     o.kv_type = cur_kv_type;
     tdm_llm_engine *e = NULL;
     OK(tdm_llm_engine_create(env, model_dir(), &o, &e));
-    tdm_llm_engine_stats s;
-    tdm_llm_engine_get_stats(e, &s);
-    assert_int_equal(s.kv_dtype, cur_kv_type ? TDM_FLOAT16 : TDM_FLOAT);
+    tdm_dtype kvt = TDM_UNDEFINED;
+    tdm_llm_engine_kv_cache(e, &kvt, NULL);
+    assert_int_equal(kvt, cur_kv_type ? TDM_FLOAT16 : TDM_FLOAT);
     return e;
 }
 
@@ -696,8 +696,11 @@ static void test_kv_type(void **state) {
         OK(tdm_llm_engine_create(env, TINY_GENAI_ACC0, &o, &e));
         tdm_llm_engine_stats s;
         tdm_llm_engine_get_stats(e, &s);
-        assert_int_equal(s.kv_dtype, ok[i].dtype);
-        assert_int_equal(s.kv_block_bytes, ok[i].block_bytes);
+        tdm_dtype kvt = TDM_UNDEFINED;
+        int64_t bb = 0;
+        tdm_llm_engine_kv_cache(e, &kvt, &bb);
+        assert_int_equal(kvt, ok[i].dtype);
+        assert_int_equal(bb, ok[i].block_bytes);
         assert_int_equal(s.kv_blocks_total, ok[i].blocks);
         tdm_llm_engine_free(e);
     }
