@@ -124,10 +124,10 @@ static inline void pf_record(const uint8_t *rec, int64_t bytes, const int64_t di
 
 /* The same into L2 only (prefetcht1): the AMX loops' weight stream. Their tile and split loads
  * take the records from L2 as fast, and a prefetch to L1 holds one of its few fill buffers
- * until the line is in, which stalled the 8-row products behind the memory (35% of amx_4szh's
- * samples sat right after a prefetcht0 in an 8-stream SmolLM2 profile): 8-stream decode at 2
- * threads +9% tok/cpu-s in 6 alternating rounds of the same library
- * (bench/llm/results-2026-12-04-rows22-s21-amx.md). The one-row VNNI loops keep pf_record. */
+ * until the line is in (35% of amx_4szh's samples sat right after a prefetcht0 in an 8-stream
+ * SmolLM2 profile). 8-stream decode at 2 threads: +9-10% tok/cpu-s on a loaded machine (6 of 6
+ * rounds), +1-3% less loaded; prefill not slower (bench/llm/results-2026-12-04-rows22-s21-
+ * amx.md). The one-row VNNI loops keep pf_record. */
 static inline void pf_record_l2(const uint8_t *rec, int64_t bytes, const int64_t dist) {
     if (dist > 0)
         for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(rec + dist + o, 0, 2);
