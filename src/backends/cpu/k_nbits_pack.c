@@ -116,21 +116,10 @@ static inline int32_t ld32(const void *p) {
     return v;
 }
 
-/* Asks for the lines of a block record's bytes dist bytes ahead (dist 0: nothing), into L1. */
+/* Asks for the lines of a block record's bytes dist bytes ahead (dist 0: nothing). */
 static inline void pf_record(const uint8_t *rec, int64_t bytes, const int64_t dist) {
     if (dist > 0)
         for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(rec + dist + o, 0, 3);
-}
-
-/* The same into L2 only (prefetcht1): the AMX loops' weight stream. Their tile and split loads
- * take the records from L2 as fast, and a prefetch to L1 holds one of its few fill buffers
- * until the line is in (35% of amx_4szh's samples sat right after a prefetcht0 in an 8-stream
- * SmolLM2 profile). 8-stream decode at 2 threads: +9-10% tok/cpu-s on a loaded machine (6 of 6
- * rounds), +1-3% less loaded; prefill not slower (bench/llm/results-2026-12-04-rows22-s21-
- * amx.md). The one-row VNNI loops keep pf_record. */
-static inline void pf_record_l2(const uint8_t *rec, int64_t bytes, const int64_t dist) {
-    if (dist > 0)
-        for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(rec + dist + o, 0, 2);
 }
 
 /* ---- AVX-512 ---- */
@@ -636,7 +625,7 @@ amx_tile_rows(const tdm_nbits_pjob *j, int64_t p, int64_t m0, const int R, int r
     if (q4)
         for (int64_t b = 0; b < 2 && b < nb; b++) amx_split(base + b * bst, G, ring + b * slot);
     for (int64_t b = 0; b < nb + 2; b++) {
-        if (m0 == 0 && b < nb) pf_record_l2(base + b * bst, bst, NBP_PFD_I8);
+        if (m0 == 0 && b < nb) pf_record(base + b * bst, bst, NBP_PFD_I8);
         if (q4 && b + 2 < nb) amx_split(base + (b + 2) * bst, G, ring + ((b + 2) & 3) * slot);
         if (b < nb)
             amx_dp((int)(b & 3), qa + b * bs, kq, q4 ? ring + (b & 3) * slot : base + b * bst,
