@@ -338,6 +338,16 @@ static void test_against_gqa(void **state) {
                          .past = r ? past2 : past1, .new_tokens = r ? new2 : new1};
             check_config(&dc);
         }
+    /* prompt chunks longer than an item's PAGED_ROWS (16) rows (BHSD caches: paged_rows):
+     * 40 = 16 + 16 + 8 and 17 = 16 + 1 rows */
+    static const int past3[2] = {5, 30}, new3[2] = {40, 17};
+    for (int l = 0; l <= (int)host; l++) {
+        if (l != TDM_ISA_PORTABLE && l != TDM_ISA_AVX2 && l != TDM_ISA_AVX512_CORE) continue;
+        config cc = {.H = 9, .KVH = 3, .D = 64, .BS = 16, .rotary = 1, .qrank = 3, .crank = 5,
+                     .isa = (tdm_cpu_isa)l, .threads = 3, .nseq = 2, .past = past3,
+                     .new_tokens = new3};
+        check_config(&cc);
+    }
     /* an odd head size (SIMD tails) */
     config odd = {.H = 6, .KVH = 2, .D = 20, .BS = 16, .rotary = 1, .interleaved = 1, .qrank = 2,
                   .crank = 3, .isa = host, .threads = 3};

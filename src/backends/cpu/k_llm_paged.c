@@ -23,7 +23,8 @@
  * float32) and V rows are rounded into the cache; reads widen each stretch into float32
  * scratch by kv head (the float16 GQA kernel's F16C / AVX-512 widening) and run the same row
  * routines: half the cache bytes of float32 to read per decode step. A prompt chunk's rows go
- * PAGED_ROWS to an item, each stretch widened once for all of them (paged_rows).
+ * PAGED_ROWS to an item (paged_rows): each stretch is read (float16: widened) once for all of
+ * them.
  * Malformed tables (cumulative lengths not monotone or not ending at T, a sequence beyond its
  * table's capacity, a block id out of range, positions past the rotary caches) fail with
  * TDM_ERR_INVALID_ARGUMENT before anything is written.
@@ -270,15 +271,22 @@ static void paged_item(const paged_job *j, int64_t p, float *scratch) {
     all_pv(j, b, a, e, live, scores, o, ostride, buf);
 }
 
-/* Float16 caches, an item of rows > 1 (a prefill chunk: causal, no window, one part, BHSD):
- * tokens item_t0[p] .. item_t0[p + 1] - 1 of one sequence, at consecutive positions. Every
- * stretch of the last row's positions is widened once for all the rows (row r uses the
- * positions it sees, up to its own), where the one-row path widens them once a row: a chunk
- * of n rows widened n / PAGED_ROWS times less. Each row gets the one-row path's calls on the
- * same stretches (a stretch ends at its block's end, the run or the row's last position), so
- * the same values. Scratch: per row H * ld logits, H * D query values, H live flags; then the
- * widened stretch. */
+/* An item of rows > 1 (a prefill chunk: causal, no window, one part, BHSD): tokens
+ * item_t0[p] .. item_t0[p + 1] - 1 of one sequence, at consecutive positions. Every stretch
+ * of the last row's positions serves all the rows while it is in L1 (row r uses the
+ * positions it sees, up to its own), where the one-row path reads the sequence's cache once
+ * a row; a float16 stretch is widened once for all the rows instead of once a row. Each row
+ * gets the one-row path's calls on the same stretches (a stretch ends at its block's end,
+ * the run or the row's last position), so the same values. Scratch: per row H * ld logits,
+ * H * D query values, H live flags; then the widened stretch. */
 enum { PAGED_ROWS = 16 };
+
+/* kv head g's rows of a stretch of cnt slots: in the widened stretch w (float16 caches, rows
+ * D apart) or in the float32 cache c (rows j->hstride apart) */
+static inline const float *head_rows(const paged_job *j, const float *w, const float *c,
+                                     int64_t slot, int64_t cnt, int64_t g) {
+    return w ? w + g * cnt * j->D : head_row(j, c, slot, g);
+}
 
 static void paged_rows(const paged_job *j, int64_t p, float *scratch) {
     int64_t t0 = j->item_t0[p], R = j->item_t0[p + 1] - t0;
@@ -297,13 +305,13 @@ static void paged_rows(const paged_job *j, int64_t p, float *scratch) {
     for (int64_t s = 0, cnt, slot; s < e; s += cnt) {
         prefetch_to(j, &pk, s + PAGED_AHEAD);
         cnt = stretch(j, b, s, e, &slot);
-        const float *w = widen_stretch(j, j->kc, slot, cnt, buf);
+        const float *w = j->half ? widen_stretch(j, j->kc, slot, cnt, buf) : NULL;
         for (int64_t r = s > pos0 ? s - pos0 : 0; r < R; r++) { /* rows that see position s */
             float *sc = scratch + r * per_row, *q = sc + j->H * j->ld;
             int64_t c = pos0 + r + 1 - s < cnt ? pos0 + r + 1 - s : cnt;
             for (int64_t h = 0; h < j->H; h++)
-                j->f->scores(q + h * j->D, w + (h / group) * cnt * j->D, j->D, c, j->D, j->scale,
-                             sc + h * j->ld + s);
+                j->f->scores(q + h * j->D, head_rows(j, w, j->kc, slot, cnt, h / group),
+                             w ? j->D : j->hstride, c, j->D, j->scale, sc + h * j->ld + s);
         }
     }
     for (int64_t r = 0; r < R; r++) {
@@ -317,15 +325,15 @@ static void paged_rows(const paged_job *j, int64_t p, float *scratch) {
     for (int64_t s = 0, cnt, slot; s < e; s += cnt) {
         prefetch_to(j, &pv, s + PAGED_AHEAD);
         cnt = stretch(j, b, s, e, &slot);
-        const float *w = widen_stretch(j, j->vc, slot, cnt, buf);
+        const float *w = j->half ? widen_stretch(j, j->vc, slot, cnt, buf) : NULL;
         for (int64_t r = s > pos0 ? s - pos0 : 0; r < R; r++) {
             const float *sc = scratch + r * per_row, *live = sc + j->H * j->ld + j->H * j->D;
             float *y = j->y + (t0 + r) * j->H * j->D;
             int64_t c = pos0 + r + 1 - s < cnt ? pos0 + r + 1 - s : cnt;
             for (int64_t h = 0; h < j->H; h++)
                 if (live[h] != 0.0f)
-                    j->f->pv(sc + h * j->ld + s, w + (h / group) * cnt * j->D, j->D, c, j->D,
-                             y + h * j->D);
+                    j->f->pv(sc + h * j->ld + s, head_rows(j, w, j->vc, slot, cnt, h / group),
+                             w ? j->D : j->hstride, c, j->D, y + h * j->D);
         }
     }
 }
@@ -525,9 +533,9 @@ tdm_status *tdm_llm_run_paged(tdm_kernel_ctx *ctx) {
         if (j.parts < 1) j.parts = 1;
         j.items *= j.parts;
     }
-    /* float16 caches, a step with a chunk of prompt rows in it (more rows than sequences):
-     * items of up to PAGED_ROWS rows (paged_rows); a decode step keeps one row an item */
-    j.rows = j.half && j.parts == 1 && j.causal && j.win <= 0 && j.bhsd && j.T > j.B ? PAGED_ROWS : 1;
+    /* a step with a chunk of prompt rows in it (more rows than sequences): items of up to
+     * PAGED_ROWS rows (paged_rows); a decode step keeps one row an item */
+    j.rows = j.parts == 1 && j.causal && j.win <= 0 && j.bhsd && j.T > j.B ? PAGED_ROWS : 1;
     j.per_task = j.rows * (j.H * j.ld + j.H * j.D + j.H) + (j.half ? j.KVH * j.run * j.D : 0) + 16;
     j.slots = j.items < threads ? j.items : threads; /* rows > 1: at most; set again below */
     if (j.slots < 1) j.slots = 1;
