@@ -411,42 +411,6 @@ static void test_scores_rows_invariant(void **state) {
     }
 }
 
-/* The 4-bit p.V of every level above VNNI (the AMX level's VBMI widening) is the VNNI one bit
- * for bit: the same integer sums, the same scaling (d not a multiple of 64: masked chunks; rows
- * not a multiple of the 64-row block; odd row counts: a last row paired with weight 0). */
-static void test_pv_levels4(void **state) {
-    (void)state;
-    g_q4 = true; /* fill_row's rows */
-    tdm_cpu_isa top = tdm_cpu_isa_detect();
-    static const int ds[] = {32, 40, 64, 96, 128, 200, 512};
-    static const int ns[] = {1, 2, 15, 64, 65, 130, 1000};
-    for (int l = TDM_ISA_AVX512_CORE_VNNI + 1; l <= (int)top; l++) {
-        const tdm_llm_i8_fns *f = tdm_llm_i4_fns_for((tdm_cpu_isa)l);
-        const tdm_llm_i8_fns *ref = tdm_llm_i4_fns_for(TDM_ISA_AVX512_CORE_VNNI);
-        for (size_t di = 0; di < sizeof ds / sizeof ds[0]; di++)
-            for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
-                for (int G = 1; G <= 9; G += 4) {
-                    int d = ds[di], n = ns[ni], rs = (int)TDM_KV_I4_ROW(d) + (int)(ni & 1) * 5;
-                    int ld = n + 3, ys = d + 1;
-                    int8_t *rows = malloc((size_t)(n * rs));
-                    float *p = malloc(sizeof(float) * (size_t)(G * ld));
-                    float *y = malloc(sizeof(float) * (size_t)(G * ys)), *y0 = malloc(sizeof(float) * (size_t)(G * ys));
-                    assert_non_null(rows), assert_non_null(p), assert_non_null(y), assert_non_null(y0);
-                    for (int i = 0; i < n * rs; i++) rows[i] = (int8_t)(rand() & 0xff); /* padding too */
-                    for (int t = 0; t < n; t++) fill_row(rows + t * rs, d);
-                    for (int i = 0; i < G * ld; i++) p[i] = frand() + 0.5f;
-                    for (int i = 0; i < G * ys; i++) y[i] = y0[i] = frand();
-                    ref->pv(p, ld, G, rows, rs, n, d, y0, ys);
-                    f->pv(p, ld, G, rows, rs, n, d, y, ys);
-                    if (memcmp(y, y0, sizeof(float) * (size_t)(G * ys)) != 0)
-                        fail_msg("%s 4-bit pv d=%d n=%d G=%d differs from the VNNI level's",
-                                 tdm_cpu_isa_name((tdm_cpu_isa)l), d, n, G);
-                    free(rows), free(p), free(y), free(y0);
-                }
-    }
-    g_q4 = false;
-}
-
 /* Each level's widener (the block GEMMs' key / value ranges) is the scalar one bit for bit,
  * on odd head sizes (a last group shorter than 32), padded row strides and random padding
  * nibbles, and every value is its group's scale times its code. */
@@ -805,7 +769,6 @@ int main(void) {
         cmocka_unit_test(test_row_variants4),
         cmocka_unit_test(test_scores_rows_invariant4),
         cmocka_unit_test(test_kernel4),
-        cmocka_unit_test(test_pv_levels4),
         cmocka_unit_test(test_bad_cache4),
         cmocka_unit_test(test_dequantize_levels),
         cmocka_unit_test(test_dequantize_levels4),

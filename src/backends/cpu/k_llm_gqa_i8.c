@@ -19,8 +19,6 @@
  *     largest and adds two rows per vpdpwssd; AVX-512 (rows' scales folded into the weights)
  *     and AVX2 (up to 3 heads per pass over the rows, the value scale folded into the weights)
  *     in float32 FMAs; portable C.
- * At the AMX level (CPUs with AVX512_VBMI) the 4-bit p.V widens its row pairs with vpermt2b
- * (pvq_block: the same sums).
  * The best at or below the device's level (TANDEM_CPU_ISA caps). AVX-VNNI (VEX, on AVX2-only
  * CPUs) has no level of its own in cpu_isa.h; those CPUs take the AVX2 form. */
 #include <math.h>
@@ -631,14 +629,6 @@ static void chunk_masks(int64_t d, int NC, bool q4, __mmask64 *cm) {
     }
 }
 
-/* vpermt2b with zero masking (AVX512_VBMI): byte i = k bit i ? (a : b)[idx byte i] : 0. In asm
- * because the VNNI level's code around it is compiled without VBMI: only the entry points of
- * the AMX level (fns4_vbmi, chosen when the CPU has VBMI) reach it. */
-TDM_TARGET_VNNI static AI __m512i permt2b_z(__m512i a, __m512i idx, __m512i b, __mmask64 k) {
-    __asm__("vpermt2b %[b], %[i], %[a]%{%[k]%}%{z%}" : [a] "+v"(a) : [i] "v"(idx), [b] "v"(b), [k] "Yk"(k));
-    return a;
-}
-
 TDM_TARGET_VNNI static AI void vt_block(const vt_query *vq, int HN, int NC, const int8_t *r,
                                         int64_t rs, int64_t rows, const __mmask64 *cm,
                                         bool prefetch, const int8_t *vnext, float *out, int64_t ld,
@@ -889,7 +879,7 @@ TDM_TARGET_AVX512 static void pv_avx512(const float *p, int64_t ld, int64_t G, c
  * 128-bit lane in the order (0-3 | 4-7) of each 8, put back once at the end. */
 TDM_TARGET_VNNI static AI void pvq_block(const float *p, int64_t ld, int HN, const int8_t *v,
                                          int64_t rs, int64_t n, int64_t d, int64_t i0,
-                                         __mmask64 cm, float *y, int64_t ys, bool q4, bool vbmi) {
+                                         __mmask64 cm, float *y, int64_t ys, bool q4) {
     float w[QHEADS][2][PV_ROWS];
     _Alignas(64) int32_t wq[QHEADS][2][PV_ROWS / 2]; /* int16 pairs: rows 2u, 2u + 1 */
     float wsc[QHEADS][2];
@@ -899,15 +889,6 @@ TDM_TARGET_VNNI static AI void pvq_block(const float *p, int64_t ld, int HN, con
     __m512 acc[QHEADS][4];
     for (int h = 0; h < HN; h++)
         for (int c = 0; c < 4; c++) acc[h][c] = _mm512_setzero_ps();
-    /* VBMI (4-bit): one vpermt2b a row pair and 16 columns' bytes puts byte 8L + j (+ 4 for
-     * the second) of rows a and b at bytes 4k, 4k + 2 of dword k = 4L + j, zeros between: the
-     * int16 pairs of the unpacks below, the nibbles apart by an and / a shift */
-    _Alignas(64) uint8_t pix[2][64];
-    for (int b = 0; b < 64 && vbmi; b++) {
-        int k = b / 4, src = 8 * (k / 4) + k % 4;
-        pix[0][b] = (uint8_t)(b % 4 == 0 ? src : b % 4 == 2 ? 64 + src : 0);
-        pix[1][b] = (uint8_t)(pix[0][b] + (b % 2 == 0 ? 4 : 0));
-    }
     for (int64_t t0 = 0; t0 < n; t0 += PV_ROWS) {
         int64_t cnt = n - t0 < PV_ROWS ? n - t0 : PV_ROWS;
         const int8_t *vb = v + t0 * rs;
@@ -936,39 +917,25 @@ TDM_TARGET_VNNI static AI void pvq_block(const float *p, int64_t ld, int HN, con
         for (int64_t t = 0; t < cnt; t += 2) {
             const int8_t *ra = vb + t * rs, *rb = t + 1 < cnt ? ra + rs : ra; /* weight 0 */
             _mm_prefetch((const char *)(ra + (q4 ? i0 / 2 : i0) + I8_AHEAD), _MM_HINT_T0);
-            __m512i x[4]; /* the chunk's codes as int16 pairs (rows a, b) */
-            if (q4 && vbmi) {
-                const __mmask64 pm = 0x5555555555555555ull, lm = (__mmask64)(uint32_t)cm;
-                __m512i za = _mm512_maskz_loadu_epi8(lm, ra + i0 / 2), zb = _mm512_maskz_loadu_epi8(lm, rb + i0 / 2);
-                __m512i p0 = permt2b_z(za, _mm512_load_si512((const void *)pix[0]), zb, pm);
-                __m512i p1 = permt2b_z(za, _mm512_load_si512((const void *)pix[1]), zb, pm);
-                x[0] = _mm512_and_si512(p0, _mm512_set1_epi8(15));
-                x[1] = _mm512_and_si512(p1, _mm512_set1_epi8(15));
-                x[2] = _mm512_srli_epi16(p0, 4);
-                x[3] = _mm512_srli_epi16(p1, 4);
+            __m512i alo, blo, ahi, bhi; /* the chunk's codes as int16 */
+            if (q4) { /* unsigned codes, low nibbles (columns 0-15 | 32-47) and high (16-31 |
+                         48-63) widened apart: no lane shuffle, no - 8 (taken off per block) */
+                const __m256i nib = _mm256_set1_epi8(15);
+                __m256i xa = _mm256_maskz_loadu_epi8((__mmask32)cm, ra + i0 / 2);
+                __m256i xb = _mm256_maskz_loadu_epi8((__mmask32)cm, rb + i0 / 2);
+                alo = _mm512_cvtepu8_epi16(_mm256_and_si256(xa, nib));
+                blo = _mm512_cvtepu8_epi16(_mm256_and_si256(xb, nib));
+                ahi = _mm512_cvtepu8_epi16(_mm256_and_si256(_mm256_srli_epi16(xa, 4), nib));
+                bhi = _mm512_cvtepu8_epi16(_mm256_and_si256(_mm256_srli_epi16(xb, 4), nib));
             } else {
-                __m512i alo, blo, ahi, bhi; /* the chunk's codes as int16 */
-                if (q4) { /* unsigned codes, low nibbles (columns 0-15 | 32-47) and high (16-31 |
-                             48-63) widened apart: no lane shuffle, no - 8 (taken off per block) */
-                    const __m256i nib = _mm256_set1_epi8(15);
-                    __m256i xa = _mm256_maskz_loadu_epi8((__mmask32)cm, ra + i0 / 2);
-                    __m256i xb = _mm256_maskz_loadu_epi8((__mmask32)cm, rb + i0 / 2);
-                    alo = _mm512_cvtepu8_epi16(_mm256_and_si256(xa, nib));
-                    blo = _mm512_cvtepu8_epi16(_mm256_and_si256(xb, nib));
-                    ahi = _mm512_cvtepu8_epi16(_mm256_and_si256(_mm256_srli_epi16(xa, 4), nib));
-                    bhi = _mm512_cvtepu8_epi16(_mm256_and_si256(_mm256_srli_epi16(xb, 4), nib));
-                } else {
-                    __m512i a = _mm512_maskz_loadu_epi8(cm, ra + i0), b = _mm512_maskz_loadu_epi8(cm, rb + i0);
-                    alo = _mm512_cvtepi8_epi16(_mm512_castsi512_si256(a));
-                    blo = _mm512_cvtepi8_epi16(_mm512_castsi512_si256(b));
-                    ahi = _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(a, 1));
-                    bhi = _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(b, 1));
-                }
-                x[0] = _mm512_unpacklo_epi16(alo, blo);
-                x[1] = _mm512_unpackhi_epi16(alo, blo);
-                x[2] = _mm512_unpacklo_epi16(ahi, bhi);
-                x[3] = _mm512_unpackhi_epi16(ahi, bhi);
+                __m512i a = _mm512_maskz_loadu_epi8(cm, ra + i0), b = _mm512_maskz_loadu_epi8(cm, rb + i0);
+                alo = _mm512_cvtepi8_epi16(_mm512_castsi512_si256(a));
+                blo = _mm512_cvtepi8_epi16(_mm512_castsi512_si256(b));
+                ahi = _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(a, 1));
+                bhi = _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(b, 1));
             }
+            __m512i x[4] = {_mm512_unpacklo_epi16(alo, blo), _mm512_unpackhi_epi16(alo, blo),
+                            _mm512_unpacklo_epi16(ahi, bhi), _mm512_unpackhi_epi16(ahi, bhi)};
             for (int h = 0; h < HN; h++) {
                 __m512i w0 = _mm512_set1_epi32(wq[h][0][t / 2]), w1 = _mm512_set1_epi32(wq[h][1][t / 2]);
                 if (q4) /* 128-bit lanes 0, 1: group 2c; 2, 3: group 2c + 1 */
@@ -1013,7 +980,7 @@ TDM_TARGET_VNNI static AI void pvq_block(const float *p, int64_t ld, int HN, con
 
 TDM_TARGET_VNNI static AI void pv_vnni_f(const float *p, int64_t ld, int64_t G, const int8_t *v,
                                          int64_t rs, int64_t n, int64_t d, float *y, int64_t ys,
-                                         bool q4, bool vbmi) {
+                                         bool q4) {
     if (d < 2) { /* the scale gathers read the dword ending with a scale */
         if (q4) pv_avx24(p, ld, G, v, rs, n, d, y, ys);
         else pv_avx2(p, ld, G, v, rs, n, d, y, ys);
@@ -1028,21 +995,15 @@ TDM_TARGET_VNNI static AI void pv_vnni_f(const float *p, int64_t ld, int64_t G, 
             const float *ph = p + h0 * ld;
             float *yh = y + h0 * ys;
             switch (hn) {
-            case 1: pvq_block(ph, ld, 1, v, rs, n, d, i0, cm, yh, ys, q4, vbmi); break;
-            case 2: pvq_block(ph, ld, 2, v, rs, n, d, i0, cm, yh, ys, q4, vbmi); break;
-            case 3: pvq_block(ph, ld, 3, v, rs, n, d, i0, cm, yh, ys, q4, vbmi); break;
-            default: pvq_block(ph, ld, 4, v, rs, n, d, i0, cm, yh, ys, q4, vbmi); break;
+            case 1: pvq_block(ph, ld, 1, v, rs, n, d, i0, cm, yh, ys, q4); break;
+            case 2: pvq_block(ph, ld, 2, v, rs, n, d, i0, cm, yh, ys, q4); break;
+            case 3: pvq_block(ph, ld, 3, v, rs, n, d, i0, cm, yh, ys, q4); break;
+            default: pvq_block(ph, ld, 4, v, rs, n, d, i0, cm, yh, ys, q4); break;
             }
         }
     }
 }
-#define PV_VNNI(p, ld, G, v, rs, n, d, y, ys, q4) pv_vnni_f(p, ld, G, v, rs, n, d, y, ys, q4, false)
-PV_PAIR(TDM_TARGET_VNNI, pv_vnni, PV_VNNI)
-/* the 4-bit p.V with the VBMI widening (the same sums: bit for bit pv_vnni4's) */
-TDM_TARGET_VNNI static void pv_vbmi4(const float *p, int64_t ld, int64_t G, const int8_t *v,
-                                     int64_t rs, int64_t n, int64_t d, float *y, int64_t ys) {
-    pv_vnni_f(p, ld, G, v, rs, n, d, y, ys, true, true);
-}
+PV_PAIR(TDM_TARGET_VNNI, pv_vnni, pv_vnni_f)
 
 /* tdm_llm_kv4_rotate in two vectors of 16: the same stages (h = 1, 2, 4, 8 within each
  * vector by lane swaps, 16 across them) and the same sums and differences, so the same
@@ -1072,8 +1033,6 @@ static const tdm_llm_i8_fns fns_vnni = {scores_vnni, pv_vnni, NULL,
     tdm_llm_kv_quantize_row, dequantize_avx2, TDM_ISA_AVX512_CORE_VNNI};
 static const tdm_llm_i8_fns fns4_vnni = {scores_vnni4, pv_vnni4, rotate_avx512,
     tdm_llm_kv4_quantize_row, dequantize_avx24, TDM_ISA_AVX512_CORE_VNNI};
-static const tdm_llm_i8_fns fns4_vbmi = {scores_vnni4, pv_vbmi4, rotate_avx512,
-    tdm_llm_kv4_quantize_row, dequantize_avx24, TDM_ISA_AVX512_CORE_AMX};
 #endif
 
 const tdm_llm_i8_fns *tdm_llm_i8_fns_for(tdm_cpu_isa level) {
@@ -1088,8 +1047,6 @@ const tdm_llm_i8_fns *tdm_llm_i8_fns_for(tdm_cpu_isa level) {
 
 const tdm_llm_i8_fns *tdm_llm_i4_fns_for(tdm_cpu_isa level) {
 #ifdef TDM_SIMD_X86
-    /* every CPU with AMX has VBMI; asked all the same (a hypervisor may hide it) */
-    if (level >= TDM_ISA_AVX512_CORE_AMX && __builtin_cpu_supports("avx512vbmi")) return &fns4_vbmi;
     if (level >= TDM_ISA_AVX512_CORE_VNNI) return &fns4_vnni;
     if (level >= TDM_ISA_AVX2) return &fns4_avx2;
 #endif
