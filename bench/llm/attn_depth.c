@@ -9,8 +9,11 @@
  *      -o build/attn_depth
  *   build/attn_depth [CACHE=int8|int4|f32] [THREADS=1] [FLUSH=1] [ISA=all] [SHARED=0] [HUGE=1]
  * FLUSH=1 reads 96 MiB (SmolLM2's packed weights) before each step, so the cache comes from
- * memory as in a real step; SHARED=1 gives all layers one cache (it stays in L2: the kernels'
- * arithmetic alone). ISA caps the SIMD level (avx2, avx512_core, portable, ...). HUGE=1 puts
+ * memory; FLUSH=2 reads a layer's share of them (3.2 MiB, the next slice each time, untimed)
+ * before each layer's call, as a real step's matmuls do between its attention calls (1 thread:
+ * with more, the pool's workers may sleep through the untimed read, and their wake-up is
+ * timed); SHARED=1 gives all layers one cache (it stays in L2: the kernels' arithmetic
+ * alone). ISA caps the SIMD level (avx2, avx512_core, portable, ...). HUGE=1 puts
  * all layers' caches in one block on transparent huge pages (madvise), as the generator does;
  * HUGE=0 gives each its own allocation (4 KiB pages). */
 #include <stdio.h>
@@ -69,7 +72,8 @@ static tdm_tensor *tensor(tdm_dtype dt, int rank, const int64_t *dims) { return 
 int main(int argc, char **argv) {
     bool i8 = argc <= 1 || strcmp(argv[1], "f32") != 0, q4 = argc > 1 && strcmp(argv[1], "int4") == 0;
     int threads = argc > 2 ? atoi(argv[2]) : 1;
-    bool flush = argc <= 3 || atoi(argv[3]) != 0, shared = argc > 5 && atoi(argv[5]) != 0;
+    int flush = argc > 3 ? atoi(argv[3]) : 1;
+    bool shared = argc > 5 && atoi(argv[5]) != 0;
     bool huge = argc <= 6 || atoi(argv[6]) != 0;
     tdm_cpu_isa isa = tdm_cpu_isa_detect(), cap;
     if (argc > 4 && tdm_cpu_isa_parse(argv[4], &cap)) isa = tdm_cpu_isa_min(isa, cap);
@@ -115,19 +119,30 @@ int main(int argc, char **argv) {
     char *fb = fl ? malloc(fl) : NULL;
     if (fb) memset(fb, 1, fl);
     volatile long sink = 0;
+    size_t slice = fl / LAYERS & ~(size_t)63, off = 0;
     for (int round = 0; round < 3; round++)
         for (int depth = 10; depth <= 1000; depth += 990) {
             ((int32_t *)sl->data)[0] = depth - 1;
             ((int32_t *)tl->data)[0] = L;
             double wall = 0, cpu = 0;
             for (int s = 0; s < STEPS; s++) {
-                if (fb) {
+                if (fb && flush == 1) {
                     long a = 0;
                     for (size_t i = 0; i < fl; i += 64) a += fb[i];
                     sink += a;
                 }
                 double w0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
                 for (int l = 0; l < LAYERS; l++) {
+                    if (fb && flush == 2) { /* this layer's weights: the next slice, untimed */
+                        wall += clock_s(CLOCK_MONOTONIC) - w0;
+                        cpu += clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
+                        long a = 0;
+                        for (size_t i = 0; i < slice; i += 64) a += fb[off + i];
+                        sink += a;
+                        off = off + 2 * slice > fl ? 0 : off + slice;
+                        w0 = clock_s(CLOCK_MONOTONIC);
+                        c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+                    }
                     int c = shared ? 0 : l;
                     const tdm_tensor *in[7] = {q, k, v, kc[c], vc[c], sl, tl};
                     tdm_tensor *out[3] = {y, kc[c], vc[c]};
