@@ -1010,35 +1010,38 @@ class Tests:
     def test_deadline_mixed_batch(self):
         """A batch with one request without a deadline runs to its end, also when the other
         request's deadline passes meanwhile; a batch whose requests all have deadlines stops at
-        the later one (deadlines at 0.3 and 0.55 of the first batch's time)."""
+        the later one. Every deadline is a fraction of a batch's measured time (the shorter of
+        two batches without deadlines: a first batch slowed by a busy machine must not set
+        deadlines the next batch ends within), so that it falls inside the run on a fast CPU as
+        on a slow one: a fixed 300 ms deadline left no test on a CPU that runs the batch in less."""
         m = "slow_pair"
+        times = []
+        for _ in range(2):
+            e = Call(self.s, m, self.PAIR)
+            assert self.wait_pending(m, 1)
+            f = Call(self.s, m, self.PAIR)
+            re_, rf = e.result(), f.result()
+            assert re_[0] == rf[0] == 200, (re_, rf)
+            times.append(re_[2])  # e's, from its start to the batch's end
+        full = min(times)
         ex0, items0, _, stopped0 = self._counts(m, "run_timeout")
         a = Call(self.s, m, self.PAIR)  # no deadline; waits for a partner
         assert self.wait_pending(m, 1)
-        b = Call(self.s, m, self.PAIR, {"timeout": 300000})
+        b_s = 0.3 * full
+        b = Call(self.s, m, self.PAIR, {"timeout": int(b_s * 1e6)})
         ra, rb = a.result(), b.result()
-        assert ra[0] == 200 and rb[0] == 200, (ra, rb)
-        assert rb[2] > 0.3, f"the batch ended within the 300 ms deadline ({rb[2]:.3f} s): no test"
+        assert ra[0] == 200 and rb[0] == 200, (ra, rb, times)
+        assert rb[2] > b_s, f"the batch ended within b's {b_s:.3f} s deadline ({rb[2]:.3f} s): no test"
         ex, items, _, stopped = self._counts(m, "run_timeout")
         assert (ex - ex0, items - items0, stopped - stopped0) == (1, 2, 0), (ex - ex0, items - items0)
-        # the deadlines of the second batch are fractions of the first batch's time (a's, from
-        # its start to its end), so that they fall inside the run on a fast CPU as on a slow one
-        # (a second batch without deadlines times it again and the shorter counts: a first run
-        # slowed by a busy machine must not set deadlines the next batch ends within)
-        e = Call(self.s, m, self.PAIR)
-        assert self.wait_pending(m, 1)
-        f = Call(self.s, m, self.PAIR)
-        re_, rf = e.result(), f.result()
-        assert re_[0] == rf[0] == 200, (re_, rf)
-        full = min(ra[2], re_[2])
         c_s, d_s = 0.55 * full, 0.3 * full
         t0 = time.time()
         c = Call(self.s, m, self.PAIR, {"timeout": int(c_s * 1e6)})
         assert self.wait_pending(m, 1)
         d = Call(self.s, m, self.PAIR, {"timeout": int(d_s * 1e6)})
         rc, rd = c.result(), d.result()
-        assert rc[0] == rd[0] == 503 and rc[1] == rd[1] == "Request timeout expired", (rc, rd, ra, re_)
-        assert rc[2] >= c_s and time.time() - t0 < 0.8 * full, (rc, rd, ra)  # stopped at c's
+        assert rc[0] == rd[0] == 503 and rc[1] == rd[1] == "Request timeout expired", (rc, rd, times)
+        assert rc[2] >= c_s and time.time() - t0 < 0.8 * full, (rc, rd, times)  # stopped at c's
         assert self._counts(m, "run_timeout")[3] == stopped0 + 2
 
 
