@@ -9,9 +9,10 @@
 #
 #   scripts/build-gpu-bundle.sh [BUILD_DIR]     (default build-gpu; the bundle is BUILD_DIR/bundle)
 #
-# Carry it with the working tree: run(carry=["build-gpu/bundle"], command="scripts/gpu-check.sh").
-# The carry limit is 64 MiB for the tree and the carried paths together: the script prints
-# the bundle's size and fails above 56 MiB.
+# Carry it with the working tree as an archive: run(carry=["build-gpu/bundle.tar.xz"],
+# command="scripts/gpu-check.sh"), which unpacks build-gpu/bundle.tar.xz when the folder is
+# missing. The carry limit is 64 MiB for the tree and the carried paths together: the script
+# prints the sizes and fails when the archive and the tracked tree pass 60 MiB.
 set -eu
 cd "$(dirname "$0")/.."
 build="${1:-build-gpu}"
@@ -47,10 +48,16 @@ tandem GPU bundle, built $(date -u +%Y-%m-%dT%H:%MZ) on $(uname -n) from $(git r
 CUDA toolkit: $(nvcc --version 2>/dev/null | tail -1 || echo '?'); GPU code for sm_90
 Run: scripts/gpu-check.sh (sets LD_LIBRARY_PATH to this folder, lib/ and the machine's cuBLAS/cuDNN)
 EOF
+# the carry limit is 64 MiB for the working tree and the carried paths together: the bundle
+# travels as one xz archive (libdnnl alone is ~40 MB unpacked) that gpu-check.sh unpacks
+tar -C "$build" -cJf "$bundle.tar.xz" bundle
 size_kb=$(du -sk "$bundle" | cut -f1)
-echo "bundle: $bundle, $((size_kb / 1024)) MiB:"
+tar_kb=$(du -sk "$bundle.tar.xz" | cut -f1)
+tree_kb=$(($(git ls-files -z | du -c --apparent-size -b --files0-from=- | tail -1 | cut -f1) / 1024))
+echo "bundle: $bundle, $((size_kb / 1024)) MiB unpacked, $bundle.tar.xz $((tar_kb / 1024)) MiB:"
 ls -la "$bundle" "$bundle/lib"
-if [ "$size_kb" -gt $((56 * 1024)) ]; then
-  echo "the bundle is larger than 56 MiB: it will not travel with the working tree" >&2
+echo "carry: run(carry=[\"$bundle.tar.xz\"], command=\"scripts/gpu-check.sh\"); the tracked tree is $((tree_kb / 1024)) MiB"
+if [ $((tar_kb + tree_kb)) -gt $((60 * 1024)) ]; then
+  echo "the archive and the tracked tree are over 60 MiB together: they will not travel" >&2
   exit 1
 fi

@@ -119,6 +119,9 @@ tbench() {
   return $trc
 }
 
+if [ ! -x "$bundle/tandem" ] && [ -f "$bundle.tar.xz" ]; then # as scripts/build-gpu-bundle.sh carries it
+  tar -C "$(dirname "$bundle")" -xJf "$bundle.tar.xz" || say "gpu-check: cannot unpack $bundle.tar.xz"
+fi
 if [ ! -x "$bundle/tandem" ]; then
   say "gpu-check: no bundle at $bundle (build it with scripts/build-gpu-bundle.sh and carry it)"
   exit 2
