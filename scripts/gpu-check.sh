@@ -262,7 +262,13 @@ fi
 
 # ---- 3. node tests ----
 node_dir=""
-for d in /usr/share/libonnx-testdata/data/node \
+# a machine without the test data: build-gpu/node-tests.tar.xz (the pinned tests present here,
+# written by scripts/build-gpu-bundle.sh) travels beside the bundle
+node_tar="$(dirname "$bundle")/node-tests.tar.xz"
+if [ ! -d /usr/share/libonnx-testdata/data/node ] && [ -f "$node_tar" ]; then
+  mkdir -p "$work/node-data" && tar -C "$work/node-data" -xJf "$node_tar" || say "gpu-check: cannot unpack $node_tar"
+fi
+for d in /usr/share/libonnx-testdata/data/node "$work/node-data" \
          "$("$py" -c 'import os, onnx.backend.test as t; print(os.path.join(os.path.dirname(t.__file__), "data", "node"))' 2> /dev/null)"; do
   if [ -n "$d" ] && [ -d "$d" ]; then node_dir="$d"; break; fi
 done
@@ -419,7 +425,9 @@ if [ -f "$models/resnet50.onnx" ]; then
   elif ! afford 125; then
     skip "5.PyTorch" "time budget (kept for steps 6-9)"
   elif [ -s "$work/torch.in" ]; then
-    cat > "$work/torch.py" << 'EOF'
+    # (not torch.py: python puts the script's folder first on sys.path, and `import torch`
+    # would import the script itself)
+    cat > "$work/torch_bench.py" << 'EOF'
 import sys, time
 try:
     import torch
@@ -467,7 +475,7 @@ for line in sys.stdin:
         ms = "-"
     print(name, prec, batch, ms, flush=True)
 EOF
-    timeout "$(capr 60 100)" "$py" "$work/torch.py" < "$work/torch.in" > "$work/torch.out" 2>> "$log"
+    timeout "$(capr 60 100)" "$py" "$work/torch_bench.py" < "$work/torch.in" > "$work/torch.out" 2>> "$log"
     rc=$?
     if [ $rc -eq 4 ]; then skip "5.PyTorch" "python3 has no torch with CUDA"
     elif [ $rc -ne 0 ]; then say "PyTorch timing stopped (exit $rc): rows without a PyTorch figure show -"; fi

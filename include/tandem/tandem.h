@@ -205,6 +205,10 @@ typedef struct tdm_env_options {
                                     multiples of 16 do enough of its work, else the channel
                                     block: nChw16c / nChw8c), "blocked" (always the channel
                                     block), "channels_last" (wherever oneDNN prefers it) */
+    const char *log_stderr;      /* TANDEM_LOG: "error", "warn", "info" or "debug": with no log
+                                    function set, messages at or above that level go to
+                                    stderr, one line each ("tandem: LEVEL: message"); default
+                                    none */
 } tdm_env_options;
 
 /* Values of the switches in tdm_env_options (0 = unset: the environment variable decides). */

@@ -55,6 +55,7 @@ static const s_row rows[] = {
     ROW_("TANDEM_TEST_DEVICE_DELAY_US", test_device_delay_us, S_INT, 60000000, NULL),
     ROW_("TANDEM_TEST_DEVICE_OPS", test_device_ops, S_TEXT, 0, NULL),
     ROW_("TANDEM_TEST_DEVICE_FAIL_EVERY", test_device_fail_every, S_INT, INT64_MAX, NULL),
+    ROW_("TANDEM_LOG", log_stderr, S_TEXT, 0, "error|warn|info|debug"),
     /* a new setting: one row here, a field in tdm_env_options and tdm_settings, a line in
      * the README's table */
 };

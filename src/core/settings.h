@@ -41,6 +41,7 @@ typedef struct tdm_settings {
     int64_t test_device_delay_us;       /* each kernel sleeps this long */
     char test_device_ops[256];          /* ops it runs, comma-separated; "" = all */
     int64_t test_device_fail_every;     /* every N-th kernel fails (device error); 0 = never */
+    char log_stderr[8];                 /* "error" | "warn" | "info" | "debug"; "" = none */
 } tdm_settings;
 
 /* The built-in defaults, for code given no settings (NULL): unit tests that open a backend

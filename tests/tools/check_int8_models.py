@@ -32,6 +32,12 @@ and a requantisation or a product after one can make that two. ORT's own run of 
 with its optimizations off differs from its optimized run in the same number of elements as
 tandem's, by as many steps: y 15 of 3456, r 16 of 18432, s 266 of 3456, e 34 of 3456.
 
+With an accelerator first (--devices cuda:0,cpu: scripts/gpu-check.sh step 4c; DEVICE_TIES
+below), qdq_move's y and e go through float kernels of the GPU (pooling, element-wise ops) whose
+results can be a last bit from the CPU's: a tie then moves one step. Measured on an H200
+(2026-12-04): 1 of 3456 elements in each, one step; allowed as the --opt-level 0 float path is
+(1 step, at most the fraction ORT's own unfused run differs by).
+
 cnn_act's weights use the whole int8 range with uint8 activations: oneDNN's AVX2 kernels
 (vpmaddubsw pair sums saturating at 32767) are off by up to 22 steps there without the exact
 halves (ORT's own AVX2 kernels saturate alike): the case that fails on a CPU without VNNI
@@ -134,6 +140,8 @@ def main():
     OUTPUT_TIES = {("qdq_move", "s"): (1, 0.05)}
     OPT0_TIES = {("qdq_move", "y"): (1, 0.006), ("qdq_move", "r"): (2, 0.002),
                  ("qdq_move", "s"): (2, 0.1), ("qdq_move", "e"): (2, 0.015)}
+    DEVICE_TIES = {("qdq_move", "y"): (1, 0.006), ("qdq_move", "e"): (1, 0.015)}
+    accel = bool(a.devices) and any(not d.strip().startswith("cpu") for d in a.devices.split(","))
     failed = checked = 0
     can_fail = False
     for name in sorted(os.listdir(a.dir)):
@@ -176,6 +184,9 @@ def main():
                 if name in TIES:
                     mu, mf = max(mu, TIES[name][0]), max(mf, TIES[name][1])
                 ties = (OPT0_TIES if a.opt_level == 0 else OUTPUT_TIES).get((name, oname))
+                if ties:
+                    mu, mf = max(mu, ties[0]), max(mf, ties[1])
+                ties = DEVICE_TIES.get((name, oname)) if accel else None
                 if ties:
                     mu, mf = max(mu, ties[0]), max(mf, ties[1])
                 ok = mx <= mu + 1e-3 and frac <= mf
