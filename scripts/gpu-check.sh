@@ -339,9 +339,10 @@ model_summary="$(tail -n 1 "$work/step.out")"
 # required), bert_layer at batch 1 with graphs on vs off (mean ms, on / off); the counts are
 # the devices' lines in TANDEM_CUDA_GRAPHS_LOG, summed
 gl="$work/graphs.log"; : > "$gl"
-step "4b.model_tests_cuda_graphs" 15 env TANDEM_CUDA_GRAPHS=1 TANDEM_CUDA_GRAPHS_LOG="$gl" \
+# (TANDEM_LOG=info: the log says why a segment runs without a graph)
+step "4b.model_tests_cuda_graphs" 15 env TANDEM_LOG=info TANDEM_CUDA_GRAPHS=1 TANDEM_CUDA_GRAPHS_LOG="$gl" \
   "$tandem" conformance tests/models --rtol 1e-3 --atol 1e-4 --devices "$devs" --placement first
-[ -x "$bundle/test_segments" ] && step "4b.test_segments" 15 env TANDEM_CUDA_GRAPHS_LOG="$gl" "$bundle/test_segments"
+[ -x "$bundle/test_segments" ] && step "4b.test_segments" 15 env TANDEM_LOG=info TANDEM_CUDA_GRAPHS_LOG="$gl" "$bundle/test_segments"
 g_it=100; [ "$dry" = 1 ] && g_it=3
 for g in 1 0; do
   afford 40 && TANDEM_CUDA_GRAPHS=$g && export TANDEM_CUDA_GRAPHS TANDEM_CUDA_GRAPHS_LOG="$gl" &&
@@ -554,6 +555,14 @@ for n in resnet50 bert; do
   pm=10; [ "$dry" = 1 ] && pm=3
   if timeout "$(capr 30 40)" "$tandem" plan "$(model "$n")" --devices "$mixed" --measure $pm $thr --json \
       > "$work/plan.json" 2>> "$log"; then
+    # the log: each node's device, predicted ms per device and measured ms (the cost model's misses)
+    python3 -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+print("plan --measure %s: node, op, device, predicted ms by device, measured ms" % sys.argv[2])
+for n in d["nodes"]:
+    pr = " ".join("%s=%.4f" % kv for kv in n.get("predicted_ms_by_device", {}).items())
+    print("  %-40s %-14s %-7s %s measured=%s" % (n["name"][:40], n["op"], n["device"], pr, n.get("measured_ms")))' \
+      "$work/plan.json" "$n" >> "$log" 2>&1
     pr="$(jv "$work/plan.json" 'd["predicted_total_ms"]')"
     me="$(jv "$work/plan.json" 'd["measured_total_ms"]')"
     err="$(awk -v p="$pr" -v m="$me" 'BEGIN { if (p + 0 == p && m + 0 == m && m > 0) printf "%+.0f%%", 100 * (p - m) / m; else printf "-" }')"
@@ -581,8 +590,11 @@ for nb in resnet50:32 dlrm:256; do
   m="$(model "$n")"
   tbench "$work/t-accel.json" "$(capr 30 25)" "8. $n batch $b $accel alone" "$m" --devices "$mixed" \
     --placement "$accel" --batch "$b" --warmup 3 $dur $thr
+  # (TANDEM_LOG=info: the log has each change of the split ratio and its reason)
+  export TANDEM_LOG=info
   tbench "$work/t-both.json" "$(capr 30 25)" "8. $n batch $b throughput mode" "$m" --devices "$mixed" \
     --mode throughput --batch "$b" --warmup 3 $dur $thr
+  unset TANDEM_LOG
   g="$(jv "$work/t-accel.json" '"%.1f" % d["throughput_per_s"]')"
   t="$(jv "$work/t-both.json" '"%.1f" % d["throughput_per_s"]')"
   util="$(jv "$work/t-both.json" '", ".join("%s %.0f%%" % (x["device"], 100 * x["utilization"]) for x in d["per_device"])')"
@@ -689,6 +701,11 @@ if afford $((mb_secs + 10)); then
 else
   skip "10.membudget" "needs ${mb_secs}s, $(left)s left (run it alone: GPU_CHECK_ONLY=membudget)"
 fi
+
+# the device profiles the cost model used (key=value files of the cache), for the log
+for f in "$TANDEM_CACHE_DIR"/profiles/*.txt; do
+  [ -f "$f" ] && { echo "profile $f:"; sed 's/^/  /' "$f"; } >> "$log"
+done
 
 # ---- results ----
 {
