@@ -416,22 +416,26 @@ static tdm_status *exec_frame(frame *f) {
         tdm_device *dev = f->dev;
         const tdm_kernel_def *k = NULL;
         void *state = NULL;
+        bool open_after = false;
         uint64_t flows[4];
         int n_flows = 0;
         if (f->plan) {
             dev = f->plan->devices[n->device >= 0 ? n->device : 0];
             k = f->plan->nodes[i].kernel;
             state = f->plan->nodes[i].state;
-            bool win = tdm_exec_windowed(f, i);
-            if (seg_dev && (seg_dev != dev || !win)) {
+            bool win = tdm_exec_windowed(f, i), moves = false;
+            for (int k2 = 0; (seg_dev || win) && k2 < n->n_inputs && !moves; k2++)
+                moves = n->inputs[k2] >= 0 && tdm_exec_input_moves(f, n->inputs[k2], dev);
+            if (seg_dev && (seg_dev != dev || !win || moves)) {
                 tdm_device *end = seg_dev;
                 seg_dev = NULL;
                 if ((st = tdm_device_segment_end(end, true))) goto done;
             }
-            if (!seg_dev && win) {
+            if (!seg_dev && win && !moves) {
                 if ((st = tdm_device_segment_begin(dev, tdm_exec_segment_key(f, i)))) goto done;
                 seg_dev = dev;
             }
+            open_after = !seg_dev && win && moves; /* opens once the copies are made */
         }
         if (f->stream && (st = tdm_stream_prefetch(f, i))) goto done; /* streamed weights */
         for (int k2 = 0; k2 < n->n_inputs; k2++) {
@@ -450,6 +454,10 @@ static tdm_status *exec_frame(frame *f) {
                 st = tdm_status_wrap(st, "%s node '%s': ", n->op_type, n->name);
                 goto done;
             }
+        }
+        if (open_after) {
+            if ((st = tdm_device_segment_begin(dev, tdm_exec_segment_key(f, i)))) goto done;
+            seg_dev = dev;
         }
         if (f->body) /* a control-flow body: its kernels looked up and prepared once */
             tdm_exec_body_kernel(f->body, i, (const tdm_tensor *const *)ins, f->a, &k, &state);

@@ -205,6 +205,25 @@ tdm_status *tdm_exec_finish(frame *f, tdm_status *st, tdm_tensor **outputs, size
 /* The tensor of value v in the memory `dev` works on (host for host-memory devices):
  * the value itself when it is already there, else a copy made once per run (constants: once
  * per plan) and reused by every later consumer on that device. */
+bool tdm_exec_input_moves(const frame *f, int v, const tdm_device *dev) {
+    const tdm_tensor *t = f->vals[v];
+    if (!t) return false;
+    bool want_host = !dev || dev->host_memory;
+    if (want_host ? t->device == NULL : t->device == dev) return false;
+    if (want_host) return !(f->replicas && f->replicas[(size_t)v * (1 + TDM_MAX_DEVICES)]);
+    int di = tdm_exec_device_index(f, dev);
+    if (di < 0 || di >= TDM_MAX_DEVICES || !f->plan) return true;
+    const tdm_value *val = &f->g->values[v];
+    if (val->data && t == val->data) { /* a constant: uploaded once per plan */
+        tdm_plan *p = (tdm_plan *)f->plan;
+        pthread_mutex_lock(&p->mem_mu);
+        bool there = p->const_on_device[(size_t)v * (size_t)p->n_devices + (size_t)di] != NULL;
+        pthread_mutex_unlock(&p->mem_mu);
+        return !there;
+    }
+    return !(f->replicas && f->replicas[(size_t)v * (1 + TDM_MAX_DEVICES) + 1 + (size_t)di]);
+}
+
 tdm_status *tdm_exec_input_for(frame *f, int v, tdm_device *dev, const tdm_tensor **out,
                                    uint64_t *flow) {
     const tdm_tensor *t = f->vals[v];

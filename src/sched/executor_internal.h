@@ -78,6 +78,12 @@ void tdm_exec_trace_kernel(tdm_trace *tr, tdm_device *dev, const tdm_node *n, si
  * (plan, node, input shapes), and whether node i of the main graph may run in one. */
 uint64_t tdm_exec_segment_key(const frame *f, size_t start);
 bool tdm_exec_windowed(const frame *f, size_t i);
+/* Whether reading value v on dev may copy it (an upload or download, with the events that
+ * go with them): a launch window ends before such a node and opens after its copies, as a
+ * device cannot hold copies and their events in a graph (CUDA: "an event inside the
+ * segment", seen on every segment of an H200 run before this). Conservative: true unless
+ * the value is in dev's memory, in host memory for a host device, or already copied. */
+bool tdm_exec_input_moves(const frame *f, int v, const tdm_device *dev);
 /* Checked between two nodes of a run (before node `next` starts): NULL to go on, else the
  * status the run ends with. Hook for stopping a run early (cancellation). */
 tdm_status *tdm_exec_between_nodes(const frame *f, size_t next);

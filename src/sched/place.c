@@ -48,6 +48,7 @@ typedef struct heft {
     int *pending;       /* per node: inputs from nodes not placed yet */
     double *avail;      /* per device: when its queue is free */
     double *weights_on; /* per device: bytes of weights placed on it */
+    bool pure[TDM_MAX_DEVICES]; /* single_ms[d] has every node on d (no fallback, no rule) */
     tdm_place_result *r;
 } heft;
 
@@ -315,7 +316,21 @@ static void outputs_to_host(heft *h) {
     r->serial_ms += r->copy_ms;
 }
 
-/* 4. Each device alone, for comparison (inputs in and outputs out included). */
+/* Where node i goes when device d runs the plan "alone": d, or the node's affinity device, or
+ * the host device for a node d has no kernel for (shape work such as Shape, which only the
+ * CPU runs: "cuda:0 alone" is cuda:0 with the CPU for those, as --placement cuda:0 runs it;
+ * an H200 ran BERT so at 12.3 ms where the split HEFT made instead took 25 ms); -1 when
+ * neither can. */
+static int alone_device(const tdm_place_input *in, size_t i, int d, int host) {
+    int D = in->n_devices;
+    if (in->forced && in->forced[i] >= 0) return in->forced[i];
+    if (in->supported[i * (size_t)D + (size_t)d]) return d;
+    if (host >= 0 && host != d && in->supported[i * (size_t)D + (size_t)host]) return host;
+    return -1;
+}
+
+/* 4. Each device alone, for comparison (inputs in and outputs out included, and the copies
+ * to and from the nodes it leaves to another device). */
 static void single_device_times(heft *h) {
     const tdm_place_input *in = h->in;
     const tdm_graph *g = in->g;
@@ -331,11 +346,25 @@ static void single_device_times(heft *h) {
     for (int d = 0; d < D; d++) {
         double sum = 0;
         bool ok = true;
+        int own = 0;
         for (size_t i = 0; i < g->n_nodes && ok; i++) {
-            ok = in->supported[i * (size_t)D + (size_t)d] && (!in->forced || in->forced[i] < 0 ||
-                                                             in->forced[i] == d);
-            sum += in->node_ms[i * (size_t)D + (size_t)d];
+            int e = alone_device(in, i, d, host);
+            ok = e >= 0;
+            if (!ok) break;
+            own += e == d;
+            sum += in->node_ms[i * (size_t)D + (size_t)e];
+            if (e == d) continue;
+            /* the node's inputs to e and its outputs back, at most (some stay on e) */
+            const tdm_node *n = &g->nodes[i];
+            for (int k = 0; k < n->n_inputs; k++)
+                if (n->inputs[k] >= 0 && !is_const(&g->values[n->inputs[k]]))
+                    sum += tdm_cost_copy_ms(h->value_bytes[n->inputs[k]], &in->profiles[d], &in->profiles[e]);
+            for (int k = 0; k < n->n_outputs; k++)
+                if (n->outputs[k] >= 0)
+                    sum += tdm_cost_copy_ms(h->value_bytes[n->outputs[k]], &in->profiles[e], &in->profiles[d]);
         }
+        ok = ok && own > 0;
+        h->pure[d] = ok && own == (int)g->n_nodes;
         int64_t cap = in->profiles[d].memory_bytes;
         if (!in->host_memory[d] && cap > 0 && all_weights > 0.9 * (double)cap) ok = false;
         if (!ok) continue;
@@ -350,6 +379,42 @@ static void single_device_times(heft *h) {
     }
 }
 
+/* The copies of r->device's assignment: each value read on a device other than the one that
+ * holds it, once per device (graph inputs start in host memory; results end there). */
+static void recount_copies(heft *h) {
+    const tdm_place_input *in = h->in;
+    const tdm_graph *g = in->g;
+    tdm_place_result *r = h->r;
+    int D = h->D, host = 0;
+    for (int k = 0; k < D; k++)
+        if (in->host_memory[k]) {
+            host = k;
+            break;
+        }
+    r->copy_ms = 0;
+    r->copy_bytes = 0;
+    for (size_t v = 0; v < g->n_values; v++) {
+        const tdm_value *val = &g->values[v];
+        if (is_const(val)) continue;
+        int src = val->producer >= 0 ? r->device[val->producer] : host;
+        bool to[TDM_MAX_DEVICES] = {false};
+        for (size_t i = 0; i < g->n_nodes; i++)
+            for (int k = 0; k < g->nodes[i].n_inputs; k++)
+                if (g->nodes[i].inputs[k] == (int)v) to[r->device[i]] = true;
+        for (size_t o = 0; o < g->n_outputs; o++)
+            if (g->outputs[o] == (int)v) to[host] = true;
+        for (int d = 0; d < D; d++) {
+            if (!to[d] || d == src) continue;
+            if (in->host_memory[d] && in->host_memory[src]) continue; /* both on host memory */
+            double c = tdm_cost_copy_ms(h->value_bytes[v], &in->profiles[src], &in->profiles[d]);
+            if (c > 0) {
+                r->copy_ms += c;
+                r->copy_bytes += h->value_bytes[v];
+            }
+        }
+    }
+}
+
 /* 5. A split that is not predicted to beat the best single device by PLACE_SPLIT_MARGIN
  * is not worth its copies and synchronisation (devices run concurrently, so the makespan
  * is what counts; the margin covers the cost model's error, which is tens of percent per
@@ -360,10 +425,20 @@ static void split_or_single(heft *h) {
     tdm_place_result *r = h->r;
     size_t N = in->g->n_nodes;
     int D = h->D;
-    int best_single = -1;
-    for (int d = 0; d < D; d++)
+    /* the best device alone; one that leaves nodes to another device (a fallback, a rule)
+     * copies between them too, and must beat the best device that runs everything by the
+     * same margin as a split */
+    int best_single = -1, best_pure = -1;
+    for (int d = 0; d < D; d++) {
         if (r->single_ms[d] < INFINITY && (best_single < 0 || r->single_ms[d] < r->single_ms[best_single]))
             best_single = d;
+        if (h->pure[d] && r->single_ms[d] < INFINITY &&
+            (best_pure < 0 || r->single_ms[d] < r->single_ms[best_pure]))
+            best_pure = d;
+    }
+    if (best_pure >= 0 && best_single != best_pure &&
+        r->single_ms[best_pure] * (1 - PLACE_SPLIT_MARGIN) <= r->single_ms[best_single])
+        best_single = best_pure;
     if (in->no_fallback) best_single = r->single_ms[0] < INFINITY ? 0 : -1;
     bool split = false;
     for (size_t i = 1; i < N; i++) split |= r->device[i] != r->device[0];
@@ -379,13 +454,18 @@ static void split_or_single(heft *h) {
     }
     if (best_single >= 0 && split &&
         (shared || r->single_ms[best_single] * (1 - PLACE_SPLIT_MARGIN) <= r->makespan_ms)) {
+        int host = -1;
+        for (int k = 0; k < D && host < 0; k++)
+            if (in->host_memory[k]) host = k;
         for (size_t i = 0; i < N; i++) {
-            r->device[i] = best_single;
-            r->reason[i] = TDM_PLACE_SINGLE_DEVICE;
+            int e = alone_device(in, i, best_single, host);
+            r->device[i] = e;
+            r->reason[i] = e == best_single ? TDM_PLACE_SINGLE_DEVICE
+                           : in->forced && in->forced[i] >= 0 ? TDM_PLACE_AFFINITY
+                                                              : TDM_PLACE_ONLY_SUPPORTED;
         }
         r->serial_ms = r->makespan_ms = r->single_ms[best_single];
-        r->copy_ms = 0;
-        r->copy_bytes = 0;
+        recount_copies(h);
     }
 }
 

@@ -56,6 +56,7 @@ typedef struct replicas {
     float alpha;
     bool no_rebalance;
     int probe_ms;        /* first back-off of a failed device (< 0: off) */
+    tdm_threadpool *cpu_pool; /* the CPU replica's threads when accelerators run beside it */
     pthread_mutex_t stats_mu;
 } replicas;
 
@@ -384,6 +385,7 @@ static void rep_free(void *ctx) {
     replicas *s = ctx;
     if (!s) return;
     for (int k = 0; k < s->n_replicas; k++) tdm_plan_free(s->replicas[k].plan);
+    tdm_threadpool_free(s->cpu_pool);
     pthread_mutex_destroy(&s->stats_mu);
     tdm_free(s->a, s);
 }
@@ -406,16 +408,34 @@ tdm_status *tdm_replicas_create(const tdm_strategy_setup *su, tdm_graph *g, tdm_
     s->no_rebalance = o->no_rebalance;
     s->probe_ms = o->probe_ms ? o->probe_ms : 1000;
     pthread_mutex_init(&s->stats_mu, NULL);
+    /* The CPU replica leaves a core to each accelerator's replica: that replica's thread
+     * issues its kernels and copies, and with every core busy in the CPU replica's pool it
+     * waited for one. On an H200 host (16 cores) ResNet-50 batch 32 measured 155 items/s in
+     * throughput mode against 2448 on cuda:0 alone, the cuda:0 replica at 7-34 ms an item
+     * against 0.4 alone. */
+    int accels = 0, pool_size = tdm_threadpool_size(su->pool);
+    for (int d = 0; d < su->n_devices; d++) accels += !su->devices[d]->host_memory;
+    tdm_strategy_setup cpu_su = *su;
+    tdm_status *st = NULL;
+    if (accels > 0 && pool_size > 1) {
+        int keep = pool_size - accels > 1 ? pool_size - accels : 1;
+        st = tdm_threadpool_create(keep, su->settings ? su->settings->spin_us : 0, &s->cpu_pool);
+        if (!st) {
+            cpu_su.pool = s->cpu_pool;
+            tdm_log(s->log, TDM_LOG_INFO, "throughput mode: the CPU replica runs %d of %d threads "
+                    "(a core for each accelerator's replica)", keep, pool_size);
+        }
+    }
     /* a replica per device, each with the CPU behind it for what the device cannot run
      * (unless no_fallback); each plans a copy of g, the last g itself */
-    tdm_status *st = NULL;
     for (int d = 0; d < su->n_devices && !st; d++) {
         tdm_graph *rg = g;
         if (d + 1 < su->n_devices) st = tdm_graph_clone(g, NULL, &rg);
         else g = NULL;
         tdm_replica *r = &s->replicas[s->n_replicas];
         r->device = su->devices[d];
-        if (!st) st = tdm_strategy_plan_on(su, rg, r->device, o->affinity, o->profile, su->model_hash, &r->plan);
+        const tdm_strategy_setup *rsu = r->device->host_memory ? &cpu_su : su;
+        if (!st) st = tdm_strategy_plan_on(rsu, rg, r->device, o->affinity, o->profile, su->model_hash, &r->plan);
         if (!st) s->n_replicas++;
     }
     tdm_graph_free(g);

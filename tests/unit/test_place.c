@@ -195,7 +195,8 @@ static void test_unsupported_in_middle(void **state) {
     assert_int_equal(r.reason[node_index(f.g, "n1")], TDM_PLACE_ONLY_SUPPORTED);
     assert_int_equal(r.device[node_index(f.g, "n2")], 1);
     assert_true(r.copy_bytes == 4 * 4096.0); /* x in, a out, b in, y out */
-    assert_true(isinf(r.single_ms[1]));
+    /* the accelerator "alone" is the accelerator with the CPU for Erf: this same placement */
+    assert_true(isfinite(r.single_ms[1]) && r.single_ms[1] < r.single_ms[0]);
     assert_true(r.serial_ms < r.single_ms[0]);
     tdm_place_result_free(NULL, &r);
     tdm_graph_free(f.g);

@@ -170,11 +170,12 @@ static void check_devices(const char *ops, int min_windows) {
             if (fabsf(got[i] - want[i]) > 1e-5f + 1e-4f * fabsf(want[i]))
                 fail_msg("run %d output %lld: %g, CPU %g", r, (long long)i, got[i], want[i]);
     }
-    assert_true(same_keys(keys[0], nk[0], keys[1], nk[1]));  /* same shapes: same keys */
-    assert_true(disjoint_keys(keys[0], nk[0], keys[2], nk[2])); /* other shapes: new keys */
-    assert_true(same_keys(keys[0], nk[0], keys[3], nk[3]));  /* back again */
-    for (int i = 0; i < nk[0]; i++)                           /* one key per window */
-        for (int j = i + 1; j < nk[0]; j++) assert_true(keys[0][i] != keys[0][j]);
+    /* the first run uploads the weights, and a window ends before each node whose inputs are
+     * copied (tdm_exec_input_moves), so its windows differ; from the second run on: */
+    assert_true(same_keys(keys[1], nk[1], keys[3], nk[3]));  /* same shapes: same keys */
+    assert_true(disjoint_keys(keys[1], nk[1], keys[2], nk[2])); /* other shapes: new keys */
+    for (int i = 0; i < nk[1]; i++)                           /* one key per window */
+        for (int j = i + 1; j < nk[1]; j++) assert_true(keys[1][i] != keys[1][j]);
 
     tdm_session_free(s);
     tdm_session_free(ref);
