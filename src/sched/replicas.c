@@ -43,6 +43,12 @@ typedef struct tdm_replica {
     bool down;
     bool probing;        /* a probe is running */
     int64_t probe_at_ns; /* when the next probe may run */
+    /* part sizes this replica has run (bit k: k rows, k < 128; larger ones in `big`): the
+     * first run of a shape sets it up (cuDNN's algorithm search, memory plans, primitives)
+     * and is not a measure of speed */
+    uint64_t seen[2];
+    int64_t big[8];
+    int n_big;
     int64_t backoff_ns;  /* the wait before the next probe (doubles, at most 64x probe_ms) */
 } tdm_replica;
 
@@ -225,6 +231,23 @@ static void split_counts(replicas *s, int64_t n, int64_t *counts) {
         if (fastest < 0 || s->replicas[k].share > s->replicas[fastest].share) fastest = k;
     }
     if (fastest < 0) fastest = 0; /* cannot happen: the last replica is never taken out */
+    /* the others' parts in steps of n / 8 rows, so that few part shapes come up (each new one
+     * is set up once on each device: an H200 replica searched cuDNN's algorithms again for
+     * every batch part as the ratio moved, 7-34 ms an item against 0.4 ms alone) */
+    int64_t step = n >= 16 ? n / 8 : 1;
+    for (int k = 0; k < K; k++)
+        if (k != fastest && !s->replicas[k].down && step > 1) {
+            int64_t c = (counts[k] + step / 2) / step * step;
+            given += c - counts[k];
+            counts[k] = c;
+        }
+    if (given > n) { /* rounding up gave more than n: take it back from the others */
+        for (int k = 0; k < K && given > n; k++)
+            if (k != fastest && counts[k] >= step) {
+                counts[k] -= step;
+                given -= step;
+            }
+    }
     counts[fastest] += n - given; /* remainder to the fastest */
     /* not worth splitting when the fastest alone is predicted no slower */
     bool measured = true;
@@ -309,14 +332,31 @@ static tdm_status *join_parts(replicas *s, part *parts, int np, tdm_tensor **all
     return st;
 }
 
-/* Measurements of a split run feed the next split. */
+/* Whether replica r ran `rows` rows before; notes it. */
+static bool seen_before(tdm_replica *r, int64_t rows) {
+    if (rows >= 0 && rows < 128) {
+        uint64_t bit = 1ull << (rows & 63);
+        bool was = (r->seen[rows >> 6] & bit) != 0;
+        r->seen[rows >> 6] |= bit;
+        return was;
+    }
+    for (int i = 0; i < r->n_big; i++)
+        if (r->big[i] == rows) return true;
+    r->big[r->n_big < 8 ? r->n_big++ : (int)(rows % 8)] = rows;
+    return false;
+}
+
+/* Measurements of a split run feed the next split (a replica's first run of a part size
+ * only counts when nothing else has been measured on it). */
 static void measure_parts(replicas *s, const part *parts, int np) {
     pthread_mutex_lock(&s->stats_mu);
     for (int q = 0; q < np; q++) {
         tdm_replica *r = &s->replicas[parts[q].replica];
         double per_item = parts[q].ms / (double)parts[q].count;
-        r->ms_per_item = r->ms_per_item > 0 ? s->alpha * per_item + (1 - s->alpha) * r->ms_per_item
-                                            : per_item;
+        bool first = !seen_before(r, parts[q].count);
+        if (!first || !(r->ms_per_item > 0))
+            r->ms_per_item = r->ms_per_item > 0 ? s->alpha * per_item + (1 - s->alpha) * r->ms_per_item
+                                                : per_item;
         r->runs++;
         r->items += parts[q].count;
         r->busy_ms += parts[q].ms;
