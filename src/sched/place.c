@@ -496,7 +496,7 @@ tdm_status *tdm_place_heft(const tdm_place_input *in, const tdm_allocator *a,
         !h.value_bytes || !r.device || !r.reason || !r.finish_ms)
         st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory placing nodes");
     for (size_t v = 0; v < V && !st; v++) {
-        h.value_bytes[v] = tdm_value_bytes(&g->values[v]);
+        h.value_bytes[v] = in->value_bytes ? in->value_bytes[v] : tdm_value_bytes(&g->values[v]);
         h.src_dev[v] = -1;
         for (int d = 0; d < D; d++) h.ready[v * (size_t)D + (size_t)d] = INFINITY;
     }

@@ -36,6 +36,8 @@ typedef struct tdm_place_input {
     const double *node_ms;             /* [node * n_devices + d] predicted or measured ms */
     const int *forced;                 /* per node: device forced by a rule, or -1; may be NULL */
     bool no_fallback;                  /* only device 0 */
+    const double *value_bytes;         /* per value of g: its size in bytes for copies; NULL =
+                                          from g's static shapes (tdm_value_bytes) */
 } tdm_place_input;
 
 typedef struct tdm_place_result {

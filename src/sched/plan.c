@@ -7,6 +7,7 @@
 #include <regex.h>
 #include <stdlib.h>
 
+#include "graph/clone.h"
 #include "graph/fuse.h"
 #include "graph/infer.h"
 #include "ops/fused.h"
@@ -33,6 +34,54 @@ static tdm_device *find_cpu(tdm_device **devs, int n) {
     for (int i = 0; i < n; i++)
         if (devs[i]->host_memory) return devs[i];
     return NULL;
+}
+
+/* The shapes the cost model reads for placement. A graph whose inputs have symbolic dims (a
+ * dynamic batch) has those at 1 in the cost model and no shapes at all past a Reshape whose
+ * target comes from Shape -> Gather -> Concat: BERT-base exported with a dynamic batch had
+ * its attention and the products after it predicted at a few microseconds, and placement put
+ * them on the CPU beside an H200 (0.3-0.8 ms each there; the split ran 1.9x cuda:0's time).
+ * So a copy of g (constants shared) gets each symbolic input dim at 1, shape inference and
+ * constant folding (the Shape chains fold) to a fixed point; *out is NULL when g has no
+ * symbolic input dims or the copy fails (the estimates then come from g itself). */
+static void cost_shapes(tdm_graph *g, tdm_device *cpu, const tdm_allocator *a, tdm_graph **out) {
+    *out = NULL;
+    bool symbolic = false;
+    for (size_t k = 0; k < g->n_inputs && !symbolic; k++) {
+        const tdm_value *v = &g->values[g->inputs[k]];
+        for (int d = 0; d < v->rank; d++) symbolic |= v->dims[d] < 0;
+    }
+    if (!symbolic || !cpu) return;
+    tdm_graph *c = NULL;
+    tdm_status *st = tdm_graph_clone_sharing(g, &c);
+    for (size_t k = 0; !st && k < c->n_inputs; k++) {
+        tdm_value *v = &c->values[c->inputs[k]];
+        for (int d = 0; d < v->rank; d++)
+            if (v->dims[d] < 0) v->dims[d] = 1;
+    }
+    fold_ctx fc = {cpu, a};
+    if (!st) st = tdm_graph_infer_shapes(c);
+    for (int round = 0; round < 8 && !st; round++) {
+        int folded = 0;
+        st = tdm_graph_fold_constants(c, fold_eval, &fc, &folded);
+        if (st || folded == 0) break;
+        if (!(st = tdm_graph_compact(c))) st = tdm_graph_infer_shapes(c);
+    }
+    if (st) {
+        tdm_status_free(st);
+        tdm_graph_free(c);
+        return;
+    }
+    *out = c;
+}
+
+/* The node of c that makes the value g's node n makes first (by name), or NULL. */
+static const tdm_node *cost_twin(const tdm_graph *g, const tdm_graph *c, const tdm_node *n) {
+    if (!c || n->n_outputs < 1 || n->outputs[0] < 0) return NULL;
+    int v = tdm_graph_find_value(c, g->values[n->outputs[0]].name);
+    if (v < 0 || c->values[v].producer < 0) return NULL;
+    const tdm_node *t = &c->nodes[c->values[v].producer];
+    return strcmp(t->op_type, n->op_type) ? NULL : t;
 }
 
 /* Graph passes (opt_level >= 1): the QDQ pass (int8 operators from DequantizeLinear ->
@@ -268,13 +317,26 @@ static tdm_status *place(tdm_plan *p, const tdm_plan_options *opts, const int *k
             st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory placing nodes");
             goto done;
         }
-        for (size_t i = 0; i < N; i++)
+        tdm_graph *cg = NULL; /* shapes with the symbolic dims at 1 (cost_shapes) */
+        cost_shapes(g, find_cpu(p->devices, D), a, &cg);
+        for (size_t i = 0; i < N; i++) {
+            const tdm_node *t = cost_twin(g, cg, &g->nodes[i]);
             for (int d = 0; d < D; d++)
-                p->node_ms[i * (size_t)D + (size_t)d] = tdm_cost_node_ms(g, &g->nodes[i], &prof[d]);
+                p->node_ms[i * (size_t)D + (size_t)d] =
+                    t ? tdm_cost_node_ms(cg, t, &prof[d]) : tdm_cost_node_ms(g, &g->nodes[i], &prof[d]);
+        }
+        double *vbytes = cg ? tdm_alloc(a, (g->n_values + 1) * sizeof *vbytes) : NULL;
+        for (size_t v = 0; vbytes && v < g->n_values; v++) {
+            int cv = tdm_graph_find_value(cg, g->values[v].name);
+            vbytes[v] = cv >= 0 ? tdm_value_bytes(&cg->values[cv]) : tdm_value_bytes(&g->values[v]);
+        }
+        tdm_graph_free(cg);
         p->measured_used = tdm_measured_apply(p); /* measured beats predicted */
-        tdm_place_input in = {g, D, prof, host, p->supported, p->node_ms, forced, opts->no_fallback};
+        tdm_place_input in = {g, D, prof, host, p->supported, p->node_ms, forced, opts->no_fallback, vbytes};
         tdm_place_result r;
-        if ((st = tdm_place_heft(&in, a, &r))) goto done;
+        st = tdm_place_heft(&in, a, &r);
+        tdm_free(a, vbytes);
+        if (st) goto done;
         for (size_t i = 0; i < N; i++) {
             g->nodes[i].device = r.device[i];
             p->reason[i] = (unsigned char)r.reason[i];
