@@ -3,7 +3,8 @@
  *
  *   QuantizeLinear / DequantizeLinear   per tensor or per axis (no blocked scales), float32
  *                                       scales, u8 / s8 (and int32 for DequantizeLinear)
- *   QLinearMatMul, QMatMul (fused)      A [..., M, K] u8/s8, B [K, N] u8/s8 (2-D)
+ *   QLinearMatMul, QMatMul (fused)      A [..., M, K] u8/s8, B [K, N] u8/s8, or B [..., K, N]
+ *                                       with A's leading dims (a batch of 2-D products)
  *   QLinearConv, QConv (fused)          1-D and 2-D windows, groups, pads, strides, dilations
  *
  * The integer products run on s8 operands (u8 data shifted by -128) as cuBLASLt's s8 x s8 ->
@@ -239,13 +240,29 @@ static tdm_status *q8_launch_requant(const tdm_kernel_ctx *ctx, const tcu_q8_req
 static tdm_status *run_qmatmul(tdm_kernel_ctx *ctx) {
     const tdm_tensor *A = ctx->in[0], *B = ctx->in[3], *bias = ctx->n_in > 8 ? ctx->in[8] : NULL;
     tdm_tensor *Y = ctx->out[0];
-    if (B->rank != 2 || A->rank < 1)
+    if (B->rank < 2 || A->rank < 1)
         return tdm_node_error(ctx->node, TDM_ERR_UNSUPPORTED,
-                              "cuda: integer products take a 2-D B (weights)");
-    int64_t K = B->dims[0], N = B->dims[1];
+                              "cuda: integer products take a B of rank 2 or more");
+    /* a batch of products (B of rank 3 or more: the node test test_qlinearmatmul_3D, the
+     * products between activations of a quantized attention): B's leading dims are A's (no
+     * broadcasting here), and each slice is the 2-D product below */
+    int64_t batch = 1;
+    if (B->rank > 2) {
+        if (A->rank != B->rank)
+            return tdm_node_error(ctx->node, TDM_ERR_UNSUPPORTED,
+                                  "cuda: a batched integer product needs A and B of one rank");
+        for (int i = 0; i < B->rank - 2; i++) {
+            if (A->dims[i] != B->dims[i])
+                return tdm_node_error(ctx->node, TDM_ERR_UNSUPPORTED,
+                                      "cuda: batched integer products do not broadcast");
+            batch *= B->dims[i];
+        }
+    }
+    int64_t K = B->dims[B->rank - 2], N = B->dims[B->rank - 1];
     if (A->dims[A->rank - 1] != K || Y->count != (K ? A->count / K : 0) * N)
         return tdm_node_error(ctx->node, TDM_ERR_INVALID_ARGUMENT, "A's last dim is not B's first");
     int64_t rows = K ? A->count / K : 0, M = A->rank >= 2 ? A->dims[A->rank - 2] : 1;
+    int64_t rb = batch > 0 ? rows / batch : 0; /* rows of one slice (M when batched) */
     tcu_q8_requant_desc r;
     TDM_TRY(q8_requant_init(ctx, &r));
     if ((r.xs_count != 1 && r.xs_count != M) || (r.ys_count != 1 && r.ys_count != M) ||
@@ -254,6 +271,7 @@ static tdm_status *run_qmatmul(tdm_kernel_ctx *ctx) {
                               "scales must be per-tensor, per-row (a, y) or per-column (b); "
                               "the bias has N values");
     if (Y->count == 0) return NULL;
+    size_t ys = tdm_dtype_size(Y->dtype), bs = tdm_dtype_size(B->dtype);
     cuda_device *d = cuda_ctx_device(ctx);
     const void *a, *b;
     void *y, *ash = NULL, *wt = NULL, *sums = NULL, *g = NULL;
@@ -262,32 +280,36 @@ static tdm_status *run_qmatmul(tdm_kernel_ctx *ctx) {
     TDM_TRY(kops_out(ctx, 0, &y));
     q8_scratch sc = {{0}, 0};
     tdm_status *st = q8_alloc(d, &sc, (size_t)N * (size_t)K, &wt);
-    if (!st) st = q8_alloc(d, &sc, (size_t)(rows + N) * sizeof(int32_t), &sums);
-    if (!st) st = q8_alloc(d, &sc, (size_t)rows * (size_t)N * sizeof(int32_t), &g);
+    if (!st) st = q8_alloc(d, &sc, (size_t)(rb + N) * sizeof(int32_t), &sums);
+    if (!st) st = q8_alloc(d, &sc, (size_t)rb * (size_t)N * sizeof(int32_t), &g);
     if (!st && r.x_u8) {
         st = q8_alloc(d, &sc, (size_t)A->count, &ash);
         if (!st) st = kops_status(ctx, tcu_q8_shift(a, ash, A->count, kops_stream(ctx)), "shift");
         a = ash;
     }
-    int32_t *asum = sums, *wsum = (int32_t *)sums + rows;
-    if (!st)
-        st = kops_status(ctx, tcu_q8_transpose(b, (int)B->dtype, wt, K, N, kops_stream(ctx)),
+    int32_t *asum = sums, *wsum = (int32_t *)sums + rb;
+    for (int64_t s = 0; s < batch && !st; s++) {
+        const char *as = (const char *)a + (size_t)(s * rb * K);
+        const char *bsl = (const char *)b + (size_t)(s * K * N) * bs;
+        char *yslice = (char *)y + (size_t)(s * rb * N) * ys;
+        st = kops_status(ctx, tcu_q8_transpose(bsl, (int)B->dtype, wt, K, N, kops_stream(ctx)),
                          "weight transpose");
-    if (!st) st = kops_status(ctx, tcu_q8_rowsum(a, rows, K, K, asum, kops_stream(ctx)), "row sums");
-    if (!st) st = kops_status(ctx, tcu_q8_rowsum(wt, N, K, K, wsum, kops_stream(ctx)), "row sums");
-    if (!st) st = q8_gemm(ctx, N, rows, K, wt, K, a, K, g, N);
-    if (!st) {
-        r.G = g;
-        r.wsum = wsum;
-        r.asum = asum;
-        r.m = N;
-        r.n = rows;
-        r.k = K;
-        r.chan_is_b = 0;
-        r.chan_per_group = N;
-        r.asum_group_stride = 0;
-        r.row_mod = (r.xs_count != 1 || r.ys_count != 1) ? M : 0;
-        st = q8_launch_requant(ctx, &r, y);
+        if (!st) st = kops_status(ctx, tcu_q8_rowsum(as, rb, K, K, asum, kops_stream(ctx)), "row sums");
+        if (!st) st = kops_status(ctx, tcu_q8_rowsum(wt, N, K, K, wsum, kops_stream(ctx)), "row sums");
+        if (!st) st = q8_gemm(ctx, N, rb, K, wt, K, as, K, g, N);
+        if (!st) {
+            r.G = g;
+            r.wsum = wsum;
+            r.asum = asum;
+            r.m = N;
+            r.n = rb;
+            r.k = K;
+            r.chan_is_b = 0;
+            r.chan_per_group = N;
+            r.asum_group_stride = 0;
+            r.row_mod = (r.xs_count != 1 || r.ys_count != 1) ? M : 0;
+            st = q8_launch_requant(ctx, &r, yslice);
+        }
     }
     q8_free(d, &sc);
     return st;
