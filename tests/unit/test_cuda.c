@@ -324,6 +324,56 @@ static void test_memory_limit(void **state) {
     mb_free(&m);
 }
 
+/* Gather's index check: an out-of-range index fails the run with TDM_ERR_INVALID_ARGUMENT
+ * (the device checks as the kernels run and the host reads its flag after waiting for them,
+ * cuda_index_check), and the next run with good indices succeeds with the right rows. */
+static void test_gather_index(void **state) {
+    (void)state;
+    NEED_DEVICE();
+    mb_model m;
+    mb_init(&m, 13);
+    int64_t xd[2] = {4, 3}, id[1] = {2};
+    mb_input(&m, "x", 2, xd);
+    mb_input_as(&m, "i", MB_I64, 1, id, NULL);
+    mb_node(&m, "Gather:x,i->y");
+    mb_output(&m, "y");
+    size_t size;
+    void *buf = dh_pack(&m, &size);
+    tdm_session_options so = {.api_version = TDM_API_VERSION, .devices = "cuda:0",
+                              .no_fallback = true, .opt_level = 0};
+    tdm_session *s = NULL;
+    OK(tdm_session_create_from_buffer(g_env, buf, size, NULL, &so, &s));
+    free(buf);
+    float xv[12];
+    for (int k = 0; k < 12; k++) xv[k] = (float)k + 0.5f;
+    const int64_t runs[3][2] = {{1, 3}, {1, 9}, {3, 0}};
+    for (int r = 0; r < 3; r++) {
+        int64_t iv[2] = {runs[r][0], runs[r][1]};
+        tdm_tensor *ins[2] = {0}, *out[1] = {0};
+        OK(tdm_tensor_wrap(g_env, TDM_FLOAT, 2, xd, xv, sizeof xv, &ins[0]));
+        OK(tdm_tensor_wrap(g_env, TDM_INT64, 1, id, iv, sizeof iv, &ins[1]));
+        const char *names[2] = {"x", "i"};
+        tdm_status *st = tdm_session_run(s, 2, names, (const tdm_tensor *const *)ins, 1, NULL, out);
+        if (r == 1) {
+            assert_non_null(st);
+            assert_int_equal(tdm_status_code(st), TDM_ERR_INVALID_ARGUMENT);
+            assert_non_null(strstr(tdm_status_message(st), "out of range"));
+            printf("index 9 of 4 rows: %s\n", tdm_status_message(st));
+            tdm_status_free(st);
+        } else {
+            OK(st);
+            const float *y = tdm_tensor_data(out[0]);
+            for (int k = 0; k < 2; k++)
+                for (int c = 0; c < 3; c++) assert_true(y[k * 3 + c] == xv[iv[k] * 3 + c]);
+        }
+        tdm_tensor_free(out[0]);
+        tdm_tensor_free(ins[0]);
+        tdm_tensor_free(ins[1]);
+    }
+    tdm_session_free(s);
+    mb_free(&m);
+}
+
 /* The copy and event members directly: staged uploads larger than a staging buffer,
  * pinned host memory, asynchronous downloads, events across the streams. */
 static void test_copies_events(void **state) {
@@ -497,6 +547,7 @@ int main(void) {
         cmocka_unit_test(test_precision),
         cmocka_unit_test(test_memory_limit),
         cmocka_unit_test(test_copies_events),
+        cmocka_unit_test(test_gather_index),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -113,6 +113,7 @@ static tdm_status *cuda_synchronize(tdm_device *dev) {
     if (!st) st = cuda_check(cudaStreamSynchronize(d->stream), "waiting for the kernels");
     if (!st) st = cuda_check(cudaStreamSynchronize(d->d2h), "waiting for downloads");
     pthread_mutex_unlock(&d->gate);
+    if (!st) st = cuda_index_check(d);
     return st;
 }
 

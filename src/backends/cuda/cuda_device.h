@@ -148,7 +148,22 @@ typedef struct cuda_device {
     _Atomic unsigned ws_gen;    /* bumped whenever the workspace moves */
     bool capturing;             /* the compute stream is being captured (gate held) */
     _Atomic long graph_hits, graph_captures, graph_fallbacks, graph_refused;
+    /* Gather's index check inside a CUDA-graph launch window (k_ops_shape.c): a word of
+     * mapped pinned memory the kernels set when an index is out of range, read by the host
+     * after it waited for the device (cuda_index_check), instead of the read-back after the
+     * Gather that runs elsewhere: that wait kept every segment with a Gather out of the
+     * graphs ("a kernel reads device memory on the host", 19 segments of an H200 run). The
+     * flag is the device's: with graphs on, a wait reports a bad index of any run on the
+     * device since the last wait (graphs are off by default). gather_node: a Gather issued
+     * since the last check (under gate) */
+    volatile int *index_bad;   /* host view; NULL: the read-back after each Gather instead */
+    int *index_bad_dev;        /* the kernels' view */
+    char gather_node[96];
 } cuda_device;
+
+/* The error of an out-of-range Gather index seen since the last check (the flag cleared), or
+ * NULL. Called after the host waited for the device's work. */
+tdm_status *cuda_index_check(cuda_device *d);
 
 static inline cuda_device *cuda_ctx_device(const tdm_kernel_ctx *ctx) {
     return (cuda_device *)ctx->device->ctx;
@@ -239,6 +254,8 @@ bool cuda_graph_free(cuda_device *d, void *p);
 tdm_status *cuda_graph_observe(cuda_device *d, const char *what);
 /* Before a kernel reads device memory on the host (cuda_to_host): an error inside a capture. */
 tdm_status *cuda_graph_host_read(cuda_device *d);
+/* Whether the calling thread has a launch window open (warming or collecting a segment). */
+bool cuda_graph_window_open(cuda_device *d);
 
 /* ---- activations shared by cuda_blas.c / cuda_dnn.c (FusedConv, FusedMatMul) ---- */
 typedef enum cuda_act { CUDA_ACT_NONE, CUDA_ACT_RELU, CUDA_ACT_GELU, CUDA_ACT_GELU_TANH,

@@ -700,6 +700,8 @@ tdm_status *cuda_graph_observe(cuda_device *d, const char *what) {
     return st;
 }
 
+bool cuda_graph_window_open(cuda_device *d) { return is_owner(d->graphs); }
+
 tdm_status *cuda_graph_host_read(cuda_device *d) {
     struct cuda_graphs *g = d->graphs;
     if (d->capturing && is_owner(g))

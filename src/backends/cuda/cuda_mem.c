@@ -42,6 +42,20 @@ tdm_status *cuda_mem_init(cuda_device *d) {
         TDM_TRY(cuda_check(cudaEventCreateWithFlags(&d->staging_done[i], cudaEventDisableTiming),
                            "creating an event"));
     }
+    void *flag = NULL; /* the index check's word (no mapped memory: read back per Gather) */
+    if (cudaHostAlloc(&flag, sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable) == cudaSuccess) {
+        void *dev_view = NULL;
+        if (cudaHostGetDevicePointer(&dev_view, flag, 0) == cudaSuccess) {
+            d->index_bad = flag;
+            d->index_bad_dev = dev_view;
+            *d->index_bad = 0;
+        } else {
+            cudaGetLastError();
+            cudaFreeHost(flag);
+        }
+    } else {
+        cudaGetLastError();
+    }
     cudaEvent_t *evs[] = {&d->ev_compute, &d->ev_h2d, &d->ev_d2h};
     for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
         TDM_TRY(cuda_check(cudaEventCreateWithFlags(evs[i], cudaEventDisableTiming),
@@ -65,6 +79,9 @@ void cuda_mem_release(cuda_device *d) {
         d->staging[i] = NULL;
         d->staging_done[i] = NULL;
     }
+    if (d->index_bad) cudaFreeHost((void *)d->index_bad);
+    d->index_bad = NULL;
+    d->index_bad_dev = NULL;
     if (d->ev_compute) cudaEventDestroy(d->ev_compute);
     if (d->ev_h2d) cudaEventDestroy(d->ev_h2d);
     if (d->ev_d2h) cudaEventDestroy(d->ev_d2h);
@@ -273,7 +290,8 @@ static tdm_status *download_blocking(cuda_device *d, void *host, const void *buf
     tdm_status *st = download_enqueue(d, host, buf, size);
     pthread_mutex_unlock(&d->copy_lock);
     if (st) return st;
-    return cuda_check(cudaStreamSynchronize(d->d2h), "waiting for a download");
+    TDM_TRY(cuda_check(cudaStreamSynchronize(d->d2h), "waiting for a download"));
+    return cuda_index_check(d);
 }
 
 tdm_status *cuda_download(tdm_device *dev, void *host, const void *buf, size_t size) {
@@ -395,9 +413,24 @@ tdm_status *cuda_event_wait(tdm_device *dev, tdm_device *owner, void *event) {
     return NULL;
 }
 
+tdm_status *cuda_index_check(cuda_device *d) {
+    if (!d->index_bad || !*d->index_bad) return NULL;
+    pthread_mutex_lock(&d->gate);
+    char node[sizeof d->gather_node];
+    memcpy(node, d->gather_node, sizeof node);
+    d->gather_node[0] = 0;
+    *d->index_bad = 0;
+    pthread_mutex_unlock(&d->gate);
+    return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "Gather node '%s'%s: an index is out of range for "
+                   "its axis (cuda:%d checks the indices as the kernels run and reports it at "
+                   "the next wait for the device)", node[0] ? node : "?",
+                   node[0] ? " (or a Gather after it)" : "", d->ordinal);
+}
+
 tdm_status *cuda_event_sync(tdm_device *dev, void *event) {
     if (!event) return NULL;
-    return cuda_check(cudaEventSynchronize((cudaEvent_t)event), "waiting for an event");
+    TDM_TRY(cuda_check(cudaEventSynchronize((cudaEvent_t)event), "waiting for an event"));
+    return cuda_index_check(dev->ctx);
 }
 
 void cuda_event_free(tdm_device *dev, void *event) {

@@ -209,9 +209,19 @@ static tdm_status *run_gather(tdm_kernel_ctx *ctx) {
     TDM_TRY(kops_in(ctx, 0, &x));
     TDM_TRY(kops_in(ctx, 1, &idx));
     TDM_TRY(kops_out(ctx, 0, &y));
-    /* out-of-range indices: zero rows and a flag, read back before returning. A stream
-     * being captured into a CUDA graph cannot wait: there the rows are zeros, unreported. */
+    /* out-of-range indices: zero rows and a flag. In a launch window of CUDA graphs the
+     * device's index word (mapped host memory, one address in the graph too), which the host
+     * reads after its next wait for the device (cuda_index_check): no wait here */
     cuda_device *d = cuda_ctx_device(ctx);
+    if (d->index_bad_dev && cuda_graph_window_open(d)) {
+        if (!d->gather_node[0])
+            snprintf(d->gather_node, sizeof d->gather_node, "%s", ctx->node->name);
+        return kops_status(ctx, tcu_gather(es, x, idx, I->dtype == TDM_INT64, y, outer, A,
+                                           I->count, inner, d->index_bad_dev, kops_stream(ctx)),
+                           "Gather");
+    }
+    /* without mapped memory: a flag read back before returning. A stream being captured
+     * into a CUDA graph cannot wait: there the rows are zeros, unreported. */
     enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
     TDM_TRY(cuda_check(cudaStreamIsCapturing(d->stream, &cap), "querying stream capture"));
     if (cap != cudaStreamCaptureStatusNone)
