@@ -41,6 +41,8 @@
 #      (MEMBUDGET_SECONDS, default 180 s): it runs when that much is left after step 9, or
 #      alone right after step 1 with GPU_CHECK_ONLY=membudget (then GPU_CHECK_BUDGET is
 #      MEMBUDGET_SECONDS + 20 by default). Dry runs use test:0 and a 0.05 GB model
+#  11. bench/run_cpu_bench.py --quick on the host's cores (tandem against ONNX Runtime, CPU
+#      only: TANDEM_CUDA_DISABLE=1), when 130 s of the budget are left after step 10
 #
 # Without the bench models (python3 lacking onnx or numpy) step 5 is skipped and steps 6-8
 # use the small models of tests/models instead (mobilenet_block, bert_layer, dlrm_like); the
@@ -704,6 +706,26 @@ else
   skip "10.membudget" "needs ${mb_secs}s, $(left)s left (run it alone: GPU_CHECK_ONLY=membudget)"
 fi
 
+# ---- 11. the CPU tables on this machine's host (its many cores), when 130 s are left ----
+cpu_md=""
+cpu_threads="$(nproc 2> /dev/null || echo 1)"
+if [ "$dry" = 1 ]; then
+  skip "11.cpu tables" "a dry run"
+elif ! "$py" -c "import numpy, onnx, onnxruntime" 2> /dev/null; then
+  skip "11.cpu tables" "$py lacks numpy, onnx or onnxruntime"
+elif afford 130; then
+  say "== 11. CPU tables, tandem against ONNX Runtime on $cpu_threads threads (at $(elapsed)s)"
+  if TANDEM_CUDA_DISABLE=1 timeout "$(cap 120)" "$py" bench/run_cpu_bench.py --tandem "$tandem" --quick \
+      --threads "$cpu_threads" --batches 1,8 --out "$outdir/cpu-host.md" >> "$log" 2>&1; then
+    cpu_md="$outdir/cpu-host.md"
+  else
+    mfail="$mfail
+- 11. CPU tables: $(tail -n 1 "$log")"
+  fi
+else
+  skip "11.cpu tables" "needs 130s, $(left)s left"
+fi
+
 # the device profiles the cost model used (key=value files of the cache), for the log
 for f in "$TANDEM_CACHE_DIR"/profiles/*.txt; do
   [ -f "$f" ] && { echo "profile $f:"; sed 's/^/  /' "$f"; } >> "$log"
@@ -785,6 +807,12 @@ done
   printf "%s" "$overlap_rows"
   echo
   [ -n "$mb_md" ] && [ -f "$mb_md" ] && cat "$mb_md" && echo
+  if [ -n "$cpu_md" ] && [ -f "$cpu_md" ]; then
+    echo "## 11. CPU tables on this machine's host ($cpu_threads threads, bench/run_cpu_bench.py --quick)"
+    echo
+    sed 's/^#/##/' "$cpu_md"
+    echo
+  fi
   echo "Skipped: ${skipped:-nothing}"
   echo
   echo "Failed steps: ${failed:-none}"
