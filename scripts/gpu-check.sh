@@ -41,6 +41,9 @@
 #      (MEMBUDGET_SECONDS, default 180 s): it runs when that much is left after step 9, or
 #      alone right after step 1 with GPU_CHECK_ONLY=membudget (then GPU_CHECK_BUDGET is
 #      MEMBUDGET_SECONDS + 20 by default). Dry runs use test:0 and a 0.05 GB model
+#  12. (before 10) tests/tools/serve_instances_check.py: `tandem serve` with a CPU and a GPU
+#      instance of one model under concurrent KServe v2 requests, answers against the CPU's,
+#      both instances busy in /metrics, and a GPU-only model
 #  11. bench/run_cpu_bench.py --quick on the host's cores (tandem against ONNX Runtime, CPU
 #      only: TANDEM_CUDA_DISABLE=1), when 130 s of the budget are left after step 10
 #
@@ -696,6 +699,22 @@ for r in d["devices"] + ([d["all"]] if len(d["devices"]) > 1 else []):
   done < "$work/traces"
 fi
 
+# ---- 12. the server's GPU instances: `tandem serve` with a CPU and a GPU instance of a model
+# (tests/tools/serve_instances_check.py: concurrent KServe v2 requests against the CPU's
+# answers, both instances busy in /metrics, a GPU-only model) ----
+serve_summary="not run"
+if [ "$accel" = cpu ]; then
+  skip "12.serve instances" "no second device in this dry run"
+elif ! "$py" -c "import numpy" 2> /dev/null; then
+  skip "12.serve instances" "$py lacks numpy"
+elif afford 40; then
+  step "12.serve_instances" 30 "$py" tests/tools/serve_instances_check.py --tandem "$tandem" \
+    --backend "${accel%%:*}"
+  serve_summary="$(grep -E '^serve instances \(' "$work/step.out" | head -1) ($(tail -n 1 "$work/step.out"))"
+else
+  skip "12.serve instances" "time budget"
+fi
+
 # ---- 10. (issue 21), when its budget is left ----
 mb_md=""
 if afford $((mb_secs + 10)); then
@@ -741,6 +760,7 @@ done
   echo "- ONNX node tests on cuda:0 (CPU fallback): $conf_summary"
   echo "- model tests on cuda:0: $model_summary"
   echo "- int8 models (tests/models_int8) with cuda:0 first: $int8_summary"
+  echo "- tandem serve, a CPU and a GPU instance (step 12): $serve_summary"
   [ -n "$precision_lines" ] && echo "- accuracy against CPU FP32 (test_cuda):" && echo "$precision_lines" | sed 's/^/  - /'
   echo
   echo "## 5. Against PyTorch"
