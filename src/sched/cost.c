@@ -184,6 +184,10 @@ static const op_cost *find_cost(const tdm_node *n) {
     return &default_cost;
 }
 
+bool tdm_node_reads_shape_only(const tdm_node *n, int k) {
+    return n && k == 0 && find_cost(n)->reads == RD_NONE0;
+}
+
 /* ---- shapes (unknown dims and unknown ranks count as 1) ---- */
 
 static double dim(const tdm_value *v, int i) {

@@ -13,6 +13,9 @@
  * MatMul, Gemm, FusedConv, FusedMatMul, Attention; elements times a small constant for
  * element-wise ops, reductions, normalisations. Unknown dims count as 1. */
 double tdm_node_flops(const tdm_graph *g, const tdm_node *n);
+/* Whether node n reads only the shape of its input `k` (Shape, Size: input 0), so that the
+ * value need not be copied to n's device: the executor passes the tensor where it is. */
+bool tdm_node_reads_shape_only(const tdm_node *n, int k);
 /* Bytes the node reads and writes (inputs + outputs, static shapes). */
 double tdm_node_bytes(const tdm_graph *g, const tdm_node *n);
 /* Predicted milliseconds of node n on a device with profile p. */

@@ -425,7 +425,8 @@ static tdm_status *exec_frame(frame *f) {
             state = f->plan->nodes[i].state;
             bool win = tdm_exec_windowed(f, i), moves = false;
             for (int k2 = 0; (seg_dev || win) && k2 < n->n_inputs && !moves; k2++)
-                moves = n->inputs[k2] >= 0 && tdm_exec_input_moves(f, n->inputs[k2], dev);
+                moves = n->inputs[k2] >= 0 && !tdm_node_reads_shape_only(n, k2) &&
+                        tdm_exec_input_moves(f, n->inputs[k2], dev);
             if (seg_dev && (seg_dev != dev || !win || moves)) {
                 tdm_device *end = seg_dev;
                 seg_dev = NULL;
@@ -448,6 +449,10 @@ static tdm_status *exec_frame(frame *f) {
                 goto done;
             }
             uint64_t flow = 0;
+            if (f->plan && tdm_node_reads_shape_only(n, k2)) { /* the tensor where it is */
+                ins[k2] = f->vals[v];
+                continue;
+            }
             st = tdm_exec_input_for(f, v, dev, &ins[k2], &flow);
             if (flow && n_flows < 4) flows[n_flows++] = flow;
             if (st) {

@@ -5,6 +5,7 @@
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "sched/budget.h"
+#include "sched/cost.h"
 #include "sched/executor_internal.h"
 
 /* ---- several devices at once ------------------------------------------------------
@@ -134,7 +135,7 @@ static void *par_worker_main(void *arg) {
         if (!st) st = tdm_stream_prefetch(f, pick); /* streamed weights (budgets) */
         bool moves = false; /* copies end the open window first (tdm_exec_input_moves) */
         for (int k = 0; seg_dev && !st && k < n->n_inputs && !moves; k++)
-            moves = n->inputs[k] >= 0 && f->vals[n->inputs[k]] &&
+            moves = n->inputs[k] >= 0 && f->vals[n->inputs[k]] && !tdm_node_reads_shape_only(n, k) &&
                     tdm_exec_input_moves(f, n->inputs[k], dev);
         if (moves) {
             tdm_device *end = seg_dev;
@@ -156,6 +157,10 @@ static void *par_worker_main(void *arg) {
                              n->op_type, n->name, g->values[v].name);
             else {
                 uint64_t flow = 0;
+                if (tdm_node_reads_shape_only(n, k)) { /* the tensor where it is (Shape) */
+                    ins[k] = f->vals[v];
+                    continue;
+                }
                 st = tdm_exec_input_for(f, v, dev, &ins[k], &flow);
                 if (flow && n_flows < 4) flows[n_flows++] = flow;
                 if (st) st = tdm_status_wrap(st, "%s node '%s': ", n->op_type, n->name);

@@ -79,7 +79,7 @@ static size_t list_copies(const tdm_plan *p, copy_rec *out, size_t max) {
         int dst = nd->device;
         for (int k = 0; k < nd->n_inputs; k++) {
             int v = nd->inputs[k];
-            if (v < 0) continue;
+            if (v < 0 || tdm_node_reads_shape_only(nd, k)) continue; /* no copy (Shape) */
             const tdm_value *val = &g->values[v];
             int src = val->producer >= 0 ? g->nodes[val->producer].device : -1;
             int ss = src >= 0 ? space(p, src) : -1;

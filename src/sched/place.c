@@ -20,6 +20,7 @@ static const char *const reason_text[] = {
     [TDM_PLACE_SINGLE_DEVICE] = "a split is not predicted 5% faster than one device alone",
     [TDM_PLACE_HOST_SHAPE] = "small shape computation stays on the host",
     [TDM_PLACE_FIRST_CHOICE] = "first device in preference order with a kernel",
+    [TDM_PLACE_FOLLOWS_DATA] = "no arithmetic: stays on the device that holds its data",
 };
 
 const char *tdm_place_reason_text(tdm_place_reason r) {
@@ -161,6 +162,29 @@ static bool shape_like(const heft *h, const tdm_node *n) {
     return like;
 }
 
+/* A node without arithmetic (the cost model's data movement: Reshape, Transpose, Concat,
+ * Slice, Gather...) stays on the device holding its largest input made at run time (graph
+ * inputs: the host), where it can run: moved elsewhere for a launch cost a few microseconds
+ * lower, it costs a copy there and another back to its consumers, which the finish time of
+ * the node alone does not see (BERT on an H200 and the CPU: Reshapes and Transposes of
+ * activations went to the CPU between products on the GPU). -1: no such input. */
+static int follow_data(const heft *h, const tdm_node *n) {
+    const tdm_graph *g = h->in->g;
+    if (tdm_node_flops(g, n) != 0 || !strcmp(n->op_type, "Shape") || !strcmp(n->op_type, "Size"))
+        return -1;
+    int best = -1;
+    for (int j = 0; j < n->n_inputs; j++) {
+        int v = n->inputs[j];
+        if (v < 0 || is_const(&g->values[v])) continue;
+        if (best < 0 || h->value_bytes[v] > h->value_bytes[best]) best = v;
+    }
+    if (best < 0) return -1;
+    if (h->src_dev[best] >= 0) return h->src_dev[best];
+    for (int d = 0; d < h->D; d++)
+        if (h->in->host_memory[d]) return d;
+    return -1;
+}
+
 /* 3a. The device where node `pick` finishes first (inputs' copies included), within the
  * rules: support, no_fallback, affinity, shape work on the host, device memory. */
 static tdm_status *choose_device(heft *h, size_t pick, heft_pick *p) {
@@ -179,6 +203,8 @@ static tdm_status *choose_device(heft *h, size_t pick, heft_pick *p) {
     p->why = n_supported == 1 ? TDM_PLACE_ONLY_SUPPORTED : TDM_PLACE_FASTEST;
     bool memory_excluded = false;
     int forced = in->forced ? in->forced[pick] : -1;
+    int follow = shape || forced >= 0 ? -1 : follow_data(h, n);
+    double follow_eft = INFINITY;
     for (int d = 0; d < D; d++) {
         if (!in->supported[pick * (size_t)D + (size_t)d]) continue;
         if (in->no_fallback && d != 0) continue;
@@ -197,11 +223,12 @@ static tdm_status *choose_device(heft *h, size_t pick, heft_pick *p) {
         }
         double est = h->avail[d], copy;
         for (int j = 0; j < n->n_inputs; j++)
-            if (n->inputs[j] >= 0) {
+            if (n->inputs[j] >= 0 && !tdm_node_reads_shape_only(n, j)) {
                 double t = arrival(h, n->inputs[j], d, &copy);
                 if (t > est) est = t;
             }
         double eft = est + in->node_ms[pick * (size_t)D + (size_t)d];
+        if (d == follow) follow_eft = eft;
         if (eft < p->eft) {
             p->eft = eft;
             p->best = d;
@@ -213,8 +240,14 @@ static tdm_status *choose_device(heft *h, size_t pick, heft_pick *p) {
                        : memory_excluded ? "no device has memory left for its weights"
                        : in->no_fallback ? "the first device has no kernel for it and fallback is off"
                                          : "no device supports it");
+    if (follow >= 0 && follow_eft < INFINITY && follow != p->best) {
+        p->best = follow;
+        p->eft = follow_eft;
+        p->why = TDM_PLACE_FOLLOWS_DATA;
+    }
     if (forced >= 0) p->why = TDM_PLACE_AFFINITY;
-    else if (shape && in->host_memory[p->best] && n_supported > 1) p->why = TDM_PLACE_HOST_SHAPE;
+    else if (p->why == TDM_PLACE_FOLLOWS_DATA) {
+    } else if (shape && in->host_memory[p->best] && n_supported > 1) p->why = TDM_PLACE_HOST_SHAPE;
     else if (memory_excluded) p->why = TDM_PLACE_MEMORY;
     return NULL;
 }
@@ -230,7 +263,7 @@ static void commit_node(heft *h, size_t pick, const heft_pick *p) {
     double copy;
     for (int j = 0; j < n->n_inputs; j++) {
         int v = n->inputs[j];
-        if (v < 0) continue;
+        if (v < 0 || tdm_node_reads_shape_only(n, j)) continue;
         double t = arrival(h, v, best, &copy);
         if (copy > 0) {
             r->copy_ms += copy;
@@ -357,7 +390,8 @@ static void single_device_times(heft *h) {
             /* the node's inputs to e and its outputs back, at most (some stay on e) */
             const tdm_node *n = &g->nodes[i];
             for (int k = 0; k < n->n_inputs; k++)
-                if (n->inputs[k] >= 0 && !is_const(&g->values[n->inputs[k]]))
+                if (n->inputs[k] >= 0 && !is_const(&g->values[n->inputs[k]]) &&
+                    !tdm_node_reads_shape_only(n, k))
                     sum += tdm_cost_copy_ms(h->value_bytes[n->inputs[k]], &in->profiles[d], &in->profiles[e]);
             for (int k = 0; k < n->n_outputs; k++)
                 if (n->outputs[k] >= 0)
@@ -400,7 +434,8 @@ static void recount_copies(heft *h) {
         bool to[TDM_MAX_DEVICES] = {false};
         for (size_t i = 0; i < g->n_nodes; i++)
             for (int k = 0; k < g->nodes[i].n_inputs; k++)
-                if (g->nodes[i].inputs[k] == (int)v) to[r->device[i]] = true;
+                if (g->nodes[i].inputs[k] == (int)v && !tdm_node_reads_shape_only(&g->nodes[i], k))
+                    to[r->device[i]] = true;
         for (size_t o = 0; o < g->n_outputs; o++)
             if (g->outputs[o] == (int)v) to[host] = true;
         for (int d = 0; d < D; d++) {

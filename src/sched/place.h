@@ -23,6 +23,7 @@ typedef enum tdm_place_reason {
     TDM_PLACE_SINGLE_DEVICE,   /* a split is not predicted 5% faster than one device alone */
     TDM_PLACE_HOST_SHAPE,      /* a small shape computation stays on the host */
     TDM_PLACE_FIRST_CHOICE,    /* no profiles: the first device in preference order */
+    TDM_PLACE_FOLLOWS_DATA,    /* no arithmetic (Reshape, Transpose...): stays with its data */
 } tdm_place_reason;
 
 const char *tdm_place_reason_text(tdm_place_reason r);
