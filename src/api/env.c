@@ -52,11 +52,13 @@ static void discover_all(const tdm_env *env) {
     tdm_status_free(tdm_env_discover((tdm_env *)env, NULL));
 }
 
-/* The TANDEM_LOG logger: one line a message on stderr. */
+/* The TANDEM_LOG logger: one line a message on stderr. level_names[l] names tdm_log_level l,
+ * as the setting spells it. */
+static const char *const level_names[] = {"error", "warn", "info", "debug"};
+
 static void log_to_stderr(void *user, tdm_log_level level, const char *message) {
     (void)user;
-    static const char *const names[] = {"error", "warn", "info", "debug"};
-    fprintf(stderr, "tandem: %s: %s\n", names[level >= 0 && level <= 3 ? level : 3], message);
+    fprintf(stderr, "tandem: %s: %s\n", level_names[level >= 0 && level <= 3 ? level : 3], message);
 }
 
 tdm_status *tdm_env_create(const tdm_env_options *o, tdm_env **out) {
@@ -86,9 +88,8 @@ tdm_status *tdm_env_create(const tdm_env_options *o, tdm_env **out) {
     pthread_mutex_init(&env->discover_mu, NULL);
     tdm_status *st = tdm_settings_read(o, &env->settings); /* the process environment, once */
     if (!st && !env->log.fn && env->settings.log_stderr[0]) {
-        static const char *const levels[] = {"error", "warn", "info", "debug"};
         for (int i = 0; i < 4; i++)
-            if (!strcmp(env->settings.log_stderr, levels[i])) env->log.level = (tdm_log_level)i;
+            if (!strcmp(env->settings.log_stderr, level_names[i])) env->log.level = (tdm_log_level)i;
         env->log.fn = log_to_stderr;
     }
     if (!st) st = discover_backends(env, NULL, false);

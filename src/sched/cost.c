@@ -184,8 +184,11 @@ static const op_cost *find_cost(const tdm_node *n) {
     return &default_cost;
 }
 
+/* (the table's RD_NONE0 ops; a name test, not the table search: executors ask for every
+ * input of every node of a run) */
 bool tdm_node_reads_shape_only(const tdm_node *n, int k) {
-    return n && k == 0 && find_cost(n)->reads == RD_NONE0;
+    return n && k == 0 && n->op_type[0] == 'S' && !n->domain[0] &&
+           (!strcmp(n->op_type, "Shape") || !strcmp(n->op_type, "Size"));
 }
 
 /* ---- shapes (unknown dims and unknown ranks count as 1) ---- */

@@ -423,10 +423,8 @@ static tdm_status *exec_frame(frame *f) {
             dev = f->plan->devices[n->device >= 0 ? n->device : 0];
             k = f->plan->nodes[i].kernel;
             state = f->plan->nodes[i].state;
-            bool win = tdm_exec_windowed(f, i), moves = false;
-            for (int k2 = 0; (seg_dev || win) && k2 < n->n_inputs && !moves; k2++)
-                moves = n->inputs[k2] >= 0 && !tdm_node_reads_shape_only(n, k2) &&
-                        tdm_exec_input_moves(f, n->inputs[k2], dev);
+            bool win = tdm_exec_windowed(f, i);
+            bool moves = (seg_dev || win) && tdm_exec_node_moves(f, n, dev);
             if (seg_dev && (seg_dev != dev || !win || moves)) {
                 tdm_device *end = seg_dev;
                 seg_dev = NULL;

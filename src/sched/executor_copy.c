@@ -6,6 +6,7 @@
 
 #include "core/alloc.h"
 #include "core/clock.h"
+#include "sched/cost.h"
 #include "sched/executor_internal.h"
 
 int tdm_exec_device_index(const frame *f, const tdm_device *dev) {
@@ -202,9 +203,6 @@ tdm_status *tdm_exec_finish(frame *f, tdm_status *st, tdm_tensor **outputs, size
     return xst;
 }
 
-/* The tensor of value v in the memory `dev` works on (host for host-memory devices):
- * the value itself when it is already there, else a copy made once per run (constants: once
- * per plan) and reused by every later consumer on that device. */
 bool tdm_exec_input_moves(const frame *f, int v, const tdm_device *dev) {
     const tdm_tensor *t = f->vals[v];
     if (!t) return false;
@@ -224,6 +222,17 @@ bool tdm_exec_input_moves(const frame *f, int v, const tdm_device *dev) {
     return !(f->replicas && f->replicas[(size_t)v * (1 + TDM_MAX_DEVICES) + 1 + (size_t)di]);
 }
 
+bool tdm_exec_node_moves(const frame *f, const tdm_node *n, const tdm_device *dev) {
+    for (int k = 0; k < n->n_inputs; k++)
+        if (n->inputs[k] >= 0 && !tdm_node_reads_shape_only(n, k) &&
+            tdm_exec_input_moves(f, n->inputs[k], dev))
+            return true;
+    return false;
+}
+
+/* The tensor of value v in the memory `dev` works on (host for host-memory devices):
+ * the value itself when it is already there, else a copy made once per run (constants: once
+ * per plan) and reused by every later consumer on that device. */
 tdm_status *tdm_exec_input_for(frame *f, int v, tdm_device *dev, const tdm_tensor **out,
                                    uint64_t *flow) {
     const tdm_tensor *t = f->vals[v];

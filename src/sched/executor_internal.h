@@ -84,6 +84,9 @@ bool tdm_exec_windowed(const frame *f, size_t i);
  * segment", seen on every segment of an H200 run before this). Conservative: true unless
  * the value is in dev's memory, in host memory for a host device, or already copied. */
 bool tdm_exec_input_moves(const frame *f, int v, const tdm_device *dev);
+/* Whether running node n on dev copies any of its inputs (tdm_exec_input_moves; the inputs
+ * it reads only the shape of do not count). */
+bool tdm_exec_node_moves(const frame *f, const tdm_node *n, const tdm_device *dev);
 /* Checked between two nodes of a run (before node `next` starts): NULL to go on, else the
  * status the run ends with. Hook for stopping a run early (cancellation). */
 tdm_status *tdm_exec_between_nodes(const frame *f, size_t next);

@@ -133,11 +133,8 @@ static void *par_worker_main(void *arg) {
         tdm_status *st = tdm_exec_between_nodes(f, pick);
         if (!st) st = xfer_prewait(ps, n, dev);
         if (!st) st = tdm_stream_prefetch(f, pick); /* streamed weights (budgets) */
-        bool moves = false; /* copies end the open window first (tdm_exec_input_moves) */
-        for (int k = 0; seg_dev && !st && k < n->n_inputs && !moves; k++)
-            moves = n->inputs[k] >= 0 && f->vals[n->inputs[k]] && !tdm_node_reads_shape_only(n, k) &&
-                    tdm_exec_input_moves(f, n->inputs[k], dev);
-        if (moves) {
+        /* copies end the open window first */
+        if (seg_dev && !st && tdm_exec_node_moves(f, n, dev)) {
             tdm_device *end = seg_dev;
             seg_dev = NULL;
             pthread_mutex_unlock(&ps->mu);

@@ -50,6 +50,8 @@ typedef struct heft {
     double *avail;      /* per device: when its queue is free */
     double *weights_on; /* per device: bytes of weights placed on it */
     bool pure[TDM_MAX_DEVICES]; /* single_ms[d] has every node on d (no fallback, no rule) */
+    int host;           /* the first device that works on host memory, -1 if none */
+    uint32_t *readers;  /* per value: bit d when a node on device d reads it (recount_copies) */
     tdm_place_result *r;
 } heft;
 
@@ -76,14 +78,8 @@ static double arrival(heft *h, int v, int d, double *copy) {
     const tdm_device_profile *from;
     if (s < 0) { /* graph input in host memory: from the first host device's point of view */
         t0 = 0;
-        int host = 0;
-        for (int k = 0; k < h->D; k++)
-            if (in->host_memory[k]) {
-                host = k;
-                break;
-            }
         if (in->host_memory[d]) return 0;
-        from = &in->profiles[host];
+        from = &in->profiles[h->host >= 0 ? h->host : 0];
     } else {
         t0 = h->ready[(size_t)v * (size_t)h->D + (size_t)s];
         from = &in->profiles[s];
@@ -170,8 +166,7 @@ static bool shape_like(const heft *h, const tdm_node *n) {
  * activations went to the CPU between products on the GPU). -1: no such input. */
 static int follow_data(const heft *h, const tdm_node *n) {
     const tdm_graph *g = h->in->g;
-    if (tdm_node_flops(g, n) != 0 || !strcmp(n->op_type, "Shape") || !strcmp(n->op_type, "Size"))
-        return -1;
+    if (tdm_node_flops(g, n) != 0 || tdm_node_reads_shape_only(n, 0)) return -1;
     int best = -1;
     for (int j = 0; j < n->n_inputs; j++) {
         int v = n->inputs[j];
@@ -179,10 +174,7 @@ static int follow_data(const heft *h, const tdm_node *n) {
         if (best < 0 || h->value_bytes[v] > h->value_bytes[best]) best = v;
     }
     if (best < 0) return -1;
-    if (h->src_dev[best] >= 0) return h->src_dev[best];
-    for (int d = 0; d < h->D; d++)
-        if (h->in->host_memory[d]) return d;
-    return -1;
+    return h->src_dev[best] >= 0 ? h->src_dev[best] : h->host;
 }
 
 /* 3a. The device where node `pick` finishes first (inputs' copies included), within the
@@ -243,12 +235,14 @@ static tdm_status *choose_device(heft *h, size_t pick, heft_pick *p) {
     if (follow >= 0 && follow_eft < INFINITY && follow != p->best) {
         p->best = follow;
         p->eft = follow_eft;
-        p->why = TDM_PLACE_FOLLOWS_DATA;
+        p->why = TDM_PLACE_FOLLOWS_DATA; /* (follow is -1 when forced or shape) */
+    } else if (forced >= 0) {
+        p->why = TDM_PLACE_AFFINITY;
+    } else if (shape && in->host_memory[p->best] && n_supported > 1) {
+        p->why = TDM_PLACE_HOST_SHAPE;
+    } else if (memory_excluded) {
+        p->why = TDM_PLACE_MEMORY;
     }
-    if (forced >= 0) p->why = TDM_PLACE_AFFINITY;
-    else if (p->why == TDM_PLACE_FOLLOWS_DATA) {
-    } else if (shape && in->host_memory[p->best] && n_supported > 1) p->why = TDM_PLACE_HOST_SHAPE;
-    else if (memory_excluded) p->why = TDM_PLACE_MEMORY;
     return NULL;
 }
 
@@ -333,12 +327,7 @@ static void outputs_to_host(heft *h) {
         int v = g->outputs[o];
         int s = h->src_dev[v];
         if (s >= 0 && !in->host_memory[s]) {
-            int host = 0;
-            for (int k = 0; k < D; k++)
-                if (in->host_memory[k]) {
-                    host = k;
-                    break;
-                }
+            int host = h->host >= 0 ? h->host : 0;
             double c = tdm_cost_copy_ms(h->value_bytes[v], &in->profiles[s], &in->profiles[host]);
             r->copy_ms += c;
             r->copy_bytes += h->value_bytes[v];
@@ -370,9 +359,7 @@ static void single_device_times(heft *h) {
     tdm_place_result *r = h->r;
     int D = h->D;
     for (int d = 0; d < TDM_MAX_DEVICES; d++) r->single_ms[d] = INFINITY;
-    int host = -1;
-    for (int k = 0; k < D && host < 0; k++)
-        if (in->host_memory[k]) host = k;
+    int host = h->host;
     double all_weights = 0;
     for (size_t v = 0; v < g->n_values; v++)
         if (is_const(&g->values[v])) all_weights += h->value_bytes[v];
@@ -419,27 +406,23 @@ static void recount_copies(heft *h) {
     const tdm_place_input *in = h->in;
     const tdm_graph *g = in->g;
     tdm_place_result *r = h->r;
-    int D = h->D, host = 0;
-    for (int k = 0; k < D; k++)
-        if (in->host_memory[k]) {
-            host = k;
-            break;
+    int host = h->host >= 0 ? h->host : 0;
+    memset(h->readers, 0, (g->n_values + 1) * sizeof *h->readers);
+    for (size_t i = 0; i < g->n_nodes; i++)
+        for (int k = 0; k < g->nodes[i].n_inputs; k++) {
+            int v = g->nodes[i].inputs[k];
+            if (v >= 0 && !tdm_node_reads_shape_only(&g->nodes[i], k))
+                h->readers[v] |= 1u << r->device[i];
         }
+    for (size_t o = 0; o < g->n_outputs; o++) h->readers[g->outputs[o]] |= 1u << host;
     r->copy_ms = 0;
     r->copy_bytes = 0;
     for (size_t v = 0; v < g->n_values; v++) {
         const tdm_value *val = &g->values[v];
         if (is_const(val)) continue;
         int src = val->producer >= 0 ? r->device[val->producer] : host;
-        bool to[TDM_MAX_DEVICES] = {false};
-        for (size_t i = 0; i < g->n_nodes; i++)
-            for (int k = 0; k < g->nodes[i].n_inputs; k++)
-                if (g->nodes[i].inputs[k] == (int)v && !tdm_node_reads_shape_only(&g->nodes[i], k))
-                    to[r->device[i]] = true;
-        for (size_t o = 0; o < g->n_outputs; o++)
-            if (g->outputs[o] == (int)v) to[host] = true;
-        for (int d = 0; d < D; d++) {
-            if (!to[d] || d == src) continue;
+        for (int d = 0; d < h->D; d++) {
+            if (!(h->readers[v] >> d & 1) || d == src) continue;
             if (in->host_memory[d] && in->host_memory[src]) continue; /* both on host memory */
             double c = tdm_cost_copy_ms(h->value_bytes[v], &in->profiles[src], &in->profiles[d]);
             if (c > 0) {
@@ -489,11 +472,8 @@ static void split_or_single(heft *h) {
     }
     if (best_single >= 0 && split &&
         (shared || r->single_ms[best_single] * (1 - PLACE_SPLIT_MARGIN) <= r->makespan_ms)) {
-        int host = -1;
-        for (int k = 0; k < D && host < 0; k++)
-            if (in->host_memory[k]) host = k;
         for (size_t i = 0; i < N; i++) {
-            int e = alone_device(in, i, best_single, host);
+            int e = alone_device(in, i, best_single, h->host);
             r->device[i] = e;
             r->reason[i] = e == best_single ? TDM_PLACE_SINGLE_DEVICE
                            : in->forced && in->forced[i] >= 0 ? TDM_PLACE_AFFINITY
@@ -523,12 +503,16 @@ tdm_status *tdm_place_heft(const tdm_place_input *in, const tdm_allocator *a,
     h.ready = tdm_alloc(a, (V + 1) * (size_t)D * sizeof *h.ready);
     h.src_dev = tdm_alloc(a, (V + 1) * sizeof *h.src_dev);
     h.value_bytes = tdm_calloc(a, V + 1, sizeof *h.value_bytes);
+    h.readers = tdm_calloc(a, V + 1, sizeof *h.readers);
+    h.host = -1;
+    for (int d = 0; d < D && h.host < 0; d++)
+        if (in->host_memory[d]) h.host = d;
     r.device = tdm_calloc(a, N + 1, sizeof *r.device);
     r.reason = tdm_calloc(a, N + 1, sizeof *r.reason);
     r.finish_ms = tdm_calloc(a, N + 1, sizeof *r.finish_ms);
     tdm_status *st = NULL;
     if (!h.rank || !h.avg || !h.done || !h.pending || !h.avail || !h.weights_on || !h.ready || !h.src_dev ||
-        !h.value_bytes || !r.device || !r.reason || !r.finish_ms)
+        !h.value_bytes || !h.readers || !r.device || !r.reason || !r.finish_ms)
         st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory placing nodes");
     for (size_t v = 0; v < V && !st; v++) {
         h.value_bytes[v] = in->value_bytes ? in->value_bytes[v] : tdm_value_bytes(&g->values[v]);
@@ -554,6 +538,7 @@ tdm_status *tdm_place_heft(const tdm_place_input *in, const tdm_allocator *a,
     tdm_free(a, h.ready);
     tdm_free(a, h.src_dev);
     tdm_free(a, h.value_bytes);
+    tdm_free(a, h.readers);
     if (st) {
         tdm_place_result_free(a, &r);
         return st;

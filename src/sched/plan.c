@@ -36,6 +36,20 @@ static tdm_device *find_cpu(tdm_device **devs, int n) {
     return NULL;
 }
 
+/* Constant folding to a fixed point (folding a Shape makes its consumers constant), shapes
+ * inferred again after each round; unread nodes removed too when `dead`. */
+static tdm_status *fold_rounds(tdm_graph *g, fold_ctx *fc, bool dead) {
+    for (int round = 0; round < 8; round++) {
+        int folded = 0, removed = 0;
+        TDM_TRY(tdm_graph_fold_constants(g, fold_eval, fc, &folded));
+        if (dead) TDM_TRY(tdm_graph_remove_dead(g, &removed));
+        if (folded == 0 && removed == 0) break;
+        TDM_TRY(tdm_graph_compact(g));
+        TDM_TRY(tdm_graph_infer_shapes(g));
+    }
+    return NULL;
+}
+
 /* The shapes the cost model reads for placement. A graph whose inputs have symbolic dims (a
  * dynamic batch) has those at 1 in the cost model and no shapes at all past a Reshape whose
  * target comes from Shape -> Gather -> Concat: BERT-base exported with a dynamic batch had
@@ -61,12 +75,7 @@ static void cost_shapes(tdm_graph *g, tdm_device *cpu, const tdm_allocator *a, t
     }
     fold_ctx fc = {cpu, a};
     if (!st) st = tdm_graph_infer_shapes(c);
-    for (int round = 0; round < 8 && !st; round++) {
-        int folded = 0;
-        st = tdm_graph_fold_constants(c, fold_eval, &fc, &folded);
-        if (st || folded == 0) break;
-        if (!(st = tdm_graph_compact(c))) st = tdm_graph_infer_shapes(c);
-    }
+    if (!st) st = fold_rounds(c, &fc, false); /* (dead nodes kept: g's names find their twins) */
     if (st) {
         tdm_status_free(st);
         tdm_graph_free(c);
@@ -99,14 +108,7 @@ static tdm_status *optimise(tdm_graph *g, tdm_device *cpu, bool blocked, int thr
         TDM_TRY(tdm_graph_compact(g));
         TDM_TRY(tdm_graph_infer_shapes(g));
     }
-    for (int round = 0; round < 8; round++) {
-        int folded = 0, removed = 0;
-        TDM_TRY(tdm_graph_fold_constants(g, fold_eval, &fc, &folded));
-        TDM_TRY(tdm_graph_remove_dead(g, &removed));
-        if (folded == 0 && removed == 0) break;
-        TDM_TRY(tdm_graph_compact(g));
-        TDM_TRY(tdm_graph_infer_shapes(g));
-    }
+    TDM_TRY(fold_rounds(g, &fc, true));
     int fused = 0;
     TDM_TRY(tdm_graph_fuse(g, &fused));
     if (fused) {

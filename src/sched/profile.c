@@ -429,6 +429,11 @@ static tdm_status *bench_gemm(const bench *b, double *gflops) {
     return NULL;
 }
 
+/* FLOPs of bench_conv_batch's Conv at batch n */
+static double conv_work(int64_t n, int64_t c, int64_t hw, int64_t m, int64_t k, int64_t group) {
+    return 2.0 * (double)n * (double)m * (double)hw * (double)hw * (double)(c / group) * (double)(k * k);
+}
+
 /* Conv of x [n, c, hw, hw] with m filters of k x k, pads k/2, `group` groups. */
 static tdm_status *bench_conv_batch(const bench *b, int64_t n, int64_t c, int64_t hw, int64_t m,
                                     int64_t k, int64_t group, double *gflops) {
@@ -450,9 +455,7 @@ static tdm_status *bench_conv_batch(const bench *b, int64_t n, int64_t c, int64_
     tdm_tensor *x[2] = {NULL, NULL};
     tdm_status *st = host_tensor(b, 4, xd, 3, &x[0]);
     if (!st) st = host_tensor(b, 4, wd, 4, &x[1]);
-    double work = 2.0 * (double)n * (double)m * (double)hw * (double)hw * (double)(c / group) *
-                  (double)(k * k);
-    if (!st) st = bench_op(b, "Conv", x, 2, attrs, 3, work, 30, 0.12, gflops);
+    if (!st) st = bench_op(b, "Conv", x, 2, attrs, 3, conv_work(n, c, hw, m, k, group), 30, 0.12, gflops);
     tdm_tensor_destroy(x[0]);
     tdm_tensor_destroy(x[1]);
     return st;
@@ -462,9 +465,8 @@ static tdm_status *bench_conv_batch(const bench *b, int64_t n, int64_t c, int64_
 static tdm_status *bench_conv_shape(const bench *b, int64_t c, int64_t hw, int64_t m, int64_t k,
                                     int64_t group, double *gflops) {
     TDM_TRY(bench_conv_batch(b, 1, c, hw, m, k, group, gflops));
-    double work = 2.0 * (double)m * (double)hw * (double)hw * (double)(c / group) * (double)(k * k);
     double big = 0;
-    if (scale_up(b, work, *gflops)) TDM_TRY(bench_conv_batch(b, 16, c, hw, m, k, group, &big));
+    if (scale_up(b, conv_work(1, c, hw, m, k, group), *gflops)) TDM_TRY(bench_conv_batch(b, 16, c, hw, m, k, group, &big));
     if (big > *gflops) *gflops = big;
     return NULL;
 }

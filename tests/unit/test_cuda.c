@@ -287,6 +287,18 @@ static void test_precision(void **state) {
 
 /* A memory limit makes a run fail with TDM_ERR_OUT_OF_MEMORY; without it the next run of
  * the same session works. */
+/* A session of model m on cuda:0 alone (no fallback), opt level 0. */
+static tdm_session *cuda_session(mb_model *m) {
+    size_t size;
+    void *buf = dh_pack(m, &size);
+    tdm_session_options so = {.api_version = TDM_API_VERSION, .devices = "cuda:0",
+                              .no_fallback = true, .opt_level = 0};
+    tdm_session *s = NULL;
+    OK(tdm_session_create_from_buffer(g_env, buf, size, NULL, &so, &s));
+    free(buf);
+    return s;
+}
+
 static void test_memory_limit(void **state) {
     (void)state;
     NEED_DEVICE();
@@ -298,13 +310,7 @@ static void test_memory_limit(void **state) {
     IN(&m, "b", 1024, 1024);
     mb_node(&m, "MatMul:a,b->y");
     mb_output(&m, "y");
-    size_t size;
-    void *buf = dh_pack(&m, &size);
-    tdm_session_options so = {.api_version = TDM_API_VERSION, .devices = "cuda:0",
-                              .no_fallback = true, .opt_level = 0};
-    tdm_session *s = NULL;
-    OK(tdm_session_create_from_buffer(g_env, buf, size, NULL, &so, &s));
-    free(buf);
+    tdm_session *s = cuda_session(&m);
     tdm_tensor *ins[2] = {0}, *out[1] = {0};
     const char *names[2];
     dh_inputs(&m, ins, names);
@@ -337,13 +343,7 @@ static void test_gather_index(void **state) {
     mb_input_as(&m, "i", MB_I64, 1, id, NULL);
     mb_node(&m, "Gather:x,i->y");
     mb_output(&m, "y");
-    size_t size;
-    void *buf = dh_pack(&m, &size);
-    tdm_session_options so = {.api_version = TDM_API_VERSION, .devices = "cuda:0",
-                              .no_fallback = true, .opt_level = 0};
-    tdm_session *s = NULL;
-    OK(tdm_session_create_from_buffer(g_env, buf, size, NULL, &so, &s));
-    free(buf);
+    tdm_session *s = cuda_session(&m);
     float xv[12];
     for (int k = 0; k < 12; k++) xv[k] = (float)k + 0.5f;
     const int64_t runs[3][2] = {{1, 3}, {1, 9}, {3, 0}};

@@ -288,6 +288,16 @@ static tdm_status *run_qmatmul(tdm_kernel_ctx *ctx) {
         a = ash;
     }
     int32_t *asum = sums, *wsum = (int32_t *)sums + rb;
+    r.G = g; /* the same scratch and sizes for every slice */
+    r.wsum = wsum;
+    r.asum = asum;
+    r.m = N;
+    r.n = rb;
+    r.k = K;
+    r.chan_is_b = 0;
+    r.chan_per_group = N;
+    r.asum_group_stride = 0;
+    r.row_mod = (r.xs_count != 1 || r.ys_count != 1) ? M : 0;
     for (int64_t s = 0; s < batch && !st; s++) {
         const char *as = (const char *)a + (size_t)(s * rb * K);
         const char *bsl = (const char *)b + (size_t)(s * K * N) * bs;
@@ -297,19 +307,7 @@ static tdm_status *run_qmatmul(tdm_kernel_ctx *ctx) {
         if (!st) st = kops_status(ctx, tcu_q8_rowsum(as, rb, K, K, asum, kops_stream(ctx)), "row sums");
         if (!st) st = kops_status(ctx, tcu_q8_rowsum(wt, N, K, K, wsum, kops_stream(ctx)), "row sums");
         if (!st) st = q8_gemm(ctx, N, rb, K, wt, K, as, K, g, N);
-        if (!st) {
-            r.G = g;
-            r.wsum = wsum;
-            r.asum = asum;
-            r.m = N;
-            r.n = rb;
-            r.k = K;
-            r.chan_is_b = 0;
-            r.chan_per_group = N;
-            r.asum_group_stride = 0;
-            r.row_mod = (r.xs_count != 1 || r.ys_count != 1) ? M : 0;
-            st = q8_launch_requant(ctx, &r, yslice);
-        }
+        if (!st) st = q8_launch_requant(ctx, &r, yslice);
     }
     q8_free(d, &sc);
     return st;
