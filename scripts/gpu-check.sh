@@ -46,6 +46,9 @@
 #      both instances busy in /metrics, and a GPU-only model
 #  11. bench/run_cpu_bench.py --quick on the host's cores (tandem against ONNX Runtime, CPU
 #      only: TANDEM_CUDA_DISABLE=1), when 130 s of the budget are left after step 10
+#  13. diagnostics, when 60 s are left: `tandem bench` of one model in configurations that
+#      isolate one cause each (DLRM with and without cuda:0 in the list, BERT with CUDA graphs
+#      on and off, BERT batch 32 auto against cuda:0 alone)
 #
 # Without the bench models (python3 lacking onnx or numpy) step 5 is skipped and steps 6-8
 # use the small models of tests/models instead (mobilenet_block, bert_layer, dlrm_like); the
@@ -745,6 +748,37 @@ else
   skip "11.cpu tables" "needs 130s, $(left)s left"
 fi
 
+# ---- 13. diagnostics: the same model in configurations that isolate one cause each (mean ms
+# of `tandem bench`), when 60 s are left ----
+diag_rows=""
+if [ "$dry" = 1 ] || [ ! -f "$models/bert.onnx" ]; then
+  skip "13.diagnostics" "a dry run or no bench models"
+elif afford 60; then
+  say "== 13. diagnostics (at $(elapsed)s)"
+  diag() { # label, env assignments ("-" for none), bench args...
+    dl="$1"; de="$2"; shift 2
+    if afford 20; then
+      if [ "$de" = "-" ]; then tbench "$work/diag.json" "$(cap 25)" "13 $dl" "$@"
+      else env $de timeout "$(cap 25)" "$tandem" bench "$@" --json > "$work/diag.json" 2>> "$log"; fi
+      dm="$(jv "$work/diag.json" 'd["latency_ms"]["mean"]')"
+      dp="$(jv "$work/diag.json" 'd["latency_ms"]["p50"]')"
+      say "diag $dl: mean $dm ms, p50 $dp ms"
+      diag_rows="$diag_rows| $dl | $dm | $dp |
+"
+    fi
+  }
+  diag "dlrm b1, --devices cpu" - "$models/dlrm.onnx" --devices cpu --duration 1
+  diag "dlrm b1, --devices cuda:0,cpu --placement cpu" - "$models/dlrm.onnx" --devices cuda:0,cpu --placement cpu --duration 1
+  diag "dlrm b1, --devices cuda:0,cpu (auto)" - "$models/dlrm.onnx" --devices cuda:0,cpu --duration 1
+  diag "bert b1, cuda:0, CUDA graphs off" "TANDEM_CUDA_GRAPHS=0" "$models/bert.onnx" --devices cuda:0,cpu --placement cuda:0 --warmup 5 --iterations 30
+  diag "bert b1, cuda:0, CUDA graphs on" "TANDEM_CUDA_GRAPHS=1" "$models/bert.onnx" --devices cuda:0,cpu --placement cuda:0 --warmup 5 --iterations 30
+  diag "bert b32, cuda:0,cpu (auto)" - "$models/bert.onnx" --devices cuda:0,cpu --batch 32 --warmup 3 --iterations 10
+  diag "bert b32, cuda:0 (placement)" - "$models/bert.onnx" --devices cuda:0,cpu --placement cuda:0 --batch 32 --warmup 3 --iterations 10
+  diag "resnet50 b32, cuda:0 (placement)" - "$models/resnet50.onnx" --devices cuda:0,cpu --placement cuda:0 --batch 32 --warmup 3 --iterations 10
+else
+  skip "13.diagnostics" "needs 60s, $(left)s left"
+fi
+
 # the device profiles the cost model used (key=value files of the cache), for the log
 for f in "$TANDEM_CACHE_DIR"/profiles/*.txt; do
   [ -f "$f" ] && { echo "profile $f:"; sed 's/^/  /' "$f"; } >> "$log"
@@ -831,6 +865,16 @@ done
     echo "## 11. CPU tables on this machine's host ($cpu_threads threads, bench/run_cpu_bench.py --quick)"
     echo
     sed 's/^#/##/' "$cpu_md"
+    echo
+  fi
+  if [ -n "$diag_rows" ]; then
+    echo "## 13. Diagnostics"
+    echo
+    echo "\`tandem bench\` in configurations that isolate one cause each (ms)."
+    echo
+    echo "| configuration | mean ms | p50 ms |"
+    echo "|---|---:|---:|"
+    printf "%s" "$diag_rows"
     echo
   fi
   echo "Skipped: ${skipped:-nothing}"

@@ -23,7 +23,8 @@ static void plan_usage(FILE *f) {
             "                    placing it on the CPU\n"
             "  --json            print the plan as one JSON object\n"
             "  --segments        one line per segment (neighbouring nodes on one device)\n"
-            "  --shape NAME:DIMS shape of input NAME (dynamic dims are 1 otherwise; repeatable)\n"
+            "  --shape NAME:DIMS shape of input NAME, planned for (dynamic dims are 1 otherwise;\n"
+            "                    repeatable; named dynamic dims are fixed for the session)\n"
             "  --threads N       intra-op threads (default: all cores)\n"
             "  --affinity RULES  \"Conv=opencl:0;/decoder.*/=cpu;#10-20=cpu\" (op type, /regex/ on\n"
             "                    node names, or node positions)\n"
@@ -40,6 +41,58 @@ static void plan_usage(FILE *f) {
             "A model folder (tandem generate's) is planned as the generator runs it; the plan then\n"
             "says where each layer's KV cache lives (on the device, in host memory, or with its\n"
             "attention on the CPU) and the cache's bytes copied per token (\"kv_cache\" in --json).\n");
+}
+
+/* --shape NAME:DIMS as the session's free_dims: each symbolic dim of a named input that
+ * --shape sizes, so that the plan is placed for those shapes (they are fixed for the session;
+ * --measure runs with them). 0, or the exit status after a message. */
+static int shapes_as_free_dims(tdm_env *env, const char *path, int n, const char *const *names,
+                               const char *const *dims_text, char *out, size_t size) {
+    tdm_model *m = NULL;
+    tdm_status *st = tdm_model_load(env, path, &m);
+    if (st) return cli_fail(st, NULL);
+    size_t len = 0;
+    int rc = 0;
+    for (int k = 0; k < n && rc == 0; k++) {
+        bool found = false;
+        for (size_t i = 0; i < tdm_model_input_count(m) && rc == 0; i++) {
+            tdm_value_desc d;
+            tdm_model_input(m, i, &d);
+            if (strcmp(d.name, names[k])) continue;
+            found = true;
+            int64_t dims[TDM_MAX_RANK];
+            int rank = cli_parse_dims(dims_text[k], dims, TDM_MAX_RANK);
+            if (rank != d.rank) {
+                fprintf(stderr, "tandem plan: --shape %s has %d dims, the input has %d\n", names[k],
+                        rank, d.rank);
+                rc = 2;
+                break;
+            }
+            for (int j = 0; j < rank; j++) {
+                if (d.dims[j] >= 0 && d.dims[j] != dims[j]) {
+                    fprintf(stderr, "tandem plan: --shape %s: dim %d is %lld in the model\n",
+                            names[k], j, (long long)d.dims[j]);
+                    rc = 2;
+                    break;
+                }
+                if (d.dims[j] >= 0 || !d.dim_params[j]) continue; /* (unnamed: 1 in the plan) */
+                int w = snprintf(out + len, size - len, "%s%s=%lld", len ? "," : "",
+                                 d.dim_params[j], (long long)dims[j]);
+                if (w < 0 || (size_t)w >= size - len) {
+                    fprintf(stderr, "tandem plan: too many --shape dims\n");
+                    rc = 2;
+                    break;
+                }
+                len += (size_t)w;
+            }
+        }
+        if (!found && rc == 0) {
+            fprintf(stderr, "tandem plan: --shape: the model has no input '%s'\n", names[k]);
+            rc = 2;
+        }
+    }
+    tdm_model_free(m);
+    return rc;
 }
 
 int cmd_plan(int argc, char **argv) {
@@ -128,6 +181,11 @@ int cmd_plan(int argc, char **argv) {
         rc = 2;
         goto done;
     }
+    char free_dims[1024] = "";
+    if (n_shapes > 0 && (rc = shapes_as_free_dims(env, model, n_shapes, shape_names, shape_dims,
+                                                  free_dims, sizeof free_dims)))
+        goto done;
+    if (free_dims[0]) so.free_dims = free_dims;
     if ((st = tdm_session_create(env, model, &so, &s))) {
         rc = cli_fail(st, NULL);
         goto done;

@@ -144,10 +144,10 @@ static tdm_status *xfer_input_for(frame *f, int v, tdm_device *dev, tdm_tensor *
     if (di < 0 || di >= TDM_MAX_DEVICES) return TDM_ERR(TDM_ERR_INTERNAL, "unknown device %s", dev->name);
     const tdm_value *val = &f->g->values[v];
     bool constant = val->data && t == val->data;
-    tdm_plan *p = (tdm_plan *)f->plan;
-    tdm_tensor **slot = constant ? &p->const_on_device[(size_t)v * (size_t)p->n_devices + (size_t)di]
+    pthread_mutex_t *mu = NULL;
+    tdm_tensor **slot = constant ? tdm_plan_const_slot((tdm_plan *)f->plan, v, di, &mu)
                                  : &f->replicas[(size_t)v * (1 + TDM_MAX_DEVICES) + 1 + (size_t)di];
-    if (constant) pthread_mutex_lock(&p->mem_mu);
+    if (mu) pthread_mutex_lock(mu);
     tdm_status *st = NULL;
     if (!*slot) {
         const tdm_tensor *src = t;
@@ -168,7 +168,7 @@ static tdm_status *xfer_input_for(frame *f, int v, tdm_device *dev, tdm_tensor *
             trace_copy(tr, f, v, NULL, dev, t0, flow);
         }
     }
-    if (constant) pthread_mutex_unlock(&p->mem_mu);
+    if (mu) pthread_mutex_unlock(mu);
     if (st) return st;
     *out = *slot;
     return NULL;
@@ -213,10 +213,11 @@ bool tdm_exec_input_moves(const frame *f, int v, const tdm_device *dev) {
     if (di < 0 || di >= TDM_MAX_DEVICES || !f->plan) return true;
     const tdm_value *val = &f->g->values[v];
     if (val->data && t == val->data) { /* a constant: uploaded once per plan */
-        tdm_plan *p = (tdm_plan *)f->plan;
-        pthread_mutex_lock(&p->mem_mu);
-        bool there = p->const_on_device[(size_t)v * (size_t)p->n_devices + (size_t)di] != NULL;
-        pthread_mutex_unlock(&p->mem_mu);
+        pthread_mutex_t *mu;
+        tdm_tensor **slot = tdm_plan_const_slot((tdm_plan *)f->plan, v, di, &mu);
+        pthread_mutex_lock(mu);
+        bool there = *slot != NULL;
+        pthread_mutex_unlock(mu);
         return !there;
     }
     return !(f->replicas && f->replicas[(size_t)v * (1 + TDM_MAX_DEVICES) + 1 + (size_t)di]);
@@ -268,9 +269,10 @@ tdm_status *tdm_exec_input_for(frame *f, int v, tdm_device *dev, const tdm_tenso
     if (di < 0 || di >= TDM_MAX_DEVICES) return TDM_ERR(TDM_ERR_INTERNAL, "unknown device %s", dev->name);
     const tdm_value *val = &f->g->values[v];
     bool constant = val->data && t == val->data && f->plan;
-    tdm_tensor **slot = constant ? &f->plan->const_on_device[(size_t)v * (size_t)f->plan->n_devices + (size_t)di]
+    pthread_mutex_t *mu = NULL;
+    tdm_tensor **slot = constant ? tdm_plan_const_slot((tdm_plan *)f->plan, v, di, &mu)
                                  : &f->replicas[(size_t)v * (1 + TDM_MAX_DEVICES) + 1 + (size_t)di];
-    if (constant) pthread_mutex_lock(&((tdm_plan *)f->plan)->mem_mu);
+    if (mu) pthread_mutex_lock(mu);
     tdm_status *st = NULL;
     if (!*slot) {
         const tdm_tensor *src = t;
@@ -294,7 +296,7 @@ tdm_status *tdm_exec_input_for(frame *f, int v, tdm_device *dev, const tdm_tenso
             trace_copy(tr, f, v, NULL, dev, t0, flow);
         }
     }
-    if (constant) pthread_mutex_unlock(&((tdm_plan *)f->plan)->mem_mu);
+    if (mu) pthread_mutex_unlock(mu);
     if (st) return st;
     *out = *slot;
     return NULL;

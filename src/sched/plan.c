@@ -55,10 +55,12 @@ static tdm_status *fold_rounds(tdm_graph *g, fold_ctx *fc, bool dead) {
  * target comes from Shape -> Gather -> Concat: BERT-base exported with a dynamic batch had
  * its attention and the products after it predicted at a few microseconds, and placement put
  * them on the CPU beside an H200 (0.3-0.8 ms each there; the split ran 1.9x cuda:0's time).
- * So a copy of g (constants shared) gets each symbolic input dim at 1, shape inference and
+ * So a copy of g (constants shared) gets each symbolic input dim at 1 (or at the size of
+ * `given`'s tensor for that input, when given: a plan for a run's shapes), shape inference and
  * constant folding (the Shape chains fold) to a fixed point; *out is NULL when g has no
  * symbolic input dims or the copy fails (the estimates then come from g itself). */
-static void cost_shapes(tdm_graph *g, tdm_device *cpu, const tdm_allocator *a, tdm_graph **out) {
+static void cost_shapes(tdm_graph *g, tdm_device *cpu, const tdm_allocator *a,
+                        const tdm_tensor *const *given, tdm_graph **out) {
     *out = NULL;
     bool symbolic = false;
     for (size_t k = 0; k < g->n_inputs && !symbolic; k++) {
@@ -70,8 +72,9 @@ static void cost_shapes(tdm_graph *g, tdm_device *cpu, const tdm_allocator *a, t
     tdm_status *st = tdm_graph_clone_sharing(g, &c);
     for (size_t k = 0; !st && k < c->n_inputs; k++) {
         tdm_value *v = &c->values[c->inputs[k]];
+        const tdm_tensor *t = given ? given[k] : NULL;
         for (int d = 0; d < v->rank; d++)
-            if (v->dims[d] < 0) v->dims[d] = 1;
+            if (v->dims[d] < 0) v->dims[d] = t && t->rank == v->rank ? t->dims[d] : 1;
     }
     fold_ctx fc = {cpu, a};
     if (!st) st = tdm_graph_infer_shapes(c);
@@ -319,8 +322,8 @@ static tdm_status *place(tdm_plan *p, const tdm_plan_options *opts, const int *k
             st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory placing nodes");
             goto done;
         }
-        tdm_graph *cg = NULL; /* shapes with the symbolic dims at 1 (cost_shapes) */
-        cost_shapes(g, find_cpu(p->devices, D), a, &cg);
+        tdm_graph *cg = NULL; /* shapes with the symbolic dims at 1 or given (cost_shapes) */
+        cost_shapes(g, find_cpu(p->devices, D), a, opts->cost_inputs, &cg);
         for (size_t i = 0; i < N; i++) {
             const tdm_node *t = cost_twin(g, cg, &g->nodes[i]);
             for (int d = 0; d < D; d++)
@@ -416,6 +419,46 @@ static void inplace_inputs(tdm_plan *p) {
         for (int j = 0; once && j < n->n_implicit; j++) once = n->implicit[j] != u;
         if (once) p->nodes[i].inplace_in = k;
     }
+}
+
+/* tdm_plan.const_twin: each constant of p's graph that q's graph holds under the same name
+ * with the same bytes (both made from graphs sharing the model's constants) uses q's device
+ * copy. Without memory (or budgets, whose streamed weights each plan manages) none is shared. */
+static void const_twins(tdm_plan *p, tdm_plan *q) {
+    const tdm_graph *g = p->graph, *h = q->graph;
+    if (q->n_devices != p->n_devices) return;
+    for (int d = 0; d < p->n_devices; d++)
+        if (q->devices[d] != p->devices[d]) return;
+    int *twin = tdm_alloc(p->alloc, (g->n_values ? g->n_values : 1) * sizeof *twin);
+    if (!twin) return;
+    size_t shared = 0;
+    for (size_t v = 0; v < g->n_values; v++) {
+        const tdm_tensor *t = g->values[v].data;
+        int w = t ? tdm_graph_find_value(h, g->values[v].name) : -1;
+        const tdm_tensor *u = w >= 0 ? h->values[w].data : NULL;
+        twin[v] = u && u->data == t->data && u->nbytes == t->nbytes && u->dtype == t->dtype &&
+                          u->rank == t->rank &&
+                          !memcmp(u->dims, t->dims, (size_t)t->rank * sizeof *t->dims) && t->data && !u->device && !t->device
+                      ? w
+                      : -1;
+        shared += twin[v] >= 0;
+    }
+    if (!shared) {
+        tdm_free(p->alloc, twin);
+        return;
+    }
+    p->const_from = q;
+    p->const_twin = twin;
+}
+
+tdm_tensor **tdm_plan_const_slot(tdm_plan *p, int v, int di, pthread_mutex_t **mu) {
+    if (p->const_twin && p->const_twin[v] >= 0) {
+        tdm_plan *q = p->const_from;
+        *mu = &q->mem_mu;
+        return &q->const_on_device[(size_t)p->const_twin[v] * (size_t)q->n_devices + (size_t)di];
+    }
+    *mu = &p->mem_mu;
+    return &p->const_on_device[(size_t)v * (size_t)p->n_devices + (size_t)di];
 }
 
 /* Per-node and per-value arrays of the plan, sized for the graph as it is now. */
@@ -547,6 +590,7 @@ tdm_status *tdm_plan_create(const tdm_allocator *a, tdm_graph *graph, tdm_device
         if (opts->budget && p->graph->n_nodes != before && (st = fit_budgets(p, opts, &moved)))
             goto fail;
     }
+    if (opts->const_from && !opts->budget) const_twins(p, opts->const_from);
     size_t nn = graph->n_nodes ? graph->n_nodes : 1;
     if (opts->profile && (!(p->measured_ms = tdm_calloc(a, nn, sizeof(double))) ||
                           !(p->measured_flops = tdm_calloc(a, nn, sizeof(double))) ||
@@ -589,6 +633,7 @@ void tdm_plan_free(tdm_plan *p) {
         for (size_t i = 0; i < p->graph->n_values * (size_t)p->n_devices; i++)
             tdm_tensor_destroy(p->const_on_device[i]);
     tdm_free(p->alloc, p->const_on_device);
+    tdm_free(p->alloc, p->const_twin);
     tdm_free(p->alloc, p->supported);
     tdm_free(p->alloc, p->node_ms);
     tdm_free(p->alloc, p->reason);

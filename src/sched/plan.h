@@ -41,6 +41,13 @@ typedef struct tdm_plan {
     /* constants (weights) copied to devices with memory of their own: uploaded on first use,
      * kept for the plan's life. [value * n_devices + device], guarded by mem_mu */
     tdm_tensor **const_on_device;
+    /* a plan of the same session made for other input shapes (the latency strategy's plans
+     * per shape class) shares the device copies of the constants both graphs hold (the same
+     * bytes, tdm_graph_clone_sharing): const_twin[v] is that value in const_from's graph, whose
+     * const_on_device slot (under const_from's mem_mu) holds the copy; -1 = the plan's own.
+     * const_from outlives the plan. NULL / NULL without one. */
+    struct tdm_plan *const_from;
+    int *const_twin;
     /* placement record, for explaining the plan */
     bool *supported;       /* [node * n_devices + d] */
     double *node_ms;       /* [node * n_devices + d] predicted ms (NULL without profiles) */
@@ -98,7 +105,16 @@ typedef struct tdm_plan_options {
                                                 NULL = none */
     bool cpu_blocks;       /* the CPU's layout pass keeps channel blocks (no channels-last):
                               the latency strategy's plan for many images per thread */
+    const tdm_tensor *const *cost_inputs; /* per graph input (entries may be NULL), or NULL:
+                              the placement's cost model takes the symbolic dims of the
+                              inputs from these tensors' shapes (else 1) */
+    struct tdm_plan *const_from; /* a plan whose device copies of shared constants this one
+                                    uses (tdm_plan.const_twin), or NULL */
 } tdm_plan_options;
+
+/* The slot of constant v's copy on device di (the plan's, or its const_from's for a shared
+ * constant) and the lock that guards it. */
+tdm_tensor **tdm_plan_const_slot(tdm_plan *p, int v, int di, pthread_mutex_t **mu);
 
 /* Did the CPU's layout pass put p's tensors channels-last? */
 bool tdm_plan_channels_last(const tdm_plan *p);

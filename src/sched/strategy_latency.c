@@ -5,7 +5,17 @@
  * channel blocks, made at the first such run from a copy of the graph kept for it, its
  * constants' bytes shared with the session's plan (tdm_graph_clone_sharing; oneDNN's
  * channel-blocked kernels gain from a batch at 1 thread, its channels-last ones do not:
- * graph/fuse_blocked.c). */
+ * graph/fuse_blocked.c).
+ *
+ * Plans per shape class: with several devices and the cost model's placement, the first plan
+ * is placed for the inputs' symbolic dims at 1, which is the wrong plan for a large batch (on
+ * an H200 host, BERT-base at batch 32 kept the LayerNorms and some products where batch 1 had
+ * put them, on the CPU: 219 ms against 13 ms at batch 1). So a run whose symbolic dims
+ * multiply to a larger power of two than the plan's takes a plan placed for its own shapes,
+ * made at the first run of that class from a copy of the model's graph (constants shared)
+ * and kept: the class's plan when its placement differs from the first plan's, else the first
+ * plan. The plans share the device copies of the constants they have in common
+ * (tdm_plan.const_twin). Not for profiling sessions, fixed placements or memory budgets. */
 #include <pthread.h>
 #include <string.h>
 
@@ -26,6 +36,16 @@ typedef struct latency {
     tdm_strategy_setup su; /* (for making it) */
     tdm_session_options o;
     int threads;
+    /* plans per shape class (mu): class k = the symbolic input dims multiply to at most 2^k;
+     * the first plan is class 0; plan NULL = not made yet */
+    tdm_graph *classes_src; /* the model's graph, constants shared, for making them */
+    char *affinity;         /* the session's affinity rules (copied; l->o.affinity) */
+#define LAT_CLASSES 8
+    struct {
+        int cls;
+        tdm_plan *plan; /* l->plan when the placement came out the same */
+    } by_class[LAT_CLASSES];
+    int n_classes;
     struct tdm_monitor *mon;
     const char *device; /* the first device's name, for the statistics */
     pthread_mutex_t mu;
@@ -44,6 +64,7 @@ static int64_t run_items(const tdm_graph *g, const tdm_tensor *const *by_input) 
 }
 
 static tdm_status *plan_for(const tdm_strategy_setup *su, tdm_graph *g, bool cpu_blocks,
+                            const tdm_tensor *const *cost_inputs, tdm_plan *const_from,
                             tdm_plan **out);
 
 /* The plan for a run of `items` images: the channel-blocked one for many per thread (made
@@ -54,7 +75,7 @@ static tdm_plan *pick_plan(latency *l, int64_t items) {
     if (l->want_blocks && !l->blocks) {
         tdm_graph *g = l->blocks_src;
         l->blocks_src = NULL; /* (the plan takes it, or frees it on failure) */
-        tdm_status *st = plan_for(&l->su, g, true, &l->blocks);
+        tdm_status *st = plan_for(&l->su, g, true, NULL, NULL, &l->blocks);
         if (st) {
             l->blocks = NULL;
             l->want_blocks = false;
@@ -68,12 +89,86 @@ static tdm_plan *pick_plan(latency *l, int64_t items) {
     return p;
 }
 
+/* The shape class of a run: ceil(log2) of the largest product of one input's symbolic dims
+ * (0 when every one is 1, or there are none). */
+static int shape_class(const tdm_graph *g, const tdm_tensor *const *by_input) {
+    int64_t most = 1;
+    for (size_t i = 0; i < g->n_inputs; i++) {
+        const tdm_value *v = &g->values[g->inputs[i]];
+        const tdm_tensor *t = by_input[i];
+        if (!t || t->rank != v->rank) continue;
+        int64_t n = 1;
+        for (int d = 0; d < v->rank; d++)
+            if (v->dims[d] < 0 && t->dims[d] > 1) n = n > INT64_MAX / t->dims[d] ? INT64_MAX : n * t->dims[d];
+        if (n > most) most = n;
+    }
+    int k = 0;
+    while (k < 62 && ((int64_t)1 << k) < most) k++;
+    return k;
+}
+
+/* Do two plans put the same nodes on the same devices? */
+static bool same_placement(const tdm_plan *p, const tdm_plan *q) {
+    const tdm_graph *g = p->graph, *h = q->graph;
+    if (g->n_nodes != h->n_nodes) return false;
+    for (size_t i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i].device != h->nodes[i].device ||
+            strcmp(g->nodes[i].op_type, h->nodes[i].op_type))
+            return false;
+    return true;
+}
+
+/* The plan of a run's shape class (made at its first run; mu held). Failures, and classes
+ * past LAT_CLASSES, take the first plan. */
+static tdm_plan *class_plan(latency *l, const tdm_tensor *const *by_input) {
+    int cls = shape_class(l->classes_src, by_input);
+    if (cls == 0) return l->plan;
+    for (int i = 0; i < l->n_classes; i++)
+        if (l->by_class[i].cls == cls) return l->by_class[i].plan;
+    if (l->n_classes == LAT_CLASSES) return l->plan;
+    tdm_plan *made = l->plan;
+    tdm_graph *g = NULL;
+    tdm_status *st = tdm_graph_clone_sharing(l->classes_src, &g);
+    if (!st) {
+        tdm_session_options o = l->o;
+        tdm_strategy_setup su = l->su;
+        su.o = &o;
+        st = plan_for(&su, g, false, by_input, l->plan, &made);
+    }
+    if (st) {
+        tdm_log(l->su.log, TDM_LOG_WARN, "latency: no plan of its own for inputs of class 2^%d "
+                "(the first plan runs them): %s", cls, tdm_status_message(st));
+        tdm_status_free(st);
+        made = l->plan;
+    } else if (same_placement(made, l->plan)) {
+        tdm_plan_free(made);
+        made = l->plan;
+    } else {
+        made->monitor = l->mon;
+        size_t moved = 0;
+        for (size_t i = 0; i < made->graph->n_nodes && i < l->plan->graph->n_nodes; i++)
+            moved += made->graph->nodes[i].device != l->plan->graph->nodes[i].device;
+        tdm_log(l->su.log, TDM_LOG_INFO, "latency: inputs of class 2^%d (symbolic dims up to %lld) "
+                "get a plan of their own: %zu of %zu nodes placed elsewhere, predicted %.3f ms",
+                cls, (long long)((int64_t)1 << cls), moved, made->graph->n_nodes, made->predicted_ms);
+    }
+    l->by_class[l->n_classes].cls = cls;
+    l->by_class[l->n_classes++].plan = made;
+    return made;
+}
+
 static tdm_status *lat_run_bound(void *ctx, const tdm_tensor *const *by_input,
                                  tdm_tensor *const *bound, tdm_tensor *bound_hdr,
                                  tdm_tensor **all, const tdm_run_ctl *ctl) {
     latency *l = ctx;
     int64_t items = run_items(l->plan->graph, by_input);
     tdm_plan *plan = pick_plan(l, items);
+    if (l->classes_src) {
+        pthread_mutex_lock(&l->mu);
+        plan = class_plan(l, by_input);
+        if (plan != l->plan) plan->trace = l->plan->trace; /* (switched between runs) */
+        pthread_mutex_unlock(&l->mu);
+    }
     int64_t t0 = tdm_now_ns();
     tdm_status *st = tdm_plan_run_bound(plan, by_input, bound, bound_hdr, all, ctl);
     double ms = (double)(tdm_now_ns() - t0) / 1e6;
@@ -110,12 +205,20 @@ static void lat_set_monitor(void *ctx, struct tdm_monitor *mon) {
     l->mon = mon;
     l->plan->monitor = mon;
     if (l->blocks) l->blocks->monitor = mon;
+    for (int i = 0; i < l->n_classes; i++) l->by_class[i].plan->monitor = mon;
     pthread_mutex_unlock(&l->mu);
 }
 
 static void lat_free(void *ctx) {
     latency *l = ctx;
     if (!l) return;
+    for (int i = 0; i < l->n_classes; i++) /* (before the first plan: they use its constants) */
+        if (l->by_class[i].plan != l->plan) {
+            l->by_class[i].plan->trace = NULL; /* (the first plan's) */
+            tdm_plan_free(l->by_class[i].plan);
+        }
+    tdm_graph_free(l->classes_src);
+    tdm_free(l->a, l->affinity);
     tdm_plan_free(l->plan);
     tdm_plan_free(l->blocks);
     tdm_graph_free(l->blocks_src);
@@ -131,10 +234,11 @@ static const tdm_strategy_iface latency_iface = {
 /* The plan of the latency strategy and of a pipeline's description: every device, the
  * session's placement and affinity. */
 tdm_status *tdm_strategy_plan_all(const tdm_strategy_setup *su, tdm_graph *g, tdm_plan **out) {
-    return plan_for(su, g, false, out);
+    return plan_for(su, g, false, NULL, NULL, out);
 }
 
 static tdm_status *plan_for(const tdm_strategy_setup *su, tdm_graph *g, bool cpu_blocks,
+                            const tdm_tensor *const *cost_inputs, tdm_plan *const_from,
                             tdm_plan **out) {
     const tdm_session_options *o = su->o;
     tdm_budget_options bo;
@@ -146,7 +250,8 @@ static tdm_status *plan_for(const tdm_strategy_setup *su, tdm_graph *g, bool cpu
     }
     tdm_plan_options po = {o->no_fallback, o->opt_level, o->placement, o->affinity,
                            tdm_threadpool_size(su->pool), o->profile, su->model_hash,
-                           su->settings, su->loop, budgets ? &bo : NULL, cpu_blocks};
+                           su->settings, su->loop, budgets ? &bo : NULL, cpu_blocks,
+                           cost_inputs, const_from};
     return tdm_plan_create(su->alloc, g, su->devices, su->n_devices, su->pool, &po, out);
 }
 
@@ -180,6 +285,23 @@ tdm_status *tdm_latency_create(const tdm_strategy_setup *su, tdm_graph *g, tdm_s
                      tdm_device_channels_last(su->devices[0]) != TDM_CL_NEVER;
     /* the copy shares the weights' bytes with g (and so with the plan made from it) */
     if (l->want_blocks && (st = tdm_graph_clone_sharing(g, &l->blocks_src))) {
+        tdm_graph_free(g);
+        lat_free(l);
+        return st;
+    }
+    bool symbolic = false;
+    for (size_t i = 0; i < g->n_inputs; i++)
+        for (int d = 0; d < g->values[g->inputs[i]].rank; d++)
+            symbolic |= g->values[g->inputs[i]].dims[d] < 0;
+    bool by_shape = symbolic && su->n_devices > 1 && (!o->placement || !strcmp(o->placement, "auto")) &&
+                    !o->profile && !o->residency && !(o->device_memory && o->device_memory[0]);
+    if (by_shape && o->affinity) { /* (the class plans keep the session's rules) */
+        size_t n = strlen(o->affinity) + 1;
+        if ((l->affinity = tdm_alloc(l->a, n))) memcpy(l->affinity, o->affinity, n);
+        l->o.affinity = l->affinity;
+        by_shape = l->affinity != NULL;
+    }
+    if (by_shape && (st = tdm_graph_clone_sharing(g, &l->classes_src))) {
         tdm_graph_free(g);
         lat_free(l);
         return st;
