@@ -775,6 +775,13 @@ elif afford 60; then
   diag "bert b32, cuda:0,cpu (auto)" - "$models/bert.onnx" --devices cuda:0,cpu --batch 32 --warmup 3 --iterations 10
   diag "bert b32, cuda:0 (placement)" - "$models/bert.onnx" --devices cuda:0,cpu --placement cuda:0 --batch 32 --warmup 3 --iterations 10
   diag "resnet50 b32, cuda:0 (placement)" - "$models/resnet50.onnx" --devices cuda:0,cpu --placement cuda:0 --batch 32 --warmup 3 --iterations 10
+  # BERT batch 1 on all the host's cores ran 1.61x ONNX Runtime's time (session 24), at 1-2
+  # threads 0.80-0.92x: where the time goes per op type at this thread count
+  if afford 25; then
+    say "diag: tandem profile bert b1 on the cpu, $(nproc) threads (per op type):"
+    TANDEM_CUDA_DISABLE=1 timeout "$(cap 20)" "$tandem" profile "$models/bert.onnx" --devices cpu \
+      --runs 5 --no-save 2>&1 | head -40 >> "$log"
+  fi
 else
   skip "13.diagnostics" "needs 60s, $(left)s left"
 fi

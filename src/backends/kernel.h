@@ -125,6 +125,13 @@ typedef struct tdm_kernel_def {
 #define TDM_KF_WRITES_ALL 1u
 #define TDM_KF_INPLACE(i) ((unsigned)((i) + 1) << 8)
 #define TDM_KF_INPLACE_INPUT(flags) ((int)(((flags) >> 8) & 0xfu) - 1) /* -1: none */
+/* HOST_READS(mask): on a device with memory of its own, the kernel reads inputs i (bit i,
+ * i < 16: shape and index arguments such as Reshape's shape or Slice's starts) on the host
+ * or not at all, and takes them in host memory or in its own device's: the executor passes
+ * such an input where it is (host or that device) instead of uploading it, so a 32-byte
+ * shape costs no copy and no event. */
+#define TDM_KF_HOST_READS(mask) (((unsigned)(mask) & 0xffffu) << 16)
+#define TDM_KF_HOST_READ(flags, i) ((i) >= 0 && (i) < 16 && (((flags) >> (16 + (i))) & 1u))
 
 /* What kernel k promises for `node`: its flags, without INPLACE(i) when the node has no
  * input i. */

@@ -447,11 +447,9 @@ static tdm_status *exec_frame(frame *f) {
                 goto done;
             }
             uint64_t flow = 0;
-            if (f->plan && tdm_node_reads_shape_only(n, k2)) { /* the tensor where it is */
-                ins[k2] = f->vals[v];
-                continue;
-            }
-            st = tdm_exec_input_for(f, v, dev, &ins[k2], &flow);
+            bool done_in = false; /* (Shape's input, shape arguments read on the host) */
+            if (f->plan) st = tdm_exec_input_at(f, n, k2, dev, &ins[k2], &flow, &done_in);
+            if (!done_in && !st) st = tdm_exec_input_for(f, v, dev, &ins[k2], &flow);
             if (flow && n_flows < 4) flows[n_flows++] = flow;
             if (st) {
                 st = tdm_status_wrap(st, "%s node '%s': ", n->op_type, n->name);

@@ -223,12 +223,45 @@ bool tdm_exec_input_moves(const frame *f, int v, const tdm_device *dev) {
     return !(f->replicas && f->replicas[(size_t)v * (1 + TDM_MAX_DEVICES) + 1 + (size_t)di]);
 }
 
+bool tdm_exec_reads_on_host(const frame *f, const tdm_node *n, int k) {
+    const tdm_plan *p = f->plan;
+    if (!p || p->graph != f->g || n < f->g->nodes || n >= f->g->nodes + f->g->n_nodes) return false;
+    const tdm_plan_node *pn = &p->nodes[n - f->g->nodes];
+    return TDM_KF_HOST_READ(pn->kflags, k);
+}
+
 bool tdm_exec_node_moves(const frame *f, const tdm_node *n, const tdm_device *dev) {
-    for (int k = 0; k < n->n_inputs; k++)
-        if (n->inputs[k] >= 0 && !tdm_node_reads_shape_only(n, k) &&
-            tdm_exec_input_moves(f, n->inputs[k], dev))
-            return true;
+    for (int k = 0; k < n->n_inputs; k++) {
+        int v = n->inputs[k];
+        if (v < 0 || tdm_node_reads_shape_only(n, k)) continue;
+        if (tdm_exec_reads_on_host(f, n, k)) { /* (where it is: host or dev; else to the host) */
+            const tdm_tensor *t = f->vals[v];
+            if (t && t->device && t->device != dev && tdm_exec_input_moves(f, v, NULL)) return true;
+            continue;
+        }
+        if (tdm_exec_input_moves(f, v, dev)) return true;
+    }
     return false;
+}
+
+tdm_status *tdm_exec_input_at(frame *f, const tdm_node *n, int k, tdm_device *dev,
+                              const tdm_tensor **out, uint64_t *flow, bool *done) {
+    int v = n->inputs[k];
+    *done = true;
+    if (tdm_node_reads_shape_only(n, k)) { /* the tensor where it is: Shape reads its dims */
+        *out = f->vals[v];
+        return NULL;
+    }
+    if (tdm_exec_reads_on_host(f, n, k)) {
+        const tdm_tensor *t = f->vals[v];
+        if (!t->device || t->device == dev) {
+            *out = t;
+            return NULL;
+        }
+        return tdm_exec_input_for(f, v, NULL, out, flow); /* another device's: to the host */
+    }
+    *done = false;
+    return NULL;
 }
 
 /* The tensor of value v in the memory `dev` works on (host for host-memory devices):

@@ -154,11 +154,9 @@ static void *par_worker_main(void *arg) {
                              n->op_type, n->name, g->values[v].name);
             else {
                 uint64_t flow = 0;
-                if (tdm_node_reads_shape_only(n, k)) { /* the tensor where it is (Shape) */
-                    ins[k] = f->vals[v];
-                    continue;
-                }
-                st = tdm_exec_input_for(f, v, dev, &ins[k], &flow);
+                bool done_in = false; /* (Shape's input, shape arguments read on the host) */
+                st = tdm_exec_input_at(f, n, k, dev, &ins[k], &flow, &done_in);
+                if (!done_in && !st) st = tdm_exec_input_for(f, v, dev, &ins[k], &flow);
                 if (flow && n_flows < 4) flows[n_flows++] = flow;
                 if (st) st = tdm_status_wrap(st, "%s node '%s': ", n->op_type, n->name);
             }

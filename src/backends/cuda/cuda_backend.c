@@ -186,9 +186,17 @@ static void cuda_close(tdm_device *dev) {
     tdm_free(a, dev);
 }
 
+/* The promises come from the kernel tables' flags (TDM_KF_HOST_READS: shape arguments
+ * taken where they are). */
+static unsigned cuda_kernel_flags(tdm_device *dev, const tdm_kernel_def *k, const tdm_node *node) {
+    (void)dev;
+    return tdm_kernel_flags(k, node);
+}
+
 static const tdm_device_iface cuda_iface = {
     .api_version = TDM_DEVICE_IFACE_VERSION,
     .find_kernel = cuda_find_kernel,
+    .kernel_flags = cuda_kernel_flags,
     .execute = cuda_execute,
     .synchronize = cuda_synchronize,
     .close = cuda_close,

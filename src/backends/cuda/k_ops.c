@@ -138,7 +138,10 @@ static tdm_status *run_cast(tdm_kernel_ctx *ctx) {
                        "Cast");
 }
 
-#define K(op, since, fn, ints) {{"", op, since, 0, 0, KOPS_ANY, fn, NULL, NULL}, ints, 0, 0, NULL}
+/* (the shape and axes inputs are read by the executor's shape inference only: the copy
+ * never touches them, so they stay where they are, TDM_KF_HOST_READS) */
+#define K(op, since, fn, ints)                                                             \
+    {{"", op, since, 0, 0, KOPS_ANY, fn, NULL, NULL, TDM_KF_HOST_READS(ints)}, ints, 0, 0, NULL}
 
 const cuda_kernel_entry cuda_kernels_ops[] = {
     K("Reshape", 5, run_copy, 1u << 1),

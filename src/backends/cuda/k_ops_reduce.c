@@ -178,8 +178,9 @@ static tdm_status *arg_min_max(tdm_kernel_ctx *ctx, int is_max) {
 static tdm_status *run_argmax(tdm_kernel_ctx *ctx) { return arg_min_max(ctx, 1); }
 static tdm_status *run_argmin(tdm_kernel_ctx *ctx) { return arg_min_max(ctx, 0); }
 
+/* (a reduction's axes input is read on the host: TDM_KF_HOST_READS) */
 #define E_(op, since, types, fn, ints, acc)                                              \
-    {{"", op, since, 0, 0, types, fn, NULL, NULL}, ints, 0, 0, acc}
+    {{"", op, since, 0, 0, types, fn, NULL, NULL, TDM_KF_HOST_READS(ints)}, ints, 0, 0, acc}
 #define X_(op, types, code, since) E_(#op, 1, types, run_##op, 1u << 1, NULL),
 
 const cuda_kernel_entry cuda_kernels_ops_reduce[] = {

@@ -338,16 +338,21 @@ static tdm_status *run_pad(tdm_kernel_ctx *ctx) {
     return kops_status(ctx, tcu_pad(es, x, y, &pd, kops_stream(ctx)), "Pad");
 }
 
-#define K(op, since, fn, ints, acc)                                                      \
-    {{"", op, since, 0, 0, KOPS_ANY, fn, NULL, NULL}, ints, 0, 0, acc}
+/* host: the inputs read on the host or not at all (TDM_KF_HOST_READS; cuda_read_ints takes
+ * them in either memory): Split's sizes (the outputs' shapes say them), Slice's starts, ends,
+ * axes and steps, Pad's pads, constant value and axes; not Gather's indices (a kernel reads
+ * them) */
+#define K(op, since, fn, ints, host, acc)                                                \
+    {{"", op, since, 0, 0, KOPS_ANY, fn, NULL, NULL, TDM_KF_HOST_READS(host)}, ints, 0, 0, acc}
 
 const cuda_kernel_entry cuda_kernels_ops_shape[] = {
-    K("Transpose", 1, run_transpose, 0, NULL),
-    K("Concat", 4, run_concat, 0, NULL),
-    K("Split", 2, run_split, 1u << 1, NULL),
-    K("Slice", 1, run_slice, (1u << 1) | (1u << 2) | (1u << 3) | (1u << 4), NULL),
-    K("Gather", 1, run_gather, 1u << 1, NULL),
-    K("Pad", 2, run_pad, (1u << 1) | (1u << 3), pad_accept),
+    K("Transpose", 1, run_transpose, 0, 0, NULL),
+    K("Concat", 4, run_concat, 0, 0, NULL),
+    K("Split", 2, run_split, 1u << 1, 1u << 1, NULL),
+    K("Slice", 1, run_slice, (1u << 1) | (1u << 2) | (1u << 3) | (1u << 4),
+      (1u << 1) | (1u << 2) | (1u << 3) | (1u << 4), NULL),
+    K("Gather", 1, run_gather, 1u << 1, 0, NULL),
+    K("Pad", 2, run_pad, (1u << 1) | (1u << 3), (1u << 1) | (1u << 2) | (1u << 3), pad_accept),
 };
 const int cuda_kernels_ops_shape_count =
     (int)(sizeof cuda_kernels_ops_shape / sizeof cuda_kernels_ops_shape[0]);

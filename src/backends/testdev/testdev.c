@@ -22,7 +22,10 @@
  * from inside a registered range is one copy, and one from elsewhere goes through a 1 MiB
  * staging buffer piece by piece (the host copy CUDA makes into its pinned staging); the
  * bytes each way are counted (up_direct, up_staged). Ranges left registered at close are
- * released. */
+ * released.
+ *
+ * Shape arguments (the inputs whose values shape inference reads: Reshape's shape, Slice's
+ * starts...) are taken where they are, as the CUDA kernels take them (td_kernel_flags). */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -298,9 +301,19 @@ static void td_close(tdm_device *dev) {
     tdm_free(a, dev);
 }
 
+/* As the CUDA tables promise for their shape arguments (TDM_KF_HOST_READS): the inputs whose
+ * values shape inference reads are taken where they are. Its buffers are host memory, so the
+ * CPU kernels read them in either place. */
+static unsigned td_kernel_flags(tdm_device *dev, const tdm_kernel_def *k, const tdm_node *node) {
+    (void)dev;
+    (void)k;
+    return node && node->schema ? TDM_KF_HOST_READS(node->schema->shape_inputs) : 0;
+}
+
 static const tdm_device_iface td_iface = {
     .api_version = TDM_DEVICE_IFACE_VERSION,
     .find_kernel = td_find_kernel,
+    .kernel_flags = td_kernel_flags,
     .execute = td_execute,
     .close = td_close,
     .buffer_alloc = td_alloc,
