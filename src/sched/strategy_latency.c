@@ -118,14 +118,26 @@ static bool same_placement(const tdm_plan *p, const tdm_plan *q) {
     return true;
 }
 
-/* The plan of a run's shape class (made at its first run; mu held). Failures, and classes
- * past LAT_CLASSES, take the first plan. */
+/* The plan of a run's shape class (made at its first run; mu held). A failure takes the
+ * first plan; a class past LAT_CLASSES the plan of the nearest class made (the first plan is
+ * class 0). */
 static tdm_plan *class_plan(latency *l, const tdm_tensor *const *by_input) {
     int cls = shape_class(l->classes_src, by_input);
     if (cls == 0) return l->plan;
     for (int i = 0; i < l->n_classes; i++)
         if (l->by_class[i].cls == cls) return l->by_class[i].plan;
-    if (l->n_classes == LAT_CLASSES) return l->plan;
+    if (l->n_classes == LAT_CLASSES) {
+        tdm_plan *near = l->plan;
+        int gap = cls;
+        for (int i = 0; i < l->n_classes; i++) {
+            int d = l->by_class[i].cls > cls ? l->by_class[i].cls - cls : cls - l->by_class[i].cls;
+            if (d < gap) {
+                gap = d;
+                near = l->by_class[i].plan;
+            }
+        }
+        return near;
+    }
     tdm_plan *made = l->plan;
     tdm_graph *g = NULL;
     tdm_status *st = tdm_graph_clone_sharing(l->classes_src, &g);

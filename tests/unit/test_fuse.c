@@ -879,14 +879,17 @@ static void test_attention(void **state) {
 /* Rows longer than one 8-float vector (27 = 3 x 8 + 3: the vectorised softmax and its
  * tail), head size 16, a mask that pushes some scores to -1e4 (exp underflows to 0), per
  * column ([B,1,1,T]) or per row ([B,1,S,1]: one value for a whole row), one head (2 pairs:
- * each of the 2 threads takes one) and three (6 pairs, 3 per thread). The unfused graph at
+ * each of the 2 threads takes one) and three (6 pairs, 3 per thread), and batch 1 with one
+ * head (1 pair for 2 threads: the pair's rows in blocks of 7, 3 units). The unfused graph at
  * opt-level 0 is the reference (run_both: 1e-5 + 1e-4 relative). */
 static void test_attention_wide(void **state) {
     (void)state;
-    for (int form = 0; form < 4; form++) {
-        int64_t heads = form % 2 ? 3 : 1;
-        int64_t qd[4] = {2, heads, 21, 16}, kd[4] = {2, heads, 27, 16}, vd[4] = {2, heads, 27, 12};
-        int64_t md[4] = {2, 1, form < 2 ? 1 : 21, form < 2 ? 27 : 1}, perm[4] = {0, 1, 3, 2};
+    for (int form = 0; form < 6; form++) {
+        int64_t heads = form % 2 && form < 4 ? 3 : 1, batch = form < 4 ? 2 : 1;
+        bool cols = form < 2 || form == 4;
+        int64_t qd[4] = {batch, heads, 21, 16}, kd[4] = {batch, heads, 27, 16},
+                vd[4] = {batch, heads, 27, 12};
+        int64_t md[4] = {batch, 1, cols ? 1 : 21, cols ? 27 : 1}, perm[4] = {0, 1, 3, 2};
         mb_model b;
         mb_init(&b, 17);
         mb_input_run(&b, "q", 4, qd, NULL);

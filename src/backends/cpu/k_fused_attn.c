@@ -2,7 +2,9 @@
  * GEMM), + mask, row softmax, . V (one GEMM). The first two axes of Q, K, V and the mask
  * broadcast like MatMul's batch dims, and the mask may widen the scores' rows / columns
  * like the Add it replaces, so the kernel equals the subgraph it came from for every input
- * that subgraph accepts. Parallel over (batch, head) pairs.
+ * that subgraph accepts. Parallel over (batch, head) pairs, and over blocks of a pair's
+ * score rows when there are fewer pairs than threads (BERT at batch 1 has 12 pairs: on 16
+ * threads the pairs ran one after another on one thread, oneDNN's sgemm being serial).
  * Speed: the two products go to oneDNN's sgemm (serial JIT code; tdm_sgemm if it refuses);
  * the mask add, max, exp and sum of a row are the device's softmax_row variant (cpu_simd.h,
  * k_softmax_row.c: vectorised with a polynomial exp on AVX2 and AVX-512); subnormal results
@@ -37,40 +39,51 @@ typedef struct attn_job {
     int64_t qs[2], ks[2], vs[2]; /* (batch, head) strides, 0 when broadcast */
     int64_t ms[4];           /* mask strides over [B, H, So, To], 0 when broadcast */
     float scale;
+    int64_t rows;            /* score rows a unit of work takes (So when not split) */
+    int64_t chunks;          /* units per pair: ceil(So / rows) */
     tdm_threadpool *pool;    /* for the GEMMs when pairs run one after another */
     const tdm_cpu_simd *simd; /* the softmax row and tdm_sgemm's micro-kernel */
     atomic_int failed;
 } attn_job;
 
-static void attn_pairs(void *arg, int64_t p0, int64_t p1) {
+/* Units u0..u1 of work: unit u is rows [c * rows, (c + 1) * rows) of pair u / chunks
+ * (c = u % chunks); a widened score matrix (Q or K broadcast along its rows) is one unit per
+ * pair. */
+static void attn_units(void *arg, int64_t u0, int64_t u1) {
     attn_job *j = arg;
     if (omp_get_max_threads() != 1) omp_set_num_threads(1); /* sgemm stays serial */
     bool widen = j->So != j->S || j->To != j->T;
-    size_t n = (size_t)(j->So * j->To + (widen ? j->S * j->T : 0));
+    size_t n = (size_t)(j->rows * j->To + (widen ? j->S * j->T : 0));
     float *buf = tdm_kscratch(j->ctx, (n ? n : 1) * sizeof(float));
     if (!buf) {
         atomic_store(&j->failed, 1);
         return;
     }
-    float *scores = buf, *base = widen ? buf + j->So * j->To : buf;
+    float *scores = buf, *base = widen ? buf + j->rows * j->To : buf;
     unsigned csr = tdm_cpu_flush_subnormals(); /* P.V of tiny weights: see cpu_simd.h */
-    for (int64_t p = p0; p < p1; p++) {
+    for (int64_t u = u0; u < u1; u++) {
+        int64_t p = u / j->chunks, s0 = u % j->chunks * j->rows;
+        int64_t s1 = s0 + j->rows < j->So ? s0 + j->rows : j->So, ns = s1 - s0;
         int64_t b = p / j->H, h = p % j->H;
         const float *q = j->q + b * j->qs[0] + h * j->qs[1];
         const float *k = j->k + b * j->ks[0] + h * j->ks[1];
         const float *v = j->v + b * j->vs[0] + h * j->vs[1];
-        attn_gemm(j->simd, j->pool, true, j->S, j->T, j->D, j->scale, q, j->D, k, j->D, base, j->T);
-        if (widen)
+        if (widen) { /* (one unit: s0 = 0, ns = So) */
+            attn_gemm(j->simd, j->pool, true, j->S, j->T, j->D, j->scale, q, j->D, k, j->D, base, j->T);
             for (int64_t s = 0; s < j->So; s++)
                 for (int64_t t = 0; t < j->To; t++)
                     scores[s * j->To + t] = base[(j->S == 1 ? 0 : s) * j->T + (j->T == 1 ? 0 : t)];
-        for (int64_t s = 0; s < j->So; s++) {
-            float *row = scores + s * j->To;
+        } else {
+            attn_gemm(j->simd, j->pool, true, ns, j->T, j->D, j->scale, q + s0 * j->D, j->D, k,
+                      j->D, scores, j->T);
+        }
+        for (int64_t s = s0; s < s1; s++) {
+            float *row = scores + (s - s0) * j->To;
             const float *m = j->mask ? j->mask + b * j->ms[0] + h * j->ms[1] + s * j->ms[2] : NULL;
             j->simd->softmax_row(row, NULL, m, j->ms[3] != 0, j->To);
         }
-        attn_gemm(j->simd, j->pool, false, j->So, j->Dv, j->To, 1.0f, scores, j->To, v, j->Dv,
-                  j->y + p * j->So * j->Dv, j->Dv);
+        attn_gemm(j->simd, j->pool, false, ns, j->Dv, j->To, 1.0f, scores, j->To, v, j->Dv,
+                  j->y + (p * j->So + s0) * j->Dv, j->Dv);
     }
     tdm_cpu_subnormals_restore(csr);
     tdm_free(j->ctx->alloc, buf);
@@ -136,12 +149,26 @@ tdm_status *tdm_fused_run_attention(tdm_kernel_ctx *ctx) {
     int64_t pairs = y->dims[0] * y->dims[1];
     int threads = tdm_threadpool_size(ctx->pool);
     j.simd = tdm_cpu_simd_of(ctx);
+    /* fewer pairs than threads: each pair's rows in blocks, about two units a thread (blocks
+     * of at least 8 rows) */
+    bool widen = j.So != j.S || j.To != j.T;
+    j.chunks = 1;
+    if (threads > 1 && pairs < threads && !widen) {
+        int64_t want = (2 * (int64_t)threads + pairs - 1) / pairs, most = (j.So + 7) / 8;
+        j.chunks = want < most ? want : most;
+        if (j.chunks < 1) j.chunks = 1;
+    }
+    j.rows = (j.So + j.chunks - 1) / j.chunks;
+    if (j.rows < 1) j.rows = 1;
+    j.chunks = (j.So + j.rows - 1) / j.rows;
+    if (j.chunks < 1) j.chunks = 1;
+    int64_t units = pairs * j.chunks;
     int omp = dn_omp_begin();
-    if (threads > 1 && pairs >= threads) {
-        tdm_parallel_for(ctx->pool, pairs, 1, attn_pairs, &j);
+    if (threads > 1 && units > 1) {
+        tdm_parallel_for(ctx->pool, units, 1, attn_units, &j);
     } else {
         j.pool = ctx->pool;
-        attn_pairs(&j, 0, pairs);
+        attn_units(&j, 0, units);
     }
     dn_omp_end(omp);
     if (atomic_load(&j.failed))
