@@ -13,9 +13,10 @@
  * put them, on the CPU: 219 ms against 13 ms at batch 1). So a run whose symbolic dims
  * multiply to a larger power of two than the plan's takes a plan placed for its own shapes,
  * made at the first run of that class from a copy of the model's graph (constants shared)
- * and kept: the class's plan when its placement differs from the first plan's, else the first
- * plan. The plans share the device copies of the constants they have in common
- * (tdm_plan.const_twin). Not for profiling sessions, fixed placements or memory budgets. */
+ * and kept: the class's plan when its placement differs from the first plan's and from the
+ * other classes' (else that plan). The plans share the device copies of the constants they
+ * have in common (tdm_plan.const_twin). Not for profiling sessions, fixed placements or memory
+ * budgets. */
 #include <pthread.h>
 #include <string.h>
 
@@ -99,7 +100,8 @@ static int shape_class(const tdm_graph *g, const tdm_tensor *const *by_input) {
         if (!t || t->rank != v->rank) continue;
         int64_t n = 1;
         for (int d = 0; d < v->rank; d++)
-            if (v->dims[d] < 0 && t->dims[d] > 1) n = n > INT64_MAX / t->dims[d] ? INT64_MAX : n * t->dims[d];
+            if (v->dims[d] < 0 && t->dims[d] > 1)
+                n = n > INT64_MAX / t->dims[d] ? INT64_MAX : n * t->dims[d];
         if (n > most) most = n;
     }
     int k = 0;
@@ -116,6 +118,14 @@ static bool same_placement(const tdm_plan *p, const tdm_plan *q) {
             strcmp(g->nodes[i].op_type, h->nodes[i].op_type))
             return false;
     return true;
+}
+
+/* A plan of another class placed as p is (mu held), or NULL. */
+static tdm_plan *same_as_made(const latency *l, const tdm_plan *p) {
+    for (int i = 0; i < l->n_classes; i++)
+        if (l->by_class[i].plan != l->plan && same_placement(p, l->by_class[i].plan))
+            return l->by_class[i].plan;
+    return NULL;
 }
 
 /* The plan of a run's shape class (made at its first run; mu held). A failure takes the
@@ -138,7 +148,7 @@ static tdm_plan *class_plan(latency *l, const tdm_tensor *const *by_input) {
         }
         return near;
     }
-    tdm_plan *made = l->plan;
+    tdm_plan *made = l->plan, *twin = NULL;
     tdm_graph *g = NULL;
     tdm_status *st = tdm_graph_clone_sharing(l->classes_src, &g);
     if (!st) {
@@ -155,6 +165,9 @@ static tdm_plan *class_plan(latency *l, const tdm_tensor *const *by_input) {
     } else if (same_placement(made, l->plan)) {
         tdm_plan_free(made);
         made = l->plan;
+    } else if ((twin = same_as_made(l, made))) { /* (as another class's: that plan) */
+        tdm_plan_free(made);
+        made = twin;
     } else {
         made->monitor = l->mon;
         size_t moved = 0;
@@ -162,7 +175,8 @@ static tdm_plan *class_plan(latency *l, const tdm_tensor *const *by_input) {
             moved += made->graph->nodes[i].device != l->plan->graph->nodes[i].device;
         tdm_log(l->su.log, TDM_LOG_INFO, "latency: inputs of class 2^%d (symbolic dims up to %lld) "
                 "get a plan of their own: %zu of %zu nodes placed elsewhere, predicted %.3f ms",
-                cls, (long long)((int64_t)1 << cls), moved, made->graph->n_nodes, made->predicted_ms);
+                cls, (long long)((int64_t)1 << cls), moved, made->graph->n_nodes,
+                made->predicted_ms);
     }
     l->by_class[l->n_classes].cls = cls;
     l->by_class[l->n_classes++].plan = made;
@@ -217,18 +231,23 @@ static void lat_set_monitor(void *ctx, struct tdm_monitor *mon) {
     l->mon = mon;
     l->plan->monitor = mon;
     if (l->blocks) l->blocks->monitor = mon;
-    for (int i = 0; i < l->n_classes; i++) l->by_class[i].plan->monitor = mon;
+    for (int i = 0; i < l->n_classes; i++) /* (a plan shared by classes: set twice) */
+        l->by_class[i].plan->monitor = mon;
     pthread_mutex_unlock(&l->mu);
 }
 
 static void lat_free(void *ctx) {
     latency *l = ctx;
     if (!l) return;
-    for (int i = 0; i < l->n_classes; i++) /* (before the first plan: they use its constants) */
-        if (l->by_class[i].plan != l->plan) {
-            l->by_class[i].plan->trace = NULL; /* (the first plan's) */
-            tdm_plan_free(l->by_class[i].plan);
+    for (int i = 0; i < l->n_classes; i++) { /* (before the first plan: they use its constants) */
+        tdm_plan *c = l->by_class[i].plan;
+        bool first_of = c != l->plan; /* (classes may share a plan: freed at its first entry) */
+        for (int k = 0; k < i && first_of; k++) first_of = l->by_class[k].plan != c;
+        if (first_of) {
+            c->trace = NULL; /* (the first plan's) */
+            tdm_plan_free(c);
         }
+    }
     tdm_graph_free(l->classes_src);
     tdm_free(l->a, l->affinity);
     tdm_plan_free(l->plan);
@@ -305,7 +324,8 @@ tdm_status *tdm_latency_create(const tdm_strategy_setup *su, tdm_graph *g, tdm_s
     for (size_t i = 0; i < g->n_inputs; i++)
         for (int d = 0; d < g->values[g->inputs[i]].rank; d++)
             symbolic |= g->values[g->inputs[i]].dims[d] < 0;
-    bool by_shape = symbolic && su->n_devices > 1 && (!o->placement || !strcmp(o->placement, "auto")) &&
+    bool by_shape = symbolic && su->n_devices > 1 &&
+                    (!o->placement || !strcmp(o->placement, "auto")) &&
                     !o->profile && !o->residency && !(o->device_memory && o->device_memory[0]);
     if (by_shape && o->affinity) { /* (the class plans keep the session's rules) */
         size_t n = strlen(o->affinity) + 1;

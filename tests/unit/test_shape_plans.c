@@ -105,6 +105,20 @@ static void forge(const fixture *f, const char *prefix, const char *const *set, 
     fclose(out);
 }
 
+/* A slow CPU without fixed costs, a fast test:0 with 40 us a kernel and a copy. */
+static void forge_profiles(const fixture *f) {
+    const char *cpu[] = {"gemm_gflops=5", "conv_gflops=5", "conv1x1_gflops=5",
+                         "dwconv_gflops=5", "mem_gbps=5", "launch_us=0.1"};
+    const char *acc[] = {"gemm_gflops=100000", "conv_gflops=100000", "conv1x1_gflops=100000",
+                         "dwconv_gflops=100000", "mem_gbps=2000", "launch_us=40",
+                         "h2d_gbps=50", "d2h_gbps=50", "h2d_pinned_gbps=50", "d2h_pinned_gbps=50",
+                         "link_latency_us=40", "h2d_latency_us=40", "d2h_latency_us=40",
+                         "h2d_pinned_latency_us=40", "d2h_pinned_latency_us=40",
+                         "host_busy_speed=1"};
+    forge(f, "cpu-", cpu, (int)(sizeof cpu / sizeof *cpu));
+    forge(f, "test_0-", acc, (int)(sizeof acc / sizeof *acc));
+}
+
 /* x [N, K] -> MatMul w1 -> Relu -> MatMul w2 -> y, N symbolic */
 static void *model(size_t *size) {
     mb_model m;
@@ -153,24 +167,16 @@ static void assert_close(const tdm_tensor *a, const tdm_tensor *b) {
         assert_true(fabsf(p[i] - q[i]) <= 1e-4f + 1e-4f * fabsf(q[i]));
 }
 
-static void test_plan_per_shape_class(void **state) {
-    fixture *f = *state;
+/* The profiles measured, then forged; a new environment that reads them, and the model's
+ * session on test:0,cpu (auto placement) and on the CPU alone (the reference). */
+static tdm_env *sessions(const fixture *f, tdm_session **s, tdm_session **ref) {
     tdm_env *env = new_env();
-    for (size_t i = 0; i < tdm_env_device_count(env); i++) { /* measured, then forged */
+    for (size_t i = 0; i < tdm_env_device_count(env); i++) {
         tdm_device_info info;
         assert_null(tdm_env_device_profile(env, i, false, &info));
     }
     tdm_env_free(env);
-    const char *cpu[] = {"gemm_gflops=5", "conv_gflops=5", "conv1x1_gflops=5",
-                         "dwconv_gflops=5", "mem_gbps=5", "launch_us=0.1"};
-    const char *acc[] = {"gemm_gflops=100000", "conv_gflops=100000", "conv1x1_gflops=100000",
-                         "dwconv_gflops=100000", "mem_gbps=2000", "launch_us=40",
-                         "h2d_gbps=50", "d2h_gbps=50", "h2d_pinned_gbps=50", "d2h_pinned_gbps=50",
-                         "link_latency_us=40", "h2d_latency_us=40", "d2h_latency_us=40",
-                         "h2d_pinned_latency_us=40", "d2h_pinned_latency_us=40",
-                         "host_busy_speed=1"};
-    forge(f, "cpu-", cpu, (int)(sizeof cpu / sizeof *cpu));
-    forge(f, "test_0-", acc, (int)(sizeof acc / sizeof *acc));
+    forge_profiles(f);
     env = new_env();
     size_t size;
     void *buf = model(&size);
@@ -178,11 +184,16 @@ static void test_plan_per_shape_class(void **state) {
     so.api_version = TDM_API_VERSION;
     so.devices = "test:0,cpu";
     so.opt_level = 1;
-    tdm_session *s = NULL, *ref = NULL;
-    assert_null(tdm_session_create_from_buffer(env, buf, size, NULL, &so, &s));
+    assert_null(tdm_session_create_from_buffer(env, buf, size, NULL, &so, s));
     so.devices = "cpu";
-    assert_null(tdm_session_create_from_buffer(env, buf, size, NULL, &so, &ref));
+    assert_null(tdm_session_create_from_buffer(env, buf, size, NULL, &so, ref));
     free(buf);
+    return env;
+}
+
+static void test_plan_per_shape_class(void **state) {
+    tdm_session *s = NULL, *ref = NULL;
+    tdm_env *env = sessions(*state, &s, &ref);
     assert_string_equal(watch(s, 0).device, "test:0");
 
     /* batch 1: the products on the CPU (a kernel on test:0 costs more than they do) */
@@ -232,6 +243,25 @@ static void test_plan_per_shape_class(void **state) {
     tdm_env_free(env);
 }
 
+/* More classes than the strategy keeps (8): batches 2, 4, ..., 2048 are classes 1-11; the
+ * last three take the nearest class's plan. Every output against the CPU alone. */
+static void test_many_classes(void **state) {
+    tdm_session *s = NULL, *ref = NULL;
+    tdm_env *env = sessions(*state, &s, &ref);
+    for (int round = 0; round < 2; round++)
+        for (int64_t n = 2; n <= 2048; n *= 2) {
+            tdm_tensor *y = NULL, *yr = NULL;
+            run(env, s, n, &y);
+            run(env, ref, n, &yr);
+            assert_close(y, yr);
+            tdm_tensor_free(y);
+            tdm_tensor_free(yr);
+        }
+    tdm_session_free(s);
+    tdm_session_free(ref);
+    tdm_env_free(env);
+}
+
 /* A fixed placement keeps one plan: batch 512 on the CPU as batch 1 was. */
 static void test_fixed_placement_one_plan(void **state) {
     (void)state;
@@ -259,6 +289,7 @@ static void test_fixed_placement_one_plan(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_plan_per_shape_class, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_many_classes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fixed_placement_one_plan, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
