@@ -251,8 +251,22 @@ static void split_counts(replicas *s, int64_t n, int64_t *counts) {
             }
     }
     counts[fastest] += n - given; /* remainder to the fastest */
+    /* a replica whose estimate is provisional (a first run of its part size, set-up included)
+     * gets a step of rows, so that a run of a size it has seen replaces the estimate: else an
+     * estimate inflated by set-up starves it of rows for good */
+    bool remeasure = false;
+    for (int k = 0; k < K; k++) {
+        int64_t want = step < n ? step : n - 1;
+        if (k == fastest || s->replicas[k].down || !s->replicas[k].provisional || counts[k] >= want)
+            continue;
+        int64_t more = want - counts[k];
+        if (counts[fastest] <= more) continue;
+        counts[fastest] -= more;
+        counts[k] = want;
+        remeasure = true;
+    }
     /* not worth splitting when the fastest alone is predicted no slower */
-    bool measured = true;
+    bool measured = !remeasure;
     double split_ms = 0;
     for (int k = 0; k < K; k++) {
         if (s->replicas[k].down) continue;
