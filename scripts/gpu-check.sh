@@ -48,7 +48,8 @@
 #      only: TANDEM_CUDA_DISABLE=1), when 130 s of the budget are left after step 10
 #  13. diagnostics, when 60 s are left: `tandem bench` of one model in configurations that
 #      isolate one cause each (DLRM with and without cuda:0 in the list, BERT with CUDA graphs
-#      on and off, BERT batch 32 auto against cuda:0 alone)
+#      on and off, BERT batch 1 with its shape chains folded (--free-dims), BERT batch 32
+#      auto against cuda:0 alone)
 #
 # Without the bench models (python3 lacking onnx or numpy) step 5 is skipped and steps 6-8
 # use the small models of tests/models instead (mobilenet_block, bert_layer, dlrm_like); the
@@ -772,6 +773,9 @@ elif afford 60; then
   diag "dlrm b1, --devices cuda:0,cpu (auto)" - "$models/dlrm.onnx" --devices cuda:0,cpu --duration 1
   diag "bert b1, cuda:0, CUDA graphs off" "TANDEM_CUDA_GRAPHS=0" "$models/bert.onnx" --devices cuda:0,cpu --placement cuda:0 --warmup 5 --iterations 30
   diag "bert b1, cuda:0, CUDA graphs on" "TANDEM_CUDA_GRAPHS=1" "$models/bert.onnx" --devices cuda:0,cpu --placement cuda:0 --warmup 5 --iterations 30
+  # (the shape chains folded away: does the CPU's shape work cost BERT's GPU runs?)
+  diag "bert b1, cuda:0,cpu (auto), --free-dims batch=1" - "$models/bert.onnx" --devices cuda:0,cpu --free-dims batch=1 --warmup 5 --iterations 30
+  diag "bert b1, cuda:0,cpu (auto)" - "$models/bert.onnx" --devices cuda:0,cpu --warmup 5 --iterations 30
   diag "bert b32, cuda:0,cpu (auto)" - "$models/bert.onnx" --devices cuda:0,cpu --batch 32 --warmup 3 --iterations 10
   diag "bert b32, cuda:0 (placement)" - "$models/bert.onnx" --devices cuda:0,cpu --placement cuda:0 --batch 32 --warmup 3 --iterations 10
   diag "resnet50 b32, cuda:0 (placement)" - "$models/resnet50.onnx" --devices cuda:0,cpu --placement cuda:0 --batch 32 --warmup 3 --iterations 10
