@@ -447,9 +447,8 @@ static tdm_status *exec_frame(frame *f) {
                 goto done;
             }
             uint64_t flow = 0;
-            bool done_in = false; /* (Shape's input, shape arguments read on the host) */
-            if (f->plan) st = tdm_exec_input_at(f, n, k2, dev, &ins[k2], &flow, &done_in);
-            if (!done_in && !st) st = tdm_exec_input_for(f, v, dev, &ins[k2], &flow);
+            st = f->plan ? tdm_exec_input_at(f, n, k2, dev, &ins[k2], &flow)
+                         : tdm_exec_input_for(f, v, dev, &ins[k2], &flow);
             if (flow && n_flows < 4) flows[n_flows++] = flow;
             if (st) {
                 st = tdm_status_wrap(st, "%s node '%s': ", n->op_type, n->name);

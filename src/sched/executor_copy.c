@@ -245,23 +245,21 @@ bool tdm_exec_node_moves(const frame *f, const tdm_node *n, const tdm_device *de
 }
 
 tdm_status *tdm_exec_input_at(frame *f, const tdm_node *n, int k, tdm_device *dev,
-                              const tdm_tensor **out, uint64_t *flow, bool *done) {
+                              const tdm_tensor **out, uint64_t *flow) {
     int v = n->inputs[k];
-    *done = true;
+    const tdm_tensor *t = f->vals[v];
     if (tdm_node_reads_shape_only(n, k)) { /* the tensor where it is: Shape reads its dims */
-        *out = f->vals[v];
+        *out = t;
         return NULL;
     }
     if (tdm_exec_reads_on_host(f, n, k)) {
-        const tdm_tensor *t = f->vals[v];
         if (!t->device || t->device == dev) {
             *out = t;
             return NULL;
         }
-        return tdm_exec_input_for(f, v, NULL, out, flow); /* another device's: to the host */
+        dev = NULL; /* another device's: to the host */
     }
-    *done = false;
-    return NULL;
+    return tdm_exec_input_for(f, v, dev, out, flow);
 }
 
 /* The tensor of value v in the memory `dev` works on (host for host-memory devices):

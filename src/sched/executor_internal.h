@@ -91,11 +91,11 @@ bool tdm_exec_node_moves(const frame *f, const tdm_node *n, const tdm_device *de
 /* Whether the plan's kernel of node n (of f's plan graph) reads input k on the host where it
  * is (TDM_KF_HOST_READS). */
 bool tdm_exec_reads_on_host(const frame *f, const tdm_node *n, int k);
-/* Input k of node n for a kernel on dev when it needs no copy to dev: Shape / Size read the
- * tensor where it is, and so do the inputs the kernel reads on the host (a tensor in a third
- * device's memory comes to the host). *done false: the caller copies it (tdm_exec_input_for). */
+/* Input k of node n (of f's plan graph) for its kernel on dev: tdm_exec_input_for, except
+ * that Shape / Size take the tensor where it is, and so do the inputs the kernel reads on the
+ * host (a tensor in a third device's memory comes to the host). */
 tdm_status *tdm_exec_input_at(frame *f, const tdm_node *n, int k, tdm_device *dev,
-                              const tdm_tensor **out, uint64_t *flow, bool *done);
+                              const tdm_tensor **out, uint64_t *flow);
 /* Checked between two nodes of a run (before node `next` starts): NULL to go on, else the
  * status the run ends with. Hook for stopping a run early (cancellation). */
 tdm_status *tdm_exec_between_nodes(const frame *f, size_t next);

@@ -154,9 +154,7 @@ static void *par_worker_main(void *arg) {
                              n->op_type, n->name, g->values[v].name);
             else {
                 uint64_t flow = 0;
-                bool done_in = false; /* (Shape's input, shape arguments read on the host) */
-                st = tdm_exec_input_at(f, n, k, dev, &ins[k], &flow, &done_in);
-                if (!done_in && !st) st = tdm_exec_input_for(f, v, dev, &ins[k], &flow);
+                st = tdm_exec_input_at(f, n, k, dev, &ins[k], &flow);
                 if (flow && n_flows < 4) flows[n_flows++] = flow;
                 if (st) st = tdm_status_wrap(st, "%s node '%s': ", n->op_type, n->name);
             }
