@@ -39,6 +39,9 @@
 #ifndef NBP_PFD
 #define NBP_PFD 0 /* bytes of software prefetch distance of the AVX2 and float loops; 0: none (measured on Zen 3: the hardware prefetchers alone stream the packed layout as fast or faster than with 1 or 4 KiB) */
 #endif
+#ifndef NBP_PFD_F4
+#define NBP_PFD_F4 2048 /* bytes of software prefetch distance of the AVX-512 float loops of several rows (bench_nbits BENCH_COPIES=32, Zen 5, 1 thread, M = 8: 3072 x 576 4-bit 352 us with none, 285 at 2 KiB (1, 4 and 8 KiB within 3%); the 8-bit head 49152 x 576 5810 against 4650) */
+#endif
 #ifndef NBP_PFD_I8
 #define NBP_PFD_I8 4096 /* the same for the AVX-512 VNNI and AMX int8 loops (measured on the AMX Xeon, weights from L3 (bench_nbits BENCH_COPIES=64), 1 thread, 3072 x 576 4-bit: M = 1 41 us against 80-87 with none, M = 8 85-95 against 150-170 (1 KiB: 121-131, 2 KiB: 94-102, 8 KiB: 87-102); the 8-bit head M = 8 1560-1584 against 2494-2979) */
 #endif
@@ -334,59 +337,90 @@ vnni_panel(const tdm_nbits_pjob *j, int64_t p, bool q4, bool s16, bool mzs, bool
     }
 }
 
+/* One widened chain of the float loops: chain c (0..7) of a group. 4 bits: the nibble of byte
+ * c & 3, high when c >= 4 (shift 8 (c & 3) + 4 (c >> 2)); 8 bits: byte c & 3 (v is then group
+ * g for c < 4, g + 1 for c >= 4). */
+__attribute__((always_inline)) TDM_TARGET_512_F16 static inline __m512
+f512_chain_w(__m512i v, const int c, bool q4, __m512 tab, const __m512i *sel) {
+    if (q4) {
+        __m512i sh = _mm512_srli_epi32(v, 8 * (c & 3) + 4 * (c >> 2));
 #if NBP_PERM
-/* t[0] + ... + t[7] in f512_panel's tree */
-__attribute__((always_inline)) TDM_TARGET_512_F16 static inline __m512 sum8(const __m512 *t) {
-    return _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(t[0], t[1]), _mm512_add_ps(t[2], t[3])),
-                         _mm512_add_ps(_mm512_add_ps(t[4], t[5]), _mm512_add_ps(t[6], t[7])));
+        return _mm512_permutexvar_ps(sh, tab);
+#else
+        (void)tab;
+        return _mm512_cvtepi32_ps(_mm512_and_si512(sh, _mm512_set1_epi32(15)));
+#endif
+    }
+    return _mm512_cvtepi32_ps(_mm512_shuffle_epi8(v, sel[c & 3]));
 }
 
-/* Float path, 4 bits: rows m0 and m0 + 1 of A against panel p, each group's nibbles widened
- * to floats once for both rows. Per row the same operations in the same order as f512_panel's
- * loop of one row (eight chains t[e], the same sum tree), so the rows' outputs equal the
- * rows computed alone. */
+/* Chains c and c + 1 of one block for rows 0 .. R - 1: out[r] = t[c] + t[c + 1], each chain
+ * over the groups in order from zero, as the loop of one row runs it. */
 __attribute__((always_inline)) TDM_TARGET_512_F16 static inline void
-f512_rows2_q4(const tdm_nbits_pjob *j, int64_t p, int64_t m0, bool s16, bool mzs, bool z16) {
+f512_chain_pair(const uint8_t *rec, const float *x, int64_t kq, int64_t G, int64_t half,
+                const int c, const int R, bool q4, __m512 tab, const __m512i *sel, __m512 *out) {
+    __m512 u0[4], u1[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) u0[r] = u1[r] = _mm512_setzero_ps();
+    const int64_t gstep = q4 ? 1 : 2;
+    for (int64_t g = 0; g < G; g += gstep) {
+        __m512i v = _mm512_loadu_si512(rec + 64 * (g + (!q4 && c >= 4)));
+        __m512 w0 = f512_chain_w(v, c, q4, tab, sel), w1 = f512_chain_w(v, c + 1, q4, tab, sel);
+        const int64_t i0 = q4 && c >= 4 ? half + 4 * g + (c - 4) : 4 * g + c;
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            u0[r] = _mm512_fmadd_ps(w0, _mm512_set1_ps(x[r * kq + i0]), u0[r]);
+            u1[r] = _mm512_fmadd_ps(w1, _mm512_set1_ps(x[r * kq + i0 + 1]), u1[r]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) out[r] = _mm512_add_ps(u0[r], u1[r]);
+}
+
+/* Float path: rows m0 .. m0 + R - 1 (R <= 4) of A against panel p, each group's codes widened
+ * once for the R rows (f512_panel's loop of one row widens them for every row: at 8 rows the
+ * widening, not the FMAs, bounded the step). A block runs as four passes over its groups, one
+ * per chain pair (t0, t1), (t2, t3), (t4, t5), (t6, t7), each with 2R independent FMA chains;
+ * the pair sums fold into the sum tree as they come, so at most 6R vectors are live (R = 4:
+ * 24 of the 32 registers). Per row the same operations in the same order as the loop of one
+ * row (each chain over the groups in order, the same tree, acc and accz fused the same way),
+ * so each row's Y is that row's alone (test_rows_invariant). */
+__attribute__((always_inline)) TDM_TARGET_512_F16 static inline void
+f512_rows(const tdm_nbits_pjob *j, int64_t p, int64_t m0, const int R, bool q4, bool s16,
+          bool mzs, bool z16, const __m512i *sel) {
     const tdm_nbits_pk *pk = j->pk;
-    const int64_t bs = pk->bs, half = bs / 2, G = pk->groups, cb = 64 * G;
+    const int64_t bs = pk->bs, half = bs / 2, G = pk->groups, cb = 64 * G, kq = j->kq;
+    const int64_t nb = pk->nb;
     const uint8_t *base = panel_of(j, p);
     const __m512 tab = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const float *xa0 = (const float *)j->a + m0 * j->kq, *xa1 = xa0 + j->kq;
-    const float *as0 = j->asum + m0 * pk->nb, *as1 = as0 + pk->nb;
-    __m512 acc0 = _mm512_setzero_ps(), accz0 = _mm512_setzero_ps();
-    __m512 acc1 = _mm512_setzero_ps(), accz1 = _mm512_setzero_ps();
-    for (int64_t b = 0; b < pk->nb; b++) {
+    const float *xa = (const float *)j->a + m0 * kq;
+    const float *as = j->asum + m0 * nb;
+    __m512 acc[4], accz[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) acc[r] = accz[r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
         const uint8_t *rec = base + b * pk->bstride;
-        const float *x0 = xa0 + b * bs, *x1 = xa1 + b * bs;
-        __m512 t0[8], t1[8];
-        for (int i = 0; i < 8; i++) t0[i] = t1[i] = _mm512_setzero_ps();
-        for (int64_t g = 0; g < G; g++) {
-            __m512i v = _mm512_loadu_si512(rec + 64 * g);
-            const int64_t lo = 4 * g, hi = half + 4 * g;
-#define NBP_NIB2(e)                                                                             \
-    {                                                                                           \
-        __m512 wl = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 8 * (e)), tab);                  \
-        __m512 wh = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 8 * (e) + 4), tab);              \
-        t0[e] = _mm512_fmadd_ps(wl, _mm512_set1_ps(x0[lo + (e)]), t0[e]);                       \
-        t0[4 + (e)] = _mm512_fmadd_ps(wh, _mm512_set1_ps(x0[hi + (e)]), t0[4 + (e)]);           \
-        t1[e] = _mm512_fmadd_ps(wl, _mm512_set1_ps(x1[lo + (e)]), t1[e]);                       \
-        t1[4 + (e)] = _mm512_fmadd_ps(wh, _mm512_set1_ps(x1[hi + (e)]), t1[4 + (e)]);           \
-    }
-            NBP_NIB2(0) NBP_NIB2(1) NBP_NIB2(2) NBP_NIB2(3)
-#undef NBP_NIB2
-        }
-        __m512 d0 = sum8(t0), d1 = sum8(t1);
+        const float *x = xa + b * bs;
+        pf_record(rec, pk->bstride, NBP_PFD_F4);
+        __m512 lo[4], hi[4], q[4];
+        f512_chain_pair(rec, x, kq, G, half, 0, R, q4, tab, sel, lo);
+        f512_chain_pair(rec, x, kq, G, half, 2, R, q4, tab, sel, q);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) lo[r] = _mm512_add_ps(lo[r], q[r]);
+        f512_chain_pair(rec, x, kq, G, half, 4, R, q4, tab, sel, hi);
+        f512_chain_pair(rec, x, kq, G, half, 6, R, q4, tab, sel, q);
         __m512 s = ld16x(rec + cb, s16);
-        acc0 = _mm512_fmadd_ps(d0, s, acc0);
-        acc1 = _mm512_fmadd_ps(d1, s, acc1);
         __m512 z = mzs ? ld16x(rec + cb + pk->sbytes, z16) : s;
-        accz0 = _mm512_fmadd_ps(z, _mm512_set1_ps(as0[b]), accz0);
-        accz1 = _mm512_fmadd_ps(z, _mm512_set1_ps(as1[b]), accz1);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            __m512 d = _mm512_add_ps(lo[r], _mm512_add_ps(hi[r], q[r]));
+            acc[r] = _mm512_fmadd_ps(d, s, acc[r]);
+            accz[r] = _mm512_fmadd_ps(z, _mm512_set1_ps(as[r * nb + b]), accz[r]);
+        }
     }
-    finish512(j, p, m0, acc0, accz0, mzs);
-    finish512(j, p, m0 + 1, acc1, accz1, mzs);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) finish512(j, p, m0 + r, acc[r], accz[r], mzs);
 }
-#endif
 
 __attribute__((always_inline)) TDM_TARGET_512_F16 static inline void
 f512_panel(const tdm_nbits_pjob *j, int64_t p, bool q4, bool s16, bool mzs, bool z16) {
@@ -405,10 +439,9 @@ f512_panel(const tdm_nbits_pjob *j, int64_t p, bool q4, bool s16, bool mzs, bool
     }
     (void)nib, (void)tab, (void)byte;
     int64_t m = 0;
-#if NBP_PERM
-    if (q4) /* pairs of rows share each group's widened nibbles */
-        for (; m + 2 <= j->M; m += 2) f512_rows2_q4(j, p, m, s16, mzs, z16);
-#endif
+    for (; m + 4 <= j->M; m += 4) f512_rows(j, p, m, 4, q4, s16, mzs, z16, sel);
+    if (j->M - m == 3) f512_rows(j, p, m, 3, q4, s16, mzs, z16, sel), m += 3;
+    if (j->M - m == 2) f512_rows(j, p, m, 2, q4, s16, mzs, z16, sel), m += 2;
     for (; m < j->M; m++) {
         const float *xa = (const float *)j->a + m * j->kq;
         const float *as = j->asum + m * pk->nb;
