@@ -39,8 +39,8 @@
 #ifndef NBP_PFD
 #define NBP_PFD 0 /* bytes of software prefetch distance of the AVX2 and float loops; 0: none (measured on Zen 3: the hardware prefetchers alone stream the packed layout as fast or faster than with 1 or 4 KiB) */
 #endif
-#ifndef NBP_PFD_F4
-#define NBP_PFD_F4 2048 /* bytes of software prefetch distance of the AVX-512 float loops of several rows (bench_nbits BENCH_COPIES=32, Zen 5, 1 thread, M = 8: 3072 x 576 4-bit 352 us with none, 285 at 2 KiB (1, 4 and 8 KiB within 3%); the 8-bit head 49152 x 576 5810 against 4650) */
+#ifndef NBP_PFD_FROWS
+#define NBP_PFD_FROWS 2048 /* bytes of software prefetch distance of the AVX-512 float loops of several rows (bench_nbits BENCH_COPIES=32, Zen 5, 1 thread, M = 8: 3072 x 576 4-bit 352 us with none, 285 at 2 KiB (1, 4 and 8 KiB within 3%); the 8-bit head 49152 x 576 5810 against 4650) */
 #endif
 #ifndef NBP_PFD_I8
 #define NBP_PFD_I8 4096 /* the same for the AVX-512 VNNI and AMX int8 loops (measured on the AMX Xeon, weights from L3 (bench_nbits BENCH_COPIES=64), 1 thread, 3072 x 576 4-bit: M = 1 41 us against 80-87 with none, M = 8 85-95 against 150-170 (1 KiB: 121-131, 2 KiB: 94-102, 8 KiB: 87-102); the 8-bit head M = 8 1560-1584 against 2494-2979) */
@@ -401,7 +401,7 @@ f512_rows(const tdm_nbits_pjob *j, int64_t p, int64_t m0, const int R, bool q4, 
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *rec = base + b * pk->bstride;
         const float *x = xa + b * bs;
-        pf_record(rec, pk->bstride, NBP_PFD_F4);
+        if (m0 == 0) pf_record(rec, pk->bstride, NBP_PFD_FROWS); /* the first rows' pass */
         __m512 lo[4], hi[4], q[4];
         f512_chain_pair(rec, x, kq, G, half, 0, R, q4, tab, sel, lo);
         f512_chain_pair(rec, x, kq, G, half, 2, R, q4, tab, sel, q);
