@@ -3,8 +3,9 @@
  * double-precision reference computed here, on awkward sizes: K not a multiple of the block
  * (padding) nor of the SIMD spans, odd N, bits 2 / 4 / 8, block sizes 16 .. 256, zero points
  * absent / given, bias,
- * M = 1, 3, 8, 13, 16 (decode) and 19, 23 (the dequantised-panel prefill; on the packed form
- * with int8 activations, the decode loops), serial and on 2 threads.
+ * M = 1, 3, 8, 13, 16 (decode) and 19-23 (the dequantised-panel prefill; on the packed form
+ * with int8 activations, and with floats on AVX-512, the decode loops), serial and on 2
+ * threads.
  *   - float path (accuracy_level 0, and prefill): sum_k a_k (q - zp) s;
  *   - int8 path (accuracy_level 4, decode): the same with A replaced by its int8 model, which
  *     the reference makes the way the kernel does (per block: scale amax / 127, codes rounded
@@ -59,6 +60,9 @@ static const nb_case cases[] = {
      * past it */
     {4, 32, 576, 37, 16, 1, true},  {8, 32, 200, 21, 16, 0, false}, {4, 32, 96, 40, 19, 1, true},
     {8, 128, 130, 11, 23, 1, true},
+    /* prefills over whole panels of the packed form (16 rows: k_nbits.c deq_panels) with a
+     * partial last block and a partial last panel */
+    {8, 32, 200, 37, 20, 1, false}, {4, 32, 100, 37, 21, 0, true},
 };
 
 typedef struct nb_data {

@@ -41,6 +41,10 @@
 #include "core/alloc.h"
 #include "ops/fused.h"
 
+#ifdef TDM_SIMD_X86
+#include <immintrin.h>
+#endif
+
 #define PANEL_BYTES ((size_t)4 << 20)
 
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
@@ -83,6 +87,7 @@ static decode_layout layout_of(const tdm_cpu_simd *simd, const tdm_nbits_w *w, b
 static int64_t panel_rows(const tdm_nbits_w *w) {
     int64_t r = (int64_t)(PANEL_BYTES / sizeof(float)) / w->K;
     if (r < 16) r = 16;
+    if (w->pk) r -= r % TDM_NBP_ROWS; /* whole panels of the packed form (deq_panels) */
     return r < w->N ? r : w->N;
 }
 
@@ -280,9 +285,77 @@ static void decode(const tdm_cpu_simd *simd, tdm_threadpool *pool, const tdm_nbi
 
 typedef struct deq_task {
     const tdm_nbits_w *w;
-    int64_t n0;
+    int64_t n0; /* the packed form: a multiple of TDM_NBP_ROWS */
     float *panel;
+    int level;
 } deq_task;
+
+#ifdef TDM_SIMD_X86
+/* Whole blocks of panel p (all its 16 rows, each below N) into out (row stride K, row 0 = the
+ * panel's first): per two rows and 64-byte group, their 8 code bytes widened at once, the
+ * same products and differences as tdm_nbits_pk_row (q * s, then - mz: no fused rounding).
+ * Returns the blocks done (a partial last block is left to the caller). */
+TDM_TARGET_AVX2 static int64_t deq_panel_avx2(const tdm_nbits_pk *pk, const uint8_t *P, int64_t p,
+                                              float *out) {
+    const int64_t K = pk->K, bs = pk->bs, half = bs / 2;
+    const int64_t whole = K / bs;
+    const __m256i nib = _mm256_set1_epi32(15);
+    for (int64_t b = 0; b < whole; b++) {
+        const uint8_t *rec = P + p * pk->pstride + b * pk->bstride;
+        float s[TDM_NBP_ROWS], mz[TDM_NBP_ROWS];
+        for (int r = 0; r < TDM_NBP_ROWS; r++)
+            tdm_nbits_pk_sz(pk, P, p * TDM_NBP_ROWS + r, b, &s[r], &mz[r]);
+        for (int r = 0; r < TDM_NBP_ROWS; r += 2) {
+            __m256 sv = _mm256_setr_m128(_mm_set1_ps(s[r]), _mm_set1_ps(s[r + 1]));
+            __m256 mv = _mm256_setr_m128(_mm_set1_ps(mz[r]), _mm_set1_ps(mz[r + 1]));
+            float *o0 = out + r * K + b * bs, *o1 = o0 + K;
+            for (int64_t g = 0; g < pk->groups; g++) {
+                __m256i x = _mm256_cvtepu8_epi32(
+                    _mm_loadl_epi64((const __m128i *)(const void *)(rec + g * 64 + 4 * r)));
+                if (pk->bits == 8) {
+                    __m256 f = _mm256_sub_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(x), sv), mv);
+                    _mm_storeu_ps(o0 + 4 * g, _mm256_castps256_ps128(f));
+                    _mm_storeu_ps(o1 + 4 * g, _mm256_extractf128_ps(f, 1));
+                    continue;
+                }
+                __m256 lo = _mm256_sub_ps(
+                    _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(x, nib)), sv), mv);
+                __m256 hi = _mm256_sub_ps(
+                    _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(x, 4)), sv), mv);
+                _mm_storeu_ps(o0 + 4 * g, _mm256_castps256_ps128(lo));
+                _mm_storeu_ps(o1 + 4 * g, _mm256_extractf128_ps(lo, 1));
+                _mm_storeu_ps(o0 + half + 4 * g, _mm256_castps256_ps128(hi));
+                _mm_storeu_ps(o1 + half + 4 * g, _mm256_extractf128_ps(hi, 1));
+            }
+        }
+    }
+    return whole;
+}
+#endif
+
+/* The packed form, panels q0..q1 of the chunk (rows n0 + 16 q ...): the AVX2 form for whole
+ * panels, tdm_nbits_pk_row for the rest (a partial last block, rows of the last panel). A row
+ * at a time cost ~1 ns a weight (bench_nbits 1536 x 576, M = 17: 884 us of which ~620
+ * dequantising, TANDEM_CPU_ISA=avx2 on Zen 5), paid by every call of more than
+ * TDM_NBITS_DECODE_ROWS rows where the panel loops do not take them. */
+static void deq_panels(void *arg, int64_t q0, int64_t q1) {
+    const deq_task *t = arg;
+    const tdm_nbits_w *w = t->w;
+    const int64_t K = w->K;
+    for (int64_t q = q0; q < q1; q++) {
+        int64_t n = t->n0 + q * TDM_NBP_ROWS, rows = w->N - n;
+        if (rows > TDM_NBP_ROWS) rows = TDM_NBP_ROWS;
+        float *out = t->panel + q * TDM_NBP_ROWS * K;
+        int64_t k0 = 0;
+#ifdef TDM_SIMD_X86
+        if (rows == TDM_NBP_ROWS && t->level >= (int)TDM_ISA_AVX2)
+            k0 = deq_panel_avx2(w->pk, w->P, n / TDM_NBP_ROWS, out) * w->bs;
+#endif
+        if (k0 < K)
+            for (int64_t r = 0; r < rows; r++)
+                tdm_nbits_pk_row(w->pk, w->P, n + r, k0, K, out + r * K + k0);
+    }
+}
 
 /* panel[(n - n0) * K + k] = (q[n, k] - zp) * s for the rows of this range */
 static void deq_rows(void *arg, int64_t r0, int64_t r1) {
@@ -290,11 +363,6 @@ static void deq_rows(void *arg, int64_t r0, int64_t r1) {
     const tdm_nbits_w *w = t->w;
     int64_t rowb = w->nb * w->bs * w->bits / 8, K = w->K, bs = w->bs;
     float zdef = (float)(1 << (w->bits - 1));
-    if (w->pk) {
-        for (int64_t r = r0; r < r1; r++)
-            tdm_nbits_pk_row(w->pk, w->P, t->n0 + r, 0, K, t->panel + r * K);
-        return;
-    }
     for (int64_t r = r0; r < r1; r++) {
         int64_t n = t->n0 + r;
         const uint8_t *row = w->b + n * rowb;
@@ -409,8 +477,11 @@ static void prefill(const tdm_cpu_simd *simd, tdm_threadpool *pool, const tdm_nb
                 tdm_nbits_bf16_usable() && prefill_bf16(pool, w, M, A, Y, (char *)panel);
     for (int64_t n0 = 0; !done && n0 < w->N; n0 += rows) {
         int64_t nr = w->N - n0 < rows ? w->N - n0 : rows;
-        deq_task t = {w, n0, panel};
-        tdm_parallel_for(pool, nr, 8, deq_rows, &t);
+        deq_task t = {w, n0, panel, simd_level(simd)};
+        if (w->pk)
+            tdm_parallel_for(pool, (nr + TDM_NBP_ROWS - 1) / TDM_NBP_ROWS, 1, deq_panels, &t);
+        else
+            tdm_parallel_for(pool, nr, 8, deq_rows, &t);
         gemm_task g = {A, panel, M, w->K, w->N, nr, rpt, Y + n0};
         tdm_parallel_for(pool, (M + rpt - 1) / rpt, 1, gemm_rows, &g);
     }
