@@ -607,18 +607,23 @@ typedef struct vt_query {
     _Alignas(64) int32_t gidx[VN_MAXC][16];         /* lane (b, i): the scale dword of row 4 (b >> 1) + i, group 2c + (b & 1) */
 } vt_query;
 
-/* Chunk c (values 64 c ..) of a row as 64 unsigned codes in order: the 8-bit codes + 128
- * (bytes of m), or the 4-bit codes as they are (32 bytes of nibbles, the low 32 bits of m;
- * bytes outside m read as code 0). */
+/* Chunk c (values 64 c ..) of a row as 64 unsigned codes: the 8-bit codes + 128 in order
+ * (bytes of m), or the 4-bit codes as they are (32 bytes of nibbles, the low 32 bits of m)
+ * with 128-bit lanes [values 0-15 of group 2c, 0-15 of 2c + 1, 16-31 of 2c, 16-31 of 2c + 1]
+ * (VT_Q4_LANE: the query's dwords come in that order, and the fold adds lanes 0 + 2 and
+ * 1 + 3): the 32 bytes in both halves, the upper half shifted by a nibble, no lane shuffle.
+ * Bytes outside m read as code 0. */
+#define VT_Q4_LANE(b) ((b) == 1 ? 2 : (b) == 2 ? 1 : (b)) /* natural lane of lane b */
 TDM_TARGET_VNNI static AI __m512i chunk_codes(const int8_t *r, int c, __mmask64 m, bool q4) {
     if (!q4)
         return _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, r + 64 * c), _mm512_set1_epi8((char)0x80));
-    const __m256i nib = _mm256_set1_epi8(15);
-    __m256i x = _mm256_maskz_loadu_epi8((__mmask32)m, r + 32 * c);
-    __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(x, nib)),
-                                   _mm256_and_si256(_mm256_srli_epi16(x, 4), nib), 1);
-    /* [low nibbles of groups 2c, 2c + 1 | high nibbles of both] -> values in order */
-    return _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));
+    __m512i z;
+    if ((uint32_t)m == 0xffffffffu)
+        z = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(const void *)(r + 32 * c)));
+    else
+        z = _mm512_broadcast_i64x4(_mm256_maskz_loadu_epi8((__mmask32)m, r + 32 * c));
+    z = _mm512_mask_srli_epi16(z, (__mmask32)0xffff0000u, z, 4);
+    return _mm512_and_si512(z, _mm512_set1_epi8(15));
 }
 
 /* the load masks of a row's chunks (chunk_codes' m) */
@@ -685,8 +690,10 @@ TDM_TARGET_VNNI static AI void vt_block(const vt_query *vq, int HN, int NC, cons
             const __m512 qs = _mm512_load_ps(vq->qs[h][c]);
             for (int pr = 0; pr < 2; pr++) {
                 __m512i x = a[2 * pr][h], y = a[2 * pr + 1][h];
-                __m512i sum = _mm512_add_epi32(_mm512_shuffle_i32x4(x, y, _MM_SHUFFLE(2, 0, 2, 0)),
-                                               _mm512_shuffle_i32x4(x, y, _MM_SHUFFLE(3, 1, 3, 1)));
+                __m512i sum = q4 ? _mm512_add_epi32(_mm512_shuffle_i32x4(x, y, _MM_SHUFFLE(1, 0, 1, 0)),
+                                                    _mm512_shuffle_i32x4(x, y, _MM_SHUFFLE(3, 2, 3, 2)))
+                                 : _mm512_add_epi32(_mm512_shuffle_i32x4(x, y, _MM_SHUFFLE(2, 0, 2, 0)),
+                                                    _mm512_shuffle_i32x4(x, y, _MM_SHUFFLE(3, 1, 3, 1)));
                 __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(sum, corr)), qs);
                 f[h][pr] = _mm512_fmadd_ps(v, sk[pr], f[h][pr]);
             }
@@ -745,7 +752,8 @@ TDM_TARGET_VNNI static AI void scores_vnni_f(const float *const *q, int64_t G, c
                 const int32_t *dw = (const int32_t *)(const void *)(qc[h] + 64 * c);
                 for (int L = 0; L < 16; L++) {
                     int b = L >> 2, g = 2 * c + (b & 1);
-                    for (int jj = 0; jj < 4; jj++) vq.q[h][c][jj][L] = dw[4 * (L >> 2) + jj];
+                    int nl = q4 ? VT_Q4_LANE(L >> 2) : L >> 2; /* chunk_codes' lane order */
+                    for (int jj = 0; jj < 4; jj++) vq.q[h][c][jj][L] = dw[4 * nl + jj];
                     vq.corr[h][c][L] = (q4 ? 8 : 128) * gsum[g];
                     vq.qs[h][c][L] = g < ng ? qs[h][g] * scale : 0.0f;
                 }
