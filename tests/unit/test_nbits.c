@@ -63,6 +63,8 @@ static const nb_case cases[] = {
     /* prefills over whole panels of the packed form (16 rows: k_nbits.c deq_panels) with a
      * partial last block and a partial last panel */
     {8, 32, 200, 37, 20, 1, false}, {4, 32, 100, 37, 21, 0, true},
+    /* float rows past a slice of A (k_nbits.c decode_packed: 512 KiB of A, 32 rows at K 4096) */
+    {4, 32, 4096, 19, 37, 1, true},
 };
 
 typedef struct nb_data {
@@ -295,6 +297,8 @@ static void test_rows_invariant(void **state) {
         /* 8 rows (one run of 8 in the VNNI loops) over several panels (prefetch ahead) */
         {4, 32, 576, 100, 8, 1, true},  {8, 32, 200, 70, 8, 0, false},
         {4, 64, 256, 90, 8, 1, false},
+        /* float rows in slices of A (32 rows at K 4096: two and a part) */
+        {4, 32, 4096, 20, 70, 1, false}, {8, 32, 4096, 17, 35, 0, true},
     };
     tdm_cpu_isa have = tdm_cpu_isa_detect();
     tdm_threadpool *pool = NULL;

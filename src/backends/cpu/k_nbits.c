@@ -24,9 +24,9 @@
  * MatMulNBits with constant weights in CPU-only sessions, runs through the same product with
  * tdm_nbits_w.pk set: decode by the panel loops of k_nbits_pack.c (A prepared as for 8 bits, in
  * natural order), prefill by dequantising rows of the packed form into the same panels — except
- * with int8 activations, and floats on AVX-512, whose panel loops take any number of rows
- * (rows_path): each row then equals the row alone, and no panel is dequantised (int8 pp128 ~2x
- * faster; floats 1.1-1.75x at M = 128-512, tdm_nbits_pk_any_rows). */
+ * with int8 activations (any number of rows) and floats on AVX-512 (up to FLOAT_ROWS_MAX),
+ * whose panel loops take them (rows_path): each row then equals the row alone, and no panel
+ * is dequantised (int8 pp128 ~2x faster; floats 1.2-1.75x at M = 64-128). */
 #include "backends/cpu/k_nbits.h"
 
 #include <dnnl.h>
@@ -104,14 +104,19 @@ static tdm_nbits_w a_view(const tdm_nbits_w *w) {
     return w8;
 }
 
-/* The decode loops for these M rows: up to TDM_NBITS_DECODE_ROWS, and any M on the packed
- * form with int8 activations (accuracy_level 4) or with floats on AVX-512
+/* The decode loops for these M rows: up to TDM_NBITS_DECODE_ROWS, and on the packed form any
+ * M with int8 activations (accuracy_level 4), up to FLOAT_ROWS_MAX with floats on AVX-512
  * (tdm_nbits_pk_any_rows): its panel loops run every row as a single row would
  * (test_rows_invariant), so a step of several prompts' prefills gives each prompt the numbers
- * it gets alone, and no panel is dequantised. */
+ * it gets alone, and no panel is dequantised. Past FLOAT_ROWS_MAX float rows, sgemm on the
+ * dequantised panels is ahead (bench_nbits 1 thread Zen 5, us, panels / rows: 576 x 1536
+ * M = 128 2566 / 2188, 256 4490 / 4463, 384 6648 / 6678, 1024 17272 / 18117, 2000 32976 /
+ * 35727; 3072 x 576 M = 384 13799 / 13525, 1024 34015 / 35939). */
+#define FLOAT_ROWS_MAX 384
 static bool rows_path(const tdm_cpu_simd *simd, const tdm_nbits_w *w, bool int8, int64_t M) {
-    return M <= TDM_NBITS_DECODE_ROWS ||
-           (w->pk && tdm_nbits_pk_any_rows(simd_level(simd), w->pk, int8));
+    if (M <= TDM_NBITS_DECODE_ROWS) return true;
+    if (!w->pk || !tdm_nbits_pk_any_rows(simd_level(simd), w->pk, int8)) return false;
+    return int8 || M <= FLOAT_ROWS_MAX;
 }
 
 size_t tdm_nbits_scratch_bytes(const tdm_cpu_simd *simd, const tdm_nbits_w *w, bool int8,
@@ -255,9 +260,27 @@ static void decode_packed(const tdm_cpu_simd *simd, tdm_threadpool *pool, const 
     tdm_nbits_pjob j = {w->pk, w->P, M, int8, scr, L.kq, (const float *)(scr + L.sa_off),
                         (const float *)(scr + L.sum_off), bias, Y,
                         tdm_nbits_pk_pick(simd_level(simd), w->pk, int8)};
-    /* about 32 KiB of the stream per task */
-    int64_t grain = 32768 / (w->pk->pstride * M) + 1;
-    tdm_parallel_for(pool, w->pk->panels, grain, decode_panels, &j);
+    /* Float rows in slices whose A stays in L2 (512 KiB, whole 16s): every panel reads all of
+     * its slice's rows, which otherwise came from L3 once per panel (bench_nbits 576 x 1536,
+     * M = 512: 9187 -> 8964 us, M = 2000: 37239 -> 35693). Each row's numbers are the same in
+     * any slice. int8 rows: one pass, as measured (and the AMX loops' padding). */
+    int64_t slice = M;
+    if (!int8) {
+        slice = (int64_t)(512 << 10) / (L.kq * (int64_t)sizeof(float));
+        slice -= slice % 16;
+        if (slice < 16) slice = 16;
+    }
+    for (int64_t m0 = 0; m0 < M; m0 += slice) {
+        tdm_nbits_pjob js = j;
+        js.M = M - m0 < slice ? M - m0 : slice;
+        js.a = int8 ? j.a : (const void *)((const float *)j.a + m0 * L.kq);
+        js.sa = j.sa + m0 * w->pk->nb;
+        js.asum = j.asum + m0 * w->pk->nb;
+        js.Y = Y + m0 * w->pk->N;
+        /* about 32 KiB of the stream per task */
+        int64_t grain = 32768 / (w->pk->pstride * js.M) + 1;
+        tdm_parallel_for(pool, w->pk->panels, grain, decode_panels, &js);
+    }
 }
 
 static void decode(const tdm_cpu_simd *simd, tdm_threadpool *pool, const tdm_nbits_w *w,

@@ -120,9 +120,9 @@ typedef void (*tdm_nbits_prows_fn)(const tdm_nbits_pjob *j, int64_t p0, int64_t 
 /* The packed decode loop for a level and path (always one: portable last). */
 tdm_nbits_prows_fn tdm_nbits_pk_pick(int level, const tdm_nbits_pk *pk, bool int8);
 
-/* Whether the packed decode loops take any number of rows at a level (prefill included): with
- * int8 activations, and with floats where the AVX-512 loop runs (faster than dequantised
- * panels and sgemm at every M measured; k_nbits_pack.c). */
+/* Whether the packed decode loops take rows past TDM_NBITS_DECODE_ROWS at a level (prefill):
+ * with int8 activations, and with floats where the AVX-512 loop runs (k_nbits_pack.c; k_nbits.c
+ * bounds the float rows). */
 bool tdm_nbits_pk_any_rows(int level, const tdm_nbits_pk *pk, bool int8);
 
 /* Rows of A's scratch the packed decode loops read for an M-row call at a level: M, or more

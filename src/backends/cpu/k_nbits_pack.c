@@ -1122,10 +1122,10 @@ tdm_nbits_prows_fn tdm_nbits_pk_pick(int level, const tdm_nbits_pk *pk, bool int
 
 /* Measured on Zen 5 (avx512_core_bf16), 4-bit with zero points, weights from memory, CPU
  * time at 1 thread / wall at 2, us per call, the panel loops against dequantised panels and
- * sgemm: 1536 x 576 M = 17 303 / 1181 (1 thread), M = 128 2197 / 3000, M = 512 9130 / 9163;
- * 2 threads, M = 128: 3072 x 576 2214 / 3881, 576 x 1536 1155 / 1762, 960 x 576 712 / 976; M =
- * 512: 9213 / 10047, 4691 / 4775, 2859 / 3022. The AVX2 float loop runs at about half the FMA
- * rate (f256_rows), so there the panels and sgemm remain. */
+ * sgemm (panels a row at a time, as then): 1536 x 576 M = 17 303 / 1181 (1 thread), M = 128
+ * 2197 / 3000; 2 threads, M = 128: 3072 x 576 2214 / 3881, 576 x 1536 1155 / 1762, 960 x 576
+ * 712 / 976. The AVX2 float loop runs at about half the FMA rate (f256_rows), so there the
+ * panels and sgemm remain. */
 bool tdm_nbits_pk_any_rows(int level, const tdm_nbits_pk *pk, bool int8) {
     if (int8) return true;
 #ifdef TDM_SIMD_X86
