@@ -321,8 +321,7 @@ static void test_rows_invariant(void **state) {
                 float *y = malloc((size_t)(c->M * c->N) * sizeof(float));
                 float *y1 = malloc((size_t)c->N * sizeof(float));
                 /* past the decode rows: int8 always, floats where the AVX-512 loop runs */
-                bool f_rows = c->M <= TDM_NBITS_DECODE_ROWS ||
-                              tdm_nbits_pk_any_rows((int)levels[l], d.w.pk, false);
+                bool f_rows = tdm_nbits_rows_path(&simd, &d.w, false, c->M);
                 for (int int8 = !f_rows; int8 < 2; int8++)
                     for (int t = 0; t < 2; t++) {
                         tdm_threadpool *p = t ? pool : NULL;

@@ -617,7 +617,7 @@ typedef struct vt_query {
 TDM_TARGET_VNNI static AI __m512i chunk_codes(const int8_t *r, int c, __mmask64 m, bool q4) {
     if (!q4)
         return _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, r + 64 * c), _mm512_set1_epi8((char)0x80));
-    __m512i z;
+    __m512i z; /* a whole chunk: one broadcast load (always masked: scores 3.32 us, not 3.10) */
     if ((uint32_t)m == 0xffffffffu)
         z = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(const void *)(r + 32 * c)));
     else

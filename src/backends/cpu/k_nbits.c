@@ -25,8 +25,8 @@
  * tdm_nbits_w.pk set: decode by the panel loops of k_nbits_pack.c (A prepared as for 8 bits, in
  * natural order), prefill by dequantising rows of the packed form into the same panels — except
  * with int8 activations (any number of rows) and floats on AVX-512 (up to FLOAT_ROWS_MAX),
- * whose panel loops take them (rows_path): each row then equals the row alone, and no panel
- * is dequantised (int8 pp128 ~2x faster; floats 1.2-1.75x at M = 64-128). */
+ * whose panel loops take them (tdm_nbits_rows_path): each row then equals the row alone, and
+ * no panel is dequantised (int8 pp128 ~2x faster; floats 1.2-1.75x at M = 64-128). */
 #include "backends/cpu/k_nbits.h"
 
 #include <dnnl.h>
@@ -113,7 +113,8 @@ static tdm_nbits_w a_view(const tdm_nbits_w *w) {
  * M = 128 2566 / 2188, 256 4490 / 4463, 384 6648 / 6678, 1024 17272 / 18117, 2000 32976 /
  * 35727; 3072 x 576 M = 384 13799 / 13525, 1024 34015 / 35939). */
 #define FLOAT_ROWS_MAX 384
-static bool rows_path(const tdm_cpu_simd *simd, const tdm_nbits_w *w, bool int8, int64_t M) {
+bool tdm_nbits_rows_path(const tdm_cpu_simd *simd, const tdm_nbits_w *w, bool int8,
+                         int64_t M) {
     if (M <= TDM_NBITS_DECODE_ROWS) return true;
     if (!w->pk || !tdm_nbits_pk_any_rows(simd_level(simd), w->pk, int8)) return false;
     return int8 || M <= FLOAT_ROWS_MAX;
@@ -121,7 +122,7 @@ static bool rows_path(const tdm_cpu_simd *simd, const tdm_nbits_w *w, bool int8,
 
 size_t tdm_nbits_scratch_bytes(const tdm_cpu_simd *simd, const tdm_nbits_w *w, bool int8,
                                int64_t M) {
-    if (rows_path(simd, w, int8, M)) {
+    if (tdm_nbits_rows_path(simd, w, int8, M)) {
         tdm_nbits_w w8 = a_view(w);
         return layout_of(simd, &w8, int8, M).total;
     }
@@ -273,7 +274,7 @@ static void decode_packed(const tdm_cpu_simd *simd, tdm_threadpool *pool, const 
     for (int64_t m0 = 0; m0 < M; m0 += slice) {
         tdm_nbits_pjob js = j;
         js.M = M - m0 < slice ? M - m0 : slice;
-        js.a = int8 ? j.a : (const void *)((const float *)j.a + m0 * L.kq);
+        js.a = scr + m0 * L.kq * (int8 ? 1 : (int64_t)sizeof(float));
         js.sa = j.sa + m0 * w->pk->nb;
         js.asum = j.asum + m0 * w->pk->nb;
         js.Y = Y + m0 * w->pk->N;
@@ -517,7 +518,7 @@ void tdm_nbits_matmul(const tdm_cpu_simd *simd, tdm_threadpool *pool, const tdm_
                       bool int8, int64_t M, const float *A, const float *bias, float *Y,
                       void *scratch) {
     if (M < 1) return;
-    if (rows_path(simd, w, int8, M))
+    if (tdm_nbits_rows_path(simd, w, int8, M))
         decode(simd, pool, w, int8, M, A, bias, Y, scratch);
     else
         prefill(simd, pool, w, int8, M, A, bias, Y, scratch);

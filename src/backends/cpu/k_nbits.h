@@ -43,6 +43,12 @@ typedef struct tdm_nbits_w {
  * per CPU second through the decode path against 71 through the panels). */
 #define TDM_NBITS_DECODE_ROWS 16
 
+/* Whether tdm_nbits_matmul runs these M rows through the decode loops (each row then equals
+ * the row alone): up to TDM_NBITS_DECODE_ROWS, and past it on the packed form where
+ * tdm_nbits_pk_any_rows says so (floats up to a bound, k_nbits.c); else dequantised panels. */
+bool tdm_nbits_rows_path(const struct tdm_cpu_simd *simd, const tdm_nbits_w *w, bool int8,
+                         int64_t M);
+
 /* Bytes of scratch tdm_nbits_matmul needs for these rows (a 64-byte aligned block). */
 size_t tdm_nbits_scratch_bytes(const struct tdm_cpu_simd *simd, const tdm_nbits_w *w, bool int8,
                                int64_t M);
