@@ -311,7 +311,7 @@ static void test_row_variants(void **state) {
     (void)state;
     tdm_cpu_isa top = tdm_cpu_isa_detect();
     static const int ds[] = {1, 7, 16, 33, 40, 64, 71, 96, 128, 130, 200, 320, 512, 600};
-    static const int ns[] = {1, 8, 15, 17, 64, 100};
+    static const int ns[] = {1, 8, 15, 17, 64, 100, 301}; /* 301: blocks of 64 and 128 rows, a short last one */
     static const int gs[] = {1, 3, 4, 5, 9};
     for (int l = TDM_ISA_PORTABLE; l <= (int)top; l++) {
         const tdm_llm_i8_fns *f = fns_for((tdm_cpu_isa)l);
@@ -362,7 +362,7 @@ static void test_row_variants(void **state) {
                                     csum += abs(code_of(rows + t * rs, i));
                                 }
                             /* float sums of n terms: relative to the terms' magnitude; the
-                             * VNNI form rounds the weights to 16 bits per 64 rows (each within
+                             * VNNI form rounds the weights to 16 bits per 64 rows, 128 for 4-bit (each within
                              * 2^-16 of the largest) */
                             double tol = 1e-5 + 1e-6 * mag;
                             if (l >= TDM_ISA_AVX512_CORE_VNNI) tol += 1.01 * wmax / 65534.0 * csum;

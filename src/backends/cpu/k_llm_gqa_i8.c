@@ -15,8 +15,8 @@
  *     transposed 16 at a time within 128-bit lanes, shared by the group's heads), AVX2 (key
  *     rows transposed 8 at a time, vpsignb + vpmaddubsw + vpmaddwd; also the AVX-512 level
  *     without VNNI), portable C;
- *   - p.V: AVX-512 VNNI rounds each block of 64 weights p * s_v to int16 against the block's
- *     largest and adds two rows per vpdpwssd; AVX-512 (rows' scales folded into the weights)
+ *   - p.V: AVX-512 VNNI rounds each block of 64 weights p * s_v (128 for the 4-bit rows) to
+ *     int16 against the block's largest and adds two rows per vpdpwssd; AVX-512 (rows' scales folded into the weights)
  *     and AVX2 (up to 3 heads per pass over the rows, the value scale folded into the weights)
  *     in float32 FMAs; portable C.
  * The best at or below the device's level (TANDEM_CPU_ISA caps). AVX-VNNI (VEX, on AVX2-only
@@ -596,15 +596,19 @@ TDM_TARGET_AVX512 static inline __mmask16 mask_of(int64_t left) {
  * head's per-row sums with shuffles: 1.2-1.3x the time at head size 64). Per 16 rows (sets s = 0..3 of 4) and chunk, lanes L = 0, 1 (group 2c) and
  * 2, 3 (group 2c + 1) of the four sets' sums fold with two lane shuffles a pair of sets into
  * [set s: group 2c, group 2c + 1, set s + 1: group 2c, 2c + 1], 4 rows each; those go to
- * float with the correction, the query scale and the rows' key scales (one gather per pair
- * of sets and chunk), summed over the chunks; the last fold adds the two groups of each set:
+ * float with the correction, the query scale and the rows' key scales (one gather of both
+ * groups' scales per block and chunk: 2.87 us against 3.12 with a gather per pair of sets,
+ * attn_rows 4-bit), summed over the chunks; the last fold adds the two groups of each set:
  * 16 scores in row order. A last block shorter than 16 rows loads its missing rows as zeros
  * (masked), with zero scales. */
 typedef struct vt_query {
     _Alignas(64) int32_t q[QHEADS][VN_MAXC][4][16]; /* per head, chunk, j: lane (L, i) = dword 4L + j */
     _Alignas(64) int32_t corr[QHEADS][VN_MAXC][16]; /* lane (b, i): 128 * sum of the codes of group 2c + (b & 1) */
     _Alignas(64) float qs[QHEADS][VN_MAXC][16];     /* lane (b, i): query scale * softmax scale of that group */
-    _Alignas(64) int32_t gidx[VN_MAXC][16];         /* lane (b, i): the scale dword of row 4 (b >> 1) + i, group 2c + (b & 1) */
+    _Alignas(64) int32_t ridx[16];                  /* lane t: t * rs (the block's rows) */
+    int32_t soff[VN_MAXC]; /* the dword of chunk c's scales in a row: both groups (low half 2c, high
+                              half 2c + 1) where two[c], else the one that ends with group 2c */
+    bool two[VN_MAXC];
 } vt_query;
 
 /* Chunk c (values 64 c ..) of a row as 64 unsigned codes: the 8-bit codes + 128 in order
@@ -641,17 +645,8 @@ TDM_TARGET_VNNI static AI void vt_block(const vt_query *vq, int HN, int NC, cons
     const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
     __m512 f[QHEADS][2];
     for (int h = 0; h < HN; h++) f[h][0] = f[h][1] = _mm512_setzero_ps();
-    __mmask16 lm[2] = {0xffff, 0xffff};
-    if (rows < 16)
-        for (int pr = 0; pr < 2; pr++) { /* lanes of real rows: rows 8 pr + 4 (b >> 1) + i */
-            uint32_t k = 0;
-            for (int b = 0; b < 4; b++)
-                if (8 * pr + 4 * (b >> 1) < rows) {
-                    int64_t left = rows - (8 * pr + 4 * (b >> 1));
-                    k |= (left >= 4 ? 0xfu : (1u << left) - 1u) << (4 * b);
-                }
-            lm[pr] = (__mmask16)k;
-        }
+    const __mmask16 lm = mask_of(rows); /* the real rows' scales, the others 0 */
+    const __m512i ri = _mm512_load_si512((const void *)vq->ridx);
     for (int c = 0; c < NC; c++) {
         __m512i a[4][QHEADS]; /* per set of 4 rows: lane (L, i) = row 4s + i, bytes 16L.. */
         for (int st = 0; st < 4; st++) {
@@ -679,12 +674,20 @@ TDM_TARGET_VNNI static AI void vt_block(const vt_query *vq, int HN, int NC, cons
                 a[st][h] = acc;
             }
         }
-        const __m512i gi = _mm512_load_si512((const void *)vq->gidx[c]);
+        /* one gather a block: both groups' scales of the 16 rows, then per pair of sets lane
+         * (b, i) = row 8 pr + 4 (b >> 1) + i, group 2c + (b & 1) */
+        const __m512i sd = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), lm,
+                                                       _mm512_add_epi32(ri, _mm512_set1_epi32(vq->soff[c])),
+                                                       (const void *)r, 1);
         __m512 sk[2];
-        for (int pr = 0; pr < 2; pr++)
-            sk[pr] = _mm512_castsi512_ps(_mm512_and_si512(
-                _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), lm[pr], gi, (const void *)(r + 8 * pr * rs), 1),
-                hi));
+        for (int pr = 0; pr < 2; pr++) {
+            __m512i dw = _mm512_permutexvar_epi32(
+                _mm512_add_epi32(_mm512_set_epi32(7, 6, 5, 4, 7, 6, 5, 4, 3, 2, 1, 0, 3, 2, 1, 0),
+                                 _mm512_set1_epi32(8 * pr)), sd);
+            sk[pr] = _mm512_castsi512_ps(
+                vq->two[c] ? _mm512_mask_and_epi32(_mm512_slli_epi32(dw, 16), 0xf0f0, dw, hi)
+                           : _mm512_maskz_and_epi32(0x0f0f, dw, hi));
+        }
         for (int h = 0; h < HN; h++) {
             const __m512i corr = _mm512_load_si512((const void *)vq->corr[h][c]);
             const __m512 qs = _mm512_load_ps(vq->qs[h][c]);
@@ -733,11 +736,11 @@ TDM_TARGET_VNNI static AI void scores_vnni_f(const float *const *q, int64_t G, c
     vt_query vq;
     float qs[QHEADS][TDM_LLM_KV_I8_MAX_D / GROUP];
     _Alignas(64) int8_t qc[QHEADS][VN_MAXC * 64];
-    for (int c = 0; c < NC; c++)
-        for (int L = 0; L < 16; L++) {
-            int b = L >> 2, g = 2 * c + (b & 1);
-            vq.gidx[c][L] = (int32_t)((4 * (b >> 1) + (L & 3)) * rs + so + 2 * (g < ng ? g : ng - 1) - 2);
-        }
+    for (int t = 0; t < 16; t++) vq.ridx[t] = (int32_t)(t * rs);
+    for (int c = 0; c < NC; c++) {
+        vq.two[c] = 2 * c + 1 < ng;
+        vq.soff[c] = (int32_t)(so + 4 * c - (vq.two[c] ? 0 : 2));
+    }
     for (int64_t h0 = 0; h0 < G; h0 += QHEADS) {
         int hn = G - h0 < QHEADS ? (int)(G - h0) : QHEADS;
         for (int h = 0; h < hn; h++) {
@@ -986,6 +989,148 @@ TDM_TARGET_VNNI static AI void pvq_block(const float *p, int64_t ld, int HN, con
         }
 }
 
+/* ---- AVX-512 VNNI p.V of the 4-bit cache ----
+ * As pvq_block (int16 weights against the block's largest, vpdpwssd on two rows a time), with
+ * less work per row:
+ *   - one gather a 16 rows reads both groups' scales (the dword at so + 2 g0: g0 in its low
+ *     half, g0 + 1 in the high one; a lone last group: the dword that ends with it);
+ *   - each weight's largest is taken as it is made, in registers, and the weights are rounded
+ *     from p and the stored scales in one more pass (no float weights stored and read back);
+ *   - the two rows' 32 code bytes are interleaved before they are widened (vpunpck[lh]bw,
+ *     then vpmovzxbw): each 16-bit lane holds one byte (two codes), and AND 15 / >> 4 give
+ *     the int16 pairs of low and high nibbles for vpdpwssd directly (4 shuffles a pair of
+ *     rows, not 8);
+ *   - the 8 * sum(w) of the unsigned codes is taken off once per call, its blocks' parts kept
+ *     in float vectors.
+ * Each 256-bit half of a widened vector holds one group: lanes 0-7 its columns
+ * [0-7 | 16-23 | 8-15 | 24-31] (vectors X & 15, X >> 4, Y & 15, Y >> 4), put back in order at
+ * the end. |w| <= 32767, codes <= 15: a block's int32 sums stay below 2^27. attn_rows
+ * (4-bit, 1000 rows x 3 heads): 2.96 us against pvq_block's 4.31; the multiplies alone (one
+ * vpdpwssd a cycle on Zen 5) take 1.6. */
+#define PV4_ROWS 128
+
+/* acc += the pairs' products of x and w (vpdpwssd) in acc's register: GCC 12's intrinsic
+ * copies the accumulator to and from another register around each one (two vector moves a
+ * multiply in pvq4_block's loop, whose accumulators fill the register file) */
+TDM_TARGET_VNNI static AI void dpwssd_acc(__m512i *acc, __m512i x, __m512i w) {
+#if defined(__GNUC__) && !defined(__clang__)
+    __asm__("vpdpwssd %2, %1, %0" : "+v"(*acc) : "v"(x), "v"(w));
+#else
+    *acc = _mm512_dpwssd_epi32(*acc, x, w);
+#endif
+}
+
+TDM_TARGET_VNNI static AI void pvq4_block(const float *p, int64_t ld, int HN, const int8_t *v,
+                                          int64_t rs, int64_t n, int64_t d, int64_t i0,
+                                          __mmask32 cm, float *y, int64_t ys) {
+    int64_t so = scales_at(d, true), g0 = i0 / GROUP, ng = (d + GROUP - 1) / GROUP;
+    bool two = ng - g0 >= 2;
+    const int8_t *vs = v + (two ? so + 2 * g0 : so + 2 * g0 - 2), *vc = v + i0 / 2;
+    const __m512i step = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                            _mm512_set1_epi32((int)rs));
+    const __m512i hi16 = _mm512_set1_epi32((int)0xffff0000u);
+    const __m512i nib = _mm512_set1_epi16(15);
+    _Alignas(64) float acc[QHEADS][4][16];
+    __m512 cf[QHEADS][2]; /* the blocks' weight sums times their scales */
+    memset(acc, 0, sizeof acc);
+    for (int h = 0; h < HN; h++) cf[h][0] = cf[h][1] = _mm512_setzero_ps();
+    for (int64_t t0 = 0; t0 < n; t0 += PV4_ROWS) {
+        int64_t cnt = n - t0 < PV4_ROWS ? n - t0 : PV4_ROWS;
+        _Alignas(64) float sc[2][PV4_ROWS];
+        _Alignas(64) int16_t wq[QHEADS][2][PV4_ROWS]; /* int16 pairs: rows 2u, 2u + 1 */
+        __m512 mx[QHEADS][2];
+        for (int h = 0; h < HN; h++) mx[h][0] = mx[h][1] = _mm512_setzero_ps();
+        for (int64_t t = 0; t < cnt; t += 16) {
+            __mmask16 m = mask_of(cnt - t);
+            __m512i g = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, step,
+                                                    (const void *)(vs + (t0 + t) * rs), 1);
+            __m512 s0 = _mm512_castsi512_ps(two ? _mm512_slli_epi32(g, 16) : _mm512_and_si512(g, hi16));
+            __m512 s1 = two ? _mm512_castsi512_ps(_mm512_and_si512(g, hi16)) : _mm512_setzero_ps();
+            _mm512_store_ps(sc[0] + t, s0);
+            _mm512_store_ps(sc[1] + t, s1);
+            for (int h = 0; h < HN; h++) {
+                __m512 pv = _mm512_maskz_loadu_ps(m, p + h * ld + t0 + t);
+                mx[h][0] = _mm512_max_ps(mx[h][0], _mm512_abs_ps(_mm512_mul_ps(pv, s0)));
+                mx[h][1] = _mm512_max_ps(mx[h][1], _mm512_abs_ps(_mm512_mul_ps(pv, s1)));
+            }
+        }
+        float bs[QHEADS][2];
+        __m512 inv[QHEADS][2];
+        for (int h = 0; h < HN; h++)
+            for (int gg = 0; gg < 2; gg++) {
+                float m = _mm512_reduce_max_ps(mx[h][gg]);
+                bs[h][gg] = m / 32767.0f;
+                inv[h][gg] = _mm512_set1_ps(m > 0.0f ? 32767.0f / m : 0.0f);
+            }
+        __m512i qs[QHEADS][2];
+        for (int h = 0; h < HN; h++) qs[h][0] = qs[h][1] = _mm512_setzero_si512();
+        for (int64_t t = 0; t < cnt; t += 16) { /* rows past cnt: p reads 0, so w = 0 */
+            __mmask16 m = mask_of(cnt - t);
+            __m512 s0 = _mm512_load_ps(sc[0] + t), s1 = _mm512_load_ps(sc[1] + t);
+            for (int h = 0; h < HN; h++) {
+                __m512 pv = _mm512_maskz_loadu_ps(m, p + h * ld + t0 + t);
+                __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_mul_ps(pv, s0), inv[h][0]));
+                __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_mul_ps(pv, s1), inv[h][1]));
+                _mm256_store_si256((__m256i *)(void *)(wq[h][0] + t), _mm512_cvtsepi32_epi16(q0));
+                _mm256_store_si256((__m256i *)(void *)(wq[h][1] + t), _mm512_cvtsepi32_epi16(q1));
+                qs[h][0] = _mm512_add_epi32(qs[h][0], q0);
+                qs[h][1] = _mm512_add_epi32(qs[h][1], q1);
+            }
+        }
+        __m512i ia[QHEADS][4];
+        for (int h = 0; h < HN; h++)
+            for (int c = 0; c < 4; c++) ia[h][c] = _mm512_setzero_si512();
+        const int8_t *vb = vc + t0 * rs;
+        for (int64_t t = 0; t < cnt; t += 2) {
+            const int8_t *ra = vb + t * rs, *rb = t + 1 < cnt ? ra + rs : ra; /* weight 0 */
+            _mm_prefetch((const char *)(ra + I8_AHEAD), _MM_HINT_T0);
+            __m256i a, b;
+            if (cm == 0xffffffffu) {
+                a = _mm256_loadu_si256((const __m256i *)(const void *)ra);
+                b = _mm256_loadu_si256((const __m256i *)(const void *)rb);
+            } else {
+                a = _mm256_maskz_loadu_epi8(cm, ra);
+                b = _mm256_maskz_loadu_epi8(cm, rb);
+            }
+            __m512i X = _mm512_cvtepu8_epi16(_mm256_unpacklo_epi8(a, b));
+            __m512i Y = _mm512_cvtepu8_epi16(_mm256_unpackhi_epi8(a, b));
+            __m512i x[4] = {_mm512_and_si512(X, nib), _mm512_srli_epi16(X, 4),
+                            _mm512_and_si512(Y, nib), _mm512_srli_epi16(Y, 4)};
+            for (int h = 0; h < HN; h++) {
+                int32_t w0, w1;
+                memcpy(&w0, wq[h][0] + t, sizeof w0);
+                memcpy(&w1, wq[h][1] + t, sizeof w1);
+                __m512i w = _mm512_mask_set1_epi32(_mm512_set1_epi32(w0), 0xff00, w1);
+                for (int c = 0; c < 4; c++) dpwssd_acc(&ia[h][c], x[c], w);
+            }
+        }
+        for (int h = 0; h < HN; h++) {
+            __m512 s = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(bs[h][0]), _mm512_set1_ps(bs[h][1]));
+            for (int c = 0; c < 4; c++)
+                _mm512_store_ps(acc[h][c], _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[h][c]), s,
+                                                           _mm512_load_ps(acc[h][c])));
+            for (int gg = 0; gg < 2; gg++)
+                cf[h][gg] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(qs[h][gg]), _mm512_set1_ps(bs[h][gg]), cf[h][gg]);
+        }
+    }
+    /* columns 16 k .. 16 k + 15 from the halves of two vectors: k = 0: X & 15, Y & 15 (low
+     * halves); 1: X >> 4, Y >> 4 (low); 2, 3: the same, high halves */
+    const __m512i lo = _mm512_set_epi32(23, 22, 21, 20, 19, 18, 17, 16, 7, 6, 5, 4, 3, 2, 1, 0);
+    const __m512i up = _mm512_set_epi32(31, 30, 29, 28, 27, 26, 25, 24, 15, 14, 13, 12, 11, 10, 9, 8);
+    int64_t wcols = d - i0 < 64 ? d - i0 : 64;
+    for (int h = 0; h < HN; h++) {
+        __m512 corr[2] = {_mm512_set1_ps(8.0f * _mm512_reduce_add_ps(cf[h][0])),
+                          _mm512_set1_ps(8.0f * _mm512_reduce_add_ps(cf[h][1]))};
+        for (int k = 0; k < 4; k++) {
+            __m512 r = _mm512_permutex2var_ps(_mm512_load_ps(acc[h][k & 1]), k < 2 ? lo : up,
+                                              _mm512_load_ps(acc[h][2 + (k & 1)]));
+            __mmask16 m = mask_of(wcols - 16 * k);
+            float *o = y + h * ys + i0 + 16 * k;
+            _mm512_mask_storeu_ps(o, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, o), _mm512_sub_ps(r, corr[k >> 1])));
+        }
+    }
+}
+
 TDM_TARGET_VNNI static AI void pv_vnni_f(const float *p, int64_t ld, int64_t G, const int8_t *v,
                                          int64_t rs, int64_t n, int64_t d, float *y, int64_t ys,
                                          bool q4) {
@@ -1002,6 +1147,15 @@ TDM_TARGET_VNNI static AI void pv_vnni_f(const float *p, int64_t ld, int64_t G, 
             int hn = G - h0 < QHEADS ? (int)(G - h0) : QHEADS;
             const float *ph = p + h0 * ld;
             float *yh = y + h0 * ys;
+            if (q4) {
+                switch (hn) {
+                case 1: pvq4_block(ph, ld, 1, v, rs, n, d, i0, (__mmask32)cm, yh, ys); break;
+                case 2: pvq4_block(ph, ld, 2, v, rs, n, d, i0, (__mmask32)cm, yh, ys); break;
+                case 3: pvq4_block(ph, ld, 3, v, rs, n, d, i0, (__mmask32)cm, yh, ys); break;
+                default: pvq4_block(ph, ld, 4, v, rs, n, d, i0, (__mmask32)cm, yh, ys); break;
+                }
+                continue;
+            }
             switch (hn) {
             case 1: pvq_block(ph, ld, 1, v, rs, n, d, i0, cm, yh, ys, q4); break;
             case 2: pvq_block(ph, ld, 2, v, rs, n, d, i0, cm, yh, ys, q4); break;
