@@ -641,14 +641,24 @@ static void chunk_masks(int64_t d, int NC, bool q4, __mmask64 *cm) {
 TDM_TARGET_VNNI static AI void vt_block(const vt_query *vq, int HN, int NC, const int8_t *r,
                                         int64_t rs, int64_t rows, const __mmask64 *cm,
                                         bool prefetch, const int8_t *vnext, float *out, int64_t ld,
-                                        bool q4) {
+                                        bool q4, bool whole) {
+    if (whole) rows = 16; /* a constant: no test per row */
     const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
     __m512 f[QHEADS][2];
     for (int h = 0; h < HN; h++) f[h][0] = f[h][1] = _mm512_setzero_ps();
     const __mmask16 lm = mask_of(rows); /* the real rows' scales, the others 0 */
+    /* 4-bit: dword j of u_j's lanes 0 and 2 is packed dword j of rows 0-3 (P = rows 0 | 1,
+     * Q = rows 2 | 3), of lanes 1 and 3 packed dword 4 + j */
+    const __m512i t4_idx = _mm512_set_epi32(28, 20, 12, 4, 24, 16, 8, 0, 28, 20, 12, 4, 24, 16, 8, 0);
     const __m512i ri = _mm512_load_si512((const void *)vq->ridx);
     for (int c = 0; c < NC; c++) {
+        /* one gather a block (first: its latency under the sets' work): both groups' scales of the 16 rows, then per pair of sets lane
+         * (b, i) = row 8 pr + 4 (b >> 1) + i, group 2c + (b & 1) */
+        const __m512i sd = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), lm,
+                                                       _mm512_add_epi32(ri, _mm512_set1_epi32(vq->soff[c])),
+                                                       (const void *)r, 1);
         __m512i a[4][QHEADS]; /* per set of 4 rows: lane (L, i) = row 4s + i, bytes 16L.. */
+#pragma GCC unroll 4
         for (int st = 0; st < 4; st++) {
             if (prefetch && c == 0) /* the set's key rows 4 KiB ahead and its value rows, every
                                        line, spread over the block (not in one burst) */
@@ -656,29 +666,47 @@ TDM_TARGET_VNNI static AI void vt_block(const vt_query *vq, int HN, int NC, cons
                     _mm_prefetch((const char *)(r + o + I8_AHEAD), _MM_HINT_T0);
                     if (vnext) _mm_prefetch((const char *)(vnext + o), _MM_HINT_T1);
                 }
-            __m512i x[4];
-            for (int i = 0; i < 4; i++) {
-                int64_t row = 4 * st + i;
-                __mmask64 m = row < rows ? cm[c] : 0;
-                x[i] = chunk_codes(r + row * rs, c, m, q4);
+            __m512i u[4];
+            if (q4) { /* the four rows' packed bytes transposed first (vpermt2d), then the
+                         nibbles split: u_j as chunk_codes + the unpacks below give it */
+                __m256i y[4];
+                for (int i = 0; i < 4; i++) {
+                    int64_t row = 4 * st + i;
+                    const void *src = r + row * rs + 32 * c;
+                    y[i] = whole ? _mm256_loadu_si256((const __m256i *)src)
+                         : row >= rows ? _mm256_setzero_si256()
+                         : (uint32_t)cm[c] == 0xffffffffu ? _mm256_loadu_si256((const __m256i *)src)
+                                                          : _mm256_maskz_loadu_epi8((__mmask32)cm[c], src);
+                }
+                __m512i P = _mm512_inserti64x4(_mm512_castsi256_si512(y[0]), y[1], 1);
+                __m512i Q = _mm512_inserti64x4(_mm512_castsi256_si512(y[2]), y[3], 1);
+                for (int jj = 0; jj < 4; jj++) {
+                    __m512i v = _mm512_permutex2var_epi32(P, _mm512_add_epi32(t4_idx, _mm512_set1_epi32(jj)), Q);
+                    v = _mm512_mask_srli_epi16(v, (__mmask32)0xffff0000u, v, 4);
+                    u[jj] = _mm512_and_si512(v, _mm512_set1_epi8(15));
+                }
+            } else {
+                __m512i x[4];
+                for (int i = 0; i < 4; i++) {
+                    int64_t row = 4 * st + i;
+                    __mmask64 m = row < rows ? cm[c] : 0;
+                    x[i] = chunk_codes(r + row * rs, c, m, q4);
+                }
+                __m512i t0 = _mm512_unpacklo_epi32(x[0], x[1]), t1 = _mm512_unpackhi_epi32(x[0], x[1]);
+                __m512i t2 = _mm512_unpacklo_epi32(x[2], x[3]), t3 = _mm512_unpackhi_epi32(x[2], x[3]);
+                u[0] = _mm512_unpacklo_epi64(t0, t2), u[1] = _mm512_unpackhi_epi64(t0, t2);
+                u[2] = _mm512_unpacklo_epi64(t1, t3), u[3] = _mm512_unpackhi_epi64(t1, t3);
             }
-            __m512i t0 = _mm512_unpacklo_epi32(x[0], x[1]), t1 = _mm512_unpackhi_epi32(x[0], x[1]);
-            __m512i t2 = _mm512_unpacklo_epi32(x[2], x[3]), t3 = _mm512_unpackhi_epi32(x[2], x[3]);
-            __m512i u[4] = {_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2),
-                            _mm512_unpacklo_epi64(t1, t3), _mm512_unpackhi_epi64(t1, t3)};
             for (int h = 0; h < HN; h++) {
-                __m512i acc = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[0],
-                                                  _mm512_load_si512((const void *)vq->q[h][c][0]));
-                for (int jj = 1; jj < 4; jj++)
-                    acc = _mm512_dpbusd_epi32(acc, u[jj], _mm512_load_si512((const void *)vq->q[h][c][jj]));
-                a[st][h] = acc;
+                __m512i a0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[0],
+                                                 _mm512_load_si512((const void *)vq->q[h][c][0]));
+                __m512i a1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[2],
+                                                 _mm512_load_si512((const void *)vq->q[h][c][2]));
+                a0 = _mm512_dpbusd_epi32(a0, u[1], _mm512_load_si512((const void *)vq->q[h][c][1]));
+                a1 = _mm512_dpbusd_epi32(a1, u[3], _mm512_load_si512((const void *)vq->q[h][c][3]));
+                a[st][h] = _mm512_add_epi32(a0, a1);
             }
         }
-        /* one gather a block: both groups' scales of the 16 rows, then per pair of sets lane
-         * (b, i) = row 8 pr + 4 (b >> 1) + i, group 2c + (b & 1) */
-        const __m512i sd = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), lm,
-                                                       _mm512_add_epi32(ri, _mm512_set1_epi32(vq->soff[c])),
-                                                       (const void *)r, 1);
         __m512 sk[2];
         for (int pr = 0; pr < 2; pr++) {
             __m512i dw = _mm512_permutexvar_epi32(
@@ -714,9 +742,16 @@ TDM_TARGET_VNNI static AI void vt_block(const vt_query *vq, int HN, int NC, cons
 TDM_TARGET_VNNI static AI void vt_rows(const vt_query *vq, int HN, int NC, const int8_t *k,
                                        int64_t rs, int64_t n, const __mmask64 *cm, bool prefetch,
                                        const int8_t *vnext, float *out, int64_t ld, bool q4) {
-    for (int64_t t = 0; t < n; t += 16)
+    /* whole blocks (16 rows; 4-bit: every chunk's 32 bytes) without a test per row */
+    bool whole = !q4 || cm[NC - 1] == ~(__mmask64)0;
+    int64_t t = 0;
+    if (whole)
+        for (; t + 16 <= n; t += 16)
+            vt_block(vq, HN, NC, k + t * rs, rs, 16, cm, prefetch, vnext ? vnext + t * rs : NULL,
+                     out + t, ld, q4, true);
+    for (; t < n; t += 16)
         vt_block(vq, HN, NC, k + t * rs, rs, n - t < 16 ? n - t : 16, cm, prefetch,
-                 vnext ? vnext + t * rs : NULL, out + t, ld, q4);
+                 vnext ? vnext + t * rs : NULL, out + t, ld, q4, false);
 }
 
 TDM_TARGET_VNNI static AI void scores_vnni_f(const float *const *q, int64_t G, const int8_t *k,
