@@ -925,11 +925,10 @@ TDM_TARGET_AVX512 static void pv_avx512(const float *p, int64_t ld, int64_t G, c
  * 128-bit lane in the order (0-3 | 4-7) of each 8, put back once at the end. */
 TDM_TARGET_VNNI static AI void pvq_block(const float *p, int64_t ld, int HN, const int8_t *v,
                                          int64_t rs, int64_t n, int64_t d, int64_t i0,
-                                         __mmask64 cm, float *y, int64_t ys, bool q4) {
+                                         __mmask64 cm, float *y, int64_t ys) {
     float w[QHEADS][2][PV_ROWS];
     _Alignas(64) int32_t wq[QHEADS][2][PV_ROWS / 2]; /* int16 pairs: rows 2u, 2u + 1 */
     float wsc[QHEADS][2];
-    int32_t wsum[QHEADS][2]; /* 4-bit: the block's int16 weights summed (8 * it is taken off) */
     int64_t g0 = i0 / GROUP, ng = (d + GROUP - 1) / GROUP;
     int ngg = ng - g0 >= 2 ? 2 : 1;
     __m512 acc[QHEADS][4];
@@ -938,7 +937,7 @@ TDM_TARGET_VNNI static AI void pvq_block(const float *p, int64_t ld, int HN, con
     for (int64_t t0 = 0; t0 < n; t0 += PV_ROWS) {
         int64_t cnt = n - t0 < PV_ROWS ? n - t0 : PV_ROWS;
         const int8_t *vb = v + t0 * rs;
-        pv_weights_avx512(p + t0, ld, HN, vb, rs, cnt, scales_at(d, q4), g0, ngg, w);
+        pv_weights_avx512(p + t0, ld, HN, vb, rs, cnt, d, g0, ngg, w); /* scales at d */
         for (int h = 0; h < HN; h++)
             for (int gg = 0; gg < 2; gg++) {
                 __m512 mx = _mm512_setzero_ps();
@@ -948,44 +947,27 @@ TDM_TARGET_VNNI static AI void pvq_block(const float *p, int64_t ld, int HN, con
                 __m512 inv = _mm512_set1_ps(m > 0.0f ? 32767.0f / m : 0.0f);
                 wsc[h][gg] = m / 32767.0f;
                 int16_t *o = (int16_t *)wq[h][gg];
-                __m512i qsum = _mm512_setzero_si512();
                 for (int64_t t = 0; t < PV_ROWS; t += 16) {
                     __m512i q = _mm512_cvtps_epi32(
                         _mm512_mul_ps(_mm512_maskz_loadu_ps(mask_of(cnt - t), w[h][gg] + t), inv));
                     _mm256_storeu_si256((__m256i *)(o + t), _mm512_cvtsepi32_epi16(q));
-                    if (q4) qsum = _mm512_add_epi32(qsum, q);
                 }
-                wsum[h][gg] = q4 ? _mm512_reduce_add_epi32(qsum) : 0;
             }
         __m512i ia[QHEADS][4];
         for (int h = 0; h < HN; h++)
             for (int c = 0; c < 4; c++) ia[h][c] = _mm512_setzero_si512();
         for (int64_t t = 0; t < cnt; t += 2) {
             const int8_t *ra = vb + t * rs, *rb = t + 1 < cnt ? ra + rs : ra; /* weight 0 */
-            _mm_prefetch((const char *)(ra + (q4 ? i0 / 2 : i0) + I8_AHEAD), _MM_HINT_T0);
-            __m512i alo, blo, ahi, bhi; /* the chunk's codes as int16 */
-            if (q4) { /* unsigned codes, low nibbles (columns 0-15 | 32-47) and high (16-31 |
-                         48-63) widened apart: no lane shuffle, no - 8 (taken off per block) */
-                const __m256i nib = _mm256_set1_epi8(15);
-                __m256i xa = _mm256_maskz_loadu_epi8((__mmask32)cm, ra + i0 / 2);
-                __m256i xb = _mm256_maskz_loadu_epi8((__mmask32)cm, rb + i0 / 2);
-                alo = _mm512_cvtepu8_epi16(_mm256_and_si256(xa, nib));
-                blo = _mm512_cvtepu8_epi16(_mm256_and_si256(xb, nib));
-                ahi = _mm512_cvtepu8_epi16(_mm256_and_si256(_mm256_srli_epi16(xa, 4), nib));
-                bhi = _mm512_cvtepu8_epi16(_mm256_and_si256(_mm256_srli_epi16(xb, 4), nib));
-            } else {
-                __m512i a = _mm512_maskz_loadu_epi8(cm, ra + i0), b = _mm512_maskz_loadu_epi8(cm, rb + i0);
-                alo = _mm512_cvtepi8_epi16(_mm512_castsi512_si256(a));
-                blo = _mm512_cvtepi8_epi16(_mm512_castsi512_si256(b));
-                ahi = _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(a, 1));
-                bhi = _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(b, 1));
-            }
+            _mm_prefetch((const char *)(ra + i0 + I8_AHEAD), _MM_HINT_T0);
+            __m512i a = _mm512_maskz_loadu_epi8(cm, ra + i0), b = _mm512_maskz_loadu_epi8(cm, rb + i0);
+            __m512i alo = _mm512_cvtepi8_epi16(_mm512_castsi512_si256(a)); /* as int16 */
+            __m512i blo = _mm512_cvtepi8_epi16(_mm512_castsi512_si256(b));
+            __m512i ahi = _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(a, 1));
+            __m512i bhi = _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(b, 1));
             __m512i x[4] = {_mm512_unpacklo_epi16(alo, blo), _mm512_unpackhi_epi16(alo, blo),
                             _mm512_unpacklo_epi16(ahi, bhi), _mm512_unpackhi_epi16(ahi, bhi)};
             for (int h = 0; h < HN; h++) {
                 __m512i w0 = _mm512_set1_epi32(wq[h][0][t / 2]), w1 = _mm512_set1_epi32(wq[h][1][t / 2]);
-                if (q4) /* 128-bit lanes 0, 1: group 2c; 2, 3: group 2c + 1 */
-                    w0 = w1 = _mm512_mask_blend_epi32(0xff00, w0, w1);
                 ia[h][0] = _mm512_dpwssd_epi32(ia[h][0], x[0], w0);
                 ia[h][1] = _mm512_dpwssd_epi32(ia[h][1], x[1], w0);
                 ia[h][2] = _mm512_dpwssd_epi32(ia[h][2], x[2], w1);
@@ -994,20 +976,11 @@ TDM_TARGET_VNNI static AI void pvq_block(const float *p, int64_t ld, int HN, con
         }
         for (int h = 0; h < HN; h++) {
             __m512 sc[2] = {_mm512_set1_ps(wsc[h][0]), _mm512_set1_ps(wsc[h][1])};
-            __m512i corr = _mm512_setzero_si512();
-            if (q4) {
-                sc[0] = sc[1] = _mm512_mask_blend_ps(0xff00, sc[0], sc[1]);
-                corr = _mm512_mask_blend_epi32(0xff00, _mm512_set1_epi32(8 * wsum[h][0]),
-                                               _mm512_set1_epi32(8 * wsum[h][1]));
-            }
             for (int c = 0; c < 4; c++)
-                acc[h][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(ia[h][c], corr)),
-                                            sc[c / 2], acc[h][c]);
+                acc[h][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[h][c]), sc[c / 2], acc[h][c]);
         }
     }
-    /* lane 4k + j of acc[h][2u] is column 32u + 8k + j, of acc[h][2u + 1] column 32u + 8k + 4 + j
-     * (4-bit: column 16u + 8k + j for k < 2, 16u + 8k + 16 + j for k >= 2, as the nibbles came:
-     * the same permutation then gives 16 columns from 16u + 32e) */
+    /* lane 4k + j of acc[h][2u] is column 32u + 8k + j, of acc[h][2u + 1] column 32u + 8k + 4 + j */
     const __m512i lo = _mm512_set_epi32(23, 22, 21, 20, 7, 6, 5, 4, 19, 18, 17, 16, 3, 2, 1, 0);
     const __m512i hi = _mm512_set_epi32(31, 30, 29, 28, 15, 14, 13, 12, 27, 26, 25, 24, 11, 10, 9, 8);
     int64_t wcols = d - i0 < 64 ? d - i0 : 64;
@@ -1016,7 +989,7 @@ TDM_TARGET_VNNI static AI void pvq_block(const float *p, int64_t ld, int HN, con
             __m512 r[2] = {_mm512_permutex2var_ps(acc[h][2 * u], lo, acc[h][2 * u + 1]),
                            _mm512_permutex2var_ps(acc[h][2 * u], hi, acc[h][2 * u + 1])};
             for (int e = 0; e < 2; e++) {
-                int64_t c0 = q4 ? 16 * u + 32 * e : 32 * u + 16 * e;
+                int64_t c0 = 32 * u + 16 * e;
                 __mmask16 m = mask_of(wcols - c0);
                 float *o = y + h * ys + i0 + c0;
                 _mm512_mask_storeu_ps(o, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, o), r[e]));
@@ -1192,10 +1165,10 @@ TDM_TARGET_VNNI static AI void pv_vnni_f(const float *p, int64_t ld, int64_t G, 
                 continue;
             }
             switch (hn) {
-            case 1: pvq_block(ph, ld, 1, v, rs, n, d, i0, cm, yh, ys, q4); break;
-            case 2: pvq_block(ph, ld, 2, v, rs, n, d, i0, cm, yh, ys, q4); break;
-            case 3: pvq_block(ph, ld, 3, v, rs, n, d, i0, cm, yh, ys, q4); break;
-            default: pvq_block(ph, ld, 4, v, rs, n, d, i0, cm, yh, ys, q4); break;
+            case 1: pvq_block(ph, ld, 1, v, rs, n, d, i0, cm, yh, ys); break;
+            case 2: pvq_block(ph, ld, 2, v, rs, n, d, i0, cm, yh, ys); break;
+            case 3: pvq_block(ph, ld, 3, v, rs, n, d, i0, cm, yh, ys); break;
+            default: pvq_block(ph, ld, 4, v, rs, n, d, i0, cm, yh, ys); break;
             }
         }
     }
