@@ -1045,9 +1045,11 @@ TDM_TARGET_VNNI static AI void pvq4_block(const float *p, int64_t ld, int HN, co
     for (int64_t t0 = 0; t0 < n; t0 += PV4_ROWS) {
         int64_t cnt = n - t0 < PV4_ROWS ? n - t0 : PV4_ROWS;
         _Alignas(64) float sc[2][PV4_ROWS];
-        _Alignas(64) int16_t wq[QHEADS][2][PV4_ROWS]; /* int16 pairs: rows 2u, 2u + 1 */
-        __m512 mx[QHEADS][2];
-        for (int h = 0; h < HN; h++) mx[h][0] = mx[h][1] = _mm512_setzero_ps();
+        /* per head, 16 rows a 64 bytes (vpackssdw of both groups): dword 4L + m holds rows
+         * 4L + 2m, + 1 of group 0, dword 4L + 2 + m the same of group 1 */
+        _Alignas(64) int32_t wq[QHEADS][PV4_ROWS];
+        __m512 pm[QHEADS], sm[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+        for (int h = 0; h < HN; h++) pm[h] = _mm512_setzero_ps();
         for (int64_t t = 0; t < cnt; t += 16) {
             __mmask16 m = mask_of(cnt - t);
             __m512i g = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, step,
@@ -1056,31 +1058,32 @@ TDM_TARGET_VNNI static AI void pvq4_block(const float *p, int64_t ld, int HN, co
             __m512 s1 = two ? _mm512_castsi512_ps(_mm512_and_si512(g, hi16)) : _mm512_setzero_ps();
             _mm512_store_ps(sc[0] + t, s0);
             _mm512_store_ps(sc[1] + t, s1);
-            for (int h = 0; h < HN; h++) {
-                __m512 pv = _mm512_maskz_loadu_ps(m, p + h * ld + t0 + t);
-                mx[h][0] = _mm512_max_ps(mx[h][0], _mm512_abs_ps(_mm512_mul_ps(pv, s0)));
-                mx[h][1] = _mm512_max_ps(mx[h][1], _mm512_abs_ps(_mm512_mul_ps(pv, s1)));
-            }
+            sm[0] = _mm512_max_ps(sm[0], _mm512_abs_ps(s0)); /* Q4_0's scales carry a sign */
+            sm[1] = _mm512_max_ps(sm[1], _mm512_abs_ps(s1));
+            for (int h = 0; h < HN; h++)
+                pm[h] = _mm512_max_ps(pm[h], _mm512_abs_ps(_mm512_maskz_loadu_ps(m, p + h * ld + t0 + t)));
         }
-        float bs[QHEADS][2];
-        __m512 inv[QHEADS][2];
-        for (int h = 0; h < HN; h++)
-            for (int gg = 0; gg < 2; gg++) {
-                float m = _mm512_reduce_max_ps(mx[h][gg]);
-                bs[h][gg] = m / 32767.0f;
-                inv[h][gg] = _mm512_set1_ps(m > 0.0f ? 32767.0f / m : 0.0f);
-            }
+        /* a block's weights against max|p| * max|s| (>= each |p * s|): five reductions, not six,
+         * and the weights made from p and s without a pass for their own largest */
+        float bs[QHEADS][2], smx[2] = {_mm512_reduce_max_ps(sm[0]), _mm512_reduce_max_ps(sm[1])};
+        __m512 pinv[QHEADS], sinv[2];
+        for (int gg = 0; gg < 2; gg++) sinv[gg] = _mm512_set1_ps(smx[gg] > 0.0f ? 1.0f / smx[gg] : 0.0f);
+        for (int h = 0; h < HN; h++) {
+            float m = _mm512_reduce_max_ps(pm[h]);
+            pinv[h] = _mm512_set1_ps(m > 0.0f ? 32767.0f / m : 0.0f);
+            for (int gg = 0; gg < 2; gg++) bs[h][gg] = m * smx[gg] / 32767.0f;
+        }
         __m512i qs[QHEADS][2];
         for (int h = 0; h < HN; h++) qs[h][0] = qs[h][1] = _mm512_setzero_si512();
         for (int64_t t = 0; t < cnt; t += 16) { /* rows past cnt: p reads 0, so w = 0 */
             __mmask16 m = mask_of(cnt - t);
-            __m512 s0 = _mm512_load_ps(sc[0] + t), s1 = _mm512_load_ps(sc[1] + t);
+            __m512 s0 = _mm512_mul_ps(_mm512_load_ps(sc[0] + t), sinv[0]);
+            __m512 s1 = _mm512_mul_ps(_mm512_load_ps(sc[1] + t), sinv[1]);
             for (int h = 0; h < HN; h++) {
-                __m512 pv = _mm512_maskz_loadu_ps(m, p + h * ld + t0 + t);
-                __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_mul_ps(pv, s0), inv[h][0]));
-                __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_mul_ps(pv, s1), inv[h][1]));
-                _mm256_store_si256((__m256i *)(void *)(wq[h][0] + t), _mm512_cvtsepi32_epi16(q0));
-                _mm256_store_si256((__m256i *)(void *)(wq[h][1] + t), _mm512_cvtsepi32_epi16(q1));
+                __m512 a = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, p + h * ld + t0 + t), pinv[h]);
+                __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(a, s0));
+                __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(a, s1));
+                _mm512_store_si512((void *)(wq[h] + t), _mm512_packs_epi32(q0, q1));
                 qs[h][0] = _mm512_add_epi32(qs[h][0], q0);
                 qs[h][1] = _mm512_add_epi32(qs[h][1], q1);
             }
@@ -1105,10 +1108,8 @@ TDM_TARGET_VNNI static AI void pvq4_block(const float *p, int64_t ld, int HN, co
             __m512i x[4] = {_mm512_and_si512(X, nib), _mm512_srli_epi16(X, 4),
                             _mm512_and_si512(Y, nib), _mm512_srli_epi16(Y, 4)};
             for (int h = 0; h < HN; h++) {
-                int32_t w0, w1;
-                memcpy(&w0, wq[h][0] + t, sizeof w0);
-                memcpy(&w1, wq[h][1] + t, sizeof w1);
-                __m512i w = _mm512_mask_set1_epi32(_mm512_set1_epi32(w0), 0xff00, w1);
+                int64_t u = t - ((t >> 1) & 1); /* the pair's group-0 dword */
+                __m512i w = _mm512_mask_set1_epi32(_mm512_set1_epi32(wq[h][u]), 0xff00, wq[h][u + 2]);
                 for (int c = 0; c < 4; c++) dpwssd_acc(&ia[h][c], x[c], w);
             }
         }
