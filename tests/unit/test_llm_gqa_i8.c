@@ -281,6 +281,34 @@ static void test_nibbles(void **state) {
     }
 }
 
+/* Every level's row quantiser (the cache's writer) gives the portable one's bytes: head sizes
+ * of whole groups and not, magnitudes from tiny to large, ties of magnitude, NaN and inf. */
+static void test_quantize_levels(void **state) {
+    (void)state;
+    static const int ds[] = {1, 31, 32, 33, 64, 96, 128, 130, 256};
+    float x[256];
+    for (int l = TDM_ISA_PORTABLE; l <= (int)tdm_cpu_isa_detect(); l++) {
+        const tdm_llm_i8_fns *f = fns_for((tdm_cpu_isa)l);
+        for (size_t di = 0; di < sizeof ds / sizeof ds[0]; di++)
+            for (int r = 0; r < 40; r++) {
+                int d = ds[di];
+                float amp = r % 7 == 0 ? 0.0f : powf(10.0f, (float)(r % 9) - 4.0f);
+                for (int i = 0; i < d; i++) x[i] = amp * frand();
+                if (r % 5 == 1) x[r % d] = -x[(r + 3) % d]; /* a tie of magnitude, signs apart */
+                if (r == 11) x[d / 2] = NAN;
+                if (r == 13) x[d - 1] = INFINITY;
+                int8_t got[TDM_KV_I8_ROW(256)], want[TDM_KV_I8_ROW(256)];
+                memset(got, 0x5a, sizeof got);
+                memset(want, 0x5a, sizeof want);
+                f->quantize_row(x, d, got);
+                quantize_row(x, d, want);
+                if (memcmp(got, want, (size_t)row_bytes(d)))
+                    fail_msg("%s d=%d row %d: the bytes differ from the portable quantiser",
+                             tdm_cpu_isa_name((tdm_cpu_isa)l), d, r);
+            }
+    }
+}
+
 static void test_query_quantize(void **state) {
     (void)state;
     float x[200], s[7];
@@ -679,6 +707,7 @@ static void test_kernel(void **state) {
     }
 static void test_bad_cache(void **state);
 Q4_TEST(test_quantize)
+Q4_TEST(test_quantize_levels)
 Q4_TEST(test_row_variants)
 Q4_TEST(test_scores_rows_invariant)
 Q4_TEST(test_kernel)
@@ -785,6 +814,7 @@ int main(void) {
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_quantize),
+        cmocka_unit_test(test_quantize_levels),
         cmocka_unit_test(test_query_quantize),
         cmocka_unit_test(test_row_variants),
         cmocka_unit_test(test_scores_rows_invariant),
@@ -792,6 +822,7 @@ int main(void) {
         cmocka_unit_test(test_bad_cache),
         cmocka_unit_test(test_nibbles),
         cmocka_unit_test(test_quantize4),
+        cmocka_unit_test(test_quantize_levels4),
         cmocka_unit_test(test_row_variants4),
         cmocka_unit_test(test_scores_rows_invariant4),
         cmocka_unit_test(test_kernel4),

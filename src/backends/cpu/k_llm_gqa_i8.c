@@ -1231,12 +1231,54 @@ TDM_TARGET_AVX512 static void rotate_avx512(float *x, int64_t d) {
     }
 }
 
+/* tdm_llm_kv4_quantize_row for rows of whole groups (d % 32 == 0, the others there), the same
+ * bytes: rotate_avx512's stages, the value of largest magnitude (the first of them, as the
+ * scalar loop keeps it), its scale, round-to-nearest-even codes (NaN as 0: code 8), two
+ * codes a byte. Each new cache row of a decode step goes through it. */
+TDM_TARGET_AVX512 static void quantize4_avx512(const float *x0, int64_t d, int8_t *row) {
+    if (d % GROUP != 0 || d > TDM_LLM_KV_I8_MAX_D) {
+        tdm_llm_kv4_quantize_row(x0, d, row);
+        return;
+    }
+    _Alignas(64) float x[TDM_LLM_KV_I8_MAX_D];
+    memcpy(x, x0, (size_t)d * sizeof(float));
+    rotate_avx512(x, d);
+    int64_t ng = d / GROUP;
+    const __m512 lo = _mm512_set1_ps(-8.0f), hi = _mm512_set1_ps(7.0f);
+    for (int64_t g = 0; g < ng; g++) {
+        __m512 v[2];
+        for (int k = 0; k < 2; k++) {
+            v[k] = _mm512_load_ps(x + GROUP * g + 16 * k);
+            v[k] = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v[k], v[k], _CMP_ORD_Q), v[k]);
+        }
+        __m512 a0 = _mm512_abs_ps(v[0]), a1 = _mm512_abs_ps(v[1]);
+        float mx = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
+        uint32_t at = (uint32_t)_mm512_cmp_ps_mask(a0, _mm512_set1_ps(mx), _CMP_EQ_OQ) |
+                      (uint32_t)_mm512_cmp_ps_mask(a1, _mm512_set1_ps(mx), _CMP_EQ_OQ) << 16;
+        float m = mx > 0.0f ? x[GROUP * g + __builtin_ctz(at)] : 0.0f; /* the first largest */
+        uint16_t sb = bf16_up(mx / 8.0f);
+        if (m > 0.0f) sb |= 0x8000u; /* s = m / -8 */
+        float s = bf16_to_f32(sb), inv = s != 0.0f ? 1.0f / s : 0.0f;
+        __m512i c[2];
+        for (int k = 0; k < 2; k++) {
+            __m512 y = _mm512_mul_ps(v[k], _mm512_set1_ps(inv));
+            y = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(y, y, _CMP_ORD_Q), y); /* inf * 0 */
+            y = _mm512_roundscale_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            c[k] = _mm512_add_epi32(_mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(y, lo), hi)),
+                                    _mm512_set1_epi32(8));
+        }
+        _mm_storeu_si128((__m128i *)(void *)(row + 16 * g),
+                         _mm512_cvtepi32_epi8(_mm512_or_si512(c[0], _mm512_slli_epi32(c[1], 4))));
+        memcpy(row + 16 * ng + 2 * g, &sb, sizeof sb);
+    }
+}
+
 static const tdm_llm_i8_fns fns_avx512 = {scores_avx2, pv_avx512, NULL,
     tdm_llm_kv_quantize_row, dequantize_avx2, TDM_ISA_AVX512_CORE};
 static const tdm_llm_i8_fns fns_vnni = {scores_vnni, pv_vnni, NULL,
     tdm_llm_kv_quantize_row, dequantize_avx2, TDM_ISA_AVX512_CORE_VNNI};
 static const tdm_llm_i8_fns fns4_vnni = {scores_vnni4, pv_vnni4, rotate_avx512,
-    tdm_llm_kv4_quantize_row, dequantize_avx24, TDM_ISA_AVX512_CORE_VNNI};
+    quantize4_avx512, dequantize_avx24, TDM_ISA_AVX512_CORE_VNNI};
 #endif
 
 const tdm_llm_i8_fns *tdm_llm_i8_fns_for(tdm_cpu_isa level) {
