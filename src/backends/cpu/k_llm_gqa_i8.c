@@ -1231,6 +1231,35 @@ TDM_TARGET_AVX512 static void rotate_avx512(float *x, int64_t d) {
     }
 }
 
+/* tdm_llm_kv_quantize_row for rows of whole groups (the others there), the same bytes: per 32
+ * values the largest |x|, its bfloat16 scale rounded up, round-to-nearest-even codes clamped
+ * to +-127 (NaN as 0, as the scalar conversion gives) */
+TDM_TARGET_AVX512 static void quantize_avx512(const float *x, int64_t d, int8_t *row) {
+    if (d % GROUP != 0) {
+        tdm_llm_kv_quantize_row(x, d, row);
+        return;
+    }
+    const __m512 lim = _mm512_set1_ps(127.0f), nlim = _mm512_set1_ps(-127.0f);
+    for (int64_t g0 = 0; g0 < d; g0 += GROUP) {
+        __m512 v[2];
+        for (int k = 0; k < 2; k++) {
+            v[k] = _mm512_loadu_ps(x + g0 + 16 * k);
+            v[k] = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v[k], v[k], _CMP_ORD_Q), v[k]);
+        }
+        float mx = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v[0]), _mm512_abs_ps(v[1])));
+        uint16_t sb = bf16_up(mx / 127.0f);
+        float s = bf16_to_f32(sb), inv = s > 0.0f ? 1.0f / s : 0.0f;
+        for (int k = 0; k < 2; k++) {
+            __m512 y = _mm512_mul_ps(v[k], _mm512_set1_ps(inv));
+            y = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(y, y, _CMP_ORD_Q), y); /* inf * 0 */
+            y = _mm512_roundscale_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            _mm_storeu_si128((__m128i *)(void *)(row + g0 + 16 * k),
+                             _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(y, nlim), lim))));
+        }
+        memcpy(row + d + 2 * (g0 / GROUP), &sb, sizeof sb);
+    }
+}
+
 /* tdm_llm_kv4_quantize_row for rows of whole groups (d % 32 == 0, the others there), the same
  * bytes: rotate_avx512's stages, the value of largest magnitude (the first of them, as the
  * scalar loop keeps it), its scale, round-to-nearest-even codes (NaN as 0: code 8), two
@@ -1274,9 +1303,9 @@ TDM_TARGET_AVX512 static void quantize4_avx512(const float *x0, int64_t d, int8_
 }
 
 static const tdm_llm_i8_fns fns_avx512 = {scores_avx2, pv_avx512, NULL,
-    tdm_llm_kv_quantize_row, dequantize_avx2, TDM_ISA_AVX512_CORE};
+    quantize_avx512, dequantize_avx2, TDM_ISA_AVX512_CORE};
 static const tdm_llm_i8_fns fns_vnni = {scores_vnni, pv_vnni, NULL,
-    tdm_llm_kv_quantize_row, dequantize_avx2, TDM_ISA_AVX512_CORE_VNNI};
+    quantize_avx512, dequantize_avx2, TDM_ISA_AVX512_CORE_VNNI};
 static const tdm_llm_i8_fns fns4_vnni = {scores_vnni4, pv_vnni4, rotate_avx512,
     quantize4_avx512, dequantize_avx24, TDM_ISA_AVX512_CORE_VNNI};
 #endif
