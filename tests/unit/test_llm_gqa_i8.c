@@ -394,10 +394,10 @@ static void test_row_variants(void **state) {
                                     csum += abs(code_of(rows + t * rs, i));
                                 }
                             /* float sums of n terms: relative to the terms' magnitude; the
-                             * VNNI form rounds the weights to 16 bits per 64 rows (each within
-                             * 2^-16 of the largest), the 4-bit one per 128 rows against
-                             * max|p| * max|s| of the block (>= the largest weight) */
-                            if (g_q4) wmax = pmax * smax;
+                             * VNNI form rounds the weights to 16 bits per 128 rows against
+                             * max|p| * max|s| of the block (>= the largest weight): each
+                             * within 2^-16 of that */
+                            wmax = pmax * smax;
                             double tol = 1e-5 + 1e-6 * mag;
                             if (l >= TDM_ISA_AVX512_CORE_VNNI) tol += 1.01 * wmax / 65534.0 * csum;
                             if (fabs(y[h * ys + i] - want) > tol)
@@ -630,8 +630,8 @@ static void step(tdm_cpu_isa isa, int threads, bool rotary, int S, const int *pa
                     dequantize_rows(vrow, RS, 1, D, vr);
                     for (int i = 0; i < D; i++) out[i] += lg[t] / sum * vr[i];
                     for (int gi = 0; gi < (D + 31) / 32; gi++) {
-                        /* 4-bit: the block's bound max|p| * max|s| (the largest p is 1 / sum) */
-                        double wt = (g_q4 ? 1.0 : lg[t]) / sum * fabs(scale_of(vrow, D, gi));
+                        /* the block's bound max|p| * max|s| (the largest p is 1 / sum) */
+                        double wt = 1.0 / sum * fabs(scale_of(vrow, D, gi));
                         wmax[gi] = wt > wmax[gi] ? wt : wmax[gi];
                     }
                     for (int i = 0; i < D; i++) csum[i] += abs(code_of(vrow, i));

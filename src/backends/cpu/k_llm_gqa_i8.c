@@ -15,8 +15,8 @@
  *     transposed 16 at a time within 128-bit lanes, shared by the group's heads), AVX2 (key
  *     rows transposed 8 at a time, vpsignb + vpmaddubsw + vpmaddwd; also the AVX-512 level
  *     without VNNI), portable C;
- *   - p.V: AVX-512 VNNI rounds each block of 64 weights p * s_v (128 for the 4-bit rows) to
- *     int16 against the block's largest and adds two rows per vpdpwssd; AVX-512 (rows' scales folded into the weights)
+ *   - p.V: AVX-512 VNNI rounds each block of 128 weights p * s_v to int16 against the block's
+ *     max|p| * max|s| and adds two rows per vpdpwssd; AVX-512 (rows' scales folded into the weights)
  *     and AVX2 (up to 3 heads per pass over the rows, the value scale folded into the weights)
  *     in float32 FMAs; portable C.
  * The best at or below the device's level (TANDEM_CPU_ISA caps). AVX-VNNI (VEX, on AVX2-only
@@ -949,110 +949,31 @@ TDM_TARGET_AVX512 static void pv_avx512(const float *p, int64_t ld, int64_t G, c
 }
 
 /* ---- AVX-512 VNNI p.V ----
- * The weights p[h][t] * s_t (the row's group scale) of a block of PV_ROWS rows rounded to
- * int16 against the block's largest (per head and group: 2^-15 of it, far below the 8-bit
- * codes' own error), two rows interleaved as int16 pairs (vpmovsxbw, vpunpck[lh]wd) and
- * vpdpwssd adds both rows' products per column: half the multiplies of the float form.
- * |w| <= 32767, |c| <= 127: a block's int32 sums stay below 2^28. After each block the sums
- * go to float accumulators times the block's scale. The unpacks leave the columns of each
- * 128-bit lane in the order (0-3 | 4-7) of each 8, put back once at the end. */
-TDM_TARGET_VNNI static AI void pvq_block(const float *p, int64_t ld, int HN, const int8_t *v,
-                                         int64_t rs, int64_t n, int64_t d, int64_t i0,
-                                         __mmask64 cm, float *y, int64_t ys) {
-    float w[QHEADS][2][PV_ROWS];
-    _Alignas(64) int32_t wq[QHEADS][2][PV_ROWS / 2]; /* int16 pairs: rows 2u, 2u + 1 */
-    float wsc[QHEADS][2];
-    int64_t g0 = i0 / GROUP, ng = (d + GROUP - 1) / GROUP;
-    int ngg = ng - g0 >= 2 ? 2 : 1;
-    __m512 acc[QHEADS][4];
-    for (int h = 0; h < HN; h++)
-        for (int c = 0; c < 4; c++) acc[h][c] = _mm512_setzero_ps();
-    for (int64_t t0 = 0; t0 < n; t0 += PV_ROWS) {
-        int64_t cnt = n - t0 < PV_ROWS ? n - t0 : PV_ROWS;
-        const int8_t *vb = v + t0 * rs;
-        pv_weights_avx512(p + t0, ld, HN, vb, rs, cnt, d, g0, ngg, w); /* scales at d */
-        for (int h = 0; h < HN; h++)
-            for (int gg = 0; gg < 2; gg++) {
-                __m512 mx = _mm512_setzero_ps();
-                for (int64_t t = 0; t < cnt; t += 16)
-                    mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_maskz_loadu_ps(mask_of(cnt - t), w[h][gg] + t)));
-                float m = _mm512_reduce_max_ps(mx);
-                __m512 inv = _mm512_set1_ps(m > 0.0f ? 32767.0f / m : 0.0f);
-                wsc[h][gg] = m / 32767.0f;
-                int16_t *o = (int16_t *)wq[h][gg];
-                for (int64_t t = 0; t < PV_ROWS; t += 16) {
-                    __m512i q = _mm512_cvtps_epi32(
-                        _mm512_mul_ps(_mm512_maskz_loadu_ps(mask_of(cnt - t), w[h][gg] + t), inv));
-                    _mm256_storeu_si256((__m256i *)(o + t), _mm512_cvtsepi32_epi16(q));
-                }
-            }
-        __m512i ia[QHEADS][4];
-        for (int h = 0; h < HN; h++)
-            for (int c = 0; c < 4; c++) ia[h][c] = _mm512_setzero_si512();
-        for (int64_t t = 0; t < cnt; t += 2) {
-            const int8_t *ra = vb + t * rs, *rb = t + 1 < cnt ? ra + rs : ra; /* weight 0 */
-            _mm_prefetch((const char *)(ra + i0 + I8_AHEAD), _MM_HINT_T0);
-            __m512i a = _mm512_maskz_loadu_epi8(cm, ra + i0), b = _mm512_maskz_loadu_epi8(cm, rb + i0);
-            __m512i alo = _mm512_cvtepi8_epi16(_mm512_castsi512_si256(a)); /* as int16 */
-            __m512i blo = _mm512_cvtepi8_epi16(_mm512_castsi512_si256(b));
-            __m512i ahi = _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(a, 1));
-            __m512i bhi = _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(b, 1));
-            __m512i x[4] = {_mm512_unpacklo_epi16(alo, blo), _mm512_unpackhi_epi16(alo, blo),
-                            _mm512_unpacklo_epi16(ahi, bhi), _mm512_unpackhi_epi16(ahi, bhi)};
-            for (int h = 0; h < HN; h++) {
-                __m512i w0 = _mm512_set1_epi32(wq[h][0][t / 2]), w1 = _mm512_set1_epi32(wq[h][1][t / 2]);
-                ia[h][0] = _mm512_dpwssd_epi32(ia[h][0], x[0], w0);
-                ia[h][1] = _mm512_dpwssd_epi32(ia[h][1], x[1], w0);
-                ia[h][2] = _mm512_dpwssd_epi32(ia[h][2], x[2], w1);
-                ia[h][3] = _mm512_dpwssd_epi32(ia[h][3], x[3], w1);
-            }
-        }
-        for (int h = 0; h < HN; h++) {
-            __m512 sc[2] = {_mm512_set1_ps(wsc[h][0]), _mm512_set1_ps(wsc[h][1])};
-            for (int c = 0; c < 4; c++)
-                acc[h][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[h][c]), sc[c / 2], acc[h][c]);
-        }
-    }
-    /* lane 4k + j of acc[h][2u] is column 32u + 8k + j, of acc[h][2u + 1] column 32u + 8k + 4 + j */
-    const __m512i lo = _mm512_set_epi32(23, 22, 21, 20, 7, 6, 5, 4, 19, 18, 17, 16, 3, 2, 1, 0);
-    const __m512i hi = _mm512_set_epi32(31, 30, 29, 28, 15, 14, 13, 12, 27, 26, 25, 24, 11, 10, 9, 8);
-    int64_t wcols = d - i0 < 64 ? d - i0 : 64;
-    for (int h = 0; h < HN; h++)
-        for (int u = 0; u < 2; u++) {
-            __m512 r[2] = {_mm512_permutex2var_ps(acc[h][2 * u], lo, acc[h][2 * u + 1]),
-                           _mm512_permutex2var_ps(acc[h][2 * u], hi, acc[h][2 * u + 1])};
-            for (int e = 0; e < 2; e++) {
-                int64_t c0 = 32 * u + 16 * e;
-                __mmask16 m = mask_of(wcols - c0);
-                float *o = y + h * ys + i0 + c0;
-                _mm512_mask_storeu_ps(o, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, o), r[e]));
-            }
-        }
-}
-
-/* ---- AVX-512 VNNI p.V of the 4-bit cache ----
- * As pvq_block (int16 weights against the block's largest, vpdpwssd on two rows a time), with
- * less work per row:
+ * The weights p[h][t] * s_t (the row's group scale) of a block of PVQ_ROWS rows rounded to
+ * int16 against the block's max|p| * max|s| (per head and group: 2^-15 of it, far below the
+ * codes' own error), two rows' codes interleaved as int16 pairs and vpdpwssd adds both rows'
+ * products per column: half the multiplies of the float form. Per block of rows:
  *   - one gather a 16 rows reads both groups' scales (the dword at so + 2 g0: g0 in its low
  *     half, g0 + 1 in the high one; a lone last group: the dword that ends with it);
- *   - each weight's largest is taken as it is made, in registers, and the weights are rounded
- *     from p and the stored scales in one more pass (no float weights stored and read back);
- *   - the two rows' 32 code bytes are interleaved before they are widened (vpunpck[lh]bw,
- *     then vpmovzxbw): each 16-bit lane holds one byte (two codes), and AND 15 / >> 4 give
- *     the int16 pairs of low and high nibbles for vpdpwssd directly (4 shuffles a pair of
- *     rows, not 8);
- *   - the 8 * sum(w) of the unsigned codes is taken off once per call, its blocks' parts kept
- *     in float vectors.
- * Each 256-bit half of a widened vector holds one group: lanes 0-7 its columns
- * [0-7 | 16-23 | 8-15 | 24-31] (vectors X & 15, X >> 4, Y & 15, Y >> 4), put back in order at
- * the end. |w| <= 32767, codes <= 15: a block's int32 sums stay below 2^27. attn_rows
- * (4-bit, 1000 rows x 3 heads): 2.96 us against pvq_block's 4.31; the multiplies alone (one
- * vpdpwssd a cycle on Zen 5) take 1.6. */
-#define PV4_ROWS 128
+ *   - max|p| and max|s| are taken in registers (five reductions), and the weights are made
+ *     from p and the stored scales in one more pass, both groups packed by one vpackssdw;
+ *   - the two rows' code bytes are interleaved before they are widened, as unsigned codes:
+ *     4-bit, vpunpck[lh]bw then vpmovzxbw (each 16-bit lane one byte, two codes; AND 15 and
+ *     >> 4 give the low and high nibbles' pairs); 8-bit, the codes + 128 (xor 0x80) widened
+ *     against zero within the lanes; 4 or 6 shuffles a pair of rows (8 before);
+ *   - the 8 * sum(w) (4-bit) or 128 * sum(w) (8-bit) the unsigned codes add is taken off once
+ *     per call, its blocks' parts kept in float vectors.
+ * Each 256-bit half of a widened vector holds one group: 4-bit, lanes 0-7 its columns
+ * [0-7 | 16-23 | 8-15 | 24-31] (vectors X & 15, X >> 4, Y & 15, Y >> 4); 8-bit, vector c's
+ * dword (L, j) column 16 L + 4 c + j; both put back in order at the end. |w| <= 32767, codes
+ * <= 255: a block's int32 sums stay below 2^31. attn_rows (1000 rows x 3 heads): 4-bit 2.83 us,
+ * 8-bit 3.05 (4.31 and 3.81 with the block's own largest, a gather per group and 8 shuffles a
+ * pair); the multiplies alone (one vpdpwssd a cycle on Zen 5) take 1.6. */
+#define PVQ_ROWS 128
 
 /* acc += the pairs' products of x and w (vpdpwssd) in acc's register: GCC 12's intrinsic
  * copies the accumulator to and from another register around each one (two vector moves a
- * multiply in pvq4_block's loop, whose accumulators fill the register file) */
+ * multiply in pvq_block's loop, whose accumulators fill the register file) */
 TDM_TARGET_VNNI static AI void dpwssd_acc(__m512i *acc, __m512i x, __m512i w) {
 #if defined(__GNUC__) && !defined(__clang__)
     __asm__("vpdpwssd %2, %1, %0" : "+v"(*acc) : "v"(x), "v"(w));
@@ -1061,12 +982,12 @@ TDM_TARGET_VNNI static AI void dpwssd_acc(__m512i *acc, __m512i x, __m512i w) {
 #endif
 }
 
-TDM_TARGET_VNNI static AI void pvq4_block(const float *p, int64_t ld, int HN, const int8_t *v,
+TDM_TARGET_VNNI static AI void pvq_block(const float *p, int64_t ld, int HN, const int8_t *v,
                                           int64_t rs, int64_t n, int64_t d, int64_t i0,
-                                          __mmask32 cm, float *y, int64_t ys) {
-    int64_t so = scales_at(d, true), g0 = i0 / GROUP, ng = (d + GROUP - 1) / GROUP;
+                                          __mmask64 cm, float *y, int64_t ys, bool q4) {
+    int64_t so = scales_at(d, q4), g0 = i0 / GROUP, ng = (d + GROUP - 1) / GROUP;
     bool two = ng - g0 >= 2;
-    const int8_t *vs = v + (two ? so + 2 * g0 : so + 2 * g0 - 2), *vc = v + i0 / 2;
+    const int8_t *vs = v + (two ? so + 2 * g0 : so + 2 * g0 - 2), *vc = v + (q4 ? i0 / 2 : i0);
     const __m512i step = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                                             _mm512_set1_epi32((int)rs));
     const __m512i hi16 = _mm512_set1_epi32((int)0xffff0000u);
@@ -1075,12 +996,12 @@ TDM_TARGET_VNNI static AI void pvq4_block(const float *p, int64_t ld, int HN, co
     __m512 cf[QHEADS][2]; /* the blocks' weight sums times their scales */
     memset(acc, 0, sizeof acc);
     for (int h = 0; h < HN; h++) cf[h][0] = cf[h][1] = _mm512_setzero_ps();
-    for (int64_t t0 = 0; t0 < n; t0 += PV4_ROWS) {
-        int64_t cnt = n - t0 < PV4_ROWS ? n - t0 : PV4_ROWS;
-        _Alignas(64) float sc[2][PV4_ROWS];
+    for (int64_t t0 = 0; t0 < n; t0 += PVQ_ROWS) {
+        int64_t cnt = n - t0 < PVQ_ROWS ? n - t0 : PVQ_ROWS;
+        _Alignas(64) float sc[2][PVQ_ROWS];
         /* per head, 16 rows a 64 bytes (vpackssdw of both groups): dword 4L + m holds rows
          * 4L + 2m, + 1 of group 0, dword 4L + 2 + m the same of group 1 */
-        _Alignas(64) int32_t wq[QHEADS][PV4_ROWS];
+        _Alignas(64) int32_t wq[QHEADS][PVQ_ROWS];
         __m512 pm[QHEADS], sm[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
         for (int h = 0; h < HN; h++) pm[h] = _mm512_setzero_ps();
         for (int64_t t = 0; t < cnt; t += 16) {
@@ -1128,18 +1049,29 @@ TDM_TARGET_VNNI static AI void pvq4_block(const float *p, int64_t ld, int HN, co
         for (int64_t t = 0; t < cnt; t += 2) {
             const int8_t *ra = vb + t * rs, *rb = t + 1 < cnt ? ra + rs : ra; /* weight 0 */
             _mm_prefetch((const char *)(ra + I8_AHEAD), _MM_HINT_T0);
-            __m256i a, b;
-            if (cm == 0xffffffffu) {
-                a = _mm256_loadu_si256((const __m256i *)(const void *)ra);
-                b = _mm256_loadu_si256((const __m256i *)(const void *)rb);
-            } else {
-                a = _mm256_maskz_loadu_epi8(cm, ra);
-                b = _mm256_maskz_loadu_epi8(cm, rb);
+            __m512i x[4];
+            if (q4) {
+                __m256i a, b;
+                if ((uint32_t)cm == 0xffffffffu) {
+                    a = _mm256_loadu_si256((const __m256i *)(const void *)ra);
+                    b = _mm256_loadu_si256((const __m256i *)(const void *)rb);
+                } else {
+                    a = _mm256_maskz_loadu_epi8((__mmask32)cm, ra);
+                    b = _mm256_maskz_loadu_epi8((__mmask32)cm, rb);
+                }
+                __m512i X = _mm512_cvtepu8_epi16(_mm256_unpacklo_epi8(a, b));
+                __m512i Y = _mm512_cvtepu8_epi16(_mm256_unpackhi_epi8(a, b));
+                x[0] = _mm512_and_si512(X, nib), x[1] = _mm512_srli_epi16(X, 4);
+                x[2] = _mm512_and_si512(Y, nib), x[3] = _mm512_srli_epi16(Y, 4);
+            } else { /* codes + 128 (unsigned), the two rows' bytes interleaved, widened against
+                        zero within the lanes: x[c] dword (L, j) = column 16 L + 4 c + j */
+                __m512i a = _mm512_maskz_loadu_epi8(cm, ra), b = _mm512_maskz_loadu_epi8(cm, rb);
+                const __m512i sb = _mm512_set1_epi8((char)0x80), z = _mm512_setzero_si512();
+                __m512i P = _mm512_xor_si512(_mm512_unpacklo_epi8(a, b), sb);
+                __m512i Q = _mm512_xor_si512(_mm512_unpackhi_epi8(a, b), sb);
+                x[0] = _mm512_unpacklo_epi8(P, z), x[1] = _mm512_unpackhi_epi8(P, z);
+                x[2] = _mm512_unpacklo_epi8(Q, z), x[3] = _mm512_unpackhi_epi8(Q, z);
             }
-            __m512i X = _mm512_cvtepu8_epi16(_mm256_unpacklo_epi8(a, b));
-            __m512i Y = _mm512_cvtepu8_epi16(_mm256_unpackhi_epi8(a, b));
-            __m512i x[4] = {_mm512_and_si512(X, nib), _mm512_srli_epi16(X, 4),
-                            _mm512_and_si512(Y, nib), _mm512_srli_epi16(Y, 4)};
             for (int h = 0; h < HN; h++) {
                 int64_t u = t - ((t >> 1) & 1); /* the pair's group-0 dword */
                 __m512i w = _mm512_mask_set1_epi32(_mm512_set1_epi32(wq[h][u]), 0xff00, wq[h][u + 2]);
@@ -1155,17 +1087,30 @@ TDM_TARGET_VNNI static AI void pvq4_block(const float *p, int64_t ld, int HN, co
                 cf[h][gg] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(qs[h][gg]), _mm512_set1_ps(bs[h][gg]), cf[h][gg]);
         }
     }
-    /* columns 16 k .. 16 k + 15 from the halves of two vectors: k = 0: X & 15, Y & 15 (low
-     * halves); 1: X >> 4, Y >> 4 (low); 2, 3: the same, high halves */
+    /* 4-bit: columns 16 k .. 16 k + 15 from the halves of two vectors: k = 0: X & 15, Y & 15
+     * (low halves); 1: X >> 4, Y >> 4 (low); 2, 3: the same, high halves. 8-bit: 128-bit lane k
+     * of the four vectors in turn */
     const __m512i lo = _mm512_set_epi32(23, 22, 21, 20, 19, 18, 17, 16, 7, 6, 5, 4, 3, 2, 1, 0);
     const __m512i up = _mm512_set_epi32(31, 30, 29, 28, 27, 26, 25, 24, 15, 14, 13, 12, 11, 10, 9, 8);
     int64_t wcols = d - i0 < 64 ? d - i0 : 64;
     for (int h = 0; h < HN; h++) {
-        __m512 corr[2] = {_mm512_set1_ps(8.0f * _mm512_reduce_add_ps(cf[h][0])),
-                          _mm512_set1_ps(8.0f * _mm512_reduce_add_ps(cf[h][1]))};
+        float zk = q4 ? 8.0f : 128.0f; /* the unsigned codes' offset */
+        __m512 corr[2] = {_mm512_set1_ps(zk * _mm512_reduce_add_ps(cf[h][0])),
+                          _mm512_set1_ps(zk * _mm512_reduce_add_ps(cf[h][1]))};
+        __m512 t[2];
+        if (!q4) {
+            t[0] = _mm512_shuffle_f32x4(_mm512_load_ps(acc[h][0]), _mm512_load_ps(acc[h][1]), _MM_SHUFFLE(1, 0, 1, 0));
+            t[1] = _mm512_shuffle_f32x4(_mm512_load_ps(acc[h][2]), _mm512_load_ps(acc[h][3]), _MM_SHUFFLE(1, 0, 1, 0));
+        }
         for (int k = 0; k < 4; k++) {
-            __m512 r = _mm512_permutex2var_ps(_mm512_load_ps(acc[h][k & 1]), k < 2 ? lo : up,
-                                              _mm512_load_ps(acc[h][2 + (k & 1)]));
+            if (!q4 && k == 2) {
+                t[0] = _mm512_shuffle_f32x4(_mm512_load_ps(acc[h][0]), _mm512_load_ps(acc[h][1]), _MM_SHUFFLE(3, 2, 3, 2));
+                t[1] = _mm512_shuffle_f32x4(_mm512_load_ps(acc[h][2]), _mm512_load_ps(acc[h][3]), _MM_SHUFFLE(3, 2, 3, 2));
+            }
+            __m512 r = q4 ? _mm512_permutex2var_ps(_mm512_load_ps(acc[h][k & 1]), k < 2 ? lo : up,
+                                                   _mm512_load_ps(acc[h][2 + (k & 1)]))
+                          : (k & 1) ? _mm512_shuffle_f32x4(t[0], t[1], _MM_SHUFFLE(3, 1, 3, 1))
+                                    : _mm512_shuffle_f32x4(t[0], t[1], _MM_SHUFFLE(2, 0, 2, 0));
             __mmask16 m = mask_of(wcols - 16 * k);
             float *o = y + h * ys + i0 + 16 * k;
             _mm512_mask_storeu_ps(o, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, o), _mm512_sub_ps(r, corr[k >> 1])));
@@ -1189,20 +1134,11 @@ TDM_TARGET_VNNI static AI void pv_vnni_f(const float *p, int64_t ld, int64_t G, 
             int hn = G - h0 < QHEADS ? (int)(G - h0) : QHEADS;
             const float *ph = p + h0 * ld;
             float *yh = y + h0 * ys;
-            if (q4) {
-                switch (hn) {
-                case 1: pvq4_block(ph, ld, 1, v, rs, n, d, i0, (__mmask32)cm, yh, ys); break;
-                case 2: pvq4_block(ph, ld, 2, v, rs, n, d, i0, (__mmask32)cm, yh, ys); break;
-                case 3: pvq4_block(ph, ld, 3, v, rs, n, d, i0, (__mmask32)cm, yh, ys); break;
-                default: pvq4_block(ph, ld, 4, v, rs, n, d, i0, (__mmask32)cm, yh, ys); break;
-                }
-                continue;
-            }
             switch (hn) {
-            case 1: pvq_block(ph, ld, 1, v, rs, n, d, i0, cm, yh, ys); break;
-            case 2: pvq_block(ph, ld, 2, v, rs, n, d, i0, cm, yh, ys); break;
-            case 3: pvq_block(ph, ld, 3, v, rs, n, d, i0, cm, yh, ys); break;
-            default: pvq_block(ph, ld, 4, v, rs, n, d, i0, cm, yh, ys); break;
+            case 1: pvq_block(ph, ld, 1, v, rs, n, d, i0, cm, yh, ys, q4); break;
+            case 2: pvq_block(ph, ld, 2, v, rs, n, d, i0, cm, yh, ys, q4); break;
+            case 3: pvq_block(ph, ld, 3, v, rs, n, d, i0, cm, yh, ys, q4); break;
+            default: pvq_block(ph, ld, 4, v, rs, n, d, i0, cm, yh, ys, q4); break;
             }
         }
     }
