@@ -380,24 +380,18 @@ static void test_row_variants(void **state) {
                     for (int h = 0; h < G; h++)
                         for (int i = 0; i < ys; i++) {
                             double want = y0[h * ys + i], mag = fabs(want), wmax = 0, csum = 0;
-                            double pmax = 0, smax = 0;
                             if (i < d)
                                 for (int t = 0; t < n; t++) {
-                                    double st = scale_of(rows + t * rs, d, i / 32);
-                                    double wt = (double)p[h * ld + t] * st;
+                                    double wt = (double)p[h * ld + t] * scale_of(rows + t * rs, d, i / 32);
                                     double term = wt * code_of(rows + t * rs, i);
                                     want += term;
                                     mag += fabs(term);
                                     wmax = fabs(wt) > wmax ? fabs(wt) : wmax;
-                                    pmax = fabs(p[h * ld + t]) > pmax ? fabs(p[h * ld + t]) : pmax;
-                                    smax = fabs(st) > smax ? fabs(st) : smax;
                                     csum += abs(code_of(rows + t * rs, i));
                                 }
                             /* float sums of n terms: relative to the terms' magnitude; the
-                             * VNNI form rounds the weights to 16 bits per 128 rows against
-                             * max|p| * max|s| of the block (>= the largest weight): each
-                             * within 2^-16 of that */
-                            wmax = pmax * smax;
+                             * VNNI form rounds the weights to 16 bits per 128 rows (each within
+                             * 2^-16 of the block's largest) */
                             double tol = 1e-5 + 1e-6 * mag;
                             if (l >= TDM_ISA_AVX512_CORE_VNNI) tol += 1.01 * wmax / 65534.0 * csum;
                             if (fabs(y[h * ys + i] - want) > tol)
@@ -630,8 +624,7 @@ static void step(tdm_cpu_isa isa, int threads, bool rotary, int S, const int *pa
                     dequantize_rows(vrow, RS, 1, D, vr);
                     for (int i = 0; i < D; i++) out[i] += lg[t] / sum * vr[i];
                     for (int gi = 0; gi < (D + 31) / 32; gi++) {
-                        /* the block's bound max|p| * max|s| (the largest p is 1 / sum) */
-                        double wt = 1.0 / sum * fabs(scale_of(vrow, D, gi));
+                        double wt = lg[t] / sum * fabs(scale_of(vrow, D, gi));
                         wmax[gi] = wt > wmax[gi] ? wt : wmax[gi];
                     }
                     for (int i = 0; i < D; i++) csum[i] += abs(code_of(vrow, i));

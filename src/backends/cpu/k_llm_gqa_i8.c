@@ -16,7 +16,7 @@
  *     rows transposed 8 at a time, vpsignb + vpmaddubsw + vpmaddwd; also the AVX-512 level
  *     without VNNI), portable C;
  *   - p.V: AVX-512 VNNI rounds each block of 128 weights p * s_v to int16 against the block's
- *     max|p| * max|s| and adds two rows per vpdpwssd; AVX-512 (rows' scales folded into the weights)
+ *     largest and adds two rows per vpdpwssd; AVX-512 (rows' scales folded into the weights)
  *     and AVX2 (up to 3 heads per pass over the rows, the value scale folded into the weights)
  *     in float32 FMAs; portable C.
  * The best at or below the device's level (TANDEM_CPU_ISA caps). AVX-VNNI (VEX, on AVX2-only
@@ -950,13 +950,14 @@ TDM_TARGET_AVX512 static void pv_avx512(const float *p, int64_t ld, int64_t G, c
 
 /* ---- AVX-512 VNNI p.V ----
  * The weights p[h][t] * s_t (the row's group scale) of a block of PVQ_ROWS rows rounded to
- * int16 against the block's max|p| * max|s| (per head and group: 2^-15 of it, far below the
- * codes' own error), two rows' codes interleaved as int16 pairs and vpdpwssd adds both rows'
+ * int16 against the block's largest (per head and group: 2^-15 of it, far below the codes'
+ * own error), two rows' codes interleaved as int16 pairs and vpdpwssd adds both rows'
  * products per column: half the multiplies of the float form. Per block of rows:
  *   - one gather a 16 rows reads both groups' scales (the dword at so + 2 g0: g0 in its low
  *     half, g0 + 1 in the high one; a lone last group: the dword that ends with it);
- *   - max|p| and max|s| are taken in registers (five reductions), and the weights are made
- *     from p and the stored scales in one more pass, both groups packed by one vpackssdw;
+ *   - each head and group's largest weight is taken in registers as the weights are made,
+ *     and they are rounded from p and the stored scales in one more pass (no float weights
+ *     stored and read back), both groups packed by one vpackssdw;
  *   - the two rows' code bytes are interleaved before they are widened, as unsigned codes:
  *     4-bit, vpunpck[lh]bw then vpmovzxbw (each 16-bit lane one byte, two codes; AND 15 and
  *     >> 4 give the low and high nibbles' pairs); 8-bit, the codes + 128 (xor 0x80) widened
@@ -966,9 +967,9 @@ TDM_TARGET_AVX512 static void pv_avx512(const float *p, int64_t ld, int64_t G, c
  * Each 256-bit half of a widened vector holds one group: 4-bit, lanes 0-7 its columns
  * [0-7 | 16-23 | 8-15 | 24-31] (vectors X & 15, X >> 4, Y & 15, Y >> 4); 8-bit, vector c's
  * dword (L, j) column 16 L + 4 c + j; both put back in order at the end. |w| <= 32767, codes
- * <= 255: a block's int32 sums stay below 2^31. attn_rows (1000 rows x 3 heads): 4-bit 2.83 us,
- * 8-bit 3.05 (4.31 and 3.81 with the block's own largest, a gather per group and 8 shuffles a
- * pair); the multiplies alone (one vpdpwssd a cycle on Zen 5) take 1.6. */
+ * <= 255: a block's int32 sums stay below 2^31. attn_rows (1000 rows x 3 heads): 4-bit 2.97 us,
+ * 8-bit 3.22 (4.31 and 3.81 with the float weights stored and read back, a gather per group and 8
+ * shuffles a pair); the multiplies alone (one vpdpwssd a cycle on Zen 5) take 1.6. */
 #define PVQ_ROWS 128
 
 /* acc += the pairs' products of x and w (vpdpwssd) in acc's register: GCC 12's intrinsic
@@ -1002,8 +1003,8 @@ TDM_TARGET_VNNI static AI void pvq_block(const float *p, int64_t ld, int HN, con
         /* per head, 16 rows a 64 bytes (vpackssdw of both groups): dword 4L + m holds rows
          * 4L + 2m, + 1 of group 0, dword 4L + 2 + m the same of group 1 */
         _Alignas(64) int32_t wq[QHEADS][PVQ_ROWS];
-        __m512 pm[QHEADS], sm[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-        for (int h = 0; h < HN; h++) pm[h] = _mm512_setzero_ps();
+        __m512 mx[QHEADS][2];
+        for (int h = 0; h < HN; h++) mx[h][0] = mx[h][1] = _mm512_setzero_ps();
         for (int64_t t = 0; t < cnt; t += 16) {
             __mmask16 m = mask_of(cnt - t);
             __m512i g = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, step,
@@ -1012,31 +1013,32 @@ TDM_TARGET_VNNI static AI void pvq_block(const float *p, int64_t ld, int HN, con
             __m512 s1 = two ? _mm512_castsi512_ps(_mm512_and_si512(g, hi16)) : _mm512_setzero_ps();
             _mm512_store_ps(sc[0] + t, s0);
             _mm512_store_ps(sc[1] + t, s1);
-            sm[0] = _mm512_max_ps(sm[0], _mm512_abs_ps(s0)); /* Q4_0's scales carry a sign */
-            sm[1] = _mm512_max_ps(sm[1], _mm512_abs_ps(s1));
-            for (int h = 0; h < HN; h++)
-                pm[h] = _mm512_max_ps(pm[h], _mm512_abs_ps(_mm512_maskz_loadu_ps(m, p + h * ld + t0 + t)));
+            for (int h = 0; h < HN; h++) {
+                __m512 pv = _mm512_maskz_loadu_ps(m, p + h * ld + t0 + t);
+                mx[h][0] = _mm512_max_ps(mx[h][0], _mm512_abs_ps(_mm512_mul_ps(pv, s0)));
+                mx[h][1] = _mm512_max_ps(mx[h][1], _mm512_abs_ps(_mm512_mul_ps(pv, s1)));
+            }
         }
-        /* a block's weights against max|p| * max|s| (>= each |p * s|): five reductions, not six,
-         * and the weights made from p and s without a pass for their own largest */
-        float bs[QHEADS][2], smx[2] = {_mm512_reduce_max_ps(sm[0]), _mm512_reduce_max_ps(sm[1])};
-        __m512 pinv[QHEADS], sinv[2];
-        for (int gg = 0; gg < 2; gg++) sinv[gg] = _mm512_set1_ps(smx[gg] > 0.0f ? 1.0f / smx[gg] : 0.0f);
-        for (int h = 0; h < HN; h++) {
-            float m = _mm512_reduce_max_ps(pm[h]);
-            pinv[h] = _mm512_set1_ps(m > 0.0f ? 32767.0f / m : 0.0f);
-            for (int gg = 0; gg < 2; gg++) bs[h][gg] = m * smx[gg] / 32767.0f;
-        }
+        /* each head and group against its block's largest weight: a bound such as max|p| *
+         * max|s| lets a row of large scale and small weight cost the others their bits (the
+         * tiny model's 8-bit prefill / decode logits: 2.3e-3 apart, 1e-4 with the largest) */
+        float bs[QHEADS][2];
+        __m512 inv[QHEADS][2];
+        for (int h = 0; h < HN; h++)
+            for (int gg = 0; gg < 2; gg++) {
+                float m = _mm512_reduce_max_ps(mx[h][gg]);
+                bs[h][gg] = m / 32767.0f;
+                inv[h][gg] = _mm512_set1_ps(m > 0.0f ? 32767.0f / m : 0.0f);
+            }
         __m512i qs[QHEADS][2];
         for (int h = 0; h < HN; h++) qs[h][0] = qs[h][1] = _mm512_setzero_si512();
         for (int64_t t = 0; t < cnt; t += 16) { /* rows past cnt: p reads 0, so w = 0 */
             __mmask16 m = mask_of(cnt - t);
-            __m512 s0 = _mm512_mul_ps(_mm512_load_ps(sc[0] + t), sinv[0]);
-            __m512 s1 = _mm512_mul_ps(_mm512_load_ps(sc[1] + t), sinv[1]);
+            __m512 s0 = _mm512_load_ps(sc[0] + t), s1 = _mm512_load_ps(sc[1] + t);
             for (int h = 0; h < HN; h++) {
-                __m512 a = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, p + h * ld + t0 + t), pinv[h]);
-                __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(a, s0));
-                __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(a, s1));
+                __m512 pv = _mm512_maskz_loadu_ps(m, p + h * ld + t0 + t);
+                __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_mul_ps(pv, s0), inv[h][0]));
+                __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_mul_ps(pv, s1), inv[h][1]));
                 _mm512_store_si512((void *)(wq[h] + t), _mm512_packs_epi32(q0, q1));
                 qs[h][0] = _mm512_add_epi32(qs[h][0], q0);
                 qs[h][1] = _mm512_add_epi32(qs[h][1], q1);
