@@ -750,7 +750,7 @@ TDM_TARGET_VNNI static AI void vt_rows(const vt_query *vq, int HN, int NC, const
                                        int64_t rs, int64_t n, const __mmask64 *cm, bool prefetch,
                                        const int8_t *vnext, float *out, int64_t ld, bool q4) {
     /* whole blocks (16 rows; 4-bit: every chunk's 32 bytes) without a test per row */
-    bool whole = !q4 || cm[NC - 1] == ~(__mmask64)0;
+    bool whole = !q4 || (uint32_t)cm[NC - 1] == 0xffffffffu;
     int64_t t = 0;
     if (whole)
         for (; t + 16 <= n; t += 16)
@@ -962,15 +962,19 @@ TDM_TARGET_AVX512 static void pv_avx512(const float *p, int64_t ld, int64_t G, c
  *     4-bit, vpunpck[lh]bw then vpmovzxbw (each 16-bit lane one byte, two codes; AND 15 and
  *     >> 4 give the low and high nibbles' pairs); 8-bit, the codes + 128 (xor 0x80) widened
  *     against zero within the lanes; 4 or 6 shuffles a pair of rows (8 before);
- *   - the 8 * sum(w) (4-bit) or 128 * sum(w) (8-bit) the unsigned codes add is taken off once
- *     per call, its blocks' parts kept in float vectors.
+ *   - the 8 * sum(w) (4-bit) or 128 * sum(w) (8-bit) the unsigned codes add is taken off each
+ *     block's int32 sums (exact; in float, a large weight's share left a residue in every
+ *     column).
  * Each 256-bit half of a widened vector holds one group: 4-bit, lanes 0-7 its columns
  * [0-7 | 16-23 | 8-15 | 24-31] (vectors X & 15, X >> 4, Y & 15, Y >> 4); 8-bit, vector c's
  * dword (L, j) column 16 L + 4 c + j; both put back in order at the end. |w| <= 32767, codes
- * <= 255: a block's int32 sums stay below 2^31. attn_rows (1000 rows x 3 heads): 4-bit 2.97 us,
- * 8-bit 3.22 (4.31 and 3.81 with the float weights stored and read back, a gather per group and 8
- * shuffles a pair); the multiplies alone (one vpdpwssd a cycle on Zen 5) take 1.6. */
-#define PVQ_ROWS 128
+ * <= 255: a block's int32 sums stay below 2^30. attn_rows (1000 rows x 3 heads): 4-bit 3.21 us,
+ * 8-bit 3.47 (4.31 and 3.81 with the float weights stored and read back, a gather per group and 8
+ * shuffles a pair); the multiplies alone (one vpdpwssd a cycle on Zen 5) take 1.6. Blocks of 128
+ * rows took 2.97 / 3.22 us, but a softmax's small weights then share the step of a larger
+ * largest: 1.4x the error of 64 rows against float32 weights on peaked weights (the
+ * cache's perplexity on SmolLM2 moved by about 1%). */
+#define PVQ_ROWS 64
 
 /* acc += the pairs' products of x and w (vpdpwssd) in acc's register: GCC 12's intrinsic
  * copies the accumulator to and from another register around each one (two vector moves a
@@ -994,9 +998,7 @@ TDM_TARGET_VNNI static AI void pvq_block(const float *p, int64_t ld, int HN, con
     const __m512i hi16 = _mm512_set1_epi32((int)0xffff0000u);
     const __m512i nib = _mm512_set1_epi16(15);
     _Alignas(64) float acc[QHEADS][4][16];
-    __m512 cf[QHEADS][2]; /* the blocks' weight sums times their scales */
     memset(acc, 0, sizeof acc);
-    for (int h = 0; h < HN; h++) cf[h][0] = cf[h][1] = _mm512_setzero_ps();
     for (int64_t t0 = 0; t0 < n; t0 += PVQ_ROWS) {
         int64_t cnt = n - t0 < PVQ_ROWS ? n - t0 : PVQ_ROWS;
         _Alignas(64) float sc[2][PVQ_ROWS];
@@ -1080,13 +1082,15 @@ TDM_TARGET_VNNI static AI void pvq_block(const float *p, int64_t ld, int HN, con
                 for (int c = 0; c < 4; c++) dpwssd_acc(&ia[h][c], x[c], w);
             }
         }
-        for (int h = 0; h < HN; h++) {
+        for (int h = 0; h < HN; h++) { /* less the codes' offset times the block's weights, in
+                                          int32 (exact: a large weight leaves no float residue) */
+            int zk = q4 ? 8 : 128;
+            __m512i corr = _mm512_mask_blend_epi32(0xff00, _mm512_set1_epi32(zk * _mm512_reduce_add_epi32(qs[h][0])),
+                                                   _mm512_set1_epi32(zk * _mm512_reduce_add_epi32(qs[h][1])));
             __m512 s = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(bs[h][0]), _mm512_set1_ps(bs[h][1]));
             for (int c = 0; c < 4; c++)
-                _mm512_store_ps(acc[h][c], _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[h][c]), s,
+                _mm512_store_ps(acc[h][c], _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(ia[h][c], corr)), s,
                                                            _mm512_load_ps(acc[h][c])));
-            for (int gg = 0; gg < 2; gg++)
-                cf[h][gg] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(qs[h][gg]), _mm512_set1_ps(bs[h][gg]), cf[h][gg]);
         }
     }
     /* 4-bit: columns 16 k .. 16 k + 15 from the halves of two vectors: k = 0: X & 15, Y & 15
@@ -1096,9 +1100,6 @@ TDM_TARGET_VNNI static AI void pvq_block(const float *p, int64_t ld, int HN, con
     const __m512i up = _mm512_set_epi32(31, 30, 29, 28, 27, 26, 25, 24, 15, 14, 13, 12, 11, 10, 9, 8);
     int64_t wcols = d - i0 < 64 ? d - i0 : 64;
     for (int h = 0; h < HN; h++) {
-        float zk = q4 ? 8.0f : 128.0f; /* the unsigned codes' offset */
-        __m512 corr[2] = {_mm512_set1_ps(zk * _mm512_reduce_add_ps(cf[h][0])),
-                          _mm512_set1_ps(zk * _mm512_reduce_add_ps(cf[h][1]))};
         __m512 t[2];
         if (!q4) {
             t[0] = _mm512_shuffle_f32x4(_mm512_load_ps(acc[h][0]), _mm512_load_ps(acc[h][1]), _MM_SHUFFLE(1, 0, 1, 0));
@@ -1115,7 +1116,7 @@ TDM_TARGET_VNNI static AI void pvq_block(const float *p, int64_t ld, int HN, con
                                     : _mm512_shuffle_f32x4(t[0], t[1], _MM_SHUFFLE(2, 0, 2, 0));
             __mmask16 m = mask_of(wcols - 16 * k);
             float *o = y + h * ys + i0 + 16 * k;
-            _mm512_mask_storeu_ps(o, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, o), _mm512_sub_ps(r, corr[k >> 1])));
+            _mm512_mask_storeu_ps(o, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, o), r));
         }
     }
 }
