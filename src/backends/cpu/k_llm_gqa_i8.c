@@ -574,6 +574,16 @@ TDM_TARGET_AVX512 static inline __mmask16 mask_of(int64_t left) {
     return left >= 16 ? (__mmask16)0xffff : left <= 0 ? (__mmask16)0 : (__mmask16)((1u << left) - 1u);
 }
 
+/* 16 codes: x * inv rounded to the nearest even and clamped to [lo, hi], NaN (x NaN, or inf
+ * times a zero inv) as 0: what round_code / round_code4 and the conversion after them give.
+ * The row quantisers and vt_head's query share it. */
+TDM_TARGET_AVX512 static inline __m512i round_codes16(__m512 x, float inv, float lo, float hi) {
+    __m512 y = _mm512_mul_ps(x, _mm512_set1_ps(inv));
+    y = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(y, y, _CMP_ORD_Q), y);
+    y = _mm512_roundscale_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    return _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(y, _mm512_set1_ps(lo)), _mm512_set1_ps(hi)));
+}
+
 /* Cache rows are read in order: the scores fetch their key rows 8 KiB ahead into L2 and 1 KiB
  * ahead into L1 (attn_depth 4-bit, FLUSH=2, 1 thread: 0.83-0.85 ms a step against 0.88-0.90
  * with one 4 KiB step into L1, whose misses the block's scale gather then waited for), and
@@ -620,10 +630,9 @@ typedef struct vt_query {
 /* Chunk c (values 64 c ..) of a row as 64 unsigned codes: the 8-bit codes + 128 in order
  * (bytes of m), or the 4-bit codes as they are (32 bytes of nibbles, the low 32 bits of m)
  * with 128-bit lanes [values 0-15 of group 2c, 0-15 of 2c + 1, 16-31 of 2c, 16-31 of 2c + 1]
- * (VT_Q4_LANE: the query's dwords come in that order, and the fold adds lanes 0 + 2 and
+ * (vt_head lays the query's dwords out in that order, and the fold adds lanes 0 + 2 and
  * 1 + 3): the 32 bytes in both halves, the upper half shifted by a nibble, no lane shuffle.
  * Bytes outside m read as code 0. */
-#define VT_Q4_LANE(b) ((b) == 1 ? 2 : (b) == 2 ? 1 : (b)) /* natural lane of lane b */
 TDM_TARGET_VNNI static AI __m512i chunk_codes(const int8_t *r, int c, __mmask64 m, bool q4) {
     if (!q4)
         return _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, r + 64 * c), _mm512_set1_epi8((char)0x80));
@@ -743,9 +752,10 @@ TDM_TARGET_VNNI static AI void vt_rows(const vt_query *vq, int HN, int NC, const
  * quantiser and per-lane stores) */
 TDM_TARGET_VNNI static void vt_head(vt_query *vq, int h, const float *q, int64_t d, int NC,
                                     int64_t ng, float scale, bool q4) {
+    /* lane (b, i) of q[h][c][j] takes the chunk's dword 4 L + j, L = b (8-bit) or the lane
+     * chunk_codes puts group values at (4-bit: lanes 1 and 2 swapped) */
     const __m512i base = q4 ? _mm512_set_epi32(12, 12, 12, 12, 4, 4, 4, 4, 8, 8, 8, 8, 0, 0, 0, 0)
                             : _mm512_set_epi32(12, 12, 12, 12, 8, 8, 8, 8, 4, 4, 4, 4, 0, 0, 0, 0);
-    const __m512 lim = _mm512_set1_ps(127.0f);
     for (int c = 0; c < NC; c++) {
         __m512 x[4];
         for (int k = 0; k < 4; k++) {
@@ -761,9 +771,7 @@ TDM_TARGET_VNNI static void vt_head(vt_query *vq, int h, const float *q, int64_t
             float inv = mx > 0.0f ? 127.0f / mx : 0.0f;
             __m512i sum = _mm512_setzero_si512();
             for (int k = 2 * gg; k < 2 * gg + 2; k++) {
-                __m512 v = _mm512_roundscale_ps(_mm512_mul_ps(x[k], _mm512_set1_ps(inv)),
-                                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-                __m512i iv = _mm512_cvtps_epi32(_mm512_max_ps(_mm512_min_ps(v, lim), _mm512_sub_ps(_mm512_setzero_ps(), lim)));
+                __m512i iv = round_codes16(x[k], inv, -127.0f, 127.0f);
                 sum = _mm512_add_epi32(sum, iv);
                 b[k] = _mm512_cvtepi32_epi8(iv);
             }
@@ -1154,7 +1162,6 @@ TDM_TARGET_AVX512 static void quantize_avx512(const float *x, int64_t d, int8_t 
         tdm_llm_kv_quantize_row(x, d, row);
         return;
     }
-    const __m512 lim = _mm512_set1_ps(127.0f), nlim = _mm512_set1_ps(-127.0f);
     for (int64_t g0 = 0; g0 < d; g0 += GROUP) {
         __m512 v[2];
         for (int k = 0; k < 2; k++) {
@@ -1164,13 +1171,9 @@ TDM_TARGET_AVX512 static void quantize_avx512(const float *x, int64_t d, int8_t 
         float mx = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v[0]), _mm512_abs_ps(v[1])));
         uint16_t sb = bf16_up(mx / 127.0f);
         float s = bf16_to_f32(sb), inv = s > 0.0f ? 1.0f / s : 0.0f;
-        for (int k = 0; k < 2; k++) {
-            __m512 y = _mm512_mul_ps(v[k], _mm512_set1_ps(inv));
-            y = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(y, y, _CMP_ORD_Q), y); /* inf * 0 */
-            y = _mm512_roundscale_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        for (int k = 0; k < 2; k++)
             _mm_storeu_si128((__m128i *)(void *)(row + g0 + 16 * k),
-                             _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(y, nlim), lim))));
-        }
+                             _mm512_cvtepi32_epi8(round_codes16(v[k], inv, -127.0f, 127.0f)));
         memcpy(row + d + 2 * (g0 / GROUP), &sb, sizeof sb);
     }
 }
@@ -1188,7 +1191,6 @@ TDM_TARGET_AVX512 static void quantize4_avx512(const float *x0, int64_t d, int8_
     memcpy(x, x0, (size_t)d * sizeof(float));
     rotate_avx512(x, d);
     int64_t ng = d / GROUP;
-    const __m512 lo = _mm512_set1_ps(-8.0f), hi = _mm512_set1_ps(7.0f);
     for (int64_t g = 0; g < ng; g++) {
         __m512 v[2];
         for (int k = 0; k < 2; k++) {
@@ -1204,13 +1206,8 @@ TDM_TARGET_AVX512 static void quantize4_avx512(const float *x0, int64_t d, int8_
         if (m > 0.0f) sb |= 0x8000u; /* s = m / -8 */
         float s = bf16_to_f32(sb), inv = s != 0.0f ? 1.0f / s : 0.0f;
         __m512i c[2];
-        for (int k = 0; k < 2; k++) {
-            __m512 y = _mm512_mul_ps(v[k], _mm512_set1_ps(inv));
-            y = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(y, y, _CMP_ORD_Q), y); /* inf * 0 */
-            y = _mm512_roundscale_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-            c[k] = _mm512_add_epi32(_mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(y, lo), hi)),
-                                    _mm512_set1_epi32(8));
-        }
+        for (int k = 0; k < 2; k++)
+            c[k] = _mm512_add_epi32(round_codes16(v[k], inv, -8.0f, 7.0f), _mm512_set1_epi32(8));
         _mm_storeu_si128((__m128i *)(void *)(row + 16 * g),
                          _mm512_cvtepi32_epi8(_mm512_or_si512(c[0], _mm512_slli_epi32(c[1], 4))));
         memcpy(row + 16 * ng + 2 * g, &sb, sizeof sb);
