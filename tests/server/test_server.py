@@ -1034,12 +1034,19 @@ class Tests:
         assert rb[2] > b_s, f"the batch ended within b's {b_s:.3f} s deadline ({rb[2]:.3f} s): no test"
         ex, items, _, stopped = self._counts(m, "run_timeout")
         assert (ex - ex0, items - items0, stopped - stopped0) == (1, 2, 0), (ex - ex0, items - items0)
-        c_s, d_s = 0.55 * full, 0.3 * full
-        t0 = time.time()
-        c = Call(self.s, m, self.PAIR, {"timeout": int(c_s * 1e6)})
-        assert self.wait_pending(m, 1)
-        d = Call(self.s, m, self.PAIR, {"timeout": int(d_s * 1e6)})
-        rc, rd = c.result(), d.result()
+        for _ in range(3):
+            c_s, d_s = 0.55 * full, 0.3 * full
+            t0 = time.time()
+            c = Call(self.s, m, self.PAIR, {"timeout": int(c_s * 1e6)})
+            assert self.wait_pending(m, 1)
+            d = Call(self.s, m, self.PAIR, {"timeout": int(d_s * 1e6)})
+            rc, rd = c.result(), d.result()
+            if not (rc[0] == rd[0] == 200 and rc[2] < c_s):
+                break
+            # the batch ended within both deadlines: the machine got faster since `full` was
+            # measured (a VM's speed drifts), so no test; again with this batch's time
+            times.append(rc[2])
+            full = min(full, rc[2])
         assert rc[0] == rd[0] == 503 and rc[1] == rd[1] == "Request timeout expired", (rc, rd, times)
         assert rc[2] >= c_s and time.time() - t0 < 0.8 * full, (rc, rd, times)  # stopped at c's
         assert self._counts(m, "run_timeout")[3] == stopped0 + 2
