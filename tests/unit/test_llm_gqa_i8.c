@@ -335,6 +335,14 @@ static void test_query_quantize(void **state) {
     }
 }
 
+/* Whether a level's p.V rounds the weights to int16 per block (pv_vnni: every column; the
+ * AVX2 form, also the 4-bit cache's at the AVX-512 level without VNNI: the columns of whole
+ * groups of 32) or sums in float32 */
+static bool pv_rounds(tdm_cpu_isa l, int d, int column) {
+    if (l >= TDM_ISA_AVX512_CORE_VNNI) return true;
+    return (l == TDM_ISA_AVX2 || (g_q4 && l == TDM_ISA_AVX512_CORE)) && column < d / 32 * 32;
+}
+
 static void test_row_variants(void **state) {
     (void)state;
     tdm_cpu_isa top = tdm_cpu_isa_detect();
@@ -402,11 +410,11 @@ static void test_row_variants(void **state) {
                                     }
                                 }
                             /* float sums of n terms: relative to the terms' magnitude; the
-                             * VNNI form rounds the weights to 16 bits per 64 rows (each within
-                             * 2^-16 of its block's largest: blocks of 128 rows fail this on
-                             * the softmax-shaped weights) */
+                             * integer forms round the weights to 16 bits per 64 rows (each
+                             * within 2^-16 of its block's largest: blocks of 128 rows fail
+                             * this on the softmax-shaped weights) */
                             double tol = 1e-5 + 1e-6 * mag;
-                            if (l >= TDM_ISA_AVX512_CORE_VNNI) tol += 1.01 * wtol;
+                            if (pv_rounds((tdm_cpu_isa)l, d, i)) tol += 1.01 * wtol;
                             if (fabs(y[h * ys + i] - want) > tol)
                                 fail_msg("%s pv d=%d n=%d G=%d head %d column %d: %g, want %g (terms %g)",
                                          tdm_cpu_isa_name((tdm_cpu_isa)l), d, n, G, h, i,
@@ -415,6 +423,43 @@ static void test_row_variants(void **state) {
                     free(rows), free(q), free(qd), free(sc), free(p), free(y), free(y0);
                 }
     }
+}
+
+/* The AVX2 p.V makes the VNNI form's integer sums and float steps, so the two give the same
+ * numbers to the bit on the columns of whole groups (the 8-bit AVX2 form takes a last
+ * group shorter than 32 in float32): head counts 1..5 (passes of 3 and of 4 heads), blocks
+ * of 64 rows with a short last one, peaked and zero weights, padded rows. Where the CPU has
+ * no AVX-512 VNNI there is nothing to compare, and the test says so. */
+static void test_pv_levels_agree(void **state) {
+    (void)state;
+    if (tdm_cpu_isa_detect() < TDM_ISA_AVX512_CORE_VNNI) {
+        printf("    (no AVX-512 VNNI here: the AVX2 and VNNI p.V not compared)\n");
+        return;
+    }
+    const tdm_llm_i8_fns *a = fns_for(TDM_ISA_AVX2), *b = fns_for(TDM_ISA_AVX512_CORE_VNNI);
+    static const int ds[] = {32, 40, 64, 96, 128, 200};
+    static const int ns[] = {1, 2, 63, 64, 65, 301};
+    for (size_t di = 0; di < sizeof ds / sizeof ds[0]; di++)
+        for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+            for (int G = 1; G <= 5; G++) {
+                int d = ds[di], n = ns[ni], rs = (int)row_bytes(d) + (int)(ni & 1) * 3, ld = n + 7, ys = d + 1;
+                int8_t *rows = calloc((size_t)(n * rs), 1);
+                float *p = malloc(sizeof(float) * (size_t)(G * ld));
+                float *ya = calloc((size_t)(G * ys), 4), *yb = calloc((size_t)(G * ys), 4);
+                assert_non_null(rows), assert_non_null(p), assert_non_null(ya), assert_non_null(yb);
+                for (int t = 0; t < n; t++) fill_row(rows + t * rs, d);
+                for (int i = 0; i < G * ld; i++) p[i] = fabsf(frand());
+                for (int t = 0; t < n; t += 37) p[t] = 500.0f; /* head 0 peaked */
+                for (int t = 0; G > 1 && t < n; t++) p[ld + t] = 0.0f; /* head 1 all zero */
+                a->pv(p, ld, G, rows, rs, n, d, ya, ys);
+                b->pv(p, ld, G, rows, rs, n, d, yb, ys);
+                for (int h = 0; h < G; h++)
+                    for (int i = 0; i < d / 32 * 32; i++)
+                        if (memcmp(ya + h * ys + i, yb + h * ys + i, sizeof(float)) != 0)
+                            fail_msg("p.V d=%d n=%d G=%d head %d column %d: AVX2 %.9g, VNNI %.9g", d, n,
+                                     G, h, i, ya[h * ys + i], yb[h * ys + i]);
+                free(rows), free(p), free(ya), free(yb);
+            }
 }
 
 /* A row's score does not depend on how many rows one call takes (the AVX2 / VNNI forms take
@@ -715,6 +760,7 @@ static void test_bad_cache(void **state);
 Q4_TEST(test_quantize)
 Q4_TEST(test_quantize_levels)
 Q4_TEST(test_row_variants)
+Q4_TEST(test_pv_levels_agree)
 Q4_TEST(test_scores_rows_invariant)
 Q4_TEST(test_kernel)
 Q4_TEST(test_bad_cache)
@@ -823,6 +869,7 @@ int main(void) {
         cmocka_unit_test(test_quantize_levels),
         cmocka_unit_test(test_query_quantize),
         cmocka_unit_test(test_row_variants),
+        cmocka_unit_test(test_pv_levels_agree),
         cmocka_unit_test(test_scores_rows_invariant),
         cmocka_unit_test(test_kernel),
         cmocka_unit_test(test_bad_cache),
@@ -830,6 +877,7 @@ int main(void) {
         cmocka_unit_test(test_quantize4),
         cmocka_unit_test(test_quantize_levels4),
         cmocka_unit_test(test_row_variants4),
+        cmocka_unit_test(test_pv_levels_agree4),
         cmocka_unit_test(test_scores_rows_invariant4),
         cmocka_unit_test(test_kernel4),
         cmocka_unit_test(test_bad_cache4),

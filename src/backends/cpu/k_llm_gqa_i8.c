@@ -398,13 +398,82 @@ tr8_block(const int8_t (*qc)[TDM_LLM_KV_I8_MAX_D], const int8_t (*qa)[TDM_LLM_KV
     for (int h = 0; h < HN; h++) _mm256_storeu_ps(res[h], acc[h]);
 }
 
+TDM_TARGET_AVX2 static AI int32_t hsum8i(__m256i x) {
+    __m128i m = _mm_add_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1));
+    m = _mm_add_epi32(m, _mm_unpackhi_epi64(m, m));
+    return _mm_cvtsi128_si32(_mm_add_epi32(m, _mm_shuffle_epi32(m, 1)));
+}
+
+/* The 4-bit rows need no widening to bytes first: the eight rows' 16 bytes of a group (four
+ * dwords each; row i in the low lane of vector i & 3 and row i + 4 in its high one) are
+ * transposed by two unpack steps so that vector c holds dword c of every row (row i in lane
+ * i). Dword c's low nibbles are codes 4c..4c+3, its high ones 16+4c..16+4c+3, taken as they
+ * are stored (unsigned, 0..15): vpmaddubsw against the query's signed codes gives pairs of at
+ * most 2 * 15 * 127, so the group's eight chunks add in 16 bits (<= 30480) before one
+ * vpmaddwd, and the codes' offset comes off as 8 * the query group's sum: the same integer
+ * sums as tr8_block's, with half its multiplies and no vpsignb, and the same float steps. */
+TDM_TARGET_AVX2 static __attribute__((always_inline)) inline void
+tr8_block4(const int8_t (*qc)[TDM_LLM_KV_I8_MAX_D], const int32_t (*qz)[TDM_LLM_KV_I8_MAX_D / GROUP],
+           const float (*qs)[TDM_LLM_KV_I8_MAX_D / GROUP], int HN, const int8_t *r, int64_t rs,
+           int64_t d, float (*res)[TR8_ROWS]) {
+    const __m256i ones = _mm256_set1_epi16(1), hi16 = _mm256_set1_epi32((int)0xffff0000u);
+    const __m256i nib = _mm256_set1_epi8(15);
+    const __m256i ridx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                            _mm256_set1_epi32((int)rs));
+    __m256 acc[QHEADS];
+    for (int h = 0; h < HN; h++) acc[h] = _mm256_setzero_ps();
+    __m256 sk1 = _mm256_setzero_ps();
+    for (int64_t g0 = 0; g0 < d; g0 += GROUP) {
+        int64_t g = g0 / GROUP;
+        __m256 sk = sk1; /* an odd group's scales: gathered with the group before */
+        if (!(g & 1)) { /* one gather for groups g and g + 1: the dword at so + 2 g (a lone
+                           last group: the dword that ends with its scale) */
+            bool two = g0 + GROUP < d;
+            __m256i x = _mm256_i32gather_epi32((const int *)(r + scales_at(d, true) + 2 * g - (two ? 0 : 2)), ridx, 1);
+            sk = _mm256_castsi256_ps(two ? _mm256_slli_epi32(x, 16) : _mm256_and_si256(x, hi16));
+            sk1 = _mm256_castsi256_ps(_mm256_and_si256(x, hi16));
+        }
+        __m256i y[4], t[4], k[8];
+        for (int i = 0; i < 4; i++)
+            y[i] = _mm256_loadu2_m128i((const __m128i *)(const void *)(r + (i + 4) * rs + g0 / 2),
+                                       (const __m128i *)(const void *)(r + i * rs + g0 / 2));
+        t[0] = _mm256_unpacklo_epi32(y[0], y[1]), t[1] = _mm256_unpackhi_epi32(y[0], y[1]);
+        t[2] = _mm256_unpacklo_epi32(y[2], y[3]), t[3] = _mm256_unpackhi_epi32(y[2], y[3]);
+        for (int c = 0; c < 4; c++) {
+            __m256i u = (c & 1) ? _mm256_unpackhi_epi64(t[c >> 1], t[2 + (c >> 1)])
+                                : _mm256_unpacklo_epi64(t[c >> 1], t[2 + (c >> 1)]);
+            k[c] = _mm256_and_si256(u, nib);                        /* codes 4c .. 4c + 3 */
+            k[4 + c] = _mm256_and_si256(_mm256_srli_epi16(u, 4), nib); /* 16 + 4c .. */
+        }
+        for (int h = 0; h < HN; h++) {
+            __m256i s16 = _mm256_setzero_si256();
+            for (int c = 0; c < 8; c++) {
+                int32_t qd;
+                memcpy(&qd, qc[h] + g0 + 4 * c, 4);
+                s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(k[c], _mm256_set1_epi32(qd)));
+            }
+            __m256i s32 = _mm256_sub_epi32(_mm256_madd_epi16(s16, ones), _mm256_set1_epi32(qz[h][g0 / GROUP]));
+            acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32),
+                                     _mm256_mul_ps(sk, _mm256_set1_ps(qs[h][g0 / GROUP])), acc[h]);
+        }
+    }
+    for (int h = 0; h < HN; h++) _mm256_storeu_ps(res[h], acc[h]);
+}
+
 TDM_TARGET_AVX2 static AI void tr8_rows(const int8_t (*qc)[TDM_LLM_KV_I8_MAX_D],
                                         const int8_t (*qa)[TDM_LLM_KV_I8_MAX_D],
+                                        const int32_t (*qz)[TDM_LLM_KV_I8_MAX_D / GROUP],
                                         const float (*qs)[TDM_LLM_KV_I8_MAX_D / GROUP], int HN,
                                         const int8_t *r, int64_t rs, int64_t d, float *o,
                                         int64_t ld, int64_t t, int64_t cnt, bool q4) {
     float res[QHEADS][TR8_ROWS];
-    switch (HN) {
+    if (q4) switch (HN) {
+        case 1: tr8_block4(qc, qz, qs, 1, r, rs, d, res); break;
+        case 2: tr8_block4(qc, qz, qs, 2, r, rs, d, res); break;
+        case 3: tr8_block4(qc, qz, qs, 3, r, rs, d, res); break;
+        default: tr8_block4(qc, qz, qs, 4, r, rs, d, res); break;
+        }
+    else switch (HN) {
     case 1: tr8_block(qc, qa, qs, 1, r, rs, d, res, q4); break;
     case 2: tr8_block(qc, qa, qs, 2, r, rs, d, res, q4); break;
     case 3: tr8_block(qc, qa, qs, 3, r, rs, d, res, q4); break;
@@ -421,6 +490,7 @@ TDM_TARGET_AVX2 static AI void scores_avx2_f(const float *const *q, int64_t G, c
                                              float *out, int64_t ld, const int8_t *vnext, bool q4) {
     _Alignas(32) int8_t qc[QHEADS][TDM_LLM_KV_I8_MAX_D], qa[QHEADS][TDM_LLM_KV_I8_MAX_D];
     float qs[QHEADS][TDM_LLM_KV_I8_MAX_D / GROUP];
+    int32_t qz[QHEADS][TDM_LLM_KV_I8_MAX_D / GROUP]; /* 4-bit: 8 * the sum of a group's query codes */
     _Alignas(32) int8_t pad[TR8_ROWS * TDM_KV_I8_ROW(TDM_LLM_KV_I8_MAX_D)];
     for (int64_t h0 = 0; h0 < G; h0 += QHEADS) {
         int hn = G - h0 < QHEADS ? (int)(G - h0) : QHEADS;
@@ -428,10 +498,14 @@ TDM_TARGET_AVX2 static AI void scores_avx2_f(const float *const *q, int64_t G, c
         float *o = out + h0 * ld;
         if (q4 || d % GROUP == 0) { /* eight rows at a time, transposed */
             for (int h = 0; h < hn; h++)
-                for (int64_t i = 0; i < d; i += 32)
-                    _mm256_store_si256(
-                        (__m256i *)(qa[h] + i),
-                        _mm256_abs_epi8(_mm256_load_si256((const __m256i *)(qc[h] + i))));
+                for (int64_t i = 0; i < d; i += 32) {
+                    __m256i c = _mm256_load_si256((const __m256i *)(qc[h] + i));
+                    if (q4) /* the group's sum of codes: vpsadbw of the codes + 128, less 32 * 128 */
+                        qz[h][i / GROUP] = 8 * (hsum8i(_mm256_sad_epu8(_mm256_xor_si256(c, _mm256_set1_epi8((char)0x80)),
+                                                                       _mm256_setzero_si256())) - 32 * 128);
+                    else
+                        _mm256_store_si256((__m256i *)(qa[h] + i), _mm256_abs_epi8(c));
+                }
             int64_t t = 0;
             for (; t < n; t += TR8_ROWS) {
                 int64_t cnt = n - t < TR8_ROWS ? n - t : TR8_ROWS;
@@ -439,13 +513,13 @@ TDM_TARGET_AVX2 static AI void scores_avx2_f(const float *const *q, int64_t G, c
                     for (int64_t o2 = (t * rs) & ~(int64_t)63; o2 < (t + cnt) * rs; o2 += 64)
                         _mm_prefetch((const char *)(vnext + o2), _MM_HINT_T1);
                 if (cnt == TR8_ROWS) {
-                    tr8_rows(qc, qa, qs, hn, k + t * rs, rs, d, o, ld, t, cnt, q4);
+                    tr8_rows(qc, qa, qz, qs, hn, k + t * rs, rs, d, o, ld, t, cnt, q4);
                 } else { /* the last rows through a zero-padded copy */
                     const int64_t prs = q4 ? TDM_KV_I4_ROW(d) : TDM_KV_I8_ROW(d);
                     memset(pad, 0, (size_t)(TR8_ROWS * prs));
                     for (int64_t i = 0; i < cnt; i++)
                         memcpy(pad + i * prs, k + (t + i) * rs, (size_t)prs);
-                    tr8_rows(qc, qa, qs, hn, pad, prs, d, o, ld, t, cnt, q4);
+                    tr8_rows(qc, qa, qz, qs, hn, pad, prs, d, o, ld, t, cnt, q4);
                 }
             }
             continue;
@@ -471,6 +545,7 @@ SCORES_PAIR(TDM_TARGET_AVX2, scores_avx2, scores_avx2_f)
  * for all the heads, and the row's scale is folded into each head's weight (p * s_v, one
  * product per row and head) instead of into the codes. */
 #define PV_HEADS 3
+#define PVQ_ROWS 64 /* rows per block of integer p.V weights (AVX2, AVX-512 VNNI) */
 TDM_TARGET_AVX2 static __attribute__((always_inline)) inline void
 pv_block_avx2(const float *p, int64_t ld, int HN, int NV, const int8_t *v, int64_t rs, int64_t n,
               int64_t d, int64_t i0, float *y, int64_t ys, bool q4) {
@@ -500,13 +575,160 @@ pv_block_avx2(const float *p, int64_t ld, int HN, int NV, const int8_t *v, int64
         for (int c = 0; c < NV; c++) _mm256_storeu_ps(y + h * ys + i0 + 8 * c, acc[h][c]);
 }
 
+/* ---- AVX2 p.V in integers ----
+ * The AVX-512 VNNI form's numbers (pvq_block, below) with AVX2's vpmaddwd: per group of 32
+ * columns and block of PVQ_ROWS rows, each head's weights p * s_v rounded to int16 against
+ * the block's largest, two rows' codes as int16 pairs per column (unsigned: 4-bit as stored,
+ * 8-bit + 128), vpmaddwd + vpaddd into int32 sums, the codes' offset taken off each block's
+ * sums in int32 and the sums scaled into float32 by the block's step: the same integer sums
+ * and float steps as pvq_block, so the same results to the bit (test_row_variants). The
+ * float form widened every code to float (vpmovsxbd: under one a cycle on Zen 3) and took one
+ * FMA per 8 products; this takes one vpmaddwd per 16. Per pair of rows:
+ *   - 4-bit: each row's 16 bytes broadcast to both lanes, interleaved (vpunpck[lh]bw), widened
+ *     by vpshufb (low lane bytes 0-7, high lane 8-15, each to 16 bits), then & 15 and >> 4:
+ *     four vectors of 8 columns in order;
+ *   - 8-bit: the rows' 32 bytes interleaved, + 128 (xor), widened against zero within the
+ *     lanes: vector c holds columns 4c..4c+3 | 16+4c..16+4c+3, put in order at the end.
+ * |w| <= 32767 and codes <= 255: a block's int32 sums stay below 2^30. */
+TDM_TARGET_AVX2 static AI __m256i lanes_below(int64_t k) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(k > 8 ? 8 : (int)k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+TDM_TARGET_AVX2 static AI float hmax8(__m256 x) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
+
+#define PVQ_GROUPS (TDM_LLM_KV_I8_MAX_D / GROUP)
+/* acc += x in acc's register (GCC 12 adds into a new register and copies it back: six
+ * copies a pass of three heads' sums) */
+TDM_TARGET_AVX2 static AI void padd_acc(__m256i *acc, __m256i x) {
+#if defined(__GNUC__) && !defined(__clang__)
+    __asm__("vpaddd %1, %0, %0" : "+x"(*acc) : "x"(x));
+#else
+    *acc = _mm256_add_epi32(*acc, x);
+#endif
+}
+TDM_TARGET_AVX2 static AI void pvq_avx2(const float *p, int64_t ld, int HN, const int8_t *v,
+                                        int64_t rs, int64_t n, int64_t d, int64_t NG, float *y,
+                                        int64_t ys, bool q4) {
+    const int64_t so = scales_at(d, q4); /* NG: the whole groups */
+    const __m256i nib = _mm256_set1_epi16(15);
+    const __m256i sb = _mm256_set1_epi8((char)0x80), z = _mm256_setzero_si256();
+    const __m256i widen = _mm256_setr_epi8(0, -1, 1, -1, 2, -1, 3, -1, 4, -1, 5, -1, 6, -1, 7, -1,
+                                           8, -1, 9, -1, 10, -1, 11, -1, 12, -1, 13, -1, 14, -1, 15, -1);
+    const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    _Alignas(32) float acc[PV_HEADS * PVQ_GROUPS * 4][8]; /* head h, group g, vector k: (h NG + g) 4 + k */
+    memset(acc, 0, sizeof(float) * 32 * (size_t)(HN * NG));
+    for (int64_t t0 = 0; t0 < n; t0 += PVQ_ROWS) {
+        int64_t cnt = n - t0 < PVQ_ROWS ? n - t0 : PVQ_ROWS, c16 = (cnt + 15) & ~(int64_t)15;
+        _Alignas(32) float sc[PVQ_GROUPS][PVQ_ROWS];
+        _Alignas(32) int16_t wq[PV_HEADS][PVQ_GROUPS][PVQ_ROWS];
+        /* the rows' scales (bfloat16: the high half of a float32; rows past cnt: 0) */
+        for (int64_t g = 0; g < NG; g++) {
+            const int8_t *r = v + t0 * rs + so + 2 * g;
+            int64_t t = 0;
+            for (; t < cnt; t++, r += rs) {
+                uint16_t h16;
+                memcpy(&h16, r, sizeof h16);
+                uint32_t u = (uint32_t)h16 << 16;
+                memcpy(sc[g] + t, &u, sizeof u);
+            }
+            for (; t < c16; t++) sc[g][t] = 0.0f;
+        }
+        float bs[PV_HEADS][PVQ_GROUPS];
+        int32_t corr[PV_HEADS][PVQ_GROUPS];
+        for (int h = 0; h < HN; h++) {
+            const float *ph = p + h * ld + t0;
+            _Alignas(32) float pw[PVQ_ROWS]; /* p, zero past cnt */
+            for (int64_t t = 0; t < c16; t += 8)
+                _mm256_store_ps(pw + t, cnt - t >= 8 ? _mm256_loadu_ps(ph + t) : _mm256_maskload_ps(ph + t, lanes_below(cnt - t)));
+            for (int64_t g = 0; g < NG; g++) { /* against the block's largest weight */
+                __m256 mx = _mm256_setzero_ps();
+                for (int64_t t = 0; t < c16; t += 8)
+                    mx = _mm256_max_ps(mx, _mm256_and_ps(_mm256_mul_ps(_mm256_load_ps(pw + t), _mm256_load_ps(sc[g] + t)), absm));
+                mx = _mm256_max_ps(mx, _mm256_permute2f128_ps(mx, mx, 1)); /* in every lane */
+                mx = _mm256_max_ps(mx, _mm256_permute_ps(mx, 0x4e));
+                mx = _mm256_max_ps(mx, _mm256_permute_ps(mx, 0xb1));
+                bs[h][g] = _mm256_cvtss_f32(mx) / 32767.0f;
+                __m256 inv = _mm256_and_ps(_mm256_div_ps(_mm256_set1_ps(32767.0f), mx),
+                                           _mm256_cmp_ps(mx, _mm256_setzero_ps(), _CMP_GT_OQ));
+                __m256i qsum = z;
+                for (int64_t t = 0; t < c16; t += 16) {
+                    __m256i q0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_mul_ps(_mm256_load_ps(pw + t), _mm256_load_ps(sc[g] + t)), inv));
+                    __m256i q1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_mul_ps(_mm256_load_ps(pw + t + 8), _mm256_load_ps(sc[g] + t + 8)), inv));
+                    _mm256_store_si256((__m256i *)(void *)(wq[h][g] + t),
+                                       _mm256_permute4x64_epi64(_mm256_packs_epi32(q0, q1), 0xd8));
+                    qsum = _mm256_add_epi32(qsum, _mm256_add_epi32(q0, q1));
+                }
+                corr[h][g] = (q4 ? 8 : 128) * hsum8i(qsum); /* the codes' offset times the weights */
+            }
+        }
+        const int8_t *vb = v + t0 * rs;
+        for (int64_t g = 0; g < NG; g++)
+            for (int half = 0; half < 2; half++) { /* 16 columns a pass: the sums stay in registers */
+                const int8_t *vg = vb + (q4 ? 16 * g : 32 * g + 16 * half);
+                __m256i ia[PV_HEADS][2];
+                for (int h = 0; h < HN; h++) ia[h][0] = ia[h][1] = z;
+                for (int64_t t = 0; t < cnt; t += 2) {
+                    const int8_t *ra = vg + t * rs, *rb = t + 1 < cnt ? ra + rs : ra; /* weight 0 */
+                    if (!g && !half && !(t & 3)) _mm_prefetch((const char *)(ra + 8192), _MM_HINT_T0);
+                    __m256i A = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)ra));
+                    __m256i B = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)rb));
+                    __m256i x[2];
+                    if (q4) { /* bytes 8 half .. 8 half + 7: columns 8 half + j, 16 + 8 half + j */
+                        __m256i X = _mm256_shuffle_epi8(half ? _mm256_unpackhi_epi8(A, B) : _mm256_unpacklo_epi8(A, B), widen);
+                        x[0] = _mm256_and_si256(X, nib), x[1] = _mm256_srli_epi16(X, 4);
+                    } else { /* columns 16 half .. 16 half + 15, + 128 */
+                        x[0] = _mm256_shuffle_epi8(_mm256_xor_si256(_mm256_unpacklo_epi8(A, B), sb), widen);
+                        x[1] = _mm256_shuffle_epi8(_mm256_xor_si256(_mm256_unpackhi_epi8(A, B), sb), widen);
+                    }
+                    for (int h = 0; h < HN; h++) {
+                        int32_t wd;
+                        memcpy(&wd, wq[h][g] + t, sizeof wd);
+                        __m256i w = _mm256_set1_epi32(wd);
+                        padd_acc(&ia[h][0], _mm256_madd_epi16(x[0], w));
+                        padd_acc(&ia[h][1], _mm256_madd_epi16(x[1], w));
+                    }
+                }
+                /* vector c's columns: 8-bit 16 half + 8 c, 4-bit 8 half + 16 c */
+                for (int h = 0; h < HN; h++) {
+                    __m256i cv = _mm256_set1_epi32(corr[h][g]);
+                    __m256 st = _mm256_set1_ps(bs[h][g]);
+                    for (int c = 0; c < 2; c++) {
+                        float *a = acc[(h * NG + g) * 4 + (q4 ? half + 2 * c : 2 * half + c)];
+                        _mm256_store_ps(a, _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(ia[h][c], cv)), st,
+                                                           _mm256_load_ps(a)));
+                    }
+                }
+            }
+    }
+    for (int h = 0; h < HN; h++)
+        for (int64_t g = 0; g < NG; g++) {
+            float *o = y + h * ys + GROUP * g;
+            for (int k = 0; k < 4; k++)
+                _mm256_storeu_ps(o + 8 * k, _mm256_add_ps(_mm256_loadu_ps(o + 8 * k), _mm256_load_ps(acc[(h * NG + g) * 4 + k])));
+        }
+}
+
 #define PV_CASE(hn, nv)                                                                         \
     case (hn) * 8 + (nv): pv_block_avx2(ph, ld, hn, nv, v, rs, n, d, i0, yh, ys, q4); break;
+/* Whole groups in integers (pvq_avx2; d >= 32, so the scale dwords lie inside the row), an
+ * 8-bit last group shorter than 32 in float32 */
 TDM_TARGET_AVX2 static AI void pv_avx2_f(const float *p, int64_t ld, int64_t G, const int8_t *v,
                                          int64_t rs, int64_t n, int64_t d, float *y, int64_t ys,
                                          bool q4) {
-    int64_t d8 = d & ~(int64_t)7;
-    for (int64_t i0 = 0; i0 < d8; i0 += 32) {
+    int64_t whole = d / GROUP, d8 = d & ~(int64_t)7;
+    for (int64_t h0 = 0; whole && h0 < G; h0 += PV_HEADS) {
+        int hn = G - h0 < PV_HEADS ? (int)(G - h0) : PV_HEADS;
+        switch (hn) {
+        case 1: pvq_avx2(p + h0 * ld, ld, 1, v, rs, n, d, whole, y + h0 * ys, ys, q4); break;
+        case 2: pvq_avx2(p + h0 * ld, ld, 2, v, rs, n, d, whole, y + h0 * ys, ys, q4); break;
+        default: pvq_avx2(p + h0 * ld, ld, 3, v, rs, n, d, whole, y + h0 * ys, ys, q4); break;
+        }
+    }
+    for (int64_t i0 = whole * GROUP; i0 < d8; i0 += 32) {
         int nv = d8 - i0 >= 32 ? 4 : (int)((d8 - i0) / 8);
         for (int64_t h0 = 0; h0 < G; h0 += PV_HEADS) {
             int hn = G - h0 < PV_HEADS ? (int)(G - h0) : PV_HEADS;
@@ -957,7 +1179,6 @@ TDM_TARGET_AVX512 static void pv_avx512(const float *p, int64_t ld, int64_t G, c
  * rows took 2.97 / 3.22 us, but a softmax's small weights then share the step of a larger
  * largest: 1.4x the error of 64 rows against float32 weights on peaked weights (the
  * cache's perplexity on SmolLM2 moved by about 1%). */
-#define PVQ_ROWS 64
 
 /* acc += the pairs' products of x and w (vpdpwssd) in acc's register: GCC 12's intrinsic
  * copies the accumulator to and from another register around each one in pvq_block's loop,
