@@ -11,7 +11,9 @@ For each thread count and each engine (each in its own process, so that its peak
   * decode at each of --positions (default 10 and 1000): a prompt of that many ids, then --gen-tokens
     greedy tokens (EOS suppressed); decode tokens/s over the tokens after the first.
 Each case runs --reps times after one warm-up; the median and the min-max spread are reported.
-Then, from bench/llm/membw.c (compiled here with cc -O3 -march=native) the machine's read bandwidth at
+Then tandem's depth ratio paired in time (--paired-reps repetitions, default 7, of `tandem bench --llm
+--prompt-tokens 0 --depth P0,P1`: decode at the first and last positions in turn in each repetition, and
+each repetition's ratio; median and min-max). Then, from bench/llm/membw.c (compiled here with cc -O3 -march=native) the machine's read bandwidth at
 1 and 2 threads and its ISA; from model.onnx the bytes of weights one decode step reads (every
 MatMulNBits B + scales + zero points, the norms, one embedding row) and the KV cache bytes at a position;
 and for each engine decode (bytes/token x tokens/s) as a fraction of the measured bandwidth.
@@ -301,6 +303,8 @@ def main():
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--prompt-tokens", type=int, default=512)
     ap.add_argument("--positions", default="10,1000")
+    ap.add_argument("--paired-reps", type=int, default=7,
+                    help="repetitions of tandem's paired depth ratio (at least --reps)")
     ap.add_argument("--gen-tokens", type=int, default=64)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=1)
@@ -396,6 +400,30 @@ def main():
                 return f"{x / y:.2f}" if x and y else "-"
             lines.append(f"| {t} | {ratio('prefill', a.prompt_tokens, 'prefill_tokens_per_s')} | "
                          + " / ".join(ratio("decode", p, "decode_tokens_per_s") for p in positions) + " |")
+    # tandem's depth ratio paired in time: `tandem bench --depth P0,P1` decodes at both positions in
+    # turn in each repetition and reports each repetition's ratio (a VM whose speed drifts over
+    # minutes moves both sides of a pair alike, where the table's ratio takes two processes' medians)
+    paired = []
+    if "tandem" in engines and len(positions) >= 2:
+        lines.append("")
+        lines.append(f"| threads | tandem decode@{positions[-1]} / decode@{positions[0]}, paired in each repetition "
+                     f"(`--depth {positions[0]},{positions[-1]}`): median (min-max) | repetitions |")
+        lines.append("|---|---|---|")
+        reps = max(a.reps, a.paired_reps)
+        for t in a.thread_list:
+            cmd = [a.tandem, "bench", a.model_dir, "--llm", "--prompt-tokens", "0", "--gen-tokens", str(a.gen_tokens),
+                   "--depth", f"{positions[0]},{positions[-1]}", "--threads", str(t), "--warmup", "1",
+                   "--repetitions", str(reps), "--json"]
+            if a.kv_type:
+                cmd[-1:-1] = ["--kv-type", a.kv_type]
+            rc, out, err, _ = run_measured(cmd, a.timeout)
+            doc = last_json(out) if rc == 0 else None
+            q = (doc or {}).get("tg_depth_ratio")
+            paired.append({"threads": t, "cmd": " ".join(cmd), "tg_depth_ratio": q,
+                           "error": None if q else f"rc {rc}: " + (err.strip().splitlines() or ["no ratio"])[-1][:300]})
+            txt = f"{q['median']:.2f} ({q['min']:.2f}-{q['max']:.2f})" if q else "-"
+            lines.append(f"| {t} | {txt} | {reps} |")
+            print(f"  tandem threads {t} paired depth ratio: {txt}", file=sys.stderr)
     header = (f"model {os.path.abspath(a.model_dir)}; ISA {bw.get('isa')}; measured read bandwidth "
               f"{bw.get('read_gbps')} GB/s (bench/llm/membw.c); weights read per decoded token "
               f"{wbytes / 1e6:.2f} MB (MatMulNBits {wdetail['matmulnbits'] / 1e6:.2f} MB, embedding row "
@@ -408,7 +436,7 @@ def main():
            "weight_bytes_detail": wdetail, "kv_bytes_per_position": kv_per_pos, "kv_type": a.kv_type, "prompt_tokens": a.prompt_tokens,
            "positions": positions, "gen_tokens": a.gen_tokens, "reps": a.reps,
            "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-           "load_average": os.getloadavg(), "summary": summary, "results": results}
+           "load_average": os.getloadavg(), "summary": summary, "results": results, "paired_depth_ratio": paired}
     if a.out:
         with open(a.out, "w") as f:
             json.dump(doc, f, indent=1)

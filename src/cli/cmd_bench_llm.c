@@ -16,7 +16,7 @@
 
 static void llm_usage(FILE *f) {
     fprintf(f,
-            "usage: tandem bench MODEL_DIR --llm [--prompt-tokens P] [--gen-tokens G] [--depth D]\n"
+            "usage: tandem bench MODEL_DIR --llm [--prompt-tokens P] [--gen-tokens G] [--depth [D0,]D]\n"
             "                    [--repetitions R] [--warmup W] [--threads N] [--seed S] [--json]\n"
             "                    [--kv-type auto|f32|f16|int8|int4]\n"
             "       tandem bench MODEL_DIR --llm --streams N [--prompt-tokens P] [--gen-tokens G]\n"
@@ -32,6 +32,10 @@ static void llm_usage(FILE *f) {
             "  --prompt-tokens P  prompt length of the pp test (default 512; 0 = no pp test)\n"
             "  --gen-tokens G     decode steps of the tg tests (default 128; 0 = none)\n"
             "  --depth D          also decode G tokens after a D-token context (e.g. 1000)\n"
+            "  --depth D0,D       the same after D0 and after D tokens, in turn in each repetition,\n"
+            "                     and their ratio per repetition (tg @ dD / tg @ dD0: median,\n"
+            "                     min-max): paired in time, so a machine whose speed drifts\n"
+            "                     moves both sides of each ratio alike\n"
             "  --repetitions R    timed repetitions of each test (default 5)\n"
             "  --warmup W         untimed warm-up rounds of every test first (default 1)\n"
             "  --threads N        intra-op threads (default: all cores)\n"
@@ -58,7 +62,7 @@ static void llm_usage(FILE *f) {
 
 typedef struct llm_args {
     const char *dir;
-    long pp, tg, depth, reps, warmup, threads, streams;
+    long pp, tg, depth, depth0, reps, warmup, threads, streams; /* depth0 < 0: none */
     bool pp_set, reps_set;
     unsigned long long seed;
     bool json;
@@ -66,7 +70,7 @@ typedef struct llm_args {
 } llm_args;
 
 static int parse(int argc, char **argv, llm_args *a) {
-    a->pp = 512, a->tg = 128, a->reps = 5, a->warmup = 1, a->seed = 1;
+    a->pp = 512, a->tg = 128, a->reps = 5, a->warmup = 1, a->seed = 1, a->depth0 = -1;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
         long *dst = NULL, lo = 0;
@@ -85,6 +89,19 @@ static int parse(int argc, char **argv, llm_args *a) {
             dst = &a->streams, lo = 1;
         } else if (!strcmp(o, "--gen-tokens")) {
             dst = &a->tg;
+        } else if (!strcmp(o, "--depth") && i + 1 < argc && strchr(argv[i + 1], ',')) {
+            char *end, *e2;
+            errno = 0;
+            long d0 = strtol(argv[i + 1], &end, 10), d1 = *end == ',' ? strtol(end + 1, &e2, 10) : -1;
+            if (errno || end == argv[i + 1] || *end != ',' || e2 == end + 1 || *e2 || d0 < 0 ||
+                d1 <= d0 || d1 > (1L << 24)) {
+                fprintf(stderr, "tandem: bench --llm: --depth '%s': expected D or D0,D with "
+                        "0 <= D0 < D\n", argv[i + 1]);
+                return 2;
+            }
+            a->depth0 = d0, a->depth = d1;
+            i++;
+            continue;
         } else if (!strcmp(o, "--depth")) {
             dst = &a->depth;
         } else if (!strcmp(o, "--repetitions")) {
@@ -139,6 +156,10 @@ static int parse(int argc, char **argv, llm_args *a) {
     }
     if (!a->dir) {
         llm_usage(stderr);
+        return 2;
+    }
+    if (a->depth0 >= 0 && a->tg == 0) {
+        fprintf(stderr, "tandem: bench --llm: --depth D0,D needs decode steps (--gen-tokens > 0)\n");
         return 2;
     }
     if (a->pp == 0 && a->tg == 0) {
@@ -236,8 +257,28 @@ static int64_t uploaded(tdm_generator *gen, int64_t *peak, int64_t *pinned) {
     return up;
 }
 
+static int cmp_double(const void *x, const void *y) {
+    double a = *(const double *)x, b = *(const double *)y;
+    return a < b ? -1 : a > b;
+}
+
+/* q[0..2]: the median (the mean of the middle two for an even n), least and largest of v */
+static void median_min_max(const double *v, size_t n, double q[3]) {
+    double *s = malloc(n * sizeof *s);
+    q[0] = q[1] = q[2] = 0;
+    if (!s || !n) {
+        free(s);
+        return;
+    }
+    memcpy(s, v, n * sizeof *s);
+    qsort(s, n, sizeof *s, cmp_double);
+    q[0] = n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+    q[1] = s[0], q[2] = s[n - 1];
+    free(s);
+}
+
 static void print_row(const char *dir, const char *test, const figure *f) {
-    printf("| %-30s | %-16s | %10.2f ± %-8.2f |\n", dir, test, f->mean, f->sd);
+    printf("| %-30s | %-20s | %10.2f ± %-8.2f |\n", dir, test, f->mean, f->sd);
 }
 
 static void json_figure(const char *name, long tokens, long depth, const figure *f, size_t n,
@@ -266,9 +307,11 @@ int cmd_bench_llm(int argc, char **argv) {
     int32_t *ids = calloc(longest + 1, sizeof *ids);
     figure pp = {0, 0, calloc(reps, sizeof(double))}, tg = {0, 0, calloc(reps, sizeof(double))},
            td = {0, 0, calloc(reps, sizeof(double))}, tgc = {0, 0, calloc(reps, sizeof(double))},
-           tdc = {0, 0, calloc(reps, sizeof(double))};
+           tdc = {0, 0, calloc(reps, sizeof(double))}, tb = {0, 0, calloc(reps, sizeof(double))},
+           tbc = {0, 0, calloc(reps, sizeof(double))}, ratio = {0, 0, calloc(reps, sizeof(double))};
+    bool paired = a.depth0 >= 0 && a.tg && a.depth;
     tdm_status *st = !ids || !pp.v || !tg.v || !td.v || !tgc.v || !tdc.v ? NULL : tdm_env_create(&eo, &env);
-    if (!ids || !pp.v || !tg.v || !td.v) {
+    if (!ids || !pp.v || !tg.v || !td.v || !tgc.v || !tdc.v || !tb.v || !tbc.v || !ratio.v) {
         fprintf(stderr, "tandem: bench --llm: out of memory\n");
         rc = 1;
         goto done;
@@ -332,9 +375,14 @@ int cmd_bench_llm(int argc, char **argv) {
             tg_pinned += pin1 - pin0;
             tg_tokens += a.tg;
         }
+        if (!st && paired) { /* just before the deep one: the pair shares the machine's state */
+            random_ids(ids, (size_t)a.depth0 + 1, vocab, a.seed + 300 + r);
+            st = decode_run(gen, ids, (size_t)a.depth0 + 1, (size_t)a.tg, &tb.v[r], &tbc.v[r]);
+        }
         if (!st && a.tg && a.depth) {
             random_ids(ids, (size_t)a.depth + 1, vocab, a.seed + 200 + r);
             st = decode_run(gen, ids, (size_t)a.depth + 1, (size_t)a.tg, &td.v[r], &tdc.v[r]);
+            if (!st && paired) ratio.v[r] = tb.v[r] > 0 ? td.v[r] / tb.v[r] : 0;
         }
     }
     if (st) {
@@ -349,6 +397,10 @@ int cmd_bench_llm(int argc, char **argv) {
     summarize(&td, reps);
     summarize(&tgc, reps);
     summarize(&tdc, reps);
+    summarize(&tb, reps);
+    summarize(&tbc, reps);
+    double rq[3] = {0, 0, 0}; /* the paired ratios' median, min, max */
+    if (paired) median_min_max(ratio.v, reps, rq);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     double rss_mib = (double)ru.ru_maxrss / 1024.0; /* Linux: KiB */
@@ -362,9 +414,17 @@ int cmd_bench_llm(int argc, char **argv) {
         if (a.pp) json_figure("pp", a.pp, 0, &pp, reps, false);
         if (a.tg) json_figure("tg", a.tg, 0, &tg, reps, false);
         if (a.tg && a.depth) json_figure("tg_depth", a.tg, a.depth, &td, reps, false);
+        if (paired) {
+            json_figure("tg_depth0", a.tg, a.depth0, &tb, reps, false);
+            printf("  \"tg_depth_ratio\": {\"depths\": [%ld, %ld], \"median\": %.4f, \"min\": %.4f, "
+                   "\"max\": %.4f, \"samples\": [", a.depth0, a.depth, rq[0], rq[1], rq[2]);
+            for (size_t i = 0; i < reps; i++) printf("%s%.4f", i ? ", " : "", ratio.v[i]);
+            printf("]},\n");
+        }
         /* tokens per second of the process's CPU time */
         if (a.tg) json_figure("tg_cpu", a.tg, 0, &tgc, reps, false);
         if (a.tg && a.depth) json_figure("tg_depth_cpu", a.tg, a.depth, &tdc, reps, false);
+        if (paired) json_figure("tg_depth0_cpu", a.tg, a.depth0, &tbc, reps, false);
         if (a.device)
             printf("  \"device\": \"%s\", \"device_peak_bytes\": %lld, \"bytes_uploaded_per_token\": "
                    "%.1f, \"bytes_uploaded_pinned_per_token\": %.1f,\n", a.device, (long long)dev_peak,
@@ -372,8 +432,8 @@ int cmd_bench_llm(int argc, char **argv) {
         printf("  \"peak_rss_mib\": %.1f\n}\n", rss_mib);
     } else {
         char test[64];
-        printf("| %-30s | %-16s | %21s |\n", "model", "test", "t/s");
-        printf("| %.30s | %.16s | %.21s |\n", "------------------------------", "----------------",
+        printf("| %-30s | %-20s | %21s |\n", "model", "test", "t/s");
+        printf("| %.30s | %.20s | %.21s |\n", "------------------------------", "--------------------",
                "---------------------");
         if (a.pp) {
             snprintf(test, sizeof test, "pp%ld", a.pp);
@@ -383,6 +443,10 @@ int cmd_bench_llm(int argc, char **argv) {
             snprintf(test, sizeof test, "tg%ld", a.tg);
             print_row(a.dir, test, &tg);
         }
+        if (paired) {
+            snprintf(test, sizeof test, "tg%ld @ d%ld", a.tg, a.depth0);
+            print_row(a.dir, test, &tb);
+        }
         if (a.tg && a.depth) {
             snprintf(test, sizeof test, "tg%ld @ d%ld", a.tg, a.depth);
             print_row(a.dir, test, &td);
@@ -391,10 +455,17 @@ int cmd_bench_llm(int argc, char **argv) {
             snprintf(test, sizeof test, "tg%ld (cpu)", a.tg);
             print_row(a.dir, test, &tgc);
         }
+        if (paired) {
+            snprintf(test, sizeof test, "tg%ld @ d%ld (cpu)", a.tg, a.depth0);
+            print_row(a.dir, test, &tbc);
+        }
         if (a.tg && a.depth) {
             snprintf(test, sizeof test, "tg%ld @ d%ld (cpu)", a.tg, a.depth);
             print_row(a.dir, test, &tdc);
         }
+        if (paired)
+            printf("tg%ld @ d%ld / tg%ld @ d%ld, paired in each repetition: median %.3f (%.3f-%.3f)\n",
+                   a.tg, a.depth, a.tg, a.depth0, rq[0], rq[1], rq[2]);
         printf("threads %ld, %zu repetitions, KV cache: %s %s; peak RSS %.1f MiB; CPU ISA %s\n"
                "(cpu: tokens per second of the process's CPU time)\n", a.threads,
                reps, tdm_generator_form(gen), tdm_generator_kv_type(gen), rss_mib,
@@ -413,5 +484,8 @@ done:
     free(td.v);
     free(tgc.v);
     free(tdc.v);
+    free(tb.v);
+    free(tbc.v);
+    free(ratio.v);
     return rc;
 }

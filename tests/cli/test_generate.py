@@ -190,6 +190,32 @@ def main():
         r = run([T, "bench", folder, "--llm", "--prompt-tokens", "16", "--gen-tokens", "4", "--repetitions", "1"])
         check(r.returncode == 0 and "pp16" in r.stdout and "tg4" in r.stdout and "±" in r.stdout,
               "bench --llm table")
+        # --depth D0,D: both depths in each repetition, and each repetition's ratio of their rates
+        r = run([T, "bench", folder, "--llm", "--prompt-tokens", "0", "--gen-tokens", "6", "--depth", "3,30",
+                 "--repetitions", "3", "--threads", "1", "--json"])
+        ok = r.returncode == 0
+        if ok:
+            d = json.loads(r.stdout)
+            ok = "pp" not in d and d["tg_depth0"]["depth"] == 3 and d["tg_depth"]["depth"] == 30
+            if ok:
+                lo = d["tg_depth0"]["tokens_per_s"]["samples"]
+                hi = d["tg_depth"]["tokens_per_s"]["samples"]
+                q = d["tg_depth_ratio"]
+                want = sorted(h / b for h, b in zip(hi, lo))
+                ok = q["depths"] == [3, 30] and len(q["samples"]) == 3 and \
+                    all(abs(x - y) <= 1e-3 * y for x, y in zip(sorted(q["samples"]), want)) and \
+                    abs(q["median"] - want[1]) <= 1e-3 * want[1] and \
+                    abs(q["min"] - want[0]) <= 1e-3 * want[0] and abs(q["max"] - want[2]) <= 1e-3 * want[2]
+        check(ok, "bench --llm --depth D0,D --json: the paired ratios, their median and range")
+        if not ok:
+            print(r.stdout, r.stderr[-800:])
+        r = run([T, "bench", folder, "--llm", "--prompt-tokens", "0", "--gen-tokens", "4", "--depth", "2,20",
+                 "--repetitions", "2"])
+        check(r.returncode == 0 and "tg4 @ d2 " in r.stdout and "tg4 @ d20 " in r.stdout and
+              "paired in each repetition: median" in r.stdout, "bench --llm --depth D0,D table")
+        for bad in ("20,2", "2,", ",20", "2,x", "-1,5"):
+            r = run([T, "bench", folder, "--llm", "--depth", bad])
+            check(r.returncode == 2 and "--depth" in r.stderr, f"bench --llm --depth {bad}: an error")
 
         # bench --llm --streams (GenAI folders, the LLM engine): per way, the decode rate is the
         # tokens after each stream's first over the union of the streams' first-to-last spans:
