@@ -13,12 +13,14 @@
  *     as llama.cpp's q8_0 dot products do), once per call, and the dot products are integer
  *     sums per group of 32 times s_k * s_q: AVX-512 VNNI (vpdpbusd on the key rows
  *     transposed 16 at a time within 128-bit lanes, shared by the group's heads), AVX2 (key
- *     rows transposed 8 at a time, vpsignb + vpmaddubsw + vpmaddwd; also the AVX-512 level
- *     without VNNI), portable C;
+ *     rows transposed 8 at a time, vpsignb + vpmaddubsw + vpmaddwd; the 4-bit rows transposed
+ *     as stored and their unsigned nibbles against the signed query, no vpsignb; also the
+ *     AVX-512 level without VNNI), portable C;
  *   - p.V: AVX-512 VNNI rounds each block of 64 weights p * s_v to int16 against the block's
- *     largest and adds two rows per vpdpwssd; AVX-512 (rows' scales folded into the weights)
- *     and AVX2 (up to 3 heads per pass over the rows, the value scale folded into the weights)
- *     in float32 FMAs; portable C.
+ *     largest and adds two rows per vpdpwssd; AVX2 makes the same int16 weights and integer
+ *     sums with vpmaddwd (the same results to the bit; an 8-bit last group shorter than 32 in
+ *     float32); AVX-512 without VNNI, 8-bit (rows' scales folded into the weights), in float32
+ *     FMAs; portable C.
  * The best at or below the device's level (TANDEM_CPU_ISA caps). AVX-VNNI (VEX, on AVX2-only
  * CPUs) has no level of its own in cpu_isa.h; those CPUs take the AVX2 form. */
 #include <math.h>
@@ -576,28 +578,27 @@ pv_block_avx2(const float *p, int64_t ld, int HN, int NV, const int8_t *v, int64
 }
 
 /* ---- AVX2 p.V in integers ----
- * The AVX-512 VNNI form's numbers (pvq_block, below) with AVX2's vpmaddwd: per group of 32
- * columns and block of PVQ_ROWS rows, each head's weights p * s_v rounded to int16 against
- * the block's largest, two rows' codes as int16 pairs per column (unsigned: 4-bit as stored,
+ * The AVX-512 VNNI form's numbers (pvq_block, below) with AVX2's vpmaddwd: per block of
+ * PVQ_ROWS rows, each head and whole group's weights p * s_v rounded to int16 against the
+ * block's largest, two rows' codes as int16 pairs per column (unsigned: 4-bit as stored,
  * 8-bit + 128), vpmaddwd + vpaddd into int32 sums, the codes' offset taken off each block's
  * sums in int32 and the sums scaled into float32 by the block's step: the same integer sums
- * and float steps as pvq_block, so the same results to the bit (test_row_variants). The
- * float form widened every code to float (vpmovsxbd: under one a cycle on Zen 3) and took one
- * FMA per 8 products; this takes one vpmaddwd per 16. Per pair of rows:
- *   - 4-bit: each row's 16 bytes broadcast to both lanes, interleaved (vpunpck[lh]bw), widened
- *     by vpshufb (low lane bytes 0-7, high lane 8-15, each to 16 bits), then & 15 and >> 4:
- *     four vectors of 8 columns in order;
- *   - 8-bit: the rows' 32 bytes interleaved, + 128 (xor), widened against zero within the
- *     lanes: vector c holds columns 4c..4c+3 | 16+4c..16+4c+3, put in order at the end.
- * |w| <= 32767 and codes <= 255: a block's int32 sums stay below 2^30. */
+ * and float steps as pvq_block, so the same results to the bit (test_pv_levels_agree). The
+ * float form widened every code to float (vpmovsxbd ymm: under one a cycle on Zen 3) and took
+ * one FMA per 8 products; this takes one vpmaddwd per 16. A block's weights are made once for
+ * all its groups (the scales read as scalars: a ymm gather cost more on Zen 3), then each
+ * group's rows go by in two passes of 16 columns, so that three heads' sums stay in registers
+ * (32 columns spilled them); per pair of rows and pass each row's 16 bytes are broadcast to
+ * both lanes, interleaved with the other row's (vpunpck[lh]bw) and widened to 16 bits by
+ * vpshufb (low lane bytes 0-7, high lane 8-15):
+ *   - 4-bit, bytes 8 half .. 8 half + 7: & 15 gives columns 8 half + j, >> 4 columns
+ *     16 + 8 half + j;
+ *   - 8-bit, columns 16 half .. 16 half + 15, + 128 (xor) before the widening.
+ * |w| <= 32767 and codes <= 255: a block's int32 sums stay below 2^30. attn_rows (Zen 3, 1000
+ * rows x 3 heads): 4-bit 10.1 -> 5.5 us, 8-bit 6.36 -> 5.95 (the loop is bound by the
+ * instructions it issues: 12 vpmaddwd + 12 vpaddd + 8 shuffles a row). */
 TDM_TARGET_AVX2 static AI __m256i lanes_below(int64_t k) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(k > 8 ? 8 : (int)k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
-TDM_TARGET_AVX2 static AI float hmax8(__m256 x) {
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
 }
 
 #define PVQ_GROUPS (TDM_LLM_KV_I8_MAX_D / GROUP)
@@ -610,14 +611,37 @@ TDM_TARGET_AVX2 static AI void padd_acc(__m256i *acc, __m256i x) {
     *acc = _mm256_add_epi32(*acc, x);
 #endif
 }
+/* ia[h][0..1] += the products of rows ra and rb (weights w[h][t], w[h][t + 1]) over 16
+ * columns of a group (half): see pvq_avx2 */
+TDM_TARGET_AVX2 static AI void pvq_pair(const int8_t *ra, const int8_t *rb, const int16_t *const *w,
+                                        int64_t t, int HN, int half, bool q4, __m256i (*ia)[2]) {
+    const __m256i widen = _mm256_setr_epi8(0, -1, 1, -1, 2, -1, 3, -1, 4, -1, 5, -1, 6, -1, 7, -1,
+                                           8, -1, 9, -1, 10, -1, 11, -1, 12, -1, 13, -1, 14, -1, 15, -1);
+    __m256i A = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)ra));
+    __m256i B = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)rb));
+    __m256i x[2];
+    if (q4) { /* bytes 8 half .. 8 half + 7: columns 8 half + j, 16 + 8 half + j */
+        __m256i X = _mm256_shuffle_epi8(half ? _mm256_unpackhi_epi8(A, B) : _mm256_unpacklo_epi8(A, B), widen);
+        x[0] = _mm256_and_si256(X, _mm256_set1_epi16(15)), x[1] = _mm256_srli_epi16(X, 4);
+    } else { /* columns 16 half .. 16 half + 15, + 128 */
+        const __m256i sb = _mm256_set1_epi8((char)0x80);
+        x[0] = _mm256_shuffle_epi8(_mm256_xor_si256(_mm256_unpacklo_epi8(A, B), sb), widen);
+        x[1] = _mm256_shuffle_epi8(_mm256_xor_si256(_mm256_unpackhi_epi8(A, B), sb), widen);
+    }
+    for (int h = 0; h < HN; h++) {
+        int32_t wd;
+        memcpy(&wd, w[h] + t, sizeof wd);
+        __m256i wv = _mm256_set1_epi32(wd);
+        padd_acc(&ia[h][0], _mm256_madd_epi16(x[0], wv));
+        padd_acc(&ia[h][1], _mm256_madd_epi16(x[1], wv));
+    }
+}
+
 TDM_TARGET_AVX2 static AI void pvq_avx2(const float *p, int64_t ld, int HN, const int8_t *v,
                                         int64_t rs, int64_t n, int64_t d, int64_t NG, float *y,
                                         int64_t ys, bool q4) {
     const int64_t so = scales_at(d, q4); /* NG: the whole groups */
-    const __m256i nib = _mm256_set1_epi16(15);
-    const __m256i sb = _mm256_set1_epi8((char)0x80), z = _mm256_setzero_si256();
-    const __m256i widen = _mm256_setr_epi8(0, -1, 1, -1, 2, -1, 3, -1, 4, -1, 5, -1, 6, -1, 7, -1,
-                                           8, -1, 9, -1, 10, -1, 11, -1, 12, -1, 13, -1, 14, -1, 15, -1);
+    const __m256i z = _mm256_setzero_si256();
     const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     _Alignas(32) float acc[PV_HEADS * PVQ_GROUPS * 4][8]; /* head h, group g, vector k: (h NG + g) 4 + k */
     memset(acc, 0, sizeof(float) * 32 * (size_t)(HN * NG));
@@ -671,26 +695,17 @@ TDM_TARGET_AVX2 static AI void pvq_avx2(const float *p, int64_t ld, int HN, cons
                 const int8_t *vg = vb + (q4 ? 16 * g : 32 * g + 16 * half);
                 __m256i ia[PV_HEADS][2];
                 for (int h = 0; h < HN; h++) ia[h][0] = ia[h][1] = z;
-                for (int64_t t = 0; t < cnt; t += 2) {
-                    const int8_t *ra = vg + t * rs, *rb = t + 1 < cnt ? ra + rs : ra; /* weight 0 */
-                    if (!g && !half && !(t & 3)) _mm_prefetch((const char *)(ra + 8192), _MM_HINT_T0);
-                    __m256i A = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)ra));
-                    __m256i B = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)rb));
-                    __m256i x[2];
-                    if (q4) { /* bytes 8 half .. 8 half + 7: columns 8 half + j, 16 + 8 half + j */
-                        __m256i X = _mm256_shuffle_epi8(half ? _mm256_unpackhi_epi8(A, B) : _mm256_unpacklo_epi8(A, B), widen);
-                        x[0] = _mm256_and_si256(X, nib), x[1] = _mm256_srli_epi16(X, 4);
-                    } else { /* columns 16 half .. 16 half + 15, + 128 */
-                        x[0] = _mm256_shuffle_epi8(_mm256_xor_si256(_mm256_unpacklo_epi8(A, B), sb), widen);
-                        x[1] = _mm256_shuffle_epi8(_mm256_xor_si256(_mm256_unpackhi_epi8(A, B), sb), widen);
-                    }
-                    for (int h = 0; h < HN; h++) {
-                        int32_t wd;
-                        memcpy(&wd, wq[h][g] + t, sizeof wd);
-                        __m256i w = _mm256_set1_epi32(wd);
-                        padd_acc(&ia[h][0], _mm256_madd_epi16(x[0], w));
-                        padd_acc(&ia[h][1], _mm256_madd_epi16(x[1], w));
-                    }
+                const int16_t *wg[PV_HEADS];
+                for (int h = 0; h < HN; h++) wg[h] = wq[h][g];
+                int64_t t = 0;
+                for (; t + 4 <= cnt; t += 4) { /* two pairs a pass: half the loop's own work */
+                    if (!g && !half) _mm_prefetch((const char *)(vg + t * rs + 8192), _MM_HINT_T0);
+                    pvq_pair(vg + t * rs, vg + (t + 1) * rs, wg, t, HN, half, q4, ia);
+                    pvq_pair(vg + (t + 2) * rs, vg + (t + 3) * rs, wg, t + 2, HN, half, q4, ia);
+                }
+                for (; t < cnt; t += 2) {
+                    const int8_t *ra = vg + t * rs;
+                    pvq_pair(ra, t + 1 < cnt ? ra + rs : ra /* weight 0 */, wg, t, HN, half, q4, ia);
                 }
                 /* vector c's columns: 8-bit 16 half + 8 c, 4-bit 8 half + 16 c */
                 for (int h = 0; h < HN; h++) {
