@@ -10,10 +10,12 @@
 #define TDM_CPU_K_LLM_H
 
 #include <stdint.h>
+#include <string.h>
 
 #include "backends/cpu/cpu_isa.h"
 #include "backends/cpu/cpu_simd.h"
 #include "backends/kernel.h"
+#include "core/half.h"
 #include "ops/kv_int8.h"
 
 typedef struct tdm_llm_fns {
@@ -67,6 +69,17 @@ void tdm_llm_kv4_quantize_row(const float *x, int64_t d, int8_t *row);
  * its own inverse). The 4-bit cache holds rotated rows: its scores take the query rotated
  * so, its p.V sums come out rotated and are rotated back. */
 void tdm_llm_kv4_rotate(float *x, int64_t d);
+/* The AVX2 forms of both (k_llm_kv4_avx2.c; x86 only): the same bytes and sums bit for bit */
+void tdm_llm_kv4_rotate_avx2(float *x, int64_t d);
+void tdm_llm_kv4_quantize_row_avx2(const float *x, int64_t d, int8_t *row);
+/* A cache scale as bfloat16 rounded up in magnitude where bits are cut, so that no code
+ * passes the format's largest (read back with tdm_bf16_to_f32, core/half.h) */
+static inline uint16_t tdm_llm_bf16_up(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if (u & 0xffffu) u += 0x10000u;
+    return (uint16_t)(u >> 16);
+}
 /* out[t * d + i] = y_t[i] for t < n (4-bit rows, stride rs bytes: the rotated values) */
 void tdm_llm_kv4_dequantize_rows(const int8_t *rows, int64_t rs, int64_t n, int64_t d, float *out);
 /* row = the codes and scales of x[0..d): per group of 32, s = max|x| / 127 rounded up to a

@@ -43,26 +43,14 @@ static inline int64_t scales_at(int64_t d, bool q4) {
     return q4 ? 16 * ((d + GROUP - 1) / GROUP) : d;
 }
 
-static inline float bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
 
 /* the smallest bfloat16 >= x (x >= 0, finite) */
-static inline uint16_t bf16_up(float x) {
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    if (u & 0xffffu) u += 0x10000u;
-    return (uint16_t)(u >> 16);
-}
 
 /* the scale of group g of a row whose scales start at byte so */
 static inline float group_scale(const int8_t *row, int64_t so, int64_t g) {
     uint16_t h;
     memcpy(&h, row + so + 2 * g, sizeof h);
-    return bf16_to_f32(h);
+    return tdm_bf16_to_f32(h);
 }
 
 /* the signed value of code i of a row: the 8-bit code, or the 4-bit code less 8 */
@@ -106,8 +94,8 @@ void tdm_llm_kv_quantize_row(const float *x, int64_t d, int8_t *row) {
     for (int64_t g0 = 0; g0 < d; g0 += GROUP) {
         int64_t g1 = g0 + GROUP < d ? g0 + GROUP : d;
         float mx = abs_max(x + g0, g1 - g0);
-        uint16_t sb = bf16_up(mx / 127.0f);
-        float s = bf16_to_f32(sb), inv = s > 0.0f ? 1.0f / s : 0.0f;
+        uint16_t sb = tdm_llm_bf16_up(mx / 127.0f);
+        float s = tdm_bf16_to_f32(sb), inv = s > 0.0f ? 1.0f / s : 0.0f;
         for (int64_t i = g0; i < g1; i++)
             row[i] = (int8_t)round_code(x[i] * inv);
         memcpy(row + d + 2 * (g0 / GROUP), &sb, sizeof sb);
@@ -155,9 +143,9 @@ void tdm_llm_kv4_quantize_row(const float *x0, int64_t d, int8_t *row) {
         int64_t g0 = g * GROUP, g1 = g0 + GROUP < d ? g0 + GROUP : d;
         float m = 0.0f; /* the value of largest magnitude: it gets code 0 (-8 s) */
         for (int64_t i = g0; i < g1; i++) m = fabsf(x[i]) > fabsf(m) ? x[i] : m;
-        uint16_t sb = bf16_up(fabsf(m) / 8.0f);
+        uint16_t sb = tdm_llm_bf16_up(fabsf(m) / 8.0f);
         if (m > 0.0f) sb |= 0x8000u; /* s = m / -8 */
-        float s = bf16_to_f32(sb), inv = s != 0.0f ? 1.0f / s : 0.0f;
+        float s = tdm_bf16_to_f32(sb), inv = s != 0.0f ? 1.0f / s : 0.0f;
         uint8_t *q = (uint8_t *)row + 16 * g;
         for (int64_t i = g0; i < g1; i++) {
             unsigned c = (unsigned)(round_code4(x[i] * inv) + 8);
@@ -800,95 +788,10 @@ TDM_TARGET_AVX2 static void dequantize_avx24(const int8_t *rows, int64_t rs, int
     dequantize_avx2_f(rows, rs, n, d, out, true);
 }
 
-/* tdm_llm_kv4_rotate in four vectors of 8: the same stages (h = 1, 2, 4 within each vector
- * by lane swaps, 8 and 16 across them) and the same sums and differences, so the same result
- * bit for bit (test_nibbles) */
-TDM_TARGET_AVX2 static void rotate_avx2(float *x, int64_t d) {
-    const __m256 sc = _mm256_set1_ps(0.17677669529663688f);
-    for (int64_t g0 = 0; g0 + GROUP <= d; g0 += GROUP) {
-        __m256 v[4];
-        for (int k = 0; k < 4; k++) { /* lane i pairs with i ^ h; the upper one takes y - x */
-            v[k] = _mm256_loadu_ps(x + g0 + 8 * k);
-            __m256 y = _mm256_permute_ps(v[k], 0xb1);
-            v[k] = _mm256_blend_ps(_mm256_add_ps(v[k], y), _mm256_sub_ps(y, v[k]), 0xaa);
-            y = _mm256_permute_ps(v[k], 0x4e);
-            v[k] = _mm256_blend_ps(_mm256_add_ps(v[k], y), _mm256_sub_ps(y, v[k]), 0xcc);
-            y = _mm256_permute2f128_ps(v[k], v[k], 0x01);
-            v[k] = _mm256_blend_ps(_mm256_add_ps(v[k], y), _mm256_sub_ps(y, v[k]), 0xf0);
-        }
-        for (int k = 0; k < 4; k += 2) { /* h = 8 */
-            __m256 a = v[k], b = v[k + 1];
-            v[k] = _mm256_add_ps(a, b), v[k + 1] = _mm256_sub_ps(a, b);
-        }
-        for (int k = 0; k < 2; k++) { /* h = 16, then 1 / sqrt(32) */
-            __m256 a = v[k], b = v[k + 2];
-            _mm256_storeu_ps(x + g0 + 8 * k, _mm256_mul_ps(_mm256_add_ps(a, b), sc));
-            _mm256_storeu_ps(x + g0 + 16 + 8 * k, _mm256_mul_ps(_mm256_sub_ps(a, b), sc));
-        }
-    }
-}
-
-/* 8 codes: x * inv rounded to the nearest even and clamped to [lo, hi], NaN as 0 (as
- * round_codes16) */
-TDM_TARGET_AVX2 static inline __m256i round_codes8(__m256 x, __m256 inv, float lo, float hi) {
-    __m256 y = _mm256_mul_ps(x, inv);
-    y = _mm256_and_ps(y, _mm256_cmp_ps(y, y, _CMP_ORD_Q));
-    y = _mm256_round_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    return _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(y, _mm256_set1_ps(lo)), _mm256_set1_ps(hi)));
-}
-
-/* tdm_llm_kv4_quantize_row for rows of whole groups (d % 32 == 0, the others there), the same
- * bytes, as quantize4_avx512 in AVX2: rotate_avx2, the first value of largest magnitude, its
- * scale, the codes (NaN as 0: code 8), two a byte. A decode step writes 180 rows (SmolLM2:
- * 30 layers x 3 kv heads x K and V); the scalar form took ~0.4 us a row. */
-TDM_TARGET_AVX2 static void quantize4_avx2(const float *x0, int64_t d, int8_t *row) {
-    if (d % GROUP != 0 || d > TDM_LLM_KV_I8_MAX_D) {
-        tdm_llm_kv4_quantize_row(x0, d, row);
-        return;
-    }
-    _Alignas(32) float x[TDM_LLM_KV_I8_MAX_D];
-    memcpy(x, x0, (size_t)d * sizeof(float));
-    rotate_avx2(x, d);
-    const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-    int64_t ng = d / GROUP;
-    for (int64_t g = 0; g < ng; g++) {
-        __m256 v[4], a[4];
-        for (int k = 0; k < 4; k++) {
-            v[k] = _mm256_load_ps(x + GROUP * g + 8 * k);
-            v[k] = _mm256_and_ps(v[k], _mm256_cmp_ps(v[k], v[k], _CMP_ORD_Q));
-            a[k] = _mm256_and_ps(v[k], absm);
-        }
-        __m256 m8 = _mm256_max_ps(_mm256_max_ps(a[0], a[1]), _mm256_max_ps(a[2], a[3]));
-        m8 = _mm256_max_ps(m8, _mm256_permute2f128_ps(m8, m8, 0x01)); /* in every lane */
-        m8 = _mm256_max_ps(m8, _mm256_permute_ps(m8, 0x4e));
-        m8 = _mm256_max_ps(m8, _mm256_permute_ps(m8, 0xb1));
-        float mx = _mm256_cvtss_f32(m8);
-        uint32_t at = 0;
-        for (int k = 0; k < 4; k++)
-            at |= (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(a[k], m8, _CMP_EQ_OQ)) << (8 * k);
-        float m = mx > 0.0f ? x[GROUP * g + __builtin_ctz(at)] : 0.0f; /* the first largest */
-        uint16_t sb = bf16_up(mx / 8.0f);
-        if (m > 0.0f) sb |= 0x8000u; /* s = m / -8 */
-        float s = bf16_to_f32(sb);
-        __m256 inv = _mm256_set1_ps(s != 0.0f ? 1.0f / s : 0.0f);
-        __m256i c[4];
-        for (int k = 0; k < 4; k++)
-            c[k] = _mm256_add_epi32(round_codes8(v[k], inv, -8.0f, 7.0f), _mm256_set1_epi32(8));
-        /* byte j: code j | code j + 16 << 4; packs interleave the lanes, the dword permute
-         * puts them back in order */
-        __m256i lo = _mm256_or_si256(c[0], _mm256_slli_epi32(c[2], 4));
-        __m256i hi = _mm256_or_si256(c[1], _mm256_slli_epi32(c[3], 4));
-        __m256i b = _mm256_packus_epi16(_mm256_packs_epi32(lo, hi), _mm256_setzero_si256());
-        b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-        _mm_storeu_si128((__m128i *)(void *)(row + 16 * g), _mm256_castsi256_si128(b));
-        memcpy(row + 16 * ng + 2 * g, &sb, sizeof sb);
-    }
-}
-
 static const tdm_llm_i8_fns fns_avx2 = {scores_avx2, pv_avx2, NULL,
     tdm_llm_kv_quantize_row, dequantize_avx2, TDM_ISA_AVX2};
-static const tdm_llm_i8_fns fns4_avx2 = {scores_avx24, pv_avx24, rotate_avx2,
-    quantize4_avx2, dequantize_avx24, TDM_ISA_AVX2};
+static const tdm_llm_i8_fns fns4_avx2 = {scores_avx24, pv_avx24, tdm_llm_kv4_rotate_avx2,
+    tdm_llm_kv4_quantize_row_avx2, dequantize_avx24, TDM_ISA_AVX2};
 
 /* ---- AVX-512 ---- */
 
@@ -1490,8 +1393,8 @@ TDM_TARGET_AVX512 static void quantize_avx512(const float *x, int64_t d, int8_t 
             v[k] = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v[k], v[k], _CMP_ORD_Q), v[k]);
         }
         float mx = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v[0]), _mm512_abs_ps(v[1])));
-        uint16_t sb = bf16_up(mx / 127.0f);
-        float s = bf16_to_f32(sb), inv = s > 0.0f ? 1.0f / s : 0.0f;
+        uint16_t sb = tdm_llm_bf16_up(mx / 127.0f);
+        float s = tdm_bf16_to_f32(sb), inv = s > 0.0f ? 1.0f / s : 0.0f;
         for (int k = 0; k < 2; k++)
             _mm_storeu_si128((__m128i *)(void *)(row + g0 + 16 * k),
                              _mm512_cvtepi32_epi8(round_codes16(v[k], inv, -127.0f, 127.0f)));
@@ -1523,9 +1426,9 @@ TDM_TARGET_AVX512 static void quantize4_avx512(const float *x0, int64_t d, int8_
         uint32_t at = (uint32_t)_mm512_cmp_ps_mask(a0, _mm512_set1_ps(mx), _CMP_EQ_OQ) |
                       (uint32_t)_mm512_cmp_ps_mask(a1, _mm512_set1_ps(mx), _CMP_EQ_OQ) << 16;
         float m = mx > 0.0f ? x[GROUP * g + __builtin_ctz(at)] : 0.0f; /* the first largest */
-        uint16_t sb = bf16_up(mx / 8.0f);
+        uint16_t sb = tdm_llm_bf16_up(mx / 8.0f);
         if (m > 0.0f) sb |= 0x8000u; /* s = m / -8 */
-        float s = bf16_to_f32(sb), inv = s != 0.0f ? 1.0f / s : 0.0f;
+        float s = tdm_bf16_to_f32(sb), inv = s != 0.0f ? 1.0f / s : 0.0f;
         __m512i c[2];
         for (int k = 0; k < 2; k++)
             c[k] = _mm512_add_epi32(round_codes16(v[k], inv, -8.0f, 7.0f), _mm512_set1_epi32(8));
