@@ -1,0 +1,437 @@
+/* The AVX2 decode loops of MatMulNBitsPacked (the layout and the sums: k_nbits_pack.c's
+ * head comment): int8 activations by vpmaddubsw + vpmaddwd, float activations by FMA. */
+#include "backends/cpu/k_nbits_pack.h"
+#include "core/half.h"
+
+#ifdef TDM_SIMD_X86
+#include <immintrin.h>
+
+#ifndef NBP_MR2
+#define NBP_MR2 4 /* AVX2 int8, 8 bits (4 bits: NBP_RB): rows of A per pass over a panel (measured, Zen 3, 8 rows of 1536 x 576: 4 rows 117 us, 2 rows 137, 8 rows (C 2) 125) */
+#endif
+#ifndef NBP_RB
+#define NBP_RB 4 /* AVX2 int8, 4 bits: rows of A per pass over both halves of a panel (bench_nbits 3072 x 576 M = 8, 1 thread, Zen 3: 4 rows 171 us, 3 rows 196, 2 rows 190) */
+#endif
+#ifndef NBP_C2
+#define NBP_C2 4 /* AVX2 int8: groups of a block unpacked at a time for the rows (2 or 4; 2: 132 us) */
+#endif
+
+/* ---- AVX2: the panel as two halves of 8 rows ---- */
+
+__attribute__((always_inline)) TDM_TARGET_AVX2_F16 static inline __m256 ld8x(const uint8_t *p,
+                                                                           bool f16) {
+    return f16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p))
+               : _mm256_loadu_ps((const float *)p);
+}
+
+__attribute__((always_inline)) TDM_TARGET_AVX2_F16 static inline void
+finish256(const tdm_nbits_pjob *j, int64_t p, int64_t m, const __m256 *acc, const __m256 *accz,
+          bool mzs) {
+    float t[TDM_NBP_ROWS];
+    for (int h = 0; h < 2; h++) {
+        __m256 z = accz[h];
+        if (!mzs) z = _mm256_mul_ps(z, _mm256_set1_ps((float)(1 << (j->pk->bits - 1))));
+        _mm256_storeu_ps(t + 8 * h, _mm256_sub_ps(acc[h], z));
+    }
+    store_rows(j, p, m, t);
+}
+
+/* Rows m0 .. m0 + R - 1 of A against panel p with the block's groups G (4 or 8) and R known
+ * at compile time (8 bits; 4 bits take i8avx2_rows4 below) (the batched decode of the LLM engine on AVX2; was one row at a time, each
+ * row unpacking every block again: an 8-row pass cost ~7x a 1-row one): each half of 8 rows of W is a pass over the blocks whose unpacked
+ * nibbles (4 groups at a time: 8 registers) serve all R rows of A, the R rows' float sums
+ * staying in registers; the zero-point sums are a second, cheap pass over the records. Per
+ * row of A the same float operations in the same order whatever R is (the integer sums are
+ * exact in any order), so each row's Y is the one of a call of that row alone. int16 sums:
+ * at most 8 vpmaddubsw of 2 * 15 * 128 (q4: lo and hi nibbles together) or 4 (q8: lo and hi
+ * apart, hi weighted 16 by vpmaddwd): no overflow. */
+__attribute__((always_inline)) TDM_TARGET_AVX2_F16 static inline void
+i8avx2_rows_fixed(const tdm_nbits_pjob *j, int64_t p, int64_t m0, const int R, const int G,
+                  bool q4, bool s16, bool mzs, bool z16) {
+    const tdm_nbits_pk *pk = j->pk;
+    const int64_t bs = pk->bs, half = bs / 2, cb = 64 * G, kq = j->kq, nb = pk->nb;
+    const int64_t bstride = pk->bstride, zoff = cb + pk->sbytes;
+    const int sw = s16 ? 2 : 4, zw = z16 ? 2 : 4, C = G < NBP_C2 ? G : NBP_C2;
+    const uint8_t *base = panel_of(j, p);
+    const __m256i nib = _mm256_set1_epi8(15), one = _mm256_set1_epi16(1);
+    const __m256i sixteen = _mm256_set1_epi16(16);
+    const int8_t *qa = (const int8_t *)j->a + m0 * kq;
+    const float *sa = j->sa + m0 * nb, *as = j->asum + m0 * nb;
+    float y[NBP_MR2][TDM_NBP_ROWS];
+    for (int h = 0; h < 2; h++) {
+        __m256 acc[NBP_MR2];
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *rec = base + b * bstride + 32 * h;
+            const int8_t *q = qa + b * bs;
+            /* int16 sums per row: q4 one (lo and hi nibbles), q8 two (lo; hi weighing 16),
+             * over chunks of C groups (unpacked once for the R rows) of 4 groups at most */
+            __m256i di[NBP_MR2], tl[NBP_MR2], th[NBP_MR2];
+#pragma GCC unroll 8
+            for (int g0 = 0; g0 < G; g0 += C) {
+                __m256i lo[NBP_C2], hi[NBP_C2];
+#pragma GCC unroll 8
+                for (int g = 0; g < C; g++) {
+                    __m256i v = _mm256_loadu_si256((const __m256i *)(rec + 64 * (g0 + g)));
+                    lo[g] = _mm256_and_si256(v, nib);
+                    hi[g] = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
+                }
+                const bool first = (g0 & 3) == 0, last = ((g0 + C) & 3) == 0 || g0 + C == G;
+#pragma GCC unroll 8
+                for (int r = 0; r < R; r++) {
+                    const int8_t *qr = q + r * kq + 4 * g0;
+#pragma GCC unroll 8
+                    for (int g = 0; g < C; g++) {
+                        __m256i a = _mm256_set1_epi32(*(const i32u *)(qr + 4 * g));
+                        __m256i pl = _mm256_maddubs_epi16(lo[g], a);
+                        __m256i ph = _mm256_maddubs_epi16(
+                            hi[g], q4 ? _mm256_set1_epi32(*(const i32u *)(qr + half + 4 * g)) : a);
+                        if (q4) {
+                            pl = _mm256_add_epi16(pl, ph);
+                            tl[r] = first && g == 0 ? pl : _mm256_add_epi16(tl[r], pl);
+                        } else {
+                            tl[r] = first && g == 0 ? pl : _mm256_add_epi16(tl[r], pl);
+                            th[r] = first && g == 0 ? ph : _mm256_add_epi16(th[r], ph);
+                        }
+                    }
+                    if (last) {
+                        __m256i d = _mm256_madd_epi16(tl[r], one);
+                        if (!q4) d = _mm256_add_epi32(d, _mm256_madd_epi16(th[r], sixteen));
+                        di[r] = g0 + C <= 4 ? d : _mm256_add_epi32(di[r], d);
+                    }
+                }
+            }
+            __m256 s = ld8x(rec - 32 * h + cb + 8 * sw * h, s16);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++)
+                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(di[r]),
+                                         _mm256_mul_ps(s, _mm256_set1_ps(sa[r * nb + b])), acc[r]);
+        }
+        __m256 accz[NBP_MR2];
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) accz[r] = _mm256_setzero_ps();
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *rec = base + b * bstride;
+            __m256 z = mzs ? ld8x(rec + zoff + 8 * zw * h, z16) : ld8x(rec + cb + 8 * sw * h, s16);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++)
+                accz[r] = _mm256_fmadd_ps(z, _mm256_set1_ps(as[r * nb + b]), accz[r]);
+        }
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            __m256 z = accz[r];
+            if (!mzs) z = _mm256_mul_ps(z, _mm256_set1_ps((float)(1 << (pk->bits - 1))));
+            _mm256_storeu_ps(y[r] + 8 * h, _mm256_sub_ps(acc[r], z));
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) store_rows(j, p, m0 + r, y[r]);
+}
+
+/* 4 bits: rows m0 .. m0 + R - 1 of A against both halves of panel p in one pass, one group of
+ * the block at a time (R and G known at compile time). Each broadcast dword of A serves the two
+ * halves, and the live vectors are the group's 4 unpacked code vectors and 2R int16 sums, so
+ * at R = 4 the group loop stays in registers (kept a loop: unrolled, GCC hoisted the products
+ * and spilled them). Per 256 products of a row: 8 vpmaddubsw + 8 vpaddw + 2 broadcasts + 1/R
+ * of the unpacking, against 8 + 8 + 4 + 2/R... for the pass per half of i8avx2_rows_fixed
+ * (bench_nbits 3072 x 576 M = 8, 1 thread, Zen 3 avx2: 189 -> 171 us). int16 sums: at most
+ * 8 vpmaddubsw of <= 2 * 15 * 128 (lo and hi nibbles) before each vpmaddwd. Per row and
+ * half the same float operations in the same order as the loop of one row (acc += cvt(d) *
+ * (s * sa) by block; the zero-point chain), so each row's Y is the one of that row alone. */
+__attribute__((always_inline)) TDM_TARGET_AVX2_F16 static inline void
+i8avx2_rows4(const tdm_nbits_pjob *j, int64_t p, int64_t m0, const int R, const int G, bool s16,
+             bool mzs, bool z16) {
+    const tdm_nbits_pk *pk = j->pk;
+    const int64_t bs = pk->bs, half = bs / 2, cb = 64 * G, kq = j->kq, nb = pk->nb;
+    const int64_t bstride = pk->bstride, zoff = cb + pk->sbytes;
+    const int sw = s16 ? 2 : 4, zw = z16 ? 2 : 4;
+    const uint8_t *base = panel_of(j, p);
+    const __m256i nib = _mm256_set1_epi8(15), one = _mm256_set1_epi16(1);
+    const int8_t *qa = (const int8_t *)j->a + m0 * kq;
+    const float *sa = j->sa + m0 * nb, *as = j->asum + m0 * nb;
+    __m256 acc[NBP_RB][2];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *rec = base + b * bstride;
+        const int8_t *q = qa + b * bs;
+        __m256i di[NBP_RB][2];
+#pragma GCC unroll 4
+        for (int g0 = 0; g0 < G; g0 += 4) {
+            __m256i t[NBP_RB][2];
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) t[r][0] = t[r][1] = _mm256_setzero_si256();
+#pragma GCC unroll 1
+            for (int g = g0; g < g0 + 4; g++) {
+                __m256i v0 = _mm256_loadu_si256((const __m256i *)(rec + 64 * g));
+                __m256i v1 = _mm256_loadu_si256((const __m256i *)(rec + 64 * g + 32));
+                __m256i l0 = _mm256_and_si256(v0, nib), l1 = _mm256_and_si256(v1, nib);
+                __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), nib);
+                __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), nib);
+#pragma GCC unroll 8
+                for (int r = 0; r < R; r++) {
+                    const int8_t *qr = q + r * kq + 4 * g;
+                    __m256i al = _mm256_set1_epi32(*(const i32u *)qr);
+                    __m256i ah = _mm256_set1_epi32(*(const i32u *)(qr + half));
+                    t[r][0] = _mm256_add_epi16(t[r][0], _mm256_add_epi16(_mm256_maddubs_epi16(l0, al),
+                                                                         _mm256_maddubs_epi16(h0, ah)));
+                    t[r][1] = _mm256_add_epi16(t[r][1], _mm256_add_epi16(_mm256_maddubs_epi16(l1, al),
+                                                                         _mm256_maddubs_epi16(h1, ah)));
+                }
+            }
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++)
+                for (int h = 0; h < 2; h++) {
+                    __m256i d = _mm256_madd_epi16(t[r][h], one);
+                    di[r][h] = g0 == 0 ? d : _mm256_add_epi32(di[r][h], d);
+                }
+        }
+        const __m256 s0 = ld8x(rec + cb, s16), s1 = ld8x(rec + cb + 8 * sw, s16);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            const __m256 sab = _mm256_set1_ps(sa[r * nb + b]);
+            acc[r][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(di[r][0]), _mm256_mul_ps(s0, sab), acc[r][0]);
+            acc[r][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(di[r][1]), _mm256_mul_ps(s1, sab), acc[r][1]);
+        }
+    }
+    /* the zero-point sums: a second, cheap pass over the records */
+    __m256 accz[NBP_RB][2];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) accz[r][0] = accz[r][1] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *rec = base + b * bstride;
+        const __m256 z0 = mzs ? ld8x(rec + zoff, z16) : ld8x(rec + cb, s16);
+        const __m256 z1 = mzs ? ld8x(rec + zoff + 8 * zw, z16) : ld8x(rec + cb + 8 * sw, s16);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            const __m256 asb = _mm256_set1_ps(as[r * nb + b]);
+            accz[r][0] = _mm256_fmadd_ps(z0, asb, accz[r][0]);
+            accz[r][1] = _mm256_fmadd_ps(z1, asb, accz[r][1]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) finish256(j, p, m0 + r, acc[r], accz[r], mzs);
+}
+
+__attribute__((always_inline)) TDM_TARGET_AVX2_F16 static inline void
+i8avx2_panel(const tdm_nbits_pjob *j, int64_t p, bool q4, bool s16, bool mzs, bool z16) {
+    const tdm_nbits_pk *pk = j->pk;
+    const int64_t bs = pk->bs, half = bs / 2, G = pk->groups, cb = 64 * G;
+    const uint8_t *base = panel_of(j, p);
+    const __m256i nib = _mm256_set1_epi8(15), one = _mm256_set1_epi16(1);
+    const __m256i sixteen = _mm256_set1_epi16(16);
+    const int sw = s16 ? 2 : 4, zw = z16 ? 2 : 4;
+    int64_t m0 = 0;
+    /* runs of rows (G of 4 or 8: SmolLM2's 4-bit blocks of 32 and 8-bit head): 4 bits NBP_RB
+     * rows a pass, the last 3 rows one pass (M = 3 87 us against 104; 2 rows: no gain); 8 bits NBP_MR2; the rows left one at a time
+     * below (the same float operations per row) */
+    if (q4 && (G == 4 || G == 8)) {
+        if (G == 4) {
+            for (; m0 + NBP_RB <= j->M; m0 += NBP_RB) i8avx2_rows4(j, p, m0, NBP_RB, 4, s16, mzs, z16);
+            if (j->M - m0 == 3) i8avx2_rows4(j, p, m0, 3, 4, s16, mzs, z16), m0 += 3;
+        } else {
+            for (; m0 + NBP_RB <= j->M; m0 += NBP_RB) i8avx2_rows4(j, p, m0, NBP_RB, 8, s16, mzs, z16);
+            if (j->M - m0 == 3) i8avx2_rows4(j, p, m0, 3, 8, s16, mzs, z16), m0 += 3;
+        }
+    } else if (G == 4)
+        for (; m0 + NBP_MR2 <= j->M; m0 += NBP_MR2)
+            i8avx2_rows_fixed(j, p, m0, NBP_MR2, 4, q4, s16, mzs, z16);
+    else if (G == 8)
+        for (; m0 + NBP_MR2 <= j->M; m0 += NBP_MR2)
+            i8avx2_rows_fixed(j, p, m0, NBP_MR2, 8, q4, s16, mzs, z16);
+    for (int64_t m = m0; m < j->M; m++) {
+        const int8_t *qa = (const int8_t *)j->a + m * j->kq;
+        const float *sa = j->sa + m * pk->nb, *as = j->asum + m * pk->nb;
+        __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+        __m256 accz[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+        for (int64_t b = 0; b < pk->nb; b++) {
+            const uint8_t *rec = base + b * pk->bstride;
+            const int8_t *q = qa + b * bs;
+            if (m == 0) pf_record(rec, pk->bstride, NBP_PFD);
+            __m256i d[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+            /* int16 sums of at most 8 vpmaddubsw (each <= 2 * 15 * 128): no overflow; 4 bits:
+             * the low and high nibbles' products in one sum (one vpmaddwd per 4 groups) */
+            for (int64_t g0 = 0; g0 < G; g0 += 4) {
+                __m256i lo16[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+                __m256i hi16[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+                for (int64_t g = g0; g < g0 + 4 && g < G; g++) {
+                    __m256i al = _mm256_set1_epi32(ld32(q + 4 * g));
+                    __m256i ah = q4 ? _mm256_set1_epi32(ld32(q + half + 4 * g)) : al;
+                    for (int h = 0; h < 2; h++) {
+                        __m256i v = _mm256_loadu_si256((const __m256i *)(rec + 64 * g + 32 * h));
+                        __m256i lo = _mm256_and_si256(v, nib);
+                        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
+                        __m256i pl = _mm256_maddubs_epi16(lo, al), ph = _mm256_maddubs_epi16(hi, ah);
+                        if (q4) {
+                            lo16[h] = _mm256_add_epi16(lo16[h], _mm256_add_epi16(pl, ph));
+                        } else {
+                            lo16[h] = _mm256_add_epi16(lo16[h], pl);
+                            hi16[h] = _mm256_add_epi16(hi16[h], ph);
+                        }
+                    }
+                }
+                for (int h = 0; h < 2; h++) {
+                    __m256i l = _mm256_madd_epi16(lo16[h], one);
+                    /* 8 bits: the high nibbles weigh 16 */
+                    d[h] = _mm256_add_epi32(d[h], q4 ? l : _mm256_add_epi32(l, _mm256_madd_epi16(hi16[h], sixteen)));
+                }
+            }
+            __m256 sab = _mm256_set1_ps(sa[b]), asb = _mm256_set1_ps(as[b]);
+            for (int h = 0; h < 2; h++) {
+                __m256 s = ld8x(rec + cb + 8 * sw * h, s16);
+                acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d[h]), _mm256_mul_ps(s, sab), acc[h]);
+                __m256 z = mzs ? ld8x(rec + cb + pk->sbytes + 8 * zw * h, z16) : s;
+                accz[h] = _mm256_fmadd_ps(z, asb, accz[h]);
+            }
+        }
+        finish256(j, p, m, acc, accz, mzs);
+    }
+}
+
+/* Float path: rows m0 .. m0 + R - 1 (R = 2 or 4) of A against panel p, each group's codes
+ * widened to floats once for the R rows (the loop below widened them again for every row:
+ * 24 integer ops and 8 FMAs per group and row). Per chain pair (t[e], t[4 + e]) a pass over
+ * the block's groups: 2R chains in registers, each pair of widened vectors serving R rows.
+ * Per row the same operations in the same order as the loop of one row (chain t[i] over the
+ * groups in order, the same sum tree, acc and accz fused the same way), so each row's Y is the
+ * one of that row alone (test_rows_invariant). */
+__attribute__((always_inline)) TDM_TARGET_AVX2_F16 static inline void
+f256_rows(const tdm_nbits_pjob *j, int64_t p, int64_t m0, const int R, bool q4, bool s16,
+          bool mzs, bool z16) {
+    const tdm_nbits_pk *pk = j->pk;
+    const int64_t bs = pk->bs, half = bs / 2, G = pk->groups, cb = 64 * G, kq = j->kq;
+    const int64_t nb = pk->nb, gstep = q4 ? 1 : 2;
+    const uint8_t *base = panel_of(j, p);
+    const __m256i mask = _mm256_set1_epi32(q4 ? 15 : 255);
+    const int sw = s16 ? 2 : 4, zw = z16 ? 2 : 4;
+    const float *xa = (const float *)j->a + m0 * kq;
+    const float *as = j->asum + m0 * nb;
+    float y[4][TDM_NBP_ROWS];
+    for (int h = 0; h < 2; h++) {
+        __m256 acc[4], accz[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) acc[r] = accz[r] = _mm256_setzero_ps();
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *rec = base + b * pk->bstride;
+            const float *x = xa + b * bs;
+            __m256 t[4][8];
+#pragma GCC unroll 4
+            for (int e = 0; e < 4; e++) {
+                __m256 tl[4], th[4];
+#pragma GCC unroll 4
+                for (int r = 0; r < R; r++) tl[r] = th[r] = _mm256_setzero_ps();
+                for (int64_t g = 0; g < G; g += gstep) {
+                    __m256i v = _mm256_loadu_si256((const __m256i *)(rec + 64 * g + 32 * h));
+                    /* q4: nibbles of byte e, x at 4g + e and half + 4g + e; q8: byte e of
+                     * groups g and g + 1, x at 4g + e and 4g + 4 + e */
+                    __m256i vh = q4 ? _mm256_srli_epi32(v, 8 * e + 4)
+                                    : _mm256_srli_epi32(_mm256_loadu_si256((const __m256i *)(
+                                                            rec + 64 * (g + 1) + 32 * h)),
+                                                        8 * e);
+                    __m256 wl = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, 8 * e), mask));
+                    __m256 wh = _mm256_cvtepi32_ps(_mm256_and_si256(vh, mask));
+                    const int64_t il = 4 * g + e, ih = q4 ? half + 4 * g + e : 4 * g + 4 + e;
+#pragma GCC unroll 4
+                    for (int r = 0; r < R; r++) {
+                        tl[r] = _mm256_fmadd_ps(wl, _mm256_set1_ps(x[r * kq + il]), tl[r]);
+                        th[r] = _mm256_fmadd_ps(wh, _mm256_set1_ps(x[r * kq + ih]), th[r]);
+                    }
+                }
+#pragma GCC unroll 4
+                for (int r = 0; r < R; r++) t[r][e] = tl[r], t[r][4 + e] = th[r];
+            }
+            __m256 s = ld8x(rec + cb + 8 * sw * h, s16);
+            __m256 z = mzs ? ld8x(rec + cb + pk->sbytes + 8 * zw * h, z16) : s;
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                __m256 dsum = _mm256_add_ps(
+                    _mm256_add_ps(_mm256_add_ps(t[r][0], t[r][1]), _mm256_add_ps(t[r][2], t[r][3])),
+                    _mm256_add_ps(_mm256_add_ps(t[r][4], t[r][5]), _mm256_add_ps(t[r][6], t[r][7])));
+                acc[r] = _mm256_fmadd_ps(dsum, s, acc[r]);
+                accz[r] = _mm256_fmadd_ps(z, _mm256_set1_ps(as[r * nb + b]), accz[r]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            __m256 z = accz[r];
+            if (!mzs) z = _mm256_mul_ps(z, _mm256_set1_ps((float)(1 << (pk->bits - 1))));
+            _mm256_storeu_ps(y[r] + 8 * h, _mm256_sub_ps(acc[r], z));
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) store_rows(j, p, m0 + r, y[r]);
+}
+
+__attribute__((always_inline)) TDM_TARGET_AVX2_F16 static inline void
+f256_panel(const tdm_nbits_pjob *j, int64_t p, bool q4, bool s16, bool mzs, bool z16) {
+    const tdm_nbits_pk *pk = j->pk;
+    const int64_t bs = pk->bs, half = bs / 2, G = pk->groups, cb = 64 * G;
+    const uint8_t *base = panel_of(j, p);
+    const __m256i nib = _mm256_set1_epi32(15), byte = _mm256_set1_epi32(255);
+    const int sw = s16 ? 2 : 4, zw = z16 ? 2 : 4;
+    int64_t m0 = 0;
+    for (; m0 + 4 <= j->M; m0 += 4) f256_rows(j, p, m0, 4, q4, s16, mzs, z16);
+    if (m0 + 2 <= j->M) f256_rows(j, p, m0, 2, q4, s16, mzs, z16), m0 += 2;
+    for (int64_t m = m0; m < j->M; m++) {
+        const float *xa = (const float *)j->a + m * j->kq;
+        const float *as = j->asum + m * pk->nb;
+        __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+        __m256 accz[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+        for (int64_t b = 0; b < pk->nb; b++) {
+            const uint8_t *rec = base + b * pk->bstride;
+            const float *x = xa + b * bs;
+            if (m == 0) pf_record(rec, pk->bstride, NBP_PFD);
+            for (int h = 0; h < 2; h++) {
+                __m256 t[8]; /* 8 independent FMA chains */
+                for (int i = 0; i < 8; i++) t[i] = _mm256_setzero_ps();
+                for (int64_t g = 0; g < G; g++) {
+                    __m256i v = _mm256_loadu_si256((const __m256i *)(rec + 64 * g + 32 * h));
+                    const float *xl = x + 4 * g;
+                    if (q4) {
+                        const float *xh = x + half + 4 * g;
+                        for (int e = 0; e < 4; e++) {
+                            __m256i c0 = _mm256_and_si256(_mm256_srli_epi32(v, 8 * e), nib);
+                            __m256i c1 = _mm256_and_si256(_mm256_srli_epi32(v, 8 * e + 4), nib);
+                            t[e] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c0), _mm256_set1_ps(xl[e]), t[e]);
+                            t[4 + e] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c1), _mm256_set1_ps(xh[e]),
+                                                       t[4 + e]);
+                        }
+                    } else {
+                        /* two groups a step (G is even for 8 bits): 8 chains, fixed registers */
+                        __m256i v1 = _mm256_loadu_si256((const __m256i *)(rec + 64 * (g + 1) + 32 * h));
+                        for (int e = 0; e < 4; e++) {
+                            __m256i c = _mm256_and_si256(_mm256_srli_epi32(v, 8 * e), byte);
+                            __m256i c1 = _mm256_and_si256(_mm256_srli_epi32(v1, 8 * e), byte);
+                            t[e] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c), _mm256_set1_ps(xl[e]), t[e]);
+                            t[4 + e] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c1),
+                                                       _mm256_set1_ps(xl[4 + e]), t[4 + e]);
+                        }
+                        g++;
+                    }
+                }
+                __m256 dsum = _mm256_add_ps(
+                    _mm256_add_ps(_mm256_add_ps(t[0], t[1]), _mm256_add_ps(t[2], t[3])),
+                    _mm256_add_ps(_mm256_add_ps(t[4], t[5]), _mm256_add_ps(t[6], t[7])));
+                __m256 s = ld8x(rec + cb + 8 * sw * h, s16);
+                acc[h] = _mm256_fmadd_ps(dsum, s, acc[h]);
+                __m256 z = mzs ? ld8x(rec + cb + pk->sbytes + 8 * zw * h, z16) : s;
+                accz[h] = _mm256_fmadd_ps(z, _mm256_set1_ps(as[b]), accz[h]);
+            }
+        }
+        finish256(j, p, m, acc, accz, mzs);
+    }
+}
+
+NBP_FORMS(NBP_DEF, i8avx2, i8avx2_panel, TDM_TARGET_AVX2_F16)
+NBP_FORMS(NBP_DEF, f256, f256_panel, TDM_TARGET_AVX2_F16)
+
+tdm_nbits_prows_fn tdm_nbits_pk_pick_avx2(const tdm_nbits_pk *pk, bool int8) {
+    if (int8) {
+        NBP_FORMS(NBP_PICK, i8avx2, i8avx2_panel, )
+    } else {
+        NBP_FORMS(NBP_PICK, f256, f256_panel, )
+    }
+    return NULL;
+}
+#endif
