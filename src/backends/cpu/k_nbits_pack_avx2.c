@@ -12,6 +12,9 @@
 #ifndef NBP_RB
 #define NBP_RB 4 /* AVX2 int8, 4 bits: rows of A per pass over both halves of a panel (bench_nbits 3072 x 576 M = 8, 1 thread, Zen 3: 4 rows 171 us, 3 rows 196, 2 rows 190) */
 #endif
+#ifndef NBP_R8
+#define NBP_R8 4 /* AVX2 int8, 8 bits without zero points: rows of A a pass (bench_nbits 768 x 576 M = 8, 1 thread, Zen 3: 4 rows 66.6 us, 3 rows 73.1, 2 rows 68.9; the nibble loops 84.2) */
+#endif
 #ifndef NBP_C2
 #define NBP_C2 4 /* AVX2 int8: groups of a block unpacked at a time for the rows (2 or 4; 2: 132 us) */
 #endif
@@ -214,6 +217,68 @@ i8avx2_rows4(const tdm_nbits_pjob *j, int64_t p, int64_t m0, const int R, const 
     for (int r = 0; r < R; r++) finish256(j, p, m0 + r, acc[r], accz[r], mzs);
 }
 
+/* 8 bits without zero points (the default 128: an 8-bit LM head): rows m0 .. m0 + R - 1 of A
+ * against both halves of panel p, by the signed codes w = u - 128 in [-128, 127]: vpmaddubsw
+ * of |w| (<= 128, unsigned) against A's codes with w's sign (|a| <= 127, see quant), each
+ * pair <= 2 * 128 * 127 = 32512, then vpmaddwd into int32. Per 32 products of a row: vpsignb,
+ * vpmaddubsw, vpmaddwd, vpaddd, against two vpmaddubsw and two vpaddw on the codes' nibbles
+ * plus their unpacking and the zero-point pass of i8avx2_rows_fixed (bench_nbits 49152 x 576
+ * 8-bit, 2 threads, weights from memory, Zen 3 avx2: M = 1 823 -> 715 us, M = 3 1855 -> 1056,
+ * M = 8 3279 -> 2325). The sum of a block is Sum w a = Sum u a - 128 Sum a
+ * exactly, so Y = Sum_b s sa Sum w a: the same product as the codes' sum less the zero-point
+ * term, without its cancellation. Every row, alone or with others, takes this loop (R = 1
+ * alone), so each row's Y is the one of that row alone. */
+__attribute__((always_inline)) TDM_TARGET_AVX2_F16 static inline void
+i8avx2_rows8(const tdm_nbits_pjob *j, int64_t p, int64_t m0, const int R, bool s16) {
+    const tdm_nbits_pk *pk = j->pk;
+    const int64_t bs = pk->bs, G = pk->groups, cb = 64 * G, kq = j->kq, nb = pk->nb;
+    const int64_t bstride = pk->bstride;
+    const int sw = s16 ? 2 : 4;
+    const uint8_t *base = panel_of(j, p);
+    const __m256i off = _mm256_set1_epi8((char)0x80), one = _mm256_set1_epi16(1);
+    const int8_t *qa = (const int8_t *)j->a + m0 * kq;
+    const float *sa = j->sa + m0 * nb;
+    __m256 acc[4][2];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *rec = base + b * bstride;
+        const int8_t *q = qa + b * bs;
+        if (m0 == 0) pf_record(rec, bstride, NBP_PFD);
+        __m256i d[4][2];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) d[r][0] = d[r][1] = _mm256_setzero_si256();
+#pragma GCC unroll 1
+        for (int64_t g = 0; g < G; g++) {
+            __m256i w0 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(rec + 64 * g)), off);
+            __m256i w1 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(rec + 64 * g + 32)), off);
+            __m256i u0 = _mm256_abs_epi8(w0), u1 = _mm256_abs_epi8(w1);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                __m256i a = _mm256_set1_epi32(*(const i32u *)(q + r * kq + 4 * g));
+                __m256i p0 = _mm256_maddubs_epi16(u0, _mm256_sign_epi8(a, w0));
+                __m256i p1 = _mm256_maddubs_epi16(u1, _mm256_sign_epi8(a, w1));
+                d[r][0] = _mm256_add_epi32(d[r][0], _mm256_madd_epi16(p0, one));
+                d[r][1] = _mm256_add_epi32(d[r][1], _mm256_madd_epi16(p1, one));
+            }
+        }
+        const __m256 s0 = ld8x(rec + cb, s16), s1 = ld8x(rec + cb + 8 * sw, s16);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const __m256 sab = _mm256_set1_ps(sa[r * nb + b]);
+            acc[r][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d[r][0]), _mm256_mul_ps(s0, sab), acc[r][0]);
+            acc[r][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d[r][1]), _mm256_mul_ps(s1, sab), acc[r][1]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        float y[TDM_NBP_ROWS];
+        _mm256_storeu_ps(y, acc[r][0]);
+        _mm256_storeu_ps(y + 8, acc[r][1]);
+        store_rows(j, p, m0 + r, y);
+    }
+}
+
 __attribute__((always_inline)) TDM_TARGET_AVX2_F16 static inline void
 i8avx2_panel(const tdm_nbits_pjob *j, int64_t p, bool q4, bool s16, bool mzs, bool z16) {
     const tdm_nbits_pk *pk = j->pk;
@@ -223,6 +288,12 @@ i8avx2_panel(const tdm_nbits_pjob *j, int64_t p, bool q4, bool s16, bool mzs, bo
     const __m256i sixteen = _mm256_set1_epi16(16);
     const int sw = s16 ? 2 : 4, zw = z16 ? 2 : 4;
     int64_t m0 = 0;
+    if (!q4 && !mzs) {
+        for (; m0 + NBP_R8 <= j->M; m0 += NBP_R8) i8avx2_rows8(j, p, m0, NBP_R8, s16);
+        if (m0 + 2 <= j->M) i8avx2_rows8(j, p, m0, 2, s16), m0 += 2;
+        for (; m0 < j->M; m0++) i8avx2_rows8(j, p, m0, 1, s16);
+        return;
+    }
     /* runs of rows (G of 4 or 8: SmolLM2's 4-bit blocks of 32 and 8-bit head): 4 bits NBP_RB
      * rows a pass, the last 3 rows one pass (M = 3 87 us against 104; 2 rows: no gain); 8 bits NBP_MR2; the rows left one at a time
      * below (the same float operations per row) */
