@@ -6,17 +6,11 @@
 #ifdef TDM_SIMD_X86
 #include <immintrin.h>
 
-#ifndef NBP_MR2
-#define NBP_MR2 4 /* AVX2 int8, 8 bits (4 bits: NBP_RB): rows of A per pass over a panel (measured, Zen 3, 8 rows of 1536 x 576: 4 rows 117 us, 2 rows 137, 8 rows (C 2) 125) */
-#endif
 #ifndef NBP_RB
 #define NBP_RB 4 /* AVX2 int8, 4 bits: rows of A per pass over both halves of a panel (bench_nbits 3072 x 576 M = 8, 1 thread, Zen 3: 4 rows 171 us, 3 rows 196, 2 rows 190) */
 #endif
 #ifndef NBP_R8
 #define NBP_R8 4 /* AVX2 int8, 8 bits without zero points: rows of A a pass (bench_nbits 768 x 576 M = 8, 1 thread, Zen 3: 4 rows 66.6 us, 3 rows 73.1, 2 rows 68.9; the nibble loops 84.2) */
-#endif
-#ifndef NBP_C2
-#define NBP_C2 4 /* AVX2 int8: groups of a block unpacked at a time for the rows (2 or 4; 2: 132 us) */
 #endif
 
 /* ---- AVX2: the panel as two halves of 8 rows ---- */
@@ -39,109 +33,17 @@ finish256(const tdm_nbits_pjob *j, int64_t p, int64_t m, const __m256 *acc, cons
     store_rows(j, p, m, t);
 }
 
-/* Rows m0 .. m0 + R - 1 of A against panel p with the block's groups G (4 or 8) and R known
- * at compile time (8 bits; 4 bits take i8avx2_rows4 below) (the batched decode of the LLM engine on AVX2; was one row at a time, each
- * row unpacking every block again: an 8-row pass cost ~7x a 1-row one): each half of 8 rows of W is a pass over the blocks whose unpacked
- * nibbles (4 groups at a time: 8 registers) serve all R rows of A, the R rows' float sums
- * staying in registers; the zero-point sums are a second, cheap pass over the records. Per
- * row of A the same float operations in the same order whatever R is (the integer sums are
- * exact in any order), so each row's Y is the one of a call of that row alone. int16 sums:
- * at most 8 vpmaddubsw of 2 * 15 * 128 (q4: lo and hi nibbles together) or 4 (q8: lo and hi
- * apart, hi weighted 16 by vpmaddwd): no overflow. */
-__attribute__((always_inline)) TDM_TARGET_AVX2_F16 static inline void
-i8avx2_rows_fixed(const tdm_nbits_pjob *j, int64_t p, int64_t m0, const int R, const int G,
-                  bool q4, bool s16, bool mzs, bool z16) {
-    const tdm_nbits_pk *pk = j->pk;
-    const int64_t bs = pk->bs, half = bs / 2, cb = 64 * G, kq = j->kq, nb = pk->nb;
-    const int64_t bstride = pk->bstride, zoff = cb + pk->sbytes;
-    const int sw = s16 ? 2 : 4, zw = z16 ? 2 : 4, C = G < NBP_C2 ? G : NBP_C2;
-    const uint8_t *base = panel_of(j, p);
-    const __m256i nib = _mm256_set1_epi8(15), one = _mm256_set1_epi16(1);
-    const __m256i sixteen = _mm256_set1_epi16(16);
-    const int8_t *qa = (const int8_t *)j->a + m0 * kq;
-    const float *sa = j->sa + m0 * nb, *as = j->asum + m0 * nb;
-    float y[NBP_MR2][TDM_NBP_ROWS];
-    for (int h = 0; h < 2; h++) {
-        __m256 acc[NBP_MR2];
-#pragma GCC unroll 8
-        for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
-        for (int64_t b = 0; b < nb; b++) {
-            const uint8_t *rec = base + b * bstride + 32 * h;
-            const int8_t *q = qa + b * bs;
-            /* int16 sums per row: q4 one (lo and hi nibbles), q8 two (lo; hi weighing 16),
-             * over chunks of C groups (unpacked once for the R rows) of 4 groups at most */
-            __m256i di[NBP_MR2], tl[NBP_MR2], th[NBP_MR2];
-#pragma GCC unroll 8
-            for (int g0 = 0; g0 < G; g0 += C) {
-                __m256i lo[NBP_C2], hi[NBP_C2];
-#pragma GCC unroll 8
-                for (int g = 0; g < C; g++) {
-                    __m256i v = _mm256_loadu_si256((const __m256i *)(rec + 64 * (g0 + g)));
-                    lo[g] = _mm256_and_si256(v, nib);
-                    hi[g] = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
-                }
-                const bool first = (g0 & 3) == 0, last = ((g0 + C) & 3) == 0 || g0 + C == G;
-#pragma GCC unroll 8
-                for (int r = 0; r < R; r++) {
-                    const int8_t *qr = q + r * kq + 4 * g0;
-#pragma GCC unroll 8
-                    for (int g = 0; g < C; g++) {
-                        __m256i a = _mm256_set1_epi32(*(const i32u *)(qr + 4 * g));
-                        __m256i pl = _mm256_maddubs_epi16(lo[g], a);
-                        __m256i ph = _mm256_maddubs_epi16(
-                            hi[g], q4 ? _mm256_set1_epi32(*(const i32u *)(qr + half + 4 * g)) : a);
-                        if (q4) {
-                            pl = _mm256_add_epi16(pl, ph);
-                            tl[r] = first && g == 0 ? pl : _mm256_add_epi16(tl[r], pl);
-                        } else {
-                            tl[r] = first && g == 0 ? pl : _mm256_add_epi16(tl[r], pl);
-                            th[r] = first && g == 0 ? ph : _mm256_add_epi16(th[r], ph);
-                        }
-                    }
-                    if (last) {
-                        __m256i d = _mm256_madd_epi16(tl[r], one);
-                        if (!q4) d = _mm256_add_epi32(d, _mm256_madd_epi16(th[r], sixteen));
-                        di[r] = g0 + C <= 4 ? d : _mm256_add_epi32(di[r], d);
-                    }
-                }
-            }
-            __m256 s = ld8x(rec - 32 * h + cb + 8 * sw * h, s16);
-#pragma GCC unroll 8
-            for (int r = 0; r < R; r++)
-                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(di[r]),
-                                         _mm256_mul_ps(s, _mm256_set1_ps(sa[r * nb + b])), acc[r]);
-        }
-        __m256 accz[NBP_MR2];
-#pragma GCC unroll 8
-        for (int r = 0; r < R; r++) accz[r] = _mm256_setzero_ps();
-        for (int64_t b = 0; b < nb; b++) {
-            const uint8_t *rec = base + b * bstride;
-            __m256 z = mzs ? ld8x(rec + zoff + 8 * zw * h, z16) : ld8x(rec + cb + 8 * sw * h, s16);
-#pragma GCC unroll 8
-            for (int r = 0; r < R; r++)
-                accz[r] = _mm256_fmadd_ps(z, _mm256_set1_ps(as[r * nb + b]), accz[r]);
-        }
-#pragma GCC unroll 8
-        for (int r = 0; r < R; r++) {
-            __m256 z = accz[r];
-            if (!mzs) z = _mm256_mul_ps(z, _mm256_set1_ps((float)(1 << (pk->bits - 1))));
-            _mm256_storeu_ps(y[r] + 8 * h, _mm256_sub_ps(acc[r], z));
-        }
-    }
-#pragma GCC unroll 8
-    for (int r = 0; r < R; r++) store_rows(j, p, m0 + r, y[r]);
-}
-
 /* 4 bits: rows m0 .. m0 + R - 1 of A against both halves of panel p in one pass, one group of
  * the block at a time (R and G known at compile time). Each broadcast dword of A serves the two
  * halves, and the live vectors are the group's 4 unpacked code vectors and 2R int16 sums, so
  * at R = 4 the group loop stays in registers (kept a loop: unrolled, GCC hoisted the products
  * and spilled them). Per 256 products of a row: 8 vpmaddubsw + 8 vpaddw + 2 broadcasts + 1/R
- * of the unpacking, against 8 + 8 + 4 + 2/R... for the pass per half of i8avx2_rows_fixed
- * (bench_nbits 3072 x 576 M = 8, 1 thread, Zen 3 avx2: 189 -> 171 us). int16 sums: at most
- * 8 vpmaddubsw of <= 2 * 15 * 128 (lo and hi nibbles) before each vpmaddwd. Per row and
- * half the same float operations in the same order as the loop of one row (acc += cvt(d) *
- * (s * sa) by block; the zero-point chain), so each row's Y is the one of that row alone. */
+ * of the unpacking; the former loop (a pass per half, 4 groups unpacked at once: 8 code
+ * vectors, spilled sums) broadcast every dword twice (bench_nbits 3072 x 576 M = 8, 1 thread,
+ * Zen 3 avx2: 189 -> 171 us). int16 sums: at most 8 vpmaddubsw of <= 2 * 15 * 128 (lo and hi
+ * nibbles) before each vpmaddwd. Per row and half the same float operations in the same order
+ * as the loop of one row (acc += cvt(d) * (s * sa) by block; the zero-point chain), so each
+ * row's Y is the one of that row alone. */
 __attribute__((always_inline)) TDM_TARGET_AVX2_F16 static inline void
 i8avx2_rows4(const tdm_nbits_pjob *j, int64_t p, int64_t m0, const int R, const int G, bool s16,
              bool mzs, bool z16) {
@@ -217,30 +119,32 @@ i8avx2_rows4(const tdm_nbits_pjob *j, int64_t p, int64_t m0, const int R, const 
     for (int r = 0; r < R; r++) finish256(j, p, m0 + r, acc[r], accz[r], mzs);
 }
 
-/* 8 bits without zero points (the default 128: an 8-bit LM head): rows m0 .. m0 + R - 1 of A
- * against both halves of panel p, by the signed codes w = u - 128 in [-128, 127]: vpmaddubsw
- * of |w| (<= 128, unsigned) against A's codes with w's sign (|a| <= 127, see quant), each
- * pair <= 2 * 128 * 127 = 32512, then vpmaddwd into int32. Per 32 products of a row: vpsignb,
- * vpmaddubsw, vpmaddwd, vpaddd, against two vpmaddubsw and two vpaddw on the codes' nibbles
- * plus their unpacking and the zero-point pass of i8avx2_rows_fixed (bench_nbits 49152 x 576
- * 8-bit, 2 threads, weights from memory, Zen 3 avx2: M = 1 823 -> 715 us, M = 3 1855 -> 1056,
- * M = 8 3279 -> 2325). The sum of a block is Sum w a = Sum u a - 128 Sum a
- * exactly, so Y = Sum_b s sa Sum w a: the same product as the codes' sum less the zero-point
- * term, without its cancellation. Every row, alone or with others, takes this loop (R = 1
+/* 8 bits: rows m0 .. m0 + R - 1 of A against both halves of panel p, by the signed codes
+ * w = u - 128 in [-128, 127]: vpmaddubsw of |w| (<= 128, unsigned) against A's codes with w's
+ * sign (|a| <= 127, see the quantiser), each pair <= 2 * 128 * 127 = 32512, then vpmaddwd into
+ * int32. Per 32 products of a row: vpsignb, vpmaddubsw, vpmaddwd, vpaddd; the former loop split
+ * each code into nibbles (two vpmaddubsw and two vpaddw, the unpacking, a zero-point pass)
+ * (bench_nbits 49152 x 576 8-bit, 2 threads, weights from memory, Zen 3 avx2: M = 1 823 -> 715
+ * us, M = 3 1855 -> 1056, M = 8 3279 -> 2325). A block's sum is Sum w a = Sum u a - 128 Sum a
+ * exactly, so without zero points (the default 128: an 8-bit LM head) Y = Sum_b s sa Sum w a,
+ * the codes' sum less the zero-point term without its cancellation; with them the block's
+ * term is (s zp - 128 s) * asum. Every row, alone or with others, takes this loop (R = 1
  * alone), so each row's Y is the one of that row alone. */
 __attribute__((always_inline)) TDM_TARGET_AVX2_F16 static inline void
-i8avx2_rows8(const tdm_nbits_pjob *j, int64_t p, int64_t m0, const int R, bool s16) {
+i8avx2_rows8(const tdm_nbits_pjob *j, int64_t p, int64_t m0, const int R, bool s16, bool mzs,
+             bool z16) {
     const tdm_nbits_pk *pk = j->pk;
     const int64_t bs = pk->bs, G = pk->groups, cb = 64 * G, kq = j->kq, nb = pk->nb;
-    const int64_t bstride = pk->bstride;
-    const int sw = s16 ? 2 : 4;
+    const int64_t bstride = pk->bstride, zoff = cb + pk->sbytes;
+    const int sw = s16 ? 2 : 4, zw = z16 ? 2 : 4;
     const uint8_t *base = panel_of(j, p);
     const __m256i off = _mm256_set1_epi8((char)0x80), one = _mm256_set1_epi16(1);
     const int8_t *qa = (const int8_t *)j->a + m0 * kq;
-    const float *sa = j->sa + m0 * nb;
-    __m256 acc[4][2];
+    const float *sa = j->sa + m0 * nb, *as = j->asum + m0 * nb;
+    __m256 acc[4][2], accz[4][2];
 #pragma GCC unroll 4
-    for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    for (int r = 0; r < R; r++)
+        acc[r][0] = acc[r][1] = accz[r][0] = accz[r][1] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *rec = base + b * bstride;
         const int8_t *q = qa + b * bs;
@@ -269,12 +173,23 @@ i8avx2_rows8(const tdm_nbits_pjob *j, int64_t p, int64_t m0, const int R, bool s
             acc[r][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d[r][0]), _mm256_mul_ps(s0, sab), acc[r][0]);
             acc[r][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d[r][1]), _mm256_mul_ps(s1, sab), acc[r][1]);
         }
+        if (mzs) { /* zero points: (s zp - 128 s) * asum, by block */
+            const __m256 c128 = _mm256_set1_ps(128.0f);
+            const __m256 z0 = _mm256_fnmadd_ps(s0, c128, ld8x(rec + zoff, z16));
+            const __m256 z1 = _mm256_fnmadd_ps(s1, c128, ld8x(rec + zoff + 8 * zw, z16));
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                const __m256 asb = _mm256_set1_ps(as[r * nb + b]);
+                accz[r][0] = _mm256_fmadd_ps(z0, asb, accz[r][0]);
+                accz[r][1] = _mm256_fmadd_ps(z1, asb, accz[r][1]);
+            }
+        }
     }
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) {
         float y[TDM_NBP_ROWS];
-        _mm256_storeu_ps(y, acc[r][0]);
-        _mm256_storeu_ps(y + 8, acc[r][1]);
+        _mm256_storeu_ps(y, mzs ? _mm256_sub_ps(acc[r][0], accz[r][0]) : acc[r][0]);
+        _mm256_storeu_ps(y + 8, mzs ? _mm256_sub_ps(acc[r][1], accz[r][1]) : acc[r][1]);
         store_rows(j, p, m0 + r, y);
     }
 }
@@ -285,32 +200,24 @@ i8avx2_panel(const tdm_nbits_pjob *j, int64_t p, bool q4, bool s16, bool mzs, bo
     const int64_t bs = pk->bs, half = bs / 2, G = pk->groups, cb = 64 * G;
     const uint8_t *base = panel_of(j, p);
     const __m256i nib = _mm256_set1_epi8(15), one = _mm256_set1_epi16(1);
-    const __m256i sixteen = _mm256_set1_epi16(16);
     const int sw = s16 ? 2 : 4, zw = z16 ? 2 : 4;
     int64_t m0 = 0;
-    if (!q4 && !mzs) {
-        for (; m0 + NBP_R8 <= j->M; m0 += NBP_R8) i8avx2_rows8(j, p, m0, NBP_R8, s16);
-        if (m0 + 2 <= j->M) i8avx2_rows8(j, p, m0, 2, s16), m0 += 2;
-        for (; m0 < j->M; m0++) i8avx2_rows8(j, p, m0, 1, s16);
+    if (!q4) {
+        for (; m0 + NBP_R8 <= j->M; m0 += NBP_R8) i8avx2_rows8(j, p, m0, NBP_R8, s16, mzs, z16);
+        if (m0 + 2 <= j->M) i8avx2_rows8(j, p, m0, 2, s16, mzs, z16), m0 += 2;
+        for (; m0 < j->M; m0++) i8avx2_rows8(j, p, m0, 1, s16, mzs, z16);
         return;
     }
-    /* runs of rows (G of 4 or 8: SmolLM2's 4-bit blocks of 32 and 8-bit head): 4 bits NBP_RB
-     * rows a pass, the last 3 rows one pass (M = 3 87 us against 104; 2 rows: no gain); 8 bits NBP_MR2; the rows left one at a time
-     * below (the same float operations per row) */
-    if (q4 && (G == 4 || G == 8)) {
-        if (G == 4) {
-            for (; m0 + NBP_RB <= j->M; m0 += NBP_RB) i8avx2_rows4(j, p, m0, NBP_RB, 4, s16, mzs, z16);
-            if (j->M - m0 == 3) i8avx2_rows4(j, p, m0, 3, 4, s16, mzs, z16), m0 += 3;
-        } else {
-            for (; m0 + NBP_RB <= j->M; m0 += NBP_RB) i8avx2_rows4(j, p, m0, NBP_RB, 8, s16, mzs, z16);
-            if (j->M - m0 == 3) i8avx2_rows4(j, p, m0, 3, 8, s16, mzs, z16), m0 += 3;
-        }
-    } else if (G == 4)
-        for (; m0 + NBP_MR2 <= j->M; m0 += NBP_MR2)
-            i8avx2_rows_fixed(j, p, m0, NBP_MR2, 4, q4, s16, mzs, z16);
-    else if (G == 8)
-        for (; m0 + NBP_MR2 <= j->M; m0 += NBP_MR2)
-            i8avx2_rows_fixed(j, p, m0, NBP_MR2, 8, q4, s16, mzs, z16);
+    /* 4 bits: runs of NBP_RB rows (G of 4 or 8: blocks of 32 or 64), the last 3 rows one pass
+     * (M = 3 87 us against 104; 2 rows: no gain); the rows left one at a time below (the same
+     * float operations per row) */
+    if (G == 4) {
+        for (; m0 + NBP_RB <= j->M; m0 += NBP_RB) i8avx2_rows4(j, p, m0, NBP_RB, 4, s16, mzs, z16);
+        if (j->M - m0 == 3) i8avx2_rows4(j, p, m0, 3, 4, s16, mzs, z16), m0 += 3;
+    } else if (G == 8) {
+        for (; m0 + NBP_RB <= j->M; m0 += NBP_RB) i8avx2_rows4(j, p, m0, NBP_RB, 8, s16, mzs, z16);
+        if (j->M - m0 == 3) i8avx2_rows4(j, p, m0, 3, 8, s16, mzs, z16), m0 += 3;
+    }
     for (int64_t m = m0; m < j->M; m++) {
         const int8_t *qa = (const int8_t *)j->a + m * j->kq;
         const float *sa = j->sa + m * pk->nb, *as = j->asum + m * pk->nb;
@@ -321,32 +228,22 @@ i8avx2_panel(const tdm_nbits_pjob *j, int64_t p, bool q4, bool s16, bool mzs, bo
             const int8_t *q = qa + b * bs;
             if (m == 0) pf_record(rec, pk->bstride, NBP_PFD);
             __m256i d[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-            /* int16 sums of at most 8 vpmaddubsw (each <= 2 * 15 * 128): no overflow; 4 bits:
-             * the low and high nibbles' products in one sum (one vpmaddwd per 4 groups) */
+            /* int16 sums of at most 8 vpmaddubsw (each <= 2 * 15 * 128, the low and high
+             * nibbles' products together): one vpmaddwd per 4 groups */
             for (int64_t g0 = 0; g0 < G; g0 += 4) {
-                __m256i lo16[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-                __m256i hi16[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+                __m256i t16[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
                 for (int64_t g = g0; g < g0 + 4 && g < G; g++) {
                     __m256i al = _mm256_set1_epi32(ld32(q + 4 * g));
-                    __m256i ah = q4 ? _mm256_set1_epi32(ld32(q + half + 4 * g)) : al;
+                    __m256i ah = _mm256_set1_epi32(ld32(q + half + 4 * g));
                     for (int h = 0; h < 2; h++) {
                         __m256i v = _mm256_loadu_si256((const __m256i *)(rec + 64 * g + 32 * h));
                         __m256i lo = _mm256_and_si256(v, nib);
                         __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
-                        __m256i pl = _mm256_maddubs_epi16(lo, al), ph = _mm256_maddubs_epi16(hi, ah);
-                        if (q4) {
-                            lo16[h] = _mm256_add_epi16(lo16[h], _mm256_add_epi16(pl, ph));
-                        } else {
-                            lo16[h] = _mm256_add_epi16(lo16[h], pl);
-                            hi16[h] = _mm256_add_epi16(hi16[h], ph);
-                        }
+                        t16[h] = _mm256_add_epi16(t16[h], _mm256_add_epi16(_mm256_maddubs_epi16(lo, al),
+                                                                           _mm256_maddubs_epi16(hi, ah)));
                     }
                 }
-                for (int h = 0; h < 2; h++) {
-                    __m256i l = _mm256_madd_epi16(lo16[h], one);
-                    /* 8 bits: the high nibbles weigh 16 */
-                    d[h] = _mm256_add_epi32(d[h], q4 ? l : _mm256_add_epi32(l, _mm256_madd_epi16(hi16[h], sixteen)));
-                }
+                for (int h = 0; h < 2; h++) d[h] = _mm256_add_epi32(d[h], _mm256_madd_epi16(t16[h], one));
             }
             __m256 sab = _mm256_set1_ps(sa[b]), asb = _mm256_set1_ps(as[b]);
             for (int h = 0; h < 2; h++) {
