@@ -22,7 +22,7 @@
  *
  * MatMulNBitsPacked (domain "tandem", ops/nbits_pack.h), which graph/fuse_nbits.c makes from a
  * MatMulNBits with constant weights in CPU-only sessions, runs through the same product with
- * tdm_nbits_w.pk set: decode by the panel loops of k_nbits_pack.c (A prepared as for 8 bits, in
+ * tdm_nbits_w.pk set: decode by the panel loops of k_nbits_pack*.c (A prepared as for 8 bits, in
  * natural order), prefill by dequantising rows of the packed form into the same panels — except
  * with int8 activations (any number of rows) and floats on AVX-512 (up to FLOAT_ROWS_MAX),
  * whose panel loops take them (tdm_nbits_rows_path): each row then equals the row alone, and

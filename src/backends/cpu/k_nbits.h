@@ -107,8 +107,8 @@ typedef struct tdm_nbits_variant {
     tdm_nbits_quant_fn quant; /* int8: A's preparation; NULL = the generic one (k_nbits.c) */
 } tdm_nbits_variant;
 
-/* A decode call on the packed form (k_nbits_pack.c): A in natural order, padded with zeros
- * to kq; panels p0..p1 of 16 rows of W for all M rows. */
+/* A decode call on the packed form (k_nbits_pack.c; AVX2: k_nbits_pack_avx2.c): A in natural
+ * order, padded with zeros to kq; panels p0..p1 of 16 rows of W for all M rows. */
 typedef struct tdm_nbits_pjob {
     const tdm_nbits_pk *pk;
     const uint8_t *P;

@@ -7,10 +7,14 @@
 #include <immintrin.h>
 
 #ifndef NBP_RB
-#define NBP_RB 4 /* AVX2 int8, 4 bits: rows of A per pass over both halves of a panel (bench_nbits 3072 x 576 M = 8, 1 thread, Zen 3: 4 rows 171 us, 3 rows 196, 2 rows 190) */
+/* AVX2 int8, 4 bits: rows of A a pass over both halves of a panel (bench_nbits 3072 x 576
+ * M = 8, 1 thread, Zen 3: 4 rows 171 us, 3 rows 196, 2 rows 190) */
+#define NBP_RB 4
 #endif
 #ifndef NBP_R8
-#define NBP_R8 4 /* AVX2 int8, 8 bits without zero points: rows of A a pass (bench_nbits 768 x 576 M = 8, 1 thread, Zen 3: 4 rows 66.6 us, 3 rows 73.1, 2 rows 68.9; the nibble loops 84.2) */
+/* AVX2 int8, 8 bits: rows of A a pass (bench_nbits 768 x 576 M = 8 without zero points, 1
+ * thread, Zen 3: 4 rows 66.6 us, 3 rows 73.1, 2 rows 68.9; the nibble loops 84.2) */
+#define NBP_R8 4
 #endif
 
 /* ---- AVX2: the panel as two halves of 8 rows ---- */
@@ -79,10 +83,12 @@ i8avx2_rows4(const tdm_nbits_pjob *j, int64_t p, int64_t m0, const int R, const 
                     const int8_t *qr = q + r * kq + 4 * g;
                     __m256i al = _mm256_set1_epi32(*(const i32u *)qr);
                     __m256i ah = _mm256_set1_epi32(*(const i32u *)(qr + half));
-                    t[r][0] = _mm256_add_epi16(t[r][0], _mm256_add_epi16(_mm256_maddubs_epi16(l0, al),
-                                                                         _mm256_maddubs_epi16(h0, ah)));
-                    t[r][1] = _mm256_add_epi16(t[r][1], _mm256_add_epi16(_mm256_maddubs_epi16(l1, al),
-                                                                         _mm256_maddubs_epi16(h1, ah)));
+                    __m256i p0 = _mm256_add_epi16(_mm256_maddubs_epi16(l0, al),
+                                                  _mm256_maddubs_epi16(h0, ah));
+                    __m256i p1 = _mm256_add_epi16(_mm256_maddubs_epi16(l1, al),
+                                                  _mm256_maddubs_epi16(h1, ah));
+                    t[r][0] = _mm256_add_epi16(t[r][0], p0);
+                    t[r][1] = _mm256_add_epi16(t[r][1], p1);
                 }
             }
 #pragma GCC unroll 8
@@ -96,8 +102,9 @@ i8avx2_rows4(const tdm_nbits_pjob *j, int64_t p, int64_t m0, const int R, const 
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++) {
             const __m256 sab = _mm256_set1_ps(sa[r * nb + b]);
-            acc[r][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(di[r][0]), _mm256_mul_ps(s0, sab), acc[r][0]);
-            acc[r][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(di[r][1]), _mm256_mul_ps(s1, sab), acc[r][1]);
+            const __m256 f0 = _mm256_cvtepi32_ps(di[r][0]), f1 = _mm256_cvtepi32_ps(di[r][1]);
+            acc[r][0] = _mm256_fmadd_ps(f0, _mm256_mul_ps(s0, sab), acc[r][0]);
+            acc[r][1] = _mm256_fmadd_ps(f1, _mm256_mul_ps(s1, sab), acc[r][1]);
         }
     }
     /* the zero-point sums: a second, cheap pass over the records */
@@ -154,8 +161,9 @@ i8avx2_rows8(const tdm_nbits_pjob *j, int64_t p, int64_t m0, const int R, bool s
         for (int r = 0; r < R; r++) d[r][0] = d[r][1] = _mm256_setzero_si256();
 #pragma GCC unroll 1
         for (int64_t g = 0; g < G; g++) {
-            __m256i w0 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(rec + 64 * g)), off);
-            __m256i w1 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(rec + 64 * g + 32)), off);
+            const __m256i *c = (const __m256i *)(rec + 64 * g);
+            __m256i w0 = _mm256_xor_si256(_mm256_loadu_si256(c), off);
+            __m256i w1 = _mm256_xor_si256(_mm256_loadu_si256(c + 1), off);
             __m256i u0 = _mm256_abs_epi8(w0), u1 = _mm256_abs_epi8(w1);
 #pragma GCC unroll 4
             for (int r = 0; r < R; r++) {
@@ -170,8 +178,9 @@ i8avx2_rows8(const tdm_nbits_pjob *j, int64_t p, int64_t m0, const int R, bool s
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const __m256 sab = _mm256_set1_ps(sa[r * nb + b]);
-            acc[r][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d[r][0]), _mm256_mul_ps(s0, sab), acc[r][0]);
-            acc[r][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d[r][1]), _mm256_mul_ps(s1, sab), acc[r][1]);
+            const __m256 f0 = _mm256_cvtepi32_ps(d[r][0]), f1 = _mm256_cvtepi32_ps(d[r][1]);
+            acc[r][0] = _mm256_fmadd_ps(f0, _mm256_mul_ps(s0, sab), acc[r][0]);
+            acc[r][1] = _mm256_fmadd_ps(f1, _mm256_mul_ps(s1, sab), acc[r][1]);
         }
         if (mzs) { /* zero points: (s zp - 128 s) * asum, by block */
             const __m256 c128 = _mm256_set1_ps(128.0f);
@@ -239,11 +248,13 @@ i8avx2_panel(const tdm_nbits_pjob *j, int64_t p, bool q4, bool s16, bool mzs, bo
                         __m256i v = _mm256_loadu_si256((const __m256i *)(rec + 64 * g + 32 * h));
                         __m256i lo = _mm256_and_si256(v, nib);
                         __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
-                        t16[h] = _mm256_add_epi16(t16[h], _mm256_add_epi16(_mm256_maddubs_epi16(lo, al),
-                                                                           _mm256_maddubs_epi16(hi, ah)));
+                        __m256i ph = _mm256_add_epi16(_mm256_maddubs_epi16(lo, al),
+                                                      _mm256_maddubs_epi16(hi, ah));
+                        t16[h] = _mm256_add_epi16(t16[h], ph);
                     }
                 }
-                for (int h = 0; h < 2; h++) d[h] = _mm256_add_epi32(d[h], _mm256_madd_epi16(t16[h], one));
+                for (int h = 0; h < 2; h++)
+                    d[h] = _mm256_add_epi32(d[h], _mm256_madd_epi16(t16[h], one));
             }
             __m256 sab = _mm256_set1_ps(sa[b]), asb = _mm256_set1_ps(as[b]);
             for (int h = 0; h < 2; h++) {
