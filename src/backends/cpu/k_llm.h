@@ -80,6 +80,21 @@ static inline uint16_t tdm_llm_bf16_up(float x) {
     if (u & 0xffffu) u += 0x10000u;
     return (uint16_t)(u >> 16);
 }
+/* The 8-bit cache's scale of a group whose largest magnitude is mx: *sb = max / 127 as
+ * bfloat16 rounded up; returns 1 / s (0 for an all-zero group). Every quantiser's choice. */
+static inline float tdm_llm_kv_scale8(float mx, uint16_t *sb) {
+    *sb = tdm_llm_bf16_up(mx / 127.0f);
+    float s = tdm_bf16_to_f32(*sb);
+    return s > 0.0f ? 1.0f / s : 0.0f;
+}
+/* The 4-bit cache's: m is the group's first value of largest magnitude (mx = |m|), which gets
+ * code 0 (-8 s): s = m / -8, its magnitude rounded up; returns 1 / s (0 if s is 0). */
+static inline float tdm_llm_kv_scale4(float mx, float m, uint16_t *sb) {
+    *sb = tdm_llm_bf16_up(mx / 8.0f);
+    if (m > 0.0f) *sb |= 0x8000u;
+    float s = tdm_bf16_to_f32(*sb);
+    return s != 0.0f ? 1.0f / s : 0.0f;
+}
 /* out[t * d + i] = y_t[i] for t < n (4-bit rows, stride rs bytes: the rotated values) */
 void tdm_llm_kv4_dequantize_rows(const int8_t *rows, int64_t rs, int64_t n, int64_t d, float *out);
 /* row = the codes and scales of x[0..d): per group of 32, s = max|x| / 127 rounded up to a

@@ -43,9 +43,6 @@ static inline int64_t scales_at(int64_t d, bool q4) {
     return q4 ? 16 * ((d + GROUP - 1) / GROUP) : d;
 }
 
-
-/* the smallest bfloat16 >= x (x >= 0, finite) */
-
 /* the scale of group g of a row whose scales start at byte so */
 static inline float group_scale(const int8_t *row, int64_t so, int64_t g) {
     uint16_t h;
@@ -94,8 +91,8 @@ void tdm_llm_kv_quantize_row(const float *x, int64_t d, int8_t *row) {
     for (int64_t g0 = 0; g0 < d; g0 += GROUP) {
         int64_t g1 = g0 + GROUP < d ? g0 + GROUP : d;
         float mx = abs_max(x + g0, g1 - g0);
-        uint16_t sb = tdm_llm_bf16_up(mx / 127.0f);
-        float s = tdm_bf16_to_f32(sb), inv = s > 0.0f ? 1.0f / s : 0.0f;
+        uint16_t sb;
+        float inv = tdm_llm_kv_scale8(mx, &sb);
         for (int64_t i = g0; i < g1; i++)
             row[i] = (int8_t)round_code(x[i] * inv);
         memcpy(row + d + 2 * (g0 / GROUP), &sb, sizeof sb);
@@ -143,9 +140,8 @@ void tdm_llm_kv4_quantize_row(const float *x0, int64_t d, int8_t *row) {
         int64_t g0 = g * GROUP, g1 = g0 + GROUP < d ? g0 + GROUP : d;
         float m = 0.0f; /* the value of largest magnitude: it gets code 0 (-8 s) */
         for (int64_t i = g0; i < g1; i++) m = fabsf(x[i]) > fabsf(m) ? x[i] : m;
-        uint16_t sb = tdm_llm_bf16_up(fabsf(m) / 8.0f);
-        if (m > 0.0f) sb |= 0x8000u; /* s = m / -8 */
-        float s = tdm_bf16_to_f32(sb), inv = s != 0.0f ? 1.0f / s : 0.0f;
+        uint16_t sb;
+        float inv = tdm_llm_kv_scale4(fabsf(m), m, &sb);
         uint8_t *q = (uint8_t *)row + 16 * g;
         for (int64_t i = g0; i < g1; i++) {
             unsigned c = (unsigned)(round_code4(x[i] * inv) + 8);
@@ -1393,8 +1389,8 @@ TDM_TARGET_AVX512 static void quantize_avx512(const float *x, int64_t d, int8_t 
             v[k] = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v[k], v[k], _CMP_ORD_Q), v[k]);
         }
         float mx = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v[0]), _mm512_abs_ps(v[1])));
-        uint16_t sb = tdm_llm_bf16_up(mx / 127.0f);
-        float s = tdm_bf16_to_f32(sb), inv = s > 0.0f ? 1.0f / s : 0.0f;
+        uint16_t sb;
+        float inv = tdm_llm_kv_scale8(mx, &sb);
         for (int k = 0; k < 2; k++)
             _mm_storeu_si128((__m128i *)(void *)(row + g0 + 16 * k),
                              _mm512_cvtepi32_epi8(round_codes16(v[k], inv, -127.0f, 127.0f)));
@@ -1426,9 +1422,8 @@ TDM_TARGET_AVX512 static void quantize4_avx512(const float *x0, int64_t d, int8_
         uint32_t at = (uint32_t)_mm512_cmp_ps_mask(a0, _mm512_set1_ps(mx), _CMP_EQ_OQ) |
                       (uint32_t)_mm512_cmp_ps_mask(a1, _mm512_set1_ps(mx), _CMP_EQ_OQ) << 16;
         float m = mx > 0.0f ? x[GROUP * g + __builtin_ctz(at)] : 0.0f; /* the first largest */
-        uint16_t sb = tdm_llm_bf16_up(mx / 8.0f);
-        if (m > 0.0f) sb |= 0x8000u; /* s = m / -8 */
-        float s = tdm_bf16_to_f32(sb), inv = s != 0.0f ? 1.0f / s : 0.0f;
+        uint16_t sb;
+        float inv = tdm_llm_kv_scale4(mx, m, &sb);
         __m512i c[2];
         for (int k = 0; k < 2; k++)
             c[k] = _mm512_add_epi32(round_codes16(v[k], inv, -8.0f, 7.0f), _mm512_set1_epi32(8));

@@ -77,10 +77,8 @@ TDM_TARGET_AVX2 void tdm_llm_kv4_quantize_row_avx2(const float *x0, int64_t d, i
         for (int k = 0; k < 4; k++)
             at |= (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(a[k], m8, _CMP_EQ_OQ)) << (8 * k);
         float m = mx > 0.0f ? x[GROUP * g + __builtin_ctz(at)] : 0.0f; /* the first largest */
-        uint16_t sb = tdm_llm_bf16_up(mx / 8.0f);
-        if (m > 0.0f) sb |= 0x8000u; /* s = m / -8 */
-        float s = tdm_bf16_to_f32(sb);
-        __m256 inv = _mm256_set1_ps(s != 0.0f ? 1.0f / s : 0.0f);
+        uint16_t sb;
+        __m256 inv = _mm256_set1_ps(tdm_llm_kv_scale4(mx, m, &sb));
         __m256i c[4];
         for (int k = 0; k < 4; k++)
             c[k] = _mm256_add_epi32(round_codes8(v[k], inv, -8.0f, 7.0f), _mm256_set1_epi32(8));

@@ -37,6 +37,22 @@ finish256(const tdm_nbits_pjob *j, int64_t p, int64_t m, const __m256 *acc, cons
     store_rows(j, p, m, t);
 }
 
+/* The rows' zero-point chains for one block: accz[r][h] += z_h * asum[r][b] (the same order for
+ * any R as for one row) */
+__attribute__((always_inline)) TDM_TARGET_AVX2_F16 static inline void
+zp_rows(__m256 (*accz)[2], __m256 z0, __m256 z1, const float *as, int64_t nb, int64_t b,
+        const int R) {
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        const __m256 asb = _mm256_set1_ps(as[r * nb + b]);
+        accz[r][0] = _mm256_fmadd_ps(z0, asb, accz[r][0]);
+        accz[r][1] = _mm256_fmadd_ps(z1, asb, accz[r][1]);
+    }
+}
+
+/* The loops of several rows hold R <= 4 rows' sums */
+_Static_assert(NBP_RB <= 4 && NBP_R8 <= 4, "the AVX2 int8 loops take at most 4 rows a pass");
+
 /* 4 bits: rows m0 .. m0 + R - 1 of A against both halves of panel p in one pass, one group of
  * the block at a time (R and G known at compile time). Each broadcast dword of A serves the two
  * halves, and the live vectors are the group's 4 unpacked code vectors and 2R int16 sums, so
@@ -59,16 +75,16 @@ i8avx2_rows4(const tdm_nbits_pjob *j, int64_t p, int64_t m0, const int R, const 
     const __m256i nib = _mm256_set1_epi8(15), one = _mm256_set1_epi16(1);
     const int8_t *qa = (const int8_t *)j->a + m0 * kq;
     const float *sa = j->sa + m0 * nb, *as = j->asum + m0 * nb;
-    __m256 acc[NBP_RB][2];
+    __m256 acc[4][2];
 #pragma GCC unroll 8
     for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *rec = base + b * bstride;
         const int8_t *q = qa + b * bs;
-        __m256i di[NBP_RB][2];
+        __m256i di[4][2];
 #pragma GCC unroll 4
         for (int g0 = 0; g0 < G; g0 += 4) {
-            __m256i t[NBP_RB][2];
+            __m256i t[4][2];
 #pragma GCC unroll 8
             for (int r = 0; r < R; r++) t[r][0] = t[r][1] = _mm256_setzero_si256();
 #pragma GCC unroll 1
@@ -108,19 +124,14 @@ i8avx2_rows4(const tdm_nbits_pjob *j, int64_t p, int64_t m0, const int R, const 
         }
     }
     /* the zero-point sums: a second, cheap pass over the records */
-    __m256 accz[NBP_RB][2];
+    __m256 accz[4][2];
 #pragma GCC unroll 8
     for (int r = 0; r < R; r++) accz[r][0] = accz[r][1] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *rec = base + b * bstride;
         const __m256 z0 = mzs ? ld8x(rec + zoff, z16) : ld8x(rec + cb, s16);
         const __m256 z1 = mzs ? ld8x(rec + zoff + 8 * zw, z16) : ld8x(rec + cb + 8 * sw, s16);
-#pragma GCC unroll 8
-        for (int r = 0; r < R; r++) {
-            const __m256 asb = _mm256_set1_ps(as[r * nb + b]);
-            accz[r][0] = _mm256_fmadd_ps(z0, asb, accz[r][0]);
-            accz[r][1] = _mm256_fmadd_ps(z1, asb, accz[r][1]);
-        }
+        zp_rows(accz, z0, z1, as, nb, b, R);
     }
 #pragma GCC unroll 8
     for (int r = 0; r < R; r++) finish256(j, p, m0 + r, acc[r], accz[r], mzs);
@@ -186,12 +197,7 @@ i8avx2_rows8(const tdm_nbits_pjob *j, int64_t p, int64_t m0, const int R, bool s
             const __m256 c128 = _mm256_set1_ps(128.0f);
             const __m256 z0 = _mm256_fnmadd_ps(s0, c128, ld8x(rec + zoff, z16));
             const __m256 z1 = _mm256_fnmadd_ps(s1, c128, ld8x(rec + zoff + 8 * zw, z16));
-#pragma GCC unroll 4
-            for (int r = 0; r < R; r++) {
-                const __m256 asb = _mm256_set1_ps(as[r * nb + b]);
-                accz[r][0] = _mm256_fmadd_ps(z0, asb, accz[r][0]);
-                accz[r][1] = _mm256_fmadd_ps(z1, asb, accz[r][1]);
-            }
+            zp_rows(accz, z0, z1, as, nb, b, R);
         }
     }
 #pragma GCC unroll 4
