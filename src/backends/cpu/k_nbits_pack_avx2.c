@@ -17,6 +17,17 @@
 #define NBP_R8 4
 #endif
 
+#ifndef NBP_PFD_AVX2
+/* Bytes of software prefetch distance of these loops' first pass over a panel (rows 0 ..):
+ * weights from memory (bench_nbits BENCH_COPIES=64, Zen 3 avx2), 3072 x 576 4-bit int8 M = 1:
+ * 1 thread 76-84 us with none, 58-76 at 1.5-4 KiB; 2 threads 46-57 against 34-50; M = 3 and 4
+ * at 2 threads 60-74 against 51-69; the 8-bit head 49152 x 576 at 2 threads 1045-1245 against
+ * 851-1072. SmolLM2 decode (tandem bench --llm tg128, smol_off): 1 thread 140-160 -> 174-194
+ * tok/s, 2 threads 204-249 -> 265-274; the float folder 1 thread 95-96 -> 100, 2 threads
+ * 146-171 -> 154-176. M = 8 is bound by the arithmetic either way. */
+#define NBP_PFD_AVX2 2048
+#endif
+
 /* ---- AVX2: the panel as two halves of 8 rows ---- */
 
 __attribute__((always_inline)) TDM_TARGET_AVX2_F16 static inline __m256 ld8x(const uint8_t *p,
@@ -81,6 +92,7 @@ i8avx2_rows4(const tdm_nbits_pjob *j, int64_t p, int64_t m0, const int R, const 
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *rec = base + b * bstride;
         const int8_t *q = qa + b * bs;
+        if (m0 == 0) pf_record(rec, bstride, NBP_PFD_AVX2);
         __m256i di[4][2];
 #pragma GCC unroll 4
         for (int g0 = 0; g0 < G; g0 += 4) {
@@ -166,7 +178,7 @@ i8avx2_rows8(const tdm_nbits_pjob *j, int64_t p, int64_t m0, const int R, bool s
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *rec = base + b * bstride;
         const int8_t *q = qa + b * bs;
-        if (m0 == 0) pf_record(rec, bstride, NBP_PFD);
+        if (m0 == 0) pf_record(rec, bstride, NBP_PFD_AVX2);
         __m256i d[4][2];
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) d[r][0] = d[r][1] = _mm256_setzero_si256();
@@ -241,7 +253,7 @@ i8avx2_panel(const tdm_nbits_pjob *j, int64_t p, bool q4, bool s16, bool mzs, bo
         for (int64_t b = 0; b < pk->nb; b++) {
             const uint8_t *rec = base + b * pk->bstride;
             const int8_t *q = qa + b * bs;
-            if (m == 0) pf_record(rec, pk->bstride, NBP_PFD);
+            if (m == 0) pf_record(rec, pk->bstride, NBP_PFD_AVX2);
             __m256i d[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
             /* int16 sums of at most 8 vpmaddubsw (each <= 2 * 15 * 128, the low and high
              * nibbles' products together): one vpmaddwd per 4 groups */
@@ -366,7 +378,7 @@ f256_panel(const tdm_nbits_pjob *j, int64_t p, bool q4, bool s16, bool mzs, bool
         for (int64_t b = 0; b < pk->nb; b++) {
             const uint8_t *rec = base + b * pk->bstride;
             const float *x = xa + b * bs;
-            if (m == 0) pf_record(rec, pk->bstride, NBP_PFD);
+            if (m == 0) pf_record(rec, pk->bstride, NBP_PFD_AVX2);
             for (int h = 0; h < 2; h++) {
                 __m256 t[8]; /* 8 independent FMA chains */
                 for (int i = 0; i < 8; i++) t[i] = _mm256_setzero_ps();
