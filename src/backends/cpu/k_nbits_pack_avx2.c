@@ -18,13 +18,15 @@
 #endif
 
 #ifndef NBP_PFD_AVX2
-/* Bytes of software prefetch distance of these loops' first pass over a panel (rows 0 ..):
- * weights from memory (bench_nbits BENCH_COPIES=64, Zen 3 avx2), 3072 x 576 4-bit int8 M = 1:
- * 1 thread 76-84 us with none, 58-76 at 1.5-4 KiB; 2 threads 46-57 against 34-50; M = 3 and 4
- * at 2 threads 60-74 against 51-69; the 8-bit head 49152 x 576 at 2 threads 1045-1245 against
+/* Bytes of software prefetch distance of the one-row loops (4-bit int8, float) and the 8-bit
+ * loop's first pass over a panel. Weights from memory (bench_nbits BENCH_COPIES=64, Zen 3
+ * avx2), 3072 x 576 4-bit int8 M = 1: 1 thread 76-84 us with none, 58-76 at 1.5-4 KiB; 2
+ * threads 46-57 against 34-50; the 8-bit head 49152 x 576 at 2 threads 1045-1245 against
  * 851-1072. SmolLM2 decode (tandem bench --llm tg128, smol_off): 1 thread 140-160 -> 174-194
  * tok/s, 2 threads 204-249 -> 265-274; the float folder 1 thread 95-96 -> 100, 2 threads
- * 146-171 -> 154-176. M = 8 is bound by the arithmetic either way. */
+ * 146-171 -> 154-176. Not in i8avx2_rows4: there it cost the 512-token prefill 7% at 1
+ * thread (590-604 -> 533-564 tok/s; the same loop's code, not the prefetch's work: bench_nbits
+ * M = 512 is unchanged), and M = 8 is bound by the arithmetic either way. */
 #define NBP_PFD_AVX2 2048
 #endif
 
@@ -92,7 +94,6 @@ i8avx2_rows4(const tdm_nbits_pjob *j, int64_t p, int64_t m0, const int R, const 
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *rec = base + b * bstride;
         const int8_t *q = qa + b * bs;
-        if (m0 == 0) pf_record(rec, bstride, NBP_PFD_AVX2);
         __m256i di[4][2];
 #pragma GCC unroll 4
         for (int g0 = 0; g0 < G; g0 += 4) {
