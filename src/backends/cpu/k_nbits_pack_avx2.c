@@ -22,11 +22,12 @@
  * loop's first pass over a panel. Weights from memory (bench_nbits BENCH_COPIES=64, Zen 3
  * avx2), 3072 x 576 4-bit int8 M = 1: 1 thread 76-84 us with none, 58-76 at 1.5-4 KiB; 2
  * threads 46-57 against 34-50; the 8-bit head 49152 x 576 at 2 threads 1045-1245 against
- * 851-1072. SmolLM2 decode (tandem bench --llm tg128, smol_off): 1 thread 140-160 -> 174-194
- * tok/s, 2 threads 204-249 -> 265-274; the float folder 1 thread 95-96 -> 100, 2 threads
- * 146-171 -> 154-176. Not in i8avx2_rows4: there it cost the 512-token prefill 7% at 1
- * thread (590-604 -> 533-564 tok/s; the same loop's code, not the prefetch's work: bench_nbits
- * M = 512 is unchanged), and M = 8 is bound by the arithmetic either way. */
+ * 851-1072. SmolLM2 decode (tandem bench --llm tg128, smol_off), medians: 1 thread 151 -> 177
+ * tok/s, 2 threads 216 -> 265; the float folder 1 thread 95-96 -> 100, 2 threads 166 either
+ * way (bench/llm/results-2026-12-05-s30-avx2-prefetch-zen3.md). Not in i8avx2_rows4: there
+ * it cost the 512-token prefill 7% at 1 thread (590-604 -> 533-564 tok/s; the loop's code, not
+ * the prefetch's work: bench_nbits M = 512 is unchanged), and M = 8 is bound by the arithmetic
+ * either way. */
 #define NBP_PFD_AVX2 2048
 #endif
 
