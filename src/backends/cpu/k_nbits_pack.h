@@ -10,7 +10,7 @@
 #include "backends/cpu/k_nbits.h"
 
 #ifndef NBP_PFD
-#define NBP_PFD 0 /* bytes of software prefetch distance of the AVX-512 float loop of one row (k_nbits_pack.c); 0: none, not measured since its several-row sibling gained from 2 KiB on Zen 5 (NBP_PFD_FROWS). The AVX2 loops take NBP_PFD_AVX2 (k_nbits_pack_avx2.c) */
+#define NBP_PFD 0 /* bytes of software prefetch distance of the AVX-512 float loop of one row (k_nbits_pack.c); 0: none. Not measured there (its several-row sibling gained from 2 KiB on Zen 5: NBP_PFD_FROWS; the AVX2 loops from 2 KiB on Zen 3: NBP_PFD_AVX2 in k_nbits_pack_avx2.c) */
 #endif
 
 static inline const uint8_t *panel_of(const tdm_nbits_pjob *j, int64_t p) {
