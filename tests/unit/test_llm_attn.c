@@ -14,7 +14,8 @@
  * Plus: shapes that do not fit (seqlens_k past the buffer) fail with a clear status, and the
  * SIMD row routines (scores, p.V) of every level of this CPU equal the portable ones for odd
  * head sizes and row counts (ONNX Runtime's GQA takes head sizes that are multiples of 8 only,
- * so the model tests do not reach every tail). */
+ * so the model tests do not reach every tail), and the group routines (all heads of a kv group
+ * per cache row) equal their level's per-head ones to the bit. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -274,12 +275,55 @@ static void test_row_variants(void **state) {
     }
 }
 
+/* The group routines (scores_g, pv_g: all heads of a kv group per cache row) equal, to the
+ * bit, their level's own per-head scores / pv, for 1-5 heads (past the 3 a pass), head sizes
+ * with and without whole vectors, row counts with and without a whole last block. */
+static void test_group_variants(void **state) {
+    (void)state;
+    enum { MAXN = 41, MAXD = 133, KS = 140, G = 5, LD = 48, YS = 136 };
+    static float q[G][MAXD], k[MAXN * KS], p[G * LD], want[G * YS], got[G * YS];
+    const float *qp[G];
+    for (int h = 0; h < G; h++) {
+        qp[h] = q[h];
+        for (int i = 0; i < MAXD; i++) q[h][i] = frand();
+    }
+    for (int i = 0; i < MAXN * KS; i++) k[i] = frand();
+    for (int i = 0; i < G * LD; i++) p[i] = frand();
+    tdm_cpu_isa host = tdm_cpu_isa_detect();
+    int checked = 0;
+    for (int l = TDM_ISA_PORTABLE; l <= (int)host; l++) {
+        const tdm_llm_fns *f = tdm_llm_fns_for((tdm_cpu_isa)l);
+        if (!f->scores_g || !f->pv_g) continue;
+        for (int g = 1; g <= G; g++)
+            for (int d = 1; d <= MAXD; d += (d < 70 ? 1 : 21))
+                for (int n = 0; n <= MAXN; n += (n < 20 ? 1 : 7)) {
+                    int ks = d + 3;
+                    memset(want, 0, sizeof want);
+                    memset(got, 0, sizeof got);
+                    for (int h = 0; h < g; h++) f->scores(qp[h], k, ks, n, d, 0.37f, want + h * LD);
+                    f->scores_g(qp, g, k, ks, n, d, 0.37f, got, LD);
+                    if (memcmp(want, got, sizeof want))
+                        fail_msg("%s scores_g G=%d d=%d n=%d differs from scores",
+                                 tdm_cpu_isa_name((tdm_cpu_isa)l), g, d, n);
+                    for (int i = 0; i < G * YS; i++) want[i] = got[i] = 0.25f * (float)(i % 97);
+                    for (int h = 0; h < g; h++) f->pv(p + h * LD, k, ks, n, d, want + h * YS);
+                    f->pv_g(p, LD, g, k, ks, n, d, got, YS);
+                    if (memcmp(want, got, sizeof want))
+                        fail_msg("%s pv_g G=%d d=%d n=%d differs from pv",
+                                 tdm_cpu_isa_name((tdm_cpu_isa)l), g, d, n);
+                    checked++;
+                }
+    }
+    if (host >= TDM_ISA_AVX2) assert_true(checked > 0); /* the AVX2 level has them */
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_inplace_decode_and_chunk),
         cmocka_unit_test(test_decode_split),
         cmocka_unit_test(test_bad_lengths),
         cmocka_unit_test(test_row_variants),
+        cmocka_unit_test(test_group_variants),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -26,6 +26,14 @@ typedef struct tdm_llm_fns {
     void (*pv)(const float *restrict p, const float *restrict v, int64_t vs, int64_t n, int64_t d,
                float *restrict out);
     tdm_cpu_isa isa; /* the variant's level */
+    /* The same for the G heads of a kv group at once (NULL: call scores / pv per head):
+     * out[h * ld + t] = scale * q[h] . k[t], and out[h * ys + i] += sum_t p[h * ld + t] v[t][i];
+     * each key and value row is read once for all the heads, and each head's numbers are its
+     * own scores / pv call's to the bit. */
+    void (*scores_g)(const float *const *q, int64_t G, const float *restrict k, int64_t ks,
+                     int64_t n, int64_t d, float scale, float *restrict out, int64_t ld);
+    void (*pv_g)(const float *restrict p, int64_t ld, int64_t G, const float *restrict v,
+                 int64_t vs, int64_t n, int64_t d, float *restrict out, int64_t ys);
 } tdm_llm_fns;
 
 /* The best variant at or below level. Never NULL. */

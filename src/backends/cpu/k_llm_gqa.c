@@ -321,8 +321,11 @@ static void gqa_item_part(const gqa_job *j, int64_t b, int64_t g, int64_t k, flo
     else
         for (int64_t t = a; t < e; t += GQA_KV_BLOCK) {
             int64_t cnt = e - t < GQA_KV_BLOCK ? e - t : GQA_KV_BLOCK;
-            for (int64_t i = 0; i < group; i++)
-                j->f->scores(q[i], kc + t * j->D, j->D, cnt, j->D, j->scale, scores + i * ld + (t - a));
+            if (j->f->scores_g)
+                j->f->scores_g(q, group, kc + t * j->D, j->D, cnt, j->D, j->scale, scores + (t - a), ld);
+            else
+                for (int64_t i = 0; i < group; i++)
+                    j->f->scores(q[i], kc + t * j->D, j->D, cnt, j->D, j->scale, scores + i * ld + (t - a));
         }
     int64_t cnt = e - a;
     for (int64_t i = 0; i < group; i++) {
@@ -353,12 +356,18 @@ static void gqa_item_part(const gqa_job *j, int64_t b, int64_t g, int64_t k, flo
             j->fi->rotate(part + i * j->parts * slot, j->D);
         return;
     }
+    bool all = true;
+    for (int64_t i = 0; i < group; i++) all = all && live[i];
     for (int64_t t = a; t < e; t += GQA_KV_BLOCK) {
         int64_t c = e - t < GQA_KV_BLOCK ? e - t : GQA_KV_BLOCK;
-        for (int64_t i = 0; i < group; i++)
-            if (live[i])
-                j->f->pv(scores + i * ld + (t - a), vc + t * j->D, j->D, c, j->D,
-                         j->partial + ((b * j->H + g * group + i) * j->parts + k) * slot);
+        if (all && j->f->pv_g)
+            j->f->pv_g(scores + (t - a), ld, group, vc + t * j->D, j->D, c, j->D,
+                       j->partial + ((b * j->H + g * group) * j->parts + k) * slot, j->parts * slot);
+        else
+            for (int64_t i = 0; i < group; i++)
+                if (live[i])
+                    j->f->pv(scores + i * ld + (t - a), vc + t * j->D, j->D, c, j->D,
+                             j->partial + ((b * j->H + g * group + i) * j->parts + k) * slot);
     }
 }
 
@@ -453,8 +462,11 @@ static void gqa_item(const gqa_job *j, int64_t p, float *scratch) {
         row_range(j, b, s, &lo, &n);
         for (int64_t t = lo; t < n; t += GQA_KV_BLOCK) {
             int64_t cnt = n - t < GQA_KV_BLOCK ? n - t : GQA_KV_BLOCK;
-            for (int64_t i = 0; i < group; i++)
-                j->f->scores(q[i], kc + t * j->D, j->D, cnt, j->D, j->scale, scores + i * ld + (t - lo));
+            if (j->f->scores_g)
+                j->f->scores_g(q, group, kc + t * j->D, j->D, cnt, j->D, j->scale, scores + (t - lo), ld);
+            else
+                for (int64_t i = 0; i < group; i++)
+                    j->f->scores(q[i], kc + t * j->D, j->D, cnt, j->D, j->scale, scores + i * ld + (t - lo));
         }
         memset(y, 0, (size_t)(group * j->D) * sizeof(float));
         for (int64_t i = 0; i < group; i++) {
@@ -465,11 +477,16 @@ static void gqa_item(const gqa_job *j, int64_t p, float *scratch) {
             live[i] = tdm_llm_softmax(j->simd, scores + i * ld, n - lo, j->softcap, bias,
                                       j->sink || j->smooth, j->sink ? j->sink[h] : 0.0f);
         }
+        bool all = true;
+        for (int64_t i = 0; i < group; i++) all = all && live[i];
         for (int64_t t = lo; t < n; t += GQA_KV_BLOCK) {
             int64_t cnt = n - t < GQA_KV_BLOCK ? n - t : GQA_KV_BLOCK;
-            for (int64_t i = 0; i < group; i++)
-                if (live[i])
-                    j->f->pv(scores + i * ld + (t - lo), vc + t * j->D, j->D, cnt, j->D, y + i * j->D);
+            if (all && j->f->pv_g)
+                j->f->pv_g(scores + (t - lo), ld, group, vc + t * j->D, j->D, cnt, j->D, y, j->D);
+            else
+                for (int64_t i = 0; i < group; i++)
+                    if (live[i])
+                        j->f->pv(scores + i * ld + (t - lo), vc + t * j->D, j->D, cnt, j->D, y + i * j->D);
         }
     }
 }

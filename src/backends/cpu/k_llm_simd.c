@@ -100,7 +100,85 @@ TDM_TARGET_AVX2 static void pv_avx2(const float *restrict p, const float *restri
     }
 }
 
-static const tdm_llm_fns fns_avx2 = {scores_avx2, pv_avx2, TDM_ISA_AVX2};
+/* G <= 3 heads, 4 key rows at a time (12 accumulators): per row the same FMAs in the same
+ * order as scores_avx2, and the same sum tree (its 8-row tree's lanes 0-3 are this one's), so
+ * each head's scores are scores_avx2's to the bit; the rows past a multiple of 4 go through
+ * scores_avx2. */
+TDM_TARGET_AVX2 static inline __attribute__((always_inline)) void
+scores_g_avx2_f(const float *const *q, const int G, const float *k, int64_t ks, int64_t n,
+                int64_t d, float scale, float *out, int64_t ld) {
+    const __m128 sc = _mm_set1_ps(scale);
+    int64_t t0 = 0;
+    for (; t0 + 4 <= n; t0 += 4) {
+        __m256 acc[3][4];
+        for (int h = 0; h < G; h++)
+            for (int r = 0; r < 4; r++) acc[h][r] = _mm256_setzero_ps();
+        const float *kb = k + t0 * ks;
+        for (int64_t i = 0; i < d; i += 8)
+            for (int r = 0; r < 4; r++) {
+                __m256 kv = _mm256_loadu_ps(kb + r * ks + i);
+                for (int h = 0; h < G; h++)
+                    acc[h][r] = _mm256_fmadd_ps(kv, _mm256_loadu_ps(q[h] + i), acc[h][r]);
+            }
+        for (int h = 0; h < G; h++) {
+            __m256 a = _mm256_hadd_ps(_mm256_hadd_ps(acc[h][0], acc[h][1]),
+                                      _mm256_hadd_ps(acc[h][2], acc[h][3]));
+            __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+            _mm_storeu_ps(out + h * ld + t0, _mm_mul_ps(s, sc));
+        }
+    }
+    if (t0 < n)
+        for (int h = 0; h < G; h++) scores_avx2(q[h], k + t0 * ks, ks, n - t0, d, scale, out + h * ld + t0);
+}
+
+TDM_TARGET_AVX2 static void scores_g_avx2(const float *const *q, int64_t G, const float *restrict k,
+                                          int64_t ks, int64_t n, int64_t d, float scale,
+                                          float *restrict out, int64_t ld) {
+    for (int64_t h0 = 0; h0 < G; h0 += 3) {
+        int64_t hn = G - h0 < 3 ? G - h0 : 3;
+        if (d % 8) /* the masked tail: per head */
+            for (int64_t h = h0; h < h0 + hn; h++) scores_avx2(q[h], k, ks, n, d, scale, out + h * ld);
+        else if (hn == 3) scores_g_avx2_f(q + h0, 3, k, ks, n, d, scale, out + h0 * ld, ld);
+        else if (hn == 2) scores_g_avx2_f(q + h0, 2, k, ks, n, d, scale, out + h0 * ld, ld);
+        else scores_g_avx2_f(q + h0, 1, k, ks, n, d, scale, out + h0 * ld, ld);
+    }
+}
+
+/* G <= 3 heads, 32 columns a pass (12 accumulators): per head the same FMAs in the same order
+ * as pv_avx2, so the same sums to the bit. */
+TDM_TARGET_AVX2 static inline __attribute__((always_inline)) void
+pv_g_avx2_f(const float *p, int64_t ld, const int G, const float *v, int64_t vs, int64_t n,
+            int64_t d, float *out, int64_t ys) {
+    for (int64_t i0 = 0; i0 < d; i0 += 32) {
+        __m256 acc[3][4];
+        for (int h = 0; h < G; h++)
+            for (int c = 0; c < 4; c++) acc[h][c] = _mm256_loadu_ps(out + h * ys + i0 + 8 * c);
+        for (int64_t t = 0; t < n; t++) {
+            const float *r = v + t * vs + i0;
+            for (int h = 0; h < G; h++) {
+                __m256 w = _mm256_broadcast_ss(p + h * ld + t);
+                for (int c = 0; c < 4; c++) acc[h][c] = _mm256_fmadd_ps(w, _mm256_loadu_ps(r + 8 * c), acc[h][c]);
+            }
+        }
+        for (int h = 0; h < G; h++)
+            for (int c = 0; c < 4; c++) _mm256_storeu_ps(out + h * ys + i0 + 8 * c, acc[h][c]);
+    }
+}
+
+TDM_TARGET_AVX2 static void pv_g_avx2(const float *restrict p, int64_t ld, int64_t G,
+                                      const float *restrict v, int64_t vs, int64_t n, int64_t d,
+                                      float *restrict out, int64_t ys) {
+    for (int64_t h0 = 0; h0 < G; h0 += 3) {
+        int64_t hn = G - h0 < 3 ? G - h0 : 3;
+        if (d % 32) /* partial column passes: per head */
+            for (int64_t h = h0; h < h0 + hn; h++) pv_avx2(p + h * ld, v, vs, n, d, out + h * ys);
+        else if (hn == 3) pv_g_avx2_f(p + h0 * ld, ld, 3, v, vs, n, d, out + h0 * ys, ys);
+        else if (hn == 2) pv_g_avx2_f(p + h0 * ld, ld, 2, v, vs, n, d, out + h0 * ys, ys);
+        else pv_g_avx2_f(p + h0 * ld, ld, 1, v, vs, n, d, out + h0 * ys, ys);
+    }
+}
+
+static const tdm_llm_fns fns_avx2 = {scores_avx2, pv_avx2, TDM_ISA_AVX2, scores_g_avx2, pv_g_avx2};
 
 /* ---- AVX-512 ---- */
 
