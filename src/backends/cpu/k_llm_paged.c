@@ -197,16 +197,20 @@ static void all_scores(const paged_job *j, int64_t b, int64_t a, int64_t e, cons
         prefetch_to(j, &pf, s + PAGED_AHEAD);
         prefetch_to(j, &pv, s + PAGED_AHEAD);
         cnt = stretch(j, b, s, e, &slot);
-        if (j->half) {
-            const float *w = widen_stretch(j, j->kc, slot, cnt, buf);
-            for (int64_t h = 0; h < j->H; h++)
-                j->f->scores(q + h * j->D, w + (h / group) * cnt * j->D, j->D, cnt, j->D, j->scale,
-                             scores + h * j->ld + (s - a));
-            continue;
+        const float *w = j->half ? widen_stretch(j, j->kc, slot, cnt, buf) : NULL;
+        int64_t ks = w ? j->D : j->hstride;
+        for (int64_t g = 0; g < j->KVH; g++) {
+            const float *k = w ? w + g * cnt * j->D : head_row(j, j->kc, slot, g);
+            float *sg = scores + g * group * j->ld + (s - a);
+            if (j->f->scores_g && group <= 64) { /* each key row once for the group's heads */
+                const float *qg[64];
+                for (int64_t i = 0; i < group; i++) qg[i] = q + (g * group + i) * j->D;
+                j->f->scores_g(qg, group, k, ks, cnt, j->D, j->scale, sg, j->ld);
+            } else {
+                for (int64_t i = 0; i < group; i++)
+                    j->f->scores(q + (g * group + i) * j->D, k, ks, cnt, j->D, j->scale, sg + i * j->ld);
+            }
         }
-        for (int64_t h = 0; h < j->H; h++)
-            j->f->scores(q + h * j->D, head_row(j, j->kc, slot, h / group), j->hstride, cnt, j->D,
-                         j->scale, scores + h * j->ld + (s - a));
     }
 }
 
@@ -218,18 +222,22 @@ static void all_pv(const paged_job *j, int64_t b, int64_t a, int64_t e, const fl
     for (int64_t s = a, cnt, slot; s < e; s += cnt) {
         prefetch_to(j, &pf, s + PAGED_AHEAD);
         cnt = stretch(j, b, s, e, &slot);
-        if (j->half) {
-            const float *w = widen_stretch(j, j->vc, slot, cnt, buf);
-            for (int64_t h = 0; h < j->H; h++)
-                if (live[h] != 0.0f)
-                    j->f->pv(scores + h * j->ld + (s - a), w + (h / group) * cnt * j->D, j->D, cnt,
-                             j->D, out + h * ostride);
-            continue;
+        const float *w = j->half ? widen_stretch(j, j->vc, slot, cnt, buf) : NULL;
+        int64_t vs = w ? j->D : j->hstride;
+        for (int64_t g = 0; g < j->KVH; g++) {
+            const float *v = w ? w + g * cnt * j->D : head_row(j, j->vc, slot, g);
+            const float *pg = scores + g * group * j->ld + (s - a);
+            float *og = out + g * group * ostride;
+            bool all = j->f->pv_g != NULL;
+            for (int64_t i = 0; i < group && all; i++) all = live[g * group + i] != 0.0f;
+            if (all) { /* each value row once for the group's heads */
+                j->f->pv_g(pg, j->ld, group, v, vs, cnt, j->D, og, ostride);
+                continue;
+            }
+            for (int64_t i = 0; i < group; i++)
+                if (live[g * group + i] != 0.0f)
+                    j->f->pv(pg + i * j->ld, v, vs, cnt, j->D, og + i * ostride);
         }
-        for (int64_t h = 0; h < j->H; h++)
-            if (live[h] != 0.0f)
-                j->f->pv(scores + h * j->ld + (s - a), head_row(j, j->vc, slot, h / group),
-                         j->hstride, cnt, j->D, out + h * ostride);
     }
 }
 
