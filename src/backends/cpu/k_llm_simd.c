@@ -2,7 +2,11 @@
  * and y = p . V, in portable C, AVX2 + FMA and AVX-512 variants. The SIMD scores take 8 (AVX2)
  * or 16 (AVX-512) key rows at a time, one accumulator per row, and fold the accumulators into
  * one vector of row sums with a shuffle tree (about three instructions per row instead of a
- * horizontal sum each); p . V broadcasts p[t] against up to 64 columns of V row t at once. */
+ * horizontal sum each); p . V broadcasts p[t] against up to 64 columns of V row t at once.
+ * The AVX2 group routines (scores_g, pv_g) take up to three heads of a kv group per key or
+ * value row, so that a float32 cache streams from memory once per group, not once per head
+ * (attn_depth f32 at depth 1000, Zen 3: 4.1-4.6 -> 2.8-3.1 ms a step), with each head's numbers
+ * those of its own call. */
 #include <math.h>
 #include <string.h>
 
