@@ -26,7 +26,8 @@ typedef struct tdm_llm_fns {
     void (*pv)(const float *restrict p, const float *restrict v, int64_t vs, int64_t n, int64_t d,
                float *restrict out);
     tdm_cpu_isa isa; /* the variant's level */
-    /* The same for the G heads of a kv group at once (NULL: call scores / pv per head):
+    /* The same for the G heads of a kv group at once (AVX2: its own routines; the other
+     * levels call scores / pv per head):
      * out[h * ld + t] = scale * q[h] . k[t], and out[h * ys + i] += sum_t p[h * ld + t] v[t][i];
      * each key and value row is read once for all the heads, and each head's numbers are its
      * own scores / pv call's to the bit. */

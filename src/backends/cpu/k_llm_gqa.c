@@ -321,11 +321,7 @@ static void gqa_item_part(const gqa_job *j, int64_t b, int64_t g, int64_t k, flo
     else
         for (int64_t t = a; t < e; t += GQA_KV_BLOCK) {
             int64_t cnt = e - t < GQA_KV_BLOCK ? e - t : GQA_KV_BLOCK;
-            if (j->f->scores_g)
-                j->f->scores_g(q, group, kc + t * j->D, j->D, cnt, j->D, j->scale, scores + (t - a), ld);
-            else
-                for (int64_t i = 0; i < group; i++)
-                    j->f->scores(q[i], kc + t * j->D, j->D, cnt, j->D, j->scale, scores + i * ld + (t - a));
+            j->f->scores_g(q, group, kc + t * j->D, j->D, cnt, j->D, j->scale, scores + (t - a), ld);
         }
     int64_t cnt = e - a;
     for (int64_t i = 0; i < group; i++) {
@@ -360,7 +356,7 @@ static void gqa_item_part(const gqa_job *j, int64_t b, int64_t g, int64_t k, flo
     for (int64_t i = 0; i < group; i++) all = all && live[i];
     for (int64_t t = a; t < e; t += GQA_KV_BLOCK) {
         int64_t c = e - t < GQA_KV_BLOCK ? e - t : GQA_KV_BLOCK;
-        if (all && j->f->pv_g)
+        if (all)
             j->f->pv_g(scores + (t - a), ld, group, vc + t * j->D, j->D, c, j->D,
                        j->partial + ((b * j->H + g * group) * j->parts + k) * slot, j->parts * slot);
         else
@@ -462,11 +458,7 @@ static void gqa_item(const gqa_job *j, int64_t p, float *scratch) {
         row_range(j, b, s, &lo, &n);
         for (int64_t t = lo; t < n; t += GQA_KV_BLOCK) {
             int64_t cnt = n - t < GQA_KV_BLOCK ? n - t : GQA_KV_BLOCK;
-            if (j->f->scores_g)
-                j->f->scores_g(q, group, kc + t * j->D, j->D, cnt, j->D, j->scale, scores + (t - lo), ld);
-            else
-                for (int64_t i = 0; i < group; i++)
-                    j->f->scores(q[i], kc + t * j->D, j->D, cnt, j->D, j->scale, scores + i * ld + (t - lo));
+            j->f->scores_g(q, group, kc + t * j->D, j->D, cnt, j->D, j->scale, scores + (t - lo), ld);
         }
         memset(y, 0, (size_t)(group * j->D) * sizeof(float));
         for (int64_t i = 0; i < group; i++) {
@@ -481,7 +473,7 @@ static void gqa_item(const gqa_job *j, int64_t p, float *scratch) {
         for (int64_t i = 0; i < group; i++) all = all && live[i];
         for (int64_t t = lo; t < n; t += GQA_KV_BLOCK) {
             int64_t cnt = n - t < GQA_KV_BLOCK ? n - t : GQA_KV_BLOCK;
-            if (all && j->f->pv_g)
+            if (all)
                 j->f->pv_g(scores + (t - lo), ld, group, vc + t * j->D, j->D, cnt, j->D, y, j->D);
             else
                 for (int64_t i = 0; i < group; i++)

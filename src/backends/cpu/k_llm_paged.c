@@ -202,7 +202,7 @@ static void all_scores(const paged_job *j, int64_t b, int64_t a, int64_t e, cons
         for (int64_t g = 0; g < j->KVH; g++) {
             const float *k = w ? w + g * cnt * j->D : head_row(j, j->kc, slot, g);
             float *sg = scores + g * group * j->ld + (s - a);
-            if (j->f->scores_g && group <= 64) { /* each key row once for the group's heads */
+            if (group <= 64) { /* each key row once for the group's heads */
                 const float *qg[64];
                 for (int64_t i = 0; i < group; i++) qg[i] = q + (g * group + i) * j->D;
                 j->f->scores_g(qg, group, k, ks, cnt, j->D, j->scale, sg, j->ld);
@@ -228,7 +228,7 @@ static void all_pv(const paged_job *j, int64_t b, int64_t a, int64_t e, const fl
             const float *v = w ? w + g * cnt * j->D : head_row(j, j->vc, slot, g);
             const float *pg = scores + g * group * j->ld + (s - a);
             float *og = out + g * group * ostride;
-            bool all = j->f->pv_g != NULL;
+            bool all = true;
             for (int64_t i = 0; i < group && all; i++) all = live[g * group + i] != 0.0f;
             if (all) { /* each value row once for the group's heads */
                 j->f->pv_g(pg, j->ld, group, v, vs, cnt, j->D, og, ostride);

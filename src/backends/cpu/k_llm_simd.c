@@ -35,7 +35,22 @@ static void pv_portable(const float *restrict p, const float *restrict v, int64_
     }
 }
 
-static const tdm_llm_fns fns_portable = {scores_portable, pv_portable, TDM_ISA_PORTABLE};
+/* A level's group routines made of its per-head calls (the levels without their own). */
+#define GROUP_BY_HEAD(name, scores, pv, target)                                                  \
+    target static void name##_scores_g(const float *const *q, int64_t G, const float *restrict k, \
+                                       int64_t ks, int64_t n, int64_t d, float scale,            \
+                                       float *restrict out, int64_t ld) {                        \
+        for (int64_t h = 0; h < G; h++) scores(q[h], k, ks, n, d, scale, out + h * ld);          \
+    }                                                                                             \
+    target static void name##_pv_g(const float *restrict p, int64_t ld, int64_t G,               \
+                                   const float *restrict v, int64_t vs, int64_t n, int64_t d,    \
+                                   float *restrict out, int64_t ys) {                            \
+        for (int64_t h = 0; h < G; h++) pv(p + h * ld, v, vs, n, d, out + h * ys);               \
+    }
+
+GROUP_BY_HEAD(portable, scores_portable, pv_portable, )
+static const tdm_llm_fns fns_portable = {scores_portable, pv_portable, TDM_ISA_PORTABLE,
+                                         portable_scores_g, portable_pv_g};
 
 #ifdef TDM_SIMD_X86
 #include <immintrin.h>
@@ -311,7 +326,9 @@ TDM_TARGET_AVX512 static void pv_avx512(const float *restrict p, const float *re
     }
 }
 
-static const tdm_llm_fns fns_avx512 = {scores_avx512, pv_avx512, TDM_ISA_AVX512_CORE};
+GROUP_BY_HEAD(avx512, scores_avx512, pv_avx512, TDM_TARGET_AVX512)
+static const tdm_llm_fns fns_avx512 = {scores_avx512, pv_avx512, TDM_ISA_AVX512_CORE,
+                                       avx512_scores_g, avx512_pv_g};
 #endif
 
 const tdm_llm_fns *tdm_llm_fns_for(tdm_cpu_isa level) {
