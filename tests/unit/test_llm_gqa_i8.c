@@ -749,6 +749,62 @@ static void test_kernel(void **state) {
     }
 }
 
+/* Query values whose product with their group's inverse scale rounds to a tie in float32 (k +
+ * 0.5, k even) but lies above it exactly: tdm_llm_q8_query rounds the float product to even
+ * (code k); a multiply fused with the rounding's add would round the exact one (k + 1). The
+ * scores of every level, on rows whose only nonzero code meets that value, take the scalar
+ * codes (8 rows: whole blocks of the transposed forms; 3: a padded last block). */
+static void test_query_ties(void **state) {
+    (void)state;
+    enum { D = 64, N = 8 };
+    int found = 0;
+    for (int mi = 0; mi < 40; mi++) {
+        float M = 37.0f + 1.37f * (float)mi, inv = 127.0f / M;
+        for (int k = 0; k < 40; k += 2) {
+            float tie = (float)k + 0.5f, x = tie / inv, hit = 0.0f;
+            for (int j = -8; j <= 8 && hit == 0.0f; j++) {
+                float c = x;
+                for (int u = 0; u < (j < 0 ? -j : j); u++) c = nextafterf(c, j < 0 ? 0.0f : 1e9f);
+                double prod = (double)c * (double)inv; /* exact: 24 + 24 bits */
+                if ((float)prod == tie && prod > (double)tie && c < M) hit = c;
+            }
+            if (hit == 0.0f) continue;
+            found++;
+            float q[D] = {0};
+            q[0] = M, q[1] = hit, q[40] = -0.3f * M; /* the tie in group 0, group 1 its own */
+            float qd[D];
+            dequant_query(q, D, qd);
+            int64_t rs = row_bytes(D), ld = N + 16;
+            int8_t *rows = calloc((size_t)(N * rs), 1);
+            for (int t = 0; t < N; t++) {
+                int8_t *r = rows + t * rs;
+                fill_row(r, D);
+                for (int i = 0; i < D; i++) set_code(r, i, 0);
+                set_code(r, 1, 7 - (t & 1)); /* the tie's product alone in group 0 */
+                set_code(r, 40, -3);
+            }
+            const float *qp[1] = {q};
+            float sc[N + 16];
+            for (int l = TDM_ISA_PORTABLE; l <= (int)tdm_cpu_isa_detect(); l++)
+                for (int n = 3; n <= N; n += N - 3) {
+                    fns_for((tdm_cpu_isa)l)->scores(qp, 1, rows, rs, n, D, 0.125f, sc, ld, NULL);
+                    for (int t = 0; t < n; t++) {
+                        const int8_t *r = rows + t * rs;
+                        double want = 0;
+                        for (int i = 0; i < D; i++)
+                            want += (double)qd[i] * code_of(r, i) * scale_of(r, D, i / 32);
+                        want *= 0.125;
+                        if (fabs(sc[t] - want) > 1e-5 * fabs(want))
+                            fail_msg("%s n=%d M=%g tie %g (x %a) row %d: %g, want %g",
+                                     tdm_cpu_isa_name((tdm_cpu_isa)l), n, M, tie, hit, t, sc[t], want);
+                    }
+                }
+            free(rows);
+        }
+    }
+    assert_true(found >= 10); /* the case is met, not skipped */
+}
+
 /* the same tests on the 4-bit cache */
 #define Q4_TEST(name)                                                                          \
     static void name##4(void **state) {                                                          \
@@ -765,6 +821,7 @@ Q4_TEST(test_scores_rows_invariant)
 Q4_TEST(test_kernel)
 Q4_TEST(test_bad_cache)
 Q4_TEST(test_dequantize_levels)
+Q4_TEST(test_query_ties)
 
 static void test_bad_cache(void **state) {
     (void)state;
@@ -883,6 +940,8 @@ int main(void) {
         cmocka_unit_test(test_bad_cache4),
         cmocka_unit_test(test_dequantize_levels),
         cmocka_unit_test(test_dequantize_levels4),
+        cmocka_unit_test(test_query_ties),
+        cmocka_unit_test(test_query_ties4),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

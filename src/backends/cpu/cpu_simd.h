@@ -153,5 +153,14 @@ void tdm_gemm_uk_avx512(int64_t kc, const float *restrict pa, const float *restr
 #define TDM_TARGET_AVX2 __attribute__((target("avx2,fma")))
 #define TDM_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")))
 #endif
+/* GCC fuses an intrinsic multiply and a following add into an FMA (-ffp-contract=fast in
+ * gnu11), one rounding where a scalar form rounds twice: a variant whose results must be a
+ * scalar form's to the bit takes this. clang fuses only within one source expression, which
+ * intrinsics are not. */
+#if defined(__clang__)
+#define TDM_NO_CONTRACT
+#else
+#define TDM_NO_CONTRACT __attribute__((optimize("fp-contract=off")))
+#endif
 
 #endif

@@ -53,14 +53,8 @@ static inline int quantize(tdm_dtype t, float v, float scale, int zp) {
 /* c[i] = the formula for a[i] and b[i] (b[0] when b_scalar), n values of int8 (sgn) or uint8:
  * 8 at a time in float, the same operations in the same order (explicit FMAs for add, a
  * multiply then an add for mul), rounded to nearest even by cvtps, saturated by the packs. */
-/* GCC would fuse mul's multiply and add into an FMA (-ffp-contract=fast in gnu11) and change
- * ties; clang fuses only within one source expression, which intrinsics are not. */
-#if defined(__clang__)
-#define QBIN_NO_CONTRACT
-#else
-#define QBIN_NO_CONTRACT __attribute__((optimize("fp-contract=off")))
-#endif
-TDM_TARGET_AVX2 QBIN_NO_CONTRACT static int64_t qbin_avx2(
+/* mul's multiply and add stay two roundings (TDM_NO_CONTRACT): a fused one changes ties */
+TDM_TARGET_AVX2 TDM_NO_CONTRACT static int64_t qbin_avx2(
     bool mul, bool sgn, const uint8_t *a, const uint8_t *b, bool b_scalar, uint8_t *c, int64_t n, int za, int zb,
     int zc, float rac, float rbc, float fixed) {
     const float lo = sgn ? -128.0f : 0.0f, hi = sgn ? 127.0f : 255.0f;
