@@ -682,6 +682,40 @@ TDM_TARGET_AVX2 static AI void pvq_pair(const int8_t *ra, const int8_t *rb, cons
     }
 }
 
+/* One pass of pvq_avx2: the 16 columns `half` of group g (half a compile-time constant: its
+ * lane choice out of the loop), all heads, into acc; pf: the rows' lines ahead into L1 */
+TDM_TARGET_AVX2 static AI void pvq_pass(const int8_t *vb, int64_t rs, int64_t cnt,
+                                        const int16_t (*wq)[PVQ_GROUPS][PVQ_ROWS],
+                                        const int32_t (*corr)[PVQ_GROUPS], const float (*bs)[PVQ_GROUPS],
+                                        int HN, int64_t g, int64_t NG, const int half, bool q4, bool pf,
+                                        float (*acc)[8]) {
+    const int8_t *vg = vb + (q4 ? 16 * g : 32 * g + 16 * half);
+    __m256i ia[PV_HEADS][2];
+    for (int h = 0; h < HN; h++) ia[h][0] = ia[h][1] = _mm256_setzero_si256();
+    const int16_t *wg[PV_HEADS];
+    for (int h = 0; h < HN; h++) wg[h] = wq[h][g];
+    int64_t t = 0;
+    for (; t + 4 <= cnt; t += 4) { /* two pairs a pass: half the loop's own work */
+        if (pf) _mm_prefetch((const char *)(vg + t * rs + 8192), _MM_HINT_T0);
+        pvq_pair(vg + t * rs, vg + (t + 1) * rs, wg, t, HN, half, q4, ia);
+        pvq_pair(vg + (t + 2) * rs, vg + (t + 3) * rs, wg, t + 2, HN, half, q4, ia);
+    }
+    for (; t < cnt; t += 2) {
+        const int8_t *ra = vg + t * rs;
+        pvq_pair(ra, t + 1 < cnt ? ra + rs : ra /* weight 0 */, wg, t, HN, half, q4, ia);
+    }
+    /* vector c's columns: 8-bit 16 half + 8 c, 4-bit 8 half + 16 c */
+    for (int h = 0; h < HN; h++) {
+        __m256i cv = _mm256_set1_epi32(corr[h][g]);
+        __m256 st = _mm256_set1_ps(bs[h][g]);
+        for (int c = 0; c < 2; c++) {
+            float *a = acc[(h * NG + g) * 4 + (q4 ? half + 2 * c : 2 * half + c)];
+            _mm256_store_ps(a, _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(ia[h][c], cv)), st,
+                                               _mm256_load_ps(a)));
+        }
+    }
+}
+
 TDM_TARGET_AVX2 static AI void pvq_avx2(const float *p, int64_t ld, int HN, const int8_t *v,
                                         int64_t rs, int64_t n, int64_t d, int64_t NG, float *y,
                                         int64_t ys, bool q4) {
@@ -758,34 +792,10 @@ TDM_TARGET_AVX2 static AI void pvq_avx2(const float *p, int64_t ld, int HN, cons
                 corr[h][g] = (q4 ? 8 : 128) * hsum8i(qsum); /* the codes' offset times the weights */
             }
         const int8_t *vb = v + t0 * rs;
-        for (int64_t g = 0; g < NG; g++)
-            for (int half = 0; half < 2; half++) { /* 16 columns a pass: the sums stay in registers */
-                const int8_t *vg = vb + (q4 ? 16 * g : 32 * g + 16 * half);
-                __m256i ia[PV_HEADS][2];
-                for (int h = 0; h < HN; h++) ia[h][0] = ia[h][1] = z;
-                const int16_t *wg[PV_HEADS];
-                for (int h = 0; h < HN; h++) wg[h] = wq[h][g];
-                int64_t t = 0;
-                for (; t + 4 <= cnt; t += 4) { /* two pairs a pass: half the loop's own work */
-                    if (!g && !half) _mm_prefetch((const char *)(vg + t * rs + 8192), _MM_HINT_T0);
-                    pvq_pair(vg + t * rs, vg + (t + 1) * rs, wg, t, HN, half, q4, ia);
-                    pvq_pair(vg + (t + 2) * rs, vg + (t + 3) * rs, wg, t + 2, HN, half, q4, ia);
-                }
-                for (; t < cnt; t += 2) {
-                    const int8_t *ra = vg + t * rs;
-                    pvq_pair(ra, t + 1 < cnt ? ra + rs : ra /* weight 0 */, wg, t, HN, half, q4, ia);
-                }
-                /* vector c's columns: 8-bit 16 half + 8 c, 4-bit 8 half + 16 c */
-                for (int h = 0; h < HN; h++) {
-                    __m256i cv = _mm256_set1_epi32(corr[h][g]);
-                    __m256 st = _mm256_set1_ps(bs[h][g]);
-                    for (int c = 0; c < 2; c++) {
-                        float *a = acc[(h * NG + g) * 4 + (q4 ? half + 2 * c : 2 * half + c)];
-                        _mm256_store_ps(a, _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(ia[h][c], cv)), st,
-                                                           _mm256_load_ps(a)));
-                    }
-                }
-            }
+        for (int64_t g = 0; g < NG; g++) { /* 16 columns a pass: the sums stay in registers */
+            pvq_pass(vb, rs, cnt, wq, corr, bs, HN, g, NG, 0, q4, g == 0, acc);
+            pvq_pass(vb, rs, cnt, wq, corr, bs, HN, g, NG, 1, q4, false, acc);
+        }
     }
     for (int h = 0; h < HN; h++)
         for (int64_t g = 0; g < NG; g++) {
