@@ -337,8 +337,8 @@ score_row_avx2(const int8_t (*qc)[TDM_LLM_KV_I8_MAX_D], const float (*qs)[TDM_LL
 #define TR8_ROWS 8
 
 /* The eight rows' dwords at byte `at` of each (lane i: row i), by scalar loads: vpgatherdd took
- * ~13 cycles a block on Zen 3 (attn_rows int4: scores 4.05 -> 3.86 us; as tr8_block's per-group
- * gather) */
+ * ~13 cycles a block on Zen 3 (attn_rows int4: scores 4.05 -> 3.86 us; the int8 rows' gather a
+ * group likewise) */
 TDM_TARGET_AVX2 static AI __m256i rows_dword(const int8_t *r, int64_t rs, int64_t at) {
     int32_t w[TR8_ROWS];
     for (int i = 0; i < TR8_ROWS; i++) memcpy(&w[i], r + i * rs + at, sizeof w[i]);
@@ -491,10 +491,10 @@ TDM_TARGET_AVX2 static AI void tr8_rows(const int8_t (*qc)[TDM_LLM_KV_I8_MAX_D],
 /* quantize_heads in AVX2, group by group: tdm_llm_q8_query's largest |q| (NaN skipped: vmaxps
  * keeps its second operand), scale, division and round-to-nearest-even (the product rounded
  * before the 1.5 * 2^23 trick's add: TDM_NO_CONTRACT; NaN as code 0, as the scalar conversion
- * gives), so the same codes and scales to the bit, stored
- * as vectors: the scalar form's byte stores stalled the rows' dword loads of them (no store
- * forwarding; attn_rows int4, Zen 3: scores 3.94-4.07 -> 3.80 us, 0.39 -> 0.16 at 16 rows); a
- * last group shorter than 32 by the scalar form */
+ * gives), so the same codes and scales to the bit, stored as vectors: the scalar form's byte
+ * stores stalled the dword and vector loads of them that follow (no store forwarding; attn_rows
+ * int4, Zen 3: scores 3.94-4.07 -> 3.80 us, 0.39 -> 0.16 at 16 rows). A last group shorter
+ * than 32 goes through the scalar form. */
 TDM_TARGET_AVX2 TDM_NO_CONTRACT static void quantize_heads_avx2(const float *const *q, int64_t hn, int64_t d, float scale,
                                                 int8_t (*qc)[TDM_LLM_KV_I8_MAX_D],
                                                 float (*qs)[TDM_LLM_KV_I8_MAX_D / GROUP]) {
@@ -631,7 +631,8 @@ pv_block_avx2(const float *p, int64_t ld, int HN, int NV, const int8_t *v, int64
  * and float steps as pvq_block, so the same results to the bit (test_pv_levels_agree). The
  * float form widened every code to float (vpmovsxbd ymm: under one a cycle on Zen 3) and took
  * one FMA per 8 products; this takes one vpmaddwd per 16. A block's weights are made once for
- * all its groups (the scales read as scalars: a ymm gather cost more on Zen 3), then each
+ * all its groups (the scales by eight-row dword loads, rows_dword: a ymm gather cost more on
+ * Zen 3), then each
  * group's rows go by in two passes of 16 columns, so that three heads' sums stay in registers
  * (32 columns spilled them); per pair of rows and pass each row's 16 bytes are broadcast to
  * both lanes, interleaved with the other row's (vpunpck[lh]bw) and widened to 16 bits by
@@ -641,7 +642,8 @@ pv_block_avx2(const float *p, int64_t ld, int HN, int NV, const int8_t *v, int64
  *   - 8-bit, columns 16 half .. 16 half + 15, + 128 (xor) before the widening.
  * |w| <= 32767 and codes <= 255: a block's int32 sums stay below 2^30. attn_rows (Zen 3, 1000
  * rows x 3 heads): 4-bit 10.1 -> 5.5 us, 8-bit 6.36 -> 5.95 (the loop is bound by the
- * instructions it issues: 12 vpmaddwd + 12 vpaddd + 8 shuffles a row). */
+ * instructions it issues: 12 vpmaddwd + 12 vpaddd + 8 shuffles a row); session 31's weights
+ * and pass changes (below): 4-bit 5.6 -> 5.05, 8-bit 5.95 -> 5.4. */
 TDM_TARGET_AVX2 static AI __m256i lanes_below(int64_t k) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(k > 8 ? 8 : (int)k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
