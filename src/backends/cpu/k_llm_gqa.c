@@ -291,6 +291,25 @@ static void group_queries(const gqa_job *j, int64_t b, int64_t g, int64_t s, flo
     }
 }
 
+/* The float cache's p.V of a kv group's heads over rows [lo, n) (p: row lo's weights, head i
+ * at p + i * ld; its output at y + i * ys), GQA_KV_BLOCK rows a step: all heads at once
+ * (pv_g) when every head is live, else the live ones head by head (a dead head's output
+ * stays as it is). */
+static void group_pv(const gqa_job *j, const float *p, int64_t ld, int64_t group, const bool *live,
+                     const float *vc, int64_t lo, int64_t n, float *y, int64_t ys) {
+    bool all = true;
+    for (int64_t i = 0; i < group; i++) all = all && live[i];
+    for (int64_t t = lo; t < n; t += GQA_KV_BLOCK) {
+        int64_t cnt = n - t < GQA_KV_BLOCK ? n - t : GQA_KV_BLOCK;
+        if (all)
+            j->f->pv_g(p + (t - lo), ld, group, vc + t * j->D, j->D, cnt, j->D, y, ys);
+        else
+            for (int64_t i = 0; i < group; i++)
+                if (live[i])
+                    j->f->pv(p + i * ld + (t - lo), vc + t * j->D, j->D, cnt, j->D, y + i * ys);
+    }
+}
+
 /* Decode with more threads than groups: part k of the cache rows of group (b, g), for all
  * its heads. Each head's slot gets the part's output normalised by its own 1 + sum (the
  * softmax runs over the part's logits plus one logit equal to their max, whose probability
@@ -352,19 +371,8 @@ static void gqa_item_part(const gqa_job *j, int64_t b, int64_t g, int64_t k, flo
             j->fi->rotate(part + i * j->parts * slot, j->D);
         return;
     }
-    bool all = true;
-    for (int64_t i = 0; i < group; i++) all = all && live[i];
-    for (int64_t t = a; t < e; t += GQA_KV_BLOCK) {
-        int64_t c = e - t < GQA_KV_BLOCK ? e - t : GQA_KV_BLOCK;
-        if (all)
-            j->f->pv_g(scores + (t - a), ld, group, vc + t * j->D, j->D, c, j->D,
-                       j->partial + ((b * j->H + g * group) * j->parts + k) * slot, j->parts * slot);
-        else
-            for (int64_t i = 0; i < group; i++)
-                if (live[i])
-                    j->f->pv(scores + i * ld + (t - a), vc + t * j->D, j->D, c, j->D,
-                             j->partial + ((b * j->H + g * group + i) * j->parts + k) * slot);
-    }
+    group_pv(j, scores, ld, group, live, vc, a, e,
+             j->partial + ((b * j->H + g * group) * j->parts + k) * slot, j->parts * slot);
 }
 
 /* One (row, head)'s parts merged (flash-decoding): part k holds D partial outputs o_k, its max
@@ -469,17 +477,7 @@ static void gqa_item(const gqa_job *j, int64_t p, float *scratch) {
             live[i] = tdm_llm_softmax(j->simd, scores + i * ld, n - lo, j->softcap, bias,
                                       j->sink || j->smooth, j->sink ? j->sink[h] : 0.0f);
         }
-        bool all = true;
-        for (int64_t i = 0; i < group; i++) all = all && live[i];
-        for (int64_t t = lo; t < n; t += GQA_KV_BLOCK) {
-            int64_t cnt = n - t < GQA_KV_BLOCK ? n - t : GQA_KV_BLOCK;
-            if (all)
-                j->f->pv_g(scores + (t - lo), ld, group, vc + t * j->D, j->D, cnt, j->D, y, j->D);
-            else
-                for (int64_t i = 0; i < group; i++)
-                    if (live[i])
-                        j->f->pv(scores + i * ld + (t - lo), vc + t * j->D, j->D, cnt, j->D, y + i * j->D);
-        }
+        group_pv(j, scores, ld, group, live, vc, lo, n, y, j->D);
     }
 }
 
