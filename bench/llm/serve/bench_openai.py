@@ -12,7 +12,10 @@ concurrent streams S, S client threads each send --requests streaming completion
 (fixed prompt, ignore_eos so that every request generates --max-tokens tokens; `logprobs: 0`
 so that every token comes as its own chunk). Reported per S:
 
-  - aggregate decode tokens/s: generated tokens of all streams / wall time of the level
+  - aggregate tokens/s: generated tokens of all streams / wall time of the level (prefill in)
+  - aggregate decode tokens/s: the tokens after each request's first / the time some request
+    was decoding (the union of the spans first token -> last token), prefill out: the definition
+    of `tandem bench --llm --streams` and of llama-bench's tg
   - time to first token p50 / p99 (request sent -> first token's chunk), ms
   - inter-token latency p50 / p99 (between consecutive token chunks of a request), ms
 
@@ -81,7 +84,7 @@ class Server:
 
 
 def one_request(port, model, max_tokens):
-    """One streaming completion: (ttft_s, [inter-token gaps], tokens)."""
+    """One streaming completion: (ttft_s, [inter-token gaps], tokens, (first, last) token times)."""
     body = json.dumps({"model": model, "prompt": PROMPT, "max_tokens": max_tokens, "stream": True,
                        "temperature": 0, "ignore_eos": True, "logprobs": 0}).encode()
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
@@ -115,17 +118,30 @@ def one_request(port, model, max_tokens):
     if not times:
         raise RuntimeError("no tokens")
     gaps = [b - a for a, b in zip(times, times[1:])]
-    return times[0] - t0, gaps, tokens
+    return times[0] - t0, gaps, tokens, (times[0], times[-1])
+
+
+def span_union(spans):
+    """Length of the union of (start, end) spans."""
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(spans):
+        if a > end:
+            total += b - a
+            end = b
+        elif b > end:
+            total += b - end
+            end = b
+    return total
 
 
 def level(port, model, streams, requests, max_tokens):
-    ttft, gaps, toks, errors = [], [], [0], []
+    ttft, gaps, toks, errors, spans, after_first = [], [], [0], [], [], [0]
     lock = threading.Lock()
 
     def client():
         for _ in range(requests):
             try:
-                t, g, n = one_request(port, model, max_tokens)
+                t, g, n, sp = one_request(port, model, max_tokens)
             except Exception as e:  # noqa: BLE001
                 with lock:
                     errors.append(repr(e))
@@ -134,6 +150,8 @@ def level(port, model, streams, requests, max_tokens):
                 ttft.append(t)
                 gaps.extend(g)
                 toks[0] += n
+                after_first[0] += n - 1
+                spans.append(sp)
 
     threads = [threading.Thread(target=client) for _ in range(streams)]
     t0 = time.perf_counter()
@@ -144,7 +162,9 @@ def level(port, model, streams, requests, max_tokens):
     wall = time.perf_counter() - t0
     if errors:
         raise RuntimeError(f"{len(errors)} requests failed: {errors[0]}")
-    return {"streams": streams, "tok_s": toks[0] / wall, "ttft_p50": pct(ttft, 0.5) * 1e3,
+    dec = span_union(spans)
+    return {"streams": streams, "tok_s": toks[0] / wall,
+            "decode_tok_s": after_first[0] / dec if dec > 0 else float("nan"), "ttft_p50": pct(ttft, 0.5) * 1e3,
             "ttft_p99": pct(ttft, 0.99) * 1e3, "itl_p50": pct(gaps, 0.5) * 1e3,
             "itl_p99": pct(gaps, 0.99) * 1e3, "tokens": toks[0], "wall": wall}
 
@@ -204,6 +224,7 @@ def main():
                         r.update(model=model, batching="on" if batching else "off")
                         rows.append(r)
                         print(f"{model:5} batching {r['batching']:3} streams {s:2}: {r['tok_s']:8.1f} tok/s  "
+                              f"decode {r['decode_tok_s']:8.1f} tok/s  "
                               f"TTFT p50 {r['ttft_p50']:8.1f} p99 {r['ttft_p99']:8.1f} ms  "
                               f"ITL p50 {r['itl_p50']:7.2f} p99 {r['itl_p99']:7.2f} ms", flush=True)
                 finally:
@@ -215,15 +236,17 @@ def main():
              f"--streams {args.streams} --requests {args.requests} --max-tokens {args.max_tokens} "
              f"--threads {args.threads} --kv-memory-mb {args.kv_memory_mb}`; prompt of {len(PROMPT)} characters, greedy, ignore_eos. "
              "Shared 2-core machine: noisy.", "",
-             "| model | batching | streams | decode tok/s | x 1 stream | on / off | TTFT p50 ms | "
-             "TTFT p99 ms | ITL p50 ms | ITL p99 ms |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| model | batching | streams | tok/s (end to end) | x 1 stream | on / off | decode tok/s | "
+             "x 1 stream | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         base = next(x for x in rows if x["model"] == r["model"] and x["batching"] == r["batching"])
         off = [x for x in rows if x["model"] == r["model"] and x["batching"] == "off"
                and x["streams"] == r["streams"]]
         ratio = f"{r['tok_s'] / off[0]['tok_s']:.2f}" if r["batching"] == "on" and off else ""
         lines.append(f"| {r['model']} | {r['batching']} | {r['streams']} | {r['tok_s']:.1f} | "
-                     f"{r['tok_s'] / base['tok_s']:.2f} | {ratio} | {r['ttft_p50']:.1f} | "
+                     f"{r['tok_s'] / base['tok_s']:.2f} | {ratio} | {r['decode_tok_s']:.1f} | "
+                     f"{r['decode_tok_s'] / base['decode_tok_s']:.2f} | {r['ttft_p50']:.1f} | "
                      f"{r['ttft_p99']:.1f} | {r['itl_p50']:.2f} | {r['itl_p99']:.2f} |")
     text = "\n".join(lines) + "\n"
     print(text)
