@@ -212,8 +212,15 @@ TDM_TARGET_AVX2 static void quant_avx2(const tdm_nbits_w *w, const float *a, int
         float inv[8], sav[8], qsum[8];
         for (int i = 0; i < 8; i++) {
             m[i] = _mm256_setzero_ps();
-            int64_t k0 = (b0 + i) * bs, k1 = k0 + bs < K ? k0 + bs : K;
-            for (int64_t k = k0; i < ng && k < k1; k += 8) {
+            int64_t k0 = (b0 + i) * bs, k1 = k0 + bs < K ? k0 + bs : K, k = k0;
+            for (; i < ng && k + 32 <= k1; k += 32) { /* whole runs of 32: plain loads */
+                __m256 x0 = _mm256_max_ps(_mm256_andnot_ps(signbit, _mm256_loadu_ps(a + k)),
+                                          _mm256_andnot_ps(signbit, _mm256_loadu_ps(a + k + 8)));
+                __m256 x1 = _mm256_max_ps(_mm256_andnot_ps(signbit, _mm256_loadu_ps(a + k + 16)),
+                                          _mm256_andnot_ps(signbit, _mm256_loadu_ps(a + k + 24)));
+                m[i] = _mm256_max_ps(m[i], _mm256_max_ps(x0, x1));
+            }
+            for (; i < ng && k < k1; k += 8) {
                 __m256i mk = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)min64(8, k1 - k)), lane);
                 m[i] = _mm256_max_ps(m[i], _mm256_andnot_ps(signbit, _mm256_maskload_ps(a + k, mk)));
             }
@@ -226,8 +233,22 @@ TDM_TARGET_AVX2 static void quant_avx2(const tdm_nbits_w *w, const float *a, int
         for (int i = 0; i < 8; i++) {
             __m256i qs = _mm256_setzero_si256();
             const __m256 vinv = _mm256_set1_ps(inv[i]);
-            int64_t k0 = (b0 + i) * bs, k1 = k0 + bs < K ? k0 + bs : K;
-            for (int64_t k = k0; i < ng && k < k1; k += 8) {
+            int64_t k0 = (b0 + i) * bs, k1 = k0 + bs < K ? k0 + bs : K, k = k0;
+            for (; i < ng && k + 32 <= k1; k += 32) { /* 32 codes, one store */
+                __m256i c[4];
+                for (int v = 0; v < 4; v++) {
+                    __m256 x = _mm256_mul_ps(_mm256_loadu_ps(a + k + 8 * v), vinv);
+                    __m256 h = _mm256_or_ps(_mm256_and_ps(x, signbit), half);
+                    c[v] = _mm256_cvttps_epi32(_mm256_add_ps(x, h));
+                }
+                qs = _mm256_add_epi32(qs, _mm256_add_epi32(_mm256_add_epi32(c[0], c[1]),
+                                                           _mm256_add_epi32(c[2], c[3])));
+                /* |c| <= 127: no saturation; the packs leave the dwords of 4 codes lane-interleaved */
+                __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(c[0], c[1]), _mm256_packs_epi32(c[2], c[3]));
+                p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+                _mm256_storeu_si256((__m256i *)(nat + k), p);
+            }
+            for (; i < ng && k < k1; k += 8) {
                 __m256i mk = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)min64(8, k1 - k)), lane);
                 __m256 x = _mm256_mul_ps(_mm256_maskload_ps(a + k, mk), vinv);
                 __m256 h = _mm256_or_ps(_mm256_and_ps(x, signbit), half);
