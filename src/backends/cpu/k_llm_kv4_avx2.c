@@ -1,5 +1,5 @@
-/* The 4-bit KV cache's row writers in AVX2 (the attention's read side: k_llm_gqa_i8.c, whose
- * AVX-512 forms these follow): each new key / value row of a decode step is rotated and
+/* The 4-bit KV cache's row writers in AVX2 (the attention's read side: k_llm_gqa_i8.c; the
+ * AVX-512 forms these follow: k_llm_gqa_i8_avx512.c): each new key / value row of a decode step is rotated and
  * quantised here, and the query and the output are rotated. */
 #include <string.h>
 
@@ -48,7 +48,7 @@ TDM_TARGET_AVX2 static inline __m256i round_codes8(__m256 x, __m256 inv, float l
 }
 
 /* tdm_llm_kv4_quantize_row for rows of whole groups (d % 32 == 0, the others there), the same
- * bytes, as quantize4_avx512 (k_llm_gqa_i8.c) in AVX2: the rotation above, the first value of largest magnitude, its
+ * bytes, as quantize4_avx512 (k_llm_gqa_i8_avx512.c) in AVX2: the rotation above, the first value of largest magnitude, its
  * scale, the codes (NaN as 0: code 8), two a byte. A decode step writes 180 rows (SmolLM2:
  * 30 layers x 3 kv heads x K and V); the scalar form took ~0.4 us a row. */
 TDM_TARGET_AVX2 void tdm_llm_kv4_quantize_row_avx2(const float *x0, int64_t d, int8_t *row) {
