@@ -16,7 +16,10 @@ Then tandem's depth ratio paired in time (--paired-reps repetitions, default 7, 
 each repetition's ratio; median and min-max). Then, from bench/llm/membw.c (compiled here with cc -O3 -march=native) the machine's read bandwidth at
 1 and 2 threads and its ISA; from model.onnx the bytes of weights one decode step reads (every
 MatMulNBits B + scales + zero points, the norms, one embedding row) and the KV cache bytes at a position;
-and for each engine decode (bytes/token x tokens/s) as a fraction of the measured bandwidth.
+and for each engine decode (bytes/token x tokens/s) as a fraction of the measured bandwidth. The
+bytes are the engine's own count where it reports one (tandem's JSON "weight_bytes_per_token": the
+weights as its session holds them, packed forms included, tables one row), else the model file's;
+the table's "weights MB a token" column says which figure each row used.
 
 The tandem side runs `tandem bench MODEL_DIR --llm --prompt-tokens P --gen-tokens G --threads T
 --warmup 1 --repetitions R --json` and expects one JSON object (written by the generator work of
@@ -25,7 +28,8 @@ issue 19; this script reads it defensively, and records a failure instead of sto
    "prefill_tokens_per_s": X | {"median"|"mean": X, "min": .., "max": .., "stddev": ..},
    "decode_tokens_per_s":  X | {...},
    "ttft_ms": X | {...},
-   "peak_rss_bytes": N (optional; the script measures the process's peak RSS itself)}
+   "peak_rss_bytes": N (optional; the script measures the process's peak RSS itself),
+   "weight_bytes_per_token": N (optional: the bytes of weights the engine reads a decode step)}
 Also accepted: "pp_tokens_per_s"/"tg_tokens_per_s" or {"pp": {...}, "tg": {...}} (llama-bench's names).
 
 --kv-type T is passed to tandem (`tandem bench --kv-type T`: its KV cache type; ORT GenAI always runs
@@ -355,9 +359,9 @@ def main():
         return None
 
     lines = ["| threads | engine | KV cache | prefill tok/s (P=%d) | TTFT ms | decode tok/s @%s | decode@%d / decode@%d | "
-             "decode GB/s (weights + KV) | %% of measured bandwidth | peak RSS MiB |"
+             "weights MB a token | decode GB/s (weights + KV) | %% of measured bandwidth | peak RSS MiB |"
              % (a.prompt_tokens, " / @".join(str(p) for p in positions), positions[-1], positions[0]),
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     summary = []
     for t in a.thread_list:
         bwt = (bw.get("read_gbps") or {}).get(str(t))
@@ -373,21 +377,28 @@ def main():
                 if r["engine"] == e and r["threads"] == t and isinstance(r.get("raw"), dict):
                     kvt = {"float32": "f32", "float16": "f16"}.get(r["raw"].get("kv_type"), r["raw"].get("kv_type", kvt))
             kvb = kv_per_pos.get(kvt, kv_per_pos["model"])
+            # the engine's own count of the weights a step reads, when it gives one (tandem:
+            # its packed forms as held); else the model file's
+            ewb = wbytes
+            for r in results:
+                if r["engine"] == e and r["threads"] == t and isinstance(r.get("raw"), dict) and \
+                        (r["raw"].get("weight_bytes_per_token") or 0) > 0:
+                    ewb = r["raw"]["weight_bytes_per_token"]
             gbps = ""
             frac = ""
             if d0:
-                by = wbytes + kvb * positions[0]
+                by = ewb + kvb * positions[0]
                 gbps = f"{by * d0 / 1e9:.2f}"
                 if bwt:
                     frac = f"{100.0 * by * d0 / 1e9 / bwt:.0f}%"
             dec_txt = " / ".join(f"{figure(d):.1f} ({spread(d)})" if figure(d) else "-" for d in decs)
             ratio = f"{dl / d0:.2f}" if d0 and dl else "-"
             lines.append(f"| {t} | {e} | {kvt} | {figure(pf) or 0:.1f} ({spread(pf)}) | {figure(tt) or 0:.0f} | {dec_txt} | "
-                         f"{ratio} | {gbps} | {frac} | {rss / 2**20:.0f} |")
+                         f"{ratio} | {ewb / 1e6:.1f} | {gbps} | {frac} | {rss / 2**20:.0f} |")
             summary.append({"engine": e, "threads": t, "kv_type": kvt, "prefill_tokens_per_s": figure(pf), "ttft_ms": figure(tt),
                             "decode_tokens_per_s": {str(p): figure(d) for p, d in zip(positions, decs)},
-                            "peak_rss_bytes": rss, "bandwidth_fraction_at_first_position":
-                            (wbytes + kvb * positions[0]) * d0 / 1e9 / bwt if d0 and bwt else None})
+                            "peak_rss_bytes": rss, "weight_bytes_per_token": ewb, "bandwidth_fraction_at_first_position":
+                            (ewb + kvb * positions[0]) * d0 / 1e9 / bwt if d0 and bwt else None})
     if "tandem" in engines and "ort-genai" in engines:
         lines.append("")
         lines.append("| threads | tandem/ORT-GenAI prefill | tandem/ORT-GenAI decode @" + " / @".join(map(str, positions))

@@ -183,6 +183,11 @@ TDM_API void tdm_generator_get_stats(const tdm_generator *gen, tdm_generator_sta
 /* The generator's session (owned by it): for tdm_session_monitor (a device's peak, bytes
  * uploaded per token). */
 TDM_API tdm_session *tdm_generator_session(tdm_generator *gen);
+/* Bytes of weights one decode step reads, as the session holds them (packed forms included):
+ * every constant tensor a node of the planned graph reads, whole, except the tables a step
+ * reads one row of (the token embedding, the rotary cos / sin caches). The numerator of a
+ * decode's memory bandwidth (tandem bench --llm). 0 without a session, -1 out of memory. */
+TDM_API int64_t tdm_generator_weight_bytes_per_token(const tdm_generator *gen);
 
 #ifdef __cplusplus
 }

@@ -404,6 +404,7 @@ int cmd_bench_llm(int argc, char **argv) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     double rss_mib = (double)ru.ru_maxrss / 1024.0; /* Linux: KiB */
+    int64_t wbytes = tdm_generator_weight_bytes_per_token(gen);
     if (a.json) {
         printf("{\n  \"model\": ");
         bench_json_string(stdout, a.dir);
@@ -429,7 +430,10 @@ int cmd_bench_llm(int argc, char **argv) {
             printf("  \"device\": \"%s\", \"device_peak_bytes\": %lld, \"bytes_uploaded_per_token\": "
                    "%.1f, \"bytes_uploaded_pinned_per_token\": %.1f,\n", a.device, (long long)dev_peak,
                    up_tok, tg_tokens ? (double)tg_pinned / (double)tg_tokens : 0.0);
-        printf("  \"peak_rss_mib\": %.1f\n}\n", rss_mib);
+        /* the weights a decode step reads (packed forms as held), and at the tg rate */
+        printf("  \"weight_bytes_per_token\": %lld,", (long long)wbytes);
+        if (a.tg) printf(" \"tg_weight_gbps\": %.3f,", (double)wbytes * tg.mean / 1e9);
+        printf("\n  \"peak_rss_mib\": %.1f\n}\n", rss_mib);
     } else {
         char test[64];
         printf("| %-30s | %-20s | %21s |\n", "model", "test", "t/s");
@@ -470,6 +474,9 @@ int cmd_bench_llm(int argc, char **argv) {
                "(cpu: tokens per second of the process's CPU time)\n", a.threads,
                reps, tdm_generator_form(gen), tdm_generator_kv_type(gen), rss_mib,
                tdm_env_device_isa(env, 0) ? tdm_env_device_isa(env, 0) : "?");
+        if (wbytes > 0 && a.tg)
+            printf("weights read per decoded token %.2f MB (the packed forms as held): %.2f GB/s at "
+                   "tg%ld's mean\n", (double)wbytes / 1e6, (double)wbytes * tg.mean / 1e9, a.tg);
         if (a.device)
             printf("%s: peak %.2f MiB; uploaded %.3f MiB per decoded token (tg tests)\n", a.device,
                    (double)dev_peak / 1048576, up_tok / 1048576);

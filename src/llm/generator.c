@@ -865,6 +865,40 @@ const char *tdm_generator_kv_type(const tdm_generator *g) {
 
 tdm_session *tdm_generator_session(tdm_generator *g) { return g ? g->s : NULL; }
 
+/* Whether input k of n is a table that a decode step reads one row of (per token): the
+ * embedding (Gather, GatherBlockQuantized on axis 0) and the rotary cos / sin caches. */
+static bool row_table(const tdm_node *n, int k) {
+    bool ms = !strcmp(n->domain, "com.microsoft"), onnx = !n->domain[0];
+    if (!strcmp(n->op_type, "Gather") && onnx) return k == 0 && tdm_attr_int(n, "axis", 0) == 0;
+    if (!strcmp(n->op_type, "GatherBlockQuantized") && ms)
+        return (k == 0 || k == 2 || k == 3) && tdm_attr_int(n, "gather_axis", 0) == 0;
+    if (!strcmp(n->op_type, "GroupQueryAttention") && ms) return k == 7 || k == 8;
+    if (!strcmp(n->op_type, "RotaryEmbedding")) return ms ? k == 2 || k == 3 : k == 1 || k == 2;
+    return false;
+}
+
+int64_t tdm_generator_weight_bytes_per_token(const tdm_generator *g) {
+    const tdm_graph *gr = g && g->s ? tdm_session_graph(g->s) : NULL;
+    if (!gr) return 0;
+    int64_t *read = tdm_calloc(g->a, gr->n_values + 1, sizeof *read);
+    if (!read) return -1;
+    for (size_t i = 0; i < gr->n_nodes; i++) {
+        const tdm_node *n = &gr->nodes[i];
+        for (int k = 0; k < n->n_inputs; k++) {
+            int v = n->inputs[k];
+            const tdm_tensor *t = v >= 0 ? gr->values[v].data : NULL;
+            if (!t || t->device) continue;
+            int64_t b = (int64_t)t->nbytes;
+            if (row_table(n, k) && t->rank >= 1 && t->dims[0] > 0) b /= t->dims[0];
+            if (b > read[v]) read[v] = b;
+        }
+    }
+    int64_t sum = 0;
+    for (size_t v = 0; v < gr->n_values; v++) sum += read[v];
+    tdm_free(g->a, read);
+    return sum;
+}
+
 void tdm_generator_get_stats(const tdm_generator *g, tdm_generator_stats *out) {
     if (!out) return;
     if (!g) {

@@ -8,7 +8,8 @@
   jinja2 does (user message, add_generation_prompt) before tokenizing (skipped, with a note,
   when the build has no tokenizer / chat templates yet);
 - sampling with a seed is repeatable; --max-tokens, --stop-id end the generation;
-- `tandem bench --llm --json` reports pp/tg/tg_depth with mean and stddev and peak RSS;
+- `tandem bench --llm --json` reports pp/tg/tg_depth with mean and stddev and peak RSS, and the
+  bytes of weights a decode step reads (against the model file's own count);
 - bad arguments fail with a message.
 Usage: test_generate.py --tandem TANDEM --repo REPO   (exit 77 = skipped)
 """
@@ -57,6 +58,31 @@ def ort_greedy(model, prompt, n, n_layers, kv_heads, head_dim):
         out.append(t)
         ids.append(t)
     return out
+
+
+# inputs that a decode step reads one row of (per token): the embedding and rotary tables
+ROW_TABLES = {("", "Gather"): {0}, ("com.microsoft", "GatherBlockQuantized"): {0, 2, 3},
+              ("com.microsoft", "GroupQueryAttention"): {7, 8}, ("com.microsoft", "RotaryEmbedding"): {2, 3},
+              ("", "RotaryEmbedding"): {1, 2}}
+
+
+def decode_weight_bytes(model):
+    """Bytes of initializers one decode step reads by the model file (each once, at the most any
+    reader takes), and the 4-bit / 8-bit codes of its MatMulNBits alone."""
+    import onnx
+    from onnx import numpy_helper
+    m = onnx.load(model)
+    inits = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
+    read, codes = {}, 0
+    for n in m.graph.node:
+        for k, x in enumerate(n.input):
+            if x in inits:
+                a = inits[x]
+                rows = k in ROW_TABLES.get((n.domain, n.op_type), ()) and a.ndim > 0
+                read[x] = max(read.get(x, 0), a.nbytes // a.shape[0] if rows else a.nbytes)
+        if n.op_type == "MatMulNBits":
+            codes += inits[n.input[1]].nbytes
+    return sum(read.values()), codes
 
 
 def generate_json(tandem, folder, *args):
@@ -187,6 +213,12 @@ def main():
         check(ok, "bench --llm --json: pp, tg, tg at depth, peak RSS")
         if not ok:
             print(r.stdout, r.stderr)
+        # the weights a decode step reads: a float model's own bytes (its tables one row each),
+        # within 5% (tandem may lay a matrix out again)
+        want, _ = decode_weight_bytes(model)
+        got = d.get("weight_bytes_per_token", 0) if ok else 0
+        check(abs(got - want) <= 0.05 * want and d.get("tg_weight_gbps", 0) > 0,
+              f"bench --llm --json: weight_bytes_per_token {got} of the float model's {want}")
         r = run([T, "bench", folder, "--llm", "--prompt-tokens", "16", "--gen-tokens", "4", "--repetitions", "1"])
         check(r.returncode == 0 and "pp16" in r.stdout and "tg4" in r.stdout and "±" in r.stdout,
               "bench --llm table")
@@ -240,6 +272,14 @@ def main():
         check(ok, "bench --llm --streams --json: decode tokens/s over the union of decode spans")
         if r.returncode != 0:
             print(r.stdout, r.stderr[-800:])
+        # the GenAI form's packed weights: at least the 4-bit codes, at most the file's bytes
+        # (scales may be held as float16; the embedding one row)
+        want, codes = decode_weight_bytes(os.path.join(gfolder, "model.onnx"))
+        r = run([T, "bench", gfolder, "--llm", "--prompt-tokens", "4", "--gen-tokens", "4", "--repetitions", "1",
+                 "--threads", "1", "--json"])
+        got = json.loads(r.stdout).get("weight_bytes_per_token", 0) if r.returncode == 0 else 0
+        check(codes <= got <= 1.02 * want,
+              f"bench --llm --json (GenAI form): weight_bytes_per_token {got} within [{codes}, {want}]")
 
         # bad arguments
         r = run([T, "generate", folder])
