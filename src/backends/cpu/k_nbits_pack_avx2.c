@@ -64,20 +64,39 @@ zp_rows(__m256 (*accz)[2], __m256 z0, __m256 z1, const float *as, int64_t nb, in
     }
 }
 
+/* acc += x (int16) in acc's own register: GCC 12 adds into another register and copies the sum
+ * back, and in the 4-bit loop of 4 rows those copies pushed the int16 sums out to the stack (as
+ * padd_acc in k_llm_gqa_i8.c) */
+__attribute__((always_inline)) TDM_TARGET_AVX2_F16 static inline void padd16(__m256i *acc, __m256i x) {
+#if defined(__GNUC__) && !defined(__clang__)
+    __asm__("vpaddw %1, %0, %0" : "+x"(*acc) : "x"(x));
+#else
+    *acc = _mm256_add_epi16(*acc, x);
+#endif
+}
+
 /* The loops of several rows hold R <= 4 rows' sums */
 _Static_assert(NBP_RB <= 4 && NBP_R8 <= 4, "the AVX2 int8 loops take at most 4 rows a pass");
 
 /* 4 bits: rows m0 .. m0 + R - 1 of A against both halves of panel p in one pass, one group of
  * the block at a time (R and G known at compile time). Each broadcast dword of A serves the two
- * halves, and the live vectors are the group's 4 unpacked code vectors and 2R int16 sums, so
- * at R = 4 the group loop stays in registers (kept a loop: unrolled, GCC hoisted the products
- * and spilled them). Per 256 products of a row: 8 vpmaddubsw + 8 vpaddw + 2 broadcasts + 1/R
- * of the unpacking; the former loop (a pass per half, 4 groups unpacked at once: 8 code
+ * halves: the low nibbles of both halves against the rows' low dwords, then the high nibbles
+ * (the codes loaded again from L1) against the high ones, so the live vectors are 2 code
+ * vectors and 2R int16 sums, added in place (padd16). Kept a loop: unrolled, GCC hoisted the
+ * products and spilled them. Per 256 products of a row: 8 vpmaddubsw + 8 vpaddw + 2 broadcasts
+ * + 1/R of the unpacking. The former loop (a pass per half, 4 groups unpacked at once: 8 code
  * vectors, spilled sums) broadcast every dword twice (bench_nbits 3072 x 576 M = 8, 1 thread,
- * Zen 3 avx2: 189 -> 171 us). int16 sums: at most 8 vpmaddubsw of <= 2 * 15 * 128 (lo and hi
- * nibbles) before each vpmaddwd. Per row and half the same float operations in the same order
- * as the loop of one row (acc += cvt(d) * (s * sa) by block; the zero-point chain), so each
- * row's Y is the one of that row alone. */
+ * Zen 3 avx2: 189 -> 171 us); the one after it (4 code vectors live, GCC's adds copied back)
+ * kept its int16 sums on the stack: bench_nbits 1536 x 576, 1 thread, Zen 3, us, three
+ * alternating rounds: M = 8 83.6-86.3 -> 75.9-77.2, M = 4 42.2-45.5 -> 38.8-40.6, M = 3
+ * 40.4-40.5 -> 35.5-37.6, M = 512 5649-5691 -> 5254-5284; 576 x 1536 M = 8 86.8-89.7 ->
+ * 77.7-81.1. Its group loop now runs at the speed of a synthetic loop of the same
+ * instructions (11.2 cycles a group of 4 rows; the four vector pipes take vpaddw, vpand,
+ * vpsrlw and the broadcasts, two of them vpmaddubsw), the block's scaling ~17 cycles more.
+ * int16 sums: at most 8 vpmaddubsw of <= 2 * 15 * 128 (lo and hi nibbles) before each
+ * vpmaddwd. Per row and half the same float operations in the same order as the loop of one
+ * row (acc += cvt(d) * (s * sa) by block; the zero-point chain), so each row's Y is the one of
+ * that row alone (the int32 block sums are exact in any order). */
 __attribute__((always_inline)) TDM_TARGET_AVX2_F16 static inline void
 i8avx2_rows4(const tdm_nbits_pjob *j, int64_t p, int64_t m0, const int R, const int G, bool s16,
              bool mzs, bool z16) {
@@ -103,22 +122,22 @@ i8avx2_rows4(const tdm_nbits_pjob *j, int64_t p, int64_t m0, const int R, const 
             for (int r = 0; r < R; r++) t[r][0] = t[r][1] = _mm256_setzero_si256();
 #pragma GCC unroll 1
             for (int g = g0; g < g0 + 4; g++) {
-                __m256i v0 = _mm256_loadu_si256((const __m256i *)(rec + 64 * g));
-                __m256i v1 = _mm256_loadu_si256((const __m256i *)(rec + 64 * g + 32));
-                __m256i l0 = _mm256_and_si256(v0, nib), l1 = _mm256_and_si256(v1, nib);
-                __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), nib);
-                __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), nib);
+                const __m256i *cv = (const __m256i *)(rec + 64 * g);
+                __m256i c0 = _mm256_and_si256(_mm256_loadu_si256(cv), nib);
+                __m256i c1 = _mm256_and_si256(_mm256_loadu_si256(cv + 1), nib);
 #pragma GCC unroll 8
                 for (int r = 0; r < R; r++) {
-                    const int8_t *qr = q + r * kq + 4 * g;
-                    __m256i al = _mm256_set1_epi32(*(const i32u *)qr);
-                    __m256i ah = _mm256_set1_epi32(*(const i32u *)(qr + half));
-                    __m256i p0 = _mm256_add_epi16(_mm256_maddubs_epi16(l0, al),
-                                                  _mm256_maddubs_epi16(h0, ah));
-                    __m256i p1 = _mm256_add_epi16(_mm256_maddubs_epi16(l1, al),
-                                                  _mm256_maddubs_epi16(h1, ah));
-                    t[r][0] = _mm256_add_epi16(t[r][0], p0);
-                    t[r][1] = _mm256_add_epi16(t[r][1], p1);
+                    __m256i a = _mm256_set1_epi32(*(const i32u *)(q + r * kq + 4 * g));
+                    padd16(&t[r][0], _mm256_maddubs_epi16(c0, a));
+                    padd16(&t[r][1], _mm256_maddubs_epi16(c1, a));
+                }
+                c0 = _mm256_and_si256(_mm256_srli_epi16(_mm256_loadu_si256(cv), 4), nib);
+                c1 = _mm256_and_si256(_mm256_srli_epi16(_mm256_loadu_si256(cv + 1), 4), nib);
+#pragma GCC unroll 8
+                for (int r = 0; r < R; r++) {
+                    __m256i a = _mm256_set1_epi32(*(const i32u *)(q + r * kq + half + 4 * g));
+                    padd16(&t[r][0], _mm256_maddubs_epi16(c0, a));
+                    padd16(&t[r][1], _mm256_maddubs_epi16(c1, a));
                 }
             }
 #pragma GCC unroll 8
