@@ -887,7 +887,7 @@ int64_t tdm_generator_weight_bytes_per_token(const tdm_generator *g) {
         for (int k = 0; k < n->n_inputs; k++) {
             int v = n->inputs[k];
             const tdm_tensor *t = v >= 0 ? gr->values[v].data : NULL;
-            if (!t) continue; /* (a device copy is read there: it counts too) */
+            if (!t) continue; /* (held on a device too: that device reads it each step) */
             int64_t b = (int64_t)t->nbytes;
             if (row_table(n, k) && t->rank >= 1 && t->dims[0] > 0) b /= t->dims[0];
             if (b > read[v]) read[v] = b;
