@@ -236,6 +236,8 @@ static const tdm_llm_i8_fns fns4_portable = {scores_portable4, pv_portable4, tdm
 #ifdef TDM_SIMD_X86
 #include <immintrin.h>
 
+#include "backends/cpu/cpu_avx2.h"
+
 /* ---- AVX2 + FMA ---- */
 
 TDM_TARGET_AVX2 static inline float hsum8(__m256 v) {
@@ -483,9 +485,8 @@ TDM_TARGET_AVX2 TDM_NO_CONTRACT static void quantize_heads_avx2(const float *con
                 y = _mm256_and_ps(y, _mm256_cmp_ps(y, y, _CMP_ORD_Q));
                 c[k] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(y, lo), hi));
             }
-            __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(c[0], c[1]), _mm256_packs_epi32(c[2], c[3]));
-            b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-            _mm256_storeu_si256((__m256i *)(void *)(qc[h] + GROUP * g), b);
+            _mm256_storeu_si256((__m256i *)(void *)(qc[h] + GROUP * g),
+                                tdm_avx2_pack_codes(c[0], c[1], c[2], c[3]));
         }
         if (whole < ng) { /* the short last group, zero-padded */
             memset(qc[h] + GROUP * whole, 0, GROUP);
@@ -611,15 +612,6 @@ TDM_TARGET_AVX2 static AI __m256i lanes_below(int64_t k) {
 }
 
 #define PVQ_GROUPS (TDM_LLM_KV_I8_MAX_D / GROUP)
-/* acc += x in acc's register (GCC 12 adds into a new register and copies it back: six
- * copies a pass of three heads' sums) */
-TDM_TARGET_AVX2 static AI void padd_acc(__m256i *acc, __m256i x) {
-#if defined(__GNUC__) && !defined(__clang__)
-    __asm__("vpaddd %1, %0, %0" : "+x"(*acc) : "x"(x));
-#else
-    *acc = _mm256_add_epi32(*acc, x);
-#endif
-}
 /* ia[h][0..1] += the products of rows ra and rb (weights w[h][t], w[h][t + 1]) over 16
  * columns of a group (half): see pvq_avx2 */
 TDM_TARGET_AVX2 static AI void pvq_pair(const int8_t *ra, const int8_t *rb, const int16_t *const *w,
@@ -641,8 +633,8 @@ TDM_TARGET_AVX2 static AI void pvq_pair(const int8_t *ra, const int8_t *rb, cons
         int32_t wd;
         memcpy(&wd, w[h] + t, sizeof wd);
         __m256i wv = _mm256_set1_epi32(wd);
-        padd_acc(&ia[h][0], _mm256_madd_epi16(x[0], wv));
-        padd_acc(&ia[h][1], _mm256_madd_epi16(x[1], wv));
+        tdm_avx2_add32_acc(&ia[h][0], _mm256_madd_epi16(x[0], wv));
+        tdm_avx2_add32_acc(&ia[h][1], _mm256_madd_epi16(x[1], wv));
     }
 }
 

@@ -1,6 +1,7 @@
 /* The AVX2 decode loops of MatMulNBitsPacked (the layout and the sums: k_nbits_pack.c's
  * head comment): int8 activations by vpmaddubsw + vpmaddwd, float activations by FMA. */
 #include "backends/cpu/k_nbits_pack.h"
+#include "backends/cpu/cpu_avx2.h"
 #include "core/half.h"
 
 #ifdef TDM_SIMD_X86
@@ -64,17 +65,6 @@ zp_rows(__m256 (*accz)[2], __m256 z0, __m256 z1, const float *as, int64_t nb, in
     }
 }
 
-/* acc += x (int16) in acc's own register: GCC 12 adds into another register and copies the sum
- * back, and in the 4-bit loop of 4 rows those copies pushed the int16 sums out to the stack (as
- * padd_acc in k_llm_gqa_i8.c) */
-__attribute__((always_inline)) TDM_TARGET_AVX2_F16 static inline void padd16(__m256i *acc, __m256i x) {
-#if defined(__GNUC__) && !defined(__clang__)
-    __asm__("vpaddw %1, %0, %0" : "+x"(*acc) : "x"(x));
-#else
-    *acc = _mm256_add_epi16(*acc, x);
-#endif
-}
-
 /* The loops of several rows hold R <= 4 rows' sums */
 _Static_assert(NBP_RB <= 4 && NBP_R8 <= 4, "the AVX2 int8 loops take at most 4 rows a pass");
 
@@ -82,7 +72,7 @@ _Static_assert(NBP_RB <= 4 && NBP_R8 <= 4, "the AVX2 int8 loops take at most 4 r
  * the block at a time (R and G known at compile time). Each broadcast dword of A serves the two
  * halves: the low nibbles of both halves against the rows' low dwords, then the high nibbles
  * (the codes loaded again from L1) against the high ones, so the live vectors are 2 code
- * vectors and 2R int16 sums, added in place (padd16). Kept a loop: unrolled, GCC hoisted the
+ * vectors and 2R int16 sums, added in place (tdm_avx2_add16_acc). Kept a loop: unrolled, GCC hoisted the
  * products and spilled them. Per 256 products of a row: 8 vpmaddubsw + 8 vpaddw + 2 broadcasts
  * + 1/R of the unpacking. The former loop (a pass per half, 4 groups unpacked at once: 8 code
  * vectors, spilled sums) broadcast every dword twice (bench_nbits 3072 x 576 M = 8, 1 thread,
@@ -128,16 +118,16 @@ i8avx2_rows4(const tdm_nbits_pjob *j, int64_t p, int64_t m0, const int R, const 
 #pragma GCC unroll 8
                 for (int r = 0; r < R; r++) {
                     __m256i a = _mm256_set1_epi32(*(const i32u *)(q + r * kq + 4 * g));
-                    padd16(&t[r][0], _mm256_maddubs_epi16(c0, a));
-                    padd16(&t[r][1], _mm256_maddubs_epi16(c1, a));
+                    tdm_avx2_add16_acc(&t[r][0], _mm256_maddubs_epi16(c0, a));
+                    tdm_avx2_add16_acc(&t[r][1], _mm256_maddubs_epi16(c1, a));
                 }
                 c0 = _mm256_and_si256(_mm256_srli_epi16(_mm256_loadu_si256(cv), 4), nib);
                 c1 = _mm256_and_si256(_mm256_srli_epi16(_mm256_loadu_si256(cv + 1), 4), nib);
 #pragma GCC unroll 8
                 for (int r = 0; r < R; r++) {
                     __m256i a = _mm256_set1_epi32(*(const i32u *)(q + r * kq + half + 4 * g));
-                    padd16(&t[r][0], _mm256_maddubs_epi16(c0, a));
-                    padd16(&t[r][1], _mm256_maddubs_epi16(c1, a));
+                    tdm_avx2_add16_acc(&t[r][0], _mm256_maddubs_epi16(c0, a));
+                    tdm_avx2_add16_acc(&t[r][1], _mm256_maddubs_epi16(c1, a));
                 }
             }
 #pragma GCC unroll 8

@@ -133,6 +133,8 @@ static void rows_portable_f32(const tdm_nbits_job *j, int64_t n0, int64_t n1) {
 #ifdef TDM_SIMD_X86
 #include <immintrin.h>
 
+#include "backends/cpu/cpu_avx2.h"
+
 #define TDM_TARGET_VNNI                                                                         \
     __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma")))
 
@@ -243,10 +245,8 @@ TDM_TARGET_AVX2 static void quant_avx2(const tdm_nbits_w *w, const float *a, int
                 }
                 qs = _mm256_add_epi32(qs, _mm256_add_epi32(_mm256_add_epi32(c[0], c[1]),
                                                            _mm256_add_epi32(c[2], c[3])));
-                /* |c| <= 127: no saturation; the packs leave the dwords of 4 codes lane-interleaved */
-                __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(c[0], c[1]), _mm256_packs_epi32(c[2], c[3]));
-                p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-                _mm256_storeu_si256((__m256i *)(nat + k), p);
+                /* |c| <= 127: no saturation */
+                _mm256_storeu_si256((__m256i *)(nat + k), tdm_avx2_pack_codes(c[0], c[1], c[2], c[3]));
             }
             for (; i < ng && k < k1; k += 8) {
                 __m256i mk = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)min64(8, k1 - k)), lane);
