@@ -373,17 +373,15 @@ def main():
             d0 = figure(decs[0])
             dl = figure(decs[-1])
             kvt = kv_type_of(e, a, kv_per_pos)
-            for r in results:  # tandem says which cache it ran with
-                if r["engine"] == e and r["threads"] == t and isinstance(r.get("raw"), dict):
-                    kvt = {"float32": "f32", "float16": "f16"}.get(r["raw"].get("kv_type"), r["raw"].get("kv_type", kvt))
-            kvb = kv_per_pos.get(kvt, kv_per_pos["model"])
-            # the engine's own count of the weights a step reads, when it gives one (tandem:
-            # its packed forms as held); else the model file's
+            # tandem says which cache it ran with, and counts the weights a step reads (its
+            # packed forms as held); else the folder's cache and the model file's bytes
             ewb = wbytes
             for r in results:
-                if r["engine"] == e and r["threads"] == t and isinstance(r.get("raw"), dict) and \
-                        (r["raw"].get("weight_bytes_per_token") or 0) > 0:
-                    ewb = r["raw"]["weight_bytes_per_token"]
+                if r["engine"] == e and r["threads"] == t and isinstance(r.get("raw"), dict):
+                    kvt = {"float32": "f32", "float16": "f16"}.get(r["raw"].get("kv_type"), r["raw"].get("kv_type", kvt))
+                    if (r["raw"].get("weight_bytes_per_token") or 0) > 0:
+                        ewb = r["raw"]["weight_bytes_per_token"]
+            kvb = kv_per_pos.get(kvt, kv_per_pos["model"])
             gbps = ""
             frac = ""
             if d0:
