@@ -21,6 +21,7 @@ typedef struct {
   uint64_t sum;
   pthread_barrier_t *start;
   int first_touch;
+  double t0, t1; /* this thread's pass: after the barrier, after its last load */
 } job_t;
 
 static uint64_t sum_words(const uint64_t *p, size_t n) {
@@ -40,6 +41,8 @@ static uint64_t sum_words(const uint64_t *p, size_t n) {
   return a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7;
 }
 
+static double now(void);
+
 static void *worker(void *arg) {
   job_t *j = arg;
   if (j->first_touch) {
@@ -47,7 +50,9 @@ static void *worker(void *arg) {
     return NULL;
   }
   pthread_barrier_wait(j->start);
+  j->t0 = now();
   j->sum = sum_words(j->data, j->words);
+  j->t1 = now();
   return NULL;
 }
 
@@ -80,15 +85,18 @@ static int run(uint64_t *buf, size_t words, int threads, int first_touch, double
     jobs[t].first_touch = first_touch;
     if (pthread_create(&tid[t], NULL, worker, &jobs[t]) != 0) return -1;
   }
-  double t0 = 0;
-  if (!first_touch) {
-    pthread_barrier_wait(&start);
-    t0 = now();
-  }
+  if (!first_touch) pthread_barrier_wait(&start);
   for (int t = 0; t < threads; t++) pthread_join(tid[t], NULL);
-  double t1 = now();
   pthread_barrier_destroy(&start);
-  *seconds = t1 - t0;
+  /* the pass: the first thread's start to the last one's end, as the threads clock them (the
+   * caller's own clock after the barrier was late whenever the OS ran the workers first: with
+   * 2 workers and the caller on 2 cores, a 64 MiB pass read 291,777 GB/s) */
+  double t0 = jobs[0].t0, t1 = jobs[0].t1;
+  for (int t = 1; t < threads; t++) {
+    if (jobs[t].t0 < t0) t0 = jobs[t].t0;
+    if (jobs[t].t1 > t1) t1 = jobs[t].t1;
+  }
+  *seconds = first_touch ? 0 : t1 - t0;
   for (int t = 0; t < threads; t++) *sum += jobs[t].sum;
   return 0;
 }
