@@ -41,7 +41,11 @@ static uint64_t sum_words(const uint64_t *p, size_t n) {
   return a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7;
 }
 
-static double now(void);
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
 
 static void *worker(void *arg) {
   job_t *j = arg;
@@ -54,12 +58,6 @@ static void *worker(void *arg) {
   j->sum = sum_words(j->data, j->words);
   j->t1 = now();
   return NULL;
-}
-
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
 static const char *isa(void) {
