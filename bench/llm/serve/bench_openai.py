@@ -18,6 +18,16 @@ so that every token comes as its own chunk). Reported per S:
     of `tandem bench --llm --streams` and of llama-bench's tg
   - time to first token p50 / p99 (request sent -> first token's chunk), ms
   - inter-token latency p50 / p99 (between consecutive token chunks of a request), ms
+  - tokens per CPU second of the server process (its user + system time over the level, from
+    /proc): the server's cost a token, which the clients' own CPU on the same cores does not move
+
+Then, with batching on and unless --no-engine, the same load without the server: `tandem bench
+MODEL --llm --streams S --prompt-tokens P --gen-tokens --max-tokens --threads T` at S = 8 (or the
+largest level), P = the server's prompt tokens (as its usage counts them), and the server's
+tokens per CPU second at S against the engine's batched way: their ratio is what HTTP, streaming,
+tokenizing and the log-probabilities cost, with the workload the same. (The two decode rates are
+not comparable: each stream here sends --requests in a row, so later requests' prefills run
+inside the earlier ones' decode spans, while the engine bench prefills every prompt first.)
 
 Clients are plain http.client threads (little overhead per chunk); the machine's other load
 makes the figures noisy. Writes a markdown table to --out (default: stdout only).
@@ -134,7 +144,42 @@ def span_union(spans):
     return total
 
 
-def level(port, model, streams, requests, max_tokens):
+def cpu_seconds(pid):
+    """User + system CPU seconds of process pid so far (Linux /proc), or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def prompt_tokens(port, model):
+    """The prompt's token count as the server's usage reports it."""
+    body = json.dumps({"model": model, "prompt": PROMPT, "max_tokens": 1, "temperature": 0}).encode()
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    c.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+    r = c.getresponse()
+    doc = json.loads(r.read())
+    c.close()
+    if r.status != 200:
+        raise RuntimeError(f"HTTP {r.status}: {doc}")
+    return int(doc["usage"]["prompt_tokens"])
+
+
+def engine_batched(tandem, folder, streams, prompt, max_tokens, threads):
+    """tandem bench --llm --streams at the server's load: its batched way's JSON figures."""
+    cmd = [tandem, "bench", folder, "--llm", "--streams", str(streams), "--prompt-tokens", str(prompt),
+           "--gen-tokens", str(max_tokens), "--threads", str(threads), "--repetitions", "2", "--json"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)}: rc {r.returncode}: {r.stderr[-300:]}")
+    doc = json.loads(r.stdout[r.stdout.index("{"):])
+    way = next(w for w in doc["ways"] if w["name"] == "batched")
+    return {"cmd": " ".join(cmd), "tok_s": way["tokens_per_s"], "tok_cpu_s": way["tokens_per_cpu_s"]}
+
+
+def level(port, model, streams, requests, max_tokens, pid=None):
     ttft, gaps, toks, errors, spans, after_first = [], [], [0], [], [], [0]
     lock = threading.Lock()
 
@@ -154,19 +199,22 @@ def level(port, model, streams, requests, max_tokens):
                 spans.append(sp)
 
     threads = [threading.Thread(target=client) for _ in range(streams)]
+    c0 = cpu_seconds(pid) if pid else None
     t0 = time.perf_counter()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
+    c1 = cpu_seconds(pid) if pid else None
     if errors:
         raise RuntimeError(f"{len(errors)} requests failed: {errors[0]}")
     dec = span_union(spans)
     return {"streams": streams, "tok_s": toks[0] / wall,
             "decode_tok_s": after_first[0] / dec if dec > 0 else float("nan"), "ttft_p50": pct(ttft, 0.5) * 1e3,
             "ttft_p99": pct(ttft, 0.99) * 1e3, "itl_p50": pct(gaps, 0.5) * 1e3,
-            "itl_p99": pct(gaps, 0.99) * 1e3, "tokens": toks[0], "wall": wall}
+            "itl_p99": pct(gaps, 0.99) * 1e3, "tokens": toks[0], "wall": wall,
+            "tok_cpu_s": toks[0] / (c1 - c0) if c0 is not None and c1 is not None and c1 > c0 else float("nan")}
 
 
 def make_repo(tmp, name, folder, threads, batching, max_batch, kv_mb):
@@ -194,11 +242,14 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--kv-memory-mb", type=int, default=512, help="the KV pool (engine option kv_bytes)")
+    ap.add_argument("--no-engine", action="store_true",
+                    help="skip the engine bench at the server's load (batching on)")
     ap.add_argument("--out")
     args = ap.parse_args()
     levels = [int(x) for x in args.streams.split(",")]
     tmp = tempfile.mkdtemp(prefix="tandem-llm-serve-bench-")
     rows = []
+    engines = []  # the engine bench at the server's load, per model
     try:
         folders = {}
         for name in args.models.split(","):
@@ -216,19 +267,28 @@ def main():
                 repo = make_repo(tmp, os.path.basename(os.path.normpath(name)), folder, args.threads, batching,
                                  max(levels), args.kv_memory_mb)
                 srv = Server(args.tandem, repo)
+                p = None
                 try:
                     model = os.path.basename(os.path.normpath(name))
                     one_request(srv.port, model, 4)  # warm-up
                     for s in levels:
-                        r = level(srv.port, model, s, args.requests, args.max_tokens)
+                        r = level(srv.port, model, s, args.requests, args.max_tokens, srv.proc.pid)
                         r.update(model=model, batching="on" if batching else "off")
                         rows.append(r)
                         print(f"{model:5} batching {r['batching']:3} streams {s:2}: {r['tok_s']:8.1f} tok/s  "
                               f"decode {r['decode_tok_s']:8.1f} tok/s  "
                               f"TTFT p50 {r['ttft_p50']:8.1f} p99 {r['ttft_p99']:8.1f} ms  "
-                              f"ITL p50 {r['itl_p50']:7.2f} p99 {r['itl_p99']:7.2f} ms", flush=True)
+                              f"ITL p50 {r['itl_p50']:7.2f} p99 {r['itl_p99']:7.2f} ms  "
+                              f"server {r['tok_cpu_s']:.1f} tok/cpu-s", flush=True)
+                    p = prompt_tokens(srv.port, model) if batching and not args.no_engine else None
                 finally:
                     srv.stop()
+                if p is not None:  # the engine alone, with the server gone
+                    s = 8 if 8 in levels else max(levels)
+                    e = engine_batched(args.tandem, folder, s, p, args.max_tokens, args.threads)
+                    engines.append(dict(e, model=model, streams=s, prompt_tokens=p))
+                    print(f"{model:5} engine bench, {s} streams, prompt {p}: {e['tok_s']:8.1f} tok/s  "
+                          f"{e['tok_cpu_s']:.1f} tok/cpu-s", flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     lines = [f"# tandem serve, OpenAI API, streaming clients ({datetime.date.today()})", "",
@@ -237,8 +297,8 @@ def main():
              f"--threads {args.threads} --kv-memory-mb {args.kv_memory_mb}`; prompt of {len(PROMPT)} characters, greedy, ignore_eos. "
              "Shared 2-core machine: noisy.", "",
              "| model | batching | streams | tok/s (end to end) | x 1 stream | on / off | decode tok/s | "
-             "x 1 stream | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "x 1 stream | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | server tok/cpu-s |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         base = next(x for x in rows if x["model"] == r["model"] and x["batching"] == r["batching"])
         off = [x for x in rows if x["model"] == r["model"] and x["batching"] == "off"
@@ -247,7 +307,18 @@ def main():
         lines.append(f"| {r['model']} | {r['batching']} | {r['streams']} | {r['tok_s']:.1f} | "
                      f"{r['tok_s'] / base['tok_s']:.2f} | {ratio} | {r['decode_tok_s']:.1f} | "
                      f"{r['decode_tok_s'] / base['decode_tok_s']:.2f} | {r['ttft_p50']:.1f} | "
-                     f"{r['ttft_p99']:.1f} | {r['itl_p50']:.2f} | {r['itl_p99']:.2f} |")
+                     f"{r['ttft_p99']:.1f} | {r['itl_p50']:.2f} | {r['itl_p99']:.2f} | {r['tok_cpu_s']:.1f} |")
+    if engines:
+        lines += ["", "The same load without the server (`tandem bench --llm --streams S`, the batched way, at the "
+                  "server's prompt length), against the server's level S with batching on:", "",
+                  "| model | streams | prompt tokens | engine tok/s | engine tok/cpu-s | server tok/cpu-s | server / engine (CPU a token) |",
+                  "|---|---:|---:|---:|---:|---:|---:|"]
+        for e in engines:
+            srv_row = next((x for x in rows if x["model"] == e["model"] and x["batching"] == "on"
+                            and x["streams"] == e["streams"]), None)
+            sc = srv_row["tok_cpu_s"] if srv_row else float("nan")
+            lines.append(f"| {e['model']} | {e['streams']} | {e['prompt_tokens']} | {e['tok_s']:.1f} | "
+                         f"{e['tok_cpu_s']:.1f} | {sc:.1f} | {sc / e['tok_cpu_s']:.2f} |")
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
