@@ -47,6 +47,9 @@ import tempfile
 import threading
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "serve"))
+from bench_serve import cpu_seconds  # noqa: E402  (a process's /proc CPU time, as hostile.py uses it)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 PROMPT = ("Once upon a time there was a little model that wanted to run on every computer, with or "
@@ -142,16 +145,6 @@ def span_union(spans):
             total += b - end
             end = b
     return total
-
-
-def cpu_seconds(pid):
-    """User + system CPU seconds of process pid so far (Linux /proc), or None."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 def prompt_tokens(port, model):
