@@ -243,11 +243,22 @@ def model_bytes(model_dir):
         return numpy_helper.to_array(inits[name])
 
     total = 0
+    warned = False
     detail = {"matmulnbits": 0, "embedding_row": 0, "norms": 0, "float_matmul": 0}
     for n in m.graph.node:
         if n.op_type == "MatMulNBits":
             b = sum(nbytes(x) for x in n.input[1:4] if x)
             detail["matmulnbits"] += b
+            at = {x.name: onnx.helper.get_attribute_value(x) for x in n.attribute}
+            if at.get("bits") == 8 and at.get("accuracy_level", 0) < 4 and not warned:
+                # gguf_to_onnx.py's default lm head (level 0, float32 activations): tandem runs it
+                # in float32, and ONNX Runtime 1.32 on an AMX Xeon guest dequantised the whole head
+                # in a scalar loop every step (3.3 decode tok/s at 1 thread against 51.8 at level 4,
+                # 2026-12-06); the bench folder is made with --lm-head-accuracy-level 4 (README)
+                print(f"warning: {n.name or n.output[0]} is an 8-bit MatMulNBits at accuracy_level "
+                      f"{at.get('accuracy_level', 0)}: not the bench folder (bench/llm/README.md: "
+                      "--q4-1-form offset --lm-head-accuracy-level 4)", file=sys.stderr)
+                warned = True
         elif n.op_type == "MatMul" and n.input[1] in inits:
             detail["float_matmul"] += nbytes(n.input[1])  # e.g. gguf_to_onnx --q4-1-form offset
         elif n.op_type == "GatherBlockQuantized":
