@@ -298,6 +298,16 @@ def kv_type_of(e, a, kv):
 _membw_built = []  # the compiled membw, once per run of this script (it reads twice)
 
 
+def higher_reading(readings):
+    """{threads: GB/s} with each thread count's higher value over membw readings (None skipped)."""
+    best = {}
+    for rg in readings:
+        for k, v in (rg or {}).items():
+            if v and v > best.get(k, 0):
+                best[k] = v
+    return best
+
+
 def membw(a, mib=None):
     exe = os.path.join(tempfile.gettempdir(), f"tandem_membw_{os.getuid()}")
     if not _membw_built:
@@ -353,7 +363,8 @@ def main():
 
     bw = membw(a)
     wbytes, wdetail, kv_per_pos = model_bytes(a.model_dir)
-    # the read rate of a buffer the size of the weights a step reads: where the last-level cache
+    # the read rate of a buffer the size of the weights a step reads (the file's count, MiB rounded
+    # up; tandem's packed weights are ~14% fewer bytes): where the last-level cache
     # is larger than the weights (an AMX Xeon guest's 480 MiB L3), a decode step streams them from
     # L3 and outruns the DRAM reading (tandem 142-163% of it, 2026-12-06); this one says how near
     # the rate that the hierarchy gives such a stream it comes
@@ -383,17 +394,9 @@ def main():
     # run and 44.1 in the run before it, the same decode rates giving 111% and 56%)
     bw_end = membw(a)
     bw_ws_end = membw(a, ws_mib)
-    ws_best = {}
-    for rg in (bw_ws.get("read_gbps"), bw_ws_end.get("read_gbps")):
-        for k, v in (rg or {}).items():
-            if v and v > ws_best.get(k, 0):
-                ws_best[k] = v
+    ws_best = higher_reading([bw_ws.get("read_gbps"), bw_ws_end.get("read_gbps")])
     bw_runs = [bw.get("read_gbps"), bw_end.get("read_gbps")]
-    best = {}
-    for rg in bw_runs:
-        for k, v in (rg or {}).items():
-            if v and v > best.get(k, 0):
-                best[k] = v
+    best = higher_reading(bw_runs)
     bw = dict(bw, read_gbps=best or bw.get("read_gbps"), read_gbps_runs=bw_runs)
     print(f"machine: read bandwidth before / after the runs {bw_runs[0]} / {bw_runs[1]} GB/s", file=sys.stderr)
 
