@@ -106,6 +106,17 @@ static void node_init(node_case *c, const char *op, int n, const char *const *na
     if (threads > 1) assert_null(tdm_threadpool_create(threads, 0, &c->pool));
 }
 
+/* Adds tandem_kv_layout to c's node and prepares its state again: a node's attributes are
+ * read once by its prepare (tdm_llm_attn_attrs), as a plan's nodes are fixed once planned. */
+static void node_layout(node_case *c, const char *layout) {
+    c->attrs[c->node.n_attrs] = (tdm_attr){.name = "tandem_kv_layout", .type = TDM_ATTR_STRING,
+                                           .s = (char *)layout, .s_len = strlen(layout)};
+    c->node.n_attrs++;
+    tdm_llm_gqa_release(c->state, &g_alloc);
+    c->state = NULL;
+    assert_null(tdm_llm_gqa_prepare(&c->node, 1, 9, NULL, &g_alloc, &c->state));
+}
+
 static void node_free(node_case *c) {
     tdm_llm_gqa_release(c->state, &g_alloc);
     tdm_threadpool_free(c->pool);
@@ -206,10 +217,7 @@ static void check_config(const config *cf) {
     const int64_t vals[] = {H, KVH, cf->rotary != 0, cf->interleaved};
     node_case pc, gc;
     node_init(&pc, "PagedAttention", 4, names, vals, cf->isa, cf->threads);
-    if (bhsd) {
-        pc.attrs[4] = (tdm_attr){.name = "tandem_kv_layout", .type = TDM_ATTR_STRING, .s = "BHSD", .s_len = 4};
-        pc.node.n_attrs = 5;
-    }
+    if (bhsd) node_layout(&pc, "BHSD");
     node_init(&gc, "GroupQueryAttention", 4, names, vals, cf->isa, 1);
     int64_t yd[3] = {qd[0], qd[1], H * D};
     if (cf->qrank == 2) yd[1] = H * D;
@@ -397,10 +405,7 @@ static void check_half(bool bhsd, tdm_cpu_isa isa, int threads, int nseq, const 
     const int64_t vals[] = {HH, HKVH, 1, 0};
     node_case pc;
     node_init(&pc, "PagedAttention", 4, names, vals, isa, threads);
-    if (bhsd) {
-        pc.attrs[4] = (tdm_attr){.name = "tandem_kv_layout", .type = TDM_ATTR_STRING, .s = "BHSD", .s_len = 4};
-        pc.node.n_attrs = 5;
-    }
+    if (bhsd) node_layout(&pc, "BHSD");
     tdm_tensor *y = tensor(TDM_FLOAT, 2, qd, false), *yh = tensor(TDM_FLOAT, 2, qd, false);
     tdm_tensor *ko = view(kc), *vo = view(vc), *kho = view(kh), *vho = view(vh);
     const tdm_tensor *in[10] = {q, k, v, kc, vc, cut, pastt, bt, cosc, sinc};

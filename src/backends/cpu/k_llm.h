@@ -144,6 +144,22 @@ void tdm_llm_merge_parts(const float *part, int64_t parts, int64_t D, bool has_s
                          float *y);
 void tdm_llm_rotate(float *x, const float *c, const float *s, int64_t rot, bool interleaved);
 
+/* The attributes GroupQueryAttention (float32 and float16) and PagedAttention read every run,
+ * read by name once by tdm_llm_gqa_prepare into the node's state (a decode step of a 30-layer
+ * model had looked up ~9 by name per node: ~0.4% of its time in strcmp). */
+typedef struct tdm_llm_attn_attrs {
+    int64_t H, KVH; /* num_heads, kv_num_heads */
+    int64_t win;    /* local_window_size */
+    float softcap;
+    float scale;    /* the attribute; 0: 1 / sqrt(head size) */
+    bool rotary, interleaved, smooth;
+    bool causal;    /* GroupQueryAttention's "causal", PagedAttention's "is_causal" */
+    bool bhsd;      /* PagedAttention's tandem_kv_layout is "BHSD" */
+} tdm_llm_attn_attrs;
+/* ctx's node's attributes: the prepared state's, or read into *local when the run has none. */
+const tdm_llm_attn_attrs *tdm_llm_attn_attrs_of(const tdm_kernel_ctx *ctx,
+                                                tdm_llm_attn_attrs *local);
+
 /* GroupQueryAttention's kernel (k_llm_gqa.c): also called directly by the unit test that
  * aliases present with past. */
 tdm_status *tdm_llm_run_gqa(tdm_kernel_ctx *ctx);

@@ -59,16 +59,40 @@ typedef struct gqa_state {
     atomic_flag busy;
     float *arena;
     size_t size; /* floats */
+    tdm_llm_attn_attrs at;
 } gqa_state;
+
+static void read_attrs(const tdm_node *n, tdm_llm_attn_attrs *at) {
+    bool paged = strcmp(n->op_type, "PagedAttention") == 0;
+    at->H = tdm_attr_int(n, "num_heads", 0);
+    at->KVH = tdm_attr_int(n, "kv_num_heads", 0);
+    at->win = tdm_attr_int(n, "local_window_size", -1);
+    at->softcap = tdm_attr_float(n, "softcap", 0.0f);
+    at->scale = tdm_attr_float(n, "scale", 0.0f);
+    at->rotary = tdm_attr_int(n, "do_rotary", 0) != 0;
+    at->interleaved = tdm_attr_int(n, "rotary_interleaved", 0) != 0;
+    at->smooth = !paged && tdm_attr_int(n, "smooth_softmax", 0) != 0;
+    at->causal = tdm_attr_int(n, paged ? "is_causal" : "causal", 1) != 0;
+    at->bhsd = paged && strcmp(tdm_attr_string(n, "tandem_kv_layout", "BSHD"), "BHSD") == 0;
+}
+
+const tdm_llm_attn_attrs *tdm_llm_attn_attrs_of(const tdm_kernel_ctx *ctx,
+                                                tdm_llm_attn_attrs *local) {
+    const gqa_state *s = ctx->state;
+    if (s) return &s->at;
+    read_attrs(ctx->node, local);
+    return local;
+}
 
 tdm_status *tdm_llm_gqa_prepare(const tdm_node *node, int opset, int n_in,
                                 const tdm_tensor *const *in, const tdm_allocator *a, void **state) {
-    (void)node, (void)opset, (void)n_in, (void)in;
+    (void)opset, (void)n_in, (void)in;
     gqa_state *s = tdm_alloc(a, sizeof *s);
     if (!s) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory for GroupQueryAttention state");
     memset(s, 0, sizeof *s);
     s->alloc = a;
     atomic_flag_clear(&s->busy);
+    read_attrs(node, &s->at);
     *state = s;
     return NULL;
 }
@@ -517,8 +541,10 @@ tdm_status *tdm_llm_run_gqa(tdm_kernel_ctx *ctx) {
     const tdm_tensor *sink = ctx->n_in > 11 ? ctx->in[11] : NULL;
     gqa_job j;
     memset(&j, 0, sizeof j);
-    j.H = tdm_attr_int(node, "num_heads", 0);
-    j.KVH = tdm_attr_int(node, "kv_num_heads", 0);
+    tdm_llm_attn_attrs la;
+    const tdm_llm_attn_attrs *at = tdm_llm_attn_attrs_of(ctx, &la);
+    j.H = at->H;
+    j.KVH = at->KVH;
     if (j.H <= 0 || j.KVH <= 0 || j.H % j.KVH)
         return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "bad num_heads / kv_num_heads");
     if (j.H / j.KVH > 64)
@@ -580,8 +606,8 @@ tdm_status *tdm_llm_run_gqa(tdm_kernel_ctx *ctx) {
         if (t && (t->rank != 4 || t->dims[2] != j.L))
             return tdm_node_error(node, TDM_ERR_INTERNAL, "present has the wrong shape");
     }
-    j.rotary = tdm_attr_int(node, "do_rotary", 0) != 0;
-    j.interleaved = tdm_attr_int(node, "rotary_interleaved", 0) != 0;
+    j.rotary = at->rotary;
+    j.interleaved = at->interleaved;
     if (j.rotary) {
         if (!cosc || !sinc || cosc->dtype != TDM_FLOAT || sinc->dtype != TDM_FLOAT ||
             cosc->rank != 2 || sinc->rank != 2 || sinc->dims[0] != cosc->dims[0] ||
@@ -612,12 +638,11 @@ tdm_status *tdm_llm_run_gqa(tdm_kernel_ctx *ctx) {
         j.bias_s[1] = bias->dims[1] == 1 ? 0 : j.S * total;
         j.bias_s[0] = bias->dims[0] == 1 ? 0 : bias->dims[1] * j.S * total;
     }
-    j.smooth = tdm_attr_int(node, "smooth_softmax", 0) != 0;
-    j.causal = tdm_attr_int(node, "causal", 1) != 0;
-    j.win = tdm_attr_int(node, "local_window_size", -1);
-    j.softcap = tdm_attr_float(node, "softcap", 0.0f);
-    float scale = tdm_attr_float(node, "scale", 0.0f);
-    j.scale = scale != 0.0f ? scale : 1.0f / sqrtf((float)j.D);
+    j.smooth = at->smooth;
+    j.causal = at->causal;
+    j.win = at->win;
+    j.softcap = at->softcap;
+    j.scale = at->scale != 0.0f ? at->scale : 1.0f / sqrtf((float)j.D);
 
     /* per item: first new row and valid rows, checked against the buffers */
     bool first = j.S == total;

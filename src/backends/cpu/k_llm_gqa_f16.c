@@ -320,8 +320,10 @@ tdm_status *tdm_llm_run_gqa_f16(tdm_kernel_ctx *ctx) {
                               "attention_bias and head_sink are not implemented in float16");
     gqa16_job j;
     memset(&j, 0, sizeof j);
-    j.H = tdm_attr_int(node, "num_heads", 0);
-    j.KVH = tdm_attr_int(node, "kv_num_heads", 0);
+    tdm_llm_attn_attrs la;
+    const tdm_llm_attn_attrs *at = tdm_llm_attn_attrs_of(ctx, &la);
+    j.H = at->H;
+    j.KVH = at->KVH;
     if (j.H <= 0 || j.KVH <= 0 || j.H % j.KVH)
         return tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, "bad num_heads / kv_num_heads");
     if (j.H / j.KVH > 64)
@@ -378,8 +380,8 @@ tdm_status *tdm_llm_run_gqa_f16(tdm_kernel_ctx *ctx) {
         if (t && (t->dtype != TDM_FLOAT16 || (o > 0 && (t->rank != 4 || t->dims[2] != j.L))))
             return tdm_node_error(node, TDM_ERR_INTERNAL, "an output has the wrong type or shape");
     }
-    j.rotary = tdm_attr_int(node, "do_rotary", 0) != 0;
-    j.interleaved = tdm_attr_int(node, "rotary_interleaved", 0) != 0;
+    j.rotary = at->rotary;
+    j.interleaved = at->interleaved;
     int64_t maxpos = 0;
     if (j.rotary) {
         if (!cosc || !sinc || cosc->dtype != TDM_FLOAT16 || sinc->dtype != TDM_FLOAT16 ||
@@ -393,12 +395,11 @@ tdm_status *tdm_llm_run_gqa_f16(tdm_kernel_ctx *ctx) {
         j.cos = cosc->data;
         j.sin = sinc->data;
     }
-    j.smooth = tdm_attr_int(node, "smooth_softmax", 0) != 0;
-    j.causal = tdm_attr_int(node, "causal", 1) != 0;
-    j.win = tdm_attr_int(node, "local_window_size", -1);
-    j.softcap = tdm_attr_float(node, "softcap", 0.0f);
-    float scale = tdm_attr_float(node, "scale", 0.0f);
-    j.scale = scale != 0.0f ? scale : 1.0f / sqrtf((float)j.D);
+    j.smooth = at->smooth;
+    j.causal = at->causal;
+    j.win = at->win;
+    j.softcap = at->softcap;
+    j.scale = at->scale != 0.0f ? at->scale : 1.0f / sqrtf((float)j.D);
 
     /* scratch: per slot the group's scores and query / output rows; then per batch item the
      * first new row and the valid rows */

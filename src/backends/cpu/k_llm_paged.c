@@ -458,8 +458,10 @@ tdm_status *tdm_llm_run_paged(tdm_kernel_ctx *ctx) {
                    "block_table are required");
     paged_job j;
     memset(&j, 0, sizeof j);
-    j.H = tdm_attr_int(node, "num_heads", 0);
-    j.KVH = tdm_attr_int(node, "kv_num_heads", 0);
+    tdm_llm_attn_attrs la;
+    const tdm_llm_attn_attrs *at = tdm_llm_attn_attrs_of(ctx, &la);
+    j.H = at->H;
+    j.KVH = at->KVH;
     if (j.H <= 0 || j.KVH <= 0 || j.H % j.KVH) return BAD("bad num_heads / kv_num_heads");
     if (q->dtype != TDM_FLOAT || (q->rank != 2 && !(q->rank == 3 && q->dims[0] == 1)))
         return BAD("query must be float32 [num_tokens, hidden] (or [1, num_tokens, hidden])");
@@ -482,7 +484,7 @@ tdm_status *tdm_llm_run_paged(tdm_kernel_ctx *ctx) {
                            i ? "value" : "key", q->rank == 3 ? "1, " : "", (long long)j.T,
                            (long long)(j.KVH * j.D));
     }
-    j.bhsd = strcmp(tdm_attr_string(node, "tandem_kv_layout", "BSHD"), "BHSD") == 0;
+    j.bhsd = at->bhsd;
     TDM_TRY(check_cache(node, kc, "key_cache", j.KVH, j.D, j.bhsd));
     TDM_TRY(check_cache(node, vc, "value_cache", j.KVH, j.D, j.bhsd));
     if (kc->dims[0] != vc->dims[0] || kc->dims[1] != vc->dims[1] || kc->dims[2] != vc->dims[2] ||
@@ -502,8 +504,8 @@ tdm_status *tdm_llm_run_paged(tdm_kernel_ctx *ctx) {
     if (bt->dtype != TDM_INT32 || bt->rank != 2 || bt->dims[0] != j.B)
         return BAD("block_table must be int32 [%lld, max_blocks_per_sequence]", (long long)j.B);
     j.MB = bt->dims[1];
-    j.rotary = tdm_attr_int(node, "do_rotary", 0) != 0;
-    j.interleaved = tdm_attr_int(node, "rotary_interleaved", 0) != 0;
+    j.rotary = at->rotary;
+    j.interleaved = at->interleaved;
     int64_t maxpos = 0;
     if (j.rotary) {
         if (!cosc || !sinc || cosc->dtype != TDM_FLOAT || sinc->dtype != TDM_FLOAT ||
@@ -521,11 +523,10 @@ tdm_status *tdm_llm_run_paged(tdm_kernel_ctx *ctx) {
             return BAD("head_sink must be float32 [%lld]", (long long)j.H);
         j.sink = sink->data;
     }
-    j.causal = tdm_attr_int(node, "is_causal", 1) != 0;
-    j.win = tdm_attr_int(node, "local_window_size", -1);
-    j.softcap = tdm_attr_float(node, "softcap", 0.0f);
-    float scale = tdm_attr_float(node, "scale", 0.0f);
-    j.scale = scale != 0.0f ? scale : 1.0f / sqrtf((float)j.D);
+    j.causal = at->causal;
+    j.win = at->win;
+    j.softcap = at->softcap;
+    j.scale = at->scale != 0.0f ? at->scale : 1.0f / sqrtf((float)j.D);
     j.cu = cu->data;
     j.past = past->data;
     j.bt = bt->data;
