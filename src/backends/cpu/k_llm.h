@@ -9,6 +9,7 @@
 #ifndef TDM_CPU_K_LLM_H
 #define TDM_CPU_K_LLM_H
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -160,6 +161,10 @@ typedef struct tdm_llm_attn_attrs {
 /* ctx's node's attributes: the prepared state's, or read into *local when the run has none. */
 const tdm_llm_attn_attrs *tdm_llm_attn_attrs_of(const tdm_kernel_ctx *ctx,
                                                 tdm_llm_attn_attrs *local);
+/* The softmax scale for head size D: the attribute, or 1 / sqrt(D) where it is 0. */
+static inline float tdm_llm_attn_scale(const tdm_llm_attn_attrs *at, int64_t D) {
+    return at->scale != 0.0f ? at->scale : 1.0f / sqrtf((float)D);
+}
 
 /* GroupQueryAttention's kernel (k_llm_gqa.c): also called directly by the unit test that
  * aliases present with past. */

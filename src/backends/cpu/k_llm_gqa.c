@@ -642,7 +642,7 @@ tdm_status *tdm_llm_run_gqa(tdm_kernel_ctx *ctx) {
     j.causal = at->causal;
     j.win = at->win;
     j.softcap = at->softcap;
-    j.scale = at->scale != 0.0f ? at->scale : 1.0f / sqrtf((float)j.D);
+    j.scale = tdm_llm_attn_scale(at, j.D);
 
     /* per item: first new row and valid rows, checked against the buffers */
     bool first = j.S == total;

@@ -399,7 +399,7 @@ tdm_status *tdm_llm_run_gqa_f16(tdm_kernel_ctx *ctx) {
     j.causal = at->causal;
     j.win = at->win;
     j.softcap = at->softcap;
-    j.scale = at->scale != 0.0f ? at->scale : 1.0f / sqrtf((float)j.D);
+    j.scale = tdm_llm_attn_scale(at, j.D);
 
     /* scratch: per slot the group's scores and query / output rows; then per batch item the
      * first new row and the valid rows */
