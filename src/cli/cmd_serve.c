@@ -23,7 +23,7 @@ static void serve_usage(FILE *f) {
             "events), GET /v1/models; continuous batching over a paged KV cache; engine options\n"
             "from the config's parameters (max_batch, max_step_tokens, block_size, kv_blocks,\n"
             "kv_memory_mb, max_length, threads, no_batching, no_prefix_cache, max_waiting,\n"
-            "kv_cache_dtype: auto, f32 or f16, the paged cache's element type).\n"
+            "kv_cache_dtype: auto, f32, f16, int8 or int4, the paged cache's element type).\n"
             "SIGTERM or SIGINT stops it after the accepted requests are answered.\n\n"
             "  --model-repository DIR  the model repository (required)\n"
             "  --host ADDR             address to listen on (default 127.0.0.1)\n"

@@ -91,7 +91,7 @@ struct tdm_llm_engine {
     int32_t eos[TDM_LLM_MAX_EOS];
     size_t n_eos;
     tdm_kv_pool pool;
-    tdm_tensor **cache;         /* [layer * 2 + k/v] [n_blocks, kv_heads, block_size, head_dim] */
+    tdm_tensor **cache;         /* [layer * 2 + k/v] [n_blocks, kv_heads, block_size, cache_row] */
     /* the step's inputs, sized for max_step_tokens / max_batch at creation */
     void *ids_buf, *pos_buf;
     int32_t *cu_buf, *past_buf, *table_buf;
@@ -167,7 +167,7 @@ static void req_free(tdm_llm_engine *e, eng_req *r) {
 /* Bytes of one block of the pool: every layer's key and value rows of block_size tokens. */
 static size_t block_bytes(const tdm_engine_edit *ed) {
     return (size_t)ed->n_layers * 2 * (size_t)ed->block_size * (size_t)ed->kv_heads *
-           (size_t)ed->head_dim * tdm_dtype_size(ed->cache_dtype);
+           (size_t)ed->cache_row * tdm_dtype_size(ed->cache_dtype);
 }
 
 static void release_blocks(tdm_llm_engine *e, eng_req *r) {
@@ -683,7 +683,7 @@ static tdm_status *alloc_state(tdm_llm_engine *e) {
         !e->running || !e->evs || !e->cache)
         return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory creating the engine");
     TDM_TRY(tdm_kv_pool_init(&e->pool, a, (int32_t)e->ed.n_blocks, e->block_size));
-    int64_t cd[4] = {e->ed.n_blocks, e->ed.kv_heads, e->block_size, e->ed.head_dim};
+    int64_t cd[4] = {e->ed.n_blocks, e->ed.kv_heads, e->block_size, e->ed.cache_row};
     TDM_TRY(tdm_io_binding_create(e->s, &e->bind));
     char name[TDM_LLM_NAME];
     for (int l = 0; l < e->ed.n_layers; l++)

@@ -24,6 +24,7 @@
 #include "graph/infer.h"
 #include "llm/engine_impl.h"
 #include "llm/llm_graph.h"
+#include "ops/kv_int8.h"
 
 void tdm_engine_cache_name(char *dst, int layer, int value, bool out) {
     const char *pat = out ? (value ? TDM_ENGINE_VALUE_CACHE_OUT : TDM_ENGINE_KEY_CACHE_OUT)
@@ -179,21 +180,30 @@ static tdm_status *head_rows(tdm_graph *g, tdm_engine_edit *e, int rows) {
     return NULL;
 }
 
-/* The caches' type: the model's, or float16 for a float32 model (PagedAttention rounds the
- * new rows into the cache and widens what it reads: its math stays float32). */
+/* The caches' type: the model's, or for a float32 model float16 (PagedAttention rounds the
+ * new rows into the cache and widens what it reads: its math stays float32) or tandem's 8- or
+ * 4-bit rows (int8 / uint8, the generator's kv_type int8 / int4: quantised as they enter,
+ * integer dot products in decode). Sets cache_row too (head_dim known). */
 static tdm_status *cache_dtype(tdm_engine_edit *e) {
     tdm_dtype want = e->want_dtype == TDM_UNDEFINED ? e->kv_dtype : e->want_dtype;
-    if (want == TDM_INT8 || want == TDM_UINT8)
+    bool quant = want == TDM_INT8 || want == TDM_UINT8;
+    if (quant && e->kv_dtype != TDM_FLOAT)
         return TDM_ERR(TDM_ERR_UNSUPPORTED,
-                       "kv_type %s: the engine's paged cache is float32 or float16 (8-bit and "
-                       "4-bit caches are the generator's: tandem generate --kv-type)",
-                       want == TDM_INT8 ? "int8" : "int4");
-    if (want != e->kv_dtype && !(want == TDM_FLOAT16 && e->kv_dtype == TDM_FLOAT))
+                       "kv_type %s: the model's KV cache is %s (8- and 4-bit pools are made from a "
+                       "float32 model)",
+                       want == TDM_INT8 ? "int8" : "int4", tdm_dtype_name(e->kv_dtype));
+    if (quant && e->head_dim > TDM_KV_I8_MAX_HEAD_DIM)
+        return TDM_ERR(TDM_ERR_UNSUPPORTED, "kv_type %s: head size %d is over %d",
+                       want == TDM_INT8 ? "int8" : "int4", e->head_dim, TDM_KV_I8_MAX_HEAD_DIM);
+    if (!quant && want != e->kv_dtype && !(want == TDM_FLOAT16 && e->kv_dtype == TDM_FLOAT))
         return TDM_ERR(TDM_ERR_UNSUPPORTED,
                        "kv_type %s: the model's KV cache is %s (a float16 pool is made from a "
                        "float32 model; a float32 one only from a float32 model)",
                        tdm_dtype_name(want), tdm_dtype_name(e->kv_dtype));
     e->cache_dtype = want;
+    e->cache_row = want == TDM_INT8    ? TDM_KV_I8_ROW(e->head_dim)
+                   : want == TDM_UINT8 ? TDM_KV_I4_ROW(e->head_dim)
+                                       : e->head_dim;
     return NULL;
 }
 
@@ -297,7 +307,7 @@ tdm_status *tdm_engine_edit_graph(tdm_graph *g, void *user) {
             break;
         }
         tdm_dtype kvt = e->cache_dtype;
-        int64_t cd[4] = {e->n_blocks, e->kv_heads, e->block_size, e->head_dim};
+        int64_t cd[4] = {e->n_blocks, e->kv_heads, e->block_size, e->cache_row};
         int caches[4];
         for (int j = 0; j < 4 && !st; j++) {
             tdm_engine_cache_name(name, l, j & 1, j >= 2);

@@ -87,6 +87,8 @@ typedef struct tdm_engine_edit {
     int n_layers, num_heads, kv_heads, head_dim;
     tdm_dtype kv_dtype, ids_dtype, pos_dtype; /* kv_dtype: the model's past_key_values' */
     tdm_dtype cache_dtype;   /* the caches' (want_dtype, or kv_dtype) */
+    int64_t cache_row;       /* the caches' last dim: head_dim values, or the bytes of tandem's
+                                8-bit (int8) / 4-bit (uint8) rows (ops/kv_int8.h) */
     bool has_pos;            /* a position_ids input (packed [1, tokens]) */
     int64_t vocab;           /* from the logits' last dim; <= 0 if not known */
 } tdm_engine_edit;

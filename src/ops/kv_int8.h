@@ -12,6 +12,7 @@
 
 #define TDM_KV_I8_GROUP 32 /* codes per scale */
 #define TDM_KV_I8_ROW(d) ((d) + 2 * (((d) + TDM_KV_I8_GROUP - 1) / TDM_KV_I8_GROUP))
+#define TDM_KV_I8_MAX_HEAD_DIM 1024 /* head sizes the 8- and 4-bit caches take */
 
 #include <stdint.h>
 

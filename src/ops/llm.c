@@ -205,7 +205,11 @@ static tdm_status *infer_gqa(tdm_infer_ctx *c) {
  * packed tokens of several sequences over a block-based KV cache. tandem differs from the
  * spec in these points (the kernel is src/backends/cpu/k_llm_paged.c):
  *   - T is float32 and the caches float32 or float16 (ONNX Runtime declares T float16 /
- *     bfloat16 only, CUDA, and T_CACHE float16 / bfloat16 / 8-bit);
+ *     bfloat16 only, CUDA, and T_CACHE float16 / bfloat16 / 8-bit); with the BHSD layout
+ *     below the caches may also hold tandem's own 8-bit (int8) or 4-bit (uint8) rows, the
+ *     generator's kv_type int8 / int4 formats (ops/kv_int8.h): [num_blocks, kv_num_heads,
+ *     block_size, TDM_KV_I8_ROW(head_size) or TDM_KV_I4_ROW(head_size)] (ONNX Runtime's own
+ *     quantised caches, below, stay refused);
  *   - query / key / value may also be rank 3 [1, num_tokens, hidden] (the output then has
  *     the query's rank), and the caches rank 3 [num_blocks, block_size, kv_num_heads *
  *     head_size] (the same memory as the spec's rank 4 [.., kv_num_heads, head_size]);
@@ -290,11 +294,15 @@ static tdm_status *infer_paged(tdm_infer_ctx *c) {
         if (i >= 5 && i <= 7) {
             if (has_in(c, i) && c->in[i].dtype != TDM_UNDEFINED && c->in[i].dtype != TDM_INT32)
                 return tdm_node_error(n, TDM_ERR_INVALID_ARGUMENT, "%s must be int32", names[i]);
-        } else if (i == 3 || i == 4) { /* T_CACHE: float32 or float16 */
+        } else if (i == 3 || i == 4) { /* T_CACHE: float32, float16; BHSD also tandem's 8- and 4-bit rows */
             tdm_dtype ct = has_in(c, i) ? c->in[i].dtype : TDM_UNDEFINED;
-            if (ct != TDM_UNDEFINED && ct != TDM_FLOAT && ct != TDM_FLOAT16)
+            bool quant = ct == TDM_INT8 || ct == TDM_UINT8;
+            if (ct != TDM_UNDEFINED && ct != TDM_FLOAT && ct != TDM_FLOAT16 && !(quant && bhsd))
                 return tdm_node_error(n, TDM_ERR_UNSUPPORTED,
-                                      "%s has type %s; float32 and float16 caches are implemented",
+                                      quant ? "%s has type %s: tandem's 8-bit (int8) and 4-bit (uint8) "
+                                              "cache rows need tandem_kv_layout BHSD"
+                                            : "%s has type %s; float32, float16 and (BHSD) tandem's "
+                                              "int8 / uint8 rows are implemented",
                                       names[i], tdm_dtype_name(ct));
         } else if (i != 10) {
             TDM_TRY(need_float(c, i, names[i]));
@@ -357,13 +365,16 @@ static tdm_status *infer_paged(tdm_infer_ctx *c) {
     for (int i = 3; i <= 4 && d >= 0; i++) {
         const tdm_value_info *ci = &c->in[i];
         int hd = bhsd ? 1 : 2; /* the kv heads' dim */
+        /* a row's last dim: head_size values, or an 8- / 4-bit row's bytes (ops/kv_int8.h) */
+        int64_t rd = ci->dtype == TDM_INT8 ? TDM_KV_I8_ROW(d) : ci->dtype == TDM_UINT8 ? TDM_KV_I4_ROW(d) : d;
         bool bad = (ci->rank == 4 && ((ci->dims[hd] >= 0 && ci->dims[hd] != kvh) ||
-                                      (ci->dims[3] >= 0 && ci->dims[3] != d))) ||
+                                      (ci->dims[3] >= 0 && ci->dims[3] != rd))) ||
                    (ci->rank == 3 && ci->dims[2] >= 0 && ci->dims[2] != kvh * d);
         if (bad)
             return tdm_node_error(n, TDM_ERR_INVALID_ARGUMENT,
-                                  "%s's rows do not hold kv_num_heads (%lld) x head_size (%lld)",
-                                  names[i], (long long)kvh, (long long)d);
+                                  "%s's rows do not hold kv_num_heads (%lld) x head_size (%lld)%s",
+                                  names[i], (long long)kvh, (long long)d,
+                                  rd != d ? " as tandem's quantised rows" : "");
     }
     if (rotary && has_in(c, 8) && c->in[8].rank == 2 && c->in[8].dims[1] >= 0 && d >= 0 &&
         2 * c->in[8].dims[1] > d)

@@ -14,7 +14,8 @@ ended and the KV pool is back to full (read on /metrics); the LLM metrics; the K
 kv_cache_dtype: the same folder loaded with a float16 pool answers the float32 one's greedy
 text (log-probabilities within 5e-2: keys and values rounded to float16; a token may differ
 at a near tie of the float32 one's top two, after which the texts part), its pool holds twice
-the blocks in kv_memory_mb and /metrics says float16 and the bytes; a bad value fails the load
+the blocks in kv_memory_mb and /metrics says float16 and the bytes; an int4 pool answers `tandem
+generate --kv-type int4`'s greedy text, with its blocks and bytes on /metrics; a bad value fails the load
 with a 400 naming it.
 
 Usage: test_openai.py --tandem BUILD/tandem [--keep] [--filter SUBSTRING] [--smol DIR]
@@ -135,9 +136,9 @@ def metric(m, name, **labels):
     return m[f"{name}{{{lab}}}"]
 
 
-def generate(tandem, folder, prompt, max_tokens, chat):
+def generate(tandem, folder, prompt, max_tokens, chat, kv_type="auto"):
     out = subprocess.run([tandem, "generate", folder, "--prompt", prompt, "--max-tokens", str(max_tokens),
-                          "--chat" if chat else "--no-chat", "--json", "--threads", "1"],
+                          "--chat" if chat else "--no-chat", "--json", "--threads", "1", "--kv-type", kv_type],
                          check=True, capture_output=True, text=True)
     return json.loads(out.stdout)
 
@@ -654,6 +655,28 @@ class Tests:
             assert kv(MODEL, "kv_cache_bytes", "float32", "total") == 8192 * kv(MODEL, "kv_blocks", None, "total")
         finally:
             raw(self.s.port, "POST", "/v2/repository/models/tiny_f16/unload", b"")
+        # tandem's 4-bit pool: greedy text of `tandem generate --kv-type int4` (the generator's
+        # 4-bit cache of the same rows); 18 bytes a row at the tiny model's head size 16, so
+        # 2304 a block and 455 blocks in 1 MiB
+        add("tiny_q4", "int4")
+        st, _, out = raw(self.s.port, "POST", "/v2/repository/models/tiny_q4/load", b"")
+        assert st == 200, out
+        try:
+            for prompt in ["Once upon a time", "The quick brown fox", "Hello there"]:
+                ref = generate(self.tandem, self.folder, prompt, 20, chat=False, kv_type="int4")
+                r = self.client.completions.create(model="tiny_q4", prompt=prompt, max_tokens=20, temperature=0)
+                assert r.choices[0].text == ref["text"], (prompt, r.choices[0].text, ref["text"])
+                assert r.usage.completion_tokens == ref["generated_tokens"], (r.usage, ref)
+            self.wait_idle()
+            m = metrics(self.s)
+            total = m['tandem_llm_kv_blocks{model="tiny_q4",version="1",state="total"}']
+            assert total == (1 << 20) // 2304, total
+            assert m['tandem_llm_kv_cache_bytes{model="tiny_q4",version="1",dtype="uint8",state="total"}'] == 2304 * total
+            blocks = {st: m[f'tandem_llm_kv_blocks{{model="tiny_q4",version="1",state="{st}"}}']
+                      for st in ("used", "cached")}
+            assert blocks["used"] == blocks["cached"], blocks  # nothing held but the prefix cache
+        finally:
+            raw(self.s.port, "POST", "/v2/repository/models/tiny_q4/unload", b"")
 
 
 def main():

@@ -17,7 +17,9 @@
  * chunked prefill give the generator's (float32 cache) greedy tokens, the top log-probabilities
  * within F16_TOP_TOL (the keys and values rounded to float16: the one difference); the stats
  * show float16 and half the bytes a block (twice the blocks for a kv_bytes budget); bad
- * kv_type values are refused with a code.
+ * kv_type values are refused with a code. tandem's 8- and 4-bit pools (kv_type "int8" /
+ * "int4"): concurrent requests and preemption (int4 also chunked prefill) give the greedy
+ * tokens of the generator with the same kv_type, the top log-probabilities within Q_TOP_TOL.
  * With TANDEM_ENGINE_MODEL=DIR (tests/CMakeLists.txt: llm_engine_smollm2 on the SmolLM2 folder
  * when there is one) only the concurrent greedy check runs, on that folder. A folder whose
  * MatMulNBits have accuracy_level 4 (int8 activations, e.g. ORT's own SmolLM2 conversion) can
@@ -61,6 +63,13 @@ static double top_abs_tol = 1e-3, top_rel_tol = 0;
  * end) */
 static const char *cur_kv_type = NULL;
 #define F16_TOP_TOL 1e-2
+/* with "int8" / "int4" the reference is the generator with the same kv_type (its GQA cache of
+ * the same rows): its log-probabilities agree within Q_TOP_TOL (a prompt chunk's attention
+ * widens the rows in float where the generator's decode sums integers: float rounding) */
+#define Q_TOP_TOL 2e-3
+static bool quant_pool(void) {
+    return cur_kv_type && (!strcmp(cur_kv_type, "int8") || !strcmp(cur_kv_type, "int4"));
+}
 
 static const char *model_dir(void) {
     const char *m = getenv("TANDEM_ENGINE_MODEL");
@@ -191,6 +200,7 @@ static int reference_top(tdm_env *env, const int32_t *prompt, size_t n, int max_
     o.stop_ids = stop;
     o.n_stop_ids = n_stop;
     if (smp) o.sampling = *smp;
+    o.kv_type = quant_pool() ? cur_kv_type : NULL; /* 8- / 4-bit: the generator's own such cache */
     tdm_generator *g = NULL;
     OK(tdm_generator_create(env, model_dir(), &o, &g));
     OK(tdm_generator_append(g, prompt, n));
@@ -223,10 +233,14 @@ static int reference(tdm_env *env, const int32_t *prompt, size_t n, int max_new,
 }
 
 /* over every check: the engine's top log-probabilities vs the generator's, [0] on the float
- * model, [1] on the int8 one, [2] the float16 pool on the float model */
-static double worst_top_diff[3];
+ * model, [1] on the int8 one, [2] the float16 pool on the float model, [3] / [4] the 8- / 4-bit
+ * pool (against the generator's 8- / 4-bit cache) */
+static double worst_top_diff[5];
 
-static int diff_slot(void) { return cur_kv_type ? 2 : top_rel_tol > 0; }
+static int diff_slot(void) {
+    if (!cur_kv_type) return top_rel_tol > 0;
+    return !strcmp(cur_kv_type, "int8") ? 3 : !strcmp(cur_kv_type, "int4") ? 4 : 2;
+}
 
 /* A deterministic prompt of n ids in [3, vocab) (no special ids). */
 static void make_prompt(int32_t *p, size_t n, uint32_t seed, size_t vocab) {
@@ -252,7 +266,11 @@ static tdm_llm_engine *new_engine(tdm_env *env, int max_batch, int max_step, int
     OK(tdm_llm_engine_create(env, model_dir(), &o, &e));
     tdm_dtype kvt = TDM_UNDEFINED;
     tdm_llm_engine_kv_cache(e, &kvt, NULL);
-    assert_int_equal(kvt, cur_kv_type ? TDM_FLOAT16 : TDM_FLOAT);
+    tdm_dtype want = !cur_kv_type                    ? TDM_FLOAT
+                     : !strcmp(cur_kv_type, "int8") ? TDM_INT8
+                     : !strcmp(cur_kv_type, "int4") ? TDM_UINT8
+                                                    : TDM_FLOAT16;
+    assert_int_equal(kvt, want);
     return e;
 }
 
@@ -385,6 +403,21 @@ static int f16_pool(void **state) {
     (void)state;
     cur_kv_type = "f16";
     top_abs_tol = F16_TOP_TOL;
+    return 0;
+}
+
+/* tandem's 8- and 4-bit pools of the float32 model */
+static int q8_pool(void **state) {
+    (void)state;
+    cur_kv_type = "int8";
+    top_abs_tol = Q_TOP_TOL;
+    return 0;
+}
+
+static int q4_pool(void **state) {
+    (void)state;
+    cur_kv_type = "int4";
+    top_abs_tol = Q_TOP_TOL;
     return 0;
 }
 
@@ -682,14 +715,16 @@ static void test_kv_type(void **state) {
     o.struct_size = sizeof o;
     o.kv_bytes = 100000;
     /* 2 layers x key and value x 16 tokens x 2 heads x 16 values: 8192 bytes a block in
-     * float32, 4096 in float16 */
+     * float32, 4096 in float16; rows of 18 bytes in int8 (16 codes, a scale) and int4 (one
+     * group: 16 bytes of nibbles, a scale): 2304 */
     static const struct {
         const char *kv_type;
         tdm_dtype dtype;
         int64_t block_bytes, blocks;
     } ok[] = {{NULL, TDM_FLOAT, 8192, 12},    {"auto", TDM_FLOAT, 8192, 12},
               {"f32", TDM_FLOAT, 8192, 12},   {"f16", TDM_FLOAT16, 4096, 24},
-              {"float16", TDM_FLOAT16, 4096, 24}};
+              {"float16", TDM_FLOAT16, 4096, 24}, {"int8", TDM_INT8, 2304, 43},
+              {"q4", TDM_UINT8, 2304, 43}};
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
         o.kv_type = ok[i].kv_type;
         tdm_llm_engine *e = NULL;
@@ -709,10 +744,9 @@ static void test_kv_type(void **state) {
         tdm_code code;
     } bad[] = {{TINY_GENAI_ACC0, "fp8", TDM_ERR_INVALID_ARGUMENT},
                {TINY_GENAI_ACC0, "F16", TDM_ERR_INVALID_ARGUMENT},
-               {TINY_GENAI_ACC0, "int8", TDM_ERR_UNSUPPORTED},
-               {TINY_GENAI_ACC0, "int4", TDM_ERR_UNSUPPORTED},
-               /* a float16 model's cache does not widen to float32 */
-               {TANDEM_SOURCE_DIR "/tests/llm/models/tiny_genai_f16", "f32", TDM_ERR_UNSUPPORTED}};
+               /* a float16 model's cache does not widen to float32, nor quantise */
+               {TANDEM_SOURCE_DIR "/tests/llm/models/tiny_genai_f16", "f32", TDM_ERR_UNSUPPORTED},
+               {TANDEM_SOURCE_DIR "/tests/llm/models/tiny_genai_f16", "int4", TDM_ERR_UNSUPPORTED}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         o.kv_type = bad[i].kv_type;
         tdm_llm_engine *e = NULL;
@@ -751,11 +785,17 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_concurrent_greedy, f16_pool, model_pool),
         cmocka_unit_test_setup_teardown(test_preemption, f16_pool, model_pool),
         cmocka_unit_test_setup_teardown(test_chunked_prefill, f16_pool, model_pool),
+        cmocka_unit_test_setup_teardown(test_concurrent_greedy, q8_pool, model_pool),
+        cmocka_unit_test_setup_teardown(test_preemption, q8_pool, model_pool),
+        cmocka_unit_test_setup_teardown(test_concurrent_greedy, q4_pool, model_pool),
+        cmocka_unit_test_setup_teardown(test_preemption, q4_pool, model_pool),
+        cmocka_unit_test_setup_teardown(test_chunked_prefill, q4_pool, model_pool),
         cmocka_unit_test(test_kv_type),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     fprintf(stderr, "largest top log-probability difference from the generator: float "
-            "activations %g, int8 activations %g, float16 pool %g\n", worst_top_diff[0],
-            worst_top_diff[1], worst_top_diff[2]);
+            "activations %g, int8 activations %g, float16 pool %g, int8 pool %g, int4 pool %g\n",
+            worst_top_diff[0], worst_top_diff[1], worst_top_diff[2], worst_top_diff[3],
+            worst_top_diff[4]);
     return rc;
 }

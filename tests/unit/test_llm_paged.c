@@ -444,6 +444,158 @@ static void test_half_caches(void **state) {
     assert_int_equal(atomic_load(&g_count.live), 0);
 }
 
+/* ---- tandem's 8- and 4-bit caches (BHSD) ----
+ *
+ * The paged kernel on int8 / uint8 caches (tandem's 8- and 4-bit rows, ops/kv_int8.h) against
+ * GroupQueryAttention on the same rows (k_llm_gqa_i8.c, the generator's kv_type int8 / int4,
+ * itself checked against a float32 reference by test_llm_gqa_i8): each sequence alone through
+ * GQA on a contiguous cache holding the same past rows (random values quantised), then
+ *   - every output row agrees with GQA's (decode: the same integer routines over the same
+ *     rows; a prompt chunk: the rows widened in float, as GQA's block GEMM does; parts merged:
+ *     float rounding only) within 2e-5 abs + 2e-4 rel, where a wrong row, scale or rotation is
+ *     off by ~0.1;
+ *   - the new tokens' slots hold GQA's present rows, byte for byte, and no other slot is
+ *     written. */
+static void check_quant(bool q4, tdm_cpu_isa isa, int threads, int nseq, const int *past,
+                        const int *fresh) {
+    enum { QH = 9, QKVH = 3, QD = 64, QBS = 16 };
+    const int row = QKVH * QD, rb = q4 ? TDM_KV_I4_ROW(QD) : TDM_LLM_KV_I8_ROW(QD);
+    const tdm_dtype cdt = q4 ? TDM_UINT8 : TDM_INT8;
+    int T = 0, cu[NSEQ + 1] = {0}, MB = 0, NB = 2;
+    for (int b = 0; b < nseq; b++) {
+        T += fresh[b];
+        cu[b + 1] = T;
+        int nb = (past[b] + fresh[b] + QBS - 1) / QBS;
+        MB = nb > MB ? nb : MB;
+        NB += nb;
+    }
+    int64_t btd[2] = {nseq, MB}, bd[1] = {nseq}, cud[1] = {nseq + 1};
+    tdm_tensor *bt = tensor(TDM_INT32, 2, btd, false), *pastt = tensor(TDM_INT32, 1, bd, false);
+    tdm_tensor *cut = tensor(TDM_INT32, 1, cud, false);
+    int32_t *btab = bt->data;
+    for (int b = 0, next = NB - 1; b < nseq; b++) { /* blocks from the end down: not in order */
+        ((int32_t *)pastt->data)[b] = past[b];
+        for (int i = 0; i < MB; i++) btab[b * MB + i] = i * QBS < past[b] + fresh[b] ? next-- : -1;
+    }
+    for (int b = 0; b <= nseq; b++) ((int32_t *)cut->data)[b] = cu[b];
+    int64_t qd[2] = {T, QH * QD}, kd[2] = {T, row}, cd[4] = {NB, QKVH, QBS, rb}, cosd[2] = {MAXPOS, QD / 2};
+    tdm_tensor *q = tensor(TDM_FLOAT, 2, qd, true), *k = tensor(TDM_FLOAT, 2, kd, true);
+    tdm_tensor *v = tensor(TDM_FLOAT, 2, kd, true);
+    tdm_tensor *kc = tensor(cdt, 4, cd, false), *vc = tensor(cdt, 4, cd, false);
+    const int64_t nrows = (int64_t)NB * QKVH * QBS; /* every slot's rows: random values quantised */
+    for (int64_t r = 0; r < 2 * nrows; r++) {
+        float x[QD];
+        for (int i = 0; i < QD; i++) x[i] = frand();
+        int8_t *dst = (int8_t *)(r < nrows ? kc->data : vc->data) + (r % nrows) * rb;
+        if (q4) tdm_llm_kv4_quantize_row(x, QD, dst);
+        else tdm_llm_kv_quantize_row(x, QD, dst);
+    }
+    tdm_tensor *kc0 = clone(kc), *vc0 = clone(vc);
+    tdm_tensor *cosc = tensor(TDM_FLOAT, 2, cosd, false), *sinc = tensor(TDM_FLOAT, 2, cosd, false);
+    rotary_tables(cosc, sinc, QD / 2);
+    static const char *const names[] = {"num_heads", "kv_num_heads", "do_rotary", "rotary_interleaved"};
+    const int64_t vals[] = {QH, QKVH, 1, 0};
+    node_case pc, gc;
+    node_init(&pc, "PagedAttention", 4, names, vals, isa, threads);
+    node_layout(&pc, "BHSD");
+    node_init(&gc, "GroupQueryAttention", 4, names, vals, isa, 1);
+    tdm_tensor *y = tensor(TDM_FLOAT, 2, qd, false), *ko = view(kc), *vo = view(vc);
+    const tdm_tensor *in[10] = {q, k, v, kc, vc, cut, pastt, bt, cosc, sinc};
+    assert_null(run_node(&pc, true, 10, in, y, ko, vo));
+#define QAT(slot, g) /* byte offset of kv head g's row of a cache slot */                      \
+    ((size_t)((((slot) / QBS) * QKVH + (g)) * QBS + (slot) % QBS) * (size_t)rb)
+    bool *touched = calloc((size_t)NB * QBS, sizeof *touched);
+    for (int b = 0; b < nseq; b++) {
+        int S = fresh[b], P = past[b], len = P + S;
+        if (S == 0) continue;
+        int64_t gq[3] = {1, S, QH * QD}, gk[3] = {1, S, row}, one[1] = {1};
+        int64_t gp[4] = {1, QKVH, P, rb}, gl[4] = {1, QKVH, len, rb};
+        tdm_tensor *qq = tensor(TDM_FLOAT, 3, gq, false), *kk = tensor(TDM_FLOAT, 3, gk, false);
+        tdm_tensor *vv = tensor(TDM_FLOAT, 3, gk, false);
+        tdm_tensor *pk = tensor(cdt, 4, gp, false), *pv = tensor(cdt, 4, gp, false);
+        tdm_tensor *sl = tensor(TDM_INT32, 1, one, false), *tl = tensor(TDM_INT32, 0, NULL, false);
+        ((int32_t *)sl->data)[0] = len - 1;
+        ((int32_t *)tl->data)[0] = len;
+        for (int s = 0; s < S; s++) {
+            int t = cu[b] + s;
+            memcpy((float *)qq->data + s * QH * QD, (const float *)q->data + t * QH * QD, (size_t)(QH * QD) * 4);
+            memcpy((float *)kk->data + s * row, (const float *)k->data + t * row, (size_t)row * 4);
+            memcpy((float *)vv->data + s * row, (const float *)v->data + t * row, (size_t)row * 4);
+        }
+        for (int pos = 0; pos < P; pos++) {
+            int64_t slot = (int64_t)btab[b * MB + pos / QBS] * QBS + pos % QBS;
+            for (int g = 0; g < QKVH; g++) {
+                size_t to = (size_t)(g * P + pos) * (size_t)rb;
+                memcpy((int8_t *)pk->data + to, (const int8_t *)kc0->data + QAT(slot, g), (size_t)rb);
+                memcpy((int8_t *)pv->data + to, (const int8_t *)vc0->data + QAT(slot, g), (size_t)rb);
+            }
+        }
+        tdm_tensor *gy = tensor(TDM_FLOAT, 3, gq, false);
+        tdm_tensor *gpk = tensor(cdt, 4, gl, false), *gpv = tensor(cdt, 4, gl, false);
+        const tdm_tensor *gin[9] = {qq, kk, vv, P ? pk : NULL, P ? pv : NULL, sl, tl, cosc, sinc};
+        assert_null(run_node(&gc, false, 9, gin, gy, gpk, gpv));
+        for (int s = 0; s < S; s++)
+            for (int i = 0; i < QH * QD; i++) {
+                float want = ((float *)gy->data)[s * QH * QD + i];
+                float got = ((float *)y->data)[(cu[b] + s) * QH * QD + i];
+                if (!(fabsf(got - want) <= 2e-5f + 2e-4f * fabsf(want)))
+                    fail_msg("%s cache, %s, %d threads: seq %d row %d col %d: %g, GQA %g",
+                             q4 ? "4-bit" : "8-bit", tdm_cpu_isa_name(isa), threads, b, s, i, got, want);
+            }
+        for (int pos = 0; pos < len; pos++) {
+            int64_t slot = (int64_t)btab[b * MB + pos / QBS] * QBS + pos % QBS;
+            touched[slot] = true;
+            for (int g = 0; g < QKVH; g++) {
+                size_t want = (size_t)(g * len + pos) * (size_t)rb;
+                if (memcmp((const int8_t *)kc->data + QAT(slot, g), (int8_t *)gpk->data + want, (size_t)rb) ||
+                    memcmp((const int8_t *)vc->data + QAT(slot, g), (int8_t *)gpv->data + want, (size_t)rb))
+                    fail_msg("%s cache: seq %d position %d kv head %d: slot differs from GQA's present",
+                             q4 ? "4-bit" : "8-bit", b, pos, g);
+            }
+        }
+        tdm_tensor *all[] = {qq, kk, vv, pk, pv, sl, tl, gy, gpk, gpv};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tdm_tensor_destroy(all[i]);
+    }
+    for (int64_t s = 0; s < (int64_t)NB * QBS; s++)
+        for (int g = 0; g < QKVH && !touched[s]; g++)
+            if (memcmp((const int8_t *)kc->data + QAT(s, g), (const int8_t *)kc0->data + QAT(s, g), (size_t)rb) ||
+                memcmp((const int8_t *)vc->data + QAT(s, g), (const int8_t *)vc0->data + QAT(s, g), (size_t)rb))
+                fail_msg("slot %lld belongs to no sequence but was written", (long long)s);
+#undef QAT
+    free(touched);
+    /* again: no allocation */
+    long before = atomic_load(&g_count.total);
+    assert_null(run_node(&pc, true, 10, in, y, ko, vo));
+    assert_int_equal(atomic_load(&g_count.total), before);
+    tdm_tensor *all[] = {bt, pastt, cut, q, k, v, kc, vc, kc0, vc0, cosc, sinc, y, ko, vo};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tdm_tensor_destroy(all[i]);
+    node_free(&pc);
+    node_free(&gc);
+}
+
+static void test_quant_caches(void **state) {
+    (void)state;
+    tdm_cpu_isa host = tdm_cpu_isa_detect();
+    static const int past1[1] = {700}, new1[1] = {1};
+    static const int past2[2] = {300, 129}, new2[2] = {1, 1};
+    static const int past3[3] = {37, 5, 100}, new3[3] = {1, 1, 1}; /* decode, one part */
+    /* prompt chunks longer than an item's PAGED_ROWS (16) rows: 40 = 16 + 16 + 8, 17 = 16 + 1 */
+    static const int past4[2] = {5, 30}, new4[2] = {40, 17};
+    for (int l = 0; l <= (int)host; l++) {
+        if (l != TDM_ISA_PORTABLE && l != TDM_ISA_AVX2 && l != TDM_ISA_AVX512_CORE &&
+            l != TDM_ISA_AVX512_CORE_VNNI && l != (int)host)
+            continue;
+        for (int q4 = 0; q4 < 2; q4++) {
+            check_quant(q4, (tdm_cpu_isa)l, 1, NSEQ, k_past0, k_new0); /* mixed: chunks and decode */
+            check_quant(q4, (tdm_cpu_isa)l, 3, 3, past3, new3);
+            check_quant(q4, (tdm_cpu_isa)l, 4, 1, past1, new1); /* decode in parts */
+            check_quant(q4, (tdm_cpu_isa)l, 4, 2, past2, new2);
+            check_quant(q4, (tdm_cpu_isa)l, 3, 2, past4, new4);
+        }
+    }
+    assert_int_equal(atomic_load(&g_count.live), 0);
+}
+
 /* ---- malformed tables ---- */
 
 enum { EH = 4, EKVH = 2, ED = 16, EBS = 4, ENB = 6, EMB = 3 };
@@ -627,6 +779,31 @@ static void test_shape_function(void **state) {
     st = infer(&node, 8, in, out);
     assert_int_equal(tdm_status_code(st), TDM_ERR_INVALID_ARGUMENT);
     tdm_status_free(st);
+    /* tandem's 8- and 4-bit rows (BHSD): the row's bytes as the last dim; the outputs alias */
+    static const struct {
+        tdm_dtype dt;
+        int64_t last;
+        tdm_code code;
+    } qc[] = {{TDM_INT8, 68, TDM_OK}, {TDM_UINT8, 36, TDM_OK}, {TDM_INT8, 64, TDM_ERR_INVALID_ARGUMENT},
+              {TDM_UINT8, 68, TDM_ERR_INVALID_ARGUMENT}, {TDM_INT16, 64, TDM_ERR_UNSUPPORTED}};
+    for (size_t i = 0; i < sizeof qc / sizeof qc[0]; i++) {
+        info(&in[3], qc[i].dt, 4, 10, 3, 16, qc[i].last);
+        info(&in[4], qc[i].dt, 4, 10, 3, 16, qc[i].last);
+        st = infer(&node, 8, in, out);
+        assert_int_equal(tdm_status_code(st), qc[i].code);
+        if (!st) {
+            assert_int_equal(out[1].dtype, qc[i].dt);
+            assert_int_equal(out[2].dims[3], qc[i].last);
+        }
+        tdm_status_free(st);
+    }
+    attrs[3].s = "BSHD"; /* quantised rows need BHSD */
+    info(&in[3], TDM_INT8, 4, 10, 16, 3, 68);
+    info(&in[4], TDM_INT8, 4, 10, 16, 3, 68);
+    st = infer(&node, 8, in, out);
+    assert_int_equal(tdm_status_code(st), TDM_ERR_UNSUPPORTED);
+    assert_non_null(strstr(tdm_status_message(st), "BHSD"));
+    tdm_status_free(st);
     attrs[3].s = "NHWC";
     st = infer(&node, 8, in, out);
     assert_int_equal(tdm_status_code(st), TDM_ERR_INVALID_ARGUMENT);
@@ -777,6 +954,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_against_gqa),
         cmocka_unit_test(test_half_caches),
+        cmocka_unit_test(test_quant_caches),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_shape_function),
         cmocka_unit_test(test_session),

@@ -44,7 +44,7 @@ const tdm_llm_fns *tdm_llm_fns_for(tdm_cpu_isa level);
 /* The 8-bit KV cache (k_llm_gqa_i8.c; the row format in ops/kv_int8.h: codes, then one
  * bfloat16 scale per 32 codes). */
 #define TDM_LLM_KV_I8_ROW(d) TDM_KV_I8_ROW(d)
-#define TDM_LLM_KV_I8_MAX_D 1024 /* head sizes the int8 cache takes */
+#define TDM_LLM_KV_I8_MAX_D TDM_KV_I8_MAX_HEAD_DIM /* head sizes the 8- and 4-bit caches take */
 typedef struct tdm_llm_i8_fns {
     /* out[h * ld + t] = scale * sum_i q'[h][i] * x_t[i] for h < G, t < n (rows k + t * rs,
      * x = the row's codes times their group's scale; q' = q[h] quantised by
@@ -192,7 +192,8 @@ tdm_llm_widen_fn tdm_llm_widen_for(tdm_cpu_isa level);
 typedef void (*tdm_llm_narrow_fn)(const float *restrict x, int64_t n, uint16_t *restrict h);
 tdm_llm_narrow_fn tdm_llm_narrow_for(tdm_cpu_isa level);
 
-/* PagedAttention's kernel (k_llm_paged.c: float32, caches float32 or float16; the node state
+/* PagedAttention's kernel (k_llm_paged.c: float32, caches float32, float16 or tandem's 8- / 4-bit
+ * rows; the node state
  * and scratch of tdm_llm_gqa_prepare / tdm_llm_gqa_release); also called directly by its unit
  * test. */
 tdm_status *tdm_llm_run_paged(tdm_kernel_ctx *ctx);

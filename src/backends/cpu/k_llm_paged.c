@@ -25,6 +25,15 @@
  * routines: half the cache bytes of float32 to read per decode step. A prompt chunk's rows go
  * PAGED_ROWS to an item (paged_rows): each stretch is read (float16: widened) once for all of
  * them.
+ * tandem's 8-bit (int8) and 4-bit (uint8) caches, BHSD only ([NB, KVH, BS, row bytes]: the
+ * generator's row formats, ops/kv_int8.h; the engine's kv_type int8 / int4): the new K (rotated)
+ * and V rows are quantised into their slots by the GQA kernel's row quantisers. A decode row
+ * gathers each kv head's rows of its range (a block's rows at a time) into scratch and runs the
+ * 8- / 4-bit cache's integer scores and p.V once over them (paged_item_q: the query quantised
+ * once, as the generator's cache does; at BS = 16 a call per block would pay the query's
+ * quantisation and p.V's set-up every 16 rows); a prompt chunk widens its stretches into float32
+ * (the codes times their scales) with the query rounded as decode's dot products see it, as
+ * the GQA kernel's block GEMM does, and the 4-bit rows' rotation is undone on the outputs.
  * Malformed tables (cumulative lengths not monotone or not ending at T, a sequence beyond its
  * table's capacity, a block id out of range, positions past the rotary caches) fail with
  * TDM_ERR_INVALID_ARGUMENT before anything is written.
@@ -58,6 +67,12 @@ typedef struct paged_job {
     bool bhsd;   /* tandem_kv_layout "BHSD": blocks [KVH, BS, D] (else ORT's [BS, KVH, D]) */
     int64_t hstride; /* floats between one head's rows of consecutive slots: row, or D */
     bool half;       /* float16 caches: stretches widened into scratch by kv head */
+    /* tandem's 8-bit (int8) or 4-bit (uint8, q4) rows, BHSD only: rb bytes a row; decode
+     * gathers an item's rows and runs the integer routines (fi), a prompt chunk widens its
+     * stretches (fi->dequantize_rows) into float32 like float16 */
+    bool quant, q4;
+    const tdm_llm_i8_fns *fi;
+    int64_t rb; /* bytes of one kv head's row of a slot: D * 4, D * 2 or the quantised row's */
     tdm_llm_widen_fn widen;
     tdm_llm_narrow_fn narrow; /* float16 caches: the new rows rounded in */
     bool rotary, interleaved, causal;
@@ -76,12 +91,22 @@ static inline int64_t slot_of(const paged_job *j, int64_t b, int64_t pos) {
     return (int64_t)j->bt[b * j->MB + pos / j->BS] * j->BS + pos % j->BS;
 }
 
-/* The element offset of kv head g's row of cache slot `slot`; rows of one head in a stretch
- * are j->hstride elements apart. */
-static inline int64_t head_at(const paged_job *j, int64_t slot, int64_t g) {
-    if (!j->bhsd) return slot * j->row + g * j->D;
+/* The index of kv head g's row of cache slot `slot` among the cache's rows (of j->rb bytes
+ * each); rows of one head in a stretch are consecutive (BHSD) or KVH apart. */
+static inline int64_t row_at(const paged_job *j, int64_t slot, int64_t g) {
+    if (!j->bhsd) return slot * j->KVH + g;
     int64_t blk = slot / j->BS, off = slot % j->BS;
-    return ((blk * j->KVH + g) * j->BS + off) * j->D;
+    return (blk * j->KVH + g) * j->BS + off;
+}
+
+/* ... its element offset (float and float16 caches) */
+static inline int64_t head_at(const paged_job *j, int64_t slot, int64_t g) {
+    return row_at(j, slot, g) * j->D;
+}
+
+/* ... its bytes (quantised caches) */
+static inline int8_t *qrow(const paged_job *j, const float *c, int64_t slot, int64_t g) {
+    return (int8_t *)c + row_at(j, slot, g) * j->rb;
 }
 
 /* ... as a pointer into cache c (float caches). */
@@ -99,6 +124,16 @@ static void paged_cache(void *arg, int64_t t0, int64_t t1) {
         for (int64_t g = 0; g < j->KVH; g++) {
             const float *ks = j->k + t * j->kstride + j->koff + g * j->D;
             const float *vs = j->v + t * j->kstride + j->voff + g * j->D;
+            if (j->quant) { /* rotated, then quantised (4-bit: the rows' own rotation inside) */
+                float buf[TDM_LLM_KV_I8_MAX_D]; /* D: checked by the run */
+                memcpy(buf, ks, bytes);
+                if (j->rotary)
+                    tdm_llm_rotate(buf, j->cos + pos * (j->rot / 2), j->sin + pos * (j->rot / 2),
+                                   j->rot, j->interleaved);
+                j->fi->quantize_row(buf, j->D, qrow(j, j->kc, slot, g));
+                j->fi->quantize_row(vs, j->D, qrow(j, j->vc, slot, g));
+                continue;
+            }
             if (j->half) { /* rotated in float32, then rounded into the cache */
                 uint16_t *kd = (uint16_t *)j->kc + head_at(j, slot, g);
                 uint16_t *vd = (uint16_t *)j->vc + head_at(j, slot, g);
@@ -161,10 +196,9 @@ static void prefetch_to(const paged_job *j, prefetcher *pf, int64_t upto) {
     if (upto > pf->e) upto = pf->e;
     while (pf->pos < upto) {
         int64_t slot, cnt = stretch(j, pf->b, pf->pos, upto, &slot);
-        int64_t es = j->half ? 2 : 4; /* element size */
         for (int64_t g = 0; g < (j->bhsd ? j->KVH : 1); g++) {
-            const char *p = (const char *)pf->c + head_at(j, slot, g) * es;
-            const char *end = p + cnt * (j->bhsd ? j->D : j->row) * es;
+            const char *p = (const char *)pf->c + row_at(j, slot, g) * j->rb;
+            const char *end = p + cnt * (j->bhsd ? 1 : j->KVH) * j->rb;
             for (; p < end; p += 64) __builtin_prefetch(p, 0, 2); /* prefetcht1 */
         }
         pf->pos += cnt;
@@ -174,11 +208,16 @@ static void prefetch_to(const paged_job *j, prefetcher *pf, int64_t upto) {
 /* Logits of every head over positions [a, e) of sequence b: q + h * D against the slots' key
  * rows of kv head h / group, into scores + h * ld + (position - a). A stretch of slots is read
  * for all heads while it is in L1. */
-/* Float16 caches: the stretch's rows of every kv head widened into buf [KVH][cnt][D]. */
+/* Float16 and quantised caches: the stretch's rows of every kv head widened into buf
+ * [KVH][cnt][D] (quantised: the codes times their scales; 4-bit rows stay rotated). */
 static const float *widen_stretch(const paged_job *j, const float *c, int64_t slot, int64_t cnt,
                                   float *buf) {
     const uint16_t *h = (const uint16_t *)c;
     for (int64_t g = 0; g < j->KVH; g++) {
+        if (j->quant) { /* BHSD: a head's rows of a block are contiguous */
+            j->fi->dequantize_rows(qrow(j, c, slot, g), j->rb, cnt, j->D, buf + g * cnt * j->D);
+            continue;
+        }
         if (j->bhsd) { /* a head's rows of a block are contiguous */
             j->widen(h + head_at(j, slot, g), cnt * j->D, buf + g * cnt * j->D);
             continue;
@@ -291,6 +330,83 @@ static void paged_item(const paged_job *j, int64_t p, float *scratch) {
     all_pv(j, b, a, e, live, scores, o, ostride, buf);
 }
 
+/* Item p of pass 2 on a quantised cache (one row: decode): token t, and with parts > 1 part
+ * k of its positions [a, e). Each kv head's rows of the range are gathered from their blocks
+ * into scratch (per stretch: one block's rows, contiguous in BHSD), so that the integer
+ * routines run once over the whole range as the generator's cache does (the query quantised
+ * once, k_llm_gqa_i8.c), not once a block; the copy is ~rb bytes a row against the rows'
+ * arithmetic. Scratch: H * ld logits, H * D query rows, then KVH * ld key rows and as many
+ * value rows of rb bytes. */
+static void paged_item_q(const paged_job *j, int64_t p, float *scratch) {
+    int64_t t = p / j->parts, k = p % j->parts, group = j->H / j->KVH;
+    int64_t b = j->seq_of[t], pos = j->past[b] + t - j->cu[b];
+    int64_t n = j->causal ? pos + 1 : j->past[b] + (j->cu[b + 1] - j->cu[b]);
+    int64_t lo = j->win > 0 && n > j->win ? n - j->win : 0;
+    float *scores = scratch, *q = scratch + j->H * j->ld;
+    int8_t *kb = (int8_t *)(q + j->H * j->D), *vb = kb + j->KVH * j->ld * j->rb;
+    int64_t a = lo, e = n, slot = j->D + 2;
+    float *o = j->y + t * j->H * j->D; /* parts: this part's slots of the partials */
+    int64_t ostride = j->D;
+    if (j->parts > 1) {
+        int64_t chunk = (n - lo + j->parts - 1) / j->parts;
+        a = lo + k * chunk;
+        e = a + chunk < n ? a + chunk : n;
+        o = j->partial + (t * j->H * j->parts + k) * slot;
+        ostride = j->parts * slot;
+        for (int64_t h = 0; h < j->H; h++) o[h * ostride + j->D] = -INFINITY; /* empty part */
+    }
+    for (int64_t h = 0; h < j->H; h++) memset(o + h * ostride, 0, (size_t)j->D * sizeof(float));
+    if (a >= e) return;
+    int64_t cnt = e - a;
+    memcpy(q, j->q + t * j->qstride, (size_t)(j->H * j->D) * sizeof(float));
+    for (int64_t h = 0; h < j->H; h++) {
+        if (j->rotary)
+            tdm_llm_rotate(q + h * j->D, j->cos + pos * (j->rot / 2), j->sin + pos * (j->rot / 2),
+                           j->rot, j->interleaved);
+        if (j->q4) j->fi->rotate(q + h * j->D, j->D); /* as the cache's rows */
+    }
+    prefetcher pk = {j->kc, b, a, e}, pv = {j->vc, b, a, e};
+    for (int64_t s = a, c, sl; s < e; s += c) {
+        prefetch_to(j, &pk, s + PAGED_AHEAD);
+        prefetch_to(j, &pv, s + PAGED_AHEAD);
+        c = stretch(j, b, s, e, &sl);
+        for (int64_t g = 0; g < j->KVH; g++) {
+            size_t at = (size_t)((g * j->ld + s - a) * j->rb), bytes = (size_t)(c * j->rb);
+            memcpy(kb + at, qrow(j, j->kc, sl, g), bytes);
+            memcpy(vb + at, qrow(j, j->vc, sl, g), bytes);
+        }
+    }
+    for (int64_t g = 0; g < j->KVH; g++) {
+        const float *qg[64]; /* group <= 64: checked by the run */
+        for (int64_t i = 0; i < group; i++) qg[i] = q + (g * group + i) * j->D;
+        float *sg = scores + g * group * j->ld;
+        const int8_t *kg = kb + g * j->ld * j->rb, *vg = vb + g * j->ld * j->rb;
+        j->fi->scores(qg, group, kg, j->rb, cnt, j->D, j->scale, sg, j->ld, NULL);
+        for (int64_t i = 0; i < group; i++) {
+            int64_t h = g * group + i;
+            float *sc = sg + i * j->ld;
+            bool live;
+            if (j->parts == 1) {
+                live = tdm_llm_softmax(j->simd, sc, cnt, j->softcap, NULL, j->sink != NULL,
+                                       j->sink ? j->sink[h] : 0.0f);
+            } else { /* the part's softmax with one more logit equal to its max (paged_item) */
+                if (j->softcap > 0.0f)
+                    for (int64_t x = 0; x < cnt; x++) sc[x] = j->softcap * tanhf(sc[x] / j->softcap);
+                float mx = tdm_llm_row_max(sc, cnt);
+                live = tdm_llm_softmax(j->simd, sc, cnt, 0.0f, NULL, true, mx);
+                if (live) {
+                    o[h * ostride + j->D] = mx;
+                    o[h * ostride + j->D + 1] = 1.0f / sc[cnt];
+                }
+            }
+            if (!live) memset(sc, 0, (size_t)cnt * sizeof(float)); /* p.V takes every head */
+        }
+        float *og = o + g * group * ostride;
+        j->fi->pv(sg, j->ld, group, vg, j->rb, cnt, j->D, og, ostride);
+        for (int64_t i = 0; j->q4 && i < group; i++) j->fi->rotate(og + i * ostride, j->D); /* back */
+    }
+}
+
 /* An item of rows > 1 (a prefill chunk: causal, no window, one part, BHSD): tokens
  * item_t0[p] .. item_t0[p + 1] - 1 of one sequence, at consecutive positions. Every stretch
  * of the last row's positions serves all the rows while it is in L1 (row r uses the
@@ -320,12 +436,16 @@ static void paged_rows(const paged_job *j, int64_t p, float *scratch) {
             for (int64_t h = 0; h < j->H; h++)
                 tdm_llm_rotate(q + h * j->D, j->cos + (pos0 + r) * (j->rot / 2),
                                j->sin + (pos0 + r) * (j->rot / 2), j->rot, j->interleaved);
+        for (int64_t h = 0; j->quant && h < j->H; h++) { /* as the decode path's query */
+            if (j->q4) j->fi->rotate(q + h * j->D, j->D);
+            tdm_llm_q8_round(q + h * j->D, j->D);
+        }
     }
     prefetcher pk = {j->kc, b, 0, e};
     for (int64_t s = 0, cnt, slot; s < e; s += cnt) {
         prefetch_to(j, &pk, s + PAGED_AHEAD);
         cnt = stretch(j, b, s, e, &slot);
-        const float *w = j->half ? widen_stretch(j, j->kc, slot, cnt, buf) : NULL;
+        const float *w = j->half || j->quant ? widen_stretch(j, j->kc, slot, cnt, buf) : NULL;
         for (int64_t r = s > pos0 ? s - pos0 : 0; r < R; r++) { /* rows that see position s */
             float *sc = scratch + r * per_row, *q = sc + j->H * j->ld;
             int64_t c = pos0 + r + 1 - s < cnt ? pos0 + r + 1 - s : cnt;
@@ -345,7 +465,7 @@ static void paged_rows(const paged_job *j, int64_t p, float *scratch) {
     for (int64_t s = 0, cnt, slot; s < e; s += cnt) {
         prefetch_to(j, &pv, s + PAGED_AHEAD);
         cnt = stretch(j, b, s, e, &slot);
-        const float *w = j->half ? widen_stretch(j, j->vc, slot, cnt, buf) : NULL;
+        const float *w = j->half || j->quant ? widen_stretch(j, j->vc, slot, cnt, buf) : NULL;
         for (int64_t r = s > pos0 ? s - pos0 : 0; r < R; r++) {
             const float *sc = scratch + r * per_row, *live = sc + j->H * j->ld + j->H * j->D;
             float *y = j->y + (t0 + r) * j->H * j->D;
@@ -356,6 +476,8 @@ static void paged_rows(const paged_job *j, int64_t p, float *scratch) {
                              w ? j->D : j->hstride, c, j->D, y + h * j->D);
         }
     }
+    for (int64_t r = 0; j->q4 && r < R; r++) /* back from the 4-bit rows' rotation */
+        for (int64_t h = 0; h < j->H; h++) j->fi->rotate(j->y + ((t0 + r) * j->H + h) * j->D, j->D);
 }
 
 /* After the parts: each (token, head)'s parts merged (tdm_llm_merge_parts). */
@@ -375,6 +497,7 @@ static void paged_slots(void *arg, int64_t k0, int64_t k1) {
     for (int64_t k = k0; k < k1; k++)
         for (int64_t p = k; p < j->items; p += j->slots) {
             if (j->rows > 1) paged_rows(j, p, j->scratch + k * j->per_task);
+            else if (j->quant) paged_item_q(j, p, j->scratch + k * j->per_task);
             else paged_item(j, p, j->scratch + k * j->per_task);
         }
     tdm_cpu_subnormals_restore(csr);
@@ -382,9 +505,21 @@ static void paged_slots(void *arg, int64_t k0, int64_t k1) {
 
 #define BAD(...) tdm_node_error(node, TDM_ERR_INVALID_ARGUMENT, __VA_ARGS__)
 
-/* A cache: float32 [NB, BS, KVH, D] or [NB, BS, KVH*D]; with the BHSD layout [NB, KVH, BS, D]. */
+/* A cache: float32 [NB, BS, KVH, D] or [NB, BS, KVH*D]; with the BHSD layout [NB, KVH, BS, D],
+ * or tandem's 8-bit (int8) / 4-bit (uint8) rows [NB, KVH, BS, row bytes]. */
 static tdm_status *check_cache(const tdm_node *node, const tdm_tensor *t, const char *what,
                                int64_t KVH, int64_t D, bool bhsd) {
+    if (t->dtype == TDM_INT8 || t->dtype == TDM_UINT8) {
+        bool q4 = t->dtype == TDM_UINT8;
+        int64_t rb = q4 ? TDM_KV_I4_ROW(D) : TDM_LLM_KV_I8_ROW(D);
+        if (bhsd && t->rank == 4 && t->dims[1] == KVH && t->dims[2] > 0 && t->dims[3] == rb)
+            return NULL;
+        char buf[96];
+        return BAD("%s has shape %s, expected %s [num_blocks, %lld, block_size, %lld] (tandem's "
+                   "%s rows, tandem_kv_layout BHSD)",
+                   what, tdm_shape_str(t->rank, t->dims, buf, sizeof buf), q4 ? "uint8" : "int8",
+                   (long long)KVH, (long long)rb, q4 ? "4-bit" : "8-bit");
+    }
     if (bhsd) {
         if ((t->dtype == TDM_FLOAT || t->dtype == TDM_FLOAT16) && t->rank == 4 && t->dims[1] == KVH && t->dims[2] > 0 &&
             t->dims[3] == D)
@@ -493,6 +628,15 @@ tdm_status *tdm_llm_run_paged(tdm_kernel_ctx *ctx) {
     j.half = kc->dtype == TDM_FLOAT16;
     if (j.half && j.D > 1024)
         return tdm_node_error(node, TDM_ERR_UNSUPPORTED, "float16 caches with a head size over 1024");
+    j.q4 = kc->dtype == TDM_UINT8;
+    j.quant = j.q4 || kc->dtype == TDM_INT8;
+    if (j.quant && j.D > TDM_LLM_KV_I8_MAX_D)
+        return tdm_node_error(node, TDM_ERR_UNSUPPORTED, "8- and 4-bit caches with a head size over %d",
+                              TDM_LLM_KV_I8_MAX_D);
+    if (j.quant && j.H / j.KVH > 64)
+        return tdm_node_error(node, TDM_ERR_UNSUPPORTED,
+                              "8- and 4-bit caches with more than 64 query heads a kv head");
+    j.rb = j.quant ? kc->dims[3] : j.D * (j.half ? 2 : 4);
     int64_t NB = kc->dims[0];
     j.BS = kc->dims[j.bhsd ? 2 : 1];
     j.row = j.KVH * j.D;
@@ -557,11 +701,13 @@ tdm_status *tdm_llm_run_paged(tdm_kernel_ctx *ctx) {
     /* a step with a chunk of prompt rows in it (more rows than sequences): items of up to
      * PAGED_ROWS rows (paged_rows); a decode step keeps one row an item */
     j.rows = j.parts == 1 && j.causal && j.win <= 0 && j.bhsd && j.T > j.B ? PAGED_ROWS : 1;
-    j.per_task = j.rows * (j.H * j.ld + j.H * j.D + j.H) + (j.half ? j.KVH * j.run * j.D : 0) + 16;
+    j.per_task = j.rows * (j.H * j.ld + j.H * j.D + j.H) + (j.half || j.quant ? j.KVH * j.run * j.D : 0) + 16;
+    if (j.quant && j.rows == 1) /* paged_item_q: the gathered key and value rows */
+        j.per_task += (2 * j.KVH * j.ld * j.rb + 3) / 4;
     j.slots = j.items < threads ? j.items : threads; /* rows > 1: at most; set again below */
     if (j.slots < 1) j.slots = 1;
     tdm_tensor *ko = ctx->n_out > 1 ? ctx->out[1] : NULL, *vo = ctx->n_out > 2 ? ctx->out[2] : NULL;
-    size_t cache = (size_t)kc->count;
+    size_t cache = (kc->nbytes + sizeof(float) - 1) / sizeof(float); /* floats of a copy */
     size_t own_cache = (ko ? 0 : cache) + (vo ? 0 : cache);
     size_t part_need = j.parts > 1 ? (size_t)(j.T * j.H * j.parts * (j.D + 2)) : 0;
     size_t need = 2 * ((size_t)j.T + 16) + (size_t)(j.slots * j.per_task) + part_need + own_cache;
@@ -606,6 +752,7 @@ tdm_status *tdm_llm_run_paged(tdm_kernel_ctx *ctx) {
         j.f = tdm_llm_fns_for(j.simd->level);
         j.widen = tdm_llm_widen_for(j.simd->level);
         j.narrow = tdm_llm_narrow_for(j.simd->level);
+        j.fi = j.quant ? (j.q4 ? tdm_llm_i4_fns_for : tdm_llm_i8_fns_for)(j.simd->level) : NULL;
         if (j.T > 0) {
             tdm_parallel_for(ctx->pool, j.T, 1, paged_cache, &j);
             tdm_parallel_for(ctx->pool, j.slots, 1, paged_slots, &j);
