@@ -7,7 +7,11 @@
  * and inter-token latency p50 / p99 over the streams' gaps between tokens, decode tokens/s (the
  * tokens after each stream's first over the time some stream was decoding: the union of the
  * streams' first-to-last-token spans, so prompt processing before any first token is out, as in
- * llama-bench's tg), and tokens per CPU second of the process (the work done, less sensitive to
+ * llama-bench's tg), the steady decode rate (the tokens produced while every stream of the way
+ * was decoding, from the last first token to the first stream's last, over that window: the
+ * batched decode step alone, without the prompt chunks that the other rates share steps
+ * with; 0 when the window is empty, e.g. when the prompts are long against the generated
+ * tokens), and tokens per CPU second of the process (the work done, less sensitive to
  * a loaded machine); the ways take turns
  * R times and each way's median repetition (by tokens/s) is reported. Public API only. */
 #include <math.h>
@@ -111,6 +115,7 @@ typedef struct way {
     bool no_batching;
     double tps, ttft_p50, ttft_max, itl_p50, itl_p99, wall;
     double decode_tps, decode_s; /* tokens after the first over the union of decode spans */
+    double steady_tps, steady_s; /* tokens while every stream decoded, over that window */
     double cpu;           /* CPU seconds of the process during the timed round */
     long steps;
     const char *kv_dtype; /* the engine's paged cache */
@@ -241,6 +246,23 @@ static int run_way(tdm_env *env, const char *dir, long threads, long pp, long tg
         w->tps = w->wall > 0 ? (double)total / w->wall : 0;
         w->decode_s = span_union(spans, ns);
         w->decode_tps = w->decode_s > 0 ? (double)decoded / w->decode_s : 0;
+        /* the window in which every stream was decoding: [the last first token, the first
+         * last token]; a stream's token times are its first plus the running sum of gaps */
+        double lo = 0, hi = INFINITY;
+        for (long i = 0; i < n; i++) {
+            lo = rs.st[i].t_first > lo ? rs.st[i].t_first : lo;
+            hi = rs.st[i].t_last < hi ? rs.st[i].t_last : hi;
+        }
+        long in_window = 0;
+        for (long i = 0; hi > lo && i < n; i++) {
+            double t = rs.st[i].t_first;
+            for (long j = 0; j < rs.st[i].n_gaps; j++) {
+                t += rs.st[i].gaps[j];
+                in_window += t > lo && t <= hi;
+            }
+        }
+        w->steady_s = hi > lo ? hi - lo : 0;
+        w->steady_tps = w->steady_s > 0 ? (double)in_window / w->steady_s : 0;
         w->ttft_p50 = bench_percentile(ttft, n, 50) * 1e3;
         w->ttft_max = ttft[n - 1] * 1e3;
         w->itl_p50 = ng ? bench_percentile(all_gaps, ng, 50) * 1e3 : 0;
@@ -318,21 +340,25 @@ int cmd_bench_llm_streams(const char *dir, long streams, long threads, long pp, 
             printf(
                 "    {\"name\": \"%s\", \"streams\": %ld, \"batching\": %s, \"tokens_per_s\": %.3f, "
                 "\"decode_tokens_per_s\": %.3f, \"decode_s\": %.6f, "
+                "\"steady_decode_tokens_per_s\": %.3f, \"steady_s\": %.6f, "
                 "\"wall_s\": %.6f, \"cpu_s\": %.6f, \"tokens_per_cpu_s\": %.3f, \"steps\": %ld, "
                 "\"ttft_ms\": {\"p50\": %.3f, \"max\": %.3f}, "
                 "\"itl_ms\": {\"p50\": %.3f, \"p99\": %.3f}}%s\n",
                 ways[i].name, ways[i].streams, ways[i].no_batching ? "false" : "true", ways[i].tps,
-                ways[i].decode_tps, ways[i].decode_s, ways[i].wall, ways[i].cpu,
+                ways[i].decode_tps, ways[i].decode_s, ways[i].steady_tps, ways[i].steady_s,
+                ways[i].wall, ways[i].cpu,
                 ways[i].cpu > 0 ? (double)(ways[i].streams * tg) / ways[i].cpu : 0, ways[i].steps,
                 ways[i].ttft_p50, ways[i].ttft_max, ways[i].itl_p50, ways[i].itl_p99,
                 i + 1 < n_ways ? "," : "");
         printf("  ],\n  \"batched_over_one\": %.3f, \"batched_over_one_at_a_time\": %.3f,\n"
-               "  \"decode_batched_over_one\": %.3f, \"decode_batched_over_one_at_a_time\": %.3f\n}\n",
+               "  \"decode_batched_over_one\": %.3f, \"decode_batched_over_one_at_a_time\": %.3f,\n"
+               "  \"steady_batched_over_one\": %.3f\n}\n",
                n_ways > 1 && ways[0].tps > 0 ? ways[1].tps / ways[0].tps : 1.0,
                n_ways > 2 && ways[2].tps > 0 ? ways[1].tps / ways[2].tps : 1.0,
                n_ways > 1 && ways[0].decode_tps > 0 ? ways[1].decode_tps / ways[0].decode_tps : 1.0,
                n_ways > 2 && ways[2].decode_tps > 0 ? ways[1].decode_tps / ways[2].decode_tps
-                                                     : 1.0);
+                                                     : 1.0,
+               n_ways > 1 && ways[0].steady_tps > 0 ? ways[1].steady_tps / ways[0].steady_tps : 0.0);
     } else {
         printf("| %-14s | %7s | %10s | %10s | %10s | %6s | %9s | %9s | %9s | %9s |\n", "way",
                "streams", "tokens/s", "decode t/s", "tok/cpu-s", "steps", "ttft p50", "ttft max",
@@ -349,11 +375,14 @@ int cmd_bench_llm_streams(const char *dir, long streams, long threads, long pp, 
         if (n_ways > 1)
             printf("prompt %ld, %ld generated tokens per stream, threads %ld, KV %s, median of %ld: "
                    "batched / 1 stream %.2fx (decode %.2fx), batched / one at a time %.2fx "
-                   "(decode %.2fx)\n",
+                   "(decode %.2fx); steady decode (every stream decoding) %.2f against %.2f tok/s: "
+                   "%.2fx\n",
                    pp, tg, threads, ways[0].kv_dtype, reps, ways[0].tps > 0 ? ways[1].tps / ways[0].tps : 0,
                    ways[0].decode_tps > 0 ? ways[1].decode_tps / ways[0].decode_tps : 0,
                    ways[2].tps > 0 ? ways[1].tps / ways[2].tps : 0,
-                   ways[2].decode_tps > 0 ? ways[1].decode_tps / ways[2].decode_tps : 0);
+                   ways[2].decode_tps > 0 ? ways[1].decode_tps / ways[2].decode_tps : 0,
+                   ways[1].steady_tps, ways[0].steady_tps,
+                   ways[0].steady_tps > 0 ? ways[1].steady_tps / ways[0].steady_tps : 0);
     }
     tdm_env_free(env);
     return 0;

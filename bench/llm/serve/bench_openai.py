@@ -160,10 +160,11 @@ def prompt_tokens(port, model):
     return int(doc["usage"]["prompt_tokens"])
 
 
-def engine_batched(tandem, folder, streams, prompt, max_tokens, threads):
+def engine_batched(tandem, folder, streams, prompt, max_tokens, threads, kv_type="auto"):
     """tandem bench --llm --streams at the server's load: its batched way's JSON figures."""
     cmd = [tandem, "bench", folder, "--llm", "--streams", str(streams), "--prompt-tokens", str(prompt),
-           "--gen-tokens", str(max_tokens), "--threads", str(threads), "--repetitions", "2", "--json"]
+           "--gen-tokens", str(max_tokens), "--threads", str(threads), "--repetitions", "2", "--json",
+           "--kv-type", kv_type]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)}: rc {r.returncode}: {r.stderr[-300:]}")
@@ -210,7 +211,7 @@ def level(port, model, streams, requests, max_tokens, pid=None):
             "tok_cpu_s": toks[0] / (c1 - c0) if c0 is not None and c1 is not None and c1 > c0 else float("nan")}
 
 
-def make_repo(tmp, name, folder, threads, batching, max_batch, kv_mb):
+def make_repo(tmp, name, folder, threads, batching, max_batch, kv_mb, kv_dtype="auto"):
     repo = os.path.join(tmp, f"repo-{name}-{'on' if batching else 'off'}")
     os.makedirs(os.path.join(repo, name, "1"))
     # the files are linked, not the folder: a folder link that leads out of the repository is
@@ -220,7 +221,7 @@ def make_repo(tmp, name, folder, threads, batching, max_batch, kv_mb):
     with open(os.path.join(repo, name, "config.pbtxt"), "w") as f:
         f.write('backend: "tandem_llm"\n')
         for k, v in (("threads", threads), ("max_batch", max_batch), ("kv_memory_mb", kv_mb),
-                     ("no_batching", "false" if batching else "true")):
+                     ("no_batching", "false" if batching else "true"), ("kv_cache_dtype", kv_dtype)):
             f.write(f'parameters {{ key: "{k}" value {{ string_value: "{v}" }} }}\n')
     return repo
 
@@ -235,6 +236,9 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--kv-memory-mb", type=int, default=512, help="the KV pool (engine option kv_bytes)")
+    ap.add_argument("--kv-cache-dtype", default="auto",
+                    help="the pool's element type (config kv_cache_dtype; the engine bench's --kv-type): "
+                         "auto, f32, f16, int8, int4")
     ap.add_argument("--no-engine", action="store_true",
                     help="skip the engine bench at the server's load (batching on)")
     ap.add_argument("--out")
@@ -258,7 +262,7 @@ def main():
         for name, folder in folders.items():
             for batching in (True, False):
                 repo = make_repo(tmp, os.path.basename(os.path.normpath(name)), folder, args.threads, batching,
-                                 max(levels), args.kv_memory_mb)
+                                 max(levels), args.kv_memory_mb, args.kv_cache_dtype)
                 srv = Server(args.tandem, repo)
                 p = None
                 try:
@@ -278,7 +282,8 @@ def main():
                     srv.stop()
                 if p is not None:  # the engine alone, with the server gone
                     s = 8 if 8 in levels else max(levels)
-                    e = engine_batched(args.tandem, folder, s, p, args.max_tokens, args.threads)
+                    e = engine_batched(args.tandem, folder, s, p, args.max_tokens, args.threads,
+                                       args.kv_cache_dtype)
                     engines.append(dict(e, model=model, streams=s, prompt_tokens=p))
                     print(f"{model:5} engine bench, {s} streams, prompt {p}: {e['tok_s']:8.1f} tok/s  "
                           f"{e['tok_cpu_s']:.1f} tok/cpu-s", flush=True)
@@ -287,7 +292,7 @@ def main():
     lines = [f"# tandem serve, OpenAI API, streaming clients ({datetime.date.today()})", "",
              f"Command: `bench/llm/serve/bench_openai.py --tandem build/tandem --models {args.models} "
              f"--streams {args.streams} --requests {args.requests} --max-tokens {args.max_tokens} "
-             f"--threads {args.threads} --kv-memory-mb {args.kv_memory_mb}`; prompt of {len(PROMPT)} characters, greedy, ignore_eos. "
+             f"--threads {args.threads} --kv-memory-mb {args.kv_memory_mb} --kv-cache-dtype {args.kv_cache_dtype}`; prompt of {len(PROMPT)} characters, greedy, ignore_eos. "
              "Shared 2-core machine: noisy.", "",
              "| model | batching | streams | tok/s (end to end) | x 1 stream | on / off | decode tok/s | "
              "x 1 stream | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | server tok/cpu-s |",
