@@ -14,7 +14,9 @@
  *
  * TANDEM_CPU_ISA caps the SIMD level as for the library; BENCH_CTX=N runs one context only,
  * BENCH_PREFILL=S times a prompt of S tokens per sequence instead (one row),
- * BENCH_HALF=1 float16 paged caches (GQA stays float32),
+ * BENCH_HALF=1 float16 paged caches (GQA stays float32), BENCH_KV=int8|int4 tandem's 8- / 4-bit
+ * rows in both GQA's cache (the generator's kv_type) and the BHSD paged one (the engine's; the
+ * BSHD column is skipped: quantised rows need BHSD),
  * BENCH_ONLY=gqa|paged|bhsd one side only (for a profiler), BENCH_HUGE=1 every cache in
  * memory advised for transparent huge pages (2 MiB; the machine's THP setting is "madvise"). The third column set is the
  * tandem_kv_layout="BHSD" cache ([blocks, kv heads, block size, head size]). */
@@ -53,6 +55,33 @@ static tdm_tensor *tensor(tdm_dtype dt, int rank, const int64_t *dims) {
     }
     if (dt == TDM_FLOAT)
         for (int64_t i = 0; i < t->count; i++) ((float *)t->data)[i] = (float)(rand() % 2001 - 1000) * 1e-3f;
+    return t;
+}
+
+/* BENCH_KV: 0 float, 1 int8, 2 int4 */
+static int kv_kind(void) {
+    const char *k = getenv("BENCH_KV");
+    return !k ? 0 : !strcmp(k, "int8") ? 1 : !strcmp(k, "int4") ? 2 : 0;
+}
+
+/* A quantised cache of `rank` dims (the last: the row's bytes): rows of random values
+ * quantised, 256 distinct rows repeated */
+static tdm_tensor *quant_cache(int rank, const int64_t *dims) {
+    bool q4 = kv_kind() == 2;
+    tdm_tensor *t = tensor(q4 ? TDM_UINT8 : TDM_INT8, rank, dims);
+    int64_t rb = dims[rank - 1], rows = t->count / rb;
+    static int8_t table[256][TDM_KV_I8_ROW(D)];
+    static int made = -1;
+    if (made != (int)q4) {
+        for (int r = 0; r < 256; r++) {
+            float x[D];
+            for (int i = 0; i < D; i++) x[i] = (float)(rand() % 2001 - 1000) * 1e-3f;
+            if (q4) tdm_llm_kv4_quantize_row(x, D, table[r]);
+            else tdm_llm_kv_quantize_row(x, D, table[r]);
+        }
+        made = (int)q4;
+    }
+    for (int64_t r = 0; r < rows; r++) memcpy((int8_t *)t->data + r * rb, table[r % 256], (size_t)rb);
     return t;
 }
 
@@ -208,8 +237,12 @@ int main(int argc, char **argv) {
         perm[r] = t;
     }
     for (int64_t b = 0; b <= NS; b++) ((int32_t *)cu->data)[b] = (int32_t)(b * S);
+    int kvq = kv_kind();
+    int64_t rb = kvq == 1 ? TDM_KV_I8_ROW(D) : kvq == 2 ? TDM_KV_I4_ROW(D) : D;
+    int64_t gqd[4] = {NS, KVH, MAXCTX, rb}, hqd[4] = {NB, KVH, BS, rb};
     for (int l = 0; l < LAYERS; l++) {
-        tdm_tensor *kc = cache_tensor(4, gcd, false), *vc = cache_tensor(4, gcd, false);
+        tdm_tensor *kc = kvq ? quant_cache(4, gqd) : cache_tensor(4, gcd, false);
+        tdm_tensor *vc = kvq ? quant_cache(4, gqd) : cache_tensor(4, gcd, false);
         const tdm_tensor *gin[9] = {gq, gk, gv, kc, vc, sl, tl, cosc, sinc};
         memcpy(g->in[l], gin, sizeof gin);
         g->out[l][0] = gy, g->out[l][1] = view(kc), g->out[l][2] = view(vc);
@@ -217,14 +250,16 @@ int main(int argc, char **argv) {
         const tdm_tensor *pin[10] = {q, k, v, pk, pv, cu, past, bt, cosc, sinc};
         memcpy(p->in[l], pin, sizeof pin);
         p->out[l][0] = py, p->out[l][1] = view(pk), p->out[l][2] = view(pv);
-        tdm_tensor *hk = cache_tensor(4, hcd, true), *hv = cache_tensor(4, hcd, true);
+        tdm_tensor *hk = kvq ? quant_cache(4, hqd) : cache_tensor(4, hcd, true);
+        tdm_tensor *hv = kvq ? quant_cache(4, hqd) : cache_tensor(4, hcd, true);
         const tdm_tensor *hin[10] = {q, k, v, hk, hv, cu, past, bt, cosc, sinc};
         memcpy(ph->in[l], hin, sizeof hin);
         ph->out[l][0] = py, ph->out[l][1] = view(hk), ph->out[l][2] = view(hv);
     }
     printf("PagedAttention vs GroupQueryAttention decode, H=%d KVH=%d D=%d, %lld sequence(s), "
-           "block size %lld, %d thread(s), %s, %d layers' caches in turn\n\n",
-           H, KVH, D, (long long)NS, (long long)BS, threads, tdm_cpu_isa_name(level), LAYERS);
+           "block size %lld, %d thread(s), %s, %d layers' caches in turn, caches %s\n\n",
+           H, KVH, D, (long long)NS, (long long)BS, threads, tdm_cpu_isa_name(level), LAYERS,
+           kvq == 1 ? "int8" : kvq == 2 ? "int4" : getenv("BENCH_HALF") ? "float16 (paged)" : "float32");
     printf("| context | GQA us/call | paged us/call | paged / GQA | paged BHSD us/call | BHSD / GQA |\n"
            "|---:|---:|---:|---:|---:|---:|\n");
     static const int ctxs[] = {128, 256, 512, 1024, 2048};
@@ -239,7 +274,7 @@ int main(int argc, char **argv) {
         if (getenv("BENCH_CTX") && atoi(getenv("BENCH_CTX")) != ctxlen) continue;
         const char *only = getenv("BENCH_ONLY"); /* "gqa" or "paged": one side (profiling) */
         double tg = only && strcmp(only, "gqa") ? NAN : time_set(g);
-        double tp = only && strcmp(only, "paged") ? NAN : time_set(p);
+        double tp = (only && strcmp(only, "paged")) || kvq ? NAN : time_set(p);
         double th = only && strcmp(only, "bhsd") ? NAN : time_set(ph);
         printf("| %d | %.1f | %.1f | %.2f | %.1f | %.2f |\n", ctxlen, tg, tp, tp / tg, th, th / tg);
         fflush(stdout);
