@@ -455,7 +455,9 @@ static void test_half_caches(void **state) {
  *     float rounding only) within 2e-5 abs + 2e-4 rel, where a wrong row, scale or rotation is
  *     off by ~0.1;
  *   - the new tokens' slots hold GQA's present rows, byte for byte, and no other slot is
- *     written. */
+ *     written;
+ * and the same caches without tandem_kv_layout BHSD are refused (TDM_ERR_INVALID_ARGUMENT),
+ * nothing written. */
 static void check_quant(bool q4, tdm_cpu_isa isa, int threads, int nseq, const int *past,
                         const int *fresh) {
     enum { QH = 9, QKVH = 3, QD = 64, QBS = 16 };
@@ -497,10 +499,17 @@ static void check_quant(bool q4, tdm_cpu_isa isa, int threads, int nseq, const i
     const int64_t vals[] = {QH, QKVH, 1, 0};
     node_case pc, gc;
     node_init(&pc, "PagedAttention", 4, names, vals, isa, threads);
-    node_layout(&pc, "BHSD");
-    node_init(&gc, "GroupQueryAttention", 4, names, vals, isa, 1);
     tdm_tensor *y = tensor(TDM_FLOAT, 2, qd, false), *ko = view(kc), *vo = view(vc);
     const tdm_tensor *in[10] = {q, k, v, kc, vc, cut, pastt, bt, cosc, sinc};
+    { /* without the BHSD layout: refused, nothing written */
+        tdm_status *st = run_node(&pc, true, 10, in, y, ko, vo);
+        assert_int_equal(tdm_status_code(st), TDM_ERR_INVALID_ARGUMENT);
+        if (!strstr(tdm_status_message(st), "BHSD")) fail_msg("message: %s", tdm_status_message(st));
+        tdm_status_free(st);
+        assert_memory_equal(kc->data, kc0->data, kc->nbytes);
+    }
+    node_layout(&pc, "BHSD");
+    node_init(&gc, "GroupQueryAttention", 4, names, vals, isa, 1);
     assert_null(run_node(&pc, true, 10, in, y, ko, vo));
 #define QAT(slot, g) /* byte offset of kv head g's row of a cache slot */                      \
     ((size_t)((((slot) / QBS) * QKVH + (g)) * QBS + (slot) % QBS) * (size_t)rb)
