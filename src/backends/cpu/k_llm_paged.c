@@ -336,10 +336,10 @@ static void paged_item(const paged_job *j, int64_t p, float *scratch) {
  * routines run once over the whole range as the generator's cache does (the query quantised
  * once, k_llm_gqa_i8.c), not once a block; the copy is ~rb bytes a row against the rows'
  * arithmetic. One kv head at a time, so that its gathered rows stay in L2 (gathering every
- * head's first, 442 KB at 2,048 positions: bench_paged 8 sequences, 2 threads, AMX Xeon, paged /
- * GQA at contexts 512-2048 int4 1.32-1.52x and int8 1.46-1.62x, against 1.10-1.43x and
- * 1.32-1.35x one head at a time). Scratch: H * ld logits, H * D query rows, then ld key rows and as many value
- * rows of rb bytes. */
+ * head's first, 442 KB at 2,048 positions: bench_paged 8 sequences, 2 threads, AMX Xeon, paged
+ * / GQA at contexts 512-2048 int4 1.32-1.52x and int8 1.46-1.62x, against 1.10-1.43x and
+ * 1.32-1.35x one head at a time). Scratch: H * ld logits, H * D query rows, then ld key rows
+ * and as many value rows of rb bytes. */
 static void paged_item_q(const paged_job *j, int64_t p, float *scratch) {
     int64_t t = p / j->parts, k = p % j->parts, group = j->H / j->KVH;
     int64_t b = j->seq_of[t], pos = j->past[b] + t - j->cu[b];
@@ -375,10 +375,11 @@ static void paged_item_q(const paged_job *j, int64_t p, float *scratch) {
         for (int64_t s = a, c, sl; s < e; s += c) {
             for (int64_t pc, ps; pf < e && pf < s + PAGED_AHEAD; pf += pc) {
                 pc = stretch(j, b, pf, e, &ps);
-                const char *kp = (const char *)qrow(j, j->kc, ps, g), *vp = (const char *)qrow(j, j->vc, ps, g);
-                for (int64_t o = 0; o < pc * j->rb; o += 64) {
-                    __builtin_prefetch(kp + o, 0, 2);
-                    __builtin_prefetch(vp + o, 0, 2);
+                const char *kp = (const char *)qrow(j, j->kc, ps, g);
+                const char *vp = (const char *)qrow(j, j->vc, ps, g);
+                for (int64_t at = 0; at < pc * j->rb; at += 64) {
+                    __builtin_prefetch(kp + at, 0, 2);
+                    __builtin_prefetch(vp + at, 0, 2);
                 }
             }
             c = stretch(j, b, s, e, &sl);
@@ -389,8 +390,7 @@ static void paged_item_q(const paged_job *j, int64_t p, float *scratch) {
         const float *qg[64]; /* group <= 64: checked by the run */
         for (int64_t i = 0; i < group; i++) qg[i] = q + (g * group + i) * j->D;
         float *sg = scores + g * group * j->ld;
-        const int8_t *kg = kb, *vg = vb;
-        j->fi->scores(qg, group, kg, j->rb, cnt, j->D, j->scale, sg, j->ld, NULL);
+        j->fi->scores(qg, group, kb, j->rb, cnt, j->D, j->scale, sg, j->ld, NULL);
         for (int64_t i = 0; i < group; i++) {
             int64_t h = g * group + i;
             float *sc = sg + i * j->ld;
@@ -411,7 +411,7 @@ static void paged_item_q(const paged_job *j, int64_t p, float *scratch) {
             if (!live) memset(sc, 0, (size_t)cnt * sizeof(float)); /* p.V takes every head */
         }
         float *og = o + g * group * ostride;
-        j->fi->pv(sg, j->ld, group, vg, j->rb, cnt, j->D, og, ostride);
+        j->fi->pv(sg, j->ld, group, vb, j->rb, cnt, j->D, og, ostride);
         for (int64_t i = 0; j->q4 && i < group; i++) j->fi->rotate(og + i * ostride, j->D); /* back */
     }
 }
@@ -710,7 +710,8 @@ tdm_status *tdm_llm_run_paged(tdm_kernel_ctx *ctx) {
     /* a step with a chunk of prompt rows in it (more rows than sequences): items of up to
      * PAGED_ROWS rows (paged_rows); a decode step keeps one row an item */
     j.rows = j.parts == 1 && j.causal && j.win <= 0 && j.bhsd && j.T > j.B ? PAGED_ROWS : 1;
-    j.per_task = j.rows * (j.H * j.ld + j.H * j.D + j.H) + (j.half || j.quant ? j.KVH * j.run * j.D : 0) + 16;
+    j.per_task = j.rows * (j.H * j.ld + j.H * j.D + j.H) +
+                 (j.half || j.quant ? j.KVH * j.run * j.D : 0) + 16; /* + a widened stretch */
     if (j.quant && j.rows == 1) /* paged_item_q: the gathered key and value rows */
         j.per_task += (2 * j.ld * j.rb + 3) / 4;
     j.slots = j.items < threads ? j.items : threads; /* rows > 1: at most; set again below */
