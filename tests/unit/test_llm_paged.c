@@ -139,6 +139,30 @@ static void rotary_tables(tdm_tensor *cosc, tdm_tensor *sinc, int64_t half) {
     }
 }
 
+/* One sequence's GroupQueryAttention inputs: its S query / key / value rows copied out of the
+ * packed ones (rows qs / ks floats apart, the first at q / k / v), seqlens_k len - 1 and
+ * total_sequence_length len. */
+typedef struct seq_in {
+    tdm_tensor *q, *k, *v, *sl, *tl;
+} seq_in;
+
+static void seq_inputs(seq_in *o, int S, int len, int qw, int kw, const float *q, int64_t qs,
+                       const float *k, const float *v, int64_t ks) {
+    int64_t gq[3] = {1, S, qw}, gk[3] = {1, S, kw}, one[1] = {1};
+    o->q = tensor(TDM_FLOAT, 3, gq, false);
+    o->k = tensor(TDM_FLOAT, 3, gk, false);
+    o->v = tensor(TDM_FLOAT, 3, gk, false);
+    o->sl = tensor(TDM_INT32, 1, one, false);
+    o->tl = tensor(TDM_INT32, 0, NULL, false);
+    ((int32_t *)o->sl->data)[0] = len - 1;
+    ((int32_t *)o->tl->data)[0] = len;
+    for (int s = 0; s < S; s++) {
+        memcpy((float *)o->q->data + s * qw, q + s * qs, (size_t)qw * sizeof(float));
+        memcpy((float *)o->k->data + s * kw, k + s * ks, (size_t)kw * sizeof(float));
+        memcpy((float *)o->v->data + s * kw, v + s * ks, (size_t)kw * sizeof(float));
+    }
+}
+
 typedef struct config {
     int H, KVH, D, BS;
     int rotary, interleaved; /* rotary: 0 off, 1 full head, 2 half the head */
@@ -243,20 +267,12 @@ static void check_config(const config *cf) {
     for (int b = 0; b < nseq; b++) {
         int S = k_new[b], P = k_past[b], len = P + S;
         if (S == 0) continue;
-        int64_t gq[3] = {1, S, H * D}, gk[3] = {1, S, row}, gc4[4] = {1, KVH, len, D}, one[1] = {1};
-        tdm_tensor *qq = tensor(TDM_FLOAT, 3, gq, false), *kk = tensor(TDM_FLOAT, 3, gk, false);
-        tdm_tensor *vv = tensor(TDM_FLOAT, 3, gk, false);
+        int64_t gq[3] = {1, S, H * D}, gc4[4] = {1, KVH, len, D};
+        seq_in si;
+        seq_inputs(&si, S, len, H * D, row, (const float *)q->data + cu[b] * qs, qs,
+                   kdat + cu[b] * kstride + koff, vdat + cu[b] * kstride + voff, kstride);
+        tdm_tensor *qq = si.q, *kk = si.k, *vv = si.v, *sl = si.sl, *tl = si.tl;
         tdm_tensor *pk = tensor(TDM_FLOAT, 4, gc4, false), *pv = tensor(TDM_FLOAT, 4, gc4, false);
-        tdm_tensor *sl = tensor(TDM_INT32, 1, one, false), *tl = tensor(TDM_INT32, 0, NULL, false);
-        ((int32_t *)sl->data)[0] = len - 1;
-        ((int32_t *)tl->data)[0] = len;
-        for (int s = 0; s < S; s++) {
-            int t = cu[b] + s;
-            memcpy((float *)qq->data + s * H * D, (const float *)q->data + t * qs,
-                   (size_t)(H * D) * 4);
-            memcpy((float *)kk->data + s * row, kdat + t * kstride + koff, (size_t)row * 4);
-            memcpy((float *)vv->data + s * row, vdat + t * kstride + voff, (size_t)row * 4);
-        }
         for (int pos = 0; pos < P; pos++) {
             int64_t slot = (int64_t)btab[b * MB + pos / BS] * BS + pos % BS;
             for (int g = 0; g < KVH; g++) {
@@ -365,6 +381,35 @@ static void test_against_gqa(void **state) {
 
 /* ---- float16 caches ---- */
 
+/* A packed batch's tables: nseq sequences of past[b] cached and fresh[b] new tokens, blocks of
+ * bs slots given from the pool's end down (not in order), two spare blocks; unused entries -1. */
+typedef struct tables {
+    int T, MB, NB, cuv[NSEQ + 1];
+    tdm_tensor *bt, *past, *cu;
+} tables;
+
+static void make_tables(tables *tb, int nseq, const int *past, const int *fresh, int bs) {
+    memset(tb, 0, sizeof *tb);
+    tb->NB = 2;
+    for (int b = 0; b < nseq; b++) {
+        tb->T += fresh[b];
+        tb->cuv[b + 1] = tb->T;
+        int nb = (past[b] + fresh[b] + bs - 1) / bs;
+        tb->MB = nb > tb->MB ? nb : tb->MB;
+        tb->NB += nb;
+    }
+    int64_t btd[2] = {nseq, tb->MB}, bd[1] = {nseq}, cud[1] = {nseq + 1};
+    tb->bt = tensor(TDM_INT32, 2, btd, false);
+    tb->past = tensor(TDM_INT32, 1, bd, false);
+    tb->cu = tensor(TDM_INT32, 1, cud, false);
+    int32_t *bt = tb->bt->data;
+    for (int b = 0, next = tb->NB - 1; b < nseq; b++) {
+        ((int32_t *)tb->past->data)[b] = past[b];
+        for (int i = 0; i < tb->MB; i++) bt[b * tb->MB + i] = i * bs < past[b] + fresh[b] ? next-- : -1;
+    }
+    for (int b = 0; b <= nseq; b++) ((int32_t *)tb->cu->data)[b] = tb->cuv[b];
+}
+
 /* The float16-cache kernel against the float32 one on caches holding the same (float16)
  * values: the outputs agree to float16's rounding of the new keys / values, and the new cache
  * rows are the float32 run's rounded to float16, bit for bit. */
@@ -372,22 +417,10 @@ static void check_half(bool bhsd, tdm_cpu_isa isa, int threads, int nseq, const 
                        const int *fresh) {
     enum { HH = 9, HKVH = 3, HD = 64, HBS = 16 };
     const int row = HKVH * HD;
-    int T = 0, cu[NSEQ + 1] = {0}, MB = 0, NB = 2;
-    for (int b = 0; b < nseq; b++) {
-        T += fresh[b];
-        cu[b + 1] = T;
-        int nb = (past[b] + fresh[b] + HBS - 1) / HBS;
-        MB = nb > MB ? nb : MB;
-        NB += nb;
-    }
-    int64_t btd[2] = {nseq, MB}, bd[1] = {nseq}, cud[1] = {nseq + 1};
-    tdm_tensor *bt = tensor(TDM_INT32, 2, btd, false), *pastt = tensor(TDM_INT32, 1, bd, false);
-    tdm_tensor *cut = tensor(TDM_INT32, 1, cud, false);
-    for (int b = 0, next = NB - 1; b < nseq; b++) { /* blocks from the end down: not in order */
-        ((int32_t *)pastt->data)[b] = past[b];
-        for (int i = 0; i < MB; i++) ((int32_t *)bt->data)[b * MB + i] = i * HBS < past[b] + fresh[b] ? next-- : -1;
-    }
-    for (int b = 0; b <= nseq; b++) ((int32_t *)cut->data)[b] = cu[b];
+    tables tb;
+    make_tables(&tb, nseq, past, fresh, HBS);
+    const int T = tb.T, NB = tb.NB;
+    tdm_tensor *bt = tb.bt, *pastt = tb.past, *cut = tb.cu;
     int64_t qd[2] = {T, HH * HD}, kd[2] = {T, row}, cd[4] = {NB, HBS, HKVH, HD}, cosd[2] = {MAXPOS, HD / 2};
     if (bhsd) cd[1] = HKVH, cd[2] = HBS;
     tdm_tensor *q = tensor(TDM_FLOAT, 2, qd, true), *k = tensor(TDM_FLOAT, 2, kd, true);
@@ -463,23 +496,11 @@ static void check_quant(bool q4, tdm_cpu_isa isa, int threads, int nseq, const i
     enum { QH = 9, QKVH = 3, QD = 64, QBS = 16 };
     const int row = QKVH * QD, rb = q4 ? TDM_KV_I4_ROW(QD) : TDM_LLM_KV_I8_ROW(QD);
     const tdm_dtype cdt = q4 ? TDM_UINT8 : TDM_INT8;
-    int T = 0, cu[NSEQ + 1] = {0}, MB = 0, NB = 2;
-    for (int b = 0; b < nseq; b++) {
-        T += fresh[b];
-        cu[b + 1] = T;
-        int nb = (past[b] + fresh[b] + QBS - 1) / QBS;
-        MB = nb > MB ? nb : MB;
-        NB += nb;
-    }
-    int64_t btd[2] = {nseq, MB}, bd[1] = {nseq}, cud[1] = {nseq + 1};
-    tdm_tensor *bt = tensor(TDM_INT32, 2, btd, false), *pastt = tensor(TDM_INT32, 1, bd, false);
-    tdm_tensor *cut = tensor(TDM_INT32, 1, cud, false);
-    int32_t *btab = bt->data;
-    for (int b = 0, next = NB - 1; b < nseq; b++) { /* blocks from the end down: not in order */
-        ((int32_t *)pastt->data)[b] = past[b];
-        for (int i = 0; i < MB; i++) btab[b * MB + i] = i * QBS < past[b] + fresh[b] ? next-- : -1;
-    }
-    for (int b = 0; b <= nseq; b++) ((int32_t *)cut->data)[b] = cu[b];
+    tables tb;
+    make_tables(&tb, nseq, past, fresh, QBS);
+    const int T = tb.T, MB = tb.MB, NB = tb.NB, *cu = tb.cuv;
+    tdm_tensor *bt = tb.bt, *pastt = tb.past, *cut = tb.cu;
+    const int32_t *btab = bt->data;
     int64_t qd[2] = {T, QH * QD}, kd[2] = {T, row}, cd[4] = {NB, QKVH, QBS, rb}, cosd[2] = {MAXPOS, QD / 2};
     tdm_tensor *q = tensor(TDM_FLOAT, 2, qd, true), *k = tensor(TDM_FLOAT, 2, kd, true);
     tdm_tensor *v = tensor(TDM_FLOAT, 2, kd, true);
@@ -517,20 +538,12 @@ static void check_quant(bool q4, tdm_cpu_isa isa, int threads, int nseq, const i
     for (int b = 0; b < nseq; b++) {
         int S = fresh[b], P = past[b], len = P + S;
         if (S == 0) continue;
-        int64_t gq[3] = {1, S, QH * QD}, gk[3] = {1, S, row}, one[1] = {1};
-        int64_t gp[4] = {1, QKVH, P, rb}, gl[4] = {1, QKVH, len, rb};
-        tdm_tensor *qq = tensor(TDM_FLOAT, 3, gq, false), *kk = tensor(TDM_FLOAT, 3, gk, false);
-        tdm_tensor *vv = tensor(TDM_FLOAT, 3, gk, false);
+        int64_t gq[3] = {1, S, QH * QD}, gp[4] = {1, QKVH, P, rb}, gl[4] = {1, QKVH, len, rb};
+        seq_in si;
+        seq_inputs(&si, S, len, QH * QD, row, (const float *)q->data + cu[b] * QH * QD, QH * QD,
+                   (const float *)k->data + cu[b] * row, (const float *)v->data + cu[b] * row, row);
+        tdm_tensor *qq = si.q, *kk = si.k, *vv = si.v, *sl = si.sl, *tl = si.tl;
         tdm_tensor *pk = tensor(cdt, 4, gp, false), *pv = tensor(cdt, 4, gp, false);
-        tdm_tensor *sl = tensor(TDM_INT32, 1, one, false), *tl = tensor(TDM_INT32, 0, NULL, false);
-        ((int32_t *)sl->data)[0] = len - 1;
-        ((int32_t *)tl->data)[0] = len;
-        for (int s = 0; s < S; s++) {
-            int t = cu[b] + s;
-            memcpy((float *)qq->data + s * QH * QD, (const float *)q->data + t * QH * QD, (size_t)(QH * QD) * 4);
-            memcpy((float *)kk->data + s * row, (const float *)k->data + t * row, (size_t)row * 4);
-            memcpy((float *)vv->data + s * row, (const float *)v->data + t * row, (size_t)row * 4);
-        }
         for (int pos = 0; pos < P; pos++) {
             int64_t slot = (int64_t)btab[b * MB + pos / QBS] * QBS + pos % QBS;
             for (int g = 0; g < QKVH; g++) {
