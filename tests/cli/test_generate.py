@@ -270,6 +270,20 @@ def main():
             if not ok:
                 print(json.dumps(ways, indent=1))
         check(ok, "bench --llm --streams --json: decode tokens/s over the union of decode spans")
+        # the steady rate: the tokens while every stream decoded over that window; one stream's
+        # window is its decode span (its G - 1 tokens after the first), one at a time has none,
+        # the batched streams' (prompts in one step) counts at most every token after the firsts
+        ok = r.returncode == 0 and "steady_batched_over_one" in d
+        if ok:
+            one, bat, seq = ways
+            steady = lambda w: w["steady_decode_tokens_per_s"] * w["steady_s"]
+            ok = abs(steady(one) - (G - 1)) <= 0.01 * (G - 1) and abs(one["steady_s"] - one["decode_s"]) < 1e-6 \
+                and seq["steady_s"] == 0 and seq["steady_decode_tokens_per_s"] == 0 \
+                and 0 < bat["steady_s"] <= bat["decode_s"] + 1e-6 \
+                and 0 < steady(bat) <= bat["streams"] * (G - 1) + 0.01
+            if not ok:
+                print(json.dumps(ways, indent=1))
+        check(ok, "bench --llm --streams --json: the steady rate over the window every stream decoded in")
         if r.returncode != 0:
             print(r.stdout, r.stderr[-800:])
         # the GenAI form's packed weights: at least the 4-bit codes, at most the file's bytes
