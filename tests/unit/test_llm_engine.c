@@ -18,8 +18,8 @@
  * within F16_TOP_TOL (the keys and values rounded to float16: the one difference); the stats
  * show float16 and half the bytes a block (twice the blocks for a kv_bytes budget); bad
  * kv_type values are refused with a code. tandem's 8- and 4-bit pools (kv_type "int8" /
- * "int4"): concurrent requests and preemption (int4 also chunked prefill and shared prefix
- * blocks) give the greedy
+ * "int4"): concurrent requests and preemption (int4 also chunked prefill, shared prefix
+ * blocks and cancellation with nothing leaked) give the greedy
  * tokens of the generator with the same kv_type, the top log-probabilities within Q_TOP_TOL.
  * With TANDEM_ENGINE_MODEL=DIR (tests/CMakeLists.txt: llm_engine_smollm2 on the SmolLM2 folder
  * when there is one) only the concurrent greedy check runs, on that folder. A folder whose
@@ -792,6 +792,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_preemption, q4_pool, model_pool),
         cmocka_unit_test_setup_teardown(test_chunked_prefill, q4_pool, model_pool),
         cmocka_unit_test_setup_teardown(test_prefix_cache, q4_pool, model_pool),
+        cmocka_unit_test_setup_teardown(test_cancel, q4_pool, model_pool),
         cmocka_unit_test(test_kv_type),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
