@@ -169,19 +169,35 @@ TDM_TARGET_VNNI static AI void vt_block(const vt_query *vq, int HN, int NC, cons
     }
 }
 
+/* The first of rows t .. t + 15: k + t * rs, or (blocks, a paged cache) in block blk[t / bs] of
+ * bs rows (bs a multiple of 16: the 16 rows are in one block). In blocks the rows two groups
+ * ahead are asked for into L2 instead of vt_block's fixed distance, which would leave the block. */
+TDM_TARGET_VNNI static AI const int8_t *group_at(const int8_t *k, const int8_t *const *blk,
+                                                 int64_t bs, int64_t rs, int64_t t, int64_t n,
+                                                 bool blocks) {
+    if (!blocks) return k + t * rs;
+    if (t + 32 < n) {
+        const char *a = (const char *)(blk[(t + 32) / bs] + ((t + 32) % bs) * rs);
+        for (int64_t o = 0; o < 16 * rs; o += 64) _mm_prefetch(a + o, _MM_HINT_T1);
+    }
+    return blk[t / bs] + (t % bs) * rs;
+}
+
 TDM_TARGET_VNNI static AI void vt_rows(const vt_query *vq, int HN, int NC, const int8_t *k,
-                                       int64_t rs, int64_t n, const __mmask64 *cm, bool prefetch,
-                                       const int8_t *vnext, float *out, int64_t ld, bool q4) {
+                                       const int8_t *const *blk, int64_t bs, int64_t rs, int64_t n,
+                                       const __mmask64 *cm, bool prefetch, const int8_t *vnext,
+                                       float *out, int64_t ld, bool q4, bool blocks) {
     /* whole blocks (16 rows; 4-bit: every chunk's 32 bytes) without a test per row */
     bool whole = !q4 || (uint32_t)cm[NC - 1] == 0xffffffffu;
+    if (blocks) prefetch = false, vnext = NULL;
     int64_t t = 0;
     if (whole)
         for (; t + 16 <= n; t += 16)
-            vt_block(vq, HN, NC, k + t * rs, rs, 16, cm, prefetch, vnext ? vnext + t * rs : NULL,
-                     out + t, ld, q4, true);
+            vt_block(vq, HN, NC, group_at(k, blk, bs, rs, t, n, blocks), rs, 16, cm, prefetch,
+                     vnext ? vnext + t * rs : NULL, out + t, ld, q4, true);
     for (; t < n; t += 16)
-        vt_block(vq, HN, NC, k + t * rs, rs, n - t < 16 ? n - t : 16, cm, prefetch,
-                 vnext ? vnext + t * rs : NULL, out + t, ld, q4, false);
+        vt_block(vq, HN, NC, group_at(k, blk, bs, rs, t, n, blocks), rs, n - t < 16 ? n - t : 16,
+                 cm, prefetch, vnext ? vnext + t * rs : NULL, out + t, ld, q4, false);
 }
 
 /* Head h of vq from its float query: tdm_llm_q8_query's codes and scales (the same largest
@@ -229,15 +245,19 @@ TDM_TARGET_VNNI static void vt_head(vt_query *vq, int h, const float *q, int64_t
     }
 }
 
-TDM_TARGET_VNNI static AI void scores_vnni_f(const float *const *q, int64_t G, const int8_t *k,
-                                             int64_t rs, int64_t n, int64_t d, float scale,
-                                             float *out, int64_t ld, const int8_t *vnext, bool q4) {
+/* The head sizes the VNNI scores take (else the AVX2 ones) */
+static bool vnni_scores_take(int64_t d, int64_t rs, bool q4) {
+    return d >= 16 && (d + 63) / 64 <= VN_MAXC &&
+           rs <= (q4 ? TDM_KV_I4_ROW(VN_MAXC * 64) : TDM_KV_I8_ROW(VN_MAXC * 64));
+}
+
+/* blocks: rows from the block list blk (vt_rows), k unused */
+TDM_TARGET_VNNI static AI void scores_vnni_any(const float *const *q, int64_t G, const int8_t *k,
+                                               const int8_t *const *blk, int64_t bs, int64_t rs,
+                                               int64_t n, int64_t d, float scale, float *out,
+                                               int64_t ld, const int8_t *vnext, bool q4,
+                                               bool blocks) {
     int64_t chunks = (d + 63) / 64;
-    if (d < 16 || chunks > VN_MAXC ||
-        rs > (q4 ? TDM_KV_I4_ROW(VN_MAXC * 64) : TDM_KV_I8_ROW(VN_MAXC * 64))) {
-        (q4 ? &tdm_llm_i4_fns_avx2 : &tdm_llm_i8_fns_avx2)->scores(q, G, k, rs, n, d, scale, out, ld, vnext);
-        return;
-    }
     int NC = (int)chunks;
     int64_t ng = (d + GROUP - 1) / GROUP, so = scales_at(d, q4);
     __mmask64 cm[VN_MAXC]; /* the code bytes of each chunk */
@@ -257,9 +277,9 @@ TDM_TARGET_VNNI static AI void scores_vnni_f(const float *const *q, int64_t G, c
 #define VT_CASE(HN_)                                                                            \
     case HN_:                                                                                   \
         switch (NC) {                                                                           \
-        case 1: vt_rows(&vq, HN_, 1, k, rs, n, cm, pf, vn, o, ld, q4); break;                     \
-        case 2: vt_rows(&vq, HN_, 2, k, rs, n, cm, pf, vn, o, ld, q4); break;                     \
-        default: vt_rows(&vq, HN_, NC, k, rs, n, cm, pf, vn, o, ld, q4); break;                   \
+        case 1: vt_rows(&vq, HN_, 1, k, blk, bs, rs, n, cm, pf, vn, o, ld, q4, blocks); break;   \
+        case 2: vt_rows(&vq, HN_, 2, k, blk, bs, rs, n, cm, pf, vn, o, ld, q4, blocks); break;   \
+        default: vt_rows(&vq, HN_, NC, k, blk, bs, rs, n, cm, pf, vn, o, ld, q4, blocks); break; \
         }                                                                                       \
         break;
         switch (hn) {
@@ -270,6 +290,15 @@ TDM_TARGET_VNNI static AI void scores_vnni_f(const float *const *q, int64_t G, c
         }
 #undef VT_CASE
     }
+}
+TDM_TARGET_VNNI static AI void scores_vnni_f(const float *const *q, int64_t G, const int8_t *k,
+                                             int64_t rs, int64_t n, int64_t d, float scale,
+                                             float *out, int64_t ld, const int8_t *vnext, bool q4) {
+    if (!vnni_scores_take(d, rs, q4)) {
+        (q4 ? &tdm_llm_i4_fns_avx2 : &tdm_llm_i8_fns_avx2)->scores(q, G, k, rs, n, d, scale, out, ld, vnext);
+        return;
+    }
+    scores_vnni_any(q, G, k, NULL, 16, rs, n, d, scale, out, ld, vnext, q4, false);
 }
 SCORES_PAIR(TDM_TARGET_VNNI, scores_vnni, scores_vnni_f)
 
@@ -408,12 +437,16 @@ TDM_TARGET_VNNI static AI void dpwssd_acc(__m512i *acc, __m512i x, __m512i w) {
 #endif
 }
 
+/* blocks: the rows from the block list blk (row t: blk[t / bsz] + (t % bsz) * rs, bsz a
+ * multiple of 16), v unused; each block of PVQ_ROWS rows first lists its rows' addresses */
 TDM_TARGET_VNNI static AI void pvq_block(const float *p, int64_t ld, int HN, const int8_t *v,
-                                          int64_t rs, int64_t n, int64_t d, int64_t i0,
-                                          __mmask64 cm, float *y, int64_t ys, bool q4) {
+                                          const int8_t *const *blk, int64_t bsz, int64_t rs,
+                                          int64_t n, int64_t d, int64_t i0, __mmask64 cm, float *y,
+                                          int64_t ys, bool q4, bool blocks) {
     int64_t so = scales_at(d, q4), g0 = i0 / GROUP, ng = (d + GROUP - 1) / GROUP;
     bool two = ng - g0 >= 2;
-    const int8_t *vs = v + (two ? so + 2 * g0 : so + 2 * g0 - 2), *vc = v + (q4 ? i0 / 2 : i0);
+    const int64_t soff = two ? so + 2 * g0 : so + 2 * g0 - 2, coff = q4 ? i0 / 2 : i0;
+    const int8_t *vs = v + soff, *vc = v + coff;
     const __m512i step = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                                             _mm512_set1_epi32((int)rs));
     const __m512i hi16 = _mm512_set1_epi32((int)0xffff0000u);
@@ -422,6 +455,17 @@ TDM_TARGET_VNNI static AI void pvq_block(const float *p, int64_t ld, int HN, con
     memset(acc, 0, sizeof acc);
     for (int64_t t0 = 0; t0 < n; t0 += PVQ_ROWS) {
         int64_t cnt = n - t0 < PVQ_ROWS ? n - t0 : PVQ_ROWS;
+        const int8_t *rp[PVQ_ROWS]; /* blocks: the rows' addresses */
+        if (blocks) {
+            for (int64_t t = 0; t < cnt; t += 16) {
+                const int8_t *g = blk[(t0 + t) / bsz] + ((t0 + t) % bsz) * rs;
+                for (int64_t u = 0; u < 16 && t + u < cnt; u++) rp[t + u] = g + u * rs;
+                if (t0 + t + 64 < n) { /* the rows a block ahead, into L2 */
+                    const char *a = (const char *)(blk[(t0 + t + 64) / bsz] + ((t0 + t + 64) % bsz) * rs);
+                    for (int64_t o = 0; o < 16 * rs; o += 64) _mm_prefetch(a + o, _MM_HINT_T1);
+                }
+            }
+        }
         _Alignas(64) float sc[2][PVQ_ROWS];
         /* per head, 16 rows a 64 bytes (vpackssdw of both groups): dword 4L + m holds rows
          * 4L + 2m, + 1 of group 0, dword 4L + 2 + m the same of group 1 */
@@ -431,7 +475,7 @@ TDM_TARGET_VNNI static AI void pvq_block(const float *p, int64_t ld, int HN, con
         for (int64_t t = 0; t < cnt; t += 16) {
             __mmask16 m = mask_of(cnt - t);
             __m512i g = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, step,
-                                                    (const void *)(vs + (t0 + t) * rs), 1);
+                                                    (const void *)(blocks ? rp[t] + soff : vs + (t0 + t) * rs), 1);
             __m512 s0 = _mm512_castsi512_ps(two ? _mm512_slli_epi32(g, 16) : _mm512_and_si512(g, hi16));
             __m512 s1 = two ? _mm512_castsi512_ps(_mm512_and_si512(g, hi16)) : _mm512_setzero_ps();
             _mm512_store_ps(sc[0] + t, s0);
@@ -472,8 +516,9 @@ TDM_TARGET_VNNI static AI void pvq_block(const float *p, int64_t ld, int HN, con
             for (int c = 0; c < 4; c++) ia[h][c] = _mm512_setzero_si512();
         const int8_t *vb = vc + t0 * rs;
         for (int64_t t = 0; t < cnt; t += 2) {
-            const int8_t *ra = vb + t * rs, *rb = t + 1 < cnt ? ra + rs : ra; /* weight 0 */
-            _mm_prefetch((const char *)(ra + I8_AHEAD), _MM_HINT_T0);
+            const int8_t *ra = blocks ? rp[t] + coff : vb + t * rs;
+            const int8_t *rb = t + 1 < cnt ? (blocks ? rp[t + 1] + coff : ra + rs) : ra; /* weight 0 */
+            if (!blocks) _mm_prefetch((const char *)(ra + I8_AHEAD), _MM_HINT_T0);
             __m512i x[4];
             if (q4) {
                 __m256i a, b;
@@ -542,13 +587,10 @@ TDM_TARGET_VNNI static AI void pvq_block(const float *p, int64_t ld, int HN, con
     }
 }
 
-TDM_TARGET_VNNI static AI void pv_vnni_f(const float *p, int64_t ld, int64_t G, const int8_t *v,
-                                         int64_t rs, int64_t n, int64_t d, float *y, int64_t ys,
-                                         bool q4) {
-    if (d < 2) { /* the scale gathers read the dword ending with a scale */
-        (q4 ? &tdm_llm_i4_fns_avx2 : &tdm_llm_i8_fns_avx2)->pv(p, ld, G, v, rs, n, d, y, ys);
-        return;
-    }
+TDM_TARGET_VNNI static AI void pv_vnni_any(const float *p, int64_t ld, int64_t G, const int8_t *v,
+                                           const int8_t *const *blk, int64_t bs, int64_t rs,
+                                           int64_t n, int64_t d, float *y, int64_t ys, bool q4,
+                                           bool blocks) {
     __mmask64 cms[VN_MAXC * 2];
     chunk_masks(d, (int)((d + 63) / 64), q4, cms);
     for (int64_t i0 = 0; i0 < d; i0 += 64) {
@@ -558,15 +600,47 @@ TDM_TARGET_VNNI static AI void pv_vnni_f(const float *p, int64_t ld, int64_t G, 
             const float *ph = p + h0 * ld;
             float *yh = y + h0 * ys;
             switch (hn) {
-            case 1: pvq_block(ph, ld, 1, v, rs, n, d, i0, cm, yh, ys, q4); break;
-            case 2: pvq_block(ph, ld, 2, v, rs, n, d, i0, cm, yh, ys, q4); break;
-            case 3: pvq_block(ph, ld, 3, v, rs, n, d, i0, cm, yh, ys, q4); break;
-            default: pvq_block(ph, ld, 4, v, rs, n, d, i0, cm, yh, ys, q4); break;
+            case 1: pvq_block(ph, ld, 1, v, blk, bs, rs, n, d, i0, cm, yh, ys, q4, blocks); break;
+            case 2: pvq_block(ph, ld, 2, v, blk, bs, rs, n, d, i0, cm, yh, ys, q4, blocks); break;
+            case 3: pvq_block(ph, ld, 3, v, blk, bs, rs, n, d, i0, cm, yh, ys, q4, blocks); break;
+            default: pvq_block(ph, ld, 4, v, blk, bs, rs, n, d, i0, cm, yh, ys, q4, blocks); break;
             }
         }
     }
 }
+
+TDM_TARGET_VNNI static AI void pv_vnni_f(const float *p, int64_t ld, int64_t G, const int8_t *v,
+                                         int64_t rs, int64_t n, int64_t d, float *y, int64_t ys,
+                                         bool q4) {
+    if (d < 2) { /* the scale gathers read the dword ending with a scale */
+        (q4 ? &tdm_llm_i4_fns_avx2 : &tdm_llm_i8_fns_avx2)->pv(p, ld, G, v, rs, n, d, y, ys);
+        return;
+    }
+    pv_vnni_any(p, ld, G, v, NULL, 16, rs, n, d, y, ys, q4, false);
+}
 PV_PAIR(TDM_TARGET_VNNI, pv_vnni, pv_vnni_f)
+
+/* The block-list forms (tdm_llm_i8_fns.scores_blk / pv_blk): false, nothing done, for what
+ * they do not take (a block size not a multiple of 16, head sizes the VNNI scores leave to
+ * AVX2, d < 2) */
+#define BLK_PAIR(NAME, Q4)                                                                      \
+    TDM_TARGET_VNNI static bool NAME##_scores(const float *const *q, int64_t G,                 \
+                                              const int8_t *const *blk, int64_t bs, int64_t rs,  \
+                                              int64_t n, int64_t d, float scale, float *out,     \
+                                              int64_t ld) {                                      \
+        if (bs % 16 != 0 || !vnni_scores_take(d, rs, Q4)) return false;                         \
+        scores_vnni_any(q, G, NULL, blk, bs, rs, n, d, scale, out, ld, NULL, Q4, true);          \
+        return true;                                                                            \
+    }                                                                                           \
+    TDM_TARGET_VNNI static bool NAME##_pv(const float *p, int64_t ld, int64_t G,                \
+                                          const int8_t *const *blk, int64_t bs, int64_t rs,      \
+                                          int64_t n, int64_t d, float *y, int64_t ys) {          \
+        if (bs % 16 != 0 || d < 2) return false;                                                \
+        pv_vnni_any(p, ld, G, NULL, blk, bs, rs, n, d, y, ys, Q4, true);                         \
+        return true;                                                                            \
+    }
+BLK_PAIR(blk8, false)
+BLK_PAIR(blk4, true)
 
 /* tdm_llm_kv4_rotate in two vectors of 16: the same stages (h = 1, 2, 4, 8 within each
  * vector by lane swaps, 16 across them) and the same sums and differences, so the same
@@ -665,7 +739,7 @@ static void dequantize4_by_avx2(const int8_t *rows, int64_t rs, int64_t n, int64
 const tdm_llm_i8_fns tdm_llm_i8_fns_avx512 = {scores_by_avx2, pv_avx512, NULL,
     quantize_avx512, dequantize_by_avx2, TDM_ISA_AVX512_CORE};
 const tdm_llm_i8_fns tdm_llm_i8_fns_vnni = {scores_vnni, pv_vnni, NULL,
-    quantize_avx512, dequantize_by_avx2, TDM_ISA_AVX512_CORE_VNNI};
+    quantize_avx512, dequantize_by_avx2, TDM_ISA_AVX512_CORE_VNNI, blk8_scores, blk8_pv};
 const tdm_llm_i8_fns tdm_llm_i4_fns_vnni = {scores_vnni4, pv_vnni4, rotate_avx512,
-    quantize4_avx512, dequantize4_by_avx2, TDM_ISA_AVX512_CORE_VNNI};
+    quantize4_avx512, dequantize4_by_avx2, TDM_ISA_AVX512_CORE_VNNI, blk4_scores, blk4_pv};
 #endif

@@ -28,10 +28,11 @@
  * tandem's 8-bit (int8) and 4-bit (uint8) caches, BHSD only ([NB, KVH, BS, row bytes]: the
  * generator's row formats, ops/kv_int8.h; the engine's kv_type int8 / int4): the new K (rotated)
  * and V rows are quantised into their slots by the GQA kernel's row quantisers. A decode row
- * gathers each kv head's rows of its range (a block's rows at a time) into scratch and runs the
- * 8- / 4-bit cache's integer scores and p.V once over them (paged_item_q: the query quantised
- * once, as the generator's cache does; at BS = 16 a call per block would pay the query's
- * quantisation and p.V's set-up every 16 rows); a prompt chunk widens its stretches into float32
+ * runs the 8- / 4-bit cache's integer scores and p.V once over its range, reading the rows in
+ * place through a list of its blocks where the level can (AVX-512 VNNI), else gathering them
+ * into scratch first (paged_item_q: the query quantised once, as the generator's cache does;
+ * at BS = 16 a call per block would pay the query's quantisation and p.V's set-up every 16
+ * rows); a prompt chunk widens its stretches into float32
  * (the codes times their scales) with the query rounded as decode's dot products see it, as
  * the GQA kernel's block GEMM does, and the 4-bit rows' rotation is undone on the outputs.
  * Malformed tables (cumulative lengths not monotone or not ending at T, a sequence beyond its
@@ -330,16 +331,44 @@ static void paged_item(const paged_job *j, int64_t p, float *scratch) {
     all_pv(j, b, a, e, live, scores, o, ostride, buf);
 }
 
+/* kv head g's key and value rows of sequence b's positions [a, e) copied into kb / vb (rb
+ * bytes a row, in order), the rows PAGED_AHEAD slots ahead asked for into L2 as prefetch_to
+ * does for all heads */
+static void gather_head(const paged_job *j, int64_t b, int64_t a, int64_t e, int64_t g, int8_t *kb,
+                        int8_t *vb) {
+    int64_t pf = a;
+    for (int64_t s = a, c, sl; s < e; s += c) {
+        for (int64_t pc, ps; pf < e && pf < s + PAGED_AHEAD; pf += pc) {
+            pc = stretch(j, b, pf, e, &ps);
+            const char *kp = (const char *)qrow(j, j->kc, ps, g);
+            const char *vp = (const char *)qrow(j, j->vc, ps, g);
+            for (int64_t at = 0; at < pc * j->rb; at += 64) {
+                __builtin_prefetch(kp + at, 0, 2);
+                __builtin_prefetch(vp + at, 0, 2);
+            }
+        }
+        c = stretch(j, b, s, e, &sl);
+        size_t at = (size_t)((s - a) * j->rb), bytes = (size_t)(c * j->rb);
+        memcpy(kb + at, qrow(j, j->kc, sl, g), bytes);
+        memcpy(vb + at, qrow(j, j->vc, sl, g), bytes);
+    }
+}
+
 /* Item p of pass 2 on a quantised cache (one row: decode): token t, and with parts > 1 part
- * k of its positions [a, e). Each kv head's rows of the range are gathered from their blocks
- * into scratch (per stretch: one block's rows, contiguous in BHSD), so that the integer
- * routines run once over the whole range as the generator's cache does (the query quantised
- * once, k_llm_gqa_i8.c), not once a block; the copy is ~rb bytes a row against the rows'
- * arithmetic. One kv head at a time, so that its gathered rows stay in L2 (gathering every
- * head's first, 442 KB at 2,048 positions: bench_paged 8 sequences, 2 threads, AMX Xeon, paged
- * / GQA at contexts 512-2048 int4 1.32-1.52x and int8 1.46-1.62x, against 1.10-1.43x and
- * 1.32-1.35x one head at a time). Scratch: H * ld logits, H * D query rows, then ld key rows
- * and as many value rows of rb bytes. */
+ * k of its positions [a, e). The integer routines run once over the whole range, kv head by
+ * kv head, as on the generator's cache (the query quantised once, k_llm_gqa_i8.c), not once a
+ * block:
+ *   - where the level has block-list forms (scores_blk / pv_blk: AVX-512 VNNI, block sizes of
+ *     16 rows or a multiple) and the range starts at a block's start (parts are whole blocks
+ *     then), they read the rows in place from the list of the range's blocks;
+ *   - else each head's rows are gathered from their blocks into scratch first, one head at a
+ *     time so that they stay in L2 (gathering every head's first, 442 KB at 2,048 positions,
+ *     was 1.32-1.52x GQA's time against 1.10-1.43x, int4).
+ * bench_paged 8 sequences, 2 threads, AMX Xeon, 3 alternating rounds, in place against
+ * gathered: int4 at 1,024 / 2,048 positions 240-257 / 415-440 against 267-281 / 458-494 us,
+ * int8 305-332 / 524-575 against 341-356 / 631-659; equal to 10% less at 128-512.
+ * Scratch: H * ld logits, H * D query rows, then ld key rows and as many value rows of rb
+ * bytes (in place: the two block lists). */
 static void paged_item_q(const paged_job *j, int64_t p, float *scratch) {
     int64_t t = p / j->parts, k = p % j->parts, group = j->H / j->KVH;
     int64_t b = j->seq_of[t], pos = j->past[b] + t - j->cu[b];
@@ -350,8 +379,11 @@ static void paged_item_q(const paged_job *j, int64_t p, float *scratch) {
     int64_t a = lo, e = n, slot = j->D + 2;
     float *o = j->y + t * j->H * j->D; /* parts: this part's slots of the partials */
     int64_t ostride = j->D;
+    /* the level's block-list routines read the rows where they are, from a block's start */
+    bool in_place = j->fi->scores_blk && j->fi->pv_blk && lo % j->BS == 0;
     if (j->parts > 1) {
         int64_t chunk = (n - lo + j->parts - 1) / j->parts;
+        if (in_place) chunk = (chunk + j->BS - 1) / j->BS * j->BS; /* parts of whole blocks */
         a = lo + k * chunk;
         e = a + chunk < n ? a + chunk : n;
         o = j->partial + (t * j->H * j->parts + k) * slot;
@@ -368,29 +400,25 @@ static void paged_item_q(const paged_job *j, int64_t p, float *scratch) {
                            j->rot, j->interleaved);
         if (j->q4) j->fi->rotate(q + h * j->D, j->D); /* as the cache's rows */
     }
+    const int8_t **kl = (const int8_t **)(void *)kb; /* in place: the blocks' rows of head g */
+    const int8_t **vl = kl + (cnt + j->BS - 1) / j->BS;
     for (int64_t g = 0; g < j->KVH; g++) {
-        /* kv head g's rows, gathered (its key and value rows PAGED_AHEAD slots ahead into L2,
-         * as prefetch_to does for all heads) */
-        int64_t pf = a;
-        for (int64_t s = a, c, sl; s < e; s += c) {
-            for (int64_t pc, ps; pf < e && pf < s + PAGED_AHEAD; pf += pc) {
-                pc = stretch(j, b, pf, e, &ps);
-                const char *kp = (const char *)qrow(j, j->kc, ps, g);
-                const char *vp = (const char *)qrow(j, j->vc, ps, g);
-                for (int64_t at = 0; at < pc * j->rb; at += 64) {
-                    __builtin_prefetch(kp + at, 0, 2);
-                    __builtin_prefetch(vp + at, 0, 2);
-                }
-            }
-            c = stretch(j, b, s, e, &sl);
-            size_t at = (size_t)((s - a) * j->rb), bytes = (size_t)(c * j->rb);
-            memcpy(kb + at, qrow(j, j->kc, sl, g), bytes);
-            memcpy(vb + at, qrow(j, j->vc, sl, g), bytes);
-        }
         const float *qg[64]; /* group <= 64: checked by the run */
         for (int64_t i = 0; i < group; i++) qg[i] = q + (g * group + i) * j->D;
         float *sg = scores + g * group * j->ld;
-        j->fi->scores(qg, group, kb, j->rb, cnt, j->D, j->scale, sg, j->ld, NULL);
+        bool blk = false;
+        if (in_place) {
+            for (int64_t s = a, x = 0; s < e; s += j->BS, x++) {
+                int64_t sl = slot_of(j, b, s);
+                kl[x] = qrow(j, j->kc, sl, g);
+                vl[x] = qrow(j, j->vc, sl, g);
+            }
+            blk = j->fi->scores_blk(qg, group, kl, j->BS, j->rb, cnt, j->D, j->scale, sg, j->ld);
+        }
+        if (!blk) {
+            gather_head(j, b, a, e, g, kb, vb);
+            j->fi->scores(qg, group, kb, j->rb, cnt, j->D, j->scale, sg, j->ld, NULL);
+        }
         for (int64_t i = 0; i < group; i++) {
             int64_t h = g * group + i;
             float *sc = sg + i * j->ld;
@@ -411,7 +439,10 @@ static void paged_item_q(const paged_job *j, int64_t p, float *scratch) {
             if (!live) memset(sc, 0, (size_t)cnt * sizeof(float)); /* p.V takes every head */
         }
         float *og = o + g * group * ostride;
-        j->fi->pv(sg, j->ld, group, vb, j->rb, cnt, j->D, og, ostride);
+        if (!blk || !j->fi->pv_blk(sg, j->ld, group, vl, j->BS, j->rb, cnt, j->D, og, ostride)) {
+            if (blk) gather_head(j, b, a, e, g, kb, vb); /* the lists lived there */
+            j->fi->pv(sg, j->ld, group, vb, j->rb, cnt, j->D, og, ostride);
+        }
         for (int64_t i = 0; j->q4 && i < group; i++) j->fi->rotate(og + i * ostride, j->D); /* back */
     }
 }
