@@ -375,7 +375,9 @@ static void paged_item_q(const paged_job *j, int64_t p, float *scratch) {
     int64_t n = j->causal ? pos + 1 : j->past[b] + (j->cu[b + 1] - j->cu[b]);
     int64_t lo = j->win > 0 && n > j->win ? n - j->win : 0;
     float *scores = scratch, *q = scratch + j->H * j->ld;
-    int8_t *kb = (int8_t *)(q + j->H * j->D), *vb = kb + j->ld * j->rb;
+    /* 64-byte aligned: in place it holds the two block lists (pointers) */
+    int8_t *kb = (int8_t *)(((uintptr_t)(q + j->H * j->D) + 63) & ~(uintptr_t)63);
+    int8_t *vb = kb + j->ld * j->rb;
     int64_t a = lo, e = n, slot = j->D + 2;
     float *o = j->y + t * j->H * j->D; /* parts: this part's slots of the partials */
     int64_t ostride = j->D;
@@ -743,8 +745,8 @@ tdm_status *tdm_llm_run_paged(tdm_kernel_ctx *ctx) {
     j.rows = j.parts == 1 && j.causal && j.win <= 0 && j.bhsd && j.T > j.B ? PAGED_ROWS : 1;
     j.per_task = j.rows * (j.H * j.ld + j.H * j.D + j.H) +
                  (j.half || j.quant ? j.KVH * j.run * j.D : 0) + 16; /* + a widened stretch */
-    if (j.quant && j.rows == 1) /* paged_item_q: the gathered key and value rows */
-        j.per_task += (2 * j.ld * j.rb + 3) / 4;
+    if (j.quant && j.rows == 1) /* paged_item_q: the gathered key and value rows, aligned */
+        j.per_task += (2 * j.ld * j.rb + 3) / 4 + 16;
     j.slots = j.items < threads ? j.items : threads; /* rows > 1: at most; set again below */
     if (j.slots < 1) j.slots = 1;
     tdm_tensor *ko = ctx->n_out > 1 ? ctx->out[1] : NULL, *vo = ctx->n_out > 2 ? ctx->out[2] : NULL;
