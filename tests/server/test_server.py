@@ -1041,10 +1041,12 @@ class Tests:
             assert self.wait_pending(m, 1)
             d = Call(self.s, m, self.PAIR, {"timeout": int(d_s * 1e6)})
             rc, rd = c.result(), d.result()
-            if not (rc[0] == rd[0] == 200 and rc[2] < c_s):
+            if not (rc[0] == rd[0] == 200):
                 break
-            # the batch ended within both deadlines: the machine got faster since `full` was
-            # measured (a VM's speed drifts), so no test; again with this batch's time
+            # the batch ran to its end before a deadline could stop it (within both, or past c's
+            # by less than a node's time: 0.607 s against 0.600 once, under ASan): the machine
+            # got faster since `full` was measured (a VM's speed drifts), so no test; again with
+            # this batch's time
             times.append(rc[2])
             full = min(full, rc[2])
         assert rc[0] == rd[0] == 503 and rc[1] == rd[1] == "Request timeout expired", (rc, rd, times)
