@@ -399,28 +399,17 @@ static int float_model(void **state) {
     return 0;
 }
 
-/* The float16 pool of the float32 model. */
-static int f16_pool(void **state) {
-    (void)state;
-    cur_kv_type = "f16";
-    top_abs_tol = F16_TOP_TOL;
+/* Another pool type for the float32 model, and its log-probabilities' tolerance. */
+static int use_pool(const char *kv_type, double tol) {
+    cur_kv_type = kv_type;
+    top_abs_tol = tol;
     return 0;
 }
 
-/* tandem's 8- and 4-bit pools of the float32 model */
-static int q8_pool(void **state) {
-    (void)state;
-    cur_kv_type = "int8";
-    top_abs_tol = Q_TOP_TOL;
-    return 0;
-}
-
-static int q4_pool(void **state) {
-    (void)state;
-    cur_kv_type = "int4";
-    top_abs_tol = Q_TOP_TOL;
-    return 0;
-}
+/* the float16 pool; tandem's 8- and 4-bit pools */
+static int f16_pool(void **state) { return (void)state, use_pool("f16", F16_TOP_TOL); }
+static int q8_pool(void **state) { return (void)state, use_pool("int8", Q_TOP_TOL); }
+static int q4_pool(void **state) { return (void)state, use_pool("int4", Q_TOP_TOL); }
 
 static int model_pool(void **state) {
     cur_kv_type = NULL;

@@ -125,26 +125,22 @@ static void paged_cache(void *arg, int64_t t0, int64_t t1) {
         for (int64_t g = 0; g < j->KVH; g++) {
             const float *ks = j->k + t * j->kstride + j->koff + g * j->D;
             const float *vs = j->v + t * j->kstride + j->voff + g * j->D;
-            if (j->quant) { /* rotated, then quantised (4-bit: the rows' own rotation inside) */
-                float buf[TDM_LLM_KV_I8_MAX_D]; /* D: checked by the run */
-                memcpy(buf, ks, bytes);
-                if (j->rotary)
-                    tdm_llm_rotate(buf, j->cos + pos * (j->rot / 2), j->sin + pos * (j->rot / 2),
-                                   j->rot, j->interleaved);
-                j->fi->quantize_row(buf, j->D, qrow(j, j->kc, slot, g));
-                j->fi->quantize_row(vs, j->D, qrow(j, j->vc, slot, g));
-                continue;
-            }
-            if (j->half) { /* rotated in float32, then rounded into the cache */
-                uint16_t *kd = (uint16_t *)j->kc + head_at(j, slot, g);
-                uint16_t *vd = (uint16_t *)j->vc + head_at(j, slot, g);
+            if (j->half || j->quant) { /* the key rotated in float32, then rounded into the cache
+                                          (float16) or quantised (4-bit: the rows' own rotation
+                                          inside) */
+                _Static_assert(TDM_LLM_KV_I8_MAX_D <= 1024, "the run's head size bound");
                 float buf[1024]; /* D <= 1024: checked by the run */
                 memcpy(buf, ks, bytes);
                 if (j->rotary)
                     tdm_llm_rotate(buf, j->cos + pos * (j->rot / 2), j->sin + pos * (j->rot / 2),
                                    j->rot, j->interleaved);
-                j->narrow(buf, j->D, kd);
-                j->narrow(vs, j->D, vd);
+                if (j->quant) {
+                    j->fi->quantize_row(buf, j->D, qrow(j, j->kc, slot, g));
+                    j->fi->quantize_row(vs, j->D, qrow(j, j->vc, slot, g));
+                } else {
+                    j->narrow(buf, j->D, (uint16_t *)j->kc + head_at(j, slot, g));
+                    j->narrow(vs, j->D, (uint16_t *)j->vc + head_at(j, slot, g));
+                }
                 continue;
             }
             float *kd = head_row(j, j->kc, slot, g), *vd = head_row(j, j->vc, slot, g);
@@ -283,6 +279,42 @@ static void all_pv(const paged_job *j, int64_t b, int64_t a, int64_t e, const fl
 
 /* Item p of pass 2: token t (and with parts > 1, part k of its positions), every head.
  * Scratch: H * ld logits, H * D query rows, H live flags. */
+/* Decode with parts: part k of a row's positions [lo, n) is [*a, *e) (empty when *a >= *e);
+ * `whole` rounds the parts up to whole blocks. */
+static void part_range(const paged_job *j, int64_t k, int64_t lo, int64_t n, bool whole,
+                       int64_t *a, int64_t *e) {
+    int64_t chunk = (n - lo + j->parts - 1) / j->parts;
+    if (whole) chunk = (chunk + j->BS - 1) / j->BS * j->BS;
+    *a = lo + k * chunk;
+    *e = *a + chunk < n ? *a + chunk : n;
+}
+
+/* Part k of token t's partials (head h at the result + h * *ostride): each head's D outputs
+ * zeroed and its max logit -inf (an empty part until shown otherwise). */
+static float *part_slots(const paged_job *j, int64_t t, int64_t k, int64_t *ostride) {
+    int64_t slot = j->D + 2;
+    float *o = j->partial + (t * j->H * j->parts + k) * slot;
+    *ostride = j->parts * slot;
+    for (int64_t h = 0; h < j->H; h++) {
+        memset(o + h * *ostride, 0, (size_t)j->D * sizeof(float));
+        o[h * *ostride + j->D] = -INFINITY;
+    }
+    return o;
+}
+
+/* A part's softmax of one head over sc[0..cnt): its output normalised by its own 1 + sum (the
+ * part's logits plus one equal to their max m, whose probability 1 / (1 + sum) gives the sum
+ * back); m and 1 + sum go to oh[D], oh[D + 1] for paged_merge. */
+static bool part_softmax(const paged_job *j, float *sc, int64_t cnt, float *oh) {
+    if (j->softcap > 0.0f)
+        for (int64_t x = 0; x < cnt; x++) sc[x] = j->softcap * tanhf(sc[x] / j->softcap);
+    float mx = tdm_llm_row_max(sc, cnt);
+    bool live = tdm_llm_softmax(j->simd, sc, cnt, 0.0f, NULL, true, mx);
+    oh[j->D] = mx;
+    oh[j->D + 1] = 1.0f / sc[cnt];
+    return live;
+}
+
 static void paged_item(const paged_job *j, int64_t p, float *scratch) {
     int64_t t = p / j->parts, k = p % j->parts;
     int64_t b = j->seq_of[t], pos = j->past[b] + t - j->cu[b];
@@ -306,28 +338,14 @@ static void paged_item(const paged_job *j, int64_t p, float *scratch) {
         all_pv(j, b, lo, n, live, scores, y, j->D, buf);
         return;
     }
-    /* part k: positions [a, e); per head the output normalised by its own 1 + sum (the part's
-     * softmax with one more logit equal to their max m, whose probability 1 / (1 + sum) gives
-     * the sum back), m and 1 + sum; paged_merge combines the parts */
-    int64_t chunk = (n - lo + j->parts - 1) / j->parts, a = lo + k * chunk;
-    int64_t e = a + chunk < n ? a + chunk : n, slot = j->D + 2;
-    float *o = j->partial + (t * j->H * j->parts + k) * slot;
-    int64_t ostride = j->parts * slot;
-    for (int64_t h = 0; h < j->H; h++) {
-        memset(o + h * ostride, 0, (size_t)j->D * sizeof(float));
-        o[h * ostride + j->D] = -INFINITY; /* empty part */
-    }
+    /* part k: positions [a, e), each head's partial by part_softmax; paged_merge combines */
+    int64_t a, e, ostride;
+    part_range(j, k, lo, n, false, &a, &e);
+    float *o = part_slots(j, t, k, &ostride);
     if (a >= e) return;
     all_scores(j, b, a, e, q, scores, buf);
-    for (int64_t h = 0; h < j->H; h++) {
-        float *sc = scores + h * j->ld;
-        if (j->softcap > 0.0f)
-            for (int64_t x = 0; x < e - a; x++) sc[x] = j->softcap * tanhf(sc[x] / j->softcap);
-        float mx = tdm_llm_row_max(sc, e - a);
-        live[h] = tdm_llm_softmax(j->simd, sc, e - a, 0.0f, NULL, true, mx);
-        o[h * ostride + j->D] = mx;
-        o[h * ostride + j->D + 1] = 1.0f / sc[e - a];
-    }
+    for (int64_t h = 0; h < j->H; h++)
+        live[h] = part_softmax(j, scores + h * j->ld, e - a, o + h * ostride);
     all_pv(j, b, a, e, live, scores, o, ostride, buf);
 }
 
@@ -378,21 +396,17 @@ static void paged_item_q(const paged_job *j, int64_t p, float *scratch) {
     /* 64-byte aligned: in place it holds the two block lists (pointers) */
     int8_t *kb = (int8_t *)(((uintptr_t)(q + j->H * j->D) + 63) & ~(uintptr_t)63);
     int8_t *vb = kb + j->ld * j->rb;
-    int64_t a = lo, e = n, slot = j->D + 2;
+    int64_t a = lo, e = n;
     float *o = j->y + t * j->H * j->D; /* parts: this part's slots of the partials */
     int64_t ostride = j->D;
     /* the level's block-list routines read the rows where they are, from a block's start */
     bool in_place = j->fi->scores_blk && j->fi->pv_blk && lo % j->BS == 0;
     if (j->parts > 1) {
-        int64_t chunk = (n - lo + j->parts - 1) / j->parts;
-        if (in_place) chunk = (chunk + j->BS - 1) / j->BS * j->BS; /* parts of whole blocks */
-        a = lo + k * chunk;
-        e = a + chunk < n ? a + chunk : n;
-        o = j->partial + (t * j->H * j->parts + k) * slot;
-        ostride = j->parts * slot;
-        for (int64_t h = 0; h < j->H; h++) o[h * ostride + j->D] = -INFINITY; /* empty part */
+        part_range(j, k, lo, n, in_place, &a, &e); /* in place: parts of whole blocks */
+        o = part_slots(j, t, k, &ostride);
+    } else {
+        memset(o, 0, (size_t)(j->H * j->D) * sizeof(float));
     }
-    for (int64_t h = 0; h < j->H; h++) memset(o + h * ostride, 0, (size_t)j->D * sizeof(float));
     if (a >= e) return;
     int64_t cnt = e - a;
     memcpy(q, j->q + t * j->qstride, (size_t)(j->H * j->D) * sizeof(float));
@@ -424,20 +438,9 @@ static void paged_item_q(const paged_job *j, int64_t p, float *scratch) {
         for (int64_t i = 0; i < group; i++) {
             int64_t h = g * group + i;
             float *sc = sg + i * j->ld;
-            bool live;
-            if (j->parts == 1) {
-                live = tdm_llm_softmax(j->simd, sc, cnt, j->softcap, NULL, j->sink != NULL,
-                                       j->sink ? j->sink[h] : 0.0f);
-            } else { /* the part's softmax with one more logit equal to its max (paged_item) */
-                if (j->softcap > 0.0f)
-                    for (int64_t x = 0; x < cnt; x++) sc[x] = j->softcap * tanhf(sc[x] / j->softcap);
-                float mx = tdm_llm_row_max(sc, cnt);
-                live = tdm_llm_softmax(j->simd, sc, cnt, 0.0f, NULL, true, mx);
-                if (live) {
-                    o[h * ostride + j->D] = mx;
-                    o[h * ostride + j->D + 1] = 1.0f / sc[cnt];
-                }
-            }
+            bool live = j->parts > 1 ? part_softmax(j, sc, cnt, o + h * ostride)
+                                     : tdm_llm_softmax(j->simd, sc, cnt, j->softcap, NULL,
+                                                       j->sink != NULL, j->sink ? j->sink[h] : 0.0f);
             if (!live) memset(sc, 0, (size_t)cnt * sizeof(float)); /* p.V takes every head */
         }
         float *og = o + g * group * ostride;
