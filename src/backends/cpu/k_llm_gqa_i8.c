@@ -496,9 +496,51 @@ TDM_TARGET_AVX2 TDM_NO_CONTRACT static void quantize_heads_avx2(const float *con
     }
 }
 
-TDM_TARGET_AVX2 static AI void scores_avx2_f(const float *const *q, int64_t G, const int8_t *k,
-                                             int64_t rs, int64_t n, int64_t d, float scale,
-                                             float *out, int64_t ld, const int8_t *vnext, bool q4) {
+/* The rows of a range: k + t * rs, or (blocks: a paged cache) row t at blk[t / bs] + (t % bs) * rs.
+ * A cursor walks them TR8_ROWS at a time without a division (bs a multiple of TR8_ROWS: a
+ * step's rows lie in one block); in blocks a second cursor runs `ahead` rows in front and asks
+ * for its rows into L2 (a fixed distance in bytes, as the contiguous forms prefetch, would
+ * leave the block). */
+typedef struct rows_at {
+    const int8_t *k;
+    const int8_t *const *blk;
+    int64_t bs, rs, bi, off; /* blocks: block bi, row off of it */
+    int64_t pbi, poff, pt;   /* the prefetching cursor: row pt, block pbi, row poff of it */
+} rows_at;
+
+TDM_TARGET_AVX2 static AI rows_at rows_start(const int8_t *k, const int8_t *const *blk, int64_t bs,
+                                             int64_t rs, int64_t n, int64_t ahead) {
+    rows_at c = {k, blk, bs, rs, 0, 0, 0, 0, ahead};
+    if (!blk) return c;
+    c.pbi = ahead / bs, c.poff = ahead % bs;
+    for (int64_t t = 0; t < n && t < ahead; t += TR8_ROWS) { /* the rows before the cursor's */
+        const char *a = (const char *)(blk[t / bs] + (t % bs) * rs);
+        for (int64_t o = 0; o < TR8_ROWS * rs; o += 64) _mm_prefetch(a + o, _MM_HINT_T1);
+    }
+    return c;
+}
+
+TDM_TARGET_AVX2 static AI const int8_t *rows_here(const rows_at *c, int64_t t, bool blocks) {
+    return blocks ? c->blk[c->bi] + c->off * c->rs : c->k + t * c->rs;
+}
+
+/* both cursors TR8_ROWS rows on; the rows the prefetching one passed (before n) asked for */
+TDM_TARGET_AVX2 static AI void rows_step(rows_at *c, int64_t n, bool blocks) {
+    if (!blocks) return;
+    if ((c->off += TR8_ROWS) == c->bs) c->bi++, c->off = 0;
+    if (c->pt < n) {
+        const char *a = (const char *)(c->blk[c->pbi] + c->poff * c->rs);
+        for (int64_t o = 0; o < TR8_ROWS * c->rs; o += 64) _mm_prefetch(a + o, _MM_HINT_T1);
+    }
+    c->pt += TR8_ROWS;
+    if ((c->poff += TR8_ROWS) == c->bs) c->pbi++, c->poff = 0;
+}
+
+TDM_TARGET_AVX2 static AI void scores_avx2_any(const float *const *q, int64_t G, const int8_t *k,
+                                               const int8_t *const *blk, int64_t bs, int64_t rs,
+                                               int64_t n, int64_t d, float scale, float *out,
+                                               int64_t ld, const int8_t *vnext, bool q4,
+                                               bool blocks) {
     _Alignas(32) int8_t qc[QHEADS][TDM_LLM_KV_I8_MAX_D], qa[QHEADS][TDM_LLM_KV_I8_MAX_D];
     float qs[QHEADS][TDM_LLM_KV_I8_MAX_D / GROUP];
     int32_t qz[QHEADS][TDM_LLM_KV_I8_MAX_D / GROUP]; /* 4-bit: 8 * the sum of a group's query codes */
@@ -517,29 +559,31 @@ TDM_TARGET_AVX2 static AI void scores_avx2_f(const float *const *q, int64_t G, c
                     else
                         _mm256_store_si256((__m256i *)(qa[h] + i), _mm256_abs_epi8(c));
                 }
-            int64_t t = 0;
-            for (; t < n; t += TR8_ROWS) {
+            rows_at at = rows_start(k, blk, bs, rs, n, 4 * TR8_ROWS);
+            for (int64_t t = 0; t < n; t += TR8_ROWS) {
                 int64_t cnt = n - t < TR8_ROWS ? n - t : TR8_ROWS;
+                const int8_t *r = rows_here(&at, t, blocks);
                 if (vnext && h0 == 0) /* the value rows' lines, into L2 for the p.V */
                     for (int64_t o2 = (t * rs) & ~(int64_t)63; o2 < (t + cnt) * rs; o2 += 64)
                         _mm_prefetch((const char *)(vnext + o2), _MM_HINT_T1);
                 if (cnt == TR8_ROWS) {
-                    tr8_rows(qc, qa, qz, qs, hn, k + t * rs, rs, d, o, ld, t, cnt, q4);
+                    tr8_rows(qc, qa, qz, qs, hn, r, rs, d, o, ld, t, cnt, q4);
                 } else { /* the last rows through a zero-padded copy */
                     const int64_t prs = q4 ? TDM_KV_I4_ROW(d) : TDM_KV_I8_ROW(d);
                     memset(pad, 0, (size_t)(TR8_ROWS * prs));
                     for (int64_t i = 0; i < cnt; i++)
-                        memcpy(pad + i * prs, k + (t + i) * rs, (size_t)prs);
+                        memcpy(pad + i * prs, r + i * rs, (size_t)prs);
                     tr8_rows(qc, qa, qz, qs, hn, pad, prs, d, o, ld, t, cnt, q4);
                 }
+                rows_step(&at, n, blocks);
             }
             continue;
         }
-        for (int64_t t = 0; t < n; t++) {
+        for (int64_t t = 0; t < n; t++) { /* contiguous only (the block forms decline) */
             const int8_t *r = k + t * rs;
             if (vnext && h0 == 0) /* the value row's lines, into L2 for the p.V */
-                for (int64_t o = (t * rs) & ~(int64_t)63; o < (t + 1) * rs; o += 64)
-                    _mm_prefetch((const char *)(vnext + o), _MM_HINT_T1);
+                for (int64_t ob = (t * rs) & ~(int64_t)63; ob < (t + 1) * rs; ob += 64)
+                    _mm_prefetch((const char *)(vnext + ob), _MM_HINT_T1);
             switch (hn) {
             case 1: score_row_avx2(qc, qs, 1, r, d, o, ld, t, q4); break;
             case 2: score_row_avx2(qc, qs, 2, r, d, o, ld, t, q4); break;
@@ -548,6 +592,11 @@ TDM_TARGET_AVX2 static AI void scores_avx2_f(const float *const *q, int64_t G, c
             }
         }
     }
+}
+TDM_TARGET_AVX2 static AI void scores_avx2_f(const float *const *q, int64_t G, const int8_t *k,
+                                             int64_t rs, int64_t n, int64_t d, float scale,
+                                             float *out, int64_t ld, const int8_t *vnext, bool q4) {
+    scores_avx2_any(q, G, k, NULL, TR8_ROWS, rs, n, d, scale, out, ld, vnext, q4, false);
 }
 SCORES_PAIR(TDM_TARGET_AVX2, scores_avx2, scores_avx2_f)
 
@@ -640,26 +689,29 @@ TDM_TARGET_AVX2 static AI void pvq_pair(const int8_t *ra, const int8_t *rb, cons
 
 /* One pass of pvq_avx2: the 16 columns `half` of group g (half a compile-time constant: its
  * lane choice out of the loop), all heads, into acc; pf: the rows' lines ahead into L1 */
-TDM_TARGET_AVX2 static AI void pvq_pass(const int8_t *vb, int64_t rs, int64_t cnt,
-                                        const int16_t (*wq)[PVQ_GROUPS][PVQ_ROWS],
+TDM_TARGET_AVX2 static AI void pvq_pass(const int8_t *vb, const int8_t *const *rp, int64_t rs,
+                                        int64_t cnt, const int16_t (*wq)[PVQ_GROUPS][PVQ_ROWS],
                                         const int32_t (*corr)[PVQ_GROUPS], const float (*bs)[PVQ_GROUPS],
                                         int HN, int64_t g, int64_t NG, const int half, bool q4, bool pf,
-                                        float (*acc)[8]) {
-    const int8_t *vg = vb + (q4 ? 16 * g : 32 * g + 16 * half);
+                                        float (*acc)[8], bool blocks) {
+    const int64_t go = q4 ? 16 * g : 32 * g + 16 * half; /* the pass's bytes in a row */
+    const int8_t *vg = vb + go;
+#define PVQ_ROW(t) (blocks ? rp[t] + go : vg + (t) * rs)
     __m256i ia[PV_HEADS][2];
     for (int h = 0; h < HN; h++) ia[h][0] = ia[h][1] = _mm256_setzero_si256();
     const int16_t *wg[PV_HEADS];
     for (int h = 0; h < HN; h++) wg[h] = wq[h][g];
     int64_t t = 0;
     for (; t + 4 <= cnt; t += 4) { /* two pairs a pass: half the loop's own work */
-        if (pf) _mm_prefetch((const char *)(vg + t * rs + 8192), _MM_HINT_T0);
-        pvq_pair(vg + t * rs, vg + (t + 1) * rs, wg, t, HN, half, q4, ia);
-        pvq_pair(vg + (t + 2) * rs, vg + (t + 3) * rs, wg, t + 2, HN, half, q4, ia);
+        if (pf && !blocks) _mm_prefetch((const char *)(vg + t * rs + 8192), _MM_HINT_T0);
+        pvq_pair(PVQ_ROW(t), PVQ_ROW(t + 1), wg, t, HN, half, q4, ia);
+        pvq_pair(PVQ_ROW(t + 2), PVQ_ROW(t + 3), wg, t + 2, HN, half, q4, ia);
     }
     for (; t < cnt; t += 2) {
-        const int8_t *ra = vg + t * rs;
-        pvq_pair(ra, t + 1 < cnt ? ra + rs : ra /* weight 0 */, wg, t, HN, half, q4, ia);
+        const int8_t *ra = PVQ_ROW(t);
+        pvq_pair(ra, t + 1 < cnt ? PVQ_ROW(t + 1) : ra /* weight 0 */, wg, t, HN, half, q4, ia);
     }
+#undef PVQ_ROW
     /* vector c's columns: 8-bit 16 half + 8 c, 4-bit 8 half + 16 c */
     for (int h = 0; h < HN; h++) {
         __m256i cv = _mm256_set1_epi32(corr[h][g]);
@@ -673,16 +725,27 @@ TDM_TARGET_AVX2 static AI void pvq_pass(const int8_t *vb, int64_t rs, int64_t cn
 }
 
 TDM_TARGET_AVX2 static AI void pvq_avx2(const float *p, int64_t ld, int HN, const int8_t *v,
-                                        int64_t rs, int64_t n, int64_t d, int64_t NG, float *y,
-                                        int64_t ys, bool q4) {
+                                        const int8_t *const *blk, int64_t bsz, int64_t rs,
+                                        int64_t n, int64_t d, int64_t NG, float *y, int64_t ys,
+                                        bool q4, bool blocks) {
     const int64_t so = scales_at(d, q4); /* NG: the whole groups */
     const __m256i z = _mm256_setzero_si256();
     const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     const __m256i hi16 = _mm256_set1_epi32((int)0xffff0000u);
     _Alignas(32) float acc[PV_HEADS * PVQ_GROUPS * 4][8]; /* head h, group g, vector k: (h NG + g) 4 + k */
     memset(acc, 0, sizeof(float) * 32 * (size_t)(HN * NG));
+    rows_at at = rows_start(v, blk, bsz, rs, n, PVQ_ROWS); /* the next block of rows ahead */
     for (int64_t t0 = 0; t0 < n; t0 += PVQ_ROWS) {
         int64_t cnt = n - t0 < PVQ_ROWS ? n - t0 : PVQ_ROWS, c16 = (cnt + 15) & ~(int64_t)15;
+        /* in blocks: the block's rows, TR8_ROWS from each cursor step (bsz a multiple of it;
+         * the next block's asked for as the cursor passes) */
+        const int8_t *rp[PVQ_ROWS];
+        if (blocks)
+            for (int64_t t = 0; t < cnt; t += TR8_ROWS) {
+                const int8_t *r = rows_here(&at, t0 + t, true);
+                for (int64_t i = 0; i < TR8_ROWS; i++) rp[t + i] = r + i * rs;
+                rows_step(&at, n, true);
+            }
         _Alignas(32) float sc[PVQ_GROUPS][PVQ_ROWS];
         _Alignas(32) int16_t wq[PV_HEADS][PVQ_GROUPS][PVQ_ROWS];
         /* the rows' scales (bfloat16: the high half of a float32; rows past cnt: 0), eight rows
@@ -692,14 +755,15 @@ TDM_TARGET_AVX2 static AI void pvq_avx2(const float *p, int64_t ld, int HN, cons
          * us) */
         for (int64_t g = 0; g < NG; g += 2) {
             const bool two = g + 1 < NG;
-            const int64_t at = so + 2 * g - (two ? 0 : 2); /* a lone last group: the dword ending with its scale */
+            const int64_t so8 = so + 2 * g - (two ? 0 : 2); /* a lone last group: the dword ending with its scale */
             for (int64_t t = 0; t < c16; t += 8) {
                 __m256i x;
+                const int8_t *r8 = blocks ? rp[t] : v + (t0 + t) * rs; /* rows t .. t + 7 */
                 if (t + 8 <= cnt) {
-                    x = rows_dword(v + (t0 + t) * rs, rs, at);
+                    x = rows_dword(r8, rs, so8);
                 } else { /* the last rows, zero past cnt */
                     _Alignas(32) int32_t w[TR8_ROWS] = {0};
-                    for (int64_t i = 0; t + i < cnt; i++) memcpy(&w[i], v + (t0 + t + i) * rs + at, sizeof w[i]);
+                    for (int64_t i = 0; t + i < cnt; i++) memcpy(&w[i], r8 + i * rs + so8, sizeof w[i]);
                     x = _mm256_load_si256((const __m256i *)(const void *)w);
                 }
                 if (two) {
@@ -747,10 +811,10 @@ TDM_TARGET_AVX2 static AI void pvq_avx2(const float *p, int64_t ld, int HN, cons
                 }
                 corr[h][g] = (q4 ? 8 : 128) * hsum8i(qsum); /* the codes' offset times the weights */
             }
-        const int8_t *vb = v + t0 * rs;
+        const int8_t *vb = blocks ? NULL : v + t0 * rs; /* contiguous */
         for (int64_t g = 0; g < NG; g++) { /* 16 columns a pass: the sums stay in registers */
-            pvq_pass(vb, rs, cnt, wq, corr, bs, HN, g, NG, 0, q4, g == 0, acc);
-            pvq_pass(vb, rs, cnt, wq, corr, bs, HN, g, NG, 1, q4, false, acc);
+            pvq_pass(vb, rp, rs, cnt, wq, corr, bs, HN, g, NG, 0, q4, g == 0, acc, blocks);
+            pvq_pass(vb, rp, rs, cnt, wq, corr, bs, HN, g, NG, 1, q4, false, acc, blocks);
         }
     }
     for (int h = 0; h < HN; h++)
@@ -772,9 +836,9 @@ TDM_TARGET_AVX2 static AI void pv_avx2_f(const float *p, int64_t ld, int64_t G, 
     for (int64_t h0 = 0; whole && h0 < G; h0 += PV_HEADS) {
         int hn = G - h0 < PV_HEADS ? (int)(G - h0) : PV_HEADS;
         switch (hn) {
-        case 1: pvq_avx2(p + h0 * ld, ld, 1, v, rs, n, d, whole, y + h0 * ys, ys, q4); break;
-        case 2: pvq_avx2(p + h0 * ld, ld, 2, v, rs, n, d, whole, y + h0 * ys, ys, q4); break;
-        default: pvq_avx2(p + h0 * ld, ld, 3, v, rs, n, d, whole, y + h0 * ys, ys, q4); break;
+        case 1: pvq_avx2(p + h0 * ld, ld, 1, v, NULL, 0, rs, n, d, whole, y + h0 * ys, ys, q4, false); break;
+        case 2: pvq_avx2(p + h0 * ld, ld, 2, v, NULL, 0, rs, n, d, whole, y + h0 * ys, ys, q4, false); break;
+        default: pvq_avx2(p + h0 * ld, ld, 3, v, NULL, 0, rs, n, d, whole, y + h0 * ys, ys, q4, false); break;
         }
     }
     for (int64_t i0 = whole * GROUP; i0 < d8; i0 += 32) {
@@ -803,6 +867,40 @@ TDM_TARGET_AVX2 static AI void pv_avx2_f(const float *p, int64_t ld, int64_t G, 
         }
 }
 PV_PAIR(TDM_TARGET_AVX2, pv_avx2, pv_avx2_f)
+
+/* The block-list forms (tdm_llm_i8_fns.scores_blk / pv_blk) of the transposed scores and the
+ * integer p.V: the same routines over the rows where they lie, so the same results as the
+ * contiguous forms to the bit. False, nothing done, for what they do not take: a block size
+ * not a multiple of TR8_ROWS, a head size not a multiple of 32 (its last group goes through
+ * copies and float32 there). */
+#define BLK_PAIR_AVX2(NAME, Q4)                                                                 \
+    TDM_TARGET_AVX2 static bool NAME##_scores(const float *const *q, int64_t G,                 \
+                                              const int8_t *const *blk, int64_t bs, int64_t rs,  \
+                                              int64_t n, int64_t d, float scale, float *out,     \
+                                              int64_t ld) {                                      \
+        if (bs % TR8_ROWS != 0 || d % GROUP != 0 || d > TDM_LLM_KV_I8_MAX_D) return false;       \
+        scores_avx2_any(q, G, NULL, blk, bs, rs, n, d, scale, out, ld, NULL, Q4, true);          \
+        return true;                                                                            \
+    }                                                                                           \
+    TDM_TARGET_AVX2 static bool NAME##_pv(const float *p, int64_t ld, int64_t G,                \
+                                          const int8_t *const *blk, int64_t bs, int64_t rs,      \
+                                          int64_t n, int64_t d, float *y, int64_t ys) {          \
+        if (bs % TR8_ROWS != 0 || d % GROUP != 0 || d > TDM_LLM_KV_I8_MAX_D) return false;       \
+        for (int64_t h0 = 0; h0 < G; h0 += PV_HEADS) {                                          \
+            int hn = G - h0 < PV_HEADS ? (int)(G - h0) : PV_HEADS;                              \
+            const float *ph = p + h0 * ld;                                                      \
+            float *yh = y + h0 * ys;                                                            \
+            switch (hn) {                                                                       \
+            case 1: pvq_avx2(ph, ld, 1, NULL, blk, bs, rs, n, d, d / GROUP, yh, ys, Q4, true); break; \
+            case 2: pvq_avx2(ph, ld, 2, NULL, blk, bs, rs, n, d, d / GROUP, yh, ys, Q4, true); break; \
+            default: pvq_avx2(ph, ld, 3, NULL, blk, bs, rs, n, d, d / GROUP, yh, ys, Q4, true); break; \
+            }                                                                                   \
+        }                                                                                       \
+        return true;                                                                            \
+    }
+BLK_PAIR_AVX2(blk8_avx2, false)
+BLK_PAIR_AVX2(blk4_avx2, true)
+#undef BLK_PAIR_AVX2
 
 /* The widening of dequantize (the block GEMMs' key / value ranges: prefill, chunks) 32 values
  * at a time: each value is its group's scale times its code, one float product as in the
@@ -835,9 +933,9 @@ TDM_TARGET_AVX2 static void dequantize_avx24(const int8_t *rows, int64_t rs, int
 }
 
 const tdm_llm_i8_fns tdm_llm_i8_fns_avx2 = {scores_avx2, pv_avx2, NULL,
-    tdm_llm_kv_quantize_row, dequantize_avx2, TDM_ISA_AVX2};
+    tdm_llm_kv_quantize_row, dequantize_avx2, TDM_ISA_AVX2, blk8_avx2_scores, blk8_avx2_pv};
 const tdm_llm_i8_fns tdm_llm_i4_fns_avx2 = {scores_avx24, pv_avx24, tdm_llm_kv4_rotate_avx2,
-    tdm_llm_kv4_quantize_row_avx2, dequantize_avx24, TDM_ISA_AVX2};
+    tdm_llm_kv4_quantize_row_avx2, dequantize_avx24, TDM_ISA_AVX2, blk4_avx2_scores, blk4_avx2_pv};
 
 #endif
 

@@ -29,8 +29,8 @@
  * generator's row formats, ops/kv_int8.h; the engine's kv_type int8 / int4): the new K (rotated)
  * and V rows are quantised into their slots by the GQA kernel's row quantisers. A decode row
  * runs the 8- / 4-bit cache's integer scores and p.V once over its range, reading the rows in
- * place through a list of its blocks where the level can (AVX-512 VNNI), else gathering them
- * into scratch first (paged_item_q: the query quantised once, as the generator's cache does;
+ * place through a list of its blocks where the level can (AVX-512 VNNI, AVX2), else gathering
+ * them into scratch first (paged_item_q: the query quantised once, as the generator's cache does;
  * at BS = 16 a call per block would pay the query's quantisation and p.V's set-up every 16
  * rows); a prompt chunk widens its stretches into float32
  * (the codes times their scales) with the query rounded as decode's dot products see it, as
@@ -377,14 +377,19 @@ static void gather_head(const paged_job *j, int64_t b, int64_t a, int64_t e, int
  * kv head, as on the generator's cache (the query quantised once, k_llm_gqa_i8.c), not once a
  * block:
  *   - where the level has block-list forms (scores_blk / pv_blk: AVX-512 VNNI, block sizes of
- *     16 rows or a multiple) and the range starts at a block's start (parts are whole blocks
- *     then), they read the rows in place from the list of the range's blocks;
+ *     16 rows or a multiple; AVX2, also the 4-bit cache's AVX-512 level without VNNI, 8 rows
+ *     or a multiple and head sizes a multiple of 32) and the range starts at a block's start
+ *     (parts are whole blocks then), they read the rows in place from the list of the range's
+ *     blocks;
  *   - else each head's rows are gathered from their blocks into scratch first, one head at a
  *     time so that they stay in L2 (gathering every head's first, 442 KB at 2,048 positions,
  *     was 1.32-1.52x GQA's time against 1.10-1.43x, int4).
  * bench_paged 8 sequences, 2 threads, AMX Xeon, 3 alternating rounds, in place against
  * gathered: int4 at 1,024 / 2,048 positions 240-257 / 415-440 against 267-281 / 458-494 us,
- * int8 305-332 / 524-575 against 341-356 / 631-659; equal to 10% less at 128-512.
+ * int8 305-332 / 524-575 against 341-356 / 631-659; equal to 10% less at 128-512. The AVX2
+ * forms (TANDEM_CPU_ISA=avx2, same machine, 4 alternating rounds): int4 at 1,024 / 2,048
+ * 241-261 / 428-452 against 246-269 / 440-474 us, int8 307-341 / 564-583 against 351-369 /
+ * 659-683 (the GQA column's contiguous cache: 207-227 / 377-405 and 326-342 / 586-597).
  * Scratch: H * ld logits, H * D query rows, then ld key rows and as many value rows of rb
  * bytes (in place: the two block lists). */
 static void paged_item_q(const paged_job *j, int64_t p, float *scratch) {
