@@ -21,7 +21,7 @@ static void llm_usage(FILE *f) {
             "                    [--kv-type auto|f32|f16|int8|int4]\n"
             "       tandem bench MODEL_DIR --llm --streams N [--prompt-tokens P] [--gen-tokens G]\n"
             "                    [--repetitions R] [--threads N] [--seed S] [--json]\n"
-            "                    [--kv-type auto|f32|f16]\n\n"
+            "                    [--kv-type auto|f32|f16|int8|int4]\n\n"
             "Measures a language model folder (see tandem generate) as llama-bench does: pp P is\n"
             "the prefill of a P-token prompt in one run (tokens/s); tg G is G decode steps of one\n"
             "token each from an empty context; with --depth D, also G decode steps after a D-token\n"
@@ -57,7 +57,8 @@ static void llm_usage(FILE *f) {
             "                     at a time (no batching), taking turns R times (default 3; the\n"
             "                     median is reported); the prompts default to 16 tokens here.\n"
             "                     --kv-type is the engine's paged cache there: auto (the model's),\n"
-            "                     f32, or f16 (also from a float32 model: half the cache bytes)\n");
+            "                     f32, f16 (also from a float32 model: half the cache bytes), or\n"
+            "                     int8 / int4 (a float32 model: tandem's 8- / 4-bit rows)\n");
 }
 
 typedef struct llm_args {

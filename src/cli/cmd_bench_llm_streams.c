@@ -329,13 +329,16 @@ int cmd_bench_llm_streams(const char *dir, long streams, long threads, long pp, 
         tdm_env_free(env);
         return rc;
     }
+    const char *isa = tdm_env_device_isa(env, 0) ? tdm_env_device_isa(env, 0) : "?";
     if (json) {
         printf("{\n  \"model\": ");
         bench_json_string(stdout, dir);
         printf(
             ", \"threads\": %ld, \"prompt_tokens\": %ld, \"gen_tokens\": %ld, \"streams\": %ld,\n"
-            "  \"repetitions\": %ld, \"kv_type\": \"%s\", \"ways\": [\n",
+            "  \"repetitions\": %ld, \"kv_type\": \"%s\", \"isa\": ",
             threads, pp, tg, streams, reps, ways[0].kv_dtype);
+        bench_json_string(stdout, isa);
+        printf(", \"ways\": [\n");
         for (int i = 0; i < n_ways; i++)
             printf(
                 "    {\"name\": \"%s\", \"streams\": %ld, \"batching\": %s, \"tokens_per_s\": %.3f, "
@@ -373,11 +376,12 @@ int cmd_bench_llm_streams(const char *dir, long streams, long threads, long pp, 
                    ways[i].steps, ways[i].ttft_p50, ways[i].ttft_max, ways[i].itl_p50,
                    ways[i].itl_p99);
         if (n_ways > 1)
-            printf("prompt %ld, %ld generated tokens per stream, threads %ld, KV %s, median of %ld: "
+            printf("prompt %ld, %ld generated tokens per stream, threads %ld, KV %s, CPU ISA %s, "
+                   "median of %ld: "
                    "batched / 1 stream %.2fx (decode %.2fx), batched / one at a time %.2fx "
                    "(decode %.2fx); steady decode (every stream decoding) %.2f against %.2f tok/s: "
                    "%.2fx\n",
-                   pp, tg, threads, ways[0].kv_dtype, reps, ways[0].tps > 0 ? ways[1].tps / ways[0].tps : 0,
+                   pp, tg, threads, ways[0].kv_dtype, isa, reps, ways[0].tps > 0 ? ways[1].tps / ways[0].tps : 0,
                    ways[0].decode_tps > 0 ? ways[1].decode_tps / ways[0].decode_tps : 0,
                    ways[2].tps > 0 ? ways[1].tps / ways[2].tps : 0,
                    ways[2].decode_tps > 0 ? ways[1].decode_tps / ways[2].decode_tps : 0,

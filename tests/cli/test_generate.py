@@ -262,7 +262,9 @@ def main():
         if ok:
             d = json.loads(r.stdout)
             ways = d["ways"]
-            ok = len(ways) == 3 and "decode_batched_over_one" in d
+            ok = len(ways) == 3 and "decode_batched_over_one" in d and \
+                d.get("isa") in ("portable", "sse41", "avx2", "avx512_core", "avx512_core_vnni",
+                                 "avx512_core_bf16", "avx512_core_amx")  # the ISA beside the figures
             for w in ways:
                 counted = w["decode_tokens_per_s"] * w["decode_s"]
                 ok = ok and w["decode_s"] > 0 and w["decode_s"] <= w["wall_s"] + 1e-6 and \
