@@ -389,7 +389,7 @@ static void gather_head(const paged_job *j, int64_t b, int64_t a, int64_t e, int
  * int8 305-332 / 524-575 against 341-356 / 631-659; equal to 10% less at 128-512. The AVX2
  * forms (TANDEM_CPU_ISA=avx2, same machine, 4 alternating rounds): int4 at 1,024 / 2,048
  * 241-261 / 428-452 against 246-269 / 440-474 us, int8 307-341 / 564-583 against 351-369 /
- * 659-683 (the GQA column's contiguous cache: 207-227 / 377-405 and 326-342 / 586-597).
+ * 659-683 (the GQA column's contiguous cache: 207-228 / 377-405 and 326-342 / 586-626).
  * Scratch: H * ld logits, H * D query rows, then ld key rows and as many value rows of rb
  * bytes (in place: the two block lists). */
 static void paged_item_q(const paged_job *j, int64_t p, float *scratch) {
