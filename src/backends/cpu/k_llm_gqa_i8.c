@@ -828,19 +828,24 @@ TDM_TARGET_AVX2 static AI void pvq_avx2(const float *p, int64_t ld, int HN, cons
 #define PV_CASE(hn, nv)                                                                         \
     case (hn) * 8 + (nv): pv_block_avx2(ph, ld, hn, nv, v, rs, n, d, i0, yh, ys, q4); break;
 /* Whole groups in integers (pvq_avx2; d >= 32, so the scale dwords lie inside the row), an
- * 8-bit last group shorter than 32 in float32 */
-TDM_TARGET_AVX2 static AI void pv_avx2_f(const float *p, int64_t ld, int64_t G, const int8_t *v,
-                                         int64_t rs, int64_t n, int64_t d, float *y, int64_t ys,
-                                         bool q4) {
+ * 8-bit last group shorter than 32 in float32 (contiguous rows only: the block forms take
+ * whole groups) */
+TDM_TARGET_AVX2 static AI void pv_avx2_any(const float *p, int64_t ld, int64_t G, const int8_t *v,
+                                           const int8_t *const *blk, int64_t bs, int64_t rs,
+                                           int64_t n, int64_t d, float *y, int64_t ys, bool q4,
+                                           bool blocks) {
     int64_t whole = d / GROUP, d8 = d & ~(int64_t)7;
     for (int64_t h0 = 0; whole && h0 < G; h0 += PV_HEADS) {
         int hn = G - h0 < PV_HEADS ? (int)(G - h0) : PV_HEADS;
+        const float *ph = p + h0 * ld;
+        float *yh = y + h0 * ys;
         switch (hn) {
-        case 1: pvq_avx2(p + h0 * ld, ld, 1, v, NULL, 0, rs, n, d, whole, y + h0 * ys, ys, q4, false); break;
-        case 2: pvq_avx2(p + h0 * ld, ld, 2, v, NULL, 0, rs, n, d, whole, y + h0 * ys, ys, q4, false); break;
-        default: pvq_avx2(p + h0 * ld, ld, 3, v, NULL, 0, rs, n, d, whole, y + h0 * ys, ys, q4, false); break;
+        case 1: pvq_avx2(ph, ld, 1, v, blk, bs, rs, n, d, whole, yh, ys, q4, blocks); break;
+        case 2: pvq_avx2(ph, ld, 2, v, blk, bs, rs, n, d, whole, yh, ys, q4, blocks); break;
+        default: pvq_avx2(ph, ld, 3, v, blk, bs, rs, n, d, whole, yh, ys, q4, blocks); break;
         }
     }
+    if (blocks) return;
     for (int64_t i0 = whole * GROUP; i0 < d8; i0 += 32) {
         int nv = d8 - i0 >= 32 ? 4 : (int)((d8 - i0) / 8);
         for (int64_t h0 = 0; h0 < G; h0 += PV_HEADS) {
@@ -866,41 +871,24 @@ TDM_TARGET_AVX2 static AI void pv_avx2_f(const float *p, int64_t ld, int64_t G, 
             }
         }
 }
+TDM_TARGET_AVX2 static AI void pv_avx2_f(const float *p, int64_t ld, int64_t G, const int8_t *v,
+                                         int64_t rs, int64_t n, int64_t d, float *y, int64_t ys,
+                                         bool q4) {
+    pv_avx2_any(p, ld, G, v, NULL, TR8_ROWS, rs, n, d, y, ys, q4, false);
+}
 PV_PAIR(TDM_TARGET_AVX2, pv_avx2, pv_avx2_f)
 
 /* The block-list forms (tdm_llm_i8_fns.scores_blk / pv_blk) of the transposed scores and the
  * integer p.V: the same routines over the rows where they lie, so the same results as the
- * contiguous forms to the bit. False, nothing done, for what they do not take: a block size
- * not a multiple of TR8_ROWS, a head size not a multiple of 32 (its last group goes through
- * copies and float32 there). */
-#define BLK_PAIR_AVX2(NAME, Q4)                                                                 \
-    TDM_TARGET_AVX2 static bool NAME##_scores(const float *const *q, int64_t G,                 \
-                                              const int8_t *const *blk, int64_t bs, int64_t rs,  \
-                                              int64_t n, int64_t d, float scale, float *out,     \
-                                              int64_t ld) {                                      \
-        if (bs % TR8_ROWS != 0 || d % GROUP != 0 || d > TDM_LLM_KV_I8_MAX_D) return false;       \
-        scores_avx2_any(q, G, NULL, blk, bs, rs, n, d, scale, out, ld, NULL, Q4, true);          \
-        return true;                                                                            \
-    }                                                                                           \
-    TDM_TARGET_AVX2 static bool NAME##_pv(const float *p, int64_t ld, int64_t G,                \
-                                          const int8_t *const *blk, int64_t bs, int64_t rs,      \
-                                          int64_t n, int64_t d, float *y, int64_t ys) {          \
-        if (bs % TR8_ROWS != 0 || d % GROUP != 0 || d > TDM_LLM_KV_I8_MAX_D) return false;       \
-        for (int64_t h0 = 0; h0 < G; h0 += PV_HEADS) {                                          \
-            int hn = G - h0 < PV_HEADS ? (int)(G - h0) : PV_HEADS;                              \
-            const float *ph = p + h0 * ld;                                                      \
-            float *yh = y + h0 * ys;                                                            \
-            switch (hn) {                                                                       \
-            case 1: pvq_avx2(ph, ld, 1, NULL, blk, bs, rs, n, d, d / GROUP, yh, ys, Q4, true); break; \
-            case 2: pvq_avx2(ph, ld, 2, NULL, blk, bs, rs, n, d, d / GROUP, yh, ys, Q4, true); break; \
-            default: pvq_avx2(ph, ld, 3, NULL, blk, bs, rs, n, d, d / GROUP, yh, ys, Q4, true); break; \
-            }                                                                                   \
-        }                                                                                       \
-        return true;                                                                            \
-    }
-BLK_PAIR_AVX2(blk8_avx2, false)
-BLK_PAIR_AVX2(blk4_avx2, true)
-#undef BLK_PAIR_AVX2
+ * contiguous forms to the bit. They do not take a block size that is not a multiple of
+ * TR8_ROWS or a head size not a multiple of 32 (its last group goes through copies and float32
+ * there). */
+static inline bool blk_avx2_takes(int64_t bs, int64_t d, int64_t rs, bool q4) {
+    (void)rs, (void)q4;
+    return bs % TR8_ROWS == 0 && d % GROUP == 0 && d <= TDM_LLM_KV_I8_MAX_D;
+}
+
+BLK_PAIR(TDM_TARGET_AVX2, blk_avx2, blk_avx2_takes, scores_avx2_any, pv_avx2_any)
 
 /* The widening of dequantize (the block GEMMs' key / value ranges: prefill, chunks) 32 values
  * at a time: each value is its group's scale times its code, one float product as in the
@@ -933,9 +921,9 @@ TDM_TARGET_AVX2 static void dequantize_avx24(const int8_t *rows, int64_t rs, int
 }
 
 const tdm_llm_i8_fns tdm_llm_i8_fns_avx2 = {scores_avx2, pv_avx2, NULL,
-    tdm_llm_kv_quantize_row, dequantize_avx2, TDM_ISA_AVX2, blk8_avx2_scores, blk8_avx2_pv};
+    tdm_llm_kv_quantize_row, dequantize_avx2, TDM_ISA_AVX2, blk_avx2_scores, blk_avx2_pv};
 const tdm_llm_i8_fns tdm_llm_i4_fns_avx2 = {scores_avx24, pv_avx24, tdm_llm_kv4_rotate_avx2,
-    tdm_llm_kv4_quantize_row_avx2, dequantize_avx24, TDM_ISA_AVX2, blk4_avx2_scores, blk4_avx2_pv};
+    tdm_llm_kv4_quantize_row_avx2, dequantize_avx24, TDM_ISA_AVX2, blk_avx24_scores, blk_avx24_pv};
 
 #endif
 

@@ -620,27 +620,14 @@ TDM_TARGET_VNNI static AI void pv_vnni_f(const float *p, int64_t ld, int64_t G, 
 }
 PV_PAIR(TDM_TARGET_VNNI, pv_vnni, pv_vnni_f)
 
-/* The block-list forms (tdm_llm_i8_fns.scores_blk / pv_blk): false, nothing done, for what
- * they do not take (a block size not a multiple of 16, head sizes the VNNI scores leave to
- * AVX2, d < 2) */
-#define BLK_PAIR(NAME, Q4)                                                                      \
-    TDM_TARGET_VNNI static bool NAME##_scores(const float *const *q, int64_t G,                 \
-                                              const int8_t *const *blk, int64_t bs, int64_t rs,  \
-                                              int64_t n, int64_t d, float scale, float *out,     \
-                                              int64_t ld) {                                      \
-        if (bs % 16 != 0 || !vnni_scores_take(d, rs, Q4)) return false;                         \
-        scores_vnni_any(q, G, NULL, blk, bs, rs, n, d, scale, out, ld, NULL, Q4, true);          \
-        return true;                                                                            \
-    }                                                                                           \
-    TDM_TARGET_VNNI static bool NAME##_pv(const float *p, int64_t ld, int64_t G,                \
-                                          const int8_t *const *blk, int64_t bs, int64_t rs,      \
-                                          int64_t n, int64_t d, float *y, int64_t ys) {          \
-        if (bs % 16 != 0 || d < 2) return false;                                                \
-        pv_vnni_any(p, ld, G, NULL, blk, bs, rs, n, d, y, ys, Q4, true);                         \
-        return true;                                                                            \
-    }
-BLK_PAIR(blk8, false)
-BLK_PAIR(blk4, true)
+/* The block-list forms (tdm_llm_i8_fns.scores_blk / pv_blk). They do not take a block size
+ * that is not a multiple of 16 or the head sizes the VNNI scores leave to AVX2 (d < 16 among
+ * them, so p.V's scale gathers always have the dword they read). */
+static inline bool blk_vnni_takes(int64_t bs, int64_t d, int64_t rs, bool q4) {
+    return bs % 16 == 0 && vnni_scores_take(d, rs, q4);
+}
+
+BLK_PAIR(TDM_TARGET_VNNI, blk_vnni, blk_vnni_takes, scores_vnni_any, pv_vnni_any)
 
 /* tdm_llm_kv4_rotate in two vectors of 16: the same stages (h = 1, 2, 4, 8 within each
  * vector by lane swaps, 16 across them) and the same sums and differences, so the same
@@ -739,7 +726,7 @@ static void dequantize4_by_avx2(const int8_t *rows, int64_t rs, int64_t n, int64
 const tdm_llm_i8_fns tdm_llm_i8_fns_avx512 = {scores_by_avx2, pv_avx512, NULL,
     quantize_avx512, dequantize_by_avx2, TDM_ISA_AVX512_CORE};
 const tdm_llm_i8_fns tdm_llm_i8_fns_vnni = {scores_vnni, pv_vnni, NULL,
-    quantize_avx512, dequantize_by_avx2, TDM_ISA_AVX512_CORE_VNNI, blk8_scores, blk8_pv};
+    quantize_avx512, dequantize_by_avx2, TDM_ISA_AVX512_CORE_VNNI, blk_vnni_scores, blk_vnni_pv};
 const tdm_llm_i8_fns tdm_llm_i4_fns_vnni = {scores_vnni4, pv_vnni4, rotate_avx512,
-    quantize4_avx512, dequantize4_by_avx2, TDM_ISA_AVX512_CORE_VNNI, blk4_scores, blk4_pv};
+    quantize4_avx512, dequantize4_by_avx2, TDM_ISA_AVX512_CORE_VNNI, blk_vnni4_scores, blk_vnni4_pv};
 #endif
