@@ -188,6 +188,11 @@ TDM_API tdm_session *tdm_generator_session(tdm_generator *gen);
  * reads one row of (the token embedding, the rotary cos / sin caches). The numerator of a
  * decode's memory bandwidth (tandem bench --llm). 0 without a session, -1 out of memory. */
 TDM_API int64_t tdm_generator_weight_bytes_per_token(const tdm_generator *gen);
+/* Bytes of the KV cache one decode step reads per cached position, as the cache holds them:
+ * every layer's key and value rows (kv_heads rows of head_dim elements, or of the 8- / 4-bit
+ * row format). A step at position P reads P times this besides the weights (tandem bench --llm
+ * --depth). 0 without a generator. */
+TDM_API int64_t tdm_generator_kv_bytes_per_position(const tdm_generator *gen);
 
 #ifdef __cplusplus
 }

@@ -406,6 +406,13 @@ int cmd_bench_llm(int argc, char **argv) {
     getrusage(RUSAGE_SELF, &ru);
     double rss_mib = (double)ru.ru_maxrss / 1024.0; /* Linux: KiB */
     int64_t wbytes = tdm_generator_weight_bytes_per_token(gen);
+    /* the KV rows a step reads, at the mean position of a tg run after `depth` tokens; and the
+     * depth ratio a decoder bound by the bytes it reads (weights + rows) would give */
+    int64_t kvpos = tdm_generator_kv_bytes_per_position(gen);
+    long d0 = paired ? a.depth0 : 0;
+    double kv_at = (double)kvpos * ((double)a.depth + (double)(a.tg + 1) / 2);
+    double kv_at0 = (double)kvpos * ((double)d0 + (double)(a.tg + 1) / 2);
+    double bytes_bound = wbytes > 0 ? ((double)wbytes + kv_at0) / ((double)wbytes + kv_at) : 0;
     if (a.json) {
         printf("{\n  \"model\": ");
         bench_json_string(stdout, a.dir);
@@ -434,6 +441,8 @@ int cmd_bench_llm(int argc, char **argv) {
         /* the weights a decode step reads (packed forms as held), and at the tg rate */
         printf("  \"weight_bytes_per_token\": %lld,", (long long)wbytes);
         if (a.tg) printf(" \"tg_weight_gbps\": %.3f,", (double)wbytes * tg.mean / 1e9);
+        printf(" \"kv_bytes_per_position\": %lld,", (long long)kvpos);
+        if (a.tg && a.depth) printf(" \"tg_depth_bytes_bound\": %.4f,", bytes_bound);
         printf("\n  \"peak_rss_mib\": %.1f\n}\n", rss_mib);
     } else {
         char test[64];
@@ -478,6 +487,10 @@ int cmd_bench_llm(int argc, char **argv) {
         if (wbytes > 0 && a.tg)
             printf("weights read per decoded token %.2f MB (the packed forms as held): %.2f GB/s at "
                    "tg%ld's mean\n", (double)wbytes / 1e6, (double)wbytes * tg.mean / 1e9, a.tg);
+        if (wbytes > 0 && a.tg && a.depth)
+            printf("KV cache read per decoded token %.2f MB at d%ld (%lld bytes a position): a decoder "
+                   "bound by the bytes it reads would run tg%ld @ d%ld at %.3f of tg%ld @ d%ld\n",
+                   kv_at / 1e6, a.depth, (long long)kvpos, a.tg, a.depth, bytes_bound, a.tg, d0);
         if (a.device)
             printf("%s: peak %.2f MiB; uploaded %.3f MiB per decoded token (tg tests)\n", a.device,
                    (double)dev_peak / 1048576, up_tok / 1048576);

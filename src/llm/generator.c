@@ -899,6 +899,12 @@ int64_t tdm_generator_weight_bytes_per_token(const tdm_generator *g) {
     return sum;
 }
 
+int64_t tdm_generator_kv_bytes_per_position(const tdm_generator *g) {
+    if (!g) return 0;
+    return (int64_t)g->n_layers * 2 * g->kv_heads * kv_row(g->kv_dtype, g->head_dim) *
+           (int64_t)tdm_dtype_size(g->kv_dtype);
+}
+
 void tdm_generator_get_stats(const tdm_generator *g, tdm_generator_stats *out) {
     if (!out) return;
     if (!g) {

@@ -298,6 +298,22 @@ def main():
         got = json.loads(r.stdout).get("weight_bytes_per_token", 0) if r.returncode == 0 else 0
         check(codes <= got <= 1.02 * want,
               f"bench --llm --json (GenAI form): weight_bytes_per_token {got} within [{codes}, {want}]")
+        # the KV rows a step reads per position (make_tiny_llama's defaults: 2 layers, 2 kv heads
+        # of 16): float32 2 * 2 * 2 * 16 * 4 bytes; int4 rows of 16 bytes of nibbles + a 2-byte
+        # scale; and the depth ratio bound by the bytes read at the runs' mean positions
+        kv_ok = r.returncode == 0 and json.loads(r.stdout).get("kv_bytes_per_position") == 512
+        G4 = 4
+        r = run([T, "bench", gfolder, "--llm", "--prompt-tokens", "0", "--gen-tokens", str(G4), "--depth", "10,100",
+                 "--repetitions", "1", "--threads", "1", "--kv-type", "int4", "--json"])
+        if kv_ok and r.returncode == 0:
+            d = json.loads(r.stdout)
+            w, kv = d["weight_bytes_per_token"], d["kv_bytes_per_position"]
+            mean = (G4 + 1) / 2
+            bound = (w + kv * (10 + mean)) / (w + kv * (100 + mean))
+            kv_ok = kv == 2 * 2 * 2 * 18 and abs(d["tg_depth_bytes_bound"] - bound) < 1e-3 and bound < 1
+        else:
+            kv_ok = False
+        check(kv_ok, "bench --llm --json: kv_bytes_per_position (float32, int4) and the depth ratio's bytes bound")
 
         # bad arguments
         r = run([T, "generate", folder])
