@@ -470,8 +470,9 @@ def main():
     if "tandem" in engines and len(positions) >= 2:
         lines.append("")
         lines.append(f"| threads | tandem decode@{positions[-1]} / decode@{positions[0]}, paired in each repetition "
-                     f"(`--depth {positions[0]},{positions[-1]}`): median (min-max) | repetitions |")
-        lines.append("|---|---|---|")
+                     f"(`--depth {positions[0]},{positions[-1]}`): median (min-max) | bound by the bytes read "
+                     f"(weights + KV rows) | repetitions |")
+        lines.append("|---|---|---|---|")
         reps = max(a.reps, a.paired_reps)
         for t in a.thread_list:
             cmd = [a.tandem, "bench", a.model_dir, "--llm", "--prompt-tokens", "0", "--gen-tokens", str(a.gen_tokens),
@@ -482,10 +483,11 @@ def main():
             rc, out, err, _ = run_measured(cmd, a.timeout)
             doc = last_json(out) if rc == 0 else None
             q = (doc or {}).get("tg_depth_ratio")
-            paired.append({"threads": t, "cmd": " ".join(cmd), "tg_depth_ratio": q,
+            bound = (doc or {}).get("tg_depth_bytes_bound")
+            paired.append({"threads": t, "cmd": " ".join(cmd), "tg_depth_ratio": q, "tg_depth_bytes_bound": bound,
                            "error": None if q else f"rc {rc}: " + (err.strip().splitlines() or ["no ratio"])[-1][:300]})
             txt = f"{q['median']:.2f} ({q['min']:.2f}-{q['max']:.2f})" if q else "-"
-            lines.append(f"| {t} | {txt} | {reps} |")
+            lines.append(f"| {t} | {txt} | {bound:.3f} | {reps} |" if bound else f"| {t} | {txt} | - | {reps} |")
             print(f"  tandem threads {t} paired depth ratio: {txt}", file=sys.stderr)
     header = (f"model {os.path.abspath(a.model_dir)}; ISA {bw.get('isa')}; measured read bandwidth "
               f"{bw.get('read_gbps')} GB/s (bench/llm/membw.c, the higher of its readings before and after the runs: "
