@@ -446,7 +446,7 @@ TDM_TARGET_VNNI static AI void pvq_block(const float *p, int64_t ld, int HN, con
     int64_t so = scales_at(d, q4), g0 = i0 / GROUP, ng = (d + GROUP - 1) / GROUP;
     bool two = ng - g0 >= 2;
     const int64_t soff = two ? so + 2 * g0 : so + 2 * g0 - 2, coff = q4 ? i0 / 2 : i0;
-    const int8_t *vs = v + soff, *vc = v + coff;
+    const int8_t *vs = blocks ? NULL : v + soff, *vc = blocks ? NULL : v + coff; /* v is NULL in blocks */
     const __m512i step = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                                             _mm512_set1_epi32((int)rs));
     const __m512i hi16 = _mm512_set1_epi32((int)0xffff0000u);
@@ -514,7 +514,7 @@ TDM_TARGET_VNNI static AI void pvq_block(const float *p, int64_t ld, int HN, con
         __m512i ia[QHEADS][4];
         for (int h = 0; h < HN; h++)
             for (int c = 0; c < 4; c++) ia[h][c] = _mm512_setzero_si512();
-        const int8_t *vb = vc + t0 * rs;
+        const int8_t *vb = blocks ? NULL : vc + t0 * rs;
         for (int64_t t = 0; t < cnt; t += 2) {
             const int8_t *ra = blocks ? rp[t] + coff : vb + t * rs;
             const int8_t *rb = t + 1 < cnt ? (blocks ? rp[t + 1] + coff : ra + rs) : ra; /* weight 0 */
