@@ -17,7 +17,9 @@
  * BENCH_HALF=1 float16 paged caches (GQA stays float32), BENCH_KV=int8|int4 tandem's 8- / 4-bit
  * rows in both GQA's cache (the generator's kv_type) and the BHSD paged one (the engine's; the
  * BSHD column is skipped: quantised rows need BHSD),
- * BENCH_ONLY=gqa|paged|bhsd one side only (for a profiler), BENCH_HUGE=1 every cache in
+ * BENCH_ONLY=gqa|paged|bhsd one side only (for a profiler), BENCH_ADJACENT=1 each sequence's
+ * blocks in order, one after another in the pool (not a random permutation: what an allocator
+ * that keeps a sequence's blocks adjacent would give), BENCH_HUGE=1 every cache in
  * memory advised for transparent huge pages (2 MiB; the machine's THP setting is "madvise"). The third column set is the
  * tandem_kv_layout="BHSD" cache ([blocks, kv heads, block size, head size]). */
 #include <math.h>
@@ -230,7 +232,7 @@ int main(int argc, char **argv) {
     tdm_tensor *bt = tensor(TDM_INT32, 2, btd), *cu = tensor(TDM_INT32, 1, cud), *past = tensor(TDM_INT32, 1, nsd);
     int32_t *perm = bt->data;
     for (int64_t i = 0; i < NB; i++) perm[i] = (int32_t)i;
-    for (int64_t i = NB - 1; i > 0; i--) {
+    for (int64_t i = getenv("BENCH_ADJACENT") ? 0 : NB - 1; i > 0; i--) {
         int64_t r = rand() % (i + 1);
         int32_t t = perm[i];
         perm[i] = perm[r];
