@@ -64,11 +64,12 @@ typedef struct tdm_llm_i8_fns {
     void (*dequantize_rows)(const int8_t *rows, int64_t rs, int64_t n, int64_t d, float *out);
     tdm_cpu_isa isa;
     /* scores and pv over rows in blocks (a paged cache): row t at blk[t / bs] + (t % bs) * rs,
-     * the same sums as the contiguous forms; false (nothing done) for what a form does not
-     * take. NULL where a level has none (the caller gathers the rows and calls the above). */
+     * the same sums as the contiguous forms. scores_blk returns false (nothing done) for what
+     * the level does not take; pv_blk takes whatever (bs, d, rs) scores_blk took. NULL where a
+     * level has none (the caller gathers the rows and calls the above). */
     bool (*scores_blk)(const float *const *q, int64_t G, const int8_t *const *blk, int64_t bs,
                        int64_t rs, int64_t n, int64_t d, float scale, float *out, int64_t ld);
-    bool (*pv_blk)(const float *p, int64_t ld, int64_t G, const int8_t *const *blk, int64_t bs,
+    void (*pv_blk)(const float *p, int64_t ld, int64_t G, const int8_t *const *blk, int64_t bs,
                    int64_t rs, int64_t n, int64_t d, float *y, int64_t ys);
 } tdm_llm_i8_fns;
 /* The best variant at or below level. Never NULL. */

@@ -52,9 +52,10 @@ static inline int64_t scales_at(int64_t d, bool q4) {
     }
 
 /* The block-list entry points (tdm_llm_i8_fns.scores_blk / pv_blk) of a level for both forms:
- * NAME##_scores / NAME##_pv (8-bit) and NAME##4_scores / NAME##4_pv (4-bit). Each returns false,
- * nothing done, where TAKES(bs, d, rs, q4) is false (what the level's routines do not take: the
- * caller then gathers the rows), else runs the level's routines over the block list:
+ * NAME##_scores / NAME##_pv (8-bit) and NAME##4_scores / NAME##4_pv (4-bit). The scores return
+ * false, nothing done, where TAKES(bs, d, rs, q4) is false (what the level's routines do not
+ * take: the caller then gathers the rows); p.V is called only where they took the call. Both run
+ * the level's routines over the block list:
  * SANY(q, G, k, blk, bs, rs, n, d, scale, out, ld, vnext, q4, blocks) and
  * PANY(p, ld, G, v, blk, bs, rs, n, d, y, ys, q4, blocks), the contiguous forms' bodies (k, v,
  * vnext NULL; q4 and blocks constants). */
@@ -66,12 +67,10 @@ static inline int64_t scales_at(int64_t d, bool q4) {
         SANY(q, G, NULL, blk, bs, rs, n, d, scale, out, ld, NULL, Q4, true);                     \
         return true;                                                                             \
     }                                                                                            \
-    ATTR static bool NAME##_pv(const float *p, int64_t ld, int64_t G, const int8_t *const *blk,  \
+    ATTR static void NAME##_pv(const float *p, int64_t ld, int64_t G, const int8_t *const *blk,  \
                                int64_t bs, int64_t rs, int64_t n, int64_t d, float *y,           \
                                int64_t ys) {                                                     \
-        if (!TAKES(bs, d, rs, Q4)) return false;                                                 \
         PANY(p, ld, G, NULL, blk, bs, rs, n, d, y, ys, Q4, true);                                \
-        return true;                                                                             \
     }
 #define BLK_PAIR(ATTR, NAME, TAKES, SANY, PANY)                                                 \
     BLK_FORM(ATTR, NAME, TAKES, SANY, PANY, false)                                              \

@@ -449,10 +449,8 @@ static void paged_item_q(const paged_job *j, int64_t p, float *scratch) {
             if (!live) memset(sc, 0, (size_t)cnt * sizeof(float)); /* p.V takes every head */
         }
         float *og = o + g * group * ostride;
-        if (!blk || !j->fi->pv_blk(sg, j->ld, group, vl, j->BS, j->rb, cnt, j->D, og, ostride)) {
-            if (blk) gather_head(j, b, a, e, g, kb, vb); /* the lists lived there */
-            j->fi->pv(sg, j->ld, group, vb, j->rb, cnt, j->D, og, ostride);
-        }
+        if (blk) j->fi->pv_blk(sg, j->ld, group, vl, j->BS, j->rb, cnt, j->D, og, ostride);
+        else j->fi->pv(sg, j->ld, group, vb, j->rb, cnt, j->D, og, ostride);
         for (int64_t i = 0; j->q4 && i < group; i++) j->fi->rotate(og + i * ostride, j->D); /* back */
     }
 }
