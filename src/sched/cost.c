@@ -32,6 +32,8 @@ typedef enum cost_kind {
     CK_POOL,      /* per output element times the window */
     CK_RNN,       /* RNN, GRU, LSTM */
     CK_EINSUM,
+    CK_NBITS,     /* MatMulNBits (and its packed form): A [..., K] times the N x K weights of
+                     the attributes K and N */
 } cost_kind;
 
 typedef enum read_kind {
@@ -63,6 +65,8 @@ static const op_cost op_costs[] = {
     {"QLinearMatMul", CK_MATMUL, 2, 0, 3, RD_ALL},
     {"Gemm", CK_GEMM, 1, 0, 1, RD_ALL},
     {"Attention", CK_ATTENTION, 0, 0, 1, RD_ALL},
+    {"MatMulNBits", CK_NBITS, 0, 0, 1, RD_ALL},
+    {"MatMulNBitsPacked", CK_NBITS, 0, 0, 1, RD_ALL}, /* tandem: graph/fuse_nbits.c */
     {"Einsum", CK_EINSUM, 0, 0, 1, RD_ALL},
     {"RNN", CK_RNN, 2, 0, 1, RD_ALL},
     {"GRU", CK_RNN, 10, 0, 1, RD_ALL},
@@ -297,6 +301,14 @@ static double gemm_flops(const tdm_graph *g, const tdm_node *n) {
     return 2 * m * nn * k + (input(g, n, 2) ? 2 : 1) * m * nn;
 }
 
+/* 2 M N K with M the rows of A (its elements / K); the attributes as the kernels read them */
+static double nbits_flops(const tdm_graph *g, const tdm_node *n) {
+    double K = (double)tdm_attr_int(n, "K", 0), N = (double)tdm_attr_int(n, "N", 0);
+    if (K <= 0 || N <= 0) return 0;
+    double m = elems(input(g, n, 0)) / K;
+    return 2 * m * N * K;
+}
+
 static double attention_flops(const tdm_graph *g, const tdm_node *n) {
     const tdm_value *q = input(g, n, 0), *k = input(g, n, 1), *v = input(g, n, 2);
     if (!q || q->rank != 4) return largest_output(g, n);
@@ -363,6 +375,7 @@ double tdm_node_flops(const tdm_graph *g, const tdm_node *n) {
     case CK_POOL: return pool_flops(g, n, c);
     case CK_RNN: return rnn_flops(g, n, c);
     case CK_EINSUM: return einsum_flops(g, n);
+    case CK_NBITS: return nbits_flops(g, n);
     }
     return 0;
 }

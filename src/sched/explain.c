@@ -146,9 +146,11 @@ static void explain_profile(tdm_plan *p, sbuf *b, int64_t runs, const copy_rec *
                 agg[x] = agg[y];
                 agg[y] = t;
             }
-    sb_printf(b, "%-22s %6s %10s %7s %10s\n", "op type", "nodes", "ms", "share", "GFLOP/s");
+    int ow = 22; /* the op type column: as wide as the longest (SkipSimplifiedLayerNormalization) */
+    for (int k = 0; k < na; k++) ow = (int)strlen(agg[k].op) > ow ? (int)strlen(agg[k].op) : ow;
+    sb_printf(b, "%-*s %6s %10s %7s %10s\n", ow, "op type", "nodes", "ms", "share", "GFLOP/s");
     for (int k = 0; k < na; k++)
-        sb_printf(b, "%-22s %6d %10.4f %6.1f%% %10.2f\n", agg[k].op, agg[k].nodes, agg[k].ms,
+        sb_printf(b, "%-*s %6d %10.4f %6.1f%% %10.2f\n", ow, agg[k].op, agg[k].nodes, agg[k].ms,
                   total > 0 ? 100 * agg[k].ms / total : 0, agg[k].ms > 0 ? agg[k].flops / agg[k].ms / 1e6 : 0);
     sb_printf(b, "\n%-5s %-28s %-16s %-9s %9s %6s %9s %7s %8s %7s\n", "#", "node", "op", "device", "ms", "share",
               "GFLOP/s", "%peak", "GB/s", "%bw");

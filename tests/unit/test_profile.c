@@ -294,6 +294,25 @@ static void test_cost_matmul_scales(void **state) {
     assert_true(tdm_node_bytes(g, &N[big]) == 3.0 * 512 * 512 * 4);
     assert_true(tdm_node_flops(g, &N[bm]) == 2.0 * 6 * 64 * 16 * 32);
     assert_true(tdm_node_flops(g, &N[cv]) == 2.0 * 64 * 56 * 56 * 64 * 9);
+    /* MatMulNBits (and the packed form): A [1, 8, 576] times N = 1536 rows of K = 576 codes;
+     * the weights input's shape (packed bytes) says nothing of N or K: the attributes do */
+    int64_t an[3] = {1, 8, 576}, wn[3] = {1536, 18, 16}, yn[3] = {1, 8, 1536};
+    int nbk[2];
+    tdm_attr nba[2] = {{.name = "K", .type = TDM_ATTR_INT, .i = 576},
+                       {.name = "N", .type = TDM_ATTR_INT, .i = 1536}};
+    for (int k = 0; k < 2; k++) {
+        nbk[k] = add_node(g, k ? "MatMulNBitsPacked" : "MatMulNBits",
+                          add_value(g, k ? "an1" : "an0", 3, an), add_value(g, k ? "wn1" : "wn0", 3, wn),
+                          add_value(g, k ? "yn1" : "yn0", 3, yn));
+    }
+    N = g->nodes;
+    for (int k = 0; k < 2; k++) {
+        g->nodes[nbk[k]].attrs = nba, g->nodes[nbk[k]].n_attrs = 2;
+        assert_true(tdm_node_flops(g, &N[nbk[k]]) == 2.0 * 8 * 1536 * 576);
+        g->nodes[nbk[k]].n_attrs = 1; /* no N: unknown, no FLOPs claimed */
+        assert_true(tdm_node_flops(g, &N[nbk[k]]) == 0.0);
+        g->nodes[nbk[k]].attrs = NULL, g->nodes[nbk[k]].n_attrs = 0; /* not the graph's to free */
+    }
 
     tdm_device_profile p = synthetic("x", 100, 10, 5, 0, 0);
     double ts = tdm_cost_node_ms(g, &N[small], &p), tb = tdm_cost_node_ms(g, &N[big], &p);
