@@ -121,6 +121,11 @@ typedef struct tdm_generator_options {
                               GroupQueryAttention models with a float32 cache, CPU only. Any
                               other: TDM_ERR_INVALID_ARGUMENT; a type the model cannot take:
                               TDM_ERR_UNSUPPORTED */
+    bool profile;          /* record per-node times of every run (tdm_session_options.profile):
+                              tdm_session_explain(tdm_generator_session(gen),
+                              TDM_EXPLAIN_PROFILE, ...) shows them per op type and per node,
+                              tdm_session_reset_measurements starts again (tandem bench --llm
+                              --profile: the decode steps of each tg test) */
 } tdm_generator_options;
 
 /* Loads the model folder (see above) and prepares the session. `options` may be NULL. */
@@ -181,7 +186,7 @@ typedef struct tdm_generator_stats {
 } tdm_generator_stats;
 TDM_API void tdm_generator_get_stats(const tdm_generator *gen, tdm_generator_stats *out);
 /* The generator's session (owned by it): for tdm_session_monitor (a device's peak, bytes
- * uploaded per token). */
+ * uploaded per token) and, with options.profile, tdm_session_explain's measured times. */
 TDM_API tdm_session *tdm_generator_session(tdm_generator *gen);
 /* Bytes of weights one decode step reads, as the session holds them (packed forms included):
  * every constant tensor a node of the planned graph reads, whole, except the tables a step

@@ -18,7 +18,7 @@ static void llm_usage(FILE *f) {
     fprintf(f,
             "usage: tandem bench MODEL_DIR --llm [--prompt-tokens P] [--gen-tokens G] [--depth [D0,]D]\n"
             "                    [--repetitions R] [--warmup W] [--threads N] [--seed S] [--json]\n"
-            "                    [--kv-type auto|f32|f16|int8|int4]\n"
+            "                    [--kv-type auto|f32|f16|int8|int4] [--profile]\n"
             "       tandem bench MODEL_DIR --llm --streams N [--prompt-tokens P] [--gen-tokens G]\n"
             "                    [--repetitions R] [--threads N] [--seed S] [--json]\n"
             "                    [--kv-type auto|f32|f16|int8|int4]\n\n"
@@ -46,6 +46,10 @@ static void llm_usage(FILE *f) {
             "  --json             print one JSON object instead of the table\n"
             "  --kv-type T        KV cache type (tandem generate --kv-type): auto (the model's),\n"
             "                     f32, f16 (must be the model's), int8 (8-bit), int4 (4-bit)\n"
+            "  --profile          also the decode steps' time per op type and per node (as tandem\n"
+            "                     profile prints it) for each tg test, over the steps of its last\n"
+            "                     repetition: where a deeper context's time goes. Its bookkeeping\n"
+            "                     (clocks, each node's FLOPs and bytes) costs every step a little\n"
             "  --device DEV       run the decoder on DEV (tandem generate --device); the KV cache\n"
             "                     stays in host memory\n"
             "  --device-memory B  memory budget (tandem generate --device-memory, e.g. test:0=25%%)\n"
@@ -69,7 +73,7 @@ typedef struct llm_args {
     long pp, tg, depth, depth0, reps, warmup, threads, streams; /* depth0 < 0: none */
     bool pp_set, reps_set;
     unsigned long long seed;
-    bool json;
+    bool json, profile;
     const char *device, *device_memory, *residency, *kv_type;
 } llm_args;
 
@@ -85,6 +89,9 @@ static int parse(int argc, char **argv, llm_args *a) {
             continue;
         } else if (!strcmp(o, "--json")) {
             a->json = true;
+            continue;
+        } else if (!strcmp(o, "--profile")) {
+            a->profile = true;
             continue;
         } else if (!strcmp(o, "--prompt-tokens")) {
             dst = &a->pp;
@@ -166,6 +173,11 @@ static int parse(int argc, char **argv, llm_args *a) {
         fprintf(stderr, "tandem: bench --llm: --depth D0,D needs decode steps (--gen-tokens > 0)\n");
         return 2;
     }
+    if (a->profile && (a->streams || a->tg == 0)) {
+        fprintf(stderr, "tandem: bench --llm: --profile measures the tg tests' decode steps (not "
+                "with --streams or --gen-tokens 0)\n");
+        return 2;
+    }
     if (a->pp == 0 && a->tg == 0) {
         fprintf(stderr, "tandem: bench --llm: nothing to measure (--prompt-tokens 0 --gen-tokens 0)\n");
         return 2;
@@ -218,9 +230,10 @@ static void summarize(figure *f, size_t n) {
 
 /* g decode runs of one token after `ctx` context tokens (ids[0..ctx), at least 1): the last
  * context token's run, then g - 1 generated ones; tokens/s, and tokens per second of the
- * process's CPU time (*cps). */
+ * process's CPU time (*cps). profile: not NULL, the per-node times of those runs (the
+ * generator profiles) as tdm_session_explain's table (caller frees). */
 static tdm_status *decode_run(tdm_generator *gen, const int32_t *ids, size_t ctx, size_t g,
-                              double *tps, double *cps) {
+                              double *tps, double *cps, char **profile) {
     tdm_generator_reset(gen);
     double t0 = now_s(), c0 = cpu_s();
     size_t warm = ctx > 1 ? ctx - 1 : 0; /* a context's prefill is not timed */
@@ -229,6 +242,7 @@ static tdm_status *decode_run(tdm_generator *gen, const int32_t *ids, size_t ctx
         t0 = now_s();
         c0 = cpu_s();
     }
+    if (profile) tdm_session_reset_measurements(tdm_generator_session(gen));
     TDM_TRY_CLI(tdm_generator_append(gen, ids + warm, 1)); /* the first decode step */
     for (size_t i = 0; i < g; i++) { /* the first samples; each later one feeds a token */
         int32_t t;
@@ -237,6 +251,11 @@ static tdm_status *decode_run(tdm_generator *gen, const int32_t *ids, size_t ctx
     double dt = now_s() - t0, dc = cpu_s() - c0;
     *tps = dt > 0 ? (double)g / dt : 0;
     *cps = dc > 0 ? (double)g / dc : 0;
+    if (profile) {
+        tdm_string_free(*profile);
+        *profile = NULL;
+        TDM_TRY_CLI(tdm_session_explain(tdm_generator_session(gen), TDM_EXPLAIN_PROFILE, profile));
+    }
     return NULL;
 }
 
@@ -314,6 +333,7 @@ int cmd_bench_llm(int argc, char **argv) {
            tdc = {0, 0, calloc(reps, sizeof(double))}, tb = {0, 0, calloc(reps, sizeof(double))},
            tbc = {0, 0, calloc(reps, sizeof(double))}, ratio = {0, 0, calloc(reps, sizeof(double))};
     bool paired = a.depth0 >= 0 && a.tg && a.depth;
+    char *prof[3] = {NULL, NULL, NULL}; /* --profile: tg, tg @ depth0, tg @ depth */
     tdm_status *st = !ids || !pp.v || !tg.v || !td.v || !tgc.v || !tdc.v ? NULL : tdm_env_create(&eo, &env);
     if (!ids || !pp.v || !tg.v || !td.v || !tgc.v || !tdc.v || !tb.v || !tbc.v || !ratio.v) {
         fprintf(stderr, "tandem: bench --llm: out of memory\n");
@@ -331,6 +351,7 @@ int cmd_bench_llm(int argc, char **argv) {
         go.device_memory = a.device_memory;
         go.residency = a.residency;
         go.kv_type = a.kv_type;
+        go.profile = a.profile;
         st = tdm_generator_create(env, a.dir, &go, &gen);
     }
     if (!st && (size_t)tdm_generator_max_length(gen) < longest - 1) {
@@ -353,16 +374,17 @@ int cmd_bench_llm(int argc, char **argv) {
         }
         if (!st && a.tg) {
             random_ids(ids, 2, vocab, a.seed);
-            st = decode_run(gen, ids, 1, (size_t)(a.tg < 8 ? a.tg : 8), &ignore, &ignore);
+            st = decode_run(gen, ids, 1, (size_t)(a.tg < 8 ? a.tg : 8), &ignore, &ignore, NULL);
         }
         if (!st && a.tg && a.depth) {
             random_ids(ids, (size_t)a.depth + 1, vocab, a.seed);
             st = decode_run(gen, ids, (size_t)a.depth + 1, (size_t)(a.tg < 8 ? a.tg : 8), &ignore,
-                            &ignore);
+                            &ignore, NULL);
         }
     }
     int64_t tg_up = 0, tg_tokens = 0, tg_pinned = 0; /* uploads of the timed tg tests */
     for (size_t r = 0; !st && r < reps; r++) {
+        bool last = a.profile && r + 1 == reps; /* the profiled repetition */
         if (a.pp) {
             random_ids(ids, (size_t)a.pp, vocab, a.seed + 1 + r);
             tdm_generator_reset(gen);
@@ -374,18 +396,20 @@ int cmd_bench_llm(int argc, char **argv) {
         if (!st && a.tg) {
             random_ids(ids, 1, vocab, a.seed + 100 + r);
             int64_t pin0 = 0, pin1 = 0, up0 = uploaded(gen, NULL, &pin0);
-            st = decode_run(gen, ids, 1, (size_t)a.tg, &tg.v[r], &tgc.v[r]);
+            st = decode_run(gen, ids, 1, (size_t)a.tg, &tg.v[r], &tgc.v[r], last ? &prof[0] : NULL);
             tg_up += uploaded(gen, NULL, &pin1) - up0;
             tg_pinned += pin1 - pin0;
             tg_tokens += a.tg;
         }
         if (!st && paired) { /* just before the deep one: the pair shares the machine's state */
             random_ids(ids, (size_t)a.depth0 + 1, vocab, a.seed + 300 + r);
-            st = decode_run(gen, ids, (size_t)a.depth0 + 1, (size_t)a.tg, &tb.v[r], &tbc.v[r]);
+            st = decode_run(gen, ids, (size_t)a.depth0 + 1, (size_t)a.tg, &tb.v[r], &tbc.v[r],
+                            last ? &prof[1] : NULL);
         }
         if (!st && a.tg && a.depth) {
             random_ids(ids, (size_t)a.depth + 1, vocab, a.seed + 200 + r);
-            st = decode_run(gen, ids, (size_t)a.depth + 1, (size_t)a.tg, &td.v[r], &tdc.v[r]);
+            st = decode_run(gen, ids, (size_t)a.depth + 1, (size_t)a.tg, &td.v[r], &tdc.v[r],
+                            last ? &prof[2] : NULL);
             if (!st && paired) ratio.v[r] = tb.v[r] > 0 ? td.v[r] / tb.v[r] : 0;
         }
     }
@@ -446,6 +470,16 @@ int cmd_bench_llm(int argc, char **argv) {
         if (a.tg) printf(" \"tg_weight_gbps\": %.3f,", (double)wbytes * tg.mean / 1e9);
         printf(" \"kv_bytes_per_position\": %lld,", (long long)kvpos);
         if (a.tg && a.depth) printf(" \"tg_depth_bytes_bound\": %.4f,", bytes_bound);
+        if (a.profile) { /* the tables as strings, by test */
+            static const char *const key[3] = {"tg", "tg_depth0", "tg_depth"};
+            printf("\n  \"profile\": {");
+            for (int k = 0, n = 0; k < 3; k++) {
+                if (!prof[k]) continue;
+                printf("%s\"%s\": ", n++ ? ", " : "", key[k]);
+                bench_json_string(stdout, prof[k]);
+            }
+            printf("},");
+        }
         printf("\n  \"peak_rss_mib\": %.1f\n}\n", rss_mib);
     } else {
         char test[64];
@@ -497,9 +531,17 @@ int cmd_bench_llm(int argc, char **argv) {
         if (a.device)
             printf("%s: peak %.2f MiB; uploaded %.3f MiB per decoded token (tg tests)\n", a.device,
                    (double)dev_peak / 1048576, up_tok / 1048576);
+        for (int k = 0; k < 3; k++) {
+            if (!prof[k]) continue;
+            long d = k == 0 ? 0 : k == 1 ? a.depth0 : a.depth;
+            printf("\n== the %ld decode steps of tg%ld", a.tg, a.tg);
+            if (k) printf(" @ d%ld", d);
+            printf(", last repetition ==\n%s", prof[k]);
+        }
     }
     rc = 0;
 done:
+    for (int k = 0; k < 3; k++) tdm_string_free(prof[k]);
     tdm_generator_free(gen);
     tdm_env_free(env);
     free(ids);

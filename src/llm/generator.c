@@ -563,6 +563,7 @@ tdm_status *tdm_generator_create(tdm_env *env, const char *dir, const tdm_genera
         so.device_memory = dev_budget[0] ? dev_budget
                            : e.budget > 0 ? budget_text : NULL; /* set by the edit (kv_budget) */
         so.residency = opt.residency;
+        so.profile = opt.profile;
         st = tdm_session_create_edited(env, g->f.model_path, &so,
                                        last_logits_only, &e,
                                        &g->s);

@@ -245,6 +245,38 @@ def main():
                  "--repetitions", "2"])
         check(r.returncode == 0 and "tg4 @ d2 " in r.stdout and "tg4 @ d20 " in r.stdout and
               "paired in each repetition: median" in r.stdout, "bench --llm --depth D0,D table")
+        # --profile: per test, the per-node times of its last repetition's decode steps (G runs):
+        # the op type rows' node counts add up to the nodes run and their shares to 100%
+        r = run([T, "bench", folder, "--llm", "--prompt-tokens", "0", "--gen-tokens", "5", "--depth", "3,30",
+                 "--repetitions", "2", "--threads", "1", "--profile", "--json"])
+        ok = r.returncode == 0
+        if ok:
+            prof = json.loads(r.stdout).get("profile", {})
+            ok = sorted(prof) == ["tg", "tg_depth", "tg_depth0"]
+            for text in prof.values():
+                lines = text.splitlines()
+                head = lines[0].split() if lines else []
+                ok = ok and head[:4] == ["measured", "over", "5", "runs:"] and head[-1] == "nodes"
+                if not ok:
+                    break
+                at = next(i for i, l in enumerate(lines) if l.startswith("op type"))
+                rows = []
+                for l in lines[at + 1:]:
+                    if not l.strip():
+                        break
+                    f = l.split()
+                    rows.append((int(f[1]), float(f[3].rstrip("%"))))
+                ok = ok and len(rows) > 1 and sum(n for n, _ in rows) == int(head[-2]) and \
+                    abs(sum(sh for _, sh in rows) - 100) <= 0.2 * len(rows)
+        check(ok, "bench --llm --profile --json: each tg test's decode steps per op type")
+        if not ok:
+            print(r.stdout[-1500:], r.stderr[-800:])
+        r = run([T, "bench", folder, "--llm", "--prompt-tokens", "0", "--gen-tokens", "3", "--depth", "20",
+                 "--repetitions", "1", "--profile"])
+        check(r.returncode == 0 and "== the 3 decode steps of tg3 @ d20, last repetition ==" in r.stdout and
+              "measured over 3 runs" in r.stdout, "bench --llm --profile: the tables after the figures")
+        r = run([T, "bench", folder, "--llm", "--streams", "2", "--profile"])
+        check(r.returncode == 2 and "--profile" in r.stderr, "bench --llm --streams --profile: an error")
         for bad in ("20,2", "2,", ",20", "2,x", "-1,5"):
             r = run([T, "bench", folder, "--llm", "--depth", bad])
             check(r.returncode == 2 and "--depth" in r.stderr, f"bench --llm --depth {bad}: an error")
