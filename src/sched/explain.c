@@ -152,8 +152,10 @@ static void explain_profile(tdm_plan *p, sbuf *b, int64_t runs, const copy_rec *
     for (int k = 0; k < na; k++)
         sb_printf(b, "%-*s %6d %10.4f %6.1f%% %10.2f\n", ow, agg[k].op, agg[k].nodes, agg[k].ms,
                   total > 0 ? 100 * agg[k].ms / total : 0, agg[k].ms > 0 ? agg[k].flops / agg[k].ms / 1e6 : 0);
-    sb_printf(b, "\n%-5s %-28s %-16s %-9s %9s %6s %9s %7s %8s %7s\n", "#", "node", "op", "device", "ms", "share",
-              "GFLOP/s", "%peak", "GB/s", "%bw");
+    /* the nodes' op column: up to the op type column's width (whole names, 16 at least) */
+    int nw = ow - 6 > 16 ? ow - 6 : 16;
+    sb_printf(b, "\n%-5s %-28s %-*s %-9s %9s %6s %9s %7s %8s %7s\n", "#", "node", nw, "op", "device", "ms",
+              "share", "GFLOP/s", "%peak", "GB/s", "%bw");
     bool *shown = tdm_calloc(NULL, N + 1, sizeof *shown);
     for (int row = 0; row < 25 && shown; row++) {
         size_t best = N;
@@ -168,8 +170,8 @@ static void explain_profile(tdm_plan *p, sbuf *b, int64_t runs, const copy_rec *
         int d = n->device;
         double peak = have_prof[d] ? (strstr(n->op_type, "Conv") ? prof[d].conv_gflops : prof[d].gemm_gflops) : 0;
         double bw = have_prof[d] ? prof[d].mem_gbps : 0;
-        sb_printf(b, "%-5zu %-28.28s %-16.16s %-9s %9.4f %5.1f%% %9.2f %6.0f%% %8.2f %6.0f%%\n", best, n->name,
-                  n->op_type, p->devices[d]->name, ms, total > 0 ? 100 * ms / total : 0, gf,
+        sb_printf(b, "%-5zu %-28.28s %-*.*s %-9s %9.4f %5.1f%% %9.2f %6.0f%% %8.2f %6.0f%%\n", best, n->name,
+                  nw, nw, n->op_type, p->devices[d]->name, ms, total > 0 ? 100 * ms / total : 0, gf,
                   peak > 0 ? 100 * gf / peak : 0, gb, bw > 0 ? 100 * gb / bw : 0);
     }
     tdm_free(NULL, shown);
