@@ -533,9 +533,8 @@ int cmd_bench_llm(int argc, char **argv) {
                    (double)dev_peak / 1048576, up_tok / 1048576);
         for (int k = 0; k < 3; k++) {
             if (!prof[k]) continue;
-            long d = k == 0 ? 0 : k == 1 ? a.depth0 : a.depth;
             printf("\n== the %ld decode steps of tg%ld", a.tg, a.tg);
-            if (k) printf(" @ d%ld", d);
+            if (k) printf(" @ d%ld", k == 1 ? a.depth0 : a.depth);
             printf(", last repetition ==\n%s", prof[k]);
         }
     }

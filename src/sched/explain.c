@@ -146,14 +146,18 @@ static void explain_profile(tdm_plan *p, sbuf *b, int64_t runs, const copy_rec *
                 agg[x] = agg[y];
                 agg[y] = t;
             }
-    int ow = 22; /* the op type column: as wide as the longest (SkipSimplifiedLayerNormalization) */
-    for (int k = 0; k < na; k++) ow = (int)strlen(agg[k].op) > ow ? (int)strlen(agg[k].op) : ow;
+    /* the op columns fit the longest op type name (SkipSimplifiedLayerNormalization: 32): the
+     * op type table's at least 22 wide, the node table's at least 16 */
+    int lw = 0;
+    for (int k = 0; k < na; k++) {
+        int l = (int)strlen(agg[k].op);
+        lw = l > lw ? l : lw;
+    }
+    int ow = lw > 22 ? lw : 22, nw = lw > 16 ? lw : 16;
     sb_printf(b, "%-*s %6s %10s %7s %10s\n", ow, "op type", "nodes", "ms", "share", "GFLOP/s");
     for (int k = 0; k < na; k++)
         sb_printf(b, "%-*s %6d %10.4f %6.1f%% %10.2f\n", ow, agg[k].op, agg[k].nodes, agg[k].ms,
                   total > 0 ? 100 * agg[k].ms / total : 0, agg[k].ms > 0 ? agg[k].flops / agg[k].ms / 1e6 : 0);
-    /* the nodes' op column: up to the op type column's width (whole names, 16 at least) */
-    int nw = ow - 6 > 16 ? ow - 6 : 16;
     sb_printf(b, "\n%-5s %-28s %-*s %-9s %9s %6s %9s %7s %8s %7s\n", "#", "node", nw, "op", "device", "ms",
               "share", "GFLOP/s", "%peak", "GB/s", "%bw");
     bool *shown = tdm_calloc(NULL, N + 1, sizeof *shown);
