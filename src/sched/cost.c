@@ -9,6 +9,10 @@
  * other ops gemm_gflops (element-wise ops are bound by bytes on every device we know, so the
  * choice hardly matters there). A throughput of 0 ("not measured") falls back to the other
  * one, then to 1 GFLOP/s or 1 GB/s, so a predicted time is always finite.
+ * Attention over a KV cache (GroupQueryAttention, PagedAttention) does work that the lengths
+ * the run gives set, not the shapes (a shared-buffer cache is max_length rows at every step):
+ * a profiled run counts its FLOPs and bytes from those values (tdm_node_run_cost), the static
+ * model bounds them from the shapes.
  *
  * Copies: a profile whose h2d_gbps and d2h_gbps are both 0 (or a NULL profile) is a device
  * that works on host memory. Between two such devices a copy costs nothing; host -> device
@@ -16,6 +20,8 @@
  * bytes / d2h, and device -> other device both (it goes through the host). A device whose
  * copies the executor stages through its host_alloc memory (profile staged_copies, see
  * sched/xfer.h) is read with the pinned figures and the latency of each direction. */
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "sched/cost.h"
@@ -34,6 +40,8 @@ typedef enum cost_kind {
     CK_EINSUM,
     CK_NBITS,     /* MatMulNBits (and its packed form): A [..., K] times the N x K weights of
                      the attributes K and N */
+    CK_KV_ATTN,   /* GroupQueryAttention, PagedAttention: the rows each query row sees come
+                     from lengths the run gives (tdm_node_run_cost); from shapes, a bound */
 } cost_kind;
 
 typedef enum read_kind {
@@ -65,6 +73,8 @@ static const op_cost op_costs[] = {
     {"QLinearMatMul", CK_MATMUL, 2, 0, 3, RD_ALL},
     {"Gemm", CK_GEMM, 1, 0, 1, RD_ALL},
     {"Attention", CK_ATTENTION, 0, 0, 1, RD_ALL},
+    {"GroupQueryAttention", CK_KV_ATTN, 0, 0, 3, RD_ALL}, /* w: past_key */
+    {"PagedAttention", CK_KV_ATTN, 0, 0, 3, RD_ALL},      /* w: key_cache */
     {"MatMulNBits", CK_NBITS, 0, 0, 1, RD_ALL},
     {"MatMulNBitsPacked", CK_NBITS, 0, 0, 1, RD_ALL}, /* tandem: graph/fuse_nbits.c */
     {"Einsum", CK_EINSUM, 0, 0, 1, RD_ALL},
@@ -182,9 +192,31 @@ static const op_cost op_costs[] = {
 
 static const op_cost default_cost = {"", CK_ELEM, 1, 0, 0, RD_ALL};
 
+/* The table by name, sorted once: a profiled run asks for every node's cost after each run
+ * (two lookups a node), which a linear search of ~130 names made a visible part of a
+ * profiled decode step. */
+static const op_cost *by_name[N_OP_COSTS];
+static pthread_once_t by_name_once = PTHREAD_ONCE_INIT;
+
+static int cmp_cost(const void *a, const void *b) {
+    return strcmp((*(const op_cost *const *)a)->op, (*(const op_cost *const *)b)->op);
+}
+
+static void sort_costs(void) {
+    for (size_t i = 0; i < N_OP_COSTS; i++) by_name[i] = &op_costs[i];
+    qsort(by_name, N_OP_COSTS, sizeof by_name[0], cmp_cost);
+}
+
 static const op_cost *find_cost(const tdm_node *n) {
-    for (size_t i = 0; i < N_OP_COSTS; i++)
-        if (!strcmp(op_costs[i].op, n->op_type)) return &op_costs[i];
+    pthread_once(&by_name_once, sort_costs);
+    size_t lo = 0, hi = N_OP_COSTS;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(by_name[mid]->op, n->op_type);
+        if (c == 0) return by_name[mid];
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
+    }
     return &default_cost;
 }
 
@@ -319,6 +351,135 @@ static double attention_flops(const tdm_graph *g, const tdm_node *n) {
     return 2 * scores * d + 2 * scores * dv + 6 * scores; /* QK^T, PV, scale+mask+softmax */
 }
 
+/* ---- attention over a KV cache (GroupQueryAttention, PagedAttention) ----
+ * FLOPs = heads x (cache rows the query rows see, summed) x (2 D for q.k + 2 D for p.V + 6
+ * for the scale, mask and softmax), as attention_flops counts a score. */
+static double kv_attn_work(double heads, double rows_seen, double d) {
+    return heads * rows_seen * (4 * d + 6);
+}
+
+/* Rows seen by query rows 0..S-1 whose first sits at position `past` of a sequence `total`
+ * rows long (causal: row s sees past + s + 1 of them, at most total; else all total), each
+ * at most `win` (local_window_size, when > 0). */
+static double rows_seen(int64_t past, int64_t S, int64_t total, bool causal, int64_t win) {
+    double sum = 0;
+    for (int64_t s = 0; s < S; s++) {
+        int64_t n = causal && past + s + 1 < total ? past + s + 1 : total;
+        if (win > 0 && n > win) n = win;
+        sum += n > 0 ? (double)n : 0;
+    }
+    return sum;
+}
+
+/* The head size and query heads from the query's last dim (packed QKV when key is absent). */
+static double kv_attn_head_size(const tdm_node *n, double last, bool packed, double *heads) {
+    int64_t h = tdm_attr_int(n, "num_heads", 0), kvh = tdm_attr_int(n, "kv_num_heads", 0);
+    *heads = h > 0 ? (double)h : 1;
+    double parts = packed ? (double)h + 2 * (double)(kvh > 0 ? kvh : 0) : (double)h;
+    return parts > 0 ? last / parts : last;
+}
+
+static bool paged(const tdm_node *n) { return !strcmp(n->op_type, "PagedAttention"); }
+
+static bool kv_attn_causal(const tdm_node *n) {
+    return tdm_attr_int(n, paged(n) ? "is_causal" : "causal", 1) != 0;
+}
+
+/* From shapes alone the lengths are not known: GroupQueryAttention counts S query rows after
+ * past_key's P rows (exact for caches of the past's length; with a shared buffer P is the
+ * buffer's length, so an upper bound), PagedAttention one prompt of its T tokens with no
+ * past (a lower bound). tdm_node_run_cost counts what a run did. */
+static double kv_attn_flops(const tdm_graph *g, const tdm_node *n) {
+    const tdm_value *q = input(g, n, 0);
+    if (!q || q->rank < 2) return largest_output(g, n);
+    bool causal = kv_attn_causal(n);
+    int64_t win = tdm_attr_int(n, "local_window_size", -1);
+    double heads, d = kv_attn_head_size(n, dim(q, q->rank - 1), !input(g, n, 1), &heads);
+    double s = dim(q, q->rank - 2);
+    if (paged(n)) return kv_attn_work(heads, rows_seen(0, (int64_t)s, (int64_t)s, causal, win), d);
+    const tdm_value *pk = input(g, n, 3);
+    double p = pk && pk->rank == 4 ? dim(pk, 2) : 0;
+    double b = q->rank == 3 ? dim(q, 0) : 1;
+    return b * kv_attn_work(heads, rows_seen((int64_t)p, (int64_t)s, (int64_t)(p + s), causal, win), d);
+}
+
+/* An int32 tensor of at least `count` elements in host memory. */
+static const int32_t *host_i32(const tdm_tensor *t, int64_t count) {
+    return t && !t->device && t->data && t->dtype == TDM_INT32 && t->count >= count
+               ? (const int32_t *)t->data
+               : NULL;
+}
+
+static double nbytes(const tdm_tensor *t) { return t ? (double)t->nbytes : 0; }
+
+/* The cache rows one kv head of a sequence reads for query rows 0..S-1 (rows_seen's ranges,
+ * read once for all of them: from the first row's first to the last row's end). */
+static double rows_read(int64_t past, int64_t S, int64_t total, bool causal, int64_t win) {
+    if (S <= 0) return 0;
+    int64_t end = total, first = causal && past + 1 < total ? past + 1 : total;
+    int64_t lo = win > 0 && first > win ? first - win : 0;
+    return end > lo ? (double)(end - lo) : 0;
+}
+
+bool tdm_node_run_cost(const tdm_node *n, int n_in, const tdm_tensor *const *in, int n_out,
+                       tdm_tensor *const *out, double *flops, double *bytes) {
+    if (!n || !in || n_in < 7 || find_cost(n)->kind != CK_KV_ATTN) return false;
+    const tdm_tensor *q = in[0], *kc = in[3];
+    if (!q || q->rank < 2) return false;
+    bool causal = kv_attn_causal(n);
+    int64_t win = tdm_attr_int(n, "local_window_size", -1);
+    double heads, d = kv_attn_head_size(n, (double)q->dims[q->rank - 1], !in[1], &heads);
+    int64_t kvh = tdm_attr_int(n, "kv_num_heads", 0);
+    double seen = 0, read = 0, rows_new = (double)q->dims[q->rank - 2]; /* rows of one kv head */
+    double row_bytes;                                                      /* all kv heads' */
+    if (paged(n)) { /* cumulative_sequence_length [B + 1], past_seqlens [B] */
+        int64_t B = in[6] && in[6]->rank == 1 ? in[6]->dims[0] : -1;
+        const int32_t *cu = B >= 0 ? host_i32(in[5], B + 1) : NULL, *past = host_i32(in[6], B);
+        if (!cu || !past || !kc || kc->rank < 3) return false;
+        for (int64_t b = 0; b < B; b++) {
+            int64_t nb = (int64_t)cu[b + 1] - cu[b], tot = (int64_t)past[b] + nb;
+            seen += rows_seen(past[b], nb, tot, causal, win);
+            read += rows_read(past[b], nb, tot, causal, win);
+        }
+        /* a slot (one position, every kv head): [NB, BS, ..] or BHSD [NB, KVH, BS, row] */
+        bool bhsd = !strcmp(tdm_attr_string(n, "tandem_kv_layout", "BSHD"), "BHSD");
+        double slots = (double)kc->dims[0] * (double)kc->dims[bhsd && kc->rank == 4 ? 2 : 1];
+        row_bytes = slots > 0 ? nbytes(kc) / slots : 0;
+        *bytes = nbytes(in[7]); /* block_table */
+    } else { /* seqlens_k [B] (total length - 1), total_sequence_length */
+        if (q->rank != 3) return false;
+        int64_t B = q->dims[0], S = q->dims[1];
+        const int32_t *sl = host_i32(in[5], B), *tl = host_i32(in[6], 1);
+        if (!sl || !tl) return false;
+        bool first = S == (int64_t)tl[0];
+        for (int64_t b = 0; b < B; b++) {
+            int64_t t = (int64_t)sl[b] + 1, p = first ? 0 : t - S;
+            seen += rows_seen(p, S, t, causal, win);
+            read += rows_read(p, S, t, causal, win);
+        }
+        rows_new *= (double)B;
+        /* past (or, without one, present) [B, KVH, L, row]: a row of every kv head */
+        const tdm_tensor *c = kc ? kc : n_out > 1 && out ? out[1] : NULL;
+        row_bytes = c && c->rank == 4 && c->dims[0] * c->dims[2] > 0
+                        ? nbytes(c) / ((double)c->dims[0] * (double)c->dims[2])
+                        : (double)(kvh > 0 ? kvh : 1) * d * 4;
+        *bytes = 0;
+    }
+    *flops = kv_attn_work(heads, seen, d);
+    /* query / key / value read, the output written (heads x D floats a row), the lengths;
+     * the cache rows read (K and V) and the new ones written; cos / sin rows at the positions */
+    *bytes += nbytes(q) + nbytes(in[1]) + nbytes(in[2]) + nbytes(in[5]) + nbytes(in[6]);
+    *bytes += rows_new * heads * d * 4;
+    *bytes += 2 * (read + rows_new) * row_bytes;
+    int cs = paged(n) ? 8 : 7;
+    for (int k = cs; k < cs + 2 && k < n_in; k++)
+        if (in[k] && in[k]->rank == 2) *bytes += rows_new * (double)in[k]->dims[1] * 4;
+    /* present caches that are not the past's memory: the whole cache copied (read, written) */
+    for (int k = 1; k <= 2 && k < n_out; k++)
+        if (out && out[k] && in[2 + k] && out[k]->data != in[2 + k]->data) *bytes += 2 * nbytes(out[k]);
+    return true;
+}
+
 static double pool_flops(const tdm_graph *g, const tdm_node *n, const op_cost *c) {
     size_t nk = 0;
     const int64_t *k = tdm_attr_ints(n, "kernel_shape", &nk);
@@ -376,6 +537,7 @@ double tdm_node_flops(const tdm_graph *g, const tdm_node *n) {
     case CK_RNN: return rnn_flops(g, n, c);
     case CK_EINSUM: return einsum_flops(g, n);
     case CK_NBITS: return nbits_flops(g, n);
+    case CK_KV_ATTN: return kv_attn_flops(g, n);
     }
     return 0;
 }

@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 
+#include "core/tensor.h"
 #include "graph/graph.h"
 #include "sched/profile.h"
 
@@ -13,6 +14,15 @@
  * MatMul, Gemm, FusedConv, FusedMatMul, Attention; elements times a small constant for
  * element-wise ops, reductions, normalisations. Unknown dims count as 1. */
 double tdm_node_flops(const tdm_graph *g, const tdm_node *n);
+/* The FLOPs and bytes of one run of node n from the values of its inputs `in` (host memory),
+ * for ops whose work those values set rather than the shapes: GroupQueryAttention
+ * (seqlens_k, total_sequence_length) and PagedAttention (cumulative_sequence_length,
+ * past_seqlens). FLOPs: heads x the cache rows each query row saw x (4 head size + 6); bytes:
+ * the cache rows read (once per kv head) and written, the other inputs and the output, and
+ * whole present caches where they are not the past's memory (`out`, may be NULL). false for
+ * other ops, or when the values are not readable here (then the run's shapes stand). */
+bool tdm_node_run_cost(const tdm_node *n, int n_in, const tdm_tensor *const *in, int n_out,
+                       tdm_tensor *const *out, double *flops, double *bytes);
 /* Whether node n reads only the shape of its input `k` (Shape, Size: input 0), so that the
  * value need not be copied to n's device: the executor passes the tensor where it is. */
 bool tdm_node_reads_shape_only(const tdm_node *n, int k);

@@ -42,10 +42,16 @@ static void note_shape(tdm_value *v, const tdm_tensor *t) {
     if (t->rank) memcpy(v->dims, t->dims, (size_t)t->rank * sizeof *v->dims);
 }
 
-void tdm_exec_note_shapes(frame *f, const tdm_node *n, tdm_tensor *const *outs) {
+void tdm_exec_note_run(frame *f, size_t i, const tdm_node *n, const tdm_tensor *const *ins,
+                       tdm_tensor *const *outs) {
     if (!f->shapes) return;
     for (int k = 0; k < n->n_outputs; k++)
         if (n->outputs[k] >= 0) note_shape(&f->shapes[n->outputs[k]], outs[k]);
+    double fl = 0, by = 0;
+    if (!f->work || !tdm_node_run_cost(n, n->n_inputs, ins, n->n_outputs, outs, &fl, &by)) return;
+    double *w = f->work + 2 * i; /* FLOPs, bytes; -1 until a run of the node counts them */
+    w[0] = (w[0] > 0 ? w[0] : 0) + fl;
+    w[1] = (w[1] > 0 ? w[1] : 0) + by;
 }
 
 static bool same_shape(const tdm_tensor *t, tdm_dtype dtype, int rank, const int64_t *dims) {
@@ -472,7 +478,7 @@ static tdm_status *exec_frame(frame *f) {
             tdm_device_synchronize(dev); /* a queued device's time counts where it is spent */
             int64_t t1 = tdm_now_ns();
             if (f->times) f->times[i] += (double)(t1 - t0) / 1e6;
-            tdm_exec_note_shapes(f, n, outs);
+            tdm_exec_note_run(f, i, n, (const tdm_tensor *const *)ins, outs);
             if (tr) tdm_exec_trace_kernel(tr, dev, n, i, t0, t1, flows, n_flows);
         }
         for (int k2 = 0; k2 < n->n_outputs; k2++) {
@@ -778,10 +784,12 @@ tdm_status *tdm_plan_run_bound(tdm_plan *p, const tdm_tensor *const *inputs,
     }
     if ((st = tdm_xfer_begin(p, f.a, nv, &f.xfer))) goto done; /* asynchronous copies */
     if (p->measured_ms && (!(f.times = tdm_calloc(f.a, g->n_nodes + 1, sizeof *f.times)) ||
-                           !(f.shapes = tdm_calloc(f.a, nv ? nv : 1, sizeof *f.shapes)))) {
+                           !(f.shapes = tdm_calloc(f.a, nv ? nv : 1, sizeof *f.shapes)) ||
+                           !(f.work = tdm_calloc(f.a, 2 * g->n_nodes + 1, sizeof *f.work)))) {
         st = TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory starting a run");
         goto done;
     }
+    for (size_t i = 0; f.work && i < 2 * g->n_nodes; i++) f.work[i] = -1;
     if (f.shapes) memcpy(f.shapes, g->values, g->n_values * sizeof *f.shapes);
     for (size_t v = 0; v < g->n_values; v++)
         if (g->values[v].data) f.vals[v] = g->values[v].data;
@@ -807,8 +815,9 @@ done:
             run_g.values = f.shapes;
             for (size_t i = 0; i < g->n_nodes; i++) {
                 p->measured_ms[i] += f.times[i];
-                p->measured_flops[i] += tdm_node_flops(&run_g, &g->nodes[i]);
-                p->measured_bytes[i] += tdm_node_bytes(&run_g, &g->nodes[i]);
+                const double *w = f.work + 2 * i; /* from the run's values, else its shapes */
+                p->measured_flops[i] += w[0] >= 0 ? w[0] : tdm_node_flops(&run_g, &g->nodes[i]);
+                p->measured_bytes[i] += w[1] >= 0 ? w[1] : tdm_node_bytes(&run_g, &g->nodes[i]);
             }
             p->measured_runs++;
             pthread_mutex_unlock(&p->mem_mu);
@@ -816,6 +825,7 @@ done:
         tdm_free(f.a, f.times);
         tdm_free(f.a, f.shapes);
     }
+    tdm_free(f.a, f.work);
     frame_clear(&f);
     st = tdm_exec_finish(&f, st, outputs, g->n_outputs);
     tdm_stream_end(&f);

@@ -49,6 +49,9 @@ struct frame {
     tdm_value *shapes;        /* with times (main graph): the graph's values with this run's
                                  shapes, for the FLOPs and bytes of each node (a shallow copy:
                                  names and data borrowed), or NULL */
+    double *work;             /* with shapes: per node FLOPs and bytes of this run from its
+                                 input values (tdm_node_run_cost; [2 i], [2 i + 1]), -1 where
+                                 the shapes tell, or NULL */
     tdm_xfer *xfer;           /* asynchronous copies of this run (sched/xfer.h), or NULL */
     const tdm_run_ctl *ctl;   /* the run's stop request (cancel, deadline; subgraphs take
                                  their parent's), or NULL */
@@ -64,7 +67,10 @@ struct frame {
 };
 
 /* Profiling: the shapes of node n's outputs in this run (outs) into f->shapes; no-op without. */
-void tdm_exec_note_shapes(frame *f, const tdm_node *n, tdm_tensor *const *outs);
+/* Profiling, after node i (n) ran: its outputs' shapes into f->shapes, its FLOPs and bytes
+ * from its input values into f->work (where the op's work depends on them). */
+void tdm_exec_note_run(frame *f, size_t i, const tdm_node *n, const tdm_tensor *const *ins,
+                       tdm_tensor *const *outs);
 
 /* ---- executor.c ---- */
 /* Runs node n on dev: infers output shapes, allocates outputs (from the frame's arena when

@@ -183,7 +183,7 @@ static void *par_worker_main(void *arg) {
             tdm_device_synchronize(dev);
             int64_t t1 = tdm_now_ns();
             if (f->times) f->times[pick] += (double)(t1 - t0) / 1e6;
-            tdm_exec_note_shapes(f, n, outs);
+            tdm_exec_note_run(f, pick, n, (const tdm_tensor *const *)ins, outs);
             if (p->trace) tdm_exec_trace_kernel(p->trace, dev, n, pick, t0, t1, flows, n_flows);
         }
         if (seg_dev && (st || pick + 1 >= g->n_nodes || g->nodes[pick + 1].device != w->device)) {

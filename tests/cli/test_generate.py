@@ -287,6 +287,26 @@ def main():
         gfolder = os.path.join(tmp, "genai")
         r = run([sys.executable, os.path.join(a.repo, "tools", "make_tiny_llama.py"), gfolder, "--seed", "7"])
         check(r.returncode == 0, "make_tiny_llama.py --form genai")
+        # --profile counts GroupQueryAttention's FLOPs from the rows each step saw (seqlens_k),
+        # not from the cache buffer's shape (max_length at every step): its FLOPs a step
+        # (ms x GFLOP/s of the op type row) after 30 tokens are ~5x those after 3 (32-36 rows
+        # seen against 5-9), where a count from shapes gives 1x
+        r = run([T, "bench", gfolder, "--llm", "--prompt-tokens", "0", "--gen-tokens", "5", "--depth", "3,30",
+                 "--repetitions", "1", "--threads", "1", "--profile", "--json"])
+        ok = r.returncode == 0
+        if ok:
+            work = {}
+            for key, text in json.loads(r.stdout).get("profile", {}).items():
+                for l in text.splitlines():
+                    f = l.split()
+                    if len(f) == 5 and f[0] == "GroupQueryAttention":
+                        work[key] = float(f[2]) * float(f[4])
+                        break
+            ok = sorted(work) == ["tg", "tg_depth", "tg_depth0"] and work["tg_depth0"] > 0 and \
+                3.0 <= work["tg_depth"] / work["tg_depth0"] <= 8.0
+        check(ok, "bench --llm --profile: GroupQueryAttention's FLOPs follow the rows seen")
+        if not ok:
+            print(r.stdout[-1500:], r.stderr[-800:])
         n_st, G = 3, 16
         r = run([T, "bench", gfolder, "--llm", "--streams", str(n_st), "--prompt-tokens", "4", "--gen-tokens",
                  str(G), "--repetitions", "1", "--threads", "1", "--json"])

@@ -18,6 +18,7 @@
 #include <cmocka.h>
 
 #include "api/settings.h"
+#include "core/tensor.h"
 #include "graph/graph.h"
 #include "sched/cost.h"
 #include "sched/profile.h"
@@ -333,6 +334,145 @@ static void test_cost_matmul_scales(void **state) {
     tdm_graph_free(g);
 }
 
+/* GroupQueryAttention and PagedAttention: heads x the cache rows each query row sees x
+ * (4 D + 6). From shapes (the past's length, a prompt for PagedAttention), and from a run's
+ * length inputs (tdm_node_run_cost, with the bytes read and written), which a profile counts. */
+static double kv_attn(double heads, double rows, double d) { return heads * rows * (4 * d + 6); }
+
+static tdm_tensor *i32_tensor(int rank, const int64_t *dims, const int32_t *v) {
+    tdm_tensor *t = NULL;
+    assert_null(tdm_tensor_new(NULL, TDM_INT32, rank, dims, &t));
+    memcpy(t->data, v, (size_t)t->count * sizeof(int32_t));
+    return t;
+}
+
+static void test_cost_kv_attention(void **state) {
+    (void)state;
+    tdm_graph *g = NULL;
+    assert_null(tdm_graph_new(NULL, &g));
+    /* 2 sequences, 4 new rows after a 100-row past; 9 heads of 64, 3 kv heads */
+    int64_t qd[3] = {2, 4, 576}, kd[3] = {2, 4, 192}, pd[4] = {2, 3, 100, 64}, one[1] = {2};
+    int n = -1;
+    assert_null(tdm_graph_add_node(g, "gqa", "GroupQueryAttention", "com.microsoft", 7, 1, &n));
+    int vq = add_value(g, "q", 3, qd), vk = add_value(g, "k", 3, kd), vv = add_value(g, "v", 3, kd);
+    int vp = add_value(g, "pk", 4, pd), vpv = add_value(g, "pv", 4, pd);
+    int vs = add_value(g, "sl", 1, one), vt = add_value(g, "tl", 0, NULL), vy = add_value(g, "y", 3, qd);
+    int ins[7] = {vq, vk, vv, vp, vpv, vs, vt};
+    for (int i = 0; i < 7; i++) g->nodes[n].inputs[i] = ins[i];
+    g->nodes[n].outputs[0] = vy;
+    tdm_attr at[3] = {{.name = "num_heads", .type = TDM_ATTR_INT, .i = 9},
+                      {.name = "kv_num_heads", .type = TDM_ATTR_INT, .i = 3},
+                      {.name = "local_window_size", .type = TDM_ATTR_INT, .i = 50}};
+    tdm_node *N = &g->nodes[n];
+    N->attrs = at, N->n_attrs = 2;
+    /* causal: rows 101, 102, 103, 104 per sequence */
+    assert_true(tdm_node_flops(g, N) == 2 * kv_attn(9, 410, 64));
+    N->n_attrs = 3; /* a window of 50: 50 rows each */
+    assert_true(tdm_node_flops(g, N) == 2 * kv_attn(9, 200, 64));
+    N->n_attrs = 2;
+    /* packed QKV (key and value omitted): the head size from (9 + 2 x 3) heads */
+    g->values[vq].dims[2] = 960;
+    N->inputs[1] = N->inputs[2] = -1;
+    assert_true(tdm_node_flops(g, N) == 2 * kv_attn(9, 410, 64));
+    g->values[vq].dims[2] = 576;
+    N->inputs[1] = vk, N->inputs[2] = vv;
+
+    /* a run: decode (one new row) at positions 9 and 999 of an int4 cache of 1,000 rows, 36
+     * bytes a row (the present caches are the past's memory) */
+    int64_t q1[3] = {2, 1, 576}, k1[3] = {2, 1, 192}, sd[1] = {2}, cd[4] = {2, 3, 1000, 36};
+    tdm_tensor *tq = NULL, *tk = NULL, *tc = NULL, *tc2 = NULL;
+    assert_null(tdm_tensor_new(NULL, TDM_FLOAT, 3, q1, &tq));
+    assert_null(tdm_tensor_new(NULL, TDM_FLOAT, 3, k1, &tk));
+    assert_null(tdm_tensor_new(NULL, TDM_UINT8, 4, cd, &tc));
+    assert_null(tdm_tensor_new(NULL, TDM_UINT8, 4, cd, &tc2));
+    int32_t slv[2] = {9, 999}, tlv[1] = {1000};
+    tdm_tensor *ts = i32_tensor(1, sd, slv), *tt = i32_tensor(0, NULL, tlv);
+    const tdm_tensor *in[7] = {tq, tk, tk, tc, tc, ts, tt};
+    tdm_tensor *out[3] = {tq, tc, tc};
+    double fl = 0, by = 0;
+    assert_true(tdm_node_run_cost(N, 7, in, 3, out, &fl, &by));
+    assert_true(fl == kv_attn(9, 10 + 1000, 64));
+    /* q, k, v, the lengths, the output; K and V rows: 10 + 1000 read, 2 written, 3 x 36 bytes */
+    double small = 2 * 576 * 4 + 2 * 2 * 192 * 4 + 2 * 4 + 4 + 2 * 576 * 4;
+    assert_true(by == small + 2 * (1010 + 2) * 3 * 36);
+    /* present caches of their own: each copied whole, read and written */
+    out[1] = out[2] = tc2;
+    assert_true(tdm_node_run_cost(N, 7, in, 3, out, &fl, &by));
+    assert_true(by == small + 2 * (1010 + 2) * 3 * 36 + 2 * 2 * 2 * 3 * 1000 * 36.0);
+    out[1] = out[2] = tc;
+    /* a first prompt (S == total_sequence_length = 5), the second padded after 3 rows: rows
+     * 1..5 and 1, 2, 3, 3, 3 */
+    int64_t q5[3] = {2, 5, 576};
+    tdm_tensor *tq5 = NULL;
+    assert_null(tdm_tensor_new(NULL, TDM_FLOAT, 3, q5, &tq5));
+    int32_t sl5[2] = {4, 2}, tl5[1] = {5};
+    memcpy(ts->data, sl5, sizeof sl5);
+    memcpy(tt->data, tl5, sizeof tl5);
+    in[0] = tq5;
+    assert_true(tdm_node_run_cost(N, 7, in, 3, out, &fl, &by) && fl == kv_attn(9, 15 + 12, 64));
+    N->n_attrs = 3; /* window 50 changes nothing here; causal=0 sees all 5 / 3 rows */
+    assert_true(tdm_node_run_cost(N, 7, in, 3, out, &fl, &by) && fl == kv_attn(9, 15 + 12, 64));
+    tdm_attr nc[3] = {at[0], at[1], {.name = "causal", .type = TDM_ATTR_INT, .i = 0}};
+    N->attrs = nc;
+    assert_true(tdm_node_run_cost(N, 7, in, 3, out, &fl, &by) && fl == kv_attn(9, 25 + 15, 64));
+    N->attrs = at, N->n_attrs = 2;
+    /* a window of 4 at decode after 999 rows: 4 rows seen and read */
+    memcpy(ts->data, slv, sizeof slv);
+    memcpy(tt->data, tlv, sizeof tlv);
+    in[0] = tq;
+    tdm_attr w4[3] = {at[0], at[1], {.name = "local_window_size", .type = TDM_ATTR_INT, .i = 4}};
+    N->attrs = w4, N->n_attrs = 3;
+    assert_true(tdm_node_run_cost(N, 7, in, 3, out, &fl, &by) && fl == kv_attn(9, 8, 64));
+    assert_true(by == small + 2 * (8 + 2) * 3 * 36);
+    N->attrs = at, N->n_attrs = 2;
+    /* lengths not readable here (a device's memory, another dtype) or absent: false */
+    ts->device = (void *)ts;
+    assert_false(tdm_node_run_cost(N, 7, in, 3, out, &fl, &by));
+    ts->device = NULL;
+    in[6] = tq;
+    assert_false(tdm_node_run_cost(N, 7, in, 3, out, &fl, &by));
+    in[6] = tt;
+    assert_false(tdm_node_run_cost(N, 6, in, 3, out, &fl, &by));
+    /* other ops: false (their shapes tell) */
+    assert_null(tdm_graph_add_node(g, "mm", "MatMul", "", 2, 1, &n));
+    assert_false(tdm_node_run_cost(&g->nodes[n], 7, in, 3, out, &fl, &by));
+
+    /* PagedAttention (BHSD int4 blocks of 16): packed tokens of 2 sequences, 1 new after 99
+     * past rows and 4 new from none: rows 100 and 1 + 2 + 3 + 4 seen, 100 and 4 read */
+    int p = -1;
+    assert_null(tdm_graph_add_node(g, "paged", "PagedAttention", "com.microsoft", 8, 1, &p));
+    tdm_node *P = &g->nodes[p];
+    tdm_attr pa[3] = {at[0], at[1],
+                      {.name = "tandem_kv_layout", .type = TDM_ATTR_STRING, .s = "BHSD"}};
+    P->attrs = pa, P->n_attrs = 3;
+    int64_t pq[2] = {5, 576}, pk[2] = {5, 192}, cud[1] = {3}, pcd[4] = {10, 3, 16, 36}, btd[2] = {2, 8};
+    tdm_tensor *tpq = NULL, *tpk = NULL, *tpc = NULL;
+    assert_null(tdm_tensor_new(NULL, TDM_FLOAT, 2, pq, &tpq));
+    assert_null(tdm_tensor_new(NULL, TDM_FLOAT, 2, pk, &tpk));
+    assert_null(tdm_tensor_new(NULL, TDM_UINT8, 4, pcd, &tpc));
+    int32_t cuv[3] = {0, 1, 5}, pastv[2] = {99, 0}, btv[16] = {0};
+    tdm_tensor *tcu = i32_tensor(1, cud, cuv), *tpast = i32_tensor(1, sd, pastv);
+    tdm_tensor *tbt = i32_tensor(2, btd, btv);
+    const tdm_tensor *pin[8] = {tpq, tpk, tpk, tpc, tpc, tcu, tpast, tbt};
+    tdm_tensor *pout[3] = {tpq, tpc, tpc};
+    assert_true(tdm_node_run_cost(P, 8, pin, 3, pout, &fl, &by));
+    assert_true(fl == kv_attn(9, 100 + 10, 64));
+    double psmall = 5 * 576 * 4 + 2 * 5 * 192 * 4 + 3 * 4 + 2 * 4 + 16 * 4 + 5 * 576 * 4;
+    assert_true(by == psmall + 2 * (104 + 5) * 3 * 36);
+    /* from shapes: the 5 tokens as one prompt (1 + ... + 5 rows) */
+    int vpq = add_value(g, "pq", 2, pq);
+    P = &g->nodes[p];
+    for (int i = 0; i < 8; i++) P->inputs[i] = -1;
+    P->inputs[0] = P->inputs[1] = P->inputs[2] = vpq; /* key and value given: 9 heads of 64 */
+    P->outputs[0] = vpq;
+    assert_true(tdm_node_flops(g, P) == kv_attn(9, 15, 64));
+
+    for (size_t i = 0; i < g->n_nodes; i++) g->nodes[i].attrs = NULL, g->nodes[i].n_attrs = 0;
+    tdm_tensor *all[] = {tq, tk, tc, tc2, tq5, ts, tt, tpq, tpk, tpc, tcu, tpast, tbt};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tdm_tensor_destroy(all[i]);
+    tdm_graph_free(g);
+}
+
 /* Depthwise and pointwise convolutions take their own measured throughput; a profile
  * without them (0: an older cache, a device without the benchmark) uses conv_gflops. */
 static void test_cost_conv_kinds(void **state) {
@@ -413,6 +553,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_cache_dir, setup, teardown),
         cmocka_unit_test_setup_teardown(test_device_with_own_memory, setup, teardown),
         cmocka_unit_test(test_cost_matmul_scales),
+        cmocka_unit_test(test_cost_kv_attention),
         cmocka_unit_test(test_cost_conv_kinds),
         cmocka_unit_test(test_cost_copies),
     };
