@@ -16,7 +16,8 @@
  *     of this CPU equal a double-precision reference for odd head sizes, head counts and rows
  *     (scores: over the quantised query; the VNNI p.V within its int16 weights' rounding);
  *   - the kernel, cache shared in place (past of max length, as the generator binds it), for
- *     decode (1 and 3 threads: whole groups and groups split in parts), a chunk of 5 rows after
+ *     decode (1 and 3 threads: whole groups and groups split in parts; a short cache on 3
+ *     threads, which runs on the caller: TDM_LLM_GQA_SERIAL_WORK), a chunk of 5 rows after
  *     a past (the widened block GEMM) and a first prompt: the new cache rows are the
  *     quantised new key (rotated) / value rows, rows past each item's length are untouched,
  *     the output equals attention computed here in double precision over the dequantised cache
@@ -739,11 +740,15 @@ static void test_kernel(void **state) {
     const tdm_cpu_isa isas[] = {TDM_ISA_PORTABLE, TDM_ISA_AVX2, top};
     const int past[B] = {140, 77};
     const int past_short[B] = {3, 0};
+    /* the split decode has enough rows to go to the pool; the short one stays on the caller */
+    assert_true(B * H * (past[0] + 1) >= TDM_LLM_GQA_SERIAL_WORK);
+    assert_true(B * H * (past_short[0] + 1) < TDM_LLM_GQA_SERIAL_WORK);
     for (int i = 0; i < 3; i++) {
         if (isas[i] > top) continue;
         step(isas[i], 1, true, 1, past, false);    /* decode */
         step(isas[i], 3, true, 1, past, false);    /* decode, groups split in parts */
         step(isas[i], 1, false, 1, past_short, false);
+        step(isas[i], 3, false, 1, past_short, false); /* a pool, the call on its caller */
         step(isas[i], 2, true, 5, past, false);    /* a chunk after a past */
         step(isas[i], 1, true, 9, past_short, true); /* a first prompt */
     }
@@ -790,11 +795,14 @@ static void test_query_ties(void **state) {
                     fns_for((tdm_cpu_isa)l)->scores(qp, 1, rows, rs, n, D, 0.125f, sc, ld, NULL);
                     for (int t = 0; t < n; t++) {
                         const int8_t *r = rows + t * rs;
-                        double want = 0;
-                        for (int i = 0; i < D; i++)
-                            want += (double)qd[i] * code_of(r, i) * scale_of(r, D, i / 32);
+                        double want = 0, mag = 0; /* mag: the terms' sizes (float sums) */
+                        for (int i = 0; i < D; i++) {
+                            double term = (double)qd[i] * code_of(r, i) * scale_of(r, D, i / 32);
+                            want += term;
+                            mag += fabs(term);
+                        }
                         want *= 0.125;
-                        if (fabs(sc[t] - want) > 1e-5 * fabs(want))
+                        if (fabs(sc[t] - want) > 1e-5 * 0.125 * mag)
                             fail_msg("%s n=%d M=%g tie %g (x %a) row %d: %g, want %g",
                                      tdm_cpu_isa_name((tdm_cpu_isa)l), n, M, tie, hit, t, sc[t], want);
                     }

@@ -39,7 +39,9 @@
  * (decode) runs all heads of its group together, 64 cache rows at a time, so the cache is read
  * once per group, not once per head (k_llm_simd.c: SIMD scores and p.V; the device's softmax
  * row); with fewer items than twice the threads, each group's rows split in parts whose
- * softmax partials merge at the end (flash-decoding). A block of rows (prefill, chunks) is two
+ * softmax partials merge at the end (flash-decoding). A decode step with little to read
+ * (TDM_LLM_GQA_SERIAL_WORK) runs both passes on the calling thread: the two pool regions cost more than
+ * their split saves. A block of rows (prefill, chunks) is two
  * oneDNN sgemm calls per head (Q.K^T over the block's rows, each row's softmax on its own
  * causal range, P.V into the output). Scratch memory (one slot per thread) is kept by the node
  * between runs and grown when a longer cache needs more: a decode step allocates nothing. */
@@ -219,6 +221,7 @@ static void gqa_cache(void *arg, int64_t p0, int64_t p1) {
  * together: each block of key / value rows is read once for the group (from L1) rather than
  * once per head. */
 enum { GQA_KV_BLOCK = 64 /* cache rows per step: 16 KiB of keys at head size 64 */ };
+
 
 /* The rows of query row s of item b attends to: [*lo, *n). */
 static void row_range(const gqa_job *j, int64_t b, int64_t s, int64_t *lo, int64_t *n) {
@@ -704,13 +707,14 @@ tdm_status *tdm_llm_run_gqa(tdm_kernel_ctx *ctx) {
     j.row_blocks = (j.S + j.rows_per_block - 1) / j.rows_per_block;
     if (j.row_blocks < 1) j.row_blocks = 1;
     j.items = j.B * j.KVH * j.row_blocks;
-    int threads = tdm_threadpool_size(ctx->pool);
+    int64_t longest = 0;
+    for (int64_t b = 0; b < j.B; b++) longest = tot[b] > longest ? tot[b] : longest;
+    tdm_threadpool *pool = j.S == 1 && j.B * j.H * longest < TDM_LLM_GQA_SERIAL_WORK ? NULL : ctx->pool;
+    int threads = tdm_threadpool_size(pool);
     j.parts = 1;
     if (j.S == 1 && threads > 1 && j.items < 2 * threads) {
         /* decode with few groups: split each group's cache rows so every thread has work
          * (parts of at least 64 rows) */
-        int64_t longest = 0;
-        for (int64_t b = 0; b < j.B; b++) longest = tot[b] > longest ? tot[b] : longest;
         int64_t want = (2 * threads + j.items - 1) / j.items, cap = longest / 64;
         j.parts = want < cap ? want : cap;
         if (j.parts < 1) j.parts = 1;
@@ -752,9 +756,9 @@ tdm_status *tdm_llm_run_gqa(tdm_kernel_ctx *ctx) {
         j.f = tdm_llm_fns_for(tdm_cpu_simd_of(ctx)->level);
         j.fi = (j.q4 ? tdm_llm_i4_fns_for : tdm_llm_i8_fns_for)(tdm_cpu_simd_of(ctx)->level);
         j.simd = tdm_cpu_simd_of(ctx);
-        tdm_parallel_for(ctx->pool, j.B * j.KVH, 1, gqa_cache, &j);
+        tdm_parallel_for(pool, j.B * j.KVH, 1, gqa_cache, &j);
         int omp = j.S > 1 ? dn_omp_begin() : 1;
-        tdm_parallel_for(ctx->pool, j.slots, 1, gqa_slots, &j);
+        tdm_parallel_for(pool, j.slots, 1, gqa_slots, &j);
         if (j.S > 1) dn_omp_end(omp);
         if (j.parts > 1) gqa_merge(&j);
     }
