@@ -192,7 +192,7 @@ static void test_decode_split(void **state) {
     ((int32_t *)sl->data)[0] = 180;
     ((int32_t *)sl->data)[1] = 131;
     ((int32_t *)tl->data)[0] = 181;
-    assert_true(B * H * 181 >= TDM_LLM_GQA_SERIAL_WORK); /* enough rows to use the pool */
+    assert_true(B * H * 181 >= TDM_LLM_ATTN_SERIAL_WORK); /* enough rows to use the pool */
     for (int64_t i = 0; i < q->count; i++) ((float *)q->data)[i] *= 4.0f; /* peakier softmax */
     const tdm_tensor *in[12] = {q, k, v, kc, vc, sl, tl, cosc, sinc, NULL, NULL, sink};
     tdm_tensor *y[2];

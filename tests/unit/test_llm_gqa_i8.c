@@ -17,7 +17,7 @@
  *     (scores: over the quantised query; the VNNI p.V within its int16 weights' rounding);
  *   - the kernel, cache shared in place (past of max length, as the generator binds it), for
  *     decode (1 and 3 threads: whole groups and groups split in parts; a short cache on 3
- *     threads, which runs on the caller: TDM_LLM_GQA_SERIAL_WORK), a chunk of 5 rows after
+ *     threads, which runs on the caller: TDM_LLM_ATTN_SERIAL_WORK), a chunk of 5 rows after
  *     a past (the widened block GEMM) and a first prompt: the new cache rows are the
  *     quantised new key (rotated) / value rows, rows past each item's length are untouched,
  *     the output equals attention computed here in double precision over the dequantised cache
@@ -741,8 +741,8 @@ static void test_kernel(void **state) {
     const int past[B] = {140, 77};
     const int past_short[B] = {3, 0};
     /* the split decode has enough rows to go to the pool; the short one stays on the caller */
-    assert_true(B * H * (past[0] + 1) >= TDM_LLM_GQA_SERIAL_WORK);
-    assert_true(B * H * (past_short[0] + 1) < TDM_LLM_GQA_SERIAL_WORK);
+    assert_true(B * H * (past[0] + 1) >= TDM_LLM_ATTN_SERIAL_WORK);
+    assert_true(B * H * (past_short[0] + 1) < TDM_LLM_ATTN_SERIAL_WORK);
     for (int i = 0; i < 3; i++) {
         if (isas[i] > top) continue;
         step(isas[i], 1, true, 1, past, false);    /* decode */

@@ -355,6 +355,9 @@ static void test_against_gqa(void **state) {
     /* decode steps of one and two sequences with long pasts: with 4 threads, each item's
      * positions split in parts (merged after) */
     static const int past1[1] = {700}, new1[1] = {1}, past2[2] = {300, 129}, new2[2] = {1, 1};
+    /* enough rows for the pool (a short decode step runs on the caller) */
+    assert_true(9 * (past1[0] + 1) >= TDM_LLM_ATTN_SERIAL_WORK);
+    assert_true(2 * 9 * (past2[0] + 1) >= TDM_LLM_ATTN_SERIAL_WORK);
     for (int th = 1; th <= 4; th += 3)
         for (int r = 0; r < 2; r++) {
             config dc = {.H = 9, .KVH = 3, .D = 64, .BS = 16, .rotary = 1, .interleaved = r,

@@ -40,8 +40,8 @@
  * once per group, not once per head (k_llm_simd.c: SIMD scores and p.V; the device's softmax
  * row); with fewer items than twice the threads, each group's rows split in parts whose
  * softmax partials merge at the end (flash-decoding). A decode step with little to read
- * (TDM_LLM_GQA_SERIAL_WORK) runs both passes on the calling thread: the two pool regions cost more than
- * their split saves. A block of rows (prefill, chunks) is two
+ * (TDM_LLM_ATTN_SERIAL_WORK) runs both passes on the calling thread: the two pool regions
+ * cost more than their split saves. A block of rows (prefill, chunks) is two
  * oneDNN sgemm calls per head (Q.K^T over the block's rows, each row's softmax on its own
  * causal range, P.V into the output). Scratch memory (one slot per thread) is kept by the node
  * between runs and grown when a longer cache needs more: a decode step allocates nothing. */
@@ -709,7 +709,8 @@ tdm_status *tdm_llm_run_gqa(tdm_kernel_ctx *ctx) {
     j.items = j.B * j.KVH * j.row_blocks;
     int64_t longest = 0;
     for (int64_t b = 0; b < j.B; b++) longest = tot[b] > longest ? tot[b] : longest;
-    tdm_threadpool *pool = j.S == 1 && j.B * j.H * longest < TDM_LLM_GQA_SERIAL_WORK ? NULL : ctx->pool;
+    tdm_threadpool *pool =
+        j.S == 1 && j.B * j.H * longest < TDM_LLM_ATTN_SERIAL_WORK ? NULL : ctx->pool;
     int threads = tdm_threadpool_size(pool);
     j.parts = 1;
     if (j.S == 1 && threads > 1 && j.items < 2 * threads) {

@@ -46,7 +46,8 @@
  * (k_llm_simd.c scores and p.V, the device's softmax row); runs of consecutive block ids are
  * one contiguous stretch of slots and go as one call. With fewer items than twice the threads
  * (a decode step of one or two sequences), each item's positions split in parts whose softmax
- * partials merge at the end (flash-decoding, as the GQA kernel does). The scratch is the
+ * partials merge at the end (flash-decoding, as the GQA kernel does); a decode step with
+ * little to read runs both passes on the caller (TDM_LLM_ATTN_SERIAL_WORK). The scratch is the
  * node's (the GQA kernel's state: tdm_llm_gqa_prepare), kept between runs: a decode step
  * allocates nothing. */
 #include <math.h>
@@ -736,7 +737,10 @@ tdm_status *tdm_llm_run_paged(tdm_kernel_ctx *ctx) {
     j.run = (4096 / j.row) & ~(int64_t)15; /* whole steps of the AVX-512 scores (16 rows) */
     j.run = j.run < 16 || j.bhsd ? (j.bhsd ? 64 : 16) : j.run > 64 ? 64 : j.run;
     j.items = j.T;
-    int threads = tdm_threadpool_size(ctx->pool);
+    /* a decode step with little to read stays on the caller (TDM_LLM_ATTN_SERIAL_WORK) */
+    tdm_threadpool *pool =
+        j.T == j.B && j.B * j.H * longest < TDM_LLM_ATTN_SERIAL_WORK ? NULL : ctx->pool;
+    int threads = tdm_threadpool_size(pool);
     j.parts = 1;
     if (threads > 1 && j.items > 0 && j.items < 2 * threads) {
         /* a decode step of few sequences: split each item's positions so every thread has
@@ -803,8 +807,8 @@ tdm_status *tdm_llm_run_paged(tdm_kernel_ctx *ctx) {
         j.narrow = tdm_llm_narrow_for(j.simd->level);
         j.fi = j.quant ? (j.q4 ? tdm_llm_i4_fns_for : tdm_llm_i8_fns_for)(j.simd->level) : NULL;
         if (j.T > 0) {
-            tdm_parallel_for(ctx->pool, j.T, 1, paged_cache, &j);
-            tdm_parallel_for(ctx->pool, j.slots, 1, paged_slots, &j);
+            tdm_parallel_for(pool, j.T, 1, paged_cache, &j);
+            tdm_parallel_for(pool, j.slots, 1, paged_slots, &j);
             if (j.parts > 1) paged_merge(&j);
         }
     }
