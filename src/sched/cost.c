@@ -360,15 +360,16 @@ static double kv_attn_work(double heads, double rows_seen, double d) {
 
 /* Rows seen by query rows 0..S-1 whose first sits at position `past` of a sequence `total`
  * rows long (causal: row s sees past + s + 1 of them, at most total; else all total), each
- * at most `win` (local_window_size, when > 0). */
+ * at most `win` (local_window_size, when > 0). In closed form: the shapes may declare any S. */
 static double rows_seen(int64_t past, int64_t S, int64_t total, bool causal, int64_t win) {
-    double sum = 0;
-    for (int64_t s = 0; s < S; s++) {
-        int64_t n = causal && past + s + 1 < total ? past + s + 1 : total;
-        if (win > 0 && n > win) n = win;
-        sum += n > 0 ? (double)n : 0;
-    }
-    return sum;
+    if (S <= 0) return 0;
+    double cap = (double)(win > 0 && win < total ? win : total), s = (double)S;
+    if (cap < 0) cap = 0;
+    if (!causal) return s * cap;
+    double a = (double)(past > 0 ? past : 0) + 1; /* row 0's count before the cap */
+    double k = cap - a; /* rows below the cap: a, a + 1, ..., a + k - 1 */
+    k = k < 0 ? 0 : k > s ? s : k;
+    return k * a + k * (k - 1) / 2 + (s - k) * cap;
 }
 
 /* The head size and query heads from the query's last dim (packed QKV when key is absent). */

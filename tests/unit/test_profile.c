@@ -376,6 +376,11 @@ static void test_cost_kv_attention(void **state) {
     assert_true(tdm_node_flops(g, N) == 2 * kv_attn(9, 410, 64));
     g->values[vq].dims[2] = 576;
     N->inputs[1] = vk, N->inputs[2] = vv;
+    /* a declared 2^40-row query: counted in closed form, not row by row (that would not end) */
+    g->values[vq].dims[1] = (int64_t)1 << 40;
+    double big = tdm_node_flops(g, N), r = (double)((int64_t)1 << 40);
+    assert_true(big == 2 * kv_attn(9, r * 100 + r * (r + 1) / 2, 64));
+    g->values[vq].dims[1] = 4;
 
     /* a run: decode (one new row) at positions 9 and 999 of an int4 cache of 1,000 rows, 36
      * bytes a row (the present caches are the past's memory) */
