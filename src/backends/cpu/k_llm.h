@@ -174,13 +174,13 @@ static inline float tdm_llm_attn_scale(const tdm_llm_attn_attrs *at, int64_t D) 
     return at->scale != 0.0f ? at->scale : 1.0f / sqrtf((float)D);
 }
 
-/* GroupQueryAttention and PagedAttention: a decode call (one new row a sequence) whose
- * sequences x heads x longest cache (query-head rows) is below this runs on the calling
- * thread. Measured on the AMX Xeon (2 threads, SmolLM2: 9 heads, 3 kv heads, int4
+/* GroupQueryAttention (float32 and float16) and PagedAttention: a decode call (one new row a
+ * sequence) whose sequences x heads x longest cache (query-head rows) is below this runs on
+ * the calling thread. Measured on the AMX Xeon (2 threads, SmolLM2: 9 heads, 3 kv heads, int4
  * cache; `tandem bench --llm --depth 10,1000 --threads 2 --profile`, 3 alternating rounds):
  * the GroupQueryAttention nodes of a step at positions 1-64 0.129-0.136 ms against 0.145-0.162
- * with the pool, at 11-74 0.134-0.163 against 0.152-0.172; from ~300 rows a group the split
- * pays. 1024 = 9 heads x 113 rows. PagedAttention, 2 sequences of 32 positions (bench_paged
+ * with the pool, at 11-74 0.134-0.163 against 0.152-0.172 (at 1,000 rows the pool's split
+ * stays). 1024 = 9 heads x 113 rows; the float16 kernel takes the same rule, not measured. PagedAttention, 2 sequences of 32 positions (bench_paged
  * with a context of 32, int4 BHSD, 2 threads, wall, a pool that sleeps between calls): 3.9-4.1
  * us a call against 8.2-8.5 (one sequence under 128 positions already took one slot). The unit
  * tests' split decode steps stay above it. */

@@ -474,9 +474,15 @@ tdm_status *tdm_llm_run_gqa_f16(tdm_kernel_ctx *ctx) {
         j.widen = pick_widen(j.simd->level);
         j.narrow = pick_narrow(j.simd->level);
         j.f = tdm_llm_fns_for(j.simd->level);
-        tdm_parallel_for(ctx->pool, j.B * j.KVH, 1, gqa16_cache, &j);
+        /* a decode step with little to read stays on the caller (TDM_LLM_ATTN_SERIAL_WORK;
+         * the slots then run one after another) */
+        int64_t longest = 0;
+        for (int64_t b = 0; b < j.B; b++) longest = tot[b] > longest ? tot[b] : longest;
+        tdm_threadpool *pool =
+            j.S == 1 && j.B * j.H * longest < TDM_LLM_ATTN_SERIAL_WORK ? NULL : ctx->pool;
+        tdm_parallel_for(pool, j.B * j.KVH, 1, gqa16_cache, &j);
         int omp = j.S > 1 ? dn_omp_begin() : 1;
-        tdm_parallel_for(ctx->pool, j.slots, 1, gqa16_slots, &j);
+        tdm_parallel_for(pool, j.slots, 1, gqa16_slots, &j);
         if (j.S > 1) dn_omp_end(omp);
     }
     tdm_llm_gqa_scratch_done(ctx, own);
