@@ -71,6 +71,10 @@ typedef struct tdm_llm_engine_options {
                                 enter the pool, integer dot products in decode: 68 / 36 bytes a
                                 row at head size 64 against 256, so 3.8x / 7.1x the blocks for a
                                 kv_bytes budget; any other: TDM_ERR_INVALID_ARGUMENT */
+    bool profile;            /* per-node times of every model run (step) on the engine's
+                                session (tdm_session_options.profile): read them with
+                                tdm_session_explain(tdm_llm_engine_session(engine),
+                                TDM_EXPLAIN_PROFILE, ...) while no request runs */
 } tdm_llm_engine_options;
 
 /* What one request asks for. Zeroed = greedy, until a stop token or max_length. */
@@ -168,6 +172,10 @@ TDM_API void tdm_llm_engine_kv_cache(const tdm_llm_engine *engine, tdm_dtype *dt
 /* The folder's eos ids and vocabulary size (for the server's validation). */
 TDM_API const int32_t *tdm_llm_engine_eos_ids(const tdm_llm_engine *engine, size_t *n);
 TDM_API size_t tdm_llm_engine_vocab_size(const tdm_llm_engine *engine);
+/* The session the engine runs its steps on (owned by the engine): for its profile
+ * (tdm_llm_engine_options.profile; tdm_session_explain, tdm_session_reset_measurements) while
+ * no request runs. Running it or freeing it is the engine's alone. NULL for NULL. */
+TDM_API tdm_session *tdm_llm_engine_session(tdm_llm_engine *engine);
 TDM_API int tdm_llm_engine_max_length(const tdm_llm_engine *engine);
 
 #ifdef __cplusplus

@@ -21,7 +21,7 @@ static void llm_usage(FILE *f) {
             "                    [--kv-type auto|f32|f16|int8|int4] [--profile]\n"
             "       tandem bench MODEL_DIR --llm --streams N [--prompt-tokens P] [--gen-tokens G]\n"
             "                    [--repetitions R] [--threads N] [--seed S] [--json]\n"
-            "                    [--kv-type auto|f32|f16|int8|int4]\n\n"
+            "                    [--kv-type auto|f32|f16|int8|int4] [--profile]\n\n"
             "Measures a language model folder (see tandem generate) as llama-bench does: pp P is\n"
             "the prefill of a P-token prompt in one run (tokens/s); tg G is G decode steps of one\n"
             "token each from an empty context; with --depth D, also G decode steps after a D-token\n"
@@ -49,7 +49,9 @@ static void llm_usage(FILE *f) {
             "  --profile          also the decode steps' time per op type and per node (as tandem\n"
             "                     profile prints it) for each tg test, over the steps of its last\n"
             "                     repetition: where a deeper context's time goes. Its bookkeeping\n"
-            "                     (clocks, each node's FLOPs and bytes) costs every step a little\n"
+            "                     (clocks, each node's FLOPs and bytes) costs every step a little.\n"
+            "                     With --streams: the engine's steps of the batched way's median\n"
+            "                     repetition (1 stream alone with --streams 1), prompts' included\n"
             "  --device DEV       run the decoder on DEV (tandem generate --device); the KV cache\n"
             "                     stays in host memory\n"
             "  --device-memory B  memory budget (tandem generate --device-memory, e.g. test:0=25%%)\n"
@@ -173,9 +175,9 @@ static int parse(int argc, char **argv, llm_args *a) {
         fprintf(stderr, "tandem: bench --llm: --depth D0,D needs decode steps (--gen-tokens > 0)\n");
         return 2;
     }
-    if (a->profile && (a->streams || a->tg == 0)) {
+    if (a->profile && !a->streams && a->tg == 0) {
         fprintf(stderr, "tandem: bench --llm: --profile measures the tg tests' decode steps (not "
-                "with --streams or --gen-tokens 0)\n");
+                "with --gen-tokens 0)\n");
         return 2;
     }
     if (a->pp == 0 && a->tg == 0) {
@@ -319,7 +321,8 @@ int cmd_bench_llm(int argc, char **argv) {
     if (rc >= 0) return rc;
     if (a.streams > 0) /* cmd_bench_llm_streams.c */
         return cmd_bench_llm_streams(a.dir, a.streams, a.threads, a.pp_set ? a.pp : 16, a.tg,
-                                     a.reps_set ? a.reps : 3, a.seed, a.json, a.kv_type);
+                                     a.reps_set ? a.reps : 3, a.seed, a.json, a.kv_type,
+                                     a.profile);
     tdm_env_options eo = {0};
     eo.api_version = TDM_API_VERSION;
     eo.threads = (int)a.threads;

@@ -119,6 +119,8 @@ typedef struct way {
     double cpu;           /* CPU seconds of the process during the timed round */
     long steps;
     const char *kv_dtype; /* the engine's paged cache */
+    bool profile;         /* the engine's session profiles the timed round's steps */
+    char *prof;           /* then their tdm_session_explain table (tdm_string_free) */
 } way;
 
 /* One way: `n` streams on a fresh engine. Returns the exit code (0 = measured). */
@@ -136,6 +138,7 @@ static int run_way(tdm_env *env, const char *dir, long threads, long pp, long tg
     o.no_batching = w->no_batching;
     o.no_prefix_cache = true; /* random prompts share nothing anyway */
     o.kv_type = kv_type;
+    o.profile = w->profile;
     tdm_llm_engine *e = NULL;
     tdm_status *st = tdm_llm_engine_create(env, dir, &o, &e);
     if (st) return cli_fail(st, "bench --llm --streams");
@@ -188,6 +191,7 @@ static int run_way(tdm_env *env, const char *dir, long threads, long pp, long tg
             rs.st[i].gaps = g;
         }
     }
+    if (w->profile) tdm_session_reset_measurements(tdm_llm_engine_session(e)); /* not the warm-up */
     tdm_llm_engine_stats s0;
     tdm_llm_engine_get_stats(e, &s0);
     double t0 = now_s(), c0 = cpu_s();
@@ -221,6 +225,8 @@ static int run_way(tdm_env *env, const char *dir, long threads, long pp, long tg
     tdm_dtype kvt = TDM_UNDEFINED;
     tdm_llm_engine_kv_cache(e, &kvt, NULL);
     w->kv_dtype = tdm_dtype_name(kvt);
+    if (!st && w->profile) /* every request has ended: the engine runs nothing */
+        st = tdm_session_explain(tdm_llm_engine_session(e), TDM_EXPLAIN_PROFILE, &w->prof);
     tdm_llm_engine_free(e);
     if (st) rc = cli_fail(st, "bench --llm --streams");
     if (!rc) {
@@ -282,7 +288,8 @@ static int run_way(tdm_env *env, const char *dir, long threads, long pp, long tg
 }
 
 int cmd_bench_llm_streams(const char *dir, long streams, long threads, long pp, long tg,
-                          long reps, unsigned long long seed, bool json, const char *kv_type) {
+                          long reps, unsigned long long seed, bool json, const char *kv_type,
+                          bool profile) {
     if (pp < 1) pp = 1;
     if (tg < 2) tg = 2;
     tdm_env_options eo = {0};
@@ -293,9 +300,10 @@ int cmd_bench_llm_streams(const char *dir, long streams, long threads, long pp, 
     way ways[3];
     memset(ways, 0, sizeof ways);
     ways[0] = (way){.name = "1 stream", .streams = 1};
-    ways[1] = (way){.name = "batched", .streams = streams};
+    ways[1] = (way){.name = "batched", .streams = streams, .profile = profile};
     ways[2] = (way){.name = "one at a time", .streams = streams, .no_batching = true};
     int n_ways = streams > 1 ? 3 : 1;
+    if (n_ways == 1) ways[0].profile = profile; /* one stream alone: its steps */
     if (st) return cli_fail(st, "bench --llm --streams");
     int rc = 0;
     /* the ways in turn, reps times (the load of a shared machine drifts): each way's median
@@ -323,8 +331,11 @@ int cmd_bench_llm_streams(const char *dir, long streams, long threads, long pp, 
                 all[(q - 1) * n_ways + i] = t;
             }
         ways[i] = all[(reps / 2) * n_ways + i];
+        all[(reps / 2) * n_ways + i].prof = NULL; /* kept in ways[i] */
     }
+    for (long k = 0; k < reps * n_ways; k++) tdm_string_free(all[k].prof);
     free(all);
+    int profiled = n_ways > 1 ? 1 : 0; /* the way whose steps the profile has */
     if (rc) {
         tdm_env_free(env);
         return rc;
@@ -355,13 +366,21 @@ int cmd_bench_llm_streams(const char *dir, long streams, long threads, long pp, 
                 i + 1 < n_ways ? "," : "");
         printf("  ],\n  \"batched_over_one\": %.3f, \"batched_over_one_at_a_time\": %.3f,\n"
                "  \"decode_batched_over_one\": %.3f, \"decode_batched_over_one_at_a_time\": %.3f,\n"
-               "  \"steady_batched_over_one\": %.3f\n}\n",
+               "  \"steady_batched_over_one\": %.3f",
                n_ways > 1 && ways[0].tps > 0 ? ways[1].tps / ways[0].tps : 1.0,
                n_ways > 2 && ways[2].tps > 0 ? ways[1].tps / ways[2].tps : 1.0,
                n_ways > 1 && ways[0].decode_tps > 0 ? ways[1].decode_tps / ways[0].decode_tps : 1.0,
                n_ways > 2 && ways[2].decode_tps > 0 ? ways[1].decode_tps / ways[2].decode_tps
                                                      : 1.0,
                n_ways > 1 && ways[0].steady_tps > 0 ? ways[1].steady_tps / ways[0].steady_tps : 0.0);
+        if (ways[profiled].prof) { /* --profile: the profiled way's steps */
+            printf(",\n  \"profile\": {");
+            bench_json_string(stdout, ways[profiled].name);
+            printf(": ");
+            bench_json_string(stdout, ways[profiled].prof);
+            printf("}");
+        }
+        printf("\n}\n");
     } else {
         printf("| %-14s | %7s | %10s | %10s | %10s | %6s | %9s | %9s | %9s | %9s |\n", "way",
                "streams", "tokens/s", "decode t/s", "tok/cpu-s", "steps", "ttft p50", "ttft max",
@@ -387,7 +406,12 @@ int cmd_bench_llm_streams(const char *dir, long streams, long threads, long pp, 
                    ways[2].decode_tps > 0 ? ways[1].decode_tps / ways[2].decode_tps : 0,
                    ways[1].steady_tps, ways[0].steady_tps,
                    ways[0].steady_tps > 0 ? ways[1].steady_tps / ways[0].steady_tps : 0);
+        if (ways[profiled].prof)
+            printf("\n== the engine's %ld steps of the %s way (median repetition; its prompts' "
+                   "steps too) ==\n%s",
+                   ways[profiled].steps, ways[profiled].name, ways[profiled].prof);
     }
+    for (int i = 0; i < n_ways; i++) tdm_string_free(ways[i].prof);
     tdm_env_free(env);
     return 0;
 }

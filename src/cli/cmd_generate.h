@@ -11,7 +11,7 @@ int cmd_bench_llm(int argc, char **argv);
 /* tandem bench MODEL_DIR --llm --streams N ... (cmd_bench_llm_streams.c) */
 int cmd_bench_llm_streams(const char *dir, long streams, long threads, long prompt_tokens,
                           long gen_tokens, long repetitions, unsigned long long seed, bool json,
-                          const char *kv_type);
+                          const char *kv_type, bool profile);
 /* "1,2,3" -> malloc'd ids (free()); 0, or -1 when malformed or empty. */
 int cli_parse_ids(const char *s, int32_t **ids, size_t *n);
 

@@ -732,7 +732,8 @@ static tdm_status *create(tdm_llm_engine *e, const char *dir, const tdm_llm_engi
     e->ed.n_blocks = o->kv_blocks > 0 ? o->kv_blocks
                                       : (int64_t)e->max_batch * (int64_t)e->max_blocks;
     tdm_session_options so = {.api_version = TDM_API_VERSION, .devices = "cpu",
-                              .threads = o->threads, .opt_level = 1, .mode = TDM_MODE_LATENCY};
+                              .threads = o->threads, .opt_level = 1, .mode = TDM_MODE_LATENCY,
+                              .profile = o->profile};
     if (o->kv_blocks <= 0 && o->kv_bytes > 0) {
         /* the block's bytes from the folder's shapes: a first edit on a throwaway session */
         tdm_engine_edit probe = e->ed;
@@ -940,6 +941,8 @@ const int32_t *tdm_llm_engine_eos_ids(const tdm_llm_engine *e, size_t *n) {
 }
 
 size_t tdm_llm_engine_vocab_size(const tdm_llm_engine *e) { return e ? e->vocab : 0; }
+
+tdm_session *tdm_llm_engine_session(tdm_llm_engine *e) { return e ? e->s : NULL; }
 
 int tdm_llm_engine_max_length(const tdm_llm_engine *e) { return e ? e->max_length : 0; }
 

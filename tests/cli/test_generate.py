@@ -275,8 +275,6 @@ def main():
                  "--repetitions", "1", "--profile"])
         check(r.returncode == 0 and "== the 3 decode steps of tg3 @ d20, last repetition ==" in r.stdout and
               "measured over 3 runs" in r.stdout, "bench --llm --profile: the tables after the figures")
-        r = run([T, "bench", folder, "--llm", "--streams", "2", "--profile"])
-        check(r.returncode == 2 and "--profile" in r.stderr, "bench --llm --streams --profile: an error")
         for bad in ("20,2", "2,", ",20", "2,x", "-1,5"):
             r = run([T, "bench", folder, "--llm", "--depth", bad])
             check(r.returncode == 2 and "--depth" in r.stderr, f"bench --llm --depth {bad}: an error")
@@ -307,6 +305,36 @@ def main():
         check(ok, "bench --llm --profile: GroupQueryAttention's FLOPs follow the rows seen")
         if not ok:
             print(r.stdout[-1500:], r.stderr[-800:])
+        # --streams --profile: the engine's steps of the batched way (one run a step: the
+        # prompts' step and G - 1 decode steps), PagedAttention among the op types, the rows'
+        # node counts adding up; the text form's heading
+        r = run([T, "bench", gfolder, "--llm", "--streams", "3", "--prompt-tokens", "4", "--gen-tokens", "8",
+                 "--repetitions", "1", "--threads", "1", "--profile", "--json"])
+        ok = r.returncode == 0
+        if ok:
+            d = json.loads(r.stdout)
+            prof = d.get("profile", {})
+            batched = next((w for w in d["ways"] if w["name"] == "batched"), {})
+            text = prof.get("batched", "")
+            lines = text.splitlines()
+            head = lines[0].split() if lines else []
+            ok = sorted(prof) == ["batched"] and head[:3] == ["measured", "over", str(batched.get("steps"))]
+            rows = []
+            if ok:
+                at = next(i for i, l in enumerate(lines) if l.startswith("op type"))
+                for l in lines[at + 1:]:
+                    if not l.strip():
+                        break
+                    rows.append(l.split())
+            ok = ok and any(f[0] == "PagedAttention" for f in rows) and \
+                sum(int(f[1]) for f in rows) == int(head[-2])
+        check(ok, "bench --llm --streams --profile --json: the batched way's steps per op type")
+        if not ok:
+            print(r.stdout[-1500:], r.stderr[-800:])
+        r = run([T, "bench", gfolder, "--llm", "--streams", "2", "--prompt-tokens", "4", "--gen-tokens", "4",
+                 "--repetitions", "1", "--profile"])
+        check(r.returncode == 0 and "steps of the batched way (median repetition" in r.stdout and
+              "PagedAttention" in r.stdout, "bench --llm --streams --profile: the table after the figures")
         n_st, G = 3, 16
         r = run([T, "bench", gfolder, "--llm", "--streams", str(n_st), "--prompt-tokens", "4", "--gen-tokens",
                  str(G), "--repetitions", "1", "--threads", "1", "--json"])
