@@ -300,10 +300,11 @@ int cmd_bench_llm_streams(const char *dir, long streams, long threads, long pp, 
     way ways[3];
     memset(ways, 0, sizeof ways);
     ways[0] = (way){.name = "1 stream", .streams = 1};
-    ways[1] = (way){.name = "batched", .streams = streams, .profile = profile};
+    ways[1] = (way){.name = "batched", .streams = streams};
     ways[2] = (way){.name = "one at a time", .streams = streams, .no_batching = true};
     int n_ways = streams > 1 ? 3 : 1;
-    if (n_ways == 1) ways[0].profile = profile; /* one stream alone: its steps */
+    int profiled = n_ways > 1 ? 1 : 0; /* --profile: the batched way (1 stream alone: its own) */
+    ways[profiled].profile = profile;
     if (st) return cli_fail(st, "bench --llm --streams");
     int rc = 0;
     /* the ways in turn, reps times (the load of a shared machine drifts): each way's median
@@ -335,7 +336,6 @@ int cmd_bench_llm_streams(const char *dir, long streams, long threads, long pp, 
     }
     for (long k = 0; k < reps * n_ways; k++) tdm_string_free(all[k].prof);
     free(all);
-    int profiled = n_ways > 1 ? 1 : 0; /* the way whose steps the profile has */
     if (rc) {
         tdm_env_free(env);
         return rc;

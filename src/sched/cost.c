@@ -341,21 +341,24 @@ static double nbits_flops(const tdm_graph *g, const tdm_node *n) {
     return 2 * m * N * K;
 }
 
+/* A score's FLOPs: its q.k (2 d), its share of p.V (2 dv), scale, mask and softmax (6). */
+static double score_flops(double scores, double d, double dv) {
+    return scores * (2 * d + 2 * dv + 6);
+}
+
 static double attention_flops(const tdm_graph *g, const tdm_node *n) {
     const tdm_value *q = input(g, n, 0), *k = input(g, n, 1), *v = input(g, n, 2);
     if (!q || q->rank != 4) return largest_output(g, n);
     double bh = dim(q, 0) * dim(q, 1), s = dim(q, 2), d = dim(q, 3);
     double t = k && k->rank == 4 ? dim(k, 2) : s;
     double dv = v && v->rank == 4 ? dim(v, 3) : d;
-    double scores = bh * s * t;
-    return 2 * scores * d + 2 * scores * dv + 6 * scores; /* QK^T, PV, scale+mask+softmax */
+    return score_flops(bh * s * t, d, dv);
 }
 
 /* ---- attention over a KV cache (GroupQueryAttention, PagedAttention) ----
- * FLOPs = heads x (cache rows the query rows see, summed) x (2 D for q.k + 2 D for p.V + 6
- * for the scale, mask and softmax), as attention_flops counts a score. */
+ * FLOPs = score_flops of heads x (cache rows the query rows see, summed). */
 static double kv_attn_work(double heads, double rows_seen, double d) {
-    return heads * rows_seen * (4 * d + 6);
+    return score_flops(heads * rows_seen, d, d);
 }
 
 /* Rows seen by query rows 0..S-1 whose first sits at position `past` of a sequence `total`

@@ -36,6 +36,18 @@ def check(cond, what):
         FAILS.append(what)
 
 
+def op_rows(text):
+    """The rows of a profile's op type table (tdm_session_explain), each split in fields."""
+    lines = text.splitlines()
+    at = next((i for i, l in enumerate(lines) if l.startswith("op type")), len(lines))
+    rows = []
+    for l in lines[at + 1:]:
+        if not l.strip():
+            break
+        rows.append(l.split())
+    return rows
+
+
 def run(args, timeout=300):
     return subprocess.run(args, capture_output=True, text=True, timeout=timeout)
 
@@ -259,13 +271,7 @@ def main():
                 ok = ok and head[:4] == ["measured", "over", "5", "runs:"] and head[-1] == "nodes"
                 if not ok:
                     break
-                at = next(i for i, l in enumerate(lines) if l.startswith("op type"))
-                rows = []
-                for l in lines[at + 1:]:
-                    if not l.strip():
-                        break
-                    f = l.split()
-                    rows.append((int(f[1]), float(f[3].rstrip("%"))))
+                rows = [(int(f[1]), float(f[3].rstrip("%"))) for f in op_rows(text)]
                 ok = ok and len(rows) > 1 and sum(n for n, _ in rows) == int(head[-2]) and \
                     abs(sum(sh for _, sh in rows) - 100) <= 0.2 * len(rows)
         check(ok, "bench --llm --profile --json: each tg test's decode steps per op type")
@@ -295,11 +301,9 @@ def main():
         if ok:
             work = {}
             for key, text in json.loads(r.stdout).get("profile", {}).items():
-                for l in text.splitlines():
-                    f = l.split()
-                    if len(f) == 5 and f[0] == "GroupQueryAttention":
+                for f in op_rows(text):
+                    if f[0] == "GroupQueryAttention":
                         work[key] = float(f[2]) * float(f[4])
-                        break
             ok = sorted(work) == ["tg", "tg_depth", "tg_depth0"] and work["tg_depth0"] > 0 and \
                 3.0 <= work["tg_depth"] / work["tg_depth0"] <= 8.0
         check(ok, "bench --llm --profile: GroupQueryAttention's FLOPs follow the rows seen")
@@ -319,13 +323,7 @@ def main():
             lines = text.splitlines()
             head = lines[0].split() if lines else []
             ok = sorted(prof) == ["batched"] and head[:3] == ["measured", "over", str(batched.get("steps"))]
-            rows = []
-            if ok:
-                at = next(i for i, l in enumerate(lines) if l.startswith("op type"))
-                for l in lines[at + 1:]:
-                    if not l.strip():
-                        break
-                    rows.append(l.split())
+            rows = op_rows(text)
             ok = ok and any(f[0] == "PagedAttention" for f in rows) and \
                 sum(int(f[1]) for f in rows) == int(head[-2])
         check(ok, "bench --llm --streams --profile --json: the batched way's steps per op type")
