@@ -278,8 +278,17 @@ static void decode_packed(const tdm_cpu_simd *simd, tdm_threadpool *pool, const 
         js.sa = j.sa + m0 * w->pk->nb;
         js.asum = j.asum + m0 * w->pk->nb;
         js.Y = Y + m0 * w->pk->N;
-        /* about 32 KiB of the stream per task */
+        /* A decode step's rows (M <= 16, one AMX tile of rows): one task per thread (at least
+         * about 32 KiB of the stream each), so that each thread reads one contiguous run of
+         * panels and pays a call's set-up once. Four tasks a thread, claimed in turn, cost
+         * SmolLM2's 8-stream decode step 0.57 against 0.51 us a panel of its QKV product at 2
+         * threads (a thread's first task 0.72): steady 8-stream decode 1216-1344 against
+         * 1219-1268 tok/s, one stream 396-436 against 375-413 (AMX Xeon, 4 alternating rounds,
+         * bench/llm/results-2026-12-06-s40-amx.md). Longer calls (prefill) keep four tasks a
+         * thread for the balance. */
         int64_t grain = 32768 / (w->pk->pstride * js.M) + 1;
+        int64_t th = tdm_threadpool_size(pool), even = (w->pk->panels + th - 1) / th;
+        if (js.M <= 16 && grain < even) grain = even;
         tdm_parallel_for(pool, w->pk->panels, grain, decode_panels, &js);
     }
 }
