@@ -47,7 +47,12 @@
  * one contiguous stretch of slots and go as one call. With fewer items than twice the threads
  * (a decode step of one or two sequences), each item's positions split in parts whose softmax
  * partials merge at the end (flash-decoding, as the GQA kernel does); a decode step with
- * little to read runs both passes on the caller (TDM_LLM_ATTN_SERIAL_WORK). The scratch is the
+ * little to read runs both passes on the caller (TDM_LLM_ATTN_SERIAL_WORK). Both passes give
+ * each thread one contiguous share: the tokens of pass 1 in one task a thread, and (one row an
+ * item) a slot's items consecutive, so that a decode step's thread attends mostly the
+ * sequences whose new rows it wrote (SmolLM2, 8 sequences at positions 16-80, 2 threads, us a
+ * call: 25.7-25.9 with 8 tasks of one token and items dealt in turn, 22.5-23.9 with both
+ * shares; bench/llm/results-2026-12-06-s40-amx.md). The scratch is the
  * node's (the GQA kernel's state: tdm_llm_gqa_prepare), kept between runs: a decode step
  * allocates nothing. */
 #include <math.h>
@@ -543,8 +548,13 @@ static void paged_merge(const paged_job *j) {
 static void paged_slots(void *arg, int64_t k0, int64_t k1) {
     const paged_job *j = arg;
     unsigned csr = tdm_cpu_flush_subnormals(); /* tiny attention weights: see cpu_simd.h */
+    /* one row an item: slot k's items consecutive (see the top); rows > 1: dealt in turn, for
+     * the balance of prompt chunks of different lengths */
+    bool runs = j->rows == 1;
     for (int64_t k = k0; k < k1; k++)
-        for (int64_t p = k; p < j->items; p += j->slots) {
+        for (int64_t p = runs ? k * j->items / j->slots : k,
+                     e = runs ? (k + 1) * j->items / j->slots : j->items;
+             p < e; p += runs ? 1 : j->slots) {
             if (j->rows > 1) paged_rows(j, p, j->scratch + k * j->per_task);
             else if (j->quant) paged_item_q(j, p, j->scratch + k * j->per_task);
             else paged_item(j, p, j->scratch + k * j->per_task);
@@ -807,7 +817,7 @@ tdm_status *tdm_llm_run_paged(tdm_kernel_ctx *ctx) {
         j.narrow = tdm_llm_narrow_for(j.simd->level);
         j.fi = j.quant ? (j.q4 ? tdm_llm_i4_fns_for : tdm_llm_i8_fns_for)(j.simd->level) : NULL;
         if (j.T > 0) {
-            tdm_parallel_for(pool, j.T, 1, paged_cache, &j);
+            tdm_parallel_for(pool, j.T, (j.T + threads - 1) / threads, paged_cache, &j);
             tdm_parallel_for(pool, j.slots, 1, paged_slots, &j);
             if (j.parts > 1) paged_merge(&j);
         }
