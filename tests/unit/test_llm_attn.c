@@ -15,7 +15,10 @@
  * SIMD row routines (scores, p.V) of every level of this CPU equal the portable ones for odd
  * head sizes and row counts (ONNX Runtime's GQA takes head sizes that are multiples of 8 only,
  * so the model tests do not reach every tail), and the group routines (all heads of a kv group
- * per cache row) equal their level's per-head ones to the bit. */
+ * per cache row) equal their level's per-head ones to the bit. The RMS normalisations
+ * (SkipSimplifiedLayerNormalization, k_llm.c: their rows' loops compiled per level) give every
+ * level's outputs to the bit of the baseline's, which are within 1e-6 relative of a double
+ * reference. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -27,6 +30,7 @@
 
 #include <cmocka.h>
 
+#include "backends/cpu/cpu_isa.h"
 #include "backends/cpu/cpu_simd.h"
 #include "backends/cpu/k_llm.h"
 #include "core/alloc.h"
@@ -318,6 +322,69 @@ static void test_group_variants(void **state) {
     if (host >= TDM_ISA_AVX2) assert_true(checked > 0); /* the AVX2 level has them */
 }
 
+/* SkipSimplifiedLayerNormalization on rows of 576 and 107 values (vector tails), with and
+ * without bias, serial and on 2 threads: output and sum at every level of this CPU equal the
+ * baseline's bit for bit; the baseline within 1e-6 relative of a double reference. */
+static void test_rms_levels(void **state) {
+    (void)state;
+    static const tdm_cpu_isa levels[] = {TDM_ISA_PORTABLE, TDM_ISA_AVX2, TDM_ISA_AVX512_CORE};
+    static const int64_t colsv[] = {576, 107};
+    tdm_cpu_isa have = tdm_cpu_isa_detect();
+    tdm_attr eps = {.name = (char *)"epsilon", .type = TDM_ATTR_FLOAT, .f = 1e-6f};
+    tdm_node node = {.name = "ln", .op_type = "SkipSimplifiedLayerNormalization",
+                     .domain = "com.microsoft", .opset = 1, .n_attrs = 1, .attrs = &eps};
+    tdm_threadpool *pool = NULL;
+    assert_null(tdm_threadpool_create(2, 0, &pool));
+    int compared = 0;
+    for (size_t ci = 0; ci < 2; ci++)
+        for (int with_bias = 0; with_bias < 2; with_bias++) {
+            int64_t C = colsv[ci], R = 9, xd[2] = {R, C}, gd[1] = {C};
+            tdm_tensor *x = tensor(TDM_FLOAT, 2, xd, true), *sk = tensor(TDM_FLOAT, 2, xd, true);
+            tdm_tensor *g = tensor(TDM_FLOAT, 1, gd, true), *bias = tensor(TDM_FLOAT, 1, gd, true);
+            tdm_tensor *y0 = tensor(TDM_FLOAT, 2, xd, false), *s0 = tensor(TDM_FLOAT, 2, xd, false);
+            tdm_tensor *y = tensor(TDM_FLOAT, 2, xd, false), *sm = tensor(TDM_FLOAT, 2, xd, false);
+            const float *xf = x->data, *kf = sk->data, *gf = g->data, *bf = bias->data;
+            for (size_t l = 0; l < sizeof levels / sizeof levels[0]; l++) {
+                if (levels[l] > have) continue;
+                tdm_cpu_simd simd;
+                tdm_cpu_simd_init(&simd, levels[l]);
+                for (int t = 0; t < 2; t++) {
+                    const tdm_tensor *in[4] = {x, sk, g, bias};
+                    bool base = l == 0 && t == 0;
+                    tdm_tensor *out[4] = {base ? y0 : y, NULL, NULL, base ? s0 : sm};
+                    tdm_kernel_ctx ctx = {.node = &node, .opset = 1, .n_in = 3 + with_bias, .in = in,
+                                          .n_out = 4, .out = out, .pool = t ? pool : NULL,
+                                          .alloc = &g_alloc, .cpu_simd = &simd};
+                    assert_null(tdm_llm_run_skip_simplified_ln(&ctx));
+                    if (base) { /* against double sums */
+                        for (int64_t r = 0; r < R; r++) {
+                            double ss = 0, sum[576];
+                            for (int64_t c = 0; c < C; c++) {
+                                sum[c] = (double)xf[r * C + c] + kf[r * C + c] + (with_bias ? bf[c] : 0);
+                                ss += sum[c] * sum[c];
+                            }
+                            double inv = 1.0 / sqrt(ss / (double)C + 1e-6);
+                            for (int64_t c = 0; c < C; c++) {
+                                double want = sum[c] * inv * gf[c];
+                                float got = ((const float *)y0->data)[r * C + c];
+                                assert_true(fabs(got - want) <= 1e-6 * (fabs(want) + 1.0));
+                                assert_true(fabs(((const float *)s0->data)[r * C + c] - sum[c]) <= 1e-6);
+                            }
+                        }
+                        continue;
+                    }
+                    assert_memory_equal(y->data, y0->data, y->nbytes);
+                    assert_memory_equal(sm->data, s0->data, sm->nbytes);
+                    compared++;
+                }
+            }
+            tdm_tensor *all[] = {x, sk, g, bias, y0, s0, y, sm};
+            for (size_t i = 0; i < 8; i++) tdm_tensor_free(all[i]);
+        }
+    assert_true(compared >= 4);
+    tdm_threadpool_free(pool);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_inplace_decode_and_chunk),
@@ -325,6 +392,7 @@ int main(void) {
         cmocka_unit_test(test_bad_lengths),
         cmocka_unit_test(test_row_variants),
         cmocka_unit_test(test_group_variants),
+        cmocka_unit_test(test_rms_levels),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
