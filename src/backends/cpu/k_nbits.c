@@ -407,11 +407,11 @@ static void deq_rows(void *arg, int64_t r0, int64_t r1) {
             if (w->bits == 8) {
                 for (int64_t k = k0; k < k1; k++) out[k] = ((float)row[k] - z) * sc;
             } else if (w->bits == 4 && k1 - k0 == bs) { /* a whole block: two codes a byte */
-                const uint8_t *r = row + k0 / 2;
+                const uint8_t *rb = row + k0 / 2;
                 float zs = z * sc, *o = out + k0;
                 for (int64_t i = 0; i < bs / 2; i++) {
-                    o[2 * i] = (float)(r[i] & 15) * sc - zs;
-                    o[2 * i + 1] = (float)(r[i] >> 4) * sc - zs;
+                    o[2 * i] = (float)(rb[i] & 15) * sc - zs;
+                    o[2 * i + 1] = (float)(rb[i] >> 4) * sc - zs;
                 }
             } else {
                 for (int64_t k = k0; k < k1; k++) {
