@@ -193,7 +193,10 @@ int main(int argc, char **argv) {
     tdm_cpu_simd simd;
     tdm_cpu_simd_init(&simd, level);
     tdm_threadpool *pool = NULL;
-    if (threads > 1 && tdm_threadpool_create(threads, 0, &pool)) return 1;
+    /* a session's default spin (200 us): with none, each call's two regions woke the workers
+     * from sleep, which on the AMX Xeon made 2 threads (wall 33-34 us a call at context 32, 8
+     * sequences, int4) slower than 1 (17-18); with the spin 11 */
+    if (threads > 1 && tdm_threadpool_create(threads, 200, &pool)) return 1;
     srand(1);
     /* shared inputs: one token per sequence */
     /* BENCH_PREFILL=S: a prompt of S tokens per sequence (past 0) instead of decode steps */
