@@ -36,6 +36,13 @@ def check(cond, what):
         FAILS.append(what)
 
 
+def check_run(cond, what, r):
+    """check, and on failure the run's output tails."""
+    check(cond, what)
+    if not cond:
+        print(r.stdout[-1500:], r.stderr[-800:])
+
+
 def op_rows(text):
     """The rows of a profile's op type table (tdm_session_explain), each split in fields."""
     lines = text.splitlines()
@@ -274,9 +281,7 @@ def main():
                 rows = [(int(f[1]), float(f[3].rstrip("%"))) for f in op_rows(text)]
                 ok = ok and len(rows) > 1 and sum(n for n, _ in rows) == int(head[-2]) and \
                     abs(sum(sh for _, sh in rows) - 100) <= 0.2 * len(rows)
-        check(ok, "bench --llm --profile --json: each tg test's decode steps per op type")
-        if not ok:
-            print(r.stdout[-1500:], r.stderr[-800:])
+        check_run(ok, "bench --llm --profile --json: each tg test's decode steps per op type", r)
         r = run([T, "bench", folder, "--llm", "--prompt-tokens", "0", "--gen-tokens", "3", "--depth", "20",
                  "--repetitions", "1", "--profile"])
         check(r.returncode == 0 and "== the 3 decode steps of tg3 @ d20, last repetition ==" in r.stdout and
@@ -306,9 +311,7 @@ def main():
                         work[key] = float(f[2]) * float(f[4])
             ok = sorted(work) == ["tg", "tg_depth", "tg_depth0"] and work["tg_depth0"] > 0 and \
                 3.0 <= work["tg_depth"] / work["tg_depth0"] <= 8.0
-        check(ok, "bench --llm --profile: GroupQueryAttention's FLOPs follow the rows seen")
-        if not ok:
-            print(r.stdout[-1500:], r.stderr[-800:])
+        check_run(ok, "bench --llm --profile: GroupQueryAttention's FLOPs follow the rows seen", r)
         # --streams --profile: the engine's steps of the batched way (one run a step: the
         # prompts' step and G - 1 decode steps), PagedAttention among the op types, the rows'
         # node counts adding up; the text form's heading
@@ -326,9 +329,7 @@ def main():
             rows = op_rows(text)
             ok = ok and any(f[0] == "PagedAttention" for f in rows) and \
                 sum(int(f[1]) for f in rows) == int(head[-2])
-        check(ok, "bench --llm --streams --profile --json: the batched way's steps per op type")
-        if not ok:
-            print(r.stdout[-1500:], r.stderr[-800:])
+        check_run(ok, "bench --llm --streams --profile --json: the batched way's steps per op type", r)
         r = run([T, "bench", gfolder, "--llm", "--streams", "2", "--prompt-tokens", "4", "--gen-tokens", "4",
                  "--repetitions", "1", "--profile"])
         check(r.returncode == 0 and "steps of the batched way (median repetition" in r.stdout and

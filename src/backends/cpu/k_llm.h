@@ -180,11 +180,19 @@ static inline float tdm_llm_attn_scale(const tdm_llm_attn_attrs *at, int64_t D) 
  * cache; `tandem bench --llm --depth 10,1000 --threads 2 --profile`, 3 alternating rounds):
  * the GroupQueryAttention nodes of a step at positions 1-64 0.129-0.136 ms against 0.145-0.162
  * with the pool, at 11-74 0.134-0.163 against 0.152-0.172 (at 1,000 rows the pool's split
- * stays). 1024 = 9 heads x 113 rows; the float16 kernel takes the same rule, not measured. PagedAttention, 2 sequences of 32 positions (bench_paged
- * with a context of 32, int4 BHSD, 2 threads, wall, a pool that sleeps between calls): 3.9-4.1
- * us a call against 8.2-8.5 (one sequence under 128 positions already took one slot). The unit
- * tests' split decode steps stay above it. */
+ * stays). 1024 = 9 heads x 113 rows; the float16 kernel takes the same rule, not measured.
+ * PagedAttention, 2 sequences of 32 positions (bench_paged with a context of 32, int4 BHSD, 2
+ * threads, wall, a pool that sleeps between calls): 3.9-4.1 us a call against 8.2-8.5 (one
+ * sequence under 128 positions already took one slot). The unit tests' split decode steps stay
+ * above it. */
 enum { TDM_LLM_ATTN_SERIAL_WORK = 1024 };
+
+/* The pool an attention call runs on: none (the caller) for a decode call (one new row a
+ * sequence) of fewer than TDM_LLM_ATTN_SERIAL_WORK query-head rows, else the node's. */
+static inline tdm_threadpool *tdm_llm_attn_pool(tdm_threadpool *pool, bool decode,
+                                                int64_t query_head_rows) {
+    return decode && query_head_rows < TDM_LLM_ATTN_SERIAL_WORK ? NULL : pool;
+}
 /* GroupQueryAttention's kernel (k_llm_gqa.c): also called directly by the unit test that
  * aliases present with past. */
 tdm_status *tdm_llm_run_gqa(tdm_kernel_ctx *ctx);

@@ -222,7 +222,6 @@ static void gqa_cache(void *arg, int64_t p0, int64_t p1) {
  * once per head. */
 enum { GQA_KV_BLOCK = 64 /* cache rows per step: 16 KiB of keys at head size 64 */ };
 
-
 /* The rows of query row s of item b attends to: [*lo, *n). */
 static void row_range(const gqa_job *j, int64_t b, int64_t s, int64_t *lo, int64_t *n) {
     int64_t past = j->past[b], tot = j->tot[b];
@@ -709,8 +708,7 @@ tdm_status *tdm_llm_run_gqa(tdm_kernel_ctx *ctx) {
     j.items = j.B * j.KVH * j.row_blocks;
     int64_t longest = 0;
     for (int64_t b = 0; b < j.B; b++) longest = tot[b] > longest ? tot[b] : longest;
-    tdm_threadpool *pool =
-        j.S == 1 && j.B * j.H * longest < TDM_LLM_ATTN_SERIAL_WORK ? NULL : ctx->pool;
+    tdm_threadpool *pool = tdm_llm_attn_pool(ctx->pool, j.S == 1, j.B * j.H * longest);
     int threads = tdm_threadpool_size(pool);
     j.parts = 1;
     if (j.S == 1 && threads > 1 && j.items < 2 * threads) {

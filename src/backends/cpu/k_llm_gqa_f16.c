@@ -478,8 +478,7 @@ tdm_status *tdm_llm_run_gqa_f16(tdm_kernel_ctx *ctx) {
          * the slots then run one after another) */
         int64_t longest = 0;
         for (int64_t b = 0; b < j.B; b++) longest = tot[b] > longest ? tot[b] : longest;
-        tdm_threadpool *pool =
-            j.S == 1 && j.B * j.H * longest < TDM_LLM_ATTN_SERIAL_WORK ? NULL : ctx->pool;
+        tdm_threadpool *pool = tdm_llm_attn_pool(ctx->pool, j.S == 1, j.B * j.H * longest);
         tdm_parallel_for(pool, j.B * j.KVH, 1, gqa16_cache, &j);
         int omp = j.S > 1 ? dn_omp_begin() : 1;
         tdm_parallel_for(pool, j.slots, 1, gqa16_slots, &j);

@@ -551,14 +551,16 @@ static void paged_slots(void *arg, int64_t k0, int64_t k1) {
     /* one row an item: slot k's items consecutive (see the top); rows > 1: dealt in turn, for
      * the balance of prompt chunks of different lengths */
     bool runs = j->rows == 1;
-    for (int64_t k = k0; k < k1; k++)
-        for (int64_t p = runs ? k * j->items / j->slots : k,
-                     e = runs ? (k + 1) * j->items / j->slots : j->items;
-             p < e; p += runs ? 1 : j->slots) {
+    int64_t step = runs ? 1 : j->slots;
+    for (int64_t k = k0; k < k1; k++) {
+        int64_t p0 = runs ? k * j->items / j->slots : k;
+        int64_t e = runs ? (k + 1) * j->items / j->slots : j->items;
+        for (int64_t p = p0; p < e; p += step) {
             if (j->rows > 1) paged_rows(j, p, j->scratch + k * j->per_task);
             else if (j->quant) paged_item_q(j, p, j->scratch + k * j->per_task);
             else paged_item(j, p, j->scratch + k * j->per_task);
         }
+    }
     tdm_cpu_subnormals_restore(csr);
 }
 
@@ -748,8 +750,7 @@ tdm_status *tdm_llm_run_paged(tdm_kernel_ctx *ctx) {
     j.run = j.run < 16 || j.bhsd ? (j.bhsd ? 64 : 16) : j.run > 64 ? 64 : j.run;
     j.items = j.T;
     /* a decode step with little to read stays on the caller (TDM_LLM_ATTN_SERIAL_WORK) */
-    tdm_threadpool *pool =
-        j.T == j.B && j.B * j.H * longest < TDM_LLM_ATTN_SERIAL_WORK ? NULL : ctx->pool;
+    tdm_threadpool *pool = tdm_llm_attn_pool(ctx->pool, j.T == j.B, j.B * j.H * longest);
     int threads = tdm_threadpool_size(pool);
     j.parts = 1;
     if (threads > 1 && j.items > 0 && j.items < 2 * threads) {
