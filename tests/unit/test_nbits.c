@@ -431,7 +431,8 @@ static void test_rows_1_to_9(void **state) {
 /* The AMX loops (avx512_core_amx: int8 activations on the packed form from 8 rows of A, in
  * tiles of 8 or 16 rows) on row counts around and past the tiles (8 .. 64: one tile, padded
  * ones, several with the last overlapping), odd N (a padded panel), K tails, bits 4 and 8,
- * blocks of 16 .. 512 (4 bits past 256: the VNNI loops), both forms, serial and on 2
+ * blocks of 16 .. 512 (4 bits past 256: the VNNI loops; 4-bit blocks of 32 at 8 rows: by pairs
+ * of blocks, odd counts and the most pairs too), both forms, serial and on 2
  * threads: every level's Y within 1e-5 S + 1e-6 of the portable loop's, and bit for bit the
  * avx512_core_vnni level's (the integer sums are exact and the float steps the same), which
  * also makes each row the row alone. Levels the machine lacks are skipped. */
@@ -443,6 +444,8 @@ static void test_amx_rows(void **state) {
         {4, 16, 88, 19, 1, 0, false},  {4, 64, 300, 35, 1, 1, true},
         {8, 128, 260, 21, 1, 1, false}, {4, 256, 520, 17, 1, 0, true},
         {4, 512, 600, 9, 1, 1, false}, {8, 16, 40, 33, 1, 1, true},
+        {4, 32, 200, 29, 1, 0, false}, {4, 32, 96, 21, 1, 1, true}, /* odd block counts */
+        {4, 32, 4096, 18, 1, 1, false}, {4, 32, 4128, 18, 1, 0, false},
     };
     static const int64_t rows[] = {8, 9, 12, 16, 17, 24, 33, 64};
     tdm_cpu_isa have = tdm_cpu_isa_detect();

@@ -652,11 +652,138 @@ amx_tile_rows(const tdm_nbits_pjob *j, int64_t p, int64_t m0, const int R, int r
         if (r >= r0 && r < r1) finish512(j, p, m0 + r, acc[r], accz[r], mzs);
 }
 
+/* The 8-row tile's pairs of 32-element 4-bit blocks (amx_pair_takes): one TDPBSUD of 64
+ * elements covers blocks 2P and 2P + 1 for the 8 rows, A being ap[P] (16 rows of 64 bytes:
+ * rows 0-7 the rows' codes of block 2P then 32 zeros, rows 8-15 32 zeros then those of block
+ * 2P + 1) and B the two blocks' split codes, adjacent in the ring (slots 2P % 4 and + 1):
+ * C's rows 0-7 are block 2P's sums, rows 8-15 block 2P + 1's, the same integers as a product
+ * per block, scaled as amx_tile_rows scales them. Half the tile operations a block (a tile
+ * store costs the same for 8 rows as for 16). SmolLM2's 8-stream decode at 2 threads (AMX Xeon,
+ * bench/llm/results-2026-12-06-s41-amx.md): the session's run of a step 0.88-0.93 of the
+ * blocks one at a time, with the two alternating step by step in one process; steady decode
+ * 1533-1647 against 1404-1435 tok/s in 5 alternating runs. Sessions 19 and 38 measured no
+ * gain through the engine when a product's panels ran as four tasks a thread. */
+#define AMX_PAIR_MAX 64 /* pairs of a row: ap on the stack (1 KiB each) */
+#ifndef NBP_AMX_PAIR
+#define NBP_AMX_PAIR 1 /* 0: blocks one at a time (for A/B runs) */
+#endif
+static inline bool amx_pair_takes(const tdm_nbits_pk *pk, int64_t M, bool q4) {
+    return NBP_AMX_PAIR && q4 && M <= 8 && pk->bs == 32 && (pk->nb + 1) / 2 <= AMX_PAIR_MAX && pk->nb <= AMX_TR_NB;
+}
+
+__attribute__((always_inline)) TDM_TARGET_AMX static inline void
+amx_pair_dp(int t, const int8_t *a, const uint8_t *b) {
+    switch (t) {
+    case 0: _tile_zero(0); _tile_loadd(4, a, 64); _tile_loadd(6, b, 64); _tile_dpbsud(0, 4, 6); break;
+    case 1: _tile_zero(1); _tile_loadd(5, a, 64); _tile_loadd(7, b, 64); _tile_dpbsud(1, 5, 7); break;
+    case 2: _tile_zero(2); _tile_loadd(4, a, 64); _tile_loadd(6, b, 64); _tile_dpbsud(2, 4, 6); break;
+    default: _tile_zero(3); _tile_loadd(5, a, 64); _tile_loadd(7, b, 64); _tile_dpbsud(3, 5, 7); break;
+    }
+}
+
+__attribute__((always_inline)) TDM_TARGET_AMX static inline void
+amx_pair_rows(const tdm_nbits_pjob *j, int64_t p, bool s16, bool mzs, bool z16, uint8_t *ring,
+              const int8_t *ap, const float *tsa, const float *tas) {
+    const tdm_nbits_pk *pk = j->pk;
+    const int64_t nb = pk->nb, G = pk->groups, cb = 64 * G, bst = pk->bstride, slot = 16 * 32;
+    const int64_t np = (nb + 1) / 2;
+    const uint8_t *base = panel_of(j, p);
+    int32_t c[4][16 * 16] __attribute__((aligned(64)));
+    __m512 acc[8], accz[8];
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; r++) acc[r] = accz[r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < 2 && b < nb; b++) amx_split(base + b * bst, G, ring + b * slot);
+    for (int64_t q = 0; q < np + 2; q++) {
+        for (int64_t b = 2 * q; b < 2 * q + 2 && b < nb; b++) pf_record(base + b * bst, bst, NBP_PFD_I8);
+        for (int64_t b = 2 * q + 2; b < 2 * q + 4 && b < nb; b++) /* the next pair's codes */
+            amx_split(base + b * bst, G, ring + (b & 3) * slot);
+        if (q < np) amx_pair_dp((int)(q & 3), ap + q * 1024, ring + ((2 * q) & 3) * slot);
+        if (q >= 1 && q <= np) amx_store((int)((q - 1) & 3), c[(q - 1) & 3]);
+        if (q < 2) continue;
+        const int32_t *cq = c[(q - 2) & 3];
+        for (int h = 0; h < 2; h++) {
+            const int64_t e = 2 * (q - 2) + h; /* the block scaled */
+            if (e >= nb) break;
+            const uint8_t *rec = base + e * bst;
+            const int32_t *ce = cq + 16 * 8 * h;
+            __m512 sc = ld16x(rec + cb, s16);
+            __m512 z = mzs ? ld16x(rec + cb + pk->sbytes, z16) : sc;
+            const float *ts = tsa + e * 8, *tz = tas + e * 8;
+#pragma GCC unroll 8
+            for (int r = 0; r < 8; r++) {
+                __m512 df = _mm512_cvtepi32_ps(_mm512_load_si512(ce + 16 * r));
+                acc[r] = _mm512_fmadd_ps(df, _mm512_mul_ps(sc, _mm512_set1_ps(ts[r])), acc[r]);
+                accz[r] = _mm512_fmadd_ps(z, _mm512_set1_ps(tz[r]), accz[r]);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; r++)
+        if (r < j->M) finish512(j, p, r, acc[r], accz[r], mzs);
+}
+
+/* Panels p0 .. p1 - 1 of an 8-row call by pairs of blocks (amx_pair_takes): A's pairs laid out
+ * once (ap), the rows' scales and sums by block side by side (as amx_panels' one-tile form). */
+__attribute__((always_inline)) TDM_TARGET_AMX static inline void
+amx_pairs(const tdm_nbits_pjob *j, int64_t p0, int64_t p1, bool s16, bool mzs, bool z16) {
+    amx_cfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) cfg.rows[t] = 16, cfg.colsb[t] = 64; /* C 0-3, A 4-5, B 6-7 */
+    _tile_loadconfig(&cfg);
+    const int64_t M = j->M, nb = j->pk->nb, np = (nb + 1) / 2, kq = j->kq;
+    int8_t ap[AMX_PAIR_MAX * 1024] __attribute__((aligned(64)));
+    uint8_t ring[4 * 16 * 32] __attribute__((aligned(64)));
+    const int8_t *qa = (const int8_t *)j->a; /* 8 readable rows (tdm_nbits_pk_arows) */
+    memset(ap, 0, (size_t)np * 1024);
+    for (int64_t q = 0; q < np; q++)
+        for (int r = 0; r < 8; r++) {
+            int8_t *lo = ap + q * 1024 + 64 * r;
+            memcpy(lo, qa + r * kq + 64 * q, 32);
+            if (2 * q + 1 < nb) memcpy(lo + 512 + 32, qa + r * kq + 64 * q + 32, 32);
+        }
+    float tsa[AMX_TR_NB * 8] __attribute__((aligned(64)));
+    float tas[AMX_TR_NB * 8] __attribute__((aligned(64)));
+    for (int64_t b = 0; b < nb; b++)
+        for (int r = 0; r < 8; r++) {
+            tsa[b * 8 + r] = r < M ? j->sa[r * nb + b] : 0.0f;
+            tas[b * 8 + r] = r < M ? j->asum[r * nb + b] : 0.0f;
+        }
+    for (int64_t p = p0; p < p1; p++) amx_pair_rows(j, p, s16, mzs, z16, ring, ap, tsa, tas);
+    _tile_release();
+}
+
+/* amx_pairs per 4-bit form, each its own function: inlined into the forms' AMX loops it made
+ * their one-block-at-a-time path slower (3072 x 576, M = 8) */
+#define AMXP_DEF(name, s16, mzs, z16)                                                           \
+    __attribute__((noinline)) TDM_TARGET_AMX static void name(const tdm_nbits_pjob *j,          \
+                                                              int64_t p0, int64_t p1) {         \
+        amx_pairs(j, p0, p1, s16, mzs, z16);                                                    \
+    }
+AMXP_DEF(amxp_4, false, false, false)
+AMXP_DEF(amxp_4s, true, false, false)
+AMXP_DEF(amxp_4z, false, true, false)
+AMXP_DEF(amxp_4sz, true, true, false)
+AMXP_DEF(amxp_4szh, true, true, true)
+AMXP_DEF(amxp_4zh, false, true, true)
+#undef AMXP_DEF
+__attribute__((always_inline)) static inline void amx_pairs_of(const tdm_nbits_pjob *j,
+                                                               int64_t p0, int64_t p1, bool s16,
+                                                               bool mzs, bool z16) {
+    if (!mzs) (s16 ? amxp_4s : amxp_4)(j, p0, p1);
+    else if (!z16) (s16 ? amxp_4sz : amxp_4z)(j, p0, p1);
+    else (s16 ? amxp_4szh : amxp_4zh)(j, p0, p1);
+}
+
 /* Panels p0 .. p1 - 1, all M rows, in tiles of R rows (see above). */
 __attribute__((always_inline)) TDM_TARGET_AMX static inline void
 amx_panels(const tdm_nbits_pjob *j, int64_t p0, int64_t p1, const int R, bool q4, bool s16,
            bool mzs, bool z16) {
     const int64_t M = j->M, bs = j->pk->bs, kt = amx_kt(bs), Ma = M > R ? M : R; /* rows readable */
+    if (R == 8 && amx_pair_takes(j->pk, M, q4)) {
+        amx_pairs_of(j, p0, p1, s16, mzs, z16);
+        return;
+    }
     amx_cfg cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
