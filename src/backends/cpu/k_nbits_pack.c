@@ -23,7 +23,11 @@
 #define NBP_PERM 1 /* float path, 4 bits: vpermps of a 0..15 table instead of and + cvtdq2ps (measured in the caches: 35-36 us against 40-45 for 1536 x 576) */
 #endif
 #ifndef NBP_AMX_MIN
-#define NBP_AMX_MIN 8 /* int8 rows of A from which the AMX loops run (fewer: the VNNI loops; AMX below 8 rows not measured) */
+/* int8 rows of A from which the AMX loops run (fewer: the VNNI loops). bench_nbits, 4-bit
+ * blocks of 32, 2 threads, weights from L3, us a call, VNNI / AMX (the 8-row tile, by pairs of
+ * blocks): 3072 x 576 M = 4 31 / 42, M = 5 43 / 42, M = 6 47-49 / 44-45, M = 7 59 / 45-47;
+ * 960 x 576 M = 7 20-21 / 16-17 (AMX Xeon, bench/llm/results-2026-12-06-s41-amx.md) */
+#define NBP_AMX_MIN 6
 #endif
 #if defined(TDM_SIMD_X86) && (defined(__clang__) ? __clang_major__ >= 12 : __GNUC__ >= 11)
 #define NBP_AMX 1 /* the compiler has AMX's intrinsics */
