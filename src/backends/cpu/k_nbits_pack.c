@@ -580,6 +580,21 @@ __attribute__((always_inline)) TDM_TARGET_AMX static inline void amx_store(int t
     }
 }
 
+/* One block's int32 sums (ce: R rows of 16) into the R rows' accumulators, the VNNI loop's
+ * float steps: acc += cvt(sums) * (s * sa), and (zin) accz += z * asum, with the rows' sa and
+ * asum side by side (ts, tz). Both AMX block loops scale through it, so that their values are
+ * the same by construction. */
+__attribute__((always_inline)) TDM_TARGET_AMX static inline void
+amx_scale_block(const int32_t *ce, __m512 sc, __m512 z, const float *ts, const float *tz,
+                const int R, bool zin, __m512 *acc, __m512 *accz) {
+#pragma GCC unroll 16
+    for (int r = 0; r < R; r++) {
+        __m512 df = _mm512_cvtepi32_ps(_mm512_load_si512(ce + 16 * r));
+        acc[r] = _mm512_fmadd_ps(df, _mm512_mul_ps(sc, _mm512_set1_ps(ts[r])), acc[r]);
+        if (zin) accz[r] = _mm512_fmadd_ps(z, _mm512_set1_ps(tz[r]), accz[r]);
+    }
+}
+
 /* Rows m0 + r0 .. m0 + r1 - 1 of Y for panel p from the tile of A's rows m0 .. m0 + R - 1.
  * Block b: (4 bits) its codes split into ring slot b % 4 at step b - 2, its products into
  * tile b % 4 at step b, stored at step b + 1, scaled at step b + 2 (AMX runs its instructions
@@ -617,13 +632,7 @@ amx_tile_rows(const tdm_nbits_pjob *j, int64_t p, int64_t m0, const int R, int r
         __m512 sc = ld16x(rec + cb, s16);
         __m512 z = zin ? (mzs ? ld16x(rec + cb + pk->sbytes, z16) : sc) : sc;
         if (tsa) { /* every row of the tile, its scales side by side (amx_panels) */
-            const float *ts = tsa + e * R, *tz = tas + e * R;
-#pragma GCC unroll 16
-            for (int r = 0; r < R; r++) {
-                __m512 df = _mm512_cvtepi32_ps(_mm512_load_si512(ce + 16 * r));
-                acc[r] = _mm512_fmadd_ps(df, _mm512_mul_ps(sc, _mm512_set1_ps(ts[r])), acc[r]);
-                if (zin) accz[r] = _mm512_fmadd_ps(z, _mm512_set1_ps(tz[r]), accz[r]);
-            }
+            amx_scale_block(ce, sc, z, tsa + e * R, tas + e * R, R, zin, acc, accz);
             continue;
         }
 #pragma GCC unroll 16
@@ -712,13 +721,7 @@ amx_pair_rows(const tdm_nbits_pjob *j, int64_t p, bool s16, bool mzs, bool z16, 
             const int32_t *ce = cq + 16 * 8 * h;
             __m512 sc = ld16x(rec + cb, s16);
             __m512 z = mzs ? ld16x(rec + cb + pk->sbytes, z16) : sc;
-            const float *ts = tsa + e * 8, *tz = tas + e * 8;
-#pragma GCC unroll 8
-            for (int r = 0; r < 8; r++) {
-                __m512 df = _mm512_cvtepi32_ps(_mm512_load_si512(ce + 16 * r));
-                acc[r] = _mm512_fmadd_ps(df, _mm512_mul_ps(sc, _mm512_set1_ps(ts[r])), acc[r]);
-                accz[r] = _mm512_fmadd_ps(z, _mm512_set1_ps(tz[r]), accz[r]);
-            }
+            amx_scale_block(ce, sc, z, tsa + e * 8, tas + e * 8, 8, true, acc, accz);
         }
     }
 #pragma GCC unroll 8
