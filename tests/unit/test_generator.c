@@ -37,6 +37,7 @@
 
 #include "tandem/generator.h"
 #include "tandem/tandem.h"
+#include "llm/sampler.h"
 #include "counting_alloc.h"
 #include "model_builder.h"
 #include "test_ok.h"
@@ -849,6 +850,56 @@ static void test_folder(void **state) {
     tdm_env_free(env);
 }
 
+/* Greedy choice (the sampler's arg max) against a scalar reference, the first index of the
+ * largest value that is not NaN (0 when all are NaN), on rows whose lengths straddle the 16
+ * lanes, with ties across lanes and in the tail, NaNs (first, in lanes, everywhere), -inf only,
+ * and the largest value in the tail. */
+static int32_t ref_arg_max(const float *x, size_t n) {
+    int64_t at = -1;
+    for (size_t i = 0; i < n; i++)
+        if (!isnan(x[i]) && (at < 0 || x[i] > x[at])) at = (int64_t)i;
+    return at < 0 ? 0 : (int32_t)at;
+}
+
+static void test_greedy_arg_max(void **state) {
+    (void)state;
+    static const size_t lens[] = {1, 5, 15, 16, 17, 31, 32, 33, 47, 1001, 49152};
+    float *x = malloc(49152 * sizeof *x);
+    assert_non_null(x);
+    uint64_t r = 12345;
+    int checked = 0;
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+        size_t n = lens[li];
+        tdm_sampler s;
+        tdm_sampling cfg = {0};
+        assert_null(tdm_sampler_init(&s, NULL, n, &cfg));
+        for (int kind = 0; kind < 9; kind++) {
+            for (size_t i = 0; i < n; i++) { /* small integers: many equal values */
+                r = r * 6364136223846793005ull + 1442695040888963407ull;
+                x[i] = (float)((int)(r >> 33) % 7) - 3.0f;
+            }
+            switch (kind) {
+            case 1: x[n - 1] = 100.0f; break;                             /* largest last */
+            case 2: x[0] = NAN; break;                                    /* NaN first */
+            case 3: for (size_t i = 0; i < n && i < 16; i++) x[i] = NAN;  /* whole lanes */
+                break;
+            case 4: for (size_t i = 0; i < n; i++) x[i] = NAN; break;     /* all NaN */
+            case 5: for (size_t i = 0; i < n; i++) x[i] = -INFINITY; break;
+            case 6: x[n / 2] = 50.0f, x[n - 1] = 50.0f; break;            /* a tie, then the tail */
+            case 7: for (size_t i = 0; i < n; i += 3) x[i] = NAN; break;
+            case 8: x[n - 1] = 9.0f; if (n > 20) x[19] = 9.0f; break;     /* tie across lanes */
+            default: break;
+            }
+            int32_t want = ref_arg_max(x, n), got = tdm_sampler_pick(&s, x, NULL, 0);
+            if (got != want) fail_msg("n %zu kind %d: %d, expected %d", n, kind, got, want);
+            checked++;
+        }
+        tdm_sampler_free(&s);
+    }
+    assert_int_equal(checked, 99);
+    free(x);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_binding_in_place),
@@ -856,6 +907,7 @@ int main(void) {
         cmocka_unit_test(test_binding_outlives_session),
         cmocka_unit_test(test_greedy_matches_no_cache),
         cmocka_unit_test(test_sampling),
+        cmocka_unit_test(test_greedy_arg_max),
         cmocka_unit_test(test_stop_and_limits),
         cmocka_unit_test(test_genai_folder),
         cmocka_unit_test(test_genai_folder_f16),
