@@ -95,8 +95,7 @@ static int32_t arg_max(const float *x, size_t n) {
             for (int l = 0; l < 4; l++) best = m[q][l] > best ? m[q][l] : best;
     }
     for (; i < n; i++) best = x[i] > best ? x[i] : best;
-    i = 0;
-    for (; i + 16 <= n; i += 16) { /* the first sixteen that hold it */
+    for (i = 0; i + 16 <= n; i += 16) { /* the first sixteen that hold it */
         v4i any = {0, 0, 0, 0};
         for (int q = 0; q < 4; q++) {
             v4f v;

@@ -595,6 +595,17 @@ amx_scale_block(const int32_t *ce, __m512 sc, __m512 z, const float *ts, const f
     }
 }
 
+/* A one-tile call's rows' scales and sums by block, R side by side (rows past M zero): the
+ * scaling then broadcasts from one pointer at fixed offsets (amx_scale_block). */
+static inline void amx_side_by_side(const tdm_nbits_pjob *j, const int R, float *tsa, float *tas) {
+    const int64_t nb = j->pk->nb;
+    for (int64_t b = 0; b < nb; b++)
+        for (int r = 0; r < R; r++) {
+            tsa[b * R + r] = r < j->M ? j->sa[r * nb + b] : 0.0f;
+            tas[b * R + r] = r < j->M ? j->asum[r * nb + b] : 0.0f;
+        }
+}
+
 /* Rows m0 + r0 .. m0 + r1 - 1 of Y for panel p from the tile of A's rows m0 .. m0 + R - 1.
  * Block b: (4 bits) its codes split into ring slot b % 4 at step b - 2, its products into
  * tile b % 4 at step b, stored at step b + 1, scaled at step b + 2 (AMX runs its instructions
@@ -676,12 +687,12 @@ amx_tile_rows(const tdm_nbits_pjob *j, int64_t p, int64_t m0, const int R, int r
  * blocks one at a time, with the two alternating step by step in one process; steady decode
  * 1533-1647 against 1404-1435 tok/s in 5 alternating runs. Sessions 19 and 38 measured no
  * gain through the engine when a product's panels ran as four tasks a thread. */
-#define AMX_PAIR_MAX 64 /* pairs of a row: ap on the stack (1 KiB each) */
+#define AMX_PAIR_MAX (AMX_TR_NB / 2) /* pairs of a row: ap on the stack (1 KiB each) */
 #ifndef NBP_AMX_PAIR
 #define NBP_AMX_PAIR 1 /* 0: blocks one at a time (for A/B runs) */
 #endif
 static inline bool amx_pair_takes(const tdm_nbits_pk *pk, int64_t M, bool q4) {
-    return NBP_AMX_PAIR && q4 && M <= 8 && pk->bs == 32 && (pk->nb + 1) / 2 <= AMX_PAIR_MAX && pk->nb <= AMX_TR_NB;
+    return NBP_AMX_PAIR && q4 && M <= 8 && pk->bs == 32 && pk->nb <= AMX_TR_NB;
 }
 
 __attribute__((always_inline)) TDM_TARGET_AMX static inline void
@@ -738,7 +749,7 @@ amx_pairs(const tdm_nbits_pjob *j, int64_t p0, int64_t p1, bool s16, bool mzs, b
     cfg.palette = 1;
     for (int t = 0; t < 8; t++) cfg.rows[t] = 16, cfg.colsb[t] = 64; /* C 0-3, A 4-5, B 6-7 */
     _tile_loadconfig(&cfg);
-    const int64_t M = j->M, nb = j->pk->nb, np = (nb + 1) / 2, kq = j->kq;
+    const int64_t nb = j->pk->nb, np = (nb + 1) / 2, kq = j->kq;
     int8_t ap[AMX_PAIR_MAX * 1024] __attribute__((aligned(64)));
     uint8_t ring[4 * 16 * 32] __attribute__((aligned(64)));
     const int8_t *qa = (const int8_t *)j->a; /* 8 readable rows (tdm_nbits_pk_arows) */
@@ -751,11 +762,7 @@ amx_pairs(const tdm_nbits_pjob *j, int64_t p0, int64_t p1, bool s16, bool mzs, b
         }
     float tsa[AMX_TR_NB * 8] __attribute__((aligned(64)));
     float tas[AMX_TR_NB * 8] __attribute__((aligned(64)));
-    for (int64_t b = 0; b < nb; b++)
-        for (int r = 0; r < 8; r++) {
-            tsa[b * 8 + r] = r < M ? j->sa[r * nb + b] : 0.0f;
-            tas[b * 8 + r] = r < M ? j->asum[r * nb + b] : 0.0f;
-        }
+    amx_side_by_side(j, 8, tsa, tas);
     for (int64_t p = p0; p < p1; p++) amx_pair_rows(j, p, s16, mzs, z16, ring, ap, tsa, tas);
     _tile_release();
 }
@@ -803,14 +810,10 @@ amx_panels(const tdm_nbits_pjob *j, int64_t p0, int64_t p1, const int R, bool q4
     uint8_t ring[4 * 16 * AMX_MAX_BS4] __attribute__((aligned(64))); /* 4 slots of bs * 16 */
     const int64_t nb = j->pk->nb;
     if (M <= R && nb <= AMX_TR_NB) {
-        /* one tile: its rows' scales and sums by block, R side by side (rows past M zero) */
+        /* one tile: its rows' scales and sums by block, R side by side */
         float tsa[AMX_TR_NB * 16] __attribute__((aligned(64)));
         float tas[AMX_TR_NB * 16] __attribute__((aligned(64)));
-        for (int64_t b = 0; b < nb; b++)
-            for (int r = 0; r < R; r++) {
-                tsa[b * R + r] = r < M ? j->sa[r * nb + b] : 0.0f;
-                tas[b * R + r] = r < M ? j->asum[r * nb + b] : 0.0f;
-            }
+        amx_side_by_side(j, R, tsa, tas);
         for (int64_t p = p0; p < p1; p++)
             amx_tile_rows(j, p, 0, R, 0, (int)M, q4, s16, mzs, z16, ring, tsa, tas);
         _tile_release();
