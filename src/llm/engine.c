@@ -402,27 +402,6 @@ static inline v4f ld4(const float *p) {
     return v;
 }
 
-/* a > b ? a : b per lane (b kept where a is NaN). */
-static inline v4f max4(v4f a, v4f b) {
-    v4i c = a > b;
-    return (v4f)((c & (v4i)a) | (~c & (v4i)b));
-}
-
-/* The largest of x[0..n) (n >= 1; NaNs skipped unless x[0] is one). */
-static float max_of(const float *x, size_t n) {
-    float r = x[0];
-    size_t i = 0;
-    if (n >= 16) {
-        v4f m[4] = {ld4(x), ld4(x + 4), ld4(x + 8), ld4(x + 12)};
-        for (i = 16; i + 16 <= n; i += 16)
-            for (int q = 0; q < 4; q++) m[q] = max4(ld4(x + i + 4 * q), m[q]);
-        for (int q = 0; q < 4; q++)
-            for (int l = 0; l < 4; l++) r = m[q][l] > r ? m[q][l] : r;
-    }
-    for (; i < n; i++) r = x[i] > r ? x[i] : r;
-    return r;
-}
-
 /* e^x per lane for x <= 0 (Cephes' expf: x = n ln2 + r, |r| <= ln2 / 2, a degree-6 polynomial
  * for e^r, 2^n from the exponent bits; within 2 ulp), clamped at e^-87. */
 static inline v4f exp_nonpos(v4f x) {
@@ -461,7 +440,7 @@ static double sum_exp(const float *x, size_t n, float mx, float inv) {
 static float log_probs(const float *lg, size_t vocab, float temp, int32_t token, int k,
                        tdm_llm_logprob *top) {
     float inv = temp > 0 ? 1.0f / temp : 1.0f;
-    float mx = max_of(lg, vocab);
+    float mx = tdm_sampler_max(lg, vocab);
     float lse = mx * inv + (float)log(sum_exp(lg, vocab, mx, inv));
     int n = 0;
     for (size_t i = 0; i < vocab && k > 0; i++) {

@@ -73,12 +73,9 @@ void tdm_sampler_free(tdm_sampler *s) {
 typedef float v4f __attribute__((vector_size(16)));
 typedef int32_t v4i __attribute__((vector_size(16)));
 
-/* The first index of the largest x[i] that is not NaN (0 when every one is NaN): the largest
- * value sixteen lanes at a time (lanes start at -inf, so a NaN is never taken and no lane is
- * lost to one), then the first index holding it, sixteen at a time (the scan was one value at
- * a time). A row of 49,152, its largest value at 11,604 / at 49,000: 8.6-9.1 / 11.5-12.4 us
- * against 13.9-14.1 / 32.2-33.9 (AMX Xeon, 1 thread, warm). */
-static int32_t arg_max(const float *x, size_t n) {
+/* The largest x[i] that is not NaN (-inf when none is): sixteen lanes at a time, the lanes
+ * starting at -inf, so a NaN is never taken and no lane is lost to one. */
+float tdm_sampler_max(const float *x, size_t n) {
     float best = -INFINITY;
     size_t i = 0;
     if (n >= 16) {
@@ -95,6 +92,16 @@ static int32_t arg_max(const float *x, size_t n) {
             for (int l = 0; l < 4; l++) best = m[q][l] > best ? m[q][l] : best;
     }
     for (; i < n; i++) best = x[i] > best ? x[i] : best;
+    return best;
+}
+
+/* The first index of the largest x[i] that is not NaN (0 when every one is NaN): the largest
+ * value (tdm_sampler_max), then the first index holding it, sixteen at a time (the scan was
+ * one value at a time). A row of 49,152, its largest value at 11,604 / at 49,000: 8.6-9.1 /
+ * 11.5-12.4 us against 13.9-14.1 / 32.2-33.9 (AMX Xeon, 1 thread, warm). */
+static int32_t arg_max(const float *x, size_t n) {
+    float best = tdm_sampler_max(x, n);
+    size_t i;
     for (i = 0; i + 16 <= n; i += 16) { /* the first sixteen that hold it */
         v4i any = {0, 0, 0, 0};
         for (int q = 0; q < 4; q++) {

@@ -28,5 +28,7 @@ void tdm_sampler_free(tdm_sampler *s);
 void tdm_sampler_reseed(tdm_sampler *s);
 /* The next token for `logits` (vocab floats) after the sequence `seq` (for the penalty). */
 int32_t tdm_sampler_pick(tdm_sampler *s, const float *logits, const int32_t *seq, size_t n_seq);
+/* The largest of x[0..n) that is not NaN; -inf when there is none (n = 0, all NaN). */
+float tdm_sampler_max(const float *x, size_t n);
 
 #endif

@@ -853,7 +853,7 @@ static void test_folder(void **state) {
 /* Greedy choice (the sampler's arg max) against a scalar reference, the first index of the
  * largest value that is not NaN (0 when all are NaN), on rows whose lengths straddle the 16
  * lanes, with ties across lanes and in the tail, NaNs (first, in lanes, everywhere), -inf only,
- * and the largest value in the tail. */
+ * and the largest value in the tail; the maximum alone (tdm_sampler_max) likewise. */
 static int32_t ref_arg_max(const float *x, size_t n) {
     int64_t at = -1;
     for (size_t i = 0; i < n; i++)
@@ -892,6 +892,9 @@ static void test_greedy_arg_max(void **state) {
             }
             int32_t want = ref_arg_max(x, n), got = tdm_sampler_pick(&s, x, NULL, 0);
             if (got != want) fail_msg("n %zu kind %d: %d, expected %d", n, kind, got, want);
+            /* the maximum alone (the engine's log-probabilities take it): -inf when all NaN */
+            float mx = tdm_sampler_max(x, n), want_mx = isnan(x[want]) ? -INFINITY : x[want];
+            if (!(mx == want_mx)) fail_msg("n %zu kind %d: max %g, expected %g", n, kind, mx, want_mx);
             checked++;
         }
         tdm_sampler_free(&s);
