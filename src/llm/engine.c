@@ -391,57 +391,12 @@ static void plan(tdm_llm_engine *e) {
 
 /* ---- a step ---- */
 
-/* Four floats / int32 as GCC vector values (plain C on any target: SSE2 at x86-64's
- * baseline); the loops below keep four of them in flight. */
-typedef float v4f __attribute__((vector_size(16)));
-typedef int32_t v4i __attribute__((vector_size(16)));
-
-static inline v4f ld4(const float *p) {
-    v4f v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-/* e^x per lane for x <= 0 (Cephes' expf: x = n ln2 + r, |r| <= ln2 / 2, a degree-6 polynomial
- * for e^r, 2^n from the exponent bits; within 2 ulp), clamped at e^-87. */
-static inline v4f exp_nonpos(v4f x) {
-    const v4f lo = {-87.0f, -87.0f, -87.0f, -87.0f};
-    v4i c = x < lo;
-    x = (v4f)((c & (v4i)lo) | (~c & (v4i)x));
-    v4f n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
-    v4f r = x - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
-    v4f p = r * 1.9875691500e-4f + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    v4i e = (__builtin_convertvector(n, v4i) + 127) << 23;
-    return p * (v4f)e;
-}
-
-/* sum of e^((x[i] - mx) * inv) (x[i] <= mx): float lanes per stretch of 4096, summed in double. */
-static double sum_exp(const float *x, size_t n, float mx, float inv) {
-    double sum = 0;
-    size_t i = 0;
-    while (i + 16 <= n) {
-        v4f acc[4] = {{0}};
-        for (size_t e = i + 4096 < n ? i + 4096 : n; i + 16 <= e; i += 16)
-            for (int q = 0; q < 4; q++) acc[q] += exp_nonpos((ld4(x + i + 4 * q) - mx) * inv);
-        for (int q = 0; q < 4; q++)
-            for (int l = 0; l < 4; l++) sum += acc[q][l];
-    }
-    for (; i < n; i++) sum += exp((double)((x[i] - mx) * inv));
-    return sum;
-}
-
 /* Log-softmax of logits / temperature at `token`, and the k most likely entries. */
 static float log_probs(const float *lg, size_t vocab, float temp, int32_t token, int k,
                        tdm_llm_logprob *top) {
     float inv = temp > 0 ? 1.0f / temp : 1.0f;
     float mx = tdm_sampler_max(lg, vocab);
-    float lse = mx * inv + (float)log(sum_exp(lg, vocab, mx, inv));
+    float lse = mx * inv + (float)log(tdm_sampler_exp_row(lg, vocab, mx, inv, NULL));
     int n = 0;
     for (size_t i = 0; i < vocab && k > 0; i++) {
         float v = lg[i];

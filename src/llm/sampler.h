@@ -17,7 +17,7 @@ typedef struct tdm_sampler {
     uint8_t *seen;        /* vocab: marks for the penalty */
     int32_t *cand;        /* vocab: candidate ids */
     float *prob;          /* vocab: their probabilities */
-    void *sorted;         /* vocab: (logit, id) pairs for top-p's sort */
+    void *sorted;         /* 2 vocab: (logit, id) pairs for top-p's nucleus and its sort */
     const tdm_allocator *a;
 } tdm_sampler;
 
@@ -28,6 +28,11 @@ void tdm_sampler_free(tdm_sampler *s);
 void tdm_sampler_reseed(tdm_sampler *s);
 /* The next token for `logits` (vocab floats) after the sequence `seq` (for the penalty). */
 int32_t tdm_sampler_pick(tdm_sampler *s, const float *logits, const int32_t *seq, size_t n_seq);
+/* out[i] = e^((x[i] - mx) * inv) for i < n (out NULL: none kept; out == x allowed), the sum of
+ * them in double: mx at least every x[i] (the row's largest), inv > 0. A polynomial exp within
+ * 2 ulp of expf, e^-87 at most below (NaN too), four-wide plain C vectors; the sampler's
+ * probabilities and the engine's log-probabilities both come from it. */
+double tdm_sampler_exp_row(const float *x, size_t n, float mx, float inv, float *out);
 /* The largest of x[0..n) that is not NaN; -inf when there is none (n = 0, all NaN). */
 float tdm_sampler_max(const float *x, size_t n);
 

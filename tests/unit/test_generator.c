@@ -903,6 +903,150 @@ static void test_greedy_arg_max(void **state) {
     free(x);
 }
 
+/* tdm_sampler_exp_row against expf: every value within 3e-7 relative (the polynomial's 2 ulp),
+ * below -87 clamped to e^-87, NaN as e^-87; the sum within 1e-6 of the values' double sum; in
+ * place equal to out of place; rows straddling the 16 lanes and the 4096 stretch. */
+static void test_exp_row(void **state) {
+    (void)state;
+    static const size_t lens[] = {1, 3, 15, 16, 17, 4095, 4096, 4097, 49152};
+    float *x = malloc(49152 * sizeof *x), *y = malloc(49152 * sizeof *y), *z = malloc(49152 * sizeof *z);
+    assert_true(x && y && z);
+    uint64_t r = 777;
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+        size_t n = lens[li];
+        for (int kind = 0; kind < 3; kind++) {
+            float inv = kind == 2 ? 1.0f / 0.7f : 1.0f;
+            for (size_t i = 0; i < n; i++) {
+                r = r * 6364136223846793005ull + 1442695040888963407ull;
+                x[i] = (float)((double)(r >> 11) * 0x1.0p-53 * 40.0 - 30.0);
+            }
+            if (kind == 1) x[n / 2] = NAN, x[0] = -200.0f;
+            float mx = tdm_sampler_max(x, n);
+            double sum = tdm_sampler_exp_row(x, n, mx, inv, y), want_sum = 0;
+            memcpy(z, x, n * sizeof *z);
+            double sum2 = tdm_sampler_exp_row(z, n, mx, inv, z);
+            assert_true(sum == sum2);
+            assert_memory_equal(y, z, n * sizeof *y);
+            for (size_t i = 0; i < n; i++) {
+                float a = (x[i] - mx) * inv;
+                float want = isnan(a) || a < -87.0f ? expf(-87.0f) : expf(a);
+                if (!(fabsf(y[i] - want) <= 3e-7f * want))
+                    fail_msg("n %zu kind %d at %zu: e^%g = %g, expected %g", n, kind, i, a, y[i], want);
+                want_sum += y[i];
+            }
+            if (!(fabs(sum - want_sum) <= 1e-6 * want_sum))
+                fail_msg("n %zu kind %d: sum %.9g, expected %.9g", n, kind, sum, want_sum);
+        }
+    }
+    free(x), free(y), free(z);
+}
+
+/* The sampler against a plain reference of its rules: candidates best first (the highest logit,
+ * the lower id on ties: a full sort) when top-k or top-p is on, else in id order; the first k;
+ * probabilities e^((x - max) / T) from tdm_sampler_exp_row; top-p the smallest prefix whose
+ * share of the total (every token's when top-p is alone, else the k's) reaches p; a draw
+ * r = u * (the kept sum) over the running sums, u the sampler's next xoshiro256** number. The
+ * same token each time on rows of many shapes (Gaussian logits of several spreads, spikes,
+ * many equal values), temperatures, k, p and seeds: the bucketed nucleus (sampler.c) must pick
+ * what a full sort picks. */
+typedef struct ref_cand {
+    float v;
+    int32_t id;
+} ref_cand;
+
+static int ref_by_logit(const void *pa, const void *pb) {
+    const ref_cand *a = pa, *b = pb;
+    if (a->v != b->v) return a->v > b->v ? -1 : 1;
+    return (a->id > b->id) - (a->id < b->id);
+}
+
+static uint64_t ref_rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static double ref_unit(uint64_t *s) { /* xoshiro256**, as the sampler draws */
+    uint64_t r = ref_rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0], s[3] ^= s[1], s[1] ^= s[2], s[0] ^= s[3], s[2] ^= t;
+    s[3] = ref_rotl(s[3], 45);
+    return (double)(r >> 11) * 0x1.0p-53;
+}
+
+static int32_t ref_pick(const float *x, size_t V, const tdm_sampling *c, uint64_t *rng,
+                        ref_cand *rc, float *val, float *prob) {
+    if (!(c->temperature > 0) || c->top_k == 1) return ref_arg_max(x, V);
+    bool k_on = c->top_k > 0 && (size_t)c->top_k < V, p_on = c->top_p > 0 && c->top_p < 1;
+    for (size_t i = 0; i < V; i++) rc[i] = (ref_cand){x[i], (int32_t)i};
+    if (k_on || p_on) qsort(rc, V, sizeof *rc, ref_by_logit);
+    size_t n = k_on ? (size_t)c->top_k : V;
+    float mx = -INFINITY, inv = 1.0f / c->temperature;
+    for (size_t i = 0; i < n; i++) val[i] = rc[i].v, mx = rc[i].v > mx ? rc[i].v : mx;
+    double sum = tdm_sampler_exp_row(val, n, mx, inv, prob);
+    if (p_on) {
+        double total = k_on ? sum : tdm_sampler_exp_row(x, V, mx, inv, NULL), acc = 0;
+        size_t keep = 0;
+        while (keep < n) {
+            acc += prob[keep++] / total;
+            if (acc >= c->top_p) break;
+        }
+        n = keep, sum = 0;
+        for (size_t i = 0; i < n; i++) sum += prob[i];
+    }
+    double u = ref_unit(rng) * sum, acc = 0;
+    for (size_t i = 0; i < n; i++) {
+        acc += prob[i];
+        if (u < acc) return rc[i].id;
+    }
+    return rc[n - 1].id;
+}
+
+static void test_sampler_reference(void **state) {
+    (void)state;
+    static const size_t vocabs[] = {1, 7, 100, 5000, 49152};
+    static const float temps[] = {0.3f, 0.7f, 1.0f, 1.5f}, tops[] = {0, 0.5f, 0.9f, 0.99f, 1.0f};
+    static const int ks[] = {0, 1, 5, 40};
+    static const double spreads[] = {0.5, 1.0, 3.0, 8.0};
+    size_t VM = 49152;
+    float *x = malloc(VM * sizeof *x), *val = malloc(VM * sizeof *val), *prob = malloc(VM * sizeof *prob);
+    ref_cand *rc = malloc(VM * sizeof *rc);
+    assert_true(x && val && prob && rc);
+    uint64_t r = 4242;
+    int picks = 0, differ = 0;
+    for (size_t vi = 0; vi < sizeof vocabs / sizeof vocabs[0]; vi++) {
+        size_t V = vocabs[vi];
+        for (size_t si = 0; si < sizeof spreads / sizeof spreads[0]; si++) {
+            for (size_t i = 0; i < V; i++) { /* Gaussian by Box-Muller; every 4th row in steps of 0.25 */
+                r = r * 6364136223846793005ull + 1442695040888963407ull;
+                double u1 = ((double)(r >> 11) + 1.0) * 0x1.0p-53;
+                r = r * 6364136223846793005ull + 1442695040888963407ull;
+                double u2 = (double)(r >> 11) * 0x1.0p-53;
+                x[i] = (float)(spreads[si] * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+                if (si == 2) x[i] = floorf(x[i] * 4.0f) / 4.0f;
+            }
+            for (int j = 0; j < 5 && V > 10; j++) x[(size_t)(j * 7919) % V] += (float)(2.0 * spreads[si]);
+            for (size_t ti = 0; ti < sizeof temps / sizeof temps[0]; ti++)
+                for (size_t pi = 0; pi < sizeof tops / sizeof tops[0]; pi++)
+                    for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+                        tdm_sampling cfg = {temps[ti], ks[ki], tops[pi], 0, 1000 + (uint64_t)picks};
+                        tdm_sampler s;
+                        assert_null(tdm_sampler_init(&s, NULL, V, &cfg));
+                        uint64_t rng[4];
+                        memcpy(rng, s.rng, sizeof rng);
+                        for (int d = 0; d < 3; d++) { /* three draws from one sampler */
+                            int32_t want = ref_pick(x, V, &cfg, rng, rc, val, prob);
+                            int32_t got = tdm_sampler_pick(&s, x, NULL, 0);
+                            if (got != want)
+                                fail_msg("V %zu spread %g T %g p %g k %d draw %d: %d, expected %d", V,
+                                         spreads[si], temps[ti], tops[pi], ks[ki], d, got, want);
+                            differ += got != ref_arg_max(x, V);
+                            picks++;
+                        }
+                        tdm_sampler_free(&s);
+                    }
+        }
+    }
+    assert_int_equal(picks, 5 * 4 * 4 * 5 * 4 * 3);
+    assert_true(differ > picks / 4); /* not greedy in disguise */
+    free(x), free(val), free(prob), free(rc);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_binding_in_place),
@@ -915,6 +1059,8 @@ int main(void) {
         cmocka_unit_test(test_genai_folder),
         cmocka_unit_test(test_genai_folder_f16),
         cmocka_unit_test(test_genai_cache_consistency),
+        cmocka_unit_test(test_exp_row),
+        cmocka_unit_test(test_sampler_reference),
         cmocka_unit_test(test_folder),
         cmocka_unit_test(test_all_logits_same),
         cmocka_unit_test(test_kv_int8),
