@@ -2,7 +2,8 @@
 """Benchmark of `tandem serve`'s OpenAI API with concurrent streaming clients (loopback).
 
     bench/llm/serve/bench_openai.py --tandem build/tandem [--models tiny,smol] [--smol /work/smol]
-        [--streams 1,4,8,16] [--requests 2] [--max-tokens 64] [--threads 2] [--out FILE]
+        [--streams 1,4,8,16] [--requests 2] [--max-tokens 64] [--threads 2]
+        [--temperature 0 --top-p 1 --top-k 0] [--out FILE]
 
 For each model (the tiny random Llama written by tools/make_tiny_llama.py, and SmolLM2 from the
 --smol folder, linked into a temporary repository as a `tandem_llm` model) and each mode
@@ -10,7 +11,8 @@ For each model (the tiny random Llama written by tools/make_tiny_llama.py, and S
 llama.cpp-style server without batching), one server is started and, for each number of
 concurrent streams S, S client threads each send --requests streaming completions in a row
 (fixed prompt, ignore_eos so that every request generates --max-tokens tokens; `logprobs: 0`
-so that every token comes as its own chunk). Reported per S:
+so that every token comes as its own chunk; greedy unless --temperature > 0, then sampled with
+--top-p / --top-k and a seed per request, as chat clients ask). Reported per S:
 
   - aggregate tokens/s: generated tokens of all streams / wall time of the level (prefill in)
   - aggregate decode tokens/s: the tokens after each request's first / the time some request
@@ -96,10 +98,13 @@ class Server:
             self.proc.kill()
 
 
-def one_request(port, model, max_tokens):
+SAMPLING = {"temperature": 0}  # main() adds --temperature / --top-p / --top-k
+
+
+def one_request(port, model, max_tokens, seed=0):
     """One streaming completion: (ttft_s, [inter-token gaps], tokens, (first, last) token times)."""
-    body = json.dumps({"model": model, "prompt": PROMPT, "max_tokens": max_tokens, "stream": True,
-                       "temperature": 0, "ignore_eos": True, "logprobs": 0}).encode()
+    body = json.dumps(dict(SAMPLING, model=model, prompt=PROMPT, max_tokens=max_tokens, stream=True,
+                           ignore_eos=True, logprobs=0, seed=seed)).encode()
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
     t0 = time.perf_counter()
     c.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
@@ -177,10 +182,10 @@ def level(port, model, streams, requests, max_tokens, pid=None):
     ttft, gaps, toks, errors, spans, after_first = [], [], [0], [], [], [0]
     lock = threading.Lock()
 
-    def client():
-        for _ in range(requests):
+    def client(c):
+        for k in range(requests):
             try:
-                t, g, n, sp = one_request(port, model, max_tokens)
+                t, g, n, sp = one_request(port, model, max_tokens, seed=1000 * c + k)
             except Exception as e:  # noqa: BLE001
                 with lock:
                     errors.append(repr(e))
@@ -192,7 +197,7 @@ def level(port, model, streams, requests, max_tokens, pid=None):
                 after_first[0] += n - 1
                 spans.append(sp)
 
-    threads = [threading.Thread(target=client) for _ in range(streams)]
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(streams)]
     c0 = cpu_seconds(pid) if pid else None
     t0 = time.perf_counter()
     for t in threads:
@@ -241,8 +246,17 @@ def main():
                          "auto, f32, f16, int8, int4")
     ap.add_argument("--no-engine", action="store_true",
                     help="skip the engine bench at the server's load (batching on)")
+    ap.add_argument("--temperature", type=float, default=0.0,
+                    help="0: greedy; above: sampled (a seed per request)")
+    ap.add_argument("--top-p", type=float, default=1.0)
+    ap.add_argument("--top-k", type=int, default=0)
     ap.add_argument("--out")
     args = ap.parse_args()
+    SAMPLING["temperature"] = args.temperature
+    if args.temperature > 0:
+        SAMPLING.update(top_p=args.top_p, top_k=args.top_k)
+    sampling = (f"sampled at temperature {args.temperature}, top_p {args.top_p}, top_k {args.top_k}"
+                if args.temperature > 0 else "greedy")
     levels = [int(x) for x in args.streams.split(",")]
     tmp = tempfile.mkdtemp(prefix="tandem-llm-serve-bench-")
     rows = []
@@ -292,7 +306,9 @@ def main():
     lines = [f"# tandem serve, OpenAI API, streaming clients ({datetime.date.today()})", "",
              f"Command: `bench/llm/serve/bench_openai.py --tandem build/tandem --models {args.models} "
              f"--streams {args.streams} --requests {args.requests} --max-tokens {args.max_tokens} "
-             f"--threads {args.threads} --kv-memory-mb {args.kv_memory_mb} --kv-cache-dtype {args.kv_cache_dtype}`; prompt of {len(PROMPT)} characters, greedy, ignore_eos. "
+             f"--threads {args.threads} --kv-memory-mb {args.kv_memory_mb} --kv-cache-dtype {args.kv_cache_dtype} "
+             f"--temperature {args.temperature} --top-p {args.top_p} --top-k {args.top_k}`; prompt of {len(PROMPT)} "
+             f"characters, {sampling}, ignore_eos. "
              "Shared 2-core machine: noisy.", "",
              "| model | batching | streams | tok/s (end to end) | x 1 stream | on / off | decode tok/s | "
              "x 1 stream | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | server tok/cpu-s |",
