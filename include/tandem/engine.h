@@ -90,6 +90,13 @@ typedef struct tdm_llm_request_params {
     bool logprobs;           /* each token event carries the token's log-probability (a
                                 log-softmax over the vocabulary per token: asked for, as
                                 OpenAI's logprobs; top_logprobs > 0 implies it) */
+    float presence_penalty;  /* OpenAI's penalties, finite (the server takes -2..2; 0 = none):
+                                before each choice (greedy too, after repetition_penalty and
+                                before the temperature) the logit of every token this request
+                                has generated so far (the prompt's tokens do not count) is
+                                lowered by presence_penalty + frequency_penalty times how many
+                                times it was generated */
+    float frequency_penalty;
 } tdm_llm_request_params;
 
 typedef enum tdm_llm_finish {

@@ -41,6 +41,7 @@ typedef struct eng_req {
     tdm_llm_event_fn fn;
     void *user;
     tdm_sampling sampling;
+    float presence, frequency; /* tdm_llm_request_params' penalties */
     tdm_sampler smp;
     bool smp_ready;
     int max_tokens, top_logprobs;
@@ -370,6 +371,7 @@ static void plan(tdm_llm_engine *e) {
         }
         if (!r->smp_ready) {
             tdm_status *st = tdm_sampler_init(&r->smp, e->a, e->vocab, &r->sampling);
+            if (!st) st = tdm_sampler_set_penalties(&r->smp, r->presence, r->frequency);
             if (st) {
                 finish(e, r, IN_WAITING, TDM_LLM_FINISH_ERROR, st);
                 continue;
@@ -433,7 +435,7 @@ static void sample_range(void *arg, int64_t j0, int64_t j1) {
         if (r->ignore_eos)
             for (size_t i = 0; i < e->n_eos; i++)
                 if (e->eos[i] >= 0 && (size_t)e->eos[i] < e->vocab) lg[e->eos[i]] = -INFINITY;
-        pk->token = tdm_sampler_pick(&r->smp, lg, r->tokens, r->n_tokens);
+        pk->token = tdm_sampler_pick(&r->smp, lg, r->tokens, r->n_tokens, r->n_prompt);
         pk->logprob = NAN; /* not asked: no log-softmax over the vocabulary */
         if (r->logprobs && !is_stop(r, pk->token))
             pk->logprob = log_probs(lg, e->vocab, r->sampling.temperature, pk->token,
@@ -811,9 +813,11 @@ tdm_status *tdm_llm_engine_submit(tdm_llm_engine *e, const int32_t *prompt, size
         return TDM_ERR(TDM_ERR_LIMIT, "the prompt's %zu tokens do not fit in the KV pool (%d "
                        "blocks of %d tokens)", n_prompt, e->pool.n_blocks, e->block_size);
     if (p.max_tokens < 0 || p.top_logprobs < 0 || p.top_logprobs > MAX_TOP ||
-        (p.n_stop_ids && !p.stop_ids))
+        (p.n_stop_ids && !p.stop_ids) || !isfinite(p.presence_penalty) ||
+        !isfinite(p.frequency_penalty))
         return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_llm_request_params: max_tokens < 0, "
-                       "top_logprobs outside 0..%d or n_stop_ids without stop_ids", MAX_TOP);
+                       "top_logprobs outside 0..%d, n_stop_ids without stop_ids or a penalty "
+                       "not finite", MAX_TOP);
     const tdm_allocator *a = e->a;
     eng_req *r = tdm_calloc(a, 1, sizeof *r);
     if (!r) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory for a request");
@@ -829,6 +833,8 @@ tdm_status *tdm_llm_engine_submit(tdm_llm_engine *e, const int32_t *prompt, size
     r->fn = fn;
     r->user = user;
     r->sampling = p.sampling;
+    r->presence = p.presence_penalty;
+    r->frequency = p.frequency_penalty;
     r->max_tokens = p.max_tokens;
     r->top_logprobs = p.top_logprobs;
     r->logprobs = p.logprobs || p.top_logprobs > 0;

@@ -762,7 +762,7 @@ tdm_status *tdm_generator_next(tdm_generator *g, int32_t *token) {
     if (g->ignore_eos)
         for (size_t i = 0; i < g->n_eos; i++)
             if (g->eos[i] >= 0 && (size_t)g->eos[i] < g->vocab) g->logits[g->eos[i]] = -INFINITY;
-    int32_t t = tdm_sampler_pick(&g->smp, g->logits, g->tokens, g->n_tokens);
+    int32_t t = tdm_sampler_pick(&g->smp, g->logits, g->tokens, g->n_tokens, g->n_tokens);
     g->tokens[g->n_tokens] = t;
     tdm_llm_put_index(g->ids_buf, g->ids_dtype, g->n_tokens, t);
     g->n_tokens++;

@@ -67,7 +67,20 @@ void tdm_sampler_free(tdm_sampler *s) {
     tdm_free(s->a, s->cand);
     tdm_free(s->a, s->prob);
     tdm_free(s->a, s->sorted);
+    tdm_free(s->a, s->count);
     s->work = NULL, s->seen = NULL, s->cand = NULL, s->prob = NULL, s->sorted = NULL;
+    s->count = NULL;
+}
+
+tdm_status *tdm_sampler_set_penalties(tdm_sampler *s, float presence, float frequency) {
+    if (!isfinite(presence) || !isfinite(frequency))
+        return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "a presence or frequency penalty is not finite");
+    s->presence = presence, s->frequency = frequency;
+    if ((presence != 0 || frequency != 0) && !s->count) {
+        s->count = tdm_calloc(s->a, s->vocab + 1, sizeof *s->count);
+        if (!s->count) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory for the sampler");
+    }
+    return NULL;
 }
 
 /* Four floats / int32 as GCC vector values (plain C on any target: SSE2 at x86-64's
@@ -326,7 +339,8 @@ static size_t nucleus_alone(tdm_sampler *s, const float *x, float T, double *kep
     }
 }
 
-int32_t tdm_sampler_pick(tdm_sampler *s, const float *logits, const int32_t *seq, size_t n_seq) {
+int32_t tdm_sampler_pick(tdm_sampler *s, const float *logits, const int32_t *seq, size_t n_seq,
+                         size_t n_prompt) {
     size_t V = s->vocab;
     const tdm_sampling *c = &s->cfg;
     const float *x = logits;
@@ -342,6 +356,19 @@ int32_t tdm_sampler_pick(tdm_sampler *s, const float *logits, const int32_t *seq
         for (size_t i = 0; i < n_seq; i++)
             if (seq[i] >= 0 && (size_t)seq[i] < V) s->seen[seq[i]] = 0;
         x = s->work;
+    }
+    if (s->count && (s->presence != 0 || s->frequency != 0) && n_prompt < n_seq) {
+        /* OpenAI's: minus presence + frequency x count for each token generated so far */
+        if (x != s->work) memcpy(s->work, logits, V * sizeof *s->work);
+        x = s->work;
+        for (size_t i = n_prompt; i < n_seq; i++)
+            if (seq[i] >= 0 && (size_t)seq[i] < V) s->count[seq[i]]++;
+        for (size_t i = n_prompt; i < n_seq; i++) {
+            int32_t t = seq[i];
+            if (t < 0 || (size_t)t >= V || !s->count[t]) continue;
+            s->work[t] -= s->presence + s->frequency * (float)s->count[t];
+            s->count[t] = 0; /* once per token; zero again for the next pick */
+        }
     }
     if (!(c->temperature > 0) || c->top_k == 1) return arg_max(x, V);
     /* candidates, best first, and their probabilities at the temperature */

@@ -18,6 +18,8 @@ typedef struct tdm_sampler {
     int32_t *cand;        /* vocab: candidate ids */
     float *prob;          /* vocab: their probabilities */
     void *sorted;         /* 2 vocab: (logit, id) pairs for top-p's nucleus and its sort */
+    float presence, frequency; /* OpenAI's penalties (tdm_sampler_set_penalties) */
+    int32_t *count;       /* vocab, while penalties are set: counts, zero between picks */
     const tdm_allocator *a;
 } tdm_sampler;
 
@@ -26,8 +28,13 @@ tdm_status *tdm_sampler_init(tdm_sampler *s, const tdm_allocator *a, size_t voca
 void tdm_sampler_free(tdm_sampler *s);
 /* Restarts the random numbers from the seed. */
 void tdm_sampler_reseed(tdm_sampler *s);
-/* The next token for `logits` (vocab floats) after the sequence `seq` (for the penalty). */
-int32_t tdm_sampler_pick(tdm_sampler *s, const float *logits, const int32_t *seq, size_t n_seq);
+/* OpenAI's presence and frequency penalties (tdm_llm_request_params), finite; 0, 0 = none. */
+tdm_status *tdm_sampler_set_penalties(tdm_sampler *s, float presence, float frequency);
+/* The next token for `logits` (vocab floats) after the sequence `seq` (the repetition penalty
+ * counts all of it; the presence and frequency penalties seq[n_prompt..n_seq), the generated
+ * tokens). */
+int32_t tdm_sampler_pick(tdm_sampler *s, const float *logits, const int32_t *seq, size_t n_seq,
+                         size_t n_prompt);
 /* out[i] = e^((x[i] - mx) * inv) for i < n (out NULL: none kept; out == x allowed), the sum of
  * them in double: mx at least every x[i] (the row's largest), inv > 0. A polynomial exp within
  * 2 ulp of expf, e^-87 at most below (NaN too), four-wide plain C vectors; the sampler's

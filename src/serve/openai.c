@@ -8,7 +8,8 @@
  *   GET  /v1/models, /v1/models/NAME
  *
  * Sampling: temperature (default 1; 0 = greedy), top_p, top_k (-1 or 0 = all; an extension
- * as in vLLM), seed, repetition_penalty and ignore_eos (vLLM's extensions). stop: a string or
+ * as in vLLM), seed, presence_penalty and frequency_penalty (-2..2, over the tokens the request
+ * generated), repetition_penalty and ignore_eos (vLLM's extensions). stop: a string or
  * up to 16; matched on the generated text, which is cut before the match, and the request
  * stops in the engine at once. n = 1 only. logprobs: completions `logprobs: N` (0..20), chat
  * `logprobs: true` with `top_logprobs: N`. stream: server-sent events, `data: {chunk}` then

@@ -62,7 +62,7 @@ static bool parse_common(json_t *root, bool chat, oa_params *o, oa_bad *b) {
     memset(o, 0, sizeof *o);
     o->p.struct_size = sizeof o->p;
     o->max_tokens = -1;
-    double temp = 1, top_p = 1, rep = 1, zero = 0;
+    double temp = 1, top_p = 1, rep = 1;
     int64_t top_k = 0, seed = 0, n = 1;
     if (!get_num(root, "temperature", 0, 2, &temp, b) || !get_num(root, "top_p", 0, 1, &top_p, b) ||
         !get_int(root, "top_k", -1, 1 << 20, &top_k, b) ||
@@ -77,13 +77,10 @@ static bool parse_common(json_t *root, bool chat, oa_params *o, oa_bad *b) {
     int64_t best_of = 1;
     if (!get_int(root, "best_of", 1, 1 << 20, &best_of, b)) return false;
     if (best_of != 1) return bad(b, "best_of", "only best_of = 1 is supported");
-    const char *penalties[] = {"presence_penalty", "frequency_penalty"};
-    for (int i = 0; i < 2; i++) {
-        double pv = 0;
-        if (!get_num(root, penalties[i], -2, 2, &pv, b)) return false;
-        if (pv != zero) return bad(b, penalties[i], "'%s' is not supported (use repetition_penalty)",
-                                   penalties[i]);
-    }
+    double presence = 0, frequency = 0;
+    if (!get_num(root, "presence_penalty", -2, 2, &presence, b) ||
+        !get_num(root, "frequency_penalty", -2, 2, &frequency, b))
+        return false;
     json_t *bias = get(root, "logit_bias");
     if (bias && (!json_is_object(bias) || json_object_size(bias)))
         return bad(b, "logit_bias", "'logit_bias' is not supported");
@@ -139,6 +136,8 @@ static bool parse_common(json_t *root, bool chat, oa_params *o, oa_bad *b) {
     o->p.sampling.top_p = top_p >= 1 ? 0 : (float)top_p;
     o->p.sampling.top_k = top_k > 0 ? (int)top_k : 0;
     o->p.sampling.repetition_penalty = (float)rep;
+    o->p.presence_penalty = (float)presence;
+    o->p.frequency_penalty = (float)frequency;
     o->p.sampling.seed = (uint64_t)seed;
     o->p.top_logprobs = o->top_logprobs;
     o->p.logprobs = o->logprobs;

@@ -310,6 +310,26 @@ class Tests:
                                                 extra_body={"top_k": 5})
         assert c.choices[0].message.content == d.choices[0].message.content
 
+    def test_penalties(self):
+        # OpenAI's presence / frequency penalties over the generated tokens (the exact rule:
+        # test_generator's test_sampler_penalties): zero is the same as none, a strong frequency
+        # penalty moves greedy text off its repeats, the same request gives the same text, and
+        # values outside -2..2 are refused with the field named
+        kw = dict(model=MODEL, prompt="Once upon a time", max_tokens=32, temperature=0)
+        plain = self.client.completions.create(**kw).choices[0].text
+        zero = self.client.completions.create(presence_penalty=0, frequency_penalty=0, **kw).choices[0].text
+        assert zero == plain, (zero, plain)
+        a = self.client.completions.create(presence_penalty=0.5, frequency_penalty=2, **kw).choices[0].text
+        b = self.client.completions.create(presence_penalty=0.5, frequency_penalty=2, **kw).choices[0].text
+        assert a == b, (a, b)
+        assert a != plain, (a, plain)
+        c = self.client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}],
+                                                max_tokens=16, temperature=0.9, seed=4, frequency_penalty=-1.5)
+        assert c.choices[0].message.content is not None
+        self.error("/v1/completions", dict(kw, presence_penalty=2.5), 400, "presence_penalty")
+        self.error("/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": "hi"}],
+                                            "frequency_penalty": -3}, 400, "frequency_penalty")
+
     def test_logprobs(self):
         r = self.client.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=8,
                                            temperature=0, logprobs=3)
@@ -697,7 +717,8 @@ def main():
         server = Server(args.tandem, repo)
         t = Tests(server, args.tandem, folder, smol)
         order = ["test_models", "test_completion_greedy_matches_generate", "test_chat_greedy_matches_generate",
-                 "test_stream_completion", "test_stream_chat", "test_stop_strings", "test_seed", "test_logprobs",
+                 "test_stream_completion", "test_stream_chat", "test_stop_strings", "test_seed", "test_penalties",
+                 "test_logprobs",
                  "test_errors", "test_concurrent_streams_with_disconnects",
                  "test_client_gone_while_waiting", "test_smol", "test_metrics", "test_kserve_side",
                  "test_unload_cancels_and_reload", "test_kv_cache_dtype"]

@@ -890,7 +890,7 @@ static void test_greedy_arg_max(void **state) {
             case 8: x[n - 1] = 9.0f; if (n > 20) x[19] = 9.0f; break;     /* tie across lanes */
             default: break;
             }
-            int32_t want = ref_arg_max(x, n), got = tdm_sampler_pick(&s, x, NULL, 0);
+            int32_t want = ref_arg_max(x, n), got = tdm_sampler_pick(&s, x, NULL, 0, 0);
             if (got != want) fail_msg("n %zu kind %d: %d, expected %d", n, kind, got, want);
             /* the maximum alone (the engine's log-probabilities take it): -inf when all NaN */
             float mx = tdm_sampler_max(x, n), want_mx = isnan(x[want]) ? -INFINITY : x[want];
@@ -997,6 +997,88 @@ static int32_t ref_pick(const float *x, size_t V, const tdm_sampling *c, uint64_
     return rc[n - 1].id;
 }
 
+/* The repetition, presence and frequency penalties against a reference of their rules: the
+ * repetition penalty (Hugging Face's) once per distinct token of the whole sequence, then each
+ * token generated so far (after the prompt) lowered by presence + frequency x its count, then
+ * the draw (ref_pick). Greedy and sampled, positive and negative penalties, one sampler for
+ * several picks as the sequence grows (its counts must be back to zero after each pick); and
+ * the penalties must move some picks. */
+static void test_sampler_penalties(void **state) {
+    (void)state;
+    static const size_t vocabs[] = {50, 49152};
+    static const float pres[] = {0, 0.7f, -0.5f}, freq[] = {0, 0.4f, 2.0f}, reps[] = {0, 1.3f};
+    static const float temps[] = {0, 0.8f};
+    size_t VM = 49152;
+    float *x = malloc(VM * sizeof *x), *x2 = malloc(VM * sizeof *x2), *val = malloc(VM * sizeof *val);
+    float *prob = malloc(VM * sizeof *prob);
+    ref_cand *rc = malloc(VM * sizeof *rc);
+    int32_t *cnt = calloc(VM, sizeof *cnt);
+    assert_true(x && x2 && val && prob && rc && cnt);
+    uint64_t r = 99;
+    int picks = 0, moved = 0;
+    for (size_t vi = 0; vi < sizeof vocabs / sizeof vocabs[0]; vi++) {
+        size_t V = vocabs[vi];
+        int32_t seq[64];
+        for (size_t i = 0; i < V; i++) {
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            x[i] = (float)((double)(r >> 11) * 0x1.0p-53 * 6.0 - 3.0);
+        }
+        for (int i = 0; i < 64; i++) { /* a few ids, many repeats: half of them among the 8 largest */
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            seq[i] = (int32_t)((r >> 33) % (i % 2 ? 8 : V));
+        }
+        for (size_t i = 0; i < 8; i++) x[i] += 2.0f;
+        for (size_t a = 0; a < 3; a++)
+            for (size_t f = 0; f < 3; f++)
+                for (size_t rp = 0; rp < 2; rp++)
+                    for (size_t ti = 0; ti < 2; ti++) {
+                        tdm_sampling cfg = {temps[ti], 0, ti ? 0.9f : 0, reps[rp], 5 + (uint64_t)picks};
+                        tdm_sampler s;
+                        assert_null(tdm_sampler_init(&s, NULL, V, &cfg));
+                        assert_null(tdm_sampler_set_penalties(&s, pres[a], freq[f]));
+                        uint64_t rng[4];
+                        memcpy(rng, s.rng, sizeof rng);
+                        size_t n_prompt = 10;
+                        for (size_t n_seq = 10; n_seq <= 64; n_seq += 9) {
+                            memcpy(x2, x, V * sizeof *x2);
+                            if (reps[rp] > 0)
+                                for (size_t i = 0; i < n_seq; i++) {
+                                    int32_t t = seq[i];
+                                    bool first = true;
+                                    for (size_t k = 0; k < i; k++) first = first && seq[k] != t;
+                                    if (first) x2[t] = x2[t] > 0 ? x2[t] / reps[rp] : x2[t] * reps[rp];
+                                }
+                            for (size_t i = n_prompt; i < n_seq; i++) cnt[seq[i]]++;
+                            for (size_t i = n_prompt; i < n_seq; i++)
+                                if (cnt[seq[i]]) {
+                                    x2[seq[i]] -= pres[a] + freq[f] * (float)cnt[seq[i]];
+                                    cnt[seq[i]] = 0;
+                                }
+                            int32_t want = ref_pick(x2, V, &cfg, rng, rc, val, prob);
+                            int32_t got = tdm_sampler_pick(&s, x, seq, n_seq, n_prompt);
+                            if (got != want)
+                                fail_msg("V %zu presence %g frequency %g repetition %g T %g, %zu tokens: "
+                                         "%d, expected %d", V, pres[a], freq[f], reps[rp], temps[ti], n_seq,
+                                         got, want);
+                            if (!ti && (pres[a] != 0 || freq[f] != 0))
+                                moved += got != ref_arg_max(x, V) && reps[rp] == 0;
+                            picks++;
+                        }
+                        tdm_sampler_free(&s);
+                    }
+    }
+    assert_int_equal(picks, 2 * 3 * 3 * 2 * 2 * 7);
+    assert_true(moved >= 10); /* greedy picks the penalties alone moved off the arg max */
+    tdm_sampler s;
+    tdm_sampling g = {0};
+    assert_null(tdm_sampler_init(&s, NULL, 10, &g));
+    tdm_status *st = tdm_sampler_set_penalties(&s, NAN, 0);
+    assert_int_equal(tdm_status_code(st), TDM_ERR_INVALID_ARGUMENT);
+    tdm_status_free(st);
+    tdm_sampler_free(&s);
+    free(x), free(x2), free(val), free(prob), free(rc), free(cnt);
+}
+
 static void test_sampler_reference(void **state) {
     (void)state;
     static const size_t vocabs[] = {1, 7, 100, 5000, 49152};
@@ -1031,7 +1113,7 @@ static void test_sampler_reference(void **state) {
                         memcpy(rng, s.rng, sizeof rng);
                         for (int d = 0; d < 3; d++) { /* three draws from one sampler */
                             int32_t want = ref_pick(x, V, &cfg, rng, rc, val, prob);
-                            int32_t got = tdm_sampler_pick(&s, x, NULL, 0);
+                            int32_t got = tdm_sampler_pick(&s, x, NULL, 0, 0);
                             if (got != want)
                                 fail_msg("V %zu spread %g T %g p %g k %d draw %d: %d, expected %d", V,
                                          spreads[si], temps[ti], tops[pi], ks[ki], d, got, want);
@@ -1061,6 +1143,7 @@ int main(void) {
         cmocka_unit_test(test_genai_cache_consistency),
         cmocka_unit_test(test_exp_row),
         cmocka_unit_test(test_sampler_reference),
+        cmocka_unit_test(test_sampler_penalties),
         cmocka_unit_test(test_folder),
         cmocka_unit_test(test_all_logits_same),
         cmocka_unit_test(test_kv_int8),

@@ -660,6 +660,16 @@ static void test_bad_submits(void **state) {
     st = tdm_llm_engine_submit(e, prompt, 4, &p, on_event, &g, &id);
     assert_int_equal(tdm_status_code(st), TDM_ERR_INVALID_ARGUMENT);
     tdm_status_free(st);
+    p.top_logprobs = 0;
+    p.frequency_penalty = INFINITY; /* penalties must be finite */
+    st = tdm_llm_engine_submit(e, prompt, 4, &p, on_event, &g, &id);
+    assert_int_equal(tdm_status_code(st), TDM_ERR_INVALID_ARGUMENT);
+    tdm_status_free(st);
+    p.frequency_penalty = 0, p.presence_penalty = NAN;
+    st = tdm_llm_engine_submit(e, prompt, 4, &p, on_event, &g, &id);
+    assert_int_equal(tdm_status_code(st), TDM_ERR_INVALID_ARGUMENT);
+    tdm_status_free(st);
+    p.presence_penalty = 0;
     assert_int_equal(id, 77); /* untouched */
     assert_false(g.ended);
     /* a sequence that outgrows the whole pool ends with an error, and the engine goes on */
