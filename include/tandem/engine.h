@@ -97,6 +97,12 @@ typedef struct tdm_llm_request_params {
                                 lowered by presence_penalty + frequency_penalty times how many
                                 times it was generated */
     float frequency_penalty;
+    const int32_t *bias_ids; /* OpenAI's logit_bias: before each choice (greedy too; before the
+                                penalties) bias_values[i] is added to the logit of bias_ids[i],
+                                i < n_bias (copied; ids inside the vocabulary, values finite; an
+                                id twice adds both) */
+    const float *bias_values;
+    size_t n_bias;
 } tdm_llm_request_params;
 
 typedef enum tdm_llm_finish {

@@ -42,6 +42,9 @@ typedef struct eng_req {
     void *user;
     tdm_sampling sampling;
     float presence, frequency; /* tdm_llm_request_params' penalties */
+    int32_t *bias_ids;         /* its logit_bias (owned), n_bias pairs */
+    float *bias_values;
+    size_t n_bias;
     tdm_sampler smp;
     bool smp_ready;
     int max_tokens, top_logprobs;
@@ -160,6 +163,8 @@ static void req_free(tdm_llm_engine *e, eng_req *r) {
     tdm_free(e->a, r->tokens);
     tdm_free(e->a, r->blocks);
     tdm_free(e->a, r->stop);
+    tdm_free(e->a, r->bias_ids);
+    tdm_free(e->a, r->bias_values);
     tdm_free(e->a, r);
 }
 
@@ -372,6 +377,7 @@ static void plan(tdm_llm_engine *e) {
         if (!r->smp_ready) {
             tdm_status *st = tdm_sampler_init(&r->smp, e->a, e->vocab, &r->sampling);
             if (!st) st = tdm_sampler_set_penalties(&r->smp, r->presence, r->frequency);
+            if (!st) tdm_sampler_set_bias(&r->smp, r->bias_ids, r->bias_values, r->n_bias);
             if (st) {
                 finish(e, r, IN_WAITING, TDM_LLM_FINISH_ERROR, st);
                 continue;
@@ -818,13 +824,24 @@ tdm_status *tdm_llm_engine_submit(tdm_llm_engine *e, const int32_t *prompt, size
         return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_llm_request_params: max_tokens < 0, "
                        "top_logprobs outside 0..%d, n_stop_ids without stop_ids or a penalty "
                        "not finite", MAX_TOP);
+    if (p.n_bias && (!p.bias_ids || !p.bias_values))
+        return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_llm_request_params: n_bias without "
+                       "bias_ids / bias_values");
+    for (size_t i = 0; i < p.n_bias; i++)
+        if (p.bias_ids[i] < 0 || (size_t)p.bias_ids[i] >= e->vocab || !isfinite(p.bias_values[i]))
+            return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "logit bias %zu: token %d (the vocabulary has "
+                           "%zu) or its value is not finite", i, p.bias_ids[i], e->vocab);
     const tdm_allocator *a = e->a;
     eng_req *r = tdm_calloc(a, 1, sizeof *r);
     if (!r) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory for a request");
     r->tokens = tdm_calloc(a, (size_t)e->max_length, sizeof *r->tokens);
     r->blocks = tdm_calloc(a, (size_t)e->max_blocks, sizeof *r->blocks);
     r->stop = tdm_calloc(a, e->n_eos + p.n_stop_ids + 1, sizeof *r->stop);
-    if (!r->tokens || !r->blocks || !r->stop) {
+    if (p.n_bias) {
+        r->bias_ids = tdm_calloc(a, p.n_bias, sizeof *r->bias_ids);
+        r->bias_values = tdm_calloc(a, p.n_bias, sizeof *r->bias_values);
+    }
+    if (!r->tokens || !r->blocks || !r->stop || (p.n_bias && (!r->bias_ids || !r->bias_values))) {
         req_free(e, r);
         return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory for a request");
     }
@@ -835,6 +852,11 @@ tdm_status *tdm_llm_engine_submit(tdm_llm_engine *e, const int32_t *prompt, size
     r->sampling = p.sampling;
     r->presence = p.presence_penalty;
     r->frequency = p.frequency_penalty;
+    if (p.n_bias) {
+        memcpy(r->bias_ids, p.bias_ids, p.n_bias * sizeof *r->bias_ids);
+        memcpy(r->bias_values, p.bias_values, p.n_bias * sizeof *r->bias_values);
+        r->n_bias = p.n_bias;
+    }
     r->max_tokens = p.max_tokens;
     r->top_logprobs = p.top_logprobs;
     r->logprobs = p.logprobs || p.top_logprobs > 0;

@@ -339,13 +339,23 @@ static size_t nucleus_alone(tdm_sampler *s, const float *x, float T, double *kep
     }
 }
 
+void tdm_sampler_set_bias(tdm_sampler *s, const int32_t *bias_ids, const float *bias_values,
+                          size_t n) {
+    s->bias_ids = bias_ids, s->bias_values = bias_values, s->n_bias = n;
+}
+
 int32_t tdm_sampler_pick(tdm_sampler *s, const float *logits, const int32_t *seq, size_t n_seq,
                          size_t n_prompt) {
     size_t V = s->vocab;
     const tdm_sampling *c = &s->cfg;
     const float *x = logits;
-    if (c->repetition_penalty > 0 && c->repetition_penalty != 1.0f) {
+    if (s->n_bias) { /* the logit bias first, then the penalties on the biased logits */
         memcpy(s->work, logits, V * sizeof *s->work);
+        for (size_t i = 0; i < s->n_bias; i++) s->work[s->bias_ids[i]] += s->bias_values[i];
+        x = s->work;
+    }
+    if (c->repetition_penalty > 0 && c->repetition_penalty != 1.0f) {
+        if (x != s->work) memcpy(s->work, logits, V * sizeof *s->work);
         for (size_t i = 0; i < n_seq; i++) {
             int32_t t = seq[i];
             if (t < 0 || (size_t)t >= V || s->seen[t]) continue;

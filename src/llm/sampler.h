@@ -20,6 +20,9 @@ typedef struct tdm_sampler {
     void *sorted;         /* 2 vocab: (logit, id) pairs for top-p's nucleus and its sort */
     float presence, frequency; /* OpenAI's penalties (tdm_sampler_set_penalties) */
     int32_t *count;       /* vocab, while penalties are set: counts, zero between picks */
+    const int32_t *bias_ids; /* logit bias (tdm_sampler_set_bias; not owned) */
+    const float *bias_values;
+    size_t n_bias;
     const tdm_allocator *a;
 } tdm_sampler;
 
@@ -30,6 +33,10 @@ void tdm_sampler_free(tdm_sampler *s);
 void tdm_sampler_reseed(tdm_sampler *s);
 /* OpenAI's presence and frequency penalties (tdm_llm_request_params), finite; 0, 0 = none. */
 tdm_status *tdm_sampler_set_penalties(tdm_sampler *s, float presence, float frequency);
+/* A logit bias: bias_values[i] added to the logit of bias_ids[i] (inside the vocabulary, checked
+ * by the caller) before each choice, i < n; the arrays must live as long as the sampler. */
+void tdm_sampler_set_bias(tdm_sampler *s, const int32_t *bias_ids, const float *bias_values,
+                          size_t n);
 /* The next token for `logits` (vocab floats) after the sequence `seq` (the repetition penalty
  * counts all of it; the presence and frequency penalties seq[n_prompt..n_seq), the generated
  * tokens). */

@@ -9,7 +9,8 @@
  *
  * Sampling: temperature (default 1; 0 = greedy), top_p, top_k (-1 or 0 = all; an extension
  * as in vLLM), seed, presence_penalty and frequency_penalty (-2..2, over the tokens the request
- * generated), repetition_penalty and ignore_eos (vLLM's extensions). stop: a string or
+ * generated), logit_bias (up to 1024 token ids, -100..100, added before the penalties),
+ * repetition_penalty and ignore_eos (vLLM's extensions). stop: a string or
  * up to 16; matched on the generated text, which is cut before the match, and the request
  * stops in the engine at once. n = 1 only. logprobs: completions `logprobs: N` (0..20), chat
  * `logprobs: true` with `top_logprobs: N`. stream: server-sent events, `data: {chunk}` then
@@ -665,6 +666,12 @@ static enum MHD_Result completion(sv_conn *c, bool chat) {
         ret = fail(c, 400, chat ? "messages" : "prompt", NULL, "the prompt is empty");
         goto out;
     }
+    for (size_t i = 0; i < o.p.n_bias; i++)
+        if ((size_t)o.bias_ids[i] >= tdm_llm_engine_vocab_size(m->engine)) {
+            ret = fail(c, 400, "logit_bias", NULL, "'logit_bias' token %d is outside the vocabulary (%zu)",
+                       o.bias_ids[i], tdm_llm_engine_vocab_size(m->engine));
+            goto out;
+        }
     int64_t max_tokens = o.max_tokens >= 0 ? o.max_tokens : chat ? 0 : 16;
     if ((int64_t)n_ids + (max_tokens ? max_tokens : 1) > m->max_length) {
         ret = fail(c, 400, chat ? "messages" : "prompt", "context_length_exceeded",

@@ -82,8 +82,28 @@ static bool parse_common(json_t *root, bool chat, oa_params *o, oa_bad *b) {
         !get_num(root, "frequency_penalty", -2, 2, &frequency, b))
         return false;
     json_t *bias = get(root, "logit_bias");
-    if (bias && (!json_is_object(bias) || json_object_size(bias)))
-        return bad(b, "logit_bias", "'logit_bias' is not supported");
+    if (bias && !json_is_null(bias)) {
+        if (!json_is_object(bias))
+            return bad(b, "logit_bias", "'logit_bias' must be an object of token ids and biases");
+        if (json_object_size(bias) > OA_MAX_BIAS)
+            return bad(b, "logit_bias", "'logit_bias' has more than %d entries", OA_MAX_BIAS);
+        const char *key;
+        json_t *val;
+        json_object_foreach(bias, key, val) {
+            size_t len = strlen(key);
+            bool digits = len > 0 && len <= 10;
+            for (size_t i = 0; digits && i < len; i++) digits = key[i] >= '0' && key[i] <= '9';
+            long long id = digits ? strtoll(key, NULL, 10) : -1;
+            if (id < 0 || id > INT32_MAX)
+                return bad(b, "logit_bias", "'logit_bias' keys must be token ids (\"%.32s\" is not)", key);
+            if (!json_is_number(val) || !(json_number_value(val) >= -100 && json_number_value(val) <= 100))
+                return bad(b, "logit_bias", "'logit_bias' values must be numbers in -100..100");
+            o->bias_ids[o->p.n_bias] = (int32_t)id;
+            o->bias_values[o->p.n_bias++] = (float)json_number_value(val);
+        }
+        o->p.bias_ids = o->bias_ids;
+        o->p.bias_values = o->bias_values;
+    }
     json_t *so = get(root, "stream_options");
     if (so) {
         if (!json_is_object(so)) return bad(b, "stream_options", "'stream_options' must be an object");

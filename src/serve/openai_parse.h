@@ -14,6 +14,7 @@
 #define OA_MAX_STOP 16
 #define OA_MAX_STOP_LEN 256
 #define OA_MAX_TOP 20
+#define OA_MAX_BIAS 1024 /* logit_bias entries */
 
 /* The fields of a request (stop strings point into the JSON tree). */
 typedef struct oa_params {
@@ -24,6 +25,9 @@ typedef struct oa_params {
     int n_stop;
     const char *stop[OA_MAX_STOP];
     size_t stop_len[OA_MAX_STOP];
+    int32_t bias_ids[OA_MAX_BIAS]; /* logit_bias (p.bias_ids / bias_values point here; the ids
+                                      are not checked against the vocabulary) */
+    float bias_values[OA_MAX_BIAS];
 } oa_params;
 
 /* Why a request is refused: the message and the field (OpenAI's `param`, may be NULL). */

@@ -330,6 +330,31 @@ class Tests:
         self.error("/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": "hi"}],
                                             "frequency_penalty": -3}, 400, "frequency_penalty")
 
+    def test_logit_bias(self):
+        # OpenAI's logit_bias: +100 on a token makes greedy text that token again and again, -100
+        # on greedy's first token (from `tandem generate`) moves the first token; keys that are
+        # not token ids, ids outside the vocabulary, values outside -100..100 and too many
+        # entries are refused with the field named
+        prompt = "Once upon a time"
+        ref = generate(self.tandem, self.folder, prompt, 6, chat=False)
+        first = ref["tokens"][0]
+        kw = dict(model=MODEL, prompt=prompt, max_tokens=6, temperature=0, logprobs=1)
+        forced = self.client.completions.create(logit_bias={"5": 100}, **kw).choices[0]
+        toks = forced.logprobs.tokens
+        assert len(toks) == 6 and len(set(toks)) == 1 and forced.text == toks[0] * 6, toks
+        away = self.client.completions.create(logit_bias={str(first): -100}, **kw).choices[0]
+        plain = self.client.completions.create(**kw).choices[0]
+        assert plain.text == ref["text"], (plain.text, ref["text"])
+        assert away.logprobs.tokens[0] != plain.logprobs.tokens[0], (away.logprobs.tokens, plain.logprobs.tokens)
+        c = self.client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}],
+                                                max_tokens=4, temperature=0.8, seed=1, logit_bias={"7": 100},
+                                                logprobs=True)
+        assert len({t.token for t in c.choices[0].logprobs.content}) == 1, c.choices[0].logprobs.content
+        base = {"model": MODEL, "prompt": prompt, "max_tokens": 2}
+        for bias in ({"abc": 1}, {"-3": 1}, {"1000000": 1}, {"5": 101}, {"5": "x"}, [5],
+                     {str(i): 1 for i in range(1025)}):
+            self.error("/v1/completions", dict(base, logit_bias=bias), 400, "logit_bias")
+
     def test_logprobs(self):
         r = self.client.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=8,
                                            temperature=0, logprobs=3)
@@ -718,7 +743,7 @@ def main():
         t = Tests(server, args.tandem, folder, smol)
         order = ["test_models", "test_completion_greedy_matches_generate", "test_chat_greedy_matches_generate",
                  "test_stream_completion", "test_stream_chat", "test_stop_strings", "test_seed", "test_penalties",
-                 "test_logprobs",
+                 "test_logit_bias", "test_logprobs",
                  "test_errors", "test_concurrent_streams_with_disconnects",
                  "test_client_gone_while_waiting", "test_smol", "test_metrics", "test_kserve_side",
                  "test_unload_cancels_and_reload", "test_kv_cache_dtype"]

@@ -997,8 +997,9 @@ static int32_t ref_pick(const float *x, size_t V, const tdm_sampling *c, uint64_
     return rc[n - 1].id;
 }
 
-/* The repetition, presence and frequency penalties against a reference of their rules: the
- * repetition penalty (Hugging Face's) once per distinct token of the whole sequence, then each
+/* The logit bias and the repetition, presence and frequency penalties against a reference of
+ * their rules: the bias added first (an id twice: both), the repetition penalty (Hugging
+ * Face's) once per distinct token of the whole sequence, then each
  * token generated so far (after the prompt) lowered by presence + frequency x its count, then
  * the draw (ref_pick). Greedy and sampled, positive and negative penalties, one sampler for
  * several picks as the sequence grows (its counts must be back to zero after each pick); and
@@ -1008,6 +1009,8 @@ static void test_sampler_penalties(void **state) {
     static const size_t vocabs[] = {50, 49152};
     static const float pres[] = {0, 0.7f, -0.5f}, freq[] = {0, 0.4f, 2.0f}, reps[] = {0, 1.3f};
     static const float temps[] = {0, 0.8f};
+    static const int32_t bias_ids[] = {1, 2, 1, 40};
+    static const float bias_values[] = {2.5f, -1.0f, 0.75f, 4.0f};
     size_t VM = 49152;
     float *x = malloc(VM * sizeof *x), *x2 = malloc(VM * sizeof *x2), *val = malloc(VM * sizeof *val);
     float *prob = malloc(VM * sizeof *prob);
@@ -1015,7 +1018,7 @@ static void test_sampler_penalties(void **state) {
     int32_t *cnt = calloc(VM, sizeof *cnt);
     assert_true(x && x2 && val && prob && rc && cnt);
     uint64_t r = 99;
-    int picks = 0, moved = 0;
+    int picks = 0, moved = 0, biased = 0;
     for (size_t vi = 0; vi < sizeof vocabs / sizeof vocabs[0]; vi++) {
         size_t V = vocabs[vi];
         int32_t seq[64];
@@ -1036,11 +1039,14 @@ static void test_sampler_penalties(void **state) {
                         tdm_sampler s;
                         assert_null(tdm_sampler_init(&s, NULL, V, &cfg));
                         assert_null(tdm_sampler_set_penalties(&s, pres[a], freq[f]));
+                        size_t nb = (a + f + rp) % 2 ? 4 : 0; /* a logit bias on half the configs */
+                        tdm_sampler_set_bias(&s, bias_ids, bias_values, nb);
                         uint64_t rng[4];
                         memcpy(rng, s.rng, sizeof rng);
                         size_t n_prompt = 10;
                         for (size_t n_seq = 10; n_seq <= 64; n_seq += 9) {
                             memcpy(x2, x, V * sizeof *x2);
+                            for (size_t i = 0; i < nb; i++) x2[bias_ids[i]] += bias_values[i];
                             if (reps[rp] > 0)
                                 for (size_t i = 0; i < n_seq; i++) {
                                     int32_t t = seq[i];
@@ -1060,8 +1066,9 @@ static void test_sampler_penalties(void **state) {
                                 fail_msg("V %zu presence %g frequency %g repetition %g T %g, %zu tokens: "
                                          "%d, expected %d", V, pres[a], freq[f], reps[rp], temps[ti], n_seq,
                                          got, want);
-                            if (!ti && (pres[a] != 0 || freq[f] != 0))
+                            if (!ti && (pres[a] != 0 || freq[f] != 0) && !nb)
                                 moved += got != ref_arg_max(x, V) && reps[rp] == 0;
+                            biased += nb && !ti && got == 40;
                             picks++;
                         }
                         tdm_sampler_free(&s);
@@ -1069,6 +1076,7 @@ static void test_sampler_penalties(void **state) {
     }
     assert_int_equal(picks, 2 * 3 * 3 * 2 * 2 * 7);
     assert_true(moved >= 10); /* greedy picks the penalties alone moved off the arg max */
+    assert_true(biased >= 10); /* greedy picks the bias of 4 on token 40 took */
     tdm_sampler s;
     tdm_sampling g = {0};
     assert_null(tdm_sampler_init(&s, NULL, 10, &g));

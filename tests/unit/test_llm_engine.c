@@ -670,6 +670,21 @@ static void test_bad_submits(void **state) {
     assert_int_equal(tdm_status_code(st), TDM_ERR_INVALID_ARGUMENT);
     tdm_status_free(st);
     p.presence_penalty = 0;
+    int32_t bid[2] = {3, (int32_t)vocab};
+    float bval[2] = {1.0f, 2.0f};
+    p.bias_ids = bid, p.bias_values = bval, p.n_bias = 2; /* an id outside the vocabulary */
+    st = tdm_llm_engine_submit(e, prompt, 4, &p, on_event, &g, &id);
+    assert_int_equal(tdm_status_code(st), TDM_ERR_INVALID_ARGUMENT);
+    tdm_status_free(st);
+    bid[1] = 4, bval[1] = NAN;
+    st = tdm_llm_engine_submit(e, prompt, 4, &p, on_event, &g, &id);
+    assert_int_equal(tdm_status_code(st), TDM_ERR_INVALID_ARGUMENT);
+    tdm_status_free(st);
+    p.bias_values = NULL;
+    st = tdm_llm_engine_submit(e, prompt, 4, &p, on_event, &g, &id);
+    assert_int_equal(tdm_status_code(st), TDM_ERR_INVALID_ARGUMENT);
+    tdm_status_free(st);
+    p.bias_ids = NULL, p.n_bias = 0;
     assert_int_equal(id, 77); /* untouched */
     assert_false(g.ended);
     /* a sequence that outgrows the whole pool ends with an error, and the engine goes on */
