@@ -1,5 +1,6 @@
-/* Token sampling (sampler.h). The order is Hugging Face's: repetition penalty, temperature,
- * top-k, top-p, then a draw. Greedy (temperature 0) takes the arg max, lowest id on ties. */
+/* Token sampling (sampler.h). The order: the logit bias, the repetition penalty (Hugging
+ * Face's), the presence and frequency penalties (OpenAI's), then greedy (the arg max, lowest id
+ * on ties) or temperature, top-k, top-p and a draw (Hugging Face's order). */
 #include <math.h>
 #include <stdbool.h>
 #include <string.h>
@@ -52,8 +53,7 @@ tdm_status *tdm_sampler_init(tdm_sampler *s, const tdm_allocator *a, size_t voca
     s->seen = tdm_calloc(a, vocab + 1, 1);
     s->cand = tdm_calloc(a, vocab + 1, sizeof *s->cand);
     s->prob = tdm_calloc(a, vocab + 1, sizeof *s->prob);
-    s->sorted = tdm_calloc(a, 2 * (vocab + 1), sizeof(scored));
-    if (!s->work || !s->seen || !s->cand || !s->prob || !s->sorted) {
+    if (!s->work || !s->seen || !s->cand || !s->prob) {
         tdm_sampler_free(s);
         return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory for the sampler");
     }
@@ -314,9 +314,18 @@ static size_t nucleus_alone(tdm_sampler *s, const float *x, float T, double *kep
         *kept = 1;
         return 1;
     }
+    float p = s->cfg.top_p;
+    if (!s->sorted) /* the first top-p pick: 16 bytes a token (SmolLM2: 786 KB) */
+        s->sorted = tdm_calloc(s->a, 2 * (V + 1), sizeof(scored));
+    if (!s->sorted) { /* no memory for it: the same candidates by a heap sort of them all */
+        top_k(x, V, V, s->cand);
+        for (size_t i = 0; i < V; i++) s->prob[i] = x[s->cand[i]];
+        tdm_sampler_exp_row(s->prob, V, mx, inv, s->prob);
+        bool reached;
+        return nucleus(s->prob, V, total, p, kept, &reached);
+    }
     double mass[NUC_BUCKETS] = {0};
     for (size_t i = 0; i < V; i++) mass[nuc_bucket(x[i], mx, k)] += s->prob[i];
-    float p = s->cfg.top_p;
     scored *sc = s->sorted;
     double acc = 0;
     int b = 0; /* buckets [0, b) hold the candidates */

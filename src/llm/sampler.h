@@ -17,7 +17,8 @@ typedef struct tdm_sampler {
     uint8_t *seen;        /* vocab: marks for the penalty */
     int32_t *cand;        /* vocab: candidate ids */
     float *prob;          /* vocab: their probabilities */
-    void *sorted;         /* 2 vocab: (logit, id) pairs for top-p's nucleus and its sort */
+    void *sorted;         /* 2 vocab (key, id) pairs for top-p's nucleus and its sort, from
+                             the first pick that needs them */
     float presence, frequency; /* OpenAI's penalties (tdm_sampler_set_penalties) */
     int32_t *count;       /* vocab, while penalties are set: counts, zero between picks */
     const int32_t *bias_ids; /* logit bias (tdm_sampler_set_bias; not owned) */

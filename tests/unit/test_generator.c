@@ -1087,6 +1087,24 @@ static void test_sampler_penalties(void **state) {
     free(x), free(x2), free(val), free(prob), free(rc), free(cnt);
 }
 
+/* An allocator that refuses every request after the first `left` (test_sampler_reference:
+ * the sampler's nucleus buffer, asked for at the first top-p pick, refused). */
+typedef struct stingy {
+    int left;
+} stingy;
+
+static void *stingy_alloc(void *user, size_t size, size_t align) {
+    stingy *st = user;
+    if (st->left-- <= 0) return NULL;
+    void *p = NULL;
+    return posix_memalign(&p, align < sizeof(void *) ? sizeof(void *) : align, size) ? NULL : p;
+}
+
+static void stingy_free(void *user, void *p) {
+    (void)user;
+    free(p);
+}
+
 static void test_sampler_reference(void **state) {
     (void)state;
     static const size_t vocabs[] = {1, 7, 100, 5000, 49152};
@@ -1116,7 +1134,10 @@ static void test_sampler_reference(void **state) {
                     for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
                         tdm_sampling cfg = {temps[ti], ks[ki], tops[pi], 0, 1000 + (uint64_t)picks};
                         tdm_sampler s;
-                        assert_null(tdm_sampler_init(&s, NULL, V, &cfg));
+                        /* every other config: no memory for the nucleus's buffer (its fallback) */
+                        stingy st = {4};
+                        tdm_allocator a = {stingy_alloc, stingy_free, &st};
+                        assert_null(tdm_sampler_init(&s, picks % 2 ? &a : NULL, V, &cfg));
                         uint64_t rng[4];
                         memcpy(rng, s.rng, sizeof rng);
                         for (int d = 0; d < 3; d++) { /* three draws from one sampler */
