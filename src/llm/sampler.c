@@ -207,15 +207,31 @@ static void heap_down(const float *x, int32_t *h, size_t n, size_t i) {
     }
 }
 
-/* The k best ids of x in cand[0..k), best first. */
+/* The k best ids of x in cand[0..k), best first. A later id enters the heap only above its
+ * least (a tie keeps the lower id there): sixteen at a time are compared with that value and
+ * skipped together when none is above it, most of a vocabulary (top-k 40 of 49,152: 45 -> 11
+ * us a pick, sampler_bench). */
 static void top_k(const float *x, size_t n, size_t k, int32_t *cand) {
     for (size_t i = 0; i < k; i++) cand[i] = (int32_t)i;
     for (size_t i = k / 2; i-- > 0;) heap_down(x, cand, k, i);
-    for (size_t i = k; i < n; i++)
-        if (heap_less(x, cand[0], (int32_t)i)) {
-            cand[0] = (int32_t)i;
-            heap_down(x, cand, k, 0);
+    size_t i = k;
+    while (i < n) {
+        float least = x[cand[0]];
+        if (i + 16 <= n) {
+            v4f t = {least, least, least, least};
+            v4i any = {0, 0, 0, 0};
+            for (int q = 0; q < 4; q++) any |= ld4(x + i + 4 * q) > t;
+            if (!(any[0] | any[1] | any[2] | any[3])) {
+                i += 16;
+                continue;
+            }
         }
+        for (size_t e = i + 16 < n ? i + 16 : n; i < e; i++)
+            if (x[i] > x[cand[0]]) {
+                cand[0] = (int32_t)i;
+                heap_down(x, cand, k, 0);
+            }
+    }
     /* heap sort: pop the smallest to the back */
     for (size_t m = k; m > 1; m--) {
         int32_t t = cand[0];
