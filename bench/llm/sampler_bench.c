@@ -51,7 +51,7 @@ int main(int argc, char **argv) {
         long check = 0;
         for (int k = 0; k < 200; k++) {
             double t0 = now();
-            check += tdm_sampler_pick(&s, x, NULL, 0, 0);
+            check += tdm_sampler_pick(&s, x, NULL, 0, NULL, 0);
             double t = now() - t0;
             best = t < best ? t : best;
         }

@@ -126,6 +126,12 @@ typedef struct tdm_generator_options {
                               TDM_EXPLAIN_PROFILE, ...) shows them per op type and per node,
                               tdm_session_reset_measurements starts again (tandem bench --llm
                               --profile: the decode steps of each tg test) */
+    float presence_penalty;  /* OpenAI's penalties, finite (0 = none), as the engine's
+                                (include/tandem/engine.h): before each choice, greedy too, the
+                                logit of every token the generator has generated since it was
+                                made or reset (not the appended ones) is lowered by
+                                presence_penalty + frequency_penalty times its count */
+    float frequency_penalty;
 } tdm_generator_options;
 
 /* Loads the model folder (see above) and prepares the session. `options` may be NULL. */

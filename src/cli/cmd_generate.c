@@ -16,7 +16,8 @@ static void generate_usage(FILE *f) {
             "usage: tandem generate MODEL_DIR (--prompt TEXT | --prompt-ids LIST) [--chat | --no-chat]\n"
             "                       [--system TEXT] [--max-tokens N] [--max-length N]\n"
             "                       [--temperature T] [--top-k K] [--top-p P]\n"
-            "                       [--repetition-penalty R] [--seed S] [--stop-id ID]...\n"
+            "                       [--repetition-penalty R] [--presence-penalty P]\n"
+            "                       [--frequency-penalty F] [--seed S] [--stop-id ID]...\n"
             "                       [--ignore-eos] [--threads N] [--json]\n"
             "                       [--device DEV] [--device-memory DEV=SIZE] [--residency R]\n"
             "                       [--kv-type auto|f32|f16|int8|int4]\n\n"
@@ -41,6 +42,8 @@ static void generate_usage(FILE *f) {
             "  --top-k K          sample among the K most likely tokens (0 = all)\n"
             "  --top-p P          sample among the most likely tokens whose probability reaches P\n"
             "  --repetition-penalty R  > 1 discourages tokens already in the text (1 = none)\n"
+            "  --presence-penalty P    OpenAI's, -2..2: each generated token's logit lowered by P\n"
+            "  --frequency-penalty F   OpenAI's, -2..2: ... by F times how often it was generated\n"
             "  --seed S           seed of the sampling (default 0): the same seed, same tokens\n"
             "  --stop-id ID       another token id that ends the generation (repeatable); the\n"
             "                     folder's eos ids and the tokenizer's eos token always do\n"
@@ -74,7 +77,7 @@ typedef struct gen_args {
     const char *dir, *prompt, *prompt_ids, *system, *device_memory, *residency, *device, *kv_type;
     int chat; /* -1 auto, 0 no, 1 yes */
     long max_tokens, max_length, threads, top_k;
-    double temperature, top_p, rep;
+    double temperature, top_p, rep, presence, frequency;
     unsigned long long seed;
     int32_t stop[MAX_STOP];
     int n_stop;
@@ -163,6 +166,9 @@ static int parse_args(int argc, char **argv, gen_args *a) {
         } else if (!strcmp(o, "--repetition-penalty")) {
             if (!parse_double(argv[++i], 1e-6, 1e6, &a->rep))
                 return bad_value(o, argv[i], "a number > 0");
+        } else if (!strcmp(o, "--presence-penalty") || !strcmp(o, "--frequency-penalty")) {
+            if (!parse_double(argv[++i], -2, 2, o[2] == 'p' ? &a->presence : &a->frequency))
+                return bad_value(o, argv[i], "a number in [-2, 2]");
         } else if (!strcmp(o, "--seed")) {
             char *end;
             errno = 0;
@@ -373,6 +379,8 @@ int cmd_generate(int argc, char **argv) {
         go.sampling.top_p = (float)a.top_p;
         go.sampling.repetition_penalty = (float)a.rep;
         go.sampling.seed = a.seed;
+        go.presence_penalty = (float)a.presence;
+        go.frequency_penalty = (float)a.frequency;
         go.stop_ids = stops;
         go.n_stop_ids = ns;
         go.ignore_eos = a.ignore_eos;

@@ -441,7 +441,8 @@ static void sample_range(void *arg, int64_t j0, int64_t j1) {
         if (r->ignore_eos)
             for (size_t i = 0; i < e->n_eos; i++)
                 if (e->eos[i] >= 0 && (size_t)e->eos[i] < e->vocab) lg[e->eos[i]] = -INFINITY;
-        pk->token = tdm_sampler_pick(&r->smp, lg, r->tokens, r->n_tokens, r->n_prompt);
+        pk->token = tdm_sampler_pick(&r->smp, lg, r->tokens, r->n_tokens, r->tokens + r->n_prompt,
+                                     r->n_tokens - r->n_prompt);
         pk->logprob = NAN; /* not asked: no log-softmax over the vocabulary */
         if (r->logprobs && !is_stop(r, pk->token))
             pk->logprob = log_probs(lg, e->vocab, r->sampling.temperature, pk->token,

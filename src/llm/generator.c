@@ -94,6 +94,9 @@ struct tdm_generator {
     bool have_logits;
     int32_t *tokens;        /* max_length */
     size_t n_tokens, n_cached;
+    int32_t *gen;           /* max_length: the tokens next() chose since creation or reset */
+    size_t n_gen;
+    float presence, frequency; /* the options' penalties */
     int32_t *stop;          /* the eos ids (unless ignore_eos) and the stop ids */
     bool ignore_eos;        /* eos ids are never sampled (their logits are set to -inf) */
     size_t n_stop;
@@ -404,10 +407,11 @@ static tdm_status *alloc_state(tdm_generator *g) {
     g->mask_buf = tdm_calloc(g->a, ml, tdm_dtype_size(g->mask_dtype));
     g->pos_buf = tdm_calloc(g->a, ml, tdm_dtype_size(g->pos_dtype));
     g->tokens = tdm_calloc(g->a, ml, sizeof *g->tokens);
+    g->gen = tdm_calloc(g->a, ml, sizeof *g->gen);
     size_t nc = (size_t)g->n_layers * 2;
     g->cache = tdm_calloc(g->a, nc, sizeof *g->cache);
     g->empty = tdm_calloc(g->a, nc, sizeof *g->empty);
-    if (!g->ids_buf || !g->mask_buf || !g->pos_buf || !g->tokens || !g->cache || !g->empty)
+    if (!g->ids_buf || !g->mask_buf || !g->pos_buf || !g->tokens || !g->gen || !g->cache || !g->empty)
         return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory creating a generator");
     TDM_TRY(kv_places(g));
     for (size_t i = 0; i < ml; i++) tdm_llm_put_index(g->pos_buf, g->pos_dtype, i, (int64_t)i);
@@ -497,6 +501,8 @@ tdm_status *tdm_generator_create(tdm_env *env, const char *dir, const tdm_genera
     }
     if (opt.max_length < 0)
         return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "max_length is %d; it must be >= 0", opt.max_length);
+    if (!isfinite(opt.presence_penalty) || !isfinite(opt.frequency_penalty))
+        return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "a presence or frequency penalty is not finite");
     /* kv_type: TDM_UNDEFINED = the model's */
     tdm_dtype kv_want = TDM_UNDEFINED;
     TDM_TRY(tdm_llm_parse_kv_type(opt.kv_type, &kv_want));
@@ -516,6 +522,7 @@ tdm_status *tdm_generator_create(tdm_env *env, const char *dir, const tdm_genera
     g->env = env;
     g->a = a;
     g->sampling = opt.sampling;
+    g->presence = opt.presence_penalty, g->frequency = opt.frequency_penalty;
     g->dynamic_mask = opt.dynamic_mask;
     atomic_init(&g->cancelled, 0);
     tdm_status *st = tdm_llm_folder_read(dir, &g->f);
@@ -615,6 +622,7 @@ void tdm_generator_free(tdm_generator *g) {
     tdm_free(g->a, g->mask_buf);
     tdm_free(g->a, g->pos_buf);
     tdm_free(g->a, g->tokens);
+    tdm_free(g->a, g->gen);
     tdm_free(g->a, g->stop);
     tdm_free(g->a, g->logits);
     tdm_free(g->a, g);
@@ -638,6 +646,7 @@ static tdm_status *vocab_ready(tdm_generator *g, size_t vocab) {
     }
     TDM_TRY(tdm_sampler_init(&g->smp, g->a, vocab, &g->sampling));
     g->smp_ready = true;
+    TDM_TRY(tdm_sampler_set_penalties(&g->smp, g->presence, g->frequency));
     return NULL;
 }
 
@@ -762,7 +771,8 @@ tdm_status *tdm_generator_next(tdm_generator *g, int32_t *token) {
     if (g->ignore_eos)
         for (size_t i = 0; i < g->n_eos; i++)
             if (g->eos[i] >= 0 && (size_t)g->eos[i] < g->vocab) g->logits[g->eos[i]] = -INFINITY;
-    int32_t t = tdm_sampler_pick(&g->smp, g->logits, g->tokens, g->n_tokens, g->n_tokens);
+    int32_t t = tdm_sampler_pick(&g->smp, g->logits, g->tokens, g->n_tokens, g->gen, g->n_gen);
+    g->gen[g->n_gen++] = t;
     g->tokens[g->n_tokens] = t;
     tdm_llm_put_index(g->ids_buf, g->ids_dtype, g->n_tokens, t);
     g->n_tokens++;
@@ -812,7 +822,7 @@ bool tdm_generator_is_done(const tdm_generator *g) {
 
 void tdm_generator_reset(tdm_generator *g) {
     if (!g) return;
-    g->n_tokens = g->n_cached = 0;
+    g->n_tokens = g->n_cached = g->n_gen = 0;
     memset(g->mask_buf, 0, (size_t)g->max_length * tdm_dtype_size(g->mask_dtype));
     g->done = false;
     g->have_logits = false;

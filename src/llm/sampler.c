@@ -370,7 +370,7 @@ void tdm_sampler_set_bias(tdm_sampler *s, const int32_t *bias_ids, const float *
 }
 
 int32_t tdm_sampler_pick(tdm_sampler *s, const float *logits, const int32_t *seq, size_t n_seq,
-                         size_t n_prompt) {
+                         const int32_t *gen, size_t n_gen) {
     size_t V = s->vocab;
     const tdm_sampling *c = &s->cfg;
     const float *x = logits;
@@ -392,14 +392,14 @@ int32_t tdm_sampler_pick(tdm_sampler *s, const float *logits, const int32_t *seq
             if (seq[i] >= 0 && (size_t)seq[i] < V) s->seen[seq[i]] = 0;
         x = s->work;
     }
-    if (s->count && (s->presence != 0 || s->frequency != 0) && n_prompt < n_seq) {
+    if (s->count && (s->presence != 0 || s->frequency != 0) && n_gen) {
         /* OpenAI's: minus presence + frequency x count for each token generated so far */
         if (x != s->work) memcpy(s->work, logits, V * sizeof *s->work);
         x = s->work;
-        for (size_t i = n_prompt; i < n_seq; i++)
-            if (seq[i] >= 0 && (size_t)seq[i] < V) s->count[seq[i]]++;
-        for (size_t i = n_prompt; i < n_seq; i++) {
-            int32_t t = seq[i];
+        for (size_t i = 0; i < n_gen; i++)
+            if (gen[i] >= 0 && (size_t)gen[i] < V) s->count[gen[i]]++;
+        for (size_t i = 0; i < n_gen; i++) {
+            int32_t t = gen[i];
             if (t < 0 || (size_t)t >= V || !s->count[t]) continue;
             s->work[t] -= s->presence + s->frequency * (float)s->count[t];
             s->count[t] = 0; /* once per token; zero again for the next pick */

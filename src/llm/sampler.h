@@ -38,11 +38,11 @@ tdm_status *tdm_sampler_set_penalties(tdm_sampler *s, float presence, float freq
  * by the caller) before each choice, i < n; the arrays must live as long as the sampler. */
 void tdm_sampler_set_bias(tdm_sampler *s, const int32_t *bias_ids, const float *bias_values,
                           size_t n);
-/* The next token for `logits` (vocab floats) after the sequence `seq` (the repetition penalty
- * counts all of it; the presence and frequency penalties seq[n_prompt..n_seq), the generated
- * tokens). */
+/* The next token for `logits` (vocab floats) after the sequence `seq` (all of it: the
+ * repetition penalty's) of which gen[0..n_gen) are the tokens generated so far (the presence
+ * and frequency penalties'). */
 int32_t tdm_sampler_pick(tdm_sampler *s, const float *logits, const int32_t *seq, size_t n_seq,
-                         size_t n_prompt);
+                         const int32_t *gen, size_t n_gen);
 /* out[i] = e^((x[i] - mx) * inv) for i < n (out NULL: none kept; out == x allowed), the sum of
  * them in double: mx at least every x[i] (the row's largest), inv > 0. A polynomial exp within
  * 2 ulp of expf, e^-87 at most below (NaN too), four-wide plain C vectors; the sampler's

@@ -136,10 +136,10 @@ def metric(m, name, **labels):
     return m[f"{name}{{{lab}}}"]
 
 
-def generate(tandem, folder, prompt, max_tokens, chat, kv_type="auto"):
+def generate(tandem, folder, prompt, max_tokens, chat, kv_type="auto", extra=()):
     out = subprocess.run([tandem, "generate", folder, "--prompt", prompt, "--max-tokens", str(max_tokens),
-                          "--chat" if chat else "--no-chat", "--json", "--threads", "1", "--kv-type", kv_type],
-                         check=True, capture_output=True, text=True)
+                          "--chat" if chat else "--no-chat", "--json", "--threads", "1", "--kv-type", kv_type,
+                          *extra], check=True, capture_output=True, text=True)
     return json.loads(out.stdout)
 
 
@@ -323,6 +323,15 @@ class Tests:
         b = self.client.completions.create(presence_penalty=0.5, frequency_penalty=2, **kw).choices[0].text
         assert a == b, (a, b)
         assert a != plain, (a, plain)
+        # the same greedy text as `tandem generate` with the same penalties (one request, so the
+        # engine's generated tokens are the generator's)
+        ref = generate(self.tandem, self.folder, kw["prompt"], 32, chat=False,
+                       extra=("--presence-penalty", "0.5", "--frequency-penalty", "2"))
+        assert a == ref["text"], (a, ref["text"])
+        neg = self.client.completions.create(presence_penalty=-1, frequency_penalty=0.25, **kw).choices[0].text
+        ref = generate(self.tandem, self.folder, kw["prompt"], 32, chat=False,
+                       extra=("--presence-penalty", "-1", "--frequency-penalty", "0.25"))
+        assert neg == ref["text"], (neg, ref["text"])
         c = self.client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}],
                                                 max_tokens=16, temperature=0.9, seed=4, frequency_penalty=-1.5)
         assert c.choices[0].message.content is not None

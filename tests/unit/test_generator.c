@@ -389,6 +389,24 @@ static void test_sampling(void **state) {
     generate_ids(g, d, 20);
     for (int i = 0; i < 20; i++) assert_true(d[i] >= 0 && d[i] < 96);
     tdm_generator_free(g);
+    /* OpenAI's penalties (options): a strong frequency penalty moves greedy off its repeats, a
+     * reset forgets what was generated, a non-finite one is refused */
+    tdm_generator_options po;
+    memset(&po, 0, sizeof po);
+    po.struct_size = sizeof po;
+    po.max_length = 64, po.threads = 1, po.ignore_eos = true, po.frequency_penalty = 2.0f;
+    OK(tdm_generator_create(env, TINY, &po, &g));
+    int32_t pen[20], pen2[20];
+    generate_ids(g, pen, 20);
+    tdm_generator_reset(g);
+    generate_ids(g, pen2, 20);
+    assert_memory_equal(pen, pen2, sizeof pen);
+    assert_memory_not_equal(pen, greedy, sizeof pen);
+    tdm_generator_free(g);
+    po.presence_penalty = NAN;
+    tdm_status *st = tdm_generator_create(env, TINY, &po, &g);
+    assert_int_equal(tdm_status_code(st), TDM_ERR_INVALID_ARGUMENT);
+    tdm_status_free(st);
     tdm_env_free(env);
 }
 
@@ -890,7 +908,7 @@ static void test_greedy_arg_max(void **state) {
             case 8: x[n - 1] = 9.0f; if (n > 20) x[19] = 9.0f; break;     /* tie across lanes */
             default: break;
             }
-            int32_t want = ref_arg_max(x, n), got = tdm_sampler_pick(&s, x, NULL, 0, 0);
+            int32_t want = ref_arg_max(x, n), got = tdm_sampler_pick(&s, x, NULL, 0, NULL, 0);
             if (got != want) fail_msg("n %zu kind %d: %d, expected %d", n, kind, got, want);
             /* the maximum alone (the engine's log-probabilities take it): -inf when all NaN */
             float mx = tdm_sampler_max(x, n), want_mx = isnan(x[want]) ? -INFINITY : x[want];
@@ -1061,7 +1079,7 @@ static void test_sampler_penalties(void **state) {
                                     cnt[seq[i]] = 0;
                                 }
                             int32_t want = ref_pick(x2, V, &cfg, rng, rc, val, prob);
-                            int32_t got = tdm_sampler_pick(&s, x, seq, n_seq, n_prompt);
+                            int32_t got = tdm_sampler_pick(&s, x, seq, n_seq, seq + n_prompt, n_seq - n_prompt);
                             if (got != want)
                                 fail_msg("V %zu presence %g frequency %g repetition %g T %g, %zu tokens: "
                                          "%d, expected %d", V, pres[a], freq[f], reps[rp], temps[ti], n_seq,
@@ -1142,7 +1160,7 @@ static void test_sampler_reference(void **state) {
                         memcpy(rng, s.rng, sizeof rng);
                         for (int d = 0; d < 3; d++) { /* three draws from one sampler */
                             int32_t want = ref_pick(x, V, &cfg, rng, rc, val, prob);
-                            int32_t got = tdm_sampler_pick(&s, x, NULL, 0, 0);
+                            int32_t got = tdm_sampler_pick(&s, x, NULL, 0, NULL, 0);
                             if (got != want)
                                 fail_msg("V %zu spread %g T %g p %g k %d draw %d: %d, expected %d", V,
                                          spreads[si], temps[ti], tops[pi], ks[ki], d, got, want);
