@@ -86,7 +86,8 @@ typedef struct tdm_llm_request_params {
     size_t n_stop_ids;
     bool ignore_eos;
     int top_logprobs;        /* 0..20: with each token, the log-probabilities of the most
-                                likely tokens (after temperature, before top-k/top-p) */
+                                likely tokens (the model's logits at the temperature: before
+                                the logit bias, the penalties, top-k and top-p) */
     bool logprobs;           /* each token event carries the token's log-probability (a
                                 log-softmax over the vocabulary per token: asked for, as
                                 OpenAI's logprobs; top_logprobs > 0 implies it) */
