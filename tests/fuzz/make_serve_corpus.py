@@ -316,6 +316,9 @@ def openai_seeds():
         {"model": "m", "prompt": [99999999], "max_tokens": 2},
         {"model": "m", "prompt": "", "temperature": 3},
         {"model": "m", "prompt": "a", "stop": ["a" * 300]},
+        {"model": "m", "prompt": "b", "presence_penalty": 0.5, "frequency_penalty": -1.25,
+         "logit_bias": {"5": 100, "7": -100, "0012": 0.5}},
+        {"model": "m", "prompt": "c", "logit_bias": {"x": 1, "-1": 2, "99999999999": 3}, "frequency_penalty": 2.5},
     ]
     chat = [
         {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5},
