@@ -8,7 +8,9 @@
  *   cc -O2 -std=c11 -D_GNU_SOURCE -Isrc -Iinclude -Ibuild/gen bench/llm/sampler_bench.c \
  *      build/libtandem.a -ldnnl -lprotobuf-c -lOpenCL -ljansson -fopenmp -lpthread -ldl -lm \
  *      -o build/sampler_bench
- *   build/sampler_bench [SIGMA=3] */
+ *   build/sampler_bench [SIGMA=3] [ISA=avx512_core]
+ * ISA picks the exp row's variant as the engine does from the CPU device's level
+ * (tdm_sampler_exp_row_for: portable, avx2, avx512_core; the best this CPU runs at or below). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +27,7 @@ static double now(void) {
 int main(int argc, char **argv) {
     const size_t V = 49152;
     double sigma = argc > 1 ? atof(argv[1]) : 3.0;
+    const char *isa = argc > 2 ? argv[2] : "avx512_core";
     if (!(sigma > 0) || sigma > 100) return 2;
     float *x = malloc(V * sizeof *x);
     if (!x) return 1;
@@ -47,6 +50,7 @@ int main(int argc, char **argv) {
         tdm_sampler s;
         tdm_status *st = tdm_sampler_init(&s, NULL, V, &sp);
         if (st) return 1;
+        tdm_sampler_set_exp_row(&s, tdm_sampler_exp_row_for(isa));
         double best = 1e9;
         long check = 0;
         for (int k = 0; k < 200; k++) {
@@ -55,8 +59,8 @@ int main(int argc, char **argv) {
             double t = now() - t0;
             best = t < best ? t : best;
         }
-        printf("temperature %.1f top_k %2d top_p %.2f: %8.1f us a pick (check %ld)\n", cf[c].t, cf[c].k,
-               cf[c].p, 1e6 * best, check);
+        printf("temperature %.1f top_k %2d top_p %.2f, exp row %s: %8.1f us a pick (check %ld)\n", cf[c].t,
+               cf[c].k, cf[c].p, s.exp_row == tdm_sampler_exp_row ? "portable" : isa, 1e6 * best, check);
         tdm_sampler_free(&s);
     }
     free(x);

@@ -57,8 +57,13 @@ tdm_status *tdm_sampler_init(tdm_sampler *s, const tdm_allocator *a, size_t voca
         tdm_sampler_free(s);
         return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory for the sampler");
     }
+    s->exp_row = tdm_sampler_exp_row;
     tdm_sampler_reseed(s);
     return NULL;
+}
+
+void tdm_sampler_set_exp_row(tdm_sampler *s, tdm_exp_row_fn fn) {
+    s->exp_row = fn ? fn : tdm_sampler_exp_row;
 }
 
 void tdm_sampler_free(tdm_sampler *s) {
@@ -92,57 +97,6 @@ static inline v4f ld4(const float *p) {
     v4f v;
     memcpy(&v, p, sizeof v);
     return v;
-}
-
-/* e^x per lane for x <= 0 (Cephes' expf: x = n ln2 + r, |r| <= ln2 / 2, a degree-6 polynomial
- * for e^r, 2^n from the exponent bits; within 2 ulp), clamped at e^-87; NaN gives e^-87 too
- * (a NaN logit weighs next to nothing instead of turning a row's sum into NaN). */
-static inline v4f exp_nonpos(v4f x) {
-    const v4f lo = {-87.0f, -87.0f, -87.0f, -87.0f};
-    v4i c = ~(x >= lo);
-    x = (v4f)((c & (v4i)lo) | (~c & (v4i)x));
-    v4f n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
-    v4f r = x - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
-    v4f p = r * 1.9875691500e-4f + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    v4i e = (__builtin_convertvector(n, v4i) + 127) << 23;
-    return p * (v4f)e;
-}
-
-/* Sixteen values at a time, float lanes per stretch of 4096 summed in double; the last
- * fewer than sixteen through the same lanes (copied out, their sums added one by one), so every
- * value is the same function of its input. */
-double tdm_sampler_exp_row(const float *x, size_t n, float mx, float inv, float *out) {
-    double sum = 0;
-    size_t i = 0;
-    while (i + 16 <= n) {
-        v4f acc[4] = {{0}};
-        for (size_t e = i + 4096 < n ? i + 4096 : n; i + 16 <= e; i += 16)
-            for (int q = 0; q < 4; q++) {
-                v4f y = exp_nonpos((ld4(x + i + 4 * q) - mx) * inv);
-                acc[q] += y;
-                if (out) memcpy(out + i + 4 * q, &y, sizeof y);
-            }
-        for (int q = 0; q < 4; q++)
-            for (int l = 0; l < 4; l++) sum += acc[q][l];
-    }
-    if (i < n) {
-        _Alignas(16) float t[16] = {0};
-        size_t w = n - i;
-        memcpy(t, x + i, w * sizeof *t);
-        for (int q = 0; q < 4; q++) {
-            v4f y = exp_nonpos((ld4(t + 4 * q) - mx) * inv);
-            memcpy(t + 4 * q, &y, sizeof y);
-        }
-        for (size_t j = 0; j < w; j++) sum += t[j];
-        if (out) memcpy(out + i, t, w * sizeof *out);
-    }
-    return sum;
 }
 
 /* The largest x[i] that is not NaN (-inf when none is): sixteen lanes at a time, the lanes
@@ -242,13 +196,14 @@ static void top_k(const float *x, size_t n, size_t k, int32_t *cand) {
 }
 
 /* prob[i] = e^((x[cand[i]] - mx) / T) for i < n, mx the candidates' largest; their sum. */
-static double softmax_of(const float *x, const int32_t *cand, size_t n, float T, float *prob) {
+static double softmax_of(const tdm_sampler *s, const float *x, const int32_t *cand, size_t n,
+                         float T, float *prob) {
     float mx = x[cand[0]];
     for (size_t i = 0; i < n; i++) {
         prob[i] = x[cand[i]];
         mx = fmaxf(mx, prob[i]);
     }
-    return tdm_sampler_exp_row(prob, n, mx, 1.0f / T, prob);
+    return s->exp_row(prob, n, mx, 1.0f / T, prob);
 }
 
 /* Top-p over candidates best first (probabilities prob, `total` the sum over all of them, or
@@ -323,7 +278,7 @@ static inline int nuc_bucket(float x, float mx, float k) {
 static size_t nucleus_alone(tdm_sampler *s, const float *x, float T, double *kept) {
     size_t V = s->vocab;
     float mx = tdm_sampler_max(x, V), inv = 1.0f / T, k = inv * NUC_PER_UNIT;
-    double total = tdm_sampler_exp_row(x, V, mx, inv, s->prob); /* by id, for now */
+    double total = s->exp_row(x, V, mx, inv, s->prob); /* by id, for now */
     if (!(total >= 1) || isinf(total)) { /* every logit NaN, or infinities: the largest */
         s->cand[0] = arg_max(x, V);
         s->prob[0] = 1.0f;
@@ -336,7 +291,7 @@ static size_t nucleus_alone(tdm_sampler *s, const float *x, float T, double *kep
     if (!s->sorted) { /* no memory for it: the same candidates by a heap sort of them all */
         top_k(x, V, V, s->cand);
         for (size_t i = 0; i < V; i++) s->prob[i] = x[s->cand[i]];
-        tdm_sampler_exp_row(s->prob, V, mx, inv, s->prob);
+        s->exp_row(s->prob, V, mx, inv, s->prob);
         bool reached;
         return nucleus(s->prob, V, total, p, kept, &reached);
     }
@@ -356,7 +311,7 @@ static size_t nucleus_alone(tdm_sampler *s, const float *x, float T, double *kep
             s->cand[i] = o[i].id;
             s->prob[i] = x[o[i].id];
         }
-        tdm_sampler_exp_row(s->prob, m, mx, inv, s->prob);
+        s->exp_row(s->prob, m, mx, inv, s->prob);
         bool reached;
         size_t n = nucleus(s->prob, m, total, p, kept, &reached);
         if (reached || b == NUC_BUCKETS) return n;
@@ -414,13 +369,13 @@ int32_t tdm_sampler_pick(tdm_sampler *s, const float *logits, const int32_t *seq
     if (c->top_k > 0 && (size_t)c->top_k < V) {
         n = (size_t)c->top_k;
         top_k(x, V, n, s->cand);
-        sum = softmax_of(x, s->cand, n, T, s->prob);
+        sum = softmax_of(s, x, s->cand, n, T, s->prob);
         if (top_p) n = nucleus(s->prob, n, sum, c->top_p, &sum, &reached);
     } else if (top_p) {
         n = nucleus_alone(s, x, T, &sum);
     } else {
         for (size_t i = 0; i < V; i++) s->cand[i] = (int32_t)i;
-        sum = tdm_sampler_exp_row(x, V, tdm_sampler_max(x, V), 1.0f / T, s->prob);
+        sum = s->exp_row(x, V, tdm_sampler_max(x, V), 1.0f / T, s->prob);
     }
     double r = next_unit(s->rng) * sum, acc = 0;
     for (size_t i = 0; i < n; i++) {

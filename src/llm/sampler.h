@@ -9,6 +9,9 @@
 
 #include "tandem/generator.h"
 
+/* An exp row (tdm_sampler_exp_row and its variants, below). */
+typedef double (*tdm_exp_row_fn)(const float *x, size_t n, float mx, float inv, float *out);
+
 typedef struct tdm_sampler {
     tdm_sampling cfg;
     uint64_t rng[4];
@@ -24,6 +27,7 @@ typedef struct tdm_sampler {
     const int32_t *bias_ids; /* logit bias (tdm_sampler_set_bias; not owned) */
     const float *bias_values;
     size_t n_bias;
+    tdm_exp_row_fn exp_row; /* portable unless tdm_sampler_set_exp_row chose another */
     const tdm_allocator *a;
 } tdm_sampler;
 
@@ -34,6 +38,8 @@ void tdm_sampler_free(tdm_sampler *s);
 void tdm_sampler_reseed(tdm_sampler *s);
 /* OpenAI's presence and frequency penalties (tdm_llm_request_params), finite; 0, 0 = none. */
 tdm_status *tdm_sampler_set_penalties(tdm_sampler *s, float presence, float frequency);
+/* The exp row variant (tdm_sampler_exp_row_for; NULL: the portable one). */
+void tdm_sampler_set_exp_row(tdm_sampler *s, tdm_exp_row_fn fn);
 /* A logit bias: bias_values[i] added to the logit of bias_ids[i] (inside the vocabulary, checked
  * by the caller) before each choice, i < n; the arrays must live as long as the sampler. */
 void tdm_sampler_set_bias(tdm_sampler *s, const int32_t *bias_ids, const float *bias_values,
@@ -45,9 +51,13 @@ int32_t tdm_sampler_pick(tdm_sampler *s, const float *logits, const int32_t *seq
                          const int32_t *gen, size_t n_gen);
 /* out[i] = e^((x[i] - mx) * inv) for i < n (out NULL: none kept; out == x allowed), the sum of
  * them in double: mx at least every x[i] (the row's largest), inv > 0. A polynomial exp within
- * 2 ulp of expf, e^-87 at most below (NaN too), four-wide plain C vectors; the sampler's
- * probabilities and the engine's log-probabilities both come from it. */
+ * 2 ulp of expf, e^-87 at most below (NaN too); the sampler's probabilities and the engine's
+ * log-probabilities both come from it (sampler_exp.c). tdm_sampler_exp_row is the portable
+ * variant (four-wide plain C vectors); tdm_sampler_exp_row_for gives the best variant at or below
+ * an instruction-set level named as tdm_env_device_isa names them ("avx2", "avx512_core", ...;
+ * NULL or another: portable) that this CPU runs. Every variant gives the same bits. */
 double tdm_sampler_exp_row(const float *x, size_t n, float mx, float inv, float *out);
+tdm_exp_row_fn tdm_sampler_exp_row_for(const char *isa);
 /* The largest of x[0..n) that is not NaN; -inf when there is none (n = 0, all NaN). */
 float tdm_sampler_max(const float *x, size_t n);
 

@@ -930,6 +930,7 @@ static void test_exp_row(void **state) {
     float *x = malloc(49152 * sizeof *x), *y = malloc(49152 * sizeof *y), *z = malloc(49152 * sizeof *z);
     assert_true(x && y && z);
     uint64_t r = 777;
+    int variants = 0;
     for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
         size_t n = lens[li];
         for (int kind = 0; kind < 3; kind++) {
@@ -954,8 +955,25 @@ static void test_exp_row(void **state) {
             }
             if (!(fabs(sum - want_sum) <= 1e-6 * want_sum))
                 fail_msg("n %zu kind %d: sum %.9g, expected %.9g", n, kind, sum, want_sum);
+            /* the SIMD variants this CPU runs: the same bits, values and sum */
+            static const char *const levels[] = {"avx2", "avx512_core", "avx512_core_amx"};
+            for (size_t v = 0; v < sizeof levels / sizeof levels[0]; v++) {
+                tdm_exp_row_fn f = tdm_sampler_exp_row_for(levels[v]);
+                if (f == tdm_sampler_exp_row) continue;
+                memset(z, 0, n * sizeof *z);
+                double vs = f(x, n, mx, inv, z);
+                if (memcmp(y, z, n * sizeof *y) || vs != sum)
+                    fail_msg("n %zu kind %d: the %s variant differs (sum %.17g against %.17g)", n, kind,
+                             levels[v], vs, sum);
+                assert_true(f(x, n, mx, inv, NULL) == sum);
+                variants++;
+            }
         }
     }
+    assert_true(tdm_sampler_exp_row_for(NULL) == tdm_sampler_exp_row);
+    assert_true(tdm_sampler_exp_row_for("portable") == tdm_sampler_exp_row);
+    assert_true(tdm_sampler_exp_row_for("sse41") == tdm_sampler_exp_row);
+    print_message("exp row: %d variant runs compared bitwise\n", variants);
     free(x), free(y), free(z);
 }
 
