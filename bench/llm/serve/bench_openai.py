@@ -3,7 +3,7 @@
 
     bench/llm/serve/bench_openai.py --tandem build/tandem [--models tiny,smol] [--smol /work/smol]
         [--streams 1,4,8,16] [--requests 2] [--max-tokens 64] [--threads 2]
-        [--temperature 0 --top-p 1 --top-k 0] [--out FILE]
+        [--temperature 0 --top-p 1 --top-k 0] [--rounds 1] [--out FILE]
 
 For each model (the tiny random Llama written by tools/make_tiny_llama.py, and SmolLM2 from the
 --smol folder, linked into a temporary repository as a `tandem_llm` model) and each mode
@@ -21,7 +21,15 @@ so that every token comes as its own chunk; greedy unless --temperature > 0, the
   - time to first token p50 / p99 (request sent -> first token's chunk), ms
   - inter-token latency p50 / p99 (between consecutive token chunks of a request), ms
   - tokens per CPU second of the server process (its user + system time over the level, from
-    /proc): the server's cost a token, which the clients' own CPU on the same cores does not move
+    /proc): the server's cost a token, which the clients' own CPU on the same cores does not move;
+    the server's and the clients' CPU time over the level's wall time (cores busy)
+
+With --rounds R > 1 the levels run R times in turn on the same server (1, 4, 8, 16, 1, 4, ...),
+each figure is the median of its R levels, and the ratio to one stream is also given paired:
+round r's S-stream decode rate over round r's one-stream rate, median (min-max) of the R rounds.
+The host's speed drifts from minute to minute (one stream and 8 streams measured a minute apart
+moved 233-276 and 852-983 tokens/s independently in session 43): a level's neighbour in the same
+round shares its minute, a level of another sitting does not.
 
 Then, with batching on and unless --no-engine, the same load without the server: `tandem bench
 MODEL --llm --streams S --prompt-tokens P --gen-tokens --max-tokens --threads T` at S = 8 (or the
@@ -199,12 +207,14 @@ def level(port, model, streams, requests, max_tokens, pid=None):
 
     threads = [threading.Thread(target=client, args=(c,)) for c in range(streams)]
     c0 = cpu_seconds(pid) if pid else None
+    k0 = time.process_time()
     t0 = time.perf_counter()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
+    k1 = time.process_time()
     c1 = cpu_seconds(pid) if pid else None
     if errors:
         raise RuntimeError(f"{len(errors)} requests failed: {errors[0]}")
@@ -213,7 +223,9 @@ def level(port, model, streams, requests, max_tokens, pid=None):
             "decode_tok_s": after_first[0] / dec if dec > 0 else float("nan"), "ttft_p50": pct(ttft, 0.5) * 1e3,
             "ttft_p99": pct(ttft, 0.99) * 1e3, "itl_p50": pct(gaps, 0.5) * 1e3,
             "itl_p99": pct(gaps, 0.99) * 1e3, "tokens": toks[0], "wall": wall,
-            "tok_cpu_s": toks[0] / (c1 - c0) if c0 is not None and c1 is not None and c1 > c0 else float("nan")}
+            "tok_cpu_s": toks[0] / (c1 - c0) if c0 is not None and c1 is not None and c1 > c0 else float("nan"),
+            "server_cores": (c1 - c0) / wall if c0 is not None and c1 is not None else float("nan"),
+            "client_cores": (k1 - k0) / wall}
 
 
 def make_repo(tmp, name, folder, threads, batching, max_batch, kv_mb, kv_dtype="auto"):
@@ -250,8 +262,12 @@ def main():
                     help="0: greedy; above: sampled (a seed per request)")
     ap.add_argument("--top-p", type=float, default=1.0)
     ap.add_argument("--top-k", type=int, default=0)
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run the levels this many times in turn; medians, and paired ratios to one stream")
     ap.add_argument("--out")
     args = ap.parse_args()
+    if args.rounds < 1:
+        ap.error("--rounds must be at least 1")
     SAMPLING["temperature"] = args.temperature
     if args.temperature > 0:
         SAMPLING.update(top_p=args.top_p, top_k=args.top_k)
@@ -282,15 +298,23 @@ def main():
                 try:
                     model = os.path.basename(os.path.normpath(name))
                     one_request(srv.port, model, 4)  # warm-up
+                    runs = {s: [] for s in levels}
+                    for rnd in range(args.rounds):
+                        for s in levels:
+                            r = level(srv.port, model, s, args.requests, args.max_tokens, srv.proc.pid)
+                            runs[s].append(r)
+                            print(f"{model:5} batching {'on' if batching else 'off':3} round {rnd + 1} streams {s:2}: "
+                                  f"{r['tok_s']:8.1f} tok/s  decode {r['decode_tok_s']:8.1f} tok/s  "
+                                  f"TTFT p50 {r['ttft_p50']:8.1f} p99 {r['ttft_p99']:8.1f} ms  "
+                                  f"ITL p50 {r['itl_p50']:7.2f} p99 {r['itl_p99']:7.2f} ms  "
+                                  f"server {r['tok_cpu_s']:.1f} tok/cpu-s, {r['server_cores']:.2f} cores busy, "
+                                  f"clients {r['client_cores']:.2f} cores", flush=True)
                     for s in levels:
-                        r = level(srv.port, model, s, args.requests, args.max_tokens, srv.proc.pid)
-                        r.update(model=model, batching="on" if batching else "off")
+                        r = {k: statistics.median(x[k] for x in runs[s]) for k in runs[s][0]}
+                        r.update(model=model, batching="on" if batching else "off", streams=s,
+                                 paired=[x["decode_tok_s"] / b["decode_tok_s"]
+                                         for x, b in zip(runs[s], runs[levels[0]])])
                         rows.append(r)
-                        print(f"{model:5} batching {r['batching']:3} streams {s:2}: {r['tok_s']:8.1f} tok/s  "
-                              f"decode {r['decode_tok_s']:8.1f} tok/s  "
-                              f"TTFT p50 {r['ttft_p50']:8.1f} p99 {r['ttft_p99']:8.1f} ms  "
-                              f"ITL p50 {r['itl_p50']:7.2f} p99 {r['itl_p99']:7.2f} ms  "
-                              f"server {r['tok_cpu_s']:.1f} tok/cpu-s", flush=True)
                     p = prompt_tokens(srv.port, model) if batching and not args.no_engine else None
                 finally:
                     srv.stop()
@@ -307,21 +331,29 @@ def main():
              f"Command: `bench/llm/serve/bench_openai.py --tandem {args.tandem} --models {args.models} "
              f"--streams {args.streams} --requests {args.requests} --max-tokens {args.max_tokens} "
              f"--threads {args.threads} --kv-memory-mb {args.kv_memory_mb} --kv-cache-dtype {args.kv_cache_dtype} "
-             f"--temperature {args.temperature} --top-p {args.top_p} --top-k {args.top_k}`; prompt of {len(PROMPT)} "
+             f"--temperature {args.temperature} --top-p {args.top_p} --top-k {args.top_k} --rounds {args.rounds}`; "
+             f"prompt of {len(PROMPT)} "
              f"characters, {sampling}, ignore_eos. "
              "Shared 2-core machine: noisy.", "",
+             (f"Each figure: the median of {args.rounds} rounds of the levels in turn on one server; "
+              "decode x 1 stream paired: each round's ratio to its own one-stream level, median (min-max)."
+              if args.rounds > 1 else "One round of the levels."), "",
              "| model | batching | streams | tok/s (end to end) | x 1 stream | on / off | decode tok/s | "
-             "x 1 stream | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | server tok/cpu-s |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "x 1 stream | x 1 stream paired | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | server tok/cpu-s | "
+             "server / client cores |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         base = next(x for x in rows if x["model"] == r["model"] and x["batching"] == r["batching"])
         off = [x for x in rows if x["model"] == r["model"] and x["batching"] == "off"
                and x["streams"] == r["streams"]]
         ratio = f"{r['tok_s'] / off[0]['tok_s']:.2f}" if r["batching"] == "on" and off else ""
+        pr = sorted(r["paired"])
+        paired = (f"{statistics.median(pr):.2f} ({pr[0]:.2f}-{pr[-1]:.2f})" if len(pr) > 1 else f"{pr[0]:.2f}")
         lines.append(f"| {r['model']} | {r['batching']} | {r['streams']} | {r['tok_s']:.1f} | "
                      f"{r['tok_s'] / base['tok_s']:.2f} | {ratio} | {r['decode_tok_s']:.1f} | "
-                     f"{r['decode_tok_s'] / base['decode_tok_s']:.2f} | {r['ttft_p50']:.1f} | "
-                     f"{r['ttft_p99']:.1f} | {r['itl_p50']:.2f} | {r['itl_p99']:.2f} | {r['tok_cpu_s']:.1f} |")
+                     f"{r['decode_tok_s'] / base['decode_tok_s']:.2f} | {paired} | {r['ttft_p50']:.1f} | "
+                     f"{r['ttft_p99']:.1f} | {r['itl_p50']:.2f} | {r['itl_p99']:.2f} | {r['tok_cpu_s']:.1f} | "
+                     f"{r['server_cores']:.2f} / {r['client_cores']:.2f} |")
     if engines:
         lines += ["", "The same load without the server (`tandem bench --llm --streams S`, the batched way, at the "
                   "server's prompt length), against the server's level S with batching on:", "",
