@@ -23,6 +23,10 @@ so that every token comes as its own chunk; greedy unless --temperature > 0, the
   - tokens per CPU second of the server process (its user + system time over the level, from
     /proc): the server's cost a token, which the clients' own CPU on the same cores does not move;
     the server's and the clients' CPU time over the level's wall time (cores busy)
+  - prefill / decode tokens: the prompt tokens the level computed (the server's prompt tokens less
+    its prefix cache hits, from its metrics) per token decoded after a request's first: with
+    S > 1 streams that prefill runs inside the other streams' decode spans, at one stream between
+    them (a prefill token costs about what a decode token costs in a batch of 8 here)
 
 With --rounds R > 1 the levels run R times in turn on the same server (1, 4, 8, 16, 1, 4, ...),
 each figure is the median of its R levels, and the ratio to one stream is also given paired:
@@ -77,6 +81,7 @@ def pct(xs, q):
 class Server:
     def __init__(self, tandem, repo):
         self.lines = []
+        self.metrics_port = None
         self.proc = subprocess.Popen([tandem, "serve", "--model-repository", repo, "--http-port", "0",
                                       "--metrics-port", "0"], stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True)
@@ -87,6 +92,9 @@ class Server:
                 m = re.search(r"HTTP on [^ ]+:(\d+)", line)
                 if m:
                     self.port = int(m.group(1))
+                m = re.search(r"metrics on [^ ]+:(\d+)", line)
+                if m:
+                    self.metrics_port = int(m.group(1))
             if self.proc.poll() is not None:
                 raise RuntimeError("server exited:\n" + "".join(self.lines))
             if any(l.rstrip().endswith("tandem serve: ready") for l in self.lines):
@@ -147,6 +155,23 @@ def one_request(port, model, max_tokens, seed=0):
     return times[0] - t0, gaps, tokens, (times[0], times[-1])
 
 
+def prompt_work(srv):
+    """(prompt tokens, of them from the prefix cache) so far, from the server's metrics; None
+    without a metrics port."""
+    if srv is None or srv.metrics_port is None:
+        return None
+    c = http.client.HTTPConnection("127.0.0.1", srv.metrics_port, timeout=60)
+    c.request("GET", "/metrics")
+    text = c.getresponse().read().decode()
+    c.close()
+    total = {"tandem_llm_prompt_tokens_total": 0, "tandem_llm_prefix_cache_hit_tokens_total": 0}
+    for line in text.splitlines():
+        name = line.split("{")[0].split(" ")[0]
+        if name in total:
+            total[name] += float(line.rsplit(" ", 1)[1])
+    return total["tandem_llm_prompt_tokens_total"], total["tandem_llm_prefix_cache_hit_tokens_total"]
+
+
 def span_union(spans):
     """Length of the union of (start, end) spans."""
     total, end = 0.0, float("-inf")
@@ -186,7 +211,7 @@ def engine_batched(tandem, folder, streams, prompt, max_tokens, threads, kv_type
     return {"cmd": " ".join(cmd), "tok_s": way["tokens_per_s"], "tok_cpu_s": way["tokens_per_cpu_s"]}
 
 
-def level(port, model, streams, requests, max_tokens, pid=None):
+def level(port, model, streams, requests, max_tokens, pid=None, srv=None):
     ttft, gaps, toks, errors, spans, after_first = [], [], [0], [], [], [0]
     lock = threading.Lock()
 
@@ -206,6 +231,7 @@ def level(port, model, streams, requests, max_tokens, pid=None):
                 spans.append(sp)
 
     threads = [threading.Thread(target=client, args=(c,)) for c in range(streams)]
+    w0 = prompt_work(srv)
     c0 = cpu_seconds(pid) if pid else None
     k0 = time.process_time()
     t0 = time.perf_counter()
@@ -216,6 +242,7 @@ def level(port, model, streams, requests, max_tokens, pid=None):
     wall = time.perf_counter() - t0
     k1 = time.process_time()
     c1 = cpu_seconds(pid) if pid else None
+    w1 = prompt_work(srv)
     if errors:
         raise RuntimeError(f"{len(errors)} requests failed: {errors[0]}")
     dec = span_union(spans)
@@ -225,7 +252,11 @@ def level(port, model, streams, requests, max_tokens, pid=None):
             "itl_p99": pct(gaps, 0.99) * 1e3, "tokens": toks[0], "wall": wall,
             "tok_cpu_s": toks[0] / (c1 - c0) if c0 is not None and c1 is not None and c1 > c0 else float("nan"),
             "server_cores": (c1 - c0) / wall if c0 is not None and c1 is not None else float("nan"),
-            "client_cores": (k1 - k0) / wall}
+            "client_cores": (k1 - k0) / wall,
+            # prompt tokens the level computed (not from the prefix cache) per token decoded after
+            # a request's first: prefill that runs inside other streams' decode spans when S > 1
+            "prefill_per_decode": ((w1[0] - w0[0]) - (w1[1] - w0[1])) / after_first[0]
+            if w0 is not None and w1 is not None and after_first[0] else float("nan")}
 
 
 def make_repo(tmp, name, folder, threads, batching, max_batch, kv_mb, kv_dtype="auto"):
@@ -301,14 +332,15 @@ def main():
                     runs = {s: [] for s in levels}
                     for rnd in range(args.rounds):
                         for s in levels:
-                            r = level(srv.port, model, s, args.requests, args.max_tokens, srv.proc.pid)
+                            r = level(srv.port, model, s, args.requests, args.max_tokens, srv.proc.pid, srv)
                             runs[s].append(r)
                             print(f"{model:5} batching {'on' if batching else 'off':3} round {rnd + 1} streams {s:2}: "
                                   f"{r['tok_s']:8.1f} tok/s  decode {r['decode_tok_s']:8.1f} tok/s  "
                                   f"TTFT p50 {r['ttft_p50']:8.1f} p99 {r['ttft_p99']:8.1f} ms  "
                                   f"ITL p50 {r['itl_p50']:7.2f} p99 {r['itl_p99']:7.2f} ms  "
                                   f"server {r['tok_cpu_s']:.1f} tok/cpu-s, {r['server_cores']:.2f} cores busy, "
-                                  f"clients {r['client_cores']:.2f} cores", flush=True)
+                                  f"clients {r['client_cores']:.2f} cores, "
+                                  f"prefill {r['prefill_per_decode']:.3f} a decoded token", flush=True)
                     for s in levels:
                         r = {k: statistics.median(x[k] for x in runs[s]) for k in runs[s][0]}
                         r.update(model=model, batching="on" if batching else "off", streams=s,
@@ -340,8 +372,8 @@ def main():
               if args.rounds > 1 else "One round of the levels."), "",
              "| model | batching | streams | tok/s (end to end) | x 1 stream | on / off | decode tok/s | "
              "x 1 stream | x 1 stream paired | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | server tok/cpu-s | "
-             "server / client cores |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "server / client cores | prefill / decode tokens |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         base = next(x for x in rows if x["model"] == r["model"] and x["batching"] == r["batching"])
         off = [x for x in rows if x["model"] == r["model"] and x["batching"] == "off"
@@ -353,7 +385,7 @@ def main():
                      f"{r['tok_s'] / base['tok_s']:.2f} | {ratio} | {r['decode_tok_s']:.1f} | "
                      f"{r['decode_tok_s'] / base['decode_tok_s']:.2f} | {paired} | {r['ttft_p50']:.1f} | "
                      f"{r['ttft_p99']:.1f} | {r['itl_p50']:.2f} | {r['itl_p99']:.2f} | {r['tok_cpu_s']:.1f} | "
-                     f"{r['server_cores']:.2f} / {r['client_cores']:.2f} |")
+                     f"{r['server_cores']:.2f} / {r['client_cores']:.2f} | {r['prefill_per_decode']:.3f} |")
     if engines:
         lines += ["", "The same load without the server (`tandem bench --llm --streams S`, the batched way, at the "
                   "server's prompt length), against the server's level S with batching on:", "",
