@@ -361,7 +361,8 @@ def main():
         shutil.rmtree(tmp, ignore_errors=True)
     lines = [f"# tandem serve, OpenAI API, streaming clients ({datetime.date.today()})", "",
              f"Command: `bench/llm/serve/bench_openai.py --tandem {args.tandem} --models {args.models} "
-             f"--streams {args.streams} --requests {args.requests} --max-tokens {args.max_tokens} "
+             + (f"--smol {args.smol} " if "smol" in args.models.split(",") else "")
+             + f"--streams {args.streams} --requests {args.requests} --max-tokens {args.max_tokens} "
              f"--threads {args.threads} --kv-memory-mb {args.kv_memory_mb} --kv-cache-dtype {args.kv_cache_dtype} "
              f"--temperature {args.temperature} --top-p {args.top_p} --top-k {args.top_k} --rounds {args.rounds}`; "
              f"prompt of {len(PROMPT)} "
