@@ -8,11 +8,12 @@
  *
  * KV cache: one pool per engine of fixed-size blocks (block_size tokens, every layer's key and
  * value); a sequence owns a block table that grows as it does, and its blocks return to the
- * pool when it ends. Full blocks of a prompt are shared between requests whose prompts start
- * with the same tokens (prefix cache, reference counted). When a running sequence needs a
- * block and the pool is empty, the newest running sequence is preempted: its blocks are freed
- * and it waits to be recomputed (its prompt and the tokens generated so far prefilled again);
- * its caller sees no difference but time.
+ * pool when it ends. Full blocks, of the prompt and of the tokens generated after it, are
+ * shared with later requests whose prompts start with the same tokens (prefix cache, reference
+ * counted; a conversation's next turn finds the previous answer's blocks). When a running
+ * sequence needs a block and the pool is empty, the newest running sequence is preempted: its
+ * blocks are freed and it waits to be recomputed (its prompt and the tokens generated so far
+ * prefilled again); its caller sees no difference but time.
  *
  * The model: an ONNX Runtime GenAI folder whose attention is com.microsoft GroupQueryAttention
  * (what tools/gguf_to_onnx.py writes); at creation the graph is edited so that attention reads
@@ -55,7 +56,7 @@ typedef struct tdm_llm_engine_options {
     int64_t kv_blocks;       /* blocks in the pool; 0 = from kv_bytes, else enough for
                                 max_batch sequences of max_length */
     size_t kv_bytes;         /* pool size in bytes (when kv_blocks is 0); 0 = see kv_blocks */
-    bool no_prefix_cache;    /* do not share prompt blocks between requests */
+    bool no_prefix_cache;    /* do not share blocks between requests */
     bool no_batching;        /* one request at a time, the others wait (llama.cpp-style
                                 serving without batching: the baseline of the bench) */
     const char *kv_type;     /* the paged cache's element type (as vLLM's kv_cache_dtype;
@@ -132,7 +133,8 @@ typedef struct tdm_llm_event {
     const tdm_status *status;     /* FINISH_ERROR: why (owned by the engine) */
     int64_t prompt_tokens;        /* in the end event: usage counts */
     int64_t generated_tokens;
-    int64_t cached_tokens;        /* prompt tokens taken from the prefix cache */
+    int64_t cached_tokens;        /* prompt tokens whose blocks came from the prefix cache (in
+                                     every event: known from the request's first step) */
 } tdm_llm_event;
 
 typedef void (*tdm_llm_event_fn)(void *user, const tdm_llm_event *event);

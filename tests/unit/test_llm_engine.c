@@ -96,6 +96,7 @@ typedef struct got {
     bool ended;
     tdm_llm_finish finish;
     int64_t prompt_tokens, generated_tokens, cached_tokens;
+    int64_t token_cached; /* cached_tokens of the last token event (-1: none yet) */
     char error[256];
     int events_after_end;
     bool top_ok;
@@ -118,6 +119,7 @@ static void on_event(void *user, const tdm_llm_event *ev) {
             g->logprobs[g->n] = ev->logprob;
             g->tokens[g->n++] = ev->token;
         }
+        g->token_cached = ev->cached_tokens;
         if (ev->n_top > 0) {
             bool ok = ev->top != NULL && ev->logprob <= 1e-6f;
             for (int i = 0; ok && i < ev->n_top; i++) {
@@ -284,6 +286,7 @@ typedef struct scenario {
     bool ignore_eos;
     uint32_t seed;
     int shared_prefix;   /* the first tokens of every prompt are request 0's */
+    const int32_t *const *prompts; /* the prompts themselves (NULL: made from seed) */
 } scenario;
 
 /* Runs scenario `sc` on e and compares every request with the generator. */
@@ -293,7 +296,10 @@ static void run_scenario(tdm_env *env, tdm_llm_engine *e, const scenario *sc, go
     assert_true(sc->n <= 16);
     for (int i = 0; i < sc->n; i++) {
         assert_true(sc->lens[i] <= 300);
-        make_prompt(prompts[i], (size_t)sc->lens[i], sc->seed + (uint32_t)i, vocab);
+        if (sc->prompts)
+            memcpy(prompts[i], sc->prompts[i], (size_t)sc->lens[i] * sizeof(int32_t));
+        else
+            make_prompt(prompts[i], (size_t)sc->lens[i], sc->seed + (uint32_t)i, vocab);
         if (sc->shared_prefix && i > 0)
             memcpy(prompts[i], prompts[0], (size_t)sc->shared_prefix * sizeof(int32_t));
     }
@@ -329,6 +335,7 @@ static void run_scenario(tdm_env *env, tdm_llm_engine *e, const scenario *sc, go
         }
         assert_int_equal(g[i].prompt_tokens, sc->lens[i]);
         assert_int_equal(g[i].generated_tokens, g[i].n);
+        if (g[i].n > 0) assert_int_equal(g[i].token_cached, g[i].cached_tokens); /* every event */
         assert_int_equal(g[i].events_after_end, 0);
         assert_true(g[i].top_ok);
         /* the distributions, not only their arg max (the tiny random model repeats tokens a
@@ -471,6 +478,40 @@ static void test_prefix_cache(void **state) {
     scenario again = {.n = 1, .lens = lens, .max_tokens = 10, .ignore_eos = true, .seed = 41};
     run_scenario(env, e, &again, g);
     assert_int_equal(g[0].cached_tokens, 32);
+    tdm_llm_engine_free(e);
+    tdm_env_free(env);
+}
+
+/* A follow-up turn: a prompt that is an earlier request's prompt and generated tokens, then
+ * more. The earlier request's full blocks, generated tokens included, are in the prefix cache
+ * (as vLLM's and llama.cpp's servers keep a conversation), and the follow-up's tokens are still
+ * the generator's for its whole prompt. */
+static void test_prefix_cache_generated(void **state) {
+    (void)state;
+    tdm_env *env = new_env();
+    tdm_llm_engine *e = new_engine(env, 4, 0, 8, 64, false);
+    size_t vocab = tdm_llm_engine_vocab_size(e);
+    got g[1];
+    /* turn 1: 37 prompt tokens, 20 generated; the last one is never fed, so 56 positions are
+     * computed: 7 full blocks of 8, the last 3 of them holding generated tokens */
+    static const int len1[] = {37};
+    scenario a = {.n = 1, .lens = len1, .max_tokens = 20, .ignore_eos = true, .seed = 43};
+    run_scenario(env, e, &a, g);
+    assert_int_equal(g[0].n, 20);
+    assert_int_equal(g[0].cached_tokens, 0);
+    /* turn 2: turn 1's prompt and its 20 tokens, then 6 new ones */
+    static int32_t p2[63];
+    make_prompt(p2, 37, 43, vocab); /* run_scenario's prompt 0 of seed 43 */
+    memcpy(p2 + 37, g[0].tokens, 20 * sizeof *p2);
+    make_prompt(p2 + 57, 6, 97, vocab);
+    static const int len2[] = {63};
+    const int32_t *const prompts2[] = {p2};
+    scenario b = {.n = 1, .lens = len2, .max_tokens = 12, .ignore_eos = true, .prompts = prompts2};
+    run_scenario(env, e, &b, g);
+    assert_int_equal(g[0].cached_tokens, 56);
+    tdm_llm_engine_stats s;
+    tdm_llm_engine_get_stats(e, &s);
+    assert_int_equal(s.prefix_hit_tokens_total, 56);
     tdm_llm_engine_free(e);
     tdm_env_free(env);
 }
@@ -793,6 +834,7 @@ int main(void) {
         cmocka_unit_test(test_preemption),
         cmocka_unit_test(test_chunked_prefill),
         cmocka_unit_test(test_prefix_cache),
+        cmocka_unit_test(test_prefix_cache_generated),
         cmocka_unit_test(test_no_batching),
         cmocka_unit_test(test_cancel),
         cmocka_unit_test(test_stops_and_sampling),
@@ -806,6 +848,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_preemption, q4_pool, model_pool),
         cmocka_unit_test_setup_teardown(test_chunked_prefill, q4_pool, model_pool),
         cmocka_unit_test_setup_teardown(test_prefix_cache, q4_pool, model_pool),
+        cmocka_unit_test_setup_teardown(test_prefix_cache_generated, q4_pool, model_pool),
+        cmocka_unit_test_setup_teardown(test_prefix_cache_generated, int8_model, float_model),
         cmocka_unit_test_setup_teardown(test_cancel, q4_pool, model_pool),
         cmocka_unit_test(test_kv_type),
     };
