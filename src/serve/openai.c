@@ -79,6 +79,7 @@ typedef struct oa_req {
     int32_t *ids;     /* the generated tokens */
     size_t n_ids, cap_ids;
     int64_t prompt_tokens, gen_tokens;
+    int64_t cached_tokens; /* of the prompt's, from the prefix cache (the engine's events) */
     bool finished;    /* the answer's end is known */
     bool engine_done; /* the end event came */
     const char *finish;
@@ -227,10 +228,13 @@ static void logprobs_json(const oa_req *r, size_t from, size_t to, sv_buf *b) {
     sv_buf_str(b, "]}");
 }
 
+/* OpenAI's usage object; prompt_tokens_details.cached_tokens: the prompt tokens whose keys and
+ * values came from the prefix cache (as OpenAI and vLLM report them). */
 static void usage_json(const oa_req *r, sv_buf *b) {
-    sv_buf_printf(b, "{\"prompt_tokens\":%lld,\"completion_tokens\":%lld,\"total_tokens\":%lld}",
+    sv_buf_printf(b, "{\"prompt_tokens\":%lld,\"completion_tokens\":%lld,\"total_tokens\":%lld,"
+                  "\"prompt_tokens_details\":{\"cached_tokens\":%lld}}",
                   (long long)r->prompt_tokens, (long long)r->gen_tokens,
-                  (long long)(r->prompt_tokens + r->gen_tokens));
+                  (long long)(r->prompt_tokens + r->gen_tokens), (long long)r->cached_tokens);
 }
 
 /* The start of a response object or chunk: id, object, created, model. */
@@ -354,6 +358,7 @@ static void on_token(oa_req *r, const tdm_llm_event *ev) {
     else sv_hist_add(&m->ttft, (double)(now - r->t_recv) * 1e-9);
     pthread_mutex_unlock(&m->mu);
     r->t_last = now;
+    r->cached_tokens = ev->cached_tokens;
     if (r->finished || (r->stream && !r->c)) { /* stopped at a stop string, or nobody reads the
                                                  stream any more: the cancel is on its way */
         pthread_mutex_unlock(&r->mu);
@@ -457,6 +462,7 @@ static void on_end(oa_req *r, const tdm_llm_event *ev) {
     sv_llm *m = r->llm;
     pthread_mutex_lock(&r->mu);
     r->engine_done = true;
+    r->cached_tokens = ev->cached_tokens;
     int counted = -1, http = 0;
     char msg[600] = "";
     if (!r->finished) {
