@@ -217,10 +217,11 @@ static void match_prefix(tdm_llm_engine *e, eng_req *r) {
 /* After a step: r's full blocks whose tokens are computed join the prefix cache, those of
  * generated tokens too, so that a conversation's next turn (its prompt: this one's prompt and
  * answer, then more) finds the answer's blocks, as vLLM's automatic prefix caching and
- * llama.cpp's slot cache do. Decoded tokens' keys and values are what a prompt chunk computes
- * for them (test_llm_engine's test_prefix_cache_generated: a follow-up turn gives the
- * generator's tokens for its whole prompt, top log-probabilities within 1.3e-5 of it with
- * float activations, as every other request). */
+ * llama.cpp's slot cache do. Decoded tokens' keys and values match what a prompt chunk
+ * computes for them to the tests' tolerance, not necessarily to the bit (test_llm_engine's
+ * test_prefix_cache_generated: a follow-up turn gives the generator's tokens for its whole
+ * prompt, top log-probabilities within 1.3e-5 of it with float activations, as every other
+ * request). */
 static void register_prefix(tdm_llm_engine *e, eng_req *r) {
     if (e->no_prefix_cache) return;
     size_t bs = (size_t)e->block_size;
