@@ -773,7 +773,8 @@ def main():
         server = Server(args.tandem, repo)
         t = Tests(server, args.tandem, folder, smol)
         order = ["test_models", "test_completion_greedy_matches_generate", "test_chat_greedy_matches_generate",
-                 "test_stream_completion", "test_stream_chat", "test_stop_strings", "test_seed", "test_penalties",
+                 "test_stream_completion", "test_stream_chat", "test_prompt_cache_usage", "test_stop_strings",
+                 "test_seed", "test_penalties",
                  "test_logit_bias", "test_logprobs",
                  "test_errors", "test_concurrent_streams_with_disconnects",
                  "test_client_gone_while_waiting", "test_smol", "test_metrics", "test_kserve_side",

@@ -96,7 +96,7 @@ typedef struct got {
     bool ended;
     tdm_llm_finish finish;
     int64_t prompt_tokens, generated_tokens, cached_tokens;
-    int64_t token_cached; /* cached_tokens of the last token event (-1: none yet) */
+    int64_t token_cached; /* cached_tokens of the last token event */
     char error[256];
     int events_after_end;
     bool top_ok;

@@ -185,17 +185,31 @@ def span_union(spans):
     return total
 
 
-def prompt_tokens(port, model):
-    """The prompt's token count as the server's usage reports it."""
-    body = json.dumps({"model": model, "prompt": PROMPT, "max_tokens": 1, "temperature": 0}).encode()
+def post_completion(port, body):
+    """A completion that is not streamed: (the answer's JSON, seconds from sending to the answer)."""
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
-    c.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+    t0 = time.perf_counter()
+    c.request("POST", "/v1/completions", json.dumps(body).encode(), {"Content-Type": "application/json"})
     r = c.getresponse()
     doc = json.loads(r.read())
     c.close()
     if r.status != 200:
         raise RuntimeError(f"HTTP {r.status}: {doc}")
+    return doc, time.perf_counter() - t0
+
+
+def prompt_tokens(port, model):
+    """The prompt's token count as the server's usage reports it."""
+    doc, _ = post_completion(port, {"model": model, "prompt": PROMPT, "max_tokens": 1, "temperature": 0})
     return int(doc["usage"]["prompt_tokens"])
+
+
+def write_report(text, out):
+    """Prints the report and writes it to `out` (a path; None: nowhere else)."""
+    print(text)
+    if out:
+        with open(out, "w") as f:
+            f.write(text)
 
 
 def engine_batched(tandem, folder, streams, prompt, max_tokens, threads, kv_type="auto"):
@@ -398,11 +412,7 @@ def main():
             sc = srv_row["tok_cpu_s"] if srv_row else float("nan")
             lines.append(f"| {e['model']} | {e['streams']} | {e['prompt_tokens']} | {e['tok_s']:.1f} | "
                          f"{e['tok_cpu_s']:.1f} | {sc:.1f} | {sc / e['tok_cpu_s']:.2f} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
+    write_report("\n".join(lines) + "\n", args.out)
 
 
 if __name__ == "__main__":

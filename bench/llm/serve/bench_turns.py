@@ -16,8 +16,6 @@ min-max): the time to first token of a follow-up question. The two servers run i
 same machine; the ratio is the prefix cache's gain on a conversation.
 """
 import argparse
-import http.client
-import json
 import os
 import shutil
 import statistics
@@ -26,19 +24,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_openai import Server, make_repo  # noqa: E402
-
-
-def post(port, body):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
-    t0 = time.perf_counter()
-    c.request("POST", "/v1/completions", json.dumps(body).encode(), {"Content-Type": "application/json"})
-    r = c.getresponse()
-    doc = json.loads(r.read())
-    c.close()
-    if r.status != 200:
-        raise RuntimeError(f"HTTP {r.status}: {doc}")
-    return doc, time.perf_counter() - t0
+from bench_openai import Server, make_repo, post_completion as post, write_report  # noqa: E402
 
 
 def run(server, n, answer_tokens, tag):
@@ -94,11 +80,7 @@ def main():
                      f"{statistics.median(r[1] for r in rows):.0f} | {statistics.median(ts):.1f} ({ts[0]:.1f}-{ts[-1]:.1f}) |")
     on, off = (statistics.median(r[2] for r in results[m]) for m in ("on", "off"))
     lines += ["", f"off / on: {off / on:.1f}x"]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
+    write_report("\n".join(lines) + "\n", args.out)
 
 
 if __name__ == "__main__":
