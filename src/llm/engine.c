@@ -177,7 +177,14 @@ static size_t block_bytes(const tdm_engine_edit *ed) {
            (size_t)ed->cache_row * tdm_dtype_size(ed->cache_dtype);
 }
 
+/* r lets its blocks go; its last one, partly filled, stays in the prefix cache for a later
+ * prompt that begins as r's tokens do (match_prefix copies its rows): a request sent again, or
+ * a conversation whose next turn begins with this one's answer. */
 static void release_blocks(tdm_llm_engine *e, eng_req *r) {
+    size_t bs = (size_t)e->block_size, last = r->n_computed / bs, n = r->n_computed % bs;
+    if (!e->no_prefix_cache && n > 0 && last < (size_t)r->n_blocks && (size_t)r->n_hashed == last)
+        tdm_kv_register_partial(&e->pool, r->blocks[last], r->last_hash, r->tokens + last * bs,
+                                (int32_t)n);
     for (int i = 0; i < r->n_blocks; i++) tdm_kv_release(&e->pool, r->blocks[i]);
     r->n_blocks = 0;
     r->n_computed = 0;
@@ -197,8 +204,41 @@ static bool ensure_blocks(tdm_llm_engine *e, eng_req *r, size_t tokens) {
     return true;
 }
 
+/* The first `rows` positions of block `from` copied into block `to`: every layer's key and
+ * value rows of every kv head ([n_blocks, kv_heads, block_size, cache_row] in host memory). */
+static void copy_rows(tdm_llm_engine *e, int32_t from, int32_t to, size_t rows) {
+    size_t rb = (size_t)e->ed.cache_row * tdm_dtype_size(e->ed.cache_dtype);
+    size_t head = (size_t)e->block_size * rb, kvh = (size_t)e->ed.kv_heads;
+    for (int i = 0; i < e->ed.n_layers * 2; i++) {
+        char *c = e->cache[i]->data;
+        for (size_t h = 0; h < kvh; h++)
+            memcpy(c + ((size_t)to * kvh + h) * head, c + ((size_t)from * kvh + h) * head, rows * rb);
+    }
+}
+
+/* Tokens [base, base + lim) of r that running sequence o has computed at the same positions
+ * after the same tokens [0, base): how many of them lead, and o's block holding them. */
+static size_t live_match(const tdm_llm_engine *e, const eng_req *r, const eng_req *o, size_t base,
+                         size_t lim, int32_t *block) {
+    size_t bs = (size_t)e->block_size, m = base / bs;
+    if ((size_t)o->n_blocks <= m || o->n_computed <= base ||
+        memcmp(o->tokens, r->tokens, base * sizeof *r->tokens) != 0)
+        return 0;
+    size_t have = o->n_computed - base < lim ? o->n_computed - base : lim, n = 0;
+    while (n < have && o->tokens[base + n] == r->tokens[base + n]) n++;
+    *block = o->blocks[m];
+    return n;
+}
+
 /* A new sequence (no blocks) takes the cached blocks of its prompt's prefix; never the block
- * of its last token, which must be computed to give logits. */
+ * of its last token, which must be computed to give logits. Then, as llama.cpp's server reuses
+ * a slot's common prefix token by token, the leading tokens of its next block that some block
+ * holds computed (a registered block after the same prefix, or a running sequence's block,
+ * partly filled) have their rows copied into a block of its own: the rows it would compute
+ * (the same values, to the batch's rounding), so that an identical prompt, or one that
+ * leaves a shared system prompt inside a block, computes from where the two part, not from
+ * the block's start (bench/llm/serve's concurrent requests of one prompt: 1 token each
+ * instead of 15). */
 static void match_prefix(tdm_llm_engine *e, eng_req *r) {
     if (e->no_prefix_cache || r->n_blocks > 0) return;
     size_t bs = (size_t)e->block_size;
@@ -212,6 +252,26 @@ static void match_prefix(tdm_llm_engine *e, eng_req *r) {
         r->last_hash = h;
         r->n_computed += bs;
     }
+    size_t base = r->n_computed, left = r->n_tokens - 1 - base; /* the last token is fed */
+    size_t lim = left < bs ? left : bs;
+    if (lim == 0) return;
+    int32_t from = -1, got = 0;
+    from = tdm_kv_lookup_partial(&e->pool, r->last_hash, r->tokens + base, (int32_t)lim, &got);
+    size_t best = (size_t)got;
+    for (int i = 0; i < e->n_running && best < lim; i++) {
+        int32_t b = -1;
+        size_t n = live_match(e, r, e->running[i], base, lim, &b);
+        if (n > best) best = n, from = b;
+    }
+    if (best == 0) return;
+    tdm_kv_hold(&e->pool, from); /* a cached-only block must not be the one allocated */
+    int32_t to = tdm_kv_alloc(&e->pool);
+    if (to >= 0) {
+        copy_rows(e, from, to, best);
+        r->blocks[r->n_blocks++] = to;
+        r->n_computed += best;
+    }
+    tdm_kv_release(&e->pool, from);
 }
 
 /* After a step: r's full blocks whose tokens are computed join the prefix cache, those of

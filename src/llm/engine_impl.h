@@ -23,7 +23,10 @@
  * Prefix cache: a full block of a prompt is registered under the hash of the chain of the
  * prompt's blocks up to it (the previous block's hash and this block's tokens); a lookup
  * compares the tokens and the previous hash too, so a hash collision never shares a wrong
- * block. */
+ * block. Registered blocks are also chained by their previous block's hash, so that a prompt
+ * whose next tokens are only the first part of some cached block's can find it (its rows are
+ * copied, not shared: tdm_kv_lookup_partial); a sequence's last block, partly filled, joins
+ * that chain only (tdm_kv_register_partial) when the sequence lets it go. */
 typedef struct tdm_kv_pool {
     const tdm_allocator *a;
     int32_t n_blocks, block_size;
@@ -35,8 +38,11 @@ typedef struct tdm_kv_pool {
     uint64_t *hash;        /* n_blocks: the chain hash it is registered under */
     uint64_t *parent;      /* n_blocks: the previous block's chain hash (0 for the first) */
     int32_t *tokens;       /* n_blocks * block_size: its tokens */
+    int32_t *valid;        /* n_blocks: how many of them (block_size, or fewer: partial) */
     int32_t *bucket;       /* n_buckets: first block of the chain of that bucket, -1 = none */
     int32_t *next_in_bucket;
+    int32_t *pbucket;      /* n_buckets: the same, chained by the previous block's hash */
+    int32_t *next_in_pbucket;
     uint32_t n_buckets;    /* a power of two */
     int32_t *lru_prev, *lru_next; /* cached-only blocks, oldest at lru_head */
     int32_t lru_head, lru_tail;
@@ -56,10 +62,22 @@ uint64_t tdm_kv_chain_hash(uint64_t parent, const int32_t *tokens, int32_t n);
 /* The cached block registered under `hash` with `parent` and `tokens`, taken by a sequence
  * (ref + 1), or -1. */
 int32_t tdm_kv_lookup(tdm_kv_pool *p, uint64_t hash, uint64_t parent, const int32_t *tokens);
+/* Another hold on block b (held, or cached only: it leaves the LRU list until released). */
+void tdm_kv_hold(tdm_kv_pool *p, int32_t b);
+/* The registered block after `parent` whose first tokens match the most of tokens[0, n)
+ * (*matched of them, at least one; -1 and 0 when none), not taken: hold it before allocating,
+ * which may evict it. */
+int32_t tdm_kv_lookup_partial(const tdm_kv_pool *p, uint64_t parent, const int32_t *tokens,
+                              int32_t n, int32_t *matched);
 /* Registers held block b (full, its tokens computed) under `hash`, unless some block is
  * registered under it already or b is. */
 void tdm_kv_register(tdm_kv_pool *p, int32_t b, uint64_t hash, uint64_t parent,
                      const int32_t *tokens);
+/* Registers held block b, partly filled (its first n < block_size tokens computed), in the
+ * chain of `parent` only (no lookup by hash finds it), unless a registered block after `parent`
+ * already holds those n tokens. */
+void tdm_kv_register_partial(tdm_kv_pool *p, int32_t b, uint64_t parent, const int32_t *tokens,
+                             int32_t n);
 static inline int32_t tdm_kv_used(const tdm_kv_pool *p) { return p->n_blocks - p->n_free; }
 /* Blocks a new sequence could get now (free and cached only). */
 static inline int32_t tdm_kv_available(const tdm_kv_pool *p) {

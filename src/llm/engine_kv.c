@@ -21,16 +21,20 @@ tdm_status *tdm_kv_pool_init(tdm_kv_pool *p, const tdm_allocator *a, int32_t n_b
     p->hash = tdm_calloc(a, n, sizeof *p->hash);
     p->parent = tdm_calloc(a, n, sizeof *p->parent);
     p->tokens = tdm_calloc(a, n * (size_t)block_size, sizeof *p->tokens);
+    p->valid = tdm_calloc(a, n, sizeof *p->valid);
     p->bucket = tdm_calloc(a, nb, sizeof *p->bucket);
     p->next_in_bucket = tdm_calloc(a, n, sizeof *p->next_in_bucket);
+    p->pbucket = tdm_calloc(a, nb, sizeof *p->pbucket);
+    p->next_in_pbucket = tdm_calloc(a, n, sizeof *p->next_in_pbucket);
     p->lru_prev = tdm_calloc(a, n, sizeof *p->lru_prev);
     p->lru_next = tdm_calloc(a, n, sizeof *p->lru_next);
-    if (!p->ref || !p->free_list || !p->cached || !p->hash || !p->parent || !p->tokens ||
-        !p->bucket || !p->next_in_bucket || !p->lru_prev || !p->lru_next) {
+    if (!p->ref || !p->free_list || !p->cached || !p->hash || !p->parent || !p->tokens || !p->valid ||
+        !p->bucket || !p->next_in_bucket || !p->pbucket || !p->next_in_pbucket || !p->lru_prev ||
+        !p->lru_next) {
         tdm_kv_pool_free(p);
         return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory for the KV block table");
     }
-    for (uint32_t i = 0; i < nb; i++) p->bucket[i] = -1;
+    for (uint32_t i = 0; i < nb; i++) p->bucket[i] = p->pbucket[i] = -1;
     /* block 0 is taken first */
     for (int32_t i = 0; i < n_blocks; i++) p->free_list[i] = n_blocks - 1 - i;
     p->n_free = n_blocks;
@@ -47,8 +51,11 @@ void tdm_kv_pool_free(tdm_kv_pool *p) {
     tdm_free(a, p->hash);
     tdm_free(a, p->parent);
     tdm_free(a, p->tokens);
+    tdm_free(a, p->valid);
     tdm_free(a, p->bucket);
     tdm_free(a, p->next_in_bucket);
+    tdm_free(a, p->pbucket);
+    tdm_free(a, p->next_in_pbucket);
     tdm_free(a, p->lru_prev);
     tdm_free(a, p->lru_next);
     memset(p, 0, sizeof *p);
@@ -73,11 +80,15 @@ static void lru_push(tdm_kv_pool *p, int32_t b) { /* most recent at the tail */
     p->n_cached_only++;
 }
 
+/* Unlinks b from the chain that starts at *link (next: the chain's links). */
+static void unlink_from(int32_t *link, int32_t *next, int32_t b) {
+    while (*link >= 0 && *link != b) link = &next[*link];
+    if (*link == b) *link = next[b];
+}
+
 static void unregister(tdm_kv_pool *p, int32_t b) {
-    uint32_t k = (uint32_t)p->hash[b] & (p->n_buckets - 1);
-    int32_t *link = &p->bucket[k];
-    while (*link >= 0 && *link != b) link = &p->next_in_bucket[*link];
-    if (*link == b) *link = p->next_in_bucket[b];
+    unlink_from(&p->bucket[(uint32_t)p->hash[b] & (p->n_buckets - 1)], p->next_in_bucket, b);
+    unlink_from(&p->pbucket[(uint32_t)p->parent[b] & (p->n_buckets - 1)], p->next_in_pbucket, b);
     p->cached[b] = false;
 }
 
@@ -122,11 +133,47 @@ int32_t tdm_kv_lookup(tdm_kv_pool *p, uint64_t hash, uint64_t parent, const int3
             memcmp(p->tokens + (size_t)b * (size_t)p->block_size, tokens,
                    (size_t)p->block_size * sizeof *tokens) != 0)
             continue;
-        if (p->ref[b] == 0) lru_unlink(p, b);
-        p->ref[b]++;
+        tdm_kv_hold(p, b);
         return b;
     }
     return -1;
+}
+
+void tdm_kv_hold(tdm_kv_pool *p, int32_t b) {
+    if (p->ref[b] == 0 && p->cached[b]) lru_unlink(p, b);
+    p->ref[b]++;
+}
+
+int32_t tdm_kv_lookup_partial(const tdm_kv_pool *p, uint64_t parent, const int32_t *tokens,
+                              int32_t n, int32_t *matched) {
+    int32_t best = -1;
+    *matched = 0;
+    uint32_t k = (uint32_t)parent & (p->n_buckets - 1);
+    for (int32_t b = p->pbucket[k]; b >= 0; b = p->next_in_pbucket[b]) {
+        if (p->parent[b] != parent) continue;
+        const int32_t *t = p->tokens + (size_t)b * (size_t)p->block_size;
+        int32_t m = 0;
+        while (m < n && m < p->valid[b] && t[m] == tokens[m]) m++;
+        if (m > *matched) {
+            *matched = m;
+            best = b;
+        }
+    }
+    return best;
+}
+
+/* b joins the cache: its tokens (n valid), its hashes, and the chain of its parent (the
+ * caller links full blocks into the chain of their own hash). */
+static void enter(tdm_kv_pool *p, int32_t b, uint64_t hash, uint64_t parent, const int32_t *tokens,
+                  int32_t n) {
+    p->cached[b] = true;
+    p->hash[b] = hash;
+    p->parent[b] = parent;
+    p->valid[b] = n;
+    memcpy(p->tokens + (size_t)b * (size_t)p->block_size, tokens, (size_t)n * sizeof *tokens);
+    uint32_t pk = (uint32_t)parent & (p->n_buckets - 1);
+    p->next_in_pbucket[b] = p->pbucket[pk];
+    p->pbucket[pk] = b;
 }
 
 void tdm_kv_register(tdm_kv_pool *p, int32_t b, uint64_t hash, uint64_t parent,
@@ -135,11 +182,17 @@ void tdm_kv_register(tdm_kv_pool *p, int32_t b, uint64_t hash, uint64_t parent,
     uint32_t k = (uint32_t)hash & (p->n_buckets - 1);
     for (int32_t o = p->bucket[k]; o >= 0; o = p->next_in_bucket[o])
         if (p->hash[o] == hash) return; /* the first one stays */
-    p->cached[b] = true;
-    p->hash[b] = hash;
-    p->parent[b] = parent;
-    memcpy(p->tokens + (size_t)b * (size_t)p->block_size, tokens,
-           (size_t)p->block_size * sizeof *tokens);
     p->next_in_bucket[b] = p->bucket[k];
     p->bucket[k] = b;
+    enter(p, b, hash, parent, tokens, p->block_size);
+}
+
+void tdm_kv_register_partial(tdm_kv_pool *p, int32_t b, uint64_t parent, const int32_t *tokens,
+                             int32_t n) {
+    if (b < 0 || b >= p->n_blocks || p->cached[b] || p->ref[b] <= 0 || n <= 0 ||
+        n >= p->block_size)
+        return;
+    int32_t held = 0;
+    if (tdm_kv_lookup_partial(p, parent, tokens, n, &held) >= 0 && held == n) return;
+    enter(p, b, 0, parent, tokens, n);
 }

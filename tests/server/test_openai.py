@@ -260,26 +260,27 @@ class Tests:
         assert all(e.startswith("data: ") for e in events) and events[-1] == "data: [DONE]", events
 
     def test_prompt_cache_usage(self):
-        # usage.prompt_tokens_details.cached_tokens: the prompt's tokens whose blocks came from the
-        # prefix cache: none the first time (a prompt that starts unlike any other test's), then
-        # every full block of 16 but the one holding the last token; streamed usage says the same
+        # usage.prompt_tokens_details.cached_tokens: the prompt's tokens whose keys and values came
+        # from the prefix cache: none the first time (a prompt that starts unlike any other
+        # test's), then every token but the last (its full blocks shared, the rest of the last
+        # block's rows copied), which is computed for the logits; streamed usage says the same
         prompt = f"{time.time_ns()} cache check: the lighthouse keeper counted the ships that passed at night"
         first = self.client.completions.create(model=MODEL, prompt=prompt, max_tokens=4, temperature=0)
         n = first.usage.prompt_tokens
         assert n > 17, n
         assert first.usage.prompt_tokens_details.cached_tokens == 0, first.usage
         again = self.client.completions.create(model=MODEL, prompt=prompt, max_tokens=4, temperature=0)
-        assert again.usage.prompt_tokens_details.cached_tokens == (n - 1) // 16 * 16, (n, again.usage)
+        assert again.usage.prompt_tokens_details.cached_tokens == n - 1, (n, again.usage)
         assert again.choices[0].text == first.choices[0].text
         chunks = list(self.client.completions.create(model=MODEL, prompt=prompt, max_tokens=4, temperature=0,
                                                      stream=True, stream_options={"include_usage": True}))
         usage = [c.usage for c in chunks if c.usage]
-        assert len(usage) == 1 and usage[0].prompt_tokens_details.cached_tokens == (n - 1) // 16 * 16, usage
+        assert len(usage) == 1 and usage[0].prompt_tokens_details.cached_tokens == n - 1, usage
         msgs = [{"role": "user", "content": prompt}]
         c1 = self.client.chat.completions.create(model=MODEL, messages=msgs, max_tokens=3, temperature=0)
         c2 = self.client.chat.completions.create(model=MODEL, messages=msgs, max_tokens=3, temperature=0)
         m = c1.usage.prompt_tokens
-        assert c2.usage.prompt_tokens_details.cached_tokens == (m - 1) // 16 * 16, (m, c2.usage)
+        assert c2.usage.prompt_tokens_details.cached_tokens == m - 1, (m, c2.usage)
 
     def test_stop_strings(self):
         prompt = "Once upon a time"

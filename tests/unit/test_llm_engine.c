@@ -469,15 +469,17 @@ static void test_prefix_cache(void **state) {
                    .seed = 41, .shared_prefix = 37};
     run_scenario(env, e, &sc, g);
     assert_int_equal(g[0].cached_tokens, 0);
-    for (int i = 1; i < 4; i++) assert_int_equal(g[i].cached_tokens, 32); /* 4 full blocks */
+    /* 4 full blocks, then the 5 shared tokens of the fifth block: request 0's block of
+     * positions 32-39 (cached) holds them, and their rows are copied */
+    for (int i = 1; i < 4; i++) assert_int_equal(g[i].cached_tokens, 37);
     tdm_llm_engine_stats s;
     tdm_llm_engine_get_stats(e, &s);
-    assert_true(s.prefix_hit_tokens_total >= 96);
+    assert_int_equal(s.prefix_hit_tokens_total, 3 * 37);
     assert_true(s.kv_blocks_cached > 0);
-    /* the same prompt again: all but the block of its last token */
+    /* the same prompt again: every token but the last, which is computed for the logits */
     scenario again = {.n = 1, .lens = lens, .max_tokens = 10, .ignore_eos = true, .seed = 41};
     run_scenario(env, e, &again, g);
-    assert_int_equal(g[0].cached_tokens, 32);
+    assert_int_equal(g[0].cached_tokens, 39);
     tdm_llm_engine_free(e);
     tdm_env_free(env);
 }
@@ -512,6 +514,35 @@ static void test_prefix_cache_generated(void **state) {
     tdm_llm_engine_stats s;
     tdm_llm_engine_get_stats(e, &s);
     assert_int_equal(s.prefix_hit_tokens_total, 56);
+    tdm_llm_engine_free(e);
+    tdm_env_free(env);
+}
+
+/* The rows a running sequence has computed in a block it is still filling serve a new request
+ * with the same leading tokens: copied, not shared, since the running one writes on. Blocks of
+ * 128 tokens and 40 + 80 positions: request 0's only block is never full, so not in the
+ * prefix cache while it runs, for 78 more steps after request 1 is sent. */
+static void test_prefix_partial_live(void **state) {
+    (void)state;
+    tdm_env *env = new_env();
+    tdm_llm_engine *e = new_engine(env, 4, 0, 128, 8, false);
+    got g[2];
+    static const int lens[] = {40, 45};
+    scenario sc = {.n = 2, .lens = lens, .max_tokens = 80, .stagger = 2, .ignore_eos = true,
+                   .seed = 53, .shared_prefix = 38};
+    run_scenario(env, e, &sc, g);
+    assert_int_equal(g[0].cached_tokens, 0);
+    assert_int_equal(g[1].cached_tokens, 38);
+    /* at their ends both partly filled blocks joined the cache (their tokens differ) */
+    tdm_llm_engine_stats s;
+    tdm_llm_engine_get_stats(e, &s);
+    assert_int_equal(s.kv_blocks_cached, 2);
+    /* request 0's prompt again: its ended block gives every token but the last */
+    scenario again = {.n = 1, .lens = lens, .max_tokens = 6, .ignore_eos = true, .seed = 53};
+    run_scenario(env, e, &again, g);
+    assert_int_equal(g[0].cached_tokens, 39);
+    tdm_llm_engine_get_stats(e, &s);
+    assert_int_equal(s.kv_blocks_cached, 2); /* the same tokens again: not entered twice */
     tdm_llm_engine_free(e);
     tdm_env_free(env);
 }
@@ -835,6 +866,7 @@ int main(void) {
         cmocka_unit_test(test_chunked_prefill),
         cmocka_unit_test(test_prefix_cache),
         cmocka_unit_test(test_prefix_cache_generated),
+        cmocka_unit_test(test_prefix_partial_live),
         cmocka_unit_test(test_no_batching),
         cmocka_unit_test(test_cancel),
         cmocka_unit_test(test_stops_and_sampling),
@@ -849,6 +881,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_chunked_prefill, q4_pool, model_pool),
         cmocka_unit_test_setup_teardown(test_prefix_cache, q4_pool, model_pool),
         cmocka_unit_test_setup_teardown(test_prefix_cache_generated, q4_pool, model_pool),
+        cmocka_unit_test_setup_teardown(test_prefix_partial_live, q4_pool, model_pool),
         cmocka_unit_test_setup_teardown(test_prefix_cache_generated, int8_model, float_model),
         cmocka_unit_test_setup_teardown(test_cancel, q4_pool, model_pool),
         cmocka_unit_test(test_kv_type),
