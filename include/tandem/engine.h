@@ -10,7 +10,11 @@
  * value); a sequence owns a block table that grows as it does, and its blocks return to the
  * pool when it ends. Full blocks, of the prompt and of the tokens generated after it, are
  * shared with later requests whose prompts start with the same tokens (prefix cache, reference
- * counted; a conversation's next turn finds the previous answer's blocks). When a running
+ * counted; a conversation's next turn finds the previous answer's blocks); past the last full
+ * block they share, a new prompt's leading tokens that another block holds computed (a cached
+ * one, a running sequence's partly filled last block, or an ended sequence's, kept in the
+ * cache) get their rows copied into a block of its own, so that the same prompt sent again
+ * computes only its last token. When a running
  * sequence needs a block and the pool is empty, the newest running sequence is preempted: its
  * blocks are freed and it waits to be recomputed (its prompt and the tokens generated so far
  * prefilled again); its caller sees no difference but time.
@@ -133,7 +137,7 @@ typedef struct tdm_llm_event {
     const tdm_status *status;     /* FINISH_ERROR: why (owned by the engine) */
     int64_t prompt_tokens;        /* in the end event: usage counts */
     int64_t generated_tokens;
-    int64_t cached_tokens;        /* prompt tokens whose blocks came from the prefix cache (in
+    int64_t cached_tokens;        /* prompt tokens whose rows came from the prefix cache (in
                                      every event: known from the request's first step) */
 } tdm_llm_event;
 

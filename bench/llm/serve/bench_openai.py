@@ -3,14 +3,15 @@
 
     bench/llm/serve/bench_openai.py --tandem build/tandem [--models tiny,smol] [--smol /work/smol]
         [--streams 1,4,8,16] [--requests 2] [--max-tokens 64] [--threads 2]
-        [--temperature 0 --top-p 1 --top-k 0] [--rounds 1] [--out FILE]
+        [--temperature 0 --top-p 1 --top-k 0] [--rounds 1] [--unique-prompts] [--out FILE]
 
 For each model (the tiny random Llama written by tools/make_tiny_llama.py, and SmolLM2 from the
 --smol folder, linked into a temporary repository as a `tandem_llm` model) and each mode
 (continuous batching on; off = the engine's no_batching option: one request at a time, as a
 llama.cpp-style server without batching), one server is started and, for each number of
 concurrent streams S, S client threads each send --requests streaming completions in a row
-(fixed prompt, ignore_eos so that every request generates --max-tokens tokens; `logprobs: 0`
+(fixed prompt, or with --unique-prompts a number unique to the request before it, so that the
+prefix cache holds none of it; ignore_eos so that every request generates --max-tokens tokens; `logprobs: 0`
 so that every token comes as its own chunk; greedy unless --temperature > 0, then sampled with
 --top-p / --top-k and a seed per request, as chat clients ask). Reported per S:
 
@@ -49,6 +50,7 @@ makes the figures noisy. Writes a markdown table to --out (default: stdout only)
 import argparse
 import datetime
 import http.client
+import itertools
 import json
 import os
 import re
@@ -117,9 +119,13 @@ class Server:
 SAMPLING = {"temperature": 0}  # main() adds --temperature / --top-p / --top-k
 
 
+UNIQUE = {"on": False, "next": itertools.count(1)}  # --unique-prompts: a number before each prompt
+
+
 def one_request(port, model, max_tokens, seed=0):
     """One streaming completion: (ttft_s, [inter-token gaps], tokens, (first, last) token times)."""
-    body = json.dumps(dict(SAMPLING, model=model, prompt=PROMPT, max_tokens=max_tokens, stream=True,
+    prompt = f"{next(UNIQUE['next'])}: {PROMPT}" if UNIQUE["on"] else PROMPT
+    body = json.dumps(dict(SAMPLING, model=model, prompt=prompt, max_tokens=max_tokens, stream=True,
                            ignore_eos=True, logprobs=0, seed=seed)).encode()
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
     t0 = time.perf_counter()
@@ -309,10 +315,15 @@ def main():
     ap.add_argument("--top-k", type=int, default=0)
     ap.add_argument("--rounds", type=int, default=1,
                     help="run the levels this many times in turn; medians, and paired ratios to one stream")
+    ap.add_argument("--unique-prompts", action="store_true",
+                    help="a number unique to each request before the prompt: no prompt shares its first "
+                         "token with another's, so the prefix cache holds nothing (every prompt token "
+                         "computed, as for many users' different prompts)")
     ap.add_argument("--out")
     args = ap.parse_args()
     if args.rounds < 1:
         ap.error("--rounds must be at least 1")
+    UNIQUE["on"] = args.unique_prompts
     SAMPLING["temperature"] = args.temperature
     if args.temperature > 0:
         SAMPLING.update(top_p=args.top_p, top_k=args.top_k)
@@ -378,9 +389,11 @@ def main():
              + (f"--smol {args.smol} " if "smol" in args.models.split(",") else "")
              + f"--streams {args.streams} --requests {args.requests} --max-tokens {args.max_tokens} "
              f"--threads {args.threads} --kv-memory-mb {args.kv_memory_mb} --kv-cache-dtype {args.kv_cache_dtype} "
-             f"--temperature {args.temperature} --top-p {args.top_p} --top-k {args.top_k} --rounds {args.rounds}`; "
-             f"prompt of {len(PROMPT)} "
-             f"characters, {sampling}, ignore_eos. "
+             f"--temperature {args.temperature} --top-p {args.top_p} --top-k {args.top_k} --rounds {args.rounds}"
+             + (" --unique-prompts" if args.unique_prompts else "") + "`; "
+             f"prompt of {len(PROMPT)} characters"
+             + (" after a number unique to the request" if args.unique_prompts else " (the same for every request)")
+             + f", {sampling}, ignore_eos. "
              "Shared 2-core machine: noisy.", "",
              (f"Each figure: the median of {args.rounds} rounds of the levels in turn on one server; "
               "decode x 1 stream paired: each round's ratio to its own one-stream level, median (min-max)."
