@@ -267,7 +267,7 @@ int main(int argc, char **argv) {
            kvq == 1 ? "int8" : kvq == 2 ? "int4" : getenv("BENCH_HALF") ? "float16 (paged)" : "float32");
     printf("| context | GQA us/call | paged us/call | paged / GQA | paged BHSD us/call | BHSD / GQA |\n"
            "|---:|---:|---:|---:|---:|---:|\n");
-    static const int ctxs[] = {128, 256, 512, 1024, 2048};
+    static const int ctxs[] = {48, 128, 256, 512, 1024, 2048};
     for (size_t c = 0; c < sizeof ctxs / sizeof ctxs[0]; c++) {
         int ctxlen = S > 1 ? (int)S : ctxs[c];
         if (S > 1 && c > 0) break; /* a prompt: one row of the table */

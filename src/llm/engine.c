@@ -255,8 +255,8 @@ static void match_prefix(tdm_llm_engine *e, eng_req *r) {
     size_t base = r->n_computed, left = r->n_tokens - 1 - base; /* the last token is fed */
     size_t lim = left < bs ? left : bs;
     if (lim == 0) return;
-    int32_t from = -1, got = 0;
-    from = tdm_kv_lookup_partial(&e->pool, r->last_hash, r->tokens + base, (int32_t)lim, &got);
+    int32_t got = 0;
+    int32_t from = tdm_kv_lookup_partial(&e->pool, r->last_hash, r->tokens + base, (int32_t)lim, &got);
     size_t best = (size_t)got;
     for (int i = 0; i < e->n_running && best < lim; i++) {
         int32_t b = -1;
