@@ -547,6 +547,38 @@ static void test_prefix_partial_live(void **state) {
     tdm_env_free(env);
 }
 
+/* A pool with no free block: the cached block whose rows a new prompt would copy is also the
+ * only one a new block could come from. The copy is skipped (the donor is held while a block
+ * is allocated, so it is never its own destination: ASan's memcpy overlap check), and the
+ * request computes those tokens itself. */
+static void test_prefix_partial_full_pool(void **state) {
+    (void)state;
+    tdm_env *env = new_env();
+    tdm_llm_engine *e = new_engine(env, 1, 0, 8, 3, false);
+    got g[1];
+    /* request 0: 23 prompt tokens and its first generated token fill the 3 blocks, which stay
+     * in the cache when it ends */
+    static const int len0[] = {23};
+    scenario a = {.n = 1, .lens = len0, .max_tokens = 2, .ignore_eos = true, .seed = 61};
+    run_scenario(env, e, &a, g);
+    tdm_llm_engine_stats s;
+    tdm_llm_engine_get_stats(e, &s);
+    assert_int_equal(s.kv_blocks_cached, 3);
+    /* request 1: request 0's first 20 tokens, then 2 of its own: blocks 0 and 1 are shared,
+     * block 2's first 4 rows cannot be copied (no block to copy them into but block 2) */
+    size_t vocab = tdm_llm_engine_vocab_size(e);
+    static int32_t p1[22];
+    make_prompt(p1, 20, 61, vocab); /* run_scenario's prompt 0 of seed 61 */
+    make_prompt(p1 + 20, 2, 67, vocab);
+    static const int len1[] = {22};
+    const int32_t *const prompts1[] = {p1};
+    scenario b = {.n = 1, .lens = len1, .max_tokens = 2, .ignore_eos = true, .prompts = prompts1};
+    run_scenario(env, e, &b, g);
+    assert_int_equal(g[0].cached_tokens, 16);
+    tdm_llm_engine_free(e);
+    tdm_env_free(env);
+}
+
 static void test_no_batching(void **state) {
     (void)state;
     tdm_env *env = new_env();
@@ -867,6 +899,7 @@ int main(void) {
         cmocka_unit_test(test_prefix_cache),
         cmocka_unit_test(test_prefix_cache_generated),
         cmocka_unit_test(test_prefix_partial_live),
+        cmocka_unit_test(test_prefix_partial_full_pool),
         cmocka_unit_test(test_no_batching),
         cmocka_unit_test(test_cancel),
         cmocka_unit_test(test_stops_and_sampling),
