@@ -65,9 +65,13 @@ static double top_abs_tol = 1e-3, top_rel_tol = 0;
 static const char *cur_kv_type = NULL;
 #define F16_TOP_TOL 1e-2
 /* with "int8" / "int4" the reference is the generator with the same kv_type (its GQA cache of
- * the same rows): its log-probabilities agree within Q_TOP_TOL (a prompt chunk's attention
- * widens the rows in float where the generator's decode sums integers: float rounding) */
+ * the same rows): its log-probabilities agree within Q_TOP_TOL plus Q_TOP_REL of their size (a
+ * prompt chunk's attention widens the rows in float where decode sums integers against the
+ * query rounded to 8 bits; a prompt sent again computes its last token alone, through decode,
+ * where the generator's prompt went as a chunk: test_concurrent_greedy's repeated prompts, int8
+ * pool, 2.43e-3 on a log-probability of -29.98, 8e-5 of it) */
 #define Q_TOP_TOL 2e-3
+#define Q_TOP_REL 1e-4
 static bool quant_pool(void) {
     return cur_kv_type && (!strcmp(cur_kv_type, "int8") || !strcmp(cur_kv_type, "int4"));
 }
@@ -407,16 +411,17 @@ static int float_model(void **state) {
 }
 
 /* Another pool type for the float32 model, and its log-probabilities' tolerance. */
-static int use_pool(const char *kv_type, double tol) {
+static int use_pool(const char *kv_type, double tol, double rel) {
     cur_kv_type = kv_type;
     top_abs_tol = tol;
+    top_rel_tol = rel;
     return 0;
 }
 
 /* the float16 pool; tandem's 8- and 4-bit pools */
-static int f16_pool(void **state) { return (void)state, use_pool("f16", F16_TOP_TOL); }
-static int q8_pool(void **state) { return (void)state, use_pool("int8", Q_TOP_TOL); }
-static int q4_pool(void **state) { return (void)state, use_pool("int4", Q_TOP_TOL); }
+static int f16_pool(void **state) { return (void)state, use_pool("f16", F16_TOP_TOL, 0); }
+static int q8_pool(void **state) { return (void)state, use_pool("int8", Q_TOP_TOL, Q_TOP_REL); }
+static int q4_pool(void **state) { return (void)state, use_pool("int4", Q_TOP_TOL, Q_TOP_REL); }
 
 static int model_pool(void **state) {
     cur_kv_type = NULL;
