@@ -23,10 +23,10 @@
  * Prefix cache: a full block of a prompt is registered under the hash of the chain of the
  * prompt's blocks up to it (the previous block's hash and this block's tokens); a lookup
  * compares the tokens and the previous hash too, so a hash collision never shares a wrong
- * block. Registered blocks are also chained by their previous block's hash, so that a prompt
- * whose next tokens are only the first part of some cached block's can find it (its rows are
- * copied, not shared: tdm_kv_lookup_partial); a sequence's last block, partly filled, joins
- * that chain only (tdm_kv_register_partial) when the sequence lets it go. */
+ * block. Registered blocks are also chained by their previous block's hash and their first
+ * token, so that a prompt whose next tokens are only the first part of some cached block's can
+ * find it (its rows are copied, not shared: tdm_kv_lookup_partial); a sequence's last block,
+ * partly filled, joins that chain only (tdm_kv_register_partial) when the sequence lets it go. */
 typedef struct tdm_kv_pool {
     const tdm_allocator *a;
     int32_t n_blocks, block_size;
@@ -41,7 +41,8 @@ typedef struct tdm_kv_pool {
     int32_t *valid;        /* n_blocks: how many of them (block_size, or fewer: partial) */
     int32_t *bucket;       /* n_buckets: first block of the chain of that bucket, -1 = none */
     int32_t *next_in_bucket;
-    int32_t *pbucket;      /* n_buckets: the same, chained by the previous block's hash */
+    int32_t *pbucket;      /* n_buckets: the same, chained by the previous block's hash and
+                              the block's first token */
     int32_t *next_in_pbucket;
     uint32_t n_buckets;    /* a power of two */
     int32_t *lru_prev, *lru_next; /* cached-only blocks, oldest at lru_head */

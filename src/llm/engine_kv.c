@@ -80,6 +80,14 @@ static void lru_push(tdm_kv_pool *p, int32_t b) { /* most recent at the tail */
     p->n_cached_only++;
 }
 
+/* The bucket of the parent chains: the previous block's hash and the block's first token, so
+ * that a lookup scans only the blocks that could match at least one token (a system prompt's
+ * many continuations, or every first block of every prompt, share a parent). */
+static uint32_t pkey(const tdm_kv_pool *p, uint64_t parent, int32_t first) {
+    uint64_t h = (parent ^ (uint64_t)(uint32_t)first) * 0x9e3779b97f4a7c15ull;
+    return (uint32_t)(h >> 32) & (p->n_buckets - 1);
+}
+
 /* Unlinks b from the chain that starts at *link (next: the chain's links). */
 static void unlink_from(int32_t *link, int32_t *next, int32_t b) {
     while (*link >= 0 && *link != b) link = &next[*link];
@@ -88,7 +96,8 @@ static void unlink_from(int32_t *link, int32_t *next, int32_t b) {
 
 static void unregister(tdm_kv_pool *p, int32_t b) {
     unlink_from(&p->bucket[(uint32_t)p->hash[b] & (p->n_buckets - 1)], p->next_in_bucket, b);
-    unlink_from(&p->pbucket[(uint32_t)p->parent[b] & (p->n_buckets - 1)], p->next_in_pbucket, b);
+    unlink_from(&p->pbucket[pkey(p, p->parent[b], p->tokens[(size_t)b * (size_t)p->block_size])],
+                p->next_in_pbucket, b);
     p->cached[b] = false;
 }
 
@@ -148,8 +157,8 @@ int32_t tdm_kv_lookup_partial(const tdm_kv_pool *p, uint64_t parent, const int32
                               int32_t n, int32_t *matched) {
     int32_t best = -1;
     *matched = 0;
-    uint32_t k = (uint32_t)parent & (p->n_buckets - 1);
-    for (int32_t b = p->pbucket[k]; b >= 0; b = p->next_in_pbucket[b]) {
+    if (n <= 0) return -1;
+    for (int32_t b = p->pbucket[pkey(p, parent, tokens[0])]; b >= 0; b = p->next_in_pbucket[b]) {
         if (p->parent[b] != parent) continue;
         const int32_t *t = p->tokens + (size_t)b * (size_t)p->block_size;
         int32_t m = 0;
@@ -171,7 +180,7 @@ static void enter(tdm_kv_pool *p, int32_t b, uint64_t hash, uint64_t parent, con
     p->parent[b] = parent;
     p->valid[b] = n;
     memcpy(p->tokens + (size_t)b * (size_t)p->block_size, tokens, (size_t)n * sizeof *tokens);
-    uint32_t pk = (uint32_t)parent & (p->n_buckets - 1);
+    uint32_t pk = pkey(p, parent, tokens[0]);
     p->next_in_pbucket[b] = p->pbucket[pk];
     p->pbucket[pk] = b;
 }
