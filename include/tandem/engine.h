@@ -13,8 +13,9 @@
  * counted; a conversation's next turn finds the previous answer's blocks); past the last full
  * block they share, a new prompt's leading tokens that another block holds computed (a cached
  * one, a running sequence's partly filled last block, or an ended sequence's, kept in the
- * cache) get their rows copied into a block of its own, so that the same prompt sent again
- * computes only its last token. When a running
+ * cache) get their rows copied into a block of its own (or, when the pool has no other block, a
+ * donor held by no one leaves the cache and becomes that block), so that the same prompt sent
+ * again computes only its last token. When a running
  * sequence needs a block and the pool is empty, the newest running sequence is preempted: its
  * blocks are freed and it waits to be recomputed (its prompt and the tokens generated so far
  * prefilled again); its caller sees no difference but time.

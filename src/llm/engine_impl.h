@@ -65,6 +65,9 @@ uint64_t tdm_kv_chain_hash(uint64_t parent, const int32_t *tokens, int32_t n);
 int32_t tdm_kv_lookup(tdm_kv_pool *p, uint64_t hash, uint64_t parent, const int32_t *tokens);
 /* Another hold on block b (held, or cached only: it leaves the LRU list until released). */
 void tdm_kv_hold(tdm_kv_pool *p, int32_t b);
+/* Block b, registered and held once (by the caller alone), leaves the cache and stays the
+ * caller's to write; false (nothing done) when anyone else holds it or it is not registered. */
+bool tdm_kv_take(tdm_kv_pool *p, int32_t b);
 /* The registered block after `parent` whose first tokens match the most of tokens[0, n)
  * (*matched of them, at least one; -1 and 0 when none), not taken: hold it before allocating,
  * which may evict it. */

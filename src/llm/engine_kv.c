@@ -153,6 +153,12 @@ void tdm_kv_hold(tdm_kv_pool *p, int32_t b) {
     p->ref[b]++;
 }
 
+bool tdm_kv_take(tdm_kv_pool *p, int32_t b) {
+    if (b < 0 || b >= p->n_blocks || p->ref[b] != 1 || !p->cached[b]) return false;
+    unregister(p, b);
+    return true;
+}
+
 int32_t tdm_kv_lookup_partial(const tdm_kv_pool *p, uint64_t parent, const int32_t *tokens,
                               int32_t n, int32_t *matched) {
     int32_t best = -1;

@@ -553,9 +553,10 @@ static void test_prefix_partial_live(void **state) {
 }
 
 /* A pool with no free block: the cached block whose rows a new prompt would copy is also the
- * only one a new block could come from. The copy is skipped (the donor is held while a block
- * is allocated, so it is never its own destination: ASan's memcpy overlap check), and the
- * request computes those tokens itself. */
+ * only one a new block could come from. The donor is held while a block is allocated, so it is
+ * never its own destination (ASan's memcpy overlap check); then, only cached, it leaves the
+ * cache and becomes the request's block, its rows where they are: the request's next tokens
+ * overwrite the ones past the shared part, and its tokens are still the generator's. */
 static void test_prefix_partial_full_pool(void **state) {
     (void)state;
     tdm_env *env = new_env();
@@ -570,7 +571,7 @@ static void test_prefix_partial_full_pool(void **state) {
     tdm_llm_engine_get_stats(e, &s);
     assert_int_equal(s.kv_blocks_cached, 3);
     /* request 1: request 0's first 20 tokens, then 2 of its own: blocks 0 and 1 are shared,
-     * block 2's first 4 rows cannot be copied (no block to copy them into but block 2) */
+     * block 2 is taken with its first 4 rows (no other block to copy them into) */
     size_t vocab = tdm_llm_engine_vocab_size(e);
     static int32_t p1[22];
     make_prompt(p1, 20, 61, vocab); /* run_scenario's prompt 0 of seed 61 */
@@ -579,7 +580,12 @@ static void test_prefix_partial_full_pool(void **state) {
     const int32_t *const prompts1[] = {p1};
     scenario b = {.n = 1, .lens = len1, .max_tokens = 2, .ignore_eos = true, .prompts = prompts1};
     run_scenario(env, e, &b, g);
-    assert_int_equal(g[0].cached_tokens, 16);
+    assert_int_equal(g[0].cached_tokens, 20);
+    /* request 0's prompt again: block 2 now holds request 1's tokens, so 16 (and the rows of
+     * request 1's block 2 that match: 4 of them, copied or taken) */
+    scenario c = {.n = 1, .lens = len0, .max_tokens = 2, .ignore_eos = true, .seed = 61};
+    run_scenario(env, e, &c, g);
+    assert_int_equal(g[0].cached_tokens, 20);
     tdm_llm_engine_free(e);
     tdm_env_free(env);
 }
