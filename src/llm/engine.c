@@ -266,19 +266,18 @@ static void match_prefix(tdm_llm_engine *e, eng_req *r) {
     if (best == 0) return;
     tdm_kv_hold(&e->pool, from); /* a cached-only block must not be the one allocated */
     int32_t to = tdm_kv_alloc(&e->pool);
-    if (to < 0 && tdm_kv_take(&e->pool, from)) {
-        /* no other block to copy into: the donor was only cached, so r takes it, its rows where
-         * they are (those past `best` are r's to overwrite) */
-        r->blocks[r->n_blocks++] = from;
-        r->n_computed += best;
-        return;
-    }
     if (to >= 0) {
         copy_rows(e, from, to, best);
-        r->blocks[r->n_blocks++] = to;
-        r->n_computed += best;
+        tdm_kv_release(&e->pool, from);
+    } else if (tdm_kv_take(&e->pool, from)) {
+        to = from; /* no other block: the donor was only cached, so r takes it (and the hold), its
+                      rows where they are (those past `best` are r's to overwrite) */
+    } else {
+        tdm_kv_release(&e->pool, from);
+        return;
     }
-    tdm_kv_release(&e->pool, from);
+    r->blocks[r->n_blocks++] = to;
+    r->n_computed += best;
 }
 
 /* After a step: r's full blocks whose tokens are computed join the prefix cache, those of
