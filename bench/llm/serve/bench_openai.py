@@ -3,13 +3,14 @@
 
     bench/llm/serve/bench_openai.py --tandem build/tandem [--models tiny,smol] [--smol /work/smol]
         [--streams 1,4,8,16] [--requests 2] [--max-tokens 64] [--threads 2]
-        [--temperature 0 --top-p 1 --top-k 0] [--rounds 1] [--unique-prompts] [--out FILE]
+        [--temperature 0 --top-p 1 --top-k 0] [--rounds 1] [--unique-prompts] [--client loop|threads]
+        [--out FILE]
 
 For each model (the tiny random Llama written by tools/make_tiny_llama.py, and SmolLM2 from the
 --smol folder, linked into a temporary repository as a `tandem_llm` model) and each mode
 (continuous batching on; off = the engine's no_batching option: one request at a time, as a
 llama.cpp-style server without batching), one server is started and, for each number of
-concurrent streams S, S client threads each send --requests streaming completions in a row
+concurrent streams S, S clients each send --requests streaming completions in a row
 (fixed prompt, or with --unique-prompts a number unique to the request before it, so that the
 prefix cache holds none of it; ignore_eos so that every request generates --max-tokens tokens; `logprobs: 0`
 so that every token comes as its own chunk; greedy unless --temperature > 0, then sampled with
@@ -44,8 +45,12 @@ tokenizing and the log-probabilities cost, with the workload the same. (The two 
 not comparable: each stream here sends --requests in a row, so later requests' prefills run
 inside the earlier ones' decode spans, while the engine bench prefills every prompt first.)
 
-Clients are plain http.client threads (little overhead per chunk); the machine's other load
-makes the figures noisy. Writes a markdown table to --out (default: stdout only).
+The clients share the server's cores, so their CPU is a measurement cost that grows with the
+streams: by default (--client loop) one thread reads every stream's socket through a selector,
+woken once for the chunks a step sends (0.03 cores at 8 streams on the 2-core Zen 4 guest of
+session 46); --client threads gives each stream a blocking http.client thread, woken once per
+token's chunk (0.07-0.10 cores at 8 streams there, against 0.03-0.04 at one stream). The
+machine's other load makes the figures noisy. Writes a markdown table to --out (default: stdout only).
 """
 import argparse
 import datetime
@@ -54,8 +59,10 @@ import itertools
 import json
 import os
 import re
+import selectors
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -119,7 +126,8 @@ class Server:
 SAMPLING = {"temperature": 0}  # main() adds --temperature / --top-p / --top-k
 
 
-UNIQUE = {"on": False, "next": itertools.count(1)}  # --unique-prompts: a number before each prompt
+UNIQUE = {"on": False, "next": itertools.count(1)}
+CLIENT = {"loop": True}  # --client: one selector thread for all streams (loop) or a thread each  # --unique-prompts: a number before each prompt
 
 
 def one_request(port, model, max_tokens, seed=0):
@@ -159,6 +167,91 @@ def one_request(port, model, max_tokens, seed=0):
         raise RuntimeError("no tokens")
     gaps = [b - a for a, b in zip(times, times[1:])]
     return times[0] - t0, gaps, tokens, (times[0], times[-1])
+
+
+class _Stream:
+    """One client of `streams_loop`: its requests in a row, each a streaming completion on a
+    connection of its own, read without blocking."""
+
+    def __init__(self, c, requests):
+        self.c, self.left, self.sock, self.results = c, requests, None, []
+
+    def start(self, port, model, max_tokens, sel, k):
+        prompt = f"{next(UNIQUE['next'])}: {PROMPT}" if UNIQUE["on"] else PROMPT
+        body = json.dumps(dict(SAMPLING, model=model, prompt=prompt, max_tokens=max_tokens, stream=True,
+                               ignore_eos=True, logprobs=0, seed=1000 * self.c + k)).encode()
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=600)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buf, self.head, self.times, self.done = b"", None, [], False
+        self.t0 = time.perf_counter()
+        self.sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                          b"Content-Type: application/json\r\nContent-Length: " + str(len(body)).encode() +
+                          b"\r\n\r\n" + body)
+        self.sock.setblocking(False)
+        sel.register(self.sock, selectors.EVENT_READ, self)
+
+    def feed(self, data):
+        """Bytes received: the tokens of the complete lines among them, each stamped when it is
+        parsed (as the threads client does: lines of one read a few microseconds apart)."""
+        self.buf += data
+        if self.head is None:
+            end = self.buf.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            self.head, self.buf = self.buf[:end], self.buf[end + 4:]
+            status = self.head.split(b"\r\n", 1)[0].split(b" ")
+            if len(status) < 2 or status[1] != b"200":
+                raise RuntimeError(f"HTTP {self.head[:200]!r}: {self.buf[:300]!r}")
+        *lines, self.buf = self.buf.split(b"\n")
+        for line in lines:
+            line = line.strip()
+            if not line.startswith(b"data: "):
+                continue  # chunk sizes, blank lines
+            data = line[6:]
+            if data == b"[DONE]":
+                self.done = True
+                return
+            ev = json.loads(data)
+            if "error" in ev:
+                raise RuntimeError(str(ev["error"]))
+            ch = ev["choices"][0] if ev.get("choices") else None
+            if ch and ch.get("logprobs") and ch["logprobs"]["tokens"]:
+                self.times.extend([time.perf_counter()] * len(ch["logprobs"]["tokens"]))
+
+
+def streams_loop(port, model, streams, requests, max_tokens):
+    """`streams` clients, each sending `requests` streaming completions in a row, all read by
+    this one thread through a selector: one wake-up per step's chunks instead of one thread
+    per client woken for each chunk (the clients share the server's cores). A list per client
+    of one_request's tuples."""
+    sel = selectors.DefaultSelector()
+    clients = [_Stream(c, requests) for c in range(streams)]
+    for cl in clients:
+        cl.start(port, model, max_tokens, sel, 0)
+    active = len(clients)
+    while active:
+        for key, _ in sel.select(timeout=600):
+            cl = key.data
+            try:
+                data = cl.sock.recv(65536)
+            except BlockingIOError:
+                continue
+            if data:
+                cl.feed(data)
+            if cl.done or not data:
+                sel.unregister(cl.sock)
+                cl.sock.close()
+                if not cl.times:
+                    raise RuntimeError("no tokens" if cl.done else "connection closed before [DONE]")
+                t = cl.times
+                cl.results.append((t[0] - cl.t0, [b - a for a, b in zip(t, t[1:])], len(t), (t[0], t[-1])))
+                cl.left -= 1
+                if cl.left > 0:
+                    cl.start(port, model, max_tokens, sel, requests - cl.left)
+                else:
+                    active -= 1
+    sel.close()
+    return [cl.results for cl in clients]
 
 
 def prompt_work(srv):
@@ -255,10 +348,22 @@ def level(port, model, streams, requests, max_tokens, pid=None, srv=None):
     c0 = cpu_seconds(pid) if pid else None
     k0 = time.process_time()
     t0 = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    if CLIENT["loop"]:
+        try:
+            for res in streams_loop(port, model, streams, requests, max_tokens):
+                for t, g, n, sp in res:
+                    ttft.append(t)
+                    gaps.extend(g)
+                    toks[0] += n
+                    after_first[0] += n - 1
+                    spans.append(sp)
+        except Exception as e:  # noqa: BLE001
+            errors.append(repr(e))
+    else:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
     wall = time.perf_counter() - t0
     k1 = time.process_time()
     c1 = cpu_seconds(pid) if pid else None
@@ -319,8 +424,13 @@ def main():
                     help="a number unique to each request before the prompt: no prompt shares its first "
                          "token with another's, so the prefix cache holds nothing (every prompt token "
                          "computed, as for many users' different prompts)")
+    ap.add_argument("--client", choices=("loop", "threads"), default="loop",
+                    help="loop (default): one thread reads every stream through a selector; threads: a "
+                         "blocking client thread per stream (each woken for each token's chunk: more of "
+                         "the shared cores' time at many streams)")
     ap.add_argument("--out")
     args = ap.parse_args()
+    CLIENT["loop"] = args.client == "loop"
     if args.rounds < 1:
         ap.error("--rounds must be at least 1")
     UNIQUE["on"] = args.unique_prompts
