@@ -9,8 +9,11 @@
  *      build/libtandem.a -ldnnl -lprotobuf-c -lOpenCL -ljansson -fopenmp -lpthread -ldl -lm \
  *      -o build/sampler_bench
  *   build/sampler_bench [SIGMA=3] [ISA=avx512_core]
- * ISA picks the exp row's variant as the engine does from the CPU device's level
- * (tdm_sampler_exp_row_for: portable, avx2, avx512_core; the best this CPU runs at or below). */
+ * ISA picks the exp and max rows' variants as the engine does from the CPU device's level
+ * (tdm_sampler_exp_row_for, tdm_sampler_max_row_for: portable, avx2, avx512_core; the best this
+ * CPU runs at or below). Last, a greedy pick with the chosen token's log-probability as the
+ * engine computes it for `logprobs` requests: the pick's maximum reused (tdm_sampler_last_max)
+ * against a second pass for it. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,6 +54,7 @@ int main(int argc, char **argv) {
         tdm_status *st = tdm_sampler_init(&s, NULL, V, &sp);
         if (st) return 1;
         tdm_sampler_set_exp_row(&s, tdm_sampler_exp_row_for(isa));
+        tdm_sampler_set_max_row(&s, tdm_sampler_max_row_for(isa));
         double best = 1e9;
         long check = 0;
         for (int k = 0; k < 200; k++) {
@@ -61,6 +65,27 @@ int main(int argc, char **argv) {
         }
         printf("temperature %.1f top_k %2d top_p %.2f, exp row %s: %8.1f us a pick (check %ld)\n", cf[c].t,
                cf[c].k, cf[c].p, s.exp_row == tdm_sampler_exp_row ? "portable" : isa, 1e6 * best, check);
+        tdm_sampler_free(&s);
+    }
+    for (int again = 0; again < 2; again++) { /* greedy + the log-probability of the pick */
+        tdm_sampling sp = {0, 0, 0, 0, 7};
+        tdm_sampler s;
+        if (tdm_sampler_init(&s, NULL, V, &sp)) return 1;
+        tdm_exp_row_fn er = tdm_sampler_exp_row_for(isa);
+        tdm_max_row_fn mr = tdm_sampler_max_row_for(isa);
+        tdm_sampler_set_exp_row(&s, er);
+        tdm_sampler_set_max_row(&s, mr);
+        double best = 1e9, check = 0;
+        for (int k = 0; k < 200; k++) {
+            double t0 = now();
+            int32_t t = tdm_sampler_pick(&s, x, NULL, 0, NULL, 0);
+            float mx = again ? mr(x, V, NULL) : tdm_sampler_last_max(&s);
+            check += x[t] - mx - log(er(x, V, mx, 1.0f, NULL));
+            double dt = now() - t0;
+            best = dt < best ? dt : best;
+        }
+        printf("greedy + log-probability, max %s: %8.1f us a pick (check %.3f)\n",
+               again ? "found again" : "of the pick", 1e6 * best, check);
         tdm_sampler_free(&s);
     }
     free(x);

@@ -85,6 +85,7 @@ typedef struct eng_list {
 struct tdm_llm_engine {
     tdm_env *env;
     tdm_exp_row_fn exp_row; /* the CPU device's level's (sampling, log-probabilities) */
+    tdm_max_row_fn max_row; /* likewise */
     const tdm_allocator *a;
     tdm_llm_folder f;
     tdm_engine_edit ed;
@@ -451,7 +452,10 @@ static void plan(tdm_llm_engine *e) {
             tdm_status *st = tdm_sampler_init(&r->smp, e->a, e->vocab, &r->sampling);
             if (!st) st = tdm_sampler_set_penalties(&r->smp, r->presence, r->frequency);
             if (!st) tdm_sampler_set_bias(&r->smp, r->bias_ids, r->bias_values, r->n_bias);
-            if (!st) tdm_sampler_set_exp_row(&r->smp, e->exp_row);
+            if (!st) {
+                tdm_sampler_set_exp_row(&r->smp, e->exp_row);
+                tdm_sampler_set_max_row(&r->smp, e->max_row);
+            }
             if (st) {
                 finish(e, r, IN_WAITING, TDM_LLM_FINISH_ERROR, st);
                 continue;
@@ -473,11 +477,14 @@ static void plan(tdm_llm_engine *e) {
 
 /* ---- a step ---- */
 
-/* Log-softmax of logits / temperature at `token`, and the k most likely entries. */
-static float log_probs(tdm_exp_row_fn exp_row, const float *lg, size_t vocab, float temp,
+/* Log-softmax of logits / temperature at `token`, and the k most likely entries; mx the
+ * logits' largest when the pick found it (tdm_sampler_last_max), else NaN: found here. */
+static float log_probs(const tdm_llm_engine *e, const float *lg, float mx, float temp,
                        int32_t token, int k, tdm_llm_logprob *top) {
+    size_t vocab = e->vocab;
+    tdm_exp_row_fn exp_row = e->exp_row;
     float inv = temp > 0 ? 1.0f / temp : 1.0f;
-    float mx = tdm_sampler_max(lg, vocab);
+    if (isnan(mx)) mx = e->max_row(lg, vocab, NULL);
     float lse = mx * inv + (float)log(exp_row(lg, vocab, mx, inv, NULL));
     int n = 0;
     for (size_t i = 0; i < vocab && k > 0; i++) {
@@ -519,8 +526,8 @@ static void sample_range(void *arg, int64_t j0, int64_t j1) {
                                      r->n_tokens - r->n_prompt);
         pk->logprob = NAN; /* not asked: no log-softmax over the vocabulary */
         if (r->logprobs && !is_stop(r, pk->token))
-            pk->logprob = log_probs(e->exp_row, lg, e->vocab, r->sampling.temperature, pk->token,
-                                    r->top_logprobs, pk->top);
+            pk->logprob = log_probs(e, lg, tdm_sampler_last_max(&r->smp), r->sampling.temperature,
+                                    pk->token, r->top_logprobs, pk->top);
     }
 }
 
@@ -823,6 +830,7 @@ tdm_status *tdm_llm_engine_create(tdm_env *env, const char *dir,
     if (!e) return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory creating the engine");
     e->env = env;
     e->exp_row = tdm_sampler_exp_row_for(tdm_env_device_isa(env, 0));
+    e->max_row = tdm_sampler_max_row_for(tdm_env_device_isa(env, 0));
     e->a = a;
     e->next_id = 1;
     tdm_status *st = NULL;

@@ -58,6 +58,8 @@ tdm_status *tdm_sampler_init(tdm_sampler *s, const tdm_allocator *a, size_t voca
         return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory for the sampler");
     }
     s->exp_row = tdm_sampler_exp_row;
+    s->max_row = tdm_sampler_max_row;
+    s->last_max = NAN;
     tdm_sampler_reseed(s);
     return NULL;
 }
@@ -65,6 +67,12 @@ tdm_status *tdm_sampler_init(tdm_sampler *s, const tdm_allocator *a, size_t voca
 void tdm_sampler_set_exp_row(tdm_sampler *s, tdm_exp_row_fn fn) {
     s->exp_row = fn ? fn : tdm_sampler_exp_row;
 }
+
+void tdm_sampler_set_max_row(tdm_sampler *s, tdm_max_row_fn fn) {
+    s->max_row = fn ? fn : tdm_sampler_max_row;
+}
+
+float tdm_sampler_last_max(const tdm_sampler *s) { return s->last_max; }
 
 void tdm_sampler_free(tdm_sampler *s) {
     tdm_free(s->a, s->work);
@@ -99,47 +107,16 @@ static inline v4f ld4(const float *p) {
     return v;
 }
 
-/* The largest x[i] that is not NaN (-inf when none is): sixteen lanes at a time, the lanes
- * starting at -inf, so a NaN is never taken and no lane is lost to one. */
-float tdm_sampler_max(const float *x, size_t n) {
-    float best = -INFINITY;
-    size_t i = 0;
-    if (n >= 16) {
-        v4f m[4];
-        for (int q = 0; q < 4; q++) m[q] = (v4f){-INFINITY, -INFINITY, -INFINITY, -INFINITY};
-        for (; i + 16 <= n; i += 16)
-            for (int q = 0; q < 4; q++) {
-                v4f v;
-                memcpy(&v, x + i + 4 * q, sizeof v);
-                v4i c = v > m[q];
-                m[q] = (v4f)((c & (v4i)v) | (~c & (v4i)m[q]));
-            }
-        for (int q = 0; q < 4; q++)
-            for (int l = 0; l < 4; l++) best = m[q][l] > best ? m[q][l] : best;
-    }
-    for (; i < n; i++) best = x[i] > best ? x[i] : best;
-    return best;
-}
-
-/* The first index of the largest x[i] that is not NaN (0 when every one is NaN): the largest
- * value (tdm_sampler_max), then the first index holding it, sixteen at a time (the scan was
- * one value at a time). A row of 49,152, its largest value at 11,604 / at 49,000: 8.6-9.1 /
- * 11.5-12.4 us against 13.9-14.1 / 32.2-33.9 (AMX Xeon, 1 thread, warm). */
-static int32_t arg_max(const float *x, size_t n) {
-    float best = tdm_sampler_max(x, n);
-    size_t i;
-    for (i = 0; i + 16 <= n; i += 16) { /* the first sixteen that hold it */
-        v4i any = {0, 0, 0, 0};
-        for (int q = 0; q < 4; q++) {
-            v4f v;
-            memcpy(&v, x + i + 4 * q, sizeof v);
-            any |= v == best;
-        }
-        if (any[0] | any[1] | any[2] | any[3]) break;
-    }
-    for (; i < n; i++)
-        if (x[i] == best) return (int32_t)i;
-    return 0; /* every value NaN */
+/* The first index of the largest x[i] that is not NaN (0 when every one is NaN): the max row's
+ * two passes, the largest value and then the first sixteen that hold it (the scan was one value
+ * at a time: a row of 49,152, its largest value at 11,604 / at 49,000, 8.6-9.1 / 11.5-12.4 us
+ * against 13.9-14.1 / 32.2-33.9 on the AMX Xeon, 1 thread, warm, four-wide); the largest in
+ * *mx when mx != NULL. */
+static int32_t arg_max(const tdm_sampler *s, const float *x, size_t n, float *mx) {
+    size_t at = 0;
+    float m = s->max_row(x, n, &at);
+    if (mx) *mx = m;
+    return (int32_t)at;
 }
 
 /* Min-heap of candidate ids keyed by logit (ties: the higher id is "smaller", so the lower
@@ -277,10 +254,10 @@ static inline int nuc_bucket(float x, float mx, float k) {
 
 static size_t nucleus_alone(tdm_sampler *s, const float *x, float T, double *kept) {
     size_t V = s->vocab;
-    float mx = tdm_sampler_max(x, V), inv = 1.0f / T, k = inv * NUC_PER_UNIT;
+    float mx = s->max_row(x, V, NULL), inv = 1.0f / T, k = inv * NUC_PER_UNIT;
     double total = s->exp_row(x, V, mx, inv, s->prob); /* by id, for now */
     if (!(total >= 1) || isinf(total)) { /* every logit NaN, or infinities: the largest */
-        s->cand[0] = arg_max(x, V);
+        s->cand[0] = arg_max(s, x, V, NULL);
         s->prob[0] = 1.0f;
         *kept = 1;
         return 1;
@@ -360,7 +337,14 @@ int32_t tdm_sampler_pick(tdm_sampler *s, const float *logits, const int32_t *seq
             s->count[t] = 0; /* once per token; zero again for the next pick */
         }
     }
-    if (!(c->temperature > 0) || c->top_k == 1) return arg_max(x, V);
+    bool raw = x == logits; /* no bias or penalty changed them: a maximum found is theirs */
+    s->last_max = NAN;
+    if (!(c->temperature > 0) || c->top_k == 1) {
+        float mx;
+        int32_t t = arg_max(s, x, V, &mx);
+        if (raw) s->last_max = mx;
+        return t;
+    }
     /* candidates, best first, and their probabilities at the temperature */
     float T = c->temperature;
     bool top_p = c->top_p > 0 && c->top_p < 1, reached;
@@ -375,7 +359,9 @@ int32_t tdm_sampler_pick(tdm_sampler *s, const float *logits, const int32_t *seq
         n = nucleus_alone(s, x, T, &sum);
     } else {
         for (size_t i = 0; i < V; i++) s->cand[i] = (int32_t)i;
-        sum = s->exp_row(x, V, tdm_sampler_max(x, V), 1.0f / T, s->prob);
+        float mx = s->max_row(x, V, NULL);
+        sum = s->exp_row(x, V, mx, 1.0f / T, s->prob);
+        if (raw) s->last_max = mx;
     }
     double r = next_unit(s->rng) * sum, acc = 0;
     for (size_t i = 0; i < n; i++) {

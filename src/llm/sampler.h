@@ -11,6 +11,8 @@
 
 /* An exp row (tdm_sampler_exp_row and its variants, below). */
 typedef double (*tdm_exp_row_fn)(const float *x, size_t n, float mx, float inv, float *out);
+/* A max row (tdm_sampler_max_row and its variants, below). */
+typedef float (*tdm_max_row_fn)(const float *x, size_t n, size_t *at);
 
 typedef struct tdm_sampler {
     tdm_sampling cfg;
@@ -28,6 +30,8 @@ typedef struct tdm_sampler {
     const float *bias_values;
     size_t n_bias;
     tdm_exp_row_fn exp_row; /* portable unless tdm_sampler_set_exp_row chose another */
+    tdm_max_row_fn max_row; /* portable unless tdm_sampler_set_max_row chose another */
+    float last_max;         /* tdm_sampler_last_max */
     const tdm_allocator *a;
 } tdm_sampler;
 
@@ -40,6 +44,8 @@ void tdm_sampler_reseed(tdm_sampler *s);
 tdm_status *tdm_sampler_set_penalties(tdm_sampler *s, float presence, float frequency);
 /* The exp row variant (tdm_sampler_exp_row_for; NULL: the portable one). */
 void tdm_sampler_set_exp_row(tdm_sampler *s, tdm_exp_row_fn fn);
+/* The max row variant (tdm_sampler_max_row_for; NULL: the portable one). */
+void tdm_sampler_set_max_row(tdm_sampler *s, tdm_max_row_fn fn);
 /* A logit bias: bias_values[i] added to the logit of bias_ids[i] (inside the vocabulary, checked
  * by the caller) before each choice, i < n; the arrays must live as long as the sampler. */
 void tdm_sampler_set_bias(tdm_sampler *s, const int32_t *bias_ids, const float *bias_values,
@@ -49,6 +55,11 @@ void tdm_sampler_set_bias(tdm_sampler *s, const int32_t *bias_ids, const float *
  * and frequency penalties'). */
 int32_t tdm_sampler_pick(tdm_sampler *s, const float *logits, const int32_t *seq, size_t n_seq,
                          const int32_t *gen, size_t n_gen);
+/* The largest of the logits the last tdm_sampler_pick was given (tdm_sampler_max's value), when
+ * that pick found it on them as they were (a greedy pick or a draw over the whole vocabulary,
+ * with no logit bias or penalty changing them): the log-probabilities' offset without another
+ * pass over the vocabulary. NaN otherwise (then take tdm_sampler_max). */
+float tdm_sampler_last_max(const tdm_sampler *s);
 /* out[i] = e^((x[i] - mx) * inv) for i < n (out NULL: none kept; out == x allowed), the sum of
  * them in double: mx at least every x[i] (the row's largest), inv > 0. A polynomial exp within
  * 2 ulp of expf, e^-87 at most below (NaN too); the sampler's probabilities and the engine's
@@ -60,5 +71,11 @@ double tdm_sampler_exp_row(const float *x, size_t n, float mx, float inv, float 
 tdm_exp_row_fn tdm_sampler_exp_row_for(const char *isa);
 /* The largest of x[0..n) that is not NaN; -inf when there is none (n = 0, all NaN). */
 float tdm_sampler_max(const float *x, size_t n);
+/* The same, and when at != NULL the first index holding it in *at (0 when every value is NaN):
+ * tdm_sampler_max_row is the portable variant; tdm_sampler_max_row_for gives the best at or
+ * below a level named as for tdm_sampler_exp_row_for. Every variant gives the same value and
+ * index (sampler_exp.c). */
+float tdm_sampler_max_row(const float *x, size_t n, size_t *at);
+tdm_max_row_fn tdm_sampler_max_row_for(const char *isa);
 
 #endif

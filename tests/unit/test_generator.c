@@ -885,7 +885,7 @@ static void test_greedy_arg_max(void **state) {
     float *x = malloc(49152 * sizeof *x);
     assert_non_null(x);
     uint64_t r = 12345;
-    int checked = 0;
+    int checked = 0, variants = 0;
     for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
         size_t n = lens[li];
         tdm_sampler s;
@@ -913,11 +913,55 @@ static void test_greedy_arg_max(void **state) {
             /* the maximum alone (the engine's log-probabilities take it): -inf when all NaN */
             float mx = tdm_sampler_max(x, n), want_mx = isnan(x[want]) ? -INFINITY : x[want];
             if (!(mx == want_mx)) fail_msg("n %zu kind %d: max %g, expected %g", n, kind, mx, want_mx);
+            /* the greedy pick on unchanged logits leaves their maximum for the log-probabilities */
+            if (!(tdm_sampler_last_max(&s) == want_mx))
+                fail_msg("n %zu kind %d: last max %g, expected %g", n, kind, tdm_sampler_last_max(&s), want_mx);
+            /* every max row variant this CPU runs: the same value and first index */
+            static const char *const levels[] = {NULL, "avx2", "avx512_core", "avx512_core_amx"};
+            for (size_t v = 0; v < sizeof levels / sizeof levels[0]; v++) {
+                tdm_max_row_fn f = tdm_sampler_max_row_for(levels[v]);
+                size_t at = 12345;
+                float got_mx = f(x, n, &at);
+                if (!(got_mx == want_mx) || at != (size_t)want || !(f(x, n, NULL) == want_mx))
+                    fail_msg("n %zu kind %d, %s: max %g at %zu, expected %g at %d", n, kind,
+                             levels[v] ? levels[v] : "portable", got_mx, at, want_mx, want);
+                tdm_sampler_set_max_row(&s, f);
+                if (tdm_sampler_pick(&s, x, NULL, 0, NULL, 0) != want)
+                    fail_msg("n %zu kind %d, %s: the pick differs", n, kind, levels[v] ? levels[v] : "portable");
+                variants += f != tdm_sampler_max_row;
+            }
+            tdm_sampler_set_max_row(&s, NULL);
             checked++;
         }
         tdm_sampler_free(&s);
     }
     assert_int_equal(checked, 99);
+    print_message("max row: %d SIMD variant runs compared\n", variants);
+    /* no maximum of the logits as given after a pick that changed them or did not scan them all */
+    size_t n = 1001;
+    for (size_t i = 0; i < n; i++) x[i] = (float)(i % 13) - 6.0f;
+    int32_t seq[] = {12, 25};
+    tdm_sampler s;
+    tdm_sampling cfg = {0};
+    assert_null(tdm_sampler_init(&s, NULL, n, &cfg));
+    assert_int_equal(tdm_sampler_pick(&s, x, seq, 2, NULL, 0), 12);
+    assert_true(tdm_sampler_last_max(&s) == 6.0f);
+    tdm_sampler_free(&s);
+    cfg.repetition_penalty = 1.5f; /* ids 12 and 25 (value 6) penalised: the change is the sampler's */
+    assert_null(tdm_sampler_init(&s, NULL, n, &cfg));
+    assert_int_equal(tdm_sampler_pick(&s, x, seq, 2, NULL, 0), 38);
+    assert_true(isnan(tdm_sampler_last_max(&s)));
+    tdm_sampler_free(&s);
+    cfg.repetition_penalty = 0, cfg.temperature = 0.8f, cfg.top_k = 40; /* top-k: no full scan kept */
+    assert_null(tdm_sampler_init(&s, NULL, n, &cfg));
+    (void)tdm_sampler_pick(&s, x, NULL, 0, NULL, 0);
+    assert_true(isnan(tdm_sampler_last_max(&s)));
+    tdm_sampler_free(&s);
+    cfg.top_k = 0; /* a draw over the whole vocabulary: its maximum kept */
+    assert_null(tdm_sampler_init(&s, NULL, n, &cfg));
+    (void)tdm_sampler_pick(&s, x, NULL, 0, NULL, 0);
+    assert_true(tdm_sampler_last_max(&s) == 6.0f);
+    tdm_sampler_free(&s);
     free(x);
 }
 
