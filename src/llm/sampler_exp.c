@@ -12,6 +12,7 @@
  * file is compiled with -ffp-contract=off (no multiply-add fused in one variant and not in
  * another), so every variant gives the same values and sums to the bit and a sampled token does
  * not depend on the CPU (test_exp_row still compares them bitwise). */
+#include <stdbool.h>
 #include <string.h>
 
 #include "llm/sampler.h"
@@ -200,22 +201,33 @@ MAX_ROW_X86(max_row_avx512, __m512, 16, _mm512_loadu_ps, _mm512_max_ps, _mm512_s
             _mm512_reduce_max_ps, __attribute__((target("avx512f"))))
 #endif
 
-tdm_max_row_fn tdm_sampler_max_row_for(const char *isa) {
+
+/* The row variant for a level named as tdm_env_device_isa names them: 2 AVX-512, 1 AVX2, 0
+ * portable (NULL, another name, or a CPU without it). */
+static int row_level(const char *isa) {
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
-    if (isa && !strncmp(isa, "avx512", 6) && __builtin_cpu_supports("avx512f")) return max_row_avx512;
-    if (isa && (!strcmp(isa, "avx2") || !strncmp(isa, "avx512", 6)) && __builtin_cpu_supports("avx2"))
-        return max_row_avx2;
+    bool a512 = isa && !strncmp(isa, "avx512", 6);
+    if (a512 && __builtin_cpu_supports("avx512f")) return 2;
+    if (isa && (a512 || !strcmp(isa, "avx2")) && __builtin_cpu_supports("avx2")) return 1;
 #endif
     (void)isa;
-    return tdm_sampler_max_row;
+    return 0;
 }
 
 tdm_exp_row_fn tdm_sampler_exp_row_for(const char *isa) {
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
-    if (isa && !strncmp(isa, "avx512", 6) && __builtin_cpu_supports("avx512f")) return exp_row_avx512;
-    if (isa && (!strcmp(isa, "avx2") || !strncmp(isa, "avx512", 6)) && __builtin_cpu_supports("avx2"))
-        return exp_row_avx2;
-#endif
-    (void)isa;
+    static const tdm_exp_row_fn by_level[] = {tdm_sampler_exp_row, exp_row_avx2, exp_row_avx512};
+    return by_level[row_level(isa)];
+#else
     return tdm_sampler_exp_row;
+#endif
+}
+
+tdm_max_row_fn tdm_sampler_max_row_for(const char *isa) {
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+    static const tdm_max_row_fn by_level[] = {tdm_sampler_max_row, max_row_avx2, max_row_avx512};
+    return by_level[row_level(isa)];
+#else
+    return tdm_sampler_max_row;
+#endif
 }

@@ -130,6 +130,22 @@ UNIQUE = {"on": False, "next": itertools.count(1)}
 CLIENT = {"loop": True}  # --client: one selector thread for all streams (loop) or a thread each  # --unique-prompts: a number before each prompt
 
 
+def sse_tokens(line):
+    """The tokens one line of a completion's event stream carries (0 for chunk sizes, blank lines
+    and chunks without tokens), or None at `data: [DONE]`; an error event raises."""
+    line = line.strip()
+    if not line.startswith(b"data: "):
+        return 0
+    data = line[6:]
+    if data == b"[DONE]":
+        return None
+    ev = json.loads(data)
+    if "error" in ev:
+        raise RuntimeError(str(ev["error"]))
+    ch = ev["choices"][0] if ev.get("choices") else None
+    return len(ch["logprobs"]["tokens"]) if ch and ch.get("logprobs") and ch["logprobs"]["tokens"] else 0
+
+
 def one_request(port, model, max_tokens, seed=0):
     """One streaming completion: (ttft_s, [inter-token gaps], tokens, (first, last) token times)."""
     prompt = f"{next(UNIQUE['next'])}: {PROMPT}" if UNIQUE["on"] else PROMPT
@@ -147,20 +163,11 @@ def one_request(port, model, max_tokens, seed=0):
         line = r.fp.readline()
         if not line:
             break
-        line = line.strip()
-        if not line.startswith(b"data: "):
-            continue
-        data = line[6:]
-        if data == b"[DONE]":
+        n = sse_tokens(line)
+        if n is None:
             break
-        ev = json.loads(data)
-        if "error" in ev:
-            raise RuntimeError(str(ev["error"]))
-        ch = ev["choices"][0] if ev.get("choices") else None
-        if ch and ch.get("logprobs") and ch["logprobs"]["tokens"]:
-            n = len(ch["logprobs"]["tokens"])
-            now = time.perf_counter()
-            times.extend([now] * n)
+        if n:
+            times.extend([time.perf_counter()] * n)
             tokens += n
     c.close()
     if not times:
@@ -204,19 +211,12 @@ class _Stream:
                 raise RuntimeError(f"HTTP {self.head[:200]!r}: {self.buf[:300]!r}")
         *lines, self.buf = self.buf.split(b"\n")
         for line in lines:
-            line = line.strip()
-            if not line.startswith(b"data: "):
-                continue  # chunk sizes, blank lines
-            data = line[6:]
-            if data == b"[DONE]":
+            n = sse_tokens(line)
+            if n is None:
                 self.done = True
                 return
-            ev = json.loads(data)
-            if "error" in ev:
-                raise RuntimeError(str(ev["error"]))
-            ch = ev["choices"][0] if ev.get("choices") else None
-            if ch and ch.get("logprobs") and ch["logprobs"]["tokens"]:
-                self.times.extend([time.perf_counter()] * len(ch["logprobs"]["tokens"]))
+            if n:
+                self.times.extend([time.perf_counter()] * n)
 
 
 def streams_loop(port, model, streams, requests, max_tokens):
@@ -226,11 +226,24 @@ def streams_loop(port, model, streams, requests, max_tokens):
     of one_request's tuples."""
     sel = selectors.DefaultSelector()
     clients = [_Stream(c, requests) for c in range(streams)]
+    try:
+        return _streams_run(port, model, streams, requests, max_tokens, sel, clients)
+    finally:
+        for cl in clients:
+            if cl.sock is not None and cl.sock.fileno() >= 0:
+                cl.sock.close()
+        sel.close()
+
+
+def _streams_run(port, model, streams, requests, max_tokens, sel, clients):
     for cl in clients:
         cl.start(port, model, max_tokens, sel, 0)
     active = len(clients)
     while active:
-        for key, _ in sel.select(timeout=600):
+        events = sel.select(timeout=600)
+        if not events:
+            raise RuntimeError("no chunk from any stream in 600 s")
+        for key, _ in events:
             cl = key.data
             try:
                 data = cl.sock.recv(65536)
@@ -241,8 +254,10 @@ def streams_loop(port, model, streams, requests, max_tokens):
             if cl.done or not data:
                 sel.unregister(cl.sock)
                 cl.sock.close()
+                if not cl.done:
+                    raise RuntimeError(f"client {cl.c}: the connection closed before data: [DONE]")
                 if not cl.times:
-                    raise RuntimeError("no tokens" if cl.done else "connection closed before [DONE]")
+                    raise RuntimeError(f"client {cl.c}: no tokens")
                 t = cl.times
                 cl.results.append((t[0] - cl.t0, [b - a for a, b in zip(t, t[1:])], len(t), (t[0], t[-1])))
                 cl.left -= 1
@@ -250,7 +265,6 @@ def streams_loop(port, model, streams, requests, max_tokens):
                     cl.start(port, model, max_tokens, sel, requests - cl.left)
                 else:
                     active -= 1
-    sel.close()
     return [cl.results for cl in clients]
 
 
