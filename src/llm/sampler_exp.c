@@ -105,62 +105,55 @@ EXP_ROW(exp_row_avx2, v8f, v8i, 8, __attribute__((target("avx2"))))
 EXP_ROW(exp_row_avx512, v16f, v16i, 16, __attribute__((target("avx512f"))))
 #endif
 
-/* NAME: the largest of x[0..n) that is not NaN (-inf when none is) and, when at != NULL, the
- * first index holding it (0 when every value is NaN): sixteen values at a time in 16 / W
- * vectors whose lanes start at -inf and take a value only when it is greater (a NaN never is),
- * then the first sixteen holding the largest; the last n % 16 one by one. A maximum is the
- * same in any order, so every variant gives the same value and index. (A row of 49,152 at 8
- * streams: the portable form's two passes, the greedy pick's and the log-probabilities', were
- * 0.8% of the server's samples on the Zen 4 guest of session 45.) */
-#define MAX_ROW(NAME, VF, VI, W, TARGET)                                                       \
-    TARGET static float NAME(const float *x, size_t n, size_t *at) {                           \
-        float best = -__builtin_inff();                                                        \
-        size_t i = 0;                                                                          \
-        if (n >= 16) {                                                                         \
-            VF m[16 / W];                                                                      \
-            for (int q = 0; q < 16 / W; q++) m[q] = (VF){0} - __builtin_inff();                \
-            for (; i + 16 <= n; i += 16)                                                       \
-                for (int q = 0; q < 16 / W; q++) {                                             \
-                    VF v;                                                                      \
-                    memcpy(&v, x + i + W * q, sizeof v);                                       \
-                    VI c = v > m[q];                                                           \
-                    m[q] = (VF)((c & (VI)v) | (~c & (VI)m[q]));                                \
-                }                                                                              \
-            for (int q = 0; q < 16 / W; q++)                                                   \
-                for (int l = 0; l < W; l++) best = m[q][l] > best ? m[q][l] : best;            \
-        }                                                                                      \
-        for (; i < n; i++) best = x[i] > best ? x[i] : best;                                   \
-        if (!at) return best;                                                                  \
-        for (i = 0; i + 16 <= n; i += 16) {                                                    \
-            VI any = (VI){0};                                                                  \
-            for (int q = 0; q < 16 / W; q++) {                                                 \
-                VF v;                                                                          \
-                memcpy(&v, x + i + W * q, sizeof v);                                           \
-                any |= v == best;                                                              \
-            }                                                                                  \
-            int hit = 0;                                                                       \
-            for (int l = 0; l < W; l++) hit |= any[l];                                         \
-            if (hit) break;                                                                    \
-        }                                                                                      \
-        for (; i < n && !(x[i] == best); i++) {                                                \
-        }                                                                                      \
-        *at = i < n ? i : 0; /* every value NaN */                                             \
-        return best;                                                                           \
+/* The portable max row (sampler.h: tdm_sampler_max_row): the largest of x[0..n) that is not
+ * NaN (-inf when none is) and, when at != NULL, the first index holding it (0 when every value
+ * is NaN): sixteen values at a time in four four-wide vectors whose lanes start at -inf and
+ * take a value only when it is greater (a NaN never is), then the first sixteen holding the
+ * largest; the last n % 16 one by one. A maximum is the same in any order, so every variant
+ * (MAX_ROW_X86 below) gives the same value and index. (A row of 49,152 at 8 streams: this
+ * form's two passes, the greedy pick's and the log-probabilities', were 0.8% of the server's
+ * samples on the Zen 4 guest of session 45.) */
+float tdm_sampler_max_row(const float *x, size_t n, size_t *at) {
+    float best = -__builtin_inff();
+    size_t i = 0;
+    if (n >= 16) {
+        v4f m[4];
+        for (int q = 0; q < 4; q++) m[q] = (v4f){0} - __builtin_inff();
+        for (; i + 16 <= n; i += 16)
+            for (int q = 0; q < 4; q++) {
+                v4f v;
+                memcpy(&v, x + i + 4 * q, sizeof v);
+                v4i c = v > m[q];
+                m[q] = (v4f)((c & (v4i)v) | (~c & (v4i)m[q]));
+            }
+        for (int q = 0; q < 4; q++)
+            for (int l = 0; l < 4; l++) best = m[q][l] > best ? m[q][l] : best;
     }
+    for (; i < n; i++) best = x[i] > best ? x[i] : best;
+    if (!at) return best;
+    for (i = 0; i + 16 <= n; i += 16) {
+        v4i any = {0, 0, 0, 0};
+        for (int q = 0; q < 4; q++) {
+            v4f v;
+            memcpy(&v, x + i + 4 * q, sizeof v);
+            any |= v == best;
+        }
+        if (any[0] | any[1] | any[2] | any[3]) break;
+    }
+    while (i < n && !(x[i] == best)) i++;
+    *at = i < n ? i : 0; /* every value NaN */
+    return best;
+}
 
-MAX_ROW(max_row4, v4f, v4i, 4, )
-
-float tdm_sampler_max_row(const float *x, size_t n, size_t *at) { return max_row4(x, n, at); }
-
-float tdm_sampler_max(const float *x, size_t n) { return max_row4(x, n, NULL); }
+float tdm_sampler_max(const float *x, size_t n) { return tdm_sampler_max_row(x, n, NULL); }
 
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
 #include <immintrin.h>
 
-/* MAX_ROW's passes in intrinsics (GCC's vector compare and select became several instructions a
- * vector at these widths: the AVX-512 form through MAX_ROW took a greedy pick of 49,152 15.8 us
- * against the four-wide form's 8.8, Zen 4). (v > m ? v : m) is maxps(v, m): the second operand
- * when either is NaN, and m never is. SUFFIX: ps for __m256 (W 8) or the AVX-512 forms. */
+/* tdm_sampler_max_row's passes in intrinsics, W floats a vector VF (GCC's vector compare and
+ * select became several instructions a vector at these widths: a greedy pick of 49,152 took
+ * 15.8 us through them at AVX-512 against the four-wide form's 8.8, Zen 4). (v > m ? v : m) is
+ * MAX(v, m), maxps: the second operand when either is NaN, and m never is. */
 #define MAX_ROW_X86(NAME, VF, W, LOAD, MAX, SET1, CMPEQ_ANY, HMAX, TARGET)                     \
     TARGET static float NAME(const float *x, size_t n, size_t *at) {                           \
         float best = -__builtin_inff();                                                        \

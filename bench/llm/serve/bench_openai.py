@@ -227,7 +227,7 @@ def streams_loop(port, model, streams, requests, max_tokens):
     sel = selectors.DefaultSelector()
     clients = [_Stream(c, requests) for c in range(streams)]
     try:
-        return _streams_run(port, model, streams, requests, max_tokens, sel, clients)
+        return _streams_run(port, model, requests, max_tokens, sel, clients)
     finally:
         for cl in clients:
             if cl.sock is not None and cl.sock.fileno() >= 0:
@@ -235,7 +235,7 @@ def streams_loop(port, model, streams, requests, max_tokens):
         sel.close()
 
 
-def _streams_run(port, model, streams, requests, max_tokens, sel, clients):
+def _streams_run(port, model, requests, max_tokens, sel, clients):
     for cl in clients:
         cl.start(port, model, max_tokens, sel, 0)
     active = len(clients)
@@ -342,22 +342,24 @@ def level(port, model, streams, requests, max_tokens, pid=None, srv=None):
     ttft, gaps, toks, errors, spans, after_first = [], [], [0], [], [], [0]
     lock = threading.Lock()
 
+    def add(t, g, n, sp):
+        """One request's figures (one_request's tuple) into the level's."""
+        with lock:
+            ttft.append(t)
+            gaps.extend(g)
+            toks[0] += n
+            after_first[0] += n - 1
+            spans.append(sp)
+
     def client(c):
         for k in range(requests):
             try:
-                t, g, n, sp = one_request(port, model, max_tokens, seed=1000 * c + k)
+                add(*one_request(port, model, max_tokens, seed=1000 * c + k))
             except Exception as e:  # noqa: BLE001
                 with lock:
                     errors.append(repr(e))
                 return
-            with lock:
-                ttft.append(t)
-                gaps.extend(g)
-                toks[0] += n
-                after_first[0] += n - 1
-                spans.append(sp)
 
-    threads = [threading.Thread(target=client, args=(c,)) for c in range(streams)]
     w0 = prompt_work(srv)
     c0 = cpu_seconds(pid) if pid else None
     k0 = time.process_time()
@@ -365,15 +367,12 @@ def level(port, model, streams, requests, max_tokens, pid=None, srv=None):
     if CLIENT["loop"]:
         try:
             for res in streams_loop(port, model, streams, requests, max_tokens):
-                for t, g, n, sp in res:
-                    ttft.append(t)
-                    gaps.extend(g)
-                    toks[0] += n
-                    after_first[0] += n - 1
-                    spans.append(sp)
+                for r in res:
+                    add(*r)
         except Exception as e:  # noqa: BLE001
             errors.append(repr(e))
     else:
+        threads = [threading.Thread(target=client, args=(c,)) for c in range(streams)]
         for t in threads:
             t.start()
         for t in threads:
