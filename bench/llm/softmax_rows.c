@@ -5,7 +5,8 @@
  *   cc -O2 -std=c11 -D_GNU_SOURCE -Isrc -Iinclude -Ibuild/gen bench/llm/softmax_rows.c \
  *      build/libtandem.a -ldnnl -lprotobuf-c -lOpenCL -ljansson -fopenmp -lpthread -ldl -lm \
  *      -o build/softmax_rows
- *   build/softmax_rows [N=1000]   (1 <= N <= 1024) */
+ *   build/softmax_rows [N=1000] [ISA]   (1 <= N <= 1024; ISA caps the SIMD level: avx2,
+ *                                        portable, ...) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -24,7 +25,11 @@ static double now(void) {
 int main(int argc, char **argv) {
     int n = argc > 1 ? atoi(argv[1]) : 1000;
     if (n < 1 || n > LD) return 2;
-    tdm_cpu_isa level = tdm_cpu_isa_detect();
+    tdm_cpu_isa level = tdm_cpu_isa_detect(), cap;
+    if (argc > 2) {
+        if (!tdm_cpu_isa_parse(argv[2], &cap)) return 2;
+        level = tdm_cpu_isa_min(level, cap);
+    }
     tdm_cpu_simd simd;
     tdm_cpu_simd_init(&simd, level);
     float *s = aligned_alloc(64, sizeof(float) * HEADS * LD);
