@@ -463,21 +463,7 @@ void fz_kill(fz_ctx *fz, int node) {
 }
 
 static tdm_status *attr_append(fz_ctx *fz, int node, const char *name, tdm_attr **out) {
-    const tdm_allocator *a = fz->g->alloc;
-    tdm_node *n = &fz->g->nodes[node];
-    tdm_attr *na = tdm_calloc(a, (size_t)n->n_attrs + 1, sizeof *na);
-    char *nm = tdm_strdup(a, name);
-    if (!na || !nm) {
-        tdm_free(a, na);
-        tdm_free(a, nm);
-        return oom();
-    }
-    if (n->n_attrs) memcpy(na, n->attrs, (size_t)n->n_attrs * sizeof *na);
-    tdm_free(a, n->attrs);
-    n->attrs = na;
-    na[n->n_attrs].name = nm;
-    *out = &na[n->n_attrs++];
-    return NULL;
+    return tdm_node_append_attr(fz->g->alloc, &fz->g->nodes[node], name, out);
 }
 
 tdm_status *fz_attr_string(fz_ctx *fz, int node, const char *name, const char *s) {

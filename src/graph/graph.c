@@ -69,6 +69,23 @@ tdm_status *tdm_graph_new(const tdm_allocator *a, tdm_graph **out) {
     return NULL;
 }
 
+tdm_status *tdm_node_append_attr(const tdm_allocator *a, tdm_node *n, const char *name,
+                                 tdm_attr **out) {
+    tdm_attr *na = tdm_calloc(a, (size_t)n->n_attrs + 1, sizeof *na);
+    char *nm = tdm_strdup(a, name);
+    if (!na || !nm) {
+        tdm_free(a, na);
+        tdm_free(a, nm);
+        return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory adding attribute '%s'", name);
+    }
+    if (n->n_attrs) memcpy(na, n->attrs, (size_t)n->n_attrs * sizeof *na);
+    tdm_free(a, n->attrs);
+    n->attrs = na;
+    na[n->n_attrs].name = nm;
+    *out = &na[n->n_attrs++];
+    return NULL;
+}
+
 void tdm_attr_clear(const tdm_allocator *a, tdm_attr *at) {
     tdm_free(a, at->name);
     tdm_free(a, at->s);

@@ -150,5 +150,10 @@ const float *tdm_attr_floats(const tdm_node *n, const char *name, size_t *count)
 const tdm_tensor *tdm_attr_tensor(const tdm_node *n, const char *name);
 
 void tdm_attr_clear(const tdm_allocator *a, tdm_attr *attr);
+/* Appends an attribute named name (copied) to n, its other fields zero, at *out (the node's
+ * attribute array is reallocated: earlier pointers into it are stale); TDM_ERR_OUT_OF_MEMORY
+ * leaves n as it was. */
+tdm_status *tdm_node_append_attr(const tdm_allocator *a, tdm_node *n, const char *name,
+                                 tdm_attr **out);
 
 #endif

@@ -100,22 +100,12 @@ static tdm_status *keep_paged_attrs(tdm_graph *g, tdm_node *n) {
     n->n_attrs = w;
     /* the caches as [blocks, kv heads, block size, head size]: a head's rows of a block
      * together (tandem's layout attribute, k_llm_paged.c) */
-    tdm_attr *na = tdm_calloc(g->alloc, (size_t)w + 1, sizeof *na);
-    char *nm = tdm_strdup(g->alloc, "tandem_kv_layout"), *val = tdm_strdup(g->alloc, "BHSD");
-    if (!na || !nm || !val) {
-        tdm_free(g->alloc, na);
-        tdm_free(g->alloc, nm);
-        tdm_free(g->alloc, val);
+    tdm_attr *at = NULL;
+    TDM_TRY(tdm_node_append_attr(g->alloc, n, "tandem_kv_layout", &at));
+    at->type = TDM_ATTR_STRING;
+    if (!(at->s = tdm_strdup(g->alloc, "BHSD")))
         return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory editing the graph");
-    }
-    if (w) memcpy(na, n->attrs, (size_t)w * sizeof *na);
-    na[w].name = nm;
-    na[w].type = TDM_ATTR_STRING;
-    na[w].s = val;
-    na[w].s_len = 4;
-    tdm_free(g->alloc, n->attrs);
-    n->attrs = na;
-    n->n_attrs = w + 1;
+    at->s_len = 4;
     return NULL;
 }
 
