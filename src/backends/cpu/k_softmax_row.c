@@ -8,13 +8,14 @@
  * The exponential, in base 2 with the row's maximum folded in: exp(x - mx) = 2^t with
  * t = x log2(e) - mx log2(e) (one FMA; the constant's rounding is one factor common to the
  * row, which the normalisation takes out), t = n + f with n the nearest integer and
- * |f| <= 1/2, 2^f by a degree-5 polynomial fitted here for relative error (2.1e-7 on
- * [-1/2, 1/2]; the Taylor form took degree 6 and a two-part ln2 step), 2^n put in the
- * exponent bits. t is clamped below at -125 (x - mx < -86.6): 2^t then stays a normal float,
- * and such a probability is flushed anyway. 10 vector operations a lane's exp, against 13
- * with the Taylor form (`build/softmax_rows 1000`: 9 rows of 1,000 2.98 -> see
- * bench/llm/results-2026-12-07-s47-zen4.md). Rows whose maximum is not finite (all -inf, +inf,
- * NaN) take the scalar formula in every variant.
+ * |f| <= 1/2, 2^f by a degree-5 polynomial fitted for relative error (tools/fit_exp2_poly.py:
+ * 2.1e-7 on [-1/2, 1/2] in float32; the Taylor form took degree 6 and a two-part ln2 step),
+ * 2^n put in the exponent bits. t is clamped below at -125 (x - mx < -86.6): 2^t then stays
+ * a normal float, and such a probability is flushed anyway. 10 vector operations a lane's
+ * exp against 13 with the Taylor form: `build/softmax_rows 1000` (9 rows of 1,000, Zen 4)
+ * 2.98 -> 2.47 us at AVX-512, 3.75 -> 2.89 at AVX2 (bench/llm/results-2026-12-07-s47-zen4.md).
+ * Rows whose maximum is not finite (all -inf, +inf, NaN) take the scalar formula in every
+ * variant.
  * Probabilities below FLT_MIN come out as 0 in every variant (flush_tiny): a subnormal weight
  * changes no sum it enters by more than FLT_MIN, but as an operand it costs Intel cores a
  * microcode assist per multiply — Attention's P.V product (k_fused_attn.c) on BERT ran 40x
@@ -57,13 +58,13 @@ static void softmax_nonfinite(float *row, const float *x, int64_t n, float mx) {
 
 /* ---- AVX2 + FMA ---- */
 
-/* 2^f for |f| <= 1/2 (the header's polynomial, Horner) */
-#define EXP2_C5 1.3276471e-3f
-#define EXP2_C4 9.6755410e-3f
-#define EXP2_C3 5.5507131e-2f
-#define EXP2_C2 2.4022120e-1f
-#define EXP2_C1 6.9314694e-1f
-#define EXP2_C0 1.0000001f
+/* 2^f for |f| <= 1/2 (the header's polynomial, Horner; tools/fit_exp2_poly.py 5 prints it) */
+#define EXP2_C5 1.32764713e-03f
+#define EXP2_C4 9.67554096e-03f
+#define EXP2_C3 5.55071309e-02f
+#define EXP2_C2 2.40221202e-01f
+#define EXP2_C1 6.93146944e-01f
+#define EXP2_C0 1.00000012e+00f
 #define LOG2E 1.44269504088896341f
 #define T_MIN (-125.0f)
 
