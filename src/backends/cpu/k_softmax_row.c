@@ -58,13 +58,10 @@ static void softmax_nonfinite(float *row, const float *x, int64_t n, float mx) {
 
 /* ---- AVX2 + FMA ---- */
 
-/* 2^f for |f| <= 1/2 (the header's polynomial, Horner; tools/fit_exp2_poly.py 5 prints it) */
-#define EXP2_C5 1.32764713e-03f
-#define EXP2_C4 9.67554096e-03f
-#define EXP2_C3 5.55071309e-02f
-#define EXP2_C2 2.40221202e-01f
-#define EXP2_C1 6.93146944e-01f
-#define EXP2_C0 1.00000012e+00f
+/* 2^f for |f| <= 1/2: the header's polynomial's coefficients, highest degree first, for
+ * Horner's steps (tools/fit_exp2_poly.py 5 prints them) */
+static const float exp2_poly[6] = {1.32764713e-03f, 9.67554096e-03f, 5.55071309e-02f,
+                                   2.40221202e-01f, 6.93146944e-01f, 1.00000012e+00f};
 #define LOG2E 1.44269504088896341f
 #define T_MIN (-125.0f)
 
@@ -73,11 +70,8 @@ TDM_TARGET_AVX2 static inline __m256 exp8(__m256 x, __m256 nlm) {
     __m256 t = _mm256_max_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(LOG2E), nlm), _mm256_set1_ps(T_MIN));
     __m256 n = _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m256 f = _mm256_sub_ps(t, n);
-    __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(EXP2_C5), f, _mm256_set1_ps(EXP2_C4));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(EXP2_C3));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(EXP2_C2));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(EXP2_C1));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(EXP2_C0));
+    __m256 p = _mm256_set1_ps(exp2_poly[0]);
+    for (int k = 1; k < 6; k++) p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(exp2_poly[k]));
     /* p in [0.70, 1.42]: n added to its exponent (n >= -125: a normal float) */
     return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p),
                                                 _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23)));
@@ -145,11 +139,8 @@ TDM_TARGET_AVX512 static inline __m512 exp16(__m512 x, __m512 nlm) {
     __m512 t = _mm512_max_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(LOG2E), nlm), _mm512_set1_ps(T_MIN));
     __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 f = _mm512_sub_ps(t, n);
-    __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(EXP2_C5), f, _mm512_set1_ps(EXP2_C4));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(EXP2_C3));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(EXP2_C2));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(EXP2_C1));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(EXP2_C0));
+    __m512 p = _mm512_set1_ps(exp2_poly[0]);
+    for (int k = 1; k < 6; k++) p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(exp2_poly[k]));
     return _mm512_scalef_ps(p, n);
 }
 
