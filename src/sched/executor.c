@@ -382,6 +382,80 @@ static void release(frame *f, int v, int node) {
     }
 }
 
+/* ---- the next nodes' records, asked for ahead -----------------------------------------
+ * A decode step of a language model streams ~100 MB of weights through the caches, so the
+ * executor's own records of each node (the node, its input and output lists, its plan
+ * entry, cached shapes, value slots, tensor headers, attributes, the kernel's state) come
+ * from memory on every step, one dependent miss after another. Before each node's kernel
+ * the loop asks for the records of the nodes after it in stages, each stage reading only
+ * what the stage before asked for one node earlier (so its own reads hit a cache):
+ *   node i + 4: the node and its plan entry;
+ *   node i + 3: its lists, attributes, kernel, state, shape-cache slots;
+ *   node i + 2: its value slots, arena headers, cached shapes, attribute names;
+ *   node i + 1: the tensor headers its inputs have now, the state's next lines. */
+#define AHEAD_IO 16 /* inputs, outputs and attributes asked for per node, at most */
+
+static inline void pf_lines(const void *p, size_t bytes) {
+    for (size_t b = 0; p && b < bytes && b < 8 * 64; b += 64) __builtin_prefetch((const char *)p + b);
+}
+
+static inline int ahead_count(int n) { return n < AHEAD_IO ? n : AHEAD_IO; }
+
+static void exec_ahead(const frame *f, size_t i) {
+    const tdm_graph *g = f->g;
+    const tdm_memplan *mp = f->mp;
+    const struct tdm_shape_cache *sc = mp ? mp->shapes : NULL;
+    size_t j = i + 4;
+    if (j < g->n_nodes) {
+        pf_lines(&g->nodes[j], sizeof g->nodes[j]);
+        __builtin_prefetch(&f->plan->nodes[j]);
+        if (sc) tdm_exec_shape_cache_prefetch(sc, j, 0, 0);
+    }
+    if ((j = i + 3) < g->n_nodes) {
+        const tdm_node *n = &g->nodes[j];
+        pf_lines(n->inputs, (size_t)ahead_count(n->n_inputs) * sizeof *n->inputs);
+        pf_lines(n->outputs, (size_t)ahead_count(n->n_outputs) * sizeof *n->outputs);
+        pf_lines(n->attrs, (size_t)ahead_count(n->n_attrs) * sizeof *n->attrs);
+        __builtin_prefetch(n->op_type);
+        __builtin_prefetch(n->schema);
+        __builtin_prefetch(f->plan->nodes[j].kernel);
+        pf_lines(f->plan->nodes[j].state, 128);
+    }
+    if ((j = i + 2) < g->n_nodes) {
+        const tdm_node *n = &g->nodes[j];
+        for (int k = 0; k < ahead_count(n->n_inputs); k++) {
+            int v = n->inputs[k];
+            if (v < 0) continue;
+            __builtin_prefetch(&f->vals[v]);
+            if (mp) __builtin_prefetch(&mp->headers[v]);
+        }
+        for (int k = 0; k < ahead_count(n->n_outputs); k++) {
+            int v = n->outputs[k];
+            if (v < 0) continue;
+            __builtin_prefetch(&f->vals[v]);
+            __builtin_prefetch(&f->owned[v]);
+            __builtin_prefetch(&f->release_after[v]);
+            if (mp) {
+                pf_lines(&mp->headers[v], sizeof mp->headers[v]);
+                __builtin_prefetch(&mp->offset[v]);
+                __builtin_prefetch(&mp->size[v]);
+                __builtin_prefetch(&mp->alias_of[v]);
+            }
+        }
+        for (int k = 0; k < ahead_count(n->n_attrs); k++) __builtin_prefetch(n->attrs[k].name);
+        if (sc) tdm_exec_shape_cache_prefetch(sc, j, 1, (size_t)ahead_count(n->n_inputs + n->n_outputs));
+    }
+    if ((j = i + 1) < g->n_nodes) {
+        const tdm_node *n = &g->nodes[j];
+        for (int k = 0; k < ahead_count(n->n_inputs); k++) {
+            int v = n->inputs[k];
+            if (v >= 0 && f->vals[v]) pf_lines(f->vals[v], sizeof *f->vals[v]);
+        }
+        const char *state = f->plan->nodes[j].state;
+        if (state) pf_lines(state + 128, 128);
+    }
+}
+
 /* Runs every node of f->g in order. f->vals holds the inputs and constants. */
 static tdm_status *exec_frame(frame *f) {
     const tdm_graph *g = f->g;
@@ -467,6 +541,7 @@ static tdm_status *exec_frame(frame *f) {
         }
         if (f->body) /* a control-flow body: its kernels looked up and prepared once */
             tdm_exec_body_kernel(f->body, i, (const tdm_tensor *const *)ins, f->a, &k, &state);
+        if (f->plan) exec_ahead(f, i); /* the next nodes' records, asked for ahead */
         tdm_trace *tr = f->plan ? f->plan->trace : NULL;
         int64_t t0 = f->times || tr ? tdm_now_ns() : 0;
         if (mon) tdm_monitor_node_begin(mon, dev->index);
@@ -767,12 +842,12 @@ tdm_status *tdm_plan_run_bound(tdm_plan *p, const tdm_tensor *const *inputs,
         f.scratch = true;
         f.vals = f.mp->vals;
         f.owned = f.mp->owned;
-        memset(f.vals, 0, nv * sizeof *f.vals);
         memset(f.owned, 0, nv * sizeof *f.owned);
     } else {
         f.vals = tdm_calloc(f.a, nv, sizeof *f.vals);
         f.owned = tdm_calloc(f.a, nv, sizeof *f.owned);
     }
+    if (f.vals) memcpy(f.vals, p->const_vals, g->n_values * sizeof *f.vals); /* the constants */
     int64_t run_t0 = p->trace ? tdm_now_ns() : 0;
     int mon_devs[TDM_MAX_DEVICES], n_mon = 0; /* runs in flight per device */
     for (int d = 0; p->monitor && d < p->n_devices && n_mon < TDM_MAX_DEVICES; d++)
@@ -791,8 +866,6 @@ tdm_status *tdm_plan_run_bound(tdm_plan *p, const tdm_tensor *const *inputs,
     }
     for (size_t i = 0; f.work && i < 2 * g->n_nodes; i++) f.work[i] = -1;
     if (f.shapes) memcpy(f.shapes, g->values, g->n_values * sizeof *f.shapes);
-    for (size_t v = 0; v < g->n_values; v++)
-        if (g->values[v].data) f.vals[v] = g->values[v].data;
     for (size_t i = 0; i < g->n_inputs; i++) {
         int v = g->inputs[i];
         if (inputs[i]) {

@@ -223,17 +223,28 @@ bool tdm_exec_input_moves(const frame *f, int v, const tdm_device *dev) {
     return !(f->replicas && f->replicas[(size_t)v * (1 + TDM_MAX_DEVICES) + 1 + (size_t)di]);
 }
 
-bool tdm_exec_reads_on_host(const frame *f, const tdm_node *n, int k) {
+/* The plan's entry of node n when n is a node of the plan's graph, else NULL. */
+static const tdm_plan_node *plan_node_of(const frame *f, const tdm_node *n) {
     const tdm_plan *p = f->plan;
-    if (!p || p->graph != f->g || n < f->g->nodes || n >= f->g->nodes + f->g->n_nodes) return false;
-    const tdm_plan_node *pn = &p->nodes[n - f->g->nodes];
-    return TDM_KF_HOST_READ(pn->kflags, k);
+    if (!p || p->graph != f->g || n < f->g->nodes || n >= f->g->nodes + f->g->n_nodes) return NULL;
+    return &p->nodes[n - f->g->nodes];
+}
+
+bool tdm_exec_reads_on_host(const frame *f, const tdm_node *n, int k) {
+    const tdm_plan_node *pn = plan_node_of(f, n);
+    return pn && TDM_KF_HOST_READ(pn->kflags, k);
+}
+
+/* tdm_node_reads_shape_only, from the plan's entry where there is one (no string compares). */
+static bool reads_shape_only(const frame *f, const tdm_node *n, int k) {
+    const tdm_plan_node *pn = plan_node_of(f, n);
+    return pn ? k == 0 && pn->shape_only0 : tdm_node_reads_shape_only(n, k);
 }
 
 bool tdm_exec_node_moves(const frame *f, const tdm_node *n, const tdm_device *dev) {
     for (int k = 0; k < n->n_inputs; k++) {
         int v = n->inputs[k];
-        if (v < 0 || tdm_node_reads_shape_only(n, k)) continue;
+        if (v < 0 || reads_shape_only(f, n, k)) continue;
         if (tdm_exec_reads_on_host(f, n, k)) { /* (where it is: host or dev; else to the host) */
             const tdm_tensor *t = f->vals[v];
             if (t && t->device && t->device != dev && tdm_exec_input_moves(f, v, NULL)) return true;
@@ -248,11 +259,12 @@ tdm_status *tdm_exec_input_at(frame *f, const tdm_node *n, int k, tdm_device *de
                               const tdm_tensor **out, uint64_t *flow) {
     int v = n->inputs[k];
     const tdm_tensor *t = f->vals[v];
-    if (tdm_node_reads_shape_only(n, k)) { /* the tensor where it is: Shape reads its dims */
-        *out = t;
+    const tdm_plan_node *pn = plan_node_of(f, n);
+    if (pn ? k == 0 && pn->shape_only0 : tdm_node_reads_shape_only(n, k)) {
+        *out = t; /* the tensor where it is: Shape reads its dims */
         return NULL;
     }
-    if (tdm_exec_reads_on_host(f, n, k)) {
+    if (pn && TDM_KF_HOST_READ(pn->kflags, k)) {
         if (!t->device || t->device == dev) {
             *out = t;
             return NULL;

@@ -121,6 +121,8 @@ struct tdm_shape_cache *tdm_exec_shape_cache_of(const frame *f, const tdm_node *
 /* Fills the output shapes of node i from the cache when its inputs match; true on a hit. */
 bool tdm_exec_shape_cache_get(const struct tdm_shape_cache *sc, size_t i, const tdm_node *n,
                               const tdm_tensor *const *ins, tdm_value_info *out);
+void tdm_exec_shape_cache_prefetch(const struct tdm_shape_cache *sc, size_t i, int stage,
+                                   size_t n_sigs);
 /* Stores what infer gave for node i with these inputs. */
 void tdm_exec_shape_cache_put(struct tdm_shape_cache *sc, size_t i, const tdm_node *n,
                               const tdm_tensor *const *ins, const tdm_value_info *out);

@@ -68,6 +68,19 @@ struct tdm_shape_cache *tdm_exec_shape_cache_of(const frame *f, const tdm_node *
     return f->mp->shapes;
 }
 
+/* Asks for the lines of node i's cached shapes (tdm_exec_ahead): stage 0 the node's slots,
+ * stage 1 its signatures. */
+void tdm_exec_shape_cache_prefetch(const struct tdm_shape_cache *sc, size_t i, int stage,
+                                   size_t n_sigs) {
+    if (stage == 0) {
+        __builtin_prefetch(&sc->off[i]);
+        __builtin_prefetch(&sc->state[i]);
+        return;
+    }
+    const char *s = (const char *)&sc->sig[sc->off[i]];
+    for (size_t b = 0; b < n_sigs * sizeof(shape_sig); b += 64) __builtin_prefetch(s + b);
+}
+
 /* Inputs are compared as tensors (absent: dtype and rank -1). */
 static void sig_of_tensor(shape_sig *s, const tdm_tensor *t) {
     s->dtype = t ? (int32_t)t->dtype : -1;

@@ -389,6 +389,9 @@ static void lifetimes(tdm_plan *p) {
     tdm_graph *g = p->graph;
     for (size_t v = 0; v < g->n_values; v++) p->release_after[v] = -1;
     for (size_t v = 0; v < g->n_values; v++) p->first_use[v] = -1;
+    for (size_t v = 0; v < g->n_values; v++) p->const_vals[v] = g->values[v].data;
+    for (size_t i = 0; i < g->n_nodes; i++)
+        p->nodes[i].shape_only0 = tdm_node_reads_shape_only(&g->nodes[i], 0);
     for (size_t i = 0; i < g->n_nodes; i++)
         for (int k = 0; k < g->nodes[i].n_outputs; k++)
             if (g->nodes[i].outputs[k] >= 0) p->first_use[g->nodes[i].outputs[k]] = (int)i;
@@ -468,13 +471,15 @@ static tdm_status *plan_arrays(tdm_plan *p) {
     tdm_free(a, p->nodes);
     tdm_free(a, p->release_after);
     tdm_free(a, p->first_use);
+    tdm_free(a, p->const_vals);
     tdm_free(a, p->const_on_device);
     p->nodes = tdm_calloc(a, g->n_nodes ? g->n_nodes : 1, sizeof *p->nodes);
     p->release_after = tdm_calloc(a, g->n_values ? g->n_values : 1, sizeof(int));
     p->first_use = tdm_calloc(a, g->n_values ? g->n_values : 1, sizeof(int));
+    p->const_vals = tdm_calloc(a, g->n_values ? g->n_values : 1, sizeof *p->const_vals);
     p->const_on_device = tdm_calloc(a, (g->n_values ? g->n_values : 1) * (size_t)p->n_devices,
                                     sizeof(tdm_tensor *));
-    if (!p->nodes || !p->release_after || !p->first_use || !p->const_on_device)
+    if (!p->nodes || !p->release_after || !p->first_use || !p->const_vals || !p->const_on_device)
         return TDM_ERR(TDM_ERR_OUT_OF_MEMORY, "out of memory creating a plan");
     return NULL;
 }
@@ -629,6 +634,7 @@ void tdm_plan_free(tdm_plan *p) {
     tdm_free(p->alloc, p->nodes);
     tdm_free(p->alloc, p->release_after);
     tdm_free(p->alloc, p->first_use);
+    tdm_free(p->alloc, p->const_vals);
     if (p->const_on_device && p->graph)
         for (size_t i = 0; i < p->graph->n_values * (size_t)p->n_devices; i++)
             tdm_tensor_destroy(p->const_on_device[i]);

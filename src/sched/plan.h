@@ -22,6 +22,9 @@ typedef struct tdm_plan_node {
                                      kflags allow it, the plan runs on one host-memory device
                                      (no other device reads the input while the node writes),
                                      and the node is the input's only and last reader */
+    bool shape_only0;             /* input 0 is read for its shape only (Shape, Size:
+                                     tdm_node_reads_shape_only), asked once per plan rather
+                                     than by name on every run */
 } tdm_plan_node;
 
 typedef struct tdm_plan {
@@ -31,6 +34,9 @@ typedef struct tdm_plan {
     int n_devices;
     tdm_plan_node *nodes;  /* parallel to graph->nodes */
     int *release_after;    /* per value: index of the last node reading it (-1 = never) */
+    const tdm_tensor **const_vals; /* per value: its constant (values[v].data) or NULL, the
+                                      table a run's value table starts as (one copy instead
+                                      of a walk over every value's record) */
     tdm_threadpool *pool;  /* borrowed */
     /* memory plans per input-shape signature, most recently used kept */
 #define TDM_PLAN_MEM_SLOTS 4
