@@ -90,7 +90,10 @@ struct tdm_generator {
     void *ids_buf, *mask_buf, *pos_buf; /* max_length elements each */
     tdm_tensor ids_t, mask_t, pos_t;    /* headers over them (never freed by a run) */
     tdm_tensor *logits1;    /* [1, 1, vocab] bound for decode steps, once vocab is known */
-    float *logits;          /* vocab: the last position's */
+    float *logits;          /* vocab: the last position's, when they came in another tensor */
+    float *cur_logits;      /* the last position's logits: logits1's data after a decode step
+                               (sampled where the run wrote them: no copy of the vocabulary
+                               per token), else logits */
     bool have_logits;
     int32_t *tokens;        /* max_length */
     size_t n_tokens, n_cached;
@@ -693,8 +696,13 @@ static tdm_status *feed(tdm_generator *g) {
         return TDM_ERR(TDM_ERR_RUNTIME, "output '%s' is not float32 [1, %zu, vocab]", g->f.logits,
                        rows);
     TDM_TRY(vocab_ready(g, (size_t)lg->dims[2]));
-    memcpy(g->logits, (const float *)lg->data + (rows - 1) * g->vocab,
-           g->vocab * sizeof *g->logits);
+    float *row = (float *)lg->data + (rows - 1) * g->vocab;
+    if (lg == g->logits1) { /* bound: the next run writes it again */
+        g->cur_logits = row;
+    } else {
+        memcpy(g->logits, row, g->vocab * sizeof *g->logits);
+        g->cur_logits = g->logits;
+    }
     g->have_logits = true;
     return NULL;
 }
@@ -772,8 +780,8 @@ tdm_status *tdm_generator_next(tdm_generator *g, int32_t *token) {
     if (!g->have_logits) return TDM_ERR(TDM_ERR_INTERNAL, "no logits to sample from");
     if (g->ignore_eos)
         for (size_t i = 0; i < g->n_eos; i++)
-            if (g->eos[i] >= 0 && (size_t)g->eos[i] < g->vocab) g->logits[g->eos[i]] = -INFINITY;
-    int32_t t = tdm_sampler_pick(&g->smp, g->logits, g->tokens, g->n_tokens, g->gen, g->n_gen);
+            if (g->eos[i] >= 0 && (size_t)g->eos[i] < g->vocab) g->cur_logits[g->eos[i]] = -INFINITY;
+    int32_t t = tdm_sampler_pick(&g->smp, g->cur_logits, g->tokens, g->n_tokens, g->gen, g->n_gen);
     g->gen[g->n_gen++] = t;
     g->tokens[g->n_tokens] = t;
     tdm_llm_put_index(g->ids_buf, g->ids_dtype, g->n_tokens, t);
@@ -812,7 +820,7 @@ tdm_status *tdm_generator_logits(tdm_generator *g, const float **logits, size_t 
         TDM_TRY(feed_decode(g));
     }
     if (!g->have_logits) return TDM_ERR(TDM_ERR_INTERNAL, "no logits");
-    *logits = g->logits;
+    *logits = g->cur_logits;
     *vocab = g->vocab;
     return NULL;
 }
