@@ -204,7 +204,7 @@ TDM_TARGET_AVX2 static void quant_avx2(const tdm_nbits_w *w, const float *a, int
     const int64_t K = w->K, bs = w->bs;
     const bool q4 = w->bits == 4;
     int8_t *nat = q4 ? tmp : q;
-    memset(nat, 0, (size_t)kq);
+    if (kq > K) memset(nat + K, 0, (size_t)(kq - K)); /* the loops below write every code < K */
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     const __m256 signbit = _mm256_set1_ps(-0.0f), half = _mm256_set1_ps(0.5f);
     const __m256 c127 = _mm256_set1_ps(127.0f);
@@ -617,7 +617,7 @@ TDM_TARGET_VNNI static void quant_vnni(const tdm_nbits_w *w, const float *a, int
     const int64_t K = w->K, bs = w->bs;
     const bool q4 = w->bits == 4;
     int8_t *nat = q4 ? tmp : q;
-    memset(nat, 0, (size_t)kq);
+    if (kq > K) memset(nat + K, 0, (size_t)(kq - K)); /* the loops below write every code < K */
     const __m512 half = _mm512_set1_ps(0.5f), c127 = _mm512_set1_ps(127.0f);
     const __m512i signbit = _mm512_set1_epi32((int)0x80000000u);
     for (int64_t b0 = 0; b0 < w->nb; b0 += 16) {
