@@ -9,9 +9,9 @@
  *      build/libtandem.a -ldnnl -lprotobuf-c -lOpenCL -ljansson -fopenmp -lpthread -ldl -lm \
  *      -o build/sampler_bench
  *   build/sampler_bench [SIGMA=3] [ISA=avx512_core]
- * ISA picks the exp and max rows' variants as the engine does from the CPU device's level
- * (tdm_sampler_exp_row_for, tdm_sampler_max_row_for: portable, avx2, avx512_core; the best this
- * CPU runs at or below). Last, a greedy pick with the chosen token's log-probability as the
+ * ISA picks the exp, max and near rows' variants as the engine does from the CPU device's level
+ * (tdm_sampler_exp_row_for, tdm_sampler_max_row_for, tdm_sampler_near_row_for: portable, avx2,
+ * avx512_core; the best this CPU runs at or below). Last, a greedy pick with the chosen token's log-probability as the
  * engine computes it for `logprobs` requests: the pick's maximum reused (tdm_sampler_last_max)
  * against a second pass for it. */
 #include <math.h>
@@ -55,6 +55,7 @@ int main(int argc, char **argv) {
         if (st) return 1;
         tdm_sampler_set_exp_row(&s, tdm_sampler_exp_row_for(isa));
         tdm_sampler_set_max_row(&s, tdm_sampler_max_row_for(isa));
+        tdm_sampler_set_near_row(&s, tdm_sampler_near_row_for(isa));
         double best = 1e9;
         long check = 0;
         for (int k = 0; k < 200; k++) {

@@ -86,6 +86,7 @@ struct tdm_llm_engine {
     tdm_env *env;
     tdm_exp_row_fn exp_row; /* the CPU device's level's (sampling, log-probabilities) */
     tdm_max_row_fn max_row; /* likewise */
+    tdm_near_row_fn near_row; /* likewise (top-p) */
     const tdm_allocator *a;
     tdm_llm_folder f;
     tdm_engine_edit ed;
@@ -455,6 +456,7 @@ static void plan(tdm_llm_engine *e) {
             if (!st) {
                 tdm_sampler_set_exp_row(&r->smp, e->exp_row);
                 tdm_sampler_set_max_row(&r->smp, e->max_row);
+                tdm_sampler_set_near_row(&r->smp, e->near_row);
             }
             if (st) {
                 finish(e, r, IN_WAITING, TDM_LLM_FINISH_ERROR, st);
@@ -831,6 +833,7 @@ tdm_status *tdm_llm_engine_create(tdm_env *env, const char *dir,
     e->env = env;
     e->exp_row = tdm_sampler_exp_row_for(tdm_env_device_isa(env, 0));
     e->max_row = tdm_sampler_max_row_for(tdm_env_device_isa(env, 0));
+    e->near_row = tdm_sampler_near_row_for(tdm_env_device_isa(env, 0));
     e->a = a;
     e->next_id = 1;
     tdm_status *st = NULL;

@@ -652,6 +652,7 @@ static tdm_status *vocab_ready(tdm_generator *g, size_t vocab) {
     TDM_TRY(tdm_sampler_set_penalties(&g->smp, g->presence, g->frequency));
     tdm_sampler_set_exp_row(&g->smp, tdm_sampler_exp_row_for(tdm_env_device_isa(g->env, 0)));
     tdm_sampler_set_max_row(&g->smp, tdm_sampler_max_row_for(tdm_env_device_isa(g->env, 0)));
+    tdm_sampler_set_near_row(&g->smp, tdm_sampler_near_row_for(tdm_env_device_isa(g->env, 0)));
     return NULL;
 }
 

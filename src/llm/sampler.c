@@ -51,7 +51,7 @@ tdm_status *tdm_sampler_init(tdm_sampler *s, const tdm_allocator *a, size_t voca
     if (cfg) s->cfg = *cfg;
     s->work = tdm_calloc(a, vocab + 1, sizeof *s->work);
     s->seen = tdm_calloc(a, vocab + 1, 1);
-    s->cand = tdm_calloc(a, vocab + 1, sizeof *s->cand);
+    s->cand = tdm_calloc(a, vocab + 16, sizeof *s->cand); /* (near_row's slack) */
     s->prob = tdm_calloc(a, vocab + 1, sizeof *s->prob);
     if (!s->work || !s->seen || !s->cand || !s->prob) {
         tdm_sampler_free(s);
@@ -59,6 +59,7 @@ tdm_status *tdm_sampler_init(tdm_sampler *s, const tdm_allocator *a, size_t voca
     }
     s->exp_row = tdm_sampler_exp_row;
     s->max_row = tdm_sampler_max_row;
+    s->near_row = tdm_sampler_near_row;
     s->last_max = NAN;
     tdm_sampler_reseed(s);
     return NULL;
@@ -72,6 +73,10 @@ void tdm_sampler_set_max_row(tdm_sampler *s, tdm_max_row_fn fn) {
     s->max_row = fn ? fn : tdm_sampler_max_row;
 }
 
+void tdm_sampler_set_near_row(tdm_sampler *s, tdm_near_row_fn fn) {
+    s->near_row = fn ? fn : tdm_sampler_near_row;
+}
+
 float tdm_sampler_last_max(const tdm_sampler *s) { return s->last_max; }
 
 void tdm_sampler_free(tdm_sampler *s) {
@@ -82,6 +87,7 @@ void tdm_sampler_free(tdm_sampler *s) {
     tdm_free(s->a, s->sorted);
     tdm_free(s->a, s->count);
     s->work = NULL, s->seen = NULL, s->cand = NULL, s->prob = NULL, s->sorted = NULL;
+    s->near = NULL;
     s->count = NULL;
 }
 
@@ -188,12 +194,17 @@ static double softmax_of(const tdm_sampler *s, const float *x, const int32_t *ca
  * share reaches p (n when none does: *reached false) and that prefix's sum. */
 static size_t nucleus(const float *prob, size_t n, double total, float p, double *kept,
                       bool *reached) {
-    double acc = 0, sum = 0;
+    double acc = 0, sum = 0, q[256];
     size_t keep = 0;
     *reached = false;
-    while (keep < n && !*reached) {
-        acc += prob[keep++] / total;
-        *reached = acc >= p;
+    for (size_t i0 = 0; i0 < n && !*reached; i0 += 256) { /* the quotients a block at a time */
+        size_t e = n - i0 < 256 ? n - i0 : 256;
+        for (size_t i = 0; i < e; i++) q[i] = prob[i0 + i] / total; /* (vectorised) */
+        for (size_t i = 0; i < e && !*reached; i++) {
+            acc += q[i];
+            keep++;
+            *reached = acc >= p;
+        }
     }
     for (size_t i = 0; i < keep; i++) sum += prob[i];
     *kept = sum;
@@ -237,13 +248,19 @@ static scored *sort_desc(scored *a, scored *tmp, size_t m) {
 }
 
 /* Top-p alone, without sorting the vocabulary (a qsort of SmolLM2's 49,152 logits a token
- * took decode from 259 to 103 tokens/s at 2 threads). One pass buckets every token by
- * z = (max - x) / T (NUC_PER_UNIT buckets a unit of z, the last one open) and sums its
- * probability per bucket; the buckets from the top down whose mass reaches p hold the nucleus
- * (z grows as x falls: they are a prefix of the sorted order), and only their tokens are
- * sorted (sort_desc) and cut as a full sort would cut them: the same candidates, order and
- * probabilities, so the same draw. Candidates in s->cand / s->prob; returns how many, their
- * sum in *kept. */
+ * took decode from 259 to 103 tokens/s at 2 threads). Tokens are bucketed by
+ * z = (max - x) / T (NUC_PER_UNIT buckets a unit of z, the last one open) and their
+ * probabilities summed per bucket; the buckets from the top down whose mass reaches p hold the
+ * nucleus (z grows as x falls: they are a prefix of the sorted order), and only their tokens
+ * are sorted (sort_desc) and cut as a full sort would cut them: the same candidates, order and
+ * probabilities, so the same draw. The buckets' sums only say how many buckets to take (too few:
+ * the cut falls short and one more is taken; too many: more to sort), so they come from the
+ * tokens near the top alone: each token at z or beyond has probability at most
+ * e^(-z / NUC_PER_UNIT) of the top one's 1, so the V tokens past
+ * z_lim = NUC_PER_UNIT (ln(V / ((1 - p) total)) + 1) hold less than the (1 - p) total the
+ * nucleus leaves out. One vector pass (near_row) lists the tokens below z_lim (for a peaked row
+ * ~1,000 of 49,152) and another, over the row, the candidates of the buckets taken. Candidates in
+ * s->cand / s->prob; returns how many, their sum in *kept, the logits' largest in *max. */
 #define NUC_Z 64
 #define NUC_PER_UNIT 16
 #define NUC_BUCKETS (NUC_Z * NUC_PER_UNIT + 1)
@@ -252,19 +269,21 @@ static inline int nuc_bucket(float x, float mx, float k) {
     return z < (float)(NUC_BUCKETS - 1) ? (int)z : NUC_BUCKETS - 1;
 }
 
-static size_t nucleus_alone(tdm_sampler *s, const float *x, float T, double *kept) {
+static size_t nucleus_alone(tdm_sampler *s, const float *x, float T, double *kept, float *max) {
     size_t V = s->vocab;
-    float mx = s->max_row(x, V, NULL), inv = 1.0f / T, k = inv * NUC_PER_UNIT;
-    double total = s->exp_row(x, V, mx, inv, s->prob); /* by id, for now */
+    float mx = s->max_row(x, V, NULL), inv = 1.0f / T, k = inv * NUC_PER_UNIT, p = s->cfg.top_p;
+    *max = mx;
+    double total = s->exp_row(x, V, mx, inv, NULL);
     if (!(total >= 1) || isinf(total)) { /* every logit NaN, or infinities: the largest */
         s->cand[0] = arg_max(s, x, V, NULL);
         s->prob[0] = 1.0f;
         *kept = 1;
         return 1;
     }
-    float p = s->cfg.top_p;
-    if (!s->sorted) /* the first top-p pick: 16 bytes a token (SmolLM2: 786 KB) */
-        s->sorted = tdm_calloc(s->a, 2 * (V + 1), sizeof(scored));
+    if (!s->sorted) { /* the first top-p pick: 20 bytes a token (SmolLM2: 983 KB) */
+        s->sorted = tdm_calloc(s->a, 1, 2 * (V + 1) * sizeof(scored) + (V + 16) * sizeof(int32_t));
+        if (s->sorted) s->near = (int32_t *)((scored *)s->sorted + 2 * (V + 1));
+    }
     if (!s->sorted) { /* no memory for it: the same candidates by a heap sort of them all */
         top_k(x, V, V, s->cand);
         for (size_t i = 0; i < V; i++) s->prob[i] = x[s->cand[i]];
@@ -272,27 +291,40 @@ static size_t nucleus_alone(tdm_sampler *s, const float *x, float T, double *kep
         bool reached;
         return nucleus(s->prob, V, total, p, kept, &reached);
     }
-    double mass[NUC_BUCKETS] = {0};
-    for (size_t i = 0; i < V; i++) mass[nuc_bucket(x[i], mx, k)] += s->prob[i];
+    double out = (1.0 - (double)p) * total, zl = NUC_PER_UNIT * (log((double)V / out) + 1.0);
+    int lim = out > 0 && zl < NUC_BUCKETS - 1 ? (int)zl : NUC_BUCKETS - 1;
+    size_t m = s->near_row(x, V, mx, k, (float)lim, s->near);
+    for (size_t j = 0; j < m; j++) s->prob[j] = x[s->near[j]];
+    s->exp_row(s->prob, m, mx, inv, s->prob); /* each value as over the whole row */
+    double mass[2][NUC_BUCKETS] = {{0}}; /* two sums a bucket: neighbours in one bucket do not
+                                            wait for each other */
+    size_t j = 0;
+    for (; j + 2 <= m; j += 2)
+        for (int h = 0; h < 2; h++) mass[h][nuc_bucket(x[s->near[j + h]], mx, k)] += s->prob[j + h];
+    if (j < m) mass[0][nuc_bucket(x[s->near[j]], mx, k)] += s->prob[j];
     scored *sc = s->sorted;
     double acc = 0;
     int b = 0; /* buckets [0, b) hold the candidates */
     for (;;) {
-        while (b < NUC_BUCKETS && acc < p * total) acc += mass[b++];
-        size_t m = 0;
-        for (size_t i = 0; i < V; i++)
-            if (nuc_bucket(x[i], mx, k) < b && x[i] == x[i])
-                sc[m++] = (scored){desc_key(x[i]), (int32_t)i};
-        const scored *o = sort_desc(sc, sc + V + 1, m);
-        for (size_t i = 0; i < m; i++) {
+        while (b < NUC_BUCKETS && acc < p * total) acc += mass[0][b] + mass[1][b], b++;
+        size_t c = 0;
+        if (b < NUC_BUCKETS) { /* z < b: bucket < b */
+            c = s->near_row(x, V, mx, k, (float)b, s->cand);
+            for (size_t i = 0; i < c; i++) sc[i] = (scored){desc_key(x[s->cand[i]]), s->cand[i]};
+        } else { /* the open bucket too (z up to inf): every token but NaN */
+            for (size_t i = 0; i < V; i++)
+                if (x[i] == x[i]) sc[c++] = (scored){desc_key(x[i]), (int32_t)i};
+        }
+        const scored *o = sort_desc(sc, sc + V + 1, c);
+        for (size_t i = 0; i < c; i++) {
             s->cand[i] = o[i].id;
             s->prob[i] = x[o[i].id];
         }
-        s->exp_row(s->prob, m, mx, inv, s->prob);
+        s->exp_row(s->prob, c, mx, inv, s->prob);
         bool reached;
-        size_t n = nucleus(s->prob, m, total, p, kept, &reached);
+        size_t n = nucleus(s->prob, c, total, p, kept, &reached);
         if (reached || b == NUC_BUCKETS) return n;
-        acc += mass[b++]; /* the exact sums fell short of the buckets': one more */
+        acc += mass[0][b] + mass[1][b], b++; /* the cut fell short of the buckets' sums */
     }
 }
 
@@ -356,7 +388,9 @@ int32_t tdm_sampler_pick(tdm_sampler *s, const float *logits, const int32_t *seq
         sum = softmax_of(s, x, s->cand, n, T, s->prob);
         if (top_p) n = nucleus(s->prob, n, sum, c->top_p, &sum, &reached);
     } else if (top_p) {
-        n = nucleus_alone(s, x, T, &sum);
+        float mx;
+        n = nucleus_alone(s, x, T, &sum, &mx);
+        if (raw) s->last_max = mx; /* a log-probability row needs no second scan */
     } else {
         for (size_t i = 0; i < V; i++) s->cand[i] = (int32_t)i;
         float mx = s->max_row(x, V, NULL);

@@ -147,6 +147,30 @@ float tdm_sampler_max_row(const float *x, size_t n, size_t *at) {
 
 float tdm_sampler_max(const float *x, size_t n) { return tdm_sampler_max_row(x, n, NULL); }
 
+/* The portable near row (sampler.h: tdm_sampler_near_row): sixteen values a step in four
+ * four-wide vectors, z = (mx - x) * k as the sampler's buckets compute it (a subtraction, then
+ * a product: nothing to fuse), the ids of the lanes below lim written one by one; most steps of
+ * a peaked row have none. */
+size_t tdm_sampler_near_row(const float *x, size_t n, float mx, float k, float lim, int32_t *ids) {
+    size_t m = 0, i = 0;
+    for (; i + 16 <= n; i += 16) {
+        v4i any = {0, 0, 0, 0}, c[4];
+        for (int q = 0; q < 4; q++) {
+            v4f v;
+            memcpy(&v, x + i + 4 * q, sizeof v);
+            c[q] = (mx - v) * k < lim;
+            any |= c[q];
+        }
+        if (!(any[0] | any[1] | any[2] | any[3])) continue;
+        for (int q = 0; q < 4; q++)
+            for (int l = 0; l < 4; l++)
+                if (c[q][l]) ids[m++] = (int32_t)(i + 4 * (size_t)q + (size_t)l);
+    }
+    for (; i < n; i++)
+        if ((mx - x[i]) * k < lim) ids[m++] = (int32_t)i;
+    return m;
+}
+
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
 #include <immintrin.h>
 
@@ -192,6 +216,43 @@ MAX_ROW_X86(max_row_avx2, __m256, 8, _mm256_loadu_ps, _mm256_max_ps, _mm256_set1
             __attribute__((target("avx2"))))
 MAX_ROW_X86(max_row_avx512, __m512, 16, _mm512_loadu_ps, _mm512_max_ps, _mm512_set1_ps, EQ_ANY16,
             _mm512_reduce_max_ps, __attribute__((target("avx512f"))))
+
+/* The near row's variants: a compare mask a vector; AVX-512 packs the lanes' ids with
+ * vpcompressd into a register and stores all sixteen (ids has 16 entries of slack), AVX2 walks
+ * the mask's bits. The same z and comparison as the portable row: the same ids. */
+__attribute__((target("avx512f"))) static size_t near_row_avx512(const float *x, size_t n, float mx,
+                                                                 float k, float lim, int32_t *ids) {
+    const __m512 vm = _mm512_set1_ps(mx), vk = _mm512_set1_ps(k), vl = _mm512_set1_ps(lim);
+    const __m512i step = _mm512_set1_epi32(16);
+    __m512i id = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    size_t m = 0, i = 0;
+    for (; i + 16 <= n; i += 16, id = _mm512_add_epi32(id, step)) {
+        __m512 z = _mm512_mul_ps(_mm512_sub_ps(vm, _mm512_loadu_ps(x + i)), vk);
+        __mmask16 c = _mm512_cmp_ps_mask(z, vl, _CMP_LT_OQ);
+        if (!c) continue;
+        _mm512_storeu_si512(ids + m, _mm512_maskz_compress_epi32(c, id));
+        m += (size_t)__builtin_popcount(c);
+    }
+    for (; i < n; i++)
+        if ((mx - x[i]) * k < lim) ids[m++] = (int32_t)i;
+    return m;
+}
+
+__attribute__((target("avx2"))) static size_t near_row_avx2(const float *x, size_t n, float mx,
+                                                            float k, float lim, int32_t *ids) {
+    const __m256 vm = _mm256_set1_ps(mx), vk = _mm256_set1_ps(k), vl = _mm256_set1_ps(lim);
+    size_t m = 0, i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 z0 = _mm256_mul_ps(_mm256_sub_ps(vm, _mm256_loadu_ps(x + i)), vk);
+        __m256 z1 = _mm256_mul_ps(_mm256_sub_ps(vm, _mm256_loadu_ps(x + i + 8)), vk);
+        unsigned c = (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(z0, vl, _CMP_LT_OQ)) |
+                     (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(z1, vl, _CMP_LT_OQ)) << 8;
+        for (; c; c &= c - 1) ids[m++] = (int32_t)(i + (size_t)__builtin_ctz(c));
+    }
+    for (; i < n; i++)
+        if ((mx - x[i]) * k < lim) ids[m++] = (int32_t)i;
+    return m;
+}
 #endif
 
 
@@ -222,5 +283,14 @@ tdm_max_row_fn tdm_sampler_max_row_for(const char *isa) {
     return by_level[row_level(isa)];
 #else
     return tdm_sampler_max_row;
+#endif
+}
+
+tdm_near_row_fn tdm_sampler_near_row_for(const char *isa) {
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+    static const tdm_near_row_fn by_level[] = {tdm_sampler_near_row, near_row_avx2, near_row_avx512};
+    return by_level[row_level(isa)];
+#else
+    return tdm_sampler_near_row;
 #endif
 }

@@ -962,7 +962,71 @@ static void test_greedy_arg_max(void **state) {
     (void)tdm_sampler_pick(&s, x, NULL, 0, NULL, 0);
     assert_true(tdm_sampler_last_max(&s) == 6.0f);
     tdm_sampler_free(&s);
+    cfg.top_p = 0.5f; /* a nucleus over the whole vocabulary scans it: its maximum kept */
+    assert_null(tdm_sampler_init(&s, NULL, n, &cfg));
+    x[700] = 7.5f;
+    (void)tdm_sampler_pick(&s, x, NULL, 0, NULL, 0);
+    assert_true(tdm_sampler_last_max(&s) == 7.5f);
+    tdm_sampler_free(&s);
+    cfg.repetition_penalty = 1.5f; /* ... but not of logits the penalty changed */
+    assert_null(tdm_sampler_init(&s, NULL, n, &cfg));
+    (void)tdm_sampler_pick(&s, x, seq, 2, NULL, 0);
+    assert_true(isnan(tdm_sampler_last_max(&s)));
+    tdm_sampler_free(&s);
     free(x);
+}
+
+/* tdm_sampler_near_row and every variant this CPU runs against a scalar reference of its rule
+ * (the ids, ascending, with (mx - x) * k < lim): rows straddling the 16 lanes, NaN, -inf, -0, a
+ * value exactly at the limit and one just below it, limits with none, some and all below; and a
+ * wrong limit (lim + 1) must give other ids on these rows. */
+static void test_near_row(void **state) {
+    (void)state;
+    static const size_t lens[] = {0, 1, 15, 16, 17, 31, 33, 1000, 49152};
+    static const char *const levels[] = {NULL, "avx2", "avx512_core"};
+    float *x = malloc(49152 * sizeof *x);
+    int32_t *want = malloc((49152 + 16) * sizeof *want), *got = malloc((49152 + 16) * sizeof *got);
+    assert_true(x && want && got);
+    uint64_t r = 7;
+    int rows = 0, moved = 0;
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+        size_t n = lens[li];
+        float mx = 4.0f, k = 16.0f / 0.7f;
+        for (size_t i = 0; i < n; i++) {
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            x[i] = (float)((double)(r >> 11) * 0x1.0p-53 * 8.0 - 4.0);
+            if (i % 97 == 5) x[i] = NAN;
+            if (i % 89 == 7) x[i] = -INFINITY;
+            if (i % 83 == 3) x[i] = -0.0f;
+            if (i % 71 == 9) x[i] = mx; /* z = 0 */
+        }
+        static const float lims[] = {0, 1, 16, 40, 200, 1024, INFINITY};
+        for (size_t l = 0; l < sizeof lims / sizeof lims[0]; l++) {
+            float lim = lims[l];
+            if (n > 20) { /* one value exactly at the limit, one a step below it */
+                x[n - 2] = mx - lim / k;
+                x[n - 1] = nextafterf(x[n - 2], INFINITY);
+            }
+            size_t m = 0;
+            for (size_t i = 0; i < n; i++)
+                if ((mx - x[i]) * k < lim) want[m++] = (int32_t)i;
+            for (size_t v = 0; v < sizeof levels / sizeof levels[0]; v++) {
+                tdm_near_row_fn f = tdm_sampler_near_row_for(levels[v]);
+                size_t mg = f(x, n, mx, k, lim, got);
+                if (mg != m || (m && memcmp(got, want, m * sizeof *got)))
+                    fail_msg("n %zu lim %g %s: %zu ids, expected %zu", n, lim,
+                             levels[v] ? levels[v] : "portable", mg, m);
+                if (isfinite(lim)) {
+                    size_t m1 = f(x, n, mx, k, lim + 1, got);
+                    moved += m1 != m;
+                }
+            }
+            rows++;
+        }
+    }
+    assert_int_equal(rows, 9 * 7);
+    assert_true(moved > 50);
+    free(x), free(want), free(got);
 }
 
 /* tdm_sampler_exp_row against expf: every value within 3e-7 relative (the polynomial's 2 ulp),
@@ -1218,6 +1282,8 @@ static void test_sampler_reference(void **state) {
                         stingy st = {4};
                         tdm_allocator a = {stingy_alloc, stingy_free, &st};
                         assert_null(tdm_sampler_init(&s, picks % 2 ? &a : NULL, V, &cfg));
+                        static const char *const near_levels[] = {NULL, "avx2", "avx512_core"};
+                        tdm_sampler_set_near_row(&s, tdm_sampler_near_row_for(near_levels[(picks / 3) % 3]));
                         uint64_t rng[4];
                         memcpy(rng, s.rng, sizeof rng);
                         for (int d = 0; d < 3; d++) { /* three draws from one sampler */
@@ -1251,6 +1317,7 @@ int main(void) {
         cmocka_unit_test(test_genai_folder_f16),
         cmocka_unit_test(test_genai_cache_consistency),
         cmocka_unit_test(test_exp_row),
+        cmocka_unit_test(test_near_row),
         cmocka_unit_test(test_sampler_reference),
         cmocka_unit_test(test_sampler_penalties),
         cmocka_unit_test(test_folder),
