@@ -377,11 +377,12 @@ int32_t tdm_sampler_pick(tdm_sampler *s, const float *logits, const int32_t *seq
         if (raw) s->last_max = mx;
         return t;
     }
-    /* candidates, best first, and their probabilities at the temperature */
+    /* candidates (best first, or every token by id) and their probabilities at the temperature */
     float T = c->temperature;
     bool top_p = c->top_p > 0 && c->top_p < 1, reached;
     size_t n = V;
     double sum;
+    bool by_id = false;
     if (c->top_k > 0 && (size_t)c->top_k < V) {
         n = (size_t)c->top_k;
         top_k(x, V, n, s->cand);
@@ -391,8 +392,8 @@ int32_t tdm_sampler_pick(tdm_sampler *s, const float *logits, const int32_t *seq
         float mx;
         n = nucleus_alone(s, x, T, &sum, &mx);
         if (raw) s->last_max = mx; /* a log-probability row needs no second scan */
-    } else {
-        for (size_t i = 0; i < V; i++) s->cand[i] = (int32_t)i;
+    } else { /* every token, by id: candidate i is token i */
+        by_id = true;
         float mx = s->max_row(x, V, NULL);
         sum = s->exp_row(x, V, mx, 1.0f / T, s->prob);
         if (raw) s->last_max = mx;
@@ -400,7 +401,7 @@ int32_t tdm_sampler_pick(tdm_sampler *s, const float *logits, const int32_t *seq
     double r = next_unit(s->rng) * sum, acc = 0;
     for (size_t i = 0; i < n; i++) {
         acc += s->prob[i];
-        if (r < acc) return s->cand[i];
+        if (r < acc) return by_id ? (int32_t)i : s->cand[i];
     }
-    return s->cand[n - 1];
+    return by_id ? (int32_t)(n - 1) : s->cand[n - 1];
 }

@@ -35,9 +35,14 @@ typedef int32_t v16i __attribute__((vector_size(64)));
 #define EXP_P4 1.6666665459e-1f
 #define EXP_P5 5.0000001201e-1f
 
-/* NAME##_exp: e^x for x <= 0 on one vector (VF floats, VI their int32 lanes); NAME: the row,
- * sixteen values at a time in 16 / W vectors, float lanes per stretch of 4096 summed in double,
- * lane 0 first; the last n < 16 values through exp_tail (every variant's). */
+/* NAME##_exp: e^x for x <= 0 on one vector (VF floats, VI their int32 lanes); NAME##_body: the
+ * row's whole sixteens, sixteen values at a time in 16 / W vectors, float lanes per stretch of
+ * 4096 summed in double, lane 0 first; NAME: the body, then the last n % 16 values through
+ * exp_tail (every variant's). The tail is called from NAME, which is compiled for the baseline,
+ * not from the body: GCC's AVX-512 body had passed mx to exp_tail by a zmm copy after its
+ * vzeroupper, so the tail and every scalar SSE instruction after it ran with the upper halves
+ * dirty, each waiting on its register's previous value (on Zen 4 the top-p buckets' scalar
+ * loop after an exp row took 5x its time). */
 #define EXP_ROW(NAME, VF, VI, W, TARGET)                                                       \
     TARGET static inline VF NAME##_exp(VF x) {                                                 \
         const VF lo = (VF){0} - 87.0f;                                                         \
@@ -55,7 +60,8 @@ typedef int32_t v16i __attribute__((vector_size(64)));
         VI e = (__builtin_convertvector(n, VI) + 127) << 23;                                   \
         return p * (VF)e;                                                                      \
     }                                                                                          \
-    TARGET static double NAME(const float *x, size_t n, float mx, float inv, float *out) {     \
+    TARGET static double NAME##_body(const float *x, size_t n, float mx, float inv,           \
+                                     float *out) {                                             \
         double sum = 0;                                                                        \
         size_t i = 0;                                                                          \
         while (i + 16 <= n) {                                                                  \
@@ -72,7 +78,12 @@ typedef int32_t v16i __attribute__((vector_size(64)));
             for (int q = 0; q < 16 / W; q++)                                                   \
                 for (int l = 0; l < W; l++) sum += acc[q][l];                                  \
         }                                                                                      \
-        return i < n ? sum + exp_tail(x + i, n - i, mx, inv, out ? out + i : NULL) : sum;      \
+        return sum;                                                                            \
+    }                                                                                          \
+    static double NAME(const float *x, size_t n, float mx, float inv, float *out) {            \
+        size_t w = n - n % 16;                                                                 \
+        double sum = NAME##_body(x, w, mx, inv, out);                                          \
+        return w < n ? sum + exp_tail(x + w, n - w, mx, inv, out ? out + w : NULL) : sum;      \
     }
 
 static double exp_tail(const float *x, size_t n, float mx, float inv, float *out);

@@ -603,9 +603,11 @@ static void walk_portable(const te_cnode *cn, int32_t root, int32_t depth, const
 
 #ifdef TDM_SIMD_X86
 #include <immintrin.h>
-/* AVX2: eight rows a vector; the node's fields and the row values by gathers. */
-TDM_TARGET_AVX2 static void walk_avx2(const te_cnode *cn, int32_t root, int32_t depth,
-                                      const float *x, int64_t F, int64_t n, int32_t *leaf) {
+/* AVX2: eight rows a vector; the node's fields and the row values by gathers. Returns the rows
+ * walked (the whole eights): the caller walks the rest with walk_portable, so that no SSE code
+ * runs from inside an AVX function (GCC may leave the upper halves dirty across such a call). */
+TDM_TARGET_AVX2 static int64_t walk_avx2(const te_cnode *cn, int32_t root, int32_t depth,
+                                         const float *x, int64_t F, int64_t n, int32_t *leaf) {
     const int *ci = (const int *)cn;
     const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     const __m256i nanbit = _mm256_set1_epi32((int)TE_NAN_LEFT), one = _mm256_set1_epi32(1);
@@ -631,7 +633,7 @@ TDM_TARGET_AVX2 static void walk_avx2(const te_cnode *cn, int32_t root, int32_t 
         }
         _mm256_storeu_si256((__m256i *)(leaf + r), idx);
     }
-    if (r < n) walk_portable(cn, root, depth, x + r * F, F, n - r, leaf + r);
+    return r;
 }
 
 /* AVX-512: sixteen rows a vector, two vectors in flight (their gathers overlap); stops when
@@ -650,8 +652,8 @@ TDM_TARGET_AVX512 static inline __m512i step512(const int *ci, const float *xb, 
     return _mm512_mask_add_epi32(lf, (__mmask16)(gt | (nan & ~nan_left)), lf, one);
 }
 
-TDM_TARGET_AVX512 static void walk_avx512(const te_cnode *cn, int32_t root, int32_t depth,
-                                          const float *x, int64_t F, int64_t n, int32_t *leaf) {
+TDM_TARGET_AVX512 static int64_t walk_avx512(const te_cnode *cn, int32_t root, int32_t depth,
+                                             const float *x, int64_t F, int64_t n, int32_t *leaf) {
     const int *ci = (const int *)cn;
     const __m512i lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const __m512i off = _mm512_mullo_epi32(lanes, _mm512_set1_epi32((int)F));
@@ -679,7 +681,7 @@ TDM_TARGET_AVX512 static void walk_avx512(const te_cnode *cn, int32_t root, int3
         }
         _mm512_storeu_si512(leaf + r, a);
     }
-    if (r < n) walk_avx2(cn, root, depth, x + r * F, F, n - r, leaf + r);
+    return r < n ? r + walk_avx2(cn, root, depth, x + r * F, F, n - r, leaf + r) : r;
 }
 #endif
 
@@ -694,9 +696,10 @@ static void vote_block_f32(const te_model *m, const float *x, int64_t r0, int64_
     for (int64_t t = 0; t < m->n_trees; t++) {
         int32_t root = m->croot[t], depth = m->cdepth[t];
 #ifdef TDM_SIMD_X86
-        if (isa >= TDM_ISA_AVX512_CORE) walk_avx512(cn, root, depth, xb, F, n, leaf);
-        else if (isa >= TDM_ISA_AVX2) walk_avx2(cn, root, depth, xb, F, n, leaf);
-        else walk_portable(cn, root, depth, xb, F, n, leaf);
+        int64_t done = isa >= TDM_ISA_AVX512_CORE ? walk_avx512(cn, root, depth, xb, F, n, leaf)
+                       : isa >= TDM_ISA_AVX2       ? walk_avx2(cn, root, depth, xb, F, n, leaf)
+                                                   : 0;
+        if (done < n) walk_portable(cn, root, depth, xb + done * F, F, n - done, leaf + done);
 #else
         (void)isa;
         walk_portable(cn, root, depth, xb, F, n, leaf);
