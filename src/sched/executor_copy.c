@@ -259,12 +259,11 @@ tdm_status *tdm_exec_input_at(frame *f, const tdm_node *n, int k, tdm_device *de
                               const tdm_tensor **out, uint64_t *flow) {
     int v = n->inputs[k];
     const tdm_tensor *t = f->vals[v];
-    const tdm_plan_node *pn = plan_node_of(f, n);
-    if (pn ? k == 0 && pn->shape_only0 : tdm_node_reads_shape_only(n, k)) {
-        *out = t; /* the tensor where it is: Shape reads its dims */
+    if (reads_shape_only(f, n, k)) { /* the tensor where it is: Shape reads its dims */
+        *out = t;
         return NULL;
     }
-    if (pn && TDM_KF_HOST_READ(pn->kflags, k)) {
+    if (tdm_exec_reads_on_host(f, n, k)) {
         if (!t->device || t->device == dev) {
             *out = t;
             return NULL;
