@@ -200,13 +200,13 @@ static size_t nucleus(const float *prob, size_t n, double total, float p, double
     for (size_t i0 = 0; i0 < n && !*reached; i0 += 256) { /* the quotients a block at a time */
         size_t e = n - i0 < 256 ? n - i0 : 256;
         for (size_t i = 0; i < e; i++) q[i] = prob[i0 + i] / total; /* (vectorised) */
-        for (size_t i = 0; i < e && !*reached; i++) {
+        for (size_t i = 0; i < e && !*reached; i++) { /* two independent chains */
             acc += q[i];
+            sum += prob[i0 + i];
             keep++;
             *reached = acc >= p;
         }
     }
-    for (size_t i = 0; i < keep; i++) sum += prob[i];
     *kept = sum;
     return keep;
 }
