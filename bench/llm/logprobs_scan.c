@@ -1,10 +1,11 @@
 /* The engine's top log-probabilities scan (src/llm/engine.c: log_probs, the k largest logits of
- * a row for a request's `top_logprobs`) on real rows, one logit at a time (as before session
- * 48) against the form that passes over sixteen logits none of which beats the k-th: TSC ticks
- * a row (each row's best of 20), and whether both give the same entries. The loop is a copy of
- * the engine's (static there); keep the two alike.
+ * a row for a request's `top_logprobs`, through tdm_sampler_top_values) on real rows, against
+ * the scan it replaced (one logit at a time, each inserted behind those it does not beat: the
+ * loop here): TSC ticks a row (each row's best of 20), and whether both give the same entries.
  *
- *   cc -O3 -std=c11 -D_GNU_SOURCE bench/llm/logprobs_scan.c -o build/logprobs_scan
+ *   cc -O3 -std=c11 -D_GNU_SOURCE -Isrc -Iinclude -Ibuild/gen bench/llm/logprobs_scan.c \
+ *      build/libtandem.a -ldnnl -lprotobuf-c -lOpenCL -ljansson -fopenmp -lpthread -ldl -lm \
+ *      -o build/logprobs_scan
  *   build/logprobs_scan ROWS_FILE [K=5]
  * ROWS_FILE: rows of 49,152 logits (bench/llm/logits_dump.c). */
 #include <stdbool.h>
@@ -14,31 +15,18 @@
 #include <string.h>
 #include <x86intrin.h>
 
+#include "llm/sampler.h"
+
+/* the scan before session 48, as log_probs had it (its entries' type, tdm_llm_logprob) */
 typedef struct {
     int32_t token;
     float logprob;
 } entry;
-typedef float v4f __attribute__((vector_size(16)));
-typedef int32_t v4i __attribute__((vector_size(16)));
 
-static bool none_above16(const float *x, float thr) {
-    const v4f t = {thr, thr, thr, thr};
-    v4i all = {-1, -1, -1, -1};
-    for (int q = 0; q < 4; q++) {
-        v4f v;
-        memcpy(&v, x + 4 * q, sizeof v);
-        all &= v <= t;
-    }
-    return (all[0] & all[1] & all[2] & all[3]) != 0;
-}
-
-__attribute__((noinline)) static int scan(const float *lg, size_t vocab, int k, entry *top, bool skip) {
+__attribute__((noinline)) static int one_at_a_time(const float *lg, size_t vocab, int k,
+                                                   entry *top) {
     int n = 0;
     for (size_t i = 0; i < vocab && k > 0; i++) {
-        if (skip && n == k && i % 16 == 0 && i + 16 <= vocab && none_above16(lg + i, top[n - 1].logprob)) {
-            i += 15;
-            continue;
-        }
         float v = lg[i];
         if (n == k && v <= top[n - 1].logprob) continue;
         int j = n < k ? n++ : n - 1;
@@ -72,18 +60,23 @@ int main(int argc, char **argv) {
     unsigned long long sum[2] = {0, 0};
     bool same = true;
     for (size_t r = 0; r < n_rows; r++) {
-        entry top[2][20];
+        int32_t ids[20];
+        float vals[20];
+        entry top[20];
         for (int s = 0; s < 2; s++) {
             unsigned long long best = ~0ull;
             for (int rep = 0; rep < 20; rep++) {
                 unsigned long long t0 = __rdtsc();
-                scan(rows + r * V, V, k, top[s], s);
+                if (s) tdm_sampler_top_values(rows + r * V, V, k, ids, vals);
+                else one_at_a_time(rows + r * V, V, k, top);
                 unsigned long long t = __rdtsc() - t0;
                 best = t < best ? t : best;
             }
             sum[s] += best;
         }
-        same = same && !memcmp(top[0], top[1], (size_t)k * sizeof top[0][0]);
+        for (int j = 0; j < k; j++)
+            same = same && top[j].token == ids[j] &&
+                   !memcmp(&top[j].logprob, &vals[j], sizeof vals[j]);
     }
     printf("%zu rows, top %d: one at a time %llu TSC ticks a row, sixteen passed over %llu; same "
            "entries: %s\n", n_rows, k, sum[0] / n_rows, sum[1] / n_rows, same ? "yes" : "NO");

@@ -479,27 +479,9 @@ static void plan(tdm_llm_engine *e) {
 
 /* ---- a step ---- */
 
-typedef float eng_v4f __attribute__((vector_size(16)));
-typedef int32_t eng_v4i __attribute__((vector_size(16)));
-
-/* Whether every one of x[0..16) is at most thr (a NaN is not): four four-wide compares (plain C
- * vectors, SSE2 at x86-64's baseline). */
-static bool none_above16(const float *x, float thr) {
-    const eng_v4f t = {thr, thr, thr, thr};
-    eng_v4i all = {-1, -1, -1, -1};
-    for (int q = 0; q < 4; q++) {
-        eng_v4f v;
-        memcpy(&v, x + 4 * q, sizeof v);
-        all &= v <= t;
-    }
-    return (all[0] & all[1] & all[2] & all[3]) != 0;
-}
-
-/* Log-softmax of logits / temperature at `token`, and the k most likely entries; mx the
- * logits' largest when the pick found it (tdm_sampler_last_max), else NaN: found here. Once k
- * entries are held, sixteen logits at a time none of which beats the k-th are passed over
- * (the scalar scan of SmolLM2's 49,152 for the top 5 took ~35 us a token on Zen 4); each
- * logit is judged as one at a time would be (v <= the k-th: passed), so the same entries. */
+/* Log-softmax of logits / temperature at `token`, and the k (<= MAX_TOP) most likely entries
+ * (tdm_sampler_top_values); mx the logits' largest when the pick found it
+ * (tdm_sampler_last_max), else NaN: found here. */
 static float log_probs(const tdm_llm_engine *e, const float *lg, float mx, float temp,
                        int32_t token, int k, tdm_llm_logprob *top) {
     size_t vocab = e->vocab;
@@ -507,23 +489,10 @@ static float log_probs(const tdm_llm_engine *e, const float *lg, float mx, float
     float inv = temp > 0 ? 1.0f / temp : 1.0f;
     if (isnan(mx)) mx = e->max_row(lg, vocab, NULL);
     float lse = mx * inv + (float)log(exp_row(lg, vocab, mx, inv, NULL));
-    int n = 0;
-    for (size_t i = 0; i < vocab && k > 0; i++) {
-        if (n == k && i % 16 == 0 && i + 16 <= vocab && none_above16(lg + i, top[n - 1].logprob)) {
-            i += 15;
-            continue;
-        }
-        float v = lg[i];
-        if (n == k && v <= top[n - 1].logprob) continue;
-        int j = n < k ? n++ : n - 1;
-        while (j > 0 && top[j - 1].logprob < v) {
-            top[j] = top[j - 1];
-            j--;
-        }
-        top[j].token = (int32_t)i;
-        top[j].logprob = v;
-    }
-    for (int j = 0; j < n; j++) top[j].logprob = top[j].logprob * inv - lse;
+    int32_t ids[MAX_TOP];
+    float vals[MAX_TOP];
+    int n = tdm_sampler_top_values(lg, vocab, k < MAX_TOP ? k : MAX_TOP, ids, vals);
+    for (int j = 0; j < n; j++) top[j] = (tdm_llm_logprob){ids[j], vals[j] * inv - lse};
     return lg[token] * inv - lse;
 }
 

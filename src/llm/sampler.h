@@ -64,8 +64,8 @@ int32_t tdm_sampler_pick(tdm_sampler *s, const float *logits, const int32_t *seq
                          const int32_t *gen, size_t n_gen);
 /* The largest of the logits the last tdm_sampler_pick was given (tdm_sampler_max's value), when
  * that pick found it on them as they were (a greedy pick, or a draw or nucleus (top-p) over the
- * whole vocabulary, with no logit bias or penalty changing them): the log-probabilities' offset without another
- * pass over the vocabulary. NaN otherwise (then take tdm_sampler_max). */
+ * whole vocabulary, with no logit bias or penalty changing them): the log-probabilities' offset
+ * without another pass over the vocabulary. NaN otherwise (then take tdm_sampler_max). */
 float tdm_sampler_last_max(const tdm_sampler *s);
 /* out[i] = e^((x[i] - mx) * inv) for i < n (out NULL: none kept; out == x allowed), the sum of
  * them in double: mx at least every x[i] (the row's largest), inv > 0. A polynomial exp within
@@ -93,5 +93,11 @@ tdm_max_row_fn tdm_sampler_max_row_for(const char *isa);
  * same ids. */
 size_t tdm_sampler_near_row(const float *x, size_t n, float mx, float k, float lim, int32_t *ids);
 tdm_near_row_fn tdm_sampler_near_row_for(const char *isa);
+
+/* The k largest of x[0..n) (k >= 0), largest first, their ids into ids[0..k) and values into
+ * vals[0..k); returns how many (k, or n when n < k). Among equal values the lower id comes
+ * first; a NaN met once k are held takes the k-th place (as inserting one value at a time
+ * gives). The engine's top log-probabilities. */
+int tdm_sampler_top_values(const float *x, size_t n, int k, int32_t *ids, float *vals);
 
 #endif

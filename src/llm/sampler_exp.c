@@ -158,6 +158,42 @@ float tdm_sampler_max_row(const float *x, size_t n, size_t *at) {
 
 float tdm_sampler_max(const float *x, size_t n) { return tdm_sampler_max_row(x, n, NULL); }
 
+/* Whether every one of x[0..16) is at most thr (a NaN is not): four four-wide compares. */
+static bool none_above16(const float *x, float thr) {
+    const v4f t = {thr, thr, thr, thr};
+    v4i all = {-1, -1, -1, -1};
+    for (int q = 0; q < 4; q++) {
+        v4f v;
+        memcpy(&v, x + 4 * q, sizeof v);
+        all &= v <= t;
+    }
+    return (all[0] & all[1] & all[2] & all[3]) != 0;
+}
+
+/* sampler.h: a value at a time, each inserted behind those it does not beat; once k are held,
+ * sixteen values none of which beats the k-th are passed over at a time (judged as one at a
+ * time would be: v <= the k-th is passed). The scan one value at a time took ~27-31 us for the top
+ * 5 of SmolLM2's 49,152 on Zen 4 (bench/llm/logprobs_scan.c). */
+int tdm_sampler_top_values(const float *x, size_t n, int k, int32_t *ids, float *vals) {
+    int m = 0;
+    for (size_t i = 0; i < n && k > 0; i++) {
+        if (m == k && i % 16 == 0 && i + 16 <= n && none_above16(x + i, vals[m - 1])) {
+            i += 15;
+            continue;
+        }
+        float v = x[i];
+        if (m == k && v <= vals[m - 1]) continue;
+        int j = m < k ? m++ : m - 1;
+        for (; j > 0 && vals[j - 1] < v; j--) {
+            ids[j] = ids[j - 1];
+            vals[j] = vals[j - 1];
+        }
+        ids[j] = (int32_t)i;
+        vals[j] = v;
+    }
+    return m;
+}
+
 /* The portable near row (sampler.h: tdm_sampler_near_row): sixteen values a step in four
  * four-wide vectors, z = (mx - x) * k as the sampler's buckets compute it (a subtraction, then
  * a product: nothing to fuse), the ids of the lanes below lim written one by one; most steps of
@@ -299,7 +335,8 @@ tdm_max_row_fn tdm_sampler_max_row_for(const char *isa) {
 
 tdm_near_row_fn tdm_sampler_near_row_for(const char *isa) {
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
-    static const tdm_near_row_fn by_level[] = {tdm_sampler_near_row, near_row_avx2, near_row_avx512};
+    static const tdm_near_row_fn by_level[] = {tdm_sampler_near_row, near_row_avx2,
+                                               near_row_avx512};
     return by_level[row_level(isa)];
 #else
     return tdm_sampler_near_row;
