@@ -42,7 +42,7 @@
 #include "core/threadpool.h"
 #include "counting_alloc.h"
 
-enum { B = 2, H = 6, KVH = 2, D = 40, RS_MAX = TDM_KV_I8_ROW(D), L = 150, MAXPOS = 256 };
+enum { NB = 2, H = 6, KVH = 2, D = 40, RS_MAX = TDM_KV_I8_ROW(D), L = 200, MAXPOS = 256 };
 
 static bool g_q4; /* the tests run on the 4-bit cache's rows */
 #define RS ((int)row_bytes(D))
@@ -573,7 +573,9 @@ static tdm_status *run(gqa_case *c, const tdm_tensor *const *in, tdm_tensor *y, 
 
 /* One step of S new rows per item after past_len[b] cached rows (first: a first prompt), on
  * the int8 cache in place, checked as the header says. */
-static void step(tdm_cpu_isa isa, int threads, bool rotary, int S, const int *past_len, bool first) {
+/* B: the batch (NB at most) */
+static void step(tdm_cpu_isa isa, int threads, bool rotary, int S, const int *past_len, bool first,
+                 int B) {
     gqa_case c;
     case_init(&c, isa, threads, rotary);
     int64_t qd[3] = {B, S, H * D}, kd[3] = {B, S, KVH * D}, cd[4] = {B, KVH, L, D};
@@ -738,19 +740,25 @@ static void test_kernel(void **state) {
     (void)state;
     tdm_cpu_isa top = tdm_cpu_isa_detect();
     const tdm_cpu_isa isas[] = {TDM_ISA_PORTABLE, TDM_ISA_AVX2, top};
-    const int past[B] = {140, 77};
-    const int past_short[B] = {3, 0};
+    const int past[NB] = {140, 77};
+    const int past_short[NB] = {3, 0};
     /* the split decode has enough rows to go to the pool; the short one stays on the caller */
-    assert_true(B * H * (past[0] + 1) >= TDM_LLM_ATTN_SERIAL_WORK);
-    assert_true(B * H * (past_short[0] + 1) < TDM_LLM_ATTN_SERIAL_WORK);
+    assert_true(NB * H * (past[0] + 1) >= TDM_LLM_ATTN_SERIAL_WORK);
+    assert_true(NB * H * (past_short[0] + 1) < TDM_LLM_ATTN_SERIAL_WORK);
+    const int past_one[NB] = {180, 0};
+    assert_true(H * (past_one[0] + 1) >= TDM_LLM_ATTN_SERIAL_WORK); /* one item alone too */
     for (int i = 0; i < 3; i++) {
         if (isas[i] > top) continue;
-        step(isas[i], 1, true, 1, past, false);    /* decode */
-        step(isas[i], 3, true, 1, past, false);    /* decode, groups split in parts */
-        step(isas[i], 1, false, 1, past_short, false);
-        step(isas[i], 3, false, 1, past_short, false); /* a pool, the call on its caller */
-        step(isas[i], 2, true, 5, past, false);    /* a chunk after a past */
-        step(isas[i], 1, true, 9, past_short, true); /* a first prompt */
+        step(isas[i], 1, true, 1, past, false, NB);    /* decode */
+        step(isas[i], 3, true, 1, past, false, NB);    /* decode, groups split in parts */
+        step(isas[i], 1, false, 1, past_short, false, NB);
+        step(isas[i], 3, false, 1, past_short, false, NB); /* a pool, the call on its caller */
+        step(isas[i], 2, true, 5, past, false, NB);    /* a chunk after a past */
+        step(isas[i], 1, true, 9, past_short, true, NB); /* a first prompt */
+        /* one sequence's decode in row spans (181 rows a group, 2 groups end to end): 2
+         * threads, the cut at the groups' edge (one part each); 3, cuts at 120 and 241 (each
+         * group in 2 pieces, the middle span across the edge); 4, cuts at 90, 181, 271 */
+        for (int t = 2; t <= 4; t++) step(isas[i], t, true, 1, past_one, false, 1);
     }
 }
 
@@ -835,7 +843,7 @@ static void test_bad_cache(void **state) {
     (void)state;
     gqa_case c;
     case_init(&c, TDM_ISA_PORTABLE, 1, false);
-    int64_t qd[3] = {B, 1, H * D}, kd[3] = {B, 1, KVH * D}, cd[4] = {B, KVH, L, D}, bd[1] = {B};
+    int64_t qd[3] = {NB, 1, H * D}, kd[3] = {NB, 1, KVH * D}, cd[4] = {NB, KVH, L, D}, bd[1] = {NB};
     tdm_tensor *q = tensor(TDM_FLOAT, 3, qd, true), *k = tensor(TDM_FLOAT, 3, kd, true);
     tdm_tensor *v = tensor(TDM_FLOAT, 3, kd, true);
     tdm_dtype cdt = g_q4 ? TDM_UINT8 : TDM_INT8;
