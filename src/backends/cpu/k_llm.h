@@ -193,6 +193,16 @@ static inline tdm_threadpool *tdm_llm_attn_pool(tdm_threadpool *pool, bool decod
                                                 int64_t query_head_rows) {
     return decode && query_head_rows < TDM_LLM_ATTN_SERIAL_WORK ? NULL : pool;
 }
+/* A decode step with fewer items than twice the threads splits each item's positions in parts
+ * (flash-decoding): as many as threads, at most cap (parts of at least 64 positions), at least
+ * 1. The pool's slots take pieces k, k + slots, ..., so with as many parts as slots slot k takes
+ * part k of every item: each thread as much of every item, whatever the items' lengths. (Twice
+ * the threads before, for one item: each piece's set-up twice as often. PagedAttention, one
+ * sequence, 1,024 positions, 2 threads: 15.3-19.4 us a call with 2 parts, 17.4-23.8 with 4.) */
+static inline int64_t tdm_llm_decode_parts(int64_t threads, int64_t cap) {
+    int64_t parts = threads < cap ? threads : cap;
+    return parts < 1 ? 1 : parts;
+}
 /* GroupQueryAttention's kernel (k_llm_gqa.c): also called directly by the unit test that
  * aliases present with past. */
 tdm_status *tdm_llm_run_gqa(tdm_kernel_ctx *ctx);

@@ -777,11 +777,9 @@ tdm_status *tdm_llm_run_gqa(tdm_kernel_ctx *ctx) {
             j.parts = np > j.parts ? np : j.parts;
         }
     } else if (j.S == 1 && threads > 1 && j.items < 2 * threads) {
-        /* decode with few groups: split each group's cache rows so every thread has work
-         * (parts of at least 64 rows) */
-        int64_t want = (2 * threads + j.items - 1) / j.items, cap = longest / 64;
-        j.parts = want < cap ? want : cap;
-        if (j.parts < 1) j.parts = 1;
+        /* decode with few groups: split each group's cache rows so every thread has as much
+         * work */
+        j.parts = tdm_llm_decode_parts(threads, longest / 64);
         j.items *= j.parts;
     }
     j.slots = j.items < threads ? j.items : threads;

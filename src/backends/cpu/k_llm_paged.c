@@ -755,10 +755,8 @@ tdm_status *tdm_llm_run_paged(tdm_kernel_ctx *ctx) {
     j.parts = 1;
     if (threads > 1 && j.items > 0 && j.items < 2 * threads) {
         /* a decode step of few sequences: split each item's positions so every thread has
-         * work (parts of at least 64 positions) */
-        int64_t want = (2 * threads + j.items - 1) / j.items, cap = longest / 64;
-        j.parts = want < cap ? want : cap;
-        if (j.parts < 1) j.parts = 1;
+         * as much work */
+        j.parts = tdm_llm_decode_parts(threads, longest / 64);
         j.items *= j.parts;
     }
     /* a step with a chunk of prompt rows in it (more rows than sequences): items of up to
