@@ -7,7 +7,8 @@
  *   - sums (GEMV panels, GEMM): |got - want| <= 2 K eps S per element, where S is the sum of
  *     the products' magnitudes (each order's rounding error is at most K eps S);
  *   - softmax and the unary ops built on exp and friends: |got - want| <= 4e-6 |want| + 1e-6
- *     (polynomial exp ~2e-7 against libm's expf, FMA contractions a few ulp);
+ *     (polynomial exp ~2e-7 against libm's expf, FMA contractions a few ulp); the softmax's
+ *     numerators with their sum (exp_sum_row) against exp in double;
  *   - non-finite inputs give non-finite results of the same kind;
  *   - byte tables: equal bytes (every byte value, random tables).
  * A deliberately broken variant (a tail left uncomputed) must fail every comparison, so the
@@ -182,6 +183,67 @@ static int check_softmax(tdm_simd_softmax_row fn, const char *what) {
         free(row);
         free(ref);
         free(m);
+    }
+    return bad;
+}
+
+/* exp_sum_row against exp in double, up to the factor common to the row that cpu_simd.h allows:
+ * the maximum found exactly; the value at the maximum, the factor, within |mx| 6e-8 + 1e-6 of
+ * 1 (the rounding of mx log2(e)); every value over it within 4e-6 relative of exp(x - mx) in
+ * double (1e-30 absolute: the SIMD variants keep far tails as tiny normal values where expf
+ * underflows); no subnormal value; the sum within n 6e-8 (float additions) of the values' sum
+ * in double. Rows of [-10, 10] and of [-200, 0] (tails far below FLT_MIN); rows whose maximum
+ * is -inf or +inf left as they were, 0 returned. */
+static int check_exp_sum(tdm_simd_exp_sum_row fn, const char *what) {
+    int bad = 0;
+    for (size_t si = 0; si < N_SIZES; si++) {
+        int64_t n = sizes[si];
+        float *row = xmalloc((size_t)n * sizeof *row), *x = xmalloc((size_t)n * sizeof *x);
+        for (int mode = 0; mode < 2; mode++) {
+            float mx = -INFINITY;
+            int64_t at = 0;
+            for (int64_t t = 0; t < n; t++) {
+                x[t] = mode ? frand(-200, 0) : frand(-10, 10);
+                if (x[t] > mx) mx = x[t], at = t;
+            }
+            memcpy(row, x, (size_t)n * sizeof *row);
+            float got_mx = 0.0f, sum = fn(row, n, &got_mx);
+            double f = row[at], vsum = 0.0;
+            for (int64_t t = 0; t < n; t++) vsum += row[t];
+            if (got_mx != mx || !(fabs(f - 1.0) <= fabs((double)mx) * 6e-8 + 1e-6) ||
+                !(fabs(sum - vsum) <= (double)n * 6e-8 * vsum)) {
+                if (!bad)
+                    fprintf(stderr,
+                            "%s: n %lld mode %d: max %g (want %g), factor %.9g, sum %.9g of %.9g\n",
+                            what, (long long)n, mode, got_mx, mx, f, sum, vsum);
+                bad++;
+            }
+            for (int64_t t = 0; t < n; t++) {
+                double want = exp((double)x[t] - mx), got = row[t] / f;
+                if (fabs(got - want) > 4e-6 * want + 1e-30 || fpclassify(row[t]) == FP_SUBNORMAL) {
+                    if (!bad)
+                        fprintf(stderr, "%s: n %lld mode %d [%lld]: %.9g of the maximum's, "
+                                        "want %.9g\n",
+                                what, (long long)n, mode, (long long)t, got, want);
+                    bad++;
+                }
+            }
+        }
+        for (int mode = 0; mode < 2; mode++) { /* a maximum not finite: the row untouched */
+            for (int64_t t = 0; t < n; t++) x[t] = mode == 0 ? -INFINITY : frand(-10, 10);
+            if (mode == 1) x[n / 2] = INFINITY;
+            memcpy(row, x, (size_t)n * sizeof *row);
+            float got_mx = 0.0f, sum = fn(row, n, &got_mx);
+            if (sum != 0.0f || memcmp(row, x, (size_t)n * sizeof *row) != 0 ||
+                (mode == 0 && got_mx != -INFINITY) || (mode == 1 && got_mx != INFINITY)) {
+                if (!bad)
+                    fprintf(stderr, "%s: n %lld, maximum not finite (%d): changed\n", what,
+                            (long long)n, mode);
+                bad++;
+            }
+        }
+        free(row);
+        free(x);
     }
     return bad;
 }
@@ -401,6 +463,7 @@ static void test_levels_pick_variants_at_or_below(void **state) {
                                                     : TDM_ISA_PORTABLE;
         assert_int_equal(s.gemv_panel_isa, want);
         assert_int_equal(s.softmax_row_isa, want);
+        assert_int_equal(s.exp_sum_row_isa, want);
         assert_int_equal(s.unary_f32_isa, want);
         assert_int_equal(s.gemm_isa, want);
         assert_int_equal(s.dot_f32_isa, want);
@@ -428,6 +491,8 @@ static void test_each_level_agrees_with_portable(void **state) {
         assert_int_equal(check_gemv(s.gemv_panel, what), 0);
         snprintf(what, sizeof what, "%s softmax_row", tdm_cpu_isa_name((tdm_cpu_isa)l));
         assert_int_equal(check_softmax(s.softmax_row, what), 0);
+        snprintf(what, sizeof what, "%s exp_sum_row", tdm_cpu_isa_name((tdm_cpu_isa)l));
+        assert_int_equal(check_exp_sum(s.exp_sum_row, what), 0);
         snprintf(what, sizeof what, "%s unary_f32", tdm_cpu_isa_name((tdm_cpu_isa)l));
         assert_int_equal(check_unary(s.unary_f32, what), 0);
         snprintf(what, sizeof what, "%s dot_f32", tdm_cpu_isa_name((tdm_cpu_isa)l));
@@ -458,6 +523,12 @@ static void broken_softmax(float *row, const float *src, const float *m, bool mv
     float last = (src ? src : row)[n - 1] + (m ? m[mvec ? n - 1 : 0] : 0.0f);
     best.softmax_row(row, src, m, mvec, n);
     if (n % 16) row[n - 1] = last; /* a tail element not normalised */
+}
+
+static float broken_exp_sum(float *row, int64_t n, float *mx) {
+    float last = row[n - 1], sum = best.exp_sum_row(row, n, mx);
+    if (n % 16) row[n - 1] = last; /* a tail element left as it was */
+    return sum;
 }
 
 static void broken_unary(const struct tdm_uparams *p, const float *restrict x, float *restrict y,
@@ -497,6 +568,7 @@ static void test_broken_variants_fail(void **state) {
     fprintf(stderr, "(broken variants on purpose: the mismatch lines below are expected)\n");
     assert_true(check_gemv(broken_gemv, "broken gemv_panel") > 0);
     assert_true(check_softmax(broken_softmax, "broken softmax_row") > 0);
+    assert_true(check_exp_sum(broken_exp_sum, "broken exp_sum_row") > 0);
     assert_true(check_unary(broken_unary, "broken unary_f32") > 0);
     assert_true(check_dot(broken_dot, "broken dot_f32") > 0);
     assert_true(check_lut(broken_lut, "broken lut_u8") > 0);

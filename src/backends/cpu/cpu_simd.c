@@ -31,6 +31,13 @@ static const simd_variant softmax_row_variants[] = {
     VARIANT(TDM_ISA_AVX512_CORE, tdm_softmax_row_avx512),
 #endif
 };
+static const simd_variant exp_sum_row_variants[] = {
+    VARIANT(TDM_ISA_PORTABLE, tdm_exp_sum_row_portable),
+#ifdef TDM_SIMD_X86
+    VARIANT(TDM_ISA_AVX2, tdm_exp_sum_row_avx2),
+    VARIANT(TDM_ISA_AVX512_CORE, tdm_exp_sum_row_avx512),
+#endif
+};
 static const simd_variant unary_f32_variants[] = {
     VARIANT(TDM_ISA_PORTABLE, tdm_unary_f32_portable),
 #ifdef TDM_SIMD_X86
@@ -104,6 +111,9 @@ void tdm_cpu_simd_init(tdm_cpu_simd *s, tdm_cpu_isa level) {
     i = pick(softmax_row_variants, N_OF(softmax_row_variants), level);
     s->softmax_row = (tdm_simd_softmax_row)softmax_row_variants[i].fn;
     s->softmax_row_isa = softmax_row_variants[i].level;
+    i = pick(exp_sum_row_variants, N_OF(exp_sum_row_variants), level);
+    s->exp_sum_row = (tdm_simd_exp_sum_row)exp_sum_row_variants[i].fn;
+    s->exp_sum_row_isa = exp_sum_row_variants[i].level;
     i = pick(unary_f32_variants, N_OF(unary_f32_variants), level);
     s->unary_f32 = (tdm_simd_unary_f32)unary_f32_variants[i].fn;
     s->unary_f32_isa = unary_f32_variants[i].level;
@@ -136,6 +146,7 @@ static const tdm_cpu_simd portable = {
     .level = TDM_ISA_PORTABLE,
     .gemv_panel = tdm_gemv_panel_portable,
     .softmax_row = tdm_softmax_row_portable,
+    .exp_sum_row = tdm_exp_sum_row_portable,
     .unary_f32 = tdm_unary_f32_portable,
     .gemm = tdm_gemm_uk_portable,
     .gemm_mr = 4,

@@ -32,6 +32,14 @@ typedef void (*tdm_simd_gemv_panel)(const float *restrict p, const float *restri
  * from row; mask NULL, n values (mvec) or one value (m[0]). n >= 1. */
 typedef void (*tdm_simd_softmax_row)(float *row, const float *src, const float *m, bool mvec,
                                      int64_t n);
+/* A softmax's numerators for a caller that divides later (the quantised KV cache's decode
+ * attention runs p.V on them and scales its outputs by 1 / sum: one pass over the row fewer):
+ * *mx = the largest of row[0..n) (n >= 1), row[t] = exp(row[t] - *mx), and their sum is
+ * returned. The values may share a factor within |*mx| 6e-8 + 1e-6 of 1 (the SIMD variants
+ * fold *mx log2(e), rounded, into one FMA, as softmax_row does), which the division takes
+ * out; no value comes out subnormal. A maximum of -inf or +inf leaves the row as it was and
+ * returns 0 (NaN values: NaN results, as softmax_row's). */
+typedef float (*tdm_simd_exp_sum_row)(float *row, int64_t n, float *mx);
 /* y[i] = op(x[i]) for i < n (k_unary.h); x and y do not overlap. */
 typedef void (*tdm_simd_unary_f32)(const struct tdm_uparams *p, const float *restrict x,
                                    float *restrict y, int64_t n);
@@ -62,12 +70,14 @@ typedef void (*tdm_simd_gemm_ukernel)(int64_t kc, const float *restrict pa,
 /* X-macro of the dispatched kernels: name, in tdm_cpu_simd. One source for init, the names
  * (`tandem devices`) and the test that forces each variant. */
 #define TDM_CPU_SIMD_KERNELS(X)                                                               \
-    X(gemv_panel) X(softmax_row) X(unary_f32) X(gemm) X(dot_f32) X(lut_u8) X(max_u8) X(q8_bin)
+    X(gemv_panel) X(softmax_row) X(exp_sum_row) X(unary_f32) X(gemm) X(dot_f32) X(lut_u8)     \
+    X(max_u8) X(q8_bin)
 
 typedef struct tdm_cpu_simd {
     tdm_cpu_isa level; /* asked for; each kernel's variant is the best at or below it */
     tdm_simd_gemv_panel gemv_panel;
     tdm_simd_softmax_row softmax_row;
+    tdm_simd_exp_sum_row exp_sum_row;
     tdm_simd_unary_f32 unary_f32;
     tdm_simd_gemm_ukernel gemm;
     int gemm_mr, gemm_nr; /* the micro-kernel's tile; GEMM_MC (144) is a multiple of mr */
@@ -109,6 +119,7 @@ void tdm_gemv_panel_portable(const float *restrict p, const float *restrict x, i
                              float *restrict acc);
 void tdm_softmax_row_portable(float *row, const float *src, const float *m, bool mvec,
                             int64_t n);
+float tdm_exp_sum_row_portable(float *row, int64_t n, float *mx);
 void tdm_unary_f32_portable(const struct tdm_uparams *p, const float *restrict x,
                             float *restrict y, int64_t n);
 float tdm_dot_f32_portable(const float *a, const float *b, int64_t n);
@@ -129,6 +140,8 @@ void tdm_softmax_row_avx2(float *row, const float *src, const float *m, bool mve
                             int64_t n);
 void tdm_softmax_row_avx512(float *row, const float *src, const float *m, bool mvec,
                             int64_t n);
+float tdm_exp_sum_row_avx2(float *row, int64_t n, float *mx);
+float tdm_exp_sum_row_avx512(float *row, int64_t n, float *mx);
 void tdm_unary_f32_avx2(const struct tdm_uparams *p, const float *restrict x, float *restrict y,
                         int64_t n);
 void tdm_unary_f32_avx512(const struct tdm_uparams *p, const float *restrict x,

@@ -15,7 +15,8 @@
  * exp against 13 with the Taylor form: `build/softmax_rows 1000` (9 rows of 1,000, Zen 4)
  * 2.98 -> 2.47 us at AVX-512, 3.75 -> 2.89 at AVX2 (bench/llm/results-2026-12-07-s47-zen4.md).
  * Rows whose maximum is not finite (all -inf, +inf, NaN) take the scalar formula in every
- * variant.
+ * variant. tdm_exp_sum_row_* (cpu_simd.h's exp_sum_row) is the exponential pass alone with
+ * the sum, for callers that divide later; their maximum is finite.
  * Probabilities below FLT_MIN come out as 0 in every variant (flush_tiny): a subnormal weight
  * changes no sum it enters by more than FLT_MIN, but as an operand it costs Intel cores a
  * microcode assist per multiply — Attention's P.V product (k_fused_attn.c) on BERT ran 40x
@@ -43,6 +44,15 @@ void tdm_softmax_row_portable(float *row, const float *src, const float *m, bool
     }
     float inv = 1.0f / sum;
     for (int64_t t = 0; t < n; t++) row[t] = flush_tiny(row[t] * inv);
+}
+
+float tdm_exp_sum_row_portable(float *row, int64_t n, float *mx) {
+    float m = row[0], sum = 0.0f;
+    for (int64_t t = 1; t < n; t++) m = row[t] > m ? row[t] : m;
+    *mx = m;
+    if (!(m > -INFINITY) || m == INFINITY) return 0.0f;
+    for (int64_t t = 0; t < n; t++) sum += row[t] = flush_tiny(expf(row[t] - m));
+    return sum;
 }
 
 #ifdef TDM_SIMD_X86
@@ -132,6 +142,25 @@ TDM_TARGET_AVX2 void tdm_softmax_row_avx2(float *row, const float *src, const fl
     for (; t < n; t++) row[t] = flush_tiny(row[t] * (1.0f / sum));
 }
 
+TDM_TARGET_AVX2 float tdm_exp_sum_row_avx2(float *row, int64_t n, float *mxp) {
+    int64_t n8 = n & ~(int64_t)7, t;
+    __m256 vmx = _mm256_set1_ps(-INFINITY);
+    for (t = 0; t < n8; t += 8) vmx = _mm256_max_ps(vmx, _mm256_loadu_ps(row + t));
+    float mx = hmax8(vmx);
+    for (; t < n; t++) mx = row[t] > mx ? row[t] : mx;
+    *mxp = mx;
+    if (!(mx > -INFINITY) || mx == INFINITY) return 0.0f;
+    __m256 nlm = _mm256_set1_ps(-mx * LOG2E), vs = _mm256_setzero_ps();
+    for (t = 0; t < n8; t += 8) {
+        __m256 e = exp8(_mm256_loadu_ps(row + t), nlm);
+        _mm256_storeu_ps(row + t, e);
+        vs = _mm256_add_ps(vs, e);
+    }
+    float sum = hsum8(vs);
+    for (; t < n; t++) sum += row[t] = flush_tiny(expf(row[t] - mx));
+    return sum;
+}
+
 /* ---- AVX-512 (F, BW, DQ, VL) ---- */
 
 /* exp(x - mx), 16 lanes, the same steps; 2^n by scalef */
@@ -188,5 +217,37 @@ TDM_TARGET_AVX512 void tdm_softmax_row_avx512(float *row, const float *src, cons
         __mmask16 keep = (__mmask16)~_mm512_cmp_ps_mask(p, tiny, _CMP_LT_OQ);
         _mm512_mask_storeu_ps(row + t, k, _mm512_maskz_mov_ps(keep, p));
     }
+}
+
+TDM_TARGET_AVX512 float tdm_exp_sum_row_avx512(float *row, int64_t n, float *mxp) {
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    __m512 vmx = ninf, vmx2 = ninf;
+    int64_t n32 = n & ~(int64_t)31, t = 0;
+    for (; t < n32; t += 32) {
+        vmx = _mm512_max_ps(vmx, _mm512_loadu_ps(row + t));
+        vmx2 = _mm512_max_ps(vmx2, _mm512_loadu_ps(row + t + 16));
+    }
+    for (; t < n; t += 16)
+        vmx = _mm512_max_ps(vmx, _mm512_mask_loadu_ps(ninf, lanes(n - t), row + t));
+    float mx = _mm512_reduce_max_ps(_mm512_max_ps(vmx, vmx2));
+    *mxp = mx;
+    if (!(mx > -INFINITY) || mx == INFINITY) return 0.0f;
+    __m512 nlm = _mm512_set1_ps(-mx * LOG2E), vs = _mm512_setzero_ps(), vs2 = vs;
+    t = 0;
+    for (; t < n32; t += 32) { /* two sums: the adds' latency */
+        __m512 e = exp16(_mm512_loadu_ps(row + t), nlm);
+        __m512 e2 = exp16(_mm512_loadu_ps(row + t + 16), nlm);
+        _mm512_storeu_ps(row + t, e);
+        _mm512_storeu_ps(row + t + 16, e2);
+        vs = _mm512_add_ps(vs, e);
+        vs2 = _mm512_add_ps(vs2, e2);
+    }
+    for (; t < n; t += 16) {
+        __mmask16 k = lanes(n - t);
+        __m512 e = exp16(_mm512_maskz_loadu_ps(k, row + t), nlm);
+        _mm512_mask_storeu_ps(row + t, k, e);
+        vs = _mm512_mask_add_ps(vs, k, vs, e);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(vs, vs2));
 }
 #endif
