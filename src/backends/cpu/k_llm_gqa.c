@@ -559,8 +559,17 @@ static void gqa_item(const gqa_job *j, int64_t p, float *scratch) {
             j->f->scores_g(q, group, kc + t * j->D, j->D, cnt, j->D, j->scale, scores + (t - lo), ld);
         }
         memset(y, 0, (size_t)(group * j->D) * sizeof(float));
+        bool plain = j->softcap <= 0.0f && !j->bias && !j->sink && !j->smooth;
+        float out[64]; /* as gqa_row_i8: p.V on the numerators, the outputs times 1 / sum */
         for (int64_t i = 0; i < group; i++) {
             int64_t h = g * group + i;
+            float mx, sum;
+            out[i] = 1.0f;
+            if (plain && (sum = j->simd->exp_sum_row(scores + i * ld, n - lo, &mx)) > 0.0f) {
+                out[i] = 1.0f / sum;
+                live[i] = true;
+                continue;
+            }
             const float *bias = j->bias ? j->bias + b * j->bias_s[0] + h * j->bias_s[1] +
                                               s * j->bias_s[2] + lo
                                         : NULL;
@@ -568,6 +577,8 @@ static void gqa_item(const gqa_job *j, int64_t p, float *scratch) {
                                       j->sink || j->smooth, j->sink ? j->sink[h] : 0.0f);
         }
         group_pv(j, scores, ld, group, live, vc, lo, n, y, j->D);
+        for (int64_t i = 0; i < group; i++)
+            for (int64_t d = 0; out[i] != 1.0f && d < j->D; d++) y[i * j->D + d] *= out[i];
     }
 }
 
