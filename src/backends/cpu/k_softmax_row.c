@@ -101,6 +101,30 @@ TDM_TARGET_AVX2 static float hsum8(__m256 v) {
     return _mm_cvtss_f32(m);
 }
 
+/* the largest of x[0..n) */
+TDM_TARGET_AVX2 static float max_row8(const float *x, int64_t n) {
+    int64_t n8 = n & ~(int64_t)7, t;
+    __m256 vmx = _mm256_set1_ps(-INFINITY);
+    for (t = 0; t < n8; t += 8) vmx = _mm256_max_ps(vmx, _mm256_loadu_ps(x + t));
+    float mx = hmax8(vmx);
+    for (; t < n; t++) mx = x[t] > mx ? x[t] : mx;
+    return mx;
+}
+
+/* row[t] = exp(x[t] - mx) (x may be row), their sum; mx finite */
+TDM_TARGET_AVX2 static float exp_sum8(const float *x, float *row, int64_t n, float mx) {
+    int64_t n8 = n & ~(int64_t)7, t;
+    __m256 nlm = _mm256_set1_ps(-mx * LOG2E), vs = _mm256_setzero_ps();
+    for (t = 0; t < n8; t += 8) {
+        __m256 e = exp8(_mm256_loadu_ps(x + t), nlm);
+        _mm256_storeu_ps(row + t, e);
+        vs = _mm256_add_ps(vs, e);
+    }
+    float sum = hsum8(vs);
+    for (; t < n; t++) sum += row[t] = flush_tiny(expf(x[t] - mx));
+    return sum;
+}
+
 TDM_TARGET_AVX2 void tdm_softmax_row_avx2(float *row, const float *src, const float *m, bool mvec,
                                           int64_t n) {
     int64_t n8 = n & ~(int64_t)7, t = 0;
@@ -118,22 +142,12 @@ TDM_TARGET_AVX2 void tdm_softmax_row_avx2(float *row, const float *src, const fl
         }
         x = row;
     }
-    __m256 vmx = _mm256_set1_ps(-INFINITY);
-    for (t = 0; t < n8; t += 8) vmx = _mm256_max_ps(vmx, _mm256_loadu_ps(x + t));
-    float mx = hmax8(vmx);
-    for (; t < n; t++) mx = x[t] > mx ? x[t] : mx;
+    float mx = max_row8(x, n);
     if (!(mx > -INFINITY) || mx == INFINITY) {
         softmax_nonfinite(row, x, n, mx);
         return;
     }
-    __m256 nlm = _mm256_set1_ps(-mx * LOG2E), vs = _mm256_setzero_ps();
-    for (t = 0; t < n8; t += 8) {
-        __m256 e = exp8(_mm256_loadu_ps(x + t), nlm);
-        _mm256_storeu_ps(row + t, e);
-        vs = _mm256_add_ps(vs, e);
-    }
-    float sum = hsum8(vs);
-    for (; t < n; t++) sum += row[t] = expf(x[t] - mx);
+    float sum = exp_sum8(x, row, n, mx);
     __m256 inv = _mm256_set1_ps(1.0f / sum), tiny = _mm256_set1_ps(FLT_MIN);
     for (t = 0; t < n8; t += 8) {
         __m256 p = _mm256_mul_ps(_mm256_loadu_ps(row + t), inv);
@@ -143,22 +157,8 @@ TDM_TARGET_AVX2 void tdm_softmax_row_avx2(float *row, const float *src, const fl
 }
 
 TDM_TARGET_AVX2 float tdm_exp_sum_row_avx2(float *row, int64_t n, float *mxp) {
-    int64_t n8 = n & ~(int64_t)7, t;
-    __m256 vmx = _mm256_set1_ps(-INFINITY);
-    for (t = 0; t < n8; t += 8) vmx = _mm256_max_ps(vmx, _mm256_loadu_ps(row + t));
-    float mx = hmax8(vmx);
-    for (; t < n; t++) mx = row[t] > mx ? row[t] : mx;
-    *mxp = mx;
-    if (!(mx > -INFINITY) || mx == INFINITY) return 0.0f;
-    __m256 nlm = _mm256_set1_ps(-mx * LOG2E), vs = _mm256_setzero_ps();
-    for (t = 0; t < n8; t += 8) {
-        __m256 e = exp8(_mm256_loadu_ps(row + t), nlm);
-        _mm256_storeu_ps(row + t, e);
-        vs = _mm256_add_ps(vs, e);
-    }
-    float sum = hsum8(vs);
-    for (; t < n; t++) sum += row[t] = flush_tiny(expf(row[t] - mx));
-    return sum;
+    float mx = *mxp = max_row8(row, n);
+    return !(mx > -INFINITY) || mx == INFINITY ? 0.0f : exp_sum8(row, row, n, mx);
 }
 
 /* ---- AVX-512 (F, BW, DQ, VL) ---- */
@@ -178,6 +178,41 @@ TDM_TARGET_AVX512 static inline __mmask16 lanes(int64_t k) {
     return (__mmask16)(k >= 16 ? 0xffffu : (1u << k) - 1u);
 }
 
+/* the largest of x[0..n): two chains, the max's latency (not the loads) bounded one */
+TDM_TARGET_AVX512 static float max_row16(const float *x, int64_t n) {
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    __m512 vmx = ninf, vmx2 = ninf;
+    int64_t n32 = n & ~(int64_t)31, t = 0;
+    for (; t < n32; t += 32) {
+        vmx = _mm512_max_ps(vmx, _mm512_loadu_ps(x + t));
+        vmx2 = _mm512_max_ps(vmx2, _mm512_loadu_ps(x + t + 16));
+    }
+    for (; t < n; t += 16)
+        vmx = _mm512_max_ps(vmx, _mm512_mask_loadu_ps(ninf, lanes(n - t), x + t));
+    return _mm512_reduce_max_ps(_mm512_max_ps(vmx, vmx2));
+}
+
+/* row[t] = exp(x[t] - mx) (x may be row), their sum (two, for the adds' latency); mx finite */
+TDM_TARGET_AVX512 static float exp_sum16(const float *x, float *row, int64_t n, float mx) {
+    __m512 nlm = _mm512_set1_ps(-mx * LOG2E), vs = _mm512_setzero_ps(), vs2 = vs;
+    int64_t n32 = n & ~(int64_t)31, t = 0;
+    for (; t < n32; t += 32) {
+        __m512 e = exp16(_mm512_loadu_ps(x + t), nlm);
+        __m512 e2 = exp16(_mm512_loadu_ps(x + t + 16), nlm);
+        _mm512_storeu_ps(row + t, e);
+        _mm512_storeu_ps(row + t + 16, e2);
+        vs = _mm512_add_ps(vs, e);
+        vs2 = _mm512_add_ps(vs2, e2);
+    }
+    for (; t < n; t += 16) {
+        __mmask16 k = lanes(n - t);
+        __m512 e = exp16(_mm512_maskz_loadu_ps(k, x + t), nlm);
+        _mm512_mask_storeu_ps(row + t, k, e);
+        vs = _mm512_mask_add_ps(vs, k, vs, e);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(vs, vs2));
+}
+
 TDM_TARGET_AVX512 void tdm_softmax_row_avx512(float *row, const float *src, const float *m,
                                               bool mvec, int64_t n) {
     const float *x = src ? src : row;
@@ -190,27 +225,12 @@ TDM_TARGET_AVX512 void tdm_softmax_row_avx512(float *row, const float *src, cons
         }
         x = row;
     }
-    const __m512 ninf = _mm512_set1_ps(-INFINITY);
-    __m512 vmx = ninf, vmx2 = ninf;
-    int64_t n32 = n & ~(int64_t)31, i = 0;
-    for (; i < n32; i += 32) { /* two chains: the max's latency, not the loads, bounded this */
-        vmx = _mm512_max_ps(vmx, _mm512_loadu_ps(x + i));
-        vmx2 = _mm512_max_ps(vmx2, _mm512_loadu_ps(x + i + 16));
-    }
-    for (; i < n; i += 16) vmx = _mm512_max_ps(vmx, _mm512_mask_loadu_ps(ninf, lanes(n - i), x + i));
-    float mx = _mm512_reduce_max_ps(_mm512_max_ps(vmx, vmx2));
+    float mx = max_row16(x, n);
     if (!(mx > -INFINITY) || mx == INFINITY) {
         softmax_nonfinite(row, x, n, mx);
         return;
     }
-    __m512 nlm = _mm512_set1_ps(-mx * LOG2E), vs = _mm512_setzero_ps();
-    for (int64_t t = 0; t < n; t += 16) {
-        __mmask16 k = lanes(n - t);
-        __m512 e = exp16(_mm512_maskz_loadu_ps(k, x + t), nlm);
-        _mm512_mask_storeu_ps(row + t, k, e);
-        vs = _mm512_mask_add_ps(vs, k, vs, e);
-    }
-    __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(vs)), tiny = _mm512_set1_ps(FLT_MIN);
+    __m512 inv = _mm512_set1_ps(1.0f / exp_sum16(x, row, n, mx)), tiny = _mm512_set1_ps(FLT_MIN);
     for (int64_t t = 0; t < n; t += 16) {
         __mmask16 k = lanes(n - t);
         __m512 p = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, row + t), inv);
@@ -220,34 +240,7 @@ TDM_TARGET_AVX512 void tdm_softmax_row_avx512(float *row, const float *src, cons
 }
 
 TDM_TARGET_AVX512 float tdm_exp_sum_row_avx512(float *row, int64_t n, float *mxp) {
-    const __m512 ninf = _mm512_set1_ps(-INFINITY);
-    __m512 vmx = ninf, vmx2 = ninf;
-    int64_t n32 = n & ~(int64_t)31, t = 0;
-    for (; t < n32; t += 32) {
-        vmx = _mm512_max_ps(vmx, _mm512_loadu_ps(row + t));
-        vmx2 = _mm512_max_ps(vmx2, _mm512_loadu_ps(row + t + 16));
-    }
-    for (; t < n; t += 16)
-        vmx = _mm512_max_ps(vmx, _mm512_mask_loadu_ps(ninf, lanes(n - t), row + t));
-    float mx = _mm512_reduce_max_ps(_mm512_max_ps(vmx, vmx2));
-    *mxp = mx;
-    if (!(mx > -INFINITY) || mx == INFINITY) return 0.0f;
-    __m512 nlm = _mm512_set1_ps(-mx * LOG2E), vs = _mm512_setzero_ps(), vs2 = vs;
-    t = 0;
-    for (; t < n32; t += 32) { /* two sums: the adds' latency */
-        __m512 e = exp16(_mm512_loadu_ps(row + t), nlm);
-        __m512 e2 = exp16(_mm512_loadu_ps(row + t + 16), nlm);
-        _mm512_storeu_ps(row + t, e);
-        _mm512_storeu_ps(row + t + 16, e2);
-        vs = _mm512_add_ps(vs, e);
-        vs2 = _mm512_add_ps(vs2, e2);
-    }
-    for (; t < n; t += 16) {
-        __mmask16 k = lanes(n - t);
-        __m512 e = exp16(_mm512_maskz_loadu_ps(k, row + t), nlm);
-        _mm512_mask_storeu_ps(row + t, k, e);
-        vs = _mm512_mask_add_ps(vs, k, vs, e);
-    }
-    return _mm512_reduce_add_ps(_mm512_add_ps(vs, vs2));
+    float mx = *mxp = max_row16(row, n);
+    return !(mx > -INFINITY) || mx == INFINITY ? 0.0f : exp_sum16(row, row, n, mx);
 }
 #endif
