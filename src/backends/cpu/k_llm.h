@@ -143,6 +143,22 @@ float tdm_llm_row_max(const float *x, int64_t n);
 /* The softmax step of a row of n logits s (n + 1 floats of room): soft-cap, + bias, the
  * extra `sink` logit in the denominator when has_sink, then s[0..n) = probabilities. False
  * (s undefined) when every logit is -inf: the row attends to nothing. */
+/* The same for a p.V that runs on what it leaves, then scales the row's output by *scale:
+ * with no softcap, bias or sink, s[0..n) becomes the numerators exp(s - max) and *scale = 1 /
+ * their sum (cpu_simd's exp_sum_row: a pass over the weights fewer); otherwise, or when the
+ * maximum is not finite, tdm_llm_softmax's probabilities and *scale = 1. */
+bool tdm_llm_softmax_scaled(const tdm_cpu_simd *simd, float *s, int64_t n, float softcap,
+                            const float *bias, bool has_sink, float sink, float *scale);
+/* A part's softmax (flash-decoding) of logits sc[0..cnt) (cnt + 1 floats of room; softcap and
+ * bias already applied): as if over the logits plus one equal to their max m; sc becomes the
+ * numerators exp(sc - m) with *scale = 1 / (1 + sum) for the part's output after p.V (the
+ * probabilities with *scale = 1 where the maximum is +inf or the sum NaN); o[D] = m,
+ * o[D + 1] = 1 + sum for tdm_llm_merge_parts. False (sc, o untouched) when every logit is
+ * -inf. */
+bool tdm_llm_part_softmax(const tdm_cpu_simd *simd, float *sc, int64_t cnt, float *o, int64_t D,
+                          float *scale);
+/* y[h * stride + d] *= scale[h] for h < heads, d < D (scale 1: left alone). */
+void tdm_llm_scale_rows(float *y, int64_t heads, int64_t stride, int64_t D, const float *scale);
 bool tdm_llm_softmax(const tdm_cpu_simd *simd, float *s, int64_t n, float softcap,
                      const float *bias, bool has_sink, float sink);
 

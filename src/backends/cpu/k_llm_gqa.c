@@ -386,21 +386,9 @@ static void gqa_part_rows(const gqa_job *j, int64_t b, int64_t g, int64_t k, int
             for (int64_t t = 0; t < cnt; t++) sc[t] += bias[t];
         }
         memset(o, 0, (size_t)j->D * sizeof(float));
-        float mx, sum = j->simd->exp_sum_row(sc, cnt, &mx); /* the numerators: out[i] later */
-        if (mx == -INFINITY) {
-            memset(sc, 0, (size_t)cnt * sizeof(float)); /* the int8 p.V takes every head */
-            continue;
-        }
-        if (mx == INFINITY || sum != sum) { /* the scalar formula (softmax_row's) */
-            sc[cnt] = mx;
-            j->simd->softmax_row(sc, NULL, NULL, false, cnt + 1);
-            sum = 1.0f / sc[cnt] - 1.0f;
-        } else {
-            out[i] = 1.0f / (1.0f + sum);
-        }
-        o[j->D] = mx;
-        o[j->D + 1] = 1.0f + sum;
-        live[i] = true;
+        live[i] = tdm_llm_part_softmax(j->simd, sc, cnt, o, j->D, &out[i]);
+        if (!live[i]) /* the int8 p.V takes every head */
+            memset(sc, 0, (size_t)cnt * sizeof(float));
     }
     float *part = j->partial + ((b * j->H + g * group) * j->parts + k) * slot;
     if (j->i8) {
@@ -410,9 +398,7 @@ static void gqa_part_rows(const gqa_job *j, int64_t b, int64_t g, int64_t k, int
     } else {
         group_pv(j, scores, ld, group, live, vc, a, e, part, j->parts * slot);
     }
-    for (int64_t i = 0; i < group; i++)
-        for (int64_t d = 0; out[i] != 1.0f && d < j->D; d++)
-            part[i * j->parts * slot + d] *= out[i];
+    tdm_llm_scale_rows(part, group, j->parts * slot, j->D, out);
 }
 
 static void gqa_item_part(const gqa_job *j, int64_t b, int64_t g, int64_t k, float *scratch) {
@@ -495,29 +481,20 @@ static void gqa_row_i8(const gqa_job *j, int64_t b, int64_t g, int64_t s, float 
     j->fi->scores(q, group, kq + lo * j->rs, j->rs, n - lo, j->D, j->scale, scores, ld,
                   vq + lo * j->rs);
     memset(y, 0, (size_t)(group * j->D) * sizeof(float));
-    /* without a softcap, bias or sink: p.V on the softmax's numerators, each head's outputs
-     * times 1 / sum (a pass over the weights fewer: a one-thread decode step's attention at
-     * depth 1000 0.96 of the time) */
-    bool plain = j->softcap <= 0.0f && !j->bias && !j->sink && !j->smooth;
+    /* p.V on the softmax's numerators where it can, each head's outputs times out[i] after it
+     * (a one-thread decode step's attention at depth 1000: 0.96 of the time) */
     float out[64];
     for (int64_t i = 0; i < group; i++) {
         int64_t h = g * group + i;
-        float mx, sum;
-        out[i] = 1.0f;
-        if (plain && (sum = j->simd->exp_sum_row(scores + i * ld, n - lo, &mx)) > 0.0f) {
-            out[i] = 1.0f / sum;
-            continue;
-        }
         const float *bias = j->bias ? j->bias + b * j->bias_s[0] + h * j->bias_s[1] +
                                           s * j->bias_s[2] + lo
                                     : NULL;
-        if (!tdm_llm_softmax(j->simd, scores + i * ld, n - lo, j->softcap, bias,
-                             j->sink || j->smooth, j->sink ? j->sink[h] : 0.0f))
+        if (!tdm_llm_softmax_scaled(j->simd, scores + i * ld, n - lo, j->softcap, bias,
+                                    j->sink || j->smooth, j->sink ? j->sink[h] : 0.0f, &out[i]))
             memset(scores + i * ld, 0, (size_t)(n - lo) * sizeof(float)); /* a zero row */
     }
     j->fi->pv(scores, ld, group, vq + lo * j->rs, j->rs, n - lo, j->D, y, j->D);
-    for (int64_t i = 0; i < group; i++)
-        for (int64_t d = 0; out[i] != 1.0f && d < j->D; d++) y[i * j->D + d] *= out[i];
+    tdm_llm_scale_rows(y, group, j->D, j->D, out);
     for (int64_t i = 0; j->q4 && i < group; i++) j->fi->rotate(y + i * j->D, j->D); /* back */
 }
 
@@ -559,26 +536,18 @@ static void gqa_item(const gqa_job *j, int64_t p, float *scratch) {
             j->f->scores_g(q, group, kc + t * j->D, j->D, cnt, j->D, j->scale, scores + (t - lo), ld);
         }
         memset(y, 0, (size_t)(group * j->D) * sizeof(float));
-        bool plain = j->softcap <= 0.0f && !j->bias && !j->sink && !j->smooth;
-        float out[64]; /* as gqa_row_i8: p.V on the numerators, the outputs times 1 / sum */
+        float out[64]; /* as gqa_row_i8: p.V on the numerators, the outputs times out[i] */
         for (int64_t i = 0; i < group; i++) {
             int64_t h = g * group + i;
-            float mx, sum;
-            out[i] = 1.0f;
-            if (plain && (sum = j->simd->exp_sum_row(scores + i * ld, n - lo, &mx)) > 0.0f) {
-                out[i] = 1.0f / sum;
-                live[i] = true;
-                continue;
-            }
             const float *bias = j->bias ? j->bias + b * j->bias_s[0] + h * j->bias_s[1] +
                                               s * j->bias_s[2] + lo
                                         : NULL;
-            live[i] = tdm_llm_softmax(j->simd, scores + i * ld, n - lo, j->softcap, bias,
-                                      j->sink || j->smooth, j->sink ? j->sink[h] : 0.0f);
+            live[i] = tdm_llm_softmax_scaled(j->simd, scores + i * ld, n - lo, j->softcap, bias,
+                                             j->sink || j->smooth, j->sink ? j->sink[h] : 0.0f,
+                                             &out[i]);
         }
         group_pv(j, scores, ld, group, live, vc, lo, n, y, j->D);
-        for (int64_t i = 0; i < group; i++)
-            for (int64_t d = 0; out[i] != 1.0f && d < j->D; d++) y[i * j->D + d] *= out[i];
+        tdm_llm_scale_rows(y, group, j->D, j->D, out);
     }
 }
 

@@ -308,32 +308,12 @@ static float *part_slots(const paged_job *j, int64_t t, int64_t k, int64_t *ostr
     return o;
 }
 
-/* A part's softmax of one head over sc[0..cnt): its output normalised by its own 1 + sum (the
- * part's logits plus one equal to their max m, whose probability 1 / (1 + sum) gives the sum
- * back); m and 1 + sum go to oh[D], oh[D + 1] for paged_merge. The weights are the numerators
- * (exp_sum_row) and *scale = 1 / (1 + sum) the factor the caller puts on the output after p.V;
- * 1 where the scalar formula normalised them (a maximum of +inf, NaN). */
+/* A part's softmax of one head over sc[0..cnt) (tdm_llm_part_softmax after the soft-cap): m
+ * and 1 + sum to oh[D], oh[D + 1] for paged_merge, *scale for the head's output after p.V. */
 static bool part_softmax(const paged_job *j, float *sc, int64_t cnt, float *oh, float *scale) {
     if (j->softcap > 0.0f)
         for (int64_t x = 0; x < cnt; x++) sc[x] = j->softcap * tanhf(sc[x] / j->softcap);
-    float mx, sum = j->simd->exp_sum_row(sc, cnt, &mx);
-    *scale = 1.0f;
-    if (mx == -INFINITY) return false;
-    if (mx == INFINITY || sum != sum) {
-        sc[cnt] = mx;
-        j->simd->softmax_row(sc, NULL, NULL, false, cnt + 1);
-        sum = 1.0f / sc[cnt] - 1.0f;
-    } else {
-        *scale = 1.0f / (1.0f + sum);
-    }
-    oh[j->D] = mx;
-    oh[j->D + 1] = 1.0f + sum;
-    return true;
-}
-
-/* out[0..D) *= scale (a head's output after p.V on a softmax's numerators) */
-static void scale_row(float *out, int64_t D, float scale) {
-    for (int64_t d = 0; scale != 1.0f && d < D; d++) out[d] *= scale;
+    return tdm_llm_part_softmax(j->simd, sc, cnt, oh, j->D, scale);
 }
 
 static void paged_item(const paged_job *j, int64_t p, float *scratch) {
@@ -371,8 +351,8 @@ static void paged_item(const paged_job *j, int64_t p, float *scratch) {
         live[h] = on ? scale : 0.0f;
     }
     all_pv(j, b, a, e, live, scores, o, ostride, buf);
-    for (int64_t h = 0; h < j->H; h++)
-        scale_row(o + h * ostride, j->D, live[h] != 0.0f ? live[h] : 1.0f);
+    for (int64_t h = 0; h < j->H; h++) /* a dead head's output is zero: any scale leaves it */
+        tdm_llm_scale_rows(o + h * ostride, 1, 0, j->D, &live[h]);
 }
 
 /* kv head g's key and value rows of sequence b's positions [a, e) copied into kb / vb (rb
@@ -469,24 +449,18 @@ static void paged_item_q(const paged_job *j, int64_t p, float *scratch) {
         float scale[64]; /* each head's output times it after p.V (group <= 64) */
         for (int64_t i = 0; i < group; i++) {
             int64_t h = g * group + i;
-            float *sc = sg + i * j->ld, mx, sum;
-            scale[i] = 1.0f;
-            bool live;
-            if (j->parts > 1)
-                live = part_softmax(j, sc, cnt, o + h * ostride, &scale[i]);
-            else if (j->softcap <= 0.0f && !j->sink &&
-                     (sum = j->simd->exp_sum_row(sc, cnt, &mx)) > 0.0f) {
-                live = true; /* the numerators: a pass over the weights fewer */
-                scale[i] = 1.0f / sum;
-            } else
-                live = tdm_llm_softmax(j->simd, sc, cnt, j->softcap, NULL, j->sink != NULL,
-                                       j->sink ? j->sink[h] : 0.0f);
+            float *sc = sg + i * j->ld;
+            bool live = j->parts > 1
+                            ? part_softmax(j, sc, cnt, o + h * ostride, &scale[i])
+                            : tdm_llm_softmax_scaled(j->simd, sc, cnt, j->softcap, NULL,
+                                                     j->sink != NULL, j->sink ? j->sink[h] : 0.0f,
+                                                     &scale[i]);
             if (!live) memset(sc, 0, (size_t)cnt * sizeof(float)); /* p.V takes every head */
         }
         float *og = o + g * group * ostride;
         if (blk) j->fi->pv_blk(sg, j->ld, group, vl, j->BS, j->rb, cnt, j->D, og, ostride);
         else j->fi->pv(sg, j->ld, group, vb, j->rb, cnt, j->D, og, ostride);
-        for (int64_t i = 0; i < group; i++) scale_row(og + i * ostride, j->D, scale[i]);
+        tdm_llm_scale_rows(og, group, ostride, j->D, scale);
         for (int64_t i = 0; j->q4 && i < group; i++) j->fi->rotate(og + i * ostride, j->D); /* back */
     }
 }

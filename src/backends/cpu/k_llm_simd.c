@@ -370,6 +370,40 @@ bool tdm_llm_softmax(const tdm_cpu_simd *simd, float *s, int64_t n, float softca
     return true;
 }
 
+bool tdm_llm_softmax_scaled(const tdm_cpu_simd *simd, float *s, int64_t n, float softcap,
+                            const float *bias, bool has_sink, float sink, float *scale) {
+    float mx, sum;
+    *scale = 1.0f;
+    if (softcap <= 0.0f && !bias && !has_sink && n > 0 &&
+        (sum = simd->exp_sum_row(s, n, &mx)) > 0.0f) {
+        *scale = 1.0f / sum;
+        return true;
+    }
+    return tdm_llm_softmax(simd, s, n, softcap, bias, has_sink, sink);
+}
+
+bool tdm_llm_part_softmax(const tdm_cpu_simd *simd, float *sc, int64_t cnt, float *o, int64_t D,
+                          float *scale) {
+    float mx, sum = simd->exp_sum_row(sc, cnt, &mx);
+    *scale = 1.0f;
+    if (mx == -INFINITY) return false;
+    if (mx == INFINITY || sum != sum) { /* the scalar formula (softmax_row's) */
+        sc[cnt] = mx;
+        simd->softmax_row(sc, NULL, NULL, false, cnt + 1);
+        sum = 1.0f / sc[cnt] - 1.0f;
+    } else {
+        *scale = 1.0f / (1.0f + sum);
+    }
+    o[D] = mx;
+    o[D + 1] = 1.0f + sum;
+    return true;
+}
+
+void tdm_llm_scale_rows(float *y, int64_t heads, int64_t stride, int64_t D, const float *scale) {
+    for (int64_t h = 0; h < heads; h++)
+        for (int64_t d = 0; scale[h] != 1.0f && d < D; d++) y[h * stride + d] *= scale[h];
+}
+
 void tdm_llm_attn_row(const tdm_llm_fns *f, const tdm_cpu_simd *simd, const float *q,
                       const float *k, int64_t ks, const float *v, int64_t vs, int64_t n, int64_t d,
                       int64_t dv, float scale, float softcap, const float *bias, bool has_sink,
