@@ -604,6 +604,7 @@ static void test_quant_caches(void **state) {
     static const int past1[1] = {700}, new1[1] = {1};
     static const int past2[2] = {300, 129}, new2[2] = {1, 1};
     static const int past3[3] = {37, 5, 100}, new3[3] = {1, 1, 1}; /* decode, one part */
+    static const int past5[1] = {130}; /* 131 positions: 5 spans of ~79 rows, cuts inside groups */
     /* prompt chunks longer than an item's PAGED_ROWS (16) rows: 40 = 16 + 16 + 8, 17 = 16 + 1 */
     static const int past4[2] = {5, 30}, new4[2] = {40, 17};
     for (int l = 0; l <= (int)host; l++) {
@@ -613,7 +614,13 @@ static void test_quant_caches(void **state) {
         for (int q4 = 0; q4 < 2; q4++) {
             check_quant(q4, (tdm_cpu_isa)l, 1, NSEQ, k_past0, k_new0); /* mixed: chunks and decode */
             check_quant(q4, (tdm_cpu_isa)l, 3, 3, past3, new3);
-            check_quant(q4, (tdm_cpu_isa)l, 4, 1, past1, new1); /* decode in parts */
+            /* one sequence's decode in row spans (tdm_llm_span_cuts): 2 threads, a cut inside
+             * the middle group at a block's start; 3, cuts at the groups' edges; 4 and 5, groups
+             * in two pieces and spans across an edge */
+            check_quant(q4, (tdm_cpu_isa)l, 2, 1, past1, new1);
+            check_quant(q4, (tdm_cpu_isa)l, 3, 1, past1, new1);
+            check_quant(q4, (tdm_cpu_isa)l, 4, 1, past1, new1);
+            check_quant(q4, (tdm_cpu_isa)l, 5, 1, past5, new1);
             check_quant(q4, (tdm_cpu_isa)l, 4, 2, past2, new2);
             check_quant(q4, (tdm_cpu_isa)l, 3, 2, past4, new4);
         }

@@ -167,6 +167,28 @@ bool tdm_llm_softmax(const tdm_cpu_simd *simd, float *s, int64_t n, float softca
 /* Merges the parts of a split softmax (flash-decoding) of one row and head (k_llm_gqa.c). */
 void tdm_llm_merge_parts(const float *part, int64_t parts, int64_t D, bool has_sink, float sink,
                          float *y);
+
+/* One sequence's decode in row spans (GroupQueryAttention, PagedAttention; k_llm_gqa.c): the
+ * kv groups' positions [lo, lo + N) laid end to end (group g's position lo + r at g N + r) and
+ * cut in T = min(threads, TDM_LLM_MAX_SPANS) spans, span k = [cut[k], cut[k + 1]), one a pool
+ * slot, so that a slot sets up a piece (its query, softmax and partial outputs) only where its
+ * span meets a group. A cut within 64 rows (or a quarter of a span if less) of a group's edge
+ * moves to it; with align > 1 a cut inside a group moves down to a position that is a multiple
+ * of align (whole blocks of a paged cache: lo a multiple of align too). Returns T. */
+enum { TDM_LLM_MAX_SPANS = 64 };
+int64_t tdm_llm_span_cuts(int64_t groups, int64_t N, int64_t lo, int64_t align, int64_t threads,
+                          int64_t *cut);
+/* The span that holds row r (of the rows laid end to end). */
+static inline int64_t tdm_llm_span_of(const int64_t *cut, int64_t r) {
+    int64_t k = 0;
+    while (cut[k + 1] <= r) k++;
+    return k;
+}
+/* The spans group g's rows fall in: its parts, part i in span tdm_llm_span_of(cut, g N) + i
+ * (a span between two others may be empty: its part stays empty). */
+static inline int64_t tdm_llm_span_parts(const int64_t *cut, int64_t g, int64_t N) {
+    return tdm_llm_span_of(cut, (g + 1) * N - 1) - tdm_llm_span_of(cut, g * N) + 1;
+}
 void tdm_llm_rotate(float *x, const float *c, const float *s, int64_t rot, bool interleaved);
 
 /* The attributes GroupQueryAttention (float32 and float16) and PagedAttention read every run,

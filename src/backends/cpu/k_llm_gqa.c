@@ -133,8 +133,6 @@ void tdm_llm_gqa_scratch_done(tdm_kernel_ctx *ctx, float *own) {
     else atomic_flag_clear(&state->busy);
 }
 
-enum { TDM_LLM_GQA_MAX_SPANS = 64 }; /* row spans of one sequence's decode (threads at most) */
-
 typedef struct gqa_job {
     const float *q, *k, *v, *pk, *pv, *cos, *sin, *sink, *bias;
     int64_t bias_s[3]; /* attention_bias strides of (batch, head, query row); 0 = broadcast */
@@ -151,9 +149,9 @@ typedef struct gqa_job {
     int64_t parts;  /* decode: each group's cache rows split in parts (threads > groups) */
     /* decode of one batch item in row spans (items = slots): the groups' rows (span_n each)
      * laid end to end, item k takes [cut[k], cut[k + 1]); a group's part i is its piece in the
-     * i-th item its rows fall in (span_parts), parts their most over the groups */
+     * i-th item its rows fall in (tdm_llm_span_parts), parts their most over the groups */
     bool spans;
-    int64_t cut[TDM_LLM_GQA_MAX_SPANS + 1], span_n;
+    int64_t cut[TDM_LLM_MAX_SPANS + 1], span_n;
     float *partial; /* per (batch, head, part): D partial outputs, max logit, 1 + sum */
     /* the 8-bit cache (past / present int8 [B, KVH, L, TDM_KV_I8_ROW(D)]: ops/kv_int8.h),
      * or (q4) the 4-bit one (uint8 [B, KVH, L, TDM_KV_I4_ROW(D)]), through the same paths */
@@ -415,19 +413,26 @@ static void gqa_item_span(const gqa_job *j, int64_t k, float *scratch) {
     int64_t N = n - lo;
     for (int64_t r = j->cut[k]; r < j->cut[k + 1];) {
         int64_t g = r / N, end = (g + 1) * N < j->cut[k + 1] ? (g + 1) * N : j->cut[k + 1];
-        int64_t first = 0; /* the item of the group's first row */
-        while (j->cut[first + 1] <= g * N) first++;
-        gqa_part_rows(j, 0, g, k - first, lo + r - g * N, lo + end - g * N, scratch);
+        gqa_part_rows(j, 0, g, k - tdm_llm_span_of(j->cut, g * N), lo + r - g * N,
+                      lo + end - g * N, scratch);
         r = end;
     }
 }
 
-/* the parts group g has in row spans: the items its rows fall in */
-static int64_t span_parts(const gqa_job *j, int64_t g, int64_t N) {
-    int64_t first = 0, last = 0;
-    while (j->cut[first + 1] <= g * N) first++;
-    while (j->cut[last + 1] <= (g + 1) * N - 1) last++;
-    return last - first + 1;
+int64_t tdm_llm_span_cuts(int64_t groups, int64_t N, int64_t lo, int64_t align, int64_t threads,
+                          int64_t *cut) {
+    int64_t T = threads < TDM_LLM_MAX_SPANS ? threads : TDM_LLM_MAX_SPANS;
+    int64_t R = groups * N, near = R / T / 4 < 64 ? R / T / 4 : 64;
+    for (int64_t t = 0; t <= T; t++) {
+        int64_t c = t * R / T, edge = (c + N / 2) / N * N;
+        c = c - edge < near && edge - c < near ? edge : c;
+        if (align > 1 && c % N) { /* down to a position that starts a block */
+            int64_t at = (lo + c % N) / align * align - lo;
+            c = c / N * N + (at > 0 ? at : 0);
+        }
+        cut[t] = c;
+    }
+    return T;
 }
 
 /* One (row, head)'s parts merged (flash-decoding): part k holds D partial outputs o_k, its max
@@ -461,7 +466,9 @@ static void gqa_merge(const gqa_job *j) {
     for (int64_t b = 0; b < j->B; b++)
         for (int64_t h = 0; h < j->H; h++)
             tdm_llm_merge_parts(j->partial + (b * j->H + h) * j->parts * slot,
-                                j->spans ? span_parts(j, h / group, j->span_n) : j->parts, j->D,
+                                j->spans ? tdm_llm_span_parts(j->cut, h / group, j->span_n)
+                                         : j->parts,
+                                j->D,
                                 j->sink || j->smooth, j->sink ? j->sink[h] : 0.0f,
                                 j->y + b * j->H * j->D + h * j->D);
 }
@@ -767,16 +774,10 @@ tdm_status *tdm_llm_run_gqa(tdm_kernel_ctx *ctx) {
          * (64 rows, or a quarter of a span if less) moves to it. Each group in as many parts
          * (below) gave 2 threads and 3 kv heads 6 pieces, the spans 4: a two-thread decode
          * step's attention at depth 1000 0.90-0.95 of the time */
-        int64_t T = threads < TDM_LLM_GQA_MAX_SPANS ? threads : TDM_LLM_GQA_MAX_SPANS;
-        int64_t R = j.KVH * j.span_n, near = R / T / 4 < 64 ? R / T / 4 : 64;
-        for (int64_t t = 0; t <= T; t++) {
-            int64_t c = t * R / T, edge = (c + j.span_n / 2) / j.span_n * j.span_n;
-            j.cut[t] = c - edge < near && edge - c < near ? edge : c;
-        }
         j.spans = true;
-        j.items = T;
+        j.items = tdm_llm_span_cuts(j.KVH, j.span_n, span_lo, 1, threads, j.cut);
         for (int64_t g = 0; g < j.KVH; g++) {
-            int64_t np = span_parts(&j, g, j.span_n);
+            int64_t np = tdm_llm_span_parts(j.cut, g, j.span_n);
             j.parts = np > j.parts ? np : j.parts;
         }
     } else if (j.S == 1 && threads > 1 && j.items < 2 * threads) {

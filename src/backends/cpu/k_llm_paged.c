@@ -89,6 +89,11 @@ typedef struct paged_job {
     float *scratch; /* per slot: per_task floats */
     int64_t per_task, items, slots;
     int64_t parts;  /* few items for the threads: each item's positions split in parts */
+    /* one sequence's decode on a quantised cache in row spans (tdm_llm_span_cuts; items =
+     * slots): the groups' positions (span_n each) end to end, item k takes [cut[k], cut[k + 1]),
+     * a group's part i its piece in the i-th span its positions fall in; parts their most */
+    bool spans;
+    int64_t cut[TDM_LLM_MAX_SPANS + 1], span_n;
     float *partial; /* per (token, head, part): D partial outputs, max logit, 1 + sum */
 } paged_job;
 
@@ -378,15 +383,71 @@ static void gather_head(const paged_job *j, int64_t b, int64_t a, int64_t e, int
     }
 }
 
+/* kv head g's piece [a, e) of sequence b's positions for its decode token t at position pos:
+ * the group's query heads (copied into q, rotated), scores, softmax and p.V into o (head h's
+ * output at o + h * ostride; part: softmax partials for paged_merge, else the outputs);
+ * in_place: the level's block-list routines read the rows where they are (a starts a block). */
+static void paged_group_q(const paged_job *j, int64_t t, int64_t b, int64_t pos, int64_t g,
+                          int64_t a, int64_t e, bool in_place, bool part, float *o,
+                          int64_t ostride, float *scratch) {
+    int64_t group = j->H / j->KVH, cnt = e - a;
+    float *scores = scratch, *q = scratch + j->H * j->ld;
+    /* 64-byte aligned: in place it holds the two block lists (pointers) */
+    int8_t *kb = (int8_t *)(((uintptr_t)(q + j->H * j->D) + 63) & ~(uintptr_t)63);
+    int8_t *vb = kb + j->ld * j->rb;
+    const float *qg[64]; /* group <= 64: checked by the run */
+    for (int64_t i = 0; i < group; i++) {
+        int64_t h = g * group + i;
+        float *qh = q + h * j->D;
+        memcpy(qh, j->q + t * j->qstride + h * j->D, (size_t)j->D * sizeof(float));
+        if (j->rotary)
+            tdm_llm_rotate(qh, j->cos + pos * (j->rot / 2), j->sin + pos * (j->rot / 2), j->rot,
+                           j->interleaved);
+        if (j->q4) j->fi->rotate(qh, j->D); /* as the cache's rows */
+        qg[i] = qh;
+    }
+    const int8_t **kl = (const int8_t **)(void *)kb; /* in place: the blocks' rows of head g */
+    const int8_t **vl = kl + (cnt + j->BS - 1) / j->BS;
+    float *sg = scores + g * group * j->ld;
+    bool blk = false;
+    if (in_place) {
+        for (int64_t s = a, x = 0; s < e; s += j->BS, x++) {
+            int64_t sl = slot_of(j, b, s);
+            kl[x] = qrow(j, j->kc, sl, g);
+            vl[x] = qrow(j, j->vc, sl, g);
+        }
+        blk = j->fi->scores_blk(qg, group, kl, j->BS, j->rb, cnt, j->D, j->scale, sg, j->ld);
+    }
+    if (!blk) {
+        gather_head(j, b, a, e, g, kb, vb);
+        j->fi->scores(qg, group, kb, j->rb, cnt, j->D, j->scale, sg, j->ld, NULL);
+    }
+    float scale[64]; /* each head's output times it after p.V (group <= 64) */
+    for (int64_t i = 0; i < group; i++) {
+        int64_t h = g * group + i;
+        float *sc = sg + i * j->ld;
+        bool live = part ? part_softmax(j, sc, cnt, o + h * ostride, &scale[i])
+                         : tdm_llm_softmax_scaled(j->simd, sc, cnt, j->softcap, NULL,
+                                                  j->sink != NULL, j->sink ? j->sink[h] : 0.0f,
+                                                  &scale[i]);
+        if (!live) memset(sc, 0, (size_t)cnt * sizeof(float)); /* p.V takes every head */
+    }
+    float *og = o + g * group * ostride;
+    if (blk) j->fi->pv_blk(sg, j->ld, group, vl, j->BS, j->rb, cnt, j->D, og, ostride);
+    else j->fi->pv(sg, j->ld, group, vb, j->rb, cnt, j->D, og, ostride);
+    tdm_llm_scale_rows(og, group, ostride, j->D, scale);
+    for (int64_t i = 0; j->q4 && i < group; i++) j->fi->rotate(og + i * ostride, j->D); /* back */
+}
+
 /* Item p of pass 2 on a quantised cache (one row: decode): token t, and with parts > 1 part
- * k of its positions [a, e). The integer routines run once over the whole range, kv head by
- * kv head, as on the generator's cache (the query quantised once, k_llm_gqa_i8.c), not once a
- * block:
+ * k of its positions [a, e); in row spans (one sequence) the pieces of span p. The integer
+ * routines run once over a group's range, kv head by kv head, as on the generator's cache
+ * (the query quantised once, k_llm_gqa_i8.c), not once a block:
  *   - where the level has block-list forms (scores_blk / pv_blk: AVX-512 VNNI, block sizes of
  *     16 rows or a multiple; AVX2, also the 4-bit cache's AVX-512 level without VNNI, 8 rows
  *     or a multiple and head sizes a multiple of 32) and the range starts at a block's start
- *     (parts are whole blocks then), they read the rows in place from the list of the range's
- *     blocks;
+ *     (parts and spans are whole blocks then), they read the rows in place from the list of
+ *     the range's blocks;
  *   - else each head's rows are gathered from their blocks into scratch first, one head at a
  *     time so that they stay in L2 (gathering every head's first, 442 KB at 2,048 positions,
  *     was 1.32-1.52x GQA's time against 1.10-1.43x, int4).
@@ -399,70 +460,41 @@ static void gather_head(const paged_job *j, int64_t b, int64_t a, int64_t e, int
  * Scratch: H * ld logits, H * D query rows, then ld key rows and as many value rows of rb
  * bytes (in place: the two block lists). */
 static void paged_item_q(const paged_job *j, int64_t p, float *scratch) {
-    int64_t t = p / j->parts, k = p % j->parts, group = j->H / j->KVH;
+    int64_t t = j->spans ? 0 : p / j->parts, k = j->spans ? p : p % j->parts;
     int64_t b = j->seq_of[t], pos = j->past[b] + t - j->cu[b];
     int64_t n = j->causal ? pos + 1 : j->past[b] + (j->cu[b + 1] - j->cu[b]);
     int64_t lo = j->win > 0 && n > j->win ? n - j->win : 0;
-    float *scores = scratch, *q = scratch + j->H * j->ld;
-    /* 64-byte aligned: in place it holds the two block lists (pointers) */
-    int8_t *kb = (int8_t *)(((uintptr_t)(q + j->H * j->D) + 63) & ~(uintptr_t)63);
-    int8_t *vb = kb + j->ld * j->rb;
+    /* the level's block-list routines read the rows where they are, from a block's start */
+    bool blocks = j->fi->scores_blk && j->fi->pv_blk, in_place = blocks && lo % j->BS == 0;
+    int64_t slot = j->D + 2, group = j->H / j->KVH;
+    if (j->spans) { /* span k: [cut[k], cut[k + 1]) of the groups' positions end to end */
+        int64_t N = n - lo, ostride = j->parts * slot;
+        for (int64_t r = j->cut[k]; r < j->cut[k + 1];) {
+            int64_t g = r / N, end = (g + 1) * N < j->cut[k + 1] ? (g + 1) * N : j->cut[k + 1];
+            int64_t part = k - tdm_llm_span_of(j->cut, g * N);
+            float *o = j->partial + (t * j->H * j->parts + part) * slot;
+            for (int64_t h = g * group; h < (g + 1) * group; h++) { /* empty parts */
+                memset(o + h * ostride, 0, (size_t)j->D * sizeof(float));
+                o[h * ostride + j->D] = -INFINITY;
+            }
+            int64_t a = lo + r - g * N;
+            paged_group_q(j, t, b, pos, g, a, lo + end - g * N, blocks && a % j->BS == 0, true, o,
+                          ostride, scratch);
+            r = end;
+        }
+        return;
+    }
     int64_t a = lo, e = n;
     float *o = j->y + t * j->H * j->D; /* parts: this part's slots of the partials */
     int64_t ostride = j->D;
-    /* the level's block-list routines read the rows where they are, from a block's start */
-    bool in_place = j->fi->scores_blk && j->fi->pv_blk && lo % j->BS == 0;
     if (j->parts > 1) {
         part_range(j, k, lo, n, in_place, &a, &e); /* in place: parts of whole blocks */
         o = part_slots(j, t, k, &ostride);
     } else {
         memset(o, 0, (size_t)(j->H * j->D) * sizeof(float));
     }
-    if (a >= e) return;
-    int64_t cnt = e - a;
-    memcpy(q, j->q + t * j->qstride, (size_t)(j->H * j->D) * sizeof(float));
-    for (int64_t h = 0; h < j->H; h++) {
-        if (j->rotary)
-            tdm_llm_rotate(q + h * j->D, j->cos + pos * (j->rot / 2), j->sin + pos * (j->rot / 2),
-                           j->rot, j->interleaved);
-        if (j->q4) j->fi->rotate(q + h * j->D, j->D); /* as the cache's rows */
-    }
-    const int8_t **kl = (const int8_t **)(void *)kb; /* in place: the blocks' rows of head g */
-    const int8_t **vl = kl + (cnt + j->BS - 1) / j->BS;
-    for (int64_t g = 0; g < j->KVH; g++) {
-        const float *qg[64]; /* group <= 64: checked by the run */
-        for (int64_t i = 0; i < group; i++) qg[i] = q + (g * group + i) * j->D;
-        float *sg = scores + g * group * j->ld;
-        bool blk = false;
-        if (in_place) {
-            for (int64_t s = a, x = 0; s < e; s += j->BS, x++) {
-                int64_t sl = slot_of(j, b, s);
-                kl[x] = qrow(j, j->kc, sl, g);
-                vl[x] = qrow(j, j->vc, sl, g);
-            }
-            blk = j->fi->scores_blk(qg, group, kl, j->BS, j->rb, cnt, j->D, j->scale, sg, j->ld);
-        }
-        if (!blk) {
-            gather_head(j, b, a, e, g, kb, vb);
-            j->fi->scores(qg, group, kb, j->rb, cnt, j->D, j->scale, sg, j->ld, NULL);
-        }
-        float scale[64]; /* each head's output times it after p.V (group <= 64) */
-        for (int64_t i = 0; i < group; i++) {
-            int64_t h = g * group + i;
-            float *sc = sg + i * j->ld;
-            bool live = j->parts > 1
-                            ? part_softmax(j, sc, cnt, o + h * ostride, &scale[i])
-                            : tdm_llm_softmax_scaled(j->simd, sc, cnt, j->softcap, NULL,
-                                                     j->sink != NULL, j->sink ? j->sink[h] : 0.0f,
-                                                     &scale[i]);
-            if (!live) memset(sc, 0, (size_t)cnt * sizeof(float)); /* p.V takes every head */
-        }
-        float *og = o + g * group * ostride;
-        if (blk) j->fi->pv_blk(sg, j->ld, group, vl, j->BS, j->rb, cnt, j->D, og, ostride);
-        else j->fi->pv(sg, j->ld, group, vb, j->rb, cnt, j->D, og, ostride);
-        tdm_llm_scale_rows(og, group, ostride, j->D, scale);
-        for (int64_t i = 0; j->q4 && i < group; i++) j->fi->rotate(og + i * ostride, j->D); /* back */
-    }
+    for (int64_t g = 0; a < e && g < j->KVH; g++)
+        paged_group_q(j, t, b, pos, g, a, e, in_place, j->parts > 1, o, ostride, scratch);
 }
 
 /* An item of rows > 1 (a prefill chunk: causal, no window, one part, BHSD): tokens
@@ -540,10 +572,13 @@ static void paged_rows(const paged_job *j, int64_t p, float *scratch) {
 
 /* After the parts: each (token, head)'s parts merged (tdm_llm_merge_parts). */
 static void paged_merge(const paged_job *j) {
-    int64_t slot = j->D + 2;
+    int64_t slot = j->D + 2, group = j->H / j->KVH;
     for (int64_t t = 0; t < j->T; t++)
         for (int64_t h = 0; h < j->H; h++)
-            tdm_llm_merge_parts(j->partial + (t * j->H + h) * j->parts * slot, j->parts, j->D,
+            tdm_llm_merge_parts(j->partial + (t * j->H + h) * j->parts * slot,
+                                j->spans ? tdm_llm_span_parts(j->cut, h / group, j->span_n)
+                                         : j->parts,
+                                j->D,
                                 j->sink != NULL, j->sink ? j->sink[h] : 0.0f,
                                 j->y + (t * j->H + h) * j->D);
 }
@@ -753,11 +788,32 @@ tdm_status *tdm_llm_run_paged(tdm_kernel_ctx *ctx) {
     j.run = (4096 / j.row) & ~(int64_t)15; /* whole steps of the AVX-512 scores (16 rows) */
     j.run = j.run < 16 || j.bhsd ? (j.bhsd ? 64 : 16) : j.run > 64 ? 64 : j.run;
     j.items = j.T;
+    j.simd = tdm_cpu_simd_of(ctx);
+    j.f = tdm_llm_fns_for(j.simd->level);
+    j.widen = tdm_llm_widen_for(j.simd->level);
+    j.narrow = tdm_llm_narrow_for(j.simd->level);
+    j.fi = j.quant ? (j.q4 ? tdm_llm_i4_fns_for : tdm_llm_i8_fns_for)(j.simd->level) : NULL;
     /* a decode step with little to read stays on the caller (TDM_LLM_ATTN_SERIAL_WORK) */
     tdm_threadpool *pool = tdm_llm_attn_pool(ctx->pool, j.T == j.B, j.B * j.H * longest);
     int threads = tdm_threadpool_size(pool);
     j.parts = 1;
-    if (threads > 1 && j.items > 0 && j.items < 2 * threads) {
+    j.spans = false;
+    /* one sequence's decode token (cu = [0, 1], checked below): its positions [lo, longest) */
+    int64_t span_lo = j.win > 0 && longest > j.win ? longest - j.win : 0;
+    j.span_n = longest - span_lo;
+    if (threads > 1 && j.T == 1 && j.B == 1 && j.quant && j.KVH * j.span_n >= 64 * threads) {
+        /* in row spans, as GroupQueryAttention's one sequence (k_llm_gqa.c): parts of the
+         * token's positions gave every part every kv head (2 threads, 3 kv heads: 6 pieces,
+         * each with its query set-up, softmax and partial outputs), the spans 4. Cuts inside a
+         * group at a block's start where the level reads the rows in place. */
+        bool blocks = j.fi->scores_blk && j.fi->pv_blk && span_lo % j.BS == 0;
+        j.spans = true;
+        j.items = tdm_llm_span_cuts(j.KVH, j.span_n, span_lo, blocks ? j.BS : 1, threads, j.cut);
+        for (int64_t g = 0; g < j.KVH; g++) {
+            int64_t np = tdm_llm_span_parts(j.cut, g, j.span_n);
+            j.parts = np > j.parts ? np : j.parts;
+        }
+    } else if (threads > 1 && j.items > 0 && j.items < 2 * threads) {
         /* a decode step of few sequences: split each item's positions so every thread has
          * as much work */
         j.parts = tdm_llm_decode_parts(threads, longest / 64);
@@ -775,7 +831,7 @@ tdm_status *tdm_llm_run_paged(tdm_kernel_ctx *ctx) {
     tdm_tensor *ko = ctx->n_out > 1 ? ctx->out[1] : NULL, *vo = ctx->n_out > 2 ? ctx->out[2] : NULL;
     size_t cache = (kc->nbytes + sizeof(float) - 1) / sizeof(float); /* floats of a copy */
     size_t own_cache = (ko ? 0 : cache) + (vo ? 0 : cache);
-    size_t part_need = j.parts > 1 ? (size_t)(j.T * j.H * j.parts * (j.D + 2)) : 0;
+    size_t part_need = j.parts > 1 || j.spans ? (size_t)(j.T * j.H * j.parts * (j.D + 2)) : 0;
     size_t need = 2 * ((size_t)j.T + 16) + (size_t)(j.slots * j.per_task) + part_need + own_cache;
     float *own = NULL, *mem = tdm_llm_gqa_scratch(ctx, need, &own);
     if (!mem) return tdm_node_error(node, TDM_ERR_OUT_OF_MEMORY, "out of memory");
@@ -814,15 +870,10 @@ tdm_status *tdm_llm_run_paged(tdm_kernel_ctx *ctx) {
             j.kstride = j.KVH * j.D;
         }
         j.y = ctx->out[0]->data;
-        j.simd = tdm_cpu_simd_of(ctx);
-        j.f = tdm_llm_fns_for(j.simd->level);
-        j.widen = tdm_llm_widen_for(j.simd->level);
-        j.narrow = tdm_llm_narrow_for(j.simd->level);
-        j.fi = j.quant ? (j.q4 ? tdm_llm_i4_fns_for : tdm_llm_i8_fns_for)(j.simd->level) : NULL;
         if (j.T > 0) {
             tdm_parallel_for(pool, j.T, (j.T + threads - 1) / threads, paged_cache, &j);
             tdm_parallel_for(pool, j.slots, 1, paged_slots, &j);
-            if (j.parts > 1) paged_merge(&j);
+            if (j.parts > 1 || j.spans) paged_merge(&j);
         }
     }
     tdm_llm_gqa_scratch_done(ctx, own);
