@@ -399,9 +399,16 @@ bool tdm_llm_part_softmax(const tdm_cpu_simd *simd, float *sc, int64_t cnt, floa
     return true;
 }
 
+/* The scale read once a head: tested in the loop, GCC read it again after every store to y
+ * (which may alias it) and ran one element a pass (bench_paged int4 8 sequences, 1 thread,
+ * AVX2 Zen 3: 2.3% of the samples against scores' 10%) */
 void tdm_llm_scale_rows(float *y, int64_t heads, int64_t stride, int64_t D, const float *scale) {
-    for (int64_t h = 0; h < heads; h++)
-        for (int64_t d = 0; scale[h] != 1.0f && d < D; d++) y[h * stride + d] *= scale[h];
+    for (int64_t h = 0; h < heads; h++) {
+        const float s = scale[h];
+        if (s == 1.0f) continue;
+        float *yh = y + h * stride;
+        for (int64_t d = 0; d < D; d++) yh[d] *= s;
+    }
 }
 
 void tdm_llm_attn_row(const tdm_llm_fns *f, const tdm_cpu_simd *simd, const float *q,
