@@ -494,9 +494,9 @@ static void test_half_caches(void **state) {
  *     written;
  * and the same caches without tandem_kv_layout BHSD are refused (TDM_ERR_INVALID_ARGUMENT),
  * nothing written. */
-static void check_quant(bool q4, tdm_cpu_isa isa, int threads, int nseq, const int *past,
-                        const int *fresh) {
-    enum { QH = 9, QKVH = 3, QD = 64, QBS = 16 };
+static void check_quant_bs(bool q4, tdm_cpu_isa isa, int threads, int nseq, const int *past,
+                           const int *fresh, const int QBS) {
+    enum { QH = 9, QKVH = 3, QD = 64 };
     const int row = QKVH * QD, rb = q4 ? TDM_KV_I4_ROW(QD) : TDM_LLM_KV_I8_ROW(QD);
     const tdm_dtype cdt = q4 ? TDM_UINT8 : TDM_INT8;
     tables tb;
@@ -598,6 +598,11 @@ static void check_quant(bool q4, tdm_cpu_isa isa, int threads, int nseq, const i
     node_free(&gc);
 }
 
+static void check_quant(bool q4, tdm_cpu_isa isa, int threads, int nseq, const int *past,
+                        const int *fresh) {
+    check_quant_bs(q4, isa, threads, nseq, past, fresh, 16);
+}
+
 static void test_quant_caches(void **state) {
     (void)state;
     tdm_cpu_isa host = tdm_cpu_isa_detect();
@@ -605,6 +610,9 @@ static void test_quant_caches(void **state) {
     static const int past2[2] = {300, 129}, new2[2] = {1, 1};
     static const int past3[3] = {37, 5, 100}, new3[3] = {1, 1, 1}; /* decode, one part */
     static const int past5[1] = {130}; /* 131 positions: 5 spans of ~79 rows, cuts inside groups */
+    /* 516 positions in 8 spans of ~194 rows, blocks of 256: the middle group's parts are in
+     * spans 3 and 5, span 4 is empty (its cuts moved down to one block's start) */
+    static const int past6[1] = {515};
     /* prompt chunks longer than an item's PAGED_ROWS (16) rows: 40 = 16 + 16 + 8, 17 = 16 + 1 */
     static const int past4[2] = {5, 30}, new4[2] = {40, 17};
     for (int l = 0; l <= (int)host; l++) {
@@ -621,6 +629,9 @@ static void test_quant_caches(void **state) {
             check_quant(q4, (tdm_cpu_isa)l, 3, 1, past1, new1);
             check_quant(q4, (tdm_cpu_isa)l, 4, 1, past1, new1);
             check_quant(q4, (tdm_cpu_isa)l, 5, 1, past5, new1);
+            /* spans shorter than a block of 256: cuts moved down to blocks' starts meet, an
+             * empty span between a group's parts (its slots must stay empty) */
+            check_quant_bs(q4, (tdm_cpu_isa)l, 8, 1, past6, new1, 256);
             check_quant(q4, (tdm_cpu_isa)l, 4, 2, past2, new2);
             check_quant(q4, (tdm_cpu_isa)l, 3, 2, past4, new4);
         }

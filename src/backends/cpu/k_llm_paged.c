@@ -473,7 +473,7 @@ static void paged_item_q(const paged_job *j, int64_t p, float *scratch) {
             int64_t g = r / N, end = (g + 1) * N < j->cut[k + 1] ? (g + 1) * N : j->cut[k + 1];
             int64_t part = k - tdm_llm_span_of(j->cut, g * N);
             float *o = j->partial + (t * j->H * j->parts + part) * slot;
-            for (int64_t h = g * group; h < (g + 1) * group; h++) { /* empty parts */
+            for (int64_t h = g * group; h < (g + 1) * group; h++) { /* empty until it is not */
                 memset(o + h * ostride, 0, (size_t)j->D * sizeof(float));
                 o[h * ostride + j->D] = -INFINITY;
             }
@@ -870,6 +870,10 @@ tdm_status *tdm_llm_run_paged(tdm_kernel_ctx *ctx) {
             j.kstride = j.KVH * j.D;
         }
         j.y = ctx->out[0]->data;
+        /* row spans: a group's parts are the spans from its first to its last; one that cuts
+         * moved down to blocks' starts left empty (spans shorter than a block) stays empty */
+        for (int64_t i = 0; j.spans && i < j.H * j.parts; i++)
+            j.partial[i * (j.D + 2) + j.D] = -INFINITY;
         if (j.T > 0) {
             tdm_parallel_for(pool, j.T, (j.T + threads - 1) / threads, paged_cache, &j);
             tdm_parallel_for(pool, j.slots, 1, paged_slots, &j);
