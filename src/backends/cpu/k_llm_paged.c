@@ -46,7 +46,9 @@
  * (k_llm_simd.c scores and p.V, the device's softmax row); runs of consecutive block ids are
  * one contiguous stretch of slots and go as one call. With fewer items than twice the threads
  * (a decode step of one or two sequences), each item's positions split in parts whose softmax
- * partials merge at the end (flash-decoding, as the GQA kernel does); a decode step with
+ * partials merge at the end (flash-decoding, as the GQA kernel does); one sequence's decode
+ * token on a quantised cache takes row spans instead (the kv groups' positions end to end, cut
+ * in one span a thread: tdm_llm_span_cuts, as GQA's one sequence); a decode step with
  * little to read runs both passes on the caller (TDM_LLM_ATTN_SERIAL_WORK). Both passes give
  * each thread one contiguous share: the tokens of pass 1 in one task a thread, and (one row an
  * item) a slot's items consecutive, so that a decode step's thread attends mostly the
