@@ -184,8 +184,10 @@ static inline int64_t tdm_llm_span_of(const int64_t *cut, int64_t r) {
     while (cut[k + 1] <= r) k++;
     return k;
 }
-/* The spans group g's rows fall in: its parts, part i in span tdm_llm_span_of(cut, g N) + i
- * (a span between two others may be empty: its part stays empty). */
+/* The spans group g's rows fall in: its parts, part i in span tdm_llm_span_of(cut, g N) + i.
+ * With align > 1 a span between two others may be empty (spans shorter than align): its part
+ * must read as empty. With align 1 and spans of 64 rows or more none is (the moves to an edge
+ * are under a quarter of a span). */
 static inline int64_t tdm_llm_span_parts(const int64_t *cut, int64_t g, int64_t N) {
     return tdm_llm_span_of(cut, (g + 1) * N - 1) - tdm_llm_span_of(cut, g * N) + 1;
 }
