@@ -285,10 +285,17 @@ static void decode_packed(const tdm_cpu_simd *simd, tdm_threadpool *pool, const 
          * threads (a thread's first task 0.72): steady 8-stream decode 1216-1344 against
          * 1219-1268 tok/s, one stream 396-436 against 375-413 (AMX Xeon, 4 alternating rounds,
          * bench/llm/results-2026-12-06-s40-amx.md). Longer calls (prefill) keep four tasks a
-         * thread for the balance. */
+         * thread for the balance. A long call of 4 rows or more (8 MiB of weights or more:
+         * SmolLM2's head in a batched step) takes four tasks a thread, claimed in turn: the
+         * two vCPUs of a VM ran at different speeds, and halves of a call of milliseconds
+         * waited for the slower (bench_nbits 49152 x 576 8-bit M = 8, 2 threads, AVX2 Zen 3:
+         * 3.06-3.85 -> 2.41-3.21 ms; the engine's 8-stream steps, the head's calls alternating
+         * the two splits: 0.886, 0.938, 0.984 of the time; one row level, 0.99-1.00). */
         int64_t grain = 32768 / (w->pk->pstride * js.M) + 1;
         int64_t th = tdm_threadpool_size(pool), even = (w->pk->panels + th - 1) / th;
         if (js.M <= 16 && grain < even) grain = even;
+        if (js.M >= 4 && js.M <= 16 && w->pk->panels * w->pk->pstride >= ((int64_t)8 << 20))
+            grain = (w->pk->panels + 4 * th - 1) / (4 * th);
         tdm_parallel_for(pool, w->pk->panels, grain, decode_panels, &js);
     }
 }
