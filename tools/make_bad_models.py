@@ -208,6 +208,18 @@ def cases(deep_levels):
                    [fvi("x", [4])], [fvi("y", [4])])
     yield ("unknown_op", ["unsupported", "NoSuchOp", "session"],
            {"model.onnx": unk.SerializeToString()})
+    # domain "tandem" is the graph optimizer's own (packed weights, blocked layouts): refused
+    internal = [helper.make_opsetid("", OPSET), helper.make_opsetid("tandem", 1)]
+    packed = model_of([helper.make_node("MatMulNBitsPacked", ["x", "p"], ["y"], name="packed",
+                                        domain="tandem", K=64, N=64, bits=4, block_size=32)],
+                      [fvi("x", [1, 64])], [fvi("y", [1, 64])],
+                      [numpy_helper.from_array(np.zeros(2560, np.uint8), "p")], opsets=internal)
+    yield ("internal_domain_node", ["invalid model", "node 'packed' (MatMulNBitsPacked) is in domain 'tandem'"],
+           {"model.onnx": packed.SerializeToString()})
+    imp = model_of([helper.make_node("Relu", ["x"], ["y"], name="relu")],
+                   [fvi("x", [4])], [fvi("y", [4])], opsets=internal)
+    yield ("internal_domain_import", ["invalid model", "imports an opset of domain 'tandem'"],
+           {"model.onnx": imp.SerializeToString()})
     undef = model_of([helper.make_node("Add", ["x", "ghost"], ["y"], name="add")],
                      [fvi("x", [4])], [fvi("y", [4])])
     yield ("undefined_input", ["invalid model", "'ghost', which no node, input or initializer defines"],

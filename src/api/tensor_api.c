@@ -3,10 +3,19 @@
 #include "api/api_impl.h"
 #include "core/alloc.h"
 
+/* A sequence, map or optional is made by its constructor, with its items: one from
+ * tdm_tensor_create would hold null items, which no kernel takes */
+static tdm_status *not_container(const char *fn, tdm_dtype dtype) {
+    if (!tdm_dtype_is_container(dtype)) return NULL;
+    return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "%s: a %s is made by tdm_%s_create", fn,
+                   tdm_dtype_name(dtype), tdm_dtype_name(dtype));
+}
+
 tdm_status *tdm_tensor_create(tdm_env *env, tdm_dtype dtype, int rank, const int64_t *dims,
                               tdm_tensor **out) {
     if (!env || !out || (rank > 0 && !dims))
         return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_tensor_create: NULL argument");
+    TDM_TRY(not_container("tdm_tensor_create", dtype));
     return tdm_tensor_new(env->alloc, dtype, rank, dims, out);
 }
 
@@ -14,6 +23,7 @@ tdm_status *tdm_tensor_wrap(tdm_env *env, tdm_dtype dtype, int rank, const int64
                             void *data, size_t bytes, tdm_tensor **out) {
     if (!env || !out || (rank > 0 && !dims))
         return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_tensor_wrap: NULL argument");
+    TDM_TRY(not_container("tdm_tensor_wrap", dtype));
     if (dtype == TDM_STRING)
         return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_tensor_wrap: string tensors cannot wrap memory");
     tdm_tensor *t;

@@ -11,6 +11,7 @@
 #include "core/checked.h"
 #include "onnx/onnx.pb-c.h"
 #include "onnx/proto.h"
+#include "ops/fused.h"
 
 typedef struct conv {
     const tdm_allocator *a;
@@ -204,6 +205,18 @@ static tdm_status *convert_attr(conv *c, const Onnx__AttributeProto *ap, tdm_att
 
 /* ---- graph ---- */
 
+/* Domain "tandem" holds the nodes tandem's graph optimizer makes (ops/fused.h: packed weights,
+ * blocked layouts, fused epilogues), whose kernels rely on what the optimizer checked when it
+ * made them; a model that names the domain (a node, or an opset import) is refused. */
+static tdm_status *internal_domain(const char *name, const char *op) {
+    if (!op)
+        return TDM_ERR(TDM_ERR_INVALID_MODEL, "the model imports an opset of domain '%s', tandem's "
+                       "own domain for the nodes its graph optimizer makes", TDM_FUSED_DOMAIN);
+    return TDM_ERR(TDM_ERR_INVALID_MODEL, "node '%s' (%s) is in domain '%s', tandem's own domain "
+                   "for the nodes its graph optimizer makes: a model cannot hold them",
+                   name, op, TDM_FUSED_DOMAIN);
+}
+
 /* Finds `name` in g or, for subgraphs, in enclosing graphs (then a local placeholder marked
  * is_outer is created). Creates an undefined placeholder if not found anywhere. */
 static tdm_status *resolve_input(tdm_graph *g, const char *name, int *out) {
@@ -326,6 +339,10 @@ static tdm_status *convert_graph(conv *c, const Onnx__GraphProto *gp, tdm_graph 
             snprintf(autoname, sizeof autoname, "%s_%zu", np->op_type, i);
             name = autoname;
         }
+        if (np->domain && strcmp(np->domain, TDM_FUSED_DOMAIN) == 0) {
+            st = internal_domain(name, np->op_type);
+            goto fail;
+        }
         int ni;
         if ((st = tdm_graph_add_node(g, name, np->op_type, np->domain, (int)np->n_input,
                                      (int)np->n_output, &ni)))
@@ -419,6 +436,7 @@ static tdm_status *convert_model(const Onnx__ModelProto *mp, conv *c, tdm_onnx_m
         if (op->version < 1 || op->version > 1000)
             return TDM_ERR(TDM_ERR_INVALID_MODEL, "opset version %lld of domain '%s' is invalid",
                            (long long)op->version, d);
+        if (strcmp(d, TDM_FUSED_DOMAIN) == 0) return internal_domain(NULL, NULL);
         bool again = false;
         for (size_t j = 0; j < g->n_opsets; j++) {
             if (strcmp(g->opsets[j].domain, d) != 0) continue;

@@ -18,7 +18,8 @@ bool tdm_contrib_has_in(const tdm_infer_ctx *c, int i) { return i < c->n_in && c
 
 tdm_status *tdm_contrib_need_type(const tdm_infer_ctx *c, int i, const char *what, uint32_t mask) {
     if (!tdm_contrib_has_in(c, i) || c->in[i].dtype == TDM_UNDEFINED) return NULL;
-    if (mask & (1u << c->in[i].dtype)) return NULL;
+    unsigned t = (unsigned)c->in[i].dtype; /* a sequence, map or optional is 100 and up */
+    if (t < 32 && (mask & (1u << t))) return NULL;
     return tdm_node_error(c->node, TDM_ERR_INVALID_ARGUMENT, "%s has type %s, which the operator does not take",
                           what, tdm_dtype_name(c->in[i].dtype));
 }

@@ -90,6 +90,36 @@ static void fill(tdm_tensor *t, fz_rng *r) {
     }
 }
 
+/* A random 1-D tensor of 0..3 elements of a random type (float, int64, int32 or string) */
+static tdm_status *small_tensor(fz_rng *r, tdm_dtype dt, tdm_tensor **out) {
+    static const tdm_dtype types[4] = {TDM_FLOAT, TDM_INT64, TDM_INT32, TDM_STRING};
+    int64_t n = (int64_t)fz_below(r, 4);
+    TDM_TRY(tdm_tensor_create(g_env, dt != TDM_UNDEFINED ? dt : types[fz_below(r, 4)], 1, &n, out));
+    fill(*out, r);
+    return NULL;
+}
+
+/* A sequence (0..3 items of one type), map (int64 or string keys to float or int64 values)
+ * or optional (none, or a tensor) input, made by its constructor with random items */
+static tdm_status *make_container(fz_rng *r, tdm_dtype kind, tdm_tensor **out) {
+    tdm_tensor *items[3] = {0};
+    tdm_status *st = NULL;
+    size_t n = kind == TDM_SEQUENCE ? fz_below(r, 4) : kind == TDM_MAP ? 2 : fz_below(r, 2);
+    static const tdm_dtype types[4] = {TDM_FLOAT, TDM_INT64, TDM_INT32, TDM_STRING};
+    tdm_dtype item_t = types[fz_below(r, 4)];
+    for (size_t i = 0; i < n && !st; i++) {
+        if (kind == TDM_MAP) item_t = i ? (fz_below(r, 2) ? TDM_FLOAT : TDM_INT64)
+                                        : (fz_below(r, 2) ? TDM_INT64 : TDM_STRING);
+        st = small_tensor(r, item_t, &items[i]);
+    }
+    if (!st && kind == TDM_SEQUENCE) st = tdm_sequence_create(g_env, n, items, out);
+    else if (!st && kind == TDM_MAP) st = tdm_map_create(g_env, items[0], items[1], out);
+    else if (!st) st = tdm_optional_create(g_env, items[0], out);
+    if (st) /* the constructors take the items only when they succeed */
+        for (size_t i = 0; i < n; i++) tdm_tensor_free(items[i]);
+    return st;
+}
+
 /* Makes one tensor per declared input. Returns 0 when the model can be run. */
 static int make_inputs(const tdm_model *m, fz_rng *r, size_t *n, const char **names,
                        tdm_tensor **ins) {
@@ -104,6 +134,17 @@ static int make_inputs(const tdm_model *m, fz_rng *r, size_t *n, const char **na
             return -1;
         }
         tdm_dtype dt = d.dtype == TDM_UNDEFINED ? TDM_FLOAT : d.dtype;
+        if (tdm_dtype_is_container(dt)) {
+            total += 6;
+            st = make_container(r, dt, &ins[*n]);
+            if (st) {
+                fz_check_status(st);
+                return -1;
+            }
+            names[*n] = d.name;
+            (*n)++;
+            continue;
+        }
         int rank = d.rank >= 0 ? d.rank : (int)fz_below(r, 4);
         int64_t dims[TDM_MAX_RANK], elems = 1;
         for (int k = 0; k < rank; k++) {

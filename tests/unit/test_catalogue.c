@@ -955,6 +955,13 @@ static void test_run_inputs(void **state) {
                    INVALID, NULL, NULL) != 0;
     fails += check("dtype 99", tdm_tensor_create(g_env, (tdm_dtype)99, 1, good, &bad),
                    TDM_ERR_UNSUPPORTED, INVALID, NULL, NULL) != 0;
+    /* containers come from their constructors (with items), not as empty shells */
+    int64_t two = 2;
+    fails += check("map by tdm_tensor_create", tdm_tensor_create(g_env, TDM_MAP, 1, &two, &bad),
+                   INVALID, NONE, "tdm_map_create", NULL) != 0;
+    fails += check("sequence by tdm_tensor_wrap",
+                   tdm_tensor_wrap(g_env, TDM_SEQUENCE, 1, &two, small, sizeof small, &bad),
+                   INVALID, NONE, "tdm_sequence_create", NULL) != 0;
     assert_null(bad);
     assert_int_equal(live(), live0);
 

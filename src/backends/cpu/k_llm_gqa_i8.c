@@ -53,16 +53,17 @@ static inline float kv_value(const int8_t *r, int64_t so, int64_t i, bool q4) {
 
 /* v (|v| <= 127 give or take a rounding) rounded to the nearest integer, ties to even, in
  * [-127, 127]: adding 1.5 * 2^23 rounds as nearbyintf does in the default mode, without its
- * library call */
+ * library call. NaN (a NaN input, or an infinite one times a zero inverse) gives 0, as the
+ * vector forms do (converting NaN to an integer type is undefined in C) */
 static inline float round_code(float v) {
     v = (v + 12582912.0f) - 12582912.0f;
-    return v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
+    return v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v == v ? v : 0.0f; /* NaN: 0 */
 }
 
 /* ... in [-8, 7] for the 4-bit codes (|v| <= 8 give or take a rounding) */
 static inline int round_code4(float v) {
     v = (v + 12582912.0f) - 12582912.0f;
-    return v > 7.0f ? 7 : v < -8.0f ? -8 : (int)v;
+    return v > 7.0f ? 7 : v < -8.0f ? -8 : v == v ? (int)v : 0;
 }
 
 /* the largest |x[i]|, i < n: one group's range, for the cache rows and the query alike */
@@ -695,7 +696,7 @@ TDM_TARGET_AVX2 static AI void pvq_pass(const int8_t *vb, const int8_t *const *r
                                         int HN, int64_t g, int64_t NG, const int half, bool q4, bool pf,
                                         float (*acc)[8], bool blocks) {
     const int64_t go = q4 ? 16 * g : 32 * g + 16 * half; /* the pass's bytes in a row */
-    const int8_t *vg = vb + go;
+    const int8_t *vg = blocks ? NULL : vb + go; /* vb is NULL in blocks */
 #define PVQ_ROW(t) (blocks ? rp[t] + go : vg + (t) * rs)
     __m256i ia[PV_HEADS][2];
     for (int h = 0; h < HN; h++) ia[h][0] = ia[h][1] = _mm256_setzero_si256();
@@ -809,7 +810,9 @@ TDM_TARGET_AVX2 static AI void pvq_avx2(const float *p, int64_t ld, int HN, cons
                                        _mm256_permute4x64_epi64(_mm256_packs_epi32(q0, q1), 0xd8));
                     qsum = _mm256_add_epi32(qsum, _mm256_add_epi32(q0, q1));
                 }
-                corr[h][g] = (q4 ? 8 : 128) * hsum8i(qsum); /* the codes' offset times the weights */
+                /* the codes' offset times the weights; wrapping (weights from a NaN or infinite
+                 * p: garbage in, no undefined behaviour) */
+                corr[h][g] = (int32_t)((uint32_t)(q4 ? 8 : 128) * (uint32_t)hsum8i(qsum));
             }
         const int8_t *vb = blocks ? NULL : v + t0 * rs; /* contiguous */
         for (int64_t g = 0; g < NG; g++) { /* 16 columns a pass: the sums stay in registers */

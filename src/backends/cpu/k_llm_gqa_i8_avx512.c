@@ -550,9 +550,10 @@ TDM_TARGET_VNNI static AI void pvq_block(const float *p, int64_t ld, int HN, con
         }
         for (int h = 0; h < HN; h++) { /* less the codes' offset times the block's weights, in
                                           int32 (exact: a large weight leaves no float residue) */
-            int zk = q4 ? 8 : 128;
-            __m512i corr = _mm512_mask_blend_epi32(0xff00, _mm512_set1_epi32(zk * _mm512_reduce_add_epi32(qs[h][0])),
-                                                   _mm512_set1_epi32(zk * _mm512_reduce_add_epi32(qs[h][1])));
+            uint32_t zk = q4 ? 8 : 128; /* wrapping: weights from a NaN p are garbage, not UB */
+            int32_t c0 = (int32_t)(zk * (uint32_t)_mm512_reduce_add_epi32(qs[h][0]));
+            int32_t c1 = (int32_t)(zk * (uint32_t)_mm512_reduce_add_epi32(qs[h][1]));
+            __m512i corr = _mm512_mask_blend_epi32(0xff00, _mm512_set1_epi32(c0), _mm512_set1_epi32(c1));
             __m512 s = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(bs[h][0]), _mm512_set1_ps(bs[h][1]));
             for (int c = 0; c < 4; c++)
                 _mm512_store_ps(acc[h][c], _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(ia[h][c], corr)), s,
