@@ -74,11 +74,11 @@ static void remove_dir(void) {
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;
     const char *src = getenv("TANDEM_SOURCE_DIR");
+    if (!src) src = TANDEM_SOURCE_DIR;
     char path[1024];
-    snprintf(path, sizeof path, "%s/tests/llm/models/tiny_genai/model.onnx", src ? src : TANDEM_SOURCE_DIR);
+    snprintf(path, sizeof path, "%s/tests/llm/models/tiny_genai/model.onnx", src);
     g_model = read_all(path, &g_model_size);
-    snprintf(path, sizeof path, "%s/tests/llm/models/tiny_genai/genai_config.json",
-             src ? src : TANDEM_SOURCE_DIR);
+    snprintf(path, sizeof path, "%s/tests/llm/models/tiny_genai/genai_config.json", src);
     g_config = read_all(path, &g_config_size);
     const char *tmp = getenv("TMPDIR");
     snprintf(g_dir, sizeof g_dir, "%s/fuzz_llm.XXXXXX", tmp && strlen(tmp) < 40 ? tmp : "/tmp");
