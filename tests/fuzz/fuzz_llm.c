@@ -10,10 +10,13 @@
  *   mode & 4:  the paged engine (tdm_llm_engine: the graph edited for PagedAttention, blocks
  *              of 4) runs one request to its end; else the generator appends a prompt,
  *              generates two tokens, reads the logits, resets and goes again.
- * The prompt (1..6 ids, one of them now and then outside the vocabulary) is drawn from the
- * input's hash. Statuses must be well formed, and nothing may leak through the allocator
+ * The prompt (1..6 ids, one of them now and then outside the vocabulary) and the sampling
+ * (greedy, or temperature, top-k, top-p and repetition penalty at and past their ranges; for
+ * the engine also presence / frequency penalties, logprobs, top_logprobs -1..21, stop ids and
+ * logit biases, some outside the vocabulary or not finite) are drawn from the input's hash. Statuses must be well formed, and nothing may leak through the allocator
  * hook (fuzz_common.h). Half of the mutations of a model are protobuf-aware (onnx_mutator.h).
  * The folder is a temporary directory made once per process and rewritten for each input. */
+#include <math.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -112,7 +115,28 @@ static void on_event(void *user, const tdm_llm_event *ev) {
     pthread_mutex_unlock(&e->mu);
 }
 
-static void run_engine(const char *kv, const int32_t *prompt, size_t n) {
+/* Sampling drawn from r: greedy half of the time, else temperatures, top-k / top-p and
+ * penalties at and past their ranges (NaN and infinities included: the API clamps or refuses
+ * them, it must not misbehave) */
+static float pick_f(fz_rng *r, const float *v, size_t n) { return v[fz_below(r, n)]; }
+
+static tdm_sampling draw_sampling(fz_rng *r) {
+    static const float temps[] = {0.5f, 1.0f, 100.0f, 1e-30f, -1.0f, NAN, INFINITY};
+    static const float ps[] = {0.0f, 0.5f, 0.999f, 1.0f, 1.5f, -1.0f, NAN};
+    static const float pens[] = {0.0f, 1.0f, 1.3f, 1e30f, -2.0f, NAN, INFINITY};
+    static const int ks[] = {0, 1, 5, 383, 384, 1 << 30, -1};
+    tdm_sampling s;
+    memset(&s, 0, sizeof s);
+    if (fz_below(r, 2)) return s;
+    s.temperature = pick_f(r, temps, sizeof temps / sizeof *temps);
+    s.top_k = ks[fz_below(r, sizeof ks / sizeof *ks)];
+    s.top_p = pick_f(r, ps, sizeof ps / sizeof *ps);
+    s.repetition_penalty = pick_f(r, pens, sizeof pens / sizeof *pens);
+    s.seed = fz_next(r);
+    return s;
+}
+
+static void run_engine(const char *kv, const int32_t *prompt, size_t n, fz_rng *r) {
     tdm_llm_engine_options o;
     memset(&o, 0, sizeof o);
     o.struct_size = sizeof o;
@@ -133,6 +157,27 @@ static void run_engine(const char *kv, const int32_t *prompt, size_t n) {
     memset(&p, 0, sizeof p);
     p.struct_size = sizeof p;
     p.max_tokens = 3;
+    p.sampling = draw_sampling(r);
+    /* the first three of each list are in range; a quarter of the requests draw from all */
+    static const float pens[] = {0.0f, 2.0f, -2.0f, 1e30f, NAN, INFINITY};
+    static const int32_t ids[] = {0, 2, 383, 384, -1};
+    static const float bias[] = {1.0f, -100.0f, 1e30f, NAN, -INFINITY};
+    size_t w = fz_below(r, 4) ? 3 : 5;
+    p.presence_penalty = pick_f(r, pens, w + 1);
+    p.frequency_penalty = pick_f(r, pens, w + 1);
+    p.logprobs = fz_below(r, 2);
+    p.top_logprobs = w == 3 ? (int)fz_below(r, 21) : (int)fz_below(r, 23) - 1; /* API: 0..20 */
+    int32_t stop[2], bias_ids[3];
+    float bias_values[3];
+    p.n_stop_ids = fz_below(r, 3);
+    for (size_t i = 0; i < p.n_stop_ids; i++) stop[i] = ids[fz_below(r, w)];
+    p.stop_ids = stop;
+    p.n_bias = fz_below(r, 4);
+    for (size_t i = 0; i < p.n_bias; i++)
+        bias_ids[i] = ids[fz_below(r, w)], bias_values[i] = pick_f(r, bias, w);
+    p.bias_ids = bias_ids;
+    p.bias_values = bias_values;
+    p.ignore_eos = fz_below(r, 2);
     uint64_t id = 0;
     st = tdm_llm_engine_submit(e, prompt, n, &p, on_event, &end, &id);
     if (st) {
@@ -145,7 +190,7 @@ static void run_engine(const char *kv, const int32_t *prompt, size_t n) {
     tdm_llm_engine_free(e);
 }
 
-static void run_generator(const char *kv, const int32_t *prompt, size_t n) {
+static void run_generator(const char *kv, const int32_t *prompt, size_t n, fz_rng *r) {
     tdm_generator_options o;
     memset(&o, 0, sizeof o);
     o.struct_size = sizeof o;
@@ -153,6 +198,7 @@ static void run_generator(const char *kv, const int32_t *prompt, size_t n) {
     o.threads = 1;
     o.kv_type = kv;
     o.ignore_eos = true;
+    o.sampling = draw_sampling(r);
     tdm_generator *g = NULL;
     fz_dirty_stack();
     tdm_status *st = tdm_generator_create(g_env, g_dir, &o, &g);
@@ -202,8 +248,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (size_t i = 0; i < n; i++) prompt[i] = (int32_t)fz_below(&r, 384);
     if (fz_below(&r, 8) == 0) prompt[fz_below(&r, n)] = fz_below(&r, 2) ? -1 : 1 << 20;
     static const char *const kv[4] = {NULL, "int8", "int4", "f16"};
-    if (mode & 4) run_engine(kv[mode & 3], prompt, n);
-    else run_generator(kv[mode & 3], prompt, n);
+    if (mode & 4) run_engine(kv[mode & 3], prompt, n, &r);
+    else run_generator(kv[mode & 3], prompt, n, &r);
     if (atomic_load(&g_alloc.live_blocks) != g_env_blocks) {
         fprintf(stderr, "fuzz: %ld blocks leaked through the allocator hook\n",
                 atomic_load(&g_alloc.live_blocks) - g_env_blocks);
