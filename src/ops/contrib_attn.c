@@ -346,9 +346,11 @@ static tdm_status *infer_dq_lstm(tdm_infer_ctx *c) {
         tdm_attr_int(node, "input_forget", 0) != 0)
         return tdm_node_error(node, TDM_ERR_UNSUPPORTED,
                               "activations, clip and input_forget other than the defaults are not implemented");
-    for (int i = 8; i < 12; i++)
-        if (!tdm_contrib_has_in(c, i))
-            return tdm_node_error(node, TDM_ERR_INVALID_MODEL, "required input %d (a scale or zero point) is missing", i);
+    static const int required[] = {0, 1, 2, 8, 9, 10, 11}; /* X, W, R, the scales and zero points */
+    for (int k = 0; k < 7; k++)
+        if (!tdm_contrib_has_in(c, required[k]))
+            return tdm_node_error(node, TDM_ERR_INVALID_MODEL, "required input %d (X, W, R, a scale or "
+                                  "zero point) is missing", required[k]);
     static const int fin[] = {0, 3, 5, 6, 7, 8, 10};
     for (int k = 0; k < 7; k++) TDM_TRY(tdm_contrib_need_type(c, fin[k], "input", F32));
     static const int q8in[] = {1, 2, 9, 11};

@@ -13,6 +13,7 @@
  * with the scales (blocks of block_size along quantize_axis; the scales have data's logical
  * shape with that dim divided into blocks) and zero points (data's packing; default
  * 2^(bits - 1)). Out-of-range indices give zeros. */
+#include <stdint.h>
 #include <string.h>
 
 #include "ops/fused.h"
@@ -21,7 +22,8 @@
 
 #define MS_DOMAIN "com.microsoft"
 
-static bool pow2_at_least16(int64_t v) { return v >= 16 && (v & (v - 1)) == 0; }
+/* a block size: a power of 2 from 16 to 2^30 (sums of it and a dim stay inside int64) */
+static bool pow2_at_least16(int64_t v) { return v >= 16 && v <= (1 << 30) && (v & (v - 1)) == 0; }
 
 #define BAD(...) tdm_node_error(n, TDM_ERR_INVALID_MODEL, __VA_ARGS__)
 #define LL(v) ((long long)(v))
@@ -44,12 +46,12 @@ static tdm_status *infer_matmul_nbits(tdm_infer_ctx *c) {
     int64_t K = tdm_attr_int(n, "K", -1), N = tdm_attr_int(n, "N", -1);
     int64_t bits = tdm_attr_int(n, "bits", 4), bs = tdm_attr_int(n, "block_size", -1);
     int64_t acc = tdm_attr_int(n, "accuracy_level", 0);
-    if (K < 1 || N < 1)
-        return BAD("attributes K (%lld) and N (%lld) must be positive", LL(K), LL(N));
+    if (K < 1 || N < 1 || K > INT32_MAX || N > INT32_MAX)
+        return BAD("attributes K (%lld) and N (%lld) must be in 1..2^31-1", LL(K), LL(N));
     if (bits != 2 && bits != 4 && bits != 8)
         return BAD("bits %lld is not supported (2, 4 or 8)", LL(bits));
     if (!pow2_at_least16(bs))
-        return BAD("block_size %lld must be a power of 2 and at least 16", LL(bs));
+        return BAD("block_size %lld must be a power of 2 from 16 to 2^30", LL(bs));
     if (acc < 0 || acc > 4) return BAD("accuracy_level %lld is not in 0..4", LL(acc));
     if (tdm_attr_int(n, "weight_prepacked", 0) != 0)
         return tdm_node_error(n, TDM_ERR_UNSUPPORTED, "weight_prepacked B is not supported");
@@ -133,7 +135,7 @@ static tdm_status *infer_gather_bq(tdm_infer_ctx *c) {
     if (bits != 2 && bits != 4 && bits != 8)
         return BAD("bits %lld is not supported (2, 4 or 8)", LL(bits));
     if (!pow2_at_least16(bs))
-        return BAD("block_size %lld must be a power of 2 and at least 16", LL(bs));
+        return BAD("block_size %lld must be a power of 2 from 16 to 2^30", LL(bs));
     if (ix->dtype != TDM_UNDEFINED && ix->dtype != TDM_INT32 && ix->dtype != TDM_INT64)
         return tdm_node_error(n, TDM_ERR_INVALID_MODEL, "indices have type %s, not int32/int64",
                               tdm_dtype_name(ix->dtype));
