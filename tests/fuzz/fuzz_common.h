@@ -69,6 +69,16 @@ static tdm_env *fz_env(fz_alloc *fa) {
     return env;
 }
 
+/* After an input: every block the library took through the hook is back (base: the live
+ * blocks once the environment was made) */
+static void fz_check_leaks(fz_alloc *fa, long base) {
+    long live = atomic_load(&fa->live_blocks);
+    if (live != base) {
+        fprintf(stderr, "fuzz: %ld blocks leaked through the allocator hook\n", live - base);
+        abort();
+    }
+}
+
 /* Every status the library returns must carry a known code and a non-empty message. */
 static void fz_check_status(tdm_status *st) {
     if (!st) return;

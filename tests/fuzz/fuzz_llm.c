@@ -250,11 +250,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static const char *const kv[4] = {NULL, "int8", "int4", "f16"};
     if (mode & 4) run_engine(kv[mode & 3], prompt, n, &r);
     else run_generator(kv[mode & 3], prompt, n, &r);
-    if (atomic_load(&g_alloc.live_blocks) != g_env_blocks) {
-        fprintf(stderr, "fuzz: %ld blocks leaked through the allocator hook\n",
-                atomic_load(&g_alloc.live_blocks) - g_env_blocks);
-        abort();
-    }
+    fz_check_leaks(&g_alloc, g_env_blocks);
     return 0;
 }
 

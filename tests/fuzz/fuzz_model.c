@@ -277,11 +277,7 @@ static void run_model(const uint8_t *data, size_t size) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     run_model(data, size);
-    if (atomic_load(&g_alloc.live_blocks) != g_env_blocks) {
-        fprintf(stderr, "fuzz: %ld blocks leaked through the allocator hook\n",
-                atomic_load(&g_alloc.live_blocks) - g_env_blocks);
-        abort();
-    }
+    fz_check_leaks(&g_alloc, g_env_blocks);
     return 0;
 }
 

@@ -55,10 +55,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         (void)sink;
         tdm_tensor_free(t);
     }
-    if (atomic_load(&g_alloc.live_blocks) != g_env_blocks) {
-        fprintf(stderr, "fuzz: %ld blocks leaked through the allocator hook\n",
-                atomic_load(&g_alloc.live_blocks) - g_env_blocks);
-        abort();
-    }
+    fz_check_leaks(&g_alloc, g_env_blocks);
     return 0;
 }
