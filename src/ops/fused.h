@@ -71,6 +71,8 @@
 #ifndef TDM_OPS_FUSED_H
 #define TDM_OPS_FUSED_H
 
+/* Only the graph passes make nodes of this domain: the loader refuses a model that names it
+ * (src/onnx/loader.c), since the kernels rely on what the passes checked */
 #define TDM_FUSED_DOMAIN "tandem"
 
 /* Channel-blocked layout operators (src/graph/fuse_blocked.c makes them; shape rules in
