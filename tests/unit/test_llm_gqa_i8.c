@@ -306,6 +306,8 @@ static void test_quantize_levels(void **state) {
                 if (memcmp(got, want, (size_t)row_bytes(d)))
                     fail_msg("%s d=%d row %d: the bytes differ from the portable quantiser",
                              tdm_cpu_isa_name((tdm_cpu_isa)l), d, r);
+                if (r == 11 && !g_q4 && want[d / 2] != 0) /* NaN: code 0 (C leaves its conversion undefined) */
+                    fail_msg("d=%d: a NaN value has 8-bit code %d, not 0", d, want[d / 2]);
             }
     }
 }
