@@ -45,10 +45,18 @@ static json_t *member(json_t *o, const char *path) {
     return o;
 }
 
-static void copy_name(json_t *o, const char *path, char *dst) {
+/* genai_config.json's string at `path` into dst (cap bytes) when present: a string of up to
+ * cap - 1 bytes (at least 1 unless empty_ok) without a NUL, else an error (a name cut short or
+ * skipped would load some other file or look for some other input) */
+static tdm_status *copy_name(json_t *o, const char *path, char *dst, size_t cap, bool empty_ok) {
     json_t *v = member(o, path);
-    if (json_is_string(v) && strlen(json_string_value(v)) < TDM_LLM_NAME)
-        snprintf(dst, TDM_LLM_NAME, "%s", json_string_value(v));
+    if (!v) return NULL;
+    size_t n = json_is_string(v) ? json_string_length(v) : 0;
+    if (!json_is_string(v) || (n == 0 && !empty_ok) || n >= cap || strlen(json_string_value(v)) != n)
+        return TDM_ERR(TDM_ERR_INVALID_MODEL, "genai_config.json: %s must be a string of %d to %zu "
+                       "bytes", path, empty_ok ? 0 : 1, cap - 1);
+    memcpy(dst, json_string_value(v), n + 1);
+    return NULL;
 }
 
 /* eos_token_id: an integer or a list of them. false when absent. */
@@ -86,17 +94,15 @@ tdm_status *tdm_llm_folder_read(const char *dir, tdm_llm_folder *out) {
     if (!st) st = load_json(dir, "config.json", &cfg);
     if (!st && genai) {
         f.genai = true;
-        json_t *fn = member(genai, "model.decoder.filename");
-        if (json_is_string(fn) && strlen(json_string_value(fn)) < sizeof model_file)
-            snprintf(model_file, sizeof model_file, "%s", json_string_value(fn));
-        copy_name(genai, "model.decoder.inputs.input_ids", f.input_ids);
-        copy_name(genai, "model.decoder.inputs.attention_mask", f.attention_mask);
-        copy_name(genai, "model.decoder.inputs.position_ids", f.position_ids);
-        copy_name(genai, "model.decoder.inputs.past_key_names", f.past_key);
-        copy_name(genai, "model.decoder.inputs.past_value_names", f.past_value);
-        copy_name(genai, "model.decoder.outputs.present_key_names", f.present_key);
-        copy_name(genai, "model.decoder.outputs.present_value_names", f.present_value);
-        copy_name(genai, "model.decoder.outputs.logits", f.logits);
+        st = copy_name(genai, "model.decoder.filename", model_file, sizeof model_file, false);
+        static const char *const paths[8] = {
+            "model.decoder.inputs.input_ids", "model.decoder.inputs.attention_mask",
+            "model.decoder.inputs.position_ids", "model.decoder.inputs.past_key_names",
+            "model.decoder.inputs.past_value_names", "model.decoder.outputs.present_key_names",
+            "model.decoder.outputs.present_value_names", "model.decoder.outputs.logits"};
+        char *dst[8] = {f.input_ids, f.attention_mask, f.position_ids, f.past_key,
+                        f.past_value, f.present_key, f.present_value, f.logits};
+        for (int i = 0; i < 8 && !st; i++) st = copy_name(genai, paths[i], dst[i], TDM_LLM_NAME, true);
         json_t *sb = member(genai, "search.past_present_share_buffer");
         if (json_is_boolean(sb)) f.share_buffer = json_is_true(sb);
         json_t *ml = member(genai, "search.max_length");

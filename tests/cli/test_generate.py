@@ -407,6 +407,30 @@ def main():
         check(r.returncode != 0 and "vocabulary" in r.stderr, "token outside the vocabulary")
         r = run([T, "bench", folder, "--llm", "--repetitions", "0"])
         check(r.returncode == 2, "bench --llm --repetitions 0")
+
+        # malformed genai_config.json: an error naming the field, never another file or input
+        with open(os.path.join(gfolder, "genai_config.json")) as f:
+            good_cfg = json.load(f)
+        bad_dir = os.path.join(tmp, "genai_bad")
+        os.makedirs(bad_dir)
+        os.symlink(os.path.join(gfolder, "model.onnx"), os.path.join(bad_dir, "model.onnx"))
+        cases = [("filename", 7, "model.decoder.filename must be a string"),
+                 ("filename", "", "model.decoder.filename must be a string"),
+                 ("filename", "m" * 2000, "model.decoder.filename must be a string"),
+                 ("filename", "model.onnx\u0000.x", "genai_config.json"),  # NUL: jansson or the check
+                 ("filename", "../genai/model.onnx", "must be a name in the folder"),
+                 ("input_ids", ["input_ids"], "model.decoder.inputs.input_ids must be a string"),
+                 ("input_ids", "i" * 300, "model.decoder.inputs.input_ids must be a string"),
+                 ("past_key_names", "past.key", "must hold one %d")]
+        for field, value, want in cases:
+            cfg = json.loads(json.dumps(good_cfg))
+            dec = cfg["model"]["decoder"]
+            (dec if field == "filename" else dec["inputs"])[field] = value
+            with open(os.path.join(bad_dir, "genai_config.json"), "w") as f:
+                json.dump(cfg, f)
+            r = run([T, "generate", bad_dir, "--prompt-ids", "1", "--max-tokens", "1"])
+            check_run(r.returncode != 0 and want in r.stderr and "invalid model" in r.stderr,
+                      f"genai_config.json {field} = {str(value)[:24]!r}: refused ({want})", r)
     print(f"{len(FAILS)} failures")
     return 1 if FAILS else 0
 
