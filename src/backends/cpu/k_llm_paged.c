@@ -81,6 +81,7 @@ typedef struct paged_job {
      * stretches (fi->dequantize_rows) into float32 like float16 */
     bool quant, q4;
     const tdm_llm_i8_fns *fi;
+    bool blk_forms; /* fi has block-list scores and p.V: the rows are read where they lie */
     int64_t rb; /* bytes of one kv head's row of a slot: D * 4, D * 2 or the quantised row's */
     tdm_llm_widen_fn widen;
     tdm_llm_narrow_fn narrow; /* float16 caches: the new rows rounded in */
@@ -467,7 +468,7 @@ static void paged_item_q(const paged_job *j, int64_t p, float *scratch) {
     int64_t n = j->causal ? pos + 1 : j->past[b] + (j->cu[b + 1] - j->cu[b]);
     int64_t lo = j->win > 0 && n > j->win ? n - j->win : 0;
     /* the level's block-list routines read the rows where they are, from a block's start */
-    bool blocks = j->fi->scores_blk && j->fi->pv_blk, in_place = blocks && lo % j->BS == 0;
+    bool in_place = j->blk_forms && lo % j->BS == 0;
     int64_t slot = j->D + 2, group = j->H / j->KVH;
     if (j->spans) { /* span k: [cut[k], cut[k + 1]) of the groups' positions end to end */
         int64_t N = n - lo, ostride = j->parts * slot;
@@ -480,8 +481,8 @@ static void paged_item_q(const paged_job *j, int64_t p, float *scratch) {
                 o[h * ostride + j->D] = -INFINITY;
             }
             int64_t a = lo + r - g * N;
-            paged_group_q(j, t, b, pos, g, a, lo + end - g * N, blocks && a % j->BS == 0, true, o,
-                          ostride, scratch);
+            bool here = j->blk_forms && a % j->BS == 0; /* the rows read in place */
+            paged_group_q(j, t, b, pos, g, a, lo + end - g * N, here, true, o, ostride, scratch);
             r = end;
         }
         return;
@@ -795,6 +796,7 @@ tdm_status *tdm_llm_run_paged(tdm_kernel_ctx *ctx) {
     j.widen = tdm_llm_widen_for(j.simd->level);
     j.narrow = tdm_llm_narrow_for(j.simd->level);
     j.fi = j.quant ? (j.q4 ? tdm_llm_i4_fns_for : tdm_llm_i8_fns_for)(j.simd->level) : NULL;
+    j.blk_forms = j.fi && j.fi->scores_blk && j.fi->pv_blk;
     /* a decode step with little to read stays on the caller (TDM_LLM_ATTN_SERIAL_WORK) */
     tdm_threadpool *pool = tdm_llm_attn_pool(ctx->pool, j.T == j.B, j.B * j.H * longest);
     int threads = tdm_threadpool_size(pool);
@@ -808,7 +810,7 @@ tdm_status *tdm_llm_run_paged(tdm_kernel_ctx *ctx) {
          * token's positions gave every part every kv head (2 threads, 3 kv heads: 6 pieces,
          * each with its query set-up, softmax and partial outputs), the spans 4. Cuts inside a
          * group at a block's start where the level reads the rows in place. */
-        bool blocks = j.fi->scores_blk && j.fi->pv_blk && span_lo % j.BS == 0;
+        bool blocks = j.blk_forms && span_lo % j.BS == 0;
         j.spans = true;
         j.items = tdm_llm_span_cuts(j.KVH, j.span_n, span_lo, blocks ? j.BS : 1, threads, j.cut);
         for (int64_t g = 0; g < j.KVH; g++) {
