@@ -205,18 +205,6 @@ static tdm_status *convert_attr(conv *c, const Onnx__AttributeProto *ap, tdm_att
 
 /* ---- graph ---- */
 
-/* Domain "tandem" holds the nodes tandem's graph optimizer makes (ops/fused.h: packed weights,
- * blocked layouts, fused epilogues), whose kernels rely on what the optimizer checked when it
- * made them; a model that names the domain (a node, or an opset import) is refused. */
-static tdm_status *internal_domain(const char *name, const char *op) {
-    if (!op)
-        return TDM_ERR(TDM_ERR_INVALID_MODEL, "the model imports an opset of domain '%s', tandem's "
-                       "own domain for the nodes its graph optimizer makes", TDM_FUSED_DOMAIN);
-    return TDM_ERR(TDM_ERR_INVALID_MODEL, "node '%s' (%s) is in domain '%s', tandem's own domain "
-                   "for the nodes its graph optimizer makes: a model cannot hold them",
-                   name, op, TDM_FUSED_DOMAIN);
-}
-
 /* Finds `name` in g or, for subgraphs, in enclosing graphs (then a local placeholder marked
  * is_outer is created). Creates an undefined placeholder if not found anywhere. */
 static tdm_status *resolve_input(tdm_graph *g, const char *name, int *out) {
@@ -339,8 +327,12 @@ static tdm_status *convert_graph(conv *c, const Onnx__GraphProto *gp, tdm_graph 
             snprintf(autoname, sizeof autoname, "%s_%zu", np->op_type, i);
             name = autoname;
         }
+        /* domain "tandem" holds the nodes the graph optimizer makes (ops/fused.h: packed
+         * weights, blocked layouts), whose kernels rely on what it checked: refused in a model */
         if (np->domain && strcmp(np->domain, TDM_FUSED_DOMAIN) == 0) {
-            st = internal_domain(name, np->op_type);
+            st = TDM_ERR(TDM_ERR_INVALID_MODEL, "node '%s' (%s) is in domain '%s', tandem's own "
+                         "domain for the nodes its graph optimizer makes: a model cannot hold them",
+                         name, np->op_type, TDM_FUSED_DOMAIN);
             goto fail;
         }
         int ni;
@@ -436,7 +428,9 @@ static tdm_status *convert_model(const Onnx__ModelProto *mp, conv *c, tdm_onnx_m
         if (op->version < 1 || op->version > 1000)
             return TDM_ERR(TDM_ERR_INVALID_MODEL, "opset version %lld of domain '%s' is invalid",
                            (long long)op->version, d);
-        if (strcmp(d, TDM_FUSED_DOMAIN) == 0) return internal_domain(NULL, NULL);
+        if (strcmp(d, TDM_FUSED_DOMAIN) == 0) /* as its nodes (convert_graph) */
+            return TDM_ERR(TDM_ERR_INVALID_MODEL, "the model imports an opset of domain '%s', "
+                           "tandem's own domain for the nodes its graph optimizer makes", d);
         bool again = false;
         for (size_t j = 0; j < g->n_opsets; j++) {
             if (strcmp(g->opsets[j].domain, d) != 0) continue;

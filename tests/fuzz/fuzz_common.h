@@ -69,6 +69,31 @@ static tdm_env *fz_env(fz_alloc *fa) {
     return env;
 }
 
+/* A file's bytes (NUL-terminated, *len without it) read once at start-up; aborts when
+ * missing */
+static char *fz_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "fuzz: cannot open %s\n", path);
+        abort();
+    }
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *p = malloc((size_t)n + 1);
+    if (!p || fread(p, 1, (size_t)n, f) != (size_t)n) abort();
+    p[n] = 0;
+    fclose(f);
+    *len = (size_t)n;
+    return p;
+}
+
+static void fz_write_file(const char *path, const void *data, size_t len) {
+    FILE *f = fopen(path, "wb");
+    if (!f || (len && fwrite(data, 1, len, f) != len)) abort();
+    fclose(f);
+}
+
 /* After an input: every block the library took through the hook is back (base: the live
  * blocks once the environment was made) */
 static void fz_check_leaks(fz_alloc *fa, long base) {

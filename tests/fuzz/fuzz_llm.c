@@ -13,8 +13,9 @@
  * The prompt (1..6 ids, one of them now and then outside the vocabulary) and the sampling
  * (greedy, or temperature, top-k, top-p and repetition penalty at and past their ranges; for
  * the engine also presence / frequency penalties, logprobs, top_logprobs -1..21, stop ids and
- * logit biases, some outside the vocabulary or not finite) are drawn from the input's hash. Statuses must be well formed, and nothing may leak through the allocator
- * hook (fuzz_common.h). Half of the mutations of a model are protobuf-aware (onnx_mutator.h).
+ * logit biases, some outside the vocabulary or not finite) are drawn from the input's hash.
+ * Statuses must be well formed, and nothing may leak through the allocator hook
+ * (fuzz_common.h). Half of the mutations of a model are protobuf-aware (onnx_mutator.h).
  * The folder is a temporary directory made once per process and rewritten for each input. */
 #include <math.h>
 #include <pthread.h>
@@ -38,39 +39,26 @@ static fz_alloc g_alloc;
 static tdm_env *g_env;
 static long g_env_blocks;
 static char g_dir[64];
-static uint8_t *g_model, *g_config; /* the tiny folder's files */
+static char *g_model, *g_config; /* the tiny folder's files */
 static size_t g_model_size, g_config_size;
 
-static uint8_t *read_all(const char *path, size_t *size) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "fuzz_llm: cannot open %s\n", path);
-        abort();
-    }
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *b = malloc((size_t)n + 1);
-    if (!b || fread(b, 1, (size_t)n, f) != (size_t)n) abort();
-    fclose(f);
-    *size = (size_t)n;
-    return b;
+#define DIR_NAME "/fuzz_llm.XXXXXX"
+
+/* the path of `name` inside the folder */
+static void in_dir(const char *name, char *path, size_t cap) {
+    snprintf(path, cap, "%s/%s", g_dir, name);
 }
 
-static void write_file(const char *name, const uint8_t *data, size_t size) {
+static void write_file(const char *name, const void *data, size_t size) {
     char path[128];
-    snprintf(path, sizeof path, "%s/%s", g_dir, name);
-    FILE *f = fopen(path, "wb");
-    if (!f || (size && fwrite(data, 1, size, f) != size)) abort();
-    fclose(f);
+    in_dir(name, path, sizeof path);
+    fz_write_file(path, data, size);
 }
 
 static void remove_dir(void) {
     char path[128];
-    snprintf(path, sizeof path, "%s/model.onnx", g_dir);
-    unlink(path);
-    snprintf(path, sizeof path, "%s/genai_config.json", g_dir);
-    unlink(path);
+    static const char *const files[2] = {"model.onnx", "genai_config.json"};
+    for (int i = 0; i < 2; i++) in_dir(files[i], path, sizeof path), unlink(path);
     rmdir(g_dir);
 }
 
@@ -80,11 +68,12 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     if (!src) src = TANDEM_SOURCE_DIR;
     char path[1024];
     snprintf(path, sizeof path, "%s/tests/llm/models/tiny_genai/model.onnx", src);
-    g_model = read_all(path, &g_model_size);
+    g_model = fz_read_file(path, &g_model_size);
     snprintf(path, sizeof path, "%s/tests/llm/models/tiny_genai/genai_config.json", src);
-    g_config = read_all(path, &g_config_size);
+    g_config = fz_read_file(path, &g_config_size);
     const char *tmp = getenv("TMPDIR");
-    snprintf(g_dir, sizeof g_dir, "%s/fuzz_llm.XXXXXX", tmp && strlen(tmp) < 40 ? tmp : "/tmp");
+    if (!tmp || strlen(tmp) + sizeof DIR_NAME > sizeof g_dir) tmp = "/tmp"; /* a long TMPDIR */
+    snprintf(g_dir, sizeof g_dir, "%s" DIR_NAME, tmp);
     if (!mkdtemp(g_dir)) abort();
     atexit(remove_dir);
     g_env = fz_env(&g_alloc);

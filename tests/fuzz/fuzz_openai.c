@@ -12,32 +12,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fuzz_common.h"
 #include "serve/openai_parse.h"
 #include "serve/sv.h"
 
 #define DEPTH 64 /* openai.c's OA_JSON_DEPTH */
 
 static tdm_tokenizer *toks[2];
-
-static void write_file(const char *path, const char *text, size_t len) {
-    FILE *f = fopen(path, "wb");
-    if (!f || fwrite(text, 1, len, f) != len) abort();
-    fclose(f);
-}
-
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) abort();
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *p = malloc((size_t)n + 1);
-    if (!p || fread(p, 1, (size_t)n, f) != (size_t)n) abort();
-    p[n] = 0;
-    fclose(f);
-    *len = (size_t)n;
-    return p;
-}
 
 /* Two folders: the qwen2 test tokenizer with a tokenizer_config.json holding the ChatML
  * template (as a model folder has it), and the bare tokenizer.json (no template). */
@@ -46,16 +27,16 @@ static void init(void) {
     snprintf(dir, sizeof dir, "/tmp/fuzz_openai_%d", (int)getpid());
     if (mkdir(dir, 0700) && access(dir, F_OK)) abort();
     size_t n = 0, tn = 0;
-    char *tj = read_file(TANDEM_SOURCE_DIR "/tests/tokenizers/qwen2.json", &n);
-    char *tmpl = read_file(TANDEM_SOURCE_DIR "/tests/chat_templates/chatml_qwen.jinja", &tn);
+    char *tj = fz_read_file(TANDEM_SOURCE_DIR "/tests/tokenizers/qwen2.json", &n);
+    char *tmpl = fz_read_file(TANDEM_SOURCE_DIR "/tests/chat_templates/chatml_qwen.jinja", &tn);
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-    write_file(path, tj, n);
+    fz_write_file(path, tj, n);
     json_t *cfg = json_pack("{s:s#, s:s, s:s}", "chat_template", tmpl, tn, "eos_token", "<|im_end|>",
                             "bos_token", "<|endoftext|>");
     char *cfg_text = cfg ? json_dumps(cfg, 0) : NULL;
     if (!cfg_text) abort();
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-    write_file(path, cfg_text, strlen(cfg_text));
+    fz_write_file(path, cfg_text, strlen(cfg_text));
     tdm_status *st = tdm_tokenizer_load(dir, &toks[0]);
     if (!st) st = tdm_tokenizer_load(TANDEM_SOURCE_DIR "/tests/tokenizers/qwen2.json", &toks[1]);
     if (st) {
