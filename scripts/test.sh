@@ -45,7 +45,8 @@ cmake --build build-tsan -j"$jobs" --target test_core test_api test_memplan test
 cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTANDEM_FUZZ=ON \
   -DTANDEM_CUDA=OFF > /dev/null
 cmake --build build-fuzz -j"$jobs" --target fuzz_model fuzz_tensor fuzz_wire \
-  fuzz_infer_json fuzz_infer_binary fuzz_config fuzz_tokenizer fuzz_chat_template fuzz_openai fuzz_llm
+  fuzz_infer_json fuzz_infer_binary fuzz_config fuzz_tokenizer fuzz_chat_template fuzz_openai fuzz_openai_text \
+  fuzz_llm
 (cd build-fuzz && ctest --output-on-failure -R fuzz_replay)
 if ! FUZZ_SECONDS="${FUZZ_SECONDS:-12}" sh tests/fuzz/run.sh; then
   echo "=== FUZZING FOUND A NEW PROBLEM: see the report above and build-fuzz/fuzz-*.log ==="

@@ -62,12 +62,14 @@ TDM_API const char *tdm_tokenizer_chat_template(const tdm_tokenizer *tok);
  * tdm_tokenizer_decode of all pushed ids, except where byte-fallback tokens (<0xAB>) make
  * invalid UTF-8 that the decode replaces after the fact (a valid character then a stray
  * byte: the decode has U+FFFD for both, the stream already gave out the character). *piece
- * is owned by the stream and valid until the next call. */
+ * is owned by the stream and valid until the next call; it is NUL-terminated, and *len (when
+ * `len` is not NULL) is its length in bytes, which counts the NUL bytes a piece can hold (the
+ * byte-level token of byte 0): use it, not strlen, where the text may hold them. */
 typedef struct tdm_token_stream tdm_token_stream;
 TDM_API tdm_status *tdm_token_stream_create(const tdm_tokenizer *tok, bool skip_special,
                                             tdm_token_stream **out);
 TDM_API tdm_status *tdm_token_stream_push(tdm_token_stream *stream, int32_t id,
-                                          const char **piece);
+                                          const char **piece, size_t *len);
 TDM_API void tdm_token_stream_free(tdm_token_stream *stream);
 
 /* ---- chat templates ----------------------------------------------------------------- */

@@ -307,12 +307,13 @@ static bool on_token(void *user, int32_t t) {
     stream_ctx *c = user;
     if (c->ts) {
         const char *piece = NULL;
-        tdm_status *st = tdm_token_stream_push(c->ts, t, &piece);
+        size_t len = 0;
+        tdm_status *st = tdm_token_stream_push(c->ts, t, &piece, &len);
         if (st) {
             c->err = st;
             return false;
         }
-        fputs(piece, stdout);
+        fwrite(piece, 1, len, stdout); /* a piece may hold NUL bytes */
         fflush(stdout);
     } else if (c->print_ids) {
         printf("%d ", t);

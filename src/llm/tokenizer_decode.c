@@ -206,7 +206,8 @@ tdm_status *tdm_token_stream_create(const tdm_tokenizer *tok, bool skip_special,
     return NULL;
 }
 
-tdm_status *tdm_token_stream_push(tdm_token_stream *s, int32_t id, const char **piece_out) {
+tdm_status *tdm_token_stream_push(tdm_token_stream *s, int32_t id, const char **piece_out,
+                                  size_t *len) {
     if (!s || !piece_out) return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_token_stream_push: NULL argument");
     if (id < 0 || (size_t)id >= s->tok->n_ids || !s->tok->tok[id])
         return TDM_ERR(TDM_ERR_INVALID_ARGUMENT, "tdm_token_stream_push: id %d is not in the vocabulary", (int)id);
@@ -229,6 +230,7 @@ tdm_status *tdm_token_stream_push(tdm_token_stream *s, int32_t id, const char **
     if (!tdm_tok_buf_put(&s->piece, "", 0)) return OOM;
     if (inc || s->cur.len <= s->prefix.len) {
         *piece_out = s->piece.p;
+        if (len) *len = 0;
         return NULL;
     }
     if (s->prefix.len && memcmp(s->cur.p, s->prefix.p, s->prefix.len) != 0) {
@@ -244,6 +246,7 @@ tdm_status *tdm_token_stream_push(tdm_token_stream *s, int32_t id, const char **
         if (st) return st;
         if (inc || !s->cur.len) {
             *piece_out = s->piece.p;
+            if (len) *len = 0;
             return NULL;
         }
     }
@@ -271,6 +274,7 @@ tdm_status *tdm_token_stream_push(tdm_token_stream *s, int32_t id, const char **
     s->n = keep;
     s->prefix_n = s->n;
     *piece_out = s->piece.p;
+    if (len) *len = s->piece.len;
     return NULL;
 }
 

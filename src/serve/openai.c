@@ -30,7 +30,6 @@
  * the engine's events queue, and suspends the connection while there is none. A client that
  * goes away (the request-completed notification) cancels its request in the engine.
  */
-#define _GNU_SOURCE /* memmem */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -41,20 +40,12 @@
 
 #include "serve/openai.h"
 #include "serve/openai_parse.h"
+#include "serve/openai_text.h"
 #include "serve/repo.h"
 #include "serve/server_impl.h"
 
 #define OA_JSON_DEPTH 64
 #define OA_TREE_FACTOR 16 /* bytes of jansson's tree per byte of JSON text, at most */
-
-/* One generated token with its log-probabilities (when asked). */
-typedef struct oa_tok {
-    int32_t id;
-    float lp;
-    int n_top;
-    size_t offset; /* bytes of the completion's text before it */
-    tdm_llm_logprob top[OA_MAX_TOP];
-} oa_tok;
 
 typedef struct oa_req {
     sv_llm_link link; /* in llm->reqs, under llm->mu */
@@ -67,20 +58,14 @@ typedef struct oa_req {
     char id[48];
     char *model;
     int64_t created;
-    int n_stop;
-    char *stop[OA_MAX_STOP];
-    size_t stop_len[OA_MAX_STOP], max_stop;
     tdm_token_stream *ts;
-    sv_buf text;      /* the completion (cut before a stop string) */
-    size_t emitted;   /* stream: bytes of text sent */
-    size_t lp_emitted; /* stream: tokens whose logprobs were sent (those starting in the sent text) */
-    oa_tok *toks;     /* logprobs: the tokens (none starting past a stop string's cut) */
-    size_t n_toks, cap_toks;
+    oa_text tx;       /* the completion: its text, stop strings, logprob tokens, what was sent */
     int32_t *ids;     /* the generated tokens */
     size_t n_ids, cap_ids;
     int64_t prompt_tokens, gen_tokens;
     int64_t cached_tokens; /* of the prompt's, from the prefix cache (the engine's events) */
     bool finished;    /* the answer's end is known */
+    bool oom;         /* the completion's text could not grow: the answer is an error (500) */
     bool engine_done; /* the end event came */
     const char *finish;
     uint64_t t_recv, t_last;
@@ -140,11 +125,9 @@ static void req_unref(oa_req *r) {
     bool last = --r->refs == 0;
     pthread_mutex_unlock(&r->mu);
     if (!last) return;
-    for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     tdm_token_stream_free(r->ts);
-    sv_buf_free(&r->text);
+    oa_text_free(&r->tx);
     sv_buf_free(&r->out);
-    free(r->toks);
     free(r->ids);
     free(r->model);
     pthread_mutex_destroy(&r->mu);
@@ -180,7 +163,7 @@ static void logprobs_json(const oa_req *r, size_t from, size_t to, sv_buf *b) {
     if (r->chat) {
         sv_buf_str(b, "{\"content\":[");
         for (size_t i = from; i < to; i++) {
-            const oa_tok *t = &r->toks[i];
+            const oa_tok *t = &r->tx.toks[i];
             sv_buf_str(b, i > from ? ",{\"token\":" : "{\"token\":");
             token_text(r, t->id, b, false);
             sv_buf_str(b, ",\"logprob\":");
@@ -205,26 +188,26 @@ static void logprobs_json(const oa_req *r, size_t from, size_t to, sv_buf *b) {
     sv_buf_str(b, "{\"tokens\":[");
     for (size_t i = from; i < to; i++) {
         if (i > from) sv_buf_str(b, ",");
-        token_text(r, r->toks[i].id, b, false);
+        token_text(r, r->tx.toks[i].id, b, false);
     }
     sv_buf_str(b, "],\"token_logprobs\":[");
     for (size_t i = from; i < to; i++) {
         if (i > from) sv_buf_str(b, ",");
-        json_float(b, r->toks[i].lp);
+        json_float(b, r->tx.toks[i].lp);
     }
     sv_buf_str(b, "],\"top_logprobs\":[");
     for (size_t i = from; i < to; i++) {
         sv_buf_str(b, i > from ? ",{" : "{");
-        for (int k = 0; k < r->toks[i].n_top && k < r->top_logprobs; k++) {
+        for (int k = 0; k < r->tx.toks[i].n_top && k < r->top_logprobs; k++) {
             if (k) sv_buf_str(b, ",");
-            token_text(r, r->toks[i].top[k].token, b, false);
+            token_text(r, r->tx.toks[i].top[k].token, b, false);
             sv_buf_str(b, ":");
-            json_float(b, r->toks[i].top[k].logprob);
+            json_float(b, r->tx.toks[i].top[k].logprob);
         }
         sv_buf_str(b, "}");
     }
     sv_buf_str(b, "],\"text_offset\":[");
-    for (size_t i = from; i < to; i++) sv_buf_printf(b, "%s%zu", i > from ? "," : "", r->toks[i].offset);
+    for (size_t i = from; i < to; i++) sv_buf_printf(b, "%s%zu", i > from ? "," : "", r->tx.toks[i].offset);
     sv_buf_str(b, "]}");
 }
 
@@ -280,10 +263,9 @@ static void stream_chunk(oa_req *r, const char *text, size_t len, size_t lp_from
 /* The end of a stream: the rest of the text (and logprobs) with the finish reason, the usage,
  * [DONE]. */
 static void stream_end(oa_req *r) {
-    stream_chunk(r, r->text.p + r->emitted, r->text.len - r->emitted, r->lp_emitted, r->n_toks, r->finish,
-                 false);
-    r->emitted = r->text.len;
-    r->lp_emitted = r->n_toks;
+    oa_chunk k;
+    oa_text_release(&r->tx, true, &k);
+    stream_chunk(r, r->tx.text.p + k.from, k.to - k.from, k.lp_from, k.lp_to, r->finish, false);
     if (r->include_usage) {
         sv_buf_str(&r->out, "data: ");
         head_json(r, &r->out, true);
@@ -309,14 +291,14 @@ static void final_answer(oa_req *r) {
     sv_buf_str(&b, ",\"choices\":[{\"index\":0,");
     if (r->chat) {
         sv_buf_str(&b, "\"message\":{\"role\":\"assistant\",\"content\":");
-        sv_buf_json_str(&b, r->text.p ? r->text.p : "", r->text.len);
+        sv_buf_json_str(&b, r->tx.text.p, r->tx.text.len);
         sv_buf_str(&b, ",\"refusal\":null}");
     } else {
         sv_buf_str(&b, "\"text\":");
-        sv_buf_json_str(&b, r->text.p ? r->text.p : "", r->text.len);
+        sv_buf_json_str(&b, r->tx.text.p, r->tx.text.len);
     }
     sv_buf_str(&b, ",\"logprobs\":");
-    if (r->logprobs) logprobs_json(r, 0, r->n_toks, &b);
+    if (r->logprobs) logprobs_json(r, 0, r->tx.n_toks, &b);
     else sv_buf_str(&b, "null");
     sv_buf_printf(&b, ",\"finish_reason\":\"%s\"}],\"usage\":", r->finish);
     usage_json(r, &b);
@@ -335,17 +317,15 @@ static void wake(oa_req *r) {
     }
 }
 
-/* Bytes at the end of the text that could be the start of a stop string. */
-static size_t held_back(const oa_req *r) {
-    size_t hold = 0, n = r->text.len;
-    for (int i = 0; i < r->n_stop; i++) {
-        for (size_t k = r->stop_len[i] - 1; k > hold; k--)
-            if (k <= n && !memcmp(r->text.p + n - k, r->stop[i], k)) {
-                hold = k;
-                break;
-            }
-    }
-    return hold;
+/* A request ends early (a stop string, out of memory) while the engine runs it: counted as
+ * `finish` before the answer goes out (a client that has it sees it counted); the caller
+ * cancels it in the engine. */
+static void end_early(oa_req *r, tdm_llm_finish finish) {
+    r->finished = true;
+    r->finish = finish == TDM_LLM_FINISH_STOP ? "stop" : NULL;
+    pthread_mutex_lock(&r->llm->mu);
+    r->llm->finished[finish]++;
+    pthread_mutex_unlock(&r->llm->mu);
 }
 
 static void on_token(oa_req *r, const tdm_llm_event *ev) {
@@ -371,68 +351,38 @@ static void on_token(oa_req *r, const tdm_llm_event *ev) {
         if (t) r->ids = t, r->cap_ids = nc;
     }
     if (r->n_ids < r->cap_ids) r->ids[r->n_ids++] = ev->token;
-    size_t before = r->text.len;
-    const char *piece = NULL;
-    tdm_status *st = tdm_token_stream_push(r->ts, ev->token, &piece);
+    const char *piece = "";
+    size_t len = 0;
+    tdm_status *st = tdm_token_stream_push(r->ts, ev->token, &piece, &len);
     if (st) {
         tdm_status_free(st);
-        piece = NULL;
+        piece = "", len = 0;
     }
-    if (piece && *piece) sv_buf_str(&r->text, piece);
+    oa_tok tok;
     if (r->logprobs) {
-        if (r->n_toks == r->cap_toks) {
-            size_t nc = r->cap_toks ? 2 * r->cap_toks : 64;
-            oa_tok *t = realloc(r->toks, nc * sizeof *t);
-            if (t) r->toks = t, r->cap_toks = nc;
-        }
-        if (r->n_toks < r->cap_toks) {
-            oa_tok *t = &r->toks[r->n_toks++];
-            t->id = ev->token;
-            t->lp = ev->logprob;
-            t->offset = before;
-            t->n_top = ev->n_top < OA_MAX_TOP ? ev->n_top : OA_MAX_TOP;
-            if (t->n_top > 0) memcpy(t->top, ev->top, (size_t)t->n_top * sizeof *t->top);
-        }
+        tok.id = ev->token;
+        tok.lp = ev->logprob;
+        tok.n_top = ev->n_top < OA_MAX_TOP ? ev->n_top : OA_MAX_TOP;
+        if (tok.n_top > 0) memcpy(tok.top, ev->top, (size_t)tok.n_top * sizeof *tok.top);
     }
-    /* stop strings: the earliest match that ends in the new text */
-    if (r->n_stop && r->text.len > before) {
-        size_t from = before > r->max_stop ? before - r->max_stop + 1 : 0;
-        size_t cut = SIZE_MAX;
-        for (int i = 0; i < r->n_stop; i++) {
-            const char *p = memmem(r->text.p + from, r->text.len - from, r->stop[i], r->stop_len[i]);
-            if (p && (size_t)(p - r->text.p) < cut) cut = (size_t)(p - r->text.p);
-        }
-        if (cut != SIZE_MAX) {
-            r->text.len = cut;
-            r->text.p[cut] = 0;
-            /* the tokens that start at or after the cut are not part of the completion (a token
-               that straddles it stays, as its text does in part) */
-            while (r->n_toks > 0 && r->toks[r->n_toks - 1].offset >= cut && r->n_toks > r->lp_emitted)
-                r->n_toks--;
-            r->finished = true;
-            r->finish = "stop";
-            cancel = true;
-            /* counted before the answer ends (a client that has it sees it counted) */
-            pthread_mutex_lock(&m->mu);
-            m->finished[TDM_LLM_FINISH_STOP]++;
-            pthread_mutex_unlock(&m->mu);
-        }
+    oa_text_result res = oa_text_add(&r->tx, piece, len, r->logprobs ? &tok : NULL);
+    if (res == OA_TEXT_STOP) {
+        end_early(r, TDM_LLM_FINISH_STOP);
+        cancel = true;
+    } else if (res == OA_TEXT_OOM) {
+        end_early(r, TDM_LLM_FINISH_ERROR);
+        r->oom = true; /* the answer is an error (500) */
+        cancel = true;
     }
     if (r->stream) {
-        if (r->finished) {
+        if (res == OA_TEXT_OOM) {
+            stream_error(r, 500, "out of memory for the completion's text");
+        } else if (r->finished) {
             stream_end(r);
         } else {
-            size_t release = r->text.len - held_back(r);
-            if (release < r->emitted) release = r->emitted;
-            /* a token's logprobs go out with the chunk that holds its first byte: one held back
-               with its text may still be cut by a stop string */
-            size_t lp_to = r->lp_emitted;
-            while (lp_to < r->n_toks && r->toks[lp_to].offset < release) lp_to++;
-            if (release > r->emitted || lp_to > r->lp_emitted)
-                stream_chunk(r, r->text.p + r->emitted, release - r->emitted, r->lp_emitted, lp_to, NULL,
-                             false);
-            r->emitted = release;
-            r->lp_emitted = lp_to;
+            oa_chunk k;
+            if (oa_text_release(&r->tx, false, &k))
+                stream_chunk(r, r->tx.text.p + k.from, k.to - k.from, k.lp_from, k.lp_to, NULL, false);
         }
         wake(r);
     }
@@ -444,18 +394,21 @@ static void on_token(oa_req *r, const tdm_llm_event *ev) {
 /* At the natural end: the incremental decoder holds back the bytes of an unfinished UTF-8
  * character; the completion ends as tdm_tokenizer_decode of all its tokens does (with
  * U+FFFD for them). */
-static void flush_text(oa_req *r) {
-    if (!r->n_ids || r->n_ids != (size_t)r->gen_tokens) return;
+static oa_text_result flush_text(oa_req *r) {
+    if (!r->n_ids || r->n_ids != (size_t)r->gen_tokens) return OA_TEXT_MORE;
     char *s = NULL;
     size_t n = 0;
     tdm_status *st = tdm_tokenizer_decode(r->llm->tok, r->ids, r->n_ids, true, &s, &n);
     if (st) {
         tdm_status_free(st);
-        return;
+        return OA_TEXT_MORE;
     }
-    if (n > r->text.len && (!r->text.len || !memcmp(s, r->text.p, r->text.len)))
-        sv_buf_add(&r->text, s + r->text.len, n - r->text.len);
+    const sv_buf *t = &r->tx.text;
+    oa_text_result res = OA_TEXT_MORE;
+    if (n > t->len && (!t->len || !memcmp(s, t->p, t->len))) /* (a stop string may end in it) */
+        res = oa_text_add(&r->tx, s + t->len, n - t->len, NULL);
     tdm_string_free(s);
+    return res;
 }
 
 static void on_end(oa_req *r, const tdm_llm_event *ev) {
@@ -482,13 +435,24 @@ static void on_end(oa_req *r, const tdm_llm_event *ev) {
                      ev->status ? tdm_status_message(ev->status) : "unknown error");
             break;
         }
+        oa_text_result res = http ? OA_TEXT_MORE : flush_text(r);
+        if (res == OA_TEXT_STOP) {
+            r->finish = "stop";
+            counted = TDM_LLM_FINISH_STOP;
+        } else if (res == OA_TEXT_OOM) {
+            r->oom = true;
+            counted = TDM_LLM_FINISH_ERROR;
+        }
+    }
+    if (r->oom && !http) {
+        http = 500;
+        snprintf(msg, sizeof msg, "out of memory for the completion's text");
     }
     if (counted > 0) { /* before the answer goes out: a client that has it sees it counted */
         pthread_mutex_lock(&m->mu);
         m->finished[counted]++;
         pthread_mutex_unlock(&m->mu);
     }
-    if (counted > 0 && !http) flush_text(r);
     if (r->stream) {
         if (!r->out_done && http) stream_error(r, http, msg);
         else if (!r->out_done) stream_end(r);
@@ -717,14 +681,9 @@ static enum MHD_Result completion(sv_conn *c, bool chat) {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     r->link.fd = ci ? (int)ci->connect_fd : -1;
     new_id(r);
-    for (int i = 0; i < o.n_stop; i++) {
-        r->stop[i] = sv_strndup(o.stop[i], o.stop_len[i]);
-        r->stop_len[i] = o.stop_len[i];
-        if (r->stop[i]) r->n_stop++;
-        if (o.stop_len[i] > r->max_stop) r->max_stop = o.stop_len[i];
-    }
+    bool text_ok = oa_text_init(&r->tx, o.n_stop, o.stop, o.stop_len);
     tdm_status *st = tdm_token_stream_create(m->tok, true, &r->ts);
-    if (st || r->n_stop != o.n_stop) {
+    if (st || !text_ok) {
         tdm_status_free(st);
         ret = fail(c, 500, NULL, NULL, "out of memory");
         goto out;

@@ -53,16 +53,17 @@ static void decode_and_stream(const tdm_tokenizer *tok, const int32_t *ids, size
         tdm_tok_buf joined = {0};
         for (size_t i = 0; i < n; i++) {
             const char *piece;
-            if ((st = tdm_token_stream_push(ts, ids[i], &piece))) {
+            size_t piece_len = SIZE_MAX;
+            if ((st = tdm_token_stream_push(ts, ids[i], &piece, &piece_len))) {
                 fprintf(stderr, "stream push failed: %s\n", tdm_status_message(st));
                 abort();
             }
-            if (!tdm_tok_buf_put(&joined, piece, strlen(piece))) abort();
+            if (piece_len == SIZE_MAX || piece[piece_len]) abort(); /* a length, NUL-terminated */
+            if (!tdm_tok_buf_put(&joined, piece, piece_len)) abort();
         }
-        /* (not where the decode replaced invalid bytes, see tdm_token_stream_push, nor
-         * with U+0000, which ends a piece's C string) */
+        /* (not where the decode replaced invalid bytes, see tdm_token_stream_push) */
         if ((joined.len != len || (len && memcmp(joined.p, text, len) != 0)) &&
-            !memmem(text, len, "\xEF\xBF\xBD", 3) && !memchr(text, 0, len)) {
+            !memmem(text, len, "\xEF\xBF\xBD", 3)) {
             fprintf(stderr, "stream pieces do not join into the decode (skip %d)\n  ids:", skip);
             for (size_t i = 0; i < n; i++) fprintf(stderr, " %d '%s'", ids[i], tdm_tokenizer_token(tok, ids[i]));
             fprintf(stderr, "\n  decode: '%.*s'\n  stream: '%.*s'\n", (int)len, text, (int)joined.len, joined.p);

@@ -9,6 +9,8 @@
                      of tests/server/test_server.py, Triton-style examples, their JSON forms
   fuzz_openai        one byte (bit 0: chat endpoint; bit 1: the tokenizer without a chat
                      template), then an OpenAI completions / chat completions body
+  fuzz_openai_text   one byte (the number of stop strings), then fields apart by 0xFF: the
+                     stop strings, then the pieces of text of one token each
 
 Valid inputs mostly, plus a few of each kind of bad input the server tests send.
 Usage: make_serve_corpus.py [OUT_DIR]   (default: tests/fuzz/corpus next to this script)
@@ -345,6 +347,22 @@ def openai_seeds():
     return seeds
 
 
+def openai_text_seeds():
+    """Stop strings and token pieces for fuzz_openai_text: matches across pieces, overlapping
+    stop strings, empty pieces, NUL and UTF-8 bytes, no stop string at all."""
+    cases = {
+        "across": ([b"world", b"ENDx"], [b"Hello", b" wor", b"ld, ", b"END", b"tail"]),
+        "short_first": ([b"abcd", b"c"], [b"ab", b"c", b"d"]),
+        "two_in_one": ([b"z q", b"xyz"], [b"xx", b"yz q"]),
+        "nul_utf8": ([b"\0\0b"], [b"a\0", b"", b"\0b", b"", b"\xc3", b"\xa9!"]),
+        "false_start": ([b"tests", b"ingo"], [b"te", b"st", b"ing", b"!"]),
+        "none": ([], [b"plain ", b"text ", b"", b"\xe4\xb8\xad"]),
+        "repeats": ([b"aab", b"aaab", b"b"*7], [b"a"] * 9 + [b"b"] * 9),
+        "long_stop": ([b"x" * 256], [b"x" * 100, b"x" * 100, b"x" * 55, b"y"]),
+    }
+    return {k: bytes([len(stops)]) + b"\xff".join(stops + pieces) for k, (stops, pieces) in cases.items()}
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "corpus")
     write(out, "fuzz_infer_json", json_seeds())
@@ -354,6 +372,7 @@ def main():
     cfg.update({f"{k}.json": json.dumps(v, indent=1).encode() for k, v in JSON_CONFIGS.items()})
     write(out, "fuzz_config", cfg)
     write(out, "fuzz_openai", openai_seeds())
+    write(out, "fuzz_openai_text", openai_text_seeds())
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1:suppressions=$here/ubsan.supp}"
 failed=0
 for t in fuzz_model fuzz_tensor fuzz_wire fuzz_infer_json fuzz_infer_binary fuzz_config fuzz_tokenizer \
-    fuzz_chat_template fuzz_openai fuzz_llm; do
+    fuzz_chat_template fuzz_openai fuzz_openai_text fuzz_llm; do
     list="$(mktemp)"
     for d in "$here/corpus/$t" "$here/regressions/$t"; do
         [ -d "$d" ] && find "$d" -maxdepth 1 -type f ! -name '*.md' ! -name '.*' | sort >> "$list"

@@ -6,7 +6,7 @@
 # SECONDS per target (default 60, or $FUZZ_SECONDS); BUILD_DIR (default build-fuzz) is
 # configured and built here if needed: cmake -DCMAKE_C_COMPILER=clang -DTANDEM_FUZZ=ON.
 # TARGETs default to all (fuzz_model fuzz_tensor fuzz_wire fuzz_infer_json fuzz_infer_binary
-# fuzz_config fuzz_tokenizer fuzz_chat_template fuzz_openai fuzz_llm).
+# fuzz_config fuzz_tokenizer fuzz_chat_template fuzz_openai fuzz_openai_text fuzz_llm).
 #
 # New interesting inputs go to a scratch corpus (BUILD_DIR/fuzz-work/TARGET), which starts
 # from the seeds in tests/fuzz/corpus/TARGET; the seeds are never modified. Crashes, leaks
@@ -29,7 +29,7 @@ while getopts "t:b:h" opt; do
     esac
 done
 shift $((OPTIND - 1))
-targets="${*:-fuzz_model fuzz_tensor fuzz_wire fuzz_infer_json fuzz_infer_binary fuzz_config fuzz_tokenizer fuzz_chat_template fuzz_openai fuzz_llm}"
+targets="${*:-fuzz_model fuzz_tensor fuzz_wire fuzz_infer_json fuzz_infer_binary fuzz_config fuzz_tokenizer fuzz_chat_template fuzz_openai fuzz_openai_text fuzz_llm}"
 timeout_s="${FUZZ_TIMEOUT:-10}"
 
 if [ ! -x "$build/tests/fuzz/fuzz_model" ]; then

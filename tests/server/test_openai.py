@@ -320,6 +320,22 @@ class Tests:
                                            stop="never seen")
         assert r.choices[0].text == text
 
+    def test_nul_bytes(self):
+        # the byte-level token of byte 0, forced by logit_bias: the text holds NUL characters
+        # (JSON \u0000), streamed or not, and each token's logprobs entry has its own
+        with open(os.path.join(self.folder, "tokenizer.json"), encoding="utf-8") as f:
+            nul = json.load(f)["model"]["vocab"]["\u0100"]  # GPT-2's byte alphabet: byte 0
+        kw = dict(model=MODEL, prompt="Once upon a time", max_tokens=5, temperature=0,
+                  logit_bias={str(nul): 100}, logprobs=1)
+        r = self.client.completions.create(**kw).choices[0]
+        assert r.text == "\0" * 5 and r.finish_reason == "length", repr(r.text)
+        assert r.logprobs.tokens == ["\0"] * 5 and r.logprobs.text_offset == [0, 1, 2, 3, 4], r.logprobs
+        chunks = list(self.client.completions.create(stream=True, **kw))
+        assert "".join(c.choices[0].text for c in chunks) == "\0" * 5, chunks
+        # (a request string may not hold U+0000: refused with the place named)
+        err = self.error("/v1/completions", b'{"model":"tiny","prompt":"a","stop":"x\\u0000"}', 400)
+        assert "u0000" in err["message"], err
+
     def test_seed(self):
         kw = dict(model=MODEL, prompt="The quick brown fox", max_tokens=24, temperature=1.5, top_p=0.99)
         a = self.client.completions.create(seed=7, **kw).choices[0].text
@@ -775,6 +791,7 @@ def main():
         t = Tests(server, args.tandem, folder, smol)
         order = ["test_models", "test_completion_greedy_matches_generate", "test_chat_greedy_matches_generate",
                  "test_stream_completion", "test_stream_chat", "test_prompt_cache_usage", "test_stop_strings",
+                 "test_nul_bytes",
                  "test_seed", "test_penalties",
                  "test_logit_bias", "test_logprobs",
                  "test_errors", "test_concurrent_streams_with_disconnects",

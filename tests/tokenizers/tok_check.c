@@ -83,9 +83,9 @@ static void check_decode(const tdm_tokenizer *tok, size_t line, const char *text
     char *joined = malloc(cap);
     for (size_t i = 0; !st && i < n; i++) {
         const char *piece;
-        st = tdm_token_stream_push(ts, ids[i], &piece);
+        size_t pl = 0;
+        st = tdm_token_stream_push(ts, ids[i], &piece, &pl);
         if (st) break;
-        size_t pl = strlen(piece);
         if (joined_len + pl + 1 > cap) joined = realloc(joined, cap = (joined_len + pl + 1) * 2);
         memcpy(joined + joined_len, piece, pl);
         joined_len += pl;

@@ -137,7 +137,7 @@ static void test_invalid_utf8_and_ids(void **state) {
     tdm_token_stream *ts;
     assert_null(tdm_token_stream_create(tok, false, &ts));
     const char *piece;
-    st = tdm_token_stream_push(ts, -1, &piece);
+    st = tdm_token_stream_push(ts, -1, &piece, NULL);
     assert_int_equal(tdm_status_code(st), TDM_ERR_INVALID_ARGUMENT);
     tdm_status_free(st);
     tdm_token_stream_free(ts);
@@ -243,11 +243,11 @@ static void test_stream_partial_character(void **state) {
     assert_null(tdm_token_stream_create(tok, false, &ts));
     char joined[64] = "";
     const char *piece;
-    assert_null(tdm_token_stream_push(ts, ids[0], &piece));
+    assert_null(tdm_token_stream_push(ts, ids[0], &piece, NULL));
     assert_string_equal(piece, ""); /* one byte of three */
     strcat(joined, piece);
     for (size_t i = 1; i < n; i++) {
-        assert_null(tdm_token_stream_push(ts, ids[i], &piece));
+        assert_null(tdm_token_stream_push(ts, ids[i], &piece, NULL));
         assert_true(strlen(joined) + strlen(piece) < sizeof joined);
         strcat(joined, piece);
     }
@@ -255,6 +255,45 @@ static void test_stream_partial_character(void **state) {
     tdm_token_stream_free(ts);
     tdm_tokens_free(ids);
     tdm_tokenizer_free(tok);
+}
+
+/* Text with NUL bytes (byte-level tokens of byte 0, alone and inside a longer run): the
+ * stream's pieces, joined by their lengths, are the text (strlen would stop at the first). */
+static void test_stream_nul_bytes(void **state) {
+    (void)state;
+    static const char *files[] = {TOKDIR "gpt2.json", TOKDIR "llama3.json", TOKDIR "sp_legacy.json"};
+    static const char text[] = "a\0b \0\0\0 c\0";
+    for (size_t f = 0; f < sizeof files / sizeof *files; f++) {
+        tdm_tokenizer *tok = load(files[f]);
+        int32_t *ids;
+        size_t n, len;
+        char *want;
+        assert_null(tdm_tokenizer_encode(tok, text, sizeof text - 1, false, &ids, &n));
+        assert_null(tdm_tokenizer_decode(tok, ids, n, false, &want, &len));
+        tdm_token_stream *ts;
+        assert_null(tdm_token_stream_create(tok, false, &ts));
+        char joined[64];
+        size_t joined_len = 0;
+        for (size_t i = 0; i < n; i++) {
+            const char *piece;
+            size_t piece_len = 99;
+            assert_null(tdm_token_stream_push(ts, ids[i], &piece, &piece_len));
+            assert_int_equal(piece[piece_len], 0);
+            assert_true(joined_len + piece_len <= sizeof joined);
+            memcpy(joined + joined_len, piece, piece_len);
+            joined_len += piece_len;
+        }
+        assert_int_equal(joined_len, len);
+        assert_memory_equal(joined, want, len);
+        if (f < 2) { /* the byte-level ones give the bytes back */
+            assert_int_equal(len, sizeof text - 1);
+            assert_memory_equal(want, text, len);
+        }
+        tdm_token_stream_free(ts);
+        tdm_string_free(want);
+        tdm_tokens_free(ids);
+        tdm_tokenizer_free(tok);
+    }
 }
 
 /* One loaded tokenizer used by four threads at once gives what one thread gives. */
@@ -323,6 +362,7 @@ int main(void) {
         cmocka_unit_test(test_lookups_and_config),
         cmocka_unit_test(test_large_input),
         cmocka_unit_test(test_stream_partial_character),
+        cmocka_unit_test(test_stream_nul_bytes),
         cmocka_unit_test(test_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -40,8 +40,9 @@ tdm_status *tdm_token_stream_create(const tdm_tokenizer *tok, bool skip_special,
     return TDM_ERR(TDM_ERR_UNSUPPORTED, "this build of tandem has no tokenizer");
 }
 
-tdm_status *tdm_token_stream_push(tdm_token_stream *stream, int32_t id, const char **piece) {
-    (void)stream, (void)id, (void)piece;
+tdm_status *tdm_token_stream_push(tdm_token_stream *stream, int32_t id, const char **piece,
+                                  size_t *len) {
+    (void)stream, (void)id, (void)piece, (void)len;
     return TDM_ERR(TDM_ERR_UNSUPPORTED, "this build of tandem has no tokenizer");
 }
 
