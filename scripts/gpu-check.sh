@@ -292,8 +292,7 @@ if [ -n "$node_dir" ]; then
   while read -r t; do
     if [ -d "$node_dir/$t" ]; then echo "$t" >> "$expect"; else missing=$((missing + 1)); fi
   done < "$work/pinned.txt"
-  # every test runs in a fresh process with its own environment (a CUDA context each): the
-  # pinned tests go to parallel shards (folders of links), each a `tandem conformance`
+  # the pinned tests go to parallel shards (folders of links), each a `tandem conformance`
   shards=8; [ "$dry" = 1 ] && shards=2
   lim="$(cap 80)"
   say "== 3.node_tests_cuda ($(wc -l < "$expect") pinned tests, $shards shards at once, limit ${lim}s, at $(elapsed)s)"
@@ -308,9 +307,10 @@ if [ -n "$node_dir" ]; then
   pids=""; k=0
   while [ $k -lt $shards ]; do
     if [ -s "$work/node.$k.txt" ]; then
-      # --no-fork: one process (one CUDA context) a shard; a process per test, each making a
-      # context, ran ~114 tests in more than 80 s on the H200 machine (2026-12-04)
-      ( timeout "$lim" "$tandem" conformance "$work/node.$k" --devices "$devs" --placement first --no-fork \
+      # one test process (one CUDA context) a shard, a new one only after a crash (a process
+      # per test, each making a context, ran ~114 tests in more than 80 s on the H200 machine,
+      # 2026-12-04; --no-fork, used since, lost the shard's other results to one crash)
+      ( timeout "$lim" "$tandem" conformance "$work/node.$k" --devices "$devs" --placement first \
           --expect "$work/node.$k.txt" > "$work/node.$k.out" 2>&1
         echo $? > "$work/node.$k.rc" ) &
       pids="$pids $!"

@@ -1,7 +1,10 @@
 /* Runs ONNX backend node tests: DIR/test_NAME/model.onnx with test_data_set_N/input_N.pb and
- * output_N.pb. Each test runs in a child process so that a crash is reported as a failure of
- * that test and the run goes on. */
+ * output_N.pb. The tests run in a child process, one after the other on one environment (its
+ * devices made once: an OpenCL or CUDA context costs 50-300 ms, more than most tests), which
+ * reports each result through a pipe; a crash or a hang is reported as a failure of the test
+ * it happened in, and a new child goes on with the next test. */
 #include <dirent.h>
+#include <errno.h>
 #include <regex.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -41,17 +44,16 @@ static void reinterpret_bf16(tdm_env *env, tdm_tensor **t) {
 /* A test is skipped when its data is not tensors (sequence/optional/map protos): tandem runs
  * tensor graphs. Such files fail to parse as TensorProto with specific fields; we detect them
  * by the loader's answer. */
-static result run_one(const char *dir, const conf_opts *o, char *why, size_t why_size) {
+static result run_one(tdm_env *env, const char *dir, const conf_opts *o, char *why, size_t why_size) {
     char path[4096];
     snprintf(path, sizeof path, "%s/model.onnx", dir);
-    tdm_env *env = NULL;
     tdm_session *s = NULL;
     result r = R_PASS;
-    tdm_status *st = tdm_env_create(NULL, &env);
+    tdm_status *st = NULL;
     tdm_session_options so = {TDM_API_VERSION, o->devices, 1, o->opt_level,
                               o->devices && strchr(o->devices, ',') == NULL, o->placement};
     so.precision = o->precision;
-    if (!st) st = tdm_session_create(env, path, &so, &s);
+    st = tdm_session_create(env, path, &so, &s);
     if (st) {
         const char *msg = tdm_status_message(st);
         r = (strstr(msg, "sequence type") || strstr(msg, "optional type") || strstr(msg, "map type") ||
@@ -60,7 +62,6 @@ static result run_one(const char *dir, const conf_opts *o, char *why, size_t why
                 : R_FAIL;
         snprintf(why, why_size, "[%s] %s", tdm_code_name(tdm_status_code(st)), msg);
         tdm_status_free(st);
-        tdm_env_free(env);
         return r;
     }
     const tdm_model *m = tdm_session_model(s);
@@ -135,56 +136,168 @@ static result run_one(const char *dir, const conf_opts *o, char *why, size_t why
         r = R_SKIP;
     }
     tdm_session_free(s);
-    tdm_env_free(env);
     return r;
 }
 
-static result run_forked(const char *dir, const conf_opts *o, int timeout_s, char *why,
-                         size_t why_size) {
-    int fds[2];
-    if (pipe(fds) != 0) return run_one(dir, o, why, why_size);
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid < 0) {
-        close(fds[0]);
-        close(fds[1]);
-        return run_one(dir, o, why, why_size);
+/* One test's result on the pipe: the result byte, the message's length (4 bytes), the message. */
+static bool put_result(int fd, result r, const char *msg) {
+    char head[5] = {(char)r};
+    uint32_t len = (uint32_t)strlen(msg);
+    memcpy(head + 1, &len, 4);
+    return write(fd, head, 5) == 5 && write(fd, msg, len) == (ssize_t)len;
+}
+
+static bool read_full(int fd, void *buf, size_t n) {
+    for (size_t got = 0; got < n;) {
+        ssize_t k = read(fd, (char *)buf + got, n - got);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return false;
+        got += (size_t)k;
     }
-    if (pid == 0) {
-        close(fds[0]);
-        alarm((unsigned)timeout_s);
-        char msg[1024] = "";
-        result r = run_one(dir, o, msg, sizeof msg);
-        char c = (char)r;
-        ssize_t w = write(fds[1], &c, 1);
-        w = write(fds[1], msg, strlen(msg));
-        (void)w;
-        close(fds[1]);
-        _exit(0);
+    return true;
+}
+
+/* Runs tests [from, n) in turn on one environment, each result through report(). */
+typedef void (*report_fn)(void *user, size_t i, result r, const char *why);
+
+static void run_range(char *const *names, size_t from, size_t n, const char *dir, const conf_opts *o,
+                      int timeout_s, report_fn report, void *user) {
+    tdm_env *env = NULL;
+    tdm_status *st = tdm_env_create(NULL, &env);
+    char env_why[1100] = "";
+    if (st) {
+        snprintf(env_why, sizeof env_why, "[%s] %s", tdm_code_name(tdm_status_code(st)),
+                 tdm_status_message(st));
+        tdm_status_free(st);
     }
-    close(fds[1]);
-    char buf[1100];
-    size_t got = 0;
-    ssize_t n;
-    while (got < sizeof buf - 1 && (n = read(fds[0], buf + got, sizeof buf - 1 - got)) > 0) got += (size_t)n;
-    close(fds[0]);
-    buf[got] = 0;
+    for (size_t i = from; i < n; i++) {
+        char full[4096], why[1100] = "";
+        snprintf(full, sizeof full, "%s/%s", dir, names[i]);
+        if (timeout_s > 0) alarm((unsigned)timeout_s);
+        result r = env ? run_one(env, full, o, why, sizeof why) : R_FAIL;
+        if (timeout_s > 0) alarm(0);
+        report(user, i, r, env ? why : env_why);
+    }
+    tdm_env_free(env);
+}
+
+typedef struct child_out {
+    int fd;
+} child_out;
+
+static void report_to_pipe(void *user, size_t i, result r, const char *why) {
+    (void)i;
+    if (!put_result(((child_out *)user)->fd, r, why)) _exit(3); /* the parent is gone */
+}
+
+/* The parent's side of a child running [from, n): each result it reports goes to report();
+ * returns how many it reported. A child that died before reporting them all failed the test
+ * after the last one reported (its signal in `why`, *died set). */
+static size_t wait_child(pid_t pid, int fd, size_t from, size_t n, report_fn report, void *user,
+                         bool *died) {
+    size_t i = from;
+    for (; i < n; i++) {
+        char head[5];
+        uint32_t len;
+        if (!read_full(fd, head, 5)) break;
+        memcpy(&len, head + 1, 4);
+        char why[1100];
+        size_t keep = len < sizeof why - 1 ? len : sizeof why - 1;
+        if (!read_full(fd, why, keep)) break;
+        for (uint32_t k = (uint32_t)keep; k < len; k++) { /* (longer than printed: skipped) */
+            char c;
+            if (!read_full(fd, &c, 1)) break;
+        }
+        why[keep] = 0;
+        report(user, i, (result)head[0], why);
+    }
+    close(fd);
     int status = 0;
-    waitpid(pid, &status, 0);
-    if (got == 0) {
-        if (WIFSIGNALED(status))
-            snprintf(why, why_size, "crashed (signal %d%s)", WTERMSIG(status),
-                     WTERMSIG(status) == SIGALRM ? ": timed out" : "");
-        else
-            snprintf(why, why_size, "child exited with status %d and no result", WEXITSTATUS(status));
-        return R_FAIL;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+    *died = false;
+    char why[200];
+    if (WIFSIGNALED(status))
+        snprintf(why, sizeof why, "crashed (signal %d%s)", WTERMSIG(status),
+                 WTERMSIG(status) == SIGALRM ? ": timed out" : "");
+    else if (WIFEXITED(status) && WEXITSTATUS(status) != 0)
+        snprintf(why, sizeof why, "the test process exited with status %d", WEXITSTATUS(status));
+    else if (i < n)
+        snprintf(why, sizeof why, "the test process ended without a result");
+    else
+        return i;
+    *died = true;
+    if (i < n) {
+        report(user, i, R_FAIL, why);
+        return i + 1 - from;
     }
-    snprintf(why, why_size, "%s", buf + 1);
-    if (WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) != 0)) {
-        snprintf(why, why_size, "crashed after reporting (%.900s)", buf + 1);
-        return R_FAIL;
+    /* every test reported, then the process failed (freeing the environment) */
+    report(user, n, R_FAIL, why);
+    return i - from;
+}
+
+/* Runs every test: in child processes (a new one after a crash), each test in a child of its
+ * own (fork_each: a fresh environment every test), or in this process. */
+static void run_all(char *const *names, size_t n, const char *dir, const conf_opts *o, int timeout_s,
+                    bool fork_tests, bool fork_each, report_fn report, void *user) {
+    if (!fork_tests) {
+        run_range(names, 0, n, dir, o, 0, report, user);
+        return;
     }
-    return (result)buf[0];
+    for (size_t i = 0; i < n;) {
+        size_t to = fork_each ? i + 1 : n;
+        int fds[2];
+        fflush(stdout);
+        pid_t pid = pipe(fds) == 0 ? fork() : -1;
+        if (pid < 0) { /* no child: the rest in this process */
+            run_range(names, i, n, dir, o, 0, report, user);
+            return;
+        }
+        if (pid == 0) {
+            close(fds[0]);
+            signal(SIGPIPE, SIG_IGN);
+            child_out out = {fds[1]};
+            run_range(names, i, to, dir, o, timeout_s, report_to_pipe, &out);
+            close(fds[1]);
+            _exit(0);
+        }
+        close(fds[1]);
+        bool died;
+        size_t done = wait_child(pid, fds[0], i, to, report, user, &died);
+        i += done ? done : 1;
+    }
+}
+
+/* The results as they come: counts, lines, the passing tests. */
+typedef struct tally {
+    char *const *names;
+    size_t n;
+    char *const *expected;
+    size_t n_exp;
+    bool *ran_pass; /* expected[k] passed */
+    FILE *lf;       /* --list-passing */
+    bool verbose;
+    int passed, failed, skipped;
+} tally;
+
+static void tally_result(void *user, size_t i, result r, const char *why) {
+    tally *t = user;
+    if (i >= t->n) { /* after the last test */
+        t->failed++;
+        printf("FAIL (after the last test): %s\n", why);
+    } else if (r == R_PASS) {
+        t->passed++;
+        if (t->verbose) printf("PASS %s\n", t->names[i]);
+        if (t->lf) fprintf(t->lf, "%s\n", t->names[i]);
+        for (size_t k = 0; k < t->n_exp; k++)
+            if (!strcmp(t->expected[k], t->names[i])) t->ran_pass[k] = true;
+    } else if (r == R_SKIP) {
+        t->skipped++;
+        if (t->verbose) printf("SKIP %s: %s\n", t->names[i], why);
+    } else {
+        t->failed++;
+        printf("FAIL %s: %s\n", t->names[i], why);
+    }
+    fflush(stdout);
 }
 
 static int cmp_str(const void *a, const void *b) {
@@ -194,7 +307,7 @@ static int cmp_str(const void *a, const void *b) {
 static void conf_usage(FILE *f) {
     fprintf(f,
             "usage: tandem conformance [DIR] [--devices LIST] [--filter REGEX] [--expect FILE]\n"
-            "                          [--list-passing FILE] [--verbose] [--no-fork]\n"
+            "                          [--list-passing FILE] [--verbose] [--no-fork | --fork-each]\n"
             "                          [--rtol X] [--atol X] [--timeout S] [--opt-level N]\n"
             "                          [--placement auto|first|DEVICE]\n"
             "                          [--precision fp32|tf32|fp16|bf16]\n\n"
@@ -206,12 +319,14 @@ static void conf_usage(FILE *f) {
             "                       makes the exit status non-zero\n"
             "  --list-passing FILE  write the names of the passing tests\n"
             "  --verbose            also print a line for each passing and skipped test\n"
-            "  --no-fork            run the tests in this process (default: each in a child, so\n"
-            "                       that a crash or a hang fails one test)\n"
+            "  --no-fork            run the tests in this process (default: in a child process,\n"
+            "                       one after the other on one set of devices; a crash or a hang\n"
+            "                       fails the test it happened in, and a new child goes on)\n"
+            "  --fork-each          each test in a child of its own, with its own devices\n"
             "  --rtol X             relative tolerance: |got - want| <= atol + rtol * |want|\n"
             "                       (default 1e-3; float16/bfloat16 1e-2); integers are exact\n"
             "  --atol X             absolute tolerance (default 1e-5; float16/bfloat16 1e-3)\n"
-            "  --timeout S          seconds a forked test may take (default 120)\n"
+            "  --timeout S          seconds a test may take in a child (default 120)\n"
             "  --opt-level N        0 = no graph passes, 1 = default\n"
             "  --placement P        auto (cost model), first (the first device that can), or a\n"
             "                       device name\n"
@@ -223,7 +338,7 @@ static void conf_usage(FILE *f) {
 int cmd_conformance(int argc, char **argv) {
     const char *dir = DEFAULT_DIR, *filter = NULL, *expect = NULL, *list_out = NULL;
     conf_opts o = {"cpu", 1e-3, 1e-5, 1, NULL};
-    bool verbose = false, fork_tests = true;
+    bool verbose = false, fork_tests = true, fork_each = false;
     int timeout_s = 120;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -243,6 +358,7 @@ int cmd_conformance(int argc, char **argv) {
         else if (!strcmp(a, "--precision") && v) o.precision = argv[++i];
         else if (!strcmp(a, "--verbose")) verbose = true;
         else if (!strcmp(a, "--no-fork")) fork_tests = false;
+        else if (!strcmp(a, "--fork-each")) fork_each = true;
         else if (a[0] == '-') {
             fprintf(stderr, "tandem conformance: unknown option '%s'\n", a);
             conf_usage(stderr);
@@ -303,29 +419,12 @@ int cmd_conformance(int argc, char **argv) {
         }
         fclose(f);
     }
-    FILE *lf = list_out ? fopen(list_out, "w") : NULL;
-    int passed = 0, failed = 0, skipped = 0, regressions = 0;
-    bool *ran_pass = calloc(n_exp + 1, sizeof(bool));
-    for (size_t i = 0; i < n; i++) {
-        char full[4096], why[1100] = "";
-        snprintf(full, sizeof full, "%s/%s", dir, names[i]);
-        result r = fork_tests ? run_forked(full, &o, timeout_s, why, sizeof why)
-                              : run_one(full, &o, why, sizeof why);
-        if (r == R_PASS) {
-            passed++;
-            if (verbose) printf("PASS %s\n", names[i]);
-            if (lf) fprintf(lf, "%s\n", names[i]);
-            for (size_t k = 0; k < n_exp; k++)
-                if (!strcmp(expected[k], names[i])) ran_pass[k] = true;
-        } else if (r == R_SKIP) {
-            skipped++;
-            if (verbose) printf("SKIP %s: %s\n", names[i], why);
-        } else {
-            failed++;
-            printf("FAIL %s: %s\n", names[i], why);
-        }
-        fflush(stdout);
-    }
+    tally t = {names, n, expected, n_exp, calloc(n_exp + 1, sizeof(bool)),
+               list_out ? fopen(list_out, "w") : NULL, verbose};
+    run_all(names, n, dir, &o, timeout_s, fork_tests, fork_each, tally_result, &t);
+    FILE *lf = t.lf;
+    bool *ran_pass = t.ran_pass;
+    int passed = t.passed, failed = t.failed, skipped = t.skipped, regressions = 0;
     for (size_t k = 0; k < n_exp; k++) {
         bool listed = false;
         for (size_t i = 0; i < n; i++)

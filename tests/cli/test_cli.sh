@@ -74,6 +74,17 @@ expect run-dynamic-dims-named nonzero "dynamic dimensions set to 1: height, widt
 expect run-dynamic-dims-given 0 "y: float32 \[1,1,4\]" "$T" run "$SRC/tests/cli/dynamic_hw.onnx" --random --shape x:1,1,2,2
 expect conformance-line 0 "passed, 0 failed" "$T" conformance --filter '^test_relu$'
 expect conformance-bad-dir nonzero "cannot open" "$T" conformance "$tmp/none"
+# a test that hangs (eight 4096 x 4096 products) between two that pass: it fails as timed out
+# and a new test process runs the one after it, in the default mode and with --fork-each
+mkdir "$tmp/conf"
+ln -s /usr/share/libonnx-testdata/data/node/test_relu "$tmp/conf/test_a_relu"
+ln -s "$SRC/tests/cli/conformance_slow/test_slow_matmul" "$tmp/conf/test_m_slow"
+ln -s /usr/share/libonnx-testdata/data/node/test_sigmoid "$tmp/conf/test_z_sigmoid"
+for mode in --fork-each --verbose; do
+  expect "conformance-timeout$mode" nonzero "test_m_slow: crashed (signal 14: timed out)" \
+    sh -c "\"$T\" conformance $tmp/conf --timeout 1 $mode > $tmp/conf.out; rc=\$?; cat $tmp/conf.out; grep -q '2 passed, 1 failed' $tmp/conf.out && exit \$rc"
+done
+expect conformance-timeout-order 0 "PASS test_z_sigmoid" grep "" "$tmp/conf.out"
 # bench scenarios (issue 9): JSON parses, fields present, counts consistent; no timing asserted
 J="python3 -c"
 expect bench-json-per-device 0 "" sh -c "\"$T\" bench $M --iterations 2 --warmup 0 --threads 1 --json | $J 'import json,sys; d=json.load(sys.stdin); m=d[\"per_device\"][0]; assert m[\"device\"]==\"cpu\" and 0<=m[\"utilization\"]<=1 and m[\"memory_peak\"]>=m[\"memory_in_use\"]'"
