@@ -163,6 +163,7 @@ typedef void (*report_fn)(void *user, size_t i, result r, const char *why);
 static void run_range(char *const *names, size_t from, size_t n, const char *dir, const conf_opts *o,
                       int timeout_s, report_fn report, void *user) {
     tdm_env *env = NULL;
+    if (timeout_s > 0) alarm((unsigned)timeout_s); /* (a device that hangs at start-up) */
     tdm_status *st = tdm_env_create(NULL, &env);
     char env_why[1100] = "";
     if (st) {

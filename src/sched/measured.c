@@ -8,6 +8,7 @@
  * blocked twin ("conv/BlockedConv", "pool/BlockedPool") counts for the node it replaced:
  * the CPU's measured time of a convolution is then the time it will have once blocked. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,7 +69,7 @@ int tdm_measured_apply(tdm_plan *p) {
         unsigned long idx;
         double ms;
         if (sscanf(line, "%63[^\t]\t%lu\t%511[^\t]\t%lf", dev, &idx, name, &ms) != 4) continue;
-        if (!(ms >= 0)) continue;
+        if (!(ms >= 0) || !isfinite(ms)) continue; /* (a damaged file: NaN, negative, inf) */
         if ((idx = find_node(g, idx, name)) >= g->n_nodes) continue;
         for (int d = 0; d < p->n_devices; d++)
             if (!strcmp(p->devices[d]->name, dev) && p->supported[idx * (size_t)p->n_devices + (size_t)d]) {

@@ -682,6 +682,32 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
     return remove(path);
 }
 
+/* Rewrites each line of a measured-times file with its time (the last field) infinite, NaN or
+ * negative, in turn. */
+static int n_damaged;
+static int damage_times(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb;
+    (void)ftw;
+    if (flag != FTW_F || !strstr(path, ".txt")) return 0;
+    FILE *f = fopen(path, "r");
+    if (!f) return 1;
+    char lines[64][1024], line[1024];
+    int n = 0;
+    while (n < 64 && fgets(line, sizeof line, f)) {
+        char *tab = strrchr(line, '\t');
+        if (!tab) continue;
+        static const char *const bad[] = {"inf", "1e999", "nan", "-0.5"};
+        snprintf(lines[n], sizeof lines[n], "%.*s\t%s\n", (int)(tab - line), line, bad[n % 4]);
+        n++;
+    }
+    fclose(f);
+    if (!(f = fopen(path, "w"))) return 1;
+    for (int i = 0; i < n; i++) fputs(lines[i], f);
+    fclose(f);
+    n_damaged += n;
+    return 0;
+}
+
 static void test_measured_names(void **state) {
     (void)state;
     char dir[] = "/tmp/test_layout_measuredXXXXXX";
@@ -723,6 +749,15 @@ static void test_measured_names(void **state) {
     assert_non_null(u);
     int used = atoi(u + strlen("\"measured_node_times_used\":"));
     if (used < 6) fail_msg("%d measured node times used (4 blocked convolutions, 2 pools): %s", used, json);
+    tdm_string_free(json);
+    tdm_session_free(s);
+    /* a damaged file: every time infinite, NaN or negative; none is used */
+    assert_true(nftw(dir, damage_times, 8, FTW_PHYS) == 0 && n_damaged > 0);
+    assert_null(tdm_session_create_from_buffer(env, buf, size, NULL, &so, &s));
+    assert_null(tdm_session_explain(s, TDM_EXPLAIN_JSON, &json));
+    u = strstr(json, "\"measured_node_times_used\":");
+    assert_non_null(u);
+    assert_int_equal(atoi(u + strlen("\"measured_node_times_used\":")), 0);
     tdm_string_free(json);
     tdm_session_free(s);
     tdm_tensor_free(x);
