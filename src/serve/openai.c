@@ -16,7 +16,8 @@
  * `logprobs: true` with `top_logprobs: N`. stream: server-sent events, `data: {chunk}` then
  * `data: [DONE]`; stream_options.include_usage adds the usage chunk (choices []) at the end.
  * While streaming, text that may be the start of a stop string is held back until it is
- * known not to be.
+ * known not to be (openai_text.c keeps the text). Generated text may hold NUL bytes (sent as
+ * \u0000); a request whose strings hold one is refused (400).
  *
  * Errors: {"error": {"message", "type", "param", "code"}} with 400 (invalid_request_error;
  * code context_length_exceeded when the prompt and max_tokens do not fit the context), 404
