@@ -225,7 +225,7 @@ static size_t wait_child(pid_t pid, int fd, size_t from, size_t n, report_fn rep
     else if (i < n)
         snprintf(why, sizeof why, "the test process ended without a result");
     else
-        return i;
+        return i - from;
     *died = true;
     if (i < n) {
         report(user, i, R_FAIL, why);
