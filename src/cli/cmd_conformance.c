@@ -192,10 +192,10 @@ static void report_to_pipe(void *user, size_t i, result r, const char *why) {
 }
 
 /* The parent's side of a child running [from, n): each result it reports goes to report();
- * returns how many it reported. A child that died before reporting them all failed the test
- * after the last one reported (its signal in `why`, *died set). */
-static size_t wait_child(pid_t pid, int fd, size_t from, size_t n, report_fn report, void *user,
-                         bool *died) {
+ * returns how many tests are done. A child that died before reporting them all failed the test
+ * after the last one reported (its signal as the reason); one that failed after reporting
+ * them all (freeing the environment) is reported with the index SIZE_MAX. */
+static size_t wait_child(pid_t pid, int fd, size_t from, size_t n, report_fn report, void *user) {
     size_t i = from;
     for (; i < n; i++) {
         char head[5];
@@ -215,7 +215,6 @@ static size_t wait_child(pid_t pid, int fd, size_t from, size_t n, report_fn rep
     close(fd);
     int status = 0;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
-    *died = false;
     char why[200];
     if (WIFSIGNALED(status))
         snprintf(why, sizeof why, "crashed (signal %d%s)", WTERMSIG(status),
@@ -226,13 +225,11 @@ static size_t wait_child(pid_t pid, int fd, size_t from, size_t n, report_fn rep
         snprintf(why, sizeof why, "the test process ended without a result");
     else
         return i - from;
-    *died = true;
     if (i < n) {
         report(user, i, R_FAIL, why);
         return i + 1 - from;
     }
-    /* every test reported, then the process failed (freeing the environment) */
-    report(user, n, R_FAIL, why);
+    report(user, SIZE_MAX, R_FAIL, why);
     return i - from;
 }
 
@@ -262,8 +259,7 @@ static void run_all(char *const *names, size_t n, const char *dir, const conf_op
             _exit(0);
         }
         close(fds[1]);
-        bool died;
-        size_t done = wait_child(pid, fds[0], i, to, report, user, &died);
+        size_t done = wait_child(pid, fds[0], i, to, report, user);
         i += done ? done : 1;
     }
 }
@@ -282,7 +278,7 @@ typedef struct tally {
 
 static void tally_result(void *user, size_t i, result r, const char *why) {
     tally *t = user;
-    if (i >= t->n) { /* after the last test */
+    if (i >= t->n) { /* SIZE_MAX: the test process failed after its last test */
         t->failed++;
         printf("FAIL (after the last test): %s\n", why);
     } else if (r == R_PASS) {
