@@ -49,11 +49,10 @@ static result run_one(tdm_env *env, const char *dir, const conf_opts *o, char *w
     snprintf(path, sizeof path, "%s/model.onnx", dir);
     tdm_session *s = NULL;
     result r = R_PASS;
-    tdm_status *st = NULL;
     tdm_session_options so = {TDM_API_VERSION, o->devices, 1, o->opt_level,
                               o->devices && strchr(o->devices, ',') == NULL, o->placement};
     so.precision = o->precision;
-    st = tdm_session_create(env, path, &so, &s);
+    tdm_status *st = tdm_session_create(env, path, &so, &s);
     if (st) {
         const char *msg = tdm_status_message(st);
         r = (strstr(msg, "sequence type") || strstr(msg, "optional type") || strstr(msg, "map type") ||
@@ -182,13 +181,9 @@ static void run_range(char *const *names, size_t from, size_t n, const char *dir
     tdm_env_free(env);
 }
 
-typedef struct child_out {
-    int fd;
-} child_out;
-
-static void report_to_pipe(void *user, size_t i, result r, const char *why) {
+static void report_to_pipe(void *user, size_t i, result r, const char *why) { /* user: the fd */
     (void)i;
-    if (!put_result(((child_out *)user)->fd, r, why)) _exit(3); /* the parent is gone */
+    if (!put_result(*(int *)user, r, why)) _exit(3); /* the parent is gone */
 }
 
 /* The parent's side of a child running [from, n): each result it reports goes to report();
@@ -253,8 +248,7 @@ static void run_all(char *const *names, size_t n, const char *dir, const conf_op
         if (pid == 0) {
             close(fds[0]);
             signal(SIGPIPE, SIG_IGN);
-            child_out out = {fds[1]};
-            run_range(names, i, to, dir, o, timeout_s, report_to_pipe, &out);
+            run_range(names, i, to, dir, o, timeout_s, report_to_pipe, &fds[1]);
             close(fds[1]);
             _exit(0);
         }

@@ -47,6 +47,7 @@
 
 #define OA_JSON_DEPTH 64
 #define OA_TREE_FACTOR 16 /* bytes of jansson's tree per byte of JSON text, at most */
+#define OA_TEXT_OOM_MSG "out of memory for the completion's text"
 
 typedef struct oa_req {
     sv_llm_link link; /* in llm->reqs, under llm->mu */
@@ -377,7 +378,7 @@ static void on_token(oa_req *r, const tdm_llm_event *ev) {
     }
     if (r->stream) {
         if (res == OA_TEXT_OOM) {
-            stream_error(r, 500, "out of memory for the completion's text");
+            stream_error(r, 500, OA_TEXT_OOM_MSG);
         } else if (r->finished) {
             stream_end(r);
         } else {
@@ -406,7 +407,7 @@ static oa_text_result flush_text(oa_req *r) {
     }
     const sv_buf *t = &r->tx.text;
     oa_text_result res = OA_TEXT_MORE;
-    if (n > t->len && (!t->len || !memcmp(s, t->p, t->len))) /* (a stop string may end in it) */
+    if (n > t->len && !memcmp(s, t->p, t->len)) /* (a stop string may end in it) */
         res = oa_text_add(&r->tx, s + t->len, n - t->len, NULL);
     tdm_string_free(s);
     return res;
@@ -447,7 +448,7 @@ static void on_end(oa_req *r, const tdm_llm_event *ev) {
     }
     if (r->oom && !http) {
         http = 500;
-        snprintf(msg, sizeof msg, "out of memory for the completion's text");
+        snprintf(msg, sizeof msg, "%s", OA_TEXT_OOM_MSG);
     }
     if (counted > 0) { /* before the answer goes out: a client that has it sees it counted */
         pthread_mutex_lock(&m->mu);

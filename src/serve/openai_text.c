@@ -11,12 +11,11 @@ bool oa_text_init(oa_text *t, int n_stop, const char *const *stop, const size_t 
     memset(t, 0, sizeof *t);
     if (n_stop < 0 || n_stop > OA_MAX_STOP) return false;
     for (int i = 0; i < n_stop; i++) {
-        if (!stop_len[i] || stop_len[i] > OA_MAX_STOP_LEN || !(t->stop[i] = malloc(stop_len[i] + 1))) {
+        if (!stop_len[i] || stop_len[i] > OA_MAX_STOP_LEN ||
+            !(t->stop[i] = sv_strndup(stop[i], stop_len[i]))) {
             oa_text_free(t);
             return false;
         }
-        memcpy(t->stop[i], stop[i], stop_len[i]);
-        t->stop[i][stop_len[i]] = 0;
         t->stop_len[i] = stop_len[i];
         if (stop_len[i] > t->max_stop) t->max_stop = stop_len[i];
         t->n_stop = i + 1;
@@ -91,12 +90,11 @@ static size_t held_back(const oa_text *t) {
 }
 
 bool oa_text_release(oa_text *t, bool all, oa_chunk *c) {
-    size_t release = all || t->stopped ? t->text.len : t->text.len - held_back(t);
+    bool end = all || t->stopped;
+    size_t release = end ? t->text.len : t->text.len - held_back(t);
     if (release < t->emitted) release = t->emitted;
-    size_t lp_to = t->lp_emitted;
-    if (all || t->stopped) lp_to = t->n_toks;
-    else
-        while (lp_to < t->n_toks && t->toks[lp_to].offset < release) lp_to++;
+    size_t lp_to = end ? t->n_toks : t->lp_emitted;
+    while (lp_to < t->n_toks && t->toks[lp_to].offset < release) lp_to++;
     c->from = t->emitted;
     c->to = release;
     c->lp_from = t->lp_emitted;
